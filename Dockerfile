@@ -1,0 +1,13 @@
+# Builds both binaries into one small image; docker-compose.yml picks the command.
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+RUN CGO_ENABLED=0 go build -o /out/quotaplane-api ./cmd/api && \
+    CGO_ENABLED=0 go build -o /out/quotaplane-worker ./cmd/worker
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/ /usr/local/bin/
+EXPOSE 8080 8081
+ENTRYPOINT ["/usr/local/bin/quotaplane-api"]

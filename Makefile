@@ -1,0 +1,53 @@
+# Quotaplane. `make help` lists the targets.
+SHELL := /bin/bash
+GO    ?= go
+
+.PHONY: help run build test test-short generate check-generate lint bench web web-check test-web test-e2e
+
+help: ## list the targets
+	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+
+run: ## build and start api + worker on local Postgres and Redis, with a demo org and printed keys
+	@bash scripts/run.sh
+
+build: ## build bin/quotaplane-api and bin/quotaplane-worker
+	$(GO) build -o bin/quotaplane-api ./cmd/api
+	$(GO) build -o bin/quotaplane-worker ./cmd/worker
+
+test: ## run every test: Go under -race against real Postgres and Redis, then the console's (Vitest, Chromium)
+	$(GO) test -race -count=1 -timeout 15m ./...
+	@$(MAKE) --no-print-directory test-web web-check test-e2e
+
+web/node_modules: web/package-lock.json
+	cd web && npm ci --no-audit --no-fund
+	@touch web/node_modules
+
+web: web/node_modules ## rebuild the console into web/dist (embedded in quotaplane-api; commit it)
+	cd web && npm run build
+
+web-check: web/node_modules ## fail when the committed web/dist differs from a fresh build of web/src
+	@tmp=$$(mktemp -d) && trap 'rm -rf "$$tmp"' EXIT && \
+	  (cd web && npx tsc --noEmit -p . && npx vite build --logLevel warn --outDir "$$tmp/dist" --emptyOutDir) && \
+	  diff -r web/dist "$$tmp/dist" >/dev/null || { echo "web/dist is stale: run make web and commit web/dist"; exit 1; }
+
+test-web: web/node_modules ## the console's unit tests (Vitest)
+	cd web && npx vitest run
+
+test-e2e: ## the console's end-to-end tests in headless Chromium against a real quotaplane-api
+	@bash scripts/e2e.sh
+
+test-short: ## the tests without the slow ones (no code generation drift check)
+	$(GO) test -short -count=1 ./...
+
+generate: ## regenerate internal/httpapi/api from api/openapi.yaml
+	$(GO) tool oapi-codegen -config api/oapi-codegen.yaml api/openapi.yaml
+
+check-generate: generate ## fail when the generated code differs from what is committed
+	@git diff --exit-code -- internal/httpapi/api || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l cmd internal migrations); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+bench: ## benchmark the check engine and /v1/check over HTTP; prints a summary table
+	@bash scripts/bench.sh

@@ -1,0 +1,173 @@
+// Command quotaplane-api serves the Quotaplane HTTP API. `quotaplane-api demo`
+// instead migrates the database, seeds the demo org and prints how to use it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/config"
+	"github.com/quotaplane/quotaplane/internal/console"
+	"github.com/quotaplane/quotaplane/internal/demo"
+	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
+	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/web"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "quotaplane-api:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+	cfg, err := config.LoadAPI(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+
+	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
+	defer cancel()
+	pool, err := pgdb.Open(startCtx, cfg.DatabaseURL, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := pgdb.Migrate(cfg.DatabaseURL); err != nil {
+		return err
+	}
+	svc := tenants.NewService(pool)
+
+	if len(args) > 0 && args[0] == "demo" {
+		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+		stateDir := fs.String("state-dir", ".quotaplane", "where the demo key and console password are kept")
+		if err := fs.Parse(args[1:]); err != nil {
+			return err
+		}
+		res, err := demo.Seed(ctx, svc, *stateDir)
+		if err != nil {
+			return err
+		}
+		printDemo(stdout, cfg, res)
+		return nil
+	}
+	if len(args) > 0 {
+		return fmt.Errorf("unknown command %q (commands: demo; none serves the API)", args[0])
+	}
+
+	log.Info("starting quotaplane-api", "config", cfg)
+	rdb, err := redisconn.New(cfg.RedisURL, cfg.RedisCluster)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	if err := rdb.Ping(startCtx).Err(); err != nil {
+		log.Warn("cannot reach Redis; /readyz reports it until it answers", "url", pgdb.MaskURL(cfg.RedisURL), "err", err.Error())
+	}
+	if cfg.AdminToken == "" {
+		log.Warn("QUOTA_ADMIN_TOKEN is not set: the operator API (plans, orgs) is disabled")
+	}
+	// Checks go to the org's dedicated Redis or its plan's pool, each behind a
+	// circuit breaker; engine clients never retry (a retried script after a lost
+	// reply would count a check twice).
+	if cfg.RedisCluster {
+		return errors.New("REDIS_URL: Redis Cluster is not supported for checks yet; use a single redis:// URL")
+	}
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The ledger the worker keeps: it refills a Redis that lost its counters.
+	usage := billing.NewStore(pool)
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: cfg.RedisURL, Pools: cfg.RedisPools,
+		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
+		Registerer: registry, Engine: quota.Config{Hydrator: usage}})
+	if err != nil {
+		return err
+	}
+	defer router.Close()
+	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
+	hit, miss := httpapi.CacheMetrics(registry)
+	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Hit: hit, Miss: miss})
+	cache.Listen(ctx, rdb)
+	// The web console at /console/, signed in with console users' sessions.
+	consoleHandler := console.NewHandler(console.NewSessions(pool, svc, console.Options{}), web.Dist(), log)
+	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
+		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
+		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
+			Counters: billing.RouterCounters(router)}})
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
+	errc := make(chan error, 2) // the api and the pprof listener
+	if cfg.PprofAddr != "" {
+		// Opt-in profiling on its own loopback listener, never on the API's.
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		psrv := &http.Server{Addr: cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		defer psrv.Close()
+		go func() { errc <- fmt.Errorf("pprof on %s: %w", cfg.PprofAddr, psrv.ListenAndServe()) }()
+		log.Info("serving pprof", "addr", "http://"+cfg.PprofAddr+"/debug/pprof/")
+	}
+	go func() { errc <- fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, srv.ListenAndServe()) }()
+	log.Info("listening", "addr", "http://"+cfg.HTTPAddr)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: draining requests")
+	shutCtx, cancelShut := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelShut()
+	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+func printDemo(w io.Writer, cfg config.API, res demo.Result) {
+	base := "http://" + cfg.HTTPAddr
+	token := cfg.AdminToken
+	if token == "" {
+		token = "(QUOTA_ADMIN_TOKEN is not set: the operator API is disabled)"
+	}
+	fmt.Fprintf(w, `
+Quotaplane demo is ready (org %q, plan %q, teams eng and sales, users alice and bob).
+
+  API:             %s
+  Operator token:  %s
+  Demo org key:    %s
+  Console:         %s/console/  (sign in as %s / %s)
+
+Try it:
+  curl -s -H "Authorization: Bearer %s" %s/v1/orgs/%s/teams
+  curl -s -H "Authorization: Bearer %s" %s/v1/plans
+
+`, demo.OrgID, demo.PlanID, base, token, res.OrgKey, base, demo.ConsoleEmail, res.ConsolePassword,
+		res.OrgKey, base, demo.OrgID, cfg.AdminToken, base)
+}

@@ -1,0 +1,131 @@
+// Command quotaplane-worker keeps usage durable and closes billing periods: it
+// applies the schema and River's migrations, persists live usage every
+// QUOTA_FLUSH_INTERVAL, runs the job queue (period close, webhooks) and serves
+// /healthz and /metrics for operators.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/riverqueue/river"
+
+	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/config"
+	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/worker"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Getenv); err != nil {
+		fmt.Fprintln(os.Stderr, "quotaplane-worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, getenv func(string) string) error {
+	cfg, err := config.LoadWorker(getenv)
+	if err != nil {
+		return fmt.Errorf("configuration:\n%w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log.Info("starting quotaplane-worker", "config", cfg)
+
+	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
+	defer cancel()
+	pool, err := pgdb.Open(startCtx, cfg.DatabaseURL, log)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := pgdb.Migrate(cfg.DatabaseURL); err != nil {
+		return err
+	}
+	if err := worker.MigrateRiver(startCtx, pool); err != nil {
+		return err
+	}
+	if cfg.RedisCluster {
+		return errors.New("REDIS_URL: Redis Cluster is not supported for usage persistence yet; use a single redis:// URL")
+	}
+	if cfg.WebhookSecret == "" {
+		log.Warn("QUOTA_WEBHOOK_SECRET is not set: events are recorded but no webhook is sent")
+	}
+
+	// Live counters are read where the api counts them: REDIS_URL, the pools of
+	// QUOTA_REDIS_POOLS, or an org's dedicated Redis; engine clients never retry.
+	id := worker.DefaultID()
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: cfg.RedisURL, Pools: cfg.RedisPools,
+		RedisTimeout: 5 * time.Second}) // reads, not the check path: no short timeouts
+	if err != nil {
+		return err
+	}
+	defer router.Close()
+	engines := billing.RouterCounters(router)
+	svc := tenants.NewService(pool)
+	store := billing.NewStore(pool)
+	metrics := billing.NewMetrics(prometheus.DefaultRegisterer, pool)
+	var client *river.Client[pgx.Tx]
+	queue := func() billing.Enqueuer { return client }
+	if cfg.WebhookSecret == "" {
+		queue = nil
+	}
+	closer := billing.NewCloser(billing.CloserConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
+		Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
+	hook := &billing.WebhookWorker{Store: store, Tenants: svc, Secret: []byte(cfg.WebhookSecret),
+		Client: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Metrics: metrics}
+	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log,
+		Billing: &billing.Jobs{Closer: closer, Webhook: hook}})
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start job queue: %w", err)
+	}
+	flusher := billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
+		Interval: cfg.FlushInterval, Logger: log, Metrics: metrics})
+	flushCtx, stopFlushing := context.WithCancel(ctx)
+	defer stopFlushing()
+	flushed := make(chan struct{})
+	go func() { flusher.Run(flushCtx); close(flushed) }()
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"status":"ok"}`)
+	})
+	mux.Handle("GET /metrics", promhttp.Handler())
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("worker running", "health", "http://"+cfg.HTTPAddr+"/healthz")
+
+	select {
+	case err = <-errc:
+		err = fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: final usage flush, waiting for running jobs")
+	stopFlushing()
+	<-flushed
+	stopCtx, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancelStop()
+	_ = srv.Shutdown(stopCtx)
+	if stopErr := client.Stop(stopCtx); stopErr != nil && !errors.Is(stopErr, context.Canceled) {
+		return errors.Join(err, fmt.Errorf("stop job queue: %w", stopErr))
+	}
+	return err
+}

@@ -1,0 +1,126 @@
+// Package billing keeps Quotaplane's usage durable and turns it into bills: it
+// persists the live month counters of the quota engine into a Postgres ledger
+// (Flusher), restores them into an empty Redis (Store.StoredUsage, a quota.Hydrator),
+// closes billing periods into immutable usage and billing rows (period close jobs
+// on River), streams billing exports in CSV and JSON, and notifies orgs through
+// HMAC-signed webhooks with retries.
+//
+// Postgres is the record, Redis holds the live counters: a counter's stored value
+// only ever goes up (GREATEST), so flushes from several workers, in any order, and a
+// close racing a flush, cannot lose units. What Redis counted since the last flush
+// is lost if Redis restarts empty: at most one flush interval.
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/quota"
+)
+
+// Errors of the package; wrapped with context, test them with errors.Is.
+var (
+	// ErrInvalid marks a bad org id, period or format.
+	ErrInvalid = errors.New("invalid billing request")
+	// ErrNotFound marks an org or period that does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrNoCounters is returned by a CounterSource that cannot reach an org's Redis.
+	ErrNoCounters = errors.New("live counters unavailable")
+)
+
+// Counters reads the live month counters of orgs on one Redis. *quota.Engine
+// satisfies it. Both methods return errors wrapping quota.ErrUnavailable when Redis
+// fails and quota.ErrInvalid for a bad org or period.
+type Counters interface {
+	// DrainDirty takes the counters of org changed in period since the last drain.
+	DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+	// MonthUsage reads every counter of org in period.
+	MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+}
+
+// Route says where an org's live counters are, as the api's quota router sends its
+// checks: the org's dedicated Redis, else its plan's pool class, else the default.
+type Route struct {
+	Org      string
+	RedisURL string // the org's dedicated Redis, "" for none
+	Pool     string // the plan's pool class
+}
+
+// CounterSource finds the Redis that holds an org's live counters. CountersFor
+// returns an error wrapping ErrNoCounters when that Redis cannot be used (a bad URL).
+type CounterSource interface {
+	CountersFor(r Route) (Counters, error)
+}
+
+// CounterSourceFunc adapts a function to a CounterSource.
+type CounterSourceFunc func(r Route) (Counters, error)
+
+// CountersFor calls f.
+func (f CounterSourceFunc) CountersFor(r Route) (Counters, error) { return f(r) }
+
+// RouterCounters reads an org's live counters where router counts its checks: the
+// org's dedicated Redis, its plan's pool, or the default one.
+func RouterCounters(router *quota.Router) CounterSource {
+	return CounterSourceFunc(func(r Route) (Counters, error) {
+		eng, err := router.EngineFor(quota.Route{Pool: r.Pool, RedisURL: r.RedisURL})
+		if err != nil {
+			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, r.Org, err)
+		}
+		return eng, nil
+	})
+}
+
+// ParsePeriod checks a period id (YYYY-MM).
+func ParsePeriod(id string) error {
+	if _, err := time.Parse("2006-01", id); err != nil || len(id) != 7 {
+		return fmt.Errorf("%w: period %q is not YYYY-MM", ErrInvalid, id)
+	}
+	return nil
+}
+
+// PeriodOf returns the period with id for an org with the given anchor day.
+func PeriodOf(id string, anchorDay int) (quota.Period, error) {
+	t, err := time.Parse("2006-01", id)
+	if err != nil || len(id) != 7 {
+		return quota.Period{}, fmt.Errorf("%w: period %q is not YYYY-MM", ErrInvalid, id)
+	}
+	if anchorDay < 1 || anchorDay > 28 {
+		anchorDay = 1
+	}
+	return quota.PeriodAt(t.AddDate(0, 0, anchorDay-1), anchorDay), nil
+}
+
+// counterRow is a counter with its value in flat, sortable form.
+type counterRow struct {
+	metric, level, team, user string
+	units                     int64
+}
+
+func rowsOf(m map[quota.Counter]int64) []counterRow {
+	out := make([]counterRow, 0, len(m))
+	for c, v := range m {
+		out = append(out, counterRow{metric: c.Metric, level: string(c.Level), team: c.Team, user: c.User, units: v})
+	}
+	// One order everywhere, so concurrent upserts lock rows in the same order.
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if a.metric != b.metric {
+			return a.metric < b.metric
+		}
+		if a.level != b.level {
+			return a.level < b.level
+		}
+		if a.team != b.team {
+			return a.team < b.team
+		}
+		return a.user < b.user
+	})
+	return out
+}
+
+func (r counterRow) counter() quota.Counter {
+	return quota.Counter{Metric: r.metric, Level: quota.Level(r.level), Team: r.team, User: r.user}
+}

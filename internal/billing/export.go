@@ -1,0 +1,265 @@
+package billing
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// Row is one line of a billing export. Detail rows carry the units of a user (team
+// and user set) or the units counted at a team without a user (user empty); the org
+// total row of each metric (team and user empty) carries the org's units with the
+// included units, overage and amount under the plan's pricing.
+type Row struct {
+	Period        string `json:"period"`
+	Org           string `json:"org"`
+	Team          string `json:"team"`
+	User          string `json:"user"`
+	Metric        string `json:"metric"`
+	Units         int64  `json:"units"`
+	IncludedUnits int64  `json:"included_units"`
+	OverageUnits  int64  `json:"overage_units"`
+	Amount        string `json:"amount"`
+	Currency      string `json:"currency"`
+}
+
+// CSVHeader is the header line of a CSV export.
+var CSVHeader = []string{"period", "org", "team", "user", "metric", "units", "included_units", "overage_units", "amount", "currency"}
+
+// Format is an export format.
+type Format string
+
+// The export formats.
+const (
+	CSV  Format = "csv"
+	JSON Format = "json"
+)
+
+// exportSQL produces the rows of one period, for one org ($2) or all ($2 empty),
+// ordered by org, then detail rows by team and user, then the org totals. A closed
+// org's rows come from its immutable period rows plus late adjustments and the
+// pricing recorded at close; an open period's from the ledger (at most one flush
+// interval behind Redis) and the plan's current pricing. It reads orgs, plans and
+// plan_prices of the tenancy schema for open periods only.
+const exportSQL = `
+WITH closed AS (
+    SELECT org_id, currency FROM billing_periods WHERE period = $1 AND ($2 = '' OR org_id = $2)
+),
+u AS (
+    SELECT org_id, metric, level, team_id, user_id, sum(units)::bigint AS units FROM (
+        SELECT org_id, metric, level, team_id, user_id, units FROM period_usage
+        WHERE period = $1 AND ($2 = '' OR org_id = $2)
+        UNION ALL
+        SELECT org_id, metric, level, team_id, user_id, units FROM usage_adjustments
+        WHERE period = $1 AND ($2 = '' OR org_id = $2)
+        UNION ALL
+        SELECT org_id, metric, level, team_id, user_id, units FROM usage_counters c
+        WHERE period = $1 AND ($2 = '' OR org_id = $2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = c.org_id)
+    ) x GROUP BY 1, 2, 3, 4, 5
+),
+cur AS (
+    SELECT org_id, currency FROM closed
+    UNION ALL
+    SELECT o.id, coalesce(p.currency, '') FROM orgs o JOIN plans p ON p.id = o.plan_id
+    WHERE ($2 = '' OR o.id = $2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = o.id)
+),
+prices AS (
+    SELECT org_id, metric, included_units, overage_price FROM billing_lines
+    WHERE period = $1 AND ($2 = '' OR org_id = $2) AND priced
+    UNION ALL
+    SELECT o.id, pp.metric, pp.included_units, pp.overage_price FROM orgs o JOIN plan_prices pp ON pp.plan_id = o.plan_id
+    WHERE ($2 = '' OR o.id = $2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = o.id)
+      AND EXISTS (SELECT 1 FROM u WHERE u.org_id = o.id)
+),
+usersum AS (
+    SELECT org_id, team_id, metric, sum(units)::bigint AS units FROM u WHERE level = 'user' GROUP BY 1, 2, 3
+),
+totals AS (
+    SELECT coalesce(t.org_id, pr.org_id) AS org_id, coalesce(t.metric, pr.metric) AS metric,
+           coalesce(t.units, 0) AS units, pr.included_units, pr.overage_price
+    FROM (SELECT org_id, metric, units FROM u WHERE level = 'org') t
+    FULL JOIN prices pr ON pr.org_id = t.org_id AND pr.metric = t.metric
+)
+SELECT r.org_id, r.team_id, r.user_id, r.metric, r.units, r.included, r.overage,
+       trim_scale(r.amount)::text, coalesce(cur.currency, '')
+FROM (
+    SELECT org_id, team_id, user_id, metric, units, 0::bigint AS included, 0::bigint AS overage, 0::numeric AS amount, 0 AS ord
+    FROM u WHERE level = 'user'
+    UNION ALL
+    SELECT t.org_id, t.team_id, '', t.metric, t.units - coalesce(us.units, 0), 0, 0, 0, 0
+    FROM u t LEFT JOIN usersum us USING (org_id, team_id, metric)
+    WHERE t.level = 'team' AND t.units > coalesce(us.units, 0)
+    UNION ALL
+    SELECT org_id, '', '', metric, units, coalesce(included_units, 0),
+           CASE WHEN included_units IS NULL THEN 0 ELSE greatest(units - included_units, 0) END,
+           CASE WHEN included_units IS NULL THEN 0 ELSE greatest(units - included_units, 0) * overage_price END, 1
+    FROM totals
+) r LEFT JOIN cur USING (org_id)
+ORDER BY r.org_id, r.ord, r.team_id, r.user_id, r.metric`
+
+// Export calls fn with each row of period, for org ("" for every org), in order,
+// reading them from Postgres as they come: memory does not grow with the rows.
+func (s *Store) Export(ctx context.Context, org, period string, fn func(*Row) error) error {
+	if err := ParsePeriod(period); err != nil {
+		return err
+	}
+	rows, err := s.pool.Query(ctx, exportSQL, period, org)
+	if err != nil {
+		return fmt.Errorf("export %s: %w", period, err)
+	}
+	defer rows.Close()
+	r := Row{Period: period}
+	for rows.Next() {
+		if err := rows.Scan(&r.Org, &r.Team, &r.User, &r.Metric, &r.Units, &r.IncludedUnits, &r.OverageUnits,
+			&r.Amount, &r.Currency); err != nil {
+			return fmt.Errorf("export %s: %w", period, err)
+		}
+		if err := fn(&r); err != nil {
+			return err
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("export %s: %w", period, err)
+	}
+	return nil
+}
+
+// WriteExport streams the export of period (one org, or every org when org is "")
+// to w in format, flushing every flushEvery rows when w has a Flush method (an HTTP
+// response). A JSON export that fails midway is left unterminated, so a reader sees
+// it is incomplete.
+func (s *Store) WriteExport(ctx context.Context, w io.Writer, org, period string, format Format) error {
+	const flushEvery = 1000
+	bw := bufio.NewWriterSize(w, 64<<10)
+	flusher, _ := w.(interface{ Flush() })
+	n := 0
+	flush := func() error {
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		if flusher != nil {
+			flusher.Flush()
+		}
+		return nil
+	}
+	switch format {
+	case CSV:
+		cw := csv.NewWriter(bw)
+		if err := cw.Write(CSVHeader); err != nil {
+			return err
+		}
+		rec := make([]string, len(CSVHeader))
+		err := s.Export(ctx, org, period, func(r *Row) error {
+			rec[0], rec[1], rec[2], rec[3], rec[4] = r.Period, r.Org, r.Team, r.User, r.Metric
+			rec[5] = strconv.FormatInt(r.Units, 10)
+			rec[6] = strconv.FormatInt(r.IncludedUnits, 10)
+			rec[7] = strconv.FormatInt(r.OverageUnits, 10)
+			rec[8], rec[9] = r.Amount, r.Currency
+			if err := cw.Write(rec); err != nil {
+				return err
+			}
+			if n++; n%flushEvery == 0 {
+				cw.Flush()
+				return flush()
+			}
+			return nil
+		})
+		cw.Flush()
+		if err != nil {
+			_ = flush()
+			return err
+		}
+		if err := cw.Error(); err != nil {
+			return err
+		}
+		return flush()
+	case JSON:
+		if _, err := bw.WriteString("["); err != nil {
+			return err
+		}
+		enc := json.NewEncoder(bw)
+		err := s.Export(ctx, org, period, func(r *Row) error {
+			if n > 0 {
+				if err := bw.WriteByte(','); err != nil {
+					return err
+				}
+			}
+			if err := enc.Encode(r); err != nil { // one row per line
+				return err
+			}
+			if n++; n%flushEvery == 0 {
+				return flush()
+			}
+			return nil
+		})
+		if err != nil {
+			_ = flush()
+			return err
+		}
+		if _, err := bw.WriteString("]\n"); err != nil {
+			return err
+		}
+		return flush()
+	}
+	return fmt.Errorf("%w: format %q is not csv or json", ErrInvalid, format)
+}
+
+// ReadCSV parses a CSV export, calling fn with each row; for tests and tools.
+func ReadCSV(r io.Reader, fn func(Row) error) error {
+	cr := csv.NewReader(r)
+	cr.ReuseRecord = true
+	head, err := cr.Read()
+	if err != nil {
+		return err
+	}
+	if len(head) != len(CSVHeader) {
+		return fmt.Errorf("csv header %v", head)
+	}
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var row Row
+		row.Period, row.Org, row.Team, row.User, row.Metric = rec[0], rec[1], rec[2], rec[3], rec[4]
+		if row.Units, err = strconv.ParseInt(rec[5], 10, 64); err != nil {
+			return err
+		}
+		if row.IncludedUnits, err = strconv.ParseInt(rec[6], 10, 64); err != nil {
+			return err
+		}
+		if row.OverageUnits, err = strconv.ParseInt(rec[7], 10, 64); err != nil {
+			return err
+		}
+		row.Amount, row.Currency = rec[8], rec[9]
+		if err := fn(row); err != nil {
+			return err
+		}
+	}
+}
+
+// ReadJSON parses a JSON export as a stream, calling fn with each row.
+func ReadJSON(r io.Reader, fn func(Row) error) error {
+	dec := json.NewDecoder(r)
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
+	for dec.More() {
+		var row Row
+		if err := dec.Decode(&row); err != nil {
+			return err
+		}
+		if err := fn(row); err != nil {
+			return err
+		}
+	}
+	_, err := dec.Token()
+	return err
+}

@@ -1,0 +1,236 @@
+package billing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// FlusherConfig configures a Flusher. Store, Tenants and Counters are required.
+type FlusherConfig struct {
+	Store    *Store
+	Tenants  *tenants.Service
+	Counters CounterSource
+	// Queue enqueues webhook deliveries of threshold events; nil records the events
+	// without delivering them. A function, because the River client that implements
+	// it is built after the flusher.
+	Queue func() Enqueuer
+	// Interval between flushes (QUOTA_FLUSH_INTERVAL; default 2 s).
+	Interval time.Duration
+	// Clock picks the periods to flush and the UTC day of the daily history that a
+	// flush writes (default time.Now).
+	Clock func() time.Time
+	// Parallel bounds the orgs flushed at once (default 8).
+	Parallel int
+	Logger   *slog.Logger
+	Metrics  *Metrics
+}
+
+// Flusher persists the live month counters of every org into the ledger at an
+// interval: per org, the counters changed since the last drain (quota's per-org dirty
+// set, popped atomically, so no keyspace scan and no cross-slot key) of the current
+// and the previous period, written with a monotonic upsert.
+//
+// Drained counters that could not be written are not lost: the next tick reads that
+// org's period whole (MonthUsage) instead of draining it.
+type Flusher struct {
+	cfg       FlusherConfig
+	notifier  *thresholdNotifier
+	mu        sync.Mutex
+	needsFull map[string]bool // org|period
+}
+
+// NewFlusher returns a Flusher; Run it.
+func NewFlusher(cfg FlusherConfig) *Flusher {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 8
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil, nil)
+	}
+	return &Flusher{cfg: cfg, needsFull: map[string]bool{},
+		notifier: &thresholdNotifier{store: cfg.Store, limits: newLimitCache(cfg.Tenants, 10*time.Second), queue: cfg.Queue, seen: map[string]struct{}{}}}
+}
+
+// Run flushes every Interval until ctx ends, then once more (with a fresh deadline)
+// so a clean shutdown loses nothing.
+func (f *Flusher) Run(ctx context.Context) {
+	t := time.NewTicker(f.cfg.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			if _, err := f.FlushOnce(final); err != nil {
+				f.cfg.Logger.Warn("final usage flush failed", "err", err.Error())
+			}
+			cancel()
+			return
+		case <-t.C:
+		}
+		tick, cancel := context.WithTimeout(ctx, 4*f.cfg.Interval+5*time.Second)
+		if _, err := f.FlushOnce(tick); err != nil && ctx.Err() == nil {
+			f.cfg.Logger.Warn("usage flush incomplete", "err", err.Error())
+		}
+		cancel()
+	}
+}
+
+// FlushStats says what one flush did.
+type FlushStats struct {
+	Orgs    int // orgs visited
+	Read    int // counters read from Redis
+	Written int // stored values raised
+}
+
+// FlushOnce persists the changed counters of every org once. Errors of single orgs
+// are joined; the other orgs are flushed regardless.
+func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
+	start := time.Now()
+	var orgs []tenants.Org
+	cursor := ""
+	for {
+		page, next, err := f.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
+		if err != nil {
+			return FlushStats{}, fmt.Errorf("flush: list orgs: %w", err)
+		}
+		orgs = append(orgs, page...)
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	pools := map[string]string{} // plan -> pool class
+	cursor = ""
+	for {
+		page, next, err := f.cfg.Tenants.ListPlans(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
+		if err != nil {
+			return FlushStats{}, fmt.Errorf("flush: list plans: %w", err)
+		}
+		for _, p := range page {
+			pools[p.ID] = p.Pool
+		}
+		if cursor = next; cursor == "" {
+			break
+		}
+	}
+	var mu sync.Mutex
+	var stats FlushStats
+	var errs []error
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(f.cfg.Parallel)
+	now := f.cfg.Clock()
+	for _, o := range orgs {
+		g.Go(func() error {
+			read, written, err := f.flushOrg(gctx, o, pools[o.PlanID], now)
+			mu.Lock()
+			stats.Orgs++
+			stats.Read += read
+			stats.Written += written
+			if err != nil {
+				errs = append(errs, err)
+			}
+			mu.Unlock()
+			return nil
+		})
+	}
+	_ = g.Wait()
+	f.cfg.Metrics.rowsFlushed.Add(float64(stats.Written))
+	if len(errs) > 0 {
+		f.cfg.Metrics.flushErrors.Add(float64(len(errs)))
+		return stats, errors.Join(errs...)
+	}
+	f.cfg.Metrics.flushed(start)
+	return stats, nil
+}
+
+func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now time.Time) (int, int, error) {
+	cs, err := f.cfg.Counters.CountersFor(Route{Org: o.ID, RedisURL: o.RedisURL, Pool: pool})
+	if err != nil {
+		return 0, 0, err
+	}
+	cur := quota.PeriodAt(now, o.BillingAnchorDay)
+	prev := quota.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
+	var read, written int
+	var errs []error
+	for _, per := range []quota.Period{prev, cur} {
+		r, w, err := f.flushPeriod(ctx, cs, o.ID, per.ID, dayIn(per, now))
+		read += r
+		written += w
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return read, written, errors.Join(errs...)
+}
+
+// dayIn is the day whose daily history a flush at now writes for per: today, or the
+// period's last day for usage of a period that has ended (counted before its end).
+func dayIn(per quota.Period, now time.Time) time.Time {
+	if !now.Before(per.End) {
+		return per.End.Add(-time.Nanosecond)
+	}
+	return now
+}
+
+func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org, period string, day time.Time) (int, int, error) {
+	key := org + "|" + period
+	f.mu.Lock()
+	full := f.needsFull[key]
+	f.mu.Unlock()
+	var counters map[quota.Counter]int64
+	var readErr error
+	if full {
+		counters, readErr = cs.MonthUsage(ctx, org, period)
+	} else {
+		counters, readErr = cs.DrainDirty(ctx, org, period)
+	}
+	if len(counters) == 0 {
+		if readErr != nil {
+			return 0, 0, fmt.Errorf("flush %s %s: %w", org, period, readErr)
+		}
+		if full {
+			f.setFull(key, false)
+		}
+		return 0, 0, nil
+	}
+	written, err := f.cfg.Store.Persist(ctx, org, period, day, counters)
+	if err != nil || readErr != nil {
+		// Popped from the dirty set but maybe not stored: read everything next time.
+		f.setFull(key, true)
+		return len(counters), written, errors.Join(err, readErr)
+	}
+	if full {
+		f.setFull(key, false)
+	}
+	if err := f.notifier.check(ctx, org, period, counters); err != nil {
+		f.cfg.Logger.Warn("threshold events", "org", org, "period", period, "err", err.Error())
+	}
+	return len(counters), written, nil
+}
+
+func (f *Flusher) setFull(key string, v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if v {
+		f.needsFull[key] = true
+	} else {
+		delete(f.needsFull, key)
+	}
+}

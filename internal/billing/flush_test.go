@@ -1,0 +1,156 @@
+package billing_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// A flush writes exactly the counters that changed, at every level, and a stored
+// value never goes down.
+func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	org := testenv.ID(t, "org")
+	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"}, tenants.TeamInput{ID: "ops"})
+	f := e.flusher(time.Hour)
+
+	for i := range 30 {
+		team := []string{"eng", "ops"}[i%2]
+		if _, err := e.check(e.engine, org, team, fmt.Sprintf("u%d", i%5), "requests", 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := f.FlushOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := e.engine.Period(1).ID
+	live, err := e.engine.MonthUsage(ctx, org, per)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := e.store.Usage(ctx, org, per)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(live, stored); diff != "" {
+		t.Fatalf("ledger differs from Redis (-redis +ledger):\n%s", diff)
+	}
+	// org + 2 teams + 10 (team, user) pairs... u0..u4 alternate teams: 5 users x 2 teams.
+	if st.Read != 1+2+10 || st.Written != 13 {
+		t.Fatalf("first flush read %d, wrote %d; want 13, 13", st.Read, st.Written)
+	}
+	if got := stored[quota.Counter{Metric: "requests", Level: quota.LevelOrg}]; got != 60 {
+		t.Fatalf("org counter %d, want 60", got)
+	}
+
+	// Nothing changed: nothing read, nothing written.
+	if st, err = f.FlushOnce(ctx); err != nil || st.Read != 0 || st.Written != 0 {
+		t.Fatalf("idle flush: %+v, %v", st, err)
+	}
+	// One more check changes three counters (org, team, user) and only those are read.
+	if _, err := e.check(e.engine, org, "eng", "u0", "requests", 1); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = f.FlushOnce(ctx); err != nil || st.Read != 3 || st.Written != 3 {
+		t.Fatalf("flush after one check: %+v, %v; want 3 read, 3 written", st, err)
+	}
+	// A stale (lower) value, e.g. from a slow worker, never lowers a stored one.
+	orgC := quota.Counter{Metric: "requests", Level: quota.LevelOrg}
+	if n, err := e.store.Persist(ctx, org, per, time.Now(), map[quota.Counter]int64{orgC: 5}); err != nil || n != 0 {
+		t.Fatalf("stale persist raised %d values (%v)", n, err)
+	}
+	stored, _ = e.store.Usage(ctx, org, per)
+	if stored[orgC] != 61 {
+		t.Fatalf("org counter after a stale write: %d, want 61", stored[orgC])
+	}
+}
+
+// A Redis that lost an org's month counters gets them back from the ledger before the
+// next check is decided: the check that finds them missing sees the stored usage.
+func TestLostCountersAreHydratedFromLedger(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	org := testenv.ID(t, "org")
+	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil,
+		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", 10)}})
+	for range 7 {
+		if _, err := e.check(e.engine, org, "eng", "alice", "requests", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	per := e.engine.Period(1).ID
+	// Lose the org's month hash (as a restart without persistence would).
+	if err := e.rdb.Del(ctx, e.prefix+":{"+org+"}|m|"+per).Err(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.check(e.engine, org, "eng", "alice", "requests", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Allowed {
+		t.Fatalf("7 + 3 <= 10 denied: %+v", res)
+	}
+	for _, l := range res.Levels {
+		if l.Level == quota.LevelUser && l.Used != 10 {
+			t.Fatalf("user used %d after hydration, want 10", l.Used)
+		}
+	}
+	if res, _ := e.check(e.engine, org, "eng", "alice", "requests", 1); res.Allowed {
+		t.Fatal("11th unit allowed: hydration lost usage")
+	}
+}
+
+// The daily history goes with the ledger: a flush records the org's month total for
+// its UTC day; usage of an ended period flushed after its end counts for its last day;
+// a lower write changes nothing.
+func TestFlushRecordsDailyHistory(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	org := testenv.ID(t, "org")
+	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"})
+	per := e.engine.Period(1)
+	flushAt := func(at time.Time) {
+		t.Helper()
+		f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+			Logger: quietLog(), Clock: func() time.Time { return at }})
+		if _, err := f.FlushOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spend := func(n int64) {
+		t.Helper()
+		if _, err := e.check(e.engine, org, "eng", "alice", "requests", n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spend(4)
+	flushAt(per.Start.Add(10 * time.Hour)) // day 1
+	spend(6)
+	flushAt(per.End.Add(30 * time.Minute)) // the next period: per is the previous one now
+	orgC := quota.Counter{Metric: "requests", Level: quota.LevelOrg}
+	if n, err := e.store.Persist(ctx, org, per.ID, per.Start, map[quota.Counter]int64{orgC: 1}); err != nil || n != 0 {
+		t.Fatalf("stale persist: %d, %v", n, err)
+	}
+	got, err := e.store.Daily(ctx, org, per.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := per.End.AddDate(0, 0, -1)
+	want := map[string][]billing.DayUsage{"requests": {{Day: per.Start, Used: 4}, {Day: last, Used: 10}}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("daily history (-want +got):\n%s", diff)
+	}
+}

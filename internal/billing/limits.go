@@ -1,0 +1,118 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// orgLimits is what the worker knows of an org's limits: the org's effective ones,
+// its teams (own limits and user defaults) and its registered users' own limits.
+type orgLimits struct {
+	org   tenants.Org
+	teams map[string]tenants.Team
+	users map[string]tenants.User // registered users by id
+}
+
+// loadLimits reads an org with its teams and registered users (a page of 1000 users
+// per query).
+func loadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*orgLimits, error) {
+	r, err := svc.ResolveOrg(ctx, orgID)
+	if err != nil {
+		return nil, fmt.Errorf("limits of org %q: %w", orgID, err)
+	}
+	out := &orgLimits{org: r.Org, teams: r.Teams, users: map[string]tenants.User{}}
+	for teamID := range r.Teams {
+		cursor := ""
+		for {
+			us, next, err := svc.ListUsers(ctx, orgID, teamID, tenants.Page{Limit: 1000, Cursor: cursor})
+			if err != nil {
+				return nil, fmt.Errorf("limits of org %q: %w", orgID, err)
+			}
+			for _, u := range us {
+				out.users[u.ID] = u
+			}
+			if cursor = next; cursor == "" {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// of returns the effective limits of a counter's level for its metric, every window.
+func (o *orgLimits) of(c quota.Counter) []tenants.Limit {
+	var ls []tenants.Limit
+	switch c.Level {
+	case quota.LevelOrg:
+		ls = o.org.EffectiveLimits
+	case quota.LevelTeam:
+		ls = o.teams[c.Team].Limits
+	case quota.LevelUser:
+		t, ok := o.teams[c.Team]
+		if !ok {
+			return nil
+		}
+		ls = t.UserLimits
+		if u, ok := o.users[c.User]; ok && u.TeamID == c.Team {
+			ls = tenants.MergeLimits(t.UserLimits, u.Limits)
+		}
+	}
+	var out []tenants.Limit
+	for _, l := range ls {
+		if l.Metric == c.Metric {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// month returns the month limit of a counter, and whether it has one.
+func (o *orgLimits) month(c quota.Counter) (int64, bool) {
+	for _, l := range o.of(c) {
+		if l.Window == tenants.Month {
+			return l.Limit, true
+		}
+	}
+	return 0, false
+}
+
+// limitCache keeps each org's limits for a while, so the flusher does not read the
+// tenancy tables on every tick.
+type limitCache struct {
+	svc *tenants.Service
+	ttl time.Duration
+
+	mu      sync.Mutex
+	entries map[string]limitEntry
+}
+
+type limitEntry struct {
+	l  *orgLimits
+	at time.Time
+}
+
+func newLimitCache(svc *tenants.Service, ttl time.Duration) *limitCache {
+	return &limitCache{svc: svc, ttl: ttl, entries: map[string]limitEntry{}}
+}
+
+func (c *limitCache) get(ctx context.Context, org string) (*orgLimits, error) {
+	c.mu.Lock()
+	e, ok := c.entries[org]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < c.ttl {
+		return e.l, nil
+	}
+	l, err := loadLimits(ctx, c.svc, org)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.entries[org] = limitEntry{l: l, at: time.Now()}
+	c.mu.Unlock()
+	return l, nil
+}

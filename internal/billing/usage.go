@@ -1,0 +1,300 @@
+package billing
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// Service answers the usage and billing export API.
+type Service struct {
+	Store   *Store
+	Tenants *tenants.Service
+	// Counters reads the live counters of the current period; nil: the ledger only
+	// (at most one flush interval behind).
+	Counters CounterSource
+	// Clock says which period is current (default time.Now).
+	Clock func() time.Time
+	// WebhookSecret is QUOTA_WEBHOOK_SECRET, from which each org's signing secret is
+	// derived (SigningSecret); empty: the server knows no signing secret.
+	WebhookSecret []byte
+	Logger        *slog.Logger
+}
+
+// Usage is the usage of an org in one period.
+type Usage struct {
+	Org     string
+	Period  quota.Period
+	Closed  bool
+	Metrics []MetricUsage
+}
+
+// MetricUsage is the usage of one metric at every level.
+type MetricUsage struct {
+	Metric string
+	Org    LevelUsage
+	Teams  []LevelUsage
+	Users  []LevelUsage
+	// Daily is the org's cumulative usage at the end of each UTC day with a recorded
+	// change, oldest first; in the current period the last point is today's so far.
+	Daily []DayUsage
+}
+
+// LevelUsage is the usage of one org, team or user with its month limit.
+type LevelUsage struct {
+	ID     string
+	Team   string // of a user
+	Used   int64
+	Limits []WindowUsage
+}
+
+// WindowUsage is one limit with its use.
+type WindowUsage struct {
+	Window    string
+	Limit     int64
+	Used      int64
+	Remaining int64
+}
+
+func (s *Service) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock()
+	}
+	return time.Now()
+}
+
+// CurrentPeriod is the id of org's current period.
+func (s *Service) CurrentPeriod(ctx context.Context, org string) (string, error) {
+	o, err := s.Tenants.GetOrg(ctx, org)
+	if err != nil {
+		return "", err
+	}
+	return quota.PeriodAt(s.now(), o.BillingAnchorDay).ID, nil
+}
+
+// Usage returns the usage of org in period ("" for the current one): for a closed
+// period its final rows with the month limits in force at close; otherwise the
+// ledger, raised to Redis's live values when Redis answers, with the current limits.
+// For the current period, the sliding windows (second to day) limiting each level are
+// reported too, read with cost-0 checks (which count nothing); a closed period has
+// only its month limits.
+//
+// Errors: ErrInvalid for a bad period; tenants.ErrNotFound for an unknown org.
+func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) {
+	o, err := s.Tenants.GetOrg(ctx, org)
+	if err != nil {
+		return Usage{}, err
+	}
+	cur := quota.PeriodAt(s.now(), o.BillingAnchorDay)
+	per := cur
+	if period != "" {
+		if per, err = PeriodOf(period, o.BillingAnchorDay); err != nil {
+			return Usage{}, err
+		}
+	}
+	out := Usage{Org: org, Period: per, Metrics: []MetricUsage{}}
+	if per.Start.After(cur.Start) {
+		return out, nil // a future period: nothing used yet
+	}
+	usage, limits, closed, err := s.Store.ClosedUsage(ctx, org, per.ID)
+	if err != nil {
+		return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
+	}
+	out.Closed = closed
+	var cs Counters
+	var sliding map[quota.Counter][]WindowUsage
+	if !closed {
+		if usage, err = s.Store.Usage(ctx, org, per.ID); err != nil {
+			return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
+		}
+		if s.Counters != nil {
+			pool := ""
+			if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
+				pool = plan.Pool
+			}
+			if cs, err = s.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: pool}); err == nil {
+				live, err := cs.MonthUsage(ctx, org, per.ID)
+				if err != nil {
+					cs = nil
+					if s.Logger != nil {
+						s.Logger.Warn("usage: live counters unavailable, answering from the ledger", "org", org, "err", err.Error())
+					}
+				}
+				for c, v := range live {
+					usage[c] = max(usage[c], v)
+				}
+			}
+		}
+		ol, err := loadLimits(ctx, s.Tenants, org)
+		if err != nil {
+			return Usage{}, err
+		}
+		if q, ok := cs.(batchChecker); ok && per.ID == cur.ID {
+			sliding = s.slidingUsage(ctx, q, ol, usage)
+		}
+		limits = map[quota.Counter]int64{}
+		for c := range usage {
+			if l, ok := ol.month(c); ok {
+				limits[c] = l
+			}
+		}
+		// The org's own month limits show even for metrics not used yet.
+		for _, l := range o.EffectiveLimits {
+			c := quota.Counter{Metric: l.Metric, Level: quota.LevelOrg}
+			if l.Window == tenants.Month {
+				if _, ok := usage[c]; !ok {
+					usage[c] = 0
+				}
+				limits[c] = l.Limit
+			}
+		}
+	}
+	daily, err := s.Store.Daily(ctx, org, per.ID)
+	if err != nil {
+		return Usage{}, err
+	}
+	byMetric := map[string]*MetricUsage{}
+	for c, v := range usage {
+		m := byMetric[c.Metric]
+		if m == nil {
+			m = &MetricUsage{Metric: c.Metric, Org: LevelUsage{ID: org, Limits: []WindowUsage{}}, Teams: []LevelUsage{}, Users: []LevelUsage{},
+				Daily: append([]DayUsage{}, daily[c.Metric]...)}
+			byMetric[c.Metric] = m
+		}
+		lu := LevelUsage{Used: v, Limits: append([]WindowUsage{}, sliding[c]...)}
+		if l, ok := limits[c]; ok {
+			lu.Limits = append(lu.Limits, WindowUsage{Window: string(tenants.Month), Limit: l, Used: v, Remaining: max(l-v, 0)})
+		}
+		switch c.Level {
+		case quota.LevelOrg:
+			lu.ID = org
+			m.Org = lu
+		case quota.LevelTeam:
+			lu.ID = c.Team
+			m.Teams = append(m.Teams, lu)
+		case quota.LevelUser:
+			lu.ID, lu.Team = c.User, c.Team
+			m.Users = append(m.Users, lu)
+		}
+	}
+	for _, m := range byMetric {
+		if !closed && per.ID == cur.ID {
+			m.Daily = withToday(m.Daily, s.now(), m.Org.Used)
+		}
+		sort.Slice(m.Teams, func(i, j int) bool { return m.Teams[i].ID < m.Teams[j].ID })
+		sort.Slice(m.Users, func(i, j int) bool {
+			if m.Users[i].Team != m.Users[j].Team {
+				return m.Users[i].Team < m.Users[j].Team
+			}
+			return m.Users[i].ID < m.Users[j].ID
+		})
+		out.Metrics = append(out.Metrics, *m)
+	}
+	sort.Slice(out.Metrics, func(i, j int) bool { return out.Metrics[i].Metric < out.Metrics[j].Metric })
+	return out, nil
+}
+
+// withToday makes the last point of a current period's daily history today's usage so
+// far (used, read live), unless nothing has been used yet.
+func withToday(daily []DayUsage, now time.Time, used int64) []DayUsage {
+	if used <= 0 {
+		return daily
+	}
+	now = now.UTC()
+	today := time.Date(now.Year(), now.Month(), now.Day(), 0, 0, 0, 0, time.UTC)
+	if n := len(daily); n > 0 && !daily[n-1].Day.Before(today) {
+		daily[n-1].Used = max(daily[n-1].Used, used)
+		return daily
+	}
+	return append(daily, DayUsage{Day: today, Used: used})
+}
+
+// Export streams the billing export of period ("" for the current one) of org ("" for
+// every org) to w. For one org it first checks that the org exists.
+//
+// Errors: ErrInvalid for a bad period or format; tenants.ErrNotFound for an unknown
+// org. Errors after the first byte was written leave the output truncated.
+func (s *Service) Export(ctx context.Context, w io.Writer, org, period string, format Format) error {
+	if format != CSV && format != JSON {
+		return fmt.Errorf("%w: format %q is not csv or json", ErrInvalid, format)
+	}
+	if period != "" {
+		if err := ParsePeriod(period); err != nil {
+			return err
+		}
+	}
+	if org != "" {
+		o, err := s.Tenants.GetOrg(ctx, org)
+		if err != nil {
+			return err
+		}
+		if period == "" {
+			period = quota.PeriodAt(s.now(), o.BillingAnchorDay).ID
+		}
+	} else if period == "" {
+		period = quota.PeriodAt(s.now(), 1).ID
+	}
+	return s.Store.WriteExport(ctx, w, org, period, format)
+}
+
+// batchChecker is what slidingUsage needs of a quota engine.
+type batchChecker interface {
+	CheckBatch(ctx context.Context, reqs []quota.Request) ([]quota.Result, []error)
+}
+
+// slidingUsage reads, with one cost-0 check per counter (pipelined by the engine),
+// the use of every sliding window that limits an org, team or user with usage.
+func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *orgLimits, usage map[quota.Counter]int64) map[quota.Counter][]WindowUsage {
+	sliding := func(ls []tenants.Limit) []quota.Limit {
+		var out []quota.Limit
+		for _, l := range ls {
+			if l.Window != tenants.Month {
+				out = append(out, quota.Limit{Window: quota.Window(l.Window), Limit: l.Limit})
+			}
+		}
+		return out
+	}
+	var reqs []quota.Request
+	var counters []quota.Counter
+	for c := range usage {
+		own := sliding(ol.of(c))
+		if len(own) == 0 {
+			continue
+		}
+		req := quota.Request{Org: ol.org.ID, Metric: c.Metric, AnchorDay: ol.org.BillingAnchorDay}
+		switch c.Level {
+		case quota.LevelOrg:
+			req.Limits.Org = own
+		case quota.LevelTeam:
+			req.Team, req.Limits.Team = c.Team, own
+		case quota.LevelUser:
+			req.Team, req.User, req.Limits.User = c.Team, c.User, own
+		}
+		reqs = append(reqs, req)
+		counters = append(counters, c)
+	}
+	out := map[quota.Counter][]WindowUsage{}
+	const chunk = 500
+	for i := 0; i < len(reqs); i += chunk {
+		end := min(i+chunk, len(reqs))
+		res, errs := q.CheckBatch(ctx, reqs[i:end])
+		for j, r := range res {
+			if errs[j] != nil {
+				continue // Redis trouble: report the month only
+			}
+			c := counters[i+j]
+			for _, l := range r.Levels {
+				if l.Level == c.Level {
+					out[c] = append(out[c], WindowUsage{Window: string(l.Window), Limit: l.Limit, Used: l.Used, Remaining: max(l.Remaining, 0)})
+				}
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,251 @@
+// Package config reads the typed configuration of each binary from environment
+// variables, with the defaults of API.md "Running", and validates it at start-up.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
+	"github.com/quotaplane/quotaplane/internal/quota"
+)
+
+// Defaults of API.md "Running".
+const (
+	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/quotaplane?sslmode=disable"
+	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
+	DefaultHTTPAddr    = "127.0.0.1:8080"
+	DefaultWorkerAddr  = "127.0.0.1:8081"
+)
+
+// Common is what both binaries read.
+type Common struct {
+	DatabaseURL string // DATABASE_URL
+	// RedisURL is a redis:// URL, or a comma-separated list of host:port seeds of a
+	// Redis Cluster (REDIS_URL).
+	RedisURL       string
+	RedisCluster   bool          // REDIS_CLUSTER, or implied by a seed list
+	AdminToken     string        // QUOTA_ADMIN_TOKEN; empty disables the operator API
+	LogLevel       slog.Level    // QUOTA_LOG_LEVEL: debug, info, warn, error
+	StartupTimeout time.Duration // QUOTA_STARTUP_TIMEOUT: how long to wait for Postgres at start
+}
+
+// API configures quotaplane-api.
+type API struct {
+	Common
+	HTTPAddr string // QUOTA_HTTP_ADDR
+	// RedisPools maps a plan's pool class to its Redis (QUOTA_REDIS_POOLS,
+	// "free=redis://a:6379/0,pro=redis://b:6379/0"); classes not named use REDIS_URL.
+	RedisPools        map[string]string
+	MaxInFlightPerOrg int           // QUOTA_MAX_INFLIGHT_PER_ORG: checks of one org at once, 256
+	Replicas          int           // QUOTA_REPLICAS: api replicas, sizes the local fail mode's share, 1
+	RedisTimeout      time.Duration // QUOTA_REDIS_TIMEOUT: dial/read/write timeout of check traffic, 100ms
+	// WebhookSecret (QUOTA_WEBHOOK_SECRET, the worker's value) lets the api show each
+	// org its webhook signing secret (GET /v1/orgs/{org}/webhook); unset: it shows none.
+	WebhookSecret string
+	// PprofAddr (QUOTA_PPROF_ADDR) serves net/http/pprof on its own listener, which must
+	// be a loopback address; empty (the default) serves no profiles at all.
+	PprofAddr string
+}
+
+// Worker configures quotaplane-worker.
+type Worker struct {
+	Common
+	HTTPAddr      string        // QUOTA_WORKER_HTTP_ADDR: /healthz and /metrics
+	FlushInterval time.Duration // QUOTA_FLUSH_INTERVAL
+	// RedisPools is the api's QUOTA_REDIS_POOLS: the worker reads each org's live
+	// counters where the api counts them.
+	RedisPools map[string]string
+	// WebhookSecret (QUOTA_WEBHOOK_SECRET) derives each org's webhook signing secret;
+	// without it events are recorded but no webhook is sent.
+	WebhookSecret string
+	// WebhookAllowPrivate (QUOTA_WEBHOOK_ALLOW_PRIVATE) lets webhooks reach loopback,
+	// private and link-local addresses: for tests and local development only.
+	WebhookAllowPrivate bool
+	// CloseGrace (QUOTA_CLOSE_GRACE) is how long after a period's end it is closed.
+	CloseGrace time.Duration
+}
+
+type reader struct {
+	getenv func(string) string
+	errs   []error
+}
+
+func (r *reader) str(key, def string) string {
+	if v := strings.TrimSpace(r.getenv(key)); v != "" {
+		return v
+	}
+	return def
+}
+
+func (r *reader) boolean(key string, def bool) bool {
+	v := r.getenv(key)
+	if v == "" {
+		return def
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want true or false", key, v))
+	}
+	return b
+}
+
+func (r *reader) duration(key string, def time.Duration) time.Duration {
+	v := r.getenv(key)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a positive duration such as 2s", key, v))
+	}
+	return d
+}
+
+func (r *reader) integer(key string, def, lo int) int {
+	v := r.getenv(key)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < lo {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a whole number >= %d", key, v, lo))
+	}
+	return n
+}
+
+func (r *reader) addr(key, def string) string {
+	v := r.str(key, def)
+	if _, _, err := net.SplitHostPort(v); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want host:port", key, v))
+	}
+	return v
+}
+
+// webhookSecret reads QUOTA_WEBHOOK_SECRET, which both binaries must agree on.
+func (r *reader) webhookSecret() string {
+	v := r.getenv("QUOTA_WEBHOOK_SECRET")
+	if v != "" && len(v) < 16 {
+		r.errs = append(r.errs, errors.New("QUOTA_WEBHOOK_SECRET: use at least 16 characters (or leave it unset to send no webhooks)"))
+	}
+	return v
+}
+
+func (r *reader) common() Common {
+	c := Common{
+		DatabaseURL:    r.str("DATABASE_URL", DefaultDatabaseURL),
+		RedisURL:       r.str("REDIS_URL", DefaultRedisURL),
+		RedisCluster:   r.boolean("REDIS_CLUSTER", false),
+		AdminToken:     r.getenv("QUOTA_ADMIN_TOKEN"),
+		StartupTimeout: r.duration("QUOTA_STARTUP_TIMEOUT", 60*time.Second),
+	}
+	if strings.Contains(c.RedisURL, ",") {
+		c.RedisCluster = true
+	}
+	if err := c.LogLevel.UnmarshalText([]byte(r.str("QUOTA_LOG_LEVEL", "info"))); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_LOG_LEVEL: %w", err))
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		r.errs = append(r.errs, errors.New("QUOTA_ADMIN_TOKEN: use at least 16 characters (or leave it unset to disable the operator API)"))
+	}
+	return c
+}
+
+// LoadAPI reads the api's configuration through getenv (os.Getenv in production).
+func LoadAPI(getenv func(string) string) (API, error) {
+	r := &reader{getenv: getenv}
+	c := API{Common: r.common(), HTTPAddr: r.addr("QUOTA_HTTP_ADDR", DefaultHTTPAddr),
+		MaxInFlightPerOrg: r.integer("QUOTA_MAX_INFLIGHT_PER_ORG", 256, 1),
+		Replicas:          r.integer("QUOTA_REPLICAS", 1, 1),
+		RedisTimeout:      r.duration("QUOTA_REDIS_TIMEOUT", 100*time.Millisecond),
+		WebhookSecret:     r.webhookSecret(),
+		PprofAddr:         r.loopback("QUOTA_PPROF_ADDR"),
+	}
+	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
+	}
+	c.RedisPools = pools
+	return c, errors.Join(r.errs...)
+}
+
+// loopback reads an optional host:port that must be on a loopback interface: profiles
+// show request data and cost CPU to take, so they are never served to the network.
+func (r *reader) loopback(key string) string {
+	v := r.str(key, "")
+	if v == "" {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(v)
+	ip := net.ParseIP(host)
+	if err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a loopback host:port such as 127.0.0.1:6060", key, v))
+	}
+	return v
+}
+
+// LoadWorker reads the worker's configuration through getenv.
+func LoadWorker(getenv func(string) string) (Worker, error) {
+	r := &reader{getenv: getenv}
+	c := Worker{
+		Common:              r.common(),
+		HTTPAddr:            r.addr("QUOTA_WORKER_HTTP_ADDR", DefaultWorkerAddr),
+		FlushInterval:       r.duration("QUOTA_FLUSH_INTERVAL", 2*time.Second),
+		WebhookSecret:       r.webhookSecret(),
+		WebhookAllowPrivate: r.boolean("QUOTA_WEBHOOK_ALLOW_PRIVATE", false),
+		CloseGrace:          r.duration("QUOTA_CLOSE_GRACE", time.Minute),
+	}
+	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
+	if err != nil {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
+	}
+	c.RedisPools = pools
+	return c, errors.Join(r.errs...)
+}
+
+func mask(secret string) string {
+	if secret == "" {
+		return "(unset)"
+	}
+	return "(set, " + strconv.Itoa(len(secret)) + " chars)"
+}
+
+// LogValue prints the configuration with secrets masked.
+func (c Common) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("database_url", pgdb.MaskURL(c.DatabaseURL)),
+		slog.String("redis_url", pgdb.MaskURL(c.RedisURL)),
+		slog.Bool("redis_cluster", c.RedisCluster),
+		slog.String("admin_token", mask(c.AdminToken)),
+		slog.String("log_level", c.LogLevel.String()),
+	)
+}
+
+// LogValue prints the configuration with secrets masked.
+func (c API) LogValue() slog.Value {
+	pools := make([]string, 0, len(c.RedisPools))
+	for class, u := range c.RedisPools {
+		pools = append(pools, class+"="+pgdb.MaskURL(u))
+	}
+	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
+		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg),
+		slog.Int("replicas", c.Replicas), slog.Duration("redis_timeout", c.RedisTimeout),
+		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.String("pprof_addr", c.PprofAddr))
+}
+
+// LogValue prints the configuration with secrets masked.
+func (c Worker) LogValue() slog.Value {
+	pools := make([]string, 0, len(c.RedisPools))
+	for class, u := range c.RedisPools {
+		pools = append(pools, class+"="+pgdb.MaskURL(u))
+	}
+	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
+		slog.Duration("flush_interval", c.FlushInterval), slog.Any("redis_pools", pools),
+		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
+		slog.Duration("close_grace", c.CloseGrace))
+}

@@ -1,0 +1,128 @@
+package config_test
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/config"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := config.LoadWorker(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DatabaseURL != config.DefaultDatabaseURL || c.RedisURL != config.DefaultRedisURL ||
+		c.FlushInterval != 2*time.Second || c.AdminToken != "" || c.RedisCluster {
+		t.Errorf("defaults = %+v", c)
+	}
+	a, err := config.LoadAPI(env(nil))
+	if err != nil || a.HTTPAddr != "127.0.0.1:8080" {
+		t.Errorf("api defaults = %+v, %v", a, err)
+	}
+}
+
+func TestInvalidValuesAreAllReported(t *testing.T) {
+	_, err := config.LoadWorker(env(map[string]string{
+		"QUOTA_FLUSH_INTERVAL": "soon", "REDIS_CLUSTER": "maybe", "QUOTA_ADMIN_TOKEN": "short", "QUOTA_WORKER_HTTP_ADDR": "8081",
+	}))
+	for _, want := range []string{"QUOTA_FLUSH_INTERVAL", "REDIS_CLUSTER", "QUOTA_ADMIN_TOKEN", "QUOTA_WORKER_HTTP_ADDR"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestSeedListSelectsCluster(t *testing.T) {
+	c, err := config.LoadAPI(env(map[string]string{"REDIS_URL": "10.0.0.1:7000,10.0.0.2:7000"}))
+	if err != nil || !c.RedisCluster {
+		t.Errorf("seed list: cluster=%v err=%v", c.RedisCluster, err)
+	}
+}
+
+func TestSecretsMaskedInLog(t *testing.T) {
+	c, err := config.LoadAPI(env(map[string]string{
+		"QUOTA_ADMIN_TOKEN":    "very-secret-operator-token",
+		"DATABASE_URL":         "postgres://app:dbpassword@db/q",
+		"REDIS_URL":            "redis://:redispassword@cache:6379/0",
+		"QUOTA_WEBHOOK_SECRET": "very-secret-webhook-master",
+	}))
+	if err != nil || c.WebhookSecret != "very-secret-webhook-master" {
+		t.Fatalf("api config: %+v, %v", c, err)
+	}
+	if _, err := config.LoadAPI(env(map[string]string{"QUOTA_WEBHOOK_SECRET": "short"})); err == nil || !strings.Contains(err.Error(), "QUOTA_WEBHOOK_SECRET") {
+		t.Errorf("short QUOTA_WEBHOOK_SECRET for the api: %v", err)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", c)
+	for _, secret := range []string{"very-secret-operator-token", "dbpassword", "redispassword", "very-secret-webhook-master"} {
+		if strings.Contains(buf.String(), secret) {
+			t.Errorf("log line shows %q: %s", secret, buf.String())
+		}
+	}
+}
+
+func TestRedisPoolsAndLimits(t *testing.T) {
+	c, err := config.LoadAPI(env(map[string]string{
+		"QUOTA_REDIS_POOLS": "free=redis://:pw1@r1:6379/0, pro=redis://r2:6379/1", "QUOTA_MAX_INFLIGHT_PER_ORG": "64", "QUOTA_REPLICAS": "3",
+	}))
+	if err != nil || c.RedisPools["free"] != "redis://:pw1@r1:6379/0" || c.RedisPools["pro"] != "redis://r2:6379/1" ||
+		c.MaxInFlightPerOrg != 64 || c.Replicas != 3 || c.RedisTimeout != 100*time.Millisecond {
+		t.Fatalf("config = %+v, %v", c, err)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("config", "config", c)
+	if strings.Contains(buf.String(), "pw1") {
+		t.Errorf("pool password in the log: %s", buf.String())
+	}
+	_, err = config.LoadAPI(env(map[string]string{"QUOTA_REDIS_POOLS": "free", "QUOTA_REPLICAS": "0"}))
+	if err == nil || !strings.Contains(err.Error(), "QUOTA_REDIS_POOLS") || !strings.Contains(err.Error(), "QUOTA_REPLICAS") {
+		t.Errorf("bad pools and replicas: %v", err)
+	}
+}
+
+func TestWorkerBillingSettings(t *testing.T) {
+	c, err := config.LoadWorker(env(nil))
+	if err != nil || c.WebhookSecret != "" || c.WebhookAllowPrivate || c.CloseGrace != time.Minute || len(c.RedisPools) != 0 {
+		t.Fatalf("defaults = %+v, %v", c, err)
+	}
+	c, err = config.LoadWorker(env(map[string]string{"QUOTA_WEBHOOK_SECRET": "0123456789abcdef-secret",
+		"QUOTA_WEBHOOK_ALLOW_PRIVATE": "true", "QUOTA_CLOSE_GRACE": "5m", "QUOTA_REDIS_POOLS": "pro=redis://:pw@r2:6379/1"}))
+	if err != nil || !c.WebhookAllowPrivate || c.CloseGrace != 5*time.Minute || c.RedisPools["pro"] != "redis://:pw@r2:6379/1" {
+		t.Fatalf("set = %+v, %v", c, err)
+	}
+	var buf bytes.Buffer
+	slog.New(slog.NewJSONHandler(&buf, nil)).Info("cfg", "config", c)
+	if strings.Contains(buf.String(), "0123456789abcdef-secret") || strings.Contains(buf.String(), ":pw@") {
+		t.Fatalf("secret printed: %s", buf.String())
+	}
+	_, err = config.LoadWorker(env(map[string]string{"QUOTA_WEBHOOK_SECRET": "short", "QUOTA_WEBHOOK_ALLOW_PRIVATE": "yes please",
+		"QUOTA_CLOSE_GRACE": "-1s"}))
+	for _, want := range []string{"QUOTA_WEBHOOK_SECRET", "QUOTA_WEBHOOK_ALLOW_PRIVATE", "QUOTA_CLOSE_GRACE"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}
+
+func TestPprofOnlyOnLoopback(t *testing.T) {
+	a, err := config.LoadAPI(env(nil))
+	if err != nil || a.PprofAddr != "" {
+		t.Errorf("pprof is off by default: %q, %v", a.PprofAddr, err)
+	}
+	for _, ok := range []string{"127.0.0.1:6060", "localhost:6060", "[::1]:6060"} {
+		if a, err := config.LoadAPI(env(map[string]string{"QUOTA_PPROF_ADDR": ok})); err != nil || a.PprofAddr != ok {
+			t.Errorf("QUOTA_PPROF_ADDR=%s: %q, %v", ok, a.PprofAddr, err)
+		}
+	}
+	for _, bad := range []string{"0.0.0.0:6060", ":6060", "10.0.0.1:6060", "example.com:6060", "6060"} {
+		if _, err := config.LoadAPI(env(map[string]string{"QUOTA_PPROF_ADDR": bad})); err == nil || !strings.Contains(err.Error(), "QUOTA_PPROF_ADDR") {
+			t.Errorf("QUOTA_PPROF_ADDR=%s accepted (%v)", bad, err)
+		}
+	}
+}

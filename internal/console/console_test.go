@@ -1,0 +1,432 @@
+package console_test
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quotaplane/quotaplane/internal/console"
+	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+const (
+	adminEmail  = "ada@acme.test"
+	viewerEmail = "vic@acme.test"
+	password    = "correct horse battery"
+)
+
+// clock is a settable time source for expiry tests.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+type env struct {
+	h     http.Handler
+	pool  *pgxpool.Pool
+	svc   *tenants.Service
+	clock *clock
+}
+
+// mustEnv returns the complete api handler with the console on a fresh database
+// holding org acme with an admin and a viewer console user.
+func mustEnv(tb testing.TB) env {
+	tb.Helper()
+	ctx := context.Background()
+	pool := testenv.Postgres(tb)
+	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
+	a := tenants.Actor{Name: "test"}
+	if _, err := svc.CreatePlan(ctx, a, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: tenants.FailOpen,
+		Limits: []tenants.Limit{{Metric: "requests", Window: tenants.Month, Limit: 1000}}}); err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := svc.CreateOrg(ctx, a, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "pro"}); err != nil {
+		tb.Fatal(err)
+	}
+	for _, u := range []tenants.ConsoleUserInput{{Email: adminEmail, Password: password, Role: tenants.RoleAdmin},
+		{Email: viewerEmail, Password: password, Role: tenants.RoleViewer}} {
+		if _, err := svc.CreateConsoleUser(ctx, a, "acme", u); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	clk := &clock{now: time.Now()}
+	sessions := console.NewSessions(pool, svc, console.Options{IdleTimeout: 30 * time.Minute, MaxAge: 12 * time.Hour,
+		MaxFailures: 3, LockFor: time.Minute, MaxLock: 10 * time.Minute, Now: clk.Now})
+	assets := fstest.MapFS{"index.html": {Data: []byte("<!doctype html><title>console</title>")},
+		"assets/app-1234.js": {Data: []byte("console.log(1)")}}
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, AdminToken: "operator-token-for-tests",
+		Console: console.NewHandler(sessions, assets, nil)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return env{h: h, pool: pool, svc: svc, clock: clk}
+}
+
+type req struct {
+	method, path, body string
+	cookie, csrf       string
+	tls                bool
+	contentType        string
+}
+
+func (e env) do(tb testing.TB, r req) *http.Response {
+	tb.Helper()
+	hr := httptest.NewRequest(r.method, r.path, strings.NewReader(r.body))
+	if r.body != "" {
+		ct := r.contentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		hr.Header.Set("Content-Type", ct)
+	}
+	if r.cookie != "" {
+		hr.AddCookie(&http.Cookie{Name: console.CookieName, Value: r.cookie})
+	}
+	if r.csrf != "" {
+		hr.Header.Set(console.CSRFHeader, r.csrf)
+	}
+	if r.tls {
+		hr.TLS = &tls.ConnectionState{}
+	} else {
+		hr.TLS = nil
+	}
+	w := httptest.NewRecorder()
+	e.h.ServeHTTP(w, hr)
+	return w.Result()
+}
+
+func body(tb testing.TB, res *http.Response) string {
+	tb.Helper()
+	b, _ := io.ReadAll(res.Body)
+	return string(b)
+}
+
+func sessionCookie(res *http.Response) *http.Cookie {
+	for _, c := range res.Cookies() {
+		if c.Name == console.CookieName {
+			return c
+		}
+	}
+	return nil
+}
+
+// mustSignIn signs in and returns the cookie value and the CSRF token.
+func (e env) mustSignIn(tb testing.TB, email string) (string, string) {
+	tb.Helper()
+	res := e.do(tb, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + email + `","password":"` + password + `"}`})
+	if res.StatusCode != http.StatusOK {
+		tb.Fatalf("sign in %s: %d %s", email, res.StatusCode, body(tb, res))
+	}
+	var s console.Session
+	if err := json.NewDecoder(res.Body).Decode(&s); err != nil {
+		tb.Fatal(err)
+	}
+	c := sessionCookie(res)
+	if c == nil || s.CSRFToken == "" {
+		tb.Fatalf("sign in gave no cookie or CSRF token: %+v", s)
+	}
+	return c.Value, s.CSRFToken
+}
+
+func TestSignInSetsAStrictHttpOnlyCookie(t *testing.T) {
+	e := mustEnv(t)
+	for _, tc := range []struct {
+		name       string
+		tls        bool
+		wantSecure bool
+	}{
+		{"plain HTTP", false, false},
+		{"TLS", true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := e.do(t, req{method: "POST", path: "/console/api/sign-in", tls: tc.tls,
+				body: `{"email":"ADA@acme.test","password":"` + password + `"}`})
+			if res.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", res.StatusCode, body(t, res))
+			}
+			c := sessionCookie(res)
+			if c == nil {
+				t.Fatal("no session cookie")
+			}
+			if !c.HttpOnly || c.SameSite != http.SameSiteStrictMode || c.Path != "/" || c.Secure != tc.wantSecure {
+				t.Errorf("cookie flags: HttpOnly=%v SameSite=%v Path=%q Secure=%v (want Secure=%v)",
+					c.HttpOnly, c.SameSite, c.Path, c.Secure, tc.wantSecure)
+			}
+			if len(c.Value) < 43 { // 32 random bytes, base64url
+				t.Errorf("session id %q is shorter than 256 bits", c.Value)
+			}
+			var s console.Session
+			_ = json.NewDecoder(res.Body).Decode(&s)
+			if s.OrgID != "acme" || s.Role != tenants.RoleAdmin || s.Email != adminEmail {
+				t.Errorf("session = %+v", s)
+			}
+			if strings.Contains(c.Value, s.CSRFToken) || s.CSRFToken == c.Value {
+				t.Error("CSRF token reveals the session id")
+			}
+		})
+	}
+}
+
+func TestSessionIsStoredOnlyAsAHash(t *testing.T) {
+	e := mustEnv(t)
+	id, _ := e.mustSignIn(t, adminEmail)
+	var n int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE id_hash = sha256($1::bytea)`,
+		[]byte(id)).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("sessions stored under SHA-256 of the id: %d, %v", n, err)
+	}
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM console_sessions WHERE position($1::bytea in id_hash) > 0`,
+		[]byte(id)).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("raw session id found in the table: %d, %v", n, err)
+	}
+}
+
+func TestFailedSignInsLookAlike(t *testing.T) {
+	e := mustEnv(t)
+	unknown := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"nobody@acme.test","password":"whatever123"}`})
+	wrong := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + adminEmail + `","password":"whatever123"}`})
+	ub, wb := body(t, unknown), body(t, wrong)
+	if unknown.StatusCode != http.StatusUnauthorized || wrong.StatusCode != http.StatusUnauthorized || ub != wb {
+		t.Fatalf("unknown email: %d %s\nwrong password: %d %s", unknown.StatusCode, ub, wrong.StatusCode, wb)
+	}
+	if sessionCookie(unknown) != nil || sessionCookie(wrong) != nil {
+		t.Error("a failed sign-in set a cookie")
+	}
+}
+
+func TestSignInRefusesFormPosts(t *testing.T) {
+	e := mustEnv(t)
+	res := e.do(t, req{method: "POST", path: "/console/api/sign-in", contentType: "application/x-www-form-urlencoded",
+		body: `{"email":"` + adminEmail + `","password":"` + password + `"}`})
+	if res.StatusCode != http.StatusUnsupportedMediaType || sessionCookie(res) != nil {
+		t.Fatalf("form-encoded sign-in: %d", res.StatusCode)
+	}
+}
+
+func TestLockoutAfterRepeatedFailures(t *testing.T) {
+	e := mustEnv(t)
+	bad := req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + adminEmail + `","password":"wrong-password"}`}
+	good := req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + adminEmail + `","password":"` + password + `"}`}
+	for i := 0; i < 3; i++ { // MaxFailures
+		if res := e.do(t, bad); res.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("failure %d: %d", i+1, res.StatusCode)
+		}
+	}
+	locked := e.do(t, good)
+	if locked.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("right password on a locked account: %d, want 401", locked.StatusCode)
+	}
+	// The lock answers exactly as a wrong password does.
+	wrong := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"nobody@acme.test","password":"x-wrong-x"}`})
+	if lb, wb := body(t, locked), body(t, wrong); lb != wb {
+		t.Errorf("locked: %s\nunknown: %s", lb, wb)
+	}
+	var failures int
+	var until time.Time
+	if err := e.pool.QueryRow(context.Background(), `SELECT failed_logins, locked_until FROM console_users WHERE email = $1`,
+		adminEmail).Scan(&failures, &until); err != nil {
+		t.Fatal(err)
+	}
+	if failures != 3 || until.Sub(e.clock.Now()) > time.Minute+time.Second || until.Before(e.clock.Now()) {
+		t.Errorf("failed_logins=%d locked_until in %v, want 3 and 1m", failures, until.Sub(e.clock.Now()))
+	}
+
+	// After the lock, a further failure locks for twice as long.
+	e.clock.Add(61 * time.Second)
+	e.do(t, bad)
+	_ = e.pool.QueryRow(context.Background(), `SELECT locked_until FROM console_users WHERE email = $1`, adminEmail).Scan(&until)
+	if d := until.Sub(e.clock.Now()); d < 119*time.Second || d > 121*time.Second {
+		t.Errorf("second lock lasts %v, want 2m", d)
+	}
+	e.clock.Add(121 * time.Second)
+	if res := e.do(t, good); res.StatusCode != http.StatusOK {
+		t.Fatalf("sign in after the lock: %d %s", res.StatusCode, body(t, res))
+	}
+	_ = e.pool.QueryRow(context.Background(), `SELECT failed_logins FROM console_users WHERE email = $1`, adminEmail).Scan(&failures)
+	if failures != 0 {
+		t.Errorf("failed_logins = %d after a good sign-in, want 0", failures)
+	}
+}
+
+func TestSessionGivesTheV1APIOfItsOrg(t *testing.T) {
+	e := mustEnv(t)
+	id, csrf := e.mustSignIn(t, adminEmail)
+	tests := []struct {
+		name string
+		r    req
+		want int
+	}{
+		{"read own org", req{method: "GET", path: "/v1/orgs/acme"}, 200},
+		{"another org is 404", req{method: "GET", path: "/v1/orgs/other"}, 404},
+		{"operator routes are 403", req{method: "GET", path: "/v1/plans"}, 403},
+		{"change without CSRF token", req{method: "POST", path: "/v1/orgs/acme/teams", body: `{"id":"t1","name":"T1"}`}, 403},
+		{"change with a wrong CSRF token", req{method: "POST", path: "/v1/orgs/acme/teams", body: `{"id":"t1","name":"T1"}`, csrf: "nope"}, 403},
+		{"change with the CSRF token", req{method: "POST", path: "/v1/orgs/acme/teams", body: `{"id":"t1","name":"T1"}`, csrf: csrf}, 201},
+		{"check needs a key with scope check", req{method: "POST", path: "/v1/check", body: `{"org":"acme","team":"t1"}`, csrf: csrf}, 403},
+		{"plan is the operator's", req{method: "PATCH", path: "/v1/orgs/acme", body: `{"plan":"pro"}`, csrf: csrf}, 403},
+		{"mode switch", req{method: "PATCH", path: "/v1/orgs/acme", body: `{"mode":"shadow"}`, csrf: csrf}, 200},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.cookie = id
+			res := e.do(t, tc.r)
+			if res.StatusCode != tc.want {
+				t.Fatalf("%s %s: %d %s, want %d", tc.r.method, tc.r.path, res.StatusCode, body(t, res), tc.want)
+			}
+		})
+	}
+	// Changes are audited under the console user's name.
+	entries, _, err := e.svc.ListAudit(context.Background(), "acme", tenants.Page{})
+	if err != nil || len(entries) == 0 || entries[0].Actor != "console:"+adminEmail {
+		t.Fatalf("newest audit entry: %+v, %v", entries, err)
+	}
+}
+
+func TestViewerCannotChangeAnything(t *testing.T) {
+	e := mustEnv(t)
+	id, csrf := e.mustSignIn(t, viewerEmail)
+	for _, tc := range []struct {
+		name string
+		r    req
+		want int
+	}{
+		{"read teams", req{method: "GET", path: "/v1/orgs/acme/teams"}, 200},
+		{"read audit", req{method: "GET", path: "/v1/orgs/acme/audit"}, 200},
+		{"create team", req{method: "POST", path: "/v1/orgs/acme/teams", body: `{"id":"t1","name":"T1"}`}, 403},
+		{"switch mode", req{method: "PATCH", path: "/v1/orgs/acme", body: `{"mode":"warn"}`}, 403},
+		{"create key", req{method: "POST", path: "/v1/orgs/acme/api-keys", body: `{"name":"k","scopes":["check"]}`}, 403},
+		{"delete console user", req{method: "DELETE", path: "/v1/orgs/acme/console-users/x"}, 403},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.r.cookie, tc.r.csrf = id, csrf // even with the right CSRF token
+			if res := e.do(t, tc.r); res.StatusCode != tc.want {
+				t.Fatalf("%d %s, want %d", res.StatusCode, body(t, res), tc.want)
+			}
+		})
+	}
+	if teams, _, _ := e.svc.ListTeams(context.Background(), "acme", tenants.Page{}); len(teams) != 0 {
+		t.Errorf("a viewer created teams: %+v", teams)
+	}
+}
+
+func TestSignOutEndsTheSession(t *testing.T) {
+	e := mustEnv(t)
+	id, csrf := e.mustSignIn(t, adminEmail)
+	if res := e.do(t, req{method: "POST", path: "/console/api/sign-out", cookie: id}); res.StatusCode != http.StatusForbidden {
+		t.Fatalf("sign-out without CSRF token: %d, want 403", res.StatusCode)
+	}
+	res := e.do(t, req{method: "POST", path: "/console/api/sign-out", cookie: id, csrf: csrf})
+	if res.StatusCode != http.StatusNoContent {
+		t.Fatalf("sign-out: %d %s", res.StatusCode, body(t, res))
+	}
+	if c := sessionCookie(res); c == nil || c.MaxAge >= 0 {
+		t.Errorf("sign-out did not clear the cookie: %+v", c)
+	}
+	for path, want := range map[string]int{"/console/api/session": 204, "/v1/orgs/acme": 401} {
+		if res := e.do(t, req{method: "GET", path: path, cookie: id}); res.StatusCode != want {
+			t.Errorf("GET %s after sign-out: %d, want %d", path, res.StatusCode, want)
+		}
+	}
+}
+
+func TestSessionExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps []time.Duration // requests at these gaps
+		alive bool
+	}{
+		{"used within the idle timeout", []time.Duration{20 * time.Minute, 20 * time.Minute, 20 * time.Minute}, true},
+		{"idle too long", []time.Duration{31 * time.Minute}, false},
+		{"past the absolute expiry although in use", []time.Duration{25 * time.Minute, 25 * time.Minute, 25 * time.Minute,
+			25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute,
+			25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute,
+			25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute,
+			25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute, 25 * time.Minute,
+			25 * time.Minute, 25 * time.Minute, 25 * time.Minute}, false}, // 12.5 h
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := mustEnv(t)
+			id, _ := e.mustSignIn(t, adminEmail)
+			status := 0
+			for _, d := range tc.steps {
+				e.clock.Add(d)
+				status = e.do(t, req{method: "GET", path: "/v1/orgs/acme", cookie: id}).StatusCode
+			}
+			if got := status == http.StatusOK; got != tc.alive {
+				t.Fatalf("last request answered %d, want alive=%v", status, tc.alive)
+			}
+		})
+	}
+}
+
+func TestSessionEndpoint(t *testing.T) {
+	e := mustEnv(t)
+	if res := e.do(t, req{method: "GET", path: "/console/api/session"}); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("without a cookie: %d", res.StatusCode)
+	}
+	id, csrf := e.mustSignIn(t, viewerEmail)
+	res := e.do(t, req{method: "GET", path: "/console/api/session", cookie: id})
+	var s console.Session
+	if err := json.NewDecoder(res.Body).Decode(&s); err != nil || res.StatusCode != 200 {
+		t.Fatalf("session: %d %v", res.StatusCode, err)
+	}
+	if s.Role != tenants.RoleViewer || s.CSRFToken != csrf || s.OrgID != "acme" {
+		t.Errorf("session = %+v", s)
+	}
+	// Deleting the console user ends its sessions.
+	users, _, _ := e.svc.ListConsoleUsers(context.Background(), "acme", tenants.Page{})
+	for _, u := range users {
+		if u.Email == viewerEmail {
+			_ = e.svc.DeleteConsoleUser(context.Background(), tenants.Actor{Name: "t"}, "acme", u.ID)
+		}
+	}
+	if res := e.do(t, req{method: "GET", path: "/console/api/session", cookie: id}); res.StatusCode != http.StatusNoContent {
+		t.Errorf("session of a deleted user: %d", res.StatusCode)
+	}
+}
+
+func TestServesTheApp(t *testing.T) {
+	e := mustEnv(t)
+	for _, tc := range []struct {
+		path, wantType string
+		want           int
+		wantBody       string
+	}{
+		{"/console/", "text/html; charset=utf-8", 200, "<title>console</title>"},
+		{"/console/keys", "text/html; charset=utf-8", 200, "<title>console</title>"}, // the app's own route
+		{"/console/assets/app-1234.js", "text/javascript; charset=utf-8", 200, "console.log(1)"},
+		{"/console/assets/missing.js", "", 404, ""},
+		{"/console", "", 301, ""},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			res := e.do(t, req{method: "GET", path: tc.path})
+			b := body(t, res)
+			if res.StatusCode != tc.want || (tc.wantType != "" && res.Header.Get("Content-Type") != tc.wantType) ||
+				!strings.Contains(b, tc.wantBody) {
+				t.Fatalf("%d %q %q", res.StatusCode, res.Header.Get("Content-Type"), b)
+			}
+		})
+	}
+	if csp := e.do(t, req{method: "GET", path: "/console/"}).Header.Get("Content-Security-Policy"); !strings.Contains(csp, "frame-ancestors 'none'") {
+		t.Errorf("CSP = %q", csp)
+	}
+}

@@ -1,0 +1,149 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// benchServer is the api over real loopback HTTP with a three-level cascade:
+// org "acme" (month + minute limits), team "eng", users with default limits.
+func benchServer(b *testing.B) (url, key string) {
+	b.Helper()
+	ctx := context.Background()
+	svc := tenants.NewService(testenv.Postgres(b), tenants.WithPasswordCost(64, 1))
+	seed := tenants.Actor{Name: "bench"}
+	big := int64(1) << 50
+	if _, err := svc.CreatePlan(ctx, seed, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen,
+		Limits: []tenants.Limit{lim("requests", tenants.Month, big), lim("requests", tenants.Minute, big)}}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p"}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := svc.CreateTeam(ctx, seed, "acme", tenants.TeamInput{ID: "eng", Name: "Eng",
+		Limits:     []tenants.Limit{lim("requests", tenants.Month, big/2), lim("requests", tenants.Minute, big/2)},
+		UserLimits: []tenants.Limit{lim("requests", tenants.Month, big/4), lim("requests", tenants.Minute, big/4)}}); err != nil {
+		b.Fatal(err)
+	}
+	_, key, err := svc.CreateAPIKey(ctx, seed, "acme", tenants.APIKeyInput{Name: "k", Scopes: []tenants.Scope{tenants.ScopeCheck}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = router.Close() })
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(b),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv.URL, key
+}
+
+// drive sends b.N requests from 50 concurrent connections (as wrk -c50 would) and
+// reports requests/s, checks/s and latency percentiles.
+func drive(b *testing.B, method, url, key string, body func(i int64) []byte, checksPerRequest int) {
+	b.Helper()
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64}}
+	var n atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	b.SetParallelism(max(1, 50/runtime.GOMAXPROCS(0))) // about 50 client goroutines, as wrk -c50
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	b.RunParallel(func(pb *testing.PB) {
+		local := make([]time.Duration, 0, 1024)
+		for pb.Next() {
+			i := n.Add(1)
+			var rd io.Reader
+			if body != nil {
+				rd = bytes.NewReader(body(i))
+			}
+			req, _ := http.NewRequest(method, url, rd)
+			if key != "" {
+				req.Header.Set("Authorization", "Bearer "+key)
+			}
+			t0 := time.Now()
+			resp, err := client.Do(req)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			var out bytes.Buffer
+			_, _ = io.Copy(&out, resp.Body)
+			resp.Body.Close()
+			// A batch answers 200 even when some of its checks were refused (overloaded,
+			// unavailable): only decided checks count.
+			if n := bytes.Count(out.Bytes(), []byte(`"allowed":`)); checksPerRequest > 1 && n != checksPerRequest {
+				b.Errorf("%d of %d checks decided: %.300s", n, checksPerRequest, out.Bytes())
+				return
+			}
+			local = append(local, time.Since(t0))
+			if resp.StatusCode != 200 {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+		mu.Lock()
+		lat = append(lat, local...)
+		mu.Unlock()
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	slices.Sort(lat)
+	if len(lat) == 0 {
+		return
+	}
+	pct := func(p float64) float64 { return float64(lat[min(len(lat)-1, int(p*float64(len(lat))))].Microseconds()) }
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
+	b.ReportMetric(float64(len(lat)*checksPerRequest)/elapsed.Seconds(), "checks/s")
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// BenchmarkHealthzHTTP is the baseline: the same server and client doing nothing.
+func BenchmarkHealthzHTTP(b *testing.B) {
+	url, _ := benchServer(b)
+	drive(b, "GET", url+"/healthz", "", nil, 1)
+}
+
+// BenchmarkCheckHTTP: one three-level, two-window check per request, over 1,000 users.
+func BenchmarkCheckHTTP(b *testing.B) {
+	url, key := benchServer(b)
+	drive(b, "POST", url+"/v1/check", key, func(i int64) []byte {
+		return fmt.Appendf(nil, `{"org":"acme","team":"eng","user":"u%d"}`, i%1000)
+	}, 1)
+}
+
+// BenchmarkCheckBatchHTTP: 100 checks per request, one pipeline each.
+func BenchmarkCheckBatchHTTP(b *testing.B) {
+	url, key := benchServer(b)
+	var checks []map[string]string
+	for u := range 100 {
+		checks = append(checks, map[string]string{"org": "acme", "team": "eng", "user": fmt.Sprintf("u%d", u)})
+	}
+	payload, _ := json.Marshal(map[string]any{"checks": checks})
+	drive(b, "POST", url+"/v1/check/batch", key, func(int64) []byte { return payload }, 100)
+}

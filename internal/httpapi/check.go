@@ -1,0 +1,317 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// Checker decides checks on the Redis an org's route names. *quota.Router satisfies it.
+type Checker interface {
+	Check(ctx context.Context, route quota.Route, req quota.Request) (quota.Result, quota.Outcome, error)
+	CheckBatch(ctx context.Context, routes []quota.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
+}
+
+// MaxBatch is the most checks one /v1/check/batch may carry.
+const MaxBatch = 100
+
+var idempotencyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{8,128}$`)
+
+// checkError is a refusal found while resolving a check, before Redis is asked.
+type checkError struct {
+	status int
+	detail string
+	fields []FieldError
+}
+
+func (e *checkError) Error() string { return e.detail }
+
+func badField(field, msg string) *checkError {
+	return &checkError{status: http.StatusBadRequest, detail: field + ": " + msg, fields: []FieldError{{Field: field, Message: msg}}}
+}
+
+// The check routes are not validated against the spec (hot path), so the handler
+// checks here everything the spec says of a CheckRequest.
+func validateCheck(in api.CheckRequest) *checkError {
+	idMsg := "must match " + "^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
+	switch {
+	case !tenants.ValidID(in.Org):
+		return badField("org", idMsg)
+	case in.Team != nil && !tenants.ValidID(*in.Team):
+		return badField("team", idMsg)
+	case in.User != nil && !tenants.ValidID(*in.User):
+		return badField("user", idMsg)
+	case in.Metric != nil && !tenants.ValidID(*in.Metric):
+		return badField("metric", idMsg)
+	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > quota.MaxValue):
+		return badField("cost", fmt.Sprintf("must be 0 to %d", quota.MaxValue))
+	case in.IdempotencyKey != nil && !idempotencyPattern.MatchString(*in.IdempotencyKey):
+		return badField("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
+	}
+	return nil
+}
+
+func limitsFor(metric string, ls []tenants.Limit) []quota.Limit {
+	var out []quota.Limit
+	for _, l := range ls {
+		if l.Metric == metric {
+			out = append(out, quota.Limit{Window: quota.Window(l.Window), Limit: l.Limit})
+		}
+	}
+	return out
+}
+
+// resolveCheck authorizes a check and resolves its org, team, user and their limits
+// from the cache.
+func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, tenants.Mode, *checkError) {
+	req, org, cerr := s.resolveRequest(ctx, p, in)
+	if cerr != nil {
+		return req, quota.Route{}, "", cerr
+	}
+	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode)}
+	return req, route, org.Org.Mode, nil
+}
+
+func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, tenants.ResolvedOrg, *checkError) {
+	var none tenants.ResolvedOrg
+	if e := validateCheck(in); e != nil {
+		return quota.Request{}, none, e
+	}
+	if !p.operator {
+		if p.key.OrgID != in.Org {
+			return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("org %q not found", in.Org)}
+		}
+		if !p.key.HasScope(tenants.ScopeCheck) {
+			return quota.Request{}, none, &checkError{status: http.StatusForbidden, detail: "this key lacks the scope this operation needs: check"}
+		}
+	}
+	org, err := s.cache.Org(ctx, in.Org)
+	if errors.Is(err, tenants.ErrNotFound) {
+		return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("org %q not found", in.Org)}
+	}
+	if err != nil {
+		return quota.Request{}, none, &checkError{status: http.StatusServiceUnavailable, detail: "the tenancy store is unavailable and the org is not cached; retry shortly"}
+	}
+	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
+		AnchorDay: org.Org.BillingAnchorDay}
+	if in.Metric != nil {
+		req.Metric = *in.Metric
+	}
+	if in.Cost != nil {
+		req.Cost = *in.Cost
+	}
+	if in.IdempotencyKey != nil {
+		req.IdempotencyKey = *in.IdempotencyKey
+	}
+	if in.Team != nil {
+		req.Team = *in.Team
+	}
+	var user tenants.ResolvedUser
+	if in.User != nil {
+		req.User = *in.User
+		if user, err = s.cache.User(ctx, in.Org, req.User); err != nil {
+			return quota.Request{}, none, &checkError{status: http.StatusServiceUnavailable, detail: "the tenancy store is unavailable; retry shortly"}
+		}
+		switch {
+		case user.Registered && req.Team == "":
+			req.Team = user.TeamID
+		case user.Registered && req.Team != user.TeamID:
+			return quota.Request{}, none, badField("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+		case !user.Registered && req.Team == "":
+			return quota.Request{}, none, badField("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+		}
+	}
+	req.Limits.Org = limitsFor(req.Metric, org.Org.EffectiveLimits)
+	if req.Team != "" {
+		team, ok := org.Teams[req.Team]
+		if !ok {
+			return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("team %q of org %q not found", req.Team, in.Org)}
+		}
+		req.Limits.Team = limitsFor(req.Metric, team.Limits)
+		if req.User != "" {
+			req.Limits.User = limitsFor(req.Metric, tenants.MergeLimits(team.UserLimits, user.Limits))
+		}
+	}
+	return req, org, nil
+}
+
+func fromResult(res quota.Result, oc quota.Outcome, mode tenants.Mode) api.CheckResult {
+	out := api.CheckResult{Allowed: res.Allowed, Mode: api.Mode(mode), Levels: make([]api.LevelStatus, len(res.Levels))}
+	if oc.Degraded {
+		t := true
+		out.Degraded = &t
+	}
+	for i, l := range res.Levels {
+		out.Levels[i] = api.LevelStatus{Level: api.Level(l.Level), Id: l.ID, Window: api.Window(l.Window), Limit: l.Limit,
+			Used: l.Used, Remaining: l.Remaining, ResetAt: l.ResetAt.UTC()}
+	}
+	ref := func(b *quota.Blocked) *api.LevelRef {
+		if b == nil {
+			return nil
+		}
+		return &api.LevelRef{Level: api.Level(b.Level), Id: b.ID, Window: api.Window(b.Window)}
+	}
+	if !res.Allowed {
+		out.BlockedAt = ref(res.BlockedAt)
+		secs := int64(math.Ceil(res.RetryAfter.Seconds()))
+		out.RetryAfterSeconds = &secs
+	}
+	if res.Allowed && res.WouldBlock != nil {
+		out.WouldBlock = ref(res.WouldBlock)
+		if mode == tenants.Warn {
+			w := fmt.Sprintf("over quota at %s %q (%s); allowed because the org is in warn mode", res.WouldBlock.Level, res.WouldBlock.ID, res.WouldBlock.Window)
+			out.Warning = &w
+		}
+	}
+	if res.Replayed {
+		t := true
+		out.Replayed = &t
+	}
+	return out
+}
+
+// setRateLimitHeaders describes the tightest level and window: the least remaining,
+// then the soonest reset.
+func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
+	if len(res.Levels) == 0 {
+		return
+	}
+	t := res.Levels[0]
+	for _, l := range res.Levels[1:] {
+		if l.Remaining < t.Remaining || (l.Remaining == t.Remaining && l.ResetAt.Before(t.ResetAt)) {
+			t = l
+		}
+	}
+	reset := int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
+	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
+	// but the spelling of the IETF draft is what people grep for.
+	h["RateLimit-Limit"] = []string{strconv.FormatInt(t.Limit, 10)}
+	h["RateLimit-Remaining"] = []string{strconv.FormatInt(max(t.Remaining, 0), 10)}
+	h["RateLimit-Reset"] = []string{strconv.FormatInt(max(reset, 0), 10)}
+}
+
+// engineProblem maps an engine error to a status and detail.
+func engineProblem(err error) *checkError {
+	switch {
+	case errors.Is(err, quota.ErrInvalid):
+		return &checkError{status: http.StatusBadRequest, detail: err.Error()}
+	case errors.Is(err, context.Canceled):
+		return &checkError{status: 499, detail: "client went away"}
+	case errors.Is(err, quota.ErrOverloaded):
+		return &checkError{status: http.StatusServiceUnavailable, detail: "too many checks of this org are in flight; retry shortly"}
+	default:
+		return &checkError{status: http.StatusServiceUnavailable, detail: "the quota store is unavailable; retry shortly"}
+	}
+}
+
+func writeCheckError(w http.ResponseWriter, e *checkError) {
+	if e.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	if e.status == 499 {
+		return
+	}
+	writeProblem(w, e.status, e.detail, e.fields...)
+}
+
+// Check handles POST /v1/check.
+func (s *Server) Check(w http.ResponseWriter, r *http.Request) {
+	var in api.CheckRequest
+	if !decodeCheck(w, r, &in) {
+		return
+	}
+	req, route, mode, cerr := s.resolveCheck(r.Context(), callerOf(r), in)
+	if cerr == nil && s.checker == nil {
+		cerr = &checkError{status: http.StatusServiceUnavailable, detail: "no quota engine is configured"}
+	}
+	if cerr != nil {
+		writeCheckError(w, cerr)
+		return
+	}
+	res, oc, err := s.checker.Check(r.Context(), route, req)
+	if err != nil {
+		if !errors.Is(err, quota.ErrOverloaded) && !errors.Is(err, context.Canceled) {
+			s.log.Warn("check not decided", "org", req.Org, "err", err.Error())
+		}
+		writeCheckError(w, engineProblem(err))
+		return
+	}
+	out := fromResult(res, oc, mode)
+	setRateLimitHeaders(w.Header(), out, time.Now())
+	status := http.StatusOK
+	if !out.Allowed {
+		status = http.StatusTooManyRequests
+		w.Header().Set("Retry-After", strconv.FormatInt(*out.RetryAfterSeconds, 10))
+	}
+	if out.Warning != nil {
+		w.Header().Set("Quotaplane-Warning", *out.Warning)
+	}
+	writeCheckResult(w, status, &out)
+}
+
+// CheckBatch handles POST /v1/check/batch: each check decided on its own, in order,
+// all sent to Redis in one pipeline.
+func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
+	var in api.BatchCheckRequest
+	if !decodeBatch(w, r, &in) {
+		return
+	}
+	if n := len(in.Checks); n < 1 || n > MaxBatch {
+		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("checks: must hold 1 to %d checks, not %d", MaxBatch, n),
+			FieldError{Field: "checks", Message: fmt.Sprintf("must hold 1 to %d checks", MaxBatch)})
+		return
+	}
+	if s.checker == nil {
+		writeCheckError(w, &checkError{status: http.StatusServiceUnavailable, detail: "no quota engine is configured"})
+		return
+	}
+	p := callerOf(r)
+	items := make([]api.BatchCheckItem, len(in.Checks))
+	reqs := make([]quota.Request, 0, len(in.Checks))
+	routes := make([]quota.Route, 0, len(in.Checks))
+	modes := make([]tenants.Mode, 0, len(in.Checks))
+	slot := make([]int, 0, len(in.Checks))
+	for i, c := range in.Checks {
+		req, route, mode, cerr := s.resolveCheck(r.Context(), p, c)
+		if cerr != nil {
+			_ = items[i].FromProblem(itemProblem(cerr))
+			continue
+		}
+		reqs, routes, modes, slot = append(reqs, req), append(routes, route), append(modes, mode), append(slot, i)
+	}
+	if len(reqs) > 0 {
+		results, outcomes, errs := s.checker.CheckBatch(r.Context(), routes, reqs)
+		for j, i := range slot {
+			if errs[j] != nil {
+				if !errors.Is(errs[j], quota.ErrOverloaded) && !errors.Is(errs[j], context.Canceled) {
+					s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
+				}
+				_ = items[i].FromProblem(itemProblem(engineProblem(errs[j])))
+				continue
+			}
+			out := fromResult(results[j], outcomes[j], modes[j])
+			b := appendCheckResult(nil, &out)
+			_ = items[i].UnmarshalJSON(b[:len(b)-1]) // the item's JSON, without the newline
+		}
+	}
+	writeBatchResult(w, items)
+}
+
+func itemProblem(e *checkError) api.Problem {
+	title := http.StatusText(e.status)
+	detail := e.detail
+	p := api.Problem{Type: problemTypeBase + "check-refused", Title: title, Status: e.status, Detail: &detail}
+	for _, f := range e.fields {
+		p.Errors = append(p.Errors, api.FieldError{Field: f.Field, Message: f.Message})
+	}
+	return p
+}

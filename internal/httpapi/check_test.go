@@ -1,0 +1,340 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// testRedisTimeout replaces the 100 ms production default: these tests check
+// behaviour, and a machine busy with -race builds can stall Redis past 100 ms. The
+// fault tests in internal/quota keep short timeouts on purpose.
+const testRedisTimeout = 2 * time.Second
+
+// replica is one api process: its own pool, cache and engine over the shared
+// Postgres database and Redis.
+type replica struct{ f *fixture }
+
+func newReplica(t *testing.T, dbURL, prefix string) *replica {
+	t.Helper()
+	return newReplicaTTL(t, dbURL, prefix, time.Hour)
+}
+
+func newReplicaTTL(t *testing.T, dbURL, prefix string, ttl time.Duration) *replica {
+	t.Helper()
+	return newReplicaWith(t, dbURL, prefix, ttl, prometheus.NewRegistry())
+}
+
+func newReplicaWith(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *prometheus.Registry) *replica {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	pool, err := pgxpool.New(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
+	rdb := testenv.Redis(t)
+	hit, miss := httpapi.CacheMetrics(reg)
+	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Hit: hit, Miss: miss})
+	cache.Listen(ctx, rdb)
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: prefix},
+		Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = router.Close() })
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
+		AdminToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &replica{f: &fixture{t: t, h: h, pool: pool, svc: svc, tokens: map[string]string{"operator": operatorToken}}}
+}
+
+type checkOut struct {
+	code   int
+	header http.Header
+	body   api.CheckResult
+	raw    string
+}
+
+func (r *replica) check(token, body string) checkOut {
+	rec := r.f.do("POST", "/v1/check", token, body)
+	var res api.CheckResult
+	_ = json.Unmarshal(rec.Body.Bytes(), &res)
+	return checkOut{rec.Code, rec.Header(), res, rec.Body.String()}
+}
+
+func (r *replica) mustDo(method, path, token, body string, want int) string {
+	r.f.t.Helper()
+	rec := r.f.do(method, path, token, body)
+	if rec.Code != want {
+		r.f.t.Fatalf("%s %s = %d, want %d: %s", method, path, rec.Code, want, rec.Body)
+	}
+	return rec.Body.String()
+}
+
+// setup creates, through the API, a plan with 20 requests/minute, an org on it, a
+// team "eng" and a key with the check scope; it returns the key.
+func (r *replica) setup(org string) (checkKey, adminKey string) {
+	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p-`+org+`","name":"P","fail_mode":"closed","limits":[{"metric":"requests","window":"minute","limit":20},{"metric":"requests","window":"month","limit":1000}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"`+org+`","name":"O","plan":"p-`+org+`"}`, 201)
+	r.mustDo("POST", "/v1/orgs/"+org+"/teams", operatorToken, `{"id":"eng","name":"Eng","user_limits":[{"metric":"requests","window":"month","limit":500}]}`, 201)
+	var k api.ApiKeyCreated
+	_ = json.Unmarshal([]byte(r.mustDo("POST", "/v1/orgs/"+org+"/api-keys", operatorToken, `{"name":"c","scopes":["check"]}`, 201)), &k)
+	var a api.ApiKeyCreated
+	_ = json.Unmarshal([]byte(r.mustDo("POST", "/v1/orgs/"+org+"/api-keys", operatorToken, `{"name":"a","scopes":["admin"]}`, 201)), &a)
+	return k.Secret, a.Secret
+}
+
+func TestCheckOverHTTP(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	key, admin := r.setup("acme")
+	body := `{"org":"acme","team":"eng","user":"alice"}`
+
+	allowed, denied := 0, 0
+	var last checkOut
+	for range 30 {
+		last = r.check(key, body)
+		switch last.code {
+		case 200:
+			allowed++
+		case 429:
+			denied++
+		default:
+			t.Fatalf("check = %d %s", last.code, last.raw)
+		}
+	}
+	if allowed < 20 || allowed > 21 || allowed+denied != 30 {
+		t.Fatalf("30 checks at 20/minute: %d allowed, %d denied", allowed, denied)
+	}
+	b := last.body
+	if b.Allowed || b.BlockedAt == nil || b.BlockedAt.Level != "org" || b.BlockedAt.Window != "minute" || b.RetryAfterSeconds == nil {
+		t.Errorf("denied body = %s", last.raw)
+	}
+	if _, ok := last.header["RateLimit-Remaining"]; !ok {
+		t.Errorf("RateLimit-Remaining not sent with its documented spelling: %v", last.header)
+	}
+	ra, err := strconv.Atoi(last.header.Get("Retry-After"))
+	if err != nil || ra < 1 || ra > 60 || rawHeader(last.header, "RateLimit-Remaining") != "0" || rawHeader(last.header, "RateLimit-Limit") != "20" {
+		t.Errorf("429 headers: Retry-After %q RateLimit %q/%q/%q", last.header.Get("Retry-After"),
+			rawHeader(last.header, "RateLimit-Limit"), rawHeader(last.header, "RateLimit-Remaining"), rawHeader(last.header, "RateLimit-Reset"))
+	}
+
+	cases := []struct {
+		name, token, body string
+		want              int
+	}{
+		{"cost 0 queries a full window", key, `{"org":"acme","team":"eng","user":"alice","cost":0}`, 200},
+		{"cost 1 after the query is still refused", key, `{"org":"acme","team":"eng","user":"alice"}`, 429},
+		{"unregistered user needs a team", key, `{"org":"acme","user":"bob"}`, 400},
+		{"unknown team", key, `{"org":"acme","team":"ops"}`, 404},
+		{"another org", key, `{"org":"other","team":"eng"}`, 404},
+		{"admin key lacks check", admin, body, 403},
+		{"no token", "", body, 401},
+		{"unknown field", key, `{"org":"acme","team":"eng","units":1}`, 400},
+		{"negative cost", key, `{"org":"acme","team":"eng","cost":-1}`, 400},
+		{"short idempotency key", key, `{"org":"acme","team":"eng","idempotency_key":"abc"}`, 400},
+		{"bad id", key, `{"org":"ac me"}`, 400},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := r.check(tc.token, tc.body); got.code != tc.want {
+				t.Errorf("= %d, want %d: %s", got.code, tc.want, got.raw)
+			}
+		})
+	}
+
+	// Shadow mode never denies but says what it would have done; warn adds a header.
+	r.mustDo("PATCH", "/v1/orgs/acme", operatorToken, `{"mode":"shadow"}`, 200)
+	if got := r.check(key, body); got.code != 200 || got.body.WouldBlock == nil || got.body.Mode != "shadow" {
+		t.Errorf("shadow: %d %s", got.code, got.raw)
+	}
+	r.mustDo("PATCH", "/v1/orgs/acme", operatorToken, `{"mode":"warn"}`, 200)
+	if got := r.check(key, body); got.code != 200 || got.header.Get("Quotaplane-Warning") == "" {
+		t.Errorf("warn: %d %v %s", got.code, got.header, got.raw)
+	}
+}
+
+func TestCheckIdempotentReplayAndBatch(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	key, _ := r.setup("acme")
+	first := r.check(key, `{"org":"acme","team":"eng","cost":5,"idempotency_key":"order-12345"}`)
+	again := r.check(key, `{"org":"acme","team":"eng","cost":5,"idempotency_key":"order-12345"}`)
+	if first.code != 200 || again.code != 200 || again.body.Replayed == nil || !*again.body.Replayed {
+		t.Fatalf("replay: %s / %s", first.raw, again.raw)
+	}
+	var checks []string
+	for i := range 20 {
+		checks = append(checks, fmt.Sprintf(`{"org":"acme","team":"eng","user":"u%d"}`, i))
+	}
+	checks = append(checks, `{"org":"acme","user":"nobody"}`)
+	rec := r.f.do("POST", "/v1/check/batch", key, `{"checks":[`+join(checks)+`]}`)
+	var out struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != 200 || len(out.Results) != 21 {
+		t.Fatalf("batch = %d %s", rec.Code, rec.Body)
+	}
+	allowed := 0
+	for _, res := range out.Results[:20] {
+		if res["allowed"] == true {
+			allowed++
+		}
+	}
+	// 5 units were used by the first check: 15 of the 20-per-minute remain.
+	if allowed != 15 || out.Results[20]["status"] != float64(400) {
+		t.Errorf("batch: %d allowed (want 15); last item %v", allowed, out.Results[20])
+	}
+	if rec := r.f.do("POST", "/v1/check/batch", key, `{"checks":[]}`); rec.Code != 400 {
+		t.Errorf("empty batch = %d", rec.Code)
+	}
+}
+
+func join(items []string) string {
+	s := ""
+	for i, it := range items {
+		if i > 0 {
+			s += ","
+		}
+		s += it
+	}
+	return s
+}
+
+// An allocation change made through one replica's API is enforced by another
+// replica within a second.
+func TestAllocationChangeReachesSecondReplica(t *testing.T) {
+	dbURL := testenv.PostgresURL(t)
+	prefix := testenv.ID(t, "h")
+	a, b := newReplica(t, dbURL, prefix), newReplica(t, dbURL, prefix)
+	key, _ := a.setup("acme")
+	a.mustDo("PATCH", "/v1/orgs/acme/teams/eng", operatorToken, `{"limits":[{"metric":"requests","window":"month","limit":500}]}`, 200)
+	body := `{"org":"acme","team":"eng","cost":0}`
+	if got := b.check(key, body); got.code != 200 || teamLimit(got.body) != 500 {
+		t.Fatalf("replica b before: %d %s", got.code, got.raw)
+	}
+	start := time.Now()
+	a.mustDo("PATCH", "/v1/orgs/acme/teams/eng", operatorToken, `{"limits":[{"metric":"requests","window":"month","limit":3}],"user_limits":[]}`, 200)
+	for {
+		got := b.check(key, body)
+		if teamLimit(got.body) == 3 {
+			break
+		}
+		if time.Since(start) > time.Second {
+			t.Fatalf("replica b still enforces %d after 1s", teamLimit(got.body))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("replica b enforced the new limit after %v", time.Since(start))
+	for i := range 4 {
+		got := b.check(key, `{"org":"acme","team":"eng"}`)
+		if want := map[bool]int{true: 200, false: 429}[i < 3]; got.code != want {
+			t.Errorf("check %d on replica b = %d, want %d", i, got.code, want)
+		}
+	}
+}
+
+func teamLimit(r api.CheckResult) int64 {
+	for _, l := range r.Levels {
+		if l.Level == "team" && l.Window == "month" {
+			return l.Limit
+		}
+	}
+	return -1
+}
+
+// With Postgres gone, checks go on from the cache: every cache entry has expired, each
+// refresh fails, and the stale entries answer.
+func TestChecksGoOnWithPostgresDown(t *testing.T) {
+	r := newReplicaTTL(t, testenv.PostgresURL(t), testenv.ID(t, "h"), time.Millisecond)
+	key, _ := r.setup("acme")
+	body := `{"org":"acme","team":"eng","user":"alice"}`
+	if got := r.check(key, body); got.code != 200 {
+		t.Fatalf("warm-up check = %d %s", got.code, got.raw)
+	}
+	r.f.pool.Close()
+	time.Sleep(5 * time.Millisecond)
+	for i := range 5 {
+		if got := r.check(key, body); got.code != 200 || got.body.Levels[0].Used != int64(i+2) {
+			t.Fatalf("check %d with Postgres down = %d %s", i, got.code, got.raw)
+		}
+	}
+}
+
+// An org whose Redis is down gets its plan's fail mode: closed answers 503 (never
+// 429), open allows and says degraded.
+func TestFailModesOverHTTP(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	key, _ := r.setup("acme")
+	// A dedicated Redis nobody listens on.
+	r.mustDo("PATCH", "/v1/orgs/acme", operatorToken, `{"redis_url":"redis://127.0.0.1:1/0"}`, 200)
+	body := `{"org":"acme","team":"eng"}`
+	for i := range 10 {
+		got := r.check(key, body)
+		if got.code != 503 || got.header.Get("Retry-After") == "" {
+			t.Fatalf("closed plan, Redis down, check %d = %d %s", i, got.code, got.raw)
+		}
+	}
+	r.mustDo("PATCH", "/v1/plans/p-acme", operatorToken, `{"fail_mode":"open"}`, 200)
+	got := r.check(key, body)
+	if got.code != 200 || !got.body.Allowed || got.body.Degraded == nil || !*got.body.Degraded {
+		t.Fatalf("open plan, Redis down = %d %s", got.code, got.raw)
+	}
+	// Back on the shared Redis, answers are exact and not degraded.
+	r.mustDo("PATCH", "/v1/orgs/acme", operatorToken, `{"redis_url":""}`, 200)
+	if got := r.check(key, body); got.code != 200 || got.body.Degraded != nil {
+		t.Fatalf("Redis back = %d %s", got.code, got.raw)
+	}
+}
+
+// /metrics shows checks by decision, blocking level, mode and degraded, latency,
+// pipelines, breaker state, in-flight checks and cache lookups; never a user id.
+func TestCheckMetrics(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	key, _ := r.setup("acme")
+	for range 22 {
+		r.check(key, `{"org":"acme","team":"eng","user":"alice-the-user"}`)
+	}
+	text := r.f.do("GET", "/metrics", "", "").Body.String()
+	for _, want := range []string{
+		`quotaplane_checks_total{blocked_level="",decision="allowed",degraded="false",mode="enforce"} 20`,
+		`quotaplane_checks_total{blocked_level="org",decision="denied",degraded="false",mode="enforce"} 2`,
+		"quotaplane_check_duration_seconds_bucket", "quotaplane_redis_pipeline_size_bucket",
+		"quotaplane_redis_roundtrip_seconds_bucket", "quotaplane_breaker_state", "quotaplane_inflight",
+		`quotaplane_cache_lookups_total{result="hit"}`, "quotaplane_http_requests_total",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(text, "alice-the-user") {
+		t.Errorf("/metrics carries a user id")
+	}
+}
+
+// rawHeader reads a header set verbatim (not canonicalized), as the recorder keeps it.
+func rawHeader(h http.Header, name string) string {
+	if v := h[name]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}

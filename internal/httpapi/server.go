@@ -1,0 +1,419 @@
+// Package httpapi is the HTTP layer of quotaplane-api: the /v1 REST API generated from
+// api/openapi.yaml, authentication and authorization, problem+json errors, health and
+// metrics. Handlers decode, convert with named converters, call the domain services
+// and encode; they hold no business rules.
+package httpapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/console"
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// MaxBodyBytes caps every request body.
+const MaxBodyBytes = 1 << 20
+
+// Deps is what the HTTP layer needs.
+type Deps struct {
+	Tenants    *tenants.Service
+	Cache      *tenants.Cache        // resolved orgs and keys; a private one when nil
+	Checker    Checker               // decides /v1/check; nil answers 503
+	Redis      redis.UniversalClient // for /readyz
+	AdminToken string                // empty disables the operator API
+	Logger     *slog.Logger
+	Registry   *prometheus.Registry // /metrics; a new one when nil
+	Console    *console.Handler     // serves /console/ and accepts its session cookie; nil disables both
+	Billing    *billing.Service     // usage and billing exports; nil answers 503
+}
+
+// Server implements the generated api.ServerInterface.
+type Server struct {
+	tenants    *tenants.Service
+	cache      *tenants.Cache
+	checker    Checker
+	redis      redis.UniversalClient
+	adminToken [32]byte // SHA-256 of the operator token, so comparison leaks no length
+	hasAdmin   bool
+	log        *slog.Logger
+	registry   *prometheus.Registry
+	console    *console.Handler
+	billing    *billing.Service
+}
+
+var _ api.ServerInterface = (*Server)(nil)
+
+// NewHandler returns the complete HTTP handler of the api.
+func NewHandler(d Deps) (http.Handler, error) {
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	if d.Registry == nil {
+		d.Registry = prometheus.NewRegistry()
+	}
+	if d.Cache == nil {
+		d.Cache = tenants.NewCache(d.Tenants, tenants.CacheOptions{Logger: d.Logger})
+	}
+	s := &Server{tenants: d.Tenants, cache: d.Cache, checker: d.Checker, redis: d.Redis, log: d.Logger, registry: d.Registry,
+		console: d.Console, billing: d.Billing, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != ""}
+	validate, err := newRequestValidator()
+	if err != nil {
+		return nil, fmt.Errorf("load request validator: %w", err)
+	}
+	m := newHTTPMetrics(d.Registry)
+
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.recoverer, m.middleware, limitBody, s.authenticate, validate)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+	})
+	if d.Console != nil {
+		r.Mount("/console", d.Console)
+	}
+	return api.HandlerWithOptions(s, api.ChiServerOptions{
+		BaseRouter: r,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeProblem(w, http.StatusBadRequest, err.Error())
+		},
+	}), nil
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil && v != http.ErrAbortHandler {
+				s.log.Error("panic in handler", "panic", fmt.Sprint(v), "path", r.URL.Path,
+					"request_id", middleware.GetReqID(r.Context()))
+				writeProblem(w, http.StatusInternalServerError, "internal error; request id "+middleware.GetReqID(r.Context()))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > MaxBodyBytes {
+			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+// principal is the authenticated caller. A console session acts as an org key of
+// its org with the admin and billing scopes; a viewer's session may only read.
+type principal struct {
+	operator bool
+	key      tenants.APIKey
+	console  *console.Session
+}
+
+func (p principal) actorName() string {
+	if p.operator {
+		return "operator"
+	}
+	if p.console != nil {
+		return "console:" + p.console.Email
+	}
+	return "key:" + p.key.ID
+}
+
+type principalKey struct{}
+
+func callerOf(r *http.Request) principal {
+	p, _ := r.Context().Value(principalKey{}).(principal)
+	return p
+}
+
+func actor(r *http.Request) tenants.Actor {
+	return tenants.Actor{Name: callerOf(r).actorName(), RequestID: middleware.GetReqID(r.Context())}
+}
+
+// public paths need no credentials. The console's own routes authenticate themselves.
+func public(path string) bool {
+	return path == "/healthz" || path == "/readyz" || path == "/metrics" ||
+		path == "/console" || strings.HasPrefix(path, "/console/")
+}
+
+// authenticate resolves the bearer token to the operator or an org API key; any other
+// token, or none, is 401. Authorization (scope, org) is each handler's.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if public(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if s.console != nil && r.Header.Get("Authorization") == "" {
+			if p, present, ok := s.consoleSession(w, r); present {
+				if ok {
+					next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+				}
+				return
+			}
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		token = strings.TrimSpace(token)
+		if !ok || token == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="quotaplane"`)
+			writeProblem(w, http.StatusUnauthorized, "missing credentials: send Authorization: Bearer <token>")
+			return
+		}
+		var p principal
+		sum := sha256.Sum256([]byte(token)) // once: the operator check and the key cache both use it
+		if s.hasAdmin && subtle.ConstantTimeCompare(sum[:], s.adminToken[:]) == 1 {
+			p.operator = true
+		} else {
+			k, err := s.cache.AuthenticateHashed(r.Context(), token, sum)
+			if errors.Is(err, tenants.ErrBadToken) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="quotaplane", error="invalid_token"`)
+				writeProblem(w, http.StatusUnauthorized, "invalid, unknown or revoked token")
+				return
+			}
+			if err != nil {
+				s.fail(w, r, err)
+				return
+			}
+			p.key = k
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}
+
+// consoleSession authenticates a request by its console session cookie. present is
+// false when there is no cookie: the caller goes on to the bearer token. Otherwise ok
+// tells whether the caller is authenticated; when it is not, the request has been
+// answered: 401 for an ended session, 403 for a change without the CSRF token or by a
+// viewer.
+func (s *Server) consoleSession(w http.ResponseWriter, r *http.Request) (p principal, present, ok bool) {
+	sess, present, err := s.console.Authenticate(r)
+	switch {
+	case !present:
+		return principal{}, false, false
+	case errors.Is(err, console.ErrNoSession):
+		writeProblem(w, http.StatusUnauthorized, "the console session has ended: sign in again")
+		return principal{}, true, false
+	case err != nil:
+		s.fail(w, r, err)
+		return principal{}, true, false
+	case !console.CSRFOK(r):
+		writeProblem(w, http.StatusForbidden, "a change made with a console session needs its "+console.CSRFHeader+" header")
+		return principal{}, true, false
+	case r.Method != http.MethodGet && r.Method != http.MethodHead && !sess.CanChange():
+		writeProblem(w, http.StatusForbidden, "a console viewer can read but not change anything")
+		return principal{}, true, false
+	}
+	return principal{console: &sess, key: tenants.APIKey{ID: "console:" + sess.UserID, OrgID: sess.OrgID,
+		Scopes: []tenants.Scope{tenants.ScopeAdmin, tenants.ScopeBilling}}}, true, true
+}
+
+// requireOperator answers 403 unless the caller is the operator.
+func requireOperator(w http.ResponseWriter, r *http.Request) bool {
+	if callerOf(r).operator {
+		return true
+	}
+	writeProblem(w, http.StatusForbidden, "this operation needs the operator token")
+	return false
+}
+
+// requireOrg lets the operator through, and an org key of that org with the scope.
+// A key of another org gets 404 whatever the route, so it learns nothing of the org.
+func requireOrg(w http.ResponseWriter, r *http.Request, orgID string, scopes ...tenants.Scope) bool {
+	p := callerOf(r)
+	if p.operator {
+		return true
+	}
+	if p.key.OrgID != orgID {
+		writeProblem(w, http.StatusNotFound, fmt.Sprintf("org %q not found", orgID))
+		return false
+	}
+	for _, sc := range scopes {
+		if p.key.HasScope(sc) {
+			return true
+		}
+	}
+	names := make([]string, len(scopes))
+	for i, sc := range scopes {
+		names[i] = string(sc)
+	}
+	writeProblem(w, http.StatusForbidden, "this key lacks the scope this operation needs: "+strings.Join(names, " or "))
+	return false
+}
+
+// fail maps an error to its problem response: the one table of error kinds to statuses.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var ve *tenants.ValidationError
+	var ae *tenants.AllocationError
+	var connErr *pgconn.ConnectError
+	var netErr net.Error
+	switch {
+	case errors.As(err, &ve):
+		fe := make([]FieldError, len(ve.Fields))
+		for i, f := range ve.Fields {
+			fe[i] = FieldError{Field: f.Field, Message: f.Message}
+		}
+		writeProblem(w, http.StatusBadRequest, "the request has invalid fields", fe...)
+	case errors.As(err, &ae):
+		fe := make([]FieldError, len(ae.Violations))
+		msgs := make([]string, len(ae.Violations))
+		for i, v := range ae.Violations {
+			fe[i] = FieldError{Field: v.Field, Message: v.Message}
+			msgs[i] = v.Message
+		}
+		writeProblem(w, http.StatusUnprocessableEntity, strings.Join(msgs, "; "), fe...)
+	case errors.Is(err, tenants.ErrNotFound):
+		writeProblem(w, http.StatusNotFound, notFoundDetail(err))
+	case errors.Is(err, tenants.ErrExists):
+		writeProblem(w, http.StatusConflict, strings.TrimSuffix(err.Error(), ": "+tenants.ErrExists.Error())+": the id already exists")
+	case errors.Is(err, tenants.ErrInUse):
+		writeProblem(w, http.StatusConflict, err.Error())
+	case errors.Is(err, context.Canceled):
+		// The client went away; nobody reads the answer.
+	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded):
+		s.log.Error("dependency unavailable", "err", err, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, http.StatusServiceUnavailable, "the database is unavailable; retry shortly")
+	default:
+		s.log.Error("request failed", "err", err, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
+		writeProblem(w, http.StatusInternalServerError, "internal error; request id "+middleware.GetReqID(r.Context()))
+	}
+}
+
+// notFoundDetail keeps the "what" of a not-found error ("team \"x\" of org \"y\"").
+func notFoundDetail(err error) string {
+	msg := err.Error()
+	if i := strings.LastIndex(msg, ": "+tenants.ErrNotFound.Error()); i > 0 {
+		msg = msg[:i]
+		if j := strings.LastIndex(msg, ": "); j >= 0 {
+			msg = msg[j+2:]
+		}
+		return msg + " not found"
+	}
+	return "not found"
+}
+
+// decode reads a JSON body into v, rejecting unknown fields and trailing data. It
+// writes the problem and returns false when the body is unusable.
+func decode(w http.ResponseWriter, r *http.Request, v any) bool {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if err == nil && dec.More() {
+		err = errors.New("trailing data after the JSON object")
+	}
+	var tooBig *http.MaxBytesError
+	switch {
+	case err == nil:
+		return true
+	case errors.As(err, &tooBig):
+		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
+	default:
+		writeProblem(w, http.StatusBadRequest, "request body is not valid: "+err.Error())
+	}
+	return false
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Healthz answers while the process is up.
+func (s *Server) Healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// Readyz answers 200 when Postgres and Redis both answer within a second.
+func (s *Server) Readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
+	defer cancel()
+	checks := map[string]string{"postgres": "ok", "redis": "ok"}
+	status := http.StatusOK
+	if err := s.tenants.Ping(ctx); err != nil {
+		checks["postgres"], status = "unreachable", http.StatusServiceUnavailable
+	}
+	if s.redis == nil {
+		checks["redis"], status = "not configured", http.StatusServiceUnavailable
+	} else if err := s.redis.Ping(ctx).Err(); err != nil {
+		checks["redis"], status = "unreachable", http.StatusServiceUnavailable
+	}
+	state := "ready"
+	if status != http.StatusOK {
+		state = "not ready"
+	}
+	writeJSON(w, status, map[string]any{"status": state, "checks": checks})
+}
+
+// Metrics serves the Prometheus registry.
+func (s *Server) Metrics(w http.ResponseWriter, r *http.Request) {
+	promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+}
+
+type httpMetrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
+	m := &httpMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quotaplane_http_requests_total", Help: "HTTP requests by route pattern, method and status.",
+		}, []string{"route", "method", "status"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "quotaplane_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"route", "method"}),
+	}
+	reg.MustRegister(m.requests, m.duration)
+	return m
+}
+
+func (m *httpMetrics) middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r)
+		route := chi.RouteContext(r.Context()).RoutePattern()
+		if route == "" {
+			route = "unmatched"
+		}
+		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(ww.Status())).Inc()
+		m.duration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+	})
+}
+
+// CacheMetrics registers the cache's hit and miss counters on reg and returns the
+// hooks for tenants.CacheOptions.
+func CacheMetrics(reg prometheus.Registerer) (hit, miss func()) {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_cache_lookups_total", Help: "Lookups of resolved orgs, users and keys, by result.",
+	}, []string{"result"})
+	reg.MustRegister(c)
+	h, m := c.WithLabelValues("hit"), c.WithLabelValues("miss")
+	return h.Inc, m.Inc
+}

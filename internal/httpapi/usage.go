@@ -1,0 +1,227 @@
+package httpapi
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	openapi_types "github.com/oapi-codegen/runtime/types"
+
+	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// GetUsage handles GET /v1/orgs/{org}/usage.
+func (s *Server) GetUsage(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.GetUsageParams) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !s.billingReady(w) {
+		return
+	}
+	u, err := s.billing.Usage(r.Context(), org, deref(params.Period))
+	if err != nil {
+		s.failBilling(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fromUsage(u))
+}
+
+// ExportOrgBilling handles GET /v1/orgs/{org}/billing/export.
+func (s *Server) ExportOrgBilling(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ExportOrgBillingParams) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !s.billingReady(w) {
+		return
+	}
+	s.export(w, r, org, deref(params.Period), params.Format)
+}
+
+// ExportBilling handles GET /v1/billing/export.
+func (s *Server) ExportBilling(w http.ResponseWriter, r *http.Request, params api.ExportBillingParams) {
+	if !requireOperator(w, r) || !s.billingReady(w) {
+		return
+	}
+	s.export(w, r, "", deref(params.Period), params.Format)
+}
+
+func (s *Server) billingReady(w http.ResponseWriter) bool {
+	if s.billing == nil {
+		writeProblem(w, http.StatusServiceUnavailable, "usage and billing are not configured on this server")
+		return false
+	}
+	return true
+}
+
+// export streams the rows: headers go out with the first bytes, so only errors found
+// before any row (bad input, unknown org, database down) become problem documents.
+func (s *Server) export(w http.ResponseWriter, r *http.Request, org, period string, f *api.ExportFormat) {
+	format := billing.JSON
+	if f != nil {
+		format = billing.Format(*f)
+	}
+	sw := &startWriter{w: w, start: func() {
+		name := "quotaplane-billing"
+		if org != "" {
+			name += "-" + org
+		}
+		if period != "" {
+			name += "-" + period
+		}
+		if format == billing.CSV {
+			w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+			name += ".csv"
+		} else {
+			w.Header().Set("Content-Type", "application/json")
+			name += ".json"
+		}
+		w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name))
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(http.StatusOK)
+	}}
+	err := s.billing.Export(r.Context(), sw, org, period, format)
+	if err == nil {
+		return
+	}
+	if !sw.started {
+		s.failBilling(w, r, err)
+		return
+	}
+	s.log.Error("billing export failed midway; the response is truncated", "err", err, "org", org, "period", period)
+}
+
+// startWriter writes the response headers just before the first byte of the body.
+type startWriter struct {
+	w       http.ResponseWriter
+	start   func()
+	started bool
+}
+
+// Write starts the response on the first call.
+func (s *startWriter) Write(p []byte) (int, error) {
+	if !s.started {
+		s.started = true
+		s.start()
+	}
+	return s.w.Write(p)
+}
+
+// Flush sends what is buffered to the client.
+func (s *startWriter) Flush() {
+	if f, ok := s.w.(http.Flusher); ok && s.started {
+		f.Flush()
+	}
+}
+
+func (s *Server) failBilling(w http.ResponseWriter, r *http.Request, err error) {
+	if errors.Is(err, billing.ErrInvalid) {
+		writeProblem(w, http.StatusBadRequest, err.Error(), FieldError{Field: "period", Message: err.Error()})
+		return
+	}
+	s.fail(w, r, err)
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// GetWebhook handles GET /v1/orgs/{org}/webhook: the URL and the signing secret.
+func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w) {
+		return
+	}
+	info, err := s.billing.Webhook(r.Context(), org)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := fromWebhook(info)
+	// A console viewer reads everything but this key, with which it could forge the
+	// org's webhooks.
+	if c := callerOf(r).console; c != nil && !c.CanChange() && out.SigningSecret != nil {
+		note := "a console viewer cannot see the signing secret; ask an admin of the org"
+		out.SigningSecret, out.Note = nil, &note
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ListWebhookDeliveries handles GET /v1/orgs/{org}/webhook-deliveries, newest first.
+func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListWebhookDeliveriesParams) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w) {
+		return
+	}
+	ds, next, err := s.billing.Deliveries(r.Context(), org, page(params.Limit, params.Cursor))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.WebhookDeliveryList{Items: mapSlice(ds, fromDelivery), NextCursor: nextPtr(next)})
+}
+
+// noSecretNote explains a null signing_secret.
+const noSecretNote = "QUOTA_WEBHOOK_SECRET is not set on this server, so no signing secret exists and no webhook is sent; ask the operator to set it (the same value on the api and the worker)"
+
+func fromWebhook(in billing.WebhookInfo) api.Webhook {
+	out := api.Webhook{SignatureHeader: in.SignatureHeader, Events: in.Events}
+	if in.URL != "" {
+		u := in.URL
+		out.Url = &u
+	}
+	if in.SigningSecret != "" {
+		sec := in.SigningSecret
+		out.SigningSecret = &sec
+	} else {
+		note := noSecretNote
+		out.Note = &note
+	}
+	return out
+}
+
+func fromDelivery(d billing.Delivery) api.WebhookDelivery {
+	out := api.WebhookDelivery{Id: d.ID, Event: d.EventType, EventId: d.EventID, Url: d.URL, Attempt: d.Attempt,
+		Succeeded: d.Succeeded, At: d.AttemptedAt}
+	if d.StatusCode != 0 {
+		code := d.StatusCode
+		out.StatusCode = &code
+	}
+	if d.Error != "" {
+		msg := d.Error
+		out.Error = &msg
+	}
+	return out
+}
+
+func fromUsage(u billing.Usage) api.Usage {
+	out := api.Usage{Org: u.Org, Period: u.Period.ID, PeriodStart: u.Period.Start, PeriodEnd: u.Period.End,
+		Metrics: make([]api.MetricUsage, len(u.Metrics))}
+	for i, m := range u.Metrics {
+		mu := api.MetricUsage{Metric: m.Metric, Org: fromLevelUsage(m.Org),
+			Teams: make([]api.UsageLevel, len(m.Teams)), Users: make([]api.UsageLevel, len(m.Users))}
+		for j, t := range m.Teams {
+			mu.Teams[j] = fromLevelUsage(t)
+		}
+		for j, us := range m.Users {
+			mu.Users[j] = fromLevelUsage(us)
+		}
+		daily := make([]api.DailyUsage, len(m.Daily))
+		for j, d := range m.Daily {
+			daily[j] = api.DailyUsage{Day: openapi_types.Date{Time: d.Day}, Used: d.Used}
+		}
+		mu.Daily = &daily
+		out.Metrics[i] = mu
+	}
+	return out
+}
+
+func fromLevelUsage(l billing.LevelUsage) api.UsageLevel {
+	out := api.UsageLevel{Id: l.ID, Used: l.Used, Limits: make([]api.WindowUsage, len(l.Limits))}
+	if l.Team != "" {
+		team := l.Team
+		out.Team = &team
+	}
+	for i, w := range l.Limits {
+		out.Limits[i] = api.WindowUsage{Window: api.Window(w.Window), Limit: w.Limit, Used: w.Used, Remaining: w.Remaining}
+	}
+	return out
+}

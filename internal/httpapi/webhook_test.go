@@ -1,0 +1,198 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+
+	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// webhookMaster is the QUOTA_WEBHOOK_SECRET of the billing replicas.
+var webhookMaster = []byte("httpapi-test-webhook-master")
+
+// The signing secret the API gives an org verifies what the worker really sends it,
+// and every attempt shows in the org's delivery log, newest first, page by page.
+func TestWebhookSecretVerifiesADeliveredWebhook(t *testing.T) {
+	b := newBillingReplica(t)
+	ctx := context.Background()
+	org := testenv.ID(t, "hook")
+
+	var mu sync.Mutex
+	type delivery struct {
+		header string
+		body   []byte
+	}
+	var got []delivery
+	fail := true
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		got = append(got, delivery{r.Header.Get(billing.SignatureHeader), body})
+		if fail {
+			http.Error(w, "not yet", http.StatusBadGateway)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer recv.Close()
+
+	b.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p-`+org+`","name":"P","fail_mode":"closed",
+		"limits":[{"metric":"requests","window":"month","limit":10}]}`, 201)
+	b.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"`+org+`","name":"O","plan":"p-`+org+`","webhook_url":"`+recv.URL+`/hook?token=abc"}`, 201)
+	b.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"other-`+org+`","name":"O2","plan":"p-`+org+`"}`, 201)
+	b.mustDo("POST", "/v1/orgs/"+org+"/teams", operatorToken, `{"id":"eng","name":"Eng"}`, 201)
+	checkKey, adminKey, billingKey := b.key(org, `["check"]`), b.key(org, `["admin"]`), b.key(org, `["billing"]`)
+	otherKey := b.key("other-"+org, `["admin"]`)
+
+	// 9 of 10: the flush records the 80 % threshold event of the org.
+	b.mustDo("POST", "/v1/check", checkKey, `{"org":"`+org+`","team":"eng","cost":9}`, 200)
+	if _, err := b.flusher.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := b.store.Events(ctx, org, 10)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("events: %+v, %v", evs, err)
+	}
+	// Deliver it the way the worker's River job does: a failed attempt, then a success.
+	hook := &billing.WebhookWorker{Store: b.store, Tenants: b.svc, Secret: webhookMaster,
+		Client: billing.NewWebhookClient(5*time.Second, true)}
+	for attempt := 1; attempt <= 3; attempt++ {
+		mu.Lock()
+		fail = attempt < 3
+		mu.Unlock()
+		err := hook.Work(ctx, &river.Job[billing.WebhookArgs]{JobRow: &rivertype.JobRow{Attempt: attempt},
+			Args: billing.WebhookArgs{EventID: evs[0].ID}})
+		if (err == nil) != (attempt == 3) {
+			t.Fatalf("attempt %d: %v", attempt, err)
+		}
+	}
+
+	var wh api.Webhook
+	rec := b.f.do("GET", "/v1/orgs/"+org+"/webhook", adminKey, "")
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &wh) != nil || wh.SigningSecret == nil {
+		t.Fatalf("GET webhook: %d %s", rec.Code, rec.Body)
+	}
+	if rec.Header().Get("Cache-Control") != "no-store" {
+		t.Errorf("Cache-Control %q, want no-store", rec.Header().Get("Cache-Control"))
+	}
+	if wh.Url == nil || *wh.Url != recv.URL+"/hook?token=abc" || wh.SignatureHeader != billing.SignatureHeader ||
+		strings.Join(wh.Events, ",") != "usage.threshold,period.closed" || wh.Note != nil {
+		t.Errorf("webhook settings: %s", rec.Body)
+	}
+	var other api.Webhook
+	_ = json.Unmarshal([]byte(b.mustDo("GET", "/v1/orgs/other-"+org+"/webhook", operatorToken, "", 200)), &other)
+	if other.SigningSecret == nil || *other.SigningSecret == *wh.SigningSecret || other.Url != nil {
+		t.Errorf("another org's settings: %+v", other)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 3 {
+		t.Fatalf("receiver got %d requests, want 3", len(got))
+	}
+	for i, d := range got {
+		if err := billing.Verify(*wh.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err != nil {
+			t.Errorf("delivery %d does not verify with the secret the API gave: %v", i+1, err)
+		}
+		if err := billing.Verify(*other.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err == nil {
+			t.Errorf("delivery %d verifies with another org's secret", i+1)
+		}
+		tampered := append([]byte{}, d.body...)
+		tampered[len(tampered)-2] ^= 1
+		if err := billing.Verify(*wh.SigningSecret, d.header, tampered, time.Now(), 5*time.Minute); err == nil {
+			t.Errorf("a changed body of delivery %d verifies", i+1)
+		}
+	}
+
+	// The log, newest first, two per page: attempt 3 (204), 2 (502), then 1 (502).
+	var p1, p2 api.WebhookDeliveryList
+	_ = json.Unmarshal([]byte(b.mustDo("GET", "/v1/orgs/"+org+"/webhook-deliveries?limit=2", adminKey, "", 200)), &p1)
+	if len(p1.Items) != 2 || p1.NextCursor == nil {
+		t.Fatalf("first page: %+v", p1)
+	}
+	_ = json.Unmarshal([]byte(b.mustDo("GET", "/v1/orgs/"+org+"/webhook-deliveries?limit=2&cursor="+*p1.NextCursor, adminKey, "", 200)), &p2)
+	if len(p2.Items) != 1 || p2.NextCursor != nil {
+		t.Fatalf("second page: %+v", p2)
+	}
+	items := append(p1.Items, p2.Items...)
+	for i, d := range items {
+		attempt := 3 - i
+		wantStatus, wantOK := 502, false
+		if attempt == 3 {
+			wantStatus, wantOK = 204, true
+		}
+		if d.Attempt != attempt || d.Event != billing.EventThreshold || d.EventId != evs[0].ID || d.StatusCode == nil ||
+			*d.StatusCode != wantStatus || d.Succeeded != wantOK || (d.Error == nil) != wantOK || d.Url != recv.URL+"/hook" {
+			t.Errorf("delivery %d: %+v", i, d)
+		}
+		if i > 0 && d.Id >= items[i-1].Id {
+			t.Errorf("deliveries not newest first: %d after %d", d.Id, items[i-1].Id)
+		}
+	}
+
+	for _, tc := range []struct {
+		name, path, token string
+		want              int
+	}{
+		{"settings: billing scope only", "/v1/orgs/" + org + "/webhook", billingKey, 403},
+		{"settings: other org's key", "/v1/orgs/" + org + "/webhook", otherKey, 404},
+		{"log: billing scope only", "/v1/orgs/" + org + "/webhook-deliveries", billingKey, 403},
+		{"log: other org's key", "/v1/orgs/" + org + "/webhook-deliveries", otherKey, 404},
+		{"log: other org's log is its own", "/v1/orgs/other-" + org + "/webhook-deliveries", otherKey, 200},
+	} {
+		if rec := b.f.do("GET", tc.path, tc.token, ""); rec.Code != tc.want {
+			t.Errorf("%s: %s = %d, want %d: %s", tc.name, tc.path, rec.Code, tc.want, rec.Body)
+		} else if tc.want == 200 && strings.Contains(rec.Body.String(), recv.URL) {
+			t.Errorf("%s: shows the first org's deliveries: %s", tc.name, rec.Body)
+		}
+	}
+}
+
+// Without QUOTA_WEBHOOK_SECRET the api has no secret to show: null, with a note.
+func TestWebhookWithoutMasterSecret(t *testing.T) {
+	pool := testenv.Postgres(t)
+	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, h: h, pool: pool, svc: svc}
+	ctx := context.Background()
+	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.CreateOrg(ctx, tenants.Actor{Name: "seed"}, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p"}); err != nil {
+		t.Fatal(err)
+	}
+	rec := f.do("GET", "/v1/orgs/acme/webhook", operatorToken, "")
+	var raw map[string]any
+	if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &raw) != nil {
+		t.Fatalf("GET webhook: %d %s", rec.Code, rec.Body)
+	}
+	if v, ok := raw["signing_secret"]; !ok || v != nil {
+		t.Errorf("signing_secret = %v (present %v), want null", v, ok)
+	}
+	if note, _ := raw["note"].(string); !strings.Contains(note, "QUOTA_WEBHOOK_SECRET") {
+		t.Errorf("note %q does not name QUOTA_WEBHOOK_SECRET", note)
+	}
+	if v, ok := raw["url"]; !ok || v != nil {
+		t.Errorf("url = %v, want null", v)
+	}
+}

@@ -1,0 +1,93 @@
+// Package pgdb opens the Postgres pool both binaries share and applies the schema
+// migrations. It creates the database when it does not exist yet, so an empty
+// server works, and waits for a server that is still starting.
+package pgdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Open connects to the database at dbURL, creating the database first when the
+// server answers that it does not exist. While the server cannot be reached it
+// retries with backoff until ctx ends, logging each failure with the URL (password
+// masked) so an operator sees at once what is missing.
+func Open(ctx context.Context, dbURL string, log *slog.Logger) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL %s: %w", MaskURL(dbURL), err)
+	}
+	backoff := 200 * time.Millisecond
+	for {
+		err = ping(ctx, cfg)
+		if err == nil {
+			return pgxpool.NewWithConfig(ctx, cfg)
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
+			if err = createDatabase(ctx, cfg.ConnConfig); err == nil {
+				log.Info("created database", "database", cfg.ConnConfig.Database, "url", MaskURL(dbURL))
+				continue
+			}
+		}
+		log.Warn("cannot reach Postgres; retrying", "url", MaskURL(dbURL), "err", err.Error(), "retry_in", backoff.String())
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("cannot reach Postgres at %s: %w", MaskURL(dbURL), err)
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, 5*time.Second)
+	}
+}
+
+func ping(ctx context.Context, cfg *pgxpool.Config) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig.Copy())
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+// createDatabase creates cfg.Database through the server's maintenance database.
+// A concurrent creator winning the race is not an error.
+func createDatabase(ctx context.Context, cfg *pgx.ConnConfig) error {
+	admin := cfg.Copy()
+	name := admin.Database
+	admin.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, admin)
+	if err != nil {
+		return fmt.Errorf("connect to maintenance database: %w", err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %q: %w", name, err)
+	}
+	return nil
+}
+
+// MaskURL returns u with any password replaced by "xxxxx", for logs.
+func MaskURL(u string) string {
+	p, err := url.Parse(u)
+	if err != nil {
+		return "(unparseable URL)"
+	}
+	if _, has := p.User.Password(); has {
+		p.User = url.UserPassword(p.User.Username(), "xxxxx")
+	}
+	return p.String()
+}

@@ -1,0 +1,98 @@
+package quota_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
+)
+
+// benchRequests builds checks over a three-level cascade: 8 teams, 64 users, the org
+// capped at limit per month, every user at a per-minute limit that never binds (so
+// each check also reads and writes sliding-window counters).
+func benchRequests(org string, limit int64) []quota.Request {
+	reqs := make([]quota.Request, 64)
+	for i := range reqs {
+		reqs[i] = quota.Request{
+			Org: org, Team: fmt.Sprintf("team-%d", i%8), User: fmt.Sprintf("user-%d", i),
+			Metric: "requests", Cost: 1,
+			Limits: quota.LevelLimits{
+				Org:  []quota.Limit{lim(quota.Month, limit)},
+				User: []quota.Limit{lim(quota.Minute, 1<<40)},
+			},
+		}
+	}
+	return reqs
+}
+
+// checkAdmission fails the benchmark if more (or fewer) checks were admitted than
+// the org's limit allows, or if the counter disagrees.
+func checkAdmission(b *testing.B, r *testRig, org string, admitted, limit int64) {
+	b.Helper()
+	want := min(int64(b.N), limit)
+	if admitted != want {
+		b.Fatalf("admitted %d of %d checks at a limit of %d, want exactly %d", admitted, b.N, limit, want)
+	}
+	if got := r.usage(b, org)[orgC("requests")]; got != admitted {
+		b.Fatalf("org counter %d, admitted %d", got, admitted)
+	}
+}
+
+// BenchmarkCheckParallel runs b.N checks from 64 goroutines through one engine (so
+// they are coalesced into pipelines) and asserts that exactly the limit was admitted.
+func BenchmarkCheckParallel(b *testing.B) {
+	r := MustRig(b, "", quota.Config{})
+	org := testenv.ID(b, "org")
+	limit := int64(b.N/2 + 1)
+	reqs := benchRequests(org, limit)
+	r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"}) // hydrate outside the timing
+	var admitted, next atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			res, err := r.e.Check(ctx, reqs[next.Add(1)%int64(len(reqs))])
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if res.Allowed {
+				admitted.Add(1)
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
+	checkAdmission(b, r, org, admitted.Load(), limit)
+}
+
+// BenchmarkCheckSerial is one caller doing one check at a time: a round trip each.
+func BenchmarkCheckSerial(b *testing.B) {
+	r := MustRig(b, "", quota.Config{})
+	org := testenv.ID(b, "org")
+	limit := int64(b.N/2 + 1)
+	reqs := benchRequests(org, limit)
+	r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"})
+	ctx := context.Background()
+	var admitted int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := r.e.Check(ctx, reqs[i%len(reqs)])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
+	checkAdmission(b, r, org, admitted, limit)
+}

@@ -1,0 +1,376 @@
+package quota_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
+)
+
+var ignoreReset = cmpopts.IgnoreFields(quota.LevelStatus{}, "ResetAt")
+
+func TestCheckSequences(t *testing.T) {
+	t.Parallel()
+	r := MustRig(t, "", quota.Config{})
+	type step struct {
+		cost       int64
+		mode       quota.Mode
+		allowed    bool
+		levels     []quota.LevelStatus // org/team/user ids are filled in below
+		blockedAt  *quota.Blocked
+		wouldBlock *quota.Blocked
+	}
+	ls := func(level quota.Level, w quota.Window, limit, used int64) quota.LevelStatus {
+		return quota.LevelStatus{Level: level, Window: w, Limit: limit, Used: used, Remaining: max(limit-used, 0)}
+	}
+	bl := func(level quota.Level, w quota.Window) *quota.Blocked { return &quota.Blocked{Level: level, Window: w} }
+	org, team, user := quota.LevelOrg, quota.LevelTeam, quota.LevelUser
+	tests := []struct {
+		name      string
+		noTeam    bool
+		noUser    bool
+		limits    quota.LevelLimits
+		steps     []step
+		wantUsage func(org string) map[quota.Counter]int64
+	}{
+		{
+			name:   "cost larger than remaining is refused whole",
+			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 20)}},
+			steps: []step{
+				{cost: 15, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Minute, 20, 15)}},
+				{cost: 6, levels: []quota.LevelStatus{ls(org, quota.Minute, 20, 15)}, blockedAt: bl(org, quota.Minute)},
+				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Minute, 20, 20)}},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 {
+				return map[quota.Counter]int64{orgC("requests"): 20, teamC("requests", "eng"): 20, userC("requests", "eng", "alice"): 20}
+			},
+		},
+		{
+			name:   "cost 0 consumes nothing",
+			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 10)}, User: []quota.Limit{lim(quota.Minute, 3)}},
+			steps: []step{
+				{cost: 3, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 3), ls(user, quota.Minute, 3, 3)}},
+				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 3), ls(user, quota.Minute, 3, 3)}},
+				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 3), ls(user, quota.Minute, 3, 3)}},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 {
+				return map[quota.Counter]int64{orgC("requests"): 3, teamC("requests", "eng"): 3, userC("requests", "eng", "alice"): 3}
+			},
+		},
+		{
+			name:   "usage counted at levels without a limit",
+			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100)}},
+			steps: []step{
+				{cost: 2, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 100, 2)}},
+				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 100, 7)}},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 {
+				return map[quota.Counter]int64{orgC("requests"): 7, teamC("requests", "eng"): 7, userC("requests", "eng", "alice"): 7}
+			},
+		},
+		{
+			name: "denied at the user counts nothing anywhere",
+			limits: quota.LevelLimits{
+				Org:  []quota.Limit{lim(quota.Month, 10)},
+				Team: []quota.Limit{lim(quota.Month, 5)},
+				User: []quota.Limit{lim(quota.Month, 3), lim(quota.Minute, 2)},
+			},
+			steps: []step{
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 1), ls(team, quota.Month, 5, 1), ls(user, quota.Month, 3, 1), ls(user, quota.Minute, 2, 1)}},
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 2), ls(team, quota.Month, 5, 2), ls(user, quota.Month, 3, 2), ls(user, quota.Minute, 2, 2)}},
+				{cost: 1, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 2), ls(team, quota.Month, 5, 2), ls(user, quota.Month, 3, 2), ls(user, quota.Minute, 2, 2)}, blockedAt: bl(user, quota.Minute)},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 {
+				return map[quota.Counter]int64{orgC("requests"): 2, teamC("requests", "eng"): 2, userC("requests", "eng", "alice"): 2}
+			},
+		},
+		{
+			name:   "broadest window wins",
+			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 1)}, User: []quota.Limit{lim(quota.Month, 1)}},
+			steps: []step{
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Minute, 1, 1), ls(user, quota.Month, 1, 1)}},
+				{cost: 1, levels: []quota.LevelStatus{ls(org, quota.Minute, 1, 1), ls(user, quota.Month, 1, 1)}, blockedAt: bl(user, quota.Month)},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 {
+				return map[quota.Counter]int64{orgC("requests"): 1, teamC("requests", "eng"): 1, userC("requests", "eng", "alice"): 1}
+			},
+		},
+		{
+			name:   "equal windows: the highest level wins",
+			noUser: true,
+			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Hour, 1)}, Team: []quota.Limit{lim(quota.Hour, 1)}},
+			steps: []step{
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Hour, 1, 1), ls(team, quota.Hour, 1, 1)}},
+				{cost: 1, levels: []quota.LevelStatus{ls(org, quota.Hour, 1, 1), ls(team, quota.Hour, 1, 1)}, blockedAt: bl(org, quota.Hour)},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 {
+				return map[quota.Counter]int64{orgC("requests"): 1, teamC("requests", "eng"): 1}
+			},
+		},
+		{
+			name:   "shadow counts over the limit and reports would_block",
+			noTeam: true,
+			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1)}},
+			steps: []step{
+				{cost: 1, mode: quota.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 1)}},
+				{cost: 1, mode: quota.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 2)}, wouldBlock: bl(org, quota.Month)},
+				{cost: 1, mode: quota.Warn, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 3)}, wouldBlock: bl(org, quota.Month)},
+				{cost: 1, mode: quota.Enforce, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 3)}, blockedAt: bl(org, quota.Month)},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 { return map[quota.Counter]int64{orgC("requests"): 3} },
+		},
+		{
+			name:   "limit 0 blocks every cost but 0",
+			limits: quota.LevelLimits{Team: []quota.Limit{lim(quota.Day, 0)}},
+			steps: []step{
+				{cost: 1, levels: []quota.LevelStatus{ls(team, quota.Day, 0, 0)}, blockedAt: bl(team, quota.Day)},
+				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(team, quota.Day, 0, 0)}},
+			},
+			wantUsage: func(string) map[quota.Counter]int64 { return map[quota.Counter]int64{} },
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			orgID := testenv.ID(t, "org")
+			req := quota.Request{Org: orgID, Team: "eng", User: "alice", Metric: "requests", Limits: tt.limits}
+			if tt.noUser || tt.noTeam {
+				req.User = ""
+			}
+			if tt.noTeam {
+				req.Team = ""
+			}
+			ids := map[quota.Level]string{quota.LevelOrg: orgID, quota.LevelTeam: "eng", quota.LevelUser: "alice"}
+			for i, s := range tt.steps {
+				req.Cost, req.Mode = s.cost, s.mode
+				before := r.snapshot(t, orgID)
+				got := r.MustCheck(t, req)
+				want := quota.Result{Allowed: s.allowed, Levels: s.levels, BlockedAt: s.blockedAt, WouldBlock: s.wouldBlock}
+				for j := range want.Levels {
+					want.Levels[j].ID = ids[want.Levels[j].Level]
+				}
+				for _, b := range []*quota.Blocked{want.BlockedAt, want.WouldBlock} {
+					if b != nil {
+						b.ID = ids[b.Level]
+					}
+				}
+				if !got.Allowed && got.RetryAfter <= 0 {
+					t.Errorf("step %d: denied with RetryAfter %v, want > 0", i, got.RetryAfter)
+				}
+				if diff := cmp.Diff(want, got, ignoreReset, cmpopts.IgnoreFields(quota.Result{}, "RetryAfter"), cmpopts.EquateEmpty()); diff != "" {
+					t.Errorf("step %d (cost %d): result mismatch (-want +got):\n%s", i, s.cost, diff)
+				}
+				if !got.Allowed || s.cost == 0 {
+					if diff := cmp.Diff(before, r.snapshot(t, orgID)); diff != "" {
+						t.Errorf("step %d: a check that consumed nothing changed counters (-before +after):\n%s", i, diff)
+					}
+				}
+			}
+			if diff := cmp.Diff(tt.wantUsage(orgID), r.usage(t, orgID), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("month usage mismatch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestResetAndRetryAfter(t *testing.T) {
+	t.Parallel()
+	r := MustRig(t, "", quota.Config{})
+	req := quota.Request{Org: testenv.ID(t, "org"), Metric: "requests", Cost: 1,
+		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100), lim(quota.Minute, 1)}}}
+	r.MustCheck(t, req)
+	res := r.MustCheck(t, req)
+	if res.Allowed || res.BlockedAt == nil || res.BlockedAt.Window != quota.Minute {
+		t.Fatalf("second check: got %+v, want denied at the minute window", res)
+	}
+	if res.RetryAfter <= 0 || res.RetryAfter > 2*time.Minute {
+		t.Errorf("RetryAfter = %v, want within (0, 2m]", res.RetryAfter)
+	}
+	now := r.e.Now()
+	if got, want := res.Levels[0].ResetAt, r.e.Period(1).End; !got.Equal(want) {
+		t.Errorf("month ResetAt = %v, want the period end %v", got, want)
+	}
+	if got := res.Levels[1].ResetAt; got.Before(now.Add(-time.Second)) || got.After(now.Add(61*time.Second)) {
+		t.Errorf("minute ResetAt = %v, want within a minute of %v", got, now)
+	}
+}
+
+func TestMinuteWindowRapidChecks(t *testing.T) {
+	t.Parallel()
+	r := MustRig(t, "", quota.Config{})
+	req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "bob", Metric: "requests", Cost: 1,
+		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 20)}}}
+	admitted := 0
+	for range 30 {
+		if r.MustCheck(t, req).Allowed {
+			admitted++
+		}
+	}
+	// 20 in one bucket; one more is possible when the checks straddle a bucket edge,
+	// where the previous bucket's weight has just begun to fall.
+	if admitted < 20 || admitted > 21 {
+		t.Errorf("admitted %d of 30 checks at 20/minute, want 20 (21 across a bucket edge)", admitted)
+	}
+}
+
+// TestCascadeConcurrent runs 64 goroutines against a three-level cascade and checks
+// that exactly the limits are admitted, never more.
+func TestCascadeConcurrent(t *testing.T) {
+	t.Parallel()
+	r := MustRig(t, "", quota.Config{})
+	orgID := testenv.ID(t, "org")
+	teams := map[string]int64{"team-a": 600, "team-b": 400}
+	users := []string{"u1", "u2", "u3", "u4"}
+	var admitted sync.Map // "team" or "team|user" -> *atomic.Int64
+	count := func(k string) *atomic.Int64 {
+		v, _ := admitted.LoadOrStore(k, new(atomic.Int64))
+		return v.(*atomic.Int64)
+	}
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			team := "team-a"
+			if g%2 == 1 {
+				team = "team-b"
+			}
+			user := users[(g/2)%len(users)]
+			req := quota.Request{Org: orgID, Team: team, User: user, Metric: "requests", Cost: 1,
+				Limits: quota.LevelLimits{
+					Org:  []quota.Limit{lim(quota.Month, 1000)},
+					Team: []quota.Limit{lim(quota.Month, teams[team])},
+					User: []quota.Limit{lim(quota.Month, 200)},
+				}}
+			for range 40 {
+				res, err := r.e.Check(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					total.Add(1)
+					count(team).Add(1)
+					count(team + "|" + user).Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if got := total.Load(); got != 1000 {
+		t.Errorf("admitted %d checks, want exactly the org's 1000", got)
+	}
+	want := map[quota.Counter]int64{orgC("requests"): total.Load()}
+	for team, limit := range teams {
+		if got := count(team).Load(); got != limit {
+			t.Errorf("%s: admitted %d, want exactly its %d", team, got, limit)
+		}
+		want[teamC("requests", team)] = count(team).Load()
+		for _, u := range users {
+			n := count(team + "|" + u).Load()
+			if n > 200 {
+				t.Errorf("%s/%s: admitted %d, over its 200", team, u, n)
+			}
+			if n > 0 {
+				want[userC("requests", team, u)] = n
+			}
+		}
+	}
+	if diff := cmp.Diff(want, r.usage(t, orgID)); diff != "" {
+		t.Errorf("counters differ from the admitted checks (-want +got):\n%s", diff)
+	}
+
+	// Every limit is exhausted now: a further check at any user is denied and changes
+	// nothing at any level.
+	before := r.snapshot(t, orgID)
+	res := r.MustCheck(t, quota.Request{Org: orgID, Team: "team-a", User: "u9", Metric: "requests", Cost: 1,
+		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000)}, Team: []quota.Limit{lim(quota.Month, 600)}, User: []quota.Limit{lim(quota.Month, 200)}}})
+	if res.Allowed {
+		t.Fatal("check over exhausted limits was allowed")
+	}
+	if diff := cmp.Diff(before, r.snapshot(t, orgID)); diff != "" {
+		t.Errorf("denied check changed counters (-before +after):\n%s", diff)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	t.Parallel()
+	ok := quota.Request{Org: "acme", Team: "eng", User: "alice@example.com", Metric: "requests", Cost: 1}
+	tests := []struct {
+		name   string
+		mutate func(*quota.Request)
+		valid  bool
+	}{
+		{name: "valid", mutate: func(*quota.Request) {}, valid: true},
+		{name: "ids with . : @ -", mutate: func(r *quota.Request) { r.Org = "a.b:c@d-e" }, valid: true},
+		{name: "missing org", mutate: func(r *quota.Request) { r.Org = "" }},
+		{name: "org with a pipe", mutate: func(r *quota.Request) { r.Org = "a|b" }},
+		{name: "org with a brace", mutate: func(r *quota.Request) { r.Org = "a{b}" }},
+		{name: "user without team", mutate: func(r *quota.Request) { r.Team = "" }},
+		{name: "missing metric", mutate: func(r *quota.Request) { r.Metric = "" }},
+		{name: "negative cost", mutate: func(r *quota.Request) { r.Cost = -1 }},
+		{name: "cost too large", mutate: func(r *quota.Request) { r.Cost = quota.MaxValue + 1 }},
+		{name: "short idempotency key", mutate: func(r *quota.Request) { r.IdempotencyKey = "short" }},
+		{name: "idempotency key with a space", mutate: func(r *quota.Request) { r.IdempotencyKey = "has a space" }},
+		{name: "unknown mode", mutate: func(r *quota.Request) { r.Mode = "loud" }},
+		{name: "anchor day 29", mutate: func(r *quota.Request) { r.AnchorDay = 29 }},
+		{name: "unknown window", mutate: func(r *quota.Request) { r.Limits.Org = []quota.Limit{{Window: "week", Limit: 1}} }},
+		{name: "repeated window", mutate: func(r *quota.Request) { r.Limits.Org = []quota.Limit{lim(quota.Month, 1), lim(quota.Month, 2)} }},
+		{name: "negative limit", mutate: func(r *quota.Request) { r.Limits.User = []quota.Limit{lim(quota.Day, -1)} }},
+		{name: "limits of an absent level", mutate: func(r *quota.Request) { r.User = ""; r.Limits.User = []quota.Limit{lim(quota.Day, 1)} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := ok
+			tt.mutate(&req)
+			err := req.Validate()
+			if tt.valid != (err == nil) {
+				t.Fatalf("Validate() = %v, want valid %v", err, tt.valid)
+			}
+			if err != nil && !errors.Is(err, quota.ErrInvalid) {
+				t.Errorf("Validate() = %v, want it to wrap ErrInvalid", err)
+			}
+		})
+	}
+}
+
+func TestPeriodAt(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		at     string
+		anchor int
+		want   quota.Period
+	}{
+		{name: "calendar month", at: "2026-11-21T10:00:00Z", anchor: 1, want: period("2026-11", "2026-11-01", "2026-12-01")},
+		{name: "anchor 0 means 1", at: "2026-11-01T00:00:00Z", anchor: 0, want: period("2026-11", "2026-11-01", "2026-12-01")},
+		{name: "before the anchor day", at: "2026-11-14T23:59:59Z", anchor: 15, want: period("2026-10", "2026-10-15", "2026-11-15")},
+		{name: "on the anchor day", at: "2026-11-15T00:00:00Z", anchor: 15, want: period("2026-11", "2026-11-15", "2026-12-15")},
+		{name: "across the year", at: "2027-01-10T00:00:00Z", anchor: 28, want: period("2026-12", "2026-12-28", "2027-01-28")},
+		{name: "other time zones are UTC", at: "2026-12-01T00:30:00+01:00", anchor: 1, want: period("2026-11", "2026-11-01", "2026-12-01")},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			at, err := time.Parse(time.RFC3339, tt.at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, quota.PeriodAt(at, tt.anchor)); diff != "" {
+				t.Errorf("PeriodAt(%s, %d) (-want +got):\n%s", tt.at, tt.anchor, diff)
+			}
+		})
+	}
+}
+
+func period(id, start, end string) quota.Period {
+	s, _ := time.Parse(time.DateOnly, start)
+	e, _ := time.Parse(time.DateOnly, end)
+	return quota.Period{ID: id, Start: s, End: e}
+}

@@ -1,0 +1,59 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+)
+
+// Hydrator supplies the durable month usage of an org when Redis has no counters for
+// a period: after Redis restarted empty or failed over, and at the start of every
+// period. The engine then restores each counter to max(in Redis, stored) and marks
+// the period live, in one script, before deciding the check that found it missing.
+//
+// StoredUsage returns the last persisted value of each month counter of org in
+// period (nil or empty when there is none). Any error it returns fails the waiting
+// checks with an error wrapping ErrNotHydrated; nothing is counted meanwhile.
+type Hydrator interface {
+	StoredUsage(ctx context.Context, org string, period Period) (map[Counter]int64, error)
+}
+
+// HydratorFunc adapts a function to Hydrator.
+type HydratorFunc func(ctx context.Context, org string, period Period) (map[Counter]int64, error)
+
+// StoredUsage calls f.
+func (f HydratorFunc) StoredUsage(ctx context.Context, org string, period Period) (map[Counter]int64, error) {
+	return f(ctx, org, period)
+}
+
+// hydrate restores org's counters for per once, however many checks ask at once.
+func (e *Engine) hydrate(ctx context.Context, org string, per Period) error {
+	_, err, _ := e.flight.Do(org+"|"+per.ID, func() (any, error) {
+		// Shared by every waiting check: not cancelled by the first one giving up.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.HydrateTimeout)
+		defer cancel()
+		var usage map[Counter]int64
+		if e.cfg.Hydrator != nil {
+			var err error
+			if usage, err = e.cfg.Hydrator.StoredUsage(ctx, org, per); err != nil {
+				return nil, fmt.Errorf("hydrate %s %s: %w: %w", org, per.ID, ErrNotHydrated, err)
+			}
+		}
+		args := make([]any, 0, 1+2*len(usage))
+		args = append(args, per.End.Add(e.cfg.MonthRetention).Unix())
+		for c, v := range usage {
+			if v <= 0 {
+				continue
+			}
+			if !validID(c.Metric) || c.Level.letter() == "" {
+				return nil, fmt.Errorf("hydrate %s %s: %w: bad stored counter %+v", org, per.ID, ErrNotHydrated, c)
+			}
+			args = append(args, c.field(), v)
+		}
+		keys := []string{orgTag(e.cfg.KeyPrefix, org) + "m|" + per.ID}
+		if err := hydrateScript.Run(ctx, e.rdb, keys, args...).Err(); err != nil {
+			return nil, fmt.Errorf("hydrate %s %s: %w: %w: %w", org, per.ID, ErrNotHydrated, ErrUnavailable, err)
+		}
+		return nil, nil
+	})
+	return err
+}

@@ -1,0 +1,225 @@
+package quota
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Key layout (KEYS.md has the full story and the memory measurements). Every key of
+// an org starts with "<prefix>:{<org>}|": the braces make the org the Redis Cluster
+// hash tag, so all keys one check touches live in one slot, and '|' separates the
+// parts because ids may contain '.', ':', '@' and '-' but never '|'.
+//
+//	<prefix>:{<org>}|m|<period>          hash: month counters, one field per counter,
+//	                                     and the period marker field "|p"
+//	<prefix>:{<org>}|d|<period>          set: month counter fields changed since the last drain
+//	<prefix>:{<org>}|w|<seconds>|<bucket> hash: sliding-window bucket, field per counter
+//	<prefix>:{<org>}|i|<idempotency key> string: the first decision's reply, 24 h
+//
+// Counter fields: <metric>|o, <metric>|t|<team>, <metric>|u|<team>|<user>.
+
+// markerField in an org's month hash says its counters for the period are complete
+// (hydrated). Being a field of the hash, it cannot outlive the counters: a hash that
+// is lost or evicted takes the marker with it, and the next check rehydrates.
+const markerField = "|p"
+
+// orgTag returns the common start of an org's keys.
+func orgTag(prefix, org string) string { return prefix + ":{" + org + "}|" }
+
+// parseField turns a counter field back into a Counter.
+func parseField(f string) (Counter, error) {
+	metric, rest, ok := strings.Cut(f, "|")
+	if ok {
+		letter, ids, _ := strings.Cut(rest, "|")
+		switch letter {
+		case "o":
+			if ids == "" {
+				return Counter{Metric: metric, Level: LevelOrg}, nil
+			}
+		case "t":
+			if ids != "" && !strings.Contains(ids, "|") {
+				return Counter{Metric: metric, Level: LevelTeam, Team: ids}, nil
+			}
+		case "u":
+			if team, user, ok := strings.Cut(ids, "|"); ok && team != "" && user != "" {
+				return Counter{Metric: metric, Level: LevelUser, Team: team, User: user}, nil
+			}
+		}
+	}
+	return Counter{}, fmt.Errorf("quota: malformed counter field %q", f)
+}
+
+// Script reply statuses (see scripts/check.lua).
+const (
+	statusAllowed = 'A'
+	statusDenied  = 'D'
+	statusOver    = 'W'
+	statusHydrate = 'H'
+	statusReplay  = 'R'
+)
+
+// parseReply decodes check.lua's reply into a Result. It returns the status byte so
+// the caller can tell a request for hydration apart.
+func parseReply(s string) (Result, byte, error) {
+	var res Result
+	if s == "" {
+		return res, 0, fmt.Errorf("quota: empty script reply")
+	}
+	if s[0] == statusReplay {
+		res.Replayed = true
+		s = s[1:]
+	}
+	if s == "H" {
+		return res, statusHydrate, nil
+	}
+	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %q", s) }
+	head, rest, _ := strings.Cut(s, ";")
+	if len(head) != 1 {
+		return bad()
+	}
+	status := head[0]
+	var f [3]int64
+	for i := range f {
+		var field string
+		field, rest, _ = strings.Cut(rest, ";")
+		v, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return bad()
+		}
+		f[i] = v
+	}
+	retry, blocked := f[1], int(f[2])
+	if rest != "" {
+		res.Levels = make([]LevelStatus, 0, strings.Count(rest, ";")+1)
+	}
+	for rest != "" {
+		var row string
+		row, rest, _ = strings.Cut(rest, ";")
+		var p [6]string
+		for i := range 5 {
+			var ok bool
+			if p[i], row, ok = strings.Cut(row, "|"); !ok {
+				return bad()
+			}
+		}
+		p[5] = row
+		ls := LevelStatus{Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(p[2])}
+		var err1, err2, err3 error
+		ls.Limit, err1 = strconv.ParseInt(p[3], 10, 64)
+		ls.Used, err2 = strconv.ParseInt(p[4], 10, 64)
+		reset, err3 := strconv.ParseInt(p[5], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || ls.Level == "" || ls.Window == "" {
+			return bad()
+		}
+		ls.Remaining = max(ls.Limit-ls.Used, 0)
+		ls.ResetAt = time.UnixMilli(reset).UTC()
+		res.Levels = append(res.Levels, ls)
+	}
+	if blocked < 0 || blocked > len(res.Levels) {
+		return bad()
+	}
+	if !decided(&res, status, retry, blocked) {
+		return bad()
+	}
+	return res, status, nil
+}
+
+// decided fills in the outcome of a parsed reply; false for an unknown status.
+func decided(res *Result, status byte, retry int64, blocked int) bool {
+	var b *Blocked
+	if blocked > 0 {
+		l := res.Levels[blocked-1]
+		b = &Blocked{Level: l.Level, ID: l.ID, Window: l.Window}
+	}
+	switch status {
+	case statusAllowed:
+		res.Allowed = true
+	case statusOver:
+		res.Allowed = true
+		res.WouldBlock = b
+	case statusDenied:
+		res.BlockedAt = b
+		res.RetryAfter = time.Duration(retry) * time.Millisecond
+	default:
+		return false
+	}
+	return true
+}
+
+// parseCompact decodes check.lua's array reply to a check without an idempotency key:
+// status, Redis time (ms, 0 if not read), retry (ms), blocked row (1-based), then the
+// used value of every row. Everything else of a row (level, id, window, limit, reset)
+// is known here from req, in the order the script walks it, so the script formats no
+// numbers: formatting them was a fifth of its Redis time.
+func parseCompact(vals []any, req *Request, per Period) (Result, byte, error) {
+	var res Result
+	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %v", vals) }
+	if len(vals) < 4 {
+		return bad()
+	}
+	st, ok := vals[0].(string)
+	now, ok1 := vals[1].(int64)
+	retry, ok2 := vals[2].(int64)
+	blocked, ok3 := vals[3].(int64)
+	if !ok || !ok1 || !ok2 || !ok3 || len(st) != 1 {
+		return bad()
+	}
+	n := len(req.Limits.Org)
+	if req.Team != "" {
+		n += len(req.Limits.Team)
+		if req.User != "" {
+			n += len(req.Limits.User)
+		}
+	}
+	if len(vals) != 4+n || blocked < 0 || int(blocked) > n {
+		return bad()
+	}
+	res.Levels = make([]LevelStatus, 0, n)
+	month := time.UnixMilli(per.End.UnixMilli()).UTC()
+	row := 4
+	level := func(lv Level, id string, limits []Limit) bool {
+		for _, l := range limits {
+			used, ok := vals[row].(int64)
+			if !ok {
+				return false
+			}
+			row++
+			ls := LevelStatus{Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
+				Remaining: max(l.Limit-used, 0), ResetAt: month}
+			if ms := l.Window.Duration().Milliseconds(); ms > 0 {
+				ls.ResetAt = time.UnixMilli(now/ms*ms + ms).UTC()
+			}
+			res.Levels = append(res.Levels, ls)
+		}
+		return true
+	}
+	ok = level(LevelOrg, req.Org, req.Limits.Org)
+	if ok && req.Team != "" {
+		ok = level(LevelTeam, req.Team, req.Limits.Team)
+		if ok && req.User != "" {
+			ok = level(LevelUser, req.User, req.Limits.User)
+		}
+	}
+	if !ok || !decided(&res, st[0], retry, int(blocked)) {
+		return bad()
+	}
+	return res, st[0], nil
+}
+
+func windowOfSeconds(s string) Window {
+	switch s {
+	case "M":
+		return Month
+	case "1":
+		return Second
+	case "60":
+		return Minute
+	case "3600":
+		return Hour
+	case "86400":
+		return Day
+	}
+	return ""
+}

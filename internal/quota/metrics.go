@@ -1,0 +1,125 @@
+package quota
+
+import (
+	"errors"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// routerMetrics are the router's Prometheus metrics. Labels are bounded: pool
+// names come from configuration (every dedicated Redis is pool "dedicated"), and
+// there is no org, team or user label.
+type routerMetrics struct {
+	checks   *prometheus.CounterVec   // decision, blocked_level, mode, degraded
+	duration *prometheus.HistogramVec // pool, degraded
+	pipeSize *prometheus.HistogramVec // pool
+	rtt      *prometheus.HistogramVec // pool
+}
+
+func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, error) {
+	m := &routerMetrics{
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quotaplane_checks_total",
+			Help: "Checks answered by the router. decision is allowed, denied or error; blocked_level is org, team, user or empty; mode is the enforcement mode; degraded is true when a fail mode answered.",
+		}, []string{"decision", "blocked_level", "mode", "degraded"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "quotaplane_check_duration_seconds",
+			Help:    "Time to answer one check (or one item of a batch), including degraded answers.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"pool", "degraded"}),
+		pipeSize: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "quotaplane_redis_pipeline_size",
+			Help:    "Commands per pipeline the engine sends to Redis: concurrent single checks coalesced, or one batch.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}, []string{"pool"}),
+		rtt: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "quotaplane_redis_roundtrip_seconds",
+			Help:    "Round-trip time of one pipeline to Redis.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
+		}, []string{"pool"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.checks, m.duration, m.pipeSize, m.rtt, &poolCollector{r: r}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// observe records one answered check.
+func (m *routerMetrics) observe(pool string, req *Request, res *Result, err error, degraded bool, start time.Time) {
+	decision, level := "allowed", ""
+	switch {
+	case err != nil:
+		decision = "error"
+	case !res.Allowed:
+		decision = "denied"
+		if res.BlockedAt != nil {
+			level = string(res.BlockedAt.Level)
+		}
+	}
+	mode := string(req.Mode)
+	switch req.Mode {
+	case Enforce, Shadow, Warn:
+	case "":
+		mode = string(Enforce)
+	default:
+		mode = "invalid"
+	}
+	deg := "false"
+	if degraded {
+		deg = "true"
+	}
+	m.checks.WithLabelValues(decision, level, mode, deg).Inc()
+	if pool != "" && !errors.Is(err, ErrInvalid) {
+		m.duration.WithLabelValues(pool, deg).Observe(time.Since(start).Seconds())
+	}
+}
+
+var (
+	breakerStateDesc = prometheus.NewDesc("quotaplane_breaker_state",
+		"Circuit breaker state per pool: 0 closed, 1 half-open, 2 open (for pool \"dedicated\", the worst of all dedicated Redis).",
+		[]string{"pool"}, nil)
+	inflightDesc = prometheus.NewDesc("quotaplane_inflight",
+		"Checks in flight per pool (for pool \"dedicated\", summed over all dedicated Redis).",
+		[]string{"pool"}, nil)
+)
+
+// poolCollector reads breaker states and in-flight counts at scrape time, so the
+// hot path only touches atomics.
+type poolCollector struct{ r *Router }
+
+func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- breakerStateDesc
+	ch <- inflightDesc
+}
+
+func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
+	type agg struct {
+		state    float64
+		inflight int64
+	}
+	pools := map[string]*agg{}
+	c.r.backends.Range(func(_, v any) bool {
+		b := v.(*backendEntry).ready()
+		if b == nil {
+			return true
+		}
+		a := pools[b.name]
+		if a == nil {
+			a = &agg{}
+			pools[b.name] = a
+		}
+		a.state = max(a.state, float64(b.state()))
+		a.inflight += b.inflight.Load()
+		return true
+	})
+	for name, a := range pools {
+		ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, a.state, name)
+		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(a.inflight), name)
+	}
+}

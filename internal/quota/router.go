@@ -1,0 +1,638 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/sony/gobreaker/v2"
+)
+
+// ErrOverloaded is returned by the Router when an org already has
+// RouterConfig.MaxInFlightPerOrg checks in flight. Nothing was decided or counted;
+// the HTTP layer answers 429 or 503 with a short Retry-After.
+var ErrOverloaded = errors.New("quota: too many checks in flight for this org")
+
+// DefaultPool is the name of the pool of RouterConfig.DefaultURL, and
+// DedicatedPool the name under which every org's dedicated Redis is reported (in
+// Outcome.Pool and in metrics: there is no per-org label).
+const (
+	DefaultPool   = "default"
+	DedicatedPool = "dedicated"
+)
+
+// Route is what the caller knows of an org that decides where and how its checks run.
+type Route struct {
+	// Pool is the pool class of the org's plan ("" or an unknown class: the default pool).
+	Pool string
+	// RedisURL is the org's dedicated Redis, "" if none; it takes precedence over Pool.
+	RedisURL string
+	// FailMode is the plan's failure mode; empty means FailClosed.
+	FailMode FailMode
+}
+
+// Outcome says how a check was answered.
+type Outcome struct {
+	// Degraded is true when the route's fail mode answered instead of Redis (or, for
+	// FailClosed, refused to). Every degraded answer must say so to the client.
+	Degraded bool
+	// Pool is the name of the pool that served (or failed) the check: DefaultPool, a
+	// pool class, or DedicatedPool. Empty when the check never reached a pool.
+	Pool string
+}
+
+// BreakerConfig tunes the circuit breaker of each Redis. The zero value is usable.
+type BreakerConfig struct {
+	// ConsecutiveFailures opens the breaker after this many failures in a row (default 5).
+	ConsecutiveFailures uint32
+	// FailureRatio opens the breaker when at least this fraction of the checks of the
+	// last Interval failed, once MinRequests were seen (default 0.5).
+	FailureRatio float64
+	// MinRequests is the number of checks within Interval below which FailureRatio
+	// is not applied (default 20).
+	MinRequests uint32
+	// Interval is the rolling window of the failure ratio while closed (default 10 s).
+	Interval time.Duration
+	// OpenTimeout is how long the breaker stays open before letting probes through
+	// (half-open) (default 1 s).
+	OpenTimeout time.Duration
+	// HalfOpenProbes is how many checks may probe Redis while half-open; that many
+	// successes in a row close the breaker, one failure opens it again (default 1).
+	HalfOpenProbes uint32
+}
+
+func (b *BreakerConfig) setDefaults() {
+	if b.ConsecutiveFailures == 0 {
+		b.ConsecutiveFailures = 5
+	}
+	if b.FailureRatio <= 0 || b.FailureRatio > 1 {
+		b.FailureRatio = 0.5
+	}
+	if b.MinRequests == 0 {
+		b.MinRequests = 20
+	}
+	if b.Interval <= 0 {
+		b.Interval = 10 * time.Second
+	}
+	if b.OpenTimeout <= 0 {
+		b.OpenTimeout = time.Second
+	}
+	if b.HalfOpenProbes == 0 {
+		b.HalfOpenProbes = 1
+	}
+}
+
+// RouterConfig configures a Router.
+type RouterConfig struct {
+	// DefaultURL is the Redis of the default pool; required unless Pools has "default".
+	DefaultURL string
+	// Pools maps a pool class to its Redis URL (see ParsePools).
+	Pools map[string]string
+	// PoolSize is the connection pool size of each Redis client (0: go-redis's default).
+	PoolSize int
+	// MaxInFlightPerOrg bounds the checks of one org in flight on this replica, so one
+	// noisy tenant cannot take every connection and queue slot (default 256).
+	MaxInFlightPerOrg int
+	// Replicas is the number of API replicas; FailLocal gives this replica
+	// limit / Replicas of each limit (default 1).
+	Replicas int
+	// RedisTimeout is the dial, read and write timeout of the engines' clients, so a
+	// dead Redis is noticed fast (default 100 ms).
+	RedisTimeout time.Duration
+	// Breaker tunes the circuit breaker of each Redis.
+	Breaker BreakerConfig
+	// Engine is the configuration of every engine (KeyPrefix, Hydrator, Clock...).
+	Engine Config
+	// Registerer receives the router's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+// ParsePools parses QUOTA_REDIS_POOLS: comma-separated class=redis-url pairs, e.g.
+// "free=redis://r1:6379/0,pro=redis://r2:6379/0". Blanks around items are ignored;
+// an empty string is no pools. Every problem is reported, joined, wrapping ErrInvalid;
+// the messages never contain a URL's password.
+func ParsePools(s string) (map[string]string, error) {
+	pools := map[string]string{}
+	if strings.TrimSpace(s) == "" {
+		return pools, nil
+	}
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: QUOTA_REDIS_POOLS: "+format, append([]any{ErrInvalid}, args...)...))
+	}
+	for i, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			bad("item %d is empty", i+1)
+			continue
+		}
+		class, u, ok := strings.Cut(item, "=")
+		class, u = strings.TrimSpace(class), strings.TrimSpace(u)
+		if !ok {
+			bad("item %d (%q) is not class=redis-url", i+1, redactedItem(item))
+			continue
+		}
+		if !validID(class) {
+			bad("item %d: pool class %q is not a valid id", i+1, class)
+			continue
+		}
+		if _, dup := pools[class]; dup {
+			bad("pool class %q is given twice", class)
+			continue
+		}
+		if u == "" {
+			bad("pool %q has no redis url", class)
+			continue
+		}
+		if _, err := redis.ParseURL(u); err != nil {
+			bad("pool %q: redis url %s: %v", class, redactURL(u), redactError(err, u))
+			continue
+		}
+		pools[class] = u
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return pools, nil
+}
+
+// redactURL hides the password of a URL for messages.
+func redactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if strings.Contains(s, "@") {
+			return "<unparsable url>"
+		}
+		return s
+	}
+	return u.Redacted()
+}
+
+func redactedItem(item string) string {
+	if strings.Contains(item, "@") {
+		return "<redacted>"
+	}
+	return item
+}
+
+func redactError(err error, u string) string {
+	msg := err.Error()
+	p, perr := url.Parse(u)
+	if perr != nil && strings.Contains(u, "@") {
+		return "not a valid url (not shown: it may hold a password)"
+	}
+	if p != nil && p.User != nil {
+		if pw, ok := p.User.Password(); ok && pw != "" {
+			msg = strings.ReplaceAll(msg, pw, "xxxxx")
+		}
+	}
+	return msg
+}
+
+// Router sends each check to the engine of its org's Redis, bounds each org's
+// checks in flight, trips a circuit breaker per Redis, and applies the plan's fail
+// mode while a Redis is unavailable. It is safe for concurrent use.
+//
+// Engines and their clients are created on first use, once per URL; the hot path
+// then only reads a sync.Map. Every dedicated Redis gets its own engine and breaker
+// but is reported as pool DedicatedPool.
+//
+// Degraded answers (Outcome.Degraded) by fail mode: FailOpen allows with usage
+// unknown (Used 0, Remaining = Limit); FailClosed returns an error wrapping
+// ErrUnavailable; FailLocal decides with an in-process limiter whose Levels report
+// this replica's share as Limit and the locally counted usage as Used (see
+// localLimiter for what it cannot know).
+type Router struct {
+	cfg        RouterConfig
+	defaultURL string
+	names      map[string]string // configured URL -> pool name
+	classes    map[string]string // pool class -> URL
+
+	backends sync.Map // URL -> *backendEntry
+	inflight sync.Map // org -> *atomic.Int64
+
+	local   *localLimiter
+	metrics *routerMetrics
+
+	mu     sync.Mutex // orders backend creation against Close
+	closed bool
+	open   []*backend
+}
+
+// backendEntry creates its backend once, whoever asks first.
+type backendEntry struct {
+	once sync.Once
+	b    atomic.Pointer[backend]
+	err  error
+}
+
+func (e *backendEntry) ready() *backend { return e.b.Load() }
+
+// backend is one Redis: its client, engine and breaker.
+type backend struct {
+	name     string
+	rdb      *redis.Client
+	eng      *Engine
+	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	inflight atomic.Int64
+}
+
+func (b *backend) state() gobreaker.State { return b.cb.State() }
+
+// NewRouter validates cfg and returns a router; no Redis is contacted until the
+// first check for it. Errors wrap ErrInvalid.
+func NewRouter(cfg RouterConfig) (*Router, error) {
+	if cfg.MaxInFlightPerOrg <= 0 {
+		cfg.MaxInFlightPerOrg = 256
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.RedisTimeout <= 0 {
+		cfg.RedisTimeout = 100 * time.Millisecond
+	}
+	cfg.Breaker.setDefaults()
+	if err := cfg.Engine.setDefaults(); err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg:     cfg,
+		names:   map[string]string{},
+		classes: map[string]string{},
+		local:   newLocalLimiter(cfg.Replicas),
+	}
+	r.defaultURL = cfg.DefaultURL
+	if r.defaultURL == "" {
+		r.defaultURL = cfg.Pools[DefaultPool]
+	}
+	if r.defaultURL == "" {
+		return nil, fmt.Errorf("%w: quota router: no default redis url", ErrInvalid)
+	}
+	urls := map[string][]string{r.defaultURL: {DefaultPool}}
+	for class, u := range cfg.Pools {
+		if !validID(class) || class == DedicatedPool {
+			return nil, fmt.Errorf("%w: quota router: pool class %q is not a valid id or is reserved", ErrInvalid, class)
+		}
+		if _, err := ClientOptions(u); err != nil {
+			return nil, fmt.Errorf("%w: quota router: pool %q: redis url %s: %s", ErrInvalid, class, redactURL(u), redactError(err, u))
+		}
+		r.classes[class] = u
+		if class != DefaultPool {
+			urls[u] = append(urls[u], class)
+		}
+	}
+	if _, err := ClientOptions(r.defaultURL); err != nil {
+		return nil, fmt.Errorf("%w: quota router: default pool: redis url %s: %s", ErrInvalid, redactURL(r.defaultURL), redactError(err, r.defaultURL))
+	}
+	for u, names := range urls {
+		if names[0] == DefaultPool {
+			r.names[u] = DefaultPool // classes sharing the default Redis are the default pool
+			continue
+		}
+		slices.Sort(names)
+		r.names[u] = strings.Join(names, ",")
+	}
+	m, err := newRouterMetrics(r, cfg.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("quota router: metrics: %w", err)
+	}
+	r.metrics = m
+	return r, nil
+}
+
+// Close stops every engine and closes its client. Checks afterwards fail with ErrClosed.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	open := r.open
+	r.open = nil
+	r.mu.Unlock()
+	var errs []error
+	for _, b := range open {
+		errs = append(errs, b.eng.Close(), b.rdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// PoolStates returns the breaker state ("closed", "half-open" or "open") of every
+// pool used so far, the worst one for DedicatedPool; for readiness checks and tests.
+func (r *Router) PoolStates() map[string]string {
+	worst := map[string]gobreaker.State{}
+	r.backends.Range(func(_, v any) bool {
+		if b := v.(*backendEntry).ready(); b != nil {
+			if s, ok := worst[b.name]; !ok || b.state() > s {
+				worst[b.name] = b.state()
+			}
+		}
+		return true
+	})
+	out := make(map[string]string, len(worst))
+	for name, s := range worst {
+		out[name] = s.String()
+	}
+	return out
+}
+
+// urlOf maps a route to its Redis URL.
+func (r *Router) urlOf(route *Route) string {
+	if route.RedisURL != "" {
+		return route.RedisURL
+	}
+	if u, ok := r.classes[route.Pool]; ok {
+		return u
+	}
+	return r.defaultURL
+}
+
+// EngineFor returns the engine holding the counters of route's org, opened on first
+// use: the mapping Check uses, for readers of live counters (usage, the worker).
+func (r *Router) EngineFor(route Route) (*Engine, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return nil, err
+	}
+	return b.eng, nil
+}
+
+// backendFor returns the backend of url, creating it on first use.
+func (r *Router) backendFor(u string) (*backend, error) {
+	v, ok := r.backends.Load(u)
+	if !ok {
+		v, _ = r.backends.LoadOrStore(u, &backendEntry{})
+	}
+	e := v.(*backendEntry)
+	if b := e.b.Load(); b != nil {
+		return b, nil
+	}
+	e.once.Do(func() {
+		b, err := r.newBackend(u)
+		if err != nil {
+			e.err = err
+			return
+		}
+		e.b.Store(b)
+	})
+	if b := e.b.Load(); b != nil {
+		return b, nil
+	}
+	return nil, e.err
+}
+
+func (r *Router) newBackend(u string) (*backend, error) {
+	name, ok := r.names[u]
+	if !ok {
+		name = DedicatedPool
+	}
+	opt, err := ClientOptions(u)
+	if err != nil {
+		return nil, fmt.Errorf("%w: quota router: %s redis url %s: %s", ErrInvalid, name, redactURL(u), redactError(err, u))
+	}
+	to := r.cfg.RedisTimeout
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = to, to, to, to
+	opt.DialerRetries = 1     // one dial attempt per connection: the breaker does the waiting
+	opt.PipelinePoolSize = -1 // pipelines on the main pool: a dead Redis would cost two handshake timeouts otherwise
+	if r.cfg.PoolSize > 0 {
+		opt.PoolSize = r.cfg.PoolSize
+	}
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	rdb := redis.NewClient(opt)
+	ecfg := r.cfg.Engine
+	size, rtt := r.metrics.pipeSize.WithLabelValues(name), r.metrics.rtt.WithLabelValues(name)
+	ecfg.OnPipeline = func(n int, d time.Duration) {
+		size.Observe(float64(n))
+		rtt.Observe(d.Seconds())
+	}
+	eng, err := New(rdb, ecfg)
+	if err != nil {
+		_ = rdb.Close()
+		return nil, err
+	}
+	bc := r.cfg.Breaker
+	cb := gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:         name,
+		MaxRequests:  bc.HalfOpenProbes,
+		Interval:     bc.Interval,
+		BucketPeriod: bc.Interval / 10,
+		Timeout:      bc.OpenTimeout,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= bc.ConsecutiveFailures ||
+				c.Requests >= bc.MinRequests && float64(c.TotalFailures) >= bc.FailureRatio*float64(c.Requests)
+		},
+		IsSuccessful: func(err error) bool { return !isRedisFailure(err) },
+		IsExcluded: func(err error) bool {
+			return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed)
+		},
+	})
+	b := &backend{name: name, rdb: rdb, eng: eng, cb: cb}
+	r.open = append(r.open, b)
+	return b, nil
+}
+
+// isRedisFailure reports whether err says Redis did not answer: only these count
+// against the breaker (not ErrInvalid, not a hydrator's error).
+func isRedisFailure(err error) bool {
+	return err != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded))
+}
+
+func isBreakerRejection(err error) bool {
+	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
+}
+
+// acquire takes one of org's in-flight slots; release gives it back.
+func (r *Router) acquire(org string) (*atomic.Int64, bool) {
+	v, ok := r.inflight.Load(org)
+	if !ok {
+		v, _ = r.inflight.LoadOrStore(org, new(atomic.Int64))
+	}
+	n := v.(*atomic.Int64)
+	if n.Add(1) > int64(r.cfg.MaxInFlightPerOrg) {
+		n.Add(-1)
+		return nil, false
+	}
+	return n, true
+}
+
+func validateRoute(route *Route, req *Request) error {
+	err := req.Validate()
+	if route.FailMode != "" && !route.FailMode.Valid() {
+		err = errors.Join(err, fmt.Errorf("%w: fail mode %q is not open, closed or local", ErrInvalid, route.FailMode))
+	}
+	return err
+}
+
+// Check decides req on the Redis of route, or by route's fail mode when that Redis
+// is unavailable.
+//
+// Errors: ErrInvalid for a bad request or route; ErrOverloaded when the org has too
+// many checks in flight (nothing counted); ErrUnavailable when Redis cannot answer
+// and the fail mode is FailClosed (Outcome.Degraded is true); ErrNotHydrated,
+// ErrClosed and context errors as Engine.Check.
+func (r *Router) Check(ctx context.Context, route Route, req Request) (Result, Outcome, error) {
+	start := time.Now()
+	res, out, err := r.check(ctx, &route, &req)
+	r.metrics.observe(out.Pool, &req, &res, err, out.Degraded, start)
+	return res, out, err
+}
+
+func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result, Outcome, error) {
+	if err := validateRoute(route, req); err != nil {
+		return Result{}, Outcome{}, err
+	}
+	slot, ok := r.acquire(req.Org)
+	if !ok {
+		return Result{}, Outcome{}, fmt.Errorf("quota check %s: %w", req.Org, ErrOverloaded)
+	}
+	defer slot.Add(-1)
+	b, err := r.backendFor(r.urlOf(route))
+	if err != nil {
+		return Result{}, Outcome{}, err
+	}
+	out := Outcome{Pool: b.name}
+	b.inflight.Add(1)
+	defer b.inflight.Add(-1)
+
+	done, err := b.cb.Allow()
+	if err != nil {
+		res, err := r.degrade(route, req, b.name, err)
+		out.Degraded = true
+		return res, out, err
+	}
+	res, err := b.eng.Check(ctx, *req)
+	done(err)
+	if err != nil && errors.Is(err, ErrUnavailable) {
+		res, err := r.degrade(route, req, b.name, err)
+		out.Degraded = true
+		return res, out, err
+	}
+	return res, out, err
+}
+
+// degrade answers req by route's fail mode; cause is why Redis did not.
+func (r *Router) degrade(route *Route, req *Request, pool string, cause error) (Result, error) {
+	switch route.FailMode {
+	case FailOpen:
+		return openResult(req, time.Now()), nil
+	case FailLocal:
+		return r.local.decide(req, time.Now()), nil
+	}
+	if errors.Is(cause, ErrUnavailable) {
+		return Result{}, fmt.Errorf("pool %s: %w", pool, cause)
+	}
+	return Result{}, unavailable(req.Org, pool, cause)
+}
+
+// CheckBatch decides several checks, each with its route, and returns a result, an
+// outcome and an error for each, in order. Checks bound for the same Redis go in
+// one pipeline (Engine.CheckBatch) behind one breaker decision; different Redis
+// are asked concurrently. The errors are those of Check; a length mismatch between
+// routes and reqs fails every item with ErrInvalid.
+func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request) ([]Result, []Outcome, []error) {
+	start := time.Now()
+	n := len(reqs)
+	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
+	defer func() {
+		for i := range reqs {
+			r.metrics.observe(outs[i].Pool, &reqs[i], &results[i], errs[i], outs[i].Degraded, start)
+		}
+	}()
+	if len(routes) != n {
+		for i := range errs {
+			errs[i] = fmt.Errorf("%w: %d routes for %d checks", ErrInvalid, len(routes), n)
+		}
+		return results, outs, errs
+	}
+
+	type group struct {
+		b     *backend
+		index []int
+	}
+	var groups []*group
+	byBackend := map[*backend]*group{}
+	var slots []*atomic.Int64
+	defer func() {
+		for _, s := range slots {
+			s.Add(-1)
+		}
+	}()
+	for i := range reqs {
+		if err := validateRoute(&routes[i], &reqs[i]); err != nil {
+			errs[i] = err
+			continue
+		}
+		slot, ok := r.acquire(reqs[i].Org)
+		if !ok {
+			errs[i] = fmt.Errorf("quota check %s: %w", reqs[i].Org, ErrOverloaded)
+			continue
+		}
+		slots = append(slots, slot)
+		b, err := r.backendFor(r.urlOf(&routes[i]))
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		outs[i].Pool = b.name
+		g := byBackend[b]
+		if g == nil {
+			g = &group{b: b}
+			byBackend[b] = g
+			groups = append(groups, g)
+		}
+		g.index = append(g.index, i)
+	}
+
+	run := func(g *group) {
+		b := g.b
+		b.inflight.Add(int64(len(g.index)))
+		defer b.inflight.Add(-int64(len(g.index)))
+		done, err := b.cb.Allow()
+		if err != nil {
+			for _, i := range g.index {
+				outs[i].Degraded = true
+				results[i], errs[i] = r.degrade(&routes[i], &reqs[i], b.name, err)
+			}
+			return
+		}
+		sub := make([]Request, len(g.index))
+		for j, i := range g.index {
+			sub[j] = reqs[i]
+		}
+		res, es := b.eng.CheckBatch(ctx, sub)
+		var verdict error // the batch's outcome for the breaker: its first Redis failure
+		for j, i := range g.index {
+			results[i], errs[i] = res[j], es[j]
+			if verdict == nil && isRedisFailure(es[j]) {
+				verdict = es[j]
+			}
+		}
+		done(verdict)
+		for j, i := range g.index {
+			if es[j] != nil && errors.Is(es[j], ErrUnavailable) {
+				outs[i].Degraded = true
+				results[i], errs[i] = r.degrade(&routes[i], &reqs[i], b.name, es[j])
+			}
+		}
+	}
+	if len(groups) == 1 {
+		run(groups[0])
+		return results, outs, errs
+	}
+	var wg sync.WaitGroup
+	for _, g := range groups {
+		wg.Go(func() { run(g) })
+	}
+	wg.Wait()
+	return results, outs, errs
+}

@@ -1,0 +1,320 @@
+package tenants
+
+import (
+	"net/mail"
+	"net/url"
+	"strings"
+	"unicode/utf8"
+)
+
+// PlanInput creates a plan.
+type PlanInput struct {
+	ID       string
+	Name     string
+	Limits   []Limit
+	FailMode FailMode
+	Pool     string // "" means "default"
+	Pricing  *Pricing
+}
+
+// PlanPatch changes the fields that are set. Limits replaces the whole list.
+type PlanPatch struct {
+	Name     *string
+	Limits   *[]Limit
+	FailMode *FailMode
+	Pool     *string
+	Pricing  *Pricing
+}
+
+// OrgInput creates an org.
+type OrgInput struct {
+	ID               string
+	Name             string
+	PlanID           string
+	Limits           []Limit
+	Mode             Mode // "" means enforce
+	Oversubscribe    bool
+	WebhookURL       string
+	RedisURL         string
+	BillingAnchorDay int // 0 means 1
+}
+
+// OrgPatch changes the fields that are set. Limits replaces all overrides.
+type OrgPatch struct {
+	Name             *string
+	PlanID           *string
+	Limits           *[]Limit
+	Mode             *Mode
+	Oversubscribe    *bool
+	WebhookURL       *string
+	RedisURL         *string
+	BillingAnchorDay *int
+}
+
+// OperatorOnly names the fields of p that only the operator may change.
+func (p OrgPatch) OperatorOnly() []string {
+	var f []string
+	if p.PlanID != nil {
+		f = append(f, "plan")
+	}
+	if p.Limits != nil {
+		f = append(f, "limits")
+	}
+	if p.RedisURL != nil {
+		f = append(f, "redis_url")
+	}
+	if p.BillingAnchorDay != nil {
+		f = append(f, "billing_anchor_day")
+	}
+	return f
+}
+
+// TeamInput creates a team.
+type TeamInput struct {
+	ID         string
+	Name       string
+	Limits     []Limit
+	UserLimits []Limit
+}
+
+// TeamPatch changes the fields that are set; limit lists are replaced whole.
+type TeamPatch struct {
+	Name       *string
+	Limits     *[]Limit
+	UserLimits *[]Limit
+}
+
+// UserInput registers a user in a team.
+type UserInput struct {
+	ID     string
+	Limits []Limit
+}
+
+// UserPatch replaces a user's own limits when set.
+type UserPatch struct {
+	Limits *[]Limit
+}
+
+// APIKeyInput creates an API key.
+type APIKeyInput struct {
+	Name   string
+	Scopes []Scope
+}
+
+// ConsoleUserInput creates a console user.
+type ConsoleUserInput struct {
+	Email    string
+	Password string
+	Role     Role
+}
+
+func checkID(errs *fieldErrs, field, id string) {
+	if !ValidID(id) {
+		errs.add(field, "must match %s", idPattern)
+	}
+}
+
+func checkName(errs *fieldErrs, field, name string) {
+	if n := utf8.RuneCountInString(strings.TrimSpace(name)); n < 1 || n > 200 {
+		errs.add(field, "must be 1 to 200 characters")
+	}
+}
+
+func checkFailMode(errs *fieldErrs, m FailMode) {
+	switch m {
+	case FailOpen, FailClosed, FailLocal:
+	default:
+		errs.add("fail_mode", "must be one of open, closed, local")
+	}
+}
+
+func checkMode(errs *fieldErrs, m Mode) {
+	switch m {
+	case Enforce, Shadow, Warn:
+	default:
+		errs.add("mode", "must be one of enforce, shadow, warn")
+	}
+}
+
+func checkWebhook(errs *fieldErrs, s string) {
+	if s == "" {
+		return
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || len(s) > 2000 {
+		errs.add("webhook_url", "must be an absolute http or https URL")
+	}
+}
+
+func checkRedisURL(errs *fieldErrs, s string) {
+	if s == "" {
+		return
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+		errs.add("redis_url", "must be a redis:// or rediss:// URL")
+	}
+}
+
+func checkAnchor(errs *fieldErrs, d int) {
+	if d < 1 || d > 28 {
+		errs.add("billing_anchor_day", "must be 1 to 28")
+	}
+}
+
+// Validate reports every problem of in.
+func (in PlanInput) Validate() error {
+	var errs fieldErrs
+	checkID(&errs, "id", in.ID)
+	checkName(&errs, "name", in.Name)
+	validateLimits(&errs, "limits", in.Limits)
+	checkFailMode(&errs, in.FailMode)
+	if in.Pool != "" {
+		checkID(&errs, "pool", in.Pool)
+	}
+	validatePricing(&errs, in.Pricing)
+	return errs.err()
+}
+
+// Validate reports every problem of p.
+func (p PlanPatch) Validate() error {
+	var errs fieldErrs
+	if p.Name != nil {
+		checkName(&errs, "name", *p.Name)
+	}
+	if p.Limits != nil {
+		validateLimits(&errs, "limits", *p.Limits)
+	}
+	if p.FailMode != nil {
+		checkFailMode(&errs, *p.FailMode)
+	}
+	if p.Pool != nil {
+		checkID(&errs, "pool", *p.Pool)
+	}
+	validatePricing(&errs, p.Pricing)
+	return errs.err()
+}
+
+// Validate reports every problem of in.
+func (in OrgInput) Validate() error {
+	var errs fieldErrs
+	checkID(&errs, "id", in.ID)
+	checkName(&errs, "name", in.Name)
+	checkID(&errs, "plan", in.PlanID)
+	validateLimits(&errs, "limits", in.Limits)
+	if in.Mode != "" {
+		checkMode(&errs, in.Mode)
+	}
+	checkWebhook(&errs, in.WebhookURL)
+	checkRedisURL(&errs, in.RedisURL)
+	if in.BillingAnchorDay != 0 {
+		checkAnchor(&errs, in.BillingAnchorDay)
+	}
+	return errs.err()
+}
+
+// Validate reports every problem of p.
+func (p OrgPatch) Validate() error {
+	var errs fieldErrs
+	if p.Name != nil {
+		checkName(&errs, "name", *p.Name)
+	}
+	if p.PlanID != nil {
+		checkID(&errs, "plan", *p.PlanID)
+	}
+	if p.Limits != nil {
+		validateLimits(&errs, "limits", *p.Limits)
+	}
+	if p.Mode != nil {
+		checkMode(&errs, *p.Mode)
+	}
+	if p.WebhookURL != nil {
+		checkWebhook(&errs, *p.WebhookURL)
+	}
+	if p.RedisURL != nil {
+		checkRedisURL(&errs, *p.RedisURL)
+	}
+	if p.BillingAnchorDay != nil {
+		checkAnchor(&errs, *p.BillingAnchorDay)
+	}
+	return errs.err()
+}
+
+// Validate reports every problem of in.
+func (in TeamInput) Validate() error {
+	var errs fieldErrs
+	checkID(&errs, "id", in.ID)
+	checkName(&errs, "name", in.Name)
+	validateLimits(&errs, "limits", in.Limits)
+	validateLimits(&errs, "user_limits", in.UserLimits)
+	return errs.err()
+}
+
+// Validate reports every problem of p.
+func (p TeamPatch) Validate() error {
+	var errs fieldErrs
+	if p.Name != nil {
+		checkName(&errs, "name", *p.Name)
+	}
+	if p.Limits != nil {
+		validateLimits(&errs, "limits", *p.Limits)
+	}
+	if p.UserLimits != nil {
+		validateLimits(&errs, "user_limits", *p.UserLimits)
+	}
+	return errs.err()
+}
+
+// Validate reports every problem of in.
+func (in UserInput) Validate() error {
+	var errs fieldErrs
+	checkID(&errs, "id", in.ID)
+	validateLimits(&errs, "limits", in.Limits)
+	return errs.err()
+}
+
+// Validate reports every problem of p.
+func (p UserPatch) Validate() error {
+	var errs fieldErrs
+	if p.Limits != nil {
+		validateLimits(&errs, "limits", *p.Limits)
+	}
+	return errs.err()
+}
+
+// Validate reports every problem of in.
+func (in APIKeyInput) Validate() error {
+	var errs fieldErrs
+	checkName(&errs, "name", in.Name)
+	if len(in.Scopes) == 0 {
+		errs.add("scopes", "must name at least one of check, admin, billing")
+	}
+	seen := map[Scope]bool{}
+	for _, s := range in.Scopes {
+		switch s {
+		case ScopeCheck, ScopeAdmin, ScopeBilling:
+		default:
+			errs.add("scopes", "unknown scope %q: must be check, admin or billing", s)
+		}
+		if seen[s] {
+			errs.add("scopes", "repeats %q", s)
+		}
+		seen[s] = true
+	}
+	return errs.err()
+}
+
+// Validate reports every problem of in.
+func (in ConsoleUserInput) Validate() error {
+	var errs fieldErrs
+	if a, err := mail.ParseAddress(in.Email); err != nil || a.Address != in.Email || len(in.Email) > 254 {
+		errs.add("email", "must be a plain email address such as admin@example.com")
+	}
+	if n := utf8.RuneCountInString(in.Password); n < 12 || n > 200 {
+		errs.add("password", "must be 12 to 200 characters")
+	}
+	if in.Role != RoleAdmin && in.Role != RoleViewer {
+		errs.add("role", "must be admin or viewer")
+	}
+	return errs.err()
+}

@@ -1,0 +1,164 @@
+package tenants
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Tokens of org API keys look like qpk_<id>_<secret>: the id (16 hex digits) is public
+// and finds the row; the secret is 256 random bits, base64url. Only the SHA-256 digest
+// of the whole token is stored.
+const tokenPrefix = "qpk_"
+
+// ErrBadToken: the token is malformed, unknown, revoked or does not match.
+var ErrBadToken = errors.New("invalid API key")
+
+func newToken() (id, token string, err error) {
+	idb := make([]byte, 8)
+	secret := make([]byte, 32)
+	if _, err := rand.Read(idb); err != nil {
+		return "", "", err
+	}
+	if _, err := rand.Read(secret); err != nil {
+		return "", "", err
+	}
+	id = hex.EncodeToString(idb)
+	return id, tokenPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(secret), nil
+}
+
+// parseToken returns the key id of a well-formed token.
+func parseToken(token string) (string, bool) {
+	rest, ok := strings.CutPrefix(token, tokenPrefix)
+	if !ok || len(rest) != 16+1+43 || rest[16] != '_' {
+		return "", false
+	}
+	id := rest[:16]
+	if _, err := hex.DecodeString(id); err != nil {
+		return "", false
+	}
+	return id, true
+}
+
+// LooksLikeAPIKey reports whether token has the shape of an org API key, so callers
+// can tell it from the operator token without a lookup.
+func LooksLikeAPIKey(token string) bool {
+	_, ok := parseToken(token)
+	return ok
+}
+
+const keyCols = `id, org_id, name, prefix, scopes, created_at, last_used_at, revoked_at`
+
+func scanKey(row pgx.Row) (APIKey, error) {
+	var k APIKey
+	var scopes []string
+	err := row.Scan(&k.ID, &k.OrgID, &k.Name, &k.Prefix, &scopes, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt)
+	for _, s := range scopes {
+		k.Scopes = append(k.Scopes, Scope(s))
+	}
+	return k, err
+}
+
+// CreateAPIKey creates a key for an org and returns it with its token, which is never
+// shown again.
+func (s *Service) CreateAPIKey(ctx context.Context, a Actor, orgID string, in APIKeyInput) (APIKey, string, error) {
+	if err := in.Validate(); err != nil {
+		return APIKey{}, "", err
+	}
+	id, token, err := newToken()
+	if err != nil {
+		return APIKey{}, "", fmt.Errorf("create API key: %w", err)
+	}
+	digest := sha256.Sum256([]byte(token))
+	scopes := make([]string, len(in.Scopes))
+	for i, sc := range in.Scopes {
+		scopes[i] = string(sc)
+	}
+	var out APIKey
+	err = s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := getOrg(ctx, tx, orgID); err != nil {
+			return err
+		}
+		out, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (id, org_id, name, prefix, digest, scopes)
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+keyCols, id, orgID, in.Name, token[:len(tokenPrefix)+8], digest[:], scopes))
+		if err != nil {
+			return translate(err, "create API key")
+		}
+		return audit(ctx, tx, a, orgID, "api_key.create", "api_key:"+id, nil, out)
+	})
+	if err != nil {
+		return APIKey{}, "", err
+	}
+	return out, token, nil
+}
+
+// ListAPIKeys returns one page of an org's keys ordered by id, revoked ones included.
+func (s *Service) ListAPIKeys(ctx context.Context, orgID string, page Page) ([]APIKey, string, error) {
+	if _, err := getOrg(ctx, s.pool, orgID); err != nil {
+		return nil, "", err
+	}
+	return listPage(ctx, s.pool, "API keys", page, `SELECT `+keyCols+` FROM api_keys WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
+		scanKey, func(k APIKey) string { return k.ID }, orgID)
+}
+
+// RevokeAPIKey revokes a key of an org. Revoking a revoked key changes nothing.
+func (s *Service) RevokeAPIKey(ctx context.Context, a Actor, orgID, keyID string) error {
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := scanKey(tx.QueryRow(ctx, `SELECT `+keyCols+` FROM api_keys WHERE org_id = $1 AND id = $2 FOR UPDATE`, orgID, keyID))
+		if err != nil {
+			return translate(err, fmt.Sprintf("API key %q", keyID))
+		}
+		if before.RevokedAt != nil {
+			return nil
+		}
+		after, err := scanKey(tx.QueryRow(ctx, `UPDATE api_keys SET revoked_at = now() WHERE id = $1 RETURNING `+keyCols, keyID))
+		if err != nil {
+			return err
+		}
+		return audit(ctx, tx, a, orgID, "api_key.revoke", "api_key:"+keyID, before, after)
+	})
+	if err == nil {
+		s.changed(orgID)
+	}
+	return err
+}
+
+// Authenticate returns the live key a token belongs to, or ErrBadToken. The digest
+// comparison takes constant time. last_used_at is refreshed at most once a minute.
+func (s *Service) Authenticate(ctx context.Context, token string) (APIKey, error) {
+	id, ok := parseToken(token)
+	if !ok {
+		return APIKey{}, ErrBadToken
+	}
+	var k APIKey
+	var digest []byte
+	var scopes []string
+	err := s.pool.QueryRow(ctx, `SELECT `+keyCols+`, digest FROM api_keys WHERE id = $1`, id).
+		Scan(&k.ID, &k.OrgID, &k.Name, &k.Prefix, &scopes, &k.CreatedAt, &k.LastUsedAt, &k.RevokedAt, &digest)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return APIKey{}, ErrBadToken
+	}
+	if err != nil {
+		return APIKey{}, fmt.Errorf("look up API key: %w", err)
+	}
+	want := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(want[:], digest) != 1 || k.RevokedAt != nil {
+		return APIKey{}, ErrBadToken
+	}
+	for _, sc := range scopes {
+		k.Scopes = append(k.Scopes, Scope(sc))
+	}
+	if k.LastUsedAt == nil || s.now().Sub(*k.LastUsedAt) > time.Minute {
+		_, _ = s.pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now() WHERE id = $1`, id)
+	}
+	return k, nil
+}

@@ -1,0 +1,111 @@
+package tenants
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+)
+
+type limitKey struct {
+	Metric string
+	Window Window
+}
+
+// validateLimits checks one list of limits: ids, windows, values, no repeats.
+func validateLimits(errs *fieldErrs, field string, ls []Limit) {
+	seen := make(map[limitKey]bool, len(ls))
+	for i, l := range ls {
+		f := fmt.Sprintf("%s[%d]", field, i)
+		if !ValidID(l.Metric) {
+			errs.add(f+".metric", "must match %s", idPattern)
+		}
+		if !l.Window.Valid() {
+			errs.add(f+".window", "must be one of second, minute, hour, day, month")
+		}
+		if l.Limit < 0 {
+			errs.add(f+".limit", "must be >= 0")
+		}
+		k := limitKey{l.Metric, l.Window}
+		if seen[k] {
+			errs.add(f, "repeats %s/%s: each metric and window may appear once", l.Metric, l.Window)
+		}
+		seen[k] = true
+	}
+}
+
+// normalize sorts limits by metric then window (shortest first), so stored and
+// returned lists are stable.
+func normalize(ls []Limit) []Limit {
+	out := slices.Clone(ls)
+	if out == nil {
+		out = []Limit{}
+	}
+	slices.SortFunc(out, func(a, b Limit) int {
+		if a.Metric != b.Metric {
+			if a.Metric < b.Metric {
+				return -1
+			}
+			return 1
+		}
+		return slices.Index(Windows, a.Window) - slices.Index(Windows, b.Window)
+	})
+	return out
+}
+
+// MergeLimits returns base with each (metric, window) of overrides replacing or adding
+// to it: an org's effective limits from its plan's and its overrides, or a user's from
+// its team's defaults and its own.
+func MergeLimits(base, overrides []Limit) []Limit {
+	m := make(map[limitKey]int64, len(base)+len(overrides))
+	for _, l := range base {
+		m[limitKey{l.Metric, l.Window}] = l.Limit
+	}
+	for _, l := range overrides {
+		m[limitKey{l.Metric, l.Window}] = l.Limit
+	}
+	out := make([]Limit, 0, len(m))
+	for k, v := range m {
+		out = append(out, Limit{Metric: k.Metric, Window: k.Window, Limit: v})
+	}
+	return normalize(out)
+}
+
+func index(ls []Limit) map[limitKey]int64 {
+	m := make(map[limitKey]int64, len(ls))
+	for _, l := range ls {
+		m[limitKey{l.Metric, l.Window}] = l.Limit
+	}
+	return m
+}
+
+var decimalPattern = regexp.MustCompile(`^\d{1,12}(\.\d{1,6})?$`)
+var currencyPattern = regexp.MustCompile(`^[A-Z]{3}$`)
+
+func validatePricing(errs *fieldErrs, p *Pricing) {
+	if p == nil {
+		return
+	}
+	if !currencyPattern.MatchString(p.Currency) {
+		errs.add("pricing.currency", "must be a three-letter ISO 4217 code such as USD")
+	}
+	if !decimalPattern.MatchString(p.BasePrice) {
+		errs.add("pricing.base_price", "must be a decimal such as 49.00")
+	}
+	seen := map[string]bool{}
+	for i, m := range p.Metrics {
+		f := fmt.Sprintf("pricing.metrics[%d]", i)
+		if !ValidID(m.Metric) {
+			errs.add(f+".metric", "must match %s", idPattern)
+		}
+		if seen[m.Metric] {
+			errs.add(f+".metric", "repeats %q", m.Metric)
+		}
+		seen[m.Metric] = true
+		if m.IncludedUnits < 0 {
+			errs.add(f+".included_units", "must be >= 0")
+		}
+		if !decimalPattern.MatchString(m.OveragePrice) {
+			errs.add(f+".overage_price", "must be a decimal such as 0.0001")
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package tenants
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Service is the tenancy model over Postgres. Every method that changes something
+// validates its input, runs in one transaction with the allocation rules and the audit
+// row, and reports the orgs it changed to the Changed hook after commit.
+//
+// Service and its store are one type on purpose: the allocation rules must be checked
+// on data read under the parent's row lock in the write's own transaction, so a store
+// interface would have to expose transactions anyway.
+type Service struct {
+	pool      *pgxpool.Pool
+	hasher    passwordHasher
+	listeners []func(orgIDs ...string)
+	now       func() time.Time
+}
+
+// Option configures a Service.
+type Option func(*Service)
+
+// WithChangeHook sets a function called after each committed change with the ids of
+// the orgs whose resolved limits, keys or settings may have changed. Plan changes
+// name every org on the plan.
+func WithChangeHook(fn func(orgIDs ...string)) Option { return func(s *Service) { s.OnChange(fn) } }
+
+// OnChange adds a function called after each committed change with the ids of the
+// orgs it touched. Register listeners before serving; they must not block.
+func (s *Service) OnChange(fn func(orgIDs ...string)) { s.listeners = append(s.listeners, fn) }
+
+func (s *Service) changed(orgIDs ...string) {
+	for _, fn := range s.listeners {
+		fn(orgIDs...)
+	}
+}
+
+// WithPasswordCost lowers the password hashing cost. Tests only.
+func WithPasswordCost(memoryKiB uint32, iterations uint32) Option {
+	return func(s *Service) { s.hasher = passwordHasher{memory: memoryKiB, iterations: iterations} }
+}
+
+// NewService returns a Service on pool.
+func NewService(pool *pgxpool.Pool, opts ...Option) *Service {
+	s := &Service{pool: pool, hasher: defaultHasher, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Ping reports whether Postgres answers.
+func (s *Service) Ping(ctx context.Context) error { return s.pool.Ping(ctx) }
+
+// querier is what both the pool and a transaction offer.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// inTx runs fn in a transaction, retrying it when Postgres reports a serialization
+// failure or a deadlock (both are safe to retry: nothing was committed).
+func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	for attempt := 0; ; attempt++ {
+		err := pgx.BeginFunc(ctx, s.pool, fn)
+		var pgErr *pgconn.PgError
+		if attempt < 5 && errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01") {
+			continue
+		}
+		return err
+	}
+}
+
+// translate maps database errors to the package's error kinds by SQLSTATE.
+func translate(err error, what string) error {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
+		return fmt.Errorf("%s: %w", what, ErrExists)
+	case errors.As(err, &pgErr) && pgErr.Code == "23503": // foreign_key_violation
+		return fmt.Errorf("%s: %w", what, ErrNotFound)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}

@@ -1,0 +1,240 @@
+package tenants
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+
+	"github.com/jackc/pgx/v5"
+)
+
+const orgCols = `id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
+
+func scanOrg(row pgx.Row) (Org, error) {
+	var o Org
+	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.WebhookURL, &o.RedisURL,
+		&o.BillingAnchorDay, &o.CreatedAt, &o.UpdatedAt)
+	return o, err
+}
+
+// fillOrgs loads the overrides and effective limits of the orgs given.
+func fillOrgs(ctx context.Context, q querier, orgs []Org) error {
+	if len(orgs) == 0 {
+		return nil
+	}
+	ids := make([]string, len(orgs))
+	planIDs := make([]string, len(orgs))
+	for i, o := range orgs {
+		ids[i], planIDs[i] = o.ID, o.PlanID
+	}
+	over, err := limitsOf(ctx, q, `SELECT org_id, metric, time_window, max_units FROM org_limits WHERE org_id = ANY($1)`, ids)
+	if err != nil {
+		return err
+	}
+	plan, err := limitsOf(ctx, q, `SELECT plan_id, metric, time_window, max_units FROM plan_limits WHERE plan_id = ANY($1)`, planIDs)
+	if err != nil {
+		return err
+	}
+	for i := range orgs {
+		orgs[i].Limits = normalize(over[orgs[i].ID])
+		orgs[i].EffectiveLimits = MergeLimits(plan[orgs[i].PlanID], orgs[i].Limits)
+	}
+	return nil
+}
+
+func getOrg(ctx context.Context, q querier, id string) (Org, error) {
+	o, err := scanOrg(q.QueryRow(ctx, `SELECT `+orgCols+` FROM orgs WHERE id = $1`, id))
+	if err != nil {
+		return Org{}, translate(err, fmt.Sprintf("org %q", id))
+	}
+	os := []Org{o}
+	if err := fillOrgs(ctx, q, os); err != nil {
+		return Org{}, fmt.Errorf("org %q: %w", id, err)
+	}
+	return os[0], nil
+}
+
+// MaskRedisURL hides the password of a Redis URL, for responses, logs and the audit log.
+func MaskRedisURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s
+	}
+	if _, has := u.User.Password(); has {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	}
+	return u.String()
+}
+
+// auditOrg is the snapshot of an org the audit log keeps: no Redis password.
+func auditOrg(o Org) Org {
+	o.RedisURL = MaskRedisURL(o.RedisURL)
+	return o
+}
+
+// teamAggregate summarizes the teams' own limits of an org.
+func teamAggregate(ctx context.Context, q querier, orgID string) (childAggregate, error) {
+	agg := newChildAggregate()
+	rows, err := q.Query(ctx, `SELECT team_id, metric, time_window, max_units FROM team_limits
+		WHERE org_id = $1 AND kind = 'team'`, orgID)
+	if err != nil {
+		return agg, err
+	}
+	var owner string
+	var l Limit
+	_, err = pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit}, func() error {
+		agg.add(owner, l)
+		return nil
+	})
+	return agg, err
+}
+
+// checkOrgCoversTeams reports the effective limits of an org that its teams' current
+// allocations no longer fit under.
+func checkOrgCoversTeams(ctx context.Context, q querier, orgID string, effective []Limit, oversubscribe bool) ([]Violation, error) {
+	agg, err := teamAggregate(ctx, q, orgID)
+	if err != nil {
+		return nil, err
+	}
+	return parentCoversChildren("limits", effective, fmt.Sprintf("org %q", orgID), "team", agg, oversubscribe), nil
+}
+
+// CreateOrg creates an org on an existing plan.
+func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, error) {
+	if err := in.Validate(); err != nil {
+		return Org{}, err
+	}
+	if in.Mode == "" {
+		in.Mode = Enforce
+	}
+	if in.BillingAnchorDay == 0 {
+		in.BillingAnchorDay = 1
+	}
+	var out Org
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		if _, err := getPlan(ctx, tx, in.PlanID, false); err != nil {
+			return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", in.PlanID)}}}
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
+			in.WebhookURL, in.RedisURL, in.BillingAnchorDay)
+		if err != nil {
+			return translate(err, fmt.Sprintf("create org %q", in.ID))
+		}
+		if err := writeOrgLimits(ctx, tx, in.ID, normalize(in.Limits)); err != nil {
+			return fmt.Errorf("create org %q: %w", in.ID, err)
+		}
+		if out, err = getOrg(ctx, tx, in.ID); err != nil {
+			return err
+		}
+		return audit(ctx, tx, a, in.ID, "org.create", "org:"+in.ID, nil, auditOrg(out))
+	})
+	if err == nil {
+		s.changed(in.ID)
+	}
+	return out, err
+}
+
+func writeOrgLimits(ctx context.Context, tx pgx.Tx, orgID string, ls []Limit) error {
+	return replaceLimits(ctx, tx, `DELETE FROM org_limits WHERE org_id = $1`, []any{orgID},
+		`INSERT INTO org_limits (org_id, metric, time_window, max_units)
+		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[])`, ls)
+}
+
+// GetOrg returns the org with id, with its effective limits.
+func (s *Service) GetOrg(ctx context.Context, id string) (Org, error) {
+	return getOrg(ctx, s.pool, id)
+}
+
+// ListOrgs returns one page of orgs ordered by id.
+func (s *Service) ListOrgs(ctx context.Context, page Page) ([]Org, string, error) {
+	orgs, next, err := listPage(ctx, s.pool, "orgs", page, `SELECT `+orgCols+` FROM orgs WHERE id > $1 ORDER BY id LIMIT $2`,
+		scanOrg, func(o Org) string { return o.ID })
+	if err == nil {
+		err = fillOrgs(ctx, s.pool, orgs)
+	}
+	return orgs, next, err
+}
+
+// UpdateOrg changes an org. A new plan, new overrides or turning oversubscription off
+// are checked against the org's teams: refused with ErrOverAllocated when the teams'
+// allocations would no longer fit. Authorization of operator-only fields is the
+// caller's (see OrgPatch.OperatorOnly).
+func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPatch) (Org, error) {
+	if err := patch.Validate(); err != nil {
+		return Org{}, err
+	}
+	var out Org
+	err := s.inTx(ctx, func(tx pgx.Tx) error {
+		before, err := lockOrg(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		after := before
+		if patch.Name != nil {
+			after.Name = *patch.Name
+		}
+		if patch.Mode != nil {
+			after.Mode = *patch.Mode
+		}
+		if patch.Oversubscribe != nil {
+			after.Oversubscribe = *patch.Oversubscribe
+		}
+		if patch.WebhookURL != nil {
+			after.WebhookURL = *patch.WebhookURL
+		}
+		if patch.RedisURL != nil {
+			after.RedisURL = *patch.RedisURL
+		}
+		if patch.BillingAnchorDay != nil {
+			after.BillingAnchorDay = *patch.BillingAnchorDay
+		}
+		if patch.Limits != nil {
+			after.Limits = normalize(*patch.Limits)
+		}
+		if patch.PlanID != nil {
+			after.PlanID = *patch.PlanID
+		}
+		if patch.PlanID != nil || patch.Limits != nil || patch.Oversubscribe != nil {
+			plan, err := getPlan(ctx, tx, after.PlanID, false)
+			if err != nil {
+				return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", after.PlanID)}}}
+			}
+			eff := MergeLimits(plan.Limits, after.Limits)
+			vs, err := checkOrgCoversTeams(ctx, tx, id, eff, after.Oversubscribe)
+			if err != nil {
+				return err
+			}
+			fallback := "oversubscribe"
+			if patch.PlanID != nil {
+				fallback = "plan"
+			}
+			var req []Limit
+			if patch.Limits != nil {
+				req = *patch.Limits
+			}
+			if err := allocErr(fieldFor(vs, "limits", req, fallback)); err != nil {
+				return fmt.Errorf("update org %q: %w", id, err)
+			}
+		}
+		_, err = tx.Exec(ctx, `UPDATE orgs SET name = $2, plan_id = $3, mode = $4, oversubscribe = $5, webhook_url = $6,
+			redis_url = $7, billing_anchor_day = $8, updated_at = now() WHERE id = $1`,
+			id, after.Name, after.PlanID, after.Mode, after.Oversubscribe, after.WebhookURL, after.RedisURL, after.BillingAnchorDay)
+		if err != nil {
+			return fmt.Errorf("update org %q: %w", id, err)
+		}
+		if patch.Limits != nil {
+			if err := writeOrgLimits(ctx, tx, id, after.Limits); err != nil {
+				return fmt.Errorf("update org %q: %w", id, err)
+			}
+		}
+		if out, err = getOrg(ctx, tx, id); err != nil {
+			return err
+		}
+		return audit(ctx, tx, a, id, "org.update", "org:"+id, auditOrg(before), auditOrg(out))
+	})
+	if err == nil {
+		s.changed(id)
+	}
+	return out, err
+}

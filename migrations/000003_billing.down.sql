@@ -1,0 +1,10 @@
+BEGIN;
+DROP TABLE IF EXISTS webhook_deliveries;
+DROP TABLE IF EXISTS billing_events;
+DROP TABLE IF EXISTS usage_adjustments;
+DROP TABLE IF EXISTS billing_lines;
+DROP TABLE IF EXISTS period_usage;
+DROP TABLE IF EXISTS billing_periods;
+DROP FUNCTION IF EXISTS billing_immutable();
+DROP TABLE IF EXISTS usage_counters;
+COMMIT;

@@ -1,0 +1,175 @@
+#!/usr/bin/env bash
+# `make bench`: the check engine's Go benchmarks, the HTTP benchmarks, then (when the
+# tools are installed) wrk against a separately started quotaplane-api and
+# redis-benchmark of the same check script, and one summary table with the ratios of
+# docs/PERFORMANCE.md. Figures drift between machines and runs; compare ratios against
+# the baselines measured in the same run. Bounded: about two minutes.
+#
+# REDIS_URL and DATABASE_URL as for the tests; BENCH_CHECKS, BENCH_TIME (Go HTTP
+# benchmarks), BENCH_WRK_SECONDS, BENCH_PORT tune it. Load goes to 127.0.0.1 only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tmp=$(mktemp -d)
+api_pid=
+bench_db=
+cleanup() {
+  [ -n "$api_pid" ] && kill "$api_pid" 2>/dev/null && wait "$api_pid" 2>/dev/null || true
+  [ -n "$bench_db" ] && command -v psql >/dev/null && psql -q "$db_admin" -c "drop database if exists $bench_db" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+out=$tmp/go.txt
+rows=$tmp/rows.txt
+touch "$rows"
+redis_url=${REDIS_URL:-redis://127.0.0.1:6379/0}
+have() { command -v "$1" >/dev/null; }
+
+# evalsha calls and microseconds so far (INFO commandstats), for deltas: a shared
+# Redis is not reset, and other clients' scripts would show in the figure.
+evalsha_stats() { redis-cli -u "$redis_url" info commandstats | tr -d '\r' |
+  sed -n 's/^cmdstat_evalsha:calls=\([0-9]*\),usec=\([0-9]*\),.*/\1 \2/p'; }
+usec_per_call() { # before after
+  awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " "); n = y[1] - x[1];
+    if (n > 0) printf "%.1f", (y[2] - x[2]) / n; else printf "-" }'
+}
+
+echo "Engine: ${BENCH_CHECKS:-200000} checks at 64-way concurrency (BENCH_CHECKS=1000000 for the full run)..."
+s0=$(have redis-cli && evalsha_stats || true)
+go test -run '^$' -bench 'BenchmarkCheckParallel$' -benchmem -benchtime "${BENCH_CHECKS:-200000}x" ./internal/quota/ | tee -a "$out"
+if [ -n "$s0" ]; then
+  echo "redis_usec_per_check_engine $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
+fi
+echo
+echo "HTTP in process over loopback, 50 concurrent connections, ${BENCH_TIME:-5s} each..."
+go test -run '^$' -bench 'HTTP$' -benchmem -benchtime "${BENCH_TIME:-5s}" ./internal/httpapi/ | tee -a "$out"
+
+# The same check script, straight to Redis: three levels, month + minute (9 counters).
+script_args() { # prefix
+  echo "2 $1:{acme}|m|2000-01 $1:{acme}|d|2000-01 $1:{acme}| 1 0 4102444800 4102444800000 86400 1 60 3" \
+    "o requests|o acme 2 1 1000000000000 0 1000000000000" \
+    "t requests|t|eng eng 2 1 500000000000 0 500000000000" \
+    "u requests|u|eng|u__rand_int__ u__rand_int__ 2 1 250000000000 0 250000000000"
+}
+if have redis-benchmark && have redis-cli; then
+  echo
+  echo "redis-benchmark of check.lua at 50 connections (3 levels x month + minute, 1,000 users)..."
+  p="qbench$$"
+  sha=$(redis-cli -u "$redis_url" script load "$(cat internal/quota/scripts/check.lua)")
+  redis-cli -u "$redis_url" hset "$p:{acme}|m|2000-01" "|p" 1 >/dev/null # the period marker
+  for pipe in 1 16; do
+    s0=$(evalsha_stats)
+    # shellcheck disable=SC2046 # the arguments are split on purpose
+    rps=$(redis-benchmark -u "$redis_url" -c 50 -n "${BENCH_REDIS_N:-200000}" -r 1000 -P "$pipe" -q \
+      evalsha "$sha" $(script_args "$p") 2>&1 | tr '\r' '\n' | grep 'requests per second' | tail -1 |
+      sed 's/.*: \([0-9.]*\) requests per second.*/\1/')
+    echo "redis-benchmark -P $pipe: $rps EVALSHA/s, $(usec_per_call "$s0" "$(evalsha_stats)") µs of Redis per call"
+    echo "redisbench_P$pipe $rps $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
+  done
+  redis-cli -u "$redis_url" --scan --pattern "$p:*" | while read -r k; do redis-cli -u "$redis_url" del "$k" >/dev/null; done
+fi
+
+# wrk against the api binary in its own process (the Go benchmarks above share the two
+# processes' CPU with their client inside one process).
+if have wrk && have curl; then
+  echo
+  port=${BENCH_PORT:-18181}
+  base=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quotaplane?sslmode=disable}
+  bench_db="qp_bench_$$"
+  db_url=$(sed -E "s#/[^/?]*(\\?|\$)#/$bench_db\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
+  db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
+  token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  go build -o "$tmp/api" ./cmd/api
+  echo "wrk: quotaplane-api on 127.0.0.1:$port (database $bench_db), 50 connections, ${BENCH_WRK_SECONDS:-5}s each..."
+  DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$port QUOTA_ADMIN_TOKEN=$token \
+    QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 "$tmp/api" 2> "$tmp/api.log" &
+  api_pid=$!
+  u=http://127.0.0.1:$port
+  for _ in $(seq 100); do curl -sf "$u/healthz" >/dev/null && break; sleep 0.2; done
+  post() { curl -sf -X POST "$u$1" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "$2"; }
+  lim() { echo "[{\"metric\":\"requests\",\"window\":\"month\",\"limit\":$1},{\"metric\":\"requests\",\"window\":\"minute\",\"limit\":$1}]"; }
+  post /v1/plans "{\"id\":\"bench\",\"name\":\"bench\",\"fail_mode\":\"closed\",\"limits\":$(lim 1000000000000)}" >/dev/null
+  org="qpbench$$" # its own org: the api counts under the default key prefix on REDIS_URL
+  post /v1/orgs "{\"id\":\"$org\",\"name\":\"bench\",\"plan\":\"bench\"}" >/dev/null
+  post /v1/orgs/$org/teams "{\"id\":\"eng\",\"name\":\"Eng\",\"limits\":$(lim 500000000000),\"user_limits\":$(lim 250000000000)}" >/dev/null
+  key=$(post /v1/orgs/$org/api-keys '{"name":"bench","scopes":["check"]}' | sed 's/.*"secret":"\([^"]*\)".*/\1/')
+  cat > "$tmp/done.lua" <<'EOF'
+done = function(summary, latency, requests)
+  io.write(string.format("WRK %.0f %.2f %.2f %d\n", summary.requests / (summary.duration / 1e6),
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + summary.errors.status))
+end
+EOF
+  cat > "$tmp/check.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer $key"
+local n = 0
+request = function()
+  n = n + 1
+  return wrk.format(nil, "/v1/check", nil, '{"org":"$org","team":"eng","user":"u' .. (n % 1000) .. '"}')
+end
+EOF
+  batch=$(for i in $(seq 0 99); do printf '{"org":"%s","team":"eng","user":"u%d"},' "$org" "$i"; done)
+  cat > "$tmp/batch.lua" <<EOF
+wrk.method = "POST"
+wrk.headers["Authorization"] = "Bearer $key"
+wrk.body = '{"checks":[${batch%,}]}'
+EOF
+  cat "$tmp/done.lua" >> "$tmp/check.lua"
+  cat "$tmp/done.lua" >> "$tmp/batch.lua"
+  post /v1/check "{\"org\":\"$org\",\"team\":\"eng\",\"user\":\"u0\"}" >/dev/null # hydrate
+  d=${BENCH_WRK_SECONDS:-5}s
+  r=$(wrk -t2 -c50 -d"$d" -s "$tmp/done.lua" "$u/healthz" | grep '^WRK')
+  echo "/healthz:          $r" && echo "wrk_healthz ${r#WRK }" >> "$rows"
+  s0=$(evalsha_stats)
+  r=$(wrk -t2 -c50 -d"$d" -s "$tmp/check.lua" "$u/v1/check" | grep '^WRK')
+  echo "/v1/check:         $r" && echo "wrk_check ${r#WRK } $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
+  s0=$(evalsha_stats)
+  r=$(wrk -t2 -c16 -d"$d" -s "$tmp/batch.lua" "$u/v1/check/batch" | grep '^WRK')
+  s1=$(evalsha_stats)
+  echo "/v1/check/batch:   $r" && echo "wrk_batch ${r#WRK } $(usec_per_call "$s0" "$s1")" >> "$rows"
+  echo "(columns: requests/s, p50 ms, p99 ms, errors and non-2xx)"
+  if have redis-cli; then
+    redis-cli -u "$redis_url" --scan --pattern "q:{$org}*" | while read -r k; do redis-cli -u "$redis_url" del "$k" >/dev/null; done
+  fi
+fi
+
+echo
+awk '
+FNR == NR && /^Benchmark/ {
+  name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
+  for (i = 3; i < NF; i++) v[name, $(i+1)] = $i
+  names[++n] = name
+  next
+}
+FNR != NR { r[$1] = $0; f[$1, 2] = $2; f[$1, 3] = $3; f[$1, 4] = $4; f[$1, 5] = $5; f[$1, 6] = $6; f[$1, 7] = $7 }
+END {
+  base = v["HealthzHTTP", "req/s"]
+  print "Go benchmarks (client and server in one process):"
+  printf "  %-18s %12s %12s %10s %10s %12s %10s %14s\n", "benchmark", "req/s", "checks/s", "p50 µs", "p99 µs", "ns/check", "allocs/op", "vs /healthz"
+  for (i = 1; i <= n; i++) {
+    k = names[i]
+    # one check per request only: a batch request is not comparable with one /healthz
+    ratio = (base > 0 && v[k, "req/s"] > 0 && v[k, "checks/s"] == v[k, "req/s"]) ? sprintf("%.0f%%", 100 * v[k, "req/s"] / base) : "-"
+    printf "  %-18s %12s %12s %10s %10s %12s %10s %14s\n", k, v[k, "req/s"] ? v[k, "req/s"] : "-", v[k, "checks/s"] ? v[k, "checks/s"] : "-", \
+      v[k, "p50-µs"] ? v[k, "p50-µs"] : "-", v[k, "p99-µs"] ? v[k, "p99-µs"] : "-", v[k, "ns/op"], v[k, "allocs/op"], ratio
+  }
+  print ""
+  print "Done-when ratios (docs/PERFORMANCE.md):"
+  if (("wrk_check") in r) {
+    printf "  /v1/check vs /healthz (wrk, 50 conns):    %.0f / %.0f req/s = %.0f%% (target >= 45%%), p99 %s ms (target <= 4)\n", \
+      f["wrk_check", 2], f["wrk_healthz", 2], 100 * f["wrk_check", 2] / f["wrk_healthz", 2], f["wrk_check", 4]
+  } else print "  /v1/check vs /healthz: wrk is not installed (apt-get install wrk); in-process figures above"
+  if (("wrk_batch") in r && ("redisbench_P16") in r) {
+    cps = 100 * f["wrk_batch", 2]
+    printf "  batch of 100 vs redis-benchmark -P 16:    %.0f / %.0f checks/s = %.0f%% (target >= 85%%)\n", \
+      cps, f["redisbench_P16", 2], 100 * cps / f["redisbench_P16", 2]
+  } else if (("redisbench_P16") in r) {
+    printf "  batch of 100 (in process) vs redis-benchmark -P 16: %s / %.0f checks/s = %.0f%% (target >= 85%%)\n", \
+      v["CheckBatchHTTP", "checks/s"], f["redisbench_P16", 2], 100 * v["CheckBatchHTTP", "checks/s"] / f["redisbench_P16", 2]
+  } else print "  batch vs redis-benchmark: redis-benchmark is not installed"
+  if (("redisbench_P1") in r) printf "  redis-benchmark of check.lua:             %.0f/s unpipelined, %.0f/s with -P 16\n", f["redisbench_P1", 2], f["redisbench_P16", 2]
+  if (("redisbench_P16") in r) printf "  Redis µs per check (INFO commandstats):   %s alone (redis-benchmark -P 16), %s under /v1/check, %s under the batch, %s in the engine benchmark (target <= 12)\n", \
+      f["redisbench_P16", 3], (("wrk_check") in r) ? f["wrk_check", 6] : "-", (("wrk_batch") in r) ? f["wrk_batch", 6] : "-", \
+      (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-"
+  printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", v["CheckParallel", "allocs/op"]
+}' "$out" "$rows"

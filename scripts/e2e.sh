@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# `make test-e2e`: the web console's end-to-end tests in headless Chromium. Builds
+# quotaplane-api from this checkout; the tests start it on a free port against a fresh
+# Postgres database (created and dropped by them) and the shared Redis.
+#
+# Needs Node.js with web/node_modules (installed here with `npm ci` when missing) and
+# Debian's Chromium at /usr/bin/chromium (or $CHROMIUM). Without Chromium the tests are
+# skipped with a message, except under CI=true, where that is a failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+chromium=${CHROMIUM:-/usr/bin/chromium}
+if [ ! -x "$chromium" ]; then
+  msg="e2e: no Chromium at $chromium (apt-get install chromium chromium-driver, or set CHROMIUM)"
+  if [ "${CI:-}" = true ]; then echo "$msg" >&2; exit 1; fi
+  echo "$msg: skipping the browser tests" >&2
+  exit 0
+fi
+if [ ! -d web/node_modules ]; then
+  (cd web && npm ci --no-audit --no-fund)
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+go build -o "$tmp/quotaplane-api" ./cmd/api
+cd web
+QP_API_BIN="$tmp/quotaplane-api" CHROMIUM="$chromium" node --test --test-concurrency=1 e2e/

@@ -1,0 +1,107 @@
+// The console shell: sign-in, navigation and the signed-in user's pages.
+import { useEffect, useState } from 'preact/hooks';
+import { api, ApiError, setCSRFToken, setOnSessionEnded, type Session } from './api';
+import { Allocation, Audit, Billing, Keys, Overview, Settings, Webhooks } from './pages';
+import { ErrorState, Loading } from './ui';
+
+const PAGES = [
+  { path: '', title: 'Overview', Page: Overview },
+  { path: 'allocation', title: 'Allocation', Page: Allocation },
+  { path: 'keys', title: 'API keys', Page: Keys },
+  { path: 'audit', title: 'Audit log', Page: Audit },
+  { path: 'billing', title: 'Billing export', Page: Billing },
+  { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
+  { path: 'settings', title: 'Mode', Page: Settings },
+];
+
+const BASE = '/console/';
+function currentPath(): string {
+  const p = location.pathname.startsWith(BASE) ? location.pathname.slice(BASE.length) : '';
+  return p.replace(/\/$/, '');
+}
+
+export function App() {
+  const [session, setSession] = useState<Session | null | undefined>(undefined);
+  const [error, setError] = useState<unknown>();
+  const [path, setPath] = useState(currentPath());
+
+  const load = () => {
+    setError(undefined);
+    api.session().then((s) => {
+      if (s) setCSRFToken(s.csrf_token);
+      setSession(s ?? null);
+    }, (e) => (e instanceof ApiError && e.status === 401 ? setSession(null) : setError(e)));
+  };
+  useEffect(() => {
+    setOnSessionEnded(() => setSession(null));
+    load();
+    const onPop = () => setPath(currentPath());
+    window.addEventListener('popstate', onPop);
+    return () => window.removeEventListener('popstate', onPop);
+  }, []);
+
+  const page = PAGES.find((p) => p.path === path) ?? PAGES[0];
+  useEffect(() => { document.title = `${page.title} · Quotaplane console`; }, [page.title]);
+
+  if (error !== undefined) return <main class="center"><ErrorState error={error} retry={load} /></main>;
+  if (session === undefined) return <main class="center"><Loading what="the console" /></main>;
+  if (session === null) return <SignIn onSignedIn={(s) => { setCSRFToken(s.csrf_token); setSession(s); }} />;
+
+  const go = (p: string) => (e: MouseEvent) => {
+    if (e.metaKey || e.ctrlKey || e.shiftKey || e.button !== 0) return;
+    e.preventDefault();
+    history.pushState(null, '', BASE + p);
+    setPath(p);
+    document.getElementById('main')?.focus();
+  };
+  return (
+    <>
+      <a class="skip" href="#main">Skip to content</a>
+      <header class="top">
+        <div class="brand">Quotaplane <span class="muted">console</span></div>
+        <nav aria-label="Console">
+          {PAGES.map((p) => (
+            <a href={BASE + p.path} onClick={go(p.path)} aria-current={p === page ? 'page' : undefined}>{p.title}</a>
+          ))}
+        </nav>
+        <div class="who">
+          <span data-testid="who">{session.email}</span> <span class={`badge role-${session.role}`} data-testid="role">{session.role}</span>
+          <button type="button" onClick={async () => {
+            try { await api.signOut(); } catch { /* the session is gone either way */ }
+            setSession(null);
+          }}>Sign out</button>
+        </div>
+      </header>
+      {session.role === 'viewer' && <p class="viewer-note" role="note">You have read-only access to {session.org}.</p>}
+      <main id="main" tabIndex={-1}>
+        <page.Page session={session} />
+      </main>
+    </>
+  );
+}
+
+function SignIn({ onSignedIn }: { onSignedIn: (s: Session) => void }) {
+  const [email, setEmail] = useState('');
+  const [password, setPassword] = useState('');
+  const [error, setError] = useState<string>();
+  const [busy, setBusy] = useState(false);
+  return (
+    <main class="center">
+      <form class="panel sign-in" aria-labelledby="sign-in-h" onSubmit={async (e) => {
+        e.preventDefault();
+        if (!email.trim() || !password) { setError('Enter your email and password.'); return; }
+        setBusy(true);
+        try { onSignedIn(await api.signIn(email.trim(), password)); }
+        catch (err) { setError(err instanceof Error ? err.message : String(err)); setBusy(false); }
+      }}>
+        <h1 id="sign-in-h">Sign in to Quotaplane</h1>
+        <div class="field"><label for="email">Email</label>
+          <input id="email" type="email" autoComplete="username" value={email} autoFocus onInput={(e) => setEmail((e.target as HTMLInputElement).value)} /></div>
+        <div class="field"><label for="password">Password</label>
+          <input id="password" type="password" autoComplete="current-password" value={password} onInput={(e) => setPassword((e.target as HTMLInputElement).value)} /></div>
+        {error && <p class="field-error" role="alert">{error}</p>}
+        <button type="submit" class="primary" disabled={busy}>{busy ? 'Signing in…' : 'Sign in'}</button>
+      </form>
+    </main>
+  );
+}

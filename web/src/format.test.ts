@@ -1,0 +1,105 @@
+import { describe, expect, it } from 'vitest';
+import { compact, dailySeries, formatNumber, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
+import { ApiError, type Limit } from './api';
+
+describe('numbers', () => {
+  it.each([[0, '0'], [999, '999'], [1234567, '1,234,567']])('formatNumber(%d) = %s', (n, want) => expect(formatNumber(n)).toBe(want));
+  it.each([[950, '950'], [1200, '1.2k'], [60000, '60k'], [5e6, '5M'], [1.25e9, '1.3B']])('compact(%d) = %s', (n, want) => expect(compact(n)).toBe(want));
+  it.each([[0, 100, '0%'], [1, 1000, '<1%'], [42, 100, '42%'], [150, 100, '150%'], [5, 0, '100%'], [0, 0, '0%']])('percent(%d, %d) = %s', (u, l, want) => expect(percent(u, l)).toBe(want));
+  it.each([[10, 100, 'ok'], [80, 100, 'warn'], [100, 100, 'over'], [1, 0, 'over']] as const)('level(%d, %d) = %s', (u, l, want) => expect(level(u, l)).toBe(want));
+});
+
+describe('parseLimit', () => {
+  it.each([['5000', 5000], [' 1,000 ', 1000], ['1_000', 1000], ['60k', 60000], ['1.5M', 1500000], ['0', 0], ['2b', 2e9]])('%s is %d', (s, want) => {
+    expect(parseLimit(s)).toEqual({ value: want });
+  });
+  it.each(['', '-1', '1.5', 'abc', '10 apples', '1.0001k'])('%j is refused', (s) => {
+    expect(parseLimit(s).error).toBeTruthy();
+    expect(parseLimit(s).value).toBeUndefined();
+  });
+});
+
+describe('idError', () => {
+  it('accepts API ids', () => { for (const id of ['eng', 'a', 'ml.team_1:x@y-z']) expect(idError(id)).toBeUndefined(); });
+  it('refuses others', () => { for (const id of ['', '-eng', 'has space', 'x'.repeat(129)]) expect(idError(id)).toBeTruthy(); });
+});
+
+describe('limits', () => {
+  const ls: Limit[] = [{ metric: 'requests', window: 'month', limit: 100 }, { metric: 'requests', window: 'minute', limit: 10 }];
+  it('setLimit replaces in place, adds and removes', () => {
+    expect(setLimit(ls, 'requests', 'month', 200)).toEqual([{ metric: 'requests', window: 'month', limit: 200 }, ls[1]]);
+    expect(setLimit(ls, 'tokens', 'day', 5)).toEqual([...ls, { metric: 'tokens', window: 'day', limit: 5 }]);
+    expect(setLimit(ls, 'requests', 'month', null)).toEqual([ls[1]]);
+  });
+  it('limitField names the field as the API does', () => {
+    expect(limitField('limits', ls, 'requests', 'minute')).toBe('limits[1].limit');
+    expect(limitField('user_limits', ls, 'requests', 'month')).toBe('user_limits[0].limit');
+  });
+  it('sortLimits orders by metric then window length', () => {
+    expect(sortLimits([ls[0], { metric: 'a', window: 'day', limit: 1 }, ls[1]]).map((l) => `${l.metric}/${l.window}`))
+      .toEqual(['a/day', 'requests/minute', 'requests/month']);
+  });
+  it('remainder subtracts the teams month allocations', () => {
+    const org: Limit[] = [...ls, { metric: 'tokens', window: 'month', limit: 50 }];
+    const teams = [{ limits: [{ metric: 'requests', window: 'month', limit: 60 } as Limit] }, { limits: [{ metric: 'requests', window: 'month', limit: 30 } as Limit, { metric: 'requests', window: 'minute', limit: 9 } as Limit] }];
+    expect(remainder(org, teams)).toEqual([
+      { metric: 'requests', limit: 100, allocated: 90, available: 10 },
+      { metric: 'tokens', limit: 50, allocated: 0, available: 50 },
+    ]);
+  });
+});
+
+describe('usage', () => {
+  it('topByUsage skips zeros and sorts biggest first', () => {
+    const lv = (id: string, used: number) => ({ id, used, limits: [] });
+    expect(topByUsage([lv('a', 1), lv('b', 0), lv('c', 5), lv('d', 5)], 2).map((l) => l.id)).toEqual(['c', 'd']);
+  });
+  describe('dailySeries', () => {
+    const start = new Date('2026-11-01T00:00:00Z');
+    const end = new Date('2026-12-01T00:00:00Z');
+    const now = new Date('2026-11-11T00:00:00Z'); // 10 days in, the start of day index 10
+    it('is empty without history: nothing is made up', () => {
+      expect(dailySeries([], start, end, now)).toEqual({ actual: [], projected: [], days: 30 });
+    });
+    it('plots each day at its end, carries gaps forward and projects from the last real point', () => {
+      const s = dailySeries([{ day: '2026-11-03', used: 40 }, { day: '2026-11-01', used: 10 }, { day: '2026-11-04', used: 50 }], start, end, now);
+      expect(s.days).toBe(30);
+      // Day 1 (index 0) ends at x=1 with 10; nothing on day 2, so 10 until day 3 begins (x=2);
+      // then 40 and 50 at the ends of days 3 and 4; no change since, so flat to now (x=10).
+      expect(s.actual).toEqual([[0, 0], [1, 10], [2, 10], [3, 40], [4, 50], [10, 50]]);
+      // 50 in a third of the period: 150 at its end.
+      expect(s.projected).toEqual([[10, 50], [30, 150]]);
+    });
+    it('starts flat at 0 until the first recorded day, and puts today at now', () => {
+      const noon = new Date('2026-11-11T12:00:00Z');
+      const s = dailySeries([{ day: '2026-11-06', used: 20 }, { day: '2026-11-11', used: 105 }], start, end, noon);
+      expect(s.actual).toEqual([[0, 0], [5, 0], [6, 20], [10, 20], [10.5, 105]]);
+      expect(s.projected).toEqual([[10.5, 105], [30, 300]]);
+    });
+    it('ends a finished period on its last day, without a projection', () => {
+      const s = dailySeries([{ day: '2026-11-02', used: 7 }, { day: '2026-11-30', used: 90 }], start, end, new Date('2026-12-05T00:00:00Z'));
+      expect(s.actual).toEqual([[0, 0], [1, 0], [2, 7], [29, 7], [30, 90]]);
+      expect(s.projected).toEqual([]);
+    });
+    it('ignores days outside the period', () => {
+      expect(dailySeries([{ day: '2026-10-31', used: 5 }], start, end, now).actual).toEqual([]);
+    });
+  });
+});
+
+describe('periods and times', () => {
+  it('periodOf is in UTC', () => expect(periodOf(new Date('2026-12-31T23:30:00-02:00'))).toBe('2027-01'));
+  it('recentPeriods crosses years', () => expect(recentPeriods(new Date('2026-02-10T00:00:00Z'), 3)).toEqual(['2026-02', '2026-01', '2025-12']));
+  it('formatTime', () => {
+    expect(formatTime('2026-11-21T14:05:09Z')).toBe('2026-11-21 14:05 UTC');
+    expect(formatTime(null)).toBe('—');
+  });
+});
+
+describe('ApiError', () => {
+  it('finds the message of a field and falls back to the detail', () => {
+    const e = new ApiError(422, 'team "ml": does not fit', [{ field: 'limits[0].limit', message: 'it has 100, 90 is allocated' }]);
+    expect(e.fieldMessage('limits[0].limit')).toBe('it has 100, 90 is allocated');
+    expect(e.fieldMessage('name')).toBeUndefined();
+  });
+});

@@ -1,0 +1,197 @@
+// Pure UI logic: formatting, limit forms and allocation arithmetic. Tested with Vitest.
+import type { DailyUsage, Limit, Team, UsageLevel, Window } from './api';
+
+const nf = new Intl.NumberFormat('en-US');
+
+/** formatNumber writes an integer with thousands separators: 1234567 -> "1,234,567". */
+export function formatNumber(n: number): string {
+  return nf.format(n);
+}
+
+/** compact writes a number short for charts and tight cells: 1200 -> "1.2k", 5000000 -> "5M". */
+export function compact(n: number): string {
+  const abs = Math.abs(n);
+  const units: [number, string][] = [[1e12, 'T'], [1e9, 'B'], [1e6, 'M'], [1e3, 'k']];
+  for (const [size, suffix] of units) {
+    if (abs >= size) {
+      const v = n / size;
+      return `${Number(v.toFixed(Math.abs(v) < 10 ? 1 : 0))}${suffix}`;
+    }
+  }
+  return String(n);
+}
+
+/** ratio is used / limit, 1 for anything used of a zero limit. */
+export function ratio(used: number, limit: number): number {
+  if (limit <= 0) return used > 0 ? 1 : 0;
+  return used / limit;
+}
+
+/** percent writes used of limit as a whole percentage: "42%". */
+export function percent(used: number, limit: number): string {
+  const r = ratio(used, limit) * 100;
+  if (r > 0 && r < 1) return '<1%';
+  return `${Math.floor(r)}%`;
+}
+
+export type Level = 'ok' | 'warn' | 'over';
+/** level colours a usage bar: warn from 80 %, over at 100 %. */
+export function level(used: number, limit: number): Level {
+  const r = ratio(used, limit);
+  if (r >= 1) return 'over';
+  if (r >= 0.8) return 'warn';
+  return 'ok';
+}
+
+export function windowLabel(w: Window): string {
+  return w === 'month' ? 'per month (billing period)' : `per ${w}`;
+}
+
+const WINDOW_ORDER: Record<Window, number> = { second: 0, minute: 1, hour: 2, day: 3, month: 4 };
+
+/** sortLimits orders limits by metric, then from the shortest window to month. */
+export function sortLimits(ls: Limit[]): Limit[] {
+  return [...ls].sort((a, b) => a.metric.localeCompare(b.metric) || WINDOW_ORDER[a.window] - WINDOW_ORDER[b.window]);
+}
+
+export interface Parsed { value?: number; error?: string }
+
+/**
+ * parseLimit reads what someone typed into a limit field: a whole number >= 0, with
+ * optional separators ("1,000", "1 000", "1_000") and a k/M/B suffix ("60k", "1.5M").
+ */
+export function parseLimit(input: string): Parsed {
+  const s = input.trim().replace(/[,_\s]/g, '');
+  if (s === '') return { error: 'Enter a limit.' };
+  const m = /^(\d+(?:\.\d+)?)([kKmMbB]?)$/.exec(s);
+  if (!m) return { error: 'A limit is a whole number of 0 or more, like 5000 or 60k.' };
+  const mult = { '': 1, k: 1e3, m: 1e6, b: 1e9 }[m[2].toLowerCase() as '' | 'k' | 'm' | 'b'];
+  const v = Number(m[1]) * mult;
+  if (!Number.isInteger(v)) return { error: 'A limit is a whole number.' };
+  if (v > Number.MAX_SAFE_INTEGER) return { error: 'That limit is too large.' };
+  return { value: v };
+}
+
+const ID_RE = /^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$/;
+/** idError tells what is wrong with an id, or undefined when it is valid. */
+export function idError(id: string): string | undefined {
+  if (id === '') return 'Enter an id.';
+  if (!ID_RE.test(id)) return 'Use letters, digits and . _ : @ - (starting with a letter or digit), at most 128 characters.';
+  return undefined;
+}
+
+/** setLimit returns limits with metric/window set to value, or removed when value is null. */
+export function setLimit(ls: Limit[], metric: string, window: Window, value: number | null): Limit[] {
+  const rest = ls.filter((l) => !(l.metric === metric && l.window === window));
+  if (value === null) return rest;
+  const i = ls.findIndex((l) => l.metric === metric && l.window === window);
+  const next = { metric, window, limit: value };
+  if (i < 0) return [...rest, next];
+  const out = [...ls];
+  out[i] = next;
+  return out;
+}
+
+/** limitField is the API's name of a limit's field in a request body ("limits[2].limit"). */
+export function limitField(list: 'limits' | 'user_limits', ls: Limit[], metric: string, window: Window): string {
+  const i = ls.findIndex((l) => l.metric === metric && l.window === window);
+  return `${list}[${i}].limit`;
+}
+
+export interface Remainder { metric: string; limit: number; allocated: number; available: number }
+
+/**
+ * remainder is, per metric with a month limit on the org, what the teams' month
+ * allocations leave unallocated (negative when the org oversubscribes).
+ */
+export function remainder(orgLimits: Limit[], teams: Pick<Team, 'limits'>[]): Remainder[] {
+  return orgLimits
+    .filter((l) => l.window === 'month')
+    .map((l) => {
+      const allocated = teams.reduce((sum, t) => sum + (t.limits.find((x) => x.metric === l.metric && x.window === 'month')?.limit ?? 0), 0);
+      return { metric: l.metric, limit: l.limit, allocated, available: l.limit - allocated };
+    });
+}
+
+/** topByUsage returns the n levels that used the most, biggest first, skipping zeros. */
+export function topByUsage(levels: UsageLevel[], n: number): UsageLevel[] {
+  return levels.filter((l) => l.used > 0).sort((a, b) => b.used - a.used || a.id.localeCompare(b.id)).slice(0, n);
+}
+
+/** periodOf names the billing period (YYYY-MM) that contains d, in UTC. */
+export function periodOf(d: Date): string {
+  return `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
+}
+
+/** recentPeriods lists the n periods up to and including the one of now, newest first. */
+export function recentPeriods(now: Date, n: number): string[] {
+  const out: string[] = [];
+  let y = now.getUTCFullYear();
+  let m = now.getUTCMonth();
+  for (let i = 0; i < n; i++) {
+    out.push(`${y}-${String(m + 1).padStart(2, '0')}`);
+    m--;
+    if (m < 0) { m = 11; y--; }
+  }
+  return out;
+}
+
+/** periodFraction is how much of [start, end) has passed at now, from 0 to 1. */
+export function periodFraction(start: Date, end: Date, now: Date): number {
+  const total = end.getTime() - start.getTime();
+  if (total <= 0) return 1;
+  return Math.min(1, Math.max(0, (now.getTime() - start.getTime()) / total));
+}
+
+export type Point = [number, number];
+
+/**
+ * dailySeries turns the usage API's daily history of a metric (the org's cumulative
+ * usage at the end of each UTC day with a recorded change) into chart points, x being
+ * days since the period's start:
+ * - actual: 0 at the start, then each recorded day at its end (x = day index + 1; a
+ *   point later than now, i.e. today's, at now). A day without a point saw no change,
+ *   so gaps carry the previous value forward, and in a running period the line goes on
+ *   flat to now.
+ * - projected: from the last real point (now) to the period's end at the average daily
+ *   pace so far; empty once the period is over or before anything was used.
+ * actual is empty when there is no history at all.
+ */
+export function dailySeries(daily: DailyUsage[], start: Date, end: Date, now: Date): { actual: Point[]; projected: Point[]; days: number } {
+  const dayMs = 86400e3;
+  const days = Math.round((end.getTime() - start.getTime()) / dayMs);
+  const f = periodFraction(start, end, now);
+  const nowX = round1(f * days);
+  if (daily.length === 0) return { actual: [], projected: [], days };
+  const actual: Point[] = [[0, 0]];
+  let prevIdx = -1;
+  let prev = 0;
+  for (const d of [...daily].sort((a, b) => a.day.localeCompare(b.day))) {
+    const idx = Math.round((Date.parse(`${d.day}T00:00:00Z`) - start.getTime()) / dayMs);
+    if (idx < 0 || idx >= days) continue;
+    if (idx > prevIdx + 1 && idx > 0) actual.push([Math.min(idx, nowX), prev]); // no change until that day began
+    const x = Math.min(idx + 1, nowX);
+    const last = actual[actual.length - 1];
+    if (last[0] === x) last[1] = Math.max(last[1], d.used);
+    else actual.push([x, d.used]);
+    prevIdx = idx;
+    prev = Math.max(prev, d.used);
+  }
+  if (actual.length === 1) return { actual: [], projected: [], days };
+  const [lastX, lastY] = actual[actual.length - 1];
+  if (f < 1 && lastX < nowX) actual.push([nowX, lastY]);
+  const projected: Point[] = f > 0 && f < 1 && lastY > 0 ? [[nowX, lastY], [days, Math.round(lastY / f)]] : [];
+  return { actual, projected, days };
+}
+
+function round1(x: number): number {
+  return Math.round(x * 10) / 10;
+}
+
+/** formatTime writes an instant for tables: "2026-11-21 14:05 UTC". */
+export function formatTime(iso: string | null | undefined): string {
+  if (!iso) return '—';
+  const d = new Date(iso);
+  if (Number.isNaN(d.getTime())) return '—';
+  return `${d.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+}

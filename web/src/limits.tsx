@@ -1,0 +1,125 @@
+// The limits editor: a team's or user's limits with inline edits, and the 422 of an
+// allocation rule shown next to the field it is about.
+import { useState } from 'preact/hooks';
+import { ApiError, WINDOWS, type Limit, type Window } from './api';
+import { formatNumber, limitField, parseLimit, setLimit, sortLimits } from './format';
+
+type ListName = 'limits' | 'user_limits';
+
+/** errorFor picks the API's message about field, or its detail for anything else. */
+export function errorFor(e: unknown, field: string): string {
+  if (e instanceof ApiError) return e.fieldMessage(field) ?? e.message;
+  return e instanceof Error ? e.message : String(e);
+}
+
+export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave }: {
+  label: string; idPrefix: string; list: ListName; limits: Limit[]; canEdit: boolean;
+  onSave: (next: Limit[]) => Promise<void>;
+}) {
+  const [editing, setEditing] = useState<string | null>(null); // "metric/window"
+  const [adding, setAdding] = useState(false);
+  const sorted = sortLimits(limits);
+  return (
+    <div class="limits">
+      <table>
+        <caption>{label}</caption>
+        <thead><tr><th scope="col">Metric</th><th scope="col">Window</th><th scope="col">Limit</th>{canEdit && <th scope="col"><span class="sr-only">Actions</span></th>}</tr></thead>
+        <tbody>
+          {sorted.length === 0 && <tr><td colSpan={canEdit ? 4 : 3} class="muted">No limits: {list === 'user_limits' ? 'users get no default allocation' : 'only the levels above apply'}.</td></tr>}
+          {sorted.map((l) => {
+            const key = `${l.metric}/${l.window}`;
+            return editing === key
+              ? <EditRow key={key} idPrefix={idPrefix} list={list} limits={limits} l={l} onSave={onSave} onDone={() => setEditing(null)} />
+              : (
+                <tr key={key}>
+                  <td>{l.metric}</td><td>{l.window}</td>
+                  <td class="num">{canEdit
+                    ? <button type="button" class="inline-edit" aria-label={`Edit ${l.metric} per ${l.window} limit of ${label}`} onClick={() => setEditing(key)}>{formatNumber(l.limit)}</button>
+                    : formatNumber(l.limit)}</td>
+                  {canEdit && <td class="row-actions"><RemoveLimit label={label} l={l} limits={limits} onSave={onSave} /></td>}
+                </tr>
+              );
+          })}
+        </tbody>
+      </table>
+      {canEdit && (adding
+        ? <AddLimit idPrefix={idPrefix} list={list} limits={limits} onSave={onSave} onDone={() => setAdding(false)} />
+        : <button type="button" class="link" onClick={() => setAdding(true)}>+ Add a limit to {label.toLowerCase()}</button>)}
+    </div>
+  );
+}
+
+function EditRow({ idPrefix, list, limits, l, onSave, onDone }: {
+  idPrefix: string; list: ListName; limits: Limit[]; l: Limit; onSave: (next: Limit[]) => Promise<void>; onDone: () => void;
+}) {
+  const [value, setValue] = useState(String(l.limit));
+  const [error, setError] = useState<string>();
+  const [busy, setBusy] = useState(false);
+  const id = `${idPrefix}-${list}-${l.metric}-${l.window}`;
+  const save = async () => {
+    const p = parseLimit(value);
+    if (p.error) { setError(p.error); return; }
+    const next = setLimit(limits, l.metric, l.window, p.value!);
+    setBusy(true);
+    try { await onSave(next); onDone(); } catch (e) { setError(errorFor(e, limitField(list, next, l.metric, l.window))); setBusy(false); }
+  };
+  return (
+    <tr class="editing">
+      <td>{l.metric}</td><td>{l.window}</td>
+      <td colSpan={2}>
+        <form class="inline-form" onSubmit={(e) => { e.preventDefault(); void save(); }}>
+          <label class="sr-only" for={id}>{`${l.metric} per ${l.window} limit`}</label>
+          <input id={id} name="limit" inputMode="numeric" value={value} autoFocus aria-invalid={error ? 'true' : undefined}
+            aria-describedby={error ? `${id}-error` : undefined}
+            onInput={(e) => { setValue((e.target as HTMLInputElement).value); setError(undefined); }}
+            onKeyDown={(e) => { if (e.key === 'Escape') onDone(); }} />
+          <button type="submit" class="primary" disabled={busy}>Save</button>
+          <button type="button" onClick={onDone}>Cancel</button>
+          {error && <p id={`${id}-error`} class="field-error" role="alert">{error}</p>}
+        </form>
+      </td>
+    </tr>
+  );
+}
+
+function RemoveLimit({ label, l, limits, onSave }: { label: string; l: Limit; limits: Limit[]; onSave: (next: Limit[]) => Promise<void> }) {
+  const [error, setError] = useState<string>();
+  return (
+    <>
+      <button type="button" class="icon" aria-label={`Remove the ${l.metric} per ${l.window} limit of ${label}`}
+        onClick={async () => { try { await onSave(setLimit(limits, l.metric, l.window, null)); } catch (e) { setError(errorFor(e, '')); } }}>✕</button>
+      {error && <p class="field-error" role="alert">{error}</p>}
+    </>
+  );
+}
+
+function AddLimit({ idPrefix, list, limits, onSave, onDone }: {
+  idPrefix: string; list: ListName; limits: Limit[]; onSave: (next: Limit[]) => Promise<void>; onDone: () => void;
+}) {
+  const [metric, setMetric] = useState('requests');
+  const [window, setWindow] = useState<Window>('month');
+  const [value, setValue] = useState('');
+  const [error, setError] = useState<string>();
+  const id = `${idPrefix}-${list}-new`;
+  return (
+    <form class="add-limit" onSubmit={async (e) => {
+      e.preventDefault();
+      const p = parseLimit(value);
+      if (!metric.trim()) { setError('Enter a metric.'); return; }
+      if (p.error) { setError(p.error); return; }
+      const next = setLimit(limits, metric.trim(), window, p.value!);
+      try { await onSave(next); onDone(); } catch (err) { setError(errorFor(err, limitField(list, next, metric.trim(), window))); }
+    }}>
+      <label>Metric <input name="metric" value={metric} onInput={(e) => setMetric((e.target as HTMLInputElement).value)} /></label>
+      <label>Window <select name="window" value={window} onChange={(e) => setWindow((e.target as HTMLSelectElement).value as Window)}>
+        {WINDOWS.map((w) => <option value={w}>{w}</option>)}</select></label>
+      <label for={id}>Limit</label>
+      <input id={id} name="limit" inputMode="numeric" value={value} placeholder="e.g. 5000"
+        aria-invalid={error ? 'true' : undefined} aria-describedby={error ? `${id}-error` : undefined}
+        onInput={(e) => { setValue((e.target as HTMLInputElement).value); setError(undefined); }} />
+      <button type="submit" class="primary">Add</button>
+      <button type="button" onClick={onDone}>Cancel</button>
+      {error && <p id={`${id}-error`} class="field-error" role="alert">{error}</p>}
+    </form>
+  );
+}

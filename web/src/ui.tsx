@@ -1,0 +1,121 @@
+// Small shared pieces: states, bars, confirmation, the usage chart.
+import { useEffect, useRef, useState } from 'preact/hooks';
+import type { ComponentChildren } from 'preact';
+import { Chart, LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler } from 'chart.js';
+import { compact, formatNumber, level, percent, ratio } from './format';
+
+Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
+
+export function Loading({ what }: { what: string }) {
+  return <p class="state loading" role="status" aria-live="polite">Loading {what}…</p>;
+}
+
+export function ErrorState({ error, retry }: { error: unknown; retry?: () => void }) {
+  const msg = error instanceof Error ? error.message : String(error);
+  return (
+    <div class="state error" role="alert">
+      <p>{msg}</p>
+      {retry && <button type="button" onClick={retry}>Try again</button>}
+    </div>
+  );
+}
+
+export function Empty({ children }: { children: ComponentChildren }) {
+  return <p class="state empty">{children}</p>;
+}
+
+/** useLoad runs load when deps change and tracks its state. */
+export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data?: T; error?: unknown; loading: boolean; reload: () => void } {
+  const [state, setState] = useState<{ data?: T; error?: unknown; loading: boolean }>({ loading: true });
+  const [n, setN] = useState(0);
+  useEffect(() => {
+    let live = true;
+    setState((s) => ({ ...s, loading: true }));
+    load().then((data) => live && setState({ data, loading: false }), (error) => live && setState({ error, loading: false }));
+    return () => { live = false; };
+  }, [...deps, n]);
+  return { ...state, reload: () => setN((x) => x + 1) };
+}
+
+export function UsageBar({ label, used, limit }: { label: string; used: number; limit: number }) {
+  const lv = level(used, limit);
+  return (
+    <div class="usage-bar" data-level={lv}>
+      <div class="usage-bar-label">
+        <span>{label}</span>
+        <span><strong>{formatNumber(used)}</strong> of {formatNumber(limit)} ({percent(used, limit)})</span>
+      </div>
+      <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(used, limit)}
+        aria-valuetext={`${formatNumber(used)} of ${formatNumber(limit)}`}>
+        <div class="bar-fill" style={{ width: `${Math.min(100, ratio(used, limit) * 100)}%` }} />
+      </div>
+    </div>
+  );
+}
+
+/** Confirm asks before an action in a modal dialog; Escape or Cancel closes it. */
+export function Confirm({ title, body, confirmLabel, danger, onConfirm, onClose }: {
+  title: string; body: ComponentChildren; confirmLabel: string; danger?: boolean; onConfirm: () => Promise<void> | void; onClose: () => void;
+}) {
+  const ref = useRef<HTMLDialogElement>(null);
+  const [busy, setBusy] = useState(false);
+  const [error, setError] = useState<unknown>();
+  useEffect(() => {
+    const d = ref.current;
+    if (d && !d.open) d.showModal();
+    return () => { if (d?.open) d.close(); };
+  }, []);
+  return (
+    <dialog ref={ref} class="confirm" aria-labelledby="confirm-title" onCancel={(e) => { e.preventDefault(); onClose(); }}>
+      <h2 id="confirm-title">{title}</h2>
+      <div>{body}</div>
+      {error !== undefined && <ErrorState error={error} />}
+      <div class="actions">
+        <button type="button" onClick={onClose}>Cancel</button>
+        <button type="button" class={danger ? 'danger' : 'primary'} disabled={busy} onClick={async () => {
+          setBusy(true);
+          try { await onConfirm(); onClose(); } catch (e) { setError(e); setBusy(false); }
+        }}>{confirmLabel}</button>
+      </div>
+    </dialog>
+  );
+}
+
+/**
+ * PaceChart draws a period's recorded cumulative usage (dailySeries), its dashed
+ * projection at the pace so far, and the month limit when usage comes near it.
+ */
+export function PaceChart({ metric, actual, projected, limit, days }: {
+  metric: string; actual: [number, number][]; projected: [number, number][]; limit?: number; days: number;
+}) {
+  const ref = useRef<HTMLCanvasElement>(null);
+  useEffect(() => {
+    if (!ref.current) return;
+    const pts = (p: [number, number][]) => p.map(([x, y]) => ({ x, y }));
+    const datasets = [
+      { label: `${metric} used (end of each day)`, data: pts(actual), borderColor: '#2563eb', backgroundColor: 'rgba(37,99,235,.12)', fill: true, tension: 0 },
+      { label: 'projection at this pace', data: pts(projected), borderColor: '#64748b', borderDash: [6, 4], pointRadius: 0, fill: false },
+    ];
+    // The limit line only where usage comes near it; otherwise it flattens the usage to nothing.
+    const peak = Math.max(...actual.map(([, y]) => y), ...projected.map(([, y]) => y));
+    if (limit !== undefined && peak >= limit / 4) datasets.push({ label: 'month limit', data: pts([[0, limit], [days, limit]]), borderColor: '#dc2626', borderDash: [2, 3], pointRadius: 0, fill: false } as never);
+    const chart = new Chart(ref.current, {
+      type: 'line',
+      data: { datasets },
+      options: {
+        animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
+        scales: {
+          x: { type: 'linear', min: 0, max: days, title: { display: true, text: 'day of the period' } },
+          y: { beginAtZero: true, ticks: { callback: (v) => compact(Number(v)) } },
+        },
+        plugins: { legend: { position: 'bottom' } },
+      },
+    });
+    return () => chart.destroy();
+  }, [metric, JSON.stringify(actual), JSON.stringify(projected), limit, days]);
+  return (
+    <div class="chart" role="img" aria-label={`${metric}: ${formatNumber(actual[actual.length - 1]?.[1] ?? 0)} used so far this period`}>
+      <canvas ref={ref} />
+    </div>
+  );
+}
