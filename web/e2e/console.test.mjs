@@ -393,11 +393,22 @@ describe('web console', { concurrency: false }, () => {
       await page.keyboard.press('Tab');
       await page.keyboard.press('Tab');
       assert.equal(await page.evaluate(() => document.activeElement.textContent), 'Allocation');
+      // Hold the allocation page's user lists until after signing out: a load answered
+      // once the session has ended must not surface as a 401 error (it did, in CI).
+      const held = [];
+      await page.route('**/users?**', (route) => { held.push(route); });
       await page.keyboard.press('Enter');
       await page.getByRole('heading', { name: 'Allocation' }).waitFor();
+      for (let i = 0; held.length === 0; i++) {
+        assert.ok(i < 100, 'no user list started loading');
+        await page.waitForTimeout(50);
+      }
       await page.getByRole('button', { name: 'Sign out' }).focus();
       await page.keyboard.press('Enter');
       await page.getByRole('heading', { name: 'Sign in to Quotaplane' }).waitFor();
+      await Promise.all(held.map((r) => r.continue().catch(() => {}))); // cancelled ones throw
+      await page.unroute('**/users?**');
+      await page.waitForTimeout(300); // give a late answer the time to log its error
       assert.equal(await page.evaluate(async () => (await fetch('/console/api/session')).status), 204);
       assert.equal((await ctx.cookies()).filter((c) => c.name === 'qp_session').length, 0);
       await page.reload();

@@ -55,18 +55,39 @@ export function setCSRFToken(t: string) { csrfToken = t; }
 let onSessionEnded: () => void = () => {};
 export function setOnSessionEnded(fn: () => void) { onSessionEnded = fn; }
 
+/** Requests still waiting for an answer; signing out cancels them. */
+const inFlight = new Set<AbortController>();
+
+/**
+ * cancelPending aborts every request still waiting for an answer. Signing out calls it
+ * first: a page's load that is answered after the session ended would otherwise come
+ * back 401, and the browser logs every 401 as an error. A cancelled request's promise
+ * never settles, so no page shows an error for it while the console unmounts.
+ */
+export function cancelPending() {
+  for (const c of inFlight) c.abort();
+  inFlight.clear();
+}
+
 export async function request<T>(method: string, path: string, body?: unknown): Promise<T> {
   const headers: Record<string, string> = { Accept: 'application/json' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (method !== 'GET' && method !== 'HEAD') headers['X-CSRF-Token'] = csrfToken;
+  const ctl = new AbortController();
+  inFlight.add(ctl);
   let res: Response;
+  let text: string;
   try {
-    res = await fetch(path, { method, headers, credentials: 'same-origin', body: body === undefined ? undefined : JSON.stringify(body) });
+    res = await fetch(path, { method, headers, credentials: 'same-origin', signal: ctl.signal, body: body === undefined ? undefined : JSON.stringify(body) });
+    text = res.status === 204 ? '' : await res.text();
   } catch {
+    if (ctl.signal.aborted) return new Promise<T>(() => {});
     throw new ApiError(0, 'The server cannot be reached. Check your connection and try again.');
+  } finally {
+    inFlight.delete(ctl);
   }
+  if (ctl.signal.aborted) return new Promise<T>(() => {});
   if (res.status === 204) return undefined as T;
-  const text = await res.text();
   let data: unknown = undefined;
   try { data = text ? JSON.parse(text) : undefined; } catch { /* not JSON */ }
   if (!res.ok) {
@@ -83,7 +104,7 @@ const e = encodeURIComponent;
 export const api = {
   session: () => request<Session | undefined>('GET', '/console/api/session'), // undefined: not signed in
   signIn: (email: string, password: string) => request<Session>('POST', '/console/api/sign-in', { email, password }),
-  signOut: () => request<void>('POST', '/console/api/sign-out'),
+  signOut: () => { cancelPending(); return request<void>('POST', '/console/api/sign-out'); },
 
   org: (org: string) => request<Org>('GET', o(org)),
   setMode: (org: string, mode: Mode) => request<Org>('PATCH', o(org), { mode }),
