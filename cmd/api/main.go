@@ -91,14 +91,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	// Checks go to the org's dedicated Redis or its plan's pool, each behind a
 	// circuit breaker; engine clients never retry (a retried script after a lost
 	// reply would count a check twice).
-	if cfg.RedisCluster {
-		return errors.New("REDIS_URL: Redis Cluster is not supported for checks yet; use a single redis:// URL")
-	}
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The ledger the worker keeps: it refills a Redis that lost its counters.
 	usage := billing.NewStore(pool)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: cfg.RedisURL, Pools: cfg.RedisPools,
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
 		Registerer: registry, Engine: quota.Config{Hydrator: usage}})
 	if err != nil {

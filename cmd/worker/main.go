@@ -23,6 +23,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/config"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
+	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/worker"
@@ -58,9 +59,6 @@ func run(ctx context.Context, getenv func(string) string) error {
 	if err := worker.MigrateRiver(startCtx, pool); err != nil {
 		return err
 	}
-	if cfg.RedisCluster {
-		return errors.New("REDIS_URL: Redis Cluster is not supported for usage persistence yet; use a single redis:// URL")
-	}
 	if cfg.WebhookSecret == "" {
 		log.Warn("QUOTA_WEBHOOK_SECRET is not set: events are recorded but no webhook is sent")
 	}
@@ -68,7 +66,7 @@ func run(ctx context.Context, getenv func(string) string) error {
 	// Live counters are read where the api counts them: REDIS_URL, the pools of
 	// QUOTA_REDIS_POOLS, or an org's dedicated Redis; engine clients never retry.
 	id := worker.DefaultID()
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: cfg.RedisURL, Pools: cfg.RedisPools,
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		RedisTimeout: 5 * time.Second}) // reads, not the check path: no short timeouts
 	if err != nil {
 		return err

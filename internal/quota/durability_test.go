@@ -177,6 +177,12 @@ func TestDrainDirty(t *testing.T) {
 		if diff := cmp.Diff(s.want, got); diff != "" {
 			t.Errorf("%s (-want +got):\n%s", s.name, diff)
 		}
+		// The set outlives every drain, with its TTL, so the org's keys are all present
+		// or all absent: a cluster slot migration never finds them split.
+		dirty := r.prefix + ":{" + org + "}|d|" + per
+		if n, ttl := r.raw.Exists(ctx, dirty).Val(), r.raw.TTL(ctx, dirty).Val(); n != 1 || ttl <= 0 {
+			t.Errorf("%s: dirty set exists=%d ttl=%v, want kept with its TTL", s.name, n, ttl)
+		}
 	}
 	if _, err := r.e.DrainDirty(ctx, org, "2026-13"); !errors.Is(err, quota.ErrInvalid) {
 		t.Errorf("DrainDirty with a bad period = %v, want ErrInvalid", err)

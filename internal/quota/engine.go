@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +73,13 @@ type Config struct {
 	// OnPipeline, when set, is told the size and round-trip time of every pipeline the
 	// engine sends (metrics). It runs on the sending goroutine and must not block.
 	OnPipeline func(size int, rtt time.Duration)
+	// RetryBudget bounds how long, on a Redis Cluster, a check that Redis refused
+	// without running it (a redirect, a failover in progress) is sent again before it
+	// fails with ErrUnavailable (default 300 ms). See cluster.go.
+	RetryBudget time.Duration
+	// OnResend, when set, is told the reason (the Redis error's first word, or "dial")
+	// of every such re-send (metrics). It must not block.
+	OnResend func(reason string)
 }
 
 func (c *Config) setDefaults() error {
@@ -101,6 +109,9 @@ func (c *Config) setDefaults() error {
 	if c.ClockSync <= 0 {
 		c.ClockSync = 30 * time.Second
 	}
+	if c.RetryBudget <= 0 {
+		c.RetryBudget = 300 * time.Millisecond
+	}
 	return nil
 }
 
@@ -108,6 +119,7 @@ func (c *Config) setDefaults() error {
 // Redis). It is safe for concurrent use; Close stops it.
 type Engine struct {
 	rdb     redis.UniversalClient
+	cluster *redis.ClusterClient // rdb on a Redis Cluster, else nil
 	cfg     Config
 	idemTTL int64 // seconds
 
@@ -207,6 +219,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 		stopped: make(chan struct{}),
 	}
 	e.ttlArg = e.idemTTL
+	e.cluster, _ = rdb.(*redis.ClusterClient)
 	e.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = e.syncClock(ctx) // failure is retried by clockLoop
@@ -277,6 +290,7 @@ type call struct {
 	reply  string  // a string reply: "H", a replay, or a decision stored for replays
 	vals   []any   // an array reply: a decision without an idempotency key
 	err    error
+	ask    string // a cluster node to send the check to with ASKING (see cluster.go)
 	done   chan struct{}
 }
 
@@ -284,7 +298,7 @@ func (e *Engine) getCall() *call { return e.calls.Get().(*call) }
 
 func (e *Engine) putCall(c *call) {
 	clear(c.args)
-	c.args, c.ctx, c.reply, c.vals, c.err, c.org, c.req = c.args[:0], nil, "", nil, nil, "", Request{}
+	c.args, c.ctx, c.reply, c.vals, c.err, c.org, c.req, c.ask = c.args[:0], nil, "", nil, nil, "", Request{}, ""
 	e.calls.Put(c)
 }
 
@@ -396,11 +410,23 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	}
 	c := e.getCall()
 	e.build(c, &req, e.Now())
-	for attempt := 0; ; attempt++ {
-		if err := e.submit(ctx, c); err != nil {
+	start := time.Now()
+	hydrated := false
+	for tries := 0; ; {
+		if c.ask != "" {
+			e.sendAsking(ctx, c)
+		} else if err := e.submit(ctx, c); err != nil {
 			return Result{}, err // c may still be owned by the loop: not recycled
 		}
 		if c.err != nil {
+			if pause, ok := e.retryDelay(c, start, tries); ok {
+				tries++
+				if err := e.sleep(ctx, pause); err != nil {
+					e.putCall(c)
+					return Result{}, err
+				}
+				continue
+			}
 			err := c.err
 			e.putCall(c)
 			return Result{}, checkError(err)
@@ -410,7 +436,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			e.putCall(c)
 			return res, err
 		}
-		if attempt > 0 {
+		if hydrated {
 			e.putCall(c)
 			return Result{}, fmt.Errorf("check %s: %w: marker still missing after hydration", req.Org, ErrNotHydrated)
 		}
@@ -418,7 +444,21 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			e.putCall(c)
 			return Result{}, err
 		}
+		hydrated = true
 	}
+}
+
+// metricRetry reports a re-sent check to Config.OnResend.
+func (e *Engine) metricRetry(err error) {
+	if e.cfg.OnResend == nil {
+		return
+	}
+	reason := "dial"
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		reason, _, _ = strings.Cut(rerr.Error(), " ")
+	}
+	e.cfg.OnResend(reason)
 }
 
 func checkError(err error) error {
@@ -585,14 +625,37 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 		index = append(index, i)
 	}
 	var p pipeState
-	for attempt := 0; len(calls) > 0; attempt++ {
-		e.exec(ctx, calls, &p)
+	start := time.Now()
+	hydratedOrg := map[string]bool{} // org|period restored once already
+	for tries := 0; len(calls) > 0; {
+		var asks []*call
+		sent := calls[:0:0]
+		for _, c := range calls {
+			if c.ask != "" {
+				asks = append(asks, c)
+			} else {
+				sent = append(sent, c)
+			}
+		}
+		e.exec(ctx, sent, &p)
+		for _, c := range asks {
+			e.sendAsking(ctx, c)
+		}
 		var retryCalls []*call
 		var retryIndex []int
+		var pause time.Duration
+		resend := false
 		hydrated := map[string]error{}
 		for j, c := range calls {
 			i := index[j]
 			if c.err != nil {
+				if d, ok := e.retryDelay(c, start, tries); ok {
+					pause, resend = max(pause, d), true
+					c.err = nil
+					retryCalls = append(retryCalls, c)
+					retryIndex = append(retryIndex, i)
+					continue
+				}
 				errs[i] = checkError(c.err)
 				continue
 			}
@@ -601,7 +664,7 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 				results[i], errs[i] = res, err
 				continue
 			}
-			if attempt > 0 {
+			if hydratedOrg[c.org+"|"+c.period.ID] {
 				errs[i] = fmt.Errorf("check %s: %w: marker still missing after hydration", c.org, ErrNotHydrated)
 				continue
 			}
@@ -618,6 +681,18 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 			c.err, c.reply, c.vals = nil, "", nil
 			retryCalls = append(retryCalls, c)
 			retryIndex = append(retryIndex, i)
+		}
+		for k := range hydrated {
+			hydratedOrg[k] = true
+		}
+		if resend {
+			tries++
+			if err := e.sleep(ctx, pause); err != nil {
+				for _, i := range retryIndex {
+					errs[i] = err
+				}
+				return results, errs
+			}
 		}
 		calls, index = retryCalls, retryIndex
 	}
@@ -647,7 +722,7 @@ func (e *Engine) DrainDirty(ctx context.Context, org, period string) (map[Counte
 		if err := addCounters(out, vals); err != nil {
 			return out, err
 		}
-		if len(vals)/2 < chunk {
+		if len(vals)/2 < chunk-1 { // -1: a chunk may have held the set's keeper member '|'
 			return out, nil
 		}
 	}

@@ -15,6 +15,7 @@ type routerMetrics struct {
 	duration *prometheus.HistogramVec // pool, degraded
 	pipeSize *prometheus.HistogramVec // pool
 	rtt      *prometheus.HistogramVec // pool
+	resends  *prometheus.CounterVec   // pool, reason
 }
 
 func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, error) {
@@ -38,11 +39,15 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 			Help:    "Round-trip time of one pipeline to Redis.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1},
 		}, []string{"pool"}),
+		resends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quotaplane_redis_resends_total",
+			Help: "Checks sent again because a Redis Cluster refused them without running them. reason is the refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, LOADING) or dial.",
+		}, []string{"pool", "reason"}),
 	}
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.checks, m.duration, m.pipeSize, m.rtt, &poolCollector{r: r}} {
+	for _, c := range []prometheus.Collector{m.checks, m.duration, m.pipeSize, m.rtt, m.resends, &poolCollector{r: r}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

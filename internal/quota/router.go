@@ -14,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 )
 
 // ErrOverloaded is returned by the Router when an org already has
@@ -116,7 +118,9 @@ type RouterConfig struct {
 }
 
 // ParsePools parses QUOTA_REDIS_POOLS: comma-separated class=redis-url pairs, e.g.
-// "free=redis://r1:6379/0,pro=redis://r2:6379/0". Blanks around items are ignored;
+// "free=redis://r1:6379/0,pro=redis://r2:6379/0". A pool on a Redis Cluster is a URL
+// with cluster=true and its further seeds as addr parameters, e.g.
+// "pro=redis://c1:7000?cluster=true&addr=c2:7001". Blanks around items are ignored;
 // an empty string is no pools. Every problem is reported, joined, wrapping ErrInvalid;
 // the messages never contain a URL's password.
 func ParsePools(s string) (map[string]string, error) {
@@ -152,7 +156,7 @@ func ParsePools(s string) (map[string]string, error) {
 			bad("pool %q has no redis url", class)
 			continue
 		}
-		if _, err := redis.ParseURL(u); err != nil {
+		if _, err := redisconn.Parse(u, false); err != nil {
 			bad("pool %q: redis url %s: %v", class, redactURL(u), redactError(err, u))
 			continue
 		}
@@ -236,16 +240,43 @@ type backendEntry struct {
 
 func (e *backendEntry) ready() *backend { return e.b.Load() }
 
-// backend is one Redis: its client, engine and breaker.
+// backend is one Redis (a server or a cluster): its client, engine and breakers.
 type backend struct {
 	name     string
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
+	cluster  *redis.ClusterClient // rdb on a cluster, else nil
 	eng      *Engine
-	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
+	breakers BreakerConfig
+	cb       *breaker // the breaker of a single server; of a cluster without a slot map
+	shards   sync.Map // cluster: primary "host:port" -> *breaker
 	inflight atomic.Int64
 }
 
-func (b *backend) state() gobreaker.State { return b.cb.State() }
+// state is the worst state of the backend's breakers: on a cluster, of its current
+// primaries (a breaker of a node that is no longer primary is dropped).
+func (b *backend) state() gobreaker.State {
+	worst := b.cb.State()
+	if b.cluster == nil {
+		return worst
+	}
+	primaries := map[string]bool{}
+	var mu sync.Mutex
+	_ = b.cluster.ForEachMaster(context.Background(), func(_ context.Context, m *redis.Client) error {
+		mu.Lock()
+		primaries[m.Options().Addr] = true
+		mu.Unlock()
+		return nil
+	})
+	b.shards.Range(func(k, v any) bool {
+		if !primaries[k.(string)] {
+			b.shards.Delete(k)
+			return true
+		}
+		worst = max(worst, v.(*breaker).State())
+		return true
+	})
+	return worst
+}
 
 // NewRouter validates cfg and returns a router; no Redis is contacted until the
 // first check for it. Errors wrap ErrInvalid.
@@ -260,6 +291,9 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		cfg.RedisTimeout = 100 * time.Millisecond
 	}
 	cfg.Breaker.setDefaults()
+	if cfg.Engine.RetryBudget <= 0 {
+		cfg.Engine.RetryBudget = 3 * cfg.RedisTimeout
+	}
 	if err := cfg.Engine.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -281,7 +315,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		if !validID(class) || class == DedicatedPool {
 			return nil, fmt.Errorf("%w: quota router: pool class %q is not a valid id or is reserved", ErrInvalid, class)
 		}
-		if _, err := ClientOptions(u); err != nil {
+		if _, err := redisconn.Parse(u, false); err != nil {
 			return nil, fmt.Errorf("%w: quota router: pool %q: redis url %s: %s", ErrInvalid, class, redactURL(u), redactError(err, u))
 		}
 		r.classes[class] = u
@@ -289,7 +323,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			urls[u] = append(urls[u], class)
 		}
 	}
-	if _, err := ClientOptions(r.defaultURL); err != nil {
+	if _, err := redisconn.Parse(r.defaultURL, false); err != nil {
 		return nil, fmt.Errorf("%w: quota router: default pool: redis url %s: %s", ErrInvalid, redactURL(r.defaultURL), redactError(err, r.defaultURL))
 	}
 	for u, names := range urls {
@@ -391,16 +425,32 @@ func (r *Router) newBackend(u string) (*backend, error) {
 	if !ok {
 		name = DedicatedPool
 	}
-	opt, err := ClientOptions(u)
+	o, err := redisconn.Parse(u, false)
 	if err != nil {
 		return nil, fmt.Errorf("%w: quota router: %s redis url %s: %s", ErrInvalid, name, redactURL(u), redactError(err, u))
 	}
 	to := r.cfg.RedisTimeout
-	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = to, to, to, to
-	opt.DialerRetries = 1     // one dial attempt per connection: the breaker does the waiting
-	opt.PipelinePoolSize = -1 // pipelines on the main pool: a dead Redis would cost two handshake timeouts otherwise
-	if r.cfg.PoolSize > 0 {
-		opt.PoolSize = r.cfg.PoolSize
+	if opt := o.Single; opt != nil {
+		opt.MaxRetries = -1
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = to, to, to, to
+		opt.DialerRetries = 1     // one dial attempt per connection: the breaker does the waiting
+		opt.PipelinePoolSize = -1 // pipelines on the main pool: a dead Redis would cost two handshake timeouts otherwise
+		if r.cfg.PoolSize > 0 {
+			opt.PoolSize = r.cfg.PoolSize
+		}
+	}
+	if opt := o.Cluster; opt != nil {
+		// The engine re-sends a check only when Redis says it did not run it (a
+		// redirect, a failover in progress, a refused dial); go-redis must not
+		// re-send anything itself.
+		opt.MaxRetries, opt.MaxRedirects = -1, -1
+		opt.ReadOnly, opt.RouteByLatency, opt.RouteRandomly = false, false, false
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = to, to, to, to
+		opt.DialerRetries = 1
+		opt.PipelinePoolSize = -1
+		if r.cfg.PoolSize > 0 {
+			opt.PoolSize = r.cfg.PoolSize
+		}
 	}
 
 	r.mu.Lock()
@@ -408,20 +458,32 @@ func (r *Router) newBackend(u string) (*backend, error) {
 	if r.closed {
 		return nil, ErrClosed
 	}
-	rdb := redis.NewClient(opt)
+	rdb := o.Client()
 	ecfg := r.cfg.Engine
 	size, rtt := r.metrics.pipeSize.WithLabelValues(name), r.metrics.rtt.WithLabelValues(name)
 	ecfg.OnPipeline = func(n int, d time.Duration) {
 		size.Observe(float64(n))
 		rtt.Observe(d.Seconds())
 	}
+	ecfg.OnResend = func(reason string) { r.metrics.resends.WithLabelValues(name, reason).Inc() }
 	eng, err := New(rdb, ecfg)
 	if err != nil {
 		_ = rdb.Close()
 		return nil, err
 	}
-	bc := r.cfg.Breaker
-	cb := gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+	b := &backend{name: name, rdb: rdb, eng: eng, breakers: r.cfg.Breaker}
+	b.cluster, _ = rdb.(*redis.ClusterClient)
+	b.cb = b.newBreaker(name)
+	r.open = append(r.open, b)
+	return b, nil
+}
+
+// breaker is a circuit breaker of one Redis, or of one primary of a cluster.
+type breaker = gobreaker.TwoStepCircuitBreaker[struct{}]
+
+func (b *backend) newBreaker(name string) *breaker {
+	bc := b.breakers
+	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:         name,
 		MaxRequests:  bc.HalfOpenProbes,
 		Interval:     bc.Interval,
@@ -436,9 +498,25 @@ func (r *Router) newBackend(u string) (*backend, error) {
 			return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed)
 		},
 	})
-	b := &backend{name: name, rdb: rdb, eng: eng, cb: cb}
-	r.open = append(r.open, b)
-	return b, nil
+}
+
+// breakerFor returns the breaker guarding org's checks. On a cluster each primary
+// has its own: a dead primary degrades the orgs whose slots it holds, not the
+// others. After a failover the slot's new primary starts with a closed breaker.
+func (b *backend) breakerFor(org string) *breaker {
+	if b.cluster == nil {
+		return b.cb
+	}
+	m, err := b.cluster.MasterForKey(context.Background(), "{"+org+"}")
+	if err != nil {
+		return b.cb // no slot map yet: the whole cluster's breaker
+	}
+	addr := m.Options().Addr
+	if v, ok := b.shards.Load(addr); ok {
+		return v.(*breaker)
+	}
+	v, _ := b.shards.LoadOrStore(addr, b.newBreaker(b.name+"@"+addr))
+	return v.(*breaker)
 }
 
 // isRedisFailure reports whether err says Redis did not answer: only these count
@@ -504,7 +582,7 @@ func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result,
 	b.inflight.Add(1)
 	defer b.inflight.Add(-1)
 
-	done, err := b.cb.Allow()
+	done, err := b.breakerFor(req.Org).Allow()
 	if err != nil {
 		res, err := r.degrade(route, req, b.name, err)
 		out.Degraded = true
@@ -557,10 +635,11 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 
 	type group struct {
 		b     *backend
+		cb    *breaker
 		index []int
 	}
 	var groups []*group
-	byBackend := map[*backend]*group{}
+	byBreaker := map[*breaker]*group{} // one group per Redis, per primary on a cluster
 	var slots []*atomic.Int64
 	defer func() {
 		for _, s := range slots {
@@ -584,10 +663,11 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 			continue
 		}
 		outs[i].Pool = b.name
-		g := byBackend[b]
+		cb := b.breakerFor(reqs[i].Org)
+		g := byBreaker[cb]
 		if g == nil {
-			g = &group{b: b}
-			byBackend[b] = g
+			g = &group{b: b, cb: cb}
+			byBreaker[cb] = g
 			groups = append(groups, g)
 		}
 		g.index = append(g.index, i)
@@ -597,7 +677,7 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 		b := g.b
 		b.inflight.Add(int64(len(g.index)))
 		defer b.inflight.Add(-int64(len(g.index)))
-		done, err := b.cb.Allow()
+		done, err := g.cb.Allow()
 		if err != nil {
 			for _, i := range g.index {
 				outs[i].Degraded = true

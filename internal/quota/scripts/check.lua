@@ -4,7 +4,8 @@
 --         period marker field "|p": without it the counters are not known to be complete
 --         (Redis lost them, or the period just began), so the reply is "H" and nothing is
 --         decided until the engine has hydrated them.
--- KEYS[2] dirty set       <p>:{<org>}|d|<period>  month fields changed since the last drain
+-- KEYS[2] dirty set       <p>:{<org>}|d|<period>  month fields changed since the last drain,
+--         and the member '|', which keeps the set from disappearing when drained
 -- KEYS[3] idempotency     <p>:{<org>}|i|<key>     optional
 -- Sliding-window buckets <p>:{<org>}|w|<seconds>|<bucket> are named from Redis TIME, so
 -- they cannot be declared in KEYS; they share the org's hash tag (same cluster slot).
@@ -141,7 +142,10 @@ if cost > 0 and status ~= 'D' then
   end
   redis.call('HSET', KEYS[1], unpack(hs))
   if created and redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIREAT', KEYS[1], ARGV[4]) end
-  if redis.call('SADD', KEYS[2], unpack(fields)) > 0 and redis.call('TTL', KEYS[2]) == -1 then
+  -- The member '|' is never drained: the set outlives a drain, so the org's keys are
+  -- either all present or all absent and a cluster slot migration never finds them
+  -- split (the importing node answers TRYAGAIN to a script whose keys it lacks).
+  if redis.call('SADD', KEYS[2], '|', unpack(fields)) > 0 and redis.call('TTL', KEYS[2]) == -1 then
     redis.call('EXPIREAT', KEYS[2], ARGV[4])
   end
   for i = 1, nw do
