@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-short generate check-generate lint bench web web-check test-web test-e2e test-cluster
+.PHONY: help run build test test-short generate check-generate lint bench web web-check test-web test-e2e test-cluster fuzz
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -54,3 +54,7 @@ bench: ## benchmark the check engine and /v1/check over HTTP; prints a summary t
 
 test-cluster: ## the Redis Cluster suite: 6 redis-server nodes, 3 api replicas and a worker; a primary killed mid-load
 	QUOTA_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 10m -v -run 'TestCluster' ./internal/clustertest/
+
+FUZZTIME ?= 30s
+fuzz: ## run every Go fuzz target for FUZZTIME each (default 30s) and print execs per target
+	@FUZZTIME=$(FUZZTIME) bash scripts/fuzz.sh

@@ -110,6 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	consoleHandler := console.NewHandler(console.NewSessions(pool, svc, console.Options{}), web.Dist(), log)
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
+		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow,
 		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
 			Counters: billing.RouterCounters(router)}})
 	if err != nil {

@@ -51,6 +51,11 @@ type API struct {
 	// PprofAddr (QUOTA_PPROF_ADDR) serves net/http/pprof on its own listener, which must
 	// be a loopback address; empty (the default) serves no profiles at all.
 	PprofAddr string
+	// AdminRateLimit requests per AdminRateWindow are allowed to each credential on
+	// every /v1 route but the checks (QUOTA_ADMIN_RATE_LIMIT: "20/s", "600/m", "5000/h";
+	// default 50/s; "0" or "off" sets AdminRateLimit to 0, no limit).
+	AdminRateLimit  int
+	AdminRateWindow time.Duration
 }
 
 // Worker configures quotaplane-worker.
@@ -166,12 +171,32 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		WebhookSecret:     r.webhookSecret(),
 		PprofAddr:         r.loopback("QUOTA_PPROF_ADDR"),
 	}
+	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
 	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
 	}
 	c.RedisPools = pools
 	return c, errors.Join(r.errs...)
+}
+
+// rate reads a rate limit "<requests>/<s|m|h>"; "0" or "off" is no limit (0 requests).
+func (r *reader) rate(key string, def int, defWindow time.Duration) (int, time.Duration) {
+	v := strings.ToLower(strings.TrimSpace(r.getenv(key)))
+	switch v {
+	case "":
+		return def, defWindow
+	case "0", "off":
+		return 0, defWindow
+	}
+	num, unit, ok := strings.Cut(v, "/")
+	n, err := strconv.Atoi(strings.TrimSpace(num))
+	window, known := map[string]time.Duration{"s": time.Second, "m": time.Minute, "h": time.Hour}[strings.TrimSpace(unit)]
+	if !ok || err != nil || n < 1 || !known {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want requests per second, minute or hour such as 20/s or 600/m, or off", key, r.getenv(key)))
+		return def, defWindow
+	}
+	return n, window
 }
 
 // loopback reads an optional host:port that must be on a loopback interface: profiles
@@ -208,6 +233,13 @@ func LoadWorker(getenv func(string) string) (Worker, error) {
 	return c, errors.Join(r.errs...)
 }
 
+func rateString(n int, per time.Duration) string {
+	if n <= 0 {
+		return "off"
+	}
+	return strconv.Itoa(n) + "/" + map[time.Duration]string{time.Second: "s", time.Minute: "m", time.Hour: "h"}[per]
+}
+
 func mask(secret string) string {
 	if secret == "" {
 		return "(unset)"
@@ -235,7 +267,8 @@ func (c API) LogValue() slog.Value {
 	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
 		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg),
 		slog.Int("replicas", c.Replicas), slog.Duration("redis_timeout", c.RedisTimeout),
-		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.String("pprof_addr", c.PprofAddr))
+		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.String("pprof_addr", c.PprofAddr),
+		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)))
 }
 
 // LogValue prints the configuration with secrets masked.

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -45,6 +46,10 @@ type Deps struct {
 	Registry   *prometheus.Registry // /metrics; a new one when nil
 	Console    *console.Handler     // serves /console/ and accepts its session cookie; nil disables both
 	Billing    *billing.Service     // usage and billing exports; nil answers 503
+	// AdminRateLimit requests per AdminRateWindow are allowed to each credential on
+	// every /v1 route but the checks; over it, 429. 0 (the zero value) is no limit.
+	AdminRateLimit  int
+	AdminRateWindow time.Duration
 }
 
 // Server implements the generated api.ServerInterface.
@@ -83,7 +88,8 @@ func NewHandler(d Deps) (http.Handler, error) {
 	m := newHTTPMetrics(d.Registry)
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.recoverer, m.middleware, limitBody, s.authenticate, validate)
+	r.Use(middleware.RequestID, s.recoverer, m.middleware, limitBody, s.authenticate,
+		adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
 	})
@@ -316,16 +322,25 @@ func notFoundDetail(err error) string {
 	return "not found"
 }
 
+var errTrailingData = errors.New("trailing data after the JSON object")
+
 // decode reads a JSON body into v, rejecting unknown fields and trailing data. It
 // writes the problem and returns false when the body is unusable.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)
-	if err == nil && dec.More() {
-		err = errors.New("trailing data after the JSON object")
-	}
 	var tooBig *http.MaxBytesError
+	if err == nil {
+		// Only white space may follow. (dec.More() is no test of that: it is false
+		// before a stray ']' or '}', and {"org":"a"}] was accepted.)
+		if _, terr := dec.Token(); terr != io.EOF {
+			err = errTrailingData
+			if errors.As(terr, &tooBig) {
+				err = terr
+			}
+		}
+	}
 	switch {
 	case err == nil:
 		return true

@@ -15,6 +15,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -95,38 +96,65 @@ type client struct {
 }
 
 func (c *client) do(ctx context.Context, method, path, token string, body any, out any) (int, error) {
+	code, _, err := c.doWait(ctx, method, path, token, body, out)
+	return code, err
+}
+
+// doWait is do that also returns a 429's Retry-After (1 s when absent or unusable).
+func (c *client) doWait(ctx context.Context, method, path, token string, body any, out any) (int, time.Duration, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer resp.Body.Close()
+	wait := time.Second
+	if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs >= 0 && secs <= 60 {
+		wait = time.Duration(max(secs, 1)) * time.Second
+	}
 	data, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return resp.StatusCode, err
+		return resp.StatusCode, wait, err
 	}
 	if out != nil && resp.StatusCode < 300 {
 		if err := json.Unmarshal(data, out); err != nil {
-			return resp.StatusCode, fmt.Errorf("%s %s: decode: %w", method, path, err)
+			return resp.StatusCode, wait, fmt.Errorf("%s %s: decode: %w", method, path, err)
 		}
 	}
 	if resp.StatusCode >= 300 && resp.StatusCode != http.StatusConflict {
-		return resp.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
+		return resp.StatusCode, wait, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(data))
 	}
-	return resp.StatusCode, nil
+	return resp.StatusCode, wait, nil
+}
+
+// admin is do for the admin API, which is rate limited per credential
+// (QUOTA_ADMIN_RATE_LIMIT): a 429 is waited out, as its Retry-After says, up to 20
+// times. Checks never go through here: their 429 is a decision.
+func (c *client) admin(ctx context.Context, method, path, token string, body any, out any) (int, error) {
+	for attempt := 0; ; attempt++ {
+		code, wait, err := c.doWait(ctx, method, path, token, body, out)
+		if code != http.StatusTooManyRequests || attempt == 20 {
+			return code, err
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return code, ctx.Err()
+		}
+	}
 }
 
 func newClient(base string, conns int) *client {
@@ -147,7 +175,7 @@ func Provision(ctx context.Context, cfg Config) ([]Org, error) {
 		limits = append(limits, api.Limit{Metric: "requests", Window: api.WindowMinute, Limit: cfg.OrgPerMinute})
 	}
 	plan := cfg.Prefix + "-plan"
-	if _, err := c.do(ctx, "POST", "/v1/plans", cfg.AdminToken, api.PlanCreate{Id: plan, Name: "loadgen",
+	if _, err := c.admin(ctx, "POST", "/v1/plans", cfg.AdminToken, api.PlanCreate{Id: plan, Name: "loadgen",
 		FailMode: api.FailModeClosed, Limits: limits}, nil); err != nil {
 		return nil, err
 	}
@@ -179,21 +207,21 @@ func provisionOrg(ctx context.Context, c *client, cfg Config, plan string, i int
 	// The org oversubscribes (its teams add up to more than it has), so that under
 	// load every level, the org's too, is where some checks stop.
 	over := true
-	if _, err := c.do(ctx, "POST", "/v1/orgs", cfg.AdminToken, api.OrgCreate{Id: o.ID, Name: o.ID, Plan: plan, Oversubscribe: &over}, nil); err != nil {
+	if _, err := c.admin(ctx, "POST", "/v1/orgs", cfg.AdminToken, api.OrgCreate{Id: o.ID, Name: o.ID, Plan: plan, Oversubscribe: &over}, nil); err != nil {
 		return o, err
 	}
 	for t := range cfg.Teams {
 		team := fmt.Sprintf("t%d", t)
 		limits := api.Limits{{Metric: "requests", Window: api.WindowMonth, Limit: cfg.TeamMonth}}
 		users := api.Limits{{Metric: "requests", Window: api.WindowMonth, Limit: cfg.UserMonth}}
-		if _, err := c.do(ctx, "POST", "/v1/orgs/"+o.ID+"/teams", cfg.AdminToken,
+		if _, err := c.admin(ctx, "POST", "/v1/orgs/"+o.ID+"/teams", cfg.AdminToken,
 			api.TeamCreate{Id: team, Name: team, Limits: &limits, UserLimits: &users}, nil); err != nil {
 			return o, err
 		}
 		o.Teams = append(o.Teams, team)
 	}
 	var k api.ApiKeyCreated
-	if _, err := c.do(ctx, "POST", "/v1/orgs/"+o.ID+"/api-keys", cfg.AdminToken,
+	if _, err := c.admin(ctx, "POST", "/v1/orgs/"+o.ID+"/api-keys", cfg.AdminToken,
 		api.ApiKeyCreate{Name: "loadgen", Scopes: []api.Scope{api.ScopeCheck, api.ScopeBilling}}, &k); err != nil {
 		return o, err
 	}
@@ -472,7 +500,7 @@ func verify(ctx context.Context, c *client, cfg *Config, orgs []Org, tl *tally, 
 	checked := 0
 	for _, o := range orgs {
 		var u api.Usage
-		code, err := c.do(ctx, "GET", "/v1/orgs/"+o.ID+"/usage", o.Key, nil, &u)
+		code, err := c.admin(ctx, "GET", "/v1/orgs/"+o.ID+"/usage", o.Key, nil, &u)
 		if code == http.StatusNotImplemented {
 			rep.VerifyNotes = append(rep.VerifyNotes, "the usage API is not available in this build: verified by the answers only")
 			break

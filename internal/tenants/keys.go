@@ -24,29 +24,61 @@ const tokenPrefix = "qpk_"
 var ErrBadToken = errors.New("invalid API key")
 
 func newToken() (id, token string, err error) {
-	idb := make([]byte, 8)
-	secret := make([]byte, 32)
-	if _, err := rand.Read(idb); err != nil {
+	var idb [8]byte
+	var secret [32]byte
+	if _, err := rand.Read(idb[:]); err != nil {
 		return "", "", err
 	}
-	if _, err := rand.Read(secret); err != nil {
+	if _, err := rand.Read(secret[:]); err != nil {
 		return "", "", err
 	}
-	id = hex.EncodeToString(idb)
-	return id, tokenPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(secret), nil
+	id, token = formatToken(idb, secret)
+	return id, token, nil
 }
 
-// parseToken returns the key id of a well-formed token.
+// formatToken is the token of a key id and secret.
+func formatToken(idb [8]byte, secret [32]byte) (id, token string) {
+	id = hex.EncodeToString(idb[:])
+	return id, tokenPrefix + id + "_" + base64.RawURLEncoding.EncodeToString(secret[:])
+}
+
+// tokenChars maps a byte to its value as a digit of the id (lower-case hex: 0..15)
+// and of the secret (base64url: 0..63), or -1.
+var tokenChars = func() (t [256]struct{ hex, b64 int8 }) {
+	for i := range t {
+		t[i].hex, t[i].b64 = -1, -1
+	}
+	for i, c := range "0123456789abcdef" {
+		t[c].hex = int8(i)
+	}
+	for i, c := range "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_" {
+		t[c].b64 = int8(i)
+	}
+	return t
+}()
+
+// parseToken returns the key id of a token that has exactly the shape formatToken
+// makes: qpk_, 16 lower-case hex digits, '_' and 43 base64url digits whose last 2
+// bits are zero (32 bytes encode to 256 of their 258 bits).
 func parseToken(token string) (string, bool) {
 	rest, ok := strings.CutPrefix(token, tokenPrefix)
 	if !ok || len(rest) != 16+1+43 || rest[16] != '_' {
 		return "", false
 	}
-	id := rest[:16]
-	if _, err := hex.DecodeString(id); err != nil {
+	for i := range 16 {
+		if tokenChars[rest[i]].hex < 0 {
+			return "", false
+		}
+	}
+	for i := 17; i < len(rest); i++ {
+		if tokenChars[rest[i]].b64 < 0 {
+			return "", false
+		}
+	}
+	if tokenChars[rest[len(rest)-1]].b64&3 != 0 {
 		return "", false
 	}
-	return id, true
+	return rest[:16], true
 }
 
 // LooksLikeAPIKey reports whether token has the shape of an org API key, so callers

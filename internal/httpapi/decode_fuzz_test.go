@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+)
+
+// referenceDecode is the contract of a request body, by encoding/json alone: exactly
+// one JSON value, unknown fields refused, nothing after it but white space.
+func referenceDecode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if len(bytes.TrimLeft(b[dec.InputOffset():], " \t\r\n")) > 0 {
+		return errTrailingData
+	}
+	return nil
+}
+
+// The check routes' decoders (hand-written fast path, encoding/json fallback) accept
+// exactly the bodies encoding/json accepts, decode them to the same request, and
+// refuse the others with encoding/json's own message.
+func FuzzDecodeCheckBodyLikeEncodingJSON(f *testing.F) {
+	for _, s := range []string{
+		`{"org":"acme","team":"eng","user":"alice","metric":"requests","cost":3,"idempotency_key":"order-12345"}`,
+		`{"org":"acme"}`, ` { "org" : "a" , "cost" : 0 } `, `{"org":"a","cost":-1}`, `{"org":"a","cost":1e3}`,
+		`{"org":"a","org":"b"}`, `{"ORG":"a"}`, `{"org":"a\u0041"}`, `{"org":"a"} x`, `{"org":"a"}]`, `{"org":"a"}}`,
+		`{"org":"a"}{"org":"b"}`, `{"org":"a"} `, `{"org":"a","cost":9223372036854775808}`, `{"org":"a","cost":-0}`,
+		`{"checks":[{"org":"a"},{"org":"b","cost":2}]}`, `{"checks":[]}`, `{"checks":[{"org":"a"}]}]`, `{"checks":null}`,
+		`{"org":null}`, `{"org":"a","cost":01}`, `{"org":"a","extra":1}`, `[]`, `null`, `""`, ``, `{`, "{\"org\":\"\xff\"}",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var got, want api.CheckRequest
+		ok, detail := runDecoder(b, func(w *httptest.ResponseRecorder, r *http.Request) bool { return decodeCheck(w, r, &got) })
+		compare(t, b, ok, detail, referenceDecode(b, &want), got, want)
+
+		var gotBatch, wantBatch api.BatchCheckRequest
+		ok, detail = runDecoder(b, func(w *httptest.ResponseRecorder, r *http.Request) bool { return decodeBatch(w, r, &gotBatch) })
+		compare(t, b, ok, detail, referenceDecode(b, &wantBatch), gotBatch, wantBatch)
+	})
+}
+
+// runDecoder runs dec on a request with body b, capped as limitBody caps it, and
+// returns whether it accepted the body or else the detail of its 400 problem.
+func runDecoder(b []byte, dec func(*httptest.ResponseRecorder, *http.Request) bool) (bool, string) {
+	w := httptest.NewRecorder()
+	r := &http.Request{Method: http.MethodPost, Header: http.Header{}}
+	r.Body = http.MaxBytesReader(w, io.NopCloser(bytes.NewReader(b)), MaxBodyBytes)
+	if dec(w, r) {
+		return true, ""
+	}
+	var p problem
+	_ = json.Unmarshal(w.Body.Bytes(), &p)
+	if w.Code != 400 || p.Status != 400 {
+		return false, "unexpected answer " + w.Body.String()
+	}
+	return false, p.Detail
+}
+
+func compare[T any](t *testing.T, b []byte, ok bool, detail string, refErr error, got, want T) {
+	t.Helper()
+	switch {
+	case ok && refErr != nil:
+		t.Fatalf("%q accepted; encoding/json refuses it: %v", b, refErr)
+	case !ok && refErr == nil:
+		t.Fatalf("%q refused (%s); encoding/json accepts it as %+v", b, detail, want)
+	case ok:
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("%q decodes differently (-encoding/json +server):\n%s", b, diff)
+		}
+	case detail != "request body is not valid: "+refErr.Error():
+		t.Fatalf("%q refused with %q; encoding/json says %q", b, detail, refErr)
+	}
+}

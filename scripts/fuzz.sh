@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Runs every Fuzz target of the module, one after the other, for ${FUZZTIME:-30s} each
+# (go test -fuzz takes one target at a time and uses every core), then prints a
+# summary. Exits non-zero if any target fails. go test saves a failing input under
+# the package's testdata/fuzz/<Target>/: commit it with the fix, and every later
+# go test runs it as a regression case.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+GO=${GO:-go}
+FUZZTIME=${FUZZTIME:-30s}
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# go test -list prints a package's matching names, then "ok <package> <time>".
+if ! $GO test -list '^Fuzz' ./... >"$logs/list" 2>&1; then
+  cat "$logs/list" >&2
+  echo "fuzz: could not list the fuzz targets" >&2
+  exit 1
+fi
+targets=()
+pending=()
+while read -r first second _; do
+  case "$first" in
+    Fuzz*) pending+=("$first") ;;
+    ok)
+      for name in "${pending[@]+"${pending[@]}"}"; do targets+=("$second $name"); done
+      pending=()
+      ;;
+  esac
+done <"$logs/list"
+if [ ${#targets[@]} -eq 0 ]; then
+  echo "fuzz: no fuzz targets found" >&2
+  exit 1
+fi
+
+echo "fuzz: ${#targets[@]} targets, $FUZZTIME each"
+failed=0
+summary=()
+for t in "${targets[@]}"; do
+  pkg=${t% *}
+  name=${t#* }
+  log="$logs/$name.log"
+  echo "--- $name ($pkg)"
+  if $GO test -run '^$' -fuzz "^$name\$" -fuzztime "$FUZZTIME" "$pkg" >"$log" 2>&1; then
+    result=PASS
+  else
+    result=FAIL
+    failed=$((failed + 1))
+    tail -n 40 "$log"
+  fi
+  # The last progress line: "fuzz: elapsed: 30s, execs: 123456 (4100/sec), ...".
+  last=$(grep -E '^fuzz: elapsed: [0-9]+s, execs: [0-9]+' "$log" | tail -n 1)
+  secs=$(sed -E 's/^fuzz: elapsed: ([0-9]+)s.*/\1/' <<<"$last")
+  execs=$(sed -E 's/.*execs: ([0-9]+).*/\1/' <<<"$last")
+  rate=-
+  if [ -n "$last" ] && [ "${secs:-0}" -gt 0 ]; then rate=$((execs / secs)); fi
+  summary+=("$(printf '%-4s  %-48s %12s %10s  %s' "$result" "$name" "${execs:--}" "$rate" "${pkg#github.com/quotaplane/quotaplane/}")")
+done
+
+echo
+printf '%-4s  %-48s %12s %10s  %s\n' "" "target" "execs" "execs/s" "package"
+printf '%s\n' "${summary[@]}"
+if [ "$failed" -gt 0 ]; then
+  echo "fuzz: $failed of ${#targets[@]} targets failed" >&2
+  exit 1
+fi
+echo "fuzz: all ${#targets[@]} targets passed"
