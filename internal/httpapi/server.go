@@ -299,7 +299,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		writeProblem(w, http.StatusConflict, err.Error())
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads the answer.
-	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded), dbConnLost(err):
 		s.log.Error("dependency unavailable", "err", err, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, http.StatusServiceUnavailable, "the database is unavailable; retry shortly")
