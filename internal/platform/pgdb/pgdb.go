@@ -16,14 +16,33 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
+// DefaultConnectTimeout bounds each new connection when DATABASE_URL sets no
+// connect_timeout. Without it a Postgres that hangs (rather than refusing) would hold
+// every request that needs a connection, the tenancy cache's refreshes on the check
+// path included, for as long as the OS keeps trying (minutes).
+const DefaultConnectTimeout = 3 * time.Second
+
+// ParseConfig parses DATABASE_URL into a pool configuration, with
+// DefaultConnectTimeout unless the URL sets connect_timeout.
+func ParseConfig(dbURL string) (*pgxpool.Config, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("parse DATABASE_URL %s: %w", MaskURL(dbURL), err)
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
+	}
+	return cfg, nil
+}
+
 // Open connects to the database at dbURL, creating the database first when the
 // server answers that it does not exist. While the server cannot be reached it
 // retries with backoff until ctx ends, logging each failure with the URL (password
 // masked) so an operator sees at once what is missing.
 func Open(ctx context.Context, dbURL string, log *slog.Logger) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(dbURL)
+	cfg, err := ParseConfig(dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse DATABASE_URL %s: %w", MaskURL(dbURL), err)
+		return nil, err
 	}
 	backoff := 200 * time.Millisecond
 	for {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -91,5 +93,46 @@ func TestMaskURL(t *testing.T) {
 	got := pgdb.MaskURL("postgres://app:s3cret@db:5432/q?sslmode=disable")
 	if got != "postgres://app:xxxxx@db:5432/q?sslmode=disable" {
 		t.Fatalf("MaskURL = %q", got)
+	}
+}
+
+// TestConnectToHungPostgresTimesOut: a server that accepts the connection and never
+// answers (a hung Postgres) used to hold a new connection for as long as the caller's
+// context allowed; with no connect_timeout in the URL it now gives up after
+// DefaultConnectTimeout.
+func TestConnectToHungPostgresTimesOut(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // read nothing, answer nothing
+		}
+	}()
+	url := "postgres://postgres@" + l.Addr().String() + "/x?sslmode=disable"
+	cfg, err := pgdb.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ConnConfig.ConnectTimeout != pgdb.DefaultConnectTimeout {
+		t.Errorf("connect timeout %v, want %v", cfg.ConnConfig.ConnectTimeout, pgdb.DefaultConnectTimeout)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	_, err = pgx.ConnectConfig(ctx, cfg.ConnConfig)
+	took := time.Since(t0)
+	if err == nil || took > pgdb.DefaultConnectTimeout+2*time.Second {
+		t.Errorf("connect to a hung server: %v after %v, want an error after about %v", err, took, pgdb.DefaultConnectTimeout)
+	}
+	if cfg, _ := pgdb.ParseConfig(url + "&connect_timeout=7"); cfg.ConnConfig.ConnectTimeout != 7*time.Second {
+		t.Errorf("connect_timeout=7 gave %v", cfg.ConnConfig.ConnectTimeout)
 	}
 }
