@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-short generate check-generate lint bench web web-check test-web test-e2e test-cluster fuzz
+.PHONY: help run build test test-short generate check-generate lint bench web web-check test-web test-e2e test-cluster fuzz test-faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -14,9 +14,14 @@ build: ## build bin/quotaplane-api and bin/quotaplane-worker
 	$(GO) build -o bin/quotaplane-api ./cmd/api
 	$(GO) build -o bin/quotaplane-worker ./cmd/worker
 
-test: ## run every test: Go under -race against real Postgres and Redis, then the console's (Vitest, Chromium)
-	$(GO) test -race -count=1 -timeout 15m ./...
-	@$(MAKE) --no-print-directory test-web web-check test-e2e
+FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresStoppedFor30s
+
+test: ## run every test: Go under -race against real Postgres and Redis, the fault tests, then the console's (Vitest, Chromium)
+	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
+	@$(MAKE) --no-print-directory test-faults test-web web-check test-e2e
+
+test-faults: ## the fault tests (Redis killed and paused under load, Postgres stopped for 30 s), printing their figures
+	$(GO) test -race -count=1 -timeout 10m -v -run '^($(FAULT_TESTS))$$' ./internal/quota/ ./internal/httpapi/
 
 web/node_modules: web/package-lock.json
 	cd web && npm ci --no-audit --no-fund
