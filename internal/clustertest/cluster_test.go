@@ -351,14 +351,7 @@ func freeClusterPort(t *testing.T) int {
 	return 0
 }
 
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(t *testing.T) string { return fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)) }
 
 // build compiles quotaplane-api and quotaplane-worker from this checkout.
 func build(t *testing.T, dir string) (apiBin, workerBin string) {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -49,7 +48,7 @@ func mustPrivatePostgres(t *testing.T) *privatePostgres {
 		t.Skip("no Postgres server binaries (/usr/lib/postgresql/*/bin/initdb, pg_ctl): this test runs a cluster of its own")
 	}
 	slices.SortFunc(ctls, func(a, b string) int { return versionOf(a) - versionOf(b) })
-	p := &privatePostgres{bin: filepath.Dir(ctls[len(ctls)-1]), port: freeTCPPort(t)}
+	p := &privatePostgres{bin: filepath.Dir(ctls[len(ctls)-1]), port: testenv.FreePort(t)}
 	root, err := os.MkdirTemp("", "qp-pg-")
 	if err != nil {
 		t.Fatal(err)
@@ -83,16 +82,6 @@ func mustPrivatePostgres(t *testing.T) *privatePostgres {
 func versionOf(ctl string) int {
 	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(filepath.Dir(ctl))))
 	return v
-}
-
-func freeTCPPort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func (p *privatePostgres) data() string { return filepath.Join(p.root, "data") }

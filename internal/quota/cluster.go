@@ -61,7 +61,7 @@ func classifyClusterError(err error) clusterRefusal {
 
 // retryDelay decides whether c, which failed with c.err, is sent again (see the
 // comment above). It returns the pause before the next attempt; for an ASK it sets
-// c.ask. tries counts c's previous re-sends; start is when the check began.
+// c.ask. tries counts c's previous re-sends; start is when the first refusal came.
 func (e *Engine) retryDelay(c *call, start time.Time, tries int) (time.Duration, bool) {
 	if e.cluster == nil || c.err == nil {
 		return 0, false
@@ -142,3 +142,16 @@ type askUnknownNode struct{ addr string }
 
 func (a askUnknownNode) Error() string { return "TRYAGAIN ASK to unknown node " + a.addr }
 func (askUnknownNode) RedisError()     {}
+
+// metricRetry reports a re-sent check to Config.OnResend.
+func (e *Engine) metricRetry(err error) {
+	if e.cfg.OnResend == nil {
+		return
+	}
+	reason := "dial"
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		reason, _, _ = strings.Cut(rerr.Error(), " ")
+	}
+	e.cfg.OnResend(reason)
+}

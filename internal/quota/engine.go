@@ -25,7 +25,6 @@ import (
 	"fmt"
 	"hash/maphash"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -410,7 +409,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	}
 	c := e.getCall()
 	e.build(c, &req, e.Now())
-	start := time.Now()
+	var refused time.Time // the first refusal without a run: the retry budget starts there
 	hydrated := false
 	for tries := 0; ; {
 		if c.ask != "" {
@@ -419,7 +418,10 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			return Result{}, err // c may still be owned by the loop: not recycled
 		}
 		if c.err != nil {
-			if pause, ok := e.retryDelay(c, start, tries); ok {
+			if e.cluster != nil && refused.IsZero() {
+				refused = time.Now()
+			}
+			if pause, ok := e.retryDelay(c, refused, tries); ok {
 				tries++
 				if err := e.sleep(ctx, pause); err != nil {
 					e.putCall(c)
@@ -446,19 +448,6 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 		}
 		hydrated = true
 	}
-}
-
-// metricRetry reports a re-sent check to Config.OnResend.
-func (e *Engine) metricRetry(err error) {
-	if e.cfg.OnResend == nil {
-		return
-	}
-	reason := "dial"
-	var rerr redis.Error
-	if errors.As(err, &rerr) {
-		reason, _, _ = strings.Cut(rerr.Error(), " ")
-	}
-	e.cfg.OnResend(reason)
 }
 
 func checkError(err error) error {

@@ -319,19 +319,9 @@ func startRedisServer(tb testing.TB, port int) *exec.Cmd {
 	}
 }
 
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
 func TestRedisRestart(t *testing.T) {
 	t.Parallel()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	srv := startRedisServer(t, port)
 	r := MustRig(t, fmt.Sprintf("redis://127.0.0.1:%d/0", port), quota.Config{})
 	ctx := context.Background()

@@ -32,7 +32,7 @@ type privateRedis struct {
 // killed when the test ends.
 func MustPrivateRedis(tb testing.TB) *privateRedis {
 	tb.Helper()
-	p := &privateRedis{port: freePort(tb)}
+	p := &privateRedis{port: testenv.FreePort(tb)}
 	p.cmd = startRedisServer(tb, p.port)
 	p.raw = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", p.port), MaxRetries: -1})
 	tb.Cleanup(func() { _ = p.raw.Close() })
