@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,10 +13,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/loadgen"
+	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 func main() {
@@ -48,8 +51,12 @@ func run(ctx context.Context, args []string) error {
 	fs.Float64Var(&cfg.HotShare, "hot", 0, "share of traffic sent to one hot org (0..1)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "write an HTML latency chart to this file")
+	resp := fs.Int("resp", 0, "write this many check.lua EVALSHAs, as the engine builds them (org -prefix, 3 levels x month + minute, 1,000 users), in the Redis protocol to stdout for redis-cli --pipe, and exit: Redis's own ceiling for the script")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *resp > 0 {
+		return writeRESP(os.Stdout, *resp, cfg.Prefix)
 	}
 	if cfg.Duration > 10*time.Minute {
 		return errors.New("-duration: at most 10m")
@@ -86,4 +93,41 @@ func run(ctx context.Context, args []string) error {
 		return errors.New("over-admission detected")
 	}
 	return nil
+}
+
+// writeRESP writes n EVALSHAs of check.lua for org in the Redis protocol, built as the
+// engine builds them now, with the limits of make bench's wrk runs (never reached):
+// the script's sha must be loaded first (redis-cli SCRIPT LOAD).
+func writeRESP(out *os.File, n int, org string) error {
+	w := bufio.NewWriterSize(out, 1<<16)
+	lim := func(v int64) []quota.Limit {
+		return []quota.Limit{{Window: quota.Month, Limit: v}, {Window: quota.Minute, Limit: v}}
+	}
+	now := time.Now()
+	for i := range n {
+		req := quota.Request{Org: org, Team: "eng", User: "u" + strconv.Itoa(i%1000), Metric: "requests", Cost: 1,
+			Limits: quota.LevelLimits{Org: lim(1_000_000_000_000), Team: lim(500_000_000_000), User: lim(250_000_000_000)}}
+		args, err := quota.CheckCommand("q", req, now)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "*%d\r\n", len(args))
+		for _, a := range args {
+			var s string
+			switch v := a.(type) {
+			case string:
+				s = v
+			case []byte:
+				s = string(v)
+			case int:
+				s = strconv.Itoa(v)
+			case int64:
+				s = strconv.FormatInt(v, 10)
+			default:
+				return fmt.Errorf("resp: argument of type %T", a)
+			}
+			fmt.Fprintf(w, "$%d\r\n%s\r\n", len(s), s)
+		}
+	}
+	return w.Flush()
 }

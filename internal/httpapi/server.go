@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -392,6 +393,17 @@ func (s *Server) Metrics(w http.ResponseWriter, r *http.Request) {
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	children sync.Map // httpLabels -> httpChildren, looked up once: WithLabelValues hashes per call
+}
+
+type httpLabels struct {
+	route, method string
+	status        int
+}
+
+type httpChildren struct {
+	requests prometheus.Counter
+	duration prometheus.Observer
 }
 
 func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
@@ -408,6 +420,15 @@ func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
 	return m
 }
 
+// metricMethod bounds the method label: a client may send any method name.
+func metricMethod(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "OTHER"
+}
+
 func (m *httpMetrics) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -417,8 +438,16 @@ func (m *httpMetrics) middleware(next http.Handler) http.Handler {
 		if route == "" {
 			route = "unmatched"
 		}
-		m.requests.WithLabelValues(route, r.Method, strconv.Itoa(ww.Status())).Inc()
-		m.duration.WithLabelValues(route, r.Method).Observe(time.Since(start).Seconds())
+		l := httpLabels{route: route, method: metricMethod(r.Method), status: ww.Status()}
+		v, ok := m.children.Load(l)
+		if !ok {
+			v = httpChildren{requests: m.requests.WithLabelValues(l.route, l.method, strconv.Itoa(l.status)),
+				duration: m.duration.WithLabelValues(l.route, l.method)}
+			m.children.Store(l, v)
+		}
+		c := v.(httpChildren)
+		c.requests.Inc()
+		c.duration.Observe(time.Since(start).Seconds())
 	})
 }
 

@@ -374,3 +374,80 @@ func period(id, start, end string) quota.Period {
 	e, _ := time.Parse(time.DateOnly, end)
 	return quota.Period{ID: id, Start: s, End: e}
 }
+
+// manualClock is a local clock a test moves by hand; the engine adds its offset to
+// Redis TIME, so moving it moves the engine's idea of Redis time by as much.
+type manualClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *manualClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+// The two-bucket sliding window, step by step on the engine's clock: the previous
+// bucket's count weighs by the part of the window still covering it, a bucket that has
+// ended stops counting, and the retry hint says when the next unit fits. The buckets
+// and the elapsed fraction come from the engine's clock (check.lua reads no TIME), so
+// this runs without sleeping.
+func TestSlidingWindowAcrossBuckets(t *testing.T) {
+	t.Parallel()
+	clock := &manualClock{t: time.Now()}
+	r := MustRig(t, "", quota.Config{Clock: clock.Now, ClockSync: time.Hour})
+	// Start 30 s into a minute bucket of the engine's clock.
+	now := r.e.Now()
+	clock.Add(now.Truncate(time.Minute).Add(90 * time.Second).Sub(now))
+	req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "ann", Metric: "requests", Cost: 1,
+		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 10)}}}
+	check := func(cost int64) quota.Result {
+		t.Helper()
+		req.Cost = cost
+		return r.MustCheck(t, req)
+	}
+	if res := check(10); !res.Allowed || res.Levels[0].Used != 10 {
+		t.Fatalf("10 of 10 in one bucket: %+v", res)
+	}
+	res := check(1)
+	if res.Allowed {
+		t.Fatalf("11th unit in the same bucket admitted: %+v", res)
+	}
+	// The current bucket alone is full: it must become the previous one (30 s) and
+	// then weigh less than 9/10 of the window (6 s more).
+	if res.RetryAfter != 36*time.Second {
+		t.Errorf("RetryAfter = %v, want 36s", res.RetryAfter)
+	}
+
+	clock.Add(45 * time.Second) // 15 s into the next bucket: the previous weighs 3/4
+	if res := check(0); res.Levels[0].Used != 7 {
+		t.Errorf("15 s into the next bucket: used %d, want floor(10 * 45/60) = 7", res.Levels[0].Used)
+	}
+	if res := check(3); !res.Allowed || res.Levels[0].Used != 10 {
+		t.Fatalf("3 more at 7 of 10: %+v", res)
+	}
+	res = check(1)
+	if res.Allowed {
+		t.Fatalf("one over at 10 of 10: %+v", res)
+	}
+	// 3 in this bucket, 10 before: 1 more fits once 10 * w <= 6, w = 0.6 at 24 s into
+	// the bucket (the hint leaves out the floor, so it is never early)
+	if res.RetryAfter != 9*time.Second {
+		t.Errorf("RetryAfter = %v, want 9s (until 24 s into the bucket)", res.RetryAfter)
+	}
+	clock.Add(res.RetryAfter)
+	if res := check(1); !res.Allowed {
+		t.Errorf("after RetryAfter the unit does not fit: %+v", res)
+	}
+
+	clock.Add(time.Minute) // the bucket with 10 has ended twice over: only the last 4 weigh
+	if res := check(0); res.Levels[0].Used != 2 {
+		t.Errorf("a minute later: used %d, want floor(4 * 36/60) = 2", res.Levels[0].Used)
+	}
+	clock.Add(2 * time.Minute)
+	if res := check(0); res.Levels[0].Used != 0 {
+		t.Errorf("three minutes later: used %d, want 0", res.Levels[0].Used)
+	}
+}

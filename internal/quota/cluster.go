@@ -107,7 +107,7 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 // goroutine: redirects are rare and must not hold up the batching loop.
 func (e *Engine) sendAsking(ctx context.Context, c *call) {
 	addr := c.ask
-	c.ask, c.err, c.reply, c.vals = "", nil, "", nil
+	c.ask, c.err, c.reply = "", nil, ""
 	var node *redis.Client
 	_ = e.cluster.ForEachMaster(ctx, func(_ context.Context, m *redis.Client) error {
 		if m.Options().Addr == addr {

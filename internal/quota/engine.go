@@ -21,9 +21,11 @@ package quota
 import (
 	"context"
 	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -131,16 +133,61 @@ type Engine struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 
-	flight singleflight.Group
-	calls  sync.Pool
-	keys   [64]keyShard // an org's keys for a period, built and boxed once
-	ttlArg any          // idemTTL, boxed once
+	flight  singleflight.Group
+	calls   sync.Pool
+	keys    [64]keyShard               // an org's keys for a period, built and boxed once
+	periods [29]atomic.Pointer[Period] // the current period by anchor day (0 = 1)
+	ttlArg  any                        // idemTTL, boxed once
 }
 
 // orgKeys are the EVALSHA arguments every check of one org in one period shares,
 // already converted to interface values: building and boxing them per check was a
 // third of the engine's allocations.
-type orgKeys struct{ tag, month, dirty, expire, end any }
+type orgKeys struct {
+	tag          string
+	month, dirty any
+	expire       int64 // unix s, when the month keys expire
+	endMs        int64 // the period's end
+	// the current and previous bucket keys of each sliding window, renamed when a
+	// bucket ends (by position in slidingWindows)
+	buckets [len(slidingWindows)]atomic.Pointer[bucketKeys]
+	// the org's counter field of the metric last checked
+	orgField atomic.Pointer[metricField]
+}
+
+type metricField struct {
+	metric string
+	field  any
+}
+
+// field returns the org's counter field of metric, boxed once.
+func (k *orgKeys) field(metric string) any {
+	if f := k.orgField.Load(); f != nil && f.metric == metric {
+		return f.field
+	}
+	f := &metricField{metric: metric, field: metric + "|o"}
+	k.orgField.Store(f)
+	return f.field
+}
+
+// bucketKeys names the current and previous bucket of one sliding window.
+type bucketKeys struct {
+	n, ms     int64 // bucket number (unix ms / ms), window length in ms
+	cur, prev any
+}
+
+// bucket returns the keys of window w (at position i in slidingWindows) at nowMs.
+func (k *orgKeys) bucket(i int, w Window, nowMs int64) *bucketKeys {
+	ms := w.Duration().Milliseconds()
+	n := nowMs / ms
+	if bk := k.buckets[i].Load(); bk != nil && bk.n == n {
+		return bk
+	}
+	start := k.tag + "w|" + w.seconds() + "|"
+	bk := &bucketKeys{n: n, ms: ms, cur: start + strconv.FormatInt(n, 10), prev: start + strconv.FormatInt(n-1, 10)}
+	k.buckets[i].Store(bk)
+	return bk
+}
 
 type orgPeriod struct{ org, period string }
 
@@ -164,7 +211,7 @@ func (e *Engine) orgKeys(org string, per Period) *orgKeys {
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
 	v = &orgKeys{tag: tag, month: tag + "m|" + per.ID, dirty: tag + "d|" + per.ID,
-		expire: per.End.Add(e.cfg.MonthRetention).Unix(), end: per.End.UnixMilli()}
+		expire: per.End.Add(e.cfg.MonthRetention).Unix(), endMs: per.End.UnixMilli()}
 	sh.mu.Lock()
 	if sh.m == nil || len(sh.m) >= 4096 { // bounded: a shard that fills up starts over
 		sh.m = make(map[orgPeriod]*orgKeys)
@@ -282,12 +329,13 @@ func (e *Engine) clockLoop() {
 // the moment it is queued until it signals done.
 type call struct {
 	ctx    context.Context
-	args   []any // evalsha, sha, numkeys, keys..., argv...
+	args   []any  // evalsha, sha, numkeys, keys..., argv...
+	nums   []byte // the last ARGV, the packed numbers (kept for reuse)
+	nowMs  int64  // the clock the check was built at
 	org    string
 	period Period
 	req    Request // what the compact reply is decoded against
-	reply  string  // a string reply: "H", a replay, or a decision stored for replays
-	vals   []any   // an array reply: a decision without an idempotency key
+	reply  string  // "H", a replay, a decision stored for replays, or a packed decision
 	err    error
 	ask    string // a cluster node to send the check to with ASKING (see cluster.go)
 	done   chan struct{}
@@ -297,53 +345,50 @@ func (e *Engine) getCall() *call { return e.calls.Get().(*call) }
 
 func (e *Engine) putCall(c *call) {
 	clear(c.args)
-	c.args, c.ctx, c.reply, c.vals, c.err, c.org, c.req, c.ask = c.args[:0], nil, "", nil, nil, "", Request{}, ""
+	c.args, c.ctx, c.reply, c.err, c.org, c.req, c.ask, c.nowMs = c.args[:0], nil, "", nil, "", Request{}, "", 0
 	e.calls.Put(c)
 }
 
 // setReply stores cmd's reply or error in c.
 func (c *call) setReply(cmd *redis.Cmd) {
 	v, err := cmd.Result()
-	c.reply, c.vals, c.err = "", nil, err
+	c.reply, c.err = "", err
 	if err != nil {
 		return
 	}
-	switch v := v.(type) {
-	case string:
-		c.reply = v
-	case []any:
-		c.vals = v
-	default:
+	if s, ok := v.(string); ok {
+		c.reply = s
+	} else {
 		c.err = fmt.Errorf("quota: unexpected script reply of type %T", v)
 	}
 }
 
 // parse decodes c's reply into a Result; see parseReply and parseCompact.
 func (c *call) parse() (Result, byte, error) {
-	if c.vals != nil {
-		return parseCompact(c.vals, &c.req, c.period)
+	if isPacked(c.reply) {
+		return parseCompact(c.reply, &c.req, c.period, c.nowMs)
 	}
 	return parseReply(c.reply)
 }
 
-// build fills c with the EVALSHA arguments of req; see scripts/check.lua for ARGV.
+// build fills c with the EVALSHA arguments of req at now (the engine's clock,
+// corrected to Redis TIME); see scripts/check.lua for ARGV. The numbers go packed
+// into one argument and the bucket keys are named here: in the script, every argument
+// and every number parsed or formatted costs Redis time (docs/PERFORMANCE.md).
 func (e *Engine) build(c *call, req *Request, now time.Time) {
-	per := PeriodAt(now, req.AnchorDay)
+	per := e.periodAt(now, req.AnchorDay)
 	k := e.orgKeys(req.Org, per)
-	c.org, c.period, c.req = req.Org, per, *req
+	nowMs := now.UnixMilli()
+	c.org, c.period, c.req, c.nowMs = req.Org, per, *req, nowMs
+	idem := req.IdempotencyKey != ""
 	nkeys := 2
-	if req.IdempotencyKey != "" {
+	if idem {
 		nkeys = 3
 	}
 	a := append(c.args[:0], "evalsha", checkSHA, nkeys, k.month, k.dirty)
-	if nkeys == 3 {
-		a = append(a, orgTag(e.cfg.KeyPrefix, req.Org)+"i|"+req.IdempotencyKey)
+	if idem {
+		a = append(a, k.tag+"i|"+req.IdempotencyKey)
 	}
-	force := "0"
-	if req.Mode == Shadow || req.Mode == Warn {
-		force = "1"
-	}
-	a = append(a, k.tag, req.Cost, force, k.expire, k.end, e.ttlArg)
 
 	// Every window limited at any level is counted at every level.
 	var mask uint8
@@ -352,19 +397,6 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 			mask |= l.Window.bit()
 		}
 	}
-	var index [5]int // script window index by Window.bit position
-	nw := 0
-	nwAt := len(a)
-	a = append(a, 0)
-	for i, w := range slidingWindows {
-		if mask&w.bit() != 0 {
-			nw++
-			index[i] = nw
-			a = append(a, w.seconds())
-		}
-	}
-	a[nwAt] = nw
-
 	nl := 1
 	if req.Team != "" {
 		nl++
@@ -372,19 +404,89 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 			nl++
 		}
 	}
-	a = append(a, nl)
-	a = appendLevel(a, "o", req.Metric+"|o", req.Org, req.Limits.Org, &index)
-	if req.Team != "" {
-		a = appendLevel(a, "t", req.Metric+"|t|"+req.Team, req.Team, req.Limits.Team, &index)
-		if req.User != "" {
-			a = appendLevel(a, "u", req.Metric+"|u|"+req.Team+"|"+req.User, req.User, req.Limits.User, &index)
+	force := 0.0
+	if req.Mode == Shadow || req.Mode == Warn {
+		force = 1
+	}
+	var windows [len(slidingWindows)]*bucketKeys
+	var index [len(slidingWindows)]int // script window index by position in slidingWindows
+	nw := 0
+	for i, w := range slidingWindows {
+		if mask&w.bit() != 0 {
+			windows[nw] = k.bucket(i, w, nowMs)
+			nw++
+			index[i] = nw
 		}
 	}
-	c.args = a
+	rows := len(req.Limits.Org)
+	if nl > 1 {
+		rows += len(req.Limits.Team)
+		if nl > 2 {
+			rows += len(req.Limits.User)
+		}
+	}
+	b := appendNumbers(c.nums[:0], float64(req.Cost), force, float64(nowMs), float64(k.endMs), float64(k.expire),
+		float64(nl), float64(nw), float64(rows))
+	for _, bk := range windows[:nw] {
+		b = appendNumbers(b, float64(bk.ms), float64(nowMs-bk.n*bk.ms))
+	}
+	b = appendRows(b, 1, req.Limits.Org, &index)
+	if nl > 1 {
+		b = appendRows(b, 2, req.Limits.Team, &index)
+		if nl > 2 {
+			b = appendRows(b, 3, req.Limits.User, &index)
+		}
+	}
+	c.nums = b
+	a = append(a, k.field(req.Metric))
+	if nl > 1 {
+		a = append(a, req.Metric+"|t|"+req.Team)
+		if nl > 2 {
+			a = append(a, req.Metric+"|u|"+req.Team+"|"+req.User)
+		}
+	}
+	for _, bk := range windows[:nw] {
+		a = append(a, bk.cur, bk.prev)
+	}
+	if idem {
+		a = append(a, e.ttlArg)
+		a = appendLabels(a, "o", req.Org, req.Limits.Org)
+		if nl > 1 {
+			a = appendLabels(a, "t", req.Team, req.Limits.Team)
+			if nl > 2 {
+				a = appendLabels(a, "u", req.User, req.Limits.User)
+			}
+		}
+	}
+	c.args = append(a, b)
 }
 
-func appendLevel(a []any, letter, field, id string, limits []Limit, index *[5]int) []any {
-	a = append(a, letter, field, id, len(limits))
+// periodAt is PeriodAt, remembering the last period of each anchor day: computing
+// one is a tenth of build.
+func (e *Engine) periodAt(now time.Time, anchorDay int) Period {
+	if anchorDay < 1 || anchorDay > 28 {
+		anchorDay = 1
+	}
+	slot := &e.periods[anchorDay]
+	if p := slot.Load(); p != nil && !now.Before(p.Start) && now.Before(p.End) {
+		return *p
+	}
+	p := PeriodAt(now, anchorDay)
+	slot.Store(&p)
+	return p
+}
+
+// appendNumbers appends vs as little-endian doubles, as check.lua unpacks its last ARGV.
+func appendNumbers(b []byte, vs ...float64) []byte {
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// appendRows appends the rows of one level (1 org, 2 team, 3 user): level, window
+// index (0 month, i the i-th sliding window), limit.
+func appendRows(b []byte, level float64, limits []Limit, index *[len(slidingWindows)]int) []byte {
 	for _, l := range limits {
 		w := 0
 		for i, sw := range slidingWindows {
@@ -392,7 +494,20 @@ func appendLevel(a []any, letter, field, id string, limits []Limit, index *[5]in
 				w = index[i]
 			}
 		}
-		a = append(a, w, l.Limit)
+		b = appendNumbers(b, level, float64(w), float64(l.Limit))
+	}
+	return b
+}
+
+// appendLabels appends the reply labels of one level's rows, for a decision stored
+// under an idempotency key: "letter|id|window|limit".
+func appendLabels(a []any, letter, id string, limits []Limit) []any {
+	for _, l := range limits {
+		w := "M"
+		if l.Window != Month {
+			w = l.Window.seconds()
+		}
+		a = append(a, letter+"|"+id+"|"+w+"|"+strconv.FormatInt(l.Limit, 10))
 	}
 	return a
 }
@@ -459,7 +574,7 @@ func checkError(err error) error {
 
 // submit hands c to the batching loop and waits for its answer.
 func (e *Engine) submit(ctx context.Context, c *call) error {
-	c.ctx, c.err, c.reply, c.vals = ctx, nil, "", nil
+	c.ctx, c.err, c.reply = ctx, nil, ""
 	select {
 	case e.queue <- c:
 	case <-ctx.Done():
@@ -667,7 +782,7 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 				errs[i] = herr
 				continue
 			}
-			c.err, c.reply, c.vals = nil, "", nil
+			c.err, c.reply = nil, ""
 			retryCalls = append(retryCalls, c)
 			retryIndex = append(retryIndex, i)
 		}

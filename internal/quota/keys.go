@@ -1,7 +1,9 @@
 package quota
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -148,24 +150,35 @@ func decided(res *Result, status byte, retry int64, blocked int) bool {
 	return true
 }
 
-// parseCompact decodes check.lua's array reply to a check without an idempotency key:
-// status, Redis time (ms, 0 if not read), retry (ms), blocked row (1-based), then the
-// used value of every row. Everything else of a row (level, id, window, limit, reset)
-// is known here from req, in the order the script walks it, so the script formats no
-// numbers: formatting them was a fifth of its Redis time.
-func parseCompact(vals []any, req *Request, per Period) (Result, byte, error) {
+// isPacked tells check.lua's packed decision (little-endian doubles, the first the
+// status 1, 2 or 3, whose first byte is 0) from its text replies.
+func isPacked(s string) bool { return len(s) >= 24 && len(s)%8 == 0 && s[0] == 0 }
+
+// parseCompact decodes check.lua's packed reply to a check without an idempotency
+// key: little-endian doubles, status (1 allowed, 2 over a limit but counted, 3
+// denied), retry (ms), blocked row (1-based), then the used value of every row.
+// Everything else of a row (level, id, window, limit, reset) is known here from req
+// and the clock the check was built at (nowMs), in the order the script walks it, so
+// the script formats no numbers.
+func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte, error) {
 	var res Result
-	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %v", vals) }
-	if len(vals) < 4 {
+	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %q", s) }
+	// num is the i-th number, or -1 when it is not a whole number in [0, 2^53]
+	num := func(i int) int64 {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
+		if !(f >= 0 && f <= 1<<53) || f != math.Trunc(f) {
+			return -1
+		}
+		return int64(f)
+	}
+	if !isPacked(s) {
 		return bad()
 	}
-	st, ok := vals[0].(string)
-	now, ok1 := vals[1].(int64)
-	retry, ok2 := vals[2].(int64)
-	blocked, ok3 := vals[3].(int64)
-	if !ok || !ok1 || !ok2 || !ok3 || len(st) != 1 {
+	code, retry, blocked := num(0), num(1), num(2)
+	if code < 1 || code > 3 || retry < 0 || blocked < 0 {
 		return bad()
 	}
+	status := [...]byte{statusAllowed, statusOver, statusDenied}[code-1]
 	n := len(req.Limits.Org)
 	if req.Team != "" {
 		n += len(req.Limits.Team)
@@ -173,39 +186,39 @@ func parseCompact(vals []any, req *Request, per Period) (Result, byte, error) {
 			n += len(req.Limits.User)
 		}
 	}
-	if len(vals) != 4+n || blocked < 0 || int(blocked) > n {
+	if len(s) != 8*(3+n) || int(blocked) > n {
 		return bad()
 	}
 	res.Levels = make([]LevelStatus, 0, n)
 	month := time.UnixMilli(per.End.UnixMilli()).UTC()
-	row := 4
+	row := 3
 	level := func(lv Level, id string, limits []Limit) bool {
 		for _, l := range limits {
-			used, ok := vals[row].(int64)
-			if !ok {
+			used := num(row)
+			if used < 0 {
 				return false
 			}
 			row++
 			ls := LevelStatus{Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
 				Remaining: max(l.Limit-used, 0), ResetAt: month}
 			if ms := l.Window.Duration().Milliseconds(); ms > 0 {
-				ls.ResetAt = time.UnixMilli(now/ms*ms + ms).UTC()
+				ls.ResetAt = time.UnixMilli(nowMs/ms*ms + ms).UTC()
 			}
 			res.Levels = append(res.Levels, ls)
 		}
 		return true
 	}
-	ok = level(LevelOrg, req.Org, req.Limits.Org)
+	ok := level(LevelOrg, req.Org, req.Limits.Org)
 	if ok && req.Team != "" {
 		ok = level(LevelTeam, req.Team, req.Limits.Team)
 		if ok && req.User != "" {
 			ok = level(LevelUser, req.User, req.Limits.User)
 		}
 	}
-	if !ok || !decided(&res, st[0], retry, int(blocked)) {
+	if !ok || !decided(&res, status, retry, int(blocked)) {
 		return bad()
 	}
-	return res, st[0], nil
+	return res, status, nil
 }
 
 func windowOfSeconds(s string) Window {
@@ -223,3 +236,25 @@ func windowOfSeconds(s string) Window {
 	}
 	return ""
 }
+
+// CheckCommand returns the EVALSHA command, arguments included, that an engine with
+// the given key prefix sends for req when its clock (corrected to Redis TIME) reads
+// now: for tools that measure Redis's own ceiling for the check script (loadgen
+// -resp). CheckScript is the script it runs. It fails as New does for a bad prefix and
+// as Check does for a bad request.
+func CheckCommand(prefix string, req Request, now time.Time) ([]any, error) {
+	cfg := Config{KeyPrefix: prefix}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg}
+	c := &call{}
+	e.build(c, &req, now)
+	return c.args, nil
+}
+
+// CheckScript is the source of scripts/check.lua.
+func CheckScript() string { return checkSrc }

@@ -83,7 +83,7 @@ func FuzzCheckKeysShareOneSlot(f *testing.F) {
 				}
 			}
 		}
-		// Redis TIME between 1970 and 2200.
+		// The engine's clock (corrected to Redis TIME) between 1970 and 2200.
 		now := time.UnixMilli((nowMs%7_258_118_400_000 + 7_258_118_400_000) % 7_258_118_400_000)
 		keys, err := quota.CheckKeys(prefix, req, now)
 		if strings.ContainsAny(prefix, "{}") || strings.ContainsAny(org, "{}") {

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,11 +12,13 @@ import (
 // names come from configuration (every dedicated Redis is pool "dedicated"), and
 // there is no org, team or user label.
 type routerMetrics struct {
-	checks   *prometheus.CounterVec   // decision, blocked_level, mode, degraded
-	duration *prometheus.HistogramVec // pool, degraded
-	pipeSize *prometheus.HistogramVec // pool
-	rtt      *prometheus.HistogramVec // pool
-	resends  *prometheus.CounterVec   // pool, reason
+	checks    *prometheus.CounterVec   // decision, blocked_level, mode, degraded
+	duration  *prometheus.HistogramVec // pool, degraded
+	counters  sync.Map                 // checkLabels -> prometheus.Counter
+	observers sync.Map                 // durationLabels -> prometheus.Observer
+	pipeSize  *prometheus.HistogramVec // pool
+	rtt       *prometheus.HistogramVec // pool
+	resends   *prometheus.CounterVec   // pool, reason
 }
 
 func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, error) {
@@ -79,9 +82,9 @@ func (m *routerMetrics) observe(pool string, req *Request, res *Result, err erro
 	if degraded {
 		deg = "true"
 	}
-	m.checks.WithLabelValues(decision, level, mode, deg).Inc()
+	m.counter(checkLabels{decision, level, mode, deg}).Inc()
 	if pool != "" && !errors.Is(err, ErrInvalid) {
-		m.duration.WithLabelValues(pool, deg).Observe(time.Since(start).Seconds())
+		m.observer(durationLabels{pool, deg}).Observe(time.Since(start).Seconds())
 	}
 }
 
@@ -127,4 +130,28 @@ func (c *poolCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(breakerStateDesc, prometheus.GaugeValue, a.state, name)
 		ch <- prometheus.MustNewConstMetric(inflightDesc, prometheus.GaugeValue, float64(a.inflight), name)
 	}
+}
+
+type checkLabels struct{ decision, level, mode, degraded string }
+type durationLabels struct{ pool, degraded string }
+
+// counter returns the checks counter of labels, looked up once: WithLabelValues
+// hashes its labels on every call, twice per check.
+func (m *routerMetrics) counter(l checkLabels) prometheus.Counter {
+	if c, ok := m.counters.Load(l); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.checks.WithLabelValues(l.decision, l.level, l.mode, l.degraded)
+	m.counters.Store(l, c)
+	return c
+}
+
+// observer returns the duration histogram of labels, looked up once.
+func (m *routerMetrics) observer(l durationLabels) prometheus.Observer {
+	if o, ok := m.observers.Load(l); ok {
+		return o.(prometheus.Observer)
+	}
+	o := m.duration.WithLabelValues(l.pool, l.degraded)
+	m.observers.Store(l, o)
+	return o
 }

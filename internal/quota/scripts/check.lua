@@ -7,32 +7,43 @@
 -- KEYS[2] dirty set       <p>:{<org>}|d|<period>  month fields changed since the last drain,
 --         and the member '|', which keeps the set from disappearing when drained
 -- KEYS[3] idempotency     <p>:{<org>}|i|<key>     optional
--- Sliding-window buckets <p>:{<org>}|w|<seconds>|<bucket> are named from Redis TIME, so
--- they cannot be declared in KEYS; they share the org's hash tag (same cluster slot).
+-- Sliding-window buckets <p>:{<org>}|w|<seconds>|<bucket> are passed in ARGV, not KEYS:
+-- a bucket often does not exist yet, and a declared key that is missing makes a cluster
+-- slot migration refuse the script (KEYS.md). They share the org's hash tag.
 --
--- ARGV[1] "<p>:{<org>}|"   ARGV[2] cost   ARGV[3] "1" = count even over a limit (shadow, warn)
--- ARGV[4] month keys expire at (unix s)   ARGV[5] period end (unix ms)
--- ARGV[6] idempotency TTL (s)   ARGV[7] nw, then nw sliding window lengths in seconds:
---   every window that any level limits; each is counted at every level.
--- Then nl, and per level: letter (o|t|u), counter field, id, n, then n pairs
---   (window index: 0 = month, i = i-th sliding window; limit).
+-- ARGV[1 .. nl] the levels' counter fields (org, team, user)
+-- then per sliding window: the current bucket's key, the previous bucket's key
+-- with an idempotency key, then: its TTL (s), and per row its label
+--   "letter|id|window|limit" (window: length in seconds, or M for the month)
+-- the last ARGV: the numbers, packed as little-endian doubles (the engine's
+--   appendNumbers; last, so that redis-cli --pipe and redis-benchmark -x can send them):
+--   cost, force (1 = count even over a limit: shadow, warn), now (ms, the engine's clock
+--   corrected to Redis TIME), period end (ms), month keys' expiry (unix s), nl (levels),
+--   nw (sliding windows), rows; then per window: length (ms), time elapsed in its
+--   current bucket (ms); then per row: level (1 org, 2 team, 3 user), window (0 =
+--   month, i = i-th sliding window), limit. Rows are every limit of every level, in
+--   order. Every window any level limits is counted at every level.
 --
 -- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or the decision:
---   without an idempotency key, an array: status, now_ms (0 if not read), retry_ms,
---     blocked_row, then the used value of every row (the engine knows the rest of a row
---     from its request, and Redis, not Lua, turns the numbers into text);
+--   without an idempotency key, little-endian doubles (one C call packs them; Redis
+--     would format a table's numbers one by one): status (1 allowed, 2 over a limit but
+--     counted: shadow, warn, 3 denied), retry_ms, blocked_row, then the used value of
+--     every row (the engine knows the rest of a row from its request);
 --   with one, one string, stored as is for replays (a later request may carry other limits):
---     status;now_ms;retry_ms;blocked_row;row;row...    row = letter|id|window|limit|used|reset_ms
---   status: A allowed, D denied, W over a limit but counted (shadow, warn).
---   Rows: every level in order, each limit of the level in ARGV order; window is the
---   length in seconds or M (month); blocked_row is 1-based, 0 = none.
+--     status;now_ms;retry_ms;blocked_row;row;row...    row = label|used|reset_ms
+--     status: A allowed, W over a limit but counted, D denied.
+--   Rows: every level in order, each limit of the level in its order; blocked_row is
+--   1-based, 0 = none.
 --
--- Redis time is the budget (docs/PERFORMANCE.md): every redis.call costs about a
--- microsecond and every string.format about as much, so the script makes one HMGET per
--- hash read, one HSET per hash written (values read just before: the script runs
--- alone), TTL only for a new field, and formats numbers only for a stored reply.
--- Numbers given to redis.call or returned are converted exactly by Redis (counters are
--- at most 2^53).
+-- Redis time is the budget (docs/PERFORMANCE.md, measured in instructions with
+-- callgrind): a redis.call costs about 4,000 instructions, an EVALSHA argument 1,300,
+-- a number Redis parses 700 or formats 2,500 (string.format('%d') 1,600), a table that
+-- grows 1,000 per resize, TIME 7,000, a Lua instruction about 100. So: the numbers
+-- arrive as one packed argument and leave as one packed string, the clock and the
+-- bucket names come from the engine, counters are parsed once, tables are built at
+-- their size, the script makes one HMGET per hash read and one HSET per hash written
+-- (values read just before: the script runs alone), and a TTL is looked at only for a
+-- new field. Counters are at most 2^53, exact as doubles.
 
 local idem = KEYS[3]
 if idem then
@@ -40,156 +51,132 @@ if idem then
   if first then return 'R' .. first end
 end
 
-local cost = tonumber(ARGV[2])
-local nw = tonumber(ARGV[7])
-local first = 9 + nw -- ARGV index of the first level
-local nl = tonumber(ARGV[first - 1])
+local floor, fmt = math.floor, string.format
+local packed = ARGV[#ARGV]
+local a = {struct.unpack('<' .. string.rep('d', #packed / 8), packed)}
+local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 
--- the levels' counter fields, for HMGET, HSET and SADD; the rest is read from ARGV when needed
-local fields = {}
-local p = first
-for l = 1, nl do
-  fields[l] = ARGV[p + 1]
-  p = p + 4 + 2 * tonumber(ARGV[p + 3])
-end
-
-local month = redis.call('HMGET', KEYS[1], '|p', unpack(fields))
+local month = redis.call('HMGET', KEYS[1], '|p', unpack(ARGV, 1, nl))
 if not month[1] then return 'H' end
+-- counters in place, as numbers: month[l + 1] is level l's (a missing field reads false)
+local mnew = false
+for l = 2, nl + 1 do
+  local v = month[l]
+  if v then month[l] = v + 0 else month[l], mnew = 0, true end
+end
 
--- Redis's clock, read only when needed: by sliding windows, or to say when a denied
--- month limit resets.
-local now
-local wcur, wms, wel, cur, prev = {}, {}, {}, {}, {}
-if nw > 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local prefix = ARGV[1]
-  for i = 1, nw do
-    local sec = ARGV[7 + i]
-    local ms = tonumber(sec) * 1000
-    local b = math.floor(now / ms)
-    wms[i], wel[i] = ms, now - b * ms
-    -- b < 2^31 for second buckets: Lua's own number-to-text is exact here
-    wcur[i] = prefix .. 'w|' .. sec .. '|' .. b
-    cur[i] = redis.call('HMGET', wcur[i], unpack(fields))
-    prev[i] = redis.call('HMGET', prefix .. 'w|' .. sec .. '|' .. (b - 1), unpack(fields))
+-- Buckets: the current one's values as numbers, the previous one's as read.
+local cur, prev = {false, false, false, false}, {false, false, false, false}
+local k = 1 + nl -- ARGV index of the first window's current bucket key
+for i = 1, nw do
+  local c = redis.call('HMGET', ARGV[k], unpack(ARGV, 1, nl))
+  for l = 1, nl do c[l] = (c[l] or 0) + 0 end
+  cur[i], prev[i] = c, redis.call('HMGET', ARGV[k + 1], unpack(ARGV, 1, nl))
+  k = k + 2
+end
+
+-- Decide: used + cost <= limit for every row. out keeps the reply: status, retry,
+-- blocked row, then the used value of every row (at most 3 levels x 5 windows).
+local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+local blocked, brank, retry = 0, 0, 0
+local last = a[8] + 3 -- index in out of the last row
+local q = 8 + 2 * nw -- index in a before the first row
+for r = 4, last do
+  local l, w, limit = a[q + 1], a[q + 2], a[q + 3]
+  q = q + 3
+  local u, wait, rank
+  if w == 0 then
+    u, rank = month[l + 1], 1e15
+    if u + cost > limit then
+      wait = a[4] - now
+      if wait < 1 then wait = 1 end
+    end
+  else
+    local c, pv = cur[w][l], prev[w][l]
+    local ms, el = a[7 + 2 * w], a[8 + 2 * w]
+    u, rank = c, ms
+    if pv then
+      pv = pv + 0
+      u = c + floor(pv * (ms - el) / ms)
+    end
+    if u + cost > limit then
+      -- how long until cost fits: the previous bucket's weight must fall, or, when the
+      -- current bucket alone is too full, this bucket must become the previous one
+      local room = limit - cost
+      if room < 0 then
+        wait = ms - el
+      elseif c <= room then
+        wait = math.ceil(ms * (1 - (room - c) / pv)) - el
+        if wait < 1 then wait = 1 end
+      else
+        wait = (ms - el) + math.ceil(ms * (1 - room / c))
+      end
+    end
+  end
+  out[r] = u
+  if wait then
+    -- broadest window wins; at equal windows the first (highest) level keeps it
+    if rank > brank then brank, blocked = rank, r - 3 end
+    if wait > retry then retry = wait end
   end
 end
 
--- Decide: used + cost <= limit for every limit of every level. Rows keep the used values.
-local mreset = tonumber(ARGV[5])
-local used = {}
-local n, blocked, brank, retry = 0, 0, 0, 0
-p = first
-for l = 1, nl do
-  local q = p + 4
-  p = q + 2 * tonumber(ARGV[p + 3])
-  while q < p do
-    local w, limit = tonumber(ARGV[q]), tonumber(ARGV[q + 1])
-    q = q + 2
-    local u, wait, rank
-    if w == 0 then
-      u, rank = tonumber(month[l + 1]) or 0, 1e15
-      if u + cost > limit then
-        if not now then
-          local t = redis.call('TIME')
-          now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-        end
-        wait = math.max(mreset - now, 1)
-      end
-    else
-      local c = tonumber(cur[w][l]) or 0
-      local pv = tonumber(prev[w][l]) or 0
-      local ms, el = wms[w], wel[w]
-      u, rank = c + math.floor(pv * (ms - el) / ms), ms
-      if u + cost > limit then
-        -- how long until cost fits: the previous bucket's weight must fall, or, when the
-        -- current bucket alone is too full, this bucket must become the previous one
-        local room = limit - cost
-        if room < 0 then
-          wait = ms - el
-        elseif c <= room then
-          wait = math.max(math.ceil(ms * (1 - (room - c) / pv)) - el, 1)
-        else
-          wait = (ms - el) + math.ceil(ms * (1 - room / c))
-        end
-      end
-    end
-    n = n + 1
-    if wait then
-      -- broadest window wins; at equal windows the first (highest) level keeps it
-      if rank > brank then brank, blocked = rank, n end
-      if wait > retry then retry = wait end
-    end
-    used[n] = u
-  end
-end
-
-local status = 'A'
+local status = 1
 if blocked > 0 then
-  if ARGV[3] == '1' then status = 'W' else status = 'D' end
+  if a[2] == 1 then status = 2 else status = 3 end
 end
 local add = 0
-if cost > 0 and status ~= 'D' then
+if cost > 0 and status ~= 3 then
   -- Count at every level: month counters, the dirty set, every limited window's bucket.
-  -- A TTL is set only when a counter creates its key (its first field).
+  -- A TTL is set only when a counter creates its key (its first field). Values go to
+  -- Redis as text made by string.format: cheaper than Redis formatting a Lua number.
   add = cost
-  local hs, created = {}, false
-  for l = 1, nl do
-    local v = month[l + 1]
-    if not v then created = true end
-    hs[2 * l - 1], hs[2 * l] = fields[l], (tonumber(v) or 0) + cost
-  end
-  redis.call('HSET', KEYS[1], unpack(hs))
-  if created and redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIREAT', KEYS[1], ARGV[4]) end
+  local hs = {false, false, false, false, false, false}
+  for l = 1, nl do hs[2 * l - 1], hs[2 * l] = ARGV[l], fmt('%d', month[l + 1] + cost) end
+  redis.call('HSET', KEYS[1], unpack(hs, 1, 2 * nl))
+  if mnew and redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIREAT', KEYS[1], a[5]) end
   -- The member '|' is never drained: the set outlives a drain, so the org's keys are
   -- either all present or all absent and a cluster slot migration never finds them
-  -- split (the importing node answers TRYAGAIN to a script whose keys it lacks).
-  if redis.call('SADD', KEYS[2], '|', unpack(fields)) > 0 and redis.call('TTL', KEYS[2]) == -1 then
-    redis.call('EXPIREAT', KEYS[2], ARGV[4])
-  end
+  -- split (the importing node answers TRYAGAIN to a script whose keys it lacks). So
+  -- when '|' is new too, the set is new and gets its TTL.
+  if redis.call('SADD', KEYS[2], '|', unpack(ARGV, 1, nl)) > nl then redis.call('EXPIREAT', KEYS[2], a[5]) end
+  k = 1 + nl
   for i = 1, nw do
-    created = false
-    local c = cur[i]
+    local c, created = cur[i], false
     for l = 1, nl do
       local v = c[l]
-      if not v then created = true end
-      hs[2 * l] = (tonumber(v) or 0) + cost
+      if v == 0 then created = true end -- a counter's field is written only with cost > 0
+      hs[2 * l] = fmt('%d', v + cost)
     end
-    redis.call('HSET', wcur[i], unpack(hs))
-    if created and redis.call('TTL', wcur[i]) == -1 then
-      local ms = wms[i]
-      redis.call('EXPIREAT', wcur[i], (math.floor(now / ms) + 2) * (ms / 1000) + 1)
+    redis.call('HSET', ARGV[k], unpack(hs, 1, 2 * nl))
+    if created and redis.call('TTL', ARGV[k]) == -1 then
+      -- the end of the next bucket, plus a second
+      local ms = a[7 + 2 * i]
+      redis.call('EXPIREAT', ARGV[k], (now - a[8 + 2 * i] + 2 * ms) / 1000 + 1)
     end
+    k = k + 2
   end
 end
 
 if not idem then
-  local out = {status, now or 0, retry, blocked}
-  for i = 1, n do out[i + 4] = used[i] + add end
-  return out
+  out[1], out[2], out[3] = status, retry, blocked
+  for i = 4, last do out[i] = out[i] + add end
+  return struct.pack('<' .. string.rep('d', last), unpack(out, 1, last))
 end
 
 -- The full reply, stored for replays.
-local out = {string.format('%s;%d;%d;%d', status, now or 0, retry, blocked)}
-p, n = first, 0
-for l = 1, nl do
-  local letter, id = ARGV[p], ARGV[p + 2]
-  local q = p + 4
-  p = q + 2 * tonumber(ARGV[p + 3])
-  while q < p do
-    local w = tonumber(ARGV[q])
-    n = n + 1
-    local wname, reset
-    if w == 0 then
-      wname, reset = 'M', mreset
-    else
-      wname, reset = ARGV[7 + w], now - wel[w] + wms[w]
-    end
-    out[n + 1] = string.format('%s|%s|%s|%s|%d|%d', letter, id, wname, ARGV[q + 1], used[n] + add, reset)
-    q = q + 2
-  end
+local st = 'A'
+if status == 2 then st = 'W' elseif status == 3 then st = 'D' end
+local rows = {fmt('%s;%d;%d;%d', st, now, retry, blocked)}
+q = 8 + 2 * nw
+local label = 2 + nl + 2 * nw -- ARGV index of the first row's label
+for r = 4, last do
+  local w = a[q + 2]
+  local reset = a[4]
+  if w > 0 then reset = now - a[8 + 2 * w] + a[7 + 2 * w] end
+  rows[r - 2] = fmt('%s|%d|%d', ARGV[label], out[r] + add, reset)
+  label, q = label + 1, q + 3
 end
-local reply = table.concat(out, ';')
-redis.call('SET', idem, reply, 'EX', ARGV[6])
+local reply = table.concat(rows, ';')
+redis.call('SET', idem, reply, 'EX', ARGV[1 + nl + 2 * nw])
 return reply

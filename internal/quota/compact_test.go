@@ -1,0 +1,50 @@
+package quota
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// check.lua's packed decision is decoded against the request, and anything that is
+// not exactly such a decision is refused rather than read as one.
+func TestParseCompact(t *testing.T) {
+	req := Request{Org: "acme", Team: "eng", User: "ann", Metric: "requests", Cost: 1,
+		Limits: LevelLimits{Org: []Limit{{Window: Month, Limit: 100}}, User: []Limit{{Window: Minute, Limit: 5}}}}
+	per := PeriodAt(time.UnixMilli(1_790_000_000_000), 1)
+	nowMs := int64(1_790_000_030_500)
+	pack := func(vs ...float64) string { return string(appendNumbers(nil, vs...)) }
+
+	res, st, err := parseCompact(pack(3, 1500, 2, 40, 5), &req, per, nowMs)
+	if err != nil || st != statusDenied {
+		t.Fatalf("denied decision: %v, status %q", err, st)
+	}
+	if res.Allowed || res.BlockedAt == nil || res.BlockedAt.Level != LevelUser || res.RetryAfter != 1500*time.Millisecond {
+		t.Errorf("denied decision read as %+v", res)
+	}
+	if l := res.Levels[1]; l.Used != 5 || l.Remaining != 0 || !l.ResetAt.Equal(time.UnixMilli(1_790_000_040_000)) {
+		t.Errorf("minute row %+v, want used 5, remaining 0, reset at the bucket's end", l)
+	}
+	if l := res.Levels[0]; l.Used != 40 || l.Remaining != 60 || !l.ResetAt.Equal(per.End) {
+		t.Errorf("month row %+v, want used 40, remaining 60, reset at the period's end", l)
+	}
+	if res, st, err := parseCompact(pack(1, 0, 0, 41, 5), &req, per, nowMs); err != nil || st != statusAllowed || !res.Allowed {
+		t.Errorf("allowed decision: %+v, %q, %v", res, st, err)
+	}
+
+	for name, s := range map[string]string{
+		"too few rows":      pack(1, 0, 0, 41),
+		"too many rows":     pack(1, 0, 0, 41, 5, 6),
+		"unknown status":    pack(4, 0, 0, 41, 5),
+		"blocked past rows": pack(3, 10, 3, 41, 5),
+		"negative usage":    pack(1, 0, 0, -1, 5),
+		"fraction":          pack(1, 0, 0, 41.5, 5),
+		"not whole doubles": pack(1, 0, 0, 41, 5)[:39],
+		"text":              "A;0;0;0",
+		"empty":             "",
+	} {
+		if _, _, err := parseCompact(s, &req, per, nowMs); err == nil || !strings.Contains(err.Error(), "malformed") {
+			t.Errorf("%s: %v, want a malformed reply", name, err)
+		}
+	}
+}
