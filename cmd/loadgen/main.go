@@ -11,6 +11,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -98,7 +99,7 @@ func run(ctx context.Context, args []string) error {
 // writeRESP writes n EVALSHAs of check.lua for org in the Redis protocol, built as the
 // engine builds them now, with the limits of make bench's wrk runs (never reached):
 // the script's sha must be loaded first (redis-cli SCRIPT LOAD).
-func writeRESP(out *os.File, n int, org string) error {
+func writeRESP(out io.Writer, n int, org string) error {
 	w := bufio.NewWriterSize(out, 1<<16)
 	lim := func(v int64) []quota.Limit {
 		return []quota.Limit{{Window: quota.Month, Limit: v}, {Window: quota.Minute, Limit: v}}
