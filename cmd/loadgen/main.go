@@ -97,10 +97,15 @@ func run(ctx context.Context, args []string) error {
 }
 
 // writeRESP writes n EVALSHAs of check.lua for org in the Redis protocol, built as the
-// engine builds them now, with the limits of make bench's wrk runs (never reached):
-// the script's sha must be loaded first (redis-cli SCRIPT LOAD).
+// engine builds them now, with the limits of make bench's wrk runs (never reached).
+// The stream starts with SCRIPT LOAD of the script, byte for byte, so it runs on a
+// Redis that has never seen the script (a body loaded by other means, e.g. through a
+// shell's "$(cat ...)", which drops the last newline, has another sha).
 func writeRESP(out io.Writer, n int, org string) error {
 	w := bufio.NewWriterSize(out, 1<<16)
+	if err := writeCommand(w, []any{"script", "load", quota.CheckScript()}); err != nil {
+		return err
+	}
 	lim := func(v int64) []quota.Limit {
 		return []quota.Limit{{Window: quota.Month, Limit: v}, {Window: quota.Minute, Limit: v}}
 	}
@@ -112,23 +117,31 @@ func writeRESP(out io.Writer, n int, org string) error {
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "*%d\r\n", len(args))
-		for _, a := range args {
-			var s string
-			switch v := a.(type) {
-			case string:
-				s = v
-			case []byte:
-				s = string(v)
-			case int:
-				s = strconv.Itoa(v)
-			case int64:
-				s = strconv.FormatInt(v, 10)
-			default:
-				return fmt.Errorf("resp: argument of type %T", a)
-			}
-			fmt.Fprintf(w, "$%d\r\n%s\r\n", len(s), s)
+		if err := writeCommand(w, args); err != nil {
+			return err
 		}
 	}
 	return w.Flush()
+}
+
+// writeCommand writes one command in the Redis protocol.
+func writeCommand(w *bufio.Writer, args []any) error {
+	fmt.Fprintf(w, "*%d\r\n", len(args))
+	for _, a := range args {
+		var s string
+		switch v := a.(type) {
+		case string:
+			s = v
+		case []byte:
+			s = string(v)
+		case int:
+			s = strconv.Itoa(v)
+		case int64:
+			s = strconv.FormatInt(v, 10)
+		default:
+			return fmt.Errorf("resp: argument of type %T", a)
+		}
+		fmt.Fprintf(w, "$%d\r\n%s\r\n", len(s), s)
+	}
+	return nil
 }

@@ -18,7 +18,10 @@ import (
 )
 
 // loadgen -resp writes commands Redis runs as the engine's checks: sent raw over a
-// socket (as redis-cli --pipe sends them), each is decided and counted.
+// socket (as redis-cli --pipe sends them), each is decided and counted. The stream
+// loads the script itself, with the very sha its EVALSHAs name: make bench failed with
+// NOSCRIPT on a Redis that had never run the engine, because it loaded the body
+// through "$(cat check.lua)", which drops the last newline.
 func TestWriteRESPCommandsAreChecks(t *testing.T) {
 	rdb := testenv.Redis(t)
 	ctx := context.Background()
@@ -29,9 +32,6 @@ func TestWriteRESPCommandsAreChecks(t *testing.T) {
 			rdb.Del(ctx, keys...)
 		}
 	})
-	if err := rdb.ScriptLoad(ctx, quota.CheckScript()).Err(); err != nil {
-		t.Fatal(err)
-	}
 	args, err := quota.CheckCommand("q", quota.Request{Org: org, Metric: "requests"}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -63,6 +63,14 @@ func TestWriteRESPCommandsAreChecks(t *testing.T) {
 		if line, _ := rd.ReadString('\n'); !strings.HasPrefix(line, "+OK") {
 			t.Fatalf("SELECT: %q", line)
 		}
+	}
+	line, err := rd.ReadString('\n') // SCRIPT LOAD's reply: $40, the sha
+	if err != nil || line != "$40\r\n" {
+		t.Fatalf("first reply %q (%v), want the sha SCRIPT LOAD answers", line, err)
+	}
+	sha, _ := rd.ReadString('\n')
+	if want := args[1].(string); strings.TrimSpace(sha) != want {
+		t.Fatalf("the stream loads a script of sha %q; its EVALSHAs name %q", strings.TrimSpace(sha), want)
 	}
 	for i := range n {
 		line, err := rd.ReadString('\n')
