@@ -451,3 +451,51 @@ func TestSlidingWindowAcrossBuckets(t *testing.T) {
 		t.Errorf("three minutes later: used %d, want 0", res.Levels[0].Used)
 	}
 }
+
+// A check sent again (after hydrating the org's counters here; on a cluster, after a
+// refusal) is built again at the time it is sent: it counts in the window bucket of
+// that moment, not of its first attempt. Hydration reads Postgres and a cluster
+// re-send may come up to RetryBudget later, so a bucket can end in between; the check
+// used to count in the bucket of its first attempt, where it weighed less.
+func TestResendCountsAtItsOwnTime(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Check", true: "CheckBatch"}[batch], func(t *testing.T) {
+			t.Parallel()
+			clock := &manualClock{t: time.Now()}
+			hydrator := quota.HydratorFunc(func(context.Context, string, quota.Period) (map[quota.Counter]int64, error) {
+				clock.Add(time.Minute) // hydration takes a whole bucket
+				return nil, nil
+			})
+			r := MustRig(t, "", quota.Config{Clock: clock.Now, ClockSync: time.Hour, Hydrator: hydrator})
+			// 10 s into a minute bucket, and not near the end of a month
+			now := r.e.Now()
+			clock.Add(now.Truncate(time.Minute).Add(70 * time.Second).Sub(now))
+			if d := r.e.Now().Day(); d >= 28 {
+				clock.Add(-72 * time.Hour)
+			}
+			req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "ann", Metric: "requests", Cost: 6,
+				Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 10)}}}
+			check := func() quota.Result {
+				t.Helper()
+				if !batch {
+					return r.MustCheck(t, req)
+				}
+				res, errs := r.e.CheckBatch(context.Background(), []quota.Request{req})
+				if errs[0] != nil {
+					t.Fatal(errs[0])
+				}
+				return res[0]
+			}
+			if res := check(); !res.Allowed || res.Levels[0].Used != 6 {
+				t.Fatalf("first check (hydrates, then is sent again a minute later): %+v", res)
+			}
+			// Still 10 s into the bucket it was counted in: all 6 weigh. Counted in the
+			// bucket before, only 6 * 50/60 = 5 would.
+			req.Cost = 0
+			if res := check(); res.Levels[0].Used != 6 {
+				t.Errorf("used %d right after, want 6: the check counted in the bucket of its first attempt", res.Levels[0].Used)
+			}
+		})
+	}
+}

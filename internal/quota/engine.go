@@ -525,7 +525,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	c := e.getCall()
 	e.build(c, &req, e.Now())
 	var refused time.Time // the first refusal without a run: the retry budget starts there
-	hydrated := false
+	hydrated := ""        // the period restored, if any: a re-send may fall in the next
 	for tries := 0; ; {
 		if c.ask != "" {
 			e.sendAsking(ctx, c)
@@ -542,6 +542,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 					e.putCall(c)
 					return Result{}, err
 				}
+				e.build(c, &req, e.Now()) // counted when sent: a window bucket may have ended
 				continue
 			}
 			err := c.err
@@ -553,7 +554,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			e.putCall(c)
 			return res, err
 		}
-		if hydrated {
+		if hydrated == c.period.ID {
 			e.putCall(c)
 			return Result{}, fmt.Errorf("check %s: %w: marker still missing after hydration", req.Org, ErrNotHydrated)
 		}
@@ -561,7 +562,8 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 			e.putCall(c)
 			return Result{}, err
 		}
-		hydrated = true
+		hydrated = c.period.ID
+		e.build(c, &req, e.Now())
 	}
 }
 
@@ -797,6 +799,11 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 				}
 				return results, errs
 			}
+		}
+		// Sent again as built now: a window bucket may have ended meanwhile.
+		now := e.Now()
+		for j, c := range retryCalls {
+			e.build(c, &reqs[retryIndex[j]], now)
 		}
 		calls, index = retryCalls, retryIndex
 	}
