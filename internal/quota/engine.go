@@ -668,10 +668,10 @@ func (e *Engine) exec(ctx context.Context, calls []*call, p *pipeState) {
 	if pipe.Len() == 0 {
 		return
 	}
-	t0 := time.Now()
-	_, _ = pipe.Exec(ctx) // errors are per command
+	n, t0 := pipe.Len(), time.Now() // Exec empties the pipeline
+	_, _ = pipe.Exec(ctx)           // errors are per command
 	if e.cfg.OnPipeline != nil {
-		e.cfg.OnPipeline(pipe.Len(), time.Since(t0))
+		e.cfg.OnPipeline(n, time.Since(t0))
 	}
 	p.again = p.again[:0]
 	for i, cmd := range p.cmds {

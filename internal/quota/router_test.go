@@ -92,6 +92,30 @@ func MustRouter(tb testing.TB, cfg quota.RouterConfig) (*quota.Router, *promethe
 
 // metricValue returns the value of the gauge or counter name with the given labels
 // (a histogram: its sample count), or -1 when absent.
+// histogramSum is the sum of the observations of a histogram (see metricValue).
+func histogramSum(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
+					continue next
+				}
+			}
+			return m.GetHistogram().GetSampleSum()
+		}
+	}
+	return 0
+}
+
 func metricValue(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
@@ -184,6 +208,7 @@ func TestRouterRouting(t *testing.T) {
 		t.Fatal(err)
 	}
 	proPipelines := metricValue(t, reg, "quotaplane_redis_pipeline_size", map[string]string{"pool": "pro"})
+	proCommands := histogramSum(t, reg, "quotaplane_redis_pipeline_size", map[string]string{"pool": "pro"})
 	_, outs, errs := r.CheckBatch(ctx, routes, reqs)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
@@ -202,6 +227,11 @@ func TestRouterRouting(t *testing.T) {
 	}
 	if n := metricValue(t, reg, "quotaplane_redis_pipeline_size", map[string]string{"pool": "pro"}) - proPipelines; n != 1 {
 		t.Errorf("pro pipelines for the batch: %v, want 1 (one pipeline for both checks)", n)
+	}
+	// Its size is two commands (it used to be observed after go-redis had emptied the
+	// pipeline: always 0)
+	if n := histogramSum(t, reg, "quotaplane_redis_pipeline_size", map[string]string{"pool": "pro"}) - proCommands; n != 2 {
+		t.Errorf("pro pipeline size for the batch: %v, want 2", n)
 	}
 
 	// Invalid checks are refused before Redis and never trip the breaker.
