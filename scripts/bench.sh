@@ -7,7 +7,7 @@
 # measured in the same run. Bounded: about three minutes.
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
-# BENCH_CHECKS, BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS,
+# BENCH_CHECKS, BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
 # BENCH_PORT tune it. Load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,7 +105,7 @@ if have wrk && have curl; then
   db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
   token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   go build -o "$tmp/api" ./cmd/api
-  echo "wrk: quotaplane-api on 127.0.0.1:$port (database $bench_db), 50 connections, ${BENCH_WRK_SECONDS:-5}s each..."
+  echo "wrk: quotaplane-api on 127.0.0.1:$port (database $bench_db), 50 connections, ${BENCH_WRK_ROUNDS:-3} rounds of /healthz and /v1/check, ${BENCH_WRK_SECONDS:-4}s each, then batches..."
   DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$port QUOTA_ADMIN_TOKEN=$token \
     QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 "$tmp/api" 2> "$tmp/api.log" &
   api_pid=$!
@@ -125,13 +125,20 @@ done = function(summary, latency, requests)
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + summary.errors.status))
 end
 EOF
+  # The 1,000 requests are formatted once, in init: formatting one per request in wrk's
+  # Lua cost wrk ~5 µs of the two shared cores per check, which /healthz does not pay.
   cat > "$tmp/check.lua" <<EOF
 wrk.method = "POST"
 wrk.headers["Authorization"] = "Bearer $key"
-local n = 0
+local reqs, n = {}, 0
+init = function()
+  for i = 0, 999 do
+    reqs[i] = wrk.format(nil, "/v1/check", nil, '{"org":"$org","team":"eng","user":"u' .. i .. '"}')
+  end
+end
 request = function()
   n = n + 1
-  return wrk.format(nil, "/v1/check", nil, '{"org":"$org","team":"eng","user":"u' .. (n % 1000) .. '"}')
+  return reqs[n % 1000]
 end
 EOF
   batch=$(for i in $(seq 0 99); do printf '{"org":"%s","team":"eng","user":"u%d"},' "$org" "$i"; done)
@@ -143,12 +150,20 @@ EOF
   cat "$tmp/done.lua" >> "$tmp/check.lua"
   cat "$tmp/done.lua" >> "$tmp/batch.lua"
   post /v1/check "{\"org\":\"$org\",\"team\":\"eng\",\"user\":\"u0\"}" >/dev/null # hydrate
-  d=${BENCH_WRK_SECONDS:-5}s
-  r=$(wrk -t2 -c50 -d"$d" -s "$tmp/done.lua" "$u/healthz" | grep '^WRK')
-  echo "/healthz:          $r" && echo "wrk_healthz ${r#WRK }" >> "$rows"
+  # /healthz and /v1/check alternate, BENCH_WRK_ROUNDS pairs: this machine's speed
+  # drifts within a minute, so each round's ratio compares runs seconds apart, and the
+  # summary takes the round with the median ratio.
+  d=${BENCH_WRK_SECONDS:-4}s
   s0=$(evalsha_stats)
-  r=$(wrk -t2 -c50 -d"$d" -s "$tmp/check.lua" "$u/v1/check" | grep '^WRK')
-  echo "/v1/check:         $r" && echo "wrk_check ${r#WRK } $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
+  checks=0
+  for round in $(seq "${BENCH_WRK_ROUNDS:-3}"); do
+    h=$(wrk -t2 -c50 -d"$d" -s "$tmp/done.lua" "$u/healthz" | grep '^WRK')
+    c=$(wrk -t2 -c50 -d"$d" -s "$tmp/check.lua" "$u/v1/check" | grep '^WRK')
+    echo "round $round /healthz:  $h"
+    echo "round $round /v1/check: $c"
+    echo "wrk_round ${h#WRK } ${c#WRK }" >> "$rows"
+  done
+  echo "wrk_check_usec $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
   s0=$(evalsha_stats)
   r=$(wrk -t2 -c16 -d"$d" -s "$tmp/batch.lua" "$u/v1/check/batch" | grep '^WRK')
   s1=$(evalsha_stats)
@@ -167,6 +182,7 @@ FNR == NR && /^Benchmark/ {
   names[++n] = name
   next
 }
+FNR != NR && $1 == "wrk_round" { rounds++; for (i = 2; i <= NF; i++) rr[rounds, i - 1] = $i; next }
 FNR != NR { r[$1] = $0; f[$1, 2] = $2; f[$1, 3] = $3; f[$1, 4] = $4; f[$1, 5] = $5; f[$1, 6] = $6; f[$1, 7] = $7 }
 END {
   base = v["HealthzHTTP", "req/s"]
@@ -181,9 +197,16 @@ END {
   }
   print ""
   print "Done-when ratios (docs/PERFORMANCE.md):"
-  if (("wrk_check") in r) {
-    printf "  /v1/check vs /healthz (wrk, 50 conns):    %.0f / %.0f req/s = %.0f%% (target >= 45%%), p99 %s ms (target <= 4)\n", \
-      f["wrk_check", 2], f["wrk_healthz", 2], 100 * f["wrk_check", 2] / f["wrk_healthz", 2], f["wrk_check", 4]
+  if (rounds > 0) {
+    # the round with the median ratio (rounds sorted by ratio; odd counts have one)
+    for (i = 1; i <= rounds; i++) { ratio[i] = rr[i, 5] / rr[i, 1]; ord[i] = i }
+    for (i = 1; i <= rounds; i++) for (j = i + 1; j <= rounds; j++) if (ratio[ord[j]] < ratio[ord[i]]) { t = ord[i]; ord[i] = ord[j]; ord[j] = t }
+    m = ord[int((rounds + 1) / 2)]
+    all = ""
+    for (i = 1; i <= rounds; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * ratio[i])
+    printf "  /v1/check vs /healthz (wrk, 50 conns):    %.0f / %.0f req/s = %.0f%% (target >= 45%%), p99 %s ms (target <= 4); /healthz p99 %s ms\n", \
+      rr[m, 5], rr[m, 1], 100 * ratio[m], rr[m, 7], rr[m, 3]
+    printf "                                            the median of %d alternated rounds: %s\n", rounds, all
   } else print "  /v1/check vs /healthz: wrk is not installed (apt-get install wrk); in-process figures above"
   if (("wrk_batch") in r && ("pipe_check") in r) {
     cps = 100 * f["wrk_batch", 2]
@@ -199,7 +222,7 @@ END {
     printf "  Redis µs per check (INFO commandstats):   check.lua %s vs ref9.lua %s alone (--pipe) = %.2fx (target <= 12/11 = 1.09x); ref9.lua %s under redis-benchmark\n", \
       f["pipe_check", 3], f["pipe_ref9", 3], f["pipe_check", 3] / f["pipe_ref9", 3], f["redisbench_ref", 3]
     printf "  Redis µs per check under load:            %s under /v1/check, %s under the batch, %s in the engine benchmark\n", \
-      (("wrk_check") in r) ? f["wrk_check", 6] : "-", (("wrk_batch") in r) ? f["wrk_batch", 6] : "-", \
+      (("wrk_check_usec") in r) ? f["wrk_check_usec", 2] : "-", (("wrk_batch") in r) ? f["wrk_batch", 6] : "-", \
       (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-"
   }
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", v["CheckParallel", "allocs/op"]
