@@ -17,6 +17,7 @@ bench_db=
 cleanup() {
   [ -n "$api_pid" ] && kill "$api_pid" 2>/dev/null && wait "$api_pid" 2>/dev/null || true
   [ -n "$bench_db" ] && command -v psql >/dev/null && psql -q "$db_admin" -c "drop database if exists $bench_db" 2>/dev/null || true
+  [ -n "${p:-}" ] && drop_pipe_keys
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -61,9 +62,14 @@ pipe_run() { # name file: rate and µs per call of one redis-cli --pipe run
   redis-cli -u "$redis_url" --pipe < "$2" > "$tmp/pipe.out"
   t1=$(date +%s%N); s1=$(evalsha_stats)
   grep -q 'errors: 0,' "$tmp/pipe.out" || { echo "redis-cli --pipe of $1: $(tail -1 "$tmp/pipe.out")" >&2; return 1; }
-  local rate=$(( n * 1000000000 / (t1 - t0) ))
-  echo "redis-cli --pipe $1: $rate EVALSHA/s, $(usec_per_call "$s0" "$s1") µs of Redis per call"
-  echo "pipe_$1 $rate $(usec_per_call "$s0" "$s1")" >> "$rows"
+  pipe_rate=$(( n * 1000000000 / (t1 - t0) )) pipe_usec=$(usec_per_call "$s0" "$s1")
+  echo "redis-cli --pipe $1: $pipe_rate EVALSHA/s, $pipe_usec µs of Redis per call"
+  [ -n "${3:-}" ] || echo "pipe_$1 $pipe_rate $pipe_usec" >> "$rows"
+}
+drop_pipe_keys() {
+  for k in "$p:*" "q:{$p}*"; do
+    redis-cli -u "$redis_url" --scan --pattern "$k" | while read -r key; do redis-cli -u "$redis_url" del "$key" >/dev/null; done
+  done
 }
 if have redis-benchmark && have redis-cli; then
   echo
@@ -89,9 +95,6 @@ if have redis-benchmark && have redis-cli; then
   redis-cli -u "$redis_url" hset "q:{$p}|m|$(date -u +%Y-%m)" "|p" 1 >/dev/null # the period marker
   go run ./cmd/loadgen -resp "$n" -prefix "$p" > "$tmp/check.resp" # starts with SCRIPT LOAD
   pipe_run check "$tmp/check.resp"
-  for k in "$p:*" "q:{$p}*"; do
-    redis-cli -u "$redis_url" --scan --pattern "$k" | while read -r key; do redis-cli -u "$redis_url" del "$key" >/dev/null; done
-  done
 fi
 
 # wrk against the api binary in its own process (the Go benchmarks above share the two
@@ -153,22 +156,45 @@ EOF
   # /healthz and /v1/check alternate, BENCH_WRK_ROUNDS pairs: this machine's speed
   # drifts within a minute, so each round's ratio compares runs seconds apart, and the
   # summary takes the round with the median ratio.
-  d=${BENCH_WRK_SECONDS:-4}s
+  # Each run also reports the CPU each process spent per request (µs, from /proc and
+  # the shell's `times`): the api, Redis (when it runs on this machine) and wrk share
+  # the cores, so these say where a check's cost goes whatever the machine's speed.
+  secs=${BENCH_WRK_SECONDS:-4}
+  d=${secs}s
+  redis_pid=$(redis-cli -u "$redis_url" info server | tr -d '\r' | sed -n 's/^process_id://p')
+  [ -r "/proc/$redis_pid/stat" ] || redis_pid=
+  ticks() { [ -n "$1" ] && awk '{ print $14 + $15 }' "/proc/$1/stat" || echo 0; }
+  wrk_cpu() { # connections script url: "WRK rps p50 p99 errors api_µs redis_µs wrk_µs" per request
+    local a0 r0 a1 r1 res
+    a0=$(ticks "$api_pid"); r0=$(ticks "$redis_pid")
+    res=$( { wrk -t2 -c"$1" -d"$d" -s "$2" "$3" | grep '^WRK'; times; } ) # times: the shell's, then its children's
+    a1=$(ticks "$api_pid"); r1=$(ticks "$redis_pid")
+    awk -v a=$((a1 - a0)) -v r=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" -v s="$secs" -v has_redis="$redis_pid" '
+      /^WRK/ { line = $0; n = $2 * s }
+      /s / { split($0, t, /[ms]+/); w = 60 * t[1] + t[2] + 60 * t[3] + t[4] }
+      END { us = 1e6 / hz / n; printf "%s %.0f %s %.0f\n", line, a * us, has_redis ? sprintf("%.0f", r * us) : "-", w * 1e6 / n }' <<< "$res"
+  }
   s0=$(evalsha_stats)
-  checks=0
   for round in $(seq "${BENCH_WRK_ROUNDS:-3}"); do
-    h=$(wrk -t2 -c50 -d"$d" -s "$tmp/done.lua" "$u/healthz" | grep '^WRK')
-    c=$(wrk -t2 -c50 -d"$d" -s "$tmp/check.lua" "$u/v1/check" | grep '^WRK')
+    h=$(wrk_cpu 50 "$tmp/done.lua" "$u/healthz")
+    c=$(wrk_cpu 50 "$tmp/check.lua" "$u/v1/check")
     echo "round $round /healthz:  $h"
     echo "round $round /v1/check: $c"
     echo "wrk_round ${h#WRK } ${c#WRK }" >> "$rows"
   done
   echo "wrk_check_usec $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
-  s0=$(evalsha_stats)
-  r=$(wrk -t2 -c16 -d"$d" -s "$tmp/batch.lua" "$u/v1/check/batch" | grep '^WRK')
-  s1=$(evalsha_stats)
-  echo "/v1/check/batch:   $r" && echo "wrk_batch ${r#WRK } $(usec_per_call "$s0" "$s1")" >> "$rows"
-  echo "(columns: requests/s, p50 ms, p99 ms, errors and non-2xx)"
+  # Batches of 100 alternate with check.lua alone (redis-cli --pipe) the same way.
+  for round in $(seq "${BENCH_WRK_ROUNDS:-3}"); do
+    if [ -s "$tmp/check.resp" ]; then
+      printf 'round %s ' "$round"; pipe_run check "$tmp/check.resp" round
+    fi
+    s0=$(evalsha_stats)
+    r=$(wrk -t2 -c16 -d"$d" -s "$tmp/batch.lua" "$u/v1/check/batch" | grep '^WRK')
+    s1=$(evalsha_stats)
+    echo "round $round /v1/check/batch: $r"
+    echo "batch_round ${r#WRK } $(usec_per_call "$s0" "$s1") ${pipe_rate:-0}" >> "$rows"
+  done
+  echo "(columns: requests/s, p50 ms, p99 ms, errors and non-2xx; rounds: CPU µs per request of the api, Redis, wrk)"
   if have redis-cli; then
     redis-cli -u "$redis_url" --scan --pattern "q:{$org}*" | while read -r k; do redis-cli -u "$redis_url" del "$k" >/dev/null; done
   fi
@@ -182,6 +208,7 @@ FNR == NR && /^Benchmark/ {
   names[++n] = name
   next
 }
+FNR != NR && $1 == "batch_round" { brounds++; for (i = 2; i <= NF; i++) br[brounds, i - 1] = $i; next }
 FNR != NR && $1 == "wrk_round" { rounds++; for (i = 2; i <= NF; i++) rr[rounds, i - 1] = $i; next }
 FNR != NR { r[$1] = $0; f[$1, 2] = $2; f[$1, 3] = $3; f[$1, 4] = $4; f[$1, 5] = $5; f[$1, 6] = $6; f[$1, 7] = $7 }
 END {
@@ -199,19 +226,26 @@ END {
   print "Done-when ratios (docs/PERFORMANCE.md):"
   if (rounds > 0) {
     # the round with the median ratio (rounds sorted by ratio; odd counts have one)
-    for (i = 1; i <= rounds; i++) { ratio[i] = rr[i, 5] / rr[i, 1]; ord[i] = i }
-    for (i = 1; i <= rounds; i++) for (j = i + 1; j <= rounds; j++) if (ratio[ord[j]] < ratio[ord[i]]) { t = ord[i]; ord[i] = ord[j]; ord[j] = t }
+    for (i = 1; i <= rounds; i++) { cratio[i] = rr[i, 8] / rr[i, 1]; ord[i] = i }
+    for (i = 1; i <= rounds; i++) for (j = i + 1; j <= rounds; j++) if (cratio[ord[j]] < cratio[ord[i]]) { t = ord[i]; ord[i] = ord[j]; ord[j] = t }
     m = ord[int((rounds + 1) / 2)]
     all = ""
-    for (i = 1; i <= rounds; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * ratio[i])
+    for (i = 1; i <= rounds; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * cratio[i])
     printf "  /v1/check vs /healthz (wrk, 50 conns):    %.0f / %.0f req/s = %.0f%% (target >= 45%%), p99 %s ms (target <= 4); /healthz p99 %s ms\n", \
-      rr[m, 5], rr[m, 1], 100 * ratio[m], rr[m, 7], rr[m, 3]
+      rr[m, 8], rr[m, 1], 100 * cratio[m], rr[m, 10], rr[m, 3]
     printf "                                            the median of %d alternated rounds: %s\n", rounds, all
+    printf "  CPU per request in that round (µs):       /healthz api %s + wrk %s; /v1/check api %s + Redis %s + wrk %s\n", \
+      rr[m, 5], rr[m, 7], rr[m, 12], rr[m, 13], rr[m, 14]
   } else print "  /v1/check vs /healthz: wrk is not installed (apt-get install wrk); in-process figures above"
-  if (("wrk_batch") in r && ("pipe_check") in r) {
-    cps = 100 * f["wrk_batch", 2]
+  if (brounds > 0 && br[1, 6] > 0) {
+    for (i = 1; i <= brounds; i++) { bratio[i] = 100 * 100 * br[i, 1] / br[i, 6]; bord[i] = i }
+    for (i = 1; i <= brounds; i++) for (j = i + 1; j <= brounds; j++) if (bratio[bord[j]] < bratio[bord[i]]) { t = bord[i]; bord[i] = bord[j]; bord[j] = t }
+    m = bord[int((brounds + 1) / 2)]
+    all = ""
+    for (i = 1; i <= brounds; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", bratio[i])
     printf "  batch of 100 vs the ceiling of check.lua alone (redis-cli --pipe): %.0f / %.0f checks/s = %.0f%% (target >= 85%%)\n", \
-      cps, f["pipe_check", 2], 100 * cps / f["pipe_check", 2]
+      100 * br[m, 1], br[m, 6], bratio[m]
+    printf "                                            the median of %d alternated rounds: %s\n", brounds, all
   } else if (("pipe_check") in r) {
     printf "  batch of 100 (in process) vs the ceiling of check.lua alone: %s / %.0f checks/s = %.0f%% (target >= 85%%)\n", \
       v["CheckBatchHTTP", "checks/s"], f["pipe_check", 2], 100 * v["CheckBatchHTTP", "checks/s"] / f["pipe_check", 2]
@@ -222,7 +256,7 @@ END {
     printf "  Redis µs per check (INFO commandstats):   check.lua %s vs ref9.lua %s alone (--pipe) = %.2fx (target <= 12/11 = 1.09x); ref9.lua %s under redis-benchmark\n", \
       f["pipe_check", 3], f["pipe_ref9", 3], f["pipe_check", 3] / f["pipe_ref9", 3], f["redisbench_ref", 3]
     printf "  Redis µs per check under load:            %s under /v1/check, %s under the batch, %s in the engine benchmark\n", \
-      (("wrk_check_usec") in r) ? f["wrk_check_usec", 2] : "-", (("wrk_batch") in r) ? f["wrk_batch", 6] : "-", \
+      (("wrk_check_usec") in r) ? f["wrk_check_usec", 2] : "-", (brounds > 0) ? br[m, 5] : "-", \
       (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-"
   }
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", v["CheckParallel", "allocs/op"]
