@@ -92,31 +92,19 @@ func MustRouter(tb testing.TB, cfg quota.RouterConfig) (*quota.Router, *promethe
 
 // metricValue returns the value of the gauge or counter name with the given labels
 // (a histogram: its sample count), or -1 when absent.
-// histogramSum is the sum of the observations of a histogram (see metricValue).
-func histogramSum(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+func metricValue(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
 	tb.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if v, ok := labels[lp.GetName()]; ok && v != lp.GetValue() {
-					continue next
-				}
-			}
-			return m.GetHistogram().GetSampleSum()
-		}
-	}
-	return 0
+	return gatherValue(tb, reg, name, labels, false)
 }
 
-func metricValue(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+// histogramSum is the sum of the observations of the histogram name with the given
+// labels, or -1 when absent.
+func histogramSum(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string) float64 {
+	tb.Helper()
+	return gatherValue(tb, reg, name, labels, true)
+}
+
+func gatherValue(tb testing.TB, reg *prometheus.Registry, name string, labels map[string]string, sum bool) float64 {
 	tb.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
@@ -142,6 +130,8 @@ func metricValue(tb testing.TB, reg *prometheus.Registry, name string, labels ma
 				return m.Gauge.GetValue()
 			case m.Counter != nil:
 				return m.Counter.GetValue()
+			case m.Histogram != nil && sum:
+				return m.Histogram.GetSampleSum()
 			case m.Histogram != nil:
 				return float64(m.Histogram.GetSampleCount())
 			}
