@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -27,24 +26,11 @@ const (
 	password    = "correct horse battery"
 )
 
-// clock is a settable time source for expiry tests.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-func (c *clock) Add(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 type env struct {
 	h     http.Handler
 	pool  *pgxpool.Pool
 	svc   *tenants.Service
-	clock *clock
+	clock *testenv.Clock
 }
 
 // mustEnv returns the complete api handler with the console on a fresh database
@@ -68,7 +54,7 @@ func mustEnv(tb testing.TB) env {
 			tb.Fatal(err)
 		}
 	}
-	clk := &clock{now: time.Now()}
+	clk := testenv.NewClock(time.Now())
 	sessions := console.NewSessions(pool, svc, console.Options{IdleTimeout: 30 * time.Minute, MaxAge: 12 * time.Hour,
 		MaxFailures: 3, LockFor: time.Minute, MaxLock: 10 * time.Minute, Now: clk.Now})
 	assets := fstest.MapFS{"index.html": {Data: []byte("<!doctype html><title>console</title>")},

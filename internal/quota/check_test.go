@@ -375,20 +375,6 @@ func period(id, start, end string) quota.Period {
 	return quota.Period{ID: id, Start: s, End: e}
 }
 
-// manualClock is a local clock a test moves by hand; the engine adds its offset to
-// Redis TIME, so moving it moves the engine's idea of Redis time by as much.
-type manualClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *manualClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
-func (c *manualClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
 // The two-bucket sliding window, step by step on the engine's clock: the previous
 // bucket's count weighs by the part of the window still covering it, a bucket that has
 // ended stops counting, and the retry hint says when the next unit fits. The buckets
@@ -396,7 +382,7 @@ func (c *manualClock) Add(d time.Duration) {
 // this runs without sleeping.
 func TestSlidingWindowAcrossBuckets(t *testing.T) {
 	t.Parallel()
-	clock := &manualClock{t: time.Now()}
+	clock := testenv.NewClock(time.Now()) // the engine adds its offset to Redis TIME
 	r := MustRig(t, "", quota.Config{Clock: clock.Now, ClockSync: time.Hour})
 	// Start 30 s into a minute bucket of the engine's clock.
 	now := r.e.Now()
@@ -462,7 +448,7 @@ func TestResendCountsAtItsOwnTime(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Check", true: "CheckBatch"}[batch], func(t *testing.T) {
 			t.Parallel()
-			clock := &manualClock{t: time.Now()}
+			clock := testenv.NewClock(time.Now()) // the engine adds its offset to Redis TIME
 			hydrator := quota.HydratorFunc(func(context.Context, string, quota.Period) (map[quota.Counter]int64, error) {
 				clock.Add(time.Minute) // hydration takes a whole bucket
 				return nil, nil
