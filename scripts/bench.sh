@@ -13,9 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
 api_pid=
+ref_pid=
 bench_db=
 cleanup() {
   [ -n "$api_pid" ] && kill "$api_pid" 2>/dev/null && wait "$api_pid" 2>/dev/null || true
+  [ -n "$ref_pid" ] && kill "$ref_pid" 2>/dev/null && wait "$ref_pid" 2>/dev/null || true
+  [ -n "${ref_prefix:-}" ] && drop_keys "$ref_prefix:*"
   [ -n "$bench_db" ] && command -v psql >/dev/null && psql -q "$db_admin" -c "drop database if exists $bench_db" 2>/dev/null || true
   [ -n "${p:-}" ] && drop_pipe_keys
   rm -rf "$tmp"
@@ -66,11 +69,12 @@ pipe_run() { # name file: rate and µs per call of one redis-cli --pipe run
   echo "redis-cli --pipe $1: $pipe_rate EVALSHA/s, $pipe_usec µs of Redis per call"
   [ -n "${3:-}" ] || echo "pipe_$1 $pipe_rate $pipe_usec" >> "$rows"
 }
-drop_pipe_keys() {
-  for k in "$p:*" "q:{$p}*"; do
-    redis-cli -u "$redis_url" --scan --pattern "$k" | while read -r key; do redis-cli -u "$redis_url" del "$key" >/dev/null; done
+drop_keys() { # patterns
+  for k in "$@"; do
+    redis-cli -u "$redis_url" --scan --pattern "$k" | xargs -r -n 100 redis-cli -u "$redis_url" del >/dev/null
   done
 }
+drop_pipe_keys() { drop_keys "$p:*" "q:{$p}*"; }
 if have redis-benchmark && have redis-cli; then
   echo
   n=${BENCH_REDIS_N:-200000}
@@ -108,12 +112,20 @@ if have wrk && have curl; then
   db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
   token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   go build -o "$tmp/api" ./cmd/api
+  go build -o "$tmp/refserver" ./scripts/bench/refserver
   echo "wrk: quotaplane-api on 127.0.0.1:$port (database $bench_db), 50 connections, ${BENCH_WRK_ROUNDS:-3} rounds of /healthz and /v1/check, ${BENCH_WRK_SECONDS:-4}s each, then batches..."
   DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$port QUOTA_ADMIN_TOKEN=$token \
     QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 "$tmp/api" 2> "$tmp/api.log" &
   api_pid=$!
+  # The reference check service (scripts/bench/refserver): the straightforward go-redis
+  # handler of issue 6, one coalesced EVALSHA of ref9.lua per check, measured in the
+  # same rounds as the api.
+  ref_port=${BENCH_REF_PORT:-$((port + 9))} ref_prefix="qpref$$"
+  REDIS_URL=$redis_url "$tmp/refserver" -addr "127.0.0.1:$ref_port" -prefix "$ref_prefix" -lifetime 15m 2> "$tmp/ref.log" &
+  ref_pid=$!
   u=http://127.0.0.1:$port
-  for _ in $(seq 100); do curl -sf "$u/healthz" >/dev/null && break; sleep 0.2; done
+  ru=http://127.0.0.1:$ref_port
+  for _ in $(seq 100); do curl -sf "$u/healthz" >/dev/null && curl -sf "$ru/healthz" >/dev/null && break; sleep 0.2; done
   post() { curl -sf -X POST "$u$1" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "$2"; }
   lim() { echo "[{\"metric\":\"requests\",\"window\":\"month\",\"limit\":$1},{\"metric\":\"requests\",\"window\":\"minute\",\"limit\":$1}]"; }
   post /v1/plans "{\"id\":\"bench\",\"name\":\"bench\",\"fail_mode\":\"closed\",\"limits\":$(lim 1000000000000)}" >/dev/null
@@ -164,25 +176,30 @@ EOF
   redis_pid=$(redis-cli -u "$redis_url" info server | tr -d '\r' | sed -n 's/^process_id://p')
   [ -r "/proc/$redis_pid/stat" ] || redis_pid=
   ticks() { [ -n "$1" ] && awk '{ print $14 + $15 }' "/proc/$1/stat" || echo 0; }
-  wrk_cpu() { # connections script url: "WRK rps p50 p99 errors api_µs redis_µs wrk_µs" per request
-    local a0 r0 a1 r1 res
-    a0=$(ticks "$api_pid"); r0=$(ticks "$redis_pid")
+  wrk_cpu() { # connections script url [server pid]: "WRK rps p50 p99 errors server_µs redis_µs wrk_µs" per request
+    local a0 r0 a1 r1 res pid=${4:-$api_pid}
+    a0=$(ticks "$pid"); r0=$(ticks "$redis_pid")
     res=$( { wrk -t2 -c"$1" -d"$d" -s "$2" "$3" | grep '^WRK'; times; } ) # times: the shell's, then its children's
-    a1=$(ticks "$api_pid"); r1=$(ticks "$redis_pid")
+    a1=$(ticks "$pid"); r1=$(ticks "$redis_pid")
     awk -v a=$((a1 - a0)) -v r=$((r1 - r0)) -v hz="$(getconf CLK_TCK)" -v s="$secs" -v has_redis="$redis_pid" '
       /^WRK/ { line = $0; n = $2 * s }
       /s / { split($0, t, /[ms]+/); w = 60 * t[1] + t[2] + 60 * t[3] + t[4] }
       END { us = 1e6 / hz / n; printf "%s %.0f %s %.0f\n", line, a * us, has_redis ? sprintf("%.0f", r * us) : "-", w * 1e6 / n }' <<< "$res"
   }
-  s0=$(evalsha_stats)
+  # Each round: the api's /healthz and /v1/check, then the reference's (refserver);
+  # the rows end with Redis µs per EVALSHA during that server's checks.
   for round in $(seq "${BENCH_WRK_ROUNDS:-3}"); do
-    h=$(wrk_cpu 50 "$tmp/done.lua" "$u/healthz")
-    c=$(wrk_cpu 50 "$tmp/check.lua" "$u/v1/check")
-    echo "round $round /healthz:  $h"
-    echo "round $round /v1/check: $c"
-    echo "wrk_round ${h#WRK } ${c#WRK }" >> "$rows"
+    for srv in api ref; do
+      if [ $srv = api ]; then base=$u pid=$api_pid name=; else base=$ru pid=$ref_pid name="refserver "; fi
+      h=$(wrk_cpu 50 "$tmp/done.lua" "$base/healthz" "$pid")
+      s0=$(evalsha_stats)
+      c=$(wrk_cpu 50 "$tmp/check.lua" "$base/v1/check" "$pid")
+      s1=$(evalsha_stats)
+      echo "round $round ${name}/healthz:  $h"
+      echo "round $round ${name}/v1/check: $c"
+      echo "${srv}_round ${h#WRK } ${c#WRK } $(usec_per_call "$s0" "$s1")" >> "$rows"
+    done
   done
-  echo "wrk_check_usec $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
   # Batches of 100 alternate with check.lua alone (redis-cli --pipe) the same way.
   for round in $(seq "${BENCH_WRK_ROUNDS:-3}"); do
     if [ -s "$tmp/check.resp" ]; then
@@ -209,7 +226,8 @@ FNR == NR && /^Benchmark/ {
   next
 }
 FNR != NR && $1 == "batch_round" { brounds++; for (i = 2; i <= NF; i++) br[brounds, i - 1] = $i; next }
-FNR != NR && $1 == "wrk_round" { rounds++; for (i = 2; i <= NF; i++) rr[rounds, i - 1] = $i; next }
+FNR != NR && $1 == "api_round" { rounds++; for (i = 2; i <= NF; i++) rr[rounds, i - 1] = $i; next }
+FNR != NR && $1 == "ref_round" { frounds++; for (i = 2; i <= NF; i++) fr[frounds, i - 1] = $i; next }
 FNR != NR { r[$1] = $0; f[$1, 2] = $2; f[$1, 3] = $3; f[$1, 4] = $4; f[$1, 5] = $5; f[$1, 6] = $6; f[$1, 7] = $7 }
 END {
   base = v["HealthzHTTP", "req/s"]
@@ -236,7 +254,24 @@ END {
     printf "                                            the median of %d alternated rounds: %s\n", rounds, all
     printf "  CPU per request in that round (µs):       /healthz api %s + wrk %s; /v1/check api %s + Redis %s + wrk %s\n", \
       rr[m, 5], rr[m, 7], rr[m, 12], rr[m, 13], rr[m, 14]
+    am = m
   } else print "  /v1/check vs /healthz: wrk is not installed (apt-get install wrk); in-process figures above"
+  if (frounds > 0) {
+    for (i = 1; i <= frounds; i++) { fratio[i] = fr[i, 8] / fr[i, 1]; ford[i] = i }
+    for (i = 1; i <= frounds; i++) for (j = i + 1; j <= frounds; j++) if (fratio[ford[j]] < fratio[ford[i]]) { t = ford[i]; ford[i] = ford[j]; ford[j] = t }
+    m = ford[int((frounds + 1) / 2)]
+    all = ""; vs = ""
+    for (i = 1; i <= frounds; i++) {
+      all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * fratio[i])
+      vs = vs sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * rr[i, 8] / fr[i, 8])
+    }
+    printf "  the reference, refserver (ref9.lua):      /v1/check %.0f / /healthz %.0f req/s = %.0f%%, p99 %s ms; /healthz p99 %s ms\n", \
+      fr[m, 8], fr[m, 1], 100 * fratio[m], fr[m, 10], fr[m, 3]
+    printf "                                            the median of %d alternated rounds: %s\n", frounds, all
+    printf "  CPU per request in that round (µs):       /healthz refserver %s + wrk %s; /v1/check refserver %s + Redis %s + wrk %s\n", \
+      fr[m, 5], fr[m, 7], fr[m, 12], fr[m, 13], fr[m, 14]
+    printf "  the api'"'"'s /v1/check vs the reference'"'"'s, by round: %s\n", vs
+  }
   if (brounds > 0 && br[1, 6] > 0) {
     for (i = 1; i <= brounds; i++) { bratio[i] = 100 * 100 * br[i, 1] / br[i, 6]; bord[i] = i }
     for (i = 1; i <= brounds; i++) for (j = i + 1; j <= brounds; j++) if (bratio[bord[j]] < bratio[bord[i]]) { t = bord[i]; bord[i] = bord[j]; bord[j] = t }
@@ -255,9 +290,9 @@ END {
       f["pipe_check", 2], f["pipe_ref9", 2], f["redisbench_ref", 2]
     printf "  Redis µs per check (INFO commandstats):   check.lua %s vs ref9.lua %s alone (--pipe) = %.2fx (target <= 12/11 = 1.09x); ref9.lua %s under redis-benchmark\n", \
       f["pipe_check", 3], f["pipe_ref9", 3], f["pipe_check", 3] / f["pipe_ref9", 3], f["redisbench_ref", 3]
-    printf "  Redis µs per check under load:            %s under /v1/check, %s under the batch, %s in the engine benchmark\n", \
-      (("wrk_check_usec") in r) ? f["wrk_check_usec", 2] : "-", (brounds > 0) ? br[m, 5] : "-", \
-      (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-"
+    printf "  Redis µs per check under load:            %s under /v1/check, %s under the batch, %s in the engine benchmark; ref9.lua %s under refserver\n", \
+      (rounds > 0) ? rr[am, 15] : "-", (brounds > 0) ? br[m, 5] : "-", \
+      (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-", (frounds > 0) ? fr[ford[int((frounds + 1) / 2)], 15] : "-"
   }
-  printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", v["CheckParallel", "allocs/op"]
+  printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"
