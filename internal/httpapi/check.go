@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
@@ -60,14 +61,19 @@ func validateCheck(in api.CheckRequest) *checkError {
 	return nil
 }
 
-func limitsFor(metric string, ls []tenants.Limit) []quota.Limit {
-	var out []quota.Limit
+// limitsFor appends the limits of metric in ls to buf and returns them (nil when there
+// are none) and the grown buf. A check's three levels share one buf: one allocation.
+func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit) ([]quota.Limit, []quota.Limit) {
+	start := len(buf)
 	for _, l := range ls {
 		if l.Metric == metric {
-			out = append(out, quota.Limit{Window: quota.Window(l.Window), Limit: l.Limit})
+			buf = append(buf, quota.Limit{Window: quota.Window(l.Window), Limit: l.Limit})
 		}
 	}
-	return out
+	if len(buf) == start {
+		return nil, buf
+	}
+	return buf[start:len(buf):len(buf)], buf
 }
 
 // resolveCheck authorizes a check and resolves its org, team, user and their limits
@@ -130,22 +136,35 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 			return quota.Request{}, none, badField("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
 	}
-	req.Limits.Org = limitsFor(req.Metric, org.Org.EffectiveLimits)
+	var team tenants.Team
+	var userLimits []tenants.Limit
 	if req.Team != "" {
-		team, ok := org.Teams[req.Team]
-		if !ok {
+		var ok bool
+		if team, ok = org.Teams[req.Team]; !ok {
 			return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("team %q of org %q not found", req.Team, in.Org)}
 		}
-		req.Limits.Team = limitsFor(req.Metric, team.Limits)
 		if req.User != "" {
-			req.Limits.User = limitsFor(req.Metric, tenants.MergeLimits(team.UserLimits, user.Limits))
+			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
+			if len(user.Limits) > 0 {
+				userLimits = tenants.MergeLimits(team.UserLimits, user.Limits)
+			}
 		}
 	}
+	buf := make([]quota.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
+	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits)
+	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits)
+	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits)
 	return req, org, nil
 }
 
 func fromResult(res quota.Result, oc quota.Outcome, mode tenants.Mode) api.CheckResult {
-	out := api.CheckResult{Allowed: res.Allowed, Mode: api.Mode(mode), Levels: make([]api.LevelStatus, len(res.Levels))}
+	return fromResultInto(make([]api.LevelStatus, len(res.Levels)), res, oc, mode)
+}
+
+// fromResultInto is fromResult with the levels written into levels, which must hold
+// len(res.Levels): /v1/check reuses them from a pool.
+func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome, mode tenants.Mode) api.CheckResult {
+	out := api.CheckResult{Allowed: res.Allowed, Mode: api.Mode(mode), Levels: levels[:len(res.Levels)]}
 	if oc.Degraded {
 		t := true
 		out.Degraded = &t
@@ -193,11 +212,16 @@ func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
 	}
 	reset := int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
 	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
-	// but the spelling of the IETF draft is what people grep for.
-	h["RateLimit-Limit"] = []string{strconv.FormatInt(t.Limit, 10)}
-	h["RateLimit-Remaining"] = []string{strconv.FormatInt(max(t.Remaining, 0), 10)}
-	h["RateLimit-Reset"] = []string{strconv.FormatInt(max(reset, 0), 10)}
+	// but the spelling of the IETF draft is what people grep for. The three values
+	// share one backing array, each capped at its own element.
+	v := []string{strconv.FormatInt(t.Limit, 10), strconv.FormatInt(max(t.Remaining, 0), 10), strconv.FormatInt(max(reset, 0), 10)}
+	h["RateLimit-Limit"] = v[0:1:1]
+	h["RateLimit-Remaining"] = v[1:2:2]
+	h["RateLimit-Reset"] = v[2:3:3]
 }
+
+// levelsPool holds the levels of /v1/check answers between requests.
+var levelsPool = sync.Pool{New: func() any { l := make([]api.LevelStatus, 0, 8); return &l }}
 
 // engineProblem maps an engine error to a status and detail.
 func engineProblem(err error) *checkError {
@@ -245,7 +269,17 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request) {
 		writeCheckError(w, engineProblem(err))
 		return
 	}
-	out := fromResult(res, oc, mode)
+	lp := levelsPool.Get().(*[]api.LevelStatus)
+	if cap(*lp) < len(res.Levels) {
+		*lp = make([]api.LevelStatus, len(res.Levels))
+	}
+	out := fromResultInto((*lp)[:len(res.Levels)], res, oc, mode)
+	defer func() {
+		clear(out.Levels) // no ids kept alive in the pool
+		if cap(*lp) <= 64 {
+			levelsPool.Put(lp)
+		}
+	}()
 	setRateLimitHeaders(w.Header(), out, time.Now())
 	status := http.StatusOK
 	if !out.Allowed {

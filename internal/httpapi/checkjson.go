@@ -231,7 +231,7 @@ func plainString(b []byte, i int) (string, int, bool) {
 func writeCheckResult(w http.ResponseWriter, status int, out *api.CheckResult) {
 	bp := bufPool.Get().(*[]byte)
 	b := appendCheckResult((*bp)[:0], out)
-	w.Header().Set("Content-Type", "application/json")
+	w.Header()["Content-Type"] = jsonContentType
 	w.WriteHeader(status)
 	_, _ = w.Write(b)
 	if cap(b) <= 64<<10 {
@@ -348,8 +348,33 @@ func appendString(b []byte, s string) []byte {
 }
 
 // appendTime is time.Time's MarshalJSON (reset times are always within years 0-9999).
+// jsonContentType is the check answers' Content-Type header value, shared: net/http
+// only reads it.
+var jsonContentType = []string{"application/json"}
+
+// appendTime writes t as encoding/json does (RFC 3339 with nanoseconds, trailing zeros
+// dropped), by hand for what the answers hold, UTC whole seconds in years 0-9999.
 func appendTime(b []byte, t time.Time) []byte {
+	if t.Location() != time.UTC || t.Nanosecond() != 0 || t.Year() < 0 || t.Year() > 9999 {
+		b = append(b, '"')
+		b = t.AppendFormat(b, time.RFC3339Nano)
+		return append(b, '"')
+	}
+	year, month, day := t.Date()
+	hour, min, sec := t.Clock()
+	two := func(b []byte, v int) []byte { return append(b, byte('0'+v/10), byte('0'+v%10)) }
 	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
+	b = two(b, year/100)
+	b = two(b, year%100)
+	b = append(b, '-')
+	b = two(b, int(month))
+	b = append(b, '-')
+	b = two(b, day)
+	b = append(b, 'T')
+	b = two(b, hour)
+	b = append(b, ':')
+	b = two(b, min)
+	b = append(b, ':')
+	b = two(b, sec)
+	return append(b, 'Z', '"')
 }

@@ -48,6 +48,30 @@ func TestCheckJSONEncode(t *testing.T) {
 	}
 }
 
+// appendTime's hand-written path (UTC whole seconds) and its fallback both write what
+// encoding/json writes, over many instants, zones, fractions and the year bounds.
+func TestAppendTimeLikeEncodingJSON(t *testing.T) {
+	times := []time.Time{
+		time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(9999, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(1999, 9, 9, 9, 9, 9, 0, time.UTC), time.Unix(0, 0), time.Unix(0, 0).UTC(),
+	}
+	for i := int64(0); i < 20000; i++ {
+		sec := 1_700_000_000 + i*7919*3607 // about 18 years, every field value
+		times = append(times, time.Unix(sec, 0).UTC(), time.Unix(sec, i%3*250_000_000).UTC(),
+			time.Unix(sec, 0).In(time.FixedZone("x", 3600)))
+	}
+	for _, tm := range times {
+		want, err := json.Marshal(tm)
+		if err != nil {
+			continue // outside encoding/json's years: not an answer's
+		}
+		if got := appendTime(nil, tm); string(got) != string(want) {
+			t.Fatalf("appendTime(%v) = %s, encoding/json %s", tm, got, want)
+		}
+	}
+}
+
 func TestCheckJSONDecode(t *testing.T) {
 	bodies := []string{
 		`{"org":"acme"}`,
