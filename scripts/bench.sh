@@ -219,6 +219,12 @@ fi
 
 echo
 awk '
+# median_round: the index of the round whose ratio is the median (odd counts have one)
+function median_round(ratio, n,    i, j, t, ord) {
+  for (i = 1; i <= n; i++) ord[i] = i
+  for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (ratio[ord[j]] < ratio[ord[i]]) { t = ord[i]; ord[i] = ord[j]; ord[j] = t }
+  return ord[int((n + 1) / 2)]
+}
 FNR == NR && /^Benchmark/ {
   name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
   for (i = 3; i < NF; i++) v[name, $(i+1)] = $i
@@ -243,10 +249,8 @@ END {
   print ""
   print "Done-when ratios (docs/PERFORMANCE.md):"
   if (rounds > 0) {
-    # the round with the median ratio (rounds sorted by ratio; odd counts have one)
-    for (i = 1; i <= rounds; i++) { cratio[i] = rr[i, 8] / rr[i, 1]; ord[i] = i }
-    for (i = 1; i <= rounds; i++) for (j = i + 1; j <= rounds; j++) if (cratio[ord[j]] < cratio[ord[i]]) { t = ord[i]; ord[i] = ord[j]; ord[j] = t }
-    m = ord[int((rounds + 1) / 2)]
+    for (i = 1; i <= rounds; i++) cratio[i] = rr[i, 8] / rr[i, 1]
+    m = median_round(cratio, rounds)
     all = ""
     for (i = 1; i <= rounds; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * cratio[i])
     printf "  /v1/check vs /healthz (wrk, 50 conns):    %.0f / %.0f req/s = %.0f%% (target >= 45%%), p99 %s ms (target <= 4); /healthz p99 %s ms\n", \
@@ -257,9 +261,8 @@ END {
     am = m
   } else print "  /v1/check vs /healthz: wrk is not installed (apt-get install wrk); in-process figures above"
   if (frounds > 0) {
-    for (i = 1; i <= frounds; i++) { fratio[i] = fr[i, 8] / fr[i, 1]; ford[i] = i }
-    for (i = 1; i <= frounds; i++) for (j = i + 1; j <= frounds; j++) if (fratio[ford[j]] < fratio[ford[i]]) { t = ford[i]; ford[i] = ford[j]; ford[j] = t }
-    m = ford[int((frounds + 1) / 2)]
+    for (i = 1; i <= frounds; i++) fratio[i] = fr[i, 8] / fr[i, 1]
+    m = fm = median_round(fratio, frounds)
     all = ""; vs = ""
     for (i = 1; i <= frounds; i++) {
       all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * fratio[i])
@@ -273,9 +276,8 @@ END {
     printf "  the api'"'"'s /v1/check vs the reference'"'"'s, by round: %s\n", vs
   }
   if (brounds > 0 && br[1, 6] > 0) {
-    for (i = 1; i <= brounds; i++) { bratio[i] = 100 * 100 * br[i, 1] / br[i, 6]; bord[i] = i }
-    for (i = 1; i <= brounds; i++) for (j = i + 1; j <= brounds; j++) if (bratio[bord[j]] < bratio[bord[i]]) { t = bord[i]; bord[i] = bord[j]; bord[j] = t }
-    m = bord[int((brounds + 1) / 2)]
+    for (i = 1; i <= brounds; i++) bratio[i] = 100 * 100 * br[i, 1] / br[i, 6]
+    m = median_round(bratio, brounds)
     all = ""
     for (i = 1; i <= brounds; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", bratio[i])
     printf "  batch of 100 vs the ceiling of check.lua alone (redis-cli --pipe): %.0f / %.0f checks/s = %.0f%% (target >= 85%%)\n", \
@@ -292,7 +294,7 @@ END {
       f["pipe_check", 3], f["pipe_ref9", 3], f["pipe_check", 3] / f["pipe_ref9", 3], f["redisbench_ref", 3]
     printf "  Redis µs per check under load:            %s under /v1/check, %s under the batch, %s in the engine benchmark; ref9.lua %s under refserver\n", \
       (rounds > 0) ? rr[am, 15] : "-", (brounds > 0) ? br[m, 5] : "-", \
-      (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-", (frounds > 0) ? fr[ford[int((frounds + 1) / 2)], 15] : "-"
+      (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-", (frounds > 0) ? fr[fm, 15] : "-"
   }
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"
