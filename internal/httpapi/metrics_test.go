@@ -293,3 +293,91 @@ func TestPlanMeteredBadValues(t *testing.T) {
 		})
 	}
 }
+
+// Team and user allocations may only name metrics the org knows: any other could
+// never apply, since its checks are refused. They answer 422 at the field and write
+// nothing; a change of one list is not refused for the other.
+func TestAllocationOfUnknownMetricIsRefused(t *testing.T) {
+	f := mustFixture(t)
+	admin := f.tokens["acme-admin"]
+	for _, tc := range []struct {
+		name, method, path, body, field string
+	}{
+		{"team limits", "POST", "/v1/orgs/acme/teams", `{"id":"ops","name":"Ops","limits":[{"metric":"requests","window":"day","limit":1},{"metric":"request","window":"day","limit":1}]}`, "limits[1].metric"},
+		{"team user_limits", "POST", "/v1/orgs/acme/teams", `{"id":"ops","name":"Ops","user_limits":[{"metric":"tokens","window":"day","limit":1}]}`, "user_limits[0].metric"},
+		{"team patch", "PATCH", "/v1/orgs/acme/teams/eng", `{"user_limits":[{"metric":"tokens","window":"day","limit":1}]}`, "user_limits[0].metric"},
+		{"user", "POST", "/v1/orgs/acme/teams/eng/users", `{"id":"zoe","limits":[{"metric":"tokens","window":"day","limit":1}]}`, "limits[0].metric"},
+		{"user patch", "PATCH", "/v1/orgs/acme/teams/eng/users/alice", `{"limits":[{"metric":"tokens","window":"day","limit":1}]}`, "limits[0].metric"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.fingerprint()
+			rec := f.do(tc.method, tc.path, admin, tc.body)
+			if rec.Code != 422 {
+				t.Fatalf("%d %s", rec.Code, rec.Body)
+			}
+			p := problemOf(t, rec.Body.String())
+			if len(p.Errors) != 1 || p.Errors[0].Field != tc.field || !strings.Contains(p.Errors[0].Message, "metrics are requests") {
+				t.Fatalf("want one error at %s listing the org's metrics: %s", tc.field, rec.Body)
+			}
+			if f.fingerprint() != before {
+				t.Fatal("a refused request changed the database")
+			}
+		})
+	}
+	// Once the plan declares the metric, the same allocation is taken.
+	if rec := f.do("PATCH", "/v1/plans/pro", operatorToken, `{"metered":["tokens"]}`); rec.Code != 200 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	if rec := f.do("PATCH", "/v1/orgs/acme/teams/eng/users/alice", admin, `{"limits":[{"metric":"tokens","window":"day","limit":1}]}`); rec.Code != 200 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+}
+
+// The other way round: a change of the plan or of the org's overrides that would
+// make the org forget a metric its teams or users allocate is refused with 422 at the
+// field that caused it, and writes nothing, as lowering a parent below its children is.
+func TestForgettingAnAllocatedMetricIsRefused(t *testing.T) {
+	f := mustFixture(t)
+	must := func(method, path, token, body string, want int) api.Problem {
+		t.Helper()
+		before := f.fingerprint()
+		rec := f.do(method, path, token, body)
+		if rec.Code != want {
+			t.Fatalf("%s %s = %d, want %d: %s", method, path, rec.Code, want, rec.Body)
+		}
+		var p api.Problem
+		if want >= 400 {
+			p = problemOf(t, rec.Body.String())
+			if f.fingerprint() != before {
+				t.Fatalf("%s %s: a refused request changed the database", method, path)
+			}
+		}
+		return p
+	}
+	forgot := func(p api.Problem, field string) {
+		t.Helper()
+		named := false
+		for _, e := range p.Errors {
+			if e.Field != field {
+				t.Fatalf("error at %s, want %s: %+v", e.Field, field, p.Errors)
+			}
+			named = named || strings.Contains(e.Message, `user "alice" allocates metric "tokens"`)
+		}
+		if !named {
+			t.Fatalf("no error at %s names alice's tokens: %+v", field, p.Errors)
+		}
+	}
+	must("PATCH", "/v1/plans/pro", operatorToken, `{"metered":["tokens"]}`, 200)
+	must("PATCH", "/v1/orgs/acme/teams/eng/users/alice", f.tokens["acme-admin"], `{"limits":[{"metric":"tokens","window":"day","limit":1}]}`, 200)
+
+	forgot(must("PATCH", "/v1/plans/pro", operatorToken, `{"metered":[]}`, 422), "metered")
+	forgot(must("PATCH", "/v1/orgs/acme", operatorToken, `{"plan":"free"}`, 422), "plan")
+	// An override of the org names the metric too; then the plan may drop it, and the
+	// override may not go.
+	must("PATCH", "/v1/orgs/acme", operatorToken, `{"limits":[{"metric":"tokens","window":"month","limit":100}]}`, 200)
+	must("PATCH", "/v1/plans/pro", operatorToken, `{"metered":[]}`, 200)
+	forgot(must("PATCH", "/v1/orgs/acme", operatorToken, `{"limits":[]}`, 422), "limits")
+	// Once the allocation is gone, so is the constraint.
+	must("PATCH", "/v1/orgs/acme/teams/eng/users/alice", f.tokens["acme-admin"], `{"limits":[]}`, 200)
+	must("PATCH", "/v1/orgs/acme", operatorToken, `{"limits":[]}`, 200)
+}

@@ -1,10 +1,13 @@
 package tenants
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // maxMetered bounds a plan's metered list, as the spec bounds a list of limits.
@@ -88,6 +91,16 @@ func limitMetrics(ls []Limit) []string {
 // pricing: with the org's effective limits, the metrics an org knows.
 const planMetricCols = `metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = plans.id)`
 
+// orgMetrics returns the metrics org knows: its effective limits (the plan's merged
+// with the org's overrides), its plan's pricing and its plan's metered list.
+func orgMetrics(ctx context.Context, q querier, org Org) (MetricSet, error) {
+	var metered, priced []string
+	if err := q.QueryRow(ctx, `SELECT `+planMetricCols+` FROM plans WHERE id = $1`, org.PlanID).Scan(&metered, &priced); err != nil {
+		return MetricSet{}, fmt.Errorf("metrics of plan %q: %w", org.PlanID, err)
+	}
+	return NewMetricSet(limitMetrics(org.EffectiveLimits), priced, metered), nil
+}
+
 // normalizeMetered sorts a metered list; nil becomes empty, as stored.
 func normalizeMetered(ms []string) []string {
 	out := slices.Clone(ms)
@@ -114,4 +127,88 @@ func validateMetered(errs *fieldErrs, ms []string) {
 		}
 		seen[m] = true
 	}
+}
+
+// unknownMetrics reports each limit of a child's list whose metric the org does not
+// know: such an allocation could never be checked.
+func unknownMetrics(field string, ls []Limit, childLabel string, known MetricSet) []Violation {
+	var out []Violation
+	for i, l := range ls {
+		if known.Has(l.Metric) {
+			continue
+		}
+		out = append(out, Violation{
+			Field: fmt.Sprintf("%s[%d].metric", field, i), Metric: l.Metric, Window: l.Window,
+			Requested: l.Limit,
+			Message:   fmt.Sprintf("%s: %s", childLabel, (known.Check(l.Metric)).Error()),
+		})
+	}
+	return out
+}
+
+// limitList is one list of limits of a request, named by its field.
+type limitList struct {
+	field  string
+	limits []Limit
+}
+
+// checkAllocatedMetrics refuses a team's or user's limits that name a metric the org
+// does not know, with an *AllocationError: such a limit could never apply, since a
+// check of that metric is refused. Only the lists the request sets are checked, so a
+// change of one list is not refused for the other.
+func checkAllocatedMetrics(ctx context.Context, q querier, org Org, childLabel string, lists ...limitList) error {
+	known, err := orgMetrics(ctx, q, org)
+	if err != nil {
+		return err
+	}
+	var vs []Violation
+	for _, l := range lists {
+		vs = append(vs, unknownMetrics(l.field, l.limits, childLabel, known)...)
+	}
+	return allocErr(vs)
+}
+
+// planKnows returns the metrics an org on plan p with the overrides given would know.
+func planKnows(p Plan, overrides []Limit) MetricSet {
+	var priced []string
+	if p.Pricing != nil {
+		for _, m := range p.Pricing.Metrics {
+			priced = append(priced, m.Metric)
+		}
+	}
+	return NewMetricSet(limitMetrics(p.Limits), limitMetrics(overrides), priced, p.Metered)
+}
+
+// forgottenMetrics reports each metric the org's teams or users allocate that known
+// lacks: a change of the org's plan or overrides that would leave such an allocation
+// behind is refused, as lowering a parent below its children is. field names the
+// request field to blame.
+func forgottenMetrics(ctx context.Context, q querier, orgID string, known MetricSet, field string) ([]Violation, error) {
+	rows, err := q.Query(ctx, `SELECT metric, min(owner) FROM (
+			SELECT metric, 'team "' || team_id || '"' AS owner FROM team_limits WHERE org_id = $1
+			UNION ALL
+			SELECT metric, 'user "' || user_id || '"' FROM user_limits WHERE org_id = $1) a
+		GROUP BY metric ORDER BY metric`, orgID)
+	if err != nil {
+		return nil, err
+	}
+	var vs []Violation
+	var metric, owner string
+	_, err = pgx.ForEachRow(rows, []any{&metric, &owner}, func() error {
+		if known.Has(metric) {
+			return nil
+		}
+		vs = append(vs, Violation{Field: field, Metric: metric, Parent: fmt.Sprintf("org %q", orgID),
+			Message: fmt.Sprintf("org %q: %s allocates metric %q, which the org would no longer know (its metrics would be %s)",
+				orgID, owner, metric, metricList(known))})
+		return nil
+	})
+	return vs, err
+}
+
+func metricList(s MetricSet) string {
+	if len(s.sorted) == 0 {
+		return "none"
+	}
+	return strings.Join(s.sorted, ", ")
 }

@@ -198,19 +198,26 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if orgIDs, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		if patch.Limits != nil {
+		if patch.Limits != nil || patch.Metered != nil || patch.Pricing != nil {
 			var vs []Violation
 			for _, orgID := range orgIDs {
 				org, err := getOrg(ctx, tx, orgID)
 				if err != nil {
 					return err
 				}
-				eff := MergeLimits(after.Limits, org.Limits)
-				v, err := checkOrgCoversTeams(ctx, tx, org.ID, eff, org.Oversubscribe)
+				if patch.Limits != nil {
+					eff := MergeLimits(after.Limits, org.Limits)
+					v, err := checkOrgCoversTeams(ctx, tx, org.ID, eff, org.Oversubscribe)
+					if err != nil {
+						return err
+					}
+					vs = append(vs, fieldFor(v, "limits", *patch.Limits, "limits")...)
+				}
+				v, err := forgottenMetrics(ctx, tx, org.ID, planKnows(after, org.Limits), patchedMetricField(patch))
 				if err != nil {
 					return err
 				}
-				vs = append(vs, fieldFor(v, "limits", *patch.Limits, "limits")...)
+				vs = append(vs, v...)
 			}
 			if err := allocErr(vs); err != nil {
 				return fmt.Errorf("update plan %q: %w", id, err)
@@ -234,6 +241,19 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		s.changed(orgIDs...)
 	}
 	return out, err
+}
+
+// patchedMetricField names the field of a plan patch that can make an org forget a
+// metric: the first of metered, limits and pricing that it sets.
+func patchedMetricField(p PlanPatch) string {
+	switch {
+	case p.Metered != nil:
+		return "metered"
+	case p.Limits != nil:
+		return "limits"
+	default:
+		return "pricing"
+	}
 }
 
 // fieldFor points each violation of effective limits at the request field that
