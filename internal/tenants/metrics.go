@@ -17,8 +17,9 @@ const maxMetered = 100
 // *UnknownMetricError.
 var ErrUnknownMetric = errors.New("unknown metric")
 
-// UnknownMetricError refuses a check, or an allocation, of a metric that is not one
-// of the org's known metrics. It matches ErrUnknownMetric.
+// UnknownMetricError refuses a check of a metric that is not one of the org's known
+// metrics. It matches ErrUnknownMetric. (An allocation of such a metric is refused
+// with an *AllocationError carrying the same message.)
 type UnknownMetricError struct {
 	Metric string
 	Known  []string // the org's metrics, sorted
@@ -140,7 +141,7 @@ func unknownMetrics(field string, ls []Limit, childLabel string, known MetricSet
 		out = append(out, Violation{
 			Field: fmt.Sprintf("%s[%d].metric", field, i), Metric: l.Metric, Window: l.Window,
 			Requested: l.Limit,
-			Message:   fmt.Sprintf("%s: %s", childLabel, (known.Check(l.Metric)).Error()),
+			Message:   fmt.Sprintf("%s: %s", childLabel, known.Check(l.Metric).Error()),
 		})
 	}
 	return out
