@@ -49,6 +49,7 @@ func Seed(ctx context.Context, svc *tenants.Service, stateDir string) (Result, e
 	_, err := svc.CreatePlan(ctx, seedActor, tenants.PlanInput{ID: PlanID, Name: "Demo Pro", FailMode: tenants.FailOpen,
 		Limits: []tenants.Limit{limit("requests", tenants.Month, 100000), limit("requests", tenants.Minute, 600),
 			limit("tokens", tenants.Month, 5000000)},
+		Metered: []string{"gpu_seconds"}, // counted and billed, never limited
 		Pricing: &tenants.Pricing{Currency: "USD", BasePrice: "49.00", Metrics: []tenants.MetricPrice{
 			{Metric: "requests", IncludedUnits: 100000, OveragePrice: "0.001"}}}})
 	if err := ignoreExists(err); err != nil {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,20 @@ func validateCheck(in api.CheckRequest) *checkError {
 	return nil
 }
 
+// unknownMetric answers a check of a metric its org does not know: 422, naming the
+// metric and the org's metrics. (The lead's one error map takes this case over.)
+func unknownMetric(err error) *checkError {
+	var ue *tenants.UnknownMetricError
+	msg := err.Error()
+	if errors.As(err, &ue) {
+		msg = fmt.Sprintf("%q is not one of the org's metrics: %s", ue.Metric, strings.Join(ue.Known, ", "))
+		if len(ue.Known) == 0 {
+			msg = fmt.Sprintf("%q is not known: the org's plan names no metric in its limits, pricing or metered", ue.Metric)
+		}
+	}
+	return &checkError{status: http.StatusUnprocessableEntity, detail: err.Error(), fields: []FieldError{{Field: "metric", Message: msg}}}
+}
+
 // limitsFor appends the limits of metric in ls to buf and returns them (nil when there
 // are none) and the grown buf. A check's three levels share one buf: one allocation.
 func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit) ([]quota.Limit, []quota.Limit) {
@@ -111,6 +126,9 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 		AnchorDay: org.Org.BillingAnchorDay}
 	if in.Metric != nil {
 		req.Metric = *in.Metric
+	}
+	if err := org.Metrics.Check(req.Metric); err != nil {
+		return quota.Request{}, none, unknownMetric(err)
 	}
 	if in.Cost != nil {
 		req.Cost = *in.Cost

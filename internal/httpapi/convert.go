@@ -63,6 +63,9 @@ func fromPricing(in *tenants.Pricing) *api.Pricing {
 func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	p := tenants.PlanInput{ID: in.Id, Name: in.Name, Limits: toLimits(in.Limits),
 		FailMode: tenants.FailMode(in.FailMode), Pricing: toPricing(in.Pricing)}
+	if in.Metered != nil {
+		p.Metered = *in.Metered
+	}
 	if in.Pool != nil {
 		p.Pool = *in.Pool
 	}
@@ -70,7 +73,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 }
 
 func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
-	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Pool: in.Pool, Pricing: toPricing(in.Pricing)}
+	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing)}
 	if in.FailMode != nil {
 		fm := tenants.FailMode(*in.FailMode)
 		p.FailMode = &fm
@@ -79,7 +82,7 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 }
 
 func fromPlan(p tenants.Plan) api.Plan {
-	return api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), FailMode: api.FailMode(p.FailMode),
+	return api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: api.FailMode(p.FailMode),
 		Pool: p.Pool, Pricing: fromPricing(p.Pricing), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 }
 

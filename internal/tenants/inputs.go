@@ -12,6 +12,7 @@ type PlanInput struct {
 	ID       string
 	Name     string
 	Limits   []Limit
+	Metered  []string // metrics counted and billed without a limit
 	FailMode FailMode
 	Pool     string // "" means "default"
 	Pricing  *Pricing
@@ -21,6 +22,7 @@ type PlanInput struct {
 type PlanPatch struct {
 	Name     *string
 	Limits   *[]Limit
+	Metered  *[]string // replaces the whole list
 	FailMode *FailMode
 	Pool     *string
 	Pricing  *Pricing
@@ -168,6 +170,7 @@ func (in PlanInput) Validate() error {
 	checkID(&errs, "id", in.ID)
 	checkName(&errs, "name", in.Name)
 	validateLimits(&errs, "limits", in.Limits)
+	validateMetered(&errs, in.Metered)
 	checkFailMode(&errs, in.FailMode)
 	if in.Pool != "" {
 		checkID(&errs, "pool", in.Pool)
@@ -184,6 +187,9 @@ func (p PlanPatch) Validate() error {
 	}
 	if p.Limits != nil {
 		validateLimits(&errs, "limits", *p.Limits)
+	}
+	if p.Metered != nil {
+		validateMetered(&errs, *p.Metered)
 	}
 	if p.FailMode != nil {
 		checkFailMode(&errs, *p.FailMode)

@@ -9,13 +9,14 @@ import (
 )
 
 // ResolvedOrg is what the check path needs of an org: its settings and effective
-// limits, its plan's fail mode and pool, and its teams with their limits and user
-// defaults.
+// limits, its plan's fail mode and pool, the metrics it knows, and its teams with
+// their limits and user defaults.
 type ResolvedOrg struct {
 	Org      Org
 	FailMode FailMode
 	Pool     string
 	Teams    map[string]Team
+	Metrics  MetricSet // a check of any other metric is refused
 }
 
 // ResolvedUser is a user id of an org as the check path sees it. Unregistered ids
@@ -33,9 +34,11 @@ func (s *Service) ResolveOrg(ctx context.Context, orgID string) (ResolvedOrg, er
 		return ResolvedOrg{}, err
 	}
 	r := ResolvedOrg{Org: org, Teams: map[string]Team{}}
-	if err := s.pool.QueryRow(ctx, `SELECT fail_mode, pool FROM plans WHERE id = $1`, org.PlanID).Scan(&r.FailMode, &r.Pool); err != nil {
+	var metered, priced []string
+	if err := s.pool.QueryRow(ctx, `SELECT fail_mode, pool, `+planMetricCols+` FROM plans WHERE id = $1`, org.PlanID).Scan(&r.FailMode, &r.Pool, &metered, &priced); err != nil {
 		return ResolvedOrg{}, fmt.Errorf("resolve org %q: plan: %w", orgID, err)
 	}
+	r.Metrics = NewMetricSet(limitMetrics(org.EffectiveLimits), priced, metered)
 	rows, err := s.pool.Query(ctx, `SELECT `+teamCols+` FROM teams WHERE org_id = $1`, orgID)
 	if err != nil {
 		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)

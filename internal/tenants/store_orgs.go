@@ -213,7 +213,19 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 			if patch.Limits != nil {
 				req = *patch.Limits
 			}
-			if err := allocErr(fieldFor(vs, "limits", req, fallback)); err != nil {
+			vs = fieldFor(vs, "limits", req, fallback)
+			if patch.PlanID != nil || patch.Limits != nil {
+				field := "plan"
+				if patch.PlanID == nil {
+					field = "limits"
+				}
+				forgot, err := forgottenMetrics(ctx, tx, id, planKnows(plan, after.Limits), field)
+				if err != nil {
+					return err
+				}
+				vs = append(vs, forgot...)
+			}
+			if err := allocErr(vs); err != nil {
 				return fmt.Errorf("update org %q: %w", id, err)
 			}
 		}

@@ -8,15 +8,16 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const planCols = `id, name, fail_mode, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
+const planCols = `id, name, metered, fail_mode, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	var currency *string
 	var base string
-	if err := row.Scan(&p.ID, &p.Name, &p.FailMode, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return Plan{}, err
 	}
+	p.Metered = normalizeMetered(p.Metered)
 	if currency != nil {
 		p.Pricing = &Pricing{Currency: *currency, BasePrice: trimDecimal(base), Metrics: []MetricPrice{}}
 	}
@@ -125,8 +126,8 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 	var out Plan
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, base := pricingCols(in.Pricing)
-		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, fail_mode, pool, currency, base_price)
-			VALUES ($1, $2, $3, $4, $5, $6::numeric)`, in.ID, in.Name, in.FailMode, in.Pool, cur, base)
+		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
@@ -187,6 +188,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.Limits != nil {
 			after.Limits = normalize(*patch.Limits)
 		}
+		if patch.Metered != nil {
+			after.Metered = normalizeMetered(*patch.Metered)
+		}
 		rows, err := tx.Query(ctx, `SELECT id FROM orgs WHERE plan_id = $1 ORDER BY id FOR UPDATE`, id)
 		if err != nil {
 			return err
@@ -194,19 +198,26 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if orgIDs, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		if patch.Limits != nil {
+		if patch.Limits != nil || patch.Metered != nil || patch.Pricing != nil {
 			var vs []Violation
 			for _, orgID := range orgIDs {
 				org, err := getOrg(ctx, tx, orgID)
 				if err != nil {
 					return err
 				}
-				eff := MergeLimits(after.Limits, org.Limits)
-				v, err := checkOrgCoversTeams(ctx, tx, org.ID, eff, org.Oversubscribe)
+				if patch.Limits != nil {
+					eff := MergeLimits(after.Limits, org.Limits)
+					v, err := checkOrgCoversTeams(ctx, tx, org.ID, eff, org.Oversubscribe)
+					if err != nil {
+						return err
+					}
+					vs = append(vs, fieldFor(v, "limits", *patch.Limits, "limits")...)
+				}
+				v, err := forgottenMetrics(ctx, tx, org.ID, planKnows(after, org.Limits), patchedMetricField(patch))
 				if err != nil {
 					return err
 				}
-				vs = append(vs, fieldFor(v, "limits", *patch.Limits, "limits")...)
+				vs = append(vs, v...)
 			}
 			if err := allocErr(vs); err != nil {
 				return fmt.Errorf("update plan %q: %w", id, err)
@@ -214,7 +225,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		}
 		cur, base := pricingCols(after.Pricing)
 		_, err = tx.Exec(ctx, `UPDATE plans SET name = $2, fail_mode = $3, pool = $4, currency = $5,
-			base_price = $6::numeric, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base)
+			base_price = $6::numeric, metered = $7, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered)
 		if err != nil {
 			return fmt.Errorf("update plan %q: %w", id, err)
 		}
@@ -230,6 +241,19 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		s.changed(orgIDs...)
 	}
 	return out, err
+}
+
+// patchedMetricField names the field of a plan patch that can make an org forget a
+// metric: the first of metered, limits and pricing that it sets.
+func patchedMetricField(p PlanPatch) string {
+	switch {
+	case p.Metered != nil:
+		return "metered"
+	case p.Limits != nil:
+		return "limits"
+	default:
+		return "pricing"
+	}
 }
 
 // fieldFor points each violation of effective limits at the request field that

@@ -130,6 +130,10 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 			return err
 		}
 		t := Team{OrgID: orgID, ID: in.ID, Name: in.Name, Limits: normalize(in.Limits), UserLimits: normalize(in.UserLimits)}
+		if err := checkAllocatedMetrics(ctx, tx, org, fmt.Sprintf("team %q", in.ID),
+			limitList{"limits", in.Limits}, limitList{"user_limits", in.UserLimits}); err != nil {
+			return fmt.Errorf("create team %q: %w", in.ID, err)
+		}
 		if err := checkTeam(ctx, tx, org, t, true); err != nil {
 			return fmt.Errorf("create team %q: %w", in.ID, err)
 		}
@@ -198,6 +202,16 @@ func (s *Service) UpdateTeam(ctx context.Context, a Actor, orgID, teamID string,
 			after.UserLimits = *patch.UserLimits
 		}
 		if patch.Limits != nil || patch.UserLimits != nil {
+			var set []limitList
+			if patch.Limits != nil {
+				set = append(set, limitList{"limits", *patch.Limits})
+			}
+			if patch.UserLimits != nil {
+				set = append(set, limitList{"user_limits", *patch.UserLimits})
+			}
+			if err := checkAllocatedMetrics(ctx, tx, org, fmt.Sprintf("team %q", teamID), set...); err != nil {
+				return fmt.Errorf("update team %q: %w", teamID, err)
+			}
 			if err := checkTeam(ctx, tx, org, after, false); err != nil {
 				return fmt.Errorf("update team %q: %w", teamID, err)
 			}

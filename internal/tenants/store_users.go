@@ -88,6 +88,9 @@ func (s *Service) CreateUser(ctx context.Context, a Actor, orgID, teamID string,
 		if err != nil {
 			return err
 		}
+		if err := checkAllocatedMetrics(ctx, tx, org, fmt.Sprintf("user %q", in.ID), limitList{"limits", in.Limits}); err != nil {
+			return fmt.Errorf("create user %q: %w", in.ID, err)
+		}
 		if err := checkUser(ctx, tx, org, team, in.ID, in.Limits); err != nil {
 			return fmt.Errorf("create user %q: %w", in.ID, err)
 		}
@@ -147,6 +150,9 @@ func (s *Service) UpdateUser(ctx context.Context, a Actor, orgID, teamID, userID
 			return err
 		}
 		if patch.Limits != nil {
+			if err := checkAllocatedMetrics(ctx, tx, org, fmt.Sprintf("user %q", userID), limitList{"limits", *patch.Limits}); err != nil {
+				return fmt.Errorf("update user %q: %w", userID, err)
+			}
 			if err := checkUser(ctx, tx, org, team, userID, *patch.Limits); err != nil {
 				return fmt.Errorf("update user %q: %w", userID, err)
 			}

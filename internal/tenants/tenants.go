@@ -117,9 +117,13 @@ type MetricPrice struct {
 
 // Plan is a named bundle of limits that orgs subscribe to.
 type Plan struct {
-	ID        string    `json:"id"`
-	Name      string    `json:"name"`
-	Limits    []Limit   `json:"limits"`
+	ID     string  `json:"id"`
+	Name   string  `json:"name"`
+	Limits []Limit `json:"limits"`
+	// Metered lists metrics counted and billed without any limit, sorted. A check
+	// names a metric of its org's limits, its plan's pricing or this list, or is
+	// refused (see ErrUnknownMetric).
+	Metered   []string  `json:"metered"`
 	FailMode  FailMode  `json:"fail_mode"`
 	Pool      string    `json:"pool"`
 	Pricing   *Pricing  `json:"pricing"`
