@@ -146,14 +146,39 @@ func TestSpecCoversAPIDoc(t *testing.T) {
 
 	t.Logf("%d routes in %s", len(routes), mdPath)
 
+	pending := map[string]string{} // route -> the open issue that builds it
+	for _, sec := range strings.Split(string(md), "\n## ") {
+		heading, _, _ := strings.Cut(sec, "\n")
+		for prefix, issue := range notYetBuilt {
+			if strings.HasPrefix(heading, prefix) {
+				for _, r := range apiDocRoutes(sec) {
+					pending[r] = issue
+				}
+			}
+		}
+	}
 	doc := mustLoadSpecFile(t)
 	for _, r := range routes {
 		method, path, _ := strings.Cut(r, " ")
 		item := doc.Paths.Value(path)
-		if item == nil || item.GetOperation(method) == nil {
+		inSpec := item != nil && item.GetOperation(method) != nil
+		issue, isPending := pending[r]
+		switch {
+		case !inSpec && !isPending:
 			t.Errorf("%s (from %s) is not in api/openapi.yaml", r, filepath.Base(mdPath))
+		case inSpec && isPending:
+			t.Errorf("%s is in api/openapi.yaml now: take its section out of notYetBuilt (%s)", r, issue)
+		case isPending:
+			t.Logf("%s: not built yet (%s)", r, issue)
 		}
 	}
+}
+
+// notYetBuilt names the sections of API.md (by the start of their heading) whose
+// routes belong to an open issue: the contract is written ahead of the code. Their
+// routes must not be in the spec yet; the issue that builds one removes its entry.
+var notYetBuilt = map[string]string{
+	"Reservations": "issue 14, reservations",
 }
 
 func contains(list []string, s string) bool {
