@@ -194,7 +194,10 @@ func startService(t *testing.T, root string) *service {
 		"DATABASE_URL="+dbURL, "REDIS_URL="+redisURL,
 		"QUOTA_ADMIN_TOKEN="+s.operatorToken, "QUOTA_WEBHOOK_SECRET=readme-webhook-"+randomHex(t, 12),
 		"QUOTA_HTTP_ADDR="+s.addr, fmt.Sprintf("QUOTA_WORKER_HTTP_ADDR=127.0.0.1:%d", testenv.FreePort(t)),
-		"QUOTA_FLUSH_INTERVAL=200ms", "QUOTA_LOG_LEVEL=warn", "QUOTA_STARTUP_TIMEOUT=20s")
+		"QUOTA_FLUSH_INTERVAL=200ms", "QUOTA_LOG_LEVEL=warn", "QUOTA_STARTUP_TIMEOUT=20s",
+		// A machine busy with make test's -race builds can stall Redis past the 100 ms
+		// default, and the demo plan fails open: the answer would say "degraded".
+		"QUOTA_REDIS_TIMEOUT=2s")
 
 	bin := filepath.Join(dir, "bin")
 	for _, b := range []struct{ name, pkg string }{{"quotaplane-api", "./cmd/api"}, {"quotaplane-worker", "./cmd/worker"}} {
