@@ -22,7 +22,8 @@
 //     have exactly the members shown), inside a string or a line (any text), or as a
 //     line of its own (any number of lines).
 //   - Without a shown status line the status must be 2xx, or the `status` of a
-//     problem document the README shows.
+//     problem document the README shows, or a status shown alone (`# 204`), in which
+//     case the body is not compared.
 //   - A read (a command that sends no body and no -X) that does not match yet is
 //     retried for a while: the worker persists usage and sends webhooks every
 //     interval, and the README shows what a reader sees once it has.

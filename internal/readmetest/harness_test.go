@@ -51,6 +51,9 @@ func TestWantStatus(t *testing.T) {
 		`{"type": "x", "status": 422, ...}`: 422,
 		"HTTP/1.1 404 Not Found\n\n{}":      0,
 		"period,org\n...":                   0,
+		"204":                               204,
+		"404 Not Found":                     404,
+		"2026":                              0,
 	} {
 		if got := wantStatus(want); got != status {
 			t.Errorf("wantStatus(%q) = %d, want %d", want, got, status)

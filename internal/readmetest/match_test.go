@@ -426,9 +426,16 @@ func matchAnswer(want, got string) string {
 	return matchBody(w.body, g.body)
 }
 
+// statusOnly matches an answer shown as just a status: "204" or "204 No Content".
+var statusOnly = regexp.MustCompile(`\A([1-5][0-9][0-9])( [A-Za-z' -]+)?\z`)
+
 // wantStatus is the status the README implies for an answer without a status line:
-// a problem document's status, else any 2xx (0).
+// a status shown alone, a problem document's status, else any 2xx (0).
 func wantStatus(want string) int {
+	if m := statusOnly.FindStringSubmatch(strings.TrimSpace(want)); m != nil {
+		s, _ := strconv.Atoi(m[1])
+		return s
+	}
 	pat, err := parsePattern(splitResponse(want).body)
 	if err != nil {
 		return 0
