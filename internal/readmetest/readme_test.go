@@ -190,7 +190,7 @@ func startService(t *testing.T, root string) *service {
 	if err := os.WriteFile(filepath.Join(s.curlHome, ".curlrc"), []byte(curlrc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := append(os.Environ(),
+	env := append(cleanEnviron(),
 		"DATABASE_URL="+dbURL, "REDIS_URL="+redisURL,
 		"QUOTA_ADMIN_TOKEN="+s.operatorToken, "QUOTA_WEBHOOK_SECRET=readme-webhook-"+randomHex(t, 12),
 		"QUOTA_HTTP_ADDR="+s.addr, fmt.Sprintf("QUOTA_WORKER_HTTP_ADDR=127.0.0.1:%d", testenv.FreePort(t)),
@@ -225,7 +225,7 @@ func startService(t *testing.T, root string) *service {
 	start(t, filepath.Join(bin, "quotaplane-api"), env, s.apiLog)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res, err := http.Get("http://" + s.addr + "/readyz")
+		res, err := (&http.Client{Timeout: 2 * time.Second}).Get("http://" + s.addr + "/readyz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
@@ -238,6 +238,20 @@ func startService(t *testing.T, root string) *service {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return s
+}
+
+// cleanEnviron is the test's environment without the settings of the binaries, so a
+// developer's QUOTA_REDIS_POOLS or REDIS_CLUSTER cannot reach the api under test.
+func cleanEnviron() []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "QUOTA_") || name == "DATABASE_URL" || name == "REDIS_URL" || name == "REDIS_CLUSTER" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
 }
 
 // start runs a binary until the test ends, then stops it with SIGTERM.
