@@ -142,9 +142,16 @@ func (n *thresholdNotifier) check(ctx context.Context, org, period string, count
 	if n.queue != nil {
 		q = n.queue()
 	}
+	// Whether to send is decided on the org as it is now, not as the limit cache saw it
+	// up to its TTL ago: an org that set its webhook just before crossing a threshold
+	// would have the event recorded and never sent. Events are rare; one read each.
+	o, err := n.limits.svc.GetOrg(ctx, org)
+	if err != nil {
+		return err
+	}
 	err = n.store.inTx(ctx, func(tx pgx.Tx) error {
 		for _, h := range hits {
-			if _, err := recordEvent(ctx, tx, q, org, EventThreshold, period, h.key, h.data, l.org.WebhookURL != ""); err != nil {
+			if _, err := recordEvent(ctx, tx, q, org, EventThreshold, period, h.key, h.data, o.WebhookURL != ""); err != nil {
 				return err
 			}
 		}

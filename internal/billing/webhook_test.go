@@ -184,6 +184,44 @@ func TestWebhookThresholdsOnceSignedAndRetried(t *testing.T) {
 	}
 }
 
+// An org that sets its webhook just before a threshold is crossed gets the event: the
+// flusher's limits of the org, cached for a few seconds, were read while it had no
+// webhook, and the event was recorded but never sent (the README's webhook example
+// hit this: it sets the URL, then spends 80 %).
+func TestWebhookSetJustBeforeAThresholdIsSent(t *testing.T) {
+	e := newEnv(t)
+	e.migrateRiver()
+	ctx := context.Background()
+	org := testenv.ID(t, "late")
+	rcv := newReceiver(t, org, 0)
+	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil,
+		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", 10)}})
+	hook := &billing.WebhookWorker{Store: e.store, Tenants: e.svc, Secret: master,
+		Client: billing.NewWebhookClient(5*time.Second, true), Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
+	client, _ := e.startWorker("worker-late", nil, hook)
+	f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		Queue: func() billing.Enqueuer { return client }, Logger: quietLog()})
+	spend := func(n int64) {
+		t.Helper()
+		if _, err := e.check(e.engine, org, "eng", "alice", "requests", n); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.FlushOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spend(1) // the flusher learns the org's limits, without a webhook
+	url := rcv.srv.URL + "/hook"
+	if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
+		t.Fatal(err)
+	}
+	spend(7) // alice at 80 %
+	waitFor(t, 20*time.Second, "the threshold event delivered", func() bool { return len(rcv.received()) > 0 })
+	if got := thresholdKeys(t, rcv.received()); strings.Join(got, " ") != "user:eng/alice:requests:80" {
+		t.Errorf("received %v, want alice's 80 %% once", got)
+	}
+}
+
 // A webhook target on a loopback or private address, given as an IP or as a name
 // that resolves to one, is refused before anything is sent, and the job is not
 // retried; with allowPrivate the same target is reached.

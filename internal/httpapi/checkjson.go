@@ -33,9 +33,14 @@ func decodeBatch(w http.ResponseWriter, r *http.Request, in *api.BatchCheckReque
 	return decodeFast(w, r, in, func(b []byte) bool { return parseBatchRequest(b, in) })
 }
 
-// decodeFast reads the body and tries parse on it; when parse declines, v is reset and
-// decode (encoding/json) reads the same bytes, with its answers and messages.
+// decodeFast refuses a Content-Type that jsonBody does not admit (415), reads the body
+// and tries parse on it; when parse declines, v is reset and decode (encoding/json)
+// reads the same bytes, with its answers and messages.
 func decodeFast[T any](w http.ResponseWriter, r *http.Request, v *T, parse func([]byte) bool) bool {
+	if ct := r.Header.Get("Content-Type"); !jsonBody(ct) {
+		writeUnsupportedMediaType(w, ct)
+		return false
+	}
 	bp := bufPool.Get().(*[]byte)
 	defer bufPool.Put(bp)
 	buf := bytes.NewBuffer((*bp)[:0])

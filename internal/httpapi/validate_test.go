@@ -191,10 +191,21 @@ func TestRequestValidator(t *testing.T) {
 			wantDetail: "request body is required",
 		},
 		{
-			name: "wrong content type", method: "POST", path: "/v1/plans",
+			name: "curl's default content type is read as JSON", method: "POST", path: "/v1/plans",
 			contentType: "application/x-www-form-urlencoded", body: validPlan,
-			wantStatus: 400,
-			wantDetail: "Content-Type must be application/json",
+			wantStatus: 299,
+		},
+		{
+			name: "wrong content type", method: "POST", path: "/v1/plans",
+			contentType: "text/plain; charset=utf-8", body: validPlan,
+			wantStatus: 415,
+			wantDetail: `Content-Type must be application/json, not "text/plain; charset=utf-8"`,
+		},
+		{
+			name: "wrong content type without a body", method: "POST", path: "/v1/plans",
+			contentType: "multipart/form-data; boundary=x",
+			wantStatus:  415,
+			wantDetail:  `Content-Type must be application/json, not "multipart/form-data; boundary=x"`,
 		},
 		{
 			name: "patch may null the pricing", method: "PATCH", path: "/v1/plans/pro",
