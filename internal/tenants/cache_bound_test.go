@@ -290,11 +290,15 @@ func TestCacheBoundsEvict(t *testing.T) {
 // lookup that was in flight during the change.
 func TestCacheConcurrentInvalidation(t *testing.T) {
 	ctx := context.Background()
-	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, Orgs: 2, Users: 10})
+	// One org fits: acme and other push each other out, so lookups of acme are
+	// always in flight, before, during and after each change.
+	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, Orgs: 1, Users: 10})
 	e.org(t, "acme", "alice")
 	e.org(t, "other")
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
 	for g := range 6 {
 		wg.Add(1)
 		go func() {
@@ -333,6 +337,4 @@ func TestCacheConcurrentInvalidation(t *testing.T) {
 			t.Fatalf("after setting %d the cache serves %d", n, got)
 		}
 	}
-	close(stop)
-	wg.Wait()
 }
