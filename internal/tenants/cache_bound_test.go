@@ -206,6 +206,33 @@ func TestCacheLargeOrgLooksUsersUpOnce(t *testing.T) {
 	}
 }
 
+// With Postgres gone, the per-user cache of a large org serves its expired entries.
+func TestCacheLargeOrgUsersServeStaleWhenPostgresIsDown(t *testing.T) {
+	ctx := context.Background()
+	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Millisecond, Users: 20})
+	e.org(t, "big", "u1", "u2", "u3")
+	org, err := e.cache.Org(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"u2", "stranger"} {
+		if _, err := e.cache.User(ctx, org, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.pool.Close()
+	time.Sleep(5 * time.Millisecond) // past the TTL: every read tries Postgres and fails
+	if u, err := e.cache.User(ctx, org, "u2"); err != nil || !u.Registered {
+		t.Errorf("registered user with Postgres down: %+v, %v", u, err)
+	}
+	if u, err := e.cache.User(ctx, org, "stranger"); err != nil || u.Registered {
+		t.Errorf("unregistered id with Postgres down: %+v, %v", u, err)
+	}
+	if _, err := e.cache.User(ctx, org, "never-seen"); err == nil {
+		t.Errorf("a user id never cached resolved with Postgres down")
+	}
+}
+
 // Every part of the cache holds at most its bound and counts what it evicts.
 func TestCacheBoundsEvict(t *testing.T) {
 	ctx := context.Background()
@@ -235,8 +262,8 @@ func TestCacheBoundsEvict(t *testing.T) {
 		t.Errorf("an evicted org was served without a query (%v)", err)
 	}
 
-	// Registered users carried by the orgs count against Users (20): orgs of 2 users
-	// each, 10 of them fit... but Orgs is 3 here, so use a cache of its own.
+	// Registered users carried by the orgs count against Users too: with room for 20,
+	// 10 orgs of 2 users fit, the 11th and 12th push one out each.
 	e2 := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, Orgs: 100, Users: 20})
 	for i := range 12 {
 		e2.org(t, fmt.Sprintf("p%d", i), "a", "b")
