@@ -57,7 +57,7 @@ lint: ## gofmt and go vet
 bench: ## benchmark the check engine and /v1/check over HTTP, then bench-users; prints summary tables
 	@bash scripts/bench.sh
 
-bench-users: ## checks over 1,000,000 distinct user ids vs 1,000 repeating: Postgres queries per check, checks/s, RSS (~1.5 min)
+bench-users: ## checks over 1,000,000 distinct user ids vs 1,000 repeating: Postgres queries per check, checks/s, RSS (~1.7 min)
 	@bash scripts/bench_users.sh
 
 test-cluster: ## the Redis Cluster suite: 6 redis-server nodes, 3 api replicas and a worker; a primary killed mid-load

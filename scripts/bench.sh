@@ -4,7 +4,7 @@
 # (redis-cli --pipe, redis-benchmark), wrk against a separately started
 # quotaplane-api, and one summary table with the ratios of docs/PERFORMANCE.md.
 # Figures drift between machines and runs; compare ratios against the baselines
-# measured in the same run. Bounded: about three minutes, and 1.5 more for bench-users.
+# measured in the same run. Bounded: about three minutes, and 1.7 more for bench-users.
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
 # BENCH_CHECKS, BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
@@ -300,7 +300,7 @@ END {
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"
 
-# Distinct user ids against repeating ones (its own api and database; ~1.5 minutes).
+# Distinct user ids against repeating ones (its own api and database; ~1.7 minutes).
 if [ "${BENCH_USERS:-1}" != 0 ] && have wrk && have curl && have psql; then
   echo
   bash scripts/bench_users.sh
