@@ -21,7 +21,8 @@ import (
 // orgs they changed.
 const InvalidationChannel = "quotaplane:invalidate"
 
-// Default bounds of a Cache (docs/ARCHITECTURE.md, "Caches", says why these).
+// Default bounds of a Cache (docs/ARCHITECTURE.md, "The resolved-limits cache", says
+// why these).
 const (
 	DefaultCacheOrgs  = 10_000  // resolved orgs
 	DefaultCacheUsers = 200_000 // registered users carried by cached orgs, summed
