@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-short generate check-generate lint bench web web-check test-web test-e2e test-cluster fuzz test-faults
+.PHONY: help run build test test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -54,8 +54,11 @@ lint: ## gofmt and go vet
 	@out=$$(gofmt -l cmd internal migrations scripts); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-bench: ## benchmark the check engine and /v1/check over HTTP; prints a summary table
+bench: ## benchmark the check engine and /v1/check over HTTP, then bench-users; prints summary tables
 	@bash scripts/bench.sh
+
+bench-users: ## checks over 1,000,000 distinct user ids vs 1,000 repeating: Postgres queries per check, checks/s, RSS (~1.7 min)
+	@bash scripts/bench_users.sh
 
 test-cluster: ## the Redis Cluster suite: 6 redis-server nodes, 3 api replicas and a worker; a primary killed mid-load
 	QUOTA_CLUSTER_TEST=1 $(GO) test -count=1 -timeout 10m -v -run 'TestCluster' ./internal/clustertest/

@@ -4,11 +4,12 @@
 # (redis-cli --pipe, redis-benchmark), wrk against a separately started
 # quotaplane-api, and one summary table with the ratios of docs/PERFORMANCE.md.
 # Figures drift between machines and runs; compare ratios against the baselines
-# measured in the same run. Bounded: about three minutes.
+# measured in the same run. Bounded: about three minutes, and 1.7 more for bench-users.
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
 # BENCH_CHECKS, BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
-# BENCH_PORT tune it. Load goes to 127.0.0.1 only.
+# BENCH_PORT tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
+# runs last. Load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tmp=$(mktemp -d)
@@ -298,3 +299,9 @@ END {
   }
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"
+
+# Distinct user ids against repeating ones (its own api and database; ~1.7 minutes).
+if [ "${BENCH_USERS:-1}" != 0 ] && have wrk && have curl && have psql; then
+  echo
+  bash scripts/bench_users.sh
+fi

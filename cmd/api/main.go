@@ -24,6 +24,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/console"
 	"github.com/quotaplane/quotaplane/internal/demo"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -103,8 +104,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer router.Close()
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
-	hit, miss := httpapi.CacheMetrics(registry)
-	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Hit: hit, Miss: miss})
+	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cachemetrics.New(registry),
+		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})
 	cache.Listen(ctx, rdb)
 	// The web console at /console/, signed in with console users' sessions.
 	consoleHandler := console.NewHandler(console.NewSessions(pool, svc, console.Options{}), web.Dist(), log)

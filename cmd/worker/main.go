@@ -22,6 +22,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/config"
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -94,7 +95,8 @@ func run(ctx context.Context, getenv func(string) string) error {
 		return fmt.Errorf("start job queue: %w", err)
 	}
 	flusher := billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
-		Interval: cfg.FlushInterval, Logger: log, Metrics: metrics})
+		Interval: cfg.FlushInterval, Logger: log, Metrics: metrics,
+		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer)})
 	flushCtx, stopFlushing := context.WithCancel(ctx)
 	defer stopFlushing()
 	flushed := make(chan struct{})

@@ -5,13 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
@@ -99,8 +100,10 @@ type thresholdNotifier struct {
 	limits *limitCache
 	queue  func() Enqueuer
 
-	mu   sync.Mutex
-	seen map[string]struct{}
+	// seen remembers the events recorded, bounded: forgetting one only costs a
+	// no-op insert (the table dedupes) the next time its counter is flushed.
+	seen  *lru.Cache[string, struct{}]
+	mSeen cachemetrics.Hooks
 }
 
 func (n *thresholdNotifier) check(ctx context.Context, org, period string, counters map[quota.Counter]int64) error {
@@ -116,7 +119,6 @@ func (n *thresholdNotifier) check(ctx context.Context, org, period string, count
 		data ThresholdData
 	}
 	var hits []hit
-	n.mu.Lock()
 	for c, v := range counters {
 		limit, ok := l.month(c)
 		if !ok || limit <= 0 {
@@ -127,14 +129,15 @@ func (n *thresholdNotifier) check(ctx context.Context, org, period string, count
 				break
 			}
 			key := strings.Join([]string{"threshold", period, string(c.Level), c.Team, c.User, c.Metric, fmt.Sprint(pct)}, "|")
-			if _, done := n.seen[org+"|"+key]; done {
+			if n.seen.Contains(org + "|" + key) {
+				n.mSeen.Hit()
 				continue
 			}
+			n.mSeen.Miss()
 			hits = append(hits, hit{key: key, data: ThresholdData{Level: string(c.Level), Team: c.Team, User: c.User,
 				Metric: c.Metric, Threshold: pct, Limit: limit, Used: v}})
 		}
 	}
-	n.mu.Unlock()
 	if len(hits) == 0 {
 		return nil
 	}
@@ -160,13 +163,10 @@ func (n *thresholdNotifier) check(ctx context.Context, org, period string, count
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	if len(n.seen) > 1_000_000 {
-		n.seen = map[string]struct{}{} // forgetting only costs a no-op insert later
-	}
 	for _, h := range hits {
-		n.seen[org+"|"+h.key] = struct{}{}
+		if n.seen.Add(org+"|"+h.key, struct{}{}) {
+			n.mSeen.Evict()
+		}
 	}
-	n.mu.Unlock()
 	return nil
 }

@@ -8,8 +8,10 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
@@ -32,6 +34,14 @@ type FlusherConfig struct {
 	Parallel int
 	Logger   *slog.Logger
 	Metrics  *Metrics
+	// CacheOrgs bounds the orgs whose limits are kept for threshold events
+	// (QUOTA_CACHE_ORGS; default 10,000).
+	CacheOrgs int
+	// CacheEvents bounds the threshold events remembered as recorded (default
+	// 100,000); one forgotten costs a no-op insert when its counter is flushed again.
+	CacheEvents int
+	// CacheMetrics counts the flusher's caches: billing_limits and billing_events.
+	CacheMetrics *cachemetrics.Metrics
 }
 
 // Flusher persists the live month counters of every org into the ledger at an
@@ -65,8 +75,16 @@ func NewFlusher(cfg FlusherConfig) *Flusher {
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(nil, nil)
 	}
+	if cfg.CacheOrgs <= 0 {
+		cfg.CacheOrgs = 10_000
+	}
+	if cfg.CacheEvents <= 0 {
+		cfg.CacheEvents = 100_000
+	}
+	seen, _ := lru.New[string, struct{}](cfg.CacheEvents)
 	return &Flusher{cfg: cfg, needsFull: map[string]bool{},
-		notifier: &thresholdNotifier{store: cfg.Store, limits: newLimitCache(cfg.Tenants, 10*time.Second), queue: cfg.Queue, seen: map[string]struct{}{}}}
+		notifier: &thresholdNotifier{store: cfg.Store, queue: cfg.Queue, seen: seen, mSeen: cfg.CacheMetrics.For("billing_events"),
+			limits: newLimitCache(cfg.Tenants, 10*time.Second, cfg.CacheOrgs, cfg.CacheMetrics.For("billing_limits"))}}
 }
 
 // Run flushes every Interval until ctx ends, then once more (with a fresh deadline)

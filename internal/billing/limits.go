@@ -3,9 +3,11 @@ package billing
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
@@ -18,14 +20,20 @@ type orgLimits struct {
 	users map[string]tenants.User // registered users by id
 }
 
-// loadLimits reads an org with its teams and registered users (a page of 1000 users
-// per query).
+// loadLimits reads an org with its teams and registered users (with the org when it
+// has at most tenants.DefaultMaxOrgUsers, else a page of 1000 users per query).
 func loadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*orgLimits, error) {
 	r, err := svc.ResolveOrg(ctx, orgID)
 	if err != nil {
 		return nil, fmt.Errorf("limits of org %q: %w", orgID, err)
 	}
 	out := &orgLimits{org: r.Org, teams: r.Teams, users: map[string]tenants.User{}}
+	if r.UsersComplete { // the registered users came with the org: no more queries
+		for id, u := range r.Users {
+			out.users[id] = tenants.User{OrgID: orgID, TeamID: u.TeamID, ID: id, Limits: u.Limits}
+		}
+		return out, nil
+	}
 	for teamID := range r.Teams {
 		cursor := ""
 		for {
@@ -82,13 +90,13 @@ func (o *orgLimits) month(c quota.Counter) (int64, bool) {
 }
 
 // limitCache keeps each org's limits for a while, so the flusher does not read the
-// tenancy tables on every tick.
+// tenancy tables on every tick: an LRU of a bounded number of orgs (QUOTA_CACHE_ORGS),
+// whose entries are read again after ttl.
 type limitCache struct {
-	svc *tenants.Service
-	ttl time.Duration
-
-	mu      sync.Mutex
-	entries map[string]limitEntry
+	svc     *tenants.Service
+	ttl     time.Duration
+	entries *lru.Cache[string, limitEntry]
+	m       cachemetrics.Hooks
 }
 
 type limitEntry struct {
@@ -96,23 +104,26 @@ type limitEntry struct {
 	at time.Time
 }
 
-func newLimitCache(svc *tenants.Service, ttl time.Duration) *limitCache {
-	return &limitCache{svc: svc, ttl: ttl, entries: map[string]limitEntry{}}
+func newLimitCache(svc *tenants.Service, ttl time.Duration, size int, m cachemetrics.Hooks) *limitCache {
+	entries, err := lru.New[string, limitEntry](size)
+	if err != nil {
+		panic(err) // size <= 0: NewFlusher sets a default
+	}
+	return &limitCache{svc: svc, ttl: ttl, entries: entries, m: m.OrNop()}
 }
 
 func (c *limitCache) get(ctx context.Context, org string) (*orgLimits, error) {
-	c.mu.Lock()
-	e, ok := c.entries[org]
-	c.mu.Unlock()
-	if ok && time.Since(e.at) < c.ttl {
+	if e, ok := c.entries.Get(org); ok && time.Since(e.at) < c.ttl {
+		c.m.Hit()
 		return e.l, nil
 	}
+	c.m.Miss()
 	l, err := loadLimits(ctx, c.svc, org)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	c.entries[org] = limitEntry{l: l, at: time.Now()}
-	c.mu.Unlock()
+	if c.entries.Add(org, limitEntry{l: l, at: time.Now()}) {
+		c.m.Evict()
+	}
 	return l, nil
 }

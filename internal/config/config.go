@@ -56,6 +56,10 @@ type API struct {
 	// default 50/s; "0" or "off" sets AdminRateLimit to 0, no limit).
 	AdminRateLimit  int
 	AdminRateWindow time.Duration
+	// CacheOrgs, CacheUsers and CacheKeys bound the api's resolved-tenancy cache in
+	// entries (QUOTA_CACHE_ORGS, default 10000; QUOTA_CACHE_USERS, registered users
+	// carried by the cached orgs, 200000; QUOTA_CACHE_KEYS, API keys, 10000).
+	CacheOrgs, CacheUsers, CacheKeys int
 }
 
 // Worker configures quotaplane-worker.
@@ -74,6 +78,9 @@ type Worker struct {
 	WebhookAllowPrivate bool
 	// CloseGrace (QUOTA_CLOSE_GRACE) is how long after a period's end it is closed.
 	CloseGrace time.Duration
+	// CacheOrgs (QUOTA_CACHE_ORGS, default 10000) bounds the orgs whose limits the
+	// flusher keeps for its threshold events.
+	CacheOrgs int
 }
 
 type reader struct {
@@ -170,6 +177,9 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		RedisTimeout:      r.duration("QUOTA_REDIS_TIMEOUT", 100*time.Millisecond),
 		WebhookSecret:     r.webhookSecret(),
 		PprofAddr:         r.loopback("QUOTA_PPROF_ADDR"),
+		CacheOrgs:         r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
+		CacheUsers:        r.integer("QUOTA_CACHE_USERS", 200_000, 10),
+		CacheKeys:         r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
 	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
@@ -224,6 +234,7 @@ func LoadWorker(getenv func(string) string) (Worker, error) {
 		WebhookSecret:       r.webhookSecret(),
 		WebhookAllowPrivate: r.boolean("QUOTA_WEBHOOK_ALLOW_PRIVATE", false),
 		CloseGrace:          r.duration("QUOTA_CLOSE_GRACE", time.Minute),
+		CacheOrgs:           r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
 	}
 	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
 	if err != nil {
@@ -268,7 +279,8 @@ func (c API) LogValue() slog.Value {
 		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg),
 		slog.Int("replicas", c.Replicas), slog.Duration("redis_timeout", c.RedisTimeout),
 		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.String("pprof_addr", c.PprofAddr),
-		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)))
+		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)),
+		slog.Int("cache_orgs", c.CacheOrgs), slog.Int("cache_users", c.CacheUsers), slog.Int("cache_keys", c.CacheKeys))
 }
 
 // LogValue prints the configuration with secrets masked.
@@ -280,5 +292,5 @@ func (c Worker) LogValue() slog.Value {
 	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
 		slog.Duration("flush_interval", c.FlushInterval), slog.Any("redis_pools", pools),
 		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
-		slog.Duration("close_grace", c.CloseGrace))
+		slog.Duration("close_grace", c.CloseGrace), slog.Int("cache_orgs", c.CacheOrgs))
 }

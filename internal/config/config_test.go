@@ -126,3 +126,24 @@ func TestPprofOnlyOnLoopback(t *testing.T) {
 		}
 	}
 }
+
+func TestCacheBounds(t *testing.T) {
+	a, err := config.LoadAPI(env(nil))
+	if err != nil || a.CacheOrgs != 10_000 || a.CacheUsers != 200_000 || a.CacheKeys != 10_000 {
+		t.Fatalf("api defaults = %d %d %d, %v", a.CacheOrgs, a.CacheUsers, a.CacheKeys, err)
+	}
+	a, err = config.LoadAPI(env(map[string]string{"QUOTA_CACHE_ORGS": "50", "QUOTA_CACHE_USERS": "1000", "QUOTA_CACHE_KEYS": "7"}))
+	if err != nil || a.CacheOrgs != 50 || a.CacheUsers != 1000 || a.CacheKeys != 7 {
+		t.Fatalf("api set = %d %d %d, %v", a.CacheOrgs, a.CacheUsers, a.CacheKeys, err)
+	}
+	w, err := config.LoadWorker(env(map[string]string{"QUOTA_CACHE_ORGS": "20"}))
+	if err != nil || w.CacheOrgs != 20 {
+		t.Fatalf("worker QUOTA_CACHE_ORGS = %d, %v", w.CacheOrgs, err)
+	}
+	_, err = config.LoadAPI(env(map[string]string{"QUOTA_CACHE_ORGS": "0", "QUOTA_CACHE_USERS": "many", "QUOTA_CACHE_KEYS": "-1"}))
+	for _, want := range []string{"QUOTA_CACHE_ORGS", "QUOTA_CACHE_USERS", "QUOTA_CACHE_KEYS"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not name %s", err, want)
+		}
+	}
+}

@@ -142,7 +142,7 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 	var user tenants.ResolvedUser
 	if in.User != nil {
 		req.User = *in.User
-		if user, err = s.cache.User(ctx, in.Org, req.User); err != nil {
+		if user, err = s.cache.User(ctx, org, req.User); err != nil {
 			return quota.Request{}, none, &checkError{status: http.StatusServiceUnavailable, detail: "the tenancy store is unavailable; retry shortly"}
 		}
 		switch {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -52,8 +53,7 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *
 	t.Cleanup(pool.Close)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	rdb := testenv.Redis(t)
-	hit, miss := httpapi.CacheMetrics(reg)
-	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Hit: hit, Miss: miss})
+	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Metrics: cachemetrics.New(reg)})
 	cache.Listen(ctx, rdb)
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: prefix},
 		Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
@@ -320,7 +320,7 @@ func TestCheckMetrics(t *testing.T) {
 		`quotaplane_checks_total{blocked_level="org",decision="denied",degraded="false",mode="enforce"} 2`,
 		"quotaplane_check_duration_seconds_bucket", "quotaplane_redis_pipeline_size_bucket",
 		"quotaplane_redis_roundtrip_seconds_bucket", "quotaplane_breaker_state", "quotaplane_inflight",
-		`quotaplane_cache_lookups_total{result="hit"}`, "quotaplane_http_requests_total",
+		`quotaplane_cache_lookups_total{cache="orgs",result="hit"}`, `quotaplane_cache_lookups_total{cache="keys",result="hit"}`, "quotaplane_http_requests_total",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("/metrics lacks %s", want)

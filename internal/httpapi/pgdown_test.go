@@ -23,6 +23,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -204,10 +205,9 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	rdb := testenv.Redis(t)
 	listenCtx, stopListen := context.WithCancel(ctx)
 	t.Cleanup(stopListen)
-	hit, miss := httpapi.CacheMetrics(reg)
 	// The production TTLs (30 s for orgs and users, 5 s for keys): every entry
 	// expires during the outage, so the stale-on-error path serves them.
-	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Hit: hit, Miss: miss})
+	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cachemetrics.New(reg)})
 	cache.Listen(listenCtx, rdb)
 	usage := billing.NewStore(pool)
 	prefix := testenv.ID(t, "pgdown")

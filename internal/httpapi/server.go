@@ -450,14 +450,3 @@ func (m *httpMetrics) middleware(next http.Handler) http.Handler {
 		c.duration.Observe(time.Since(start).Seconds())
 	})
 }
-
-// CacheMetrics registers the cache's hit and miss counters on reg and returns the
-// hooks for tenants.CacheOptions.
-func CacheMetrics(reg prometheus.Registerer) (hit, miss func()) {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "quotaplane_cache_lookups_total", Help: "Lookups of resolved orgs, users and keys, by result.",
-	}, []string{"result"})
-	reg.MustRegister(c)
-	h, m := c.WithLabelValues("hit"), c.WithLabelValues("miss")
-	return h.Inc, m.Inc
-}

@@ -4,40 +4,76 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 )
 
 // InvalidationChannel is the Redis pub/sub channel on which replicas announce the
 // orgs they changed.
 const InvalidationChannel = "quotaplane:invalidate"
 
+// Default bounds of a Cache (docs/ARCHITECTURE.md, "The resolved-limits cache", says
+// why these).
+const (
+	DefaultCacheOrgs  = 10_000  // resolved orgs
+	DefaultCacheUsers = 200_000 // registered users carried by cached orgs, summed
+	DefaultCacheKeys  = 10_000  // API keys, and as many bad tokens apart
+)
+
 // Cache keeps resolved orgs, users and API keys in memory, so a check in steady state
-// costs no Postgres query. Entries are dropped when their org changes: at once in the
-// replica that made the change (through Service.OnChange), and within a moment in
-// every other replica through Redis pub/sub (Listen). A TTL bounds staleness should a
-// message be lost; API keys live at most KeyTTL, so a revoked key stops working within
-// that time everywhere. When Postgres cannot be reached, stale entries keep serving.
+// costs no Postgres query. An org is resolved with its registered users (up to a
+// tenth of the Users bound), so an unregistered user id, which needs no registration,
+// is known as such without a query; the user ids of an org above that are looked up
+// one by one through a bounded cache of their own, unregistered ids included.
+//
+// Every part is an LRU bounded in entries (hashicorp/golang-lru): orgs (and the
+// registered users they carry, summed), users of the large orgs, API keys, and bad
+// tokens apart from the keys, so a flood of made-up tokens cannot push real keys out.
+//
+// Entries are dropped when their org changes: at once in the replica that made the
+// change (through Service.OnChange), and within a moment in every other replica
+// through Redis pub/sub (Listen). Each entry carries its org's generation when it was
+// read, and an invalidation bumps the generation, so an entry read before a change is
+// never served after it, however the read and the invalidation interleave. A TTL
+// bounds staleness should a message be lost; API keys live at most KeyTTL, so a
+// revoked key stops working within that time everywhere. Entries past their TTL stay
+// until the LRU evicts them: when Postgres cannot be reached, they keep serving.
 type Cache struct {
-	svc    *Service
-	ttl    time.Duration
-	keyTTL time.Duration
-	log    *slog.Logger
-	now    func() time.Time
+	svc      *Service
+	ttl      time.Duration
+	keyTTL   time.Duration
+	log      *slog.Logger
+	now      func() time.Time
+	maxUsers int // registered users an org may carry (a tenth of the Users bound)
 
-	mu    sync.RWMutex
-	gen   map[string]uint64 // per org, bumped by every invalidation
-	orgs  map[string]*orgEntry
-	users map[[2]string]*userEntry
-	keys  map[[32]byte]*keyEntry
-	sf    singleflight.Group
+	// gens holds the generation of every org, hashed into fixed slots: bounded, and a
+	// collision only costs another org a re-read.
+	gens  [genSlots]atomic.Uint64
+	seed  maphash.Seed
+	epoch atomic.Uint64 // bumped by every invalidation, of any org
 
-	hits, misses func() // metric hooks
+	addMu     sync.Mutex // orders the org additions, which keep orgUsers exact
+	orgs      *lru.Cache[string, *orgEntry]
+	orgUsers  atomic.Int64 // registered users carried by the cached orgs
+	userBound int64
+	users     *lru.Cache[[2]string, *userEntry] // users of orgs above maxUsers
+	keys      *lru.Cache[[32]byte, *keyEntry]
+	badTokens *lru.Cache[[32]byte, time.Time] // when the token was found bad
+	sf        singleflight.Group
+
+	mOrgs, mUsers, mKeys, mBad cachemetrics.Hooks
 }
+
+const genSlots = 4096
 
 type orgEntry struct {
 	val     ResolvedOrg
@@ -53,7 +89,6 @@ type userEntry struct {
 
 type keyEntry struct {
 	val     APIKey
-	err     error // ErrBadToken, cached briefly
 	gen     uint64
 	fetched time.Time
 }
@@ -62,9 +97,25 @@ type keyEntry struct {
 type CacheOptions struct {
 	TTL    time.Duration // default 30s
 	KeyTTL time.Duration // default 5s
-	Logger *slog.Logger
-	Hit    func() // called on a cache hit (metrics)
-	Miss   func() // called on a miss
+	// Orgs bounds the resolved orgs kept (default DefaultCacheOrgs).
+	Orgs int
+	// Users bounds the registered users the cached orgs carry, summed (default
+	// DefaultCacheUsers). An org with more than a tenth of it is resolved without its
+	// users, so at least ten such orgs fit at once; their user ids go through a
+	// per-user cache of Users entries.
+	Users int
+	// Keys bounds the API keys kept, and apart the bad tokens (default DefaultCacheKeys).
+	Keys    int
+	Logger  *slog.Logger
+	Metrics *cachemetrics.Metrics // counts by cache: orgs, users, keys, bad_tokens; nil: none
+}
+
+func newLRU[K comparable, V any](size int) *lru.Cache[K, V] {
+	c, err := lru.New[K, V](size)
+	if err != nil {
+		panic(err) // only for a size <= 0, which NewCache rules out
+	}
+	return c
 }
 
 // NewCache returns a cache over svc and subscribes it to svc's changes.
@@ -75,63 +126,58 @@ func NewCache(svc *Service, o CacheOptions) *Cache {
 	if o.KeyTTL <= 0 {
 		o.KeyTTL = 5 * time.Second
 	}
+	if o.Orgs <= 0 {
+		o.Orgs = DefaultCacheOrgs
+	}
+	if o.Users <= 0 {
+		o.Users = DefaultCacheUsers
+	}
+	if o.Keys <= 0 {
+		o.Keys = DefaultCacheKeys
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	noop := func() {}
-	if o.Hit == nil {
-		o.Hit = noop
+	c := &Cache{svc: svc, ttl: o.TTL, keyTTL: o.KeyTTL, log: o.Logger, now: time.Now, seed: maphash.MakeSeed(),
+		maxUsers: max(o.Users/10, 1), userBound: int64(o.Users),
+		users: newLRU[[2]string, *userEntry](o.Users), keys: newLRU[[32]byte, *keyEntry](o.Keys),
+		badTokens: newLRU[[32]byte, time.Time](o.Keys),
+		mOrgs:     o.Metrics.For("orgs"), mUsers: o.Metrics.For("users"), mKeys: o.Metrics.For("keys"),
+		mBad: o.Metrics.For("bad_tokens")}
+	orgs, err := lru.NewWithEvict(o.Orgs, func(_ string, e *orgEntry) { c.orgUsers.Add(-int64(len(e.val.Users))) })
+	if err != nil {
+		panic(err)
 	}
-	if o.Miss == nil {
-		o.Miss = noop
-	}
-	c := &Cache{svc: svc, ttl: o.TTL, keyTTL: o.KeyTTL, log: o.Logger, now: time.Now,
-		gen: map[string]uint64{}, orgs: map[string]*orgEntry{}, users: map[[2]string]*userEntry{},
-		keys: map[[32]byte]*keyEntry{}, hits: o.Hit, misses: o.Miss}
+	c.orgs = orgs
 	svc.OnChange(c.Invalidate)
 	return c
 }
 
-// Invalidate drops every entry of the orgs named.
+func (c *Cache) gen(orgID string) *atomic.Uint64 {
+	return &c.gens[maphash.String(c.seed, orgID)%genSlots]
+}
+
+// Invalidate drops every entry of the orgs named. The org's users and keys are not
+// searched for: their generation no longer matches, so they are never served again,
+// and the LRU reclaims them.
 func (c *Cache) Invalidate(orgIDs ...string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	for _, id := range orgIDs {
-		c.gen[id]++
-		delete(c.orgs, id)
-	}
-	if len(orgIDs) == 0 {
-		return
-	}
-	drop := map[string]bool{}
-	for _, id := range orgIDs {
-		drop[id] = true
-	}
-	for k := range c.users {
-		if drop[k[0]] {
-			delete(c.users, k)
-		}
-	}
-	for k, e := range c.keys {
-		if drop[e.val.OrgID] {
-			delete(c.keys, k)
-		}
+		c.gen(id).Add(1)
+		c.epoch.Add(1)
+		c.orgs.Remove(id)
 	}
 }
 
 // InvalidateAll drops everything, e.g. after the pub/sub connection was lost.
 func (c *Cache) InvalidateAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for id := range c.orgs {
-		c.gen[id]++
+	for i := range c.gens {
+		c.gens[i].Add(1)
 	}
-	for k := range c.users {
-		c.gen[k[0]]++
-	}
-	c.orgs = map[string]*orgEntry{}
-	c.users = map[[2]string]*userEntry{}
-	c.keys = map[[32]byte]*keyEntry{}
+	c.epoch.Add(1)
+	c.orgs.Purge()
+	c.users.Purge()
+	c.keys.Purge()
+	c.badTokens.Purge()
 }
 
 // isDown reports whether err means Postgres could not answer (as opposed to "no such
@@ -140,17 +186,36 @@ func isDown(err error) bool {
 	return err != nil && !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrBadToken) && !errors.Is(err, context.Canceled)
 }
 
-// Org returns the resolved org.
+// Org returns the resolved org, with its registered users unless it has too many.
 func (c *Cache) Org(ctx context.Context, orgID string) (ResolvedOrg, error) {
-	c.mu.RLock()
-	e, gen := c.orgs[orgID], c.gen[orgID]
-	c.mu.RUnlock()
+	g := c.gen(orgID)
+	gen := g.Load()
+	e, ok := c.orgs.Get(orgID)
+	if ok && e.gen != gen {
+		e = nil // read before a change of the org: never served again, not even stale
+	}
 	if e != nil && c.now().Sub(e.fetched) < c.ttl {
-		c.hits()
+		c.mOrgs.Hit()
 		return e.val, nil
 	}
-	c.misses()
-	v, err, _ := c.sf.Do("o\x00"+orgID, func() (any, error) { return c.svc.ResolveOrg(ctx, orgID) })
+	c.mOrgs.Miss()
+	// The generation is read inside the flight, before its queries, and stored with
+	// what they read. A caller that joined a flight started before the latest change
+	// it could know of reads again on its own.
+	fetch := func() (any, error) {
+		e := &orgEntry{gen: g.Load()}
+		var err error
+		if e.val, err = c.svc.ResolveOrgUsers(ctx, orgID, c.maxUsers); err != nil {
+			return nil, err
+		}
+		e.fetched = c.now()
+		c.addOrg(orgID, e)
+		return e, nil
+	}
+	v, err, _ := c.sf.Do("o\x00"+orgID, fetch)
+	if err == nil && v.(*orgEntry).gen < gen {
+		v, err = fetch()
+	}
 	if err != nil {
 		if e != nil && isDown(err) {
 			c.log.Warn("serving a stale org: Postgres unavailable", "org", orgID, "err", err.Error())
@@ -158,38 +223,69 @@ func (c *Cache) Org(ctx context.Context, orgID string) (ResolvedOrg, error) {
 		}
 		return ResolvedOrg{}, err
 	}
-	c.mu.Lock()
-	if c.gen[orgID] == gen {
-		c.orgs[orgID] = &orgEntry{val: v.(ResolvedOrg), gen: gen, fetched: c.now()}
-	}
-	c.mu.Unlock()
-	return v.(ResolvedOrg), nil
+	return v.(*orgEntry).val, nil
 }
 
-// User returns what is known of a user id of an org.
-func (c *Cache) User(ctx context.Context, orgID, userID string) (ResolvedUser, error) {
+// addOrg stores an org and keeps the registered users carried by the cached orgs
+// within their bound: the least recently used orgs go until they fit (the one just
+// added goes last, and fits alone, carrying at most a tenth of the bound).
+func (c *Cache) addOrg(orgID string, e *orgEntry) {
+	c.addMu.Lock()
+	defer c.addMu.Unlock()
+	c.orgs.Remove(orgID) // so its users are subtracted: Add replaces without a callback
+	c.orgUsers.Add(int64(len(e.val.Users)))
+	if c.orgs.Add(orgID, e) {
+		c.mOrgs.Evict()
+	}
+	for c.orgUsers.Load() > c.userBound {
+		if _, _, ok := c.orgs.RemoveOldest(); !ok {
+			break
+		}
+		c.mOrgs.Evict()
+	}
+}
+
+// User returns what is known of a user id of a resolved org: from the org itself when
+// it carries its users (no lookup at all), else through the per-user cache.
+func (c *Cache) User(ctx context.Context, org ResolvedOrg, userID string) (ResolvedUser, error) {
+	if u, ok := org.User(userID); ok {
+		return u, nil
+	}
+	orgID := org.Org.ID
 	k := [2]string{orgID, userID}
-	c.mu.RLock()
-	e, gen := c.users[k], c.gen[orgID]
-	c.mu.RUnlock()
+	gen := c.gen(orgID).Load()
+	e, ok := c.users.Get(k)
+	if ok && e.gen != gen {
+		e = nil
+	}
 	if e != nil && c.now().Sub(e.fetched) < c.ttl {
-		c.hits()
+		c.mUsers.Hit()
 		return e.val, nil
 	}
-	c.misses()
-	v, err, _ := c.sf.Do("u\x00"+orgID+"\x00"+userID, func() (any, error) { return c.svc.ResolveUser(ctx, orgID, userID) })
+	c.mUsers.Miss()
+	fetch := func() (any, error) {
+		e := &userEntry{gen: c.gen(orgID).Load()}
+		var err error
+		if e.val, err = c.svc.ResolveUser(ctx, orgID, userID); err != nil {
+			return nil, err
+		}
+		e.fetched = c.now()
+		if c.users.Add(k, e) {
+			c.mUsers.Evict()
+		}
+		return e, nil
+	}
+	v, err, _ := c.sf.Do("u\x00"+orgID+"\x00"+userID, fetch)
+	if err == nil && v.(*userEntry).gen < gen {
+		v, err = fetch()
+	}
 	if err != nil {
 		if e != nil && isDown(err) {
 			return e.val, nil
 		}
 		return ResolvedUser{}, err
 	}
-	c.mu.Lock()
-	if c.gen[orgID] == gen {
-		c.users[k] = &userEntry{val: v.(ResolvedUser), gen: gen, fetched: c.now()}
-	}
-	c.mu.Unlock()
-	return v.(ResolvedUser), nil
+	return v.(*userEntry).val, nil
 }
 
 // Authenticate is Service.Authenticate through the cache: a token is looked up in
@@ -205,30 +301,59 @@ func (c *Cache) AuthenticateHashed(ctx context.Context, token string, k [32]byte
 	if !LooksLikeAPIKey(token) {
 		return APIKey{}, ErrBadToken
 	}
-	c.mu.RLock()
-	e := c.keys[k]
-	c.mu.RUnlock()
-	if e != nil && c.now().Sub(e.fetched) < c.keyTTL {
-		c.hits()
-		return e.val, e.err
+	e, ok := c.keys.Get(k)
+	if ok && e.gen != c.gen(e.val.OrgID).Load() {
+		e = nil
 	}
-	c.misses()
-	v, err, _ := c.sf.Do("k\x00"+string(k[:]), func() (any, error) { return c.svc.Authenticate(ctx, token) })
+	if e != nil && c.now().Sub(e.fetched) < c.keyTTL {
+		c.mKeys.Hit()
+		return e.val, nil
+	}
+	if e == nil {
+		if at, ok := c.badTokens.Get(k); ok && c.now().Sub(at) < c.keyTTL {
+			c.mBad.Hit()
+			return APIKey{}, ErrBadToken
+		}
+	}
+	c.mKeys.Miss()
+	type result struct {
+		key   APIKey
+		epoch uint64
+	}
+	epoch := c.epoch.Load()
+	fetch := func() (any, error) {
+		// The key's org is known only after the lookup: an invalidation of any org
+		// during it (the epoch moved) leaves the key uncached, so it cannot outlive
+		// a change of its own org that it did not see.
+		r := result{epoch: c.epoch.Load()}
+		key, err := c.svc.Authenticate(ctx, token)
+		switch {
+		case errors.Is(err, ErrBadToken):
+			c.keys.Remove(k)
+			if c.badTokens.Add(k, c.now()) {
+				c.mBad.Evict()
+			}
+		case err == nil:
+			gen := c.gen(key.OrgID).Load()
+			if c.epoch.Load() == r.epoch && c.keys.Add(k, &keyEntry{val: key, gen: gen, fetched: c.now()}) {
+				c.mKeys.Evict()
+			}
+		}
+		r.key = key
+		return r, err
+	}
+	v, err, _ := c.sf.Do("k\x00"+string(k[:]), fetch)
+	if r, ok := v.(result); ok && r.epoch < epoch {
+		v, err = fetch() // joined a lookup older than a change this caller may know of
+	}
 	if isDown(err) {
-		if e != nil && e.err == nil {
+		if e != nil {
 			return e.val, nil
 		}
 		return APIKey{}, err
 	}
-	key, _ := v.(APIKey)
-	c.mu.Lock()
-	if err == nil {
-		c.keys[k] = &keyEntry{val: key, gen: c.gen[key.OrgID], fetched: c.now()}
-	} else if len(c.keys) < 100_000 {
-		c.keys[k] = &keyEntry{err: err, fetched: c.now()}
-	}
-	c.mu.Unlock()
-	return key, err
+	r, _ := v.(result)
+	return r.key, err
 }
 
 // Listen subscribes to the invalidation channel until ctx ends, and publishes this

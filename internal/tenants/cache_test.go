@@ -133,7 +133,11 @@ func TestCacheServesStaleWhenPostgresIsDown(t *testing.T) {
 	if _, err := c.Authenticate(ctx, token); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.User(ctx, "acme", "u1"); err != nil {
+	org, err := c.Org(ctx, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.User(ctx, org, "u1"); err != nil {
 		t.Fatal(err)
 	}
 	pool.Close()
@@ -144,7 +148,7 @@ func TestCacheServesStaleWhenPostgresIsDown(t *testing.T) {
 	if k, err := c.Authenticate(ctx, token); err != nil || k.OrgID != "acme" {
 		t.Errorf("key with Postgres down: %v", err)
 	}
-	if _, err := c.User(ctx, "acme", "u1"); err != nil {
+	if _, err := c.User(ctx, org, "u1"); err != nil {
 		t.Errorf("user with Postgres down: %v", err)
 	}
 	if _, err := c.Org(ctx, "never-seen"); err == nil {

@@ -8,15 +8,33 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// DefaultMaxOrgUsers is how many registered users ResolveOrg carries with an org: an
+// org with more is resolved without them, and its user ids are looked up one by one.
+const DefaultMaxOrgUsers = 20_000
+
 // ResolvedOrg is what the check path needs of an org: its settings and effective
-// limits, its plan's fail mode and pool, the metrics it knows, and its teams with
-// their limits and user defaults.
+// limits, its plan's fail mode and pool, the metrics it knows, its teams with their
+// limits and user defaults, and (up to a bound) its registered users.
 type ResolvedOrg struct {
 	Org      Org
 	FailMode FailMode
 	Pool     string
 	Teams    map[string]Team
 	Metrics  MetricSet // a check of any other metric is refused
+	// Users are the org's registered users by id when UsersComplete: then an id that
+	// is not in it is unregistered, known without a query. An org above the bound
+	// has UsersComplete false and Users nil.
+	Users         map[string]ResolvedUser
+	UsersComplete bool
+}
+
+// User returns what the org snapshot knows of a user id, and whether it knows it:
+// false when the org was resolved without its users (above the bound).
+func (r ResolvedOrg) User(userID string) (ResolvedUser, bool) {
+	if !r.UsersComplete {
+		return ResolvedUser{}, false
+	}
+	return r.Users[userID], true
 }
 
 // ResolvedUser is a user id of an org as the check path sees it. Unregistered ids
@@ -27,8 +45,15 @@ type ResolvedUser struct {
 	Limits     []Limit // the user's own limits, without the team defaults
 }
 
-// ResolveOrg loads an org with everything a check needs, except its users.
+// ResolveOrg loads an org with everything a check needs, and its registered users
+// when it has at most DefaultMaxOrgUsers.
 func (s *Service) ResolveOrg(ctx context.Context, orgID string) (ResolvedOrg, error) {
+	return s.ResolveOrgUsers(ctx, orgID, DefaultMaxOrgUsers)
+}
+
+// ResolveOrgUsers is ResolveOrg carrying the org's registered users when it has at
+// most maxUsers of them (0: never).
+func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers int) (ResolvedOrg, error) {
 	org, err := getOrg(ctx, s.pool, orgID)
 	if err != nil {
 		return ResolvedOrg{}, err
@@ -53,7 +78,42 @@ func (s *Service) ResolveOrg(ctx context.Context, orgID string) (ResolvedOrg, er
 	for _, t := range teams {
 		r.Teams[t.ID] = t
 	}
+	if maxUsers > 0 {
+		if r.Users, err = orgUsers(ctx, s.pool, orgID, maxUsers); err != nil {
+			return ResolvedOrg{}, fmt.Errorf("resolve org %q: users: %w", orgID, err)
+		}
+		r.UsersComplete = r.Users != nil
+	}
 	return r, nil
+}
+
+// orgUsers returns every registered user of an org with its own limits, or nil when
+// the org has more than max of them.
+func orgUsers(ctx context.Context, q querier, orgID string, max int) (map[string]ResolvedUser, error) {
+	rows, err := q.Query(ctx, `SELECT id, team_id FROM users WHERE org_id = $1 LIMIT $2`, orgID, max+1)
+	if err != nil {
+		return nil, err
+	}
+	users := map[string]ResolvedUser{}
+	var id, team string
+	_, err = pgx.ForEachRow(rows, []any{&id, &team}, func() error {
+		users[id] = ResolvedUser{Registered: true, TeamID: team}
+		return nil
+	})
+	if err != nil || len(users) > max {
+		return nil, err
+	}
+	own, err := limitsOf(ctx, q, `SELECT user_id, metric, time_window, max_units FROM user_limits WHERE org_id = $1`, orgID)
+	if err != nil {
+		return nil, err
+	}
+	for id, ls := range own {
+		if u, ok := users[id]; ok {
+			u.Limits = ls
+			users[id] = u
+		}
+	}
+	return users, nil
 }
 
 // ResolveUser looks a user id of an org up; an unregistered id is not an error.
