@@ -20,8 +20,10 @@ package quota
 
 import (
 	"context"
+	"crypto/sha256"
 	_ "embed"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/maphash"
@@ -368,6 +370,9 @@ func (c *call) parse() (Result, byte, error) {
 	if isPacked(c.reply) {
 		return parseCompact(c.reply, &c.req, c.period, c.nowMs)
 	}
+	if c.reply == "C" {
+		return Result{}, statusConflict, fmt.Errorf("check %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
+	}
 	return parseReply(c.reply)
 }
 
@@ -457,8 +462,25 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 				a = appendLabels(a, "u", req.User, req.Limits.User)
 			}
 		}
+		a = append(a, fingerprint(req))
 	}
 	c.args = append(a, b)
+}
+
+// fingerprint identifies the request an idempotency key is used with: the first 16
+// bytes, in hex, of SHA-256 over its org, team, user, metric and cost (ids cannot
+// contain NUL, so the encoding is unambiguous). check.lua stores it with the first
+// decision and refuses a repeat whose fingerprint differs, atomically, so the rule
+// holds across replicas. Computed only for checks with an idempotency key.
+func fingerprint(req *Request) string {
+	var buf [4*129 + 20]byte
+	b := append(buf[:0], req.Org...)
+	b = append(append(b, 0), req.Team...)
+	b = append(append(b, 0), req.User...)
+	b = append(append(b, 0), req.Metric...)
+	b = strconv.AppendInt(append(b, 0), req.Cost, 10)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
 }
 
 // periodAt is PeriodAt, remembering the last period of each anchor day: computing

@@ -18,7 +18,8 @@ import (
 //	                                     and the period marker field "|p"
 //	<prefix>:{<org>}|d|<period>          set: month counter fields changed since the last drain
 //	<prefix>:{<org>}|w|<seconds>|<bucket> hash: sliding-window bucket, field per counter
-//	<prefix>:{<org>}|i|<idempotency key> string: the first decision's reply, 24 h
+//	<prefix>:{<org>}|i|<idempotency key> string: '#', the first request's fingerprint
+//	                                     and its decision's reply, 24 h
 //
 // Counter fields: <metric>|o, <metric>|t|<team>, <metric>|u|<team>|<user>.
 
@@ -55,11 +56,12 @@ func parseField(f string) (Counter, error) {
 
 // Script reply statuses (see scripts/check.lua).
 const (
-	statusAllowed = 'A'
-	statusDenied  = 'D'
-	statusOver    = 'W'
-	statusHydrate = 'H'
-	statusReplay  = 'R'
+	statusAllowed  = 'A'
+	statusDenied   = 'D'
+	statusOver     = 'W'
+	statusHydrate  = 'H'
+	statusReplay   = 'R'
+	statusConflict = 'C'
 )
 
 // parseReply decodes check.lua's reply into a Result. It returns the status byte so
