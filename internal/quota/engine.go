@@ -26,7 +26,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"strconv"
 	"sync"
@@ -83,6 +82,12 @@ type Config struct {
 	// OnResend, when set, is told the reason (the Redis error's first word, or "dial")
 	// of every such re-send (metrics). It must not block.
 	OnResend func(reason string)
+	// KeyCacheSize bounds the engine's cache of each org's keys for a period (its
+	// EVALSHA arguments, built once), least recently used evicted first (default 65,536
+	// entries: some 400 bytes each for short ids, 26 MB when full).
+	KeyCacheSize int
+	// KeyCache is told of the key cache's hits, misses and evictions (metrics).
+	KeyCache CacheHooks
 }
 
 func (c *Config) setDefaults() error {
@@ -115,6 +120,9 @@ func (c *Config) setDefaults() error {
 	if c.RetryBudget <= 0 {
 		c.RetryBudget = 300 * time.Millisecond
 	}
+	if c.KeyCacheSize <= 0 {
+		c.KeyCacheSize = 1 << 16
+	}
 	return nil
 }
 
@@ -137,7 +145,7 @@ type Engine struct {
 
 	flight  singleflight.Group
 	calls   sync.Pool
-	keys    [64]keyShard               // an org's keys for a period, built and boxed once
+	keys    *keyCache                  // an org's keys for a period, built and boxed once
 	periods [29]atomic.Pointer[Period] // the current period by anchor day (0 = 1)
 	ttlArg  any                        // idemTTL, boxed once
 }
@@ -191,36 +199,11 @@ func (k *orgKeys) bucket(i int, w Window, nowMs int64) *bucketKeys {
 	return bk
 }
 
-type orgPeriod struct{ org, period string }
-
-// keyShard is one of the engine's 64 key caches (sharded so no lock is global).
-type keyShard struct {
-	mu sync.RWMutex
-	m  map[orgPeriod]*orgKeys
-}
-
-var keySeed = maphash.MakeSeed()
-
-// orgKeys returns the shared arguments of org's checks in per.
-func (e *Engine) orgKeys(org string, per Period) *orgKeys {
-	sh := &e.keys[maphash.String(keySeed, org)%uint64(len(e.keys))]
-	k := orgPeriod{org, per.ID}
-	sh.mu.RLock()
-	v := sh.m[k]
-	sh.mu.RUnlock()
-	if v != nil {
-		return v
-	}
+// newOrgKeys builds the shared arguments of org's checks in per.
+func (e *Engine) newOrgKeys(org string, per Period) *orgKeys {
 	tag := orgTag(e.cfg.KeyPrefix, org)
-	v = &orgKeys{tag: tag, month: tag + "m|" + per.ID, dirty: tag + "d|" + per.ID,
+	return &orgKeys{tag: tag, month: tag + "m|" + per.ID, dirty: tag + "d|" + per.ID,
 		expire: per.End.Add(e.cfg.MonthRetention).Unix(), endMs: per.End.UnixMilli()}
-	sh.mu.Lock()
-	if sh.m == nil || len(sh.m) >= 4096 { // bounded: a shard that fills up starts over
-		sh.m = make(map[orgPeriod]*orgKeys)
-	}
-	sh.m[k] = v
-	sh.mu.Unlock()
-	return v
 }
 
 // ClientOptions parses a redis:// URL into options fit for an Engine: retries off.
@@ -265,6 +248,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 		queue:   make(chan *call, 4*cfg.MaxBatch),
 		closing: make(chan struct{}),
 		stopped: make(chan struct{}),
+		keys:    newKeyCache(cfg.KeyCacheSize, cfg.KeyCache),
 	}
 	e.ttlArg = e.idemTTL
 	e.cluster, _ = rdb.(*redis.ClusterClient)
