@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 )
 
@@ -141,7 +141,7 @@ func ParsePools(s string) (map[string]string, error) {
 		class, u, ok := strings.Cut(item, "=")
 		class, u = strings.TrimSpace(class), strings.TrimSpace(u)
 		if !ok {
-			bad("item %d (%q) is not class=redis-url", i+1, redactedItem(item))
+			bad("item %d (%q) is not class=redis-url", i+1, redact.Item(item))
 			continue
 		}
 		if !validID(class) {
@@ -157,7 +157,7 @@ func ParsePools(s string) (map[string]string, error) {
 			continue
 		}
 		if _, err := redisconn.Parse(u, false); err != nil {
-			bad("pool %q: redis url %s: %v", class, redactURL(u), redactError(err, u))
+			bad("pool %q: redis url %s: %v", class, redact.URL(u), redact.Error(err, u))
 			continue
 		}
 		pools[class] = u
@@ -166,39 +166,6 @@ func ParsePools(s string) (map[string]string, error) {
 		return nil, err
 	}
 	return pools, nil
-}
-
-// redactURL hides the password of a URL for messages.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		if strings.Contains(s, "@") {
-			return "<unparsable url>"
-		}
-		return s
-	}
-	return u.Redacted()
-}
-
-func redactedItem(item string) string {
-	if strings.Contains(item, "@") {
-		return "<redacted>"
-	}
-	return item
-}
-
-func redactError(err error, u string) string {
-	msg := err.Error()
-	p, perr := url.Parse(u)
-	if perr != nil && strings.Contains(u, "@") {
-		return "not a valid url (not shown: it may hold a password)"
-	}
-	if p != nil && p.User != nil {
-		if pw, ok := p.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
-	}
-	return msg
 }
 
 // Router sends each check to the engine of its org's Redis, bounds each org's
@@ -316,7 +283,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			return nil, fmt.Errorf("%w: quota router: pool class %q is not a valid id or is reserved", ErrInvalid, class)
 		}
 		if _, err := redisconn.Parse(u, false); err != nil {
-			return nil, fmt.Errorf("%w: quota router: pool %q: redis url %s: %s", ErrInvalid, class, redactURL(u), redactError(err, u))
+			return nil, fmt.Errorf("%w: quota router: pool %q: redis url %s: %s", ErrInvalid, class, redact.URL(u), redact.Error(err, u))
 		}
 		r.classes[class] = u
 		if class != DefaultPool {
@@ -324,7 +291,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		}
 	}
 	if _, err := redisconn.Parse(r.defaultURL, false); err != nil {
-		return nil, fmt.Errorf("%w: quota router: default pool: redis url %s: %s", ErrInvalid, redactURL(r.defaultURL), redactError(err, r.defaultURL))
+		return nil, fmt.Errorf("%w: quota router: default pool: redis url %s: %s", ErrInvalid, redact.URL(r.defaultURL), redact.Error(err, r.defaultURL))
 	}
 	for u, names := range urls {
 		if names[0] == DefaultPool {
@@ -427,7 +394,7 @@ func (r *Router) newBackend(u string) (*backend, error) {
 	}
 	o, err := redisconn.Parse(u, false)
 	if err != nil {
-		return nil, fmt.Errorf("%w: quota router: %s redis url %s: %s", ErrInvalid, name, redactURL(u), redactError(err, u))
+		return nil, fmt.Errorf("%w: quota router: %s redis url %s: %s", ErrInvalid, name, redact.URL(u), redact.Error(err, u))
 	}
 	to := r.cfg.RedisTimeout
 	if opt := o.Single; opt != nil {
