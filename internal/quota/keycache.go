@@ -2,6 +2,8 @@ package quota
 
 import (
 	"hash/maphash"
+	"strconv"
+	"sync/atomic"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 )
@@ -76,4 +78,60 @@ func (e *Engine) orgKeys(org string, per Period) *orgKeys {
 		return prev
 	}
 	return v
+}
+
+// orgKeys are the EVALSHA arguments every check of one org in one period shares,
+// already converted to interface values: building and boxing them per check was a
+// third of the engine's allocations.
+type orgKeys struct {
+	tag          string
+	month, dirty any
+	expire       int64 // unix s, when the month keys expire
+	endMs        int64 // the period's end
+	// the current and previous bucket keys of each sliding window, renamed when a
+	// bucket ends (by position in slidingWindows)
+	buckets [len(slidingWindows)]atomic.Pointer[bucketKeys]
+	// the org's counter field of the metric last checked
+	orgField atomic.Pointer[metricField]
+}
+
+type metricField struct {
+	metric string
+	field  any
+}
+
+// field returns the org's counter field of metric, boxed once.
+func (k *orgKeys) field(metric string) any {
+	if f := k.orgField.Load(); f != nil && f.metric == metric {
+		return f.field
+	}
+	f := &metricField{metric: metric, field: metric + "|o"}
+	k.orgField.Store(f)
+	return f.field
+}
+
+// bucketKeys names the current and previous bucket of one sliding window.
+type bucketKeys struct {
+	n, ms     int64 // bucket number (unix ms / ms), window length in ms
+	cur, prev any
+}
+
+// bucket returns the keys of window w (at position i in slidingWindows) at nowMs.
+func (k *orgKeys) bucket(i int, w Window, nowMs int64) *bucketKeys {
+	ms := w.Duration().Milliseconds()
+	n := nowMs / ms
+	if bk := k.buckets[i].Load(); bk != nil && bk.n == n {
+		return bk
+	}
+	start := k.tag + "w|" + w.seconds() + "|"
+	bk := &bucketKeys{n: n, ms: ms, cur: start + strconv.FormatInt(n, 10), prev: start + strconv.FormatInt(n-1, 10)}
+	k.buckets[i].Store(bk)
+	return bk
+}
+
+// newOrgKeys builds the shared arguments of org's checks in per.
+func (e *Engine) newOrgKeys(org string, per Period) *orgKeys {
+	tag := orgTag(e.cfg.KeyPrefix, org)
+	return &orgKeys{tag: tag, month: tag + "m|" + per.ID, dirty: tag + "d|" + per.ID,
+		expire: per.End.Add(e.cfg.MonthRetention).Unix(), endMs: per.End.UnixMilli()}
 }
