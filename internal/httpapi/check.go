@@ -294,7 +294,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 	}
 	res, oc, err := s.checker.Check(r.Context(), route, req)
 	if err != nil {
-		if !errors.Is(err, quota.ErrOverloaded) && !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, quota.ErrOverloaded) && !errors.Is(err, context.Canceled) && !errors.Is(err, quota.ErrIdempotencyConflict) {
 			s.log.Warn("check not decided", "org", req.Org, "err", err.Error())
 		}
 		writeCheckError(w, engineProblem(err))
@@ -362,7 +362,7 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 		results, outcomes, errs := s.checker.CheckBatch(r.Context(), routes, reqs)
 		for j, i := range slot {
 			if errs[j] != nil {
-				if !errors.Is(errs[j], quota.ErrOverloaded) && !errors.Is(errs[j], context.Canceled) {
+				if !errors.Is(errs[j], quota.ErrOverloaded) && !errors.Is(errs[j], context.Canceled) && !errors.Is(errs[j], quota.ErrIdempotencyConflict) {
 					s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
 				}
 				_ = items[i].FromProblem(itemProblem(engineProblem(errs[j])))
