@@ -135,3 +135,54 @@ func TestIdempotencyKeyStoredBeforeFingerprints(t *testing.T) {
 		t.Errorf("replay counted %d", got)
 	}
 }
+
+// Concurrent checks with one key and two different costs: exactly one decides and
+// counts; every other with its request replays it, every other with the other cost
+// conflicts. The script decides, so this holds however the checks are pipelined.
+func TestIdempotencyKeyConcurrent(t *testing.T) {
+	t.Parallel()
+	r := MustRig(t, "", quota.Config{})
+	org := testenv.ID(t, "org")
+	r.MustCheck(t, quota.Request{Org: org, Metric: "warmup"}) // hydrate first
+	const n = 40
+	type outcome struct {
+		cost int64
+		res  quota.Result
+		err  error
+	}
+	out := make(chan outcome, n)
+	for i := range n {
+		go func() {
+			req := idemRequest(org, "order-race-1")
+			req.Cost = int64(5 + i%2)
+			res, err := r.e.Check(context.Background(), req)
+			out <- outcome{req.Cost, res, err}
+		}()
+	}
+	var decided []int64
+	byCost := map[int64][]outcome{}
+	for range n {
+		o := <-out
+		byCost[o.cost] = append(byCost[o.cost], o)
+		if o.err == nil && !o.res.Replayed {
+			decided = append(decided, o.cost)
+		}
+	}
+	if len(decided) != 1 {
+		t.Fatalf("%d checks decided, want exactly 1", len(decided))
+	}
+	winner := decided[0]
+	for cost, os := range byCost {
+		for _, o := range os {
+			switch {
+			case cost == winner && o.err != nil:
+				t.Errorf("cost %d (the first request's): %v", cost, o.err)
+			case cost != winner && !errors.Is(o.err, quota.ErrIdempotencyConflict):
+				t.Errorf("cost %d (another request): %+v, %v; want ErrIdempotencyConflict", cost, o.res, o.err)
+			}
+		}
+	}
+	if got := r.usage(t, org)[orgC("requests")]; got != winner {
+		t.Errorf("org counter %d, want %d (counted once)", got, winner)
+	}
+}
