@@ -26,6 +26,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -84,7 +85,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	defer rdb.Close()
 	if err := rdb.Ping(startCtx).Err(); err != nil {
-		log.Warn("cannot reach Redis; /readyz reports it until it answers", "url", pgdb.MaskURL(cfg.RedisURL), "err", err.Error())
+		log.Warn("cannot reach Redis; /readyz reports it until it answers", "url", redact.URL(cfg.RedisURL), "err", err.Error())
 	}
 	if cfg.AdminToken == "" {
 		log.Warn("QUOTA_ADMIN_TOKEN is not set: the operator API (plans, orgs) is disabled")

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
@@ -261,8 +261,8 @@ func mask(secret string) string {
 // LogValue prints the configuration with secrets masked.
 func (c Common) LogValue() slog.Value {
 	return slog.GroupValue(
-		slog.String("database_url", pgdb.MaskURL(c.DatabaseURL)),
-		slog.String("redis_url", pgdb.MaskURL(c.RedisURL)),
+		slog.String("database_url", redact.URL(c.DatabaseURL)),
+		slog.String("redis_url", redact.URL(c.RedisURL)),
 		slog.Bool("redis_cluster", c.RedisCluster),
 		slog.String("admin_token", mask(c.AdminToken)),
 		slog.String("log_level", c.LogLevel.String()),
@@ -273,7 +273,7 @@ func (c Common) LogValue() slog.Value {
 func (c API) LogValue() slog.Value {
 	pools := make([]string, 0, len(c.RedisPools))
 	for class, u := range c.RedisPools {
-		pools = append(pools, class+"="+pgdb.MaskURL(u))
+		pools = append(pools, class+"="+redact.URL(u))
 	}
 	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
 		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg),
@@ -287,7 +287,7 @@ func (c API) LogValue() slog.Value {
 func (c Worker) LogValue() slog.Value {
 	pools := make([]string, 0, len(c.RedisPools))
 	for class, u := range c.RedisPools {
-		pools = append(pools, class+"="+pgdb.MaskURL(u))
+		pools = append(pools, class+"="+redact.URL(u))
 	}
 	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
 		slog.Duration("flush_interval", c.FlushInterval), slog.Any("redis_pools", pools),

@@ -246,6 +246,10 @@ func engineProblem(err error) *checkError {
 	switch {
 	case errors.Is(err, quota.ErrInvalid):
 		return &checkError{status: http.StatusBadRequest, detail: err.Error()}
+	case errors.Is(err, quota.ErrIdempotencyConflict):
+		msg := "this key was first used (in the last 24 hours) with a different request: team, user, metric or cost differ; nothing was counted. Use a new key for a new request"
+		return &checkError{status: http.StatusUnprocessableEntity, detail: "idempotency_key: " + msg,
+			fields: []FieldError{{Field: "idempotency_key", Message: msg}}}
 	case errors.Is(err, context.Canceled):
 		return &checkError{status: 499, detail: "client went away"}
 	case errors.Is(err, quota.ErrOverloaded):
@@ -265,10 +269,37 @@ func writeCheckError(w http.ResponseWriter, e *checkError) {
 	writeProblem(w, e.status, e.detail, e.fields...)
 }
 
+// idempotencyHeader puts the key of the Idempotency-Key header (a structured-field
+// string, "key", as the IETF draft writes it, or the bare key) into in, unless the
+// body already gives a different one.
+func idempotencyHeader(h *string, in *api.CheckRequest) *checkError {
+	if h == nil {
+		return nil
+	}
+	k := *h
+	if len(k) >= 2 && k[0] == '"' && k[len(k)-1] == '"' {
+		k = k[1 : len(k)-1]
+	}
+	if !idempotencyPattern.MatchString(k) {
+		return badField("Idempotency-Key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -, bare or in double quotes")
+	}
+	if in.IdempotencyKey != nil && *in.IdempotencyKey != k {
+		msg := "the Idempotency-Key header and the idempotency_key field give different keys; give one, or the same in both"
+		return &checkError{status: http.StatusBadRequest, detail: msg,
+			fields: []FieldError{{Field: "Idempotency-Key", Message: msg}, {Field: "idempotency_key", Message: msg}}}
+	}
+	in.IdempotencyKey = &k
+	return nil
+}
+
 // Check handles POST /v1/check.
-func (s *Server) Check(w http.ResponseWriter, r *http.Request) {
+func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckParams) {
 	var in api.CheckRequest
 	if !decodeCheck(w, r, &in) {
+		return
+	}
+	if cerr := idempotencyHeader(params.IdempotencyKey, &in); cerr != nil {
+		writeCheckError(w, cerr)
 		return
 	}
 	req, route, mode, cerr := s.resolveCheck(r.Context(), callerOf(r), in)
@@ -281,7 +312,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request) {
 	}
 	res, oc, err := s.checker.Check(r.Context(), route, req)
 	if err != nil {
-		if !errors.Is(err, quota.ErrOverloaded) && !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, quota.ErrOverloaded) && !errors.Is(err, context.Canceled) && !errors.Is(err, quota.ErrIdempotencyConflict) {
 			s.log.Warn("check not decided", "org", req.Org, "err", err.Error())
 		}
 		writeCheckError(w, engineProblem(err))
@@ -317,6 +348,11 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	if !decodeBatch(w, r, &in) {
 		return
 	}
+	if r.Header.Get("Idempotency-Key") != "" {
+		msg := "applies to POST /v1/check; give each check of a batch its own idempotency_key"
+		writeProblem(w, http.StatusBadRequest, "Idempotency-Key: "+msg, FieldError{Field: "Idempotency-Key", Message: msg})
+		return
+	}
 	if n := len(in.Checks); n < 1 || n > MaxBatch {
 		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("checks: must hold 1 to %d checks, not %d", MaxBatch, n),
 			FieldError{Field: "checks", Message: fmt.Sprintf("must hold 1 to %d checks", MaxBatch)})
@@ -344,7 +380,7 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 		results, outcomes, errs := s.checker.CheckBatch(r.Context(), routes, reqs)
 		for j, i := range slot {
 			if errs[j] != nil {
-				if !errors.Is(errs[j], quota.ErrOverloaded) && !errors.Is(errs[j], context.Canceled) {
+				if !errors.Is(errs[j], quota.ErrOverloaded) && !errors.Is(errs[j], context.Canceled) && !errors.Is(errs[j], quota.ErrIdempotencyConflict) {
 					s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
 				}
 				_ = items[i].FromProblem(itemProblem(engineProblem(errs[j])))

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -206,6 +207,111 @@ func TestCheckIdempotentReplayAndBatch(t *testing.T) {
 	}
 	if rec := r.f.do("POST", "/v1/check/batch", key, `{"checks":[]}`); rec.Code != 400 {
 		t.Errorf("empty batch = %d", rec.Code)
+	}
+}
+
+// checkWith posts body to path with extra headers.
+func (r *replica) checkWith(path, token, body string, header map[string]string) (int, string) {
+	req := httptest.NewRequest("POST", path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	r.f.h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+// An idempotency key reused with a different request (team, user, metric, cost) is
+// refused with 422 and counts nothing, on /v1/check and on each item of a batch; the
+// key may come in the Idempotency-Key header (quoted as the IETF draft writes it, or
+// bare) and is the same key as the body field's.
+func TestCheckIdempotencyKeyConflict(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	key, _ := r.setup("acme")
+	r.mustDo("POST", "/v1/orgs/acme/teams", operatorToken, `{"id":"ops","name":"Ops"}`, 201)
+	used := func() int64 { // the org's month usage, read by a check of cost 0
+		t.Helper()
+		got := r.check(key, `{"org":"acme","cost":0}`)
+		for _, l := range got.body.Levels {
+			if l.Level == "org" && l.Window == "month" {
+				return l.Used
+			}
+		}
+		t.Fatalf("no org month level: %s", got.raw)
+		return 0
+	}
+	if got := r.check(key, `{"org":"acme","team":"eng","user":"alice","cost":5,"idempotency_key":"order-12345"}`); got.code != 200 {
+		t.Fatalf("first = %d %s", got.code, got.raw)
+	}
+	before := used()
+	for name, body := range map[string]string{
+		"cost":   `{"org":"acme","team":"eng","user":"alice","cost":6,"idempotency_key":"order-12345"}`,
+		"metric": `{"org":"acme","team":"eng","user":"alice","cost":5,"metric":"tokens","idempotency_key":"order-12345"}`,
+		"user":   `{"org":"acme","team":"eng","user":"bob","cost":5,"idempotency_key":"order-12345"}`,
+		"team":   `{"org":"acme","team":"ops","user":"alice","cost":5,"idempotency_key":"order-12345"}`,
+	} {
+		got := r.check(key, body)
+		var p api.Problem
+		_ = json.Unmarshal([]byte(got.raw), &p)
+		if got.code != 422 || p.Detail == nil || !strings.Contains(*p.Detail, "different request") ||
+			len(p.Errors) != 1 || p.Errors[0].Field != "idempotency_key" {
+			t.Errorf("%s changed = %d %s, want 422 naming idempotency_key", name, got.code, got.raw)
+		}
+	}
+	// The header form, quoted or bare, is the same key: a different cost conflicts, the
+	// same request replays.
+	for _, h := range []string{`"order-12345"`, `order-12345`} {
+		hdr := map[string]string{"Idempotency-Key": h}
+		if code, body := r.checkWith("/v1/check", key, `{"org":"acme","team":"eng","user":"alice","cost":7}`, hdr); code != 422 {
+			t.Errorf("header %s, other cost = %d %s, want 422", h, code, body)
+		}
+		code, body := r.checkWith("/v1/check", key, `{"org":"acme","team":"eng","user":"alice","cost":5}`, hdr)
+		if code != 200 || !strings.Contains(body, `"replayed":true`) {
+			t.Errorf("header %s, same request = %d %s, want a replay", h, code, body)
+		}
+	}
+	// A new key in the header counts once, then replays from the body field.
+	hdr := map[string]string{"Idempotency-Key": `"order-67890"`}
+	if code, body := r.checkWith("/v1/check", key, `{"org":"acme","team":"eng","user":"alice","cost":3}`, hdr); code != 200 || strings.Contains(body, "replayed") {
+		t.Errorf("new key in the header = %d %s", code, body)
+	}
+	if got := r.check(key, `{"org":"acme","team":"eng","user":"alice","cost":3,"idempotency_key":"order-67890"}`); got.body.Replayed == nil {
+		t.Errorf("the header's key in the body = %d %s, want a replay", got.code, got.raw)
+	}
+	// Header and field both given: the same key is fine, different keys are refused.
+	code, body := r.checkWith("/v1/check", key, `{"org":"acme","team":"eng","user":"alice","cost":3,"idempotency_key":"order-67890"}`, hdr)
+	if code != 200 {
+		t.Errorf("same key in header and body = %d %s", code, body)
+	}
+	code, body = r.checkWith("/v1/check", key, `{"org":"acme","team":"eng","user":"alice","cost":3,"idempotency_key":"order-11111"}`, hdr)
+	if code != 400 || !strings.Contains(body, "Idempotency-Key") || !strings.Contains(body, "idempotency_key") {
+		t.Errorf("different keys in header and body = %d %s, want 400 naming both", code, body)
+	}
+	if code, body := r.checkWith("/v1/check", key, `{"org":"acme","team":"eng"}`, map[string]string{"Idempotency-Key": "short"}); code != 400 || !strings.Contains(body, "Idempotency-Key") {
+		t.Errorf("bad header = %d %s, want 400 naming Idempotency-Key", code, body)
+	}
+
+	// In a batch each item is held to its own key.
+	rec := r.f.do("POST", "/v1/check/batch", key, `{"checks":[`+
+		`{"org":"acme","team":"eng","user":"alice","cost":5,"idempotency_key":"order-12345"},`+
+		`{"org":"acme","team":"eng","user":"alice","cost":9,"idempotency_key":"order-12345"},`+
+		`{"org":"acme","team":"eng","user":"alice","cost":1,"idempotency_key":"order-55555"}]}`)
+	var out struct {
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != 200 || len(out.Results) != 3 {
+		t.Fatalf("batch = %d %s", rec.Code, rec.Body)
+	}
+	if out.Results[0]["replayed"] != true || out.Results[1]["status"] != float64(422) || out.Results[2]["allowed"] != true {
+		t.Errorf("batch results: %v", out.Results)
+	}
+	if code, body := r.checkWith("/v1/check/batch", key, `{"checks":[{"org":"acme","team":"eng"}]}`, hdr); code != 400 {
+		t.Errorf("batch with the header = %d %s, want 400", code, body)
+	}
+	if got := used(); got != before+3+1 {
+		t.Errorf("org month usage %d, want %d: only the two new keys counted", got, before+3+1)
 	}
 }
 

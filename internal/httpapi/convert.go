@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
@@ -119,7 +120,7 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 func fromOrg(o tenants.Org) api.Org {
 	return api.Org{Id: o.ID, Name: o.Name, Plan: o.PlanID, Limits: fromLimits(o.Limits),
 		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: api.Mode(o.Mode), Oversubscribe: o.Oversubscribe,
-		WebhookUrl: o.WebhookURL, RedisUrl: tenants.MaskRedisURL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
+		WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
 }
 

@@ -13,6 +13,10 @@ var (
 	// ErrNotHydrated is returned when an org's counters for the period could not be
 	// restored from durable storage, so no decision was made and nothing counted.
 	ErrNotHydrated = errors.New("quota counters not hydrated")
+	// ErrIdempotencyConflict is returned for a check whose idempotency key was first
+	// used, within IdempotencyTTL, by a different request (org, team, user, metric or
+	// cost). Nothing was counted; the first decision stays stored under the key.
+	ErrIdempotencyConflict = errors.New("idempotency key reused with a different request")
 	// ErrClosed is returned by an engine after Close.
 	ErrClosed = errors.New("quota engine closed")
 	// ErrRetryingClient is returned by New for a Redis client that retries commands:

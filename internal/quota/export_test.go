@@ -30,3 +30,6 @@ func CheckKeys(prefix string, req Request, now time.Time) ([]string, error) {
 	}
 	return keys, nil
 }
+
+// KeyCacheLen is the number of entries in e's key cache.
+func KeyCacheLen(e *Engine) int { return e.keys.len() }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -12,9 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 )
 
@@ -51,47 +50,6 @@ type Outcome struct {
 	Pool string
 }
 
-// BreakerConfig tunes the circuit breaker of each Redis. The zero value is usable.
-type BreakerConfig struct {
-	// ConsecutiveFailures opens the breaker after this many failures in a row (default 5).
-	ConsecutiveFailures uint32
-	// FailureRatio opens the breaker when at least this fraction of the checks of the
-	// last Interval failed, once MinRequests were seen (default 0.5).
-	FailureRatio float64
-	// MinRequests is the number of checks within Interval below which FailureRatio
-	// is not applied (default 20).
-	MinRequests uint32
-	// Interval is the rolling window of the failure ratio while closed (default 10 s).
-	Interval time.Duration
-	// OpenTimeout is how long the breaker stays open before letting probes through
-	// (half-open) (default 1 s).
-	OpenTimeout time.Duration
-	// HalfOpenProbes is how many checks may probe Redis while half-open; that many
-	// successes in a row close the breaker, one failure opens it again (default 1).
-	HalfOpenProbes uint32
-}
-
-func (b *BreakerConfig) setDefaults() {
-	if b.ConsecutiveFailures == 0 {
-		b.ConsecutiveFailures = 5
-	}
-	if b.FailureRatio <= 0 || b.FailureRatio > 1 {
-		b.FailureRatio = 0.5
-	}
-	if b.MinRequests == 0 {
-		b.MinRequests = 20
-	}
-	if b.Interval <= 0 {
-		b.Interval = 10 * time.Second
-	}
-	if b.OpenTimeout <= 0 {
-		b.OpenTimeout = time.Second
-	}
-	if b.HalfOpenProbes == 0 {
-		b.HalfOpenProbes = 1
-	}
-}
-
 // RouterConfig configures a Router.
 type RouterConfig struct {
 	// DefaultURL is the Redis of the default pool; required unless Pools has "default".
@@ -115,90 +73,6 @@ type RouterConfig struct {
 	Engine Config
 	// Registerer receives the router's metrics; nil registers none.
 	Registerer prometheus.Registerer
-}
-
-// ParsePools parses QUOTA_REDIS_POOLS: comma-separated class=redis-url pairs, e.g.
-// "free=redis://r1:6379/0,pro=redis://r2:6379/0". A pool on a Redis Cluster is a URL
-// with cluster=true and its further seeds as addr parameters, e.g.
-// "pro=redis://c1:7000?cluster=true&addr=c2:7001". Blanks around items are ignored;
-// an empty string is no pools. Every problem is reported, joined, wrapping ErrInvalid;
-// the messages never contain a URL's password.
-func ParsePools(s string) (map[string]string, error) {
-	pools := map[string]string{}
-	if strings.TrimSpace(s) == "" {
-		return pools, nil
-	}
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: QUOTA_REDIS_POOLS: "+format, append([]any{ErrInvalid}, args...)...))
-	}
-	for i, item := range strings.Split(s, ",") {
-		item = strings.TrimSpace(item)
-		if item == "" {
-			bad("item %d is empty", i+1)
-			continue
-		}
-		class, u, ok := strings.Cut(item, "=")
-		class, u = strings.TrimSpace(class), strings.TrimSpace(u)
-		if !ok {
-			bad("item %d (%q) is not class=redis-url", i+1, redactedItem(item))
-			continue
-		}
-		if !validID(class) {
-			bad("item %d: pool class %q is not a valid id", i+1, class)
-			continue
-		}
-		if _, dup := pools[class]; dup {
-			bad("pool class %q is given twice", class)
-			continue
-		}
-		if u == "" {
-			bad("pool %q has no redis url", class)
-			continue
-		}
-		if _, err := redisconn.Parse(u, false); err != nil {
-			bad("pool %q: redis url %s: %v", class, redactURL(u), redactError(err, u))
-			continue
-		}
-		pools[class] = u
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return pools, nil
-}
-
-// redactURL hides the password of a URL for messages.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		if strings.Contains(s, "@") {
-			return "<unparsable url>"
-		}
-		return s
-	}
-	return u.Redacted()
-}
-
-func redactedItem(item string) string {
-	if strings.Contains(item, "@") {
-		return "<redacted>"
-	}
-	return item
-}
-
-func redactError(err error, u string) string {
-	msg := err.Error()
-	p, perr := url.Parse(u)
-	if perr != nil && strings.Contains(u, "@") {
-		return "not a valid url (not shown: it may hold a password)"
-	}
-	if p != nil && p.User != nil {
-		if pw, ok := p.User.Password(); ok && pw != "" {
-			msg = strings.ReplaceAll(msg, pw, "xxxxx")
-		}
-	}
-	return msg
 }
 
 // Router sends each check to the engine of its org's Redis, bounds each org's
@@ -229,53 +103,6 @@ type Router struct {
 	mu     sync.Mutex // orders backend creation against Close
 	closed bool
 	open   []*backend
-}
-
-// backendEntry creates its backend once, whoever asks first.
-type backendEntry struct {
-	once sync.Once
-	b    atomic.Pointer[backend]
-	err  error
-}
-
-func (e *backendEntry) ready() *backend { return e.b.Load() }
-
-// backend is one Redis (a server or a cluster): its client, engine and breakers.
-type backend struct {
-	name     string
-	rdb      redis.UniversalClient
-	cluster  *redis.ClusterClient // rdb on a cluster, else nil
-	eng      *Engine
-	breakers BreakerConfig
-	cb       *breaker // the breaker of a single server; of a cluster without a slot map
-	shards   sync.Map // cluster: primary "host:port" -> *breaker
-	inflight atomic.Int64
-}
-
-// state is the worst state of the backend's breakers: on a cluster, of its current
-// primaries (a breaker of a node that is no longer primary is dropped).
-func (b *backend) state() gobreaker.State {
-	worst := b.cb.State()
-	if b.cluster == nil {
-		return worst
-	}
-	primaries := map[string]bool{}
-	var mu sync.Mutex
-	_ = b.cluster.ForEachMaster(context.Background(), func(_ context.Context, m *redis.Client) error {
-		mu.Lock()
-		primaries[m.Options().Addr] = true
-		mu.Unlock()
-		return nil
-	})
-	b.shards.Range(func(k, v any) bool {
-		if !primaries[k.(string)] {
-			b.shards.Delete(k)
-			return true
-		}
-		worst = max(worst, v.(*breaker).State())
-		return true
-	})
-	return worst
 }
 
 // NewRouter validates cfg and returns a router; no Redis is contacted until the
@@ -316,7 +143,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 			return nil, fmt.Errorf("%w: quota router: pool class %q is not a valid id or is reserved", ErrInvalid, class)
 		}
 		if _, err := redisconn.Parse(u, false); err != nil {
-			return nil, fmt.Errorf("%w: quota router: pool %q: redis url %s: %s", ErrInvalid, class, redactURL(u), redactError(err, u))
+			return nil, fmt.Errorf("%w: quota router: pool %q: redis url %s: %s", ErrInvalid, class, redact.URL(u), redact.Error(err, u))
 		}
 		r.classes[class] = u
 		if class != DefaultPool {
@@ -324,7 +151,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		}
 	}
 	if _, err := redisconn.Parse(r.defaultURL, false); err != nil {
-		return nil, fmt.Errorf("%w: quota router: default pool: redis url %s: %s", ErrInvalid, redactURL(r.defaultURL), redactError(err, r.defaultURL))
+		return nil, fmt.Errorf("%w: quota router: default pool: redis url %s: %s", ErrInvalid, redact.URL(r.defaultURL), redact.Error(err, r.defaultURL))
 	}
 	for u, names := range urls {
 		if names[0] == DefaultPool {
@@ -396,139 +223,6 @@ func (r *Router) EngineFor(route Route) (*Engine, error) {
 	return b.eng, nil
 }
 
-// backendFor returns the backend of url, creating it on first use.
-func (r *Router) backendFor(u string) (*backend, error) {
-	v, ok := r.backends.Load(u)
-	if !ok {
-		v, _ = r.backends.LoadOrStore(u, &backendEntry{})
-	}
-	e := v.(*backendEntry)
-	if b := e.b.Load(); b != nil {
-		return b, nil
-	}
-	e.once.Do(func() {
-		b, err := r.newBackend(u)
-		if err != nil {
-			e.err = err
-			return
-		}
-		e.b.Store(b)
-	})
-	if b := e.b.Load(); b != nil {
-		return b, nil
-	}
-	return nil, e.err
-}
-
-func (r *Router) newBackend(u string) (*backend, error) {
-	name, ok := r.names[u]
-	if !ok {
-		name = DedicatedPool
-	}
-	o, err := redisconn.Parse(u, false)
-	if err != nil {
-		return nil, fmt.Errorf("%w: quota router: %s redis url %s: %s", ErrInvalid, name, redactURL(u), redactError(err, u))
-	}
-	to := r.cfg.RedisTimeout
-	if opt := o.Single; opt != nil {
-		opt.MaxRetries = -1
-		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = to, to, to, to
-		opt.DialerRetries = 1     // one dial attempt per connection: the breaker does the waiting
-		opt.PipelinePoolSize = -1 // pipelines on the main pool: a dead Redis would cost two handshake timeouts otherwise
-		if r.cfg.PoolSize > 0 {
-			opt.PoolSize = r.cfg.PoolSize
-		}
-	}
-	if opt := o.Cluster; opt != nil {
-		// The engine re-sends a check only when Redis says it did not run it (a
-		// redirect, a failover in progress, a refused dial); go-redis must not
-		// re-send anything itself.
-		opt.MaxRetries, opt.MaxRedirects = -1, -1
-		opt.ReadOnly, opt.RouteByLatency, opt.RouteRandomly = false, false, false
-		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = to, to, to, to
-		opt.DialerRetries = 1
-		opt.PipelinePoolSize = -1
-		if r.cfg.PoolSize > 0 {
-			opt.PoolSize = r.cfg.PoolSize
-		}
-	}
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return nil, ErrClosed
-	}
-	rdb := o.Client()
-	ecfg := r.cfg.Engine
-	size, rtt := r.metrics.pipeSize.WithLabelValues(name), r.metrics.rtt.WithLabelValues(name)
-	ecfg.OnPipeline = func(n int, d time.Duration) {
-		size.Observe(float64(n))
-		rtt.Observe(d.Seconds())
-	}
-	ecfg.OnResend = func(reason string) { r.metrics.resends.WithLabelValues(name, reason).Inc() }
-	eng, err := New(rdb, ecfg)
-	if err != nil {
-		_ = rdb.Close()
-		return nil, err
-	}
-	b := &backend{name: name, rdb: rdb, eng: eng, breakers: r.cfg.Breaker}
-	b.cluster, _ = rdb.(*redis.ClusterClient)
-	b.cb = b.newBreaker(name)
-	r.open = append(r.open, b)
-	return b, nil
-}
-
-// breaker is a circuit breaker of one Redis, or of one primary of a cluster.
-type breaker = gobreaker.TwoStepCircuitBreaker[struct{}]
-
-func (b *backend) newBreaker(name string) *breaker {
-	bc := b.breakers
-	return gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
-		Name:         name,
-		MaxRequests:  bc.HalfOpenProbes,
-		Interval:     bc.Interval,
-		BucketPeriod: bc.Interval / 10,
-		Timeout:      bc.OpenTimeout,
-		ReadyToTrip: func(c gobreaker.Counts) bool {
-			return c.ConsecutiveFailures >= bc.ConsecutiveFailures ||
-				c.Requests >= bc.MinRequests && float64(c.TotalFailures) >= bc.FailureRatio*float64(c.Requests)
-		},
-		IsSuccessful: func(err error) bool { return !isRedisFailure(err) },
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed)
-		},
-	})
-}
-
-// breakerFor returns the breaker guarding org's checks. On a cluster each primary
-// has its own: a dead primary degrades the orgs whose slots it holds, not the
-// others. After a failover the slot's new primary starts with a closed breaker.
-func (b *backend) breakerFor(org string) *breaker {
-	if b.cluster == nil {
-		return b.cb
-	}
-	m, err := b.cluster.MasterForKey(context.Background(), "{"+org+"}")
-	if err != nil {
-		return b.cb // no slot map yet: the whole cluster's breaker
-	}
-	addr := m.Options().Addr
-	if v, ok := b.shards.Load(addr); ok {
-		return v.(*breaker)
-	}
-	v, _ := b.shards.LoadOrStore(addr, b.newBreaker(b.name+"@"+addr))
-	return v.(*breaker)
-}
-
-// isRedisFailure reports whether err says Redis did not answer: only these count
-// against the breaker (not ErrInvalid, not a hydrator's error).
-func isRedisFailure(err error) bool {
-	return err != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded))
-}
-
-func isBreakerRejection(err error) bool {
-	return errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests)
-}
-
 // acquire takes one of org's in-flight slots; release gives it back.
 func (r *Router) acquire(org string) (*atomic.Int64, bool) {
 	v, ok := r.inflight.Load(org)
@@ -582,20 +276,25 @@ func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result,
 	b.inflight.Add(1)
 	defer b.inflight.Add(-1)
 
+	var res Result
 	done, err := b.breakerFor(req.Org).Allow()
-	if err != nil {
-		res, err := r.degrade(route, req, b.name, err)
-		out.Degraded = true
-		return res, out, err
+	if err == nil {
+		res, err = b.eng.Check(ctx, *req)
+		done(err)
 	}
-	res, err := b.eng.Check(ctx, *req)
-	done(err)
-	if err != nil && errors.Is(err, ErrUnavailable) {
-		res, err := r.degrade(route, req, b.name, err)
-		out.Degraded = true
-		return res, out, err
-	}
+	res, err = r.answer(route, req, b.name, res, err, &out)
 	return res, out, err
+}
+
+// answer is a check's answer from the engine of pool, or by route's fail mode when
+// that Redis was unavailable or its breaker refused the check (out is then marked
+// degraded): the one path of Check and of every item of CheckBatch.
+func (r *Router) answer(route *Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
+	if err == nil || !errors.Is(err, ErrUnavailable) && !isBreakerRejection(err) {
+		return res, err
+	}
+	out.Degraded = true
+	return r.degrade(route, req, pool, err)
 }
 
 // degrade answers req by route's fail mode; cause is why Redis did not.
@@ -680,8 +379,7 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 		done, err := g.cb.Allow()
 		if err != nil {
 			for _, i := range g.index {
-				outs[i].Degraded = true
-				results[i], errs[i] = r.degrade(&routes[i], &reqs[i], b.name, err)
+				results[i], errs[i] = r.answer(&routes[i], &reqs[i], b.name, Result{}, err, &outs[i])
 			}
 			return
 		}
@@ -698,11 +396,8 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 			}
 		}
 		done(verdict)
-		for j, i := range g.index {
-			if es[j] != nil && errors.Is(es[j], ErrUnavailable) {
-				outs[i].Degraded = true
-				results[i], errs[i] = r.degrade(&routes[i], &reqs[i], b.name, es[j])
-			}
+		for _, i := range g.index {
+			results[i], errs[i] = r.answer(&routes[i], &reqs[i], b.name, results[i], errs[i], &outs[i])
 		}
 	}
 	if len(groups) == 1 {

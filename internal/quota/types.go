@@ -158,6 +158,8 @@ type Request struct {
 	Cost int64
 	// IdempotencyKey, when set (8..128 characters of [A-Za-z0-9._:@-]), makes a repeat
 	// of the check within 24 hours return the first decision without counting again.
+	// Keys are scoped by Org. A repeat must be the same request (Team, User, Metric and
+	// Cost as first given); any other fails with ErrIdempotencyConflict, counting nothing.
 	IdempotencyKey string
 	// Mode is the org's enforcement mode; empty means Enforce.
 	Mode Mode

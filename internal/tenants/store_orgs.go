@@ -3,9 +3,10 @@ package tenants
 import (
 	"context"
 	"fmt"
-	"net/url"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 )
 
 const orgCols = `id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
@@ -54,21 +55,9 @@ func getOrg(ctx context.Context, q querier, id string) (Org, error) {
 	return os[0], nil
 }
 
-// MaskRedisURL hides the password of a Redis URL, for responses, logs and the audit log.
-func MaskRedisURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
-		return s
-	}
-	if _, has := u.User.Password(); has {
-		u.User = url.UserPassword(u.User.Username(), "xxxxx")
-	}
-	return u.String()
-}
-
 // auditOrg is the snapshot of an org the audit log keeps: no Redis password.
 func auditOrg(o Org) Org {
-	o.RedisURL = MaskRedisURL(o.RedisURL)
+	o.RedisURL = redact.URL(o.RedisURL)
 	return o
 }
 

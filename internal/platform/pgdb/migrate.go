@@ -9,6 +9,7 @@ import (
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/migrations"
 )
 
@@ -55,7 +56,7 @@ func newMigrate(dbURL string) (*migrate.Migrate, error) {
 	u.RawQuery = q.Encode()
 	m, err := migrate.NewWithSourceInstance("iofs", src, u.String())
 	if err != nil {
-		return nil, fmt.Errorf("start migrations on %s: %w", MaskURL(dbURL), err)
+		return nil, fmt.Errorf("start migrations on %s: %w", redact.URL(dbURL), err)
 	}
 	return m, nil
 }

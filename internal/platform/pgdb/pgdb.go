@@ -8,12 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 )
 
 // DefaultConnectTimeout bounds each new connection when DATABASE_URL sets no
@@ -27,7 +28,7 @@ const DefaultConnectTimeout = 3 * time.Second
 func ParseConfig(dbURL string) (*pgxpool.Config, error) {
 	cfg, err := pgxpool.ParseConfig(dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("parse DATABASE_URL %s: %w", MaskURL(dbURL), err)
+		return nil, fmt.Errorf("parse DATABASE_URL %s: %w", redact.URL(dbURL), err)
 	}
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = DefaultConnectTimeout
@@ -53,14 +54,14 @@ func Open(ctx context.Context, dbURL string, log *slog.Logger) (*pgxpool.Pool, e
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "3D000" { // invalid_catalog_name
 			if err = createDatabase(ctx, cfg.ConnConfig); err == nil {
-				log.Info("created database", "database", cfg.ConnConfig.Database, "url", MaskURL(dbURL))
+				log.Info("created database", "database", cfg.ConnConfig.Database, "url", redact.URL(dbURL))
 				continue
 			}
 		}
-		log.Warn("cannot reach Postgres; retrying", "url", MaskURL(dbURL), "err", err.Error(), "retry_in", backoff.String())
+		log.Warn("cannot reach Postgres; retrying", "url", redact.URL(dbURL), "err", err.Error(), "retry_in", backoff.String())
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("cannot reach Postgres at %s: %w", MaskURL(dbURL), err)
+			return nil, fmt.Errorf("cannot reach Postgres at %s: %w", redact.URL(dbURL), err)
 		case <-time.After(backoff):
 		}
 		backoff = min(backoff*2, 5*time.Second)
@@ -97,16 +98,4 @@ func createDatabase(ctx context.Context, cfg *pgx.ConnConfig) error {
 		return fmt.Errorf("create database %q: %w", name, err)
 	}
 	return nil
-}
-
-// MaskURL returns u with any password replaced by "xxxxx", for logs.
-func MaskURL(u string) string {
-	p, err := url.Parse(u)
-	if err != nil {
-		return "(unparseable URL)"
-	}
-	if _, has := p.User.Password(); has {
-		p.User = url.UserPassword(p.User.Username(), "xxxxx")
-	}
-	return p.String()
 }

@@ -89,13 +89,6 @@ func TestOpenCreatesDatabaseAndConcurrentMigrate(t *testing.T) {
 	}
 }
 
-func TestMaskURL(t *testing.T) {
-	got := pgdb.MaskURL("postgres://app:s3cret@db:5432/q?sslmode=disable")
-	if got != "postgres://app:xxxxx@db:5432/q?sslmode=disable" {
-		t.Fatalf("MaskURL = %q", got)
-	}
-}
-
 // TestConnectToHungPostgresTimesOut: a server that accepts the connection and never
 // answers (a hung Postgres) used to hold a new connection for as long as the caller's
 // context allowed; with no connect_timeout in the URL it now gives up after

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 )
 
 // Options is a parsed Redis address: exactly one of Single and Cluster is set.
@@ -101,8 +103,8 @@ func (o Options) Client() redis.UniversalClient {
 // comes from, without the password.
 func New(s string, cluster bool) (redis.UniversalClient, error) {
 	o, err := Parse(s, cluster)
-	if err != nil {
-		return nil, fmt.Errorf("REDIS_URL: %w", err)
+	if err != nil { // not wrapped: url.Parse's message quotes the URL, password and all
+		return nil, fmt.Errorf("REDIS_URL: %s", redact.Error(err, s))
 	}
 	return o.Client(), nil
 }

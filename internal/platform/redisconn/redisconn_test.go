@@ -2,6 +2,7 @@ package redisconn
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -62,5 +63,18 @@ func TestCanonical(t *testing.T) {
 	}
 	if got := Canonical("redis://a:6379", false); got != "redis://a:6379" {
 		t.Errorf("Canonical without cluster = %q", got)
+	}
+}
+
+// New's errors never show the URL's password (url.Parse's message quotes the URL).
+func TestNewErrorHidesPassword(t *testing.T) {
+	for _, s := range []string{"redis://:s3cret@h:bad-port", "redis://u:s3cret@h:6379/not-a-db"} {
+		_, err := New(s, false)
+		if err == nil {
+			t.Fatalf("New(%q) = nil error", s)
+		}
+		if strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "REDIS_URL") {
+			t.Errorf("New(%q) = %q: shows the password or does not name REDIS_URL", s, err)
+		}
 	}
 }

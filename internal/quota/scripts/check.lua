@@ -13,8 +13,9 @@
 --
 -- ARGV[1 .. nl] the levels' counter fields (org, team, user)
 -- then per sliding window: the current bucket's key, the previous bucket's key
--- with an idempotency key, then: its TTL (s), and per row its label
---   "letter|id|window|limit" (window: length in seconds, or M for the month)
+-- with an idempotency key, then: its TTL (s), per row its label
+--   "letter|id|window|limit" (window: length in seconds, or M for the month), and
+--   the request's fingerprint (the engine's fingerprint: org, team, user, metric, cost)
 -- the last ARGV: the numbers, packed as little-endian doubles (the engine's
 --   appendNumbers; last, so that redis-cli --pipe and redis-benchmark -x can send them):
 --   cost, force (1 = count even over a limit: shadow, warn), now (ms, the engine's clock
@@ -24,7 +25,8 @@
 --   month, i = i-th sliding window), limit. Rows are every limit of every level, in
 --   order. Every window any level limits is counted at every level.
 --
--- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or the decision:
+-- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or "C" (the
+--   idempotency key was first used with another request: nothing counted), or the decision:
 --   without an idempotency key, little-endian doubles (one C call packs them; Redis
 --     would format a table's numbers one by one): status (1 allowed, 2 over a limit but
 --     counted: shadow, warn, 3 denied), retry_ms, blocked_row, then the used value of
@@ -47,8 +49,16 @@
 
 local idem = KEYS[3]
 if idem then
+  -- Stored: '#', the fingerprint of the first request, its decision. The same key with
+  -- another request is refused ('C'), counting nothing. A value stored before
+  -- fingerprints (no '#') is replayed as it is.
   local first = redis.call('GET', idem)
-  if first then return 'R' .. first end
+  if first then
+    if string.byte(first) ~= 35 then return 'R' .. first end
+    local fp = ARGV[#ARGV - 1]
+    if string.sub(first, 2, #fp + 1) ~= fp then return 'C' end
+    return 'R' .. string.sub(first, #fp + 2)
+  end
 end
 
 local floor, fmt = math.floor, string.format
@@ -178,5 +188,5 @@ for r = 4, last do
   label, q = label + 1, q + 3
 end
 local reply = table.concat(rows, ';')
-redis.call('SET', idem, reply, 'EX', ARGV[1 + nl + 2 * nw])
+redis.call('SET', idem, '#' .. ARGV[#ARGV - 1] .. reply, 'EX', ARGV[1 + nl + 2 * nw])
 return reply

@@ -1,0 +1,190 @@
+package quota
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"math"
+	"strconv"
+	"time"
+)
+
+// build fills c with the EVALSHA arguments of req at now (the engine's clock,
+// corrected to Redis TIME); see scripts/check.lua for ARGV. The numbers go packed
+// into one argument and the bucket keys are named here: in the script, every argument
+// and every number parsed or formatted costs Redis time (docs/PERFORMANCE.md).
+func (e *Engine) build(c *call, req *Request, now time.Time) {
+	per := e.periodAt(now, req.AnchorDay)
+	k := e.orgKeys(req.Org, per)
+	nowMs := now.UnixMilli()
+	c.org, c.period, c.req, c.nowMs = req.Org, per, *req, nowMs
+	idem := req.IdempotencyKey != ""
+	nkeys := 2
+	if idem {
+		nkeys = 3
+	}
+	a := append(c.args[:0], "evalsha", checkSHA, nkeys, k.month, k.dirty)
+	if idem {
+		a = append(a, k.tag+"i|"+req.IdempotencyKey)
+	}
+
+	// Every window limited at any level is counted at every level.
+	var mask uint8
+	for _, ls := range [...][]Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
+		for _, l := range ls {
+			mask |= l.Window.bit()
+		}
+	}
+	nl := 1
+	if req.Team != "" {
+		nl++
+		if req.User != "" {
+			nl++
+		}
+	}
+	force := 0.0
+	if req.Mode == Shadow || req.Mode == Warn {
+		force = 1
+	}
+	var windows [len(slidingWindows)]*bucketKeys
+	var index [len(slidingWindows)]int // script window index by position in slidingWindows
+	nw := 0
+	for i, w := range slidingWindows {
+		if mask&w.bit() != 0 {
+			windows[nw] = k.bucket(i, w, nowMs)
+			nw++
+			index[i] = nw
+		}
+	}
+	rows := len(req.Limits.Org)
+	if nl > 1 {
+		rows += len(req.Limits.Team)
+		if nl > 2 {
+			rows += len(req.Limits.User)
+		}
+	}
+	b := appendNumbers(c.nums[:0], float64(req.Cost), force, float64(nowMs), float64(k.endMs), float64(k.expire),
+		float64(nl), float64(nw), float64(rows))
+	for _, bk := range windows[:nw] {
+		b = appendNumbers(b, float64(bk.ms), float64(nowMs-bk.n*bk.ms))
+	}
+	b = appendRows(b, 1, req.Limits.Org, &index)
+	if nl > 1 {
+		b = appendRows(b, 2, req.Limits.Team, &index)
+		if nl > 2 {
+			b = appendRows(b, 3, req.Limits.User, &index)
+		}
+	}
+	c.nums = b
+	a = append(a, k.field(req.Metric))
+	if nl > 1 {
+		a = append(a, req.Metric+"|t|"+req.Team)
+		if nl > 2 {
+			a = append(a, req.Metric+"|u|"+req.Team+"|"+req.User)
+		}
+	}
+	for _, bk := range windows[:nw] {
+		a = append(a, bk.cur, bk.prev)
+	}
+	if idem {
+		a = append(a, e.ttlArg)
+		a = appendLabels(a, "o", req.Org, req.Limits.Org)
+		if nl > 1 {
+			a = appendLabels(a, "t", req.Team, req.Limits.Team)
+			if nl > 2 {
+				a = appendLabels(a, "u", req.User, req.Limits.User)
+			}
+		}
+		a = append(a, fingerprint(req))
+	}
+	c.args = append(a, b)
+}
+
+// fingerprint identifies the request an idempotency key is used with: the first 16
+// bytes, in hex, of SHA-256 over its org, team, user, metric and cost (ids cannot
+// contain NUL, so the encoding is unambiguous). check.lua stores it with the first
+// decision and refuses a repeat whose fingerprint differs, atomically, so the rule
+// holds across replicas. Computed only for checks with an idempotency key.
+func fingerprint(req *Request) string {
+	var buf [4*129 + 20]byte
+	b := append(buf[:0], req.Org...)
+	b = append(append(b, 0), req.Team...)
+	b = append(append(b, 0), req.User...)
+	b = append(append(b, 0), req.Metric...)
+	b = strconv.AppendInt(append(b, 0), req.Cost, 10)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:16])
+}
+
+// periodAt is PeriodAt, remembering the last period of each anchor day: computing
+// one is a tenth of build.
+func (e *Engine) periodAt(now time.Time, anchorDay int) Period {
+	if anchorDay < 1 || anchorDay > 28 {
+		anchorDay = 1
+	}
+	slot := &e.periods[anchorDay]
+	if p := slot.Load(); p != nil && !now.Before(p.Start) && now.Before(p.End) {
+		return *p
+	}
+	p := PeriodAt(now, anchorDay)
+	slot.Store(&p)
+	return p
+}
+
+// appendNumbers appends vs as little-endian doubles, as check.lua unpacks its last ARGV.
+func appendNumbers(b []byte, vs ...float64) []byte {
+	for _, v := range vs {
+		b = binary.LittleEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// appendRows appends the rows of one level (1 org, 2 team, 3 user): level, window
+// index (0 month, i the i-th sliding window), limit.
+func appendRows(b []byte, level float64, limits []Limit, index *[len(slidingWindows)]int) []byte {
+	for _, l := range limits {
+		w := 0
+		for i, sw := range slidingWindows {
+			if sw == l.Window {
+				w = index[i]
+			}
+		}
+		b = appendNumbers(b, level, float64(w), float64(l.Limit))
+	}
+	return b
+}
+
+// appendLabels appends the reply labels of one level's rows, for a decision stored
+// under an idempotency key: "letter|id|window|limit".
+func appendLabels(a []any, letter, id string, limits []Limit) []any {
+	for _, l := range limits {
+		w := "M"
+		if l.Window != Month {
+			w = l.Window.seconds()
+		}
+		a = append(a, letter+"|"+id+"|"+w+"|"+strconv.FormatInt(l.Limit, 10))
+	}
+	return a
+}
+
+// CheckCommand returns the EVALSHA command, arguments included, that an engine with
+// the given key prefix sends for req when its clock (corrected to Redis TIME) reads
+// now: for tools that measure Redis's own ceiling for the check script (loadgen
+// -resp). CheckScript is the script it runs. It fails as New does for a bad prefix and
+// as Check does for a bad request.
+func CheckCommand(prefix string, req Request, now time.Time) ([]any, error) {
+	cfg := Config{KeyPrefix: prefix}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg}
+	c := &call{}
+	e.build(c, &req, now)
+	return c.args, nil
+}
+
+// CheckScript is the source of scripts/check.lua.
+func CheckScript() string { return checkSrc }

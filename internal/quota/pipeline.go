@@ -1,0 +1,177 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// call is one check on its way through the batching loop. The loop owns it from
+// the moment it is queued until it signals done.
+type call struct {
+	ctx    context.Context
+	args   []any  // evalsha, sha, numkeys, keys..., argv...
+	nums   []byte // the last ARGV, the packed numbers (kept for reuse)
+	nowMs  int64  // the clock the check was built at
+	org    string
+	period Period
+	req    Request // what the compact reply is decoded against
+	reply  string  // "H", a replay, a decision stored for replays, or a packed decision
+	err    error
+	ask    string // a cluster node to send the check to with ASKING (see cluster.go)
+	done   chan struct{}
+}
+
+func (e *Engine) getCall() *call { return e.calls.Get().(*call) }
+
+func (e *Engine) putCall(c *call) {
+	clear(c.args)
+	c.args, c.ctx, c.reply, c.err, c.org, c.req, c.ask, c.nowMs = c.args[:0], nil, "", nil, "", Request{}, "", 0
+	e.calls.Put(c)
+}
+
+// setReply stores cmd's reply or error in c.
+func (c *call) setReply(cmd *redis.Cmd) {
+	v, err := cmd.Result()
+	c.reply, c.err = "", err
+	if err != nil {
+		return
+	}
+	if s, ok := v.(string); ok {
+		c.reply = s
+	} else {
+		c.err = fmt.Errorf("quota: unexpected script reply of type %T", v)
+	}
+}
+
+// submit hands c to the batching loop and waits for its answer.
+func (e *Engine) submit(ctx context.Context, c *call) error {
+	c.ctx, c.err, c.reply = ctx, nil, ""
+	select {
+	case e.queue <- c:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.closing:
+		return ErrClosed
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stopped:
+		select {
+		case <-c.done:
+			return nil
+		default:
+			return ErrClosed
+		}
+	}
+}
+
+// loop is the batching goroutine: it takes whatever checks are waiting, up to
+// MaxBatch, sends them as one pipeline and wakes their callers. While a pipeline is
+// in flight new checks queue up, so batches grow with load on their own.
+func (e *Engine) loop() {
+	defer close(e.stopped)
+	batch := make([]*call, 0, e.cfg.MaxBatch)
+	var p pipeState
+	for {
+		select {
+		case c := <-e.queue:
+			batch = append(batch[:0], c)
+		fill:
+			for len(batch) < e.cfg.MaxBatch {
+				select {
+				case c := <-e.queue:
+					batch = append(batch, c)
+				default:
+					break fill
+				}
+			}
+			// The pipeline does not use the callers' contexts: one caller giving up must
+			// not fail the others' checks. The client's read timeout bounds it.
+			e.exec(context.Background(), batch, &p)
+			for _, c := range batch {
+				c.done <- struct{}{}
+			}
+			clear(batch)
+		case <-e.closing:
+			for {
+				select {
+				case c := <-e.queue:
+					c.err = ErrClosed
+					c.done <- struct{}{}
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// pipeState is scratch space reused across pipelines by one goroutine.
+type pipeState struct {
+	cmds  []*redis.Cmd
+	again []int
+}
+
+// exec runs calls as one pipeline of EVALSHAs and stores each reply or error in its
+// call. Calls whose context has already ended are not sent.
+//
+// NOSCRIPT (after a restart, failover or SCRIPT FLUSH) means the command did not
+// run, so exactly those commands are sent again, with the script's body. Nothing
+// else is ever re-sent.
+func (e *Engine) exec(ctx context.Context, calls []*call, p *pipeState) {
+	p.cmds = p.cmds[:0]
+	pipe := e.rdb.Pipeline()
+	for _, c := range calls {
+		if err := c.ctx.Err(); err != nil {
+			c.err = err
+			p.cmds = append(p.cmds, nil)
+			continue
+		}
+		cmd := redis.NewCmd(ctx, c.args...)
+		_ = pipe.Process(ctx, cmd)
+		p.cmds = append(p.cmds, cmd)
+	}
+	if pipe.Len() == 0 {
+		return
+	}
+	n, t0 := pipe.Len(), time.Now() // Exec empties the pipeline
+	_, _ = pipe.Exec(ctx)           // errors are per command
+	if e.cfg.OnPipeline != nil {
+		e.cfg.OnPipeline(n, time.Since(t0))
+	}
+	p.again = p.again[:0]
+	for i, cmd := range p.cmds {
+		if cmd == nil {
+			continue
+		}
+		if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			p.again = append(p.again, i)
+			continue
+		}
+		calls[i].setReply(cmd)
+	}
+	if len(p.again) == 0 {
+		return
+	}
+	// Load the script for the EVALSHAs to come (on a cluster, on every shard), and
+	// re-run the refused checks with EVAL so they cannot hit NOSCRIPT again.
+	_ = e.rdb.ScriptLoad(ctx, checkSrc).Err()
+	pipe = e.rdb.Pipeline()
+	for _, i := range p.again {
+		args := make([]any, len(calls[i].args))
+		copy(args, calls[i].args)
+		args[0], args[1] = "eval", checkSrc
+		p.cmds[i] = redis.NewCmd(ctx, args...)
+		_ = pipe.Process(ctx, p.cmds[i])
+	}
+	_, _ = pipe.Exec(ctx)
+	for _, i := range p.again {
+		calls[i].setReply(p.cmds[i])
+	}
+}

@@ -1,0 +1,195 @@
+package quota
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Script reply statuses (see scripts/check.lua).
+const (
+	statusAllowed  = 'A'
+	statusDenied   = 'D'
+	statusOver     = 'W'
+	statusHydrate  = 'H'
+	statusReplay   = 'R'
+	statusConflict = 'C'
+)
+
+// parseReply decodes check.lua's reply into a Result. It returns the status byte so
+// the caller can tell a request for hydration apart.
+func parseReply(s string) (Result, byte, error) {
+	var res Result
+	if s == "" {
+		return res, 0, fmt.Errorf("quota: empty script reply")
+	}
+	if s[0] == statusReplay {
+		res.Replayed = true
+		s = s[1:]
+	}
+	if s == "H" {
+		return res, statusHydrate, nil
+	}
+	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %q", s) }
+	head, rest, _ := strings.Cut(s, ";")
+	if len(head) != 1 {
+		return bad()
+	}
+	status := head[0]
+	var f [3]int64
+	for i := range f {
+		var field string
+		field, rest, _ = strings.Cut(rest, ";")
+		v, err := strconv.ParseInt(field, 10, 64)
+		if err != nil {
+			return bad()
+		}
+		f[i] = v
+	}
+	retry, blocked := f[1], int(f[2])
+	if rest != "" {
+		res.Levels = make([]LevelStatus, 0, strings.Count(rest, ";")+1)
+	}
+	for rest != "" {
+		var row string
+		row, rest, _ = strings.Cut(rest, ";")
+		var p [6]string
+		for i := range 5 {
+			var ok bool
+			if p[i], row, ok = strings.Cut(row, "|"); !ok {
+				return bad()
+			}
+		}
+		p[5] = row
+		ls := LevelStatus{Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(p[2])}
+		var err1, err2, err3 error
+		ls.Limit, err1 = strconv.ParseInt(p[3], 10, 64)
+		ls.Used, err2 = strconv.ParseInt(p[4], 10, 64)
+		reset, err3 := strconv.ParseInt(p[5], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || ls.Level == "" || ls.Window == "" {
+			return bad()
+		}
+		ls.Remaining = max(ls.Limit-ls.Used, 0)
+		ls.ResetAt = time.UnixMilli(reset).UTC()
+		res.Levels = append(res.Levels, ls)
+	}
+	if blocked < 0 || blocked > len(res.Levels) {
+		return bad()
+	}
+	if !decided(&res, status, retry, blocked) {
+		return bad()
+	}
+	return res, status, nil
+}
+
+// decided fills in the outcome of a parsed reply; false for an unknown status.
+func decided(res *Result, status byte, retry int64, blocked int) bool {
+	var b *Blocked
+	if blocked > 0 {
+		l := res.Levels[blocked-1]
+		b = &Blocked{Level: l.Level, ID: l.ID, Window: l.Window}
+	}
+	switch status {
+	case statusAllowed:
+		res.Allowed = true
+	case statusOver:
+		res.Allowed = true
+		res.WouldBlock = b
+	case statusDenied:
+		res.BlockedAt = b
+		res.RetryAfter = time.Duration(retry) * time.Millisecond
+	default:
+		return false
+	}
+	return true
+}
+
+// isPacked tells check.lua's packed decision (little-endian doubles, the first the
+// status 1, 2 or 3, whose first byte is 0) from its text replies.
+func isPacked(s string) bool { return len(s) >= 24 && len(s)%8 == 0 && s[0] == 0 }
+
+// parseCompact decodes check.lua's packed reply to a check without an idempotency
+// key: little-endian doubles, status (1 allowed, 2 over a limit but counted, 3
+// denied), retry (ms), blocked row (1-based), then the used value of every row.
+// Everything else of a row (level, id, window, limit, reset) is known here from req
+// and the clock the check was built at (nowMs), in the order the script walks it, so
+// the script formats no numbers.
+func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte, error) {
+	var res Result
+	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %q", s) }
+	// num is the i-th number, or -1 when it is not a whole number in [0, 2^53]
+	num := func(i int) int64 {
+		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
+		if !(f >= 0 && f <= 1<<53) || f != math.Trunc(f) {
+			return -1
+		}
+		return int64(f)
+	}
+	if !isPacked(s) {
+		return bad()
+	}
+	code, retry, blocked := num(0), num(1), num(2)
+	if code < 1 || code > 3 || retry < 0 || blocked < 0 {
+		return bad()
+	}
+	status := [...]byte{statusAllowed, statusOver, statusDenied}[code-1]
+	n := len(req.Limits.Org)
+	if req.Team != "" {
+		n += len(req.Limits.Team)
+		if req.User != "" {
+			n += len(req.Limits.User)
+		}
+	}
+	if len(s) != 8*(3+n) || int(blocked) > n {
+		return bad()
+	}
+	res.Levels = make([]LevelStatus, 0, n)
+	month := time.UnixMilli(per.End.UnixMilli()).UTC()
+	row := 3
+	level := func(lv Level, id string, limits []Limit) bool {
+		for _, l := range limits {
+			used := num(row)
+			if used < 0 {
+				return false
+			}
+			row++
+			ls := LevelStatus{Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
+				Remaining: max(l.Limit-used, 0), ResetAt: month}
+			if ms := l.Window.Duration().Milliseconds(); ms > 0 {
+				ls.ResetAt = time.UnixMilli(nowMs/ms*ms + ms).UTC()
+			}
+			res.Levels = append(res.Levels, ls)
+		}
+		return true
+	}
+	ok := level(LevelOrg, req.Org, req.Limits.Org)
+	if ok && req.Team != "" {
+		ok = level(LevelTeam, req.Team, req.Limits.Team)
+		if ok && req.User != "" {
+			ok = level(LevelUser, req.User, req.Limits.User)
+		}
+	}
+	if !ok || !decided(&res, status, retry, int(blocked)) {
+		return bad()
+	}
+	return res, status, nil
+}
+
+func windowOfSeconds(s string) Window {
+	switch s {
+	case "M":
+		return Month
+	case "1":
+		return Second
+	case "60":
+		return Minute
+	case "3600":
+		return Hour
+	case "86400":
+		return Day
+	}
+	return ""
+}
