@@ -97,15 +97,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	// The ledger the worker keeps: it refills a Redis that lost its counters.
 	usage := billing.NewStore(pool)
+	cacheMetrics := cachemetrics.New(registry)
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
-		Registerer: registry, Engine: quota.Config{Hydrator: usage}})
+		Registerer: registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys")}})
 	if err != nil {
 		return err
 	}
 	defer router.Close()
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
-	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cachemetrics.New(registry),
+	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics,
 		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})
 	cache.Listen(ctx, rdb)
 	// The web console at /console/, signed in with console users' sessions.

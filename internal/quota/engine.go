@@ -28,6 +28,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 )
 
 var (
@@ -81,7 +83,7 @@ type Config struct {
 	// entries: some 400 bytes each for short ids, 26 MB when full).
 	KeyCacheSize int
 	// KeyCache is told of the key cache's hits, misses and evictions (metrics).
-	KeyCache CacheHooks
+	KeyCache cachemetrics.Hooks
 }
 
 func (c *Config) setDefaults() error {

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
@@ -16,7 +17,7 @@ func TestKeyCacheBoundedWithHooks(t *testing.T) {
 	t.Parallel()
 	var hits, misses, evictions atomic.Int64
 	const size = 8
-	r := MustRig(t, "", quota.Config{KeyCacheSize: size, KeyCache: quota.CacheHooks{
+	r := MustRig(t, "", quota.Config{KeyCacheSize: size, KeyCache: cachemetrics.Hooks{
 		Hit: func() { hits.Add(1) }, Miss: func() { misses.Add(1) }, Evict: func() { evictions.Add(1) },
 	}})
 	base := testenv.ID(t, "org")
