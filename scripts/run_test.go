@@ -1,6 +1,7 @@
-// Package scripts_test runs scripts/run.sh, the script behind `make run`, as a
-// newcomer would: it must fail loudly and at once when the api or the worker cannot
-// run, and otherwise serve with the demo's keys printed.
+// Package scripts_test tests how a newcomer starts Quotaplane: scripts/run.sh, the
+// script behind `make run`, must fail loudly and at once when the api or the worker
+// cannot run, and otherwise serve with the demo's keys printed; docker-compose.yml
+// must not start with a known secret or publish the api to the network.
 package scripts_test
 
 import (
