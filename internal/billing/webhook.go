@@ -25,16 +25,18 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/webhook"
 )
 
-// Webhook headers. The signature is HMAC-SHA256, keyed with the org's signing secret,
-// over "<timestamp>.<body>", so a receiver can refuse replays of old deliveries:
+// Webhook headers, from the public package receivers verify with. The signature is
+// HMAC-SHA256, keyed with the org's signing secret, over "<timestamp>.<body>", so a
+// receiver can refuse replays of old deliveries:
 //
 //	Quotaplane-Signature: t=1763700000,v1=<hex>
 const (
-	SignatureHeader = "Quotaplane-Signature"
-	EventHeader     = "Quotaplane-Event"
-	DeliveryHeader  = "Quotaplane-Delivery"
+	SignatureHeader = webhook.SignatureHeader
+	EventHeader     = webhook.EventHeader
+	DeliveryHeader  = webhook.DeliveryHeader
 )
 
 // ErrPrivateTarget refuses a webhook whose host resolves to a loopback, private,
@@ -58,43 +60,6 @@ func SigningSecret(master []byte, org string) string {
 	m := hmac.New(sha256.New, master)
 	m.Write([]byte(org))
 	return hex.EncodeToString(m.Sum(nil))
-}
-
-// Sign returns the signature header value of body sent at t with secret.
-func Sign(secret string, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts))
-	m.Write([]byte("."))
-	m.Write(body)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
-}
-
-// Verify checks a signature header against body and secret, refusing timestamps
-// further than tolerance from now.
-func Verify(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	var ts, sig string
-	for _, part := range bytes.Split([]byte(header), []byte(",")) {
-		k, v, _ := bytes.Cut(part, []byte("="))
-		switch string(k) {
-		case "t":
-			ts = string(v)
-		case "v1":
-			sig = string(v)
-		}
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || sig == "" {
-		return errors.New("malformed signature header")
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
-		return errors.New("signature timestamp out of tolerance")
-	}
-	want := Sign(secret, time.Unix(sec, 0), body)
-	if !hmac.Equal([]byte(want), []byte("t="+ts+",v1="+sig)) {
-		return errors.New("signature mismatch")
-	}
-	return nil
 }
 
 // publicAddr reports whether ip may receive webhooks.
@@ -253,7 +218,7 @@ func (w *WebhookWorker) send(ctx context.Context, target string, ev Envelope, bo
 	req.Header.Set("User-Agent", "Quotaplane-Webhook/1")
 	req.Header.Set(EventHeader, ev.Type)
 	req.Header.Set(DeliveryHeader, strconv.FormatInt(ev.ID, 10))
-	req.Header.Set(SignatureHeader, Sign(SigningSecret(w.Secret, ev.Org), time.Now(), body))
+	req.Header.Set(SignatureHeader, webhook.Sign(SigningSecret(w.Secret, ev.Org), time.Now(), body))
 	client := w.Client
 	if client == nil {
 		client = NewWebhookClient(10*time.Second, false)

@@ -20,6 +20,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/webhook"
 )
 
 // webhookMaster is the QUOTA_WEBHOOK_SECRET of the billing replicas.
@@ -107,15 +108,15 @@ func TestWebhookSecretVerifiesADeliveredWebhook(t *testing.T) {
 		t.Fatalf("receiver got %d requests, want 3", len(got))
 	}
 	for i, d := range got {
-		if err := billing.Verify(*wh.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err != nil {
+		if err := webhook.Verify(*wh.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err != nil {
 			t.Errorf("delivery %d does not verify with the secret the API gave: %v", i+1, err)
 		}
-		if err := billing.Verify(*other.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err == nil {
+		if err := webhook.Verify(*other.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err == nil {
 			t.Errorf("delivery %d verifies with another org's secret", i+1)
 		}
 		tampered := append([]byte{}, d.body...)
 		tampered[len(tampered)-2] ^= 1
-		if err := billing.Verify(*wh.SigningSecret, d.header, tampered, time.Now(), 5*time.Minute); err == nil {
+		if err := webhook.Verify(*wh.SigningSecret, d.header, tampered, time.Now(), 5*time.Minute); err == nil {
 			t.Errorf("a changed body of delivery %d verifies", i+1)
 		}
 	}
