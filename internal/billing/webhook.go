@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -85,6 +86,48 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach private IPv4
+}
+
+// URLWarning says why the worker would refuse a webhook URL by default, or returns ""
+// when it would try it. It applies the worker's address check to what the URL
+// itself names: an IP literal outside the public ranges, or localhost. A host name
+// is resolved only when the worker connects (and checked then), so a name that
+// resolves to a private address gets no warning here but a refusal in the delivery
+// log.
+func URLWarning(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "not an http(s) URL with a host: the worker cannot deliver to it"
+	}
+	const allow = ": the worker delivers to it only with QUOTA_WEBHOOK_ALLOW_PRIVATE=true " +
+		"(local development, as make run sets it); a production server refuses it"
+	host := strings.ToLower(u.Hostname())
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return host + " names this machine (loopback)" + allow
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return ""
+	}
+	ip = ip.WithZone("")
+	if publicAddr(ip) {
+		return ""
+	}
+	kind := "a non-public address"
+	switch a := ip.Unmap(); {
+	case a.IsLoopback():
+		kind = "a loopback address"
+	case a.IsPrivate():
+		kind = "a private address"
+	case a.IsLinkLocalUnicast():
+		kind = "a link-local address"
+	case a.IsUnspecified():
+		kind = "the unspecified address"
+	}
+	return ip.String() + " is " + kind + allow
 }
 
 // NewWebhookClient returns the HTTP client webhooks are sent with: it checks the
@@ -307,6 +350,9 @@ type WebhookInfo struct {
 	SigningSecret   string
 	SignatureHeader string
 	Events          []string
+	// URLWarning says why the worker would refuse URL by default (URLWarning); "" when
+	// it would try it.
+	URLWarning string
 }
 
 // Webhook returns org's webhook URL and signing secret, derived from WebhookSecret as
@@ -318,7 +364,8 @@ func (s *Service) Webhook(ctx context.Context, org string) (WebhookInfo, error) 
 	if err != nil {
 		return WebhookInfo{}, err
 	}
-	info := WebhookInfo{URL: o.WebhookURL, SignatureHeader: SignatureHeader, Events: append([]string{}, WebhookEvents...)}
+	info := WebhookInfo{URL: o.WebhookURL, SignatureHeader: SignatureHeader, Events: append([]string{}, WebhookEvents...),
+		URLWarning: URLWarning(o.WebhookURL)}
 	if len(s.WebhookSecret) > 0 {
 		info.SigningSecret = SigningSecret(s.WebhookSecret, org)
 	}
