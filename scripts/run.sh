@@ -92,6 +92,10 @@ died() {
   wait "$2" 2>/dev/null || status=$?
   sleep 0.2 # let its last lines through the pipe
   echo >&2
+  if [ "$status" = 0 ]; then # it was asked to stop (a signal), and did so cleanly
+    echo "The $1 was stopped (pid $2), so the run stops too." >&2
+    exit 1
+  fi
   echo "The $1 stopped (exit status $status), so the run stops too. Why:" >&2
   reason "$3" | sed 's/^/  /' >&2
   echo "Fix that and run make run again." >&2
