@@ -61,9 +61,16 @@ go build -o "$bin/quotaplane-worker" ./cmd/worker
 
 # Fail fast with a clear message when Postgres is not there, instead of waiting a minute.
 QUOTA_STARTUP_TIMEOUT=${QUOTA_STARTUP_TIMEOUT:-10s} "$bin/quotaplane-api" demo --state-dir "$state" 2> "$state/demo.log" || {
-  echo "Could not prepare the database:" >&2
-  reason "$state/demo.log" >&2
-  echo "Is Postgres running at the URL above? Start it, or set DATABASE_URL to point elsewhere." >&2
+  why=$(reason "$state/demo.log")
+  if [[ "$why" == configuration:* ]]; then
+    echo "The environment sets something the api cannot use:" >&2
+    echo "$why" >&2
+    echo "Fix or unset the variables named above." >&2
+  else
+    echo "Could not prepare the database:" >&2
+    echo "$why" >&2
+    echo "Is Postgres running at the URL above? Start it, or set DATABASE_URL to point elsewhere." >&2
+  fi
   exit 1
 }
 redis_url=${REDIS_URL:-redis://127.0.0.1:6379/0}
