@@ -191,6 +191,14 @@ func TestRunServesThenStopsWhenTheWorkerDies(t *testing.T) {
 		t.Errorf("the worker does not allow private webhook targets in a local run:\n%s", out)
 	}
 
+	// The worker's lines come through as it writes them, not when a buffer fills.
+	for waited := 0; !strings.Contains(r.out.String(), `[worker] {"time"`) || !strings.Contains(r.out.String(), `"msg":"worker running"`); waited++ {
+		if waited == 100 {
+			t.Fatalf("the worker's log lines are held back while it runs:\n%s", r.out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
 	m := regexp.MustCompile(`Worker started \(pid (\d+)`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no worker pid in the output:\n%s", out)
