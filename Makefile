@@ -51,7 +51,7 @@ check-generate: generate ## fail when the generated code differs from what is co
 	@git diff --exit-code -- internal/httpapi/api || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 lint: ## gofmt and go vet
-	@out=$$(gofmt -l cmd internal migrations scripts); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd internal migrations scripts webhook); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
 bench: ## benchmark the check engine and /v1/check over HTTP, then bench-users; prints summary tables

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # `make run`: build both binaries, migrate, seed the demo org, print how to use it,
-# then run the worker in the background and the api in the foreground. Ctrl-C stops both.
+# then run the worker and the api. Ctrl-C stops both; when either stops by itself,
+# the other is stopped too and the run fails, saying which one and why.
+#
+# Besides the binaries' own variables (DATABASE_URL, REDIS_URL, QUOTA_HTTP_ADDR,
+# QUOTA_WORKER_HTTP_ADDR, ...) it reads QUOTA_STATE_DIR (where the demo's keys and
+# secrets are kept, .quotaplane) and QUOTA_BIN_DIR (where the binaries are built, bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-state=.quotaplane
+state=${QUOTA_STATE_DIR:-.quotaplane}
+bin=${QUOTA_BIN_DIR:-bin}
 mkdir -p "$state"
 chmod 700 "$state"
 if [ -z "${QUOTA_ADMIN_TOKEN:-}" ]; then
@@ -24,15 +30,47 @@ if [ -z "${QUOTA_WEBHOOK_SECRET:-}" ]; then
   export QUOTA_WEBHOOK_SECRET
 fi
 
+# A local run delivers webhooks to a local receiver (http://127.0.0.1:...); a
+# deployment leaves this false, and the worker refuses private addresses.
+export QUOTA_WEBHOOK_ALLOW_PRIVATE=${QUOTA_WEBHOOK_ALLOW_PRIVATE:-true}
+
+api_addr=${QUOTA_HTTP_ADDR:-127.0.0.1:8080}
+worker_addr=${QUOTA_WORKER_HTTP_ADDR:-127.0.0.1:8081}
+
+# reason prints the "err" of the JSON line a binary stopped with, or the line itself.
+reason() {
+  local line
+  line=$(grep -v '^[[:space:]]*$' "$1" | tail -n 1 || true)
+  if [[ "$line" =~ \"err\":\"(.*)\"\}$ ]]; then
+    printf '%b\n' "${BASH_REMATCH[1]//\\\"/\"}"
+  else
+    printf '%s\n' "$line"
+  fi
+}
+
+# healthz_url turns a listen address into one to ask: 0.0.0.0 and [::] are any host.
+healthz_url() {
+  local host=${1%:*} port=${1##*:}
+  case "$host" in "" | 0.0.0.0 | "[::]") host=127.0.0.1 ;; esac
+  echo "http://$host:$port/healthz"
+}
+
 echo "Building..."
-go build -o bin/quotaplane-api ./cmd/api
-go build -o bin/quotaplane-worker ./cmd/worker
+go build -o "$bin/quotaplane-api" ./cmd/api
+go build -o "$bin/quotaplane-worker" ./cmd/worker
 
 # Fail fast with a clear message when Postgres is not there, instead of waiting a minute.
-QUOTA_STARTUP_TIMEOUT=${QUOTA_STARTUP_TIMEOUT:-10s} bin/quotaplane-api demo --state-dir "$state" 2> "$state/demo.log" || {
-  echo "Could not prepare the database:" >&2
-  tail -n 1 "$state/demo.log" >&2
-  echo "Is Postgres running at the URL above? Start it, or set DATABASE_URL to point elsewhere." >&2
+QUOTA_STARTUP_TIMEOUT=${QUOTA_STARTUP_TIMEOUT:-10s} "$bin/quotaplane-api" demo --state-dir "$state" 2> "$state/demo.log" || {
+  why=$(reason "$state/demo.log")
+  if [[ "$why" == configuration:* ]]; then
+    echo "The environment sets something the api cannot use:" >&2
+    echo "$why" >&2
+    echo "Fix or unset the variables named above." >&2
+  else
+    echo "Could not prepare the database:" >&2
+    echo "$why" >&2
+    echo "Is Postgres running at the URL above? Start it, or set DATABASE_URL to point elsewhere." >&2
+  fi
   exit 1
 }
 redis_url=${REDIS_URL:-redis://127.0.0.1:6379/0}
@@ -40,9 +78,67 @@ if command -v redis-cli >/dev/null && [[ "$redis_url" == redis://* ]] && ! redis
   echo "Warning: Redis at $redis_url does not answer; /readyz will say so until it does." >&2
 fi
 
-bin/quotaplane-worker 2> >(sed 's/^/[worker] /' >&2) &
+# Each binary's stderr is shown as it comes (sed -u: no buffering) and kept, so the
+# reason it stopped can be repeated at the end.
+worker_log="$state/worker.log"
+api_log="$state/api.log"
+: > "$worker_log"
+: > "$api_log"
+worker= api=
+stop_all() {
+  local pid
+  for pid in $worker $api; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in $worker $api; do wait "$pid" 2>/dev/null || true; done
+}
+trap stop_all EXIT
+trap 'echo "Stopping..." >&2; stop_all; exit 130' INT TERM
+
+# died name pid log: report that a binary stopped by itself, and exit.
+died() {
+  local status=0
+  wait "$2" 2>/dev/null || status=$?
+  sleep 0.2 # let its last lines through the pipe
+  echo >&2
+  if [ "$status" = 0 ]; then # it was asked to stop (a signal), and did so cleanly
+    echo "The $1 was stopped (pid $2), so the run stops too." >&2
+    exit 1
+  fi
+  echo "The $1 stopped (exit status $status), so the run stops too. Why:" >&2
+  reason "$3" | sed 's/^/  /' >&2
+  echo "Fix that and run make run again." >&2
+  exit 1
+}
+
+if ! command -v curl >/dev/null; then
+  echo "make run needs curl to see when the api and the worker are up: install it (apt-get install curl)." >&2
+  exit 1
+fi
+
+# The pipes ignore Ctrl-C: they must outlive the binaries, which log while they stop.
+"$bin/quotaplane-worker" 2> >(trap '' INT TERM; tee -a "$worker_log" | sed -u 's/^/[worker] /' >&2) &
 worker=$!
-trap 'kill $worker 2>/dev/null; wait $worker 2>/dev/null' EXIT
-trap 'exit 130' INT TERM
-echo "Worker started (pid $worker); API logs follow. Ctrl-C stops both."
-bin/quotaplane-api
+# Nothing is persisted without the worker: wait until it answers before going on.
+url=$(healthz_url "$worker_addr")
+until curl -fsS -o /dev/null --max-time 1 "$url" 2>/dev/null; do
+  kill -0 "$worker" 2>/dev/null || died worker "$worker" "$worker_log"
+  sleep 0.2
+done
+echo "Worker started (pid $worker, $url)."
+
+"$bin/quotaplane-api" 2> >(trap '' INT TERM; tee -a "$api_log" >&2) &
+api=$!
+url=$(healthz_url "$api_addr")
+until curl -fsS -o /dev/null --max-time 1 "$url" 2>/dev/null; do
+  kill -0 "$api" 2>/dev/null || died api "$api" "$api_log"
+  kill -0 "$worker" 2>/dev/null || died worker "$worker" "$worker_log"
+  sleep 0.2
+done
+echo "API started (pid $api, http://$api_addr). Ctrl-C stops both."
+
+# Whichever stops first stops the run. wait -n returns when one of them ends (or at
+# once when bash has already reaped one, hence the checks and the pause).
+while :; do
+  kill -0 "$api" 2>/dev/null || died api "$api" "$api_log"
+  kill -0 "$worker" 2>/dev/null || died worker "$worker" "$worker_log"
+  wait -n "$worker" "$api" 2>/dev/null || sleep 0.5
+done

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
@@ -36,18 +37,39 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "quotaplane-api:", err)
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
+		// JSON like every other line, so a log pipeline reads why the api stopped.
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("quotaplane-api stopped", "err", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string, getenv func(string) string, stdout io.Writer) error {
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := config.LoadAPI(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	redisconn.LogTo(log)
+	if len(args) > 0 && args[0] != "demo" {
+		return fmt.Errorf("unknown command %q (commands: demo; none serves the API)", args[0])
+	}
+	serving := len(args) == 0
+	// Bind before anything slow, so a busy address fails at once and "listening" is
+	// logged only once it is true.
+	var ln, pprofLn net.Listener
+	if serving {
+		if ln, err = config.Listen("QUOTA_HTTP_ADDR", cfg.HTTPAddr); err != nil {
+			return err
+		}
+		defer ln.Close()
+		if cfg.PprofAddr != "" {
+			if pprofLn, err = config.Listen("QUOTA_PPROF_ADDR", cfg.PprofAddr); err != nil {
+				return err
+			}
+			defer pprofLn.Close()
+		}
+	}
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
@@ -61,7 +83,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	}
 	svc := tenants.NewService(pool)
 
-	if len(args) > 0 && args[0] == "demo" {
+	if !serving {
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		stateDir := fs.String("state-dir", ".quotaplane", "where the demo key and console password are kept")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -73,9 +95,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		}
 		printDemo(stdout, cfg, res)
 		return nil
-	}
-	if len(args) > 0 {
-		return fmt.Errorf("unknown command %q (commands: demo; none serves the API)", args[0])
 	}
 
 	log.Info("starting quotaplane-api", "config", cfg)
@@ -119,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: handler, ReadHeaderTimeout: 5 * time.Second,
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 2) // the api and the pprof listener
 	if cfg.PprofAddr != "" {
@@ -130,13 +149,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout 
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		psrv := &http.Server{Addr: cfg.PprofAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		psrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		defer psrv.Close()
-		go func() { errc <- fmt.Errorf("pprof on %s: %w", cfg.PprofAddr, psrv.ListenAndServe()) }()
-		log.Info("serving pprof", "addr", "http://"+cfg.PprofAddr+"/debug/pprof/")
+		go func() { errc <- fmt.Errorf("pprof on %s: %w", pprofLn.Addr(), psrv.Serve(pprofLn)) }()
+		log.Info("serving pprof", "addr", "http://"+pprofLn.Addr().String()+"/debug/pprof/")
 	}
-	go func() { errc <- fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, srv.ListenAndServe()) }()
-	log.Info("listening", "addr", "http://"+cfg.HTTPAddr)
+	go func() { errc <- fmt.Errorf("serve on %s: %w", ln.Addr(), srv.Serve(ln)) }()
+	log.Info("listening", "addr", "http://"+ln.Addr().String())
 	select {
 	case err := <-errc:
 		return err

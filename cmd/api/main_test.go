@@ -3,14 +3,140 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
+
+// TestMain runs quotaplane-api's main instead of the tests when asked to, so a test
+// reads the real process's stderr: what go-redis or a failed start prints there
+// bypasses any writer handed to run.
+func TestMain(m *testing.M) {
+	if os.Getenv("QUOTAPLANE_TEST_MAIN") == "1" {
+		os.Args = os.Args[:1] // no -test flags: they would be the api's arguments
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// syncBuffer collects a process's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startMain starts this test binary as quotaplane-api with env added to the test's
+// own environment; the process is killed when the test ends.
+func startMain(t *testing.T, env map[string]string) (*exec.Cmd, *syncBuffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "QUOTAPLANE_TEST_MAIN=1")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, &stderr
+}
+
+// assertJSONLines fails the test for every line of out that is not a JSON object.
+func assertJSONLines(t *testing.T, out string) {
+	t.Helper()
+	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Errorf("a line of stderr is not JSON: %q", line)
+		}
+	}
+}
+
+// While Redis is down, go-redis reports every failed dial itself. Those reports,
+// like every other line, must be JSON on stderr, not go-redis's own plain lines.
+func TestStderrIsJSONWhileRedisIsDown(t *testing.T) {
+	addr := freeAddr(t)
+	cmd, stderr := startMain(t, map[string]string{"DATABASE_URL": testenv.PostgresURL(t),
+		"REDIS_URL":       "redis://" + freeAddr(t) + "/0", // nothing listens there
+		"QUOTA_HTTP_ADDR": addr, "QUOTA_ADMIN_TOKEN": "a-test-operator-token"})
+	// /readyz pings Redis; wait until go-redis has reported a failed dial.
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(stderr.String(), "failed to dial") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed dial reported within 30s; stderr:\n%s", stderr)
+		}
+		if resp, err := http.Get("http://" + addr + "/readyz"); err == nil {
+			resp.Body.Close()
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	assertJSONLines(t, stderr.String())
+}
+
+// A busy QUOTA_HTTP_ADDR stops the api at once, saying which variable to change, in
+// a JSON line like the others.
+func TestBusyAddressNamesTheVariable(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	for _, key := range []string{"QUOTA_HTTP_ADDR", "QUOTA_PPROF_ADDR"} {
+		t.Run(key, func(t *testing.T) {
+			env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
+				"QUOTA_HTTP_ADDR": freeAddr(t), "QUOTA_ADMIN_TOKEN": "a-test-operator-token"}
+			env[key] = busy.Addr().String()
+			cmd, stderr := startMain(t, env)
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				var exit *exec.ExitError
+				if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+					t.Errorf("exit: %v, want status 1", err)
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the api still runs on a busy %s; stderr:\n%s", key, stderr)
+			}
+			if want := key + "=" + busy.Addr().String(); !strings.Contains(stderr.String(), want) ||
+				!strings.Contains(stderr.String(), "set "+key+" to a free") {
+				t.Errorf("stderr does not name %s and the fix:\n%s", want, stderr)
+			}
+			if strings.Contains(stderr.String(), `"msg":"listening"`) {
+				t.Errorf("logged listening though it could not bind:\n%s", stderr)
+			}
+			assertJSONLines(t, stderr.String())
+		})
+	}
+}
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -30,7 +156,7 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 		"QUOTA_HTTP_ADDR": addr, "QUOTA_ADMIN_TOKEN": "a-test-operator-token", "QUOTA_LOG_LEVEL": "error"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, &bytes.Buffer{}) }()
+	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, &bytes.Buffer{}, io.Discard) }()
 
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -59,7 +185,7 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 
 func TestRunRejectsBadConfigListingEveryProblem(t *testing.T) {
 	env := map[string]string{"QUOTA_HTTP_ADDR": "8080", "QUOTA_ADMIN_TOKEN": "short"}
-	err := run(context.Background(), nil, func(k string) string { return env[k] }, &bytes.Buffer{})
+	err := run(context.Background(), nil, func(k string) string { return env[k] }, &bytes.Buffer{}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "QUOTA_HTTP_ADDR") || !strings.Contains(err.Error(), "QUOTA_ADMIN_TOKEN") {
 		t.Fatalf("err = %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -33,19 +34,28 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Getenv); err != nil {
-		fmt.Fprintln(os.Stderr, "quotaplane-worker:", err)
+	if err := run(ctx, os.Getenv, os.Stderr); err != nil {
+		// JSON like every other line, so a log pipeline reads why the worker stopped.
+		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("quotaplane-worker stopped", "err", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, getenv func(string) string) error {
+func run(ctx context.Context, getenv func(string) string, stderr io.Writer) error {
 	cfg, err := config.LoadWorker(getenv)
 	if err != nil {
 		return fmt.Errorf("configuration:\n%w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	redisconn.LogTo(log)
 	log.Info("starting quotaplane-worker", "config", cfg)
+	// Bind before anything slow, so a busy address fails at once; /healthz answers
+	// once the queue and the flusher run.
+	ln, err := config.Listen("QUOTA_WORKER_HTTP_ADDR", cfg.HTTPAddr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
@@ -108,14 +118,14 @@ func run(ctx context.Context, getenv func(string) string) error {
 		fmt.Fprint(w, `{"status":"ok"}`)
 	})
 	mux.Handle("GET /metrics", promhttp.Handler())
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("worker running", "health", "http://"+cfg.HTTPAddr+"/healthz")
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("worker running", "health", "http://"+ln.Addr().String()+"/healthz")
 
 	select {
 	case err = <-errc:
-		err = fmt.Errorf("listen on %s: %w", cfg.HTTPAddr, err)
+		err = fmt.Errorf("serve on %s: %w", ln.Addr(), err)
 	case <-ctx.Done():
 	}
 	log.Info("shutting down: final usage flush, waiting for running jobs")

@@ -18,6 +18,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,16 +26,18 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/webhook"
 )
 
-// Webhook headers. The signature is HMAC-SHA256, keyed with the org's signing secret,
-// over "<timestamp>.<body>", so a receiver can refuse replays of old deliveries:
+// Webhook headers, from the public package receivers verify with. The signature is
+// HMAC-SHA256, keyed with the org's signing secret, over "<timestamp>.<body>", so a
+// receiver can refuse replays of old deliveries:
 //
 //	Quotaplane-Signature: t=1763700000,v1=<hex>
 const (
-	SignatureHeader = "Quotaplane-Signature"
-	EventHeader     = "Quotaplane-Event"
-	DeliveryHeader  = "Quotaplane-Delivery"
+	SignatureHeader = webhook.SignatureHeader
+	EventHeader     = webhook.EventHeader
+	DeliveryHeader  = webhook.DeliveryHeader
 )
 
 // ErrPrivateTarget refuses a webhook whose host resolves to a loopback, private,
@@ -60,43 +63,6 @@ func SigningSecret(master []byte, org string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
-// Sign returns the signature header value of body sent at t with secret.
-func Sign(secret string, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts))
-	m.Write([]byte("."))
-	m.Write(body)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(m.Sum(nil))
-}
-
-// Verify checks a signature header against body and secret, refusing timestamps
-// further than tolerance from now.
-func Verify(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	var ts, sig string
-	for _, part := range bytes.Split([]byte(header), []byte(",")) {
-		k, v, _ := bytes.Cut(part, []byte("="))
-		switch string(k) {
-		case "t":
-			ts = string(v)
-		case "v1":
-			sig = string(v)
-		}
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || sig == "" {
-		return errors.New("malformed signature header")
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
-		return errors.New("signature timestamp out of tolerance")
-	}
-	want := Sign(secret, time.Unix(sec, 0), body)
-	if !hmac.Equal([]byte(want), []byte("t="+ts+",v1="+sig)) {
-		return errors.New("signature mismatch")
-	}
-	return nil
-}
-
 // publicAddr reports whether ip may receive webhooks.
 func publicAddr(ip netip.Addr) bool {
 	ip = ip.Unmap()
@@ -120,6 +86,48 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach private IPv4
+}
+
+// URLWarning says why the worker would refuse a webhook URL by default, or returns ""
+// when it would try it. It applies the worker's address check to what the URL
+// itself names: an IP literal outside the public ranges, or localhost. A host name
+// is resolved only when the worker connects (and checked then), so a name that
+// resolves to a private address gets no warning here but a refusal in the delivery
+// log.
+func URLWarning(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "not an http(s) URL with a host: the worker cannot deliver to it"
+	}
+	const allow = ": the worker delivers to it only with QUOTA_WEBHOOK_ALLOW_PRIVATE=true " +
+		"(local development, as make run sets it); a production server refuses it"
+	host := strings.ToLower(u.Hostname())
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return host + " names this machine (loopback)" + allow
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return ""
+	}
+	ip = ip.WithZone("")
+	if publicAddr(ip) {
+		return ""
+	}
+	kind := "a non-public address"
+	switch a := ip.Unmap(); {
+	case a.IsLoopback():
+		kind = "a loopback address"
+	case a.IsPrivate():
+		kind = "a private address"
+	case a.IsLinkLocalUnicast():
+		kind = "a link-local address"
+	case a.IsUnspecified():
+		kind = "the unspecified address"
+	}
+	return ip.String() + " is " + kind + allow
 }
 
 // NewWebhookClient returns the HTTP client webhooks are sent with: it checks the
@@ -253,7 +261,7 @@ func (w *WebhookWorker) send(ctx context.Context, target string, ev Envelope, bo
 	req.Header.Set("User-Agent", "Quotaplane-Webhook/1")
 	req.Header.Set(EventHeader, ev.Type)
 	req.Header.Set(DeliveryHeader, strconv.FormatInt(ev.ID, 10))
-	req.Header.Set(SignatureHeader, Sign(SigningSecret(w.Secret, ev.Org), time.Now(), body))
+	req.Header.Set(SignatureHeader, webhook.Sign(SigningSecret(w.Secret, ev.Org), time.Now(), body))
 	client := w.Client
 	if client == nil {
 		client = NewWebhookClient(10*time.Second, false)
@@ -342,6 +350,9 @@ type WebhookInfo struct {
 	SigningSecret   string
 	SignatureHeader string
 	Events          []string
+	// URLWarning says why the worker would refuse URL by default (URLWarning); "" when
+	// it would try it.
+	URLWarning string
 }
 
 // Webhook returns org's webhook URL and signing secret, derived from WebhookSecret as
@@ -353,7 +364,8 @@ func (s *Service) Webhook(ctx context.Context, org string) (WebhookInfo, error) 
 	if err != nil {
 		return WebhookInfo{}, err
 	}
-	info := WebhookInfo{URL: o.WebhookURL, SignatureHeader: SignatureHeader, Events: append([]string{}, WebhookEvents...)}
+	info := WebhookInfo{URL: o.WebhookURL, SignatureHeader: SignatureHeader, Events: append([]string{}, WebhookEvents...),
+		URLWarning: URLWarning(o.WebhookURL)}
 	if len(s.WebhookSecret) > 0 {
 		info.SigningSecret = SigningSecret(s.WebhookSecret, org)
 	}

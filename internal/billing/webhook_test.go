@@ -18,6 +18,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/webhook"
 )
 
 var master = []byte("operator-webhook-secret")
@@ -41,7 +42,7 @@ func newReceiver(t *testing.T, org string, failN int) *receiver {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.hits++
-		if err := billing.Verify(billing.SigningSecret(master, org), req.Header.Get(billing.SignatureHeader), body,
+		if err := webhook.Verify(billing.SigningSecret(master, org), req.Header.Get(billing.SignatureHeader), body,
 			time.Now(), 5*time.Minute); err != nil {
 			r.badSig++
 			http.Error(w, err.Error(), http.StatusUnauthorized)

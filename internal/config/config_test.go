@@ -147,3 +147,21 @@ func TestCacheBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestListenOnABusyAddressNamesTheVariable(t *testing.T) {
+	busy, err := config.Listen("QUOTA_HTTP_ADDR", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	ln, err := config.Listen("QUOTA_WORKER_HTTP_ADDR", busy.Addr().String())
+	if err == nil {
+		ln.Close()
+		t.Fatal("second listener on a busy address")
+	}
+	for _, want := range []string{"QUOTA_WORKER_HTTP_ADDR=" + busy.Addr().String(), "already in use", "set QUOTA_WORKER_HTTP_ADDR to a free"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}

@@ -168,6 +168,10 @@ func fromWebhook(in billing.WebhookInfo) api.Webhook {
 		u := in.URL
 		out.Url = &u
 	}
+	if in.URLWarning != "" {
+		w := in.URLWarning
+		out.UrlWarning = &w
+	}
 	if in.SigningSecret != "" {
 		sec := in.SigningSecret
 		out.SigningSecret = &sec

@@ -20,6 +20,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/webhook"
 )
 
 // webhookMaster is the QUOTA_WEBHOOK_SECRET of the billing replicas.
@@ -107,15 +108,15 @@ func TestWebhookSecretVerifiesADeliveredWebhook(t *testing.T) {
 		t.Fatalf("receiver got %d requests, want 3", len(got))
 	}
 	for i, d := range got {
-		if err := billing.Verify(*wh.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err != nil {
+		if err := webhook.Verify(*wh.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err != nil {
 			t.Errorf("delivery %d does not verify with the secret the API gave: %v", i+1, err)
 		}
-		if err := billing.Verify(*other.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err == nil {
+		if err := webhook.Verify(*other.SigningSecret, d.header, d.body, time.Now(), 5*time.Minute); err == nil {
 			t.Errorf("delivery %d verifies with another org's secret", i+1)
 		}
 		tampered := append([]byte{}, d.body...)
 		tampered[len(tampered)-2] ^= 1
-		if err := billing.Verify(*wh.SigningSecret, d.header, tampered, time.Now(), 5*time.Minute); err == nil {
+		if err := webhook.Verify(*wh.SigningSecret, d.header, tampered, time.Now(), 5*time.Minute); err == nil {
 			t.Errorf("a changed body of delivery %d verifies", i+1)
 		}
 	}
@@ -194,5 +195,53 @@ func TestWebhookWithoutMasterSecret(t *testing.T) {
 	}
 	if v, ok := raw["url"]; !ok || v != nil {
 		t.Errorf("url = %v, want null", v)
+	}
+}
+
+// The settings say when the URL names an address the worker refuses by default, so
+// a URL that works under make run does not fail silently in production.
+func TestWebhookURLWarning(t *testing.T) {
+	pool := testenv.Postgres(t)
+	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, h: h, pool: pool, svc: svc}
+	ctx := context.Background()
+	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, url string
+		want      string // in url_warning; "" for none
+	}{
+		{"loopback", "http://127.0.0.1:9000/hook", "127.0.0.1 is a loopback address"},
+		{"localhost", "http://localhost:9000/hook", "localhost names this machine"},
+		{"private", "https://10.1.2.3/hook", "10.1.2.3 is a private address"},
+		{"link-local", "http://[fe80::1]/hook", "fe80::1 is a link-local address"},
+		{"public", "https://hooks.example.com/qp", ""},
+		{"public address", "https://203.0.114.7/qp", ""},
+		{"none", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			org := testenv.ID(t, "warn")
+			if _, err := svc.CreateOrg(ctx, tenants.Actor{Name: "seed"}, tenants.OrgInput{ID: org, Name: "O", PlanID: "p", WebhookURL: tc.url}); err != nil {
+				t.Fatal(err)
+			}
+			rec := f.do("GET", "/v1/orgs/"+org+"/webhook", operatorToken, "")
+			var raw map[string]any
+			if rec.Code != 200 || json.Unmarshal(rec.Body.Bytes(), &raw) != nil {
+				t.Fatalf("GET webhook: %d %s", rec.Code, rec.Body)
+			}
+			got, present := raw["url_warning"].(string)
+			switch {
+			case tc.want == "" && present:
+				t.Errorf("url_warning %q for %s, want none", got, tc.url)
+			case tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "QUOTA_WEBHOOK_ALLOW_PRIVATE=true")):
+				t.Errorf("url_warning %q for %s, want one saying %q and naming QUOTA_WEBHOOK_ALLOW_PRIVATE=true", got, tc.url, tc.want)
+			}
+		})
 	}
 }

@@ -48,7 +48,9 @@ func MigrateRiver(ctx context.Context, pool *pgxpool.Pool) error {
 type Config struct {
 	ID             string        // this worker's id; default host-pid
 	HeartbeatEvery time.Duration // default 15s
-	Logger         *slog.Logger
+	// Logger receives River's messages, its routine ones (job counts, maintenance
+	// runs) at debug.
+	Logger *slog.Logger
 	// Billing, when set, adds period close, its periodic scan and webhook delivery.
 	Billing *billing.Jobs
 	// MaxWorkers bounds the jobs run at once (default 10).
@@ -90,7 +92,7 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 	}
 	return river.NewClient(riverpgxv5.New(pool), &river.Config{
 		ID:           cfg.ID,
-		Logger:       cfg.Logger,
+		Logger:       slog.New(quietRoutine{cfg.Logger.Handler()}).With("component", "river"),
 		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		PeriodicJobs: periodic,
 		Workers:      workers,

@@ -1,9 +1,14 @@
 package worker_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,5 +48,66 @@ func TestClientStartsRunsAndStops(t *testing.T) {
 	defer cancel()
 	if err := c.Stop(stopCtx); err != nil {
 		t.Fatalf("stop: %v", err)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that River's goroutines and the test can share.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// River's producer logs its job counts every few seconds while jobs run: routine
+// chatter that must not fill an info-level log.
+func TestRiverRoutineChatterIsDebug(t *testing.T) {
+	ctx := context.Background()
+	pool := testenv.Postgres(t)
+	if err := worker.MigrateRiver(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := worker.NewClient(pool, worker.Config{ID: "test-chatter", HeartbeatEvery: 200 * time.Millisecond, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = c.Stop(stopCtx)
+	}()
+	var counts map[string]any
+	for deadline := time.Now().Add(30 * time.Second); counts == nil && time.Now().Before(deadline); {
+		time.Sleep(200 * time.Millisecond)
+		for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var rec map[string]any
+			if err := json.Unmarshal([]byte(line), &rec); err != nil {
+				t.Fatalf("not a JSON line: %q", line)
+			}
+			if strings.HasSuffix(fmt.Sprint(rec["msg"]), "Producer job counts") {
+				counts = rec
+			}
+		}
+	}
+	if counts == nil {
+		t.Fatalf("River logged no job counts within 30s:\n%s", out.String())
+	}
+	if counts["level"] != "DEBUG" {
+		t.Errorf("job counts logged at %v, want DEBUG: %v", counts["level"], counts)
 	}
 }

@@ -309,6 +309,13 @@ describe('web console', { concurrency: false }, () => {
       assert.equal(await rows.count(), 2);
       assert.match(await rows.nth(0).textContent(), /usage\.threshold.*2.*204/);
       assert.match(await rows.nth(1).textContent(), /usage\.threshold.*1.*502.*receiver answered 502/);
+      // A public URL gets no warning; a loopback one says the worker refuses it by default.
+      assert.equal(await page.getByTestId('webhook-url-warning').count(), 0);
+      assert.equal((await op('PATCH', `/v1/orgs/${ORG}`, { webhook_url: 'http://127.0.0.1:9000/hook' })).status, 200);
+      await page.getByRole('button', { name: 'Refresh' }).click();
+      await page.getByTestId('webhook-url-warning').getByText('loopback address', { exact: false }).waitFor();
+      assert.match(await page.getByTestId('webhook-url-warning').textContent(), /QUOTA_WEBHOOK_ALLOW_PRIVATE=true/);
+      assert.equal((await op('PATCH', `/v1/orgs/${ORG}`, { webhook_url: hookURL })).status, 200);
     });
     await withPage('10-webhooks-viewer', {}, async (page) => {
       await signIn(page, VIEWER);

@@ -23,7 +23,11 @@ export interface UsageLevel { id: string; team?: string; used: number; limits: W
 /** DailyUsage is the org's cumulative usage of the period at the end of a UTC day ("2026-11-03"). */
 export interface DailyUsage { day: string; used: number }
 export interface MetricUsage { metric: string; org: UsageLevel; teams: UsageLevel[]; users: UsageLevel[]; daily?: DailyUsage[] }
-export interface Webhook { url: string | null; signing_secret: string | null; signature_header: string; events: string[]; note?: string }
+export interface Webhook {
+  url: string | null; signing_secret: string | null; signature_header: string; events: string[]; note?: string;
+  /** Why the worker would refuse url by default (a loopback or private address). */
+  url_warning?: string;
+}
 export interface WebhookDelivery {
   id: number; event: string; event_id: number; url: string; attempt: number;
   status_code: number | null; error: string | null; succeeded: boolean; at: string;

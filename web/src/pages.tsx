@@ -458,7 +458,8 @@ function WebhookSettings({ hook }: { hook: Webhook }) {
     <div class="panel" data-testid="webhook">
       <dl class="facts">
         <dt>URL</dt>
-        <dd data-testid="webhook-url">{hook.url ? <code class="break">{hook.url}</code> : <span class="muted">No webhook URL is set: events are recorded but not sent.</span>}</dd>
+        <dd data-testid="webhook-url">{hook.url ? <code class="break">{hook.url}</code> : <span class="muted">No webhook URL is set: events are recorded but not sent.</span>}
+          {hook.url_warning && <p class="warning small" role="note" data-testid="webhook-url-warning">{hook.url_warning}</p>}</dd>
         <dt>Events</dt><dd>{hook.events.join(', ')}</dd>
         <dt>Signing secret</dt>
         <dd>{secret ? (
@@ -475,7 +476,8 @@ function WebhookSettings({ hook }: { hook: Webhook }) {
       </dl>
       <p class="muted small">Each delivery is a JSON POST with <code>{hook.signature_header}: t=&lt;unix&gt;,v1=&lt;hex&gt;</code>.
         To verify it, compute HMAC-SHA256 of <code>&lt;t&gt;.&lt;raw body&gt;</code> with the secret as the key, compare it
-        with <code>v1</code> in constant time, and refuse an old <code>t</code>. Failed deliveries are retried with backoff.</p>
+        with <code>v1</code> in constant time, and refuse an old <code>t</code>; in Go, <code>webhook.Verify</code> of
+        {' '}<code>github.com/quotaplane/quotaplane/webhook</code> does it. Failed deliveries are retried with backoff.</p>
     </div>
   );
 }
