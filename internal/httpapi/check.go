@@ -11,7 +11,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
@@ -27,36 +29,23 @@ const MaxBatch = 100
 
 var idempotencyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{8,128}$`)
 
-// checkError is a refusal found while resolving a check, before Redis is asked.
-type checkError struct {
-	status int
-	detail string
-	fields []FieldError
-}
-
-func (e *checkError) Error() string { return e.detail }
-
-func badField(field, msg string) *checkError {
-	return &checkError{status: http.StatusBadRequest, detail: field + ": " + msg, fields: []FieldError{{Field: field, Message: msg}}}
-}
-
 // The check routes are not validated against the spec (hot path), so the handler
 // checks here everything the spec says of a CheckRequest.
-func validateCheck(in api.CheckRequest) *checkError {
+func validateCheck(in api.CheckRequest) error {
 	idMsg := "must match " + "^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
 	switch {
 	case !tenants.ValidID(in.Org):
-		return badField("org", idMsg)
+		return derrors.Field("org", idMsg)
 	case in.Team != nil && !tenants.ValidID(*in.Team):
-		return badField("team", idMsg)
+		return derrors.Field("team", idMsg)
 	case in.User != nil && !tenants.ValidID(*in.User):
-		return badField("user", idMsg)
+		return derrors.Field("user", idMsg)
 	case in.Metric != nil && !tenants.ValidID(*in.Metric):
-		return badField("metric", idMsg)
+		return derrors.Field("metric", idMsg)
 	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > quota.MaxValue):
-		return badField("cost", fmt.Sprintf("must be 0 to %d", quota.MaxValue))
+		return derrors.Field("cost", fmt.Sprintf("must be 0 to %d", quota.MaxValue))
 	case in.IdempotencyKey != nil && !idempotencyPattern.MatchString(*in.IdempotencyKey):
-		return badField("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
+		return derrors.Field("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
 	}
 	return nil
 }
@@ -78,7 +67,7 @@ func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit) ([]quota.Li
 
 // resolveCheck authorizes a check and resolves its org, team, user and their limits
 // from the cache.
-func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, tenants.Mode, *checkError) {
+func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, tenants.Mode, error) {
 	req, org, cerr := s.resolveRequest(ctx, p, in)
 	if cerr != nil {
 		return req, quota.Route{}, "", cerr
@@ -87,25 +76,25 @@ func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequ
 	return req, route, org.Org.Mode, nil
 }
 
-func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, tenants.ResolvedOrg, *checkError) {
+func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, tenants.ResolvedOrg, error) {
 	var none tenants.ResolvedOrg
 	if e := validateCheck(in); e != nil {
 		return quota.Request{}, none, e
 	}
 	if !p.operator {
 		if p.key.OrgID != in.Org {
-			return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("org %q not found", in.Org)}
+			return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 		}
 		if !p.key.HasScope(tenants.ScopeCheck) {
-			return quota.Request{}, none, &checkError{status: http.StatusForbidden, detail: "this key lacks the scope this operation needs: check"}
+			return quota.Request{}, none, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 		}
 	}
 	org, err := s.cache.Org(ctx, in.Org)
 	if errors.Is(err, tenants.ErrNotFound) {
-		return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("org %q not found", in.Org)}
+		return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 	}
 	if err != nil {
-		return quota.Request{}, none, &checkError{status: http.StatusServiceUnavailable, detail: "the tenancy store is unavailable and the org is not cached; retry shortly"}
+		return quota.Request{}, none, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
 		AnchorDay: org.Org.BillingAnchorDay}
@@ -125,15 +114,15 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 	if in.User != nil {
 		req.User = *in.User
 		if user, err = s.cache.User(ctx, in.Org, req.User); err != nil {
-			return quota.Request{}, none, &checkError{status: http.StatusServiceUnavailable, detail: "the tenancy store is unavailable; retry shortly"}
+			return quota.Request{}, none, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
 		}
 		switch {
 		case user.Registered && req.Team == "":
 			req.Team = user.TeamID
 		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, none, badField("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+			return quota.Request{}, none, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
 		case !user.Registered && req.Team == "":
-			return quota.Request{}, none, badField("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+			return quota.Request{}, none, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
 	}
 	var team tenants.Team
@@ -141,7 +130,7 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("team %q of org %q not found", req.Team, in.Org)}
+			return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
 		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
@@ -223,30 +212,6 @@ func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
 // levelsPool holds the levels of /v1/check answers between requests.
 var levelsPool = sync.Pool{New: func() any { l := make([]api.LevelStatus, 0, 8); return &l }}
 
-// engineProblem maps an engine error to a status and detail.
-func engineProblem(err error) *checkError {
-	switch {
-	case errors.Is(err, quota.ErrInvalid):
-		return &checkError{status: http.StatusBadRequest, detail: err.Error()}
-	case errors.Is(err, context.Canceled):
-		return &checkError{status: 499, detail: "client went away"}
-	case errors.Is(err, quota.ErrOverloaded):
-		return &checkError{status: http.StatusServiceUnavailable, detail: "too many checks of this org are in flight; retry shortly"}
-	default:
-		return &checkError{status: http.StatusServiceUnavailable, detail: "the quota store is unavailable; retry shortly"}
-	}
-}
-
-func writeCheckError(w http.ResponseWriter, e *checkError) {
-	if e.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	if e.status == 499 {
-		return
-	}
-	writeProblem(w, e.status, e.detail, e.fields...)
-}
-
 // Check handles POST /v1/check.
 func (s *Server) Check(w http.ResponseWriter, r *http.Request) {
 	var in api.CheckRequest
@@ -255,18 +220,15 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request) {
 	}
 	req, route, mode, cerr := s.resolveCheck(r.Context(), callerOf(r), in)
 	if cerr == nil && s.checker == nil {
-		cerr = &checkError{status: http.StatusServiceUnavailable, detail: "no quota engine is configured"}
+		cerr = errNoEngine
 	}
 	if cerr != nil {
-		writeCheckError(w, cerr)
+		s.fail(w, r, cerr)
 		return
 	}
 	res, oc, err := s.checker.Check(r.Context(), route, req)
 	if err != nil {
-		if !errors.Is(err, quota.ErrOverloaded) && !errors.Is(err, context.Canceled) {
-			s.log.Warn("check not decided", "org", req.Org, "err", err.Error())
-		}
-		writeCheckError(w, engineProblem(err))
+		s.fail(w, r, engineError(err)) // logged there when it is not the caller's
 		return
 	}
 	lp := levelsPool.Get().(*[]api.LevelStatus)
@@ -283,7 +245,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request) {
 	setRateLimitHeaders(w.Header(), out, time.Now())
 	status := http.StatusOK
 	if !out.Allowed {
-		status = http.StatusTooManyRequests
+		status = problem.Status(derrors.RateLimited) // a denial answers as the rate-limited kind
 		w.Header().Set("Retry-After", strconv.FormatInt(*out.RetryAfterSeconds, 10))
 	}
 	if out.Warning != nil {
@@ -300,12 +262,12 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if n := len(in.Checks); n < 1 || n > MaxBatch {
-		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("checks: must hold 1 to %d checks, not %d", MaxBatch, n),
-			FieldError{Field: "checks", Message: fmt.Sprintf("must hold 1 to %d checks", MaxBatch)})
+		refuse(w, r, invalid(fmt.Sprintf("checks: must hold 1 to %d checks, not %d", MaxBatch, n),
+			FieldError{Field: "checks", Message: fmt.Sprintf("must hold 1 to %d checks", MaxBatch)}))
 		return
 	}
 	if s.checker == nil {
-		writeCheckError(w, &checkError{status: http.StatusServiceUnavailable, detail: "no quota engine is configured"})
+		s.fail(w, r, errNoEngine)
 		return
 	}
 	p := callerOf(r)
@@ -329,7 +291,7 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 				if !errors.Is(errs[j], quota.ErrOverloaded) && !errors.Is(errs[j], context.Canceled) {
 					s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
 				}
-				_ = items[i].FromProblem(itemProblem(engineProblem(errs[j])))
+				_ = items[i].FromProblem(itemProblem(engineError(errs[j])))
 				continue
 			}
 			out := fromResult(results[j], outcomes[j], modes[j])
@@ -340,12 +302,5 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	writeBatchResult(w, items)
 }
 
-func itemProblem(e *checkError) api.Problem {
-	title := http.StatusText(e.status)
-	detail := e.detail
-	p := api.Problem{Type: problemTypeBase + "check-refused", Title: title, Status: e.status, Detail: &detail}
-	for _, f := range e.fields {
-		p.Errors = append(p.Errors, api.FieldError{Field: f.Field, Message: f.Message})
-	}
-	return p
-}
+// errNoEngine answers the checks of a server built without a quota engine.
+var errNoEngine = derrors.E(derrors.Unavailable, "no quota engine is configured", nil)

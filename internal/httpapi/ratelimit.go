@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/go-chi/httprate"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
 // adminRateLimit limits each credential to n requests per window on every /v1 route
@@ -25,8 +27,8 @@ func adminRateLimit(n int, window time.Duration) func(http.Handler) http.Handler
 		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return rateKey(callerOf(r)), nil }),
 		httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
 			// httprate has set Retry-After (the window, in seconds) and X-RateLimit-*.
-			writeProblem(w, http.StatusTooManyRequests, "too many requests with these credentials; retry after "+
-				w.Header().Get("Retry-After")+" s")
+			refuse(w, r, derrors.E(derrors.RateLimited, "too many requests with these credentials; retry after "+
+				w.Header().Get("Retry-After")+" s", nil))
 		}))
 	return func(next http.Handler) http.Handler {
 		limited := limiter.Handler(next)

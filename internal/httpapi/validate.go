@@ -106,17 +106,17 @@ func (v *requestValidator) middleware(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if status, detail, fieldErrs := v.validate(w, r, route, pathParams); status != 0 {
-			writeProblem(w, status, detail, fieldErrs...)
+		if err := v.validate(w, r, route, pathParams); err != nil {
+			refuse(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// validate checks r and returns 0 when it is valid, or the status, detail and
-// field errors of the problem to answer. It leaves r.Body readable from the start.
-func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, route *routers.Route, pathParams map[string]string) (int, string, []FieldError) {
+// validate checks r and returns nil when it is valid, or the error to answer. It
+// leaves r.Body readable from the start.
+func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, route *routers.Route, pathParams map[string]string) error {
 	var body []byte
 	if r.Body != nil && r.Body != http.NoBody {
 		var err error
@@ -124,9 +124,9 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 		_ = r.Body.Close()
 		if err != nil {
 			if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-				return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit), nil
+				return errTooLarge
 			}
-			return http.StatusBadRequest, "request body could not be read", nil
+			return invalid("request body could not be read")
 		}
 		setBody(r, body)
 	}
@@ -137,10 +137,10 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 			// Be lenient with clients that omit the header: every body here is JSON.
 			r.Header.Set("Content-Type", "application/json")
 		} else if mt, _, err := mime.ParseMediaType(ct); err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-			return http.StatusBadRequest, "Content-Type must be application/json", nil
+			return invalid("Content-Type must be application/json", FieldError{Field: "Content-Type", Message: "must be application/json"})
 		}
 		if !json.Valid(body) {
-			return http.StatusBadRequest, "request body is not valid JSON", nil
+			return bodyError(body, json.Unmarshal(body, new(any)))
 		}
 	}
 
@@ -155,7 +155,7 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 		setBody(r, body)
 	}
 	if err == nil {
-		return 0, "", nil
+		return nil
 	}
 	return problemFromValidation(err)
 }
@@ -169,7 +169,7 @@ func setBody(r *http.Request, body []byte) {
 
 // problemFromValidation turns the error of openapi3filter.ValidateRequest into a
 // 400 problem with one FieldError per schema problem.
-func problemFromValidation(err error) (int, string, []FieldError) {
+func problemFromValidation(err error) error {
 	var fieldErrs []FieldError
 	var details []string
 	for _, e := range flatten(err) {
@@ -198,7 +198,12 @@ func problemFromValidation(err error) (int, string, []FieldError) {
 	if len(details) == 0 {
 		details = append(details, "the request is invalid")
 	}
-	return http.StatusBadRequest, strings.Join(details, "; "), fieldErrs
+	detail := strings.Join(details, "; ")
+	if len(fieldErrs) == 0 {
+		// Every 400 names what is at fault: here the body as a whole.
+		fieldErrs = []FieldError{{Field: "body", Message: strings.TrimPrefix(detail, "request body ")}}
+	}
+	return invalid(detail, fieldErrs...)
 }
 
 // flatten lists the errors of a (possibly nested) openapi3.MultiError.

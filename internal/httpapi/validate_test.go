@@ -171,13 +171,15 @@ func TestRequestValidator(t *testing.T) {
 			name: "non-JSON body", method: "POST", path: "/v1/plans",
 			body:       `{"id": "pro",`,
 			wantStatus: 400,
-			wantDetail: "request body is not valid JSON",
+			wantDetail: "request body is not valid JSON: unexpected end of JSON input at line 1, column 13",
+			wantErrors: []FieldError{{Field: "body", Message: "is not valid JSON: unexpected end of JSON input at line 1, column 13"}},
 		},
 		{
 			name: "trailing garbage", method: "POST", path: "/v1/plans",
 			body:       validPlan + ` x`,
 			wantStatus: 400,
-			wantDetail: "request body is not valid JSON",
+			wantDetail: "request body is not valid JSON: invalid character 'x' after top-level value at line 1, column 109",
+			wantErrors: []FieldError{{Field: "body", Message: "is not valid JSON: invalid character 'x' after top-level value at line 1, column 109"}},
 		},
 		{
 			name: "body is not an object", method: "POST", path: "/v1/plans",
@@ -189,12 +191,14 @@ func TestRequestValidator(t *testing.T) {
 			name: "empty body", method: "POST", path: "/v1/plans",
 			wantStatus: 400,
 			wantDetail: "request body is required",
+			wantErrors: []FieldError{{Field: "body", Message: "is required"}},
 		},
 		{
 			name: "wrong content type", method: "POST", path: "/v1/plans",
 			contentType: "application/x-www-form-urlencoded", body: validPlan,
 			wantStatus: 400,
 			wantDetail: "Content-Type must be application/json",
+			wantErrors: []FieldError{{Field: "Content-Type", Message: "must be application/json"}},
 		},
 		{
 			name: "patch may null the pricing", method: "PATCH", path: "/v1/plans/pro",

@@ -15,13 +15,14 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 )
 
 // ErrOverloaded is returned by the Router when an org already has
 // RouterConfig.MaxInFlightPerOrg checks in flight. Nothing was decided or counted;
 // the HTTP layer answers 429 or 503 with a short Retry-After.
-var ErrOverloaded = errors.New("quota: too many checks in flight for this org")
+var ErrOverloaded = derrors.New(derrors.Overloaded, "quota: too many checks in flight for this org")
 
 // DefaultPool is the name of the pool of RouterConfig.DefaultURL, and
 // DedicatedPool the name under which every org's dedicated Redis is reported (in
