@@ -88,21 +88,15 @@ func NewHandler(d Deps) (http.Handler, error) {
 	m := newHTTPMetrics(d.Registry)
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.recoverer, m.middleware, limitBody, s.authenticate,
-		adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		refuse(w, r, derrors.E(derrors.NotFound, "no such route: "+r.Method+" "+r.URL.Path, nil))
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		refuse(w, r, derrors.E(derrors.MethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path, nil))
-	})
+	r.Use(middleware.RequestID, s.recoverer, m.middleware)
+	r.NotFound(notFound)
+	r.MethodNotAllowed(methodNotAllowed(r))
+	var console http.Handler
 	if d.Console != nil {
-		r.Mount("/console", d.Console)
+		console = d.Console
 	}
-	return api.HandlerWithOptions(s, api.ChiServerOptions{
-		BaseRouter:       r,
-		ErrorHandlerFunc: paramError,
-	}), nil
+	s.routes(r, console, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
+	return r, nil
 }
 
 func (s *Server) recoverer(next http.Handler) http.Handler {
@@ -158,20 +152,10 @@ func actor(r *http.Request) tenants.Actor {
 	return tenants.Actor{Name: callerOf(r).actorName(), RequestID: middleware.GetReqID(r.Context())}
 }
 
-// public paths need no credentials. The console's own routes authenticate themselves.
-func public(path string) bool {
-	return path == "/healthz" || path == "/readyz" || path == "/metrics" ||
-		path == "/console" || strings.HasPrefix(path, "/console/")
-}
-
 // authenticate resolves the bearer token to the operator or an org API key; any other
 // token, or none, is 401. Authorization (scope, org) is each handler's.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if public(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
-		}
 		if s.console != nil && r.Header.Get("Authorization") == "" {
 			if p, present, ok := s.consoleSession(w, r); present {
 				if ok {

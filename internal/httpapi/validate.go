@@ -27,21 +27,6 @@ import (
 // and either limit answers 413.
 const maxValidatedBody = 1 << 20
 
-// unvalidatedPaths are served without spec validation.
-//
-// /v1/check and /v1/check/batch are the hot path: decoding the body twice and
-// walking the schema would cost more than the check itself, so their handlers
-// validate CheckRequest by hand (and must keep to the spec's rules: id patterns,
-// cost >= 0, idempotency_key 8..128 chars, at most 100 checks per batch, no unknown
-// fields). The operations endpoints take no input and must not depend on the spec.
-var unvalidatedPaths = map[string]bool{
-	"/v1/check":       true,
-	"/v1/check/batch": true,
-	"/healthz":        true,
-	"/readyz":         true,
-	"/metrics":        true,
-}
-
 // requestValidator checks requests against the embedded OpenAPI spec. The spec is
 // parsed and the router built once; both are only read afterwards, so one
 // validator serves concurrent requests.
@@ -96,10 +81,6 @@ func validateEmail(s string) error {
 
 func (v *requestValidator) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if unvalidatedPaths[r.URL.Path] {
-			next.ServeHTTP(w, r)
-			return
-		}
 		route, pathParams, err := v.router.FindRoute(r)
 		if err != nil {
 			// Unknown path or method: the router's 404/405.

@@ -522,6 +522,12 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
+	return e.check(ctx, req)
+}
+
+// check is Check of a request already validated: the Router validates each request
+// once, before choosing the engine.
+func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	c := e.getCall()
 	e.build(c, &req, e.Now())
 	var refused time.Time // the first refusal without a run: the retry budget starts there
@@ -707,6 +713,12 @@ func (e *Engine) exec(ctx context.Context, calls []*call, p *pipeState) {
 // CheckBatch decides several checks in one pipeline, each independently, and
 // returns a result or an error for each, in order. The errors are those of Check.
 func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []error) {
+	return e.checkBatch(ctx, reqs, true)
+}
+
+// checkBatch is CheckBatch, validating each request unless the caller (the Router)
+// already has.
+func (e *Engine) checkBatch(ctx context.Context, reqs []Request, validate bool) ([]Result, []error) {
 	results := make([]Result, len(reqs))
 	errs := make([]error, len(reqs))
 	select {
@@ -721,9 +733,11 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 	index := make([]int, 0, len(reqs))
 	now := e.Now()
 	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			errs[i] = err
-			continue
+		if validate {
+			if err := reqs[i].Validate(); err != nil {
+				errs[i] = err
+				continue
+			}
 		}
 		c := &call{ctx: ctx}
 		e.build(c, &reqs[i], now)

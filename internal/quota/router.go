@@ -589,7 +589,7 @@ func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result,
 		out.Degraded = true
 		return res, out, err
 	}
-	res, err := b.eng.Check(ctx, *req)
+	res, err := b.eng.check(ctx, *req) // validated by Check
 	done(err)
 	if err != nil && errors.Is(err, ErrUnavailable) {
 		res, err := r.degrade(route, req, b.name, err)
@@ -690,7 +690,7 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 		for j, i := range g.index {
 			sub[j] = reqs[i]
 		}
-		res, es := b.eng.CheckBatch(ctx, sub)
+		res, es := b.eng.checkBatch(ctx, sub, false) // validated by CheckBatch
 		var verdict error // the batch's outcome for the breaker: its first Redis failure
 		for j, i := range g.index {
 			results[i], errs[i] = res[j], es[j]
