@@ -187,8 +187,11 @@ func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome
 	return out
 }
 
-// setRateLimitHeaders describes the tightest level and window: the least remaining,
-// then the soonest reset.
+// setRateLimitHeaders describes the tightest level and window of an allowed check:
+// the least remaining, then the soonest reset. A denied check describes the level and
+// window that refused it, and its RateLimit-Reset is its Retry-After: when a retry of
+// the same cost can succeed (a sliding window frees units gradually, so the end of its
+// current bucket, its reset_at, is too early).
 func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
 	if len(res.Levels) == 0 {
 		return
@@ -200,6 +203,17 @@ func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
 		}
 	}
 	reset := int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
+	if b := res.BlockedAt; !res.Allowed && b != nil {
+		for _, l := range res.Levels {
+			if l.Level == b.Level && l.Id == b.Id && l.Window == b.Window {
+				t = l
+				break
+			}
+		}
+		if res.RetryAfterSeconds != nil {
+			reset = *res.RetryAfterSeconds
+		}
+	}
 	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
 	// but the spelling of the IETF draft is what people grep for. The three values
 	// share one backing array, each capped at its own element.

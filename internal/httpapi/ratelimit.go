@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"math"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/httprate"
@@ -15,6 +17,10 @@ import (
 // the hot path, already bounded per org by the engine, and are in another group. Counters
 // live in this replica (httprate's sliding window), so N replicas admit up to N times
 // n; it is a guard against floods, not a quota. n <= 0 disables it.
+//
+// Its headers follow the checks' convention: RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset in seconds (httprate's X-RateLimit-Reset is a unix time); on a 429,
+// RateLimit-Reset equals Retry-After, when a retry can succeed.
 func adminRateLimit(n int, window time.Duration) func(http.Handler) http.Handler {
 	if n <= 0 {
 		return func(next http.Handler) http.Handler { return next }
@@ -24,12 +30,26 @@ func adminRateLimit(n int, window time.Duration) func(http.Handler) http.Handler
 	}
 	limiter := httprate.NewRateLimiter(n, window,
 		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return rateKey(callerOf(r)), nil }),
+		httprate.WithResponseHeaders(httprate.ResponseHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining",
+			RetryAfter: "Retry-After"}), // Reset: set below, in seconds
 		httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
-			// httprate has set Retry-After (the window, in seconds) and X-RateLimit-*.
-			refuse(w, r, derrors.E(derrors.RateLimited, "too many requests with these credentials; retry after "+
-				w.Header().Get("Retry-After")+" s", nil))
+			// httprate has set Retry-After: the window, in seconds, after which its
+			// sliding window has forgotten every request of this one.
+			retry := w.Header().Get("Retry-After")
+			w.Header().Set("RateLimit-Reset", retry)
+			refuse(w, r, derrors.E(derrors.RateLimited, "too many requests with these credentials; retry after "+retry+" s", nil))
 		}))
-	return limiter.Handler
+	return func(next http.Handler) http.Handler {
+		limited := limiter.Handler(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			// Seconds until httprate's current window ends (its windows are aligned to
+			// the clock), where the limit counts afresh; the limit handler overrides it.
+			now := time.Now()
+			end := now.Truncate(window).Add(window)
+			w.Header().Set("RateLimit-Reset", strconv.FormatInt(int64(math.Ceil(end.Sub(now).Seconds())), 10))
+			limited.ServeHTTP(w, r)
+		})
+	}
 }
 
 // rateKey names the credential: the operator token, an API key by id, or a console

@@ -691,7 +691,7 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 			sub[j] = reqs[i]
 		}
 		res, es := b.eng.checkBatch(ctx, sub, false) // validated by CheckBatch
-		var verdict error // the batch's outcome for the breaker: its first Redis failure
+		var verdict error                            // the batch's outcome for the breaker: its first Redis failure
 		for j, i := range g.index {
 			results[i], errs[i] = res[j], es[j]
 			if verdict == nil && isRedisFailure(es[j]) {
