@@ -22,7 +22,8 @@ import (
 // (pgconn.SafeToRetry). Other errors, and a context the caller canceled, are returned
 // as they are.
 func Translate(err error) error {
-	if err == nil || errors.Is(err, context.Canceled) || !unavailable(err) {
+	// No rows is an answer, and the commonest error: it costs no errors.As.
+	if err == nil || errors.Is(err, pgx.ErrNoRows) || errors.Is(err, context.Canceled) || !unavailable(err) {
 		return err
 	}
 	return derrors.E(derrors.Unavailable, "the database is unavailable; retry shortly", err)
