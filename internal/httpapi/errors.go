@@ -57,17 +57,18 @@ func paramError(w http.ResponseWriter, r *http.Request, err error) {
 	refuse(w, r, derrors.Field(name, "is malformed"))
 }
 
-// engineError gives an error of the quota engine its kind: its own when it has one
-// (invalid, overloaded, unavailable), else unavailable, since a check the engine
-// could not decide is worth retrying. The detail says which store failed.
+// engineError gives an error of the quota engine the kind it answers with: its own
+// when the engine says what is wrong (invalid, overloaded, a refusal such as an
+// idempotency conflict), else unavailable, since a check the engine could not decide
+// is worth retrying. The detail says which store failed.
 func engineError(err error) error {
 	switch derrors.KindOf(err) {
 	case derrors.Overloaded:
 		return derrors.E(derrors.Overloaded, "too many checks of this org are in flight; retry shortly", err)
-	case derrors.Invalid, derrors.Canceled:
-		return err
+	case derrors.Unavailable, derrors.Internal:
+		return derrors.E(derrors.Unavailable, "the quota store is unavailable; retry shortly", err)
 	}
-	return derrors.E(derrors.Unavailable, "the quota store is unavailable; retry shortly", err)
+	return err
 }
 
 // itemProblem is the problem of one refused check of a batch.
