@@ -69,18 +69,19 @@ type Kinder interface {
 	Kind() Kind
 }
 
-// KindOf returns the kind of the first error in err's tree that has one; else
-// Canceled for a canceled context (the caller went away), Unavailable for a deadline
-// that passed waiting on a dependency, and Internal for anything else.
+// KindOf returns Canceled when err's tree holds a canceled context (the caller went
+// away, whatever failed for it), else the kind of the first error in the tree that has
+// one; else Unavailable for a deadline that passed waiting on a dependency, and
+// Internal for anything else.
 func KindOf(err error) Kind {
 	var k Kinder
 	switch {
 	case err == nil:
 		return Internal
-	case errors.As(err, &k):
-		return k.Kind()
 	case errors.Is(err, context.Canceled):
 		return Canceled
+	case errors.As(err, &k):
+		return k.Kind()
 	case errors.Is(err, context.DeadlineExceeded):
 		return Unavailable
 	}
