@@ -26,14 +26,14 @@ import (
 // The handlers are the generated wrappers (api.ServerInterfaceWrapper), which parse
 // path and query parameters; TestEveryOperationIsRouted checks that every operation
 // of the spec is in exactly one group.
-func (s *Server) routes(r chi.Router, console http.Handler, admin ...func(http.Handler) http.Handler) {
+func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handler) http.Handler) {
 	w := &api.ServerInterfaceWrapper{Handler: s, ErrorHandlerFunc: paramError}
 	r.Group(func(r chi.Router) {
 		r.Get("/healthz", w.Healthz)
 		r.Get("/readyz", w.Readyz)
 		r.Get("/metrics", w.Metrics)
-		if console != nil {
-			r.Mount("/console", console)
+		if app != nil {
+			r.Mount("/console", app)
 		}
 	})
 	r.Group(func(r chi.Router) {

@@ -91,11 +91,11 @@ func NewHandler(d Deps) (http.Handler, error) {
 	r.Use(middleware.RequestID, s.recoverer, m.middleware)
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed(r))
-	var console http.Handler
+	var app http.Handler // the console's; a nil *console.Handler would be a non-nil Handler
 	if d.Console != nil {
-		console = d.Console
+		app = d.Console
 	}
-	s.routes(r, console, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
+	s.routes(r, app, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
 	return r, nil
 }
 
@@ -103,9 +103,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil && v != http.ErrAbortHandler {
-				s.log.Error("panic in handler", "panic", fmt.Sprint(v), "path", r.URL.Path,
-					"request_id", middleware.GetReqID(r.Context()))
-				s.fail(w, r, fmt.Errorf("panic: %v", v))
+				s.fail(w, r, fmt.Errorf("panic in handler: %v", v)) // logged there, with the request id
 			}
 		}()
 		next.ServeHTTP(w, r)
