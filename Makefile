@@ -50,9 +50,10 @@ generate: ## regenerate internal/httpapi/api from api/openapi.yaml
 check-generate: generate ## fail when the generated code differs from what is committed
 	@git diff --exit-code -- internal/httpapi/api || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet, and no error status chosen outside internal/httpapi/problem
 	@out=$$(gofmt -l cmd internal migrations scripts webhook); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) test -count=1 -run TestNoStatusOutsideTheMap ./internal/httpapi/problem/
 
 bench: ## benchmark the check engine and /v1/check over HTTP, then bench-users; prints summary tables
 	@bash scripts/bench.sh

@@ -13,22 +13,22 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 // Errors of the package; wrapped with context, test them with errors.Is.
 var (
 	// ErrInvalid marks a bad org id, period or format.
-	ErrInvalid = errors.New("invalid billing request")
+	ErrInvalid = derrors.New(derrors.Invalid, "invalid billing request")
 	// ErrNotFound marks an org or period that does not exist.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = derrors.New(derrors.NotFound, "not found")
 	// ErrNoCounters is returned by a CounterSource that cannot reach an org's Redis.
-	ErrNoCounters = errors.New("live counters unavailable")
+	ErrNoCounters = derrors.New(derrors.Unavailable, "live counters unavailable")
 )
 
 // Counters reads the live month counters of orgs on one Redis. *quota.Engine
@@ -73,10 +73,22 @@ func RouterCounters(router *quota.Router) CounterSource {
 	})
 }
 
+// badPeriod and badFormat refuse a parameter of a billing request, naming it; both
+// match ErrInvalid.
+func badPeriod(id string) error {
+	return derrors.E(derrors.Invalid, fmt.Sprintf("period: %q is not YYYY-MM", id), ErrInvalid,
+		derrors.FieldError{Field: "period", Message: "must be a month as YYYY-MM"})
+}
+
+func badFormat(f Format) error {
+	return derrors.E(derrors.Invalid, fmt.Sprintf("format: %q is not csv or json", f), ErrInvalid,
+		derrors.FieldError{Field: "format", Message: "must be csv or json"})
+}
+
 // ParsePeriod checks a period id (YYYY-MM).
 func ParsePeriod(id string) error {
 	if _, err := time.Parse("2006-01", id); err != nil || len(id) != 7 {
-		return fmt.Errorf("%w: period %q is not YYYY-MM", ErrInvalid, id)
+		return badPeriod(id)
 	}
 	return nil
 }
@@ -85,7 +97,7 @@ func ParsePeriod(id string) error {
 func PeriodOf(id string, anchorDay int) (quota.Period, error) {
 	t, err := time.Parse("2006-01", id)
 	if err != nil || len(id) != 7 {
-		return quota.Period{}, fmt.Errorf("%w: period %q is not YYYY-MM", ErrInvalid, id)
+		return quota.Period{}, badPeriod(id)
 	}
 	if anchorDay < 1 || anchorDay > 28 {
 		anchorDay = 1

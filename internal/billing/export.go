@@ -205,7 +205,7 @@ func (s *Store) WriteExport(ctx context.Context, w io.Writer, org, period string
 		}
 		return flush()
 	}
-	return fmt.Errorf("%w: format %q is not csv or json", ErrInvalid, format)
+	return badFormat(format)
 }
 
 // ReadCSV parses a CSV export, calling fn with each row; for tests and tools.

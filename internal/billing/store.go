@@ -10,16 +10,17 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 // Store is the usage ledger and the billing record in Postgres.
 type Store struct {
-	pool *pgxpool.Pool
+	pool pgdb.DB // its errors match derrors.Unavailable when Postgres is down
 }
 
 // NewStore returns a Store on pool.
-func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pgdb.DB{Pool: pool}} }
 
 var _ quota.Hydrator = (*Store)(nil)
 
@@ -42,7 +43,7 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		if err != nil && attempt < 5 && errors.As(err, &pe) && (pe.Code == "40001" || pe.Code == "40P01") {
 			continue
 		}
-		return err
+		return pgdb.Translate(err)
 	}
 }
 

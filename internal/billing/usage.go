@@ -222,7 +222,7 @@ func withToday(daily []DayUsage, now time.Time, used int64) []DayUsage {
 // org. Errors after the first byte was written leave the output truncated.
 func (s *Service) Export(ctx context.Context, w io.Writer, org, period string, format Format) error {
 	if format != CSV && format != JSON {
-		return fmt.Errorf("%w: format %q is not csv or json", ErrInvalid, format)
+		return badFormat(format)
 	}
 	if period != "" {
 		if err := ParsePeriod(period); err != nil {

@@ -416,3 +416,26 @@ func TestServesTheApp(t *testing.T) {
 		t.Errorf("CSP = %q", csp)
 	}
 }
+
+// The console's endpoints answer a wrong method with 405 and Allow, and a malformed
+// sign-in with a 400 naming the field, never in Go's words; one problem writer for all.
+func TestConsoleRefusalsSpeakTheAPIsTerms(t *testing.T) {
+	e := mustEnv(t)
+	for _, c := range []struct{ method, path, allow string }{
+		{"DELETE", "/console/api/sign-in", "POST"}, {"POST", "/console/api/session", "GET, HEAD"}, {"PUT", "/console/keys", "GET, HEAD"},
+	} {
+		res := e.do(t, req{method: c.method, path: c.path})
+		if res.StatusCode != http.StatusMethodNotAllowed || res.Header.Get("Allow") != c.allow ||
+			res.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s %s = %d Allow %q, want 405 Allow %q", c.method, c.path, res.StatusCode, res.Header.Get("Allow"), c.allow)
+		}
+	}
+	for _, b := range []string{`{"email":7}`, `{"email":"a@b.c","password":"x","extra":1}`, `[`, `{"email":"a@b.c"}`} {
+		res := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: b})
+		text := body(t, res)
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(text, `"errors":[{"field":`) ||
+			strings.Contains(text, "json:") || strings.Contains(text, "Go ") {
+			t.Errorf("sign-in %s = %d %s, want a 400 naming the field in the API's terms", b, res.StatusCode, text)
+		}
+	}
+}

@@ -11,6 +11,9 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
 )
 
 // CookieName is the session cookie. Path=/ so the app's calls to /v1 carry it.
@@ -49,7 +52,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case p == "/console/api/sign-out":
 		h.signOut(w, r)
 	case strings.HasPrefix(p, "/console/api/"):
-		writeProblem(w, http.StatusNotFound, "no such route: "+r.Method+" "+p)
+		problem.Write(w, r, h.log, derrors.E(derrors.NotFound, "no such route: "+r.Method+" "+p, nil))
 	default:
 		h.static(w, r)
 	}
@@ -95,12 +98,12 @@ func setCookie(w http.ResponseWriter, r *http.Request, value string, expires tim
 
 func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		writeProblem(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		methodNotAllowed(w, r, http.MethodGet, http.MethodHead)
 		return
 	}
 	sess, present, err := h.Authenticate(r)
 	if err != nil && !errors.Is(err, ErrNoSession) {
-		h.fail(w, r, err)
+		problem.Write(w, r, h.log, err)
 		return
 	}
 	if !present || err != nil {
@@ -124,33 +127,37 @@ type signInRequest struct {
 
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
-		writeProblem(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
 	// A JSON content type cannot be sent cross-site without a CORS preflight, which
 	// this server never grants: that keeps other sites from signing a browser in.
 	if mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); mt != "application/json" {
-		writeProblem(w, http.StatusUnsupportedMediaType, "send the sign-in as application/json")
+		problem.Write(w, r, h.log, derrors.E(derrors.UnsupportedMediaType, "send the sign-in as application/json", nil))
 		return
 	}
 	var in signInRequest
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		writeProblem(w, http.StatusBadRequest, "request body is not valid: "+err.Error())
+		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "request body must be a JSON object of email and password", err,
+			derrors.FieldError{Field: "body", Message: "must be a JSON object of email and password"}))
 		return
 	}
-	if in.Email == "" || in.Password == "" || len(in.Email) > 254 || len(in.Password) > 1024 {
-		writeProblem(w, http.StatusBadRequest, "email and password are required")
+	var missing []derrors.FieldError
+	if in.Email == "" || len(in.Email) > 254 {
+		missing = append(missing, derrors.FieldError{Field: "email", Message: "is required, at most 254 characters"})
+	}
+	if in.Password == "" || len(in.Password) > 1024 {
+		missing = append(missing, derrors.FieldError{Field: "password", Message: "is required, at most 1024 characters"})
+	}
+	if len(missing) > 0 {
+		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "email and password are required", nil, missing...))
 		return
 	}
 	id, sess, err := h.sessions.SignIn(r.Context(), in.Email, in.Password)
-	if errors.Is(err, ErrBadLogin) {
-		writeProblem(w, http.StatusUnauthorized, ErrBadLogin.Error())
-		return
-	}
 	if err != nil {
-		h.fail(w, r, err)
+		problem.Write(w, r, h.log, err) // ErrBadLogin is a 401 that says so
 		return
 	}
 	setCookie(w, r, id, sess.ExpiresAt)
@@ -160,20 +167,20 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) signOut(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
-		writeProblem(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		methodNotAllowed(w, r, http.MethodPost)
 		return
 	}
 	c, err := r.Cookie(CookieName)
 	if err != nil || c.Value == "" {
-		writeProblem(w, http.StatusUnauthorized, "not signed in")
+		problem.Write(w, r, h.log, derrors.E(derrors.Unauthenticated, "not signed in", nil))
 		return
 	}
 	if !CSRFOK(r) {
-		writeProblem(w, http.StatusForbidden, "missing or wrong "+CSRFHeader+" header")
+		problem.Write(w, r, h.log, derrors.E(derrors.Forbidden, "missing or wrong "+CSRFHeader+" header", nil))
 		return
 	}
 	if err := h.sessions.SignOut(r.Context(), c.Value); err != nil {
-		h.fail(w, r, err)
+		problem.Write(w, r, h.log, err)
 		return
 	}
 	setCookie(w, r, "", time.Time{})
@@ -184,7 +191,7 @@ func (h *Handler) signOut(w http.ResponseWriter, r *http.Request) {
 // the app's own routes (/console/keys) survive a reload.
 func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		writeProblem(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
+		methodNotAllowed(w, r, http.MethodGet, http.MethodHead)
 		return
 	}
 	name := strings.TrimPrefix(path.Clean(r.URL.Path), "/console")
@@ -205,13 +212,13 @@ func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if strings.HasPrefix(name, "assets/") || path.Ext(name) != "" {
-			http.NotFound(w, r)
+			problem.Write(w, r, h.log, derrors.E(derrors.NotFound, "no such file: "+r.URL.Path, nil))
 			return
 		}
 	}
 	b, err := fs.ReadFile(h.assets, "index.html")
 	if err != nil {
-		writeProblem(w, http.StatusNotFound, "the console was not built into this binary: run make web")
+		problem.Write(w, r, h.log, derrors.E(derrors.NotFound, "the console was not built into this binary: run make web", nil))
 		return
 	}
 	hdr.Set("Content-Type", "text/html; charset=utf-8")
@@ -221,28 +228,14 @@ func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(b)
 }
 
-func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, r.Context().Err()) && r.Context().Err() != nil {
-		return
-	}
-	h.log.Error("console request failed", "err", err, "path", r.URL.Path)
-	writeProblem(w, http.StatusInternalServerError, "internal error")
-}
-
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeProblem writes an RFC 9457 problem document, as the /v1 API does.
-func writeProblem(w http.ResponseWriter, status int, detail string) {
-	title := http.StatusText(status)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{
-		"type":  "https://quotaplane.dev/problems/" + strings.ReplaceAll(strings.ToLower(title), " ", "-"),
-		"title": title, "status": status, "detail": detail,
-	})
+// methodNotAllowed answers 405 with the Allow header of the route.
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow ...string) {
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	problem.Write(w, r, nil, derrors.E(derrors.MethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path, nil))
 }

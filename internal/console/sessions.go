@@ -23,6 +23,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
@@ -30,9 +32,9 @@ import (
 var (
 	// ErrBadLogin is every failed sign-in: unknown email, wrong password or a locked
 	// account look the same to the caller.
-	ErrBadLogin = errors.New("wrong email or password, or too many failed attempts; try again later")
+	ErrBadLogin = derrors.New(derrors.Unauthenticated, "wrong email or password, or too many failed attempts; try again later")
 	// ErrNoSession means the session id is unknown, expired or signed out.
-	ErrNoSession = errors.New("no such session, or it has expired")
+	ErrNoSession = derrors.New(derrors.Unauthenticated, "no such session, or it has expired")
 )
 
 // Options tune sessions and lockout; zero fields take the defaults.
@@ -78,7 +80,7 @@ type Verifier interface {
 
 // Sessions signs console users in and keeps their sessions in Postgres.
 type Sessions struct {
-	pool   *pgxpool.Pool
+	pool   pgdb.DB
 	verify Verifier
 	opt    Options
 }
@@ -86,7 +88,7 @@ type Sessions struct {
 // NewSessions returns the session service on the database of pool.
 func NewSessions(pool *pgxpool.Pool, verify Verifier, opt Options) *Sessions {
 	opt.defaults()
-	return &Sessions{pool: pool, verify: verify, opt: opt}
+	return &Sessions{pool: pgdb.DB{Pool: pool}, verify: verify, opt: opt}
 }
 
 // Session is a signed-in console user.

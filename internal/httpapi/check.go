@@ -8,11 +8,12 @@ import (
 	"net/http"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
@@ -28,52 +29,25 @@ const MaxBatch = 100
 
 var idempotencyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{8,128}$`)
 
-// checkError is a refusal found while resolving a check, before Redis is asked.
-type checkError struct {
-	status int
-	detail string
-	fields []FieldError
-}
-
-func (e *checkError) Error() string { return e.detail }
-
-func badField(field, msg string) *checkError {
-	return &checkError{status: http.StatusBadRequest, detail: field + ": " + msg, fields: []FieldError{{Field: field, Message: msg}}}
-}
-
 // The check routes are not validated against the spec (hot path), so the handler
 // checks here everything the spec says of a CheckRequest.
-func validateCheck(in api.CheckRequest) *checkError {
+func validateCheck(in api.CheckRequest) error {
 	idMsg := "must match " + "^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
 	switch {
 	case !tenants.ValidID(in.Org):
-		return badField("org", idMsg)
+		return derrors.Field("org", idMsg)
 	case in.Team != nil && !tenants.ValidID(*in.Team):
-		return badField("team", idMsg)
+		return derrors.Field("team", idMsg)
 	case in.User != nil && !tenants.ValidID(*in.User):
-		return badField("user", idMsg)
+		return derrors.Field("user", idMsg)
 	case in.Metric != nil && !tenants.ValidID(*in.Metric):
-		return badField("metric", idMsg)
+		return derrors.Field("metric", idMsg)
 	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > quota.MaxValue):
-		return badField("cost", fmt.Sprintf("must be 0 to %d", quota.MaxValue))
+		return derrors.Field("cost", fmt.Sprintf("must be 0 to %d", quota.MaxValue))
 	case in.IdempotencyKey != nil && !idempotencyPattern.MatchString(*in.IdempotencyKey):
-		return badField("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
+		return derrors.Field("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
 	}
 	return nil
-}
-
-// unknownMetric answers a check of a metric its org does not know: 422, naming the
-// metric and the org's metrics. (The lead's one error map takes this case over.)
-func unknownMetric(err error) *checkError {
-	var ue *tenants.UnknownMetricError
-	msg := err.Error()
-	if errors.As(err, &ue) {
-		msg = fmt.Sprintf("%q is not one of the org's metrics: %s", ue.Metric, strings.Join(ue.Known, ", "))
-		if len(ue.Known) == 0 {
-			msg = fmt.Sprintf("%q is not known: the org's plan names no metric in its limits, pricing or metered", ue.Metric)
-		}
-	}
-	return &checkError{status: http.StatusUnprocessableEntity, detail: err.Error(), fields: []FieldError{{Field: "metric", Message: msg}}}
 }
 
 // limitsFor appends the limits of metric in ls to buf and returns them (nil when there
@@ -93,7 +67,7 @@ func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit) ([]quota.Li
 
 // resolveCheck authorizes a check and resolves its org, team, user and their limits
 // from the cache.
-func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, tenants.Mode, *checkError) {
+func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, tenants.Mode, error) {
 	req, org, cerr := s.resolveRequest(ctx, p, in)
 	if cerr != nil {
 		return req, quota.Route{}, "", cerr
@@ -102,25 +76,25 @@ func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequ
 	return req, route, org.Org.Mode, nil
 }
 
-func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, tenants.ResolvedOrg, *checkError) {
+func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, tenants.ResolvedOrg, error) {
 	var none tenants.ResolvedOrg
 	if e := validateCheck(in); e != nil {
 		return quota.Request{}, none, e
 	}
 	if !p.operator {
 		if p.key.OrgID != in.Org {
-			return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("org %q not found", in.Org)}
+			return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 		}
 		if !p.key.HasScope(tenants.ScopeCheck) {
-			return quota.Request{}, none, &checkError{status: http.StatusForbidden, detail: "this key lacks the scope this operation needs: check"}
+			return quota.Request{}, none, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 		}
 	}
 	org, err := s.cache.Org(ctx, in.Org)
 	if errors.Is(err, tenants.ErrNotFound) {
-		return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("org %q not found", in.Org)}
+		return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 	}
 	if err != nil {
-		return quota.Request{}, none, &checkError{status: http.StatusServiceUnavailable, detail: "the tenancy store is unavailable and the org is not cached; retry shortly"}
+		return quota.Request{}, none, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
 		AnchorDay: org.Org.BillingAnchorDay}
@@ -128,7 +102,7 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 		req.Metric = *in.Metric
 	}
 	if err := org.Metrics.Check(req.Metric); err != nil {
-		return quota.Request{}, none, unknownMetric(err)
+		return quota.Request{}, none, err // *tenants.UnknownMetricError: 422 naming the org's metrics
 	}
 	if in.Cost != nil {
 		req.Cost = *in.Cost
@@ -143,15 +117,15 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 	if in.User != nil {
 		req.User = *in.User
 		if user, err = s.cache.User(ctx, org, req.User); err != nil {
-			return quota.Request{}, none, &checkError{status: http.StatusServiceUnavailable, detail: "the tenancy store is unavailable; retry shortly"}
+			return quota.Request{}, none, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
 		}
 		switch {
 		case user.Registered && req.Team == "":
 			req.Team = user.TeamID
 		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, none, badField("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+			return quota.Request{}, none, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
 		case !user.Registered && req.Team == "":
-			return quota.Request{}, none, badField("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+			return quota.Request{}, none, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
 	}
 	var team tenants.Team
@@ -159,7 +133,7 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, none, &checkError{status: http.StatusNotFound, detail: fmt.Sprintf("team %q of org %q not found", req.Team, in.Org)}
+			return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
 		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
@@ -216,8 +190,11 @@ func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome
 	return out
 }
 
-// setRateLimitHeaders describes the tightest level and window: the least remaining,
-// then the soonest reset.
+// setRateLimitHeaders describes the tightest level and window of an allowed check:
+// the least remaining, then the soonest reset. A denied check describes the level and
+// window that refused it, and its RateLimit-Reset is its Retry-After: when a retry of
+// the same cost can succeed (a sliding window frees units gradually, so the end of its
+// current bucket, its reset_at, is too early).
 func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
 	if len(res.Levels) == 0 {
 		return
@@ -229,6 +206,17 @@ func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
 		}
 	}
 	reset := int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
+	if b := res.BlockedAt; !res.Allowed && b != nil {
+		for _, l := range res.Levels {
+			if l.Level == b.Level && l.Id == b.Id && l.Window == b.Window {
+				t = l
+				break
+			}
+		}
+		if res.RetryAfterSeconds != nil {
+			reset = *res.RetryAfterSeconds
+		}
+	}
 	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
 	// but the spelling of the IETF draft is what people grep for. The three values
 	// share one backing array, each capped at its own element.
@@ -241,38 +229,10 @@ func setRateLimitHeaders(h http.Header, res api.CheckResult, now time.Time) {
 // levelsPool holds the levels of /v1/check answers between requests.
 var levelsPool = sync.Pool{New: func() any { l := make([]api.LevelStatus, 0, 8); return &l }}
 
-// engineProblem maps an engine error to a status and detail.
-func engineProblem(err error) *checkError {
-	switch {
-	case errors.Is(err, quota.ErrInvalid):
-		return &checkError{status: http.StatusBadRequest, detail: err.Error()}
-	case errors.Is(err, quota.ErrIdempotencyConflict):
-		msg := "this key was first used (in the last 24 hours) with a different request: team, user, metric or cost differ; nothing was counted. Use a new key for a new request"
-		return &checkError{status: http.StatusUnprocessableEntity, detail: "idempotency_key: " + msg,
-			fields: []FieldError{{Field: "idempotency_key", Message: msg}}}
-	case errors.Is(err, context.Canceled):
-		return &checkError{status: 499, detail: "client went away"}
-	case errors.Is(err, quota.ErrOverloaded):
-		return &checkError{status: http.StatusServiceUnavailable, detail: "too many checks of this org are in flight; retry shortly"}
-	default:
-		return &checkError{status: http.StatusServiceUnavailable, detail: "the quota store is unavailable; retry shortly"}
-	}
-}
-
-func writeCheckError(w http.ResponseWriter, e *checkError) {
-	if e.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	if e.status == 499 {
-		return
-	}
-	writeProblem(w, e.status, e.detail, e.fields...)
-}
-
 // idempotencyHeader puts the key of the Idempotency-Key header (a structured-field
 // string, "key", as the IETF draft writes it, or the bare key) into in, unless the
 // body already gives a different one.
-func idempotencyHeader(h *string, in *api.CheckRequest) *checkError {
+func idempotencyHeader(h *string, in *api.CheckRequest) error {
 	if h == nil {
 		return nil
 	}
@@ -281,12 +241,11 @@ func idempotencyHeader(h *string, in *api.CheckRequest) *checkError {
 		k = k[1 : len(k)-1]
 	}
 	if !idempotencyPattern.MatchString(k) {
-		return badField("Idempotency-Key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -, bare or in double quotes")
+		return derrors.Field("Idempotency-Key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -, bare or in double quotes")
 	}
 	if in.IdempotencyKey != nil && *in.IdempotencyKey != k {
 		msg := "the Idempotency-Key header and the idempotency_key field give different keys; give one, or the same in both"
-		return &checkError{status: http.StatusBadRequest, detail: msg,
-			fields: []FieldError{{Field: "Idempotency-Key", Message: msg}, {Field: "idempotency_key", Message: msg}}}
+		return invalid(msg, FieldError{Field: "Idempotency-Key", Message: msg}, FieldError{Field: "idempotency_key", Message: msg})
 	}
 	in.IdempotencyKey = &k
 	return nil
@@ -298,24 +257,21 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 	if !decodeCheck(w, r, &in) {
 		return
 	}
-	if cerr := idempotencyHeader(params.IdempotencyKey, &in); cerr != nil {
-		writeCheckError(w, cerr)
+	if err := idempotencyHeader(params.IdempotencyKey, &in); err != nil {
+		refuse(w, r, err)
 		return
 	}
 	req, route, mode, cerr := s.resolveCheck(r.Context(), callerOf(r), in)
 	if cerr == nil && s.checker == nil {
-		cerr = &checkError{status: http.StatusServiceUnavailable, detail: "no quota engine is configured"}
+		cerr = errNoEngine
 	}
 	if cerr != nil {
-		writeCheckError(w, cerr)
+		s.fail(w, r, cerr)
 		return
 	}
 	res, oc, err := s.checker.Check(r.Context(), route, req)
 	if err != nil {
-		if !errors.Is(err, quota.ErrOverloaded) && !errors.Is(err, context.Canceled) && !errors.Is(err, quota.ErrIdempotencyConflict) {
-			s.log.Warn("check not decided", "org", req.Org, "err", err.Error())
-		}
-		writeCheckError(w, engineProblem(err))
+		s.fail(w, r, engineError(err)) // logged there when it is not the caller's
 		return
 	}
 	lp := levelsPool.Get().(*[]api.LevelStatus)
@@ -332,7 +288,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 	setRateLimitHeaders(w.Header(), out, time.Now())
 	status := http.StatusOK
 	if !out.Allowed {
-		status = http.StatusTooManyRequests
+		status = problem.Status(derrors.RateLimited) // a denial answers as the rate-limited kind
 		w.Header().Set("Retry-After", strconv.FormatInt(*out.RetryAfterSeconds, 10))
 	}
 	if out.Warning != nil {
@@ -350,16 +306,16 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Header.Get("Idempotency-Key") != "" {
 		msg := "applies to POST /v1/check; give each check of a batch its own idempotency_key"
-		writeProblem(w, http.StatusBadRequest, "Idempotency-Key: "+msg, FieldError{Field: "Idempotency-Key", Message: msg})
+		refuse(w, r, invalid("Idempotency-Key: "+msg, FieldError{Field: "Idempotency-Key", Message: msg}))
 		return
 	}
 	if n := len(in.Checks); n < 1 || n > MaxBatch {
-		writeProblem(w, http.StatusBadRequest, fmt.Sprintf("checks: must hold 1 to %d checks, not %d", MaxBatch, n),
-			FieldError{Field: "checks", Message: fmt.Sprintf("must hold 1 to %d checks", MaxBatch)})
+		refuse(w, r, invalid(fmt.Sprintf("checks: must hold 1 to %d checks, not %d", MaxBatch, n),
+			FieldError{Field: "checks", Message: fmt.Sprintf("must hold 1 to %d checks", MaxBatch)}))
 		return
 	}
 	if s.checker == nil {
-		writeCheckError(w, &checkError{status: http.StatusServiceUnavailable, detail: "no quota engine is configured"})
+		s.fail(w, r, errNoEngine)
 		return
 	}
 	p := callerOf(r)
@@ -380,10 +336,10 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 		results, outcomes, errs := s.checker.CheckBatch(r.Context(), routes, reqs)
 		for j, i := range slot {
 			if errs[j] != nil {
-				if !errors.Is(errs[j], quota.ErrOverloaded) && !errors.Is(errs[j], context.Canceled) && !errors.Is(errs[j], quota.ErrIdempotencyConflict) {
+				if k := derrors.KindOf(errs[j]); k == derrors.Unavailable || k == derrors.Internal {
 					s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
 				}
-				_ = items[i].FromProblem(itemProblem(engineProblem(errs[j])))
+				_ = items[i].FromProblem(itemProblem(engineError(errs[j])))
 				continue
 			}
 			out := fromResult(results[j], outcomes[j], modes[j])
@@ -394,12 +350,5 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	writeBatchResult(w, items)
 }
 
-func itemProblem(e *checkError) api.Problem {
-	title := http.StatusText(e.status)
-	detail := e.detail
-	p := api.Problem{Type: problemTypeBase + "check-refused", Title: title, Status: e.status, Detail: &detail}
-	for _, f := range e.fields {
-		p.Errors = append(p.Errors, api.FieldError{Field: f.Field, Message: f.Message})
-	}
-	return p
-}
+// errNoEngine answers the checks of a server built without a quota engine.
+var errNoEngine = derrors.E(derrors.Unavailable, "no quota engine is configured", nil)

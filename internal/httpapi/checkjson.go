@@ -4,21 +4,21 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 )
 
 // The check route's JSON by hand. encoding/json's reflection (decoding the request,
 // encoding the answer) was about a tenth of the api's CPU per check in profiles
 // (docs/PERFORMANCE.md). The hand-written code covers the common shapes only and
-// hands everything else to encoding/json, so answers and error messages stay exactly
-// those of encoding/json; TestCheckJSON compares the two.
+// hands everything else to encoding/json (decodeBytes), so answers stay exactly those
+// of encoding/json and every refusal is worded by decodeBytes; TestCheckJSON compares
+// the two.
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
@@ -34,11 +34,11 @@ func decodeBatch(w http.ResponseWriter, r *http.Request, in *api.BatchCheckReque
 }
 
 // decodeFast refuses a Content-Type that jsonBody does not admit (415), reads the body
-// and tries parse on it; when parse declines, v is reset and decode (encoding/json)
-// reads the same bytes, with its answers and messages.
+// and tries parse on it; when parse declines, v is reset and decodeBytes (encoding/json)
+// reads the same bytes, and words any refusal in the API's terms.
 func decodeFast[T any](w http.ResponseWriter, r *http.Request, v *T, parse func([]byte) bool) bool {
 	if ct := r.Header.Get("Content-Type"); !jsonBody(ct) {
-		writeUnsupportedMediaType(w, ct)
+		refuse(w, r, errUnsupportedMediaType(ct))
 		return false
 	}
 	bp := bufPool.Get().(*[]byte)
@@ -49,21 +49,23 @@ func decodeFast[T any](w http.ResponseWriter, r *http.Request, v *T, parse func(
 		*bp = buf.Bytes()[:0]
 	}
 	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
-		return false
-	}
-	if err == nil && parse(buf.Bytes()) {
+	switch {
+	case errors.As(err, &tooBig):
+		err = errTooLarge
+	case err != nil:
+		err = derrors.E(derrors.Invalid, "request body could not be read", err)
+	case parse(buf.Bytes()):
 		return true
+	default:
+		var zero T
+		*v = zero
+		err = decodeBytes(buf.Bytes(), v)
 	}
-	var zero T
-	*v = zero
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "request body is not valid: "+err.Error())
+		refuse(w, r, err)
 		return false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
-	return decode(w, r, v)
+	return true
 }
 
 // parseCheckRequest parses {"org":"acme","user":"u1","cost":1,...}: string fields whose

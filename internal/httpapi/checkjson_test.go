@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 )
 
@@ -164,7 +165,7 @@ func TestBatchJSON(t *testing.T) {
 	items := make([]api.BatchCheckItem, 3)
 	b := appendCheckResult(nil, &res)
 	_ = items[0].UnmarshalJSON(b[:len(b)-1])
-	_ = items[1].FromProblem(itemProblem(badField("org", "must match <pattern> & more")))
+	_ = items[1].FromProblem(itemProblem(derrors.Field("org", "must match <pattern> & more")))
 	_ = items[2].FromCheckResult(res)
 	want := httptest.NewRecorder()
 	writeJSON(want, http.StatusOK, api.BatchCheckResult{Results: items})

@@ -1,9 +1,10 @@
 package httpapi
 
 import (
-	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
 // jsonBody reports whether a request body sent with Content-Type ct is read as JSON.
@@ -40,7 +41,7 @@ func unsupportedMediaType(ct string) string {
 	return "Content-Type must be application/json, not " + strconv.Quote(ct)
 }
 
-// writeUnsupportedMediaType answers 415 for a body sent as ct.
-func writeUnsupportedMediaType(w http.ResponseWriter, ct string) {
-	writeProblem(w, http.StatusUnsupportedMediaType, unsupportedMediaType(ct))
+// errUnsupportedMediaType is the refusal (415) of a body sent as ct.
+func errUnsupportedMediaType(ct string) error {
+	return derrors.E(derrors.UnsupportedMediaType, unsupportedMediaType(ct), nil)
 }

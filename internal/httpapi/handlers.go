@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
@@ -119,7 +120,7 @@ func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPat
 		for i, name := range f {
 			errs[i] = FieldError{Field: name, Message: "only the operator may change this field"}
 		}
-		writeProblem(w, http.StatusForbidden, fmt.Sprintf("only the operator may change %v", f), errs...)
+		refuse(w, r, derrors.E(derrors.Forbidden, fmt.Sprintf("only the operator may change %v", f), nil, errs...))
 		return
 	}
 	o, err := s.tenants.UpdateOrg(r.Context(), actor(r), org, patch)

@@ -1,19 +1,26 @@
 package httpapi
 
 import (
+	"math"
 	"net/http"
-	"strings"
+	"strconv"
 	"time"
 
 	"github.com/go-chi/httprate"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
-// adminRateLimit limits each credential to n requests per window on every /v1 route
-// except the checks, before the request is validated or served: a runaway script or a
-// leaked key cannot flood the admin API and Postgres behind it. The checks are the hot
-// path, already bounded per org by the engine, and must never wait on this. Counters
+// adminRateLimit limits each credential to n requests per window on the admin group
+// of routes (see routes), before the request is validated or served: a runaway script
+// or a leaked key cannot flood the admin API and Postgres behind it. The checks are
+// the hot path, already bounded per org by the engine, and are in another group. Counters
 // live in this replica (httprate's sliding window), so N replicas admit up to N times
 // n; it is a guard against floods, not a quota. n <= 0 disables it.
+//
+// Its headers follow the checks' convention: RateLimit-Limit, RateLimit-Remaining and
+// RateLimit-Reset in seconds (httprate's X-RateLimit-Reset is a unix time); on a 429,
+// RateLimit-Reset equals Retry-After, when a retry can succeed.
 func adminRateLimit(n int, window time.Duration) func(http.Handler) http.Handler {
 	if n <= 0 {
 		return func(next http.Handler) http.Handler { return next }
@@ -23,31 +30,26 @@ func adminRateLimit(n int, window time.Duration) func(http.Handler) http.Handler
 	}
 	limiter := httprate.NewRateLimiter(n, window,
 		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return rateKey(callerOf(r)), nil }),
+		httprate.WithResponseHeaders(httprate.ResponseHeaders{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining",
+			RetryAfter: "Retry-After"}), // Reset: set below, in seconds
 		httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
-			// httprate has set Retry-After (the window, in seconds) and X-RateLimit-*.
-			writeProblem(w, http.StatusTooManyRequests, "too many requests with these credentials; retry after "+
-				w.Header().Get("Retry-After")+" s")
+			// httprate has set Retry-After: the window, in seconds, after which its
+			// sliding window has forgotten every request of this one.
+			retry := w.Header().Get("Retry-After")
+			w.Header().Set("RateLimit-Reset", retry)
+			refuse(w, r, derrors.E(derrors.RateLimited, "too many requests with these credentials; retry after "+retry+" s", nil))
 		}))
 	return func(next http.Handler) http.Handler {
 		limited := limiter.Handler(next)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !rateLimited(r) {
-				next.ServeHTTP(w, r)
-				return
-			}
+			// Seconds until httprate's current window ends (its windows are aligned to
+			// the clock), where the limit counts afresh; the limit handler overrides it.
+			now := time.Now()
+			end := now.Truncate(window).Add(window)
+			w.Header().Set("RateLimit-Reset", strconv.FormatInt(int64(math.Ceil(end.Sub(now).Seconds())), 10))
 			limited.ServeHTTP(w, r)
 		})
 	}
-}
-
-// rateLimited tells whether r counts against its caller's admin rate limit: an
-// authenticated request to /v1 other than the checks.
-func rateLimited(r *http.Request) bool {
-	if !strings.HasPrefix(r.URL.Path, "/v1/") || r.URL.Path == "/v1/check" || r.URL.Path == "/v1/check/batch" {
-		return false
-	}
-	_, ok := r.Context().Value(principalKey{}).(principal)
-	return ok
 }
 
 // rateKey names the credential: the operator token, an API key by id, or a console

@@ -11,9 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -22,14 +20,15 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/console"
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
@@ -89,32 +88,22 @@ func NewHandler(d Deps) (http.Handler, error) {
 	m := newHTTPMetrics(d.Registry)
 
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.recoverer, m.middleware, limitBody, s.authenticate,
-		adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
-	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusNotFound, "no such route: "+r.Method+" "+r.URL.Path)
-	})
-	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, http.StatusMethodNotAllowed, "method "+r.Method+" is not allowed on "+r.URL.Path)
-	})
+	r.Use(middleware.RequestID, s.recoverer, m.middleware)
+	r.NotFound(notFound)
+	r.MethodNotAllowed(methodNotAllowed(r))
+	var app http.Handler // the console's; a nil *console.Handler would be a non-nil Handler
 	if d.Console != nil {
-		r.Mount("/console", d.Console)
+		app = d.Console
 	}
-	return api.HandlerWithOptions(s, api.ChiServerOptions{
-		BaseRouter: r,
-		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeProblem(w, http.StatusBadRequest, err.Error())
-		},
-	}), nil
+	s.routes(r, app, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
+	return r, nil
 }
 
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
 			if v := recover(); v != nil && v != http.ErrAbortHandler {
-				s.log.Error("panic in handler", "panic", fmt.Sprint(v), "path", r.URL.Path,
-					"request_id", middleware.GetReqID(r.Context()))
-				writeProblem(w, http.StatusInternalServerError, "internal error; request id "+middleware.GetReqID(r.Context()))
+				s.fail(w, r, fmt.Errorf("panic in handler: %v", v)) // logged there, with the request id
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -124,7 +113,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > MaxBodyBytes {
-			writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
+			refuse(w, r, errTooLarge)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -161,20 +150,10 @@ func actor(r *http.Request) tenants.Actor {
 	return tenants.Actor{Name: callerOf(r).actorName(), RequestID: middleware.GetReqID(r.Context())}
 }
 
-// public paths need no credentials. The console's own routes authenticate themselves.
-func public(path string) bool {
-	return path == "/healthz" || path == "/readyz" || path == "/metrics" ||
-		path == "/console" || strings.HasPrefix(path, "/console/")
-}
-
 // authenticate resolves the bearer token to the operator or an org API key; any other
 // token, or none, is 401. Authorization (scope, org) is each handler's.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if public(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
-		}
 		if s.console != nil && r.Header.Get("Authorization") == "" {
 			if p, present, ok := s.consoleSession(w, r); present {
 				if ok {
@@ -187,7 +166,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		token = strings.TrimSpace(token)
 		if !ok || token == "" {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="quotaplane"`)
-			writeProblem(w, http.StatusUnauthorized, "missing credentials: send Authorization: Bearer <token>")
+			refuse(w, r, derrors.E(derrors.Unauthenticated, "missing credentials: send Authorization: Bearer <token>", nil))
 			return
 		}
 		var p principal
@@ -198,7 +177,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			k, err := s.cache.AuthenticateHashed(r.Context(), token, sum)
 			if errors.Is(err, tenants.ErrBadToken) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="quotaplane", error="invalid_token"`)
-				writeProblem(w, http.StatusUnauthorized, "invalid, unknown or revoked token")
+				refuse(w, r, derrors.E(derrors.Unauthenticated, "invalid, unknown or revoked token", err))
 				return
 			}
 			if err != nil {
@@ -222,16 +201,16 @@ func (s *Server) consoleSession(w http.ResponseWriter, r *http.Request) (p princ
 	case !present:
 		return principal{}, false, false
 	case errors.Is(err, console.ErrNoSession):
-		writeProblem(w, http.StatusUnauthorized, "the console session has ended: sign in again")
+		refuse(w, r, derrors.E(derrors.Unauthenticated, "the console session has ended: sign in again", err))
 		return principal{}, true, false
 	case err != nil:
 		s.fail(w, r, err)
 		return principal{}, true, false
 	case !console.CSRFOK(r):
-		writeProblem(w, http.StatusForbidden, "a change made with a console session needs its "+console.CSRFHeader+" header")
+		refuse(w, r, derrors.E(derrors.Forbidden, "a change made with a console session needs its "+console.CSRFHeader+" header", nil))
 		return principal{}, true, false
 	case r.Method != http.MethodGet && r.Method != http.MethodHead && !sess.CanChange():
-		writeProblem(w, http.StatusForbidden, "a console viewer can read but not change anything")
+		refuse(w, r, derrors.E(derrors.Forbidden, "a console viewer can read but not change anything", nil))
 		return principal{}, true, false
 	}
 	return principal{console: &sess, key: tenants.APIKey{ID: "console:" + sess.UserID, OrgID: sess.OrgID,
@@ -243,7 +222,7 @@ func requireOperator(w http.ResponseWriter, r *http.Request) bool {
 	if callerOf(r).operator {
 		return true
 	}
-	writeProblem(w, http.StatusForbidden, "this operation needs the operator token")
+	refuse(w, r, derrors.E(derrors.Forbidden, "this operation needs the operator token", nil))
 	return false
 }
 
@@ -255,7 +234,7 @@ func requireOrg(w http.ResponseWriter, r *http.Request, orgID string, scopes ...
 		return true
 	}
 	if p.key.OrgID != orgID {
-		writeProblem(w, http.StatusNotFound, fmt.Sprintf("org %q not found", orgID))
+		refuse(w, r, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", orgID), nil))
 		return false
 	}
 	for _, sc := range scopes {
@@ -267,89 +246,7 @@ func requireOrg(w http.ResponseWriter, r *http.Request, orgID string, scopes ...
 	for i, sc := range scopes {
 		names[i] = string(sc)
 	}
-	writeProblem(w, http.StatusForbidden, "this key lacks the scope this operation needs: "+strings.Join(names, " or "))
-	return false
-}
-
-// fail maps an error to its problem response: the one table of error kinds to statuses.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	var ve *tenants.ValidationError
-	var ae *tenants.AllocationError
-	var connErr *pgconn.ConnectError
-	var netErr net.Error
-	switch {
-	case errors.As(err, &ve):
-		fe := make([]FieldError, len(ve.Fields))
-		for i, f := range ve.Fields {
-			fe[i] = FieldError{Field: f.Field, Message: f.Message}
-		}
-		writeProblem(w, http.StatusBadRequest, "the request has invalid fields", fe...)
-	case errors.As(err, &ae):
-		fe := make([]FieldError, len(ae.Violations))
-		msgs := make([]string, len(ae.Violations))
-		for i, v := range ae.Violations {
-			fe[i] = FieldError{Field: v.Field, Message: v.Message}
-			msgs[i] = v.Message
-		}
-		writeProblem(w, http.StatusUnprocessableEntity, strings.Join(msgs, "; "), fe...)
-	case errors.Is(err, tenants.ErrNotFound):
-		writeProblem(w, http.StatusNotFound, notFoundDetail(err))
-	case errors.Is(err, tenants.ErrExists):
-		writeProblem(w, http.StatusConflict, strings.TrimSuffix(err.Error(), ": "+tenants.ErrExists.Error())+": the id already exists")
-	case errors.Is(err, tenants.ErrInUse):
-		writeProblem(w, http.StatusConflict, err.Error())
-	case errors.Is(err, context.Canceled):
-		// The client went away; nobody reads the answer.
-	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, context.DeadlineExceeded), dbConnLost(err):
-		s.log.Error("dependency unavailable", "err", err, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
-		w.Header().Set("Retry-After", "1")
-		writeProblem(w, http.StatusServiceUnavailable, "the database is unavailable; retry shortly")
-	default:
-		s.log.Error("request failed", "err", err, "path", r.URL.Path, "request_id", middleware.GetReqID(r.Context()))
-		writeProblem(w, http.StatusInternalServerError, "internal error; request id "+middleware.GetReqID(r.Context()))
-	}
-}
-
-// notFoundDetail keeps the "what" of a not-found error ("team \"x\" of org \"y\"").
-func notFoundDetail(err error) string {
-	msg := err.Error()
-	if i := strings.LastIndex(msg, ": "+tenants.ErrNotFound.Error()); i > 0 {
-		msg = msg[:i]
-		if j := strings.LastIndex(msg, ": "); j >= 0 {
-			msg = msg[j+2:]
-		}
-		return msg + " not found"
-	}
-	return "not found"
-}
-
-var errTrailingData = errors.New("trailing data after the JSON object")
-
-// decode reads a JSON body into v, rejecting unknown fields and trailing data. It
-// writes the problem and returns false when the body is unusable.
-func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	var tooBig *http.MaxBytesError
-	if err == nil {
-		// Only white space may follow. (dec.More() is no test of that: it is false
-		// before a stray ']' or '}', and {"org":"a"}] was accepted.)
-		if _, terr := dec.Token(); terr != io.EOF {
-			err = errTrailingData
-			if errors.As(terr, &tooBig) {
-				err = terr
-			}
-		}
-	}
-	switch {
-	case err == nil:
-		return true
-	case errors.As(err, &tooBig):
-		writeProblem(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", MaxBodyBytes))
-	default:
-		writeProblem(w, http.StatusBadRequest, "request body is not valid: "+err.Error())
-	}
+	refuse(w, r, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: "+strings.Join(names, " or "), nil))
 	return false
 }
 
@@ -369,14 +266,14 @@ func (s *Server) Readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	checks := map[string]string{"postgres": "ok", "redis": "ok"}
-	status := http.StatusOK
+	status, down := http.StatusOK, problem.Status(derrors.Unavailable)
 	if err := s.tenants.Ping(ctx); err != nil {
-		checks["postgres"], status = "unreachable", http.StatusServiceUnavailable
+		checks["postgres"], status = "unreachable", down
 	}
 	if s.redis == nil {
-		checks["redis"], status = "not configured", http.StatusServiceUnavailable
+		checks["redis"], status = "not configured", down
 	} else if err := s.redis.Ping(ctx).Err(); err != nil {
-		checks["redis"], status = "unreachable", http.StatusServiceUnavailable
+		checks["redis"], status = "unreachable", down
 	}
 	state := "ready"
 	if status != http.StatusOK {

@@ -1,25 +1,25 @@
 package httpapi
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 
 	openapi_types "github.com/oapi-codegen/runtime/types"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
 // GetUsage handles GET /v1/orgs/{org}/usage.
 func (s *Server) GetUsage(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.GetUsageParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !s.billingReady(w) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !s.billingReady(w, r) {
 		return
 	}
 	u, err := s.billing.Usage(r.Context(), org, deref(params.Period))
 	if err != nil {
-		s.failBilling(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, fromUsage(u))
@@ -27,7 +27,7 @@ func (s *Server) GetUsage(w http.ResponseWriter, r *http.Request, org api.OrgPat
 
 // ExportOrgBilling handles GET /v1/orgs/{org}/billing/export.
 func (s *Server) ExportOrgBilling(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ExportOrgBillingParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !s.billingReady(w) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !s.billingReady(w, r) {
 		return
 	}
 	s.export(w, r, org, deref(params.Period), params.Format)
@@ -35,15 +35,15 @@ func (s *Server) ExportOrgBilling(w http.ResponseWriter, r *http.Request, org ap
 
 // ExportBilling handles GET /v1/billing/export.
 func (s *Server) ExportBilling(w http.ResponseWriter, r *http.Request, params api.ExportBillingParams) {
-	if !requireOperator(w, r) || !s.billingReady(w) {
+	if !requireOperator(w, r) || !s.billingReady(w, r) {
 		return
 	}
 	s.export(w, r, "", deref(params.Period), params.Format)
 }
 
-func (s *Server) billingReady(w http.ResponseWriter) bool {
+func (s *Server) billingReady(w http.ResponseWriter, r *http.Request) bool {
 	if s.billing == nil {
-		writeProblem(w, http.StatusServiceUnavailable, "usage and billing are not configured on this server")
+		s.fail(w, r, derrors.E(derrors.Unavailable, "usage and billing are not configured on this server", nil))
 		return false
 	}
 	return true
@@ -80,7 +80,7 @@ func (s *Server) export(w http.ResponseWriter, r *http.Request, org, period stri
 		return
 	}
 	if !sw.started {
-		s.failBilling(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
 	s.log.Error("billing export failed midway; the response is truncated", "err", err, "org", org, "period", period)
@@ -109,14 +109,6 @@ func (s *startWriter) Flush() {
 	}
 }
 
-func (s *Server) failBilling(w http.ResponseWriter, r *http.Request, err error) {
-	if errors.Is(err, billing.ErrInvalid) {
-		writeProblem(w, http.StatusBadRequest, err.Error(), FieldError{Field: "period", Message: err.Error()})
-		return
-	}
-	s.fail(w, r, err)
-}
-
 func deref[T any](p *T) T {
 	var zero T
 	if p == nil {
@@ -127,7 +119,7 @@ func deref[T any](p *T) T {
 
 // GetWebhook handles GET /v1/orgs/{org}/webhook: the URL and the signing secret.
 func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w, r) {
 		return
 	}
 	info, err := s.billing.Webhook(r.Context(), org)
@@ -148,7 +140,7 @@ func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, org api.OrgP
 
 // ListWebhookDeliveries handles GET /v1/orgs/{org}/webhook-deliveries, newest first.
 func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListWebhookDeliveriesParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w, r) {
 		return
 	}
 	ds, next, err := s.billing.Deliveries(r.Context(), org, page(params.Limit, params.Cursor))

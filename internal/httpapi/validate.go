@@ -26,21 +26,6 @@ import (
 // and either limit answers 413.
 const maxValidatedBody = 1 << 20
 
-// unvalidatedPaths are served without spec validation.
-//
-// /v1/check and /v1/check/batch are the hot path: decoding the body twice and
-// walking the schema would cost more than the check itself, so their handlers
-// validate CheckRequest by hand (and must keep to the spec's rules: id patterns,
-// cost >= 0, idempotency_key 8..128 chars, at most 100 checks per batch, no unknown
-// fields). The operations endpoints take no input and must not depend on the spec.
-var unvalidatedPaths = map[string]bool{
-	"/v1/check":       true,
-	"/v1/check/batch": true,
-	"/healthz":        true,
-	"/readyz":         true,
-	"/metrics":        true,
-}
-
 // requestValidator checks requests against the embedded OpenAPI spec. The spec is
 // parsed and the router built once; both are only read afterwards, so one
 // validator serves concurrent requests.
@@ -95,30 +80,26 @@ func validateEmail(s string) error {
 
 func (v *requestValidator) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if unvalidatedPaths[r.URL.Path] {
-			next.ServeHTTP(w, r)
-			return
-		}
 		route, pathParams, err := v.router.FindRoute(r)
 		if err != nil {
 			// Unknown path or method: the router's 404/405.
 			next.ServeHTTP(w, r)
 			return
 		}
-		if status, detail, fieldErrs := v.validate(w, r, route, pathParams); status != 0 {
-			writeProblem(w, status, detail, fieldErrs...)
+		if err := v.validate(w, r, route, pathParams); err != nil {
+			refuse(w, r, err)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
 }
 
-// validate checks r and returns 0 when it is valid, or the status, detail and
-// field errors of the problem to answer. It leaves r.Body readable from the start.
-func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, route *routers.Route, pathParams map[string]string) (int, string, []FieldError) {
+// validate checks r and returns nil when it is valid, or the error to answer. It
+// leaves r.Body readable from the start.
+func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, route *routers.Route, pathParams map[string]string) error {
 	if route.Operation.RequestBody != nil {
 		if ct := r.Header.Get("Content-Type"); !jsonBody(ct) {
-			return http.StatusUnsupportedMediaType, unsupportedMediaType(ct), nil
+			return errUnsupportedMediaType(ct)
 		}
 	}
 	var body []byte
@@ -128,9 +109,9 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 		_ = r.Body.Close()
 		if err != nil {
 			if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-				return http.StatusRequestEntityTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit), nil
+				return errTooLarge
 			}
-			return http.StatusBadRequest, "request body could not be read", nil
+			return invalid("request body could not be read")
 		}
 		setBody(r, body)
 	}
@@ -140,7 +121,7 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 		// type), the body is JSON, which is what the spec's matcher must be told.
 		r.Header.Set("Content-Type", "application/json")
 		if !json.Valid(body) {
-			return http.StatusBadRequest, "request body is not valid JSON", nil
+			return bodyError(body, json.Unmarshal(body, new(any)))
 		}
 	}
 
@@ -155,7 +136,7 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 		setBody(r, body)
 	}
 	if err == nil {
-		return 0, "", nil
+		return nil
 	}
 	return problemFromValidation(err)
 }
@@ -169,7 +150,7 @@ func setBody(r *http.Request, body []byte) {
 
 // problemFromValidation turns the error of openapi3filter.ValidateRequest into a
 // 400 problem with one FieldError per schema problem.
-func problemFromValidation(err error) (int, string, []FieldError) {
+func problemFromValidation(err error) error {
 	var fieldErrs []FieldError
 	var details []string
 	for _, e := range flatten(err) {
@@ -198,7 +179,12 @@ func problemFromValidation(err error) (int, string, []FieldError) {
 	if len(details) == 0 {
 		details = append(details, "the request is invalid")
 	}
-	return http.StatusBadRequest, strings.Join(details, "; "), fieldErrs
+	detail := strings.Join(details, "; ")
+	if len(fieldErrs) == 0 {
+		// Every 400 names what is at fault: here the body as a whole.
+		fieldErrs = []FieldError{{Field: "body", Message: strings.TrimPrefix(detail, "request body ")}}
+	}
+	return invalid(detail, fieldErrs...)
 }
 
 // flatten lists the errors of a (possibly nested) openapi3.MultiError.

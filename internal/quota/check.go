@@ -19,6 +19,12 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
+	return e.check(ctx, req)
+}
+
+// check is Check of a request already validated: the Router validates each request
+// once, before choosing the engine.
+func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 	c := e.getCall()
 	e.build(c, &req, e.Now())
 	var a attempt
@@ -48,6 +54,12 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 // Its checks go through the same steps as Check's (next): re-sent after a refusal
 // without a run, hydrated once, failed alike.
 func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []error) {
+	return e.checkBatch(ctx, reqs, true)
+}
+
+// checkBatch is CheckBatch, validating each request unless the caller (the Router)
+// already has.
+func (e *Engine) checkBatch(ctx context.Context, reqs []Request, validate bool) ([]Result, []error) {
 	results := make([]Result, len(reqs))
 	errs := make([]error, len(reqs))
 	select {
@@ -66,9 +78,11 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 	items := make([]item, 0, len(reqs))
 	now := e.Now()
 	for i := range reqs {
-		if err := reqs[i].Validate(); err != nil {
-			errs[i] = err
-			continue
+		if validate {
+			if err := reqs[i].Validate(); err != nil {
+				errs[i] = err
+				continue
+			}
 		}
 		c := &call{ctx: ctx}
 		e.build(c, &reqs[i], now)

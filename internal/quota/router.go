@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 )
@@ -20,7 +21,7 @@ import (
 // ErrOverloaded is returned by the Router when an org already has
 // RouterConfig.MaxInFlightPerOrg checks in flight. Nothing was decided or counted;
 // the HTTP layer answers 429 or 503 with a short Retry-After.
-var ErrOverloaded = errors.New("quota: too many checks in flight for this org")
+var ErrOverloaded = derrors.New(derrors.Overloaded, "quota: too many checks in flight for this org")
 
 // DefaultPool is the name of the pool of RouterConfig.DefaultURL, and
 // DedicatedPool the name under which every org's dedicated Redis is reported (in
@@ -279,7 +280,7 @@ func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result,
 	var res Result
 	done, err := b.breakerFor(req.Org).Allow()
 	if err == nil {
-		res, err = b.eng.Check(ctx, *req)
+		res, err = b.eng.check(ctx, *req) // validated above
 		done(err)
 	}
 	res, err = r.answer(route, req, b.name, res, err, &out)
@@ -387,8 +388,8 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 		for j, i := range g.index {
 			sub[j] = reqs[i]
 		}
-		res, es := b.eng.CheckBatch(ctx, sub)
-		var verdict error // the batch's outcome for the breaker: its first Redis failure
+		res, es := b.eng.checkBatch(ctx, sub, false) // validated by CheckBatch
+		var verdict error                            // the batch's outcome for the breaker: its first Redis failure
 		for j, i := range g.index {
 			results[i], errs[i] = res[j], es[j]
 			if verdict == nil && isRedisFailure(es[j]) {

@@ -1,31 +1,30 @@
 package tenants
 
 import (
-	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
-// The kinds of failure the Service returns, wrapped with context. The http layer maps
-// each to one status in a single table.
+// The failures the Service returns, wrapped with context. Each is of a derrors kind,
+// which the http layer maps to one status in a single table (internal/httpapi/problem).
+// Errors of a Postgres that cannot be reached match derrors.Unavailable.
 var (
 	// ErrNotFound: the object does not exist, or belongs to another org.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = derrors.New(derrors.NotFound, "not found")
 	// ErrExists: an object with that id already exists.
-	ErrExists = errors.New("already exists")
+	ErrExists = derrors.New(derrors.Exists, "already exists")
 	// ErrInvalid: the input breaks a rule of its own; see *ValidationError.
-	ErrInvalid = errors.New("invalid input")
+	ErrInvalid = derrors.New(derrors.Invalid, "invalid input")
 	// ErrOverAllocated: a valid change would break an allocation rule; see *AllocationError.
-	ErrOverAllocated = errors.New("allocation rule violated")
+	ErrOverAllocated = derrors.New(derrors.Unprocessable, "allocation rule violated")
 	// ErrInUse: the object is still referenced (a plan with orgs).
-	ErrInUse = errors.New("in use")
+	ErrInUse = derrors.New(derrors.InUse, "in use")
 )
 
 // FieldError names an invalid field and says what is wrong with it.
-type FieldError struct {
-	Field   string
-	Message string
-}
+type FieldError = derrors.FieldError
 
 // ValidationError collects every problem of one input. It matches ErrInvalid.
 type ValidationError struct {
@@ -40,8 +39,16 @@ func (e *ValidationError) Error() string {
 	return "invalid input: " + strings.Join(parts, "; ")
 }
 
-// Is makes errors.Is(err, ErrInvalid) true.
-func (e *ValidationError) Is(target error) bool { return target == ErrInvalid }
+// Is makes errors.Is(err, ErrInvalid) and errors.Is(err, derrors.Invalid) true.
+func (e *ValidationError) Is(target error) bool {
+	return target == ErrInvalid || target == derrors.Invalid
+}
+
+// Kind is derrors.Invalid.
+func (e *ValidationError) Kind() derrors.Kind { return derrors.Invalid }
+
+// FieldErrors returns the invalid fields.
+func (e *ValidationError) FieldErrors() []FieldError { return e.Fields }
 
 // fieldErrs accumulates field problems.
 type fieldErrs []FieldError
@@ -83,5 +90,19 @@ func (e *AllocationError) Error() string {
 	return strings.Join(msgs, "; ")
 }
 
-// Is makes errors.Is(err, ErrOverAllocated) true.
-func (e *AllocationError) Is(target error) bool { return target == ErrOverAllocated }
+// Is makes errors.Is(err, ErrOverAllocated) and errors.Is(err, derrors.Unprocessable) true.
+func (e *AllocationError) Is(target error) bool {
+	return target == ErrOverAllocated || target == derrors.Unprocessable
+}
+
+// Kind is derrors.Unprocessable.
+func (e *AllocationError) Kind() derrors.Kind { return derrors.Unprocessable }
+
+// FieldErrors names the field behind each violation.
+func (e *AllocationError) FieldErrors() []FieldError {
+	out := make([]FieldError, len(e.Violations))
+	for i, v := range e.Violations {
+		out[i] = FieldError{Field: v.Field, Message: v.Message}
+	}
+	return out
+}

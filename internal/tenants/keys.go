@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
 // Tokens of org API keys look like qpk_<id>_<secret>: the id (16 hex digits) is public
@@ -21,7 +23,7 @@ import (
 const tokenPrefix = "qpk_"
 
 // ErrBadToken: the token is malformed, unknown, revoked or does not match.
-var ErrBadToken = errors.New("invalid API key")
+var ErrBadToken = derrors.New(derrors.Unauthenticated, "invalid API key")
 
 func newToken() (id, token string, err error) {
 	var idb [8]byte

@@ -2,12 +2,13 @@ package tenants
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
 // maxMetered bounds a plan's metered list, as the spec bounds a list of limits.
@@ -15,7 +16,7 @@ const maxMetered = 100
 
 // ErrUnknownMetric: a check names a metric its org does not know; see
 // *UnknownMetricError.
-var ErrUnknownMetric = errors.New("unknown metric")
+var ErrUnknownMetric = derrors.New(derrors.Unprocessable, "unknown metric")
 
 // UnknownMetricError refuses a check of a metric that is not one of the org's known
 // metrics. It matches ErrUnknownMetric. (An allocation of such a metric is refused
@@ -34,6 +35,18 @@ func (e *UnknownMetricError) Error() string {
 
 // Is makes errors.Is(err, ErrUnknownMetric) true.
 func (e *UnknownMetricError) Is(target error) bool { return target == ErrUnknownMetric }
+
+// Kind is derrors.Unprocessable: a 422.
+func (e *UnknownMetricError) Kind() derrors.Kind { return derrors.Unprocessable }
+
+// FieldErrors names the metric and lists the org's metrics, for the problem's errors[].
+func (e *UnknownMetricError) FieldErrors() []derrors.FieldError {
+	msg := fmt.Sprintf("%q is not one of the org's metrics: %s", e.Metric, strings.Join(e.Known, ", "))
+	if len(e.Known) == 0 {
+		msg = fmt.Sprintf("%q is not known: the org's plan names no metric in its limits, pricing or metered", e.Metric)
+	}
+	return []derrors.FieldError{{Field: "metric", Message: msg}}
+}
 
 // MetricSet is the metrics an org knows: those named by its plan's limits, its plan's
 // pricing, its plan's metered list and its own limit overrides. Built once when the

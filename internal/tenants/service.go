@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 )
 
 // Service is the tenancy model over Postgres. Every method that changes something
@@ -19,7 +21,7 @@ import (
 // on data read under the parent's row lock in the write's own transaction, so a store
 // interface would have to expose transactions anyway.
 type Service struct {
-	pool      *pgxpool.Pool
+	pool      pgdb.DB // its errors match derrors.Unavailable when Postgres is down
 	hasher    passwordHasher
 	listeners []func(orgIDs ...string)
 	now       func() time.Time
@@ -50,7 +52,7 @@ func WithPasswordCost(memoryKiB uint32, iterations uint32) Option {
 
 // NewService returns a Service on pool.
 func NewService(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pool, hasher: defaultHasher, now: time.Now}
+	s := &Service{pool: pgdb.DB{Pool: pool}, hasher: defaultHasher, now: time.Now}
 	for _, o := range opts {
 		o(s)
 	}
@@ -76,7 +78,7 @@ func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 		if attempt < 5 && errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01") {
 			continue
 		}
-		return err
+		return pgdb.Translate(err)
 	}
 }
 

@@ -98,11 +98,18 @@ func decodeCursor(c string) (string, error) {
 	if c == "" {
 		return "", nil
 	}
+	// Every key a cursor carries is an id (or an audit row number), so anything else
+	// (invalid UTF-8, a NUL, which Postgres refuses in text) was not handed out here.
 	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return "", &ValidationError{Fields: []FieldError{{Field: "cursor", Message: "is not a cursor this API returned"}}}
+	if err != nil || !ValidID(string(b)) {
+		return "", badCursor()
 	}
 	return string(b), nil
+}
+
+// badCursor refuses a cursor the API did not return.
+func badCursor() error {
+	return &ValidationError{Fields: []FieldError{{Field: "cursor", Message: "is not a cursor this API returned"}}}
 }
 
 // pageLimit clamps the page size to 1..1000, 100 by default.

@@ -103,7 +103,7 @@ func (s *Service) ListAudit(ctx context.Context, orgID string, page Page) ([]Aud
 	before := int64(1<<63 - 1)
 	if c != "" {
 		if before, err = strconv.ParseInt(c, 10, 64); err != nil {
-			return nil, "", &ValidationError{Fields: []FieldError{{Field: "cursor", Message: "is not a cursor this API returned"}}}
+			return nil, "", badCursor()
 		}
 	}
 	n := pageLimit(page)

@@ -1,0 +1,90 @@
+package httpapi
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
+	"github.com/quotaplane/quotaplane/internal/quota"
+)
+
+// Errors are answered in one place: every refusal is an error of a derrors kind, and
+// internal/httpapi/problem maps the kind to its status and problem document. Nothing
+// in this package chooses an error status.
+
+// FieldError names one invalid field of a request and what is wrong with it.
+type FieldError = derrors.FieldError
+
+// fail answers err, logging it when it is a 5xx.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	problem.Write(w, r, s.log, err)
+}
+
+// refuse answers a refusal found before any dependency was asked (never a 5xx).
+func refuse(w http.ResponseWriter, r *http.Request, err error) { problem.Write(w, r, nil, err) }
+
+// invalid is a 400 listing the fields at fault.
+func invalid(detail string, fields ...FieldError) error {
+	return derrors.E(derrors.Invalid, detail, nil, fields...)
+}
+
+// paramError answers the generated router's errors of path and query parameters
+// (the validator catches most of them first) naming the parameter, never in Go's words.
+func paramError(w http.ResponseWriter, r *http.Request, err error) {
+	name := ""
+	var (
+		fe *api.InvalidParamFormatError
+		re *api.RequiredParamError
+		te *api.TooManyValuesForParamError
+		ue *api.UnmarshalingParamError
+	)
+	switch {
+	case errors.As(err, &fe):
+		name = fe.ParamName
+	case errors.As(err, &re):
+		refuse(w, r, derrors.Field(re.ParamName, "is required"))
+		return
+	case errors.As(err, &te):
+		name = te.ParamName
+	case errors.As(err, &ue):
+		name = ue.ParamName
+	}
+	if name == "" {
+		refuse(w, r, invalid("a parameter of the request is malformed"))
+		return
+	}
+	refuse(w, r, derrors.Field(name, "is malformed"))
+}
+
+// engineError gives an error of the quota engine the kind it answers with: its own
+// when the engine says what is wrong (invalid, overloaded, a refusal such as an
+// idempotency conflict), else unavailable, since a check the engine could not decide
+// is worth retrying. The detail says which store failed.
+func engineError(err error) error {
+	if errors.Is(err, quota.ErrIdempotencyConflict) {
+		msg := "this key was first used (in the last 24 hours) with a different request: team, user, metric or cost differ; nothing was counted. Use a new key for a new request"
+		return derrors.E(derrors.Unprocessable, "idempotency_key: "+msg, err, FieldError{Field: "idempotency_key", Message: msg})
+	}
+	switch derrors.KindOf(err) {
+	case derrors.Overloaded:
+		return derrors.E(derrors.Overloaded, "too many checks of this org are in flight; retry shortly", err)
+	case derrors.Unavailable, derrors.Internal:
+		return derrors.E(derrors.Unavailable, "the quota store is unavailable; retry shortly", err)
+	}
+	return err
+}
+
+// itemProblem is the problem of one refused check of a batch.
+func itemProblem(err error) api.Problem {
+	d := problem.From(err)
+	p := api.Problem{Type: d.Type, Title: d.Title, Status: d.Status}
+	if d.Detail != "" {
+		p.Detail = &d.Detail
+	}
+	for _, f := range d.Errors {
+		p.Errors = append(p.Errors, api.FieldError{Field: f.Field, Message: f.Message})
+	}
+	return p
+}

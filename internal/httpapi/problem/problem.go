@@ -1,0 +1,162 @@
+// Package problem is the one place where an error becomes an HTTP answer: the table
+// of error kinds (internal/derrors) to statuses and RFC 9457 problem documents, used
+// alike by the admin API, the checks and the console. No other package chooses an
+// error status (TestNoStatusOutsideTheMap keeps it so).
+package problem
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+)
+
+// TypeBase prefixes the type URI of every problem document; the suffix is the status
+// text in kebab case ("unprocessable-entity").
+const TypeBase = "https://quotaplane.dev/problems/"
+
+// kind is one row of the table: the status of a kind, and the detail shown when the
+// error carries none a caller may see (always, for 5xx).
+type kind struct {
+	status int
+	detail string
+}
+
+// table maps every error kind to its answer. Adding a kind is one row here and one
+// constant in derrors; TestEveryKindHasAStatus checks the two agree.
+var table = [...]kind{
+	derrors.Internal:             {http.StatusInternalServerError, "internal error"},
+	derrors.Invalid:              {http.StatusBadRequest, "the request is invalid"},
+	derrors.Unauthenticated:      {http.StatusUnauthorized, "missing credentials: send Authorization: Bearer <token>"},
+	derrors.Forbidden:            {http.StatusForbidden, "not allowed"},
+	derrors.NotFound:             {http.StatusNotFound, "not found"},
+	derrors.MethodNotAllowed:     {http.StatusMethodNotAllowed, "method not allowed"},
+	derrors.Exists:               {http.StatusConflict, "already exists"},
+	derrors.InUse:                {http.StatusConflict, "still in use"},
+	derrors.TooLarge:             {http.StatusRequestEntityTooLarge, "request body is too large"},
+	derrors.UnsupportedMediaType: {http.StatusUnsupportedMediaType, "Content-Type must be application/json"},
+	derrors.Unprocessable:        {http.StatusUnprocessableEntity, "the request breaks a rule"},
+	derrors.RateLimited:          {http.StatusTooManyRequests, "too many requests"},
+	derrors.Unavailable:          {http.StatusServiceUnavailable, "a dependency is unavailable; retry shortly"},
+	derrors.Overloaded:           {http.StatusServiceUnavailable, "too many requests in flight; retry shortly"},
+	derrors.Canceled:             {499, "the client went away"}, // never written
+}
+
+// Status returns the HTTP status of an error's kind.
+func Status(err error) int { return row(derrors.KindOf(err)).status }
+
+func row(k derrors.Kind) kind {
+	if int(k) >= len(table) || table[k].status == 0 {
+		return table[derrors.Internal]
+	}
+	return table[k]
+}
+
+// FieldError names one invalid field of a request and what is wrong with it.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// Document is an RFC 9457 problem document (the spec's Problem).
+type Document struct {
+	Type   string       `json:"type"`
+	Title  string       `json:"title"`
+	Status int          `json:"status"`
+	Detail string       `json:"detail,omitempty"`
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// From returns the problem document of err. Its detail is, in order: the Detail of a
+// *derrors.Error in err's tree; for a 5xx, the kind's own words (never the error's
+// text); the text of the error that names fields; else the error's text, with a
+// not-found or already-exists error shaped as "team \"x\" of org \"y\" not found".
+func From(err error) Document {
+	k := derrors.KindOf(err)
+	r := row(k)
+	title := http.StatusText(r.status)
+	d := Document{Type: TypeBase + strings.ReplaceAll(strings.ToLower(title), " ", "-"), Title: title, Status: r.status}
+	var de *derrors.Error
+	var fe derrors.FieldErrorer
+	switch {
+	case errors.As(err, &de):
+		d.Detail = de.Detail
+	case r.status >= 500:
+		d.Detail = r.detail
+	case errors.As(err, &fe):
+		d.Detail = fe.Error()
+	default:
+		d.Detail = shape(err, k)
+	}
+	if r.status < 500 {
+		for _, f := range derrors.FieldsOf(err) {
+			d.Errors = append(d.Errors, FieldError{Field: f.Field, Message: f.Message})
+		}
+	}
+	return d
+}
+
+// shape turns "create team: team \"x\" of org \"y\": not found" into
+// "team \"x\" of org \"y\" not found": the object, without the operations around it.
+func shape(err error, k derrors.Kind) string {
+	msg := err.Error()
+	if k != derrors.NotFound && k != derrors.Exists {
+		return msg
+	}
+	var kd derrors.Kinder
+	_ = errors.As(err, &kd) // the sentinel: KindOf found one
+	tail := ": " + kd.Error()
+	i := strings.LastIndex(msg, tail)
+	if i <= 0 || i+len(tail) != len(msg) {
+		return msg
+	}
+	what := msg[:i]
+	if j := strings.LastIndex(what, ": "); j >= 0 {
+		what = what[j+2:]
+	}
+	return what + " " + kd.Error()
+}
+
+// Write answers err as a problem document. An internal error is logged with its
+// request id, which the caller is told; an unavailable dependency is logged as a
+// warning; overload is left to the metrics (it comes in floods). A canceled request
+// gets no answer. An Unavailable or Overloaded answer carries Retry-After: 1 unless
+// one is set.
+func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	k := derrors.KindOf(err)
+	if k == derrors.Canceled {
+		return
+	}
+	d := From(err)
+	if log == nil {
+		log = slog.Default()
+	}
+	id := middleware.GetReqID(r.Context())
+	switch k {
+	case derrors.Internal:
+		log.Error("request failed", "err", err.Error(), "method", r.Method, "path", r.URL.Path, "request_id", id)
+		if id != "" {
+			d.Detail += "; request id " + id
+		}
+	case derrors.Unavailable:
+		log.Warn("dependency unavailable", "err", err.Error(), "method", r.Method, "path", r.URL.Path, "request_id", id)
+	}
+	if (k == derrors.Unavailable || k == derrors.Overloaded) && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", "1")
+	}
+	WriteDocument(w, d)
+}
+
+// WriteDocument writes d as application/problem+json with d.Status.
+func WriteDocument(w http.ResponseWriter, d Document) {
+	h := w.Header()
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(d.Status)
+	_ = json.NewEncoder(w).Encode(d)
+}
