@@ -5,7 +5,6 @@
 package scripts_test
 
 import (
-	"bytes"
 	"errors"
 	"net"
 	"net/http"
@@ -14,7 +13,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -39,26 +37,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type run struct {
 	cmd    *exec.Cmd
-	out    *syncBuffer
+	out    *testenv.Buffer
 	done   chan struct{}
 	err    error
 	api    string // QUOTA_HTTP_ADDR
@@ -73,7 +54,7 @@ func freeAddr(t *testing.T) string {
 // directory, with env on top; its process group is stopped when the test ends.
 func start(t *testing.T, env map[string]string) *run {
 	t.Helper()
-	r := &run{out: &syncBuffer{}, done: make(chan struct{}), api: freeAddr(t), worker: freeAddr(t)}
+	r := &run{out: &testenv.Buffer{}, done: make(chan struct{}), api: freeAddr(t), worker: freeAddr(t)}
 	vars := map[string]string{
 		"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
 		"QUOTA_HTTP_ADDR": r.api, "QUOTA_WORKER_HTTP_ADDR": r.worker,

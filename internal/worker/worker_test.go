@@ -1,14 +1,12 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -51,24 +49,6 @@ func TestClientStartsRunsAndStops(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer that River's goroutines and the test can share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // River's producer logs its job counts every few seconds while jobs run: routine
 // chatter that must not fill an info-level log.
 func TestRiverRoutineChatterIsDebug(t *testing.T) {
@@ -77,7 +57,7 @@ func TestRiverRoutineChatterIsDebug(t *testing.T) {
 	if err := worker.MigrateRiver(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testenv.Buffer
 	log := slog.New(slog.NewJSONHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := worker.NewClient(pool, worker.Config{ID: "test-chatter", HeartbeatEvery: 200 * time.Millisecond, Logger: log})
 	if err != nil {
