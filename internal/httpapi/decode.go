@@ -20,19 +20,41 @@ var errTooLarge = derrors.E(derrors.TooLarge, fmt.Sprintf("request body is large
 // decode reads a JSON body into v, rejecting unknown fields and trailing data. It
 // writes the problem and returns false when the body is unusable.
 func decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	b, err := io.ReadAll(r.Body)
-	if err == nil {
-		err = decodeBytes(b, v)
-	} else if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-		err = errTooLarge
-	} else {
-		err = derrors.E(derrors.Invalid, "request body could not be read", err)
+	b, ok := readBody(w, r)
+	if !ok {
+		return false
 	}
-	if err != nil {
+	if err := decodeBytes(b, v); err != nil {
 		refuse(w, r, err)
 		return false
 	}
 	return true
+}
+
+// readBody reads the whole body (capped by the route group), or answers why it cannot.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	b, err := io.ReadAll(r.Body)
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		err = errTooLarge
+	} else if err != nil {
+		err = derrors.E(derrors.Invalid, "request body could not be read", err)
+	}
+	if err != nil {
+		refuse(w, r, err)
+		return nil, false
+	}
+	return b, true
+}
+
+// sentNull reports whether the JSON object b sets field to null: a PATCH's "remove
+// it", which the generated types cannot tell from leaving the field out.
+func sentNull(b []byte, field string) bool {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return false
+	}
+	v, ok := fields[field]
+	return ok && string(bytes.TrimSpace(v)) == "null"
 }
 
 // decodeBytes decodes b into v as decode does, and says what is wrong in the API's

@@ -54,10 +54,20 @@ func (s *Server) GetPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPa
 // PatchPlan handles PATCH /v1/plans/{plan}.
 func (s *Server) PatchPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
 	var in api.PlanPatch
-	if !requireOperator(w, r) || !decode(w, r, &in) {
+	if !requireOperator(w, r) {
 		return
 	}
-	p, err := s.tenants.UpdatePlan(r.Context(), actor(r), plan, toPlanPatch(in))
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := decodeBytes(b, &in); err != nil {
+		refuse(w, r, err)
+		return
+	}
+	patch := toPlanPatch(in)
+	patch.RemovePricing = sentNull(b, "pricing") // the generated type reads null as absent
+	p, err := s.tenants.UpdatePlan(r.Context(), actor(r), plan, patch)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -381,3 +381,32 @@ func TestForgettingAnAllocatedMetricIsRefused(t *testing.T) {
 	must("PATCH", "/v1/orgs/acme/teams/eng/users/alice", f.tokens["acme-admin"], `{"limits":[]}`, 200)
 	must("PATCH", "/v1/orgs/acme", operatorToken, `{"limits":[]}`, 200)
 }
+
+// "pricing": null in a plan PATCH removes the pricing, as the spec says; leaving the
+// field out keeps it. (The generated type reads null as absent: the pricing stayed.)
+func TestPlanPatchNullRemovesPricing(t *testing.T) {
+	f := mustFixture(t)
+	do := func(method, path, body string, want int) api.Plan {
+		t.Helper()
+		rec := f.do(method, path, operatorToken, body)
+		if rec.Code != want {
+			t.Fatalf("%s %s = %d, want %d: %s", method, path, rec.Code, want, rec.Body)
+		}
+		var p api.Plan
+		if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	do("POST", "/v1/plans", `{"id":"priced","name":"P","fail_mode":"open","limits":[{"metric":"requests","window":"month","limit":100}],
+		"pricing":{"currency":"USD","base_price":"10","metrics":[{"metric":"requests","included_units":50,"overage_price":"0.01"}]}}`, 201)
+	if p := do("PATCH", "/v1/plans/priced", `{"name":"P2"}`, 200); p.Pricing == nil {
+		t.Fatal("a patch without pricing removed it")
+	}
+	if p := do("PATCH", "/v1/plans/priced", `{"pricing": null}`, 200); p.Pricing != nil {
+		t.Fatalf("pricing after null = %+v, want none", *p.Pricing)
+	}
+	if p := do("GET", "/v1/plans/priced", "", 200); p.Pricing != nil || p.Name != "P2" {
+		t.Fatalf("stored plan = %+v", p)
+	}
+}

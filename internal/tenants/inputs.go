@@ -26,6 +26,8 @@ type PlanPatch struct {
 	FailMode *FailMode
 	Pool     *string
 	Pricing  *Pricing
+	// RemovePricing drops the plan's pricing (the request sent "pricing": null).
+	RemovePricing bool
 }
 
 // OrgInput creates an org.

@@ -185,6 +185,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.Pricing != nil {
 			after.Pricing = patch.Pricing
 		}
+		if patch.RemovePricing {
+			after.Pricing = nil
+		}
 		if patch.Limits != nil {
 			after.Limits = normalize(*patch.Limits)
 		}
@@ -198,7 +201,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if orgIDs, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		if patch.Limits != nil || patch.Metered != nil || patch.Pricing != nil {
+		if patch.Limits != nil || patch.Metered != nil || patch.Pricing != nil || patch.RemovePricing {
 			var vs []Violation
 			for _, orgID := range orgIDs {
 				org, err := getOrg(ctx, tx, orgID)
