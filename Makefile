@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
+.PHONY: help run build test test-k8s test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -16,9 +16,12 @@ build: ## build bin/quotaplane-api and bin/quotaplane-worker
 
 FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresStoppedFor30s
 
-test: ## run every test: Go under -race against real Postgres and Redis, the fault tests, then the console's (Vitest, Chromium)
+test: ## run every test: Go under -race against real Postgres and Redis, the fault tests, the Kubernetes manifests, then the console's (Vitest, Chromium)
 	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
-	@$(MAKE) --no-print-directory test-faults test-web web-check test-e2e
+	@$(MAKE) --no-print-directory test-faults test-k8s test-web web-check test-e2e
+
+test-k8s: ## decode deploy/k8s strictly into the Kubernetes API types and check probes, ports, selectors and variables (its own Go module)
+	cd deploy/k8s && $(GO) test -count=1 ./...
 
 test-faults: ## the fault tests (Redis killed and paused under load, Postgres stopped for 30 s), printing their figures
 	$(GO) test -race -count=1 -timeout 10m -v -run '^($(FAULT_TESTS))$$' ./internal/quota/ ./internal/httpapi/
@@ -50,9 +53,10 @@ generate: ## regenerate internal/httpapi/api from api/openapi.yaml
 check-generate: generate ## fail when the generated code differs from what is committed
 	@git diff --exit-code -- internal/httpapi/api || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
-lint: ## gofmt, go vet, and no error status chosen outside internal/httpapi/problem
-	@out=$$(gofmt -l cmd internal migrations scripts webhook); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+lint: ## gofmt, go vet (deploy/k8s's module too), and no error status chosen outside internal/httpapi/problem
+	@out=$$(gofmt -l cmd internal migrations scripts webhook deploy); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd deploy/k8s && $(GO) vet ./...
 	$(GO) test -count=1 -run TestNoStatusOutsideTheMap ./internal/httpapi/problem/
 
 bench: ## benchmark the check engine and /v1/check over HTTP, then bench-users; prints summary tables
