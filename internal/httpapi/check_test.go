@@ -232,7 +232,7 @@ func TestCheckIdempotencyKeyConflict(t *testing.T) {
 	key, _ := r.setup("acme")
 	r.mustDo("POST", "/v1/orgs/acme/teams", operatorToken, `{"id":"ops","name":"Ops"}`, 201)
 	r.mustDo("PATCH", "/v1/plans/p-acme", operatorToken, `{"metered":["tokens"]}`, 200) // a metric the org knows: the key, not the metric, is refused
-	used := func() int64 { // the org's month usage, read by a check of cost 0
+	used := func() int64 {                                                              // the org's month usage, read by a check of cost 0
 		t.Helper()
 		got := r.check(key, `{"org":"acme","cost":0}`)
 		for _, l := range got.body.Levels {
