@@ -115,7 +115,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
 	hook := &billing.WebhookWorker{Store: store, Tenants: svc, Secret: []byte(cfg.WebhookSecret),
 		Client: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Metrics: metrics}
-	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log,
+	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log, TracerProvider: tp,
 		Billing: &billing.Jobs{Closer: closer, Webhook: hook}})
 	if err != nil {
 		return err
@@ -125,7 +125,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	}
 	flusher := billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
 		Interval: cfg.FlushInterval, Logger: log, Metrics: metrics,
-		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer)})
+		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer), TracerProvider: tp})
 	flushCtx, stopFlushing := context.WithCancel(ctx)
 	defer stopFlushing()
 	flushed := make(chan struct{})
