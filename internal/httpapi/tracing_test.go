@@ -372,3 +372,15 @@ func TestCoalescedChecksLinkTheirPipeline(t *testing.T) {
 	}
 	t.Logf("%d checks in %d pipelines", n, len(pipes))
 }
+
+// BenchmarkCheckHTTPTraced is BenchmarkCheckHTTP with tracing on and every check
+// sampled, its spans batched to an exporter that drops them: what tracing costs
+// when it is on (off, BenchmarkCheckHTTP is unchanged: docs/TRACING.md).
+func BenchmarkCheckHTTPTraced(b *testing.B) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	b.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	url, key := benchServerTraced(b, tp)
+	drive(b, "POST", url+"/v1/check", key, func(i int64) []byte {
+		return fmt.Appendf(nil, `{"org":"acme","team":"eng","user":"u%d"}`, i%1000)
+	}, 1)
+}
