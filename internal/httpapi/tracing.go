@@ -20,7 +20,16 @@ func traced(h http.Handler, tp trace.TracerProvider) http.Handler {
 		otelhttp.WithPropagators(propagation.TraceContext{}),
 		otelhttp.WithPublicEndpointFn(func(*http.Request) bool { return true }),
 		otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }),
-		otelhttp.WithFilter(func(r *http.Request) bool { return r.URL.Path != "/metrics" && r.URL.Path != "/healthz" }))
+		otelhttp.WithFilter(untracedPath))
+}
+
+// untracedPath leaves out what probes and scrapers call every few seconds.
+func untracedPath(r *http.Request) bool {
+	switch r.URL.Path {
+	case "/healthz", "/readyz", "/metrics":
+		return false
+	}
+	return true
 }
 
 // nameSpan names the request's span after the route chi matched ("POST /v1/check",

@@ -202,7 +202,7 @@ func TestCheckTrace(t *testing.T) {
 }
 
 // TestAdminTrace: an admin call gives a server span with the Postgres queries it ran
-// as children (otelpgx), their SQL but not their arguments.
+// as children (otelpgx), their SQL but not their arguments. Probes make no span.
 func TestAdminTrace(t *testing.T) {
 	r, exp := newTracedReplica(t)
 	r.setup("acme")
@@ -228,6 +228,14 @@ func TestAdminTrace(t *testing.T) {
 	}
 	noSecrets(t, spans, operatorToken, "secrète")
 	writeOutput(t, "admin.txt", renderTrace(spans, http))
+
+	exp.Reset() // probes and scrapers, every few seconds, are not traced, nor their queries
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		r.f.do("GET", path, "", "")
+	}
+	if spans := exp.GetSpans(); len(spans) != 0 {
+		t.Errorf("probes made spans: %v", names(spans))
+	}
 }
 
 // renderTrace draws the tree of root's trace, each span with its kind and its
