@@ -258,15 +258,14 @@ func validateRoute(route *Route, req *Request) error {
 // ErrClosed and context errors as Engine.Check.
 func (r *Router) Check(ctx context.Context, route Route, req Request) (Result, Outcome, error) {
 	start := time.Now()
+	var span trace.Span
 	if r.tracer != nil {
-		var span trace.Span
 		ctx, span = startCheck(r.tracer, ctx, &req)
-		res, out, err := r.check(ctx, &route, &req)
-		endCheck(span, &res, out, err)
-		r.metrics.observe(out.Pool, &req, &res, err, out.Degraded, start)
-		return res, out, err
 	}
 	res, out, err := r.check(ctx, &route, &req)
+	if span != nil {
+		endCheck(span, &res, out, err)
+	}
 	r.metrics.observe(out.Pool, &req, &res, err, out.Degraded, start)
 	return res, out, err
 }
