@@ -30,6 +30,12 @@ import (
 // in the returned exporter, synchronously as each span ends.
 func newTracedReplica(t *testing.T) (*replica, *tracetest.InMemoryExporter) {
 	t.Helper()
+	return newTracedReplicaOn(t, testenv.RedisURL(t))
+}
+
+// newTracedReplicaOn is newTracedReplica with its checks decided on the Redis at redisURL.
+func newTracedReplicaOn(t *testing.T, redisURL string) (*replica, *tracetest.InMemoryExporter) {
+	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -48,7 +54,7 @@ func newTracedReplica(t *testing.T) (*replica, *tracetest.InMemoryExporter) {
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	rdb := testenv.Redis(t)
 	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: time.Hour, KeyTTL: time.Hour})
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisURL, RedisTimeout: testRedisTimeout,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "tr"), TracerProvider: tp}})
 	if err != nil {
 		t.Fatal(err)
@@ -391,4 +397,31 @@ func BenchmarkCheckHTTPTraced(b *testing.B) {
 	drive(b, "POST", url+"/v1/check", key, func(i int64) []byte {
 		return fmt.Appendf(nil, `{"org":"acme","team":"eng","user":"u%d"}`, i%1000)
 	}, 1)
+}
+
+// TestUndecidedCheckTrace: with the check's Redis down (and the plan failing closed),
+// the quota.check span says degraded and records the error, and the pipeline's span
+// counts the command that failed.
+func TestUndecidedCheckTrace(t *testing.T) {
+	r, exp := newTracedReplicaOn(t, "redis://127.0.0.1:1/0") // nothing listens there
+	key, _ := r.setup("acme")
+	exp.Reset()
+	if got := r.check(key, `{"org":"acme","team":"eng"}`); got.code != 503 {
+		t.Fatalf("check with Redis down: %d %s", got.code, got.raw)
+	}
+	spans := exp.GetSpans()
+	check := spanNamed(t, spans, "quota.check")
+	wantAttrs(t, check, map[string]string{"quotaplane.degraded": "true", "quotaplane.pool": "default"})
+	if _, ok := attrs(check.Attributes)["quotaplane.allowed"]; ok {
+		t.Errorf("an undecided check says whether it was allowed")
+	}
+	if check.Status.Code.String() != "Error" || len(check.Events) == 0 || check.Events[0].Name != "exception" {
+		t.Errorf("undecided check: status %v, events %v; want an error recorded", check.Status, check.Events)
+	}
+	pipe := spanNamed(t, spans, "redis.pipeline")
+	wantAttrs(t, pipe, map[string]string{"quotaplane.pipeline.failed": "1"})
+	if pipe.Status.Code.String() != "Error" {
+		t.Errorf("pipeline status %v, want Error", pipe.Status)
+	}
+	wantAttrs(t, spanNamed(t, spans, "POST /v1/check"), map[string]string{"http.response.status_code": "503"})
 }
