@@ -29,6 +29,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
+	"github.com/quotaplane/quotaplane/internal/platform/tracing"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/web"
@@ -71,9 +72,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		}
 	}
 
+	// Spans are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; the last ones are
+	// flushed once everything that makes them has stopped (deferred first, runs last).
+	tp, stopTracing, err := tracing.Setup(ctx, tracing.APIService, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			log.Warn("could not flush the last spans", "err", err.Error())
+		}
+	}()
+	if tp != nil {
+		log.Info("tracing: exporting spans over OTLP", "endpoint", redact.URL(tracing.Endpoint(getenv)))
+	}
+
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
-	pool, err := pgdb.Open(startCtx, cfg.DatabaseURL, log)
+	pool, err := pgdb.Open(startCtx, cfg.DatabaseURL, log, tp)
 	if err != nil {
 		return err
 	}
@@ -119,7 +137,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cacheMetrics := cachemetrics.New(registry)
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
-		Registerer: registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys")}})
+		Registerer: registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp}})
 	if err != nil {
 		return err
 	}
@@ -132,7 +150,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	consoleHandler := console.NewHandler(console.NewSessions(pool, svc, console.Options{}), web.Dist(), log)
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
-		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow,
+		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp,
 		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
 			Counters: billing.RouterCounters(router)}})
 	if err != nil {

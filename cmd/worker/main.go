@@ -25,7 +25,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/config"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
+	"github.com/quotaplane/quotaplane/internal/platform/tracing"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/worker"
@@ -57,9 +59,26 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	}
 	defer ln.Close()
 
+	// Spans are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; the last ones are
+	// flushed once everything that makes them has stopped (deferred first, runs last).
+	tp, stopTracing, err := tracing.Setup(ctx, tracing.WorkerService, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := stopTracing(flushCtx); err != nil {
+			log.Warn("could not flush the last spans", "err", err.Error())
+		}
+	}()
+	if tp != nil {
+		log.Info("tracing: exporting spans over OTLP", "endpoint", redact.URL(tracing.Endpoint(getenv)))
+	}
+
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()
-	pool, err := pgdb.Open(startCtx, cfg.DatabaseURL, log)
+	pool, err := pgdb.Open(startCtx, cfg.DatabaseURL, log, tp)
 	if err != nil {
 		return err
 	}
@@ -96,7 +115,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
 	hook := &billing.WebhookWorker{Store: store, Tenants: svc, Secret: []byte(cfg.WebhookSecret),
 		Client: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Metrics: metrics}
-	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log,
+	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log, TracerProvider: tp,
 		Billing: &billing.Jobs{Closer: closer, Webhook: hook}})
 	if err != nil {
 		return err
@@ -106,7 +125,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	}
 	flusher := billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
 		Interval: cfg.FlushInterval, Logger: log, Metrics: metrics,
-		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer)})
+		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer), TracerProvider: tp})
 	flushCtx, stopFlushing := context.WithCancel(ctx)
 	defer stopFlushing()
 	flushed := make(chan struct{})

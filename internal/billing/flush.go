@@ -9,6 +9,9 @@ import (
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
@@ -42,6 +45,9 @@ type FlusherConfig struct {
 	CacheEvents int
 	// CacheMetrics counts the flusher's caches: billing_limits and billing_events.
 	CacheMetrics *cachemetrics.Metrics
+	// TracerProvider, when set, makes each flush of Run a "billing.flush" span, its
+	// Postgres queries under it; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Flusher persists the live month counters of every org into the ledger at an
@@ -96,7 +102,7 @@ func (f *Flusher) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			if _, err := f.FlushOnce(final); err != nil {
+			if _, err := f.traced(final); err != nil {
 				f.cfg.Logger.Warn("final usage flush failed", "err", err.Error())
 			}
 			cancel()
@@ -104,11 +110,28 @@ func (f *Flusher) Run(ctx context.Context) {
 		case <-t.C:
 		}
 		tick, cancel := context.WithTimeout(ctx, 4*f.cfg.Interval+5*time.Second)
-		if _, err := f.FlushOnce(tick); err != nil && ctx.Err() == nil {
+		if _, err := f.traced(tick); err != nil && ctx.Err() == nil {
 			f.cfg.Logger.Warn("usage flush incomplete", "err", err.Error())
 		}
 		cancel()
 	}
+}
+
+// traced is FlushOnce in a span of its own when tracing is on.
+func (f *Flusher) traced(ctx context.Context) (FlushStats, error) {
+	if f.cfg.TracerProvider == nil {
+		return f.FlushOnce(ctx)
+	}
+	ctx, span := f.cfg.TracerProvider.Tracer("github.com/quotaplane/quotaplane/internal/billing").Start(ctx, "billing.flush")
+	defer span.End()
+	st, err := f.FlushOnce(ctx)
+	span.SetAttributes(attribute.Int("quotaplane.flush.orgs", st.Orgs), attribute.Int("quotaplane.flush.read", st.Read),
+		attribute.Int("quotaplane.flush.written", st.Written))
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, "flush incomplete")
+	}
+	return st, err
 }
 
 // FlushStats says what one flush did.

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -25,6 +27,12 @@ import (
 // benchServer is the api over real loopback HTTP with a three-level cascade:
 // org "acme" (month + minute limits), team "eng", users with default limits.
 func benchServer(b *testing.B) (url, key string) {
+	b.Helper()
+	return benchServerTraced(b, nil)
+}
+
+// benchServerTraced is benchServer with its spans given to tp (nil: tracing off).
+func benchServerTraced(b *testing.B, tp trace.TracerProvider) (url, key string) {
 	b.Helper()
 	ctx := context.Background()
 	svc := tenants.NewService(testenv.Postgres(b), tenants.WithPasswordCost(64, 1))
@@ -49,13 +57,13 @@ func benchServer(b *testing.B) (url, key string) {
 	// A second, not the api's 100 ms: on a busy two-core machine a pipeline of 50
 	// batches of 100 can take longer, and this measures throughput, not the fail mode.
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch,
-		RedisTimeout: time.Second, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench")}})
+		RedisTimeout: time.Second, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench"), TracerProvider: tp}})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = router.Close() })
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(b),
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), TracerProvider: tp})
 	if err != nil {
 		b.Fatal(err)
 	}

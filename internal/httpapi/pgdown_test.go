@@ -192,7 +192,7 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
 	defer cancelOpen()
-	pool, err := pgdb.Open(openCtx, pg.URL(), log)
+	pool, err := pgdb.Open(openCtx, pg.URL(), log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/console"
@@ -50,6 +51,10 @@ type Deps struct {
 	// every /v1 route but the checks; over it, 429. 0 (the zero value) is no limit.
 	AdminRateLimit  int
 	AdminRateWindow time.Duration
+	// TracerProvider, when set, gives every request a server span (named after its
+	// route) for the engine's and Postgres's spans to nest in; nil (tracing off) adds
+	// nothing to a request.
+	TracerProvider trace.TracerProvider
 }
 
 // Server implements the generated api.ServerInterface.
@@ -89,6 +94,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.recoverer, m.middleware)
+	if d.TracerProvider != nil {
+		r.Use(nameSpan)
+	}
 	r.NotFound(notFound)
 	r.MethodNotAllowed(methodNotAllowed(r))
 	var app http.Handler // the console's; a nil *console.Handler would be a non-nil Handler
@@ -96,6 +104,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 		app = d.Console
 	}
 	s.routes(r, app, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
+	if d.TracerProvider != nil {
+		return traced(r, d.TracerProvider), nil
+	}
 	return r, nil
 }
 

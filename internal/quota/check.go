@@ -37,8 +37,10 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		res, v, pause, err := e.next(c, &a)
 		switch v {
 		case resend:
+			e.traceEvent(ctx, "quota.resend")
 			err = e.sleep(ctx, pause)
 		case rehydrate:
+			e.traceEvent(ctx, "quota.hydrate")
 			err = e.hydrate(ctx, c.org, c.period)
 		}
 		if v == settled || err != nil {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
@@ -84,6 +85,10 @@ type Config struct {
 	KeyCacheSize int
 	// KeyCache is told of the key cache's hits, misses and evictions (metrics).
 	KeyCache cachemetrics.Hooks
+	// TracerProvider, when set, traces checks (trace.go): a span per Router check and
+	// per pipeline sent, linked to the checks it carries. Nil (the default) starts no
+	// span and costs a check nothing.
+	TracerProvider trace.TracerProvider
 }
 
 func (c *Config) setDefaults() error {
@@ -144,6 +149,7 @@ type Engine struct {
 	keys    *keyCache                  // an org's keys for a period, built and boxed once
 	periods [29]atomic.Pointer[Period] // the current period by anchor day (0 = 1)
 	ttlArg  any                        // idemTTL, boxed once
+	tracer  trace.Tracer               // nil when tracing is off
 }
 
 // ClientOptions parses a redis:// URL into options fit for an Engine: retries off.
@@ -191,6 +197,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 		keys:    newKeyCache(cfg.KeyCacheSize, cfg.KeyCache),
 	}
 	e.ttlArg = e.idemTTL
+	e.tracer = newTracer(cfg.TracerProvider)
 	e.cluster, _ = rdb.(*redis.ClusterClient)
 	e.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -141,7 +141,12 @@ func (e *Engine) exec(ctx context.Context, calls []*call, p *pipeState) {
 		return
 	}
 	n, t0 := pipe.Len(), time.Now() // Exec empties the pipeline
-	_, _ = pipe.Exec(ctx)           // errors are per command
+	if e.tracer != nil {
+		if span := e.startPipeline(ctx, calls, n); span != nil {
+			defer func() { e.endPipeline(ctx, span, calls, len(p.again)) }()
+		}
+	}
+	_, _ = pipe.Exec(ctx) // errors are per command
 	if e.cfg.OnPipeline != nil {
 		e.cfg.OnPipeline(n, time.Since(t0))
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
@@ -100,6 +101,7 @@ type Router struct {
 
 	local   *localLimiter
 	metrics *routerMetrics
+	tracer  trace.Tracer // nil when tracing is off
 
 	mu     sync.Mutex // orders backend creation against Close
 	closed bool
@@ -130,6 +132,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		names:   map[string]string{},
 		classes: map[string]string{},
 		local:   newLocalLimiter(cfg.Replicas),
+		tracer:  newTracer(cfg.Engine.TracerProvider),
 	}
 	r.defaultURL = cfg.DefaultURL
 	if r.defaultURL == "" {
@@ -255,7 +258,14 @@ func validateRoute(route *Route, req *Request) error {
 // ErrClosed and context errors as Engine.Check.
 func (r *Router) Check(ctx context.Context, route Route, req Request) (Result, Outcome, error) {
 	start := time.Now()
+	var span trace.Span
+	if r.tracer != nil {
+		ctx, span = startCheck(r.tracer, ctx, &req)
+	}
 	res, out, err := r.check(ctx, &route, &req)
+	if span != nil {
+		endCheck(span, &res, out, err)
+	}
 	r.metrics.observe(out.Pool, &req, &res, err, out.Degraded, start)
 	return res, out, err
 }
@@ -321,6 +331,11 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 	start := time.Now()
 	n := len(reqs)
 	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
+	if r.tracer != nil {
+		var span trace.Span
+		ctx, span = startBatch(r.tracer, ctx, reqs)
+		defer func() { endBatch(span, results, errs) }()
+	}
 	defer func() {
 		for i := range reqs {
 			r.metrics.observe(outs[i].Pool, &reqs[i], &results[i], errs[i], outs[i].Degraded, start)

@@ -15,6 +15,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/riverqueue/rivercontrib/otelriver"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 )
@@ -55,6 +58,9 @@ type Config struct {
 	Billing *billing.Jobs
 	// MaxWorkers bounds the jobs run at once (default 10).
 	MaxWorkers int
+	// TracerProvider, when set, gives every job a span ("river.work/<kind>", otelriver),
+	// its Postgres queries under it; nil traces nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultID names this worker process: host-pid.
@@ -90,7 +96,13 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 		cfg.Billing.Register(workers)
 		periodic = append(periodic, cfg.Billing.Periodic()...)
 	}
+	var middleware []rivertype.Middleware
+	if cfg.TracerProvider != nil {
+		middleware = append(middleware, otelriver.NewMiddleware(&otelriver.MiddlewareConfig{TracerProvider: cfg.TracerProvider,
+			EnableWorkSpanJobKindSuffix: true}))
+	}
 	return river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Middleware:   middleware,
 		ID:           cfg.ID,
 		Logger:       slog.New(quietRoutine{cfg.Logger.Handler()}).With("component", "river"),
 		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},

@@ -10,9 +10,11 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/exaring/otelpgx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 )
@@ -36,15 +38,28 @@ func ParseConfig(dbURL string) (*pgxpool.Config, error) {
 	return cfg, nil
 }
 
+// Trace makes the pool of cfg trace its queries with tp (otelpgx): a span per query,
+// batch, prepare, connect and pool acquire, each a child of the span in the
+// query's context and none without one. Spans carry the SQL text (parameters are
+// $n placeholders), never the arguments. A nil tp leaves cfg as it is.
+func Trace(cfg *pgxpool.Config, tp trace.TracerProvider) {
+	if tp == nil {
+		return
+	}
+	cfg.ConnConfig.Tracer = otelpgx.NewTracer(otelpgx.WithTracerProvider(tp))
+}
+
 // Open connects to the database at dbURL, creating the database first when the
 // server answers that it does not exist. While the server cannot be reached it
 // retries with backoff until ctx ends, logging each failure with the URL (password
-// masked) so an operator sees at once what is missing.
-func Open(ctx context.Context, dbURL string, log *slog.Logger) (*pgxpool.Pool, error) {
+// masked) so an operator sees at once what is missing. With a non-nil tp the
+// pool's queries are traced (Trace).
+func Open(ctx context.Context, dbURL string, log *slog.Logger, tp trace.TracerProvider) (*pgxpool.Pool, error) {
 	cfg, err := ParseConfig(dbURL)
 	if err != nil {
 		return nil, err
 	}
+	Trace(cfg, tp)
 	backoff := 200 * time.Millisecond
 	for {
 		err = ping(ctx, cfg)

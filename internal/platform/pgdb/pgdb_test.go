@@ -61,7 +61,7 @@ func TestOpenCreatesDatabaseAndConcurrentMigrate(t *testing.T) {
 	u.Path = u.Path + "_new"
 	dbURL := u.String()
 	ctx := context.Background()
-	pool, err := pgdb.Open(ctx, dbURL, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	pool, err := pgdb.Open(ctx, dbURL, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
