@@ -54,7 +54,10 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *
 	t.Cleanup(pool.Close)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	rdb := testenv.Redis(t)
-	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Metrics: cachemetrics.New(reg)})
+	// Replicas of one test share a channel; other tests' invalidations of the same org
+	// ids (every package's tests run at once on one Redis) must not reach them.
+	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Metrics: cachemetrics.New(reg),
+		Channel: tenants.InvalidationChannel + ":" + prefix})
 	cache.Listen(ctx, rdb)
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: prefix},
 		Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})

@@ -49,6 +49,7 @@ const (
 // until the LRU evicts them: when Postgres cannot be reached, they keep serving.
 type Cache struct {
 	svc      *Service
+	channel  string // of invalidations, on Redis pub/sub
 	ttl      time.Duration
 	keyTTL   time.Duration
 	log      *slog.Logger
@@ -108,6 +109,9 @@ type CacheOptions struct {
 	Keys    int
 	Logger  *slog.Logger
 	Metrics *cachemetrics.Metrics // counts by cache: orgs, users, keys, bad_tokens; nil: none
+	// Channel is the Redis pub/sub channel of invalidations (default
+	// InvalidationChannel): replicas that share a Redis and a database must share it.
+	Channel string
 }
 
 func newLRU[K comparable, V any](size int) *lru.Cache[K, V] {
@@ -138,7 +142,10 @@ func NewCache(svc *Service, o CacheOptions) *Cache {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	c := &Cache{svc: svc, ttl: o.TTL, keyTTL: o.KeyTTL, log: o.Logger, now: time.Now, seed: maphash.MakeSeed(),
+	if o.Channel == "" {
+		o.Channel = InvalidationChannel
+	}
+	c := &Cache{svc: svc, channel: o.Channel, ttl: o.TTL, keyTTL: o.KeyTTL, log: o.Logger, now: time.Now, seed: maphash.MakeSeed(),
 		maxUsers: max(o.Users/10, 1), userBound: int64(o.Users),
 		users: newLRU[[2]string, *userEntry](o.Users), keys: newLRU[[32]byte, *keyEntry](o.Keys),
 		badTokens: newLRU[[32]byte, time.Time](o.Keys),
@@ -364,12 +371,12 @@ func (c *Cache) Listen(ctx context.Context, rdb redis.UniversalClient) {
 		pctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		for _, id := range orgIDs {
-			if err := rdb.Publish(pctx, InvalidationChannel, id).Err(); err != nil {
+			if err := rdb.Publish(pctx, c.channel, id).Err(); err != nil {
 				c.log.Warn("cannot publish a cache invalidation; other replicas catch up by TTL", "org", id, "err", err.Error())
 			}
 		}
 	})
-	ps := rdb.Subscribe(ctx, InvalidationChannel)
+	ps := rdb.Subscribe(ctx, c.channel)
 	go func() {
 		defer ps.Close()
 		for {
