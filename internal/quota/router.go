@@ -39,6 +39,9 @@ type Route struct {
 	RedisURL string
 	// FailMode is the plan's failure mode; empty means FailClosed.
 	FailMode FailMode
+	// Plan is the org's plan id, used only as the plan label of
+	// quotaplane_plan_checks_total ("" is reported as "none").
+	Plan string
 }
 
 // Outcome says how a check was answered.
@@ -74,6 +77,10 @@ type RouterConfig struct {
 	Engine Config
 	// Registerer receives the router's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// MetricsOrgs bounds the org label of quotaplane_org_checks_total: the first
+	// MetricsOrgs orgs this replica checks get their own series, later ones are
+	// counted as org "_other" (QUOTA_METRICS_ORGS; default 100; negative: none).
+	MetricsOrgs int
 }
 
 // Router sends each check to the engine of its org's Redis, bounds each org's
@@ -111,6 +118,9 @@ type Router struct {
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.MaxInFlightPerOrg <= 0 {
 		cfg.MaxInFlightPerOrg = 256
+	}
+	if cfg.MetricsOrgs == 0 {
+		cfg.MetricsOrgs = 100
 	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
@@ -256,7 +266,7 @@ func validateRoute(route *Route, req *Request) error {
 func (r *Router) Check(ctx context.Context, route Route, req Request) (Result, Outcome, error) {
 	start := time.Now()
 	res, out, err := r.check(ctx, &route, &req)
-	r.metrics.observe(out.Pool, &req, &res, err, out.Degraded, start)
+	r.metrics.observe(out.Pool, &route, &req, &res, err, out.Degraded, start)
 	return res, out, err
 }
 
@@ -323,7 +333,11 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
 	defer func() {
 		for i := range reqs {
-			r.metrics.observe(outs[i].Pool, &reqs[i], &results[i], errs[i], outs[i].Degraded, start)
+			var route *Route
+			if len(routes) == n {
+				route = &routes[i]
+			}
+			r.metrics.observe(outs[i].Pool, route, &reqs[i], &results[i], errs[i], outs[i].Degraded, start)
 		}
 	}()
 	if len(routes) != n {
