@@ -58,7 +58,7 @@ check-generate: generate ## fail when the generated code differs from what is co
 	@git diff --exit-code -- internal/httpapi/api || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 lint: ## gofmt, go vet, and no error status chosen outside internal/httpapi/problem
-	@out=$$(gofmt -l cmd internal migrations scripts webhook); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@out=$$(gofmt -l cmd deploy internal migrations scripts webhook); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) test -count=1 -run TestNoStatusOutsideTheMap ./internal/httpapi/problem/
 
