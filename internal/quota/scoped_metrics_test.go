@@ -2,6 +2,8 @@ package quota_test
 
 import (
 	"context"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
@@ -72,5 +74,59 @@ func TestRouterPlanMetricsDegraded(t *testing.T) {
 	}
 	if got := metricValue(t, reg, "quotaplane_plan_checks_total", map[string]string{"plan": "free", "decision": "allowed", "degraded": "true"}); got != 2 {
 		t.Errorf("degraded allowed checks of plan free = %v, want 2", got)
+	}
+}
+
+// TestRouterOrgMetricsCapConcurrent: orgs checked for the first time at once still get
+// at most MetricsOrgs series of their own, and no check is lost from the counts.
+func TestRouterOrgMetricsCapConcurrent(t *testing.T) {
+	t.Parallel()
+	r, reg := MustRouter(t, quota.RouterConfig{MetricsOrgs: 5})
+	prefix := testenv.ID(t, "o")
+	const orgs, each = 20, 5
+	var wg sync.WaitGroup
+	errs := make(chan error, orgs*each)
+	for i := range orgs {
+		for range each {
+			wg.Go(func() {
+				_, _, err := r.Check(context.Background(), quota.Route{Plan: "pro", FailMode: quota.FailClosed},
+					quota.Request{Org: fmt.Sprintf("%s-%d", prefix, i), Metric: "requests"})
+				errs <- err
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	named, total := 0, 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "quotaplane_org_checks_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			total += m.GetCounter().GetValue()
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "org" && lp.GetValue() != quota.OtherOrgs {
+					named++
+					if v := m.GetCounter().GetValue(); v != each {
+						t.Errorf("org %s counted %v checks, want %d", lp.GetValue(), v, each)
+					}
+				}
+			}
+		}
+	}
+	if named != 5 || total != orgs*each {
+		t.Errorf("%d orgs with a series of their own and %v checks counted, want 5 and %d", named, total, orgs*each)
+	}
+	if got := metricValue(t, reg, "quotaplane_plan_checks_total", map[string]string{"plan": "pro"}); got != orgs*each {
+		t.Errorf("plan pro counted %v checks, want %d", got, orgs*each)
 	}
 }
