@@ -232,7 +232,7 @@ func TestCheckIdempotencyKeyConflict(t *testing.T) {
 	key, _ := r.setup("acme")
 	r.mustDo("POST", "/v1/orgs/acme/teams", operatorToken, `{"id":"ops","name":"Ops"}`, 201)
 	r.mustDo("PATCH", "/v1/plans/p-acme", operatorToken, `{"metered":["tokens"]}`, 200) // a metric the org knows: the key, not the metric, is refused
-	used := func() int64 { // the org's month usage, read by a check of cost 0
+	used := func() int64 {                                                              // the org's month usage, read by a check of cost 0
 		t.Helper()
 		got := r.check(key, `{"org":"acme","cost":0}`)
 		for _, l := range got.body.Levels {
@@ -413,8 +413,9 @@ func TestFailModesOverHTTP(t *testing.T) {
 	}
 }
 
-// /metrics shows checks by decision, blocking level, mode and degraded, latency,
-// pipelines, breaker state, in-flight checks and cache lookups; never a user id.
+// /metrics shows checks by decision, blocking level, mode and degraded, by plan and
+// by org, latency, pipelines, breaker state, in-flight checks and cache lookups;
+// never a user id.
 func TestCheckMetrics(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
 	key, _ := r.setup("acme")
@@ -425,6 +426,8 @@ func TestCheckMetrics(t *testing.T) {
 	for _, want := range []string{
 		`quotaplane_checks_total{blocked_level="",decision="allowed",degraded="false",mode="enforce"} 20`,
 		`quotaplane_checks_total{blocked_level="org",decision="denied",degraded="false",mode="enforce"} 2`,
+		`quotaplane_plan_checks_total{decision="allowed",degraded="false",plan="p-acme"} 20`,
+		`quotaplane_org_checks_total{decision="denied",org="acme"} 2`,
 		"quotaplane_check_duration_seconds_bucket", "quotaplane_redis_pipeline_size_bucket",
 		"quotaplane_redis_roundtrip_seconds_bucket", "quotaplane_breaker_state", "quotaplane_inflight",
 		`quotaplane_cache_lookups_total{cache="orgs",result="hit"}`, `quotaplane_cache_lookups_total{cache="keys",result="hit"}`, "quotaplane_http_requests_total",

@@ -130,3 +130,20 @@ func TestRouterOrgMetricsCapConcurrent(t *testing.T) {
 		t.Errorf("plan pro counted %v checks, want %d", got, orgs*each)
 	}
 }
+
+// TestRouterOrgMetricsOff: QUOTA_METRICS_ORGS=0 (quota.MetricsOrgs(0)) gives no org a
+// series of its own.
+func TestRouterOrgMetricsOff(t *testing.T) {
+	t.Parallel()
+	r, reg := MustRouter(t, quota.RouterConfig{MetricsOrgs: quota.MetricsOrgs(0)})
+	org := testenv.ID(t, "org")
+	if _, _, err := r.Check(context.Background(), quota.Route{FailMode: quota.FailClosed}, quota.Request{Org: org, Metric: "requests"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricValue(t, reg, "quotaplane_org_checks_total", map[string]string{"org": org}); got != -1 {
+		t.Errorf("org %s has a series (%v), want none", org, got)
+	}
+	if got := metricValue(t, reg, "quotaplane_org_checks_total", map[string]string{"org": quota.OtherOrgs, "decision": "allowed"}); got != 1 {
+		t.Errorf("_other allowed = %v, want 1", got)
+	}
+}
