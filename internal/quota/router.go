@@ -25,7 +25,7 @@ var ErrOverloaded = derrors.New(derrors.Overloaded, "quota: too many checks in f
 
 // DefaultPool is the name of the pool of RouterConfig.DefaultURL, and
 // DedicatedPool the name under which every org's dedicated Redis is reported (in
-// Outcome.Pool and in metrics: there is no per-org label).
+// Outcome.Pool and in metrics: the pool label never names an org).
 const (
 	DefaultPool   = "default"
 	DedicatedPool = "dedicated"

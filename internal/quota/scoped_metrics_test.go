@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -81,7 +82,9 @@ func TestRouterPlanMetricsDegraded(t *testing.T) {
 // at most MetricsOrgs series of their own, and no check is lost from the counts.
 func TestRouterOrgMetricsCapConcurrent(t *testing.T) {
 	t.Parallel()
-	r, reg := MustRouter(t, quota.RouterConfig{MetricsOrgs: 5})
+	// A machine busy with other tests under -race can take more than the 100 ms
+	// default to open 100 connections; this test is about counting, not timeouts.
+	r, reg := MustRouter(t, quota.RouterConfig{MetricsOrgs: 5, RedisTimeout: 5 * time.Second})
 	prefix := testenv.ID(t, "o")
 	const orgs, each = 20, 5
 	var wg sync.WaitGroup
