@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-k8s test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
+.PHONY: help run build test test-k8s test-rules test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -16,12 +16,19 @@ build: ## build bin/quotaplane-api and bin/quotaplane-worker
 
 FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresStoppedFor30s
 
-test: ## run every test: Go under -race against real Postgres and Redis, the fault tests, the Kubernetes manifests, then the console's (Vitest, Chromium)
+test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the fault tests, the Kubernetes manifests, then the console's (Vitest, Chromium)
 	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
-	@$(MAKE) --no-print-directory test-faults test-k8s test-web web-check test-e2e
+	@$(MAKE) --no-print-directory test-rules test-faults test-k8s test-web web-check test-e2e
 
 test-k8s: ## decode deploy/k8s strictly into the Kubernetes API types and check probes, ports, selectors and variables (its own Go module)
 	cd deploy/k8s && $(GO) test -count=1 ./...
+
+test-rules: ## check and unit-test the Prometheus rules of deploy/prometheus with promtool (skipped without it unless CI=true)
+	@if ! command -v promtool >/dev/null 2>&1; then \
+	  if [ "$$CI" = true ]; then echo "promtool is missing: apt-get install prometheus"; exit 1; fi; \
+	  echo "promtool not found: skipping the Prometheus rule tests (apt-get install prometheus)"; exit 0; \
+	fi; \
+	promtool check rules deploy/prometheus/*.rules.yml && promtool test rules deploy/prometheus/tests/*.yml
 
 test-faults: ## the fault tests (Redis killed and paused under load, Postgres stopped for 30 s), printing their figures
 	$(GO) test -race -count=1 -timeout 10m -v -run '^($(FAULT_TESTS))$$' ./internal/quota/ ./internal/httpapi/

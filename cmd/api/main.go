@@ -137,7 +137,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cacheMetrics := cachemetrics.New(registry)
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
-		Registerer: registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp}})
+		MetricsOrgs: quota.MetricsOrgs(cfg.MetricsOrgs),
+		Registerer:  registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp}})
 	if err != nil {
 		return err
 	}

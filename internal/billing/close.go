@@ -63,10 +63,13 @@ func NewCloser(cfg CloserConfig) *Closer {
 
 // Due lists the periods that have ended and are not closed: for every org, its two
 // latest ended periods (so a worker down for up to a month catches up), skipping
-// periods that ended before the org existed.
+// periods that ended before the org existed. It sets
+// quotaplane_worker_oldest_unclosed_period_end_timestamp_seconds to the end of the
+// oldest of them (0 when there is none).
 func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 	now := c.cfg.Clock()
 	var out []CloseArgs
+	ends := map[CloseArgs]time.Time{}
 	cursor := ""
 	for {
 		orgs, next, err := c.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
@@ -81,6 +84,7 @@ func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 					break
 				}
 				out = append(out, CloseArgs{Org: o.ID, Period: per.ID})
+				ends[out[len(out)-1]] = per.End
 			}
 		}
 		if cursor = next; cursor == "" {
@@ -88,6 +92,7 @@ func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 		}
 	}
 	if len(out) == 0 {
+		c.cfg.Metrics.oldestUnclosed.Set(0)
 		return nil, nil
 	}
 	// Drop the closed ones in one query.
@@ -101,11 +106,26 @@ func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("periods due: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (CloseArgs, error) {
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CloseArgs, error) {
 		var a CloseArgs
 		err := r.Scan(&a.Org, &a.Period)
 		return a, err
 	})
+	if err != nil {
+		return nil, fmt.Errorf("periods due: %w", err)
+	}
+	var oldest time.Time
+	for _, a := range due {
+		if e := ends[a]; oldest.IsZero() || e.Before(oldest) {
+			oldest = e
+		}
+	}
+	if oldest.IsZero() {
+		c.cfg.Metrics.oldestUnclosed.Set(0)
+	} else {
+		c.cfg.Metrics.oldestUnclosed.Set(float64(oldest.Unix()))
+	}
+	return due, nil
 }
 
 // Line is the billing line of one metric of a closed period.

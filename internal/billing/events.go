@@ -104,9 +104,12 @@ type thresholdNotifier struct {
 	// no-op insert (the table dedupes) the next time its counter is flushed.
 	seen  *lru.Cache[string, struct{}]
 	mSeen cachemetrics.Hooks
+	util  *utilization
 }
 
-func (n *thresholdNotifier) check(ctx context.Context, org, period string, counters map[quota.Counter]int64) error {
+// check also records each counter's share of its month limit for
+// quotaplane_worker_month_utilization_ratio; end is the period's end.
+func (n *thresholdNotifier) check(ctx context.Context, org, period string, end time.Time, counters map[quota.Counter]int64) error {
 	if len(counters) == 0 {
 		return nil
 	}
@@ -124,6 +127,7 @@ func (n *thresholdNotifier) check(ctx context.Context, org, period string, count
 		if !ok || limit <= 0 {
 			continue
 		}
+		n.util.observe(org, period, end, string(c.Level), c.Metric, float64(v)/float64(limit))
 		for _, pct := range Thresholds {
 			if v*100 < pct*limit {
 				break

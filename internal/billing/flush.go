@@ -89,7 +89,7 @@ func NewFlusher(cfg FlusherConfig) *Flusher {
 	}
 	seen, _ := lru.New[string, struct{}](cfg.CacheEvents)
 	return &Flusher{cfg: cfg, needsFull: map[string]bool{},
-		notifier: &thresholdNotifier{store: cfg.Store, queue: cfg.Queue, seen: seen, mSeen: cfg.CacheMetrics.For("billing_events"),
+		notifier: &thresholdNotifier{store: cfg.Store, queue: cfg.Queue, seen: seen, mSeen: cfg.CacheMetrics.For("billing_events"), util: cfg.Metrics.util,
 			limits: newLimitCache(cfg.Tenants, 10*time.Second, cfg.CacheOrgs, cfg.CacheMetrics.For("billing_limits"))}}
 }
 
@@ -211,7 +211,7 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now 
 	var read, written int
 	var errs []error
 	for _, per := range []quota.Period{prev, cur} {
-		r, w, err := f.flushPeriod(ctx, cs, o.ID, per.ID, dayIn(per, now))
+		r, w, err := f.flushPeriod(ctx, cs, o.ID, per, dayIn(per, now))
 		read += r
 		written += w
 		if err != nil {
@@ -230,7 +230,8 @@ func dayIn(per quota.Period, now time.Time) time.Time {
 	return now
 }
 
-func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org, period string, day time.Time) (int, int, error) {
+func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per quota.Period, day time.Time) (int, int, error) {
+	period := per.ID
 	key := org + "|" + period
 	f.mu.Lock()
 	full := f.needsFull[key]
@@ -260,7 +261,7 @@ func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org, period stri
 	if full {
 		f.setFull(key, false)
 	}
-	if err := f.notifier.check(ctx, org, period, counters); err != nil {
+	if err := f.notifier.check(ctx, org, period, per.End, counters); err != nil {
 		f.cfg.Logger.Warn("threshold events", "org", org, "period", period, "err", err.Error())
 	}
 	return len(counters), written, nil

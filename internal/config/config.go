@@ -45,6 +45,10 @@ type API struct {
 	MaxInFlightPerOrg int           // QUOTA_MAX_INFLIGHT_PER_ORG: checks of one org at once, 256
 	Replicas          int           // QUOTA_REPLICAS: api replicas, sizes the local fail mode's share, 1
 	RedisTimeout      time.Duration // QUOTA_REDIS_TIMEOUT: dial/read/write timeout of check traffic, 100ms
+	// MetricsOrgs (QUOTA_METRICS_ORGS, 100) is how many orgs get their own series in
+	// quotaplane_org_checks_total on each replica; the rest are counted as "_other".
+	// 0 gives every org "_other".
+	MetricsOrgs int
 	// WebhookSecret (QUOTA_WEBHOOK_SECRET, the worker's value) lets the api show each
 	// org its webhook signing secret (GET /v1/orgs/{org}/webhook); unset: it shows none.
 	WebhookSecret string
@@ -175,6 +179,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		MaxInFlightPerOrg: r.integer("QUOTA_MAX_INFLIGHT_PER_ORG", 256, 1),
 		Replicas:          r.integer("QUOTA_REPLICAS", 1, 1),
 		RedisTimeout:      r.duration("QUOTA_REDIS_TIMEOUT", 100*time.Millisecond),
+		MetricsOrgs:       r.integer("QUOTA_METRICS_ORGS", 100, 0),
 		WebhookSecret:     r.webhookSecret(),
 		PprofAddr:         r.loopback("QUOTA_PPROF_ADDR"),
 		CacheOrgs:         r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
@@ -276,7 +281,7 @@ func (c API) LogValue() slog.Value {
 		pools = append(pools, class+"="+redact.URL(u))
 	}
 	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
-		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg),
+		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg), slog.Int("metrics_orgs", c.MetricsOrgs),
 		slog.Int("replicas", c.Replicas), slog.Duration("redis_timeout", c.RedisTimeout),
 		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.String("pprof_addr", c.PprofAddr),
 		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)),

@@ -70,9 +70,10 @@ func TestSecretsMaskedInLog(t *testing.T) {
 func TestRedisPoolsAndLimits(t *testing.T) {
 	c, err := config.LoadAPI(env(map[string]string{
 		"QUOTA_REDIS_POOLS": "free=redis://:pw1@r1:6379/0, pro=redis://r2:6379/1", "QUOTA_MAX_INFLIGHT_PER_ORG": "64", "QUOTA_REPLICAS": "3",
+		"QUOTA_METRICS_ORGS": "0",
 	}))
 	if err != nil || c.RedisPools["free"] != "redis://:pw1@r1:6379/0" || c.RedisPools["pro"] != "redis://r2:6379/1" ||
-		c.MaxInFlightPerOrg != 64 || c.Replicas != 3 || c.RedisTimeout != 100*time.Millisecond {
+		c.MaxInFlightPerOrg != 64 || c.Replicas != 3 || c.RedisTimeout != 100*time.Millisecond || c.MetricsOrgs != 0 {
 		t.Fatalf("config = %+v, %v", c, err)
 	}
 	var buf bytes.Buffer
@@ -80,9 +81,13 @@ func TestRedisPoolsAndLimits(t *testing.T) {
 	if strings.Contains(buf.String(), "pw1") {
 		t.Errorf("pool password in the log: %s", buf.String())
 	}
-	_, err = config.LoadAPI(env(map[string]string{"QUOTA_REDIS_POOLS": "free", "QUOTA_REPLICAS": "0"}))
-	if err == nil || !strings.Contains(err.Error(), "QUOTA_REDIS_POOLS") || !strings.Contains(err.Error(), "QUOTA_REPLICAS") {
-		t.Errorf("bad pools and replicas: %v", err)
+	_, err = config.LoadAPI(env(map[string]string{"QUOTA_REDIS_POOLS": "free", "QUOTA_REPLICAS": "0", "QUOTA_METRICS_ORGS": "-1"}))
+	if err == nil || !strings.Contains(err.Error(), "QUOTA_REDIS_POOLS") || !strings.Contains(err.Error(), "QUOTA_REPLICAS") ||
+		!strings.Contains(err.Error(), "QUOTA_METRICS_ORGS") {
+		t.Errorf("bad pools, replicas and metrics orgs: %v", err)
+	}
+	if c, err := config.LoadAPI(env(nil)); err != nil || c.MetricsOrgs != 100 {
+		t.Errorf("default QUOTA_METRICS_ORGS = %d, %v; want 100", c.MetricsOrgs, err)
 	}
 }
 

@@ -72,7 +72,7 @@ func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequ
 	if cerr != nil {
 		return req, quota.Route{}, "", cerr
 	}
-	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode)}
+	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
 	return req, route, org.Org.Mode, nil
 }
 

@@ -416,8 +416,9 @@ func TestFailModesOverHTTP(t *testing.T) {
 	}
 }
 
-// /metrics shows checks by decision, blocking level, mode and degraded, latency,
-// pipelines, breaker state, in-flight checks and cache lookups; never a user id.
+// /metrics shows checks by decision, blocking level, mode and degraded, by plan and
+// by org, latency, pipelines, breaker state, in-flight checks and cache lookups;
+// never a user id.
 func TestCheckMetrics(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
 	key, _ := r.setup("acme")
@@ -428,6 +429,8 @@ func TestCheckMetrics(t *testing.T) {
 	for _, want := range []string{
 		`quotaplane_checks_total{blocked_level="",decision="allowed",degraded="false",mode="enforce"} 20`,
 		`quotaplane_checks_total{blocked_level="org",decision="denied",degraded="false",mode="enforce"} 2`,
+		`quotaplane_plan_checks_total{decision="allowed",degraded="false",plan="p-acme"} 20`,
+		`quotaplane_org_checks_total{decision="denied",org="acme"} 2`,
 		"quotaplane_check_duration_seconds_bucket", "quotaplane_redis_pipeline_size_bucket",
 		"quotaplane_redis_roundtrip_seconds_bucket", "quotaplane_breaker_state", "quotaplane_inflight",
 		`quotaplane_cache_lookups_total{cache="orgs",result="hit"}`, `quotaplane_cache_lookups_total{cache="keys",result="hit"}`, "quotaplane_http_requests_total",

@@ -9,8 +9,9 @@ import (
 )
 
 // routerMetrics are the router's Prometheus metrics. Labels are bounded: pool
-// names come from configuration (every dedicated Redis is pool "dedicated"), and
-// there is no org, team or user label.
+// names come from configuration (every dedicated Redis is pool "dedicated"), plan
+// ids from the operator's plans, and the one org label (quotaplane_org_checks_total)
+// is capped by RouterConfig.MetricsOrgs; there is no team or user label.
 type routerMetrics struct {
 	checks    *prometheus.CounterVec   // decision, blocked_level, mode, degraded
 	duration  *prometheus.HistogramVec // pool, degraded
@@ -19,10 +20,45 @@ type routerMetrics struct {
 	pipeSize  *prometheus.HistogramVec // pool
 	rtt       *prometheus.HistogramVec // pool
 	resends   *prometheus.CounterVec   // pool, reason
+
+	planChecks *prometheus.CounterVec // plan, decision, degraded
+	orgChecks  *prometheus.CounterVec // org, decision
+	maxOrgs    int
+	scopedMu   sync.RWMutex // a map under RLock: a struct key of strings does not allocate, a sync.Map key would
+	plans      map[planLabels]prometheus.Counter
+	orgs       map[orgLabels]prometheus.Counter // named orgs and OtherOrgs
+	orgNames   map[string]bool                  // orgs with a series of their own
 }
+
+type planLabels struct{ plan, decision, degraded string }
+type orgLabels struct{ org, decision string }
+
+// MetricsOrgs converts a configured count of orgs with their own series, where 0
+// means none, to RouterConfig.MetricsOrgs, where 0 means the default.
+func MetricsOrgs(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
+}
+
+// OtherOrgs is the org label of the checks of orgs beyond RouterConfig.MetricsOrgs.
+const OtherOrgs = "_other"
 
 func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, error) {
 	m := &routerMetrics{
+		planChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quotaplane_plan_checks_total",
+			Help: "Checks answered by the router, by the org's plan (none when unknown), decision (allowed, denied or error) and degraded (true when a fail mode answered).",
+		}, []string{"plan", "decision", "degraded"}),
+		orgChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "quotaplane_org_checks_total",
+			Help: "Checks answered by the router, by org and decision; orgs beyond QUOTA_METRICS_ORGS on this replica are counted as org \"_other\".",
+		}, []string{"org", "decision"}),
+		maxOrgs:  max(r.cfg.MetricsOrgs, 0),
+		plans:    map[planLabels]prometheus.Counter{},
+		orgs:     map[orgLabels]prometheus.Counter{},
+		orgNames: map[string]bool{},
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "quotaplane_checks_total",
 			Help: "Checks answered by the router. decision is allowed, denied or error; blocked_level is org, team, user or empty; mode is the enforcement mode; degraded is true when a fail mode answered.",
@@ -50,7 +86,7 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.checks, m.duration, m.pipeSize, m.rtt, m.resends, &poolCollector{r: r}} {
+	for _, c := range []prometheus.Collector{m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -59,7 +95,8 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 }
 
 // observe records one answered check.
-func (m *routerMetrics) observe(pool string, req *Request, res *Result, err error, degraded bool, start time.Time) {
+// route is nil when the check had none (a batch with fewer routes than checks).
+func (m *routerMetrics) observe(pool string, route *Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
 	decision, level := "allowed", ""
 	switch {
 	case err != nil:
@@ -83,6 +120,11 @@ func (m *routerMetrics) observe(pool string, req *Request, res *Result, err erro
 		deg = "true"
 	}
 	m.counter(checkLabels{decision, level, mode, deg}).Inc()
+	plan := "none"
+	if route != nil && route.Plan != "" {
+		plan = route.Plan
+	}
+	m.scoped(plan, req.Org, decision, deg)
 	if pool != "" && !errors.Is(err, ErrInvalid) {
 		m.observer(durationLabels{pool, deg}).Observe(time.Since(start).Seconds())
 	}
@@ -154,4 +196,47 @@ func (m *routerMetrics) observer(l durationLabels) prometheus.Observer {
 	o := m.duration.WithLabelValues(l.pool, l.degraded)
 	m.observers.Store(l, o)
 	return o
+}
+
+// scoped counts a check in the plan and org families. An org gets a series of its
+// own while fewer than maxOrgs have one; the rest share OtherOrgs, without an entry
+// each, so the maps stay as bounded as the series.
+func (m *routerMetrics) scoped(plan, org, decision, degraded string) {
+	pl, ol := planLabels{plan, decision, degraded}, orgLabels{org, decision}
+	m.scopedMu.RLock()
+	pc, ok1 := m.plans[pl]
+	oc, ok2 := m.orgs[ol]
+	if !ok2 && len(m.orgNames) >= m.maxOrgs && !m.orgNames[org] {
+		oc, ok2 = m.orgs[orgLabels{OtherOrgs, decision}]
+	}
+	m.scopedMu.RUnlock()
+	if !ok1 || !ok2 {
+		pc, oc = m.scopedSlow(pl, ol)
+	}
+	pc.Inc()
+	oc.Inc()
+}
+
+// scopedSlow creates the series of a plan or org seen for the first time.
+func (m *routerMetrics) scopedSlow(pl planLabels, ol orgLabels) (prometheus.Counter, prometheus.Counter) {
+	m.scopedMu.Lock()
+	defer m.scopedMu.Unlock()
+	pc, ok := m.plans[pl]
+	if !ok {
+		pc = m.planChecks.WithLabelValues(pl.plan, pl.decision, pl.degraded)
+		m.plans[pl] = pc
+	}
+	if !m.orgNames[ol.org] {
+		if len(m.orgNames) < m.maxOrgs && ol.org != "" && ol.org != OtherOrgs {
+			m.orgNames[ol.org] = true
+		} else {
+			ol.org = OtherOrgs
+		}
+	}
+	oc, ok := m.orgs[ol]
+	if !ok {
+		oc = m.orgChecks.WithLabelValues(ol.org, ol.decision)
+		m.orgs[ol] = oc
+	}
+	return pc, oc
 }

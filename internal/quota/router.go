@@ -26,7 +26,7 @@ var ErrOverloaded = derrors.New(derrors.Overloaded, "quota: too many checks in f
 
 // DefaultPool is the name of the pool of RouterConfig.DefaultURL, and
 // DedicatedPool the name under which every org's dedicated Redis is reported (in
-// Outcome.Pool and in metrics: there is no per-org label).
+// Outcome.Pool and in metrics: the pool label never names an org).
 const (
 	DefaultPool   = "default"
 	DedicatedPool = "dedicated"
@@ -40,6 +40,9 @@ type Route struct {
 	RedisURL string
 	// FailMode is the plan's failure mode; empty means FailClosed.
 	FailMode FailMode
+	// Plan is the org's plan id, used only as the plan label of
+	// quotaplane_plan_checks_total ("" is reported as "none").
+	Plan string
 }
 
 // Outcome says how a check was answered.
@@ -75,6 +78,10 @@ type RouterConfig struct {
 	Engine Config
 	// Registerer receives the router's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// MetricsOrgs bounds the org label of quotaplane_org_checks_total: the first
+	// MetricsOrgs orgs this replica checks get their own series, later ones are
+	// counted as org "_other" (QUOTA_METRICS_ORGS; default 100; negative: none).
+	MetricsOrgs int
 }
 
 // Router sends each check to the engine of its org's Redis, bounds each org's
@@ -113,6 +120,9 @@ type Router struct {
 func NewRouter(cfg RouterConfig) (*Router, error) {
 	if cfg.MaxInFlightPerOrg <= 0 {
 		cfg.MaxInFlightPerOrg = 256
+	}
+	if cfg.MetricsOrgs == 0 {
+		cfg.MetricsOrgs = 100
 	}
 	if cfg.Replicas <= 0 {
 		cfg.Replicas = 1
@@ -266,7 +276,7 @@ func (r *Router) Check(ctx context.Context, route Route, req Request) (Result, O
 	if span != nil {
 		endCheck(span, &res, out, err)
 	}
-	r.metrics.observe(out.Pool, &req, &res, err, out.Degraded, start)
+	r.metrics.observe(out.Pool, &route, &req, &res, err, out.Degraded, start)
 	return res, out, err
 }
 
@@ -338,7 +348,11 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 	}
 	defer func() {
 		for i := range reqs {
-			r.metrics.observe(outs[i].Pool, &reqs[i], &results[i], errs[i], outs[i].Degraded, start)
+			var route *Route
+			if len(routes) == n {
+				route = &routes[i]
+			}
+			r.metrics.observe(outs[i].Pool, route, &reqs[i], &results[i], errs[i], outs[i].Degraded, start)
 		}
 	}()
 	if len(routes) != n {
