@@ -74,20 +74,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 	// Spans are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; the last ones are
 	// flushed once everything that makes them has stopped (deferred first, runs last).
-	tp, stopTracing, err := tracing.Setup(ctx, tracing.APIService, getenv)
+	tp, stopTracing, err := tracing.Start(ctx, tracing.APIService, getenv, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := stopTracing(flushCtx); err != nil {
-			log.Warn("could not flush the last spans", "err", err.Error())
-		}
-	}()
-	if tp != nil {
-		log.Info("tracing: exporting spans over OTLP", "endpoint", redact.URL(tracing.Endpoint(getenv)))
-	}
+	defer stopTracing()
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()

@@ -25,7 +25,6 @@ import (
 	"github.com/quotaplane/quotaplane/internal/config"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
-	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/platform/tracing"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -61,20 +60,11 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 
 	// Spans are exported when OTEL_EXPORTER_OTLP_ENDPOINT is set; the last ones are
 	// flushed once everything that makes them has stopped (deferred first, runs last).
-	tp, stopTracing, err := tracing.Setup(ctx, tracing.WorkerService, getenv)
+	tp, stopTracing, err := tracing.Start(ctx, tracing.WorkerService, getenv, log)
 	if err != nil {
 		return err
 	}
-	defer func() {
-		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := stopTracing(flushCtx); err != nil {
-			log.Warn("could not flush the last spans", "err", err.Error())
-		}
-	}()
-	if tp != nil {
-		log.Info("tracing: exporting spans over OTLP", "endpoint", redact.URL(tracing.Endpoint(getenv)))
-	}
+	defer stopTracing()
 
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartupTimeout)
 	defer cancel()

@@ -8,7 +8,9 @@ package tracing
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
@@ -18,6 +20,8 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 )
 
 // Service names of the two binaries (OTEL_SERVICE_NAME overrides them).
@@ -104,4 +108,24 @@ func Endpoint(getenv func(string) string) string {
 		return e
 	}
 	return getenv("OTEL_EXPORTER_OTLP_ENDPOINT")
+}
+
+// Start is Setup for a binary's run: it logs where spans go when tracing is on, and
+// its stop flushes the last spans within 5 s, logging a failure. Defer stop first, so
+// it runs once everything that makes spans has stopped.
+func Start(ctx context.Context, service string, getenv func(string) string, log *slog.Logger) (trace.TracerProvider, func(), error) {
+	tp, shutdown, err := Setup(ctx, service, getenv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if tp != nil {
+		log.Info("tracing: exporting spans over OTLP", "endpoint", redact.URL(Endpoint(getenv)))
+	}
+	return tp, func() {
+		flushCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(flushCtx); err != nil {
+			log.Warn("could not flush the last spans", "err", err.Error())
+		}
+	}, nil
 }
