@@ -6,29 +6,22 @@
 package deploy_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
-	"github.com/redis/go-redis/v9"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
@@ -45,6 +38,9 @@ var exportedOnlySometimes = map[string]string{
 // redisDB is the Redis database of the binaries under test (the README test uses 15).
 const redisDB = 14
 
+// TestMain removes the binaries testenv.StartStack builds.
+func TestMain(m *testing.M) { testenv.Main(m) }
+
 // TestQueriesNameExportedMetrics: every metric named by a dashboard query or a rule
 // expression is exported by the real binaries after some traffic, or is a recording
 // rule.
@@ -52,13 +48,13 @@ func TestQueriesNameExportedMetrics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")
 	}
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	rules := loadRules(t, root)
 	queries := append(dashboardQueries(t, root), rules.exprs...)
 	if len(queries) < 20 {
 		t.Fatalf("found %d queries in deploy/, want the dashboard's and the rules'", len(queries))
 	}
-	known := exportedMetrics(t, root)
+	known := exportedMetrics(t)
 	for _, r := range rules.records {
 		known[r] = true
 	}
@@ -99,7 +95,7 @@ func TestUnknownMetricIsReported(t *testing.T) {
 // points to an existing section of docs/RUNBOOK.md, and promtool cases where it fires
 // and where it stays quiet.
 func TestAlertsHaveRunbookAndTests(t *testing.T) {
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	rules := loadRules(t, root)
 	if len(rules.alerts) == 0 {
 		t.Fatal("no alerts in deploy/prometheus")
@@ -286,54 +282,25 @@ func unknownMetrics(queries []query, known map[string]bool) []string {
 	return problems
 }
 
-// exportedMetrics builds the real binaries, runs them on a fresh database (the demo
-// org seeded as `make run` does), makes checks so that labelled families have series,
-// waits for a usage flush, and returns every sample name both /metrics serve
-// (a histogram gives _bucket, _sum and _count).
-func exportedMetrics(t *testing.T, root string) map[string]bool {
+// exportedMetrics runs the real binaries on a fresh database (testenv.StartStack: the
+// demo org seeded as `make run` does, Redis database redisDB), makes checks so that
+// labelled families have series, waits for a usage flush, and returns every sample
+// name both /metrics serve (a histogram gives _bucket, _sum and _count).
+func exportedMetrics(t *testing.T) map[string]bool {
 	t.Helper()
-	dir := t.TempDir()
-	dbURL := testenv.PostgresURL(t)
-	redisURL := ownRedis(t, dbURL)
-	apiAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	workerAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	env := append(cleanEnviron(), "DATABASE_URL="+dbURL, "REDIS_URL="+redisURL,
-		"QUOTA_ADMIN_TOKEN=deploy-test-operator-token", "QUOTA_WEBHOOK_SECRET=deploy-test-webhook-secret",
-		"QUOTA_HTTP_ADDR="+apiAddr, "QUOTA_WORKER_HTTP_ADDR="+workerAddr,
-		"QUOTA_FLUSH_INTERVAL=200ms", "QUOTA_LOG_LEVEL=warn", "QUOTA_STARTUP_TIMEOUT=20s", "QUOTA_REDIS_TIMEOUT=2s")
-	bin := filepath.Join(dir, "bin")
-	for _, b := range []struct{ name, pkg string }{{"quotaplane-api", "./cmd/api"}, {"quotaplane-worker", "./cmd/worker"}} {
-		build := exec.Command("go", "build", "-o", filepath.Join(bin, b.name), b.pkg)
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", b.pkg, err, out)
-		}
-	}
-	state := filepath.Join(dir, "state")
-	seed := exec.Command(filepath.Join(bin, "quotaplane-api"), "demo", "--state-dir", state)
-	seed.Env = env
-	if out, err := seed.CombinedOutput(); err != nil {
-		t.Fatalf("quotaplane-api demo: %v\n%s", err, out)
-	}
-	key, err := os.ReadFile(filepath.Join(state, "demo-org-key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var logs logBuffer
-	start(t, filepath.Join(bin, "quotaplane-worker"), env, &logs)
-	start(t, filepath.Join(bin, "quotaplane-api"), env, &logs)
-	waitFor(t, "the api to be ready", &logs, func() bool { return get(t, "http://"+apiAddr+"/readyz") == http.StatusOK })
+	st := testenv.StartStack(t, testenv.StackOptions{RedisDB: redisDB})
+	apiAddr, workerAddr, key := st.APIAddr, st.WorkerAddr, st.DemoKey
 
 	// An allowed check, a denied one (429: above the org's month limit) and a batch.
 	for _, body := range []string{`{"org":"demo","team":"eng","user":"alice"}`, `{"org":"demo","team":"eng","user":"alice","cost":100000}`} {
-		post(t, "http://"+apiAddr+"/v1/check", strings.TrimSpace(string(key)), body)
+		post(t, "http://"+apiAddr+"/v1/check", key, body)
 	}
-	post(t, "http://"+apiAddr+"/v1/check/batch", strings.TrimSpace(string(key)), `{"checks":[{"org":"demo","team":"sales","user":"bob"}]}`)
+	post(t, "http://"+apiAddr+"/v1/check/batch", key, `{"checks":[{"org":"demo","team":"sales","user":"bob"}]}`)
 
 	names := map[string]bool{}
 	// The worker's month utilization appears once a flush has read the checked
 	// counters, its River jobs once the first heartbeat job is in River's table.
-	waitFor(t, "the worker to flush the checks' usage and run a job", &logs, func() bool {
+	waitFor(t, "the worker to flush the checks' usage and run a job", st, func() bool {
 		clear(names)
 		scrape(t, "http://"+workerAddr+"/metrics", names)
 		return names["quotaplane_worker_month_utilization_ratio"] && names["quotaplane_worker_jobs"]
@@ -371,17 +338,6 @@ func scrape(t *testing.T, u string, names map[string]bool) {
 	}
 }
 
-func get(t *testing.T, u string) int {
-	t.Helper()
-	res, err := (&http.Client{Timeout: 2 * time.Second}).Get(u)
-	if err != nil {
-		return 0
-	}
-	_, _ = io.Copy(io.Discard, res.Body)
-	res.Body.Close()
-	return res.StatusCode
-}
-
 func post(t *testing.T, u, key, body string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
@@ -401,104 +357,15 @@ func post(t *testing.T, u, key, body string) {
 	}
 }
 
-func waitFor(t *testing.T, what string, logs *logBuffer, cond func() bool) {
+func waitFor(t *testing.T, what string, st *testenv.Stack, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; logs:\n%s", what, logs.String())
+			t.Fatalf("timed out waiting for %s; logs:\n%s", what, st.Logs())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// start runs a binary until the test ends, then stops it with SIGTERM.
-func start(t *testing.T, path string, env []string, logs *logBuffer) {
-	t.Helper()
-	c := exec.Command(path)
-	c.Env = env
-	c.Stdout, c.Stderr = logs, logs
-	if err := c.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = c.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = c.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = c.Process.Kill()
-			<-done
-		}
-	})
-}
-
-// logBuffer keeps both binaries' output for a failure message.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// cleanEnviron is the environment without the binaries' settings, so a developer's
-// QUOTA_REDIS_POOLS or REDIS_CLUSTER cannot reach the binaries under test.
-func cleanEnviron() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "QUOTA_") || name == "DATABASE_URL" || name == "REDIS_URL" || name == "REDIS_CLUSTER" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
-}
-
-// ownRedis returns the URL of database redisDB of the test Redis, flushed, and holds
-// a Postgres advisory lock until the test ends so that one run uses it at a time.
-func ownRedis(t *testing.T, dbURL string) string {
-	t.Helper()
-	u, err := url.Parse(testenv.RedisURL(t))
-	if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Query().Get("cluster") != "" {
-		t.Skipf("needs a plain redis:// URL to pick database %d: %q", redisDB, testenv.RedisURL(t))
-	}
-	pu, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pu.Path = "/postgres" // advisory locks are per database: one every run shares
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, pu.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(7272019)"); err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + strconv.Itoa(redisDB)
-	opt, err := redis.ParseURL(u.String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := redis.NewClient(opt)
-	defer c.Close()
-	if err := c.FlushDB(ctx).Err(); err != nil {
-		t.Fatalf("flush Redis database %d: %v", redisDB, err)
-	}
-	return u.String()
 }
 
 // declaredInSource reports whether a non-test Go file under internal/ or cmd/ has
@@ -555,22 +422,4 @@ func rel(root, p string) string {
 		return p
 	}
 	return r
-}
-
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("no go.mod above the test's directory")
-		}
-		dir = parent
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
 // TestSpecValid checks that both the committed spec and the one embedded in the
@@ -267,7 +268,7 @@ func TestAPIDocRoutesParser(t *testing.T) {
 // none, unless CI=true.
 func findAPIDoc(t *testing.T) string {
 	t.Helper()
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	for dir := root; ; {
 		p := filepath.Join(dir, "shared", "API.md")
 		if _, err := os.Stat(p); err == nil {
@@ -299,7 +300,7 @@ func TestGeneratedCodeUpToDate(t *testing.T) {
 	if err != nil {
 		t.Skip("go is not on PATH")
 	}
-	root := repoRoot(t)
+	root := testenv.RepoRoot(t)
 	cfg, err := os.ReadFile(filepath.Join(root, "api", "oapi-codegen.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -347,29 +348,10 @@ func firstDiffLine(a, b []byte) int {
 
 func mustLoadSpecFile(t *testing.T) *openapi3.T {
 	t.Helper()
-	p := filepath.Join(repoRoot(t), "api", "openapi.yaml")
+	p := filepath.Join(testenv.RepoRoot(t), "api", "openapi.yaml")
 	doc, err := openapi3.NewLoader().LoadFromFile(p)
 	if err != nil {
 		t.Fatalf("load %s: %v", p, err)
 	}
 	return doc
-}
-
-// repoRoot is the directory of go.mod above the test's working directory.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -5,6 +5,10 @@
 // servers at their default addresses when they answer; otherwise containers started
 // with testcontainers-go (contributors with Docker). When none of these is available a
 // test is skipped, except under CI=true, where it fails.
+//
+// StartStack runs the real quotaplane-api and quotaplane-worker for the tests that
+// need the binaries themselves (the README test, the deploy test), and RepoRoot finds
+// the repository's files.
 package testenv
 
 import (
