@@ -1,7 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -136,24 +135,6 @@ func (p *privatePostgres) crash(tb testing.TB) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer for a logger shared by goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // apiCall is one admin call made while Postgres was down.
 type apiCall struct {
 	what   string
@@ -187,7 +168,7 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	pg := mustPrivatePostgres(t)
 	stalls := testenv.WatchStalls(t) // the 1 s bound applies to the time the process ran
 	ctx := context.Background()
-	logs := &lockedBuffer{}
+	logs := &testenv.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
