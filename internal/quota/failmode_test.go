@@ -197,14 +197,14 @@ func TestRouterHungRedis(t *testing.T) {
 		t.Fatalf("healthy check: %+v, %v", out, err)
 	}
 
-	if err := srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := srv.srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	resumed := false
 	resume := func() {
 		if !resumed {
 			resumed = true
-			_ = srv.cmd.Process.Signal(syscall.SIGCONT)
+			_ = srv.srv.cmd.Process.Signal(syscall.SIGCONT)
 		}
 	}
 	defer resume()

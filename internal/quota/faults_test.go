@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -294,26 +296,86 @@ func TestNoScriptAfterFlush(t *testing.T) {
 	}
 }
 
-// startRedisServer runs a private redis-server on port until the test ends.
-func startRedisServer(tb testing.TB, port int) *exec.Cmd {
+// redisServer is a private redis-server process of a test.
+type redisServer struct {
+	cmd    *exec.Cmd
+	exited chan struct{} // closed once the process is gone
+}
+
+// Kill stops the server abruptly (SIGKILL), as a crash would, and returns once it is gone.
+func (s *redisServer) Kill() {
+	_ = s.cmd.Process.Kill()
+	<-s.exited
+}
+
+// startRedisServer runs a private redis-server on port until the test ends, and fails
+// the test when it does not answer within 15 s, with what redis-server said.
+func startRedisServer(tb testing.TB, port int) *redisServer {
 	tb.Helper()
+	cmd, err := tryRedisServer(tb, port, 15*time.Second)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return cmd
+}
+
+// startRedisServerAnyPort is startRedisServer on a free port, tried again on another
+// port when redis-server cannot bind the one it was given: a free port may be taken by
+// another test between testenv.FreePort and redis-server's bind.
+func startRedisServerAnyPort(tb testing.TB) (*redisServer, int) {
+	tb.Helper()
+	var errs []error
+	for range 3 {
+		port := testenv.FreePort(tb)
+		cmd, err := tryRedisServer(tb, port, 15*time.Second)
+		if err == nil {
+			return cmd, port
+		}
+		errs = append(errs, err)
+	}
+	tb.Fatal(errors.Join(errs...))
+	return nil, 0
+}
+
+// tryRedisServer starts redis-server on port and waits up to wait for it to answer.
+// It is killed when the test ends.
+func tryRedisServer(tb testing.TB, port int, wait time.Duration) (*redisServer, error) {
+	tb.Helper()
+	// Its output goes to a file, not a buffer: exec would copy into a buffer on a
+	// goroutine of its own, which the outage tests would count as the check path's.
+	out, err := os.CreateTemp(tb.TempDir(), "redis-server-*.log")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer out.Close()
+	said := func() string { b, _ := os.ReadFile(out.Name()); return string(b) }
 	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 		"--save", "", "--appendonly", "no", "--daemonize", "no")
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		tb.Skipf("redis-server not available: %v", err)
 	}
-	tb.Cleanup(func() {
-		_ = cmd.Process.Kill()
+	srv := &redisServer{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		pprof.SetGoroutineLabels(context.Background()) // not one of the test's labelled goroutines
 		_ = cmd.Wait()
-	})
-	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port)})
+		close(srv.exited)
+	}()
+	tb.Cleanup(srv.Kill)
+	c := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), MaxRetries: -1})
 	defer c.Close()
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	for deadline := time.Now().Add(wait); ; {
+		select {
+		case <-srv.exited:
+			return nil, fmt.Errorf("redis-server on port %d exited at start: %s", port, said())
+		default:
+		}
 		if c.Ping(context.Background()).Err() == nil {
-			return cmd
+			return srv, nil
 		}
 		if time.Now().After(deadline) {
-			tb.Fatalf("redis-server on port %d did not come up", port)
+			srv.Kill()
+			return nil, fmt.Errorf("redis-server on port %d did not answer within %s: %s", port, wait, said())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -332,8 +394,7 @@ func TestRedisRestart(t *testing.T) {
 		r.MustCheck(t, req)
 	}
 
-	_ = srv.Process.Kill()
-	_ = srv.Wait()
+	srv.Kill()
 	if _, err := r.e.Check(ctx, req); !errors.Is(err, quota.ErrUnavailable) {
 		t.Errorf("check while Redis is down: err = %v, want ErrUnavailable", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -24,7 +23,7 @@ import (
 // restart on the same port.
 type privateRedis struct {
 	port int
-	cmd  *exec.Cmd
+	srv  *redisServer
 	raw  *redis.Client
 }
 
@@ -32,8 +31,8 @@ type privateRedis struct {
 // killed when the test ends.
 func MustPrivateRedis(tb testing.TB) *privateRedis {
 	tb.Helper()
-	p := &privateRedis{port: testenv.FreePort(tb)}
-	p.cmd = startRedisServer(tb, p.port)
+	p := &privateRedis{}
+	p.srv, p.port = startRedisServerAnyPort(tb)
 	p.raw = redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", p.port), MaxRetries: -1})
 	tb.Cleanup(func() { _ = p.raw.Close() })
 	return p
@@ -44,14 +43,13 @@ func (p *privateRedis) URL() string { return fmt.Sprintf("redis://127.0.0.1:%d/0
 // Kill stops the server abruptly (SIGKILL), as a crash would.
 func (p *privateRedis) Kill(tb testing.TB) {
 	tb.Helper()
-	_ = p.cmd.Process.Kill()
-	_ = p.cmd.Wait()
+	p.srv.Kill()
 }
 
 // Restart starts a fresh (empty) server on the same port.
 func (p *privateRedis) Restart(tb testing.TB) {
 	tb.Helper()
-	p.cmd = startRedisServer(tb, p.port)
+	p.srv = startRedisServer(tb, p.port)
 }
 
 // keys lists the keys under prefix on client c.
