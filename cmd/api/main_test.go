@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -48,17 +47,6 @@ func startMain(t *testing.T, env map[string]string) (*exec.Cmd, *testenv.Buffer)
 	return cmd, &stderr
 }
 
-// assertJSONLines fails the test for every line of out that is not a JSON object.
-func assertJSONLines(t *testing.T, out string) {
-	t.Helper()
-	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Errorf("a line of stderr is not JSON: %q", line)
-		}
-	}
-}
-
 // While Redis is down, go-redis reports every failed dial itself. Those reports,
 // like every other line, must be JSON on stderr, not go-redis's own plain lines.
 func TestStderrIsJSONWhileRedisIsDown(t *testing.T) {
@@ -79,7 +67,7 @@ func TestStderrIsJSONWhileRedisIsDown(t *testing.T) {
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
-	assertJSONLines(t, stderr.String())
+	testenv.AssertJSONLines(t, stderr.String())
 }
 
 // A busy QUOTA_HTTP_ADDR stops the api at once, saying which variable to change, in
@@ -114,7 +102,7 @@ func TestBusyAddressNamesTheVariable(t *testing.T) {
 			if strings.Contains(stderr.String(), `"msg":"listening"`) {
 				t.Errorf("logged listening though it could not bind:\n%s", stderr)
 			}
-			assertJSONLines(t, stderr.String())
+			testenv.AssertJSONLines(t, stderr.String())
 		})
 	}
 }

@@ -77,5 +77,5 @@ func TestSpansExportedOverOTLPAndFlushedAtShutdown(t *testing.T) {
 	if !strings.Contains(stderr.String(), "tracing: exporting spans over OTLP") {
 		t.Errorf("start-up does not say traces are exported:\n%s", stderr)
 	}
-	assertJSONLines(t, stderr.String())
+	testenv.AssertJSONLines(t, stderr.String())
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -61,16 +60,6 @@ func startMain(t *testing.T, env map[string]string) (*exec.Cmd, *testenv.Buffer,
 	return cmd, &stderr, done
 }
 
-func assertJSONLines(t *testing.T, out string) {
-	t.Helper()
-	for _, line := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
-		var rec map[string]any
-		if err := json.Unmarshal([]byte(line), &rec); err != nil {
-			t.Errorf("a line of stderr is not JSON: %q", line)
-		}
-	}
-}
-
 // While Redis is down the worker's flusher fails to read an org's counters every
 // interval, and go-redis reports each failed dial: in JSON, like every other line.
 func TestStderrIsJSONWhileRedisIsDown(t *testing.T) {
@@ -107,7 +96,7 @@ func TestStderrIsJSONWhileRedisIsDown(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the worker did not stop within 60s of SIGTERM; stderr:\n%s", stderr)
 	}
-	assertJSONLines(t, stderr.String())
+	testenv.AssertJSONLines(t, stderr.String())
 }
 
 // A busy QUOTA_WORKER_HTTP_ADDR stops the worker at once, naming the variable.
@@ -134,5 +123,5 @@ func TestBusyAddressNamesTheVariable(t *testing.T) {
 	if strings.Contains(stderr.String(), `"msg":"worker running"`) {
 		t.Errorf("logged running though it could not bind:\n%s", stderr)
 	}
-	assertJSONLines(t, stderr.String())
+	testenv.AssertJSONLines(t, stderr.String())
 }

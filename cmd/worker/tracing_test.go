@@ -73,5 +73,5 @@ func TestSpansExportedOverOTLPAndFlushedAtShutdown(t *testing.T) {
 		}
 		t.Errorf("no span of the heartbeat job: %s", strings.Join(names, ", "))
 	}
-	assertJSONLines(t, stderr.String())
+	testenv.AssertJSONLines(t, stderr.String())
 }

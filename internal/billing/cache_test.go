@@ -9,31 +9,15 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// counter reads one series of a cache counter family from reg.
+// counter reads one series of a cache counter family from reg; a series never
+// counted is 0.
 func counter(t *testing.T, reg *prometheus.Registry, family string, labels map[string]string) float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != family {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if labels[lp.GetName()] != lp.GetValue() {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
+	return max(testenv.MetricValue(t, reg, family, labels), 0)
 }
 
 // The flusher's caches (each org's limits, the threshold events already recorded)
