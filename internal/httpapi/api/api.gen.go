@@ -296,6 +296,12 @@ type BillingRow struct {
 	// Currency Currency of `amount`; empty when the plan has no pricing.
 	Currency string `json:"currency"`
 
+	// GrantedUnits Units the org's grants added to its month limit of the metric in the period
+	// (org total rows; 0 elsewhere), each grant active at any time of the period
+	// counted whole. Grants raise the cap, not the included units: `overage_units`
+	// are the units above `included_units` either way.
+	GrantedUnits int64 `json:"granted_units"`
+
 	// IncludedUnits Units included in the plan (org total rows; 0 elsewhere).
 	IncludedUnits int64  `json:"included_units"`
 	Metric        string `json:"metric"`
@@ -441,6 +447,48 @@ type FieldError struct {
 	// Field JSON path of the offending property (`limits[0].window`), or the parameter name.
 	Field   string `json:"field"`
 	Message string `json:"message"`
+}
+
+// Grant defines model for Grant.
+type Grant struct {
+	// Active Whether it raises the org's month limit now (not revoked, not lapsed).
+	Active    bool      `json:"active"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Id Assigned by the server.
+	Id        string     `json:"id"`
+	Metric    string     `json:"metric"`
+	Org       string     `json:"org"`
+	Reason    string     `json:"reason"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Units     int64      `json:"units"`
+	Until     time.Time  `json:"until"`
+}
+
+// GrantCreate defines model for GrantCreate.
+type GrantCreate struct {
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric Id `json:"metric"`
+
+	// Reason Why, for the audit log.
+	Reason string `json:"reason"`
+
+	// Units Units added to the org's month limit of the metric.
+	Units int64 `json:"units"`
+
+	// Until When the grant lapses (RFC 3339, in the future, within a year); default: the
+	// end of the org's current billing period.
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// GrantList defines model for GrantList.
+type GrantList struct {
+	Items []Grant `json:"items"`
+
+	// NextCursor Cursor of the next page, or null on the last page.
+	NextCursor *NextCursor `json:"next_cursor"`
 }
 
 // Health defines model for Health.
@@ -991,8 +1039,11 @@ type Window string
 
 // WindowUsage defines model for WindowUsage.
 type WindowUsage struct {
-	Limit     int64 `json:"limit"`
-	Remaining int64 `json:"remaining"`
+	// Granted On the org's month window of the current period: the units of the org's
+	// active grants that `limit` includes. Absent elsewhere and when none.
+	Granted   *int64 `json:"granted,omitempty"`
+	Limit     int64  `json:"limit"`
+	Remaining int64  `json:"remaining"`
 
 	// Used Used in the window now (for `month`, in the period).
 	Used int64 `json:"used"`
@@ -1011,6 +1062,11 @@ type CursorQuery = string
 
 // FormatQuery defines model for FormatQuery.
 type FormatQuery = ExportFormat
+
+// GrantPath A caller-chosen identifier.
+//
+// Example: acme
+type GrantPath = Id
 
 // IdempotencyKeyHeader Example: "order-12345"
 type IdempotencyKeyHeader = string
@@ -1141,6 +1197,15 @@ type ListConsoleUsersParams struct {
 	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListGrantsParams defines parameters for ListGrants.
+type ListGrantsParams struct {
+	// Limit Page size.
+	Limit *LimitQuery `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the previous page's `next_cursor`.
+	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListTeamsParams defines parameters for ListTeams.
 type ListTeamsParams struct {
 	// Limit Page size.
@@ -1200,6 +1265,9 @@ type CreateApiKeyJSONRequestBody = ApiKeyCreate
 
 // CreateConsoleUserJSONRequestBody defines body for CreateConsoleUser for application/json ContentType.
 type CreateConsoleUserJSONRequestBody = ConsoleUserCreate
+
+// CreateGrantJSONRequestBody defines body for CreateGrant for application/json ContentType.
+type CreateGrantJSONRequestBody = GrantCreate
 
 // CreateTeamJSONRequestBody defines body for CreateTeam for application/json ContentType.
 type CreateTeamJSONRequestBody = TeamCreate
@@ -1340,6 +1408,15 @@ type ServerInterface interface {
 	// GetConsoleUser Get a console user
 	// (GET /v1/orgs/{org}/console-users/{id})
 	GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath)
+	// ListGrants List grants
+	// (GET /v1/orgs/{org}/grants)
+	ListGrants(w http.ResponseWriter, r *http.Request, org OrgPath, params ListGrantsParams)
+	// CreateGrant Grant units (a top-up)
+	// (POST /v1/orgs/{org}/grants)
+	CreateGrant(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// RevokeGrant Revoke a grant
+	// (DELETE /v1/orgs/{org}/grants/{grant})
+	RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath)
 	// ListTeams List teams
 	// (GET /v1/orgs/{org}/teams)
 	ListTeams(w http.ResponseWriter, r *http.Request, org OrgPath, params ListTeamsParams)
@@ -1508,6 +1585,24 @@ func (_ Unimplemented) DeleteConsoleUser(w http.ResponseWriter, r *http.Request,
 // GetConsoleUser Get a console user
 // (GET /v1/orgs/{org}/console-users/{id})
 func (_ Unimplemented) GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListGrants List grants
+// (GET /v1/orgs/{org}/grants)
+func (_ Unimplemented) ListGrants(w http.ResponseWriter, r *http.Request, org OrgPath, params ListGrantsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateGrant Grant units (a top-up)
+// (POST /v1/orgs/{org}/grants)
+func (_ Unimplemented) CreateGrant(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RevokeGrant Revoke a grant
+// (DELETE /v1/orgs/{org}/grants/{grant})
+func (_ Unimplemented) RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2245,6 +2340,122 @@ func (siw *ServerInterfaceWrapper) GetConsoleUser(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetConsoleUser(w, r, org, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListGrants operation middleware
+func (siw *ServerInterfaceWrapper) ListGrants(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListGrantsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListGrants(w, r, org, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateGrant operation middleware
+func (siw *ServerInterfaceWrapper) CreateGrant(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateGrant(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeGrant operation middleware
+func (siw *ServerInterfaceWrapper) RevokeGrant(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "grant" -------------
+	var grant GrantPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "grant", chi.URLParam(r, "grant"), &grant, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "grant", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeGrant(w, r, org, grant)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3053,6 +3264,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Delete(options.BaseURL+"/v1/orgs/{org}/api-keys/{key}", wrapper.RevokeApiKey)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/grants", wrapper.ListGrants)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/orgs/{org}/grants", wrapper.CreateGrant)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/orgs/{org}/grants/{grant}", wrapper.RevokeGrant)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/console-users", wrapper.ListConsoleUsers)
 	})
 	r.Group(func(r chi.Router) {
@@ -3136,240 +3356,255 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37c9s2uui/gtE5M5H2ULLsuN1Wnp09bpJucpvEXsfZzp4o14RJSMIxBagAaEXNzf9+B98HkKBISrJj",
-	"O91sfmkjk8Tzez8/dhI5X0jBhNGd0cfOjNGUKfjn33Np6CKjgvV/pUpwMbV/TZlOFF8YLkVn1HnDDOGC",
-	"xEuqREzmMmVkOWOCmBkjyYwlV2Qp8ywlM3rNyCVjgqRMcJYeEU1XmixnPJmRjF2zjFCRkiUXqVwOOlFH",
-	"JzM2p3ZCs1qwzqijjbIr+PQp6pxRw17yOTd9+G99VeczRjL7iMgJLMXw6cwwbWpTka59LAUjS25m8G7G",
-	"qDZEsTnlds/RWBi/Iy2lYPBQM9M7IlIQ6jbkdts9PPixF/lpa7OZGTVjodgk1ywl3JBufJnJ5IqlF9TE",
-	"vcFYVLY+kWpOTWfU4cJ8f9iJ/FlwYdiUqbXDOPNLrh/IW8GNLvdEqGleX7x2tDHBcS6ZHnzWyjQzTcCT",
-	"SJFqkgvDM1jQ9mXg2WvSnUhFKNEZT7mYjgV+Gbmx7G6TXCkmDLnMkytmCBOp7g3ISe3KuCFck/iMGbXq",
-	"H08MU/FoLIqh/ZomijG7VDv0VNE0p1m2ioiWsHAmUnvp9qGbb05X5JIRI+VYMKqyFbErLvHCSLKgWh8R",
-	"SpKM24Va4CBLaseI184uJhrPygKPUZzpEs00nfsxEyqIzpOEsfRWoFQeQftlUfvYIe7a9HbLdk83BZVP",
-	"UWdBFZ0z4yjPEym0zNhbzdQpNbP6YtwLJNdMEZ7aCbn9+8K+HXUEncMMaSfqKPZbzhVLOyOjchYu7D8V",
-	"m3RGnf/YKyngHj7Vey9SOJEnudJS/T1nalVfxMmC/pYzC2daKjJRcg4HslDsmstckwWdskeaxIJ9MBf4",
-	"Vlys9DcYs1gqPq6c25x+eMnE1G5/f3hwGHXmXBR/iBrI4s9w0C2LffZhIZUheBkD8pRNaJ4ZbcEw/l8t",
-	"RevK3PXtenA4Dy4FVvUiZfOFNEwkq1/Y6jmwl2aKDUD0SBNefkGu2CoiVMPBxsGDiyu2ismEsywl3R/s",
-	"LvYPfhiLZEYVTSwYWWyMj/v/Q2j/dzLs/0gG5IKMyH+TftyLCONmxpQdmBJtVJ6YXLG0j+PhkY5FNx53",
-	"pEqZ6u8fPD78btyJi6W8eHb+M0kVnRiyVNwwTbjpEanIJVWMdOPgs7g3IH/j1zCi/RQZLBBd+xOnBOaT",
-	"8smEAcm6YittiZJnFN3D4dAxB7giHKO8o+CM+7+wVeWy2Ac6X2T2rbXddJpg6Be2asa449MXdlmEp8gy",
-	"Y57Gns3BJQlpgPxplihmei0oeQWr+yycBLLYAuWndMqI5r+zNmgGqaByPiligkWyYWSRjs/zOfwaAsq5",
-	"n40E80RNm0/rRE3byZJU0889g1OmuExbDuEnnmWWcS3gJQuy8T//+c9/9l+9ivHu5lKYmRXbSiru3tWG",
-	"KmPZZEgfgGc5ZorvtZ0uPt2ZVuAucEMZFc1HaZ+0n6UVTz/3MM8ZnTfPbZ+0z20YnX/u3O0s7u1G1mYZ",
-	"3+fN/cl+rRdSaAY89zidc1GIHXZIqxoIwwRIbnSxyHhC7eL2FkpeZmz+X5Zv2Gc73jZ+hVOvnbOUZE7F",
-	"itj9MG10IY1rRhLFUiYMp5keEXbN1IrEe9f7MZELpmBBhH1I2AJEWssCWHIF1DPDjViYJY58Re4jK4nJ",
-	"KyYsyU4CWcIS/b+/PTk/vjh++urF64uz4/NnFy9fvHpxXhA7zdQ1UxGMqhgcSm9AXkszA2GRapJKwY6I",
-	"ldNWY4HiUkW69LIcEvRA4dqq15z546FZJpdua14+RemyemCNmtSNtYdi2oxNQN0LKcIGle0zlAGK5xdK",
-	"tEeluEnX5PXts+8i2RoJ0je5ZBOpGC6Ai+mWwe3wP9HUndFDYs0rmlnhjKUWirm4phlPCReL3ByRmCkl",
-	"lY5Jxu3FMZrMiJxMmACVBoSOQceuHHkFSm0bFn+zRVdHtSs37IPZS/R1dYw1of7NPxDvqReSlNXorHKe",
-	"ccEQ4+TSI+L/eXPyGuTZQYMkUycxVklDGVjJpYbNP5FikvHkQS/tWBB5+b8sMZ7EcQ0ylVTEImDWIzRT",
-	"jKYrwj7Yq4OF/izVJU9TJh6UKM8qpIRk1GqtFgUTuWCRBTpqCegU5EJtaYH97ehrXwqr8haA9lqan2Uu",
-	"HpStvJZW4clFGhEukiwH2Ldsxt2AnBAqJGgCUk1hmad0lUmankv5kqope+jzdvyPXMp0ZVmYkZJkdiGw",
-	"uDdMXfOEvRX0mvKMXmYPvj6NK7Bk2cr7KUt4yoiQS9Jlg+mAnLGUWwa4FCQXoOaQOMmkZmlMrKjWg328",
-	"FTQ3M6n47w8rZrziWlsQAD0trfJJWNZCyYRpbU/2mTDcrB6UMhCk4B4GwBx0qRi90haxLMvHqYnKMwYU",
-	"w/2NWTV2zoziCSCoxclUMg062ZWQy96R/WchoFiV1TDhNq3zhSWLLH3FUk7PgZA+LFQBtNuFaRQogAU8",
-	"wQX07YLwLDhuCOh+VzNmX7m2FyiF7h2NRZwyQ3kWEysja7JEcxqOWpfQrPRll+PWCCLwglvtefSxs1CW",
-	"jhmOonGiGDVgoq3Ys1JqWN/wOavzn6jD012k8KiTUW0urJK/aXSRZw7dUcyvzYZawcf6g4ViE/6h2d4y",
-	"4UobUjWZoIRrNfjIykOKJXIquGZezx807VWxa3n1mTsApgKnzQ2b622H98a+br9zA1Gl6KqDSo1Xid6h",
-	"ARDOppigOJIovNa1e6hs6X0xCbINOytCyhMYAFAkTbk9WZqdBpAzoZlmUWmB+VhY+6yOInPj6Wm5vNE7",
-	"fNh5D5cXQqG/403H8tq+8xmnOacfXuAHj8H44X7sr51z1MkF/y1n7rG90vWjr576tjNMGwxORLAliBZA",
-	"EErTUuTMFlwTPbOcBiQNKRIw+nyFmPsHxreog3fSTGAuGVXMadojEv+2uLoY58Ph44Sn8H/mfh4+JpdU",
-	"s+8Pc5UF9AjfiQeNhso7R/NiK+2w+pKjgleFseL8djpIx2MaTjJwE2xFc/bBoGuifhawiOpojTvKU26e",
-	"CaMa+B1N8BLX7/RXz1Et/4wISHyxYXQ+wDOOG7kDTYxUTYNJMqcpcy4xKqbFkF6HiCMSX7HVqAo09q/O",
-	"ZuOegOLUDi1RhzYr/hZGnSqAZppyKaRrMYigkzFlGbOfgFG7BbPcyUadD/2p7Ls/WilpcEaXr6xQOWXh",
-	"076+4ou+XCDX6C8kF7BGoKVRB20QG5fszBQta4Ybedg1I+Hc6u6L/LzN8MVLECNGhlA2YmLafL9STVsI",
-	"JYjSF7iy2mOglTvyhSaSg4Z8hO/IY01UHqu7RA9/lfW42VtR805oTYnjX5ze/ERNMntiRRsrNDQDtmI6",
-	"z0Att5ePPmWro5NL+zFYHNDBCtoEKgVXbAEwA+7XS2YlfNRKwXIuBTuZdEbvNm8PlnUGk3c+RTuqMu8r",
-	"mwrMfxtlwTXxBGzVO99nZaaKtLbvnFUt8tr6pbl5N9+TO5AaDOIt7b7qtZvfJrP74RsXh3bFY5HMpHpK",
-	"G3xfT+nKqzHo5ZKhl0uq6SNNLiv+MY1OLwsthfPv4IfNrr8Gu+luR4FfncllE0IGT+sseS5z0UAyT66Z",
-	"olNG8DlJcxYBw0r4nGbOk026Uk2JkYZmYPs8IuPOcNwhLNNsOWOK9RqJKhr4k4ZDfuKegI8dZ46PCJsv",
-	"zKoMS1lkVJAZtTo7WSieOEt6XdwGyxxLLyC0pi10yb/lvQ8wem1fw7U97cCL0GzSyB7auIrEM9+8YPsS",
-	"rLRYuRRM38mSnZd1R+dqhH7KekAIXJcUhcWoWFXjNRWb3WGB4JzcMCGj8z6GntkzKEIhti1ijVAUzmZk",
-	"w84b6xyj7lr9umtgtn6LkcewAO6bKNCNiH2g+CfSvr9fwpuXBbTbwKhDE5Q74LY6TEz9bkYdmvGEdWoW",
-	"ARw0DGGIGmHRSHBy5nNm4Q3U5d9ypjgG9dUutKB8w6bLXQvC2a4rh+E/VYyjWbYDd7ba9vuo3GR5ciWO",
-	"btfWPRJsf9ND7w7e+xAc7Uo2QEwzL3V+3IDMXEqZMSrsl2Vk6LblvLTIdMYmHTCvThVNGy0qQi+ZYhht",
-	"JHOD1vrIWeo9VX2kyYTyDGJ5AyQM1gWo20D4TgQjzEqb4KlrjH0FhkDRMw+RDbtwTdjdG0NNrpvYpl3o",
-	"tiFe2XfgwhYZXTUdjpU/KRwQuoUIoyrjTPkoZh8dDP7ntQi15mMC//EFiP4XzuPfHD8NLLMIi75ZmOUO",
-	"1Hh517HbjfwBXr0AkN0dWtdQyGODu9MC0hrRCi0AZzJr0JLja86WTMVEMZrqIxLTdM5FTGimpVOW4fSY",
-	"sGTuXQced6IOfhbMV+4vCEm9GwcBGC0a5YtdDZDK7X2jyhAcU6MOi8twg1WMZRtO3Z7CzY3fbscdudD/",
-	"bZndwD+LOhacl1KlnVEnkUqxxPRnUmnWv6TGYIgZ7tZdVY0VFqdZHL7fWBBGe/Dd4fpFVG0fgfW1WFAN",
-	"a4xUIM1lK4wfnVE9OyKCXUNAkMmVQBQJJ3bqWRG+e9DkRfnM6/QbLpbuhtxyj3dhaAiR44tbGp606i0v",
-	"3pyQw4P9PxMv4pHEMbkySPbtm6dwhhbs7Df/991x/3/ef3z86T+bkPgp5dnqLdjJakeYNumnx+Tt+ROS",
-	"lloqSrFREaLZf/o0rq7oYHjwfX9/vz98HNJ7S1sa5XTdxt1Q+c3tYgsVGX3GXqfCGNB84YM+XVIDMG67",
-	"5G6Sz/OMGn69o66ydoMpuo7sCpsu7ilqrY2uICn6gk1h6kK7RYndWwgPfxwMh2tHB3+rXud4nH7cj/YP",
-	"PnXH4wH++P5T76+Nt1uJZQ/lbDCSBvwj0dedCP/YxDt+pjx75aSUBosnddwWXPbLGc9YKIxhSAXXJBeK",
-	"0WRGLzM2Ahs5MLRMLvVYdCcZnU5ZSmIv/sW9qAy9QMFGk++GjyMSZzKhWezMZBotZ1QQLvou/mEsMHRS",
-	"QSh1iuAA4egQCPBIEz2jCqAIAstQnBuHJ2KXZ9kJLMBycjtn8+FwlqXPlJINfBXCh+qnBhEAC2pmHo7L",
-	"yDb3/Yp0Y1iVfjd8P0AB1J6ItyD6bBMIFWiUZ+bO/N2YgBYCNa6x/KAJsp8zmmGMb5v9r5mHNggH68yI",
-	"mvIeUrZgIrWEzSPFx3FnIbWZKqbHnREZd+TVuBORcUdZqMI/5WU40bjzKTSw1/0DWzwAGoV0y489HFyB",
-	"Dl4GLL3fpta7MZqO8UWjmzihWcZUP5lJzYQVzYXhE85UlRQ47Tok7LT/+3H/f4b9H9+X/xxcjP67//7j",
-	"MNo/+HMzyV9TaBuCZReMGog0A+91d4HhZRE5OCQzmSvdK/DRFFEYFhk1l4LQKeUC1CansusidGcuFbq4",
-	"q8yJ9n8vF/5DtH/wQ/PCQeyu3E3NbvK+7TMrrTccfU3HA2s9QHXdF9/ihMn8sraqDKBmwDzbXv8V31oH",
-	"LZwqQsHXjdQEZ6HC2chKtUc7iE1dP4TQl3h/J5H5EPEdVEAVxnbv9L5m5kbajBc7dtFH7/oKoyKrJ0dm",
-	"U2432ErjRfsz3KjC1KDeZxYXQXdg7KVBKHyg9bh7+h5UgAbjnz8Oqx/kpsHKlzXnAqBpr54IcAuTXmmR",
-	"2650ftbtFVbZtZtrvZsG/MO/H4EVSWOarZDGyiYMZKkuThK54+iRBeVqd1sTrKfuW1tXaV5Z6aFJ0n4F",
-	"s2uSWNkU/RUoclsCccmzLLC/UbFywNQFaQRiU0W26g3I+YyNxdyN5cOsBVjLwecvNQPZJSWXK4iNctIi",
-	"Cj1R+CfnfIE8dsiK0QYWA16KpfDgfM2UsvLgUSGPgh1sRTBA2qsKRVLiWIBN7PDgAJKgKZlzrRcsM8Gr",
-	"qBS7o3ACoseMdx2ICwJOv9PVIPxtupemsLTI3cip4gm7oXt2N9eURT2nOq17qS6pZnD+7J6x0jszFsUu",
-	"dzKte40L7euVrDs7UCFY2v0jkYurZxIP2nG81eOCi2zCebyqVn2aZ6tNqm2pnTZqua7mgVNqYV9VXXws",
-	"vDIus5Rpg6JZkfO7lOoKTDyJVClWbwBzKYesSM21RXeYeECOx8KOWyA6AUmZaLokwlsgi5FGgIrXNMsZ",
-	"xPwHOeRjAR8+0gPyQjQkYmIVB6qNmwBSBlK6KhR9LcmEKtLN+DWLxoL9ltMMcr6lmg4sGse9AXlWem69",
-	"rDmjGk2+xXZXzKl4OyFrYBhpMtlvdbpuGhuGLeQgK7/ubqla+3ZtXVYIvpux2pCilLl1x8/XiAmN5oKY",
-	"iYlUCYvREu+8zL/l0tAjEusZtWquo7rujcsceKNURpM4MNLHR97wjzYEH3bvvAWhddxN2ok6OEMHfQqN",
-	"2sJrF866LjPN8jkVfcVoarXAQu3eZCNtGr20DjYFJWipPM4L9sFAAQbQ+SEuzrm6EVsslu4SJnuC4Fil",
-	"RC6A5IJCHMqFM/TVKfit3AKTCUssDbvIWgSg89I2hK+QOVNTJ1agOcTzctK1J95HmeLGItA6duwcGL1h",
-	"4UipywW6mimV/Xz+Sm/iEmwNwLaL1Pkl1p1pMt0xEIygvJDF50cu4shfCl0Rmnpz6hxDNako45CavYaQ",
-	"0L6b+4elXF/kKms+6ZSlPLHg5yyIb89elpH03kdA5lRfsdQH7/AJEVI0G8TyRXpjYF6yy5mUV36Ru0dx",
-	"u7R+B0kNWFG4CKu3VJ0yPKOoCWvXgsODLTbR5BM1vbnTyyKNNz657I/jZM7IC5EM/EZHlr7UFb9mMrOb",
-	"ZFeLlKuEUOzfCpu3oqIOcW+3dSIWVsI7PLsJcHOXlJcGdHUjuku5M1zb9Drg2tuzlw3Qv1Ffxlfhw21o",
-	"0QKad+HHs9zui/vvsKhKMruhXSa2hxNHxNn97b+KW4tB4Y3rCBX7Ml0okoM2DQTaV4mwrLNuwGvGzJvh",
-	"4+0x6yZc7VaY8y+EKTXoOS2CI9dF0GrYb+lxbXa3rtnZh/0f3388/NTvDt/t9398///23w37B+97jYb2",
-	"U3dYnx8jMqE8u9jl2gsP460I+2cKW7uawjZZwCKiIQe5IvvVEzbWCVNr8pyUWUtWHRjDdmdQp+6Duokk",
-	"kMO9ia3QNbxhAOOfRYOucSuJagNrKOUidx0h9LgDKbd/M8HHAvTNJZ8AeL07GIQhK+uU0PfuNhby4pv9",
-	"4XC4/TMrlsMFFqAaGh+dVHbaJII9EALuSP9LRNvIAtxrN+QCHmV2RAv7dlVu8//6XCxbw5NdYL68pjbw",
-	"vQvpCOj6FxePXKW0HeSjOwDlzwDRHeV/D6w18nrGFhlNmLO9zmTGwHUxuC1cb4fmO+UOr9nSs4Uj5AmK",
-	"zeU1VIps4AaNooxb+fq5WG3e7ookGdVF1QbHiqSa6qpA4/HyLoIfToMD2h30Lqm+c9dE6XUZrCcrbYxU",
-	"9O8VVujd8T90JG3zEK4n3Plpo/AwyiU0IrrLNGyI4ydnPz8hPx5+9+ciFzKVST5nwtR1FSyK0igMYY2w",
-	"nfcfRGp9qnnebh4iVLeXGm4ytkHwq5nDZ8Ys9Ghv77eiUvkgZde+SI3ew/RwnLKvs3y6c0kBeOpXFG0K",
-	"Sir0mHou4poFzgerqSnpom462tuLrcyIv+Bnz9vijCS5rkQCWpyvGc0Pf6jgdRdH+utob288fvNfLYGN",
-	"WM2hfp7g90WdOKFZFmQCMJHCTQbB9PatORV0yvy2jgoVG58qRtPA+43l1yqB91jrJCoC8N3nja6Fc5fB",
-	"84AVPjYYsg2j80c6qMr0+Vbrdkv0rklOt7HR5pqpVl9DUQbW1y532wbHVaDFhdWpEMy5InL52YfSnnW/",
-	"LgKG27iZdmPh6pZ2XUzSq6syhzfSSpwC8kxMuWDMpSVUriVUknbUker1g+5LLbmJMLYGbLtM0Cr/t93l",
-	"XYj6QGu+uKjvChPfWNT/491gbWstMR63E8la4wzaMrhvmkGN718wkTYV1k+yXPPrIF2CBWWydyPCbgKo",
-	"RHBLYxCSxSIpujJiZQebpc4gqKGOQy1xqxvYJMRrPtKkcOB59ygcFNc+OMf7rrmyvGVntoFxhq3335z5",
-	"/jMUyLGAHBU8Df6BosqSliZLSI0d7J5ngxFh2NxFtEHCjtkyQOlcRKs74uYLu6uMxLsQi+ypPsK4wlIk",
-	"qNWGCKQIR0sIXSzQ0/J5MtR95IPfiZm2Emx/KznldkmX6H/OUN2syxPf7S6oPJBAUT+8tsO4C0b/x0hZ",
-	"dF0A7pnRN/Fh506rHyO79h3BGupoX0O7otWCueKq1bhejIE0M8X0TGYlMxq4bLD3N3LxSNMYfLMiseZT",
-	"wcX0Auv2xRBwnGeZq0yNYcuKzam68rFfmhnDxVQ3UnQ7HDW5YhezDU1qfHVeV6EcciMTqqAlU2z+ghaH",
-	"XPAPaGqIrvfd32bsAymmCOwQpaEu6Lf2xr/YttBy35virJ6/On7Sf/P8+OC77zEXacY+9I4Ku4IrD8SN",
-	"ZtnEh7lesdWAvPZOLOxZgz0PfDUf1yHh12c/PT85+eXizbMnZ8/OsbWIsM+dNxcKdEJVcGN5QS8aCypS",
-	"X57ONV3AjPtH9k2trRYNIaZbw/Iao55+nTHlgBPD5E9P3pyz9ChwyXn7i9uJW+lgxykvWkspnCqGtYvt",
-	"JDFEHGARYqsap6liei2GeJJrpsnlijjr7IjQscikXFzS5CoiC8WvqWERybi46kPypIVqgOkl1wwSYhf5",
-	"ZcYT8uLUT2Ehfywwv3MmtYkH5E0OeYEZv4Z6L3AsCRUJAzdsLrL1leUC9fqxWLvm45cvT369OD178Y/j",
-	"82d/sYcUky6uLLVCnlzMmTC9AXkutfG7V74hB0vLC3BTJVIIlhgduYSpp6/fEMW0zHKUGQwEscHKVyST",
-	"07HQM0iAwOOj2VpCQWf/4M+D4WA42LeQR4k/TX86o3ByNzDUxuEGs/lBBt226YY9Q4T4nF4xe3oEutNx",
-	"0zsilCyUTHMoC+hRyN88pCttFhswam0N2RvIVORp9ft2+v7UnWNDBZobCIjUGCvI1cF/v7APYTajezHC",
-	"sEf7zHWtGzRmhDGf/Vsn8nZMNxqUpamiMze+OQhGDmxFYjipbUzNJ8+u8bHm0pPwmSsw2TIotDSLsPgI",
-	"EkRN4oDY+8vBKCX7kKdxkUIi09WOhV52rr+J1uyLpDHGHJlcwuySLAs5Pz8l+EF48kL6ajkJnTPS9Z3K",
-	"DFVTZiIimLGYRuBqI2IhSuZmUzHScH3+Tjevzq2ApeTgw4fmaNrW6Fi/Tm/CDBtdSAXlsVaOP+5YfxhB",
-	"KwCIyGGwx5rquXuoD3dr390Fi+9C8F0nDF9cBg4Cu+pq9dlLlLTc1VuW5bCy4PcuuMgKNM7RQLog/1iC",
-	"yVIQBnThXbE0yQfmbPSngItpizvl1yIncs2fgsWc4ojEaJa1/5rJXLl4RAhAtBy52mpUH5EYlK7YpwNV",
-	"Q9dCBwrOgLlkOVQEseN3IldrA3W3961rbjHD3WducYvhJDCZuDRq6Cpi78kdRlQ1qexaLfGzEla3ZxjX",
-	"QRmLoueKm9UbO7rzgUMt9OO8sc1cGHGKfcmqbcjOT3559jruBS13fDvGbntVdZQYnKYRthYGGgnLKQ/M",
-	"gjm25+BiIutLLNkVClfzPDO8b5igwmACku9lMCBPcm3knCn/F02oviLcRL5kdSqxZa9UVxEZd+Z0hbZA",
-	"qaZ7htH5HrR11QsmUvLatdyVE28qfGUh46/jDunGFqfJ3vX+HjouvYphDwg8ioV/jjnbovOk4oKNxMQN",
-	"QEb0aJmZkvkUs2iUVfPkxKXNHp++GIzFWJzPoMENets9frp2NgaTDxMpjKKJQYHzb9LLfuAIn9AEvaFz",
-	"mbJMEy7GIoYngmZ79hrogu/RBUfKMGXCwgVLsUyLPURwpYJQ7HVRrrF1DLwHBSS0GYuykxm3hJMmM4bl",
-	"qkSaMQWb+Y//IE+gegaegd2GZYJotbMvPGtst2foldV2j10TH/jjiPyE1f4R+ACKi3rtUN4ULX8A3fau",
-	"BSNyMrKT9OHJn/5URYE//Yl0mbjmSgo46muqOOSONWBGtTdfbzQWBBzQqcSTgpzGsAkU+K2BomZU4Oal",
-	"murATQ18BHYPqrQd0VHhAfnVCQ1NK6lEj1ssteDCoaVQOrB7pcJutURhu09A4sFgEPci4kyCqI2UEG6X",
-	"t/dRquknCxz9K7bS8YC8MLAwlkkxBV0GjtWCv0gLswS2RBgR797vFv79OMQd79i3I3brzv1HGrElQlSJ",
-	"oEltVOmeiOcHXn8w6eYpN1Zzi+yQ3irgbTBYMcP9MdTzevB6GUnQbQglWOP0PYDmY0hBdw2ecnEl5FI4",
-	"gPMFVw6H+1Yvw0ZLvreIvcqir1nZwwxQQDCW6uDzx0eOAvfh7ZQomRuGNWjcnQUtxR5p13QSCg1h97Gx",
-	"aOw+FgWTHMJ2nkHPvgLpgl5rxf2hll2sXaOQZK8RaqIDbfnQ9wwNl6xj0oW0fuETpOcWRpmwhM8d5IIq",
-	"Uza0xipFUUvvTa6JJVCVbpulNE26x6cvxmKH1ptHpK3zZuSNJOS74VgULUKpq5VZ6cQ5KgsvY10DbsqD",
-	"PfjRYVXYOxJZhm+XNQMEf2HKO7dYtKp3pI+qPdqdOACC3VjU27d3XV3PXpFOjqf6iKSyIMVlOyski67O",
-	"sMMq7NVqFUJvyMFOWHHYKWtE1rs2xr0BeYvIYPEKylVZtgN2lKDbHIWWlxYyPSAfDoejIiGca6J5xoTJ",
-	"VoRPhVSOnJ0IVm3VBc3JrNjmqGfJNSxsIuugMGUUnENROgFot1d8sdwEBaUYNov2tXA+kJHppQY7TFzb",
-	"vEWrFdATaFkWOwXfSpXhux/6y+Wyb6XJfq4yJqyKlsakCz3E4iRXGemnsdXeU32EtQIIuVwZdxELqqz8",
-	"6lYZuQxsqA5px+wNyHFQSCPlFJYRdvhGkxshh/vfoW4wdoF7WKOrcsLz3N4Zq9009uAej8fYbXORUS7s",
-	"r3EnhquC0D1ccGv8oCbduK3fW9wjSyg8EtvVA5/gmtw+CI+gdHE4HLoupUvX5Y0CV0OU56LoZVooAMen",
-	"L4Abqbke2SOGFuq+Dgo1MzTgwK1/HGOBNjzG9ZJwWAvNVW7DV/zhOvKIaBsRVK8iKOAVkZSuIsz2HXc+",
-	"xVHDTAjV7x6/HyRSmw3zQOE9UFbsUGDArQ2GYnbDIK4jnj8C71N3eG0HPPIl7xDHQY6hLpy6G1dmsW+M",
-	"O/EINWQEJuq7leJP5JuIiT7ZPOMCsAFLlmX5XNjzMTQog4VD9AAIsayWFUfsvc83tLA9HO6HDH2tY6N9",
-	"/thjomWKGbVkpOTj3Wp/UqM4pCCtNSjFvL+eHe0Qtoj9QgG2t7cMRWGcYi1CIZ0wMKOwuu9cqUEzc+4G",
-	"O6jOk5lVZGYyJd34OMvk0vfoxaI+mDQEC/oR+wekax1hj8jh/uPiTh0WFo1Cj4CEhATU7sqbHe3VHZHD",
-	"g4NCCGruNgkXutZwEoWYrb0mj4DPloUpSNfVE+rZQaUqGXQpNjiJBI/VM4zeEfkOr3it7agdx3Ue7dKg",
-	"6CEWySxKDWK1R99Z3LGZIAbX0kEuyCTj05k5ArSrdummK+2cFhKbQVs6XlBsf3BLxU0gO1gYf5HCRKBb",
-	"RKBYRBXZGfU/X9xJWR4ItQtd8ikWNMSXqEmAL8S7ROxbhQCndrqFLgoJBiK6QnTVzi7mJnU6ajFpWXTc",
-	"WcNgZy8BUpHlTbmwisqIxH+FS/zL/mCwPxwOY9L18tr+cNhDdvZXtPz9JQYJQBTCpV2KL3YDVTkeaRIH",
-	"psI46PYXizzL4nodD7BsuNjx0FBxfPqiE3WumdLOSzEYDoYQJLJggi54Z9R5PBgOHmNmxAzMNHszKNX5",
-	"u/33tMm5euzEwoPhMKzVioVTAQIXA/IEgU3IADqhHZGH7RdpZ+Sqgv7eWWvEfzAc3lkjbld4tKXvanXV",
-	"FctVZ/TufdTR+XxO1Qqqrl0zwbS2J02n2pV4xc3oznv76V4QvNd4dD4f1HHxUyUtIWS5ZeUfDOhyGiIf",
-	"CJr16ifmRth+YqUAVD2rndqEu31sPpBg9fNiVa1HA/R7V6Bigpy6oq2APJg9gPK5KwAcAWks3MGRVy/X",
-	"ysA+0liqsn6SZ7igLwJ6MDdk7Xw3fPwA872G8oA0XR05E4iutAh2Das3X7ddM9+GANf7e84wsceKxlDT",
-	"thAN6H0jJyT+27Oaiac6TBzqUwrSjFPwe13C78FYvAYzhanZkZE2Vq8eq1q7ggRA+1wxZN2alFW+4oJi",
-	"/56jz2jr61g8273+vhncmoYo3turdtr6FHUOd/qKpkGjtMPh/vZPKl3J4aPH2z8qO/PbLw5+3P7FcTrn",
-	"orAPMGwkUwLaTxXLFlSq8/cegF6RJ+PhDhNpRh+h3HMDgdFXIMuAhBVblSQu7eoxErCiFoZeWGlRyGVR",
-	"DcPCHETJgnUDI2ehhOSEaInBshotSdS49ULgb0SokXNuBZoV1LR02UQLqjXTEHUxFnwSrX0WFtN1Zclc",
-	"kYAYRK//InYHztL8F3wWH0HfM8FZ6kJOagWUB7jzERnG1SZIY+ExKFAYCgXHm01RrUA5uTS4xlJNY1A2",
-	"QuwbC0C/nutcWRytnHMDxnwIglJsyjXkv3oLmP1f08tjQcO2WVhXGITRBVqL47W2TPGmutMY1NVYeBrt",
-	"Y75NzohgnE97OWosVFoYJeWcefYeB4Wy+7/YFbmQOS60YTQl3RfPzn8ei1TRielzZiZ95/3oB3vpX7FV",
-	"Hz/EqqgokxYXREnKJxOmmDCFaZB07VFFLsLbl+hVADQ+2Kh2+M68Tbi242iZXbO0F5gODxoPwbmEvIEc",
-	"euj4uvpLrO1vYZJmoCONSFnALzBKlqX7xoKGkgDcRXPNvvprGJoW+25qYxGGmPzqn+JRDsivVspoai0Q",
-	"JhzGRc54PBZuW2utB9zsvuuAA5jWJgNjUXYZIL7JQHf985bWBU3M7IlLILwZE6vWcH+OcVTIngCCfpLp",
-	"6s4Ek2rXzqqH2SXF3psQVulsWpeMjl316C5EQxhHP8klS2iuWaAsO9gGnzuCECy1DmFtC3If7TV88Snq",
-	"rBnXtw2y/nplhLMwHmG3UcpP1kbSzNxkFPs6nPIfWEQZHm7/4rU0P8tc4BT7O0xxSleZpOm5lC+pwlSc",
-	"w/3vdtmPzhcLKPzziqWcnq+wyfzhwcEGFAht0rujQtG4t1FBAI4WZP5EBRIwboWmkXdTB8WtpQErsbcn",
-	"YXnu7qaq3K4ghLfyumoZaAAEc1UpcIVVMnujsO+xJczoG4h9HW8YzVnJXQs+DJxxgp1dU6UUskixDniA",
-	"3qjEguUTSzEdwTL7zghZaXgHJ4XyAwhkXcsFuCgkDWepx5COnuPUYLbzzNqbz0aknVe7t5HtV6UVWKWh",
-	"K6vfQjuusofhFVthhDslgi1htSht2V9uVstJSnn9ISjtU6CsIyvJggTHw9q9uENvry2T7l0/bBeO7Ur9",
-	"jwikglgeWzaIdAFlDS0HY+SaAdH+moht1AlMtlu/Dl6FK9psfrhzMlPqP2jHtjK+61Vuta1RszwWdMd9",
-	"hARlLKxcpgsZqWhr5DMb1o3ehZV7QOAMUAYeizV7NwLMgLxG76UVTUv/L/Tkd4ullz5kAsG3BmG3vpOK",
-	"KgwoFYrdOF2gBqPW+z7q1IIcgqcVFXnv0qdZNSvKT528CoY0vCwuvEHNZCugbGB+iQj7QBODXQDXI9Gw",
-	"c6YLR6sJ65ZrONxe+A6jo6LtgnvS9a09pKvlnfbGQqrIJ9DAu5h+BF061wCq67xpUREJg/6qwHdjh1tz",
-	"3kQOBlP7AdJUWsriFvgi8FiusQPFgo4QtInKHx4c9CLMiKj4m8uSxDF6iOMBeUaTWaHDuxgm36yipuce",
-	"bVE2QZ1Djw0EoXUPh0MMwrC3YBfvkFEbn52kLfxTp2Xrwe62gS7aMFyX1tylwXiuhMWZ4BJ3tNQBAkD7",
-	"/M79qCZhs/8vop+EC2hjnScN2FKEAgAqekXFc/c/uJXw4SXqBrLqgbwMp7LSLGQJ34q6SjVt9/yg27DZ",
-	"gM1Ty3FazNc1lLAjndipbqryg9iws9kacxk2m63vBAF84eYWuF+4NiZY1e2rN37bo4C9hl4W+xOSzxsZ",
-	"NmbEF9QZAyUhUMKH924AL3IsCvaI9aNLC9yh59Y+ugb0KzsBvjkgMVjGfHAiWoO9fS8icaWscmyfYg73",
-	"WDQWojaS7JNuQjMmUqowukj3GtkCbPlETe+JK5R17nfiBvt3OXGb3GzvFtRzjI7+o+PCcAdceCLFJOOY",
-	"/PQlrSzbPnbmWquMPBOGm9VdYTsCmcPcOsYHjAW9oq3spQ2/STUErJTaXAU7YGZ1HvM3Zjxy3R/V3wDo",
-	"UdCno7XPCwjERRsViJJc65ER/+GR5KamyDuAub8x0wZwLXIOliYEBnQjgQPbGGCFt4VXOtd4FwQf+jaw",
-	"EJe9cIUEguzfIxfe7F+5Ymzh0pmgZ9gG9/9uCEBqrRPGYqfeCdQl9fhJoR6iFGxUCbycUTMWEDmNgZQu",
-	"52DKDCRUwPDeyoDhmHpAjn2TNNBwQZsmGaPXDBVX13CnDFHUhF7K6zBZxdtcpXIfBqovNS7zSyqMihuL",
-	"IlGsTBwpfd+BG7CJIUPplnvlx1gc5oGVsw1UyrfLkGr61VGZf0tWjMh2O8pYY9RFhtoWhbBEVswlU+xa",
-	"XlmoEqxMCImIYMugG6PP2ML0Vv3Z1K8Bn+3qjhf8F7uDr0TPxO3somraq/gmObTopj6uOkCRAtbvVYDY",
-	"rPsWXq4ith0yxkyuBJpOEVmCWGo9A5OwyFZgFr0PLMLVIeDdE2fEwb+MshrOnbbxSe8rdWrrEYmDYmUg",
-	"4GHSNJ40lvz+xlDvhKHepX7q0P42WN/OHPc+XrHVJ8TqjDVVuTsDfliUZfMmWu9ncDmvRBu50IQmCVsY",
-	"rOfmQuXsN+AlH4sM2xP78D7gs+A31gy8gtfyCjKdCh4M8xWOq0MMD7wPMoGbDMhEBV8Pm2On7RSQ6AaL",
-	"/cau6sCLx/qZwHtrlrVd8vmFrRx3a8CQPOWbY+ddw2/UFqsS4ogsZ5J0Y5oYqeJehHGY8JtDQnCMqXz2",
-	"ETpBMbMvxmIZTt2l6BM3ha6DAc/LGRP3JnHCrr8WedNuZhdxE4tEMOHKw31D5Doi09QVmXHlNEJMBpi5",
-	"P8mzjps7JriA01YuwWPbEI7dK3EjbymZHZFFloOXHuMUjDQ0K8Z0ppwuVvNyQfaAuRBC38OyDZalQfia",
-	"0yVxsgjj3+U1U76eCJzvXObCkDRnQTRZtcEfstUnb/4RhhfEbr1STSPYKWwUFxjhhH7+C/zpZna/cN7I",
-	"twiKB8WQVd9S2P2/qw3PMqJyIbiY9nxhsNtTJqmCiiutZAqTcE7U9Fv20FdCXerpRq6CUFOy0UYyEzTv",
-	"uVOC47KX+2CnfSgXkOVcT3DitzDvV8KWgz3twpwrmePfmHOLUahySmH8TAVyv6R5aMGUlgIE44QKKEMO",
-	"zBaZypJdFntAIxIGbo9IjOW547FQjKa6KBGGtWwLZw3kklOtl1KlYFzCmGywLlGsOadnGKuusTaOHdDk",
-	"SrAUYjDYnPKsKHMRZGaVwRg/3p+JKkCKe7JTBTN8GWNVuMU2l04Axf9SoRY3Rft/kdiMu7NfVa721vRp",
-	"C2fe+8jTjcasp/B3l94QwhrUXBSI2Fz5RgD34tjBNazj+y4Gp8qKuSa4y2+Wpwaww0O+K7CLHirkZyNU",
-	"DL8UJf4GYC0xPHcFXfdm4AwuulW3gSCUnZ3kroTUjrHTn6H5nMOyvhKVp2gJuUXXgdP9hm4tOo5xIOHR",
-	"DH9/SZ0GqjUUoZBBsbquD2PrFaa9NGxj68yNSmO+0uYGtqQbB13q4t6AnBbWR6xfqvO5+6IIS/PV+33Y",
-	"Jl1BghX7kDAWJvN1g/47ELweRoxrX81cSKJnVkJUfVcTBWvm2WHXhxwFLYIODw58iU1c71iExS3X0pY3",
-	"ZiuXqcoQT+eSscYizFCuTEyo8dGE7/j7gctDvj8V7hz76t2H7ha0B35gpQ2b0DbLCAj937S0bxH0IGq7",
-	"vpI3o84t8sjeR/u/nXU5XxcKqMJaUR2slcxVpZaoC0sq42sHY/EWK7s7A5DvvooZ/ly4wu+KYVuXhgLw",
-	"96csFpRlFy3RVRD6ph3uoB3eCmQfTBtsvvbhg9H2b6DTpvfdEm7uTc9zTdrvJNHDS66lJ9sLnhDsRROX",
-	"/oD1uzOuzXqmRFHBuVa+uVtAPwSIQrYERoxiRT8NVe2WDTXP3OLLkmd3TmohveGeZbgvkkKxCc19DsVX",
-	"ie7/zkkU9yGN7W12f5/cu03oq3KD7+r//ub33mQTWhf2IZxvHfi/uB22yp8bjUpnbiOaUOfgEYVqExG5",
-	"wG7svkOwL0XTZHKKxiKh6pqlRObGlyWxwzzSR35wb3SSgmESZPkOWTM2WcXILkswVhT4CU7dSPsH11/Z",
-	"SgK4+BRLSPHfckZcYbZS07onA8w9Os+/nNd8k5OmcJOX9/HNBvPvyPU98XDofWPStwvf3/to/7clV2Qu",
-	"r52KgSBZ9I1L1yzkWDLL04o5XRGMJi1pCRqeoZ//Rgp1f2aXGznnvVM+F18xMt4BqL4tzue2wPpg9pf7",
-	"dsNvI+3fwKfN/rIm9f0xRb3t7wZ++VazTbxmfNEF4XxUpafxu/f2JaTA3EREy4BmjkXVlGOhduUS6shP",
-	"ilFMvaubbKplJ+7H6nLPgtsXsbpsDK5xVpevEsn/ra0uNby8A1Es9/3xG9keeq2CdKQgBT/CErKFdwx+",
-	"gaACdtoZdTlPVGB36rFYy37yeMyVc8gPyNa0oCINCHoH+2LfEKvt6qjGKeXZKh4FUQhJPs8z7FyOfjan",
-	"tuJghBq0ETMBDSZhH2/Pn2APTNfLdinVFTThTaRKmZU3sXO/XDAUQLGCrBsSqtrdb6ISSBD26j4rQel+",
-	"TVB2ea0SCJ2ybyJIgwTrAZQWHmCEqQqu25P9MslKrp/5xtzlt2cvCbuGXrtUMWzNaSTpxu5jLLpV9t44",
-	"8g4eXpSCPz0+f/J8rWeYy2cmz18dP+m/eX588N33gEGutbrvGe26PtqBXP6zS2XEUtKOTEBgE58KanJV",
-	"ZkjCqqF1sYZlu4Y8UNECUiFTpvg1S8vW4dhV0qqN2Nv712c/PT85+eXizbMnZ8/O4yPXX3PGCF1w1yZV",
-	"QIlMOzsX04ugXobIM2wNFQtpWNGgczUg/2CKT1bQbMf1kb+EZkSL3ABpDc9ETkiMnaMMNiIe4C9Fl9hQ",
-	"FbsTl5TH7Q/rkM8XVGGNBShBnEihDRVmLAyfM0e0Y2iQPiFhA543/jBHxPwFJ8wF/4CTRdf77m8z5v4U",
-	"H7lGo0RmKYmNVbXtYaNI6NtPJDSZMagS342f2H/3n0hhlMxGRMg+pOHEvfsQHf/GzK8O1O+RRvopWqik",
-	"wxeimbHXrNea01QOpKElWra08BMXB2U/39Ap8hsxXifGZSEGfxPe1uSQ16FOQJvdi/pBU9bdpP2SErbS",
-	"ZwyXpMaw+QKosvvGtwMvpSak4OulJ6pU0iWaW4Lf9Vb/oIW1xb7frKThKLefVuTzS6ZId0J5ZiVE/LPr",
-	"3KsYdrIGXL2kyZWcTCKSL+xiD4ZuJMUSxpHwPj8/PyVYWp90gYICyRWQV4/UBBudORIPRY7xRWw0oPPE",
-	"Cu69+yp74ZD8aXk5X4mTsbqxnWqvFezL3/k3GbCZ7HiCUxxYtSzGw5EZ6PG9U917bJ7xWYXvT2GyrwQ9",
-	"7GZ2wQk44X+X2vcLd8MekPH3DtXvt1e699kI0PfLpyRg/1BCx6Lrcxowx6BHFpSrIxIvpMzWaty7H7FL",
-	"/MakgaCdveV6EtsH4oSYTgAZBi6lAKT4ov1Z13/sA399hK/vKQM5GjhQb4QOeDXVj4Km/lBZGLrbeqsH",
-	"tMvGxi/AkFpq9+IJWmC8JyuoHfrLuK9hU22t3zMqvhXU/yMnbS8QJNcpQch39j7a/928Ln6jx61AgXuk",
-	"95ug8Zuo0+Zxa4GEG5s2MyoerCJ9s+usjFs+IvG447jBuDMC207pQsNul1hya0Nze/JSLpnCupWYEwch",
-	"zFjxz6lqmkhRVPIiM3pt1R6XZ+JrvqfOjs5VmWNLUiUXCxzbFxsDs1aZChfsUiq/3p4rL1+OVhSZd2EW",
-	"ftZoPdJ6LOqh1s1Ou3tmV1/EabeJPnin3VdJJ/6tnXZtXM6+zZJc2TktbcM6yce5mXVG795bCoamZaR8",
-	"a1qXTGjmRVbSdabn5+fnpxfHT5+exdDFOldZZ9SZGbMY7e3tH/x5MBwMB/ujH4Y/DIFAuhWtjw0qGOka",
-	"zpTukctcpEDQUMKlZEJ5lisGzbLtb+ymaGVokmRUY+5aUUzwxJMzKbKVXZSgc9YZuVOwytp6lPdUF003",
-	"DBNUGI3tEsF0LoWjcnYSK+H79NxADA9mgdr+jZMUZc7XDPxF1fDEbs6g7AgBEFjqCes8FQWggrmKirP1",
-	"+U6ZXGTAGjbVpaKGxL7gzF4MpilXqC6YpVr7oT7VM9eeEWDPqZZR4DCOwHwF3YfL2hJVE1+4J6i9WZ8F",
-	"qieQmczStZiOemRwtVOJvTYPtU5Zcw5lrnwoejE7JhXUZz9rDcquRzKXWe7lKoMp2o7RwsRMGrKgZjYg",
-	"vmPqcsZA/6JQZNNOu5TqCuBwKgmdMZo6H0oujCY8PErsJVifqeZgB00P3ev2eJC/eqsz7peLmnOwsidw",
-	"u9ZmqtZBhFNzPuuuVGWdzeq44X14f2LzcVXM5FGDjbwwwGZyCm52ANV1e2AwX2Hiqk/4nNHMzCJihRwu",
-	"mKM6p0rO7Q3lha4+IK8lsfyOCcNrt1+IHbrz6f2n/x8AAP//",
+	"7H37c9s2uui/gtE5M5H2ULLsuLutPDt73CRtcpuHN3G2syfKNWESknBMASoAWlFz87/fwfcBJPiS5VfS",
+	"zeaXNjJJPL/382MvkcuVFEwY3Zt87C0YTZmCf/49l4auMirY8FeqBBdz+9eU6UTxleFS9Ca9N8wQLki8",
+	"pkrEZClTRtYLJohZMJIsWHJB1jLPUrKgl4ycMyZIygRn6RHRdKPJesGTBcnYJcsIFSlZc5HK9agX9XSy",
+	"YEtqJzSbFetNetoou4JPn6Lea2rYc77kZgj/ba7qdMFIZh8ROYOlGD5fGKZNYyrSt4+lYGTNzQLezRjV",
+	"hii2pNzuOZoK43ekpRQMHmpmBkdECkLdhtxu+4cHPwwiP21jNrOgZioUm+WapYQb0o/PM5lcsPSMmngw",
+	"morK1mdSLanpTXpcmD8f9iJ/FlwYNmeqdhiv/ZKbB/JWcKPLPRFq2tcX1442JjjOOdOjW61MM9MGPIkU",
+	"qSa5MDyDBV29DDx7TfozqQglOuMpF/OpwC8jN5bdbZIrxYQh53lywQxhItWDEXnVuDJuCNckfs2M2gyP",
+	"Z4apeDIVxdB+TTPFmF2qHXquaJrTLNtEREtYOBOpvXT70M23pBtyzoiRcioYVdmG2BWXeGEkWVGtjwgl",
+	"ScbtQi1wkDW1Y8S1s4uJxrOywGMUZ7pEM02XfsyECqLzJGEsvREolUfQfVnUPnaIW5vebtnu6bqg8inq",
+	"raiiS2Yc5XkkhZYZe6uZOqFm0VyMe4HkminCUzsht39f2bejnqBLmCHtRT3Ffsu5YmlvYlTOwoX9p2Kz",
+	"3qT3H3slBdzDp3rvWQon8ihXWqq/50xtmot4taK/5czCmZaKzJRcwoGsFLvkMtdkRefsgSaxYB/MGb4V",
+	"Fyv9DcYsloqPK+e2pB+eMzG3298fHxxGvSUXxR+iFrL4Exx0x2KffFhJZQhexog8ZjOaZ0ZbMIz/V0vR",
+	"uTJ3fbseHM6DS4FV/ayoMO23CI+6r29uH9/2Bp+lbLmSholk8wvbPAXu1s4wAIYfaMLLL8gF20SEarjX",
+	"OHhwdsE2MZlxlqWk/709xP2D76ciWVBFEwvFlhjEx8P/IXT4OxkPfyAjckYm5L/JMB5EhHGzYMoOTIk2",
+	"Kk9Mrlg6xPHwRqeiH097UqVMDfcPHh5+N+3FxVKePTn9iaSKzgxZK26YJtwMiFTknCpG+nHwWTwYkZ/5",
+	"JYxoP0X+DjTf/sQpgfelfDZjQDEv2EZbmuj5VP9wPHa8Ca4JxygvKjjj4S9sU4EV9oEuV5l9q7abXhsI",
+	"/8I27aByfPLMLovwFDl2zNPYc1m4JCENUF/NEsXMoAOkLmB1twIooModSHZC54xo/jvrQiYQSirnkyIi",
+	"WhwfRxbn+TJfwq8xYLz72UqvX6l5+2m9UvNutJJqftszOGGKy7TjEH7kWWb55gpesiAb//Of//zn8MWL",
+	"GO9uKYVZWKmxZCLuXW2oMpZLh+QJWKbj5fhe1+ni051JFe4CN5RR0X6U9kn3WVrp+LaHecrosn1u+6R7",
+	"bsPo8rZzd3PYt1s5q+W7t5v7k/1ar6TQDFj+cbrkopB67JBWMxGGCRAc6WqV8YTaxe2tlDzP2PK/LNuy",
+	"z3a8bfwKp66ds5RkScWG2P0wbXShDGhGEsVSJgynmZ4QdsnUhsR7l/sxkSumYEGEfUjYCiRqywJYcgHU",
+	"M8ONWJgljnxF7iMrCMoLJizJTgJRxhL9v799dXp8dvz4xbOXZ6+PT5+cPX/24tlpQew0U5dMRTCqYnAo",
+	"gxF5Kc0CZFWqSSoFOyJWTNxMBUprFeHWi5JI0AN970q16rU/Hpplcu225sVjFG6rB9aqyF1beSmmzdgM",
+	"tM2QImzRGG+hi1A8v1CgPiqlXVpTF66efRfB2kgQ/sk5m0nFcAFczK8Y3A7/I03dGX1OrHlBMysbstRC",
+	"MReXNOMp4WKVmyMSM6Wk0jHJuL04RpMFkbMZE6BRgdAx6tmVI69AoXHL4q+36OqoduWGfTB7ib6sjlHT",
+	"Kd78A/GeeiFJWYVSCkYyLhhinFx7RPw/b169BHF61CLJNEmM1RFRBFdyrWHzj6SYZTz5rJd2LIg8/1+W",
+	"GE/iuAaZSipiETAbEJopRtMNYR/s1cFCf5LqnKcpE5+VKC8qpIRk1CrNFgUTuWKRBTpqCegc5EJtaYH9",
+	"7ejrUAqrcReA9lKan2QuPitbeSmtvpWLNCJcJFkOsG/ZjLsBOSNUSNAEpJrDMk/oJpM0PZXyOVVz9rnP",
+	"2/E/ci7TjWVhRkqS2YXA4t4wdckT9lbQS8ozep599vVpXIEly1beT1nCU0aEXJM+G81H5DVLuWWAa0Fy",
+	"AWoOiZNMapbGxIpqA9jHW0Fzs5CK//55xYwXXGsLAqCnpVU+CctaKZkwre3JPhGGm81npQwEKbiHAbBG",
+	"nStGL7RFLMvycWqi8owBxXB/Y1aNXTKjeAIIanEylUyDTnYh5HpwZP9ZCChWZTVMuE3rfGXJIktfsJTT",
+	"UyCknxeqANrtwjQKFMACHuEChnZBeBYcNwR0v68Zs69c2guUQg+OpiJOmaE8i4mVkTVZozUPR21KaFb6",
+	"sstxawQReMWt9jz52FspS8cMR9E4UYwasBBXzGkpNWxo+JI1+U/U4+kuUnjUy6g2Z1bJ3za6yDOH7ijm",
+	"N2ZDreBj88FKsRn/0G5vmXGlDamaTFDCtRp8ZOUhxRI5F1wzr+eP2vaq2KW8uOUOgKnAaXPDlvqqw3tj",
+	"X7ffuYGoUnTTQ6XGq0Tv0P4IZ1NMUBxJFF5r7R4qW3pfTIJsw86KkPIIBgAUSVNuT5ZmJwHkzGimWVRa",
+	"YD4Wxkaro8jceHpaLm/yDh/23sPlhVDo73jbsby079ziNJf0wzP84CEYP9yP/do5R71c8N9y5h7bK60f",
+	"ffXUrzrDtMXgRARbg2gBBKE0LUXObME10QvLaUDSkCIBo89XiLl/YHyLengn7QTmnFHFnKY9IfFvq4uz",
+	"aT4eP0x4Cv9n7ufhQ3JONfvzYa6ygB7hO/Go1VB552hebKUbVp9zVPCqMFac304H6XhMy0kGXoor0Zx9",
+	"MOgZaZ4FLKI6WuuO8pSbJ8KoFn5HE7zE+p3+6jmq5Z8RAYkvNowuR3jGcSt3oImRqm0wSZY0Zc4jR8W8",
+	"GNLrEHFE4gu2mVSBxv7V2WzcE1CcuqEl6tF2xd/CqFMF0ExTLoX0LQYR9HGmLGP2EzBqd2CWO9mo92E4",
+	"l0P3RysljV7T9QsrVM5Z+HSoL/hqKFfINYYryQWsEWhp1EMbxNYlOzNFx5rhRj7vmpFwXultjPy87fDF",
+	"SxAjRoZQNmFi3n6/Us07CCWI0me4ssZjoJU78oU2koOGfITvyGNNVB6ru0QPf5X1uNk7UfNOaE2J41+c",
+	"3vxITbJ4ZEUbKzS0A7ZiOs9ALbeXjy5tq6OTc/sxWBzQvwvaBCoFF2wFMAPe33NmJXzUSsFyLgV7NetN",
+	"3m3fHizrNUze+xTtqMq8r2wqMP9tlQVr4gnYqne+z8pMFWlt3zmrOuS1+qW5ebffkzuQBgziLe2+6trN",
+	"XyWz++FbF4d2xWORLKR6TFt8X4/pxqsx6OWSoZdLqvkDTc4r/jGNTi8LLYXz7+D77a6/FrvpbkeBX72W",
+	"6zaEDJ42WfJS5qKFZL66ZIrOGcHnJM1ZBAwr4UuaOU826Us1J0YamoHt84hMe+Npj7BMs/WCKTZoJapo",
+	"4E9aDvmRewI+dpw5PiJsuTKbMipmlVFBFtTq7GSleOIs6Y1pIMiApWcQ2NMVOFVeHryuCU1TlloN1T7F",
+	"m67EmzlriPNV4E1PReMgxsEhRGglhwmIJeaXjFAD9kJLqv3IfqzEbpulZL2QGRuRn3FdinplOaErdIrb",
+	"H2h+ZCmGL01ILPHecNfxVFDHyTG8iZ7LS0Zi/5V7y0ctrOkGXUc7sNrqEF3HWyyPB3e39bBGu02P19DK",
+	"fLt4duVkuhZsX6oerBRM38mSnQ97R9d1hF7gZrQPIIMUhT2uWFUrEhSb3WGB4PrdMiGjyyHGFdozKAJN",
+	"rlpEjQwXrnwUcpyv27md3bX6dTfArH6LkadfAVWpY34bvb8Waw3MLIm07++X8OclL+02NOnRBKU8uL0e",
+	"E3O/u0mPZjxhvYb9BQcNA0aidlolwaWcL5mFPzBO/JYzxTGCs3HBBZ8Zt+JvNeTpastEGGxVxUCaZTvI",
+	"Qs/S3qf3UbnJ8uRKnL3aNuKR4uo3PTTvECsRgqddyRaIaZdcnNc8IDvnUmaMCvtlGQZ81XKeW+R6zWY9",
+	"MGbPFU1b7VdCr5liGNslc4O+kcj5RTyVfaDJjPIMArcDpAzWBajcQghfCUaYle3BL9oa6AzslyJjhDiS",
+	"XWQU2N0bQ02u24QUu9Crhnhh34ELW2V003Y4VtqncEDohCOMqowz5UPWfSg4ePtr8YDtxwTe+jNQtM5c",
+	"fEV7sDwIKEUM/PVianegzuu7DtRv5Rfw6hmA7O7QWkMhjw3uTgtIa0UrtLe8llmLTSK+5GzNVEwUo6k+",
+	"IjFNl1zEhGZaOtMEnB4Tlsy968HjXtTDz4L5yv0F8cd3444BE1GrvLGruVe5vW9V0IJjarUY4DLcYBXT",
+	"5JZTt6dwfVeD23FPrvR/W2Y38s+ingXntVRpb9JLpFIsMcOFVJoNz6kxGNCHu3VX1WCFxWkWh+83FsRM",
+	"H3x3WL+IqqUpsHUXC2pgjZEKpLtsg9G6C6oXR0SwSwi/MrkSiCLhxE4ZLmK1D9p8Vre8Tr/hYuluyCvu",
+	"8S7MOiFyfHG7zqNOLfHZm1fk8GD/L8SLfCRxTK4MSX775jGcoQU7+83/fXc8/J/3Hx9++s82JH5MebZ5",
+	"C1bJxhGmbdaAY/L29BFJS5sASrVRERA7fPw4rq7oYHzw5+H+/nD8MKT3lra0yu26i7uhtprbxW7TSUm+",
+	"8iG2LoMFGLddcj/Jl3lGrR66m+5Su8EUHXV2hW0X9xhtBK2ONymGgs1h6sKWgBK8t8ce/jAaj2tHB3+r",
+	"Xud0mn7cj/YPPvWn0xH++POnwd9ab7eSuBDK2WCSDvhHoi97Ef6xjXf8RHn2wkkpLfZl6rgtBEisFzxj",
+	"oTCGASxck1woRpMFPc/YBDwSwNAyudZT0Z9ldD5nKYm9+BcPojLQBQUbTb4bP4xInMmEZrEzSmq0U1JB",
+	"uBi6aJOpwEBVBYHrKYIDBP9D2MUDTfSCKoAiMFCgODcNT8Quz7ITWIDl5HbO9sPhLEufKCVb+CoEazVP",
+	"DeItVtQsPByXcYTu+w3px7Aq/W78foQCqD0Rb6/1qUUQmNEqzyyds6E12zAEalxj+UEbZIMppt2rddkK",
+	"FQzMKtyg9Sa0NoWWJYhyEtIQ5zRE605GV5qlg3ah9Obu5xpKas3ngqXkfBPEIHec5LUtLopRF81zE0/z",
+	"7WwZwtQEiRu5YBr2CLclP0HNCewgoRN2dhS2quBVHvwOsmRx4nVQ3ERFliLNU25IJuc18ea7uniz7Q7a",
+	"DBSF7bQdzivcarvJYn/rnTbQDBkfGlgBbzTpv/7pEXn48OEPkeeLs9zkikWgA3JBKNkwqgZHxLGDCUb5",
+	"F8zS76BINq0Y92t20t2BqwuiOmHmLgQ7JFxfXKR7ymiGGSld3qp2tGihH3VhnpqSj6VsxURqBUMvVHyc",
+	"9lZSm7lietqbkGlPXkx7EZn2lOXK+Ke8DH6d9j6F7uCmN/sKf7VGI4fVZzwfvYAbL8Nr318FJ26MtmN8",
+	"1hrUlNAsY2qYLKRmgnAIQJ1xJOalKOWsk6FgTIe/Hw//Zzz84X35z9HZ5L+H7z+Oo/2Dv7SLzDWDYEtq",
+	"x4pRA3HREGvVX2EwdEQODslC5koPCnnGFDGDVpjRXApC59TiqEi9yVMXgaZLqTAgqyrc0+Hv5cK/j/YP",
+	"vm9fOJgtKnfTsEO/7/rstUWP5tE3bGTgWwaobkaOdYQMZH5ZV5pcwEwD81z1+q/4Vh20cKoI+ZwbqQ3O",
+	"QoNdqyqiPdpBJkX9EMLIl/s7icwnNO0gFKgwE2mn9zUz1xNRnNq2iz3vrq8wKnJQcxTWy+0GW2m9aH+G",
+	"W6WSBtR7pl6EiIPzjAaJW4HVyN3Tn0HGaHGe+OOwMkBuWrwkWXvmmpM8GmlrN3CJXEfQutXtFTJA7eY6",
+	"76YF//DvR2CF11iTAlUIS3YJJX2cJHLHMSArytXutnpYTzMSpC4/vLDaV5ul4gXMrol3ZnPhTBaWQFhR",
+	"KvBfULFxwNQHbQ4yKUS2GYzIqRXJlm4snxQkwPsIfm2pGeh+oMBYQHDaNiqNUfgnFyoARV8gh1MbWAx4",
+	"fdfCg/MlU8rq00eFPg9+hA3BdB5vailS6KcCfAqHBwdQMYSSJdd6xTITvIpGRXcUTsH2mPGuB1GswOl3",
+	"uhqEv2330hZEHbkbOVE8ua4Cspur36KeMz3Vvf7nVDM4f3bPWOmdw6tilzu5Jr3FCv2TlRxxO1AhWNr9",
+	"I5GrR1CMunG804ONi2zDebyqTnskzzbbTIOlda/VSugKBDk9B/ZVtWVOhTdmyixl2qBoVlSoWEt1ASby",
+	"RKoUSx2Bu4lDDr/m2qI7TDwix1Nhxy0QnYCkTDRdE+E9OMVIE0DFS5rlDDLUgoIrUwEfPtAj8ky0lA3A",
+	"kkdUGzcBJLildFMYSrUkM6pIP+OXLJoK9ltOMyiQItV8ZNE4HozIkzLOyMuaC6rRZVZsd8OciWwnZA0M",
+	"y20uzytNKtvGhmELOcjKr7srhLVva+uyQvDdjNWFFKXMrXt+vlZMaDW3xkzMpEpYjJ5MF7XzWy4NPSKx",
+	"XtBUrmNHdd0b5znwRqmMJnHg5IyPvOMUbbA+Scx5W0Pvopu0F/Vwhh76ZFu1hZcu+aIuMy3yJRVDxWhq",
+	"tcDCbLnNx9Q2eqmKt4XQaak8zluNHKoVgc0Uorhd6BBii8XSXZI6XiE4VimRs4icUYiaPHOOkiYFv5Fb",
+	"dTZjYEw7yzoEoNPSto6vkCVTcydWoP3G83LStyc+RJni2iJQHTt2TuPZsnCk1OUCXYGxyn5uv9LrhFR0",
+	"pgvZRer8HIu0dRu5oRafxecHoc1Pg2BKU++OWmJiARWlga3dwA3lV3Y0eaZcn+Uqaz/plKU8seDnPDBv",
+	"Xz8v8768j5Usqb5gqQ815TMipGh3KOSr9NrAvGbnCykv/CJ3zzlyRWgcJLVgRRFiUb2l6pThGUVtWFuz",
+	"YgdbbKPJr9T8+kEDFmm88cnlKh4nS0aeCbAE43Vb+tJU/NrJzG6SXSOuuxKCtn8jbL4SFXWIe7utE7Gw",
+	"Eh7n2U2Am7skaLagqxvRXcqd4dq21wHX3r5+3gL9W/VlfBU+vAotOkDzLszlltt9cWM5lgBLFte0y8T2",
+	"cOKIOL+p/VdxazEovHEToWJf0xJF8sIdWNQ0sqyzacBrx8zr4ePNMes6XO1GmPMvhCkN6Dkpgs3rImjV",
+	"j1VGrLSHq9Ts7OPhD+8/Hn4a9sfv9oc/vP9/++/Gw4P3g1ZD+4k7rNvH2M0oz852ufYiQuNGhP2Wwtau",
+	"prBtFrCIaKiYUZH9mumFdcLUmeotZdaRAw7GsN0Z1In7oGkiCeRwb2IrdA1vGMBsHdGia9xIotrCGkq5",
+	"yF1HCD3uQMrtX0/wsQB9fcknAF4fTgPCkJV1Suh7dxMLefHN/ng8vvozK5bDBRagGhofnVR20iaCfSYE",
+	"3JH+l4i2lQW4167JBTzK7IgW9u2q3Ob/dVssq+HJLjBfXlMX+N6FdAR0/YuLR66u5w7y0R2A8i1AdEf5",
+	"3wNrg7y+ZquMJi52DFICwXUxuilcXw3Nd8odXrK1ZwtHyBMUW8pLqGvcwg1aRRm38vq5WG3e7ookGdVF",
+	"jSHHiqSa66pA4/HyLoIfToID2h30zqm+c9dE6XUZ1VNrt0Z6+/cKK/Tu+B86kq7yENbTw8scveAwyiW0",
+	"IrrLi2/JgyKvf3pEfjj87i9F5n4qk3zJhGnqKljCq1UYwoqWO+8/iHT91PC8XT9EqGkvNdxkbIvg1zCH",
+	"L4xZ6cne3m9FW49Ryi59STW9h8VMcMqhzvL5zgVw4KlfUbQtKKnQY5qZ8zULXBldR/qom0729mIrM+Iv",
+	"+DnwtjgjSa4rkdQW5xtG88PvK3jdx5H+Ntnbm07f/FdHYDjWHmqeJ/h9USdOaJYFmVRMpHCTQTKSfWtJ",
+	"BZ0zv62jQsXGp4rRNPB+Y7HQSuISVuaKigQm93mra+HUZUB+xnpUWwzZhtHlAx3UELy91brbEr1rkuhN",
+	"bLS5ZqrT11AULfchtG7b4LgKtLiwliKCOVdErm99KN0BynURMNzG9bQbC1c3tOtiknNTlTm8llbiFJAn",
+	"Ys4FYy6tq3ItoZK0o47UrHZ3X2rJdYSxGrDtMkGn/N91l3ch6gOt+eKiviujf21R/493g42tdcR43Ewk",
+	"64wz6MrPuG5FCnz/jIm0rQtNkuWaXwbpZixo6rAbEXYTQN2cGxqDkCwWRSYqI1Z2sF3qDIIamjjUEbe6",
+	"hU1CvOYDTQoHnnePwkFx7YNzvO+aK8tbdmYbGGfYef/tlUR+gnJuFpCjgqdhqRgQVda0NFlCaYHR7nmK",
+	"GBGGndBEFyTsmG0IlM5FtLojbr+wu8rovguxyJ7qA4wrLEWCRiWjQIpwtITQ1Qo9LbeToe6jnsadmGkr",
+	"wfY3klNulrSO/ucM1c2mPPHd7oLKZxIomofXdRh3wej/GCnfrmfNPTP6Nj7s3GnNY2SXvn1mS9eHS+jt",
+	"t1kxVwq8GteLMZBmoZheyKxkRiOXTfv+Wi4eaVqDbzYk1nwuuJifYZXZGAKO8yxzfRQwbFmxJVUXPvZL",
+	"M2O4mOtWim6HoyZX7GyxpaWaryXv+mlAbnlCFfQvjM1f0eKQC/4BTQ3R5b7724J9IMUUgR2iNNQFzUnf",
+	"+Be7Flrue1uc1dMXx4+Gb54eH3z3Z8xFWrAPg6PCruCK2XGjWTbzYa4XbDMiL70TCzusYXasrz3n+vn8",
+	"+uTHp69e/XL25smj109OsRGWsM+dNxfKSUMPC2N5wSCaCipSX0zVtQjCiiUP7JtaWy0aQkyvDMtrjXr6",
+	"dcGUA04Mkz959eaUpUeBS87bX9xO3EpHO0551lmK5kQxrLRvJ4kh4gBL5lvVOE0V07UY4lmumSbnmzIJ",
+	"k05FJuXqnCYXEVkpfkkNi0jGxcUQks8tVANMr7lmUFBglZ9nPCHPTvwUFvKnAvPjF1KbeETe5JAXmPFL",
+	"qJcFx5JQkTBww+Yiq68sF6jXT0Xtmo+fP3/169nJ62f/OD598ld7SDHp48pSK+TJ1ZIJMxiRp1Ibv3vl",
+	"20dBWT93AW6qRArBEqMjlzD1+OUbopiWWY4yg4EgNlj5hmRyPhV6AQkQeHw0qyUU9PYP/jIaj8ajfQt5",
+	"lPjT9KczCSd3A2sseIjVUEAGvWrTLXuGCPElvWD29Ai0cuVmcEQoWSmZ5lDE1qOQv3lIV9ouNmDUWg3Z",
+	"W8hU5Gn1+276/tidY0sO/zUERGqMFeSa4L9f2Icwm9G9GGHYo33mWryOWjPCmK+e0CTykLaNo0FZryo6",
+	"c+NbWWHkwJVIDCd1FVPzybM1PtZeKBk+O+PplkGhAWeExZuQIGoSB8TeXw5GKdmHPI2LFBKZbnYslLVz",
+	"tWi0Zp8lrTHmyOQSZpdkWcjp6QnBD8KTF9JXG0vokpG+76tpqJozExHBjMU0AlcbQblPmZttpbPD9fk7",
+	"3b46twKWkoMPH9qjaTujY/06vQkzbMskFZQX3Dj+uGO1fAStACAih8Eea6rn7qE+3K19dxcsvgvBt04Y",
+	"vrgMHAR2NdXq189R0nJXb1mWw8qC37vgIivQOEcD6YP84wp9WGFAF94VS5N8YM5Wfwq4mK5wp/xa5ETW",
+	"/ClYDC+OSIxmWfuvhcyVi0eEAETLkat9ufURiUHpin06UK0EQ+BAwRkwlyyHikp2/F7kahWh7va+c80d",
+	"ZjhXR7StRGKjxEWZ+d1MT5oEFXjD2hJT4aoBu9rDcLcYuBn7JDo9IsfnQC6LgrOYZI3kB9sN7UQX7zNT",
+	"usMMFBiA3PlArRsLde5qo6qBaNdaurdKv706X7qJmNiQJFfcbN7Y0Z1HH/qQHOetLV7D+FnsCVptAXr6",
+	"6pcnL+NB0O7Ot0Lud3c0QfnH6U2DoBU8UHxYTnlgFmmxNRYXM9lcYsl8UVRc5pnhQ8MEFQbTqXwfoRF5",
+	"lGsjl0z5v2hC9QXhJvLtIlKJ3fqluojItLekG7RsSjXfM4wu96Cju14xkZKXJTI4w+cLCxl/m/ZIP7YU",
+	"iuxd7u+hG9YrTPaAwD9aeBuZs5Q6vzAu2EhMQwEkQf+cWSiZzzEnSFmlVc5cEvDxybPRVEzF6QKay2Hs",
+	"gKc2rpWcwVTKRAqjaIJlYsjP0kuy4Naf0QSxcilTlmnCxVTE8ETQbM9eA13xPbriSOfmTFi4YCkW7bKH",
+	"CI5hEPG9Zs01tm2D96AchjZTUXYR5ZYN0GTBsHihSDOmYDP/8R/kEdQCwTOw27AsHW2Q9oUnra1uDb2w",
+	"uvuxa6AHf5yQH7HTDgIfQHHRKwVpEdgxAbrtXQtG5GxiJxnCkz/9qYoCf/oT6TNxyZUUcNSXVHHIhGvB",
+	"jGpf3MFkKgi401OJJwUZmmEDRvDCA3/IqMDNSzXXgdMduCLs3tFf4nnKiPzqRKC2lVRi4S2WWnDh0M4v",
+	"Hdm9UmG3WqKw3Scg8Wg0igcRcQZO1K1KCLfL2/so1fyTBY7hBdvoeESeGVgYy6SYg2YGx2rBX6SFkQXb",
+	"EU2ID1boF9EKcYg7PkzBjthvhio80IgtEaJKBA3io0rnYjw/iGEAA7UvHhXZIb2Nw1uUkDW5P4Za6wBe",
+	"L+Mi+i2BETW5ZQDQfAwJ9a65Yi4uhFwLB3C+fMzheN9qmdjk0Pf1sldZ9BQt+4cCCgjGUh18/vDIUeAh",
+	"vJ0SJXPDsKKOu7OgnecD7Ro+Q9k57Pw5Fa2dP6NgkkPYzhPol1sgXdDntLg/tBkUa3digb1G6EcCtOXD",
+	"0DM0XLKOSR+KFAif7r20MMqEJXzuIFdUuW4mRTyLjjr6XnNNLIGqdLoudQPSPz55NhU7tL0+Il1dryNv",
+	"8iHfjaeiaM9NXeXkShfsSVmWH6s0cFMe7MEPDqvCvs3IMnyrygUg+DNT3rnFog2Ja32xrVza0rcaxNSp",
+	"iGudpmPSd1WeB0VyPJ7qA5LKghSXrSSRLLqq8w6rsE+6VW+9WQq7UMZhl8oJqXdMjgcj8haRweIVFC+0",
+	"bAesQkGnVwrtpi1kekA+HI8nRXo710TzjAmTbQifC6kcOXslWLVNJjQGtWKbo54l17CwiayDwpRRcA5F",
+	"IQig3V6Nx+IZFFR82CxaC8P5QOKnIPZaClbfvEWrDdATaBcaO3OFlSrDdz8M1+v10EqTw1xlTFiFM41J",
+	"H/p3xkmuMjJMY6KZSPURVj4g5Hxj3EWsqLLyq1tl5PLJoVawHXMwIsdBWZCUU1hGUBrEGRAJOdz/DjWd",
+	"qQtDxIpjlRNe5vbOWOOmsRjkdDrFTterjHJhf017MVwVBCLigjujITXpx129VuMBWUMZldiuHvgE1+Tm",
+	"IYUEpYvD8dh1CF+7DqsUuBqiPBdFH/FCATg+eQbcSC31xB6xBemiqgs1CzRHwa1/nGK5TjzGeoFQrOzm",
+	"6njiK/5wHXlEtI0IKosRlCOLSEo3ESpz096nOGqZCaH63cP3o0Rqs2UeKMMKyoodCszRjcFQzG4ZxHWj",
+	"9UfgIwQcXtsBj3wBVMRxkGOoCw7vx5VZ7BvTXjxBfR+BifpO4fgT+SZiok+dz7gAbMACbFm+FPZ8DA2K",
+	"euEQAwBCLBJmxRF778st7eMPx/shQ691S7bPH3pMtEwxo5aMlHy8X+0NbhSHhKpac3DMYhzY0Q5hi9ir",
+	"G2D76nbdKIxTrEwrpBMGFhRW950rPGsWznliB9V5srCKzEKmpB8fZ5lc+/74WKIIU6BgQT9gd5m01o39",
+	"iBzuPyzu1GFh0aT7CEhISEDtrrwR1V7dETk8OCiEoPZOz3ChtWbPKMRc2ef5CPhsWWaD9F11pIEdVKqS",
+	"QZdig5NI8Fg9wxgcke/wimstv+04rut3nwYlHLFkclE4EWv/Smnl2I1nM0FEsaWDXJBZxucLcwRoF8oF",
+	"RNONdi4YCdb4jaXjBcX2B7dW3ASyg4XxZylMBLpFBIpFVJGdUf/zpaqU5YFQidGl0mJ5RnyJmgT4QrxL",
+	"/oFVCHBqp1vooixiIKIrRNfWcr7lpGULCmfbg509B0hFljfnwioqExL/DS7xr/uj0f54PI5J38tr++Px",
+	"ANnZ39CO+dcYJABRCJd2Kb50D9QYeaBJHBg+46DTbizyLIubVUnAsuEi4UNDxfHJs17Uu2RKO5/LaDwa",
+	"Q8jLigm64r1J7+FoPHqIeR4LMNPsLaDw6O9g02tzFR87sfBgPA4rd2MZbYDA1Yg8QmATMoBOaAXoYftZ",
+	"2pu4Gqe/Y8k9EO5gCQfj8Zbm59dreu7KqHb0PK+uumK56k3evY96Ol8uqdpADblLJpjW9qTpXLuC37gZ",
+	"3XtvP90LQhFbj85ntzoufqKkJYQst6z8gwFdTkMcB0GzXvPE3AhXn1gpAFXPqu6VaD0Wt4/tBxKsflms",
+	"qvNogH7vClRMkBNXghaQB3MhUD535eAjII2Fczvy6mWtqO0DjYU3myf5Ghf0RUAP5oYcpO/GDz/DfC+h",
+	"2CFNN0fOBKIr7fnBnrcW26/brplfhQCX+3vOMLHHiqaM866AE+iMJmck/vlJw8RTHSYO9SkFSdMpePHO",
+	"4fdoKl6CmcI07MhIG6tXjz0OXHkFoH2uNL7uTDErX3Ehvn/P0QN25evYSsG9/r4d3NqGKN7bq3a5/BT1",
+	"Dnf6iqZBk9LD8f7Vn7wVzoz7O6YCHyJwbv/oJ6nOeZoy8J0eHvxw9RfH6ZKLwj7AsK1YCWg/VixbUHfP",
+	"33sAekXWj4c7TAuafITi1W3F+y9AlgEJK7YqSVza1WMkYEVlD72y0qKQ66K2h4U5iPkF6wbGAUNBzBnR",
+	"EkN/NVqSqHHrhTDmiFAjl9wKNBuo0Olyo1ZUa6YhhmQq+CyqfRaWBnZF1lzJgxhEr/8idgfO0vxXfBYf",
+	"Qc9RwVnqAmga5aBHuPMJGcfVlnhT4TEoUBgKBcebTVGtQDm5NLjGUs1jUDZC7JsKQL+B6xpdHK1ccgPG",
+	"fAjpUmzONWTzeguY/V/by1NBw6aKWCUZhNEVWovjWpO+eFsVbQxRay2jjfYx3zRtQjBqqbu4NpZdLYyS",
+	"csk8e4+Dst/DX+yKXAAgF9owmpL+syenP01FqujMDDkzs6HzfgyDvQwv2GaIH2KNV5RJiwuiJOWzGVNM",
+	"mMI0SPr2qCIXr+4LDisAGh861Th8Z94mXNtxtMwuWToITIcHrYfgXEKlfzdlRZeVNXZ6sTBJM9CRJqQs",
+	"RxgYJctChFNBQ0kA7qK9AmHzNQy0i32vzakIA2Z+9U/xKEcEOiG0NZoJ0yfjIgM+ngq3rVojGje770Hj",
+	"AKaz5cxUlD1niG85069/3tHIpo2ZPXLpkNdjYtWK9E8xKgzZE0DQjzLd3JlgUu2YXfUwuxTfexPCKl3F",
+	"m5LRsauF3YfYDuPoJzlnCc01qza3sGAAPncEIVhqE8K6FuQ+2mv54lPUqxnXrxqk/nplhNdhPMJuo5Sf",
+	"1EbSzFxnFPs6nPIfWEQZH179xUtpfpK5wCn2d5jihG4ySdNTKZ9ThYlFh/vf7bIfna9WUMboBUs5PbXq",
+	"GQhSB1tQILRJ744KRdP8VgUBOFqQxxQVSIANryfeTR2U6pYGrMTenoTFxvvbaoy78hbeyutqf6ABEMxV",
+	"pcAV1vwcTLyRwe7AEmb0DcS+KjmM5qzkriErBs44wc6uqVLYWaRY1TxAb1RiwfKJhaWOYJlDZ4SstD+F",
+	"k0L5AQSyvmuU4yUNZ6nHkI6B49RgtvPM2pvPJqSbV7u3ke1XpRVYpaEbq99Cc8ayo+0F22C8PiWCrWG1",
+	"KG3ZX25Wy0lKef1zUNrHQFknVpIFCY6HlYhxh95eW5YQUDCcDy53jQsmBBJbLI8t2wW78LiWBrQxcs2A",
+	"aH9NxDbqBSbbK78OXoUr2m5+uHMyU+o/aMe2Mj7KR6nVtibt8ljQO/0BEpSpsHKZLmSkosmdz9OoG70L",
+	"K/eIwBmgDDwVNXs3AsyIvETvpRVNS/+vxXi/WHruQyYQfBsQduM7qajCgFKh2I3TBWowar3vo14jyCF4",
+	"WlGR98590li7ovzYyatgSMPL4sIb1Ey2AcoG5peIsA80MdgTth6Jhn2UXThaQ1i3XMPh9sr3m54UTSTc",
+	"k75vVCJdZfJ0MBVSRT4dCN7FZCro2VwDqL7zpkVFJAz6qwLfjR2u5ryJHAym9gOkqbSUxS3wReCxrLED",
+	"xYL+FrSNyh8eHAwizO+o+JvLAssxeojjEXlCk0Whw7sYJt96o6HnHl2hbII6hx4bCELrH47HGIRhb8Eu",
+	"3iGjNj7XSlv4p07L1qPdbQN9tGG4nt25S+rxXAlLTcEl7mipAwT4EQD2flQTGPtL6ifhArpY56sWbClC",
+	"AQAVvaLiufsf3Er4+SXqFrLqgbwMp7LSLOQ834i6SjXv9vyg27DdgM1Ty3E6zNcNlLAjvbJTXVflB7Fh",
+	"Z7M1ZmZsN1vfCQL4MtQdcL9yTVmwRt1Xb/y2RwF7Db0s9iek0rcybMzvL6gzBkpCoIQP790CXuRYFOwR",
+	"q2GXFrhDz619dA3oV3YCfHNEYrCM+eBEtAZ7+15E4kqR6Ng+xYz0qWgtq20k2Sf9hGZMpFRhdJEetLIF",
+	"2PIrNb8nrlBW7d+JG+zf5cRdcrO9W1DPMTr6j44L4x1w4ZEUs4xjKteXtLJc9bEz11pl5Ikw3GzuCtsR",
+	"yBzmNjE+YCzoFe1kL134TaohYKXU5urxATNr8pifmfHIdX9UfwugR0HXkc6uNSAQF01hIEqy1vEj/sMj",
+	"yXVNkXcAcz8z0wVwHXIOFloEBnQtgQObMmC9upVXOmu8C4IPfVNbiMteubIIQS7zkQtv9q9cMLZy6UzQ",
+	"AW2L+383BCCNRhBTsVMnCOqSevykUN1RCjapBF4uqJkKiJzGQEqXczBnBhIqYHhvZcBwTD0ix77lG2i4",
+	"oE2TjNFLhoqrax9UhihqQs/lZZis4m2uUrkPA9WXGpf5JRVGxU1FkShWJo6Uvu/ADdjGkKEQzb3yYyx1",
+	"85mVsy1Uyjf/kGr+1VGZf0tWjMh2M8rYYNRFhtoVCmGJrJhLptilvLBQJViZEBIRwdZBb0mfsYXprfrW",
+	"1K8Fn+3qjlf8F7uDr0TPxO3somraq/gmOXTopj6uOkCRAtbvVYDYrvsWXq4ith0yxkyuBJpOEVmCWGq9",
+	"AJOwyDZgFr0PLMLVIeDdE2fEwb+MshrOnXbxSe8rdWrrEYmD0msg4GHSNJ40FjD/xlDvhKHepX7q0P4m",
+	"WN/NHPc+XrDNJ8TqjLXV7HsN/LAoMudNtN7P4HJeiTZypQlNErYyWJ3OhcrZb8BLPhUZNlv24X3AZ8Fv",
+	"rBl4BS/lBWQ6FTwY5iscV4cYHngfZAI3GZCJCr4etsdO2ykg0Q0W+41dNYEXj/WWwHtjlnW15PML2zju",
+	"1oIhecq3x8679uWoLVYlxAlZLyTpxzQxUsWDCOMw4TeHhOAYU/nsI3SCYmZfjMUynLpL0SduCl0nKkrp",
+	"3JvECbv+WuRNu5ldxE0sEsGEK3b3DZGbiExTV2TGldMIMRlg5v4kzyZu7pjgAk5buQaPbUs49qDEjbyj",
+	"AHhEVlkOXnqMUzDS0KwY05ly+libzAXZA+ZCCP0AyzZYlgbha06XxMkijH+Xl0z5eiJwvkuZC0PSnAXR",
+	"ZNV2hchWH735RxheELv1SjWPYKewUVxghBP6+c/wp5vZ/cJ5I9/wKB4VQ1Z9S2GxsL42PMuIyoXgYj7w",
+	"Zc5uTpmkCiqudJIpTMJ5pebfsoe+EurSTDdyFYTako22kpmgFdGdEhyXvTwEO+3ncgFZzvUIJ34L834l",
+	"bDnY0y7MuZI5/o05dxiFKqcUxs9UIPdLmodWTGkpQDBOqICi6sBskams2XmxBzQiYeD2hMRYbDyeCsVo",
+	"qosSYViZt3DWQC451XotVQrGJYzJBusSxZpzeoGx6hpr49gBTa4ESyEGgy0pz4oyF0FmVhmM8cP9magC",
+	"pLgnO1Uww5cxVoVb7HLpBFD8LxVqcV20/xeJzbg7+1Xlam9Mn67gzHsfebrVmPUY/u7SG0JYg5qLAhGb",
+	"K9/W4F4cO7iGOr7vYnCqrJhrgrv8ZnlqATs85LsCu+hzhfxshYrxl6LE3wCsI4bnrqDr3gycwUV36jZY",
+	"zHtnLzm+XneIe4s9JPXRla470F38qzN63NIqANW8cGdTgdJh2bgW4nqMlIMuE+fPuN+vRJmC3eyiRuG9",
+	"fUPlDv1p7qHC47D7w+ewN3TpTsdpqkkMBro4CAUravhj2bqweApUOBByTXJheGa/NTyLSf98MxW+Hpod",
+	"Jeh56bwYzqZXbVkwiIgUpOroc/6/0VQ8ciV5wW5ZrdOn0d6qfRURH9iWEpkbPzOUClS4iwFmqWFxZc2Y",
+	"q83HLSGBF44INyTjM6NdWjP0vjJ+iyMCxv4gMBXCB6mWIkbd0Blrw9Ka1aRpO//CxegFx9s/PDiYiqLK",
+	"FWRBK4a51yShKyjMZxc66I7xD2MRo6lVPkWHVOCLOVZEvTkz5LCj9ASI10AE7klthLG/jMKI2+oQUAA/",
+	"IQULkh0KuPwWuPCvHwkIF++cMn1KjFwN89WggzhXaqk6oOyScvY+wv+36ohPnBqIEObhatJBfVMlV5pA",
+	"w7I6qXR1iXAYLBSwLQLiCIWoagSEVF6cgmHC2jw+HIJcp+4aeuRLerGL2okb+BbpsEukAx7WNSD1HoV/",
+	"uOVOsR/4885Sv6scu2PK5C0cHqewrK9EOC/62l8hm8PpfkOrDtHcOJDwKIW/v6QrA4q0FRlQgezb99kr",
+	"g8KjX3jPZ1IRF2WgNJYpsMIwDVtuO9GYK6gz0I+DVtvxYEROiqADlLp1vnRfFNkovgWZz9aiG6irwD4k",
+	"jIU1PPpBE1HIWQ0TRbVvYiQk0QsrH6ihK4WIXM8OWx9yEvQ5PTw48JX1cb1T0S1497cWKSorFEEajavB",
+	"MBVhYaLKxKRoSqbf8fcjpxrdn+fmFJuD34fsbYf+MqI3bKpD8kbo/+ac+ZY4CxZ21xz/etS5Qx7Z+2j/",
+	"t7MLx5eDBapQq6WJLVK4qpgmXDZCaUsZTcVbbOjk/L6u9JqT17lwJgnFsDdlS9+n+/MRFZRlFyndFQ79",
+	"5hTawSl0I5D9bE6g9msffzba/g10utw9N4Sbe9Pw7E3eVX63l1zLAFYveII9gyYu6xnb9mRcm3qCdNG4",
+	"pdG1pV9AP+SFQZI0JophIW8NxazXLaWO3eLLSsd3Tmohq/meZbgvkjm9Dc196vRXie7/zrnT9yGN7W2P",
+	"en117zahryr6ddew12/hrttsQnVhH7J46sD/xcMvqvy51aj02m1EE+riukSh2kREwms0yzZBwZ21aDU5",
+	"RVORUHVZ9bHaYR7oIz+4NzpJwbD2SfkOqRmbrGJklyUYK+p6BqdupP0D1N+D+Fm3+BQrx/LfckZcPeZS",
+	"07onA8w9xsx+uWDZbbFZRXRseR/fbDD/jlzfEw+H3tcmfbvw/b2P9n9XpIgv5aVTMRAki3bRac1CjpVy",
+	"Pa1Y0g3BJLKSlqDh2SyY2E6h7s/scq2YXB+Lm4uvGBnvAFTfFudzU2D9bPaX+46+vYq0fwOfLvtLTer7",
+	"Y4p6V78bhON2mm3imvFFF4TzQZWexu/e25eQAnMTES0DmjkVVVOOhdqNDxz5UTGK8SZNk0212tz9WF3u",
+	"WXD7IlaXrTH1zuryVSL5v7XVpYGXdyCKgeOp0+qCXqugCkFQeSvCzhGFdwx+gaACdtoFdaUOqNiAWXUq",
+	"akUPPB5zF52rR+TKagBF9v8Tit3FoccPpGi69glxSnm2iSeVsONlnlHDL5nzszm1FQcj1KCN2IUrwz7e",
+	"nj7C1vcUCdJaqgumiGKJVCmz8ibp27OQK4YCKDaOcENCMev7rU8AEoS9ulvVJbhfE5RdXqcEQufsmwjS",
+	"IsF6AKW1KPkKrtuT/TI1CtbsfCHlxdaSRW9fPyfs0o4KdXPBC2Qk6cfuY6y1W2YGHHkHDy86QJ0cnz56",
+	"WmsV7MoYkacvjh8N3zw9Pvjuz4BBKcv4JbQ3xemw2bsdyJU9chVMsIOMIxMQ2MTngppclYVRYNXEbFZM",
+	"w7JdH04oZAcVUFKm+CVLi6burpm8VRv//vbV6fHZr09+fPrq1S9nb548ev3kND5ybfUXjNAVB6IopIDK",
+	"+HZ2LuZnQZk8kWfYETYW0rCiL/9mRP7BFJ9toMcmbHZDzqEH6So3QFrDM5EzEmPDWAP/YyP8pegavHD4",
+	"x7ikPG5/2H5ouaIKS6tB2HsihTYQE2z4kjmiHV/uw/2FfTff+MOcEPNXnDAX/ANOFl3uu78tmPtTfESw",
+	"Ww2RWUpiY1Vte9goEvqucwlNFgyaQ/XjR/bfw0dSGCWzCRFyCNn38eA+RMefmfnVgfo90kg/RQeVdPhC",
+	"NDP2mnWtJ2XlQFoSe7K1hZ+4OCj7+ZYG8d+IcZ0Yl/XX/E14W5NDXoc6AW12L+rPWqnKTTosKWEnfcZw",
+	"SWoMW66AKrtvsBhOmKyFFLxeca5KJV19KUvw+97qnyiWMmE4zaDo+G9W0nCU208r8uU5U6Q/ozyzEiL+",
+	"Gcg3lMtQ3KcvnNPkQs5mEckhBepg7EZSLGEcCe/T09MTgh21SB8oKJBcAeW0kJpgf2NH4qG3Cb6I/cV0",
+	"nljBfXBf1e4ckj8uL+crcTJWN7ZTyeWCffk7/yYDtpMdT3CKA6tWw/t8ZMZy993aXWHPvFv1uzqByb4S",
+	"9LCb2QUn4IT/XVperdwNe0DG3zs0vbq6wZXPRoB2vz4lQbEVo4bQqej7nAbMMRiQFeXqiMQrKbNaayv3",
+	"w+X0uqQB1zYYmZRZSOwajhNiOgFkGLiUApDii67Hff+xD/z1Eb6+lSTkaLgk5Qk64NVcP/BtTa0+KDaY",
+	"gVBYPRQjvt8jMKSOlh14ghYY78kKaof+Mu5r2FSH7Gxv7VsfrT9yraYVgmSdEoR8Z++j/d/122G1etwK",
+	"FLhHer8NGr+JOl0etw5IuLZpM6PiszWianedlXHLRySe9hw3mPYmYNspXWjY5B4r7XarHSPyXK6ZwmRt",
+	"zImDEGYs9O1UNU2kKAr4Qm2JqfB5JmVFDLSjc1Xm2EJS+QrH9jWGwaxVpsIFu5TKr3fgukqVoxW9pVyY",
+	"hZ81qkdaT0Uz1LrdaXfP7OqLOO220QfvtPsq6cS/tdOui8vZt1mSKzunpW3YHuU4N4ve5N17S8HQtIyU",
+	"r6Z1yYRmXmQlfWd6fnp6enJ2/Pjx63hg+V+ust6ktzBmNdnb2z/4y2g8Go/2J9+Pvx8DgXQrqo8NKhjp",
+	"G86UHpDzXKRA0FDCpWRGeZYrRpYytfjtmqhbGZokGdWYu1bUEH/lyZkU2cYuStAl603cKVhlrR7lPddF",
+	"rz3DBBSTgi7pYDqXwlE5O4mV8H16biCGB7NAS6/WSYruRjUDf9EsKLGbMyg7QgAEVnjF8q5F3ddgrqLR",
+	"RHM+LAVG+lhgRA8ITV15dkuV0azUrLZEQ5crJesFz9iIuCY8rusRVu8431RYR7AoVxaiuaQTJlcZcKtt",
+	"FXKpIbEvfbkXw0JcyexgjmoVuuZUT1yjeEAHp+1GgQ87AouaVJViRFWrY3jM0AWgOQsUdCALmaW1MJNm",
+	"sHK1Z6I9SI9ITn90Pm6ufHR8MTvmOTRnf90ZJ94Mri4T78tVBlN0HaMF04U0ZEXNYkQeswSaoa4XDFRC",
+	"CvBkp11LdQGoMZeELhhNnVsntyDIw6PErubNmRo+f1A+0eMPMAtH7Q3huF8uGv7Kyp7AE9yYqVqRHU7N",
+	"udH7UpUV/6vjhvfhXZztx1Wx3EctZvvCJpzJOXj+AVTrJspgvsLq1pzwKaOZWURQHZAL5gjhiZJLe0N5",
+	"YT4YkZeSWBbMhOGN2y8kId379P7T/w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
