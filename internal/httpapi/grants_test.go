@@ -286,3 +286,44 @@ func TestGrantRefusals(t *testing.T) {
 		})
 	}
 }
+
+// A grant made, and revoked, through one replica's API is enforced by another
+// replica within a second (Redis pub/sub), though its cache has an hour's TTL.
+func TestGrantReachesSecondReplica(t *testing.T) {
+	dbURL := testenv.PostgresURL(t)
+	prefix := testenv.ID(t, "h")
+	a, b := newReplica(t, dbURL, prefix), newReplica(t, dbURL, prefix)
+	key, _ := a.setup("acme")
+	body := `{"org":"acme","team":"eng","cost":0}`
+	orgLimit := func() int64 {
+		for _, l := range b.check(key, body).body.Levels {
+			if l.Level == "org" && l.Window == "month" {
+				return l.Limit
+			}
+		}
+		return -1
+	}
+	if got := orgLimit(); got != 1000 {
+		t.Fatalf("replica b before: org month limit %d", got)
+	}
+	waitFor := func(want int64) {
+		t.Helper()
+		start := time.Now()
+		for {
+			got := orgLimit()
+			if got == want {
+				t.Logf("replica b enforced %d after %v", want, time.Since(start))
+				return
+			}
+			if time.Since(start) > time.Second {
+				t.Fatalf("replica b still enforces %d after 1s, want %d", got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var g api.Grant
+	_ = json.Unmarshal([]byte(a.mustDo("POST", "/v1/orgs/acme/grants", operatorToken, `{"metric":"requests","units":500,"reason":"launch"}`, 201)), &g)
+	waitFor(1500)
+	a.mustDo("DELETE", "/v1/orgs/acme/grants/"+g.Id, operatorToken, "", 204)
+	waitFor(1000)
+}
