@@ -25,10 +25,15 @@ type Row struct {
 	OverageUnits  int64  `json:"overage_units"`
 	Amount        string `json:"amount"`
 	Currency      string `json:"currency"`
+	// GrantedUnits is what the org's grants added to its month limit of the metric in
+	// the period (org total rows; 0 elsewhere): every grant active at some time of the
+	// period counts whole. It raises the cap, not the included units: units used
+	// above IncludedUnits are overage whether or not a grant let them through.
+	GrantedUnits int64 `json:"granted_units"`
 }
 
 // CSVHeader is the header line of a CSV export.
-var CSVHeader = []string{"period", "org", "team", "user", "metric", "units", "included_units", "overage_units", "amount", "currency"}
+var CSVHeader = []string{"period", "org", "team", "user", "metric", "units", "included_units", "overage_units", "amount", "currency", "granted_units"}
 
 // Format is an export format.
 type Format string
@@ -44,7 +49,8 @@ const (
 // org's rows come from its immutable period rows plus late adjustments and the
 // pricing recorded at close; an open period's from the ledger (at most one flush
 // interval behind Redis) and the plan's current pricing. It reads orgs, plans and
-// plan_prices of the tenancy schema for open periods only.
+// plan_prices of the tenancy schema for open periods only, and its grants (with the
+// org's billing anchor day, which places the period) for every period.
 const exportSQL = `
 WITH closed AS (
     SELECT org_id, currency FROM billing_periods WHERE period = $1 AND ($2 = '' OR org_id = $2)
@@ -83,9 +89,17 @@ totals AS (
            coalesce(t.units, 0) AS units, pr.included_units, pr.overage_price
     FROM (SELECT org_id, metric, units FROM u WHERE level = 'org') t
     FULL JOIN prices pr ON pr.org_id = t.org_id AND pr.metric = t.metric
+),
+granted AS (
+    SELECT g.org_id, g.metric, sum(g.units)::bigint AS units
+    FROM grants g JOIN orgs o ON o.id = g.org_id,
+         LATERAL (SELECT (to_date($1 || '-01', 'YYYY-MM-DD') + (o.billing_anchor_day - 1))::timestamp AT TIME ZONE 'UTC' AS start) p
+    WHERE ($2 = '' OR g.org_id = $2)
+      AND g.created_at < p.start + interval '1 month' AND least(g.revoked_at, g.until) > p.start
+    GROUP BY 1, 2
 )
 SELECT r.org_id, r.team_id, r.user_id, r.metric, r.units, r.included, r.overage,
-       trim_scale(r.amount)::text, coalesce(cur.currency, '')
+       trim_scale(r.amount)::text, coalesce(cur.currency, ''), CASE WHEN r.ord = 1 THEN coalesce(gr.units, 0) ELSE 0 END
 FROM (
     SELECT org_id, team_id, user_id, metric, units, 0::bigint AS included, 0::bigint AS overage, 0::numeric AS amount, 0 AS ord
     FROM u WHERE level = 'user'
@@ -98,7 +112,7 @@ FROM (
            CASE WHEN included_units IS NULL THEN 0 ELSE greatest(units - included_units, 0) END,
            CASE WHEN included_units IS NULL THEN 0 ELSE greatest(units - included_units, 0) * overage_price END, 1
     FROM totals
-) r LEFT JOIN cur USING (org_id)
+) r LEFT JOIN cur USING (org_id) LEFT JOIN granted gr ON gr.org_id = r.org_id AND gr.metric = r.metric
 ORDER BY r.org_id, r.ord, r.team_id, r.user_id, r.metric`
 
 // Export calls fn with each row of period, for org ("" for every org), in order,
@@ -115,7 +129,7 @@ func (s *Store) Export(ctx context.Context, org, period string, fn func(*Row) er
 	r := Row{Period: period}
 	for rows.Next() {
 		if err := rows.Scan(&r.Org, &r.Team, &r.User, &r.Metric, &r.Units, &r.IncludedUnits, &r.OverageUnits,
-			&r.Amount, &r.Currency); err != nil {
+			&r.Amount, &r.Currency, &r.GrantedUnits); err != nil {
 			return fmt.Errorf("export %s: %w", period, err)
 		}
 		if err := fn(&r); err != nil {
@@ -159,6 +173,7 @@ func (s *Store) WriteExport(ctx context.Context, w io.Writer, org, period string
 			rec[6] = strconv.FormatInt(r.IncludedUnits, 10)
 			rec[7] = strconv.FormatInt(r.OverageUnits, 10)
 			rec[8], rec[9] = r.Amount, r.Currency
+			rec[10] = strconv.FormatInt(r.GrantedUnits, 10)
 			if err := cw.Write(rec); err != nil {
 				return err
 			}
@@ -239,6 +254,9 @@ func ReadCSV(r io.Reader, fn func(Row) error) error {
 			return err
 		}
 		row.Amount, row.Currency = rec[8], rec[9]
+		if row.GrantedUnits, err = strconv.ParseInt(rec[10], 10, 64); err != nil {
+			return err
+		}
 		if err := fn(row); err != nil {
 			return err
 		}

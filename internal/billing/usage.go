@@ -60,6 +60,9 @@ type WindowUsage struct {
 	Limit     int64
 	Used      int64
 	Remaining int64
+	// Granted is the units of the org's active grants that Limit includes (the org's
+	// month window of the current period only; 0 elsewhere).
+	Granted int64
 }
 
 func (s *Service) now() time.Time {
@@ -169,7 +172,11 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		}
 		lu := LevelUsage{Used: v, Limits: append([]WindowUsage{}, sliding[c]...)}
 		if l, ok := limits[c]; ok {
-			lu.Limits = append(lu.Limits, WindowUsage{Window: string(tenants.Month), Limit: l, Used: v, Remaining: max(l-v, 0)})
+			wu := WindowUsage{Window: string(tenants.Month), Limit: l, Used: v, Remaining: max(l-v, 0)}
+			if c.Level == quota.LevelOrg && !closed {
+				wu.Granted = o.Granted[c.Metric]
+			}
+			lu.Limits = append(lu.Limits, wu)
 		}
 		switch c.Level {
 		case quota.LevelOrg:

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -32,6 +33,7 @@ type fixture struct {
 	tokens  map[string]string // name -> bearer token
 	oldKey  string            // id of a key to revoke
 	consoID string            // id of a console user
+	grantID string            // id of a grant of acme, made when first asked for (grant)
 }
 
 func lim(metric string, w tenants.Window, n int64) tenants.Limit {
@@ -117,7 +119,7 @@ func (f *fixture) fingerprint() string {
 		"SELECT t::text FROM orgs t", "SELECT t::text FROM org_limits t", "SELECT t::text FROM teams t",
 		"SELECT t::text FROM team_limits t", "SELECT t::text FROM users t", "SELECT t::text FROM user_limits t",
 		"SELECT (id, org_id, name, prefix, digest, scopes, created_at, revoked_at)::text FROM api_keys",
-		"SELECT t::text FROM console_users t", "SELECT t::text FROM audit_log t",
+		"SELECT t::text FROM console_users t", "SELECT t::text FROM audit_log t", "SELECT t::text FROM grants t",
 	} {
 		var s *string
 		if err := f.pool.QueryRow(context.Background(), "SELECT md5(string_agg(x, ',' ORDER BY x)) FROM ("+q+") AS r(x)").Scan(&s); err != nil {
@@ -129,6 +131,21 @@ func (f *fixture) fingerprint() string {
 		out.WriteString("|")
 	}
 	return out.String()
+}
+
+// grant returns the id of a grant of 10 requests to acme, made on the first call
+// only: a grant raises acme's month limit, which the other cases must not see.
+func (f *fixture) grant() string {
+	f.t.Helper()
+	if f.grantID == "" {
+		g, err := f.svc.CreateGrant(context.Background(), tenants.Actor{Name: "seed"}, "acme",
+			tenants.GrantInput{Metric: "requests", Units: 10, Reason: "seed"})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		f.grantID = g.ID
+	}
+	return f.grantID
 }
 
 func (f *fixture) auditRows() int {
@@ -349,14 +366,45 @@ func routeCases() []routeCase {
 		{"another org's key", "deleteUser", "DELETE", "/v1/orgs/acme/teams/eng/users/dave", "other-admin", "", 404},
 		{"delete", "deleteUser", "DELETE", "/v1/orgs/acme/teams/eng/users/dave", "acme-admin", "", 204},
 		{"missing", "deleteUser", "DELETE", "/v1/orgs/acme/teams/eng/users/dave", "acme-admin", "", 404},
+
+		// Grants: created and revoked by the operator only, read by the org. Last, as
+		// they raise acme's month limit.
+		{"create", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", grantBody, 201},
+		{"until", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", `{"metric":"requests","units":5,"reason":"migration","until":"` + time.Now().Add(48*time.Hour).UTC().Format(time.RFC3339) + `"}`, 201},
+		{"no token", "createGrant", "POST", "/v1/orgs/acme/grants", "none", grantBody, 401},
+		{"org admin key", "createGrant", "POST", "/v1/orgs/acme/grants", "acme-admin", grantBody, 403},
+		{"another org's key", "createGrant", "POST", "/v1/orgs/acme/grants", "other-admin", grantBody, 404},
+		{"unknown org", "createGrant", "POST", "/v1/orgs/nope/grants", "operator", grantBody, 404},
+		{"unknown metric", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", `{"metric":"tokens","units":5,"reason":"x"}`, 422},
+		{"zero units", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", `{"metric":"requests","units":0,"reason":"x"}`, 400},
+		{"no reason", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", `{"metric":"requests","units":5}`, 400},
+		{"blank reason", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", `{"metric":"requests","units":5,"reason":"  "}`, 400},
+		{"past until", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", `{"metric":"requests","units":5,"reason":"x","until":"2001-02-03T04:05:06Z"}`, 400},
+		{"bad until", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", `{"metric":"requests","units":5,"reason":"x","until":"tomorrow"}`, 400},
+		{"list", "listGrants", "GET", "/v1/orgs/acme/grants", "acme-admin", "", 200},
+		{"list by the operator", "listGrants", "GET", "/v1/orgs/acme/grants?limit=1", "operator", "", 200},
+		{"no token", "listGrants", "GET", "/v1/orgs/acme/grants", "none", "", 401},
+		{"check key", "listGrants", "GET", "/v1/orgs/acme/grants", "acme-check", "", 403},
+		{"another org's key", "listGrants", "GET", "/v1/orgs/acme/grants", "other-admin", "", 404},
+		{"no token", "revokeGrant", "DELETE", "/v1/orgs/acme/grants/{grant}", "none", "", 401},
+		{"org admin key", "revokeGrant", "DELETE", "/v1/orgs/acme/grants/{grant}", "acme-admin", "", 403},
+		{"another org's key", "revokeGrant", "DELETE", "/v1/orgs/acme/grants/{grant}", "other-admin", "", 404},
+		{"through another org", "revokeGrant", "DELETE", "/v1/orgs/other/grants/{grant}", "operator", "", 404},
+		{"revoke", "revokeGrant", "DELETE", "/v1/orgs/acme/grants/{grant}", "operator", "", 204},
+		{"missing", "revokeGrant", "DELETE", "/v1/orgs/acme/grants/gr_nope", "operator", "", 404},
 	}
 }
+
+const grantBody = `{"metric":"requests","units":50,"reason":"launch week"}`
 
 func TestRoutes(t *testing.T) {
 	f := mustFixture(t)
 	for _, tc := range routeCases() {
 		t.Run(tc.op+"/"+tc.name, func(t *testing.T) {
 			path := strings.NewReplacer("{old}", f.oldKey, "{cu}", f.consoID).Replace(tc.path)
+			if strings.Contains(path, "{grant}") {
+				path = strings.ReplaceAll(path, "{grant}", f.grant())
+			}
 			before, auditBefore := f.fingerprint(), f.auditRows()
 			rec := f.do(tc.method, path, f.tokens[tc.token], tc.body)
 			if rec.Code != tc.want {

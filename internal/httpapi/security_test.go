@@ -83,6 +83,9 @@ var pathParam = regexp.MustCompile(`\{([^}]+)\}`)
 // fixture's object of org "acme" that it names.
 func (o specOp) url(f *fixture, org string) (string, error) {
 	objects := map[string]string{"plan": "pro", "team": "eng", "user": "alice", "key": f.oldKey, "id": f.consoID}
+	if strings.Contains(o.path, "{grant}") {
+		objects["grant"] = f.grant()
+	}
 	var bad error
 	u := pathParam.ReplaceAllStringFunc(o.path, func(m string) string {
 		name := m[1 : len(m)-1]
@@ -264,6 +267,10 @@ func TestSecurityOrgScopedOperations(t *testing.T) {
 		covered++
 		t.Run(o.id, func(t *testing.T) {
 			t.Parallel()
+			if o.operatorOnly() {
+				testOperatorOnly(t, o)
+				return
+			}
 			scopes, err := o.requiredScopes()
 			if err != nil {
 				t.Fatal(err)
@@ -316,6 +323,44 @@ func TestSecurityOrgScopedOperations(t *testing.T) {
 		t.Fatalf("only %d org-scoped operations found in the spec", covered)
 	}
 	t.Logf("%d org-scoped operations covered", covered)
+}
+
+// operatorOnly reads the operation's x-operator-only: no org key may call it.
+func (o specOp) operatorOnly() bool {
+	b, _ := o.op.Extensions["x-operator-only"].(bool)
+	return b
+}
+
+// testOperatorOnly: another org's key with every scope gets 404, as on every org
+// route; acme's own key with every scope gets 403; the operator succeeds. Nothing
+// refused writes anything.
+func testOperatorOnly(t *testing.T, o specOp) {
+	if _, ok := o.op.Extensions["x-required-scopes"]; ok {
+		t.Fatalf("%s is operator-only and names x-required-scopes", o.id)
+	}
+	if !strings.Contains(o.op.Description, "operator token") {
+		t.Fatalf("%s: the description does not say it needs the operator token", o.id)
+	}
+	body, err := o.body()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raw string
+	if body != nil {
+		raw = string(mustJSON(body))
+	}
+	f := mustFixture(t)
+	acme, err := o.url(f, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	intruder, own := f.mintKey("other", allScopes...), f.mintKey("acme", allScopes...)
+	before := f.fingerprint()
+	f.refused(t, f.do(o.method, acme, intruder, raw), http.StatusNotFound, before, "another org's key")
+	f.refused(t, f.do(o.method, acme, own, raw), http.StatusForbidden, before, "acme's key with every scope")
+	if rec := f.do(o.method, acme, operatorToken, raw); !succeeded(rec.Code) {
+		t.Errorf("the operator: %d %s, want success", rec.Code, rec.Body)
+	}
 }
 
 // serverOwned lists the fields a client may never set in o's body: what the answer

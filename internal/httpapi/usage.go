@@ -218,6 +218,10 @@ func fromLevelUsage(l billing.LevelUsage) api.UsageLevel {
 	}
 	for i, w := range l.Limits {
 		out.Limits[i] = api.WindowUsage{Window: api.Window(w.Window), Limit: w.Limit, Used: w.Used, Remaining: w.Remaining}
+		if w.Granted > 0 {
+			g := w.Granted
+			out.Limits[i].Granted = &g
+		}
 	}
 	return out
 }

@@ -82,6 +82,14 @@ type orgEntry struct {
 	fetched time.Time
 }
 
+// lapsed reports whether a grant the entry counts has lapsed by now (on the
+// service's clock, which resolution compares grants with): its limits are then too
+// high, and the org is read again however fresh the entry.
+func (e *orgEntry) lapsed(now time.Time) bool {
+	l := e.val.Org.GrantsLapse
+	return !l.IsZero() && !now.Before(l)
+}
+
 type userEntry struct {
 	val     ResolvedUser
 	gen     uint64
@@ -201,7 +209,7 @@ func (c *Cache) Org(ctx context.Context, orgID string) (ResolvedOrg, error) {
 	if ok && e.gen != gen {
 		e = nil // read before a change of the org: never served again, not even stale
 	}
-	if e != nil && c.now().Sub(e.fetched) < c.ttl {
+	if e != nil && c.now().Sub(e.fetched) < c.ttl && !e.lapsed(c.svc.now()) {
 		c.mOrgs.Hit()
 		return e.val, nil
 	}

@@ -119,7 +119,7 @@ func (s *Service) CreateAPIKey(ctx context.Context, a Actor, orgID string, in AP
 	}
 	var out APIKey
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := getOrg(ctx, tx, orgID); err != nil {
+		if _, err := getOrg(ctx, tx, orgID, s.now()); err != nil {
 			return err
 		}
 		out, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (id, org_id, name, prefix, digest, scopes)
@@ -137,7 +137,7 @@ func (s *Service) CreateAPIKey(ctx context.Context, a Actor, orgID string, in AP
 
 // ListAPIKeys returns one page of an org's keys ordered by id, revoked ones included.
 func (s *Service) ListAPIKeys(ctx context.Context, orgID string, page Page) ([]APIKey, string, error) {
-	if _, err := getOrg(ctx, s.pool, orgID); err != nil {
+	if _, err := getOrg(ctx, s.pool, orgID, s.now()); err != nil {
 		return nil, "", err
 	}
 	return listPage(ctx, s.pool, "API keys", page, `SELECT `+keyCols+` FROM api_keys WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3`,

@@ -54,7 +54,7 @@ func (s *Service) ResolveOrg(ctx context.Context, orgID string) (ResolvedOrg, er
 // ResolveOrgUsers is ResolveOrg carrying the org's registered users when it has at
 // most maxUsers of them (0: never).
 func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers int) (ResolvedOrg, error) {
-	org, err := getOrg(ctx, s.pool, orgID)
+	org, err := getOrg(ctx, s.pool, orgID, s.now())
 	if err != nil {
 		return ResolvedOrg{}, err
 	}

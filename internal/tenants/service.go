@@ -45,6 +45,10 @@ func (s *Service) changed(orgIDs ...string) {
 	}
 }
 
+// WithClock sets the time source against which grants are made and lapse (default
+// time.Now). Tests move it by hand.
+func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = now } }
+
 // WithPasswordCost lowers the password hashing cost. Tests only.
 func WithPasswordCost(memoryKiB uint32, iterations uint32) Option {
 	return func(s *Service) { s.hasher = passwordHasher{memory: memoryKiB, iterations: iterations} }
@@ -97,3 +101,6 @@ func translate(err error, what string) error {
 	}
 	return fmt.Errorf("%s: %w", what, err)
 }
+
+// Now is the service's clock: the time against which grants are made and lapse.
+func (s *Service) Now() time.Time { return s.now() }

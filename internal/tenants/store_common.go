@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -157,11 +158,11 @@ func listPage[T any](ctx context.Context, q querier, what string, page Page, sql
 
 // lockOrg takes the org's row lock, which serializes every allocation change within
 // the org, and returns the org with its effective limits.
-func lockOrg(ctx context.Context, tx pgx.Tx, orgID string) (Org, error) {
+func lockOrg(ctx context.Context, tx pgx.Tx, orgID string, now time.Time) (Org, error) {
 	var id string
 	err := tx.QueryRow(ctx, `SELECT id FROM orgs WHERE id = $1 FOR UPDATE`, orgID).Scan(&id)
 	if err != nil {
 		return Org{}, translate(err, fmt.Sprintf("org %q", orgID))
 	}
-	return getOrg(ctx, tx, orgID)
+	return getOrg(ctx, tx, orgID, now)
 }

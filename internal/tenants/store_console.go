@@ -33,7 +33,7 @@ func (s *Service) CreateConsoleUser(ctx context.Context, a Actor, orgID string, 
 	id := hex.EncodeToString(idb)
 	var out ConsoleUser
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := getOrg(ctx, tx, orgID); err != nil {
+		if _, err := getOrg(ctx, tx, orgID, s.now()); err != nil {
 			return err
 		}
 		out, err = scanConsoleUser(tx.QueryRow(ctx, `INSERT INTO console_users (id, org_id, email, password_hash, role)
@@ -54,7 +54,7 @@ func (s *Service) GetConsoleUser(ctx context.Context, orgID, id string) (Console
 
 // ListConsoleUsers returns one page of an org's console users ordered by id.
 func (s *Service) ListConsoleUsers(ctx context.Context, orgID string, page Page) ([]ConsoleUser, string, error) {
-	if _, err := getOrg(ctx, s.pool, orgID); err != nil {
+	if _, err := getOrg(ctx, s.pool, orgID, s.now()); err != nil {
 		return nil, "", err
 	}
 	return listPage(ctx, s.pool, "console users", page, `SELECT `+consoleCols+` FROM console_users WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
@@ -93,7 +93,7 @@ func (s *Service) VerifyConsoleLogin(ctx context.Context, email, password string
 
 // ListAudit returns one page of an org's audit log, newest first.
 func (s *Service) ListAudit(ctx context.Context, orgID string, page Page) ([]AuditEntry, string, error) {
-	if _, err := getOrg(ctx, s.pool, orgID); err != nil {
+	if _, err := getOrg(ctx, s.pool, orgID, s.now()); err != nil {
 		return nil, "", err
 	}
 	c, err := decodeCursor(page.Cursor)

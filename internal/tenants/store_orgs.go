@@ -3,6 +3,7 @@ package tenants
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,8 +19,9 @@ func scanOrg(row pgx.Row) (Org, error) {
 	return o, err
 }
 
-// fillOrgs loads the overrides and effective limits of the orgs given.
-func fillOrgs(ctx context.Context, q querier, orgs []Org) error {
+// fillOrgs loads the overrides and effective limits of the orgs given, the month
+// limits raised by the grants active at now (see applyGrants).
+func fillOrgs(ctx context.Context, q querier, orgs []Org, now time.Time) error {
 	if len(orgs) == 0 {
 		return nil
 	}
@@ -36,20 +38,28 @@ func fillOrgs(ctx context.Context, q querier, orgs []Org) error {
 	if err != nil {
 		return err
 	}
+	granted, err := activeGrants(ctx, q, ids, now)
+	if err != nil {
+		return err
+	}
 	for i := range orgs {
 		orgs[i].Limits = normalize(over[orgs[i].ID])
 		orgs[i].EffectiveLimits = MergeLimits(plan[orgs[i].PlanID], orgs[i].Limits)
+		if g, ok := granted[orgs[i].ID]; ok {
+			orgs[i].Granted, orgs[i].GrantsLapse = g.units, g.lapse
+			orgs[i].EffectiveLimits = applyGrants(orgs[i].EffectiveLimits, g.units)
+		}
 	}
 	return nil
 }
 
-func getOrg(ctx context.Context, q querier, id string) (Org, error) {
+func getOrg(ctx context.Context, q querier, id string, now time.Time) (Org, error) {
 	o, err := scanOrg(q.QueryRow(ctx, `SELECT `+orgCols+` FROM orgs WHERE id = $1`, id))
 	if err != nil {
 		return Org{}, translate(err, fmt.Sprintf("org %q", id))
 	}
 	os := []Org{o}
-	if err := fillOrgs(ctx, q, os); err != nil {
+	if err := fillOrgs(ctx, q, os, now); err != nil {
 		return Org{}, fmt.Errorf("org %q: %w", id, err)
 	}
 	return os[0], nil
@@ -113,7 +123,7 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 		if err := writeOrgLimits(ctx, tx, in.ID, normalize(in.Limits)); err != nil {
 			return fmt.Errorf("create org %q: %w", in.ID, err)
 		}
-		if out, err = getOrg(ctx, tx, in.ID); err != nil {
+		if out, err = getOrg(ctx, tx, in.ID, s.now()); err != nil {
 			return err
 		}
 		return audit(ctx, tx, a, in.ID, "org.create", "org:"+in.ID, nil, auditOrg(out))
@@ -132,7 +142,7 @@ func writeOrgLimits(ctx context.Context, tx pgx.Tx, orgID string, ls []Limit) er
 
 // GetOrg returns the org with id, with its effective limits.
 func (s *Service) GetOrg(ctx context.Context, id string) (Org, error) {
-	return getOrg(ctx, s.pool, id)
+	return getOrg(ctx, s.pool, id, s.now())
 }
 
 // ListOrgs returns one page of orgs ordered by id.
@@ -140,7 +150,7 @@ func (s *Service) ListOrgs(ctx context.Context, page Page) ([]Org, string, error
 	orgs, next, err := listPage(ctx, s.pool, "orgs", page, `SELECT `+orgCols+` FROM orgs WHERE id > $1 ORDER BY id LIMIT $2`,
 		scanOrg, func(o Org) string { return o.ID })
 	if err == nil {
-		err = fillOrgs(ctx, s.pool, orgs)
+		err = fillOrgs(ctx, s.pool, orgs, s.now())
 	}
 	return orgs, next, err
 }
@@ -155,7 +165,7 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 	}
 	var out Org
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		before, err := lockOrg(ctx, tx, id)
+		before, err := lockOrg(ctx, tx, id, s.now())
 		if err != nil {
 			return err
 		}
@@ -189,7 +199,7 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 			if err != nil {
 				return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", after.PlanID)}}}
 			}
-			eff := MergeLimits(plan.Limits, after.Limits)
+			eff := applyGrants(MergeLimits(plan.Limits, after.Limits), before.Granted)
 			vs, err := checkOrgCoversTeams(ctx, tx, id, eff, after.Oversubscribe)
 			if err != nil {
 				return err
@@ -229,7 +239,7 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 				return fmt.Errorf("update org %q: %w", id, err)
 			}
 		}
-		if out, err = getOrg(ctx, tx, id); err != nil {
+		if out, err = getOrg(ctx, tx, id, s.now()); err != nil {
 			return err
 		}
 		return audit(ctx, tx, a, id, "org.update", "org:"+id, auditOrg(before), auditOrg(out))

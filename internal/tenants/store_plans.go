@@ -204,7 +204,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.Limits != nil || patch.Metered != nil || patch.Pricing != nil || patch.RemovePricing {
 			var vs []Violation
 			for _, orgID := range orgIDs {
-				org, err := getOrg(ctx, tx, orgID)
+				org, err := getOrg(ctx, tx, orgID, s.now())
 				if err != nil {
 					return err
 				}

@@ -125,7 +125,7 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 	}
 	var out Team
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		org, err := lockOrg(ctx, tx, orgID)
+		org, err := lockOrg(ctx, tx, orgID, s.now())
 		if err != nil {
 			return err
 		}
@@ -164,7 +164,7 @@ func (s *Service) GetTeam(ctx context.Context, orgID, teamID string) (Team, erro
 
 // ListTeams returns one page of an org's teams ordered by id.
 func (s *Service) ListTeams(ctx context.Context, orgID string, page Page) ([]Team, string, error) {
-	if _, err := getOrg(ctx, s.pool, orgID); err != nil {
+	if _, err := getOrg(ctx, s.pool, orgID, s.now()); err != nil {
 		return nil, "", err
 	}
 	teams, next, err := listPage(ctx, s.pool, "teams", page, `SELECT `+teamCols+` FROM teams WHERE org_id = $1 AND id > $2 ORDER BY id LIMIT $3`,
@@ -183,7 +183,7 @@ func (s *Service) UpdateTeam(ctx context.Context, a Actor, orgID, teamID string,
 	}
 	var out Team
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		org, err := lockOrg(ctx, tx, orgID)
+		org, err := lockOrg(ctx, tx, orgID, s.now())
 		if err != nil {
 			return err
 		}
@@ -244,7 +244,7 @@ func (s *Service) UpdateTeam(ctx context.Context, a Actor, orgID, teamID string,
 // DeleteTeam deletes a team with its users.
 func (s *Service) DeleteTeam(ctx context.Context, a Actor, orgID, teamID string) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := lockOrg(ctx, tx, orgID); err != nil {
+		if _, err := lockOrg(ctx, tx, orgID, s.now()); err != nil {
 			return err
 		}
 		before, err := getTeam(ctx, tx, orgID, teamID)

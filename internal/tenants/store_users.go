@@ -80,7 +80,7 @@ func (s *Service) CreateUser(ctx context.Context, a Actor, orgID, teamID string,
 	}
 	var out User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		org, err := lockOrg(ctx, tx, orgID)
+		org, err := lockOrg(ctx, tx, orgID, s.now())
 		if err != nil {
 			return err
 		}
@@ -137,7 +137,7 @@ func (s *Service) UpdateUser(ctx context.Context, a Actor, orgID, teamID, userID
 	}
 	var out User
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		org, err := lockOrg(ctx, tx, orgID)
+		org, err := lockOrg(ctx, tx, orgID, s.now())
 		if err != nil {
 			return err
 		}
@@ -177,7 +177,7 @@ func (s *Service) UpdateUser(ctx context.Context, a Actor, orgID, teamID, userID
 // DeleteUser removes a registered user; the id then gets the team's user defaults again.
 func (s *Service) DeleteUser(ctx context.Context, a Actor, orgID, teamID, userID string) error {
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if _, err := lockOrg(ctx, tx, orgID); err != nil {
+		if _, err := lockOrg(ctx, tx, orgID, s.now()); err != nil {
 			return err
 		}
 		before, err := getUser(ctx, tx, orgID, teamID, userID)

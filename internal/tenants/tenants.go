@@ -133,11 +133,17 @@ type Plan struct {
 
 // Org is a tenant.
 type Org struct {
-	ID               string    `json:"id"`
-	Name             string    `json:"name"`
-	PlanID           string    `json:"plan"`
-	Limits           []Limit   `json:"limits"`           // overrides of the plan's limits
-	EffectiveLimits  []Limit   `json:"effective_limits"` // plan limits with the overrides applied
+	ID              string  `json:"id"`
+	Name            string  `json:"name"`
+	PlanID          string  `json:"plan"`
+	Limits          []Limit `json:"limits"`           // overrides of the plan's limits
+	EffectiveLimits []Limit `json:"effective_limits"` // plan limits with the overrides and active grants applied
+	// Granted is the units of the org's active grants per metric, already added to
+	// the month limits of EffectiveLimits; nil when it has none.
+	Granted map[string]int64 `json:"granted,omitempty"`
+	// GrantsLapse is when the first active grant lapses (zero: none): EffectiveLimits
+	// hold until then, and a cached org is read again after it.
+	GrantsLapse      time.Time `json:"-"`
 	Mode             Mode      `json:"mode"`
 	Oversubscribe    bool      `json:"oversubscribe"`
 	WebhookURL       string    `json:"webhook_url"`

@@ -296,6 +296,12 @@ type BillingRow struct {
 	// Currency Currency of `amount`; empty when the plan has no pricing.
 	Currency string `json:"currency"`
 
+	// GrantedUnits Units the org's grants added to its month limit of the metric in the period
+	// (org total rows; 0 elsewhere), each grant active at any time of the period
+	// counted whole. Grants raise the cap, not the included units: `overage_units`
+	// are the units above `included_units` either way.
+	GrantedUnits int64 `json:"granted_units"`
+
 	// IncludedUnits Units included in the plan (org total rows; 0 elsewhere).
 	IncludedUnits int64  `json:"included_units"`
 	Metric        string `json:"metric"`
@@ -443,6 +449,48 @@ type FieldError struct {
 	Message string `json:"message"`
 }
 
+// Grant defines model for Grant.
+type Grant struct {
+	// Active Whether it raises the org's month limit now (not revoked, not lapsed).
+	Active    bool      `json:"active"`
+	CreatedAt time.Time `json:"created_at"`
+
+	// Id Assigned by the server.
+	Id        string     `json:"id"`
+	Metric    string     `json:"metric"`
+	Org       string     `json:"org"`
+	Reason    string     `json:"reason"`
+	RevokedAt *time.Time `json:"revoked_at,omitempty"`
+	Units     int64      `json:"units"`
+	Until     time.Time  `json:"until"`
+}
+
+// GrantCreate defines model for GrantCreate.
+type GrantCreate struct {
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric Id `json:"metric"`
+
+	// Reason Why, for the audit log.
+	Reason string `json:"reason"`
+
+	// Units Units added to the org's month limit of the metric.
+	Units int64 `json:"units"`
+
+	// Until When the grant lapses (RFC 3339, in the future, within a year); default: the
+	// end of the org's current billing period.
+	Until *time.Time `json:"until,omitempty"`
+}
+
+// GrantList defines model for GrantList.
+type GrantList struct {
+	Items []Grant `json:"items"`
+
+	// NextCursor Cursor of the next page, or null on the last page.
+	NextCursor *NextCursor `json:"next_cursor"`
+}
+
 // Health defines model for Health.
 type Health struct {
 	// Checks State of each dependency, e.g. `{"postgres": "ok", "redis": "unavailable"}`.
@@ -555,7 +603,8 @@ type Org struct {
 	BillingAnchorDay int       `json:"billing_anchor_day"`
 	CreatedAt        time.Time `json:"created_at"`
 
-	// EffectiveLimits The plan's limits merged with the overrides (read-only).
+	// EffectiveLimits The plan's limits merged with the overrides, each month limit raised by the
+	// org's active grants (read-only).
 	EffectiveLimits []Limit `json:"effective_limits"`
 
 	// Id A caller-chosen identifier.
@@ -991,8 +1040,11 @@ type Window string
 
 // WindowUsage defines model for WindowUsage.
 type WindowUsage struct {
-	Limit     int64 `json:"limit"`
-	Remaining int64 `json:"remaining"`
+	// Granted On the org's month window of the current period: the units of the org's
+	// active grants that `limit` includes. Absent elsewhere and when none.
+	Granted   *int64 `json:"granted,omitempty"`
+	Limit     int64  `json:"limit"`
+	Remaining int64  `json:"remaining"`
 
 	// Used Used in the window now (for `month`, in the period).
 	Used int64 `json:"used"`
@@ -1011,6 +1063,11 @@ type CursorQuery = string
 
 // FormatQuery defines model for FormatQuery.
 type FormatQuery = ExportFormat
+
+// GrantPath A caller-chosen identifier.
+//
+// Example: acme
+type GrantPath = Id
 
 // IdempotencyKeyHeader Example: "order-12345"
 type IdempotencyKeyHeader = string
@@ -1141,6 +1198,15 @@ type ListConsoleUsersParams struct {
 	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListGrantsParams defines parameters for ListGrants.
+type ListGrantsParams struct {
+	// Limit Page size.
+	Limit *LimitQuery `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the previous page's `next_cursor`.
+	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListTeamsParams defines parameters for ListTeams.
 type ListTeamsParams struct {
 	// Limit Page size.
@@ -1200,6 +1266,9 @@ type CreateApiKeyJSONRequestBody = ApiKeyCreate
 
 // CreateConsoleUserJSONRequestBody defines body for CreateConsoleUser for application/json ContentType.
 type CreateConsoleUserJSONRequestBody = ConsoleUserCreate
+
+// CreateGrantJSONRequestBody defines body for CreateGrant for application/json ContentType.
+type CreateGrantJSONRequestBody = GrantCreate
 
 // CreateTeamJSONRequestBody defines body for CreateTeam for application/json ContentType.
 type CreateTeamJSONRequestBody = TeamCreate
@@ -1340,6 +1409,15 @@ type ServerInterface interface {
 	// GetConsoleUser Get a console user
 	// (GET /v1/orgs/{org}/console-users/{id})
 	GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath)
+	// ListGrants List grants
+	// (GET /v1/orgs/{org}/grants)
+	ListGrants(w http.ResponseWriter, r *http.Request, org OrgPath, params ListGrantsParams)
+	// CreateGrant Grant units (a top-up)
+	// (POST /v1/orgs/{org}/grants)
+	CreateGrant(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// RevokeGrant Revoke a grant
+	// (DELETE /v1/orgs/{org}/grants/{grant})
+	RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath)
 	// ListTeams List teams
 	// (GET /v1/orgs/{org}/teams)
 	ListTeams(w http.ResponseWriter, r *http.Request, org OrgPath, params ListTeamsParams)
@@ -1508,6 +1586,24 @@ func (_ Unimplemented) DeleteConsoleUser(w http.ResponseWriter, r *http.Request,
 // GetConsoleUser Get a console user
 // (GET /v1/orgs/{org}/console-users/{id})
 func (_ Unimplemented) GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListGrants List grants
+// (GET /v1/orgs/{org}/grants)
+func (_ Unimplemented) ListGrants(w http.ResponseWriter, r *http.Request, org OrgPath, params ListGrantsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateGrant Grant units (a top-up)
+// (POST /v1/orgs/{org}/grants)
+func (_ Unimplemented) CreateGrant(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// RevokeGrant Revoke a grant
+// (DELETE /v1/orgs/{org}/grants/{grant})
+func (_ Unimplemented) RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2245,6 +2341,122 @@ func (siw *ServerInterfaceWrapper) GetConsoleUser(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetConsoleUser(w, r, org, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListGrants operation middleware
+func (siw *ServerInterfaceWrapper) ListGrants(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListGrantsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListGrants(w, r, org, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateGrant operation middleware
+func (siw *ServerInterfaceWrapper) CreateGrant(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateGrant(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// RevokeGrant operation middleware
+func (siw *ServerInterfaceWrapper) RevokeGrant(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	// ------------- Path parameter "grant" -------------
+	var grant GrantPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "grant", chi.URLParam(r, "grant"), &grant, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "grant", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.RevokeGrant(w, r, org, grant)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3053,6 +3265,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Delete(options.BaseURL+"/v1/orgs/{org}/api-keys/{key}", wrapper.RevokeApiKey)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/grants", wrapper.ListGrants)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/orgs/{org}/grants", wrapper.CreateGrant)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/orgs/{org}/grants/{grant}", wrapper.RevokeGrant)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/console-users", wrapper.ListConsoleUsers)
 	})
 	r.Group(func(r chi.Router) {
@@ -3136,240 +3357,255 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37c9s2uui/gtE5M5H2ULLsuN1Wnp09bpJucpvEXsfZzp4o14RJSMIxBagAaEXNzf9+B98HkKBISrJj",
-	"O91sfmkjk8Tzez8/dhI5X0jBhNGd0cfOjNGUKfjn33Np6CKjgvV/pUpwMbV/TZlOFF8YLkVn1HnDDOGC",
-	"xEuqREzmMmVkOWOCmBkjyYwlV2Qp8ywlM3rNyCVjgqRMcJYeEU1XmixnPJmRjF2zjFCRkiUXqVwOOlFH",
-	"JzM2p3ZCs1qwzqijjbIr+PQp6pxRw17yOTd9+G99VeczRjL7iMgJLMXw6cwwbWpTka59LAUjS25m8G7G",
-	"qDZEsTnlds/RWBi/Iy2lYPBQM9M7IlIQ6jbkdts9PPixF/lpa7OZGTVjodgk1ywl3JBufJnJ5IqlF9TE",
-	"vcFYVLY+kWpOTWfU4cJ8f9iJ/FlwYdiUqbXDOPNLrh/IW8GNLvdEqGleX7x2tDHBcS6ZHnzWyjQzTcCT",
-	"SJFqkgvDM1jQ9mXg2WvSnUhFKNEZT7mYjgV+Gbmx7G6TXCkmDLnMkytmCBOp7g3ISe3KuCFck/iMGbXq",
-	"H08MU/FoLIqh/ZomijG7VDv0VNE0p1m2ioiWsHAmUnvp9qGbb05X5JIRI+VYMKqyFbErLvHCSLKgWh8R",
-	"SpKM24Va4CBLaseI184uJhrPygKPUZzpEs00nfsxEyqIzpOEsfRWoFQeQftlUfvYIe7a9HbLdk83BZVP",
-	"UWdBFZ0z4yjPEym0zNhbzdQpNbP6YtwLJNdMEZ7aCbn9+8K+HXUEncMMaSfqKPZbzhVLOyOjchYu7D8V",
-	"m3RGnf/YKyngHj7Vey9SOJEnudJS/T1nalVfxMmC/pYzC2daKjJRcg4HslDsmstckwWdskeaxIJ9MBf4",
-	"Vlys9DcYs1gqPq6c25x+eMnE1G5/f3hwGHXmXBR/iBrI4s9w0C2LffZhIZUheBkD8pRNaJ4ZbcEw/l8t",
-	"RevK3PXtenA4Dy4FVvUiZfOFNEwkq1/Y6jmwl2aKDUD0SBNefkGu2CoiVMPBxsGDiyu2ismEsywl3R/s",
-	"LvYPfhiLZEYVTSwYWWyMj/v/Q2j/dzLs/0gG5IKMyH+TftyLCONmxpQdmBJtVJ6YXLG0j+PhkY5FNx53",
-	"pEqZ6u8fPD78btyJi6W8eHb+M0kVnRiyVNwwTbjpEanIJVWMdOPgs7g3IH/j1zCi/RQZLBBd+xOnBOaT",
-	"8smEAcm6YittiZJnFN3D4dAxB7giHKO8o+CM+7+wVeWy2Ac6X2T2rbXddJpg6Be2asa449MXdlmEp8gy",
-	"Y57Gns3BJQlpgPxplihmei0oeQWr+yycBLLYAuWndMqI5r+zNmgGqaByPiligkWyYWSRjs/zOfwaAsq5",
-	"n40E80RNm0/rRE3byZJU0889g1OmuExbDuEnnmWWcS3gJQuy8T//+c9/9l+9ivHu5lKYmRXbSiru3tWG",
-	"KmPZZEgfgGc5ZorvtZ0uPt2ZVuAucEMZFc1HaZ+0n6UVTz/3MM8ZnTfPbZ+0z20YnX/u3O0s7u1G1mYZ",
-	"3+fN/cl+rRdSaAY89zidc1GIHXZIqxoIwwRIbnSxyHhC7eL2FkpeZmz+X5Zv2Gc73jZ+hVOvnbOUZE7F",
-	"itj9MG10IY1rRhLFUiYMp5keEXbN1IrEe9f7MZELpmBBhH1I2AJEWssCWHIF1DPDjViYJY58Re4jK4nJ",
-	"KyYsyU4CWcIS/b+/PTk/vjh++urF64uz4/NnFy9fvHpxXhA7zdQ1UxGMqhgcSm9AXkszA2GRapJKwY6I",
-	"ldNWY4HiUkW69LIcEvRA4dqq15z546FZJpdua14+RemyemCNmtSNtYdi2oxNQN0LKcIGle0zlAGK5xdK",
-	"tEeluEnX5PXts+8i2RoJ0je5ZBOpGC6Ai+mWwe3wP9HUndFDYs0rmlnhjKUWirm4phlPCReL3ByRmCkl",
-	"lY5Jxu3FMZrMiJxMmACVBoSOQceuHHkFSm0bFn+zRVdHtSs37IPZS/R1dYw1of7NPxDvqReSlNXorHKe",
-	"ccEQ4+TSI+L/eXPyGuTZQYMkUycxVklDGVjJpYbNP5FikvHkQS/tWBB5+b8sMZ7EcQ0ylVTEImDWIzRT",
-	"jKYrwj7Yq4OF/izVJU9TJh6UKM8qpIRk1GqtFgUTuWCRBTpqCegU5EJtaYH97ehrXwqr8haA9lqan2Uu",
-	"HpStvJZW4clFGhEukiwH2Ldsxt2AnBAqJGgCUk1hmad0lUmankv5kqope+jzdvyPXMp0ZVmYkZJkdiGw",
-	"uDdMXfOEvRX0mvKMXmYPvj6NK7Bk2cr7KUt4yoiQS9Jlg+mAnLGUWwa4FCQXoOaQOMmkZmlMrKjWg328",
-	"FTQ3M6n47w8rZrziWlsQAD0trfJJWNZCyYRpbU/2mTDcrB6UMhCk4B4GwBx0qRi90haxLMvHqYnKMwYU",
-	"w/2NWTV2zoziCSCoxclUMg062ZWQy96R/WchoFiV1TDhNq3zhSWLLH3FUk7PgZA+LFQBtNuFaRQogAU8",
-	"wQX07YLwLDhuCOh+VzNmX7m2FyiF7h2NRZwyQ3kWEysja7JEcxqOWpfQrPRll+PWCCLwglvtefSxs1CW",
-	"jhmOonGiGDVgoq3Ys1JqWN/wOavzn6jD012k8KiTUW0urJK/aXSRZw7dUcyvzYZawcf6g4ViE/6h2d4y",
-	"4UobUjWZoIRrNfjIykOKJXIquGZezx807VWxa3n1mTsApgKnzQ2b622H98a+br9zA1Gl6KqDSo1Xid6h",
-	"ARDOppigOJIovNa1e6hs6X0xCbINOytCyhMYAFAkTbk9WZqdBpAzoZlmUWmB+VhY+6yOInPj6Wm5vNE7",
-	"fNh5D5cXQqG/403H8tq+8xmnOacfXuAHj8H44X7sr51z1MkF/y1n7rG90vWjr576tjNMGwxORLAliBZA",
-	"EErTUuTMFlwTPbOcBiQNKRIw+nyFmPsHxreog3fSTGAuGVXMadojEv+2uLoY58Ph44Sn8H/mfh4+JpdU",
-	"s+8Pc5UF9AjfiQeNhso7R/NiK+2w+pKjgleFseL8djpIx2MaTjJwE2xFc/bBoGuifhawiOpojTvKU26e",
-	"CaMa+B1N8BLX7/RXz1Et/4wISHyxYXQ+wDOOG7kDTYxUTYNJMqcpcy4xKqbFkF6HiCMSX7HVqAo09q/O",
-	"ZuOegOLUDi1RhzYr/hZGnSqAZppyKaRrMYigkzFlGbOfgFG7BbPcyUadD/2p7Ls/WilpcEaXr6xQOWXh",
-	"076+4ou+XCDX6C8kF7BGoKVRB20QG5fszBQta4Ybedg1I+Hc6u6L/LzN8MVLECNGhlA2YmLafL9STVsI",
-	"JYjSF7iy2mOglTvyhSaSg4Z8hO/IY01UHqu7RA9/lfW42VtR805oTYnjX5ze/ERNMntiRRsrNDQDtmI6",
-	"z0Att5ePPmWro5NL+zFYHNDBCtoEKgVXbAEwA+7XS2YlfNRKwXIuBTuZdEbvNm8PlnUGk3c+RTuqMu8r",
-	"mwrMfxtlwTXxBGzVO99nZaaKtLbvnFUt8tr6pbl5N9+TO5AaDOIt7b7qtZvfJrP74RsXh3bFY5HMpHpK",
-	"G3xfT+nKqzHo5ZKhl0uq6SNNLiv+MY1OLwsthfPv4IfNrr8Gu+luR4FfncllE0IGT+sseS5z0UAyT66Z",
-	"olNG8DlJcxYBw0r4nGbOk026Uk2JkYZmYPs8IuPOcNwhLNNsOWOK9RqJKhr4k4ZDfuKegI8dZ46PCJsv",
-	"zKoMS1lkVJAZtTo7WSieOEt6XdwGyxxLLyC0pi10yb/lvQ8wem1fw7U97cCL0GzSyB7auIrEM9+8YPsS",
-	"rLRYuRRM38mSnZd1R+dqhH7KekAIXJcUhcWoWFXjNRWb3WGB4JzcMCGj8z6GntkzKEIhti1ijVAUzmZk",
-	"w84b6xyj7lr9umtgtn6LkcewAO6bKNCNiH2g+CfSvr9fwpuXBbTbwKhDE5Q74LY6TEz9bkYdmvGEdWoW",
-	"ARw0DGGIGmHRSHBy5nNm4Q3U5d9ypjgG9dUutKB8w6bLXQvC2a4rh+E/VYyjWbYDd7ba9vuo3GR5ciWO",
-	"btfWPRJsf9ND7w7e+xAc7Uo2QEwzL3V+3IDMXEqZMSrsl2Vk6LblvLTIdMYmHTCvThVNGy0qQi+ZYhht",
-	"JHOD1vrIWeo9VX2kyYTyDGJ5AyQM1gWo20D4TgQjzEqb4KlrjH0FhkDRMw+RDbtwTdjdG0NNrpvYpl3o",
-	"tiFe2XfgwhYZXTUdjpU/KRwQuoUIoyrjTPkoZh8dDP7ntQi15mMC//EFiP4XzuPfHD8NLLMIi75ZmOUO",
-	"1Hh517HbjfwBXr0AkN0dWtdQyGODu9MC0hrRCi0AZzJr0JLja86WTMVEMZrqIxLTdM5FTGimpVOW4fSY",
-	"sGTuXQced6IOfhbMV+4vCEm9GwcBGC0a5YtdDZDK7X2jyhAcU6MOi8twg1WMZRtO3Z7CzY3fbscdudD/",
-	"bZndwD+LOhacl1KlnVEnkUqxxPRnUmnWv6TGYIgZ7tZdVY0VFqdZHL7fWBBGe/Dd4fpFVG0fgfW1WFAN",
-	"a4xUIM1lK4wfnVE9OyKCXUNAkMmVQBQJJ3bqWRG+e9DkRfnM6/QbLpbuhtxyj3dhaAiR44tbGp606i0v",
-	"3pyQw4P9PxMv4pHEMbkySPbtm6dwhhbs7Df/991x/3/ef3z86T+bkPgp5dnqLdjJakeYNumnx+Tt+ROS",
-	"lloqSrFREaLZf/o0rq7oYHjwfX9/vz98HNJ7S1sa5XTdxt1Q+c3tYgsVGX3GXqfCGNB84YM+XVIDMG67",
-	"5G6Sz/OMGn69o66ydoMpuo7sCpsu7ilqrY2uICn6gk1h6kK7RYndWwgPfxwMh2tHB3+rXud4nH7cj/YP",
-	"PnXH4wH++P5T76+Nt1uJZQ/lbDCSBvwj0dedCP/YxDt+pjx75aSUBosnddwWXPbLGc9YKIxhSAXXJBeK",
-	"0WRGLzM2Ahs5MLRMLvVYdCcZnU5ZSmIv/sW9qAy9QMFGk++GjyMSZzKhWezMZBotZ1QQLvou/mEsMHRS",
-	"QSh1iuAA4egQCPBIEz2jCqAIAstQnBuHJ2KXZ9kJLMBycjtn8+FwlqXPlJINfBXCh+qnBhEAC2pmHo7L",
-	"yDb3/Yp0Y1iVfjd8P0AB1J6ItyD6bBMIFWiUZ+bO/N2YgBYCNa6x/KAJsp8zmmGMb5v9r5mHNggH68yI",
-	"mvIeUrZgIrWEzSPFx3FnIbWZKqbHnREZd+TVuBORcUdZqMI/5WU40bjzKTSw1/0DWzwAGoV0y489HFyB",
-	"Dl4GLL3fpta7MZqO8UWjmzihWcZUP5lJzYQVzYXhE85UlRQ47Tok7LT/+3H/f4b9H9+X/xxcjP67//7j",
-	"MNo/+HMzyV9TaBuCZReMGog0A+91d4HhZRE5OCQzmSvdK/DRFFEYFhk1l4LQKeUC1CansusidGcuFbq4",
-	"q8yJ9n8vF/5DtH/wQ/PCQeyu3E3NbvK+7TMrrTccfU3HA2s9QHXdF9/ihMn8sraqDKBmwDzbXv8V31oH",
-	"LZwqQsHXjdQEZ6HC2chKtUc7iE1dP4TQl3h/J5H5EPEdVEAVxnbv9L5m5kbajBc7dtFH7/oKoyKrJ0dm",
-	"U2432ErjRfsz3KjC1KDeZxYXQXdg7KVBKHyg9bh7+h5UgAbjnz8Oqx/kpsHKlzXnAqBpr54IcAuTXmmR",
-	"2650ftbtFVbZtZtrvZsG/MO/H4EVSWOarZDGyiYMZKkuThK54+iRBeVqd1sTrKfuW1tXaV5Z6aFJ0n4F",
-	"s2uSWNkU/RUoclsCccmzLLC/UbFywNQFaQRiU0W26g3I+YyNxdyN5cOsBVjLwecvNQPZJSWXK4iNctIi",
-	"Cj1R+CfnfIE8dsiK0QYWA16KpfDgfM2UsvLgUSGPgh1sRTBA2qsKRVLiWIBN7PDgAJKgKZlzrRcsM8Gr",
-	"qBS7o3ACoseMdx2ICwJOv9PVIPxtupemsLTI3cip4gm7oXt2N9eURT2nOq17qS6pZnD+7J6x0jszFsUu",
-	"dzKte40L7euVrDs7UCFY2v0jkYurZxIP2nG81eOCi2zCebyqVn2aZ6tNqm2pnTZqua7mgVNqYV9VXXws",
-	"vDIus5Rpg6JZkfO7lOoKTDyJVClWbwBzKYesSM21RXeYeECOx8KOWyA6AUmZaLokwlsgi5FGgIrXNMsZ",
-	"xPwHOeRjAR8+0gPyQjQkYmIVB6qNmwBSBlK6KhR9LcmEKtLN+DWLxoL9ltMMcr6lmg4sGse9AXlWem69",
-	"rDmjGk2+xXZXzKl4OyFrYBhpMtlvdbpuGhuGLeQgK7/ubqla+3ZtXVYIvpux2pCilLl1x8/XiAmN5oKY",
-	"iYlUCYvREu+8zL/l0tAjEusZtWquo7rujcsceKNURpM4MNLHR97wjzYEH3bvvAWhddxN2ok6OEMHfQqN",
-	"2sJrF866LjPN8jkVfcVoarXAQu3eZCNtGr20DjYFJWipPM4L9sFAAQbQ+SEuzrm6EVsslu4SJnuC4Fil",
-	"RC6A5IJCHMqFM/TVKfit3AKTCUssDbvIWgSg89I2hK+QOVNTJ1agOcTzctK1J95HmeLGItA6duwcGL1h",
-	"4UipywW6mimV/Xz+Sm/iEmwNwLaL1Pkl1p1pMt0xEIygvJDF50cu4shfCl0Rmnpz6hxDNako45CavYaQ",
-	"0L6b+4elXF/kKms+6ZSlPLHg5yyIb89elpH03kdA5lRfsdQH7/AJEVI0G8TyRXpjYF6yy5mUV36Ru0dx",
-	"u7R+B0kNWFG4CKu3VJ0yPKOoCWvXgsODLTbR5BM1vbnTyyKNNz657I/jZM7IC5EM/EZHlr7UFb9mMrOb",
-	"ZFeLlKuEUOzfCpu3oqIOcW+3dSIWVsI7PLsJcHOXlJcGdHUjuku5M1zb9Drg2tuzlw3Qv1Ffxlfhw21o",
-	"0QKad+HHs9zui/vvsKhKMruhXSa2hxNHxNn97b+KW4tB4Y3rCBX7Ml0okoM2DQTaV4mwrLNuwGvGzJvh",
-	"4+0x6yZc7VaY8y+EKTXoOS2CI9dF0GrYb+lxbXa3rtnZh/0f3388/NTvDt/t9398///23w37B+97jYb2",
-	"U3dYnx8jMqE8u9jl2gsP460I+2cKW7uawjZZwCKiIQe5IvvVEzbWCVNr8pyUWUtWHRjDdmdQp+6Duokk",
-	"kMO9ia3QNbxhAOOfRYOucSuJagNrKOUidx0h9LgDKbd/M8HHAvTNJZ8AeL07GIQhK+uU0PfuNhby4pv9",
-	"4XC4/TMrlsMFFqAaGh+dVHbaJII9EALuSP9LRNvIAtxrN+QCHmV2RAv7dlVu8//6XCxbw5NdYL68pjbw",
-	"vQvpCOj6FxePXKW0HeSjOwDlzwDRHeV/D6w18nrGFhlNmLO9zmTGwHUxuC1cb4fmO+UOr9nSs4Uj5AmK",
-	"zeU1VIps4AaNooxb+fq5WG3e7ookGdVF1QbHiqSa6qpA4/HyLoIfToMD2h30Lqm+c9dE6XUZrCcrbYxU",
-	"9O8VVujd8T90JG3zEK4n3Plpo/AwyiU0IrrLNGyI4ydnPz8hPx5+9+ciFzKVST5nwtR1FSyK0igMYY2w",
-	"nfcfRGp9qnnebh4iVLeXGm4ytkHwq5nDZ8Ys9Ghv77eiUvkgZde+SI3ew/RwnLKvs3y6c0kBeOpXFG0K",
-	"Sir0mHou4poFzgerqSnpom462tuLrcyIv+Bnz9vijCS5rkQCWpyvGc0Pf6jgdRdH+utob288fvNfLYGN",
-	"WM2hfp7g90WdOKFZFmQCMJHCTQbB9PatORV0yvy2jgoVG58qRtPA+43l1yqB91jrJCoC8N3nja6Fc5fB",
-	"84AVPjYYsg2j80c6qMr0+Vbrdkv0rklOt7HR5pqpVl9DUQbW1y532wbHVaDFhdWpEMy5InL52YfSnnW/",
-	"LgKG27iZdmPh6pZ2XUzSq6syhzfSSpwC8kxMuWDMpSVUriVUknbUker1g+5LLbmJMLYGbLtM0Cr/t93l",
-	"XYj6QGu+uKjvChPfWNT/491gbWstMR63E8la4wzaMrhvmkGN718wkTYV1k+yXPPrIF2CBWWydyPCbgKo",
-	"RHBLYxCSxSIpujJiZQebpc4gqKGOQy1xqxvYJMRrPtKkcOB59ygcFNc+OMf7rrmyvGVntoFxhq3335z5",
-	"/jMUyLGAHBU8Df6BosqSliZLSI0d7J5ngxFh2NxFtEHCjtkyQOlcRKs74uYLu6uMxLsQi+ypPsK4wlIk",
-	"qNWGCKQIR0sIXSzQ0/J5MtR95IPfiZm2Emx/KznldkmX6H/OUN2syxPf7S6oPJBAUT+8tsO4C0b/x0hZ",
-	"dF0A7pnRN/Fh506rHyO79h3BGupoX0O7otWCueKq1bhejIE0M8X0TGYlMxq4bLD3N3LxSNMYfLMiseZT",
-	"wcX0Auv2xRBwnGeZq0yNYcuKzam68rFfmhnDxVQ3UnQ7HDW5YhezDU1qfHVeV6EcciMTqqAlU2z+ghaH",
-	"XPAPaGqIrvfd32bsAymmCOwQpaEu6Lf2xr/YttBy35virJ6/On7Sf/P8+OC77zEXacY+9I4Ku4IrD8SN",
-	"ZtnEh7lesdWAvPZOLOxZgz0PfDUf1yHh12c/PT85+eXizbMnZ8/OsbWIsM+dNxcKdEJVcGN5QS8aCypS",
-	"X57ONV3AjPtH9k2trRYNIaZbw/Iao55+nTHlgBPD5E9P3pyz9ChwyXn7i9uJW+lgxykvWkspnCqGtYvt",
-	"JDFEHGARYqsap6liei2GeJJrpsnlijjr7IjQscikXFzS5CoiC8WvqWERybi46kPypIVqgOkl1wwSYhf5",
-	"ZcYT8uLUT2Ehfywwv3MmtYkH5E0OeYEZv4Z6L3AsCRUJAzdsLrL1leUC9fqxWLvm45cvT369OD178Y/j",
-	"82d/sYcUky6uLLVCnlzMmTC9AXkutfG7V74hB0vLC3BTJVIIlhgduYSpp6/fEMW0zHKUGQwEscHKVyST",
-	"07HQM0iAwOOj2VpCQWf/4M+D4WA42LeQR4k/TX86o3ByNzDUxuEGs/lBBt226YY9Q4T4nF4xe3oEutNx",
-	"0zsilCyUTHMoC+hRyN88pCttFhswam0N2RvIVORp9ft2+v7UnWNDBZobCIjUGCvI1cF/v7APYTajezHC",
-	"sEf7zHWtGzRmhDGf/Vsn8nZMNxqUpamiMze+OQhGDmxFYjipbUzNJ8+u8bHm0pPwmSsw2TIotDSLsPgI",
-	"EkRN4oDY+8vBKCX7kKdxkUIi09WOhV52rr+J1uyLpDHGHJlcwuySLAs5Pz8l+EF48kL6ajkJnTPS9Z3K",
-	"DFVTZiIimLGYRuBqI2IhSuZmUzHScH3+Tjevzq2ApeTgw4fmaNrW6Fi/Tm/CDBtdSAXlsVaOP+5YfxhB",
-	"KwCIyGGwx5rquXuoD3dr390Fi+9C8F0nDF9cBg4Cu+pq9dlLlLTc1VuW5bCy4PcuuMgKNM7RQLog/1iC",
-	"yVIQBnThXbE0yQfmbPSngItpizvl1yIncs2fgsWc4ojEaJa1/5rJXLl4RAhAtBy52mpUH5EYlK7YpwNV",
-	"Q9dCBwrOgLlkOVQEseN3IldrA3W3961rbjHD3WducYvhJDCZuDRq6Cpi78kdRlQ1qexaLfGzEla3ZxjX",
-	"QRmLoueKm9UbO7rzgUMt9OO8sc1cGHGKfcmqbcjOT3559jruBS13fDvGbntVdZQYnKYRthYGGgnLKQ/M",
-	"gjm25+BiIutLLNkVClfzPDO8b5igwmACku9lMCBPcm3knCn/F02oviLcRL5kdSqxZa9UVxEZd+Z0hbZA",
-	"qaZ7htH5HrR11QsmUvLatdyVE28qfGUh46/jDunGFqfJ3vX+HjouvYphDwg8ioV/jjnbovOk4oKNxMQN",
-	"QEb0aJmZkvkUs2iUVfPkxKXNHp++GIzFWJzPoMENets9frp2NgaTDxMpjKKJQYHzb9LLfuAIn9AEvaFz",
-	"mbJMEy7GIoYngmZ79hrogu/RBUfKMGXCwgVLsUyLPURwpYJQ7HVRrrF1DLwHBSS0GYuykxm3hJMmM4bl",
-	"qkSaMQWb+Y//IE+gegaegd2GZYJotbMvPGtst2foldV2j10TH/jjiPyE1f4R+ACKi3rtUN4ULX8A3fau",
-	"BSNyMrKT9OHJn/5URYE//Yl0mbjmSgo46muqOOSONWBGtTdfbzQWBBzQqcSTgpzGsAkU+K2BomZU4Oal",
-	"murATQ18BHYPqrQd0VHhAfnVCQ1NK6lEj1ssteDCoaVQOrB7pcJutURhu09A4sFgEPci4kyCqI2UEG6X",
-	"t/dRquknCxz9K7bS8YC8MLAwlkkxBV0GjtWCv0gLswS2RBgR797vFv79OMQd79i3I3brzv1HGrElQlSJ",
-	"oEltVOmeiOcHXn8w6eYpN1Zzi+yQ3irgbTBYMcP9MdTzevB6GUnQbQglWOP0PYDmY0hBdw2ecnEl5FI4",
-	"gPMFVw6H+1Yvw0ZLvreIvcqir1nZwwxQQDCW6uDzx0eOAvfh7ZQomRuGNWjcnQUtxR5p13QSCg1h97Gx",
-	"aOw+FgWTHMJ2nkHPvgLpgl5rxf2hll2sXaOQZK8RaqIDbfnQ9wwNl6xj0oW0fuETpOcWRpmwhM8d5IIq",
-	"Uza0xipFUUvvTa6JJVCVbpulNE26x6cvxmKH1ptHpK3zZuSNJOS74VgULUKpq5VZ6cQ5KgsvY10DbsqD",
-	"PfjRYVXYOxJZhm+XNQMEf2HKO7dYtKp3pI+qPdqdOACC3VjU27d3XV3PXpFOjqf6iKSyIMVlOyski67O",
-	"sMMq7NVqFUJvyMFOWHHYKWtE1rs2xr0BeYvIYPEKylVZtgN2lKDbHIWWlxYyPSAfDoejIiGca6J5xoTJ",
-	"VoRPhVSOnJ0IVm3VBc3JrNjmqGfJNSxsIuugMGUUnENROgFot1d8sdwEBaUYNov2tXA+kJHppQY7TFzb",
-	"vEWrFdATaFkWOwXfSpXhux/6y+Wyb6XJfq4yJqyKlsakCz3E4iRXGemnsdXeU32EtQIIuVwZdxELqqz8",
-	"6lYZuQxsqA5px+wNyHFQSCPlFJYRdvhGkxshh/vfoW4wdoF7WKOrcsLz3N4Zq9009uAej8fYbXORUS7s",
-	"r3EnhquC0D1ccGv8oCbduK3fW9wjSyg8EtvVA5/gmtw+CI+gdHE4HLoupUvX5Y0CV0OU56LoZVooAMen",
-	"L4Abqbke2SOGFuq+Dgo1MzTgwK1/HGOBNjzG9ZJwWAvNVW7DV/zhOvKIaBsRVK8iKOAVkZSuIsz2HXc+",
-	"xVHDTAjV7x6/HyRSmw3zQOE9UFbsUGDArQ2GYnbDIK4jnj8C71N3eG0HPPIl7xDHQY6hLpy6G1dmsW+M",
-	"O/EINWQEJuq7leJP5JuIiT7ZPOMCsAFLlmX5XNjzMTQog4VD9AAIsayWFUfsvc83tLA9HO6HDH2tY6N9",
-	"/thjomWKGbVkpOTj3Wp/UqM4pCCtNSjFvL+eHe0Qtoj9QgG2t7cMRWGcYi1CIZ0wMKOwuu9cqUEzc+4G",
-	"O6jOk5lVZGYyJd34OMvk0vfoxaI+mDQEC/oR+wekax1hj8jh/uPiTh0WFo1Cj4CEhATU7sqbHe3VHZHD",
-	"g4NCCGruNgkXutZwEoWYrb0mj4DPloUpSNfVE+rZQaUqGXQpNjiJBI/VM4zeEfkOr3it7agdx3Ue7dKg",
-	"6CEWySxKDWK1R99Z3LGZIAbX0kEuyCTj05k5ArSrdummK+2cFhKbQVs6XlBsf3BLxU0gO1gYf5HCRKBb",
-	"RKBYRBXZGfU/X9xJWR4ItQtd8ikWNMSXqEmAL8S7ROxbhQCndrqFLgoJBiK6QnTVzi7mJnU6ajFpWXTc",
-	"WcNgZy8BUpHlTbmwisqIxH+FS/zL/mCwPxwOY9L18tr+cNhDdvZXtPz9JQYJQBTCpV2KL3YDVTkeaRIH",
-	"psI46PYXizzL4nodD7BsuNjx0FBxfPqiE3WumdLOSzEYDoYQJLJggi54Z9R5PBgOHmNmxAzMNHszKNX5",
-	"u/33tMm5euzEwoPhMKzVioVTAQIXA/IEgU3IADqhHZGH7RdpZ+Sqgv7eWWvEfzAc3lkjbld4tKXvanXV",
-	"FctVZ/TufdTR+XxO1Qqqrl0zwbS2J02n2pV4xc3oznv76V4QvNd4dD4f1HHxUyUtIWS5ZeUfDOhyGiIf",
-	"CJr16ifmRth+YqUAVD2rndqEu31sPpBg9fNiVa1HA/R7V6Bigpy6oq2APJg9gPK5KwAcAWks3MGRVy/X",
-	"ysA+0liqsn6SZ7igLwJ6MDdk7Xw3fPwA872G8oA0XR05E4iutAh2Das3X7ddM9+GANf7e84wsceKxlDT",
-	"thAN6H0jJyT+27Oaiac6TBzqUwrSjFPwe13C78FYvAYzhanZkZE2Vq8eq1q7ggRA+1wxZN2alFW+4oJi",
-	"/56jz2jr61g8273+vhncmoYo3turdtr6FHUOd/qKpkGjtMPh/vZPKl3J4aPH2z8qO/PbLw5+3P7FcTrn",
-	"orAPMGwkUwLaTxXLFlSq8/cegF6RJ+PhDhNpRh+h3HMDgdFXIMuAhBVblSQu7eoxErCiFoZeWGlRyGVR",
-	"DcPCHETJgnUDI2ehhOSEaInBshotSdS49ULgb0SokXNuBZoV1LR02UQLqjXTEHUxFnwSrX0WFtN1Zclc",
-	"kYAYRK//InYHztL8F3wWH0HfM8FZ6kJOagWUB7jzERnG1SZIY+ExKFAYCgXHm01RrUA5uTS4xlJNY1A2",
-	"QuwbC0C/nutcWRytnHMDxnwIglJsyjXkv3oLmP1f08tjQcO2WVhXGITRBVqL47W2TPGmutMY1NVYeBrt",
-	"Y75NzohgnE97OWosVFoYJeWcefYeB4Wy+7/YFbmQOS60YTQl3RfPzn8ei1TRielzZiZ95/3oB3vpX7FV",
-	"Hz/EqqgokxYXREnKJxOmmDCFaZB07VFFLsLbl+hVADQ+2Kh2+M68Tbi242iZXbO0F5gODxoPwbmEvIEc",
-	"euj4uvpLrO1vYZJmoCONSFnALzBKlqX7xoKGkgDcRXPNvvprGJoW+25qYxGGmPzqn+JRDsivVspoai0Q",
-	"JhzGRc54PBZuW2utB9zsvuuAA5jWJgNjUXYZIL7JQHf985bWBU3M7IlLILwZE6vWcH+OcVTIngCCfpLp",
-	"6s4Ek2rXzqqH2SXF3psQVulsWpeMjl316C5EQxhHP8klS2iuWaAsO9gGnzuCECy1DmFtC3If7TV88Snq",
-	"rBnXtw2y/nplhLMwHmG3UcpP1kbSzNxkFPs6nPIfWEQZHm7/4rU0P8tc4BT7O0xxSleZpOm5lC+pwlSc",
-	"w/3vdtmPzhcLKPzziqWcnq+wyfzhwcEGFAht0rujQtG4t1FBAI4WZP5EBRIwboWmkXdTB8WtpQErsbcn",
-	"YXnu7qaq3K4ghLfyumoZaAAEc1UpcIVVMnujsO+xJczoG4h9HW8YzVnJXQs+DJxxgp1dU6UUskixDniA",
-	"3qjEguUTSzEdwTL7zghZaXgHJ4XyAwhkXcsFuCgkDWepx5COnuPUYLbzzNqbz0aknVe7t5HtV6UVWKWh",
-	"K6vfQjuusofhFVthhDslgi1htSht2V9uVstJSnn9ISjtU6CsIyvJggTHw9q9uENvry2T7l0/bBeO7Ur9",
-	"jwikglgeWzaIdAFlDS0HY+SaAdH+moht1AlMtlu/Dl6FK9psfrhzMlPqP2jHtjK+61Vuta1RszwWdMd9",
-	"hARlLKxcpgsZqWhr5DMb1o3ehZV7QOAMUAYeizV7NwLMgLxG76UVTUv/L/Tkd4ullz5kAsG3BmG3vpOK",
-	"KgwoFYrdOF2gBqPW+z7q1IIcgqcVFXnv0qdZNSvKT528CoY0vCwuvEHNZCugbGB+iQj7QBODXQDXI9Gw",
-	"c6YLR6sJ65ZrONxe+A6jo6LtgnvS9a09pKvlnfbGQqrIJ9DAu5h+BF061wCq67xpUREJg/6qwHdjh1tz",
-	"3kQOBlP7AdJUWsriFvgi8FiusQPFgo4QtInKHx4c9CLMiKj4m8uSxDF6iOMBeUaTWaHDuxgm36yipuce",
-	"bVE2QZ1Djw0EoXUPh0MMwrC3YBfvkFEbn52kLfxTp2Xrwe62gS7aMFyX1tylwXiuhMWZ4BJ3tNQBAkD7",
-	"/M79qCZhs/8vop+EC2hjnScN2FKEAgAqekXFc/c/uJXw4SXqBrLqgbwMp7LSLGQJ34q6SjVt9/yg27DZ",
-	"gM1Ty3FazNc1lLAjndipbqryg9iws9kacxk2m63vBAF84eYWuF+4NiZY1e2rN37bo4C9hl4W+xOSzxsZ",
-	"NmbEF9QZAyUhUMKH924AL3IsCvaI9aNLC9yh59Y+ugb0KzsBvjkgMVjGfHAiWoO9fS8icaWscmyfYg73",
-	"WDQWojaS7JNuQjMmUqowukj3GtkCbPlETe+JK5R17nfiBvt3OXGb3GzvFtRzjI7+o+PCcAdceCLFJOOY",
-	"/PQlrSzbPnbmWquMPBOGm9VdYTsCmcPcOsYHjAW9oq3spQ2/STUErJTaXAU7YGZ1HvM3Zjxy3R/V3wDo",
-	"UdCno7XPCwjERRsViJJc65ER/+GR5KamyDuAub8x0wZwLXIOliYEBnQjgQPbGGCFt4VXOtd4FwQf+jaw",
-	"EJe9cIUEguzfIxfe7F+5Ymzh0pmgZ9gG9/9uCEBqrRPGYqfeCdQl9fhJoR6iFGxUCbycUTMWEDmNgZQu",
-	"52DKDCRUwPDeyoDhmHpAjn2TNNBwQZsmGaPXDBVX13CnDFHUhF7K6zBZxdtcpXIfBqovNS7zSyqMihuL",
-	"IlGsTBwpfd+BG7CJIUPplnvlx1gc5oGVsw1UyrfLkGr61VGZf0tWjMh2O8pYY9RFhtoWhbBEVswlU+xa",
-	"XlmoEqxMCImIYMugG6PP2ML0Vv3Z1K8Bn+3qjhf8F7uDr0TPxO3somraq/gmObTopj6uOkCRAtbvVYDY",
-	"rPsWXq4ith0yxkyuBJpOEVmCWGo9A5OwyFZgFr0PLMLVIeDdE2fEwb+MshrOnbbxSe8rdWrrEYmDYmUg",
-	"4GHSNJ40lvz+xlDvhKHepX7q0P42WN/OHPc+XrHVJ8TqjDVVuTsDfliUZfMmWu9ncDmvRBu50IQmCVsY",
-	"rOfmQuXsN+AlH4sM2xP78D7gs+A31gy8gtfyCjKdCh4M8xWOq0MMD7wPMoGbDMhEBV8Pm2On7RSQ6AaL",
-	"/cau6sCLx/qZwHtrlrVd8vmFrRx3a8CQPOWbY+ddw2/UFqsS4ogsZ5J0Y5oYqeJehHGY8JtDQnCMqXz2",
-	"ETpBMbMvxmIZTt2l6BM3ha6DAc/LGRP3JnHCrr8WedNuZhdxE4tEMOHKw31D5Doi09QVmXHlNEJMBpi5",
-	"P8mzjps7JriA01YuwWPbEI7dK3EjbymZHZFFloOXHuMUjDQ0K8Z0ppwuVvNyQfaAuRBC38OyDZalQfia",
-	"0yVxsgjj3+U1U76eCJzvXObCkDRnQTRZtcEfstUnb/4RhhfEbr1STSPYKWwUFxjhhH7+C/zpZna/cN7I",
-	"twiKB8WQVd9S2P2/qw3PMqJyIbiY9nxhsNtTJqmCiiutZAqTcE7U9Fv20FdCXerpRq6CUFOy0UYyEzTv",
-	"uVOC47KX+2CnfSgXkOVcT3DitzDvV8KWgz3twpwrmePfmHOLUahySmH8TAVyv6R5aMGUlgIE44QKKEMO",
-	"zBaZypJdFntAIxIGbo9IjOW547FQjKa6KBGGtWwLZw3kklOtl1KlYFzCmGywLlGsOadnGKuusTaOHdDk",
-	"SrAUYjDYnPKsKHMRZGaVwRg/3p+JKkCKe7JTBTN8GWNVuMU2l04Axf9SoRY3Rft/kdiMu7NfVa721vRp",
-	"C2fe+8jTjcasp/B3l94QwhrUXBSI2Fz5RgD34tjBNazj+y4Gp8qKuSa4y2+Wpwaww0O+K7CLHirkZyNU",
-	"DL8UJf4GYC0xPHcFXfdm4AwuulW3gSCUnZ3kroTUjrHTn6H5nMOyvhKVp2gJuUXXgdP9hm4tOo5xIOHR",
-	"DH9/SZ0GqjUUoZBBsbquD2PrFaa9NGxj68yNSmO+0uYGtqQbB13q4t6AnBbWR6xfqvO5+6IIS/PV+33Y",
-	"Jl1BghX7kDAWJvN1g/47ELweRoxrX81cSKJnVkJUfVcTBWvm2WHXhxwFLYIODw58iU1c71iExS3X0pY3",
-	"ZiuXqcoQT+eSscYizFCuTEyo8dGE7/j7gctDvj8V7hz76t2H7ha0B35gpQ2b0DbLCAj937S0bxH0IGq7",
-	"vpI3o84t8sjeR/u/nXU5XxcKqMJaUR2slcxVpZaoC0sq42sHY/EWK7s7A5DvvooZ/ly4wu+KYVuXhgLw",
-	"96csFpRlFy3RVRD6ph3uoB3eCmQfTBtsvvbhg9H2b6DTpvfdEm7uTc9zTdrvJNHDS66lJ9sLnhDsRROX",
-	"/oD1uzOuzXqmRFHBuVa+uVtAPwSIQrYERoxiRT8NVe2WDTXP3OLLkmd3TmohveGeZbgvkkKxCc19DsVX",
-	"ie7/zkkU9yGN7W12f5/cu03oq3KD7+r//ub33mQTWhf2IZxvHfi/uB22yp8bjUpnbiOaUOfgEYVqExG5",
-	"wG7svkOwL0XTZHKKxiKh6pqlRObGlyWxwzzSR35wb3SSgmESZPkOWTM2WcXILkswVhT4CU7dSPsH11/Z",
-	"SgK4+BRLSPHfckZcYbZS07onA8w9Os+/nNd8k5OmcJOX9/HNBvPvyPU98XDofWPStwvf3/to/7clV2Qu",
-	"r52KgSBZ9I1L1yzkWDLL04o5XRGMJi1pCRqeoZ//Rgp1f2aXGznnvVM+F18xMt4BqL4tzue2wPpg9pf7",
-	"dsNvI+3fwKfN/rIm9f0xRb3t7wZ++VazTbxmfNEF4XxUpafxu/f2JaTA3EREy4BmjkXVlGOhduUS6shP",
-	"ilFMvaubbKplJ+7H6nLPgtsXsbpsDK5xVpevEsn/ra0uNby8A1Es9/3xG9keeq2CdKQgBT/CErKFdwx+",
-	"gaACdtoZdTlPVGB36rFYy37yeMyVc8gPyNa0oCINCHoH+2LfEKvt6qjGKeXZKh4FUQhJPs8z7FyOfjan",
-	"tuJghBq0ETMBDSZhH2/Pn2APTNfLdinVFTThTaRKmZU3sXO/XDAUQLGCrBsSqtrdb6ISSBD26j4rQel+",
-	"TVB2ea0SCJ2ybyJIgwTrAZQWHmCEqQqu25P9MslKrp/5xtzlt2cvCbuGXrtUMWzNaSTpxu5jLLpV9t44",
-	"8g4eXpSCPz0+f/J8rWeYy2cmz18dP+m/eX588N33gEGutbrvGe26PtqBXP6zS2XEUtKOTEBgE58KanJV",
-	"ZkjCqqF1sYZlu4Y8UNECUiFTpvg1S8vW4dhV0qqN2Nv712c/PT85+eXizbMnZ8/O4yPXX3PGCF1w1yZV",
-	"QIlMOzsX04ugXobIM2wNFQtpWNGgczUg/2CKT1bQbMf1kb+EZkSL3ABpDc9ETkiMnaMMNiIe4C9Fl9hQ",
-	"FbsTl5TH7Q/rkM8XVGGNBShBnEihDRVmLAyfM0e0Y2iQPiFhA543/jBHxPwFJ8wF/4CTRdf77m8z5v4U",
-	"H7lGo0RmKYmNVbXtYaNI6NtPJDSZMagS342f2H/3n0hhlMxGRMg+pOHEvfsQHf/GzK8O1O+RRvopWqik",
-	"wxeimbHXrNea01QOpKElWra08BMXB2U/39Ap8hsxXifGZSEGfxPe1uSQ16FOQJvdi/pBU9bdpP2SErbS",
-	"ZwyXpMaw+QKosvvGtwMvpSak4OulJ6pU0iWaW4Lf9Vb/oIW1xb7frKThKLefVuTzS6ZId0J5ZiVE/LPr",
-	"3KsYdrIGXL2kyZWcTCKSL+xiD4ZuJMUSxpHwPj8/PyVYWp90gYICyRWQV4/UBBudORIPRY7xRWw0oPPE",
-	"Cu69+yp74ZD8aXk5X4mTsbqxnWqvFezL3/k3GbCZ7HiCUxxYtSzGw5EZ6PG9U917bJ7xWYXvT2GyrwQ9",
-	"7GZ2wQk44X+X2vcLd8MekPH3DtXvt1e699kI0PfLpyRg/1BCx6Lrcxowx6BHFpSrIxIvpMzWaty7H7FL",
-	"/MakgaCdveV6EtsH4oSYTgAZBi6lAKT4ov1Z13/sA399hK/vKQM5GjhQb4QOeDXVj4Km/lBZGLrbeqsH",
-	"tMvGxi/AkFpq9+IJWmC8JyuoHfrLuK9hU22t3zMqvhXU/yMnbS8QJNcpQch39j7a/928Ln6jx61AgXuk",
-	"95ug8Zuo0+Zxa4GEG5s2MyoerCJ9s+usjFs+IvG447jBuDMC207pQsNul1hya0Nze/JSLpnCupWYEwch",
-	"zFjxz6lqmkhRVPIiM3pt1R6XZ+JrvqfOjs5VmWNLUiUXCxzbFxsDs1aZChfsUiq/3p4rL1+OVhSZd2EW",
-	"ftZoPdJ6LOqh1s1Ou3tmV1/EabeJPnin3VdJJ/6tnXZtXM6+zZJc2TktbcM6yce5mXVG795bCoamZaR8",
-	"a1qXTGjmRVbSdabn5+fnpxfHT5+exdDFOldZZ9SZGbMY7e3tH/x5MBwMB/ujH4Y/DIFAuhWtjw0qGOka",
-	"zpTukctcpEDQUMKlZEJ5lisGzbLtb+ymaGVokmRUY+5aUUzwxJMzKbKVXZSgc9YZuVOwytp6lPdUF003",
-	"DBNUGI3tEsF0LoWjcnYSK+H79NxADA9mgdr+jZMUZc7XDPxF1fDEbs6g7AgBEFjqCes8FQWggrmKirP1",
-	"+U6ZXGTAGjbVpaKGxL7gzF4MpilXqC6YpVr7oT7VM9eeEWDPqZZR4DCOwHwF3YfL2hJVE1+4J6i9WZ8F",
-	"qieQmczStZiOemRwtVOJvTYPtU5Zcw5lrnwoejE7JhXUZz9rDcquRzKXWe7lKoMp2o7RwsRMGrKgZjYg",
-	"vmPqcsZA/6JQZNNOu5TqCuBwKgmdMZo6H0oujCY8PErsJVifqeZgB00P3ev2eJC/eqsz7peLmnOwsidw",
-	"u9ZmqtZBhFNzPuuuVGWdzeq44X14f2LzcVXM5FGDjbwwwGZyCm52ANV1e2AwX2Hiqk/4nNHMzCJihRwu",
-	"mKM6p0rO7Q3lha4+IK8lsfyOCcNrt1+IHbrz6f2n/x8AAP//",
+	"7H37c9s2uui/gtE5M5H2ULLsuLutPDt73CRtcpuHN3G2syfKNWESknBMASoAWlFz87/fwfcBJPiS5VfS",
+	"zeaXNjJJPL/382MvkcuVFEwY3Zt87C0YTZmCf/49l4auMirY8FeqBBdz+9eU6UTxleFS9Ca9N8wQLki8",
+	"pkrEZClTRtYLJohZMJIsWHJB1jLPUrKgl4ycMyZIygRn6RHRdKPJesGTBcnYJcsIFSlZc5HK9agX9XSy",
+	"YEtqJzSbFetNetoou4JPn6Lea2rYc77kZgj/ba7qdMFIZh8ROYOlGD5fGKZNYyrSt4+lYGTNzQLezRjV",
+	"hii2pNzuOZoK43ekpRQMHmpmBkdECkLdhtxu+4cHPwwiP21jNrOgZioUm+WapYQb0o/PM5lcsPSMmngw",
+	"morK1mdSLanpTXpcmD8f9iJ/FlwYNmeqdhiv/ZKbB/JWcKPLPRFq2tcX1442JjjOOdOjW61MM9MGPIkU",
+	"qSa5MDyDBV29DDx7TfozqQglOuMpF/OpwC8jN5bdbZIrxYQh53lywQxhItWDEXnVuDJuCNckfs2M2gyP",
+	"Z4apeDIVxdB+TTPFmF2qHXquaJrTLNtEREtYOBOpvXT70M23pBtyzoiRcioYVdmG2BWXeGEkWVGtjwgl",
+	"ScbtQi1wkDW1Y8S1s4uJxrOywGMUZ7pEM02XfsyECqLzJGEsvREolUfQfVnUPnaIW5vebtnu6bqg8inq",
+	"raiiS2Yc5XkkhZYZe6uZOqFm0VyMe4HkminCUzsht39f2bejnqBLmCHtRT3Ffsu5YmlvYlTOwoX9p2Kz",
+	"3qT3H3slBdzDp3rvWQon8ihXWqq/50xtmot4taK/5czCmZaKzJRcwoGsFLvkMtdkRefsgSaxYB/MGb4V",
+	"Fyv9DcYsloqPK+e2pB+eMzG3298fHxxGvSUXxR+iFrL4Exx0x2KffFhJZQhexog8ZjOaZ0ZbMIz/V0vR",
+	"uTJ3fbseHM6DS4FV/ayoMO23CI+6r29uH9/2Bp+lbLmSholk8wvbPAXu1s4wAIYfaMLLL8gF20SEarjX",
+	"OHhwdsE2MZlxlqWk/709xP2D76ciWVBFEwvFlhjEx8P/IXT4OxkPfyAjckYm5L/JMB5EhHGzYMoOTIk2",
+	"Kk9Mrlg6xPHwRqeiH097UqVMDfcPHh5+N+3FxVKePTn9iaSKzgxZK26YJtwMiFTknCpG+nHwWTwYkZ/5",
+	"JYxoP0X+DjTf/sQpgfelfDZjQDEv2EZbmuj5VP9wPHa8Ca4JxygvKjjj4S9sU4EV9oEuV5l9q7abXhsI",
+	"/8I27aByfPLMLovwFDl2zNPYc1m4JCENUF/NEsXMoAOkLmB1twIooModSHZC54xo/jvrQiYQSirnkyIi",
+	"WhwfRxbn+TJfwq8xYLz72UqvX6l5+2m9UvNutJJqftszOGGKy7TjEH7kWWb55gpesiAb//Of//zn8MWL",
+	"GO9uKYVZWKmxZCLuXW2oMpZLh+QJWKbj5fhe1+ni051JFe4CN5RR0X6U9kn3WVrp+LaHecrosn1u+6R7",
+	"bsPo8rZzd3PYt1s5q+W7t5v7k/1ar6TQDFj+cbrkopB67JBWMxGGCRAc6WqV8YTaxe2tlDzP2PK/LNuy",
+	"z3a8bfwKp66ds5RkScWG2P0wbXShDGhGEsVSJgynmZ4QdsnUhsR7l/sxkSumYEGEfUjYCiRqywJYcgHU",
+	"M8ONWJgljnxF7iMrCMoLJizJTgJRxhL9v799dXp8dvz4xbOXZ6+PT5+cPX/24tlpQew0U5dMRTCqYnAo",
+	"gxF5Kc0CZFWqSSoFOyJWTNxMBUprFeHWi5JI0AN970q16rU/Hpplcu225sVjFG6rB9aqyF1beSmmzdgM",
+	"tM2QImzRGG+hi1A8v1CgPiqlXVpTF66efRfB2kgQ/sk5m0nFcAFczK8Y3A7/I03dGX1OrHlBMysbstRC",
+	"MReXNOMp4WKVmyMSM6Wk0jHJuL04RpMFkbMZE6BRgdAx6tmVI69AoXHL4q+36OqoduWGfTB7ib6sjlHT",
+	"Kd78A/GeeiFJWYVSCkYyLhhinFx7RPw/b169BHF61CLJNEmM1RFRBFdyrWHzj6SYZTz5rJd2LIg8/1+W",
+	"GE/iuAaZSipiETAbEJopRtMNYR/s1cFCf5LqnKcpE5+VKC8qpIRk1CrNFgUTuWKRBTpqCegc5EJtaYH9",
+	"7ejrUAqrcReA9lKan2QuPitbeSmtvpWLNCJcJFkOsG/ZjLsBOSNUSNAEpJrDMk/oJpM0PZXyOVVz9rnP",
+	"2/E/ci7TjWVhRkqS2YXA4t4wdckT9lbQS8ozep599vVpXIEly1beT1nCU0aEXJM+G81H5DVLuWWAa0Fy",
+	"AWoOiZNMapbGxIpqA9jHW0Fzs5CK//55xYwXXGsLAqCnpVU+CctaKZkwre3JPhGGm81npQwEKbiHAbBG",
+	"nStGL7RFLMvycWqi8owBxXB/Y1aNXTKjeAIIanEylUyDTnYh5HpwZP9ZCChWZTVMuE3rfGXJIktfsJTT",
+	"UyCknxeqANrtwjQKFMACHuEChnZBeBYcNwR0v68Zs69c2guUQg+OpiJOmaE8i4mVkTVZozUPR21KaFb6",
+	"sstxawQReMWt9jz52FspS8cMR9E4UYwasBBXzGkpNWxo+JI1+U/U4+kuUnjUy6g2Z1bJ3za6yDOH7ijm",
+	"N2ZDreBj88FKsRn/0G5vmXGlDamaTFDCtRp8ZOUhxRI5F1wzr+eP2vaq2KW8uOUOgKnAaXPDlvqqw3tj",
+	"X7ffuYGoUnTTQ6XGq0Tv0P4IZ1NMUBxJFF5r7R4qW3pfTIJsw86KkPIIBgAUSVNuT5ZmJwHkzGimWVRa",
+	"YD4Wxkaro8jceHpaLm/yDh/23sPlhVDo73jbsby079ziNJf0wzP84CEYP9yP/do5R71c8N9y5h7bK60f",
+	"ffXUrzrDtMXgRARbg2gBBKE0LUXObME10QvLaUDSkCIBo89XiLl/YHyLengn7QTmnFHFnKY9IfFvq4uz",
+	"aT4eP0x4Cv9n7ufhQ3JONfvzYa6ygB7hO/Go1VB552hebKUbVp9zVPCqMFac304H6XhMy0kGXoor0Zx9",
+	"MOgZaZ4FLKI6WuuO8pSbJ8KoFn5HE7zE+p3+6jmq5Z8RAYkvNowuR3jGcSt3oImRqm0wSZY0Zc4jR8W8",
+	"GNLrEHFE4gu2mVSBxv7V2WzcE1CcuqEl6tF2xd/CqFMF0ExTLoX0LQYR9HGmLGP2EzBqd2CWO9mo92E4",
+	"l0P3RysljV7T9QsrVM5Z+HSoL/hqKFfINYYryQWsEWhp1EMbxNYlOzNFx5rhRj7vmpFwXultjPy87fDF",
+	"SxAjRoZQNmFi3n6/Us07CCWI0me4ssZjoJU78oU2koOGfITvyGNNVB6ru0QPf5X1uNk7UfNOaE2J41+c",
+	"3vxITbJ4ZEUbKzS0A7ZiOs9ALbeXjy5tq6OTc/sxWBzQvwvaBCoFF2wFMAPe33NmJXzUSsFyLgV7NetN",
+	"3m3fHizrNUze+xTtqMq8r2wqMP9tlQVr4gnYqne+z8pMFWlt3zmrOuS1+qW5ebffkzuQBgziLe2+6trN",
+	"XyWz++FbF4d2xWORLKR6TFt8X4/pxqsx6OWSoZdLqvkDTc4r/jGNTi8LLYXz7+D77a6/FrvpbkeBX72W",
+	"6zaEDJ42WfJS5qKFZL66ZIrOGcHnJM1ZBAwr4UuaOU826Us1J0YamoHt84hMe+Npj7BMs/WCKTZoJapo",
+	"4E9aDvmRewI+dpw5PiJsuTKbMipmlVFBFtTq7GSleOIs6Y1pIMiApWcQ2NMVOFVeHryuCU1TlloN1T7F",
+	"m67EmzlriPNV4E1PReMgxsEhRGglhwmIJeaXjFAD9kJLqv3IfqzEbpulZL2QGRuRn3FdinplOaErdIrb",
+	"H2h+ZCmGL01ILPHecNfxVFDHyTG8iZ7LS0Zi/5V7y0ctrOkGXUc7sNrqEF3HWyyPB3e39bBGu02P19DK",
+	"fLt4duVkuhZsX6oerBRM38mSnQ97R9d1hF7gZrQPIIMUhT2uWFUrEhSb3WGB4PrdMiGjyyHGFdozKAJN",
+	"rlpEjQwXrnwUcpyv27md3bX6dTfArH6LkadfAVWpY34bvb8Waw3MLIm07++X8OclL+02NOnRBKU8uL0e",
+	"E3O/u0mPZjxhvYb9BQcNA0aidlolwaWcL5mFPzBO/JYzxTGCs3HBBZ8Zt+JvNeTpastEGGxVxUCaZTvI",
+	"Qs/S3qf3UbnJ8uRKnL3aNuKR4uo3PTTvECsRgqddyRaIaZdcnNc8IDvnUmaMCvtlGQZ81XKeW+R6zWY9",
+	"MGbPFU1b7VdCr5liGNslc4O+kcj5RTyVfaDJjPIMArcDpAzWBajcQghfCUaYle3BL9oa6AzslyJjhDiS",
+	"XWQU2N0bQ02u24QUu9Crhnhh34ELW2V003Y4VtqncEDohCOMqowz5UPWfSg4ePtr8YDtxwTe+jNQtM5c",
+	"fEV7sDwIKEUM/PVianegzuu7DtRv5Rfw6hmA7O7QWkMhjw3uTgtIa0UrtLe8llmLTSK+5GzNVEwUo6k+",
+	"IjFNl1zEhGZaOtMEnB4Tlsy968HjXtTDz4L5yv0F8cd3444BE1GrvLGruVe5vW9V0IJjarUY4DLcYBXT",
+	"5JZTt6dwfVeD23FPrvR/W2Y38s+ingXntVRpb9JLpFIsMcOFVJoNz6kxGNCHu3VX1WCFxWkWh+83FsRM",
+	"H3x3WL+IqqUpsHUXC2pgjZEKpLtsg9G6C6oXR0SwSwi/MrkSiCLhxE4ZLmK1D9p8Vre8Tr/hYuluyCvu",
+	"8S7MOiFyfHG7zqNOLfHZm1fk8GD/L8SLfCRxTK4MSX775jGcoQU7+83/fXc8/J/3Hx9++s82JH5MebZ5",
+	"C1bJxhGmbdaAY/L29BFJS5sASrVRERA7fPw4rq7oYHzw5+H+/nD8MKT3lra0yu26i7uhtprbxW7TSUm+",
+	"8iG2LoMFGLddcj/Jl3lGrR66m+5Su8EUHXV2hW0X9xhtBK2ONymGgs1h6sKWgBK8t8ce/jAaj2tHB3+r",
+	"Xud0mn7cj/YPPvWn0xH++POnwd9ab7eSuBDK2WCSDvhHoi97Ef6xjXf8RHn2wkkpLfZl6rgtBEisFzxj",
+	"oTCGASxck1woRpMFPc/YBDwSwNAyudZT0Z9ldD5nKYm9+BcPojLQBQUbTb4bP4xInMmEZrEzSmq0U1JB",
+	"uBi6aJOpwEBVBYHrKYIDBP9D2MUDTfSCKoAiMFCgODcNT8Quz7ITWIDl5HbO9sPhLEufKCVb+CoEazVP",
+	"DeItVtQsPByXcYTu+w3px7Aq/W78foQCqD0Rb6/1qUUQmNEqzyyds6E12zAEalxj+UEbZIMppt2rddkK",
+	"FQzMKtyg9Sa0NoWWJYhyEtIQ5zRE605GV5qlg3ah9Obu5xpKas3ngqXkfBPEIHec5LUtLopRF81zE0/z",
+	"7WwZwtQEiRu5YBr2CLclP0HNCewgoRN2dhS2quBVHvwOsmRx4nVQ3ERFliLNU25IJuc18ea7uniz7Q7a",
+	"DBSF7bQdzivcarvJYn/rnTbQDBkfGlgBbzTpv/7pEXn48OEPkeeLs9zkikWgA3JBKNkwqgZHxLGDCUb5",
+	"F8zS76BINq0Y92t20t2BqwuiOmHmLgQ7JFxfXKR7ymiGGSld3qp2tGihH3VhnpqSj6VsxURqBUMvVHyc",
+	"9lZSm7lietqbkGlPXkx7EZn2lOXK+Ke8DH6d9j6F7uCmN/sKf7VGI4fVZzwfvYAbL8Nr318FJ26MtmN8",
+	"1hrUlNAsY2qYLKRmgnAIQJ1xJOalKOWsk6FgTIe/Hw//Zzz84X35z9HZ5L+H7z+Oo/2Dv7SLzDWDYEtq",
+	"x4pRA3HREGvVX2EwdEQODslC5koPCnnGFDGDVpjRXApC59TiqEi9yVMXgaZLqTAgqyrc0+Hv5cK/j/YP",
+	"vm9fOJgtKnfTsEO/7/rstUWP5tE3bGTgWwaobkaOdYQMZH5ZV5pcwEwD81z1+q/4Vh20cKoI+ZwbqQ3O",
+	"QoNdqyqiPdpBJkX9EMLIl/s7icwnNO0gFKgwE2mn9zUz1xNRnNq2iz3vrq8wKnJQcxTWy+0GW2m9aH+G",
+	"W6WSBtR7pl6EiIPzjAaJW4HVyN3Tn0HGaHGe+OOwMkBuWrwkWXvmmpM8GmlrN3CJXEfQutXtFTJA7eY6",
+	"76YF//DvR2CF11iTAlUIS3YJJX2cJHLHMSArytXutnpYTzMSpC4/vLDaV5ul4gXMrol3ZnPhTBaWQFhR",
+	"KvBfULFxwNQHbQ4yKUS2GYzIqRXJlm4snxQkwPsIfm2pGeh+oMBYQHDaNiqNUfgnFyoARV8gh1MbWAx4",
+	"fdfCg/MlU8rq00eFPg9+hA3BdB5vailS6KcCfAqHBwdQMYSSJdd6xTITvIpGRXcUTsH2mPGuB1GswOl3",
+	"uhqEv2330hZEHbkbOVE8ua4Cspur36KeMz3Vvf7nVDM4f3bPWOmdw6tilzu5Jr3FCv2TlRxxO1AhWNr9",
+	"I5GrR1CMunG804ONi2zDebyqTnskzzbbTIOlda/VSugKBDk9B/ZVtWVOhTdmyixl2qBoVlSoWEt1ASby",
+	"RKoUSx2Bu4lDDr/m2qI7TDwix1Nhxy0QnYCkTDRdE+E9OMVIE0DFS5rlDDLUgoIrUwEfPtAj8ky0lA3A",
+	"kkdUGzcBJLildFMYSrUkM6pIP+OXLJoK9ltOMyiQItV8ZNE4HozIkzLOyMuaC6rRZVZsd8OciWwnZA0M",
+	"y20uzytNKtvGhmELOcjKr7srhLVva+uyQvDdjNWFFKXMrXt+vlZMaDW3xkzMpEpYjJ5MF7XzWy4NPSKx",
+	"XtBUrmNHdd0b5znwRqmMJnHg5IyPvOMUbbA+Scx5W0Pvopu0F/Vwhh76ZFu1hZcu+aIuMy3yJRVDxWhq",
+	"tcDCbLnNx9Q2eqmKt4XQaak8zluNHKoVgc0Uorhd6BBii8XSXZI6XiE4VimRs4icUYiaPHOOkiYFv5Fb",
+	"dTZjYEw7yzoEoNPSto6vkCVTcydWoP3G83IXgBfaosAg682eU4GU08XmuUjAvr2mIQoiu2N8ITnVkWrn",
+	"7J8t+8VlFvvydckqxzC69UqvE4nRmWVkF6nzc6zt1m0bhxJ+lgw8CK9HgzxLU+/FWmI+AhWlXa7dLg5V",
+	"W3a0lKZcn+Uqaz/plKU8sVDrHDdvXz8v08W8a5Ysqb5gqY9Q5TMipGj3Q+Sr9No4sGbnCykv/CJ3T1Vy",
+	"tWscJLUgUxGZUb2l6pThGUVtyF4zfgdbbCPlr9T8+rEGFmm8zcqlOB4nS0aeCTAg43VbstTUF9up024C",
+	"YSMcvBK5tn8jbL4SFXWIe7utE7GwElXnuVSAm7vkdbagqxvRXcqd4dq21wHX3r5+3gL9W9VsfBU+vAot",
+	"OkDzLqzslkl+cRs7Vg5LFtc058T2cOKIOHer/VdxazHoyXEToWJfChMl+cKLWJRCssyzafdrx8zr4ePN",
+	"Mes6XO1GmPMvhCkN6DkpYtTrkmvV/VUGurRHudTM8+PhD+8/Hn4a9sfv9oc/vP9/++/Gw4P3g1b7/Ik7",
+	"rNuH5s0oz852ufYisONGhP2WwtauFrRthrOIaCi0UZH9mlmJdcLUmSEuZdaROg42tN0Z1In7oGlZCcR3",
+	"b5krVBRvT8AkH9GiotxIotrCGkq5yF1HCD3uQMrtX0/wsQB9fcknAF4fhQPCkJV1Suh7dxPDevHN/ng8",
+	"vvozK5bDBRagGtosnVR20iaCfSYE3JH+l4i2lQW4167JBTzK7IgW9u2q3Ob/dVssq+HJLjBfXlMX+N6F",
+	"dAR0/YuLR64c6A7y0R2A8i1AdEf53wNrg7y+ZquMJi7kDDIJweMxuilcXw3Nd8odXrK1ZwtHyBMUW8pL",
+	"KIfcwg1aRRm38vq5WG3e7ookGdVFaSLHiqSa66pA4/HyLmImToID2h30zqm+c49G6awZ1TNytwaI+/cK",
+	"4/Xu+B/6n65yLNazysvUvuAwyiW0IrpLp29JnyKvf3pEfjj87i9Fwn8qk3zJhGnqKlj5q1UYwkKYO+8/",
+	"CJD91HDYXT+yqGlmNdxkbIvg17CiL4xZ6cne3m9FN5BRyi59JTa9hzVQcMqhzvL5znVz4KlfUbQtlqnQ",
+	"Y5oJ9zULXBmUR/qom0729mIrM+Iv+DnwtjgjSa4rAdgW5xu29sPvK3jdx5H+Ntnbm07f/FdHPDmWLGqe",
+	"J7iLUSdOaJYFCVhMpHCTQQ6TfWtJBZ0zv62jQsXGp4rRNHCaY43RSr4TFvSKirwn93mrR+LUJU5+xjJW",
+	"WwzZhtHlAx2UHry91brbEr1rbulNbLS5ZqrTRVHUOveRt27b4O8KtLiwBCOCOVdErm99KN1xzXURMNzG",
+	"9bQbC1c3tOtibnRTlTm8llbiFJAnYs4FYy4brHItoZK0o47ULJJ3X2rJdYSxGrDtMkGn/N91l3ch6gOt",
+	"+eKivqu+f21R/493g42tdYSG3Ewk6wxP6ErruG4hC3z/jIm0rXlNkuWaXwZZaizoBbEbEXYTQLmdGxqD",
+	"kCwWtSkqI1Z2sF3qDGIhmjjUEe66hU1CmOcDTQoHnnePwkFx7WN6vMubK8tbdmYbGJ7Yef/tBUh+gipw",
+	"FpCjgqdhhRkQVda0NFlCRYLR7umNGEiGDdREFyTsmKQIlM4Fwrojbr+wu0oEvwuxyJ7qAwxHLEWCRgGk",
+	"QIpwtITQ1Qo9LbeToe6jDMedmGkrMfo3klNuluuO/ucM1c2mPPHd7oLKZxIomofXdRh3wej/GJnirtXN",
+	"PTP6Nj7s3GnNY2SXvutmS7OIS2gJuFkxV0G8Gg6MoZNmoZheyKxkRiOXhPv+Wi4eaVqDbzYk1nwuuJif",
+	"YXHaGOKU8yxz7Rcw2lmxJVUXPmRMM2O4mOtWim6HoyZX7GyxpRObL0Hv2nBASnpCFbQ9jM1f0eKQC/4B",
+	"TQ3R5b7724J9IMUUgR2iNNQFPU3f+Be7Flrue1uc1dMXx4+Gb54eH3z3Z0xhWrAPg6PCruBq4HGjWTbz",
+	"0bEXbDMiL70TCxuzYVKtL1nn2gD9+uTHp69e/XL25smj109OsX+WsM+dNxeqUEPrC2N5wSCaCipSX4PV",
+	"dRbCQicP7JtaWy0a4tSujOZrjXr6dcGUA06Mrj959eaUpUeBS87bX9xO3EpHO0551lnB5kQxLNBvJ4kh",
+	"4gAr7VvVOE0V07XQ41mumSbnmzJ3k05FJuXqnCYXEVkpfkkNi0jGxcUQctYtVANMr7lmUIdglZ9nPCHP",
+	"TvwUFvKnAtPqF1KbeETe5JBOmPFLKLMFx5JQkTBww+Yiq68sF6jXT0Xtmo+fP3/169nJ62f/OD598ld7",
+	"SDHp48pSK+TJ1ZIJMxiRp1Ibv3vlu05BNUB3AW6qRArBEqMjl2f1+OUbopiWWY4yg4EgNlj5hmRyPhV6",
+	"AXkTeHw0q+Uh9PYP/jIaj8ajfQt5lPjT9KczCSd3A2usk4hFVEAGvWrTLXuGwPIlvWD29Ah0gOVmcEQo",
+	"WSmZ5lD71qOQv3nIctouNmDUWg3ZW8hU5Gn1+276/tidY0vq/zUERGqMFeSa4L9f2IcwCdK9GGHYo33m",
+	"OsOOWhPJmC+60CTykO2No0E1sCo6c+M7YGHkwJVIDCd1FVPzObc1PtZeXxk+O+PplkGhb2eENZ+QIGoS",
+	"B8TeXw5GKdmHPI2LzBOZbnasr7VzkWm0Zp8lraHpyOQSZpdkWcjp6QnBD8KTF9IXKUvokpG+b8dpqJoz",
+	"ExHBjMU0AlcbQZVQmZttFbfD9fk73b46twKWkoMPH9qjaTujY/06vQkz7OYkFVQl3Dj+uGORfQStACAi",
+	"h8Eea6rn7qE+3K19dxcsvgvBt04YvrgMHAR2NdXq189R0nJXb1mWw8qC37vgIivQOEcD6YP84+qDWGFA",
+	"F94VS5N8YM5Wfwq4mK5wp/xapFLW/ClYQy+OSIxmWfuvhcyVi0eEAETLkavtvPURiUHpin0WUa1yQ+BA",
+	"wRkwBS2HQkx2/F7kShyh7va+c80dZjhXfrStsmKjMkaZMN7MapoEhXvDkhRTUU1UgLvFwM3Y597pETk+",
+	"B3JZ1KnF3GwkP9ilaCe6eJ8J1h1moMAA5M4HSuRYqHNXG1UNRLuW4L1V1u7VadZNxMQ+JrniZvPGju48",
+	"+tC+5Dhv7Qwbxs9iK9Fq59DTV788eRkPgi55voNyv7sRCso/Tm8aBB3kgeLDcsoDs0iLHbW4mMnmEkvm",
+	"i6LiMs8MHxomqDCYheXbD43Io1wbuWTK/0UTqi8IN5HvMpFKbPIv1UVEpr0l3aBlU6r5nmF0uQeN4PWK",
+	"iZS8LJHBGT5fWMj427RH+rGlUGTvcn8P3bBeYbIHBP7RwtvInKXU+YVxwUZiGgogCfrnzELJfI6pRMoq",
+	"rXLmcoePT56NpmIqThfQkw5jBzy1cR3oDGZgJlIYRROsLkN+ll6SBbf+jCaIlUuZskwTLqYihieCZnv2",
+	"GuiK79EVRzo3Z8LCBUux1pc9RHAMg4jvNWuusdsbvAdVNLSZirL5KLdsgCYLhjUPRZoxBZv5j/8gj6CE",
+	"CJ6B3YZl6WiDtC88ae2Qa+iF1d2PXd89+OOE/IgNehD4AIqLFitIi8COCdBt71owImcTO8kQnvzpT1UU",
+	"+NOfSJ+JS66kgKO+pIpDAl0LZlTb6Q4mU0HAnZ5KPClI7Az7NoIXHvhDRgVuXqq5DpzuwBVh947+Es9T",
+	"RuRXJwK1raQSC2+x1IILhy6A6cjulQq71RKF7T4BiUejUTyIiDNwom5VQrhd3t5HqeafLHAML9hGxyPy",
+	"zMDCWCbFHDQzOFYL/iItjCzYxWhCfLBCv4hWiEPc8WEKdsR+M1ThgUZsiRBVIugrH1UaHuP5QQwDGKh9",
+	"zanIDultHN6ihKzJ/THUWgfwehkX0W8JjKjJLQOA5mPIw3c9GXNxIeRaOIDzVWcOx/tWy8TeiL4dmL3K",
+	"ohVp2XYUUEAwlurg84dHjgIP4e2UKJkbhoV43J0FXUAfaNcnGqrVYcPQqWhtGBoFkxzCdp5Am90C6YL2",
+	"qMX9oc2gWLsTC+w1QhsToC0fhp6h4ZJ1TPpQ20D4LPGlhVEmLOFzB7miyjVBKeJZdNTRLptrYglUpUF2",
+	"qRuQ/vHJs6nYoVv2Eelqlh15kw/5bjwVRVdv6gouV5pnT8pq/pj0yU15sAc/OKwK2z0jy/AdLheA4M9M",
+	"eecWizYkrrXTtnJpS7trEFOnIq41qI5J3xWHHhQ59XiqD0gqC1JcdqBEsuiK1TuswvbqVr31ZilsXhmH",
+	"zS0npN5oOR6MyFtEBotXUPPQsh2wCgUNYil0qbaQ6QH5cDyeFFnxXBPNMyZMtiF8LqRy5OyVYNXumtBP",
+	"1IptjnqWXMPCJrIOClNGwTkU9SOAdns1HmtuUFDxYbNoLQznA4mfgthrKVh98xatNkBPoMto7MwVVqoM",
+	"3/0wXK/XQytNDnOVMWEVzjQmfWj7GSe5ysgwjYlmItVHmD5MyPnGuItYUWXlV7fKyKWhQ4lhO+ZgRI6D",
+	"aiIpp7CMoKKIMyAScrj/HWo6UxeGiIXKKie8zO2dscZNYw3J6XSKDbJXGeXC/pr2YrgqCETEBXdGQ2rS",
+	"j7tatMYDsobqK7FdPfAJrsnNQwoJSheH47FrLL52jVkpcDVEeS6K9uOFAnB88gy4kVrqiT1iC9JFMRhq",
+	"FmiOglv/OMUqn3iM9bqiWBDOlf/EV/zhOvKIaBsRVBYjqGIWkZRuIlTmpr1PcdQyE0L1u4fvR4nUZss8",
+	"UL0VlBU7FJijG4OhmN0yiGti64/ARwg4vLYDHvm6qYjjIMdQFxzejyuz2DemvXiC+j4CE/UNxvEn8k3E",
+	"RJ9xn3EB2IB127J8Kez5GBrUAsMhBgCEWFvMiiP23pdbus4fjvdDhl5rsmyfP/SYaJliRi0ZKfl4v9pS",
+	"3CgOCVW1nuKYxTiwox3CFrHFN8D21V2+URinWNBWSCcMLCis7jtXr9YsnPPEDqrzZGEVmYVMST8+zjK5",
+	"9m31sbIRpkDBgn7ApjRprYn7ETncf1jcqcPCorf3EZCQkIDaXXkjqr26I3J4cFAIQe0NouFCaz2iUYi5",
+	"sj30EfDZsjoH6buiSgM7qFQlgy7FBieR4LF6hjE4It/hFdc6hdtxXLPwPg0qP2Kl5aLeIpYMltLKsRvP",
+	"ZoKIYksHuSCzjM8X5gjQLpQLiKYb7VwwEqzxG0vHC4rtD26tuAlkBwvjz1KYCHSLCBSLqCI7o/7nK1wp",
+	"ywOhgKNLpcWqjvgSNQnwhXiX/AOrEODUTrfQRTXFQERXiK6tVYDLScvOFc62Bzt7DpCKLG/OhVVUJiT+",
+	"G1ziX/dHo/3xeByTvpfX9sfjAbKzv6Ed868xSACiEC7tUnzFHyhN8kCTODB8xkGD3ljkWRY3i5mAZcNF",
+	"woeGiuOTZ72od8mUdj6X0Xg0hpCXFRN0xXuT3sPRePQQ8zwWYKbZW0C90t/BptfmKj52YuHBeBwW/Mbq",
+	"2wCBqxF5hMAmZACd0EHQw/aztDdxpVF/x0p9INzBEg7G4y0906/XK91VX+1olV5ddcVy1Zu8ex/1dL5c",
+	"UrWB0nOXTDCt7UnTuXZ1wnEzuvfefroXhCK2Hp3PbnVc/ERJSwhZbln5BwO6nIY4DoJmveaJuRGuPrFS",
+	"AKqeVd0r0Xosbh/bDyRY/bJYVefRAP3eFaiYICeuci0gD+ZCoHzuqshHQBoL53bk1ctaLdwHGut1Nk/y",
+	"NS7oi4AezA05SN+NH36G+V5CjUSabo6cCURXuvqDPW8ttl+3XTO/CgEu9/ecYWKPFb0c510BJ9BQTc5I",
+	"/POThomnOkwc6lMKkqZT8OKdw+/RVLwEM4Vp2JGRNlavHlsjuPIKQPtcRX3dmWJWvuJCfP+eowfsytex",
+	"A4N7/X07uLUNUby3V22O+SnqHe70FU2D3qaH4/2rP3krnBn3d0wFPkTg3P7RT1Kd8zRl4Ds9PPjh6i+O",
+	"0yUXhX2AYTeyEtB+rFi2oFyfv/cA9IqsHw93mBY0+Qg1r9tq/l+ALAMSVmxVkri0q8dIwIrKHnplpUUh",
+	"10VtDwtzEPML1g2MA4Y6mjOiJYb+arQkUePWC2HMEaFGLrkVaDZQ2NPlRq2o1kxDDMlU8FlU+yysKOxq",
+	"s7mSBzGIXv9F7A6cpfmv+Cw+glalgrPUBdA0qkiPcOcTMo6rnfSmwmNQoDAUCo43m6JagXJyaXCNpZrH",
+	"oGyE2DcVgH4D12y6OFq55AaM+RDSpdica8jm9RYw+7+2l6eChr0YsbgyCKMrtBbHtd5+8bbi2xii1lp9",
+	"G+1jvtfahGDUUndNbqzWWhgl5ZJ59h4H1cKHv9gVuQBALrRhNCX9Z09Of5qKVNGZGXJmZkPn/RgGexle",
+	"sM0QP8TSsCiTFhdEScpnM6aYMIVpkPTtUUUuXt3XKVYAND50qnH4zrxNuLbjaJldsnQQmA4PWg/BuYRK",
+	"/27KiuYsa2wQY2GSZqAjTUhZxTAwSpb1C6eChpIA3EV74cLmaxhoF/sWnVMRBsz86p/iUY4INFBo608T",
+	"pk/GRQZ8PBVuW7X+NW5237rGAUxnp5qpKFvVEN+ppl//vKP/TRsze+TSIa/HxKqF7J9iVBiyJ4CgH2W6",
+	"uTPBpNpou+phdim+9yaEVZqRNyWjY1dCuw+xHcbRT3LOEpprVu2JYcEAfO4IQrDUJoR1Lch9tNfyxaeo",
+	"VzOuXzVI/fXKCK/DeITdRik/qY2kmbnOKPZ1OOU/sIgyPrz6i5fS/CRzgVPs7zDFCd1kkqanUj6nChOL",
+	"Dve/22U/Ol+toIzRC5ZyemrVMxCkDragQGiT3h0Vil77rQoCcLQgjykqkAD7ZE+8mzqo8C0NWIm9PQlr",
+	"lPe3lSZ35S28ldfV/kADIJirSoErrPk5mHgjg92BJczoG4h9MXMYzVnJXR9XDJxxgp1dU6UetEixGHqA",
+	"3qjEguUTC0sdwTKHzghZ6ZoKJ4XyAwhkfddfx0sazlKPIR0Dx6nBbOeZtTefTUg3r3ZvI9uvSiuwSkM3",
+	"Vr+Fno5lI9wLtsF4fUoEW8NqUdqyv9yslpOU8vrnoLSPgbJOrCQLEhwPCxjjDr29tiwhoGA4H1zu+h1M",
+	"CCS2WB5bdhl24XEtfWtj5JoB0f6aiG3UC0y2V34dvApXtN38cOdkptR/0I5tZXyUj1KrbU3a5bGg5foD",
+	"JChTYeUyXchIRW88n6dRN3oXVu4RgTNAGXgqavZuBJgReYneSyualv5fi/F+sfTch0wg+DYg7MZ3UlGF",
+	"AaVCsRunC9Rg1HrfR71GkEPwtKIi7537pLF2Rfmxk1fBkIaXxYU3qJlsA5QNzC8RYR9oYrCVbD0SDdsv",
+	"u3C0hrBuuYbD7ZVvUz0pek+4J33f30S6gubpYCqkinw6ELyLyVTQ6rkGUH3nTYuKSBj0VwW+GyiBXXXe",
+	"RA4GU/sB0lRayuIW+CLwWNbYgWJBWwzaRuUPDw4GEeZ3VPzNZYHlGD3E8Yg8ocmi0OFdDJPv2NHQc4+u",
+	"UDZBnUOPDQSh9Q/HYwzCsLdgF++QURufa6Ut/FOnZevR7raBPtowXKvv3CX1eK6EpabgEne01AEC/AgA",
+	"ez+qCYz9JfWTcAFdrPNVC7YUoQCAil5R8dz9D24l/PwSdQtZ9UBehlNZaRZynm9EXaWad3t+0G3YbsDm",
+	"qeU4HebrBkrYkV7Zqa6r8oPYsLPZGjMztput7wQBfBnqDrhfuV4uWKPuqzd+26OAvYZeFvsTUulbGTbm",
+	"9xfUGQMlIVDCh/duAS9yLAr2iNWwSwvcoefWProG9Cs7Ab45IjFYxnxwIlqDvX0vInGlSHRsn2JG+lS0",
+	"ltU2kuyTfkIzJlKqMLpID1rZAmz5lZrfE1coq/bvxA3273LiLrnZ3i2o5xgd/UfHhfEOuPBIilnGMZXr",
+	"S1pZrvrYmWutMvJEGG42d4XtCGQOc5sYHzAW9Ip2spcu/CbVELBSanP1+ICZNXnMz8x45Lo/qr8F0KOg",
+	"60hnsxsQiIumMH3f1a6aJVZpzhz2WhlgXGWtR0j8h0er6xov7wBKf2amC0Q7JCMszQgs61oiCrZxwAp3",
+	"K6+m1rgdhCv67rkQyb1yhRSC7OcjFxDtX7lgbOUSoKDV2paAgd1QhjRaR0zFTr0jqEsD8pNCPUgp2KQS",
+	"qrmgZiog1hpDL12WwpwZSMGA4b1dAgM49Ygc+95yoBOD/k0yRi8Zqrqu4VAZ1KgJPZeXYXqLt9JK5T4M",
+	"lGVqXK6YVBhHNxVFalmZalJ6ywPHYRsLh9I198rBsTjOZ1bnttA13y5EqvlXR2X+LZk3ItvNKGODtRc5",
+	"bVeokCWyYvaZYpfywkKVYGUKSUQEWwdNLH2OFybE6ltTvxZ8tqs7XvFf7A6+Es0Ut7OLcmqv4pvk0KHN",
+	"+kjsAEUKWL9XAWK7tlz4xYpoeMgxM7kSaGxFZAmir/UCjMgi24Ah9T6wCFeHgHdPnBEH/zLqbTh32sUn",
+	"vXfVKbpHJA6KtYGAh2nWeNJY8vwbQ70ThnqXGq1D+5tgfTdz3Pt4wTafEKsz1lbl7zXww6IsnTfqes+E",
+	"y5Il2siV1RUTtjJYz84F19lvwK8+FRl2dfYBgcBnwdOsGfgRL+UF5EYVPBjmK1xdhxhQeB9kAjcZkIkK",
+	"vh62R1vbKSA1Dhb7jV01gReP9ZbAe2OWdbXk8wvbOO7WgiF5yrdH27s+6agtViXECVkvJOnHNDFSxYMI",
+	"IzfhN4cU4hiT/+wjdJtiLmCM5TWcukvRi24KXScqiu/cm8QJu/5a5E27mV3ETSwrwYQrj/cNkZuITFNX",
+	"lsYV4AgxGWDm/iTPJm7umBIDbl65Bh9vSwD3oMSNvKNkeERWWQ5+fYxsMNLQrBjTmXL6WM3MheUD5kLQ",
+	"/QALPViWBgFvTpfEySKMmJeXTPkKJHC+S5kLQ9KcBfFn1QaHyFYfvflHGJAQu/VKNY9gp7BRXGCEE/r5",
+	"z/Cnm9n9wnkj3yIpHhVDVr1RYXmxvjY8y4jKheBiPvCF0W5OmaQKarR0kilM23ml5t/yjb4S6tJMUHI1",
+	"h9rSk7aSmaB50Z0SHJfvPAQ77edyGlnO9QgnfgvzfiVsOdjTLsy5kmv+jTl3GIUqpxRG3FQg90uah1ZM",
+	"aSlAME6ogDLswGyRqazZebEHNCJhqPeExFiePJ4KxWiqi6JiWMu3cNZA9jnVei1VCsYljOIG6xLFKnV6",
+	"gdHtGqvp2AFNrgRLIWqDLSnPisIYQS5XGb7xw/2ZqAKkuCc7VTDDlzFWhVvscukEUPwvFZxxXbT/F4nm",
+	"uDv7VeVqb0yfruDMex95utWY9Rj+7hIiQliDKo0CEZsr3wjhXhw7uIY6vu9icKqsmGuCu/xmeWoBOzzk",
+	"uwK76HMFCW2FivGXosTfAKwjhueuoOveDJzBRXfqNhjYtbOXHF+vO8S9xR7SAOlK1x3oLmLWGT1uaRWA",
+	"+l+4s6lA6bBsdQtxPUbKQZeJ82fc71eiTMFudlGj8N6+oXKH/jT3UOFx2P3hc9gbunSn4zTVJAYDXRyE",
+	"ghVV/7HQXVhuBWoiCLkmuTA8s98ansWkf76ZCl9BzY4SdMl0Xgxn06s2ORhERApSdfQ5/99oKh65Ir5g",
+	"t6xW9tNob9W+7ogPbEuJzI2fGYoLKtzFAPPasByzZsxV8+OWkMALR4QbkvGZ0S4RGrplGb/FEQFjfxDK",
+	"CuGDVEsRo27ojLVhMc5qmrWdf+Fi9ILj7R8eHExFURcL8qYVw2xtktAVlPKzCx10ZwWEsYjR1CqfokMq",
+	"8OUfK6LenBly2FGsAsRrIAL3pDbC2F9GYcRtdQgogJ+QtAXpEQVcfgtc+NePBISLd06ZPiVGrob5atBB",
+	"nCvVVx1Qdkk5ex/h/1t1xCdODUQI83A16aC+qZIrTaDFWZ1UukpGOAyWFtgWAXGEQlQ1AkIqL07BMGE1",
+	"Hx8OQa5TqQ098iW92EXtxA18i3TYJdIBD+sakHqPwj/ccqfYD/x5Z6nf1ZrdMcnyFg6PU1jWVyKcF53w",
+	"r5DN4XS/oVWHaG4cSHiUwt9f0pUBZd2KnKlA9u377JVB4dEvvOczqYiLMlAaCxtYYZiGTbqdaMwVVCbo",
+	"x0Fz7ngwIidF0AFK3Tpfui+KbBTftMznd9ENVGJgHxLGwqof/aDtKGS5hqml2rc9EpLohZUP1NAVT0Su",
+	"Z4etDzkJOqMeHhz4Wvy43qnoFrz7W8salTWNII3GVW2YirCUUWViUrQx0+/4+5FTje7Pc3OK7cTvQ/a2",
+	"Q38Z0Rs21SF5I/R/c858S7UFC7trp3896twhj+x9tP/b2YXjC8gCVahV38SmKlxVTBMuG6G0pYym4i22",
+	"gHJ+X1eszcnrXDiThGLYzbKlU9T9+YgKyrKLlO5KjX5zCu3gFLoRyH42J1D7tY8/G23/Bjpd7p4bws29",
+	"aXj2Ju8qv9tLrmUAqxc8wZ5BE5f1jI1+Mq5NPUG6aPXS6PPSL6Af8sIgSRoTxbD0t4by1+uW4shu8WVt",
+	"5DsntZDVfM8y3BfJnN6G5j51+qtE93/n3On7kMb2tke9vrp3m9BXFf26a9jrt3DXbTahurAPWTx14P/i",
+	"4RdV/txqVHrtNqIJdXFdolBtIiLhNZplm6BEz1q0mpyiqUiouqz6WO0wD/SRH9wbnaRgWPukfIfUjE1W",
+	"MbLLEowVlUCDUzfS/gEq9kH8rFt8irVm+W85I66Cc6lp3ZMB5h5jZr9csOy22KwiOra8j282mH9Hru+J",
+	"h0Pva5O+Xfj+3kf7vytSxJfy0qkYCJJFg+m0ZiHH2rqeVizphmASWUlL0PBsFkxsp1D3Z3a5Vkyuj8XN",
+	"xVeMjHcAqm+L87kpsH42+8t9R99eRdq/gU+X/aUm9f0xRb2r3w3CcTvNNnHN+KILwvmgSk/jd+/tS0iB",
+	"uYmIlgHNnIqqKcdC7cYHjvyoGMV4k6bJplpt7n6sLvcsuH0Rq8vWmHpndfkqkfzf2urSwMs7EMXA8dRp",
+	"dUGvVVCFIKi8FWGvicI7Br9AUAE77YK6UgdUbMCsOhW1ogcej7mLztUjcmU1gCL7/wnFfuTQFQhSNF3D",
+	"hTilPNvEk0rY8TLPKNSXRT+bU1txMEIN2ohduDLs4+3pI2yWT5EgraW6YIoolkiVMitvkr49C7liKIBi",
+	"qwk3JJS/vt/6BCBB2Ku7VV2C+zVB2eV1SiB0zr6JIC0SrAdQWouSr+C6PdkvU6Ngzc4XUl5sLVn09vVz",
+	"wi6ZcB3XwQtkJOnH7mOstVtmBhx5Bw8vekadHJ8+elprLuzKGJGnL44fDd88PT747s+AQSnL+CU0RMXp",
+	"sD28HciVPXIVTLDnjCMTENjE54KaXJWFUWDVxGxWTMOyXedOKGQHFVBSpvglS4s28K79vFUb//721enx",
+	"2a9Pfnz66tUvZ2+ePHr95DQ+co34F4zQFQeiKKSAWvp2di7mZ0GZPJFn2EM2FtKwopP/ZkT+wRSfbaAr",
+	"J2x2Q86ha+kqN0BawzORMxJji1kD/2Mj/KXoGrxw+Me4pDxuf9iwaLmiCkurQdh7IoU2EBNs+JI5oh1f",
+	"7sP9hZ063/jDnBDzV5wwF/wDThZd7ru/LZj7U3xEsL8NkVlKYmNVbXvYKBL6PnUJTRYM2kn140f238NH",
+	"UhglswkRcgjZ9/HgPkTHn5n51YH6PdJIP0UHlXT4QjQz9pp1rYtl5UBaEnuytYWfuDgo+/mWlvLfiHGd",
+	"GJf11/xNeFuTQ16HOgFtdi/qz1qpyk06LClhJ33GcElqDFuugCq7b7AYTpishRS8XnGuSiVdfSlL8Pve",
+	"6p8oljJhOM2g6PhvVtJwlNtPK/LlOVOkP6M8sxIi/hnIN5TLUNynL5zT5ELOZhHJIQXqYOxGUixhHAnv",
+	"09PTE4I9uEgfKCiQXAHltJCaYEdkR+KhGwq+iB3JdJ5YwX1wX9XuHJI/Li/nK3EyVje2U8nlgn35O/8m",
+	"A7aTHU9wigOrVsP7fGTGcvfdGmRhl71bdcg6gcm+EvSwm9kFJ+CE/12aZK3cDXtAxt87tMm6uiWWz0aA",
+	"BsE+JUGxFaOG0Kno+5wGzDEYkBXl6ojEKymzWjMs98Pl9LqkAddoGJmUWUjsM44TYjoBZBi4lAKQ4os+",
+	"yX3/sQ/89RG+vvkk5Gi4JOUJOuDVXD/wjVCtPig2mIFQWD0UI75DJDCkjpYdeIIWGO/JCmqH/jLua9hU",
+	"h+xsb+1b560/cq2mFYJknRKEfGfvo/3f9RtotXrcChS4R3q/DRq/iTpdHrcOSLi2aTOj4rM1omp3nZVx",
+	"y0cknvYcN5j2JmDbKV1o2BYfK+12qx0j8lyumcJkbcyJgxBmLPTtVDVNpCgK+EJtianweSZlRQy0o3NV",
+	"5thCUvkKx/Y1hsGsVabCBbuUyq934LpKlaMVvaVcmIWfNapHWk9FM9S63Wl3z+zqizjtttEH77T7KunE",
+	"v7XTrovL2bdZkis7p6Vt2B7lODeL3uTde0vB0LSMlK+mdcmEZl5kJX1nen56enpydvz48et4YPlfrrLe",
+	"pLcwZjXZ29s/+MtoPBqP9iffj78fA4F0K6qPDSoY6RvOlB6Q81ykQNBQwqVkRnmWK0aWMrX47dquWxma",
+	"JBnVmLtW1BB/5cmZFNnGLkrQJetN3ClYZa0e5T3XRa89wwQUk4K+6mA6l8JROTuJlfB9em4ghgezQEuv",
+	"1kmK7kY1A3/RLCixmzMoO0IABFZ4xfKuRd3XYK6i0URzPiwFRvpYYEQPCE1deXZLldGs1Ky2REOXKyXr",
+	"Bc/YiLgmPK7rEVbvON9UWEewKFcWormkEyZXGXCrbRVyqSGxL325F8NCXMnsYI5qFbrmVE9ca3lAB6ft",
+	"RoEPOwKLmlSVYkRVq2N4zNAFoDkLFHQgC5mltTCTZrBytWeiPUiPSE5/dD5urnx0fDE75jk0Z3/dGSfe",
+	"DK4uE+/LVQZTdB2jBdOFNGRFzWJEHrME2qeuFwxUQgrwZKddS3UBqDGXhC4YTZ1bJ7cgyMOjxD7ozZka",
+	"Pn9QPtHjDzALR+0N4bhfLhr+ysqewBPcmKlakR1OzbnR+1KVFf+r44b34V2c7cdVsdxHLWb7wiacyTl4",
+	"/gFU6ybKYL7C6tac8CmjmVlEUB2QC+YI4YmSS3tDeWE+GJGXklgWzIThjdsvJCHd+/T+0/8PAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
