@@ -251,3 +251,21 @@ func resolveThrottles(ctx context.Context, q querier, orgID, planID string) ([]T
 		return t, err
 	})
 }
+
+// ThrottleInForce returns the throttle the org's checks apply now, as ThrottleOf
+// picks it. Errors: ErrNotFound when the org does not exist or no throttle applies.
+func (s *Service) ThrottleInForce(ctx context.Context, orgID string) (Throttle, error) {
+	org, err := getOrg(ctx, s.pool, orgID)
+	if err != nil {
+		return Throttle{}, err
+	}
+	ts, err := resolveThrottles(ctx, s.pool, orgID, org.PlanID)
+	if err != nil {
+		return Throttle{}, fmt.Errorf("throttle of org %q: %w", orgID, err)
+	}
+	t, ok := ResolvedOrg{Throttles: ts}.ThrottleOf(s.now())
+	if !ok {
+		return Throttle{}, fmt.Errorf("throttle of org %q: none in force: %w", orgID, ErrNotFound)
+	}
+	return t, nil
+}

@@ -160,6 +160,24 @@ func (e Scope) Valid() bool {
 	}
 }
 
+// Defines values for ThrottleScope.
+const (
+	ThrottleScopeOrg  ThrottleScope = "org"
+	ThrottleScopePlan ThrottleScope = "plan"
+)
+
+// Valid indicates whether the value is a known member of the ThrottleScope enum.
+func (e ThrottleScope) Valid() bool {
+	switch e {
+	case ThrottleScopeOrg:
+		return true
+	case ThrottleScopePlan:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Window.
 const (
 	WindowDay    Window = "day"
@@ -363,6 +381,9 @@ type CheckResult struct {
 
 	// RetryAfterSeconds Set when denied; seconds after which the same check may pass.
 	RetryAfterSeconds *int64 `json:"retry_after_seconds,omitempty"`
+
+	// Throttled The throttle the check's limits were multiplied by.
+	Throttled *Throttled `json:"throttled,omitempty"`
 
 	// Warning Set in `warn` mode when the check would have been denied.
 	Warning *string `json:"warning,omitempty"`
@@ -835,6 +856,53 @@ type TeamPatch struct {
 	UserLimits *Limits `json:"user_limits,omitempty"`
 }
 
+// Throttle defines model for Throttle.
+type Throttle struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// CreatedBy Who set it, as the audit log names them.
+	CreatedBy string    `json:"created_by"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Factor    float64   `json:"factor"`
+	Month     bool      `json:"month"`
+	Reason    string    `json:"reason"`
+
+	// Scope Whether the throttle is the org's own or its plan's.
+	Scope ThrottleScope `json:"scope"`
+}
+
+// ThrottleScope Whether the throttle is the org's own or its plan's.
+type ThrottleScope string
+
+// ThrottleSet Give `expires_at` or `ttl_seconds`, not both.
+type ThrottleSet struct {
+	// ExpiresAt When the throttle lifts by itself; in the future, at most 7 days ahead.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Factor 0 < factor <= 1, kept to 6 decimal places.
+	//
+	// Example: 0.5
+	Factor float64 `json:"factor"`
+
+	// Month Throttle the month limit too.
+	Month *bool `json:"month,omitempty"`
+
+	// Reason Why, for the audit log and the console (1 to 500 characters).
+	Reason string `json:"reason"`
+
+	// TtlSeconds The throttle lifts this many seconds from now (1 to 604800).
+	TtlSeconds *int64 `json:"ttl_seconds,omitempty"`
+}
+
+// Throttled The throttle the check's limits were multiplied by.
+type Throttled struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	Factor    float64   `json:"factor"`
+
+	// Scope Whether the throttle is the org's own or its plan's.
+	Scope ThrottleScope `json:"scope"`
+}
+
 // Usage defines model for Usage.
 type Usage struct {
 	Metrics []MetricUsage `json:"metrics"`
@@ -1213,11 +1281,17 @@ type CreateUserJSONRequestBody = UserCreate
 // PatchUserJSONRequestBody defines body for PatchUser for application/json ContentType.
 type PatchUserJSONRequestBody = UserPatch
 
+// PutOrgThrottleJSONRequestBody defines body for PutOrgThrottle for application/json ContentType.
+type PutOrgThrottleJSONRequestBody = ThrottleSet
+
 // CreatePlanJSONRequestBody defines body for CreatePlan for application/json ContentType.
 type CreatePlanJSONRequestBody = PlanCreate
 
 // PatchPlanJSONRequestBody defines body for PatchPlan for application/json ContentType.
 type PatchPlanJSONRequestBody = PlanPatch
+
+// PutPlanThrottleJSONRequestBody defines body for PutPlanThrottle for application/json ContentType.
+type PutPlanThrottleJSONRequestBody = ThrottleSet
 
 // AsCheckResult returns the union data inside the BatchCheckItem as a CheckResult
 func (t BatchCheckItem) AsCheckResult() (CheckResult, error) {
@@ -1370,6 +1444,15 @@ type ServerInterface interface {
 	// PatchUser Change a user's allocation
 	// (PATCH /v1/orgs/{org}/teams/{team}/users/{user})
 	PatchUser(w http.ResponseWriter, r *http.Request, org OrgPath, team TeamPath, user UserPath)
+	// DeleteOrgThrottle Lift the org's own throttle
+	// (DELETE /v1/orgs/{org}/throttle)
+	DeleteOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// GetOrgThrottle The throttle in force for the org
+	// (GET /v1/orgs/{org}/throttle)
+	GetOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// PutOrgThrottle Throttle the org
+	// (PUT /v1/orgs/{org}/throttle)
+	PutOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// GetUsage Usage of a billing period
 	// (GET /v1/orgs/{org}/usage)
 	GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams)
@@ -1391,6 +1474,15 @@ type ServerInterface interface {
 	// PatchPlan Change a plan
 	// (PATCH /v1/plans/{plan})
 	PatchPlan(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// DeletePlanThrottle Lift the plan's throttle
+	// (DELETE /v1/plans/{plan}/throttle)
+	DeletePlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// GetPlanThrottle The plan's throttle
+	// (GET /v1/plans/{plan}/throttle)
+	GetPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// PutPlanThrottle Throttle every org of a plan
+	// (PUT /v1/plans/{plan}/throttle)
+	PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -1571,6 +1663,24 @@ func (_ Unimplemented) PatchUser(w http.ResponseWriter, r *http.Request, org Org
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// DeleteOrgThrottle Lift the org's own throttle
+// (DELETE /v1/orgs/{org}/throttle)
+func (_ Unimplemented) DeleteOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetOrgThrottle The throttle in force for the org
+// (GET /v1/orgs/{org}/throttle)
+func (_ Unimplemented) GetOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutOrgThrottle Throttle the org
+// (PUT /v1/orgs/{org}/throttle)
+func (_ Unimplemented) PutOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // GetUsage Usage of a billing period
 // (GET /v1/orgs/{org}/usage)
 func (_ Unimplemented) GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams) {
@@ -1610,6 +1720,24 @@ func (_ Unimplemented) GetPlan(w http.ResponseWriter, r *http.Request, plan Plan
 // PatchPlan Change a plan
 // (PATCH /v1/plans/{plan})
 func (_ Unimplemented) PatchPlan(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeletePlanThrottle Lift the plan's throttle
+// (DELETE /v1/plans/{plan}/throttle)
+func (_ Unimplemented) DeletePlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetPlanThrottle The plan's throttle
+// (GET /v1/plans/{plan}/throttle)
+func (_ Unimplemented) GetPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutPlanThrottle Throttle every org of a plan
+// (PUT /v1/plans/{plan}/throttle)
+func (_ Unimplemented) PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2671,6 +2799,84 @@ func (siw *ServerInterfaceWrapper) PatchUser(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// DeleteOrgThrottle operation middleware
+func (siw *ServerInterfaceWrapper) DeleteOrgThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteOrgThrottle(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOrgThrottle operation middleware
+func (siw *ServerInterfaceWrapper) GetOrgThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOrgThrottle(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutOrgThrottle operation middleware
+func (siw *ServerInterfaceWrapper) PutOrgThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutOrgThrottle(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetUsage operation middleware
 func (siw *ServerInterfaceWrapper) GetUsage(w http.ResponseWriter, r *http.Request) {
 
@@ -2906,6 +3112,84 @@ func (siw *ServerInterfaceWrapper) PatchPlan(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// DeletePlanThrottle operation middleware
+func (siw *ServerInterfaceWrapper) DeletePlanThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "plan" -------------
+	var plan PlanPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "plan", chi.URLParam(r, "plan"), &plan, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "plan", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeletePlanThrottle(w, r, plan)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetPlanThrottle operation middleware
+func (siw *ServerInterfaceWrapper) GetPlanThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "plan" -------------
+	var plan PlanPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "plan", chi.URLParam(r, "plan"), &plan, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "plan", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPlanThrottle(w, r, plan)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutPlanThrottle operation middleware
+func (siw *ServerInterfaceWrapper) PutPlanThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "plan" -------------
+	var plan PlanPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "plan", chi.URLParam(r, "plan"), &plan, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "plan", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutPlanThrottle(w, r, plan)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -3032,6 +3316,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Patch(options.BaseURL+"/v1/plans/{plan}", wrapper.PatchPlan)
 	})
 	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/plans/{plan}/throttle", wrapper.DeletePlanThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/plans/{plan}/throttle", wrapper.GetPlanThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/plans/{plan}/throttle", wrapper.PutPlanThrottle)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs", wrapper.ListOrgs)
 	})
 	r.Group(func(r chi.Router) {
@@ -3110,6 +3403,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/billing/export", wrapper.ExportOrgBilling)
 	})
 	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.DeleteOrgThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.GetOrgThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.PutOrgThrottle)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/webhook", wrapper.GetWebhook)
 	})
 	r.Group(func(r chi.Router) {
@@ -3136,240 +3438,258 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37c9s2uui/gtE5M5H2ULLsuN1Wnp09bpJucpvEXsfZzp4o14RJSMIxBagAaEXNzf9+B98HkKBISrJj",
-	"O91sfmkjk8Tzez8/dhI5X0jBhNGd0cfOjNGUKfjn33Np6CKjgvV/pUpwMbV/TZlOFF8YLkVn1HnDDOGC",
-	"xEuqREzmMmVkOWOCmBkjyYwlV2Qp8ywlM3rNyCVjgqRMcJYeEU1XmixnPJmRjF2zjFCRkiUXqVwOOlFH",
-	"JzM2p3ZCs1qwzqijjbIr+PQp6pxRw17yOTd9+G99VeczRjL7iMgJLMXw6cwwbWpTka59LAUjS25m8G7G",
-	"qDZEsTnlds/RWBi/Iy2lYPBQM9M7IlIQ6jbkdts9PPixF/lpa7OZGTVjodgk1ywl3JBufJnJ5IqlF9TE",
-	"vcFYVLY+kWpOTWfU4cJ8f9iJ/FlwYdiUqbXDOPNLrh/IW8GNLvdEqGleX7x2tDHBcS6ZHnzWyjQzTcCT",
-	"SJFqkgvDM1jQ9mXg2WvSnUhFKNEZT7mYjgV+Gbmx7G6TXCkmDLnMkytmCBOp7g3ISe3KuCFck/iMGbXq",
-	"H08MU/FoLIqh/ZomijG7VDv0VNE0p1m2ioiWsHAmUnvp9qGbb05X5JIRI+VYMKqyFbErLvHCSLKgWh8R",
-	"SpKM24Va4CBLaseI184uJhrPygKPUZzpEs00nfsxEyqIzpOEsfRWoFQeQftlUfvYIe7a9HbLdk83BZVP",
-	"UWdBFZ0z4yjPEym0zNhbzdQpNbP6YtwLJNdMEZ7aCbn9+8K+HXUEncMMaSfqKPZbzhVLOyOjchYu7D8V",
-	"m3RGnf/YKyngHj7Vey9SOJEnudJS/T1nalVfxMmC/pYzC2daKjJRcg4HslDsmstckwWdskeaxIJ9MBf4",
-	"Vlys9DcYs1gqPq6c25x+eMnE1G5/f3hwGHXmXBR/iBrI4s9w0C2LffZhIZUheBkD8pRNaJ4ZbcEw/l8t",
-	"RevK3PXtenA4Dy4FVvUiZfOFNEwkq1/Y6jmwl2aKDUD0SBNefkGu2CoiVMPBxsGDiyu2ismEsywl3R/s",
-	"LvYPfhiLZEYVTSwYWWyMj/v/Q2j/dzLs/0gG5IKMyH+TftyLCONmxpQdmBJtVJ6YXLG0j+PhkY5FNx53",
-	"pEqZ6u8fPD78btyJi6W8eHb+M0kVnRiyVNwwTbjpEanIJVWMdOPgs7g3IH/j1zCi/RQZLBBd+xOnBOaT",
-	"8smEAcm6YittiZJnFN3D4dAxB7giHKO8o+CM+7+wVeWy2Ac6X2T2rbXddJpg6Be2asa449MXdlmEp8gy",
-	"Y57Gns3BJQlpgPxplihmei0oeQWr+yycBLLYAuWndMqI5r+zNmgGqaByPiligkWyYWSRjs/zOfwaAsq5",
-	"n40E80RNm0/rRE3byZJU0889g1OmuExbDuEnnmWWcS3gJQuy8T//+c9/9l+9ivHu5lKYmRXbSiru3tWG",
-	"KmPZZEgfgGc5ZorvtZ0uPt2ZVuAucEMZFc1HaZ+0n6UVTz/3MM8ZnTfPbZ+0z20YnX/u3O0s7u1G1mYZ",
-	"3+fN/cl+rRdSaAY89zidc1GIHXZIqxoIwwRIbnSxyHhC7eL2FkpeZmz+X5Zv2Gc73jZ+hVOvnbOUZE7F",
-	"itj9MG10IY1rRhLFUiYMp5keEXbN1IrEe9f7MZELpmBBhH1I2AJEWssCWHIF1DPDjViYJY58Re4jK4nJ",
-	"KyYsyU4CWcIS/b+/PTk/vjh++urF64uz4/NnFy9fvHpxXhA7zdQ1UxGMqhgcSm9AXkszA2GRapJKwY6I",
-	"ldNWY4HiUkW69LIcEvRA4dqq15z546FZJpdua14+RemyemCNmtSNtYdi2oxNQN0LKcIGle0zlAGK5xdK",
-	"tEeluEnX5PXts+8i2RoJ0je5ZBOpGC6Ai+mWwe3wP9HUndFDYs0rmlnhjKUWirm4phlPCReL3ByRmCkl",
-	"lY5Jxu3FMZrMiJxMmACVBoSOQceuHHkFSm0bFn+zRVdHtSs37IPZS/R1dYw1of7NPxDvqReSlNXorHKe",
-	"ccEQ4+TSI+L/eXPyGuTZQYMkUycxVklDGVjJpYbNP5FikvHkQS/tWBB5+b8sMZ7EcQ0ylVTEImDWIzRT",
-	"jKYrwj7Yq4OF/izVJU9TJh6UKM8qpIRk1GqtFgUTuWCRBTpqCegU5EJtaYH97ehrXwqr8haA9lqan2Uu",
-	"HpStvJZW4clFGhEukiwH2Ldsxt2AnBAqJGgCUk1hmad0lUmankv5kqope+jzdvyPXMp0ZVmYkZJkdiGw",
-	"uDdMXfOEvRX0mvKMXmYPvj6NK7Bk2cr7KUt4yoiQS9Jlg+mAnLGUWwa4FCQXoOaQOMmkZmlMrKjWg328",
-	"FTQ3M6n47w8rZrziWlsQAD0trfJJWNZCyYRpbU/2mTDcrB6UMhCk4B4GwBx0qRi90haxLMvHqYnKMwYU",
-	"w/2NWTV2zoziCSCoxclUMg062ZWQy96R/WchoFiV1TDhNq3zhSWLLH3FUk7PgZA+LFQBtNuFaRQogAU8",
-	"wQX07YLwLDhuCOh+VzNmX7m2FyiF7h2NRZwyQ3kWEysja7JEcxqOWpfQrPRll+PWCCLwglvtefSxs1CW",
-	"jhmOonGiGDVgoq3Ys1JqWN/wOavzn6jD012k8KiTUW0urJK/aXSRZw7dUcyvzYZawcf6g4ViE/6h2d4y",
-	"4UobUjWZoIRrNfjIykOKJXIquGZezx807VWxa3n1mTsApgKnzQ2b622H98a+br9zA1Gl6KqDSo1Xid6h",
-	"ARDOppigOJIovNa1e6hs6X0xCbINOytCyhMYAFAkTbk9WZqdBpAzoZlmUWmB+VhY+6yOInPj6Wm5vNE7",
-	"fNh5D5cXQqG/403H8tq+8xmnOacfXuAHj8H44X7sr51z1MkF/y1n7rG90vWjr576tjNMGwxORLAliBZA",
-	"EErTUuTMFlwTPbOcBiQNKRIw+nyFmPsHxreog3fSTGAuGVXMadojEv+2uLoY58Ph44Sn8H/mfh4+JpdU",
-	"s+8Pc5UF9AjfiQeNhso7R/NiK+2w+pKjgleFseL8djpIx2MaTjJwE2xFc/bBoGuifhawiOpojTvKU26e",
-	"CaMa+B1N8BLX7/RXz1Et/4wISHyxYXQ+wDOOG7kDTYxUTYNJMqcpcy4xKqbFkF6HiCMSX7HVqAo09q/O",
-	"ZuOegOLUDi1RhzYr/hZGnSqAZppyKaRrMYigkzFlGbOfgFG7BbPcyUadD/2p7Ls/WilpcEaXr6xQOWXh",
-	"076+4ou+XCDX6C8kF7BGoKVRB20QG5fszBQta4Ybedg1I+Hc6u6L/LzN8MVLECNGhlA2YmLafL9STVsI",
-	"JYjSF7iy2mOglTvyhSaSg4Z8hO/IY01UHqu7RA9/lfW42VtR805oTYnjX5ze/ERNMntiRRsrNDQDtmI6",
-	"z0Att5ePPmWro5NL+zFYHNDBCtoEKgVXbAEwA+7XS2YlfNRKwXIuBTuZdEbvNm8PlnUGk3c+RTuqMu8r",
-	"mwrMfxtlwTXxBGzVO99nZaaKtLbvnFUt8tr6pbl5N9+TO5AaDOIt7b7qtZvfJrP74RsXh3bFY5HMpHpK",
-	"G3xfT+nKqzHo5ZKhl0uq6SNNLiv+MY1OLwsthfPv4IfNrr8Gu+luR4FfncllE0IGT+sseS5z0UAyT66Z",
+	"7H37c9s2uui/gtE5M5H2ULLsOt1Wnp09bpJucpvEXsfZzp4o14RJSMIxBagAaEXNzf9+B98HkCBFSvIr",
+	"6WbzSxuLJJ7f+/mxk8j5QgomjO6MPnZmjKZMwT//nktDFxkVrP8rVYKLqf01ZTpRfGG4FJ1R5w0zhAsS",
+	"L6kSMZnLlJHljAliZowkM5ZckaXMs5TM6DUjl4wJkjLBWXpENF1pspzxZEYyds0yQkVKllykcjnoRB2d",
+	"zNic2gnNasE6o442yq7g06eoc0YNe8nn3PThv+urOp8xktlHRE5gKYZPZ4ZpszYV6drHUjCy5GYG72aM",
+	"akMUm1Nu9xyNhfE70lIKBg81M70jIgWhbkNut93Dgx97kZ92bTYzo2YsFJvkmqWEG9KNLzOZXLH0gpq4",
+	"NxiLytYnUs2p6Yw6XJjvDzuRPwsuDJsyVTuMM7/k9QN5K7jR5Z4INc3ri2tHGxMc55LpwZ1WpplpAp5E",
+	"ilSTXBiewYK2LwPPXpPuRCpCic54ysV0LPDLyI1ld5vkSjFhyGWeXDFDmEh1b0BO1q6MG8I1ic+YUav+",
+	"8cQwFY/Gohjar2miGLNLtUNPFU1zmmWriGgJC2citZduH7r55nRFLhkxUo4FoypbEbviEi+MJAuq9RGh",
+	"JMm4XagFDrKkdoy4dnYx0XhWFniM4kyXaKbp3I+ZUEF0niSMpbcCpfII2i+L2scOcWvT2y3bPd0UVD5F",
+	"nQVVdM6MozxPpNAyY281U6fUzNYX414guWaK8NROyO3vC/t21BF0DjOknaij2G85VyztjIzKWbiw/1Rs",
+	"0hl1/mOvpIB7+FTvvUjhRJ7kSkv195yp1foiThb0t5xZONNSkYmScziQhWLXXOaaLOiUPdIkFuyDucC3",
+	"4mKlv8GYxVLxceXc5vTDSyamdvv7w4PDqDPnovghaiCLP8NBtyz22YeFVIbgZQzIUzaheWa0BcP4f7UU",
+	"rStz17frweE8uBRY1YuUzRfSMJGsfmGr58Bemik2ANEjTXj5Bbliq4hQDQcbBw8urtgqJhPOspR0f7C7",
+	"2D/4YSySGVU0sWBksTE+7v8Pof3fybD/IxmQCzIi/036cS8ijJsZU3ZgSrRReWJyxdI+jodHOhbdeNyR",
+	"KmWqv3/w3eHjcSculvLi2fnPJFV0YshSccM04aZHpCKXVDHSjYPP4t6A/I1fw4j2U2SwQHTtnzglMJ+U",
+	"TyYMSNYVW2lLlDyj6B4Oh445wBXhGOUdBWfc/4WtKpfFPtD5IrNv1XbTaYKhX9iqGeOOT1/YZRGeIsuM",
+	"eRp7NgeXJKQB8qdZopjptaDkFazuTjgJZLEFyk/plBHNf2dt0AxSQeV8UsQEi2TDyCIdn+dz+GsIKOf+",
+	"bCSYJ2rafFonatpOlqSa3vUMTpniMm05hJ94llnGtYCXLMjG//znP//Zf/UqxrubS2FmVmwrqbh7Vxuq",
+	"jGWTIX0AnuWYKb7Xdrr4dGdagbvADWVUNB+lfdJ+llY8vethnjM6b57bPmmf2zA6v+vc7Szu7UbWZhnf",
+	"3eb+ZL/WCyk0A557nM65KMQOO6RVDYRhAiQ3ulhkPKF2cXsLJS8zNv8vyzfssx1vG7/CqWvnLCWZU7Ei",
+	"dj9MG11I45qRRLGUCcNppkeEXTO1IvHe9X5M5IIpWBBhHxK2AJHWsgCWXAH1zHAjFmaJI1+R+8hKYvKK",
+	"CUuyk0CWsET/729Pzo8vjp++evH64uz4/NnFyxevXpwXxE4zdc1UBKMqBofSG5DX0sxAWKSapFKwI2Ll",
+	"tNVYoLhUkS69LIcEPVC4tuo1Z/54aJbJpdual09RuqweWKMmdWPtoZg2YxNQ90KKsEFlu4MyQPH8Qon2",
+	"qBQ3aU1e3z77LpKtkSB9k0s2kYrhAriYbhncDv8TTd0ZfU6seUUzK5yx1EIxF9c04ynhYpGbIxIzpaTS",
+	"Mcm4vThGkxmRkwkToNKA0DHo2JUjr0CpbcPib7bo6qh25YZ9MHuJvq6OURPq3/wD8Z56IUlZjc4q5xkX",
+	"DDFOLj0i/p83J69Bnh00SDLrJMYqaSgDK7nUsPknUkwynnzWSzsWRF7+L0uMJ3Fcg0wlFbEImPUIzRSj",
+	"6YqwD/bqYKE/S3XJ05SJz0qUZxVSQjJqtVaLgolcsMgCHbUEdApyoba0wP7t6GtfCqvyFoD2WpqfZS4+",
+	"K1t5La3Ck4s0IlwkWQ6wb9mMuwE5IVRI0ASkmsIyT+kqkzQ9l/IlVVP2uc/b8T9yKdOVZWFGSpLZhcDi",
+	"3jB1zRP2VtBryjN6mX329WlcgSXLVt5PWcJTRoRcki4bTAfkjKXcMsClILkANYfESSY1S2NiRbUe7OOt",
+	"oLmZScV//7xixiuutQUB0NPSKp+EZS2UTJjW9mSfCcPN6rNSBoIU3MMAmIMuFaNX2iKWZfk4NVF5xoBi",
+	"uN+YVWPnzCieAIJanEwl06CTXQm57B3ZfxYCilVZDRNu0zpfWLLI0lcs5fQcCOnnhSqAdrswjQIFsIAn",
+	"uIC+XRCeBccNAd3vasbsK9f2AqXQvaOxiFNmKM9iYmVkTZZoTsNR1yU0K33Z5bg1ggi84FZ7Hn3sLJSl",
+	"Y4ajaJwoRg2YaCv2rJQa1jd8ztb5T9Th6S5SeNTJqDYXVsnfNLrIM4fuKOavzYZawcf1BwvFJvxDs71l",
+	"wpU2pGoyQQnXavCRlYcUS+RUcM28nj9o2qti1/LqjjsApgKnzQ2b622H98a+br9zA1Gl6KqDSo1Xid6h",
+	"ARDOppigOJIovNbaPVS29L6YBNmGnRUh5QkMACiSptyeLM1OA8iZ0EyzqLTAfCysfVZHkbnx9LRc3ugd",
+	"Puy8h8sLodDf8aZjeW3fucNpzumHF/jBd2D8cH/s18456uSC/5Yz99heaf3oq6e+7QzTBoMTEWwJogUQ",
+	"hNK0FDmzBddEzyynAUlDigSMPl8h5v6B8S3q4J00E5hLRhVzmvaIxL8tri7G+XD4XcJT+D9zfx5+Ry6p",
+	"Zt8f5ioL6BG+Ew8aDZX3jubFVtph9SVHBa8KY8X57XSQjsc0nGTgJtiK5uyDQdfE+lnAIqqjNe4oT7l5",
+	"Joxq4Hc0wUus3+mvnqNa/hkRkPhiw+h8gGccN3IHmhipmgaTZE5T5lxiVEyLIb0OEUckvmKrURVo7K/O",
+	"ZuOegOLUDi1RhzYr/hZGnSqAZppyKaRrMYigkzFlGbOfgFG7BbPcyUadD/2p7LsfrZQ0OKPLV1aonLLw",
+	"aV9f8UVfLpBr9BeSC1gj0NKogzaIjUt2ZoqWNcONfN41I+Hc6u6L/LzN8MVLECNGhlA2YmLafL9STVsI",
+	"JYjSF7iytcdAK3fkC00kBw35CN+Rx5qoPFZ3iR7+Kutxs7ei5r3QmhLHvzi9+YmaZPbEijZWaGgGbMV0",
+	"noFabi8ffcpWRyeX9mOwOKCDFbQJVAqu2AJgBtyvl8xK+KiVguVcCnYy6Yzebd4eLOsMJu98inZUZd5X",
+	"NhWY/zbKgjXxBGzVO99nZaaKtLbvnFUt8lr90ty8m+/JHcgaDOIt7b7q2s1vk9n98I2LQ7visUhmUj2l",
+	"Db6vp3Tl1Rj0csnQyyXV9JEmlxX/mEanl4WWwvl38MNm11+D3XS3o8CvzuSyCSGDp+sseS5z0UAyT66Z",
 	"olNG8DlJcxYBw0r4nGbOk026Uk2JkYZmYPs8IuPOcNwhLNNsOWOK9RqJKhr4k4ZDfuKegI8dZ46PCJsv",
-	"zKoMS1lkVJAZtTo7WSieOEt6XdwGyxxLLyC0pi10yb/lvQ8wem1fw7U97cCL0GzSyB7auIrEM9+8YPsS",
-	"rLRYuRRM38mSnZd1R+dqhH7KekAIXJcUhcWoWFXjNRWb3WGB4JzcMCGj8z6GntkzKEIhti1ijVAUzmZk",
-	"w84b6xyj7lr9umtgtn6LkcewAO6bKNCNiH2g+CfSvr9fwpuXBbTbwKhDE5Q74LY6TEz9bkYdmvGEdWoW",
-	"ARw0DGGIGmHRSHBy5nNm4Q3U5d9ypjgG9dUutKB8w6bLXQvC2a4rh+E/VYyjWbYDd7ba9vuo3GR5ciWO",
-	"btfWPRJsf9ND7w7e+xAc7Uo2QEwzL3V+3IDMXEqZMSrsl2Vk6LblvLTIdMYmHTCvThVNGy0qQi+ZYhht",
-	"JHOD1vrIWeo9VX2kyYTyDGJ5AyQM1gWo20D4TgQjzEqb4KlrjH0FhkDRMw+RDbtwTdjdG0NNrpvYpl3o",
-	"tiFe2XfgwhYZXTUdjpU/KRwQuoUIoyrjTPkoZh8dDP7ntQi15mMC//EFiP4XzuPfHD8NLLMIi75ZmOUO",
-	"1Hh517HbjfwBXr0AkN0dWtdQyGODu9MC0hrRCi0AZzJr0JLja86WTMVEMZrqIxLTdM5FTGimpVOW4fSY",
-	"sGTuXQced6IOfhbMV+4vCEm9GwcBGC0a5YtdDZDK7X2jyhAcU6MOi8twg1WMZRtO3Z7CzY3fbscdudD/",
-	"bZndwD+LOhacl1KlnVEnkUqxxPRnUmnWv6TGYIgZ7tZdVY0VFqdZHL7fWBBGe/Dd4fpFVG0fgfW1WFAN",
-	"a4xUIM1lK4wfnVE9OyKCXUNAkMmVQBQJJ3bqWRG+e9DkRfnM6/QbLpbuhtxyj3dhaAiR44tbGp606i0v",
-	"3pyQw4P9PxMv4pHEMbkySPbtm6dwhhbs7Df/991x/3/ef3z86T+bkPgp5dnqLdjJakeYNumnx+Tt+ROS",
-	"lloqSrFREaLZf/o0rq7oYHjwfX9/vz98HNJ7S1sa5XTdxt1Q+c3tYgsVGX3GXqfCGNB84YM+XVIDMG67",
-	"5G6Sz/OMGn69o66ydoMpuo7sCpsu7ilqrY2uICn6gk1h6kK7RYndWwgPfxwMh2tHB3+rXud4nH7cj/YP",
-	"PnXH4wH++P5T76+Nt1uJZQ/lbDCSBvwj0dedCP/YxDt+pjx75aSUBosnddwWXPbLGc9YKIxhSAXXJBeK",
-	"0WRGLzM2Ahs5MLRMLvVYdCcZnU5ZSmIv/sW9qAy9QMFGk++GjyMSZzKhWezMZBotZ1QQLvou/mEsMHRS",
-	"QSh1iuAA4egQCPBIEz2jCqAIAstQnBuHJ2KXZ9kJLMBycjtn8+FwlqXPlJINfBXCh+qnBhEAC2pmHo7L",
-	"yDb3/Yp0Y1iVfjd8P0AB1J6ItyD6bBMIFWiUZ+bO/N2YgBYCNa6x/KAJsp8zmmGMb5v9r5mHNggH68yI",
-	"mvIeUrZgIrWEzSPFx3FnIbWZKqbHnREZd+TVuBORcUdZqMI/5WU40bjzKTSw1/0DWzwAGoV0y489HFyB",
-	"Dl4GLL3fpta7MZqO8UWjmzihWcZUP5lJzYQVzYXhE85UlRQ47Tok7LT/+3H/f4b9H9+X/xxcjP67//7j",
-	"MNo/+HMzyV9TaBuCZReMGog0A+91d4HhZRE5OCQzmSvdK/DRFFEYFhk1l4LQKeUC1CansusidGcuFbq4",
-	"q8yJ9n8vF/5DtH/wQ/PCQeyu3E3NbvK+7TMrrTccfU3HA2s9QHXdF9/ihMn8sraqDKBmwDzbXv8V31oH",
-	"LZwqQsHXjdQEZ6HC2chKtUc7iE1dP4TQl3h/J5H5EPEdVEAVxnbv9L5m5kbajBc7dtFH7/oKoyKrJ0dm",
-	"U2432ErjRfsz3KjC1KDeZxYXQXdg7KVBKHyg9bh7+h5UgAbjnz8Oqx/kpsHKlzXnAqBpr54IcAuTXmmR",
-	"2650ftbtFVbZtZtrvZsG/MO/H4EVSWOarZDGyiYMZKkuThK54+iRBeVqd1sTrKfuW1tXaV5Z6aFJ0n4F",
-	"s2uSWNkU/RUoclsCccmzLLC/UbFywNQFaQRiU0W26g3I+YyNxdyN5cOsBVjLwecvNQPZJSWXK4iNctIi",
-	"Cj1R+CfnfIE8dsiK0QYWA16KpfDgfM2UsvLgUSGPgh1sRTBA2qsKRVLiWIBN7PDgAJKgKZlzrRcsM8Gr",
-	"qBS7o3ACoseMdx2ICwJOv9PVIPxtupemsLTI3cip4gm7oXt2N9eURT2nOq17qS6pZnD+7J6x0jszFsUu",
-	"dzKte40L7euVrDs7UCFY2v0jkYurZxIP2nG81eOCi2zCebyqVn2aZ6tNqm2pnTZqua7mgVNqYV9VXXws",
-	"vDIus5Rpg6JZkfO7lOoKTDyJVClWbwBzKYesSM21RXeYeECOx8KOWyA6AUmZaLokwlsgi5FGgIrXNMsZ",
-	"xPwHOeRjAR8+0gPyQjQkYmIVB6qNmwBSBlK6KhR9LcmEKtLN+DWLxoL9ltMMcr6lmg4sGse9AXlWem69",
-	"rDmjGk2+xXZXzKl4OyFrYBhpMtlvdbpuGhuGLeQgK7/ubqla+3ZtXVYIvpux2pCilLl1x8/XiAmN5oKY",
-	"iYlUCYvREu+8zL/l0tAjEusZtWquo7rujcsceKNURpM4MNLHR97wjzYEH3bvvAWhddxN2ok6OEMHfQqN",
-	"2sJrF866LjPN8jkVfcVoarXAQu3eZCNtGr20DjYFJWipPM4L9sFAAQbQ+SEuzrm6EVsslu4SJnuC4Fil",
-	"RC6A5IJCHMqFM/TVKfit3AKTCUssDbvIWgSg89I2hK+QOVNTJ1agOcTzctK1J95HmeLGItA6duwcGL1h",
-	"4UipywW6mimV/Xz+Sm/iEmwNwLaL1Pkl1p1pMt0xEIygvJDF50cu4shfCl0Rmnpz6hxDNako45CavYaQ",
-	"0L6b+4elXF/kKms+6ZSlPLHg5yyIb89elpH03kdA5lRfsdQH7/AJEVI0G8TyRXpjYF6yy5mUV36Ru0dx",
-	"u7R+B0kNWFG4CKu3VJ0yPKOoCWvXgsODLTbR5BM1vbnTyyKNNz657I/jZM7IC5EM/EZHlr7UFb9mMrOb",
-	"ZFeLlKuEUOzfCpu3oqIOcW+3dSIWVsI7PLsJcHOXlJcGdHUjuku5M1zb9Drg2tuzlw3Qv1Ffxlfhw21o",
-	"0QKad+HHs9zui/vvsKhKMruhXSa2hxNHxNn97b+KW4tB4Y3rCBX7Ml0okoM2DQTaV4mwrLNuwGvGzJvh",
-	"4+0x6yZc7VaY8y+EKTXoOS2CI9dF0GrYb+lxbXa3rtnZh/0f3388/NTvDt/t9398///23w37B+97jYb2",
-	"U3dYnx8jMqE8u9jl2gsP460I+2cKW7uawjZZwCKiIQe5IvvVEzbWCVNr8pyUWUtWHRjDdmdQp+6Duokk",
-	"kMO9ia3QNbxhAOOfRYOucSuJagNrKOUidx0h9LgDKbd/M8HHAvTNJZ8AeL07GIQhK+uU0PfuNhby4pv9",
-	"4XC4/TMrlsMFFqAaGh+dVHbaJII9EALuSP9LRNvIAtxrN+QCHmV2RAv7dlVu8//6XCxbw5NdYL68pjbw",
-	"vQvpCOj6FxePXKW0HeSjOwDlzwDRHeV/D6w18nrGFhlNmLO9zmTGwHUxuC1cb4fmO+UOr9nSs4Uj5AmK",
-	"zeU1VIps4AaNooxb+fq5WG3e7ookGdVF1QbHiqSa6qpA4/HyLoIfToMD2h30Lqm+c9dE6XUZrCcrbYxU",
-	"9O8VVujd8T90JG3zEK4n3Plpo/AwyiU0IrrLNGyI4ydnPz8hPx5+9+ciFzKVST5nwtR1FSyK0igMYY2w",
-	"nfcfRGp9qnnebh4iVLeXGm4ytkHwq5nDZ8Ys9Ghv77eiUvkgZde+SI3ew/RwnLKvs3y6c0kBeOpXFG0K",
-	"Sir0mHou4poFzgerqSnpom462tuLrcyIv+Bnz9vijCS5rkQCWpyvGc0Pf6jgdRdH+utob288fvNfLYGN",
-	"WM2hfp7g90WdOKFZFmQCMJHCTQbB9PatORV0yvy2jgoVG58qRtPA+43l1yqB91jrJCoC8N3nja6Fc5fB",
-	"84AVPjYYsg2j80c6qMr0+Vbrdkv0rklOt7HR5pqpVl9DUQbW1y532wbHVaDFhdWpEMy5InL52YfSnnW/",
-	"LgKG27iZdmPh6pZ2XUzSq6syhzfSSpwC8kxMuWDMpSVUriVUknbUker1g+5LLbmJMLYGbLtM0Cr/t93l",
-	"XYj6QGu+uKjvChPfWNT/491gbWstMR63E8la4wzaMrhvmkGN718wkTYV1k+yXPPrIF2CBWWydyPCbgKo",
-	"RHBLYxCSxSIpujJiZQebpc4gqKGOQy1xqxvYJMRrPtKkcOB59ygcFNc+OMf7rrmyvGVntoFxhq3335z5",
-	"/jMUyLGAHBU8Df6BosqSliZLSI0d7J5ngxFh2NxFtEHCjtkyQOlcRKs74uYLu6uMxLsQi+ypPsK4wlIk",
-	"qNWGCKQIR0sIXSzQ0/J5MtR95IPfiZm2Emx/KznldkmX6H/OUN2syxPf7S6oPJBAUT+8tsO4C0b/x0hZ",
-	"dF0A7pnRN/Fh506rHyO79h3BGupoX0O7otWCueKq1bhejIE0M8X0TGYlMxq4bLD3N3LxSNMYfLMiseZT",
-	"wcX0Auv2xRBwnGeZq0yNYcuKzam68rFfmhnDxVQ3UnQ7HDW5YhezDU1qfHVeV6EcciMTqqAlU2z+ghaH",
-	"XPAPaGqIrvfd32bsAymmCOwQpaEu6Lf2xr/YttBy35virJ6/On7Sf/P8+OC77zEXacY+9I4Ku4IrD8SN",
-	"ZtnEh7lesdWAvPZOLOxZgz0PfDUf1yHh12c/PT85+eXizbMnZ8/OsbWIsM+dNxcKdEJVcGN5QS8aCypS",
-	"X57ONV3AjPtH9k2trRYNIaZbw/Iao55+nTHlgBPD5E9P3pyz9ChwyXn7i9uJW+lgxykvWkspnCqGtYvt",
-	"JDFEHGARYqsap6liei2GeJJrpsnlijjr7IjQscikXFzS5CoiC8WvqWERybi46kPypIVqgOkl1wwSYhf5",
-	"ZcYT8uLUT2Ehfywwv3MmtYkH5E0OeYEZv4Z6L3AsCRUJAzdsLrL1leUC9fqxWLvm45cvT369OD178Y/j",
-	"82d/sYcUky6uLLVCnlzMmTC9AXkutfG7V74hB0vLC3BTJVIIlhgduYSpp6/fEMW0zHKUGQwEscHKVyST",
-	"07HQM0iAwOOj2VpCQWf/4M+D4WA42LeQR4k/TX86o3ByNzDUxuEGs/lBBt226YY9Q4T4nF4xe3oEutNx",
-	"0zsilCyUTHMoC+hRyN88pCttFhswam0N2RvIVORp9ft2+v7UnWNDBZobCIjUGCvI1cF/v7APYTajezHC",
-	"sEf7zHWtGzRmhDGf/Vsn8nZMNxqUpamiMze+OQhGDmxFYjipbUzNJ8+u8bHm0pPwmSsw2TIotDSLsPgI",
-	"EkRN4oDY+8vBKCX7kKdxkUIi09WOhV52rr+J1uyLpDHGHJlcwuySLAs5Pz8l+EF48kL6ajkJnTPS9Z3K",
-	"DFVTZiIimLGYRuBqI2IhSuZmUzHScH3+Tjevzq2ApeTgw4fmaNrW6Fi/Tm/CDBtdSAXlsVaOP+5YfxhB",
-	"KwCIyGGwx5rquXuoD3dr390Fi+9C8F0nDF9cBg4Cu+pq9dlLlLTc1VuW5bCy4PcuuMgKNM7RQLog/1iC",
-	"yVIQBnThXbE0yQfmbPSngItpizvl1yIncs2fgsWc4ojEaJa1/5rJXLl4RAhAtBy52mpUH5EYlK7YpwNV",
-	"Q9dCBwrOgLlkOVQEseN3IldrA3W3961rbjHD3WducYvhJDCZuDRq6Cpi78kdRlQ1qexaLfGzEla3ZxjX",
-	"QRmLoueKm9UbO7rzgUMt9OO8sc1cGHGKfcmqbcjOT3559jruBS13fDvGbntVdZQYnKYRthYGGgnLKQ/M",
-	"gjm25+BiIutLLNkVClfzPDO8b5igwmACku9lMCBPcm3knCn/F02oviLcRL5kdSqxZa9UVxEZd+Z0hbZA",
-	"qaZ7htH5HrR11QsmUvLatdyVE28qfGUh46/jDunGFqfJ3vX+HjouvYphDwg8ioV/jjnbovOk4oKNxMQN",
-	"QEb0aJmZkvkUs2iUVfPkxKXNHp++GIzFWJzPoMENets9frp2NgaTDxMpjKKJQYHzb9LLfuAIn9AEvaFz",
-	"mbJMEy7GIoYngmZ79hrogu/RBUfKMGXCwgVLsUyLPURwpYJQ7HVRrrF1DLwHBSS0GYuykxm3hJMmM4bl",
-	"qkSaMQWb+Y//IE+gegaegd2GZYJotbMvPGtst2foldV2j10TH/jjiPyE1f4R+ACKi3rtUN4ULX8A3fau",
-	"BSNyMrKT9OHJn/5URYE//Yl0mbjmSgo46muqOOSONWBGtTdfbzQWBBzQqcSTgpzGsAkU+K2BomZU4Oal",
-	"murATQ18BHYPqrQd0VHhAfnVCQ1NK6lEj1ssteDCoaVQOrB7pcJutURhu09A4sFgEPci4kyCqI2UEG6X",
-	"t/dRquknCxz9K7bS8YC8MLAwlkkxBV0GjtWCv0gLswS2RBgR797vFv79OMQd79i3I3brzv1HGrElQlSJ",
-	"oEltVOmeiOcHXn8w6eYpN1Zzi+yQ3irgbTBYMcP9MdTzevB6GUnQbQglWOP0PYDmY0hBdw2ecnEl5FI4",
-	"gPMFVw6H+1Yvw0ZLvreIvcqir1nZwwxQQDCW6uDzx0eOAvfh7ZQomRuGNWjcnQUtxR5p13QSCg1h97Gx",
-	"aOw+FgWTHMJ2nkHPvgLpgl5rxf2hll2sXaOQZK8RaqIDbfnQ9wwNl6xj0oW0fuETpOcWRpmwhM8d5IIq",
-	"Uza0xipFUUvvTa6JJVCVbpulNE26x6cvxmKH1ptHpK3zZuSNJOS74VgULUKpq5VZ6cQ5KgsvY10DbsqD",
-	"PfjRYVXYOxJZhm+XNQMEf2HKO7dYtKp3pI+qPdqdOACC3VjU27d3XV3PXpFOjqf6iKSyIMVlOyski67O",
-	"sMMq7NVqFUJvyMFOWHHYKWtE1rs2xr0BeYvIYPEKylVZtgN2lKDbHIWWlxYyPSAfDoejIiGca6J5xoTJ",
-	"VoRPhVSOnJ0IVm3VBc3JrNjmqGfJNSxsIuugMGUUnENROgFot1d8sdwEBaUYNov2tXA+kJHppQY7TFzb",
-	"vEWrFdATaFkWOwXfSpXhux/6y+Wyb6XJfq4yJqyKlsakCz3E4iRXGemnsdXeU32EtQIIuVwZdxELqqz8",
-	"6lYZuQxsqA5px+wNyHFQSCPlFJYRdvhGkxshh/vfoW4wdoF7WKOrcsLz3N4Zq9009uAej8fYbXORUS7s",
-	"r3EnhquC0D1ccGv8oCbduK3fW9wjSyg8EtvVA5/gmtw+CI+gdHE4HLoupUvX5Y0CV0OU56LoZVooAMen",
-	"L4Abqbke2SOGFuq+Dgo1MzTgwK1/HGOBNjzG9ZJwWAvNVW7DV/zhOvKIaBsRVK8iKOAVkZSuIsz2HXc+",
-	"xVHDTAjV7x6/HyRSmw3zQOE9UFbsUGDArQ2GYnbDIK4jnj8C71N3eG0HPPIl7xDHQY6hLpy6G1dmsW+M",
-	"O/EINWQEJuq7leJP5JuIiT7ZPOMCsAFLlmX5XNjzMTQog4VD9AAIsayWFUfsvc83tLA9HO6HDH2tY6N9",
-	"/thjomWKGbVkpOTj3Wp/UqM4pCCtNSjFvL+eHe0Qtoj9QgG2t7cMRWGcYi1CIZ0wMKOwuu9cqUEzc+4G",
-	"O6jOk5lVZGYyJd34OMvk0vfoxaI+mDQEC/oR+wekax1hj8jh/uPiTh0WFo1Cj4CEhATU7sqbHe3VHZHD",
-	"g4NCCGruNgkXutZwEoWYrb0mj4DPloUpSNfVE+rZQaUqGXQpNjiJBI/VM4zeEfkOr3it7agdx3Ue7dKg",
-	"6CEWySxKDWK1R99Z3LGZIAbX0kEuyCTj05k5ArSrdummK+2cFhKbQVs6XlBsf3BLxU0gO1gYf5HCRKBb",
-	"RKBYRBXZGfU/X9xJWR4ItQtd8ikWNMSXqEmAL8S7ROxbhQCndrqFLgoJBiK6QnTVzi7mJnU6ajFpWXTc",
-	"WcNgZy8BUpHlTbmwisqIxH+FS/zL/mCwPxwOY9L18tr+cNhDdvZXtPz9JQYJQBTCpV2KL3YDVTkeaRIH",
-	"psI46PYXizzL4nodD7BsuNjx0FBxfPqiE3WumdLOSzEYDoYQJLJggi54Z9R5PBgOHmNmxAzMNHszKNX5",
-	"u/33tMm5euzEwoPhMKzVioVTAQIXA/IEgU3IADqhHZGH7RdpZ+Sqgv7eWWvEfzAc3lkjbld4tKXvanXV",
-	"FctVZ/TufdTR+XxO1Qqqrl0zwbS2J02n2pV4xc3oznv76V4QvNd4dD4f1HHxUyUtIWS5ZeUfDOhyGiIf",
-	"CJr16ifmRth+YqUAVD2rndqEu31sPpBg9fNiVa1HA/R7V6Bigpy6oq2APJg9gPK5KwAcAWks3MGRVy/X",
-	"ysA+0liqsn6SZ7igLwJ6MDdk7Xw3fPwA872G8oA0XR05E4iutAh2Das3X7ddM9+GANf7e84wsceKxlDT",
-	"thAN6H0jJyT+27Oaiac6TBzqUwrSjFPwe13C78FYvAYzhanZkZE2Vq8eq1q7ggRA+1wxZN2alFW+4oJi",
-	"/56jz2jr61g8273+vhncmoYo3turdtr6FHUOd/qKpkGjtMPh/vZPKl3J4aPH2z8qO/PbLw5+3P7FcTrn",
-	"orAPMGwkUwLaTxXLFlSq8/cegF6RJ+PhDhNpRh+h3HMDgdFXIMuAhBVblSQu7eoxErCiFoZeWGlRyGVR",
-	"DcPCHETJgnUDI2ehhOSEaInBshotSdS49ULgb0SokXNuBZoV1LR02UQLqjXTEHUxFnwSrX0WFtN1Zclc",
-	"kYAYRK//InYHztL8F3wWH0HfM8FZ6kJOagWUB7jzERnG1SZIY+ExKFAYCgXHm01RrUA5uTS4xlJNY1A2",
-	"QuwbC0C/nutcWRytnHMDxnwIglJsyjXkv3oLmP1f08tjQcO2WVhXGITRBVqL47W2TPGmutMY1NVYeBrt",
-	"Y75NzohgnE97OWosVFoYJeWcefYeB4Wy+7/YFbmQOS60YTQl3RfPzn8ei1TRielzZiZ95/3oB3vpX7FV",
-	"Hz/EqqgokxYXREnKJxOmmDCFaZB07VFFLsLbl+hVADQ+2Kh2+M68Tbi242iZXbO0F5gODxoPwbmEvIEc",
-	"euj4uvpLrO1vYZJmoCONSFnALzBKlqX7xoKGkgDcRXPNvvprGJoW+25qYxGGmPzqn+JRDsivVspoai0Q",
-	"JhzGRc54PBZuW2utB9zsvuuAA5jWJgNjUXYZIL7JQHf985bWBU3M7IlLILwZE6vWcH+OcVTIngCCfpLp",
-	"6s4Ek2rXzqqH2SXF3psQVulsWpeMjl316C5EQxhHP8klS2iuWaAsO9gGnzuCECy1DmFtC3If7TV88Snq",
-	"rBnXtw2y/nplhLMwHmG3UcpP1kbSzNxkFPs6nPIfWEQZHm7/4rU0P8tc4BT7O0xxSleZpOm5lC+pwlSc",
-	"w/3vdtmPzhcLKPzziqWcnq+wyfzhwcEGFAht0rujQtG4t1FBAI4WZP5EBRIwboWmkXdTB8WtpQErsbcn",
-	"YXnu7qaq3K4ghLfyumoZaAAEc1UpcIVVMnujsO+xJczoG4h9HW8YzVnJXQs+DJxxgp1dU6UUskixDniA",
-	"3qjEguUTSzEdwTL7zghZaXgHJ4XyAwhkXcsFuCgkDWepx5COnuPUYLbzzNqbz0aknVe7t5HtV6UVWKWh",
-	"K6vfQjuusofhFVthhDslgi1htSht2V9uVstJSnn9ISjtU6CsIyvJggTHw9q9uENvry2T7l0/bBeO7Ur9",
-	"jwikglgeWzaIdAFlDS0HY+SaAdH+moht1AlMtlu/Dl6FK9psfrhzMlPqP2jHtjK+61Vuta1RszwWdMd9",
-	"hARlLKxcpgsZqWhr5DMb1o3ehZV7QOAMUAYeizV7NwLMgLxG76UVTUv/L/Tkd4ullz5kAsG3BmG3vpOK",
-	"KgwoFYrdOF2gBqPW+z7q1IIcgqcVFXnv0qdZNSvKT528CoY0vCwuvEHNZCugbGB+iQj7QBODXQDXI9Gw",
-	"c6YLR6sJ65ZrONxe+A6jo6LtgnvS9a09pKvlnfbGQqrIJ9DAu5h+BF061wCq67xpUREJg/6qwHdjh1tz",
-	"3kQOBlP7AdJUWsriFvgi8FiusQPFgo4QtInKHx4c9CLMiKj4m8uSxDF6iOMBeUaTWaHDuxgm36yipuce",
-	"bVE2QZ1Djw0EoXUPh0MMwrC3YBfvkFEbn52kLfxTp2Xrwe62gS7aMFyX1tylwXiuhMWZ4BJ3tNQBAkD7",
-	"/M79qCZhs/8vop+EC2hjnScN2FKEAgAqekXFc/c/uJXw4SXqBrLqgbwMp7LSLGQJ34q6SjVt9/yg27DZ",
-	"gM1Ty3FazNc1lLAjndipbqryg9iws9kacxk2m63vBAF84eYWuF+4NiZY1e2rN37bo4C9hl4W+xOSzxsZ",
-	"NmbEF9QZAyUhUMKH924AL3IsCvaI9aNLC9yh59Y+ugb0KzsBvjkgMVjGfHAiWoO9fS8icaWscmyfYg73",
-	"WDQWojaS7JNuQjMmUqowukj3GtkCbPlETe+JK5R17nfiBvt3OXGb3GzvFtRzjI7+o+PCcAdceCLFJOOY",
-	"/PQlrSzbPnbmWquMPBOGm9VdYTsCmcPcOsYHjAW9oq3spQ2/STUErJTaXAU7YGZ1HvM3Zjxy3R/V3wDo",
-	"UdCno7XPCwjERRsViJJc65ER/+GR5KamyDuAub8x0wZwLXIOliYEBnQjgQPbGGCFt4VXOtd4FwQf+jaw",
-	"EJe9cIUEguzfIxfe7F+5Ymzh0pmgZ9gG9/9uCEBqrRPGYqfeCdQl9fhJoR6iFGxUCbycUTMWEDmNgZQu",
-	"52DKDCRUwPDeyoDhmHpAjn2TNNBwQZsmGaPXDBVX13CnDFHUhF7K6zBZxdtcpXIfBqovNS7zSyqMihuL",
-	"IlGsTBwpfd+BG7CJIUPplnvlx1gc5oGVsw1UyrfLkGr61VGZf0tWjMh2O8pYY9RFhtoWhbBEVswlU+xa",
-	"XlmoEqxMCImIYMugG6PP2ML0Vv3Z1K8Bn+3qjhf8F7uDr0TPxO3somraq/gmObTopj6uOkCRAtbvVYDY",
-	"rPsWXq4ith0yxkyuBJpOEVmCWGo9A5OwyFZgFr0PLMLVIeDdE2fEwb+MshrOnbbxSe8rdWrrEYmDYmUg",
-	"4GHSNJ40lvz+xlDvhKHepX7q0P42WN/OHPc+XrHVJ8TqjDVVuTsDfliUZfMmWu9ncDmvRBu50IQmCVsY",
-	"rOfmQuXsN+AlH4sM2xP78D7gs+A31gy8gtfyCjKdCh4M8xWOq0MMD7wPMoGbDMhEBV8Pm2On7RSQ6AaL",
-	"/cau6sCLx/qZwHtrlrVd8vmFrRx3a8CQPOWbY+ddw2/UFqsS4ogsZ5J0Y5oYqeJehHGY8JtDQnCMqXz2",
-	"ETpBMbMvxmIZTt2l6BM3ha6DAc/LGRP3JnHCrr8WedNuZhdxE4tEMOHKw31D5Doi09QVmXHlNEJMBpi5",
-	"P8mzjps7JriA01YuwWPbEI7dK3EjbymZHZFFloOXHuMUjDQ0K8Z0ppwuVvNyQfaAuRBC38OyDZalQfia",
-	"0yVxsgjj3+U1U76eCJzvXObCkDRnQTRZtcEfstUnb/4RhhfEbr1STSPYKWwUFxjhhH7+C/zpZna/cN7I",
-	"twiKB8WQVd9S2P2/qw3PMqJyIbiY9nxhsNtTJqmCiiutZAqTcE7U9Fv20FdCXerpRq6CUFOy0UYyEzTv",
-	"uVOC47KX+2CnfSgXkOVcT3DitzDvV8KWgz3twpwrmePfmHOLUahySmH8TAVyv6R5aMGUlgIE44QKKEMO",
-	"zBaZypJdFntAIxIGbo9IjOW547FQjKa6KBGGtWwLZw3kklOtl1KlYFzCmGywLlGsOadnGKuusTaOHdDk",
-	"SrAUYjDYnPKsKHMRZGaVwRg/3p+JKkCKe7JTBTN8GWNVuMU2l04Axf9SoRY3Rft/kdiMu7NfVa721vRp",
-	"C2fe+8jTjcasp/B3l94QwhrUXBSI2Fz5RgD34tjBNazj+y4Gp8qKuSa4y2+Wpwaww0O+K7CLHirkZyNU",
-	"DL8UJf4GYC0xPHcFXfdm4AwuulW3gSCUnZ3kroTUjrHTn6H5nMOyvhKVp2gJuUXXgdP9hm4tOo5xIOHR",
-	"DH9/SZ0GqjUUoZBBsbquD2PrFaa9NGxj68yNSmO+0uYGtqQbB13q4t6AnBbWR6xfqvO5+6IIS/PV+33Y",
-	"Jl1BghX7kDAWJvN1g/47ELweRoxrX81cSKJnVkJUfVcTBWvm2WHXhxwFLYIODw58iU1c71iExS3X0pY3",
-	"ZiuXqcoQT+eSscYizFCuTEyo8dGE7/j7gctDvj8V7hz76t2H7ha0B35gpQ2b0DbLCAj937S0bxH0IGq7",
-	"vpI3o84t8sjeR/u/nXU5XxcKqMJaUR2slcxVpZaoC0sq42sHY/EWK7s7A5DvvooZ/ly4wu+KYVuXhgLw",
-	"96csFpRlFy3RVRD6ph3uoB3eCmQfTBtsvvbhg9H2b6DTpvfdEm7uTc9zTdrvJNHDS66lJ9sLnhDsRROX",
-	"/oD1uzOuzXqmRFHBuVa+uVtAPwSIQrYERoxiRT8NVe2WDTXP3OLLkmd3TmohveGeZbgvkkKxCc19DsVX",
-	"ie7/zkkU9yGN7W12f5/cu03oq3KD7+r//ub33mQTWhf2IZxvHfi/uB22yp8bjUpnbiOaUOfgEYVqExG5",
-	"wG7svkOwL0XTZHKKxiKh6pqlRObGlyWxwzzSR35wb3SSgmESZPkOWTM2WcXILkswVhT4CU7dSPsH11/Z",
-	"SgK4+BRLSPHfckZcYbZS07onA8w9Os+/nNd8k5OmcJOX9/HNBvPvyPU98XDofWPStwvf3/to/7clV2Qu",
-	"r52KgSBZ9I1L1yzkWDLL04o5XRGMJi1pCRqeoZ//Rgp1f2aXGznnvVM+F18xMt4BqL4tzue2wPpg9pf7",
-	"dsNvI+3fwKfN/rIm9f0xRb3t7wZ++VazTbxmfNEF4XxUpafxu/f2JaTA3EREy4BmjkXVlGOhduUS6shP",
-	"ilFMvaubbKplJ+7H6nLPgtsXsbpsDK5xVpevEsn/ra0uNby8A1Es9/3xG9keeq2CdKQgBT/CErKFdwx+",
-	"gaACdtoZdTlPVGB36rFYy37yeMyVc8gPyNa0oCINCHoH+2LfEKvt6qjGKeXZKh4FUQhJPs8z7FyOfjan",
-	"tuJghBq0ETMBDSZhH2/Pn2APTNfLdinVFTThTaRKmZU3sXO/XDAUQLGCrBsSqtrdb6ISSBD26j4rQel+",
-	"TVB2ea0SCJ2ybyJIgwTrAZQWHmCEqQqu25P9MslKrp/5xtzlt2cvCbuGXrtUMWzNaSTpxu5jLLpV9t44",
-	"8g4eXpSCPz0+f/J8rWeYy2cmz18dP+m/eX588N33gEGutbrvGe26PtqBXP6zS2XEUtKOTEBgE58KanJV",
-	"ZkjCqqF1sYZlu4Y8UNECUiFTpvg1S8vW4dhV0qqN2Nv712c/PT85+eXizbMnZ8/O4yPXX3PGCF1w1yZV",
-	"QIlMOzsX04ugXobIM2wNFQtpWNGgczUg/2CKT1bQbMf1kb+EZkSL3ABpDc9ETkiMnaMMNiIe4C9Fl9hQ",
-	"FbsTl5TH7Q/rkM8XVGGNBShBnEihDRVmLAyfM0e0Y2iQPiFhA543/jBHxPwFJ8wF/4CTRdf77m8z5v4U",
-	"H7lGo0RmKYmNVbXtYaNI6NtPJDSZMagS342f2H/3n0hhlMxGRMg+pOHEvfsQHf/GzK8O1O+RRvopWqik",
-	"wxeimbHXrNea01QOpKElWra08BMXB2U/39Ap8hsxXifGZSEGfxPe1uSQ16FOQJvdi/pBU9bdpP2SErbS",
-	"ZwyXpMaw+QKosvvGtwMvpSak4OulJ6pU0iWaW4Lf9Vb/oIW1xb7frKThKLefVuTzS6ZId0J5ZiVE/LPr",
-	"3KsYdrIGXL2kyZWcTCKSL+xiD4ZuJMUSxpHwPj8/PyVYWp90gYICyRWQV4/UBBudORIPRY7xRWw0oPPE",
-	"Cu69+yp74ZD8aXk5X4mTsbqxnWqvFezL3/k3GbCZ7HiCUxxYtSzGw5EZ6PG9U917bJ7xWYXvT2GyrwQ9",
-	"7GZ2wQk44X+X2vcLd8MekPH3DtXvt1e699kI0PfLpyRg/1BCx6Lrcxowx6BHFpSrIxIvpMzWaty7H7FL",
-	"/MakgaCdveV6EtsH4oSYTgAZBi6lAKT4ov1Z13/sA399hK/vKQM5GjhQb4QOeDXVj4Km/lBZGLrbeqsH",
-	"tMvGxi/AkFpq9+IJWmC8JyuoHfrLuK9hU22t3zMqvhXU/yMnbS8QJNcpQch39j7a/928Ln6jx61AgXuk",
-	"95ug8Zuo0+Zxa4GEG5s2MyoerCJ9s+usjFs+IvG447jBuDMC207pQsNul1hya0Nze/JSLpnCupWYEwch",
-	"zFjxz6lqmkhRVPIiM3pt1R6XZ+JrvqfOjs5VmWNLUiUXCxzbFxsDs1aZChfsUiq/3p4rL1+OVhSZd2EW",
-	"ftZoPdJ6LOqh1s1Ou3tmV1/EabeJPnin3VdJJ/6tnXZtXM6+zZJc2TktbcM6yce5mXVG795bCoamZaR8",
-	"a1qXTGjmRVbSdabn5+fnpxfHT5+exdDFOldZZ9SZGbMY7e3tH/x5MBwMB/ujH4Y/DIFAuhWtjw0qGOka",
-	"zpTukctcpEDQUMKlZEJ5lisGzbLtb+ymaGVokmRUY+5aUUzwxJMzKbKVXZSgc9YZuVOwytp6lPdUF003",
-	"DBNUGI3tEsF0LoWjcnYSK+H79NxADA9mgdr+jZMUZc7XDPxF1fDEbs6g7AgBEFjqCes8FQWggrmKirP1",
-	"+U6ZXGTAGjbVpaKGxL7gzF4MpilXqC6YpVr7oT7VM9eeEWDPqZZR4DCOwHwF3YfL2hJVE1+4J6i9WZ8F",
-	"qieQmczStZiOemRwtVOJvTYPtU5Zcw5lrnwoejE7JhXUZz9rDcquRzKXWe7lKoMp2o7RwsRMGrKgZjYg",
-	"vmPqcsZA/6JQZNNOu5TqCuBwKgmdMZo6H0oujCY8PErsJVifqeZgB00P3ev2eJC/eqsz7peLmnOwsidw",
-	"u9ZmqtZBhFNzPuuuVGWdzeq44X14f2LzcVXM5FGDjbwwwGZyCm52ANV1e2AwX2Hiqk/4nNHMzCJihRwu",
-	"mKM6p0rO7Q3lha4+IK8lsfyOCcNrt1+IHbrz6f2n/x8AAP//",
+	"zKoMS1lkVJAZtTo7WSieOEv6urgNljmWXkBoTVvokn/Lex9g9LV9DWt72oEXodmkkT20cRWJZ755wfYl",
+	"WGmxcimYvpclOy/rjs7VCP2U6wEhcF1SFBajYlWN11RsdocFgnNyw4SMzvsYembPoAiF2LaIGqEonM3I",
+	"hp031jlG3bX6da+BWf0WI49hAdw3UaAbEftA8U+kfX+/hDcvC2i3gVGHJih3wG11mJj63Yw6NOMJ66xZ",
+	"BHDQMIQhaoRFI8HJmc+ZhTdQl3/LmeIY1Ld2oQXlGzZdbi0IZ7uuHIb/VDGOZtkO3Nlq2++jcpPlyZU4",
+	"ul1b90iw/U0PvTt470NwtCvZADHNvNT5cQMycyllxqiwX5aRoduW89Ii0xmbdMC8OlU0bbSoCL1kimG0",
+	"kcwNWusjZ6n3VPWRJhPKM4jlDZAwWBegbgPhOxGMMCttgqeuMfYVGAJFzzxENuzCNWF3bww1uW5im3ah",
+	"24Z4Zd+BC1tkdNV0OFb+pHBA6BYijKqMM+WjmH10MPifaxFqzccE/uMLEP0vnMe/OX4aWGYRFn2zMMsd",
+	"qLGZKWlMxrZyjPPixU9RZ3nfEd+NXAVevQBA3x3Ga4jncchBQgGfjciIdoMzmTXo1vE1Z0umYqIYTfUR",
+	"iWk65yImNNPSqdhw5kxY4viuA487UQc/C+Yr9xcEst6PWwFMHY1Sya5mS+X2vlHRCI6pUfPFZbjBKia2",
+	"DaduT+HmJnO3445c6P+2LHLgn0UdiwRLqdLOqJNIpVhi+jOpNOtfUmMwMA13665qjYEWp1kcvt9YEHx7",
+	"8PiwfhFVi0lgsy0WtIY1RiqQAbMVRp3OqJ4dEcGuIYzI5EogioQTO6WuCPo9aPK93PE6/YaLpbsht9zj",
+	"fZgnQuT44vaJJ63azos3J+TwYP/PxAuGJHGssQytffvmKZyhBTv7zf99d9z/n/cfv/v0n01I/JTybPUW",
+	"rGtrR5g2abXH5O35E5KWui3KvlER2Nl/+jSuruhgePB9f3+/P/wu5BKWtjRK97qNJ6LKnNvFFoo1epq9",
+	"JoaRo/nCh4q6VAhg93bJ3SSf5xk1/HpHDad2gyk6nOwKmy7uKeq6jQ4kKfqCTWHqQidGOd/bFQ9/HAyH",
+	"taOD36rXOR6nH/ej/YNP3fF4gH98/6n318bbrUTAh9I5mFYD/pHo606EPzbxjp8pz1452abBTkodtwVH",
+	"/3LGMxaKcBiIwTXJhWI0mdHLjI3Asg4MLZNLPRbdSUanU5aS2AuNcS8qAzZQHNLk8fC7iMSZTGgWO+Oa",
+	"RnsbFYSLvouaGAsMuFQQgJ0iOEAQO4QPPNJEz6gCKIJwNBQCx+GJ2OVZdgILsJzcztl8OJxl6TOlZANf",
+	"haCj9VODuIEFNTMPx2U8nPt+RboxrEq/G74foNhqT8TbHX2OCgQYNMozc2c0b0xbC4Ea11h+0ATZzxnN",
+	"MDK4zWrYzEMbhIM6M6KmvIeULZhILWHzSPFx3FlIbaaK6XFnRMYdeTXuRGTcURaq8Ke8DEIadz6FZvl1",
+	"r8IWv4FG0d7yYw8HV6C5l2FO77cZA9wYTcf4otG5nNAsY6qfzKRmwgr0wvAJZ6pKCpxOHhJ22v/9uP8/",
+	"w/6P78t/Di5G/91//3EY7R/8uZnk19TghhDbBaMG4tPA591dYFBaRA4OyUzmSvcKfDRF7IZFRs2lIHRK",
+	"uQBlyyn6ugj4mUuFjvEqc6L938uF/xDtH/zQvHAQuyt3s2Zted/2mZXWG45+TTMEGz9A9boHv8V1k/ll",
+	"bVUZQM2Aeba9/iu+VQctnCpCwdeN1ARnoZrayEq1RzuIaK0fQuiBfLiTyHxg+Q6Kowojwnd6XzNzI23G",
+	"ix07DH7vVxgVuUA5Mptyu8FWGi/an+FGFWYN6n0+chGqByZiGgTQB1qPu6fvQQVoMBn647D6QW4abINZ",
+	"cwYBGgTX0wduYQgs7Xjblc473V5hy63dXOvdNOAf/n4EtieNyblCGiubMJClujhJ5I6jRxaUq90tVLCe",
+	"dY9cXaV5ZaWHJkn7FcyuSWJlU/RyoMhtCcQlz7LAakfFygFTF6QRiGgV2ao3IOczNhZzN5YPzhZgY4dI",
+	"AakZyC4puVxBRJWTFlHoicKfnMsGst8hl0YbWAz4NpbCg/M1U8rKg0eFPArWsxXBsGqvKhSpjGMBlrTD",
+	"gwNInaZkzrVesMwEr6JS7I7CCYgeM951IJoIOP1OV4Pwt+lemoLZIncjp4on7IZO3d0cWhb1nOpU921d",
+	"Us3g/NkDY6V3gSyKXe5kkPcaF1rlK7l6dqBCsLT7RyIXV88kHrTjeKufBhfZhPN4Va36NM9Wm1TbUjtt",
+	"1HJdpQSn1MK+qrr4WHhlXGYp0wZFsyJTeCnVFZh4EqlSrPkA5lIOuZSaa4vuMPGAHI+FHbdAdAKSMtF0",
+	"SYS3QBYjjQAVr2mWM8gUCDLPxwI+fKQH5IVoSN/E2g9UGzcBJBqkdFUo+lqSCVWkm/FrFo0F+y2nGWSK",
+	"SzUdWDSOewPyrPT3ellzRjWafIvtrphT8XZC1sAw0mTo3+qq3TQ2DFvIQVZ+3d1SVfu2ti4rBN/PWG1I",
+	"UcrcuuPna8SERnNBzMREqoTFaIl3vunfcmnoEYn1jFo111Fd98ZlDrxRKqNJHBjp4yNv+Ecbgg/Wd96C",
+	"0DruJu1EHZyhgz6FRm3htQuCrctMs3xORV8xmlotsFC7N9lIm0YvrYNNoQxaKo/zgn0wULYBdH6IpnMO",
+	"csQWi6W7BNeeIDhWKZELO7mgEL1y4Qx96xT8Vm6ByYQlloZdZC0C0HlpG8JXyJypqRMr0BzieTnp2hPv",
+	"o0xxYxGojh07h1NvWDhS6nKBrtJKZT93X+lNHImtYdt2kTq/xGo1TaY7BoIRFCWy+PzIxSn5S6ErQlNv",
+	"Tp1jgCcVZfRSs68R0uB3c/+wlOuLXGXNJ52ylCcW/JwF8e3ZyzL+3vsIyJzqK5b6kB8+IUKKZoNYvkhv",
+	"DMxLdjmT8sovcvfYb1cMwEFSA1YULsLqLVWnDM8oasLaWkh5sMUmmnyipjd3elmk8cYnlzNynMwZeSGS",
+	"gd/oyNKXdcWvmczsJtmtxddVAi/2b4XNW1FRh7i32zoRCytBIZ7dBLi5S6JMA7q6Ed2l3BuubXodcO3t",
+	"2csG6N+oL+Or8OE2tGgBzfvw41lu98X9d1iKJZnd0C4T28OJI+Ls/vZfxa3FoPDG6wgV++JeKJKDNg0E",
+	"2teWsKxz3YDXjJk3w8fbY9ZNuNqtMOdfCFPWoOe0CKmsi6DVYOHS49rsbq3Z2Yf9H99/PPzU7w7f7fd/",
+	"fP//9t8N+wfve42G9lN3WHePEZlQnl3scu2Fh/FWhP2OwtauprBNFrCIaMhcrsh+62kedcLUmnInZdaS",
+	"iwfGsN0Z1Kn7YN1EEsjh3sRW6BreMIBR06JB17iVRLWBNZRykbuOEHrcgZTbv5ngYwH65pJPALzeHQzC",
+	"kJV1Suh7dxsLefHN/nA43P6ZFcvhAgtQDY2PTio7bRLBPhMC7kj/S0TbyALcazfkAh5ldkQL+3ZVbvP/",
+	"uiuW1fBkF5gvr6kNfO9DOgK6/sXFI1dfbQf56B5A+Q4guqP874F1jbyesUVGE+ZsrzOZMXBdDG4L19uh",
+	"+V65w2u29GzhCHmCYnN5DfUlG7hBoyjjVl4/F6vN212RJKO6qPXgWJFUU10VaDxe3kfww2lwQLuD3iXV",
+	"9+6aKL0ug3qK08ZIRf9eYYXeHf9DR9I2D2E9Tc9PG4WHUS6hEdFdfmJD9D85+/kJ+fHw8Z+LDMpUJvmc",
+	"CbOuq2AplUZhCCuL7bz/IFLr05rn7eYhQg3x7dxkbIPgt2YOnxmz0KO9vd+K+uaDlF370jZ6D5PKccq+",
+	"zvLpzoUI4KlfUbQpKKnQY9YzGGsWOB+spqaki7rpaG8vtjIj/gV/9rwtzkiS60okoMX5NaP54Q8VvO7i",
+	"SH8d7e2Nx2/+qyWwEWtArJ8n+H1RJ05olgWZAEykcJNBML19a04FnTK/raNCxcanitE08H5j0bZK4D1W",
+	"SImKAHz3eaNr4dzl/XzGuiAbDNmG0fkjHdRyurvVut0SvWtq1G1stLlmqtXXUBSP9RXP3bbBcRVocWFN",
+	"KwRzrohc3vlQ2nP16yJguI2baTcWrm5p18XUvnVV5vBGWolTQJ6JKReMubSEyrWEStKOOtJ61aGHUktu",
+	"IozVgG2XCVrl/7a7vA9RH2jNFxf1XTnjG4v6f7wbXN+ay1C7H4Luv7lcNVen0cwQXkZy0DzlhmRy6urL",
+	"mRmbN/q82IcFV0zf0Gbnq+SU78v8MgteFvn80sX4ABFoNLkqRl1lvuaKT7vmALp6T/Uoa/i1WK1fSTFt",
+	"Ze81ehqc9vsNV9siZFT8pu5VH/bivMNLqOZc+oVDiQGpf80REggJfnJ207jOv/FrRuJy1yiYGZP5lM8Y",
+	"K+NfSjNbl7KrkLK2Y1HdbsYnRrvIPZZNjny82CQ3uWIRoYbMpTbkzySlK03ojNF0UM/+2QECq+sYEpSH",
+	"Cb7g/voL2Y+w9oqR5PsiuQaV74omORw8jm4E1HUPXF2KcqdRlvjAUEQjZVserkeJ+gGvokJCKZHbVyPw",
+	"ZcG7+3aLj4fDoDJZc8GM4NZbpL/qTUJgJZQ990m/kFQD1VRh0u+Hhz8Mh7dKmiow1O1+E8qlW1Zrgt4c",
+	"LkxhyRQj8zwzfJFxcIBtA+4HIIP3QNCKY6rQLRy46chaggxvZxNoDXRrKzxy08If+P4FE2lTP5gky7Wl",
+	"XkW+Hgu6O+x2XW4CKKBzS2+Eo8y+lkdlxMoONps9gqi6dSGuJXFig54GCQOPNCkiSDzgw0FZtMXoUB88",
+	"xZVVbnbWWzDQvfX+mwu2/Ax13awkFRVKFfwDdeUlLX1mUNFhsHuiJ4YkY08y0QYJO1IeELVdSoU74uYL",
+	"u6+U+PvQy+2pOhmi1EnXShoFaqwTZgldLNDVfzcl/iHKmNyLn7CS7XUrRfl2Wf8YAJWhvXNdoX28u6b8",
+	"mTTa9cNrO4z70DT/GDnzrnnNA2uaTYqgi+dYP0Z27RtZNrR/uIYue6sFczXBq4klGIRvZorpmcxKZjRw",
+	"6cjvbxRjIE2jFrMiseZTwcX0AsvNxpDxkmeZa6iAeTOKzam68sHHmhnDxVQ3UnQ7HLUKwMVsQ281X1Te",
+	"NdaA5PyEKugkGJu/oFCfC/4Bbd3R9b77bcY+kGKKwBBeeoqCNqFv/IttCy33vSnQ9/mr4yf9N8+PDx5/",
+	"j8mwM/ahd1QYtl1VO9SCvHZ+xVYD8tpHUWCrNWzV44vQucY+vz776fnJyS8Xb549OXt2jh2xhH3uwomg",
+	"rjQ0szCWF/SisbAqgauq6pQCLPnyyL6pNZcCcxy2xoU3ht3+OrPCNAIu5Gmdnrw5Z+lREBPiHQBuJ26l",
+	"gx2nvGit5XOqGJbct5PEEPKGtg0qCE1TxXQtiWWSawYqqFPSRoSORSbl4pImVxFZKH5NDYtIxsVVH7L3",
+	"LVQDTC+5ZlCRYZFfZjwhL079FBbyxwILDMykNvGAvMkhMT3j11CmDI4loSJhEAeUi6y+slygYXksatd8",
+	"/PLlya8Xp2cv/nF8/uwv9pBi0sWVpVbIk4s5E6Y3IM+t6ux2r3wfKZaWF+CmSqQQLDE6chm7T1+/IYpp",
+	"meUoMxiIooaVr6xCORZ6Bhl4eHw0q2W0dfYP/jwYDoaDfQt5lPjT9KczCid3A0NJN26wnAzIoNs23bBn",
+	"MGzN6RWzp0egqSo3vSNCyULJNIdqth6F/M1DvuxmsQHDpmvI3kCmIk+r37fT96fuHBsKp91AQKTGWEFu",
+	"Hfz3C/Uf0+ndixHG3dtnrtnqoDElmfnyE+tEHkwKOBpUU6uiMze+pxWGrm1FYjipbUzNV2+o8bHmisnw",
+	"mauL3DIodOKMsPoVEkRN4oDY+8vBMFn7kKdxkcMo09WO9cl2LhuN7tSLpDHJCZlcwuySLAs5Pz8l+EF4",
+	"8kL6Im8JnTPS9Q02DVVTZiIimLGYRuBqI2IhSuZmUw3tcH3+Tjevzq2ApeTgw4dmk1VreoZfp/ehhf2Z",
+	"pIKqjivHH3csm4+gFQBE5DDYY0313D3Uh7u17+6Cxfch+NYJwxeXgYPI4nW1+uwlSlru6i3LclhZ8HsX",
+	"3WoFGufpJl2QfyzBZCkIA7pw71ua5CNDNzr0IcZhiz//1yIpv+bQR3NkHJEY/YL2XzOZKxcQDxHwliNX",
+	"O2TrIxKD0hV7w3w1djq0x+MMmMycQ0kqO34ncsWeUHd737rmFjPcQxa3aDGcBCYTV8cDzLf2ntxhRFWT",
+	"yq5Ffu9UMWF7iYt1UMZeHrniZvXGju6CsKCFx3He2B01THnAdprV7pnnJ788ex33gk5xvotwt70ZCEoM",
+	"TtMIO+IDjYTllAdmwRy7SnExketLLNkVCldgsu4bJqgwmAHrW/AMyJNcGzlnyv+iCdVX4AB0nRZSiZ3m",
+	"pbqKyLgzpyu0BUo13TOMzvegG7leMJGS165TvJx4U+ErCxl/HXdIN7Y4Tfau9/cwcsarGPaAIKSlCBBh",
+	"zrboQnlwwUZi5iAgI4ZUmJmS+RTTOJVV8+TE1W04Pn0xGIuxOJ9BXzYM9/L46bqwGcx+T6QwiiYGBc6/",
+	"SS/7QSTWhCYYjjOXKcs04WIsYngiaLZnr4Eu+B5dcKQMUyYsXLAUXRrgRRWp697qdVGuseMZvAcVjLQZ",
+	"i7IBJ7eEkyYzhvUSRZoxBZv5j/8gT6B8E56B3YZlgmi1sy88a+wSa+iV1XaPXe85+HFEfsImNQh8AMVF",
+	"mxGoyo2WP4Bue9eCETkZ2Un68ORPf6qiwJ/+RLpMXHMlBRz1NVUckpcbMKPaUrY3GgsCEVCpxJOCpPqw",
+	"dyEETgFFzajAzUs11UGcFPAR2D2o0nZER4UH5FcnNDStpJK+ZLHUgguHTnjpwO6VCrvVEoXtPgGJB4NB",
+	"3IuIMwmiNlJCuF3e3keppp8scPSv2ErHA/LCwMJYJsUUdBk4VoXON2+WwE4+I+Ljy7pFgFkc4o6PLLMj",
+	"dtejyx5pxJYIUSWC3upRpekvnh+EnYFJ17sCIzuktwp4GwyWbHI/hnpeD14vQ9m6DbFsNU7fA2g+hhoo",
+	"ri9hLq6EXAoHcL7i1+Fw3+pl2B/Qt8SyV1m04yxbbwIKCMZSHXz+3ZGjwH14OyVK5oZhETR3Z0EnzEfa",
+	"9UqGSnfYNHMsGptmRsEkh7CdZ9BqtkC6oEVocX9F/IS7YxSS7DVCKw+gLR/6nqHhknVMulBXRvgKHXML",
+	"o0xYwucOckGVawRSuCx11NIymmtiCVSlSXQpTZPu8emLsdihY/QRaWsYHXkjCXk8HIuiszV13t5KA+lR",
+	"2S8AvdnclAd78KPDqrDlMbIM3+VxBgj+wpR3brFoReJaS2kryTW0fAbBbiziWpPmmHSdZ7pXRMHgqT4i",
+	"qSxIcdmFEcmiK4/vsApbjFuF0BtysIFjHDZ4HJF6s+G4NyBvERksXkG9RMt2wI4SNEml0KnZQqYH5MPh",
+	"cFRUJOGaaJ4xYbIV4VMhlSNnJ4JVO0xCT00rtjnqWXINC5vIOihMGQXnUNTuAdrtFV+sd0RBKYbNon0t",
+	"nA9kZHqpwQ4Tr23eotUK6Al02oydgm+lyvDdD/3lctm30mQ/VxkTVkVLY9KF1pdxkquM9NPYau+pPsJi",
+	"NYRcroy7iAVVVn51q4xcCRAoT2zH7A3IcVDJKeUUlhFUc3ImN0IO9x+jbjB2keNYJLJywvPc3hlbu2kM",
+	"kBmPx9gkepFRLuxf404MVwWx47jg1gB2TbpxW5vSuEeWUPkqtqsHPsE1uX0UOEHp4nA4dM21l645KQWu",
+	"hijPRdGCu1AAjk9fADdScz2yR2xBuijERc0MDThw6x/HWCEUj7FekxSLcbrSofiKP1xHHhFtI4LqVQQV",
+	"JCOS0lWEMTPjzqc4apgJofrdd+8HidRmwzxQ+RWUFTsUGHDXBkMxu2EQ18jVH4H3qTu8tgMe+ZqriOMg",
+	"x1CXz9ONK7PYN8adeIQaMgIT9U228U/km4iJvtpJxgVgA9bMzPK5sOdjaFCHEYfoARBiXUcrjth7n2/o",
+	"vH443A8Zeq3RsH3+ncdEyxQzaslIyce71bbaRnHIga311cbE854d7RC2iG2uAba3d7pGYZxiMVwhnTAw",
+	"o7C6x67WrZk5d4MdVOfJzCoyM5mSbnycZXLpW8tjVTnMWoUF/Yhtb9JaI/Mjcrj/XXGnDguL/tZHQEJC",
+	"Amp35c2O9uqOyOHBQSEENTdJhgut9UlGIWZri+Qj4LNlZSTSdQXtenZQqUoGXYoNTiLBY/UMo3dEHuMV",
+	"17pl23Fcw+wuDaruYpXmotYtlhuWEiPDHJsJkkAsHeSCTDI+nZkjQLtQLiCarrRzWkiwX68sHS8otj+4",
+	"peImkB0sjL9IYSLQLSJQLKKK7Iz6n68uqCwPhOK5rvoBVtTFl6hJgC/Eu6SMWYUAp3a6hS4q2QYiukJ0",
+	"1c4u5iZ1Omoxadkrw1nDYGcvAVKR5U25sIrKiMR/hUv8y/5gsD8cDmPS9fLa/nDYQ3b2V7T8/SUGCUAU",
+	"wqVdiq+2BmWhHmkSB6bCOGhSG4s8y+L1QlJg2XDJS6Gh4vj0RSfqXDOlnZdiMBwMIUhkwQRd8M6o891g",
+	"OPgOU/NmYKbZm0Gt6N/tv6dNztVjJxYeDIdhsXCs3A0QuBiQJwhsQgbQCV30PGy/SDsjV5b6d6ySCsId",
+	"LOFgONzQN/xm/cJd5euWduHVVVcsV53Ru/dRR+fzOVUrKPt5zQTT2p40nWpXYxw3ozvv7ad7QfBe49H5",
+	"ggSOi58qaQkhyy0r/2BAl9MQ+UDQrLd+Ym6E7SdWCkDVs6rb8RuPxe1j84EEq58Xq2o9GqDfuwIVE+TU",
+	"VQ0H5MH0NZTPXQX6CEhj4Q6OvHpZq0P+SGOt5PWTPMMFfRHQg7khbfTx8LvPMN9rqE9L09WRM4HoSmd7",
+	"sOctxebrtmvm2xDgen/PGSb2WNHPcNoWogEt2+SExH97tmbiqQ4Th/qUgjoXKfi9LuHvwVi8BjOFWbMj",
+	"I22sXj22VXAVcYD2uWr8ujUruHzFBcX+PUef0dbXsXuDe/19M7g1DVG8t1dtEPkp6hzu9BVNg/6eh8P9",
+	"7Z+8Fc6M+ztWbzhE4Nz80c9SXfI0ZeBtPDz4cfsXx+mci8I+wLD/WQloP1UsW1Aq1d97AHpFoqaHO8zk",
+	"HH2EfgMNBEZfgSwDElZsVZK4tKvHSMCKYkx6YaVFIZdFOSYLcxAlC9YNjJyFGsYToiUGy2IaD6HGrRcC",
+	"fyNCjZxzK9CsoKiyS2ddUK2ZhqiLseCTqPZZWM3d1cV0VWpiEL3+i9gdFAkU8Cw+gnadgrPUhZysVfAf",
+	"4M5HZBhXe/eNhcegQGEoFBxvNkW1AuXk0uAaSzWNQdkIsW8sAP16ruFycbRyzg0Y8yEISrEp11CAwVvA",
+	"7P+aXh4LGnZ7xML2IIwu0Foc17oJxpsaH2BQV2PnA7SP+e5uI4JxPu39ELBSdmGUlHPm2XscdGro/2JX",
+	"5ELmuNCG0ZR0Xzw7/3ksUkUnps+ZmfSd96Mf7KV/xVZ9/BDLcqNMWlwQJSmfTJhiwhSmQdK1RxW5CG9f",
+	"I14B0Phgo7XDd+ZtwrUdR8vsmqW9wHR40HgIziXkDeTQxM03dllicxkLkzQDHWlEygqygVGyrB07FjSU",
+	"BOAumovGrr+GoWmxT7sZizDE5Ff/FI9yQCApqqm3TZjxHhdFS+KxcNuq9b5xs/u2Nw5gWrvcjEXZ5ob4",
+	"Ljfd+uctvXOamNkTl8F+MyZWbSLyHOOokD0BBP0k09W9CSbVZtNVD7OryvBgQlilIfe6ZHTs2hd0IRrC",
+	"OPpJLllCc80CZdnBNvjcEYRgqesQ1rYg99Fewxefok7NuL5tkPrrlRHOwniE3UYpP6mNpJm5ySj2dTjl",
+	"P7CIMjzc/sVraX6WucAp9neY4pSuMknTcylfUoWpOIf7j3fZj84XC6g894qlnJ5b9QwEqYMNKBDapHdH",
+	"haLffKOCABwtyPyJCiRg3ApNI++mDrorSANWYm9Pwv4Q3U1tIVxFIm/ldeWa0AAI5qpS4ArLNPdGYbt+",
+	"S5jRNxD7RhIwmrOSu86xGDjjBDu7pkotfpFiI4oAvVGJBcsn1gI8gmX2nRGy0qcVTgrlBxDIupYLcFFI",
+	"Gs5SjyEdPcepwWznmbU3n41IO692byPbr0orsEpDV1a/hX6QZevdK7bCCHdKBFvCalHasn+5WS0nKeX1",
+	"z0FpnwJlHVlJFiQ4HhaPxx16e21Z9QU7+PtwbNdrZkQgFcTy2LKvsQsoa+iUGyPXDIj210Rso05gst36",
+	"dfAqXNFm88O9k5lS/0E7tpXxUT5KrbY1apbHgqbuj5CgjIWVy3QhIxV99XxmQ93oXVi5BwTOAGXgsajZ",
+	"uxFgBuQ1ei+taFr6fy3G+8XSSx8ygeC7BmG3vpOKKgwoFYrdOF2gBqPW+z7qrAU5BE8rKvLepU+zalaU",
+	"nzp5FQxpeFlceIOayVZA2cD8EhH2gSYG29DWI9GwdbMLR1sT1i3XcLi98I2xR0XfH/ek63tLSddMIu2N",
+	"hVSRT6CBdzH9CNpE1wCq67xpUREJg/6qwHdjh6s5byIHg6n9AGkqLWVxC3wReCxr7ECxoCURbaLyhwcH",
+	"vQgzIir+5rImfowe4nhAntFkVujwLobJd0ta03OPtiiboM6hxwaC0LqHwyEGYdhbsIt3yKiNz07SFv6p",
+	"07L1YHfbQBdtGK65eO7SYDxXwuqAcIk7WuoAAX4CgH0Y1QTG/pL6SbiANtZ50oAtRSgAoKJXVDx3/4Nb",
+	"CT+/RN1AVj2Ql+FUVpqFLOFbUVeppu2eH3QbNhuweWo5Tov5eg0l7EgndqqbqvwgNuxstsZchs1m63tB",
+	"AN85oAXuF66PFpYV/eqN3/YoYK+hl8X+CcnnjQwbM+IL6oyBkhAo4cN7N4AXORYFe8QGBqUF7tBzax9d",
+	"A/qVnQDfHJAYLGM+OBGtwd6+F5G4Utc/tk8xh3ssGjshGEn2STehGRMpVRhdpHuNbAG2fKKmD8QVykYr",
+	"O3GD/fucuE1utncL6jlGR//RcWG4Ay48kWKScUx++pJWlm0fO3OtVUaeCcPN6r6wHYHMYe46xgeMBb2i",
+	"reylDb9JNQSslNpcCVVgZus85m/MeOR6OKq/AdCjoFFUa6MxEIiLPl4QJVlr0hT/4ZHkpqbIe4C5vzHT",
+	"BnAtcg7WxgUGdCOBA/voYInRhVc6a7wLgg99H3KIy164QgJB9u+RC2/2r1wxtnDpTNC0coP7fzcEIGu9",
+	"e8Zip+Y91CX1+EmhIK8UbFQJvJxRMxYQOY2BlC7nYMoMJFTA8N7KgOGYekCOfZdO0HBBmyYZo9cMFVfX",
+	"8a0MUdSEXsrrMFnF21ylch8Gqi81LvNLKoyKG4siUaxMHCl934EbsIkhQ+mWB+XHWBzmMytnG6iU79ck",
+	"1fSrozL/lqwYke12lHGNURcZalsUwhJZMZdMsWt5ZaFKsDIhJCKCLYN2wD5jC9Nb9Z2pXwM+29UdL/gv",
+	"dgdfiZ6J29lF1bRX8U1yaNFNfVx1gCIFrD+oALFZ9y28XEVsO2SMmVwJNJ0isgSx1HoGJmGRrcAs+hBY",
+	"hKtDwHsgzoiDfxllNZw7beOT3lfq1NYjEgfFykDAw6RpPGnsOfGNod4LQ71P/dSh/W2wvp057n28YqtP",
+	"iNUZa6pydwb8sCjL5k203s/gcl6JNnKhCU0StjBYz82FytlvwEs+Fhn2x/fhfcBnwW+sGXgFr+UVZDoV",
+	"PBjmKxxXhxge+BBkAjcZkIkKvh42x07bKSDRDRb7jV2tAy8e6x2B99Ysa7vk8wtbOe7WgCF5yjfHzqPU",
+	"6LTFqoQ4IsuZJN0YClLHvQjjMOFvDgnBMaby2UfoBMXMvhiLZTh1l6JP3BS6DgY8L2dMPJjECbv+WuRN",
+	"u5ldxE0sEsGEKw/3DZHXEZmm1cr6ISYDzDyc5LmOmzsmuIDTVi7BY9sQjt0rcSNvKZkdkUWWg5ce4xSM",
+	"NDQrxnSmnC5W83JB9oC5EELfw7INlqVB+JrTJXGyCOPf5TVTvp4InO9c5sKQNGdBNFm1wyyy1Sdv/hGG",
+	"F8RuvVJNI9gpbBQXGOGEfv4L/NPN7P7CeSPfoy4eFENWfUtAi+AlQ7ra8CwjKheCi2nPFwa7PWWSKqi4",
+	"0kqmMAnnRE2/ZQ99JdRlPd3IVRBqSjbaSGaC7nH3SnBc9nIf7LSfywVkOdcTnPgtzPuVsOVgT7sw50rm",
+	"+Dfm3GIUqpxSGD9TgdwvaR5aMKWlAME4oQLKkAOzRaayZJfFHtCIhIHbIxJjee54LBSjqS5KhGEt28JZ",
+	"A7nkVOulVCkYlzAmG6xLFGvO6RnGqmusjWMHNLkSLIUYDDanPCvKXASZWWUwxo8PZ6IKkOKB7FTBDF/G",
+	"WBVusc2lE0Dxv1SoxU3R/l8kNuP+7FeVq701fdrCmfc+8nSjMesp/K4rLcEA1qDmokDE5so3AngQxw6u",
+	"oY7vuxicKivmmuAuv1meGsAOD/m+wC76XCE/G6Fi+KUo8TcAa4nhuS/oejADZ3DRrboNBKHs7CR3JaR2",
+	"jJ2+g+ZzDsv6SlSeoifxFl0HTvcburXoOMaBhEcz/PtL6jRQraEIhQyK1XV9GFuvMO2lYR91Z25UGvOV",
+	"NndQJ9046FIX9wbktLA+Yv1Snc/dF0VYmq/e78M26QoSrNiHhLEwma8b9N+B4PUwYlz7auZCEj2zEqLq",
+	"u5ooWDPPDlsfchS0CDo8OPAlNnG9YxEWt6ylLW/MVi5TlSPfGhjKyYYZypWJCTU+mvAdfz9wecgPp8Kd",
+	"Y1+9h9Ddgv70n1lpwy7ozTICQv83Le1bBD2I2q6v5M2oc4s8svfR/m9nXc7XhQKqUCuqg7WSuarUEnVh",
+	"SWV87WAs3mJld2cA8t1XMcOfC1f4XTFs69JQAP7hlMWCsuyiJboKQt+0wx20w1uB7GfTBpuvffjZaPs3",
+	"0GnT+24JNw+m59mbvK9EDy+5lp5sL3hCsBdNXPoD1u/OuDb1TImigvNa+eZuAf0QIArZEhgxihX9NFS1",
+	"WzbUPHOLL0ue3TuphfSGB5bhvkgKxSY09zkUXyW6/zsnUTyENLa32f198uA2oa/KDb6r//ub33uTTagu",
+	"7EM4Xx34v7gdtsqfG41KZ24jmlDn4BGFahMRucBu7L5DsC9F02RyisYioeqapUTmxpclscM80kd+cG90",
+	"koJhEmT5DqkZm6xiZJclGCsK/ASnbqT9wfVXtpIALj7FElL8t5wRV5it1LQeyADzgM7zL+c13+SkKdzk",
+	"5X18s8H8O3J9Tzwcet+Y9O3C9/c+2v9tyRWZy2unYiBIFn3j0pqFHEtmeVoxpyuC0aQlLUHDM/Tz30ih",
+	"Hs7sciPnvHfK5+IrRsZ7ANW3xfncFlg/m/3lod3w20j7N/Bps7/UpL4/pqi3/d3AL99qtolrxhddEM5H",
+	"VXoav3tvX0IKzE1EtAxo5lhUTTkWalcuoY78pBjF1Lt1k0217MTDWF0eWHD7IlaXjcE1zuryVSL5v7XV",
+	"ZQ0v70MUmylpoLFYu+T1kk8qYTpQPMZ9V6TsSkGqSbtdq86VTvfe0VhAMhe7s/mmVaY6UdNzv59dRCu7",
+	"sW+CVLP5Y2Jabjy0+/mfbilVgS/IA5IJsl6hqDNyEagb7S0SLjQDIcoVe4BazjPqer7oOfYWnEB2LOnG",
+	"sJii1yFPZq4VJnQhE1j73orWHJqyJcwBp8uguzl0QjdIF7mHyQVWAcH8Akhcb4BerMfWDrr3aK73c7R5",
+	"5tzzbzixjhMVaPXgEhYluR1m3CGALG/qQZhnhi8yznw5Wp3xlItpNbSq29r2txc0RYnGkLqKlcSswuzc",
+	"aCsSI37FpKvsEbMUCmpDm6uMUW0IlKB2wWnYR1jgzEZK1+TaxZBxDT1xonUO4kx7lMzlHLpf58LwbCxi",
+	"9mHBFdNQ3qErFYmNyYp2ANiJB0p9U0PmUhvyZ7sxDZnyTBBuSAYc7XIF+2PZZEDOQgG4gc3xiWtcS6Rg",
+	"R4SWT+SkoElFffAaFULrw5ILPSDHu/NAbDu1nczA766dsaM5jWTmNF8jMw/giXTDv2Gfvdb2NuLmgozd",
+	"WxE0gNPMfH1C8hdOyzmvsfTb0MV1SRVCpFr9gxhfFSTOB3Q5wmYHRRwX/AUmNYgosEgN2flUrCAAYCxq",
+	"efoeBblyoaMDsjWBvUhYf0axITa0pYGsQlfxP04pz1bxKJR88nmeUcOvmYsIc7QYB7P0DKIZmIBW6LCP",
+	"t+dPsFs7RWKylOqKKaJYIpWly5bY27OQC4amUux14IaE+ssPm1IPti57dXdKpX9YZ6ldXqutjE6/iUNN",
+	"tlYPoLSIVUSYqmil9mS/TFr9kl3OpLzaWGXn7dlLK3MI1/Ib4pWMJN3YfYzlYUuB6MiHIvGiadHp8fmT",
+	"57Xutq7yDnn+6vhJ/83z44PH3wMGpSzj19CRE6fD/uR2IFepxxXdwKYnjkyAVsOngppclbU8YNXErBZM",
+	"w7Jd60iovQZFO1Km+DVLiz7krv/5I03iv789OT+++PXZT89PTn65ePPsydmz8/jIdYKfMUIX3DX0F1DM",
+	"3c7OxfQiqOwm8gybmMZCmlK9Wg3IP5jikxW0hYTNrqy4aG8vN0BawzORExJjj1MD/2MD/EvRJbb+hx/j",
+	"kvK4/WHHnPmCKqwGBs0yrDRkqDBjYficOaIdX+/D/YWtIt/4wxwR8xecMBf8A04WXe+732bM/RQfuZb4",
+	"RGYpiU08wI6YaLz0jdISmswY9DPqxk/sv/tPpDBKZiMiZB8SxuPeQxg5/8bMrw7UH5BG+ilaqKTDFytO",
+	"2WvWtTaKlQNpaN6bLS38xMVB2c839DT/RoybdFMUIfxNeK+oQ16HOgFtdi/qz1pcyU3aLylhK33GxB5q",
+	"DJsvgCq7b7B+S9i4Eyl4vUhalUq6kkiW4Hd9fEqiWMqE4TSDOtm/WUnDUW4/rcjnl0yR7oTyzEqI+DOQ",
+	"b6jwoLivOXhJkys5mUQkX9jFHgzdSIoljCPhfX5+fkqwCRTpAgVFIxRUgEJqgi15HYmHdhz4IrbE0nmS",
+	"MK17D1WgzSH50/JyvpJwuOrGdqoSXLAvf+ffZMBmsuMJTnFg1QJun4/MWO6+W4cmbPN2pxZNpzDZV4Ie",
+	"djO74ASc8L9Ll6aFu2EPyPj3Dn2atvdk8nmz0KHWJ89ip3tCx6Lrs2/RZNsjC8rVEYkXUma1bkzuj9iV",
+	"KML0VtfpFpmUmUldGCl94isYLF3yK0jxRaPerv/Yp6j5XDTf/RCyiXGgnnPMqKl+5J02Vh8UK8yVLawe",
+	"ihHfohAYUkuXCTxBC4wPZJu0Q3+ZQEvYVIvsbG/tW+unP3J5oQWCZJ0ShHxn76P93807ODXGhhUo8ID0",
+	"fhM0fhN12mLDWiDhxqbNjIrP1jupOcirzLA7IvG447jBuDMC204Z7IV92bE4bLvaMSAv5ZIprLCOjj5I",
+	"tsPa1E5V00SKouYsmdFrq/a4jGjfnSh1dnSuymowJFVyscCxfVlcMGuVRRuCXUrl19tzjZDK0Yp2SM4l",
+	"52eN6jmBY7GeFNgcXvbA7OqLhJdtog8+vOyrpBP/1uFlu3O5G0SNcdMaIXZEtsaDDVoCvSyAfov0ut9I",
+	"L6c8bAzz2imQSzMTEnoI08rAZRKEWQVBWAbalnP0NxCpxsJFWmCYxybwaDaHb4aOb8FUfxTL0Y4QdxfR",
+	"6sEipIpW32NRgXVq3KOMXbMsumms1FhAVBT514mVql1iNVAKah83BQ1bCSsoyHUpzczFe9p38qlz91XC",
+	"qDbGTo1FK0U4zdcpwr9V3FM14qkIdP0W9vRAYU8FbcDoiJpcFdA2+J4lubLinKVt2CztODezzujde0vB",
+	"0GuPlK8m0siEZt4aSLrOq//8/Pz04vjp07O4Z4WnXGWdUWdmzGK0t7d/8OfBcDAc7I9+GP4wBALpFlUf",
+	"G6zbpGs4U7pHLnORgq6IxkNKJpRnuWJkLlOrOpEzlnJNFlJmJMmoxljRoqPIiefZUmQruyhB56wzcgLm",
+	"p2i91MNUF513DRNUGD0gEEblyAoqkHaSOV0VTaIDC2cwCzT4bJyk6HVYi50oWgcmDMgimOUgCwrrvWOx",
+	"96IKfDBX0XZqfb5TJhcZaN2bitNTQ2JfdXovBq+f61YRzFItALs+FTpOXaCKs9pHQdZIBJ5BqSoFZqve",
+	"03BP0IBnfRYooUpmMktriV3r5QGq7YrttXmodXZwF6vHla9HUcyOlUXWZz9rrcywXs6gLHVZrjKYou0Y",
+	"LUzMpCELamYD8pQl0Id8OWNg2qbQacdOu5TqCuBwKgmdMZq68JRcgPoTXtyMJVcNM63FLoIRHSMXq/HX",
+	"RWVPAry+GndV2RNEtK3NVG2GAqfmwgGtaFA026mOG96HD9VqPq5KBELUEH5Q+LYzOS2lqLqrNZiv8B6u",
+	"T3ic0gVESnqCqstzAy+4A/wMVD9SGIJAIArpUEGQ1+d4zmhmZhFRjKZcMEfZTpWcWyjIC1fLgLyWxHI8",
+	"Jgxfg7BCHNGdT+8//f8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
