@@ -58,7 +58,11 @@ func (t Throttle) Apply(w Window, limit int64) int64 {
 	return int64(q)
 }
 
-// ThrottleInput sets a throttle. Exactly one of ExpiresAt and TTLSeconds is given.
+// DefaultThrottleTTL is how long a throttle set with neither an expiry nor a TTL lasts.
+const DefaultThrottleTTL = time.Hour
+
+// ThrottleInput sets a throttle. At most one of ExpiresAt and TTLSeconds is given;
+// with neither, the throttle lasts DefaultThrottleTTL.
 type ThrottleInput struct {
 	Factor     float64
 	ExpiresAt  *time.Time
@@ -67,7 +71,7 @@ type ThrottleInput struct {
 	Month      bool
 }
 
-// Validate checks the input against now, and returns the factor in millionths and
+// validate checks the input against now, and returns the factor in millionths and
 // the expiry.
 func (in ThrottleInput) validate(now time.Time) (int64, time.Time, error) {
 	var errs fieldErrs
@@ -80,7 +84,7 @@ func (in ThrottleInput) validate(now time.Time) (int64, time.Time, error) {
 	case in.ExpiresAt != nil && in.TTLSeconds != nil:
 		errs.add("expires_at", "give expires_at or ttl_seconds, not both")
 	case in.ExpiresAt == nil && in.TTLSeconds == nil:
-		errs.add("expires_at", "give expires_at or ttl_seconds: a throttle always ends")
+		exp = now.Add(DefaultThrottleTTL)
 	case in.TTLSeconds != nil:
 		if *in.TTLSeconds < 1 || *in.TTLSeconds > int64(MaxThrottleTTL/time.Second) {
 			errs.add("ttl_seconds", "must be 1 to %d (7 days)", int64(MaxThrottleTTL/time.Second))
@@ -194,7 +198,7 @@ func (s *Service) SetThrottle(ctx context.Context, a Actor, scope ThrottleScope,
 func (s *Service) GetThrottle(ctx context.Context, scope ThrottleScope, id string) (Throttle, error) {
 	t, err := getThrottle(ctx, s.pool, scope, id)
 	if err == nil && !t.Active(s.now()) {
-		return Throttle{}, fmt.Errorf("throttle of %s %q: expired at %s: %w", scope, id, t.ExpiresAt.Format(time.RFC3339), ErrNotFound)
+		return Throttle{}, fmt.Errorf("throttle of %s %q (expired at %s): %w", scope, id, t.ExpiresAt.Format(time.RFC3339), ErrNotFound)
 	}
 	return t, err
 }
@@ -265,7 +269,7 @@ func (s *Service) ThrottleInForce(ctx context.Context, orgID string) (Throttle, 
 	}
 	t, ok := ResolvedOrg{Throttles: ts}.ThrottleOf(s.now())
 	if !ok {
-		return Throttle{}, fmt.Errorf("throttle of org %q: none in force: %w", orgID, ErrNotFound)
+		return Throttle{}, fmt.Errorf("a throttle in force for org %q: %w", orgID, ErrNotFound)
 	}
 	return t, nil
 }
