@@ -39,7 +39,7 @@ func TestConsoleThrottle(t *testing.T) {
 		entries[0].Actor != "console:"+adminEmail || entries[1].Actor != "console:"+adminEmail {
 		t.Errorf("audit: %+v %v", entries, err)
 	}
-	if _, err := e.svc.GetThrottle(context.Background(), tenants.ThrottlePlan, "pro"); err == nil {
+	if _, ok, err := e.svc.GetThrottle(context.Background(), tenants.ThrottlePlan, "pro"); ok || err != nil {
 		t.Error("the plan was throttled through an org's console")
 	}
 }

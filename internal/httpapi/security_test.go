@@ -255,7 +255,6 @@ func succeeded(code int) bool {
 // needsObject sets up, by operation id, an object of org "acme" that the fixture
 // does not hold and the operation needs to succeed.
 var needsObject = map[string]func(t *testing.T, f *fixture){
-	"GetOrgThrottle":    throttleAcme,
 	"DeleteOrgThrottle": throttleAcme,
 }
 

@@ -22,6 +22,20 @@ func fromThrottle(t tenants.Throttle) api.Throttle {
 		ExpiresAt: t.ExpiresAt.UTC(), CreatedAt: t.CreatedAt.UTC(), CreatedBy: t.CreatedBy}
 }
 
+// writeThrottle answers a GET of a throttle: 200 with it, or 204 when none is in
+// force (not 404: having none is the usual state, and the console asks on every
+// overview).
+func writeThrottle(w http.ResponseWriter, r *http.Request, s *Server, t tenants.Throttle, ok bool, err error) {
+	switch {
+	case err != nil:
+		s.fail(w, r, err)
+	case !ok:
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		writeJSON(w, http.StatusOK, fromThrottle(t))
+	}
+}
+
 func (s *Server) putThrottle(w http.ResponseWriter, r *http.Request, scope tenants.ThrottleScope, id string) {
 	var in api.ThrottleSet
 	if !decode(w, r, &in) {
@@ -48,12 +62,8 @@ func (s *Server) GetPlanThrottle(w http.ResponseWriter, r *http.Request, plan ap
 	if !requireOperator(w, r) {
 		return
 	}
-	t, err := s.tenants.GetThrottle(r.Context(), tenants.ThrottlePlan, plan)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromThrottle(t))
+	t, ok, err := s.tenants.GetThrottle(r.Context(), tenants.ThrottlePlan, plan)
+	writeThrottle(w, r, s, t, ok, err)
 }
 
 // PutPlanThrottle handles PUT /v1/plans/{plan}/throttle (operator).
@@ -76,12 +86,8 @@ func (s *Server) GetOrgThrottle(w http.ResponseWriter, r *http.Request, org api.
 	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
 		return
 	}
-	t, err := s.tenants.ThrottleInForce(r.Context(), org)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromThrottle(t))
+	t, ok, err := s.tenants.ThrottleInForce(r.Context(), org)
+	writeThrottle(w, r, s, t, ok, err)
 }
 
 // PutOrgThrottle handles PUT /v1/orgs/{org}/throttle.

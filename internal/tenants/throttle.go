@@ -193,14 +193,28 @@ func (s *Service) SetThrottle(ctx context.Context, a Actor, scope ThrottleScope,
 	return out, nil
 }
 
-// GetThrottle returns the throttle of an org or a plan. Errors: ErrNotFound when it
-// has none in force (none set, or expired).
-func (s *Service) GetThrottle(ctx context.Context, scope ThrottleScope, id string) (Throttle, error) {
-	t, err := getThrottle(ctx, s.pool, scope, id)
-	if err == nil && !t.Active(s.now()) {
-		return Throttle{}, fmt.Errorf("throttle of %s %q (expired at %s): %w", scope, id, t.ExpiresAt.Format(time.RFC3339), ErrNotFound)
+// GetThrottle returns the throttle of an org or a plan, and false when it has none in
+// force (none set, or expired). Errors: ErrNotFound when the org or plan does not exist.
+func (s *Service) GetThrottle(ctx context.Context, scope ThrottleScope, id string) (Throttle, bool, error) {
+	if err := throttleOwnerExists(ctx, s.pool, scope, id); err != nil {
+		return Throttle{}, false, err
 	}
-	return t, err
+	t, err := getThrottle(ctx, s.pool, scope, id)
+	if errors.Is(err, ErrNotFound) || (err == nil && !t.Active(s.now())) {
+		return Throttle{}, false, nil
+	}
+	return t, err == nil, err
+}
+
+// throttleOwnerExists answers ErrNotFound when the org or plan does not exist.
+func throttleOwnerExists(ctx context.Context, q querier, scope ThrottleScope, id string) error {
+	table := "orgs"
+	if scope == ThrottlePlan {
+		table = "plans"
+	}
+	var one int
+	err := q.QueryRow(ctx, `SELECT 1 FROM `+table+` WHERE id = $1`, id).Scan(&one)
+	return translate(err, fmt.Sprintf("%s %q", scope, id))
 }
 
 // DeleteThrottle lifts the throttle of an org or a plan at once. Errors: ErrNotFound
@@ -257,19 +271,17 @@ func resolveThrottles(ctx context.Context, q querier, orgID, planID string) ([]T
 }
 
 // ThrottleInForce returns the throttle the org's checks apply now, as ThrottleOf
-// picks it. Errors: ErrNotFound when the org does not exist or no throttle applies.
-func (s *Service) ThrottleInForce(ctx context.Context, orgID string) (Throttle, error) {
+// picks it, and false when none applies. Errors: ErrNotFound when the org does not
+// exist.
+func (s *Service) ThrottleInForce(ctx context.Context, orgID string) (Throttle, bool, error) {
 	org, err := getOrg(ctx, s.pool, orgID)
 	if err != nil {
-		return Throttle{}, err
+		return Throttle{}, false, err
 	}
 	ts, err := resolveThrottles(ctx, s.pool, orgID, org.PlanID)
 	if err != nil {
-		return Throttle{}, fmt.Errorf("throttle of org %q: %w", orgID, err)
+		return Throttle{}, false, fmt.Errorf("throttle of org %q: %w", orgID, err)
 	}
 	t, ok := ResolvedOrg{Throttles: ts}.ThrottleOf(s.now())
-	if !ok {
-		return Throttle{}, fmt.Errorf("a throttle in force for org %q: %w", orgID, ErrNotFound)
-	}
-	return t, nil
+	return t, ok, nil
 }

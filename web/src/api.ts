@@ -113,7 +113,7 @@ export const api = {
 
   org: (org: string) => request<Org>('GET', o(org)),
   setMode: (org: string, mode: Mode) => request<Org>('PATCH', o(org), { mode }),
-  throttle: (org: string) => request<Throttle>('GET', `${o(org)}/throttle`), // 404: none in force
+  throttle: (org: string) => request<Throttle | undefined>('GET', `${o(org)}/throttle`), // undefined (204): none in force
   usage: (org: string, period?: string) => request<Usage>('GET', `${o(org)}/usage${period ? `?period=${e(period)}` : ''}`),
 
   teams: (org: string) => request<Page<Team>>('GET', `${o(org)}/teams?limit=1000`),

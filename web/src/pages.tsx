@@ -20,8 +20,8 @@ export function Overview({ session }: Props) {
     let usage: Usage | undefined;
     let usageError: unknown;
     try { usage = await api.usage(org); } catch (e) { usageError = e; }
-    let throttle: Throttle | null = null;
-    try { throttle = await api.throttle(org); } catch (e) { if (!(e instanceof ApiError && e.status === 404)) throw e; }
+    let throttle: Throttle | null = null; // the overview is shown without it if it cannot be read
+    try { throttle = (await api.throttle(org)) ?? null; } catch { /* no banner */ }
     return { o, teams: teams.items, usage, usageError, throttle };
   }, [org]);
   if (data.loading && !data.data) return <Loading what="the overview" />;
