@@ -200,6 +200,7 @@ func routeCases() []routeCase {
 		{"beyond 7 days", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":604801,"reason":"x"}`, 400},
 		{"no reason", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600}`, 400},
 		{"empty reason", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":""}`, 400},
+		{"blank reason", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"  "}`, 400},
 		{"unknown field", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"x","scope":"org"}`, 400},
 		{"no token", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "none", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 401},
 		{"org key", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "acme-admin", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 403},

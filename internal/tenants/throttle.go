@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -99,7 +100,7 @@ func (in ThrottleInput) validate(now time.Time) (int64, time.Time, error) {
 			errs.add("expires_at", "must be at most 7 days ahead")
 		}
 	}
-	if n := len([]rune(in.Reason)); n < 1 || n > 500 {
+	if n := len([]rune(in.Reason)); n < 1 || n > 500 || strings.TrimSpace(in.Reason) == "" {
 		errs.add("reason", "must be 1 to 500 characters: say why, for the audit log and the console")
 	}
 	return ppm, exp.UTC().Truncate(time.Microsecond), errs.err()
