@@ -50,13 +50,14 @@ func validateCheck(in api.CheckRequest) error {
 	return nil
 }
 
-// limitsFor appends the limits of metric in ls to buf and returns them (nil when there
-// are none) and the grown buf. A check's three levels share one buf: one allocation.
-func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit) ([]quota.Limit, []quota.Limit) {
+// limitsFor appends the limits of metric in ls, throttled by th, to buf and returns
+// them (nil when there are none) and the grown buf. A check's three levels share one
+// buf: one allocation. The zero th changes nothing.
+func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit, th tenants.Throttle) ([]quota.Limit, []quota.Limit) {
 	start := len(buf)
 	for _, l := range ls {
 		if l.Metric == metric {
-			buf = append(buf, quota.Limit{Window: quota.Window(l.Window), Limit: l.Limit})
+			buf = append(buf, quota.Limit{Window: quota.Window(l.Window), Limit: th.Apply(l.Window, l.Limit)})
 		}
 	}
 	if len(buf) == start {
@@ -65,36 +66,47 @@ func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit) ([]quota.Li
 	return buf[start:len(buf):len(buf)], buf
 }
 
-// resolveCheck authorizes a check and resolves its org, team, user and their limits
-// from the cache.
-func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, tenants.Mode, error) {
-	req, org, cerr := s.resolveRequest(ctx, p, in)
-	if cerr != nil {
-		return req, quota.Route{}, "", cerr
-	}
-	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
-	return req, route, org.Org.Mode, nil
+// checkAnswer is what a check's answer says besides the engine's result: the org's
+// mode, and the throttle its limits were multiplied by (PPM 0: none).
+type checkAnswer struct {
+	mode     tenants.Mode
+	throttle tenants.Throttle
 }
 
-func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, tenants.ResolvedOrg, error) {
+// resolveCheck authorizes a check and resolves its org, team, user and their limits
+// from the cache.
+func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, checkAnswer, error) {
+	req, org, th, cerr := s.resolveRequest(ctx, p, in)
+	if cerr != nil {
+		return req, quota.Route{}, checkAnswer{}, cerr
+	}
+	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
+	return req, route, checkAnswer{mode: org.Org.Mode, throttle: th}, nil
+}
+
+// resolveRequest builds the check's request; its limits are throttled by the
+// throttle the org is under at this moment (expired ones are ignored here, by the
+// clock of the check, so a throttle lifts on every replica without any change).
+func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, tenants.ResolvedOrg, tenants.Throttle, error) {
 	var none tenants.ResolvedOrg
+	var th tenants.Throttle
 	if e := validateCheck(in); e != nil {
-		return quota.Request{}, none, e
+		return quota.Request{}, none, th, e
 	}
 	if !p.operator {
 		if p.key.OrgID != in.Org {
-			return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+			return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 		}
 		if !p.key.HasScope(tenants.ScopeCheck) {
-			return quota.Request{}, none, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
+			return quota.Request{}, none, th, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 		}
 	}
 	org, err := s.cache.Org(ctx, in.Org)
 	if errors.Is(err, tenants.ErrNotFound) {
-		return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+		return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 	}
 	if err != nil {
-		return quota.Request{}, none, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+		return quota.Request{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
 		AnchorDay: org.Org.BillingAnchorDay}
@@ -102,7 +114,7 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 		req.Metric = *in.Metric
 	}
 	if err := org.Metrics.Check(req.Metric); err != nil {
-		return quota.Request{}, none, err // *tenants.UnknownMetricError: 422 naming the org's metrics
+		return quota.Request{}, none, th, err // *tenants.UnknownMetricError: 422 naming the org's metrics
 	}
 	if in.Cost != nil {
 		req.Cost = *in.Cost
@@ -117,15 +129,15 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 	if in.User != nil {
 		req.User = *in.User
 		if user, err = s.cache.User(ctx, org, req.User); err != nil {
-			return quota.Request{}, none, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
+			return quota.Request{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
 		}
 		switch {
 		case user.Registered && req.Team == "":
 			req.Team = user.TeamID
 		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, none, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+			return quota.Request{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
 		case !user.Registered && req.Team == "":
-			return quota.Request{}, none, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+			return quota.Request{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
 	}
 	var team tenants.Team
@@ -133,7 +145,7 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, none, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
+			return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
 		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
@@ -142,21 +154,28 @@ func (s *Server) resolveRequest(ctx context.Context, p principal, in api.CheckRe
 			}
 		}
 	}
+	if len(org.Throttles) > 0 {
+		th, _ = org.ThrottleOf(time.Now())
+	}
 	buf := make([]quota.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
-	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits)
-	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits)
-	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits)
-	return req, org, nil
+	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits, th)
+	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits, th)
+	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits, th)
+	return req, org, th, nil
 }
 
-func fromResult(res quota.Result, oc quota.Outcome, mode tenants.Mode) api.CheckResult {
-	return fromResultInto(make([]api.LevelStatus, len(res.Levels)), res, oc, mode)
+func fromResult(res quota.Result, oc quota.Outcome, ans checkAnswer) api.CheckResult {
+	return fromResultInto(make([]api.LevelStatus, len(res.Levels)), res, oc, ans)
 }
 
 // fromResultInto is fromResult with the levels written into levels, which must hold
 // len(res.Levels): /v1/check reuses them from a pool.
-func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome, mode tenants.Mode) api.CheckResult {
+func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome, ans checkAnswer) api.CheckResult {
+	mode := ans.mode
 	out := api.CheckResult{Allowed: res.Allowed, Mode: api.Mode(mode), Levels: levels[:len(res.Levels)]}
+	if th := ans.throttle; th.PPM > 0 {
+		out.Throttled = &api.Throttled{Factor: th.Factor(), ExpiresAt: th.ExpiresAt.UTC(), Scope: api.ThrottleScope(th.Scope)}
+	}
 	if oc.Degraded {
 		t := true
 		out.Degraded = &t
@@ -261,7 +280,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 		refuse(w, r, err)
 		return
 	}
-	req, route, mode, cerr := s.resolveCheck(r.Context(), callerOf(r), in)
+	req, route, ans, cerr := s.resolveCheck(r.Context(), callerOf(r), in)
 	if cerr == nil && s.checker == nil {
 		cerr = errNoEngine
 	}
@@ -278,7 +297,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 	if cap(*lp) < len(res.Levels) {
 		*lp = make([]api.LevelStatus, len(res.Levels))
 	}
-	out := fromResultInto((*lp)[:len(res.Levels)], res, oc, mode)
+	out := fromResultInto((*lp)[:len(res.Levels)], res, oc, ans)
 	defer func() {
 		clear(out.Levels) // no ids kept alive in the pool
 		if cap(*lp) <= 64 {
@@ -322,15 +341,15 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	items := make([]api.BatchCheckItem, len(in.Checks))
 	reqs := make([]quota.Request, 0, len(in.Checks))
 	routes := make([]quota.Route, 0, len(in.Checks))
-	modes := make([]tenants.Mode, 0, len(in.Checks))
+	answers := make([]checkAnswer, 0, len(in.Checks))
 	slot := make([]int, 0, len(in.Checks))
 	for i, c := range in.Checks {
-		req, route, mode, cerr := s.resolveCheck(r.Context(), p, c)
+		req, route, ans, cerr := s.resolveCheck(r.Context(), p, c)
 		if cerr != nil {
 			_ = items[i].FromProblem(itemProblem(cerr))
 			continue
 		}
-		reqs, routes, modes, slot = append(reqs, req), append(routes, route), append(modes, mode), append(slot, i)
+		reqs, routes, answers, slot = append(reqs, req), append(routes, route), append(answers, ans), append(slot, i)
 	}
 	if len(reqs) > 0 {
 		results, outcomes, errs := s.checker.CheckBatch(r.Context(), routes, reqs)
@@ -342,7 +361,7 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 				_ = items[i].FromProblem(itemProblem(engineError(errs[j])))
 				continue
 			}
-			out := fromResult(results[j], outcomes[j], modes[j])
+			out := fromResult(results[j], outcomes[j], answers[j])
 			b := appendCheckResult(nil, &out)
 			_ = items[i].UnmarshalJSON(b[:len(b)-1]) // the item's JSON, without the newline
 		}

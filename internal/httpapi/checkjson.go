@@ -319,6 +319,15 @@ func appendCheckResult(b []byte, out *api.CheckResult) []byte {
 		b = append(b, `,"retry_after_seconds":`...)
 		b = strconv.AppendInt(b, *out.RetryAfterSeconds, 10)
 	}
+	if t := out.Throttled; t != nil {
+		b = append(b, `,"throttled":{"expires_at":`...)
+		b = appendTime(b, t.ExpiresAt)
+		b = append(b, `,"factor":`...)
+		b = strconv.AppendFloat(b, t.Factor, 'f', -1, 64) // as encoding/json writes 1e-6 <= factor <= 1
+		b = append(b, `,"scope":`...)
+		b = appendString(b, string(t.Scope))
+		b = append(b, '}')
+	}
 	if out.Warning != nil {
 		b = append(b, `,"warning":`...)
 		b = appendString(b, *out.Warning)

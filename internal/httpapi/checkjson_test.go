@@ -34,6 +34,8 @@ func TestCheckJSONEncode(t *testing.T) {
 		"denied":                {Mode: api.ModeEnforce, Levels: levels, BlockedAt: ref, RetryAfterSeconds: &secs},
 		"warn":                  {Allowed: true, Mode: api.ModeWarn, Levels: levels, WouldBlock: ref, Warning: &warn},
 		"degraded and replayed": {Allowed: true, Mode: api.ModeShadow, Levels: levels[:1], Degraded: &yes, Replayed: &yes},
+		"throttled":             {Allowed: true, Mode: api.ModeEnforce, Levels: levels, Throttled: &api.Throttled{Factor: 0.5, ExpiresAt: reset, Scope: api.ThrottleScopeOrg}},
+		"throttled finely":      {Mode: api.ModeEnforce, Levels: levels[:1], BlockedAt: ref, RetryAfterSeconds: &secs, Throttled: &api.Throttled{Factor: 0.000001, ExpiresAt: reset.Add(1500 * time.Millisecond), Scope: api.ThrottleScopePlan}},
 		"odd strings":           {Mode: "mode\"\\\n\u2028é", Levels: []api.LevelStatus{{Id: "<script>", ResetAt: reset.In(time.FixedZone("x", 3600))}}},
 	}
 	for name, c := range cases {

@@ -120,6 +120,7 @@ func (f *fixture) fingerprint() string {
 		"SELECT t::text FROM team_limits t", "SELECT t::text FROM users t", "SELECT t::text FROM user_limits t",
 		"SELECT (id, org_id, name, prefix, digest, scopes, created_at, revoked_at)::text FROM api_keys",
 		"SELECT t::text FROM console_users t", "SELECT t::text FROM audit_log t", "SELECT t::text FROM grants t",
+		"SELECT t::text FROM throttles t",
 	} {
 		var s *string
 		if err := f.pool.QueryRow(context.Background(), "SELECT md5(string_agg(x, ',' ORDER BY x)) FROM ("+q+") AS r(x)").Scan(&s); err != nil {
@@ -174,6 +175,7 @@ const (
 // routeCases drive every route of API.md's plans, orgs, keys, console users, audit,
 // teams and users sections, and the org's webhook settings and delivery log. They run in order against one fixture.
 func routeCases() []routeCase {
+	soon := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	return []routeCase{
 		// Plans (operator).
 		{"create", "createPlan", "POST", "/v1/plans", "operator", planBody, 201},
@@ -202,6 +204,49 @@ func routeCases() []routeCase {
 		{"org key", "patchPlan", "PATCH", "/v1/plans/pro", "acme-admin", `{"name":"x"}`, 403},
 		{"missing", "patchPlan", "PATCH", "/v1/plans/nope", "operator", `{"name":"x"}`, 404},
 		{"below an org's teams", "patchPlan", "PATCH", "/v1/plans/pro", "operator", `{"limits":[{"metric":"requests","window":"month","limit":500}]}`, 422},
+
+		// Throttles: a plan's (operator), an org's (its admin or the operator).
+		{"put", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 200},
+		{"replace", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.25,"expires_at":"` + soon + `","reason":"still failing over","month":true}`, 200},
+		{"factor 0", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0,"ttl_seconds":600,"reason":"x"}`, 400},
+		{"factor above 1", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":1.5,"ttl_seconds":600,"reason":"x"}`, 400},
+		{"factor too fine", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.0000001,"ttl_seconds":600,"reason":"x"}`, 400},
+		{"factor a string", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":"half","ttl_seconds":600,"reason":"x"}`, 400},
+		{"expiry and ttl", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"expires_at":"` + soon + `","reason":"x"}`, 400},
+		{"expired", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"expires_at":"2001-02-03T04:05:06Z","reason":"x"}`, 400},
+		{"beyond 7 days", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":604801,"reason":"x"}`, 400},
+		{"no reason", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600}`, 400},
+		{"empty reason", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":""}`, 400},
+		{"blank reason", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"  "}`, 400},
+		{"unknown field", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"x","scope":"org"}`, 400},
+		{"no token", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "none", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 401},
+		{"org key", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "acme-admin", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 403},
+		{"missing", "putPlanThrottle", "PUT", "/v1/plans/nope/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 404},
+		{"get", "getPlanThrottle", "GET", "/v1/plans/free/throttle", "operator", "", 200},
+		{"no token", "getPlanThrottle", "GET", "/v1/plans/free/throttle", "none", "", 401},
+		{"org key", "getPlanThrottle", "GET", "/v1/plans/free/throttle", "acme-admin", "", 403},
+		{"none", "getPlanThrottle", "GET", "/v1/plans/pro/throttle", "operator", "", 204},
+		{"missing plan", "getPlanThrottle", "GET", "/v1/plans/nope/throttle", "operator", "", 404},
+		{"no token", "deletePlanThrottle", "DELETE", "/v1/plans/free/throttle", "none", "", 401},
+		{"org key", "deletePlanThrottle", "DELETE", "/v1/plans/free/throttle", "acme-admin", "", 403},
+		{"delete", "deletePlanThrottle", "DELETE", "/v1/plans/free/throttle", "operator", "", 204},
+		{"again", "deletePlanThrottle", "DELETE", "/v1/plans/free/throttle", "operator", "", 404},
+		{"gone", "getPlanThrottle", "GET", "/v1/plans/free/throttle", "operator", "", 204},
+		{"put", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "acme-admin", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 200},
+		{"as operator", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 200},
+		{"bad factor", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "acme-admin", `{"factor":-1,"ttl_seconds":600,"reason":"x"}`, 400},
+		{"no token", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "none", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 401},
+		{"check scope", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "acme-check", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 403},
+		{"another org's key", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "other-admin", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 404},
+		{"get", "getOrgThrottle", "GET", "/v1/orgs/acme/throttle", "acme-admin", "", 200},
+		{"no token", "getOrgThrottle", "GET", "/v1/orgs/acme/throttle", "none", "", 401},
+		{"another org's key", "getOrgThrottle", "GET", "/v1/orgs/acme/throttle", "other-admin", "", 404},
+		{"none", "getOrgThrottle", "GET", "/v1/orgs/other/throttle", "other-admin", "", 204},
+		{"missing org", "getOrgThrottle", "GET", "/v1/orgs/nope/throttle", "operator", "", 404},
+		{"no token", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "none", "", 401},
+		{"another org's key", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "other-admin", "", 404},
+		{"delete", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "acme-admin", "", 204},
+		{"again", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "acme-admin", "", 404},
 
 		// Orgs.
 		{"create", "createOrg", "POST", "/v1/orgs", "operator", `{"id":"globex","name":"Globex","plan":"free"}`, 201},

@@ -8,6 +8,7 @@ package httpapi_test
 // skipped.
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -254,6 +255,21 @@ func succeeded(code int) bool {
 	return code == http.StatusOK || code == http.StatusCreated || code == http.StatusNoContent
 }
 
+// needsObject sets up, by operation id, an object of org "acme" that the fixture
+// does not hold and the operation needs to succeed.
+var needsObject = map[string]func(t *testing.T, f *fixture){
+	"DeleteOrgThrottle": throttleAcme,
+}
+
+func throttleAcme(t *testing.T, f *fixture) {
+	t.Helper()
+	ttl := int64(600)
+	if _, err := f.svc.SetThrottle(context.Background(), tenants.Actor{Name: "seed"}, tenants.ThrottleOrg, "acme",
+		tenants.ThrottleInput{Factor: 0.5, TTLSeconds: &ttl, Reason: "security test"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Every org-scoped operation: another org's key with every scope gets 404 for org
 // "acme"'s objects, and so does asking for acme's objects through its own org; an
 // acme key without the operation's scope gets 403; nothing is written. A key with just
@@ -299,6 +315,9 @@ func TestSecurityOrgScopedOperations(t *testing.T) {
 			}
 			intruder := f.mintKey("other", allScopes...)
 			without := f.mintKey("acme", lacking...)
+			if needs := needsObject[o.id]; needs != nil {
+				needs(t, f)
+			}
 
 			before := f.fingerprint()
 			f.refused(t, f.do(o.method, acme, intruder, raw), http.StatusNotFound, before, "another org's key")

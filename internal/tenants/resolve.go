@@ -26,6 +26,9 @@ type ResolvedOrg struct {
 	// has UsersComplete false and Users nil.
 	Users         map[string]ResolvedUser
 	UsersComplete bool
+	// Throttles are the org's own and its plan's that had not expired when it was
+	// resolved; ThrottleOf picks the one a check applies, by the check's clock.
+	Throttles []Throttle
 }
 
 // User returns what the org snapshot knows of a user id, and whether it knows it:
@@ -77,6 +80,9 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	}
 	for _, t := range teams {
 		r.Teams[t.ID] = t
+	}
+	if r.Throttles, err = resolveThrottles(ctx, s.pool, orgID, org.PlanID); err != nil {
+		return ResolvedOrg{}, fmt.Errorf("resolve org %q: throttles: %w", orgID, err)
 	}
 	if maxUsers > 0 {
 		if r.Users, err = orgUsers(ctx, s.pool, orgID, maxUsers); err != nil {

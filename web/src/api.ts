@@ -33,6 +33,7 @@ export interface WebhookDelivery {
   status_code: number | null; error: string | null; succeeded: boolean; at: string;
 }
 export interface Usage { org: string; period: string; period_start: string; period_end: string; metrics: MetricUsage[] }
+export interface Throttle { scope: 'org' | 'plan'; factor: number; month: boolean; reason: string; expires_at: string; created_at: string; created_by: string }
 export interface Page<T> { items: T[]; next_cursor: string | null }
 
 export interface FieldError { field: string; message: string }
@@ -112,6 +113,7 @@ export const api = {
 
   org: (org: string) => request<Org>('GET', o(org)),
   setMode: (org: string, mode: Mode) => request<Org>('PATCH', o(org), { mode }),
+  throttle: (org: string) => request<Throttle | undefined>('GET', `${o(org)}/throttle`), // undefined (204): none in force
   usage: (org: string, period?: string) => request<Usage>('GET', `${o(org)}/usage${period ? `?period=${e(period)}` : ''}`),
 
   teams: (org: string) => request<Page<Team>>('GET', `${o(org)}/teams?limit=1000`),

@@ -1,8 +1,9 @@
 // The console's pages. Each loads what it shows through the /v1 API.
 import { useState } from 'preact/hooks';
-import { api, ApiError, MODES, type APIKey, type AuditEntry, type Mode, type NewKey, type Org, type Scope, type Session, type Team, type Usage, type Webhook, type WebhookDelivery } from './api';
+import { api, ApiError, MODES, type APIKey, type AuditEntry, type Mode, type NewKey, type Org, type Scope, type Session, type Team, type Throttle, type Usage, type Webhook, type WebhookDelivery } from './api';
 import { dailySeries, formatNumber, formatTime, idError, parseLimit, periodOf, recentPeriods, remainder, sortLimits, topByUsage, windowLabel } from './format';
 import { errorFor, LimitsEditor } from './limits';
+import { ThrottleBanner } from './throttle';
 import { Confirm, Empty, ErrorState, Loading, PaceChart, UsageBar, useLoad } from './ui';
 
 type Props = { session: Session };
@@ -19,11 +20,13 @@ export function Overview({ session }: Props) {
     let usage: Usage | undefined;
     let usageError: unknown;
     try { usage = await api.usage(org); } catch (e) { usageError = e; }
-    return { o, teams: teams.items, usage, usageError };
+    let throttle: Throttle | null = null; // the overview is shown without it if it cannot be read
+    try { throttle = (await api.throttle(org)) ?? null; } catch { /* no banner */ }
+    return { o, teams: teams.items, usage, usageError, throttle };
   }, [org]);
   if (data.loading && !data.data) return <Loading what="the overview" />;
   if (data.error) return <ErrorState error={data.error} retry={data.reload} />;
-  const { o, teams, usage, usageError } = data.data!;
+  const { o, teams, usage, usageError, throttle } = data.data!;
   const rem = remainder(o.effective_limits, teams);
   const metrics = [...new Set(o.effective_limits.map((l) => l.metric))].sort();
   const now = new Date();
@@ -40,6 +43,7 @@ export function Overview({ session }: Props) {
         <div class="card"><span class="card-label">Period</span><strong>{usage?.period ?? periodOf(now)}</strong>
           {usage && <span class="muted">until {formatTime(usage.period_end)}</span>}</div>
       </div>
+      <ThrottleBanner throttle={throttle} now={now} />
       {usageError !== undefined && (
         <div class="notice" role="status" data-testid="usage-unavailable">
           {usageUnavailable(usageError)

@@ -160,6 +160,24 @@ func (e Scope) Valid() bool {
 	}
 }
 
+// Defines values for ThrottleScope.
+const (
+	ThrottleScopeOrg  ThrottleScope = "org"
+	ThrottleScopePlan ThrottleScope = "plan"
+)
+
+// Valid indicates whether the value is a known member of the ThrottleScope enum.
+func (e ThrottleScope) Valid() bool {
+	switch e {
+	case ThrottleScopeOrg:
+		return true
+	case ThrottleScopePlan:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Window.
 const (
 	WindowDay    Window = "day"
@@ -369,6 +387,9 @@ type CheckResult struct {
 
 	// RetryAfterSeconds Set when denied; seconds after which the same check may pass.
 	RetryAfterSeconds *int64 `json:"retry_after_seconds,omitempty"`
+
+	// Throttled The throttle the check's limits were multiplied by.
+	Throttled *Throttled `json:"throttled,omitempty"`
 
 	// Warning Set in `warn` mode when the check would have been denied.
 	Warning *string `json:"warning,omitempty"`
@@ -884,6 +905,53 @@ type TeamPatch struct {
 	UserLimits *Limits `json:"user_limits,omitempty"`
 }
 
+// Throttle defines model for Throttle.
+type Throttle struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// CreatedBy Who set it, as the audit log names them.
+	CreatedBy string    `json:"created_by"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Factor    float64   `json:"factor"`
+	Month     bool      `json:"month"`
+	Reason    string    `json:"reason"`
+
+	// Scope Whether the throttle is the org's own or its plan's.
+	Scope ThrottleScope `json:"scope"`
+}
+
+// ThrottleScope Whether the throttle is the org's own or its plan's.
+type ThrottleScope string
+
+// ThrottleSet Give `expires_at` or `ttl_seconds`, not both; with neither, the throttle lifts in an hour.
+type ThrottleSet struct {
+	// ExpiresAt When the throttle lifts by itself; in the future, at most 7 days ahead.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Factor 0 < factor <= 1, kept to 6 decimal places.
+	//
+	// Example: 0.5
+	Factor float64 `json:"factor"`
+
+	// Month Throttle the month limit too.
+	Month *bool `json:"month,omitempty"`
+
+	// Reason Why, for the audit log and the console (1 to 500 characters).
+	Reason string `json:"reason"`
+
+	// TtlSeconds The throttle lifts this many seconds from now (1 to 604800).
+	TtlSeconds *int64 `json:"ttl_seconds,omitempty"`
+}
+
+// Throttled The throttle the check's limits were multiplied by.
+type Throttled struct {
+	ExpiresAt time.Time `json:"expires_at"`
+	Factor    float64   `json:"factor"`
+
+	// Scope Whether the throttle is the org's own or its plan's.
+	Scope ThrottleScope `json:"scope"`
+}
+
 // Usage defines model for Usage.
 type Usage struct {
 	Metrics []MetricUsage `json:"metrics"`
@@ -1282,11 +1350,17 @@ type CreateUserJSONRequestBody = UserCreate
 // PatchUserJSONRequestBody defines body for PatchUser for application/json ContentType.
 type PatchUserJSONRequestBody = UserPatch
 
+// PutOrgThrottleJSONRequestBody defines body for PutOrgThrottle for application/json ContentType.
+type PutOrgThrottleJSONRequestBody = ThrottleSet
+
 // CreatePlanJSONRequestBody defines body for CreatePlan for application/json ContentType.
 type CreatePlanJSONRequestBody = PlanCreate
 
 // PatchPlanJSONRequestBody defines body for PatchPlan for application/json ContentType.
 type PatchPlanJSONRequestBody = PlanPatch
+
+// PutPlanThrottleJSONRequestBody defines body for PutPlanThrottle for application/json ContentType.
+type PutPlanThrottleJSONRequestBody = ThrottleSet
 
 // AsCheckResult returns the union data inside the BatchCheckItem as a CheckResult
 func (t BatchCheckItem) AsCheckResult() (CheckResult, error) {
@@ -1448,6 +1522,15 @@ type ServerInterface interface {
 	// PatchUser Change a user's allocation
 	// (PATCH /v1/orgs/{org}/teams/{team}/users/{user})
 	PatchUser(w http.ResponseWriter, r *http.Request, org OrgPath, team TeamPath, user UserPath)
+	// DeleteOrgThrottle Lift the org's own throttle
+	// (DELETE /v1/orgs/{org}/throttle)
+	DeleteOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// GetOrgThrottle The throttle in force for the org
+	// (GET /v1/orgs/{org}/throttle)
+	GetOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// PutOrgThrottle Throttle the org
+	// (PUT /v1/orgs/{org}/throttle)
+	PutOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// GetUsage Usage of a billing period
 	// (GET /v1/orgs/{org}/usage)
 	GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams)
@@ -1469,6 +1552,15 @@ type ServerInterface interface {
 	// PatchPlan Change a plan
 	// (PATCH /v1/plans/{plan})
 	PatchPlan(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// DeletePlanThrottle Lift the plan's throttle
+	// (DELETE /v1/plans/{plan}/throttle)
+	DeletePlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// GetPlanThrottle The plan's throttle
+	// (GET /v1/plans/{plan}/throttle)
+	GetPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// PutPlanThrottle Throttle every org of a plan
+	// (PUT /v1/plans/{plan}/throttle)
+	PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -1667,6 +1759,24 @@ func (_ Unimplemented) PatchUser(w http.ResponseWriter, r *http.Request, org Org
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// DeleteOrgThrottle Lift the org's own throttle
+// (DELETE /v1/orgs/{org}/throttle)
+func (_ Unimplemented) DeleteOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetOrgThrottle The throttle in force for the org
+// (GET /v1/orgs/{org}/throttle)
+func (_ Unimplemented) GetOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutOrgThrottle Throttle the org
+// (PUT /v1/orgs/{org}/throttle)
+func (_ Unimplemented) PutOrgThrottle(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // GetUsage Usage of a billing period
 // (GET /v1/orgs/{org}/usage)
 func (_ Unimplemented) GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams) {
@@ -1706,6 +1816,24 @@ func (_ Unimplemented) GetPlan(w http.ResponseWriter, r *http.Request, plan Plan
 // PatchPlan Change a plan
 // (PATCH /v1/plans/{plan})
 func (_ Unimplemented) PatchPlan(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeletePlanThrottle Lift the plan's throttle
+// (DELETE /v1/plans/{plan}/throttle)
+func (_ Unimplemented) DeletePlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetPlanThrottle The plan's throttle
+// (GET /v1/plans/{plan}/throttle)
+func (_ Unimplemented) GetPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutPlanThrottle Throttle every org of a plan
+// (PUT /v1/plans/{plan}/throttle)
+func (_ Unimplemented) PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2883,6 +3011,84 @@ func (siw *ServerInterfaceWrapper) PatchUser(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// DeleteOrgThrottle operation middleware
+func (siw *ServerInterfaceWrapper) DeleteOrgThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteOrgThrottle(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOrgThrottle operation middleware
+func (siw *ServerInterfaceWrapper) GetOrgThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOrgThrottle(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutOrgThrottle operation middleware
+func (siw *ServerInterfaceWrapper) PutOrgThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutOrgThrottle(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetUsage operation middleware
 func (siw *ServerInterfaceWrapper) GetUsage(w http.ResponseWriter, r *http.Request) {
 
@@ -3118,6 +3324,84 @@ func (siw *ServerInterfaceWrapper) PatchPlan(w http.ResponseWriter, r *http.Requ
 	handler.ServeHTTP(w, r)
 }
 
+// DeletePlanThrottle operation middleware
+func (siw *ServerInterfaceWrapper) DeletePlanThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "plan" -------------
+	var plan PlanPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "plan", chi.URLParam(r, "plan"), &plan, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "plan", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeletePlanThrottle(w, r, plan)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetPlanThrottle operation middleware
+func (siw *ServerInterfaceWrapper) GetPlanThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "plan" -------------
+	var plan PlanPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "plan", chi.URLParam(r, "plan"), &plan, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "plan", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetPlanThrottle(w, r, plan)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutPlanThrottle operation middleware
+func (siw *ServerInterfaceWrapper) PutPlanThrottle(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "plan" -------------
+	var plan PlanPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "plan", chi.URLParam(r, "plan"), &plan, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "plan", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutPlanThrottle(w, r, plan)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -3244,6 +3528,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Patch(options.BaseURL+"/v1/plans/{plan}", wrapper.PatchPlan)
 	})
 	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/plans/{plan}/throttle", wrapper.DeletePlanThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/plans/{plan}/throttle", wrapper.GetPlanThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/plans/{plan}/throttle", wrapper.PutPlanThrottle)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs", wrapper.ListOrgs)
 	})
 	r.Group(func(r chi.Router) {
@@ -3331,6 +3624,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/billing/export", wrapper.ExportOrgBilling)
 	})
 	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.DeleteOrgThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.GetOrgThrottle)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.PutOrgThrottle)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/webhook", wrapper.GetWebhook)
 	})
 	r.Group(func(r chi.Router) {
@@ -3357,255 +3659,274 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37c9s2uui/gtE5M5H2ULLsuLutPDt73CRtcpuHN3G2syfKNWESknBMASoAWlFz87/fwfcBJPiS5VfS",
-	"zeaXNjJJPL/382MvkcuVFEwY3Zt87C0YTZmCf/49l4auMirY8FeqBBdz+9eU6UTxleFS9Ca9N8wQLki8",
-	"pkrEZClTRtYLJohZMJIsWHJB1jLPUrKgl4ycMyZIygRn6RHRdKPJesGTBcnYJcsIFSlZc5HK9agX9XSy",
-	"YEtqJzSbFetNetoou4JPn6Lea2rYc77kZgj/ba7qdMFIZh8ROYOlGD5fGKZNYyrSt4+lYGTNzQLezRjV",
-	"hii2pNzuOZoK43ekpRQMHmpmBkdECkLdhtxu+4cHPwwiP21jNrOgZioUm+WapYQb0o/PM5lcsPSMmngw",
-	"morK1mdSLanpTXpcmD8f9iJ/FlwYNmeqdhiv/ZKbB/JWcKPLPRFq2tcX1442JjjOOdOjW61MM9MGPIkU",
-	"qSa5MDyDBV29DDx7TfozqQglOuMpF/OpwC8jN5bdbZIrxYQh53lywQxhItWDEXnVuDJuCNckfs2M2gyP",
-	"Z4apeDIVxdB+TTPFmF2qHXquaJrTLNtEREtYOBOpvXT70M23pBtyzoiRcioYVdmG2BWXeGEkWVGtjwgl",
-	"ScbtQi1wkDW1Y8S1s4uJxrOywGMUZ7pEM02XfsyECqLzJGEsvREolUfQfVnUPnaIW5vebtnu6bqg8inq",
-	"raiiS2Yc5XkkhZYZe6uZOqFm0VyMe4HkminCUzsht39f2bejnqBLmCHtRT3Ffsu5YmlvYlTOwoX9p2Kz",
-	"3qT3H3slBdzDp3rvWQon8ihXWqq/50xtmot4taK/5czCmZaKzJRcwoGsFLvkMtdkRefsgSaxYB/MGb4V",
-	"Fyv9DcYsloqPK+e2pB+eMzG3298fHxxGvSUXxR+iFrL4Exx0x2KffFhJZQhexog8ZjOaZ0ZbMIz/V0vR",
-	"uTJ3fbseHM6DS4FV/ayoMO23CI+6r29uH9/2Bp+lbLmSholk8wvbPAXu1s4wAIYfaMLLL8gF20SEarjX",
-	"OHhwdsE2MZlxlqWk/709xP2D76ciWVBFEwvFlhjEx8P/IXT4OxkPfyAjckYm5L/JMB5EhHGzYMoOTIk2",
-	"Kk9Mrlg6xPHwRqeiH097UqVMDfcPHh5+N+3FxVKePTn9iaSKzgxZK26YJtwMiFTknCpG+nHwWTwYkZ/5",
-	"JYxoP0X+DjTf/sQpgfelfDZjQDEv2EZbmuj5VP9wPHa8Ca4JxygvKjjj4S9sU4EV9oEuV5l9q7abXhsI",
-	"/8I27aByfPLMLovwFDl2zNPYc1m4JCENUF/NEsXMoAOkLmB1twIooModSHZC54xo/jvrQiYQSirnkyIi",
-	"WhwfRxbn+TJfwq8xYLz72UqvX6l5+2m9UvNutJJqftszOGGKy7TjEH7kWWb55gpesiAb//Of//zn8MWL",
-	"GO9uKYVZWKmxZCLuXW2oMpZLh+QJWKbj5fhe1+ni051JFe4CN5RR0X6U9kn3WVrp+LaHecrosn1u+6R7",
-	"bsPo8rZzd3PYt1s5q+W7t5v7k/1ar6TQDFj+cbrkopB67JBWMxGGCRAc6WqV8YTaxe2tlDzP2PK/LNuy",
-	"z3a8bfwKp66ds5RkScWG2P0wbXShDGhGEsVSJgynmZ4QdsnUhsR7l/sxkSumYEGEfUjYCiRqywJYcgHU",
-	"M8ONWJgljnxF7iMrCMoLJizJTgJRxhL9v799dXp8dvz4xbOXZ6+PT5+cPX/24tlpQew0U5dMRTCqYnAo",
-	"gxF5Kc0CZFWqSSoFOyJWTNxMBUprFeHWi5JI0AN970q16rU/Hpplcu225sVjFG6rB9aqyF1beSmmzdgM",
-	"tM2QImzRGG+hi1A8v1CgPiqlXVpTF66efRfB2kgQ/sk5m0nFcAFczK8Y3A7/I03dGX1OrHlBMysbstRC",
-	"MReXNOMp4WKVmyMSM6Wk0jHJuL04RpMFkbMZE6BRgdAx6tmVI69AoXHL4q+36OqoduWGfTB7ib6sjlHT",
-	"Kd78A/GeeiFJWYVSCkYyLhhinFx7RPw/b169BHF61CLJNEmM1RFRBFdyrWHzj6SYZTz5rJd2LIg8/1+W",
-	"GE/iuAaZSipiETAbEJopRtMNYR/s1cFCf5LqnKcpE5+VKC8qpIRk1CrNFgUTuWKRBTpqCegc5EJtaYH9",
-	"7ejrUAqrcReA9lKan2QuPitbeSmtvpWLNCJcJFkOsG/ZjLsBOSNUSNAEpJrDMk/oJpM0PZXyOVVz9rnP",
-	"2/E/ci7TjWVhRkqS2YXA4t4wdckT9lbQS8ozep599vVpXIEly1beT1nCU0aEXJM+G81H5DVLuWWAa0Fy",
-	"AWoOiZNMapbGxIpqA9jHW0Fzs5CK//55xYwXXGsLAqCnpVU+CctaKZkwre3JPhGGm81npQwEKbiHAbBG",
-	"nStGL7RFLMvycWqi8owBxXB/Y1aNXTKjeAIIanEylUyDTnYh5HpwZP9ZCChWZTVMuE3rfGXJIktfsJTT",
-	"UyCknxeqANrtwjQKFMACHuEChnZBeBYcNwR0v68Zs69c2guUQg+OpiJOmaE8i4mVkTVZozUPR21KaFb6",
-	"sstxawQReMWt9jz52FspS8cMR9E4UYwasBBXzGkpNWxo+JI1+U/U4+kuUnjUy6g2Z1bJ3za6yDOH7ijm",
-	"N2ZDreBj88FKsRn/0G5vmXGlDamaTFDCtRp8ZOUhxRI5F1wzr+eP2vaq2KW8uOUOgKnAaXPDlvqqw3tj",
-	"X7ffuYGoUnTTQ6XGq0Tv0P4IZ1NMUBxJFF5r7R4qW3pfTIJsw86KkPIIBgAUSVNuT5ZmJwHkzGimWVRa",
-	"YD4Wxkaro8jceHpaLm/yDh/23sPlhVDo73jbsby079ziNJf0wzP84CEYP9yP/do5R71c8N9y5h7bK60f",
-	"ffXUrzrDtMXgRARbg2gBBKE0LUXObME10QvLaUDSkCIBo89XiLl/YHyLengn7QTmnFHFnKY9IfFvq4uz",
-	"aT4eP0x4Cv9n7ufhQ3JONfvzYa6ygB7hO/Go1VB552hebKUbVp9zVPCqMFac304H6XhMy0kGXoor0Zx9",
-	"MOgZaZ4FLKI6WuuO8pSbJ8KoFn5HE7zE+p3+6jmq5Z8RAYkvNowuR3jGcSt3oImRqm0wSZY0Zc4jR8W8",
-	"GNLrEHFE4gu2mVSBxv7V2WzcE1CcuqEl6tF2xd/CqFMF0ExTLoX0LQYR9HGmLGP2EzBqd2CWO9mo92E4",
-	"l0P3RysljV7T9QsrVM5Z+HSoL/hqKFfINYYryQWsEWhp1EMbxNYlOzNFx5rhRj7vmpFwXultjPy87fDF",
-	"SxAjRoZQNmFi3n6/Us07CCWI0me4ssZjoJU78oU2koOGfITvyGNNVB6ru0QPf5X1uNk7UfNOaE2J41+c",
-	"3vxITbJ4ZEUbKzS0A7ZiOs9ALbeXjy5tq6OTc/sxWBzQvwvaBCoFF2wFMAPe33NmJXzUSsFyLgV7NetN",
-	"3m3fHizrNUze+xTtqMq8r2wqMP9tlQVr4gnYqne+z8pMFWlt3zmrOuS1+qW5ebffkzuQBgziLe2+6trN",
-	"XyWz++FbF4d2xWORLKR6TFt8X4/pxqsx6OWSoZdLqvkDTc4r/jGNTi8LLYXz7+D77a6/FrvpbkeBX72W",
-	"6zaEDJ42WfJS5qKFZL66ZIrOGcHnJM1ZBAwr4UuaOU826Us1J0YamoHt84hMe+Npj7BMs/WCKTZoJapo",
-	"4E9aDvmRewI+dpw5PiJsuTKbMipmlVFBFtTq7GSleOIs6Y1pIMiApWcQ2NMVOFVeHryuCU1TlloN1T7F",
-	"m67EmzlriPNV4E1PReMgxsEhRGglhwmIJeaXjFAD9kJLqv3IfqzEbpulZL2QGRuRn3FdinplOaErdIrb",
-	"H2h+ZCmGL01ILPHecNfxVFDHyTG8iZ7LS0Zi/5V7y0ctrOkGXUc7sNrqEF3HWyyPB3e39bBGu02P19DK",
-	"fLt4duVkuhZsX6oerBRM38mSnQ97R9d1hF7gZrQPIIMUhT2uWFUrEhSb3WGB4PrdMiGjyyHGFdozKAJN",
-	"rlpEjQwXrnwUcpyv27md3bX6dTfArH6LkadfAVWpY34bvb8Waw3MLIm07++X8OclL+02NOnRBKU8uL0e",
-	"E3O/u0mPZjxhvYb9BQcNA0aidlolwaWcL5mFPzBO/JYzxTGCs3HBBZ8Zt+JvNeTpastEGGxVxUCaZTvI",
-	"Qs/S3qf3UbnJ8uRKnL3aNuKR4uo3PTTvECsRgqddyRaIaZdcnNc8IDvnUmaMCvtlGQZ81XKeW+R6zWY9",
-	"MGbPFU1b7VdCr5liGNslc4O+kcj5RTyVfaDJjPIMArcDpAzWBajcQghfCUaYle3BL9oa6AzslyJjhDiS",
-	"XWQU2N0bQ02u24QUu9Crhnhh34ELW2V003Y4VtqncEDohCOMqowz5UPWfSg4ePtr8YDtxwTe+jNQtM5c",
-	"fEV7sDwIKEUM/PVianegzuu7DtRv5Rfw6hmA7O7QWkMhjw3uTgtIa0UrtLe8llmLTSK+5GzNVEwUo6k+",
-	"IjFNl1zEhGZaOtMEnB4Tlsy968HjXtTDz4L5yv0F8cd3444BE1GrvLGruVe5vW9V0IJjarUY4DLcYBXT",
-	"5JZTt6dwfVeD23FPrvR/W2Y38s+ingXntVRpb9JLpFIsMcOFVJoNz6kxGNCHu3VX1WCFxWkWh+83FsRM",
-	"H3x3WL+IqqUpsHUXC2pgjZEKpLtsg9G6C6oXR0SwSwi/MrkSiCLhxE4ZLmK1D9p8Vre8Tr/hYuluyCvu",
-	"8S7MOiFyfHG7zqNOLfHZm1fk8GD/L8SLfCRxTK4MSX775jGcoQU7+83/fXc8/J/3Hx9++s82JH5MebZ5",
-	"C1bJxhGmbdaAY/L29BFJS5sASrVRERA7fPw4rq7oYHzw5+H+/nD8MKT3lra0yu26i7uhtprbxW7TSUm+",
-	"8iG2LoMFGLddcj/Jl3lGrR66m+5Su8EUHXV2hW0X9xhtBK2ONymGgs1h6sKWgBK8t8ce/jAaj2tHB3+r",
-	"Xud0mn7cj/YPPvWn0xH++POnwd9ab7eSuBDK2WCSDvhHoi97Ef6xjXf8RHn2wkkpLfZl6rgtBEisFzxj",
-	"oTCGASxck1woRpMFPc/YBDwSwNAyudZT0Z9ldD5nKYm9+BcPojLQBQUbTb4bP4xInMmEZrEzSmq0U1JB",
-	"uBi6aJOpwEBVBYHrKYIDBP9D2MUDTfSCKoAiMFCgODcNT8Quz7ITWIDl5HbO9sPhLEufKCVb+CoEazVP",
-	"DeItVtQsPByXcYTu+w3px7Aq/W78foQCqD0Rb6/1qUUQmNEqzyyds6E12zAEalxj+UEbZIMppt2rddkK",
-	"FQzMKtyg9Sa0NoWWJYhyEtIQ5zRE605GV5qlg3ah9Obu5xpKas3ngqXkfBPEIHec5LUtLopRF81zE0/z",
-	"7WwZwtQEiRu5YBr2CLclP0HNCewgoRN2dhS2quBVHvwOsmRx4nVQ3ERFliLNU25IJuc18ea7uniz7Q7a",
-	"DBSF7bQdzivcarvJYn/rnTbQDBkfGlgBbzTpv/7pEXn48OEPkeeLs9zkikWgA3JBKNkwqgZHxLGDCUb5",
-	"F8zS76BINq0Y92t20t2BqwuiOmHmLgQ7JFxfXKR7ymiGGSld3qp2tGihH3VhnpqSj6VsxURqBUMvVHyc",
-	"9lZSm7lietqbkGlPXkx7EZn2lOXK+Ke8DH6d9j6F7uCmN/sKf7VGI4fVZzwfvYAbL8Nr318FJ26MtmN8",
-	"1hrUlNAsY2qYLKRmgnAIQJ1xJOalKOWsk6FgTIe/Hw//Zzz84X35z9HZ5L+H7z+Oo/2Dv7SLzDWDYEtq",
-	"x4pRA3HREGvVX2EwdEQODslC5koPCnnGFDGDVpjRXApC59TiqEi9yVMXgaZLqTAgqyrc0+Hv5cK/j/YP",
-	"vm9fOJgtKnfTsEO/7/rstUWP5tE3bGTgWwaobkaOdYQMZH5ZV5pcwEwD81z1+q/4Vh20cKoI+ZwbqQ3O",
-	"QoNdqyqiPdpBJkX9EMLIl/s7icwnNO0gFKgwE2mn9zUz1xNRnNq2iz3vrq8wKnJQcxTWy+0GW2m9aH+G",
-	"W6WSBtR7pl6EiIPzjAaJW4HVyN3Tn0HGaHGe+OOwMkBuWrwkWXvmmpM8GmlrN3CJXEfQutXtFTJA7eY6",
-	"76YF//DvR2CF11iTAlUIS3YJJX2cJHLHMSArytXutnpYTzMSpC4/vLDaV5ul4gXMrol3ZnPhTBaWQFhR",
-	"KvBfULFxwNQHbQ4yKUS2GYzIqRXJlm4snxQkwPsIfm2pGeh+oMBYQHDaNiqNUfgnFyoARV8gh1MbWAx4",
-	"fdfCg/MlU8rq00eFPg9+hA3BdB5vailS6KcCfAqHBwdQMYSSJdd6xTITvIpGRXcUTsH2mPGuB1GswOl3",
-	"uhqEv2330hZEHbkbOVE8ua4Cspur36KeMz3Vvf7nVDM4f3bPWOmdw6tilzu5Jr3FCv2TlRxxO1AhWNr9",
-	"I5GrR1CMunG804ONi2zDebyqTnskzzbbTIOlda/VSugKBDk9B/ZVtWVOhTdmyixl2qBoVlSoWEt1ASby",
-	"RKoUSx2Bu4lDDr/m2qI7TDwix1Nhxy0QnYCkTDRdE+E9OMVIE0DFS5rlDDLUgoIrUwEfPtAj8ky0lA3A",
-	"kkdUGzcBJLildFMYSrUkM6pIP+OXLJoK9ltOMyiQItV8ZNE4HozIkzLOyMuaC6rRZVZsd8OciWwnZA0M",
-	"y20uzytNKtvGhmELOcjKr7srhLVva+uyQvDdjNWFFKXMrXt+vlZMaDW3xkzMpEpYjJ5MF7XzWy4NPSKx",
-	"XtBUrmNHdd0b5znwRqmMJnHg5IyPvOMUbbA+Scx5W0Pvopu0F/Vwhh76ZFu1hZcu+aIuMy3yJRVDxWhq",
-	"tcDCbLnNx9Q2eqmKt4XQaak8zluNHKoVgc0Uorhd6BBii8XSXZI6XiE4VimRs4icUYiaPHOOkiYFv5Fb",
-	"dTZjYEw7yzoEoNPSto6vkCVTcydWoP3G83IXgBfaosAg682eU4GU08XmuUjAvr2mIQoiu2N8ITnVkWrn",
-	"7J8t+8VlFvvydckqxzC69UqvE4nRmWVkF6nzc6zt1m0bhxJ+lgw8CK9HgzxLU+/FWmI+AhWlXa7dLg5V",
-	"W3a0lKZcn+Uqaz/plKU8sVDrHDdvXz8v08W8a5Ysqb5gqY9Q5TMipGj3Q+Sr9No4sGbnCykv/CJ3T1Vy",
-	"tWscJLUgUxGZUb2l6pThGUVtyF4zfgdbbCPlr9T8+rEGFmm8zcqlOB4nS0aeCTAg43VbstTUF9up024C",
-	"YSMcvBK5tn8jbL4SFXWIe7utE7GwElXnuVSAm7vkdbagqxvRXcqd4dq21wHX3r5+3gL9W9VsfBU+vAot",
-	"OkDzLqzslkl+cRs7Vg5LFtc058T2cOKIOHer/VdxazHoyXEToWJfChMl+cKLWJRCssyzafdrx8zr4ePN",
-	"Mes6XO1GmPMvhCkN6DkpYtTrkmvV/VUGurRHudTM8+PhD+8/Hn4a9sfv9oc/vP9/++/Gw4P3g1b7/Ik7",
-	"rNuH5s0oz852ufYisONGhP2WwtauFrRthrOIaCi0UZH9mlmJdcLUmSEuZdaROg42tN0Z1In7oGlZCcR3",
-	"b5krVBRvT8AkH9GiotxIotrCGkq5yF1HCD3uQMrtX0/wsQB9fcknAF4fhQPCkJV1Suh7dxPDevHN/ng8",
-	"vvozK5bDBRagGtosnVR20iaCfSYE3JH+l4i2lQW4167JBTzK7IgW9u2q3Ob/dVssq+HJLjBfXlMX+N6F",
-	"dAR0/YuLR64c6A7y0R2A8i1AdEf53wNrg7y+ZquMJi7kDDIJweMxuilcXw3Nd8odXrK1ZwtHyBMUW8pL",
-	"KIfcwg1aRRm38vq5WG3e7ookGdVFaSLHiqSa66pA4/HyLmImToID2h30zqm+c49G6awZ1TNytwaI+/cK",
-	"4/Xu+B/6n65yLNazysvUvuAwyiW0IrpLp29JnyKvf3pEfjj87i9Fwn8qk3zJhGnqKlj5q1UYwkKYO+8/",
-	"CJD91HDYXT+yqGlmNdxkbIvg17CiL4xZ6cne3m9FN5BRyi59JTa9hzVQcMqhzvL5znVz4KlfUbQtlqnQ",
-	"Y5oJ9zULXBmUR/qom0729mIrM+Iv+DnwtjgjSa4rAdgW5xu29sPvK3jdx5H+Ntnbm07f/FdHPDmWLGqe",
-	"J7iLUSdOaJYFCVhMpHCTQQ6TfWtJBZ0zv62jQsXGp4rRNHCaY43RSr4TFvSKirwn93mrR+LUJU5+xjJW",
-	"WwzZhtHlAx2UHry91brbEr1rbulNbLS5ZqrTRVHUOveRt27b4O8KtLiwBCOCOVdErm99KN1xzXURMNzG",
-	"9bQbC1c3tOtibnRTlTm8llbiFJAnYs4FYy4brHItoZK0o47ULJJ3X2rJdYSxGrDtMkGn/N91l3ch6gOt",
-	"+eKivqu+f21R/493g42tdYSG3Ewk6wxP6ErruG4hC3z/jIm0rXlNkuWaXwZZaizoBbEbEXYTQLmdGxqD",
-	"kCwWtSkqI1Z2sF3qDGIhmjjUEe66hU1CmOcDTQoHnnePwkFx7WN6vMubK8tbdmYbGJ7Yef/tBUh+gipw",
-	"FpCjgqdhhRkQVda0NFlCRYLR7umNGEiGDdREFyTsmKQIlM4Fwrojbr+wu0oEvwuxyJ7qAwxHLEWCRgGk",
-	"QIpwtITQ1Qo9LbeToe6jDMedmGkrMfo3klNuluuO/ucM1c2mPPHd7oLKZxIomofXdRh3wej/GJnirtXN",
-	"PTP6Nj7s3GnNY2SXvutmS7OIS2gJuFkxV0G8Gg6MoZNmoZheyKxkRiOXhPv+Wi4eaVqDbzYk1nwuuJif",
-	"YXHaGOKU8yxz7Rcw2lmxJVUXPmRMM2O4mOtWim6HoyZX7GyxpRObL0Hv2nBASnpCFbQ9jM1f0eKQC/4B",
-	"TQ3R5b7724J9IMUUgR2iNNQFPU3f+Be7Flrue1uc1dMXx4+Gb54eH3z3Z0xhWrAPg6PCruBq4HGjWTbz",
-	"0bEXbDMiL70TCxuzYVKtL1nn2gD9+uTHp69e/XL25smj109OsX+WsM+dNxeqUEPrC2N5wSCaCipSX4PV",
-	"dRbCQicP7JtaWy0a4tSujOZrjXr6dcGUA06Mrj959eaUpUeBS87bX9xO3EpHO0551lnB5kQxLNBvJ4kh",
-	"4gAr7VvVOE0V07XQ41mumSbnmzJ3k05FJuXqnCYXEVkpfkkNi0jGxcUQctYtVANMr7lmUIdglZ9nPCHP",
-	"TvwUFvKnAtPqF1KbeETe5JBOmPFLKLMFx5JQkTBww+Yiq68sF6jXT0Xtmo+fP3/169nJ62f/OD598ld7",
-	"SDHp48pSK+TJ1ZIJMxiRp1Ibv3vlu05BNUB3AW6qRArBEqMjl2f1+OUbopiWWY4yg4EgNlj5hmRyPhV6",
-	"AXkTeHw0q+Uh9PYP/jIaj8ajfQt5lPjT9KczCSd3A2usk4hFVEAGvWrTLXuGwPIlvWD29Ah0gOVmcEQo",
-	"WSmZ5lD71qOQv3nIctouNmDUWg3ZW8hU5Gn1+276/tidY0vq/zUERGqMFeSa4L9f2IcwCdK9GGHYo33m",
-	"OsOOWhPJmC+60CTykO2No0E1sCo6c+M7YGHkwJVIDCd1FVPzObc1PtZeXxk+O+PplkGhb2eENZ+QIGoS",
-	"B8TeXw5GKdmHPI2LzBOZbnasr7VzkWm0Zp8lraHpyOQSZpdkWcjp6QnBD8KTF9IXKUvokpG+b8dpqJoz",
-	"ExHBjMU0AlcbQZVQmZttFbfD9fk73b46twKWkoMPH9qjaTujY/06vQkz7OYkFVQl3Dj+uGORfQStACAi",
-	"h8Eea6rn7qE+3K19dxcsvgvBt04YvrgMHAR2NdXq189R0nJXb1mWw8qC37vgIivQOEcD6YP84+qDWGFA",
-	"F94VS5N8YM5Wfwq4mK5wp/xapFLW/ClYQy+OSIxmWfuvhcyVi0eEAETLkavtvPURiUHpin0WUa1yQ+BA",
-	"wRkwBS2HQkx2/F7kShyh7va+c80dZjhXfrStsmKjMkaZMN7MapoEhXvDkhRTUU1UgLvFwM3Y597pETk+",
-	"B3JZ1KnF3GwkP9ilaCe6eJ8J1h1moMAA5M4HSuRYqHNXG1UNRLuW4L1V1u7VadZNxMQ+JrniZvPGju48",
-	"+tC+5Dhv7Qwbxs9iK9Fq59DTV788eRkPgi55voNyv7sRCso/Tm8aBB3kgeLDcsoDs0iLHbW4mMnmEkvm",
-	"i6LiMs8MHxomqDCYheXbD43Io1wbuWTK/0UTqi8IN5HvMpFKbPIv1UVEpr0l3aBlU6r5nmF0uQeN4PWK",
-	"iZS8LJHBGT5fWMj427RH+rGlUGTvcn8P3bBeYbIHBP7RwtvInKXU+YVxwUZiGgogCfrnzELJfI6pRMoq",
-	"rXLmcoePT56NpmIqThfQkw5jBzy1cR3oDGZgJlIYRROsLkN+ll6SBbf+jCaIlUuZskwTLqYihieCZnv2",
-	"GuiK79EVRzo3Z8LCBUux1pc9RHAMg4jvNWuusdsbvAdVNLSZirL5KLdsgCYLhjUPRZoxBZv5j/8gj6CE",
-	"CJ6B3YZl6WiDtC88ae2Qa+iF1d2PXd89+OOE/IgNehD4AIqLFitIi8COCdBt71owImcTO8kQnvzpT1UU",
-	"+NOfSJ+JS66kgKO+pIpDAl0LZlTb6Q4mU0HAnZ5KPClI7Az7NoIXHvhDRgVuXqq5DpzuwBVh947+Es9T",
-	"RuRXJwK1raQSC2+x1IILhy6A6cjulQq71RKF7T4BiUejUTyIiDNwom5VQrhd3t5HqeafLHAML9hGxyPy",
-	"zMDCWCbFHDQzOFYL/iItjCzYxWhCfLBCv4hWiEPc8WEKdsR+M1ThgUZsiRBVIugrH1UaHuP5QQwDGKh9",
-	"zanIDultHN6ihKzJ/THUWgfwehkX0W8JjKjJLQOA5mPIw3c9GXNxIeRaOIDzVWcOx/tWy8TeiL4dmL3K",
-	"ohVp2XYUUEAwlurg84dHjgIP4e2UKJkbhoV43J0FXUAfaNcnGqrVYcPQqWhtGBoFkxzCdp5Am90C6YL2",
-	"qMX9oc2gWLsTC+w1QhsToC0fhp6h4ZJ1TPpQ20D4LPGlhVEmLOFzB7miyjVBKeJZdNTRLptrYglUpUF2",
-	"qRuQ/vHJs6nYoVv2Eelqlh15kw/5bjwVRVdv6gouV5pnT8pq/pj0yU15sAc/OKwK2z0jy/AdLheA4M9M",
-	"eecWizYkrrXTtnJpS7trEFOnIq41qI5J3xWHHhQ59XiqD0gqC1JcdqBEsuiK1TuswvbqVr31ZilsXhmH",
-	"zS0npN5oOR6MyFtEBotXUPPQsh2wCgUNYil0qbaQ6QH5cDyeFFnxXBPNMyZMtiF8LqRy5OyVYNXumtBP",
-	"1IptjnqWXMPCJrIOClNGwTkU9SOAdns1HmtuUFDxYbNoLQznA4mfgthrKVh98xatNkBPoMto7MwVVqoM",
-	"3/0wXK/XQytNDnOVMWEVzjQmfWj7GSe5ysgwjYlmItVHmD5MyPnGuItYUWXlV7fKyKWhQ4lhO+ZgRI6D",
-	"aiIpp7CMoKKIMyAScrj/HWo6UxeGiIXKKie8zO2dscZNYw3J6XSKDbJXGeXC/pr2YrgqCETEBXdGQ2rS",
-	"j7tatMYDsobqK7FdPfAJrsnNQwoJSheH47FrLL52jVkpcDVEeS6K9uOFAnB88gy4kVrqiT1iC9JFMRhq",
-	"FmiOglv/OMUqn3iM9bqiWBDOlf/EV/zhOvKIaBsRVBYjqGIWkZRuIlTmpr1PcdQyE0L1u4fvR4nUZss8",
-	"UL0VlBU7FJijG4OhmN0yiGti64/ARwg4vLYDHvm6qYjjIMdQFxzejyuz2DemvXiC+j4CE/UNxvEn8k3E",
-	"RJ9xn3EB2IB127J8Kez5GBrUAsMhBgCEWFvMiiP23pdbus4fjvdDhl5rsmyfP/SYaJliRi0ZKfl4v9pS",
-	"3CgOCVW1nuKYxTiwox3CFrHFN8D21V2+URinWNBWSCcMLCis7jtXr9YsnPPEDqrzZGEVmYVMST8+zjK5",
-	"9m31sbIRpkDBgn7ApjRprYn7ETncf1jcqcPCorf3EZCQkIDaXXkjqr26I3J4cFAIQe0NouFCaz2iUYi5",
-	"sj30EfDZsjoH6buiSgM7qFQlgy7FBieR4LF6hjE4It/hFdc6hdtxXLPwPg0qP2Kl5aLeIpYMltLKsRvP",
-	"ZoKIYksHuSCzjM8X5gjQLpQLiKYb7VwwEqzxG0vHC4rtD26tuAlkBwvjz1KYCHSLCBSLqCI7o/7nK1wp",
-	"ywOhgKNLpcWqjvgSNQnwhXiX/AOrEODUTrfQRTXFQERXiK6tVYDLScvOFc62Bzt7DpCKLG/OhVVUJiT+",
-	"G1ziX/dHo/3xeByTvpfX9sfjAbKzv6Ed868xSACiEC7tUnzFHyhN8kCTODB8xkGD3ljkWRY3i5mAZcNF",
-	"woeGiuOTZ72od8mUdj6X0Xg0hpCXFRN0xXuT3sPRePQQ8zwWYKbZW0C90t/BptfmKj52YuHBeBwW/Mbq",
-	"2wCBqxF5hMAmZACd0EHQw/aztDdxpVF/x0p9INzBEg7G4y0906/XK91VX+1olV5ddcVy1Zu8ex/1dL5c",
-	"UrWB0nOXTDCt7UnTuXZ1wnEzuvfefroXhCK2Hp3PbnVc/ERJSwhZbln5BwO6nIY4DoJmveaJuRGuPrFS",
-	"AKqeVd0r0Xosbh/bDyRY/bJYVefRAP3eFaiYICeuci0gD+ZCoHzuqshHQBoL53bk1ctaLdwHGut1Nk/y",
-	"NS7oi4AezA05SN+NH36G+V5CjUSabo6cCURXuvqDPW8ttl+3XTO/CgEu9/ecYWKPFb0c510BJ9BQTc5I",
-	"/POThomnOkwc6lMKkqZT8OKdw+/RVLwEM4Vp2JGRNlavHlsjuPIKQPtcRX3dmWJWvuJCfP+eowfsytex",
-	"A4N7/X07uLUNUby3V22O+SnqHe70FU2D3qaH4/2rP3krnBn3d0wFPkTg3P7RT1Kd8zRl4Ds9PPjh6i+O",
-	"0yUXhX2AYTeyEtB+rFi2oFyfv/cA9IqsHw93mBY0+Qg1r9tq/l+ALAMSVmxVkri0q8dIwIrKHnplpUUh",
-	"10VtDwtzEPML1g2MA4Y6mjOiJYb+arQkUePWC2HMEaFGLrkVaDZQ2NPlRq2o1kxDDMlU8FlU+yysKOxq",
-	"s7mSBzGIXv9F7A6cpfmv+Cw+glalgrPUBdA0qkiPcOcTMo6rnfSmwmNQoDAUCo43m6JagXJyaXCNpZrH",
-	"oGyE2DcVgH4D12y6OFq55AaM+RDSpdica8jm9RYw+7+2l6eChr0YsbgyCKMrtBbHtd5+8bbi2xii1lp9",
-	"G+1jvtfahGDUUndNbqzWWhgl5ZJ59h4H1cKHv9gVuQBALrRhNCX9Z09Of5qKVNGZGXJmZkPn/RgGexle",
-	"sM0QP8TSsCiTFhdEScpnM6aYMIVpkPTtUUUuXt3XKVYAND50qnH4zrxNuLbjaJldsnQQmA4PWg/BuYRK",
-	"/27KiuYsa2wQY2GSZqAjTUhZxTAwSpb1C6eChpIA3EV74cLmaxhoF/sWnVMRBsz86p/iUY4INFBo608T",
-	"pk/GRQZ8PBVuW7X+NW5237rGAUxnp5qpKFvVEN+ppl//vKP/TRsze+TSIa/HxKqF7J9iVBiyJ4CgH2W6",
-	"uTPBpNpou+phdim+9yaEVZqRNyWjY1dCuw+xHcbRT3LOEpprVu2JYcEAfO4IQrDUJoR1Lch9tNfyxaeo",
-	"VzOuXzVI/fXKCK/DeITdRik/qY2kmbnOKPZ1OOU/sIgyPrz6i5fS/CRzgVPs7zDFCd1kkqanUj6nChOL",
-	"Dve/22U/Ol+toIzRC5ZyemrVMxCkDragQGiT3h0Vil77rQoCcLQgjykqkAD7ZE+8mzqo8C0NWIm9PQlr",
-	"lPe3lSZ35S28ldfV/kADIJirSoErrPk5mHgjg92BJczoG4h9MXMYzVnJXR9XDJxxgp1dU6UetEixGHqA",
-	"3qjEguUTC0sdwTKHzghZ6ZoKJ4XyAwhkfddfx0sazlKPIR0Dx6nBbOeZtTefTUg3r3ZvI9uvSiuwSkM3",
-	"Vr+Fno5lI9wLtsF4fUoEW8NqUdqyv9yslpOU8vrnoLSPgbJOrCQLEhwPCxjjDr29tiwhoGA4H1zu+h1M",
-	"CCS2WB5bdhl24XEtfWtj5JoB0f6aiG3UC0y2V34dvApXtN38cOdkptR/0I5tZXyUj1KrbU3a5bGg5foD",
-	"JChTYeUyXchIRW88n6dRN3oXVu4RgTNAGXgqavZuBJgReYneSyualv5fi/F+sfTch0wg+DYg7MZ3UlGF",
-	"AaVCsRunC9Rg1HrfR71GkEPwtKIi7537pLF2Rfmxk1fBkIaXxYU3qJlsA5QNzC8RYR9oYrCVbD0SDdsv",
-	"u3C0hrBuuYbD7ZVvUz0pek+4J33f30S6gubpYCqkinw6ELyLyVTQ6rkGUH3nTYuKSBj0VwW+GyiBXXXe",
-	"RA4GU/sB0lRayuIW+CLwWNbYgWJBWwzaRuUPDw4GEeZ3VPzNZYHlGD3E8Yg8ocmi0OFdDJPv2NHQc4+u",
-	"UDZBnUOPDQSh9Q/HYwzCsLdgF++QURufa6Ut/FOnZevR7raBPtowXKvv3CX1eK6EpabgEne01AEC/AgA",
-	"ez+qCYz9JfWTcAFdrPNVC7YUoQCAil5R8dz9D24l/PwSdQtZ9UBehlNZaRZynm9EXaWad3t+0G3YbsDm",
-	"qeU4HebrBkrYkV7Zqa6r8oPYsLPZGjMztput7wQBfBnqDrhfuV4uWKPuqzd+26OAvYZeFvsTUulbGTbm",
-	"9xfUGQMlIVDCh/duAS9yLAr2iNWwSwvcoefWProG9Cs7Ab45IjFYxnxwIlqDvX0vInGlSHRsn2JG+lS0",
-	"ltU2kuyTfkIzJlKqMLpID1rZAmz5lZrfE1coq/bvxA3273LiLrnZ3i2o5xgd/UfHhfEOuPBIilnGMZXr",
-	"S1pZrvrYmWutMvJEGG42d4XtCGQOc5sYHzAW9Ip2spcu/CbVELBSanP1+ICZNXnMz8x45Lo/qr8F0KOg",
-	"60hnsxsQiIumMH3f1a6aJVZpzhz2WhlgXGWtR0j8h0er6xov7wBKf2amC0Q7JCMszQgs61oiCrZxwAp3",
-	"K6+m1rgdhCv67rkQyb1yhRSC7OcjFxDtX7lgbOUSoKDV2paAgd1QhjRaR0zFTr0jqEsD8pNCPUgp2KQS",
-	"qrmgZiog1hpDL12WwpwZSMGA4b1dAgM49Ygc+95yoBOD/k0yRi8Zqrqu4VAZ1KgJPZeXYXqLt9JK5T4M",
-	"lGVqXK6YVBhHNxVFalmZalJ6ywPHYRsLh9I198rBsTjOZ1bnttA13y5EqvlXR2X+LZk3ItvNKGODtRc5",
-	"bVeokCWyYvaZYpfywkKVYGUKSUQEWwdNLH2OFybE6ltTvxZ8tqs7XvFf7A6+Es0Ut7OLcmqv4pvk0KHN",
-	"+kjsAEUKWL9XAWK7tlz4xYpoeMgxM7kSaGxFZAmir/UCjMgi24Ah9T6wCFeHgHdPnBEH/zLqbTh32sUn",
-	"vXfVKbpHJA6KtYGAh2nWeNJY8vwbQ70ThnqXGq1D+5tgfTdz3Pt4wTafEKsz1lbl7zXww6IsnTfqes+E",
-	"y5Il2siV1RUTtjJYz84F19lvwK8+FRl2dfYBgcBnwdOsGfgRL+UF5EYVPBjmK1xdhxhQeB9kAjcZkIkK",
-	"vh62R1vbKSA1Dhb7jV01gReP9ZbAe2OWdbXk8wvbOO7WgiF5yrdH27s+6agtViXECVkvJOnHNDFSxYMI",
-	"IzfhN4cU4hiT/+wjdJtiLmCM5TWcukvRi24KXScqiu/cm8QJu/5a5E27mV3ETSwrwYQrj/cNkZuITFNX",
-	"lsYV4AgxGWDm/iTPJm7umBIDbl65Bh9vSwD3oMSNvKNkeERWWQ5+fYxsMNLQrBjTmXL6WM3MheUD5kLQ",
-	"/QALPViWBgFvTpfEySKMmJeXTPkKJHC+S5kLQ9KcBfFn1QaHyFYfvflHGJAQu/VKNY9gp7BRXGCEE/r5",
-	"z/Cnm9n9wnkj3yIpHhVDVr1RYXmxvjY8y4jKheBiPvCF0W5OmaQKarR0kilM23ml5t/yjb4S6tJMUHI1",
-	"h9rSk7aSmaB50Z0SHJfvPAQ77edyGlnO9QgnfgvzfiVsOdjTLsy5kmv+jTl3GIUqpxRG3FQg90uah1ZM",
-	"aSlAME6ogDLswGyRqazZebEHNCJhqPeExFiePJ4KxWiqi6JiWMu3cNZA9jnVei1VCsYljOIG6xLFKnV6",
-	"gdHtGqvp2AFNrgRLIWqDLSnPisIYQS5XGb7xw/2ZqAKkuCc7VTDDlzFWhVvscukEUPwvFZxxXbT/F4nm",
-	"uDv7VeVqb0yfruDMex95utWY9Rj+7hIiQliDKo0CEZsr3wjhXhw7uIY6vu9icKqsmGuCu/xmeWoBOzzk",
-	"uwK76HMFCW2FivGXosTfAKwjhueuoOveDJzBRXfqNhjYtbOXHF+vO8S9xR7SAOlK1x3oLmLWGT1uaRWA",
-	"+l+4s6lA6bBsdQtxPUbKQZeJ82fc71eiTMFudlGj8N6+oXKH/jT3UOFx2P3hc9gbunSn4zTVJAYDXRyE",
-	"ghVV/7HQXVhuBWoiCLkmuTA8s98ansWkf76ZCl9BzY4SdMl0Xgxn06s2ORhERApSdfQ5/99oKh65Ir5g",
-	"t6xW9tNob9W+7ogPbEuJzI2fGYoLKtzFAPPasByzZsxV8+OWkMALR4QbkvGZ0S4RGrplGb/FEQFjfxDK",
-	"CuGDVEsRo27ojLVhMc5qmrWdf+Fi9ILj7R8eHExFURcL8qYVw2xtktAVlPKzCx10ZwWEsYjR1CqfokMq",
-	"8OUfK6LenBly2FGsAsRrIAL3pDbC2F9GYcRtdQgogJ+QtAXpEQVcfgtc+NePBISLd06ZPiVGrob5atBB",
-	"nCvVVx1Qdkk5ex/h/1t1xCdODUQI83A16aC+qZIrTaDFWZ1UukpGOAyWFtgWAXGEQlQ1AkIqL07BMGE1",
-	"Hx8OQa5TqQ098iW92EXtxA18i3TYJdIBD+sakHqPwj/ccqfYD/x5Z6nf1ZrdMcnyFg6PU1jWVyKcF53w",
-	"r5DN4XS/oVWHaG4cSHiUwt9f0pUBZd2KnKlA9u377JVB4dEvvOczqYiLMlAaCxtYYZiGTbqdaMwVVCbo",
-	"x0Fz7ngwIidF0AFK3Tpfui+KbBTftMznd9ENVGJgHxLGwqof/aDtKGS5hqml2rc9EpLohZUP1NAVT0Su",
-	"Z4etDzkJOqMeHhz4Wvy43qnoFrz7W8salTWNII3GVW2YirCUUWViUrQx0+/4+5FTje7Pc3OK7cTvQ/a2",
-	"Q38Z0Rs21SF5I/R/c858S7UFC7trp3896twhj+x9tP/b2YXjC8gCVahV38SmKlxVTBMuG6G0pYym4i22",
-	"gHJ+X1eszcnrXDiThGLYzbKlU9T9+YgKyrKLlO5KjX5zCu3gFLoRyH42J1D7tY8/G23/Bjpd7p4bws29",
-	"aXj2Ju8qv9tLrmUAqxc8wZ5BE5f1jI1+Mq5NPUG6aPXS6PPSL6Af8sIgSRoTxbD0t4by1+uW4shu8WVt",
-	"5DsntZDVfM8y3BfJnN6G5j51+qtE93/n3On7kMb2tke9vrp3m9BXFf26a9jrt3DXbTahurAPWTx14P/i",
-	"4RdV/txqVHrtNqIJdXFdolBtIiLhNZplm6BEz1q0mpyiqUiouqz6WO0wD/SRH9wbnaRgWPukfIfUjE1W",
-	"MbLLEowVlUCDUzfS/gEq9kH8rFt8irVm+W85I66Cc6lp3ZMB5h5jZr9csOy22KwiOra8j282mH9Hru+J",
-	"h0Pva5O+Xfj+3kf7vytSxJfy0qkYCJJFg+m0ZiHH2rqeVizphmASWUlL0PBsFkxsp1D3Z3a5Vkyuj8XN",
-	"xVeMjHcAqm+L87kpsH42+8t9R99eRdq/gU+X/aUm9f0xRb2r3w3CcTvNNnHN+KILwvmgSk/jd+/tS0iB",
-	"uYmIlgHNnIqqKcdC7cYHjvyoGMV4k6bJplpt7n6sLvcsuH0Rq8vWmHpndfkqkfzf2urSwMs7EMXA8dRp",
-	"dUGvVVCFIKi8FWGvicI7Br9AUAE77YK6UgdUbMCsOhW1ogcej7mLztUjcmU1gCL7/wnFfuTQFQhSNF3D",
-	"hTilPNvEk0rY8TLPKNSXRT+bU1txMEIN2ohduDLs4+3pI2yWT5EgraW6YIoolkiVMitvkr49C7liKIBi",
-	"qwk3JJS/vt/6BCBB2Ku7VV2C+zVB2eV1SiB0zr6JIC0SrAdQWouSr+C6PdkvU6Ngzc4XUl5sLVn09vVz",
-	"wi6ZcB3XwQtkJOnH7mOstVtmBhx5Bw8vekadHJ8+elprLuzKGJGnL44fDd88PT747s+AQSnL+CU0RMXp",
-	"sD28HciVPXIVTLDnjCMTENjE54KaXJWFUWDVxGxWTMOyXedOKGQHFVBSpvglS4s28K79vFUb//721enx",
-	"2a9Pfnz66tUvZ2+ePHr95DQ+co34F4zQFQeiKKSAWvp2di7mZ0GZPJFn2EM2FtKwopP/ZkT+wRSfbaAr",
-	"J2x2Q86ha+kqN0BawzORMxJji1kD/2Mj/KXoGrxw+Me4pDxuf9iwaLmiCkurQdh7IoU2EBNs+JI5oh1f",
-	"7sP9hZ063/jDnBDzV5wwF/wDThZd7ru/LZj7U3xEsL8NkVlKYmNVbXvYKBL6PnUJTRYM2kn140f238NH",
-	"UhglswkRcgjZ9/HgPkTHn5n51YH6PdJIP0UHlXT4QjQz9pp1rYtl5UBaEnuytYWfuDgo+/mWlvLfiHGd",
-	"GJf11/xNeFuTQ16HOgFtdi/qz1qpyk06LClhJ33GcElqDFuugCq7b7AYTpishRS8XnGuSiVdfSlL8Pve",
-	"6p8oljJhOM2g6PhvVtJwlNtPK/LlOVOkP6M8sxIi/hnIN5TLUNynL5zT5ELOZhHJIQXqYOxGUixhHAnv",
-	"09PTE4I9uEgfKCiQXAHltJCaYEdkR+KhGwq+iB3JdJ5YwX1wX9XuHJI/Li/nK3EyVje2U8nlgn35O/8m",
-	"A7aTHU9wigOrVsP7fGTGcvfdGmRhl71bdcg6gcm+EvSwm9kFJ+CE/12aZK3cDXtAxt87tMm6uiWWz0aA",
-	"BsE+JUGxFaOG0Kno+5wGzDEYkBXl6ojEKymzWjMs98Pl9LqkAddoGJmUWUjsM44TYjoBZBi4lAKQ4os+",
-	"yX3/sQ/89RG+vvkk5Gi4JOUJOuDVXD/wjVCtPig2mIFQWD0UI75DJDCkjpYdeIIWGO/JCmqH/jLua9hU",
-	"h+xsb+1b560/cq2mFYJknRKEfGfvo/3f9RtotXrcChS4R3q/DRq/iTpdHrcOSLi2aTOj4rM1omp3nZVx",
-	"y0cknvYcN5j2JmDbKV1o2BYfK+12qx0j8lyumcJkbcyJgxBmLPTtVDVNpCgK+EJtianweSZlRQy0o3NV",
-	"5thCUvkKx/Y1hsGsVabCBbuUyq934LpKlaMVvaVcmIWfNapHWk9FM9S63Wl3z+zqizjtttEH77T7KunE",
-	"v7XTrovL2bdZkis7p6Vt2B7lODeL3uTde0vB0LSMlK+mdcmEZl5kJX1nen56enpydvz48et4YPlfrrLe",
-	"pLcwZjXZ29s/+MtoPBqP9iffj78fA4F0K6qPDSoY6RvOlB6Q81ykQNBQwqVkRnmWK0aWMrX47dquWxma",
-	"JBnVmLtW1BB/5cmZFNnGLkrQJetN3ClYZa0e5T3XRa89wwQUk4K+6mA6l8JROTuJlfB9em4ghgezQEuv",
-	"1kmK7kY1A3/RLCixmzMoO0IABFZ4xfKuRd3XYK6i0URzPiwFRvpYYEQPCE1deXZLldGs1Ky2REOXKyXr",
-	"Bc/YiLgmPK7rEVbvON9UWEewKFcWormkEyZXGXCrbRVyqSGxL325F8NCXMnsYI5qFbrmVE9ca3lAB6ft",
-	"RoEPOwKLmlSVYkRVq2N4zNAFoDkLFHQgC5mltTCTZrBytWeiPUiPSE5/dD5urnx0fDE75jk0Z3/dGSfe",
-	"DK4uE+/LVQZTdB2jBdOFNGRFzWJEHrME2qeuFwxUQgrwZKddS3UBqDGXhC4YTZ1bJ7cgyMOjxD7ozZka",
-	"Pn9QPtHjDzALR+0N4bhfLhr+ysqewBPcmKlakR1OzbnR+1KVFf+r44b34V2c7cdVsdxHLWb7wiacyTl4",
-	"/gFU6ybKYL7C6tac8CmjmVlEUB2QC+YI4YmSS3tDeWE+GJGXklgWzIThjdsvJCHd+/T+0/8PAAD//w==",
+	"7H37c9s2uui/gtE5M5H2ULLsON1Wnp09bpI2uc3D6zjb2RPlmjAJSTimABUArai5+d/v4PsAEqRISX4l",
+	"3TS/tLFI4vm9nx87iZwvpGDC6M7oY2fGaMoU/PMfuTR0kVHB+r9SJbiY2l9TphPFF4ZL0Rl13jBDuCDx",
+	"kioRk7lMGVnOmCBmxkgyY8klWco8S8mMXjFywZggKROcpUdE05UmyxlPZiRjVywjVKRkyUUql4NO1NHJ",
+	"jM2pndCsFqwz6mij7Ao+fYo6p9SwF3zOTR/+u76qsxkjmX1E5ASWYvh0Zpg2a1ORrn0sBSNLbmbwbsao",
+	"NkSxOeV2z9FYGL8jLaVg8FAz0zsiUhDqNuR22z08+KEX+WnXZjMzasZCsUmuWUq4Id34IpPJJUvPqYl7",
+	"g7GobH0i1ZyazqjDhfnusBP5s+DCsClTtcM49UteP5C3ghtd7olQ07y+uHa0McFxLpge3Gplmpkm4Emk",
+	"SDXJheEZLGj7MvDsNelOpCKU6IynXEzHAr+M3Fh2t0muFBOGXOTJJTOEiVT3BuT12pVxQ7gm8SkzatU/",
+	"nhim4tFYFEP7NU0UY3apduipomlOs2wVES1h4Uyk9tLtQzffnK7IBSNGyrFgVGUrYldc4oWRZEG1PiKU",
+	"JBm3C7XAQZbUjhHXzi4mGs/KAo9RnOkSzTSd+zETKojOk4Sx9EagVB5B+2VR+9ghbm16u2W7p+uCyqeo",
+	"s6CKzplxlOexFFpm7K1m6oSa2fpi3Ask10wRntoJuf19Yd+OOoLOYYa0E3UU+y3niqWdkVE5Cxf2n4pN",
+	"OqPOf+yVFHAPn+q95ymcyONcaan+kTO1Wl/E6wX9LWcWzrRUZKLkHA5kodgVl7kmCzplDzSJBftgzvGt",
+	"uFjpbzBmsVR8XDm3Of3wgomp3f7+8OAw6sy5KH6IGsjiT3DQLYt9+mEhlSF4GQPyhE1onhltwTD+Xy1F",
+	"68rc9e16cDgPLgVW9bOiwjTfIjxqv76pfXzbG3yesvlCGiaS1S9s9Qy4WzPDABh+oAkvvyCXbBURquFe",
+	"4+DB+SVbxWTCWZaS7vf2EPcPvh+LZEYVTSwUW2IQH/f/h9D+72TY/4EMyDkZkf8m/bgXEcbNjCk7MCXa",
+	"qDwxuWJpH8fDGx2LbjzuSJUy1d8/eHj4aNyJi6U8f3r2E0kVnRiyVNwwTbjpEanIBVWMdOPgs7g3ID/z",
+	"KxjRfor8HWi+/ROnBN6X8smEAcW8ZCttaaLnU93D4dDxJrgmHKO8qOCM+7+wVQVW2Ac6X2T2rdpuOk0g",
+	"/AtbNYPK8clzuyzCU+TYMU9jz2XhkoQ0QH01SxQzvRaQuoTV3QqggCq3INkJnTKi+e+sDZlAKKmcT4qI",
+	"aHF8GFmc5/N8Dn8NAePdn430+rWaNp/WazVtRyupprc9gxOmuExbDuFHnmWWby7gJQuy8b/+9a9/9V++",
+	"jPHu5lKYmZUaSybi3tWGKmO5dEiegGU6Xo7vtZ0uPt2ZVOEucEMZFc1HaZ+0n6WVjm97mGeMzpvntk/a",
+	"5zaMzm87dzuHfbuRs1q+e7u5P9mv9UIKzYDlH6dzLgqpxw5pNRNhmADBkS4WGU+oXdzeQsmLjM3/y7It",
+	"+2zH28avcOraOUtJ5lSsiN0P00YXyoBmJFEsZcJwmukRYVdMrUi8d7UfE7lgChZE2IeELUCitiyAJZdA",
+	"PTPciIVZ4shX5D6ygqC8ZMKS7CQQZSzR/8fb12fH58dPXj5/dX56fPb0/MXzl8/PCmKnmbpiKoJRFYND",
+	"6Q3IK2lmIKtSTVIp2BGxYuJqLFBaqwi3XpREgh7oe1vVqlN/PDTL5NJtzYvHKNxWD6xRkbu28lJMm7EJ",
+	"aJshRdigMd5CF6F4fqFAfVRKu7SmLmyffRfB2kgQ/skFm0jFcAFcTLcMbof/kabujD4n1rykmZUNWWqh",
+	"mIsrmvGUcLHIzRGJmVJS6Zhk3F4co8mMyMmECdCoQOgYdOzKkVeg0Lhh8ddbdHVUu3LDPpi9RF9Vx6jp",
+	"FG/+iXhPvZCkrEIpBSMZFwwxTi49Iv6fN69fgTg9aJBk1kmM1RFRBFdyqWHzj6WYZDz5rJd2LIi8+F+W",
+	"GE/iuAaZSipiETDrEZopRtMVYR/s1cFCf5LqgqcpE5+VKM8qpIRk1CrNFgUTuWCRBTpqCegU5EJtaYH9",
+	"29HXvhRW4y4A7ZU0P8lcfFa28kpafSsXaUS4SLIcYN+yGXcDckKokKAJSDWFZZ7QVSZpeiblC6qm7HOf",
+	"t+N/5EKmK8vCjJQkswuBxb1h6oon7K2gV5Rn9CL77OvTuAJLlq28n7KEp4wIuSRdNpgOyClLuWWAS0Fy",
+	"AWoOiZNMapbGxIpqPdjHW0FzM5OK//55xYyXXGsLAqCnpVU+CctaKJkwre3JPhWGm9VnpQwEKbiHAbBG",
+	"XShGL7VFLMvycWqi8owBxXC/MavGzplRPAEEtTiZSqZBJ7sUctk7sv8sBBSrshom3KZ1vrBkkaUvWcrp",
+	"GRDSzwtVAO12YRoFCmABj3EBfbsgPAuOGwK639WM2Veu7AVKoXtHYxGnzFCexcTKyJos0ZqHo65LaFb6",
+	"sstxawQReMGt9jz62FkoS8cMR9E4UYwasBBXzGkpNaxv+Jyt85+ow9NdpPCok1Ftzq2Sv2l0kWcO3VHM",
+	"X5sNtYKP6w8Wik34h2Z7y4QrbUjVZIISrtXgIysPKZbIqeCaeT1/0LRXxa7k5S13AEwFTpsbNtfbDu+N",
+	"fd1+5waiStFVB5UarxK9Q/sjnE0xQXEkUXittXuobOl9MQmyDTsrQspjGABQJE25PVmanQSQM6GZZlFp",
+	"gflYGButjiJz4+lpubzRO3zYeQ+XF0Khv+NNx/LKvnOL05zTD8/xg4dg/HB/7NfOOerkgv+WM/fYXmn9",
+	"6Kunvu0M0waDExFsCaIFEITStBQ5swXXRM8spwFJQ4oEjD5fIeb+gfEt6uCdNBOYC0YVc5r2iMS/LS7P",
+	"x/lw+DDhKfyfuT8PH5ILqtl3h7nKAnqE78SDRkPlnaN5sZV2WH3BUcGrwlhxfjsdpOMxDScZeCm2ojn7",
+	"YNAzsn4WsIjqaI07ylNungqjGvgdTfAS63f6q+eoln9GBCS+2DA6H+AZx43cgSZGqqbBJJnTlDmPHBXT",
+	"YkivQ8QRiS/ZalQFGvurs9m4J6A4tUNL1KHNir+FUacKoJmmXArpWgwi6ONMWcbsJ2DUbsEsd7JR50N/",
+	"KvvuRyslDU7p8qUVKqcsfNrXl3zRlwvkGv2F5ALWCLQ06qANYuOSnZmiZc1wI593zUg4t3obIz9vM3zx",
+	"EsSIkSGUjZiYNt+vVNMWQgmi9DmubO0x0Mod+UITyUFDPsJ35LEmKo/VXaKHv8p63OytqHkntKbE8S9O",
+	"b36kJpk9tqKNFRqaAVsxnWegltvLR5e21dHJhf0YLA7o3wVtApWCS7YAmAHv7wWzEj5qpWA5l4K9nnRG",
+	"7zZvD5Z1CpN3PkU7qjLvK5sKzH8bZcGaeAK26p3vszJTRVrbd86qFnmtfmlu3s335A5kDQbxlnZfde3m",
+	"t8nsfvjGxaFd8VgkM6me0Abf1xO68moMerlk6OWSavpAk4uKf0yj08tCS+H8O/h+s+uvwW6621HgV6dy",
+	"2YSQwdN1ljyXuWggma+vmKJTRvA5SXMWAcNK+JxmzpNNulJNiZGGZmD7PCLjznDcISzTbDljivUaiSoa",
+	"+JOGQ37snoCPHWeOjwibL8yqjIpZZFSQGbU6O1konjhL+to0EGTA0nMI7GkLnCovD17XhKYpS62Gap/i",
+	"TVfizZw1xPkq8KbHYu0ghsEhRGglhwmIJeZXjFAD9kJLqv3IfqzEbpulZDmTGRuQn3FdinplOaELdIrb",
+	"P9D8yFIMXxqRWOK94a7jsaCOk2N4E72QV4zE/iv3lo9aWNIVuo52YLXVIdqOt1geD+5u42ENdpser6GR",
+	"+bbx7MrJtC3YvlQ9WCmYvpMlOx/2jq7rCL3A69E+gAxSFPa4YlWNSFBsdocFgut3w4SMzvsYV2jPoAg0",
+	"2baIGhkuXPko5Dhft3M7u2v1614Ds/otRp5+BVSljvlN9P5arDUwsyTSvr9fwp+XvLTb0KhDE5Ty4PY6",
+	"TEz97kYdmvGEddbsLzhoGDASNdMqCS7lfM4s/IFx4recKY4RnGsXXPCZYSP+VkOetlsmwmCrKgbSLNtB",
+	"Fnqedj69j8pNlidX4ux224hHiu1vemjeIVYiBE+7kg0Q0yy5OK95QHYupMwYFfbLMgx423JeWOQ6ZZMO",
+	"GLOniqaN9iuhl0wxjO2SuUHfSOT8Ip7KPtBkQnkGgdsBUgbrAlRuIISvBSPMyvbgF20MdAb2S5ExQhzJ",
+	"LjIK7O6NoSbXTUKKXei2IV7ad+DCFhldNR2OlfYpHBA64QijKuNM+ZB1HwoO3v5aPGDzMYG3/hwUrXMX",
+	"X9EcLA8CShEDf72Y2h2os5kpaUzGtnKQs+LFT1Fnedfh/Y1cBl49B0DfHcZriOdxyEFCAZ+NyIhWmlOZ",
+	"NVgy4ivOlkzFRDGa6iMS03TORUxopqUzaMCZM2GJ47sOPO5EHfwsmK/cXxC1fDdOHDAsNUopuxqJldv7",
+	"RrUuOKZGOwMuww1WMWhuOHV7Ctd3ULgdd+RC/7dlkQP/LOpYJFhKlXZGnUQqxRLTn0mlWf+CGoNhgLhb",
+	"d1VrDLQ4zeLw/caCSOuDR4f1i6japwILebGgNawxUoFMmK0wxndG9eyICHYFQVsmVwJRJJzYqdBFhPdB",
+	"k6frltfpN1ws3Q255R7vwhgUIscXtwY9btUtn795TQ4P9v9KvKBIEscay0Dmt2+ewBlasLPf/N93x/3/",
+	"ef/x4af/bELiJ5Rnq7dgy1w7wrTJhnBM3p49JmlpSUBZOCrCaPtPnsTVFR0MD77r7+/3hw9DLmFpS6O0",
+	"r9t4Iuq4uV3sJk2W5AsfmOvyXoDd2yV3k3yeZ9Rqr7tpPLUbTNG9Z1fYdHFP0LLQ6K6Toi/YFKYuLBAo",
+	"93sr7uEPg+GwdnTwW/U6x+P04360f/CpOx4P8I/vPvX+3ni7lXSHUDoHQ3bAPxJ91Ynwxybe8RPl2Usn",
+	"2zRYpanjthBWsZzxjIUiHIa9cE1yoRhNZvQiYyPwYwBDy+RSj0V3ktHplKUk9kJj3IvK8BgUhzR5NHwY",
+	"kTiTCc1iZ8rUaN2kgnDRdzEqY4HhrQrC3VMEB0gZgGCNB5roGVUARWDWQCFwHJ6IXZ5lJ7AAy8ntnM2H",
+	"w1mWPlVKNvBVCPFaPzWI0lhQM/NwXEYfuu9XpBvDqvS74fsBiq32RLyV1yckQThHozwzdy6KxhzFEKhx",
+	"jeUHTZANBpxmX9hVI1QwMMZwgzaf0EYV2qMgNkpIQ5yrEW1CGV1olvaaRdmbO61rKKk1nwqWkotVELnc",
+	"cpLXttMoRl0M0E3807ezgAhTEyRu5LhZs2K4LfkJaq5jBwmtsLOjsFUFr/Lgd5AlixOvg+IqKnIbaZ5y",
+	"QzI5rYk3j+rizaY7aDJrFBbXZjivcKvNho79jXe6hmbI+NAsC3ijSff0p8fk4cOHP0SeL05ykysWgebI",
+	"BaFkxajqHRHHDkaYG1AwS7+DIkW14hKoWVd3B642iGqFmbsQ7JBwfXGR7hmjGeaxtPm4mtGigX7UhXlq",
+	"Sj6WsgUTqRUMvVDxcdxZSG2miulxZ0TGHXk57kRk3FGWK+NPeRkyO+58Cp3I6z7wLV5ujaYRq894PnoJ",
+	"N14G5b7fBidujKZjfN4YCpXQLGOqn8ykZoJwCFudcCTmpSjlbJqhYEz7vx/3/2fY/+F9+c/B+ei/++8/",
+	"DqP9g782i8w1M2JDQsiCUQPR1BCh1V1gCHVEDg7JTOZK9wp5xhSRhlaY0VwKQqfU4qhIvaFUF+Gpc6kw",
+	"jKsq3NP+7+XCv4/2D75vXjiYLSp3s2a9ft/22alFj/WjX7OsgUcaoHo93qwl0CDzy9pqcgEzDcyz7fVf",
+	"8a06aOFUEfI5N1ITnIVmvkZVRHu0g/yL+iGE8TL3dxKZT4PaQShQYf7STu9rZq4noji1bYfB7/wKoyJz",
+	"NUdhvdxusJXGi/ZnuFEqWYN6z9SLwHJwudEg3SuwGrl7+g5kjAaXiz8OKwPkpsG3kjXnuznJYy3Z7QaO",
+	"lOsIWre6vUIGqN1c69004B/+fgS2e42VLFCFsGSXUNLFSSJ3HD2yoFztbuGH9azHj9Tlh5dW+2qyVLyE",
+	"2TXxLnAunMnCEggrSgVeDypWDpi6oM1B/oXIVr0BObMi2dyN5VOJBPgswRsuNQPdDxQYCwhO20alMQp/",
+	"cgEGUCoGMj+1gcWAr3gpPDhfMaWsPn1U6PPgfVgRTALyppYi8X4swBNxeHAAdUYomXOtFywzwatoVHRH",
+	"4RRsjxnvOhD7Cpx+p6tB+Nt0L02h15G7kRPFk+sqILsFCFjUc6aneqzABdUMzp/dM1Z6l/Ki2OVODk1v",
+	"sUKvZiWz3A5UCJZ2/0jk6nEXg3Ycb/V74yKbcB6vqtUeybPVJtNgad1rtBK6skJOz4F9VW2ZY+GNmTJL",
+	"mTYomhV1LZZSXYKJPJEqxQJJ4G7ikPmvubboDhMPyPFY2HELRCcgKRNNl0R4D04x0ghQ8YpmOYO8tqBM",
+	"y1jAhw/0gDwXDcUGsFAS1cZNAGlxKV0VhlItyYQq0s34FYvGgv2W0wzKqkg1HVg0jnsD8rSMTvKy5oxq",
+	"dJkV210xZyLbCVkDw3KTo3SrSWXT2DBsIQdZ+XV3hbD2bW1dVgi+m7HakKKUuXXHz9eICY3m1piJiVQJ",
+	"i9GT6WJ9fsuloUck1jOaymXsqK574yIH3iiV0SQOnJzxkXecog3Wp5Y5b2voXXSTdqIOztBBn2yjtvDK",
+	"pWzUZaZZPqeirxhNrRZYmC03+ZiaRi9V8abAOy2Vx3mrkUONI7CZQuy3CzhCbLFYuksqyGsExyolchaR",
+	"cwqxlufOUbJOwW/kVp1MGBjTzrMWAeistK3jK2TO1NSJFWi/8bzche2FtigwyHqz51gg5XQRfS5+sGuv",
+	"qY+CyO4YX0hOdaTaOWdow35xmcW+fDWzyjEMbr3S68RvtOYm2UXq/AIrwrXbxqHwnyUDD8Lr0SDP0tR7",
+	"seaYxUBFaZdrtotDrZcdLaUp1+e5yppPOmUpTyzUOsfN29MXZZKZd82SOdWXLPVxrXxChBTNfoh8kV4b",
+	"B5bsYiblpV/k7glOruKNg6QGZCoiM6q3VJ0yPKOoCdlrxu9gi02k/LWaXj/WwCKNt1m5xMjjZM7IcwEG",
+	"ZLxuS5bW9cVm6rSbQLgWRF6Jd9u/ETZvRUUd4t5u60QsrMTieS4V4OYu2aAN6OpGdJdyZ7i26XXAtben",
+	"Lxqgf6Oaja/Ch9vQogU078LKbpnkF7exY72xZHZNc05sDyeOiHO32n8VtxaDnhyvI1TsC2iiJF94EYsC",
+	"SpZ5rtv9mjHzevh4c8y6Dle7Eeb8G2HKGvScFJHtdcm16v4qA12ao1xq5vlh/4f3Hw8/9bvDd/v9H97/",
+	"v/13w/7B+16jff7EHdbtQ/MmlGfnu1x7EdhxI8J+S2FrVwvaJsNZRDSU56jIfuu5jHXC1JpXLmXWknAO",
+	"NrTdGdSJ+2DdshKI794yV6go3p6AqUGiQUW5kUS1gTWUcpG7jhB63IGU27+e4GMB+vqSTwC8PgoHhCEr",
+	"65TQ9+4mhvXim/3hcLj9MyuWwwUWoBraLJ1UdtIkgn0mBNyR/peItpEFuNeuyQU8yuyIFvbtqtzm/3Vb",
+	"LKvhyS4wX15TG/jehXQEdP2Li0euiOgO8tEdgPItQHRH+d8D6xp5PWWLjCYu5AzyD8HjMbgpXG+H5jvl",
+	"Dq/Y0rOFI+QJis3lFRRRbuAGjaKMW3n9XKw2b3dFkozqoqCRY0VSTXVVoPF4eRcxEyfBAe0OehdU37lH",
+	"o3TWDOp5vBsDxP17hfF6d/wP/U/bHIv1XPQyITA4jHIJjYjukvAbkq7I6U+PyQ+Hj/5alAlIZZLPmTDr",
+	"ugrWC2sUhrB85s77DwJkP6057K4fWdSQVsRNxjYIfmtW9JkxCz3a2/ut6CEySNmVr9+m97ByCk7Z11k+",
+	"3bnaDjz1K4o2xTIVesx6mn7NAlcG5ZEu6qajvb3Yyoz4F/zZ87Y4I0muKwHYFufXbO2H31fwuosj/X20",
+	"tzcev/mvlnhyLHS0fp7gLkadOKFZFiRgMZHCTQY5TPatORV0yvy2jgoVG58qRtPAaY6VSSv5TlgGLCry",
+	"ntznjR6JM5du+RmLX20wZBtG5w90ULDw9lbrdkv0rhmpN7HR5pqpVhdFUSHdR966bYO/K9DiwsKNCOZc",
+	"Ebm89aG0xzXXRcBwG9fTbixc3dCuixnV66rM4bW0EqeAPBVTLhhz2WCVawmVpB11pPXSevelllxHGKsB",
+	"2y4TtMr/bXd5F6I+0JovLuq7mv3XFvX/eDe4vjWXGHw3BN1/c7FqLsGmmSG8DAAp0gdcEVUzY/NGnxf7",
+	"sOCK6Wva7HwpuPJ9mV9kwcsin1+40CAgAo0m1w2pJ9qz711Sr11Rw3pwNvxarNavJEgPCfZeo6fBab/f",
+	"cLUtQkbFb+pe9dEyzju8hJYFpV84lBiQ+tccIYGQ4Cdn1w0H/ZlfMRKXu0bBzJjMZ9rHmNV0Ic3sCD2p",
+	"AmvVRNW9ZHwC1WYsW5zJXK2L5FWwaskFqY2H0YEsmxzVs0GoIXOpDfkrSelKEzpjNB3smNoRgmt1HUOC",
+	"wjPBF9xffyP7EVYjM5J8VyRAoqZeUTuHg0fRtTCg7q6ri1zuNMqiVxgGYaRsq5VwnUSiooKMb5TR3bdb",
+	"fDQcBrU6m0tIBSDSIipWbxKCN6ERiC/MAImPkEMHk343PPx+OLxRYmuBzhtycs7C4g0bVmuCblUupmHJ",
+	"FCPzPDN8kXHwlm0D7nugmXdA/YpjqhA5HLjpyFoCGW9mQGgNpmtLQrxusSZ8/5yJtKlBW5Ll2pK6IE2s",
+	"7He023W5CaCk3A1dF46M+/pLlRErO9hsIwki99YlvpbkjA1KHSQlPNCkCDfxgA8HZdEWI1B9gBZXVhPa",
+	"WcnBYPrW+28usvUTVDq1YldUaGBYRQ0U6yUtHWxQdWewezI+hj1jk1DRBgk7Uh6Qy13ahjvi5gu7q7Il",
+	"d6HE21N1AkepwK4V+Qt0Xif5ErpYYFzA7TT++yg1dSdOxUpG2Y206ptVZsFoqQyNo+va76Pd1erPpP6u",
+	"H17bYdyFWvrHqGvi2rnds1rapDW64I/1Y2RXvrN0Q0OkK2h7u1ow1yWjmryCgf5mppieyaxkRgNXMuL9",
+	"tQISpGlUeVYk1nwquJieYwH2GLJq8ixzLYYwN0exOVWXPsBZM2O4mOpGim6Ho1YBOJ9t6Dbq26y4VlNQ",
+	"QCWhClr7xuZvKNTngn9Aw3h0te9+m7EPpJgisJqXbqWgb/cb/2LbQst9b4oKfvby+HH/zbPjg0ffYcLt",
+	"jH3oHRVWcFfnFbUgr8pfstWAvPIhF9h8FEtA+LKsrtXdr09/fPb69S/nb54+Pn16hj0ihX3uYo+g0wK0",
+	"dzKWF/SisbAqgasz7pQCLMv1wL6pNZcCo6q3xp43xuj+OrPCNAIu5IKdvH5zxtKjIIDEewvcTtxKBztO",
+	"ed5ab+1EMWxCYyeJIT4ODSFUEJqmiulaoswk1wxU0KLSAB2LTMrFBU0uI7JQ/IoaFpGMi8s+VFixUA0w",
+	"veSaQdWcRX6R8YQ8P/FTWMgfCywCM5PaxAPyJofk94xfQSlJOJaEioRB0FAusvrKcoFW6LGoXfPxixev",
+	"fz0/OX3+z+Ozp3+zhxSTLq4stUKeXMyZML0BeWZVZ7d75TsrQsVbdwFuqkQKwRKjI5cV/OTVG6KYllmO",
+	"MoOBkGtY+coqlGOhZ5Dlh8dHs1rWXGf/4K+D4WA42LeQR4k/TX86o3ByN7DGWsBY8gtk0G2bbtgzWMHm",
+	"9JLZ0yPQ5Zyb3hGhZKFkmkN9d49C/uYhJ3ez2IAx1jVkbyBTkafV79vp+xN3jg2Faq4hIFJjrCC3Dv77",
+	"hfqPKfvuxQiD9O0z1/180Jj2zHyJoHUiDyYFHA0qXlbRmRvf5RHj3LYiMZzUNqbmK0TU+FhzDwH47Jyn",
+	"GwaF3tQRVihEgqhJHBB7fzkYU2sf8jQu8iRlutqxhuTOjRTQ93qeNCZSIZNLmF2SZSFnZycEPwhPXkhf",
+	"iDOhc0a6vuW0oWrKTEQEMxbTCFxtBJWwZW42dZUI1+fvdPPq3ApYSg4+fGg2WbXmcvh1eodb2LFQKqi8",
+	"u3L8ccdGMghaAUBEDoM91lTP3UN9uFv77i5YfBeCb50wfHEZOAhDXlerT1+gpOWu3rIsh5UFv3ehsFag",
+	"cW5x0gX5x1WzssKALmIBLE3yYaQbvf8QELHF+f9rkfhf8/6jOTKOSIxORPuvmcyVi56HcHnLkXXGocQZ",
+	"6lz6iMSgdMXeil+rMxQY73EGTJjOoWygHb8TuYJ8qLu9b11zixnOldhuqh68VsepLG+ynoM7CorThwWU",
+	"xqKaVgd3i2kGsc8U1wNyfAHksqjFjpVEkPxgJ76d6OJ9lgNpMQMFBiB3PmCMtlDnrjaqGoh2LTN/qxoT",
+	"24uCrCMm9urKFTerN3Z0F38GLbqO88bu52G2B7bLrnbHPnv9y9NXcS/oBOvabJNue7MvlH+c3uSSL2G7",
+	"QPFhOeWBWaTFrpFcTOT6Ekvmi6IiGOD7hgkqDOYM+xZ7A/I410bOmfK/aEL1Jfg+XSelVHIxHQvL7iIy",
+	"7szpCi2bUk33DKPzvVzbrxdMpORViQzO8PnSQsbfxx3SjS2FIntX+3sYNOQVJntAEM1TxMYwZyl1UUy4",
+	"YCMxaRKQBKNJzEzJfIqJr8oqrXLiKl0cnzwfjMVYnM2g7ypGunlq47qsGqwXkEhhFE2wFhr5WXpJFoLQ",
+	"JjRBrJzLlGWacDEWMTwRNNuz10AXfI8uONK5KRMWLliKDhpwIIvUdWf3mjXX2NEU3oOaT9qMRdlgm1s2",
+	"QJMZwwq9Is2Ygs38x3+Qx1DwCs/AbsOydLRB2heeNnaBN/TS6u7Hrrcs/DgiP2ITOgQ+gOKijRjSIrBj",
+	"AnTbuxaMyMnITtKHJ3/5SxUF/vIX0mXiiisp4KivqOKQ7t2AGdWW8b3RWBAI/kolnhSUIQh7E0PMGPCH",
+	"jArcvFRTHYSIAVeE3Tv6SzxPGZBfnQjUtJJK5pbFUgsuHDrdpgO7VyrsVksUtvsEJB4MBnEvIs7AibpV",
+	"CeF2eXsfpZp+ssDRv2QrHQ/IcwMLY5kUU9DM4FgVuhK9kQU79Y2ID63rFrF1cYg7PqjOjthdD6x7oBFb",
+	"IkSVyK5dR5Wm/nh+EHEHBmrv2IzskN7G4S1KyJrcj6HW2oPXyyi+bkMYX01u6QE0H0PVGNd3OBeXQi6F",
+	"AzhfI+1wuG+1TOz/61te2qss2m2XrbUBBQRjqQ4+f3jkKHAf3k6JkrlhWDbO3VnQ6fqBtpNgSg6dY1Ps",
+	"sWhsih0FkxzCdp5CK/kC6YIW4MX9FaEj7o5RLLDXCK26gLZ86HuGhkvWMelCJR7ha5rMLYwyYQmfO8gF",
+	"Va7RV+GA1ZFDhzox4JpYAoVeKlc8qtQNSPf45PlY4ClUWZxUFeA5qqLT6fHZ0/MXz18+P4sjb/Ihj4Zj",
+	"4Q3uhDrfNbarx2q8vVHZsQZ989yUB3vwg8OqU2bUqn88MUzFyDJ8F+cZIPhzU965xaIViU+pYWAW7sN/",
+	"rVxa/nTqxQEQU8ei8kgzE5Ou87P3igAgPNUHJJUFKS67LCNZdA1ZHFbphRQa1FtvlsIGzXHYwHlEwibS",
+	"/6uliHsD8haRweIVVOjF0JBqE3Q7oGIWMj0gHw6Ho6KGC9dE84wJk60InwqpHDl7LVi1gzT0zLZim6Oe",
+	"JdewsImsg8KUUXAORbUjoN1ejccKURRUfNgsWgvD+UDipyD2WgpW37xFqxXQE+ikHTtzhZUqw3c/9JfL",
+	"Zd9Kk/1cZUxYhTONSRdaW8dJrjLST2OimUj1ERa7IORiZdxFLKiy8qtbZeSKpkBBfDtmb0COg9pXKaew",
+	"jKD+lTMgEnK4/wg1nbELmseympUTnuf2ztjaTWNs0Hg87hj2wewtMsqF/WvcieGqIGweF9wau69JN25r",
+	"Qx73yBJqhcV29cAnuCY3D4AnKF0cDoeQVeMaidvrBK6GKM8FiTFHoFQAjk+eAzdScz2yR2xBuihdRs0M",
+	"zVFw6x/HWJMaj7FeBRvLl7pi1fiKP1xHHhFtI4LKYgTBVBFJ6SpCZW7c+RRHDTMhVL97+H6QSG02zAO1",
+	"xkFZsUOBOXptMBSzGwZxjdr9EfgIAYfXdsAjX+UbcRzkGOpSmbpxZRb7xrgTj1DfR2CyTAe4Ff6JfBMx",
+	"0deHybgAbMAqo1k+F/Z8DA0qV+IQPQBCrIRpxRF773OaWQRhKQTbCRyfi0VujiyvDhn6BU1Dm5N9/tBj",
+	"omWKGbVkpOTj3VJZso+N4pD+W3AhqEnjcu57drRD2OJE5iKFGy2lRWCXbUw7JRTLrwvphIEZhdU9ctXV",
+	"zcw5T+ygOk9mVpGZyZR04+Msk8vYQT/W4cOEXVjQD9h4LSU0s0RwRdgH++IROdx/WNypw0IjJcmomrIj",
+	"ICEhAbW78kZUe3VH5PDgoBCCPA8A6nyhGL3UIKSQMJweaDoKMUC9nSbmfUOeeUJRwSPgs2UtKdJ1JQB7",
+	"dlCpSgZdig1OIsFj9Qyjd0Qe4RV7RZIkVAgJxAHr9duxyzrF2BegqA6MBe6lxDg3x2aC/BdLB7kgk4xP",
+	"Z+YI0C6UC4imK+1cMBKs8StLxwuK7Q9uqbgJZAcL489TmAh0iwgUi6giO6P+5+sxKssDodywK/yANYjx",
+	"JWoS4AvxLtlyViHAqZ1uoYvav4GIrhBdG2vWl5OW3ZmcbQ929gIgFVnelAurqIxI/He4xL/tDwb7w+Ew",
+	"Jl0vr+0Phz1kZ39HO+bfYpAARCFc2qX4+nRQSOuBJnFg+IyDJvSxyLMsXi+9BZYNl7cVGiqOT553os4V",
+	"U9r5XAbDwRBCXhZM0AXvjDoPB8PBQ8xKnIGZZm8G1bV/B5tek6v42ImFB8Nh2J4Ce0UABC4G5DECm5AB",
+	"dEKXXA/bz9POyBXy/h3ryoJwB0s4GA6xCx6wfPA41Ri9/Q0NV9vMWq5WOBh2GioHVFZdsVx1Ru/eRx2d",
+	"z+dUraBQ6hUTTGt70nSqXVcL3IzuvLef7gWhiI1H52sxOC5+oqQlhCy3rPyDAV1OQxwHQbPe+om5Ebaf",
+	"WCkAVc+q7pVoPBa3j80HEqx+Xqyq9WiAfu8KVEyQE1dnHZAHM/dQPnc9TyIgjYVzO/LqZa1y+wON1aXX",
+	"T/IUF/RFQA/mhozZR8OHn2G+V1DRl6arI2cC0T7WwAucKaSJbbpuu2a+DQGu9vecYWKPFf2Kp20BJ9A0",
+	"VE5I/PPTNRNPdZg41KcUlPhIwYt3AX8PxuIVmCnMmh0ZaWP16rGRjysGBLTP9X/RrQnR5SsuxPcfOXrA",
+	"tr6O/YLc6++bwa1piOK9vWoD6E9R53Cnr2ga9O8+HO5v/+StcGbc37FwxSEC5+aPfpLqgqcpA9/p4cEP",
+	"2784TudcFPYBhh03S0D7sWLZguKy/t4D0CtyVD3cYRLr6CN0aGjqUHMJsgxIWLFVSeLSrh4jASvqUOmF",
+	"lRaFXBaVqCzMQcwvWDcwDhiqPk+Ilhj6ixlMhBq3Xghjjgg1cs6tQLOCMtQuk3dBtWYaYkjGgk+i2mdh",
+	"/XtXSdQV6IlB9PovYndQpIOgF+wI2nELzlIXQLPW82CAOx+RYVztFjsWHoMChaFQcLzZFNUKlJNLg2ss",
+	"1TQGZSPEvrEA9OsNSGzPrThaOecGjPkQ0qXYlGuoPeEtYPZ/TS+PBQ37DWMrABBGF2gtjmv9a+NNrSIw",
+	"RK2xVwTax3w/0RHBqKX2DhJYW7wwSso58+w9Dnpb9H+xK3IBgFxow2hKus+fnv00FqmiE9PnzEz6zvvR",
+	"D/bSv2SrPn6IhcxRJi0uiJKUTyZMMWEK0yDp2qOKXLy6r6qvAGh86NTa4TvzNuHajqNldsXSXmA6PGg8",
+	"BOcSKv27KStaiS2xnZmFSZqBjjQiZc3dwChZVtsdCxpKAnAXzWV211/DQLvYJxGNRRgw86t/ikc5IJDi",
+	"1dRNLUz2j4t6LfFYuG3Vuq252X2jNQcwrX3VxqJsrEZ8X7Vu/fOWbm1NzOyxS96/HhOrtl15hlFhyJ4A",
+	"gn6U6erOBJNKb+1PVQ+zK0hxb0JY2KW5QTI6dg0fuhDbYRz9JBcsoblm1Q5OFgzA544gBEtdh7C2BbmP",
+	"9hq++BR1asb1bYPUX6+McBrGI+w2SvlJbSTNzHVGsa/DKf+BRZTh4fYvXknzk8wFTrG/wxQndJVJmp5J",
+	"+YIqTCw63H+0y350vlhA0b2XLOX0zKpnIEgdbECB0Ca9Oyr4UjbNCgJwtCCPKSqQAPNrR95NHfSjkAas",
+	"xN6ehB01upsaabhiTN7K6ypVoQEQzFWlwBVWqO6NvJHB7sASZvQNxL71BozmrOSuVzkGzjjBzq6p0r1A",
+	"pNi6I0BvVGLB8ollEI9gmX1nhKx0BoeTQvkBBLKu6wbnJQ1nqceQjp7j1GC288zam89GpJ1Xu7eR7Vel",
+	"FViloSur30IH4rLZ+yVbYbw+JYItYbUobdm/3KyWk5Ty+uegtE+Aso6sJAsSHA/L7eMOvb22LHijYDgf",
+	"XO6684wIJLZYHlt20nfhcQ292WPkmgHR/pqIbdQJTLZbvw5ehSvabH64czJT6j9ox7YyPspHqdW2Rs3y",
+	"mE8KRzS1BGUsrFymCxmp6OTq8zTqRu/Cyj0gcAYoA49Fzd6NADMgr9B7aUXT0v9rMd4vll74kAkE3zUI",
+	"u/GdVFRhQKlQ7MbpAjUYtd73UWctyCF4WlGR9y580lizovzEyatgSMPL4sIb1Ey2AsoG5peIsA80Mdj4",
+	"vB6JRkBqd+Foa8K65RoOtyFawn4yKjoluSdd341LuvYbaW8spIp8OhC8i8lUdi5SA6iu86ZFRSQM+qsC",
+	"3w00bKg6byIHg6n9AGkqLWVxC3wReCxr7ECxoIkTbaLyhwcHvQjzOyr+5rIdQIwe4nhAntJkVujwLobJ",
+	"95da03OPtiiboM6hxwaC0LqHwyEGYdhbsIt3yKiNz7XSFv6p07L1YHfbQBdtGLhycPAWjPeSrbAwIlzi",
+	"jpY6QIAfAWDvRzWBsb+kfhIuoI11vm7AliIUAFDRKyqeu//BrYSfX6JuIKseyMtwKivNQs7zjairVNN2",
+	"zw+6DZsN2Dy1HKfFfL2GEnak13aq66r8IDbsbLbGzIzNZus7QQDfNKEF7heu8xhWVP3qjd/2KGCvoZfF",
+	"/gmp9I0MG/P7C+qMgZIQKOHDezeAFzkWBXvE3g2lBe7Qc2sfXQP6lZ0A3xyQGCxjPjgRrcHevheRuNLS",
+	"ILZPMSN9LBqbQBhJ9kk3oRkTKVUYXaR7jWwBtvxaTe+JK5Q9ZnbiBvt3OXGb3GzvFtRzjI7+o+PCcAdc",
+	"eCzFJOOYyvUlrSzbPnbmWquMPBWGm9VdYTsCmcPcdYwPGAt6RVvZSxt+k2oIWCm1ueqxwMzWeczPzHjk",
+	"uj+qvwHQo6BHVmtrNhCIixZmXd+DtZolRlOrChhZr1imexhXWetoFf/h0eq6xss7gNKfmWkD0RbJCAsJ",
+	"A8u6loiCTYewHuvCq6k1bgfhir7XO0RyL1whhSD7+cgFRPtXLhlbuAQoaAy6IWBgN5Qha42OxmKnTkfU",
+	"pQH5SaF6sRRsVAnVnFEzFhBrjaGXLkthygykYMDw3i6BAZx6QI59J1TQiUH/JhmjVwxVXdcerwxq1IRe",
+	"yKswvcVbaaVyHwbKMjUuV0wqjKMbiyK1rEw1Kb3lgeOwiYVD6Zp75eBYHOczq3Mb6JpvbiXV9KujMn9K",
+	"5o3IdjPKuMbai5y2LSpkiayYfabYlby0UCVYmUISEcGWQctln+OFCbH61tSvAZ/t6o4X/Be7g69EM8Xt",
+	"7KKc2qv4Jjm0aLM+EjtAkQLW71WA2KwtF36xIhoecsxMrgQaWxFZguhrPQMjsshWYEi9DyzC1SHg3RNn",
+	"xMG/jHobzp228UnvXXWK7hGJg2JtIOBhmjWeNDbo+MZQ74Sh3qVG69D+Jljfzhz3Pl6y1SfE6ow1Vfk7",
+	"BX5YlKXzRl3vmXBZskQbubC6YsIWBuvZueA6+w341cci47pMQ3d8FjzNmoEf8UpeQm5UwYNhvsLVdYgB",
+	"hfdBJnCTAZmo4Othc7S1nQJS42Cx39jVOvDisd4SeG/MsrZLPr+wleNuDRiSp3xztD1KjU5brEqII7Kc",
+	"SdKNoSB33IswchP+5pBCHGPyn32EblPMBYyxvIZTdyl60U2h60RF8Z17kzhh11+LvGk3s4u4iWUlmHDl",
+	"8b4h8joi07TaWSDEZICZ+5M813Fzx5QYcPPKJfh4GwK4eyVu5C0lwyOyyHLw62Nkg5GGZsWYzpTTxWpm",
+	"LiwfMBeC7ntY6MGyNAh4c7okThZhxLy8YspXIIHznctcGJLmLIg/q7bjRbb6+M0/w4CE2K1XqmkEO4WN",
+	"4gIjnNDPf45/upndXzhv5Bv6xYNiyKo3Kiwv1tWGZxlRuRBcTHu+MNrNKZNUQY2WVjKFaTuv1fRbvtFX",
+	"Ql3WE5RczaGm9KSNZCZotXenBMflO/fBTvu5nEaWcz3Gid/CvF8JWw72tAtzruSaf2POLUahyimFETcV",
+	"yP2S5qEFU1oKEIwTKqAMOzBbZCpLdlHsAY1IGOo9IjGWJ4/HQjGa6qKoGNbyLZw1kH1OtV5KlYJxCaO4",
+	"wbpEsUqdnmF0u8ZqOnZAkyvBUojaYHPKs6IwRpDLVYZv/HB/JqoAKe7JThXM8GWMVeEW21w6ART/WwVn",
+	"XBft/02iOe7OflW52hvTpy2cee8jTzcas57A77rSEg1gDao0CkRsrnwjhHtx7OAa6vi+i8GpsmKuCe7y",
+	"m+WpAezwkO8K7KLPFSS0ESqGX4oSfwOwlhieu4KuezNwBhfdqttgYNfOXnJ8ve4Q9xZ7SAOkC113oLuI",
+	"WWf0uKVVAOp/4c7GAqXDsjE7xPUYKXttJs6fcb9fiTIFu9lFjcJ7+4bKLfrT1EOFx2H3w+ewN7TpTsdp",
+	"qkkMBro4CAUrqv5jobuw3ErRcjUXhmf2W8OzmHQvVmPhK6jZUYIumc6L4Wx61SYHvYhIQaqOPuf/G4zF",
+	"Y1fEF+yW1cp+Gu2t2tcd8YFtKZG58TNDcUGFu+hhXhuWY9aMuWp+3BISeOGIcFPvGWzX4rY4IGDsD0JZ",
+	"IXyQaili1A2dsTYsxllNs7bzz1yMXnC83cODg7Eo6mJB3rRimK1NErqAUn52ob32rIAwFjEaW+VTtEgF",
+	"vvxjRdSbMkMOW4pVgHgNROCe1EYY+8sojLitFgEF8BOStiA9ooDLb4EL//6RgHDxzinTpcTIRT9f9FqI",
+	"c6X6qgPKNiln7yP8f6OO+NSpgQhhHq5GLdQ3VXKhCbQ4q5NKV8kIh8HSApsiII5QiKpGQEjlxSkYJqzm",
+	"48MhyHUqtaFHvqQXu6iduIFvkQ67RDrgYV0DUu9R+IdbbhX7gT/vLPW7WrM7JlnewuFxBsv6SoRzu5ld",
+	"ZHM43W9o1SKaGwcSHqXw7y/pyoCybkXOVCD7dn32Sq/w6Bfe84lUxEUZKI2FDawwTMMm3U405goqE3Tj",
+	"oDl33BuQkyLoAKVunc/dF0U2im9a5vO76AoqMbAPCWNh1Y9u0HYUslzD1FLt2x4JSfTMygeq74onItez",
+	"w9aHHAWdUQ8PDnwtflzvWLQL3t2NZY3KmkaQRuOqNoxFWMqoMjEp2pjpd/z9wKlG9+e5OcN24vche9uh",
+	"v4zoDZtqkbwR+r85Z76l2oKF3bXTvx51bpFH9j7a/+3swvEFZIEq1KpvYlMVriqmCZeNUNpSBmPxFltA",
+	"Ob+vK9bm5HUunElCMexm2dAp6v58RAVl2UVKd6VGvzmFdnAK3QhkP5sTqPnah5+Ntn8DnTZ3zw3h5t40",
+	"PHuTd5Xf7SXXMoDVC55gz6CJy3rGRj8Z16aeIF20elnr89ItoB/ywiBJGhPFsPS3hvLXy4biyG7xZW3k",
+	"Oye1kNV8zzLcF8mc3oTmPnX6q0T3P3Pu9H1IY3ubo15f37tN6KuKft017PVbuOsmm1Bd2Icsnjrwf/Hw",
+	"iyp/bjQqnbqNaEJdXJcoVJuISHiNZtkqKNGzFI0mp2gsEqquqj5WO8wDfeQH90YnKRjWPinfITVjk1WM",
+	"7LIEY0Ul0ODUjbQ/QMU+iJ91i0+x1iz/LWfEVXAuNa17MsDcY8zslwuW3RSbVUTHlvfxzQbzZ+T6nng4",
+	"9L426duF7+99tP/bkiI+l1dOxUCQLBpMpzULOdbW9bRiTlcEk8hKWoKGZzNjYjOFuj+zy7Vicn0sbi6+",
+	"YmS8A1B9W5zPTYH1s9lf7jv6dhtp/wY+bfaXmtT3xxT1tr8bhOO2mm3imvFFF4TzQZWexu/e25eQAnMT",
+	"ES0DmjkWVVOOhdqVDxz5UTGK8SbrJptqtbn7sbrcs+D2RawuG2PqndXlq0TyP7XVZQ0v70IUmylpoANx",
+	"u+T1AgJig/4+S6tv4XdFpZ61EN6uVedKp3vvaCwoRs/e1nzTKlO9VtMzv59dRCu7sW+CVLP5Y2Jabjy0",
+	"+/mfbihVgS/IA1IQJo7dX5CLQIMZb5FwoRkIUa7GGzR9mVGX9aHn2IR8AkVxSDeGxRRN0Xky6x1BWCO0",
+	"KxbYJMuK1j7E9xY5JPW0EVJmjWBaMdSraoBeLNzcDrp3aK73c7R55txzwIlGnHklyysLj+0bEq0hUQW8",
+	"ixDyoHjhzVDpFhFneVN38zwzfJFx5htd6IynXEyrsVhd7LIUkTkXuWER9EuLSEpXvSDHIxpDNDVmZWCq",
+	"BfjdViRGhIxJV9kjZim06oEGuhmj2hBobuOi2SC6bCxwZiMlIqsPOuMaum02ZI04WyAlczlnwkSYoDIW",
+	"Mfuw4IppCILuSkViY7Ki0ViRzwKrmUttyF/txjRU1GIizAmB/bFsMiCnocTcwBf5xH43w349R4SWT+Sk",
+	"IGJF56Ea2UJzxZILXaSc7MI0saHtdroEv0dgb6WOSDXSpZN8jS7dg+vSDf+GffYuPtuooYtKdm9FkPOk",
+	"mfn6pOovnL5/VpMBbkIX10VbiKlqdShiQFZQYCugyxG2USsCv+AvsMFBCIJFaqjiRcUKIgbGolbPy6Mg",
+	"d4lnekC2FroqCls9tbP5hpdQfcT1EotTyrNVPKpk1M3zjELrBAwhc7QYB7P0DMIfXCYe7OPt2WNL3aCV",
+	"GNREkeqSKaJYIpWly5bY27OQC4a2Veyi5oaEzi73W3oLjGP26m5Vcut+vat2ea3GNTr9Jg41GWc9gNJa",
+	"AmhFjbUn+2XKby3ZxUzKy43VON+evrAyB/QoUYxAgJORpBu7j7GNRCkQHfnYJV60Qz05Pnv8jFTndhU6",
+	"ybOXx4/7b54dHzz6DjAoZRm/gl7/OB2fCpfY5Sp6uuJ82E7RkQlQg/hUUJOrsuYfrJqY1YJpWLZrSg81",
+	"mqG4X8oUv2IpSkMwBlNXYHCI//H29dnx+a9Pf3z2+vUv52+ePj59ehYfoXAEebkLDkRRSAFtouzsXEzP",
+	"gwrQIs8yDPoS0pT62GpA/skUn6yg4TxsdmXFRXt7uQHSGp6JnJB4nA+HDxMD/2MD/EvRJQSY4Y9xSXnc",
+	"/rAX53xBFVYNhoxOKw0ZSHczfM4c0Y6v9uH+wib0b/xhjoj5G06YC/4BJ4uu9t1vM+Z+io8Itm4kMktJ",
+	"bOIB9tpHa6dvwZzQZMagU2o3fmz/3X8shVEyGxEh+1BYKu7dh1X0Z2Z+daB+jzTST9FCJR2+WHHKXrOu",
+	"NWivHEhDznq2tPATFwdlPy/XZaG8M+poo6Bd71fX2vyOdFMUIfxNeDeqQ16HOgFtdi/qz1qE1U3aLylh",
+	"K33GTCBqDJsvgCq7b7DOY1iHACl4vZhylUq60qmW4Hd9QEuiWMqE4TSDfjq/WUnDUW4/rcjnF0yR7oTy",
+	"zEqI+DOQb6gEp7jPzL2gyaWcTCKSQ3b/wdCNpFjCOBLeZ2dnJwTby5IuUFC0WkGlWKQmLC2TwLDRH76I",
+	"zXZ1niRM6959FXJ2SP6kvJyvJH6uurGduokU7Mvf+TcZsJnseIJTHFi10PPnIzOWu+/W+xUbSN+q+esJ",
+	"TPaVoIfdzC44ASf8Z+n/unA37AEZ/96hA+z2bq8+0Taz8/hsW8UWjBpCx6Lr03XRZNsjC8rVEYkXUma1",
+	"Pq/uD1euxuXD4ueOSZmZ1IWR0mfKgsHSZcuCFO/TZUnXf+xz2nzymu+rDunHrv6O8+SoqX7gvTxWHxQr",
+	"TK4trB6KEd/8HBhSSzc6PEELjPdkm7RDf5nITNhUi+xsb+1bU9k/chnSBYJknRKEfGfvo/3f9XvDNgaT",
+	"FShwj/R+EzR+E3XagslaIOHaps2Mis/WY7U5KqxMyTsi8bjjuMG4MwLbThkdBuZn10SiXe0YkBdyyRTW",
+	"IUJHH2TnYQ8bp6ppIkXRmwLKpo2FT6Eui72hHZ2rsnwM1Eta4Ni+fQaYtcoqD8EupfLr7bmGqeVoRdtU",
+	"55Lzs0b1JMKxWM8ibI5Hu2d29UXi0TbRBx+P9lXSiT91PNruXO4aYWbctIaUHZGtAWSDlsgwC6DfQsPu",
+	"NjTMKQ8b48J2ivzSzISEHuK6MnCZBAFGQdRWUBsTOriMhYu0wDCP9HrF6pz49C366is0Ne0IoreRxe4t",
+	"pAq/hKieCnJQ4x5l7Ipl0XWDq8YiLCz57xBcVbvEamQVNFVpCku2IllQ8utCmpmLKLXv5FPnH6zEXW0M",
+	"thqLVhJykq+TkD9VoFQ1ROqrpUp/mDipgjZgOEVNEAtoG3zPklxZ+c/SNuzCfJybWWf07r2lYOjmR8pX",
+	"k4FkQjNvPiRdFwbw7Ozs5Pz4yZPTuGelrVxlnVFnZsxitLe3f/DXwXAwHOyPvh9+PwQC6RZVHxvM4aRr",
+	"OFO6Ry5ykYJyidZGSiaUZ7liZC5Tq2uRU5ZyTRZSZiTJqMbg0qJV4WvP5KXIVnZRgs5ZZ+Qk0k/RejGJ",
+	"KQZUYAqTgJr1BOKuHFlBjdNOMqcr4qsABibRYBarqDZPUjRRrwVbFD3JEwZkEex4kGeFjaSwi1TRXiqY",
+	"q+hnuz4fdhwgXaxjrHuEpq4LpNWQqWgu6k7D8DeKkteAuF7frrk6Fgm+WFXIYbAoV312fUknTC4ysBxs",
+	"asRFDYl9h529GBbiOvMFc1SbXaxPhc5fF2zjPA9RkCoTgXdTqkrN86oHODxmaDa6PgvUjSUzmaW1bLb1",
+	"mgh42gVEi7RAJGfLd/GGXPkiHMXsWE5lffbT1nIU6zUcyvqe5SqDKdqO0YLpTBqyoGY2IE9YwlOmLaMG",
+	"8zwFeLLTLqW6BNSYSkJnjKYuxCYXoMKFFzdjyWXDTGvxl+AIwOjLagx5Uc6UgPhRjR2r7Ami8tZmqjZ+",
+	"hFNzIY1WWikai1bHDe/Dh5s1H1cliiJqCKEo/POZnJaCXd1dHMxXeEDXJzxO6QKiPT2N1+W5gSffAX4G",
+	"6ispjFkgo4WkseAR63M8YzQzswganXDBHLE9UXJuoSAv3EUD8koSy4SZMHwNwgoJSXc+vf/0/wMAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
