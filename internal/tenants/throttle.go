@@ -127,9 +127,9 @@ func getThrottle(ctx context.Context, q querier, scope ThrottleScope, id string)
 
 // lockThrottleOwner takes the row lock of the org or plan a throttle is for, and
 // returns the orgs whose checks it governs.
-func lockThrottleOwner(ctx context.Context, tx pgx.Tx, scope ThrottleScope, id string) (auditOrg string, orgIDs []string, err error) {
+func lockThrottleOwner(ctx context.Context, tx pgx.Tx, scope ThrottleScope, id string, now time.Time) (auditOrg string, orgIDs []string, err error) {
 	if scope == ThrottleOrg {
-		if _, err := lockOrg(ctx, tx, id); err != nil {
+		if _, err := lockOrg(ctx, tx, id, now); err != nil {
 			return "", nil, err
 		}
 		return id, []string{id}, nil
@@ -157,7 +157,7 @@ func (s *Service) SetThrottle(ctx context.Context, a Actor, scope ThrottleScope,
 	var out Throttle
 	var orgIDs []string
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
-		auditOrg, ids, err := lockThrottleOwner(ctx, tx, scope, id)
+		auditOrg, ids, err := lockThrottleOwner(ctx, tx, scope, id, s.now())
 		if err != nil {
 			return err
 		}
@@ -223,7 +223,7 @@ func throttleOwnerExists(ctx context.Context, q querier, scope ThrottleScope, id
 func (s *Service) DeleteThrottle(ctx context.Context, a Actor, scope ThrottleScope, id string) error {
 	var orgIDs []string
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		auditOrg, ids, err := lockThrottleOwner(ctx, tx, scope, id)
+		auditOrg, ids, err := lockThrottleOwner(ctx, tx, scope, id, s.now())
 		if err != nil {
 			return err
 		}
@@ -275,7 +275,7 @@ func resolveThrottles(ctx context.Context, q querier, orgID, planID string) ([]T
 // picks it, and false when none applies. Errors: ErrNotFound when the org does not
 // exist.
 func (s *Service) ThrottleInForce(ctx context.Context, orgID string) (Throttle, bool, error) {
-	org, err := getOrg(ctx, s.pool, orgID)
+	org, err := getOrg(ctx, s.pool, orgID, s.now())
 	if err != nil {
 		return Throttle{}, false, err
 	}
