@@ -4,68 +4,27 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/quotaplane/quotaplane/internal/billing"
-	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
-	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
-	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// grantReplica is one api process with the resolved-limits cache (an hour's TTL, so
-// only an invalidation or a grant's lapse makes it read an org again), the usage and
-// billing service and the worker's flusher; the tenancy service runs on clock.
+// grantReplica is a billingReplica whose tenancy service runs on clock, with the
+// resolved-limits cache of an hour's TTL, so only an invalidation or a grant's lapse
+// makes it read an org again.
 type grantReplica struct {
-	*replica
-	clock   *testenv.Clock
-	flusher *billing.Flusher
+	*billingReplica
+	clock *testenv.Clock
 }
 
 func newGrantReplica(t *testing.T) *grantReplica {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	pool, err := pgxpool.New(ctx, testenv.PostgresURL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
-	prefix := testenv.ID(t, "g")
 	clock := testenv.NewClock(time.Now())
-	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1), tenants.WithClock(clock.Now))
-	rdb := testenv.Redis(t)
-	reg := prometheus.NewRegistry()
-	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: time.Hour, KeyTTL: time.Hour, Metrics: cachemetrics.New(reg),
-		Channel: tenants.InvalidationChannel + ":" + prefix})
-	cache.Listen(ctx, rdb)
-	store := billing.NewStore(pool)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
-		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = router.Close() })
-	engines := billing.RouterCounters(router)
-	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
-		AdminToken: operatorToken, Logger: quiet,
-		Billing: &billing.Service{Store: store, Tenants: svc, Counters: engines, Logger: quiet, WebhookSecret: webhookMaster}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := &replica{f: &fixture{t: t, h: h, pool: pool, svc: svc, tokens: map[string]string{"operator": operatorToken}}}
-	return &grantReplica{replica: r, clock: clock,
-		flusher: billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Logger: quiet})}
+	return &grantReplica{billingReplica: newBillingReplicaWith(t, "g", clock), clock: clock}
 }
 
 // org creates, through the API, an org on a plan of 100 requests a month (10

@@ -20,6 +20,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -37,6 +38,14 @@ type billingReplica struct {
 
 func newBillingReplica(t *testing.T) *billingReplica {
 	t.Helper()
+	return newBillingReplicaWith(t, "u", nil)
+}
+
+// newBillingReplicaWith is newBillingReplica with its key prefix starting with tag
+// and, when clock is set, the tenancy service on that clock and a resolved-limits
+// cache of an hour's TTL on an invalidation channel of its own.
+func newBillingReplicaWith(t *testing.T, tag string, clock *testenv.Clock) *billingReplica {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	pool, err := pgxpool.New(ctx, testenv.PostgresURL(t))
@@ -44,20 +53,30 @@ func newBillingReplica(t *testing.T) *billingReplica {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	prefix := testenv.ID(t, "u")
-	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
+	prefix := testenv.ID(t, tag)
+	opts := []tenants.Option{tenants.WithPasswordCost(64, 1)}
+	if clock != nil {
+		opts = append(opts, tenants.WithClock(clock.Now))
+	}
+	svc := tenants.NewService(pool, opts...)
 	rdb := testenv.Redis(t)
 	reg := prometheus.NewRegistry()
+	var cache *tenants.Cache // nil: the handler's own
+	if clock != nil {
+		cache = tenants.NewCache(svc, tenants.CacheOptions{TTL: time.Hour, KeyTTL: time.Hour, Metrics: cachemetrics.New(reg),
+			Channel: tenants.InvalidationChannel + ":" + prefix})
+		cache.Listen(ctx, rdb)
+	}
 	store := billing.NewStore(pool)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), Registerer: reg,
-		Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
 	engines := billing.RouterCounters(router)
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: rdb, Registry: reg,
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
 		AdminToken: operatorToken, Logger: quiet,
 		Billing: &billing.Service{Store: store, Tenants: svc, Counters: engines, Logger: quiet, WebhookSecret: webhookMaster}})
 	if err != nil {
