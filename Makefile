@@ -54,11 +54,16 @@ test-e2e: ## the console's end-to-end tests in headless Chromium against a real 
 test-short: ## the tests without the slow ones (no code generation drift check)
 	$(GO) test -short -count=1 ./...
 
-generate: ## regenerate internal/httpapi/api from api/openapi.yaml
+sdk/typescript/node_modules: sdk/typescript/package-lock.json
+	cd sdk/typescript && npm ci --no-audit --no-fund
+	@touch sdk/typescript/node_modules
+
+generate: sdk/typescript/node_modules ## regenerate the API types from api/openapi.yaml: Go (internal/httpapi/api) and TypeScript (sdk/typescript/src/schema.d.ts, also used by web/)
 	$(GO) tool oapi-codegen -config api/oapi-codegen.yaml api/openapi.yaml
+	cd sdk/typescript && npx openapi-typescript ../../api/openapi.yaml -o src/schema.d.ts --silent
 
 check-generate: generate ## fail when the generated code differs from what is committed
-	@git diff --exit-code -- internal/httpapi/api || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- internal/httpapi/api sdk/typescript/src/schema.d.ts || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 lint: ## gofmt, go vet (deploy/k8s's module too), and no error status chosen outside internal/httpapi/problem
 	@out=$$(gofmt -l cmd internal migrations scripts webhook deploy); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
