@@ -415,7 +415,7 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 				t0 := time.Now()
 				a, d, e := send(runCtx, c, &cfg, orgs, r, tl)
 				el := time.Since(t0)
-				if runCtx.Err() != nil && e > 0 {
+				if e > 0 && ended(runCtx) {
 					return // cut off by the end of the run, not a server error
 				}
 				local = append(local, el)
@@ -519,6 +519,13 @@ func send(ctx context.Context, c *client, cfg *Config, orgs []Org, r *rand.Rand,
 	return allowed, denied, errs
 }
 
+// ended reports whether ctx is done or past its deadline: gRPC fails a call at the
+// deadline by its own timer, which may fire before the context's.
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
+}
+
 // sendGRPC makes one ShouldRateLimit call of one [team, user] descriptor.
 func sendGRPC(ctx context.Context, rc rlsv3.RateLimitServiceClient, cfg *Config, t target, tl *tally) (allowed, denied, errs int64) {
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+t.org.Key)
@@ -527,7 +534,7 @@ func sendGRPC(ctx context.Context, rc rlsv3.RateLimitServiceClient, cfg *Config,
 			{Key: "team", Value: t.team}, {Key: "user", Value: t.user}}}}})
 	switch {
 	case err != nil:
-		if ctx.Err() == nil {
+		if !ended(ctx) {
 			tl.fail(fmt.Errorf("ShouldRateLimit: %w", err))
 		}
 		return 0, 0, 1
