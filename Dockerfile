@@ -9,5 +9,5 @@ RUN CGO_ENABLED=0 go build -o /out/quotaplane-api ./cmd/api && \
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /usr/local/bin/
-EXPOSE 8080 8081
+EXPOSE 8080 8081 8082
 ENTRYPOINT ["/usr/local/bin/quotaplane-api"]

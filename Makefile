@@ -71,7 +71,7 @@ lint: ## gofmt, go vet (deploy/k8s's module too), and no error status chosen out
 	cd deploy/k8s && $(GO) vet ./...
 	$(GO) test -count=1 -run TestNoStatusOutsideTheMap ./internal/httpapi/problem/
 
-bench: ## benchmark the check engine and /v1/check over HTTP, then bench-users; prints summary tables
+bench: ## benchmark the check engine, /v1/check over HTTP and ShouldRateLimit over gRPC, then bench-users; prints summary tables
 	@bash scripts/bench.sh
 
 bench-users: ## checks over 1,000,000 distinct user ids vs 1,000 repeating: Postgres queries per check, checks/s, RSS (~1.7 min)

@@ -8,7 +8,7 @@
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
 # BENCH_CHECKS, BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
-# BENCH_PORT tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
+# BENCH_PORT, BENCH_GRPC_PORT, BENCH_GRPC_SECONDS tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
 # runs last. Load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +16,12 @@ tmp=$(mktemp -d)
 api_pid=
 ref_pid=
 bench_db=
+gapi_pid=
+g_db=
 cleanup() {
+  [ -n "$gapi_pid" ] && kill "$gapi_pid" 2>/dev/null && wait "$gapi_pid" 2>/dev/null || true
+  [ -n "$g_db" ] && command -v psql >/dev/null && psql -q "$g_admin" -c "drop database if exists $g_db" 2>/dev/null || true
+  [ -n "${g_prefix:-}" ] && have redis-cli && drop_keys "q:{$g_prefix-*"
   [ -n "$api_pid" ] && kill "$api_pid" 2>/dev/null && wait "$api_pid" 2>/dev/null || true
   [ -n "$ref_pid" ] && kill "$ref_pid" 2>/dev/null && wait "$ref_pid" 2>/dev/null || true
   [ -n "${ref_prefix:-}" ] && drop_keys "$ref_prefix:*"
@@ -218,6 +223,46 @@ EOF
   fi
 fi
 
+# Envoy's ShouldRateLimit over gRPC beside POST /v1/check over HTTP: one api process
+# serving both, the same Go client (loadgen, 50 workers) and the same checks (one of
+# 1,000 users of one team, limits never reached), alternated rounds. The wrk figures
+# above use another client, so only these two compare the transports.
+if have curl; then
+  echo
+  gport=${BENCH_GRPC_PORT:-18191}
+  ghttp=$((gport + 1))
+  gbase=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quotaplane?sslmode=disable}
+  g_db="qp_benchg_$$"
+  g_url=$(sed -E "s#/[^/?]*(\\?|\$)#/$g_db\\1#" <<< "${gbase%%\?*}")${gbase#"${gbase%%\?*}"}
+  g_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${gbase%%\?*}")${gbase#"${gbase%%\?*}"}
+  gtoken="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  g_prefix="qpg$$"
+  go build -o "$tmp/gapi" ./cmd/api
+  go build -o "$tmp/loadgen" ./cmd/loadgen
+  gs=${BENCH_GRPC_SECONDS:-4}
+  echo "gRPC vs HTTP: quotaplane-api on 127.0.0.1:$ghttp and gRPC 127.0.0.1:$gport (database $g_db), loadgen with 50 workers, ${BENCH_WRK_ROUNDS:-3} rounds of /v1/check and ShouldRateLimit, ${gs}s each..."
+  DATABASE_URL=$g_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$ghttp QUOTA_GRPC_ADDR=127.0.0.1:$gport QUOTA_ADMIN_TOKEN=$gtoken \
+    QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 QUOTA_ADMIN_RATE_LIMIT=off QUOTA_REDIS_TIMEOUT=2s "$tmp/gapi" 2> "$tmp/gapi.log" &
+  gapi_pid=$!
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ghttp/healthz" >/dev/null && break; sleep 0.2; done
+  for round in $(seq "${BENCH_WRK_ROUNDS:-3}"); do
+    for mode in http grpc; do
+      args=(-url "http://127.0.0.1:$ghttp" -token "$gtoken" -prefix "$g_prefix" -orgs 1 -teams 1 -users 1000
+        -user-month 1000000000 -team-month 100000000000 -org-month 200000000000 -c 50 -duration "${gs}s" -json "$tmp/lg.json")
+      [ $mode = grpc ] && args+=(-grpc "127.0.0.1:$gport")
+      if ! "$tmp/loadgen" "${args[@]}" > "$tmp/lg.out" 2> "$tmp/lg.err"; then
+        echo "loadgen ($mode) failed:" >&2; tail -n 5 "$tmp/lg.err" "$tmp/lg.out" "$tmp/gapi.log" >&2; exit 1
+      fi
+      rps=$(sed -n 's/^  "requests_per_second": \([0-9.]*\).*/\1/p' "$tmp/lg.json")
+      p99=$(sed -n 's/^    "p99": \([0-9.]*\).*/\1/p' "$tmp/lg.json")
+      errs=$(sed -n 's/^  "errors": \([0-9]*\).*/\1/p' "$tmp/lg.json")
+      [ "$errs" = 0 ] || grep -A3 "error_sample" "$tmp/lg.json" | head -4 >&2
+      printf 'round %s %-26s %8.0f req/s, p99 %s ms, %s errors\n' "$round" "$([ $mode = grpc ] && echo "gRPC ShouldRateLimit:" || echo "HTTP /v1/check:")" "$rps" "$p99" "$errs"
+      echo "lg_${mode}_round $rps $p99" >> "$rows"
+    done
+  done
+fi
+
 echo
 awk '
 # median_round: the index of the round whose ratio is the median (odd counts have one)
@@ -235,6 +280,8 @@ FNR == NR && /^Benchmark/ {
 FNR != NR && $1 == "batch_round" { brounds++; for (i = 2; i <= NF; i++) br[brounds, i - 1] = $i; next }
 FNR != NR && $1 == "api_round" { rounds++; for (i = 2; i <= NF; i++) rr[rounds, i - 1] = $i; next }
 FNR != NR && $1 == "ref_round" { frounds++; for (i = 2; i <= NF; i++) fr[frounds, i - 1] = $i; next }
+FNR != NR && $1 == "lg_http_round" { hrounds++; lh[hrounds, 1] = $2; lh[hrounds, 2] = $3; next }
+FNR != NR && $1 == "lg_grpc_round" { grounds++; lgr[grounds, 1] = $2; lgr[grounds, 2] = $3; next }
 FNR != NR { r[$1] = $0; f[$1, 2] = $2; f[$1, 3] = $3; f[$1, 4] = $4; f[$1, 5] = $5; f[$1, 6] = $6; f[$1, 7] = $7 }
 END {
   base = v["HealthzHTTP", "req/s"]
@@ -296,6 +343,15 @@ END {
     printf "  Redis µs per check under load:            %s under /v1/check, %s under the batch, %s in the engine benchmark; ref9.lua %s under refserver\n", \
       (rounds > 0) ? rr[am, 15] : "-", (brounds > 0) ? br[m, 5] : "-", \
       (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-", (frounds > 0) ? fr[fm, 15] : "-"
+  }
+  if (grounds > 0 && hrounds == grounds) {
+    for (i = 1; i <= grounds; i++) gratio[i] = lgr[i, 1] / lh[i, 1]
+    m = median_round(gratio, grounds)
+    all = ""
+    for (i = 1; i <= grounds; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * gratio[i])
+    printf "  gRPC ShouldRateLimit vs HTTP /v1/check (loadgen, 50 workers, one api): %.0f / %.0f checks/s = %.0f%%; p99 %s vs %s ms\n", \
+      lgr[m, 1], lh[m, 1], 100 * gratio[m], lgr[m, 2], lh[m, 2]
+    printf "                                            the median of %d alternated rounds: %s\n", grounds, all
   }
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"

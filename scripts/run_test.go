@@ -57,7 +57,7 @@ func start(t *testing.T, env map[string]string) *run {
 	r := &run{out: &testenv.Buffer{}, done: make(chan struct{}), api: freeAddr(t), worker: freeAddr(t)}
 	vars := map[string]string{
 		"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
-		"QUOTA_HTTP_ADDR": r.api, "QUOTA_WORKER_HTTP_ADDR": r.worker,
+		"QUOTA_HTTP_ADDR": r.api, "QUOTA_WORKER_HTTP_ADDR": r.worker, "QUOTA_GRPC_ADDR": freeAddr(t),
 		"QUOTA_STATE_DIR": t.TempDir(), "QUOTA_BIN_DIR": binDir,
 		"QUOTA_ADMIN_TOKEN": "", "QUOTA_WEBHOOK_SECRET": "", "QUOTA_PPROF_ADDR": "",
 	}

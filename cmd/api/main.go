@@ -1,4 +1,5 @@
-// Command quotaplane-api serves the Quotaplane HTTP API. `quotaplane-api demo`
+// Command quotaplane-api serves the Quotaplane HTTP API, and Envoy's rate limit
+// service over gRPC on QUOTA_GRPC_ADDR. `quotaplane-api demo`
 // instead migrates the database, seeds the demo org and prints how to use it.
 package main
 
@@ -19,6 +20,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/config"
@@ -31,6 +34,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/platform/tracing"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/rls"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/web"
 )
@@ -58,12 +62,18 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	serving := len(args) == 0
 	// Bind before anything slow, so a busy address fails at once and "listening" is
 	// logged only once it is true.
-	var ln, pprofLn net.Listener
+	var ln, pprofLn, grpcLn net.Listener
 	if serving {
 		if ln, err = config.Listen("QUOTA_HTTP_ADDR", cfg.HTTPAddr); err != nil {
 			return err
 		}
 		defer ln.Close()
+		if cfg.GRPCAddr != "" {
+			if grpcLn, err = config.Listen("QUOTA_GRPC_ADDR", cfg.GRPCAddr); err != nil {
+				return err
+			}
+			defer grpcLn.Close()
+		}
 		if cfg.PprofAddr != "" {
 			if pprofLn, err = config.Listen("QUOTA_PPROF_ADDR", cfg.PprofAddr); err != nil {
 				return err
@@ -150,7 +160,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
-	errc := make(chan error, 2) // the api and the pprof listener
+	errc := make(chan error, 3) // the api, the gRPC and the pprof listener
 	if cfg.PprofAddr != "" {
 		// Opt-in profiling on its own loopback listener, never on the API's.
 		mux := http.NewServeMux()
@@ -164,6 +174,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		go func() { errc <- fmt.Errorf("pprof on %s: %w", pprofLn.Addr(), psrv.Serve(pprofLn)) }()
 		log.Info("serving pprof", "addr", "http://"+pprofLn.Addr().String()+"/debug/pprof/")
 	}
+	// Envoy's rate limit service, on its own listener, over the same cache and engine.
+	var gsrv *grpc.Server
+	var ghealth *health.Server
+	if grpcLn != nil {
+		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log})
+		defer gsrv.Stop()
+		go func() { errc <- fmt.Errorf("serve gRPC on %s: %w", grpcLn.Addr(), gsrv.Serve(grpcLn)) }()
+		log.Info("serving Envoy's rate limit service", "addr", grpcLn.Addr().String())
+	}
 	go func() { errc <- fmt.Errorf("serve on %s: %w", ln.Addr(), srv.Serve(ln)) }()
 	log.Info("listening", "addr", "http://"+ln.Addr().String())
 	select {
@@ -174,7 +193,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log.Info("shutting down: draining requests")
 	shutCtx, cancelShut := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancelShut()
-	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	// Both servers drain at once: health says NOT_SERVING, then in-flight calls finish
+	// (or are cut when the HTTP drain gives up).
+	grpcDone := make(chan struct{})
+	go func() {
+		defer close(grpcDone)
+		if gsrv != nil {
+			ghealth.Shutdown()
+			gsrv.GracefulStop()
+		}
+	}()
+	err = srv.Shutdown(shutCtx)
+	select {
+	case <-grpcDone:
+	case <-shutCtx.Done():
+		if gsrv != nil {
+			gsrv.Stop()
+		}
+		<-grpcDone
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil

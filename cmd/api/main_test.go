@@ -14,6 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
@@ -34,7 +38,8 @@ func TestMain(m *testing.M) {
 func startMain(t *testing.T, env map[string]string) (*exec.Cmd, *testenv.Buffer) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "QUOTAPLANE_TEST_MAIN=1")
+	// Any free port for the gRPC listener, unless env names one: tests run at once.
+	cmd.Env = append(os.Environ(), "QUOTAPLANE_TEST_MAIN=1", "QUOTA_GRPC_ADDR=127.0.0.1:0")
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
@@ -78,7 +83,7 @@ func TestBusyAddressNamesTheVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	for _, key := range []string{"QUOTA_HTTP_ADDR", "QUOTA_PPROF_ADDR"} {
+	for _, key := range []string{"QUOTA_HTTP_ADDR", "QUOTA_PPROF_ADDR", "QUOTA_GRPC_ADDR"} {
 		t.Run(key, func(t *testing.T) {
 			env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
 				"QUOTA_HTTP_ADDR": freeAddr(t), "QUOTA_ADMIN_TOKEN": "a-test-operator-token"}
@@ -117,12 +122,13 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// The api starts on an empty database, serves, and stops cleanly when its context
-// ends (what SIGTERM does through signal.NotifyContext).
+// The api starts on an empty database, serves HTTP and gRPC (whose health service
+// answers SERVING), and stops both cleanly when its context ends (what SIGTERM does
+// through signal.NotifyContext).
 func TestRunServesAndShutsDownGracefully(t *testing.T) {
-	addr := freeAddr(t)
+	addr, grpcAddr := freeAddr(t), freeAddr(t)
 	env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
-		"QUOTA_HTTP_ADDR": addr, "QUOTA_ADMIN_TOKEN": "a-test-operator-token", "QUOTA_LOG_LEVEL": "error"}
+		"QUOTA_HTTP_ADDR": addr, "QUOTA_GRPC_ADDR": grpcAddr, "QUOTA_ADMIN_TOKEN": "a-test-operator-token", "QUOTA_LOG_LEVEL": "error"}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, &bytes.Buffer{}, io.Discard) }()
@@ -141,11 +147,26 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	for _, svc := range []string{"", "envoy.service.ratelimit.v3.RateLimitService"} {
+		res, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || res.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Fatalf("gRPC health of %q = %v, %v; want SERVING", svc, res.GetStatus(), err)
+		}
+	}
 	cancel()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatalf("run returned %v after shutdown", err)
+		}
+		if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err == nil {
+			t.Error("the gRPC server still answers after shutdown")
 		}
 	case <-time.After(25 * time.Second):
 		t.Fatal("api did not stop")

@@ -20,7 +20,7 @@ func TestSpansExportedOverOTLPAndFlushedAtShutdown(t *testing.T) {
 	addr := freeAddr(t)
 	const token = "a-test-operator-token"
 	cmd, stderr := startMain(t, map[string]string{"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
-		"QUOTA_HTTP_ADDR": addr, "QUOTA_ADMIN_TOKEN": token,
+		"QUOTA_HTTP_ADDR": addr, "QUOTA_GRPC_ADDR": "127.0.0.1:0", "QUOTA_ADMIN_TOKEN": token,
 		"OTEL_EXPORTER_OTLP_ENDPOINT": recv.URL, "OTEL_BSP_SCHEDULE_DELAY": "600000"})
 	deadline := time.Now().Add(30 * time.Second)
 	for {

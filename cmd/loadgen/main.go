@@ -1,6 +1,6 @@
 // Command loadgen provisions orgs through a running Quotaplane api, drives
-// /v1/check or /v1/check/batch, and reports throughput, latency percentiles and
-// whether any level admitted more than its limit. Traffic goes only to the URL given;
+// /v1/check, /v1/check/batch or (-grpc) Envoy's ShouldRateLimit, and reports
+// throughput, latency percentiles and whether any level admitted more than its limit. Traffic goes only to the URL given;
 // every run is bounded by -duration or -requests.
 package main
 
@@ -49,6 +49,7 @@ func run(ctx context.Context, args []string) error {
 	fs.Int64Var(&cfg.Requests, "requests", 0, "stop after this many requests (0: duration only)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "requests per second over all connections (0: as fast as possible)")
 	fs.IntVar(&cfg.Batch, "batch", 0, "checks per request via /v1/check/batch (0: /v1/check)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc", "", "send each check as Envoy's ShouldRateLimit to the api's gRPC rate limit service at this host:port (QUOTA_GRPC_ADDR) instead of /v1/check")
 	fs.Float64Var(&cfg.HotShare, "hot", 0, "share of traffic sent to one hot org (0..1)")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "write an HTML latency chart to this file")

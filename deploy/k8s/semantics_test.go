@@ -116,7 +116,8 @@ func listenPort(t *testing.T, d *appsv1.Deployment, c corev1.Container, b *binar
 
 // TestProbesAndPorts: every probe is an HTTP GET of a path the container's binary
 // serves without credentials, on the port of its address variable; the api is ready
-// on /readyz and alive on /healthz; every declared port is one the binary listens on.
+// on /readyz and alive on /healthz; every declared port is one the binary listens on
+// (the api's QUOTA_GRPC_ADDR too).
 func TestProbesAndPorts(t *testing.T) {
 	s, m := readSource(t), applied(t)
 	for _, d := range m.deployments {
@@ -126,8 +127,16 @@ func TestProbesAndPorts(t *testing.T) {
 			if len(c.Ports) == 0 {
 				t.Errorf("%s/%s declares no port", d.Name, c.Name)
 			}
+			// The api's second listener, Envoy's rate limit service over gRPC.
+			listens := map[int32]bool{port: true}
+			for _, e := range c.Env {
+				if _, p, err := net.SplitHostPort(e.Value); e.Name == "QUOTA_GRPC_ADDR" && err == nil {
+					n, _ := strconv.ParseInt(p, 10, 32)
+					listens[int32(n)] = true
+				}
+			}
 			for _, cp := range c.Ports {
-				if cp.ContainerPort != port {
+				if !listens[cp.ContainerPort] {
 					t.Errorf("%s/%s: port %s is %d, but %s listens on %d", d.Name, c.Name, cp.Name, cp.ContainerPort, b.addrVar, port)
 				}
 				if errs := validation.IsValidPortName(cp.Name); len(errs) > 0 {

@@ -79,7 +79,7 @@ func TestCluster(t *testing.T) {
 	for i := range 3 {
 		addr := freeAddr(t)
 		// 250 ms: this 2-core machine runs 6 Redis, 4 Go processes and the load at once.
-		p := start(t, dir, fmt.Sprintf("api%d", i), apiBin, append(common, "QUOTA_HTTP_ADDR="+addr,
+		p := start(t, dir, fmt.Sprintf("api%d", i), apiBin, append(common, "QUOTA_HTTP_ADDR="+addr, "QUOTA_GRPC_ADDR="+freeAddr(t),
 			"QUOTA_REPLICAS=3", "QUOTA_REDIS_TIMEOUT=250ms", "QUOTA_ADMIN_RATE_LIMIT=off")...)
 		waitHTTP(t, "http://"+addr+"/readyz", p)
 		apis = append(apis, "http://"+addr)

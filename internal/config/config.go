@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/rls"
 )
 
 // Defaults of API.md "Running".
@@ -21,6 +22,7 @@ const (
 	DefaultRedisURL    = "redis://127.0.0.1:6379/0"
 	DefaultHTTPAddr    = "127.0.0.1:8080"
 	DefaultWorkerAddr  = "127.0.0.1:8081"
+	DefaultGRPCAddr    = "127.0.0.1:8082"
 )
 
 // Common is what both binaries read.
@@ -39,6 +41,12 @@ type Common struct {
 type API struct {
 	Common
 	HTTPAddr string // QUOTA_HTTP_ADDR
+	// GRPCAddr (QUOTA_GRPC_ADDR, default 127.0.0.1:8082) serves Envoy's rate limit
+	// service; "off" leaves it empty: no gRPC listener.
+	GRPCAddr string
+	// GRPCAliases (QUOTA_GRPC_DESCRIPTOR_ALIASES, "x-user-id=user,tenant-team=team")
+	// lets descriptor entries use other keys for org, team, user and metric.
+	GRPCAliases map[string]string
 	// RedisPools maps a plan's pool class to its Redis (QUOTA_REDIS_POOLS,
 	// "free=redis://a:6379/0,pro=redis://b:6379/0"); classes not named use REDIS_URL.
 	RedisPools        map[string]string
@@ -192,6 +200,14 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
 	}
 	c.RedisPools = pools
+	if c.GRPCAddr = r.str("QUOTA_GRPC_ADDR", DefaultGRPCAddr); strings.EqualFold(c.GRPCAddr, "off") {
+		c.GRPCAddr = ""
+	} else {
+		c.GRPCAddr = r.addr("QUOTA_GRPC_ADDR", DefaultGRPCAddr)
+	}
+	if c.GRPCAliases, err = rls.ParseAliases(getenv("QUOTA_GRPC_DESCRIPTOR_ALIASES")); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_GRPC_DESCRIPTOR_ALIASES: %w", err))
+	}
 	return c, errors.Join(r.errs...)
 }
 
@@ -280,7 +296,12 @@ func (c API) LogValue() slog.Value {
 	for class, u := range c.RedisPools {
 		pools = append(pools, class+"="+redact.URL(u))
 	}
+	aliases := make([]string, 0, len(c.GRPCAliases))
+	for a, k := range c.GRPCAliases {
+		aliases = append(aliases, a+"="+k)
+	}
 	return slog.GroupValue(slog.Any("common", c.Common), slog.String("http_addr", c.HTTPAddr),
+		slog.String("grpc_addr", c.GRPCAddr), slog.Any("grpc_descriptor_aliases", aliases),
 		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg), slog.Int("metrics_orgs", c.MetricsOrgs),
 		slog.Int("replicas", c.Replicas), slog.Duration("redis_timeout", c.RedisTimeout),
 		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.String("pprof_addr", c.PprofAddr),

@@ -170,3 +170,27 @@ func TestListenOnABusyAddressNamesTheVariable(t *testing.T) {
 		}
 	}
 }
+
+// The rate limit service listens on loopback by default, "off" turns it off, and
+// descriptor aliases must name org, team, user or metric.
+func TestGRPCSettings(t *testing.T) {
+	a, err := config.LoadAPI(env(nil))
+	if err != nil || a.GRPCAddr != "127.0.0.1:8082" || len(a.GRPCAliases) != 0 {
+		t.Errorf("defaults: %q %v, %v", a.GRPCAddr, a.GRPCAliases, err)
+	}
+	a, err = config.LoadAPI(env(map[string]string{"QUOTA_GRPC_ADDR": "off", "QUOTA_GRPC_DESCRIPTOR_ALIASES": "x-user-id=user, x-team = team"}))
+	if err != nil || a.GRPCAddr != "" || a.GRPCAliases["x-user-id"] != "user" || a.GRPCAliases["x-team"] != "team" || len(a.GRPCAliases) != 2 {
+		t.Errorf("off and aliases: %q %v, %v", a.GRPCAddr, a.GRPCAliases, err)
+	}
+	for _, bad := range []map[string]string{
+		{"QUOTA_GRPC_ADDR": "8082"},
+		{"QUOTA_GRPC_DESCRIPTOR_ALIASES": "x-user-id=person"},
+		{"QUOTA_GRPC_DESCRIPTOR_ALIASES": "user=team"},
+		{"QUOTA_GRPC_DESCRIPTOR_ALIASES": "x-user-id"},
+		{"QUOTA_GRPC_DESCRIPTOR_ALIASES": "a=user,a=team"},
+	} {
+		if _, err := config.LoadAPI(env(bad)); err == nil {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+}

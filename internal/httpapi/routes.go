@@ -17,7 +17,7 @@ import (
 //   - operations and the console: /healthz, /readyz, /metrics and /console/, with no
 //     credentials (the console authenticates its own endpoints) and no body;
 //   - checks: /v1/check and /v1/check/batch, the hot path: authenticated, the body
-//     capped, validated by hand once (validateCheck: walking the spec's schema would
+//     capped, validated by hand once (checks.Input.Validate: walking the spec's schema would
 //     cost more than the check) and never under the admin rate limit (the engine
 //     bounds each org's checks in flight);
 //   - the admin API: every other operation of the spec, authenticated, rate limited

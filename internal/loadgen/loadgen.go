@@ -1,5 +1,6 @@
 // Package loadgen drives a running Quotaplane api: it provisions orgs, teams, users
-// and keys through the API, sends /v1/check or /v1/check/batch traffic at a given
+// and keys through the API, sends /v1/check or /v1/check/batch traffic, or Envoy's
+// ShouldRateLimit over gRPC (one [team, user] descriptor a call), at a given
 // concurrency, duration or rate, shows progress, reports throughput and latency
 // percentiles, and verifies afterwards, through the usage API and its own tally of
 // allowed answers, that no level admitted more than its limit.
@@ -19,6 +20,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 )
@@ -40,9 +47,12 @@ type Config struct {
 	Requests     int64         // stop after this many requests (0: no bound)
 	Rate         float64       // requests per second over all connections (0: as fast as possible)
 	Batch        int           // checks per request; 0 or 1 sends /v1/check
-	HotShare     float64       // share of traffic to org 0 (0..1): a hot tenant
-	Cost         int64         // units per check
-	Progress     io.Writer     // one line a second; nil for none
+	// GRPCAddr, when set, sends each check as a ShouldRateLimit call to the api's
+	// rate limit service there (host:port) instead of /v1/check; not with Batch.
+	GRPCAddr string
+	HotShare float64   // share of traffic to org 0 (0..1): a hot tenant
+	Cost     int64     // units per check
+	Progress io.Writer // one line a second; nil for none
 }
 
 func (c *Config) defaults() error {
@@ -79,6 +89,9 @@ func (c *Config) defaults() error {
 	if c.Batch > 100 {
 		return errors.New("loadgen: at most 100 checks per batch")
 	}
+	if c.GRPCAddr != "" && c.Batch > 1 {
+		return errors.New("loadgen: batches go over HTTP; a gRPC call carries one check")
+	}
 	return nil
 }
 
@@ -89,10 +102,29 @@ type Org struct {
 	Teams []string
 }
 
-// client talks JSON to the api.
+// client talks JSON to the api, and gRPC to its rate limit service when rls is set.
 type client struct {
 	base string
 	http *http.Client
+	rls  []rlsv3.RateLimitServiceClient // one per connection; workers share them round robin
+}
+
+// dialRLS opens conns gRPC connections to addr (each multiplexes many calls).
+func (c *client) dialRLS(addr string, conns int) (func(), error) {
+	var closers []func() error
+	for range conns {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, fmt.Errorf("loadgen: gRPC %s: %w", addr, err)
+		}
+		closers = append(closers, cc.Close)
+		c.rls = append(c.rls, rlsv3.NewRateLimitServiceClient(cc))
+	}
+	return func() {
+		for _, f := range closers {
+			_ = f()
+		}
+	}, nil
 }
 
 func (c *client) do(ctx context.Context, method, path, token string, body any, out any) (int, error) {
@@ -304,6 +336,13 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 		return Report{}, errors.New("loadgen: no orgs to load")
 	}
 	c := newClient(cfg.URL, cfg.Concurrency)
+	if cfg.GRPCAddr != "" {
+		closeRLS, err := c.dialRLS(cfg.GRPCAddr, max(1, cfg.Concurrency/8))
+		if err != nil {
+			return Report{}, err
+		}
+		defer closeRLS()
+	}
 	tl := &tally{org: map[string]int64{}, team: map[[2]string]int64{}, user: map[[3]string]int64{}}
 	var requests, checks, allowed, denied, errCount atomic.Int64
 	var mu sync.Mutex
@@ -376,7 +415,7 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 				t0 := time.Now()
 				a, d, e := send(runCtx, c, &cfg, orgs, r, tl)
 				el := time.Since(t0)
-				if runCtx.Err() != nil && e > 0 {
+				if e > 0 && ended(runCtx) {
 					return // cut off by the end of the run, not a server error
 				}
 				local = append(local, el)
@@ -416,6 +455,9 @@ func pctMS(sorted []time.Duration, p float64) float64 {
 
 // send makes one request (one check, or a batch to one org) and counts its answers.
 func send(ctx context.Context, c *client, cfg *Config, orgs []Org, r *rand.Rand, tl *tally) (allowed, denied, errs int64) {
+	if len(c.rls) > 0 {
+		return sendGRPC(ctx, c.rls[r.IntN(len(c.rls))], cfg, pick(cfg, orgs, r), tl)
+	}
 	if cfg.Batch <= 1 {
 		t := pick(cfg, orgs, r)
 		body := api.CheckRequest{Org: t.org.ID, Team: &t.team, User: &t.user, Cost: &cfg.Cost}
@@ -475,6 +517,32 @@ func send(ctx context.Context, c *client, cfg *Config, orgs []Org, r *rand.Rand,
 		}
 	}
 	return allowed, denied, errs
+}
+
+// ended reports whether ctx is done or past its deadline: gRPC fails a call at the
+// deadline by its own timer, which may fire before the context's.
+func ended(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
+}
+
+// sendGRPC makes one ShouldRateLimit call of one [team, user] descriptor.
+func sendGRPC(ctx context.Context, rc rlsv3.RateLimitServiceClient, cfg *Config, t target, tl *tally) (allowed, denied, errs int64) {
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+t.org.Key)
+	res, err := rc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "loadgen", HitsAddend: uint32(cfg.Cost),
+		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+			{Key: "team", Value: t.team}, {Key: "user", Value: t.user}}}}})
+	switch {
+	case err != nil:
+		if !ended(ctx) {
+			tl.fail(fmt.Errorf("ShouldRateLimit: %w", err))
+		}
+		return 0, 0, 1
+	case res.GetOverallCode() == rlsv3.RateLimitResponse_OK:
+		tl.add(t.org.ID, t.team, t.user, cfg.Cost)
+		return 1, 0, 0
+	}
+	return 0, 1, 0
 }
 
 // verify compares, for every level, the usage the api reports and the units this

@@ -1,0 +1,236 @@
+// Package checks turns a check as a caller names it (org, team, user, metric, cost)
+// into the engine's quota.Request and Route, authorizing the caller and resolving
+// limits from the tenancy cache, and describes a decision as the RateLimit-* and
+// Retry-After values clients see. It is shared by the two transports of a check:
+// POST /v1/check (internal/httpapi) and Envoy's ShouldRateLimit (internal/rls), so
+// both decide and describe a check alike.
+package checks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// Input names one check. Nil pointers are absent fields: the defaults apply.
+type Input struct {
+	Org            string
+	Team           *string
+	User           *string
+	Metric         *string // default "requests"
+	Cost           *int64  // default 1
+	IdempotencyKey *string
+}
+
+// Caller is who asks: the operator, or an org API key.
+type Caller struct {
+	Operator bool
+	Key      tenants.APIKey
+}
+
+// Answer is what a check's answer says besides the engine's result: the org's mode,
+// and the throttle its limits were multiplied by (PPM 0: none).
+type Answer struct {
+	Mode     tenants.Mode
+	Throttle tenants.Throttle
+}
+
+// IdempotencyPattern is what an idempotency key must match.
+var IdempotencyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{8,128}$`)
+
+const idMsg = "must match ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
+
+// Validate checks everything the API's CheckRequest schema says of a check; the
+// problem names the field (org, team, user, metric, cost, idempotency_key).
+func (in Input) Validate() error {
+	switch {
+	case !tenants.ValidID(in.Org):
+		return derrors.Field("org", idMsg)
+	case in.Team != nil && !tenants.ValidID(*in.Team):
+		return derrors.Field("team", idMsg)
+	case in.User != nil && !tenants.ValidID(*in.User):
+		return derrors.Field("user", idMsg)
+	case in.Metric != nil && !tenants.ValidID(*in.Metric):
+		return derrors.Field("metric", idMsg)
+	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > quota.MaxValue):
+		return derrors.Field("cost", fmt.Sprintf("must be 0 to %d", quota.MaxValue))
+	case in.IdempotencyKey != nil && !IdempotencyPattern.MatchString(*in.IdempotencyKey):
+		return derrors.Field("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
+	}
+	return nil
+}
+
+// Resolver resolves checks against the tenancy cache.
+type Resolver struct {
+	Cache *tenants.Cache
+}
+
+// Resolve authorizes a check and resolves its org, team, user and their limits from
+// the cache. Its errors carry derrors kinds: Invalid (a field, named), NotFound (org
+// or team; another org's is not found either), Forbidden (a key without the check
+// scope), Unavailable (tenancy store down and nothing cached), and
+// *tenants.UnknownMetricError.
+func (r Resolver) Resolve(ctx context.Context, c Caller, in Input) (quota.Request, quota.Route, Answer, error) {
+	req, org, th, err := r.request(ctx, c, in)
+	if err != nil {
+		return req, quota.Route{}, Answer{}, err
+	}
+	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
+	return req, route, Answer{Mode: org.Org.Mode, Throttle: th}, nil
+}
+
+// request builds the check's request; its limits are throttled by the throttle the
+// org is under at this moment (expired ones are ignored here, by the clock of the
+// check, so a throttle lifts on every replica without any change).
+func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Request, tenants.ResolvedOrg, tenants.Throttle, error) {
+	var none tenants.ResolvedOrg
+	var th tenants.Throttle
+	if e := in.Validate(); e != nil {
+		return quota.Request{}, none, th, e
+	}
+	if !c.Operator {
+		if c.Key.OrgID != in.Org {
+			return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+		}
+		if !c.Key.HasScope(tenants.ScopeCheck) {
+			return quota.Request{}, none, th, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
+		}
+	}
+	org, err := r.Cache.Org(ctx, in.Org)
+	if errors.Is(err, tenants.ErrNotFound) {
+		return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+	}
+	if err != nil {
+		return quota.Request{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+	}
+	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
+		AnchorDay: org.Org.BillingAnchorDay}
+	if in.Metric != nil {
+		req.Metric = *in.Metric
+	}
+	if err := org.Metrics.Check(req.Metric); err != nil {
+		return quota.Request{}, none, th, err // *tenants.UnknownMetricError: names the org's metrics
+	}
+	if in.Cost != nil {
+		req.Cost = *in.Cost
+	}
+	if in.IdempotencyKey != nil {
+		req.IdempotencyKey = *in.IdempotencyKey
+	}
+	if in.Team != nil {
+		req.Team = *in.Team
+	}
+	var user tenants.ResolvedUser
+	if in.User != nil {
+		req.User = *in.User
+		if user, err = r.Cache.User(ctx, org, req.User); err != nil {
+			return quota.Request{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
+		}
+		switch {
+		case user.Registered && req.Team == "":
+			req.Team = user.TeamID
+		case user.Registered && req.Team != user.TeamID:
+			return quota.Request{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+		case !user.Registered && req.Team == "":
+			return quota.Request{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+		}
+	}
+	var team tenants.Team
+	var userLimits []tenants.Limit
+	if req.Team != "" {
+		var ok bool
+		if team, ok = org.Teams[req.Team]; !ok {
+			return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
+		}
+		if req.User != "" {
+			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
+			if len(user.Limits) > 0 {
+				userLimits = tenants.MergeLimits(team.UserLimits, user.Limits)
+			}
+		}
+	}
+	if len(org.Throttles) > 0 {
+		th, _ = org.ThrottleOf(time.Now())
+	}
+	buf := make([]quota.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
+	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits, th)
+	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits, th)
+	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits, th)
+	return req, org, th, nil
+}
+
+// limitsFor appends the limits of metric in ls, throttled by th, to buf and returns
+// them (nil when there are none) and the grown buf. A check's three levels share one
+// buf: one allocation. The zero th changes nothing.
+func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit, th tenants.Throttle) ([]quota.Limit, []quota.Limit) {
+	start := len(buf)
+	for _, l := range ls {
+		if l.Metric == metric {
+			buf = append(buf, quota.Limit{Window: quota.Window(l.Window), Limit: th.Apply(l.Window, l.Limit)})
+		}
+	}
+	if len(buf) == start {
+		return nil, buf
+	}
+	return buf[start:len(buf):len(buf)], buf
+}
+
+// RetryAfterSeconds is a denied check's Retry-After in whole seconds, rounded up.
+func RetryAfterSeconds(res quota.Result) int64 {
+	return int64(math.Ceil(res.RetryAfter.Seconds()))
+}
+
+// Warning is the warning a warn-mode org's answer carries when the check would have
+// been denied; "" otherwise.
+func Warning(res quota.Result, mode tenants.Mode) string {
+	if mode != tenants.Warn || !res.Allowed || res.WouldBlock == nil {
+		return ""
+	}
+	w := res.WouldBlock
+	return fmt.Sprintf("over quota at %s %q (%s); allowed because the org is in warn mode", w.Level, w.ID, w.Window)
+}
+
+// RateLimit is what the RateLimit-Limit, -Remaining and -Reset headers say of a
+// decision: the limit of one level and window, what is left of it (never below 0)
+// and in how many seconds it resets.
+type RateLimit struct {
+	Level     quota.LevelStatus
+	Limit     int64
+	Remaining int64
+	Reset     int64
+}
+
+// Tightest describes the tightest level and window of an allowed check: the least
+// remaining, then the soonest reset. A denied check is described by the level and
+// window that refused it, and its Reset is its Retry-After: when a retry of the same
+// cost can succeed (a sliding window frees units gradually, so the end of its
+// current bucket, its ResetAt, is too early). ok is false when no level has a limit.
+func Tightest(res quota.Result, now time.Time) (rl RateLimit, ok bool) {
+	if len(res.Levels) == 0 {
+		return RateLimit{}, false
+	}
+	t := res.Levels[0]
+	for _, l := range res.Levels[1:] {
+		if l.Remaining < t.Remaining || (l.Remaining == t.Remaining && l.ResetAt.Before(t.ResetAt)) {
+			t = l
+		}
+	}
+	reset := int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
+	if b := res.BlockedAt; !res.Allowed && b != nil {
+		for _, l := range res.Levels {
+			if l.Level == b.Level && l.ID == b.ID && l.Window == b.Window {
+				t = l
+				break
+			}
+		}
+		reset = RetryAfterSeconds(res)
+	}
+	return RateLimit{Level: t, Limit: t.Limit, Remaining: max(t.Remaining, 0), Reset: max(reset, 0)}, true
+}

@@ -1,0 +1,172 @@
+package rls_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // the Any types the doc names
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+)
+
+// docBlock returns the YAML block of docs/ENVOY.md after the marker comment.
+func docBlock(t *testing.T, marker string) []byte {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join(testenv.RepoRoot(t), "docs", "ENVOY.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)<!-- " + marker + " -->\n```yaml\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatalf("docs/ENVOY.md has no yaml block after <!-- %s -->", marker)
+	}
+	return m[1]
+}
+
+// decodeStrict decodes YAML (as JSON) into msg; an unknown field or Any type fails.
+func decodeStrict(t *testing.T, what string, v any, msg proto.Message) {
+	t.Helper()
+	js, err := json.Marshal(v)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: false}).Unmarshal(js, msg); err != nil {
+		t.Fatalf("%s does not decode into %T: %v", what, msg, err)
+	}
+}
+
+func validate(t *testing.T, what string, msg proto.Message) {
+	t.Helper()
+	if v, ok := msg.(interface{ ValidateAll() error }); ok {
+		if err := v.ValidateAll(); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+}
+
+// The bootstrap and the Istio EnvoyFilter of docs/ENVOY.md decode strictly into
+// go-control-plane's types, pass their generated validators, and make the
+// descriptors the service understands, pointing at its cluster with a key.
+func TestEnvoyDocDecodes(t *testing.T) {
+	var raw any
+	if err := yaml.Unmarshal(docBlock(t, "envoy-bootstrap"), &raw); err != nil {
+		t.Fatal(err)
+	}
+	var b bootstrapv3.Bootstrap
+	decodeStrict(t, "the bootstrap", raw, &b)
+	validate(t, "the bootstrap", &b)
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "the http connection manager", &hcm)
+	var rl ratelimitfilterv3.RateLimit
+	if err := hcm.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&rl); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "the rate limit filter", &rl)
+	checkFilter(t, &rl)
+	checkActions(t, hcm.GetRouteConfig().GetVirtualHosts()[0].GetRateLimits())
+	var rlsCluster bool
+	for _, c := range b.GetStaticResources().GetClusters() {
+		rlsCluster = rlsCluster || c.GetName() == rl.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName()
+	}
+	if !rlsCluster {
+		t.Error("the filter names a cluster the bootstrap does not define")
+	}
+
+	var ef struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string `yaml:"kind"`
+		Metadata   struct {
+			Name      string `yaml:"name"`
+			Namespace string `yaml:"namespace"`
+		} `yaml:"metadata"`
+		Spec struct {
+			WorkloadSelector map[string]any `yaml:"workloadSelector"`
+			ConfigPatches    []struct {
+				ApplyTo string         `yaml:"applyTo"`
+				Match   map[string]any `yaml:"match"`
+				Patch   struct {
+					Operation string `yaml:"operation"`
+					Value     any    `yaml:"value"`
+				} `yaml:"patch"`
+			} `yaml:"configPatches"`
+		} `yaml:"spec"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(docBlock(t, "istio-envoyfilter")))
+	dec.KnownFields(true)
+	if err := dec.Decode(&ef); err != nil {
+		t.Fatalf("the EnvoyFilter: %v", err)
+	}
+	if ef.APIVersion != "networking.istio.io/v1alpha3" || ef.Kind != "EnvoyFilter" || len(ef.Spec.ConfigPatches) != 3 {
+		t.Fatalf("the EnvoyFilter: %s %s with %d patches", ef.APIVersion, ef.Kind, len(ef.Spec.ConfigPatches))
+	}
+	for _, p := range ef.Spec.ConfigPatches {
+		switch p.ApplyTo {
+		case "CLUSTER":
+			var c clusterv3.Cluster
+			decodeStrict(t, "the CLUSTER patch", p.Patch.Value, &c)
+			validate(t, "the CLUSTER patch", &c)
+		case "HTTP_FILTER":
+			var f hcmv3.HttpFilter
+			decodeStrict(t, "the HTTP_FILTER patch", p.Patch.Value, &f)
+			var rl ratelimitfilterv3.RateLimit
+			if err := f.GetTypedConfig().UnmarshalTo(&rl); err != nil {
+				t.Fatal(err)
+			}
+			validate(t, "the HTTP_FILTER patch", &rl)
+			checkFilter(t, &rl)
+		case "VIRTUAL_HOST":
+			var vh routev3.VirtualHost // a MERGE patch: only rate_limits, no name or domains
+			decodeStrict(t, "the VIRTUAL_HOST patch", p.Patch.Value, &vh)
+			checkActions(t, vh.GetRateLimits())
+		default:
+			t.Errorf("unexpected applyTo %q", p.ApplyTo)
+		}
+	}
+}
+
+func checkFilter(t *testing.T, rl *ratelimitfilterv3.RateLimit) {
+	t.Helper()
+	g := rl.GetRateLimitService().GetGrpcService()
+	md := g.GetInitialMetadata()
+	if g.GetEnvoyGrpc().GetClusterName() != "quotaplane_rls" || len(md) != 1 || md[0].GetKey() != "authorization" ||
+		!regexp.MustCompile(`^Bearer \S+$`).MatchString(md[0].GetValue()) {
+		t.Errorf("the filter's service: %v", g)
+	}
+}
+
+// checkActions: every descriptor entry the actions make has a key the service reads.
+func checkActions(t *testing.T, rls []*routev3.RateLimit) {
+	t.Helper()
+	if len(rls) == 0 {
+		t.Fatal("no rate_limits")
+	}
+	for _, r := range rls {
+		for _, a := range r.GetActions() {
+			key := a.GetRequestHeaders().GetDescriptorKey()
+			if a.GetGenericKey() != nil {
+				key = a.GetGenericKey().GetDescriptorKey()
+			}
+			switch key {
+			case "org", "team", "user", "metric":
+			default:
+				t.Errorf("an action makes entry key %q, which the service refuses", key)
+			}
+		}
+	}
+}
