@@ -1,0 +1,239 @@
+// The tests' Quotaplane: quotaplane-api (and, when asked, quotaplane-worker) built
+// from this checkout and started on a Postgres database of their own, on the Redis of
+// REDIS_URL; every test makes its own plan and org with random ids, so nothing it
+// counts is seen by another test or another run.
+import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const repoRoot = (() => {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, "go.mod")) || !existsSync(join(dir, "cmd", "api"))) {
+    const up = dirname(dir);
+    if (up === dir) throw new Error("harness: the repository root (go.mod, cmd/api) is not above " + fileURLToPath(import.meta.url));
+    dir = up;
+  }
+  return dir;
+})();
+
+export function randomId(prefix: string): string {
+  return `${prefix}-${randomBytes(5).toString("hex")}`;
+}
+
+let binDir: string | undefined;
+
+/** quotaplane-api and quotaplane-worker built from this checkout, once per test process. */
+export function binaries(): { api: string; worker: string } {
+  if (!binDir) {
+    const dir = mkdtempSync(join(tmpdir(), "quotaplane-sdk-ts-"));
+    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
+    for (const [name, pkg] of [["quotaplane-api", "./cmd/api"], ["quotaplane-worker", "./cmd/worker"]] as const) {
+      execFileSync("go", ["build", "-o", join(dir, name), pkg], { cwd: repoRoot, stdio: ["ignore", "inherit", "inherit"] });
+    }
+    binDir = dir;
+  }
+  return { api: join(binDir, "quotaplane-api"), worker: join(binDir, "quotaplane-worker") };
+}
+
+/** A free TCP port on the loopback interface. */
+export async function freePort(): Promise<number> {
+  const srv = createServer();
+  await new Promise<void>((resolve) => srv.listen(0, "127.0.0.1", resolve));
+  const addr = srv.address();
+  await new Promise<void>((resolve) => srv.close(() => resolve()));
+  if (addr === null || typeof addr === "string") throw new Error("harness: no port");
+  return addr.port;
+}
+
+/** The environment without the binaries' own settings, so a developer's cannot leak in. */
+function cleanEnv(): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(process.env)) {
+    if (v === undefined || k.startsWith("QUOTA_") || k === "DATABASE_URL" || k === "REDIS_URL" || k === "REDIS_CLUSTER") continue;
+    out[k] = v;
+  }
+  return out;
+}
+
+export interface Proc {
+  readonly child: ChildProcess;
+  /** Its stderr and stdout so far. */
+  log(): string;
+  /** Stops it with SIGTERM (SIGKILL after 10 s) and waits for it to exit. */
+  stop(): Promise<void>;
+}
+
+function run(path: string, env: Record<string, string>): Proc {
+  const child = spawn(path, [], { env, stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  child.stdout?.on("data", (b: Buffer) => (log += b.toString()));
+  child.stderr?.on("data", (b: Buffer) => (log += b.toString()));
+  const exited = new Promise<void>((resolve) => child.once("exit", () => resolve()));
+  return {
+    child,
+    log: () => log,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill("SIGTERM");
+      const timer = setTimeout(() => child.kill("SIGKILL"), 10_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+async function waitFor(url: string, proc: Proc, what: string): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  let last = "";
+  while (Date.now() < deadline) {
+    if (proc.child.exitCode !== null) throw new Error(`harness: ${what} exited (${proc.child.exitCode}):\n${proc.log()}`);
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(2000) });
+      if (res.status === 200) return;
+      last = `answered ${res.status}`;
+    } catch (err) {
+      last = String(err);
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`harness: ${what} not ready at ${url}: ${last}\n${proc.log()}`);
+}
+
+export interface StackOptions {
+  /** Start quotaplane-worker too (webhooks, persisted usage). */
+  worker?: boolean;
+}
+
+/** A running Quotaplane on a fresh database. */
+export class Stack {
+  readonly baseUrl: string;
+  readonly operatorToken: string;
+  readonly webhookSecret: string;
+  readonly databaseUrl: string;
+  readonly redisUrl: string;
+  readonly api: Proc;
+  readonly worker: Proc | undefined;
+  readonly #extra: Proc[] = [];
+  readonly #dbName: string;
+  readonly #adminUrl: string;
+
+  private constructor(fields: {
+    baseUrl: string;
+    operatorToken: string;
+    webhookSecret: string;
+    databaseUrl: string;
+    redisUrl: string;
+    api: Proc;
+    worker: Proc | undefined;
+    dbName: string;
+    adminUrl: string;
+  }) {
+    this.baseUrl = fields.baseUrl;
+    this.operatorToken = fields.operatorToken;
+    this.webhookSecret = fields.webhookSecret;
+    this.databaseUrl = fields.databaseUrl;
+    this.redisUrl = fields.redisUrl;
+    this.api = fields.api;
+    this.worker = fields.worker;
+    this.#dbName = fields.dbName;
+    this.#adminUrl = fields.adminUrl;
+  }
+
+  /** Builds the binaries (once per process) and starts them; resolves once the api's /readyz answers 200. */
+  static async start(opts: StackOptions = {}): Promise<Stack> {
+    const bins = binaries();
+    const admin = new URL(process.env.DATABASE_URL || "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable");
+    const dbName = `qp_ts_${randomBytes(5).toString("hex")}`;
+    const db = new URL(admin.href);
+    db.pathname = `/${dbName}`; // the api creates and migrates it at start
+    const redisUrl = process.env.REDIS_URL || "redis://127.0.0.1:6379/0";
+    const operatorToken = `ts-op-${randomBytes(12).toString("hex")}`;
+    const webhookSecret = `ts-webhook-${randomBytes(12).toString("hex")}`;
+    const apiAddr = `127.0.0.1:${await freePort()}`;
+    const env = {
+      ...cleanEnv(),
+      DATABASE_URL: db.href,
+      REDIS_URL: redisUrl,
+      QUOTA_ADMIN_TOKEN: operatorToken,
+      QUOTA_WEBHOOK_SECRET: webhookSecret,
+      QUOTA_LOG_LEVEL: "warn",
+      QUOTA_STARTUP_TIMEOUT: "20s",
+      QUOTA_FLUSH_INTERVAL: "200ms",
+      QUOTA_WEBHOOK_ALLOW_PRIVATE: "true",
+      // A machine busy with other builds can stall Redis past the 100 ms default.
+      QUOTA_REDIS_TIMEOUT: "2s",
+    };
+    // The api first: it creates and migrates the database the worker then uses.
+    const api = run(bins.api, { ...env, QUOTA_HTTP_ADDR: apiAddr });
+    let worker: Proc | undefined;
+    const s = new Stack({ baseUrl: `http://${apiAddr}`, operatorToken, webhookSecret, databaseUrl: db.href, redisUrl, api, worker, dbName, adminUrl: admin.href });
+    try {
+      await waitFor(`http://${apiAddr}/readyz`, api, "quotaplane-api");
+      if (opts.worker) {
+        const workerAddr = `127.0.0.1:${await freePort()}`;
+        worker = run(bins.worker, { ...env, QUOTA_WORKER_HTTP_ADDR: workerAddr });
+        (s as { worker: Proc | undefined }).worker = worker;
+        await waitFor(`http://${workerAddr}/healthz`, worker, "quotaplane-worker");
+      }
+    } catch (err) {
+      await s.stop();
+      throw err;
+    }
+    return s;
+  }
+
+  /**
+   * Starts another quotaplane-api on this stack's database with `env` on top of its
+   * settings (another REDIS_URL, say), and resolves once `ready` answers 200.
+   */
+  async startAPI(env: Record<string, string>, ready = "/healthz"): Promise<{ baseUrl: string; proc: Proc }> {
+    const addr = `127.0.0.1:${await freePort()}`;
+    const proc = run(binaries().api, {
+      ...cleanEnv(),
+      DATABASE_URL: this.databaseUrl,
+      REDIS_URL: this.redisUrl,
+      QUOTA_ADMIN_TOKEN: this.operatorToken,
+      QUOTA_LOG_LEVEL: "warn",
+      QUOTA_HTTP_ADDR: addr,
+      ...env,
+    });
+    this.#extra.push(proc);
+    await waitFor(`http://${addr}${ready}`, proc, "the second quotaplane-api");
+    return { baseUrl: `http://${addr}`, proc };
+  }
+
+  /** Stops every process and drops the database. */
+  async stop(): Promise<void> {
+    await Promise.all([...this.#extra, this.api, ...(this.worker ? [this.worker] : [])].map((p) => p.stop()));
+    spawnSync("psql", [this.#adminUrl, "-q", "-c", `DROP DATABASE IF EXISTS ${this.#dbName} WITH (FORCE)`], { stdio: "ignore" });
+  }
+
+  /** Calls the API with the operator token (or `token`), failing on any status but `want`. */
+  async api_(method: string, path: string, body?: unknown, token = this.operatorToken, want = [200, 201, 204]): Promise<any> {
+    const res = await fetch(this.baseUrl + path, {
+      method,
+      headers: { Authorization: `Bearer ${token}`, "Content-Type": "application/json" },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await res.text();
+    if (!want.includes(res.status)) throw new Error(`${method} ${path}: ${res.status} ${text}`);
+    return text ? JSON.parse(text) : undefined;
+  }
+
+  /**
+   * A plan with `limits` and an org on it, with an org key of scopes check, admin and
+   * billing: fresh ids, so each test counts alone.
+   */
+  async org(opts: { limits: { metric: string; window: string; limit: number }[]; failMode?: "open" | "closed" | "local"; metered?: string[] }): Promise<{ org: string; key: string }> {
+    const plan = randomId("plan");
+    const org = randomId("org");
+    await this.api_("POST", "/v1/plans", { id: plan, name: plan, fail_mode: opts.failMode ?? "closed", limits: opts.limits, ...(opts.metered ? { metered: opts.metered } : {}) });
+    await this.api_("POST", "/v1/orgs", { id: org, name: org, plan });
+    const key = await this.api_("POST", `/v1/orgs/${org}/api-keys`, { name: "sdk-test", scopes: ["check", "admin", "billing"] });
+    return { org, key: key.secret as string };
+  }
+}
