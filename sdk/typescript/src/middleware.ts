@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 
+import { QuotaplaneError, QuotaplaneUnavailableError } from "./errors.js";
 import type { CheckOutcome, CheckRequest, QuotaplaneClient, RateLimit, Reservation, ReserveOutcome, ReserveRequest } from "./client.js";
 
 /** The part of a response the middleware uses: node's ServerResponse and Express's Response have it. */
@@ -28,7 +29,7 @@ export interface CheckMiddlewareOptions<Req> {
  * RateLimit-* and calls next(); a denied one answers 429 with Retry-After, RateLimit-*
  * and a problem+json body, and the handler never runs. When the fail policy refused
  * the request (Quotaplane unreachable), it answers 503. An error of the check itself
- * (a bad key, an unknown metric) goes to next(err).
+ * (a bad key, an unknown metric) goes to next(err) as a QuotaplaneMiddlewareError.
  */
 export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
   client: QuotaplaneClient,
@@ -37,7 +38,7 @@ export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike 
   const run = async (req: Req, res: Res): Promise<boolean> => {
     const input = await opts.check(req);
     if (!input) return true;
-    const out = await client.check(input);
+    const out = await client.check(input).catch(wrap);
     if (!out.allowed) {
       refuse(res, out);
       return false;
@@ -103,7 +104,7 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
   const run = async (req: Req, res: Res): Promise<boolean> => {
     const input = await opts.reserve(req);
     if (!input) return true;
-    const out = await client.reserve(input);
+    const out = await client.reserve(input).catch(wrap);
     if (!out.allowed) {
       refuse(res, out);
       return false;
@@ -140,6 +141,24 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
   return (req, res, next) => {
     run(req, res).then((go) => go && next(), next);
   };
+}
+
+/**
+ * What the middleware hands to next(err) when the client threw: a QuotaplaneError
+ * (a bad key, an unknown metric: the service's configuration, not its caller's
+ * request) as the `cause` of a plain error, so that Express does not answer the
+ * caller with Quotaplane's status (its default handler uses err.status).
+ */
+export class QuotaplaneMiddlewareError extends Error {
+  override readonly name = "QuotaplaneMiddlewareError";
+  constructor(cause: QuotaplaneError | QuotaplaneUnavailableError) {
+    super(`quotaplane middleware: ${cause.message}`, { cause });
+  }
+}
+
+function wrap(err: unknown): never {
+  if (err instanceof QuotaplaneError || err instanceof QuotaplaneUnavailableError) throw new QuotaplaneMiddlewareError(err);
+  throw err;
 }
 
 function setRateLimit(res: ResponseLike, rl: RateLimit | undefined): void {
