@@ -238,4 +238,14 @@ describe("fail policies", () => {
     const degraded = await new QuotaplaneClient({ baseUrl: down.baseUrl, key: open.key, failPolicy: "closed" }).check({ org: open.org });
     assert.deepEqual([degraded.allowed, degraded.decidedBy, degraded.result?.degraded], [true, "quotaplane", true]);
   });
+
+  it("Quotaplane unreachable: the fail policy answers a reservation, holding nothing", async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    for (const [policy, allowed] of [["open", true], ["closed", false]] as const) {
+      const client = new QuotaplaneClient({ baseUrl: dead, key: "k", failPolicy: policy, retries: 0 });
+      const out = await client.reserve({ org: "acme", amount: 10 });
+      assert.deepEqual([out.allowed, out.decidedBy, out.reservation], [allowed, "fail-policy", undefined]);
+      assert.equal(out.unavailable?.attempts, 1);
+    }
+  });
 });
