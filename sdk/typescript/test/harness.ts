@@ -4,7 +4,7 @@
 // counts is seen by another test or another run.
 import { execFileSync, spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
@@ -106,6 +106,31 @@ async function waitFor(url: string, proc: Proc, what: string): Promise<void> {
 export interface StackOptions {
   /** Start quotaplane-worker too (webhooks, persisted usage). */
   worker?: boolean;
+  /**
+   * Seed the demo org as `make run` does (demoKey is its key) on this database of the
+   * test Redis (1 to 15), flushed first: the demo's ids are fixed, so it cannot share
+   * a keyspace. Like testenv.StartStack, the stack holds Postgres advisory lock
+   * 7272000 + demoRedisDB until it stops, so one run at a time uses that database.
+   */
+  demoRedisDB?: number;
+}
+
+const stackLockBase = 7272000; // testenv.StartStack's
+
+/** Holds a Postgres advisory lock through a psql session until release is called. */
+async function advisoryLock(adminUrl: string, id: number): Promise<() => void> {
+  const psql = spawn("psql", [adminUrl, "-X", "-q", "-t", "-A"], { stdio: ["pipe", "pipe", "pipe"] });
+  let out = "";
+  await new Promise<void>((resolve, reject) => {
+    psql.stdout.on("data", (b: Buffer) => {
+      out += b.toString();
+      if (out.includes("locked")) resolve();
+    });
+    psql.once("exit", (code) => reject(new Error(`harness: psql exited (${code}) before taking lock ${id}`)));
+    psql.once("error", reject);
+    psql.stdin.write(`SELECT pg_advisory_lock(${id}); SELECT 'locked';\n`);
+  });
+  return () => psql.stdin.end();
 }
 
 /** A running Quotaplane on a fresh database. */
@@ -117,6 +142,9 @@ export class Stack {
   readonly redisUrl: string;
   readonly api: Proc;
   readonly worker: Proc | undefined;
+  /** The demo org's key, when the stack seeded it. */
+  demoKey = "";
+  #unlock: () => void = () => {};
   readonly #extra: Proc[] = [];
   readonly #dbName: string;
   readonly #adminUrl: string;
@@ -150,7 +178,15 @@ export class Stack {
     const dbName = `qp_ts_${randomBytes(5).toString("hex")}`;
     const db = new URL(admin.href);
     db.pathname = `/${dbName}`; // the api creates and migrates it at start
-    const redisUrl = process.env.REDIS_URL || "redis://127.0.0.1:6379/0";
+    let redisUrl = process.env.REDIS_URL || "redis://127.0.0.1:6379/0";
+    let unlock = () => {};
+    if (opts.demoRedisDB !== undefined) {
+      const u = new URL(redisUrl);
+      u.pathname = `/${opts.demoRedisDB}`;
+      redisUrl = u.href;
+      unlock = await advisoryLock(admin.href, stackLockBase + opts.demoRedisDB);
+      execFileSync("redis-cli", ["-u", redisUrl, "flushdb"], { stdio: "ignore" });
+    }
     const operatorToken = `ts-op-${randomBytes(12).toString("hex")}`;
     const webhookSecret = `ts-webhook-${randomBytes(12).toString("hex")}`;
     const apiAddr = `127.0.0.1:${await freePort()}`;
@@ -167,10 +203,25 @@ export class Stack {
       // A machine busy with other builds can stall Redis past the 100 ms default.
       QUOTA_REDIS_TIMEOUT: "2s",
     };
+    let demoKey = "";
+    if (opts.demoRedisDB !== undefined) {
+      const state = mkdtempSync(join(tmpdir(), "quotaplane-sdk-demo-"));
+      try {
+        execFileSync(bins.api, ["demo", "--state-dir", state], { env, stdio: "pipe" });
+        demoKey = readFileSync(join(state, "demo-org-key"), "utf8").trim();
+      } catch (err) {
+        unlock();
+        throw err;
+      } finally {
+        rmSync(state, { recursive: true, force: true });
+      }
+    }
     // The api first: it creates and migrates the database the worker then uses.
     const api = run(bins.api, { ...env, QUOTA_HTTP_ADDR: apiAddr });
     let worker: Proc | undefined;
     const s = new Stack({ baseUrl: `http://${apiAddr}`, operatorToken, webhookSecret, databaseUrl: db.href, redisUrl, api, worker, dbName, adminUrl: admin.href });
+    s.demoKey = demoKey;
+    s.#unlock = unlock;
     try {
       await waitFor(`http://${apiAddr}/readyz`, api, "quotaplane-api");
       if (opts.worker) {
@@ -210,6 +261,7 @@ export class Stack {
   async stop(): Promise<void> {
     await Promise.all([...this.#extra, this.api, ...(this.worker ? [this.worker] : [])].map((p) => p.stop()));
     spawnSync("psql", [this.#adminUrl, "-q", "-c", `DROP DATABASE IF EXISTS ${this.#dbName} WITH (FORCE)`], { stdio: "ignore" });
+    this.#unlock();
   }
 
   /** Calls the API with the operator token (or `token`), failing on any status but `want`. */
