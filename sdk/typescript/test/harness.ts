@@ -24,20 +24,22 @@ export function randomId(prefix: string): string {
   return `${prefix}-${randomBytes(5).toString("hex")}`;
 }
 
-let binDir: string | undefined;
-
-/** quotaplane-api and quotaplane-worker built from this checkout, once per test process. */
-export function binaries(): { api: string; worker: string } {
-  if (!binDir) {
-    const dir = mkdtempSync(join(tmpdir(), "quotaplane-sdk-ts-"));
-    process.once("exit", () => rmSync(dir, { recursive: true, force: true }));
-    for (const [name, pkg] of [["quotaplane-api", "./cmd/api"], ["quotaplane-worker", "./cmd/worker"]] as const) {
-      execFileSync("go", ["build", "-o", join(dir, name), pkg], { cwd: repoRoot, stdio: ["ignore", "inherit", "inherit"] });
-    }
-    binDir = dir;
+/**
+ * The binary `name` (quotaplane-api, quotaplane-worker) built from this checkout into
+ * build/bin: go build relinks only what changed, so each test file gets a fresh one
+ * in about a second once the first has built it. (npm test runs the files one at a
+ * time, so no two builds write the same file at once.)
+ */
+export function binary(name: "quotaplane-api" | "quotaplane-worker"): string {
+  const path = fileURLToPath(new URL(`../bin/${name}`, import.meta.url));
+  if (!built.has(name)) {
+    const pkg = name === "quotaplane-api" ? "./cmd/api" : "./cmd/worker";
+    execFileSync("go", ["build", "-o", path, pkg], { cwd: repoRoot, stdio: ["ignore", "inherit", "inherit"] });
+    built.add(name);
   }
-  return { api: join(binDir, "quotaplane-api"), worker: join(binDir, "quotaplane-worker") };
+  return path;
 }
+const built = new Set<string>();
 
 /** A free TCP port on the loopback interface. */
 export async function freePort(): Promise<number> {
@@ -173,7 +175,6 @@ export class Stack {
 
   /** Builds the binaries (once per process) and starts them; resolves once the api's /readyz answers 200. */
   static async start(opts: StackOptions = {}): Promise<Stack> {
-    const bins = binaries();
     const admin = new URL(process.env.DATABASE_URL || "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable");
     const dbName = `qp_ts_${randomBytes(5).toString("hex")}`;
     const db = new URL(admin.href);
@@ -207,7 +208,7 @@ export class Stack {
     if (opts.demoRedisDB !== undefined) {
       const state = mkdtempSync(join(tmpdir(), "quotaplane-sdk-demo-"));
       try {
-        execFileSync(bins.api, ["demo", "--state-dir", state], { env, stdio: "pipe" });
+        execFileSync(binary("quotaplane-api"), ["demo", "--state-dir", state], { env, stdio: "pipe" });
         demoKey = readFileSync(join(state, "demo-org-key"), "utf8").trim();
       } catch (err) {
         unlock();
@@ -217,7 +218,7 @@ export class Stack {
       }
     }
     // The api first: it creates and migrates the database the worker then uses.
-    const api = run(bins.api, { ...env, QUOTA_HTTP_ADDR: apiAddr });
+    const api = run(binary("quotaplane-api"), { ...env, QUOTA_HTTP_ADDR: apiAddr });
     let worker: Proc | undefined;
     const s = new Stack({ baseUrl: `http://${apiAddr}`, operatorToken, webhookSecret, databaseUrl: db.href, redisUrl, api, worker, dbName, adminUrl: admin.href });
     s.demoKey = demoKey;
@@ -226,7 +227,7 @@ export class Stack {
       await waitFor(`http://${apiAddr}/readyz`, api, "quotaplane-api");
       if (opts.worker) {
         const workerAddr = `127.0.0.1:${await freePort()}`;
-        worker = run(bins.worker, { ...env, QUOTA_WORKER_HTTP_ADDR: workerAddr });
+        worker = run(binary("quotaplane-worker"), { ...env, QUOTA_WORKER_HTTP_ADDR: workerAddr });
         (s as { worker: Proc | undefined }).worker = worker;
         await waitFor(`http://${workerAddr}/healthz`, worker, "quotaplane-worker");
       }
@@ -243,7 +244,7 @@ export class Stack {
    */
   async startAPI(env: Record<string, string>, ready = "/healthz"): Promise<{ baseUrl: string; proc: Proc }> {
     const addr = `127.0.0.1:${await freePort()}`;
-    const proc = run(binaries().api, {
+    const proc = run(binary("quotaplane-api"), {
       ...cleanEnv(),
       DATABASE_URL: this.databaseUrl,
       REDIS_URL: this.redisUrl,
