@@ -46,12 +46,20 @@ export type ReservationState = "held" | "committed" | "released" | "expired";
 export interface Reservation {
   id: string;
   state: ReservationState;
+  org?: string;
+  team?: string;
+  user?: string;
+  metric?: string;
   /** Units held. */
   amount: number;
   expires_at?: string;
   on_expiry?: "commit" | "release";
+  /** When it was committed, released or expired. */
+  settled_at?: string;
   /** The levels as a check reports them (on creation). */
   levels?: LevelStatus[];
+  /** The reservation an earlier request with the same idempotency key made. */
+  replayed?: boolean;
   /** Units counted, once committed. */
   used?: number;
   /** Units given back, once committed or released. */
@@ -85,7 +93,7 @@ export interface CheckOutcome {
   decidedBy: DecidedBy;
   /** Quotaplane's answer, when it decided. */
   result?: CheckResult;
-  /** The RateLimit-* headers (computed from `result` for a batch's checks). */
+  /** The RateLimit-* headers (computed from `result` for a batch's checks: rateLimitOf). */
   rateLimit?: RateLimit;
   /** When denied: seconds after which the same check can pass (Retry-After). */
   retryAfterSeconds?: number;
@@ -113,6 +121,7 @@ export interface ReserveOutcome {
   reservation?: Reservation;
   /** On a denial, Quotaplane's answer, as a denied check's. */
   denied?: CheckResult;
+  /** As a check's, from the headers or else from the levels (rateLimitOf). */
   rateLimit?: RateLimit;
   retryAfterSeconds?: number;
   idempotencyKey: string;
@@ -293,7 +302,14 @@ export class QuotaplaneClient {
     }
     const rateLimit = rateLimitHeaders(ans.headers);
     if (ans.status === 200 || ans.status === 201) {
-      return { allowed: true, decidedBy: "quotaplane", reservation: ans.body as Reservation, rateLimit, idempotencyKey: request.idempotency_key };
+      const reservation = ans.body as Reservation;
+      return {
+        allowed: true,
+        decidedBy: "quotaplane",
+        reservation,
+        rateLimit: rateLimit ?? rateLimitOf({ allowed: true, levels: reservation.levels ?? [] }),
+        idempotencyKey: request.idempotency_key,
+      };
     }
     if (ans.status === 429) {
       const denied = ans.body as CheckResult;
@@ -449,11 +465,15 @@ function rateLimitHeaders(h: Headers): RateLimit | undefined {
 }
 
 /**
- * The RateLimit-* values Quotaplane would send for a result (a batch's have no
- * headers): the level and window with the least remaining, then the soonest reset;
- * on a denial, the one that refused, resetting at retry_after_seconds.
+ * The RateLimit-* values Quotaplane would send for a result (a batch's and a
+ * reservation's have no headers): the level and window with the least remaining, then
+ * the soonest reset; on a denial, the one that refused, resetting at
+ * retry_after_seconds.
  */
-export function rateLimitOf(result: CheckResult, now: Date = new Date()): RateLimit | undefined {
+export function rateLimitOf(
+  result: Pick<CheckResult, "allowed" | "levels" | "blocked_at" | "retry_after_seconds">,
+  now: Date = new Date(),
+): RateLimit | undefined {
   const levels = result.levels;
   let t = levels[0];
   if (t === undefined) return undefined;

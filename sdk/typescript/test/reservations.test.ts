@@ -33,6 +33,7 @@ describe("reservations (needs the reservations API of branch res)", () => {
     assert.equal(r.on_expiry, "commit");
     assert.ok(Date.parse(r.expires_at!) > Date.now());
     assert.deepEqual(r.levels?.map((l) => [l.level, l.id, l.window, l.limit]), [["org", org, "month", 1000]]);
+    assert.deepEqual([out.rateLimit?.limit, out.rateLimit?.remaining], [1000, 400]);
 
     // Held units count as used ones: 600 held, 500 more do not fit.
     const denied = await client.reserve({ org, metric: "tokens", amount: 500 });
@@ -74,6 +75,7 @@ describe("reservations (needs the reservations API of branch res)", () => {
       const client = new QuotaplaneClient({ baseUrl: proxy.url, key, retries: 1 });
       const out = await client.reserve({ org, metric: "tokens", amount: 400 });
       assert.equal(out.allowed, true);
+      assert.equal(out.reservation?.replayed, true, "the retry was not answered as a replay");
       assert.equal(proxy.connections, 2);
       // 400 held once leaves 600: a second hold of 400 would leave 200.
       const direct = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
