@@ -87,7 +87,7 @@ export interface CheckOutcome {
   allowed: boolean;
   /**
    * `quotaplane` when Quotaplane answered (`result` is its answer); `fail-policy` when
-   * it could not be reached or could not decide (503) and the client's fail policy
+   * it could not be reached or could not decide (5xx) and the client's fail policy
    * gave `allowed` (`unavailable` says why).
    */
   decidedBy: DecidedBy;
@@ -137,7 +137,7 @@ export interface FailContext {
 }
 
 /**
- * What to answer when Quotaplane cannot be reached or answers 503 after every retry:
+ * What to answer when Quotaplane cannot be reached or answers 5xx after every retry:
  * `open` allows, `closed` denies, a function decides (it may also throw, and the
  * error reaches the caller).
  */
@@ -149,13 +149,16 @@ export interface ClientOptions {
   baseUrl: string;
   /** An org API key with the `check` scope. */
   key: string;
-  /** How long one attempt may take, in ms (default 1000). */
+  /** How long one attempt may take, in ms (default 2000). */
   timeoutMs?: number;
-  /** Attempts after the first when Quotaplane is unreachable, times out or answers 502/503/504 (default 2). */
+  /** Attempts after the first when Quotaplane is unreachable, times out or answers 5xx (default 2). */
   retries?: number;
-  /** What checks and reservations answer when Quotaplane cannot decide (default `open`). */
+  /**
+   * What checks and reservations answer when Quotaplane cannot decide. Without one,
+   * they throw the QuotaplaneUnavailableError: choose, as Go's client makes you.
+   */
   failPolicy?: FailPolicy;
-  /** The first retry's delay in ms, doubled on each further one, with jitter (default 50). */
+  /** The first retry's delay in ms, doubled on each further one, with jitter (default 100). */
   retryDelayMs?: number;
   /** The most a retry waits, Retry-After included, in ms (default 1000). */
   maxRetryDelayMs?: number;
@@ -175,8 +178,12 @@ interface Answer {
   body: unknown;
 }
 
-// Answers that mean "cannot decide now" (a proxy's too): retried, then the fail policy.
-const UNAVAILABLE = new Set([502, 503, 504]);
+// 5xx answers mean "nothing was decided" (503: Redis down under a closed plan; a
+// proxy's 502 and 504): retried, then the fail policy. A retry is safe: the request
+// carries its idempotency key.
+function unavailable(status: number): boolean {
+  return status >= 500 && status <= 599;
+}
 
 /** A fresh idempotency key: 40 characters of the API's alphabet. */
 export function newIdempotencyKey(): string {
@@ -185,7 +192,7 @@ export function newIdempotencyKey(): string {
 
 /**
  * A client of Quotaplane's check and reservation API. Every call is retried when
- * Quotaplane is unreachable, slow or answers 502/503/504, reusing the request's
+ * Quotaplane is unreachable, slow or answers 5xx, reusing the request's
  * idempotency key, so a retry never counts twice; a check or reservation that still
  * cannot be decided is answered by the fail policy, and says so (`decidedBy`).
  */
@@ -194,7 +201,7 @@ export class QuotaplaneClient {
   readonly #key: string;
   readonly #timeoutMs: number;
   readonly #retries: number;
-  readonly #failPolicy: FailPolicy;
+  readonly #failPolicy: FailPolicy | undefined;
   readonly #retryDelayMs: number;
   readonly #maxRetryDelayMs: number;
   readonly #fetch: typeof fetch;
@@ -204,10 +211,10 @@ export class QuotaplaneClient {
     if (!opts.key) throw new TypeError("QuotaplaneClient: key is required");
     this.#base = opts.baseUrl.replace(/\/+$/, "");
     this.#key = opts.key;
-    this.#timeoutMs = opts.timeoutMs ?? 1000;
+    this.#timeoutMs = opts.timeoutMs ?? 2000;
     this.#retries = Math.max(0, Math.floor(opts.retries ?? 2));
-    this.#failPolicy = opts.failPolicy ?? "open";
-    this.#retryDelayMs = opts.retryDelayMs ?? 50;
+    this.#failPolicy = opts.failPolicy;
+    this.#retryDelayMs = opts.retryDelayMs ?? 100;
     this.#maxRetryDelayMs = opts.maxRetryDelayMs ?? 1000;
     this.#fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
   }
@@ -241,7 +248,7 @@ export class QuotaplaneClient {
   /**
    * Checks up to 100 requests at once, each decided on its own, in order. When the
    * whole batch cannot be decided, the fail policy answers each check; so it does for
-   * a check Quotaplane answered 503.
+   * a check Quotaplane answered 5xx (503).
    */
   async checkBatch(reqs: CheckRequest[], opts: CallOptions = {}): Promise<BatchCheckOutcome[]> {
     const checks = reqs.map((r) => ({ ...r, idempotency_key: r.idempotency_key ?? newIdempotencyKey() }));
@@ -262,7 +269,7 @@ export class QuotaplaneClient {
         }
         if (!("allowed" in item)) {
           const problem = item as Problem;
-          if (UNAVAILABLE.has(problem.status)) {
+          if (unavailable(problem.status)) {
             const err = new QuotaplaneUnavailableError(`quotaplane: check ${i} of the batch: ${problem.status} ${problem.title}`, {
               attempts: 1,
               status: problem.status,
@@ -357,13 +364,14 @@ export class QuotaplaneClient {
 
   async #policy(ctx: FailContext): Promise<boolean> {
     const p = this.#failPolicy;
+    if (p === undefined) throw ctx.error;
     if (p === "open") return true;
     if (p === "closed") return false;
     return (await p(ctx)) === true;
   }
 
   // #call sends one request, retrying while Quotaplane is unreachable, slow or
-  // answers 502/503/504; it throws QuotaplaneUnavailableError when every attempt
+  // answers 5xx; it throws QuotaplaneUnavailableError when every attempt
   // failed so, and returns any other answer.
   async #call(method: string, path: string, body: unknown, opts: CallOptions): Promise<Answer> {
     const headers: Record<string, string> = { Authorization: `Bearer ${this.#key}`, Accept: "application/json, application/problem+json" };
@@ -377,7 +385,7 @@ export class QuotaplaneClient {
         const res = await this.#fetch(this.#base + path, { method, headers, body: payload, signal });
         const text = await res.text();
         const ans: Answer = { status: res.status, headers: res.headers, body: parseBody(text) };
-        if (!UNAVAILABLE.has(res.status)) return ans;
+        if (!unavailable(res.status)) return ans;
         last = { attempts: attempt, status: res.status, problem: asProblem(ans), retryAfterSeconds: intHeader(res.headers, "Retry-After") };
       } catch (err) {
         if (opts.signal?.aborted) throw opts.signal.reason ?? err;

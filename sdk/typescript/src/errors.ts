@@ -7,7 +7,7 @@ export type Problem = components["schemas"]["Problem"];
  * Quotaplane answered and refused the call: bad input (400), a bad key (401), a key
  * without the scope (403), not found (404), a state conflict (409), a metric the org
  * does not know or an idempotency key reused with another request (422), and any
- * other answer that is neither a decision nor "cannot decide now". `problem` is the
+ * other 4xx answer that is not a decision (a 429 of a check is one). `problem` is the
  * document Quotaplane sent (or one made from the status when the body was not one).
  */
 export class QuotaplaneError extends Error {
@@ -26,14 +26,15 @@ export class QuotaplaneError extends Error {
 
 /**
  * Quotaplane could not decide: it was unreachable, did not answer within the
- * timeout, or answered 502, 503 or 504, on every attempt. Checks and reservations
- * hand it to the client's fail policy; commit, release and get throw it.
+ * timeout, or answered 5xx, on every attempt. Checks and reservations hand it to the
+ * client's fail policy, or throw it when the client has none; commit, release and
+ * get throw it.
  */
 export class QuotaplaneUnavailableError extends Error {
   override readonly name = "QuotaplaneUnavailableError";
   /** How many requests were sent. */
   readonly attempts: number;
-  /** The status of the last answer, when the last attempt got one (502, 503, 504). */
+  /** The status of the last answer, when the last attempt got one (5xx). */
   readonly status: number | undefined;
   /** The problem document of the last answer, when it had one. */
   readonly problem: Problem | undefined;

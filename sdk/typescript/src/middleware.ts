@@ -29,7 +29,8 @@ export interface CheckMiddlewareOptions<Req> {
  * RateLimit-* and calls next(); a denied one answers 429 with Retry-After, RateLimit-*
  * and a problem+json body, and the handler never runs. When the fail policy refused
  * the request (Quotaplane unreachable), it answers 503. An error of the check itself
- * (a bad key, an unknown metric) goes to next(err) as a QuotaplaneMiddlewareError.
+ * (a bad key, an unknown metric; Quotaplane unreachable when the client has no fail
+ * policy) goes to next(err) as a QuotaplaneMiddlewareError.
  */
 export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
   client: QuotaplaneClient,

@@ -167,6 +167,14 @@ describe("fail policies", () => {
     }
   });
 
+  it("Quotaplane unreachable, and no fail policy: check, checkBatch and reserve throw QuotaplaneUnavailableError", async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const client = new QuotaplaneClient({ baseUrl: dead, key: "k", retries: 1, retryDelayMs: 1 });
+    for (const call of [() => client.check({ org: "acme" }), () => client.checkBatch([{ org: "acme" }]), () => client.reserve({ org: "acme", amount: 1 })]) {
+      await assert.rejects(call(), (e: unknown) => e instanceof QuotaplaneUnavailableError && e.attempts === 2 && e.status === undefined);
+    }
+  });
+
   it("Quotaplane unreachable: a policy function decides from the request, and its error reaches the caller", async () => {
     const dead = `http://127.0.0.1:${await freePort()}`;
     const seen: FailContext[] = [];
