@@ -111,33 +111,33 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
       return false;
     }
     setRateLimit(res, out.rateLimit);
-      const reservation = out.reservation;
-      if (reservation) {
-        let done = false;
-        const settle = () => {
-          if (done) return;
-          done = true;
-          const used = usage.get(res);
-          const s: Settled = { reservation };
-          if (used !== undefined) s.used = used;
-          const p =
-            used !== undefined
-              ? client.commit(reservation.id, used)
-              : unreported === "commit"
-                ? client.commit(reservation.id, reservation.amount)
-                : client.release(reservation.id);
-          p.then(
-            (r) => opts.onSettled?.({ ...s, result: r }, req),
-            (error: unknown) => {
-              if (opts.onSettled) opts.onSettled({ ...s, error }, req);
-              else console.error(`quotaplane: settling reservation ${reservation.id}:`, error);
-            },
-          );
-        };
-        res.once("finish", settle);
-        res.once("close", settle);
-      }
-      return true;
+    const reservation = out.reservation;
+    if (reservation) {
+      let done = false;
+      const settle = () => {
+        if (done) return;
+        done = true;
+        const used = usage.get(res);
+        const s: Settled = { reservation };
+        if (used !== undefined) s.used = used;
+        const p =
+          used !== undefined
+            ? client.commit(reservation.id, used)
+            : unreported === "commit"
+              ? client.commit(reservation.id, reservation.amount)
+              : client.release(reservation.id);
+        p.then(
+          (r) => opts.onSettled?.({ ...s, result: r }, req),
+          (error: unknown) => {
+            if (opts.onSettled) opts.onSettled({ ...s, error }, req);
+            else console.error(`quotaplane: settling reservation ${reservation.id}:`, error);
+          },
+        );
+      };
+      res.once("finish", settle);
+      res.once("close", settle);
+    }
+    return true;
   };
   return (req, res, next) => {
     run(req, res).then((go) => go && next(), next);
