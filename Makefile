@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-k8s test-rules test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
+.PHONY: help run build test test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -16,9 +16,9 @@ build: ## build bin/quotaplane-api and bin/quotaplane-worker
 
 FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresStoppedFor30s
 
-test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the fault tests, the Kubernetes manifests, then the console's (Vitest, Chromium)
+test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the fault tests, the Kubernetes manifests, the TypeScript client's, then the console's (Vitest, Chromium)
 	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
-	@$(MAKE) --no-print-directory test-rules test-faults test-k8s test-web web-check test-e2e
+	@$(MAKE) --no-print-directory test-rules test-faults test-k8s test-sdk test-web web-check test-e2e
 
 test-k8s: ## decode deploy/k8s strictly into the Kubernetes API types and check probes, ports, selectors and variables (its own Go module)
 	cd deploy/k8s && $(GO) test -count=1 ./...
@@ -57,6 +57,9 @@ test-short: ## the tests without the slow ones (no code generation drift check)
 sdk/typescript/node_modules: sdk/typescript/package-lock.json
 	cd sdk/typescript && npm ci --no-audit --no-fund
 	@touch sdk/typescript/node_modules
+
+test-sdk: sdk/typescript/node_modules ## the TypeScript client's tests (node's test runner) against a real quotaplane-api and worker built from this checkout
+	cd sdk/typescript && npm test
 
 generate: sdk/typescript/node_modules ## regenerate the API types from api/openapi.yaml: Go (internal/httpapi/api) and TypeScript (sdk/typescript/src/schema.d.ts, also used by web/)
 	$(GO) tool oapi-codegen -config api/oapi-codegen.yaml api/openapi.yaml

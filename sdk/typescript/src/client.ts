@@ -1,0 +1,498 @@
+import type { components } from "./schema.js";
+import { QuotaplaneError, QuotaplaneUnavailableError, type Problem } from "./errors.js";
+
+type Schemas = components["schemas"];
+
+/** The answer of Quotaplane to a check (200 allowed, 429 denied). */
+export type CheckResult = Schemas["CheckResult"];
+/** One level and window of a check's answer. */
+export type LevelStatus = Schemas["LevelStatus"];
+/** A level and window named by a denial (`blocked_at`) or a shadow check (`would_block`). */
+export type LevelRef = Schemas["LevelRef"];
+
+/**
+ * A check as POST /v1/check takes it. `metric` defaults to `requests` and `cost` to 1
+ * (the generated type marks them required because the spec gives them defaults).
+ * `idempotency_key` is generated when absent, so that a retry never counts twice.
+ */
+export type CheckRequest = Omit<Schemas["CheckRequest"], "metric" | "cost"> &
+  Partial<Pick<Schemas["CheckRequest"], "metric" | "cost">>;
+
+/**
+ * A reservation request (API.md "Reservations"): `amount` units held until committed,
+ * released or expired. Written from the contract until api/openapi.yaml has the
+ * reservation schemas.
+ */
+export interface ReserveRequest {
+  org: string;
+  team?: string;
+  user?: string;
+  /** Defaults to `requests`. */
+  metric?: string;
+  /** Units to hold. */
+  amount: number;
+  /** How long the hold lasts, 1 to 3600 seconds (default 60). */
+  ttl_seconds?: number;
+  /** What happens at expiry: count the whole amount (`commit`, the default) or give it back. */
+  on_expiry?: "commit" | "release";
+  /** Generated when absent, so that a retry never holds twice. */
+  idempotency_key?: string;
+}
+
+/** The state of a reservation. */
+export type ReservationState = "held" | "committed" | "released" | "expired";
+
+/** A reservation as Quotaplane answers it (API.md "Reservations"). */
+export interface Reservation {
+  id: string;
+  state: ReservationState;
+  org?: string;
+  team?: string;
+  user?: string;
+  metric?: string;
+  /** Units held. */
+  amount: number;
+  expires_at?: string;
+  on_expiry?: "commit" | "release";
+  /** When it was committed, released or expired. */
+  settled_at?: string;
+  /** The levels as a check reports them (on creation). */
+  levels?: LevelStatus[];
+  /** The reservation an earlier request with the same idempotency key made. */
+  replayed?: boolean;
+  /** Units counted, once committed. */
+  used?: number;
+  /** Units given back, once committed or released. */
+  released?: number;
+  /** Units used beyond the amount held, counted in full. */
+  over_reserved?: number;
+}
+
+/** The RateLimit-* headers of a decision: the tightest level and window (on a denial, the one that refused). */
+export interface RateLimit {
+  /** RateLimit-Limit */
+  limit: number;
+  /** RateLimit-Remaining */
+  remaining: number;
+  /** RateLimit-Reset: seconds until the window frees room. */
+  reset: number;
+}
+
+/** Who decided: Quotaplane, or the client's fail policy because Quotaplane could not. */
+export type DecidedBy = "quotaplane" | "fail-policy";
+
+/** The outcome of a check. */
+export interface CheckOutcome {
+  /** Whether the work may go ahead. */
+  allowed: boolean;
+  /**
+   * `quotaplane` when Quotaplane answered (`result` is its answer); `fail-policy` when
+   * it could not be reached or could not decide (5xx) and the client's fail policy
+   * gave `allowed` (`unavailable` says why).
+   */
+  decidedBy: DecidedBy;
+  /** Quotaplane's answer, when it decided. */
+  result?: CheckResult;
+  /** The RateLimit-* headers (computed from `result` for a batch's checks: rateLimitOf). */
+  rateLimit?: RateLimit;
+  /** When denied: seconds after which the same check can pass (Retry-After). */
+  retryAfterSeconds?: number;
+  /** The idempotency key sent (the caller's, or the one generated): every retry reused it. */
+  idempotencyKey: string;
+  /** Why Quotaplane did not decide, when the fail policy did. */
+  unavailable?: QuotaplaneUnavailableError;
+}
+
+/**
+ * The outcome of one check of a batch: as a single check's, or, for a check that
+ * Quotaplane refused to decide (invalid, unknown org or metric, idempotency key
+ * reused), `allowed: false` with `error`.
+ */
+export interface BatchCheckOutcome extends CheckOutcome {
+  error?: QuotaplaneError;
+}
+
+/** The outcome of a reservation request. */
+export interface ReserveOutcome {
+  /** Whether the work may go ahead. */
+  allowed: boolean;
+  decidedBy: DecidedBy;
+  /** The held reservation (absent when denied, or when the fail policy decided). */
+  reservation?: Reservation;
+  /** On a denial, Quotaplane's answer, as a denied check's. */
+  denied?: CheckResult;
+  /** As a check's, from the headers or else from the levels (rateLimitOf). */
+  rateLimit?: RateLimit;
+  retryAfterSeconds?: number;
+  idempotencyKey: string;
+  unavailable?: QuotaplaneUnavailableError;
+}
+
+/** What a fail policy function is told. */
+export interface FailContext {
+  operation: "check" | "reserve";
+  /** The request, with the idempotency key that was sent. */
+  request: CheckRequest | ReserveRequest;
+  error: QuotaplaneUnavailableError;
+}
+
+/**
+ * What to answer when Quotaplane cannot be reached or answers 5xx after every retry:
+ * `open` allows, `closed` denies, a function decides (it may also throw, and the
+ * error reaches the caller).
+ */
+export type FailPolicy = "open" | "closed" | ((ctx: FailContext) => boolean | Promise<boolean>);
+
+/** Options of a QuotaplaneClient. */
+export interface ClientOptions {
+  /** Where Quotaplane's API is, e.g. `https://quota.internal` (a path prefix is kept). */
+  baseUrl: string;
+  /** An org API key with the `check` scope. */
+  key: string;
+  /** How long one attempt may take, in ms (default 2000). */
+  timeoutMs?: number;
+  /** Attempts after the first when Quotaplane is unreachable, times out or answers 5xx (default 2). */
+  retries?: number;
+  /**
+   * What checks and reservations answer when Quotaplane cannot decide. Without one,
+   * they throw the QuotaplaneUnavailableError: choose, as Go's client makes you.
+   */
+  failPolicy?: FailPolicy;
+  /** The first retry's delay in ms, doubled on each further one, with jitter (default 100). */
+  retryDelayMs?: number;
+  /** The most a retry waits, Retry-After included, in ms (default 1000). */
+  maxRetryDelayMs?: number;
+  /** The fetch to use (default globalThis.fetch). */
+  fetch?: typeof fetch;
+}
+
+/** Call options. */
+export interface CallOptions {
+  /** Aborts the call; an abort is thrown as is, never handed to the fail policy. */
+  signal?: AbortSignal;
+}
+
+interface Answer {
+  status: number;
+  headers: Headers;
+  body: unknown;
+}
+
+// 5xx answers mean "nothing was decided" (503: Redis down under a closed plan; a
+// proxy's 502 and 504): retried, then the fail policy. A retry is safe: the request
+// carries its idempotency key.
+function unavailable(status: number): boolean {
+  return status >= 500 && status <= 599;
+}
+
+/** A fresh idempotency key: 40 characters of the API's alphabet. */
+export function newIdempotencyKey(): string {
+  return "qpc-" + globalThis.crypto.randomUUID();
+}
+
+/**
+ * A client of Quotaplane's check and reservation API. Every call is retried when
+ * Quotaplane is unreachable, slow or answers 5xx, reusing the request's
+ * idempotency key, so a retry never counts twice; a check or reservation that still
+ * cannot be decided is answered by the fail policy, and says so (`decidedBy`).
+ */
+export class QuotaplaneClient {
+  readonly #base: string;
+  readonly #key: string;
+  readonly #timeoutMs: number;
+  readonly #retries: number;
+  readonly #failPolicy: FailPolicy | undefined;
+  readonly #retryDelayMs: number;
+  readonly #maxRetryDelayMs: number;
+  readonly #fetch: typeof fetch;
+
+  constructor(opts: ClientOptions) {
+    if (!opts.baseUrl) throw new TypeError("QuotaplaneClient: baseUrl is required");
+    if (!opts.key) throw new TypeError("QuotaplaneClient: key is required");
+    this.#base = opts.baseUrl.replace(/\/+$/, "");
+    this.#key = opts.key;
+    this.#timeoutMs = opts.timeoutMs ?? 2000;
+    this.#retries = Math.max(0, Math.floor(opts.retries ?? 2));
+    this.#failPolicy = opts.failPolicy;
+    this.#retryDelayMs = opts.retryDelayMs ?? 100;
+    this.#maxRetryDelayMs = opts.maxRetryDelayMs ?? 1000;
+    this.#fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
+  }
+
+  /**
+   * Asks whether `cost` units may be spent now, and counts them if so. Resolves
+   * allowed or denied (429 is a denial, not an error); throws QuotaplaneError when
+   * Quotaplane refuses the request itself (bad key, unknown metric, ...).
+   */
+  async check(req: CheckRequest, opts: CallOptions = {}): Promise<CheckOutcome> {
+    const request = { ...req, idempotency_key: req.idempotency_key ?? newIdempotencyKey() };
+    let ans: Answer;
+    try {
+      ans = await this.#call("POST", "/v1/check", request, opts);
+    } catch (err) {
+      if (!(err instanceof QuotaplaneUnavailableError)) throw err;
+      return this.#fallback("check", request, err);
+    }
+    if (ans.status !== 200 && ans.status !== 429) throw toError(ans);
+    const result = ans.body as CheckResult;
+    return {
+      allowed: result.allowed,
+      decidedBy: "quotaplane",
+      result,
+      rateLimit: rateLimitHeaders(ans.headers),
+      retryAfterSeconds: result.allowed ? undefined : (intHeader(ans.headers, "Retry-After") ?? result.retry_after_seconds),
+      idempotencyKey: request.idempotency_key,
+    };
+  }
+
+  /**
+   * Checks up to 100 requests at once, each decided on its own, in order. When the
+   * whole batch cannot be decided, the fail policy answers each check; so it does for
+   * a check Quotaplane answered 5xx (503).
+   */
+  async checkBatch(reqs: CheckRequest[], opts: CallOptions = {}): Promise<BatchCheckOutcome[]> {
+    const checks = reqs.map((r) => ({ ...r, idempotency_key: r.idempotency_key ?? newIdempotencyKey() }));
+    let ans: Answer;
+    try {
+      ans = await this.#call("POST", "/v1/check/batch", { checks }, opts);
+    } catch (err) {
+      if (!(err instanceof QuotaplaneUnavailableError)) throw err;
+      return Promise.all(checks.map((c) => this.#fallback("check", c, err)));
+    }
+    if (ans.status !== 200) throw toError(ans);
+    const results = (ans.body as Schemas["BatchCheckResult"]).results;
+    return Promise.all(
+      checks.map(async (c, i): Promise<BatchCheckOutcome> => {
+        const item = results[i];
+        if (item === undefined) {
+          throw new QuotaplaneError(502, problemOf(502, "Bad Gateway", `the batch answered ${results.length} results for ${checks.length} checks`));
+        }
+        if (!("allowed" in item)) {
+          const problem = item as Problem;
+          if (unavailable(problem.status)) {
+            const err = new QuotaplaneUnavailableError(`quotaplane: check ${i} of the batch: ${problem.status} ${problem.title}`, {
+              attempts: 1,
+              status: problem.status,
+              problem,
+            });
+            return this.#fallback("check", c, err);
+          }
+          return { allowed: false, decidedBy: "quotaplane", idempotencyKey: c.idempotency_key, error: new QuotaplaneError(problem.status, problem) };
+        }
+        const result = item as CheckResult;
+        return {
+          allowed: result.allowed,
+          decidedBy: "quotaplane",
+          result,
+          rateLimit: rateLimitOf(result),
+          retryAfterSeconds: result.allowed ? undefined : result.retry_after_seconds,
+          idempotencyKey: c.idempotency_key,
+        };
+      }),
+    );
+  }
+
+  /**
+   * Holds `amount` units for work whose cost is known only afterwards; commit the
+   * units used, or release them. A denial (429) resolves with `allowed: false` and
+   * holds nothing.
+   */
+  async reserve(req: ReserveRequest, opts: CallOptions = {}): Promise<ReserveOutcome> {
+    const request = { ...req, idempotency_key: req.idempotency_key ?? newIdempotencyKey() };
+    let ans: Answer;
+    try {
+      ans = await this.#call("POST", "/v1/reservations", request, opts);
+    } catch (err) {
+      if (!(err instanceof QuotaplaneUnavailableError)) throw err;
+      const allowed = await this.#policy({ operation: "reserve", request, error: err });
+      return { allowed, decidedBy: "fail-policy", idempotencyKey: request.idempotency_key, unavailable: err };
+    }
+    const rateLimit = rateLimitHeaders(ans.headers);
+    if (ans.status === 200 || ans.status === 201) {
+      const reservation = ans.body as Reservation;
+      return {
+        allowed: true,
+        decidedBy: "quotaplane",
+        reservation,
+        rateLimit: rateLimit ?? rateLimitOf({ allowed: true, levels: reservation.levels ?? [] }),
+        idempotencyKey: request.idempotency_key,
+      };
+    }
+    if (ans.status === 429) {
+      const denied = ans.body as CheckResult;
+      return {
+        allowed: false,
+        decidedBy: "quotaplane",
+        denied,
+        rateLimit: rateLimit ?? rateLimitOf(denied),
+        retryAfterSeconds: intHeader(ans.headers, "Retry-After") ?? denied.retry_after_seconds,
+        idempotencyKey: request.idempotency_key,
+      };
+    }
+    throw toError(ans);
+  }
+
+  /**
+   * Counts `used` units of a held reservation and gives back the rest (more than
+   * held is counted in full: `over_reserved`). A repeat answers the first commit;
+   * after a release or expiry Quotaplane answers 409 (a QuotaplaneError).
+   */
+  async commit(id: string, used: number, opts: CallOptions = {}): Promise<Reservation> {
+    return this.#reservation("POST", `/v1/reservations/${encodeURIComponent(id)}/commit`, { used }, opts);
+  }
+
+  /** Gives back every unit of a held reservation. */
+  async release(id: string, opts: CallOptions = {}): Promise<Reservation> {
+    return this.#reservation("DELETE", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
+  }
+
+  /** Reads a reservation's state. */
+  async getReservation(id: string, opts: CallOptions = {}): Promise<Reservation> {
+    return this.#reservation("GET", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
+  }
+
+  async #reservation(method: string, path: string, body: unknown, opts: CallOptions): Promise<Reservation> {
+    const ans = await this.#call(method, path, body, opts);
+    if (ans.status !== 200) throw toError(ans);
+    return ans.body as Reservation;
+  }
+
+  async #fallback(operation: "check", request: CheckRequest & { idempotency_key: string }, error: QuotaplaneUnavailableError): Promise<CheckOutcome> {
+    const allowed = await this.#policy({ operation, request, error });
+    return { allowed, decidedBy: "fail-policy", idempotencyKey: request.idempotency_key, unavailable: error };
+  }
+
+  async #policy(ctx: FailContext): Promise<boolean> {
+    const p = this.#failPolicy;
+    if (p === undefined) throw ctx.error;
+    if (p === "open") return true;
+    if (p === "closed") return false;
+    return (await p(ctx)) === true;
+  }
+
+  // #call sends one request, retrying while Quotaplane is unreachable, slow or
+  // answers 5xx; it throws QuotaplaneUnavailableError when every attempt
+  // failed so, and returns any other answer.
+  async #call(method: string, path: string, body: unknown, opts: CallOptions): Promise<Answer> {
+    const headers: Record<string, string> = { Authorization: `Bearer ${this.#key}`, Accept: "application/json, application/problem+json" };
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const payload = body === undefined ? undefined : JSON.stringify(body);
+    for (let attempt = 1; ; attempt++) {
+      let last: ConstructorParameters<typeof QuotaplaneUnavailableError>[1];
+      const timeout = AbortSignal.timeout(this.#timeoutMs);
+      const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+      try {
+        const res = await this.#fetch(this.#base + path, { method, headers, body: payload, signal });
+        const text = await res.text();
+        const ans: Answer = { status: res.status, headers: res.headers, body: parseBody(text) };
+        if (!unavailable(res.status)) return ans;
+        last = { attempts: attempt, status: res.status, problem: asProblem(ans), retryAfterSeconds: intHeader(res.headers, "Retry-After") };
+      } catch (err) {
+        if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+        last = { attempts: attempt, cause: err };
+      }
+      if (attempt > this.#retries) {
+        const why = last.status !== undefined ? `answered ${last.status}` : `unreachable (${describe(last.cause)})`;
+        throw new QuotaplaneUnavailableError(`quotaplane: ${method} ${path} ${why} on ${attempt} attempt(s)`, last);
+      }
+      await sleep(this.#delay(attempt, last.retryAfterSeconds), opts.signal);
+    }
+  }
+
+  // #delay backs off exponentially with full jitter on its upper half, honouring
+  // Retry-After, never beyond maxRetryDelayMs.
+  #delay(attempt: number, retryAfterSeconds: number | undefined): number {
+    const base = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : this.#retryDelayMs * 2 ** (attempt - 1);
+    const capped = Math.min(base, this.#maxRetryDelayMs);
+    return capped / 2 + (Math.random() * capped) / 2;
+  }
+}
+
+function describe(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = err.cause instanceof Error ? `: ${err.cause.message}` : "";
+    return `${err.message}${cause}`;
+  }
+  return String(err);
+}
+
+function sleep(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+function parseBody(text: string): unknown {
+  if (text === "") return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return text;
+  }
+}
+
+function problemOf(status: number, title: string, detail?: string): Problem {
+  const p: Problem = { type: "about:blank", title, status };
+  if (detail !== undefined) p.detail = detail;
+  return p;
+}
+
+function asProblem(ans: Answer): Problem {
+  const b = ans.body;
+  if (typeof b === "object" && b !== null && typeof (b as Problem).title === "string" && typeof (b as Problem).status === "number") {
+    return b as Problem;
+  }
+  return problemOf(ans.status, `HTTP ${ans.status}`, typeof b === "string" ? b.slice(0, 200) : undefined);
+}
+
+function toError(ans: Answer): QuotaplaneError {
+  return new QuotaplaneError(ans.status, asProblem(ans));
+}
+
+function intHeader(h: Headers, name: string): number | undefined {
+  const v = h.get(name);
+  if (v === null || !/^\s*\d+\s*$/.test(v)) return undefined;
+  return Number(v);
+}
+
+function rateLimitHeaders(h: Headers): RateLimit | undefined {
+  const limit = intHeader(h, "RateLimit-Limit");
+  const remaining = intHeader(h, "RateLimit-Remaining");
+  const reset = intHeader(h, "RateLimit-Reset");
+  if (limit === undefined || remaining === undefined || reset === undefined) return undefined;
+  return { limit, remaining, reset };
+}
+
+/**
+ * The RateLimit-* values Quotaplane would send for a result (a batch's and a
+ * reservation's have no headers): the level and window with the least remaining, then
+ * the soonest reset; on a denial, the one that refused, resetting at
+ * retry_after_seconds.
+ */
+export function rateLimitOf(
+  result: Pick<CheckResult, "allowed" | "levels" | "blocked_at" | "retry_after_seconds">,
+  now: Date = new Date(),
+): RateLimit | undefined {
+  const levels = result.levels;
+  let t = levels[0];
+  if (t === undefined) return undefined;
+  for (const l of levels.slice(1)) {
+    if (l.remaining < t.remaining || (l.remaining === t.remaining && Date.parse(l.reset_at) < Date.parse(t.reset_at))) t = l;
+  }
+  let reset = Math.ceil((Date.parse(t.reset_at) - now.getTime()) / 1000);
+  const b = result.blocked_at;
+  if (!result.allowed && b) {
+    t = levels.find((l) => l.level === b.level && l.id === b.id && l.window === b.window) ?? t;
+    if (result.retry_after_seconds !== undefined) reset = result.retry_after_seconds;
+  }
+  return { limit: t.limit, remaining: Math.max(t.remaining, 0), reset: Math.max(reset, 0) };
+}

@@ -1,0 +1,206 @@
+import type { IncomingMessage, ServerResponse } from "node:http";
+
+import { QuotaplaneError, QuotaplaneUnavailableError } from "./errors.js";
+import type { CheckOutcome, CheckRequest, QuotaplaneClient, RateLimit, Reservation, ReserveOutcome, ReserveRequest } from "./client.js";
+
+/** The part of a response the middleware uses: node's ServerResponse and Express's Response have it. */
+export interface ResponseLike {
+  statusCode: number;
+  headersSent: boolean;
+  setHeader(name: string, value: string | number): unknown;
+  end(body?: string): unknown;
+  once(event: "finish" | "close", listener: () => void): unknown;
+}
+
+/** Express's next: called with nothing to go on, with an error to hand it to the error handlers. */
+export type Next = (err?: unknown) => void;
+
+/** A (req, res, next) middleware, as Express, Connect and similar routers take it. */
+export type Middleware<Req, Res> = (req: Req, res: Res, next: Next) => void;
+
+/** Options of checkMiddleware. */
+export interface CheckMiddlewareOptions<Req> {
+  /** Maps a request to its check; null or undefined lets the request through unchecked. */
+  check: (req: Req) => CheckRequest | null | undefined | Promise<CheckRequest | null | undefined>;
+}
+
+/**
+ * A middleware that checks each request before its handler: an allowed check sets
+ * RateLimit-* and calls next(); a denied one answers 429 with Retry-After, RateLimit-*
+ * and a problem+json body, and the handler never runs. When the fail policy refused
+ * the request (Quotaplane unreachable), it answers 503. An error of the check itself
+ * (a bad key, an unknown metric; Quotaplane unreachable when the client has no fail
+ * policy) goes to next(err) as a QuotaplaneMiddlewareError.
+ */
+export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
+  client: QuotaplaneClient,
+  opts: CheckMiddlewareOptions<Req>,
+): Middleware<Req, Res> {
+  const run = async (req: Req, res: Res): Promise<boolean> => {
+    const input = await opts.check(req);
+    if (!input) return true;
+    const out = await client.check(input).catch(wrap);
+    if (!out.allowed) {
+      refuse(res, out);
+      return false;
+    }
+    setRateLimit(res, out.rateLimit);
+    return true;
+  };
+  return (req, res, next) => {
+    run(req, res).then((go) => go && next(), next);
+  };
+}
+
+/** What a handler under reserveMiddleware reports, and how its reservation ended. */
+export interface Settled {
+  /** The reservation held for the request (absent when the fail policy let it through). */
+  reservation?: Reservation;
+  /** The units the handler reported, when it did. */
+  used?: number;
+  /** The reservation after its commit or release. */
+  result?: Reservation;
+  /** Why the commit or release failed. */
+  error?: unknown;
+}
+
+/** Options of reserveMiddleware. */
+export interface ReserveMiddlewareOptions<Req> {
+  /** Maps a request to its reservation (the most it may spend); null or undefined lets it through. */
+  reserve: (req: Req) => ReserveRequest | null | undefined | Promise<ReserveRequest | null | undefined>;
+  /**
+   * What to do when the handler reported no usage (reportUsage) by the end of the
+   * response: `commit` the whole amount held (the default: work done, cost unknown),
+   * or `release` it.
+   */
+  unreported?: "commit" | "release";
+  /** Called once the reservation is committed or released, or that failed. */
+  onSettled?: (s: Settled, req: Req) => void;
+}
+
+const usage = new WeakMap<object, number>();
+
+/**
+ * Tells reserveMiddleware how many units the request used (LLM tokens, GPU seconds):
+ * committed when the response ends, the rest of the reservation given back. A later
+ * call replaces an earlier one.
+ */
+export function reportUsage(res: object, used: number): void {
+  if (!Number.isInteger(used) || used < 0) throw new RangeError(`reportUsage: used must be a whole number >= 0, not ${used}`);
+  usage.set(res, used);
+}
+
+/**
+ * A middleware that reserves before the handler and commits after it: the request is
+ * refused as checkMiddleware refuses it when the reservation is denied; otherwise the
+ * handler runs and reports its cost with reportUsage(res, used), and when the
+ * response ends (finished or closed) the reservation is committed with that cost, or
+ * settled as `unreported` says.
+ */
+export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
+  client: QuotaplaneClient,
+  opts: ReserveMiddlewareOptions<Req>,
+): Middleware<Req, Res> {
+  const unreported = opts.unreported ?? "commit";
+  const run = async (req: Req, res: Res): Promise<boolean> => {
+    const input = await opts.reserve(req);
+    if (!input) return true;
+    const out = await client.reserve(input).catch(wrap);
+    if (!out.allowed) {
+      refuse(res, out);
+      return false;
+    }
+    setRateLimit(res, out.rateLimit);
+    const reservation = out.reservation;
+    if (reservation) {
+      let done = false;
+      const settle = () => {
+        if (done) return;
+        done = true;
+        const used = usage.get(res);
+        const s: Settled = { reservation };
+        if (used !== undefined) s.used = used;
+        const p =
+          used !== undefined
+            ? client.commit(reservation.id, used)
+            : unreported === "commit"
+              ? client.commit(reservation.id, reservation.amount)
+              : client.release(reservation.id);
+        p.then(
+          (r) => opts.onSettled?.({ ...s, result: r }, req),
+          (error: unknown) => {
+            if (opts.onSettled) opts.onSettled({ ...s, error }, req);
+            else console.error(`quotaplane: settling reservation ${reservation.id}:`, error);
+          },
+        );
+      };
+      res.once("finish", settle);
+      res.once("close", settle);
+    }
+    return true;
+  };
+  return (req, res, next) => {
+    run(req, res).then((go) => go && next(), next);
+  };
+}
+
+/**
+ * What the middleware hands to next(err) when the client threw: a QuotaplaneError
+ * (a bad key, an unknown metric: the service's configuration, not its caller's
+ * request) as the `cause` of a plain error, so that Express does not answer the
+ * caller with Quotaplane's status (its default handler uses err.status).
+ */
+export class QuotaplaneMiddlewareError extends Error {
+  override readonly name = "QuotaplaneMiddlewareError";
+  constructor(cause: QuotaplaneError | QuotaplaneUnavailableError) {
+    super(`quotaplane middleware: ${cause.message}`, { cause });
+  }
+}
+
+function wrap(err: unknown): never {
+  if (err instanceof QuotaplaneError || err instanceof QuotaplaneUnavailableError) throw new QuotaplaneMiddlewareError(err);
+  throw err;
+}
+
+function setRateLimit(res: ResponseLike, rl: RateLimit | undefined): void {
+  if (!rl || res.headersSent) return;
+  res.setHeader("RateLimit-Limit", String(rl.limit));
+  res.setHeader("RateLimit-Remaining", String(rl.remaining));
+  res.setHeader("RateLimit-Reset", String(rl.reset));
+}
+
+// refuse answers a request the check or reservation did not allow: 429 when Quotaplane
+// denied it, 503 when the fail policy did (nothing was decided about the quota).
+function refuse(res: ResponseLike, out: CheckOutcome | ReserveOutcome): void {
+  if (res.headersSent) return;
+  let body: Record<string, unknown>;
+  if (out.decidedBy === "quotaplane") {
+    const result = "denied" in out ? out.denied : (out as CheckOutcome).result;
+    const retry = out.retryAfterSeconds ?? 1;
+    const b = result?.blocked_at;
+    res.statusCode = 429;
+    res.setHeader("Retry-After", String(retry));
+    setRateLimit(res, out.rateLimit);
+    body = {
+      type: "https://quotaplane.dev/problems/too-many-requests",
+      title: "Too Many Requests",
+      status: 429,
+      detail: b ? `over quota at ${b.level} "${b.id}" (${b.window}); retry after ${retry} s` : `over quota; retry after ${retry} s`,
+      retry_after_seconds: retry,
+    };
+    if (b) body.blocked_at = b;
+  } else {
+    const retry = out.unavailable?.retryAfterSeconds ?? 1;
+    res.statusCode = 503;
+    res.setHeader("Retry-After", String(retry));
+    body = {
+      type: "https://quotaplane.dev/problems/service-unavailable",
+      title: "Service Unavailable",
+      status: 503,
+      detail: "the quota service cannot be reached; retry later",
+    };
+  }
+  res.setHeader("Content-Type", "application/problem+json");
+  res.setHeader("Cache-Control", "no-store");
+  res.end(JSON.stringify(body));
+}

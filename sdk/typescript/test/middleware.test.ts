@@ -1,0 +1,209 @@
+// checkMiddleware and reserveMiddleware in a real Express app, in front of a real
+// quotaplane-api.
+import assert from "node:assert/strict";
+import type { AddressInfo } from "node:net";
+import type { Server } from "node:http";
+import { after, before, describe, it } from "node:test";
+
+import express, { type ErrorRequestHandler } from "express";
+
+import { checkMiddleware, QuotaplaneClient, QuotaplaneError, QuotaplaneMiddlewareError, reportUsage, reserveMiddleware, type Settled } from "../src/index.js";
+import { freePort, Stack } from "./harness.js";
+
+let stack: Stack;
+before(async () => {
+  stack = await Stack.start();
+});
+after(async () => {
+  await stack?.stop();
+});
+
+async function serve(app: express.Express): Promise<{ url: string; close: () => Promise<void> }> {
+  const srv: Server = await new Promise((resolve) => {
+    const s = app.listen(0, "127.0.0.1", () => resolve(s));
+  });
+  const { port } = srv.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    close: () => new Promise((resolve) => srv.close(() => resolve())),
+  };
+}
+
+const errors: ErrorRequestHandler = (err, _req, res, _next) => {
+  const cause = err instanceof QuotaplaneMiddlewareError ? err.cause : undefined;
+  res.status(500).json({ error: cause instanceof QuotaplaneError ? `quotaplane ${cause.status}` : String(err) });
+};
+
+describe("checkMiddleware", () => {
+  it("lets allowed requests through with RateLimit-*, and answers a denied one 429 with Retry-After, RateLimit-* and a problem", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "minute", limit: 2 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    let handled = 0;
+    const app = express();
+    app.get(
+      "/work",
+      checkMiddleware(client, { check: (req: express.Request) => ({ org, user: req.get("X-User") ?? undefined }) }),
+      (_req, res) => {
+        handled++;
+        res.json({ ok: true });
+      },
+    );
+    const srv = await serve(app);
+    try {
+      for (const remaining of ["1", "0"]) {
+        const res = await fetch(`${srv.url}/work`);
+        assert.equal(res.status, 200);
+        assert.deepEqual(await res.json(), { ok: true });
+        assert.equal(res.headers.get("RateLimit-Limit"), "2");
+        assert.equal(res.headers.get("RateLimit-Remaining"), remaining);
+        assert.match(res.headers.get("RateLimit-Reset") ?? "", /^\d+$/);
+        assert.equal(res.headers.get("Retry-After"), null);
+      }
+      const res = await fetch(`${srv.url}/work`);
+      assert.equal(res.status, 429);
+      assert.equal(res.headers.get("Content-Type"), "application/problem+json");
+      const retry = res.headers.get("Retry-After");
+      assert.match(retry ?? "", /^[1-9]\d*$/);
+      assert.equal(res.headers.get("RateLimit-Limit"), "2");
+      assert.equal(res.headers.get("RateLimit-Remaining"), "0");
+      assert.equal(res.headers.get("RateLimit-Reset"), retry);
+      assert.deepEqual(await res.json(), {
+        type: "https://quotaplane.dev/problems/too-many-requests",
+        title: "Too Many Requests",
+        status: 429,
+        detail: `over quota at org "${org}" (minute); retry after ${retry} s`,
+        retry_after_seconds: Number(retry),
+        blocked_at: { level: "org", id: org, window: "minute" },
+      });
+      assert.equal(handled, 2, "the handler ran for a denied request");
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it("answers 503 when the fail policy refuses, and hands Quotaplane's refusal to the error handler", async () => {
+    const dead = new QuotaplaneClient({ baseUrl: `http://127.0.0.1:${await freePort()}`, key: "k", failPolicy: "closed", retries: 0 });
+    const badKey = new QuotaplaneClient({ baseUrl: stack.baseUrl, key: "qpk_bad_bad" });
+    let handled = 0;
+    const app = express();
+    const handler: express.RequestHandler = (_req, res) => {
+      handled++;
+      res.json({ ok: true });
+    };
+    app.get("/closed", checkMiddleware(dead, { check: () => ({ org: "acme" }) }), handler);
+    app.get("/badkey", checkMiddleware(badKey, { check: () => ({ org: "acme" }) }), handler);
+    app.get("/free", checkMiddleware(dead, { check: () => null }), handler);
+    app.use(errors);
+    const srv = await serve(app);
+    try {
+      const closed = await fetch(`${srv.url}/closed`);
+      assert.equal(closed.status, 503);
+      assert.equal(closed.headers.get("Content-Type"), "application/problem+json");
+      assert.equal(closed.headers.get("Retry-After"), "1");
+      assert.deepEqual(await closed.json(), {
+        type: "https://quotaplane.dev/problems/service-unavailable",
+        title: "Service Unavailable",
+        status: 503,
+        detail: "the quota service cannot be reached; retry later",
+      });
+      const bad = await fetch(`${srv.url}/badkey`);
+      assert.equal(bad.status, 500);
+      assert.deepEqual(await bad.json(), { error: "quotaplane 401" });
+      assert.equal(handled, 0);
+      assert.equal((await fetch(`${srv.url}/free`)).status, 200);
+      assert.equal(handled, 1);
+    } finally {
+      await srv.close();
+    }
+    // Express's own error handler answers 500: Quotaplane's 401 is the service's
+    // problem, not its caller's.
+    const plain = express();
+    plain.get("/", checkMiddleware(badKey, { check: () => ({ org: "acme" }) }), handler);
+    plain.set("env", "test"); // finalhandler: no stack trace on stderr
+    const srv2 = await serve(plain);
+    try {
+      assert.equal((await fetch(srv2.url)).status, 500);
+    } finally {
+      await srv2.close();
+    }
+  });
+});
+
+describe("reserveMiddleware (needs the reservations API of branch res)", () => {
+  it("reserves before the handler and commits the cost it reported after it", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 1000 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const settled: Settled[] = [];
+    let onSettled: () => void = () => {};
+    const app = express();
+    app.post(
+      "/complete",
+      reserveMiddleware(client, {
+        reserve: (req: express.Request) => ({ org, metric: "tokens", amount: Number(req.query.max ?? 400) }),
+        onSettled: (s) => {
+          settled.push(s);
+          onSettled();
+        },
+      }),
+      (req, res) => {
+        reportUsage(res, Number(req.query.used));
+        res.json({ text: "..." });
+      },
+    );
+    const srv = await serve(app);
+    try {
+      const done = new Promise<void>((resolve) => (onSettled = resolve));
+      const res = await fetch(`${srv.url}/complete?used=137`, { method: "POST" });
+      assert.equal(res.status, 200);
+      assert.match(res.headers.get("RateLimit-Limit") ?? "", /^\d+$/);
+      await done;
+      const s = settled[0]!;
+      assert.equal(s.error, undefined, String(s.error));
+      assert.equal(s.used, 137);
+      assert.equal(s.result?.state, "committed");
+      assert.deepEqual([s.result?.amount, s.result?.used, s.result?.released], [400, 137, 263]);
+      assert.equal((await client.getReservation(s.reservation!.id)).state, "committed");
+      const probe = await client.check({ org, metric: "tokens", cost: 0 });
+      assert.equal(probe.result?.levels[0]?.used, 137);
+
+      // More than what is left is refused before the handler, as a denied check.
+      const denied = await fetch(`${srv.url}/complete?max=900&used=1`, { method: "POST" });
+      assert.equal(denied.status, 429);
+      assert.equal(denied.headers.get("Content-Type"), "application/problem+json");
+      assert.match(denied.headers.get("Retry-After") ?? "", /^[1-9]\d*$/);
+      const body = (await denied.json()) as { status: number; blocked_at: unknown };
+      assert.equal(body.status, 429);
+      assert.deepEqual(body.blocked_at, { level: "org", id: org, window: "month" });
+      assert.equal(settled.length, 1);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it("settles a request whose handler reported nothing as `unreported` says", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 1000 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    for (const [unreported, state, used] of [
+      ["commit", "committed", 50],
+      ["release", "released", 0],
+    ] as const) {
+      let settle: (s: Settled) => void = () => {};
+      const done = new Promise<Settled>((resolve) => (settle = resolve));
+      const app = express();
+      app.get("/", reserveMiddleware(client, { unreported, reserve: () => ({ org, metric: "tokens", amount: 50 }), onSettled: settle }), (_req, res) => {
+        res.send("done");
+      });
+      const srv = await serve(app);
+      try {
+        assert.equal((await fetch(srv.url)).status, 200);
+        const s = await done;
+        assert.equal(s.error, undefined, String(s.error));
+        assert.equal(s.result?.state, state);
+        const before = unreported === "commit" ? 0 : 50;
+        assert.equal((await client.check({ org, metric: "tokens", cost: 0 })).result?.levels[0]?.used, before + used);
+      } finally {
+        await srv.close();
+      }
+    }
+  });
+});
