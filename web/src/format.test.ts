@@ -76,6 +76,25 @@ describe('usage', () => {
       expect(s.actual).toEqual([[0, 0], [5, 0], [6, 20], [10, 20], [10.5, 105]]);
       expect(s.projected).toEqual([[10.5, 105], [30, 300]]);
     });
+    it('draws a first point today as a step at today, not a ramp from day 0', () => {
+      // Today is day index 24; it is 00:01, a minute into the day. Nothing was used on the
+      // 24 days before: flat at 0 until today began, then today's usage.
+      const early = new Date('2026-11-25T00:01:00Z');
+      const s = dailySeries([{ day: '2026-11-25', used: 487 }], start, end, early);
+      const nowX = (early.getTime() - start.getTime()) / 86400e3;
+      expect(s.actual).toEqual([[0, 0], [24, 0], [nowX, 487]]);
+      expect(s.actual[2][0]).toBeGreaterThan(24);
+      expect(s.projected).toEqual([[nowX, 487], [30, Math.round(487 * 30 / nowX)]]);
+      // Later in the day the same, with today's point at now.
+      expect(dailySeries([{ day: '2026-11-25', used: 487 }], start, end, new Date('2026-11-25T12:00:00Z')).actual)
+        .toEqual([[0, 0], [24, 0], [24.5, 487]]);
+      // At the very start of today the step is vertical, still never a ramp.
+      expect(dailySeries([{ day: '2026-11-25', used: 487 }], start, end, new Date('2026-11-25T00:00:00Z')).actual)
+        .toEqual([[0, 0], [24, 0], [24, 487]]);
+    });
+    it("draws a first point on the period's first day from 0 within that day", () => {
+      expect(dailySeries([{ day: '2026-11-01', used: 30 }], start, end, new Date('2026-11-01T06:00:00Z')).actual).toEqual([[0, 0], [0.25, 30]]);
+    });
     it('ends a finished period on its last day, without a projection', () => {
       const s = dailySeries([{ day: '2026-11-02', used: 7 }, { day: '2026-11-30', used: 90 }], start, end, new Date('2026-12-05T00:00:00Z'));
       expect(s.actual).toEqual([[0, 0], [1, 0], [2, 7], [29, 7], [30, 90]]);
