@@ -47,7 +47,9 @@ export function App() {
   }, []);
 
   const page = PAGES.find((p) => p.path === path) ?? PAGES[0];
-  useEffect(() => { document.title = `${page.title} · Quotaplane console`; }, [page.title]);
+  // Signed out, every path shows the sign-in form, and the tab says so.
+  const title = session === null ? 'Sign in' : page.title;
+  useEffect(() => { document.title = `${title} · Quotaplane console`; }, [title]);
 
   if (error !== undefined) return <main class="center"><ErrorState error={error} retry={load} /></main>;
   if (session === undefined) return <main class="center"><Loading what="the console" /></main>;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compact, dailySeries, formatNumber, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
+import { compact, dailySeries, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
 import { ApiError, type Limit } from './api';
 
 describe('numbers', () => {
@@ -7,6 +7,17 @@ describe('numbers', () => {
   it.each([[950, '950'], [1200, '1.2k'], [60000, '60k'], [5e6, '5M'], [1.25e9, '1.3B']])('compact(%d) = %s', (n, want) => expect(compact(n)).toBe(want));
   it.each([[0, 100, '0%'], [1, 1000, '<1%'], [42, 100, '42%'], [150, 100, '150%'], [5, 0, '100%'], [0, 0, '0%']])('percent(%d, %d) = %s', (u, l, want) => expect(percent(u, l)).toBe(want));
   it.each([[10, 100, 'ok'], [80, 100, 'warn'], [100, 100, 'over'], [1, 0, 'over']] as const)('level(%d, %d) = %s', (u, l, want) => expect(level(u, l)).toBe(want));
+});
+
+describe('formatNumbersIn', () => {
+  it('formats the numbers of a 422 like the rest of the console', () => {
+    expect(formatNumbersIn('team "ml": requests/month limit 30000 does not fit in org "acme": it has 100000, 80000 is already allocated, 20000 is available'))
+      .toBe('team "ml": requests/month limit 30,000 does not fit in org "acme": it has 100,000, 80,000 is already allocated, 20,000 is available');
+    expect(formatNumbersIn('org "acme": requests/month limit 1500 is below the 2000 already allocated to its teams.')).toBe('org "acme": requests/month limit 1,500 is below the 2,000 already allocated to its teams.');
+  });
+  it('leaves ids, small numbers and decimals alone', () => {
+    for (const s of ['user "u-12345" in team "2024"', 'at most 128 characters', 'factor 0.5', 'version 1.12345', 'id abc12345']) expect(formatNumbersIn(s)).toBe(s);
+  });
 });
 
 describe('parseLimit', () => {

@@ -8,6 +8,16 @@ export function formatNumber(n: number): string {
   return nf.format(n);
 }
 
+/**
+ * formatNumbersIn writes the whole numbers of 4 or more digits in an API message with
+ * thousands separators, as the console shows every other number: "it has 100000" ->
+ * "it has 100,000". Only free-standing numbers (after a space or "(", before a space,
+ * punctuation or the end) are touched, so ids such as "u-12345" or "team \"2024\"" keep theirs.
+ */
+export function formatNumbersIn(msg: string): string {
+  return msg.replace(/(^|[\s(])(\d{4,})(?=$|[\s,;:)]|\.(?!\d))/g, (_, pre: string, n: string) => pre + formatNumber(Number(n)));
+}
+
 /** compact writes a number short for charts and tight cells: 1200 -> "1.2k", 5000000 -> "5M". */
 export function compact(n: number): string {
   const abs = Math.abs(n);

@@ -1,7 +1,7 @@
 // The allocation: the org's quota carved into teams and users, edited in place.
 import { useState } from 'preact/hooks';
 import { api, ApiError, type Org, type Team } from '../api';
-import { formatNumber, idError, parseLimit, remainder } from '../format';
+import { formatNumber, formatNumbersIn, idError, parseLimit, remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
 import { Confirm, Empty, ErrorState, Loading, useLoad } from '../ui';
 import type { PageProps } from '../ui';
@@ -64,9 +64,9 @@ function NewTeam({ org, onDone }: { org: string; onDone: (created: boolean) => v
       onDone(true);
     } catch (err) {
       const out: Record<string, string> = {};
-      if (err instanceof ApiError && err.errors.length) for (const fe of err.errors) out[fe.field] = fe.message;
+      if (err instanceof ApiError && err.errors.length) for (const fe of err.errors) out[fe.field] = formatNumbersIn(fe.message);
       else out._ = errorFor(err, '');
-      if (err instanceof ApiError && err.errors.length && !err.errors.some((fe) => ['id', 'name', 'limits[0].limit', 'user_limits[0].limit'].includes(fe.field))) out._ = err.message;
+      if (err instanceof ApiError && err.errors.length && !err.errors.some((fe) => ['id', 'name', 'limits[0].limit', 'user_limits[0].limit'].includes(fe.field))) out._ = formatNumbersIn(err.message);
       setErrors(out);
       setBusy(false);
     }
@@ -125,6 +125,7 @@ function TeamPanel({ org, team, canEdit, onChange }: { org: Org; team: Team; can
       {users.data?.map((u) => (
         <div class="user" data-testid={`user-${team.id}-${u.id}`}>
           <LimitsEditor label={`User ${u.id}`} idPrefix={`user-${team.id}-${u.id}`} list="limits" limits={u.limits} canEdit={canEdit}
+            defaults={{ limits: team.user_limits, from: `the user defaults of ${team.id}` }}
             onSave={async (next) => { await api.patchUser(org.id, team.id, u.id, { limits: next }); users.reload(); }} />
           {canEdit && <button type="button" class="danger small" onClick={async () => {
             try { await api.deleteUser(org.id, team.id, u.id); users.reload(); } catch (e) { setUserError(errorFor(e, '')); }
