@@ -28,6 +28,7 @@ export type MetricUsage = S['MetricUsage'];
 export type Usage = S['Usage'];
 export type Webhook = S['Webhook'];
 export type WebhookDelivery = S['WebhookDelivery'];
+export type WebhookTestResult = S['WebhookTestResult'];
 export type Throttle = S['Throttle'];
 export type FieldError = S['FieldError'];
 export interface Page<T> { items: T[]; next_cursor: string | null }
@@ -129,6 +130,8 @@ export const api = {
 
   audit: (org: string, cursor?: string) => request<Page<AuditEntry>>('GET', `${o(org)}/audit?limit=50${cursor ? `&cursor=${e(cursor)}` : ''}`),
   webhook: (org: string) => request<Webhook>('GET', `${o(org)}/webhook`),
+  setWebhookURL: (org: string, url: string) => request<Org>('PATCH', o(org), { webhook_url: url }),
+  testWebhook: (org: string) => request<WebhookTestResult>('POST', `${o(org)}/webhook/test`),
   webhookDeliveries: (org: string, cursor?: string) => request<Page<WebhookDelivery>>('GET', `${o(org)}/webhook-deliveries?limit=50${cursor ? `&cursor=${e(cursor)}` : ''}`),
   exportURL: (org: string, period: string, format: 'csv' | 'json') => `${o(org)}/billing/export?period=${e(period)}&format=${format}`,
 };

@@ -93,6 +93,19 @@ export function UsageBar({ label, used, limit }: { label: string; used: number; 
   );
 }
 
+/** MiniBar is a usage bar for a table cell: the bar, then "used of limit (percent)". */
+export function MiniBar({ used, limit, label }: { used: number; limit: number; label: string }) {
+  return (
+    <div class="mini-bar" data-level={level(used, limit)}>
+      <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(used, limit)}
+        aria-valuetext={`${formatNumber(used)} of ${formatNumber(limit)}`}>
+        <div class="bar-fill" style={{ width: `${Math.min(100, ratio(used, limit) * 100)}%` }} />
+      </div>
+      <span class="mini-bar-text"><strong>{formatNumber(used)}</strong> of {formatNumber(limit)} <span class="pct">{percent(used, limit)}</span></span>
+    </div>
+  );
+}
+
 /** Confirm asks before an action in a modal dialog; Escape or Cancel closes it. */
 export function Confirm({ title, body, confirmLabel, danger, onConfirm, onClose }: {
   title: string; body: ComponentChildren; confirmLabel: string; danger?: boolean; onConfirm: () => Promise<void> | void; onClose: () => void;

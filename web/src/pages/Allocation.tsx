@@ -1,9 +1,10 @@
 // The allocation: the org's quota carved into teams and users, edited in place.
 import { useState } from 'preact/hooks';
-import { api, ApiError, type Org, type Team } from '../api';
-import { formatNumber, formatNumbersIn, idError, parseLimit, remainder } from '../format';
+import { allocationRows, forecastText, sortRows, type AllocRow, type SortKey } from '../allocation';
+import { api, ApiError, type Org, type Team, type User } from '../api';
+import { formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
-import { Confirm, Empty, ErrorState, Loading, useLoad } from '../ui';
+import { Confirm, Empty, ErrorState, Loading, MiniBar, useLoad } from '../ui';
 import type { PageProps } from '../ui';
 
 export function Allocation({ session }: PageProps) {
@@ -11,13 +12,21 @@ export function Allocation({ session }: PageProps) {
   const canEdit = session.role === 'admin';
   const data = useLoad(async () => {
     const [o, teams] = await Promise.all([api.org(org), api.teams(org)]);
-    return { o, teams: teams.items };
+    const [usage, lists] = await Promise.all([
+      api.usage(org).catch(() => undefined), // shown without usage if it cannot be read
+      Promise.all(teams.items.map((t) => api.users(org, t.id).then((p) => [t.id, p.items] as const))),
+    ]);
+    return { o, teams: teams.items, usage, users: Object.fromEntries(lists) as Record<string, User[]> };
   }, [org]);
   const [adding, setAdding] = useState(false);
+  const [sort, setSort] = useState<SortKey>('exhaustion');
   if (data.loading && !data.data) return <Loading what="teams" />;
   if (data.error) return <ErrorState error={data.error} retry={data.reload} />;
-  const { o, teams } = data.data!;
+  const { o, teams, usage, users } = data.data!;
   const rem = remainder(o.effective_limits, teams);
+  const now = new Date();
+  const period = usage ? { start: new Date(usage.period_start), end: new Date(usage.period_end), now } : undefined;
+  const rows = period ? sortRows(allocationRows(teams, users, usage, period), sort) : [];
   return (
     <>
       <div class="page-head">
@@ -25,12 +34,70 @@ export function Allocation({ session }: PageProps) {
         {canEdit && !adding && <button type="button" class="primary" onClick={() => setAdding(true)}>Add team</button>}
       </div>
       <p class="muted">The org's month limits ({o.effective_limits.filter((l) => l.window === 'month').map((l) => `${l.metric} ${formatNumber(l.limit)}`).join(', ') || 'none'})
-        are carved into team allocations; users get their own or their team's defaults.
-        {rem.map((r) => <> Unallocated {r.metric}: <strong data-testid={`alloc-remainder-${r.metric}`}>{formatNumber(r.available)}</strong>.</>)}</p>
+        are carved into team allocations; users get their own or their team's defaults.</p>
+      <section aria-labelledby="rem-h" class="metric-grid">
+        <h2 id="rem-h" class="sr-only">Unallocated remainder</h2>
+        {rem.map((r) => <RemainderPanel r={r} used={usage?.metrics.find((m) => m.metric === r.metric)?.org.used} />)}
+      </section>
+      <section aria-labelledby="usage-h">
+        <div class="page-head">
+          <h2 id="usage-h">Used against allocated{usage ? <span class="muted small"> · {usage.period}</span> : null}</h2>
+          <label class="inline">Sort by{' '}
+            <select value={sort} onChange={(e) => setSort((e.target as HTMLSelectElement).value as SortKey)} data-testid="alloc-sort">
+              <option value="exhaustion">closest to exhaustion</option>
+              <option value="name">team and user</option>
+            </select></label>
+        </div>
+        {!usage && <div class="notice" role="status">Usage could not be loaded: allocations are shown without it.</div>}
+        {usage && rows.length === 0 && <Empty>No team or user has a limit yet.</Empty>}
+        {rows.length > 0 && <AllocationTable rows={rows} />}
+      </section>
+      <h2>Teams and users</h2>
       {adding && <NewTeam org={org} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
       {teams.length === 0 && <Empty>No teams yet.{canEdit ? ' Add one to allocate part of the org\'s quota.' : ''}</Empty>}
       {teams.map((t) => <TeamPanel key={t.id} org={o} team={t} canEdit={canEdit} onChange={data.reload} />)}
     </>
+  );
+}
+
+/** RemainderPanel shows how much of the org's month limit of a metric the teams hold, and what is left. */
+function RemainderPanel({ r, used }: { r: Remainder; used?: number }) {
+  const share = r.limit > 0 ? Math.min(100, (Math.max(0, r.allocated) / r.limit) * 100) : 100;
+  return (
+    <div class="panel remainder" data-testid={`remainder-panel-${r.metric}`}>
+      <h3>{r.metric} per month</h3>
+      <div class="alloc-split" role="img" aria-label={`${formatNumber(r.allocated)} of ${formatNumber(r.limit)} allocated to teams, ${formatNumber(r.available)} unallocated`}>
+        <div class="alloc-teams" style={{ width: `${share}%` }} />
+      </div>
+      <dl class="facts small">
+        <dt>Org limit</dt><dd class="num">{formatNumber(r.limit)}</dd>
+        <dt>Allocated to teams</dt><dd class="num">{formatNumber(r.allocated)} ({percent(r.allocated, r.limit)})</dd>
+        <dt>Unallocated</dt><dd class={`num ${r.available < 0 ? 'over' : ''}`}><strong data-testid={`alloc-remainder-${r.metric}`}>{formatNumber(r.available)}</strong></dd>
+        {used !== undefined && <><dt>Used by the org</dt><dd class="num">{formatNumber(used)} ({percent(used, r.limit)})</dd></>}
+      </dl>
+    </div>
+  );
+}
+
+function AllocationTable({ rows }: { rows: AllocRow[] }) {
+  return (
+    <div class="table-wrap"><table data-testid="alloc-usage" class="alloc-usage">
+      <thead><tr><th scope="col">Team or user</th><th scope="col">Limit</th><th scope="col" class="bar-col">Used of allocated</th><th scope="col">At this pace</th></tr></thead>
+      <tbody>{rows.map((r) => {
+        const who = r.kind === 'team' ? r.id : `${r.team}/${r.id}`;
+        const lv = level(r.used, r.limit);
+        return (
+          <tr data-level={lv} data-testid={`alloc-row-${r.kind}-${who}-${r.metric}-${r.window}`}>
+            <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}
+              {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
+            <td>{r.metric} per {r.window}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
+            <td><MiniBar used={r.used} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
+            <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{forecastText(r.forecast)}
+              {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)})</span>}</td>
+          </tr>
+        );
+      })}</tbody>
+    </table></div>
   );
 }
 
@@ -126,9 +193,9 @@ function TeamPanel({ org, team, canEdit, onChange }: { org: Org; team: Team; can
         <div class="user" data-testid={`user-${team.id}-${u.id}`}>
           <LimitsEditor label={`User ${u.id}`} idPrefix={`user-${team.id}-${u.id}`} list="limits" limits={u.limits} canEdit={canEdit}
             defaults={{ limits: team.user_limits, from: `the user defaults of ${team.id}` }}
-            onSave={async (next) => { await api.patchUser(org.id, team.id, u.id, { limits: next }); users.reload(); }} />
+            onSave={async (next) => { await api.patchUser(org.id, team.id, u.id, { limits: next }); users.reload(); onChange(); }} />
           {canEdit && <button type="button" class="danger small" onClick={async () => {
-            try { await api.deleteUser(org.id, team.id, u.id); users.reload(); } catch (e) { setUserError(errorFor(e, '')); }
+            try { await api.deleteUser(org.id, team.id, u.id); users.reload(); onChange(); } catch (e) { setUserError(errorFor(e, '')); }
           }}>Remove user {u.id}</button>}
         </div>
       ))}
@@ -137,7 +204,7 @@ function TeamPanel({ org, team, canEdit, onChange }: { org: Org; team: Team; can
           e.preventDefault();
           const err = idError(newUser.trim());
           if (err) { setUserError(err); return; }
-          try { await api.createUser(org.id, team.id, { id: newUser.trim(), limits: [] }); setNewUser(''); setUserError(undefined); users.reload(); }
+          try { await api.createUser(org.id, team.id, { id: newUser.trim(), limits: [] }); setNewUser(''); setUserError(undefined); users.reload(); onChange(); }
           catch (e2) { setUserError(errorFor(e2, 'id')); }
         }}>
           <label for={`new-user-${team.id}`}>Add user to {team.id}</label>
