@@ -12,21 +12,27 @@ export function Allocation({ session }: PageProps) {
   const canEdit = session.role === 'admin';
   const data = useLoad(async () => {
     const [o, teams] = await Promise.all([api.org(org), api.teams(org)]);
+    return { o, teams: teams.items };
+  }, [org]);
+  // Usage and every team's users come second: the teams show (and can be edited) first.
+  const extra = useLoad(async () => {
+    if (!data.data) return undefined;
     const [usage, lists] = await Promise.all([
       api.usage(org).catch(() => undefined), // shown without usage if it cannot be read
-      Promise.all(teams.items.map((t) => api.users(org, t.id).then((p) => [t.id, p.items] as const))),
+      Promise.all(data.data.teams.map((t) => api.users(org, t.id).then((p) => [t.id, p.items] as const))),
     ]);
-    return { o, teams: teams.items, usage, users: Object.fromEntries(lists) as Record<string, User[]> };
-  }, [org]);
+    return { usage, users: Object.fromEntries(lists) as Record<string, User[]> };
+  }, [org, data.data]);
   const [adding, setAdding] = useState(false);
   const [sort, setSort] = useState<SortKey>('exhaustion');
   if (data.loading && !data.data) return <Loading what="teams" />;
   if (data.error) return <ErrorState error={data.error} retry={data.reload} />;
-  const { o, teams, usage, users } = data.data!;
+  const { o, teams } = data.data!;
+  const usage = extra.data?.usage;
   const rem = remainder(o.effective_limits, teams);
   const now = new Date();
   const period = usage ? { start: new Date(usage.period_start), end: new Date(usage.period_end), now } : undefined;
-  const rows = period ? sortRows(allocationRows(teams, users, usage, period), sort) : [];
+  const rows = period && extra.data ? sortRows(allocationRows(teams, extra.data.users, usage, period), sort) : [];
   return (
     <>
       <div class="page-head">
@@ -48,7 +54,9 @@ export function Allocation({ session }: PageProps) {
               <option value="name">team and user</option>
             </select></label>
         </div>
-        {!usage && <div class="notice" role="status">Usage could not be loaded: allocations are shown without it.</div>}
+        {extra.loading && !extra.data && <Loading what="usage" />}
+        {extra.error !== undefined && <ErrorState error={extra.error} retry={extra.reload} />}
+        {extra.data && !usage && <div class="notice" role="status">Usage could not be loaded: allocations are shown without it.</div>}
         {usage && rows.length === 0 && <Empty>No team or user has a limit yet.</Empty>}
         {rows.length > 0 && <AllocationTable rows={rows} />}
       </section>

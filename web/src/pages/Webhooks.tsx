@@ -61,7 +61,7 @@ function WebhookSettings({ org, hook, canEdit, onChanged }: { org: string; hook:
                 {canEdit && <button type="button" class="small" onClick={() => setEditing(true)}>{hook.url ? 'Edit URL' : 'Set a URL'}</button>}
               </div>}
           {hook.url_warning && <div class="warning small" role="note" data-testid="webhook-url-warning"><p>{hook.url_warning}</p><p>{PRIVATE_WHY}</p></div>}
-          {canEdit && hook.url && secret && !editing && <TestSend org={org} />}
+          {canEdit && hook.url && secret && !editing && <TestSend org={org} explained={!!hook.url_warning} />}
         </dd>
         <dt>Events</dt><dd>{hook.events.join(', ')}</dd>
         <dt>Signing secret</dt>
@@ -95,7 +95,7 @@ function URLForm({ org, url, onDone }: { org: string; url: string; onDone: (chan
     try { await api.setWebhookURL(org, next); onDone(true); } catch (e) { setError(errorFor(e, 'webhook_url')); setBusy(false); }
   };
   return (
-    <form class="inline-form url-form" onSubmit={(e) => {
+    <form class="inline-form url-form" noValidate onSubmit={(e) => {
       e.preventDefault();
       const v = value.trim();
       if (v !== '' && !/^https?:\/\/\S+$/.test(v)) { setError('Enter an http:// or https:// URL, or leave it empty for none.'); return; }
@@ -115,7 +115,7 @@ function URLForm({ org, url, onDone }: { org: string; url: string; onDone: (chan
 }
 
 /** TestSend sends one webhook.test event now and shows what the receiver did. */
-function TestSend({ org }: { org: string }) {
+function TestSend({ org, explained }: { org: string; explained: boolean }) {
   const [busy, setBusy] = useState(false);
   const [result, setResult] = useState<WebhookTestResult>();
   const [error, setError] = useState<string>();
@@ -127,7 +127,7 @@ function TestSend({ org }: { org: string }) {
         setBusy(false);
       }}>{busy ? 'Sending…' : 'Send a test event'}</button>
       {error && <p class="field-error" role="alert">{error}</p>}
-      {result && <TestResult r={result} />}
+      {result && <TestResult r={result} explained={explained} />}
     </div>
   );
 }
@@ -141,11 +141,13 @@ export function testSummary(r: WebhookTestResult): string {
   return `Not delivered: no answer from ${r.url} (${r.error ?? 'unknown error'}).`;
 }
 
-function TestResult({ r }: { r: WebhookTestResult }) {
+/** TestResult shows a test's outcome; explained: the URL's warning above already says why a private address is refused. */
+function TestResult({ r, explained }: { r: WebhookTestResult; explained: boolean }) {
   return (
     <div class={`test-result ${r.succeeded ? 'ok' : 'failed'}`} role="status" data-testid="webhook-test-result">
       <p><span class={`badge ${r.succeeded ? '' : 'revoked'}`}>{r.succeeded ? 'delivered' : r.url_warning ? 'refused' : 'failed'}</span> {testSummary(r)}</p>
-      {r.url_warning && <><p class="small">{r.url_warning}</p><p class="small">{PRIVATE_WHY}</p></>}
+      {r.url_warning && !explained && <><p class="small">{r.url_warning}</p><p class="small">{PRIVATE_WHY}</p></>}
+      {r.url_warning && explained && <p class="small">See the warning above: {r.url_warning.split(':')[0]}.</p>}
       {!r.succeeded && !r.url_warning && r.error && <p class="small muted">{r.error}</p>}
       <p class="small muted">Sent {formatTime(r.at)} as a <code>webhook.test</code> event (id 0), signed like every delivery; test events are not retried and not in the delivery log.</p>
     </div>
