@@ -265,6 +265,12 @@ describe('web console', { concurrency: false }, () => {
     assert.equal(usage.status, 200, JSON.stringify(usage.body));
     await withPage('11-allocation-usage', {}, async (page) => {
       await signIn(page, ADMIN);
+      // The overview leads with who is closest to running out.
+      const closest = page.getByTestId('closest').locator('tbody tr');
+      await closest.first().waitFor();
+      assert.equal(await closest.nth(0).getAttribute('data-testid'), 'alloc-row-user-eng/carol-requests-month');
+      assert.equal(await closest.nth(1).getAttribute('data-testid'), 'alloc-row-user-eng/alice-requests-month');
+      await page.screenshot({ path: path.join(outDir, 'console-overview.png'), fullPage: true });
       await nav(page, 'Allocation');
       const table = page.getByTestId('alloc-usage');
       await table.waitFor();

@@ -65,7 +65,7 @@ describe('allocation rows', () => {
       { metric: 'requests', window: 'month', limit: 8000 }, { metric: 'requests', window: 'minute', limit: 10 }]);
   });
 
-  it('lists every team and user, registered or not, with used against allocated', () => {
+  it('lists every team and user, registered or not (with the limits the API applied), with used against allocated', () => {
     const brief = rows.map((r) => `${r.kind} ${r.team ? r.team + '/' : ''}${r.id} ${r.window} ${r.used}/${r.limit}${r.inherited ? ' (default)' : ''}${r.registered ? '' : ' (unregistered)'}`);
     expect(brief).toEqual([
       'team eng month 23000/60000',
@@ -74,7 +74,6 @@ describe('allocation rows', () => {
       'user eng/dave month 0/5000 (default)',
       'user eng/dave minute 0/10 (default)',
       'user eng/carol month 5000/5000 (default) (unregistered)',
-      'user eng/carol minute 0/10 (default) (unregistered)',
       'team sales month 1000/20000',
     ]);
     expect(rows.find((r) => r.id === 'alice' && r.window === 'month')!.forecast).toEqual({ kind: 'runs-out', at: new Date('2026-11-12T10:17:08.571Z') });
@@ -84,12 +83,27 @@ describe('allocation rows', () => {
   it('sorts by closeness to exhaustion, then by the earliest run-out', () => {
     expect(sortRows(rows, 'exhaustion').slice(0, 4).map((r) => `${r.id}/${r.window}`)).toEqual(['carol/month', 'alice/month', 'eng/month', 'alice/minute']);
     expect(sortRows(rows, 'name').map((r) => `${r.id}/${r.window}`)).toEqual([
-      'eng/month', 'alice/minute', 'alice/month', 'carol/minute', 'carol/month', 'dave/minute', 'dave/month', 'sales/month']);
+      'eng/month', 'alice/minute', 'alice/month', 'carol/month', 'dave/minute', 'dave/month', 'sales/month']);
   });
 
   it('works without usage: everything at 0', () => {
     const none = allocationRows(teams, users, undefined, { start, end, now });
     expect(none.every((r) => r.used === 0 && r.forecast?.kind !== 'runs-out')).toBe(true);
     expect(none.length).toBe(6);
+  });
+});
+
+describe('usageRows', () => {
+  it('lists the levels that used anything with the limits the API applied', async () => {
+    const { usageRows } = await import('./allocation');
+    const usage: Usage = {
+      org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
+      metrics: [{ metric: 'requests', org: { id: 'acme', used: 95, limits: [] },
+        teams: [{ id: 'eng', used: 95, limits: [{ window: 'month', limit: 100, used: 95, remaining: 5 }] }],
+        users: [{ id: 'bob', team: 'eng', used: 95, limits: [{ window: 'minute', limit: 10, used: 3, remaining: 7 }] }] }],
+    };
+    const rows = sortRows(usageRows(usage, { start, end, now }), 'exhaustion');
+    expect(rows.map((r) => `${r.kind} ${r.team ?? ''}/${r.id} ${r.window} ${r.used}/${r.limit} ${forecastText(r.forecast)}`)).toEqual([
+      'team /eng month 95/100 runs out on 11 Nov', 'user eng/bob minute 3/10 resets each window']);
   });
 });

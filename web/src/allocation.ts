@@ -70,18 +70,20 @@ export interface Period { start: Date; end: Date; now: Date }
 /**
  * allocationRows lists one row per limit of every team and every user: registered
  * users (their own limits over their team's defaults) and users that used something
- * without a record (the defaults). Usage comes from the usage API, which lists only
+ * without a record (the limits the usage API reports for them: the defaults). Usage comes from the usage API, which lists only
  * levels that used anything; the rest used nothing.
  */
 export function allocationRows(teams: Team[], users: Record<string, User[]>, usage: Usage | undefined, p: Period): AllocRow[] {
   const used = new Map<string, number>(); // "team:eng|requests|month" -> used
-  const seen = new Map<string, string>(); // user id -> team, for users with usage
+  const seen = new Map<string, { team: string; id: string; limits: Limit[] }>(); // users with usage, with their effective limits
   for (const mu of usage?.metrics ?? []) {
     for (const t of mu.teams) for (const w of t.limits) used.set(`team:${t.id}|${mu.metric}|${w.window}`, w.used);
     for (const t of mu.teams) if (!t.limits.some((w) => w.window === 'month')) used.set(`team:${t.id}|${mu.metric}|month`, t.used);
     for (const u of mu.users) {
       const team = u.team ?? '';
-      seen.set(`${team}/${u.id}`, team);
+      const e = seen.get(`${team}/${u.id}`) ?? { team, id: u.id, limits: [] };
+      e.limits.push(...u.limits.map((w) => ({ metric: mu.metric, window: w.window, limit: w.limit })));
+      seen.set(`${team}/${u.id}`, e);
       for (const w of u.limits) used.set(`user:${team}/${u.id}|${mu.metric}|${w.window}`, w.used);
       if (!u.limits.some((w) => w.window === 'month')) used.set(`user:${team}/${u.id}|${mu.metric}|month`, u.used);
     }
@@ -100,9 +102,9 @@ export function allocationRows(teams: Team[], users: Record<string, User[]>, usa
     add('team', t.id, undefined, true, t.limits, t.limits);
     const registered = users[t.id] ?? [];
     for (const u of registered) add('user', u.id, t.id, true, mergeLimits(t.user_limits, u.limits), u.limits);
-    for (const [k, team] of seen) {
-      const id = k.slice(team.length + 1);
-      if (team === t.id && !registered.some((u) => u.id === id)) add('user', id, t.id, false, t.user_limits, []);
+    // Users without a record: the limits the usage API applied to them (the defaults).
+    for (const e of seen.values()) {
+      if (e.team === t.id && !registered.some((u) => u.id === e.id)) add('user', e.id, t.id, false, e.limits, []);
     }
   }
   return rows;
@@ -127,4 +129,24 @@ export function sortRows(rows: AllocRow[], by: SortKey): AllocRow[] {
   const byName = (a: AllocRow, b: AllocRow) => name(a).localeCompare(name(b)) || a.metric.localeCompare(b.metric) || a.window.localeCompare(b.window);
   if (by === 'name') return [...rows].sort(byName);
   return [...rows].sort((a, b) => b.ratio - a.ratio || runOutTime(a.forecast) - runOutTime(b.forecast) || byName(a, b));
+}
+
+/**
+ * usageRows lists one row per limit of every team and user that used anything, from the
+ * usage API alone (its effective limits): the overview's "closest to exhaustion".
+ */
+export function usageRows(usage: Usage, p: Period): AllocRow[] {
+  const rows: AllocRow[] = [];
+  for (const mu of usage.metrics) {
+    for (const [kind, levels] of [['team', mu.teams], ['user', mu.users]] as const) {
+      for (const l of levels) {
+        for (const w of l.limits) {
+          rows.push({ kind, id: l.id, team: kind === 'user' ? l.team : undefined, registered: true, metric: mu.metric, window: w.window,
+            limit: w.limit, used: w.used, inherited: false, ratio: ratio(w.used, w.limit),
+            forecast: w.window === 'month' ? forecast(w.used, w.limit, p.start, p.end, p.now) : undefined });
+        }
+      }
+    }
+  }
+  return rows;
 }

@@ -87,9 +87,10 @@ function RemainderPanel({ r, used }: { r: Remainder; used?: number }) {
   );
 }
 
-function AllocationTable({ rows }: { rows: AllocRow[] }) {
+/** AllocationTable shows allocation rows: who, which limit, a bar of used against allocated, and the forecast. */
+export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocRow[]; testid?: string }) {
   return (
-    <div class="table-wrap"><table data-testid="alloc-usage" class="alloc-usage">
+    <div class="table-wrap"><table data-testid={testid} class="alloc-usage">
       <thead><tr><th scope="col">Team or user</th><th scope="col">Limit</th><th scope="col" class="bar-col">Used of allocated</th><th scope="col">At this pace</th></tr></thead>
       <tbody>{rows.map((r) => {
         const who = r.kind === 'team' ? r.id : `${r.team}/${r.id}`;
@@ -101,7 +102,7 @@ function AllocationTable({ rows }: { rows: AllocRow[] }) {
             <td>{r.metric} per {r.window}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
             <td><MiniBar used={r.used} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
             <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{forecastText(r.forecast)}
-              {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)})</span>}</td>
+              {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)} by its end)</span>}</td>
           </tr>
         );
       })}</tbody>

@@ -1,6 +1,8 @@
 // The overview: the org's plan, mode and period, usage against limits, the period's
 // pace and the teams and users that used the most.
+import { sortRows, usageRows } from '../allocation';
 import { api, ApiError, type Throttle, type Usage } from '../api';
+import { AllocationTable } from './Allocation';
 import { dailySeries, formatNumber, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
 import { ThrottleBanner } from '../throttle';
 import { Empty, ErrorState, Loading, PaceChart, UsageBar, useLoad } from '../ui';
@@ -101,6 +103,17 @@ export function Overview({ session }: PageProps) {
             </tbody></table></div>
         )}
       </section>
+      {usage && (() => {
+        const rows = sortRows(usageRows(usage, { start: new Date(usage.period_start), end: new Date(usage.period_end), now }), 'exhaustion')
+          .filter((r) => r.used > 0).slice(0, 5);
+        return (
+          <section aria-labelledby="close-h">
+            <h2 id="close-h">Closest to exhaustion</h2>
+            {rows.length === 0 ? <Empty>No team or user has used any of its allocation yet.</Empty> : <AllocationTable rows={rows} testid="closest" />}
+            <p class="small"><a href="/console/allocation">Every team and user against its allocation →</a></p>
+          </section>
+        );
+      })()}
       {usage && (
         <section aria-labelledby="top-h" class="two-col">
           <div>
