@@ -154,7 +154,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
 		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp,
 		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
-			Counters: billing.RouterCounters(router)}})
+			WebhookClient: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Counters: billing.RouterCounters(router)}})
 	if err != nil {
 		return err
 	}

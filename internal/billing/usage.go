@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"sort"
 	"time"
 
@@ -24,6 +25,9 @@ type Service struct {
 	// WebhookSecret is QUOTA_WEBHOOK_SECRET, from which each org's signing secret is
 	// derived (SigningSecret); empty: the server knows no signing secret.
 	WebhookSecret []byte
+	// WebhookClient sends test events (TestWebhook); nil: NewWebhookClient with the
+	// address check on.
+	WebhookClient *http.Client
 	Logger        *slog.Logger
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/webhook"
 )
@@ -249,6 +250,12 @@ func (w *WebhookWorker) Work(ctx context.Context, job *river.Job[WebhookArgs]) e
 var errBadURL = errors.New("webhook url is not http(s)")
 
 func (w *WebhookWorker) send(ctx context.Context, target string, ev Envelope, body []byte) (int, error) {
+	return deliver(ctx, w.Client, w.Secret, target, ev, body)
+}
+
+// deliver POSTs one signed event to target with client (a default public-only client
+// when nil) and returns the receiver's status; the worker and test sends share it.
+func deliver(ctx context.Context, client *http.Client, master []byte, target string, ev Envelope, body []byte) (int, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return 0, errBadURL
@@ -261,8 +268,7 @@ func (w *WebhookWorker) send(ctx context.Context, target string, ev Envelope, bo
 	req.Header.Set("User-Agent", "Quotaplane-Webhook/1")
 	req.Header.Set(EventHeader, ev.Type)
 	req.Header.Set(DeliveryHeader, strconv.FormatInt(ev.ID, 10))
-	req.Header.Set(SignatureHeader, webhook.Sign(SigningSecret(w.Secret, ev.Org), time.Now(), body))
-	client := w.Client
+	req.Header.Set(SignatureHeader, webhook.Sign(SigningSecret(master, ev.Org), time.Now(), body))
 	if client == nil {
 		client = NewWebhookClient(10*time.Second, false)
 	}
@@ -381,4 +387,87 @@ func (s *Service) Deliveries(ctx context.Context, org string, page tenants.Page)
 		return nil, "", err
 	}
 	return s.Store.Deliveries(ctx, org, page)
+}
+
+// EventTest is the type of the event TestWebhook sends.
+const EventTest = "webhook.test"
+
+// TestDelivery is the result of one test event sent to an org's webhook.
+type TestDelivery struct {
+	URL        string // without credentials or query
+	StatusCode int    // 0: no HTTP answer
+	Error      string // "" for a success
+	Succeeded  bool
+	Duration   time.Duration
+	At         time.Time
+	// URLWarning says why the target was refused as a non-public address; "" otherwise.
+	URLWarning string
+}
+
+// Errors of TestWebhook that are the org's or the server's settings, not the receiver.
+var (
+	ErrNoWebhookURL  = derrors.New(derrors.Unprocessable, "the org has no webhook URL: set webhook_url first")
+	ErrNoSigningKey  = derrors.New(derrors.Unprocessable, "QUOTA_WEBHOOK_SECRET is not set on this server, so there is no key to sign a webhook with")
+	testDeliveryWait = 10 * time.Second
+)
+
+// TestWebhook sends one webhook.test event to org's webhook URL now, signed as the
+// worker signs, through WebhookClient (the public-only client when nil), and returns
+// what happened. A receiver that fails or a refused target is a result, not an error.
+// The event is not recorded or retried; its id is 0.
+//
+// Errors: tenants.ErrNotFound for an unknown org; ErrNoWebhookURL; ErrNoSigningKey.
+func (s *Service) TestWebhook(ctx context.Context, org string) (TestDelivery, error) {
+	o, err := s.Tenants.GetOrg(ctx, org)
+	if err != nil {
+		return TestDelivery{}, err
+	}
+	if o.WebhookURL == "" {
+		return TestDelivery{}, ErrNoWebhookURL
+	}
+	if len(s.WebhookSecret) == 0 {
+		return TestDelivery{}, ErrNoSigningKey
+	}
+	now := time.Now
+	if s.Clock != nil {
+		now = s.Clock
+	}
+	at := now().UTC()
+	data, _ := json.Marshal(map[string]string{"message": "a test event sent from Quotaplane; no action is needed"})
+	ev := Envelope{ID: 0, Type: EventTest, Org: org, Period: "", CreatedAt: at, Data: data}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return TestDelivery{}, err
+	}
+	sendCtx, cancel := context.WithTimeout(ctx, testDeliveryWait)
+	defer cancel()
+	start := time.Now()
+	status, sendErr := deliver(sendCtx, s.WebhookClient, s.WebhookSecret, o.WebhookURL, ev, body)
+	out := TestDelivery{URL: redactURL(o.WebhookURL), StatusCode: status, Duration: time.Since(start), At: at}
+	out.Succeeded = sendErr == nil && status >= 200 && status < 300
+	switch {
+	case errors.Is(sendErr, ErrPrivateTarget):
+		out.Error = sendErr.Error()
+		out.URLWarning = privateWarning(o.WebhookURL, sendErr)
+	case errors.Is(sendErr, errBadURL):
+		out.Error = "not an http(s) URL with a host: nothing can be delivered to it"
+	case sendErr != nil:
+		if ctx.Err() != nil {
+			return TestDelivery{}, ctx.Err()
+		}
+		out.Error = sendErr.Error()
+	case !out.Succeeded:
+		out.Error = "receiver answered " + strconv.Itoa(status)
+	}
+	return out, nil
+}
+
+// privateWarning explains a refused target: URLWarning's words for an address the URL
+// names itself, or the dialled address for a host name that resolved to one.
+func privateWarning(target string, err error) string {
+	if w := URLWarning(target); w != "" {
+		return w
+	}
+	return "the host resolves to a non-public address (" + strings.TrimPrefix(err.Error(), ErrPrivateTarget.Error()+": ") +
+		"): the api and the worker deliver to it only with QUOTA_WEBHOOK_ALLOW_PRIVATE=true (local development); a production server refuses it"
 }

@@ -60,6 +60,10 @@ type API struct {
 	// WebhookSecret (QUOTA_WEBHOOK_SECRET, the worker's value) lets the api show each
 	// org its webhook signing secret (GET /v1/orgs/{org}/webhook); unset: it shows none.
 	WebhookSecret string
+	// WebhookAllowPrivate (QUOTA_WEBHOOK_ALLOW_PRIVATE, the worker's value) lets a test
+	// webhook (POST /v1/orgs/{org}/webhook/test) reach loopback, private and link-local
+	// addresses: for tests and local development only.
+	WebhookAllowPrivate bool
 	// PprofAddr (QUOTA_PPROF_ADDR) serves net/http/pprof on its own listener, which must
 	// be a loopback address; empty (the default) serves no profiles at all.
 	PprofAddr string
@@ -184,15 +188,16 @@ func (r *reader) common() Common {
 func LoadAPI(getenv func(string) string) (API, error) {
 	r := &reader{getenv: getenv}
 	c := API{Common: r.common(), HTTPAddr: r.addr("QUOTA_HTTP_ADDR", DefaultHTTPAddr),
-		MaxInFlightPerOrg: r.integer("QUOTA_MAX_INFLIGHT_PER_ORG", 256, 1),
-		Replicas:          r.integer("QUOTA_REPLICAS", 1, 1),
-		RedisTimeout:      r.duration("QUOTA_REDIS_TIMEOUT", 100*time.Millisecond),
-		MetricsOrgs:       r.integer("QUOTA_METRICS_ORGS", 100, 0),
-		WebhookSecret:     r.webhookSecret(),
-		PprofAddr:         r.loopback("QUOTA_PPROF_ADDR"),
-		CacheOrgs:         r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
-		CacheUsers:        r.integer("QUOTA_CACHE_USERS", 200_000, 10),
-		CacheKeys:         r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
+		MaxInFlightPerOrg:   r.integer("QUOTA_MAX_INFLIGHT_PER_ORG", 256, 1),
+		Replicas:            r.integer("QUOTA_REPLICAS", 1, 1),
+		RedisTimeout:        r.duration("QUOTA_REDIS_TIMEOUT", 100*time.Millisecond),
+		MetricsOrgs:         r.integer("QUOTA_METRICS_ORGS", 100, 0),
+		WebhookSecret:       r.webhookSecret(),
+		WebhookAllowPrivate: r.boolean("QUOTA_WEBHOOK_ALLOW_PRIVATE", false),
+		PprofAddr:           r.loopback("QUOTA_PPROF_ADDR"),
+		CacheOrgs:           r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
+		CacheUsers:          r.integer("QUOTA_CACHE_USERS", 200_000, 10),
+		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
 	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
@@ -304,7 +309,8 @@ func (c API) LogValue() slog.Value {
 		slog.String("grpc_addr", c.GRPCAddr), slog.Any("grpc_descriptor_aliases", aliases),
 		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg), slog.Int("metrics_orgs", c.MetricsOrgs),
 		slog.Int("replicas", c.Replicas), slog.Duration("redis_timeout", c.RedisTimeout),
-		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.String("pprof_addr", c.PprofAddr),
+		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
+		slog.String("pprof_addr", c.PprofAddr),
 		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)),
 		slog.Int("cache_orgs", c.CacheOrgs), slog.Int("cache_users", c.CacheUsers), slog.Int("cache_keys", c.CacheKeys))
 }

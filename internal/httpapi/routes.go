@@ -82,6 +82,7 @@ func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handl
 		r.Put("/v1/orgs/{org}/throttle", w.PutOrgThrottle)
 		r.Delete("/v1/orgs/{org}/throttle", w.DeleteOrgThrottle)
 		r.Get("/v1/orgs/{org}/webhook", w.GetWebhook)
+		r.Post("/v1/orgs/{org}/webhook/test", w.SendWebhookTest)
 		r.Get("/v1/orgs/{org}/webhook-deliveries", w.ListWebhookDeliveries)
 		r.Get("/v1/billing/export", w.ExportBilling)
 	})

@@ -259,6 +259,17 @@ func succeeded(code int) bool {
 // does not hold and the operation needs to succeed.
 var needsObject = map[string]func(t *testing.T, f *fixture){
 	"DeleteOrgThrottle": throttleAcme,
+	"SendWebhookTest":   webhookAcme,
+}
+
+// webhookAcme gives acme a webhook URL to test: a loopback one, which the fixture's
+// public-only client refuses at once (a 200 with the refusal) without any traffic.
+func webhookAcme(t *testing.T, f *fixture) {
+	t.Helper()
+	u := "http://127.0.0.1:9/hook"
+	if _, err := f.svc.UpdateOrg(context.Background(), tenants.Actor{Name: "seed"}, "acme", tenants.OrgPatch{WebhookURL: &u}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func throttleAcme(t *testing.T, f *fixture) {

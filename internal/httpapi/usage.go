@@ -151,6 +151,43 @@ func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, o
 	writeJSON(w, http.StatusOK, api.WebhookDeliveryList{Items: mapSlice(ds, fromDelivery), NextCursor: nextPtr(next)})
 }
 
+// SendWebhookTest handles POST /v1/orgs/{org}/webhook/test: one signed test event,
+// sent now, and what the receiver answered.
+func (s *Server) SendWebhookTest(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w, r) {
+		return
+	}
+	d, err := s.billing.TestWebhook(r.Context(), org)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out := fromTestDelivery(d)
+	if err := s.tenants.RecordAudit(r.Context(), actor(r), org, "webhook.test", "org:"+org, out); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func fromTestDelivery(d billing.TestDelivery) api.WebhookTestResult {
+	out := api.WebhookTestResult{Event: billing.EventTest, Url: d.URL, Succeeded: d.Succeeded,
+		DurationMs: d.Duration.Milliseconds(), At: d.At}
+	if d.StatusCode != 0 {
+		code := d.StatusCode
+		out.StatusCode = &code
+	}
+	if d.Error != "" {
+		msg := d.Error
+		out.Error = &msg
+	}
+	if d.URLWarning != "" {
+		w := d.URLWarning
+		out.UrlWarning = &w
+	}
+	return out
+}
+
 // noSecretNote explains a null signing_secret.
 const noSecretNote = "QUOTA_WEBHOOK_SECRET is not set on this server, so no signing secret exists and no webhook is sent; ask the operator to set it (the same value on the api and the worker)"
 

@@ -245,3 +245,167 @@ func TestWebhookURLWarning(t *testing.T) {
 		})
 	}
 }
+
+// newWebhookTestFixture is an api whose test webhooks go through the worker's client,
+// with its address check on (allowPrivate false) or off; master "" is an api without
+// QUOTA_WEBHOOK_SECRET.
+func newWebhookTestFixture(t *testing.T, master string, allowPrivate bool) *fixture {
+	t.Helper()
+	pool := testenv.Postgres(t)
+	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, WebhookSecret: []byte(master),
+			WebhookClient: billing.NewWebhookClient(5*time.Second, allowPrivate)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{t: t, h: h, pool: pool, svc: svc}
+	if _, err := svc.CreatePlan(context.Background(), tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// A test event reaches a real receiver signed with the org's secret, and the answer
+// says what the receiver did: its 2xx, its failure, or the refusal of a private
+// address with the reason. None of it lands in the delivery log; each is audited.
+func TestSendWebhookTest(t *testing.T) {
+	var mu sync.Mutex
+	type hit struct {
+		header, event, delivery string
+		body                    []byte
+	}
+	var hits []hit
+	status := http.StatusNoContent
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		hits = append(hits, hit{r.Header.Get(billing.SignatureHeader), r.Header.Get(billing.EventHeader), r.Header.Get(billing.DeliveryHeader), body})
+		w.WriteHeader(status)
+	}))
+	defer recv.Close()
+	ctx := context.Background()
+	seed := tenants.Actor{Name: "seed"}
+	send := func(f *fixture, org string, want int) (api.WebhookTestResult, string) {
+		t.Helper()
+		rec := f.do("POST", "/v1/orgs/"+org+"/webhook/test", operatorToken, "")
+		var res api.WebhookTestResult
+		if rec.Code != want {
+			t.Fatalf("POST webhook/test of %s = %d, want %d: %s", org, rec.Code, want, rec.Body)
+		}
+		if want == 200 {
+			if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil {
+				t.Fatal(err)
+			}
+		} else if ct := rec.Header().Get("Content-Type"); ct != "application/problem+json" {
+			t.Errorf("%d answered as %q, want a problem document", rec.Code, ct)
+		}
+		return res, rec.Body.String()
+	}
+
+	t.Run("delivered and signed", func(t *testing.T) {
+		f := newWebhookTestFixture(t, "test-send-master-secret", true)
+		if _, err := f.svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p", WebhookURL: recv.URL + "/hook?token=abc"}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		hits, status = nil, http.StatusNoContent
+		mu.Unlock()
+		res, _ := send(f, "acme", 200)
+		if !res.Succeeded || res.StatusCode == nil || *res.StatusCode != 204 || res.Error != nil || res.Event != "webhook.test" ||
+			res.Url != recv.URL+"/hook" || res.UrlWarning != nil {
+			t.Errorf("result: %+v", res)
+		}
+		var wh api.Webhook
+		_ = json.Unmarshal(f.do("GET", "/v1/orgs/acme/webhook", operatorToken, "").Body.Bytes(), &wh)
+		mu.Lock()
+		got := append([]hit{}, hits...)
+		mu.Unlock()
+		if len(got) != 1 {
+			t.Fatalf("receiver got %d requests, want 1", len(got))
+		}
+		if err := webhook.Verify(*wh.SigningSecret, got[0].header, got[0].body, time.Now(), 5*time.Minute); err != nil {
+			t.Errorf("the test event does not verify with the org's secret: %v", err)
+		}
+		var env billing.Envelope
+		if err := json.Unmarshal(got[0].body, &env); err != nil || env.Type != "webhook.test" || env.Org != "acme" || env.ID != 0 ||
+			got[0].event != "webhook.test" || got[0].delivery != "0" {
+			t.Errorf("sent %s with event %q delivery %q", got[0].body, got[0].event, got[0].delivery)
+		}
+
+		// A failing receiver is the result, not an error of the request.
+		mu.Lock()
+		status = http.StatusBadGateway
+		mu.Unlock()
+		res, _ = send(f, "acme", 200)
+		if res.Succeeded || res.StatusCode == nil || *res.StatusCode != 502 || res.Error == nil || *res.Error != "receiver answered 502" {
+			t.Errorf("failed result: %+v", res)
+		}
+
+		var log api.WebhookDeliveryList
+		_ = json.Unmarshal(f.do("GET", "/v1/orgs/acme/webhook-deliveries", operatorToken, "").Body.Bytes(), &log)
+		if len(log.Items) != 0 {
+			t.Errorf("test events in the delivery log: %+v", log.Items)
+		}
+		var audit api.AuditList
+		_ = json.Unmarshal(f.do("GET", "/v1/orgs/acme/audit", operatorToken, "").Body.Bytes(), &audit)
+		n := 0
+		for _, e := range audit.Items {
+			if e.Action == "webhook.test" && e.Actor == "operator" && e.Object == "org:acme" {
+				n++
+			}
+		}
+		if n != 2 {
+			t.Errorf("%d webhook.test audit entries, want 2: %+v", n, audit.Items)
+		}
+	})
+
+	t.Run("private address refused with the reason", func(t *testing.T) {
+		f := newWebhookTestFixture(t, "test-send-master-secret", false)
+		if _, err := f.svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p", WebhookURL: recv.URL + "/hook"}); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		hits, status = nil, http.StatusNoContent
+		mu.Unlock()
+		res, _ := send(f, "acme", 200)
+		if res.Succeeded || res.StatusCode != nil || res.Error == nil || !strings.Contains(*res.Error, "not a public address") {
+			t.Errorf("refused result: %+v", res)
+		}
+		if res.UrlWarning == nil || !strings.Contains(*res.UrlWarning, "127.0.0.1 is a loopback address") ||
+			!strings.Contains(*res.UrlWarning, "QUOTA_WEBHOOK_ALLOW_PRIVATE=true") {
+			t.Errorf("url_warning does not explain the refusal: %v", res.UrlWarning)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(hits) != 0 {
+			t.Errorf("the receiver on a loopback address got %d requests", len(hits))
+		}
+	})
+
+	t.Run("nothing to send", func(t *testing.T) {
+		f := newWebhookTestFixture(t, "test-send-master-secret", true)
+		if _, err := f.svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, body := send(f, "acme", 422); !strings.Contains(body, "no webhook URL") {
+			t.Errorf("422 without a URL says %s", body)
+		}
+		bare := newWebhookTestFixture(t, "", true)
+		if _, err := bare.svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p", WebhookURL: recv.URL}); err != nil {
+			t.Fatal(err)
+		}
+		if _, body := send(bare, "acme", 422); !strings.Contains(body, "QUOTA_WEBHOOK_SECRET") {
+			t.Errorf("422 without a signing secret says %s", body)
+		}
+		var audit api.AuditList
+		_ = json.Unmarshal(bare.do("GET", "/v1/orgs/acme/audit", operatorToken, "").Body.Bytes(), &audit)
+		for _, e := range audit.Items {
+			if e.Action == "webhook.test" {
+				t.Errorf("a refused test is audited: %+v", e)
+			}
+		}
+	})
+}

@@ -72,6 +72,15 @@ func (s *Service) DeleteConsoleUser(ctx context.Context, a Actor, orgID, id stri
 	})
 }
 
+// RecordAudit writes one audit row of an action that changes no stored object, such
+// as a test webhook sent (webhook.test); after describes what was done and must carry
+// no secret.
+func (s *Service) RecordAudit(ctx context.Context, a Actor, orgID, action, object string, after any) error {
+	return s.inTx(ctx, func(tx pgx.Tx) error {
+		return audit(ctx, tx, a, orgID, action, object, nil, after)
+	})
+}
+
 // VerifyConsoleLogin returns the console user with email when password matches.
 // Unknown emails and wrong passwords are the same ErrNotFound. (Lockout after repeated
 // failures belongs to the console's sign-in.)

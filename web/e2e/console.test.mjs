@@ -13,6 +13,7 @@ import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdirSync, copyFileSync } from 'node:fs';
+import http from 'node:http';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -28,6 +29,9 @@ const OP = randomBytes(24).toString('hex');
 const WEBHOOK_MASTER = randomBytes(24).toString('hex');
 const ADMIN = { email: `admin-${suffix}@e2e.test`, password: `admin-pw-${suffix}` };
 const VIEWER = { email: `viewer-${suffix}@e2e.test`, password: `viewer-pw-${suffix}` };
+// Ids as long as the API allows (128 characters, no space to break at): no card or table may overflow with them.
+const LONG_TEAM = `t${'0123456789'.repeat(12)}${suffix}`.slice(0, 127) + 'x';
+const LONG_USER = `u${'abcdefghij'.repeat(12)}${suffix}`.slice(0, 127) + 'z';
 const pgBase = new URL(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable');
 const dbName = `qp_e2e_${suffix}`;
 const pgArgs = ['-h', pgBase.hostname, '-p', pgBase.port || '5432', '-U', decodeURIComponent(pgBase.username || 'postgres')];
@@ -79,6 +83,8 @@ before(async () => {
   await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: 'eng', name: 'Engineering', limits: [{ metric: 'requests', window: 'month', limit: 60000 }],
     user_limits: [{ metric: 'requests', window: 'month', limit: 5000 }] }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: 'sales', name: 'Sales', limits: [{ metric: 'requests', window: 'month', limit: 20000 }] }), 201);
+  await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: LONG_TEAM, name: 'A team with the longest id' }), 201);
+  await must(op('POST', `/v1/orgs/${ORG}/teams/eng/users`, { id: LONG_USER }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/console-users`, { ...ADMIN, role: 'admin' }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/console-users`, { ...VIEWER, role: 'viewer' }), 201);
 
@@ -187,8 +193,10 @@ describe('web console', { concurrency: false }, () => {
       const msg = team.locator('.field-error');
       await msg.waitFor();
       const text = await msg.textContent();
-      assert.match(text, /100000/, 'names what the org has');
-      assert.match(text, /80000|95000/, 'names what is allocated');
+      // The numbers written as the form writes them (the API sends 100000).
+      assert.match(text, /100,000/, 'names what the org has');
+      assert.match(text, /80,000|95,000/, 'names what is allocated');
+      assert.doesNotMatch(text, /(^|[\s(])\d{4,}/, 'leaves no number unformatted');
       // Beside the field: in the same form, and the input points at it.
       assert.equal(await input.getAttribute('aria-describedby'), await msg.getAttribute('id'));
       assert.equal(await input.getAttribute('aria-invalid'), 'true');
@@ -245,6 +253,62 @@ describe('web console', { concurrency: false }, () => {
         assert.match(await history.locator('.chart').getAttribute('aria-label'), new RegExp(`requests: ${total} used so far`));
       }
       await page.screenshot({ path: path.join(outDir, 'console-overview.png'), fullPage: true });
+    });
+  });
+
+  test('the allocation shows every team and user against its allocation, closest to exhaustion first', async () => {
+    // After the checks above (eng: alice 240, carol 90; sales: bob 150; ml: u-e2e 7), give
+    // alice and carol allocations of their own: alice at 96 %, carol past hers.
+    assert.equal((await op('POST', `/v1/orgs/${ORG}/teams/eng/users`, { id: 'alice', limits: [{ metric: 'requests', window: 'month', limit: 250 }] })).status, 201);
+    assert.equal((await op('POST', `/v1/orgs/${ORG}/teams/eng/users`, { id: 'carol', limits: [{ metric: 'requests', window: 'month', limit: 80 }] })).status, 201);
+    const usage = await op('GET', `/v1/orgs/${ORG}/usage`);
+    assert.equal(usage.status, 200, JSON.stringify(usage.body));
+    await withPage('11-allocation-usage', {}, async (page) => {
+      await signIn(page, ADMIN);
+      // The overview leads with who is closest to running out.
+      const closest = page.getByTestId('closest').locator('tbody tr');
+      await closest.first().waitFor();
+      assert.equal(await closest.nth(0).getAttribute('data-testid'), 'alloc-row-user-eng/carol-requests-month');
+      assert.equal(await closest.nth(1).getAttribute('data-testid'), 'alloc-row-user-eng/alice-requests-month');
+      await page.screenshot({ path: path.join(outDir, 'console-overview.png'), fullPage: true });
+      await nav(page, 'Allocation');
+      const table = page.getByTestId('alloc-usage');
+      await table.waitFor();
+      const rows = table.locator('tbody tr');
+      const first = rows.nth(0);
+      assert.equal(await first.getAttribute('data-testid'), 'alloc-row-user-eng/carol-requests-month');
+      assert.equal(await first.getAttribute('data-level'), 'over');
+      assert.match(await first.textContent(), /90 of 80 112%.*used up/);
+      const second = rows.nth(1);
+      assert.equal(await second.getAttribute('data-testid'), 'alloc-row-user-eng/alice-requests-month');
+      assert.equal(await second.getAttribute('data-level'), 'warn');
+      // 240 used since the period began; the last 10 at that pace:
+      const start = new Date(usage.body.period_start).getTime();
+      const now = Date.now();
+      const runsOut = new Date(now + 10 / (240 / (now - start)));
+      const day = new Intl.DateTimeFormat('en-GB', { day: 'numeric', month: 'short', timeZone: 'UTC' }).format(runsOut);
+      const text = await second.textContent();
+      assert.match(text, /240 of 250 96%/);
+      if (runsOut < new Date(usage.body.period_end)) assert.match(text, new RegExp(`runs out on ${day}`));
+      else assert.match(text, /lasts the period/);
+      // A user without a record (bob of sales, which has no user defaults) has no row;
+      // a registered one without limits of its own gets the team's defaults.
+      const long = page.getByTestId(`alloc-row-user-eng/${LONG_USER}-requests-month`);
+      assert.match(await long.textContent(), /\(team default\).*0 of 5,000 0%.*nothing used yet/);
+      await page.getByTestId(`user-eng-${LONG_USER}`).getByText('No limits of its own: the user defaults of eng apply.').waitFor();
+      assert.doesNotMatch(await page.getByTestId(`user-eng-${LONG_USER}`).textContent(), /only the levels above apply/);
+      // The remainder: 95,000 of 100,000 allocated to teams.
+      assert.equal(await page.getByTestId('alloc-remainder-requests').textContent(), '5,000');
+      await page.screenshot({ path: path.join(outDir, 'console-allocation.png'), fullPage: true });
+      // By name: the teams in order, each followed by its users.
+      await page.getByTestId('alloc-sort').selectOption('name');
+      assert.equal(await rows.nth(0).getAttribute('data-testid'), 'alloc-row-team-eng-requests-month');
+      assert.equal(await rows.nth(1).getAttribute('data-testid'), 'alloc-row-user-eng/alice-requests-month');
+      // Nothing spills sideways at phone width, 128-character ids included.
+      await page.setViewportSize({ width: 390, height: 844 });
+      const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      assert.ok(overflow <= 0, `the allocation is ${overflow}px wider than a 390px screen`);
+      await page.screenshot({ path: path.join(outDir, '11-allocation-usage-390.png'), fullPage: true });
     });
   });
 
@@ -328,6 +392,56 @@ describe('web console', { concurrency: false }, () => {
     });
   });
 
+  test('an admin edits the webhook URL and sends a test event; a private address is refused and explained', async () => {
+    // A real receiver on this machine: the api runs as in production (no
+    // QUOTA_WEBHOOK_ALLOW_PRIVATE), so it must refuse to send to it.
+    let received = 0;
+    const recv = http.createServer((req, res) => { received++; res.writeHead(204).end(); });
+    await new Promise((r) => recv.listen(0, '127.0.0.1', r));
+    const local = `http://127.0.0.1:${recv.address().port}/hook`;
+    try {
+      await withPage('12-webhook-test', { allow: [422] }, async (page) => {
+        await signIn(page, ADMIN);
+        await nav(page, 'Webhooks');
+        await page.getByRole('button', { name: 'Edit URL' }).click();
+        const input = page.getByLabel('Webhook URL');
+        await input.fill('hooks.example.com');
+        await page.getByRole('button', { name: 'Save URL' }).click();
+        await page.locator('#webhook-url-error').getByText('http:// or https://', { exact: false }).waitFor();
+        assert.equal(await input.getAttribute('aria-describedby'), 'webhook-url-error');
+        await input.fill(local);
+        await page.getByRole('button', { name: 'Save URL' }).click();
+        await page.getByTestId('webhook-url').getByText(local).waitFor();
+        assert.equal((await op('GET', `/v1/orgs/${ORG}`)).body.webhook_url, local);
+        const warning = page.getByTestId('webhook-url-warning');
+        await warning.getByText('127.0.0.1 is a loopback address', { exact: false }).waitFor();
+        assert.match(await warning.textContent(), /only to public internet addresses/);
+
+        await page.getByRole('button', { name: 'Send a test event' }).click();
+        const result = page.getByTestId('webhook-test-result');
+        await result.waitFor();
+        const text = await result.textContent();
+        assert.match(text, /refused/);
+        assert.match(text, new RegExp(`Refused: ${local.replace(/[.]/g, '\\.')} is not a public address`));
+        assert.match(text, /See the warning above: 127\.0\.0\.1 is a loopback address/);
+        assert.equal(received, 0, 'the api sent to a loopback address');
+        await page.screenshot({ path: path.join(outDir, 'console-webhooks.png'), fullPage: true });
+        // The test send is in the audit log.
+        const audit = await op('GET', `/v1/orgs/${ORG}/audit?limit=5`);
+        assert.ok(audit.body.items.some((e) => e.action === 'webhook.test' && e.actor === `console:${ADMIN.email}`), JSON.stringify(audit.body.items));
+
+        // Back to the public URL, through the form.
+        await page.getByRole('button', { name: 'Edit URL' }).click();
+        await page.getByLabel('Webhook URL').fill('https://hooks.example.com/quotaplane');
+        await page.getByRole('button', { name: 'Save URL' }).click();
+        await page.getByTestId('webhook-url').getByText('https://hooks.example.com/quotaplane').waitFor();
+        assert.equal(await page.getByTestId('webhook-url-warning').count(), 0);
+      });
+    } finally {
+      recv.close();
+    }
+  });
+
   test('an admin switches the mode after confirming, and the audit log shows it', async () => {
     await withPage('06-mode-and-audit', {}, async (page) => {
       await signIn(page, ADMIN);
@@ -389,6 +503,7 @@ describe('web console', { concurrency: false }, () => {
     await withPage('09-sign-out', {}, async (page, ctx) => {
       await page.goto(base + '/console/');
       await page.getByLabel('Email').waitFor();
+      assert.equal(await page.title(), 'Sign in · Quotaplane console');
       await page.keyboard.type(ADMIN.email); // the email field has the focus
       await page.keyboard.press('Tab');
       await page.keyboard.type(ADMIN.password);

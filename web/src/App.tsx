@@ -1,7 +1,13 @@
 // The console shell: sign-in, navigation and the signed-in user's pages.
 import { useEffect, useState } from 'preact/hooks';
 import { api, ApiError, setCSRFToken, setOnSessionEnded, type Session } from './api';
-import { Allocation, Audit, Billing, Keys, Overview, Settings, Webhooks } from './pages';
+import { Allocation } from './pages/Allocation';
+import { Audit } from './pages/Audit';
+import { Billing } from './pages/Billing';
+import { Keys } from './pages/Keys';
+import { ModeSettings } from './pages/Mode';
+import { Overview } from './pages/Overview';
+import { Webhooks } from './pages/Webhooks';
 import { ErrorState, Loading } from './ui';
 
 const PAGES = [
@@ -11,7 +17,7 @@ const PAGES = [
   { path: 'audit', title: 'Audit log', Page: Audit },
   { path: 'billing', title: 'Billing export', Page: Billing },
   { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
-  { path: 'settings', title: 'Mode', Page: Settings },
+  { path: 'settings', title: 'Mode', Page: ModeSettings },
 ];
 
 const BASE = '/console/';
@@ -41,7 +47,9 @@ export function App() {
   }, []);
 
   const page = PAGES.find((p) => p.path === path) ?? PAGES[0];
-  useEffect(() => { document.title = `${page.title} · Quotaplane console`; }, [page.title]);
+  // Signed out, every path shows the sign-in form, and the tab says so.
+  const title = session === null ? 'Sign in' : page.title;
+  useEffect(() => { document.title = `${title} · Quotaplane console`; }, [title]);
 
   if (error !== undefined) return <main class="center"><ErrorState error={error} retry={load} /></main>;
   if (session === undefined) return <main class="center"><Loading what="the console" /></main>;

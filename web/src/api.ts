@@ -1,42 +1,40 @@
 // The console's client of the /v1 API. The browser sends the session cookie itself;
 // every change carries the session's CSRF token.
 
-export type Window = 'second' | 'minute' | 'hour' | 'day' | 'month';
-export const WINDOWS: Window[] = ['second', 'minute', 'hour', 'day', 'month'];
-export type Mode = 'enforce' | 'shadow' | 'warn';
-export const MODES: Mode[] = ['enforce', 'shadow', 'warn'];
-export type Scope = 'check' | 'admin' | 'billing';
+import type { components } from '../../sdk/typescript/src/schema';
 
-export interface Limit { metric: string; window: Window; limit: number }
-export interface Session { user_id: string; email: string; org: string; role: 'admin' | 'viewer'; csrf_token: string; expires_at: string }
-export interface Org {
-  id: string; name: string; plan: string; limits: Limit[]; effective_limits: Limit[];
-  mode: Mode; oversubscribe: boolean; billing_anchor_day: number;
-}
-export interface Team { id: string; org: string; name: string; limits: Limit[]; user_limits: Limit[] }
-export interface User { id: string; org: string; team: string; limits: Limit[] }
-export interface APIKey { id: string; name: string; prefix: string; scopes: Scope[]; created_at: string; last_used_at: string | null; revoked_at: string | null }
-export interface NewKey extends APIKey { secret: string }
-export interface AuditEntry { id: number; actor: string; action: string; object: string; before: unknown; after: unknown; time?: string; at?: string }
-export interface WindowUsage { window: Window; limit: number; used: number; remaining: number }
-export interface UsageLevel { id: string; team?: string; used: number; limits: WindowUsage[] }
+// The API's types, generated from api/openapi.yaml by openapi-typescript (make generate;
+// make check-generate fails on drift). Only the console's own session routes, which the
+// /v1 contract does not describe, are typed by hand here.
+type S = components['schemas'];
+export type Window = S['Window'];
+export const WINDOWS: Window[] = ['second', 'minute', 'hour', 'day', 'month'];
+export type Mode = S['Mode'];
+export const MODES: Mode[] = ['enforce', 'shadow', 'warn'];
+export type Scope = S['Scope'];
+
+export type Limit = S['Limit'];
+export type Org = S['Org'];
+export type Team = S['Team'];
+export type User = S['User'];
+export type APIKey = S['ApiKey'];
+export type NewKey = S['ApiKeyCreated'];
+export type AuditEntry = S['AuditEntry'];
+export type WindowUsage = S['WindowUsage'];
+export type UsageLevel = S['UsageLevel'];
 /** DailyUsage is the org's cumulative usage of the period at the end of a UTC day ("2026-11-03"). */
-export interface DailyUsage { day: string; used: number }
-export interface MetricUsage { metric: string; org: UsageLevel; teams: UsageLevel[]; users: UsageLevel[]; daily?: DailyUsage[] }
-export interface Webhook {
-  url: string | null; signing_secret: string | null; signature_header: string; events: string[]; note?: string;
-  /** Why the worker would refuse url by default (a loopback or private address). */
-  url_warning?: string;
-}
-export interface WebhookDelivery {
-  id: number; event: string; event_id: number; url: string; attempt: number;
-  status_code: number | null; error: string | null; succeeded: boolean; at: string;
-}
-export interface Usage { org: string; period: string; period_start: string; period_end: string; metrics: MetricUsage[] }
-export interface Throttle { scope: 'org' | 'plan'; factor: number; month: boolean; reason: string; expires_at: string; created_at: string; created_by: string }
+export type DailyUsage = S['DailyUsage'];
+export type MetricUsage = S['MetricUsage'];
+export type Usage = S['Usage'];
+export type Webhook = S['Webhook'];
+export type WebhookDelivery = S['WebhookDelivery'];
+export type WebhookTestResult = S['WebhookTestResult'];
+export type Throttle = S['Throttle'];
+export type FieldError = S['FieldError'];
 export interface Page<T> { items: T[]; next_cursor: string | null }
 
-export interface FieldError { field: string; message: string }
+/** Session is the console's signed-in user (GET /console/api/session; not part of /v1). */
+export interface Session { user_id: string; email: string; org: string; role: 'admin' | 'viewer'; csrf_token: string; expires_at: string }
 
 /** ApiError is a problem document (RFC 9457) the API answered with. */
 export class ApiError extends Error {
@@ -117,13 +115,13 @@ export const api = {
   usage: (org: string, period?: string) => request<Usage>('GET', `${o(org)}/usage${period ? `?period=${e(period)}` : ''}`),
 
   teams: (org: string) => request<Page<Team>>('GET', `${o(org)}/teams?limit=1000`),
-  createTeam: (org: string, t: { id: string; name: string; limits: Limit[]; user_limits: Limit[] }) => request<Team>('POST', `${o(org)}/teams`, t),
-  patchTeam: (org: string, team: string, p: Partial<Pick<Team, 'name' | 'limits' | 'user_limits'>>) => request<Team>('PATCH', `${o(org)}/teams/${e(team)}`, p),
+  createTeam: (org: string, t: S['TeamCreate']) => request<Team>('POST', `${o(org)}/teams`, t),
+  patchTeam: (org: string, team: string, p: S['TeamPatch']) => request<Team>('PATCH', `${o(org)}/teams/${e(team)}`, p),
   deleteTeam: (org: string, team: string) => request<void>('DELETE', `${o(org)}/teams/${e(team)}`),
 
   users: (org: string, team: string) => request<Page<User>>('GET', `${o(org)}/teams/${e(team)}/users?limit=1000`),
-  createUser: (org: string, team: string, u: { id: string; limits: Limit[] }) => request<User>('POST', `${o(org)}/teams/${e(team)}/users`, u),
-  patchUser: (org: string, team: string, user: string, p: { limits: Limit[] }) => request<User>('PATCH', `${o(org)}/teams/${e(team)}/users/${e(user)}`, p),
+  createUser: (org: string, team: string, u: S['UserCreate']) => request<User>('POST', `${o(org)}/teams/${e(team)}/users`, u),
+  patchUser: (org: string, team: string, user: string, p: S['UserPatch']) => request<User>('PATCH', `${o(org)}/teams/${e(team)}/users/${e(user)}`, p),
   deleteUser: (org: string, team: string, user: string) => request<void>('DELETE', `${o(org)}/teams/${e(team)}/users/${e(user)}`),
 
   keys: (org: string) => request<Page<APIKey>>('GET', `${o(org)}/api-keys?limit=1000`),
@@ -132,6 +130,8 @@ export const api = {
 
   audit: (org: string, cursor?: string) => request<Page<AuditEntry>>('GET', `${o(org)}/audit?limit=50${cursor ? `&cursor=${e(cursor)}` : ''}`),
   webhook: (org: string) => request<Webhook>('GET', `${o(org)}/webhook`),
+  setWebhookURL: (org: string, url: string) => request<Org>('PATCH', o(org), { webhook_url: url }),
+  testWebhook: (org: string) => request<WebhookTestResult>('POST', `${o(org)}/webhook/test`),
   webhookDeliveries: (org: string, cursor?: string) => request<Page<WebhookDelivery>>('GET', `${o(org)}/webhook-deliveries?limit=50${cursor ? `&cursor=${e(cursor)}` : ''}`),
   exportURL: (org: string, period: string, format: 'csv' | 'json') => `${o(org)}/billing/export?period=${e(period)}&format=${format}`,
 };

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compact, dailySeries, formatNumber, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
+import { compact, dailySeries, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
 import { ApiError, type Limit } from './api';
 
 describe('numbers', () => {
@@ -7,6 +7,17 @@ describe('numbers', () => {
   it.each([[950, '950'], [1200, '1.2k'], [60000, '60k'], [5e6, '5M'], [1.25e9, '1.3B']])('compact(%d) = %s', (n, want) => expect(compact(n)).toBe(want));
   it.each([[0, 100, '0%'], [1, 1000, '<1%'], [42, 100, '42%'], [150, 100, '150%'], [5, 0, '100%'], [0, 0, '0%']])('percent(%d, %d) = %s', (u, l, want) => expect(percent(u, l)).toBe(want));
   it.each([[10, 100, 'ok'], [80, 100, 'warn'], [100, 100, 'over'], [1, 0, 'over']] as const)('level(%d, %d) = %s', (u, l, want) => expect(level(u, l)).toBe(want));
+});
+
+describe('formatNumbersIn', () => {
+  it('formats the numbers of a 422 like the rest of the console', () => {
+    expect(formatNumbersIn('team "ml": requests/month limit 30000 does not fit in org "acme": it has 100000, 80000 is already allocated, 20000 is available'))
+      .toBe('team "ml": requests/month limit 30,000 does not fit in org "acme": it has 100,000, 80,000 is already allocated, 20,000 is available');
+    expect(formatNumbersIn('org "acme": requests/month limit 1500 is below the 2000 already allocated to its teams.')).toBe('org "acme": requests/month limit 1,500 is below the 2,000 already allocated to its teams.');
+  });
+  it('leaves ids, small numbers and decimals alone', () => {
+    for (const s of ['user "u-12345" in team "2024"', 'at most 128 characters', 'factor 0.5', 'version 1.12345', 'id abc12345']) expect(formatNumbersIn(s)).toBe(s);
+  });
 });
 
 describe('parseLimit', () => {
@@ -75,6 +86,25 @@ describe('usage', () => {
       const s = dailySeries([{ day: '2026-11-06', used: 20 }, { day: '2026-11-11', used: 105 }], start, end, noon);
       expect(s.actual).toEqual([[0, 0], [5, 0], [6, 20], [10, 20], [10.5, 105]]);
       expect(s.projected).toEqual([[10.5, 105], [30, 300]]);
+    });
+    it('draws a first point today as a step at today, not a ramp from day 0', () => {
+      // Today is day index 24; it is 00:01, a minute into the day. Nothing was used on the
+      // 24 days before: flat at 0 until today began, then today's usage.
+      const early = new Date('2026-11-25T00:01:00Z');
+      const s = dailySeries([{ day: '2026-11-25', used: 487 }], start, end, early);
+      const nowX = (early.getTime() - start.getTime()) / 86400e3;
+      expect(s.actual).toEqual([[0, 0], [24, 0], [nowX, 487]]);
+      expect(s.actual[2][0]).toBeGreaterThan(24);
+      expect(s.projected).toEqual([[nowX, 487], [30, Math.round(487 * 30 / nowX)]]);
+      // Later in the day the same, with today's point at now.
+      expect(dailySeries([{ day: '2026-11-25', used: 487 }], start, end, new Date('2026-11-25T12:00:00Z')).actual)
+        .toEqual([[0, 0], [24, 0], [24.5, 487]]);
+      // At the very start of today the step is vertical, still never a ramp.
+      expect(dailySeries([{ day: '2026-11-25', used: 487 }], start, end, new Date('2026-11-25T00:00:00Z')).actual)
+        .toEqual([[0, 0], [24, 0], [24, 487]]);
+    });
+    it("draws a first point on the period's first day from 0 within that day", () => {
+      expect(dailySeries([{ day: '2026-11-01', used: 30 }], start, end, new Date('2026-11-01T06:00:00Z')).actual).toEqual([[0, 0], [0.25, 30]]);
     });
     it('ends a finished period on its last day, without a projection', () => {
       const s = dailySeries([{ day: '2026-11-02', used: 7 }, { day: '2026-11-30', used: 90 }], start, end, new Date('2026-12-05T00:00:00Z'));

@@ -8,6 +8,16 @@ export function formatNumber(n: number): string {
   return nf.format(n);
 }
 
+/**
+ * formatNumbersIn writes the whole numbers of 4 or more digits in an API message with
+ * thousands separators, as the console shows every other number: "it has 100000" ->
+ * "it has 100,000". Only free-standing numbers (after a space or "(", before a space,
+ * punctuation or the end) are touched, so ids such as "u-12345" or "team \"2024\"" keep theirs.
+ */
+export function formatNumbersIn(msg: string): string {
+  return msg.replace(/(^|[\s(])(\d{4,})(?=$|[\s,;:)]|\.(?!\d))/g, (_, pre: string, n: string) => pre + formatNumber(Number(n)));
+}
+
 /** compact writes a number short for charts and tight cells: 1200 -> "1.2k", 5000000 -> "5M". */
 export function compact(n: number): string {
   const abs = Math.abs(n);
@@ -161,7 +171,9 @@ export function dailySeries(daily: DailyUsage[], start: Date, end: Date, now: Da
   const dayMs = 86400e3;
   const days = Math.round((end.getTime() - start.getTime()) / dayMs);
   const f = periodFraction(start, end, now);
-  const nowX = round1(f * days);
+  // Exact, not rounded: in the first minutes of a day a rounded now falls on the day's
+  // start, and today's point would then replace the flat run before it (a ramp from 0).
+  const nowX = f * days;
   if (daily.length === 0) return { actual: [], projected: [], days };
   const actual: Point[] = [[0, 0]];
   let prevIdx = -1;
@@ -172,8 +184,8 @@ export function dailySeries(daily: DailyUsage[], start: Date, end: Date, now: Da
     if (idx > prevIdx + 1 && idx > 0) actual.push([Math.min(idx, nowX), prev]); // no change until that day began
     const x = Math.min(idx + 1, nowX);
     const last = actual[actual.length - 1];
-    if (last[0] === x) last[1] = Math.max(last[1], d.used);
-    else actual.push([x, d.used]);
+    if (idx === prevIdx && last[0] === x) last[1] = Math.max(last[1], d.used); // the same day twice
+    else actual.push([x, d.used]); // at the same x as the flat run's end: a step, not a ramp
     prevIdx = idx;
     prev = Math.max(prev, d.used);
   }
@@ -182,10 +194,6 @@ export function dailySeries(daily: DailyUsage[], start: Date, end: Date, now: Da
   if (f < 1 && lastX < nowX) actual.push([nowX, lastY]);
   const projected: Point[] = f > 0 && f < 1 && lastY > 0 ? [[nowX, lastY], [days, Math.round(lastY / f)]] : [];
   return { actual, projected, days };
-}
-
-function round1(x: number): number {
-  return Math.round(x * 10) / 10;
 }
 
 /** formatTime writes an instant for tables: "2026-11-21 14:05 UTC". */

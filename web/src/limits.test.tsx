@@ -29,7 +29,7 @@ describe('LimitsEditor', () => {
     await act(async () => { root.querySelector('form')!.dispatchEvent(new Event('submit', { bubbles: true, cancelable: true })); });
     expect(onSave).toHaveBeenCalledWith([{ metric: 'requests', window: 'month', limit: 90000 }]);
     const err = root.querySelector('.field-error')!;
-    expect(err.textContent).toBe('it has 100000, 80000 is already allocated');
+    expect(err.textContent).toBe('it has 100,000, 80,000 is already allocated');
     expect(input.getAttribute('aria-describedby')).toBe(err.id);
   });
 
@@ -42,5 +42,28 @@ describe('LimitsEditor', () => {
     await act(async () => { root.querySelector('form')!.dispatchEvent(new Event('submit', { bubbles: true, cancelable: true })); });
     expect(onSave).not.toHaveBeenCalled();
     expect(root.querySelector('.field-error')!.textContent).toMatch(/whole number/);
+  });
+});
+
+describe('a registered user without limits of its own', () => {
+  const defaults = { limits: [{ metric: 'requests', window: 'month' as const, limit: 5000 }], from: 'the user defaults of eng' };
+  it('shows the team defaults that apply, not "only the levels above apply"', () => {
+    const root = mount(<LimitsEditor label="User dave" idPrefix="u1" list="limits" limits={[]} canEdit={false} onSave={vi.fn()} defaults={defaults} />);
+    expect(root.textContent).not.toContain('only the levels above apply');
+    const row = root.querySelector('[data-testid="inherited-limit"]')!;
+    expect(row.textContent).toContain('5,000');
+    expect(root.textContent).toContain('No limits of its own: the user defaults of eng apply.');
+  });
+  it('shows a default only where the user has no limit of that metric and window', () => {
+    const own = [{ metric: 'requests', window: 'month' as const, limit: 800 }, { metric: 'requests', window: 'minute' as const, limit: 5 }];
+    const root = mount(<LimitsEditor label="User alice" idPrefix="u2" list="limits" limits={own} canEdit onSave={vi.fn()}
+      defaults={{ ...defaults, limits: [...defaults.limits, { metric: 'tokens', window: 'day' as const, limit: 70 }] }} />);
+    const inherited = [...root.querySelectorAll('[data-testid="inherited-limit"]')].map((r) => r.textContent);
+    expect(inherited).toEqual(['tokensday70default']);
+    expect(root.textContent).toContain('Where it has none of its own, the user defaults of eng apply.');
+  });
+  it('still says nothing applies when the team has no defaults either', () => {
+    const root = mount(<LimitsEditor label="User erin" idPrefix="u3" list="limits" limits={[]} canEdit={false} onSave={vi.fn()} defaults={{ limits: [], from: 'the user defaults of ops' }} />);
+    expect(root.textContent).toContain('No limits: only the levels above apply.');
   });
 });

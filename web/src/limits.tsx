@@ -2,30 +2,42 @@
 // allocation rule shown next to the field it is about.
 import { useState } from 'preact/hooks';
 import { ApiError, WINDOWS, type Limit, type Window } from './api';
-import { formatNumber, limitField, parseLimit, setLimit, sortLimits } from './format';
+import { formatNumber, formatNumbersIn, limitField, parseLimit, setLimit, sortLimits } from './format';
 
 type ListName = 'limits' | 'user_limits';
 
-/** errorFor picks the API's message about field, or its detail for anything else. */
+/**
+ * errorFor picks the API's message about field, or its detail for anything else, with
+ * its numbers written as the console writes them (formatNumbersIn).
+ */
 export function errorFor(e: unknown, field: string): string {
-  if (e instanceof ApiError) return e.fieldMessage(field) ?? e.message;
+  if (e instanceof ApiError) return formatNumbersIn(e.fieldMessage(field) ?? e.message);
   return e instanceof Error ? e.message : String(e);
 }
 
-export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave }: {
+/**
+ * LimitsEditor lists a level's limits with inline edits. defaults are what applies
+ * where the level has no limit of its own (a registered user gets the team's user
+ * defaults per metric and window): they are shown, marked as such, and not editable
+ * here; adding a limit of the same metric and window overrides one.
+ */
+export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, defaults }: {
   label: string; idPrefix: string; list: ListName; limits: Limit[]; canEdit: boolean;
   onSave: (next: Limit[]) => Promise<void>;
+  defaults?: { limits: Limit[]; from: string };
 }) {
   const [editing, setEditing] = useState<string | null>(null); // "metric/window"
   const [adding, setAdding] = useState(false);
   const sorted = sortLimits(limits);
+  const inherited = sortLimits((defaults?.limits ?? []).filter((d) => !limits.some((l) => l.metric === d.metric && l.window === d.window)));
+  const cols = canEdit ? 4 : 3;
   return (
     <div class="limits">
       <table>
         <caption>{label}</caption>
         <thead><tr><th scope="col">Metric</th><th scope="col">Window</th><th scope="col">Limit</th>{canEdit && <th scope="col"><span class="sr-only">Actions</span></th>}</tr></thead>
         <tbody>
-          {sorted.length === 0 && <tr><td colSpan={canEdit ? 4 : 3} class="muted">No limits: {list === 'user_limits' ? 'users get no default allocation' : 'only the levels above apply'}.</td></tr>}
+          {sorted.length === 0 && inherited.length === 0 && <tr><td colSpan={cols} class="muted">No limits: {list === 'user_limits' ? 'users get no default allocation' : 'only the levels above apply'}.</td></tr>}
           {sorted.map((l) => {
             const key = `${l.metric}/${l.window}`;
             return editing === key
@@ -40,8 +52,16 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave }:
                 </tr>
               );
           })}
+          {inherited.map((l) => (
+            <tr key={`default-${l.metric}/${l.window}`} class="inherited" data-testid="inherited-limit">
+              <td>{l.metric}</td><td>{l.window}</td>
+              <td class="num">{formatNumber(l.limit)}</td>
+              {canEdit && <td class="muted small">default</td>}
+            </tr>
+          ))}
         </tbody>
       </table>
+      {inherited.length > 0 && <p class="muted small">{sorted.length === 0 ? 'No limits of its own: ' : 'Where it has none of its own, '}{defaults!.from} apply.</p>}
       {canEdit && (adding
         ? <AddLimit idPrefix={idPrefix} list={list} limits={limits} onSave={onSave} onDone={() => setAdding(false)} />
         : <button type="button" class="link" onClick={() => setAdding(true)}>+ Add a limit to {label.toLowerCase()}</button>)}

@@ -2,9 +2,13 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ComponentChildren } from 'preact';
 import { Chart, LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler } from 'chart.js';
+import type { Page, Session } from './api';
 import { compact, formatNumber, level, percent, ratio } from './format';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
+
+/** PageProps are what every page of the console gets. */
+export type PageProps = { session: Session };
 
 export function Loading({ what }: { what: string }) {
   return <p class="state loading" role="status" aria-live="polite">Loading {what}…</p>;
@@ -37,6 +41,42 @@ export function useLoad<T>(load: () => Promise<T>, deps: unknown[]): { data?: T;
   return { ...state, reload: () => setN((x) => x + 1) };
 }
 
+/**
+ * usePaged loads a cursor-paged list: the first page when deps change (or on reload),
+ * then one more page per call of more, appended. A page answered after a reload began
+ * is dropped, so a slow "more" never mixes an old list into a new one.
+ */
+export function usePaged<T>(fetchPage: (cursor?: string) => Promise<Page<T>>, deps: unknown[]): {
+  items: T[]; loaded: boolean; loading: boolean; error?: unknown; reload: () => void;
+  hasMore: boolean; more: () => Promise<void>; loadingMore: boolean; moreError?: unknown;
+} {
+  const [items, setItems] = useState<T[]>([]);
+  const [cursor, setCursor] = useState<string | null>(null);
+  const [loadingMore, setLoadingMore] = useState(false);
+  const [moreError, setMoreError] = useState<unknown>();
+  const gen = useRef(0);
+  const first = useLoad(async () => {
+    const g = ++gen.current;
+    const p = await fetchPage();
+    if (g === gen.current) { setItems(p.items); setCursor(p.next_cursor); setMoreError(undefined); }
+    return p;
+  }, deps);
+  const more = async () => {
+    if (!cursor || loadingMore) return;
+    const g = gen.current;
+    setLoadingMore(true);
+    try {
+      const p = await fetchPage(cursor);
+      if (g === gen.current) { setItems((xs) => [...xs, ...p.items]); setCursor(p.next_cursor); setMoreError(undefined); }
+    } catch (e) {
+      if (g === gen.current) setMoreError(e);
+    } finally {
+      setLoadingMore(false);
+    }
+  };
+  return { items, loaded: first.data !== undefined, loading: first.loading, error: first.error, reload: first.reload, hasMore: cursor !== null, more, loadingMore, moreError };
+}
+
 export function UsageBar({ label, used, limit }: { label: string; used: number; limit: number }) {
   const lv = level(used, limit);
   return (
@@ -49,6 +89,19 @@ export function UsageBar({ label, used, limit }: { label: string; used: number; 
         aria-valuetext={`${formatNumber(used)} of ${formatNumber(limit)}`}>
         <div class="bar-fill" style={{ width: `${Math.min(100, ratio(used, limit) * 100)}%` }} />
       </div>
+    </div>
+  );
+}
+
+/** MiniBar is a usage bar for a table cell: the bar, then "used of limit (percent)". */
+export function MiniBar({ used, limit, label }: { used: number; limit: number; label: string }) {
+  return (
+    <div class="mini-bar" data-level={level(used, limit)}>
+      <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(used, limit)}
+        aria-valuetext={`${formatNumber(used)} of ${formatNumber(limit)}`}>
+        <div class="bar-fill" style={{ width: `${Math.min(100, ratio(used, limit) * 100)}%` }} />
+      </div>
+      <span class="mini-bar-text"><strong>{formatNumber(used)}</strong> of {formatNumber(limit)} <span class="pct">{percent(used, limit)}</span></span>
     </div>
   );
 }

@@ -697,6 +697,38 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/orgs/{org}/webhook/test": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Send a test event to the org's webhook
+         * @description Sends one `webhook.test` event to the org's `webhook_url` now, signed like every
+         *     delivery (`Quotaplane-Signature`), and answers what happened: the receiver's
+         *     status, or why no answer came. A receiver that fails is not an error of this
+         *     request: the answer is 200 with `succeeded` false. The api applies the worker's
+         *     address rule: a loopback, private or link-local target is refused (unless the
+         *     api runs with `QUOTA_WEBHOOK_ALLOW_PRIVATE=true`) and `url_warning` says why.
+         *     The test event is not recorded, not retried and not in the delivery log; its
+         *     `id` is 0. The attempt is in the audit log (`webhook.test`). 422 when the org
+         *     has no webhook URL, or the server no `QUOTA_WEBHOOK_SECRET` to sign with.
+         *     Needs the operator token or an org key with the `admin` scope.
+         */
+        post: operations["sendWebhookTest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/webhook-deliveries": {
         parameters: {
             query?: never;
@@ -1499,6 +1531,36 @@ export interface components {
             succeeded: boolean;
             /** Format: date-time */
             at: string;
+        };
+        WebhookTestResult: {
+            /**
+             * @description Always `webhook.test`.
+             * @example webhook.test
+             */
+            event: string;
+            /** @description The target, without credentials or query string. */
+            url: string;
+            /** @description The receiver's HTTP status; null when no answer came (refused target, network error, timeout). */
+            status_code: number | null;
+            /**
+             * @description Why the delivery failed; null when it succeeded.
+             * @example receiver answered 502
+             */
+            error: string | null;
+            /** @description The receiver answered 2xx. */
+            succeeded: boolean;
+            /**
+             * Format: int64
+             * @description How long the attempt took.
+             */
+            duration_ms: number;
+            /** Format: date-time */
+            at: string;
+            /**
+             * @description Present when the target was refused as a non-public address: what the
+             *     address is and that only `QUOTA_WEBHOOK_ALLOW_PRIVATE=true` lets it through.
+             */
+            url_warning?: string;
         };
         WebhookDeliveryList: {
             items: components["schemas"]["WebhookDelivery"][];
@@ -3067,6 +3129,43 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    sendWebhookTest: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The test delivery's result. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookTestResult"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description The org has no webhook URL, or the server no signing secret; nothing was sent. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
             429: components["responses"]["AdminRateLimited"];
         };
     };

@@ -1,0 +1,109 @@
+import { describe, expect, it } from 'vitest';
+import { allocationRows, forecast, forecastText, formatDay, mergeLimits, sortRows } from './allocation';
+import type { Team, Usage, User } from './api';
+
+const start = new Date('2026-11-01T00:00:00Z');
+const end = new Date('2026-12-01T00:00:00Z');
+const now = new Date('2026-11-11T00:00:00Z'); // a third of the period
+
+describe('forecast', () => {
+  it('runs out where the pace so far meets the limit', () => {
+    // 400 in 10 days is 40 a day: the other 600 of 1,000 take 15 more days.
+    const f = forecast(400, 1000, start, end, now);
+    expect(f).toEqual({ kind: 'runs-out', at: new Date('2026-11-26T00:00:00Z') });
+    expect(forecastText(f)).toBe('runs out on 26 Nov');
+  });
+  it('lasts the period when the pace does not reach the limit, and says the projected use', () => {
+    expect(forecast(100, 1000, start, end, now)).toEqual({ kind: 'lasts', projected: 300 });
+  });
+  it('reaching the limit exactly at the end still lasts', () => {
+    expect(forecast(300, 900, start, end, now).kind).toBe('lasts');
+  });
+  it('is used up at or over the limit', () => {
+    expect(forecast(1000, 1000, start, end, now)).toEqual({ kind: 'exhausted' });
+    expect(forecast(1200, 1000, start, end, now)).toEqual({ kind: 'exhausted' });
+    expect(forecastText({ kind: 'exhausted' })).toBe('used up');
+  });
+  it('has no pace without usage or before the period starts', () => {
+    expect(forecast(0, 1000, start, end, now)).toEqual({ kind: 'idle' });
+    expect(forecast(0, 0, start, end, now)).toEqual({ kind: 'idle' });
+    expect(forecast(5, 1000, start, end, start)).toEqual({ kind: 'idle' });
+  });
+  it('formats days in UTC', () => {
+    expect(formatDay(new Date('2026-11-28T23:30:00Z'))).toBe('28 Nov');
+    expect(formatDay(new Date('2026-12-01T00:10:00Z'))).toBe('1 Dec');
+  });
+});
+
+describe('allocation rows', () => {
+  const teams: Team[] = [
+    { id: 'eng', org: 'acme', name: 'Engineering', limits: [{ metric: 'requests', window: 'month', limit: 60000 }],
+      user_limits: [{ metric: 'requests', window: 'month', limit: 5000 }, { metric: 'requests', window: 'minute', limit: 10 }], created_at: '', updated_at: '' },
+    { id: 'sales', org: 'acme', name: 'Sales', limits: [{ metric: 'requests', window: 'month', limit: 20000 }], user_limits: [], created_at: '', updated_at: '' },
+  ];
+  const users: Record<string, User[]> = {
+    eng: [
+      { id: 'alice', org: 'acme', team: 'eng', limits: [{ metric: 'requests', window: 'month', limit: 8000 }], created_at: '', updated_at: '' },
+      { id: 'dave', org: 'acme', team: 'eng', limits: [], created_at: '', updated_at: '' },
+    ],
+  };
+  const usage: Usage = {
+    org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
+    metrics: [{
+      metric: 'requests', daily: [],
+      org: { id: 'acme', used: 24000, limits: [] },
+      teams: [{ id: 'eng', used: 23000, limits: [{ window: 'month', limit: 60000, used: 23000, remaining: 37000 }] },
+        { id: 'sales', used: 1000, limits: [{ window: 'month', limit: 20000, used: 1000, remaining: 19000 }] }],
+      users: [{ id: 'alice', team: 'eng', used: 7000, limits: [{ window: 'month', limit: 8000, used: 7000, remaining: 1000 }, { window: 'minute', limit: 10, used: 2, remaining: 8 }] },
+        { id: 'carol', team: 'eng', used: 5000, limits: [{ window: 'month', limit: 5000, used: 5000, remaining: 0 }] }],
+    }],
+  };
+  const rows = allocationRows(teams, users, usage, { start, end, now });
+
+  it('mergeLimits overrides the defaults per metric and window', () => {
+    expect(mergeLimits(teams[0].user_limits, users.eng[0].limits)).toEqual([
+      { metric: 'requests', window: 'month', limit: 8000 }, { metric: 'requests', window: 'minute', limit: 10 }]);
+  });
+
+  it('lists every team and user, registered or not (with the limits the API applied), with used against allocated', () => {
+    const brief = rows.map((r) => `${r.kind} ${r.team ? r.team + '/' : ''}${r.id} ${r.window} ${r.used}/${r.limit}${r.inherited ? ' (default)' : ''}${r.registered ? '' : ' (unregistered)'}`);
+    expect(brief).toEqual([
+      'team eng month 23000/60000',
+      'user eng/alice month 7000/8000',
+      'user eng/alice minute 2/10 (default)',
+      'user eng/dave month 0/5000 (default)',
+      'user eng/dave minute 0/10 (default)',
+      'user eng/carol month 5000/5000 (default) (unregistered)',
+      'team sales month 1000/20000',
+    ]);
+    expect(rows.find((r) => r.id === 'alice' && r.window === 'month')!.forecast).toEqual({ kind: 'runs-out', at: new Date('2026-11-12T10:17:08.571Z') });
+    expect(rows.find((r) => r.id === 'alice' && r.window === 'minute')!.forecast).toBeUndefined();
+  });
+
+  it('sorts by closeness to exhaustion, then by the earliest run-out', () => {
+    expect(sortRows(rows, 'exhaustion').slice(0, 4).map((r) => `${r.id}/${r.window}`)).toEqual(['carol/month', 'alice/month', 'eng/month', 'alice/minute']);
+    expect(sortRows(rows, 'name').map((r) => `${r.id}/${r.window}`)).toEqual([
+      'eng/month', 'alice/minute', 'alice/month', 'carol/month', 'dave/minute', 'dave/month', 'sales/month']);
+  });
+
+  it('works without usage: everything at 0', () => {
+    const none = allocationRows(teams, users, undefined, { start, end, now });
+    expect(none.every((r) => r.used === 0 && r.forecast?.kind !== 'runs-out')).toBe(true);
+    expect(none.length).toBe(6);
+  });
+});
+
+describe('usageRows', () => {
+  it('lists the levels that used anything with the limits the API applied', async () => {
+    const { usageRows } = await import('./allocation');
+    const usage: Usage = {
+      org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
+      metrics: [{ metric: 'requests', org: { id: 'acme', used: 95, limits: [] },
+        teams: [{ id: 'eng', used: 95, limits: [{ window: 'month', limit: 100, used: 95, remaining: 5 }] }],
+        users: [{ id: 'bob', team: 'eng', used: 95, limits: [{ window: 'minute', limit: 10, used: 3, remaining: 7 }] }] }],
+    };
+    const rows = sortRows(usageRows(usage, { start, end, now }), 'exhaustion');
+    expect(rows.map((r) => `${r.kind} ${r.team ?? ''}/${r.id} ${r.window} ${r.used}/${r.limit} ${forecastText(r.forecast)}`)).toEqual([
+      'team /eng month 95/100 runs out on 11 Nov', 'user eng/bob minute 3/10 resets each window']);
+  });
+});

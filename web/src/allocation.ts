@@ -1,0 +1,152 @@
+// Allocation with usage: every team and user with used against allocated for each
+// limit, how close each is to exhaustion and, for month limits, when it runs out at
+// the pace so far. Pure, tested with Vitest.
+import type { Limit, Team, Usage, User, Window } from './api';
+import { ratio } from './format';
+
+/** mergeLimits is the API's rule for a user: the team's user defaults, each (metric, window) overridden by the user's own. */
+export function mergeLimits(defaults: Limit[], own: Limit[]): Limit[] {
+  const out = new Map<string, Limit>();
+  for (const l of [...defaults, ...own]) out.set(`${l.metric}/${l.window}`, l);
+  return [...out.values()];
+}
+
+/** Forecast is when a month allocation runs out at the pace so far. */
+export type Forecast =
+  | { kind: 'exhausted' } // used it all already
+  | { kind: 'runs-out'; at: Date } // before the period ends
+  | { kind: 'lasts'; projected: number } // not this period; projected use at its end
+  | { kind: 'idle' }; // nothing used yet: no pace to go by
+
+/**
+ * forecast extrapolates used, counted since start, at its average pace to the moment
+ * it reaches limit. The pace is the period's so far (used / elapsed), the same the
+ * overview's projection draws.
+ */
+export function forecast(used: number, limit: number, start: Date, end: Date, now: Date): Forecast {
+  if (used >= limit && limit >= 0 && used > 0) return { kind: 'exhausted' };
+  const elapsed = now.getTime() - start.getTime();
+  if (used <= 0 || elapsed <= 0) return { kind: 'idle' };
+  const pace = used / elapsed; // units per ms
+  const at = new Date(now.getTime() + (limit - used) / pace);
+  if (at.getTime() < end.getTime()) return { kind: 'runs-out', at };
+  return { kind: 'lasts', projected: Math.round(used * ((end.getTime() - start.getTime()) / elapsed)) };
+}
+
+const dayFmt = new Intl.DateTimeFormat('en-GB', { day: 'numeric', month: 'short', timeZone: 'UTC' });
+/** formatDay writes a UTC day as "28 Nov". */
+export function formatDay(d: Date): string {
+  return dayFmt.format(d);
+}
+
+/** forecastText says a forecast in the console's words. */
+export function forecastText(f: Forecast | undefined): string {
+  if (!f) return 'resets each window';
+  switch (f.kind) {
+    case 'exhausted': return 'used up';
+    case 'runs-out': return `runs out on ${formatDay(f.at)}`;
+    case 'lasts': return 'lasts the period';
+    case 'idle': return 'nothing used yet';
+  }
+}
+
+export interface AllocRow {
+  kind: 'team' | 'user';
+  id: string;
+  team?: string; // a user's team
+  registered: boolean; // a user with a record, or a team (always)
+  metric: string;
+  window: Window;
+  limit: number;
+  used: number;
+  /** inherited: the limit is the team's default for users, not the user's own. */
+  inherited: boolean;
+  ratio: number;
+  forecast?: Forecast; // month limits only
+}
+
+export interface Period { start: Date; end: Date; now: Date }
+
+/**
+ * allocationRows lists one row per limit of every team and every user: registered
+ * users (their own limits over their team's defaults) and users that used something
+ * without a record (the limits the usage API reports for them: the defaults). Usage comes from the usage API, which lists only
+ * levels that used anything; the rest used nothing.
+ */
+export function allocationRows(teams: Team[], users: Record<string, User[]>, usage: Usage | undefined, p: Period): AllocRow[] {
+  const used = new Map<string, number>(); // "team:eng|requests|month" -> used
+  const seen = new Map<string, { team: string; id: string; limits: Limit[] }>(); // users with usage, with their effective limits
+  for (const mu of usage?.metrics ?? []) {
+    for (const t of mu.teams) for (const w of t.limits) used.set(`team:${t.id}|${mu.metric}|${w.window}`, w.used);
+    for (const t of mu.teams) if (!t.limits.some((w) => w.window === 'month')) used.set(`team:${t.id}|${mu.metric}|month`, t.used);
+    for (const u of mu.users) {
+      const team = u.team ?? '';
+      const e = seen.get(`${team}/${u.id}`) ?? { team, id: u.id, limits: [] };
+      e.limits.push(...u.limits.map((w) => ({ metric: mu.metric, window: w.window, limit: w.limit })));
+      seen.set(`${team}/${u.id}`, e);
+      for (const w of u.limits) used.set(`user:${team}/${u.id}|${mu.metric}|${w.window}`, w.used);
+      if (!u.limits.some((w) => w.window === 'month')) used.set(`user:${team}/${u.id}|${mu.metric}|month`, u.used);
+    }
+  }
+  const rows: AllocRow[] = [];
+  const add = (kind: 'team' | 'user', id: string, team: string | undefined, registered: boolean, ls: Limit[], own: Limit[]) => {
+    const key = kind === 'team' ? `team:${id}` : `user:${team}/${id}`;
+    for (const l of ls) {
+      const u = used.get(`${key}|${l.metric}|${l.window}`) ?? 0;
+      rows.push({ kind, id, team, registered, metric: l.metric, window: l.window, limit: l.limit, used: u,
+        inherited: kind === 'user' && !own.some((o) => o.metric === l.metric && o.window === l.window),
+        ratio: ratio(u, l.limit), forecast: l.window === 'month' ? forecast(u, l.limit, p.start, p.end, p.now) : undefined });
+    }
+  };
+  for (const t of teams) {
+    add('team', t.id, undefined, true, t.limits, t.limits);
+    const registered = users[t.id] ?? [];
+    for (const u of registered) add('user', u.id, t.id, true, mergeLimits(t.user_limits, u.limits), u.limits);
+    // Users without a record: the limits the usage API applied to them (the defaults).
+    for (const e of seen.values()) {
+      if (e.team === t.id && !registered.some((u) => u.id === e.id)) add('user', e.id, t.id, false, e.limits, []);
+    }
+  }
+  return rows;
+}
+
+export type SortKey = 'exhaustion' | 'name';
+
+/** runOutTime orders forecasts: used up first, then the earliest run-out, then the rest. */
+function runOutTime(f: Forecast | undefined): number {
+  if (!f) return Infinity;
+  if (f.kind === 'exhausted') return -Infinity;
+  if (f.kind === 'runs-out') return f.at.getTime();
+  return Infinity;
+}
+
+/**
+ * sortRows orders rows by closeness to exhaustion (the highest share used first, then
+ * the earliest run-out, then name) or by name (teams, each followed by its users).
+ */
+export function sortRows(rows: AllocRow[], by: SortKey): AllocRow[] {
+  const name = (r: AllocRow) => (r.kind === 'team' ? `${r.id}\u0000` : `${r.team}\u0000${r.id}`);
+  const byName = (a: AllocRow, b: AllocRow) => name(a).localeCompare(name(b)) || a.metric.localeCompare(b.metric) || a.window.localeCompare(b.window);
+  if (by === 'name') return [...rows].sort(byName);
+  return [...rows].sort((a, b) => b.ratio - a.ratio || runOutTime(a.forecast) - runOutTime(b.forecast) || byName(a, b));
+}
+
+/**
+ * usageRows lists one row per limit of every team and user that used anything, from the
+ * usage API alone (its effective limits): the overview's "closest to exhaustion".
+ */
+export function usageRows(usage: Usage, p: Period): AllocRow[] {
+  const rows: AllocRow[] = [];
+  for (const mu of usage.metrics) {
+    for (const [kind, levels] of [['team', mu.teams], ['user', mu.users]] as const) {
+      for (const l of levels) {
+        for (const w of l.limits) {
+          rows.push({ kind, id: l.id, team: kind === 'user' ? l.team : undefined, registered: true, metric: mu.metric, window: w.window,
+            limit: w.limit, used: w.used, inherited: false, ratio: ratio(w.used, w.limit),
+            forecast: w.window === 'month' ? forecast(w.used, w.limit, p.start, p.end, p.now) : undefined });
+        }
+      }
+    }
+  }
+  return rows;
+}

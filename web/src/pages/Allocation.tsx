@@ -1,0 +1,231 @@
+// The allocation: the org's quota carved into teams and users, edited in place.
+import { useState } from 'preact/hooks';
+import { allocationRows, forecastText, sortRows, type AllocRow, type SortKey } from '../allocation';
+import { api, ApiError, type Org, type Team, type User } from '../api';
+import { formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
+import { errorFor, LimitsEditor } from '../limits';
+import { Confirm, Empty, ErrorState, Loading, MiniBar, useLoad } from '../ui';
+import type { PageProps } from '../ui';
+
+export function Allocation({ session }: PageProps) {
+  const org = session.org;
+  const canEdit = session.role === 'admin';
+  const data = useLoad(async () => {
+    const [o, teams] = await Promise.all([api.org(org), api.teams(org)]);
+    return { o, teams: teams.items };
+  }, [org]);
+  // Usage and every team's users come second: the teams show (and can be edited) first.
+  const extra = useLoad(async () => {
+    if (!data.data) return undefined;
+    const [usage, lists] = await Promise.all([
+      api.usage(org).catch(() => undefined), // shown without usage if it cannot be read
+      Promise.all(data.data.teams.map((t) => api.users(org, t.id).then((p) => [t.id, p.items] as const))),
+    ]);
+    return { usage, users: Object.fromEntries(lists) as Record<string, User[]> };
+  }, [org, data.data]);
+  const [adding, setAdding] = useState(false);
+  const [sort, setSort] = useState<SortKey>('exhaustion');
+  if (data.loading && !data.data) return <Loading what="teams" />;
+  if (data.error) return <ErrorState error={data.error} retry={data.reload} />;
+  const { o, teams } = data.data!;
+  const usage = extra.data?.usage;
+  const rem = remainder(o.effective_limits, teams);
+  const now = new Date();
+  const period = usage ? { start: new Date(usage.period_start), end: new Date(usage.period_end), now } : undefined;
+  const rows = period && extra.data ? sortRows(allocationRows(teams, extra.data.users, usage, period), sort) : [];
+  return (
+    <>
+      <div class="page-head">
+        <h1>Allocation</h1>
+        {canEdit && !adding && <button type="button" class="primary" onClick={() => setAdding(true)}>Add team</button>}
+      </div>
+      <p class="muted">The org's month limits ({o.effective_limits.filter((l) => l.window === 'month').map((l) => `${l.metric} ${formatNumber(l.limit)}`).join(', ') || 'none'})
+        are carved into team allocations; users get their own or their team's defaults.</p>
+      <section aria-labelledby="rem-h" class="metric-grid">
+        <h2 id="rem-h" class="sr-only">Unallocated remainder</h2>
+        {rem.map((r) => <RemainderPanel r={r} used={usage?.metrics.find((m) => m.metric === r.metric)?.org.used} />)}
+      </section>
+      <section aria-labelledby="usage-h">
+        <div class="page-head">
+          <h2 id="usage-h">Used against allocated{usage ? <span class="muted small"> · {usage.period}</span> : null}</h2>
+          <label class="inline">Sort by{' '}
+            <select value={sort} onChange={(e) => setSort((e.target as HTMLSelectElement).value as SortKey)} data-testid="alloc-sort">
+              <option value="exhaustion">closest to exhaustion</option>
+              <option value="name">team and user</option>
+            </select></label>
+        </div>
+        {extra.loading && !extra.data && <Loading what="usage" />}
+        {extra.error !== undefined && <ErrorState error={extra.error} retry={extra.reload} />}
+        {extra.data && !usage && <div class="notice" role="status">Usage could not be loaded: allocations are shown without it.</div>}
+        {usage && rows.length === 0 && <Empty>No team or user has a limit yet.</Empty>}
+        {rows.length > 0 && <AllocationTable rows={rows} />}
+      </section>
+      <h2>Teams and users</h2>
+      {adding && <NewTeam org={org} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
+      {teams.length === 0 && <Empty>No teams yet.{canEdit ? ' Add one to allocate part of the org\'s quota.' : ''}</Empty>}
+      {teams.map((t) => <TeamPanel key={t.id} org={o} team={t} canEdit={canEdit} onChange={data.reload} />)}
+    </>
+  );
+}
+
+/** RemainderPanel shows how much of the org's month limit of a metric the teams hold, and what is left. */
+function RemainderPanel({ r, used }: { r: Remainder; used?: number }) {
+  const share = r.limit > 0 ? Math.min(100, (Math.max(0, r.allocated) / r.limit) * 100) : 100;
+  return (
+    <div class="panel remainder" data-testid={`remainder-panel-${r.metric}`}>
+      <h3>{r.metric} per month</h3>
+      <div class="alloc-split" role="img" aria-label={`${formatNumber(r.allocated)} of ${formatNumber(r.limit)} allocated to teams, ${formatNumber(r.available)} unallocated`}>
+        <div class="alloc-teams" style={{ width: `${share}%` }} />
+      </div>
+      <dl class="facts small">
+        <dt>Org limit</dt><dd class="num">{formatNumber(r.limit)}</dd>
+        <dt>Allocated to teams</dt><dd class="num">{formatNumber(r.allocated)} ({percent(r.allocated, r.limit)})</dd>
+        <dt>Unallocated</dt><dd class={`num ${r.available < 0 ? 'over' : ''}`}><strong data-testid={`alloc-remainder-${r.metric}`}>{formatNumber(r.available)}</strong></dd>
+        {used !== undefined && <><dt>Used by the org</dt><dd class="num">{formatNumber(used)} ({percent(used, r.limit)})</dd></>}
+      </dl>
+    </div>
+  );
+}
+
+/** AllocationTable shows allocation rows: who, which limit, a bar of used against allocated, and the forecast. */
+export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocRow[]; testid?: string }) {
+  return (
+    <div class="table-wrap"><table data-testid={testid} class="alloc-usage">
+      <thead><tr><th scope="col">Team or user</th><th scope="col">Limit</th><th scope="col" class="bar-col">Used of allocated</th><th scope="col">At this pace</th></tr></thead>
+      <tbody>{rows.map((r) => {
+        const who = r.kind === 'team' ? r.id : `${r.team}/${r.id}`;
+        const lv = level(r.used, r.limit);
+        return (
+          <tr data-level={lv} data-testid={`alloc-row-${r.kind}-${who}-${r.metric}-${r.window}`}>
+            <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}
+              {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
+            <td>{r.metric} per {r.window}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
+            <td><MiniBar used={r.used} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
+            <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{forecastText(r.forecast)}
+              {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)} by its end)</span>}</td>
+          </tr>
+        );
+      })}</tbody>
+    </table></div>
+  );
+}
+
+function NewTeam({ org, onDone }: { org: string; onDone: (created: boolean) => void }) {
+  const [id, setId] = useState('');
+  const [name, setName] = useState('');
+  const [month, setMonth] = useState('');
+  const [userMonth, setUserMonth] = useState('');
+  const [metric, setMetric] = useState('requests');
+  const [errors, setErrors] = useState<Record<string, string>>({});
+  const [busy, setBusy] = useState(false);
+  const submit = async (e: Event) => {
+    e.preventDefault();
+    const errs: Record<string, string> = {};
+    const idErr = idError(id.trim());
+    if (idErr) errs.id = idErr;
+    if (!name.trim()) errs.name = 'Enter a name.';
+    const lim = month.trim() ? parseLimit(month) : {};
+    const ulim = userMonth.trim() ? parseLimit(userMonth) : {};
+    if (lim.error) errs['limits[0].limit'] = lim.error;
+    if (ulim.error) errs['user_limits[0].limit'] = ulim.error;
+    setErrors(errs);
+    if (Object.keys(errs).length) return;
+    setBusy(true);
+    try {
+      await api.createTeam(org, {
+        id: id.trim(), name: name.trim(),
+        limits: lim.value !== undefined ? [{ metric, window: 'month', limit: lim.value }] : [],
+        user_limits: ulim.value !== undefined ? [{ metric, window: 'month', limit: ulim.value }] : [],
+      });
+      onDone(true);
+    } catch (err) {
+      const out: Record<string, string> = {};
+      if (err instanceof ApiError && err.errors.length) for (const fe of err.errors) out[fe.field] = formatNumbersIn(fe.message);
+      else out._ = errorFor(err, '');
+      if (err instanceof ApiError && err.errors.length && !err.errors.some((fe) => ['id', 'name', 'limits[0].limit', 'user_limits[0].limit'].includes(fe.field))) out._ = formatNumbersIn(err.message);
+      setErrors(out);
+      setBusy(false);
+    }
+  };
+  const field = (key: string, label: string, value: string, set: (v: string) => void, hint?: string) => (
+    <div class="field">
+      <label for={`new-team-${key}`}>{label}</label>
+      <input id={`new-team-${key}`} name={key} value={value} onInput={(e) => set((e.target as HTMLInputElement).value)}
+        aria-invalid={errors[key] ? 'true' : undefined} aria-describedby={errors[key] ? `new-team-${key}-error` : undefined} placeholder={hint} />
+      {errors[key] && <p id={`new-team-${key}-error`} class="field-error" role="alert">{errors[key]}</p>}
+    </div>
+  );
+  return (
+    <form class="panel new-team" onSubmit={submit} aria-labelledby="new-team-h">
+      <h2 id="new-team-h">New team</h2>
+      <div class="form-grid">
+        {field('id', 'Team id', id, setId, 'e.g. ml')}
+        {field('name', 'Name', name, setName, 'e.g. Machine learning')}
+        <div class="field">
+          <label for="new-team-metric">Metric</label>
+          <input id="new-team-metric" name="metric" value={metric} onInput={(e) => setMetric((e.target as HTMLInputElement).value)} />
+        </div>
+        {field('limits[0].limit', 'Month limit of the team', month, setMonth, 'optional, e.g. 10k')}
+        {field('user_limits[0].limit', 'Month default per user', userMonth, setUserMonth, 'optional')}
+      </div>
+      {errors._ && <p class="field-error" role="alert">{errors._}</p>}
+      <div class="actions">
+        <button type="button" onClick={() => onDone(false)}>Cancel</button>
+        <button type="submit" class="primary" disabled={busy}>Create team</button>
+      </div>
+    </form>
+  );
+}
+
+function TeamPanel({ org, team, canEdit, onChange }: { org: Org; team: Team; canEdit: boolean; onChange: () => void }) {
+  const [confirm, setConfirm] = useState(false);
+  const users = useLoad(() => api.users(org.id, team.id).then((p) => p.items), [org.id, team.id]);
+  const [newUser, setNewUser] = useState('');
+  const [userError, setUserError] = useState<string>();
+  return (
+    <section class="panel team" aria-labelledby={`team-${team.id}`} data-testid={`team-${team.id}`}>
+      <div class="page-head">
+        <h2 id={`team-${team.id}`}>{team.name} <span class="muted">({team.id})</span></h2>
+        {canEdit && <button type="button" class="danger" onClick={() => setConfirm(true)}>Remove team</button>}
+      </div>
+      <div class="two-col">
+        <LimitsEditor label={`Team ${team.id}`} idPrefix={`team-${team.id}`} list="limits" limits={team.limits} canEdit={canEdit}
+          onSave={async (next) => { await api.patchTeam(org.id, team.id, { limits: next }); onChange(); }} />
+        <LimitsEditor label={`User defaults of ${team.id}`} idPrefix={`team-${team.id}`} list="user_limits" limits={team.user_limits} canEdit={canEdit}
+          onSave={async (next) => { await api.patchTeam(org.id, team.id, { user_limits: next }); onChange(); }} />
+      </div>
+      <h3>Users</h3>
+      {users.loading && !users.data && <Loading what="users" />}
+      {users.error !== undefined && <ErrorState error={users.error} retry={users.reload} />}
+      {users.data && users.data.length === 0 && <Empty>No registered users: every user id gets the defaults above.</Empty>}
+      {users.data?.map((u) => (
+        <div class="user" data-testid={`user-${team.id}-${u.id}`}>
+          <LimitsEditor label={`User ${u.id}`} idPrefix={`user-${team.id}-${u.id}`} list="limits" limits={u.limits} canEdit={canEdit}
+            defaults={{ limits: team.user_limits, from: `the user defaults of ${team.id}` }}
+            onSave={async (next) => { await api.patchUser(org.id, team.id, u.id, { limits: next }); users.reload(); onChange(); }} />
+          {canEdit && <button type="button" class="danger small" onClick={async () => {
+            try { await api.deleteUser(org.id, team.id, u.id); users.reload(); onChange(); } catch (e) { setUserError(errorFor(e, '')); }
+          }}>Remove user {u.id}</button>}
+        </div>
+      ))}
+      {canEdit && (
+        <form class="inline-form" onSubmit={async (e) => {
+          e.preventDefault();
+          const err = idError(newUser.trim());
+          if (err) { setUserError(err); return; }
+          try { await api.createUser(org.id, team.id, { id: newUser.trim(), limits: [] }); setNewUser(''); setUserError(undefined); users.reload(); onChange(); }
+          catch (e2) { setUserError(errorFor(e2, 'id')); }
+        }}>
+          <label for={`new-user-${team.id}`}>Add user to {team.id}</label>
+          <input id={`new-user-${team.id}`} value={newUser} placeholder="user id" onInput={(e) => setNewUser((e.target as HTMLInputElement).value)}
+            aria-invalid={userError ? 'true' : undefined} />
+          <button type="submit">Add user</button>
+          {userError && <p class="field-error" role="alert">{userError}</p>}
+        </form>
+      )}
+      {confirm && <Confirm title={`Remove team ${team.id}?`} danger confirmLabel="Remove team"
+        body={<p>The team's allocation returns to the org. Its users and their allocations are removed too.</p>}
+        onConfirm={async () => { await api.deleteTeam(org.id, team.id); onChange(); }} onClose={() => setConfirm(false)} />}
+    </section>
+  );
+}
