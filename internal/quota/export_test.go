@@ -33,3 +33,27 @@ func CheckKeys(prefix string, req Request, now time.Time) ([]string, error) {
 
 // KeyCacheLen is the number of entries in e's key cache.
 func KeyCacheLen(e *Engine) int { return e.keys.len() }
+
+// WouldBlockPending is the number of would-block rows e holds in memory for all orgs:
+// counted and not yet confirmed by Redis.
+func WouldBlockPending(e *Engine) int {
+	w := e.wb
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for i := range w.shards {
+		s := &w.shards[i]
+		s.mu.Lock()
+		for _, p := range s.orgs {
+			n += len(p.counts)
+		}
+		s.mu.Unlock()
+	}
+	for _, p := range w.carry {
+		n += len(p.counts)
+	}
+	for _, b := range w.unacked {
+		n += (len(b.args) - 4) / 4
+	}
+	return n
+}
