@@ -43,11 +43,11 @@ var (
 	//go:embed scripts/wouldblock.lua
 	wouldBlockSrc string
 
-	checkScript       = redis.NewScript(checkSrc)
-	checkSHA      any = checkScript.Hash() // boxed once
-	hydrateScript     = redis.NewScript(hydrateSrc)
-	drainScript       = redis.NewScript(drainSrc)
-	wouldBlockScript  = redis.NewScript(wouldBlockSrc)
+	checkScript          = redis.NewScript(checkSrc)
+	checkSHA         any = checkScript.Hash() // boxed once
+	hydrateScript        = redis.NewScript(hydrateSrc)
+	drainScript          = redis.NewScript(drainSrc)
+	wouldBlockScript     = redis.NewScript(wouldBlockSrc)
 )
 
 // Config tunes an Engine. The zero value is usable: every field has a default.
