@@ -205,6 +205,30 @@ func (e Window) Valid() bool {
 	}
 }
 
+// Defines values for WouldBlockRowLevel.
+const (
+	WouldBlockRowLevelOrg   WouldBlockRowLevel = "org"
+	WouldBlockRowLevelOther WouldBlockRowLevel = "other"
+	WouldBlockRowLevelTeam  WouldBlockRowLevel = "team"
+	WouldBlockRowLevelUser  WouldBlockRowLevel = "user"
+)
+
+// Valid indicates whether the value is a known member of the WouldBlockRowLevel enum.
+func (e WouldBlockRowLevel) Valid() bool {
+	switch e {
+	case WouldBlockRowLevelOrg:
+		return true
+	case WouldBlockRowLevelOther:
+		return true
+	case WouldBlockRowLevelTeam:
+		return true
+	case WouldBlockRowLevelUser:
+		return true
+	default:
+		return false
+	}
+}
+
 // ApiKey defines model for ApiKey.
 type ApiKey struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -1121,6 +1145,78 @@ type WindowUsage struct {
 	Window Window `json:"window"`
 }
 
+// WouldBlockDay defines model for WouldBlockDay.
+type WouldBlockDay struct {
+	// Checks Checks that enforce would have denied that day.
+	Checks int64 `json:"checks"`
+
+	// Day A UTC day, `YYYY-MM-DD`.
+	//
+	// Example: 2026-11-03
+	Day openapi_types.Date `json:"day"`
+
+	// Units Their units.
+	Units int64 `json:"units"`
+}
+
+// WouldBlockReport defines model for WouldBlockReport.
+type WouldBlockReport struct {
+	// Capped More distinct limits would have blocked than the cap (1,000); the rest are in the `other` row.
+	Capped bool `json:"capped"`
+
+	// Checks Checks of the period that enforce would have denied.
+	Checks int64 `json:"checks"`
+
+	// Days The totals per UTC day with any, oldest first.
+	Days []WouldBlockDay `json:"days"`
+
+	// Mode `enforce` denies over quota; `shadow` never denies but reports `would_block`; `warn` allows with a warning.
+	Mode Mode   `json:"mode"`
+	Org  string `json:"org"`
+
+	// Period A billing period, `YYYY-MM`.
+	//
+	// Example: 2026-11
+	Period Period `json:"period"`
+
+	// PeriodEnd Exclusive end of the period.
+	PeriodEnd   time.Time `json:"period_end"`
+	PeriodStart time.Time `json:"period_start"`
+
+	// Rows One per limit that would have denied checks, most checks first.
+	Rows []WouldBlockRow `json:"rows"`
+
+	// Units Their units.
+	Units int64 `json:"units"`
+}
+
+// WouldBlockRow defines model for WouldBlockRow.
+type WouldBlockRow struct {
+	Checks int64 `json:"checks"`
+
+	// Days The row's counts per UTC day with any, oldest first.
+	Days []WouldBlockDay `json:"days"`
+
+	// Id The org, team or user id; absent for `other`.
+	Id *string `json:"id,omitempty"`
+
+	// Level The level whose limit would have denied the checks; `other` counts the limits beyond the cap.
+	Level WouldBlockRowLevel `json:"level"`
+
+	// Metric Absent for `other`.
+	Metric *string `json:"metric,omitempty"`
+
+	// Team For a user, its team.
+	Team  *string `json:"team,omitempty"`
+	Units int64   `json:"units"`
+
+	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+	Window *Window `json:"window,omitempty"`
+}
+
+// WouldBlockRowLevel The level whose limit would have denied the checks; `other` counts the limits beyond the cap.
+type WouldBlockRowLevel string
+
 // ConsoleUserPath A caller-chosen identifier.
 //
 // Example: acme
@@ -1306,6 +1402,12 @@ type ListWebhookDeliveriesParams struct {
 
 	// Cursor Opaque cursor from the previous page's `next_cursor`.
 	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetWouldBlockParams defines parameters for GetWouldBlock.
+type GetWouldBlockParams struct {
+	// Period Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period.
+	Period *PeriodQuery `form:"period,omitempty" json:"period,omitempty"`
 }
 
 // ListPlansParams defines parameters for ListPlans.
@@ -1540,6 +1642,9 @@ type ServerInterface interface {
 	// ListWebhookDeliveries The webhook delivery log
 	// (GET /v1/orgs/{org}/webhook-deliveries)
 	ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, org OrgPath, params ListWebhookDeliveriesParams)
+	// GetWouldBlock Shadow and warn report of a billing period
+	// (GET /v1/orgs/{org}/would-block)
+	GetWouldBlock(w http.ResponseWriter, r *http.Request, org OrgPath, params GetWouldBlockParams)
 	// ListPlans List plans
 	// (GET /v1/plans)
 	ListPlans(w http.ResponseWriter, r *http.Request, params ListPlansParams)
@@ -1792,6 +1897,12 @@ func (_ Unimplemented) GetWebhook(w http.ResponseWriter, r *http.Request, org Or
 // ListWebhookDeliveries The webhook delivery log
 // (GET /v1/orgs/{org}/webhook-deliveries)
 func (_ Unimplemented) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, org OrgPath, params ListWebhookDeliveriesParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetWouldBlock Shadow and warn report of a billing period
+// (GET /v1/orgs/{org}/would-block)
+func (_ Unimplemented) GetWouldBlock(w http.ResponseWriter, r *http.Request, org OrgPath, params GetWouldBlockParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3212,6 +3323,48 @@ func (siw *ServerInterfaceWrapper) ListWebhookDeliveries(w http.ResponseWriter, 
 	handler.ServeHTTP(w, r)
 }
 
+// GetWouldBlock operation middleware
+func (siw *ServerInterfaceWrapper) GetWouldBlock(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetWouldBlockParams
+
+	// ------------- Optional query parameter "period" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "period", r.URL.Query(), &params.Period, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "period"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "period", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetWouldBlock(w, r, org, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListPlans operation middleware
 func (siw *ServerInterfaceWrapper) ListPlans(w http.ResponseWriter, r *http.Request) {
 
@@ -3621,6 +3774,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/would-block", wrapper.GetWouldBlock)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/billing/export", wrapper.ExportOrgBilling)
 	})
 	r.Group(func(r chi.Router) {
@@ -3659,274 +3815,286 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37c9s2uui/gtE5M5H2ULLsON1Wnp09bpI2uc3D6zjb2RPlmjAJSTimABUArai5+d/v4PsAEqRISX4l",
-	"3TS/tLFI4vm9nx87iZwvpGDC6M7oY2fGaMoU/PMfuTR0kVHB+r9SJbiY2l9TphPFF4ZL0Rl13jBDuCDx",
-	"kioRk7lMGVnOmCBmxkgyY8klWco8S8mMXjFywZggKROcpUdE05UmyxlPZiRjVywjVKRkyUUql4NO1NHJ",
-	"jM2pndCsFqwz6mij7Ao+fYo6p9SwF3zOTR/+u76qsxkjmX1E5ASWYvh0Zpg2a1ORrn0sBSNLbmbwbsao",
-	"NkSxOeV2z9FYGL8jLaVg8FAz0zsiUhDqNuR22z08+KEX+WnXZjMzasZCsUmuWUq4Id34IpPJJUvPqYl7",
-	"g7GobH0i1ZyazqjDhfnusBP5s+DCsClTtcM49UteP5C3ghtd7olQ07y+uHa0McFxLpge3Gplmpkm4Emk",
-	"SDXJheEZLGj7MvDsNelOpCKU6IynXEzHAr+M3Fh2t0muFBOGXOTJJTOEiVT3BuT12pVxQ7gm8SkzatU/",
-	"nhim4tFYFEP7NU0UY3apduipomlOs2wVES1h4Uyk9tLtQzffnK7IBSNGyrFgVGUrYldc4oWRZEG1PiKU",
-	"JBm3C7XAQZbUjhHXzi4mGs/KAo9RnOkSzTSd+zETKojOk4Sx9EagVB5B+2VR+9ghbm16u2W7p+uCyqeo",
-	"s6CKzplxlOexFFpm7K1m6oSa2fpi3Ask10wRntoJuf19Yd+OOoLOYYa0E3UU+y3niqWdkVE5Cxf2n4pN",
-	"OqPOf+yVFHAPn+q95ymcyONcaan+kTO1Wl/E6wX9LWcWzrRUZKLkHA5kodgVl7kmCzplDzSJBftgzvGt",
-	"uFjpbzBmsVR8XDm3Of3wgomp3f7+8OAw6sy5KH6IGsjiT3DQLYt9+mEhlSF4GQPyhE1onhltwTD+Xy1F",
-	"68rc9e16cDgPLgVW9bOiwjTfIjxqv76pfXzbG3yesvlCGiaS1S9s9Qy4WzPDABh+oAkvvyCXbBURquFe",
-	"4+DB+SVbxWTCWZaS7vf2EPcPvh+LZEYVTSwUW2IQH/f/h9D+72TY/4EMyDkZkf8m/bgXEcbNjCk7MCXa",
-	"qDwxuWJpH8fDGx2LbjzuSJUy1d8/eHj4aNyJi6U8f3r2E0kVnRiyVNwwTbjpEanIBVWMdOPgs7g3ID/z",
-	"KxjRfor8HWi+/ROnBN6X8smEAcW8ZCttaaLnU93D4dDxJrgmHKO8qOCM+7+wVQVW2Ac6X2T2rdpuOk0g",
-	"/AtbNYPK8clzuyzCU+TYMU9jz2XhkoQ0QH01SxQzvRaQuoTV3QqggCq3INkJnTKi+e+sDZlAKKmcT4qI",
-	"aHF8GFmc5/N8Dn8NAePdn430+rWaNp/WazVtRyupprc9gxOmuExbDuFHnmWWby7gJQuy8b/+9a9/9V++",
-	"jPHu5lKYmZUaSybi3tWGKmO5dEiegGU6Xo7vtZ0uPt2ZVOEucEMZFc1HaZ+0n6WVjm97mGeMzpvntk/a",
-	"5zaMzm87dzuHfbuRs1q+e7u5P9mv9UIKzYDlH6dzLgqpxw5pNRNhmADBkS4WGU+oXdzeQsmLjM3/y7It",
-	"+2zH28avcOraOUtJ5lSsiN0P00YXyoBmJFEsZcJwmukRYVdMrUi8d7UfE7lgChZE2IeELUCitiyAJZdA",
-	"PTPciIVZ4shX5D6ygqC8ZMKS7CQQZSzR/8fb12fH58dPXj5/dX56fPb0/MXzl8/PCmKnmbpiKoJRFYND",
-	"6Q3IK2lmIKtSTVIp2BGxYuJqLFBaqwi3XpREgh7oe1vVqlN/PDTL5NJtzYvHKNxWD6xRkbu28lJMm7EJ",
-	"aJshRdigMd5CF6F4fqFAfVRKu7SmLmyffRfB2kgQ/skFm0jFcAFcTLcMbof/kabujD4n1rykmZUNWWqh",
-	"mIsrmvGUcLHIzRGJmVJS6Zhk3F4co8mMyMmECdCoQOgYdOzKkVeg0Lhh8ddbdHVUu3LDPpi9RF9Vx6jp",
-	"FG/+iXhPvZCkrEIpBSMZFwwxTi49Iv6fN69fgTg9aJBk1kmM1RFRBFdyqWHzj6WYZDz5rJd2LIi8+F+W",
-	"GE/iuAaZSipiETDrEZopRtMVYR/s1cFCf5LqgqcpE5+VKM8qpIRk1CrNFgUTuWCRBTpqCegU5EJtaYH9",
-	"29HXvhRW4y4A7ZU0P8lcfFa28kpafSsXaUS4SLIcYN+yGXcDckKokKAJSDWFZZ7QVSZpeiblC6qm7HOf",
-	"t+N/5EKmK8vCjJQkswuBxb1h6oon7K2gV5Rn9CL77OvTuAJLlq28n7KEp4wIuSRdNpgOyClLuWWAS0Fy",
-	"AWoOiZNMapbGxIpqPdjHW0FzM5OK//55xYyXXGsLAqCnpVU+CctaKJkwre3JPhWGm9VnpQwEKbiHAbBG",
-	"XShGL7VFLMvycWqi8owBxXC/MavGzplRPAEEtTiZSqZBJ7sUctk7sv8sBBSrshom3KZ1vrBkkaUvWcrp",
-	"GRDSzwtVAO12YRoFCmABj3EBfbsgPAuOGwK639WM2Veu7AVKoXtHYxGnzFCexcTKyJos0ZqHo65LaFb6",
-	"sstxawQReMGt9jz62FkoS8cMR9E4UYwasBBXzGkpNaxv+Jyt85+ow9NdpPCok1Ftzq2Sv2l0kWcO3VHM",
-	"X5sNtYKP6w8Wik34h2Z7y4QrbUjVZIISrtXgIysPKZbIqeCaeT1/0LRXxa7k5S13AEwFTpsbNtfbDu+N",
-	"fd1+5waiStFVB5UarxK9Q/sjnE0xQXEkUXittXuobOl9MQmyDTsrQspjGABQJE25PVmanQSQM6GZZlFp",
-	"gflYGButjiJz4+lpubzRO3zYeQ+XF0Khv+NNx/LKvnOL05zTD8/xg4dg/HB/7NfOOerkgv+WM/fYXmn9",
-	"6Kunvu0M0waDExFsCaIFEITStBQ5swXXRM8spwFJQ4oEjD5fIeb+gfEt6uCdNBOYC0YVc5r2iMS/LS7P",
-	"x/lw+DDhKfyfuT8PH5ILqtl3h7nKAnqE78SDRkPlnaN5sZV2WH3BUcGrwlhxfjsdpOMxDScZeCm2ojn7",
-	"YNAzsn4WsIjqaI07ylNungqjGvgdTfAS63f6q+eoln9GBCS+2DA6H+AZx43cgSZGqqbBJJnTlDmPHBXT",
-	"YkivQ8QRiS/ZalQFGvurs9m4J6A4tUNL1KHNir+FUacKoJmmXArpWgwi6ONMWcbsJ2DUbsEsd7JR50N/",
-	"KvvuRyslDU7p8qUVKqcsfNrXl3zRlwvkGv2F5ALWCLQ06qANYuOSnZmiZc1wI593zUg4t3obIz9vM3zx",
-	"EsSIkSGUjZiYNt+vVNMWQgmi9DmubO0x0Mod+UITyUFDPsJ35LEmKo/VXaKHv8p63OytqHkntKbE8S9O",
-	"b36kJpk9tqKNFRqaAVsxnWegltvLR5e21dHJhf0YLA7o3wVtApWCS7YAmAHv7wWzEj5qpWA5l4K9nnRG",
-	"7zZvD5Z1CpN3PkU7qjLvK5sKzH8bZcGaeAK26p3vszJTRVrbd86qFnmtfmlu3s335A5kDQbxlnZfde3m",
-	"t8nsfvjGxaFd8VgkM6me0Abf1xO68moMerlk6OWSavpAk4uKf0yj08tCS+H8O/h+s+uvwW6621HgV6dy",
-	"2YSQwdN1ljyXuWggma+vmKJTRvA5SXMWAcNK+JxmzpNNulJNiZGGZmD7PCLjznDcISzTbDljivUaiSoa",
-	"+JOGQ37snoCPHWeOjwibL8yqjIpZZFSQGbU6O1konjhL+to0EGTA0nMI7GkLnCovD17XhKYpS62Gap/i",
-	"TVfizZw1xPkq8KbHYu0ghsEhRGglhwmIJeZXjFAD9kJLqv3IfqzEbpulZDmTGRuQn3FdinplOaELdIrb",
-	"P9D8yFIMXxqRWOK94a7jsaCOk2N4E72QV4zE/iv3lo9aWNIVuo52YLXVIdqOt1geD+5u42ENdpser6GR",
-	"+bbx7MrJtC3YvlQ9WCmYvpMlOx/2jq7rCL3A69E+gAxSFPa4YlWNSFBsdocFgut3w4SMzvsYV2jPoAg0",
-	"2baIGhkuXPko5Dhft3M7u2v1614Ds/otRp5+BVSljvlN9P5arDUwsyTSvr9fwp+XvLTb0KhDE5Ty4PY6",
-	"TEz97kYdmvGEddbsLzhoGDASNdMqCS7lfM4s/IFx4recKY4RnGsXXPCZYSP+VkOetlsmwmCrKgbSLNtB",
-	"Fnqedj69j8pNlidX4ux224hHiu1vemjeIVYiBE+7kg0Q0yy5OK95QHYupMwYFfbLMgx423JeWOQ6ZZMO",
-	"GLOniqaN9iuhl0wxjO2SuUHfSOT8Ip7KPtBkQnkGgdsBUgbrAlRuIISvBSPMyvbgF20MdAb2S5ExQhzJ",
-	"LjIK7O6NoSbXTUKKXei2IV7ad+DCFhldNR2OlfYpHBA64QijKuNM+ZB1HwoO3v5aPGDzMYG3/hwUrXMX",
-	"X9EcLA8CShEDf72Y2h2os5kpaUzGtnKQs+LFT1Fnedfh/Y1cBl49B0DfHcZriOdxyEFCAZ+NyIhWmlOZ",
-	"NVgy4ivOlkzFRDGa6iMS03TORUxopqUzaMCZM2GJ47sOPO5EHfwsmK/cXxC1fDdOHDAsNUopuxqJldv7",
-	"RrUuOKZGOwMuww1WMWhuOHV7Ctd3ULgdd+RC/7dlkQP/LOpYJFhKlXZGnUQqxRLTn0mlWf+CGoNhgLhb",
-	"d1VrDLQ4zeLw/caCSOuDR4f1i6japwILebGgNawxUoFMmK0wxndG9eyICHYFQVsmVwJRJJzYqdBFhPdB",
-	"k6frltfpN1ws3Q255R7vwhgUIscXtwY9btUtn795TQ4P9v9KvKBIEscay0Dmt2+ewBlasLPf/N93x/3/",
-	"ef/x4af/bELiJ5Rnq7dgy1w7wrTJhnBM3p49JmlpSUBZOCrCaPtPnsTVFR0MD77r7+/3hw9DLmFpS6O0",
-	"r9t4Iuq4uV3sJk2W5AsfmOvyXoDd2yV3k3yeZ9Rqr7tpPLUbTNG9Z1fYdHFP0LLQ6K6Toi/YFKYuLBAo",
-	"93sr7uEPg+GwdnTwW/U6x+P04360f/CpOx4P8I/vPvX+3ni7lXSHUDoHQ3bAPxJ91Ynwxybe8RPl2Usn",
-	"2zRYpanjthBWsZzxjIUiHIa9cE1yoRhNZvQiYyPwYwBDy+RSj0V3ktHplKUk9kJj3IvK8BgUhzR5NHwY",
-	"kTiTCc1iZ8rUaN2kgnDRdzEqY4HhrQrC3VMEB0gZgGCNB5roGVUARWDWQCFwHJ6IXZ5lJ7AAy8ntnM2H",
-	"w1mWPlVKNvBVCPFaPzWI0lhQM/NwXEYfuu9XpBvDqvS74fsBiq32RLyV1yckQThHozwzdy6KxhzFEKhx",
-	"jeUHTZANBpxmX9hVI1QwMMZwgzaf0EYV2qMgNkpIQ5yrEW1CGV1olvaaRdmbO61rKKk1nwqWkotVELnc",
-	"cpLXttMoRl0M0E3807ezgAhTEyRu5LhZs2K4LfkJaq5jBwmtsLOjsFUFr/Lgd5AlixOvg+IqKnIbaZ5y",
-	"QzI5rYk3j+rizaY7aDJrFBbXZjivcKvNho79jXe6hmbI+NAsC3ijSff0p8fk4cOHP0SeL05ykysWgebI",
-	"BaFkxajqHRHHDkaYG1AwS7+DIkW14hKoWVd3B642iGqFmbsQ7JBwfXGR7hmjGeaxtPm4mtGigX7UhXlq",
-	"Sj6WsgUTqRUMvVDxcdxZSG2miulxZ0TGHXk57kRk3FGWK+NPeRkyO+58Cp3I6z7wLV5ujaYRq894PnoJ",
-	"N14G5b7fBidujKZjfN4YCpXQLGOqn8ykZoJwCFudcCTmpSjlbJqhYEz7vx/3/2fY/+F9+c/B+ei/++8/",
-	"DqP9g782i8w1M2JDQsiCUQPR1BCh1V1gCHVEDg7JTOZK9wp5xhSRhlaY0VwKQqfU4qhIvaFUF+Gpc6kw",
-	"jKsq3NP+7+XCv4/2D75vXjiYLSp3s2a9ft/22alFj/WjX7OsgUcaoHo93qwl0CDzy9pqcgEzDcyz7fVf",
-	"8a06aOFUEfI5N1ITnIVmvkZVRHu0g/yL+iGE8TL3dxKZT4PaQShQYf7STu9rZq4noji1bYfB7/wKoyJz",
-	"NUdhvdxusJXGi/ZnuFEqWYN6z9SLwHJwudEg3SuwGrl7+g5kjAaXiz8OKwPkpsG3kjXnuznJYy3Z7QaO",
-	"lOsIWre6vUIGqN1c69004B/+fgS2e42VLFCFsGSXUNLFSSJ3HD2yoFztbuGH9azHj9Tlh5dW+2qyVLyE",
-	"2TXxLnAunMnCEggrSgVeDypWDpi6oM1B/oXIVr0BObMi2dyN5VOJBPgswRsuNQPdDxQYCwhO20alMQp/",
-	"cgEGUCoGMj+1gcWAr3gpPDhfMaWsPn1U6PPgfVgRTALyppYi8X4swBNxeHAAdUYomXOtFywzwatoVHRH",
-	"4RRsjxnvOhD7Cpx+p6tB+Nt0L02h15G7kRPFk+sqILsFCFjUc6aneqzABdUMzp/dM1Z6l/Ki2OVODk1v",
-	"sUKvZiWz3A5UCJZ2/0jk6nEXg3Ycb/V74yKbcB6vqtUeybPVJtNgad1rtBK6skJOz4F9VW2ZY+GNmTJL",
-	"mTYomhV1LZZSXYKJPJEqxQJJ4G7ikPmvubboDhMPyPFY2HELRCcgKRNNl0R4D04x0ghQ8YpmOYO8tqBM",
-	"y1jAhw/0gDwXDcUGsFAS1cZNAGlxKV0VhlItyYQq0s34FYvGgv2W0wzKqkg1HVg0jnsD8rSMTvKy5oxq",
-	"dJkV210xZyLbCVkDw3KTo3SrSWXT2DBsIQdZ+XV3hbD2bW1dVgi+m7HakKKUuXXHz9eICY3m1piJiVQJ",
-	"i9GT6WJ9fsuloUck1jOaymXsqK574yIH3iiV0SQOnJzxkXecog3Wp5Y5b2voXXSTdqIOztBBn2yjtvDK",
-	"pWzUZaZZPqeirxhNrRZYmC03+ZiaRi9V8abAOy2Vx3mrkUONI7CZQuy3CzhCbLFYuksqyGsExyolchaR",
-	"cwqxlufOUbJOwW/kVp1MGBjTzrMWAeistK3jK2TO1NSJFWi/8bzche2FtigwyHqz51gg5XQRfS5+sGuv",
-	"qY+CyO4YX0hOdaTaOWdow35xmcW+fDWzyjEMbr3S68RvtOYm2UXq/AIrwrXbxqHwnyUDD8Lr0SDP0tR7",
-	"seaYxUBFaZdrtotDrZcdLaUp1+e5yppPOmUpTyzUOsfN29MXZZKZd82SOdWXLPVxrXxChBTNfoh8kV4b",
-	"B5bsYiblpV/k7glOruKNg6QGZCoiM6q3VJ0yPKOoCdlrxu9gi02k/LWaXj/WwCKNt1m5xMjjZM7IcwEG",
-	"ZLxuS5bW9cVm6rSbQLgWRF6Jd9u/ETZvRUUd4t5u60QsrMTieS4V4OYu2aAN6OpGdJdyZ7i26XXAtben",
-	"Lxqgf6Oaja/Ch9vQogU078LKbpnkF7exY72xZHZNc05sDyeOiHO32n8VtxaDnhyvI1TsC2iiJF94EYsC",
-	"SpZ5rtv9mjHzevh4c8y6Dle7Eeb8G2HKGvScFJHtdcm16v4qA12ao1xq5vlh/4f3Hw8/9bvDd/v9H97/",
-	"v/13w/7B+16jff7EHdbtQ/MmlGfnu1x7EdhxI8J+S2FrVwvaJsNZRDSU56jIfuu5jHXC1JpXLmXWknAO",
-	"NrTdGdSJ+2DdshKI794yV6go3p6AqUGiQUW5kUS1gTWUcpG7jhB63IGU27+e4GMB+vqSTwC8PgoHhCEr",
-	"65TQ9+4mhvXim/3hcLj9MyuWwwUWoBraLJ1UdtIkgn0mBNyR/peItpEFuNeuyQU8yuyIFvbtqtzm/3Vb",
-	"LKvhyS4wX15TG/jehXQEdP2Li0euiOgO8tEdgPItQHRH+d8D6xp5PWWLjCYu5AzyD8HjMbgpXG+H5jvl",
-	"Dq/Y0rOFI+QJis3lFRRRbuAGjaKMW3n9XKw2b3dFkozqoqCRY0VSTXVVoPF4eRcxEyfBAe0OehdU37lH",
-	"o3TWDOp5vBsDxP17hfF6d/wP/U/bHIv1XPQyITA4jHIJjYjukvAbkq7I6U+PyQ+Hj/5alAlIZZLPmTDr",
-	"ugrWC2sUhrB85s77DwJkP6057K4fWdSQVsRNxjYIfmtW9JkxCz3a2/ut6CEySNmVr9+m97ByCk7Z11k+",
-	"3bnaDjz1K4o2xTIVesx6mn7NAlcG5ZEu6qajvb3Yyoz4F/zZ87Y4I0muKwHYFufXbO2H31fwuosj/X20",
-	"tzcev/mvlnhyLHS0fp7gLkadOKFZFiRgMZHCTQY5TPatORV0yvy2jgoVG58qRtPAaY6VSSv5TlgGLCry",
-	"ntznjR6JM5du+RmLX20wZBtG5w90ULDw9lbrdkv0rhmpN7HR5pqpVhdFUSHdR966bYO/K9DiwsKNCOZc",
-	"Ebm89aG0xzXXRcBwG9fTbixc3dCuixnV66rM4bW0EqeAPBVTLhhz2WCVawmVpB11pPXSevelllxHGKsB",
-	"2y4TtMr/bXd5F6I+0JovLuq7mv3XFvX/eDe4vjWXGHw3BN1/c7FqLsGmmSG8DAAp0gdcEVUzY/NGnxf7",
-	"sOCK6Wva7HwpuPJ9mV9kwcsin1+40CAgAo0m1w2pJ9qz711Sr11Rw3pwNvxarNavJEgPCfZeo6fBab/f",
-	"cLUtQkbFb+pe9dEyzju8hJYFpV84lBiQ+tccIYGQ4Cdn1w0H/ZlfMRKXu0bBzJjMZ9rHmNV0Ic3sCD2p",
-	"AmvVRNW9ZHwC1WYsW5zJXK2L5FWwaskFqY2H0YEsmxzVs0GoIXOpDfkrSelKEzpjNB3smNoRgmt1HUOC",
-	"wjPBF9xffyP7EVYjM5J8VyRAoqZeUTuHg0fRtTCg7q6ri1zuNMqiVxgGYaRsq5VwnUSiooKMb5TR3bdb",
-	"fDQcBrU6m0tIBSDSIipWbxKCN6ERiC/MAImPkEMHk343PPx+OLxRYmuBzhtycs7C4g0bVmuCblUupmHJ",
-	"FCPzPDN8kXHwlm0D7nugmXdA/YpjqhA5HLjpyFoCGW9mQGgNpmtLQrxusSZ8/5yJtKlBW5Ll2pK6IE2s",
-	"7He023W5CaCk3A1dF46M+/pLlRErO9hsIwki99YlvpbkjA1KHSQlPNCkCDfxgA8HZdEWI1B9gBZXVhPa",
-	"WcnBYPrW+28usvUTVDq1YldUaGBYRQ0U6yUtHWxQdWewezI+hj1jk1DRBgk7Uh6Qy13ahjvi5gu7q7Il",
-	"d6HE21N1AkepwK4V+Qt0Xif5ErpYYFzA7TT++yg1dSdOxUpG2Y206ptVZsFoqQyNo+va76Pd1erPpP6u",
-	"H17bYdyFWvrHqGvi2rnds1rapDW64I/1Y2RXvrN0Q0OkK2h7u1ow1yWjmryCgf5mppieyaxkRgNXMuL9",
-	"tQISpGlUeVYk1nwquJieYwH2GLJq8ixzLYYwN0exOVWXPsBZM2O4mOpGim6Ho1YBOJ9t6Dbq26y4VlNQ",
-	"QCWhClr7xuZvKNTngn9Aw3h0te9+m7EPpJgisJqXbqWgb/cb/2LbQst9b4oKfvby+HH/zbPjg0ffYcLt",
-	"jH3oHRVWcFfnFbUgr8pfstWAvPIhF9h8FEtA+LKsrtXdr09/fPb69S/nb54+Pn16hj0ihX3uYo+g0wK0",
-	"dzKWF/SisbAqgasz7pQCLMv1wL6pNZcCo6q3xp43xuj+OrPCNAIu5IKdvH5zxtKjIIDEewvcTtxKBztO",
-	"ed5ab+1EMWxCYyeJIT4ODSFUEJqmiulaoswk1wxU0KLSAB2LTMrFBU0uI7JQ/IoaFpGMi8s+VFixUA0w",
-	"veSaQdWcRX6R8YQ8P/FTWMgfCywCM5PaxAPyJofk94xfQSlJOJaEioRB0FAusvrKcoFW6LGoXfPxixev",
-	"fz0/OX3+z+Ozp3+zhxSTLq4stUKeXMyZML0BeWZVZ7d75TsrQsVbdwFuqkQKwRKjI5cV/OTVG6KYllmO",
-	"MoOBkGtY+coqlGOhZ5Dlh8dHs1rWXGf/4K+D4WA42LeQR4k/TX86o3ByN7DGWsBY8gtk0G2bbtgzWMHm",
-	"9JLZ0yPQ5Zyb3hGhZKFkmkN9d49C/uYhJ3ez2IAx1jVkbyBTkafV79vp+xN3jg2Faq4hIFJjrCC3Dv77",
-	"hfqPKfvuxQiD9O0z1/180Jj2zHyJoHUiDyYFHA0qXlbRmRvf5RHj3LYiMZzUNqbmK0TU+FhzDwH47Jyn",
-	"GwaF3tQRVihEgqhJHBB7fzkYU2sf8jQu8iRlutqxhuTOjRTQ93qeNCZSIZNLmF2SZSFnZycEPwhPXkhf",
-	"iDOhc0a6vuW0oWrKTEQEMxbTCFxtBJWwZW42dZUI1+fvdPPq3ApYSg4+fGg2WbXmcvh1eodb2LFQKqi8",
-	"u3L8ccdGMghaAUBEDoM91lTP3UN9uFv77i5YfBeCb50wfHEZOAhDXlerT1+gpOWu3rIsh5UFv3ehsFag",
-	"cW5x0gX5x1WzssKALmIBLE3yYaQbvf8QELHF+f9rkfhf8/6jOTKOSIxORPuvmcyVi56HcHnLkXXGocQZ",
-	"6lz6iMSgdMXeil+rMxQY73EGTJjOoWygHb8TuYJ8qLu9b11zixnOldhuqh68VsepLG+ynoM7CorThwWU",
-	"xqKaVgd3i2kGsc8U1wNyfAHksqjFjpVEkPxgJ76d6OJ9lgNpMQMFBiB3PmCMtlDnrjaqGoh2LTN/qxoT",
-	"24uCrCMm9urKFTerN3Z0F38GLbqO88bu52G2B7bLrnbHPnv9y9NXcS/oBOvabJNue7MvlH+c3uSSL2G7",
-	"QPFhOeWBWaTFrpFcTOT6Ekvmi6IiGOD7hgkqDOYM+xZ7A/I410bOmfK/aEL1Jfg+XSelVHIxHQvL7iIy",
-	"7szpCi2bUk33DKPzvVzbrxdMpORViQzO8PnSQsbfxx3SjS2FIntX+3sYNOQVJntAEM1TxMYwZyl1UUy4",
-	"YCMxaRKQBKNJzEzJfIqJr8oqrXLiKl0cnzwfjMVYnM2g7ypGunlq47qsGqwXkEhhFE2wFhr5WXpJFoLQ",
-	"JjRBrJzLlGWacDEWMTwRNNuz10AXfI8uONK5KRMWLliKDhpwIIvUdWf3mjXX2NEU3oOaT9qMRdlgm1s2",
-	"QJMZwwq9Is2Ygs38x3+Qx1DwCs/AbsOydLRB2heeNnaBN/TS6u7Hrrcs/DgiP2ITOgQ+gOKijRjSIrBj",
-	"AnTbuxaMyMnITtKHJ3/5SxUF/vIX0mXiiisp4KivqOKQ7t2AGdWW8b3RWBAI/kolnhSUIQh7E0PMGPCH",
-	"jArcvFRTHYSIAVeE3Tv6SzxPGZBfnQjUtJJK5pbFUgsuHDrdpgO7VyrsVksUtvsEJB4MBnEvIs7AibpV",
-	"CeF2eXsfpZp+ssDRv2QrHQ/IcwMLY5kUU9DM4FgVuhK9kQU79Y2ID63rFrF1cYg7PqjOjthdD6x7oBFb",
-	"IkSVyK5dR5Wm/nh+EHEHBmrv2IzskN7G4S1KyJrcj6HW2oPXyyi+bkMYX01u6QE0H0PVGNd3OBeXQi6F",
-	"AzhfI+1wuG+1TOz/61te2qss2m2XrbUBBQRjqQ4+f3jkKHAf3k6JkrlhWDbO3VnQ6fqBtpNgSg6dY1Ps",
-	"sWhsih0FkxzCdp5CK/kC6YIW4MX9FaEj7o5RLLDXCK26gLZ86HuGhkvWMelCJR7ha5rMLYwyYQmfO8gF",
-	"Va7RV+GA1ZFDhzox4JpYAoVeKlc8qtQNSPf45PlY4ClUWZxUFeA5qqLT6fHZ0/MXz18+P4sjb/Ihj4Zj",
-	"4Q3uhDrfNbarx2q8vVHZsQZ989yUB3vwg8OqU2bUqn88MUzFyDJ8F+cZIPhzU965xaIViU+pYWAW7sN/",
-	"rVxa/nTqxQEQU8ei8kgzE5Ou87P3igAgPNUHJJUFKS67LCNZdA1ZHFbphRQa1FtvlsIGzXHYwHlEwibS",
-	"/6uliHsD8haRweIVVOjF0JBqE3Q7oGIWMj0gHw6Ho6KGC9dE84wJk60InwqpHDl7LVi1gzT0zLZim6Oe",
-	"JdewsImsg8KUUXAORbUjoN1ejccKURRUfNgsWgvD+UDipyD2WgpW37xFqxXQE+ikHTtzhZUqw3c/9JfL",
-	"Zd9Kk/1cZUxYhTONSRdaW8dJrjLST2OimUj1ERa7IORiZdxFLKiy8qtbZeSKpkBBfDtmb0COg9pXKaew",
-	"jKD+lTMgEnK4/wg1nbELmseympUTnuf2ztjaTWNs0Hg87hj2wewtMsqF/WvcieGqIGweF9wau69JN25r",
-	"Qx73yBJqhcV29cAnuCY3D4AnKF0cDoeQVeMaidvrBK6GKM8FiTFHoFQAjk+eAzdScz2yR2xBuihdRs0M",
-	"zVFw6x/HWJMaj7FeBRvLl7pi1fiKP1xHHhFtI4LKYgTBVBFJ6SpCZW7c+RRHDTMhVL97+H6QSG02zAO1",
-	"xkFZsUOBOXptMBSzGwZxjdr9EfgIAYfXdsAjX+UbcRzkGOpSmbpxZRb7xrgTj1DfR2CyTAe4Ff6JfBMx",
-	"0deHybgAbMAqo1k+F/Z8DA0qV+IQPQBCrIRpxRF773OaWQRhKQTbCRyfi0VujiyvDhn6BU1Dm5N9/tBj",
-	"omWKGbVkpOTj3VJZso+N4pD+W3AhqEnjcu57drRD2OJE5iKFGy2lRWCXbUw7JRTLrwvphIEZhdU9ctXV",
-	"zcw5T+ygOk9mVpGZyZR04+Msk8vYQT/W4cOEXVjQD9h4LSU0s0RwRdgH++IROdx/WNypw0IjJcmomrIj",
-	"ICEhAbW78kZUe3VH5PDgoBCCPA8A6nyhGL3UIKSQMJweaDoKMUC9nSbmfUOeeUJRwSPgs2UtKdJ1JQB7",
-	"dlCpSgZdig1OIsFj9Qyjd0Qe4RV7RZIkVAgJxAHr9duxyzrF2BegqA6MBe6lxDg3x2aC/BdLB7kgk4xP",
-	"Z+YI0C6UC4imK+1cMBKs8StLxwuK7Q9uqbgJZAcL489TmAh0iwgUi6giO6P+5+sxKssDodywK/yANYjx",
-	"JWoS4AvxLtlyViHAqZ1uoYvav4GIrhBdG2vWl5OW3ZmcbQ929gIgFVnelAurqIxI/He4xL/tDwb7w+Ew",
-	"Jl0vr+0Phz1kZ39HO+bfYpAARCFc2qX4+nRQSOuBJnFg+IyDJvSxyLMsXi+9BZYNl7cVGiqOT553os4V",
-	"U9r5XAbDwRBCXhZM0AXvjDoPB8PBQ8xKnIGZZm8G1bV/B5tek6v42ImFB8Nh2J4Ce0UABC4G5DECm5AB",
-	"dEKXXA/bz9POyBXy/h3ryoJwB0s4GA6xCx6wfPA41Ri9/Q0NV9vMWq5WOBh2GioHVFZdsVx1Ru/eRx2d",
-	"z+dUraBQ6hUTTGt70nSqXVcL3IzuvLef7gWhiI1H52sxOC5+oqQlhCy3rPyDAV1OQxwHQbPe+om5Ebaf",
-	"WCkAVc+q7pVoPBa3j80HEqx+Xqyq9WiAfu8KVEyQE1dnHZAHM/dQPnc9TyIgjYVzO/LqZa1y+wON1aXX",
-	"T/IUF/RFQA/mhozZR8OHn2G+V1DRl6arI2cC0T7WwAucKaSJbbpuu2a+DQGu9vecYWKPFf2Kp20BJ9A0",
-	"VE5I/PPTNRNPdZg41KcUlPhIwYt3AX8PxuIVmCnMmh0ZaWP16rGRjysGBLTP9X/RrQnR5SsuxPcfOXrA",
-	"tr6O/YLc6++bwa1piOK9vWoD6E9R53Cnr2ga9O8+HO5v/+StcGbc37FwxSEC5+aPfpLqgqcpA9/p4cEP",
-	"2784TudcFPYBhh03S0D7sWLZguKy/t4D0CtyVD3cYRLr6CN0aGjqUHMJsgxIWLFVSeLSrh4jASvqUOmF",
-	"lRaFXBaVqCzMQcwvWDcwDhiqPk+Ilhj6ixlMhBq3Xghjjgg1cs6tQLOCMtQuk3dBtWYaYkjGgk+i2mdh",
-	"/XtXSdQV6IlB9PovYndQpIOgF+wI2nELzlIXQLPW82CAOx+RYVztFjsWHoMChaFQcLzZFNUKlJNLg2ss",
-	"1TQGZSPEvrEA9OsNSGzPrThaOecGjPkQ0qXYlGuoPeEtYPZ/TS+PBQ37DWMrABBGF2gtjmv9a+NNrSIw",
-	"RK2xVwTax3w/0RHBqKX2DhJYW7wwSso58+w9Dnpb9H+xK3IBgFxow2hKus+fnv00FqmiE9PnzEz6zvvR",
-	"D/bSv2SrPn6IhcxRJi0uiJKUTyZMMWEK0yDp2qOKXLy6r6qvAGh86NTa4TvzNuHajqNldsXSXmA6PGg8",
-	"BOcSKv27KStaiS2xnZmFSZqBjjQiZc3dwChZVtsdCxpKAnAXzWV211/DQLvYJxGNRRgw86t/ikc5IJDi",
-	"1dRNLUz2j4t6LfFYuG3Vuq252X2jNQcwrX3VxqJsrEZ8X7Vu/fOWbm1NzOyxS96/HhOrtl15hlFhyJ4A",
-	"gn6U6erOBJNKb+1PVQ+zK0hxb0JY2KW5QTI6dg0fuhDbYRz9JBcsoblm1Q5OFgzA544gBEtdh7C2BbmP",
-	"9hq++BR1asb1bYPUX6+McBrGI+w2SvlJbSTNzHVGsa/DKf+BRZTh4fYvXknzk8wFTrG/wxQndJVJmp5J",
-	"+YIqTCw63H+0y350vlhA0b2XLOX0zKpnIEgdbECB0Ca9Oyr4UjbNCgJwtCCPKSqQAPNrR95NHfSjkAas",
-	"xN6ehB01upsaabhiTN7K6ypVoQEQzFWlwBVWqO6NvJHB7sASZvQNxL71BozmrOSuVzkGzjjBzq6p0r1A",
-	"pNi6I0BvVGLB8ollEI9gmX1nhKx0BoeTQvkBBLKu6wbnJQ1nqceQjp7j1GC288zam89GpJ1Xu7eR7Vel",
-	"FViloSur30IH4rLZ+yVbYbw+JYItYbUobdm/3KyWk5Ty+uegtE+Aso6sJAsSHA/L7eMOvb22LHijYDgf",
-	"XO6684wIJLZYHlt20nfhcQ292WPkmgHR/pqIbdQJTLZbvw5ehSvabH64czJT6j9ox7YyPspHqdW2Rs3y",
-	"mE8KRzS1BGUsrFymCxmp6OTq8zTqRu/Cyj0gcAYoA49Fzd6NADMgr9B7aUXT0v9rMd4vll74kAkE3zUI",
-	"u/GdVFRhQKlQ7MbpAjUYtd73UWctyCF4WlGR9y580lizovzEyatgSMPL4sIb1Ey2AsoG5peIsA80Mdj4",
-	"vB6JRkBqd+Foa8K65RoOtyFawn4yKjoluSdd341LuvYbaW8spIp8OhC8i8lUdi5SA6iu86ZFRSQM+qsC",
-	"3w00bKg6byIHg6n9AGkqLWVxC3wReCxr7ECxoIkTbaLyhwcHvQjzOyr+5rIdQIwe4nhAntJkVujwLobJ",
-	"95da03OPtiiboM6hxwaC0LqHwyEGYdhbsIt3yKiNz7XSFv6p07L1YHfbQBdtGLhycPAWjPeSrbAwIlzi",
-	"jpY6QIAfAWDvRzWBsb+kfhIuoI11vm7AliIUAFDRKyqeu//BrYSfX6JuIKseyMtwKivNQs7zjairVNN2",
-	"zw+6DZsN2Dy1HKfFfL2GEnak13aq66r8IDbsbLbGzIzNZus7QQDfNKEF7heu8xhWVP3qjd/2KGCvoZfF",
-	"/gmp9I0MG/P7C+qMgZIQKOHDezeAFzkWBXvE3g2lBe7Qc2sfXQP6lZ0A3xyQGCxjPjgRrcHevheRuNLS",
-	"ILZPMSN9LBqbQBhJ9kk3oRkTKVUYXaR7jWwBtvxaTe+JK5Q9ZnbiBvt3OXGb3GzvFtRzjI7+o+PCcAdc",
-	"eCzFJOOYyvUlrSzbPnbmWquMPBWGm9VdYTsCmcPcdYwPGAt6RVvZSxt+k2oIWCm1ueqxwMzWeczPzHjk",
-	"uj+qvwHQo6BHVmtrNhCIixZmXd+DtZolRlOrChhZr1imexhXWetoFf/h0eq6xss7gNKfmWkD0RbJCAsJ",
-	"A8u6loiCTYewHuvCq6k1bgfhir7XO0RyL1whhSD7+cgFRPtXLhlbuAQoaAy6IWBgN5Qha42OxmKnTkfU",
-	"pQH5SaF6sRRsVAnVnFEzFhBrjaGXLkthygykYMDw3i6BAZx6QI59J1TQiUH/JhmjVwxVXdcerwxq1IRe",
-	"yKswvcVbaaVyHwbKMjUuV0wqjKMbiyK1rEw1Kb3lgeOwiYVD6Zp75eBYHOczq3Mb6JpvbiXV9KujMn9K",
-	"5o3IdjPKuMbai5y2LSpkiayYfabYlby0UCVYmUISEcGWQctln+OFCbH61tSvAZ/t6o4X/Be7g69EM8Xt",
-	"7KKc2qv4Jjm0aLM+EjtAkQLW71WA2KwtF36xIhoecsxMrgQaWxFZguhrPQMjsshWYEi9DyzC1SHg3RNn",
-	"xMG/jHobzp228UnvXXWK7hGJg2JtIOBhmjWeNDbo+MZQ74Sh3qVG69D+Jljfzhz3Pl6y1SfE6ow1Vfk7",
-	"BX5YlKXzRl3vmXBZskQbubC6YsIWBuvZueA6+w341cci47pMQ3d8FjzNmoEf8UpeQm5UwYNhvsLVdYgB",
-	"hfdBJnCTAZmo4Othc7S1nQJS42Cx39jVOvDisd4SeG/MsrZLPr+wleNuDRiSp3xztD1KjU5brEqII7Kc",
-	"SdKNoSB33IswchP+5pBCHGPyn32EblPMBYyxvIZTdyl60U2h60RF8Z17kzhh11+LvGk3s4u4iWUlmHDl",
-	"8b4h8joi07TaWSDEZICZ+5M813Fzx5QYcPPKJfh4GwK4eyVu5C0lwyOyyHLw62Nkg5GGZsWYzpTTxWpm",
-	"LiwfMBeC7ntY6MGyNAh4c7okThZhxLy8YspXIIHznctcGJLmLIg/q7bjRbb6+M0/w4CE2K1XqmkEO4WN",
-	"4gIjnNDPf45/upndXzhv5Bv6xYNiyKo3Kiwv1tWGZxlRuRBcTHu+MNrNKZNUQY2WVjKFaTuv1fRbvtFX",
-	"Ql3WE5RczaGm9KSNZCZotXenBMflO/fBTvu5nEaWcz3Gid/CvF8JWw72tAtzruSaf2POLUahyimFETcV",
-	"yP2S5qEFU1oKEIwTKqAMOzBbZCpLdlHsAY1IGOo9IjGWJ4/HQjGa6qKoGNbyLZw1kH1OtV5KlYJxCaO4",
-	"wbpEsUqdnmF0u8ZqOnZAkyvBUojaYHPKs6IwRpDLVYZv/HB/JqoAKe7JThXM8GWMVeEW21w6ART/WwVn",
-	"XBft/02iOe7OflW52hvTpy2cee8jTzcas57A77rSEg1gDao0CkRsrnwjhHtx7OAa6vi+i8GpsmKuCe7y",
-	"m+WpAezwkO8K7KLPFSS0ESqGX4oSfwOwlhieu4KuezNwBhfdqttgYNfOXnJ8ve4Q9xZ7SAOkC113oLuI",
-	"WWf0uKVVAOp/4c7GAqXDsjE7xPUYKXttJs6fcb9fiTIFu9lFjcJ7+4bKLfrT1EOFx2H3w+ewN7TpTsdp",
-	"qkkMBro4CAUrqv5jobuw3ErRcjUXhmf2W8OzmHQvVmPhK6jZUYIumc6L4Wx61SYHvYhIQaqOPuf/G4zF",
-	"Y1fEF+yW1cp+Gu2t2tcd8YFtKZG58TNDcUGFu+hhXhuWY9aMuWp+3BISeOGIcFPvGWzX4rY4IGDsD0JZ",
-	"IXyQaili1A2dsTYsxllNs7bzz1yMXnC83cODg7Eo6mJB3rRimK1NErqAUn52ob32rIAwFjEaW+VTtEgF",
-	"vvxjRdSbMkMOW4pVgHgNROCe1EYY+8sojLitFgEF8BOStiA9ooDLb4EL//6RgHDxzinTpcTIRT9f9FqI",
-	"c6X6qgPKNiln7yP8f6OO+NSpgQhhHq5GLdQ3VXKhCbQ4q5NKV8kIh8HSApsiII5QiKpGQEjlxSkYJqzm",
-	"48MhyHUqtaFHvqQXu6iduIFvkQ67RDrgYV0DUu9R+IdbbhX7gT/vLPW7WrM7JlnewuFxBsv6SoRzu5ld",
-	"ZHM43W9o1SKaGwcSHqXw7y/pyoCybkXOVCD7dn32Sq/w6Bfe84lUxEUZKI2FDawwTMMm3U405goqE3Tj",
-	"oDl33BuQkyLoAKVunc/dF0U2im9a5vO76AoqMbAPCWNh1Y9u0HYUslzD1FLt2x4JSfTMygeq74onItez",
-	"w9aHHAWdUQ8PDnwtflzvWLQL3t2NZY3KmkaQRuOqNoxFWMqoMjEp2pjpd/z9wKlG9+e5OcN24vche9uh",
-	"v4zoDZtqkbwR+r85Z76l2oKF3bXTvx51bpFH9j7a/+3swvEFZIEq1KpvYlMVriqmCZeNUNpSBmPxFltA",
-	"Ob+vK9bm5HUunElCMexm2dAp6v58RAVl2UVKd6VGvzmFdnAK3QhkP5sTqPnah5+Ntn8DnTZ3zw3h5t40",
-	"PHuTd5Xf7SXXMoDVC55gz6CJy3rGRj8Z16aeIF20elnr89ItoB/ywiBJGhPFsPS3hvLXy4biyG7xZW3k",
-	"Oye1kNV8zzLcF8mc3oTmPnX6q0T3P3Pu9H1IY3ubo15f37tN6KuKft017PVbuOsmm1Bd2Icsnjrwf/Hw",
-	"iyp/bjQqnbqNaEJdXJcoVJuISHiNZtkqKNGzFI0mp2gsEqquqj5WO8wDfeQH90YnKRjWPinfITVjk1WM",
-	"7LIEY0Ul0ODUjbQ/QMU+iJ91i0+x1iz/LWfEVXAuNa17MsDcY8zslwuW3RSbVUTHlvfxzQbzZ+T6nng4",
-	"9L426duF7+99tP/bkiI+l1dOxUCQLBpMpzULOdbW9bRiTlcEk8hKWoKGZzNjYjOFuj+zy7Vicn0sbi6+",
-	"YmS8A1B9W5zPTYH1s9lf7jv6dhtp/wY+bfaXmtT3xxT1tr8bhOO2mm3imvFFF4TzQZWexu/e25eQAnMT",
-	"ES0DmjkWVVOOhdqVDxz5UTGK8SbrJptqtbn7sbrcs+D2RawuG2PqndXlq0TyP7XVZQ0v70IUmylpoANx",
-	"u+T1AgJig/4+S6tv4XdFpZ61EN6uVedKp3vvaCwoRs/e1nzTKlO9VtMzv59dRCu7sW+CVLP5Y2Jabjy0",
-	"+/mfbihVgS/IA1IQJo7dX5CLQIMZb5FwoRkIUa7GGzR9mVGX9aHn2IR8AkVxSDeGxRRN0Xky6x1BWCO0",
-	"KxbYJMuK1j7E9xY5JPW0EVJmjWBaMdSraoBeLNzcDrp3aK73c7R55txzwIlGnHklyysLj+0bEq0hUQW8",
-	"ixDyoHjhzVDpFhFneVN38zwzfJFx5htd6IynXEyrsVhd7LIUkTkXuWER9EuLSEpXvSDHIxpDNDVmZWCq",
-	"BfjdViRGhIxJV9kjZim06oEGuhmj2hBobuOi2SC6bCxwZiMlIqsPOuMaum02ZI04WyAlczlnwkSYoDIW",
-	"Mfuw4IppCILuSkViY7Ki0ViRzwKrmUttyF/txjRU1GIizAmB/bFsMiCnocTcwBf5xH43w349R4SWT+Sk",
-	"IGJF56Ea2UJzxZILXaSc7MI0saHtdroEv0dgb6WOSDXSpZN8jS7dg+vSDf+GffYuPtuooYtKdm9FkPOk",
-	"mfn6pOovnL5/VpMBbkIX10VbiKlqdShiQFZQYCugyxG2USsCv+AvsMFBCIJFaqjiRcUKIgbGolbPy6Mg",
-	"d4lnekC2FroqCls9tbP5hpdQfcT1EotTyrNVPKpk1M3zjELrBAwhc7QYB7P0DMIfXCYe7OPt2WNL3aCV",
-	"GNREkeqSKaJYIpWly5bY27OQC4a2Veyi5oaEzi73W3oLjGP26m5Vcut+vat2ea3GNTr9Jg41GWc9gNJa",
-	"AmhFjbUn+2XKby3ZxUzKy43VON+evrAyB/QoUYxAgJORpBu7j7GNRCkQHfnYJV60Qz05Pnv8jFTndhU6",
-	"ybOXx4/7b54dHzz6DjAoZRm/gl7/OB2fCpfY5Sp6uuJ82E7RkQlQg/hUUJOrsuYfrJqY1YJpWLZrSg81",
-	"mqG4X8oUv2IpSkMwBlNXYHCI//H29dnx+a9Pf3z2+vUv52+ePj59ehYfoXAEebkLDkRRSAFtouzsXEzP",
-	"gwrQIs8yDPoS0pT62GpA/skUn6yg4TxsdmXFRXt7uQHSGp6JnJB4nA+HDxMD/2MD/EvRJQSY4Y9xSXnc",
-	"/rAX53xBFVYNhoxOKw0ZSHczfM4c0Y6v9uH+wib0b/xhjoj5G06YC/4BJ4uu9t1vM+Z+io8Itm4kMktJ",
-	"bOIB9tpHa6dvwZzQZMagU2o3fmz/3X8shVEyGxEh+1BYKu7dh1X0Z2Z+daB+jzTST9FCJR2+WHHKXrOu",
-	"NWivHEhDznq2tPATFwdlPy/XZaG8M+poo6Bd71fX2vyOdFMUIfxNeDeqQ16HOgFtdi/qz1qE1U3aLylh",
-	"K33GTCBqDJsvgCq7b7DOY1iHACl4vZhylUq60qmW4Hd9QEuiWMqE4TSDfjq/WUnDUW4/rcjnF0yR7oTy",
-	"zEqI+DOQb6gEp7jPzL2gyaWcTCKSQ3b/wdCNpFjCOBLeZ2dnJwTby5IuUFC0WkGlWKQmLC2TwLDRH76I",
-	"zXZ1niRM6959FXJ2SP6kvJyvJH6uurGduokU7Mvf+TcZsJnseIJTHFi10PPnIzOWu+/W+xUbSN+q+esJ",
-	"TPaVoIfdzC44ASf8Z+n/unA37AEZ/96hA+z2bq8+0Taz8/hsW8UWjBpCx6Lr03XRZNsjC8rVEYkXUma1",
-	"Pq/uD1euxuXD4ueOSZmZ1IWR0mfKgsHSZcuCFO/TZUnXf+xz2nzymu+rDunHrv6O8+SoqX7gvTxWHxQr",
-	"TK4trB6KEd/8HBhSSzc6PEELjPdkm7RDf5nITNhUi+xsb+1bU9k/chnSBYJknRKEfGfvo/3f9XvDNgaT",
-	"FShwj/R+EzR+E3XagslaIOHaps2Mis/WY7U5KqxMyTsi8bjjuMG4MwLbThkdBuZn10SiXe0YkBdyyRTW",
-	"IUJHH2TnYQ8bp6ppIkXRmwLKpo2FT6Eui72hHZ2rsnwM1Eta4Ni+fQaYtcoqD8EupfLr7bmGqeVoRdtU",
-	"55Lzs0b1JMKxWM8ibI5Hu2d29UXi0TbRBx+P9lXSiT91PNruXO4aYWbctIaUHZGtAWSDlsgwC6DfQsPu",
-	"NjTMKQ8b48J2ivzSzISEHuK6MnCZBAFGQdRWUBsTOriMhYu0wDCP9HrF6pz49C366is0Ne0IoreRxe4t",
-	"pAq/hKieCnJQ4x5l7Ipl0XWDq8YiLCz57xBcVbvEamQVNFVpCku2IllQ8utCmpmLKLXv5FPnH6zEXW0M",
-	"thqLVhJykq+TkD9VoFQ1ROqrpUp/mDipgjZgOEVNEAtoG3zPklxZ+c/SNuzCfJybWWf07r2lYOjmR8pX",
-	"k4FkQjNvPiRdFwbw7Ozs5Pz4yZPTuGelrVxlnVFnZsxitLe3f/DXwXAwHOyPvh9+PwQC6RZVHxvM4aRr",
-	"OFO6Ry5ykYJyidZGSiaUZ7liZC5Tq2uRU5ZyTRZSZiTJqMbg0qJV4WvP5KXIVnZRgs5ZZ+Qk0k/RejGJ",
-	"KQZUYAqTgJr1BOKuHFlBjdNOMqcr4qsABibRYBarqDZPUjRRrwVbFD3JEwZkEex4kGeFjaSwi1TRXiqY",
-	"q+hnuz4fdhwgXaxjrHuEpq4LpNWQqWgu6k7D8DeKkteAuF7frrk6Fgm+WFXIYbAoV312fUknTC4ysBxs",
-	"asRFDYl9h529GBbiOvMFc1SbXaxPhc5fF2zjPA9RkCoTgXdTqkrN86oHODxmaDa6PgvUjSUzmaW1bLb1",
-	"mgh42gVEi7RAJGfLd/GGXPkiHMXsWE5lffbT1nIU6zUcyvqe5SqDKdqO0YLpTBqyoGY2IE9YwlOmLaMG",
-	"8zwFeLLTLqW6BNSYSkJnjKYuxCYXoMKFFzdjyWXDTGvxl+AIwOjLagx5Uc6UgPhRjR2r7Ami8tZmqjZ+",
-	"hFNzIY1WWikai1bHDe/Dh5s1H1cliiJqCKEo/POZnJaCXd1dHMxXeEDXJzxO6QKiPT2N1+W5gSffAX4G",
-	"6ispjFkgo4WkseAR63M8YzQzswganXDBHLE9UXJuoSAv3EUD8koSy4SZMHwNwgoJSXc+vf/0/wMAAP//",
+	"7L35cxs3mgD6r6C4W2Vyt0lRspxJqJqaVWwn8YsPjSxvajf0U0PdIIlVE2AAtGiOn//3V/g+oBt9UdRl",
+	"Zzz+JbHY3Ti/+/zYS+RyJQUTRvcmH3sLRlOm4J9/z6Whq4wKNvyNKsHF3P6aMp0ovjJcit6k95YZwgWJ",
+	"11SJmCxlysh6wQQxC0aSBUsuyVrmWUoW9IqRC8YESZngLD0imm40WS94siAZu2IZoSIlay5SuR71op5O",
+	"FmxJ7YRms2K9SU8bZVfw6VPUO6WGveRLbobw3+aqzhaMZPYRkTNYiuHzhWHaNKYifftYCkbW3Czg3YxR",
+	"bYhiS8rtnqOpMH5HWkrB4KFmZnBEpCDUbcjttn948MMg8tM2ZjMLaqZCsVmuWUq4If34IpPJJUvPqYkH",
+	"o6mobH0m1ZKa3qTHhfnusBf5s+DCsDlTtcM49UtuHsg7wY0u90SoaV9fXDvamOA4F0yP7rQyzUwb8CRS",
+	"pJrkwvAMFnT9MvDsNenPpCKU6IynXMynAr+M3Fh2t0muFBOGXOTJJTOEiVQPRuRN48q4IVyT+JQZtRke",
+	"zwxT8WQqiqH9mmaKMbtUO/Rc0TSnWbaJiJawcCZSe+n2oZtvSTfkghEj5VQwqrINsSsu8cJIsqJaHxFK",
+	"kozbhVrgIGtqx4hrZxcTjWdlgccoznSJZpou/ZgJFUTnScJYeitQKo+g+7KofewQtza93bLd001B5VPU",
+	"W1FFl8w4yvNUCi0z9k4zdULNorkY9wLJNVOEp3ZCbn9f2bejnqBLmCHtRT3F/si5YmlvYlTOwoX9u2Kz",
+	"3qT3b3slBdzDp3rvRQon8jRXWqq/50xtmot4s6J/5MzCmZaKzJRcwoGsFLviMtdkRefskSaxYB/MOb4V",
+	"Fyv9A8YsloqPK+e2pB9eMjG3298fHxxGvSUXxQ9RC1n8CQ66Y7HPP6ykMgQvY0SesRnNM6MtGMb/p6Xo",
+	"XJm7vl0PDufBpcCqflZUmPZbhEfd1ze3j+96gy9StlxJw0Sy+ZVtfgHu1s4wAIYfacLLL8gl20SEarjX",
+	"OHhwfsk2MZlxlqWk/709xP2D76ciWVBFEwvFlhjEx8P/JXT4DzIe/kBG5JxMyH+RYTyICONmwZQdmBJt",
+	"VJ6YXLF0iOPhjU5FP572pEqZGu4fPD58Mu3FxVJePD/7iaSKzgxZK26YJtwMiFTkgipG+nHwWTwYkZ/5",
+	"FYxoP0X+DjTf/olTAu9L+WzGgGJeso22NNHzqf7heOx4E1wTjlFeVHDGw1/ZpgIr7ANdrjL7Vm03vTYQ",
+	"/pVt2kHl+OSFXRbhKXLsmKex57JwSUIaoL6aJYqZQQdIXcLq7gRQQJU7kOyEzhnR/B+sC5lAKKmcT4qI",
+	"aHF8HFmc58t8CX+NAePdn630+o2at5/WGzXvRiup5nc9gxOmuEw7DuFHnmWWb67gJQuy8f/8z//8z/DV",
+	"qxjvbimFWVipsWQi7l1tqDKWS4fkCVim4+X4Xtfp4tOdSRXuAjeUUdF+lPZJ91la6fiuh3nG6LJ9bvuk",
+	"e27D6PKuc3dz2HdbOavlu3eb+5P9Wq+k0AxY/nG65KKQeuyQVjMRhgkQHOlqlfGE2sXtrZS8yNjyPy3b",
+	"ss92vG38CqeunbOUZEnFhtj9MG10oQxoRhLFUiYMp5meEHbF1IbEe1f7MZErpmBBhH1I2AokassCWHIJ",
+	"1DPDjViYJY58Re4jKwjKSyYsyU4CUcYS/b+/e3N2fH787NWL1+enx2fPz1++ePXirCB2mqkrpiIYVTE4",
+	"lMGIvJZmAbIq1SSVgh0RKyZupgKltYpw60VJJOiBvnetWnXqj4dmmVy7rXnxGIXb6oG1KnI3Vl6KaTM2",
+	"A20zpAhbNMY76CIUzy8UqI9KaZfW1IXrZ99FsDYShH9ywWZSMVwAF/NrBrfD/0hTd0afE2te0czKhiy1",
+	"UMzFFc14SrhY5eaIxEwpqXRMMm4vjtFkQeRsxgRoVCB0jHp25cgrUGjcsvibLbo6ql25YR/MXqKvqmPU",
+	"dIq3/414T72QpKxCKQUjGRcMMU6uPSL+P2/fvAZxetQiyTRJjNURUQRXcq1h80+lmGU8+ayXdiyIvPg/",
+	"lhhP4rgGmUoqYhEwGxCaKUbTDWEf7NXBQn+S6oKnKROflSgvKqSEZNQqzRYFE7likQU6agnoHORCbWmB",
+	"/dvR16EUVuMuAO21ND/JXHxWtvJaWn0rF2lEuEiyHGDfshl3A3JGqJCgCUg1h2We0E0maXom5Uuq5uxz",
+	"n7fjf+RCphvLwoyUJLMLgcW9ZeqKJ+ydoFeUZ/Qi++zr07gCS5atvJ+yhKeMCLkmfTaaj8gpS7llgGtB",
+	"cgFqDomTTGqWxsSKagPYxztBc7OQiv/j84oZr7jWFgRAT0urfBKWtVIyYVrbk30uDDebz0oZCFJwDwNg",
+	"jbpQjF5qi1iW5ePUROUZA4rhfmNWjV0yo3gCCGpxMpVMg052KeR6cGT/WQgoVmU1TLhN63xlySJLX7GU",
+	"0zMgpJ8XqgDa7cI0ChTAAp7iAoZ2QXgWHDcEdL+vGbOvXNkLlEIPjqYiTpmhPIuJlZE1WaM1D0dtSmhW",
+	"+rLLcWsEEXjFrfY8+dhbKUvHDEfROFGMGrAQV8xpKTVsaPiSNflP1OPpLlJ41MuoNudWyd82usgzh+4o",
+	"5jdmQ63gY/PBSrEZ/9Bub5lxpQ2pmkxQwrUafGTlIcUSORdcM6/nj9r2qtiVvLzjDoCpwGlzw5b6usN7",
+	"a1+337mBqFJ000OlxqtEv6P9Ec6mmKA4kii81to9VLb0vpgE2YadFSHlKQwAKJKm3J4szU4CyJnRTLOo",
+	"tMB8LIyNVkeRufH0tFze5Hd82HsPlxdCob/jbcfy2r5zh9Nc0g8v8IPHYPxwf+zXzjnq5YL/kTP32F5p",
+	"/eirp37dGaYtBici2BpECyAIpWkpcmYLroleWE4DkoYUCRh9vkLM/RPjW9TDO2knMBeMKuY07QmJ/1hd",
+	"nk/z8fhxwlP4P3N/Hj4mF1Sz7w5zlQX0CN+JR62GyntH82Ir3bD6kqOCV4Wx4vx2OkjHY1pOMvBSXIvm",
+	"7INBz0jzLGAR1dFad5Sn3DwXRrXwO5rgJdbv9DfPUS3/jAhIfLFhdDnCM45buQNNjFRtg0mypClzHjkq",
+	"5sWQXoeIIxJfss2kCjT2V2ezcU9AceqGlqhH2xV/C6NOFUAzTbkU0rcYRNDHmbKM2U/AqN2BWe5ko96H",
+	"4VwO3Y9WShqd0vUrK1TOWfh0qC/5aihXyDWGK8kFrBFoadRDG8TWJTszRcea4UY+75qRcF7rbYz8vO3w",
+	"xUsQI0aGUDZhYt5+v1LNOwgliNLnuLLGY6CVO/KFNpKDhnyE78hjTVQeq7tED3+V9bjZO1HzXmhNieNf",
+	"nN78SE2yeGpFGys0tAO2YjrPQC23l48ubaujkwv7MVgc0L8L2gQqBZdsBTAD3t8LZiV81ErBci4FezPr",
+	"TX7fvj1Y1ilM3vsU7ajKvK9sKjD/bZUFa+IJ2Kp3vs/KTBVpbd85qzrktfqluXm335M7kAYM4i3tvura",
+	"zV8ns/vhWxeHdsVjkSykekZbfF/P6MarMejlkqGXS6r5I00uKv4xjU4vCy2F8+/g++2uvxa76W5HgV+d",
+	"ynUbQgZPmyx5KXPRQjLfXDFF54zgc5LmLAKGlfAlzZwnm/SlmhMjDc3A9nlEpr3xtEdYptl6wRQbtBJV",
+	"NPAnLYf81D0BHzvOHB8RtlyZTRkVs8qoIAtqdXayUjxxlvTGNBBkwNJzCOzpCpwqLw9e14SmKUuthmqf",
+	"4k1X4s2cNcT5KvCmp6JxEOPgECK0ksMExBLzK0aoAXuhJdV+ZD9WYrfNUrJeyIyNyM+4LkW9spzQFTrF",
+	"7R9ofmQphi9NSCzx3nDX8VRQx8kxvIleyCtGYv+Ve8tHLazpBl1HO7Da6hBdx1ssjwd3t/WwRrtNj9fQ",
+	"yny7eHblZLoWbF+qHqwUTN/Lkp0Pe0fXdYRe4Ga0DyCDFIU9rlhVKxIUm91hgeD63TIho8shxhXaMygC",
+	"Ta5bRI0MF658FHKcr9u5nd21+nU3wKx+i5GnXwFVqWN+G72/EWsNzCyJtO/vl/DnJS/tNjTp0QSlPLi9",
+	"HhNzv7tJj2Y8Yb2G/QUHDQNGonZaJcGlnC+ZhT8wTvyRM8UxgrNxwQWfGbfibzXk6XrLRBhsVcVAmmU7",
+	"yEIv0t6n91G5yfLkSpy93jbikeL6Nz007xArEYKnXckWiGmXXJzXPCA7F1JmjAr7ZRkGfN1yXlrkOmWz",
+	"Hhiz54qmrfYroddMMYztkrlB30jk/CKeyj7SZEZ5BoHbAVIG6wJUbiGEbwQjzMr24BdtDXQG9kuRMUIc",
+	"yS4yCuzuraEm121Cil3odUO8su/Aha0yumk7HCvtUzggdMIRRlXGmfIh6z4UHLz9tXjA9mMCb/05KFrn",
+	"Lr6iPVgeBJQiBv5mMbU7UGezUNKYjF3LQc6KFz9FvfV9h/e3chl49RwAfXcYryGexyEHCQV8tiIjWmlO",
+	"ZdZiyYivOFszFRPFaKqPSEzTJRcxoZmWzqABZ86EJY6/9+BxL+rhZ8F85f6CqOX7ceKAYalVStnVSKzc",
+	"3reqdcExtdoZcBlusIpBc8up21O4uYPC7bgnV/q/LIsc+WdRzyLBWqq0N+klUimWmOFCKs2GF9QYDAPE",
+	"3bqrajDQ4jSLw/cbCyKtD54c1i+iap8KLOTFghpYY6QCmTDbYIzvgurFERHsCoK2TK4Eokg4sVOhiwjv",
+	"gzZP1x2v02+4WLob8pp7vA9jUIgcX9wa9LRTt3zx9g05PNj/C/GCIkkcaywDmd+9fQZnaMHOfvP//n48",
+	"/N/3Hx9/+vc2JH5GebZ5B7bMxhGmbTaEY/Lu7ClJS0sCysJREUY7fPYsrq7oYHzw3XB/fzh+HHIJS1ta",
+	"pX3dxRNRx83tYrdpsiRf+cBcl/cC7N4uuZ/kyzyjVnvdTeOp3WCK7j27wraLe4aWhVZ3nRRDweYwdWGB",
+	"QLnfW3EPfxiNx7Wjg9+q1zmdph/3o/2DT/3pdIR/fPdp8LfW262kO4TSORiyA/6R6KtehD+28Y6fKM9e",
+	"OdmmxSpNHbeFsIr1gmcsFOEw7IVrkgvFaLKgFxmbgB8DGFom13oq+rOMzucsJbEXGuNBVIbHoDikyZPx",
+	"44jEmUxoFjtTpkbrJhWEi6GLUZkKDG9VEO6eIjhAygAEazzSRC+oAigCswYKgdPwROzyLDuBBVhObuds",
+	"PxzOsvS5UrKFr0KIV/PUIEpjRc3Cw3EZfei+35B+DKvSv4/fj1BstSfirbw+IQnCOVrlmaVzUbTmKIZA",
+	"jWssP2iDbDDgtPvCrlqhgoExhhu0+YQ2qtAeBbFRQhriXI1oE8roSrN00C7K3t5pXUNJrflcsJRcbILI",
+	"5Y6TvLGdRjHqYoBu45++mwVEmJogcSvHTcOK4bbkJ6i5jh0kdMLOjsJWFbzKg99BlixOvA6Km6jIbaR5",
+	"yg3J5Lwm3jypizfb7qDNrFFYXNvhvMKtths69rfeaQPNkPGhWRbwRpP+6U9PyePHj3+IPF+c5SZXLALN",
+	"kQtCyYZRNTgijh1MMDegYJZ+B0WKasUlULOu7g5cXRDVCTP3Idgh4friIt0vjGaYx9Ll42pHixb6URfm",
+	"qSn5WMpWTKRWMPRCxcdpbyW1mSump70Jmfbk5bQXkWlPWa6MP+VlyOy09yl0Ijd94Nd4uTWaRqw+4/no",
+	"Jdx4GZT7/jo4cWO0HeOL1lCohGYZU8NkITUThEPY6owjMS9FKWfTDAVjOvzH8fB/x8Mf3pf/HJ1P/mv4",
+	"/uM42j/4S7vIXDMjtiSErBg1EE0NEVr9FYZQR+TgkCxkrvSgkGdMEWlohRnNpSB0Ti2OitQbSnURnrqU",
+	"CsO4qsI9Hf6jXPj30f7B9+0LB7NF5W4a1uv3XZ+dWvRoHn3DsgYeaYDqZrxZR6BB5pd1rckFzDQwz3Wv",
+	"/4Zv1UELp4qQz7mR2uAsNPO1qiLaox3kX9QPIYyXebiTyHwa1A5CgQrzl3Z6XzNzMxHFqW07DH7vVxgV",
+	"mas5CuvldoOttF60P8OtUkkD6j1TLwLLweVGg3SvwGrk7uk7kDFaXC7+OKwMkJsW30rWnu/mJI9Gstst",
+	"HCk3EbTudHuFDFC7uc67acE//P0IbPcaK1mgCmHJLqGkj5NE7jgGZEW52t3CD+tpxo/U5YdXVvtqs1S8",
+	"gtk18S5wLpzJwhIIK0oFXg8qNg6Y+qDNQf6FyDaDETmzItnSjeVTiQT4LMEbLjUD3Q8UGAsITttGpTEK",
+	"f3IBBlAqBjI/tYHFgK94LTw4XzGlrD59VOjz4H3YEEwC8qaWIvF+KsATcXhwAHVGKFlyrVcsM8GraFR0",
+	"R+EUbI8Zv/cg9hU4/U5Xg/C37V7aQq8jdyMniic3VUB2CxCwqOdMT/VYgQuqGZw/e2Cs9C7lVbHLnRya",
+	"3mKFXs1KZrkdqBAs7f6RyNXjLkbdON7p98ZFtuE8XlWnPZJnm22mwdK612oldGWFnJ4D+6raMqfCGzNl",
+	"ljJtUDQr6lqspboEE3kiVYoFksDdxCHzX3Nt0R0mHpHjqbDjFohOQFImmq6J8B6cYqQJoOIVzXIGeW1B",
+	"mZapgA8f6RF5IVqKDWChJKqNmwDS4lK6KQylWpIZVaSf8SsWTQX7I6cZlFWRaj6yaBwPRuR5GZ3kZc0F",
+	"1egyK7a7Yc5EthOyBoblNkfptSaVbWPDsIUcZOXX3RXC2re1dVkh+H7G6kKKUubWPT9fKya0mltjJmZS",
+	"JSxGT6aL9fkjl4YekVgvaCrXsaO67o2LHHijVEaTOHByxkfecYo2WJ9a5rytoXfRTdqLejhDD32yrdrC",
+	"a5eyUZeZFvmSiqFiNLVaYGG23OZjahu9VMXbAu+0VB7nrUYONY7AZgqx3y7gCLHFYukuqSBvEByrlMhZ",
+	"RM4pxFqeO0dJk4Lfyq06mzEwpp1nHQLQWWlbx1fIkqm5EyvQfuN5uQvbC21RYJD1Zs+pQMrpIvpc/GDf",
+	"XtMQBZHdMb6QnOpItXPO0Jb94jKLfflqZpVjGN15pTeJ3+jMTbKL1PkFVoTrto1D4T9LBh6F16NBnqWp",
+	"92ItMYuBitIu124Xh1ovO1pKU67Pc5W1n3TKUp5YqHWOm3enL8skM++aJUuqL1nq41r5jAgp2v0Q+Sq9",
+	"MQ6s2cVCyku/yN0TnFzFGwdJLchURGZUb6k6ZXhGURuy14zfwRbbSPkbNb95rIFFGm+zcomRx8mSkRcC",
+	"DMh43ZYsNfXFduq0m0DYCCKvxLvt3wqbr0VFHeLebutELKzE4nkuFeDmLtmgLejqRnSXcm+4tu11wLV3",
+	"py9boH+rmo2vwofXoUUHaN6Hld0yyS9uY8d6Y8nihuac2B5OHBHnbrX/Km4tBj05biJU7AtooiRfeBGL",
+	"AkqWeTbtfu2YeTN8vD1m3YSr3Qpz/okwpQE9J0Vke11yrbq/ykCX9iiXmnl+PPzh/cfDT8P++Pf94Q/v",
+	"/7/938fDg/eDVvv8iTusu4fmzSjPzne59iKw41aE/Y7C1q4WtG2Gs4hoKM9Rkf2auYx1wtSZVy5l1pFw",
+	"Dja03RnUifugaVkJxHdvmStUFG9PwNQg0aKi3Eqi2sIaSrnIXUcIPe5Ayu3fTPCxAH1zyScAXh+FA8KQ",
+	"lXVK6Pv9Nob14pv98Xh8/WdWLIcLLEA1tFk6qeykTQT7TAi4I/0vEW0rC3Cv3ZALeJTZES3s21W5zf/r",
+	"rlhWw5NdYL68pi7wvQ/pCOj6FxePXBHRHeSjewDlO4DojvK/B9YGeT1lq4wmLuQM8g/B4zG6LVxfD833",
+	"yh1es7VnC0fIExRbyisootzCDVpFGbfy+rlYbd7uiiQZ1UVBI8eKpJrrqkDj8fI+YiZOggPaHfQuqL53",
+	"j0bprBnV83i3Boj79wrj9e74H/qfrnMs1nPRy4TA4DDKJbQiukvCb0m6Iqc/PSU/HD75S1EmIJVJvmTC",
+	"NHUVrBfWKgxh+cyd9x8EyH5qOOxuHlnUklbETca2CH4NK/rCmJWe7O39UfQQGaXsytdv03tYOQWnHOos",
+	"n+9cbQee+hVF22KZCj2mmaZfs8CVQXmkj7rpZG8vtjIj/gV/DrwtzkiS60oAtsX5hq398PsKXvdxpL9N",
+	"9vam07f/2RFPjoWOmucJ7mLUiROaZUECFhMp3GSQw2TfWlJB58xv66hQsfGpYjQNnOZYmbSS74RlwKIi",
+	"78l93uqROHPplp+x+NUWQ7ZhdPlIBwUL72617rZE75qRehsbba6Z6nRRFBXSfeSt2zb4uwItLizciGDO",
+	"FZHrOx9Kd1xzXQQMt3Ez7cbC1S3tuphR3VRlDm+klTgF5LmYc8GYywarXEuoJO2oIzVL6z2UWnITYawG",
+	"bLtM0Cn/d93lfYj6QGu+uKjvavbfWNT/891gc2suMfh+CLr/5mLTXoJNM0N4GQBSpA+4IqpmwZatPi/2",
+	"YcUV0ze02flScOX7Mr/IgpdFvrxwoUFABFpNrltST7Rn37ukXruihvXgbPi1WK1fSZAeEuy9Rk+D036/",
+	"5Wo7hIyK39S96qNlnHd4DS0LSr9wKDEg9a85QgIhwU/ObhoO+jO/YiQud42CmTGZz7SPMavpQprFEXpS",
+	"Bdaqiap7yfgMqs1YtriQuWqK5FWw6sgFqY2H0YEsmx3Vs0GoIUupDfkLSelGE7pgNB3tmNoRgmt1HWOC",
+	"wjPBF9xffyX7EVYjM5J8VyRAoqZeUTvHoyfRjTCg7q6ri1zuNMqiVxgGYaTsqpVwk0SiooKMb5TR37db",
+	"fDIeB7U620tIBSDSISpWbxKCN6ERiC/MAImPkEMHk343Pvx+PL5VYmuBzltycs7C4g1bVmuCblUupmHN",
+	"FCPLPDN8lXHwll0H3A9AM++B+hXHVCFyOHDbkXUEMt7OgNAZTNeVhHjTYk34/jkTaVuDtiTLtSV1QZpY",
+	"2e9ot+tyE0BJuVu6LhwZ9/WXKiNWdrDdRhJE7jUlvo7kjC1KHSQlPNKkCDfxgA8HZdEWI1B9gBZXVhPa",
+	"WcnBYPrO+28vsvUTVDq1YldUaGBYRQ0U6zUtHWxQdWe0ezI+hj1jk1DRBQk7Uh6Qy13ahjvi9gu7r7Il",
+	"96HE21N1AkepwDaK/AU6r5N8CV2tMC7gbhr/Q5SauhenYiWj7FZa9e0qs2C0VIbG0ab2+2R3tfozqb/N",
+	"w+s6jPtQS/8cdU1cO7cHVkvbtEYX/NE8RnblO0u3NES6gra3mxVzXTKqySsY6G8WiumFzEpmNHIlI97f",
+	"KCBBmlaVZ0NizeeCi/k5FmCPIasmzzLXYghzcxRbUnXpA5w1M4aLuW6l6HY4ahWA88WWbqO+zYprNQUF",
+	"VBKqoLVvbP6KQn0u+Ac0jEdX++63BftAiikCq3npVgr6dr/1L3YttNz3tqjgX14dPx2+/eX44Ml3mHC7",
+	"YB8GR4UV3NV5RS3Iq/KXbDMir33IBTYfxRIQviyra3X32/Mff3nz5tfzt8+fnj4/wx6Rwj53sUfQaQHa",
+	"OxnLCwbRVFiVwNUZd0oBluV6ZN/UmkuBUdXXxp63xuj+trDCNAIu5IKdvHl7xtKjIIDEewvcTtxKRztO",
+	"ed5Zb+1EMWxCYyeJIT4ODSFUEJqmiulaosws1wxU0KLSAJ2KTMrVBU0uI7JS/IoaFpGMi8shVFixUA0w",
+	"veaaQdWcVX6R8YS8OPFTWMifCiwCs5DaxCPyNofk94xfQSlJOJaEioRB0FAusvrKcoFW6KmoXfPxy5dv",
+	"fjs/OX3x38dnz/9qDykmfVxZaoU8uVoyYQYj8otVnd3ule+sCBVv3QW4qRIpBEuMjlxW8LPXb4liWmY5",
+	"ygwGQq5h5RurUE6FXkCWHx4fzWpZc739g7+MxqPxaN9CHiX+NP3pTMLJ3cAaawFjyS+QQa/bdMuewQq2",
+	"pJfMnh6BLufcDI4IJSsl0xzqu3sU8jcPObnbxQaMsa4hewuZijytft9N35+5c2wpVHMDAZEaYwW5Jvjv",
+	"F+o/puy7FyMM0rfPXPfzUWvaM/MlgppEHkwKOBpUvKyiMze+yyPGuV2LxHBS1zE1XyGixsfaewjAZ+c8",
+	"3TIo9KaOsEIhEkRN4oDY+8vBmFr7kKdxkScp082ONSR3bqSAvtfzpDWRCplcwuySLAs5Ozsh+EF48kL6",
+	"QpwJXTLS9y2nDVVzZiIimLGYRuBqI6iELXOzratEuD5/p9tX51bAUnLw4UO7yaozl8Ov0zvcwo6FUkHl",
+	"3Y3jjzs2kkHQCgAichjssaZ67h7qw93ad3fB4vsQfOuE4YvLwEEYclOtPn2Jkpa7esuyHFYW/N6FwlqB",
+	"xrnFSR/kH1fNygoDuogFsDTJh5Fu9f5DQMQ1zv/fisT/mvcfzZFxRGJ0Itp/LWSuXPQ8hMtbjqwzDiXO",
+	"UOfSRyQGpSv2VvxanaHAeI8zYMJ0DmUD7fi9yBXkQ93tfeeaO8xwrsR2W/XgRh2nsrxJMwd3EhSnDwso",
+	"TUU1rQ7uFtMMYp8prkfk+ALIZVGLHSuJIPnBTnw70cWHLAfSYQYKDEDufMAYbaHOXW1UNRDtWmb+TjUm",
+	"ri8K0oqYMs/SHzOZXLrWGV2FmmpJp9hQG67WJSCFRYex3nBRgHLH7W8vvHmPpTZFl4WLK4Tn2xfJdAfm",
+	"J9l+5KfMdwqpnTpdrVozBKzAlXJtuEhM4WQIaj1jufIycTKhK9Lfj8bj8QBFbmW1W0uUHHzGoHTEtfL/",
+	"Yd3B7QBQsYhfAw67Q0GXY0gay8FXTBUFDDB5W2yqpQt2tzBXoP+OmbFftT8i6im57qg4D7Xm0bsIzeAa",
+	"dACBKEK/q+vFf9uL6uiT8zA4fRO3C8p9DnUbhMDBtTvGa8hCW7OfEhHvhENKrh85D8jnxSTeXd04QieN",
+	"BO+QIjw9IhSFA2CpSKJa9bOicliHb4qsoWAQAmcbf3IuWyuUOUrojgYqJiCBvWAb6b3ddNUMrqi2QYFh",
+	"WoWysvhHjcPtttfr3V3QaITR5Z27ydxLpbJ2BGhCPvYLzRU3m7d2ZBcDD21Cj3Mf7NAAG59xColJpO/s",
+	"WcfPXr14fX725tfnr+NB0I3++OQF2ki7G46iDcbZbl0BCNgqcERYTnlYVnHAztVczGRziaUBAM1VEAQw",
+	"NExQYbBuiW/zOyJPc23kkin/iyZUX0L8levmmEou5lNhVe6ITHtLukHvqlTzPXvfe4A2emVZwutSIHfO",
+	"11dWOv3btEf6sdWSyN7V/h4GLnujrT0giCgu4nOZ89a6SGpcsJFYuAEEdYxoNQsl8/miFC3kzFXbOj55",
+	"MZqKqThbQO93jLb3Go/r9G6wZlEihVE0wXqs5GfprWkQCD+jCWoGlr5mmnAxFTE8ETTbs9dAV3yPrjjq",
+	"WnMmLFywFINEIIhNgBqpNoV1n2vsqg7vQd1JbaaCF90zuVVFabJg2CVApBlTsJl/+zfyFIpu4hnYbTBh",
+	"XBt0+8JzmCfeu9qPHYRyKYihl0yT+Nj1t4cfJ+RHbISLwAdQXLQyRX0IfKkA3fauBSNyNrGTDOHJf/xH",
+	"FQX+4z9In4krrqSAo76iikPJmRbMKJt624MeTKaCQAB6KvGkoBRS5HQ1qMBJBZ2DjppRgZuXaq6DMHXQ",
+	"zGH3TgckXq8dkd+cGaZtJZXscYulFlw4dNtPR3avVNitlihs9wlIPBqN4kFEnJMV+VcJ4XZ5ex+lmn+y",
+	"wDG8ZBsdj8gLAwtjmRRzsA7DsSoMZ/KOHuwWPCE+vL9fxPfHIe74wH47Yr8Z3P8IabGOEFUiu3YdFa4R",
+	"xB87LUT9g5PcB1dFdkjvZ/FeLVSP3Y+h5XwAr5eZBP2WVIKa7WQA0HwMleug9p4VkS6FXAsHcL5O6+F4",
+	"/4hQxJai7ba9SoAee05AYD2kT4VgLNXB54+PHAUewtspUTI3DEvXpl7mQGcentkl22BaMF1CKVkxFa61",
+	"LVTlK16NgkkOYTvPabIIkM7XDmSbMj+jCF91d4zyqr1GaBcKtOXD0DMzXLKOSR+qAQpfV21pYZQJS/jc",
+	"Qa6ocs1GS4kicuhQJwZcE0ugULhwBSxL+yTpH5+8mAo8hSqLk6oCPEdVdDo9Pnt+/vLFqxdnceTdTuTJ",
+	"eCq8059QFz8HM7qOAINJ2TUPhSRuyoM9+MFh1SkzajM8nhmmYmQZ0PLA1UyzaFXeucWiDYlPqWHgmh7C",
+	"f+Mo/OnUmyTAVDYVlUeamZj0XazfoAhCxlN9RFJZkGIpruypSaGRLLqmcA6r9EoKDSZ27xqD9gP9+KkU",
+	"hgkzPNus2ARCUxwF3/s/LUU8GJF3iAwWr6BLAIanFvzjQqYbGFAxC5kekA/H40lRR45ronnGhMk2hM+F",
+	"VI6cWX0pXABReYZOFEc9S65hYRNZB4Upo+AcioqLQLu9KwGrVFJwM8Bm0WMZzgdWR5SuLQWrb96i1Qbo",
+	"yX/C385lYkXT8N0Pw/V6PbSS5DBXGROJTFkak/4aTH1JrjIyTGOimUj1ERbcIuRiY9xFrKjSrFhl5Aq3",
+	"QVMeO+ZgRI6D+pspp7CMoAanc2IScrj/BK2tU5e4h6W9Kye8zO2dscZNY3zydDrtGfbB7K0yyoX9a9qL",
+	"4aogdQ8X3Jk/qEm/cjDuOR7ewKkfsV098Amuye2T8AhKF4fjMWT2agKnba8TuBqiPBckxjzF0gh5fPIC",
+	"uJFa6ok9YgvSRflUahboEoNb/zjFvhh4jPVOHFhC3TXMwFf84TryiGgbETRYRxDQHaH1Diyj096nOGqZ",
+	"CaH698fvR4nUZss80O8EFBU7FLjEG4OhmN0yCAeaVRyBj1J0eG0HPPKdRhDHQY6hLp26H1dmsW9Me/EE",
+	"fQ4ITJbpALfCP5FvIib6GnUZF4ANWOk8y5fCno+hQfVsHGIAQIjVuK04Yu99STOLICyFgH+B43Oxys2R",
+	"5dUhQ7+gaej3ss8fe0y0TDGjaMD1fLxfKkv2sVEcSpAUXAjq4rm6PwM72iFscSZzkcKNltIisMsupp0S",
+	"ii1ghHTCwILC6p64Di9m4QI47KA6TxZWkVnIlPTj4yyT69hBP9YCxqIhsKAfsPlrSmhmieCGsA/2xSNy",
+	"uP+4uFOHhUZKklE1Z0dAQkICanflHbn26o7I4cFBIQR5HgDU+UIxeqlBSCFhSh/QdBRigHo7TczHp3jm",
+	"CYWNj4DPlvUsSd+VIR7YQaUqGXQpNjiJBI/VM4zBEXmCV+wVSZJQISQQB+wZZMcueyVgb6KiQwE22ZES",
+	"Y+2Tin0XRGS0Gs8yPl+YI0C7UC4gmm60CwOREBGwsXS8oNj+4NaKm0B2sDD+IoWJQLeIQLGIKrIz6n++",
+	"JrSyPBBaHrjiU9gHAV+iJgG+EO+SsW8VApza6Ra66D8QiOgK0bW1b045adkh0vkXYWcvAVKR5c25sIrK",
+	"hMR/g0v86/5otD8ej2PS9/La/ng8QHb2N/Sl/jUGCUAUwqVdiq+RC8U8H2kSB85XUB55sgBOI/Isi5vl",
+	"P8Gy4XLHQ0PF8cmLXtS7Ykq7uI/ReDQGw/aKCbrivUnv8Wg8eoyVERZgptlbQIePf4BfsS1c7diJhQfj",
+	"cdgiC/tVAQSuRsQ5E4QMoBM69XvYfpH2Jq6ZyD+wtj0Id7CEg/EYO/ECy4eolxqjt7+h0eo6k5brVwKG",
+	"nZbqRZVVVyxXvcnv76OezpdLqjZQrP2KCaa1PWk6166zFm5G997bT/eCdIjWo/P1oBwXP1HSEkKWW1b+",
+	"wYAupyGWlKBJr3liboTrT6wUgKpnVY+MaD0Wt4/tBxKsflmsqvNogH7vClRMkBPX6wWQB6sHoHzu+q5F",
+	"QBqLALvIq5e17jGPNHa4aJ7kKS7oi4AezA1VO56MH3+G+V5DVwGabo6cCUT7eEcvcKaQqr7tuu2a+XUI",
+	"cLW/5wwTe2iY6Lxw57kAWh3//Lxh4qkOE4f6lIIyYylEEl3A36OpeA1mCtOwIyNtrF49NhN0BQmB9rke",
+	"dLqzKEv5inPr/T3HKJxrX8eehe719+3g1jZE8Z6vnIirtkBzuNNXNPUt1eGT/es/eSecGfcfWDzrEIFz",
+	"+0c/SXXB05SBb/nw4IfrvzhOl1wU9gGGXb9LQPuxYtmCAvf+3gPQK+pkeLjDQhqTj9Alqq1L3iXIMiBh",
+	"xVYliUu7eowErKiFqVdWWhRyXVTDLFxaYN1A5wx0npgRLQMP05JQ49YLXpOIUCOX3Ao0G2iF4aqJrKjW",
+	"TEMc61TwWVT7LOzB46qZuyKBMYhe/0nsDoqUVIzEOSLUucFcEG+j79IIdz4h47jasX4qPAYFCkOh4Hiz",
+	"KaoVKCeXBtdYqnkMykaIfVMB6DcYkdieW3G0cskNGPPBy6XYnGuof+UtYPZ/bS9PBYULGOL5YDsiEEZX",
+	"aC2Oaz30423tqjBMvrVfFdrHfE/zCcHI6e4uVtjfpDBKymUZiRH01xr+alfkkhC40IbRlPRfPD/7aSpS",
+	"RWdmyJmZDZ33YxjsZXjJNkP8EJupoExaXBAlKZ/NmGLCFKZB0rdHFTknou/sowBofPh24/CdeZtwbcfR",
+	"Mrti6SAwHR60HoJzCZUxZikr2pmusaWqhUmagY40IWXd/8AoWVb8nwoaSgJwF+2l/puvYbB/7BOZpyIM",
+	"2v3NP8WjHBFIM2/r6BoWHIqLmnHxVLht1Tq+utl9s1cHMJ29XaeibO5KfG/Xfv3zjo6xbczsqSsgdDMm",
+	"Vm399gtGpiN7Agj6UaabexNMYIkFM6p6l11RrAcTwtzcGuoyNiWjY9d0qg/xpcaHEVywhOaaVbtIWjCA",
+	"uD8EIVhqE8K6FuQ+2mv54lPUqxnXrxuk/nplhNMwJnK3UcpPaiNpZm4yin0dTvlPLKKMD6//4rU0P8lc",
+	"4BT7O0xxQjeZpOmZlC+pwuTmw/0nu+xH56sVFP59xVJOz6x6BoLUwRYUCG3Su6OCL6fXriAARwtyqaMC",
+	"CbDGx8S7qYOeWNKAldjbk7CrV39bMy9XENJbeV21TDQAgrmqFLjCLhmDiTcy2B1Ywoy+gdi3/4LRnJWc",
+	"MGEUhowXgp1dU6WDkkixfViA3qjEguUTSzEfwTKHzghZEEzkvdQFvGH2eN91pPWShrPUY0jHwHFqMNt5",
+	"Zu3NZxPSzavd28j2q9IKrNLQjdVvpfKp7z4jEHMGKRFsDatFacv+5Wa1nKSU1z8HpX0GlHViJVmQ4HjY",
+	"8gd36O21ZdE9BcP5BDfXIXBCILnW8lgXHgvFasDKBlbKc5Bwiqo1yDUDov01EduoF5hsr/06eBWuaLv5",
+	"4d7JTKn/oB3byvgoH6VW25q0y2O+MA2iqSUoU2HlMl3ISEU3eZ8rWjd6F1buEYEzQBl4Kmr2bgSYEXmN",
+	"3ksrmpb+X4vxfrH0wodMIPg2IOzWd1JRhQGlQrEbpwvUYNR630e9RpBD8LSiIu9d+MT1dkX5mZNXwZCG",
+	"l8WFN6iZbAOUDcwvEWEfaGKyDeTA1SLRMDbThaM1hHXLNRxuQ7SE/WRSdGt0T/q+I6h0LcDSwVRIFfmU",
+	"ZHgXE7ohDrQGUH3nTYuKSBj0VwW+G2gaVXXeRA4GU/sB0lRayuIW+CLwWNbYgWJBI0naRuUPDw4GEeaY",
+	"VvzNZUuiGD3E8Yg8p8mi0OFdDJPvcdnQc4+uUTZBnUOPDQSh9Q/HYwzCsLdgF++QURuf760t/FOnZevR",
+	"7raBPtowcOXg4C0Y7yXbYHFmuMQdLXWAAD8CwD6MagJjf0n9JFxAF+t804ItRSgAoKJXVDx3/5NbCT+/",
+	"RN1CVj2Ql+FUVpqFuiu3oq5Szbs9P+g2bDdg89RynA7zdQMl7Ehv7FQ3VflBbNjZbI3ZodvN1veCAL5x",
+	"Uwfcr1z3U6zq/tUbv+1RwF5DL4v9E8r5tDJsrDFUUGcMlIRACR/euwW8yLEo2CP2jyotcIeeW/voGtCv",
+	"7AT45ojEYBnzwYloDfb2vYjElbZKsX2KVXGmorURlZFkn/QTmjGRUoXRRXrQyhZgy2/U/IG4Qtnnbidu",
+	"sH+fE3fJzfZuQT3H6Og/Oy6Md8CFp1LMMo65Ul/SynLdx85ca5WR58Jws7kvbEcgc5jbxPiAsaBXtJO9",
+	"dOE3qYaAlVKbq2APzKzJY35mxiPXw1H9LYAeBX06O9vDgkBctFHt+z7w1Ux1mlpVwMh61VQ9wLjKWlfN",
+	"+E+PVjc1Xt4DlP7MTBeIdkhG2MwAWNaNRBRsfIg14VdeTa1nKVMxdyH/LpJ75Yo5BRVYynRDfOWSsZVL",
+	"gILm5FsCBnZDGdJotjgVO3VbpC4NyE8KHRSkYJNKqOaCmqmAWGsMvXRZCnNmIAUDhvd2CQzg1CNy7Lux",
+	"Bzm7GaNXDFVd16K3DGrUhF7IqzC9xVtppXIfBsoyNS5XzCV16qkoUsvKVJPSWx44DttYOJTPe1AOjgX6",
+	"PrM6t4Wu+QabUs2/OirzL8m8EdluRxkbrL3IabtGhSyRFbPPFLuSlxaqBCtTSCIi2LrI+C6rJmFCrL4z",
+	"9WvBZ7u64xX/lW2+Gs0Ut7OLcmqv4pvk0KHN+kjsAEUKWH9QAWK7tlz4xYpoeMgxM7kSaGxFZAmir/UC",
+	"jMgi24Ah9SGwCFeHgPdAnBEH/zLqbTh32sUnvXfVKbpHJA4KxoKAh2nWeNLYJOwbQ70XhnqfGq1D+9tg",
+	"fTdz3Pt4yTafEKsz1lZp+BT4YVEa1xt1vWfCZckSbeTK6ooJWxmsqeuC6+w34FefiozrMg3d8VnwNGsG",
+	"fsQreQm5UQUPhvkKV9chBhQ+BJnATQZkooKvh+3R1nYKSI2DxX5jV03gxWO9I/DemmVdL/n8yjaOu7Vg",
+	"SJ7y7dH2KDU6bbEqIU7IeiFJP4amIPEgwshN+JtDCnGMyX/2EbpNMRcwxvIaTt2l6EU3ha4TFQUAH0zi",
+	"hF1/LfKm3cwu4iaWlWDClej9hshNRKZptbtRiMkAMw8neTZxc8eUGHDzyjX4eFsCuAclbuQdbUsisspy",
+	"8OtjZAOU1yvGdKacPlZUdWH5gLkQdD/AQg+WpUHAm9MlcbIII+blFVO+Agmc71LmwpA0Z0H8mW/WiqF+",
+	"yFafvv3vMCAhduuVah7BTmGjuMAIJ/Tzn+Ofbmb3F84b+abC8agYsuqNCkuc9rXhWUZULgQX84GvsXd7",
+	"yiRVUKOlk0xh2s4bNf+Wb/SVUJdmgpKrOdSWnrSVzATtfu+V4Lh85yHYaT+X08hyrqc48TuY9ythy8Ge",
+	"dmHOlVzzb8y5wyhUOaUw4qYCuV/SPLRiSksBgnFCBbSCAWaLTGXNLoo9oBEJQ70nJMYWKfFUKEZTXRQV",
+	"w34ChbMGss+p1mupUjAuYRQ3WJcoVqnTC4xu11hNxw5ociVYClEbbEl5VhTGCHK5yvCNHx7ORBUgxQPZ",
+	"qYIZvoyxKtxil0sngOJ/quCMm6L9P0k0x/3ZrypXe2v6dA1n3vvI063GrGfwu660ZQVYgyqNAhGbK9+M",
+	"6UEcO7iGOr7vYnCqrJhrgrv8ZnlqATs85PsCu+hzBQlthYrxl6LE3wCsI4bnvqDrwQycwUV36jYY2LWz",
+	"lxxfrzvEvcUe0gDpStcd6C5i1hk97mgVgPpfuLOpQOmQFBVdIa7HSDnoMnH+jPv9SpQp2M0uahTe2zdU",
+	"7tCf5h4qPA67Hz6HvaFLdzpOU01iMNDFQShY0XkIC92F5VaKtu+5MDyz3xqexaR/sZkKX0HNjhJ0xnBe",
+	"DGfTqzZaGkREClJ19Dn/32gqnroivmC3rFb202hv1b7uiA9sS4nMjZ8Zigu6thgDzGvDcsyaMVfNj1tC",
+	"Ai8cEW5ct3tMhIaOncZvcUTA2B+EskL4INVSxKgbOmNtWIyzmmZt51+4GL3gePuHBwdTUdTFgrxpxTBb",
+	"G5rHGIkLHXRnBYSxiNHUKp+iQyrw5R8rot6cGXLYUawCxGsgAg+kNsLYX0ZhxG11CCiAn5C0hb10PFx+",
+	"C1z4548EhIt3Tpk+JUauhvlq0EGcK9VXHVB2STl7H+H/W3XE504NRAjzcDXpoL6pkitNoM1qnVS6SkY4",
+	"DJYW2BYBcYRCVDUCQiovTsEwYTUfHw5BblKpDT3yJb3YRe3EDXyLdNgl0gEP6waQ+oDCP9xyp9gP/Hln",
+	"qd/Vmt0xyfIODo8zWNZXIpzbzewim8PpfkOrDtHcOJDwKIV/f0lXBpR1K3KmAtm377NXBoVHv/Cez6Qi",
+	"LspAaSxsYIVhKsIBUDTmCioT9CGOwGdSDUbkpAg6QKlb50v3RZGN4hun+vwuuoFKDOxDwlhY9aMftD6H",
+	"LNcwtVT7tkdCEr2w8oEauuKJyPXssPUhJ0F39sODA1+LH9c7Fd2Cd39rWaOyphGk0biqDVMRljKqTEyK",
+	"Vqr6d/5+5FSjh/PcnGFvs4eQve3QX0b0hk11SN4I/d+cM99SbcHC7nr73Yw6d8gjex/t/3Z24fgCskAV",
+	"atU3sakKVxXThMtGKG0po6l4hy2gnN/XFWtz8joXziShGHbUbukU9XA+ooKy7CKlu1Kj35xCOziFbgWy",
+	"n80J1H7t489G27+BTpe755Zw82Aanr3J+8rv9pJrGcDqBU+wZ9DEZT1jo5+Ma1NPkC5avTT6vPQL6Ie8",
+	"MEiSxkQxLP2tofz1uqU4slt8WRv53kktZDU/sAz3RTKnt6G5T53+KtH9Xzl3+iGksb3tUa9vHtwm9FVF",
+	"v+4a9vot3HWbTagu7EMWTx34v3j4RZU/txqVTt1GtGtR7pkypqtIeI1m2SYo0bMWrSanaCoSqq6qPlY7",
+	"zCN95Af3RicpGNY+Kd8hNWOTVYzssgRjRSXQ4NSNtD9AxT6In/V96bHWLP8jZ8RVcC41rQcywDxgzOyX",
+	"C5bdFptVRMeW9/HNBvOvyPU98XDofWPStwvf3/to/3dNivhSXjkVA0GyaDCd1izkWFvX04ol3RBMIitp",
+	"CRqezYKJ7RTq4cwuN4rJ9bG4ufiKkfEeQPVdcT63BdbPZn956Ojb60j7N/Dpsr/UpL4/p6h3/btBOG6n",
+	"2SauGV90QTgfVelp/Pt7+xJSYG4iomVAM6eiasqxULvxgSM/KkYx3qRpsqlWm3sYq8sDC25fxOqyNabe",
+	"WV2+SiT/l7a6NPDyPkSxhZIGOhB3S14vISA26O+ztvoWfldU6mmE8PatOlc63QdHU0Exevau5ptOmeqN",
+	"mp/5/ewiWtmNfROk2s0fM9Nx46Hdz/90S6kKfEEekIIwcez+glwEGsx4i4QLzUCIcjXeoOnLgrqsD73E",
+	"JuQzKIpD+jEspmiKzpPF4AjCGqFdscAmWVa09iG+d8ghqaeNkDJrBNOKoV5VC/Ri4eZu0L1Hc72fo8sz",
+	"554DTrTizGtZXll4bN+QqIFEFfAuQsiD4oW3Q6U7RJzlbd3N88zwVcaZb3ShM55yMa/GYvWxy1JEllzk",
+	"hkXQLy0iKd0MghyPaArR1JiVgakW4HfbkBgRMiZ9ZY+YpdCqBxroZoxqQ6C5jYtmg+iyqcCZjZSIrD7o",
+	"jGvottmSNeJsgZQs5ZIJE2GCylTE7MOKK6YhCLovFYmNyYpGY0U+C6xmKbUhf7Eb01BRi4kwJwT2x7LZ",
+	"iJyGEnMLX+Qz+90C+/UcEVo+kbOCiBWdh2pkC80Vay50kXKyC9PEhrbX0yX4PQJ7K3VEqpUuneQNuvQA",
+	"rks3/Fv22bv4XEcNXVSyeyuCnCfNzNcnVX/h9P2zmgxwG7rYFG0hpqrToYgBWUGBrYAuR9hGrQj8gr/A",
+	"BgchCBapoYoXFRuIGJiKWj0vj4LcJZ7pEbm20FVR2Oq5nc03vITqI66XWJxSnm3iSSWjbplnFFonYAiZ",
+	"o8U4mKVnEP7gMvFgH+/OnlrqBq3EoCaKVJdMEcUSqSxdtsTenoVcMbStYhc1NyR0dnnY0ltgHLNXd6eS",
+	"Ww/rXbXL6zSu0fk3cajNOOsBlNYSQCtqrD3ZL1N+a80uFlJebq3G+e70pZU5oEeJYgQCnIwk/dh9jG0k",
+	"SoHoyMcu8aId6snx2dNfSHVuV6GT/PLq+Onw7S/HB0++AwxKWcavoNc/TsfnwiV2uYqerjgftlN0ZALU",
+	"ID4X1OSqrPkHqyZms2Ialu2a0kONZijulzLFr1iK0hCMwdQVGBziv797c3Z8/tvzH3958+bX87fPn54+",
+	"P4uPUDiCvNwVB6IopIA2UXZ2LubnQQVokWcZBn0JaUp9bDMi/80Un22g4TxsdmPFRXt7uQHSGp6JnJF4",
+	"mo/HjxMD/2Mj/EvRNQSY4Y9xSXnc/rAX53JFFVYNhoxOKw0ZSHczfMkc0Y6v9uH+wib0b/1hToj5K06Y",
+	"C/4BJ4uu9t1vC+Z+io8Itm4kMktJbOIR9tpHa6dvwZzQZMGgU2o/fmr/PXwqhVEymxAhh1BYKh48hFX0",
+	"Z2Z+c6D+gDTST9FBJR2+WHHKXrOuNWivHEhLznq2tvATFwdlPy/XZaG8N+lpo6Bd71fX2vyedFMUIfxN",
+	"eDeqQ16HOgFtdi/qz1qE1U06LClhJ33GTCBqDFuugCq7b7DOY1iHACl4vZhylUq60qmW4Pd9QEuiWMqE",
+	"4TSDfjp/WEnDUW4/rciXF0yR/ozyzEqI+DOQb6gEp7jPzL2gyaWczSKSQ3b/wdiNpFjCOBLeX87OTgi2",
+	"lyV9oKBotYJKsUhNWFomgWGjP3wRm+3qPEmY1oOHKuTskPxZeTlfSfxcdWM7dRMp2Je/828yYDvZ8QSn",
+	"OLBqoecvQ2ZknqVD6EvfSV9+W0iCbTKhrzg06lrkykxAi3RmMp84Cd3yI8JBGRSpXA/C/l4LesWsxCUs",
+	"NXDm7pJCkfWCZygyUrCwxnpBU7lGBWpNlYjJUqZghFtDw3TXddrZ3AR2AxOuB4pT+HSEti33JhC9oxLf",
+	"oei0tluZipRuRuSYKLaC1LuybbbxrcV1kcIE5TDIU/uXJgr15oVPZUL7Fheu8zp1vdr9XnEpR6EaumJK",
+	"+6xwl/0KOkFEtASKvCE6V1ccKqhgz2/FtKHKjMixs97tR+PxmKTQSjUxREHdFcXIJVthK2bXN2YqnJrc",
+	"x2o1cy6YFXd/s3f0o4WFp3QVDybBDc1yBQ4Dl/hqR/UHwcVUSFcLXM4QAEgMSaNxyUI8fHCouuBBAwTj",
+	"hK5WLC3tm1Phnex4NdpAPixNzE2sCQ+uq5en9edV2Ms1njIsj90ulSLUfiPcTcL9FigQdoagSriT+rNp",
+	"81Zf262bt33zju28T2Cyr0TgsZvZRcqBE/5X6ei9cjfs4Rn/3qGn9/X9uz0Hyew8vn4CMlxCp6KQIzyH",
+	"WFGujki8kjKrde52f7gCZK7CAX7u1A6zkLpwO/naB+CCcvUPgP34AghehilZvE9HZmlQUMJVVHO+eTXX",
+	"jwI2Cd1PgVF6O7ZizibitJ+O/qJ4ghYYH8jbZIf+MrH2sKkOvmNv7Vub8D9zYekVgmSdEoR8Z++j/d/N",
+	"u323hgcXKPCA9H4bNH6TgbrCgzsg4cayb0bFZ+ua3R7nWyZZH5F42nPcYNqbgLW+jPcFh6JrC9StUIzI",
+	"S7lmCivLoTYM+dbYlcypttqqpb7bkFODfVGMsnwn6jJclQXBoALeCsf2DZHAUVHW7Ql2KZVfr9O6g9GK",
+	"RtguyMLPGtXTwq1OXc8Lb48wfmB29UUijLfRBx9h/FXSiX/pCOPdudwNAoe56QwSPiLXhgSPOmJ9LYB+",
+	"C/a932BfpzxsjfTdKZZXMxMS+qi0aAYho0EcblDtGHpyTYWLncPAvfRm5Ued+PQtnvYrdB7sCKJ3kcUe",
+	"LEgWv4Q4zQpyUOMeOafBDcNlpyIsFfzPEC5bu8RqrCy0yWpLNLEiWVDE8UKahcsRsO/kcxfxUYmk3Ro+",
+	"OxWdJOQkb5KQf6nQ12rQ61dLlf40ka8FbUCTek0QC2gbfM+SXFn5z9I27Kt/nJtFb/L7e0vBMHALKV9N",
+	"BpIJzbz5kPRdYNcvZ2cn58fPnp3GAytt5SrrTXoLY1aTvb39g7+MxqPxaH/y/fj7MRBIt6j62GAOJ33D",
+	"mdIDcpGLFJRLtDZSMqM8yxVzjkvvu1tJmZEkoxpdl0Xz2TeeyUuRbeyiBF2y3sRJpJ+iZnmgOXrjMClV",
+	"QBcSApG0jqygxmknWdIN8XVdA5NoMItVVNsn8S3GdS18jugF5CeJhAFZBDseZM5ia0DsC1g0DAzmKjqU",
+	"N+fDHjKkj5Xp9YDQ1Hl3rYZMRXubDhoGNFOUvEYEDVloy/Vl3y82FXIYLMrVE28u6YTJVQaWg22tFakh",
+	"se+ZthfDQlyv1WCOavui5lQYzuPCJ53nIQqSHyPwW0pV6WJRjekJjxnaRzdngUrgZCGztJaf3Kxyg6dd",
+	"QLRIC0RytnwXQc6VL6tUzI4Fspqzn3YWGGpW5SkrNperDKboOkYLpgtpyIqaxYg8YwlPmbaMGszzFODJ",
+	"TruW6hJQYy4JXTCauqBJ8Ovz8CjBzN8yUyOiHhwBGE9fzQoqClQTED+q/sPKniDOujFTtZUvnJoLUrfS",
+	"StEqujpueB/e5dh+XJW4uKglKK6IuMrkvBTs6gFAwXxFTEtzwuOUriB+39N4XZ4b+Ogd4GegvpLCmAUy",
+	"WkgaCx7RnOMXRjOziKB1FRfMEdsTJZcWCvLCXTQiryWxTJgJwxsQVkhIuvfp/af/PwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
