@@ -2,6 +2,7 @@
 import { useEffect, useState } from 'preact/hooks';
 import { api, ApiError, setCSRFToken, setOnSessionEnded, type Session } from './api';
 import { Allocation, Audit, Billing, Keys, Overview, Settings, Webhooks } from './pages';
+import { REPORT_PATH, ShadowReport } from './pages/ShadowReport';
 import { ErrorState, Loading } from './ui';
 
 const PAGES = [
@@ -12,6 +13,7 @@ const PAGES = [
   { path: 'billing', title: 'Billing export', Page: Billing },
   { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
   { path: 'settings', title: 'Mode', Page: Settings },
+  { path: REPORT_PATH, title: 'Shadow report', Page: ShadowReport },
 ];
 
 const BASE = '/console/';

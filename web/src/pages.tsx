@@ -5,6 +5,7 @@ import { dailySeries, formatNumber, formatTime, idError, parseLimit, periodOf, r
 import { errorFor, LimitsEditor } from './limits';
 import { ThrottleBanner } from './throttle';
 import { Confirm, Empty, ErrorState, Loading, PaceChart, UsageBar, useLoad } from './ui';
+import { ReportLink } from './pages/ShadowReport';
 
 type Props = { session: Session };
 
@@ -504,6 +505,7 @@ export function Settings({ session }: Props) {
       <div class="page-head"><h1>Enforcement mode</h1></div>
       <div class="panel">
         <p>Current mode: <strong data-testid="current-mode">{o.mode}</strong>. {MODE_HELP[o.mode]} All modes count usage.</p>
+        <p><ReportLink>See who enforcing would block</ReportLink>: the checks shadow and warn let through over a limit, per team, user and day.</p>
         {canEdit ? (
           <fieldset><legend>Switch the mode</legend>
             {MODES.map((m) => (
