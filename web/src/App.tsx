@@ -13,7 +13,7 @@ const PAGES = [
   { path: 'billing', title: 'Billing export', Page: Billing },
   { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
   { path: 'settings', title: 'Mode', Page: Settings },
-  { path: REPORT_PATH, title: 'Shadow report', Page: ShadowReport },
+  { path: REPORT_PATH, title: 'Shadow and warn report', Page: ShadowReport, inNav: false }, // linked from Mode
 ];
 
 const BASE = '/console/';
@@ -62,7 +62,7 @@ export function App() {
       <header class="top">
         <div class="brand">Quotaplane <span class="muted">console</span></div>
         <nav aria-label="Console">
-          {PAGES.map((p) => (
+          {PAGES.filter((p) => !('inNav' in p)).map((p) => (
             <a href={BASE + p.path} onClick={go(p.path)} aria-current={p === page ? 'page' : undefined}>{p.title}</a>
           ))}
         </nav>

@@ -53,16 +53,23 @@ export function ReportLink({ children }: { children: ComponentChildren }) {
 
 const short = (day: string) => new Date(day + 'T00:00:00Z').toLocaleDateString('en-GB', { day: 'numeric', month: 'short', timeZone: 'UTC' });
 
-function DayBars({ days, label, testid }: { days: { day: string; checks: number; units: number }[]; label: string; testid: string }) {
+function DayBars({ days, label, testid, axis }: { days: { day: string; checks: number; units: number }[]; label: string; testid: string; axis?: boolean }) {
   const peak = Math.max(1, ...days.map((d) => d.checks));
   const hit = days.filter((d) => d.checks > 0);
   return (
+    <div class="day-chart">
     <div class="day-bars" role="img" data-testid={testid}
       aria-label={`${label}: ${hit.length ? hit.map((d) => `${short(d.day)} ${formatNumber(d.checks)}`).join(', ') : 'no day'}`}>
       {days.map((d) => (
         <span class={d.checks ? 'day hit' : 'day'} title={`${short(d.day)}: ${formatNumber(d.checks)} checks, ${formatNumber(d.units)} units`}
           style={{ height: `${d.checks ? Math.max(8, (d.checks / peak) * 100) : 4}%` }} />
       ))}
+    </div>
+    {axis ? (
+      <div class="day-axis muted"><span>{short(days[0].day)}</span>
+        <span data-testid={`${testid}-list`}>{hit.length ? `Would have blocked on ${hit.map((d) => `${short(d.day)} (${formatNumber(d.checks)})`).join(', ')}` : ''}</span>
+        <span>{short(days[days.length - 1].day)}</span></div>
+    ) : <div class="day-axis muted">{hit.length === 1 ? `on ${short(hit[0].day)}` : `${hit.length} days, last ${short(hit[hit.length - 1].day)}`}</div>}
     </div>
   );
 }
@@ -101,13 +108,13 @@ export function ShadowReport({ session }: { session: Session }) {
             : <>Nothing would have been denied in {r.period}.</>}
         </p>
         {r.capped && <p class="warning" role="note" data-testid="report-capped">More than 1,000 distinct limits would have blocked checks; the rest are counted together as “other limits”, so the totals stay exact.</p>}
-        {r.checks > 0 && <><h2>Per day</h2><DayBars days={dayCounts(days, r.days)} label="Checks that would have been denied per day" testid="report-days" /></>}
+        {r.checks > 0 && <><h2>Per day</h2><DayBars days={dayCounts(days, r.days)} label="Checks that would have been denied per day" testid="report-days" axis /></>}
       </div>
       {r.rows.length === 0 ? <Empty>No team or user would have been blocked in this period.</Empty> : (
         <div class="table-wrap panel">
           <table data-testid="report-rows">
             <caption>Who enforcing would block, most checks first</caption>
-            <thead><tr><th scope="col">Limit</th><th scope="col">Checks denied</th><th class="num" scope="col">Units</th><th scope="col">Days</th></tr></thead>
+            <thead><tr><th scope="col">Limit</th><th scope="col">Checks enforce would deny</th><th class="num" scope="col">Units</th><th scope="col">Days</th></tr></thead>
             <tbody>
               {r.rows.map((x) => (
                 <tr data-testid={`report-row-${x.level}-${x.team ? x.team + '-' : ''}${x.id ?? 'other'}-${x.metric ?? ''}-${x.window ?? ''}`}>
