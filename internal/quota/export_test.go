@@ -57,3 +57,13 @@ func WouldBlockPending(e *Engine) int {
 	}
 	return n
 }
+
+// WouldBlockRecorder returns a function that counts reqs[i] as a check that b would
+// have denied, as Check does after such a decision (the calls are built beforehand).
+func WouldBlockRecorder(e *Engine, reqs []Request, b *Blocked) func(i int) {
+	calls := make([]*call, len(reqs))
+	for i := range reqs {
+		calls[i] = &call{req: reqs[i], org: reqs[i].Org, period: e.Period(reqs[i].AnchorDay), nowMs: e.Now().UnixMilli()}
+	}
+	return func(i int) { e.wb.record(calls[i], b) }
+}

@@ -3,7 +3,9 @@ package quota_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,4 +214,75 @@ func TestWouldBlockFlushOnClose(t *testing.T) {
 	if diff := cmp.Diff(want, byRow(rec)); diff != "" {
 		t.Errorf("record after Close (-want +got):\n%s", diff)
 	}
+}
+
+// BenchmarkWouldBlockPath compares, in one run, checks that pass (enforce, under the
+// limit: the path every allowed check takes, which only tests WouldBlock for nil) with
+// checks that would have been blocked (shadow, over the limit: each one also recorded
+// in the sharded in-process counters), from 64 goroutines through one engine. It
+// fails if the record disagrees with the answers.
+func BenchmarkWouldBlockPath(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		mode  quota.Mode
+		limit int64
+	}{{"allowed", quota.Enforce, 1 << 50}, {"would-block", quota.Shadow, 0}} {
+		b.Run(tc.name, func(b *testing.B) {
+			r := MustRig(b, "", quota.Config{})
+			org := testenv.ID(b, "org")
+			reqs := benchRequests(org, tc.limit)
+			for i := range reqs {
+				reqs[i].Mode = tc.mode
+			}
+			r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"})
+			var blocked atomic.Int64
+			var next atomic.Int64
+			b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := context.Background()
+				for pb.Next() {
+					res, err := r.e.Check(ctx, reqs[next.Add(1)%int64(len(reqs))])
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					if res.WouldBlock != nil {
+						blocked.Add(1)
+					}
+				}
+			})
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
+			var recorded int64
+			for _, c := range byRow(mustRecord(b, r, org)) {
+				recorded += c.Checks
+			}
+			if recorded != blocked.Load() {
+				b.Fatalf("recorded %d would-blocks, answered %d", recorded, blocked.Load())
+			}
+		})
+	}
+}
+
+// BenchmarkWouldBlockRecord is the in-process cost of recording one would-block (the
+// work a would-block check adds after its answer), from many goroutines over 8 orgs.
+func BenchmarkWouldBlockRecord(b *testing.B) {
+	r := MustRig(b, "", quota.Config{WouldBlockFlush: time.Hour})
+	reqs := benchRequests("org", 1)
+	for i := range reqs {
+		reqs[i].Org = fmt.Sprintf("org-%d", i%8)
+	}
+	blocked := &quota.Blocked{Level: quota.LevelUser, Window: quota.Minute}
+	record := quota.WouldBlockRecorder(r.e, reqs, blocked)
+	var next atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			record(int(next.Add(1) % int64(len(reqs))))
+		}
+	})
 }
