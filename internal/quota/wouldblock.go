@@ -217,9 +217,23 @@ func (e *Engine) FlushWouldBlock(ctx context.Context) error {
 			}
 		}
 	}
+	// Batches Redis has not confirmed go first, unchanged; an org's new counts follow
+	// only once its batch before them is confirmed: sequence numbers only rise.
+	var errs []error
+	send := func(o wbOrg, b *wbBatch) bool {
+		if err := wouldBlockScript.Run(ctx, e.rdb, b.keys, b.args...).Err(); err != nil {
+			errs = append(errs, fmt.Errorf("would-block record of %s %s: %w: %w", o.org, o.period, ErrUnavailable, err))
+			return false
+		}
+		delete(w.unacked, o)
+		return true
+	}
+	for o, b := range w.unacked {
+		send(o, b)
+	}
 	for o, p := range w.carry {
 		if w.unacked[o] != nil {
-			continue // sent after the batch before it is confirmed: sequence numbers only rise
+			continue
 		}
 		w.seq++
 		keys := make([]string, 2)
@@ -236,16 +250,10 @@ func (e *Engine) FlushWouldBlock(ctx context.Context) error {
 			n := p.counts[k]
 			args = append(args, k.Day, rowOf(k), n.Checks, n.Units)
 		}
-		w.unacked[o] = &wbBatch{keys: keys, args: args}
+		b := &wbBatch{keys: keys, args: args}
+		w.unacked[o] = b
 		delete(w.carry, o)
-	}
-	var errs []error
-	for o, b := range w.unacked {
-		if err := wouldBlockScript.Run(ctx, e.rdb, b.keys, b.args...).Err(); err != nil {
-			errs = append(errs, fmt.Errorf("would-block record of %s %s: %w: %w", o.org, o.period, ErrUnavailable, err))
-			continue
-		}
-		delete(w.unacked, o)
+		send(o, b)
 	}
 	return errors.Join(errs...)
 }
