@@ -39,6 +39,11 @@ type Counters interface {
 	DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 	// MonthUsage reads every counter of org in period.
 	MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+	// WouldBlockVersion reads the epoch and version of org's would-block record of
+	// period ("" and 0 when there is none).
+	WouldBlockVersion(ctx context.Context, org, period string) (string, int64, error)
+	// WouldBlock reads org's would-block record of period.
+	WouldBlock(ctx context.Context, org, period string) (quota.WouldBlockRecord, error)
 }
 
 // Route says where an org's live counters are, as the api's quota router sends its

@@ -61,7 +61,8 @@ type Flusher struct {
 	cfg       FlusherConfig
 	notifier  *thresholdNotifier
 	mu        sync.Mutex
-	needsFull map[string]bool // org|period
+	needsFull map[string]bool              // org|period
+	wbSeen    map[string]map[string]string // org -> period -> "epoch:version" of the would-block record last persisted
 }
 
 // NewFlusher returns a Flusher; Run it.
@@ -88,7 +89,7 @@ func NewFlusher(cfg FlusherConfig) *Flusher {
 		cfg.CacheEvents = 100_000
 	}
 	seen, _ := lru.New[string, struct{}](cfg.CacheEvents)
-	return &Flusher{cfg: cfg, needsFull: map[string]bool{},
+	return &Flusher{cfg: cfg, needsFull: map[string]bool{}, wbSeen: map[string]map[string]string{},
 		notifier: &thresholdNotifier{store: cfg.Store, queue: cfg.Queue, seen: seen, mSeen: cfg.CacheMetrics.For("billing_events"), util: cfg.Metrics.util,
 			limits: newLimitCache(cfg.Tenants, 10*time.Second, cfg.CacheOrgs, cfg.CacheMetrics.For("billing_limits"))}}
 }
@@ -218,6 +219,16 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now 
 			errs = append(errs, err)
 		}
 	}
+	// Would-block records of the same two periods; only those two are remembered.
+	seen := map[string]string{}
+	for _, per := range []quota.Period{prev, cur} {
+		if err := f.flushWouldBlock(ctx, cs, o.ID, per.ID, seen); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	f.mu.Lock()
+	f.wbSeen[o.ID] = seen
+	f.mu.Unlock()
 	return read, written, errors.Join(errs...)
 }
 

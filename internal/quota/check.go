@@ -44,6 +44,9 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 			err = e.hydrate(ctx, c.org, c.period)
 		}
 		if v == settled || err != nil {
+			if res.WouldBlock != nil && !res.Replayed && err == nil {
+				e.wb.record(c, res.WouldBlock)
+			}
 			e.putCall(c)
 			return res, err
 		}
@@ -115,6 +118,9 @@ func (e *Engine) checkBatch(ctx context.Context, reqs []Request, validate bool) 
 			switch v {
 			case settled:
 				results[it.i], errs[it.i] = res, err
+				if res.WouldBlock != nil && !res.Replayed && err == nil {
+					e.wb.record(it.c, res.WouldBlock)
+				}
 				continue
 			case resend:
 				pause, resent = max(pause, d), true

@@ -40,11 +40,14 @@ var (
 	hydrateSrc string
 	//go:embed scripts/drain.lua
 	drainSrc string
+	//go:embed scripts/wouldblock.lua
+	wouldBlockSrc string
 
-	checkScript       = redis.NewScript(checkSrc)
-	checkSHA      any = checkScript.Hash() // boxed once
-	hydrateScript     = redis.NewScript(hydrateSrc)
-	drainScript       = redis.NewScript(drainSrc)
+	checkScript          = redis.NewScript(checkSrc)
+	checkSHA         any = checkScript.Hash() // boxed once
+	hydrateScript        = redis.NewScript(hydrateSrc)
+	drainScript          = redis.NewScript(drainSrc)
+	wouldBlockScript     = redis.NewScript(wouldBlockSrc)
 )
 
 // Config tunes an Engine. The zero value is usable: every field has a default.
@@ -85,6 +88,14 @@ type Config struct {
 	KeyCacheSize int
 	// KeyCache is told of the key cache's hits, misses and evictions (metrics).
 	KeyCache cachemetrics.Hooks
+	// WouldBlockCap bounds the distinct rows (metric, level, id, window) of an org's
+	// would-block record in a period, in Redis and pending in this process; what
+	// would have been blocked beyond it is counted in the row LevelOther, so totals
+	// stay exact (default 1,000; wouldblock.go).
+	WouldBlockCap int
+	// WouldBlockFlush is how often the would-block counts gathered in process are
+	// added to Redis (default 1 s).
+	WouldBlockFlush time.Duration
 	// TracerProvider, when set, traces checks (trace.go): a span per Router check and
 	// per pipeline sent, linked to the checks it carries. Nil (the default) starts no
 	// span and costs a check nothing.
@@ -124,6 +135,12 @@ func (c *Config) setDefaults() error {
 	if c.KeyCacheSize <= 0 {
 		c.KeyCacheSize = 1 << 16
 	}
+	if c.WouldBlockCap <= 0 {
+		c.WouldBlockCap = 1000
+	}
+	if c.WouldBlockFlush <= 0 {
+		c.WouldBlockFlush = time.Second
+	}
 	return nil
 }
 
@@ -149,6 +166,7 @@ type Engine struct {
 	keys    *keyCache                  // an org's keys for a period, built and boxed once
 	periods [29]atomic.Pointer[Period] // the current period by anchor day (0 = 1)
 	ttlArg  any                        // idemTTL, boxed once
+	wb      *wouldBlocks               // would-block counts not yet in Redis
 	tracer  trace.Tracer               // nil when tracing is off
 }
 
@@ -195,6 +213,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 		closing: make(chan struct{}),
 		stopped: make(chan struct{}),
 		keys:    newKeyCache(cfg.KeyCacheSize, cfg.KeyCache),
+		wb:      newWouldBlocks(cfg.WouldBlockCap),
 	}
 	e.ttlArg = e.idemTTL
 	e.tracer = newTracer(cfg.TracerProvider)
@@ -203,14 +222,16 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = e.syncClock(ctx) // failure is retried by clockLoop
 	cancel()
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.clockLoop()
+	go e.wouldBlockLoop()
 	go e.loop()
 	return e, nil
 }
 
 // Close stops the batching loop and the clock sampler. Checks queued but not yet
-// sent fail with ErrClosed; a pipeline in flight completes first.
+// sent fail with ErrClosed; a pipeline in flight completes first. The would-block
+// counts gathered so far are flushed to Redis (within 2 s).
 func (e *Engine) Close() error {
 	e.closeOnce.Do(func() { close(e.closing) })
 	<-e.stopped

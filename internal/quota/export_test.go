@@ -33,3 +33,37 @@ func CheckKeys(prefix string, req Request, now time.Time) ([]string, error) {
 
 // KeyCacheLen is the number of entries in e's key cache.
 func KeyCacheLen(e *Engine) int { return e.keys.len() }
+
+// WouldBlockPending is the number of would-block rows e holds in memory for all orgs:
+// counted and not yet confirmed by Redis.
+func WouldBlockPending(e *Engine) int {
+	w := e.wb
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for i := range w.shards {
+		s := &w.shards[i]
+		s.mu.Lock()
+		for _, p := range s.orgs {
+			n += len(p.counts)
+		}
+		s.mu.Unlock()
+	}
+	for _, p := range w.carry {
+		n += len(p.counts)
+	}
+	for _, b := range w.unacked {
+		n += (len(b.args) - 4) / 4
+	}
+	return n
+}
+
+// WouldBlockRecorder returns a function that counts reqs[i] as a check that b would
+// have denied, as Check does after such a decision (the calls are built beforehand).
+func WouldBlockRecorder(e *Engine, reqs []Request, b *Blocked) func(i int) {
+	calls := make([]*call, len(reqs))
+	for i := range reqs {
+		calls[i] = &call{req: reqs[i], org: reqs[i].Org, period: e.Period(reqs[i].AnchorDay), nowMs: e.Now().UnixMilli()}
+	}
+	return func(i int) { e.wb.record(calls[i], b) }
+}

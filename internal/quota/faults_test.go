@@ -480,3 +480,38 @@ func TestCloseAndCancel(t *testing.T) {
 		t.Errorf("goroutines: %d before, %d after Close\n%s", before, after, buf[:runtime.Stack(buf, true)])
 	}
 }
+
+// A would-block batch whose reply is lost ran in Redis; the engine sends it again
+// unchanged, and the script applies its sequence number once: counted exactly once.
+func TestWouldBlockLostReplyCountedOnce(t *testing.T) {
+	t.Parallel()
+	proxy := startProxy(t, testenv.Redis(t).Options().Addr)
+	opt, err := quota.ClientOptions(testenv.RedisURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Addr = proxy.ln.Addr().String()
+	opt.ReadTimeout = 300 * time.Millisecond
+	r := MustRigOptions(t, opt, quota.Config{WouldBlockFlush: time.Hour})
+	ctx := context.Background()
+	org := testenv.ID(t, "org")
+	over := func() {
+		r.MustCheck(t, quota.Request{Org: org, Metric: "requests", Cost: 2, Mode: quota.Shadow,
+			Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1)}}})
+	}
+	over()
+	mustRecord(t, r, org) // the script is loaded: the lost batch below runs
+	over()
+	over()
+	proxy.dropReplies()
+	err = r.e.FlushWouldBlock(ctx)
+	proxy.passReplies()
+	if !errors.Is(err, quota.ErrUnavailable) {
+		t.Fatalf("flush behind a lost reply: err = %v, want ErrUnavailable", err)
+	}
+	over() // counted while the lost batch waits: it goes in the next batch
+	rec := mustRecord(t, r, org)
+	if got := byRow(rec)[wbRow{Metric: "requests", Level: quota.LevelOrg, Window: quota.Month}]; got != (quota.WouldBlockCount{Checks: 4, Units: 8}) {
+		t.Errorf("record after a lost reply and a re-send: %+v, want 4 checks of 8 units", got)
+	}
+}

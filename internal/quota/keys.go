@@ -16,6 +16,8 @@ import (
 //	<prefix>:{<org>}|w|<seconds>|<bucket> hash: sliding-window bucket, field per counter
 //	<prefix>:{<org>}|i|<idempotency key> string: '#', the first request's fingerprint
 //	                                     and its decision's reply, 24 h
+//	<prefix>:{<org>}|b|<period>          hash: would-block record (wouldblock.go, KEYS.md)
+//	<prefix>:{<org>}|s|<replica>         string: an engine's last would-block batch applied
 //
 // Counter fields: <metric>|o, <metric>|t|<team>, <metric>|u|<team>|<user>.
 

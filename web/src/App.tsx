@@ -8,6 +8,7 @@ import { Keys } from './pages/Keys';
 import { ModeSettings } from './pages/Mode';
 import { Overview } from './pages/Overview';
 import { Webhooks } from './pages/Webhooks';
+import { REPORT_PATH, ShadowReport } from './pages/ShadowReport';
 import { ErrorState, Loading } from './ui';
 
 const PAGES = [
@@ -18,6 +19,7 @@ const PAGES = [
   { path: 'billing', title: 'Billing export', Page: Billing },
   { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
   { path: 'settings', title: 'Mode', Page: ModeSettings },
+  { path: REPORT_PATH, title: 'Shadow and warn report', Page: ShadowReport, inNav: false }, // linked from Mode
 ];
 
 const BASE = '/console/';
@@ -68,7 +70,7 @@ export function App() {
       <header class="top">
         <div class="brand">Quotaplane <span class="muted">console</span></div>
         <nav aria-label="Console">
-          {PAGES.map((p) => (
+          {PAGES.filter((p) => !('inNav' in p)).map((p) => (
             <a href={BASE + p.path} onClick={go(p.path)} aria-current={p === page ? 'page' : undefined}>{p.title}</a>
           ))}
         </nav>

@@ -205,6 +205,30 @@ func (e Window) Valid() bool {
 	}
 }
 
+// Defines values for WouldBlockRowLevel.
+const (
+	WouldBlockRowLevelOrg   WouldBlockRowLevel = "org"
+	WouldBlockRowLevelOther WouldBlockRowLevel = "other"
+	WouldBlockRowLevelTeam  WouldBlockRowLevel = "team"
+	WouldBlockRowLevelUser  WouldBlockRowLevel = "user"
+)
+
+// Valid indicates whether the value is a known member of the WouldBlockRowLevel enum.
+func (e WouldBlockRowLevel) Valid() bool {
+	switch e {
+	case WouldBlockRowLevelOrg:
+		return true
+	case WouldBlockRowLevelOther:
+		return true
+	case WouldBlockRowLevelTeam:
+		return true
+	case WouldBlockRowLevelUser:
+		return true
+	default:
+		return false
+	}
+}
+
 // ApiKey defines model for ApiKey.
 type ApiKey struct {
 	CreatedAt time.Time `json:"created_at"`
@@ -1152,6 +1176,78 @@ type WindowUsage struct {
 	Window Window `json:"window"`
 }
 
+// WouldBlockDay defines model for WouldBlockDay.
+type WouldBlockDay struct {
+	// Checks Checks that enforce would have denied that day.
+	Checks int64 `json:"checks"`
+
+	// Day A UTC day, `YYYY-MM-DD`.
+	//
+	// Example: 2026-11-03
+	Day openapi_types.Date `json:"day"`
+
+	// Units Their units.
+	Units int64 `json:"units"`
+}
+
+// WouldBlockReport defines model for WouldBlockReport.
+type WouldBlockReport struct {
+	// Capped More distinct limits would have blocked than the cap (1,000); the rest are in the `other` row.
+	Capped bool `json:"capped"`
+
+	// Checks Checks of the period that enforce would have denied.
+	Checks int64 `json:"checks"`
+
+	// Days The totals per UTC day with any, oldest first.
+	Days []WouldBlockDay `json:"days"`
+
+	// Mode `enforce` denies over quota; `shadow` never denies but reports `would_block`; `warn` allows with a warning.
+	Mode Mode   `json:"mode"`
+	Org  string `json:"org"`
+
+	// Period A billing period, `YYYY-MM`.
+	//
+	// Example: 2026-11
+	Period Period `json:"period"`
+
+	// PeriodEnd Exclusive end of the period.
+	PeriodEnd   time.Time `json:"period_end"`
+	PeriodStart time.Time `json:"period_start"`
+
+	// Rows One per limit that would have denied checks, most checks first.
+	Rows []WouldBlockRow `json:"rows"`
+
+	// Units Their units.
+	Units int64 `json:"units"`
+}
+
+// WouldBlockRow defines model for WouldBlockRow.
+type WouldBlockRow struct {
+	Checks int64 `json:"checks"`
+
+	// Days The row's counts per UTC day with any, oldest first.
+	Days []WouldBlockDay `json:"days"`
+
+	// Id The org, team or user id; absent for `other`.
+	Id *string `json:"id,omitempty"`
+
+	// Level The level whose limit would have denied the checks; `other` counts the limits beyond the cap.
+	Level WouldBlockRowLevel `json:"level"`
+
+	// Metric Absent for `other`.
+	Metric *string `json:"metric,omitempty"`
+
+	// Team For a user, its team.
+	Team  *string `json:"team,omitempty"`
+	Units int64   `json:"units"`
+
+	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+	Window *Window `json:"window,omitempty"`
+}
+
+// WouldBlockRowLevel The level whose limit would have denied the checks; `other` counts the limits beyond the cap.
+type WouldBlockRowLevel string
+
 // ConsoleUserPath A caller-chosen identifier.
 //
 // Example: acme
@@ -1337,6 +1433,12 @@ type ListWebhookDeliveriesParams struct {
 
 	// Cursor Opaque cursor from the previous page's `next_cursor`.
 	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
+// GetWouldBlockParams defines parameters for GetWouldBlock.
+type GetWouldBlockParams struct {
+	// Period Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period.
+	Period *PeriodQuery `form:"period,omitempty" json:"period,omitempty"`
 }
 
 // ListPlansParams defines parameters for ListPlans.
@@ -1574,6 +1676,9 @@ type ServerInterface interface {
 	// SendWebhookTest Send a test event to the org's webhook
 	// (POST /v1/orgs/{org}/webhook/test)
 	SendWebhookTest(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// GetWouldBlock Shadow and warn report of a billing period
+	// (GET /v1/orgs/{org}/would-block)
+	GetWouldBlock(w http.ResponseWriter, r *http.Request, org OrgPath, params GetWouldBlockParams)
 	// ListPlans List plans
 	// (GET /v1/plans)
 	ListPlans(w http.ResponseWriter, r *http.Request, params ListPlansParams)
@@ -1832,6 +1937,12 @@ func (_ Unimplemented) ListWebhookDeliveries(w http.ResponseWriter, r *http.Requ
 // SendWebhookTest Send a test event to the org's webhook
 // (POST /v1/orgs/{org}/webhook/test)
 func (_ Unimplemented) SendWebhookTest(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetWouldBlock Shadow and warn report of a billing period
+// (GET /v1/orgs/{org}/would-block)
+func (_ Unimplemented) GetWouldBlock(w http.ResponseWriter, r *http.Request, org OrgPath, params GetWouldBlockParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3278,6 +3389,48 @@ func (siw *ServerInterfaceWrapper) SendWebhookTest(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// GetWouldBlock operation middleware
+func (siw *ServerInterfaceWrapper) GetWouldBlock(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetWouldBlockParams
+
+	// ------------- Optional query parameter "period" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "period", r.URL.Query(), &params.Period, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "period"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "period", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetWouldBlock(w, r, org, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // ListPlans operation middleware
 func (siw *ServerInterfaceWrapper) ListPlans(w http.ResponseWriter, r *http.Request) {
 
@@ -3687,6 +3840,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/would-block", wrapper.GetWouldBlock)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/billing/export", wrapper.ExportOrgBilling)
 	})
 	r.Group(func(r chi.Router) {
@@ -3729,23 +3885,23 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
 	"7L37c9s2ugD6r2B0zkykXUqWHafbyrOzx03SJrd5eB1nO3uiXBMmIQnHFKACoBU1N//7HXwfQIIUKcmv",
-	"pJvmlzYWSTy/9/NjJ5HzhRRMGN0ZfezMGE2Zgn/+M5eGLjIqWP9XqgQXU/trynSi+MJwKTqjzhtmCBck",
-	"XlIlYjKXKSPLGRPEzBhJZiy5JEuZZymZ0StGLhgTJGWCs/SIaLrSZDnjyYxk7IplhIqULLlI5XLQiTo6",
-	"mbE5tROa1YJ1Rh1tlF3Bp09R55Qa9oLPuenDf9dXdTZjJLOPiJzAUgyfzgzTZm0q0rWPpWBkyc0M3s0Y",
-	"1YYoNqfc7jkaC+N3pKUUDB5qZnpHRApC3YbcbruHBz/0Ij/t2mxmRs1YKDbJNUsJN6QbX2QyuWTpOTVx",
-	"bzAWla1PpJpT0xl1uDDfHXYifxZcGDZlqnYYp37J6wfyVnCjyz0RaprXF9eONiY4zgXTg1utTDPTBDyJ",
-	"FKkmuTA8gwVtXwaevSbdiVSEEp3xlIvpWOCXkRvL7jbJlWLCkIs8uWSGMJHq3oC8XrsybgjXJD5lRq36",
-	"xxPDVDwai2Jov6aJYswu1Q49VTTNaZatIqIlLJyJ1F66fejmm9MVuWDESDkWjKpsReyKS7wwkiyo1keE",
-	"kiTjdqEWOMiS2jHi2tnFRONZWeAxijNdopmmcz9mQgXReZIwlt4IlMojaL8sah87xK1Nb7ds93RdUPkU",
-	"dRZU0TkzjvI8lkLLjL3VTJ1QM1tfjHuB5JopwlM7Ibe/L+zbUUfQOcyQdqKOYr/lXLG0MzIqZ+HC/lux",
-	"SWfU+a+9kgLu4VO99zyFE3mcKy3VP3OmVuuLeL2gv+XMwpmWikyUnMOBLBS74jLXZEGn7IEmsWAfzDm+",
-	"FRcr/Q3GLJaKjyvnNqcfXjAxtdvfHx4cRp05F8UPUQNZ/AkOumWxTz8spDIEL2NAnrAJzTOjLRjG/6el",
-	"aF2Zu75dDw7nwaXAqn5WVJjmW4RH7dc3tY9ve4PPUzZfSMNEsvqFrZ4Bd2tmGADDDzTh5Rfkkq0iQjXc",
-	"axw8OL9kq5hMOMtS0v3eHuL+wfdjkcyooomFYksM4uP+/xLa/50M+z+QATknI/I/pB/3IsK4mTFlB6ZE",
-	"G5UnJlcs7eN4eKNj0Y3HHalSpvr7Bw8PH407cbGU50/PfiKpohNDloobpgk3PSIVuaCKkW4cfBb3BuRn",
-	"fgUj2k+RvwPNt3/ilMD7Uj6ZMKCYl2ylLU30fKp7OBw63gTXhGOUFxWccf8XtqrACvtA54vMvlXbTacJ",
-	"hH9hq2ZQOT55bpdFeIocO+Zp7LksXJKQBqivZoliptcCUpewulsBFFDlFiQ7oVNGNP+dtSETCCWV80kR",
-	"ES2ODyOL83yez+GvIWC8+7ORXr9W0+bTeq2m7Wgl1fS2Z3DCFJdpyyH8yLPM8s0FvGRBNv73v//97/7L",
+	"pJvmlzYySTy/9/NjJ5HzhRRMGN0ZfezMGE2Zgn/+M5eGLjIqWP9XqgQXU/vXlOlE8YXhUnRGnTfMEC5I",
+	"vKRKxGQuU0aWMyaImTGSzFhySZYyz1Iyo1eMXDAmSMoEZ+kR0XSlyXLGkxnJ2BXLCBUpWXKRyuWgE3V0",
+	"MmNzaic0qwXrjDraKLuCT5+izik17AWfc9OH/66v6mzGSGYfETmBpRg+nRmmzdpUpGsfS8HIkpsZvJsx",
+	"qg1RbE653XM0FsbvSEspGDzUzPSOiBSEug253XYPD37oRX7atdnMjJqxUGySa5YSbkg3vshkcsnSc2ri",
+	"3mAsKlufSDWnpjPqcGG+O+xE/iy4MGzKVO0wTv2S1w/kreBGl3si1DSvL64dbUxwnAumB7damWamCXgS",
+	"KVJNcmF4Bgvavgw8e026E6kIJTrjKRfTscAvIzeW3W2SK8WEIRd5cskMYSLVvQF5vXZl3BCuSXzKjFr1",
+	"jyeGqXg0FsXQfk0TxZhdqh16qmia0yxbRURLWDgTqb10+9DNN6crcsGIkXIsGFXZitgVl3hhJFlQrY8I",
+	"JUnG7UItcJAltWPEtbOLicazssBjFGe6RDNN537MhAqi8yRhLL0RKJVH0H5Z1D52iFub3m7Z7um6oPIp",
+	"6iyoonNmHOV5LIWWGXurmTqhZra+GPcCyTVThKd2Qm7/vrBvRx1B5zBD2ok6iv2Wc8XSzsionIUL+2/F",
+	"Jp1R57/2Sgq4h0/13vMUTuRxrrRU/8yZWq0v4vWC/pYzC2daKjJRcg4HslDsistckwWdsgeaxIJ9MOf4",
+	"Vlys9DcYs1gqPq6c25x+eMHE1G5/f3hwGHXmXBR/iBrI4k9w0C2LffphIZUheBkD8oRNaJ4ZbcEw/j8t",
+	"RevK3PXtenA4Dy4FVvWzosI03yI8ar++qX182xt8nrL5QhomktUvbPUMuFszwwAYfqAJL78gl2wVEarh",
+	"XuPgwfklW8VkwlmWku739hD3D74fi2RGFU0sFFtiEB/3/5fQ/u9k2P+BDMg5GZH/If24FxHGzYwpOzAl",
+	"2qg8MbliaR/Hwxsdi2487kiVMtXfP3h4+GjciYulPH969hNJFZ0YslTcME246RGpyAVVjHTj4LO4NyA/",
+	"8ysY0X6K/B1ovv2JUwLvS/lkwoBiXrKVtjTR86nu4XDoeBNcE45RXlRwxv1f2KoCK+wDnS8y+1ZtN50m",
+	"EP6FrZpB5fjkuV0W4Sly7JinseeycElCGqC+miWKmV4LSF3C6m4FUECVW5DshE4Z0fx31oZMIJRUzidF",
+	"RLQ4PowszvN5PodfQ8B497ORXr9W0+bTeq2m7Wgl1fS2Z3DCFJdpyyH8yLPM8s0FvGRBNv73v//97/7L",
 	"lzHe3VwKM7NSY8lE3LvaUGUslw7JE7BMx8vxvbbTxac7kyrcBW4oo6L5KO2T9rO00vFtD/OM0Xnz3PZJ",
 	"+9yG0flt527nsG83clbLd2839yf7tV5IoRmw/ON0zkUh9dghrWYiDBMgONLFIuMJtYvbWyh5kbH5Xy3b",
 	"ss92vG38CqeunbOUZE7Fitj9MG10oQxoRhLFUiYMp5keEXbF1IrEe1f7MZELpmBBhH1I2AIkassCWHIJ",
@@ -3755,20 +3911,20 @@ var swaggerSpec = []string{
 	"irm4ohlPCReL3ByRmCkllY5Jxu3FMZrMiJxMmACNCoSOQceuHHkFCo0bFn+9RVdHtSs37IPZS/RVdYya",
 	"TvHmX4j31AtJyiqUUjCSccEQ4+TSI+L/8+b1KxCnBw2SzDqJsToiiuBKLjVs/rEUk4wnn/XSjgWRF//H",
 	"EuNJHNcgU0lFLAJmPUIzxWi6IuyDvTpY6E9SXfA0ZeKzEuVZhZSQjFql2aJgIhcsskBHLQGdglyoLS2w",
-	"fzv62pfCatwFoL2S5ieZi8/KVl5Jq2/lIo0IF0mWA+xbNuNuQE4IFRI0AammsMwTusokTc+kfEHVlH3u",
-	"83b8j1zIdGVZmJGSZHYhsLg3TF3xhL0V9IryjF5kn319GldgybKV91OW8JQRIZekywbTATllKbcMcClI",
-	"LkDNIXGSSc3SmFhRrQf7eCtobmZS8d8/r5jxkmttQQD0tLTKJ2FZCyUTprU92afCcLP6rJSBIAX3MADW",
-	"qAvF6KW2iGVZPk5NVJ4xoBjuN2bV2DkziieAoBYnU8k06GSXQi57R/afhYBiVVbDhNu0zheWLLL0JUs5",
+	"vx197UthNe4C0F5J85PMxWdlK6+k1bdykUaEiyTLAfYtm3E3ICeECgmagFRTWOYJXWWSpmdSvqBqyj73",
+	"eTv+Ry5kurIszEhJMrsQWNwbpq54wt4KekV5Ri+yz74+jSuwZNnK+ylLeMqIkEvSZYPpgJyylFsGuBQk",
+	"F6DmkDjJpGZpTKyo1oN9vBU0NzOp+O+fV8x4ybW2IAB6Wlrlk7CshZIJ09qe7FNhuFl9VspAkIJ7GABr",
+	"1IVi9FJbxLIsH6cmKs8YUAz3N2bV2DkziieAoBYnU8k06GSXQi57R/afhYBiVVbDhNu0zheWLLL0JUs5",
 	"PQNC+nmhCqDdLkyjQAEs4DEuoG8XhGfBcUNA97uaMfvKlb1AKXTvaCzilBnKs5hYGVmTJVrzcNR1Cc1K",
 	"X3Y5bo0gAi+41Z5HHzsLZemY4SgaJ4pRAxbiijktpYb1DZ+zdf4TdXi6ixQedTKqzblV8jeNLvLMoTuK",
 	"+WuzoVbwcf3BQrEJ/9Bsb5lwpQ2pmkxQwrUafGTlIcUSORVcM6/nD5r2qtiVvLzlDoCpwGlzw+Z62+G9",
 	"sa/b79xAVCm66qBS41Wid2h/hLMpJiiOJAqvtXYPlS29LyZBtmFnRUh5DAMAiqQptydLs5MAciY00ywq",
-	"LTAfC2Oj1VFkbjw9LZc3eocPO+/h8kIo9He86Vhe2XducZpz+uE5fvAQjB/uj/3aOUedXPDfcuYe2yut",
-	"H3311LedYdpgcCKCLUG0AIJQmpYiZ7bgmuiZ5TQgaUiRgNHnK8TcPzC+RR28k2YCc8GoYk7THpH4t8Xl",
-	"+TgfDh8mPIX/M/fn4UNyQTX77jBXWUCP8J140GiovHM0L7bSDqsvOCp4VRgrzm+ng3Q8puEkAy/FVjRn",
-	"Hwx6RtbPAhZRHa1xR3nKzVNhVAO/owleYv1Of/Uc1fLPiIDEFxtG5wM847iRO9DESNU0mCRzmjLnkaNi",
-	"WgzpdYg4IvElW42qQGN/dTYb9wQUp3ZoiTq0WfG3MOpUATTTlEshXYtBBH2cKcuY/QSM2i2Y5U426nzo",
-	"T2Xf/WilpMEpXb60QuWUhU/7+pIv+nKBXKO/kFzAGoGWRh20QWxcsjNTtKwZbuTzrhkJ51ZvY+TnbYYv",
+	"LTAfC2Oj1VFkbjw9LZc3eocPO+/h8kIo9He86Vhe2XducZpz+uE5fvAQjB/ux37tnKNOLvhvOXOP7ZXW",
+	"j7566tvOMG0wOBHBliBaAEEoTUuRM1twTfTMchqQNKRIwOjzFWLuHxjfog7eSTOBuWBUMadpj0j82+Ly",
+	"fJwPhw8TnsL/mft5+JBcUM2+O8xVFtAjfCceNBoq7xzNi620w+oLjgpeFcaK89vpIB2PaTjJwEuxFc3Z",
+	"B4OekfWzgEVUR2vcUZ5y81QY1cDvaIKXWL/TXz1HtfwzIiDxxYbR+QDPOG7kDjQxUjUNJsmcpsx55KiY",
+	"FkN6HSKOSHzJVqMq0Ni/OpuNewKKUzu0RB3arPhbGHWqAJppyqWQrsUggj7OlGXMfgJG7RbMcicbdT70",
+	"p7Lv/milpMEpXb60QuWUhU/7+pIv+nKBXKO/kFzAGoGWRh20QWxcsjNTtKwZbuTzrhkJ51ZvY+TnbYYv",
 	"XoIYMTKEshET0+b7lWraQihBlD7Hla09Blq5I19oIjloyEf4jjzWROWxukv08FdZj5u9FTXvhNaUOP7F",
 	"6c2P1CSzx1a0sUJDM2ArpvMM1HJ7+ejStjo6ubAfg8UB/bugTaBScMkWADPg/b1gVsJHrRQs51Kw15PO",
 	"6N3m7cGyTmHyzqdoR1XmfWVTgflvoyxYE0/AVr3zfVZmqkhr+85Z1SKv1S/Nzbv5ntyBrMEg3tLuq67d",
@@ -3776,21 +3932,21 @@ var swaggerSpec = []string{
 	"LpsQMni6zpLnMhcNJPP1FVN0ygg+J2nOImBYCZ/TzHmySVeqKTHS0Axsn0dk3BmOO4Rlmi1nTLFeI1FF",
 	"A3/ScMiP3RPwsePM8RFh84VZlVExi4wKMqNWZycLxRNnSV+bBoIMWHoOgT1tgVPl5cHrmtA0ZanVUO1T",
 	"vOlKvJmzhjhfBd70WKwdxDA4hAit5DABscT8ihFqwF5oSbUf2Y+V2G2zlCxnMmMD8jOuS1GvLCd0gU5x",
-	"+weaH1mK4UsjEku8N9x1PBbUcXIMb6IX8oqR2H/l3vJRC0u6QtfRDqy2OkTb8RbL48HdbTyswW7T4zU0",
-	"Mt82nl05mbYF25eqBysF03eyZOfD3tF1HaEXeD3aB5BBisIeV6yqEQmKze6wQHD9bpiQ0Xkf4wrtGRSB",
-	"JtsWUSPDhSsfhRzn63ZuZ3etft1rYFa/xcjTr4Cq1DG/id5fi7UGZpZE2vf3S/jzkpd2Gxp1aIJSHtxe",
-	"h4mp392oQzOesM6a/QUHDQNGomZaJcGlnM+ZhT8wTvyWM8UxgnPtggs+M2zE32rI03bLRBhsVcVAmmU7",
-	"yELP086n91G5yfLkSpzdbhvxSLH9TQ/NO8RKhOBpV7IBYpolF+c1D8jOhZQZo8J+WYYBb1vOC4tcp2zS",
-	"AWP2VNG00X4l9JIphrFdMjfoG4mcX8RT2QeaTCjPIHA7QMpgXYDKDYTwtWCEWdke/KKNgc7AfikyRogj",
-	"2UVGgd29MdTkuklIsQvdNsRL+w5c2CKjq6bDsdI+hQNCJxxhVGWcKR+y7kPBwdtfiwdsPibw1p+DonXu",
-	"4iuag+VBQCli4K8XU7sDdTYzJY3J2FYOcla8+CnqLO86vL+Ry8Cr5wDou8N4DfE8DjlIKOCzERnRSnMq",
-	"swZLRnzF2ZKpmChGU31EYprOuYgJzbR0Bg04cyYscXzXgcedqIOfBfOV+wuilu/GiQOGpUYpZVcjsXJ7",
-	"36jWBcfUaGfAZbjBKgbNDaduT+H6Dgq3445c6P+xLHLgn0UdiwRLqdLOqJNIpVhi+jOpNOtfUGMwDBB3",
-	"665qjYEWp1kcvt9YEGl98OiwfhFV+1RgIS8WtIY1RiqQCbMVxvjOqJ4dEcGuIGjL5EogioQTOxW6iPA+",
-	"aPJ03fI6/YaLpbsht9zjXRiDQuT44tagx6265fM3r8nhwf7fiBcUSeJYYxnI/PbNEzhDC3b2m//33XH/",
-	"f99/fPjpv5uQ+Anl2eot2DLXjjBtsiEck7dnj0laWhJQFo6KMNr+kydxdUUHw4Pv+vv7/eHDkEtY2tIo",
-	"7es2nog6bm4Xu0mTJfnCB+a6vBdg93bJ3SSf5xm12utuGk/tBlN079kVNl3cE7QsNLrrpOgLNoWpCwsE",
-	"yv3einv4w2A4rB0d/Fa9zvE4/bgf7R986o7HA/zju0+9fzTebiXdIZTOwZAd8I9EX3Ui/LGJd/xEefbS",
+	"+wPNjyzF8KURiSXeG+46HgvqODmGN9ELecVI7L9yb/mohSVdoetoB1ZbHaLteIvl8eDuNh7WYLfp8Roa",
+	"mW8bz66cTNuC7UvVg5WC6TtZsvNh7+i6jtALvB7tA8ggRWGPK1bViATFZndYILh+N0zI6LyPcYX2DIpA",
+	"k22LqJHhwpWPQo7zdTu3s7tWv+41MKvfYuTpV0BV6pjfRO+vxVoDM0si7fv7Jfx5yUu7DY06NEEpD26v",
+	"w8TU727UoRlPWGfN/oKDhgEjUTOtkuBSzufMwh8YJ37LmeIYwbl2wQWfGTbibzXkabtlIgy2qmIgzbId",
+	"ZKHnaefT+6jcZHlyJc5ut414pNj+pofmHWIlQvC0K9kAMc2Si/OaB2TnQsqMUWG/LMOAty3nhUWuUzbp",
+	"gDF7qmjaaL8SeskUw9gumRv0jUTOL+Kp7ANNJpRnELgdIGWwLkDlBkL4WjDCrGwPftHGQGdgvxQZI8SR",
+	"7CKjwO7eGGpy3SSk2IVuG+KlfQcubJHRVdPhWGmfwgGhE44wqjLOlA9Z96Hg4O2vxQM2HxN4689B0Tp3",
+	"8RXNwfIgoBQx8NeLqd2BOpuZksZkbCsHOSte/BR1lncd3t/IZeDVcwD03WG8hngehxwkFPDZiIxopTmV",
+	"WYMlI77ibMlUTBSjqT4iMU3nXMSEZlo6gwacOROWOL7rwONO1MHPgvnK/QVRy3fjxAHDUqOUsquRWLm9",
+	"b1TrgmNqtDPgMtxgFYPmhlO3p3B9B4XbcUcu9P9YFjnwz6KORYKlVGln1EmkUiwx/ZlUmvUvqDEYBoi7",
+	"dVe1xkCL0ywO328siLQ+eHRYv4iqfSqwkBcLWsMaIxXIhNkKY3xnVM+OiGBXELRlciUQRcKJnQpdRHgf",
+	"NHm6bnmdfsPF0t2QW+7xLoxBIXJ8cWvQ41bd8vmb1+TwYP9vxAuKJHGssQxkfvvmCZyhBTv7zf/77rj/",
+	"v+8/Pvz0301I/ITybPUWbJlrR5g22RCOyduzxyQtLQkoC0dFGG3/yZO4uqKD4cF3/f39/vBhyCUsbWmU",
+	"9nUbT0QdN7eL3aTJknzhA3Nd3guwe7vkbpLP84xa7XU3jad2gym69+wKmy7uCVoWGt11UvQFm8LUhQUC",
+	"5X5vxT38YTAc1o4O/la9zvE4/bgf7R986o7HA/zx3afePxpvt5LuEErnYMgO+EeirzoR/rGJd/xEefbS",
 	"yTYNVmnquC2EVSxnPGOhCIdhL1yTXChGkxm9yNgI/BjA0DK51GPRnWR0OmUpib3QGPeiMjwGxSFNHg0f",
 	"RiTOZEKz2JkyNVo3qSBc9F2MylhgeKuCcPcUwQFSBiBY44EmekYVQBGYNVAIHIcnYpdn2QkswHJyO2fz",
 	"4XCWpU+Vkg18FUK81k8NojQW1Mw8HJfRh+77FenGsCr9bvh+gGKrPRFv5fUJSRDO0SjPzJ2LojFHMQRq",
@@ -3798,213 +3954,226 @@ var swaggerSpec = []string{
 	"t5zkte00ilEXA3QT//TtLCDC1ASJGzlu1qwYbkt+gprr2EFCK+zsKGxVwas8+B1kyeLE66C4iorcRpqn",
 	"3JBMTmvizaO6eLPpDprMGoXFtRnOK9xqs6Fjf+OdrqEZMj40ywLeaNI9/ekxefjw4Q+R54uT3OSKRaA5",
 	"ckEoWTGqekfEsYMR5gYUzNLvoEhRrbgEatbV3YGrDaJaYeYuBDskXF9cpHvGaIZ5LG0+rma0aKAfdWGe",
-	"mpKPpWzBRGoFQy9UfBx3FlKbqWJ63BmRcUdejjsRGXeU5cr4U16GzI47n0In8roPfIuXW6NpxOozno9e",
-	"wo2XQbnvt8GJG6PpGJ83hkIlNMuY6iczqZkgHMJWJxyJeSlKOZtmKBjT/u/H/f8d9n94X/5zcD76n/77",
-	"j8No/+BvzSJzzYzYkBCyYNRANDVEaHUXGEIdkYNDMpO50r1CnjFFpKEVZjSXgtAptTgqUm8o1UV46lwq",
-	"DOOqCve0/3u58O+j/YPvmxcOZovK3axZr9+3fXZq0WP96Ncsa+CRBqhejzdrCTTI/LK2mlzATAPzbHv9",
-	"V3yrDlo4VYR8zo3UBGehma9RFdEe7SD/on4IYbzM/Z1E5tOgdhAKVJi/tNP7mpnriShObdth8Du/wqjI",
-	"XM1RWC+3G2yl8aL9GW6UStag3jP1IrAcXG40SPcKrEbunr4DGaPB5eKPw8oAuWnwrWTN+W5O8lhLdruB",
-	"I+U6gtatbq+QAWo313o3DfiHvx+B7V5jJQtUISzZJZR0cZLIHUePLChXu1v4YT3r8SN1+eGl1b6aLBUv",
-	"YXZNvAucC2eysATCilKB14OKlQOmLmhzkH8hslVvQM6sSDZ3Y/lUIgE+S/CGS81A9wMFxgKC07ZRaYzC",
-	"n1yAAZSKgcxPbWAx4CteCg/OV0wpq08fFfo8eB9WBJOAvKmlSLwfC/BEHB4cQJ0RSuZc6wXLTPAqGhXd",
-	"UTgF22PGuw7EvgKn3+lqEP423UtT6HXkbuRE8eS6CshuAQIW9ZzpqR4rcEE1g/Nn94yV3qW8KHa5k0PT",
-	"W6zQq1nJLLcDFYKl3T8SuXrcxaAdx1v93rjIJpzHq2q1R/Jstck0WFr3Gq2ErqyQ03NgX1Vb5lh4Y6bM",
-	"UqYNimZFXYulVJdgIk+kSrFAEribOGT+a64tusPEA3I8FnbcAtEJSMpE0yUR3oNTjDQCVLyiWc4gry0o",
-	"0zIW8OEDPSDPRUOxASyURLVxE0BaXEpXhaFUSzKhinQzfsWisWC/5TSDsipSTQcWjePegDwto5O8rDmj",
-	"Gl1mxXZXzJnIdkLWwLDc5CjdalLZNDYMW8hBVn7dXSGsfVtblxWC72asNqQoZW7d8fM1YkKjuTVmYiJV",
-	"wmL0ZLpYn99yaegRifWMpnIZO6rr3rjIgTdKZTSJAydnfOQdp2iD9allztsaehfdpJ2ogzN00CfbqC28",
-	"cikbdZlpls+p6CtGU6sFFmbLTT6mptFLVbwp8E5L5XHeauRQ4whsphD77QKOEFsslu6SCvIawbFKiZxF",
-	"5JxCrOW5c5SsU/AbuVUnEwbGtPOsRQA6K23r+AqZMzV1YgXabzwvd2F7oS0KDLLe7DkWSDldRJ+LH+za",
-	"a+qjILI7xheSUx2pds4Z2rBfXGaxL1/NrHIMg1uv9DrxG625SXaROr/AinDttnEo/GfJwIPwejTIszT1",
-	"Xqw5ZjFQUdrlmu3iUOtlR0tpyvV5rrLmk05ZyhMLtc5x8/b0RZlk5l2zZE71JUt9XCufECFFsx8iX6TX",
-	"xoElu5hJeekXuXuCk6t44yCpAZmKyIzqLVWnDM8oakL2mvE72GITKX+tptePNbBI421WLjHyOJkz8lyA",
-	"ARmv25KldX2xmTrtJhCuBZFX4t32b4TNW1FRh7i32zoRCyuxeJ5LBbi5SzZoA7q6Ed2l3BmubXodcO3t",
-	"6YsG6N+oZuOr8OE2tGgBzbuwslsm+cVt7FhvLJld05wT28OJI+LcrfZfxa3FoCfH6wgV+wKaKMkXXsSi",
-	"gJJlnut2v2bMvB4+3hyzrsPVboQ5/0GYsgY9J0Vke11yrbq/ykCX5iiXmnl+2P/h/cfDT/3u8N1+/4f3",
-	"/9/+u2H/4H2v0T5/4g7r9qF5E8qz812uvQjsuBFhv6WwtasFbZPhLCIaynNUZL/1XMY6YWrNK5cya0k4",
-	"Bxva7gzqxH2wblkJxHdvmStUFG9PwNQg0aCi3Eii2sAaSrnIXUcIPe5Ayu1fT/CxAH19yScAXh+FA8KQ",
-	"lXVK6Ht3E8N68c3+cDjc/pkVy+ECC1ANbZZOKjtpEsE+EwLuSP9LRNvIAtxr1+QCHmV2RAv7dlVu8/+6",
-	"LZbV8GQXmC+vqQ1870I6Arr+xcUjV0R0B/noDkD5FiC6o/zvgXWNvJ6yRUYTF3IG+Yfg8RjcFK63Q/Od",
-	"codXbOnZwhHyBMXm8gqKKDdwg0ZRxq28fi5Wm7e7IklGdVHQyLEiqaa6KtB4vLyLmImT4IB2B70Lqu/c",
-	"o1E6awb1PN6NAeL+vcJ4vTv+h/6nbY7Fei56mRAYHEa5hEZEd0n4DUlX5PSnx+SHw0d/K8oEpDLJ50yY",
-	"dV0F64U1CkNYPnPn/QcBsp/WHHbXjyxqSCviJmMbBL81K/rMmIUe7e39VvQQGaTsytdv03tYOQWn7Oss",
-	"n+5cbQee+hVFm2KZCj1mPU2/ZoErg/JIF3XT0d5ebGVG/Av+7HlbnJEk15UAbIvza7b2w+8reN3Fkf4x",
-	"2tsbj9/8tSWeHAsdrZ8nuItRJ05olgUJWEykcJNBDpN9a04FnTK/raNCxcanitE0cJpjZdJKvhOWAYuK",
-	"vCf3eaNH4sylW37G4lcbDNmG0fkDHRQsvL3Vut0SvWtG6k1stLlmqtVFUVRI95G3btvg7wq0uLBwI4I5",
-	"V0Qub30o7XHNdREw3Mb1tBsLVze062JG9boqc3gtrcQpIE/FlAvGXDZY5VpCJWlHHWm9tN59qSXXEcZq",
-	"wLbLBK3yf9td3oWoD7Tmi4v6rmb/tUX9P94Nrm/NJQbfDUH331ysmkuwaWYILwNAivQBV0TVzNi80efF",
-	"Piy4YvqaNjtfCq58X+YXWfCyyOcXLjQIiECjyXVD6on27HuX1GtX1LAenA2/Fqv1KwnSQ4K91+hpcNrv",
-	"N1xti5BR8Zu6V320jPMOL6FlQekXDiUGpP41R0ggJPjJ2XXDQX/mV4zE5a5RMDMm85n2MWY1XUgzO0JP",
-	"qsBaNVF1LxmfQLUZyxZnMlfrInkVrFpyQWrjYXQgyyZH9WwQashcakP+RlK60oTOGE0HO6Z2hOBaXceQ",
-	"oPBM8AX319/JfoTVyIwk3xUJkKipV9TO4eBRdC0MqLvr6iKXO42y6BWGQRgp22olXCeRqKgg4xtldPft",
-	"Fh8Nh0GtzuYSUgGItIiK1ZuE4E1oBOILM0DiI+TQwaTfDQ+/Hw5vlNhaoPOGnJyzsHjDhtWaoFuVi2lY",
-	"MsXIPM8MX2QcvGXbgPseaOYdUL/imCpEDgduOrKWQMabGRBag+nakhCvW6wJ3z9nIm1q0JZkubakLkgT",
-	"K/sd7XZdbgIoKXdD14Uj477+UmXEyg4220iCyL11ia8lOWODUgdJCQ80KcJNPODDQVm0xQhUH6DFldWE",
-	"dlZyMJi+9f6bi2z9BJVOrdgVFRoYVlEDxXpJSwcbVN0Z7J6Mj2HP2CRUtEHCjpQH5HKXtuGOuPnC7qps",
-	"yV0o8fZUncBRKrBrRf4CnddJvoQuFhgXcDuN/z5KTd2JU7GSUXYjrfpmlVkwWipD4+i69vtod7X6M6m/",
-	"64fXdhh3oZb+MeqauHZu96yWNmmNLvhj/RjZle8s3dAQ6Qra3q4WzHXJqCavYKC/mSmmZzIrmdHAlYx4",
-	"f62ABGkaVZ4ViTWfCi6m51iAPYasmjzLXIshzM1RbE7VpQ9w1swYLqa6kaLb4ahVAM5nG7qN+jYrrtUU",
-	"FFBJqILWvrH5Owr1ueAf0DAeXe2732bsAymmCKzmpVsp6Nv9xr/YttBy35uigp+9PH7cf/Ps+ODRd5hw",
-	"O2MfekeFFdzVeUUtyKvyl2w1IK98yAU2H8USEL4sq2t19+vTH5+9fv3L+Zunj0+fnmGPSGGfu9gj6LQA",
-	"7Z2M5QW9aCysSuDqjDulAMtyPbBvas2lwKjqrbHnjTG6v86sMI2AC7lgJ6/fnLH0KAgg8d4CtxO30sGO",
-	"U5631ls7UQyb0NhJYoiPQ0MIFYSmqWK6ligzyTUDFbSoNEDHIpNycUGTy4gsFL+ihkUk4+KyDxVWLFQD",
-	"TC+5ZlA1Z5FfZDwhz0/8FBbyxwKLwMykNvGAvMkh+T3jV1BKEo4loSJhEDSUi6y+slygFXosatd8/OLF",
-	"61/PT06f/+v47Onf7SHFpIsrS62QJxdzJkxvQJ5Z1dntXvnOilDx1l2AmyqRQrDE6MhlBT959YYopmWW",
-	"o8xgIOQaVr6yCuVY6Blk+eHx0ayWNdfZP/jbYDgYDvYt5FHiT9Ofziic3A2ssRYwlvwCGXTbphv2DFaw",
-	"Ob1k9vQIdDnnpndEKFkomeZQ392jkL95yMndLDZgjHUN2RvIVORp9ft2+v7EnWNDoZprCIjUGCvIrYP/",
-	"fqH+Y8q+ezHCIH37zHU/HzSmPTNfImidyINJAUeDipdVdObGd3nEOLetSAwntY2p+QoRNT7W3EMAPjvn",
-	"6YZBoTd1hBUKkSBqEgfE3l8OxtTahzyNizxJma52rCG5cyMF9L2eJ42JVMjkEmaXZFnI2dkJwQ/CkxfS",
-	"F+JM6JyRrm85baiaMhMRwYzFNAJXG0ElbJmbTV0lwvX5O928OrcClpKDDx+aTVatuRx+nd7hFnYslAoq",
-	"764cf9yxkQyCVgAQkcNgjzXVc/dQH+7WvrsLFt+F4FsnDF9cBnYLOmPatBbivQatSnNs8ns+bxBin8kl",
-	"yaSYVsiLcZLADgi0hWAVXGs7xSq51zpUPxoe3IKmHWdLutIk9jKOYVYgqEwZPmoUNL/RidvRietIjaaY",
-	"DSxQ/qCgDmkg7RXCDPQphERFL2ByX7WdOoFmBwkuQ2kFbNT5dIYi1WZq5wmdk0+20rQQE7dRuMaon7en",
-	"L3BT7kKtwOp4ciHtu0B4q864oBjSBe3H1bKzqoAuIoGsROKDyDfG/kA41JbQn1+Lsh+12B90RsQRiTGE",
-	"wP5rJnPlcmcgWcbK4zrjUOAQLS76iMRgcom9D69WZSxw3eEMWC4hh6Khdnx75hBBhpab961rbjHCuwL7",
-	"TbXD16q4lcWN1jPwR0FrirB82lhUk2rhbjHJKPZ1IvSAHF8AchSdGLCOEBIV7MO5E62+z2JALUbgwPzr",
-	"zgdcURbq3NVGVfPwrk0mblVhZntJoHXExE59ueJm9caO7qJPoUHfce7djGvGh2qz/Gpv/LPXvzx9FfeC",
-	"PtCuyT7ptrf6Q+3HWU1c6jVsF+g4LKc8MIu02DOWi4lcX2IpeqOiCO63vmGCCoMVA3yDzQF5nGsj50z5",
-	"XzSh+hIiH1wftVRyMR0Ly8QiMu7M6Qr9GlJN9wyj871c268XTKTkVYkMzu3x0kLGP8Yd0o0thSJ7V/t7",
-	"GDLozSX2gCCWr4iMY85P4mIYccFGYso0IAnGkjmSDmCmmDZETlydm+OT54OxGIuzGXRdxjhXT21cj2WD",
-	"1UISKYyiCVZCJD9Lr8dCCOqEJoiVc5myTBMuxiKGJ4Jme/Ya6ILv0QVHOjdlwsIFS9E9C+EjAki4WhV2",
-	"Na6xnzG8BxXftBmLsr0+t2yAJjOG9blFmjEFm/mv/yKPodwdnoHdhmXU6IGwLzyFeeK9q/3YQajVyw29",
-	"ZJrEx66zNPw4Ij9iC0oEPoDiookg0iLg1gDd9q4FI3IyspP04clf/lJFgb/8hXSZuOJKCjjqK6o4FHto",
-	"wIyyna496N5oLAiEfqYSTwqKkISdySFiFPhDRgVuXqqpDgJEgSvC7h39JZ6nDMivTrBpWkklb9NiqQUX",
-	"Dn2u04HdKxV2qyUK230CEg8Gg7gXEefeQMtKCeF2eXsfpZp+ssDRv2QrHQ/IcwMLY1YwB7sMHKvCQAJv",
-	"YsU+nSPiA2u7RWRtHOKOD6m1I3bXw2ofaMSWCFElsmvXUWGURPyx00K8LbinfFhDZIf0Fk5vT0bW5H4M",
-	"bVY9eL2M4e02BPHW5JYeQPMx1IxyXcdzcSnkUjiA8xUSD4f7R4S67t++4a29yqLZftlYH1BAMJbq4POH",
-	"R44C9+HtlCiZG4ZFI92dBX3uH2g7CSbk0Tm2xB+Lxpb4UTDJIWznKU1mAdL5ql1sVUZGF4Fj7o5RLLDX",
-	"CI36gLZ86HuGhkvWMelCHS7hKxrNLYwyYQmfO8gFVa7NXxF+oSOHDnViwDWxBAp91K50XCnxk+7xyfOx",
-	"wFOosjipKsBzVEWn0+Ozp+cvnr98fhZH3uBLHg3HwrvbCHWRKzCjq8XdG5X9qjAyh5vyYA9+cFh1yoxa",
-	"9Y8nhqkYWYbv4T4DBH9uyju3WLQi8Sk1DJxCffivlUvLn069OABi6lhUHmlmYtJ1UTa9IvwPT/UBSWVB",
-	"isse60gWXTsmh1V6IYUG45Y3SmN79jhs3z4iYQv5/9NSxL0BeYvIYPEK6nNjYFjBP6ApvB1QMQuZHpAP",
-	"h8NRUcGJa6J5xoTJVoRPhVSOnL0WrNo/HjrmW7HNUc+Sa4DyBayDwpRRcA5FrTOg3d6Ih/XhKGh0sFn0",
-	"FYTzgcRPQey1FKy+eYtWK6An0Ec/dsZKK1WG737oL5fLvpUm+7nKmLCqWRqTLiiMcZKrjPTTmGgmUn2E",
-	"GiQhFyvjLmJBldM77SojVzIJ1FA7Zm9AjoPKdymnsIyg+p1zHxByuP8INZ2xS5nBorqVE57n9s7Y2k1j",
-	"ZOB4PO4Y9sHsLTLKhf1r3InhqiBpBhfcmrmjSbdyMO45Hl6PLKFSYGxXD3yCa3Lz9BeC0sXhcAg5dRrV",
-	"c3udwNUQ5bkgMWYIlQrA8clz4EZqrkf2iC1IF4ULqZmhMRpu/eMYK9LjMdZr4GPxYleqHl/xh+vII6Jt",
-	"RFBZjCCUMiIpXUWozI07n+KoYSaE6ncP3w8Sqc2GeaDTACgrdihwRq0NhmJ2wyAcaFZxBD4+yOG1HfDI",
-	"1/hHHAc5hrpExm5cmcW+Me7EI9T3EZgs0wFuhX8i30RM9NWhMi4AG7DGcJbPhT0fQ4O6tThED4AQ6+Ba",
-	"ccTe+5xmFkFYCqG2AsfnYpGbI8urQ4Z+QdPQkmSfP/SYaJliRi0ZKfl4t1SW7GOjOCT/F1wIKlK5ihs9",
-	"O9ohbHEic5HCjZbSIrDLNqadEorNF4R0wsCMwuoeud4KZuZcp3ZQnSczq8jMZEq68XGWyWXsoB+rcGK6",
-	"PizoB2y7mBKaWSK4IuyDffGIHO4/LO7UYaGRkmRUTdkRkJCQgNpdeReKvbojcnhwUAhBngcAdb5QjF5q",
-	"EFJImEwDNB2FGKDeThPznmHPPKGk6BHw2bKSHOm6AqA9O6hUJYMuxQYnkeCxeobROyKP8Iq9IkkSKoQE",
-	"4oDdOuzYZZVy7ApS1AbH9hZSYpSrYzNB9pulg1yQScanM3MEaBfKBUTTlXZmRgm+uJWl4wXF9ge3VNwE",
-	"soOF8ecpTAS6RQSKRVSRnVH/89VYleWBUGzclX3BCuT4EjUJ8IV4l1xZqxDg1E630EXl70BEV4iujR0r",
-	"yknL3mzOtgc7ewGQiixvyoVVVEYk/gdc4t/3B4P94XAYk66X1/aHwx6ys3+gF+PvMUgAohAu7VJ8dUoo",
-	"o/dAkzhwe4DyyJMZcBqRZ1m8XngP7a+YtRkaKo5PnneizhVT2nlcB8PBEALeFkzQBe+MOg8Hw8FDzEme",
-	"gZlmbwa19X8Hm15ToMixEwsPhsOwOQ12igEIXAzIYwQ2IQPohB7ZHrafp52RK+P/O1aVBuEOlnAwHGIP",
-	"TGD54MOpMXr7Gxqutpm1XKcAMOw01A2prLpiueqM3r2POjqfz6laQZnkKyaY1vak6VS7nja4Gd15bz/d",
-	"CwKRG4/OV2JxXPxESUsIWW5Z+QcDupyGKC6CZr31E3MjbD+xUgCqnlXdSt94LG4fmw8kWP28WFXr0QD9",
-	"3hWomCAnrssCIA/m7aJ87joeRUAai9CWyKuXtb4NDzTWll8/yVNc0BcBPZgb8uUfDR9+hvleQT1vmq6O",
-	"nAlE+0gjL3CmkCS66brtmvk2BLja33OGiT1WdCuftoWbQctgOSHxz0/XTDzVYeJQn1JQ4CcF39wF/D0Y",
-	"i1dgpjBrdmSkjdWrxzZerhQY0D7X/Um3lkMoX3EB/v/M0f+99XXsFuZef98Mbk1DFO/tVdu/f4o6hzt9",
-	"RdOge//hcH/7J2+FM+P+jmVrDhE4N3/0k1QXPE0ZeEQPD37Y/sVxOueisA8w7LdbAtqPFcsWlJb29x6A",
-	"XpGh7uEOU9hHH6E/S1N/qkuQZUDCiq1KEpd29RgJWFGFTi+stCjksqhDZ2EOIv7BuoFZAFDzfUK0xMB/",
-	"zF8k1Lj1QhJDRKiRc24FmhUUoXd5/AuqNdPgcB0LPolqn4XdL1wdYVeeKwbR66/E7qBIBkMv2BE04xec",
-	"pS58bq3jyQB3PiLDuNoreiw8BgUKQ6HgeLMpqhUoJ5cG11iqaQzKRoh9YwHo1xuQ2J5bcbRyzg0Y8yGg",
-	"U7Ep11B5xlvA7P+aXh4LGnYbx0YgIIwu0Foc17pXx5saxWCAamOnGLSP+W7CI4Ie7/b+MdhZoDBKyjnz",
-	"7D0OOtv0f7ErcuG/XGjDaEq6z5+e/TQWqaIT0+fMTPrO+9EP9tK/ZKs+fohtDFAmLS6IkpRPJkwxYQrT",
-	"IOnao4pctorvqaEAaHzg5NrhO/M24dqOo2V2xdJeYDo8aDwE5xIq/bspKxoJLrGZoYVJmoGONCJlxe3A",
-	"KFnW2h4LGkoCcBfNRbbXX8OAidinEI5FGC73q3+KRzkgkODZ1EsxLPURF9Wa4rFw26r1WnSz+zaLDmBa",
-	"uyqORdlWkfiuit365y29GpuY2WNXuuN6TKzadOkZxoQiewII+lGmqzsTTCqd9T9VPcyuHM29CWFhj/YG",
-	"yejYtXvpQmyHcfSTXLCE5ppV+7dZMACfO4IQLHUdwtoW5D7aa/jiU9SpGde3DVJ/vTLCaRiPsNso5Se1",
-	"kTQz1xnFvg6n/AcWUYaH2794Jc1PMhc4xf4OU5zQVSZpeiblC6owrfBw/9Eu+9H5YgElN1+ylNMzq56B",
-	"IHWwAQVCm/TuqOALWTUrCMDRgizGqEACzK4feTd10I1GGrASe3sS9tPpbmqj40qxeSuvq1OHBkAwV5UC",
-	"V1ifvjfyRga7A0uY0TcQ+8Y7MJqzkhMmjMJwrUKws2uq9C4RKTbuCdAblViwfGIR1CNYZt8ZIQuCibyX",
-	"aic/gEDWdb0gvaThLPUY0tFznBrMdp5Ze/PZiLTzavc2sv2qtAKrNHRl9VvoPw5Jpz4XB7N1KBFsCatF",
-	"acv+5Wa1nKSU1z8HpX0ClHVkJVmQ4HjYbAN36O21ZbkrBcP51BLXm2tEIK3N8lgQCiD50YXHgZXyHCSc",
-	"ol4Ecs2AaH9NxDbqBCbbrV8Hr8IVbTY/3DmZKfUftGNbGR/lo9RqW6NmecyXhEA0tQRlLKxcpgsZqejj",
-	"7LO06kbvwso9IHAGKAOPRc3ejQAzIK/Qe2lF09L/azHeL5Ze+JAJBN81CLvxnVRUYUCpUOzG6QI1GLXe",
-	"91FnLcgheFpRkfcufMpos6L8xMmrYEjDy+LCG9RMtgLKBuaXiLAPNDHZCrJPapFoBKR2F462JqxbruFw",
-	"G6Il7Cejok+ae9L1vfika76T9sZCqsgnA8K7mEpp5yI1gOo6b1pURMKgvyrw3UC7lqrzJnIwmNoPkKbS",
-	"Uha3wBeBx7LGDhQLWrjRJip/eHDQizC7q+JvLpuBxOghjgfkKU1mhQ7vYph8d7k1Pfdoi7IJ6hx6bCAI",
-	"rXs4HGIQhr0Fu3iHjNr4TEtt4Z86LVsPdrcNdNGGgSsHB2/BeC/ZCsuiwiXuaKkDBPgRAPZ+VBMY+0vq",
-	"J+EC2ljn6wZsKUIBABW9ouK5+x/cSvj5JeoGsuqBvAynstIsVDy4EXWVatru+UG3YbMBm6eW47SYr9dQ",
-	"wo702k51XZUfxIadzdaYl7XZbH0nCOBbprTA/cL1HcR6yl+98dseBew19LLYP6GQRiPDxuoeBXXGQEkI",
-	"lPDhvRvAixyLgj1i55bSAnfoubWPrgH9yk6Abw5IDJYxH5yI1mBv34tIXGloEtunWI9iLBpbwBhJ9kk3",
-	"oRkTKVUYXaR7jWwBtvxaTe+JK5QdpnbiBvt3OXGb3GzvFtRzjI7+o+PCcAdceCzFJOOYyvUlrSzbPnbm",
-	"WquMPBWGm9VdYTsCmcPcdYwPGAt6RVvZSxt+k2oIWCm1udrRwMzWeczPzHjkuj+qvwHQo6BDXmtjRhCI",
-	"iwaGXd+BuZolRlOrChhZr1eoexhXWetnF//h0eq6xss7gNKfmWkD0RbJCMuIA8u6loiCLcewGvPCq6k1",
-	"bgfhitqVjYBI7oVLiA1qHxy5gGj/yiVjC5cABW2BNwQM7IYyZK3N2Vjs1OeMujQgPynULpeCjSqhmjNq",
-	"xgJirTH00mUpTJmBFAwY3tslMIBTD8ix74MMOjHo3yRj9IqhquuaY5ZBjZrQC3kVprd4K61U7sNAWabG",
-	"5YpJhXF0Y1GklpWpJqW3PHAcNrFwKFx1rxwcS2N9ZnVuA13zre2kmn51VOZPybwR2W5GGddYe5HTtkWF",
-	"LJEVs88Uu5KXFqoEK1NIIiLYMmi47nO8MCFW35r6NeCzXd3xgv9id/CVaKa4nV2UU3sV3ySHFm3WR2IH",
-	"KFLA+r0KEJu15cIvVkTDQ46ZyZVAYysiSxB9rWdgRBbZCgyp94FFuDoEvHvijDj4l1Fvw7nTNj7pvatO",
-	"0T0icVCqEQQ8TLPGk8b2PN8Y6p0w1LvUaB3a3wTr25nj3sdLtvqEWJ2xphqfp8APi6KU3qjrPRMuS5Zo",
-	"IxdWV0zYwmA1SxdcZ78Bv/pYZFyXaeiOz4KnWTPwI17JS8iNKngwzFe4ug4xoPA+yARuMiATFXw9bI62",
-	"tlNAahws9hu7WgdePNZbAu+NWdZ2yecXtnLcrQFD8pRvjrZHqdFpi1UJcUSWM0m6MZTjj3sRRm7C3xxS",
-	"iGNM/rOP0G2KuYAxltdw6i5FL7opdJ2oKL5zbxIn7PprkTftZnYRN7GsBBOuOOY3RF5HZJpW+4qEmAww",
-	"c3+S5zpu7pgSA25euQQfb0MAd6/EjbylYUBEFlkOfn2MbDDS0KwY05lyuljNzIXlA+ZC0H0PCz1wV+DQ",
-	"65I4WYQR8/KKKV+BBM53LnNhSJqzIP6s2owb2erjN/8KAxJit16pphHsFDaKC4xwQj//Of7pZnZ/4byR",
-	"b+cZD4ohq96osLxYVxueZUTlQnAx7fnCaDenTFIFNVpayRSm7bxW02/5Rl8JdVlPUHI1h5rSkzaSmaDR",
-	"5p0SHJfv3Ac77edyGlnO9RgnfgvzfiVsOdjTLsy5kmv+jTm3GIUqpxRG3FQg90uahxZMaSlAME6ogCYM",
-	"wGyRqSzZRbEHNCJhqPeIxNicIB4LxWiqi6JiWMm7cNZA9jnVeilVCsYljOIG6xLFKnV6htHtGqvp2AFN",
-	"rgRLIWqDzSnPisIYQS5XGb7xw/2ZqAKkuCc7VTDDlzFWhVtsc+kEUPwfFZxxXbT/D4nmuDv7VeVqb0yf",
-	"tnDmvY883WjMegK/60pDRIA1qNIoELG58m1Q7sWxg2uo4/suBqfKirkmuMtvlqcGsMNDviuwiz5XkNBG",
-	"qBh+KUr8DcBaYnjuCrruzcAZXHSrboOBXTt7yfH1ukPcW+whDZAudN2B7iJmndHjllYBqP+FOxsLlA5J",
-	"UdEV4nqMlL02E+fPuN+vRJmC3eyiRuG9fUPlFv1p6qHC47D74XPYG9p0p+M01SQGA10chIIVVf+x0F1Y",
-	"bqVouJwLwzP7reFZTLoXq7HwFdTsKEGPXOfFcDa9apODXkSkIFVHn/P/DcbisSviC3bLamU/jfZW7euO",
-	"+MC2lMjc+JmhuKDCXfQwrw3LMWvGXDU/bgkJvHBEuKl3DLdrcVscEDD2B6GsED5ItRQx6obOWBsW46ym",
-	"Wdv5Zy5GLzje7uHBwVgUdbEgb1oxzNYmCV1AKT+70F57VkAYixiNrfIpWqQCX/6xIupNmSGHLcUqQLwG",
-	"InBPaiOM/WUURtxWi4AC+AlJW5AeUcDlt8CF//xIQLh455TpUmLkop8vei3EuVJ91QFlm5Sz9xH+v1FH",
-	"fOrUQIQwD1ejFuqbKrnQBBoc1kmlq2SEw2BpgU0REEcoRFUjIKTy4hQME1bz8eEQ5DqV2tAjX9KLXdRO",
-	"3MC3SIddIh3wsK4Bqfco/MMtt4r9wJ93lvpdrdkdkyxv4fA4g2V9JcK53cwusjmc7je0ahHNjQMJj1L4",
-	"95d0ZUBZtyJnKpB9uz57pVd49Avv+UQq4qIMlMbCBlYYpmGLficacwWVCbpx0Jo/7g3ISRF0gFK3zufu",
-	"iyIbxTct8/lddAWVGNiHhLGw6kc3aDoMWa5haqn2bY+EJHpm5QPVd8UTkevZYetDjoK+yIcHB74WP653",
-	"LNoF7+7GskZlTSNIo3FVG8YiLGVUmZgUbcz0O/5+4FSj+/PcWCS/J9nbDv1lRG/YVIvkjdD/zTnzLdUW",
-	"LOwG4f961LlFHtn7aP+3swvHF5AFqlCrvolNVbiqmCZcNkJpSxmMxVtsAeX8vq5Ym5PXuXAmCcWwm2VD",
-	"p6j78xEVlGUXKd2VGv3mFNrBKXQjkP1sTqDmax9+Ntr+DXTa3D03hJt70/DsTd5VfreXXMsAVi94gj2D",
-	"Ji7rGRv9ZFybeoJ00eplrc9Lt4B+yAuDJGlMFMPS3xrKXy8biiO7xZe1ke+c1EJW8z3LcF8kc3oTmvvU",
-	"6a8S3f/MudP3IY3tbY56fX3vNqGvKvp117DXb+Gum2xCdWEfsnjqwP/Fwy+q/LnRqHTqNqIJdXFdolBt",
-	"IiLhNZplq6BEz1I0mpyisUiouqr6WO0wD/SRH9wbnaRgWPukfIfUjE1WMbLLEowVlUCDUzfS/gAV+yB+",
-	"1i0+xVqz/LecEVfBudS07skAc48xs18uWHZTbFYRHVvexzcbzJ+R63vi4dD72qRvF76/99H+b0uK+Fxe",
-	"ORUDQbJoMJ3WLORYW9fTijldEUwiK2kJGp7NjInNFOr+zC7Xisn1sbi5+IqR8Q5A9W1xPjcF1s9mf7nv",
-	"6NttpP0b+LTZX2pS3x9T1Nv+bhCO22q2iWvGF10QzgdVehq/e29fQgrMTUS0DGjmWFRNORZqVz5w5EfF",
-	"KMabrJtsqtXm7sfqcs+C2xexumyMqXdWl68Syf/UVpc1vLwLUWympIEOxO2S1wsIiA36+yytvoXfFZV6",
-	"1kJ4u1adK53uvaOxoBg9e1vzTatM9VpNz/x+dhGt7Ma+CVLN5o+Jabnx0O7nf7qhVAW+IA9IQZg4dn9B",
-	"LgINZrxFwoVmIES5Gm/Q9GVGXdaHnmMT8gkUxSHdGBZTNEXnyax3BGGN0K5YYJMsK1r7EN9b5JDU00ZI",
-	"mTWCacVQr6oBerFwczvo3qG53s/R5plzzwEnGnHmlSyvLDy2b0i0hkQV8C5CyIPihTdDpVtEnOVN3c3z",
-	"zPBFxplvdKEznnIxrcZidbHLUkTmXOSGRdAvLSIpXfWCHI9oDNHUmJWBqRbgd1uRGBEyJl1lj5il0KoH",
-	"GuhmjGpDoLmNi2aD6LKxwJmNlIisPuiMa+i22ZA14myBlMzlnAkTYYLKWMTsw4IrpiEIuisViY3JikZj",
-	"RT4LrGYutSF/sxvTUFGLiTAnBPbHssmAnIYScwNf5BP73Qz79RwRWj6Rk4KIFZ2HamQLzRVLLnSRcrIL",
-	"08SGttvpEvwegb2VOiLVSJdO8jW6dA+uSzf8G/bZu/hso4YuKtm9FUHOk2bm65Oqv3D6/llNBrgJXVwX",
-	"bSGmqtWhiAFZQYGtgC5H2EatCPyCv8AGByEIFqmhihcVK4gYGItaPS+PgtwlnukB2Vroqihs9dTO5hte",
-	"QvUR10ssTinPVvGoklE3zzMKrRMwhMzRYhzM0jMIf3CZeLCPt2ePLXWDVmJQE0WqS6aIYolUli5bYm/P",
-	"Qi4Y2laxi5obEjq73G/pLTCO2au7Vcmt+/Wu2uW1Gtfo9Js41GSc9QBKawmgFTXWnuyXKb+1ZBczKS83",
-	"VuN8e/rCyhzQo0QxAgFORpJu7D7GNhKlQHTkY5d40Q715Pjs8TNSndtV6CTPXh4/7r95dnzw6DvAoJRl",
-	"/Ap6/eN0fCpcYper6OmK82E7RUcmQA3iU0FNrsqaf7BqYlYLpmHZrik91GiG4n4pU/yKpSgNwRhMXYHB",
-	"If7n29dnx+e/Pv3x2evXv5y/efr49OlZfITCEeTlLjgQRSEFtImys3MxPQ8qQIs8yzDoS0hT6mOrAfkX",
-	"U3yygobzsNmVFRft7eUGSGt4JnJC4nE+HD5MDPyPDfAvRZcQYIY/xiXlcfvDXpzzBVVYNRgyOq00ZCDd",
-	"zfA5c0Q7vtqH+wub0L/xhzki5u84YS74B5wsutp3v82Y+yk+Iti6kcgsJbGJB9hrH62dvgVzQpMZg06p",
-	"3fix/Xf/sRRGyWxEhOxDYam4dx9W0Z+Z+dWB+j3SSD9FC5V0+GLFKXvNutagvXIgDTnr2dLCT1wclP28",
-	"XJeF8s6oo42Cdr1fXWvzO9JNUYTwN+HdqA55HeoEtNm9qD9rEVY3ab+khK30GTOBqDFsvgCq7L7BOo9h",
-	"HQKk4PViylUq6UqnWoLf9QEtiWIpE4bTDPrp/GYlDUe5/bQin18wRboTyjMrIeLPQL6hEpziPjP3giaX",
-	"cjKJSA7Z/QdDN5JiCeNIeJ+dnZ0QbC9LukBB0WoFlWKRmrC0TALDRn/4Ijbb1XmSMK1791XI2SH5k/Jy",
-	"vpL4uerGduomUrAvf+ffZMBmsuMJTnFg1ULPX5LM7BmG4XN3ndX5Bsq+WULkJcWBnSr2BCcsu1KVJcEu",
-	"5QS/jF8yNHlZcc2dXrdRVImdOc17WJeouC4WTLB0VCM0Y4FEBnIfl7MVEdILKwmdswE5Ll5GURP7uDtB",
-	"hgrfYnQCBTUtnXPds01F6in6iMdAl1jK0hh7i6IwasVIQFkWaqZ2eTRNFdManMYjQkkm5cLST0jhvKIG",
-	"Av0zLi77mUxoRgxVU+aqCWAP7SATdSzsRCoX2q2mKt4ev3jx+tfzk9Pn/zo+e/p3o3Lm8mzjXGXnS6oE",
-	"qq9egEXZzt6mu0x3LF6hjtxfSPpdCzgfgBniwJErKMNTkJiH7lAcY0Fbe6U6eql2IDD1BpDSUIjlYBFE",
-	"ubxAurenL4q2+yjg26fNEr4FSyigao/pPliIxQpHac8s4t0/QbfTtHfsLi7SX8sD7Tp4f320/GDD0bpm",
-	"93+93hGf4FebOuHuBIxVAfSo6Ji4pE5zvStmZMEP4rkL1K3Q4WWhJF2bNTkGY2nybs3F7Zu37C5+ApN9",
-	"JfKX3cwuQhec8J+lwfjC3bAHR/x7hxbj29uJ+0oOmZ3Hl3NQbMGoIXQsur4eBPoEe2RBuToi8ULKrNZI",
-	"3P3h6qG5ggv4udOCzEzqwgvmSzGAR8yVYwBm6+sxkK7/2CdN++xolgb1LVyBNxcqoKb6gQ8jkBNsxgqO",
-	"fm9WV6yQDIBdtbQ7xRO0wHhPzi879JcJ/YdNtZBqe2vfupb/ketcLxAk65Qg5Dt7H+3/rt98vDFauUCB",
-	"e6T3m6Dxmy7dFq3cAgnX9p1lVHy2Jt7NYcdlzvcRiccdxw3GnRE4D8rwY/Bvui5F7UrJgLyQS6aw0B1G",
-	"kkD6N2rCTsqzKnnR/Ajqco6Fr9FRVhNFqZCrsj4ZFORb4Ni+PxP4TcoyQsEupfLr7bmO3OVoRV9uF/Ph",
-	"Z43qWepjsZ6m3hzwfM/s6osEPG+iDz7g+aukE3/qgOfdudw14pi5aY1ZPiJbI5QHLaHHFkC/xR7fbeyx",
-	"Ux42Bh7vFFqsmQkJPQQOZ+CTDyJYg7DgoPgytAgbCxfKh3GE6fWqoTrx6Vt471foy9gRRG8ji91bzC5+",
-	"CUbiCnJQ4x5l7Ipl0XWjd8cirFz8nxC9W7vEaugudO1qynuxIllQU/JCmplLWbDv5FMXgFIJ7N0YzTsW",
-	"rSTkJF8nIX+qSNxqDO5XS5X+MIG4BW3AeL2aIBbQNvieJbmy8p+lbdjm/zg3s87o3XtLwdCyj5SvJgOB",
-	"s863jOg6L9Szs7OT8+MnT07jnpW2cpV1Rp2ZMYvR3t7+wd8Gw8FwsD/6fvj9EAikW1R9bDCHk67hTOke",
-	"uchFCsolWhspeDBzxchcplbXIqcs5ZospMxIklGN2QtFL9zXnslLka3sogSds87ISaSfovVqRVOM2MMc",
-	"WQFNUQgE9jqyghqnnWROV8SXmQ1MosEsVlFtnsR3PNe1aD6iZ5AuJRIGZBHseJDIi50KsU1h0b8wmKto",
-	"mL4+H7a0IV0slK97hKauzbDVkKlo7hpCw/hqipLXgKAhC225vgr9xapCDoNFufLm60s6YXKRgeVgU6dH",
-	"akjsW7jtxbAQ1/o1mKPaTWl9KowuctGczvMQBbmYEfg+pao01aiGGIXHDN2s12eBwuRkJrO0li69XnQH",
-	"T7uAaJEWiORs+S6gnStf5amYHet1rc9+2lrvaL1IUFlAulxlMEXbMVownUlDFtTMBuQJS3jKtGXUYJ6n",
-	"AE922qVUl4AaU0nojNHUxXDmAlS48OJmLLlsmGktwB8cARjeX01SKuplExA/qsHJlT1B2PfaTNXOwnBq",
-	"LmbeSitF5+rquOF9+Hjm5uOqeCOjhhi9IgAsk9NSsKvHIwXzFX7M9QmPU7qAdAJP43V5buDnd4CfgfpK",
-	"CmMWyGghaSx4xPoczxjNzCyCTlpcMEdsT5ScWyjIC3fRgLySxDJhJgxfg7BCQtKdT+8//f8BAAD//w==",
+	"mpKPpWzBRGoFQy9UfBx3FlKbqWJ63BmRcUdejjsRGXeU5cr4p7wMmR13PoVO5HUf+BYvt0bTiNVnPB+9",
+	"hBsvg3Lfb4MTN0bTMT5vDIVKaJYx1U9mUjNBOIStTjgS81KUcjbNUDCm/d+P+/877P/wvvzn4Hz0P/33",
+	"H4fR/sHfmkXmmhmxISFkwaiBaGqI0OouMIQ6IgeHZCZzpXuFPGOKSEMrzGguBaFTanFUpN5Qqovw1LlU",
+	"GMZVFe5p//dy4d9H+wffNy8czBaVu1mzXr9v++zUosf60a9Z1sAjDVC9Hm/WEmiQ+WVtNbmAmQbm2fb6",
+	"r/hWHbRwqgj5nBupCc5CM1+jKqI92kH+Rf0QwniZ+zuJzKdB7SAUqDB/aaf3NTPXE1Gc2rbD4Hd+hVGR",
+	"uZqjsF5uN9hK40X7M9wolaxBvWfqRWA5uNxokO4VWI3cPX0HMkaDy8Ufh5UBctPgW8ma892c5LGW7HYD",
+	"R8p1BK1b3V4hA9RurvVuGvAP/34EtnuNlSxQhbBkl1DSxUkidxw9sqBc7W7hh/Wsx4/U5YeXVvtqslS8",
+	"hNk18S5wLpzJwhIIK0oFXg8qVg6YuqDNQf6FyFa9ATmzItncjeVTiQT4LMEbLjUD3Q8UGAsITttGpTEK",
+	"/+QCDKBUDGR+agOLAV/xUnhwvmJKWX36qNDnwfuwIpgE5E0tReL9WIAn4vDgAOqMUDLnWi9YZoJX0ajo",
+	"jsIp2B4z3nUg9hU4/U5Xg/C36V6aQq8jdyMniifXVUB2CxCwqOdMT/VYgQuqGZw/u2es9C7lRbHLnRya",
+	"3mKFXs1KZrkdqBAs7f6RyNXjLgbtON7q98ZFNuE8XlWrPZJnq02mwdK612gldGWFnJ4D+6raMsfCGzNl",
+	"ljJtUDQr6lospboEE3kiVYoFksDdxCHzX3Nt0R0mHpDjsbDjFohOQFImmi6J8B6cYqQRoOIVzXIGeW1B",
+	"mZaxgA8f6AF5LhqKDWChJKqNmwDS4lK6KgylWpIJVaSb8SsWjQX7LacZlFWRajqwaBz3BuRpGZ3kZc0Z",
+	"1egyK7a7Ys5EthOyBoblJkfpVpPKprFh2EIOsvLr7gph7dvauqwQfDdjtSFFKXPrjp+vERMaza0xExOp",
+	"EhajJ9PF+vyWS0OPSKxnNJXL2FFd98ZFDrxRKqNJHDg54yPvOEUbrE8tc97W0LvoJu1EHZyhgz7ZRm3h",
+	"lUvZqMtMs3xORV8xmlotsDBbbvIxNY1equJNgXdaKo/zViOHGkdgM4XYbxdwhNhisXSXVJDXCI5VSuQs",
+	"IucUYi3PnaNknYLfyK06mTAwpp1nLQLQWWlbx1fInKmpEyvQfuN5uQvbC21RYJD1Zs+xQMrpIvpc/GDX",
+	"XlMfBZHdMb6QnOpItXPO0Ib94jKLfflqZpVjGNx6pdeJ32jNTbKL1PkFVoRrt41D4T9LBh6E16NBnqWp",
+	"92LNMYuBitIu12wXh1ovO1pKU67Pc5U1n3TKUp5YqHWOm7enL8okM++aJXOqL1nq41r5hAgpmv0Q+SK9",
+	"Ng4s2cVMyku/yN0TnFzFGwdJDchURGZUb6k6ZXhGUROy14zfwRabSPlrNb1+rIFFGm+zcomRx8mckecC",
+	"DMh43ZYsreuLzdRpN4FwLYi8Eu+2fyNs3oqKOsS93daJWFiJxfNcKsDNXbJBG9DVjegu5c5wbdPrgGtv",
+	"T180QP9GNRtfhQ+3oUULaN6Fld0yyS9uY8d6Y8nsmuac2B5OHBHnbrX/Km4tBj05Xkeo2BfQREm+8CIW",
+	"BZQs81y3+zVj5vXw8eaYdR2udiPM+Q/ClDXoOSki2+uSa9X9VQa6NEe51Mzzw/4P7z8efup3h+/2+z+8",
+	"///23w37B+97jfb5E3dYtw/Nm1Cene9y7UVgx40I+y2FrV0taJsMZxHRUJ6jIvut5zLWCVNrXrmUWUvC",
+	"OdjQdmdQJ+6DdctKIL57y1yhonh7AqYGiQYV5UYS1QbWUMpF7jpC6HEHUm7/eoKPBejrSz4B8PooHBCG",
+	"rKxTQt+7mxjWi2/2h8Ph9s+sWA4XWIBqaLN0UtlJkwj2mRBwR/pfItpGFuBeuyYX8CizI1rYt6tym//X",
+	"bbGshie7wHx5TW3gexfSEdD1Ly4euSKiO8hHdwDKtwDRHeV/D6xr5PWULTKauJAzyD8Ej8fgpnC9HZrv",
+	"lDu8YkvPFo6QJyg2l1dQRLmBGzSKMm7l9XOx2rzdFUkyqouCRo4VSTXVVYHG4+VdxEycBAe0O+hdUH3n",
+	"Ho3SWTOo5/FuDBD37xXG693xP/Q/bXMs1nPRy4TA4DDKJTQiukvCb0i6Iqc/PSY/HD76W1EmIJVJPmfC",
+	"rOsqWC+sURjC8pk77z8IkP205rC7fmRRQ1oRNxnbIPitWdFnxiz0aG/vt6KHyCBlV75+m97Dyik4ZV9n",
+	"+XTnajvw1K8o2hTLVOgx62n6NQtcGZRHuqibjvb2Yisz4i/42fO2OCNJrisB2Bbn12zth99X8LqLI/1j",
+	"tLc3Hr/5a0s8ORY6Wj9PcBejTpzQLAsSsJhI4SaDHCb71pwKOmV+W0eFio1PFaNp4DTHyqSVfCcsAxYV",
+	"eU/u80aPxJlLt/yMxa82GLINo/MHOihYeHurdbsleteM1JvYaHPNVKuLoqiQ7iNv3bbB3xVocWHhRgRz",
+	"rohc3vpQ2uOa6yJguI3raTcWrm5o18WM6nVV5vBaWolTQJ6KKReMuWywyrWEStKOOtJ6ab37UkuuI4zV",
+	"gG2XCVrl/7a7vAtRH2jNFxf1Xc3+a4v6f7wbXN+aSwy+G4Luv7lYNZdg08wQXgaAFOkDroiqmbF5o8+L",
+	"fVhwxfQ1bXa+FFz5vswvsuBlkc8vXGgQEIFGk+uG1BPt2fcuqdeuqGE9OBv+WqzWryRIDwn2XqOnwWm/",
+	"33C1LUJGxW/qXvXRMs47vISWBaVfOJQYkPrXHCGBkOAnZ9cNB/2ZXzESl7tGwcyYzGfax5jVdCHN7Ag9",
+	"qQJr1UTVvWR8AtVmLFucyVyti+RVsGrJBamNh9GBLJsc1bNBqCFzqQ35G0npShM6YzQd7JjaEYJrdR1D",
+	"gsIzwRfcr7+T/QirkRlJvisSIFFTr6idw8Gj6FoYUHfX1UUudxpl0SsMgzBSttVKuE4iUVFBxjfK6O7b",
+	"LT4aDoNanc0lpAIQaREVqzcJwZvQCMQXZoDER8ihg0m/Gx5+PxzeKLG1QOcNOTlnYfGGDas1QbcqF9Ow",
+	"ZIqReZ4Zvsg4eMu2Afc90Mw7oH7FMVWIHA7cdGQtgYw3MyC0BtO1JSFet1gTvn/ORNrUoC3Jcm1JXZAm",
+	"VvY72u263ARQUu6GrgtHxn39pcqIlR1stpEEkXvrEl9LcsYGpQ6SEh5oUoSbeMCHg7JoixGoPkCLK6sJ",
+	"7azkYDB96/03F9n6CSqdWrErKjQwrKIGivWSlg42qLoz2D0ZH8OesUmoaIOEHSkPyOUubcMdcfOF3VXZ",
+	"krtQ4u2pOoGjVGDXivwFOq+TfAldLDAu4HYa/32UmroTp2Ilo+xGWvXNKrNgtFSGxtF17ffR7mr1Z1J/",
+	"1w+v7TDuQi39Y9Q1ce3c7lktbdIaXfDH+jGyK99ZuqEh0hW0vV0tmOuSUU1ewUB/M1NMz2RWMqOBKxnx",
+	"/loBCdI0qjwrEms+FVxMz7EAewxZNXmWuRZDmJuj2JyqSx/grJkxXEx1I0W3w1GrAJzPNnQb9W1WXKsp",
+	"KKCSUAWtfWPzdxTqc8E/oGE8utp3f5uxD6SYIrCal26loG/3G/9i20LLfW+KCn728vhx/82z44NH32HC",
+	"7Yx96B0VVnBX5xW1IK/KX7LVgLzyIRfYfBRLQPiyrK7V3a9Pf3z2+vUv52+ePj59eoY9IoV97mKPoNMC",
+	"tHcylhf0orGwKoGrM+6UAizL9cC+qTWXAqOqt8aeN8bo/jqzwjQCLuSCnbx+c8bSoyCAxHsL3E7cSgc7",
+	"TnneWm/tRDFsQmMniSE+Dg0hVBCaporpWqLMJNcMVNCi0gAdi0zKxQVNLiOyUPyKGhaRjIvLPlRYsVAN",
+	"ML3kmkHVnEV+kfGEPD/xU1jIHwssAjOT2sQD8iaH5PeMX0EpSTiWhIqEQdBQLrL6ynKBVuixqF3z8YsX",
+	"r389Pzl9/q/js6d/t4cUky6uLLVCnlzMmTC9AXlmVWe3e+U7K0LFW3cBbqpECsESoyOXFfzk1RuimJZZ",
+	"jjKDgZBrWPnKKpRjoWeQ5YfHR7Na1lxn/+Bvg+FgONi3kEeJP01/OqNwcjewxlrAWPILZNBtm27YM1jB",
+	"5vSS2dMj0OWcm94RoWShZJpDfXePQv7mISd3s9iAMdY1ZG8gU5Gn1e/b6fsTd44NhWquISBSY6wgtw7+",
+	"+4X6jyn77sUIg/TtM9f9fNCY9sx8iaB1Ig8mBRwNKl5W0Zkb3+UR49y2IjGc1Dam5itE1PhYcw8B+Oyc",
+	"pxsGhd7UEVYoRIKoSRwQe385GFNrH/I0LvIkZbrasYbkzo0U0Pd6njQmUiGTS5hdkmUhZ2cnBD8IT15I",
+	"X4gzoXNGur7ltKFqykxEBDMW0whcbQSVsGVuNnWVCNfn73Tz6twKWEoOPnxoNlm15nL4dXqHW9ixUCqo",
+	"vLty/HHHRjIIWgFARA6DPdZUz91Dfbhb++4uWHwXgm+dMHxxGdgt6Ixp01qI9xq0Ks2xye/5vEGIfSaX",
+	"JJNiWiEvxkkCOyDQFoJVcK3tFKvkXutQ/Wh4cAuadpwt6UqT2Ms4hlmBoDJl+KhR0PxGJ25HJ64jNZpi",
+	"NrBA+YOCOqSBtFcIM9CnEBIVvYDJfdV26gSaHSS4DKUVsFHn0xmKVJupnSd0Tj7ZStNCTNxG4Rqjft6e",
+	"vsBNuQu1AqvjyYW07wLhrTrjgmJIF7QfV8vOqgK6iASyEokPIt8Y+wPhUFtCf34tyn7UYn/QGRFHJMYQ",
+	"AvuvmcyVy52BZBkrj+uMQ4FDtLjoIxKDySX2PrxalbHAdYczYLmEHIqG2vHtmUMEGVpu3reuucUI7wrs",
+	"N9UOX6viVhY3Ws/AHwWtKcLyaWNRTaqFu8Uko9jXidADcnwByFF0YsA6QkhUsA/nTrT6PosBtRiBA/Ov",
+	"Ox9wRVmoc1cbVc3DuzaZuFWFme0lgRoRU+ZZ+mMmk0vXOKetTFst5Rzb6cPVuvTDsOQ4Vhsvys/uuP3N",
+	"ZXfvsNCuaLNvc4XwfPMSue7A/CSbj/yU+T5BtVOni0VjfpBVt1KuDReJKVyMQaV3bFZQpk0ndEG6+9Fw",
+	"OOyhwq2YVd8U8/AZg8khrjX/CKuObgaAij9sCzjsDgVtbmFpLF9eMFWUL8HSDWJVLVyyu3+pAv23zIv/",
+	"qr2RUUfJZUu/Ceg0gbEF0ApyjQ4gEEUYdYE/bnxRLV2y7genr+N0RQnJoe4aIXBw7Y5xC1loavVVIuKt",
+	"cEjJ5QPn//y8mMTba5tH6KKV4BtWhKdHhKJwACwVSVSj+F3UDWzxTJMllAtD4GziTy5gwwpljhK6o4F6",
+	"KUhgL9hK+lgXulgPrao2QYJhGoWysvRPjcPtttftzm5oM8To/Na9pO6kTmEzAqxDPnYLzhU3qzd2ZJcB",
+	"A02Cj3Mf6rQGNj7fHNISSdfpQsdPXj5/dX72+penr+IeOorAIXB88hw9JO3thtEC6zw3rvwLbBU4Iiyn",
+	"PCyrOGDfei4mcn2JpfkPjdUQAtQ3TFBhsGqRb/I9II9zbeScKf8XTai+hOhL18s1lVxMx8Iq0hEZd+Z0",
+	"hbEVUk337H3vAdrohWUJr0qB3IVevLTS6T/GHdKNrZZE9q729zBtwbts7AFBPkERnc9crIbLo8AFG4ll",
+	"W0BQx3h2p1aWooWcuFp7xyfPB2MxFmf2h8+18RoPzc1MKm6wYlkihVE0wWrM5GfpbemQBjOhCWoGlr5m",
+	"mnAxFjE8ETTbs9dAF3yPLjjqWlMmLFywFEPEIIRVgBqpVoVvj0PJMQ7eeKw6q81Y8KJ3LreqKE1mDHuE",
+	"iDRjCjbzX/9FHkPJXTwDuw0mDMcoCPvCU5gn3rvajx2EcimIoZdMk/gYd/07/HFEfsQ22Ah8AMVFI2PU",
+	"h8BiANBt71owIicjO0kfnvzlL1UU+MtfSJeJK66kgKO+oopDwakGzChb+tuD7o3GgkD6SSrxpKAQWuR0",
+	"Nai/SwWdgo6aUYGbl2qqgyQV0Mxh904HJF6vHZBfnXGlaSWV2hEWSy24cG1Xng7sXqmwWy1R2O4TkHgw",
+	"GMS9iLgQC+RfJYTb5e19lGr6yQJH/5KtdDwgzw0sjGVSTME3BMeqMJjRu3mxV/iI+OSebpHdE4e449N6",
+	"7Ijd9dSeB0iLdYSoEtm166hwjCL+2Gkh5wdCZHxoZWSH9F5W79NG9dj9MfSb9eD1Mo+o25BIVLOd9ACa",
+	"j6FuJVTetCLSpZBL4QDOV2k+HO4fEYrYUjTdt1cJ0GPPCQish/SxEIylOvj84ZGjwH14OyVK5oZh4erU",
+	"yxzoysczu2QrLApA51BIWoyFa2wNNTmLV6NgkkPYzlOazAKk85VD2arMziqC190do7xqrxGaBQNt+dD3",
+	"zAyXrGPShVqgwldVnFsYZcISPneQC6pcq+FSoogcOtSJAdfEEigULlz52tLqSLrHJ8/HAk+hyuKkqgDP",
+	"URWdTo/Pnp6/eP7y+VkceaczeTQcCx/yQ6iLnoUZXT+Q3qjsmYlCEjflwR784LDqlBm16h9PDFMxsgxo",
+	"eOIqJlq0Ku/cYtGKxKfUMAhM6cN/4yj806k3SYCpbCwqjzQzMem6SN9ekYKAp/qApLIgxVJc2VOTQiNZ",
+	"dC0hHVbphRQaHGzeMQ7NR7rxYykME6Z/tlqwEQSmOQq+939airg3IG8RGSxeQY8QDE4v+MeFTFcwoGIW",
+	"Mj0gHw6Ho6KKJNdE84wJk60InwqpHDmz+lK4AKLyDF2ojnqWXAMMwMA6KEwZBedQ1FsF2u0diVijloJV",
+	"GTaL8QrhfGB1ROnaUrD65i1arYCe/BV+O4epFU3Ddz/0l8tl30qS/VxlTCQyZWlMumC0jpNcZaSfxkQz",
+	"keojtGITcrEy7iIWVDnbt11l5Mo2gincjtkbkOOg+m7KKSwjqMDrQhgIOdx/hNbWsUvbxcL+lROe5/bO",
+	"2NpNY3bCeDzuGPbB7C0yyoX9Ne7EcFWQuIsLbs0e1qRbORj3HA+v59SP2K4e+ATX5OYpuASli8PhEPL6",
+	"NboI7HUCV0OU54LEmKVcGiGPT54DN1JzPbJHbEG6KJ5MzQwd4nDrH8fYFQePsd6HBxsouHY5+Io/XEce",
+	"EW0jggbrCNI5IrTegWV03PkURw0zIVS/e/h+kEhtNswD3Y5AUbFDQUDM2mAoZjcMwoFmFUfgY5QdXtsB",
+	"j3yfIcRxkGOoK6bQjSuz2DfGnXiEPgcEJst0gFvhT+SbiIm+QmXGBWAD9jnI8rmw52NoUDsfh+gBEGIt",
+	"fiuO2Huf08wiCEsh3Ufg+FwscnNkeXXI0C9oGnqz7POHHhMtU8woGnA9H++WypJ9bBSHAkQFF4KqmK7q",
+	"V8+OdghbnMhcpHCjpbQI7LKNaaeEYgMoIZ0wMKOwukeuv5OZufAtO6jOk5lVZGYyJd34OMvkMnbQj5XA",
+	"sWQQLOgHbP2cEppZIrgi7IN98Ygc7j8s7tRhoZGSZFRN2RGQkJCA2l35MA57dUfk8OCgEII8DwDqfKEY",
+	"vdQgpJAwoRdoOgoxQL2dJuaj0zzzhLLmR8Bny2q2pOuKkPfsoFKVDLoUG5xEgsfqGUbviDzCK/aKJEmo",
+	"EBKIA3YMs2OXnVKwM1nRnwRbbEmJmTZJxb4LIjJajScZn87MEaBdKBcQTVfauTolxAOtLB0vKLY/uKXi",
+	"JpAdLIw/T2Ei0C0iUCyiiuyM+p+vCK8sD4SGJ670HHZBwZeoSYAvxLvU67AKAU7tdAtddB8JRHSF6NrY",
+	"NauctOwP6/yLsLMXAKnI8qZcWEVlROJ/wCX+fX8w2B8OhzHpenltfzjsITv7B0ZS/D0GCUAUwqVdiq+Q",
+	"DaV8H2gSB6EXoDzyZAacRuRZFq8X/0UfMFaOCA0VxyfPO1Hniintor4Gw8EQDNsLJuiCd0adh4Ph4CHW",
+	"RZmBmWZvBv19fge/YlOw6rETCw+Gw7BBHnarAwhcDIhzJggZQOegAxMjbD9POyPXSuh37GwBwh0s4WA4",
+	"xD7cwPIhjqTG6O3f0Gi1zaTluhWBYaehdlll1RXLVWf07n3U0fl8TtUKWjVcMcG0tidNp9r11cPN6M57",
+	"++lekAzVeHS+Gpzj4idKWkLIcsvKPxjQ5TREkhM06a2fmBth+4mVAlD1rOqRAo3H4vax+UCC1c+LVbUe",
+	"DdDvXYGKCXLiOj0B8mDtEJTPXdfFCEhjEV4befWy1jvqgcb+NusneYoL+iKgB3NDzZ5Hw4efYb5X0FOE",
+	"pqsjZwLRPtrZC5wpFKrYdN12zXwbAlzt7znDxB4aJlov3HkugFbHPz9dM/FUh4lDfUpBkcEU4oMu4Pdg",
+	"LF6BmcKs2ZGRNlavHluJunKkQPtcB0rdWpKpfMW59f6ZYwze1texY6l7/X0zuDUNUbzn66biqi3QHO70",
+	"FU2d9oyf7G//5K1wZtzfsXTeIQLn5o9+kuqCpykD3/LhwQ/bvzhO51wU9gGGPf9LQPuxYtmC9hb+3gPQ",
+	"K6rkeLjDMjqjj9AjrqlH5iXIMiBhxVYliUu7eowErKiEqxdWWhRyWdTCLVxaYN1A5wz0nZkQLQMP05xQ",
+	"49YLXpOIUCPn3Ao0K2iE42oJLajWTEPQ11jwSVT7LOzA5XoZuBKhMYhefyV2B0VCOkbiHBHq3GAuhH+t",
+	"69oAdz4iwxjjzX7LIckA7C+vnKGvUBgKBcebTVGtQDm5NLjGUk1jUDZC7BsLQL/egMT23IqjlXNuwJgP",
+	"Xi7FplxD9TtvAbP/a3p5LChcQB/PB5uRgTC6QGtxzMtedueXbBVvalaHSTKN3erQPqbYIqMrK9th1F17",
+	"DzvsblQYJeW8jMQIuuv1f7ErcilIXGjDaEq6z5+e/TQWqaIT0+fMTPrO+9EP9tK/ZKs+foitlFAmLS6I",
+	"kpRPJkwxYQrTIOnao4qcE9H39VIAND55Y+3wnXmbcG3H0TK7YmkvMB0eNB6CcwmVMWYpK5oZL7GhsoVJ",
+	"moGONCJl14/AKFn2+xgLGkoCcBfNjT7WX8OgzdiXMRiLMGT/V/8Uj3JAoMhEUz/nsNxYXFSMjMfCbavW",
+	"79nN7ls9O4Bp7ew8FmVrZ+I7O3frn7f0i25iZo9d+bDrMbFq48dnmJeC7Akg6EeZru5MMIElFsyo6l12",
+	"JfHuTQhzc0N4eoNkdOxaznUhvtT4MIILltBcs2oPWQsGEPeHIARLXYewtgW5j/YavvgUdWrG9W2D1F+v",
+	"jHAaxkTuNkr5SW0kzcx1RrGvwyn/gUWU4eH2L15J85PMBU6xv8MUJ3SVSZqeSfmCKixtcLj/aJf96Hyx",
+	"gLLfL1nK6ZlVz0CQOtiAAqFNendU8MU0mxUE4GhBJYWoQAKs8DPybuqgI540YCX29iTs6dfd1MrPlYP1",
+	"Vl5XKxcNgGCuKgWusEdOb+SNDHYHljCjbyD2zf9gNGclJ0wYhSHjhWBn11TpnyZSbB4YoDcqsWD5xELs",
+	"R7DMvjNCFgQTeS91AW9YO6Lr+lF7ScNZ6jGko+c4NZjtPLP25rMRaefV7m1k+1VpBVZp6Mrqt1L5whc+",
+	"HxgzhikRbAmrRWnL/nKzWk5Syuufg9I+Aco6spIsSHA8bPiFO/T22rLkpoLhfHqr6w86IpBab3msC4+F",
+	"UlVgZQMr5TlIOEXNKuSaAdH+moht1AlMtlu/Dl6FK9psfrhzMlPqP2jHtjI+ykep1bZGzfKYL0uFaGoJ",
+	"ylhYuUwXMlLkfTw+U7xu9C6s3AMCZ4Ay8FjU7N0IMAPyCr2XVjQt/b8W4/1i6YUPmUDwXYOwG99JRRUG",
+	"lArFbpwuUINR630fddaCHIKnFRV578KXrWhWlJ84eRUMaXhZXHiDmslWQNnA/BIR9oEmJltBBmwtEg1j",
+	"M1042pqwbrmGw22IlrCfjIpere5J1/cDlq4BYNobC6kiX5AA3sVyDhAHWgOorvOmRUUkDPqrAt8NtIyr",
+	"Om8iB4Op/QBpKi1lcQt8EXgsa+xAsaCNLG2i8ocHB70IM8wr/uayIVmMHuJ4QJ7SZFbo8C6GyXe4XdNz",
+	"j7Yom6DOoccGgtC6h8MhBmHYW7CLd8ioja/2oC38U6dl68HutoEu2jBw5eDgLRjvJVthaXa4xB0tdYAA",
+	"PwLA3o9qAmN/Sf0kXEAb63zdgC1FKACgoldUPHf/g1sJP79E3UBWPZCX4VRWmoWqSzeirlJN2z0/6DZs",
+	"NmDz1HKcFvP1GkrYkV7bqa6r8oPYsLPZGnPDN5ut7wQBfNu2FrhfuN7H2NPhqzd+26OAvYZeFvsTink1",
+	"MmysMFZQZwyUhEAJH967AbzIsSjYI3aPKy1wh55b++ga0K/sBPjmgMRgGfPBiWgN9va9iMSVpmqxfYo1",
+	"scaisQ2dkWSfdBOaMZFShdFFutfIFmDLr8EhcB9coexyuRM32L/LidvkZnu3oJ5jdPQfHReGO+DCYykm",
+	"GcdcqS9pZdn2sTPXWmXkqTDcrO4K2xHIHOauY3zAWNAr2spe2vCbVEPASqnN9a8AZrbOY35mxiPX/VH9",
+	"DYAeBV16W5tDg0BcNFHuOkNQrf0zTa0qYGS9ZrLuYVxlradu/IdHq+saL+8ASn9mpg1EWyQjbGUCLOta",
+	"Igq2PcWOEAuvptazlKmYupB/F8m9cEU5gvpLZbohvnLJ2MIlQF3RLGcbAgZ2Qxmy1mp1LHbqtUpdGpCf",
+	"FPqnSMFGlVDNGTVjAbHWGHrpshSmzEAKBgzv7RIYwKkH5Nj9M8zZzRi9YqjqugbdZVCjJvRCXoXpLd5K",
+	"K5X7MFCWqXG5Yi6pU49FkVpWppqU3vLAcdjEwqF45r1ycCzP+ZnVuQ10zbfXlWr61VGZPyXzRmS7GWVc",
+	"Y+1FTtsWFbJEVsw+U+xKXlqoEqxMIYmIYMsi47ushYQJsfrW1K8Bn+3qjhf8F7b6ajRT3M4uyqm9im+S",
+	"Q4s26yOxAxQpYP1eBYjN2nLhFyui4SHHzORKoLEVkSWIvtYzMCKLbAWG1PvAIlwdAt49cUYc/Muot+Hc",
+	"aRuf9N5Vp+gekTgoFw0CHqZZ40lji8BvDPVOGOpdarQO7W+C9e3Mce/jJVt9QqzOWFOd8VPgh0VhbG/U",
+	"9Z4JlyVLtJELqysmbGGworYLrrPfgF99LDKuyzR0x2fB06wZ+BGv5CXkRhU8GOYrXF2HGFB4H2QCNxmQ",
+	"iQq+HjZHW9spIDUOFvuNXa0DLx7rLYH3xixru+TzC1s57taAIXnKN0fbo9TotMWqhDgiy5kk3RhaAsW9",
+	"CCM34TeHFOIYk//sI3SbYi5gjOU1nLpL0YtuCl0nKgoA3pvECbv+WuRNu5ldxE0sK8GEK9D9DZHXEZmm",
+	"1d5mISYDzNyf5LmOmzumxICbVy7Bx9sQwN0rcSNvaVoUkUWWg18fIxugvF4xpjPldLGiqgvLB8yFoPse",
+	"Fnrgrsiy1yVxsggj5uUVU74CCZzvXObCkDRnQfyZb9WMoX7IVh+/+VcYkBC79Uo1jWCnsFFcYIQT+vnP",
+	"8aeb2f3CeSPfUjweFENWvVFhidOuNjzLiMqF4GLa8zX2bk6ZpApqtLSSKUzbea2m3/KNvhLqsp6g5GoO",
+	"NaUnbSQzQbPvOyU4Lt+5D3baz+U0spzrMU78Fub9SthysKddmHMl1/wbc24xClVOKYy4qUDulzQPLZjS",
+	"UoBgnFABjaCA2SJTWbKLYg9oRMJQ7xGJsUFSPBaK0VQXRcWwm0jhrIHsc6r1UqoUjEsYxQ3WJYpV6vQM",
+	"o9s1VtOxA5pcCZZC1AabU54VhTGCXK4yfOOH+zNRBUhxT3aqYIYvY6wKt9jm0gmg+D8qOOO6aP8fEs1x",
+	"d/arytXemD5t4cx7H3m60Zj1BP6uK02ZAdagSqNAxObKt2K7F8cOrqGO77sYnCor5prgLr9ZnhrADg/5",
+	"rsAu+lxBQhuhYvilKPE3AGuJ4bkr6Lo3A2dw0a26DQZ27ewlx9frDnFvsYc0QLrQdQe6i5h1Ro9bWgWg",
+	"/hfubCxQOiRFRVeI6zFS9tpMnD/jfr8SZQp2s4sahff2DZVb9KephwqPw+4Pn8Pe0KY7HaepJjEY6OIg",
+	"FKzoPISF7sJyK1ATQcglyYXhmf3W8Cwm3YvVWPgKanaUoDOG82I4m1610VIvIlKQqqPP+f8GY/HYFfEF",
+	"u2W1sp9Ge6v2dUd8YFtKZG78zFBc0LXF6GFeG5Zj1oy5an7cEhJ44YhwQzI+MdolQkO/XuO3OCBg7A9C",
+	"WSF8kGopYtQNnbE2LMZZTbO2889cjF5wvN3Dg4OxKOpiQd60YpitDc1jjMSF9tqzAsJYxGhslU/RIhX4",
+	"8o8VUW/KDDlsKVYB4jUQgXtSG2HsL6Mw4rZaBBTAT0jawl46Hi6/BS7850cCwsU7p0yXEiMX/XzRayHO",
+	"leqrDijbpJy9j/D/jTriU6cGIoR5uBq1UN9UyYUm0GS5TipdJSMcBksLbIqAOEIhqhoBIZUXp2CYsJqP",
+	"D4cg16nUhh75kl7sonbiBr5FOuwS6YCHdQ1IvUfhH265VewH/ryz1O9qze6YZHkLh8cZLOsrEc7tZnaR",
+	"zeF0v6FVi2huHEh4lMLfX9KVAWXdipypQPbt+uyVXuHRL7znE6mIizJQGgsbWGGYinAAFI25gsoEXYgj",
+	"8JlUvQE5KYIOUOrW+dx9UWSj+MapPr+LrqASA/uQMBZW/ejmImO6QHFSSS3Vvu2RkETPrHyg+q54InI9",
+	"O2x9yFFZPBZyVFwtflzvWLQL3t2NZY3KmkaQRuOqNoxFWMqoMjEpWqnqd/z9wKlG9+e5OcPeZvche9uh",
+	"v4zoDZtqkbwR+r85Z76l2oKF3fX2ux51bpFH9j7a/+3swvEFZIEq1KpvYlMVriqmCZeNUNpSBmPxFltA",
+	"Ob+vK9bm5HUunElCMeyo3dAp6v58RAVl2UVKd6VGvzmFdnAK3QhkP5sTqPnah5+Ntn8DnTZ3zw3h5t40",
+	"PHuTd5Xf7SXXMoDVC55gz6CJy3rGRj8Z16aeIF20elnr89ItoB/ywiBJGhPFsPS3hvLXy4biyG7xZW3k",
+	"Oye1kNV8zzLcF8mc3oTmPnX6q0T3P3Pu9H1IY3ubo15f37tN6KuKft017PVbuOsmm1Bd2Icsnjrwf/Hw",
+	"iyp/bjQqnbqNaNei3DNlTFeR8BrNslVQomcpGk1O0VgkVF1Vfax2mAf6yA/ujU5SMKx9Ur5DasYmqxjZ",
+	"ZQnGikqgwakbaf8AFfsgftb3pcdas/y3nBFXwbnUtO7JAHOPMbNfLlh2U2xWER1b3sc3G8yfket74uHQ",
+	"+9qkbxe+v/fR/m9LivhcXjkVA0GyaDCd1izkWFvX04o5XRFMIitpCRqezYyJzRTq/swu14rJ9bG4ufiK",
+	"kfEOQPVtcT43BdbPZn+57+jbbaT9G/i02V9qUt8fU9Tb/m4QjttqtolrxhddEM4HVXoav3tvX0IKzE1E",
+	"tAxo5lhUTTkWalc+cORHxSjGm6ybbKrV5u7H6nLPgtsXsbpsjKl3VpevEsn/1FaXNby8C1FspqSBDsTt",
+	"ktcLCIgN+vssrb6F3xWVetZCeLtWnSud7r2jsaAYPXtb802rTPVaTc/8fnYRrezGvglSzeaPiWm58dDu",
+	"5/90Q6kKfEEekIIwcez+glwEGsx4i4QLzUCIcjXeoOnLjLqsDz3HJuQTKIpDujEspmiKzpNZ7wjCGqFd",
+	"scAmWVa09iG+t8ghqaeNkDJrBNOKoV5VA/Ri4eZ20L1Dc72fo80z554DTjTizCtZXll4bN+QaA2JKuBd",
+	"hJAHxQtvhkq3iDjLm7qb55nhi4wz3+hCZzzlYlqNxepil6WIzLnIDYugX1pEUrrqBTke0RiiqTErA1Mt",
+	"wO+2IjEiZEy6yh4xS6FVDzTQzRjVhkBzGxfNBtFlY4EzGykRWX3QGdfQbbMha8TZAimZyzkTJsIElbGI",
+	"2YcFV0xDEHRXKhIbkxWNxop8FljNXGpD/mY3pqGiFhNhTgjsj2WTATkNJeYGvsgn9rsZ9us5IrR8IicF",
+	"ESs6D9XIFporllzoIuVkF6aJDW230yX4ewT2VuqIVCNdOsnX6NI9uC7d8G/YZ+/is40auqhk91YEOU+a",
+	"ma9Pqv7C6ftnNRngJnRxXbSFmKpWhyIGZAUFtgK6HGEbtSLwC36BDQ5CECxSQxUvKlYQMTAWtXpeHgW5",
+	"SzzTA7K10FVR2Oqpnc03vITqI66XWJxSnq3iUSWjbp5nFFonYAiZo8U4mKVnEP7gMvFgH2/PHlvqBq3E",
+	"oCaKVJdMEcUSqSxdtsTenoVcMLStYhc1NyR0drnf0ltgHLNXd6uSW/frXbXLazWu0ek3cajJOOsBlNYS",
+	"QCtqrD3ZL1N+a8kuZlJebqzG+fb0hZU5oEeJYgQCnIwk3dh9jG0kSoHoyMcu8aId6snx2eNnpDq3q9BJ",
+	"nr08ftx/8+z44NF3gEEpy/gV9PrH6fhUuMQuV9HTFefDdoqOTIAaxKeCmlyVNf9g1cSsFkzDsl1TeqjR",
+	"DMX9Uqb4FUtRGoIxmLoCg0P8z7evz47Pf33647PXr385f/P08enTs/gIhSPIy11wIIpCCmgTZWfnYnoe",
+	"VIAWeZZh0JeQptTHVgPyL6b4ZAUN52GzKysu2tvLDZDW8EzkhMTjfDh8mBj4HxvgL0WXEGCGf4xLyuP2",
+	"h7045wuqsGowZHRaachAupvhc+aIdny1D/cXNqF/4w9zRMzfccJc8A84WXS17/42Y+5P8RHB1o1EZimJ",
+	"TTzAXvto7fQtmBOazBh0Su3Gj+2/+4+lMEpmIyJkHwpLxb37sIr+zMyvDtTvkUb6KVqopMMXK07Za9a1",
+	"Bu2VA2nIWc+WFn7i4qDs5+W6LJR3Rh1tFLTr/epam9+RbooihL8J70Z1yOtQJ6DN7kX9WYuwukn7JSVs",
+	"pc+YCUSNYfMFUGX3DdZ5DOsQIAWvF1OuUklXOtUS/K4PaEkUS5kwnGbQT+c3K2k4yu2nFfn8ginSnVCe",
+	"WQkR/wzkGyrBKe4zcy9ociknk4jkkN1/MHQjKZYwjoT32dnZCcH2sqQLFBStVlApFqkJS8skMGz0hy9i",
+	"s12dJwnTundfhZwdkj8pL+criZ+rbmynbiIF+/J3/k0GbCY7nuAUB1Yt9PwlycyeYRg+d9dZnW+g7Jsl",
+	"RF5SHNipYk9wwrIrVVkS7FJO8Mv4JUOTlxXX3Ol1G0WV2JnTvId1iYrrYsEES0c1QjMWSGQg93E5WxEh",
+	"vbCS0DkbkOPiZRQ1sY+7E2So8C1GJ1BQ09I51z3bVKSeoo94DHSJpSyNsbcoCqNWjASUZaFmapdH01Qx",
+	"rcFpPCKUZFIuLP2EFM4raiDQP+Pisp/JhGbEUDVlrpoA9tAOMlHHwk6kcqHdaqri7fGLF69/PT85ff6v",
+	"47OnfzcqZy7PNs5Vdr6kSqD66gVYlO3sbbrLdMfiFerI/ULS71rA+QDMEAeOXEEZnoLEPHSH4hgL2tor",
+	"1dFLtQOBqTeAlIZCLAeLIMrlBdK9PX1RtN1HAd8+bZbwLVhCAVV7TPfBQixWOEp7ZhHv/gm6naa9Y3dx",
+	"kf5aHmjXwfvro+UHG47WNbv/6/WO+AS/2tQJdydgrAqgR0XHxCV1mutdMSMLfhDPXaBuhQ4vCyXp2qyp",
+	"gcHIPEv7F5lM2g0Mv84kwT7MsF3oBDnLlRmBmdL5YXxmfsauWBYRDtZGkcplL2wgOaNXzPIIYWmO86eW",
+	"IjBZzniGNgkKZCXWM5rKJVroLImLyVym4OVZkjkVq7HwTlnhWwsQKLPMS4uijtB54t4EqfqopAbQ1UDb",
+	"rYxFSlfIVBaQ2014yuYLaUERv7bUzufIQr0l8tj+stgIhtmZz5VFBwoXhF5AmQOCTh2/V1zKUWjnXDCl",
+	"fdkRV14BjE4R0RJE/hXRubriUKLrlKXAQ7ShygzIsXMP7UfD4ZCk0Ks7MURBYS/FyCVbYK9/15hsLJwd",
+	"tovl0KZcMMvgf7V39KOFhcd0EfdGwQ1NcgUeaVdZwY7qD4KLsZX8oTGEnCAAkBiqEsSljuLhg0NZHw8a",
+	"wL8Sy/7T0oE2Fj6KC69GGyi4QBNzHXP1vRuDy9P641qEyzWeMuy/0EwEEWq/aQYNxBgoELYeokq4k/qj",
+	"mYutlL2tnhH6pO2bO5cyas5IO4HJvhKN2m5mFzUaTviPjiB3lWC2cDfs4Rl/A5xu63OQ0U1F2cix5yCZ",
+	"nccX6EGGS+hYFHKE5xALytURiRdSZlWiH7sfrsKlK6GDnzu7lplJXcQ1+OI6EOPgCuwA+/EVdrwMU7J4",
+	"X++CpUHFIley0wV/qal+ELBJaK8NjNI7ShUrdD1gNS0NrPEELTDeUziDHfrLJHPBplr4jr21/6hqOn+6",
+	"zgULBMk6JQj5zt5H+79P1+4M1Jh/UqDAPdL7TdD4TQZqyz9pgYRry74ZFXdVtoNewN/cK5eMLVx0yxXN",
+	"ciu3NyeSlFU8jkg87jhuMO6MwB1cJpRAxIrrO9euUAzIC7lkCkuXojYMBT3QtulUW23VUt/OzqnBvupS",
+	"WR8adRmuyoqTUGJ1gWP7jnvgCS8LwwW7lMqv12ndwWj2IYY9YhSfnzWq1x2xOnW98EhzCss9s6svksKy",
+	"iT74FJavkk78qVNYdudy18hM4aY1C+WIbM05GbQkk1gA/ZZNcrfZJE552JhKslOyiGYmJPRRadEMchKC",
+	"RI+gnD40fRwLF5yNkeHp9epbO/HpW8LGV+id3hFEbyOL3VsWBn4Jbr8KclDjHjmnwTXzMcYirEX/n5CP",
+	"UbvEajIG9GFsymS0IllQJfhCmplLQrPv5FMXUlhJ1diYnzEWrSTkJF8nIX+q3IpqVsVXS5X+MKkVBW1A",
+	"k3pNEAtoG3zPklxZ+c/StgtGFVPHuZl1Ru/eWwqGvlqkfDUZCMIvfBOgrosreHZ2dnJ+/OTJadyz0lau",
+	"ss6oMzNmMdrb2z/422A4GA72R98Pvx8CgXSLqo8N5nDSNZwp3SMXuUhBuURrI4WYlFwx57j0vruFlBlJ",
+	"MqrRdVl0N3/tmbwU2couStA564ycRPopWq8/N0VvHFY9ENDmikCqhiMrqHHaSeZ0RXzh8MAkGsxiFdXm",
+	"ScjxyXNyyVa6Fp9N9AwSYEXCgCyCHQ9KM2DvWWw8W3SkDeaiC963AzbMh03KSBdbn+geoanz7loNmYrm",
+	"PlA0zJihKHkNCBqy0Jbr+4pcrCrkMFiUa1ixvqQTJhcZWA429e6lhsS+KedeDAtxzbyDOar98danwnhR",
+	"F5/vPA9RkF0fgd9SqkqbpGrQaHjMlg00zAKtJshMZmmtAMZ6GTU87QKiRVogkrPluxQlrnzdvmJ2rMC4",
+	"PvtpawW79bJvZUuAcpXBFG3HaMF0Jg1ZUDMbkCcs4SnTllGDeZ4CPNlpl1JdAmpMJaEzRlMXlQ9+fR4e",
+	"JZj5G2ZaS9kCRwAmbFXTTosOCATEj6r/sLInSORZm6naKx5OzWVBWWlF5UKA6ac6bngf3uXYfFyV+JKo",
+	"Ieq6COnN5LQU7OoRpsF8RWTK+oTHKV1Agpin8bo8N/DRO8DPQH0lhTELZLSQNBY8Yn2OZ4xmZhZBb0Qu",
+	"mCO2J0rOLRTkhbtoQF5JYpkwE4avQVghIenOp/ef/v8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

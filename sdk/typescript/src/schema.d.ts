@@ -597,6 +597,38 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/orgs/{org}/would-block": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Shadow and warn report of a billing period
+         * @description Who enforcing would hurt: per limit (metric, level, id, window) that would have
+         *     denied checks of the org while it was in `shadow` or `warn` mode, how many
+         *     checks and units, on which UTC days, most checks first; with the totals per
+         *     day. A repeated idempotent check is counted once. Counts reach the report
+         *     within about a second of the checks; the worker persists them with usage, so
+         *     they survive a Redis restart. At most 1,000 distinct rows are kept per org and
+         *     period (the engine's `WouldBlockCap`): checks of further limits are counted in
+         *     one row of level `other` (without metric, id or window) and `capped` is true,
+         *     so the totals stay exact. `period` defaults to the current period.
+         *     Needs the operator token or an org key with the `admin` or `billing` scope.
+         */
+        get: operations["getWouldBlock"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/billing/export": {
         parameters: {
             query?: never;
@@ -1473,6 +1505,72 @@ export interface components {
              */
             period_end: string;
             metrics: components["schemas"]["MetricUsage"][];
+        };
+        WouldBlockDay: {
+            /**
+             * Format: date
+             * @description A UTC day, `YYYY-MM-DD`.
+             * @example 2026-11-03
+             */
+            day: string;
+            /**
+             * Format: int64
+             * @description Checks that enforce would have denied that day.
+             */
+            checks: number;
+            /**
+             * Format: int64
+             * @description Their units.
+             */
+            units: number;
+        };
+        WouldBlockRow: {
+            /** @description Absent for `other`. */
+            metric?: string;
+            /**
+             * @description The level whose limit would have denied the checks; `other` counts the limits beyond the cap.
+             * @enum {string}
+             */
+            level: "org" | "team" | "user" | "other";
+            /** @description The org, team or user id; absent for `other`. */
+            id?: string;
+            /** @description For a user, its team. */
+            team?: string;
+            window?: components["schemas"]["Window"];
+            /** Format: int64 */
+            checks: number;
+            /** Format: int64 */
+            units: number;
+            /** @description The row's counts per UTC day with any, oldest first. */
+            days: components["schemas"]["WouldBlockDay"][];
+        };
+        WouldBlockReport: {
+            org: string;
+            period: components["schemas"]["Period"];
+            /** Format: date-time */
+            period_start: string;
+            /**
+             * Format: date-time
+             * @description Exclusive end of the period.
+             */
+            period_end: string;
+            mode: components["schemas"]["Mode"];
+            /** @description More distinct limits would have blocked than the cap (1,000); the rest are in the `other` row. */
+            capped: boolean;
+            /**
+             * Format: int64
+             * @description Checks of the period that enforce would have denied.
+             */
+            checks: number;
+            /**
+             * Format: int64
+             * @description Their units.
+             */
+            units: number;
+            /** @description The totals per UTC day with any, oldest first. */
+            days: components["schemas"]["WouldBlockDay"][];
+            /** @description One per limit that would have denied checks, most checks first. */
+            rows: components["schemas"]["WouldBlockRow"][];
         };
         Webhook: {
             /** @description Where events are POSTed; null when the org has no webhook. */
@@ -2974,6 +3072,37 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Usage"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    getWouldBlock: {
+        parameters: {
+            query?: {
+                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. */
+                period?: components["parameters"]["PeriodQuery"];
+            };
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The report. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WouldBlockReport"];
                 };
             };
             400: components["responses"]["BadRequest"];

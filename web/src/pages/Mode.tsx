@@ -3,6 +3,7 @@ import { useState } from 'preact/hooks';
 import { api, MODES, type Mode } from '../api';
 import { Confirm, ErrorState, Loading, useLoad } from '../ui';
 import type { PageProps } from '../ui';
+import { ReportLink } from './ShadowReport';
 
 const MODE_HELP: Record<Mode, string> = {
   enforce: 'Checks over a limit are denied with 429.',
@@ -22,6 +23,7 @@ export function ModeSettings({ session }: PageProps) {
       <div class="page-head"><h1>Enforcement mode</h1></div>
       <div class="panel">
         <p>Current mode: <strong data-testid="current-mode">{o.mode}</strong>. {MODE_HELP[o.mode]} All modes count usage.</p>
+        <p><ReportLink>See who enforcing would block</ReportLink>: the checks shadow and warn let through over a limit, per team, user and day.</p>
         {canEdit ? (
           <fieldset><legend>Switch the mode</legend>
             {MODES.map((m) => (
