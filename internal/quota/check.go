@@ -205,6 +205,9 @@ func checkError(err error) error {
 
 // parse decodes c's reply into a Result; see parseReply and parseCompact.
 func (c *call) parse() (Result, byte, error) {
+	if c.src != "" {
+		return c.parseReserve()
+	}
 	if isPacked(c.reply) {
 		return parseCompact(c.reply, &c.req, c.period, c.nowMs)
 	}
