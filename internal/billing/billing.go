@@ -39,6 +39,9 @@ type Counters interface {
 	DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 	// MonthUsage reads every counter of org in period.
 	MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+	// HeldUnits reads the units of org in period held by open reservations, which
+	// the counters include.
+	HeldUnits(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 }
 
 // Route says where an org's live counters are, as the api's quota router sends its

@@ -48,10 +48,13 @@ type MetricUsage struct {
 
 // LevelUsage is the usage of one org, team or user with its month limit.
 type LevelUsage struct {
-	ID     string
-	Team   string // of a user
-	Used   int64
-	Limits []WindowUsage
+	ID   string
+	Team string // of a user
+	// Used is the units counted, less those held by open reservations (Reserved). Both
+	// count against Limits, whose Used is their sum.
+	Used     int64
+	Reserved int64
+	Limits   []WindowUsage
 }
 
 // WindowUsage is one limit with its use.
@@ -111,6 +114,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 	}
 	out.Closed = closed
 	var cs Counters
+	var held map[quota.Counter]int64 // in usage: units of open reservations
 	var sliding map[quota.Counter][]WindowUsage
 	if !closed {
 		if usage, err = s.Store.Usage(ctx, org, per.ID); err != nil {
@@ -131,6 +135,11 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 				}
 				for c, v := range live {
 					usage[c] = max(usage[c], v)
+				}
+				if err == nil {
+					if held, err = cs.HeldUnits(ctx, org, per.ID); err != nil {
+						held = nil
+					}
 				}
 			}
 		}
@@ -170,7 +179,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 				Daily: append([]DayUsage{}, daily[c.Metric]...)}
 			byMetric[c.Metric] = m
 		}
-		lu := LevelUsage{Used: v, Limits: append([]WindowUsage{}, sliding[c]...)}
+		lu := LevelUsage{Used: v - min(held[c], v), Reserved: min(held[c], v), Limits: append([]WindowUsage{}, sliding[c]...)}
 		if l, ok := limits[c]; ok {
 			wu := WindowUsage{Window: string(tenants.Month), Limit: l, Used: v, Remaining: max(l-v, 0)}
 			if c.Level == quota.LevelOrg && !closed {

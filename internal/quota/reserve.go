@@ -27,9 +27,9 @@ var (
 	//go:embed scripts/settle.lua
 	settleSrc string
 
-	reserveSrc     = composeReserve(checkSrc, reserveHead)
-	reserveSHA any = redis.NewScript(reserveSrc).Hash()
-	settleScript   = redis.NewScript(settleSrc)
+	reserveSrc       = composeReserve(checkSrc, reserveHead)
+	reserveSHA   any = redis.NewScript(reserveSrc).Hash()
+	settleScript     = redis.NewScript(settleSrc)
 )
 
 // reserveHook is the line of check.lua that reserve.lua replaces.
@@ -458,7 +458,9 @@ func (e *Engine) Reservation(ctx context.Context, org, id string) (Reservation, 
 
 // recordOf decodes a reservation's record hash (scripts/reserve.lua).
 func recordOf(org, id string, h map[string]string) (Reservation, error) {
-	bad := func() (Reservation, error) { return Reservation{}, fmt.Errorf("quota: malformed reservation record %s", id) }
+	bad := func() (Reservation, error) {
+		return Reservation{}, fmt.Errorf("quota: malformed reservation record %s", id)
+	}
 	r := Reservation{ID: id, Org: org, State: ReservationState(h["s"]), OnExpiry: OnExpiry(h["x"]), Period: h["p"]}
 	num := func(k string) int64 {
 		v, _ := strconv.ParseInt(h[k], 10, 64)
@@ -559,4 +561,29 @@ func (e *Engine) SweepReservations(ctx context.Context) (int, error) {
 		errs = append(errs, checkError(err))
 	}
 	return n, errors.Join(errs...)
+}
+
+// HeldUnits reads the units held by open reservations of org in period, per counter
+// (the usage API's reserved). They are part of the month counters MonthUsage reads.
+//
+// Errors: ErrInvalid for a bad org or period; ErrUnavailable when Redis fails.
+func (e *Engine) HeldUnits(ctx context.Context, org, period string) (map[Counter]int64, error) {
+	if err := validOrgPeriod(org, period); err != nil {
+		return nil, err
+	}
+	h, err := e.rdb.HGetAll(ctx, orgTag(e.cfg.KeyPrefix, org)+"h|"+period).Result()
+	if err != nil {
+		return nil, fmt.Errorf("held units %s %s: %w: %w", org, period, ErrUnavailable, err)
+	}
+	out := make(map[Counter]int64, len(h))
+	for f, v := range h {
+		c, err := parseField(f)
+		if err != nil {
+			return nil, err
+		}
+		if n, _ := strconv.ParseInt(v, 10, 64); n > 0 {
+			out[c] = n
+		}
+	}
+	return out, nil
 }

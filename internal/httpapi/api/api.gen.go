@@ -139,6 +139,48 @@ func (e Mode) Valid() bool {
 	}
 }
 
+// Defines values for OnExpiry.
+const (
+	OnExpiryCommit  OnExpiry = "commit"
+	OnExpiryRelease OnExpiry = "release"
+)
+
+// Valid indicates whether the value is a known member of the OnExpiry enum.
+func (e OnExpiry) Valid() bool {
+	switch e {
+	case OnExpiryCommit:
+		return true
+	case OnExpiryRelease:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReservationState.
+const (
+	ReservationStateCommitted ReservationState = "committed"
+	ReservationStateExpired   ReservationState = "expired"
+	ReservationStateHeld      ReservationState = "held"
+	ReservationStateReleased  ReservationState = "released"
+)
+
+// Valid indicates whether the value is a known member of the ReservationState enum.
+func (e ReservationState) Valid() bool {
+	switch e {
+	case ReservationStateCommitted:
+		return true
+	case ReservationStateExpired:
+		return true
+	case ReservationStateHeld:
+		return true
+	case ReservationStateReleased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Scope.
 const (
 	ScopeAdmin   Scope = "admin"
@@ -398,6 +440,12 @@ type CheckResult struct {
 	WouldBlock *LevelRef `json:"would_block,omitempty"`
 }
 
+// CommitRequest Example: {"used":1234}
+type CommitRequest struct {
+	// Used Units the work used; above the amount, counted in full and reported as `over_reserved`.
+	Used int64 `json:"used"`
+}
+
 // ConsoleRole `viewer` reads; `admin` also changes.
 type ConsoleRole string
 
@@ -618,6 +666,9 @@ type Name = string
 
 // NextCursor Cursor of the next page, or null on the last page.
 type NextCursor = string
+
+// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
+type OnExpiry string
 
 // Org defines model for Org.
 type Org struct {
@@ -842,6 +893,73 @@ type Problem struct {
 // RedisURL Dedicated Redis of the org (`redis://` or `rediss://`); empty to use the plan's pool.
 type RedisURL = string
 
+// Reservation defines model for Reservation.
+type Reservation struct {
+	Amount    int64     `json:"amount"`
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Id Example: r_3kTMd9Vq0xYbWc1L7hPz2A
+	Id string `json:"id"`
+
+	// Levels When just reserved, each level and window with a limit, as a check shows them.
+	Levels *[]LevelStatus `json:"levels,omitempty"`
+	Metric string         `json:"metric"`
+
+	// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
+	OnExpiry OnExpiry `json:"on_expiry"`
+	Org      string   `json:"org"`
+
+	// OverReserved Set once settled; units used beyond the amount (counted in full).
+	OverReserved *int64 `json:"over_reserved,omitempty"`
+
+	// Released Set once settled; the units given back.
+	Released *int64 `json:"released,omitempty"`
+
+	// Replayed The reservation an earlier request with the same idempotency key made.
+	Replayed  *bool            `json:"replayed,omitempty"`
+	SettledAt *time.Time       `json:"settled_at,omitempty"`
+	State     ReservationState `json:"state"`
+	Team      *string          `json:"team,omitempty"`
+
+	// Used Set once settled; the units counted.
+	Used *int64  `json:"used,omitempty"`
+	User *string `json:"user,omitempty"`
+}
+
+// ReservationRequest Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
+type ReservationRequest struct {
+	// Amount Units to hold, as the cost of a check.
+	Amount int64 `json:"amount"`
+
+	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
+	IdempotencyKey *IdempotencyKey `json:"idempotency_key,omitempty"`
+	Metric         *Id             `json:"metric,omitempty"`
+
+	// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
+	OnExpiry *OnExpiry `json:"on_expiry,omitempty"`
+
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Team A caller-chosen identifier.
+	//
+	// Example: acme
+	Team *Id `json:"team,omitempty"`
+
+	// TtlSeconds Seconds until the reservation expires and its `on_expiry` settles it.
+	TtlSeconds *int64 `json:"ttl_seconds,omitempty"`
+
+	// User A caller-chosen identifier.
+	//
+	// Example: acme
+	User *Id `json:"user,omitempty"`
+}
+
+// ReservationState defines model for ReservationState.
+type ReservationState string
+
 // Scope `check` may call the check endpoints; `admin` may manage the org; `billing` may read usage and exports.
 type Scope string
 
@@ -974,10 +1092,13 @@ type UsageLevel struct {
 	// Limits The level's effective limits of this metric with their use.
 	Limits []WindowUsage `json:"limits"`
 
+	// Reserved Units held by open reservations; they count against the limits as used units do.
+	Reserved int64 `json:"reserved"`
+
 	// Team For a user, the team the usage was counted under.
 	Team *string `json:"team,omitempty"`
 
-	// Used Units used in the period.
+	// Used Units used in the period (committed; reservations still held are in `reserved`).
 	Used int64 `json:"used"`
 }
 
@@ -1114,7 +1235,8 @@ type WindowUsage struct {
 	Limit     int64  `json:"limit"`
 	Remaining int64  `json:"remaining"`
 
-	// Used Used in the window now (for `month`, in the period).
+	// Used Counted against the limit in the window now (for `month`, in the period):
+	// used units and units held by open reservations alike.
 	Used int64 `json:"used"`
 
 	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
@@ -1163,6 +1285,9 @@ type PeriodQuery = Period
 // Example: acme
 type PlanPath = Id
 
+// ReservationId defines model for ReservationId.
+type ReservationId = string
+
 // TeamPath A caller-chosen identifier.
 //
 // Example: acme
@@ -1190,6 +1315,9 @@ type NotFound = Problem
 
 // PayloadTooLarge An RFC 9457 problem document.
 type PayloadTooLarge = Problem
+
+// ReservationSettled An RFC 9457 problem document.
+type ReservationSettled = Problem
 
 // ServiceUnavailable An RFC 9457 problem document.
 type ServiceUnavailable = Problem
@@ -1361,6 +1489,12 @@ type PatchPlanJSONRequestBody = PlanPatch
 
 // PutPlanThrottleJSONRequestBody defines body for PutPlanThrottle for application/json ContentType.
 type PutPlanThrottleJSONRequestBody = ThrottleSet
+
+// CreateReservationJSONRequestBody defines body for CreateReservation for application/json ContentType.
+type CreateReservationJSONRequestBody = ReservationRequest
+
+// CommitReservationJSONRequestBody defines body for CommitReservation for application/json ContentType.
+type CommitReservationJSONRequestBody = CommitRequest
 
 // AsCheckResult returns the union data inside the BatchCheckItem as a CheckResult
 func (t BatchCheckItem) AsCheckResult() (CheckResult, error) {
@@ -1561,6 +1695,18 @@ type ServerInterface interface {
 	// PutPlanThrottle Throttle every org of a plan
 	// (PUT /v1/plans/{plan}/throttle)
 	PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// CreateReservation Reserve units before the work
+	// (POST /v1/reservations)
+	CreateReservation(w http.ResponseWriter, r *http.Request)
+	// ReleaseReservation Give a reservation back
+	// (DELETE /v1/reservations/{id})
+	ReleaseReservation(w http.ResponseWriter, r *http.Request, id ReservationId)
+	// GetReservation A reservation and its state
+	// (GET /v1/reservations/{id})
+	GetReservation(w http.ResponseWriter, r *http.Request, id ReservationId)
+	// CommitReservation Settle a reservation with the units used
+	// (POST /v1/reservations/{id}/commit)
+	CommitReservation(w http.ResponseWriter, r *http.Request, id ReservationId)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -1834,6 +1980,30 @@ func (_ Unimplemented) GetPlanThrottle(w http.ResponseWriter, r *http.Request, p
 // PutPlanThrottle Throttle every org of a plan
 // (PUT /v1/plans/{plan}/throttle)
 func (_ Unimplemented) PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateReservation Reserve units before the work
+// (POST /v1/reservations)
+func (_ Unimplemented) CreateReservation(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReleaseReservation Give a reservation back
+// (DELETE /v1/reservations/{id})
+func (_ Unimplemented) ReleaseReservation(w http.ResponseWriter, r *http.Request, id ReservationId) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetReservation A reservation and its state
+// (GET /v1/reservations/{id})
+func (_ Unimplemented) GetReservation(w http.ResponseWriter, r *http.Request, id ReservationId) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CommitReservation Settle a reservation with the units used
+// (POST /v1/reservations/{id}/commit)
+func (_ Unimplemented) CommitReservation(w http.ResponseWriter, r *http.Request, id ReservationId) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3402,6 +3572,98 @@ func (siw *ServerInterfaceWrapper) PutPlanThrottle(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// CreateReservation operation middleware
+func (siw *ServerInterfaceWrapper) CreateReservation(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateReservation(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseReservation operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseReservation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ReservationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseReservation(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetReservation operation middleware
+func (siw *ServerInterfaceWrapper) GetReservation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ReservationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetReservation(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CommitReservation operation middleware
+func (siw *ServerInterfaceWrapper) CommitReservation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ReservationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CommitReservation(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -3618,6 +3880,18 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/check/batch", wrapper.CheckBatch)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/reservations", wrapper.CreateReservation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/reservations/{id}", wrapper.ReleaseReservation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/reservations/{id}", wrapper.GetReservation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/reservations/{id}/commit", wrapper.CommitReservation)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
@@ -3659,274 +3933,303 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7H37c9s2uui/gtE5M5H2ULLsON1Wnp09bpI2uc3D6zjb2RPlmjAJSTimABUArai5+d/v4PsAEqRISX4l",
-	"3TS/tLFI4vm9nx87iZwvpGDC6M7oY2fGaMoU/PMfuTR0kVHB+r9SJbiY2l9TphPFF4ZL0Rl13jBDuCDx",
-	"kioRk7lMGVnOmCBmxkgyY8klWco8S8mMXjFywZggKROcpUdE05UmyxlPZiRjVywjVKRkyUUql4NO1NHJ",
-	"jM2pndCsFqwz6mij7Ao+fYo6p9SwF3zOTR/+u76qsxkjmX1E5ASWYvh0Zpg2a1ORrn0sBSNLbmbwbsao",
-	"NkSxOeV2z9FYGL8jLaVg8FAz0zsiUhDqNuR22z08+KEX+WnXZjMzasZCsUmuWUq4Id34IpPJJUvPqYl7",
-	"g7GobH0i1ZyazqjDhfnusBP5s+DCsClTtcM49UteP5C3ghtd7olQ07y+uHa0McFxLpge3Gplmpkm4Emk",
-	"SDXJheEZLGj7MvDsNelOpCKU6IynXEzHAr+M3Fh2t0muFBOGXOTJJTOEiVT3BuT12pVxQ7gm8SkzatU/",
-	"nhim4tFYFEP7NU0UY3apduipomlOs2wVES1h4Uyk9tLtQzffnK7IBSNGyrFgVGUrYldc4oWRZEG1PiKU",
-	"JBm3C7XAQZbUjhHXzi4mGs/KAo9RnOkSzTSd+zETKojOk4Sx9EagVB5B+2VR+9ghbm16u2W7p+uCyqeo",
-	"s6CKzplxlOexFFpm7K1m6oSa2fpi3Ask10wRntoJuf19Yd+OOoLOYYa0E3UU+y3niqWdkVE5Cxf2n4pN",
-	"OqPOf+yVFHAPn+q95ymcyONcaan+kTO1Wl/E6wX9LWcWzrRUZKLkHA5kodgVl7kmCzplDzSJBftgzvGt",
-	"uFjpbzBmsVR8XDm3Of3wgomp3f7+8OAw6sy5KH6IGsjiT3DQLYt9+mEhlSF4GQPyhE1onhltwTD+Xy1F",
-	"68rc9e16cDgPLgVW9bOiwjTfIjxqv76pfXzbG3yesvlCGiaS1S9s9Qy4WzPDABh+oAkvvyCXbBURquFe",
-	"4+DB+SVbxWTCWZaS7vf2EPcPvh+LZEYVTSwUW2IQH/f/h9D+72TY/4EMyDkZkf8m/bgXEcbNjCk7MCXa",
-	"qDwxuWJpH8fDGx2LbjzuSJUy1d8/eHj4aNyJi6U8f3r2E0kVnRiyVNwwTbjpEanIBVWMdOPgs7g3ID/z",
-	"KxjRfor8HWi+/ROnBN6X8smEAcW8ZCttaaLnU93D4dDxJrgmHKO8qOCM+7+wVQVW2Ac6X2T2rdpuOk0g",
-	"/AtbNYPK8clzuyzCU+TYMU9jz2XhkoQ0QH01SxQzvRaQuoTV3QqggCq3INkJnTKi+e+sDZlAKKmcT4qI",
-	"aHF8GFmc5/N8Dn8NAePdn430+rWaNp/WazVtRyupprc9gxOmuExbDuFHnmWWby7gJQuy8b/+9a9/9V++",
-	"jPHu5lKYmZUaSybi3tWGKmO5dEiegGU6Xo7vtZ0uPt2ZVOEucEMZFc1HaZ+0n6WVjm97mGeMzpvntk/a",
-	"5zaMzm87dzuHfbuRs1q+e7u5P9mv9UIKzYDlH6dzLgqpxw5pNRNhmADBkS4WGU+oXdzeQsmLjM3/y7It",
-	"+2zH28avcOraOUtJ5lSsiN0P00YXyoBmJFEsZcJwmukRYVdMrUi8d7UfE7lgChZE2IeELUCitiyAJZdA",
-	"PTPciIVZ4shX5D6ygqC8ZMKS7CQQZSzR/8fb12fH58dPXj5/dX56fPb0/MXzl8/PCmKnmbpiKoJRFYND",
-	"6Q3IK2lmIKtSTVIp2BGxYuJqLFBaqwi3XpREgh7oe1vVqlN/PDTL5NJtzYvHKNxWD6xRkbu28lJMm7EJ",
-	"aJshRdigMd5CF6F4fqFAfVRKu7SmLmyffRfB2kgQ/skFm0jFcAFcTLcMbof/kabujD4n1rykmZUNWWqh",
-	"mIsrmvGUcLHIzRGJmVJS6Zhk3F4co8mMyMmECdCoQOgYdOzKkVeg0Lhh8ddbdHVUu3LDPpi9RF9Vx6jp",
-	"FG/+iXhPvZCkrEIpBSMZFwwxTi49Iv6fN69fgTg9aJBk1kmM1RFRBFdyqWHzj6WYZDz5rJd2LIi8+F+W",
-	"GE/iuAaZSipiETDrEZopRtMVYR/s1cFCf5LqgqcpE5+VKM8qpIRk1CrNFgUTuWCRBTpqCegU5EJtaYH9",
-	"29HXvhRW4y4A7ZU0P8lcfFa28kpafSsXaUS4SLIcYN+yGXcDckKokKAJSDWFZZ7QVSZpeiblC6qm7HOf",
-	"t+N/5EKmK8vCjJQkswuBxb1h6oon7K2gV5Rn9CL77OvTuAJLlq28n7KEp4wIuSRdNpgOyClLuWWAS0Fy",
-	"AWoOiZNMapbGxIpqPdjHW0FzM5OK//55xYyXXGsLAqCnpVU+CctaKJkwre3JPhWGm9VnpQwEKbiHAbBG",
-	"XShGL7VFLMvycWqi8owBxXC/MavGzplRPAEEtTiZSqZBJ7sUctk7sv8sBBSrshom3KZ1vrBkkaUvWcrp",
-	"GRDSzwtVAO12YRoFCmABj3EBfbsgPAuOGwK639WM2Veu7AVKoXtHYxGnzFCexcTKyJos0ZqHo65LaFb6",
-	"sstxawQReMGt9jz62FkoS8cMR9E4UYwasBBXzGkpNaxv+Jyt85+ow9NdpPCok1Ftzq2Sv2l0kWcO3VHM",
-	"X5sNtYKP6w8Wik34h2Z7y4QrbUjVZIISrtXgIysPKZbIqeCaeT1/0LRXxa7k5S13AEwFTpsbNtfbDu+N",
-	"fd1+5waiStFVB5UarxK9Q/sjnE0xQXEkUXittXuobOl9MQmyDTsrQspjGABQJE25PVmanQSQM6GZZlFp",
-	"gflYGButjiJz4+lpubzRO3zYeQ+XF0Khv+NNx/LKvnOL05zTD8/xg4dg/HB/7NfOOerkgv+WM/fYXmn9",
-	"6Kunvu0M0waDExFsCaIFEITStBQ5swXXRM8spwFJQ4oEjD5fIeb+gfEt6uCdNBOYC0YVc5r2iMS/LS7P",
-	"x/lw+DDhKfyfuT8PH5ILqtl3h7nKAnqE78SDRkPlnaN5sZV2WH3BUcGrwlhxfjsdpOMxDScZeCm2ojn7",
-	"YNAzsn4WsIjqaI07ylNungqjGvgdTfAS63f6q+eoln9GBCS+2DA6H+AZx43cgSZGqqbBJJnTlDmPHBXT",
-	"YkivQ8QRiS/ZalQFGvurs9m4J6A4tUNL1KHNir+FUacKoJmmXArpWgwi6ONMWcbsJ2DUbsEsd7JR50N/",
-	"KvvuRyslDU7p8qUVKqcsfNrXl3zRlwvkGv2F5ALWCLQ06qANYuOSnZmiZc1wI593zUg4t3obIz9vM3zx",
-	"EsSIkSGUjZiYNt+vVNMWQgmi9DmubO0x0Mod+UITyUFDPsJ35LEmKo/VXaKHv8p63OytqHkntKbE8S9O",
-	"b36kJpk9tqKNFRqaAVsxnWegltvLR5e21dHJhf0YLA7o3wVtApWCS7YAmAHv7wWzEj5qpWA5l4K9nnRG",
-	"7zZvD5Z1CpN3PkU7qjLvK5sKzH8bZcGaeAK26p3vszJTRVrbd86qFnmtfmlu3s335A5kDQbxlnZfde3m",
-	"t8nsfvjGxaFd8VgkM6me0Abf1xO68moMerlk6OWSavpAk4uKf0yj08tCS+H8O/h+s+uvwW6621HgV6dy",
-	"2YSQwdN1ljyXuWggma+vmKJTRvA5SXMWAcNK+JxmzpNNulJNiZGGZmD7PCLjznDcISzTbDljivUaiSoa",
-	"+JOGQ37snoCPHWeOjwibL8yqjIpZZFSQGbU6O1konjhL+to0EGTA0nMI7GkLnCovD17XhKYpS62Gap/i",
-	"TVfizZw1xPkq8KbHYu0ghsEhRGglhwmIJeZXjFAD9kJLqv3IfqzEbpulZDmTGRuQn3FdinplOaELdIrb",
-	"P9D8yFIMXxqRWOK94a7jsaCOk2N4E72QV4zE/iv3lo9aWNIVuo52YLXVIdqOt1geD+5u42ENdpser6GR",
-	"+bbx7MrJtC3YvlQ9WCmYvpMlOx/2jq7rCL3A69E+gAxSFPa4YlWNSFBsdocFgut3w4SMzvsYV2jPoAg0",
-	"2baIGhkuXPko5Dhft3M7u2v1614Ds/otRp5+BVSljvlN9P5arDUwsyTSvr9fwp+XvLTb0KhDE5Ty4PY6",
-	"TEz97kYdmvGEddbsLzhoGDASNdMqCS7lfM4s/IFx4recKY4RnGsXXPCZYSP+VkOetlsmwmCrKgbSLNtB",
-	"Fnqedj69j8pNlidX4ux224hHiu1vemjeIVYiBE+7kg0Q0yy5OK95QHYupMwYFfbLMgx423JeWOQ6ZZMO",
-	"GLOniqaN9iuhl0wxjO2SuUHfSOT8Ip7KPtBkQnkGgdsBUgbrAlRuIISvBSPMyvbgF20MdAb2S5ExQhzJ",
-	"LjIK7O6NoSbXTUKKXei2IV7ad+DCFhldNR2OlfYpHBA64QijKuNM+ZB1HwoO3v5aPGDzMYG3/hwUrXMX",
-	"X9EcLA8CShEDf72Y2h2os5kpaUzGtnKQs+LFT1Fnedfh/Y1cBl49B0DfHcZriOdxyEFCAZ+NyIhWmlOZ",
-	"NVgy4ivOlkzFRDGa6iMS03TORUxopqUzaMCZM2GJ47sOPO5EHfwsmK/cXxC1fDdOHDAsNUopuxqJldv7",
-	"RrUuOKZGOwMuww1WMWhuOHV7Ctd3ULgdd+RC/7dlkQP/LOpYJFhKlXZGnUQqxRLTn0mlWf+CGoNhgLhb",
-	"d1VrDLQ4zeLw/caCSOuDR4f1i6japwILebGgNawxUoFMmK0wxndG9eyICHYFQVsmVwJRJJzYqdBFhPdB",
-	"k6frltfpN1ws3Q255R7vwhgUIscXtwY9btUtn795TQ4P9v9KvKBIEscay0Dmt2+ewBlasLPf/N93x/3/",
-	"ef/x4af/bELiJ5Rnq7dgy1w7wrTJhnBM3p49JmlpSUBZOCrCaPtPnsTVFR0MD77r7+/3hw9DLmFpS6O0",
-	"r9t4Iuq4uV3sJk2W5AsfmOvyXoDd2yV3k3yeZ9Rqr7tpPLUbTNG9Z1fYdHFP0LLQ6K6Toi/YFKYuLBAo",
-	"93sr7uEPg+GwdnTwW/U6x+P04360f/CpOx4P8I/vPvX+3ni7lXSHUDoHQ3bAPxJ91Ynwxybe8RPl2Usn",
-	"2zRYpanjthBWsZzxjIUiHIa9cE1yoRhNZvQiYyPwYwBDy+RSj0V3ktHplKUk9kJj3IvK8BgUhzR5NHwY",
-	"kTiTCc1iZ8rUaN2kgnDRdzEqY4HhrQrC3VMEB0gZgGCNB5roGVUARWDWQCFwHJ6IXZ5lJ7AAy8ntnM2H",
-	"w1mWPlVKNvBVCPFaPzWI0lhQM/NwXEYfuu9XpBvDqvS74fsBiq32RLyV1yckQThHozwzdy6KxhzFEKhx",
-	"jeUHTZANBpxmX9hVI1QwMMZwgzaf0EYV2qMgNkpIQ5yrEW1CGV1olvaaRdmbO61rKKk1nwqWkotVELnc",
-	"cpLXttMoRl0M0E3807ezgAhTEyRu5LhZs2K4LfkJaq5jBwmtsLOjsFUFr/Lgd5AlixOvg+IqKnIbaZ5y",
-	"QzI5rYk3j+rizaY7aDJrFBbXZjivcKvNho79jXe6hmbI+NAsC3ijSff0p8fk4cOHP0SeL05ykysWgebI",
-	"BaFkxajqHRHHDkaYG1AwS7+DIkW14hKoWVd3B642iGqFmbsQ7JBwfXGR7hmjGeaxtPm4mtGigX7UhXlq",
-	"Sj6WsgUTqRUMvVDxcdxZSG2miulxZ0TGHXk57kRk3FGWK+NPeRkyO+58Cp3I6z7wLV5ujaYRq894PnoJ",
-	"N14G5b7fBidujKZjfN4YCpXQLGOqn8ykZoJwCFudcCTmpSjlbJqhYEz7vx/3/2fY/+F9+c/B+ei/++8/",
-	"DqP9g782i8w1M2JDQsiCUQPR1BCh1V1gCHVEDg7JTOZK9wp5xhSRhlaY0VwKQqfU4qhIvaFUF+Gpc6kw",
-	"jKsq3NP+7+XCv4/2D75vXjiYLSp3s2a9ft/22alFj/WjX7OsgUcaoHo93qwl0CDzy9pqcgEzDcyz7fVf",
-	"8a06aOFUEfI5N1ITnIVmvkZVRHu0g/yL+iGE8TL3dxKZT4PaQShQYf7STu9rZq4noji1bYfB7/wKoyJz",
-	"NUdhvdxusJXGi/ZnuFEqWYN6z9SLwHJwudEg3SuwGrl7+g5kjAaXiz8OKwPkpsG3kjXnuznJYy3Z7QaO",
-	"lOsIWre6vUIGqN1c69004B/+fgS2e42VLFCFsGSXUNLFSSJ3HD2yoFztbuGH9azHj9Tlh5dW+2qyVLyE",
-	"2TXxLnAunMnCEggrSgVeDypWDpi6oM1B/oXIVr0BObMi2dyN5VOJBPgswRsuNQPdDxQYCwhO20alMQp/",
-	"cgEGUCoGMj+1gcWAr3gpPDhfMaWsPn1U6PPgfVgRTALyppYi8X4swBNxeHAAdUYomXOtFywzwatoVHRH",
-	"4RRsjxnvOhD7Cpx+p6tB+Nt0L02h15G7kRPFk+sqILsFCFjUc6aneqzABdUMzp/dM1Z6l/Ki2OVODk1v",
-	"sUKvZiWz3A5UCJZ2/0jk6nEXg3Ycb/V74yKbcB6vqtUeybPVJtNgad1rtBK6skJOz4F9VW2ZY+GNmTJL",
-	"mTYomhV1LZZSXYKJPJEqxQJJ4G7ikPmvubboDhMPyPFY2HELRCcgKRNNl0R4D04x0ghQ8YpmOYO8tqBM",
-	"y1jAhw/0gDwXDcUGsFAS1cZNAGlxKV0VhlItyYQq0s34FYvGgv2W0wzKqkg1HVg0jnsD8rSMTvKy5oxq",
-	"dJkV210xZyLbCVkDw3KTo3SrSWXT2DBsIQdZ+XV3hbD2bW1dVgi+m7HakKKUuXXHz9eICY3m1piJiVQJ",
-	"i9GT6WJ9fsuloUck1jOaymXsqK574yIH3iiV0SQOnJzxkXecog3Wp5Y5b2voXXSTdqIOztBBn2yjtvDK",
-	"pWzUZaZZPqeirxhNrRZYmC03+ZiaRi9V8abAOy2Vx3mrkUONI7CZQuy3CzhCbLFYuksqyGsExyolchaR",
-	"cwqxlufOUbJOwW/kVp1MGBjTzrMWAeistK3jK2TO1NSJFWi/8bzche2FtigwyHqz51gg5XQRfS5+sGuv",
-	"qY+CyO4YX0hOdaTaOWdow35xmcW+fDWzyjEMbr3S68RvtOYm2UXq/AIrwrXbxqHwnyUDD8Lr0SDP0tR7",
-	"seaYxUBFaZdrtotDrZcdLaUp1+e5yppPOmUpTyzUOsfN29MXZZKZd82SOdWXLPVxrXxChBTNfoh8kV4b",
-	"B5bsYiblpV/k7glOruKNg6QGZCoiM6q3VJ0yPKOoCdlrxu9gi02k/LWaXj/WwCKNt1m5xMjjZM7IcwEG",
-	"ZLxuS5bW9cVm6rSbQLgWRF6Jd9u/ETZvRUUd4t5u60QsrMTieS4V4OYu2aAN6OpGdJdyZ7i26XXAtben",
-	"Lxqgf6Oaja/Ch9vQogU078LKbpnkF7exY72xZHZNc05sDyeOiHO32n8VtxaDnhyvI1TsC2iiJF94EYsC",
-	"SpZ5rtv9mjHzevh4c8y6Dle7Eeb8G2HKGvScFJHtdcm16v4qA12ao1xq5vlh/4f3Hw8/9bvDd/v9H97/",
-	"v/13w/7B+16jff7EHdbtQ/MmlGfnu1x7EdhxI8J+S2FrVwvaJsNZRDSU56jIfuu5jHXC1JpXLmXWknAO",
-	"NrTdGdSJ+2DdshKI794yV6go3p6AqUGiQUW5kUS1gTWUcpG7jhB63IGU27+e4GMB+vqSTwC8PgoHhCEr",
-	"65TQ9+4mhvXim/3hcLj9MyuWwwUWoBraLJ1UdtIkgn0mBNyR/peItpEFuNeuyQU8yuyIFvbtqtzm/3Vb",
-	"LKvhyS4wX15TG/jehXQEdP2Li0euiOgO8tEdgPItQHRH+d8D6xp5PWWLjCYu5AzyD8HjMbgpXG+H5jvl",
-	"Dq/Y0rOFI+QJis3lFRRRbuAGjaKMW3n9XKw2b3dFkozqoqCRY0VSTXVVoPF4eRcxEyfBAe0OehdU37lH",
-	"o3TWDOp5vBsDxP17hfF6d/wP/U/bHIv1XPQyITA4jHIJjYjukvAbkq7I6U+PyQ+Hj/5alAlIZZLPmTDr",
-	"ugrWC2sUhrB85s77DwJkP6057K4fWdSQVsRNxjYIfmtW9JkxCz3a2/ut6CEySNmVr9+m97ByCk7Z11k+",
-	"3bnaDjz1K4o2xTIVesx6mn7NAlcG5ZEu6qajvb3Yyoz4F/zZ87Y4I0muKwHYFufXbO2H31fwuosj/X20",
-	"tzcev/mvlnhyLHS0fp7gLkadOKFZFiRgMZHCTQY5TPatORV0yvy2jgoVG58qRtPAaY6VSSv5TlgGLCry",
-	"ntznjR6JM5du+RmLX20wZBtG5w90ULDw9lbrdkv0rhmpN7HR5pqpVhdFUSHdR966bYO/K9DiwsKNCOZc",
-	"Ebm89aG0xzXXRcBwG9fTbixc3dCuixnV66rM4bW0EqeAPBVTLhhz2WCVawmVpB11pPXSevelllxHGKsB",
-	"2y4TtMr/bXd5F6I+0JovLuq7mv3XFvX/eDe4vjWXGHw3BN1/c7FqLsGmmSG8DAAp0gdcEVUzY/NGnxf7",
-	"sOCK6Wva7HwpuPJ9mV9kwcsin1+40CAgAo0m1w2pJ9qz711Sr11Rw3pwNvxarNavJEgPCfZeo6fBab/f",
-	"cLUtQkbFb+pe9dEyzju8hJYFpV84lBiQ+tccIYGQ4Cdn1w0H/ZlfMRKXu0bBzJjMZ9rHmNV0Ic3sCD2p",
-	"AmvVRNW9ZHwC1WYsW5zJXK2L5FWwaskFqY2H0YEsmxzVs0GoIXOpDfkrSelKEzpjNB3smNoRgmt1HUOC",
-	"wjPBF9xffyP7EVYjM5J8VyRAoqZeUTuHg0fRtTCg7q6ri1zuNMqiVxgGYaRsq5VwnUSiooKMb5TR3bdb",
-	"fDQcBrU6m0tIBSDSIipWbxKCN6ERiC/MAImPkEMHk343PPx+OLxRYmuBzhtycs7C4g0bVmuCblUupmHJ",
-	"FCPzPDN8kXHwlm0D7nugmXdA/YpjqhA5HLjpyFoCGW9mQGgNpmtLQrxusSZ8/5yJtKlBW5Ll2pK6IE2s",
-	"7He023W5CaCk3A1dF46M+/pLlRErO9hsIwki99YlvpbkjA1KHSQlPNCkCDfxgA8HZdEWI1B9gBZXVhPa",
-	"WcnBYPrW+28usvUTVDq1YldUaGBYRQ0U6yUtHWxQdWewezI+hj1jk1DRBgk7Uh6Qy13ahjvi5gu7q7Il",
-	"d6HE21N1AkepwK4V+Qt0Xif5ErpYYFzA7TT++yg1dSdOxUpG2Y206ptVZsFoqQyNo+va76Pd1erPpP6u",
-	"H17bYdyFWvrHqGvi2rnds1rapDW64I/1Y2RXvrN0Q0OkK2h7u1ow1yWjmryCgf5mppieyaxkRgNXMuL9",
-	"tQISpGlUeVYk1nwquJieYwH2GLJq8ixzLYYwN0exOVWXPsBZM2O4mOpGim6Ho1YBOJ9t6Dbq26y4VlNQ",
-	"QCWhClr7xuZvKNTngn9Aw3h0te9+m7EPpJgisJqXbqWgb/cb/2LbQst9b4oKfvby+HH/zbPjg0ffYcLt",
-	"jH3oHRVWcFfnFbUgr8pfstWAvPIhF9h8FEtA+LKsrtXdr09/fPb69S/nb54+Pn16hj0ihX3uYo+g0wK0",
-	"dzKWF/SisbAqgasz7pQCLMv1wL6pNZcCo6q3xp43xuj+OrPCNAIu5IKdvH5zxtKjIIDEewvcTtxKBztO",
-	"ed5ab+1EMWxCYyeJIT4ODSFUEJqmiulaoswk1wxU0KLSAB2LTMrFBU0uI7JQ/IoaFpGMi8s+VFixUA0w",
-	"veSaQdWcRX6R8YQ8P/FTWMgfCywCM5PaxAPyJofk94xfQSlJOJaEioRB0FAusvrKcoFW6LGoXfPxixev",
-	"fz0/OX3+z+Ozp3+zhxSTLq4stUKeXMyZML0BeWZVZ7d75TsrQsVbdwFuqkQKwRKjI5cV/OTVG6KYllmO",
-	"MoOBkGtY+coqlGOhZ5Dlh8dHs1rWXGf/4K+D4WA42LeQR4k/TX86o3ByN7DGWsBY8gtk0G2bbtgzWMHm",
-	"9JLZ0yPQ5Zyb3hGhZKFkmkN9d49C/uYhJ3ez2IAx1jVkbyBTkafV79vp+xN3jg2Faq4hIFJjrCC3Dv77",
-	"hfqPKfvuxQiD9O0z1/180Jj2zHyJoHUiDyYFHA0qXlbRmRvf5RHj3LYiMZzUNqbmK0TU+FhzDwH47Jyn",
-	"GwaF3tQRVihEgqhJHBB7fzkYU2sf8jQu8iRlutqxhuTOjRTQ93qeNCZSIZNLmF2SZSFnZycEPwhPXkhf",
-	"iDOhc0a6vuW0oWrKTEQEMxbTCFxtBJWwZW42dZUI1+fvdPPq3ApYSg4+fGg2WbXmcvh1eodb2LFQKqi8",
-	"u3L8ccdGMghaAUBEDoM91lTP3UN9uFv77i5YfBeCb50wfHEZOAhDXlerT1+gpOWu3rIsh5UFv3ehsFag",
-	"cW5x0gX5x1WzssKALmIBLE3yYaQbvf8QELHF+f9rkfhf8/6jOTKOSIxORPuvmcyVi56HcHnLkXXGocQZ",
-	"6lz6iMSgdMXeil+rMxQY73EGTJjOoWygHb8TuYJ8qLu9b11zixnOldhuqh68VsepLG+ynoM7CorThwWU",
-	"xqKaVgd3i2kGsc8U1wNyfAHksqjFjpVEkPxgJ76d6OJ9lgNpMQMFBiB3PmCMtlDnrjaqGoh2LTN/qxoT",
-	"24uCrCMm9urKFTerN3Z0F38GLbqO88bu52G2B7bLrnbHPnv9y9NXcS/oBOvabJNue7MvlH+c3uSSL2G7",
-	"QPFhOeWBWaTFrpFcTOT6Ekvmi6IiGOD7hgkqDOYM+xZ7A/I410bOmfK/aEL1Jfg+XSelVHIxHQvL7iIy",
-	"7szpCi2bUk33DKPzvVzbrxdMpORViQzO8PnSQsbfxx3SjS2FIntX+3sYNOQVJntAEM1TxMYwZyl1UUy4",
-	"YCMxaRKQBKNJzEzJfIqJr8oqrXLiKl0cnzwfjMVYnM2g7ypGunlq47qsGqwXkEhhFE2wFhr5WXpJFoLQ",
-	"JjRBrJzLlGWacDEWMTwRNNuz10AXfI8uONK5KRMWLliKDhpwIIvUdWf3mjXX2NEU3oOaT9qMRdlgm1s2",
-	"QJMZwwq9Is2Ygs38x3+Qx1DwCs/AbsOydLRB2heeNnaBN/TS6u7Hrrcs/DgiP2ITOgQ+gOKijRjSIrBj",
-	"AnTbuxaMyMnITtKHJ3/5SxUF/vIX0mXiiisp4KivqOKQ7t2AGdWW8b3RWBAI/kolnhSUIQh7E0PMGPCH",
-	"jArcvFRTHYSIAVeE3Tv6SzxPGZBfnQjUtJJK5pbFUgsuHDrdpgO7VyrsVksUtvsEJB4MBnEvIs7AibpV",
-	"CeF2eXsfpZp+ssDRv2QrHQ/IcwMLY5kUU9DM4FgVuhK9kQU79Y2ID63rFrF1cYg7PqjOjthdD6x7oBFb",
-	"IkSVyK5dR5Wm/nh+EHEHBmrv2IzskN7G4S1KyJrcj6HW2oPXyyi+bkMYX01u6QE0H0PVGNd3OBeXQi6F",
-	"AzhfI+1wuG+1TOz/61te2qss2m2XrbUBBQRjqQ4+f3jkKHAf3k6JkrlhWDbO3VnQ6fqBtpNgSg6dY1Ps",
-	"sWhsih0FkxzCdp5CK/kC6YIW4MX9FaEj7o5RLLDXCK26gLZ86HuGhkvWMelCJR7ha5rMLYwyYQmfO8gF",
-	"Va7RV+GA1ZFDhzox4JpYAoVeKlc8qtQNSPf45PlY4ClUWZxUFeA5qqLT6fHZ0/MXz18+P4sjb/Ihj4Zj",
-	"4Q3uhDrfNbarx2q8vVHZsQZ989yUB3vwg8OqU2bUqn88MUzFyDJ8F+cZIPhzU965xaIViU+pYWAW7sN/",
-	"rVxa/nTqxQEQU8ei8kgzE5Ou87P3igAgPNUHJJUFKS67LCNZdA1ZHFbphRQa1FtvlsIGzXHYwHlEwibS",
-	"/6uliHsD8haRweIVVOjF0JBqE3Q7oGIWMj0gHw6Ho6KGC9dE84wJk60InwqpHDl7LVi1gzT0zLZim6Oe",
-	"JdewsImsg8KUUXAORbUjoN1ejccKURRUfNgsWgvD+UDipyD2WgpW37xFqxXQE+ikHTtzhZUqw3c/9JfL",
-	"Zd9Kk/1cZUxYhTONSRdaW8dJrjLST2OimUj1ERa7IORiZdxFLKiy8qtbZeSKpkBBfDtmb0COg9pXKaew",
-	"jKD+lTMgEnK4/wg1nbELmseympUTnuf2ztjaTWNs0Hg87hj2wewtMsqF/WvcieGqIGweF9wau69JN25r",
-	"Qx73yBJqhcV29cAnuCY3D4AnKF0cDoeQVeMaidvrBK6GKM8FiTFHoFQAjk+eAzdScz2yR2xBuihdRs0M",
-	"zVFw6x/HWJMaj7FeBRvLl7pi1fiKP1xHHhFtI4LKYgTBVBFJ6SpCZW7c+RRHDTMhVL97+H6QSG02zAO1",
-	"xkFZsUOBOXptMBSzGwZxjdr9EfgIAYfXdsAjX+UbcRzkGOpSmbpxZRb7xrgTj1DfR2CyTAe4Ff6JfBMx",
-	"0deHybgAbMAqo1k+F/Z8DA0qV+IQPQBCrIRpxRF773OaWQRhKQTbCRyfi0VujiyvDhn6BU1Dm5N9/tBj",
-	"omWKGbVkpOTj3VJZso+N4pD+W3AhqEnjcu57drRD2OJE5iKFGy2lRWCXbUw7JRTLrwvphIEZhdU9ctXV",
-	"zcw5T+ygOk9mVpGZyZR04+Msk8vYQT/W4cOEXVjQD9h4LSU0s0RwRdgH++IROdx/WNypw0IjJcmomrIj",
-	"ICEhAbW78kZUe3VH5PDgoBCCPA8A6nyhGL3UIKSQMJweaDoKMUC9nSbmfUOeeUJRwSPgs2UtKdJ1JQB7",
-	"dlCpSgZdig1OIsFj9Qyjd0Qe4RV7RZIkVAgJxAHr9duxyzrF2BegqA6MBe6lxDg3x2aC/BdLB7kgk4xP",
-	"Z+YI0C6UC4imK+1cMBKs8StLxwuK7Q9uqbgJZAcL489TmAh0iwgUi6giO6P+5+sxKssDodywK/yANYjx",
-	"JWoS4AvxLtlyViHAqZ1uoYvav4GIrhBdG2vWl5OW3ZmcbQ929gIgFVnelAurqIxI/He4xL/tDwb7w+Ew",
-	"Jl0vr+0Phz1kZ39HO+bfYpAARCFc2qX4+nRQSOuBJnFg+IyDJvSxyLMsXi+9BZYNl7cVGiqOT553os4V",
-	"U9r5XAbDwRBCXhZM0AXvjDoPB8PBQ8xKnIGZZm8G1bV/B5tek6v42ImFB8Nh2J4Ce0UABC4G5DECm5AB",
-	"dEKXXA/bz9POyBXy/h3ryoJwB0s4GA6xCx6wfPA41Ri9/Q0NV9vMWq5WOBh2GioHVFZdsVx1Ru/eRx2d",
-	"z+dUraBQ6hUTTGt70nSqXVcL3IzuvLef7gWhiI1H52sxOC5+oqQlhCy3rPyDAV1OQxwHQbPe+om5Ebaf",
-	"WCkAVc+q7pVoPBa3j80HEqx+Xqyq9WiAfu8KVEyQE1dnHZAHM/dQPnc9TyIgjYVzO/LqZa1y+wON1aXX",
-	"T/IUF/RFQA/mhozZR8OHn2G+V1DRl6arI2cC0T7WwAucKaSJbbpuu2a+DQGu9vecYWKPFf2Kp20BJ9A0",
-	"VE5I/PPTNRNPdZg41KcUlPhIwYt3AX8PxuIVmCnMmh0ZaWP16rGRjysGBLTP9X/RrQnR5SsuxPcfOXrA",
-	"tr6O/YLc6++bwa1piOK9vWoD6E9R53Cnr2ga9O8+HO5v/+StcGbc37FwxSEC5+aPfpLqgqcpA9/p4cEP",
-	"2784TudcFPYBhh03S0D7sWLZguKy/t4D0CtyVD3cYRLr6CN0aGjqUHMJsgxIWLFVSeLSrh4jASvqUOmF",
-	"lRaFXBaVqCzMQcwvWDcwDhiqPk+Ilhj6ixlMhBq3Xghjjgg1cs6tQLOCMtQuk3dBtWYaYkjGgk+i2mdh",
-	"/XtXSdQV6IlB9PovYndQpIOgF+wI2nELzlIXQLPW82CAOx+RYVztFjsWHoMChaFQcLzZFNUKlJNLg2ss",
-	"1TQGZSPEvrEA9OsNSGzPrThaOecGjPkQ0qXYlGuoPeEtYPZ/TS+PBQ37DWMrABBGF2gtjmv9a+NNrSIw",
-	"RK2xVwTax3w/0RHBqKX2DhJYW7wwSso58+w9Dnpb9H+xK3IBgFxow2hKus+fnv00FqmiE9PnzEz6zvvR",
-	"D/bSv2SrPn6IhcxRJi0uiJKUTyZMMWEK0yDp2qOKXLy6r6qvAGh86NTa4TvzNuHajqNldsXSXmA6PGg8",
-	"BOcSKv27KStaiS2xnZmFSZqBjjQiZc3dwChZVtsdCxpKAnAXzWV211/DQLvYJxGNRRgw86t/ikc5IJDi",
-	"1dRNLUz2j4t6LfFYuG3Vuq252X2jNQcwrX3VxqJsrEZ8X7Vu/fOWbm1NzOyxS96/HhOrtl15hlFhyJ4A",
-	"gn6U6erOBJNKb+1PVQ+zK0hxb0JY2KW5QTI6dg0fuhDbYRz9JBcsoblm1Q5OFgzA544gBEtdh7C2BbmP",
-	"9hq++BR1asb1bYPUX6+McBrGI+w2SvlJbSTNzHVGsa/DKf+BRZTh4fYvXknzk8wFTrG/wxQndJVJmp5J",
-	"+YIqTCw63H+0y350vlhA0b2XLOX0zKpnIEgdbECB0Ca9Oyr4UjbNCgJwtCCPKSqQAPNrR95NHfSjkAas",
-	"xN6ehB01upsaabhiTN7K6ypVoQEQzFWlwBVWqO6NvJHB7sASZvQNxL71BozmrOSuVzkGzjjBzq6p0r1A",
-	"pNi6I0BvVGLB8ollEI9gmX1nhKx0BoeTQvkBBLKu6wbnJQ1nqceQjp7j1GC288zam89GpJ1Xu7eR7Vel",
-	"FViloSur30IH4rLZ+yVbYbw+JYItYbUobdm/3KyWk5Ty+uegtE+Aso6sJAsSHA/L7eMOvb22LHijYDgf",
-	"XO6684wIJLZYHlt20nfhcQ292WPkmgHR/pqIbdQJTLZbvw5ehSvabH64czJT6j9ox7YyPspHqdW2Rs3y",
-	"mE8KRzS1BGUsrFymCxmp6OTq8zTqRu/Cyj0gcAYoA49Fzd6NADMgr9B7aUXT0v9rMd4vll74kAkE3zUI",
-	"u/GdVFRhQKlQ7MbpAjUYtd73UWctyCF4WlGR9y580lizovzEyatgSMPL4sIb1Ey2AsoG5peIsA80Mdj4",
-	"vB6JRkBqd+Foa8K65RoOtyFawn4yKjoluSdd341LuvYbaW8spIp8OhC8i8lUdi5SA6iu86ZFRSQM+qsC",
-	"3w00bKg6byIHg6n9AGkqLWVxC3wReCxr7ECxoIkTbaLyhwcHvQjzOyr+5rIdQIwe4nhAntJkVujwLobJ",
-	"95da03OPtiiboM6hxwaC0LqHwyEGYdhbsIt3yKiNz7XSFv6p07L1YHfbQBdtGLhycPAWjPeSrbAwIlzi",
-	"jpY6QIAfAWDvRzWBsb+kfhIuoI11vm7AliIUAFDRKyqeu//BrYSfX6JuIKseyMtwKivNQs7zjairVNN2",
-	"zw+6DZsN2Dy1HKfFfL2GEnak13aq66r8IDbsbLbGzIzNZus7QQDfNKEF7heu8xhWVP3qjd/2KGCvoZfF",
-	"/gmp9I0MG/P7C+qMgZIQKOHDezeAFzkWBXvE3g2lBe7Qc2sfXQP6lZ0A3xyQGCxjPjgRrcHevheRuNLS",
-	"ILZPMSN9LBqbQBhJ9kk3oRkTKVUYXaR7jWwBtvxaTe+JK5Q9ZnbiBvt3OXGb3GzvFtRzjI7+o+PCcAdc",
-	"eCzFJOOYyvUlrSzbPnbmWquMPBWGm9VdYTsCmcPcdYwPGAt6RVvZSxt+k2oIWCm1ueqxwMzWeczPzHjk",
-	"uj+qvwHQo6BHVmtrNhCIixZmXd+DtZolRlOrChhZr1imexhXWetoFf/h0eq6xss7gNKfmWkD0RbJCAsJ",
-	"A8u6loiCTYewHuvCq6k1bgfhir7XO0RyL1whhSD7+cgFRPtXLhlbuAQoaAy6IWBgN5Qha42OxmKnTkfU",
-	"pQH5SaF6sRRsVAnVnFEzFhBrjaGXLkthygykYMDw3i6BAZx6QI59J1TQiUH/JhmjVwxVXdcerwxq1IRe",
-	"yKswvcVbaaVyHwbKMjUuV0wqjKMbiyK1rEw1Kb3lgeOwiYVD6Zp75eBYHOczq3Mb6JpvbiXV9KujMn9K",
-	"5o3IdjPKuMbai5y2LSpkiayYfabYlby0UCVYmUISEcGWQctln+OFCbH61tSvAZ/t6o4X/Be7g69EM8Xt",
-	"7KKc2qv4Jjm0aLM+EjtAkQLW71WA2KwtF36xIhoecsxMrgQaWxFZguhrPQMjsshWYEi9DyzC1SHg3RNn",
-	"xMG/jHobzp228UnvXXWK7hGJg2JtIOBhmjWeNDbo+MZQ74Sh3qVG69D+Jljfzhz3Pl6y1SfE6ow1Vfk7",
-	"BX5YlKXzRl3vmXBZskQbubC6YsIWBuvZueA6+w341cci47pMQ3d8FjzNmoEf8UpeQm5UwYNhvsLVdYgB",
-	"hfdBJnCTAZmo4Othc7S1nQJS42Cx39jVOvDisd4SeG/MsrZLPr+wleNuDRiSp3xztD1KjU5brEqII7Kc",
-	"SdKNoSB33IswchP+5pBCHGPyn32EblPMBYyxvIZTdyl60U2h60RF8Z17kzhh11+LvGk3s4u4iWUlmHDl",
-	"8b4h8joi07TaWSDEZICZ+5M813Fzx5QYcPPKJfh4GwK4eyVu5C0lwyOyyHLw62Nkg5GGZsWYzpTTxWpm",
-	"LiwfMBeC7ntY6MGyNAh4c7okThZhxLy8YspXIIHznctcGJLmLIg/q7bjRbb6+M0/w4CE2K1XqmkEO4WN",
-	"4gIjnNDPf45/upndXzhv5Bv6xYNiyKo3Kiwv1tWGZxlRuRBcTHu+MNrNKZNUQY2WVjKFaTuv1fRbvtFX",
-	"Ql3WE5RczaGm9KSNZCZotXenBMflO/fBTvu5nEaWcz3Gid/CvF8JWw72tAtzruSaf2POLUahyimFETcV",
-	"yP2S5qEFU1oKEIwTKqAMOzBbZCpLdlHsAY1IGOo9IjGWJ4/HQjGa6qKoGNbyLZw1kH1OtV5KlYJxCaO4",
-	"wbpEsUqdnmF0u8ZqOnZAkyvBUojaYHPKs6IwRpDLVYZv/HB/JqoAKe7JThXM8GWMVeEW21w6ART/WwVn",
-	"XBft/02iOe7OflW52hvTpy2cee8jTzcas57A77rSEg1gDao0CkRsrnwjhHtx7OAa6vi+i8GpsmKuCe7y",
-	"m+WpAezwkO8K7KLPFSS0ESqGX4oSfwOwlhieu4KuezNwBhfdqttgYNfOXnJ8ve4Q9xZ7SAOkC113oLuI",
-	"WWf0uKVVAOp/4c7GAqXDsjE7xPUYKXttJs6fcb9fiTIFu9lFjcJ7+4bKLfrT1EOFx2H3w+ewN7TpTsdp",
-	"qkkMBro4CAUrqv5jobuw3ErRcjUXhmf2W8OzmHQvVmPhK6jZUYIumc6L4Wx61SYHvYhIQaqOPuf/G4zF",
-	"Y1fEF+yW1cp+Gu2t2tcd8YFtKZG58TNDcUGFu+hhXhuWY9aMuWp+3BISeOGIcFPvGWzX4rY4IGDsD0JZ",
-	"IXyQaili1A2dsTYsxllNs7bzz1yMXnC83cODg7Eo6mJB3rRimK1NErqAUn52ob32rIAwFjEaW+VTtEgF",
-	"vvxjRdSbMkMOW4pVgHgNROCe1EYY+8sojLitFgEF8BOStiA9ooDLb4EL//6RgHDxzinTpcTIRT9f9FqI",
-	"c6X6qgPKNiln7yP8f6OO+NSpgQhhHq5GLdQ3VXKhCbQ4q5NKV8kIh8HSApsiII5QiKpGQEjlxSkYJqzm",
-	"48MhyHUqtaFHvqQXu6iduIFvkQ67RDrgYV0DUu9R+IdbbhX7gT/vLPW7WrM7JlnewuFxBsv6SoRzu5ld",
-	"ZHM43W9o1SKaGwcSHqXw7y/pyoCybkXOVCD7dn32Sq/w6Bfe84lUxEUZKI2FDawwTMMm3U405goqE3Tj",
-	"oDl33BuQkyLoAKVunc/dF0U2im9a5vO76AoqMbAPCWNh1Y9u0HYUslzD1FLt2x4JSfTMygeq74onItez",
-	"w9aHHAWdUQ8PDnwtflzvWLQL3t2NZY3KmkaQRuOqNoxFWMqoMjEp2pjpd/z9wKlG9+e5OcN24vche9uh",
-	"v4zoDZtqkbwR+r85Z76l2oKF3bXTvx51bpFH9j7a/+3swvEFZIEq1KpvYlMVriqmCZeNUNpSBmPxFltA",
-	"Ob+vK9bm5HUunElCMexm2dAp6v58RAVl2UVKd6VGvzmFdnAK3QhkP5sTqPnah5+Ntn8DnTZ3zw3h5t40",
-	"PHuTd5Xf7SXXMoDVC55gz6CJy3rGRj8Z16aeIF20elnr89ItoB/ywiBJGhPFsPS3hvLXy4biyG7xZW3k",
-	"Oye1kNV8zzLcF8mc3oTmPnX6q0T3P3Pu9H1IY3ubo15f37tN6KuKft017PVbuOsmm1Bd2Icsnjrwf/Hw",
-	"iyp/bjQqnbqNaEJdXJcoVJuISHiNZtkqKNGzFI0mp2gsEqquqj5WO8wDfeQH90YnKRjWPinfITVjk1WM",
-	"7LIEY0Ul0ODUjbQ/QMU+iJ91i0+x1iz/LWfEVXAuNa17MsDcY8zslwuW3RSbVUTHlvfxzQbzZ+T6nng4",
-	"9L426duF7+99tP/bkiI+l1dOxUCQLBpMpzULOdbW9bRiTlcEk8hKWoKGZzNjYjOFuj+zy7Vicn0sbi6+",
-	"YmS8A1B9W5zPTYH1s9lf7jv6dhtp/wY+bfaXmtT3xxT1tr8bhOO2mm3imvFFF4TzQZWexu/e25eQAnMT",
-	"ES0DmjkWVVOOhdqVDxz5UTGK8SbrJptqtbn7sbrcs+D2RawuG2PqndXlq0TyP7XVZQ0v70IUmylpoANx",
-	"u+T1AgJig/4+S6tv4XdFpZ61EN6uVedKp3vvaCwoRs/e1nzTKlO9VtMzv59dRCu7sW+CVLP5Y2Jabjy0",
-	"+/mfbihVgS/IA1IQJo7dX5CLQIMZb5FwoRkIUa7GGzR9mVGX9aHn2IR8AkVxSDeGxRRN0Xky6x1BWCO0",
-	"KxbYJMuK1j7E9xY5JPW0EVJmjWBaMdSraoBeLNzcDrp3aK73c7R55txzwIlGnHklyysLj+0bEq0hUQW8",
-	"ixDyoHjhzVDpFhFneVN38zwzfJFx5htd6IynXEyrsVhd7LIUkTkXuWER9EuLSEpXvSDHIxpDNDVmZWCq",
-	"BfjdViRGhIxJV9kjZim06oEGuhmj2hBobuOi2SC6bCxwZiMlIqsPOuMaum02ZI04WyAlczlnwkSYoDIW",
-	"Mfuw4IppCILuSkViY7Ki0ViRzwKrmUttyF/txjRU1GIizAmB/bFsMiCnocTcwBf5xH43w349R4SWT+Sk",
-	"IGJF56Ea2UJzxZILXaSc7MI0saHtdroEv0dgb6WOSDXSpZN8jS7dg+vSDf+GffYuPtuooYtKdm9FkPOk",
-	"mfn6pOovnL5/VpMBbkIX10VbiKlqdShiQFZQYCugyxG2USsCv+AvsMFBCIJFaqjiRcUKIgbGolbPy6Mg",
-	"d4lnekC2FroqCls9tbP5hpdQfcT1EotTyrNVPKpk1M3zjELrBAwhc7QYB7P0DMIfXCYe7OPt2WNL3aCV",
-	"GNREkeqSKaJYIpWly5bY27OQC4a2Veyi5oaEzi73W3oLjGP26m5Vcut+vat2ea3GNTr9Jg41GWc9gNJa",
-	"AmhFjbUn+2XKby3ZxUzKy43VON+evrAyB/QoUYxAgJORpBu7j7GNRCkQHfnYJV60Qz05Pnv8jFTndhU6",
-	"ybOXx4/7b54dHzz6DjAoZRm/gl7/OB2fCpfY5Sp6uuJ82E7RkQlQg/hUUJOrsuYfrJqY1YJpWLZrSg81",
-	"mqG4X8oUv2IpSkMwBlNXYHCI//H29dnx+a9Pf3z2+vUv52+ePj59ehYfoXAEebkLDkRRSAFtouzsXEzP",
-	"gwrQIs8yDPoS0pT62GpA/skUn6yg4TxsdmXFRXt7uQHSGp6JnJB4nA+HDxMD/2MD/EvRJQSY4Y9xSXnc",
-	"/rAX53xBFVYNhoxOKw0ZSHczfM4c0Y6v9uH+wib0b/xhjoj5G06YC/4BJ4uu9t1vM+Z+io8Itm4kMktJ",
-	"bOIB9tpHa6dvwZzQZMagU2o3fmz/3X8shVEyGxEh+1BYKu7dh1X0Z2Z+daB+jzTST9FCJR2+WHHKXrOu",
-	"NWivHEhDznq2tPATFwdlPy/XZaG8M+poo6Bd71fX2vyOdFMUIfxNeDeqQ16HOgFtdi/qz1qE1U3aLylh",
-	"K33GTCBqDJsvgCq7b7DOY1iHACl4vZhylUq60qmW4Hd9QEuiWMqE4TSDfjq/WUnDUW4/rcjnF0yR7oTy",
-	"zEqI+DOQb6gEp7jPzL2gyaWcTCKSQ3b/wdCNpFjCOBLeZ2dnJwTby5IuUFC0WkGlWKQmLC2TwLDRH76I",
-	"zXZ1niRM6959FXJ2SP6kvJyvJH6uurGduokU7Mvf+TcZsJnseIJTHFi10PPnIzOWu+/W+xUbSN+q+esJ",
-	"TPaVoIfdzC44ASf8Z+n/unA37AEZ/96hA+z2bq8+0Taz8/hsW8UWjBpCx6Lr03XRZNsjC8rVEYkXUma1",
-	"Pq/uD1euxuXD4ueOSZmZ1IWR0mfKgsHSZcuCFO/TZUnXf+xz2nzymu+rDunHrv6O8+SoqX7gvTxWHxQr",
-	"TK4trB6KEd/8HBhSSzc6PEELjPdkm7RDf5nITNhUi+xsb+1bU9k/chnSBYJknRKEfGfvo/3f9XvDNgaT",
-	"FShwj/R+EzR+E3XagslaIOHaps2Mis/WY7U5KqxMyTsi8bjjuMG4MwLbThkdBuZn10SiXe0YkBdyyRTW",
-	"IUJHH2TnYQ8bp6ppIkXRmwLKpo2FT6Eui72hHZ2rsnwM1Eta4Ni+fQaYtcoqD8EupfLr7bmGqeVoRdtU",
-	"55Lzs0b1JMKxWM8ibI5Hu2d29UXi0TbRBx+P9lXSiT91PNruXO4aYWbctIaUHZGtAWSDlsgwC6DfQsPu",
-	"NjTMKQ8b48J2ivzSzISEHuK6MnCZBAFGQdRWUBsTOriMhYu0wDCP9HrF6pz49C366is0Ne0IoreRxe4t",
-	"pAq/hKieCnJQ4x5l7Ipl0XWDq8YiLCz57xBcVbvEamQVNFVpCku2IllQ8utCmpmLKLXv5FPnH6zEXW0M",
-	"thqLVhJykq+TkD9VoFQ1ROqrpUp/mDipgjZgOEVNEAtoG3zPklxZ+c/SNuzCfJybWWf07r2lYOjmR8pX",
-	"k4FkQjNvPiRdFwbw7Ozs5Pz4yZPTuGelrVxlnVFnZsxitLe3f/DXwXAwHOyPvh9+PwQC6RZVHxvM4aRr",
-	"OFO6Ry5ykYJyidZGSiaUZ7liZC5Tq2uRU5ZyTRZSZiTJqMbg0qJV4WvP5KXIVnZRgs5ZZ+Qk0k/RejGJ",
-	"KQZUYAqTgJr1BOKuHFlBjdNOMqcr4qsABibRYBarqDZPUjRRrwVbFD3JEwZkEex4kGeFjaSwi1TRXiqY",
-	"q+hnuz4fdhwgXaxjrHuEpq4LpNWQqWgu6k7D8DeKkteAuF7frrk6Fgm+WFXIYbAoV312fUknTC4ysBxs",
-	"asRFDYl9h529GBbiOvMFc1SbXaxPhc5fF2zjPA9RkCoTgXdTqkrN86oHODxmaDa6PgvUjSUzmaW1bLb1",
-	"mgh42gVEi7RAJGfLd/GGXPkiHMXsWE5lffbT1nIU6zUcyvqe5SqDKdqO0YLpTBqyoGY2IE9YwlOmLaMG",
-	"8zwFeLLTLqW6BNSYSkJnjKYuxCYXoMKFFzdjyWXDTGvxl+AIwOjLagx5Uc6UgPhRjR2r7Ami8tZmqjZ+",
-	"hFNzIY1WWikai1bHDe/Dh5s1H1cliiJqCKEo/POZnJaCXd1dHMxXeEDXJzxO6QKiPT2N1+W5gSffAX4G",
-	"6ispjFkgo4WkseAR63M8YzQzswganXDBHLE9UXJuoSAv3EUD8koSy4SZMHwNwgoJSXc+vf/0/wMAAP//",
+	"7L37c9s2ugD6r2B0zkyks5QsO07byLOzx03SJrd5eB1nO3uqXBMmIQlrClAB0Iqam//9Dr4PIEGKlORX",
+	"0s3mlzYWSTy/9/NjJ5HzhRRMGN0ZfezMGE2Zgn/+PZeGLjIqWP9XqgQXU/trynSi+MJwKTqjzltmCBck",
+	"XlIlYjKXKSPLGRPEzBhJZiy5JEuZZymZ0StGLhgTJGWCs/SIaLrSZDnjyYxk7IplhIqULLlI5XLQiTo6",
+	"mbE5tROa1YJ1Rh1tlF3Bp09R55Qa9pLPuenDf9dXdTZjJLOPiJzAUgyfzgzTZm0q0rWPpWBkyc0M3s0Y",
+	"1YYoNqfc7jkaC+N3pKUUDB5qZnpHRApC3YbcbruHB497kZ92bTYzo2YsFJvkmqWEG9KNLzKZXLL0nJq4",
+	"NxiLytYnUs2p6Yw6XJjvDjuRPwsuDJsyVTuMU7/k9QN5J7jR5Z4INc3ri2tHGxMc54Lpwa1WpplpAp5E",
+	"ilSTXBiewYK2LwPPXpPuRCpCic54ysV0LPDLyI1ld5vkSjFhyEWeXDJDmEh1b0DerF0ZN4RrEp8yo1b9",
+	"44lhKh6NRTG0X9NEMWaXaoeeKprmNMtWEdESFs5Eai/dPnTzzemKXDBipBwLRlW2InbFJV4YSRZU6yNC",
+	"SZJxu1ALHGRJ7Rhx7exiovGsLPAYxZku0UzTuR8zoYLoPEkYS28ESuURtF8WtY8d4tamt1u2e7ouqHyK",
+	"Oguq6JwZR3meSKFlxt5ppk6oma0vxr1Acs0U4amdkNvfF/btqCPoHGZIO1FHsd9zrljaGRmVs3Bh/63Y",
+	"pDPq/NdeSQH38Knee5HCiTzJlZbq7zlTq/VFvFnQ33Nm4UxLRSZKzuFAFopdcZlrsqBT9kCTWLAP5hzf",
+	"iouV/g5jFkvFx5Vzm9MPL5mY2u3vDw8Oo86ci+KHqIEs/gQH3bLYZx8WUhmClzEgT9mE5pnRFgzjf2kp",
+	"Wlfmrm/Xg8N5cCmwqp8VFab5FuFR+/VN7ePb3uCLlM0X0jCRrH5hq+fA3ZoZBsDwA014+QW5ZKuIUA33",
+	"GgcPzi/ZKiYTzrKUdH+wh7h/8MNYJDOqaGKh2BKD+Lj/f4T2/yDD/mMyIOdkRP6X9ONeRBg3M6bswJRo",
+	"o/LE5IqlfRwPb3QsuvG4I1XKVH//4OHho3EnLpby4tnZTyRVdGLIUnHDNOGmR6QiF1Qx0o2Dz+LegPzM",
+	"r2BE+ynyd6D59k+cEnhfyicTBhTzkq20pYmeT3UPh0PHm+CacIzyooIz7v/CVhVYYR/ofJHZt2q76TSB",
+	"8C9s1Qwqxycv7LIIT5FjxzyNPZeFSxLSAPXVLFHM9FpA6hJWdyuAAqrcgmQndMqI5n+wNmQCoaRyPiki",
+	"osXxYWRxns/zOfw1BIx3fzbS6zdq2nxab9S0Ha2kmt72DE6Y4jJtOYQfeZZZvrmAlyzIxv/85z//2X/1",
+	"Ksa7m0thZlZqLJmIe1cbqozl0iF5ApbpeDm+13a6+HRnUoW7wA1lVDQfpX3SfpZWOr7tYVoGr66one9F",
+	"ur6A4PGNOd06op0xOm/esH3SPpFhdH7bDbez9Xcb2bll9reb+5P9Wi+k0AzkjON0zkUhajE4/UQKwwRI",
+	"q3SxyHgCR7+3UPIiY/O/WF5pn+0IYvgVTl07ZynJnIoVsfth2uhCA9GMJIqlTBhOMz0i7IqpFYn3rvZj",
+	"IhdMISywDwlbgBhv+Q5LLoFkZ7gRiyjE0czIfWSlT3nJhOUTSSA/WU7z93dvzo7Pj5++evH6/PT47Nn5",
+	"yxevXpwVFNZCIFMRjKoYHEpvQF5LMwMBmWqSSsGOiJVNV2OBImJFovbyK3KRQMncqsud+uOhWSaXbmte",
+	"JkeJunpgjdrjtTWmYtqMTUDFDcnQBjX1FgoQxfMLpfijUsSmNR1l++y7SPNGgsZBLthEKoYL4GK6ZXA7",
+	"/I80dWf0ObHmFc2sQMpSC8VcXNGMp4SLRW6OSMyUkkrHJOP24hhNZkROJkyAGgeSzqBjV44MCiXVDYu/",
+	"3qKro9qVG/bB7CX6qjpGTZF5+w/Ee+olM2W1WCkYybhgiHFy6RHx/3n75jXI8IMG8WmdxFjFFOV+JZca",
+	"Nv9EiknGk896aceCyIt/scR4Esc1CHJSEYuAWY/QTDGargj7YK8OFvqTVBc8TZn4rER5ViElJKNWU7co",
+	"mMgFiyzQUUtApyCMaksL7N+OvvalsGp+AWivpflJ5uKzspXX0ip5uUgjwkWS5QD7ls24G5ATQoUE9UOq",
+	"KSzzhK4ySdMzKV9SNWWf+7wd/yMXMl1ZFmakJJldCCwuEH/eMmOyz8ykYX2lAGZZnYdVjcshcJhLrtkR",
+	"iVNmKM9iYiUWjfqIoYaRbiLnc24MSyOiWMaoRgrGPiysKNODrb5l6oon7J2gV5Rn9CL77FehcQWWA1l9",
+	"KmUJTxkRckm6bDAdkFOWcsvrl4LkAtRIEieZ1CyNiRWFcR/vBM3NTCr+x+e9rFdcawvtoAenVZEAlrVQ",
+	"MmFa25N9Jgw3q89KBAkyKw/uYO27UIxeaktDrHSDUxOVZwyIo/uNaULJnBnFE6BFlvykkmnQeS+FXPaO",
+	"7D8LWWypLKQJt2mdLywHYOkrlnJ6Bjzj80IVILZdmEbZCbjdE1xA3y4Iz4LjhoDFdTVj9pUre4FS6N7R",
+	"WNSQa4nWUhx1XRi1gqZdjlsjSPsL/guDO18oS7INRy0gUYwasMBXzJUpNaxv+Jyts9rIKlw7KBxRJ6Pa",
+	"nOd68+gizxy6o0azNhsqQB/XHywUm/APzfasCVfakKpJCoX5RDETWdFPsUROBdfM21EGTXtV7Epe3nIH",
+	"wD/htLlhc73t8N7a1+13biCqFF11UH/z2t9vqPXC2RQTFEcShddau4fKlt4XkyCHtLMipDyBAQBF0pTb",
+	"k6XZSQA5E5ppFpUWro+FMdeqYzI3np6Wyxv9hg877+HyQij0d7zpWF7bd25xmnP64QV+8BCMS+6P/do5",
+	"R51c8N9z5h7bK60fffXUt51hg1njmAi2BCkKCEJpuoucWYhromeW04BQJUUCRrWvEHP/xPgWdfBOmgnM",
+	"BaOKOaPCiMS/Ly7Px/lw+DDhKfyfuT8PH5ILqtl3h7nKAnqE78SDRkPwnaN5sZV2WH3JUZetwlhxfjsd",
+	"pOMxDScZeIG2ojn7YNDztH4WsIjqaI07ylNungmjGvgdTfAS63f6q+eoln9GBCS+2DA6H+AZx43cgSZG",
+	"qqbBJJnTlDmPJxXTYkivLsURiS/ZalQFGvurM0+5J6AjtkNL1KHNNg4Lo07rQYtUuRTStRhE0IecsozZ",
+	"T8Bp0IJZ7mSjzof+VPbdj1ZKGpzS5SsrVE5Z+LSvL/miLxfINfoLyQWsEWhp1EFzy8YlO4tMy5rhRj7v",
+	"mpFwbvXmRn7eZvjiJYgRI0MoGzExbb5fqaYthBJE6XNc2dpjoJU78oUmkoOOEoTvyGNNVB6ru0QPf5X1",
+	"uNlbUfNOaE2J41+c3vxITTJ7YkUbKzQ0A7ZiOs/AAmEvH0MG5IRQcmE/BuMK+s9Bm0Cl4JItAGbAu37B",
+	"rISPWik4CaRgbyad0W+btwfLOoXJO5+iHVWZ95VNBZbOjbJgTTwBs/zO91mZqSKt7TtnYIu8Vr80N+/m",
+	"e3IHsgaDeEu7r7p289tkdj984+LQhHoskplUT2mDb/EpXXk1Br2IMvQiSjV9oMlFxf+o0alooaVwrh78",
+	"sNm12mAi3u0o8KtTuWxCyODpOkuey1w0kMw3V0zRKSP4nKQ5i4BhJXxOMxcpQLpSTYmRhmZg5j0i485w",
+	"3CEs02w5Y4r1Gokq+jKShkN+4p5ADAPOHB8RNl+YVRl1tMioIDNqdXayUDxxToO1aSCIg6XnEDjVFphW",
+	"Xh68rglNU5ZaDdU+xZuuxPM5a4hzy+BNj8XaQQyDQ4jQIQATEEvMrxihBkyjllT7kf1Yid02S8lyJjM2",
+	"ID/juhT1ynJCFxh0YP9ASytLMTxsRGKJ94a7jseCOk6O4WP0Ql4xEvuv3Fs+KmRJV+gl24HVVodoO95i",
+	"eTy4u42HNdhteryGRubbxrMrJ9O2YPtS9WClYPpOluxiBHYMDYjQ4b0eTQXIIEVhjytW1YgExWZ3WCB4",
+	"uTdMyOi8j3Gb9gyKQJ5ti6iR4SJUAoUc59Z3HnZ3rX7da2BWv8XI06+AqtQxv4neX4u1BmaWRNr390v4",
+	"85KXdhsadWiCUh7cXoeJqd/dqEMznrDOmv0FBw0DcqJmWiXBe57PmYU/ME78njPFMUJ27YILPjNsxN9q",
+	"SNl2y0QYzFbFQJplO8hCL9LOp/dRucny5Eqc3W4b8Uix/U0PzTuEhYTgaVeyAWKaJRcXIBCQnQspM0aF",
+	"/bIMs962nJcWuU7ZpAPG7KmiaaP9SuglUwxj52Ru0DcSOb+Ip7IPNJlQnkFgfICUwboAlRsI4RvBCLOy",
+	"PbiAGwPJgf1SZIwQMrOLjAK7e2uoyXWTkGIXum2IV/YduLBFRldNh2OlfQoHhP5GwqjKOFM+JcCH2kNg",
+	"Qy3esvmYIDDhHBStcxdK0pyMAAJKkWNwvZjlHaizmSlZeCE3HdJZ8eKnqLO86/SJRi4Dr54DoO8O4zXE",
+	"8zjkIKGAz0ZkBJ/mDeh3ru1k+wcPD9eoMD5qlxKXUl0S+9KRk6Lsj8h9IuJlNi7IJM8QXxRD7xfEz1i2",
+	"dY7+XJbGzfTaKwmPh8Pv9x8/Pnh0+P3h8PHjg82kvHaMsI3mMwPL1qnMGqw/8RVnS6ZiohhN9RGJaTrn",
+	"IiY009IZgQBOmbCr+K0DjztRBz8L5ithIoikvxvHFxjjGiW7XQ3ryu19oyocHFOjbQaX4QarGIE3nLo9",
+	"hes7ddyOO3Kh/9eKFQP/LOpYwrGUKu2MOolUiiWmP5NKs/4FNQZDU3G37qrWwL04zeLw/caC6P+DR4f1",
+	"i6ja9AKvQrGgNUpjpAI5Olth3PmM6tkREewKYvpMrgSSlXBiZ3Yosg4OmryDt7xOv+Fi6W7ILfd4Fwa0",
+	"EDm+uAXtSas+/uLtG3J4sP898cI1SZw4UQbXv3v7FM7Qgp395v/97bj/f+8/Pvz0301I/JTybPUO7L9r",
+	"R5g22V2OybuzJyQtrS+oP0RFaHf/6dO4uqKD4cF3/f39/vBhSGYtbWnUkHSbHIF2gdwudpP2T/KFDxZ3",
+	"uVggItkld5N8nmfUavy7aYm1G0zRJdpG0p+iNabRxSlFX7ApTF1YbTy3Qsv34ePBcFg7Ovitep3jcfpx",
+	"P9o/+NQdjwf4x3efen9rvN1KCk6o0YDxP+Afib7qRPhjE+/4ifLslZMHGyz51EkoEIqynPGMhWIvhgpx",
+	"TXKhGE1m9CJjI/D9AEPL5FKPRXeS0emUpST2gnbci8qQIhQhNXk0fBiROJMJzWJn/tVoEaaCcNF3cT1j",
+	"gdHPClIwUgQHSGOBAJcHmugZVQBFYApCwXkcnohdnmUnsAAr/dg5mw+Hsyx9ppRs4KsQAbh+ahDZsqBm",
+	"5uG4DE51369IN4ZV6d+G7wco6tsT8ZZxnyQHITCNMuDcuXUag/5DoMY1lh80QTYYvZr9h1eNUMHAgMUN",
+	"2slCu15ow4N4MiENce5ZtKNldKEhEq5J/L+5o7+GklrzqWApuVgFge0tJ3lt25Zi1MVN3cSnfzurkTA1",
+	"QeJGzq41y4/bkp+g5m53kNAKOzsKW1XwKg9+B1myOPE6KK6iIt+W5ik3JJPTmnjzqC7ebLqDJoWksFI3",
+	"w3mFW202Du1vvNM1NEPGh6ZswBtNuqc/PSEPHz58HHm+OMlNrlgE2jYXhJIVo6p3RBw7GGHqSMEs/Q6K",
+	"tOmKG6Vmkd4duNogqhVm7kKwQ8L1xUW654xmmObU5hdsRosG+lEX5qkp+VjKFkykVjD0QsXHcWchtZkq",
+	"psedERl35OW4E5FxR1mujD/lZZjxuPMpdLyvxw1siQzQaE6y+ozno5dw42Ug8/ttcOLGaDrGF43hYwnN",
+	"Mqb6yUxqJgiHUN8JR2JeilLODhwKxrT/x3H//4b9x+/Lfw7OR//bf/9xGO0ffN8sMtdMrw35QgtGDQTb",
+	"Q1Rbd4ER9hE5OCQzmSvdK+QZU0RnWmFGcykInVKLoyL1xmVdhPTOpcLQt6pwT/t/lAv/Ido/+KF54WDq",
+	"qdzNmsX/fdtnpxY91o9+zRoJXnyA6vUYvZbgjMwva6uZCkxbMM+213/Ft+qghVNFyOfcSE1wFppGG1UR",
+	"7dEO0nPqhxDGGN3fSWQ+S24HoUCF6W07va+ZuZ6I4tS2HQa/8yuMimzqHIX1crvBVhov2p/hRqlkDeo9",
+	"Uy+C8cFNSYNswMBq5O7pO5AxGtxU/jisDJCbBn9U1pwO6SSPtVzIGzifriNo3er2ChmgdnOtd9OAf/j7",
+	"Efg7NFZXQRXCkl1CSRcnidxx9MiCcrW7VwTWsx5zU5cfXlntq8lS8Qpm16EJGk0WlkBYUSrwFFGxcsDU",
+	"BW0OclZEtuoNyJkVyeZuLJ9pJsDPCxEEUjPQ/UCBsYDgtG1UGqPwJxeUAeWLIDFYG1gM+NeXwoPzFVPK",
+	"6tNHhT4PHpsVpjUVppaiGMRYgPfm8OAAat9QMudaL1hmglfRqOiOwinYHjN+60C8MHD6na4G4W/TvTSF",
+	"q0fuRk4UT66rgOwWVGFRz5me6vEVF1QzOH92z1jp3fCLYpc7OYG9xQo9wZVqB3agQrC0+0ciV49VGbTj",
+	"eGusAC6yCefxqlrtkTxbbTINlta9RiuhK3Xl9BzYV9WWORbemCmzlGmDollRa2Up1SWYyBOpUizaBS46",
+	"DtUoNNcW3WHiATkeCztugegEJGWi6ZII78EpRhoBKl7RLGeQ9hiUDhoL+PCBHpAXoqEABhbvotq4CSBr",
+	"MqWrwlCqJZlQRboZv2LRWLDfc5pBqR+ppgOLxnFvQJ6VEV1e1pxRjW7GYrsr5kxkOyFrYFhuci5vNals",
+	"GhuGLeQgK7/urhDWvq2tywrBdzNWG1KUMrfu+PkaMaHR3BozMZEqYTF6f1181O+5NPSIxHpGU7mMHdV1",
+	"b1zkxrk+NYkDx3B85J3NaIP16XjOQx16F92knaiDM3TQj92oLbx2aS51mWmWz6noK0ZTqwUWZstNPqam",
+	"0UtVvClYUUvlcd5q5FB3C2ymEC/vgrQQWyyW7pI+80Y8+7DgvrqNN59jEm8narKGYzawhiIOZb4wFI+Q",
+	"CybIws4fY76vPqcG0xzmUNwOquJAoKFzDkAtp9glCsfhpRRLcA8bb+MNIlOVjjp7zjmF6Npz5+ZZ5z83",
+	"cgpPJgxMgedZi/h2VnoG8BUyZ2rqhCK0PnlJxAVqhpY0MCd7o+1YIN13MZwuYrRrgayPYtTu9KqQ++ok",
+	"YecssQ37xWUW+/L1ASvHMLj1Sq8TsdOajWYXqfMLrLHYbtmHUpqWiD0Ir0eDNE5T74ObY94KFaVVsdmq",
+	"D9WTdrTzplyf5yprPumUpTyxUOvcTu9OX5Zphd6xTOZUX7LURzLzCRFSNHtR8kV6bRxYsouZlJd+kbun",
+	"tLkaUg6SGpCpiMWp3lJ1yvCMoiZkr5nugy02MaI3anr9SAmLNN7i5lJhj5M5Iy8EmL/xui1ZWtd2m6nT",
+	"buLsWtpAJcJx/0bYvBUVdYh7u60TsbASfel5bICbu+T/NqCrG9Fdyp3h2qbXAdfenb5sgP6NRgJ8FT7c",
+	"hhYtoHkXPgLLJL+4hwAr+CWzaxqjYns4VoJAgLX/Km4tBi0/Xkeo2JekRT2k8IEW1cEs81y3WjZj5vXw",
+	"8eaYdR2udiPM+TfClDXoOSlyGepyd9V5V4bpNMfo1JwLw/7j9x8PP/W7w9/2+4/f/3/7vw37B+97jd6F",
+	"E3dYtw8snFCene9y7UVYyo0I+y2FrV3tf5vMfhHREJJakf3Ws1frhKm1koCUWUuJAbAA7s6gTtwH63ah",
+	"QHz3dsVCwfLWEEwGEw0K1o0kqg2soZSL3HWE0OMOpNz+9QQfC9DXl3wC4PUxRCAMWVmnhL7fbuIWKL7Z",
+	"Hw6H2z+zYjlcYAGqocXVSWUnTSLYZ0LAHel/iWgbWYB77ZpcwKPMjmhh367Kbf5ft8WyGp7sAvPlNbWB",
+	"711IR0DXv7h45Mry7iAf3QEo3wJEd5T/PbCukddTtsho4gLm0BCUcW0GN4Xr7dB8p9zhNVt6tnCEPEGx",
+	"ubyCCngN3KBRlHErr5+L1ebtrkiSUV2UsHKsSKqprgo0Hi/vIuLjJDig3UHvguo798eUrqZBPXN7Y3i7",
+	"f68wve+O/6H3bJtbtF59oEwBDQ6jXEIjoruyCw1pduT0pyfk8eGj74vCEKlM8jkTZl1XwQpxjcIQ1obd",
+	"ef9BeO+nNXfj9eOiGhLJuMnYBsFvzQcwM2ahR3t7vxddeQYpu/IV+/Qe1srBKfs6y6c711eCp35F0aZI",
+	"rEKPWS/MULPAlSGFpIu66WhvL3Zm7ZRr+LPnbXFGklxXwsctzq95Cg5/qOB1F0f622hvbzx++5eWaPig",
+	"gOimugs7RLCUxvvrBiGXBEqdP7w8e5U+/sfvww//vPg12X/5/ezkj4Pjpm/bUkMhAPRfuetDpK5Y6kzm",
+	"ayFJzrnjtA5I+0Efv57JJXCb+Z0ljm7w7YlzVnhTNppkvNdlS/2AIoWvOaFSioT56qxHruQC9LG4YCvp",
+	"0uVdQY1uLWVw1yoCvobrLgso6z5M+RUT5IJicNhO02zKsA0dTUGOrS8wujHLFmpzNVvl3cKvBeYQGbfd",
+	"ClKW8oX3g0zyHROCNp2ujzfZ7Wh9YvoOWidubi1Evqh5ENCFENibCWhxBDfIm/XU6rCqBzr1blPpA2Oy",
+	"Mm16/2C4rRhCWz2aogTCTGZpESKRSG1qMaA3yqvd/zcokXALWnaXdRUqFxrY/78bRlubrIV0w8FuERkW",
+	"FxuMC5c2CvHtN/rwu229am5VB6LAtC0I9dbTIO8rn2GGU1F6uxPQbY+1aaMDHcthrstgAN5oR09olgVp",
+	"+kykIP0FWdv2rTkVdMq8KHRUmOXxqWI0DcIEsVR/JcMbi8VGRaa3+7xx0WcOeD5jidQNzm8Lyg90UNb6",
+	"9p7udu/1rvh1E7+uhdzWsIaiT5HPNXLbhgifwPIblvdG0ZgrIpe3PpT2TK662SjcxvUsohaubugLRuaz",
+	"bv48vJYl0xktn4kpF4y5/PfKtYSG1R3tqusFmO/LlHkdA04N2HaZoNVm2HaXd2EeBFrzxc2DronVtc2D",
+	"f74bXN+aKx9zNwTdf3Oxai7Uq5khvAx5LRImXal9ryeuG1VuoBFPioLB5fsyv8iCl0U+v3DB0EAEGt20",
+	"G5JttWffuxTocaWv6+lo8GuxWr+SICG2IvVX6Glw2u83XG2LkFGJtXKv+vhgF1G2hB5eZSxZKDEg9a8F",
+	"TwRCgp+cXTcB5md+xSoBjGDMCeTQGPO4L6SZHaHyKbCiYVTdS8YnUJPQssWZzNW6Ga8KVi3Zr7XxMB+C",
+	"ZZOjev4rNWRuFZTvSUpXmtAZo1UlcUdwra5jSNDgRvAF99dfyX6ENWuNJN8VJR/Qul8xVQ8Hj6JrYUA9",
+	"xKcucrnTKEujYuikkbKtotZ1UqeLOoO+c1x3327x0XAYVHRvLjS6pqqsiYrVm4R0FeiM58t3QakHqBoA",
+	"k343PPxhOLxRKY8CnTdkIZ+FJb42rNYEPWNdHOSSKUbmeWb4IuMQYbMNuO+BZt4B9SuOqULkcOCmI2tJ",
+	"3biZ06E1faDNJHjdkp74/jkTaVOb5CTLtSV1QWJ82XV0t+tyE0Dh4RuGOzgy7qt0Vkas7GCzXyXIVViX",
+	"+FrSUTcodWBgfqBJEaLqAR8OyqIt5tx40yNXVhPaWcnB9MHW+2+3+qJZyur7lg9AvH1g5NBgJVyhgRAz",
+	"rbXrf4+rp84+jHbEVO5aC7CxNOxPUJ/fioFRoRGilRIU/SUtg4SgVuRg93JI70pTdrX2Udle7KiycaIN",
+	"zzI8GKoYlBosyt/diICCelHk27r7KICmGQTvqvTcXZgl7L04EapUydeKWwda/LmHkcUCoyNvZ8O4jxKr",
+	"dxJaVakKcCM7wc2q62HMeIYu4nV9/tHuhoLPpNCvH17bYdyFov3nqE3nOjbfs6LdpAe7ENj1Y2RXdoxm",
+	"JIdnxI7lusNVE5AxWdPMFNMzmZXsdeDKfr2/VlimNI1K3IrEmk8FF9NzbDwUQ2Z0nmWuiyjmVys2p+rS",
+	"J6lpZgwXU93IE+xw1Ko0567/fotTEL1/rpssFMFLqFKcaRKbv6Kakgv+AcMDoqt999uMfSDFFEHsQOm7",
+	"/nsRedB/619sW2i57025Uc9fHT/pv31+fPDoOyyaMmMfekdFLIDrb4B6nTdOXLLVgLz2gadjUZbx8u0I",
+	"XDfrX5/9+PzNm1/O3z57cvrsDLPshH3uIrChwxh0cDWWF/SisbBKjuuv49QcLK36wL6pNZcCc8u25g82",
+	"Zir9OrPqAQIusOOTN2/PLMsuw2h9zITbiVvpYMcpz1vrDJ9YXi1c5nIMWQJo2qGC0DRVTNeSnSe5ZqBU",
+	"F9Wi6FhkUi4uaHIZkYXiV9SwiGRcXPahSp6F6qIVKlQ+XOQXGU/IixM/hYX8scBCfjOpTTwgb3MoYJTx",
+	"KyihDseSUJEwCJ3ORVZfWS7Qrj4WtWs+fvnyza/nJ6cv/nF89uyv9pBi0sWVpVZslYs5E6Y3IM+lNn73",
+	"yjdPh04P7gLcVIkUgiVGR66yy9PXb61wJbMcZQYDiWew8pVVkccCoyooHh/NapUPOvsH3w+Gg+Fg30Ie",
+	"Jf40/emMwsndwBp7YGDZVpCqt226Yc9g15vTS2ZPz9IYTbjpHRFKFkqmOfQ18ijkbx5yTDeLDZhpVkP2",
+	"BjIVeVr9vp2+P3Xn2BChcw0BkRpjBbl18N8vDBpYdsm9GGGqon2mrITBQsIbBv74Mo/rRB6MJDgaVHqv",
+	"ojM3vpE7xiVsRWI4qW1MzVf5qvGx5t5Z8Nk5TzcM+kATnkZYZRoJoiZxQOz95WBmkX3I07iodSHT1Y76",
+	"0s4NxDAC7TxpTIZHJpcwuyTLQs7OTgh+EJ68kL4AfULnjHRd9RJiqJoyExHBDJQSh6uNoAOMzM2mbmrh",
+	"+vydbl6dWwFLycGHD81GuNaMVr9O70IMm5JLBR0nVo4/7thAEUErAIjIYbDHmuq5e6gPd2vf3QWL70Lw",
+	"rROGLy4DB8lY64r56UuUtNzVW5blsLLg9y4hyAo0ztFPuiD/uIqkVhjQRUSkpUk+mWZjDCSEhW4Jgfy1",
+	"KN5Ui2dAA2sckRjdovZfM5krl0MISYOWI+uMQ5la1Ln0EYlB6Yq9X6JWKzJwR+AMWPQmhygqO34nckWV",
+	"UXd737rmFsOiay3T1DVjrRZnWaJuvY7KKAgfC4tgjkW1uADcLSZbxr7ajx6Q4wsgl0UPIgy9RPKDHah3",
+	"oov3WdKt2ZD0xGep1W1hnqq7QwObuwVFd99R1e7UG41FYDizu883W+IIzfjl7idzq6pj28vEraM5drzN",
+	"FTert3Z0F9MPjW6Pc++IWVNmfAYtROKRrpNMj5++evH6/OzNL89exz1U+kC4Pz55gdpOe8tclKacFuYK",
+	"WsB2gX/AcsoDsyQAe69zMZHrSyxZOQqe4KDoGyaoMFhFxjeqHpAnuTZyzpT/RROqL8E37PqRppKL6VhY",
+	"5hmRcWdOV2j5lWq6Zxid7+Xafr1gIiWvS9RyhuFXFqT+Nu6QbmzpHdm72t/DoCqvftkDgminInaIOUuy",
+	"iwzHBRuJhSgQ6DRW1VQyn858iJshcuJqnx2fvBiMxVic2T989oCnXTQ3M6m4wQpSiRRG0QSr45KfpZeL",
+	"IbB/QhPE8blMWaYJF2MRwxNBsz17DXTB9+iCI9WcMmHhgqXowAIHuwCGoFaFns6hBBQHy5rHx7HgRf9X",
+	"bpkKTWYMezaINGMKNvNf/0WeQAlUPAO7DSsgoEXTvvAM5on3rvZjB6FWzjf0kmkSH+Ou/4AfR+RHbOWM",
+	"wAdQXDTjRcoGVlGAbnvXghE5GdlJ+vDkf/6nigL/8z+ky8QVV1LAUV9RxaEAUANmlG3p7UFbkkIgOC6V",
+	"eFJQmCpyVBfqoVJBp8BtMipw81JNdRBCBzwWdu+oOfEcakB+dQJV00oq2fAWSy24cG1Xng7sXqmwWy1R",
+	"2O4TkHgwGMS9iDhzKWpqJYTb5e19lGr6yQJH/5KtdDwgLwwsjGVSTEHPg2NV6Gr1Jhvsdz0iPvSwW8Qe",
+	"xiHu+KBDO2J3PfDwgUZsiRBVIrt2HRVGDsQf7JZDMQ60cPxGdkhvMfH2KWR07sdQB+7B62WUY7chzLEm",
+	"BfUAmo+hjiBUQlQkF5dCLoUDOF8193C4b3VWwJaicby9SoAee05AYD2kj4VgLNXB5w+PHAXuw9spUTI3",
+	"DAsJuzvzZjk8s0u2wjRnOofCvmIsXHNmqJFYvBoFkxzCdp7RZBYgna/kCHH37v6K0Bp3xyhk2GuEhrdA",
+	"Wz70PUPDJeuYdKE2o/BV7uYWRpmwhM8d5IIq1y63cFDryKFDnRhwTSyBQt7vyomWmgbpHp+8GAs8hSqL",
+	"k6oCPEdVdDo9Pnt2/vLFqxdnceQNSOTRcCy8+Z5Q59uHGV1/ht6o7PvohBFTHuzBY4dVp8yoVf94YpiK",
+	"kWVAAwpXwc6iVXnnFotWJD6lhoGRuQ//tVJu+dOpFwdA6B2LyiPNTEy6Lg6hVwa8w6k+IKksSLEUVs63",
+	"Mg6SRRfe77BKL6TQoCx7Ixc0g+jGT6QwTJj+2WrBRuBkchR8719airg3IO8QGSxeQc8GDJ0p+IfVv2FA",
+	"xSxkekA+HA5HRVU/ronmGRMmWxE+FVI5cvZGMBIugKg8Q3OIo54l17CwiayDwpRRcA5F/Uug3d4ogDVD",
+	"KRgMYLNoewznA/2BghBtKVh98xatVkBP/gJ/O+OHFUfDdz/0l8tl30qT/VxlTFj1NY1JdwlCe5KrjPTT",
+	"mGgmUvQEA9ldGXcRC6o0K1YZuTJ6kCtlx+wNyHFQDTXlFJYRVER15khCDvcfod40domIWGi9csLz3N4Z",
+	"W7tpjJ0aj8cdwz6YvUVGubB/jTsxXBWkIuKCW/MhNelWDsY9x8PrkSVUj43t6oFPcE1unlRIULo4HA4h",
+	"U1kTOG17ncDVEOW5IDHmXZaaw/HJC+BGaq5H9oi5UxWwUpeZoXELbv3jGLuU4DHW+6JgQXvXvgRf8Yfr",
+	"yCOibURQ9Ywg2CwiKV1FqBqOO5/iqGEmhOrfHr4fJFKbDfNA9xlQVuxQYNxeGwzF7IZBONCs4gh8BIXD",
+	"azvgke/7gjgOcgx16eHduDKLfWPciUdoPUBgskwHuBX+iXwTMdFnhmVcADZg3fksnwt7PoYGtcxxiB4A",
+	"IWb/WXHE3vucZhZBWArBiALH52KRmyPLq0OGfkHT0IJlnz/0mGiZYkYtGSn5eLdUluxjoziUVCm4ENT5",
+	"c3WMena0Q9jiROYihRstpUVgl21MOyUUG/II6YSBGYXVPXL9dszMuWLsoDpPZlaRmcmUdOPjLJPL2EE/",
+	"VmbGIiiwoMfYvjglNLNEcEXYB/viETncf1jcqcNCIyXJqJqyIyAhIQG1u/ImWXt1R+Tw4KAQgjwPAOp8",
+	"oRi91CCkkDDdAGg6CjFAvZ0m5j1NnnlCmekj4LNldVHSdSldPTuoVCWDLsUGJ5HgsXqG0Tsij/CKvSJJ",
+	"EiqEBOKAHZzs2GXnCuwUVfSLwJZHUmIcoGMzQU6xC2aZZHw6M0eAdqFcQDRdaefQkWDbX1k6XlDsIkVS",
+	"cRPIDhbGX6QwEegWESgWUUV2Rv3PV+hWlgdCAwpXTAu7UuBL1CTAF+JdKhBYhQCndrqFLrpBBCK6QnRt",
+	"7GJUTlpmfTpLIezsJUAqsrwpF1ZRGZH4b3CJf90fDPaHw2FMul5e2x8Oe8jO/oZW0b/GIAGIQri0S/EV",
+	"i6G06gNN4sCMCsojT2bAaUSeZfF6MVawbLhc+NBQcXzyohN1rpjSzoMzGA6GEECzYIIueGfUeTgYDh5i",
+	"pYcZmGn2ZtBv5Q+wEDY5no+dWHgwHIYNy7B7GEDgYkCeILAJGUDnoAMTI2y/SDsj19rlD4yCAuEOlnAw",
+	"HGIvaWD54L+qMXr7Gxqutpm1XPcYMOw0VGOqrLpiueqMfnsfdXQ+n1O1gtL5V0wwre1J06l2fc5wM7rz",
+	"3n66F4RqNh6dr2/luPiJkpYQstyy8g8GdDkNUSEEzXrrJ+ZG2H5ipQBUPau6j6PxWNw+Nh9IsPp5sarW",
+	"owH6vStQMUFOXOcdQB6shoDyueuCFwFpLFzlkVcva718HmjsN7J+kqe4oC8CejA3VCF5NHz4GeZ7DT0e",
+	"aLo6ciYQ7SMXvMCZQhrdpuu2a+bbEOBqf88ZJvbQMNF64eDik0ug1fHPz9ZMPNVh4lCfUlA2LQWf4AX8",
+	"PRiL12CmMGt2ZKSN1avH1o6uwCLQPtcRULemNZevuBDov+foT9v6OnaQdK+/bwa3piGK93wlSFy1BZrD",
+	"nb6iqU+Oh0/2t3/yTjgz7h9YDOwQgXPzRz9JdcHTlIEn9vDg8fYvjtM5F4V9gGG+cgloP1YsW9BuwN97",
+	"AHpFDq+HO0zyHX2Enl1NPQsvQZYBCSu2Kklc2tVjJGBFbU+9sNKikMuiuqeFOYhBBusGxiVDtveEaImh",
+	"yJjhRahx64Uw74hQI+fcCjQraEziMp0XVGumISJlLPgkqn3WXn4kBtHrL1gtwKfLoE/tiFDX2NyF46x1",
+	"wRrgzkdkGGMwzO85BAyB/eW1M/QVCkOh4HizKaoVKCeXBtdYqmkMykaIfWMB6NcbkNieW3G0EiOsXYCY",
+	"YlOuoZ6Xt4DZ/zW9PBYULqCP54MlEkAYXaC1OK6VOIg3NQ/DgLfG7mFoH/M1Q0YEY6Dae4pht5nCKCnn",
+	"zLP3OKii0P/FrsiFE3KhDaMp6b54dvbTWKSKTkyfMzPpO+9HP9hL/5Kt+vghtrZBmbS4IEpSPpkwxYQp",
+	"TIOka48qcvHzvs+SAqDxgVhrh+/M24RrO46W2RVLe4Hp8KDxEJxLqPQWp6xoLrvEBrcWJmkGOtKIlF0Y",
+	"AqNk2X9hLGgoCcBdNDdeWH8Nw/Zin2Q1FmH4za/+KR7lgEAKXFN/3bCAUlzUwIvHwm2r1n/Xze5b7zqA",
+	"ae20OxZlq13iO+1265+39O9tYmZPXHGD6zGxaoGP5xhjhuwJIOhHma7uTDCBJRbMqOphdkW+7k0Ic3Nr",
+	"qDO5LhkduxZgXYgUMY5+kguW0Fyzak9PCwYQ24QgBEtdh7C2BbmP9hq++BR1asb1bYPUX6+McBpGN+w2",
+	"SvlJbSTNzHVGsa/DKf+JRZTh4fYvXkvzk8wFTrG/wxQndJVJmp5J+ZIqTLw63H+0y350vlhAIeNXLOX0",
+	"zKpnIEgdbECB0Ca9Oyr48oDNCgJwtCCvKiqQAPOPR95NHXQokwasxN6ehD3Wuptaq7kCl97K66p/ogEQ",
+	"zFWlwBV2/eiNvJHB7sASZvQNxL7kDozmrOSECaMw+KsQ7OyaKv2sRIrN3AL0RiUWLJ9YWvoIltl3Rshq",
+	"5S97Uig/gEDWdf2BvaThLPUY0tFznBrMdp5Ze/PZiLTzavc2sv2qtAKrNHRl9VupfBqcj+3H6H9KBFvC",
+	"alHasn+5WS0nKeX1z0FpnwJlHVlJFiQ4HjZgwh16e21ZEEjBcD5U3fVrHBFIk7E8FoQCSKZywXZgpTwH",
+	"CafIqEeuGRDtr4nYRp3AZLv16+BVuKLN5oc7JzOl/oN2bCvjo3yUWm1r1CyP+aR5RFNLUMbCymW6kJGK",
+	"3v4+66Nu9C6s3AMCZ4Ay8FjU7N0IMAPyGr2XVjQt/b8W4/1i6YUPmUDwXYOwG99JRRUGlArFbpwuUINR",
+	"630fddaCHIKnFRV578KnoDUryk+dvAqGNLwsLrxBzWQroGxgfokI+0ATk60gmr0WiUZAanfhaGvCuuUa",
+	"DrchWsJ+MirqaronXd+fVbqGbGlvLKSKfHIRvIupWXYuUgOorvOmRUUkDPqrAt8NNMGqOm8iB4Op/QBp",
+	"Ki1lcQt8EXgsa+xAsaCtJ22i8ocHB70Is0Uq/uayxVKMHuJ4QJ7RZFbo8C6GyXccXdNzj7Yom6DOoccG",
+	"gtC6h8MhBmHYW7CLd8iojc/c0hb+qdOy9WB320AXbRi4cnDwFoz3kq2w2DRc4o6WOkCAHwFg70c1gbG/",
+	"pH4SLqCNdb5pwJYiFABQ0Ssqnrv/ya2En1+ibiCrHsjLcCqsinpT6irVtN3zg27DZgM2Ty3HaTFfr6GE",
+	"HemNneq6Kj+IDTubrTHPY7PZ+k4QwDeiaoH7hetFi1Xqv3rjtz0K2GvoZbF/QmJ+I8PGagEFdXZljD9w",
+	"bXx47wbwIseiYI/YD6u0wB16bu2ja0C/shPgmwMSg2XMByeiNdjb9yISV9pExfYp5rePRWNjLSPJPukm",
+	"NGMipQqji3SvkS3Alt+o6T1xhbJv307cYP8uJ26Tm+3dgnqO0dF/dlwY7oALT6SYZBwTw76klWXbx85c",
+	"a5WRZ8Jws7orbEcgc5i7jvEBY0GvaCt7acNvUg0BK6U2V10XmNk6j/mZGY9c90f1NwB6FPQdbW13CwJx",
+	"0Ra262svV3POaGpVASPrFd10D+Mqa11C4z89Wl3XeHkHUPozM20g2iIZYaFlYFnXElGwkSPWq114NbXG",
+	"7SBcUbs0dIjkXriyDEEu9ZELiPavXDK2cAlQ0Cp+Q8DAbihD1ppHjsVO3SOpSwPyk0J1ZynYqBKqOaNm",
+	"LCDWGkMvXZbClBlIwYDhvV0CAzj1gBz73vigE4P+TTJGrxiquq7lcBnUqAm9kFdheou30krlPgyUZWpc",
+	"rphUGEc3FkVqWZlqUnrLA8dhEwuHQjj3ysGx1M5nVuc20DXfMFSq6VdHZf4jmTci280o4xprL3LatqiQ",
+	"JbJi9pliV/LSQpVgZQpJRARbMm3QZ1DWP8CEWH1r6teAz3Z1xwv+i93BV6KZ4nZ2UU7tVXyTHFq0WR+J",
+	"HaBIAev3KkBs1pYLv1gRDQ85ZiZXAo2tiCxB9LWegRFZZCswpN4HFuHqEPDuiTPi4F9GvQ3nTtv4pPeu",
+	"OkX3iMRB6TcQ8DDNGk8am559Y6h3wlDvUqN1aH8TrG9njnsfL9nqE2J1xppqBp4CPyyK3HmjrvdMuCxZ",
+	"oo1cWF0xYQuD1fFccJ39BvzqY5FxXaahOz4LnmbNwI94JS8hN6rgwTBf4eo6xIDC+yATuMmATFTw9bA5",
+	"2tpOAalxsNhv7GodePFYbwm8N2ZZ2yWfX9jKcbcGDMlTvjnaHqVGpy1WJcQRWc4k6cZQsDzuRRi5CX9z",
+	"SCGOMfnPPkK3KeYCxlhew6m7FL3optB1oqKUz71JnLDrr0XetJvZRdzEshJMuGJ73xB5HZFpWu28EGIy",
+	"wMz9SZ7ruLljSgy4eeUSfLwNAdy9EjfylhLmEVlkOfj1MbLBSEOzYkxnyulibTQXlg+YC0H3PSz0YFka",
+	"BLw5XRInizBiXl4x5SuQBA1A05wF8We++SyG+iFbffL2H2FAQuzWK9U0gp3CRnGBEU7o5z/HP93M7i+c",
+	"N/JNkuNBMWTVGxUWK+tiGXeVC8HFtOfLrN2cMkkV1GhpJVOYtvNGTb/lG30l1GU9QcnVHGpKT9pIZoJW",
+	"hHdKcFy+cx/stJ/LaWQ51xOc+B3M+5Ww5WBPuzDnSq75N+bcYhSqnFIYcVOB3C9pHlowpaUAwTihAoq6",
+	"A7NFprJkF8Ue0IiEod4jEmOx83gsFKOpLoqKYWXgwlkD2edU66VUKRiXMIobrEsUq9TpGUa3a6ymYwc0",
+	"uRIshagNNqc8KwpjBLlcZfjG4/szUQVIcU92qmCGL2OsCrfY5tIJoPjfKjjjumj/bxLNcXf2q8rV3pg+",
+	"beHMex95utGY9RR+15WWcQBrUKVRIGJz5dsq3ItjB9dQx/ddDE6VFXNNcJffLE8NYIeHfFdgF32uIKGN",
+	"UDH8UpT4G4C1xPDcFXTdm4EzuOhW3QYDu3b2kuPrdYe4t9hDGiBd6LoD3UXMOqPHLa0CUP8LdzYWKB2W",
+	"jeshrsdI2Wszcf6M+/1KlCnYzS5qFN7bN1Ru0Z+mHio8DrsfPoe9oU13Ok5TTWIw0MVBKFjRQwAL3YXl",
+	"VoqWtLkwPLPfGp7FpHuxGgtfQc2OEnQRdV4MZ9OrtkzoRUQKUnX0Of/fYCyeuCK+YLesVvbTaG/Vvu6I",
+	"D2xLicyNnxmKCyrcRQ/z2rAcs2bMVfPjlpDAC0eEm3pPZbsWt8UBAWN/EMoK4YNUSxGjbuiMtWExzmqa",
+	"tZ1/5mL0guPtHh4cjEVRFwvyphXDbG2S0AWU8rML7bVnBYSxiNHYKp+iRSrw5R8rot6UGXLYUqwCxGsg",
+	"AvekNsLYX0ZhxG21CCiAn5C0BekRBVx+C1z4948EhIt3TpkuJUYu+vmi10KcK9VXHVC2STl7H+H/G3XE",
+	"Z04NRAjzcDVqob6pkgtNoGFanVS6SkY4DJYW2BQBcYRCVDUCQiovTsEwYTUfHw5BrlOpDT3yJb3YRe3E",
+	"DXyLdNgl0gEP6xqQeo/CP9xyq9gP/Hlnqd/Vmt0xyfIWDo8zWNZXIpzbzewim8PpfkOrFtHcOJDwKIV/",
+	"f0lXBpR1K3KmAtm367NXeoVHv/CeT6QiLspAaSxsYIVhGrb8dqIxV1CZoBsHrb7j3oCcFEEHKHXrfO6+",
+	"KLJRfAs0n99FV1CJgX1IGAurfnSDJqaQ5Rqmlmrf9khIomdWPlB9VzwRuZ4dtj7kKOizenhw4Gvx43rH",
+	"ol3w7m4sa1TWNII0Gle1YSzCUkaViUnRFE3/xt8PnGp0f56bM2xOfh+ytx36y4jesKkWyRuh/5tz5luq",
+	"LVjYXXP+61HnFnlk76P9384uHF9AFqhCrfomNlXhqmKacNkIpS1lMBbvsAWU8/u6Ym1OXufCmSQUw96Y",
+	"DZ2i7s9HVFCWXaR0V2r0m1NoB6fQjUD2szmBmq99+Nlo+zfQaXP33BBu7k3Dszd5V/ndXnItA1i94An2",
+	"DJq4rGds9JNxbeoJ0kWrl7U+L90C+iEvDJKkMVEMS39rKH+9bCiO7BZf1ka+c1ILWc33LMN9kczpTWju",
+	"U6e/SnT/T86dvg9pbG9z1Oube7cJfVXRr7uGvX4Ld91kE6oL+5DFUwf+Lx5+UeXPjUalU7cRTaiL6xKF",
+	"ahMRCa/RLFsFJXqWotHkFI1FQtVV1cdqh3mgj/zg3ugkBcPaJ+U7pGZssoqRXZZgrKgEGpy6kfYHqNgH",
+	"8bNu8SnWmuW/54y4Cs6lpnVPBph7jJn9csGym2KziujY8j6+2WD+E7m+Jx4Ova9N+nbh+3sf7f+2pIjP",
+	"5ZVTMRAkiwbTac1CjrV1Pa2Y0xXBJLKSlqDh2cyY2Eyh7s/scq2YXB+Lm4uvGBnvAFTfFedzU2D9bPaX",
+	"+46+3Ubav4FPm/2lJvX9OUW97e8G4bitZpu4ZnzRBeF8UKWn8W/v7UtIgbmJiJYBzRyLqinHQu3KB478",
+	"qBjFeJN1k0212tz9WF3uWXD7IlaXjTH1zuryVSL5f7TVZQ0v70IUmylpoANxu+T1EgJig/4+S6tv4XdF",
+	"pZ61EN6uVedKp3vvaCwoRs/e1nzTKlO9UdMzv59dRCu7sW+CVLP5Y2Jabjy0+/mfbihVgS/IA1IQJo7d",
+	"X5CLQIMZb5FwoRkIUa7GGzR9mVGX9aHn2IR8AkVxSDeGxRRN0Xky6x1BWCO0KxbYJMuK1j7E9xY5JPW0",
+	"EVJmjWBaMdSraoBeLNzcDrp3aK73c7R55txzwIlGnHktyysLj+0bEq0hUQW8ixDyoHjhzVDpFhFneVN3",
+	"8zwzfJFx5htd6IynXEyrsVhd7LIUkTkXuWER9EuLSEpXvSDHIxpDNDVmZWCqBfjdViRGhIxJV9kjZim0",
+	"6oEGuhmj2hBobuOi2SC6bCxwZiMlIqsPOuMaum02ZI04WyAlczlnwkSYoDIWMfuw4IppCILuSkViY7Ki",
+	"0ViRzwKrmUttyPd2YxoqajER5oTA/lg2GZDTUGJu4It8Yr+bYb+eI0LLJ3JSELGi81CNbKG5YsmFLlJO",
+	"dmGa2NB2O12C3yOwt1JHpBrp0km+RpfuwXXphn/LPnsXn23U0EUlu7ciyHnSzHx9UvUXTt8/q8kAN6GL",
+	"66ItxFS1OhQxICsosBXQ5QjbqBWBX/AX2OAgBMEiNVTxomIFEQNjUavn5VGQu8QzPSBbC10Vha2e2dl8",
+	"w0uoPuJ6icUp5dkqHlUy6uZ5RqF1AoaQOVqMg1l6BuEPLhMP9vHu7ImlbtBKDGqiSHXJFFEskcrSZUvs",
+	"7VnIBUPbKnZRc0NCZ5f7Lb0FxjF7dbcquXW/3lW7vFbjGp1+E4eajLMeQGktAbSixtqT/TLlt5bsYibl",
+	"5cZqnO9OX1qZA3qUKEYgwMlI0o3dx9hGohSIjnzsEi/aoZ4cnz15Tqpzuwqd5Pmr4yf9t8+PDx59BxiU",
+	"soxfQa9/nI5PhUvschU9XXE+bKfoyASoQXwqqMlVWfMPVk3MasE0LNs1pYcazVDcL2WKX7EUpSEYg6kr",
+	"MDjEf3/35uz4/NdnPz5/8+aX87fPnpw+O4uPUDiCvNwFB6IopIA2UXZ2LqbnQQVokWcZBn0JaUp9bDUg",
+	"/2CKT1bQcB42u7Lior293ABpDc9ETkg8zofDh4mB/7EB/qXoEgLM8Me4pDxuf9iLc76gCqsGQ0anlYYM",
+	"pLsZPmeOaMdX+3B/YRP6t/4wR8T8FSfMBf+Ak0VX++63GXM/xUcEWzcSmaUkNvEAe+2jtdO3YE5oMmPQ",
+	"KbUbP7H/7j+RwiiZjYiQfSgsFffuwyr6MzO/OlC/Rxrpp2ihkg5frDhlr1nXGrRXDqQhZz1bWviJi4Oy",
+	"n5frslDeGXW0UdCu96trbX5HuimKEP4mvBvVIa9DnYA2uxf1Zy3C6ibtl5SwlT5jJhA1hs0XQJXdN1jn",
+	"MaxDgBS8Xky5SiVd6VRL8Ls+oCVRLGXCcJpBP53fraThKLefVuTzC6ZId0J5ZiVE/BnIN1SCU9xn5l7Q",
+	"5FJOJhHJIbv/YOhGUixhHAnv87OzE4LtZUkXKCharaBSLFITlpZJYNjoD1/EZrs6TxKmde++Cjk7JH9a",
+	"Xs5XEj9X3dhO3UQK9uXv/JsM2Ex2PMEpDqxa6PnzkRnL3Xfr/YoNpG/V/PUEJvtK0MNuZhecgBP+T+n/",
+	"unA37AEZ/96hA+z2bq8+0Taz8/hsW8UWjBpCx6Lr03XRZNsjC8rVEYkXUma1Pq/uD1euxuXD4ueOSZmZ",
+	"1IWR0mfKgsHSZcuCFO/TZUnXf+xz2nzymu+rDunHrv6O8+SoqX7gvTxWHxQrTK4trB6KEd/8HBhSSzc6",
+	"PEELjPdkm7RDf5nITNhUi+xsb+1bU9k/cxnSBYJknRKEfGfvo/3f9XvDNgaTFShwj/R+EzR+E3Xagsla",
+	"IOHaps2Mis/WY7U5KqxMyTsi8bjjuMG4MwLbThkdBuZn10SiXe0YkJdyyRTWIUJHH2TnYQ8bp6ppIkXR",
+	"mwLKpo2FT6Eui72hHZ2rsnwM1Eta4Ni+fQaYtcoqD8EupfLr7bmGqeVoRdtU55Lzs0b1JMKxWM8ibI5H",
+	"u2d29UXi0TbRBx+P9lXSif/oeLTdudw1wsy4aQ0pOyJbA8gGLZFhFkC/hYbdbWiYUx42xoXtFPmlmQkJ",
+	"PcR1ZeAyCQKMgqitoDYmdHAZCxdpgWEe6fWK1Tnx6Vv01VdoatoRRG8ji91bSBV+CVE9FeSgxj3K2BXL",
+	"ousGV41FWFjy3yG4qnaJ1cgqaKrSFJZsRbKg5NeFNDMXUWrfyafOP1iJu9oYbDUWrSTkJF8nIf9RgVLV",
+	"EKmvlir9aeKkCtqA4RQ1QSygbU4Ws2qguoKbB9hoNkg+l1YhjLFLX+wq44aFv0vNLCqDo7DZYcoSbgkP",
+	"+0ATk61Ixi+tsoZWPmywpU05dpdmmdWtnLIEhQFDsoYtSNGaOSIHw30XPYEOsmIzoOwdHjyG6SCEQHCW",
+	"4qSWnmaW6hYaGXnOMtcYEa2VYwE5SrqgqL7UeWUlLtgLv0ulq3peWwmEUGhmjz0dkUTO59xY5bQbn7x5",
+	"e0bqlwA9ZPbwtbgXEcUsoYb3nz57+ezsWdyLxkIqRyQzNjEYkLWw5DwkuRFxs7qK5SSW4hyer2LSjd0U",
+	"YVUd14UxrBsJ5xi7RcQ9T+sPiCPjA3LszM0sHYuYp2y+kIaJZHV+yew8C6YQLA4OgY3pssoOmiMUlFMo",
+	"jwsO3ofEgJ1hZQ/OErJ47ebIXCqIobX3SzMfQaHYnM0vIBfWGxoaPZkADj4MFosIsUyKKVrEpZrG7cbl",
+	"03LN90TWgxkKGvh5bc3hHhsIvMWab4r73SnuLXe2UPIiY/O/XNPygl813dtrhzxLqsmMZSlGODh7mEOh",
+	"tTqpkSuZRQIcd2HlVDs8Lv0ylKR8MmEQv+pww6JSye7uppGQxd9TpvOs0eH4FIk+tN9rYTdLmWcpuWBH",
+	"BUXxh1KLOzplRq36xxPDVNuq3Nt74auwqkcItp/rek9ZajVALApAkxmGktEKlcWgPDKhPCNzmbIeKYOc",
+	"4aGV/+dUrPztoUqZ8enMDNbKQEBAoOOD2EK8CCAO2xLZK2h13runTYLJ1r5qp8ifoM2i5eTBxyNk2Xi3",
+	"XJMpv2ICC+ZX9aUBOR4Lz8o8223kVe4JJjHDNUPHjDmICBAzg1x2NBaHw8dE0LnvwawNNay5Lj4MWucp",
+	"9yS0byHrbjGetP8bV2gJNvoWZaFOiY6bP33L1BVP2DtBryjPLArVvTgcerWESGWh6trwvsEOFo7twtQu",
+	"2eqBb0xqQT2OSFzIlPYPLy9iTL2ze8WRyyeyCDrh01wxPSC/sIVx4WApXRFo928VaCdDWgUane+oRZd9",
+	"SA9brGV/DvCtndyfGorvBhSPqwK0D9e0xOYG4Hg9m1dwGS/SMoKqTaUBHfNWE7QGzViGjkV6Uqwiakl9",
+	"obWSPsEnDaQ/8m5QjFRRGo1ENdvcRZ5c+opAyOqWzDI6eskEGrO61L1UlHN2pdCgH5QbhmtU2mgmBesN",
+	"igVDVdJCLuFl2Izlu3mWka5nqWMxo4sFEz7CE4tDo6ATW335HE8fCAI0ewIl2nlTQ43Nca2yrUvJ5hw/",
+	"Q20Mo+ThfEPFq+R+nikC+xsLx//IruzvCUx2/xqVn+caytRnI1tPPBX/j6yl1sypv4gydjc0GXdRExAK",
+	"ywPSD4v515eP7TQsyRU3K6CfF4wqpo5zM+uMfntvCSTm5yB1rTkvZUIzb9shXZe/8/zs7OT8+OnT07hn",
+	"tZ5cZZ1RZ2bMYrS3t3/w/WA4GA72Rz8MfxgC/XXrrY8NcaykazhTukcucpFCVAiGCVJQNXLFQNuwf6OW",
+	"spAyI0lGNWaF+/AQ8sZ756TIVnZRgs5ZZ+RcyZ+i9SqwU8yEwtpDAppNEkiYdP4ADBWxk8zpivj2HUEs",
+	"YzCLVNOWScjxyQsrhOlalhTRMyhDIRIG/gwIwIMCSdgBHtu/F33hg7nogvftgA3zYatQ0sUGZLpHaOqt",
+	"jUY6i9Z6N0Ya5q1SdJkOCBqtUscwsLvXxarixwgW5dpGrS/phMlFBiE/mzroU0Ni3xp7L4aFoEN2GsxR",
+	"7VK7PhVmbbgsORcyHAU1biIw5klVaVZYTd0IjzlPuWmYBRo+gVmxVoZqvZgpnnYB0SItEMkF4bpEYa58",
+	"9dxidqyDvD77aWsd2fXiq2VjnnKVwRRtx2jBdCYNWVAzG5CnYI3XZDljINpTgCc7rZUsADWmktAZo2nI",
+	"9Xl4lEiJ1mdaS5yGCF60/laLPxR9iAj4DatJn5U9QTrt2kw/VltggFkHc5G7UhGVCwExW9Vxw/vweaLN",
+	"x1VJf4oacp+KxJpMTkuvQD3PI5ivSF1Yn/A4pQtI0/bOGV2eG8hTDvAziDshRRQaylghjBWuuLU5njOa",
+	"mVkEHYq5YI7Ynig5t1CQF3HeA/JaEisgMGH4GoQVMpu2cv7/HwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
