@@ -39,6 +39,11 @@ type Counters interface {
 	DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 	// MonthUsage reads every counter of org in period.
 	MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+	// Drain is DrainDirty that also takes the reservations of period changed since
+	// the last drain, in the same snapshot; Undrain marks them changed again when
+	// they could not be persisted.
+	Drain(ctx context.Context, org, period string) (quota.Drained, error)
+	Undrain(ctx context.Context, org string, recs []quota.ReservationRecord) error
 	// HeldUnits reads the units of org in period held by open reservations, which
 	// the counters include.
 	HeldUnits(ctx context.Context, org, period string) (map[quota.Counter]int64, error)

@@ -50,8 +50,8 @@ type MetricUsage struct {
 type LevelUsage struct {
 	ID   string
 	Team string // of a user
-	// Used is the units counted, less those held by open reservations (Reserved). Both
-	// count against Limits, whose Used is their sum.
+	// Used is the committed units; Reserved those held by open reservations. Both
+	// count against Limits, whose month Used is their sum.
 	Used     int64
 	Reserved int64
 	Limits   []WindowUsage
@@ -114,7 +114,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 	}
 	out.Closed = closed
 	var cs Counters
-	var held map[quota.Counter]int64 // in usage: units of open reservations
+	var held map[quota.Counter]int64 // units of open reservations, not in usage (committed units)
 	var sliding map[quota.Counter][]WindowUsage
 	if !closed {
 		if usage, err = s.Store.Usage(ctx, org, per.ID); err != nil {
@@ -179,9 +179,10 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 				Daily: append([]DayUsage{}, daily[c.Metric]...)}
 			byMetric[c.Metric] = m
 		}
-		lu := LevelUsage{Used: v - min(held[c], v), Reserved: min(held[c], v), Limits: append([]WindowUsage{}, sliding[c]...)}
+		lu := LevelUsage{Used: v, Reserved: held[c], Limits: append([]WindowUsage{}, sliding[c]...)}
 		if l, ok := limits[c]; ok {
-			wu := WindowUsage{Window: string(tenants.Month), Limit: l, Used: v, Remaining: max(l-v, 0)}
+			counted := v + held[c]
+			wu := WindowUsage{Window: string(tenants.Month), Limit: l, Used: counted, Remaining: max(l-counted, 0)}
 			if c.Level == quota.LevelOrg && !closed {
 				wu.Granted = o.Granted[c.Metric]
 			}

@@ -30,6 +30,7 @@ type resReplica struct {
 	router *quota.Router
 	reg    *prometheus.Registry
 	store  *billing.Store
+	prefix string
 }
 
 // newResReplicas starts n api replicas over one database and one Redis key prefix.
@@ -62,7 +63,7 @@ func newResReplicas(t *testing.T, n int) []*resReplica {
 			t.Fatal(err)
 		}
 		r := &replica{f: &fixture{t: t, h: h, pool: pool, svc: svc, tokens: map[string]string{"operator": operatorToken}}}
-		out = append(out, &resReplica{replica: r, router: router, reg: reg, store: store})
+		out = append(out, &resReplica{replica: r, router: router, reg: reg, store: store, prefix: prefix})
 	}
 	return out
 }
@@ -395,3 +396,84 @@ func monthLimit(l api.UsageLevel) int64 {
 }
 
 func reservedOf(l api.UsageLevel) int64 { return l.Reserved }
+
+// Redis restarted empty with reservations open: hydration restores the held ones
+// from the last flush with their units, so they still count and are settled once;
+// what changed after that flush is lost (at most one flush interval), nothing is
+// given back twice. The "restart" deletes every key of the test's prefix (the shared
+// test Redis serves other tests: FLUSHDB would wipe theirs).
+func TestReservationsSurviveRedisRestart(t *testing.T) {
+	r := newResReplicas(t, 1)[0]
+	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"closed","limits":[{"metric":"tokens","window":"month","limit":1000}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"O","plan":"p"}`, 201)
+	key, admin := keyOf(r.replica, "acme", `["check"]`), keyOf(r.replica, "acme", `["admin"]`)
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	flusher := billing.NewFlusher(billing.FlusherConfig{Store: r.store, Tenants: r.f.svc, Counters: billing.RouterCounters(r.router), Logger: quiet})
+	ctx := context.Background()
+	reserve := func(amount int) string {
+		code, res, raw := r.reserve(key, fmt.Sprintf(`{"org":"acme","metric":"tokens","amount":%d,"ttl_seconds":600}`, amount))
+		if code != 201 {
+			t.Fatalf("reserve = %d %s", code, raw)
+		}
+		return res.Id
+	}
+	a, b, c := reserve(100), reserve(50), reserve(30)
+	r.mustDo("POST", "/v1/reservations/"+c+"/commit", key, `{"used":10}`, 200)
+	if got := r.check(key, `{"org":"acme","metric":"tokens","cost":5}`); got.code != 200 {
+		t.Fatalf("check = %d %s", got.code, got.raw)
+	}
+	if _, err := flusher.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The export bills committed units only: 10 + 5, not the 150 held.
+	if csv := r.mustDo("GET", "/v1/orgs/acme/billing/export?format=csv", operatorToken, "", 200); !strings.Contains(csv, ",tokens,15") || strings.Contains(csv, "165") {
+		t.Errorf("export with reservations held:\n%s", csv)
+	}
+	r.mustDo("POST", "/v1/reservations/"+b+"/commit", key, `{"used":20}`, 200) // after the flush: lost with Redis
+
+	wipePrefix(t, r)
+
+	// The first request after the loss hydrates: a commit finds its reservation.
+	var got api.Reservation
+	_ = json.Unmarshal([]byte(r.mustDo("POST", "/v1/reservations/"+a+"/commit", key, `{"used":40}`, 200)), &got)
+	if *got.Used != 40 || *got.Released != 60 {
+		t.Errorf("commit after the restart = %+v", got)
+	}
+	org := r.usage(t, "acme", admin).Metrics[0].Org
+	if org.Used != 55 || org.Reserved != 50 || org.Limits[0].Used != 105 {
+		t.Errorf("usage after the restart: used %d reserved %d (limit's used %d), want 10 + 5 + 40 used and b's 50 held again",
+			org.Used, org.Reserved, org.Limits[0].Used)
+	}
+	if body := r.mustDo("GET", "/v1/reservations/"+b, key, "", 200); !strings.Contains(body, `"state":"held"`) {
+		t.Errorf("b after the restart = %s, want held as last persisted", body)
+	}
+	r.mustDo("DELETE", "/v1/reservations/"+b, key, "", 200)
+	if _, err := flusher.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Again: nothing is held any more, so nothing comes back or is given back twice.
+	wipePrefix(t, r)
+	if got := r.check(key, `{"org":"acme","metric":"tokens","cost":0}`); got.code != 200 {
+		t.Fatalf("check = %d %s", got.code, got.raw)
+	}
+	org = r.usage(t, "acme", admin).Metrics[0].Org
+	if org.Used != 55 || org.Reserved != 0 {
+		t.Errorf("usage after the second restart: used %d reserved %d, want 55 and 0", org.Used, org.Reserved)
+	}
+}
+
+// wipePrefix deletes every key of the replica's engine prefix.
+func wipePrefix(t *testing.T, r *resReplica) {
+	t.Helper()
+	ctx := context.Background()
+	rdb := testenv.Redis(t)
+	iter := rdb.Scan(ctx, 0, r.prefix+":*", 1000).Iterator()
+	n := 0
+	for iter.Next(ctx) {
+		rdb.Del(ctx, iter.Val())
+		n++
+	}
+	if err := iter.Err(); err != nil || n == 0 {
+		t.Fatalf("wipe %s: %d keys, %v", r.prefix, n, err)
+	}
+}

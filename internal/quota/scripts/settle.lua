@@ -72,8 +72,10 @@ local function settle(rkey, id, action, used)
   end
   if give > 0 or over > 0 then
     put(r.m, redis.call('HMGET', r.m, unpack(fields)), over - give, false)
-    redis.call('SADD', r.d, unpack(fields))
   end
+  -- Always dirty: the drain persists counter - held (the committed units), which moves
+  -- whenever a reservation settles, even when the counter does not.
+  redis.call('SADD', r.d, unpack(fields))
   put(r.h, redis.call('HMGET', r.h, unpack(fields)), -amount, true)
   for i = 1, nw do
     local bp, bn, bm = r['bp' .. i], tonumber(r['bn' .. i]), tonumber(r['bm' .. i])
