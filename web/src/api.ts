@@ -19,7 +19,8 @@ export interface APIKey { id: string; name: string; prefix: string; scopes: Scop
 export interface NewKey extends APIKey { secret: string }
 export interface AuditEntry { id: number; actor: string; action: string; object: string; before: unknown; after: unknown; time?: string; at?: string }
 export interface WindowUsage { window: Window; limit: number; used: number; remaining: number }
-export interface UsageLevel { id: string; team?: string; used: number; limits: WindowUsage[] }
+// reserved: units held by open reservations (they count against limits as used units do).
+export interface UsageLevel { id: string; team?: string; used: number; reserved?: number; limits: WindowUsage[] }
 /** DailyUsage is the org's cumulative usage of the period at the end of a UTC day ("2026-11-03"). */
 export interface DailyUsage { day: string; used: number }
 export interface MetricUsage { metric: string; org: UsageLevel; teams: UsageLevel[]; users: UsageLevel[]; daily?: DailyUsage[] }
