@@ -205,7 +205,11 @@ func checkError(err error) error {
 
 // parse decodes c's reply into a Result; see parseReply and parseCompact.
 func (c *call) parse() (Result, byte, error) {
-	if c.src != "" {
+	switch c.src {
+	case "":
+	case settleSrc: // the settlement reads c.reply itself
+		return Result{}, statusAllowed, nil
+	default:
 		return c.parseReserve()
 	}
 	if isPacked(c.reply) {

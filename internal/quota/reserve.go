@@ -30,6 +30,7 @@ var (
 	reserveSrc       = composeReserve(checkSrc, reserveHead)
 	reserveSHA   any = redis.NewScript(reserveSrc).Hash()
 	settleScript     = redis.NewScript(settleSrc)
+	settleSHA    any = settleScript.Hash()
 )
 
 // reserveHook is the line of check.lua that reserve.lua replaces.
@@ -358,19 +359,43 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 	default:
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
-	for hydrated := false; ; hydrated = true {
+	c := e.getCall()
+	defer func() {
+		if c != nil {
+			e.putCall(c)
+		}
+	}()
+	var a attempt
+	for hydrated := false; ; {
 		now := e.Now()
 		per := e.periodAt(now, anchorDay)
-		keys := []string{tag + "x", tag + "rd", tag + "m|" + per.ID, tag + "r|" + id}
-		reply, err := settleScript.Run(ctx, e.rdb, keys, string(act), now.UnixMilli(), used, id).Text()
-		if err != nil {
-			return Reservation{}, checkError(err)
+		// Through the batching loop, as checks: concurrent settlements share pipelines.
+		c.org, c.period, c.src = org, per, settleSrc
+		c.args = append(c.args[:0], "evalsha", settleSHA, 4, tag+"x", tag+"rd", tag+"m|"+per.ID, tag+"r|"+id,
+			string(act), now.UnixMilli(), used, id)
+		if c.ask != "" {
+			e.sendAsking(ctx, c)
+		} else if err := e.submit(ctx, c); err != nil {
+			c = nil // may still be owned by the loop: not recycled
+			return Reservation{}, err
 		}
+		_, v, pause, err := e.next(c, &a)
+		if err != nil {
+			return Reservation{}, err
+		}
+		if v == resend {
+			if err := e.sleep(ctx, pause); err != nil {
+				return Reservation{}, err
+			}
+			continue
+		}
+		reply := c.reply
 		switch {
 		case reply == "H" && !hydrated:
 			if err := e.hydrate(ctx, org, per); err != nil {
 				return Reservation{}, err
 			}
+			hydrated = true
 			continue
 		case reply == "H", reply == "N":
 			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
@@ -391,21 +416,18 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 		if r.State == Expired { // it expired before this call came: its expiry settled it
 			return Reservation{}, &StateError{ID: id, State: Expired}
 		}
-		full, err := e.Reservation(ctx, org, id)
-		if err != nil {
-			return r, nil // settled; only the details are missing
-		}
-		return full, nil
+		return r, nil
 	}
 }
 
-// parseAnswer reads settle.lua's answer "state;amount;used;released;over;settled_ms".
+// parseAnswer reads settle.lua's answer: state;amount;used;released;over;settled_ms;
+// expires_ms;on_expiry;period;first counter field;last counter field.
 func (r *Reservation) parseAnswer(s string) error {
 	p := strings.Split(s, ";")
-	if len(p) != 6 {
+	if len(p) != 11 {
 		return fmt.Errorf("quota: malformed settlement %q", s)
 	}
-	var n [5]int64
+	var n [6]int64
 	for i := range n {
 		v, err := strconv.ParseInt(p[i+1], 10, 64)
 		if err != nil {
@@ -415,7 +437,14 @@ func (r *Reservation) parseAnswer(s string) error {
 	}
 	r.State = ReservationState(p[0])
 	r.Amount, r.Used, r.Released, r.OverReserved = n[0], n[1], n[2], n[3]
-	r.SettledAt = time.UnixMilli(n[4]).UTC()
+	r.SettledAt, r.ExpiresAt = time.UnixMilli(n[4]).UTC(), time.UnixMilli(n[5]).UTC()
+	r.OnExpiry, r.Period = OnExpiry(p[7]), p[8]
+	first, err1 := parseField(p[9])
+	last, err2 := parseField(p[10])
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("quota: malformed settlement %q", s)
+	}
+	r.Metric, r.Team, r.User = first.Metric, last.Team, last.User
 	return nil
 }
 

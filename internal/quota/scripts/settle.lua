@@ -17,7 +17,8 @@
 -- below 0, and takes the amount off the held units; used > amount is counted in full
 -- (month and current buckets, no limit looked at) and reported as over-reserved.
 --
--- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms"
+-- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms;
+-- expires_ms;on_expiry;period;first counter field;last counter field"
 -- when this call settled it; "R" and the stored answer when it was already settled
 -- the same way (a repeated commit or release); "S" and the state when it was settled
 -- otherwise; "N" when there is no such reservation; "H" when there is none and the
@@ -90,7 +91,8 @@ local function settle(rkey, id, action, used)
       if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
     end
   end
-  local ans = fmt('%s;%d;%d;%d;%d;%d', state, amount, used, give, over, now)
+  local ans = fmt('%s;%d;%d;%d;%d;%d;%s;%s;%s;%s;%s', state, amount, used, give, over, now, r.e, r.x, r.p,
+    fields[1], fields[nl])
   redis.call('HSET', rkey, 's', state, 'u', fmt('%d', used), 'g', fmt('%d', give), 'o', fmt('%d', over),
     't', fmt('%d', now), 'r', ans)
   redis.call('ZREM', KEYS[1], id)
