@@ -27,9 +27,9 @@ type Reserver interface {
 // MaxReservationTTL is the longest ttl_seconds the API accepts.
 const MaxReservationTTL = time.Hour
 
-var errNoReserver = derrors.E(derrors.Unavailable, "reservations are not served by this server", nil)
 
-// reserver is the server's Checker as a Reserver, or nil.
+// reserver is the server's Checker as a Reserver, or nil (then reservations answer
+// 503 as checks do without an engine).
 func (s *Server) reserver() Reserver {
 	r, _ := s.checker.(Reserver)
 	return r
@@ -94,7 +94,7 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 	check := api.CheckRequest{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, Cost: &amount, IdempotencyKey: in.IdempotencyKey}
 	req, route, ans, err := s.resolveCheck(r.Context(), callerOf(r), check)
 	if err == nil && rs == nil {
-		err = errNoReserver
+		err = errNoEngine
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -157,11 +157,12 @@ func reservationError(id string, err error) error {
 // byID runs op on the reservation named in the path, for the key's org.
 func (s *Server) byID(w http.ResponseWriter, r *http.Request, id string,
 	op func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error)) {
-	org, route, anchor, err := s.reservationRoute(r.Context(), callerOf(r))
 	rs := s.reserver()
-	if err == nil && rs == nil {
-		err = errNoReserver
+	if rs == nil {
+		s.fail(w, r, errNoEngine)
+		return
 	}
+	org, route, anchor, err := s.reservationRoute(r.Context(), callerOf(r))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -92,8 +92,9 @@ func TestSpecConventions(t *testing.T) {
 			for code, resp := range op.Responses.Map() {
 				status, _ := strconv.Atoi(code)
 				// /readyz answers 503 with its health body; a denied check is a check
-				// result (API.md: "429 denied: same body with allowed: false").
-				if status < 400 || (path == "/readyz" && status == 503) || (path == "/v1/check" && status == 429) {
+				// result (API.md: "429 denied: same body with allowed: false"), and so is
+				// a denied reservation (API.md: "429 as a denied check").
+				if status < 400 || (path == "/readyz" && status == 503) || ((path == "/v1/check" || path == "/v1/reservations") && status == 429) {
 					continue
 				}
 				if resp.Value.Content.Get("application/problem+json") == nil {
