@@ -27,7 +27,6 @@ type Reserver interface {
 // MaxReservationTTL is the longest ttl_seconds the API accepts.
 const MaxReservationTTL = time.Hour
 
-
 // reserver is the server's Checker as a Reserver, or nil (then reservations answer
 // 503 as checks do without an engine).
 func (s *Server) reserver() Reserver {
