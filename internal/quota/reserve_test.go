@@ -374,3 +374,32 @@ func TestReserveCommitRacingExpiry(t *testing.T) {
 	}
 	t.Logf("%d commits won, %d expired by the sweep", committed.Load(), expired.Load())
 }
+
+// The sweep pipelines its orgs; a Redis that forgot the script (SCRIPT FLUSH on the
+// shared Redis: other tests only see a reload) and more due reservations than one
+// run expires are finished one org at a time. Every due reservation expires once.
+func TestSweepAfterScriptFlushAndOverABatch(t *testing.T) {
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	ctx := context.Background()
+	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1<<40)}}
+	want := 0
+	for i, n := range []int{3, 501, 1} { // 501: more than one run's 500
+		org := testenv.ID(t, "o"+strconv.Itoa(i))
+		for range n {
+			r.mustReserve(t, reserveReq(org, 1, limits), quota.ReserveOptions{TTL: time.Second})
+		}
+		want += n
+	}
+	clk.Add(time.Second)
+	if err := r.raw.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.e.SweepReservations(ctx)
+	if err != nil || n != want {
+		t.Errorf("sweep after SCRIPT FLUSH expired %d, %v; want %d", n, err, want)
+	}
+	if n, err := r.e.SweepReservations(ctx); err != nil || n != 0 {
+		t.Errorf("a second sweep expired %d, %v; want none", n, err)
+	}
+}
