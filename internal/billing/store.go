@@ -265,22 +265,24 @@ func upsertReservations(ctx context.Context, tx pgx.Tx, org string, recs []quota
 }
 
 // StoredReservations returns the reservations of org in period that were held when
-// last persisted, for hydration (quota.ReservationHydrator).
+// last persisted, and the settled ones whose record Redis would still keep (a day past
+// their expiry), for hydration (quota.ReservationHydrator).
 func (s *Store) StoredReservations(ctx context.Context, org string, period quota.Period) ([]quota.ReservationRecord, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, expires_at, record FROM reservations
-		WHERE org_id = $1 AND period = $2 AND state = 'held'`, org, period.ID)
+	rows, err := s.pool.Query(ctx, `SELECT id, state, expires_at, record FROM reservations
+		WHERE org_id = $1 AND period = $2 AND (state = 'held' OR expires_at > now() - interval '24 hours')`, org, period.ID)
 	if err != nil {
 		return nil, fmt.Errorf("stored reservations of %s %s: %w", org, period.ID, err)
 	}
 	var out []quota.ReservationRecord
 	var r quota.ReservationRecord
 	var rec []byte
-	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.ExpiresAt, &rec}, func() error {
+	var state string
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &state, &r.ExpiresAt, &rec}, func() error {
 		f := map[string]string{}
 		if err := json.Unmarshal(rec, &f); err != nil {
 			return err
 		}
-		out = append(out, quota.ReservationRecord{ID: r.ID, Period: period.ID, State: quota.Held, ExpiresAt: r.ExpiresAt, Fields: f})
+		out = append(out, quota.ReservationRecord{ID: r.ID, Period: period.ID, State: quota.ReservationState(state), ExpiresAt: r.ExpiresAt, Fields: f})
 		return nil
 	})
 	if err != nil {

@@ -21,7 +21,7 @@ type Reserver interface {
 	Reserve(ctx context.Context, route quota.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
 	Commit(ctx context.Context, route quota.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
 	Release(ctx context.Context, route quota.Route, org string, anchorDay int, id string) (quota.Reservation, error)
-	Reservation(ctx context.Context, route quota.Route, org, id string) (quota.Reservation, error)
+	Reservation(ctx context.Context, route quota.Route, org string, anchorDay int, id string) (quota.Reservation, error)
 }
 
 // MaxReservationTTL is the longest ttl_seconds the API accepts.
@@ -176,8 +176,8 @@ func (s *Server) byID(w http.ResponseWriter, r *http.Request, id string,
 
 // GetReservation handles GET /v1/reservations/{id}.
 func (s *Server) GetReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
-	s.byID(w, r, id, func(rs Reserver, org string, route quota.Route, _ int) (quota.Reservation, error) {
-		return rs.Reservation(r.Context(), route, org, id)
+	s.byID(w, r, id, func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error) {
+		return rs.Reservation(r.Context(), route, org, anchor, id)
 	})
 }
 

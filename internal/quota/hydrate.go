@@ -20,8 +20,8 @@ type Hydrator interface {
 }
 
 // ReservationHydrator is a Hydrator that also keeps reservations: hydration restores
-// the ones StoredReservations returns as held (those of org in period held when last
-// persisted), with their units, along with the counters.
+// the ones StoredReservations returns (those of org in period as last persisted), the
+// held ones with their units, along with the counters.
 type ReservationHydrator interface {
 	Hydrator
 	StoredReservations(ctx context.Context, org string, period Period) ([]ReservationRecord, error)

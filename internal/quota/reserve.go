@@ -236,7 +236,7 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 			return Reservation{}, res, nil
 		}
 		if res.Replayed {
-			r, err := e.Reservation(ctx, req.Org, rid)
+			r, err := e.Reservation(ctx, req.Org, req.AnchorDay, rid)
 			return r, res, err
 		}
 		e.reserved()
@@ -468,21 +468,39 @@ type ReservationEvent struct {
 	OverReserved int64
 }
 
-// Reservation reads reservation id of org.
+// Reservation reads reservation id of org (anchorDay: the org's billing anchor day).
+// When Redis has lost the org's keys it hydrates first, as a settlement does, so a
+// reservation held when the worker last persisted is found.
 //
-// Errors: ErrReservationNotFound; ErrUnavailable when Redis fails.
-func (e *Engine) Reservation(ctx context.Context, org, id string) (Reservation, error) {
+// Errors: ErrReservationNotFound; ErrUnavailable when Redis fails; ErrNotHydrated.
+func (e *Engine) Reservation(ctx context.Context, org string, anchorDay int, id string) (Reservation, error) {
 	if !validID(org) || !ValidReservationID(id) {
 		return Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
 	}
-	h, err := e.rdb.HGetAll(ctx, orgTag(e.cfg.KeyPrefix, org)+"r|"+id).Result()
-	if err != nil {
-		return Reservation{}, checkError(err)
+	tag := orgTag(e.cfg.KeyPrefix, org)
+	for hydrated := false; ; hydrated = true {
+		h, err := e.rdb.HGetAll(ctx, tag+"r|"+id).Result()
+		if err != nil {
+			return Reservation{}, checkError(err)
+		}
+		if len(h) > 0 {
+			return recordOf(org, id, h)
+		}
+		if hydrated {
+			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
+		}
+		per := e.periodAt(e.Now(), anchorDay)
+		live, err := e.rdb.HExists(ctx, tag+"m|"+per.ID, markerField).Result()
+		if err != nil {
+			return Reservation{}, checkError(err)
+		}
+		if live {
+			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
+		}
+		if err := e.hydrate(ctx, org, per); err != nil {
+			return Reservation{}, err
+		}
 	}
-	if len(h) == 0 {
-		return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
-	}
-	return recordOf(org, id, h)
 }
 
 // recordOf decodes a reservation's record hash (scripts/reserve.lua).

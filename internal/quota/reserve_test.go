@@ -153,7 +153,7 @@ func TestReserveHoldsThenCommitGivesBack(t *testing.T) {
 	if _, err := r.e.Commit(ctx, testenv.ID(t, "other"), 1, res.ID, 1); !errors.Is(err, quota.ErrReservationNotFound) {
 		t.Errorf("commit of another org's reservation: %v", err)
 	}
-	if _, err := r.e.Reservation(ctx, testenv.ID(t, "other"), res.ID); !errors.Is(err, quota.ErrReservationNotFound) {
+	if _, err := r.e.Reservation(ctx, testenv.ID(t, "other"), 1, res.ID); !errors.Is(err, quota.ErrReservationNotFound) {
 		t.Errorf("another org's reservation: %v", err)
 	}
 }
@@ -306,7 +306,7 @@ func TestReserveExpiryOnceWithTwoSweepers(t *testing.T) {
 	if _, err := r.e.Commit(ctx, org, 1, ids[0], 1); !errors.As(err, &se) || se.State != quota.Expired {
 		t.Errorf("commit after expiry: %v", err)
 	}
-	got, err := r.e.Reservation(ctx, org, ids[1])
+	got, err := r.e.Reservation(ctx, org, 1, ids[1])
 	if err != nil || got.State != quota.Expired || got.Used != 0 || got.Released != 10 {
 		t.Errorf("expired with release = %+v, %v", got, err)
 	}

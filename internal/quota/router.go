@@ -493,12 +493,12 @@ func (r *Router) Release(ctx context.Context, route Route, org string, anchorDay
 }
 
 // Reservation reads a reservation of org on the Redis of route (Engine.Reservation).
-func (r *Router) Reservation(ctx context.Context, route Route, org, id string) (Reservation, error) {
+func (r *Router) Reservation(ctx context.Context, route Route, org string, anchorDay int, id string) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return Reservation{}, err
 	}
-	return b.eng.Reservation(ctx, org, id)
+	return b.eng.Reservation(ctx, org, anchorDay, id)
 }
 
 // SweepReservations expires the due reservations on every Redis this router has

@@ -4,13 +4,14 @@
 -- KEYS[1] month counters <p>:{<org>}|m|<period>; its field "|p" is the period marker.
 -- KEYS[2] open reservations <p>:{<org>}|x   KEYS[3] held units <p>:{<org>}|h|<period>
 -- ARGV[1] expire at (unix s), ARGV[2] the org's key start <p>:{<org>}|, ARGV[3] n, then
--- n arguments in pairs: counter field, stored committed value; then each stored held
+-- n arguments in pairs: counter field, stored committed value; then each stored
 -- reservation as a JSON object of its record's fields and "id".
--- A reservation missing from Redis is restored as held (its record, its expiry in
--- KEYS[2], its amount in KEYS[3]); then each counter becomes max(in Redis, stored +
+-- A reservation missing from Redis is restored as it was stored: its record, and when
+-- held its expiry in KEYS[2] and its amount in KEYS[3] (a settled one only answers
+-- reads and repeated settlements); then each counter becomes max(in Redis, stored +
 -- held): checks counted in Redis after the last persist are kept, and the held units
 -- are in the counters as when they were persisted (drain.lua stores both at once).
--- Returns the number of reservations restored plus one, or 0 when the marker was
+-- Returns the number of held reservations restored plus one, or 0 when the marker was
 -- already there (another replica hydrated first; nothing is changed).
 
 if redis.call('HEXISTS', KEYS[1], '|p') == 1 then return 0 end
@@ -21,16 +22,18 @@ local restored = 0
 for i = 4 + n, #ARGV do
   local rec = cjson.decode(ARGV[i])
   local key = ARGV[2] .. 'r|' .. rec.id
-  if rec.s == 'held' and redis.call('EXISTS', key) == 0 then
+  if redis.call('EXISTS', key) == 0 then
     local args = {}
     for k, v in pairs(rec) do
       if k ~= 'id' then args[#args + 1], args[#args + 2] = k, v end
     end
     redis.call('HSET', key, unpack(args))
     redis.call('EXPIREAT', key, math.floor(tonumber(rec.e) / 1000) + 86400)
-    redis.call('ZADD', KEYS[2], rec.e, rec.id)
-    for l = 1, tonumber(rec.nl) do redis.call('HINCRBY', KEYS[3], rec['f' .. l], rec.a) end
-    restored = restored + 1
+    if rec.s == 'held' then
+      redis.call('ZADD', KEYS[2], rec.e, rec.id)
+      for l = 1, tonumber(rec.nl) do redis.call('HINCRBY', KEYS[3], rec['f' .. l], rec.a) end
+      restored = restored + 1
+    end
   end
 end
 local held = redis.call('HGETALL', KEYS[3])
