@@ -7,7 +7,7 @@
 # measured in the same run. Bounded: about three minutes, and 1.7 more for bench-users.
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
-# BENCH_CHECKS, BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
+# BENCH_CHECKS, BENCH_PAIRS (reserve+commit pairs), BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
 # BENCH_PORT, BENCH_GRPC_PORT, BENCH_GRPC_SECONDS tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
 # runs last. Load goes to 127.0.0.1 only.
 set -euo pipefail
@@ -52,6 +52,13 @@ if [ "${BENCH_GO:-1}" != 0 ]; then
   go test -run '^$' -bench 'BenchmarkCheckParallel$' -benchmem -benchtime "${BENCH_CHECKS:-200000}x" ./internal/quota/ | tee -a "$out"
   if [ -n "$s0" ]; then
     echo "redis_usec_per_check_engine $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
+  fi
+  echo
+  echo "Engine: ${BENCH_PAIRS:-50000} reservations, each committed, at 64-way concurrency (beside the plain checks above)..."
+  s0=$(have redis-cli && evalsha_stats || true)
+  go test -run '^$' -bench 'BenchmarkReserveCommitParallel$' -benchmem -benchtime "${BENCH_PAIRS:-50000}x" ./internal/quota/ | tee -a "$out"
+  if [ -n "$s0" ]; then
+    echo "redis_usec_per_pair_engine $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
   fi
   echo
   echo "HTTP in process over loopback, 50 concurrent connections, ${BENCH_TIME:-5s} each..."
@@ -352,6 +359,13 @@ END {
     printf "  gRPC ShouldRateLimit vs HTTP /v1/check (loadgen, 50 workers, one api): %.0f / %.0f checks/s = %.0f%%; p99 %s vs %s ms\n", \
       lgr[m, 1], lh[m, 1], 100 * gratio[m], lgr[m, 2], lh[m, 2]
     printf "                                            the median of %d alternated rounds: %s\n", grounds, all
+  }
+  if (("ReserveCommitParallel", "pairs/s") in v && v["CheckParallel", "ns/check"] > 0) {
+    cps = 1e9 / v["CheckParallel", "ns/check"]
+    printf "  reserve+commit pairs vs plain checks (engine, 64-way): %s pairs/s vs %.0f checks/s = %.0f%%; a pair is two script runs (Redis µs per run: %s, checks %s)\n", \
+      v["ReserveCommitParallel", "pairs/s"], cps, 100 * v["ReserveCommitParallel", "pairs/s"] / cps, \
+      (("redis_usec_per_pair_engine") in r) ? f["redis_usec_per_pair_engine", 2] : "-", \
+      (("redis_usec_per_check_engine") in r) ? f["redis_usec_per_check_engine", 2] : "-"
   }
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"

@@ -87,7 +87,8 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	// QUOTA_REDIS_POOLS, or an org's dedicated Redis; engine clients never retry.
 	id := worker.DefaultID()
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
-		RedisTimeout: 5 * time.Second}) // reads, not the check path: no short timeouts
+		RedisTimeout: 5 * time.Second, // reads, not the check path: no short timeouts
+		Registerer:   prometheus.DefaultRegisterer})
 	if err != nil {
 		return err
 	}
@@ -120,6 +121,15 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	defer stopFlushing()
 	flushed := make(chan struct{})
 	go func() { flusher.Run(flushCtx); close(flushed) }()
+	// Reservations left open past their expiry are settled by their on_expiry within
+	// the sweep interval; every worker sweeps, and each is settled once (settle.lua).
+	swept := make(chan struct{})
+	go func() {
+		router.RunReservationSweep(flushCtx, cfg.ReservationSweep, func(err error) {
+			log.Warn("reservation sweep incomplete", "err", err.Error())
+		})
+		close(swept)
+	}()
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -140,6 +150,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	log.Info("shutting down: final usage flush, waiting for running jobs")
 	stopFlushing()
 	<-flushed
+	<-swept
 	stopCtx, cancelStop := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancelStop()
 	_ = srv.Shutdown(stopCtx)

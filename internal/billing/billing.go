@@ -44,6 +44,14 @@ type Counters interface {
 	WouldBlockVersion(ctx context.Context, org, period string) (string, int64, error)
 	// WouldBlock reads org's would-block record of period.
 	WouldBlock(ctx context.Context, org, period string) (quota.WouldBlockRecord, error)
+	// Drain is DrainDirty that also takes the reservations of period changed since
+	// the last drain, in the same snapshot; Undrain marks them changed again when
+	// they could not be persisted.
+	Drain(ctx context.Context, org, period string) (quota.Drained, error)
+	Undrain(ctx context.Context, org string, recs []quota.ReservationRecord) error
+	// HeldUnits reads the units of org in period held by open reservations, which
+	// the counters include.
+	HeldUnits(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 }
 
 // Route says where an org's live counters are, as the api's quota router sends its

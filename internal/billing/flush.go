@@ -247,14 +247,25 @@ func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per 
 	f.mu.Lock()
 	full := f.needsFull[key]
 	f.mu.Unlock()
-	var counters map[quota.Counter]int64
+	var d quota.Drained
 	var readErr error
 	if full {
-		counters, readErr = cs.MonthUsage(ctx, org, period)
+		// Every counter, and the reservations changed since the last drain (those
+		// of a failed persist were given back to the next drain).
+		d.Counters, readErr = cs.MonthUsage(ctx, org, period)
+		if readErr == nil {
+			var rd quota.Drained
+			rd, readErr = cs.Drain(ctx, org, period)
+			d.Reservations = rd.Reservations
+			for c, v := range rd.Counters {
+				d.Counters[c] = max(d.Counters[c], v)
+			}
+		}
 	} else {
-		counters, readErr = cs.DrainDirty(ctx, org, period)
+		d, readErr = cs.Drain(ctx, org, period)
 	}
-	if len(counters) == 0 {
+	counters := d.Counters
+	if len(counters) == 0 && len(d.Reservations) == 0 {
 		if readErr != nil {
 			return 0, 0, fmt.Errorf("flush %s %s: %w", org, period, readErr)
 		}
@@ -263,10 +274,15 @@ func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per 
 		}
 		return 0, 0, nil
 	}
-	written, err := f.cfg.Store.Persist(ctx, org, period, day, counters)
+	written, err := f.cfg.Store.PersistDrained(ctx, org, period, day, d)
 	if err != nil || readErr != nil {
 		// Popped from the dirty set but maybe not stored: read everything next time.
 		f.setFull(key, true)
+		if err != nil {
+			if uerr := cs.Undrain(ctx, org, d.Reservations); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}
 		return len(counters), written, errors.Join(err, readErr)
 	}
 	if full {

@@ -2,6 +2,7 @@ package billing
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -53,7 +54,15 @@ func (s *Store) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 // units above what the close recorded are appended as adjustments (a late flush is
 // reconciled, not lost). It returns how many stored values rose.
 func (s *Store) Persist(ctx context.Context, org, period string, day time.Time, counters map[quota.Counter]int64) (int, error) {
-	if len(counters) == 0 {
+	return s.PersistDrained(ctx, org, period, day, quota.Drained{Counters: counters})
+}
+
+// PersistDrained is Persist of a drain's counters and, in the same transaction, its
+// reservations (a reservation's row only moves out of held, so an older write that
+// comes late cannot undo a settlement).
+func (s *Store) PersistDrained(ctx context.Context, org, period string, day time.Time, d quota.Drained) (int, error) {
+	counters := d.Counters
+	if len(counters) == 0 && len(d.Reservations) == 0 {
 		return 0, nil
 	}
 	rows := rowsOf(counters)
@@ -61,6 +70,9 @@ func (s *Store) Persist(ctx context.Context, org, period string, day time.Time, 
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		raised = 0
 		if err := periodLock(ctx, tx, org, period); err != nil {
+			return err
+		}
+		if err := upsertReservations(ctx, tx, org, d.Reservations); err != nil {
 			return err
 		}
 		for i := 0; i < len(rows); i += upsertChunk {
@@ -235,3 +247,48 @@ func (s *Store) ClosedUsage(ctx context.Context, org, period string) (map[quota.
 	})
 	return usage, limits, true, err
 }
+
+func upsertReservations(ctx context.Context, tx pgx.Tx, org string, recs []quota.ReservationRecord) error {
+	for _, r := range recs {
+		rec, err := json.Marshal(r.Fields)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO reservations (org_id, id, period, state, expires_at, record)
+			VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (org_id, id) DO UPDATE SET state = EXCLUDED.state, record = EXCLUDED.record, updated_at = now()
+			WHERE reservations.state = 'held'`, org, r.ID, r.Period, string(r.State), r.ExpiresAt, rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StoredReservations returns the reservations of org in period that were held when
+// last persisted, and the settled ones whose record Redis would still keep (a day past
+// their expiry), for hydration (quota.ReservationHydrator).
+func (s *Store) StoredReservations(ctx context.Context, org string, period quota.Period) ([]quota.ReservationRecord, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, state, expires_at, record FROM reservations
+		WHERE org_id = $1 AND period = $2 AND (state = 'held' OR expires_at > now() - interval '24 hours')`, org, period.ID)
+	if err != nil {
+		return nil, fmt.Errorf("stored reservations of %s %s: %w", org, period.ID, err)
+	}
+	var out []quota.ReservationRecord
+	var r quota.ReservationRecord
+	var rec []byte
+	var state string
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &state, &r.ExpiresAt, &rec}, func() error {
+		f := map[string]string{}
+		if err := json.Unmarshal(rec, &f); err != nil {
+			return err
+		}
+		out = append(out, quota.ReservationRecord{ID: r.ID, Period: period.ID, State: quota.ReservationState(state), ExpiresAt: r.ExpiresAt, Fields: f})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stored reservations of %s %s: %w", org, period.ID, err)
+	}
+	return out, nil
+}
+
+var _ quota.ReservationHydrator = (*Store)(nil)

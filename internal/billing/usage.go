@@ -52,10 +52,13 @@ type MetricUsage struct {
 
 // LevelUsage is the usage of one org, team or user with its month limit.
 type LevelUsage struct {
-	ID     string
-	Team   string // of a user
-	Used   int64
-	Limits []WindowUsage
+	ID   string
+	Team string // of a user
+	// Used is the committed units; Reserved those held by open reservations. Both
+	// count against Limits, whose month Used is their sum.
+	Used     int64
+	Reserved int64
+	Limits   []WindowUsage
 }
 
 // WindowUsage is one limit with its use.
@@ -115,6 +118,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 	}
 	out.Closed = closed
 	var cs Counters
+	var held map[quota.Counter]int64 // units of open reservations, not in usage (committed units)
 	var sliding map[quota.Counter][]WindowUsage
 	if !closed {
 		if usage, err = s.Store.Usage(ctx, org, per.ID); err != nil {
@@ -135,6 +139,11 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 				}
 				for c, v := range live {
 					usage[c] = max(usage[c], v)
+				}
+				if err == nil {
+					if held, err = cs.HeldUnits(ctx, org, per.ID); err != nil {
+						held = nil
+					}
 				}
 			}
 		}
@@ -174,9 +183,10 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 				Daily: append([]DayUsage{}, daily[c.Metric]...)}
 			byMetric[c.Metric] = m
 		}
-		lu := LevelUsage{Used: v, Limits: append([]WindowUsage{}, sliding[c]...)}
+		lu := LevelUsage{Used: v, Reserved: held[c], Limits: append([]WindowUsage{}, sliding[c]...)}
 		if l, ok := limits[c]; ok {
-			wu := WindowUsage{Window: string(tenants.Month), Limit: l, Used: v, Remaining: max(l-v, 0)}
+			counted := v + held[c]
+			wu := WindowUsage{Window: string(tenants.Month), Limit: l, Used: counted, Remaining: max(l-counted, 0)}
 			if c.Level == quota.LevelOrg && !closed {
 				wu.Granted = o.Granted[c.Metric]
 			}

@@ -83,6 +83,9 @@ type Worker struct {
 	Common
 	HTTPAddr      string        // QUOTA_WORKER_HTTP_ADDR: /healthz and /metrics
 	FlushInterval time.Duration // QUOTA_FLUSH_INTERVAL
+	// ReservationSweep (QUOTA_RESERVATION_SWEEP, default 500ms) is how often the worker
+	// settles reservations past their expiry.
+	ReservationSweep time.Duration
 	// RedisPools is the api's QUOTA_REDIS_POOLS: the worker reads each org's live
 	// counters where the api counts them.
 	RedisPools map[string]string
@@ -257,6 +260,7 @@ func LoadWorker(getenv func(string) string) (Worker, error) {
 		Common:              r.common(),
 		HTTPAddr:            r.addr("QUOTA_WORKER_HTTP_ADDR", DefaultWorkerAddr),
 		FlushInterval:       r.duration("QUOTA_FLUSH_INTERVAL", 2*time.Second),
+		ReservationSweep:    r.duration("QUOTA_RESERVATION_SWEEP", 500*time.Millisecond),
 		WebhookSecret:       r.webhookSecret(),
 		WebhookAllowPrivate: r.boolean("QUOTA_WEBHOOK_ALLOW_PRIVATE", false),
 		CloseGrace:          r.duration("QUOTA_CLOSE_GRACE", time.Minute),

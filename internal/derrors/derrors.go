@@ -36,12 +36,13 @@ const (
 	Unavailable                      // a dependency (Postgres, Redis) did not answer; retry
 	Overloaded                       // too much in flight; retry shortly
 	Canceled                         // the caller went away; nobody reads the answer
+	Conflict                         // the object's state does not allow this (a settled reservation)
 	numKinds
 )
 
 var kindNames = [numKinds]string{"internal error", "invalid request", "unauthenticated", "forbidden", "not found",
 	"method not allowed", "already exists", "in use", "request too large", "unsupported media type",
-	"unprocessable", "rate limited", "unavailable", "overloaded", "canceled"}
+	"unprocessable", "rate limited", "unavailable", "overloaded", "canceled", "conflict"}
 
 // Error makes a Kind an error, so errors.Is(err, derrors.NotFound) reads naturally.
 func (k Kind) Error() string {

@@ -16,7 +16,7 @@ import (
 //
 //   - operations and the console: /healthz, /readyz, /metrics and /console/, with no
 //     credentials (the console authenticates its own endpoints) and no body;
-//   - checks: /v1/check and /v1/check/batch, the hot path: authenticated, the body
+//   - checks: /v1/check, /v1/check/batch and /v1/reservations..., the hot path: authenticated, the body
 //     capped, validated by hand once (checks.Input.Validate: walking the spec's schema would
 //     cost more than the check) and never under the admin rate limit (the engine
 //     bounds each org's checks in flight);
@@ -40,6 +40,10 @@ func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handl
 		r.Use(limitBody, s.authenticate)
 		r.Post("/v1/check", w.Check)
 		r.Post("/v1/check/batch", w.CheckBatch)
+		r.Post("/v1/reservations", w.CreateReservation)
+		r.Get("/v1/reservations/{id}", w.GetReservation)
+		r.Delete("/v1/reservations/{id}", w.ReleaseReservation)
+		r.Post("/v1/reservations/{id}/commit", w.CommitReservation)
 	})
 	r.Group(func(r chi.Router) {
 		r.Use(limitBody, s.authenticate)

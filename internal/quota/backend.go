@@ -130,6 +130,7 @@ func (r *Router) newBackend(u string) (*backend, error) {
 		rtt.Observe(d.Seconds())
 	}
 	ecfg.OnResend = func(reason string) { r.metrics.resends.WithLabelValues(name, reason).Inc() }
+	ecfg.OnReservation = r.metrics.reservation
 	eng, err := New(rdb, ecfg)
 	if err != nil {
 		_ = rdb.Close()

@@ -96,3 +96,43 @@ func BenchmarkCheckSerial(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
 	checkAdmission(b, r, org, admitted, limit)
 }
+
+// BenchmarkReserveCommitParallel runs b.N reservations, each committed at once with
+// part of its amount, from 64 goroutines through one engine: the cost of a
+// reserve+commit pair beside BenchmarkCheckParallel's plain check (make bench prints
+// both). It asserts the org's usage is exactly the sum committed.
+func BenchmarkReserveCommitParallel(b *testing.B) {
+	r := MustRig(b, "", quota.Config{})
+	org := testenv.ID(b, "org")
+	reqs := benchRequests(org, 1<<50)
+	for i := range reqs {
+		reqs[i].Cost = 10
+	}
+	r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"})
+	var next, committed atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			i := next.Add(1)
+			res, out, err := r.e.Reserve(ctx, reqs[i%int64(len(reqs))], quota.ReserveOptions{})
+			if err != nil || !out.Allowed {
+				b.Errorf("reserve: %v %+v", err, out)
+				return
+			}
+			if _, err := r.e.Commit(ctx, org, 1, res.ID, i%11); err != nil {
+				b.Error(err)
+				return
+			}
+			committed.Add(i % 11)
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/pair")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	if got := r.usage(b, org)[orgC("requests")]; got != committed.Load() {
+		b.Fatalf("org usage %d, committed %d", got, committed.Load())
+	}
+}

@@ -100,6 +100,9 @@ type Config struct {
 	// per pipeline sent, linked to the checks it carries. Nil (the default) starts no
 	// span and costs a check nothing.
 	TracerProvider trace.TracerProvider
+	// OnReservation, when set, is told of every reservation this engine opens or
+	// settles (metrics). It must not block.
+	OnReservation func(ReservationEvent)
 }
 
 func (c *Config) setDefaults() error {
@@ -168,6 +171,8 @@ type Engine struct {
 	ttlArg  any                        // idemTTL, boxed once
 	wb      *wouldBlocks               // would-block counts not yet in Redis
 	tracer  trace.Tracer               // nil when tracing is off
+
+	reserving sync.Map // orgs this engine has added to the reserving set (reserve.go)
 }
 
 // ClientOptions parses a redis:// URL into options fit for an Engine: retries off.

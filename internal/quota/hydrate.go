@@ -2,7 +2,9 @@ package quota
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"maps"
 )
 
 // Hydrator supplies the durable month usage of an org when Redis has no counters for
@@ -15,6 +17,14 @@ import (
 // checks with an error wrapping ErrNotHydrated; nothing is counted meanwhile.
 type Hydrator interface {
 	StoredUsage(ctx context.Context, org string, period Period) (map[Counter]int64, error)
+}
+
+// ReservationHydrator is a Hydrator that also keeps reservations: hydration restores
+// the ones StoredReservations returns (those of org in period as last persisted), the
+// held ones with their units, along with the counters.
+type ReservationHydrator interface {
+	Hydrator
+	StoredReservations(ctx context.Context, org string, period Period) ([]ReservationRecord, error)
 }
 
 // HydratorFunc adapts a function to Hydrator.
@@ -38,8 +48,16 @@ func (e *Engine) hydrate(ctx context.Context, org string, per Period) error {
 				return nil, fmt.Errorf("hydrate %s %s: %w: %w", org, per.ID, ErrNotHydrated, err)
 			}
 		}
-		args := make([]any, 0, 1+2*len(usage))
-		args = append(args, per.End.Add(e.cfg.MonthRetention).Unix())
+		var recs []ReservationRecord
+		if rh, ok := e.cfg.Hydrator.(ReservationHydrator); ok {
+			var err error
+			if recs, err = rh.StoredReservations(ctx, org, per); err != nil {
+				return nil, fmt.Errorf("hydrate %s %s: %w: %w", org, per.ID, ErrNotHydrated, err)
+			}
+		}
+		tag := orgTag(e.cfg.KeyPrefix, org)
+		args := make([]any, 3, 3+2*len(usage)+len(recs))
+		args[0], args[1] = per.End.Add(e.cfg.MonthRetention).Unix(), tag
 		for c, v := range usage {
 			if v <= 0 {
 				continue
@@ -49,9 +67,25 @@ func (e *Engine) hydrate(ctx context.Context, org string, per Period) error {
 			}
 			args = append(args, c.field(), v)
 		}
-		keys := []string{orgTag(e.cfg.KeyPrefix, org) + "m|" + per.ID}
-		if err := hydrateScript.Run(ctx, e.rdb, keys, args...).Err(); err != nil {
+		args[2] = len(args) - 3
+		for _, r := range recs {
+			f := maps.Clone(r.Fields)
+			f["id"] = r.ID
+			js, err := json.Marshal(f)
+			if err != nil {
+				return nil, fmt.Errorf("hydrate %s %s: %w: %w", org, per.ID, ErrNotHydrated, err)
+			}
+			args = append(args, string(js))
+		}
+		keys := []string{tag + "m|" + per.ID, tag + "x", tag + "h|" + per.ID}
+		n, err := hydrateScript.Run(ctx, e.rdb, keys, args...).Int()
+		if err != nil {
 			return nil, fmt.Errorf("hydrate %s %s: %w: %w: %w", org, per.ID, ErrNotHydrated, ErrUnavailable, err)
+		}
+		if n > 1 { // reservations restored: the sweep must see the org (the set may be lost too)
+			if err := e.rdb.SAdd(ctx, e.reservingKey(), org).Err(); err != nil {
+				return nil, fmt.Errorf("hydrate %s %s: %w: %w: %w", org, per.ID, ErrNotHydrated, ErrUnavailable, err)
+			}
 		}
 		return nil, nil
 	})

@@ -2,69 +2,161 @@ package quota
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // DrainDirty takes the month counters of org that changed in period (an ID such as
-// "2026-11") since the last drain, with their current values. A counter that
-// changes afterwards is marked dirty again. The caller owns the values: if it
-// cannot persist them it must fall back to MonthUsage, which reads all of them.
+// "2026-11") since the last drain, with their committed values (the counter less the
+// units held by open reservations, which never falls). A counter that changes
+// afterwards is marked dirty again. The caller owns the values: if it cannot persist
+// them it must fall back to MonthUsage, which reads all of them. It leaves changed
+// reservations for Drain.
 //
 // Errors: ErrInvalid for a bad org or period; ErrUnavailable when Redis fails (the
 // counters taken by the chunks already drained are returned with the error).
 func (e *Engine) DrainDirty(ctx context.Context, org, period string) (map[Counter]int64, error) {
+	d, err := e.drain(ctx, org, period, false)
+	return d.Counters, err
+}
+
+// Drained is what one Drain took: changed counters with their committed values, and
+// the reservations of the period changed since the last drain, read in the same
+// script runs, so that the two are one snapshot.
+type Drained struct {
+	Counters     map[Counter]int64
+	Reservations []ReservationRecord
+}
+
+// ReservationRecord is a reservation as drained for durable storage and restored by
+// hydration: its record's fields (scripts/reserve.lua) as they were in Redis.
+type ReservationRecord struct {
+	ID        string
+	Period    string
+	State     ReservationState
+	ExpiresAt time.Time
+	Fields    map[string]string
+}
+
+// Drain is DrainDirty that also takes the reservations of period changed since the
+// last drain. The caller must persist both together; if it cannot, it must read the
+// counters with MonthUsage and give the reservations back with Undrain.
+func (e *Engine) Drain(ctx context.Context, org, period string) (Drained, error) {
+	return e.drain(ctx, org, period, true)
+}
+
+// Undrain marks reservations changed again, for the next Drain: their persistence failed.
+func (e *Engine) Undrain(ctx context.Context, org string, recs []ReservationRecord) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	ids := make([]any, len(recs))
+	for i, r := range recs {
+		ids[i] = r.ID
+	}
+	if err := e.rdb.SAdd(ctx, orgTag(e.cfg.KeyPrefix, org)+"rd", ids...).Err(); err != nil {
+		return fmt.Errorf("undrain %s: %w: %w", org, ErrUnavailable, err)
+	}
+	return nil
+}
+
+func (e *Engine) drain(ctx context.Context, org, period string, reservations bool) (Drained, error) {
+	out := Drained{Counters: map[Counter]int64{}}
 	if err := validOrgPeriod(org, period); err != nil {
-		return nil, err
+		return out, err
 	}
 	const chunk = 1000
 	tag := orgTag(e.cfg.KeyPrefix, org)
-	keys := []string{tag + "d|" + period, tag + "m|" + period}
-	out := map[Counter]int64{}
+	keys := []string{tag + "d|" + period, tag + "m|" + period, tag + "h|" + period}
+	if reservations {
+		keys = append(keys, tag+"rd")
+	}
 	for {
-		vals, err := drainScript.Run(ctx, e.rdb, keys, chunk).StringSlice()
+		vals, err := drainScript.Run(ctx, e.rdb, keys, chunk, period, tag).StringSlice()
 		if err != nil {
 			return out, fmt.Errorf("drain %s %s: %w: %w", org, period, ErrUnavailable, err)
 		}
-		if err := addCounters(out, vals); err != nil {
+		var recs []string
+		for i, v := range vals {
+			if v == "|r" && i%2 == 0 {
+				vals, recs = vals[:i], vals[i+1:]
+				break
+			}
+		}
+		if err := addCounters(out.Counters, vals); err != nil {
 			return out, err
 		}
-		if len(vals)/2 < chunk-1 { // -1: a chunk may have held the set's keeper member '|'
+		for _, js := range recs {
+			r, err := recordFromJSON(js)
+			if err != nil {
+				return out, err
+			}
+			out.Reservations = append(out.Reservations, r)
+		}
+		// -1: a chunk may have held the set's keeper member '|'
+		if len(vals)/2 < chunk-1 && len(recs) < chunk {
 			return out, nil
 		}
 	}
 }
 
-// MonthUsage reads every month counter of org in period.
+// recordFromJSON decodes a record as drain.lua encodes it.
+func recordFromJSON(js string) (ReservationRecord, error) {
+	var f map[string]string
+	if err := json.Unmarshal([]byte(js), &f); err != nil {
+		return ReservationRecord{}, fmt.Errorf("quota: malformed drained reservation: %w", err)
+	}
+	id := f["id"]
+	delete(f, "id")
+	exp, _ := strconv.ParseInt(f["e"], 10, 64)
+	if !ValidReservationID(id) || f["p"] == "" || exp == 0 {
+		return ReservationRecord{}, fmt.Errorf("quota: malformed drained reservation %q", id)
+	}
+	return ReservationRecord{ID: id, Period: f["p"], State: ReservationState(f["s"]), ExpiresAt: time.UnixMilli(exp).UTC(), Fields: f}, nil
+}
+
+// MonthUsage reads every month counter of org in period, as committed units: the
+// counter less the units held by open reservations (HeldUnits), both read at once.
 //
 // Errors: ErrInvalid for a bad org or period; ErrUnavailable when Redis fails.
 func (e *Engine) MonthUsage(ctx context.Context, org, period string) (map[Counter]int64, error) {
 	if err := validOrgPeriod(org, period); err != nil {
 		return nil, err
 	}
-	key := orgTag(e.cfg.KeyPrefix, org) + "m|" + period
-	out := map[Counter]int64{}
-	var cursor uint64
-	for {
-		vals, next, err := e.rdb.HScan(ctx, key, cursor, "", 1000).Result()
-		if err != nil {
-			return nil, fmt.Errorf("month usage %s %s: %w: %w", org, period, ErrUnavailable, err)
-		}
-		for i := 0; i+1 < len(vals); i += 2 {
-			if vals[i] == markerField {
-				vals[i], vals[i+1] = vals[len(vals)-2], vals[len(vals)-1]
-				vals = vals[:len(vals)-2]
-				break
-			}
-		}
-		if err := addCounters(out, vals); err != nil {
-			return nil, err
-		}
-		if cursor = next; cursor == 0 {
-			return out, nil
-		}
+	tag := orgTag(e.cfg.KeyPrefix, org)
+	var month, held *redis.MapStringStringCmd
+	// One MULTI: the counters and the held units of one moment (a settlement in
+	// between would make a give-back look committed).
+	_, err := e.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		month = p.HGetAll(ctx, tag+"m|"+period)
+		held = p.HGetAll(ctx, tag+"h|"+period)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("month usage %s %s: %w: %w", org, period, ErrUnavailable, err)
 	}
+	h := held.Val()
+	out := map[Counter]int64{}
+	vals := make([]string, 0, 2*len(month.Val()))
+	for f, v := range month.Val() {
+		if f == markerField {
+			continue
+		}
+		if hv, ok := h[f]; ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			hn, _ := strconv.ParseInt(hv, 10, 64)
+			v = strconv.FormatInt(max(n-hn, 0), 10)
+		}
+		vals = append(vals, f, v)
+	}
+	if err := addCounters(out, vals); err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func addCounters(out map[Counter]int64, vals []string) error {

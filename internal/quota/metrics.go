@@ -21,6 +21,9 @@ type routerMetrics struct {
 	rtt       *prometheus.HistogramVec // pool
 	resends   *prometheus.CounterVec   // pool, reason
 
+	reservations *prometheus.CounterVec // event: opened, committed, released, expired
+	overUnits    prometheus.Counter     // units committed beyond their reservation
+
 	planChecks *prometheus.CounterVec // plan, decision, degraded
 	orgChecks  *prometheus.CounterVec // org, decision
 	maxOrgs    int
@@ -83,10 +86,18 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 			Help: "Checks sent again because a Redis Cluster refused them without running them. reason is the refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, LOADING) or dial.",
 		}, []string{"pool", "reason"}),
 	}
+	m.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_reservations_total",
+		Help: "Reservations opened and settled by this process. event is opened, committed, released or expired (settled by its on_expiry).",
+	}, []string{"event"})
+	m.overUnits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "quotaplane_reservation_over_reserved_units_total",
+		Help: "Units committed beyond the amount reserved (counted in full), settled by this process.",
+	})
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
+	for _, c := range []prometheus.Collector{m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -239,4 +250,16 @@ func (m *routerMetrics) scopedSlow(pl planLabels, ol orgLabels) (prometheus.Coun
 		m.orgs[ol] = oc
 	}
 	return pc, oc
+}
+
+// reservation records one reservation opened or settled.
+func (m *routerMetrics) reservation(ev ReservationEvent) {
+	name := string(ev.State)
+	if ev.State == Held {
+		name = "opened"
+	}
+	m.reservations.WithLabelValues(name).Inc()
+	if ev.OverReserved > 0 {
+		m.overUnits.Add(float64(ev.OverReserved))
+	}
 }

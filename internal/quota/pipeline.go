@@ -22,6 +22,18 @@ type call struct {
 	err    error
 	ask    string // a cluster node to send the check to with ASKING (see cluster.go)
 	done   chan struct{}
+	// src is the script the EVALSHA names when it is not check.lua (a reservation:
+	// reserve.go), for the EVAL sent after NOSCRIPT.
+	src string
+	rid string // the reservation's id parsed from a reserve reply
+}
+
+// source is the body of the script c runs.
+func (c *call) source() string {
+	if c.src != "" {
+		return c.src
+	}
+	return checkSrc
 }
 
 func (e *Engine) getCall() *call { return e.calls.Get().(*call) }
@@ -29,6 +41,7 @@ func (e *Engine) getCall() *call { return e.calls.Get().(*call) }
 func (e *Engine) putCall(c *call) {
 	clear(c.args)
 	c.args, c.ctx, c.reply, c.err, c.org, c.req, c.ask, c.nowMs = c.args[:0], nil, "", nil, "", Request{}, "", 0
+	c.src, c.rid = "", ""
 	e.calls.Put(c)
 }
 
@@ -166,12 +179,18 @@ func (e *Engine) exec(ctx context.Context, calls []*call, p *pipeState) {
 	}
 	// Load the script for the EVALSHAs to come (on a cluster, on every shard), and
 	// re-run the refused checks with EVAL so they cannot hit NOSCRIPT again.
-	_ = e.rdb.ScriptLoad(ctx, checkSrc).Err()
+	loaded := map[string]bool{}
+	for _, i := range p.again {
+		if src := calls[i].source(); !loaded[src] {
+			loaded[src] = true
+			_ = e.rdb.ScriptLoad(ctx, src).Err()
+		}
+	}
 	pipe = e.rdb.Pipeline()
 	for _, i := range p.again {
 		args := make([]any, len(calls[i].args))
 		copy(args, calls[i].args)
-		args[0], args[1] = "eval", checkSrc
+		args[0], args[1] = "eval", calls[i].source()
 		p.cmds[i] = redis.NewCmd(ctx, args...)
 		_ = pipe.Process(ctx, p.cmds[i])
 	}

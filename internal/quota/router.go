@@ -441,3 +441,108 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 	wg.Wait()
 	return results, outs, errs
 }
+
+// Reserve holds req.Cost units on the Redis of route (Engine.Reserve). A reservation
+// has no fail mode: without Redis nothing can be held, so it fails with an error
+// wrapping ErrUnavailable whatever the plan's fail mode.
+//
+// Errors: those of Engine.Reserve, and ErrOverloaded as Check.
+func (r *Router) Reserve(ctx context.Context, route Route, req Request, opt ReserveOptions) (Reservation, Result, error) {
+	slot, ok := r.acquire(req.Org)
+	if !ok {
+		return Reservation{}, Result{}, fmt.Errorf("quota reserve %s: %w", req.Org, ErrOverloaded)
+	}
+	defer slot.Add(-1)
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return Reservation{}, Result{}, err
+	}
+	done, err := b.breakerFor(req.Org).Allow()
+	if err != nil {
+		return Reservation{}, Result{}, unavailable(req.Org, b.name, err)
+	}
+	res, out, err := b.eng.Reserve(ctx, req, opt)
+	done(redisFailure(err))
+	return res, out, err
+}
+
+// redisFailure is err when it says Redis failed (for a breaker), else nil.
+func redisFailure(err error) error {
+	if isRedisFailure(err) {
+		return err
+	}
+	return nil
+}
+
+// Commit settles a reservation of org on the Redis of route (Engine.Commit).
+func (r *Router) Commit(ctx context.Context, route Route, org string, anchorDay int, id string, used int64) (Reservation, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return Reservation{}, err
+	}
+	return b.eng.Commit(ctx, org, anchorDay, id, used)
+}
+
+// Release gives a reservation of org back on the Redis of route (Engine.Release).
+func (r *Router) Release(ctx context.Context, route Route, org string, anchorDay int, id string) (Reservation, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return Reservation{}, err
+	}
+	return b.eng.Release(ctx, org, anchorDay, id)
+}
+
+// Reservation reads a reservation of org on the Redis of route (Engine.Reservation).
+func (r *Router) Reservation(ctx context.Context, route Route, org string, anchorDay int, id string) (Reservation, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return Reservation{}, err
+	}
+	return b.eng.Reservation(ctx, org, anchorDay, id)
+}
+
+// SweepReservations expires the due reservations on every Redis this router has
+// opened (Engine.SweepReservations), and returns how many it expired.
+func (r *Router) SweepReservations(ctx context.Context) (int, error) {
+	r.mu.Lock()
+	open := slices.Clone(r.open)
+	r.mu.Unlock()
+	var n int
+	var errs []error
+	for _, b := range open {
+		got, err := b.eng.SweepReservations(ctx)
+		n += got
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pool %s: %w", b.name, err))
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// RunReservationSweep runs SweepReservations every interval (500 ms when 0) until ctx
+// ends, first opening the default pool and every configured pool so their
+// reservations expire even before anything else asks for them; each dedicated Redis
+// is swept once something (the worker's flush) has opened it. Errors go to logf.
+func (r *Router) RunReservationSweep(ctx context.Context, interval time.Duration, logf func(error)) {
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	_, _ = r.backendFor(r.defaultURL)
+	for _, u := range r.classes {
+		_, _ = r.backendFor(u)
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sctx, cancel := context.WithTimeout(ctx, 10*interval)
+		if _, err := r.SweepReservations(sctx); err != nil && ctx.Err() == nil && logf != nil {
+			logf(err)
+		}
+		cancel()
+	}
+}

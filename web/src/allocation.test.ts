@@ -51,11 +51,11 @@ describe('allocation rows', () => {
     org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
     metrics: [{
       metric: 'requests', daily: [],
-      org: { id: 'acme', used: 24000, limits: [] },
-      teams: [{ id: 'eng', used: 23000, limits: [{ window: 'month', limit: 60000, used: 23000, remaining: 37000 }] },
-        { id: 'sales', used: 1000, limits: [{ window: 'month', limit: 20000, used: 1000, remaining: 19000 }] }],
-      users: [{ id: 'alice', team: 'eng', used: 7000, limits: [{ window: 'month', limit: 8000, used: 7000, remaining: 1000 }, { window: 'minute', limit: 10, used: 2, remaining: 8 }] },
-        { id: 'carol', team: 'eng', used: 5000, limits: [{ window: 'month', limit: 5000, used: 5000, remaining: 0 }] }],
+      org: { id: 'acme', used: 24000, reserved: 0, limits: [] },
+      teams: [{ id: 'eng', used: 23000, reserved: 0, limits: [{ window: 'month', limit: 60000, used: 23000, remaining: 37000 }] },
+        { id: 'sales', used: 1000, reserved: 0, limits: [{ window: 'month', limit: 20000, used: 1000, remaining: 19000 }] }],
+      users: [{ id: 'alice', team: 'eng', used: 7000, reserved: 0, limits: [{ window: 'month', limit: 8000, used: 7000, remaining: 1000 }, { window: 'minute', limit: 10, used: 2, remaining: 8 }] },
+        { id: 'carol', team: 'eng', used: 5000, reserved: 0, limits: [{ window: 'month', limit: 5000, used: 5000, remaining: 0 }] }],
     }],
   };
   const rows = allocationRows(teams, users, usage, { start, end, now });
@@ -98,9 +98,9 @@ describe('usageRows', () => {
     const { usageRows } = await import('./allocation');
     const usage: Usage = {
       org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
-      metrics: [{ metric: 'requests', org: { id: 'acme', used: 95, limits: [] },
-        teams: [{ id: 'eng', used: 95, limits: [{ window: 'month', limit: 100, used: 95, remaining: 5 }] }],
-        users: [{ id: 'bob', team: 'eng', used: 95, limits: [{ window: 'minute', limit: 10, used: 3, remaining: 7 }] }] }],
+      metrics: [{ metric: 'requests', org: { id: 'acme', used: 95, reserved: 0, limits: [] },
+        teams: [{ id: 'eng', used: 95, reserved: 0, limits: [{ window: 'month', limit: 100, used: 95, remaining: 5 }] }],
+        users: [{ id: 'bob', team: 'eng', used: 95, reserved: 0, limits: [{ window: 'minute', limit: 10, used: 3, remaining: 7 }] }] }],
     };
     const rows = sortRows(usageRows(usage, { start, end, now }), 'exhaustion');
     expect(rows.map((r) => `${r.kind} ${r.team ?? ''}/${r.id} ${r.window} ${r.used}/${r.limit} ${forecastText(r.forecast)}`)).toEqual([

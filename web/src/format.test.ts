@@ -62,7 +62,7 @@ describe('limits', () => {
 
 describe('usage', () => {
   it('topByUsage skips zeros and sorts biggest first', () => {
-    const lv = (id: string, used: number) => ({ id, used, limits: [] });
+    const lv = (id: string, used: number) => ({ id, used, reserved: 0, limits: [] });
     expect(topByUsage([lv('a', 1), lv('b', 0), lv('c', 5), lv('d', 5)], 2).map((l) => l.id)).toEqual(['c', 'd']);
   });
   describe('dailySeries', () => {

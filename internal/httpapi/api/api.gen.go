@@ -139,6 +139,48 @@ func (e Mode) Valid() bool {
 	}
 }
 
+// Defines values for OnExpiry.
+const (
+	OnExpiryCommit  OnExpiry = "commit"
+	OnExpiryRelease OnExpiry = "release"
+)
+
+// Valid indicates whether the value is a known member of the OnExpiry enum.
+func (e OnExpiry) Valid() bool {
+	switch e {
+	case OnExpiryCommit:
+		return true
+	case OnExpiryRelease:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReservationState.
+const (
+	ReservationStateCommitted ReservationState = "committed"
+	ReservationStateExpired   ReservationState = "expired"
+	ReservationStateHeld      ReservationState = "held"
+	ReservationStateReleased  ReservationState = "released"
+)
+
+// Valid indicates whether the value is a known member of the ReservationState enum.
+func (e ReservationState) Valid() bool {
+	switch e {
+	case ReservationStateCommitted:
+		return true
+	case ReservationStateExpired:
+		return true
+	case ReservationStateHeld:
+		return true
+	case ReservationStateReleased:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Scope.
 const (
 	ScopeAdmin   Scope = "admin"
@@ -422,6 +464,12 @@ type CheckResult struct {
 	WouldBlock *LevelRef `json:"would_block,omitempty"`
 }
 
+// CommitRequest Example: {"used":1234}
+type CommitRequest struct {
+	// Used Units the work used; above the amount, counted in full and reported as `over_reserved`.
+	Used int64 `json:"used"`
+}
+
 // ConsoleRole `viewer` reads; `admin` also changes.
 type ConsoleRole string
 
@@ -642,6 +690,9 @@ type Name = string
 
 // NextCursor Cursor of the next page, or null on the last page.
 type NextCursor = string
+
+// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
+type OnExpiry string
 
 // Org defines model for Org.
 type Org struct {
@@ -866,6 +917,73 @@ type Problem struct {
 // RedisURL Dedicated Redis of the org (`redis://` or `rediss://`); empty to use the plan's pool.
 type RedisURL = string
 
+// Reservation defines model for Reservation.
+type Reservation struct {
+	Amount    int64     `json:"amount"`
+	ExpiresAt time.Time `json:"expires_at"`
+
+	// Id Example: r_3kTMd9Vq0xYbWc1L7hPz2A
+	Id string `json:"id"`
+
+	// Levels When just reserved, each level and window with a limit, as a check shows them.
+	Levels *[]LevelStatus `json:"levels,omitempty"`
+	Metric string         `json:"metric"`
+
+	// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
+	OnExpiry OnExpiry `json:"on_expiry"`
+	Org      string   `json:"org"`
+
+	// OverReserved Set once settled; units used beyond the amount (counted in full).
+	OverReserved *int64 `json:"over_reserved,omitempty"`
+
+	// Released Set once settled; the units given back.
+	Released *int64 `json:"released,omitempty"`
+
+	// Replayed The reservation an earlier request with the same idempotency key made.
+	Replayed  *bool            `json:"replayed,omitempty"`
+	SettledAt *time.Time       `json:"settled_at,omitempty"`
+	State     ReservationState `json:"state"`
+	Team      *string          `json:"team,omitempty"`
+
+	// Used Set once settled; the units counted.
+	Used *int64  `json:"used,omitempty"`
+	User *string `json:"user,omitempty"`
+}
+
+// ReservationRequest Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
+type ReservationRequest struct {
+	// Amount Units to hold, as the cost of a check.
+	Amount int64 `json:"amount"`
+
+	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
+	IdempotencyKey *IdempotencyKey `json:"idempotency_key,omitempty"`
+	Metric         *Id             `json:"metric,omitempty"`
+
+	// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
+	OnExpiry *OnExpiry `json:"on_expiry,omitempty"`
+
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Team A caller-chosen identifier.
+	//
+	// Example: acme
+	Team *Id `json:"team,omitempty"`
+
+	// TtlSeconds Seconds until the reservation expires and its `on_expiry` settles it.
+	TtlSeconds *int64 `json:"ttl_seconds,omitempty"`
+
+	// User A caller-chosen identifier.
+	//
+	// Example: acme
+	User *Id `json:"user,omitempty"`
+}
+
+// ReservationState defines model for ReservationState.
+type ReservationState string
+
 // Scope `check` may call the check endpoints; `admin` may manage the org; `billing` may read usage and exports.
 type Scope string
 
@@ -998,10 +1116,13 @@ type UsageLevel struct {
 	// Limits The level's effective limits of this metric with their use.
 	Limits []WindowUsage `json:"limits"`
 
+	// Reserved Units held by open reservations; they count against the limits as used units do.
+	Reserved int64 `json:"reserved"`
+
 	// Team For a user, the team the usage was counted under.
 	Team *string `json:"team,omitempty"`
 
-	// Used Units used in the period.
+	// Used Units used in the period (committed; reservations still held are in `reserved`).
 	Used int64 `json:"used"`
 }
 
@@ -1169,7 +1290,8 @@ type WindowUsage struct {
 	Limit     int64  `json:"limit"`
 	Remaining int64  `json:"remaining"`
 
-	// Used Used in the window now (for `month`, in the period).
+	// Used Counted against the limit in the window now (for `month`, in the period):
+	// used units and units held by open reservations alike.
 	Used int64 `json:"used"`
 
 	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
@@ -1290,6 +1412,9 @@ type PeriodQuery = Period
 // Example: acme
 type PlanPath = Id
 
+// ReservationId defines model for ReservationId.
+type ReservationId = string
+
 // TeamPath A caller-chosen identifier.
 //
 // Example: acme
@@ -1317,6 +1442,9 @@ type NotFound = Problem
 
 // PayloadTooLarge An RFC 9457 problem document.
 type PayloadTooLarge = Problem
+
+// ReservationSettled An RFC 9457 problem document.
+type ReservationSettled = Problem
 
 // ServiceUnavailable An RFC 9457 problem document.
 type ServiceUnavailable = Problem
@@ -1494,6 +1622,12 @@ type PatchPlanJSONRequestBody = PlanPatch
 
 // PutPlanThrottleJSONRequestBody defines body for PutPlanThrottle for application/json ContentType.
 type PutPlanThrottleJSONRequestBody = ThrottleSet
+
+// CreateReservationJSONRequestBody defines body for CreateReservation for application/json ContentType.
+type CreateReservationJSONRequestBody = ReservationRequest
+
+// CommitReservationJSONRequestBody defines body for CommitReservation for application/json ContentType.
+type CommitReservationJSONRequestBody = CommitRequest
 
 // AsCheckResult returns the union data inside the BatchCheckItem as a CheckResult
 func (t BatchCheckItem) AsCheckResult() (CheckResult, error) {
@@ -1700,6 +1834,18 @@ type ServerInterface interface {
 	// PutPlanThrottle Throttle every org of a plan
 	// (PUT /v1/plans/{plan}/throttle)
 	PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath)
+	// CreateReservation Reserve units before the work
+	// (POST /v1/reservations)
+	CreateReservation(w http.ResponseWriter, r *http.Request)
+	// ReleaseReservation Give a reservation back
+	// (DELETE /v1/reservations/{id})
+	ReleaseReservation(w http.ResponseWriter, r *http.Request, id ReservationId)
+	// GetReservation A reservation and its state
+	// (GET /v1/reservations/{id})
+	GetReservation(w http.ResponseWriter, r *http.Request, id ReservationId)
+	// CommitReservation Settle a reservation with the units used
+	// (POST /v1/reservations/{id}/commit)
+	CommitReservation(w http.ResponseWriter, r *http.Request, id ReservationId)
 }
 
 // Unimplemented server implementation that returns http.StatusNotImplemented for each endpoint.
@@ -1985,6 +2131,30 @@ func (_ Unimplemented) GetPlanThrottle(w http.ResponseWriter, r *http.Request, p
 // PutPlanThrottle Throttle every org of a plan
 // (PUT /v1/plans/{plan}/throttle)
 func (_ Unimplemented) PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan PlanPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateReservation Reserve units before the work
+// (POST /v1/reservations)
+func (_ Unimplemented) CreateReservation(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ReleaseReservation Give a reservation back
+// (DELETE /v1/reservations/{id})
+func (_ Unimplemented) ReleaseReservation(w http.ResponseWriter, r *http.Request, id ReservationId) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetReservation A reservation and its state
+// (GET /v1/reservations/{id})
+func (_ Unimplemented) GetReservation(w http.ResponseWriter, r *http.Request, id ReservationId) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CommitReservation Settle a reservation with the units used
+// (POST /v1/reservations/{id}/commit)
+func (_ Unimplemented) CommitReservation(w http.ResponseWriter, r *http.Request, id ReservationId) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3621,6 +3791,98 @@ func (siw *ServerInterfaceWrapper) PutPlanThrottle(w http.ResponseWriter, r *htt
 	handler.ServeHTTP(w, r)
 }
 
+// CreateReservation operation middleware
+func (siw *ServerInterfaceWrapper) CreateReservation(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateReservation(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ReleaseReservation operation middleware
+func (siw *ServerInterfaceWrapper) ReleaseReservation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ReservationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ReleaseReservation(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetReservation operation middleware
+func (siw *ServerInterfaceWrapper) GetReservation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ReservationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetReservation(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CommitReservation operation middleware
+func (siw *ServerInterfaceWrapper) CommitReservation(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ReservationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CommitReservation(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 type UnescapedCookieParamError struct {
 	ParamName string
 	Err       error
@@ -3837,6 +4099,18 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/check/batch", wrapper.CheckBatch)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/reservations", wrapper.CreateReservation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/reservations/{id}", wrapper.ReleaseReservation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/reservations/{id}", wrapper.GetReservation)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/reservations/{id}/commit", wrapper.CommitReservation)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
@@ -3884,296 +4158,324 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37c9s2ugD6r2B0zkykXUqWHafbyrOzx03SJrd5eB1nO3uiXBMmIQnHFKACoBU1N//7HXwfQIIUKcmv",
-	"pJvmlzYySTy/9/NjJ5HzhRRMGN0ZfezMGE2Zgn/+M5eGLjIqWP9XqgQXU/vXlOlE8YXhUnRGnTfMEC5I",
+	"7L37c9s2ugD6r2B0zkyks5QsO07byLOzx03SJrd5eB1nO3uqXBMmIQlrClAB0Iqam//9Dr4PIEGKlORX",
+	"0s3mlzYySTy/9/NjJ5HzhRRMGN0ZfezMGE2Zgn/+PZeGLjIqWP9XqgQXU/vXlOlE8YXhUnRGnbfMEC5I",
 	"vKRKxGQuU0aWMyaImTGSzFhySZYyz1Iyo1eMXDAmSMoEZ+kR0XSlyXLGkxnJ2BXLCBUpWXKRyuWgE3V0",
-	"MmNzaic0qwXrjDraKLuCT5+izik17AWfc9OH/66v6mzGSGYfETmBpRg+nRmmzdpUpGsfS8HIkpsZvJsx",
-	"qg1RbE653XM0FsbvSEspGDzUzPSOiBSEug253XYPD37oRX7atdnMjJqxUGySa5YSbkg3vshkcsnSc2ri",
-	"3mAsKlufSDWnpjPqcGG+O+xE/iy4MGzKVO0wTv2S1w/kreBGl3si1DSvL64dbUxwnAumB7damWamCXgS",
-	"KVJNcmF4Bgvavgw8e026E6kIJTrjKRfTscAvIzeW3W2SK8WEIRd5cskMYSLVvQF5vXZl3BCuSXzKjFr1",
-	"jyeGqXg0FsXQfk0TxZhdqh16qmia0yxbRURLWDgTqb10+9DNN6crcsGIkXIsGFXZitgVl3hhJFlQrY8I",
-	"JUnG7UItcJAltWPEtbOLicazssBjFGe6RDNN537MhAqi8yRhLL0RKJVH0H5Z1D52iFub3m7Z7um6oPIp",
-	"6iyoonNmHOV5LIWWGXurmTqhZra+GPcCyTVThKd2Qm7/vrBvRx1B5zBD2ok6iv2Wc8XSzsionIUL+2/F",
-	"Jp1R57/2Sgq4h0/13vMUTuRxrrRU/8yZWq0v4vWC/pYzC2daKjJRcg4HslDsistckwWdsgeaxIJ9MOf4",
-	"Vlys9DcYs1gqPq6c25x+eMHE1G5/f3hwGHXmXBR/iBrI4k9w0C2LffphIZUheBkD8oRNaJ4ZbcEw/j8t",
-	"RevK3PXtenA4Dy4FVvWzosI03yI8ar++qX182xt8nrL5QhomktUvbPUMuFszwwAYfqAJL78gl2wVEarh",
-	"XuPgwfklW8VkwlmWku739hD3D74fi2RGFU0sFFtiEB/3/5fQ/u9k2P+BDMg5GZH/If24FxHGzYwpOzAl",
-	"2qg8MbliaR/Hwxsdi2487kiVMtXfP3h4+GjciYulPH969hNJFZ0YslTcME246RGpyAVVjHTj4LO4NyA/",
-	"8ysY0X6K/B1ovv2JUwLvS/lkwoBiXrKVtjTR86nu4XDoeBNcE45RXlRwxv1f2KoCK+wDnS8y+1ZtN50m",
-	"EP6FrZpB5fjkuV0W4Sly7JinseeycElCGqC+miWKmV4LSF3C6m4FUECVW5DshE4Z0fx31oZMIJRUzidF",
-	"RLQ4PowszvN5PodfQ8B497ORXr9W0+bTeq2m7Wgl1fS2Z3DCFJdpyyH8yLPM8s0FvGRBNv73v//97/7L",
-	"lzHe3VwKM7NSY8lE3LvaUGUslw7JE7BMx8vxvbbTxac7kyrcBW4oo6L5KO2T9rO00vFtD/OM0Xnz3PZJ",
-	"+9yG0flt527nsG83clbLd2839yf7tV5IoRmw/ON0zkUh9dghrWYiDBMgONLFIuMJtYvbWyh5kbH5Xy3b",
-	"ss92vG38CqeunbOUZE7Fitj9MG10oQxoRhLFUiYMp5keEXbF1IrEe1f7MZELpmBBhH1I2AIkassCWHIJ",
-	"1DPDjViYJY58Re4jKwjKSyYsyU4CUcYS/X++fX12fH785OXzV+enx2dPz188f/n8rCB2mqkrpiIYVTE4",
-	"lN6AvJJmBrIq1SSVgh0RKyauxgKltYpw60VJJOiBvrdVrTr1x0OzTC7d1rx4jMJt9cAaFblrKy/FtBmb",
-	"gLYZUoQNGuMtdBGK5xcK1EeltEtr6sL22XcRrI0E4Z9csIlUDBfAxXTL4Hb4H2nqzuhzYs1LmlnZkKUW",
-	"irm4ohlPCReL3ByRmCkllY5Jxu3FMZrMiJxMmACNCoSOQceuHHkFCo0bFn+9RVdHtSs37IPZS/RVdYya",
-	"TvHmX4j31AtJyiqUUjCSccEQ4+TSI+L/8+b1KxCnBw2SzDqJsToiiuBKLjVs/rEUk4wnn/XSjgWRF//H",
-	"EuNJHNcgU0lFLAJmPUIzxWi6IuyDvTpY6E9SXfA0ZeKzEuVZhZSQjFql2aJgIhcsskBHLQGdglyoLS2w",
-	"vx197UthNe4C0F5J85PMxWdlK6+k1bdykUaEiyTLAfYtm3E3ICeECgmagFRTWOYJXWWSpmdSvqBqyj73",
-	"eTv+Ry5kurIszEhJMrsQWNwbpq54wt4KekV5Ri+yz74+jSuwZNnK+ylLeMqIkEvSZYPpgJyylFsGuBQk",
-	"F6DmkDjJpGZpTKyo1oN9vBU0NzOp+O+fV8x4ybW2IAB6Wlrlk7CshZIJ09qe7FNhuFl9VspAkIJ7GABr",
-	"1IVi9FJbxLIsH6cmKs8YUAz3N2bV2DkziieAoBYnU8k06GSXQi57R/afhYBiVVbDhNu0zheWLLL0JUs5",
-	"PQNC+nmhCqDdLkyjQAEs4DEuoG8XhGfBcUNA97uaMfvKlb1AKXTvaCzilBnKs5hYGVmTJVrzcNR1Cc1K",
-	"X3Y5bo0gAi+41Z5HHzsLZemY4SgaJ4pRAxbiijktpYb1DZ+zdf4TdXi6ixQedTKqzblV8jeNLvLMoTuK",
-	"+WuzoVbwcf3BQrEJ/9Bsb5lwpQ2pmkxQwrUafGTlIcUSORVcM6/nD5r2qtiVvLzlDoCpwGlzw+Z62+G9",
-	"sa/b79xAVCm66qBS41Wid2h/hLMpJiiOJAqvtXYPlS29LyZBtmFnRUh5DAMAiqQptydLs5MAciY00ywq",
-	"LTAfC2Oj1VFkbjw9LZc3eocPO+/h8kIo9He86Vhe2XducZpz+uE5fvAQjB/ux37tnKNOLvhvOXOP7ZXW",
-	"j7566tvOMG0wOBHBliBaAEEoTUuRM1twTfTMchqQNKRIwOjzFWLuHxjfog7eSTOBuWBUMadpj0j82+Ly",
-	"fJwPhw8TnsL/mft5+JBcUM2+O8xVFtAjfCceNBoq7xzNi620w+oLjgpeFcaK89vpIB2PaTjJwEuxFc3Z",
-	"B4OekfWzgEVUR2vcUZ5y81QY1cDvaIKXWL/TXz1HtfwzIiDxxYbR+QDPOG7kDjQxUjUNJsmcpsx55KiY",
-	"FkN6HSKOSHzJVqMq0Ni/OpuNewKKUzu0RB3arPhbGHWqAJppyqWQrsUggj7OlGXMfgJG7RbMcicbdT70",
-	"p7Lv/milpMEpXb60QuWUhU/7+pIv+nKBXKO/kFzAGoGWRh20QWxcsjNTtKwZbuTzrhkJ51ZvY+TnbYYv",
-	"XoIYMTKEshET0+b7lWraQihBlD7Hla09Blq5I19oIjloyEf4jjzWROWxukv08FdZj5u9FTXvhNaUOP7F",
-	"6c2P1CSzx1a0sUJDM2ArpvMM1HJ7+ejStjo6ubAfg8UB/bugTaBScMkWADPg/b1gVsJHrRQs51Kw15PO",
-	"6N3m7cGyTmHyzqdoR1XmfWVTgflvoyxYE0/AVr3zfVZmqkhr+85Z1SKv1S/Nzbv5ntyBrMEg3tLuq67d",
-	"/DaZ3Q/fuDi0Kx6LZCbVE9rg+3pCV16NQS+XDL1cUk0faHJR8Y9pdHpZaCmcfwffb3b9NdhNdzsK/OpU",
-	"LpsQMni6zpLnMhcNJPP1FVN0ygg+J2nOImBYCZ/TzHmySVeqKTHS0Axsn0dk3BmOO4Rlmi1nTLFeI1FF",
-	"A3/ScMiP3RPwsePM8RFh84VZlVExi4wKMqNWZycLxRNnSV+bBoIMWHoOgT1tgVPl5cHrmtA0ZanVUO1T",
-	"vOlKvJmzhjhfBd70WKwdxDA4hAit5DABscT8ihFqwF5oSbUf2Y+V2G2zlCxnMmMD8jOuS1GvLCd0gU5x",
-	"+wPNjyzF8KURiSXeG+46HgvqODmGN9ELecVI7L9yb/mohSVdoetoB1ZbHaLteIvl8eDuNh7WYLfp8Roa",
-	"mW8bz66cTNuC7UvVg5WC6TtZsvNh7+i6jtALvB7tA8ggRWGPK1bViATFZndYILh+N0zI6LyPcYX2DIpA",
-	"k22LqJHhwpWPQo7zdTu3s7tWv+41MKvfYuTpV0BV6pjfRO+vxVoDM0si7fv7Jfx5yUu7DY06NEEpD26v",
-	"w8TU727UoRlPWGfN/oKDhgEjUTOtkuBSzufMwh8YJ37LmeIYwbl2wQWfGTbibzXkabtlIgy2qmIgzbId",
-	"ZKHnaefT+6jcZHlyJc5ut414pNj+pofmHWIlQvC0K9kAMc2Si/OaB2TnQsqMUWG/LMOAty3nhUWuUzbp",
-	"gDF7qmjaaL8SeskUw9gumRv0jUTOL+Kp7ANNJpRnELgdIGWwLkDlBkL4WjDCrGwPftHGQGdgvxQZI8SR",
-	"7CKjwO7eGGpy3SSk2IVuG+KlfQcubJHRVdPhWGmfwgGhE44wqjLOlA9Z96Hg4O2vxQM2HxN4689B0Tp3",
-	"8RXNwfIgoBQx8NeLqd2BOpuZksZkbCsHOSte/BR1lncd3t/IZeDVcwD03WG8hngehxwkFPDZiIxopTmV",
-	"WYMlI77ibMlUTBSjqT4iMU3nXMSEZlo6gwacOROWOL7rwONO1MHPgvnK/QVRy3fjxAHDUqOUsquRWLm9",
-	"b1TrgmNqtDPgMtxgFYPmhlO3p3B9B4XbcUcu9P9YFjnwz6KORYKlVGln1EmkUiwx/ZlUmvUvqDEYBoi7",
-	"dVe1xkCL0ywO328siLQ+eHRYv4iqfSqwkBcLWsMaIxXIhNkKY3xnVM+OiGBXELRlciUQRcKJnQpdRHgf",
-	"NHm6bnmdfsPF0t2QW+7xLoxBIXJ8cWvQ41bd8vmb1+TwYP9vxAuKJHGssQxkfvvmCZyhBTv7zf/77rj/",
-	"v+8/Pvz0301I/ITybPUWbJlrR5g22RCOyduzxyQtLQkoC0dFGG3/yZO4uqKD4cF3/f39/vBhyCUsbWmU",
-	"9nUbT0QdN7eL3aTJknzhA3Nd3guwe7vkbpLP84xa7XU3jad2gym69+wKmy7uCVoWGt11UvQFm8LUhQUC",
-	"5X5vxT38YTAc1o4O/la9zvE4/bgf7R986o7HA/zx3afePxpvt5LuEErnYMgO+EeirzoR/rGJd/xEefbS",
-	"yTYNVmnquC2EVSxnPGOhCIdhL1yTXChGkxm9yNgI/BjA0DK51GPRnWR0OmUpib3QGPeiMjwGxSFNHg0f",
-	"RiTOZEKz2JkyNVo3qSBc9F2MylhgeKuCcPcUwQFSBiBY44EmekYVQBGYNVAIHIcnYpdn2QkswHJyO2fz",
-	"4XCWpU+Vkg18FUK81k8NojQW1Mw8HJfRh+77FenGsCr9bvh+gGKrPRFv5fUJSRDO0SjPzJ2LojFHMQRq",
-	"XGP5QRNkgwGn2Rd21QgVDIwx3KDNJ7RRhfYoiI0S0hDnakSbUEYXmqW9ZlH25k7rGkpqzaeCpeRiFUQu",
-	"t5zkte00ilEXA3QT//TtLCDC1ASJGzlu1qwYbkt+gprr2EFCK+zsKGxVwas8+B1kyeLE66C4iorcRpqn",
-	"3JBMTmvizaO6eLPpDprMGoXFtRnOK9xqs6Fjf+OdrqEZMj40ywLeaNI9/ekxefjw4Q+R54uT3OSKRaA5",
-	"ckEoWTGqekfEsYMR5gYUzNLvoEhRrbgEatbV3YGrDaJaYeYuBDskXF9cpHvGaIZ5LG0+rma0aKAfdWGe",
-	"mpKPpWzBRGoFQy9UfBx3FlKbqWJ63BmRcUdejjsRGXeU5cr4p7wMmR13PoVO5HUf+BYvt0bTiNVnPB+9",
-	"hBsvg3Lfb4MTN0bTMT5vDIVKaJYx1U9mUjNBOIStTjgS81KUcjbNUDCm/d+P+/877P/wvvzn4Hz0P/33",
-	"H4fR/sHfmkXmmhmxISFkwaiBaGqI0OouMIQ6IgeHZCZzpXuFPGOKSEMrzGguBaFTanFUpN5Qqovw1LlU",
-	"GMZVFe5p//dy4d9H+wffNy8czBaVu1mzXr9v++zUosf60a9Z1sAjDVC9Hm/WEmiQ+WVtNbmAmQbm2fb6",
-	"r/hWHbRwqgj5nBupCc5CM1+jKqI92kH+Rf0QwniZ+zuJzKdB7SAUqDB/aaf3NTPXE1Gc2rbD4Hd+hVGR",
-	"uZqjsF5uN9hK40X7M9wolaxBvWfqRWA5uNxokO4VWI3cPX0HMkaDy8Ufh5UBctPgW8ma892c5LGW7HYD",
-	"R8p1BK1b3V4hA9RurvVuGvAP/34EtnuNlSxQhbBkl1DSxUkidxw9sqBc7W7hh/Wsx4/U5YeXVvtqslS8",
-	"hNk18S5wLpzJwhIIK0oFXg8qVg6YuqDNQf6FyFa9ATmzItncjeVTiQT4LMEbLjUD3Q8UGAsITttGpTEK",
-	"/+QCDKBUDGR+agOLAV/xUnhwvmJKWX36qNDnwfuwIpgE5E0tReL9WIAn4vDgAOqMUDLnWi9YZoJX0ajo",
-	"jsIp2B4z3nUg9hU4/U5Xg/C36V6aQq8jdyMniifXVUB2CxCwqOdMT/VYgQuqGZw/u2es9C7lRbHLnRya",
-	"3mKFXs1KZrkdqBAs7f6RyNXjLgbtON7q98ZFNuE8XlWrPZJnq02mwdK612gldGWFnJ4D+6raMsfCGzNl",
-	"ljJtUDQr6lospboEE3kiVYoFksDdxCHzX3Nt0R0mHpDjsbDjFohOQFImmi6J8B6cYqQRoOIVzXIGeW1B",
-	"mZaxgA8f6AF5LhqKDWChJKqNmwDS4lK6KgylWpIJVaSb8SsWjQX7LacZlFWRajqwaBz3BuRpGZ3kZc0Z",
-	"1egyK7a7Ys5EthOyBoblJkfpVpPKprFh2EIOsvLr7gph7dvauqwQfDdjtSFFKXPrjp+vERMaza0xExOp",
-	"EhajJ9PF+vyWS0OPSKxnNJXL2FFd98ZFDrxRKqNJHDg54yPvOEUbrE8tc97W0LvoJu1EHZyhgz7ZRm3h",
-	"lUvZqMtMs3xORV8xmlotsDBbbvIxNY1equJNgXdaKo/zViOHGkdgM4XYbxdwhNhisXSXVJDXCI5VSuQs",
-	"IucUYi3PnaNknYLfyK06mTAwpp1nLQLQWWlbx1fInKmpEyvQfuN5uQvbC21RYJD1Zs+xQMrpIvpc/GDX",
-	"XlMfBZHdMb6QnOpItXPO0Ib94jKLfflqZpVjGNx6pdeJ32jNTbKL1PkFVoRrt41D4T9LBh6E16NBnqWp",
-	"92LNMYuBitIu12wXh1ovO1pKU67Pc5U1n3TKUp5YqHWOm7enL8okM++aJXOqL1nq41r5hAgpmv0Q+SK9",
-	"Ng4s2cVMyku/yN0TnFzFGwdJDchURGZUb6k6ZXhGUROy14zfwRabSPlrNb1+rIFFGm+zcomRx8mckecC",
-	"DMh43ZYsreuLzdRpN4FwLYi8Eu+2fyNs3oqKOsS93daJWFiJxfNcKsDNXbJBG9DVjegu5c5wbdPrgGtv",
-	"T180QP9GNRtfhQ+3oUULaN6Fld0yyS9uY8d6Y8nsmuac2B5OHBHnbrX/Km4tBj05Xkeo2BfQREm+8CIW",
-	"BZQs81y3+zVj5vXw8eaYdR2udiPM+Q/ClDXoOSki2+uSa9X9VQa6NEe51Mzzw/4P7z8efup3h+/2+z+8",
-	"///23w37B+97jfb5E3dYtw/Nm1Cene9y7UVgx40I+y2FrV0taJsMZxHRUJ6jIvut5zLWCVNrXrmUWUvC",
-	"OdjQdmdQJ+6DdctKIL57y1yhonh7AqYGiQYV5UYS1QbWUMpF7jpC6HEHUm7/eoKPBejrSz4B8PooHBCG",
-	"rKxTQt+7mxjWi2/2h8Ph9s+sWA4XWIBqaLN0UtlJkwj2mRBwR/pfItpGFuBeuyYX8CizI1rYt6tym//X",
-	"bbGshie7wHx5TW3gexfSEdD1Ly4euSKiO8hHdwDKtwDRHeV/D6xr5PWULTKauJAzyD8Ej8fgpnC9HZrv",
-	"lDu8YkvPFo6QJyg2l1dQRLmBGzSKMm7l9XOx2rzdFUkyqouCRo4VSTXVVYHG4+VdxEycBAe0O+hdUH3n",
-	"Ho3SWTOo5/FuDBD37xXG693xP/Q/bXMs1nPRy4TA4DDKJTQiukvCb0i6Iqc/PSY/HD76W1EmIJVJPmfC",
-	"rOsqWC+sURjC8pk77z8IkP205rC7fmRRQ1oRNxnbIPitWdFnxiz0aG/vt6KHyCBlV75+m97Dyik4ZV9n",
-	"+XTnajvw1K8o2hTLVOgx62n6NQtcGZRHuqibjvb2Yisz4i/42fO2OCNJrisB2Bbn12zth99X8LqLI/1j",
-	"tLc3Hr/5a0s8ORY6Wj9PcBejTpzQLAsSsJhI4SaDHCb71pwKOmV+W0eFio1PFaNp4DTHyqSVfCcsAxYV",
-	"eU/u80aPxJlLt/yMxa82GLINo/MHOihYeHurdbsleteM1JvYaHPNVKuLoqiQ7iNv3bbB3xVocWHhRgRz",
-	"rohc3vpQ2uOa6yJguI3raTcWrm5o18WM6nVV5vBaWolTQJ6KKReMuWywyrWEStKOOtJ6ab37UkuuI4zV",
-	"gG2XCVrl/7a7vAtRH2jNFxf1Xc3+a4v6f7wbXN+aSwy+G4Luv7lYNZdg08wQXgaAFOkDroiqmbF5o8+L",
-	"fVhwxfQ1bXa+FFz5vswvsuBlkc8vXGgQEIFGk+uG1BPt2fcuqdeuqGE9OBv+WqzWryRIDwn2XqOnwWm/",
-	"33C1LUJGxW/qXvXRMs47vISWBaVfOJQYkPrXHCGBkOAnZ9cNB/2ZXzESl7tGwcyYzGfax5jVdCHN7Ag9",
-	"qQJr1UTVvWR8AtVmLFucyVyti+RVsGrJBamNh9GBLJsc1bNBqCFzqQ35G0npShM6YzQd7JjaEYJrdR1D",
-	"gsIzwRfcr7+T/QirkRlJvisSIFFTr6idw8Gj6FoYUHfX1UUudxpl0SsMgzBSttVKuE4iUVFBxjfK6O7b",
-	"LT4aDoNanc0lpAIQaREVqzcJwZvQCMQXZoDER8ihg0m/Gx5+PxzeKLG1QOcNOTlnYfGGDas1QbcqF9Ow",
-	"ZIqReZ4Zvsg4eMu2Afc90Mw7oH7FMVWIHA7cdGQtgYw3MyC0BtO1JSFet1gTvn/ORNrUoC3Jcm1JXZAm",
-	"VvY72u263ARQUu6GrgtHxn39pcqIlR1stpEEkXvrEl9LcsYGpQ6SEh5oUoSbeMCHg7JoixGoPkCLK6sJ",
-	"7azkYDB96/03F9n6CSqdWrErKjQwrKIGivWSlg42qLoz2D0ZH8OesUmoaIOEHSkPyOUubcMdcfOF3VXZ",
-	"krtQ4u2pOoGjVGDXivwFOq+TfAldLDAu4HYa/32UmroTp2Ilo+xGWvXNKrNgtFSGxtF17ffR7mr1Z1J/",
-	"1w+v7TDuQi39Y9Q1ce3c7lktbdIaXfDH+jGyK99ZuqEh0hW0vV0tmOuSUU1ewUB/M1NMz2RWMqOBKxnx",
-	"/loBCdI0qjwrEms+FVxMz7EAewxZNXmWuRZDmJuj2JyqSx/grJkxXEx1I0W3w1GrAJzPNnQb9W1WXKsp",
-	"KKCSUAWtfWPzdxTqc8E/oGE8utp3f5uxD6SYIrCal26loG/3G/9i20LLfW+KCn728vhx/82z44NH32HC",
-	"7Yx96B0VVnBX5xW1IK/KX7LVgLzyIRfYfBRLQPiyrK7V3a9Pf3z2+vUv52+ePj59eoY9IoV97mKPoNMC",
-	"tHcylhf0orGwKoGrM+6UAizL9cC+qTWXAqOqt8aeN8bo/jqzwjQCLuSCnbx+c8bSoyCAxHsL3E7cSgc7",
-	"TnneWm/tRDFsQmMniSE+Dg0hVBCaporpWqLMJNcMVNCi0gAdi0zKxQVNLiOyUPyKGhaRjIvLPlRYsVAN",
-	"ML3kmkHVnEV+kfGEPD/xU1jIHwssAjOT2sQD8iaH5PeMX0EpSTiWhIqEQdBQLrL6ynKBVuixqF3z8YsX",
-	"r389Pzl9/q/js6d/t4cUky6uLLVCnlzMmTC9AXlmVWe3e+U7K0LFW3cBbqpECsESoyOXFfzk1RuimJZZ",
-	"jjKDgZBrWPnKKpRjoWeQ5YfHR7Na1lxn/+Bvg+FgONi3kEeJP01/OqNwcjewxlrAWPILZNBtm27YM1jB",
-	"5vSS2dMj0OWcm94RoWShZJpDfXePQv7mISd3s9iAMdY1ZG8gU5Gn1e/b6fsTd44NhWquISBSY6wgtw7+",
-	"+4X6jyn77sUIg/TtM9f9fNCY9sx8iaB1Ig8mBRwNKl5W0Zkb3+UR49y2IjGc1Dam5itE1PhYcw8B+Oyc",
-	"pxsGhd7UEVYoRIKoSRwQe385GFNrH/I0LvIkZbrasYbkzo0U0Pd6njQmUiGTS5hdkmUhZ2cnBD8IT15I",
-	"X4gzoXNGur7ltKFqykxEBDMW0whcbQSVsGVuNnWVCNfn73Tz6twKWEoOPnxoNlm15nL4dXqHW9ixUCqo",
-	"vLty/HHHRjIIWgFARA6DPdZUz91Dfbhb++4uWHwXgm+dMHxxGdgt6Ixp01qI9xq0Ks2xye/5vEGIfSaX",
-	"JJNiWiEvxkkCOyDQFoJVcK3tFKvkXutQ/Wh4cAuadpwt6UqT2Ms4hlmBoDJl+KhR0PxGJ25HJ64jNZpi",
-	"NrBA+YOCOqSBtFcIM9CnEBIVvYDJfdV26gSaHSS4DKUVsFHn0xmKVJupnSd0Tj7ZStNCTNxG4Rqjft6e",
-	"vsBNuQu1AqvjyYW07wLhrTrjgmJIF7QfV8vOqgK6iASyEokPIt8Y+wPhUFtCf34tyn7UYn/QGRFHJMYQ",
-	"AvuvmcyVy52BZBkrj+uMQ4FDtLjoIxKDySX2PrxalbHAdYczYLmEHIqG2vHtmUMEGVpu3reuucUI7wrs",
-	"N9UOX6viVhY3Ws/AHwWtKcLyaWNRTaqFu8Uko9jXidADcnwByFF0YsA6QkhUsA/nTrT6PosBtRiBA/Ov",
-	"Ox9wRVmoc1cbVc3DuzaZuFWFme0lgRoRU+ZZ+mMmk0vXOKetTFst5Rzb6cPVuvTDsOQ4Vhsvys/uuP3N",
-	"ZXfvsNCuaLNvc4XwfPMSue7A/CSbj/yU+T5BtVOni0VjfpBVt1KuDReJKVyMQaV3bFZQpk0ndEG6+9Fw",
-	"OOyhwq2YVd8U8/AZg8khrjX/CKuObgaAij9sCzjsDgVtbmFpLF9eMFWUL8HSDWJVLVyyu3+pAv23zIv/",
-	"qr2RUUfJZUu/Ceg0gbEF0ApyjQ4gEEUYdYE/bnxRLV2y7genr+N0RQnJoe4aIXBw7Y5xC1loavVVIuKt",
-	"cEjJ5QPn//y8mMTba5tH6KKV4BtWhKdHhKJwACwVSVSj+F3UDWzxTJMllAtD4GziTy5gwwpljhK6o4F6",
-	"KUhgL9hK+lgXulgPrao2QYJhGoWysvRPjcPtttftzm5oM8To/Na9pO6kTmEzAqxDPnYLzhU3qzd2ZJcB",
-	"A02Cj3Mf6rQGNj7fHNISSdfpQsdPXj5/dX72+penr+IeOorAIXB88hw9JO3thtEC6zw3rvwLbBU4Iiyn",
-	"PCyrOGDfei4mcn2JpfkPjdUQAtQ3TFBhsGqRb/I9II9zbeScKf8XTai+hOhL18s1lVxMx8Iq0hEZd+Z0",
-	"hbEVUk337H3vAdrohWUJr0qB3IVevLTS6T/GHdKNrZZE9q729zBtwbts7AFBPkERnc9crIbLo8AFG4ll",
-	"W0BQx3h2p1aWooWcuFp7xyfPB2MxFmf2h8+18RoPzc1MKm6wYlkihVE0wWrM5GfpbemQBjOhCWoGlr5m",
-	"mnAxFjE8ETTbs9dAF3yPLjjqWlMmLFywFEPEIIRVgBqpVoVvj0PJMQ7eeKw6q81Y8KJ3LreqKE1mDHuE",
-	"iDRjCjbzX/9FHkPJXTwDuw0mDMcoCPvCU5gn3rvajx2EcimIoZdMk/gYd/07/HFEfsQ22Ah8AMVFI2PU",
-	"h8BiANBt71owIicjO0kfnvzlL1UU+MtfSJeJK66kgKO+oopDwakGzChb+tuD7o3GgkD6SSrxpKAQWuR0",
-	"Nai/SwWdgo6aUYGbl2qqgyQV0Mxh904HJF6vHZBfnXGlaSWV2hEWSy24cG1Xng7sXqmwWy1R2O4TkHgw",
-	"GMS9iLgQC+RfJYTb5e19lGr6yQJH/5KtdDwgzw0sjGVSTME3BMeqMJjRu3mxV/iI+OSebpHdE4e449N6",
-	"7Ijd9dSeB0iLdYSoEtm166hwjCL+2Gkh5wdCZHxoZWSH9F5W79NG9dj9MfSb9eD1Mo+o25BIVLOd9ACa",
-	"j6FuJVTetCLSpZBL4QDOV2k+HO4fEYrYUjTdt1cJ0GPPCQish/SxEIylOvj84ZGjwH14OyVK5oZh4erU",
-	"yxzoysczu2QrLApA51BIWoyFa2wNNTmLV6NgkkPYzlOazAKk85VD2arMziqC190do7xqrxGaBQNt+dD3",
-	"zAyXrGPShVqgwldVnFsYZcISPneQC6pcq+FSoogcOtSJAdfEEigULlz52tLqSLrHJ8/HAk+hyuKkqgDP",
-	"URWdTo/Pnp6/eP7y+VkceaczeTQcCx/yQ6iLnoUZXT+Q3qjsmYlCEjflwR784LDqlBm16h9PDFMxsgxo",
-	"eOIqJlq0Ku/cYtGKxKfUMAhM6cN/4yj806k3SYCpbCwqjzQzMem6SN9ekYKAp/qApLIgxVJc2VOTQiNZ",
-	"dC0hHVbphRQaHGzeMQ7NR7rxYykME6Z/tlqwEQSmOQq+939airg3IG8RGSxeQY8QDE4v+MeFTFcwoGIW",
-	"Mj0gHw6Ho6KKJNdE84wJk60InwqpHDmz+lK4AKLyDF2ojnqWXAMMwMA6KEwZBedQ1FsF2u0diVijloJV",
-	"GTaL8QrhfGB1ROnaUrD65i1arYCe/BV+O4epFU3Ddz/0l8tl30qS/VxlTCQyZWlMumC0jpNcZaSfxkQz",
-	"keojtGITcrEy7iIWVDnbt11l5Mo2gincjtkbkOOg+m7KKSwjqMDrQhgIOdx/hNbWsUvbxcL+lROe5/bO",
-	"2NpNY3bCeDzuGPbB7C0yyoX9Ne7EcFWQuIsLbs0e1qRbORj3HA+v59SP2K4e+ATX5OYpuASli8PhEPL6",
-	"NboI7HUCV0OU54LEmKVcGiGPT54DN1JzPbJHbEG6KJ5MzQwd4nDrH8fYFQePsd6HBxsouHY5+Io/XEce",
-	"EW0jggbrCNI5IrTegWV03PkURw0zIVS/e/h+kEhtNswD3Y5AUbFDQUDM2mAoZjcMwoFmFUfgY5QdXtsB",
-	"j3yfIcRxkGOoK6bQjSuz2DfGnXiEPgcEJst0gFvhT+SbiIm+QmXGBWAD9jnI8rmw52NoUDsfh+gBEGIt",
-	"fiuO2Huf08wiCEsh3Ufg+FwscnNkeXXI0C9oGnqz7POHHhMtU8woGnA9H++WypJ9bBSHAkQFF4KqmK7q",
-	"V8+OdghbnMhcpHCjpbQI7LKNaaeEYgMoIZ0wMKOwukeuv5OZufAtO6jOk5lVZGYyJd34OMvkMnbQj5XA",
-	"sWQQLOgHbP2cEppZIrgi7IN98Ygc7j8s7tRhoZGSZFRN2RGQkJCA2l35MA57dUfk8OCgEII8DwDqfKEY",
-	"vdQgpJAwoRdoOgoxQL2dJuaj0zzzhLLmR8Bny2q2pOuKkPfsoFKVDLoUG5xEgsfqGUbviDzCK/aKJEmo",
-	"EBKIA3YMs2OXnVKwM1nRnwRbbEmJmTZJxb4LIjJajScZn87MEaBdKBcQTVfauTolxAOtLB0vKLY/uKXi",
-	"JpAdLIw/T2Ei0C0iUCyiiuyM+p+vCK8sD4SGJ670HHZBwZeoSYAvxLvU67AKAU7tdAtddB8JRHSF6NrY",
-	"NauctOwP6/yLsLMXAKnI8qZcWEVlROJ/wCX+fX8w2B8OhzHpenltfzjsITv7B0ZS/D0GCUAUwqVdiq+Q",
-	"DaV8H2gSB6EXoDzyZAacRuRZFq8X/0UfMFaOCA0VxyfPO1Hniintor4Gw8EQDNsLJuiCd0adh4Ph4CHW",
-	"RZmBmWZvBv19fge/YlOw6rETCw+Gw7BBHnarAwhcDIhzJggZQOegAxMjbD9POyPXSuh37GwBwh0s4WA4",
-	"xD7cwPIhjqTG6O3f0Gi1zaTluhWBYaehdlll1RXLVWf07n3U0fl8TtUKWjVcMcG0tidNp9r11cPN6M57",
-	"++lekAzVeHS+Gpzj4idKWkLIcsvKPxjQ5TREkhM06a2fmBth+4mVAlD1rOqRAo3H4vax+UCC1c+LVbUe",
-	"DdDvXYGKCXLiOj0B8mDtEJTPXdfFCEhjEV4befWy1jvqgcb+NusneYoL+iKgB3NDzZ5Hw4efYb5X0FOE",
-	"pqsjZwLRPtrZC5wpFKrYdN12zXwbAlzt7znDxB4aJlov3HkugFbHPz9dM/FUh4lDfUpBkcEU4oMu4Pdg",
-	"LF6BmcKs2ZGRNlavHluJunKkQPtcB0rdWpKpfMW59f6ZYwze1texY6l7/X0zuDUNUbzn66biqi3QHO70",
-	"FU2d9oyf7G//5K1wZtzfsXTeIQLn5o9+kuqCpykD3/LhwQ/bvzhO51wU9gGGPf9LQPuxYtmC9hb+3gPQ",
-	"K6rkeLjDMjqjj9AjrqlH5iXIMiBhxVYliUu7eowErKiEqxdWWhRyWdTCLVxaYN1A5wz0nZkQLQMP05xQ",
-	"49YLXpOIUCPn3Ao0K2iE42oJLajWTEPQ11jwSVT7LOzA5XoZuBKhMYhefyV2B0VCOkbiHBHq3GAuhH+t",
-	"69oAdz4iwxjjzX7LIckA7C+vnKGvUBgKBcebTVGtQDm5NLjGUk1jUDZC7BsLQL/egMT23IqjlXNuwJgP",
-	"Xi7FplxD9TtvAbP/a3p5LChcQB/PB5uRgTC6QGtxzMtedueXbBVvalaHSTKN3erQPqbYIqMrK9th1F17",
-	"DzvsblQYJeW8jMQIuuv1f7ErcilIXGjDaEq6z5+e/TQWqaIT0+fMTPrO+9EP9tK/ZKs+foitlFAmLS6I",
-	"kpRPJkwxYQrTIOnao4qcE9H39VIAND55Y+3wnXmbcG3H0TK7YmkvMB0eNB6CcwmVMWYpK5oZL7GhsoVJ",
-	"moGONCJl14/AKFn2+xgLGkoCcBfNjT7WX8OgzdiXMRiLMGT/V/8Uj3JAoMhEUz/nsNxYXFSMjMfCbavW",
-	"79nN7ls9O4Bp7ew8FmVrZ+I7O3frn7f0i25iZo9d+bDrMbFq48dnmJeC7Akg6EeZru5MMIElFsyo6l12",
-	"JfHuTQhzc0N4eoNkdOxaznUhvtT4MIILltBcs2oPWQsGEPeHIARLXYewtgW5j/YavvgUdWrG9W2D1F+v",
-	"jHAaxkTuNkr5SW0kzcx1RrGvwyn/gUWU4eH2L15J85PMBU6xv8MUJ3SVSZqeSfmCKixtcLj/aJf96Hyx",
-	"gLLfL1nK6ZlVz0CQOtiAAqFNendU8MU0mxUE4GhBJYWoQAKs8DPybuqgI540YCX29iTs6dfd1MrPlYP1",
-	"Vl5XKxcNgGCuKgWusEdOb+SNDHYHljCjbyD2zf9gNGclJ0wYhSHjhWBn11TpnyZSbB4YoDcqsWD5xELs",
-	"R7DMvjNCFgQTeS91AW9YO6Lr+lF7ScNZ6jGko+c4NZjtPLP25rMRaefV7m1k+1VpBVZp6Mrqt1L5whc+",
-	"HxgzhikRbAmrRWnL/nKzWk5Syuufg9I+Aco6spIsSHA8bPiFO/T22rLkpoLhfHqr6w86IpBab3msC4+F",
-	"UlVgZQMr5TlIOEXNKuSaAdH+moht1AlMtlu/Dl6FK9psfrhzMlPqP2jHtjI+ykep1bZGzfKYL0uFaGoJ",
-	"ylhYuUwXMlLkfTw+U7xu9C6s3AMCZ4Ay8FjU7N0IMAPyCr2XVjQt/b8W4/1i6YUPmUDwXYOwG99JRRUG",
-	"lArFbpwuUINR630fddaCHIKnFRV578KXrWhWlJ84eRUMaXhZXHiDmslWQNnA/BIR9oEmJltBBmwtEg1j",
-	"M1042pqwbrmGw22IlrCfjIpere5J1/cDlq4BYNobC6kiX5AA3sVyDhAHWgOorvOmRUUkDPqrAt8NtIyr",
-	"Om8iB4Op/QBpKi1lcQt8EXgsa+xAsaCNLG2i8ocHB70IM8wr/uayIVmMHuJ4QJ7SZFbo8C6GyXe4XdNz",
-	"j7Yom6DOoccGgtC6h8MhBmHYW7CLd8ioja/2oC38U6dl68HutoEu2jBw5eDgLRjvJVthaXa4xB0tdYAA",
-	"PwLA3o9qAmN/Sf0kXEAb63zdgC1FKACgoldUPHf/g1sJP79E3UBWPZCX4VRWmoWqSzeirlJN2z0/6DZs",
-	"NmDz1HKcFvP1GkrYkV7bqa6r8oPYsLPZGnPDN5ut7wQBfNu2FrhfuN7H2NPhqzd+26OAvYZeFvsTink1",
-	"MmysMFZQZwyUhEAJH967AbzIsSjYI3aPKy1wh55b++ga0K/sBPjmgMRgGfPBiWgN9va9iMSVpmqxfYo1",
-	"scaisQ2dkWSfdBOaMZFShdFFutfIFmDLr8EhcB9coexyuRM32L/LidvkZnu3oJ5jdPQfHReGO+DCYykm",
-	"GcdcqS9pZdn2sTPXWmXkqTDcrO4K2xHIHOauY3zAWNAr2spe2vCbVEPASqnN9a8AZrbOY35mxiPX/VH9",
-	"DYAeBV16W5tDg0BcNFHuOkNQrf0zTa0qYGS9ZrLuYVxlradu/IdHq+saL+8ASn9mpg1EWyQjbGUCLOta",
-	"Igq2PcWOEAuvptazlKmYupB/F8m9cEU5gvpLZbohvnLJ2MIlQF3RLGcbAgZ2Qxmy1mp1LHbqtUpdGpCf",
-	"FPqnSMFGlVDNGTVjAbHWGHrpshSmzEAKBgzv7RIYwKkH5Nj9M8zZzRi9YqjqugbdZVCjJvRCXoXpLd5K",
-	"K5X7MFCWqXG5Yi6pU49FkVpWppqU3vLAcdjEwqF45r1ycCzP+ZnVuQ10zbfXlWr61VGZPyXzRmS7GWVc",
-	"Y+1FTtsWFbJEVsw+U+xKXlqoEqxMIYmIYMsi47ushYQJsfrW1K8Bn+3qjhf8F7b6ajRT3M4uyqm9im+S",
-	"Q4s26yOxAxQpYP1eBYjN2nLhFyui4SHHzORKoLEVkSWIvtYzMCKLbAWG1PvAIlwdAt49cUYc/Muot+Hc",
-	"aRuf9N5Vp+gekTgoFw0CHqZZ40lji8BvDPVOGOpdarQO7W+C9e3Mce/jJVt9QqzOWFOd8VPgh0VhbG/U",
-	"9Z4JlyVLtJELqysmbGGworYLrrPfgF99LDKuyzR0x2fB06wZ+BGv5CXkRhU8GOYrXF2HGFB4H2QCNxmQ",
-	"iQq+HjZHW9spIDUOFvuNXa0DLx7rLYH3xixru+TzC1s57taAIXnKN0fbo9TotMWqhDgiy5kk3RhaAsW9",
-	"CCM34TeHFOIYk//sI3SbYi5gjOU1nLpL0YtuCl0nKgoA3pvECbv+WuRNu5ldxE0sK8GEK9D9DZHXEZmm",
-	"1d5mISYDzNyf5LmOmzumxICbVy7Bx9sQwN0rcSNvaVoUkUWWg18fIxugvF4xpjPldLGiqgvLB8yFoPse",
-	"Fnrgrsiy1yVxsggj5uUVU74CCZzvXObCkDRnQfyZb9WMoX7IVh+/+VcYkBC79Uo1jWCnsFFcYIQT+vnP",
-	"8aeb2f3CeSPfUjweFENWvVFhidOuNjzLiMqF4GLa8zX2bk6ZpApqtLSSKUzbea2m3/KNvhLqsp6g5GoO",
-	"NaUnbSQzQbPvOyU4Lt+5D3baz+U0spzrMU78Fub9SthysKddmHMl1/wbc24xClVOKYy4qUDulzQPLZjS",
-	"UoBgnFABjaCA2SJTWbKLYg9oRMJQ7xGJsUFSPBaK0VQXRcWwm0jhrIHsc6r1UqoUjEsYxQ3WJYpV6vQM",
-	"o9s1VtOxA5pcCZZC1AabU54VhTGCXK4yfOOH+zNRBUhxT3aqYIYvY6wKt9jm0gmg+D8qOOO6aP8fEs1x",
-	"d/arytXemD5t4cx7H3m60Zj1BP6uK02ZAdagSqNAxObKt2K7F8cOrqGO77sYnCor5prgLr9ZnhrADg/5",
-	"rsAu+lxBQhuhYvilKPE3AGuJ4bkr6Lo3A2dw0a26DQZ27ewlx9frDnFvsYc0QLrQdQe6i5h1Ro9bWgWg",
-	"/hfubCxQOiRFRVeI6zFS9tpMnD/jfr8SZQp2s4sahff2DZVb9KephwqPw+4Pn8Pe0KY7HaepJjEY6OIg",
-	"FKzoPISF7sJyK1ATQcglyYXhmf3W8Cwm3YvVWPgKanaUoDOG82I4m1610VIvIlKQqqPP+f8GY/HYFfEF",
-	"u2W1sp9Ge6v2dUd8YFtKZG78zFBc0LXF6GFeG5Zj1oy5an7cEhJ44YhwQzI+MdolQkO/XuO3OCBg7A9C",
-	"WSF8kGopYtQNnbE2LMZZTbO2889cjF5wvN3Dg4OxKOpiQd60YpitDc1jjMSF9tqzAsJYxGhslU/RIhX4",
-	"8o8VUW/KDDlsKVYB4jUQgXtSG2HsL6Mw4rZaBBTAT0jawl46Hi6/BS7850cCwsU7p0yXEiMX/XzRayHO",
-	"leqrDijbpJy9j/D/jTriU6cGIoR5uBq1UN9UyYUm0GS5TipdJSMcBksLbIqAOEIhqhoBIZUXp2CYsJqP",
-	"D4cg16nUhh75kl7sonbiBr5FOuwS6YCHdQ1IvUfhH265VewH/ryz1O9qze6YZHkLh8cZLOsrEc7tZnaR",
-	"zeF0v6FVi2huHEh4lMLfX9KVAWXdipypQPbt+uyVXuHRL7znE6mIizJQGgsbWGGYinAAFI25gsoEXYgj",
-	"8JlUvQE5KYIOUOrW+dx9UWSj+MapPr+LrqASA/uQMBZW/ejmImO6QHFSSS3Vvu2RkETPrHyg+q54InI9",
-	"O2x9yFFZPBZyVFwtflzvWLQL3t2NZY3KmkaQRuOqNoxFWMqoMjEpWqnqd/z9wKlG9+e5OcPeZvche9uh",
-	"v4zoDZtqkbwR+r85Z76l2oKF3fX2ux51bpFH9j7a/+3swvEFZIEq1KpvYlMVriqmCZeNUNpSBmPxFltA",
-	"Ob+vK9bm5HUunElCMeyo3dAp6v58RAVl2UVKd6VGvzmFdnAK3QhkP5sTqPnah5+Ntn8DnTZ3zw3h5t40",
-	"PHuTd5Xf7SXXMoDVC55gz6CJy3rGRj8Z16aeIF20elnr89ItoB/ywiBJGhPFsPS3hvLXy4biyG7xZW3k",
-	"Oye1kNV8zzLcF8mc3oTmPnX6q0T3P3Pu9H1IY3ubo15f37tN6KuKft017PVbuOsmm1Bd2Icsnjrwf/Hw",
-	"iyp/bjQqnbqNaNei3DNlTFeR8BrNslVQomcpGk1O0VgkVF1Vfax2mAf6yA/ujU5SMKx9Ur5DasYmqxjZ",
-	"ZQnGikqgwakbaf8AFfsgftb3pcdas/y3nBFXwbnUtO7JAHOPMbNfLlh2U2xWER1b3sc3G8yfket74uHQ",
-	"+9qkbxe+v/fR/m9LivhcXjkVA0GyaDCd1izkWFvX04o5XRFMIitpCRqezYyJzRTq/swu14rJ9bG4ufiK",
-	"kfEOQPVtcT43BdbPZn+57+jbbaT9G/i02V9qUt8fU9Tb/m4QjttqtolrxhddEM4HVXoav3tvX0IKzE1E",
-	"tAxo5lhUTTkWalc+cORHxSjGm6ybbKrV5u7H6nLPgtsXsbpsjKl3VpevEsn/1FaXNby8C1FspqSBDsTt",
-	"ktcLCIgN+vssrb6F3xWVetZCeLtWnSud7r2jsaAYPXtb802rTPVaTc/8fnYRrezGvglSzeaPiWm58dDu",
-	"5/90Q6kKfEEekIIwcez+glwEGsx4i4QLzUCIcjXeoOnLjLqsDz3HJuQTKIpDujEspmiKzpNZ7wjCGqFd",
-	"scAmWVa09iG+t8ghqaeNkDJrBNOKoV5VA/Ri4eZ20L1Dc72fo80z554DTjTizCtZXll4bN+QaA2JKuBd",
-	"hJAHxQtvhkq3iDjLm7qb55nhi4wz3+hCZzzlYlqNxepil6WIzLnIDYugX1pEUrrqBTke0RiiqTErA1Mt",
-	"wO+2IjEiZEy6yh4xS6FVDzTQzRjVhkBzGxfNBtFlY4EzGykRWX3QGdfQbbMha8TZAimZyzkTJsIElbGI",
-	"2YcFV0xDEHRXKhIbkxWNxop8FljNXGpD/mY3pqGiFhNhTgjsj2WTATkNJeYGvsgn9rsZ9us5IrR8IicF",
-	"ESs6D9XIFporllzoIuVkF6aJDW230yX4ewT2VuqIVCNdOsnX6NI9uC7d8G/YZ+/is40auqhk91YEOU+a",
-	"ma9Pqv7C6ftnNRngJnRxXbSFmKpWhyIGZAUFtgK6HGEbtSLwC36BDQ5CECxSQxUvKlYQMTAWtXpeHgW5",
-	"SzzTA7K10FVR2Oqpnc03vITqI66XWJxSnq3iUSWjbp5nFFonYAiZo8U4mKVnEP7gMvFgH2/PHlvqBq3E",
-	"oCaKVJdMEcUSqSxdtsTenoVcMLStYhc1NyR0drnf0ltgHLNXd6uSW/frXbXLazWu0ek3cajJOOsBlNYS",
-	"QCtqrD3ZL1N+a8kuZlJebqzG+fb0hZU5oEeJYgQCnIwk3dh9jG0kSoHoyMcu8aId6snx2eNnpDq3q9BJ",
-	"nr08ftx/8+z44NF3gEEpy/gV9PrH6fhUuMQuV9HTFefDdoqOTIAaxKeCmlyVNf9g1cSsFkzDsl1TeqjR",
-	"DMX9Uqb4FUtRGoIxmLoCg0P8z7evz47Pf33647PXr385f/P08enTs/gIhSPIy11wIIpCCmgTZWfnYnoe",
-	"VIAWeZZh0JeQptTHVgPyL6b4ZAUN52GzKysu2tvLDZDW8EzkhMTjfDh8mBj4HxvgL0WXEGCGf4xLyuP2",
-	"h7045wuqsGowZHRaachAupvhc+aIdny1D/cXNqF/4w9zRMzfccJc8A84WXS17/42Y+5P8RHB1o1EZimJ",
-	"TTzAXvto7fQtmBOazBh0Su3Gj+2/+4+lMEpmIyJkHwpLxb37sIr+zMyvDtTvkUb6KVqopMMXK07Za9a1",
-	"Bu2VA2nIWc+WFn7i4qDs5+W6LJR3Rh1tFLTr/epam9+RbooihL8J70Z1yOtQJ6DN7kX9WYuwukn7JSVs",
-	"pc+YCUSNYfMFUGX3DdZ5DOsQIAWvF1OuUklXOtUS/K4PaEkUS5kwnGbQT+c3K2k4yu2nFfn8ginSnVCe",
-	"WQkR/wzkGyrBKe4zcy9ociknk4jkkN1/MHQjKZYwjoT32dnZCcH2sqQLFBStVlApFqkJS8skMGz0hy9i",
-	"s12dJwnTundfhZwdkj8pL+criZ+rbmynbiIF+/J3/k0GbCY7nuAUB1Yt9PwlycyeYRg+d9dZnW+g7Jsl",
-	"RF5SHNipYk9wwrIrVVkS7FJO8Mv4JUOTlxXX3Ol1G0WV2JnTvId1iYrrYsEES0c1QjMWSGQg93E5WxEh",
-	"vbCS0DkbkOPiZRQ1sY+7E2So8C1GJ1BQ09I51z3bVKSeoo94DHSJpSyNsbcoCqNWjASUZaFmapdH01Qx",
-	"rcFpPCKUZFIuLP2EFM4raiDQP+Pisp/JhGbEUDVlrpoA9tAOMlHHwk6kcqHdaqri7fGLF69/PT85ff6v",
-	"47OnfzcqZy7PNs5Vdr6kSqD66gVYlO3sbbrLdMfiFerI/ULS71rA+QDMEAeOXEEZnoLEPHSH4hgL2tor",
-	"1dFLtQOBqTeAlIZCLAeLIMrlBdK9PX1RtN1HAd8+bZbwLVhCAVV7TPfBQixWOEp7ZhHv/gm6naa9Y3dx",
-	"kf5aHmjXwfvro+UHG47WNbv/6/WO+AS/2tQJdydgrAqgR0XHxCV1mutdMSMLfhDPXaBuhQ4vCyXp2qyp",
-	"gcHIPEv7F5lM2g0Mv84kwT7MsF3oBDnLlRmBmdL5YXxmfsauWBYRDtZGkcplL2wgOaNXzPIIYWmO86eW",
-	"IjBZzniGNgkKZCXWM5rKJVroLImLyVym4OVZkjkVq7HwTlnhWwsQKLPMS4uijtB54t4EqfqopAbQ1UDb",
-	"rYxFSlfIVBaQ2014yuYLaUERv7bUzufIQr0l8tj+stgIhtmZz5VFBwoXhF5AmQOCTh2/V1zKUWjnXDCl",
-	"fdkRV14BjE4R0RJE/hXRubriUKLrlKXAQ7ShygzIsXMP7UfD4ZCk0Ks7MURBYS/FyCVbYK9/15hsLJwd",
-	"tovl0KZcMMvgf7V39KOFhcd0EfdGwQ1NcgUeaVdZwY7qD4KLsZX8oTGEnCAAkBiqEsSljuLhg0NZHw8a",
-	"wL8Sy/7T0oE2Fj6KC69GGyi4QBNzHXP1vRuDy9P641qEyzWeMuy/0EwEEWq/aQYNxBgoELYeokq4k/qj",
-	"mYutlL2tnhH6pO2bO5cyas5IO4HJvhKN2m5mFzUaTviPjiB3lWC2cDfs4Rl/A5xu63OQ0U1F2cix5yCZ",
-	"nccX6EGGS+hYFHKE5xALytURiRdSZlWiH7sfrsKlK6GDnzu7lplJXcQ1+OI6EOPgCuwA+/EVdrwMU7J4",
-	"X++CpUHFIley0wV/qal+ELBJaK8NjNI7ShUrdD1gNS0NrPEELTDeUziDHfrLJHPBplr4jr21/6hqOn+6",
-	"zgULBMk6JQj5zt5H+79P1+4M1Jh/UqDAPdL7TdD4TQZqyz9pgYRry74ZFXdVtoNewN/cK5eMLVx0yxXN",
-	"ciu3NyeSlFU8jkg87jhuMO6MwB1cJpRAxIrrO9euUAzIC7lkCkuXojYMBT3QtulUW23VUt/OzqnBvupS",
-	"WR8adRmuyoqTUGJ1gWP7jnvgCS8LwwW7lMqv12ndwWj2IYY9YhSfnzWq1x2xOnW98EhzCss9s6svksKy",
-	"iT74FJavkk78qVNYdudy18hM4aY1C+WIbM05GbQkk1gA/ZZNcrfZJE552JhKslOyiGYmJPRRadEMchKC",
-	"RI+gnD40fRwLF5yNkeHp9epbO/HpW8LGV+id3hFEbyOL3VsWBn4Jbr8KclDjHjmnwTXzMcYirEX/n5CP",
-	"UbvEajIG9GFsymS0IllQJfhCmplLQrPv5FMXUlhJ1diYnzEWrSTkJF8nIX+q3IpqVsVXS5X+MKkVBW1A",
-	"k3pNEAtoG3zPklxZ+c/StgtGFVPHuZl1Ru/eWwqGvlqkfDUZCMIvfBOgrosreHZ2dnJ+/OTJadyz0lau",
-	"ss6oMzNmMdrb2z/422A4GA72R98Pvx8CgXSLqo8N5nDSNZwp3SMXuUhBuURrI4WYlFwx57j0vruFlBlJ",
-	"MqrRdVl0N3/tmbwU2couStA564ycRPopWq8/N0VvHFY9ENDmikCqhiMrqHHaSeZ0RXzh8MAkGsxiFdXm",
-	"ScjxyXNyyVa6Fp9N9AwSYEXCgCyCHQ9KM2DvWWw8W3SkDeaiC963AzbMh03KSBdbn+geoanz7loNmYrm",
-	"PlA0zJihKHkNCBqy0Jbr+4pcrCrkMFiUa1ixvqQTJhcZWA429e6lhsS+KedeDAtxzbyDOar98danwnhR",
-	"F5/vPA9RkF0fgd9SqkqbpGrQaHjMlg00zAKtJshMZmmtAMZ6GTU87QKiRVogkrPluxQlrnzdvmJ2rMC4",
-	"PvtpawW79bJvZUuAcpXBFG3HaMF0Jg1ZUDMbkCcs4SnTllGDeZ4CPNlpl1JdAmpMJaEzRlMXlQ9+fR4e",
-	"JZj5G2ZaS9kCRwAmbFXTTosOCATEj6r/sLInSORZm6naKx5OzWVBWWlF5UKA6ac6bngf3uXYfFyV+JKo",
-	"Ieq6COnN5LQU7OoRpsF8RWTK+oTHKV1Agpin8bo8N/DRO8DPQH0lhTELZLSQNBY8Yn2OZ4xmZhZBb0Qu",
-	"mCO2J0rOLRTkhbtoQF5JYpkwE4avQVghIenOp/ef/v8AAAD//w==",
+	"MmNzaic0qwXrjDraKLuCT5+izik17CWfc9OH/66v6mzGSGYfETmBpRg+nRmmzdpUpGsfS8HIkpsZvJsx",
+	"qg1RbE653XM0FsbvSEspGDzUzPSOiBSEug253XYPDx73Ij/t2mxmRs1YKDbJNUsJN6QbX2QyuWTpOTVx",
+	"bzAWla1PpJpT0xl1uDDfHXYifxZcGDZlqnYYp37J6wfyTnCjyz0RaprXF9eONiY4zgXTg1utTDPTBDyJ",
+	"FKkmuTA8gwVtXwaevSbdiVSEEp3xlIvpWOCXkRvL7jbJlWLCkIs8uWSGMJHq3oC8WbsybgjXJD5lRq36",
+	"xxPDVDwai2Jov6aJYswu1Q49VTTNaZatIqIlLJyJ1F66fejmm9MVuWDESDkWjKpsReyKS7wwkiyo1keE",
+	"kiTjdqEWOMiS2jHi2tnFRONZWeAxijNdopmmcz9mQgXReZIwlt4IlMojaL8sah87xK1Nb7ds93RdUPkU",
+	"dRZU0TkzjvI8kULLjL3TTJ1QM1tfjHuB5JopwlM7Ibd/X9i3o46gc5gh7UQdxX7PuWJpZ2RUzsKF/bdi",
+	"k86o8197JQXcw6d670UKJ/IkV1qqv+dMrdYX8WZBf8+ZhTMtFZkoOYcDWSh2xWWuyYJO2QNNYsE+mHN8",
+	"Ky5W+juMWSwVH1fObU4/vGRiare/Pzw4jDpzLoo/RA1k8Sc46JbFPvuwkMoQvIwBecomNM+MtmAY/0tL",
+	"0boyd327HhzOg0uBVf2sqDDNtwiP2q9vah/f9gZfpGy+kIaJZPULWz0H7tbMMACGH2jCyy/IJVtFhGq4",
+	"1zh4cH7JVjGZcJalpPuDPcT9gx/GIplRRRMLxZYYxMf9/yO0/wcZ9h+TATknI/K/pB/3IsK4mTFlB6ZE",
+	"G5UnJlcs7eN4eKNj0Y3HHalSpvr7Bw8PH407cbGUF8/OfiKpohNDloobpgk3PSIVuaCKkW4cfBb3BuRn",
+	"fgUj2k+RvwPNtz9xSuB9KZ9MGFDMS7bSliZ6PtU9HA4db4JrwjHKiwrOuP8LW1VghX2g80Vm36rtptME",
+	"wr+wVTOoHJ+8sMsiPEWOHfM09lwWLklIA9RXs0Qx02sBqUtY3a0ACqhyC5Kd0Ckjmv/B2pAJhJLK+aSI",
+	"iBbHh5HFeT7P5/BrCBjvfjbS6zdq2nxab9S0Ha2kmt72DE6Y4jJtOYQfeZZZvrmAlyzIxv/85z//2X/1",
+	"Ksa7m0thZlZqLJmIe1cbqozl0iF5ApbpeDm+13a6+HRnUoW7wA1lVDQfpX3SfpZWOr7tYVoGr66one9F",
+	"ur6A4PGNOd2CGsOU/ez/Vee/DfuPj/v/R/t/vP94cPDpvxsR8YzRefOB2CftCzGMzm97IO1s/91Gdm+F",
+	"gdvN/cl+rRdSaAZyyHE656IQxRjcTiKFYQKkWbpYZDyBq9lbKHmRsflfLC+1z3YEQfwKp66ds5RkTsWK",
+	"2P0wbXShoWhGEsVSJgynmR4RdsXUisR7V/sxkQumEFbYh4QtQMy3fIkll0DSM9yIRSTiaGrkPrLSqbxk",
+	"wvKRJJCvLCf6+7s3Z8fnx09fvXh9fnp89uz85YtXL84KCmwhlKkIRlUMDqU3IK+lmYEATTVJpWBHxMqu",
+	"q7FAEbIicXv5FrlMoIRu1fVO/fHQLJNLtzUvs6PEXT2wRu3y2hpVMW3GJqACh2Rqgxp7CwWJ4vmFUv5R",
+	"KYLTmg6zffZdpH0jQSMhF2wiFcMFcDHdMrgd/keaujP6nFjzimZWYGWphWIurmjGU8LFIjdHJGZKSaVj",
+	"knF7cYwmMyInEyZAzQNJaNCxK0cGhpLshsVfb9HVUe3KDftg9hJ9VR2jpui8/QfiPfWSm7JarhSMZFww",
+	"xDi59Ij4/7x98xpk/EEDVV8nMVZxRb1AyaWGzT+RYpLx5LNe2rEg8uJfLDGexHENgp5UxCJg1iM0U4ym",
+	"K8I+2KuDhf4k1QVPUyY+K1GeVUgJyajV5C0KJnLBIgt01BLQKQir2tIC+9vR174U2SoAtNfS/CRz8VnZ",
+	"ymtplcBcpBHhIslygH3LZtwNyAmhQoJ6ItUUlnlCV5mk6ZmUL6mass993o7/kQuZriwLM1KSzC4EFheI",
+	"R2+ZMdlnZtKwvlJAs6zOw6rG5RA4zCXX7IjEKTOUZzGxEotGfcVQw0g3kfM5N4alEVEsY1QjBWMfFlaU",
+	"6cFW3zJ1xRP2TtAryjN6kX32q9C4AsuBrL6VsoSnjAi5JF02mA7IKUu55fVLQXIBaiaJk0xqlsbEisq4",
+	"j3eC5mYmFf/j817WK661hXbQk9OqSADLWiiZMK3tyT4ThpvVZyWCBJmVB3ewBl4oRi+1pSFWusGpicoz",
+	"BsTR/Y1pQsmcGcUToEWW/KSSadCJL4Vc9o7sPwtZbKkspAm3aZ0vLAdg6SuWcnoGPOPzQhUgtl2YRtkJ",
+	"uN0TXEDfLgjPguOGgMV1NWP2lSt7gVLo3tFY1JBridZUHHVdGLWCpl2OWyNI+wv+C4M7XyhLsg1HLSBR",
+	"jBqw0FfMmSk1rG/4nK2z2sgqZDsoHFEno9qc53rz6CLPHLqjRrM2GypAH9cfLBSb8A/N9q4JV9qQqskK",
+	"hflEMRNZ0U+xRE4F18zbWQZNe1XsSl7ecgfAP+G0uWFzve3w3trX7XduIKoUXXVQf/Pa32+oFcPZFBMU",
+	"RxKF11q7h8qW3heTIIe0syKkPIEBAEXSlNuTpdlJADkTmmkWlRawj4Wx16pjMjeenpbLG/2GDzvv4fJC",
+	"KPR3vOlYXtt3bnGac/rhBX7wEIxP7sd+7ZyjTi747zlzj+2V1o++eurbzrDB7HFMBFuCFAUEoTTtRc5s",
+	"xDXRM8tpQKiSIgGj21eIuX9ifIs6eCfNBOaCUcWcUWFE4t8Xl+fjfDh8mPAU/s/cz8OH5IJq9t1hrrKA",
+	"HuE78aDRPnXnaF5spR1WX3LUZaswVpzfTgfpeEzDSQZeoq1ozj4Y9EytnwUsojpa447ylJtnwqgGfkcT",
+	"vMT6nf7qOarlnxEBiS82jM4HeMZxI3egiZGqaTBJ5jRlziNKxbQY0qtLcUTiS7YaVYHG/tWZp9wT0BHb",
+	"oSXq0GYbh4VRp/WgRapcCulaDCLoY05Zxuwn4FRowSx3slHnQ38q++6PVkoanNLlKytUTln4tK8v+aIv",
+	"F8g1+gvJBawRaGnUQXPLxiU7i0zLmuFGPu+akXBu9fZGft5m+OIliBEjQygbMTFtvl+ppi2EEkTpc1zZ",
+	"2mOglTvyhSaSg44UhO/IY01UHqu7RA9/lfW42VtR805oTYnjX5ze/EhNMntiRRsrNDQDtmI6z8ACYS8f",
+	"QwrkhFByYT8G4wr610GbQKXgki0AZsD7fsGshI9aKTgJpGBvJp3Rb5u3B8s6hck7n6IdVZn3lU0Fls6N",
+	"smBNPAGz/M73WZmpIq3tO2dhi7xWvzQ37+Z7cgeyBoN4S7uvunbz22R2P3zj4tCEeiySmVRPaYPv8Sld",
+	"eTUGvYwy9DJKNX2gyUXFP6nR6WihpXC+Hvyw2fXaYCLe7Sjwq1O5bELI4Ok6S57LXDSQzDdXTNEpI/ic",
+	"pDmLgGElfE4zF0lAulJNiZGGZmDmPSLjznDcISzTbDljivUaiSr6MpKGQ37inkCMA84cHxE2X5hVGZW0",
+	"yKggM2p1drJQPHFOg7VpIMiDpecQWNUWuFZeHryuCU1TlloN1T7Fm67E+zlriHPL4E2PxdpBDINDiNAh",
+	"ABMQS8yvGKEGTKOWVPuR/ViJ3TZLyXImMzYgP+O6FPXKckIXGJRgf6CllaUYPjYiscR7w13HY0EdJ8fw",
+	"MnohrxiJ/VfuLR81sqQr9JLtwGqrQ7Qdb7E8HtzdxsMa7DY9XkMj823j2ZWTaVuwfal6sFIwfSdLdjEE",
+	"O4YOROjwXo+2AmSQorDHFatqRIJiszssELzcGyZkdN7HuE57BkWgz7ZF1MhwEUqBQo5z6zsPu7tWv+41",
+	"MKvfYuTpV0BV6pjfRO+vxVoDM0si7fv7Jfx5yUu7DY06NEEpD26vw8TU727UoRlPWGfN/oKDhgE7UTOt",
+	"kuA9z+fMwh8YJ37PmeIYQbt2wQWfGTbibzXkbLtlIgx2q2IgzbIdZKEXaefT+6jcZHlyJc5ut414pNj+",
+	"pofmHcJCQvC0K9kAMc2SiwsQCMjOhZQZo8J+WYZhb1vOS4tcp2zSAWP2VNG00X4l9JIphrF1MjfoG4mc",
+	"X8RT2QeaTCjPIHA+QMpgXYDKDYTwjWCEWdkeXMCNgebAfikyRgiZ2UVGgd29NdTkuklIsQvdNsQr+w5c",
+	"2CKjq6bDsdI+hQNCfyNhVGWcKZ8y4EPxIbChFo/ZfEwQmHAOita5CyVpTlYAAaXIQbheTPMO1NnMlCy8",
+	"kJsO6ax48VPUWd51ekUjl4FXzwHQd4fxGuJ5HHKQUMBnIzKCT/MG9DvXdrL9g4eHa1QYH7VLiUupLol9",
+	"6chJUfaPyH0i4mU2LsgkzxBfFEPvF8TPWLZ1jv5clsbN9NorCY+Hw+/3Hz8+eHT4/eHw8eODzaS8doyw",
+	"jeYzA8vWqcwarD/xFWdLpmKiGE31EYlpOuciJjTT0hmBAE6ZsKv4rQOPO1EHPwvmK2EiiLS/G8cXGOMa",
+	"JbtdDevK7X2jKhwcU6NtBpfhBqsYgTecuj2F6zt13I47cqH/14oVA/8s6ljCsZQq7Yw6iVSKJaY/k0qz",
+	"/gUEZK78AkfuqtbAvTjN4vD9xoLsgINHh/WLqNr0Aq9CsaA1SmOkAjk6W2Fc+ozq2RER7Api+kyuBJKV",
+	"cGJndiiyEg6avIO3vE6/4WLpbsgt93gXBrQQOb64Be1Jqz7+4u0bcniw/z3xwjVJnDhRBt+/e/sUzrCI",
+	"A/7tuP9/7z8+bAr/jTpPKc9W78D+u3aEaZPd5Zi8O3tC0tL6gvpDVIR+958+jasrOhgefNff3+8PH4Zk",
+	"1tKWRg1Jt8kRaBfI7WI3af8kX/hgcperBSKSXXI3yed5Rq3Gv5uWWLvBFF2ibST9KVpjGl2cUvQFm8LU",
+	"hdXGcyu0fB8+HgyHtaODv1WvczxOP+5H+wefuuPxAH9896n3t8bbraTohBoNGP8D/pHoq06Ef2ziHT9R",
+	"nr1y8mCDJZ86CQVCUZYznrFQ7MVQIa5JLhSjyYxeZGwEvh9gaJlc6rHoTjI6nbKUxF7QjntRGVKEIqQm",
+	"j4YPIxJnMqFZ7My/Gi3CVBAu+i6uZyww+llBikaK4ABpLhDg8kATPaMKoAhMQSg4j8MTscuz7AQWYKUf",
+	"O2fz4XCWpc+Ukg18FSIA108NIlsW1Mw8HJfBqe77FenGsCr92/D9AEV9eyLeMu6T6CAEplEGnDu3TmNe",
+	"bQjUuMbygybIBqNXs//wqhEqGBiwuEE7WWjXC214EE8mpCHOPYt2tIwuNETCNYn/N3f011BSaz4VLCUX",
+	"qyCwveUkr23bUoy6uKmb+PRvZzUSpiZI3MjZtWb5cVvyE9Tc7Q4SWmFnR2GrCl7lwe8gSxYnXgfFVVTk",
+	"49I85YZkcloTbx7VxZtNd9CkkBRW6mY4r3Crzcah/Y13uoZmyPjQlA14o0n39Kcn5OHDh48jzxcnuckV",
+	"i0Db5oJQsmJU9Y6IYwcjTB0pmKXfQZFWXXGj1CzSuwNXG0S1wsxdCHZIuL64SPec0QzTnNr8gs1o0UA/",
+	"6sI8NSUfS9mCidQKhl6o+DjuLKQ2U8X0uDMi4468HHciMu4oy5XxT3kZZjzufAod7+txA1siAzSak6w+",
+	"4/noJdx4Gcj8fhucuDGajvFFY/hYQrOMqX4yk5oJwiHUd8KRmJeilLMDh4Ix7f9x3P+/Yf/x+/Kfg/PR",
+	"//bffxxG+wffN4vMNdNrQ77QglEDwfYQ1dZdYIR9RA4OyUzmSvcKecYU0ZlWmNFcCkKn1OKoSL1xWRch",
+	"vXOpMPStKtzT/h/lwn+I9g9+aF44mHoqd7Nm8X/f9tmpRY/1o1+zRoIXH6B6PUavJTgj88vaaqYC0xbM",
+	"s+31X/GtOmjhVBHyOTdSE5yFptFGVUR7tIP0nPohhDFG93cSmc+S20EoUGF6207va2auJ6I4tW2Hwe/8",
+	"CqMi2zpHYb3cbrCVxov2Z7hRKlmDes/Ui2B8cFPSIBswsBq5e/oOZIwGN5U/DisD5KbBH5U1p0M6yWMt",
+	"F/IGzqfrCFq3ur1CBqjdXOvdNOAf/v0I/B0aq6+gCmHJLqGki5NE7jh6ZEG52t0rAutZj7mpyw+vrPbV",
+	"ZKl4BbPr0ASNJgtLIKwoFXiKqFg5YOqCNgc5KyJb9QbkzIpkczeWzzQT4OeFCAKpGeh+oMBYQHDaNiqN",
+	"UfgnF5QB5Y0gMVgbWAz415fCg/MVU8rq00eFPg8emxWmNRWmlqJYxFiA9+bw4ABq41Ay51ovWGaCV9Go",
+	"6I7CKdgeM37rQLwwcPqdrgbhb9O9NIWrR+5GThRPrquA7BZUYVHPmZ7q8RUXVDM4f3bPWOnd8Itilzs5",
+	"gb3FCj3BlWoIdqBCsLT7RyJXj1UZtON4a6wALrIJ5/GqWu2RPFttMg2W1r1GK6ErheX0HNhX1ZY5Ft6Y",
+	"KbOUaYOiWVGLZSnVJZjIE6lSLOoFLjoO1So01xbdYeIBOR4LO26B6AQkZaLpkgjvwSlGGgEqXtEsZ5D2",
+	"GJQWGgv48IEekBeioUAGFvei2rgJIGsypavCUKolmVBFuhm/YtFYsN9zmkEpIKmmA4vGcW9AnpURXV7W",
+	"nFGNbsZiuyvmTGQ7IWtgWG5yLm81qWwaG4Yt5CArv+6uENa+ra3LCsF3M1YbUpQyt+74+RoxodHcGjMx",
+	"kSphMXp/XXzU77k09IjEekZTuYwd1XVvXOTGuT41iQPHcHzknc1og/XpeM5DHXoX3aSdqIMzdNCP3agt",
+	"vHZpLnWZaZbPqegrRlOrBRZmy00+pqbRS1W8KVhRS+Vx3mrkUJcLbKYQL++CtBBbLJbukj7zRjz7sOC+",
+	"+o03n2MSbydqsoZjNrCGIg5lvjAUj5ALJsjCzh9jvq8+pwbTHOZQ/A6q5kCgoXMOQK2n2CUKx+GlFEtw",
+	"Dxtv4w0iU5WOOnvOOYXo2nPn5lnnPzdyCk8mDEyB51mL+HZWegbwFTJnauqEIrQ+eUnEBWqGljQwJ3uj",
+	"7Vgg3XcxnC5itGuBrI9i1O70qpD76iRh5yyxDfvFZRb78vUDK8cwuPVKrxOx05qNZhep8wuswdhu2YdS",
+	"m5aIPQivR4M0TlPvg5tj3goVpVWx2aoP1ZV2tPOmXJ/nKms+6ZSlPLFQ69xO705flmmF3rFM5lRfstRH",
+	"MvMJEVI0e1HyRXptHFiyi5mUl36Ru6e0uRpTDpIakKmIxaneUnXK8IyiJmSvme6DLTYxojdqev1ICYs0",
+	"3uLmUmGPkzkjLwSYv/G6LVla13abqdNu4uxa2kAlwnH/Rti8FRV1iHu7rROxsBJ96XlsgJu75P82oKsb",
+	"0V3KneHaptcB196dvmyA/o1GAnwVPtyGFi2geRc+Asskv7iHACv8JbNrGqNiezhWgkCAtf8qbi0GLT9e",
+	"R6jYl6xFPaTwgRbVwSzzXLdaNmPm9fDx5ph1Ha52I8z5N8KUNeg5KXIZ6nJ31XlXhuk0x+jUnAvD/uP3",
+	"Hw8/9bvD3/b7j9//f/u/DfsH73uN3oUTd1i3DyycUJ6d73LtRVjKjQj7LYWtXe1/m8x+EdEQklqR/daz",
+	"V+uEqbWSgJRZS4kBsADuzqBO3AfrdqFAfPd2xULB8tYQTAYTDQrWjSSqDayhlIvcdYTQ4w6k3P71BB8L",
+	"0NeXfALg9TFEIAxZWaeEvt9u4hYovtkfDofbP7NiOVxgAaqhxdVJZSdNIthnQsAd6X+JaBtZgHvtmlzA",
+	"o8yOaGHfrspt/l+3xbIanuwC8+U1tYHvXUhHQNe/uHjkyvbuIB/dASjfAkR3lP89sK6R11O2yGjiAubQ",
+	"EJRxbQY3hevt0Hyn3OE1W3q2cIQ8QbG5vIIKeA3coFGUcSuvn4vV5u2uSJJRXZSwcqxIqqmuCjQeL+8i",
+	"4uMkOKDdQe+C6jv3x5SupkE9c3tjeLt/rzC9747/ofdsm1u0Xn2gTAENDqNcQiOiu7ILDWl25PSnJ+Tx",
+	"4aPvi8IQqUzyORNmXVfBCnGNwhDWht15/0F476c1d+P146IaEsm4ydgGwW/NBzAzZqFHe3u/F117Bim7",
+	"8hX79B7WysEp+zrLpzvXV4KnfkXRpkisQo9ZL8xQs8CVIYWki7rpaG8vdmbtlGv42fO2OCNJrivh4xbn",
+	"1zwFhz9U8LqLI/1ttLc3Hr/9S0s0fFBAdFPdhR0iWErj/XWDkEsCpc4fXp69Sh//4/fhh39e/Jrsv/x+",
+	"dvLHwXHTt22poRAA+q/c9SlSVyx1JvO1kCTn3HFaB6T9oI9fz+QSuM38zhJHN/j2xDkrvCkbTTLe67Kl",
+	"fkCRwtecUClFwnx11iNXcgH6XFywlXTp8q6gRreWMrhrFQFfw3WXBZR1H6b8iglyQTE4bKdpNmXYho6m",
+	"IMfWFxjdmGULtbmarfJu4dcCc4iM224FKUv5wvtBJvmOCUGbTtfHm+x2tD4xfQetEze3FiJf1DwI6EII",
+	"7M0EtDiCG+TNemp1WNUDnXq3qfSBMVmZNr1/MNxWDKGtHk1RAmEms7QIkUikNrUY0Bvl1e7/G5RIuAUt",
+	"u8u6CpULDez/3w2jrU3YQrrhYLeIDIuLDcaFSxuF+PYbffjdtl42t6oDUWDaFoR662mQ95XPMMOpKL3d",
+	"Cei2x9q00YGO5TDXZTAAb7SjJzTLgjR9JlKQ/oKsbfvWnAo6ZV4UOirM8vhUMZoGYYJYqr+S4Y3FYqMi",
+	"09t93rjoMwc8n7FE6gbntwXlBzooa317T3e793pX/LqJX9dCbmtYQ9HHyOcauW1DhE9g+Q3Le6NozBWR",
+	"y1sfSnsmV91sFG7jehZRC1c39AUj81k3fx5ey5LpjJbPxJQLxlz+e+VaQsPqjnbV9QLM92XKvI4BpwZs",
+	"u0zQajNsu8u7MA8Crfni5kHXxOra5sE/3w2ub82Vj7kbgu6/uVg1F+rVzBBehrwWCZOu1L7XE9eNKjfQ",
+	"iCdFweDyfZlfZMHLIp9fuGBoIAKNbtoNybbas+9dCvS40tf1dDT4a7Fav5IgIbYi9VfoaXDa7zdcbYuQ",
+	"UYm1cq/6+GAXUbaEHl5lLFkoMSD1rwVPBEKCn5xdNwHmZ37FKgGMYMwJ5NAY87gvpJkdofIpsKJhVN1L",
+	"xidQk9CyxZnM1boZrwpWLdmvtfEwH4Jlk6N6/is1ZG4VlO9JSlea0BmjVSVxR3CtrmNI0OBG8AX3669k",
+	"P8KatUaS74qSD2jdr5iqh4NH0bUwoB7iUxe53GmUpVExdNJI2VZR6zqp00WdQd85rrtvt/hoOAwqujcX",
+	"Gl1TVdZExepNQroKdMbz5bug1ANUDYBJvxse/jAc3qiUR4HOG7KQz8ISXxtWa4Kesi4OcskUI/M8M3yR",
+	"cYiw2Qbc90Az74D6FcdUIXI4cNORtaRu3Mzp0Jo+0GYSvG5JT3z/nIm0qY1ykuXakrogMb7sSrrbdbkJ",
+	"oPDwDcMdHBn3VTorI1Z2sNmvEuQqrEt8LemoG5Q6MDA/0KQIUfWADwdl0RZzbrzpkSurCe2s5GD6YOv9",
+	"t1t90Sxl9X3LByDePjByaLASrtBAiJnW2vXHx9VTZx9GO2Iqd60F2Fga9ieoz2/FwKjQCNFKCYr+kpZB",
+	"QlArcrB7OaR3pSm7WvuobC92VNk40YZnGR4MVQxKDRbl725EQEG9KPJt3X0UQNMMgndVeu4uzBL2XpwI",
+	"Varka8WtAy3+3MPIYoHRkbezYdxHidU7Ca2qVAW4kZ3gZtX1MGY8Qxfxuj7/aHdDwWdS6NcPr+0w7kLR",
+	"/nPUpnMdm+9Z0W7Sg10I7Poxsis7RjOSwzNix3Ld4aoJyJisaWaK6ZnMSvY6cGW/3l8rLFOaRiVuRWLN",
+	"p4KL6Tk2HoohMzrPMtdFFPOrFZtTdemT1DQzhoupbuQJdjhqVZpz15+/xSmI3j/XTRaK4CVUKc40ic1f",
+	"UU3JBf+A4QHR1b7724x9IMUUQexA6bv+exF50H/rX2xbaLnvTblRz18dP+m/fX588Og7LJoyYx96R0Us",
+	"gOtvgHqdN05cstWAvPaBp2NRlvHy7QhcN+tfn/34/M2bX87fPnty+uwMs+yEfe4isKHDGHRwNZYX9KKx",
+	"sEqO66/j1BwsrfrAvqk1lwJzy7bmDzZmKv06s+oBAi6w45M3b88syy7DaH3MhNuJW+lgxynPW+sMn1he",
+	"LVzmcgxZAmjaoYLQNFVM15KdJ7lmoFQX1aLoWGRSLi5ochmRheJX1LCIZFxc9qFKnoXqohUqVD5c5BcZ",
+	"T8iLEz+FhfyxwEJ+M6lNPCBvcyhglPErKKEOx5JQkTAInc5FVl9ZLtCuPha1az5++fLNr+cnpy/+cXz2",
+	"7K/2kGLSxZWlVmyVizkTpjcgz6U2fvfKN0+HTg/uAtxUiRSCJUZHrrLL09dvrXAlsxxlBgOJZ7DylVWR",
+	"xwKjKigeH81qlQ86+wffD4aD4WDfQh4l/jT96YzCyd3AGntgYNlWkKq3bbphz2DXm9NLZk/P0hhNuOkd",
+	"EUoWSqY59DXyKORvHnJMN4sNmGlWQ/YGMhV5Wv2+nb4/defYEKFzDQGRGmMFuXXw3y8MGlh2yb0YYaqi",
+	"faashMFCwhsG/vgyj+tEHowkOBpUeq+iMze+kTvGJWxFYjipbUzNV/mq8bHm3lnw2TlPNwz6QBOeRlhl",
+	"GgmiJnFA7P3lYGaRfcjTuKh1IdPVjvrSzg3EMALtPGlMhkcmlzC7JMtCzs5OCH4QnryQvgB9QueMdF31",
+	"EmKomjITEcEMlBKHq42gA4zMzaZuauH6/J1uXp1bAUvJwYcPzUa41oxWv07vQgybkksFHSdWjj/u2EAR",
+	"QSsAiMhhsMea6rl7qA93a9/dBYvvQvCtE4YvLgO7BZ0xbVobUFyDVqW5At3zfN4gxD6XS5JJMa2QF+Mk",
+	"gV0iFTcTrIJrbadYQeTiGlQ/Gh7cgqYdZ0u60iT2Mo5hViCoTBk+aos6+0YnbkEnriM1mmI2sGH5g4Kg",
+	"0kDaK4QZ6M8N5Rq8gMl9tyLqBJodJLgMpRWwuufTGYpUm6mdJ3ROPtlK00JM3EbhGmOf352+xE25C7UC",
+	"q+PJhbTv0gGtOuPCfEgXtB9Xj9iqArqIh7YSiU+l2xgBDUHhWwKgfy1Kt9WimdC9EkckxqAI+6+ZzJXL",
+	"IIaUYSuP64xDkWq0uOgjEoPJJfZeyVql2MAZiTNgyascYijt+PbMIY4eLTfvW9fc4lZwjaWaeuasVeIt",
+	"C1SuV1EaBcGjYQncsaiWFoG7xVTr2Nf60gNyfAHIUXQgw8BrJCrYf34nWn2fBR2bzchPfI5q3RLuZTp3",
+	"aOBxs6Do7juqWp17o7EIzOZ29/lmOzyhGb/c/WRuVXNwe5HIRjSXeZb+mMnk0rWfbCvcWztR+DsCiivp",
+	"EDbuwZ49RUOCHZn45kYMd9h6QbRZy7nCG7150wR3YH6SzUd+yny3zdqp08WiMefaKm8p14aLxBQu2KBf",
+	"Erb8KkvRJHRBuvvRcDjsHflIWOMdI/Z3DAaMuNZCL6xDvxkAKv7CLeCwOxS0uc2lsVx+wVRR0A7zPcSq",
+	"Wspud/9bBfpvWWvoq/bWRh0lly1d26BfG8ZeQEP1NTqAQBRhVAr+uPFFtfSavR+cvo5TGuUth7prhMDB",
+	"tTvGLWShqWFuiYi3wiEllw+cP/bzYhJv73YToctYgu9cEQ6tzkDUAF6MJGrQmjC2wXNPllBAFoGziT+5",
+	"gBYr4jlK6I4mcJYHSVQJXayHnlVbicIwjSJemZZR43C77XW78x0yVRid37oj651Urm5GgHXIhwSsJFfc",
+	"rN7akV1WMaOKqePch4KtgY2v4QO5QKTrNKvjp69evD4/e/PLs9dxD91O4F44PnmB/pb498XlOfp/eIpO",
+	"H/cT7bnOD+RK6sFWgSPCcsrDsmpI59MnaEg8ketLLI2JaPqGEKm+YYIKg3Uswf7MEzYgT3Jt5Jwp/xdN",
+	"qL6E6FTst09SycV0LKxaHpFxZ05XGHsi1XTP3vceoI1eWJbwuhTvXWjKKyvW/m3cId3Y6lxk72p/D9M6",
+	"vAPIHhDkWxTZC8zFsrjcVFywkVgKDwVfjXX9QUktRQs5cdWXj09eDMZiLM7sD5+/7PUnmpuZVNxgDdtE",
+	"CqNogv05yM/SW+YhtXhCE9QzLH3NNOFiLGJ4Imi2Z6+BLvgeXXDU3KZMWLhgKYbQQYivAKVUrQpPIYci",
+	"tBx8+14nGAtu/Hlzq9jSZMawa5xIM6ZgM//1X+QJNGHAM7DbYMJwjKmwLzyDeeK9q/3YQSiXghh6yTSJ",
+	"j3HXf8AfR+RHACkXRglQ7GAvIqhdgf0BoNvetWBETkZ2kj48+Z//qaLA//wP6TJxxZUUcNRXVHEoQdqA",
+	"GV5wwIO2ag2B9JxU4klBadzIaX7QkYEKOgWNN6MCNy/VVAdJPKDnw+6dRkm8ljwgvzpTTdNKKvW4LJZa",
+	"cOHarjwd2L1SYbdaorDdJyDxYDCIexFxARvIv0oIt8vb+yjV9JMFjv4lW+l4QF4YWBjLpJiCpwmOVWGw",
+	"p3caQ9SfHhGf/NQtsp/iEHd82pMdsbue+vQAabGOEFUiu3YdFW5WxB/s10kxE60IPY3skN5n6z3kqGy7",
+	"P4ZeuB68XuZZdRsSrWqWmB5A8zFUModa7FZEuhRyKRzA+b4dh8P9I0IRW4B+eqsbQI89JyCwHtLHQjCW",
+	"6uDzh0eOAvfh7ZQomRuGrUxSL3NgYACe2SVbYaElOofWImIskFFglfbi1SiY5BC284wmswDpfC15yPx1",
+	"91cE97s7RnnVXqMhYAwYi/hD3zMzXLKOSReqwwtfZ3tuYZQJS/jcQS6oMkhwSokicuhQJwZcE0ugULhw",
+	"DQ1KGybpHp+8GAs8hSqLk6oCPEdVdDo9Pnt2/vLFqxdnceRd2OTRcCx8ABGhLroYZnQd4nqjsvO8M4iY",
+	"8mAPHjusOmVGrfrHE8NUjCwDWuC5GtoWrco7t1i0IvEpNQzCXPrw3zgK/3TqTRJgeBuLyiPNTEy6LhK6",
+	"V6bcwqk+IKksSLEUV/bUpNBIFl2CscMqvZBCg7vOu9mhHV03fiKFYcL0z1YLNoIwN0fB9/6lpYh7A/IO",
+	"kcHiFXSNw+D9gn9cyHQFAypmIdMD8uFwOCrqinNNNM+YMNmK8KmQypEzqy+FCyAqz9Ah66hnyTXAnAys",
+	"g8KUUXAORQV+oN3eLYldCyjYqGGzGP0Qzgc2TJSuLQWrb96i1QroyV/gt3O/WtE0fPdDf7lc9q0k2c9V",
+	"xkQiU5bGpAsm8DjJVUb6aUw0EynGogLZXRl3EQuqnCXdrjJyhbzBsG7H7A3IcdCPIeUUlhH0ZHABEYQc",
+	"7j9C2+3YlULBVk+VE57n9s7Y2k1j9sZ4PO4Y9sHsLTLKhf017sRwVVAMBRfcWpFFk27lYNxzPLyeUz9i",
+	"u3rgE1yTm5c1IShdHA6HUCtJo8PBXidwNUR5LkiMlV9K6+XxyQvgRmquR/aIuTNXYq1gM0P3Otz6xzH2",
+	"ScRjrHdmxJZaroEivuIP15FHRNuIoPk7gnSXCK13YFIddz7FUcNMCNW/PXw/SKQ2G+aB/pegqNihILxm",
+	"bTAUsxsG4UCziiPwMdwOr+2AR77zJOI4yDHUFajqxpVZ7BvjTjxCDwYCk2U6wK3wJ/JNxERfmyLjArAB",
+	"O19l+VzY8zE06KaEQ/QACLH+iBVH7L3PaWYRhKWQDiVwfC4WuTmyvDpk6Bc0DX1j9vlDj4mWKWYUDbie",
+	"j3dLZck+NopDUceCC0GlcVdJtWdHO4QtTmQuUrjRUloEdtnGtFNCsSWokE4YmFFY3SPX8dPMXDCYHVTn",
+	"ycwqMjOZkm58nGVyGTvox94wWIYRFvQYBuApoZklgivCPtgXj8jh/sPiTh0WGilJRtWUHQEJCQmo3ZUP",
+	"CrFXd0QODw4KIcjzAKDOF4rRSw1CCgkTnoGmoxAD1NtpYj7WzTNPaHRzBHy27G9Auq6oRM8OKlXJoEux",
+	"wUkkeKyeYfSOyCO8Yq9IkoQKIYE4YA9ZO3bZOw971RYd67DpqpSYiZRU7LsgIqPVeJLx6cwcAdqFcgHR",
+	"dKWd41RCdNHK0vGCYhdFWhQ3gexgYfxFChOBbhGBYhFVZGfU/3yPIGV5ILTAc+V8sS8evkRNAnwh3qUG",
+	"mlUIcGqnW+iiH10goitE18Y+quWkZd0Z562Enb0ESEWWN+XCKiojEv8NLvGv+4PB/nA4jEnXy2v7w2EP",
+	"2dnfMC7jrzFIAKIQLu1SfM8UaO7wQJM4COQA5ZEnM+A0Is+yeL0dBHqUsRpXaKg4PnnRiTpXTGkXQzYY",
+	"DoZg2F4wQRe8M+o8HAwHD7HW3AzMNHsz6Pj4B3gpm0Jfj51YeDAchi2TsX8xQOBiQJwzQcgAOgcdmBhh",
+	"+0XaGbnmkn9gHgYId7CEg+EQ7KPI8iEqpcbo7d/QaLXNpOX6V4Jhp6EebGXVFctVZ/Tb+6ij8/mcqhU0",
+	"77pigmltT5pOteu0jJvRnff2070gWazx6HyFXcfFT5S0hJDllpV/MKDLaYhLJ2jSWz8xN8L2EysFoOpZ",
+	"1eMOGo/F7WPzgQSrnxeraj0aoN+7AhUT5MT1/gTkwXpsKJ+7PtwRkMYiWDfy6mWtm+gDjR0P10/yFBf0",
+	"RUAP5oY6iI+GDz/DfK+hyxxNV0fOBKJ97LQXOFMo5LHpuu2a+TYEuNrfc4aJPTRMtF6481wArY5/frZm",
+	"4qkOE4f6lILCzSlEG13A78FYvAYzhVmzIyNtrF49Npd3Jd6B9rme5Lq1sFL5inPr/T3HiL6tr2MPe/f6",
+	"+2ZwaxqieM/XosdVW6A53OkrmvryXPDJ/vZP3glnxv0DyxEfInBu/ugnqS54mjLwLR8ePN7+xXE656Kw",
+	"DzCsmFQC2o8VyxY0PPP3HoBeUUXIwx2WGRp9hK7BTV3TL0GWAQkrtipJXNrVYyRgRXcBvbDSopDLor9A",
+	"4dIC6wY6Z6De1IRoGXiY5oQat17wmkSEGjnnVqBZQWtEV2tpQbVmGkLIxoJPotpn7QUQYxC9/oL1ynzC",
+	"Psb1HBHq3GAuIWCtD+8Adz4iwxij137PIWUB7C+vnaGvUBgKBcebTVGtQDm5NLjGUk1jUDZC7BsLQL/e",
+	"gMT23IqjlZjj6VJUFJtyDRWFvQXM/q/p5bGgcAF9PB8s0gbC6AKtxXGtyFq8qX0xptw09i9G+5ivWjgi",
+	"GMPX3tUY+10WRkk5LyMxgjpu/V/silxCExfaMJqS7otnZz+NRaroxPQ5M5O+8370g730L9mqjx9ic02U",
+	"SYsLoiTlkwlTTJjCNEi69qgi50T0nV4VAI1PBVk7fGfeJlzbcbTMrljaC0yHB42H4FxCZcRaypxq4pgL",
+	"wiTNQEcakbIPXGCULDvAjQUNJQG4i+bWb+uvYQho7Ms8jEWYAPCrf4pHOSBQhAMFC9CaCskiLOEaF1W4",
+	"47Fw2xqR2IrP1e5zccqmiqYFwEQEU4Ti4jBA3rd6JRd9L3aixViRbv3zXkRizOQrd/po+LCJmT1x5dWu",
+	"x8SqJQafY5YLsieAoB9lurozwQSWWDCjqnfZlRm+NyHMzQ3B7g2S0bFrQtyFaFXjwwguWEJzzSohlQDb",
+	"EDWNIARLXYewtgW5j/YavvgUdWrG9W2D1F+vjHAaRljuNkr5SW0kzcx1RrGvwyn/iUWU4eH2L15L85PM",
+	"BU6xv8MUJ3SVSZqeSfmSKiz9cLj/aJf96HyxgFYqr1jK6ZlVz0CQOtiAAqFNendU8AXKmxUE4GhBZYeo",
+	"QAKsgDTybuqgR7I0YCX29iTs8tzd1NzZldj3Vl7XfwANgGCuKgWusO9gb+SNDHYHljCjbyD2RT9hNGcl",
+	"J0wYhQHohWBn11TpqCtSbCcdoDcqsWD5xOY2R7DMvjNCVmsP25NC+QEEsq7lAlwUkoaz1GNIR89xajDb",
+	"eWbtzWcj0s6r3dvI9qvSCqzS0JXVb6XyhTh8djHmH1Mi2BJWi9KW/eVmtZyklNc/B6V9CpR1ZCVZkOB4",
+	"2AIWd+jttWVJUgXD+WRZ1zF+RCBR3/JYFx4LpbzAygZWynOQcIqaXsg1A6L9NRHbqBOYbLd+HbwKV7TZ",
+	"/HDnZKbUf9CObWV8lI9Sq22NmuUxX7YL0dQSlLGwcpkuZKTI+3h83nnd6F1YuQcEzgBl4LGo2bsRYAbk",
+	"NXovrWha+n8txvvF0gsfMoHguwZhN76TiioMKBWK3ThdoAaj1vs+6qwFOQRPKyry3oUvgtGsKD918ioY",
+	"0vCyuPAGNZOtgLKB+SUi7ANNTLaCfNpaJBrGZrpwtDVh3XINh9sQLWE/GRWV/d2TrsN3e7kol/XGQqrI",
+	"lzeAd7E4BMSB1gCq67xpUREJg/6qwHcDbXirzpvIwWBqP0CaSktZ3AJfBB7LGjtQzLKBsairZCWVPzw4",
+	"6EWYr17xN5dNXmP0EMcD8owms0KHdzFMYKpYinU992iLsgnqHHpsIAitezgcYhCGvQW7eIeM2vjaEdrC",
+	"P3Vath7sbhvoog0DVw4O3oLxXrIVtruBS9zRUgcI8CMA7P2oJjD2l9RPwgW0sc43DdhShAIAKnpFxXP3",
+	"P7mV8PNL1A1k1QN5GU6FfRluSl2lmrZ7ftBt2GzA5qnlOC3m6zWUsCO9sVNdV+UHsWFnszVmmm82W98J",
+	"AvhWuC1wv6BTUMOxT9ZXb/y2RwF7Db0s9ieUBmtk2FivrKDOrpHKB8gpw/DeDeBFjkXBHrEjb2mBO/Tc",
+	"2kfXgH5lJ8A3ByQGy5gPTkRrsLfvRSSuNKqN7VOssDUWja19jST7pJvQjImUKowu0r1GtgBbfgMOgfvg",
+	"CmXn8J24wf5dTtwmN9u7BfUco6P/7Lgw3AEXnkgxyTjmSn1JK8u2j5251iojz4ThZnVX2I5A5jB3HeMD",
+	"xoJe0Vb20obfpBoCVkptrr8HMLN1HvMzMx657o/qbwD0qBSKK/YjMmdq6oNzQSD2BiLS9d1fqnnvNLWq",
+	"gJH1mtK6h3GVvgisK5EZ/+nR6rrGyzuA0p+ZaQPRFskIW70Ay7qWiIKt5LFjxsKrqfUsZSqmLuTfRXIv",
+	"XImPoJpTmW6Ir1wytnAJUFc0y9mGgIHdUIasta8fi53611OXBuQnhf4yUrBRJVRzRs1YQKw1hl66LIUp",
+	"M5CCAcN7uwQGcOoBOXb/DHN2M0avGKq6EH/3IAhq1IReyKswvcVbaaVyHwbKMjUuV8wldeqxKFLLylST",
+	"0lseOA6bWDiU4rxXDo7FPj+zOreBruHlQJrVV0dl/iOZNyLbzSjjGmsvctq2qJAlsmL2mWJX8tJClWBl",
+	"CklEBFsWGd9lZSVMiNW3pn4N+GxXd7zgv7DVV6OZ4nZ2UU7tVXyTHFq0WR+JHaBIAev3KkBs1pYLv1gR",
+	"DQ85ZiZXAo2tiCxB9LWegRFZZCswpN4HFuHqEPDuiTPi4F9GvQ3nTtv4pPeuOkX3iMRB8WkQ8DDNGk8a",
+	"2y5/Y6h3wlDvUqN1aH8TrG9njnsfL9nqE2J1xpqqlp8CPyzKbHujrvdMuCxZoo1cWF0xYQuD9bldcJ39",
+	"BvzqY5FxXaahOz4LnmbNwI94JS8hN6rgwTBf4eo6xIDC+yATuMmATFTw9bA52tpOAalxsNhv7GodePFY",
+	"bwm8N2ZZ2yWfX9jKcbcGDMlTvjnaHqVGpy1WJcQRWc4k6cbQMinuRRi5Cb85pBDHmPxnH6HbFHMBYyyv",
+	"4dRdil50U+g6UVFO8N4kTtj11yJv2s3sIm5iWQkmXLnvb4i8jsg0rfZ+CzEZYOb+JM913NwxJQbcvHIJ",
+	"Pt6GAO5eiRt5SxOliCyyHPz6GNkA5fWKMZ0pp4v1WV1YPmAuBN33sNADdyWbvS6Jk0UYMS+vmPIVSOB8",
+	"oas1SXMWxJ85k60L9UO2+uTtP8KAhNitV6ppBDuFjeICI5zQz3+OP93M7hfOG2Et1GQVD4ohq96osGBq",
+	"FxtJqVwILqY9X2Pv5pRJqqBGSyuZwrSdN2r6Ld/oK6Eu6wlKruZQU3rSRjITNEO/U4Lj8p37YKf9XE4j",
+	"y7me4MTvYN6vhC0He9qFOVdyzb8x5xajUOWUwoibCuR+SfPQgiktBQjGCRXQVgqYLTKVJbso9oBGJAz1",
+	"HpEY2y3FY6EYTXVRVAx7kxTOGsg+p1ovpUrBuIRR3GBdolilTs8wul1jNR07oMmVYClEbbA55VlRGCPI",
+	"5SrDNx7fn4kqQIp7slMFM3wZY1W4xTaXTgDF/1bBGddF+3+TaI67s19VrvbG9GkLZ977yNONxqyn8Hdd",
+	"aVoNsAZVGgUiNle+sdu9OHZwDXV838XgVFkx1wR3+c3y1AB2eMh3BXbR5woS2ggVwy9Fib8BWEsMz11B",
+	"170ZOIOLbtVtMLBrZy85vl53iHuLPaQB0oWuO9BdxKwzetzSKgD1v3BnY4HSISkqukJcj5Gy12bi/Bn3",
+	"+5UoU7CbXdQovLdvqNyiP009VHgcdn/4HPaGNt3pOE01icFAFwehYEUfIyx0F5ZbgZoIQi5JLgzP7LeG",
+	"ZzHpXqzGwldQs6MEnTGcF8PZ9Kptm3oRkYJUHX3O/zcYiyeuiC/YLauV/TTaW7WvO+ID21Iic+NnhuKC",
+	"ri1GD/PasByzZsxV8+OWkMALR4QbkvGJ0S4RGrr/Gr/FAQFjfxDKCuGDVEsRo27ojLVhMc5qmrWdf+Zi",
+	"9ILj7R4eHIxFURcL8qYVw2xtaB5jJC60154VEMYiRmOrfIoWqcCXf6yIelNmyGFLsQoQr4EI3JPaCGN/",
+	"GYURt9UioAB+QtIW9tLxcPktcOHfPxIQLt45ZbqUGLno54teC3GuVF91QNkm5ex9hP9v1BGfOTUQIczD",
+	"1aiF+qZKLjSBls11UukqGeEwWFpgUwTEEQpR1QgIqbw4BcOE1Xx8OAS5TqU29MiX9GIXtRM38C3SYZdI",
+	"Bzysa0DqPQr/cMutYj/w552lfldrdscky1s4PM5gWV+JcG43s4tsDqf7Da1aRHPjQMKjFP7+kq4MKOtW",
+	"5EwFsm/XZ6/0Co9+4T2fSEVclIHSWNjACsNUhAOgaMwVVCboQhyBz6TqDchJEXSAUrfO5+6LIhvFt2H1",
+	"+V10BZUY2IeEsbDqRzcXGdMFipNKaqn2bY+EJHpm5QPVd8UTkevZYetDjsrisZCj4mrx43rHol3w7m4s",
+	"a1TWNII0Gle1YSzCUkaViUnRmFX/xt8PnGp0f56bM+xtdh+ytx36y4jesKkWyRuh/5tz5luqLVjYXW+/",
+	"61HnFnlk76P9384uHF9AFqhCrfomNlXhqmKacNkIpS1lMBbvsAWU8/u6Ym1OXufCmSQUw/7cDZ2i7s9H",
+	"VFCWXaR0V2r0m1NoB6fQjUD2szmBmq99+Nlo+zfQaXP33BBu7k3Dszd5V/ndXnItA1i94An2DJq4rGds",
+	"9JNxbeoJ0kWrl7U+L90C+iEvDJKkMVEMS39rKH+9bCiO7BZf1ka+c1ILWc33LMN9kczpTWjuU6e/SnT/",
+	"T86dvg9pbG9z1Oube7cJfVXRr7uGvX4Ld91kE6oL+5DFUwf+Lx5+UeXPjUalU7cR7VqUe6aM6SoSXqNZ",
+	"tgpK9CxFo8kpGouEqquqj9UO80Af+cG90UkKhrVPyndIzdhkFSO7LMFYUQk0OHUj7R+gYh/Ez/q+9Fhr",
+	"lv+eM+IqOJea1j0ZYO4xZvbLBctuis0qomPL+/hmg/lP5PqeeDj0vjbp24Xv7320/9uSIj6XV07FQJAs",
+	"GkynNQs51tb1tGJOVwSTyEpagoZnM2NiM4W6P7PLtWJyfSxuLr5iZLwDUH1XnM9NgfWz2V/uO/p2G2n/",
+	"Bj5t9pea1PfnFPW2vxuE47aabeKa8UUXhPNBlZ7Gv723LyEF5iYiWgY0cyyqphwLtSsfOPKjYhTjTdZN",
+	"NtVqc/djdblnwe2LWF02xtQ7q8tXieT/0VaXNby8C1FspqSBDsTtktdLCIgN+vssrb6F3xWVetZCeLtW",
+	"nSud7r2jsaAYPXtb802rTPVGTc/8fnYRrezGvglSzeaPiWm58dDu5/90Q6kKfEEekIIwcez+glwEGsx4",
+	"i4QLzUCIcjXeoOnLjLqsDz3HJuQTKIpDujEspmiKzpNZ7wjCGqFdscAmWVa09iG+t8ghqaeNkDJrBNOK",
+	"oV5VA/Ri4eZ20L1Dc72fo80z554DTjTizGtZXll4bN+QaA2JKuBdhJAHxQtvhkq3iDjLm7qb55nhi4wz",
+	"3+hCZzzlYlqNxepil6WIzLnIDYugX1pEUrrqBTke0RiiqTErA1MtwO+2IjEiZEy6yh4xS6FVDzTQzRjV",
+	"hkBzGxfNBtFlY4EzGykRWX3QGdfQbbMha8TZAimZyzkTJsIElbGI2YcFV0xDEHRXKhIbkxWNxop8FljN",
+	"XGpDvrcb01BRi4kwJwT2x7LJgJyGEnMDX+QT+90M+/UcEVo+kZOCiBWdh2pkC80VSy50kXKyC9PEhrbb",
+	"6RL8PQJ7K3VEqpEuneRrdOkeXJdu+Lfss3fx2UYNXVSyeyuCnCfNzNcnVX/h9P2zmgxwE7q4LtpCTFWr",
+	"QxEDsoICWwFdjrCNWhH4Bb/ABgchCBapoYoXFSuIGBiLWj0vj4LcJZ7pAdla6KoobPXMzuYbXkL1EddL",
+	"LE4pz1bxqJJRN88zCq0TMITM0WIczNIzCH9wmXiwj3dnTyx1g1ZiUBNFqkumiGKJVJYuW2Jvz0IuGNpW",
+	"sYuaGxI6u9xv6S0wjtmru1XJrfv1rtrltRrX6PSbONRknPUASmsJoBU11p7slym/tWQXMykvN1bjfHf6",
+	"0soc0KNEMQIBTkaSbuw+xjYSpUB05GOXeNEO9eT47MlzUp3bVegkz18dP+m/fX588Og7wKCUZfwKev3j",
+	"dHwqXGKXq+jpivNhO0VHJkAN4lNBTa7Kmn+wamJWC6Zh2a4pPdRohuJ+KVP8iqUoDcEYTF2BwSH++7s3",
+	"Z8fnvz778fmbN7+cv3325PTZWXyEwhHk5S44EEUhBbSJsrNzMT0PKkCLPMsw6EtIU+pjqwH5B1N8soKG",
+	"87DZlRUX7e3lBkhreCZyQuJxPhw+TAz8jw3wl6JLCDDDP8Yl5XH7w16c8wVVWDUYMjqtNGQg3c3wOXNE",
+	"O77ah/sLm9C/9Yc5IuavOGEu+AecLLrad3+bMfen+Ihg60Yis5TEJh5gr320dvoWzAlNZgw6pXbjJ/bf",
+	"/SdSGCWzERGyD4Wl4t59WEV/ZuZXB+r3SCP9FC1U0uGLFafsNetag/bKgTTkrGdLCz9xcVD283JdFso7",
+	"o442Ctr1fnWtze9IN0URwt+Ed6M65HWoE9Bm96L+rEVY3aT9khK20mfMBKLGsPkCqLL7Bus8hnUIkILX",
+	"iylXqaQrnWoJftcHtCSKpUwYTjPop/O7lTQc5fbTinx+wRTpTijPrISIfwbyDZXgFPeZuRc0uZSTSURy",
+	"yO4/GLqRFEsYR8L7/OzshGB7WdIFCopWK6gUi9SEpWUSGDb6wxex2a7Ok4Rp3buvQs4OyZ+Wl/OVxM9V",
+	"N7ZTN5GCffk7/yYDNpMdT3CKA6sWev6SZGbPMAyfu+uszrdQ9s0SIi8pDuxUsSc4YdmVqiwJdikn+GX8",
+	"kqHJy4pr7vS6jaJK7Mxp3sO6RMV1sWCCpaMaoRkLJDKQ+7icrYiQXlhJ6JwNyHHxMoqa2MfdCTJU+Baj",
+	"Eyioaemc655tKlJP0Uc8BrrEUpbG2FsUhVErRgLKslAztcujaaqY1uA0HhFKMikXln5CCucVNRDon3Fx",
+	"2c9kQjNiqJoyV00Ae2gHmahjYSdSudBuNVXx9vjlyze/np+cvvjH8dmzvxqVM5dnG+cqO19SJVB99QIs",
+	"ynb2Nt1lumPxCnXkfiHpdy3gfABmiANHrqAMT0FiHrpDcYwFbe2V6uil2oHA1BtASkMhloNFEOXyAune",
+	"nb4s2u6jgG+fNkv4FiyhgKo9pvtgIRYrHKU9s4h3/wTdTtPesbu4SH8tD7Tr4P310fKDDUfrmt3/5XpH",
+	"fIJfbeqEuxMwVgXQo6Jj4pI6zfWumJEFP4jnLlC3QoeXhZJ0bdbUwGBknqX9i0wm7QaGX2eSYB9m2C50",
+	"gpzlyozATOn8MD4zP2NXLIsIB2ujSOWyFzaQnNErZnmEsDTH+VNLEZgsZzxDmwQFshLrGU3lEi10lsTF",
+	"ZC5T8PIsyZyK1Vh4p6zwrQUIlFnmpUVRR+g8cW+CVH1UUgPoaqDtVsYipStkKgvI7SY8ZfOFtKCIX1tq",
+	"53Nkod4SeWJ/WWwEw+zM58qiA4ULQi+gzAFBp47fKy7lKLRzLpjSvuyIK68ARqeIaAki/4roXF1xKNF1",
+	"ylLgIdpQZQbk2LmH9qPhcEhS6NWdGKKgsJdi5JItsNe/a0w2Fs4O28VyaFMumGXwv9o7+tHCwhO6iHuj",
+	"4IYmuQKPtKusYEf1B8HF2Er+0BhCThAASAxVCeJSR/HwwaGsjwcN4F+JZf9p6UAbCx/FhVejDRRcoIm5",
+	"jrn63o3B5Wn9eS3C5RpPGfZfaCaCCLXfNIMGYgwUCFsPUSXcSf3ZzMVWyt5Wzwh90vbNnUsZNWekncBk",
+	"X4lGbTezixoNJ/xnR5C7SjBbuBv28Iy/AU639TnI6KaibOTYc5DMzuML9CDDJXQsCjnCc4gF5eqIxAsp",
+	"syrRj90PV+HSldDBz51dy8ykLuIafHEdiHFwBXaA/fgKO16GKVm8r3fB0qBikSvZ6YK/1FQ/CNgktNcG",
+	"RukdpYoVuh6wmpYG1niCFhjvKZzBDv1lkrlgUy18x97av1U1nf+4zgULBMk6JQj5zt5H+79P1+4M1Jh/",
+	"UqDAPdL7TdD4TQZqyz9pgYRry74ZFXdVtoNewN/cK5eMLVx0yxXNciu3NyeSlFU8jkg87jhuMO6MwB1c",
+	"JpRAxIrrO9euUAzIS7lkCkuXojYMBT3QtulUW23VUt/OzqnBvupSWR8adRmuyoqTUGJ1gWP7jnvgCS8L",
+	"wwW7lMqv12ndwWj2IYY9YhSfnzWq1x2xOnW98EhzCss9s6svksKyiT74FJavkk78R6ew7M7lrpGZwk1r",
+	"FsoR2ZpzMmhJJrEA+i2b5G6zSZzysDGVZKdkEc1MSOij0qIZ5CQEiR5BOX1o+jgWLjgbI8PT69W3duLT",
+	"t4SNr9A7vSOI3kYWu7csDPwS3H4V5KDGPXJOg2vmY4xFWIv+3yEfo3aJ1WQM6MPYlMloRbKgSvCFNDOX",
+	"hGbfyacupLCSqrExP2MsWknISb5OQv6jciuqWRVfLVX606RWFLQBTeo1QSygbU4Ws2qguoKbB9hoNkg+",
+	"l1YhjLGxd+yaaYS9gkrNLCrzKbA/esoSbgkPeJyyFUS3jAV1HkDoyatNOXaXZpnVrbw7WF4xFZI1dB2g",
+	"NXNEDob7LuAanYXFZkDZOzx4jME0lIQ+UktPM0t1C42MPGeZc3iitXIsoKyBLiiq745UWYnLD8HvUuka",
+	"JdVWAlHXmtljT0ckkfM5N1Y57cYnb96ekfolQNvJPXwt7kVEMUuo4f2nz14+O3sW96KxkMoRyYxNDOZw",
+	"LCw5D0luRNysrskRiaU4h+ermHRjN0VYiNM1bg9LzcM5xm4Rcc/T+gPngdWhfxeCWpyHN1mdXzI7j/OT",
+	"RuTgENiYLgtzojlCQQW28rjg4H0UPdgZVhDKpHIWr90cmUsFaXf2fmlWBuXM2fwCyud4Q0OjjxLAwWfO",
+	"Yd1RlkkxRYu4VNO43bh8Wq75nsh6MENBAz+vrTncYwOBt1jzTXG/O8X9c8XpvA5CbWYsc4GCzh7mUGit",
+	"tUIRwhPguMtEpS4MhJR+GUpSPpkwiCFwuGFRqWR3d9N71OJve6DXUyT60LG7hd1gHM0Fq8YfzQCwK6kK",
+	"p8yoVf94YphqW5V7ey98FVb1CMH2c10vhrO4OmI0mWH2Ca1QWReiNaE8gxigHinzIuGhlf/nVKz87aFK",
+	"mfHpzAzWKsdBVJfjgxdsIhUrYnHCTqb2Clrd+O5pk2CytRXzKfIn6MxuOXnw8QhZNt4t12TKr5jAHltV",
+	"fWlAjseiCFVyHK+RV7knWPcIrhma7M1BRIBoGOSyo7E4HD4mgs7t3KBUGGpYcystGLTOU+5JaN9C1t1i",
+	"PGn/Ny7qGGz0LcpCnRIdN3/6lqkrnrB3gl5RnlkUqntxMHYsRCoLVdeG9w12sHBsF+p2yVYPwE8+IrEF",
+	"9TgicSFT2h9eXsTIK2f3iiNXgsAi6IRPc8X0gPzCFsZlkKR0RShAMjfOWGZFO2xV6bTowq8xPGyxlv05",
+	"wLd2cn9qKL4bUDyuCtA+w8sSmxuA4/VsXsFlvEjLCKo2leb6WRf1CVqDZjB0NM4B+O0hWFJfaK2kT/BJ",
+	"A+mPvBsUI1WURiNRzTZ3kSeXvogosrols4yOXjKBxqwudS8VHWBc9WSI+HfDcI1KG82kYL1BsWBoZFDI",
+	"JUFkrOW7eZZhdKllqWPhMzww4hNj6FDQia2+fI6nDwQB+sOCEu28qZWIXLyUshNkyeYcP0NtDBNr4XxD",
+	"xavkfp4pAvsbC8f/yK7s7wlMdv8alZ/nGsrUZyNbTzwV/48sv9zMqb+IMnY3NBl3URMQCssD0g+L+deX",
+	"j+00LMkVNyugnxeMKqaOczPrjH57bwkkJlkgda05LyFvynfv7rqEoOdnZyfnx0+fnsY9q/XkKuuMOjNj",
+	"FqO9vf2D7wfDwXCwP/ph+MMQ6K9bb31siGMlXcOZ0j1ykYsUokIwTJCCqpEr5jIOfND9QsqMJBnVmHPg",
+	"w0PIG++dkyJb2UUJOmedkXMlf4rWG0dMMYwey5UK6E9PoMaK8wdgqIidZE5XxHf8C2IZg1mkmrZMQo5P",
+	"XlghTNcKKxA9g8p1ImHgz4AAPKipajdg9RKqZ/CekVDVuZiLLnjfDtgwHzRdtUcKPYt1j9DUWxuNdBat",
+	"9QbuNCx1Q9FlOiBotEodw8CGwBerih8jWJTrNLu+pBMmFxmE/GDOmGWcmDGwZBdl5SlD4j33Yy+GhaBD",
+	"dhrM4Z73sabl+lSY6O0Ka7iQ4SgoixmBMU+qSn/zarZ3eMx5yk3DLNAjFsyKtcq16/0P8LQLiBZpgUgu",
+	"CNfVFuLKN9woZsfWKeuzn7a2nljv11D28ixXGUzRdowWTGfSkAU1swF5CtZ4TZYzBqI9BXiy01rJAlBj",
+	"KgmdMZqGXJ+HR4mUaH2mtVpLEMGL1t9qvbiidSkBv2E18L+yJ6jAszbTj9WueWDWwfJFXamIyoWAmK3q",
+	"uOF9+FyB5uOqJIZFDeUSilz8TE5Lr0A9NTyYr0gpW5/wOKULqOzknTO6PDeQpxzgZxB3QoooNJSxQhgr",
+	"XHFrczxnNDOziFihlAvmiO2JknMLBXkR5z0gryWxAgIThq9BWCGzaSvn//8BAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

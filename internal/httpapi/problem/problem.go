@@ -45,6 +45,7 @@ var table = [...]kind{
 	derrors.Unavailable:          {http.StatusServiceUnavailable, "a dependency is unavailable; retry shortly"},
 	derrors.Overloaded:           {http.StatusServiceUnavailable, "too many requests in flight; retry shortly"},
 	derrors.Canceled:             {499, "the client went away"}, // never written
+	derrors.Conflict:             {http.StatusConflict, "the object's state does not allow this"},
 }
 
 // Status returns the HTTP status of an error's kind.

@@ -47,7 +47,9 @@
 -- (values read just before: the script runs alone), and a TTL is looked at only for a
 -- new field. Counters are at most 2^53, exact as doubles.
 
-local idem = KEYS[3]
+-- reserve.lua replaces the next line, defining reserve, for a reservation (see there);
+-- argc is the ARGV that belong to the check.
+local reserve, idem, argc = false, KEYS[3], #ARGV
 if idem then
   -- Stored: '#', the fingerprint of the first request, its decision. The same key with
   -- another request is refused ('C'), counting nothing. A value stored before
@@ -55,14 +57,14 @@ if idem then
   local first = redis.call('GET', idem)
   if first then
     if string.byte(first) ~= 35 then return 'R' .. first end
-    local fp = ARGV[#ARGV - 1]
+    local fp = ARGV[argc - 1]
     if string.sub(first, 2, #fp + 1) ~= fp then return 'C' end
     return 'R' .. string.sub(first, #fp + 2)
   end
 end
 
 local floor, fmt = math.floor, string.format
-local packed = ARGV[#ARGV]
+local packed = ARGV[argc]
 local a = {struct.unpack('<' .. string.rep('d', #packed / 8), packed)}
 local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 
@@ -168,6 +170,8 @@ if cost > 0 and status ~= 3 then
   end
 end
 
+if reserve then return reserve(a, status, retry, blocked, out, last, add) end
+
 if not idem then
   out[1], out[2], out[3] = status, retry, blocked
   for i = 4, last do out[i] = out[i] + add end
@@ -188,5 +192,5 @@ for r = 4, last do
   label, q = label + 1, q + 3
 end
 local reply = table.concat(rows, ';')
-redis.call('SET', idem, '#' .. ARGV[#ARGV - 1] .. reply, 'EX', ARGV[1 + nl + 2 * nw])
+redis.call('SET', idem, '#' .. ARGV[argc - 1] .. reply, 'EX', ARGV[1 + nl + 2 * nw])
 return reply

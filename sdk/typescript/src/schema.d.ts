@@ -570,6 +570,93 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/reservations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Reserve units before the work
+         * @description Holds `amount` units of `metric` at the org, team and user, decided exactly like
+         *     a check of cost `amount` (all or nothing over every level and window): 201 with
+         *     the reservation, or 429 like a denied check, holding nothing. Held units count
+         *     against every limit of every level as used units do until the reservation is
+         *     settled: committed (`POST /v1/reservations/{id}/commit`), released (`DELETE`),
+         *     or, when left open past `expires_at`, settled by its `on_expiry` (`commit` the
+         *     whole amount, the default, or `release`) within 2 seconds. A repeated
+         *     `idempotency_key` (per org, 24 hours) answers the first reservation again with
+         *     `replayed: true`, holding nothing more; a denial is not remembered.
+         *     Needs an org key with the `check` scope that belongs to `org`.
+         */
+        post: operations["createReservation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/reservations/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        /**
+         * A reservation and its state
+         * @description The reservation of the key's org: `held`, `committed`, `released` or `expired`,
+         *     with its figures. Kept for a day after it expires. Another org's answers 404.
+         */
+        get: operations["getReservation"];
+        put?: never;
+        post?: never;
+        /**
+         * Give a reservation back
+         * @description Releases a held reservation: everything is given back at every level. A
+         *     repeated release answers the first release again. After a commit or an expiry:
+         *     409 naming the state.
+         */
+        delete: operations["releaseReservation"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/reservations/{id}/commit": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Settle a reservation with the units used
+         * @description Counts `used` and gives `amount - used` back at every level, in the counters and
+         *     sliding-window buckets the units were taken from (a bucket already out of its
+         *     window is left alone). `used` above `amount` is counted in full (the work
+         *     happened) and reported as `over_reserved`, even over a limit. A repeated commit
+         *     answers the first commit again and counts nothing more. After a release or an
+         *     expiry: 409 naming the state.
+         */
+        post: operations["commitReservation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/usage": {
         parameters: {
             query?: never;
@@ -1312,6 +1399,91 @@ export interface components {
          *       "org": "acme",
          *       "team": "eng",
          *       "user": "alice",
+         *       "metric": "tokens",
+         *       "amount": 4000,
+         *       "ttl_seconds": 120
+         *     }
+         */
+        ReservationRequest: {
+            org: components["schemas"]["Id"];
+            team?: components["schemas"]["Id"];
+            user?: components["schemas"]["Id"];
+            /** @default requests */
+            metric: components["schemas"]["Id"];
+            /**
+             * Format: int64
+             * @description Units to hold, as the cost of a check.
+             */
+            amount: number;
+            /**
+             * Format: int64
+             * @description Seconds until the reservation expires and its `on_expiry` settles it.
+             * @default 60
+             */
+            ttl_seconds: number;
+            on_expiry?: components["schemas"]["OnExpiry"];
+            idempotency_key?: components["schemas"]["IdempotencyKey"];
+        };
+        /**
+         * @description What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
+         * @default commit
+         * @enum {string}
+         */
+        OnExpiry: "commit" | "release";
+        /** @enum {string} */
+        ReservationState: "held" | "committed" | "released" | "expired";
+        /**
+         * @example {
+         *       "used": 1234
+         *     }
+         */
+        CommitRequest: {
+            /**
+             * Format: int64
+             * @description Units the work used; above the amount, counted in full and reported as `over_reserved`.
+             */
+            used: number;
+        };
+        Reservation: {
+            /** @example r_3kTMd9Vq0xYbWc1L7hPz2A */
+            id: string;
+            state: components["schemas"]["ReservationState"];
+            org: string;
+            team?: string;
+            user?: string;
+            metric: string;
+            /** Format: int64 */
+            amount: number;
+            /** Format: date-time */
+            expires_at: string;
+            on_expiry: components["schemas"]["OnExpiry"];
+            /**
+             * Format: int64
+             * @description Set once settled; the units counted.
+             */
+            used?: number;
+            /**
+             * Format: int64
+             * @description Set once settled; the units given back.
+             */
+            released?: number;
+            /**
+             * Format: int64
+             * @description Set once settled; units used beyond the amount (counted in full).
+             */
+            over_reserved?: number;
+            /** Format: date-time */
+            settled_at?: string;
+            /** @description When just reserved, each level and window with a limit, as a check shows them. */
+            levels?: components["schemas"]["LevelStatus"][];
+            /** @description The reservation an earlier request with the same idempotency key made. */
+            replayed?: boolean;
+        };
+        /**
+         * @example {
+         *       "org": "acme",
+         *       "team": "eng",
+         *       "user": "alice",
          *       "metric": "requests",
          *       "cost": 1
          *     }
@@ -1443,7 +1615,8 @@ export interface components {
             limit: number;
             /**
              * Format: int64
-             * @description Used in the window now (for `month`, in the period).
+             * @description Counted against the limit in the window now (for `month`, in the period):
+             *     used units and units held by open reservations alike.
              */
             used: number;
             /** Format: int64 */
@@ -1461,9 +1634,14 @@ export interface components {
             team?: string;
             /**
              * Format: int64
-             * @description Units used in the period.
+             * @description Units used in the period (committed; reservations still held are in `reserved`).
              */
             used: number;
+            /**
+             * Format: int64
+             * @description Units held by open reservations; they count against the limits as used units do.
+             */
+            reserved: number;
             /** @description The level's effective limits of this metric with their use. */
             limits: components["schemas"]["WindowUsage"][];
         };
@@ -1824,6 +2002,15 @@ export interface components {
                 "application/problem+json": components["schemas"]["Problem"];
             };
         };
+        /** @description The reservation was already settled otherwise; `detail` names its state (committed, released or expired). */
+        ReservationSettled: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/problem+json": components["schemas"]["Problem"];
+            };
+        };
         /** @description The service cannot decide now (e.g. Redis down under a `closed` plan). */
         ServiceUnavailable: {
             headers: {
@@ -1852,6 +2039,8 @@ export interface components {
          *     the header and the field with different keys is refused (400).
          */
         IdempotencyKeyHeader: string;
+        /** @description Reservation id. */
+        ReservationId: string;
         /** @description Plan id. */
         PlanPath: components["schemas"]["Id"];
         /** @description Org id. */
@@ -3048,6 +3237,157 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+        };
+    };
+    createReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ReservationRequest"];
+            };
+        };
+        responses: {
+            /** @description Held. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /**
+             * @description Nothing was held: the metric is not one the org knows, or the idempotency
+             *     key was first used with a different request.
+             */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description Denied as a check of cost `amount` would be; nothing was held. */
+            429: {
+                headers: {
+                    "Retry-After": components["headers"]["Retry-After"];
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CheckResult"];
+                };
+            };
+            /** @description Redis is unreachable (a reservation has no fail mode) or the org has too many requests in flight. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    getReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The reservation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    releaseReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Released. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["ReservationSettled"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    commitReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CommitRequest"];
+            };
+        };
+        responses: {
+            /** @description Committed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["ReservationSettled"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getUsage: {

@@ -81,7 +81,7 @@ export function Overview({ session }: PageProps) {
                 const lim = o.effective_limits.find((l) => l.metric === mu.metric && l.window === 'month')?.limit;
                 return (
                   <div class="panel" data-testid={`history-${mu.metric}`}><h3>{mu.metric}</h3>
-                    <p class="muted small">{formatNumber(mu.org.used)} used so far{lim !== undefined ? ` of ${formatNumber(lim)} this month` : ''}.
+                    <p class="muted small">{formatNumber(mu.org.used)} used so far{(mu.org.reserved ?? 0) > 0 ? `, ${formatNumber(mu.org.reserved ?? 0)} reserved` : ''}{lim !== undefined ? ` of ${formatNumber(lim)} this month` : ''}.
                       {s.actual.length > 0 && <> The line is the org's total at the end of each day, and today's so far ({mu.daily!.length} {mu.daily!.length === 1 ? 'day' : 'days'} with usage recorded){s.projected.length > 0 ? '; the dashed line is a projection at the average pace so far' : ''}.</>}</p>
                     {s.actual.length === 0
                       ? <Empty>No daily history yet: the worker records the org's total at the end of each day as it saves usage.</Empty>
@@ -135,8 +135,8 @@ function TopList({ usage, kind }: { usage: Usage; kind: 'teams' | 'users' }) {
   if (rows.length === 0) return <Empty>No {kind === 'teams' ? 'team' : 'user'} has used anything this period.</Empty>;
   return (
     <div class="table-wrap"><table data-testid={`top-${kind}`}>
-      <thead><tr><th scope="col">{kind === 'teams' ? 'Team' : 'User'}</th><th scope="col">Metric</th><th scope="col" class="num">Used</th></tr></thead>
-      <tbody>{rows.map((r) => <tr><td>{r.id}{r.team ? <span class="muted"> ({r.team})</span> : null}</td><td>{r.metric}</td><td class="num">{formatNumber(r.used)}</td></tr>)}</tbody>
+      <thead><tr><th scope="col">{kind === 'teams' ? 'Team' : 'User'}</th><th scope="col">Metric</th><th scope="col" class="num">Used</th><th scope="col" class="num">Reserved</th></tr></thead>
+      <tbody>{rows.map((r) => <tr><td>{r.id}{r.team ? <span class="muted"> ({r.team})</span> : null}</td><td>{r.metric}</td><td class="num">{formatNumber(r.used)}</td><td class="num">{formatNumber(r.reserved ?? 0)}</td></tr>)}</tbody>
     </table></div>
   );
 }

@@ -1,0 +1,61 @@
+-- reserve.lua: a reservation is a check that holds its cost (see ../KEYS.md). This is
+-- not a script of its own: the engine makes the reserve script from check.lua by putting
+-- this fragment in place of check.lua's line "local reserve, idem, argc = ...", so the
+-- decision (all or nothing over every limit of every level) is check.lua's own code and
+-- never a copy. check.lua counts the cost as it counts a check's, then calls reserve,
+-- which records what it held and where, and answers instead of check.lua.
+--
+-- KEYS[1] month counters, KEYS[2] dirty set (as check.lua)
+-- KEYS[3] the reservation   <p>:{<org>}|r|<id>         hash (fields below)
+-- KEYS[4] open reservations <p>:{<org>}|x              sorted set: id by expires_at (ms)
+-- KEYS[5] held units        <p>:{<org>}|h|<period>     hash: counter field -> units held
+-- KEYS[6] changed           <p>:{<org>}|rd             set: ids changed since the last drain
+-- KEYS[7] idempotency       <p>:{<org>}|i|<key>        optional
+-- ARGV: check.lua's (with an idempotency key: its TTL and the fingerprint, no labels),
+--   then five of the reservation: id, on_expiry (commit|release), expires_at (ms), the
+--   record's expiry (unix s), the period id.
+--
+-- Reply: the id (empty when denied: nothing held), ';', then check.lua's packed decision.
+-- With an idempotency key, an admitted reservation's reply is stored under it (a denial is
+-- not: a retry later may fit), and a repeat answers 'R' and the stored reply.
+--
+-- The record: s state (held, committed, released, expired), a amount, e expires_at (ms),
+-- x on_expiry, p period, m month key, d dirty key, h held key, c created (ms), nl and
+-- f1..f<nl> the counter fields, nw and per charged sliding window i: bp<i> its bucket
+-- keys' prefix, bn<i> the bucket number charged, bm<i> the window's length (ms). settle.lua
+-- adds u used, g given back, o over-reserved, t settled at (ms) and r its answer.
+local idem, argc = KEYS[7], #ARGV - 5
+local function reserve(a, status, retry, blocked, out, last, add)
+  local fmt = string.format
+  local id = ARGV[argc + 1]
+  if status ~= 3 then
+    local nl, nw, now = a[6], a[7], a[3]
+    local amount = fmt('%d', a[1])
+    local rec = {'s', 'held', 'a', amount, 'e', ARGV[argc + 3], 'x', ARGV[argc + 2], 'p', ARGV[argc + 5],
+      'm', KEYS[1], 'd', KEYS[2], 'h', KEYS[5], 'c', fmt('%d', now), 'nl', nl, 'nw', nw}
+    for l = 1, nl do
+      rec[#rec + 1], rec[#rec + 2] = 'f' .. l, ARGV[l]
+      redis.call('HINCRBY', KEYS[5], ARGV[l], amount)
+    end
+    for i = 1, nw do
+      local key, ms = ARGV[nl + 2 * i - 1], a[7 + 2 * i]
+      rec[#rec + 1], rec[#rec + 2] = 'bp' .. i, string.match(key, '^(.*|)')
+      rec[#rec + 1], rec[#rec + 2] = 'bn' .. i, fmt('%d', (now - a[8 + 2 * i]) / ms)
+      rec[#rec + 1], rec[#rec + 2] = 'bm' .. i, fmt('%d', ms)
+    end
+    redis.call('HSET', KEYS[3], unpack(rec))
+    redis.call('EXPIREAT', KEYS[3], ARGV[argc + 4])
+    if redis.call('TTL', KEYS[5]) == -1 then redis.call('EXPIREAT', KEYS[5], a[5]) end
+    redis.call('ZADD', KEYS[4], ARGV[argc + 3], id)
+    redis.call('SADD', KEYS[6], id)
+  else
+    id = ''
+  end
+  out[1], out[2], out[3] = status, retry, blocked
+  for i = 4, last do out[i] = out[i] + add end
+  local reply = id .. ';' .. struct.pack('<' .. string.rep('d', last), unpack(out, 1, last))
+  if idem and status ~= 3 then
+    redis.call('SET', idem, '#' .. ARGV[argc - 1] .. reply, 'EX', ARGV[1 + a[6] + 2 * a[7]])
+  end
+  return reply
+end

@@ -1,0 +1,121 @@
+-- settle.lua: settle one reservation (commit, release) or sweep an org's due ones
+-- (expire), atomically; see ../KEYS.md and reserve.lua for the record's fields.
+--
+-- KEYS[1] open reservations <p>:{<org>}|x    KEYS[2] changed ids <p>:{<org>}|rd
+-- KEYS[3] the org's month counters of the current period (for its marker)
+-- KEYS[4] the reservation <p>:{<org>}|r|<id> (commit and release)
+-- ARGV[1] action: commit, release or sweep; ARGV[2] now (ms, the engine's clock);
+-- ARGV[3] used (commit); ARGV[4] the reservation id (commit, release);
+-- ARGV[5] the org's key start <p>:{<org>}| and ARGV[6] the most to expire (sweep).
+--
+-- Only a held reservation moves, so whoever comes first (a commit, a release, a sweep
+-- on any worker) settles it and every later attempt sees its state: one winner. A
+-- reservation past its expires_at is settled by its on_expiry whoever asks, so the
+-- outcome does not depend on when a sweep runs. Settling gives amount - used back to
+-- the month counters and to each charged sliding-window bucket that is still the
+-- current or previous bucket of its window (one that rolled out is left alone), never
+-- below 0, and takes the amount off the held units; used > amount is counted in full
+-- (month and current buckets, no limit looked at) and reported as over-reserved.
+--
+-- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms;
+-- expires_ms;on_expiry;period;first counter field;last counter field"
+-- when this call settled it; "R" and the stored answer when it was already settled
+-- the same way (a repeated commit or release); "S" and the state when it was settled
+-- otherwise; "N" when there is no such reservation; "H" when there is none and the
+-- org's counters are not hydrated (the engine hydrates, which restores open
+-- reservations, and asks again). Sweep: an array of "id;answer" for those it expired.
+
+local fmt, floor = string.format, math.floor
+local now = tonumber(ARGV[2])
+
+local function settle(rkey, id, action, used)
+  local h = redis.call('HGETALL', rkey)
+  if #h == 0 then return nil end
+  local r = {}
+  for i = 1, #h, 2 do r[h[i]] = h[i + 1] end
+  local state = r.s
+  if state ~= 'held' then
+    if action == 'commit' and state == 'committed' or action == 'release' and state == 'released' then
+      return 'R' .. r.r
+    end
+    return 'S' .. state
+  end
+  local amount = tonumber(r.a)
+  if now >= tonumber(r.e) then
+    state = 'expired'
+    if r.x == 'release' then used = 0 else used = amount end
+  elseif action == 'sweep' then
+    return 'E' -- not due (the sorted set was behind)
+  elseif action == 'commit' then
+    state = 'committed'
+  else
+    state, used = 'released', 0
+  end
+  local give, over = 0, 0
+  if used < amount then give = amount - used else over = used - amount end
+
+  local nl, nw = tonumber(r.nl), tonumber(r.nw)
+  local fields = {}
+  for l = 1, nl do fields[l] = r['f' .. l] end
+  local hs = {}
+  local function put(key, vals, delta, skipMissing)
+    local n = 0
+    for l = 1, nl do
+      local v = vals[l]
+      if v or not skipMissing then
+        v = (tonumber(v) or 0) + delta
+        if v < 0 then v = 0 end
+        hs[2 * n + 1], hs[2 * n + 2] = fields[l], fmt('%d', v)
+        n = n + 1
+      end
+    end
+    if n > 0 then redis.call('HSET', key, unpack(hs, 1, 2 * n)) end
+  end
+  if give > 0 or over > 0 then
+    put(r.m, redis.call('HMGET', r.m, unpack(fields)), over - give, false)
+  end
+  -- Always dirty: the drain persists counter - held (the committed units), which moves
+  -- whenever a reservation settles, even when the counter does not.
+  redis.call('SADD', r.d, unpack(fields))
+  put(r.h, redis.call('HMGET', r.h, unpack(fields)), -amount, true)
+  for i = 1, nw do
+    local bp, bn, bm = r['bp' .. i], tonumber(r['bn' .. i]), tonumber(r['bm' .. i])
+    local cur = floor(now / bm)
+    if give > 0 and (bn == cur or bn == cur - 1) then
+      local key = bp .. r['bn' .. i]
+      put(key, redis.call('HMGET', key, unpack(fields)), -give, true)
+    end
+    if over > 0 then
+      local key = bp .. fmt('%d', cur)
+      put(key, redis.call('HMGET', key, unpack(fields)), over, false)
+      if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
+    end
+  end
+  local ans = fmt('%s;%d;%d;%d;%d;%d;%s;%s;%s;%s;%s', state, amount, used, give, over, now, r.e, r.x, r.p,
+    fields[1], fields[nl])
+  redis.call('HSET', rkey, 's', state, 'u', fmt('%d', used), 'g', fmt('%d', give), 'o', fmt('%d', over),
+    't', fmt('%d', now), 'r', ans)
+  redis.call('ZREM', KEYS[1], id)
+  redis.call('SADD', KEYS[2], id)
+  return ans
+end
+
+local action = ARGV[1]
+if action == 'sweep' then
+  local out = {}
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, ARGV[6])
+  for _, id in ipairs(ids) do
+    local ans = settle(ARGV[5] .. 'r|' .. id, id, 'sweep', 0)
+    if ans == nil or string.byte(ans) == 83 then -- gone or settled already: stale
+      redis.call('ZREM', KEYS[1], id)
+    elseif ans ~= 'E' then
+      out[#out + 1] = id .. ';' .. ans
+    end
+  end
+  return out
+end
+
+local ans = settle(KEYS[4], ARGV[4], action, tonumber(ARGV[3]))
+if ans then return ans end
+if redis.call('HEXISTS', KEYS[3], '|p') == 0 then return 'H' end
+return 'N'
