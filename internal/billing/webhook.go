@@ -26,7 +26,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
-	"github.com/quotaplane/quotaplane/webhook"
+	"github.com/quotaplane/quotaplane/client/webhook"
 )
 
 // Webhook headers, from the public package receivers verify with. The signature is

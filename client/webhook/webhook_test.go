@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaplane/quotaplane/webhook"
+	"github.com/quotaplane/quotaplane/client/webhook"
 )
 
 func TestVerify(t *testing.T) {
