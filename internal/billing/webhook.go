@@ -25,8 +25,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
-	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/client/webhook"
+	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
 // Webhook headers, from the public package receivers verify with. The signature is
