@@ -30,7 +30,7 @@ func TestCheckAllowedAndDenied(t *testing.T) {
 			t.Fatalf("check %d: %v", i, err)
 		}
 		want := []client.Level{
-			{Level: "org", ID: e.org, Window: "minute", Limit: 5, Used: int64(i), Remaining: int64(5 - i)},
+			{Level: "org", ID: e.org, Window: "minute", Limit: 50, Used: int64(i), Remaining: int64(50 - i)},
 			{Level: "user", ID: "alice", Window: "minute", Limit: 3, Used: int64(i), Remaining: int64(3 - i)},
 		}
 		if d := cmp.Diff(want, res.Levels, cmpopts.IgnoreFields(client.Level{}, "ResetAt")); d != "" || !res.Allowed || res.Mode != "enforce" {
@@ -129,7 +129,7 @@ func newDropFirstReply(t *testing.T, addr string) *dropFirstReply {
 					return
 				}
 				defer up.Close()
-				go func() { _, _ = io.Copy(up, down) }()
+				go func() { _, _ = io.Copy(up, down); up.Close() }()
 				if n == 1 {
 					buf := make([]byte, 1)
 					if _, err := io.ReadFull(up, buf); err == nil { // the api answered

@@ -19,7 +19,7 @@ const redisDB = 12
 func TestMain(m *testing.M) { testenv.Main(m) }
 
 // env is a running api and worker with an org of the test's own: plan limits of
-// requests (org: 5 a minute) and tokens (1000 a month), team eng whose users have
+// requests (org: 50 a minute) and tokens (1000 a month), team eng whose users have
 // 3 requests a minute, and an org key with the check scope.
 type env struct {
 	t   *testing.T
@@ -41,7 +41,7 @@ func newEnv(t *testing.T, orgExtra string) *env {
 	st := testenv.StartStack(t, testenv.StackOptions{RedisDB: redisDB, Env: []string{"QUOTA_WEBHOOK_ALLOW_PRIVATE=true"}})
 	e := &env{t: t, st: st, org: testenv.ID(t, "cl")}
 	e.op("POST", "/v1/plans", `{"id":"p-`+e.org+`","name":"P","fail_mode":"open","limits":[
-		{"metric":"requests","window":"minute","limit":5},{"metric":"tokens","window":"month","limit":1000}]}`, 201)
+		{"metric":"requests","window":"minute","limit":50},{"metric":"tokens","window":"month","limit":1000}]}`, 201)
 	e.op("POST", "/v1/orgs", `{"id":"`+e.org+`","name":"O","plan":"p-`+e.org+`"`+orgExtra+`}`, 201)
 	e.op("POST", "/v1/orgs/"+e.org+"/teams", `{"id":"eng","name":"Eng","user_limits":[{"metric":"requests","window":"minute","limit":3}]}`, 201)
 	var k struct {
