@@ -142,6 +142,7 @@ func ceilSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 func Deny(w http.ResponseWriter, blocked *client.LevelRef, retryAfter time.Duration, rl client.RateLimit) {
 	secs := max(ceilSeconds(retryAfter), 1)
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	rl.Reset = time.Duration(secs) * time.Second // on a denial RateLimit-Reset is Retry-After, as the API's
 	SetRateLimitHeaders(w.Header(), rl)
 	detail := fmt.Sprintf("over quota; retry in %d s", secs)
 	if blocked != nil {
