@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"time"
@@ -38,15 +37,22 @@ type ReserveRequest struct {
 type Reservation struct {
 	ID        string    `json:"id"`
 	State     string    `json:"state"` // held, committed, released or expired
+	Org       string    `json:"org"`
+	Team      string    `json:"team"`
+	User      string    `json:"user"`
+	Metric    string    `json:"metric"`
 	Amount    int64     `json:"amount"`
 	ExpiresAt time.Time `json:"expires_at"`
 	OnExpiry  string    `json:"on_expiry"`
-	Levels    []Level   `json:"levels"`
-	// Committed: the units counted, the units given back, and the units used beyond
-	// the amount (counted in full).
-	Used         int64 `json:"used"`
-	Released     int64 `json:"released"`
-	OverReserved int64 `json:"-"`
+	// Once settled: the units counted, the units given back, the units used beyond
+	// the amount (counted in full), and when.
+	Used         int64     `json:"used"`
+	Released     int64     `json:"released"`
+	OverReserved int64     `json:"over_reserved"`
+	SettledAt    time.Time `json:"settled_at"`
+	// Levels: when just reserved, each level and window with a limit, as a check's.
+	Levels   []Level `json:"levels"`
+	Replayed bool    `json:"replayed"` // the reservation of an earlier call with this idempotency key
 
 	// Of Reserve only. Allowed is false when the units could not be held (a 429, as
 	// a denied check: nothing held), with BlockedAt and RetryAfter.
@@ -61,29 +67,16 @@ type Reservation struct {
 	Cause      error `json:"-"`
 }
 
-// reservationAnswer is a Reservation as the API writes it, with a denial's field.
-type reservationAnswer struct {
-	Reservation
-	OverReserved      json.RawMessage `json:"over_reserved"`
-	RetryAfterSeconds *int64          `json:"retry_after_seconds"`
-}
-
-// decodeReservation reads a reservation answer. over_reserved is read as the units
-// used beyond the amount; a boolean true (an API that only flags it) is turned into
-// those units.
+// decodeReservation reads a reservation answer, and a denial's retry_after_seconds.
 func decodeReservation(r *reply) (*Reservation, *int64, error) {
-	var a reservationAnswer
+	var a struct {
+		Reservation
+		RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+	}
 	if err := decode(r, &a); err != nil {
 		return nil, nil, err
 	}
-	res := a.Reservation
-	if err := json.Unmarshal(a.OverReserved, &res.OverReserved); err != nil {
-		var flag bool
-		if json.Unmarshal(a.OverReserved, &flag) == nil && flag {
-			res.OverReserved = max(res.Used-res.Amount, 0)
-		}
-	}
-	return &res, a.RetryAfterSeconds, nil
+	return &a.Reservation, a.RetryAfterSeconds, nil
 }
 
 // Reserve holds req.Amount units against every limit of every level, as used units
