@@ -121,3 +121,24 @@ func TestReservationMiddleware(t *testing.T) {
 		t.Errorf("over quota: %d %v %s", res.StatusCode, res.Header, body)
 	}
 }
+
+// A reservation whose reply is lost is retried with its idempotency key and answered
+// from the first: the amount is held once. Needs the reservations API (branch res).
+func TestReservationLostReplyHeldOnce(t *testing.T) {
+	e := newEnv(t, "")
+	proxy := newDropFirstReply(t, e.st.APIAddr)
+	c, _ := client.New("http://"+proxy.ln.Addr().String(), e.key, client.WithBackoff(10*time.Millisecond))
+	ctx := context.Background()
+	r, err := c.Reserve(ctx, client.ReserveRequest{Org: e.org, Team: "eng", User: "alice", Metric: "tokens", Amount: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !proxy.dropped.Load() || !r.Allowed || !r.Replayed || r.ID == "" {
+		t.Fatalf("dropped %v; Reserve = %+v, want held and replayed", proxy.dropped.Load(), r)
+	}
+	// 300 held once leaves 700 of the month's 1000: 650 fits (it would not after 600).
+	more, err := e.client().Reserve(ctx, client.ReserveRequest{Org: e.org, Team: "eng", User: "alice", Metric: "tokens", Amount: 650})
+	if err != nil || !more.Allowed {
+		t.Errorf("a second reservation of 650 = %+v, %v: the first was held twice", more, err)
+	}
+}
