@@ -40,6 +40,7 @@ type Error struct {
 	RetryAfter time.Duration // the Retry-After header, if any (a 503)
 }
 
+// Error says the status, its title and the problem's detail.
 func (e *Error) Error() string {
 	msg := fmt.Sprintf("quotaplane: %d %s", e.StatusCode, e.Problem.Title)
 	if e.Problem.Detail != "" {
