@@ -2,6 +2,8 @@
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
+# go.mod replaces the client module with ./client: go mod download reads its go.mod.
+COPY client/go.mod ./client/
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 go build -o /out/quotaplane-api ./cmd/api && \

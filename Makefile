@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
+.PHONY: help run build test test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -18,7 +18,10 @@ FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresSto
 
 test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the fault tests, the Kubernetes manifests, the TypeScript client's, then the console's (Vitest, Chromium)
 	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
-	@$(MAKE) --no-print-directory test-rules test-faults test-k8s test-sdk test-web web-check test-e2e
+	@$(MAKE) --no-print-directory test-client test-rules test-faults test-k8s test-sdk test-web web-check test-e2e
+
+test-client: ## the Go client module's own tests (client/, standard library only; its tests against the real api are internal/clienttest, in test)
+	cd client && $(GO) test -race -count=1 ./...
 
 test-k8s: ## decode deploy/k8s strictly into the Kubernetes API types and check probes, ports, selectors and variables (its own Go module)
 	cd deploy/k8s && $(GO) test -count=1 ./...
@@ -68,9 +71,10 @@ generate: sdk/typescript/node_modules ## regenerate the API types from api/opena
 check-generate: generate ## fail when the generated code differs from what is committed
 	@git diff --exit-code -- internal/httpapi/api sdk/typescript/src/schema.d.ts || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
-lint: ## gofmt, go vet (deploy/k8s's module too), and no error status chosen outside internal/httpapi/problem
-	@out=$$(gofmt -l cmd internal migrations scripts webhook deploy); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+lint: ## gofmt, go vet (the client's and deploy/k8s's modules too), and no error status chosen outside internal/httpapi/problem
+	@out=$$(gofmt -l cmd internal migrations scripts webhook deploy client examples); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd client && $(GO) vet ./...
 	cd deploy/k8s && $(GO) vet ./...
 	$(GO) test -count=1 -run TestNoStatusOutsideTheMap ./internal/httpapi/problem/
 

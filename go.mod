@@ -17,6 +17,7 @@ require (
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
 	github.com/prometheus/prometheus v0.54.1
+	github.com/quotaplane/quotaplane/client v0.0.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/riverqueue/river v0.51.1
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.1
@@ -133,3 +134,7 @@ require (
 )
 
 tool github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen
+
+// The client module lives in this repository (client/); the worker signs webhooks
+// with its webhook package, so both always agree.
+replace github.com/quotaplane/quotaplane/client => ./client

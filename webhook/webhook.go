@@ -1,6 +1,8 @@
 // Package webhook verifies the webhooks Quotaplane sends, for Go services that
-// receive them: import github.com/quotaplane/quotaplane/webhook. It needs only the
-// standard library.
+// receive them. It is kept for the programs that import it from the main module;
+// new code should import github.com/quotaplane/quotaplane/client/webhook, the
+// standard-library-only module this package delegates to (one implementation of the
+// signature, shared with the worker that signs the deliveries).
 //
 // Each delivery is a JSON POST whose Quotaplane-Signature header is
 //
@@ -12,74 +14,36 @@
 package webhook
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/quotaplane/quotaplane/client/webhook"
 )
 
 // The headers of a delivery.
 const (
-	SignatureHeader = "Quotaplane-Signature" // t=<unix>,v1=<hex>
-	EventHeader     = "Quotaplane-Event"     // the event type, as in the body
-	DeliveryHeader  = "Quotaplane-Delivery"  // the event id: the same on every retry of one event
+	SignatureHeader = webhook.SignatureHeader // t=<unix>,v1=<hex>
+	EventHeader     = webhook.EventHeader     // the event type, as in the body
+	DeliveryHeader  = webhook.DeliveryHeader  // the event id: the same on every retry of one event
 )
 
 // DefaultTolerance is how far a signature's timestamp may be from now: deliveries
 // are signed when sent, so an older one is a replay (or a clock far off).
-const DefaultTolerance = 5 * time.Minute
+const DefaultTolerance = webhook.DefaultTolerance
 
-// The errors of Verify; test for them with errors.Is.
+// The errors of Verify (the client module's, so errors.Is matches either name).
 var (
-	ErrMalformed = errors.New("malformed signature header")
-	ErrTimestamp = errors.New("signature timestamp out of tolerance")
-	ErrMismatch  = errors.New("signature mismatch")
+	ErrMalformed = webhook.ErrMalformed
+	ErrTimestamp = webhook.ErrTimestamp
+	ErrMismatch  = webhook.ErrMismatch
 )
 
 // Sign returns the signature header value of body sent at t, keyed with secret.
-func Sign(secret string, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",v1=" + mac(secret, ts, body)
-}
-
-func mac(secret, ts string, body []byte) string {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts))
-	m.Write([]byte("."))
-	m.Write(body)
-	return hex.EncodeToString(m.Sum(nil))
-}
+func Sign(secret string, t time.Time, body []byte) string { return webhook.Sign(secret, t, body) }
 
 // Verify checks header, the value of the Quotaplane-Signature header, against body
-// and secret: nil when the signature is secret's and its timestamp is within
-// tolerance of now. It returns ErrMalformed for a header without t and v1,
-// ErrTimestamp for a timestamp out of tolerance, and ErrMismatch otherwise. body must
-// be the bytes as received, before any JSON decoding.
+// and secret, as webhook.Verify of the client module does: nil when the signature is
+// secret's and its timestamp is within tolerance of now; ErrMalformed, ErrTimestamp
+// or ErrMismatch otherwise.
 func Verify(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	var ts, sig string
-	for _, part := range strings.Split(header, ",") {
-		k, v, _ := strings.Cut(part, "=")
-		switch k {
-		case "t":
-			ts = v
-		case "v1":
-			sig = v
-		}
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil || sig == "" {
-		return ErrMalformed
-	}
-	if d := now.Sub(time.Unix(sec, 0)); d > tolerance || d < -tolerance {
-		return ErrTimestamp
-	}
-	// The timestamp as Sign writes it: "t=012" is not the "t=12" that was signed.
-	want := Sign(secret, time.Unix(sec, 0), body)
-	if !hmac.Equal([]byte(want), []byte("t="+ts+",v1="+sig)) {
-		return ErrMismatch
-	}
-	return nil
+	return webhook.Verify(secret, header, body, now, tolerance)
 }

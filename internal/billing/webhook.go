@@ -25,9 +25,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/quotaplane/quotaplane/client/webhook"
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/tenants"
-	"github.com/quotaplane/quotaplane/webhook"
 )
 
 // Webhook headers, from the public package receivers verify with. The signature is

@@ -27,6 +27,9 @@ type StackOptions struct {
 	// worktree's). Tests whose org ids are fixed (the demo org) cannot share a
 	// keyspace with other tests: each such test picks a database of its own.
 	RedisDB int
+	// Env is more environment of both binaries ("QUOTA_WEBHOOK_ALLOW_PRIVATE=true"),
+	// after (so over) the stack's own.
+	Env []string
 }
 
 // Stack is a running quotaplane-api and quotaplane-worker, built from this checkout,
@@ -90,6 +93,7 @@ func StartStack(tb testing.TB, opt StackOptions) *Stack {
 		// A machine busy with make test's -race builds can stall Redis past the 100 ms
 		// default, and the demo plan fails open: the answer would say "degraded".
 		"QUOTA_REDIS_TIMEOUT=2s")
+	env = append(env, opt.Env...)
 
 	state := filepath.Join(tb.TempDir(), "state")
 	seed := exec.Command(apiBin, "demo", "--state-dir", state)

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quotaplane/quotaplane/webhook"
+	"github.com/quotaplane/quotaplane/client/webhook"
 )
 
 // A receiver reads the raw body, verifies it, and only then decodes the JSON.

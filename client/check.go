@@ -1,0 +1,258 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// CheckRequest asks whether Cost units of Metric may be spent now by Org, Team and
+// User, and if so counts them (POST /v1/check).
+type CheckRequest struct {
+	Org    string // required; must be the key's org
+	Team   string // may be omitted for a registered user, or for an org-level check
+	User   string // may be omitted for a team- or org-level check
+	Metric string // "" is the API's default, "requests"
+	// Cost is the units to consume; 0 is the API's default, 1. Set Query to consume
+	// nothing and only read the levels (cost 0).
+	Cost  int64
+	Query bool
+	// IdempotencyKey makes a repeat of the check (8 to 128 of A-Z a-z 0-9 . _ : @ -)
+	// answer the first decision again without counting; "" lets the client generate
+	// one for this call, sent on each of its attempts. A query needs none.
+	IdempotencyKey string
+}
+
+// checkBody is a CheckRequest as the API reads it.
+type checkBody struct {
+	Org            string `json:"org"`
+	Team           string `json:"team,omitempty"`
+	User           string `json:"user,omitempty"`
+	Metric         string `json:"metric,omitempty"`
+	Cost           *int64 `json:"cost,omitempty"`
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
+}
+
+// body is the request as sent, with its idempotency key generated if it has none.
+func (r CheckRequest) body() checkBody {
+	b := checkBody{Org: r.Org, Team: r.Team, User: r.User, Metric: r.Metric, IdempotencyKey: r.IdempotencyKey}
+	switch {
+	case r.Query:
+		zero := int64(0)
+		b.Cost = &zero
+	case r.Cost != 0:
+		b.Cost = &r.Cost
+	}
+	if b.IdempotencyKey == "" && !r.Query {
+		b.IdempotencyKey = NewIdempotencyKey()
+	}
+	return b
+}
+
+// Level is the state of one level and window of a check, after it.
+type Level struct {
+	Level     string    `json:"level"` // org, team or user
+	ID        string    `json:"id"`
+	Window    string    `json:"window"` // second, minute, hour, day or month
+	Limit     int64     `json:"limit"`
+	Used      int64     `json:"used"`
+	Remaining int64     `json:"remaining"`
+	ResetAt   time.Time `json:"reset_at"`
+}
+
+// LevelRef names a level and window.
+type LevelRef struct {
+	Level  string `json:"level"`
+	ID     string `json:"id"`
+	Window string `json:"window"`
+}
+
+// RateLimit is what the RateLimit-* headers of an answer say: the tightest level and
+// window (on a denial, the one that refused, and Reset is the Retry-After).
+type RateLimit struct {
+	Limit     int64
+	Remaining int64
+	Reset     time.Duration
+}
+
+// CheckResult is Quotaplane's decision of a check, or the fail policy's.
+type CheckResult struct {
+	Allowed bool
+	Mode    string  // the org's mode: enforce, shadow or warn
+	Levels  []Level // one per level and window that has a limit
+	// Set when denied: the level and window that refused, and when the same check
+	// may pass.
+	BlockedAt  *LevelRef
+	RetryAfter time.Duration
+	RateLimit  RateLimit
+	Replayed   bool      // the first decision of this idempotency key, counted then
+	Degraded   bool      // decided without Redis, under the plan's fail mode
+	WouldBlock *LevelRef // shadow and warn modes: the level that would have denied
+	Warning    string    // warn mode
+	// IdempotencyKey is the key the check was sent with (the caller's or generated).
+	IdempotencyKey string
+	// NotDecided is set when Quotaplane did not decide and the client's FailPolicy
+	// did (Allowed is its answer); Cause is why (wraps ErrUnavailable).
+	NotDecided bool
+	Cause      error
+}
+
+// checkAnswer is a CheckResult as the API writes it.
+type checkAnswer struct {
+	Allowed           bool      `json:"allowed"`
+	Mode              string    `json:"mode"`
+	Levels            []Level   `json:"levels"`
+	BlockedAt         *LevelRef `json:"blocked_at"`
+	RetryAfterSeconds *int64    `json:"retry_after_seconds"`
+	Replayed          bool      `json:"replayed"`
+	Degraded          bool      `json:"degraded"`
+	WouldBlock        *LevelRef `json:"would_block"`
+	Warning           string    `json:"warning"`
+}
+
+func (a *checkAnswer) result(key string, now time.Time) *CheckResult {
+	res := &CheckResult{Allowed: a.Allowed, Mode: a.Mode, Levels: a.Levels, BlockedAt: a.BlockedAt,
+		Replayed: a.Replayed, Degraded: a.Degraded, WouldBlock: a.WouldBlock, Warning: a.Warning, IdempotencyKey: key}
+	if a.RetryAfterSeconds != nil {
+		res.RetryAfter = time.Duration(*a.RetryAfterSeconds) * time.Second
+	}
+	res.RateLimit = tightest(res.Levels, res.Allowed, res.BlockedAt, res.RetryAfter, now)
+	return res
+}
+
+// tightest is the RateLimit of levels as the API computes its headers: of an allowed
+// check, the level and window with the least remaining, then the soonest reset; of a
+// denied one, the level and window that refused it, with Reset its retry-after.
+func tightest(levels []Level, allowed bool, blocked *LevelRef, retryAfter time.Duration, now time.Time) RateLimit {
+	if len(levels) == 0 {
+		return RateLimit{}
+	}
+	t := levels[0]
+	for _, l := range levels[1:] {
+		if l.Remaining < t.Remaining || (l.Remaining == t.Remaining && l.ResetAt.Before(t.ResetAt)) {
+			t = l
+		}
+	}
+	reset := time.Duration(math.Ceil(t.ResetAt.Sub(now).Seconds())) * time.Second
+	if !allowed && blocked != nil {
+		for _, l := range levels {
+			if l.Level == blocked.Level && l.ID == blocked.ID && l.Window == blocked.Window {
+				t = l
+				break
+			}
+		}
+		reset = retryAfter
+	}
+	return RateLimit{Limit: t.Limit, Remaining: max(t.Remaining, 0), Reset: max(reset, 0)}
+}
+
+// headerRateLimit reads the RateLimit-* headers; ok is false without them.
+func headerRateLimit(h http.Header) (RateLimit, bool) {
+	limit, err1 := strconv.ParseInt(h.Get("RateLimit-Limit"), 10, 64)
+	remaining, err2 := strconv.ParseInt(h.Get("RateLimit-Remaining"), 10, 64)
+	if err1 != nil || err2 != nil {
+		return RateLimit{}, false
+	}
+	return RateLimit{Limit: limit, Remaining: remaining, Reset: seconds(h.Get("RateLimit-Reset"))}, true
+}
+
+// Check asks Quotaplane whether req may go ahead and counts it if so. A denial is a
+// result (Allowed false, 429 on the wire), not an error. Errors: a *Error for an
+// answer that decided nothing (400, 401, 403, 404, 422), or, when Quotaplane could
+// not decide and the client has no FailPolicy, an error wrapping ErrUnavailable.
+func (c *Client) Check(ctx context.Context, req CheckRequest) (*CheckResult, error) {
+	body := req.body()
+	r, err := c.do(ctx, http.MethodPost, "/v1/check", body)
+	if err != nil {
+		return c.undecided(ctx, req, body.IdempotencyKey, err)
+	}
+	if r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
+		return nil, errorOf(r)
+	}
+	var a checkAnswer
+	if err := decode(r, &a); err != nil {
+		return nil, err
+	}
+	res := a.result(body.IdempotencyKey, time.Now())
+	if rl, ok := headerRateLimit(r.header); ok {
+		res.RateLimit = rl
+	}
+	if ra := r.header.Get("Retry-After"); ra != "" && !res.Allowed {
+		res.RetryAfter = seconds(ra)
+	}
+	return res, nil
+}
+
+// undecided answers a check Quotaplane did not decide: the fail policy's result, or
+// err without one.
+func (c *Client) undecided(ctx context.Context, req CheckRequest, key string, err error) (*CheckResult, error) {
+	if c.policy == nil {
+		return nil, err
+	}
+	return &CheckResult{Allowed: c.policy(ctx, req, err), IdempotencyKey: key, NotDecided: true, Cause: err}, nil
+}
+
+// BatchItem is the outcome of one check of a batch: its Result, or, when it could not
+// be decided (invalid, unknown metric, Redis down under a closed plan, ...), Err.
+type BatchItem struct {
+	Result *CheckResult
+	Err    *Error
+}
+
+// CheckBatch decides up to 100 checks in one call (POST /v1/check/batch), each on its
+// own, and returns one item per check, in order. Each check without an idempotency key
+// gets one, so a retried batch counts nothing twice. When Quotaplane cannot be reached
+// the client's FailPolicy decides every check (without one, the error wraps
+// ErrUnavailable); a *Error is an answer refusing the batch as a whole (400, 401).
+func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]BatchItem, error) {
+	in := struct {
+		Checks []checkBody `json:"checks"`
+	}{Checks: make([]checkBody, len(reqs))}
+	for i, req := range reqs {
+		in.Checks[i] = req.body()
+	}
+	r, err := c.do(ctx, http.MethodPost, "/v1/check/batch", in)
+	if err != nil {
+		if c.policy == nil {
+			return nil, err
+		}
+		items := make([]BatchItem, len(reqs))
+		for i, req := range reqs {
+			items[i].Result, _ = c.undecided(ctx, req, in.Checks[i].IdempotencyKey, err)
+		}
+		return items, nil
+	}
+	if r.status != http.StatusOK {
+		return nil, errorOf(r)
+	}
+	var out struct {
+		Results []json.RawMessage `json:"results"`
+	}
+	if err := decode(r, &out); err != nil {
+		return nil, err
+	}
+	if len(out.Results) != len(reqs) {
+		return nil, fmt.Errorf("quotaplane client: %d results for %d checks", len(out.Results), len(reqs))
+	}
+	now := time.Now()
+	items := make([]BatchItem, len(reqs))
+	for i, raw := range out.Results {
+		var a struct {
+			checkAnswer
+			Status int `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &a); err != nil {
+			return nil, fmt.Errorf("quotaplane client: decode result %d: %w", i, err)
+		}
+		if a.Status != 0 { // a problem document
+			items[i].Err = errorOf(&reply{status: a.Status, header: http.Header{}, body: raw})
+			continue
+		}
+		items[i].Result = a.checkAnswer.result(in.Checks[i].IdempotencyKey, now)
+	}
+	return items, nil
+}

@@ -1,0 +1,3 @@
+module github.com/quotaplane/quotaplane/client
+
+go 1.23

@@ -1,0 +1,276 @@
+// Package middleware puts a Quotaplane check in front of net/http handlers. Check and
+// Reserve return the func(http.Handler) http.Handler that chi's Use takes and that
+// wraps any handler of the standard ServeMux.
+//
+// Check maps each request to a check (a CheckFunc). A denied check answers 429 with
+// Retry-After, RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset and a problem
+// document (application/problem+json) saying which level refused and when to retry;
+// an allowed one sets the RateLimit-* headers and calls the handler.
+//
+// Reserve is for work whose cost is known only after it (LLM tokens): it reserves an
+// amount before the handler, and commits, after it, what the handler reported with
+// ReportUsage (the whole amount if it reported nothing), giving the rest back.
+package middleware
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/quotaplane/quotaplane/client"
+)
+
+// A CheckFunc maps a request to the check it needs: typically the org is the
+// service's, the user and team come from the request's authentication, and the cost
+// from the route. It returns ErrSkip to let a request through unchecked (a health
+// probe); any other error answers 400 (see WithErrorHandler).
+type CheckFunc func(r *http.Request) (client.CheckRequest, error)
+
+// A ReserveFunc maps a request to the reservation it needs: Amount is the most the
+// work may cost (e.g. the request's max_tokens).
+type ReserveFunc func(r *http.Request) (client.ReserveRequest, error)
+
+// ErrSkip, returned by a CheckFunc or ReserveFunc, lets a request through without a
+// check.
+var ErrSkip = errors.New("no quota check for this request")
+
+// ErrRequest wraps the error of a CheckFunc or ReserveFunc: the request does not say
+// what the check needs. The default error handler answers it 400.
+var ErrRequest = errors.New("the request does not name its quota")
+
+// ErrNotDecided is what the error handler gets when Quotaplane could not decide and
+// the client's FailPolicy denied: the default handler answers 503, not 429, since no
+// quota was found exhausted.
+var ErrNotDecided = errors.New("the quota service could not decide")
+
+// An Option configures a middleware.
+type Option func(*config)
+
+type config struct {
+	onError func(w http.ResponseWriter, r *http.Request, err error)
+	log     *slog.Logger
+}
+
+// WithErrorHandler answers the requests that could not be checked: err wraps
+// ErrRequest (the mapping function failed), ErrNotDecided (the fail policy denied),
+// client.ErrUnavailable (no decision, no fail policy) or is a *client.Error (the API
+// refused the check: a bad key, an unknown metric). The default writes a problem
+// document: 400 for ErrRequest, 503 for no decision, else 500.
+func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
+	return func(c *config) { c.onError = h }
+}
+
+// WithLogger logs what cannot be answered to the request any more: a commit or
+// release that failed after the handler ran (slog.Default otherwise).
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
+
+func newConfig(opts []Option) *config {
+	c := &config{onError: DefaultErrorHandler, log: slog.Default()}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// ProblemType is the type URI of the problem documents the middleware writes, as the
+// API's own: https://quotaplane.dev/problems/<status in kebab case>.
+const ProblemType = "https://quotaplane.dev/problems/"
+
+// Problem is the problem document of a refused request: RFC 9457 members, and, for a
+// denial, retry_after_seconds and the level that refused it.
+type Problem struct {
+	Type              string           `json:"type"`
+	Title             string           `json:"title"`
+	Status            int              `json:"status"`
+	Detail            string           `json:"detail,omitempty"`
+	RetryAfterSeconds int64            `json:"retry_after_seconds,omitempty"`
+	BlockedAt         *client.LevelRef `json:"blocked_at,omitempty"`
+}
+
+func writeProblem(w http.ResponseWriter, p Problem) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(p.Status)
+	_ = json.NewEncoder(w).Encode(p)
+}
+
+func problemOf(status int, detail string) Problem {
+	slug := []byte(http.StatusText(status))
+	for i, b := range slug {
+		switch {
+		case b == ' ':
+			slug[i] = '-'
+		case b >= 'A' && b <= 'Z':
+			slug[i] = b + 'a' - 'A'
+		}
+	}
+	return Problem{Type: ProblemType + string(slug), Title: http.StatusText(status), Status: status, Detail: detail}
+}
+
+// DefaultErrorHandler is the error handler of a middleware without WithErrorHandler.
+func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, ErrRequest):
+		writeProblem(w, problemOf(http.StatusBadRequest, err.Error()))
+	case errors.Is(err, ErrNotDecided), errors.Is(err, client.ErrUnavailable):
+		w.Header().Set("Retry-After", "1")
+		writeProblem(w, problemOf(http.StatusServiceUnavailable, "the quota of this request cannot be checked now; retry shortly"))
+	default: // the API refused the check itself: the service's configuration is wrong
+		writeProblem(w, problemOf(http.StatusInternalServerError, "the quota of this request cannot be checked"))
+	}
+}
+
+// SetRateLimitHeaders sets RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
+// (whole seconds) from rl, spelt as the IETF draft spells them.
+func SetRateLimitHeaders(h http.Header, rl client.RateLimit) {
+	h["RateLimit-Limit"] = []string{strconv.FormatInt(rl.Limit, 10)}
+	h["RateLimit-Remaining"] = []string{strconv.FormatInt(rl.Remaining, 10)}
+	h["RateLimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(rl.Reset), 10)}
+}
+
+func ceilSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
+
+// Deny answers a denied check: 429, Retry-After, RateLimit-* and a problem document
+// naming the level and window that refused and when to retry.
+func Deny(w http.ResponseWriter, blocked *client.LevelRef, retryAfter time.Duration, rl client.RateLimit) {
+	secs := max(ceilSeconds(retryAfter), 1)
+	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	rl.Reset = time.Duration(secs) * time.Second // on a denial RateLimit-Reset is Retry-After, as the API's
+	SetRateLimitHeaders(w.Header(), rl)
+	detail := fmt.Sprintf("over quota; retry in %d s", secs)
+	if blocked != nil {
+		detail = fmt.Sprintf("over quota at %s %q (%s window); retry in %d s", blocked.Level, blocked.ID, blocked.Window, secs)
+	}
+	p := problemOf(http.StatusTooManyRequests, detail)
+	p.RetryAfterSeconds, p.BlockedAt = secs, blocked
+	writeProblem(w, p)
+}
+
+// Check returns a middleware that checks each request with c before next: see the
+// package documentation.
+func Check(c *client.Client, fn CheckFunc, opts ...Option) func(http.Handler) http.Handler {
+	cfg := newConfig(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req, err := fn(r)
+			if errors.Is(err, ErrSkip) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if err != nil {
+				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrRequest, err))
+				return
+			}
+			res, err := c.Check(r.Context(), req)
+			switch {
+			case err != nil:
+				cfg.onError(w, r, err)
+			case res.NotDecided && !res.Allowed:
+				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrNotDecided, res.Cause))
+			case !res.Allowed:
+				Deny(w, res.BlockedAt, res.RetryAfter, res.RateLimit)
+			default:
+				if len(res.Levels) > 0 {
+					SetRateLimitHeaders(w.Header(), res.RateLimit)
+				}
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// usage is what a handler under Reserve reported.
+type usage struct {
+	n        atomic.Int64
+	reported atomic.Bool
+}
+
+type usageKey struct{}
+
+// ReportUsage adds n units to what the request of ctx used, for Reserve to commit
+// after the handler: call it as the cost becomes known (once, or per chunk of a
+// stream). It reports whether ctx is a request under Reserve.
+func ReportUsage(ctx context.Context, n int64) bool {
+	u, ok := ctx.Value(usageKey{}).(*usage)
+	if ok {
+		u.n.Add(n)
+		u.reported.Store(true)
+	}
+	return ok
+}
+
+// commitTimeout bounds the commit or release after the handler.
+const commitTimeout = 10 * time.Second
+
+// Reserve returns a middleware that reserves with c before next and settles after
+// it: it commits the units next reported with ReportUsage, or the whole amount when
+// it reported none, and releases everything if next panics. A denied reservation
+// answers as a denied check. A reservation the FailPolicy allowed (Quotaplane did not
+// decide) has nothing to commit: next runs uncounted.
+func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler) http.Handler {
+	cfg := newConfig(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req, err := fn(r)
+			if errors.Is(err, ErrSkip) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			if err != nil {
+				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrRequest, err))
+				return
+			}
+			res, err := c.Reserve(r.Context(), req)
+			switch {
+			case err != nil:
+				cfg.onError(w, r, err)
+				return
+			case res.NotDecided && !res.Allowed:
+				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrNotDecided, res.Cause))
+				return
+			case !res.Allowed:
+				Deny(w, res.BlockedAt, res.RetryAfter, res.RateLimit)
+				return
+			}
+			if len(res.Levels) > 0 {
+				SetRateLimitHeaders(w.Header(), res.RateLimit)
+			}
+			if res.ID == "" { // decided by the fail policy: nothing is held
+				next.ServeHTTP(w, r)
+				return
+			}
+			u := &usage{}
+			ctx := context.WithValue(r.Context(), usageKey{}, u)
+			settled := false
+			defer func() {
+				if settled {
+					return
+				}
+				// next panicked: give everything back, then let the panic go on.
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commitTimeout)
+				defer cancel()
+				if _, err := c.Release(sctx, res.ID); err != nil {
+					cfg.log.Warn("quotaplane: release after a panic failed", "reservation", res.ID, "err", err)
+				}
+			}()
+			next.ServeHTTP(w, r.WithContext(ctx))
+			settled = true
+			used := res.Amount
+			if u.reported.Load() {
+				used = u.n.Load()
+			}
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commitTimeout)
+			defer cancel()
+			if _, err := c.Commit(sctx, res.ID, used); err != nil {
+				cfg.log.Warn("quotaplane: commit failed", "reservation", res.ID, "used", used, "err", err)
+			}
+		})
+	}
+}
