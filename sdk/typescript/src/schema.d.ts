@@ -1475,6 +1475,8 @@ export interface components {
             replayed?: boolean;
             /** @description Answered without Redis, under the plan's fail mode. */
             degraded?: boolean;
+            /** @description Admitted in process from a lease this replica holds on the check's path (units already taken from every level, so still exact); `used` and `remaining` are then those of when the lease was taken, counting the whole lease as used (conservative). */
+            leased?: boolean;
             would_block?: components["schemas"]["LevelRef"];
             /** @description Set in `warn` mode when the check would have been denied. */
             warning?: string;
