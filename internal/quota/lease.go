@@ -72,7 +72,7 @@ const (
 	// leaseMinLife is the shortest lease worth taking.
 	leaseMinLife = 5 * time.Millisecond
 	// rateWindow is the span over which a path's rate is measured.
-	rateWindow = 100 * time.Millisecond
+	rateWindow = 50 * time.Millisecond
 	// leaseIdle is how long a path without traffic keeps its state.
 	leaseIdle = 10 * time.Second
 	// closedBit marks a lease's used counter once settlement has read it.
@@ -119,6 +119,11 @@ type lease struct {
 	levels []LevelStatus
 	done   atomic.Bool
 	timer  *time.Timer
+	// renewNs and renewUnits: past either, the next lease is taken in the background,
+	// so a hot path rarely waits on Redis between leases.
+	renewNs    int64
+	renewUnits int64
+	renewing   atomic.Bool
 }
 
 // leases is an engine's lease manager.
@@ -236,6 +241,9 @@ func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Res
 	ns := now.UnixNano()
 	rate := p.count(ns, req.Cost)
 	if l := p.cur.Load(); l != nil && l.take(req, ns) {
+		if (ns >= l.renewNs || l.used.Load() >= l.renewUnits) && !m.stopping.Load() && l.renewing.CompareAndSwap(false, true) {
+			m.renew(p, *req, rate)
+		}
 		return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
 	}
 	if float64(rate) < m.cfg.Threshold {
@@ -252,6 +260,21 @@ func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Res
 	}
 	m.event(LeaseEvent{Kind: LeaseMiss})
 	return p, Result{}, false
+}
+
+// renew takes p's next lease in the background, unless one is being taken.
+func (m *leases) renew(p *leasePath, req Request, rate int64) {
+	if !p.renewing.CompareAndSwap(false, true) {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer p.renewing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		m.take(ctx, p, &req, m.e.Now(), rate)
+	}()
 }
 
 // leaseEnd is when a lease taken at now ends: after Max, at the end of the current
@@ -324,7 +347,8 @@ func (m *leases) take(ctx context.Context, p *leasePath, req *Request, now time.
 	}
 	p.observe(&res)
 	l := &lease{path: p, id: rv.ID, org: req.Org, anchor: req.AnchorDay, limits: req.Limits, amount: amount,
-		endNs: end.UnixNano(), levels: res.Levels}
+		endNs: end.UnixNano(), levels: res.Levels,
+		renewNs: now.Add(life * 3 / 4).UnixNano(), renewUnits: amount * 3 / 4}
 	m.wg.Add(1)
 	l.timer = time.AfterFunc(life, func() { defer m.wg.Done(); m.end(l, true) })
 	m.open.Store(l, struct{}{})
