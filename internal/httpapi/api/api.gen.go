@@ -157,6 +157,45 @@ func (e OnExpiry) Valid() bool {
 	}
 }
 
+// Defines values for OrgLeases.
+const (
+	OrgLeasesAuto OrgLeases = "auto"
+	OrgLeasesOff  OrgLeases = "off"
+	OrgLeasesPlan OrgLeases = "plan"
+)
+
+// Valid indicates whether the value is a known member of the OrgLeases enum.
+func (e OrgLeases) Valid() bool {
+	switch e {
+	case OrgLeasesAuto:
+		return true
+	case OrgLeasesOff:
+		return true
+	case OrgLeasesPlan:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanLeases.
+const (
+	PlanLeasesAuto PlanLeases = "auto"
+	PlanLeasesOff  PlanLeases = "off"
+)
+
+// Valid indicates whether the value is a known member of the PlanLeases enum.
+func (e PlanLeases) Valid() bool {
+	switch e {
+	case PlanLeasesAuto:
+		return true
+	case PlanLeasesOff:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReservationState.
 const (
 	ReservationStateCommitted ReservationState = "committed"
@@ -687,6 +726,9 @@ type Org struct {
 	// Example: acme
 	Id Id `json:"id"`
 
+	// Leases The org's lease setting, `plan` (the default) following its plan's `leases`.
+	Leases *OrgLeases `json:"leases,omitempty"`
+
 	// Limits The org's overrides of its plan's limits.
 	Limits []Limit `json:"limits"`
 
@@ -717,6 +759,9 @@ type OrgCreate struct {
 	// Example: acme
 	Id Id `json:"id"`
 
+	// Leases The org's lease setting, `plan` (the default) following its plan's `leases`.
+	Leases *OrgLeases `json:"leases,omitempty"`
+
 	// Limits Limits; a list may not repeat a (metric, window) pair.
 	Limits *Limits `json:"limits,omitempty"`
 	Mode   *Mode   `json:"mode,omitempty"`
@@ -737,6 +782,9 @@ type OrgCreate struct {
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
 }
 
+// OrgLeases The org's lease setting, `plan` (the default) following its plan's `leases`.
+type OrgLeases string
+
 // OrgList defines model for OrgList.
 type OrgList struct {
 	Items []Org `json:"items"`
@@ -749,6 +797,9 @@ type OrgList struct {
 type OrgPatch struct {
 	// BillingAnchorDay Day of the month on which the org's billing periods start.
 	BillingAnchorDay *BillingAnchorDay `json:"billing_anchor_day,omitempty"`
+
+	// Leases The org's lease setting, `plan` (the default) following its plan's `leases`.
+	Leases *OrgLeases `json:"leases,omitempty"`
 
 	// Limits Limits; a list may not repeat a (metric, window) pair.
 	Limits *Limits `json:"limits,omitempty"`
@@ -789,8 +840,11 @@ type Plan struct {
 	// Id A caller-chosen identifier.
 	//
 	// Example: acme
-	Id     Id      `json:"id"`
-	Limits []Limit `json:"limits"`
+	Id Id `json:"id"`
+
+	// Leases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
+	Leases *PlanLeases `json:"leases,omitempty"`
+	Limits []Limit     `json:"limits"`
 
 	// Metered Metrics counted and billed without any limit, sorted.
 	Metered []string `json:"metered"`
@@ -814,6 +868,9 @@ type PlanCreate struct {
 	// Example: acme
 	Id Id `json:"id"`
 
+	// Leases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
+	Leases *PlanLeases `json:"leases,omitempty"`
+
 	// Limits Limits; a list may not repeat a (metric, window) pair.
 	Limits Limits `json:"limits"`
 
@@ -832,6 +889,9 @@ type PlanCreate struct {
 	Pricing *Pricing `json:"pricing,omitempty"`
 }
 
+// PlanLeases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
+type PlanLeases string
+
 // PlanList defines model for PlanList.
 type PlanList struct {
 	Items []Plan `json:"items"`
@@ -846,6 +906,9 @@ type PlanPatch struct {
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
 	FailMode *FailMode `json:"fail_mode,omitempty"`
+
+	// Leases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
+	Leases *PlanLeases `json:"leases,omitempty"`
 
 	// Limits Limits; a list may not repeat a (metric, window) pair.
 	Limits *Limits `json:"limits,omitempty"`
@@ -4028,213 +4091,216 @@ var swaggerSpec = []string{
 	"U5M4cAzHR97ZjDZYn67oPNShd9FN2ok6OEMH/diN2sJrlwZUl5lm+ZyKvmI0tVpgYbbc5GNqGr1UxZuC",
 	"ObVUHuetRg51ycBmCvkELmgEscVi6S7pRW/Esw8L7qv/ePM5Jjl3oiZrOGZLayhyUeZTQ3ENuWCCLOz8",
 	"MeZD63NqMA1kDsX/umUACToHoNZV7BKp4/BSiiW4h4238QaRqUpHnT3nnEL08blz86zznxs5hScTBqbA",
-	"86xFfDsrPQP4CpkzNXVCEVqfvCTiAllDSxqYk73RdiyQ7rsYVxdR27VA1kcxand6Vch9dZKwcxbdhv3i",
-	"Mot9+fqJlWMY3Hql14nYac3Ws4vU+QXWoGy37EOpUUvEHoTXo0Eap6n3wc0xr4eK0qrYbNWH6lI72nlT",
-	"rs9zlTWfdMpSnliodW6nd6cvy7RL71gmc6ovWeojvfmECCmavSj5Ir02DizZxUzKS7/I3VP+XI0tB0kN",
-	"yFTE4lRvqTpleEZRE7LXTPfBFpsY0Rs1vX6khEUab3FzqcLHyZyRFwLM33jdliyta7vN1Gk3cXYtraIS",
-	"Abp/I2zeioo6xL3d1olYWIlO9Tw2wM1d8qMb0NWN6C7lznBt0+uAa+9OXzZA/0YjAb4KH25DixbQvAsf",
-	"gWWSX9xDgBUOk9k1jVGxPRwrQSDA2n8Vt+ZiWtcRKvYle1EPKXygRfU0yzzXrZbNmHk9fLw5Zl2Hq90I",
-	"c/6NMGUNek6KXI+63F113pVhOs0xOjXnwrD/+P3Hw0/97vC3/f7j9//f/m/D/sH7XqN34cQd1u0DCyeU",
-	"Z+e7XHsRlnIjwn5LYWtX+98ms19ENISkVmS/9ezeOmFqrbQgZdZSggEsgLszqBP3wbpdKBDfvV2xULC8",
-	"NQST5USDgnUjiWoDayjlIncdIfS4Aym3fz3BxwL09SWfAHh9DBEIQ1bWKaHvt5u4BYpv9ofD4fbPrFgO",
-	"F1iAamhxdVLZSZMI9pkQcEf6XyLaRhbgXrsmF/AosyNa2Lercpv/122xrIYnu8B8eU1t4HsX0hHQ9S8u",
-	"HrmyxTvIR3cAyrcA0R3lfw+sa+T1lC0ymriAOZdJxLUZ3BSut0PznXKH12zp2cIR8gTF5vIKKgQ2cING",
-	"UcatvH4uVpu3uyJJRnVR4suxIqmmuirQeLy8i4iPk+CAdge9C6rv3B9TupoG9cz2jeHt/r3C9L47/ofe",
-	"s21u0Xp1hjJFNjiMcgmNiO7KUjSkIZLTn56Qx4ePvi8KZ6QyyedMmHVdBSvoNQpDWDt35/0H4b2f1tyN",
-	"14+Lakgk4yZjGwS/NR/AzJiFHu3t/V50LRqk7MpXNNR7WEsIp+zrLJ/uXH8KnvoVRZsisQo9Zr1wRc0C",
-	"V4YUki7qpqO9vdiZtVOu4c+et8UZSXJdCR+3OL/mKTj8oYLXXRzpb6O9vfH47V9aouGDAqub6lLsEMFS",
-	"Gu+vG4RcEih1/vDy7FX6+B+/Dz/88+LXZP/l97OTPw6Om75tSw2FANB/5a5Pk7piqTOZr4UkOeeO0zog",
-	"7Qd9/Homl8Bt5neWOLrBtyfOWeFN2WiS8V6XLfUVihS+5oRKKRLmq9ceuZIUkI97wVbSlRNwBUe6tZTB",
-	"Xass+Bq3uyygrIsx5VdMkAuKwWE7TbMpwzZ0NAU5tr4A68YsW6hd1myVdwu/FphDZNx2K0hZ6hjeDzLt",
-	"d0wI2nS6Pt5kt6P1ifs7aJ24ubUQ+aImREAXQmBvJqDFEdwgb9ZTq8OqHujUu02lIYzJyrTp/YPhtmIR",
-	"bfV6ihIRM5mlRYhEIrWpxYDeKK92/9+ghMQtaNld1p2oXGhg//9uGG1tQhfSDQe7RWRYXGwwLlzaKMS3",
-	"3+jD77b18rlVnYwC07Yg1FtPg7yvfIYZTkVp8k5Atz3Wpo0OdCwXui6DAXijHT2hWRak6TORgvQXZG3b",
-	"t+ZU0CnzotBRYZbHp4rRNAgTxFYGlQxvLKYbFZne7vPGRZ854PmMJWQ3OL8tKD/QQdnv23u6273Xu+LX",
-	"Tfy6FnJbwxqKPk4+18htGyJ8AstvWP4cRWOuiFze+lDaM7nqZqNwG9eziFq4uqEvGJnPuvnz8FqWTGe0",
-	"fCamXDDm8t8r1xIaVne0q64XqL4vU+Z1DDg1YNtlglabYdtd3oV5EGjNFzcPuiZf1zYP/vlucH1rrnzM",
-	"3RB0/83FqrmQsWaG8DLktUiYdK0IvJ64blS5gUY8KQoql+/L/CILXhb5/MIFQwMRaHTTbki21Z5971Kg",
-	"x5UGr6ejwa/Fav1KgoTYitRfoafBab/fcLUtQkYl1sq96uODXUTZEnqclbFkocSA1L8WPBEICX5ydt0E",
-	"mJ/5FasEMIIxJ5BDY8zjvpBmdoTKp8CKj1F1LxmfQM1GyxZnMlfrZrwqWLVkv9bGw3wIlk2O6vmv1JC5",
-	"VVC+JyldaUJnjFaVxB3BtbqOIUGDG8EX3F9/JfsR1vQ1knxXlHxA637FVD0cPIquhQH1EJ+6yOVOoywd",
-	"i6GTRsq2ilrXSZ0u6jD6znrdfbvFR8NhUPG+uRDrmqqyJipWbxLSVaBzoC/fBaUeoGoATPrd8PCH4fBG",
-	"pTwKdN6QhXwWlvjasNqwFJ2Lg1wyxcg8zwxfZBwibLYB9z3QzDugfsUxVYgcDtx0ZC2pGzdzOrSmD7SZ",
-	"BK9b8hTfP2cibWojnWS5tqQuSIwvu7Ludl1uAijMfMNwB0fGfRXTyoiVHWz2qwS5CusSX0s66galDgzM",
-	"DzQpQlQ94MNBWbTFnBtveuTKakI7KzmYPth6/+1WXzRLWX3f8gGItw+MHBqshCs0EGKmtcakILd6X68R",
-	"7Yip3LUWYGPp3J+gf4EVA6NCI0QrJSj6S1oGCUEtzcHu5ZDelabsau2jsv3aUWXjruYlHAxVDEoNFuXv",
-	"bkRAQb0o8m3dfRRA0wyCd1V67i7MEvZenAhVquRrxb8DLf7cw8higdGRt7Nh3EcJ2jsJrapUBbiRneBm",
-	"1fUwZjxDF/G6Pv9od0PBZ1Lo1w+v7TDuQtH+c9Smcx2t71nRbtKDXQjs+jGyKztGM5LDM2LHct3zqgnI",
-	"mKxpZorpmcxK9jpwZb/eXyssU5pGJW5FYs2ngovpOTZmiiEzOs8y12UV86sVm1N16ZPUNDOGi6lu5Al2",
-	"OGpVmnPspNvmFETvn+u2C0XwEqoUZ5rE5q+opuSCf8DwgOhq3/02Yx9IMUUQO1D6rv9eRB703/oX2xZa",
-	"7ntTbtTzV8dP+m+fHx88+g6LpszYh95REQvg+j+gXueNE5dsNSCvfeDpWJRlvHy7Btft+9dnPz5/8+aX",
-	"87fPnpw+O8MsO2Gfuwhs6MAGHW6N5QW9aCyskuP6Dzk1B0urPrBvas2lwNyyrfmDjZlKv86seoCAC+z4",
-	"5M3bM8uyyzBaHzPhduJWOthxyvPWOsMnllcLl7kcQ5YAmnaoIDRNFdO1ZOdJrhko1UW1KDoWmZSLC5pc",
-	"RmSh+BU1LCIZF5d9qJJnobpoFQuVDxf5RcYT8uLET2EhfyywkN9MahMPyNscChhl/ApKzMOxJFQkDEKn",
-	"c5HVV5YLtKuPRe2aj1++fPPr+cnpi38cnz37qz2kmHRxZakVW+VizoTpDchzqY3fvfLN5aEThrsAN1Ui",
-	"hWCJ0ZGr7PL09VsrXMksR5nBQOIZrHxlVeSxwKgKisdHs1rlg87+wfeD4WA42LeQR4k/TX86o3ByN7DG",
-	"HiFYthWk6m2bbtgz2PXm9JLZ07M0RhNuekeEkoWSaQ59nzwK+ZuHHNPNYgNmmtWQvYFMRZ5Wv2+n70/d",
-	"OTZE6FxDQKTGWEFuHfz3C4MGll1yL0aYqmifKSthsJDwhoE/vszjOpEHIwmOBpXwq+jMjW90j3EJW5EY",
-	"TmobU/NVvmp8rLm3GHx2ztMNgz7QhKcRVplGgqhJHBB7fzmYWWQf8jQual3IdLWjvrRzgzWMQDtPGpPh",
-	"kcklzC7JspCzsxOCH4QnL6QvQJ/QOSNdV72EGKqmzEREMAOlxOFqI+iQI3OzqdtcuD5/p5tX51bAUnLw",
-	"4UOzEa41o9Wv07sQw6btUkFHjpXjjzs2mETQCgAichjssaZ67h7qw93ad3fB4rsQfOuE4YvLwEEy1rpi",
-	"fvoSJS139ZZlOaws+L1LCLICjXP0ky7IP64iqRUGdBERaWmST6bZGAMJYaFbQiB/LYo31eIZ0MAaRyRG",
-	"t6j910zmyuUQQtKg5cg641CmFnUufURiULpi75eo1YoM3BE4Axa9ySGKyo7fiVxRZdTd3reuucWw6Frv",
-	"NHXNWKvFWZaoW6+jMgrCx8IimGNRLS4Ad4vJlrGv9qMH5PgCyGXRowlDL5H8YIfunejifZZ0azYkPfFZ",
-	"anVbmKfq7tDA5m5B0d13VLU79UZjERjO7O7zzZY4QjN+ufvJ3Krq2PYycetojh2Bc8XN6q0d3cX0QyPg",
-	"49w7YtaUGZ9BC5F4pOsk0+Onr168Pj9788uz13EPlT4Q7o9PXqC2095SGKUpp4W5ghawXeAfsJzywCwJ",
-	"wN70XEzk+hJLVo6CJzgo+oYJKgxWkfGNvAfkSa6NnDPlf9GE6kvwDbt+rankYjoWlnlGZNyZ0xVafqWa",
-	"7hlG53u5tl8vmEjJ6xK1nGH4lQWpv407pBtbekf2rvb3MKjKq1/2gCDaqYgdYs6S7CLDccFGYiEKBDqN",
-	"VTWVzKczH+JmiJy42mfHJy8GYzEWZ/YPnz3gaRfNzUwqbrCCVCKFUTTB6rjkZ+nlYgjsn9AEcXwuU5Zp",
-	"wsVYxPBE0GzPXgNd8D264Eg1p0xYuGApOrDAwS5S15fI6+kcSkBxsKx5fBwLXvTH5Zap0GTGsGeDSDOm",
-	"YDP/9V/kCZRAxTOw27ACAlo07QvPYJ5472o/dhBq5XxDL5km8THu+g/4cUR+xFbXCHwAxUWzYqRsYBUF",
-	"6LZ3LRiRk5GdpA9P/ud/qijwP/9DukxccSUFHPUVVRwKADVgRtm23x60JSkEguNSiScFhakiR3WhHioV",
-	"dArcJqMCNy/VVAchdMBjYfeOmhPPoQbkVydQNa2kkg1vsdSCC9d25enA7pUKu9UShe0+AYkHg0Hci4gz",
-	"l6KmVkK4Xd7eR6mmnyxw9C/ZSscD8sLAwlgmxRT0PDhWha5Wb7LBfuAj4kMPu0XsYRzijg86tCN21wMP",
-	"H2jElghRJbJr11Fh5ED8wW45FONAC8dvZIf0FhNvn0JG534MdeAevF5GOXYbwhxrUlAPoPkY6ghCJURF",
-	"cnEp5FI4gPNVcw+H+1ZnBWwpGuvbqwTosecEBNZD+lgIxlIdfP7wyFHgPrydEiVzw7CQsLszb5bDM7tk",
-	"K0xzpnMo7CvGwjWvhhqJxatRMMkhbOcZTWYB0vlKjhB37+6vCK1xd4xChr1GaAgMtOVD3zM0XLKOSRdq",
-	"Mwpf5W5uYZQJS/jcQS6ocu2ECwe1jhw61IkB18QSKOT9rpxoqWmQ7vHJi7HAU6iyOKkqwHNURafT47Nn",
-	"5y9fvHpxFkfegEQeDcfCm+8Jdb59mNH1Z+iNyr6YThgx5cEePHZYdcqMWvWPJ4apGFkGNKBwFewsWpV3",
-	"brFoReJTahgYmfvwXyvllj+dBs3fRDoWlUeamZh0XRxCrwx4h1N9QFJZkGIprJxvZRwkiy6832GVXkih",
-	"QVn2Ri5oBtGNn0hhmDD9s9WCjcDJ5Cj43r+0FHFvQN4hMli8gp4NGDpT8A+rf8OAilnI9IB8OByOiqp+",
-	"XBPNMyZMtiJ8KqRy5OyNYCRcAFF5huYQRz1LrmFhE1kHhSmj4ByK+pdAu71RAGuGUjAYwGbR9hjOB/oD",
-	"BSHaUrD65i1arYCe/AX+dsYPK46G737oL5fLvpUm+7nKmLDqaxqT7hKE9iRXGemnMdFMpOgJBrK7Mu4i",
-	"FlRpVqwycmX0IFfKjtkbkOOgGmrKKSwjqIjqzJGEHO4/Qr1p7BIRsdB65YTnub0ztnbTGDs1Ho87hn0w",
-	"e4uMcmH/GndiuCpIRcQFt+ZDatKtHIx7jofXI0uoHhvb1QOf4JrcPKmQoHRxOBxCprImcNr2OoGrIcpz",
-	"QWLMuyw1h+OTF8CN1FyP7BFzpypgpS4zQ+MW3PrHMXYpwWOs90XBgvaufQm+4g/XkUdE24ig6hlBsFlE",
-	"UrqKUDUcdz7FUcNMCNW/PXw/SKQ2G+aB7jOgrNihwLi9NhiK2Q2DcKBZxRH4CAqH13bAI9/3BXEc5Bjq",
-	"0sO7cWUW+8a4E4/QeoDAZJkOcCv8E/kmYqLPDMu4AGzAuvNZPhf2fAwNapnjED0AQsz+s+KIvfc5zSyC",
-	"sBSCEQWOz8UiN0eWV4cM/YKmoQXLPn/oMdEyxYxaMlLy8W6pLNnHRnEoqVJwIajz5+oY9exoh7DFicxF",
-	"CjdaSovALtuYdkooNuQR0gkDMwqre+T67ZiZc8XYQXWezKwiM5Mp6cbHWSaXsYN+rMyMRVBgQY+xvXNa",
-	"NCZlH+yLR+Rw/2Fxpw4LjZQko2rKjoCEhATU7sqbZO3VHZHDg4NCCPI8AKjzhWL0UoOQQsJ0A6DpKMQA",
-	"9XaamPc0eeYJZaaPgM+W1UVJ16V09eygUpUMuhQbnESCx+oZRu+IPMIr9ookSagQEogDdnCyY5edK7BT",
-	"VNEvAlseSYlxgI7NBDnFLphlkvHpzBwB2oVyAdF0pZ1DR4Jtf2XpeEGxixRJxU0gO1gYf5HCRKBbRKBY",
-	"RBXZGfU/X6FbWR4IDShcMS3sSoEvUZMAX4h3qUBgFQKc2ukWuugGEYjoCtG1sYtROWmZ9ekshbCzlwCp",
-	"yPKmXFhFZUTiv8El/nV/MNgfDocx6Xp5bX847CE7+xtaRf8ah911Hfb6isVQWvWBJnFgRgXlkScz4DQi",
-	"z7J4vRgrWDZcLnxoqDg+edGJOldMaefBGQwHQwigWTBBF7wz6jwcDAcPsdLDDMw0ezPot/IHWAibHM/H",
-	"Tiw8GA7DhmWu+7CFwMWAPEFgEzKAzkEHJkbYfpF2Rq61yx8YBQXCHSzhYDjEXtvA8sF/VWP09jc0XG0z",
-	"a7nuMWDYaajGVFl1xXLVGf32PurofD6nagWl86+YYFrbk6ZT7fqc4WZ05739dC8I1Ww8Ol/fynHxEyUt",
-	"IWS5ZeUfDOhyGqJCCJr11k/MjbD9xEoBqHpWdR9H47G4fWw+kGD182JVrUcD9HtXoGKCnLjOO4A8WA0B",
-	"5XPXBS8C0li4yiOvXtZ6+TzQ2G9k/SRPcUFfBPRgbqhC8mj48DPM9xp6PNB0deRMINpHLniBM4U0uk3X",
-	"bdfMtyHA1f6eM0zsoWGi9cLBxSeXQKvjn5+tmXiqw8ShPqWgbFoKPsEL+HswFq/BTGHW7MhIG6tXj60d",
-	"XYFFoH2uI6BuTWsuX3Eh0H/P0Z+29XXsIOlef98Mbk1DFO/5SpC4ags0hzt9RVOfHA+f7G//5J1wZtw/",
-	"sBjYIQLn5o9+kuqCpykDT+zhwePtXxyncy4K+wDDfOUS0H6sWLag3YC/9wD0ihxeD3eY5Dv6CD27mnoW",
-	"XoIsAxJWbFWSuLSrx0jAitqeemGlRSGXRXVPC3MQgwzWDYxLhmzvCdESQ5Exw4tQU+2ZT42ccyvQrKAx",
-	"ict0XlCtmYaIlLHgk6j2WXv5Eei4T/6C1QJ8ugz61I4IdY3NXTjOWhesAe58RIYxBsP8nkPAENhfXjtD",
-	"X6EwFAqON5uiWoFycmlwjaWaxqBshNg3FoB+vQGJ7bkVRysxwtoFiCk25RrqeXkLmP1f08tjQeEC+ng+",
-	"WCIBhNEFWovjWomDeFPzMAx4a+wehvYxXzNkRDAGqr2nGHabKYyScs48e4+DKgr9X+yKXDghF9owmpLu",
-	"i2dnP41FqujE9Dkzk77zfvSDvfQv2aqPH2JrG5RJiwuiJOWTCVNMmMI0SLr2qCIXP+/7LCkAGh+ItXb4",
-	"zrxNuLbjaJldsbQXmA4PGg/BuYRKb3HKiuayS2xwa2GSZqAjjUjZhSEwSpb9F8aChpIA3EVz44X11zBs",
-	"L/ZJVmMRht/86p/iUQ4IpMA19dcNCyjFRQ28eCzctmr9d93svvWuA5jWTrtjUbbaJb7Tbrf+eUv/3iZm",
-	"9sQVN7geE6sW+HiOMWbIngCCfpTp6s4EE1hiwYyqHmZX5OvehDA3t4Y6k+uS0bFrAdaFSBHj6Ce5YAnN",
-	"Nav29LRgALFNCEKw1HUIa1uQ+2iv4YtPUadmXN82SP31yginYXTDbqOUn9RG0sxcZxT7Opzyn1hEGR5u",
-	"/+K1ND/JXOAU+ztMcUJXmaTpmZQvqcLEq8P9R7vsR+eLBRQyfsVSTs+segaC1MEGFAht0rujgi8P2Kwg",
-	"AEcL8qqiAgkw/3jk3dRBhzJpwErs7UnYY627qbWaK3Dprbyu+icaAMFcVQpcYdeP3sgbGewOLGFG30Ds",
-	"S+7AaM5KTpgwCoO/CsHOrqnSz0qk2MwtQG9UYsHyiaWlj2CZfWeErFb+sieF8gMIZF3XH9hLGs5SjyEd",
-	"PcepwWznmbU3n41IO692byPbr0orsEpDV1a/lcqnwfnYfoz+p0SwJawWpS37l5vVcpJSXv8clPYpUNaR",
-	"lWRBguNhAybcobfXlgWBFAznQ9Vdv8YRgTQZy2NBKIBkKhdsB1bKc5Bwiox65JoB0f6aiG3UCUy2W78O",
-	"XoUr2mx+uHMyU+o/aMe2Mj7KR6nVtkbN8phPmkc0tQRlLKxcpgsZqejt77M+6kbvwso9IHAGKAOPRc3e",
-	"jQAzIK/Re2lF09L/azHeL5Ze+JAJBN81CLvxnVRUYUCpUOzG6QI1GLXe91FnLcgheFpRkfcufApas6L8",
-	"1MmrYEjDy+LCG9RMtgLKBuaXiLAPNDHZCqLZa5FoBKR2F462JqxbruFwG6Il7Cejoq6me9L1/Vmla8iW",
-	"9sZCqsgnF8G7mJpl5yI1gOo6b1pURMKgvyrw3UATrKrzJnIwmNoPkKbSUha3wBeBx7LGDhQL2nrSJip/",
-	"eHDQizBbpOJvLlssxeghjgfkGU1mhQ7vYph8x9E1Pfdoi7IJ6hx6bCAIrXs4HGIQhr0Fu3iHjNr4zC1t",
-	"4Z86LVsPdrcNdNGGgSsHB2/BeC/ZCotNwyXuaKkDBPgRAPZ+VBMY+0vqJ+EC2ljnmwZsKUIBABW9ouK5",
-	"+5/cSvj5JeoGsuqBvAynwqqoN6WuUk3bPT/oNmw2YPPUcpwW8/UaStiR3tiprqvyg9iws9ka8zw2m63v",
-	"BAF8I6oWuF+4XrRYpf6rN37bo4C9hl4W+yck5jcybKwWUFBnV8b4A9fGh/duAC9yLAr2iP2wSgvcoefW",
-	"ProG9Cs7Ab45IDFYxnxwIlqDvX0vInGlTVRsn2J++1g0NtYykuyTbkIzJlKqMLpI9xrZAmz5jZreE1co",
-	"+/btxA3273LiNrnZ3i2o5xgd/WfHheEOuPBEiknGMTHsS1pZtn3szLVWGXkmDDeru8J2BDKHuesYHzAW",
-	"9Iq2spc2/CbVELBSanPVdYGZrfOYn5nxyHV/VH8DoEdB39HWdrcgEBdtYbu+9nI154ymVhUwsl7RTfcw",
-	"rrLWJTT+06PVdY2XdwClPzPTBqItkhEWWgaWdS0RBRs5Yr3ahVdTa9wOwhW1S0OHSO6FK8sQ5FIfuYBo",
-	"/8olYwuXAAWt4jcEDOyGMmSteeRY7NQ9kro0ID8pVHeWgo0qoZozasYCYq0x9NJlKUyZgRQMGN7bJTCA",
-	"Uw/Ise+NDzox6N8kY/SKoarrWg6XQY2a0At5Faa3eCutVO7DQFmmxuWKSYVxdGNRpJaVqSaltzxwHDax",
-	"cCiEc68cHEvtfGZ1bgNd8w1DpZp+dVTmP5J5I7LdjDKusfYip22LClkiK2afKXYlLy1UCVamkEREsCXT",
-	"Bn0GZf0DTIjVt6Z+DfhsV3e84L/YHXwlmiluZxfl1F7FN8mhRZv1kdgBihSwfq8CxGZtufCLFdHwkGNm",
-	"ciXQ2IrIEkRf6xkYkUW2AkPqfWARrg4B7544Iw7+ZdTbcO60jU9676pTdI9IHJR+AwEP06zxpLHp2TeG",
-	"eicM9S41Wof2N8H6dua49/GSrT4hVmesqWbgKfDDosidN+p6z4TLkiXayIXVFRO2MFgdzwXX2W/Arz4W",
-	"GddlGrrjs+Bp1gz8iFfyEnKjCh4M8xWurkMMKLwPMoGbDMhEBV8Pm6Ot7RSQGgeL/cau1oEXj/WWwHtj",
-	"lrVd8vmFrRx3a8CQPOWbo+1RanTaYlVCHJHlTJJuDAXL416EkZvwN4cU4hiT/+wjdJtiLmCM5TWcukvR",
-	"i24KXScqSvncm8QJu/5a5E27mV3ETSwrwYQrtvcNkdcRmabVzgshJgPM3J/kuY6bO6bEgJtXLsHH2xDA",
-	"3StxI28pYR6RRZaDXx8jG4w0NCvGdKacLtZGc2H5gLkQdN/DQg+WpUHAm9MlcbIII+blFVO+AknQADTN",
-	"WRB/5pvPYqgfstUnb/8RBiTEbr1STSPYKWwUFxjhhH7+c/zTzez+wnkj3yQ5HhRDVr1RYbGyLpZxV7kQ",
-	"XEx7vszazSmTVEGNllYyhWk7b9T0W77RV0Jd1hOUXM2hpvSkjWQmaEV4pwTH5Tv3wU77uZxGlnM9wYnf",
-	"wbxfCVsO9rQLc67kmn9jzi1GocophRE3Fcj9kuahBVNaChCMEyqgqDswW2QqS3ZR7AGNSBjqPSIxFjuP",
-	"x0IxmuqiqBhWBi6cNZB9TrVeSpWCcQmjuMG6RLFKnZ5hdLvGajp2QJMrwVKI2mBzyrOiMEaQy1WGbzy+",
-	"PxNVgBT3ZKcKZvgyxqpwi20unQCK/62CM66L9v8m0Rx3Z7+qXO2N6dMWzrz3kacbjVlP4XddaRkHsAZV",
-	"GgUiNle+rcK9OHZwDXV838XgVFkx1wR3+c3y1AB2eMh3BXbR5woS2ggVwy9Fib8BWEsMz11B170ZOIOL",
-	"btVtMLBrZy85vl53iHuLPaQB0oWuO9BdxKwzetzSKgD1v3BnY4HSYdm4HuJ6jJS9NhPnz7jfr0SZgt3s",
-	"okbhvX1D5Rb9aeqhwuOw++Fz2BvadKfjNNUkBgNdHISCFT0EsNBdWG6laEmbC8Mz+63hWUy6F6ux8BXU",
-	"7ChBF1HnxXA2vWrLhF5EpCBVR5/z/w3G4okr4gt2y2plP432Vu3rjvjAtpTI3PiZobigwl30MK8NyzFr",
-	"xlw1P24JCbxwRLip91S2a3FbHBAw9gehrBA+SLUUMeqGzlgbFuOsplnb+WcuRi843u7hwcFYFHWxIG9a",
-	"MczWJgldQCk/u9Bee1ZAGIsYja3yKVqkAl/+sSLqTZkhhy3FKkC8BiJwT2ojjP1lFEbcVouAAvgJSVuQ",
-	"HlHA5bfAhX//SEC4eOeU6VJi5KKfL3otxLlSfdUBZZuUs/cR/r9RR3zm1ECEMA9Xoxbqmyq50AQaptVJ",
-	"patkhMNgaYFNERBHKERVIyCk8uIUDBNW8/HhEOQ6ldrQI1/Si13UTtzAt0iHXSId8LCuAan3KPzDLbeK",
-	"/cCfd5b6Xa3ZHZMsb+HwOINlfSXCud3MLrI5nO43tGoRzY0DCY9S+PeXdGVAWbciZyqQfbs+e6VXePQL",
-	"7/lEKuKiDJTGwgZWGKZhy28nGnMFlQm6cdDqO+4NyEkRdIBSt87n7osiG8W3QPP5XXQFlRjYh4SxsOpH",
-	"N2hiClmuYWqp9m2PhCR6ZuUD1XfFE5Hr2WHrQ46CPquHBwe+Fj+udyzaBe/uxrJGZU0jSKNxVRvGIixl",
-	"VJmYFE3R9G/8/cCpRvfnuTnD5uT3IXvbob+M6A2bapG8Efq/OWe+pdqChd01578edW6RR/Y+2v/t7MLx",
-	"BWSBKtSqb2JTFa4qpgmXjVDaUgZj8Q5bQDm/ryvW5uR1LpxJQjHsjdnQKer+fEQFZdlFSnelRr85hXZw",
-	"Ct0IZD+bE6j52oefjbZ/A502d88N4ebeNDx7k3eV3+0l1zKA1QueYM+gict6xkY/GdemniBdtHpZ6/PS",
-	"LaAf8sIgSRoTxbD0t4by18uG4shu8WVt5DsntZDVfM8y3BfJnN6E5j51+qtE9//k3On7kMb2Nke9vrl3",
-	"m9BXFf26a9jrt3DXTTahurAPWTx14P/i4RdV/txoVDp1G9GEurguUag2EZHwGs2yVVCiZykaTU7RWCRU",
-	"XVV9rHaYB/rID+6NTlIwrH1SvkNqxiarGNllCcaKSqDBqRtpf4CKfRA/6xafYq1Z/nvOiKvgXGpa92SA",
-	"uceY2S8XLLspNquIji3v45sN5j+R63vi4dD72qRvF76/99H+b0uK+FxeORUDQbJoMJ3WLORYW9fTijld",
-	"EUwiK2kJGp7NjInNFOr+zC7Xisn1sbi5+IqR8Q5A9V1xPjcF1s9mf7nv6NttpP0b+LTZX2pS359T1Nv+",
-	"bhCO22q2iWvGF10QzgdVehr/9t6+hBSYm4hoGdDMsaiacizUrnzgyI+KUYw3WTfZVKvN3Y/V5Z4Fty9i",
-	"ddkYU++sLl8lkv9HW13W8PIuRLGZkgY6ELdLXi8hIDbo77O0+hZ+V1TqWQvh7Vp1rnS6947GgmL07G3N",
-	"N60y1Rs1PfP72UW0shv7Jkg1mz8mpuXGQ7uf/+mGUhX4gjwgBWHi2P0FuQg0mPEWCReagRDlarxB05cZ",
-	"dVkfeo5NyCdQFId0Y1hM0RSdJ7PeEYQ1QrtigU2yrGjtQ3xvkUNSTxshZdYIphVDvaoG6MXCze2ge4fm",
-	"ej9Hm2fOPQecaMSZ17K8svDYviHRGhJVwLsIIQ+KF94MlW4RcZY3dTfPM8MXGWe+0YXOeMrFtBqL1cUu",
-	"SxGZc5EbFkG/tIikdNULcjyiMURTY1YGplqA321FYkTImHSVPWKWQqseaKCbMaoNgeY2LpoNosvGAmc2",
-	"UiKy+qAzrqHbZkPWiLMFUjKXcyZMhAkqYxGzDwuumIYg6K5UJDYmKxqNFfkssJq51IZ8bzemoaIWE2FO",
-	"COyPZZMBOQ0l5ga+yCf2uxn26zkitHwiJwURKzoP1cgWmiuWXOgi5WQXpokNbbfTJfg9AnsrdUSqkS6d",
-	"5Gt06R5cl274t+yzd/HZRg1dVLJ7K4KcJ83M1ydVf+H0/bOaDHATurgu2kJMVatDEQOyggJbAV2OsI1a",
-	"EfgFf4ENDkIQLFJDFS8qVhAxMBa1el4eBblLPNMDsrXQVVHY6pmdzTe8hOojrpdYnFKereJRJaNunmcU",
-	"WidgCJmjxTiYpWcQ/uAy8WAf786eWOoGrcSgJopUl0wRxRKpLF22xN6ehVwwtK1iFzU3JHR2ud/SW2Ac",
-	"s1d3q5Jb9+tdtctrNa7R6TdxqMk46wGU1hJAK2qsPdkvU35ryS5mUl5urMb57vSllTmgR4liBAKcjCTd",
-	"2H2MbSRKgejIxy7xoh3qyfHZk+ekOrer0Emevzp+0n/7/Pjg0XeAQSnL+BX0+sfp+FS4xC5X0dMV58N2",
-	"io5MgBrEp4KaXJU1/2DVxKwWTMOyXVN6qNEMxf1SpvgVS1EagjGYugKDQ/z3d2/Ojs9/ffbj8zdvfjl/",
-	"++zJ6bOz+AiFI8jLXXAgikIKaBNlZ+dieh5UgBZ5lmHQl5Cm1MdWA/IPpvhkBQ3nYbMrKy7a28sNkNbw",
-	"TOSExON8OHyYGPgfG+Bfii4hwAx/jEvK4/aHvTjnC6qwajBkdFppyEC6m+Fz5oh2fLUP9xc2oX/rD3NE",
-	"zF9xwlzwDzhZdLXvfpsx91N8RLB1I5FZSmITD7DXPlo7fQvmhCYzBp1Su/ET++/+EymMktmICNmHwlJx",
-	"7z6soj8z86sD9XukkX6KFirp8MWKU/aada1Be+VAGnLWs6WFn7g4KPt5uS4L5Z1RRxsF7Xq/utbmd6Sb",
-	"ogjhb8K7UR3yOtQJaLN7UX/WIqxu0n5JCVvpM2YCUWPYfAFU2X2DdR7DOgRIwevFlKtU0pVOtQS/6wNa",
-	"EsVSJgynGfTT+d1KGo5y+2lFPr9ginQnlGdWQsSfgXxDJTjFfWbuBU0u5WQSkRyy+w+GbiTFEsaR8D4/",
-	"Ozsh2F6WdIGCotUKKsUiNWFpmQSGjf7wRWy2q/MkYVr37quQs0Pyp+XlfCXxc9WN7dRNpGBf/s6/yYDN",
-	"ZMcTnOLAqoWePx+Zsdx9t96v2ED6Vs1fT2CyrwQ97GZ2wQk44f+U/q8Ld8MekPHvHTrAbu/26hNtMzuP",
-	"z7ZVbMGoIXQsuj5dF022PbKgXB2ReCFlVuvz6v5w5WpcPix+7piUmUldGCl9piwYLF22LEjxPl2WdP3H",
-	"PqfNJ6/5vuqQfuzq7zhPjprqB97LY/VBscLk2sLqoRjxzc+BIbV0o8MTtMB4T7ZJO/SXicyETbXIzvbW",
-	"vjWV/TOXIV0gSNYpQch39j7a/12/N2xjMFmBAvdI7zdB4zdRpy2YrAUSrm3azKj4bD1Wm6PCypS8IxKP",
-	"O44bjDsjsO2U0WFgfnZNJNrVjgF5KZdMYR0idPRBdh72sHGqmiZSFL0poGzaWPgU6rLYG9rRuSrLx0C9",
-	"pAWO7dtngFmrrPIQ7FIqv96ea5hajla0TXUuOT9rVE8iHIv1LMLmeLR7ZldfJB5tE33w8WhfJZ34j45H",
-	"253LXSPMjJvWkLIjsjWAbNASGWYB9Fto2N2GhjnlYWNc2E6RX5qZkNBDXFcGLpMgwCiI2gpqY0IHl7Fw",
-	"kRYY5pFer1idE5++RV99haamHUH0NrLYvYVU4ZcQ1VNBDmrco4xdsSy6bnDVWISFJf8dgqtql1iNrIKm",
-	"Kk1hyVYkC0p+XUgzcxGl9p186vyDlbirjcFWY9FKQk7ydRLyHxUoVQ2R+mqp0p8mTqqgDRhOURPEAtrm",
-	"ZDGrBqoruHmAjWaD5HNpFcIYu/TFrjJuWPi71MyiMjgKmx2mLOGW8LAPNDHZimT80ipraOXDBlvalGN3",
-	"aZZZ3copS1AYMCRr2IIUrZkjcjDcd9ET6CArNgPK3uHBY5gOQggEZylOaulpZqluoZGR5yxzjRHRWjkW",
-	"kKOkC4rqS51XVuKCvfC7VLqq57WVQAiFZvbY0xFJ5HzOjVVOu/HJm7dnpH4J0ENmD1+LexFRzBJqeP/p",
-	"s5fPzp7FvWgspHJEMmMTgwFZC0vOQ5IbETerq1hOYinO4fkqJt3YTRFW1XFdGMO6kXCOsVtE3PO0/oA4",
-	"Mj4gx87czNKxiHnK5gtpmEhW55fMzrNgCsHi4BDYmC6r7KA5QkE5hfK44OB9SAzYGVb24Cwhi9dujsyl",
-	"ghhae7808xEUis3Z/AJyYb2hodGTCeDgw2CxiBDLpJiiRVyqadxuXD4t13xPZD2YoaCBn9fWHO6xgcBb",
-	"rPmmuN+d4t5yZwslLzI2/8s1LS/4VdO9vXbIs6SazFiWYoSDs4c5FFqrkxq5klkkwHEXVk61w+PSL0NJ",
-	"yicTBvGrDjcsKpXs7m4aCVn8PWU6zxodjk+R6EP7vRZ2s5R5lpILdlRQFH8otbijU2bUqn88MUy1rcq9",
-	"vRe+Cqt6hGD7ua73lKVWA8SiADSZYSgZrVBZDMojE8ozMpcp65EyyBkeWvl/TsXK3x6qlBmfzsxgrQwE",
-	"BAQ6PogtxIsA4rAtkb2CVue9e9okmGztq3aK/AnaLFpOHnw8QpaNd8s1mfIrJrBgflVfGpDjsfCszLPd",
-	"Rl7lnmASM1wzdMyYg4gAMTPIZUdjcTh8TASd+x7M2lDDmuviw6B1nnJPQvsWsu4W40n7v3GFlmCjb1EW",
-	"6pTouPnTt0xd8YS9E/SK8syiUN2Lw6FXS4hUFqquDe8b7GDh2C5M7ZKtHvjGpBbU44jEhUxp//DyIsbU",
-	"O7tXHLl8IougEz7NFdMD8gtbGBcOltIVgXb/VoF2MqRVoNH5jlp02Yf0sMVa9ucA39rJ/amh+G5A8bgq",
-	"QPtwTUtsbgCO17N5BZfxIi0jqNpUGtAxbzVBa9CMZehYpCfFKqKW1BdaK+kTfNJA+iPvBsVIFaXRSFSz",
-	"zV3kyaWvCISsbskso6OXTKAxq0vdS0U5Z1cKDfpBuWG4RqWNZlKw3qBYMFQlLeQSXobNWL6bZxnpepY6",
-	"FjO6WDDhIzyxODQKOrHVl8/x9IEgQLMnUKKdNzXU2BzXKtu6lGzO8TPUxjBKHs43VLxK7ueZIrC/sXD8",
-	"j+zK/p7AZPevUfl5rqFMfTay9cRT8f/IWmrNnPqLKGN3Q5NxFzUBobA8IP2wmH99+dhOw5JccbMC+nnB",
-	"qGLqODezzui395ZAYn4OUtea81ImNPO2HdJ1+TvPz85Ozo+fPj2Ne1bryVXWGXVmxixGe3v7B98PhoPh",
-	"YH/0w/CHIdBft9762BDHSrqGM6V75CIXKUSFYJggBVUjVwy0Dfs3aikLKTOSZFRjVrgPDyFvvHdOimxl",
-	"FyXonHVGzpX8KVqvAjvFTCisPSSg2SSBhEnnD8BQETvJnK6Ib98RxDIGs0g1bZmEHJ+8sEKYrmVJET2D",
-	"MhQiYeDPgAA8KJCEHeCx/XvRFz6Yiy543w7YMB+2CiVdbECme4Sm3tpopLNorXdjpGHeKkWX6YCg0Sp1",
-	"DAO7e12sKn6MYFGubdT6kk6YXGQQ8rOpgz41JPatsfdiWAg6ZKfBHNUutetTYdaGy5JzIcNRUOMmAmOe",
-	"VJVmhdXUjfCY85Sbhlmg4ROYFWtlqNaLmeJpFxAt0gKRXBCuSxTmylfPLWbHOsjrs5+21pFdL75aNuYp",
-	"VxlM0XaMFkxn0pAFNbMBeQrWeE2WMwaiPQV4stNayQJQYyoJnTGahlyfh0eJlGh9prXEaYjgRetvtfhD",
-	"0YeIgN+wmvRZ2ROk067N9GO1BQaYdTAXuSsVUbkQELNVHTe8D58n2nxclfSnqCH3qUisyeS09ArU8zyC",
-	"+YrUhfUJj1O6gDRt75zR5bmBPOUAP4O4E1JEoaGMFcJY4Ypbm+M5o5mZRdChmAvmiO2JknMLBXkR5z0g",
-	"ryWxAgIThq9BWCGzaSvn//8BAAD//w==",
+	"86xFfDsrPQP4CpkzNXVCEVqfvCTiAllDSxqYk73RdiyQ7rsYVxdR27VA1kcxand6Vch9dZKwcxadvYSt",
+	"07xR05f4otfg9CaOVhyFL7lYObnBrTd3nSCf1gQ/u0idX2DZynZnAFQntXTvQXijGgR4mnq33RxTgago",
+	"DZHNjgAoSLWjaTjl+jxXWfNJpyzliQV056l6d/qyzNT0vmgyp/qSpT44nE+IkKLZ8ZIv0mujzZJdzKS8",
+	"9IvcPUvQleVykNSAf0X4TvWWqlOGZxQ10YeatT/YYhPveqOm1w+usHjmjXQuu/g4mTPyQoDFHK/bUrJ1",
+	"BbmZoO0mAa9lYlSCRvc/FwHYir06RNfdtoaIW4mB9Zw8QOddsrAbMNyN6O7xztBz0+uAnu9OXzYgzEZT",
+	"BL4KH27DpBZofllcbXmUDvPaKDfGf1pZwKreJLavO/7uxuiRibSSl5W2A9IeIxxVeL2bi+ZGWkyeTNqY",
+	"/V24TKzM8MUdJljwMZld0zaHxxwR5zu3/yrAy4X4rhOL2FcwRrWscAkXxeSsLLFuxG2mOtejNZ+ValyH",
+	"yd+IKvwbUYE1gDspsmXqmkvV/VkGOjVHOdXcM8P+4/cfDz/1u8Pf9vuP3/9/+78N+wfve43+mRN3WLcP",
+	"zZxQnp3vcu1FYM+d8zm7mSaQvaW8uqvVdZOxNSIaAoEr4vN6TnWd/rXWt5Ayayl8AXbX3Rn2iftg3RoX",
+	"KE3emluotd4GhSmKokGtvZFQuoFVlqKlu44Q4tyBlNu/nuxo4eb6wmMA8D5yC+RJKy6W0PfbTZwxxTf7",
+	"w+Fw+2dWs4ELLEA1tHM7wfakSYr9EyPtjnymRM6NrMa9dk1u49FsR1Syb1dlX/+v22JmDbd2wZPyattA",
+	"vknCdOJeszbtCuGCE3ImjUuBkoJhqIFVtCNsGmBJoXeJTag2RApwW/vytl76oVvysCJCCVgO7aR5kYfh",
+	"E7N8MsVayhWhBooakW5sdxRHJBSCsdJktqQrTaaSGOm0cLvCixX8rxvLySTuDchLrCbogyeoYpjEBVvU",
+	"dOVk53RE7M1UJOgtojNcwR3IzsDCv7jw7Gp87yA93wEF+syUZUfV19OYNU56yhYZTVxEqkvV49oMbkqO",
+	"thOhOxUEXrOllwCOkP0rNpdXUIKzgfE3Srpu5fVzsVhnd0WSjOqihp6TOqSa6qq86+nUXYRUnQQHtDu4",
+	"XlB95w7P0pc7qJeO2Jg/4t8rfFu704zQPb0t7qBe/qTMQQ8Oo1xCI3FwdV8a8nzJ6U9PyOPDR98XlWlS",
+	"meRzJsy69oslKhvlXixOvfP+g/j5T2v+/OsHHjZkanKTsQ0y/pqTbWbMQo/29n4v2oINUnblS4bqPSzW",
+	"hVP2dZZPdy7wBk/9iqJNoY6FmrteGaZmry5jdkkXrR2jvb3Y+Y1SruHPnrdcG2mlghC1Lc6vueIOf6jg",
+	"dRdH+ttob288fvuXlnSToILxpsIvO4SIld6x60b5lwRKnT+8PHuVPv7H78MP/7z4Ndl/+f3s5I+D46Zv",
+	"23KvIcL6X7lrhGbFG+eTWov5c95Tp2BCXh0G0eiZXAK3md9ZZvYG57k4Z4W7cqNBybs1txQwKXJkmzOW",
+	"Qa5z5aGPnFAICe8XbCVdvQ5X0adby8ndtYyJLyK9ywLKwjNTfsUEuaAYfbnTNJtS2ENPbpDE7iscb0xj",
+	"h+KAzT4st/BrgTmEnm43kpW1xOH9oJTFjhl3m07XB3TtdrS+MsYOBgbc3FoOSlF0JaALIbA3E9DiCG6Q",
+	"mO6p1WFV5Xea/KbaK8ZkZV2C/YPhtmosbQWxihosM5mlRQxSIrWpBVnfKHF9/9+gRsstaNldFnapXGig",
+	"n383jLZ2eQzphoPdIvQyLjYYFzEjKMS33+jD77Y1y7pVIZoC07Yg1FtPg7x6PcMUwqL2fyeg2x5r00bN",
+	"G+vxrstgAN7omUlolgV1MJhIQfoLyiLYt+ZU0CnzotBR4ejBp4rRNIjDxV4hlRIKWK06KkopuM8bF33m",
+	"gOcz1mjeECpiQfmBDurq3z4upD3WY1f8ukkUhIXc1riholGaT+Zz24YQusDIH/YXQNGYKyKXtz6U9lTJ",
+	"urUv3Mb1jN8Wrm4YOYHMZ93SfXgto7WzTz8TUy4YcwUmKtcS2tB3NKGvV4C/PtTvZie6jgGnBmy7TNBq",
+	"6m27y7swKQKt+eImRddF79omxT/fDa5vzdVnuhuC7r+5WDVXCtfMEF7GlBcZya7Xh9cT140qN9CIJ0XF",
+	"8vJ9mV9kwcsin1+4bAMgAo1e/A3Z7Nqz710qYLna+/V8T/i1WK1fSZBxXpH6K/Q0OO33G662RcioRCa6",
+	"V30Avou/XEITwTI8J5QYkPrX4oYCIcFPzq6bYfYzv2KVCGEw5gRyaIyFEi6kmR2h8imwpGpU3UvGJ1AU",
+	"1bLFmczVuhmvClYt6eW18TDhiGWTo3qCOTVkbhWU70lKV5rQGaNVJXFHcK2uY0jQ4EbwBffXX8l+hEWz",
+	"jSTfFTVV0LpfMVUPB4+ia2FAPbqtLnK50yhrM2NsspGyrWTddWoTFIVOfevK7r7d4qPhMGgp0VzpeE1V",
+	"WRMVqzcJ+WDQmtPXxwPnHZTlgEm/Gx7+MBzeqFZOgc4b0vzPwhp6G1Yb1np0UcNLphiZ55nhi4xDzNY2",
+	"4L4HmnkH1K84pgqRw4GbjqwlN+pmTofW/Jw2k+B1awrj++dMpE192pMs15bUBZUnyrbHu12XmwAqn98w",
+	"ssWRcV8muDJiZQeb/SpBMtC6xNeS771BqQMD8wNNioBuD/hwUBZtManNmx65sprQzkoO5ue23n+71RfN",
+	"UlbfB/f8AjLECsOABivhCg2EWMpAY9adW70viIp2xFTuWmyzsTb1T9AgxIqBUaERopUSFP0lLePBoFjt",
+	"YPd6Y+9KU3a1uFjZ3/CosnFXVBYOhioGtTyL+pI3IqCgXhQJ7e4+CqBpBsG7qu14F2YJey9OhCpV8rXq",
+	"+oEWf+5hZLHAeNvb2TDuo8bznUTRVcpu3MhOcLPylZhhkaGLeF2ff7S7oeAzKfTrh9d2GHehaP85ij+6",
+	"lvH3rGg36cEuQnr9GNmVHaMZyeEZsWO59pTVDH/MhjYzxfRMZiV7Hbi6eu+vFYErTaMStyKx5lPBxfQc",
+	"O5/FUHogzzLXxhgLGCg2p+rSZ4G6zAzdyBPscNSqNOfYqrrNKYjeP9fOGqpMJlQpzjSJzV9RTckF/4Dh",
+	"AdHVvvttxj6QYoogdqD0Xf+9iDzov/Uvti203PemTMLnr46f9N8+Pz549B1WJZqxD72jIhbANVhBvc4b",
+	"Jy7ZakBe+xjjsSjr5Pl+KK6d/q/Pfnz+5s0v52+fPTl9doZpLsI+dwH60OIQWkgbywt60VhYJcc1+HJq",
+	"DtYufmDf1JpLgcmbWxN0G/P6fp1Z9QABF9jxyZu3Z5ZllxHTPmbC7cStdLDjlOethbxPLK8WrjRADHkn",
+	"aNqhgtA0VUzXqglMcs1AqS7KsdGxyKRcXNDkMiILxa+oYRHJuLjsQxlKC9VFL2YoLbrILzKekBcnfgoL",
+	"+WOBlTJnUpt4QN7mUCEs41fQwwGOJaEiYRAln4usvrJcoF19LGrXfPzy5Ztfz09OX/zj+OzZXyHWknRx",
+	"ZakVW+VizoTpDchzqY3fvWJjAToctJpxF+CmSqQQLDE6cqWTnr5+a4UrmeUoM2DAKKx8ZVXkscCoCorH",
+	"R7NaaZHO/sH3g+FgONi3kEeJP01/OqNwcjewxiY8WBcZpOptm27YM9j15vSS2dOzNEYTbnpHhJKFkmkO",
+	"jdU8CvmbhyTuzWID5mXWkL2BTEWeVr9vp+9P3Tk2ROhcQ0CkxlhBbh389wuDBtY1cy9GmNhrnykrYbCQ",
+	"8IaBP76O6jqRByMJjgatJqrozA3ReZIw5hqmbUViOKltTM2X0avxsebmffDZOU83DPpAE55GWMYdCaIm",
+	"cUDs/eVgrpp9yNO4KCYj09WO+tLOHQwxAu08aaw2gUwuYXZJloWcnZ0Q/CA8eSF9h4eEzhnpuvJAxFA1",
+	"ZSYighmo1Q9XG0ELKpmbTe0cw/X5O928OrcClpKDDx+ajXCt+d9+nd6FGHRTt4T299wSHbzlHTu4ImgF",
+	"ABE5DPZYUz13D/Xhbu27u2DxXQi+dcLwxWXgIFdvXTE/fYmSlrt6y7IcVhb83uV+WYHGOfpJF+QfV/LX",
+	"CgO6iIi0NMnnTW2MgYSw0C0hkL8W1dFq8QxoYI0jEqNb1P5rJnPlslIhDdVyZJ1xqAONOpc+IjEoXbH3",
+	"S9SKsQbuCJwBq0rlEEVlx+9Ermo56m7vW9fcYlh0va2a2tKsFbsta0CuFyoaBeFjYZXZsahW74C7xfTd",
+	"2JfT0gNyfAHksmiChqGXSH6wBf5OdPE+ayY2G5Ke+ITEui3MU3V3aGBzt6Do7juq2p16o7EIDGd29/lm",
+	"SxyhGb/c/WRuVdZvex3GdTTHltu54mb11o7uYvqh0/Zx7h0xa8qMz8mGSDzSdZLp8dNXL16fn7355dnr",
+	"uIdKHwj3xycvUNtp79mN0pTTwlzFGNgu8A9YTnlglgR0Pn2CfoQTub7EkpWj4AkOir5hggqDZZp8p/wB",
+	"eZJrI+dM+V80ofoSfMOuIXIquZiOhWWeERl35nSFll+ppnuG0fkepHfpBRMpeV2iljMMv7Ig9bdxh3Rj",
+	"S+/I3tX+HgZVefXLHhBEOxWxQ8xZkl1kOC7YSCzbgkCnsWytkvl05kPcDJETV1zw+OTFYCzG4sz+4bMH",
+	"PO2iuZlJxQ2WaEukMIomWH6a/Cy9XAyB/ROaII7PZcoyTbgYixieCJrt2WugC75HFxyp5pQJCxc++wwc",
+	"7CJ1WWheT+dQY42DZc3j41jwogE1t0yFJjOGTVFEmjEFm/mv/yJPoMYwnoHdhhUQ0KJpX3gG88R7V/ux",
+	"g1Ar5xt6yTSJj3HXf8CPI/Ij9pJH4AMoLrqBI2UDqyhAt0uDk5ORnaQPT/7nf6oo8D//Q7pMXHElBRz1",
+	"FVUcKmw1YIYnvHjQlqQQCI5LJZ4UVH6LHNWFgsNU0Clwm4wK3LxUUx2E0AGPhd07ak48hxqQX51A1bSS",
+	"Sn0Fi6UWXLi2K08Hdq9U2K2WKGz3CUg8GAziXkScuRQ1tRLC7fL2Pko1/WSBo3/JVjoekBcGFsYyKaag",
+	"57k8SSyz7Ew22HB/RHzoYbeIPYxD3PFBh3bE7nrg4QON2ILJlzqya9dRYeRA/MF2VBTjQAvHb2SH9BYT",
+	"b59CRud+DHXgHrxeRjl2G8Ica1JQD6D5GAp1QqlRRXJxKeRSOIDzmZWHw32rswK2AP30sjFAjz0nILAe",
+	"0sdCMJbq4POHR44C9+HtlCiZG4aVut2debMcntklW2FGO51D5WwxFq47PBQhLV6NgkkOYTvPaDILkM6X",
+	"SoW4e3d/RWiNu2MUMiDflQAjHov4Q98zNFyyjkkXip8KX0ZybmGUCUv43EEuqHL9ugsHtY4cOtSJAdfE",
+	"Eijk/a5eb6lpkO7xyYuxwFOosjipKsBzVEWn0+OzZ+cvX7x6cRZH3oBEHg3HwpvvCXW+fZjR5/yOysaz",
+	"Thgx5cEePHZYdcqMWvWPJ4apGFkGdHhxJSItWpV3brFoReJTahgYmfvwXyvllj+dBt0VRToWlUeamZh0",
+	"XRxCrwx4h1N9QFJZkGIprJxvZRwkiy6832GVXkihQVn2Ri7ottKNn0hhmDD9s9WCjcDJ5Cj43r+0FHFv",
+	"QN4hMli8gqYoGDpT8A+rf8OAilnI9IB8OByOirKZXBPNMyZMtiJ8KqRy5OyNYCRcAFF5huYQRz1LrmFh",
+	"E1kHhSmj4ByKArNAu71RAIvyUjAYwGbR9hjOB/oDBSHaUrD65i1arYCe/AX+dsYPK46G737oL5fLvpUm",
+	"+7nKmLDqaxqT7hKE9iRXGemnMdFMpOgJBrK7Mu4iFlRpVqwycnUqIVfKjtkbkOOg3HDKKSwjKDnszJGE",
+	"HO4/Qr1p7BIRsZNB5YTnub0ztnbTGDs1Ho87hn0we4uMcmH/GndiuCpIRcQFt+ZDatKtHIx7jofXI0so",
+	"zxzb1QOf4JrcPKmQoHRxOBxCprImcNr2OoGrIcpzQWLMuyw1h+OTF8CN1FyP7BFzpypgXTszQ+MW3PrH",
+	"MbYBwmOsNx7CjhGuPxC+4g/XkUdE24ig6hlBsFlEUrqKUDUcdz7FUcNMCNW/PXw/SKQ2G+aB9k6grNih",
+	"wLi9NhiK2Q2DcKBZxRH4CAqH13bAI99YCXEc5Bjq0sO7cWUW+8a4E4/QeoDAZJkOcCv8E/kmYqLPDMu4",
+	"AGzAxg5ZPhf2fAwNmgXgED0AQsz+s+KIvfc5zSyCsBSCEQWOz8UiN0eWV4cM/YKmoQXLPn/oMdEyxYxa",
+	"MlLy8W6pLNnHRnGosFBwISik6Spj9exoh7DFicxFCjdaSovALtuYdkoo1qgQ0gkDMwqre+QaWpmZc8XY",
+	"QXWezKwiM5Mp6cbHWSaXsYN+LH2O9W5gQY+xf3padP5lH+yLR+Rw/2Fxpw4LjZQko2rKjoCEhATU7sqb",
+	"ZO3VHZHDg4NCCPI8AKjzhWL0UoOQQsJ0A6DpKMQA9XaamPc0eeYJddyPgM+W5XtJ16V09eygUpUMuhQb",
+	"nESCx+oZRu+IPMIr9ookSagQEogDtkizY5etYbAVW9GQBXuKSYlxgGVZEb9qF8wyyfh0Zo4A7UK5gGi6",
+	"0s6hI8G2v7J0vKDYRYqk4iaQHSyMv0hhItAtIlAsoorsHFQucd4q7PDiyrNh2xd8iZoE+EK8SwUCqxDg",
+	"1E630EW7lUBEV4iujW3CyknLrE9nKYSdvQRIRZY35cIqKiMS/w0u8a/7g8H+cDiMSdfLa/vDYQ/Z2d/Q",
+	"KvrXOGxf7bDXlwSH2sUPNIkDMyoojzyZAacReZbF69WOwbLhcuFDQ8XxyYtO1LliSjsPzmA4GEIAzYIJ",
+	"uuCdUefhYDh4iJUeZmCm2ZtBQ6M/wELY5Hg+dmLhwXAYdgR0ZWUsBC4G5AkCm5ABdA46MDHC9ou0M3K9",
+	"k/7AKCgQ7mAJB8MhNrMHlg/+qxqjt7+h4WqbWcu1ZwLDTkPhrcqqK5arzui391FH5/M5VSvoTXHFBNPa",
+	"njSdatdIEDejO+/tp3tBqGbj0flSZo6LnyhpCSHLLSv/YECX0xAVQtCst35iboTtJ1YKQNWzqvs4Go/F",
+	"7WPzgQSrnxeraj0aoN+7AhUT5MS1tgLkwWoIKJ+7NpMRkMbCVR559bLWLOuBxoY+6yd5igv6IqAHc0MV",
+	"kkfDh59hvtfQRIWmqyNnAtE+csELnCmk0W26brtmvg0Brvb3nGFiDw0TrRcOLj65BFod//xszcRTHSYO",
+	"9SkFFfJS8AlewN+DsXgNZgqzZkdG2li9euyd6kp2Au1zLTd1a1pz+YoLgf57jv60ra9ji1b3+vtmcGsa",
+	"onjP1xbFVVugOdzpK5r65Hj4ZH/7J++EM+P+gTXcDhE4N3/0k1QXPE0ZeGIPDx5v/+I4nXNR2AcY5iuX",
+	"gPZjxbIF/Tz8vQegV+TwerjDJN/RR2iK19QU9BJkGZCwYquSxKVdPUYCVlSL1QsrLQq5LOrF+sJraN3A",
+	"uGTI9p4QLTEUGTO8CDVhhbSIUCPn3Ao0K+j84zKdF1RrpiEiZSz4JKp91l5+JAbR6y9YLcCny6BP7YhQ",
+	"7AyRunCctTZzA9z5iAxjDIb5PYeAIbC/vHaGvkJhKBQcbzZFtQLl5NLgGks1jUHZCLFvLAD9egMS23Mr",
+	"jla6SnQYIKbYlGuo5+UtYPZ/TS+PBYUL6OP5YIkEEEYXaC2OayUO4k3d+TDgrbE9H9rHfM0QV29uQ9M+",
+	"bOdUGCXlnHn2HgdVFPq/2BW5cEIutGE0Jd0Xz85+GotU0Ynpc2Ymfef96Ad76V+yVR8/xN5RKJMWF0RJ",
+	"yicTppgwhWmQdMsigVHRyEwB0PhArLXDd+ZtwrUdR8vsiqW9wHR40HgIziVUeotTVnRvXmIHaQuTNAMd",
+	"aUTKNieBUbJscDIWNJQE4C6aO5usv4Zhe7FPshqLMPzmV/8Uj3JAIAWuqYF1WEApLurmxWPhtlVrcO1m",
+	"972tHcC0trIei7KXNfGtrLv1z1saZDcxsyeuuMH1mFi1wMdzjDFD9gQQ9KNMV3cmmMASC2ZU9TC7Il/3",
+	"JoS5uTWUB12XjI5dj70uRIoYRz/JBUtorlm1aa4FA4htQhCCpa5DWNuC3Ed7DV98ijo14/q2QeqvV0Y4",
+	"DaMbdhul/KQ2kmbmOqPY1+GU/8QiyvBw+xevpflJ5gKn2N9hihO6yiRNz6R8SRUmXh3uP9plPzpfLKBm",
+	"9SuWcnpm1TMQpA42oEBok94dFXx5wGYFAThakFcVFUiA+ccj76YOWgBKA1Zib0/CJobdTb0LXYFLb+V1",
+	"1T/RAAjmqlLgCnvk9EbeyGB3YAkz+gZiX3IHRnNWcsKEURj8VQh2dk2VhnEixW6JAXqjEguWT6wifgTL",
+	"7DsjZLXylz0plB9AIOu6Btxe0nCWegzp6DlODWY7z6y9+WxE2nm1exvZflVagVUaurL6rVQ+Dc7H9mP0",
+	"PyWCLWG1KG3Zv9yslpOU8vrnoLRPgbKOoOSwleB42OEMd+jttWVBIAXD+VB11xB1RCBNxvJYEAogmcoF",
+	"24GV8hwknCKjHrlmQLS/JmIbdQKT7davg1fhijabH+6czJT6D9qxrYyP8lFqta1Rszzmk+YRTS1BGQsr",
+	"l+lCRoq8j8dnfdSN3oWVe0DgDFAGHouavRsBZkBeo/fSiqal/9divF8svfAhEwi+axB24zupqMKAUqHY",
+	"jdMFajBqve+jzlqQQ/C0oiLvXfgUtGZF+amTV8GQhpfFhTeomWwFlA3MLxGW6M5WEM1ei0QjILW7cLQ1",
+	"YR2LlANuL3zF81FRV9M96foGyNJ1PEx7YyFV5JOL4F1MzbJzkRpAdZ03LSoiYdBfFfhuoMtc1XkTORhM",
+	"7QdIU2kpi1vgi8BjWWMHigV9c2kTlT88OOhFmC1S8TeXDcli9BDHA/KMJrNCh3cxTL6l75qee7RF2QR1",
+	"Dj02EITWPRwOMQjD3oJdvENGbXzmlrbwT52WrQe72wa6aMPAlYODt2C8l2yFxabhEne01AEC/AgAez+q",
+	"CYz9JfWTcAFtrPNNA7YUoQCAil5R8dz9T24l/PwSdQNZ9UBehlNhVdSbUleppu2eH3QbNhuweWo5Tov5",
+	"eg0l7Ehv7FTXVflBbNjZbI15HpvN1neCAL61WQvcL1yzZ6xS/9Ubv+1RwF5DL4v9ExLzGxk2VgsoqLMr",
+	"Y/yBa+PDezeAFzkWBXvEDmulBe7Qc2sfXQP6lZ0A3xyQGCxjPjgRrcHevheRuNJFLLZPMb99LBpbtRlJ",
+	"9kk3oRkTKVUYXaR7jWwBtvwGHAL3wRXKLpc7cYP9u5y4TW62dwvqOUZH/9lxYbgDLjyRYpJxTAz7klaW",
+	"bR87c61VRp4Jw83qrrAdgcxh7jrGB4wFvaKt7KUNv0k1BKyU2lx1XWBm6zzmZ2Y8ct0f1d8A6FHQpbe1",
+	"nzQIxEUT5a6vvVzNOaOpVQWMrFd00z2Mq6z11I3/9Gh1XePlHUDpz8y0gWiLZISFloFlXUtEwdagWK92",
+	"4dXUGreDcEXt0tAhknvhyjIEudRHLiDav3LJ2MIlQF3RLGcbAgZ2Qxmy1o50LHbqR0pdGpCfFKo7S8FG",
+	"lVDNGTVjAbHWGHrpshSmzEAKBgzv7RIYwKkH5Nj9E3Vi0L9JxugVQ1XXNegugxo1oRfyKkxv8VZaqdyH",
+	"gbJMjcsVkwrj6MaiSC0rU01Kb3ngOGxi4VAI5145OJba+czq3Aa65lvQSjX96qjMfyTzRmS7GWVcY+1F",
+	"TtsWFbJEVsw+U+xKXlqoEqxMIYmIYEumDfoMyvoHmBCrb039GvDZru54wX+xO/hKNFPczi7Kqb2Kb5JD",
+	"izbrI7EDFClg/V4FiM3acuEXK6LhIcfM5EqgsRWRJYi+1jMwIotsBYbU+8AiXB0C3j1xRhz8y6i34dxp",
+	"G5/03lWn6B6ROCj9BgIeplnjSWPTs28M9U4Y6l1qtA7tb4L17cxx7+MlW31CrM5YU83AU+CHRZG7skOt",
+	"LxiALW21kQurKyZsYbA6nguus9+AX30sMq7LNHTHZ8HTrBn4Ea/kJeRGFTwY5itcXYcYUHgfZAI3GZCJ",
+	"Cr4eNkdb2ykgNQ4W+41drQMvHustgffGLGu75PMLWznu1oAheco3R9uj1Oi0xaqEOCLLmSTdGAqWx70I",
+	"Izfhbw4pxDEm/9lH6DbFXMAYy2s4dZeiF90Uuk5UlPK5N4kTdv21yJt2M7uIm1hWgglXbO8bIq8jMk2r",
+	"nRdCTAaYuT/Jcx03d0yJATevXIKPtyGAu1fiRt5SwjwiiywHvz5GNhhpaFaM6Uw5XayN5sLyAXMh6L6H",
+	"hR4sS4OAN6dL4mQRRszLK6Z8BZKgAWiasyD+zDefxVA/ZKtP3v4jDEiI3XqlmkawU9ioa2WPE/r5z/FP",
+	"N7P7C+eNfJPkeFAMWfVGhcXKuljGXeVCcDHt+TJrN6dMUgU1WlrJFKbtvFHTb/lGXwl1WU9QcjWHmtKT",
+	"NpKZoBXhnRIcl+/cBzvt53IaWc71BCd+B/N+JWw52NMuzLmSa/6NObcYhSqnFEbcVCD3S5qHFkxpKUAw",
+	"TqiAou7AbJGpLNlFsQc0ImGo94jEWOw8HgvFaKqLomJYGbhw1kD2OdV6KVUKxiWM4gbrEsUqdXqG0e0a",
+	"q+nYAU2uBEshaoPNKc+KwhhBLlcZvvH4/kxUAVLck50qmOHLGKvCLba5dAIo/rcKzrgu2v+bRHPcnf2q",
+	"crU3pk9bOPPeR55uNGY9hd91pWUcwBpUaRSI2Fz5tgr34tjBNdTxfReDU2XFXBPc5TfLUwPY4SHfFdhF",
+	"nytIaCNUDL8UJf4GYC0xPHcFXfdm4AwuulW3wcCunb3k+HrdIe4t9pAGSBe67kB3EbPO6HFLqwDU/8Kd",
+	"jQVKh2XjeojrMVL22kycP+N+vxJlCnazixqF9/YNlVv0p6mHCo/D7ofPYW9o052O01STGAx0cRAKVvQQ",
+	"wEJ3YbmVoiVtLgzP7LeGZzHpXqzGwldQs6MEXUSdF8PZ9KotE3oRkYJUHX3O/zcYiyeuiC/YLauV/TTa",
+	"W7WvO+ID21Iic+NnhuKCCnfRw7w2LMesGXPV/LglJPDCEeGm3lPZrsVtcUDA2B+EskL4INVSxKgbOmNt",
+	"WIyzmmZt55+5GL3geLuHBwdjUdTFgrxpxTBbmyR0AaX87EJ77VkBYSxiNLbKp2iRCnz5x4qoN2WGHLYU",
+	"qwDxGojAPamNMPaXURhxWy0CCuAnJG1BekQBl98CF/79IwHh4p1TpkuJkYt+vui1EOdK9VUHlG1Szt5H",
+	"+P9GHfGZUwMRwjxcjVqob6rkQhNomFYnla6SEQ6DpQU2RUAcoRBVjYCQyotTMExYzceHQ5DrVGpDj3xJ",
+	"L3ZRO3ED3yIddol0wMO6BqTeo/APt9wq9gN/3lnqd7Vmd0yyvIXD4wyW9ZUI53Yzu8jmcLrf0KpFNDcO",
+	"JDxK4d9f0pUBZd2KnKlA9u367JVe4dEvvOcTqYiLMlAaCxtYYZiGLb+daMwVVCboxkGr77g3ICdF0AFK",
+	"3Tqfuy+KbBTfAs3nd9EVVGJgHxLGwqof3aCJKWS5hqml2rc9EpLomZUPVN8VT0SuZ4etDzkK+qweHhz4",
+	"Wvy43rFoF7y7G8salTWNII3GVW0Yi7CUUWViUjRF07/x9wOnGt2f5+YMm5Pfh+xth/4yojdsqkXyRuj/",
+	"5pz5lmoLFnbXnP961LlFHtn7aP+3swvHF5AFqlCrvolNVbiqmCZcNkJpSxmMxTtsAeX8vq5Ym5PXuXAm",
+	"CcWwN2ZDp6j78xEVlGUXKd2VGv3mFNrBKXQjkP1sTqDmax9+Ntr+DXTa3D03hJt70/DsTd5VfreXXMsA",
+	"Vi94gj2DJi7rGRv9ZFybeoJ00eplrc9Lt4B+yAuDJGlMFMPS3xrKXy8biiO7xZe1ke+c1EJW8z3LcF8k",
+	"c3oTmvvU6a8S3f+Tc6fvQxrb2xz1+ubebUJfVfTrrmGv38JdN9mE6sI+ZPHUgf+Lh19U+XOjUenUbUQT",
+	"6uK6RKHaRETCazTLVkGJnqVoNDlFY5FQdVX1sdphHugjP7g3OknBsPZJ+Q6pGZusYmSXJRgrKoEGp26k",
+	"/QEq9kH8rFt8irVm+e85I66Cc6lp3ZMB5h5jZr9csOym2KwiOra8j282mP9Eru+Jh0Pva5O+Xfj+3kf7",
+	"vy0p4nN55VQMBMmiwXRas5BjbV1PK+Z0RTCJrKQlaHg2MyY2U6j7M7tcKybXx+Lm4itGxjsA1XfF+dwU",
+	"WD+b/eW+o2+3kfZv4NNmf6lJfX9OUW/7u0E4bqvZJq4ZX3RBOB9U6Wn823v7ElJgbiKiZUAzx6JqyrFQ",
+	"u/KBIz8qRjHeZN1kU602dz9Wl3sW3L6I1WVjTL2zunyVSP4fbXVZw8u7EMVmShroQNwueb2EgNigv8/S",
+	"6lv4XVGpZy2Et2vVudLp3jsaC4rRs7c137TKVG/U9MzvZxfRym7smyDVbP6YmJYbD+1+/qcbSlXgC/KA",
+	"FISJY/cX5CLQYMZbJFxoBkKUq/EGTV9m1GV96Dk2IZ9AURzSjWExRVN0nsx6RxDWCO2KBTbJsqK1D/G9",
+	"RQ5JPW2ElFkjmFYM9aoaoBcLN7eD7h2a6/0cbZ459xxwohFnXsvyysJj+4ZEa0hUAe8ihDwoXngzVLpF",
+	"xFne1N08zwxfZJz5Rhc64ykX02osVhe7LEVkzkVuWAT90iKS0lUvyPGIxhBNjVkZmGoBfrcViREhY9JV",
+	"9ohZCq16oIFuxqg2BJrbuGg2iC4bC5zZSInI6oPOuIZumw1ZI84WSMlczpkwESaojEXMPiy4YhqCoLtS",
+	"kdiYrGg0VuSzwGrmUhvyvd2YhopaTIQ5IbA/lk0G5DSUmBv4Ip/Y72bYr+eI0PKJnBRErOg8VCNbaK5Y",
+	"cqGLlJNdmCY2tN1Ol+D3COyt1BGpRrp0kq/RpXtwXbrh37LP3sVnGzV0UcnurQhynjQzX59U/YXT989q",
+	"MsBN6OK6aAsxVa0ORQzICgpsBXQ5wjZqReAX/AU2OAhBsEgNVbyoWEHEwFjU6nl5FOQu8UwPyNZCV0Vh",
+	"q2d2Nt/wEqqPuF5icUp5topHlYy6eZ5RaJ2AIWSOFuNglp5B+IPLxIN9vDt7YqkbtBKDmihSXTJFFEuk",
+	"snTZEnt7FnLB0LaKXdTckNDZ5X5Lb4FxzF7drUpu3a931S6v1bhGp9/EoSbjrAdQWksAraix9mS/TPmt",
+	"JbuYSXm5sRrnu9OXVuaAHiWKEQhwMpJ0Y/cxtpEoBaIjH7vEi3aoJ8dnT56T6tyuQid5/ur4Sf/t8+OD",
+	"R98BBqUs41fQ6x+n41PhErtcRU9XnA/bKToyAWoQnwpqclXW/INVE7NaMA3Ldk3poUYzFPdLmeJXLEVp",
+	"CMZg6goMDvHf3705Oz7/9dmPz9+8+eX87bMnp8/O4iMUjiAvd8GBKAopoE2UnZ2L6XlQAVrkWYZBX0Ka",
+	"Uh9bDcg/mOKTFTSch82urLhoby83QFrDM5ETEo/z4fBhYuB/bIB/KbqEADP8MS4pj9sf9uKcL6jCqsGQ",
+	"0WmlIQPpbobPmSPa8dU+3F/YhP6tP8wRMX/FCXPBP+Bk0dW++23G3E/xEcHWjURmKYlNPMBe+2jt9C2Y",
+	"E5rMGHRK7cZP7L/7T6QwSmYjImQfCkvFvfuwiv7MzK8O1O+RRvopWqikwxcrTtlr1rUG7ZUDachZz5YW",
+	"fuLioOzn5boslHdGHW0UtOv96lqb35FuiiKEvwnvRnXI61AnoM3uRf1Zi7C6SfslJWylz5gJRI1h8wVQ",
+	"ZfcN1nkM6xAgBa8XU65SSVc61RL8rg9oSRRLmTCcZtBP53craTjK7acV+fyCKdKdUJ5ZCRF/BvINleAU",
+	"95m5FzS5lJNJRHLI7j8YupEUSxhHwvv87OyEYHtZ0gUKilYrqBSL1ISlZRIYNvrDF7HZrs6ThGndu69C",
+	"zg7Jn5aX85XEz1U3tlM3kYJ9+Tv/JgM2kx1PcIoDqxZ6/nxkxnL33Xq/YgPpWzV/PYHJvhL0sJvZBSfg",
+	"hP9T+r8u3A17QMa/d+gAu73bq0+0zew8PttWsQWjhtCx6Pp0XTTZ9siCcnVE4oWUWa3Pq/vDlatx+bD4",
+	"uWNSZiZ1YaT0mbJgsHTZsiDF+3RZ0vUf+5w2n7zm+6pD+rGrv+M8OWqqH3gvj9UHxQqTawurh2LENz8H",
+	"htTSjQ5P0ALjPdkm7dBfJjITNtUiO9tb+9ZU9s9chnSBIFmnBCHf2fto/3f93rCNwWQFCtwjvd8Ejd9E",
+	"nbZgshZIuLZpM6Pis/VYbY4KK1Pyjkg87jhuMO6MwLZTRoeB+dk1kWhXOwbkpVwyhXWI0NEH2XnYw8ap",
+	"appIUfSmgLJpY+FTqMtib2hH56osHwP1khY4tm+fAWatsspDsEup/Hp7rmFqOVrRNtW55PysUT2JcCzW",
+	"swib49HumV19kXi0TfTBx6N9lXTiPzoebXcud40wM25aQ8qOyNYAskFLZJgF0G+hYXcbGuaUh41xYTtF",
+	"fmlmQkIPcV0ZuEyCAKMgaiuojQkdXMbCRVpgmEd6vWJ1Tnz6Fn31FZqadgTR28hi9xZShV9CVE8FOahx",
+	"jzJ2xbLousFVYxEWlvx3CK6qXWI1sgqaqjSFJVuRLCj5dSHNzEWU2nfyqfMPVuKuNgZbjUUrCTnJ10nI",
+	"f1SgVDVE6qulSn+aOKmCNmA4RU0QC2ibk8WsGqiu4OYBNpoNks+lVQhj7NIXu8q4YeHvUjOLyuAobHaY",
+	"soRbwsM+0MRkK5LxS6usoZUPG2xpU47dpVlmdSunLEFhwJCsYQtStGaOyMFw30VPoIOs2Awoe4cHj2E6",
+	"CCEQnKU4qaWnmaW6hUZGnrPMNUZEa+VYQI6SLiiqL3VeWYkL9sLvUumqntdWAiEUmtljT0ckkfM5N1Y5",
+	"7cYnb96ekfolQA+ZPXwt7kVEMUuo4f2nz14+O3sW96KxkMoRyYxNDAZkLSw5D0luRNysrmI5iaU4h+er",
+	"mHRjN0VYVcd1YQzrRsI5xm4Rcc/T+gPiyPiAHDtzM0vHIuYpmy+kYSJZnV8yO8+CKQSLg0NgY7qssoPm",
+	"CAXlFMrjgoP3ITFgZ1jZg7OELF67OTKXCmJo7f3SzEdQKDZn8wvIhfWGhkZPJoCDD4PFIkIsk2KKFnGp",
+	"pnG7cfm0XPM9kfVghoIGfl5bc7jHBgJvseab4n53invLnS2UvMjY/C/XtLzgV0339tohz5JqMmNZihEO",
+	"zh7mUGitTmrkSmaRAMddWDnVDo9LvwwlKZ9MGMSvOtywqFSyu7tpJGTx95TpPGt0OD5Fog/t91rYzVLm",
+	"WUou2FFBUfyh1OKOTplRq/7xxDDVtir39l74KqzqEYLt57reU5ZaDRCLAtBkhqFktEJlMSiPTCjPyFym",
+	"rEfKIGd4aOX/ORUrf3uoUmZ8OjODtTIQEBDo+CC2EC8CiMO2RPYKWp337mmTYLK1r9op8idos2g5efDx",
+	"CFk23i3XZMqvmMCC+VV9aUCOx8KzMs92G3mVe4JJzHDN0DFjDiICxMwglx2NxeHwMRF07nswa0MNa66L",
+	"D4PWeco9Ce1byLpbjCft/8YVWoKNvkVZqFOi4+ZP3zJ1xRP2TtAryjOLQnUvDodeLSFSWai6NrxvsIOF",
+	"Y7swtUu2euAbk1pQjyMSFzKl/cPLixhT7+xeceTyiSyCTvg0V0wPyC9sYVw4WEpXBNr9WwXayZBWgUbn",
+	"O2rRZR/SwxZr2Z8DfGsn96eG4rsBxeOqAO3DNS2xuQE4Xs/mFVzGi7SMoGpTaUDHvNUErUEzlqFjkZ4U",
+	"q4haUl9oraRP8EkD6Y+8GxQjVZRGI1HNNneRJ5e+IhCyuiWzjI5eMoHGrC51LxXlnF0pNOgH5YbhGpU2",
+	"mknBeoNiwVCVtJBLeBk2Y/lunmWk61nqWMzoYsGEj/DE4tAo6MRWXz7H0weCAM2eQIl23tRQY3Ncq2zr",
+	"UrI5x89QG8MoeTjfUPEquZ9nisD+xsLxP7Ir+3sCk92/RuXnuYYy9dnI1hNPxf8ja6k1c+ovoozdDU3G",
+	"XdQEhMLygPTDYv715WM7DUtyxc0K6OcFo4qp49zMOqPf3lsCifk5SF1rzkuZ0MzbdkjX5e88Pzs7OT9+",
+	"+vQ07lmtJ1dZZ9SZGbMY7e3tH3w/GA6Gg/3RD8MfhkB/3XrrY0McK+kazpTukYtcpBAVgmGCFFSNXDHQ",
+	"NuzfqKUspMxIklGNWeE+PIS88d45KbKVXZSgc9YZOVfyp2i9CuwUM6Gw9pCAZpMEEiadPwBDRewkc7oi",
+	"vn1HEMsYzCLVtGUScnzywgphupYlRfQMylCIhIE/AwLwoEASdoDH9u9FX/hgLrrgfTtgw3zYKpR0sQGZ",
+	"7hGaemujkc6itd6NkYZ5qxRdpgOCRqvUMQzs7nWxqvgxgkW5tlHrSzphcpFByM+mDvrUkNi3xt6LYSHo",
+	"kJ0Gc1S71K5PhVkbLkvOhQxHQY2bCIx5UlWaFVZTN8JjzlNuGmaBhk9gVqyVoVovZoqnXUC0SAtEckG4",
+	"LlGYK189t5gd6yCvz37aWkd2vfhq2ZinXGUwRdsxWjCdSUMW1MwG5ClY4zVZzhiI9hTgyU5rJQtAjakk",
+	"dMZoGnJ9Hh4lUqL1mdYSpyGCF62/1eIPRR8iAn7DatJnZU+QTrs204/VFhhg1sFc5K5UROVCQMxWddzw",
+	"PnyeaPNxVdKfoobcpyKxJpPT0itQz/MI5itSF9YnPE7pAtK0vXNGl+cG8pQD/AziTkgRhYYyVghjhStu",
+	"bY7njGZmFkGHYi6YI7YnSs4tFORFnPeAvJbECghMGL4GYYXMpq2c//8HAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
