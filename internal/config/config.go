@@ -42,15 +42,15 @@ type API struct {
 	// RedisPools maps a plan's pool class to its Redis (QUOTA_REDIS_POOLS,
 	// "free=redis://a:6379/0,pro=redis://b:6379/0"); classes not named use REDIS_URL.
 	RedisPools        map[string]string
-	MaxInFlightPerOrg int           // QUOTA_MAX_INFLIGHT_PER_ORG: checks of one org at once, 256
-	Replicas          int           // QUOTA_REPLICAS: api replicas, sizes the local fail mode's share and a lease's share of the headroom, 1
+	MaxInFlightPerOrg int // QUOTA_MAX_INFLIGHT_PER_ORG: checks of one org at once, 256
+	Replicas          int // QUOTA_REPLICAS: api replicas, sizes the local fail mode's share and a lease's share of the headroom, 1
 	// Leases (QUOTA_LEASES, true) lets a hot path's checks be admitted in process from a
 	// lease; plans and orgs may still switch them off. LeaseMax (QUOTA_LEASE_MAX, 250ms)
 	// bounds a lease's life: a replica that dies gives its leases back after LeaseMax +
 	// 1 s + the worker's QUOTA_RESERVATION_SWEEP.
-	Leases   bool
-	LeaseMax time.Duration
-	RedisTimeout      time.Duration // QUOTA_REDIS_TIMEOUT: dial/read/write timeout of check traffic, 100ms
+	Leases       bool
+	LeaseMax     time.Duration
+	RedisTimeout time.Duration // QUOTA_REDIS_TIMEOUT: dial/read/write timeout of check traffic, 100ms
 	// MetricsOrgs (QUOTA_METRICS_ORGS, 100) is how many orgs get their own series in
 	// quotaplane_org_checks_total on each replica; the rest are counted as "_other".
 	// 0 gives every org "_other".
