@@ -110,6 +110,10 @@ for round in $(seq "$rounds"); do
     echo "$round $line" >> "$rows"
   done
 done
+if [ -s "$tmp/api.log" ]; then # errors: what the apis logged (warn and above), by message
+  echo "api log, by message:"
+  sed -n 's/.*"msg":"\([^"]*\)".*/\1/p' "$tmp/api.log" | sort | uniq -c | sort -rn | head -5 | sed 's/^/  /'
+fi
 curl -sf "$on/metrics" | grep -E '^quotaplane_(leases_total|lease_units_total|lease_checks_total)' | sed 's/^/  /' || true
 echo "(columns: requests/s, p50 ms, p99 ms, errors and non-2xx, admitted, Redis script calls)"
 awk -v rounds="$rounds" '
