@@ -389,7 +389,7 @@ func (m *leases) end(l *lease, retry bool) {
 			m.event(LeaseEvent{Kind: LeaseReturned, Units: l.amount, Used: 0})
 			return
 		}
-		if !retry || time.Now().After(deadline) || errors.Is(err, ErrClosed) {
+		if !retry || m.stopping.Load() || time.Now().After(deadline) || errors.Is(err, ErrClosed) {
 			m.event(LeaseEvent{Kind: LeaseFailed, Units: l.amount, Used: used})
 			return
 		}
@@ -450,7 +450,8 @@ func (m *leases) sweep(now time.Time) {
 }
 
 // LeasedUnits returns the units held by this engine's open leases and the units admitted
-// from them so far (for tests and the usage API's view of one replica).
+// from them so far (tests and diagnostics: the usage API shows leases as held units,
+// from Redis, for every replica at once).
 func (e *Engine) LeasedUnits() (held, used int64) {
 	if e.leases == nil {
 		return 0, 0
