@@ -34,7 +34,7 @@ func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
 		return res, nil
 	}
 	res, err := e.checkRedis(ctx, req)
-	if err == nil {
+	if err == nil && p != nil {
 		p.observe(&res)
 	}
 	return res, err

@@ -33,3 +33,10 @@ func CheckKeys(prefix string, req Request, now time.Time) ([]string, error) {
 
 // KeyCacheLen is the number of entries in e's key cache.
 func KeyCacheLen(e *Engine) int { return e.keys.len() }
+
+// LeasePaths is the number of paths e's leases keep state for.
+func LeasePaths(e *Engine) int {
+	e.leases.mu.RLock()
+	defer e.leases.mu.RUnlock()
+	return len(e.leases.paths)
+}

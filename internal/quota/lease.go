@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -77,6 +78,10 @@ const (
 	leaseIdle = 10 * time.Second
 	// closedBit marks a lease's used counter once settlement has read it.
 	closedBit int64 = 1 << 62
+	// rateSlots is the size of the table that measures the rate of paths without
+	// state: a path gets state (and may be leased) only once its slot is hot, so cold
+	// paths (a million distinct users) cost no memory.
+	rateSlots = 4096
 )
 
 func (c *LeaseConfig) setDefaults() {
@@ -94,15 +99,36 @@ func (c *LeaseConfig) setDefaults() {
 // pathKey names a leased path.
 type pathKey struct{ org, team, user, metric string }
 
+// rateCounter counts units over a short window to estimate a rate.
+type rateCounter struct {
+	winStart atomic.Int64 // ns, engine clock: the start of the rate window
+	winUnits atomic.Int64 // units checked in the rate window
+	rate     atomic.Int64 // units per second, from the last full window
+}
+
+// count adds cost to the window at now (ns) and returns the rate.
+func (r *rateCounter) count(now, cost int64) int64 {
+	start := r.winStart.Load()
+	if el := now - start; el >= int64(rateWindow) && r.winStart.CompareAndSwap(start, now) {
+		units := r.winUnits.Swap(cost)
+		if el > 2*int64(rateWindow) {
+			units = units * int64(rateWindow) / el // a quiet gap: the window was longer
+			el = int64(rateWindow)
+		}
+		r.rate.Store(units * int64(time.Second) / el)
+		return r.rate.Load()
+	}
+	r.winUnits.Add(cost)
+	return r.rate.Load()
+}
+
 // leasePath is one path's rate and current lease.
 type leasePath struct {
 	key      pathKey
 	cur      atomic.Pointer[lease]
 	renewing atomic.Bool
 
-	winStart atomic.Int64 // ns, engine clock: the start of the rate window
-	winUnits atomic.Int64 // units checked in the rate window
-	rate     atomic.Int64 // units per second, from the last full window
+	rateCounter
 	headroom atomic.Int64 // least remaining of any limit, last seen (-1 unknown)
 }
 
@@ -133,6 +159,8 @@ type leases struct {
 
 	mu    sync.RWMutex // a map under RLock: a struct key of strings does not allocate
 	paths map[pathKey]*leasePath
+	seed  maphash.Seed
+	slots [rateSlots]rateCounter // rates of paths without state, by hash
 
 	open     sync.Map // *lease -> struct{}: leases not yet settled, for Close
 	wg       sync.WaitGroup
@@ -141,7 +169,7 @@ type leases struct {
 
 func newLeases(e *Engine, cfg LeaseConfig) *leases {
 	cfg.setDefaults()
-	return &leases{e: e, cfg: cfg, paths: map[pathKey]*leasePath{}}
+	return &leases{e: e, cfg: cfg, paths: map[pathKey]*leasePath{}, seed: maphash.MakeSeed()}
 }
 
 // leasable reports whether req may be answered from a lease: an enforced check that
@@ -156,13 +184,27 @@ func (m *leases) event(ev LeaseEvent) {
 	}
 }
 
-func (m *leases) path(req *Request) *leasePath {
+// path returns req's path state, creating it only when the path's slot in the rate
+// table is above the threshold at now (ns); nil: a cold path.
+func (m *leases) path(req *Request, now int64) *leasePath {
 	k := pathKey{req.Org, req.Team, req.User, req.Metric}
 	m.mu.RLock()
 	p := m.paths[k]
 	m.mu.RUnlock()
 	if p != nil {
 		return p
+	}
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	h.WriteString(req.Org)
+	h.WriteByte(0)
+	h.WriteString(req.Team)
+	h.WriteByte(0)
+	h.WriteString(req.User)
+	h.WriteByte(0)
+	h.WriteString(req.Metric)
+	if float64(m.slots[h.Sum64()%rateSlots].count(now, req.Cost)) < m.cfg.Threshold {
+		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -172,22 +214,6 @@ func (m *leases) path(req *Request) *leasePath {
 		m.paths[k] = p
 	}
 	return p
-}
-
-// count adds cost to p's rate window at now (ns) and returns p's rate.
-func (p *leasePath) count(now, cost int64) int64 {
-	start := p.winStart.Load()
-	if el := now - start; el >= int64(rateWindow) && p.winStart.CompareAndSwap(start, now) {
-		units := p.winUnits.Swap(cost)
-		if el > 2*int64(rateWindow) {
-			units = units * int64(rateWindow) / el // a quiet gap: the window was longer
-			el = int64(rateWindow)
-		}
-		p.rate.Store(units * int64(time.Second) / el)
-		return p.rate.Load()
-	}
-	p.winUnits.Add(cost)
-	return p.rate.Load()
 }
 
 // observe records the headroom a decision of p's path showed.
@@ -233,12 +259,14 @@ func sameLimits(a, b *LevelLimits) bool {
 }
 
 // admit answers req from its path's lease if it can, taking a new lease when the path
-// is hot and has none that fits. ok false: the check goes to Redis, and p (when not
-// nil) wants to observe its result.
+// is hot and has none that fits. ok false: the check goes to Redis, and p (nil for a
+// cold path without state) wants to observe its result.
 func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Result, ok bool) {
-	p = m.path(req)
 	now := m.e.Now()
 	ns := now.UnixNano()
+	if p = m.path(req, ns); p == nil {
+		return nil, Result{}, false
+	}
 	rate := p.count(ns, req.Cost)
 	if l := p.cur.Load(); l != nil && l.take(req, ns) {
 		if (ns >= l.renewNs || l.used.Load() >= l.renewUnits) && !m.stopping.Load() && l.renewing.CompareAndSwap(false, true) {

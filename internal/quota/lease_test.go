@@ -267,3 +267,25 @@ func TestLeasesNotForEveryCheck(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Cold paths (distinct users, each checked rarely) get no lease state: their rates are
+// measured in a fixed table, so a million distinct users cost no memory; a hot path does.
+func TestLeasesColdPathsHoldNoState(t *testing.T) {
+	r := leaseRigs(t, 1, 200*time.Millisecond, nil)[0]
+	req := quota.Request{Org: "acme", Team: "eng", Metric: "tokens", Cost: 1,
+		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+	for i := range 2000 {
+		req.User = "u" + itoa(int64(i))
+		r.MustCheck(t, req)
+	}
+	if n := quota.LeasePaths(r.e); n != 0 {
+		t.Errorf("%d paths hold lease state after 2,000 distinct users checked once", n)
+	}
+	req.User = "hot"
+	for stop := time.Now().Add(300 * time.Millisecond); time.Now().Before(stop); {
+		r.MustCheck(t, req)
+	}
+	if n := quota.LeasePaths(r.e); n != 1 {
+		t.Errorf("%d paths hold lease state, want the hot one", n)
+	}
+}
