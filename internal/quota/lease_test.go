@@ -289,3 +289,50 @@ func TestLeasesColdPathsHoldNoState(t *testing.T) {
 		t.Errorf("%d paths hold lease state, want the hot one", n)
 	}
 }
+
+// A lease whose reservation expired before its replica settled it (the replica stalled
+// past the grace, and a sweep released it whole): the commit finds it expired, and the
+// units admitted from it are counted by a forced check, so the month counters still
+// equal the admitted total.
+func TestLeaseExpiredBeforeItsCommitIsCounted(t *testing.T) {
+	var expired atomic.Int64
+	prefix := testenv.ID(t, "ql")
+	a := MustRig(t, "", quota.Config{KeyPrefix: prefix, Leases: quota.LeaseConfig{Enabled: true, Max: 400 * time.Millisecond, Threshold: 50}})
+	clk := newClock()
+	clk.t = time.Now()
+	sweeper := MustRig(t, "", quota.Config{KeyPrefix: prefix, Clock: clk.Now, OnReservation: func(ev quota.ReservationEvent) {
+		if ev.State == quota.Expired {
+			expired.Add(1)
+		}
+	}})
+	clk.Add(time.Hour) // the sweeper sees every lease past its expiry
+	req := quota.Request{Org: "acme", Team: "eng", User: "dan", Metric: "tokens", Cost: 1,
+		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+	var admitted, leased atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(300 * time.Millisecond)
+	for range 16 {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				res := a.MustCheck(t, req)
+				if res.Allowed {
+					admitted.Add(1)
+				}
+				if res.Leased {
+					leased.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if _, err := sweeper.e.ExpireDue(context.Background(), "acme"); err != nil {
+		t.Fatal(err)
+	}
+	if expired.Load() == 0 || leased.Load() == 0 {
+		t.Fatalf("expired %d leases, %d answers leased: nothing to test", expired.Load(), leased.Load())
+	}
+	waitNoLeases(t, a)
+	if got, want := a.usage(t, "acme")[userC("tokens", "eng", "dan")], admitted.Load(); got != want {
+		t.Errorf("user counter = %d, want the admitted %d", got, want)
+	}
+}
