@@ -268,11 +268,21 @@ func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Res
 		return nil, Result{}, false
 	}
 	rate := p.count(ns, req.Cost)
-	if l := p.cur.Load(); l != nil && l.take(req, ns) {
-		if (ns >= l.renewNs || l.used.Load() >= l.renewUnits) && !m.stopping.Load() && l.renewing.CompareAndSwap(false, true) {
-			m.renew(p, *req, rate)
+	// Twice: a renewal may have just replaced the lease loaded first.
+	for range 2 {
+		l := p.cur.Load()
+		if l == nil {
+			break
 		}
-		return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+		if l.take(req, ns) {
+			if (ns >= l.renewNs || l.used.Load() >= l.renewUnits) && !m.stopping.Load() && l.renewing.CompareAndSwap(false, true) {
+				m.renew(p, *req, rate)
+			}
+			return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+		}
+		if p.cur.Load() == l {
+			break
+		}
 	}
 	if float64(rate) < m.cfg.Threshold {
 		return p, Result{}, false
