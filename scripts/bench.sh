@@ -370,6 +370,13 @@ END {
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"
 
+# Leases (issue 17): the hot path and the spread path with and without leases, on two
+# apis of their own and a private redis-server (scripts/bench_leases.sh; ~1.5 minutes).
+if [ "${BENCH_LEASES:-1}" != 0 ]; then
+  echo
+  bash scripts/bench_leases.sh
+fi
+
 # Distinct user ids against repeating ones (its own api and database; ~1.7 minutes).
 if [ "${BENCH_USERS:-1}" != 0 ] && have wrk && have curl && have psql; then
   echo

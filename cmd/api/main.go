@@ -139,7 +139,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
 		MetricsOrgs: quota.MetricsOrgs(cfg.MetricsOrgs),
-		Registerer:  registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp}})
+		Registerer:  registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
+			Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}})
 	if err != nil {
 		return err
 	}

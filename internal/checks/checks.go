@@ -111,7 +111,7 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 		return quota.Request{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
-		AnchorDay: org.Org.BillingAnchorDay}
+		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff}
 	if in.Metric != nil {
 		req.Metric = *in.Metric
 	}

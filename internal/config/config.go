@@ -50,9 +50,15 @@ type API struct {
 	// RedisPools maps a plan's pool class to its Redis (QUOTA_REDIS_POOLS,
 	// "free=redis://a:6379/0,pro=redis://b:6379/0"); classes not named use REDIS_URL.
 	RedisPools        map[string]string
-	MaxInFlightPerOrg int           // QUOTA_MAX_INFLIGHT_PER_ORG: checks of one org at once, 256
-	Replicas          int           // QUOTA_REPLICAS: api replicas, sizes the local fail mode's share, 1
-	RedisTimeout      time.Duration // QUOTA_REDIS_TIMEOUT: dial/read/write timeout of check traffic, 100ms
+	MaxInFlightPerOrg int // QUOTA_MAX_INFLIGHT_PER_ORG: checks of one org at once, 256
+	Replicas          int // QUOTA_REPLICAS: api replicas, sizes the local fail mode's share and a lease's share of the headroom, 1
+	// Leases (QUOTA_LEASES, true) lets a hot path's checks be admitted in process from a
+	// lease; plans and orgs may still switch them off. LeaseMax (QUOTA_LEASE_MAX, 250ms)
+	// bounds a lease's life: a replica that dies gives its leases back after LeaseMax +
+	// 1 s + the worker's QUOTA_RESERVATION_SWEEP.
+	Leases       bool
+	LeaseMax     time.Duration
+	RedisTimeout time.Duration // QUOTA_REDIS_TIMEOUT: dial/read/write timeout of check traffic, 100ms
 	// MetricsOrgs (QUOTA_METRICS_ORGS, 100) is how many orgs get their own series in
 	// quotaplane_org_checks_total on each replica; the rest are counted as "_other".
 	// 0 gives every org "_other".
@@ -193,6 +199,8 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	c := API{Common: r.common(), HTTPAddr: r.addr("QUOTA_HTTP_ADDR", DefaultHTTPAddr),
 		MaxInFlightPerOrg:   r.integer("QUOTA_MAX_INFLIGHT_PER_ORG", 256, 1),
 		Replicas:            r.integer("QUOTA_REPLICAS", 1, 1),
+		Leases:              r.boolean("QUOTA_LEASES", true),
+		LeaseMax:            r.duration("QUOTA_LEASE_MAX", 250*time.Millisecond),
 		RedisTimeout:        r.duration("QUOTA_REDIS_TIMEOUT", 100*time.Millisecond),
 		MetricsOrgs:         r.integer("QUOTA_METRICS_ORGS", 100, 0),
 		WebhookSecret:       r.webhookSecret(),
@@ -313,6 +321,7 @@ func (c API) LogValue() slog.Value {
 		slog.String("grpc_addr", c.GRPCAddr), slog.Any("grpc_descriptor_aliases", aliases),
 		slog.Any("redis_pools", pools), slog.Int("max_inflight_per_org", c.MaxInFlightPerOrg), slog.Int("metrics_orgs", c.MetricsOrgs),
 		slog.Int("replicas", c.Replicas), slog.Duration("redis_timeout", c.RedisTimeout),
+		slog.Bool("leases", c.Leases), slog.Duration("lease_max", c.LeaseMax),
 		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 		slog.String("pprof_addr", c.PprofAddr),
 		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)),

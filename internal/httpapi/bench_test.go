@@ -34,6 +34,12 @@ func benchServer(b *testing.B) (url, key string) {
 // benchServerTraced is benchServer with its spans given to tp (nil: tracing off).
 func benchServerTraced(b *testing.B, tp trace.TracerProvider) (url, key string) {
 	b.Helper()
+	return benchServerWith(b, tp, quota.LeaseConfig{})
+}
+
+// benchServerWith is benchServerTraced with the engine's leases configured.
+func benchServerWith(b *testing.B, tp trace.TracerProvider, leases quota.LeaseConfig) (url, key string) {
+	b.Helper()
 	ctx := context.Background()
 	svc := tenants.NewService(testenv.Postgres(b), tenants.WithPasswordCost(64, 1))
 	seed := tenants.Actor{Name: "bench"}
@@ -57,7 +63,7 @@ func benchServerTraced(b *testing.B, tp trace.TracerProvider) (url, key string) 
 	// A second, not the api's 100 ms: on a busy two-core machine a pipeline of 50
 	// batches of 100 can take longer, and this measures throughput, not the fail mode.
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch,
-		RedisTimeout: time.Second, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench"), TracerProvider: tp}})
+		RedisTimeout: time.Second, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench"), TracerProvider: tp, Leases: leases}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -145,6 +151,24 @@ func BenchmarkCheckHTTP(b *testing.B) {
 	url, key := benchServer(b)
 	drive(b, "POST", url+"/v1/check", key, func(i int64) []byte {
 		return fmt.Appendf(nil, `{"org":"acme","team":"eng","user":"u%d"}`, i%1000)
+	}, 1)
+}
+
+// BenchmarkCheckHotHTTP: every check on one user, leases on (the api's default):
+// answered in process from leases (issue 17).
+func BenchmarkCheckHotHTTP(b *testing.B) {
+	url, key := benchServerWith(b, nil, quota.LeaseConfig{Enabled: true})
+	drive(b, "POST", url+"/v1/check", key, func(int64) []byte {
+		return []byte(`{"org":"acme","team":"eng","user":"hot"}`)
+	}, 1)
+}
+
+// BenchmarkCheckHotNoLeaseHTTP is BenchmarkCheckHotHTTP with leases off: a Redis
+// round trip per check.
+func BenchmarkCheckHotNoLeaseHTTP(b *testing.B) {
+	url, key := benchServer(b)
+	drive(b, "POST", url+"/v1/check", key, func(int64) []byte {
+		return []byte(`{"org":"acme","team":"eng","user":"hot"}`)
 	}, 1)
 }
 

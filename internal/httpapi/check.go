@@ -75,6 +75,9 @@ func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome
 		t := true
 		out.Replayed = &t
 	}
+	if res.Leased {
+		out.Leased = &leasedTrue
+	}
 	return out
 }
 
@@ -93,6 +96,9 @@ func setRateLimitHeaders(h http.Header, res quota.Result, now time.Time) {
 	h["RateLimit-Remaining"] = v[1:2:2]
 	h["RateLimit-Reset"] = v[2:3:3]
 }
+
+// leasedTrue is every leased answer's Leased: it is only read.
+var leasedTrue = true
 
 // levelsPool holds the levels of /v1/check answers between requests.
 var levelsPool = sync.Pool{New: func() any { l := make([]api.LevelStatus, 0, 8); return &l }}

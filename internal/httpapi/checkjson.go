@@ -282,6 +282,10 @@ func appendCheckResult(b []byte, out *api.CheckResult) []byte {
 		b = append(b, `,"degraded":`...)
 		b = strconv.AppendBool(b, *out.Degraded)
 	}
+	if out.Leased != nil {
+		b = append(b, `,"leased":`...)
+		b = strconv.AppendBool(b, *out.Leased)
+	}
 	if out.Levels == nil {
 		b = append(b, `,"levels":null`...)
 	} else {

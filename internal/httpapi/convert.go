@@ -70,6 +70,9 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	if in.Pool != nil {
 		p.Pool = *in.Pool
 	}
+	if in.Leases != nil {
+		p.Leases = tenants.Leases(*in.Leases)
+	}
 	return p
 }
 
@@ -79,12 +82,21 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 		fm := tenants.FailMode(*in.FailMode)
 		p.FailMode = &fm
 	}
+	if in.Leases != nil {
+		l := tenants.Leases(*in.Leases)
+		p.Leases = &l
+	}
 	return p
 }
 
 func fromPlan(p tenants.Plan) api.Plan {
-	return api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: api.FailMode(p.FailMode),
+	out := api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: api.FailMode(p.FailMode),
 		Pool: p.Pool, Pricing: fromPricing(p.Pricing), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+	if p.Leases != "" {
+		l := api.PlanLeases(p.Leases)
+		out.Leases = &l
+	}
+	return out
 }
 
 func toOrgInput(in api.OrgCreate) tenants.OrgInput {
@@ -94,6 +106,9 @@ func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	}
 	if in.Oversubscribe != nil {
 		o.Oversubscribe = *in.Oversubscribe
+	}
+	if in.Leases != nil {
+		o.Leases = tenants.Leases(*in.Leases)
 	}
 	if in.WebhookUrl != nil {
 		o.WebhookURL = *in.WebhookUrl
@@ -114,14 +129,23 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 		m := tenants.Mode(*in.Mode)
 		p.Mode = &m
 	}
+	if in.Leases != nil {
+		l := tenants.Leases(*in.Leases)
+		p.Leases = &l
+	}
 	return p
 }
 
 func fromOrg(o tenants.Org) api.Org {
-	return api.Org{Id: o.ID, Name: o.Name, Plan: o.PlanID, Limits: fromLimits(o.Limits),
+	out := api.Org{Id: o.ID, Name: o.Name, Plan: o.PlanID, Limits: fromLimits(o.Limits),
 		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: api.Mode(o.Mode), Oversubscribe: o.Oversubscribe,
 		WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
+	if o.Leases != "" {
+		l := api.OrgLeases(o.Leases)
+		out.Leases = &l
+	}
+	return out
 }
 
 func toTeamInput(in api.TeamCreate) tenants.TeamInput {

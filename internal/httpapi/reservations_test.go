@@ -36,6 +36,12 @@ type resReplica struct {
 // newResReplicas starts n api replicas over one database and one Redis key prefix.
 func newResReplicas(t *testing.T, n int) []*resReplica {
 	t.Helper()
+	return newResReplicasLeasing(t, n, quota.LeaseConfig{})
+}
+
+// newResReplicasLeasing is newResReplicas with the engines' leases configured.
+func newResReplicasLeasing(t *testing.T, n int, leases quota.LeaseConfig) []*resReplica {
+	t.Helper()
 	dbURL, prefix := testenv.PostgresURL(t), testenv.ID(t, "rs")
 	var out []*resReplica
 	for range n {
@@ -50,7 +56,7 @@ func newResReplicas(t *testing.T, n int) []*resReplica {
 		reg := prometheus.NewRegistry()
 		store := billing.NewStore(pool)
 		router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
-			Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
+			Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store, Leases: leases}})
 		if err != nil {
 			t.Fatal(err)
 		}

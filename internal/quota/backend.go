@@ -131,6 +131,10 @@ func (r *Router) newBackend(u string) (*backend, error) {
 	}
 	ecfg.OnResend = func(reason string) { r.metrics.resends.WithLabelValues(name, reason).Inc() }
 	ecfg.OnReservation = r.metrics.reservation
+	ecfg.Leases.OnLease = r.metrics.lease
+	if ecfg.Leases.Replicas <= 0 {
+		ecfg.Leases.Replicas = r.cfg.Replicas
+	}
 	eng, err := New(rdb, ecfg)
 	if err != nil {
 		_ = rdb.Close()

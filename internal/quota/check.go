@@ -23,8 +23,25 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 }
 
 // check is Check of a request already validated: the Router validates each request
-// once, before choosing the engine.
+// once, before choosing the engine. A leasable check of a hot path is answered from the
+// path's lease when it can be (lease.go).
 func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
+	if e.leases == nil || !leasable(&req) {
+		return e.checkRedis(ctx, req)
+	}
+	p, res, ok := e.leases.admit(ctx, &req)
+	if ok {
+		return res, nil
+	}
+	res, err := e.checkRedis(ctx, req)
+	if err == nil && p != nil {
+		p.observe(&res)
+	}
+	return res, err
+}
+
+// checkRedis decides a valid request in Redis: one run of check.lua.
+func (e *Engine) checkRedis(ctx context.Context, req Request) (Result, error) {
 	c := e.getCall()
 	e.build(c, &req, e.Now())
 	var a attempt

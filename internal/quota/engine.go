@@ -103,6 +103,8 @@ type Config struct {
 	// OnReservation, when set, is told of every reservation this engine opens or
 	// settles (metrics). It must not block.
 	OnReservation func(ReservationEvent)
+	// Leases turns leases on (lease.go); the zero value is off.
+	Leases LeaseConfig
 }
 
 func (c *Config) setDefaults() error {
@@ -173,6 +175,7 @@ type Engine struct {
 	tracer  trace.Tracer               // nil when tracing is off
 
 	reserving sync.Map // orgs this engine has added to the reserving set (reserve.go)
+	leases    *leases  // nil when leases are off
 }
 
 // ClientOptions parses a redis:// URL into options fit for an Engine: retries off.
@@ -227,6 +230,11 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = e.syncClock(ctx) // failure is retried by clockLoop
 	cancel()
+	if cfg.Leases.Enabled {
+		e.leases = newLeases(e, cfg.Leases)
+		e.wg.Add(1)
+		go e.leases.janitor()
+	}
 	e.wg.Add(2)
 	go e.clockLoop()
 	go e.wouldBlockLoop()
@@ -234,11 +242,17 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// Close stops the batching loop and the clock sampler. Checks queued but not yet
-// sent fail with ErrClosed; a pipeline in flight completes first. The would-block
-// counts gathered so far are flushed to Redis (within 2 s).
+// Close settles the engine's open leases (once each: a failure leaves them to the
+// reservation sweep), then stops the batching loop and the clock sampler. Checks queued
+// but not yet sent fail with ErrClosed; a pipeline in flight completes first. The
+// would-block counts gathered so far are flushed to Redis (within 2 s).
 func (e *Engine) Close() error {
-	e.closeOnce.Do(func() { close(e.closing) })
+	e.closeOnce.Do(func() {
+		if e.leases != nil {
+			e.leases.settleAll()
+		}
+		close(e.closing)
+	})
 	<-e.stopped
 	e.wg.Wait()
 	return nil

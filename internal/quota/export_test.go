@@ -67,3 +67,10 @@ func WouldBlockRecorder(e *Engine, reqs []Request, b *Blocked) func(i int) {
 	}
 	return func(i int) { e.wb.record(calls[i], b) }
 }
+
+// LeasePaths is the number of paths e's leases keep state for.
+func LeasePaths(e *Engine) int {
+	e.leases.mu.RLock()
+	defer e.leases.mu.RUnlock()
+	return len(e.leases.paths)
+}

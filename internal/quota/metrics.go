@@ -24,6 +24,12 @@ type routerMetrics struct {
 	reservations *prometheus.CounterVec // event: opened, committed, released, expired
 	overUnits    prometheus.Counter     // units committed beyond their reservation
 
+	leases       *prometheus.CounterVec // event: taken, returned, failed
+	leaseUnits   *prometheus.CounterVec // event: leased, used, returned
+	leaseChecks  *prometheus.CounterVec // answer: leased, miss
+	leasedChecks prometheus.Counter     // leaseChecks{answer="leased"}
+	leaseMisses  prometheus.Counter     // leaseChecks{answer="miss"}
+
 	planChecks *prometheus.CounterVec // plan, decision, degraded
 	orgChecks  *prometheus.CounterVec // org, decision
 	maxOrgs    int
@@ -94,10 +100,23 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 		Name: "quotaplane_reservation_over_reserved_units_total",
 		Help: "Units committed beyond the amount reserved (counted in full), settled by this process.",
 	})
+	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_leases_total",
+		Help: "Leases of hot paths taken and settled by this replica. event is taken, returned (committed what it admitted, gave the rest back) or failed (not settled: the reservation sweep gives it back at its expiry).",
+	}, []string{"event"})
+	m.leaseUnits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_lease_units_total",
+		Help: "Units of leases: leased (reserved), used (admitted from them and committed) and returned (given back).",
+	}, []string{"event"})
+	m.leaseChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_lease_checks_total",
+		Help: "Checks of hot paths: answer is leased (admitted in process from a lease) or miss (sent to Redis: no lease fitted, or one was being taken).",
+	}, []string{"answer"})
+	m.leasedChecks, m.leaseMisses = m.leaseChecks.WithLabelValues("leased"), m.leaseChecks.WithLabelValues("miss")
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
+	for _, c := range []prometheus.Collector{m.leases, m.leaseUnits, m.leaseChecks, m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -131,6 +150,9 @@ func (m *routerMetrics) observe(pool string, route *Route, req *Request, res *Re
 		deg = "true"
 	}
 	m.counter(checkLabels{decision, level, mode, deg}).Inc()
+	if res != nil && res.Leased {
+		m.leasedChecks.Inc()
+	}
 	plan := "none"
 	if route != nil && route.Plan != "" {
 		plan = route.Plan
@@ -261,5 +283,22 @@ func (m *routerMetrics) reservation(ev ReservationEvent) {
 	m.reservations.WithLabelValues(name).Inc()
 	if ev.OverReserved > 0 {
 		m.overUnits.Add(float64(ev.OverReserved))
+	}
+}
+
+// lease records one lease event of an engine.
+func (m *routerMetrics) lease(ev LeaseEvent) {
+	switch ev.Kind {
+	case LeaseTaken:
+		m.leases.WithLabelValues("taken").Inc()
+		m.leaseUnits.WithLabelValues("leased").Add(float64(ev.Units))
+	case LeaseReturned:
+		m.leases.WithLabelValues("returned").Inc()
+		m.leaseUnits.WithLabelValues("used").Add(float64(ev.Used))
+		m.leaseUnits.WithLabelValues("returned").Add(float64(ev.Units))
+	case LeaseFailed:
+		m.leases.WithLabelValues("failed").Inc()
+	case LeaseMiss:
+		m.leaseMisses.Inc()
 	}
 }

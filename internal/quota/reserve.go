@@ -80,6 +80,8 @@ type ReserveOptions struct {
 	TTL time.Duration
 	// OnExpiry settles it when TTL passes unsettled (default ExpiryCommit).
 	OnExpiry OnExpiry
+
+	lease bool // a lease (lease.go): not reported as a reservation
 }
 
 // Reservation is one reservation and, once settled, its settlement.
@@ -239,7 +241,9 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 			r, err := e.Reservation(ctx, req.Org, req.AnchorDay, rid)
 			return r, res, err
 		}
-		e.reserved()
+		if !opt.lease {
+			e.reserved()
+		}
 		return Reservation{ID: rid, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, State: Held,
 			Amount: req.Cost, OnExpiry: opt.OnExpiry, Period: per, CreatedAt: time.UnixMilli(nowMs).UTC(),
 			ExpiresAt: time.UnixMilli(nowMs + opt.TTL.Milliseconds()).UTC()}, res, nil
@@ -337,16 +341,18 @@ func (e *Engine) Commit(ctx context.Context, org string, anchorDay int, id strin
 	if used < 0 || used > MaxValue {
 		return Reservation{}, fmt.Errorf("%w: used %d is outside 0..%d", ErrInvalid, used, MaxValue)
 	}
-	return e.settle(ctx, org, anchorDay, id, ActionCommit, used)
+	return e.settle(ctx, org, anchorDay, id, ActionCommit, used, false)
 }
 
 // Release gives all of reservation id back. A repeated release returns the first
 // answer. Errors: those of Commit (*StateError when committed or expired).
 func (e *Engine) Release(ctx context.Context, org string, anchorDay int, id string) (Reservation, error) {
-	return e.settle(ctx, org, anchorDay, id, ActionRelease, 0)
+	return e.settle(ctx, org, anchorDay, id, ActionRelease, 0, false)
 }
 
-func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id string, act Action, used int64) (Reservation, error) {
+// settle settles reservation id; a lease's settlement (lease true) is not reported as
+// a reservation's and returns without reading the record back.
+func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id string, act Action, used int64, lease bool) (Reservation, error) {
 	if !validID(org) {
 		return Reservation{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
@@ -410,7 +416,7 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 		if err := r.parseAnswer(reply); err != nil {
 			return Reservation{}, err
 		}
-		if !replay {
+		if !replay && !lease {
 			e.settled(&r)
 		}
 		if r.State == Expired { // it expired before this call came: its expiry settled it

@@ -167,6 +167,9 @@ type Request struct {
 	Limits LevelLimits
 	// AnchorDay is the org's billing anchor day, 1..28; 0 means 1 (calendar month UTC).
 	AnchorDay int
+	// NoLease keeps the check out of leases (the org's plan or override says leases:
+	// off): it is decided in Redis even when its path is hot.
+	NoLease bool
 }
 
 // Validate reports every problem of the request, joined, each wrapping ErrInvalid.
@@ -276,6 +279,10 @@ type Result struct {
 	// Replayed is true when an earlier check with the same idempotency key decided,
 	// and this one consumed nothing.
 	Replayed bool
+	// Leased is true when the check was admitted in process from a lease this replica
+	// holds (lease.go). Levels are then the usage when the lease was taken, counting the
+	// whole lease as used (conservative), and are shared by the lease's answers: read only.
+	Leased bool
 }
 
 // LevelStatus is the state of one limit after the check.

@@ -14,6 +14,7 @@ type PlanInput struct {
 	Limits   []Limit
 	Metered  []string // metrics counted and billed without a limit
 	FailMode FailMode
+	Leases   Leases // "" means auto
 	Pool     string // "" means "default"
 	Pricing  *Pricing
 }
@@ -24,6 +25,7 @@ type PlanPatch struct {
 	Limits   *[]Limit
 	Metered  *[]string // replaces the whole list
 	FailMode *FailMode
+	Leases   *Leases
 	Pool     *string
 	Pricing  *Pricing
 	// RemovePricing drops the plan's pricing (the request sent "pricing": null).
@@ -38,6 +40,7 @@ type OrgInput struct {
 	Limits           []Limit
 	Mode             Mode // "" means enforce
 	Oversubscribe    bool
+	Leases           Leases // "" means plan
 	WebhookURL       string
 	RedisURL         string
 	BillingAnchorDay int // 0 means 1
@@ -50,6 +53,7 @@ type OrgPatch struct {
 	Limits           *[]Limit
 	Mode             *Mode
 	Oversubscribe    *bool
+	Leases           *Leases
 	WebhookURL       *string
 	RedisURL         *string
 	BillingAnchorDay *int
@@ -66,6 +70,9 @@ func (p OrgPatch) OperatorOnly() []string {
 	}
 	if p.RedisURL != nil {
 		f = append(f, "redis_url")
+	}
+	if p.Leases != nil {
+		f = append(f, "leases")
 	}
 	if p.BillingAnchorDay != nil {
 		f = append(f, "billing_anchor_day")
@@ -132,6 +139,17 @@ func checkFailMode(errs *fieldErrs, m FailMode) {
 	}
 }
 
+func checkLeases(errs *fieldErrs, l Leases, org bool) {
+	switch {
+	case l == LeasesAuto, l == LeasesOff:
+	case org && l == LeasesPlan:
+	case org:
+		errs.add("leases", "must be one of plan, auto, off")
+	default:
+		errs.add("leases", "must be one of auto, off")
+	}
+}
+
 func checkMode(errs *fieldErrs, m Mode) {
 	switch m {
 	case Enforce, Shadow, Warn:
@@ -174,6 +192,9 @@ func (in PlanInput) Validate() error {
 	validateLimits(&errs, "limits", in.Limits)
 	validateMetered(&errs, in.Metered)
 	checkFailMode(&errs, in.FailMode)
+	if in.Leases != "" {
+		checkLeases(&errs, in.Leases, false)
+	}
 	if in.Pool != "" {
 		checkID(&errs, "pool", in.Pool)
 	}
@@ -196,6 +217,9 @@ func (p PlanPatch) Validate() error {
 	if p.FailMode != nil {
 		checkFailMode(&errs, *p.FailMode)
 	}
+	if p.Leases != nil {
+		checkLeases(&errs, *p.Leases, false)
+	}
 	if p.Pool != nil {
 		checkID(&errs, "pool", *p.Pool)
 	}
@@ -212,6 +236,9 @@ func (in OrgInput) Validate() error {
 	validateLimits(&errs, "limits", in.Limits)
 	if in.Mode != "" {
 		checkMode(&errs, in.Mode)
+	}
+	if in.Leases != "" {
+		checkLeases(&errs, in.Leases, true)
 	}
 	checkWebhook(&errs, in.WebhookURL)
 	checkRedisURL(&errs, in.RedisURL)
@@ -235,6 +262,9 @@ func (p OrgPatch) Validate() error {
 	}
 	if p.Mode != nil {
 		checkMode(&errs, *p.Mode)
+	}
+	if p.Leases != nil {
+		checkLeases(&errs, *p.Leases, true)
 	}
 	if p.WebhookURL != nil {
 		checkWebhook(&errs, *p.WebhookURL)

@@ -8,13 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const planCols = `id, name, metered, fail_mode, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
+const planCols = `id, name, metered, fail_mode, leases, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	var currency *string
 	var base string
-	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return Plan{}, err
 	}
 	p.Metered = normalizeMetered(p.Metered)
@@ -123,11 +123,14 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 	if in.Pool == "" {
 		in.Pool = "default"
 	}
+	if in.Leases == "" {
+		in.Leases = LeasesAuto
+	}
 	var out Plan
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, base := pricingCols(in.Pricing)
-		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base)
+		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price, leases)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base, in.Leases)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
@@ -179,6 +182,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.FailMode != nil {
 			after.FailMode = *patch.FailMode
 		}
+		if patch.Leases != nil {
+			after.Leases = *patch.Leases
+		}
 		if patch.Pool != nil {
 			after.Pool = *patch.Pool
 		}
@@ -228,7 +234,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		}
 		cur, base := pricingCols(after.Pricing)
 		_, err = tx.Exec(ctx, `UPDATE plans SET name = $2, fail_mode = $3, pool = $4, currency = $5,
-			base_price = $6::numeric, metered = $7, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered)
+			base_price = $6::numeric, metered = $7, leases = $8, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases)
 		if err != nil {
 			return fmt.Errorf("update plan %q: %w", id, err)
 		}

@@ -71,6 +71,18 @@ const (
 	FailLocal  FailMode = "local"  // decide with an in-process limiter
 )
 
+// Leases says whether a plan's (or an org's) hot paths may be admitted in process
+// from leases (quota's lease.go): LeasesAuto (the default) or LeasesOff. An org's
+// LeasesPlan follows its plan.
+type Leases string
+
+// The lease settings.
+const (
+	LeasesAuto Leases = "auto"
+	LeasesOff  Leases = "off"
+	LeasesPlan Leases = "plan" // an org's only: as its plan says
+)
+
 // Mode is an org's enforcement mode.
 type Mode string
 
@@ -125,6 +137,7 @@ type Plan struct {
 	// refused (see ErrUnknownMetric).
 	Metered   []string  `json:"metered"`
 	FailMode  FailMode  `json:"fail_mode"`
+	Leases    Leases    `json:"leases"`
 	Pool      string    `json:"pool"`
 	Pricing   *Pricing  `json:"pricing"`
 	CreatedAt time.Time `json:"created_at"`
@@ -146,6 +159,7 @@ type Org struct {
 	GrantsLapse      time.Time `json:"-"`
 	Mode             Mode      `json:"mode"`
 	Oversubscribe    bool      `json:"oversubscribe"`
+	Leases           Leases    `json:"leases"` // LeasesPlan: as its plan says
 	WebhookURL       string    `json:"webhook_url"`
 	RedisURL         string    `json:"redis_url,omitempty"`
 	BillingAnchorDay int       `json:"billing_anchor_day"`

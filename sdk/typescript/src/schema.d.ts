@@ -1044,6 +1044,18 @@ export interface components {
          *     ]
          */
         Metered: components["schemas"]["Id"][];
+        /**
+         * @description Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
+         * @default auto
+         * @enum {string}
+         */
+        PlanLeases: "auto" | "off";
+        /**
+         * @description The org's lease setting, `plan` (the default) following its plan's `leases`.
+         * @default plan
+         * @enum {string}
+         */
+        OrgLeases: "plan" | "auto" | "off";
         Plan: {
             id: components["schemas"]["Id"];
             name: string;
@@ -1051,6 +1063,7 @@ export interface components {
             /** @description Metrics counted and billed without any limit, sorted. */
             metered: string[];
             fail_mode: components["schemas"]["FailMode"];
+            leases?: components["schemas"]["PlanLeases"];
             pool: string;
             /** @description The plan's pricing, or null when it has none. */
             pricing: components["schemas"]["Pricing"] | null;
@@ -1087,6 +1100,7 @@ export interface components {
             limits: components["schemas"]["Limits"];
             metered?: components["schemas"]["Metered"];
             fail_mode: components["schemas"]["FailMode"];
+            leases?: components["schemas"]["PlanLeases"];
             /** @default default */
             pool: components["schemas"]["Pool"];
             pricing?: components["schemas"]["Pricing"] | null;
@@ -1097,6 +1111,7 @@ export interface components {
             /** @description Replaces the whole list. */
             metered?: components["schemas"]["Metered"];
             fail_mode?: components["schemas"]["FailMode"];
+            leases?: components["schemas"]["PlanLeases"];
             pool?: components["schemas"]["Pool"];
             /** @description New pricing; null removes it. */
             pricing?: components["schemas"]["Pricing"] | null;
@@ -1125,6 +1140,7 @@ export interface components {
              */
             effective_limits: components["schemas"]["Limit"][];
             mode: components["schemas"]["Mode"];
+            leases?: components["schemas"]["OrgLeases"];
             /** @description Whether the teams' month limits may add up to more than the org's. */
             oversubscribe: boolean;
             webhook_url: string;
@@ -1150,6 +1166,7 @@ export interface components {
             limits?: components["schemas"]["Limits"];
             /** @default enforce */
             mode: components["schemas"]["Mode"];
+            leases?: components["schemas"]["OrgLeases"];
             /** @default false */
             oversubscribe: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
@@ -1163,6 +1180,7 @@ export interface components {
             plan?: components["schemas"]["Id"];
             limits?: components["schemas"]["Limits"];
             mode?: components["schemas"]["Mode"];
+            leases?: components["schemas"]["OrgLeases"];
             oversubscribe?: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
             redis_url?: components["schemas"]["RedisURL"];
@@ -1539,6 +1557,8 @@ export interface components {
             replayed?: boolean;
             /** @description Answered without Redis, under the plan's fail mode. */
             degraded?: boolean;
+            /** @description Admitted in process from a lease this replica holds on the check's path (units already taken from every level, so still exact); `used` and `remaining` are then those of when the lease was taken, counting the whole lease as used (conservative). */
+            leased?: boolean;
             would_block?: components["schemas"]["LevelRef"];
             /** @description Set in `warn` mode when the check would have been denied. */
             warning?: string;

@@ -1,0 +1,504 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"hash/maphash"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Leases (DESIGN.md "Reservations and leases", docs/ARCHITECTURE.md "Leases"): for a
+// hot (org, team, user, metric) path, the engine reserves a block of units through the
+// reservation primitive (one reserve script run: all or nothing over every limit of
+// every level and window, exactly like a check), admits the path's checks in process
+// from that block (a compare-and-swap on one counter: no Redis, no allocation), and at
+// the lease's end commits what it admitted, exactly once, giving the rest back. A check
+// is admitted in process only from units already taken from every level, so at every
+// moment used + leased <= limit everywhere; a lease never outlives the current bucket of
+// the path's shortest limited sliding window, the billing period, nor LeaseConfig.Max.
+//
+// What a replica that dies with leases open loses: each lease is a reservation with
+// on_expiry release, so the worker's sweep gives all of it back at expires_at (the lease's
+// end + leaseGrace) + one sweep interval; the units admitted from it are given back too,
+// uncounted (at most one lease per hot path: its size, a fraction of a second of the
+// path's traffic on that replica).
+
+// LeaseConfig turns leases on and tunes them. The zero value is off.
+type LeaseConfig struct {
+	// Enabled turns leases on for the engine; requests with NoLease are never leased.
+	Enabled bool
+	// Max bounds a lease's life (default 250 ms). A lease also ends with the current
+	// bucket of the path's shortest limited sliding window and with the billing period.
+	Max time.Duration
+	// Threshold is the rate, in units per second on this replica, above which a path is
+	// leased (default 200).
+	Threshold float64
+	// Replicas is the number of replicas that may lease the same path: a lease takes at
+	// most 1/(2 x Replicas) of a level's remaining headroom (default 1).
+	Replicas int
+	// OnLease, when set, is told of every lease taken, settled or missed (metrics). It
+	// must not block.
+	OnLease func(LeaseEvent)
+}
+
+// LeaseEvent is one lease event, for metrics.
+type LeaseEvent struct {
+	// Kind is LeaseTaken (Units: its size), LeaseReturned (Units: what was given back,
+	// Used: what was committed), LeaseMiss (a check of a hot path that went to Redis) or
+	// LeaseFailed (a lease whose settlement failed; the sweep releases it).
+	Kind  LeaseEventKind
+	Units int64
+	Used  int64
+}
+
+// LeaseEventKind names a LeaseEvent.
+type LeaseEventKind uint8
+
+// The lease events.
+const (
+	LeaseTaken LeaseEventKind = iota + 1
+	LeaseReturned
+	LeaseMiss
+	LeaseFailed
+)
+
+const (
+	// leaseGrace is added to a lease's life in its reservation's TTL, so the replica
+	// settles it before the sweep could (a commit that finds it expired counts its
+	// used units with a forced check instead).
+	leaseGrace = time.Second
+	// leaseMinLife is the shortest lease worth taking.
+	leaseMinLife = 5 * time.Millisecond
+	// rateWindow is the span over which a path's rate is measured.
+	rateWindow = 50 * time.Millisecond
+	// leaseIdle is how long a path without traffic keeps its state.
+	leaseIdle = 10 * time.Second
+	// closedBit marks a lease's used counter once settlement has read it.
+	closedBit int64 = 1 << 62
+	// rateSlots is the size of the table that measures the rate of paths without
+	// state: a path gets state (and may be leased) only once its slot is hot, so cold
+	// paths (a million distinct users) cost no memory.
+	rateSlots = 4096
+)
+
+func (c *LeaseConfig) setDefaults() {
+	if c.Max <= 0 {
+		c.Max = 250 * time.Millisecond
+	}
+	if c.Threshold <= 0 {
+		c.Threshold = 200
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+}
+
+// pathKey names a leased path.
+type pathKey struct{ org, team, user, metric string }
+
+// rateCounter counts units over a short window to estimate a rate.
+type rateCounter struct {
+	winStart atomic.Int64 // ns, engine clock: the start of the rate window
+	winUnits atomic.Int64 // units checked in the rate window
+	rate     atomic.Int64 // units per second, from the last full window
+}
+
+// count adds cost to the window at now (ns) and returns the rate.
+func (r *rateCounter) count(now, cost int64) int64 {
+	start := r.winStart.Load()
+	if el := now - start; el >= int64(rateWindow) && r.winStart.CompareAndSwap(start, now) {
+		units := r.winUnits.Swap(cost)
+		if el > 2*int64(rateWindow) {
+			units = units * int64(rateWindow) / el // a quiet gap: the window was longer
+			el = int64(rateWindow)
+		}
+		r.rate.Store(units * int64(time.Second) / el)
+		return r.rate.Load()
+	}
+	r.winUnits.Add(cost)
+	return r.rate.Load()
+}
+
+// leasePath is one path's rate and current lease.
+type leasePath struct {
+	key      pathKey
+	cur      atomic.Pointer[lease]
+	renewing atomic.Bool
+
+	rateCounter
+	headroom atomic.Int64 // least remaining of any limit, last seen (-1 unknown)
+}
+
+// lease is one block of units held by a reservation, admitted from in process.
+type lease struct {
+	path   *leasePath
+	id     string
+	org    string
+	anchor int
+	limits LevelLimits // the request's limits: a check with others is not admitted from it
+	amount int64
+	endNs  int64
+	used   atomic.Int64 // units admitted; closedBit once settlement has read it
+	levels []LevelStatus
+	done   atomic.Bool
+	timer  *time.Timer
+	// renewNs and renewUnits: past either, the next lease is taken in the background,
+	// so a hot path rarely waits on Redis between leases.
+	renewNs    int64
+	renewUnits int64
+	renewing   atomic.Bool
+}
+
+// leases is an engine's lease manager.
+type leases struct {
+	e   *Engine
+	cfg LeaseConfig
+
+	mu    sync.RWMutex // a map under RLock: a struct key of strings does not allocate
+	paths map[pathKey]*leasePath
+	seed  maphash.Seed
+	slots [rateSlots]rateCounter // rates of paths without state, by hash
+
+	open     sync.Map // *lease -> struct{}: leases not yet settled, for Close
+	wg       sync.WaitGroup
+	stopping atomic.Bool // Close has begun: no new leases
+}
+
+func newLeases(e *Engine, cfg LeaseConfig) *leases {
+	cfg.setDefaults()
+	return &leases{e: e, cfg: cfg, paths: map[pathKey]*leasePath{}, seed: maphash.MakeSeed()}
+}
+
+// leasable reports whether req may be answered from a lease: an enforced check that
+// consumes, without an idempotency key, of a path whose org allows leases.
+func leasable(req *Request) bool {
+	return req.Cost > 0 && req.IdempotencyKey == "" && !req.NoLease && (req.Mode == "" || req.Mode == Enforce)
+}
+
+func (m *leases) event(ev LeaseEvent) {
+	if f := m.cfg.OnLease; f != nil {
+		f(ev)
+	}
+}
+
+// path returns req's path state, creating it only when the path's slot in the rate
+// table is above the threshold at now (ns); nil: a cold path.
+func (m *leases) path(req *Request, now int64) *leasePath {
+	k := pathKey{req.Org, req.Team, req.User, req.Metric}
+	m.mu.RLock()
+	p := m.paths[k]
+	m.mu.RUnlock()
+	if p != nil {
+		return p
+	}
+	var h maphash.Hash
+	h.SetSeed(m.seed)
+	h.WriteString(req.Org)
+	h.WriteByte(0)
+	h.WriteString(req.Team)
+	h.WriteByte(0)
+	h.WriteString(req.User)
+	h.WriteByte(0)
+	h.WriteString(req.Metric)
+	if float64(m.slots[h.Sum64()%rateSlots].count(now, req.Cost)) < m.cfg.Threshold {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p = m.paths[k]; p == nil {
+		p = &leasePath{key: k}
+		p.headroom.Store(-1)
+		m.paths[k] = p
+	}
+	return p
+}
+
+// observe records the headroom a decision of p's path showed.
+func (p *leasePath) observe(res *Result) {
+	h := MaxValue
+	for i := range res.Levels {
+		h = min(h, res.Levels[i].Remaining)
+	}
+	p.headroom.Store(h)
+}
+
+// take admits req from l if it fits, before l's end, with l's limits.
+func (l *lease) take(req *Request, now int64) bool {
+	if now >= l.endNs || req.AnchorDay != l.anchor || !sameLimits(&req.Limits, &l.limits) {
+		return false
+	}
+	for {
+		u := l.used.Load()
+		if u&closedBit != 0 || u+req.Cost > l.amount {
+			return false
+		}
+		if l.used.CompareAndSwap(u, u+req.Cost) {
+			return true
+		}
+	}
+}
+
+// close stops admissions from l and returns the units admitted from it.
+func (l *lease) close() int64 {
+	for {
+		u := l.used.Load()
+		if u&closedBit != 0 {
+			return u &^ closedBit
+		}
+		if l.used.CompareAndSwap(u, u|closedBit) {
+			return u
+		}
+	}
+}
+
+func sameLimits(a, b *LevelLimits) bool {
+	return slices.Equal(a.Org, b.Org) && slices.Equal(a.Team, b.Team) && slices.Equal(a.User, b.User)
+}
+
+// admit answers req from its path's lease if it can, taking a new lease when the path
+// is hot and has none that fits. ok false: the check goes to Redis, and p (nil for a
+// cold path without state) wants to observe its result.
+func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Result, ok bool) {
+	now := m.e.Now()
+	ns := now.UnixNano()
+	if p = m.path(req, ns); p == nil {
+		return nil, Result{}, false
+	}
+	rate := p.count(ns, req.Cost)
+	// Twice: a renewal may have just replaced the lease loaded first.
+	for range 2 {
+		l := p.cur.Load()
+		if l == nil {
+			break
+		}
+		if l.take(req, ns) {
+			if (ns >= l.renewNs || l.used.Load() >= l.renewUnits) && !m.stopping.Load() && l.renewing.CompareAndSwap(false, true) {
+				m.renew(p, *req, rate)
+			}
+			return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+		}
+		if p.cur.Load() == l {
+			break
+		}
+	}
+	if float64(rate) < m.cfg.Threshold {
+		return p, Result{}, false
+	}
+	if m.stopping.Load() || !p.renewing.CompareAndSwap(false, true) {
+		m.event(LeaseEvent{Kind: LeaseMiss})
+		return p, Result{}, false
+	}
+	l := m.take(ctx, p, req, now, rate)
+	p.renewing.Store(false)
+	if l != nil && l.take(req, m.e.Now().UnixNano()) {
+		return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+	}
+	m.event(LeaseEvent{Kind: LeaseMiss})
+	return p, Result{}, false
+}
+
+// renew takes p's next lease in the background, unless one is being taken.
+func (m *leases) renew(p *leasePath, req Request, rate int64) {
+	if !p.renewing.CompareAndSwap(false, true) {
+		return
+	}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer p.renewing.Store(false)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		m.take(ctx, p, &req, m.e.Now(), rate)
+	}()
+}
+
+// leaseEnd is when a lease taken at now ends: after Max, at the end of the current
+// bucket of the shortest sliding window any level limits, at the period's end.
+func (m *leases) leaseEnd(req *Request, now time.Time) time.Time {
+	end := now.Add(m.cfg.Max)
+	var shortest time.Duration
+	for _, ls := range [...][]Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
+		for _, l := range ls {
+			if d := l.Window.Duration(); d > 0 && (shortest == 0 || d < shortest) {
+				shortest = d
+			}
+		}
+	}
+	if shortest > 0 {
+		ms := now.UnixMilli()
+		w := shortest.Milliseconds()
+		if b := time.UnixMilli((ms/w + 1) * w); b.Before(end) {
+			end = b
+		}
+	}
+	if pe := m.e.periodAt(now, req.AnchorDay).End; pe.Before(end) {
+		end = pe
+	}
+	return end
+}
+
+// size is the lease for a path at rate units per second for life, capped by a share
+// of the path's last seen headroom; 0 means no lease (near a limit, or nothing known).
+func (m *leases) size(p *leasePath, req *Request, rate int64, life time.Duration) int64 {
+	want := int64(float64(rate) * life.Seconds() * 1.5)
+	want = max(want, 2*req.Cost)
+	h := p.headroom.Load()
+	if h < 0 {
+		return 0 // never seen a decision of this path: let one go to Redis first
+	}
+	share := h / int64(2*m.cfg.Replicas)
+	want = min(want, share)
+	if want < 2*req.Cost || want < 4 {
+		return 0 // near a limit: checks go to Redis one by one, so the last units are admitted
+	}
+	return want
+}
+
+// take reserves a new lease for p and installs it, ending the one it replaces.
+func (m *leases) take(ctx context.Context, p *leasePath, req *Request, now time.Time, rate int64) *lease {
+	end := m.leaseEnd(req, now)
+	life := end.Sub(now)
+	if life < leaseMinLife {
+		return nil
+	}
+	amount := m.size(p, req, rate, life)
+	if amount == 0 {
+		return nil
+	}
+	r := *req
+	r.Cost = amount
+	rv, res, err := m.e.reserve(ctx, r, ReserveOptions{TTL: life + leaseGrace, OnExpiry: ExpiryRelease, lease: true})
+	if err != nil {
+		return nil
+	}
+	if !res.Allowed {
+		// The lease did not fit: remember what is left without it, so the next one is
+		// sized to that or not taken.
+		for i := range res.Levels {
+			res.Levels[i].Remaining = max(res.Levels[i].Limit-res.Levels[i].Used, 0)
+		}
+		p.observe(&res)
+		return nil
+	}
+	p.observe(&res)
+	l := &lease{path: p, id: rv.ID, org: req.Org, anchor: req.AnchorDay, limits: req.Limits, amount: amount,
+		endNs: end.UnixNano(), levels: res.Levels,
+		renewNs: now.Add(life * 3 / 4).UnixNano(), renewUnits: amount * 3 / 4}
+	m.wg.Add(1)
+	l.timer = time.AfterFunc(life, func() { defer m.wg.Done(); m.end(l, true) })
+	m.open.Store(l, struct{}{})
+	m.event(LeaseEvent{Kind: LeaseTaken, Units: amount})
+	if old := p.cur.Swap(l); old != nil {
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.end(old, true) }()
+	}
+	return l
+}
+
+// end stops admissions from l and settles it: commits the units admitted from it,
+// giving the rest back, exactly once. When retry is true a failing settlement is
+// tried again until it succeeds or its reservation expires; one that expired (the
+// sweep released it) has its used units counted by a forced check instead.
+func (m *leases) end(l *lease, retry bool) {
+	if !l.done.CompareAndSwap(false, true) {
+		return
+	}
+	used := l.close()
+	l.path.cur.CompareAndSwap(l, nil)
+	defer m.open.Delete(l)
+	e := m.e
+	deadline := time.Now().Add(leaseGrace + 10*time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := e.settle(ctx, l.org, l.anchor, l.id, ActionCommit, used, true)
+		cancel()
+		var se *StateError
+		switch {
+		case err == nil:
+			m.event(LeaseEvent{Kind: LeaseReturned, Units: l.amount - used, Used: used})
+			return
+		case errors.As(err, &se) && se.State == Expired:
+			if used > 0 {
+				m.countExpired(l, used)
+			}
+			m.event(LeaseEvent{Kind: LeaseReturned, Units: l.amount, Used: 0})
+			return
+		}
+		if !retry || m.stopping.Load() || time.Now().After(deadline) || errors.Is(err, ErrClosed) {
+			m.event(LeaseEvent{Kind: LeaseFailed, Units: l.amount, Used: used})
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// countExpired counts used units of a lease whose reservation expired before it was
+// settled (released whole by the sweep): a check forced to count, as shadow mode is.
+func (m *leases) countExpired(l *lease, used int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	k := l.path.key
+	req := Request{Org: l.org, Team: k.team, User: k.user, Metric: k.metric, Cost: used, Mode: Shadow,
+		Limits: l.limits, AnchorDay: l.anchor}
+	_, _ = m.e.checkRedis(ctx, req)
+}
+
+// settleAll ends every open lease, once, without retrying (Close).
+func (m *leases) settleAll() {
+	m.stopping.Store(true)
+	m.open.Range(func(k, _ any) bool {
+		l := k.(*lease)
+		if l.timer != nil && l.timer.Stop() {
+			m.wg.Done() // the timer's func will not run
+		}
+		m.end(l, false)
+		return true
+	})
+	m.wg.Wait()
+}
+
+// janitor forgets idle paths until the engine closes.
+func (m *leases) janitor() {
+	defer m.e.wg.Done()
+	t := time.NewTicker(leaseIdle)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.e.closing:
+			return
+		case <-t.C:
+			m.sweep(m.e.Now())
+		}
+	}
+}
+
+// sweep forgets paths that have been idle for leaseIdle and hold no lease.
+func (m *leases) sweep(now time.Time) {
+	cut := now.Add(-leaseIdle).UnixNano()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, p := range m.paths {
+		if p.cur.Load() == nil && p.winStart.Load() < cut {
+			delete(m.paths, k)
+		}
+	}
+}
+
+// LeasedUnits returns the units held by this engine's open leases and the units admitted
+// from them so far (tests and diagnostics: the usage API shows leases as held units,
+// from Redis, for every replica at once).
+func (e *Engine) LeasedUnits() (held, used int64) {
+	if e.leases == nil {
+		return 0, 0
+	}
+	e.leases.open.Range(func(k, _ any) bool {
+		l := k.(*lease)
+		held += l.amount
+		used += l.used.Load() &^ closedBit
+		return true
+	})
+	return held, used
+}

@@ -1,0 +1,4 @@
+BEGIN;
+ALTER TABLE orgs DROP COLUMN leases;
+ALTER TABLE plans DROP COLUMN leases;
+COMMIT;
