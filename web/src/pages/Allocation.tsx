@@ -1,6 +1,6 @@
 // The allocation: the org's quota carved into teams and users, edited in place.
 import { useState } from 'preact/hooks';
-import { allocationRows, forecastText, sortRows, type AllocRow, type SortKey } from '../allocation';
+import { allocationRows, forecastText, heldRows, sortRows, type AllocRow, type Held, type SortKey } from '../allocation';
 import { api, ApiError, type Org, type Team, type User } from '../api';
 import { formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
@@ -60,6 +60,7 @@ export function Allocation({ session }: PageProps) {
         {usage && rows.length === 0 && <Empty>No team or user has a limit yet.</Empty>}
         {rows.length > 0 && <AllocationTable rows={rows} />}
       </section>
+      {usage && <HeldPanel held={heldRows(usage)} />}
       <h2>Teams and users</h2>
       {adding && <NewTeam org={org} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
       {teams.length === 0 && <Empty>No teams yet.{canEdit ? ' Add one to allocate part of the org\'s quota.' : ''}</Empty>}
@@ -100,13 +101,41 @@ export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocR
             <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}
               {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
             <td>{r.metric} per {r.window}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
-            <td><MiniBar used={r.used} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
+            <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
             <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{forecastText(r.forecast)}
               {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)} by its end)</span>}</td>
           </tr>
         );
       })}</tbody>
     </table></div>
+  );
+}
+
+/** HeldPanel lists the teams and users holding units in open reservations, the most first. */
+function HeldPanel({ held }: { held: Held[] }) {
+  return (
+    <section class="panel held" aria-labelledby="held-h" data-testid="held">
+      <h2 id="held-h">Held by open reservations</h2>
+      {held.length === 0 ? <p class="muted small">No team or user holds units in an open reservation.</p> : (
+        <>
+          <p class="muted small">Held units count against every limit as used units do until the reservation is committed, released or expires.</p>
+          <div class="table-wrap"><table data-testid="held-rows">
+            <thead><tr><th scope="col">Team or user</th><th scope="col">Metric</th><th scope="col" class="num">Held</th><th scope="col" class="num">Used</th></tr></thead>
+            <tbody>{held.map((h) => {
+              const who = h.kind === 'team' ? h.id : `${h.team}/${h.id}`;
+              return (
+                <tr data-testid={`held-${h.kind}-${who}-${h.metric}`}>
+                  <td><span class={`badge kind-${h.kind}`}>{h.kind}</span> {h.kind === 'user' ? <><span class="muted">{h.team}/</span>{h.id}</> : h.id}</td>
+                  <td>{h.metric}</td>
+                  <td class="num"><strong data-testid="held-units">{formatNumber(h.reserved)}</strong></td>
+                  <td class="num">{formatNumber(h.used)}</td>
+                </tr>
+              );
+            })}</tbody>
+          </table></div>
+        </>
+      )}
+    </section>
   );
 }
 
