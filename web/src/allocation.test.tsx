@@ -152,9 +152,14 @@ describe('reservations', () => {
     expect(find('bob', 'minute')).toMatchObject({ used: 60, reserved: 0, ratio: 0.6 });
   });
 
-  it('forecasts with held units counted', () => {
-    // bob: 150 counted in 10 days is 15 a day; the other 50 of 200 take 3⅓ days.
-    expect(find('bob').forecast).toEqual({ kind: 'runs-out', at: new Date(now.getTime() + (50 / 150) * 10 * 86_400_000) });
+  it('forecasts at the pace of used units, with held units counted against the limit but setting no pace', () => {
+    // bob: 100 used in 10 days is 10 a day; 200 - 100 - 50 held = 50 left, 5 days.
+    expect(find('bob').forecast).toEqual({ kind: 'runs-out', at: new Date('2026-11-16T00:00:00Z') });
+    // ops: 100 in a third of the period projects to 300 by its end, with nothing held.
+    expect(find('ops').forecast).toEqual({ kind: 'lasts', projected: 300 });
+    expect(forecast(100, 1000, start, end, now, 50)).toEqual({ kind: 'lasts', projected: 350 });
+    expect(forecast(0, 100, start, end, now, 100)).toEqual({ kind: 'exhausted' });
+    expect(forecast(0, 100, start, end, now, 40)).toEqual({ kind: 'idle' });
   });
 
   it('usageRows splits the same way', () => {

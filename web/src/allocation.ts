@@ -21,16 +21,17 @@ export type Forecast =
 /**
  * forecast extrapolates used, counted since start, at its average pace to the moment
  * it reaches limit. The pace is the period's so far (used / elapsed), the same the
- * overview's projection draws.
+ * overview's projection draws. held, units held by open reservations, counts against
+ * the limit from now on but sets no pace: it is a one-off hold, not a rate.
  */
-export function forecast(used: number, limit: number, start: Date, end: Date, now: Date): Forecast {
-  if (used >= limit && limit >= 0 && used > 0) return { kind: 'exhausted' };
+export function forecast(used: number, limit: number, start: Date, end: Date, now: Date, held = 0): Forecast {
+  if (used + held >= limit && limit >= 0 && used + held > 0) return { kind: 'exhausted' };
   const elapsed = now.getTime() - start.getTime();
   if (used <= 0 || elapsed <= 0) return { kind: 'idle' };
   const pace = used / elapsed; // units per ms
-  const at = new Date(now.getTime() + (limit - used) / pace);
+  const at = new Date(now.getTime() + (limit - used - held) / pace);
   if (at.getTime() < end.getTime()) return { kind: 'runs-out', at };
-  return { kind: 'lasts', projected: Math.round(used * ((end.getTime() - start.getTime()) / elapsed)) };
+  return { kind: 'lasts', projected: Math.round(used * ((end.getTime() - start.getTime()) / elapsed)) + held };
 }
 
 const dayFmt = new Intl.DateTimeFormat('en-GB', { day: 'numeric', month: 'short', timeZone: 'UTC' });
@@ -61,8 +62,8 @@ export interface AllocRow {
   /**
    * used is the units used (committed); reserved those held by open reservations, known
    * for month limits only (the usage API's `reserved`; a shorter window's bucket counts
-   * held units in used). Both count against the limit, as the API counts them: ratio,
-   * colour and forecast go by used + reserved.
+   * held units in used). Both count against the limit, as the API counts them: ratio
+   * and colour go by used + reserved; the forecast's pace by used alone.
    */
   used: number;
   reserved: number;
@@ -85,10 +86,10 @@ function counted(window: Window, windowUsed: number, levelReserved: number): { u
   return { used: windowUsed - reserved, reserved };
 }
 
-/** row makes an allocation row, with the share, colour and forecast of used + reserved. */
+/** row makes an allocation row, with the share and colour of used + reserved and its forecast. */
 function row(r: Omit<AllocRow, 'ratio' | 'forecast'>, p: Period): AllocRow {
-  const all = r.used + r.reserved;
-  return { ...r, ratio: ratio(all, r.limit), forecast: r.window === 'month' ? forecast(all, r.limit, p.start, p.end, p.now) : undefined };
+  return { ...r, ratio: ratio(r.used + r.reserved, r.limit),
+    forecast: r.window === 'month' ? forecast(r.used, r.limit, p.start, p.end, p.now, r.reserved) : undefined };
 }
 
 /**

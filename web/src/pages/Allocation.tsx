@@ -43,7 +43,7 @@ export function Allocation({ session }: PageProps) {
         are carved into team allocations; users get their own or their team's defaults.</p>
       <section aria-labelledby="rem-h" class="metric-grid">
         <h2 id="rem-h" class="sr-only">Unallocated remainder</h2>
-        {rem.map((r) => <RemainderPanel r={r} used={usage?.metrics.find((m) => m.metric === r.metric)?.org.used} />)}
+        {rem.map((r) => { const o = usage?.metrics.find((m) => m.metric === r.metric)?.org; return <RemainderPanel r={r} used={o?.used} reserved={o?.reserved} />; })}
       </section>
       <section aria-labelledby="usage-h">
         <div class="page-head">
@@ -70,7 +70,7 @@ export function Allocation({ session }: PageProps) {
 }
 
 /** RemainderPanel shows how much of the org's month limit of a metric the teams hold, and what is left. */
-function RemainderPanel({ r, used }: { r: Remainder; used?: number }) {
+function RemainderPanel({ r, used, reserved = 0 }: { r: Remainder; used?: number; reserved?: number }) {
   const share = r.limit > 0 ? Math.min(100, (Math.max(0, r.allocated) / r.limit) * 100) : 100;
   return (
     <div class="panel remainder" data-testid={`remainder-panel-${r.metric}`}>
@@ -83,6 +83,7 @@ function RemainderPanel({ r, used }: { r: Remainder; used?: number }) {
         <dt>Allocated to teams</dt><dd class="num">{formatNumber(r.allocated)} ({percent(r.allocated, r.limit)})</dd>
         <dt>Unallocated</dt><dd class={`num ${r.available < 0 ? 'over' : ''}`}><strong data-testid={`alloc-remainder-${r.metric}`}>{formatNumber(r.available)}</strong></dd>
         {used !== undefined && <><dt>Used by the org</dt><dd class="num">{formatNumber(used)} ({percent(used, r.limit)})</dd></>}
+        {reserved > 0 && <><dt>Held by open reservations</dt><dd class="num" data-testid={`org-reserved-${r.metric}`}>{formatNumber(reserved)} ({percent(reserved, r.limit)})</dd></>}
       </dl>
     </div>
   );
