@@ -21,16 +21,17 @@ export type Forecast =
 /**
  * forecast extrapolates used, counted since start, at its average pace to the moment
  * it reaches limit. The pace is the period's so far (used / elapsed), the same the
- * overview's projection draws.
+ * overview's projection draws. held, units held by open reservations, counts against
+ * the limit from now on but sets no pace: it is a one-off hold, not a rate.
  */
-export function forecast(used: number, limit: number, start: Date, end: Date, now: Date): Forecast {
-  if (used >= limit && limit >= 0 && used > 0) return { kind: 'exhausted' };
+export function forecast(used: number, limit: number, start: Date, end: Date, now: Date, held = 0): Forecast {
+  if (used + held >= limit && limit >= 0 && used + held > 0) return { kind: 'exhausted' };
   const elapsed = now.getTime() - start.getTime();
   if (used <= 0 || elapsed <= 0) return { kind: 'idle' };
   const pace = used / elapsed; // units per ms
-  const at = new Date(now.getTime() + (limit - used) / pace);
+  const at = new Date(now.getTime() + (limit - used - held) / pace);
   if (at.getTime() < end.getTime()) return { kind: 'runs-out', at };
-  return { kind: 'lasts', projected: Math.round(used * ((end.getTime() - start.getTime()) / elapsed)) };
+  return { kind: 'lasts', projected: Math.round(used * ((end.getTime() - start.getTime()) / elapsed)) + held };
 }
 
 const dayFmt = new Intl.DateTimeFormat('en-GB', { day: 'numeric', month: 'short', timeZone: 'UTC' });
@@ -58,7 +59,14 @@ export interface AllocRow {
   metric: string;
   window: Window;
   limit: number;
+  /**
+   * used is the units used (committed); reserved those held by open reservations, known
+   * for month limits only (the usage API's `reserved`; a shorter window's bucket counts
+   * held units in used). Both count against the limit, as the API counts them: ratio
+   * and colour go by used + reserved; the forecast's pace by used alone.
+   */
   used: number;
+  reserved: number;
   /** inherited: the limit is the team's default for users, not the user's own. */
   inherited: boolean;
   ratio: number;
@@ -68,34 +76,50 @@ export interface AllocRow {
 export interface Period { start: Date; end: Date; now: Date }
 
 /**
+ * counted splits a window's use as the usage API reports it into used and reserved: a
+ * month window's used counts the level's held units too (the API's WindowUsage.used),
+ * which are the level's `reserved`; a shorter window's cannot be split.
+ */
+function counted(window: Window, windowUsed: number, levelReserved: number): { used: number; reserved: number } {
+  if (window !== 'month') return { used: windowUsed, reserved: 0 };
+  const reserved = Math.max(0, Math.min(levelReserved, windowUsed));
+  return { used: windowUsed - reserved, reserved };
+}
+
+/** row makes an allocation row, with the share and colour of used + reserved and its forecast. */
+function row(r: Omit<AllocRow, 'ratio' | 'forecast'>, p: Period): AllocRow {
+  return { ...r, ratio: ratio(r.used + r.reserved, r.limit),
+    forecast: r.window === 'month' ? forecast(r.used, r.limit, p.start, p.end, p.now, r.reserved) : undefined };
+}
+
+/**
  * allocationRows lists one row per limit of every team and every user: registered
  * users (their own limits over their team's defaults) and users that used something
  * without a record (the limits the usage API reports for them: the defaults). Usage comes from the usage API, which lists only
  * levels that used anything; the rest used nothing.
  */
 export function allocationRows(teams: Team[], users: Record<string, User[]>, usage: Usage | undefined, p: Period): AllocRow[] {
-  const used = new Map<string, number>(); // "team:eng|requests|month" -> used
+  const used = new Map<string, { used: number; reserved: number }>(); // "team:eng|requests|month" -> used, reserved
   const seen = new Map<string, { team: string; id: string; limits: Limit[] }>(); // users with usage, with their effective limits
   for (const mu of usage?.metrics ?? []) {
-    for (const t of mu.teams) for (const w of t.limits) used.set(`team:${t.id}|${mu.metric}|${w.window}`, w.used);
-    for (const t of mu.teams) if (!t.limits.some((w) => w.window === 'month')) used.set(`team:${t.id}|${mu.metric}|month`, t.used);
+    for (const t of mu.teams) for (const w of t.limits) used.set(`team:${t.id}|${mu.metric}|${w.window}`, counted(w.window, w.used, t.reserved));
+    for (const t of mu.teams) if (!t.limits.some((w) => w.window === 'month')) used.set(`team:${t.id}|${mu.metric}|month`, { used: t.used, reserved: t.reserved });
     for (const u of mu.users) {
       const team = u.team ?? '';
       const e = seen.get(`${team}/${u.id}`) ?? { team, id: u.id, limits: [] };
       e.limits.push(...u.limits.map((w) => ({ metric: mu.metric, window: w.window, limit: w.limit })));
       seen.set(`${team}/${u.id}`, e);
-      for (const w of u.limits) used.set(`user:${team}/${u.id}|${mu.metric}|${w.window}`, w.used);
-      if (!u.limits.some((w) => w.window === 'month')) used.set(`user:${team}/${u.id}|${mu.metric}|month`, u.used);
+      for (const w of u.limits) used.set(`user:${team}/${u.id}|${mu.metric}|${w.window}`, counted(w.window, w.used, u.reserved));
+      if (!u.limits.some((w) => w.window === 'month')) used.set(`user:${team}/${u.id}|${mu.metric}|month`, { used: u.used, reserved: u.reserved });
     }
   }
   const rows: AllocRow[] = [];
   const add = (kind: 'team' | 'user', id: string, team: string | undefined, registered: boolean, ls: Limit[], own: Limit[]) => {
     const key = kind === 'team' ? `team:${id}` : `user:${team}/${id}`;
     for (const l of ls) {
-      const u = used.get(`${key}|${l.metric}|${l.window}`) ?? 0;
-      rows.push({ kind, id, team, registered, metric: l.metric, window: l.window, limit: l.limit, used: u,
-        inherited: kind === 'user' && !own.some((o) => o.metric === l.metric && o.window === l.window),
-        ratio: ratio(u, l.limit), forecast: l.window === 'month' ? forecast(u, l.limit, p.start, p.end, p.now) : undefined });
+      const u = used.get(`${key}|${l.metric}|${l.window}`) ?? { used: 0, reserved: 0 };
+      rows.push(row({ kind, id, team, registered, metric: l.metric, window: l.window, limit: l.limit, ...u,
+        inherited: kind === 'user' && !own.some((o) => o.metric === l.metric && o.window === l.window) }, p));
     }
   };
   for (const t of teams) {
@@ -141,12 +165,28 @@ export function usageRows(usage: Usage, p: Period): AllocRow[] {
     for (const [kind, levels] of [['team', mu.teams], ['user', mu.users]] as const) {
       for (const l of levels) {
         for (const w of l.limits) {
-          rows.push({ kind, id: l.id, team: kind === 'user' ? l.team : undefined, registered: true, metric: mu.metric, window: w.window,
-            limit: w.limit, used: w.used, inherited: false, ratio: ratio(w.used, w.limit),
-            forecast: w.window === 'month' ? forecast(w.used, w.limit, p.start, p.end, p.now) : undefined });
+          rows.push(row({ kind, id: l.id, team: kind === 'user' ? l.team : undefined, registered: true, metric: mu.metric, window: w.window,
+            limit: w.limit, ...counted(w.window, w.used, l.reserved), inherited: false }, p));
         }
       }
     }
   }
   return rows;
+}
+
+/** Held is a team or user holding units of a metric in open reservations. */
+export interface Held { kind: 'team' | 'user'; id: string; team?: string; metric: string; reserved: number; used: number }
+
+/**
+ * heldRows lists the teams and users with units held by open reservations (the usage
+ * API's `reserved` > 0), the most held first, then teams before users, then by name.
+ */
+export function heldRows(usage: Usage | undefined): Held[] {
+  const out: Held[] = [];
+  for (const mu of usage?.metrics ?? []) {
+    for (const t of mu.teams) if (t.reserved > 0) out.push({ kind: 'team', id: t.id, metric: mu.metric, reserved: t.reserved, used: t.used });
+    for (const u of mu.users) if (u.reserved > 0) out.push({ kind: 'user', id: u.id, team: u.team ?? '', metric: mu.metric, reserved: u.reserved, used: u.used });
+  }
+  const name = (h: Held) => (h.kind === 'team' ? `0${h.id}` : `1${h.team}\u0000${h.id}`);
+  return out.sort((a, b) => b.reserved - a.reserved || name(a).localeCompare(name(b)) || a.metric.localeCompare(b.metric));
 }

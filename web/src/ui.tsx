@@ -93,15 +93,26 @@ export function UsageBar({ label, used, limit }: { label: string; used: number; 
   );
 }
 
-/** MiniBar is a usage bar for a table cell: the bar, then "used of limit (percent)". */
-export function MiniBar({ used, limit, label }: { used: number; limit: number; label: string }) {
+/**
+ * MiniBar is a usage bar for a table cell: the bar, then "used of limit (percent)". With
+ * units held by open reservations, a second, lighter segment follows the used one and the
+ * text says "used + reserved of limit"; both count against the limit (share and colour).
+ */
+export function MiniBar({ used, limit, label, reserved = 0 }: { used: number; limit: number; label: string; reserved?: number }) {
+  const all = used + reserved;
+  const usedW = Math.min(100, ratio(used, limit) * 100);
+  const heldW = Math.min(100 - usedW, ratio(reserved, limit) * 100);
+  const text = reserved > 0 ? `${formatNumber(used)} used + ${formatNumber(reserved)} reserved of ${formatNumber(limit)}` : `${formatNumber(used)} of ${formatNumber(limit)}`;
   return (
-    <div class="mini-bar" data-level={level(used, limit)}>
-      <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(used, limit)}
-        aria-valuetext={`${formatNumber(used)} of ${formatNumber(limit)}`}>
-        <div class="bar-fill" style={{ width: `${Math.min(100, ratio(used, limit) * 100)}%` }} />
+    <div class="mini-bar" data-level={level(all, limit)}>
+      <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(all, limit)}
+        aria-valuetext={text}>
+        <div class="bar-fill" style={{ width: `${usedW}%` }} />
+        {reserved > 0 && <div class="bar-held" data-testid="bar-held" style={{ width: `${heldW}%` }} />}
       </div>
-      <span class="mini-bar-text"><strong>{formatNumber(used)}</strong> of {formatNumber(limit)} <span class="pct">{percent(used, limit)}</span></span>
+      <span class="mini-bar-text">{reserved > 0
+        ? <><strong>{formatNumber(used)}</strong> used + <strong class="held">{formatNumber(reserved)}</strong> reserved of {formatNumber(limit)}</>
+        : <><strong>{formatNumber(used)}</strong> of {formatNumber(limit)}</>} <span class="pct">{percent(all, limit)}</span></span>
     </div>
   );
 }

@@ -1,6 +1,6 @@
 // The allocation: the org's quota carved into teams and users, edited in place.
 import { useState } from 'preact/hooks';
-import { allocationRows, forecastText, sortRows, type AllocRow, type SortKey } from '../allocation';
+import { allocationRows, forecastText, heldRows, sortRows, type AllocRow, type Held, type SortKey } from '../allocation';
 import { api, ApiError, type Org, type Team, type User } from '../api';
 import { formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
@@ -43,7 +43,7 @@ export function Allocation({ session }: PageProps) {
         are carved into team allocations; users get their own or their team's defaults.</p>
       <section aria-labelledby="rem-h" class="metric-grid">
         <h2 id="rem-h" class="sr-only">Unallocated remainder</h2>
-        {rem.map((r) => <RemainderPanel r={r} used={usage?.metrics.find((m) => m.metric === r.metric)?.org.used} />)}
+        {rem.map((r) => { const o = usage?.metrics.find((m) => m.metric === r.metric)?.org; return <RemainderPanel r={r} used={o?.used} reserved={o?.reserved} />; })}
       </section>
       <section aria-labelledby="usage-h">
         <div class="page-head">
@@ -60,6 +60,7 @@ export function Allocation({ session }: PageProps) {
         {usage && rows.length === 0 && <Empty>No team or user has a limit yet.</Empty>}
         {rows.length > 0 && <AllocationTable rows={rows} />}
       </section>
+      {usage && <HeldPanel held={heldRows(usage)} />}
       <h2>Teams and users</h2>
       {adding && <NewTeam org={org} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
       {teams.length === 0 && <Empty>No teams yet.{canEdit ? ' Add one to allocate part of the org\'s quota.' : ''}</Empty>}
@@ -69,7 +70,7 @@ export function Allocation({ session }: PageProps) {
 }
 
 /** RemainderPanel shows how much of the org's month limit of a metric the teams hold, and what is left. */
-function RemainderPanel({ r, used }: { r: Remainder; used?: number }) {
+function RemainderPanel({ r, used, reserved = 0 }: { r: Remainder; used?: number; reserved?: number }) {
   const share = r.limit > 0 ? Math.min(100, (Math.max(0, r.allocated) / r.limit) * 100) : 100;
   return (
     <div class="panel remainder" data-testid={`remainder-panel-${r.metric}`}>
@@ -82,6 +83,7 @@ function RemainderPanel({ r, used }: { r: Remainder; used?: number }) {
         <dt>Allocated to teams</dt><dd class="num">{formatNumber(r.allocated)} ({percent(r.allocated, r.limit)})</dd>
         <dt>Unallocated</dt><dd class={`num ${r.available < 0 ? 'over' : ''}`}><strong data-testid={`alloc-remainder-${r.metric}`}>{formatNumber(r.available)}</strong></dd>
         {used !== undefined && <><dt>Used by the org</dt><dd class="num">{formatNumber(used)} ({percent(used, r.limit)})</dd></>}
+        {reserved > 0 && <><dt>Held by open reservations</dt><dd class="num" data-testid={`org-reserved-${r.metric}`}>{formatNumber(reserved)} ({percent(reserved, r.limit)})</dd></>}
       </dl>
     </div>
   );
@@ -100,13 +102,41 @@ export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocR
             <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}
               {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
             <td>{r.metric} per {r.window}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
-            <td><MiniBar used={r.used} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
+            <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
             <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{forecastText(r.forecast)}
               {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)} by its end)</span>}</td>
           </tr>
         );
       })}</tbody>
     </table></div>
+  );
+}
+
+/** HeldPanel lists the teams and users holding units in open reservations, the most first. */
+function HeldPanel({ held }: { held: Held[] }) {
+  return (
+    <section class="panel held" aria-labelledby="held-h" data-testid="held">
+      <h2 id="held-h">Held by open reservations</h2>
+      {held.length === 0 ? <p class="muted small">No team or user holds units in an open reservation.</p> : (
+        <>
+          <p class="muted small">Held units count against every limit as used units do until the reservation is committed, released or expires.</p>
+          <div class="table-wrap"><table data-testid="held-rows">
+            <thead><tr><th scope="col">Team or user</th><th scope="col">Metric</th><th scope="col" class="num">Held</th><th scope="col" class="num">Used</th></tr></thead>
+            <tbody>{held.map((h) => {
+              const who = h.kind === 'team' ? h.id : `${h.team}/${h.id}`;
+              return (
+                <tr data-testid={`held-${h.kind}-${who}-${h.metric}`}>
+                  <td><span class={`badge kind-${h.kind}`}>{h.kind}</span> {h.kind === 'user' ? <><span class="muted">{h.team}/</span>{h.id}</> : h.id}</td>
+                  <td>{h.metric}</td>
+                  <td class="num"><strong data-testid="held-units">{formatNumber(h.reserved)}</strong></td>
+                  <td class="num">{formatNumber(h.used)}</td>
+                </tr>
+              );
+            })}</tbody>
+          </table></div>
+        </>
+      )}
+    </section>
   );
 }
 

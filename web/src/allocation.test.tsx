@@ -1,6 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { allocationRows, forecast, forecastText, formatDay, mergeLimits, sortRows } from './allocation';
+import { render } from 'preact';
+import { act } from 'preact/test-utils';
+import { allocationRows, forecast, forecastText, formatDay, heldRows, mergeLimits, sortRows, usageRows } from './allocation';
 import type { Team, Usage, User } from './api';
+import { level } from './format';
+import { MiniBar } from './ui';
 
 const start = new Date('2026-11-01T00:00:00Z');
 const end = new Date('2026-12-01T00:00:00Z');
@@ -105,5 +109,95 @@ describe('usageRows', () => {
     const rows = sortRows(usageRows(usage, { start, end, now }), 'exhaustion');
     expect(rows.map((r) => `${r.kind} ${r.team ?? ''}/${r.id} ${r.window} ${r.used}/${r.limit} ${forecastText(r.forecast)}`)).toEqual([
       'team /eng month 95/100 runs out on 11 Nov', 'user eng/bob minute 3/10 resets each window']);
+  });
+});
+
+describe('reservations', () => {
+  // The usage API reports a level's committed units as used and its held units as
+  // reserved; a month window's used is their sum (both count against the limit).
+  const teams: Team[] = [
+    { id: 'eng', org: 'acme', name: 'Engineering', limits: [{ metric: 'requests', window: 'month', limit: 1000 }],
+      user_limits: [{ metric: 'requests', window: 'month', limit: 200 }, { metric: 'requests', window: 'minute', limit: 100 }], created_at: '', updated_at: '' },
+    { id: 'ops', org: 'acme', name: 'Ops', limits: [{ metric: 'requests', window: 'month', limit: 1000 }], user_limits: [], created_at: '', updated_at: '' },
+  ];
+  const usage: Usage = {
+    org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
+    metrics: [{
+      metric: 'requests', daily: [],
+      org: { id: 'acme', used: 800, reserved: 160, limits: [] },
+      teams: [{ id: 'eng', used: 700, reserved: 160, limits: [{ window: 'month', limit: 1000, used: 860, remaining: 140 }] },
+        { id: 'ops', used: 100, reserved: 0, limits: [{ window: 'month', limit: 1000, used: 100, remaining: 900 }] }],
+      users: [
+        { id: 'bob', team: 'eng', used: 100, reserved: 50, limits: [{ window: 'month', limit: 200, used: 150, remaining: 50 }, { window: 'minute', limit: 100, used: 60, remaining: 40 }] },
+        { id: 'erin', team: 'eng', used: 90, reserved: 110, limits: [{ window: 'month', limit: 200, used: 200, remaining: 0 }] },
+      ],
+    }],
+  };
+  const rows = allocationRows(teams, {}, usage, { start, end, now });
+  const find = (id: string, w = 'month') => rows.find((r) => r.id === id && r.window === w)!;
+
+  it('splits a month window into used and reserved, and counts both against the limit', () => {
+    expect(find('eng')).toMatchObject({ used: 700, reserved: 160, limit: 1000, ratio: 0.86 });
+    // 860 of 1,000 is amber although 700 alone would not be.
+    expect(level(find('eng').used + find('eng').reserved, 1000)).toBe('warn');
+    expect(level(find('eng').used, 1000)).toBe('ok');
+    expect(find('bob')).toMatchObject({ used: 100, reserved: 50, ratio: 0.75 });
+    // erin's 90 used and 110 held reach her 200: used up, red, first in the sort.
+    expect(find('erin')).toMatchObject({ used: 90, reserved: 110, ratio: 1, forecast: { kind: 'exhausted' } });
+    expect(sortRows(rows, 'exhaustion')[0].id).toBe('erin');
+    expect(find('ops')).toMatchObject({ used: 100, reserved: 0, ratio: 0.1 });
+  });
+
+  it('leaves held units in used for shorter windows, which the API cannot split', () => {
+    expect(find('bob', 'minute')).toMatchObject({ used: 60, reserved: 0, ratio: 0.6 });
+  });
+
+  it('forecasts at the pace of used units, with held units counted against the limit but setting no pace', () => {
+    // bob: 100 used in 10 days is 10 a day; 200 - 100 - 50 held = 50 left, 5 days.
+    expect(find('bob').forecast).toEqual({ kind: 'runs-out', at: new Date('2026-11-16T00:00:00Z') });
+    // ops: 100 in a third of the period projects to 300 by its end, with nothing held.
+    expect(find('ops').forecast).toEqual({ kind: 'lasts', projected: 300 });
+    expect(forecast(100, 1000, start, end, now, 50)).toEqual({ kind: 'lasts', projected: 350 });
+    expect(forecast(0, 100, start, end, now, 100)).toEqual({ kind: 'exhausted' });
+    expect(forecast(0, 100, start, end, now, 40)).toEqual({ kind: 'idle' });
+  });
+
+  it('usageRows splits the same way', () => {
+    const u = usageRows(usage, { start, end, now });
+    expect(u.filter((r) => r.reserved > 0).map((r) => `${r.kind} ${r.id} ${r.used}+${r.reserved}/${r.limit}`)).toEqual([
+      'team eng 700+160/1000', 'user bob 100+50/200', 'user erin 90+110/200']);
+  });
+
+  it('heldRows lists who holds units, the most first', () => {
+    expect(heldRows(usage).map((h) => `${h.kind} ${h.team ? h.team + '/' : ''}${h.id} ${h.reserved}`)).toEqual([
+      'team eng 160', 'user eng/erin 110', 'user eng/bob 50']);
+    expect(heldRows(undefined)).toEqual([]);
+  });
+});
+
+describe('MiniBar', () => {
+  function mount(ui: preact.ComponentChild) {
+    const root = document.createElement('div');
+    act(() => render(ui, root));
+    return root;
+  }
+  it('shows used and reserved as two segments, coloured by their sum', () => {
+    const el = mount(<MiniBar used={700} reserved={160} limit={1000} label="eng" />);
+    expect(el.querySelector('.mini-bar-text')!.textContent).toBe('700 used + 160 reserved of 1,000 86%');
+    expect(el.querySelector('.mini-bar')!.getAttribute('data-level')).toBe('warn');
+    expect((el.querySelector('.bar-fill') as HTMLElement).style.width).toBe('70%');
+    expect((el.querySelector('.bar-held') as HTMLElement).style.width).toBe('16%');
+    expect(el.querySelector('[role=progressbar]')!.getAttribute('aria-valuetext')).toBe('700 used + 160 reserved of 1,000');
+  });
+  it('keeps the held segment within the bar past the limit', () => {
+    const el = mount(<MiniBar used={150} reserved={100} limit={200} label="x" />);
+    expect(el.querySelector('.mini-bar')!.getAttribute('data-level')).toBe('over');
+    expect((el.querySelector('.bar-fill') as HTMLElement).style.width).toBe('75%');
+    expect((el.querySelector('.bar-held') as HTMLElement).style.width).toBe('25%');
+  });
+  it('without reservations is the plain bar', () => {
+    const el = mount(<MiniBar used={5} limit={10} label="x" />);
+    expect(el.querySelector('.mini-bar-text')!.textContent).toBe('5 of 10 50%');
+    expect(el.querySelector('.bar-held')).toBeNull();
   });
 });

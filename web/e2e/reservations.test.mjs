@@ -1,0 +1,161 @@
+// End-to-end test of the console's reservations in real headless Chromium, with the
+// harness of console.test.mjs (a quotaplane-api built from this checkout on a free port,
+// a fresh database, the shared Redis): a check key of the org opens reservations
+// through the API (POST /v1/reservations, an hour to live); the allocation page shows
+// each team's and user's held units beside the used ones, counted against the limit,
+// and lists who holds units in open reservations, the most first.
+import { after, before, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn, execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdirSync } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const outDir = path.join(root, 'test-output', 'e2e');
+mkdirSync(outDir, { recursive: true });
+
+const suffix = randomBytes(4).toString('hex');
+const ORG = `held-${suffix}`;
+const OP = randomBytes(24).toString('hex');
+const ADMIN = { email: `held-admin-${suffix}@e2e.test`, password: `admin-pw-${suffix}` };
+const pgBase = new URL(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable');
+const dbName = `qp_e2e_held_${suffix}`;
+const pgArgs = ['-h', pgBase.hostname, '-p', pgBase.port || '5432', '-U', decodeURIComponent(pgBase.username || 'postgres')];
+const pgEnv = { ...process.env, PGPASSWORD: decodeURIComponent(pgBase.password || '') };
+
+let api, base, browser;
+let apiLog = '';
+
+async function freePort() {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
+    s.on('error', reject);
+  });
+}
+
+async function op(method, p, body, token = OP) {
+  const res = await fetch(base + p, { method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : undefined };
+}
+const must = async (r, want) => { const res = await r; assert.equal(res.status, want, JSON.stringify(res.body)); return res.body; };
+
+before(async () => {
+  const bin = process.env.QP_API_BIN;
+  assert.ok(bin, 'set QP_API_BIN to a built quotaplane-api (scripts/e2e.sh does)');
+  execFileSync('createdb', [...pgArgs, dbName], { env: pgEnv });
+  const dbURL = new URL(pgBase);
+  dbURL.pathname = '/' + dbName;
+  const port = await freePort();
+  base = `http://127.0.0.1:${port}`;
+  api = spawn(bin, [], {
+    env: { ...process.env, DATABASE_URL: dbURL.toString(), REDIS_URL: process.env.REDIS_URL || 'redis://127.0.0.1:6379/0',
+      QUOTA_ADMIN_TOKEN: OP, QUOTA_HTTP_ADDR: `127.0.0.1:${port}`, QUOTA_LOG_LEVEL: 'warn' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  api.stdout.on('data', (d) => { apiLog += d; });
+  api.stderr.on('data', (d) => { apiLog += d; });
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    try { if ((await fetch(base + '/readyz')).ok) break; } catch { /* not up yet */ }
+    if (api.exitCode !== null || Date.now() > deadline) throw new Error(`quotaplane-api did not become ready:\n${apiLog}`);
+    await new Promise((r) => setTimeout(r, 200));
+  }
+  // An org of 10,000 requests a month; eng holds 1,000 of them, each of its users 200;
+  // sales 500.
+  await must(op('POST', '/v1/plans', { id: `plan-${suffix}`, name: 'Held', fail_mode: 'open',
+    limits: [{ metric: 'requests', window: 'month', limit: 10000 }] }), 201);
+  await must(op('POST', '/v1/orgs', { id: ORG, name: 'Held Inc.', plan: `plan-${suffix}` }), 201);
+  await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: 'eng', name: 'Engineering', limits: [{ metric: 'requests', window: 'month', limit: 1000 }],
+    user_limits: [{ metric: 'requests', window: 'month', limit: 200 }] }), 201);
+  await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: 'sales', name: 'Sales', limits: [{ metric: 'requests', window: 'month', limit: 500 }] }), 201);
+  await must(op('POST', `/v1/orgs/${ORG}/console-users`, { ...ADMIN, role: 'admin' }), 201);
+  browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+});
+
+after(async () => {
+  await browser?.close();
+  if (api && api.exitCode === null) {
+    api.kill('SIGTERM');
+    await new Promise((r) => { api.once('exit', r); setTimeout(r, 10_000); });
+  }
+  try { execFileSync('dropdb', [...pgArgs, '--force', '--if-exists', dbName], { env: pgEnv }); } catch (e) { console.error('dropdb:', e.message); }
+});
+
+test('the allocation shows units held by open reservations for each team and user', async () => {
+  const key = (await must(op('POST', `/v1/orgs/${ORG}/api-keys`, { name: 'e2e', scopes: ['check'] }), 201)).secret;
+  // alice uses 60 and holds 100 more; bob uses 40; carol (sales) holds 30.
+  for (const c of [{ team: 'eng', user: 'alice', cost: 60 }, { team: 'eng', user: 'bob', cost: 40 }]) {
+    assert.equal((await must(op('POST', '/v1/check', { org: ORG, metric: 'requests', ...c }, key), 200)).allowed, true);
+  }
+  const held = [];
+  for (const r of [{ team: 'eng', user: 'alice', amount: 100 }, { team: 'sales', user: 'carol', amount: 30 }]) {
+    const res = await must(op('POST', '/v1/reservations', { org: ORG, metric: 'requests', ttl_seconds: 3600, ...r }, key), 201);
+    assert.equal(res.state, 'held');
+    held.push(res.id);
+  }
+  // The API's own account, which the page must agree with.
+  const usage = (await must(op('GET', `/v1/orgs/${ORG}/usage`), 200)).metrics.find((m) => m.metric === 'requests');
+  assert.deepEqual(usage.users.map((u) => `${u.team}/${u.id} ${u.used}+${u.reserved}`), ['eng/alice 60+100', 'eng/bob 40+0', 'sales/carol 0+30']);
+
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const page = await ctx.newPage();
+  const problems = [];
+  page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+  page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
+  try {
+    await page.goto(base + '/console/');
+    await page.getByLabel('Email').fill(ADMIN.email);
+    await page.getByLabel('Password').fill(ADMIN.password);
+    await page.getByRole('button', { name: 'Sign in' }).click();
+    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Allocation', exact: true }).click();
+    await page.getByTestId('alloc-usage').waitFor();
+    const bar = (who) => page.getByTestId(`alloc-row-${who}-requests-month`).locator('.mini-bar');
+    // Held units count against the limit: alice's 60 + 100 of 200 is 80 %, amber.
+    const want = {
+      'user-eng/alice': ['60 used + 100 reserved of 200 80%', 'warn'],
+      'team-eng': ['100 used + 100 reserved of 1,000 20%', 'ok'],
+      'team-sales': ['0 used + 30 reserved of 500 6%', 'ok'],
+      'user-eng/bob': ['40 of 200 20%', 'ok'],
+    };
+    for (const [who, [text, lv]] of Object.entries(want)) {
+      assert.equal((await bar(who).locator('.mini-bar-text').textContent()).replace(/\s+/g, ' ').trim(), text, who);
+      assert.equal(await bar(who).getAttribute('data-level'), lv, who);
+      assert.equal(await bar(who).getByTestId('bar-held').count(), text.includes('reserved') ? 1 : 0, who);
+    }
+    // The lighter segment follows the used one: alice's held 100 of 200 is half the bar.
+    const widths = await bar('user-eng/alice').locator('.bar').evaluate((b) => [b.clientWidth, b.querySelector('.bar-fill').clientWidth, b.querySelector('.bar-held').clientWidth]);
+    assert.ok(Math.abs(widths[1] - widths[0] * 0.3) <= 1 && Math.abs(widths[2] - widths[0] * 0.5) <= 1, `bar widths ${widths}`);
+
+    assert.equal(await page.getByTestId('org-reserved-requests').textContent(), '130 (1%)');
+    const panel = page.getByTestId('held');
+    assert.equal(await panel.getByRole('heading').textContent(), 'Held by open reservations');
+    const rows = panel.getByTestId('held-rows').locator('tbody tr');
+    assert.deepEqual(await rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-testid'))),
+      ['held-team-eng-requests', 'held-user-eng/alice-requests', 'held-team-sales-requests', 'held-user-sales/carol-requests']);
+    assert.deepEqual(await panel.getByTestId('held-units').allTextContents(), ['100', '100', '30', '30']);
+    await panel.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: path.join(outDir, 'reservations.png'), fullPage: true });
+
+    // Released, the units are no longer held: the panel says so after a reload.
+    for (const id of held) await must(op('DELETE', `/v1/reservations/${id}`, undefined, key), 200);
+    await page.reload();
+    await page.getByTestId('alloc-usage').waitFor();
+    await page.getByTestId('held').getByText('No team or user holds units in an open reservation.').waitFor();
+    assert.equal(await page.getByTestId('org-reserved-requests').count(), 0);
+    assert.equal((await bar('user-eng/alice').locator('.mini-bar-text').textContent()).replace(/\s+/g, ' ').trim(), '60 of 200 30%');
+  } finally {
+    await ctx.close();
+  }
+  assert.deepEqual(problems, [], 'console errors');
+});
