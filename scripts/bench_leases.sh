@@ -41,7 +41,7 @@ db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"$
 token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 go build -o "$tmp/api" ./cmd/api
 start_api() { # port leases
-  DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$1 QUOTA_ADMIN_TOKEN=$token QUOTA_LEASES=$2 \
+  DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$1 QUOTA_GRPC_ADDR=127.0.0.1:0 QUOTA_ADMIN_TOKEN=$token QUOTA_LEASES=$2 \
     QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 QUOTA_ADMIN_RATE_LIMIT=off "$tmp/api" 2>> "$tmp/api.log" &
   pids+=($!)
 }

@@ -56,7 +56,7 @@ before(async () => {
   base = `http://127.0.0.1:${port}`;
   api = spawn(bin, [], {
     env: { ...process.env, DATABASE_URL: dbURL.toString(), REDIS_URL: process.env.REDIS_URL || 'redis://127.0.0.1:6379/0',
-      QUOTA_ADMIN_TOKEN: OP, QUOTA_HTTP_ADDR: `127.0.0.1:${port}`, QUOTA_LOG_LEVEL: 'warn' },
+      QUOTA_ADMIN_TOKEN: OP, QUOTA_HTTP_ADDR: `127.0.0.1:${port}`, QUOTA_GRPC_ADDR: '127.0.0.1:0', QUOTA_LOG_LEVEL: 'warn' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   api.stdout.on('data', (d) => { apiLog += d; });

@@ -218,7 +218,7 @@ export class Stack {
       }
     }
     // The api first: it creates and migrates the database the worker then uses.
-    const api = run(binary("quotaplane-api"), { ...env, QUOTA_HTTP_ADDR: apiAddr });
+    const api = run(binary("quotaplane-api"), { ...env, QUOTA_HTTP_ADDR: apiAddr, QUOTA_GRPC_ADDR: "127.0.0.1:0" });
     let worker: Proc | undefined;
     const s = new Stack({ baseUrl: `http://${apiAddr}`, operatorToken, webhookSecret, databaseUrl: db.href, redisUrl, api, worker, dbName, adminUrl: admin.href });
     s.demoKey = demoKey;
@@ -251,6 +251,7 @@ export class Stack {
       QUOTA_ADMIN_TOKEN: this.operatorToken,
       QUOTA_LOG_LEVEL: "warn",
       QUOTA_HTTP_ADDR: addr,
+      QUOTA_GRPC_ADDR: "127.0.0.1:0",
       ...env,
     });
     this.#extra.push(proc);
