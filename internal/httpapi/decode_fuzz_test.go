@@ -70,7 +70,17 @@ func runDecoder(b []byte, dec func(*httptest.ResponseRecorder, *http.Request) bo
 	if w.Code != 400 || p.Status != 400 || len(p.Errors) == 0 {
 		return false, "unexpected answer " + w.Body.String()
 	}
-	if leak := goWords(w.Body.String()); leak != "" {
+	// A field name the caller sent is echoed back in its own words (an unknown field
+	// "[]" is named as such): only the rest of the answer must avoid Go's.
+	answer := w.Body.String()
+	for _, e := range p.Errors {
+		if e.Field != "" && bytes.Contains(b, []byte(e.Field)) {
+			q, _ := json.Marshal(e.Field)
+			answer = strings.ReplaceAll(answer, string(q), `""`)
+			answer = strings.ReplaceAll(answer, strings.Trim(string(q), `"`), "")
+		}
+	}
+	if leak := goWords(answer); leak != "" {
 		return false, "Go's words (" + leak + ") in " + w.Body.String()
 	}
 	return false, p.Detail
