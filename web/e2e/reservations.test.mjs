@@ -1,71 +1,24 @@
 // End-to-end test of the console's reservations in real headless Chromium, with the
-// harness of console.test.mjs (a quotaplane-api built from this checkout on a free port,
+// harness of harness.mjs (a quotaplane-api built from this checkout on a free port,
 // a fresh database, the shared Redis): a check key of the org opens reservations
 // through the API (POST /v1/reservations, an hour to live); the allocation page shows
 // each team's and user's held units beside the used ones, counted against the limit,
 // and lists who holds units in open reservations, the most first.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
-import net from 'node:net';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
-
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const outDir = path.join(root, 'test-output', 'e2e');
-mkdirSync(outDir, { recursive: true });
+import { launchBrowser, must, outDir, startApi } from './harness.mjs';
 
 const suffix = randomBytes(4).toString('hex');
 const ORG = `held-${suffix}`;
-const OP = randomBytes(24).toString('hex');
 const ADMIN = { email: `held-admin-${suffix}@e2e.test`, password: `admin-pw-${suffix}` };
-const pgBase = new URL(process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable');
-const dbName = `qp_e2e_held_${suffix}`;
-const pgArgs = ['-h', pgBase.hostname, '-p', pgBase.port || '5432', '-U', decodeURIComponent(pgBase.username || 'postgres')];
-const pgEnv = { ...process.env, PGPASSWORD: decodeURIComponent(pgBase.password || '') };
 
-let api, base, browser;
-let apiLog = '';
-
-async function freePort() {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => { const { port } = s.address(); s.close(() => resolve(port)); });
-    s.on('error', reject);
-  });
-}
-
-async function op(method, p, body, token = OP) {
-  const res = await fetch(base + p, { method, headers: { Authorization: `Bearer ${token}`, 'Content-Type': 'application/json' }, body: body && JSON.stringify(body) });
-  const text = await res.text();
-  return { status: res.status, body: text ? JSON.parse(text) : undefined };
-}
-const must = async (r, want) => { const res = await r; assert.equal(res.status, want, JSON.stringify(res.body)); return res.body; };
+let stack, op, browser;
 
 before(async () => {
-  const bin = process.env.QP_API_BIN;
-  assert.ok(bin, 'set QP_API_BIN to a built quotaplane-api (scripts/e2e.sh does)');
-  execFileSync('createdb', [...pgArgs, dbName], { env: pgEnv });
-  const dbURL = new URL(pgBase);
-  dbURL.pathname = '/' + dbName;
-  const port = await freePort();
-  base = `http://127.0.0.1:${port}`;
-  api = spawn(bin, [], {
-    env: { ...process.env, DATABASE_URL: dbURL.toString(), REDIS_URL: process.env.REDIS_URL || 'redis://127.0.0.1:6379/0',
-      QUOTA_ADMIN_TOKEN: OP, QUOTA_HTTP_ADDR: `127.0.0.1:${port}`, QUOTA_GRPC_ADDR: '127.0.0.1:0', QUOTA_LOG_LEVEL: 'warn' },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  api.stdout.on('data', (d) => { apiLog += d; });
-  api.stderr.on('data', (d) => { apiLog += d; });
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    try { if ((await fetch(base + '/readyz')).ok) break; } catch { /* not up yet */ }
-    if (api.exitCode !== null || Date.now() > deadline) throw new Error(`quotaplane-api did not become ready:\n${apiLog}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
+  stack = await startApi('held', suffix);
+  op = stack.op;
   // An org of 10,000 requests a month; eng holds 1,000 of them, each of its users 200;
   // sales 500.
   await must(op('POST', '/v1/plans', { id: `plan-${suffix}`, name: 'Held', fail_mode: 'open',
@@ -75,20 +28,12 @@ before(async () => {
     user_limits: [{ metric: 'requests', window: 'month', limit: 200 }] }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: 'sales', name: 'Sales', limits: [{ metric: 'requests', window: 'month', limit: 500 }] }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/console-users`, { ...ADMIN, role: 'admin' }), 201);
-  browser = await chromium.launch({
-    executablePath: process.env.CHROMIUM || '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchBrowser();
 });
 
 after(async () => {
   await browser?.close();
-  if (api && api.exitCode === null) {
-    api.kill('SIGTERM');
-    await new Promise((r) => { api.once('exit', r); setTimeout(r, 10_000); });
-  }
-  try { execFileSync('dropdb', [...pgArgs, '--force', '--if-exists', dbName], { env: pgEnv }); } catch (e) { console.error('dropdb:', e.message); }
+  await stack?.stop();
 });
 
 test('the allocation shows units held by open reservations for each team and user', async () => {
@@ -113,7 +58,7 @@ test('the allocation shows units held by open reservations for each team and use
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   try {
-    await page.goto(base + '/console/');
+    await page.goto(stack.base + '/console/');
     await page.getByLabel('Email').fill(ADMIN.email);
     await page.getByLabel('Password').fill(ADMIN.password);
     await page.getByRole('button', { name: 'Sign in' }).click();
