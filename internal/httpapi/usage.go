@@ -171,40 +171,27 @@ func (s *Server) SendWebhookTest(w http.ResponseWriter, r *http.Request, org api
 }
 
 func fromTestDelivery(d billing.TestDelivery) api.WebhookTestResult {
-	out := api.WebhookTestResult{Event: billing.EventTest, Url: d.URL, Succeeded: d.Succeeded,
-		DurationMs: d.Duration.Milliseconds(), At: d.At}
-	if d.StatusCode != 0 {
-		code := d.StatusCode
-		out.StatusCode = &code
+	return api.WebhookTestResult{Event: billing.EventTest, Url: d.URL, Succeeded: d.Succeeded,
+		DurationMs: d.Duration.Milliseconds(), At: d.At,
+		StatusCode: nonZero(d.StatusCode), Error: nonZero(d.Error), UrlWarning: nonZero(d.URLWarning)}
+}
+
+// nonZero is v's address, or nil for the zero value: an optional field of an answer.
+func nonZero[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
 	}
-	if d.Error != "" {
-		msg := d.Error
-		out.Error = &msg
-	}
-	if d.URLWarning != "" {
-		w := d.URLWarning
-		out.UrlWarning = &w
-	}
-	return out
+	return &v
 }
 
 // noSecretNote explains a null signing_secret.
 const noSecretNote = "QUOTA_WEBHOOK_SECRET is not set on this server, so no signing secret exists and no webhook is sent; ask the operator to set it (the same value on the api and the worker)"
 
 func fromWebhook(in billing.WebhookInfo) api.Webhook {
-	out := api.Webhook{SignatureHeader: in.SignatureHeader, Events: in.Events}
-	if in.URL != "" {
-		u := in.URL
-		out.Url = &u
-	}
-	if in.URLWarning != "" {
-		w := in.URLWarning
-		out.UrlWarning = &w
-	}
-	if in.SigningSecret != "" {
-		sec := in.SigningSecret
-		out.SigningSecret = &sec
-	} else {
+	out := api.Webhook{SignatureHeader: in.SignatureHeader, Events: in.Events,
+		Url: nonZero(in.URL), UrlWarning: nonZero(in.URLWarning), SigningSecret: nonZero(in.SigningSecret)}
+	if in.SigningSecret == "" {
 		note := noSecretNote
 		out.Note = &note
 	}
@@ -212,17 +199,8 @@ func fromWebhook(in billing.WebhookInfo) api.Webhook {
 }
 
 func fromDelivery(d billing.Delivery) api.WebhookDelivery {
-	out := api.WebhookDelivery{Id: d.ID, Event: d.EventType, EventId: d.EventID, Url: d.URL, Attempt: d.Attempt,
-		Succeeded: d.Succeeded, At: d.AttemptedAt}
-	if d.StatusCode != 0 {
-		code := d.StatusCode
-		out.StatusCode = &code
-	}
-	if d.Error != "" {
-		msg := d.Error
-		out.Error = &msg
-	}
-	return out
+	return api.WebhookDelivery{Id: d.ID, Event: d.EventType, EventId: d.EventID, Url: d.URL, Attempt: d.Attempt,
+		Succeeded: d.Succeeded, At: d.AttemptedAt, StatusCode: nonZero(d.StatusCode), Error: nonZero(d.Error)}
 }
 
 func fromUsage(u billing.Usage) api.Usage {
