@@ -19,54 +19,20 @@ export type CheckRequest = Omit<Schemas["CheckRequest"], "metric" | "cost"> &
   Partial<Pick<Schemas["CheckRequest"], "metric" | "cost">>;
 
 /**
- * A reservation request (API.md "Reservations"): `amount` units held until committed,
- * released or expired. Written from the contract until api/openapi.yaml has the
- * reservation schemas.
+ * A reservation request as POST /v1/reservations takes it (API.md "Reservations"):
+ * `amount` units held until committed, released or expired. `metric` defaults to
+ * `requests` and `ttl_seconds` to 60 (the generated type marks them required because
+ * the spec gives them defaults). `idempotency_key` is generated when absent, so that a
+ * retry never holds twice.
  */
-export interface ReserveRequest {
-  org: string;
-  team?: string;
-  user?: string;
-  /** Defaults to `requests`. */
-  metric?: string;
-  /** Units to hold. */
-  amount: number;
-  /** How long the hold lasts, 1 to 3600 seconds (default 60). */
-  ttl_seconds?: number;
-  /** What happens at expiry: count the whole amount (`commit`, the default) or give it back. */
-  on_expiry?: "commit" | "release";
-  /** Generated when absent, so that a retry never holds twice. */
-  idempotency_key?: string;
-}
+export type ReserveRequest = Omit<Schemas["ReservationRequest"], "metric" | "ttl_seconds"> &
+  Partial<Pick<Schemas["ReservationRequest"], "metric" | "ttl_seconds">>;
 
-/** The state of a reservation. */
-export type ReservationState = "held" | "committed" | "released" | "expired";
+/** The state of a reservation: `held`, `committed`, `released` or `expired`. */
+export type ReservationState = Schemas["ReservationState"];
 
 /** A reservation as Quotaplane answers it (API.md "Reservations"). */
-export interface Reservation {
-  id: string;
-  state: ReservationState;
-  org?: string;
-  team?: string;
-  user?: string;
-  metric?: string;
-  /** Units held. */
-  amount: number;
-  expires_at?: string;
-  on_expiry?: "commit" | "release";
-  /** When it was committed, released or expired. */
-  settled_at?: string;
-  /** The levels as a check reports them (on creation). */
-  levels?: LevelStatus[];
-  /** The reservation an earlier request with the same idempotency key made. */
-  replayed?: boolean;
-  /** Units counted, once committed. */
-  used?: number;
-  /** Units given back, once committed or released. */
-  released?: number;
-  /** Units used beyond the amount held, counted in full. */
-  over_reserved?: number;
-}
+export type Reservation = Schemas["Reservation"];
 
 /** The RateLimit-* headers of a decision: the tightest level and window (on a denial, the one that refused). */
 export interface RateLimit {
