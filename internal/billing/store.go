@@ -248,8 +248,16 @@ func (s *Store) ClosedUsage(ctx context.Context, org, period string) (map[quota.
 	return usage, limits, true, err
 }
 
+// upsertReservations persists the drained records. A lease's (quota.IsLease) is kept
+// only while held, for hydration: settled, its row (if a drain had seen it held) is
+// deleted, since a hot path takes several leases a second and nobody reads one back.
 func upsertReservations(ctx context.Context, tx pgx.Tx, org string, recs []quota.ReservationRecord) error {
+	var settledLeases []string
 	for _, r := range recs {
+		if quota.IsLease(r.ID) && r.State != quota.Held {
+			settledLeases = append(settledLeases, r.ID)
+			continue
+		}
 		rec, err := json.Marshal(r.Fields)
 		if err != nil {
 			return err
@@ -258,6 +266,11 @@ func upsertReservations(ctx context.Context, tx pgx.Tx, org string, recs []quota
 			VALUES ($1, $2, $3, $4, $5, $6)
 			ON CONFLICT (org_id, id) DO UPDATE SET state = EXCLUDED.state, record = EXCLUDED.record, updated_at = now()
 			WHERE reservations.state = 'held'`, org, r.ID, r.Period, string(r.State), r.ExpiresAt, rec); err != nil {
+			return err
+		}
+	}
+	if len(settledLeases) > 0 {
+		if _, err := tx.Exec(ctx, `DELETE FROM reservations WHERE org_id = $1 AND id = ANY($2)`, org, settledLeases); err != nil {
 			return err
 		}
 	}

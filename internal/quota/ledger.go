@@ -113,7 +113,7 @@ func recordFromJSON(js string) (ReservationRecord, error) {
 	id := f["id"]
 	delete(f, "id")
 	exp, _ := strconv.ParseInt(f["e"], 10, 64)
-	if !ValidReservationID(id) || f["p"] == "" || exp == 0 {
+	if !validRecordID(id) || f["p"] == "" || exp == 0 {
 		return ReservationRecord{}, fmt.Errorf("quota: malformed drained reservation %q", id)
 	}
 	return ReservationRecord{ID: id, Period: f["p"], State: ReservationState(f["s"]), ExpiresAt: time.UnixMilli(exp).UTC(), Fields: f}, nil

@@ -74,6 +74,12 @@ const MaxReservationTTL = 24 * time.Hour
 // recordRetention is how long a reservation's record outlives its expiry.
 const recordRetention = 24 * time.Hour
 
+// leaseRecordRetention is how long a lease's record outlives its settlement
+// (scripts/settle.lua, which has it as a literal): a hot path takes several leases a
+// second, nobody reads a settled one back, and the drain only needs it until it runs.
+// Unsettled (its replica died), it is kept as a reservation's is, for the sweep.
+const leaseRecordRetention = 10 * time.Minute
+
 // ReserveOptions says how long a reservation stays open and what settles it then.
 type ReserveOptions struct {
 	// TTL is how long the reservation stays open, up to MaxReservationTTL (default 60 s).
@@ -130,22 +136,38 @@ func (e *StateError) Kind() derrors.Kind { return derrors.Conflict }
 // Is matches derrors.Conflict.
 func (e *StateError) Is(target error) bool { return target == derrors.Conflict }
 
-// newReservationID returns "r_" and 22 random base62 characters (about 131 bits).
-func newReservationID() string {
+// newReservationID returns "r_" (a lease's: "l_") and 22 random base62 characters
+// (about 131 bits).
+func newReservationID(lease bool) string {
 	const alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 	var b [22]byte
 	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
 	out := make([]byte, 2, 24)
 	out[0], out[1] = 'r', '_'
+	if lease {
+		out[0] = 'l'
+	}
 	for _, c := range b {
 		out = append(out, alphabet[int(c)%62]) // 256 % 62 = 8: a slight bias, still ~130 bits
 	}
 	return string(out)
 }
 
-// ValidReservationID reports whether id could be a reservation's id.
+// ValidReservationID reports whether id could be a reservation's id (a lease's is not
+// one: leases are never seen through the API).
 func ValidReservationID(id string) bool {
-	if len(id) != 24 || id[0] != 'r' || id[1] != '_' {
+	return len(id) == 24 && id[0] == 'r' && validRecordID(id)
+}
+
+// IsLease reports whether a reservation record's id is a lease's: settled, its record
+// is kept in Redis for leaseRecordRetention only and not at all in Postgres.
+func IsLease(id string) bool {
+	return len(id) == 24 && id[0] == 'l' && validRecordID(id)
+}
+
+// validRecordID reports whether id could be a reservation's or a lease's.
+func validRecordID(id string) bool {
+	if len(id) != 24 || id[0] != 'r' && id[0] != 'l' || id[1] != '_' {
 		return false
 	}
 	for i := 2; i < len(id); i++ {
@@ -205,7 +227,7 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 	if err := e.markReserving(ctx, req.Org); err != nil {
 		return Reservation{}, Result{}, err
 	}
-	id := newReservationID()
+	id := newReservationID(opt.lease)
 	c := e.getCall()
 	var a attempt
 	var nowMs int64
@@ -356,7 +378,7 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 	if !validID(org) {
 		return Reservation{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
-	if !ValidReservationID(id) {
+	if lease && !IsLease(id) || !lease && !ValidReservationID(id) {
 		return Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
 	}
 	select {
@@ -456,7 +478,7 @@ func (r *Reservation) parseAnswer(s string) error {
 
 // settled reports a settlement this engine made to Config.OnReservation.
 func (e *Engine) settled(r *Reservation) {
-	if f := e.cfg.OnReservation; f != nil {
+	if f := e.cfg.OnReservation; f != nil && !IsLease(r.ID) { // a lease was never reported opened
 		f(ReservationEvent{State: r.State, OverReserved: r.OverReserved})
 	}
 }

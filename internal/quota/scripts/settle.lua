@@ -95,6 +95,9 @@ local function settle(rkey, id, action, used)
     fields[1], fields[nl])
   redis.call('HSET', rkey, 's', state, 'u', fmt('%d', used), 'g', fmt('%d', give), 'o', fmt('%d', over),
     't', fmt('%d', now), 'r', ans)
+  -- A lease's record (id l_...) is read by nobody once settled: kept 10 minutes for the
+  -- drain (leaseRecordRetention in reserve.go), not the day a reservation's is.
+  if string.sub(id, 1, 2) == 'l_' then redis.call('EXPIRE', rkey, 600) end
   redis.call('ZREM', KEYS[1], id)
   redis.call('SADD', KEYS[2], id)
   return ans
