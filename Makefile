@@ -18,6 +18,7 @@ FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresSto
 
 test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the fault tests, the Kubernetes manifests, the TypeScript client's, then the console's (Vitest, Chromium)
 	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
+	$(GO) test -count=1 -run 'AddsNoAllocations' ./internal/quota # allocation counts, which -race changes
 	@$(MAKE) --no-print-directory test-client test-rules test-faults test-k8s test-sdk test-web web-check test-e2e
 
 test-client: ## the Go client module's own tests (client/, standard library only; its tests against the real api are internal/clienttest, in test)

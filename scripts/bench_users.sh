@@ -14,7 +14,7 @@
 #     BENCH_USERS_RSS_GROWTH_MB (8) from the first run to the last: new ids must not
 #     cost memory (docs/PERFORMANCE.md says why these bounds).
 # Bounded: about 1.7 minutes; load goes to 127.0.0.1 only. REDIS_URL and DATABASE_URL
-# as for the tests; BENCH_USERS_ROUNDS (3), BENCH_USERS_SECONDS (6), BENCH_USERS_PORT
+# as for the tests; BENCH_USERS_ROUNDS (5), BENCH_USERS_SECONDS (4), BENCH_USERS_PORT
 # tune it. Needs wrk, curl and psql.
 set -euo pipefail
 cd "$(dirname "$0")/.."
