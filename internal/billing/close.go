@@ -154,10 +154,16 @@ type ClosedData struct {
 	Lines       []Line    `json:"lines"`
 }
 
+// reservationRowRetention is how long past its expiry a settled reservation's row is
+// kept: as long as Redis keeps its record (quota's recordRetention) and hydration may
+// restore it (StoredReservations).
+const reservationRowRetention = 24 * time.Hour
+
 // Close finalizes period of org, once: running it again, or on two workers at once,
 // changes nothing (the second sees the closed period under the period lock and
 // returns AlreadyClosed). The final usage of each counter is the larger of Redis's
-// and the ledger's value.
+// and the ledger's value. It also deletes the org's settled reservation rows of this
+// period and earlier ones more than reservationRowRetention past their expiry.
 //
 // Errors: ErrNotDue before the period's end plus the grace; tenants.ErrNotFound for an
 // unknown org; a Redis or Postgres error (retry later: nothing was written).
@@ -237,6 +243,13 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 		}
 		res.Counters = n
 		if res.Lines, err = writeLines(ctx, tx, org, period, orgUnits, plan.Pricing); err != nil {
+			return err
+		}
+		// Settled reservations of this period and earlier ones are read by nobody once a
+		// day past their expiry (GET reads Redis, which keeps a settled record that long;
+		// hydration restores held ones and the last day's): their rows go, held ones stay.
+		if _, err := tx.Exec(ctx, `DELETE FROM reservations WHERE org_id = $1 AND period <= $2 AND state <> 'held'
+			AND expires_at < $3`, org, period, c.cfg.Clock().Add(-reservationRowRetention)); err != nil {
 			return err
 		}
 		_, err = recordEvent(ctx, tx, q, org, EventPeriodClosed, period, "period.closed|"+period,

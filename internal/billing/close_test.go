@@ -360,3 +360,48 @@ func TestAnchorDayPeriodsCloseOnTheirOwnBoundary(t *testing.T) {
 		t.Fatalf("still due after the close: %v", due)
 	}
 }
+
+// A period's close deletes the org's settled reservation rows of that period and
+// earlier ones more than a day past their expiry (nobody reads them: GET reads Redis,
+// which keeps a settled record a day, and hydration restores held ones and the last
+// day's); held rows, rows settled within the day, later periods' and other orgs' stay.
+// Before, every reservation row was kept for ever.
+func TestCloseDeletesSettledReservationRows(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	org, other := testenv.ID(t, "org"), testenv.ID(t, "other")
+	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil)
+	e.seed(other, []tenants.Limit{monthLimit("requests", 100)}, nil)
+	cur := quota.PeriodAt(time.Now(), 1)
+	at := cur.End.Add(2 * time.Minute)
+	next := quota.PeriodAt(at, 1)
+	rows := []struct {
+		org, id, period, state string
+		expired                time.Duration // before the close
+		kept                   bool
+	}{
+		{org, "r_committed2daysago00000", cur.ID, "committed", 48 * time.Hour, false},
+		{org, "r_expired40daysago000000", "2000-01", "expired", 40 * 24 * time.Hour, false},
+		{org, "r_released1hourago000000", cur.ID, "released", time.Hour, true},
+		{org, "r_held2daysago0000000000", cur.ID, "held", 48 * time.Hour, true},
+		{org, "r_nextperiod000000000000", next.ID, "committed", 48 * time.Hour, true},
+		{other, "r_otherorg00000000000000", cur.ID, "committed", 48 * time.Hour, true},
+	}
+	for _, r := range rows {
+		if _, err := e.pool.Exec(ctx, `INSERT INTO reservations (org_id, id, period, state, expires_at, record)
+			VALUES ($1, $2, $3, $4, $5, '{}')`, r.org, r.id, r.period, r.state, at.Add(-r.expired)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		Clock: func() time.Time { return at }, Logger: quietLog()})
+	if _, err := closer.Close(ctx, org, cur.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		n := e.count(`SELECT count(*) FROM reservations WHERE org_id = $1 AND id = $2`, r.org, r.id)
+		if kept := n == 1; kept != r.kept {
+			t.Errorf("%s (%s, %s, expired %s before the close): kept %v, want %v", r.id, r.period, r.state, r.expired, kept, r.kept)
+		}
+	}
+}
