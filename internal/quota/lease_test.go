@@ -335,3 +335,27 @@ func TestLeaseExpiredBeforeItsCommitIsCounted(t *testing.T) {
 		t.Errorf("user counter = %d, want the admitted %d", got, want)
 	}
 }
+
+// A path that turns hot is leased once a burst has brought twice the threshold's units
+// of one rate window (2 x 200/s x 50 ms = 20), not only after whole windows have
+// passed: on a clock that stands still, the burst alone is enough. Before, a path
+// needed a full window in the slot table and another of its own, so the first ~100 ms
+// of every burst went to Redis check by check (2 % of a 4-s paced run, its p99).
+func TestHotPathLeasedWithoutWaitingForAWindow(t *testing.T) {
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{KeyPrefix: testenv.ID(t, "ql"), Clock: clk.Now,
+		Leases: quota.LeaseConfig{Enabled: true, Max: 200 * time.Millisecond}})
+	req := quota.Request{Org: "acme", Team: "eng", User: "erin", Metric: "tokens", Cost: 1,
+		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+	sent := 0
+	for ; sent < 200; sent++ {
+		if r.MustCheck(t, req).Leased {
+			break
+		}
+	}
+	// 20 to be known hot, one to see the path's headroom, then the lease.
+	if sent > 22 {
+		t.Fatalf("the first leased answer came after %d checks on a clock standing still, want at most 22", sent)
+	}
+	t.Logf("leased after %d checks", sent)
+}
