@@ -1,7 +1,10 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -9,6 +12,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 )
 
@@ -174,5 +178,41 @@ func TestOpenReservationsOverHTTP(t *testing.T) {
 	r.mustDo("DELETE", "/v1/reservations/"+b2.Id, key, "", 200)
 	if diff := cmp.Diff([]string{a1.Id, a3.Id}, ids(list(admin, ""))); diff != "" {
 		t.Errorf("after bob's release (-want +got):\n%s", diff)
+	}
+}
+
+// Redis restarted empty: the listing is the first request after the loss and hydrates,
+// as a read of one reservation does, so the reservations held at the last flush are
+// listed again, in expiry order.
+func TestOpenReservationsAfterRedisRestart(t *testing.T) {
+	r := newResReplicas(t, 1)[0]
+	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"closed","limits":[{"metric":"tokens","window":"month","limit":1000}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"O","plan":"p"}`, 201)
+	key, admin := keyOf(r.replica, "acme", `["check"]`), keyOf(r.replica, "acme", `["admin"]`)
+	var ids []string
+	for _, ttl := range []int{600, 300} {
+		code, res, raw := r.reserve(key, `{"org":"acme","metric":"tokens","amount":5,"ttl_seconds":`+strconv.Itoa(ttl)+`}`)
+		if code != 201 {
+			t.Fatalf("reserve = %d %s", code, raw)
+		}
+		ids = append(ids, res.Id)
+	}
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	flusher := billing.NewFlusher(billing.FlusherConfig{Store: r.store, Tenants: r.f.svc, Counters: billing.RouterCounters(r.router), Logger: quiet})
+	if _, err := flusher.FlushOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wipePrefix(t, r)
+
+	var l api.ReservationList
+	if err := json.Unmarshal([]byte(r.mustDo("GET", "/v1/orgs/acme/reservations", admin, "", 200)), &l); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, x := range l.Reservations {
+		got = append(got, x.Id)
+	}
+	if diff := cmp.Diff([]string{ids[1], ids[0]}, got); diff != "" {
+		t.Errorf("listed after the restart (-want +got):\n%s", diff)
 	}
 }
