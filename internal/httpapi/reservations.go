@@ -2,10 +2,12 @@ package httpapi
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -22,6 +24,7 @@ type Reserver interface {
 	Commit(ctx context.Context, route quota.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
 	Release(ctx context.Context, route quota.Route, org string, anchorDay int, id string) (quota.Reservation, error)
 	Reservation(ctx context.Context, route quota.Route, org string, anchorDay int, id string) (quota.Reservation, error)
+	OpenReservations(ctx context.Context, route quota.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
 }
 
 // MaxReservationTTL is the longest ttl_seconds the API accepts.
@@ -130,15 +133,21 @@ func (s *Server) reservationRoute(ctx context.Context, p principal) (string, quo
 	if !p.key.HasScope(tenants.ScopeCheck) {
 		return "", quota.Route{}, 0, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 	}
-	org, err := s.cache.Org(ctx, p.key.OrgID)
+	route, anchor, err := s.orgRoute(ctx, p.key.OrgID)
+	return p.key.OrgID, route, anchor, err
+}
+
+// orgRoute is the Redis route of org and its billing anchor day.
+func (s *Server) orgRoute(ctx context.Context, orgID string) (quota.Route, int, error) {
+	org, err := s.cache.Org(ctx, orgID)
 	if errors.Is(err, tenants.ErrNotFound) {
-		return "", quota.Route{}, 0, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", p.key.OrgID), nil)
+		return quota.Route{}, 0, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", orgID), nil)
 	}
 	if err != nil {
-		return "", quota.Route{}, 0, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+		return quota.Route{}, 0, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
 	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
-	return p.key.OrgID, route, org.Org.BillingAnchorDay, nil
+	return route, org.Org.BillingAnchorDay, nil
 }
 
 // reservationError says what a failed operation on reservation id means to the caller.
@@ -201,4 +210,73 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	s.byID(w, r, id, func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error) {
 		return rs.Commit(r.Context(), route, org, anchor, id, in.Used)
 	})
+}
+
+// ListOpenReservations handles GET /v1/orgs/{org}/reservations: a page of the org's
+// held reservations, soonest to expire first. It reads the org's Redis, as usage's
+// reserved does, with the usage routes' authorization.
+func (s *Server) ListOpenReservations(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListOpenReservationsParams) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) {
+		return
+	}
+	after, err := decodeOpenCursor(deref(params.Cursor))
+	if err != nil {
+		refuse(w, r, err)
+		return
+	}
+	limit := quota.DefaultOpenPage
+	if params.Limit != nil {
+		limit = *params.Limit
+	}
+	if limit < 1 || limit > quota.MaxOpenPage { // the spec says so too; the validator runs first
+		refuse(w, r, derrors.Field("limit", fmt.Sprintf("must be 1 to %d", quota.MaxOpenPage)))
+		return
+	}
+	rs := s.reserver()
+	if rs == nil {
+		s.fail(w, r, errNoEngine)
+		return
+	}
+	route, anchor, err := s.orgRoute(r.Context(), org)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	f := quota.OpenFilter{Team: deref(params.Team), User: deref(params.User)}
+	res, next, err := rs.OpenReservations(r.Context(), route, org, anchor, f, after, limit)
+	if err != nil {
+		s.fail(w, r, engineError(err))
+		return
+	}
+	out := api.ReservationList{Reservations: mapSlice(res, fromReservation)}
+	if !next.IsZero() {
+		c := encodeOpenCursor(next)
+		out.NextCursor = &c
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// encodeOpenCursor makes the opaque cursor of a page of open reservations:
+// "<expires_at ms>.<id>", base64url-encoded as the other lists' cursors are.
+func encodeOpenCursor(c quota.OpenCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.ExpiresAt, 10) + "." + c.ID))
+}
+
+// decodeOpenCursor reads a cursor encodeOpenCursor made ("" is the first page); any
+// other is refused naming the cursor, as the other lists refuse theirs.
+func decodeOpenCursor(s string) (quota.OpenCursor, error) {
+	if s == "" {
+		return quota.OpenCursor{}, nil
+	}
+	bad := derrors.Field("cursor", "is not a cursor this API returned")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return quota.OpenCursor{}, bad
+	}
+	ms, id, ok := strings.Cut(string(b), ".")
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || at < 0 || ms != strconv.FormatInt(at, 10) || !quota.ValidReservationID(id) && !quota.IsLease(id) {
+		return quota.OpenCursor{}, bad
+	}
+	return quota.OpenCursor{ExpiresAt: at, ID: id}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
@@ -46,7 +47,15 @@ func mustFixture(t *testing.T) *fixture {
 	pool := testenv.Postgres(t)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	logs := &bytes.Buffer{}
-	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
+	// A quota engine on its own key prefix, so the routes that read the org's Redis
+	// (its open reservations) answer as in production rather than 503.
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+		Engine: quota.Config{KeyPrefix: testenv.ID(t, "fx")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = router.Close() })
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), AdminToken: operatorToken,
 		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, WebhookSecret: []byte("routes-test-webhook-secret")}})
 	if err != nil {
@@ -426,6 +435,17 @@ func routeCases() []routeCase {
 		{"another org's key", "deleteUser", "DELETE", "/v1/orgs/acme/teams/eng/users/dave", "other-admin", "", 404},
 		{"delete", "deleteUser", "DELETE", "/v1/orgs/acme/teams/eng/users/dave", "acme-admin", "", 204},
 		{"missing", "deleteUser", "DELETE", "/v1/orgs/acme/teams/eng/users/dave", "acme-admin", "", 404},
+
+		// Open reservations: read like usage (operator, admin or billing).
+		{"list", "listOpenReservations", "GET", "/v1/orgs/acme/reservations", "acme-admin", "", 200},
+		{"list by the operator", "listOpenReservations", "GET", "/v1/orgs/acme/reservations?team=eng&user=alice&limit=100", "operator", "", 200},
+		{"no token", "listOpenReservations", "GET", "/v1/orgs/acme/reservations", "none", "", 401},
+		{"check key", "listOpenReservations", "GET", "/v1/orgs/acme/reservations", "acme-check", "", 403},
+		{"another org's key", "listOpenReservations", "GET", "/v1/orgs/acme/reservations", "other-admin", "", 404},
+		{"unknown org", "listOpenReservations", "GET", "/v1/orgs/nope/reservations", "operator", "", 404},
+		{"limit 0", "listOpenReservations", "GET", "/v1/orgs/acme/reservations?limit=0", "acme-admin", "", 400},
+		{"limit 101", "listOpenReservations", "GET", "/v1/orgs/acme/reservations?limit=101", "acme-admin", "", 400},
+		{"bad team", "listOpenReservations", "GET", "/v1/orgs/acme/reservations?team=%20x", "acme-admin", "", 400},
 
 		// Grants: created and revoked by the operator only, read by the org. Last, as
 		// they raise acme's month limit.

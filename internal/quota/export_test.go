@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"context"
 	"encoding/binary"
 	"math"
 	"time"
@@ -73,4 +74,9 @@ func LeasePaths(e *Engine) int {
 	e.leases.mu.RLock()
 	defer e.leases.mu.RUnlock()
 	return len(e.leases.paths)
+}
+
+// ReserveLease holds req.Cost units as a lease (an l_ id), as a hot path's lease does.
+func ReserveLease(ctx context.Context, e *Engine, req Request, ttl time.Duration) (Reservation, Result, error) {
+	return e.reserve(ctx, req, ReserveOptions{TTL: ttl, OnExpiry: ExpiryRelease, lease: true})
 }

@@ -546,3 +546,13 @@ func (r *Router) RunReservationSweep(ctx context.Context, interval time.Duration
 		cancel()
 	}
 }
+
+// OpenReservations reads a page of org's open reservations on the Redis of route
+// (Engine.OpenReservations).
+func (r *Router) OpenReservations(ctx context.Context, route Route, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return nil, OpenCursor{}, err
+	}
+	return b.eng.OpenReservations(ctx, org, anchorDay, f, after, limit)
+}

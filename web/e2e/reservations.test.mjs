@@ -3,7 +3,8 @@
 // a fresh database, the shared Redis): a check key of the org opens reservations
 // through the API (POST /v1/reservations, an hour to live); the allocation page shows
 // each team's and user's held units beside the used ones, counted against the limit,
-// and lists who holds units in open reservations, the most first.
+// and lists who holds units in open reservations, the most first, with how many
+// reservations hold them; a row expands to list them (GET /v1/orgs/{org}/reservations).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -38,16 +39,23 @@ after(async () => {
 
 test('the allocation shows units held by open reservations for each team and user', async () => {
   const key = (await must(op('POST', `/v1/orgs/${ORG}/api-keys`, { name: 'e2e', scopes: ['check'] }), 201)).secret;
-  // alice uses 60 and holds 100 more; bob uses 40; carol (sales) holds 30.
+  // alice uses 60 and holds 100 more in two reservations (70 for an hour, 30 for ten
+  // minutes); bob uses 40; carol (sales) holds 30.
   for (const c of [{ team: 'eng', user: 'alice', cost: 60 }, { team: 'eng', user: 'bob', cost: 40 }]) {
     assert.equal((await must(op('POST', '/v1/check', { org: ORG, metric: 'requests', ...c }, key), 200)).allowed, true);
   }
   const held = [];
-  for (const r of [{ team: 'eng', user: 'alice', amount: 100 }, { team: 'sales', user: 'carol', amount: 30 }]) {
-    const res = await must(op('POST', '/v1/reservations', { org: ORG, metric: 'requests', ttl_seconds: 3600, ...r }, key), 201);
+  for (const r of [{ team: 'eng', user: 'alice', amount: 70, ttl_seconds: 3600 }, { team: 'sales', user: 'carol', amount: 30, ttl_seconds: 3600 },
+    { team: 'eng', user: 'alice', amount: 30, ttl_seconds: 600, on_expiry: 'release' }]) {
+    const res = await must(op('POST', '/v1/reservations', { org: ORG, metric: 'requests', ...r }, key), 201);
     assert.equal(res.state, 'held');
     held.push(res.id);
   }
+  const [alice70, carol30, alice30] = held;
+  // The API lists them soonest to expire first.
+  const open = await must(op('GET', `/v1/orgs/${ORG}/reservations`), 200);
+  assert.deepEqual(open.reservations.map((r) => r.id), [alice30, alice70, carol30]);
+  assert.equal(open.next_cursor, null);
   // The API's own account, which the page must agree with.
   const usage = (await must(op('GET', `/v1/orgs/${ORG}/usage`), 200)).metrics.find((m) => m.metric === 'requests');
   assert.deepEqual(usage.users.map((u) => `${u.team}/${u.id} ${u.used}+${u.reserved}`), ['eng/alice 60+100', 'eng/bob 40+0', 'sales/carol 0+30']);
@@ -89,6 +97,29 @@ test('the allocation shows units held by open reservations for each team and use
     assert.deepEqual(await rows.evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-testid'))),
       ['held-team-eng-requests', 'held-user-eng/alice-requests', 'held-team-sales-requests', 'held-user-sales/carol-requests']);
     assert.deepEqual(await panel.getByTestId('held-units').allTextContents(), ['100', '100', '30', '30']);
+    // How many open reservations hold them: eng's are alice's two.
+    assert.deepEqual(await panel.getByTestId('held-count').allTextContents(), ['2', '2', '1', '1']);
+    // alice's row expands to her two reservations, soonest to expire first.
+    const aliceRow = panel.getByTestId('held-user-eng/alice-requests');
+    await aliceRow.getByTestId('held-toggle').click();
+    assert.equal(await aliceRow.getByTestId('held-toggle').getAttribute('aria-expanded'), 'true');
+    const list = panel.getByTestId('open-reservations');
+    await list.waitFor();
+    const listed = list.locator('tbody tr');
+    assert.deepEqual(await listed.evaluateAll((trs) => trs.map((tr) => tr.getAttribute('data-testid'))), [`open-${alice30}`, `open-${alice70}`]);
+    assert.deepEqual(await list.locator('tbody tr code').allTextContents(), [alice30, alice70]);
+    assert.deepEqual(await list.getByTestId('open-amount').allTextContents(), ['30', '70']);
+    assert.deepEqual(await list.getByTestId('open-on-expiry').allTextContents(), ['release', 'commit']);
+    const expires = await list.getByTestId('open-expires').allTextContents();
+    assert.match(expires[0], /^in (9|10) min$/, expires[0]);
+    assert.match(expires[1], /^in (59 min|60 min|1 h)$/, expires[1]);
+    await page.screenshot({ path: path.join(outDir, 'reservations-open.png'), fullPage: true });
+    // The team's row lists the team's, with whose they are; only one row is open at a time.
+    await panel.getByTestId('held-team-eng-requests').getByTestId('held-toggle').click();
+    await list.locator('tbody tr').first().waitFor();
+    assert.equal(await panel.getByTestId('open-reservations').count(), 1);
+    assert.deepEqual(await panel.getByTestId('open-reservations').locator('tbody tr code').allTextContents(), [alice30, alice70]);
+    assert.equal(await aliceRow.getByTestId('held-toggle').getAttribute('aria-expanded'), 'false');
     await panel.scrollIntoViewIfNeeded();
     await page.screenshot({ path: path.join(outDir, 'reservations.png'), fullPage: true });
 

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { render } from 'preact';
 import { act } from 'preact/test-utils';
-import { allocationRows, forecast, forecastText, formatDay, heldRows, mergeLimits, sortRows, usageRows } from './allocation';
-import type { Team, Usage, User } from './api';
+import { allocationRows, forecast, forecastText, formatDay, heldMatches, heldRows, mergeLimits, openCount, sortRows, usageRows, type Held } from './allocation';
+import type { Reservation, Team, Usage, User } from './api';
 import { level } from './format';
 import { MiniBar } from './ui';
 
@@ -199,5 +199,28 @@ describe('MiniBar', () => {
     const el = mount(<MiniBar used={5} limit={10} label="x" />);
     expect(el.querySelector('.mini-bar-text')!.textContent).toBe('5 of 10 50%');
     expect(el.querySelector('.bar-held')).toBeNull();
+  });
+});
+
+describe('open reservation counts', () => {
+  const res = (id: string, metric: string, team?: string, user?: string): Reservation =>
+    ({ id, state: 'held', org: 'acme', team, user, metric, amount: 5, expires_at: '2026-11-11T00:01:00Z', on_expiry: 'commit' });
+  const open = { complete: true, items: [
+    res('r1', 'tokens', 'eng', 'alice'), res('r2', 'tokens', 'eng', 'alice'), res('r3', 'tokens', 'eng', 'bob'),
+    res('r4', 'tokens', 'eng'), res('r5', 'gpu', 'eng', 'alice'), res('r6', 'tokens', 'ops', 'alice'), res('r7', 'tokens'),
+  ] };
+  const team: Held = { kind: 'team', id: 'eng', metric: 'tokens', reserved: 20, used: 0 };
+  const alice: Held = { kind: 'user', id: 'alice', team: 'eng', metric: 'tokens', reserved: 10, used: 0 };
+  it("counts a team's own and its users' reservations of the row's metric", () => {
+    expect(openCount(team, open)).toBe(4);
+  });
+  it("counts a user's reservations in that team and metric only", () => {
+    expect(openCount(alice, open)).toBe(2);
+    expect(open.items.filter((r) => heldMatches(alice, r)).map((r) => r.id)).toEqual(['r1', 'r2']);
+    expect(openCount({ ...alice, team: 'ops' }, open)).toBe(1);
+    expect(openCount({ ...alice, metric: 'gpu' }, open)).toBe(1);
+  });
+  it('counts none when nothing is open', () => {
+    expect(openCount(team, { items: [], complete: true })).toBe(0);
   });
 });

@@ -1,7 +1,7 @@
 // Allocation with usage: every team and user with used against allocated for each
 // limit, how close each is to exhaustion and, for month limits, when it runs out at
 // the pace so far. Pure, tested with Vitest.
-import type { Limit, Team, Usage, User, Window } from './api';
+import type { Limit, Reservation, Team, Usage, User, Window } from './api';
 import { ratio } from './format';
 
 /** mergeLimits is the API's rule for a user: the team's user defaults, each (metric, window) overridden by the user's own. */
@@ -189,4 +189,18 @@ export function heldRows(usage: Usage | undefined): Held[] {
   }
   const name = (h: Held) => (h.kind === 'team' ? `0${h.id}` : `1${h.team}\u0000${h.id}`);
   return out.sort((a, b) => b.reserved - a.reserved || name(a).localeCompare(name(b)) || a.metric.localeCompare(b.metric));
+}
+
+/** OpenList is the org's open reservations as far as they were loaded; complete is false when there were more. */
+export interface OpenList { items: Reservation[]; complete: boolean }
+
+/** heldMatches reports whether an open reservation holds units counted in a held row: a team's row counts its users' too. */
+export function heldMatches(h: Held, r: Reservation): boolean {
+  if (r.metric !== h.metric) return false;
+  return h.kind === 'team' ? r.team === h.id : r.team === h.team && r.user === h.id;
+}
+
+/** openCount is how many of the loaded open reservations hold units of a held row. */
+export function openCount(h: Held, open: OpenList): number {
+  return open.items.filter((r) => heldMatches(h, r)).length;
 }

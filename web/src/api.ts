@@ -31,6 +31,7 @@ export type WebhookDelivery = S['WebhookDelivery'];
 export type WebhookTestResult = S['WebhookTestResult'];
 export type Throttle = S['Throttle'];
 export type FieldError = S['FieldError'];
+export type Reservation = S['Reservation'];
 export interface Page<T> { items: T[]; next_cursor: string | null }
 
 /** Session is the console's signed-in user (GET /console/api/session; not part of /v1). */
@@ -133,5 +134,10 @@ export const api = {
   setWebhookURL: (org: string, url: string) => request<Org>('PATCH', o(org), { webhook_url: url }),
   testWebhook: (org: string) => request<WebhookTestResult>('POST', `${o(org)}/webhook/test`),
   webhookDeliveries: (org: string, cursor?: string) => request<Page<WebhookDelivery>>('GET', `${o(org)}/webhook-deliveries?limit=50${cursor ? `&cursor=${e(cursor)}` : ''}`),
+  /** One page of the org's open reservations, soonest to expire first, as a Page. */
+  openReservations: (org: string, q: { team?: string; user?: string; limit?: number; cursor?: string } = {}) =>
+    request<S['ReservationList']>('GET', `${o(org)}/reservations?${new URLSearchParams(
+      Object.entries(q).filter(([, v]) => v !== undefined && v !== '').map(([k, v]) => [k, String(v)]))}`)
+      .then((l): Page<Reservation> => ({ items: l.reservations, next_cursor: l.next_cursor ?? null })),
   exportURL: (org: string, period: string, format: 'csv' | 'json') => `${o(org)}/billing/export?period=${e(period)}&format=${format}`,
 };

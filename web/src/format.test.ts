@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compact, dailySeries, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
+import { compact, expiresIn, dailySeries, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
 import { ApiError, type Limit } from './api';
 
 describe('numbers', () => {
@@ -131,5 +131,20 @@ describe('ApiError', () => {
     const e = new ApiError(422, 'team "ml": does not fit', [{ field: 'limits[0].limit', message: 'it has 100, 90 is allocated' }]);
     expect(e.fieldMessage('limits[0].limit')).toBe('it has 100, 90 is allocated');
     expect(e.fieldMessage('name')).toBeUndefined();
+  });
+});
+
+describe('expiresIn', () => {
+  const now = new Date('2026-11-11T00:00:00Z');
+  it('says seconds, minutes, then hours', () => {
+    expect(expiresIn('2026-11-11T00:00:42Z', now)).toBe('in 42 s');
+    expect(expiresIn('2026-11-11T00:01:59Z', now)).toBe('in 119 s');
+    expect(expiresIn('2026-11-11T00:05:00Z', now)).toBe('in 5 min');
+    expect(expiresIn('2026-11-11T02:05:00Z', now)).toBe('in 2 h 5 min');
+    expect(expiresIn('2026-11-11T03:00:00Z', now)).toBe('in 3 h');
+  });
+  it('says expired once past, and a dash for no time', () => {
+    expect(expiresIn('2026-11-10T23:59:59Z', now)).toBe('expired');
+    expect(expiresIn('soon', now)).toBe('—');
   });
 });

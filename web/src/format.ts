@@ -203,3 +203,14 @@ export function formatTime(iso: string | null | undefined): string {
   if (Number.isNaN(d.getTime())) return '—';
   return `${d.toISOString().slice(0, 16).replace('T', ' ')} UTC`;
 }
+
+/** expiresIn says how long until an instant, for open reservations: "in 42 s", "in 5 min", "in 2 h 5 min", "expired". */
+export function expiresIn(iso: string, now: Date): string {
+  const s = Math.round((new Date(iso).getTime() - now.getTime()) / 1000);
+  if (Number.isNaN(s)) return '—';
+  if (s <= 0) return 'expired';
+  if (s < 120) return `in ${s} s`;
+  const min = Math.floor(s / 60);
+  if (min < 120) return `in ${min} min`;
+  return `in ${Math.floor(min / 60)} h${min % 60 ? ` ${min % 60} min` : ''}`;
+}

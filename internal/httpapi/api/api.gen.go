@@ -1016,6 +1016,13 @@ type Reservation struct {
 	User *string `json:"user,omitempty"`
 }
 
+// ReservationList defines model for ReservationList.
+type ReservationList struct {
+	// NextCursor Cursor of the next page, or null on the last page.
+	NextCursor   *NextCursor   `json:"next_cursor"`
+	Reservations []Reservation `json:"reservations"`
+}
+
 // ReservationRequest Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
 type ReservationRequest struct {
 	// Amount Units to hold, as the cost of a check.
@@ -1596,6 +1603,21 @@ type ListGrantsParams struct {
 	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
+// ListOpenReservationsParams defines parameters for ListOpenReservations.
+type ListOpenReservationsParams struct {
+	// Team Only reservations of this team.
+	Team *Id `form:"team,omitempty" json:"team,omitempty"`
+
+	// User Only reservations of this user.
+	User *Id `form:"user,omitempty" json:"user,omitempty"`
+
+	// Limit Page size.
+	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the previous page's `next_cursor`.
+	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
+}
+
 // ListTeamsParams defines parameters for ListTeams.
 type ListTeamsParams struct {
 	// Limit Page size.
@@ -1825,6 +1847,9 @@ type ServerInterface interface {
 	// RevokeGrant Revoke a grant
 	// (DELETE /v1/orgs/{org}/grants/{grant})
 	RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath)
+	// ListOpenReservations The org's open reservations
+	// (GET /v1/orgs/{org}/reservations)
+	ListOpenReservations(w http.ResponseWriter, r *http.Request, org OrgPath, params ListOpenReservationsParams)
 	// ListTeams List teams
 	// (GET /v1/orgs/{org}/teams)
 	ListTeams(w http.ResponseWriter, r *http.Request, org OrgPath, params ListTeamsParams)
@@ -2047,6 +2072,12 @@ func (_ Unimplemented) CreateGrant(w http.ResponseWriter, r *http.Request, org O
 // RevokeGrant Revoke a grant
 // (DELETE /v1/orgs/{org}/grants/{grant})
 func (_ Unimplemented) RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListOpenReservations The org's open reservations
+// (GET /v1/orgs/{org}/reservations)
+func (_ Unimplemented) ListOpenReservations(w http.ResponseWriter, r *http.Request, org OrgPath, params ListOpenReservationsParams) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2972,6 +3003,87 @@ func (siw *ServerInterfaceWrapper) RevokeGrant(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RevokeGrant(w, r, org, grant)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListOpenReservations operation middleware
+func (siw *ServerInterfaceWrapper) ListOpenReservations(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListOpenReservationsParams
+
+	// ------------- Optional query parameter "team" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "team", r.URL.Query(), &params.Team, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "team"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "team", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "user" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "user", r.URL.Query(), &params.User, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "user"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "user", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListOpenReservations(w, r, org, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4180,6 +4292,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/reservations", wrapper.ListOpenReservations)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/would-block", wrapper.GetWouldBlock)
 	})
 	r.Group(func(r chi.Router) {
@@ -4224,330 +4339,335 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37c9s2ugD6r2B0zkyks5QsO07byLOzx03SJrd5eB1nO3uqXBMWIYlrClAB0Iqam//9Dr7vAwlKpCS/",
-	"km42v7SRSeL5vZ8fWyM1mysppDWtwcfWVPBEaPjn33Nl+TzjUnR/5VqmcuL+mggz0uncpkq2Bq23wrJU",
-	"snjBtYzZTCWCLaZCMjsVbDQVo0u2UHmWsCm/EuxCCMkSIVORHDHDl4YtpuloyjJxJTLGZcIWqUzUoteK",
-	"WmY0FTPuJrTLuWgNWsZqt4JPn6LWKbfiZTpLbRf+u76qs6lgmXvE1BiWYtPJ1Apj16ZibfdYScEWqZ3C",
-	"u5ngxjItZjx1e46G0vodGaWkgIdG2M4RU5Jx2hDttn148LgT+WnXZrNTbodSi3FuRMJSy9rxRaZGlyI5",
-	"5zbu9IaysvWx0jNuW4NWKu13h63In0UqrZgIvXIYp37J6wfyTqbWlHti3NavL1452pjhOBfC9G61MiNs",
-	"HfCMlEwMy6VNM1jQ9mXg2RvWHivNODNZmqRyMpT4ZURjud2Ocq2FtOwiH10Ky4RMTKfH3qxdWWpZalh8",
-	"Kqxedo/HVuh4MJTF0H5NYy2EW6obeqJ5kvMsW0bMKFi4kIm7dPeQ5pvxJbsQzCo1lILrbMnciku8sIrN",
-	"uTFHjLNRlrqFOuBgC+7GiFfOLmYGz8oBj9WpMCWaGT7zY464ZCYfjYRIbgRK5RE0XxZ3jwlxV6Z3W3Z7",
-	"ui6ofIpac675TFiiPE+UNCoT74zQJ9xO1xdDL7DcCM3SxE2Yur/P3dtRS/IZzJC0opYWv+epFklrYHUu",
-	"woX9txbj1qD1X3slBdzDp2bvRQIn8iTXRum/50Iv1xfxZs5/z4WDM6M0G2s1gwOZa3GVqtywOZ+IB4bF",
-	"Unyw5/hWXKz0dxizWCo+rpzbjH94KeTEbX+/f3AYtWapLP4Q1ZDFn+CgGxb77MNcacvwMnrsqRjzPLPG",
-	"gWH8L6Nk48ro+nY9OJwHlwKr+llzaetvER41X9/EPb7tDb5IxGyurJCj5S9i+Ry4Wz3DABh+YFhafsEu",
-	"xTJi3MC9xsGD80uxjNk4FVnC2j+4Q9w/+GEoR1Ou+chBsSMG8XH3/xjv/sH63cesx87ZgP0v68adiInU",
-	"ToV2A3NmrM5HNtci6eJ4eKND2Y6HLaUTobv7Bw8PHw1bcbGUF8/OfmKJ5mPLFjq1wrDUdpjS7IJrwdpx",
-	"8Fnc6bGf0ysY0X2K/B1ovvuJUwLvS9LxWADFvBRL42ii51Ptw36feBNcE45RXlRwxt1fxLICK+IDn80z",
-	"99bKblp1IPyLWNaDyvHJC7cslibIseM0iT2XhUuSygL1NWKkhe00gNQlrO5WAAVUuQHJTvhEMJP+IZqQ",
-	"CYSSyvkkiIgOx/uRw/l0ls/gVx8wnn7W0us3elJ/Wm/0pBmtlJ7c9gxOhE5V0nAIP6ZZ5vjmHF5yIBv/",
-	"85///Gf31asY726mpJ06qbFkIvSusVxbx6VD8gQsk3g5vtd0uvh0Z1KFu8ANZVzWH6V70nyWTjq+7WE6",
-	"Bq+vuJvvRbK+gODxjTndnFsrtPvs/9Xnv/W7j4+7/8e7f7z/eHDw6b9rEfFM8Fn9gbgnzQuxgs9ueyDN",
-	"bP/dRnbvhIHbzf3JfW3mShoBcshxMktlIYoJuJ2RklZIkGb5fJ6lI7iavblWF5mY/cXxUvdsRxDEr3Dq",
-	"lXNWis24XDK3H2GsKTQUI9hIi0RIm/LMDJi4EnrJ4r2r/ZipudAIK+LDSMxBzHd8SYwugaRnuBGHSIxo",
-	"akQfOelUXQrp+MgokK8cJ/r7uzdnx+fHT1+9eH1+enz27Pzli1cvzgoK7CBU6AhG1QIOpdNjr5WdggDN",
-	"DUuUFEfMya7LoUQRsiJxe/kWuUyghG7V9U798fAsUwvampfZUeKuHlitdnltjaqYNhNjUIFDMrVBjb2F",
-	"gsTx/EIp/6gUwfmKDrN99l2kfatAI2EXYqy0wAWkcrJlcDf8jzyhM/qcWPOKZ05gFYmD4lRe8SxNWCrn",
-	"uT1isdBaaROzLHUXJ/hoytR4LCSoeSAJ9Vpu5cjAUJLdsPjrLbo6qlu5FR/s3shcVcdYUXTe/gPxnnvJ",
-	"TTstV0nBslQKxDi18Ij4/7x98xpk/F4NVV8nMU5xRb1Aq4WBzT9Rcpylo896aceSqYt/iZH1JC41IOgp",
-	"zRwCZh3GMy14smTig7s6WOhPSl+kSSLkZyXK0wopYRl3mrxDwZGai8gBHXcEdALCqnG0wP0m+tpVMlsG",
-	"gPZa2Z9ULj8rW3mtnBKYyyRiqRxlOcC+YzN0A2rMuFSgnig9gWWe8GWmeHKm1EuuJ+JznzfxP3ahkqVj",
-	"YVYplrmFwOIC8eitsDb7zEwa1lcKaI7VeVg1uBwGh7lIjThicSIsT7OYOYnFoL5iuRWsPVKzWWqtSCKm",
-	"RSa4QQomPsydKNOBrb4V+iodiXeSX/E04xfZZ78KgytwHMjpW4kYpYlgUi1YW/QmPXYqktTx+oVkuQQ1",
-	"k8WjTBmRxMyJyriPd5Lndqp0+sfnvaxXqTEO2kFPTqoiASxrrtVIGONO9pm0qV1+ViLIkFl5cAdr4IUW",
-	"/NI4GuKkG5ya6TwTQBzpb8IwzmbC6nQEtMiRn0QJAzrxpVSLzpH7ZyGLLbSDNEmbNvnccQCRvBJJys+A",
-	"Z3xeqALEdgszKDsBt3uCC+i6BeFZpLghYHFtI4R75cpdoJKmczSUK8i1QGsqjroujDpB0y2H1gjS/jz9",
-	"RcCdz7Uj2TZFLWCkBbdgoa+YMxNuRdemM7HOaiOnkO2gcEStjBt7npvNo8s8I3RHjWZtNlSAPq4/mGsx",
-	"Tj/U27vGqTaWVU1WKMyPtLCRE/20GKmJTI3wdpZe3V61uFKXt9wB8E847dSKmdl2eG/d6+47GohrzZct",
-	"1N+89vcbasVwNsUExZFE4bWu3ENlS++LSZBDulkRUp7AAIAiSZK6k+XZSQA5Y54ZEZUWsI+FsdepYyq3",
-	"np6Wyxv8hg9b7+HyQij0d7zpWF67d25xmjP+4QV+8BCMT/Rjf+Wco1Yu099zQY/dla4effXUt51hjdnj",
-	"mEmxACkKCEJp2ovIbJQaZqaO04BQpeQIjG5fIeb+ifEtauGd1BOYC8G1IKPCgMW/zy/Ph3m//3CUJvB/",
-	"QT8PH7ILbsR3h7nOAnqE78S9WvvUnaN5sZVmWH2Zoi5bhbHi/HY6SOIxNScZeIm2orn4YNEztX4WsIjq",
-	"aLU7ypPUPpNW1/A7PsJLXL3TXz1HdfwzYiDxxVbwWQ/POK7lDnxkla4bTLEZTwR5RLmcFEN6dSmOWHwp",
-	"loMq0Li/knmKnoCO2AwtUYvX2zgcjJLWgxapcims7TCIoY85EZlwn4BToQGz6GSj1ofuRHXpj05K6p3y",
-	"xSsnVE5E+LRrLtN5V82Ra3TnKpWwRqClUQvNLRuXTBaZhjXDjXzeNSPh3Ortjfy89fCVliDGrAqhbCDk",
-	"pP5+lZ40EEoQpc9xZWuPgVbuyBfqSA46UhC+I481UXmsdIke/irrodkbUfNOaE2J41+c3vzI7Wj6xIk2",
-	"TmioB2wtTJ6BBcJdPoYUqDHj7MJ9DMYV9K+DNoFKwaWYA8yA9/1COAkftVJwEigp3oxbg982bw+WdQqT",
-	"tz5FO6oy7yubCiydG2XBFfEEzPI732dlpoq0tk/OwgZ5bfXSaN7N90QHsgaDeEu7r3rl5rfJ7H742sWh",
-	"CfVYjqZKP+U1vsenfOnVGPQyqtDLqPTkgWEXFf+kQaejg5bC+Xrww2bXa42JeLejwK9O1aIOIYOn6yx5",
-	"pnJZQzLfXAnNJ4Lhc5bkIgKGNUpnPKNIAtZWesKssjwDM+8RG7b6wxYTmRGLqdCiU0tU0ZcxqjnkJ/QE",
-	"Yhxw5viIidncLsuopHnGJZtyp7OzuU5H5DRYmwaCPERyDoFVTYFr5eXB64bxJBGJ01DdU7zpSrwfWUPI",
-	"LYM3PZRrB9EPDiFChwBMwBwxvxKMWzCNOlLtR/Zjjdy2RcIWU5WJHvsZ16W5V5ZHfI5BCe4HWlpFguFj",
-	"AxYrvDfcdTyUnDg5hpfxC3UlWOy/ord81MiCL9FLtgOrrQ7RdLzF8tLg7jYeVm+36fEaaplvE8+unEzT",
-	"gt1L1YNVUpg7WTLFEOwYOhChw3s92gqQQcnCHlesqhYJis3usEDwcm+YUPBZF+M63RkUgT7bFrFChotQ",
-	"ChRyyK1PHna6Vr/uNTBbvcXI06+Aqqxifh29vxZrDcwsI+Xe3y/hz0tehjY0aPERSnlwey0hJ353gxbP",
-	"0pFordlfcNAwYCeqp1UKvOf5TDj4A+PE77nQKUbQrl1wwWf6tfhbDTnbbpkIg92qGMizbAdZ6EXS+vQ+",
-	"KjdZnlyJs9ttIx4ptr/poXmHsJAQPN1KNkBMveRCAQIB2blQKhNcui/LMOxty3npkOtUjFtgzJ5ontTa",
-	"r6RZCC0wtk7lFn0jEflFPJV9YNiYpxkEzgdIGawLfUE14yfoL3I0m/wWKARzCGAX6EWlYAw2VVliPD3y",
-	"gY5zbqesTSyHnFaWXwqJA2FYCZASCHM2Ns0yJj7wke0csTgHr44jL3ERVx4zYmRuImWAaRYSAS7LKXcw",
-	"ScSAhToBBSK/HR+ld7hhGHfoEAl9a1cVKaVyPlciq2EUb6Rgwuk+4CKvDcQH8YSj4AAhRbvIcHD7by23",
-	"uakT4txFbhvilXsHAHqe8WXd5TptiAMAoT+WCa6zVGifUuFTFSDwYyVetf6YIHDjHBTRcwq1qU/mgOsq",
-	"cjSuF/O9A/eyU60KL+2mQzorXvwUtRZ3nX5Sy4Xh1XMgBLvTgBXC5GkMQUIBn7XECny+N+BvOVCE/YOH",
-	"h2tcKq8lFqUUvVD6EpDriKRM90fkzoSQSFLGeYb4ogV6ByG+yLH1c/R3iySu52deiXrc73+///jxwaPD",
-	"7w/7jx8fbGZ1K8cI26g/M7D8naqsxjoWX6ViIXTMHC0zRyzmySyVMeOZUWQkAzgV0q3itxY8bkUt/CyY",
-	"r4SJIBPhbhyDYKyslXx3dTxo2vtGU0FwTLW2K1wGDVYxkm84dXcK13d60Y5bam7+14ldPf8sajnCsVA6",
-	"aQ1aI6W1GNnuVGkjuhcQsLr0CxzQVa2Be3GaxeH7jQXZEwePDlcvomrzDLwuxYLWKI1VGvSMbIlx+1Nu",
-	"pkdMOi7JtLC5lkhWwonJLFNkbRzUeU9veZ1+w8XSacgt93gXBsYQOb64hfFJo73ixds37PBg/3vmlQ82",
-	"InGrTE549/YpnGERJ/3bcff/3n98WBceHbWe8jRbvgP7+NoRJnV2qWP27uwJS0rrFOpXUREa3336NK6u",
-	"6KB/8F13f7/bfxiSWUdbajVI0yRHoN0kd4vdZB1h+dwH21MuG4hIbsntUT7Ls1II2yWVLLzBBF3GTST9",
-	"KVqral3ASnalmMDUhVXLcyv0DBw+7vX7K0cHf6te53CYfNyP9g8+tYfDHv747lPnb7W3W0lhCjU+cI4E",
-	"/GNkrloR/rGOd/zE0+wVyYM1ng5OEgqE6iymaSZCtQBDqVLDcqkFH035RSYG4BsDhpaphRnK9jjjk4lI",
-	"WOwVkbgTlSFXKEIa9qj/MGJxpkY8i8k87pUFyVLZJf1hKDE6XEMKS4LgUCoRDwwzUyffqzGaylBwHoYn",
-	"4pbn2AkswEk/bs76w0lFljzTWtXwVYiQXD81iPwBpYXguAzepe+XrB3Dqsxv/fc9FPXdiXjPgU8yhBCh",
-	"WhlwRm6v2rzjEKhxjeUHdZANRsF6/+pVLVQIMPClFu2Iod0ztHFCvJ1UlpH7Gu2MGZ8biBSsE/9vHgix",
-	"gpLGpBMpEnaxDAL/G07y2rY/LTjFld0k5uF2VjVpVwSJGzkD1yxjtCU/wUo4AkFCI+zsKGxVwas8+B1k",
-	"yeLEV0FxGRX5yjxPUssyNVkRbx6tijeb7qBOISms+PVwXuFWm41n+xvvdA3NkPGhqR/wxrD26U9P2MOH",
-	"Dx9Hni+Oc5trEYG2nUrG2VJw3TlixA4GmFpTMEu/gyLtvOJmWrHY7w5cTRDVCDN3Idgh4friIt1zwTNM",
-	"A2vym9ajRQ39WBXmuS35WCLmQiZOMPRCxcdha66MnWhhhq0BG7bU5bAVsWFLO66Mf8rLMOxh61MYmLAe",
-	"V7ElcsKgOcnpM56PXsKNl4He77fBCY1Rd4wvasPrRjzLhO6OpsoIyVIIhR6nSMxLUYrs5KFgzLt/HHf/",
-	"r999/L78Z+988L/d9x/70f7B9/Ui84ppuiafai44WAM5RP2155iBELGDQzZVuTadQp6xRfSqE2ZMqiTj",
-	"E+5wVCbe+G6KkOeZ0hgaWBXuefePcuE/RPsHP9QvHEw9lbtZ84i8b/rs1KHH+tGvWSMhygGgej2GsSF4",
-	"JfPL2mqmAtMWzLPt9V/xrVXQwqki5HM0Uh2chabRWlXEeLSD9KXVQwhjsO7vJDKfRbiDUKDD9L+d3jfC",
-	"Xk9EIbVth8Hv/AqjIhs9R2G93G6wldqL9me4USpZg3rP1ItkBXDj8iBbMrAa0T19BzJGjRvPH4eTAXJb",
-	"46/L6tNFSfJYyxW9gXPuOoLWrW6vkAFWbq7xbmrwD/9+BP4Og9VpUIVwZJdx1sZJIjqODpvzVO/uFYH1",
-	"rMckrcoPr5z2VWepeAWzm9AEjSYLRyCcKBV40rhcEjC1QZuDnB6ZLTs9duZEshmN5TPxJPjBwTGljADd",
-	"DxQYBwikbaPSGIV/oqAVKP8EidPGwmIg/mAhPThfCa2dPn1U6PPgsVli2ldhaimKaQwleG8ODw7AqcbZ",
-	"LDVmLjIbvIpGRToKUrA9ZvzWgnhq4PQ7XQ3C36Z7qQvnj+hGTnQ6uq4CslvQiUM9Mj2txp9ccCPg/MU9",
-	"Y6UPU5gXu9zJSe4tVugpr1SLcAMVgqXbPxK51VieXjOON8ZS4CLrcB6vqtEemWbLTabB0rpXayWkUmGk",
-	"58C+qrbMofTGTJUlwlgUzYpaNQulL8FEPlI6waJn4KJLoZqHSY1Dd5i4x46H0o1bIDoDSZkZvmDSe3CK",
-	"kQaAilc8ywWkhQall4YSPnxgeuyFrCkggv5obixNAFmlCV8WhlKj2Jhr1s7SKxENpfg95xmUSlJ60gPP",
-	"d6fHnpURb17WnHKDbsZiu0tBJrKdkDUwLNc5l7eaVDaNDcMWcpCTX3dXCFe+XVmXE4LvZqwmpChlbtPy",
-	"89ViQq25NRZyrPRIxOj9pfix33Nl+RGLzZQnahET1aU3LnJLrk/D4sAxHB95ZzPaYH26InmoQ+8iTdqK",
-	"WjhDC/3YtdrCa0oDWpWZpvmMy64WPHFaYGG23ORjqhu9VMXrgjmN0h7nnUYOdcvAZgr5BBQ0gtjisHSX",
-	"9KI38tmHeeqrA3nzOSY5t6I6azhmSxsoclHmU0NxDTUXks3d/DHmQ5tzbjENZAbFAdtlAAk6B6AWVkyJ",
-	"1HF4KcUS6GHtbbxBZKrSUbLnnHOIPj4nN886/7mRU3g8FmAKPM8axLez0jOAr7CZ0BMSitD65CURCmQN",
-	"LWlgTvZG26FEuk8xrhRR23ZA1kUxand6Vch9qyRh5yw6dwlbp3mjJy/xRa/BmU0crTgKX5KxcnK9W2/u",
-	"OkE+jQl+bpEmv8Cyls3OAKhe6ujeg/BGDQjwPPFuuxmmAnFZGiLrHQFQsGpH03CSmvNcZ/UnnYgkHTlA",
-	"J0/Vu9OXZaam90WzGTeXIvHB4emYSSXrHS/5PLk22izExVSpS7/I3bMEqWwXQVIN/hXhO9Vbqk4ZnlFU",
-	"Rx9WrP3BFut41xs9uX5whcMzb6Sj7OLj0UywFxIs5njdjpKtK8j1BG03CXgtE6MSNLr/uQjAVuw1Ibru",
-	"tjVE3EoMrOfkATrvkoVdg+E0It3jnaHnptcBPd+dvqxBmI2mCHwVPtyGSQ3Q/LK42vIoCfOaKDfGfzpZ",
-	"wKneLHavE3+nMTpsrJzk5aTtgLTHCEcVXk9z8dwqh8njcROzvwuXiZMZvrjDBAtCjqbXtM3hMUeMfOfu",
-	"XwV4UYjvOrGIfYVjVMsKl3BRTM7JEutG3Hqqcz1a81mpxnWY/I2owr8RFVgDuJMiW2ZVc6m6P8tAp/oo",
-	"pxX3TL/7+P3Hw0/ddv+3/e7j9//f/m/97sH7Tq1/5oQO6/ahmWOeZue7XHsR2HPnfM5tpg5kbymv7mp1",
-	"3WRsjZiBQOCK+LyeU71K/xrrWyiVNRS+ALvr7gz7hD5Yt8YFSpO35hZqrbdBYYqirFFrbySUbmCVpWhJ",
-	"1xFCHB1Iuf3ryY4Obq4vPAYA7yO3QJ504mIJfb/dxBlTfLPf7/e3f+Y0G7jAAlRDOzcJtid1UuyfGGl3",
-	"5DMlcm5kNfTaNbmNR7MdUcm9XZV9/b9ui5kruLULnpRX2wTydRImiXv12jQVwgUn5FRZSoFSUmCogVO0",
-	"I2wq4Eihd4mNubFMSXBb+/K2XvrhW/KwIsYZWA7dpHmRh+ETs3wyxVrKFeMWihqxdux2FEcsFIKx0mS2",
-	"4EvDJopZRVq4W+HFEv7XjtV4HHd67CVWE/TBE1wLTOKCLRq+JNk5GTB3MxUJeovoDFdwB7IzsPAvLjxT",
-	"DfAdpOc7oECfmbLsqPp6GrPGSU/FPOMjikilVL3U2N5NydF2InSngsBrsfASwBGyfy1m6gpKcNYw/lpJ",
-	"l1a+ei4O69yu2CjjpqihR1KH0hNTlXc9nbqLkKqT4IB2B9cLbu7c4Vn6cnurpSM25o/49wrf1u40I3RP",
-	"b4s7WC1/UuagB4dRLqGWOFDdl5o8X3b60xP2+PDR90VlmkSN8pmQdl37xRKVtXIvFqfeef9B/PynNX/+",
-	"9QMPazI1U5uJDTL+mpNtau3cDPb2fi/ahvUSceVLhpo9LNaFU3ZNlk92LvAGT/2Kok2hjoWau14ZZsVe",
-	"XcbssjZaOwZ7ezH5jZLUwM+Ot1xb5aSCELUdzq+54g5/qOB1G0f622Bvbzh8+5eGdJOggvGmwi87hIiV",
-	"3rHrRvmXBEqfP7w8e5U8/sfv/Q//vPh1tP/y++nJHwfHdd825V5DhPW/cmqU5sQb8kmtxfyR95QUTMir",
-	"wyAaM1UL4DazO8vM3uA8l+eicFduNCh5t+aWAiZFjmx9xjLIdVQe+oiEQkh4vxBLRfU6qKJPeyUnd9cy",
-	"Jr6I9C4LKAvPTNIrIdkFx+jLnabZlMIeenKDJHZf4XhjGjsUB6z3YdHCrwXmEHq63UhW1hKH94NSFjtm",
-	"3G06XR/QtdvR+soYOxgYcHNrOShF0ZWALoTAXk9AiyO4QWK6p1aHVZWfNPlNtVeszcq6BPsH/W3VWJoK",
-	"YhU1WKYqS4oYpJEydiXI+kaJ6/v/BjVabkHL7rKwS+VCA/38u360tQtkSDcIdovQy7jYYFzEjKAQ33yj",
-	"D7/b1kzrVoVoCkzbglBvPQ3y6vUUUwiL2v+tgG57rE1qNW+sx7sugwF4o2dmxLMsqIMhZALSX1AWwb01",
-	"45JPhBeFjgpHDz7VgidBHC72CqmUUMBq1VFRSoE+r130GQHPZ6zRvCFUxIHyAxPU1b99XEhzrMeu+HWT",
-	"KAgHuY1xQ0UjNZ/MR9uGELrAyB/2F0DRONVMLW59KM2pkqvWvnAb1zN+O7i6YeQEMp91S/fhtYzWZJ9+",
-	"JiepFIIKTFSuJbSh72hCX68Af32o381OdB0Dzgqw7TJBo6m36S7vwqQItOaLmxSpi961TYp/vhtc3xrV",
-	"Z7obgu6/uVjWVwo3wrK0jCkvMpKp14fXE9eNKjfQiMdFxfLyfZVfZMHLMp9dULYBEIFaL/6GbHbj2fcu",
-	"FbCo9v5qvif8tVitX0mQcV6R+iv0NDjt9xuutkHIqEQm0qs+AJ/iLxfQRLAMzwklBqT+K3FDgZDgJxfX",
-	"zTD7Ob0SlQhhMOYEcmiMhRIulJ0eofIpsaRqVN1Llo6hKKpji1OV63UzXhWsGtLLV8bDhCORjY9WE8y5",
-	"ZTOnoHzPEr40jE8FryqJO4JrdR19hgY3hi/Qr7+y/QiLZlvFvitqqqB1v2Kq7vceRdfCgNXotlWRi06j",
-	"rM2MsclWqaaSddepTVAUOvWtK9v7bouP+v2gpUR9peM1VWVNVKzeJOSDQWtOXx8PnHdQlgMm/a5/+EO/",
-	"f6NaOQU6b0jzPwtr6G1YbVjrkaKGF0ILNsszm86zFGK2tgH3PdDMO6B+xTFViBwOXHdkDblRN3M6NObn",
-	"NJkEr1tTGN8/FzKp6+M+ynLjSF1QeaJsi7zbddEEUPn8hpEtRMZ9meDKiJUdbParBMlA6xJfQ773BqUO",
-	"DMwPDCsCuj3gw0E5tMWkNm96TLXThHZWcjA/t/H+m62+aJZy+j645+eQIVYYBgxYCZdoIMRSBgaz7mj1",
-	"viAq2hETtWuxzdra1D9BgxAnBkaFRohWSlD0F7yMB4Nitb3d6429K03Z1eJiZX/Do8rGqagsHAzXAmp5",
-	"FvUlb0RAQb0oEtrpPgqgqQfBu6rteBdmCXcvJEKVKvladf1Aiz/3MDKfY7zt7WwY91Hj+U6i6CplN25k",
-	"J7hZ+UrMsMjQRbyuzz/a3VDwmRT69cNrOoy7ULT/HMUfqWX8PSvadXowRUivH6O4cmPUIzk8Y24sak9Z",
-	"zfDHbGg71cJMVVay1x7V1Xt/rQhcZWuVuCWLTTqRqZycY+ezGEoP5FlGbYyxgIEWM64vfRYoZWaYWp7g",
-	"huNOpTnHVtVNTkH0/lE7a6gyOeJap8Kw2P4V1ZRcph8wPCC62qe/TcUHVkwRxA6Uvuu/F5EH3bf+xaaF",
-	"lvvelEn4/NXxk+7b58cHj77DqkRT8aFzVMQCUIMV1Ou8ceJSLHvstY8xHsqyTp7vh0Lt9H999uPzN29+",
-	"OX/77MnpszNMc5HuOQXoQ4tDaCFtHS/oREPplBxq8EVqDtYufuDeNCZVEpM3tybo1ub1/Tp16gECLrDj",
-	"kzdvzxzLLiOmfcwE7YRW2ttxyvPGQt4njldLKg0QQ94Jmna4ZDxJtDAr1QTGuRGgVBfl2PhQZkrNL/jo",
-	"MmJznV5xKyKWpfKyC2UoHVQXvZihtOg8v8jSEXtx4qdwkD+UWClzqoyNe+xtDhXCsvQKejjAsYy4HAmI",
-	"ks9ltrqyXKJdfShXrvn45cs3v56fnL74x/HZs79CrCVr48oSJ7aq+UxI2+mx58pYv3sthhJ0OGg1QxdA",
-	"U42UlGJkTUSlk56+fuuEK5XlKDNgwCisfOlU5KHEqAqOx8ezldIirf2D73v9Xr+37yCPM3+a/nQG4eQ0",
-	"sMEmPFgXGaTqbZuu2TPY9Wb8UrjTczTGsNR2jhhnc62SHBqreRTyNw9J3JvFBszLXEH2GjIVeVr9vpm+",
-	"P6VzrInQuYaAyK11gtw6+O8XBg2sa0YvRpjY655pJ2GIkPCGgT++juo6kQcjCY4GrSaq6JxaZvLRSAhq",
-	"mLYVieGktjE1X0ZvhY/VN++Dz87TZMOgDwxLkwjLuCNBNCwOiL2/HMxVcw/TJC6KyahkuaO+tHMHQ4xA",
-	"Ox/VVptAJjcSbkmOhZydnTD8IDx5qXyHhxGfCdam8kDMcj0RNmJSWKjVD1cbQQsqldtN7RzD9fk73bw6",
-	"WoFI2MGHD/VGuMb8b79O70IMuqk7Qvt77ogO3vKOHVwRtAKAiAiDPdZUz91Dfbhb9+4uWHwXgu8qYfji",
-	"MjAt6EwY29gB5xq0Ksk16J7nsxoh9rlasExR6xZPXixJArtEKm4mWAXX2k6xgsjFNah+1D+4BU07xvSK",
-	"2Ms4VjiBoDJl+Kgp6uwbnbgFnbiO1GiL2cCG5Q8KgkoDaa8QZhZTLG01lF7ATH27NE4CzQ4SXIbSCljd",
-	"88kURarN1M4TOpJPttK0EBO3Ubja2Od3py9xU3ShTmAlnlxI+5T56dQZCvNhbdB+qOC3UwVMEQ/tJBKf",
-	"NbkxAhqCwrcEQP9a1EZciWZC90ocsRiDIty/pirXlJMOSehOHjdZClXg0eJijlgMJpfYeyVXSjEHzkic",
-	"AWvK5RBD6cZ3Zw5x9Gi5ed+45ga3AnW2q2tKtVbquqwAu16mbBAEj4Y1poeyWrsH7haT92NfTM/02PEF",
-	"IEfRAhEDr5GoSLFzD8n7rJhab0Z+4tORVy3hXqajQwOPmwNFuu+oanXuDIYyMJu73eeb7fCMZ+nl7idz",
-	"q6Ke26uw1qK5yrPkx0yNLqn/bVNl7JUTxbxHABSqZhJ2xsKmWEXHjx2Z+OZOJ3fY20Q2WctTjTd6864k",
-	"dGB+ks1Hfip8u9+VU+fzeW16vVPektTYVI5s4YINGpJhz8GycNOIz1l7P+r3+50jHwlrvWPE/Y7BgBGv",
-	"9PAMGz1sBoCKv3ALOOwOBU1uc2Udl58LXVSMxHwPuazWitzd/1aB/ltW5vqqvbVRS6tFQ1tEaIiIsRcO",
-	"ANbpAAJRhFEplDJ904tqaHZ9Pzh9Hac0yluEumuEgOCajnELWajr2F0i4q1wSKvFA/LHfl5MSpvbSWGe",
-	"vJPeIVM+hV6CIGoAL0YS1WtMGNvguWcLqNCMwFnHnyigxYl4RAnpaAJneZBENeLz9dCzai9jGKZWxCvT",
-	"MlY43G573e58h0wVwWe3bgl9J6Xh6xFgHfIhAWuU69Qu37qRKatYcC30ce5DwdbAxleFglwg1ibN6vjp",
-	"qxevz8/e/PLsddxBtxO4F45PXqC/Jf59fnmO/p80QacP/UR7LvmBqGYlbBU4IiynPCynhrQ+fYKO6GO1",
-	"vsTSmIimbwiR6lohubRYKBbsz+lI9NiT3Fg1E9r/xTBuLiE69UKMgeOrVE6G0qnlERu2ZnyJsSdKT/bc",
-	"fe8B2pi5YwmvS/GeQlNeObH2b8MWa8dO52J7V/t7mNbhHUDugCDfosheEBTLQrmpuGCrsHAkCr4GG2eA",
-	"klqKFmpM5c2PT170hnIoz9wPn7/s9See26nSqcUi0SMlreYjbIDDflbeMg+pxWM+Qj3D0dfMsFQOZQxP",
-	"JM/23DXwebrH5ylqbhMhHVz4+hcQ4isTqoPhPYUpVHlOwbfvdYKhTK0/79Qptnw0FdiWUSaZ0LCZ//ov",
-	"9gS6nOAZuG0IaVOMqXAvPIN54r2r/ZggNFUS2hMbFh/jrv+APw7YjwBSFEYJUEywFzHUrsD+ANBNhTjU",
-	"eOAm6cKT//mfKgr8z/+wtpBXqVYSjvqK6xRq/NZghhcc8KCdWsMgPSdReFJQezoizQ9annDJJ6DxZlzi",
-	"5pWemCCJB/R82D1plMxryT32K5lq6lZSqfDmsNSBS2rcypOe2yuXbqslCrt9AhL3er24EzEK2ED+VUK4",
-	"W97eR6UnnxxwdC/F0sQ99sLCwkSm5AQ8TVSpBRu9kNMYov7MgPnkp3aR/RSHuOPTntyI7fXUpwdIiw2W",
-	"fzGRW7uJCjcr4g82xOWYiVaEnkZuSO+z9R5yVLbpj6EXrgOvl3lW7ZpEqxVLTAeg+RhaBUCzAyciXUq1",
-	"kARwvrbLYX//iHHEFqCf3uoG0OPOCQish/ShlEIkJvj84RFR4C68nTCtciuwV1DiZQ4MDMAzuxRLrKnF",
-	"Z9C7Rw4lMgpsg1C8GgWTHMJ2nvHRNEA636wBMn/p/orgfrpjlFeh4g4DY8BQxh+6npnhkk3M2tB+QfpC",
-	"9jMHo0I6wkcHOefaIsEpJYqI0GGVGKSGOQKFwgV1DCltmKx9fPJiKPEUqixO6QrwHFXR6fT47Nn5yxev",
-	"XpzFkXdhs0f9ofQBRIxTdDHM6KsODbB0eWAQseXBHjwmrDoVVi+7x2MrdIwsA3pMUpF6h1blnTssWrL4",
-	"lFsBYS5d+G8chX86Dfq7y2QoK4+MsDFrUyR0p0y5hVN9wBJVkGIlr9ypKWmQLFKCMWGVmStpwF3n3ezQ",
-	"77EdP1HSCmm7Z8u5GECYG1HwvX8ZJeNOj71DZHB4BW0ZMXi/4B8XKlnCgFo4yPSAfNjvD4rC/alhJs2E",
-	"tNmSpROpNJEzpy+FC2A6z9AhS9Sz5BpgTgbWwWHKKDiHosUF0G7vlsS2IBxs1LBZjH4I5wMbJkrXjoKt",
-	"bt6h1RLoyV/gN7lfnWgavvuhu1gsuk6S7OY6E3KkEpHErA0m8HiU64x1k5gZIROMRQWyu7R0EXOuyZLu",
-	"VhlRpXwwrLsxOz12HDQ8SVIOywianlBABGOH+4/QdjukUijYS61ywrPc3ZlYu2nM3hgOhy0rPti9ecZT",
-	"6X4NWzFcFRRDwQU3VmQxrF05GHqOh9ch9SN2qwc+kRp287ImDKWLw34faiUZdDi46wSuhiifShZj5ZfS",
-	"enl88gK4kZ6ZgTvilMyVWFnbTtG9Drf+cYiNSPEYV1ufYs866lCKr/jDJfKIaBsxNH9HkO4SofUOTKrD",
-	"1qc4qpkJofq3h+97I2XshnmgwSwoKm4oCK9ZGwzF7JpBUqBZxRH4GG7CazfgkW/tijgOcgynAlXtuDKL",
-	"e2PYigfowUBgckwHuBX+RL6JmOhrU2SpBGzA1nJZPpPufCwP2pXhEB0AQqw/4sQRd+8znjkEEQmkQ0kc",
-	"P5Xz3B45Xh0y9AuehL4x9/yhx0THFDOOBlzPx9ulsuQeW51CjbeCC0Epf6rN23GjHcIWxyqXCdxoKS0C",
-	"u2xi2gnjWCVPKhIGphxW94ha6topBYO5QU0+mjpFZqoS1o6Ps0wtYoJ+bL6EFTdhQY9hgDRhPHNEcMnE",
-	"B/fiETvcf1jcKWGhVYplXE/EEZCQkIC6XfmgEHd1R+zw4KAQgjwPAOp8oQW/NCCksDDhGWg6CjFAvUkT",
-	"87FunnlCJ6kj4LNlAxHWpqISHTeo0iWDLsUGkkjwWD3D6ByxR3jFXpFkIy6lAuKATZrd2GVzSmwGXbSE",
-	"xK7GSmEm0qhi3wURGa3G4yydTO0RoF0oFzDDl4Ycpwqii5aOjhcUuyjSolMbyA4Oxl8kMBHoFhEoFlFF",
-	"dg5qJ1K8HPaYpALR2HgSX+J2BHwh3qUGmlMIcGrSLUzR8DEQ0TWia22j4nLSsu4MeSthZy8BUpHlTVLp",
-	"FJUBi/8Gl/jX/V5vv9/vx6zt5bX9fr+D7OxvGJfx1xgkAFkIl24pvikRdE95YFgcBHKA8piOpsBpZJ5l",
-	"8Xq/FfQoYzWu0FBxfPKiFbWuhDYUQ9br9/pg2J4Lyedpa9B62Ov3HmKtuSmYafam0FL1D/BS1oW+HpNY",
-	"eNDvhz3JqbClg8B5j5EzQaoAOnstmBhh+0XSGlD31j8wDwOEO1jCQb8P9lFk+RCVssLo3d/QaLXNpEUN",
-	"YsGwU1P6t7LqiuWqNfjtfdQy+WzG9RK6410JKYxxJ80nhlqZ42ZM6737dC9IFqs9Ol9Mmbj4iVaOEIrc",
-	"sfIPFnQ5A3HpDE166ydGI2w/sVIAqp7VatxB7bHQPjYfSLD6WbGqxqMB+r0rUAnJTqi5LiAP1mND+Zwa",
-	"3UdAGotg3cirlyvteh8YbCm6fpKnuKAvAnowN9RBfNR/+Bnmew1tHHmyPCITiPGx017gTKCQx6brdmtO",
-	"tyHA1f4eGSb20DDReOHkuQBaHf/8bM3EUx0mDvUpDTW6E4g2uoDfvaF8DWYKu2ZHRtpYvfpnMCY1DQDa",
-	"R03/TWNhpfIVcuv9PceIvq2v/wSYTK+/rwe3uiGK93x3A1y1A5rDnb7iiS/PBZ/sb//knSQz7h9YRfoQ",
-	"gXPzRz8pfZEmiQDf8uHB4+1fHCezVBb2AYEVk0pA+7Fi2YKOgv7eA9Arqgh5uMMyQ4OP0Ja7hsCYS5Bl",
-	"QMKKnUoSl3b1GAlY0a/CzJ20KNWi6FhRuLTAuoHOGag3NWZGBR6mGeM2rNEcMW7VLHUCzRJ6j1KtpTk3",
-	"RhgIIRvKdBytfNZcADEG0esvWK/MJ+xjXM8R4+QGo4SAtUbXPdz5gPVjjF77PYeUBbC/vCZDX6EwFAqO",
-	"N5uiWoFycmlwjZWexKBshNg3lIB+nR6L3bkVR6uoFjamqGgxSQ1UFPYWMPe/upeHksMFdPF8sEgbCKNz",
-	"tBbHK0XW4k39wTHlprZBONrHfNVCqni9oW04NpQtjJJqVkZiBHXcur+4FVFCUyqNFTxh7RfPzn4aykTz",
-	"se2mwo675P3oBnvpXoplFz/E7rUokxYXxFmSjsdCC2kL0yBrl2XKo6KVsgag8akga4dP5m2WGjeOUdmV",
-	"SDqB6fCg9hDIJVRGrCWCVBNiLgiTPAMdacDKRouBUbJssTiUPJQE4C7qeyuuv4YhoLEv8zCUYQLAr/4p",
-	"HmWPQREOFCxAayoki7CEa1xU7o6HkrY1YLETn6vtHeNETDRPCoCJGKYIxcVhYMV3OZSp7HqxEy3GmrVX",
-	"P+9ELMZMvnKnj/oP65jZEyqvdj0mVi0x+ByzXJA9AQT9qJLlnQkmsMSCGVW9y1Rm+N6EMJobgt1rJKNj",
-	"6vLdhmhV68MILsSI50ZUQioBtiFqGkEIlroOYU0Loo/2ar74FLVWjOvbBll9vTLCaRhhudso5ScrIxlh",
-	"rzOKex1O+U8sovQPt3/xWtmfVC5xiv0dpjjhy0zx5Eypl1xj6YfD/Ue77Mfk8zl0zXklkpSfOfUMBKmD",
-	"DSgQ2qR3RwVfoLxeQQCOFlR2iAokwApIA++mDpqQKwtWYm9Pwjbq7U3d06nEvrfyUv8BNACCuaoUuMIu",
-	"nZ2BNzK4HTjCjL6B2Bf9hNHISs6EtBoD0AvBzq2p0rJaJtivPUBvVGLB8ol9jI5gmV0yQlZrD7uTQvkB",
-	"BLK24wKpLCQNstRjSEeHODWY7Tyz9uazAWvm1fQ2sv2qtAKrtHzp9FulfSEOn12M+cecSbGA1aK05X7R",
-	"rI6TlPL656C0T4GyDqDpiZPg0rDHMu7Q22vLkqQahvPJshyJ9YBBor7jsRQeC6W8wMoGVspzkHCKml7I",
-	"NQOi/TUR26gVmGy3fh28Cle02fxw52Sm1H/Qju1kfJSPEqdtDerlMV+2C9HUEZShdHKZKWSkyPt4fN75",
-	"qtG7sHL3GJwBysBDuWLvRoDpsdfovXSiaen/dRjvF8svfMgEgu8ahN34TiqqMKBUKHbjdIEajFrv+6i1",
-	"FuQQPK2oyHsXvghGvaL8lORVMKThZaXSG9RstgTKBuaXCJsEZUvIp12JRMPYTApHWxPWsU0S4Pbc91wa",
-	"FJX96Umb8N1dLsplnaFUOvLlDeBdLA4BcaArANUmb1pURMKgvyrw3UCf66rzJiIYTNwHSFN5KYs74IvA",
-	"Y7nCDrRwbGAoV1WyksofHhx0IsxXr/iby5bIMXqI4x57xkfTQoenGCYwVSzkup57tEXZBHUOPTYQhNY+",
-	"7PcxCMPdgls8IaOxvnaEcfDPScs2vd1tA220YeDKwcFbMN5LscR2N3CJO1rqAAF+BIC9H9UExv6S+km4",
-	"gCbW+aYGW4pQAEBFr6h47v4ntxJ+fom6hqx6IC/DqbAvw02pq9KTZs8Pug3rDdhp4jhOg/l6DSXcSG/c",
-	"VNdV+UFs2NlsjZnmm83Wd4IAvrlyA9zP+QTUcOyT9dUbv91RwF5DL4v7CaXBahk21isrqDM1UvkAOWUY",
-	"3rsBvNixLNgj9nguLXCHnlv76BrQr9wE+GaPxWAZ88GJaA329r2IxZU+xrF7ihW2hrK2WbRVbJ+1RzwT",
-	"MuEao4tMp5YtwJbfgEPgPrhC2Wd/J26wf5cTN8nN7m5BPcfo6D87LvR3wIUnSo6zFHOlvqSVZdvHZK51",
-	"ysgzaVO7vCtsRyAjzF3H+ICxoFe0kb004TerhoCVUhv19wBmts5jfhbWI9f9Uf0NgB6VQnHFfsRmQk98",
-	"cC4IxN5AxNq++0s1750nThWwarWmtOlgXKUvAkslMuM/PVpd13h5B1D6s7BNINogGWGrF2BZ1xJR3ujJ",
-	"CaeOGXOvpq5mKXM5oZB/iuSeU4mPoJpTmW6Ir1wKMacEqCue5WJDwMBuKEMsMKKaCiZ2TK1otU/GqDom",
-	"xykNyE8K/WWUFINKqOaU26GEWGsMvaQshYmwkIIBw3u7BAZwmh47pn+GObuZ4FcCVV2Iv3sQBDUaxi/U",
-	"VZje4q20StOHgbLMLeWKUVKnGcoitaxMNSm95YHjsI6FQynOe+XgWOzzM6tzG+gaXg6kWX11VOY/knkj",
-	"st2MMq6x9iKnbYsKWSIrZp9pcaUuHVRJUaaQREyKRZHxXVZWwoRYc2vqV4PPbnXH8/QXsfxqNFPczi7K",
-	"qbuKb5JDgzbrI7EDFClg/V4FiM3acuEXK6LhIcfM5lqisRWRJYi+NlMwIstsCYbU+8AiXB0C3j1xRhz8",
-	"y6i34dxJE5/03lVSdI9YHBSfBgEP06zxpLHt8jeGeicM9S41WkL7m2B9M3Pc+3gplp8QqzNRV7X8FPhh",
-	"UWbbG3W9Z4KyZJmxau50xZGYW6zPTcF17hvwqw9llpoyDZ34LHiajQA/4pW6hNyoggfDfIWr6xADCu+D",
-	"TOAmAzJRwdfD+mhrNwWkxsFiv7GrdeDFY70l8N6YZW2XfH4RS+JuNRiSJ+nmaHuUGklbrEqIA7aYKtaO",
-	"oWVS3IkwchN+p5BCHGPyn3uEblPMBYyxvAapuxy96LbQdaKinOC9SZyw669F3nSb2UXcxLISQlK572+I",
-	"vI7IPKn2fgsxGWDm/iTPddzcMSUG3LxqAT7emgDuTokbeUMTpYjNsxz8+hjZAOX1ijHJlNPG+qwUlg+Y",
-	"C0H3HSz0kFLJZq9L4mQRRsyrK6F9BRI4X+hqzZJcBPFnZLKlUD9kq0/e/iMMSIhpvUpPItgpbBQXGOGE",
-	"fv5z/Ekz0y+cN8JaqKNl3CuGrHqjwoKpbWwkpXMpUznp+Bp7N6dMSgc1WhrJFKbtvNGTb/lGXwl1WU9Q",
-	"oppDdelJG8lM0Az9TgkO5Tt3wU77uZxGjnM9wYnfwbxfCVsO9rQLc67kmn9jzg1GocophRE3Fcj9kuah",
-	"udBGSRCMR1xCWylgtshUFuKi2AMakTDUe8BibLcUD6UWPDFFUTHsTVI4ayD7nBuzUDoB4xJGcYN1iWOV",
-	"OjPF6HaD1XTcgDbXUiQQtSFmPM2KwhhBLlcZvvH4/kxUAVLck50qmOHLGKvCLTa5dAIo/rcKzrgu2v+b",
-	"RHPcnf2qcrU3pk9bOPPexzTZaMx6Cn83labVAGtQpVEiYqfaN3a7F8cOrmEV33cxOFVWnBqGu/xmeaoB",
-	"OzzkuwK76HMFCW2Eiv6XosTfAKwhhueuoOveDJzBRTfqNhjYtbOXHF9fdYh7iz2kAfK5WXWgU8QsGT1u",
-	"aRWA+l+4s6FE6ZAVFV0hrscq1Wkycf6M+/1KlCnYzS5qFN7bN1Ru0J8mHio8DtMfPoe9oUl3Ok4Sw2Iw",
-	"0MVBKFjRxwgL3YXlVqAmglQLlkubZu5bm2Yxa18sh9JXUHOjBJ0xyItBNr1q26ZOxJRkVUcf+f96Q/mE",
-	"iviC3bJa2c+gvdX4uiM+sC1hKrd+ZiguSG0xOpjXhuWYjRBUzS91hAReOGKpZVk6toYSoaH7r/Vb7DEw",
-	"9gehrBA+yI2SMeqGZKwNi3FW06zd/FOK0QuOt314cDCURV0syJvWArO1oXmMVbjQTnNWQBiLGA2d8ikb",
-	"pAJf/rEi6k2EZYcNxSpAvAYicE9qI4z9ZRRG3FaDgAL4CUlb2EvHw+W3wIV//0hAuHhyyrQ5s2rezeed",
-	"BuJcqb5KQNkk5ex9hP9v1BGfkRqIEObhatBAfROt5oZBy+ZVUkmVjHAYLC2wKQLiCIWoagSE0l6cgmHC",
-	"aj4+HIJdp1IbeuRLerGL2okb+BbpsEukAx7WNSD1HoV/uOVGsR/4885SP9Wa3THJ8hYOjzNY1lcinLvN",
-	"7CKbw+l+Q6sG0dwSSHiUwt9f0pUBZd2KnKlA9m377JVO4dEvvOdjpRlFGWiDhQ2cMMxlOACKxqmGygRt",
-	"iCPwmVSdHjspgg5Q6jb5jL4oslF8G1af38WXUIlBfBgJEVb9aOcyE6ZAcVZJLTW+7ZFUzEydfKC7VDwR",
-	"uZ4bdnXIQVk8FnJUqBY/rncomwXv9sayRmVNI0ijoaoNQxmWMqpMzIrGrOa39H2PVKP789ycYW+z+5C9",
-	"3dBfRvSGTTVI3gj935wz31JtwcJOvf2uR50b5JG9j+5/O7twfAFZoAor1TexqUqqK6YJykYobSm9oXyH",
-	"LaDI70vF2kheTyWZJLTA/tw1naLuz0dUUJZdpHQqNfrNKbSDU+hGIPvZnED1197/bLT9G+g0uXtuCDf3",
-	"puG5m7yr/G4vuZYBrF7wBHsGH1HWMzb6yVJjVxOki1Yva31e2gX0Q14YJEljohiW/jZQ/npRUxyZFl/W",
-	"Rr5zUgtZzfcsw32RzOlNaO5Tp79KdP9Pzp2+D2lsb3PU65t7twl9VdGvu4a9fgt33WQTWhX2IYtnFfi/",
-	"ePhFlT/XGpVOaSOGWpR7pozpKgpe41m2DEr0LGStySkayhHXV1UfqxvmgTnyg3ujk5ICa5+U77AVY5NT",
-	"jNyypBBFJdDg1K1yf4CKfRA/6/vSY63Z9PdcMKrgXGpa92SAuceY2S8XLLspNquIji3v45sN5j+R63vi",
-	"Qeh9bdK3C9/f++j+tyVFfKauSMVAkCwaTCcrFnKsretpxYwvGSaRlbQEDc92KuRmCnV/ZpdrxeT6WNxc",
-	"fsXIeAeg+q44n5sC62ezv9x39O020v4NfJrsLytS359T1Nv+bhCO22i2iVeML6YgnA+q9DT+7b17CSlw",
-	"aiNmVEAzh7JqynFQu/SBIz9qwTHeZN1kU602dz9Wl3sW3L6I1WVjTD1ZXb5KJP+Ptrqs4eVdiGJTrSx0",
-	"IG6WvF5CQGzQ32fh9C38rqjUsxbC23bqXOl07xwNJcfo2duabxplqjd6cub3s4to5Tb2TZCqN3+MbcON",
-	"h3Y//6cbSlXgC/KAFISJY/cX5CLQYMZbJCg0AyGKarxB05cpp6wPM8Mm5GMoisPaMSymaIqejqadIwhr",
-	"hHbFEptkOdHah/jeIodkNW2ElVkjmFYM9apqoBcLNzeD7h2a6/0cTZ45eg44UYszr1V5ZeGxfUOiNSSq",
-	"gHcRQh4UL7wZKt0i4iyv626eZzadZ6nwjS5MliapnFRjsdrYZSlis1TmVkTQLy1iCV92ghyPaAjR1JiV",
-	"gakW4HdbshgRMmZt7Y5YJNCqBxroZoIby6C5DUWzQXTZUOLMVilEVh90lhrotlmTNUK2QM5maiakjTBB",
-	"ZShj8WGeamEgCLqtNIutzYpGY0U+C6xmpoxl37uNGaioJWSYEwL7E9m4x05DibmGL6Zj990U+/UcMV4+",
-	"UeOCiBWdh1bIFporFqk0RcrJLkwTG9pup0vw9wjsrZyIVC1dOsnX6NI9uC5p+Lfis3fx2UYNKSqZ3oog",
-	"58kI+/VJ1V84ff9sRQa4CV1cF20hpqrRoYgBWUGBrYAuR9hGrQj8gl9gg4MQBIfUUMWLyyVEDAzlSj0v",
-	"j4IpJZ6ZHtta6KoobPXMzeYbXkL1EeolFic8zZbxoJJRN8szDq0TMISMaDEO5ugZhD9QJh7s493ZE0fd",
-	"oJUY1ERR+lJopsVIaUeXHbF3Z6HmAm2r2EWNhoTOLvdbeguMY+7qblVy6369q255jcY1PvkmDtUZZz2A",
-	"8pUE0Ioa6072y5TfWoiLqVKXG6txvjt96WQO6FGiBYMAJ6tYO6aPsY1EKRAd+diltGiHenJ89uQ5q85N",
-	"FTrZ81fHT7pvnx8fPPoOMCgRWXoFvf5xunQiKbGLKnpScT5sp0hkAtSgdCK5zXVZ8w9WzexyLgwsm5rS",
-	"Q41mKO6XCJ1eiQSlIRhD6CswOMR/f/fm7Pj812c/Pn/z5pfzt8+enD47i49QOIK83HkKRFEqCW2i3Oyp",
-	"nJwHFaBlnmUY9CWVLfWxZY/9Q+h0vISG87DZpRMX3e3lFkhreCZqzOJh3u8/HFn4n+jhL80XEGCGf4xL",
-	"ykP7w16csznXWDUYMjqdNGQh3c2mM0FEO77ah/sLm9C/9Yc5YPavOGEu0w84WXS1T3+bCvpTfMSwdSNT",
-	"WcJiG/ew1z5aO30L5hEfTQV0Sm3HT9y/u0+UtFplAyZVFwpLxZ37sIr+LOyvBOr3SCP9FA1UkvDFiVPu",
-	"ms1Kg/bKgdTkrGcLBz9xcVDu83JdDspbg5axGtr1fnWtze9IN0URwt+Ed6MS8hLqBLSZXjSftQgrTdot",
-	"KWEjfcZMIG6tmM2BKtM3WOcxrEOAFHy1mHKVSlLpVEfw2z6gZaRFIqRNeQb9dH53kgZRbj+tzGcXQrP2",
-	"mKeZkxDxz0C+oRKcTn1m7gUfXarxOGI5ZPcf9GkkLUYiRcL7/OzshGF7WdYGCopWK6gUi9REJGUSGDb6",
-	"wxex2a7JRyNhTOe+CjkTkj8tL+criZ+rbmynbiIF+/J3/k0GrCc7nuAUB1Yt9PwlycyeFRg+d9dZnW+h",
-	"7JsjRF5S7LmpYk9wwrIrVVkS7FIk+GXppUCTlxPX6PTataJKTOY072FdoOI6nwspksEKoRlKJDKQ+7iY",
-	"LplUXlgZ8ZnosePiZRQ1sY87CTJc+hajYyio6egcdc+2Famn6CMeA10SiUhi7C2KwqgTIwFlRaiZuuXx",
-	"JNHCGHAaDxhnmVJzRz8hhfOKWwj0z1J52c3UiGfMcj0RVE0Ae2gHmahD6SbSuTS0mqp4e/zy5Ztfz09O",
-	"X/zj+OzZX63OBeXZxrnOzhdcS1RfvQCLsp27TbpMOhavUEf0C0k/tYDzAZghDhxRQZk0AYm5T4dCjAVt",
-	"7ZXq6KXagcDU6UFKQyGWg0UQ5fIC6d6dviza7qOA757WS/gOLKGAqjum+2AhDiuI0p45xLt/gu6mae7Y",
-	"XVykv5YHhjp4f320/GDD0VKz+79c74hP8KtNnXB3AsaqAHpUdExccNJc74oZOfCDeO4CdSt0eFEoSddm",
-	"TTUMRuVZ0r3I1KjZwPDrVDHswwzbhU6Q01zbAZgpyQ/jM/MzcSWyiKVgbZSJWnTCBpJTfiUcj5CO5pA/",
-	"tRSB2WKaZmiT4EBWYjPliVqghc6RuJjNVAJengWbcbkcSu+Ulb61AIMyy2lpUTQROk/oTZCqj0pqAF0N",
-	"jNvKUCZ8iUxlDrndLE3EbK4cKOLXjtr5HFmot8SeuF8OG8EwO/W5suhASSXjF1DmgKFTx+8Vl3IU2jnn",
-	"QhtfdoTKK4DRKWJGgci/ZCbXVymU6DoVCfAQY7m2PXZM7qH9qN/vswR6dY8s01DYSwt2KebY658akw0l",
-	"2WHbWA5tkkrhGPyv7o5+dLDwhM/jziC4oXGuwSNNlRXcqP4gUjl0kj80hlBjBAAWQ1WCuNRRPHykUNbH",
-	"gwbwr5Fj/0npQBtKH8WFV2MsFFzgI3sdc/W9G4PL0/rzWoTLNZ4K7L9QTwQRar9pBjXEGCgQth7iWtJJ",
-	"/dnMxU7K3lbPCH3S7s2dSxnVZ6SdwGRfiUbtNrOLGg0n/GdHkLtKMJvTDXt4xt8Ap9v6HGR8U1E2duw5",
-	"SObm8QV6kOEyPpSFHOE5xJyn+ojFc6WyKtGP6QdVuKQSOvg52bXsVJkirsEX14EYByqwA+zHV9jxMkzJ",
-	"4n29C5EEFYuoZCcFf+mJeRCwSWivDYzSO0q1KHQ9YDUNDazxBB0w3lM4gxv6yyRzwaYa+I67tX+rajr/",
-	"cZ0L5giSq5Qg5Dt7H93/Pl27M1Bt/kmBAvdI7zdB4zcZqCn/pAESri37ZlzeVdkOfgF/o1cuhZhTdMsV",
-	"z3Int9cnkpRVPI5YPGwRNxi2BuAOLhNKIGKF+s41KxQ99lIthMbSpagNQ0EPtG2SamucWurb2ZEa7Ksu",
-	"lfWhUZdJdVlxEkqsznFs33EPPOFlYbhgl0r79ZLWHYzmHmLYI0bx+Vmj1bojTqdeLTxSn8Jyz+zqi6Sw",
-	"bKIPPoXlq6QT/9EpLLtzuWtkpqS2MQvliG3NOek1JJM4AP2WTXK32SSkPGxMJdkpWcQIGxL6qLRoBjkJ",
-	"QaJHUE4fmj4OJQVnY2R4cr361iQ+fUvY+Aq90zuC6G1ksXvLwsAvwe1XQQ5u6RE5Da6ZjzGUYS36f4d8",
-	"jJVLrCZjQB/GukxGJ5IFVYIvlJ1SEpp7J59QSGElVWNjfsZQNpKQk3ydhPxH5VZUsyq+Wqr0p0mtKGgD",
-	"mtRXBLGAtpEs5tRAfQU3D7BRb5B8rpxCGGNj75iaaYS9gkrNLCrzKbA/eiJGqSM84HHKlhDdMpScPIDQ",
-	"k9fYcuw2zzKnW3l3sLoSOiRr6DpAa+aAHfT3KeAanYXFZkDZOzx4jME0nIU+UkdPM0d1C42MPRcZOTzR",
-	"WjmUUNbAFBTVd0eqrITyQ/C7RFGjpJWVQNS1Ee7YkwEbqdkstU45bccnb96esdVLgLaTe/ha3ImYFo5Q",
-	"w/tPn718dvYs7kRDqTQRyUyMLeZwzB05D0luxGhWanLEYiXP4fkyZu2YpggLcVLj9rDUPJxjTIuIO57W",
-	"H5AH1oT+XQhqIQ/vaHl+Kdw85CeN2MEhsDFTFuZEc4SGCmzlccHB+yh6sDMsIZRJ5yJeuzk2UxrS7tz9",
-	"8qwMypmJ2QWUz/GGhlofJYCDz5zDuqMiU3KCFnGlJ3Gzcfm0XPM9kfVghoIGfl5bc7jHGgLvsOab4n53",
-	"ivvnitN5HYTaTEVGgYJkDyMUWmutUITwBDhOmaicwkBY6ZfhLEnHYwExBIQbDpVKdnc3vUcd/jYHej1F",
-	"og8duxvYDcbRXIhq/NEUALuSqnAqrF52j8dW6KZV0dt74auwqkcItp/rejGcheqI8dEUs094hcpSiNaY",
-	"pxnEAHVYmRcJD538P+Ny6W8PVcosnUxtb61yHER1ER+8EGOlRRGLE3YydVfQ6Manp3WCydZWzKfIn6Az",
-	"u+PkwccDZNl4t6lhk/RKSOyxVdWXeux4KItQJeJ4tbyKnmDdI7hmaLI3AxEBomGQyw6G8rD/mEk+c3OD",
-	"UmG5FfWttGDQVZ5yT0L7FrJOi/Gk/d+4qGOw0bcoC7VKdNz86Vuhr9KReCf5FU8zh0KrXhyMHQuRykHV",
-	"teF9gx0sHJtC3S7F8gH4yQcsdqAeRywuZEr3w8uLGHlFdq84ohIEDkHH6STXwvTYL2JuKYMk4UvGAZJT",
-	"S8YyJ9phq0rSogu/Rv+wwVr25wDflZP7U0Px3YDicVWA9hlejtjcAByvZ/MKLuNFUkZQNak018+6WJ2g",
-	"MWgGQ0fjHIDfHYIj9YXWyroMn9SQ/si7QTFSRRs0Eq3Y5i7y0aUvIoqsbiEco+OXQqIxq83ppaIDDFVP",
-	"hoh/GiY1qLTxTEnR6RULhkYGhVwSRMY6vptnGUaXOpY6lD7DAyM+MYYOBZ3Y6cvnePpAEKA/LCjR5E2t",
-	"ROTipZSdIEs2R/wMtTFMrIXzDRWvkvt5pgjsbyiJ/7Fd2d8TmOz+NSo/zzWUqc9Gtp54Kv4fWX65nlN/",
-	"EWXsbmgy7mJFQCgsD0g/HOZfXz5204hRrlO7BPp5IbgW+ji309bgt/eOQGKSBVLXFecl5E357t1tSgh6",
-	"fnZ2cn789Olp3HFaT66z1qA1tXY+2NvbP/i+1+/1e/uDH/o/9IH+0npXx4Y4Vta2qdCmwy5ymUBUCIYJ",
-	"clA1ci0o48AH3c+Vytgo4wZzDnx4CHvjvXNKZku3KMlnojUgV/KnaL1xxATD6LFcqYT+9AxqrJA/AENF",
-	"3CQzvmS+418QyxjMovSkYRJ2fPLCCWFmpbACM1OoXCdHAvwZEIAHNVXdBpxews0U3rMKqjoXc/F52nUD",
-	"1swHTVfdkULPYtNhPPHWRqvIorXewJ2HpW44ukx7DI1WCTEMbAh8saz4MYJFUafZ9SWdCDXPIOQHc8Yc",
-	"48SMgYW4KCtPWRbv0Y+9GBaCDtlJMAc972JNy/WpMNGbCmtQyHAUlMWMwJindKW/eTXbOzzmPEltzSzQ",
-	"IxbMiiuVa9f7H+BpFxAtkwKRKAiXagul2jfcKGbH1inrs582tp5Y79dQ9vIsVxlM0XSMDkynyrI5t9Me",
-	"ewrWeMMWUwGiPQd4ctM6yQJQY6IYnwqehFw/DY8SKdH6TGu1liCCF62/1XpxRetSBn7DauB/ZU9QgWdt",
-	"ph+rXfPArIPli9pKM51LCTFb1XHD+/C5AvXHVUkMi2rKJRS5+JmalF6B1dTwYL4ipWx9wuOEz6Gyk3fO",
-	"mPLcQJ4iwM8g7oQVUWgoY4UwVrji1uZ4LnhmpxFzQmkqBRHbE61mDgryIs67x14r5gQEIW26BmGFzGac",
-	"nP//BwAA//8=",
+	"7L17c9tGsgf6VaZ4TpXJsyBFyXISU7W1R7GdxDd+aGV5U3tCX2FEDEmswBlmZiCa8fV3vzXdPcCABEjq",
+	"ZXu9/icxRRDz6ul3//pDa6RmcyWFtKY1+NCaCp4IDf/8e64sn2dciu5vXMtUTtxfE2FGOp3bVMnWoPVG",
+	"WJZKFi+4ljGbqUSwxVRIZqeCjaZidMkWKs8SNuVXgl0IIVkiZCqSI2b40rDFNB1NWSauRMa4TNgilYla",
+	"9FpRy4ymYsbdgHY5F61By1jtZvDxY9Q65Va8SGep7cJ/12d1NhUsc18xNYap2HQytcLYtaFY232tpGCL",
+	"1E7h2UxwY5kWM566NUdDaf2KjFJSwJdG2M4RU5JxWhCttn148LgT+WHXRrNTbodSi3FuRMJSy9rxRaZG",
+	"lyI55zbu9IaysvSx0jNuW4NWKu13h63I70UqrZgIvbIZp37K6xvyVqbWlGti3NbPL17Z2pjhey6E6d1q",
+	"ZkbYOuIZKZkYlkubZjCh7dPAvTesPVaacWayNEnlZCjxlxG9y612lGstpGUX+ehSWCZkYjo99nrtyFLL",
+	"UsPiU2H1sns8tkLHg6EsXu3nNNZCuKm6V080T3KeZcuIGQUTFzJxh+6+pPFmfMkuBLNKDaXgOlsyN+Py",
+	"XljF5tyYI8bZKEvdRB1xsAV374hX9i5mBvfKEY/VqTDlNTN85t854pKZfDQSIrkRKZVb0HxY3H1NF3dl",
+	"eLdkt6brksrHqDXnms+EJc7zREmjMvHWCH3C7XR9MvQAy43QLE3cgKn7+9w9HbUkn8EISStqafFHnmqR",
+	"tAZW5yKc2H9rMW4NWv+1V3LAPfzW7D1PYEee5Noo/fdc6OX6JF7P+R+5cHRmlGZjrWawIXMtrlKVGzbn",
+	"E/HAsFiK9/Ycn4qLmf4B7yymil9X9m3G378QcuKWv98/OIxas1QWf4hq2OJPsNENk332fq60ZXgYPfZU",
+	"jHmeWePIMP6XUbJxZnR8u24cjoNTgVn9rLm09acIXzUf38R9fdsTfJ6I2VxZIUfLX8XyF5Bu9QIDaPiB",
+	"YWn5C3YplhHjBs41Dr44vxTLmI1TkSWs/YPbxP2DH4ZyNOWajxwVO2YQH3f/j/Hun6zffcx67JwN2P+y",
+	"btyJmEjtVGj3Ys6M1fnI5lokXXwfnuhQtuNhS+lE6O7+wcPDR8NWXEzl+bOzn1ii+diyhU6tMCy1HaY0",
+	"u+BasHYc/Czu9NjP6RW80f0U5TvwfPcRhwTZl6TjsQCOeSmWxvFEL6fah/0+ySY4JnxHeVDBHnd/FcsK",
+	"rYj3fDbP3FMrq2nVkfCvYllPKscnz920WJqgxI7TJPZSFg5JKgvc14iRFrbTQFKXMLtbERRw5YZLdsIn",
+	"gpn0T9F0mUApqexPghfR3fF+5O58Ostn8KkPN54+1vLr13pSv1uv9aT5Wik9ue0enAidqqRhE35Ms8zJ",
+	"zTk85Eg2/uc///nP7suXMZ7dTEk7dVpjKUToWWO5tk5Kh+wJRCbJcnyuaXfx251ZFa4CF5RxWb+V7pvm",
+	"vXTa8W030wl4fcXdeM+T9QkEX99Y0s25tUK7n/2/+vz3fvfxcff/ePfPdx8ODj7+d+1FPBN8Vr8h7pvm",
+	"iVjBZ7fdkGax/3ajuHfKwO3G/uh+beZKGgF6yHEyS2Whigk4nZGSVkjQZvl8nqUjOJq9uVYXmZj9xclS",
+	"992OJIi/wqFX9lkpNuNyydx6hLGmsFCMYCMtEiFtyjMzYOJK6CWL9672Y6bmQiOtiPcjMQc138klMboE",
+	"lp7hQtxFYsRTI/qR007VpZBOjowC/cpJor+/fX12fH789OXzV+enx2fPzl88f/n8rODAjkKFjuCtWsCm",
+	"dHrslbJTUKC5YYmS4og53XU5lKhCVjRur9+ilAmM0K223qnfHp5lakFL8zo7atzVDau1Lq9tURXDZmIM",
+	"JnDIpjaYsbcwkDjuX6jlH5UqOF+xYbaPvou2bxVYJOxCjJUWOIFUTra83L3+R57QHn3KW/OSZ05hFYmj",
+	"4lRe8SxNWCrnuT1isdBaaROzLHUHJ/hoytR4LCSYeaAJ9Vpu5ijAUJPdMPnrTbr6VjdzK97bvZG5qr5j",
+	"xdB58w+899xrbtpZuUoKlqVS4I1TC38R/583r1+Bjt+r4errLMYZrmgXaLUwsPgnSo6zdPRJD+1YMnXx",
+	"LzGynsWlBhQ9pZm7gFmH8UwLniyZeO+ODib6k9IXaZII+UmZ8rTCSljGnSXvruBIzUXkiI47BjoBZdU4",
+	"XuA+E3/tKpktA0J7pexPKpefVKy8Us4IzGUSsVSOshxo34kZOgE1ZlwqME+UnsA0T/gyUzw5U+oF1xPx",
+	"qfeb5B+7UMnSiTCrFMvcRGBygXr0RlibfWIhDfMrFTQn6jytGpwOg81cpEYcsTgRlqdZzJzGYtBesdwK",
+	"1h6p2Sy1ViQR0yIT3CAHE+/nTpXpwFLfCH2VjsRbya94mvGL7JMfhcEZOAnk7K1EjNJEMKkWrC16kx47",
+	"FUnqZP1CslyCmcniUaaMSGLmVGVcx1vJcztVOv3z0x7Wy9QYR+1gJydVlQCmNddqJIxxO/tM2tQuPykT",
+	"ZCisPLmDN/BCC35pHA9x2g0OzXSeCWCO9DdhGGczYXU6Al7k2E+ihAGb+FKqRefI/bPQxRbaUZqkRZt8",
+	"7iSASF6KJOVnIDM+LVXBxXYTM6g7gbR7ghPougnhXqS4IBBxbSOEe+TKHaCSpnM0lCuXa4HeVHzrujLq",
+	"FE03HZojaPvz9FcBZz7XjmXbFK2AkRbcgoe+4s5MuBVdm87EuqiNnEG2g8ERtTJu7HluNr9d5hldd7Ro",
+	"1kZDA+jD+hdzLcbp+3p/1zjVxrKqywqV+ZEWNnKqnxYjNZGpEd7P0qtbqxZX6vKWKwD5CbudWjEz2zbv",
+	"jXvc/Y5exLXmyxbab976+x2tYtibYoBiS6LwWFfOobKkd8UgKCHdqEgpT+AFcEWSJHU7y7OTgHLGPDMi",
+	"Kj1gHwpnrzPHVG49Py2nN/gdv2y9g8MLqdCf8aZteeWeucVuzvj75/iDh+B8og/7K/sctXKZ/pEL+tod",
+	"6erWV3d92x7WuD2OmRQL0KKAIZSuvYjcRqlhZuokDShVSo7A6fYV3twv+L5FLTyTegZzIbgW5FQYsPiP",
+	"+eX5MO/3H47SBP4v6OPhQ3bBjfjuMNdZwI/wmbhX65+682teLKWZVl+kaMtWaazYv502kmRMzU4GUaKt",
+	"11y8txiZWt8LmET1bbUrypPUPpNW18g7PsJDXD3T37xEdfIzYqDxxVbwWQ/3OK6VDnxkla57mWIzngiK",
+	"iHI5KV7pzaU4YvGlWA6qROP+Su4p+gZsxGZqiVq83sfhaJSsHvRIlVNhbXeDGMaYE5EJ9xMIKjTcLNrZ",
+	"qPW+O1Fd+qPTknqnfPHSKZUTEX7bNZfpvKvmKDW6c5VKmCPw0qiF7paNUyaPTMOc4UQ+7ZyRcW6N9kZ+",
+	"3Hr6SksSY1aFVDYQclJ/vkpPGhglqNLnOLO1r4FX7igX6lgOBlKQviN/a6JyW+kQPf1V5kOjN17NO+E1",
+	"5R3/7PzmR25H0ydOtXFKQz1ha2HyDDwQ7vAxpUCNGWcX7sfgXMH4OlgTaBRcijnQDETfL4TT8NEqhSCB",
+	"kuL1uDX4ffPyYFqnMHjrY7SjKfOusqjA07lRF1xRT8Atv/N5VkaqaGv7FCxs0NdWD43G3XxOtCFrNIin",
+	"tPusV05+m87uX187OXShHsvRVOmnvCb2+JQvvRmDUUYVRhmVnjww7KISnzQYdHTUUgRfD37YHHqtcRHv",
+	"thX4q1O1qLuQwbfrInmmclnDMl9fCc0nguH3LMlFBAJrlM54RpkErK30hFlleQZu3iM2bPWHLSYyIxZT",
+	"oUWnlqliLGNUs8lP6BvIccCR4yMmZnO7LLOS5hmXbMqdzc7mOh1R0GBtGEjyEMk5JFY1Ja6VhwePG8aT",
+	"RCTOQnXf4klX8v3IG0JhGTzpoVzbiH6wCREGBGAA5pj5lWDcgmvUsWr/Zv+ukVu2SNhiqjLRYz/jvDT3",
+	"xvKIzzEpwX1AT6tIMH1swGKF54arjoeSkyTH9DJ+oa4Ei/2v6CmfNbLgS4yS7SBqq69o2t5iemlwdhs3",
+	"q7fb8HgMtcK3SWZXdqZpwu6h6sYqKcydTJlyCHZMHYgw4L2ebQWXQcnCH1fMqvYSFIvdYYIQ5d4woOCz",
+	"LuZ1uj0oEn22TWKFDRepFKjkUFifIux0rH7ea2S2eoqR518BV1m9+XX8/lqiNXCzjJR7fr+kP695GVrQ",
+	"oMVHqOXB6bWEnPjVDVo8S0eiteZ/wZeGCTtRPa9SED3PZ8LRHzgn/siFTjGDdu2ACznTr72/1ZSz7Z6J",
+	"MNmtegN5lu2gCz1PWh/fReUiy50r7+x234i/FNuf9NS8Q1pISJ5uJhsopl5zoQSBgO1cKJUJLt0vyzTs",
+	"bdN54S7XqRi3wJk90Typ9V9JsxBaYG6dyi3GRiKKi3gu+8CwMU8zSJwPLmUwL4wF1bw/wXiR49kUt0Al",
+	"mEMCu8AoKiVjsKnKEuP5kU90nHM7ZW0SORS0svxSSHwRppUAK4E0Z2PTLGPiPR/ZzhGLc4jqOPYSF3nl",
+	"MSNB5gZSBoRmoRHgtJxxB4NEDESoU1Ag89vJUXqGG4Z5h+4iYWztqqKlVPbnSmQ1guK1FEw42wdC5LWJ",
+	"+KCecFQcIKVoFx0OTv+N5TY3dUqcO8htr3jpngGCnmd8WXe4zhriQEAYj2WC6ywV2pdU+FIFSPxYyVet",
+	"3yZI3DgHQ/ScUm3qiznguIoajevlfO8gvexUqyJKu2mTzooHP0atxV2Xn9RKYXj0HBjB7jxghTF5HkOU",
+	"UNBnLbOCmO8N5FsOHGH/4OHhmpTKa5lFqUUvlL6Ey3VEWqb7I0pnupDIUsZ5hvdFC4wOQn6RE+vnGO8W",
+	"SVwvz7wR9bjf/37/8eODR4ffH/YfPz7YLOpWthGWUb9n4Pk7VVmNdyy+SsVC6Jg5XmaOWMyTWSpjxjOj",
+	"yEkGdCqkm8XvLfi6FbXwZ8F4JU0ElQh3ExgEZ2Wt5rtr4EHT2je6CoJtqvVd4TToZRUn+YZdd7tw/aAX",
+	"rbil5uZ/ndrV899FLcc4FkonrUFrpLQWI9udKm1E9wISVpd+ggM6qjVyL3az2Hy/sKB64uDR4epBVH2e",
+	"QdSlmNAap7FKg52RLTFvf8rN9IhJJyWZFjbXEtlKODC5ZYqqjYO66Oktj9MvuJg6vXLLOd6FgzG8HJ/d",
+	"w/ik0V/x/M1rdniw/z3zxgcbkbpVFie8ffMU9rDIk/79uPt/7z48rEuPjlpPeZot34J/fG0Lkzq/1DF7",
+	"e/aEJaV3Cu2rqEiN7z59GldndNA/+K67v9/tPwzZrOMttRakadIj0G+Su8lu8o6wfO6T7amWDVQkN+X2",
+	"KJ/lWamE7VJKFp5ggiHjJpb+FL1VtSFgJbtSTGDowqvlpRVGBg4f9/r9la2Dv1WPczhMPuxH+wcf28Nh",
+	"Dz9897Hzt9rTrZQwhRYfBEcC+TEyV60I/1gnO37iafaS9MGaSAcnDQVSdRbTNBOhWYCpVKlhudSCj6b8",
+	"IhMDiI2BQMvUwgxle5zxyUQkLPaGSNyJypQrVCENe9R/GLE4UyOexeQe98aCZKnskv0wlJgdrqGEJUFy",
+	"KI2IB4aZqdPv1RhdZag4D8MdcdNz4gQm4LQfN2b95qQiS55prWrkKmRIru8aZP6A0UJ0XCbv0u+XrB3D",
+	"rMzv/Xc9VPXdjvjIgS8yhBShWh1wRmGv2rrjkKhxjuUP6igbnIL18dWrWqoQ4OBLLfoRQ79n6OOEfDup",
+	"LKPwNfoZMz43kClYp/7fPBFi5Uoak06kSNjFMkj8b9jJa/v+tOCUV3aTnIfbedWkXVEkbhQMXPOM0ZL8",
+	"ACvpCEQJjbSzo7JVJa9y43fQJYsdXyXFZVTUK/M8SS3L1GRFvXm0qt5sOoM6g6Tw4tfTeUVabXae7W88",
+	"07VrhoIPXf1wbwxrn/70hD18+PBx5OXiOLe5FhFY26lknC0F150jRuJggKU1hbD0KyjKzithphWP/e7E",
+	"1URRjTRzF4odMq7PrtL9IniGZWBNcdP6a1HDP1aVeW5LOZaIuZCJUwy9UvFh2JorYydamGFrwIYtdTls",
+	"RWzY0k4q45/yMg172PoYJias51VsyZww6E5y9oyXo5dw4mWi97ttdELvqNvG57XpdSOeZUJ3R1NlhGQp",
+	"pEKPU2TmpSpFfvJQMebdP4+7/9fvPn5X/rN3Pvjf7rsP/Wj/4Pt6lXnFNV1TTzUXHLyBHLL+2nOsQIjY",
+	"wSGbqlybTqHP2CJ71SkzJlWS8Ql3d1Qm3vluipTnmdKYGlhV7nn3z3LiP0T7Bz/UTxxcPZWzWYuIvGv6",
+	"2am7Hutbv+aNhCwHoOr1HMaG5JXMT2urmwpcWzDOtsd/w6dWSQuHilDO0Zvq6Cx0jdaaIsZfOyhfWt2E",
+	"MAfr/nYi81WEOygFOiz/2+l5I+z1VBQy23Z4+Z0fYVRUo+eorJfLDZZSe9B+DzdqJWtU74V6UawAYVwe",
+	"VEsGXiM6p+9Ax6gJ4/ntcDpAbmvidVl9uShpHmu1ojcIzl1H0brV6RU6wMrJNZ5Nzf3Dvx9BvMMgOg2a",
+	"EI7tMs7aOEhE29Fhc57q3aMiMJ/1nKRV/eGls77qPBUvYXQTuqDRZeEYhFOlgkgal0sipjZYc1DTI7Nl",
+	"p8fOnEo2o3f5SjwJcXAITCkjwPYDA8YRAlnbaDRG4Z8oaQXgn6Bw2liYDOQfLKQn5yuhtbOnjwp7HiI2",
+	"Syz7KlwtBZjGUEL05vDgAIJqnM1SY+Yis8Gj6FSkrSAD29+M31uQTw2SfqejQfrbdC516fwRnciJTkfX",
+	"NUB2SzpxV49cT6v5JxfcCNh/cc+30qcpzItV7hQk9x4rjJRX0CLciwrF0q0fmdxqLk+v+Y435lLgJOvu",
+	"PB5Voz8yzZabXIOld6/WS0hQYWTnwLqqvsyh9M5MlSXCWFTNCqyahdKX4CIfKZ0g6BmE6FJA8zCpcdcd",
+	"Bu6x46F07y0uOgNNmRm+YNJHcIo3DeAqXvEsF1AWGkAvDSX88IHpseeyBkAE49HcWBoAqkoTviwcpUax",
+	"MdesnaVXIhpK8UfOM4BKUnrSg8h3p8eelRlvXteccoNhxmK5S0Eusp0ua+BYrgsub3WpbHo3vLbQg5z+",
+	"urtBuPLblXk5Jfhu3tV0KUqd27T8eLU3odbdGgs5VnokYoz+Uv7YH7my/IjFZsoTtYiJ69ITF7ml0Kdh",
+	"cRAYjo98sBl9sL5ckSLUYXSRBm1FLRyhhXHsWmvhFZUBrepM03zGZVcLnjgrsHBbboox1b29NMXrkjmN",
+	"0v7OO4sccMvAZwr1BJQ0grfF3dJdyotey2fv56lHB/LucyxybkV13nCsljYAclHWUwO4hpoLyeZu/Bjr",
+	"oc05t1gGMgNwwHaZQILBAcDCiqmQOg4PpZgCfVl7Gq/xMlX5KPlzzjlkH59TmGdd/twoKDweC3AFnmcN",
+	"6ttZGRnAR9hM6AkpReh98poIJbKGnjRwJ3un7VAi36ccV8qobTsi66IatTu/KvS+VZawcxWdO4Stw7zW",
+	"kxf4oLfgzCaJVmyFh2Ss7Fzv1ou7TpJPY4Gfm6TJLxDWsjkYAOilju89CE/UgALPEx+2m2EpEJelI7I+",
+	"EACAVTu6hpPUnOc6q9/pRCTpyBE6Rarenr4oKzV9LJrNuLkUiU8OT8dMKlkfeMnnybWvzUJcTJW69JPc",
+	"vUqQYLuIkmruX5G+Uz2l6pDhHkV1/GHF2x8ssU52vdaT6ydXuHvmnXRUXXw8mgn2XILHHI/bcbJ1A7me",
+	"oe2mAa9VYlSSRvc/FQPYentNeF13Wxpe3EoOrJfkwXXepQq75obTG+kc7+x6bnocrufb0xc1F2ajKwIf",
+	"hR9uu0kN1PyiONpyK+nmNXFuzP90uoAzvVnsHif5Tu/osLFympfTtgPWHiMdVWQ9jcVzq9xNHo+bhP1d",
+	"hEyczvDZAyYICDmaXtM3h9scMYqdu38V5EUpvuvMIvYIx2iWFSHhAkzO6RLrTtx6rnM9XvNJucZ1hPyN",
+	"uMK/ERdYI7iTolpm1XKphj/LRKf6LKeV8Ey/+/jdh8OP3Xb/9/3u43f/3/7v/e7Bu05tfOaENuv2qZlj",
+	"nmbnuxx7kdhz53LOLaaOZG+pr+7qdd3kbI2YgUTgivq8XlO9yv8a8S2UyhqAL8DvurvAPqEfrHvjAqPJ",
+	"e3MLs9b7oLBEUdaYtTdSSjeIylK1pOMIKY42pFz+9XRHRzfXVx4DgveZW6BPOnWxpL7fbxKMKX6z3+/3",
+	"t//MWTZwgAWphn5uUmxP6rTYL/jS7ihnysu5UdTQY9eUNv6a7XiV3NNV3df/67Y3c+Vu7XJPyqNtIvk6",
+	"DZPUvXprmoBwIQg5VZZKoJQUmGrgDO0Imwo4VuhDYmNuLFMSwtYe3tZrP3xLHVbEOAPPoRs0L+owfGGW",
+	"L6ZYK7li3AKoEWvHbkVxxEIlGJEmswVfGjZRzCqywt0ML5bwv3asxuO402MvEE3QJ09wLbCIC5Zo+JJ0",
+	"52TA3MlUNOgtqjMcwR3oziDCP7vyTBjgO2jPd8CBPjFn2dH09TxmTZKeinnGR5SRSqV6qbG9m7Kj7Uzo",
+	"ThWBV2LhNYAjFP9azNQVQHDWCP5aTZdmvrov7ta5VbFRxk2BoUdah9ITU9V3PZ+6i5Sqk2CDdifXC27u",
+	"POBZxnJ7q9ARG+tH/HNFbGt3nhGGp7flHazCn5Q16MFmlFOoZQ6E+1JT58tOf3rCHh8++r5ApknUKJ8J",
+	"adetX4SorNV7EZx65/UH+fMf1+L51088rKnUTG0mNuj4a0G2qbVzM9jb+6NoG9ZLxJWHDDV7CNaFQ3ZN",
+	"lk92BniDb/2Mok2pjoWZu44Ms+KvLnN2WRu9HYO9vZjiRklq4GPHe66tclpBeLXdnV8LxR3+ULnXbXzT",
+	"3wZ7e8Phm780lJsECMabgF92SBEro2PXzfIvGZQ+f3h59jJ5/I8/+u//efHbaP/F99OTPw+O637bVHsN",
+	"Gdb/yqlRmlNvKCa1lvNH0VMyMKGuDpNozFQtQNrM7qwye0PwXJ6LIly50aHkw5pbAEyKGtn6imXQ6wge",
+	"+oiUQih4vxBLRXgdhOjTXqnJ3RXGxINI7zKBEnhmkl4JyS44Zl/uNMymEvYwkhsUsXuE441l7AAOWB/D",
+	"oolfi8wh9XS7k6zEEofnAyiLHSvuNu2uT+jabWs9MsYODgZc3FoNSgG6EvCFkNjrGWixBfWa/Q11cswo",
+	"pTfvLuVC3rgDclg5wHZ1P3j1DUrwPV8+rDo3yGexCWXG2qxEYNg/6G/DnWmC/irQZqYqS4psq5EydiWd",
+	"/EYl+vv/Bmg0t+DadwlhUznQwBPxXT/a2u8y5JB0S4sk07hYYFxkx6C50nyiD7/b1jbsVpA7BU/ZcqHe",
+	"eG7rHQlTLJYsuhy0Agnl+VNS62NA5OF1bRPIG2NQI55lAeKHkAnouQEAhHtqxiWfCK/0HRUhLfxWC54E",
+	"GcfYFaUCFoG43FEBGkE/r530GRHPJ0Sj3pAU40j5gQk6CNw+A6Y5q2XX+3WTfA9HuY0ZUkXLOF+2SMuG",
+	"ZMEgnBF2UkAjINVMLW69Kc1Foat+zXAZ13PzO7q6YY4ICp91n/7htdzz5Il/JiepFIKgNCrHEkYLdgwW",
+	"rGPdX5/qd/OIXcdVtUJsuwzQ6NRuOsu7cJ4Cr/nszlPqF3ht5+mXd4LrSyMkqrth6P43F8t6THQjLEvL",
+	"7Pmi9pq6mniLeN19dAPbf1xgs5fPq/wiCx6W+eyC6iqACdTmK2yo2zdefO+C9UVdBlYrW+GvxWz9TILa",
+	"+op9U+GnwW6/23C0DUpGJQeTHvWlBpRpuoB2iWUiUqgxIPdfyZAKlAQ/uLhuLd3P6ZWo5EKD2yrQQ2OE",
+	"hLhQdnqEZrZE8NioupYsHQP8qxOLU5XrdYdllawaCulX3oelVSIbH62W0nPLZs5A+Z4lfGkYnwpeNYd3",
+	"JNfqPPoMXYsMH6BPf2X7EcKDW8W+K9BjMI5Rccr3e4+ia92A1Ty+VZWLdqNEocYsbKtUEzjfdVAYCkhX",
+	"36Szve+W+KjfD5pn1GM6r5kqa6pi9SSh8g2akHokQAhTAgAJDPpd//CHfv9GqEDFdd4AaHAWogVumG2I",
+	"akn50QuhBZvlmU3nWQrZaduI+x545h1wv2KbKkwOX1y3ZQ1VYDcLrzRWIjU5P6+LnozPnwuZ1HWsH2W5",
+	"cawuwNgoG0Dvdlw0AGC83zCHh9i4B0SuvLGygs0RpKDsaV3ja6hs32DUgSv9gWFF6ronfNgod22xfM87",
+	"WVPtLKGdjRysRG48/2b/NrqlnL0PiQhzqIUrHXPgD12iKxRBGwzWF9LsPfQrekwTtSusaC0K90/QCsWp",
+	"gVFhEaI/Fgz9BS8z3wCWt7c7strb0mlfhVErOzkeVRZO8LmwMVwLQC0tkDRvxEDBvChK9+k8CqKpJ8G7",
+	"QrG8C7eEOxdSoUqTfK2PQGDFn3samc8xs/h2Poz7QLO+k3zBCsDIjfwENwPqxFqSDIPh6/b8o90dBZ/I",
+	"oF/fvKbNuAtD+8uAuaTm+PdsaNfZwZQLvr6N4sq9o/6Sw3fMvYsacVaxDLDu2061MFOVleK1RwiC766V",
+	"a6xsrRG3ZLFJJzKVk3Ps8RYDyEKeZdSwGaEatJhxfenrXakGxdTKBPc67kyac2zK3RT+xDgnNe4GPM0R",
+	"1zoVhsX2r2im5DJ9j4kQ0dU+/W0q3rNiiCBLoozS/73Isei+8Q82TbRc96aayV9eHj/pvvnl+ODRd4i/",
+	"NBXvO0dF1gO1kkG7zjsnLsWyx175bOqhLBEBfeeX+O9vX58dn//27MdfXr/+9fzNsyenz86woEe676kU",
+	"AZo5QrNs62RBJxpKZ+RQKzMycxCl+YF70phUSSxT3VqKXFvB+NvUmQdIuCCOT16/OXMiu8wN99khtBKa",
+	"aW/HIc8bIctPnKyWBIIQQ4UNuna4ZDxJtDAruAnj3AgwqgvgOT6UmVLzCz66jNhcp1fciohlqbzsAuCm",
+	"o+qi6zSAqM7ziywdsecnfghH+UOJmKBTZWzcY29ywELL0ivoVgHbMuJyJKAeIJfZ6sxyiX71oVw55uMX",
+	"L17/dn5y+vwfx2fP/gpZpayNM0uc2qrmMyFtp8d+Ucb61WsxlGDDQVMdOgAaaqSkFCNrIgKJevrqjVOu",
+	"VJajzoCpsTDzpTORhxLzRzhuH89WQFRa+wff9/q9fm/fUR5nfjf97gzCwenFBtsNIQI0aNXbFl2zZvDr",
+	"zfilcLvneIxhqe0cMc7mWiU5tJDzV8ifPJSrb1YbsAJ15bLXsKnI8+p3zfz9Ke1jTS7SNRREbq1T5NbJ",
+	"f79waCCCGz0YYQmz+047DUOEjDdMcfKIsetMHpwk+DZoqlG9zqllJh+NhKDWcFsvMezUNqHmAQNX5Fh9",
+	"m0L42XmabHjpA8PSJELAemSIhsUBs/eHg1V57ss0iQvYHJUsd7SXdu7ViLl256NaXA0UciPhpuREyNnZ",
+	"CcMfhDsvle9lMeIzwdoEhMQs1xNhIyaFha4EcLQRNNtSud3UuDKcnz/TzbOjGYiEHbx/X++Ea6x09/P0",
+	"IcSgb7xjtH/kjungKe/YqxZJKyCIiG6wvzXVffdUH67WPbvLLb4LxXeVMXx2HZgmdCaMbez1cw1eleQa",
+	"bM/zWY0S+4tasExRkxrPXixpArvkZG5mWIXU2s6xghzNNap+1D+4BU87xkKS2Os4VjiFoDJk+FVTft03",
+	"PnELPnEdrdEWo4EPy28UpM8G2l6hzCymCOI1lF7BTH1jOE4KzQ4aXIbaCnjd88kUVarN3M4zOtJPtvK0",
+	"8CZu43C1Wd5vT1/gouhAncJKMrnQ9qnG1ZkzlObD2mD9ELS5MwVMkfntNBJfH7ox1xvS37ekev9WoECu",
+	"ZDNheCWOWIxJEe5fU5Vrqr6Hcnunj5ssBbx79LiYIxaDyyX2UckV0OkgGIkjIHpeDtmi7v1uz6FiAD03",
+	"7xrn3BBWoB5+de231kC9S6zbdUC2QZAmG6JpD2UVpQjOFmEKYg8baHrs+AIuR9HsEVPMkalIsXO3zPvE",
+	"hq13Iz/xhdernnCv09GmQcTNkSKdd1T1OncGQxm4zd3q881+eMaz9HL3nbkVfOl2vNnaa67yLPkxU6NL",
+	"6vTbhAG+sqNY4QmEQrgtYQ8wbP9V9DbZUYhv7ulyh11cZJO3PNV4ojfvv0Ib5gfZvOWnwjc2Xtl1Pp/X",
+	"Agk44y1JjU3lyBYh2KD1GnZXLCGqRnzO2vtRv9/vHPlMWOsDI+5zDA6MeKVbadjSYjMBVOKFW8hhdypo",
+	"Cpsr66T8XOgCGxMrW+Syioq5e/ytQv23xCD7qqO1UUurRUMDSGj9iLkXjgDW+QASUYRZKVQcftODamjr",
+	"fT93+jpBadS36OquMQKia9rGLWyhrjd5eRFvdYe0WjygeOynvUlpc+MsRARw2jtgAqTQNRFUDZDFyKJ6",
+	"jaVxGyL3bAFY1EicdfKJElqcikeckLYmCJYH5WIjPl9PPat2bYbX1Kp4ZVnGioTbba3bg+9QqSL47NbN",
+	"r+8EBL/+AqxTPpSajXKd2uUb92aqnxZcC32c+1SwNbLx+FdQC8TaZFkdP335/NX52etfn72KOxh2gvDC",
+	"8clzjLfEf8wvzzH+kyYY9KGP6M+lOBChc8JSQSLCdMrNcmZI6+NH6P0+VutTLJ2J6PqGFKmuFZJLi5C4",
+	"4H9OR6LHnuTGqpnQ/i+GcXMJ2akXYgwSX6VyMpTOLI/YsDXjS8w9UXqy5857D66NmTuR8KpU7yk15aVT",
+	"a/82bLF27Gwutne1v4dlHT4A5DYI6i2K6gVBuSxUhYsTtgohMlHxNdgiBIzUUrVQYwJyPz553hvKoTxz",
+	"H3yltrefeG6nSqcW4bBHSlrNR9jqh/2svGceiqjHfIR2huOvmWGpHMoYvpE823PHwOfpHp+naLlNhHR0",
+	"4ZE+IMVXJoT44SOFKeBZpxDb9zbBUKbW73fqDFs+mgpsQCmTTGhYzH/9F3sC/VxwD9wyhLQp5lS4B57B",
+	"OPHe1X5MFJoqCY2YDYuPcdV/wh8H7EcgKUqjBCom2osYWlfgfwDqJsgRNR64Qbrwzf/8T/UK/M//sLaQ",
+	"V6lWErb6iusU0IxrboZXHHCjnVnDoDwnUbhTgLIdkeUHzV245BOweDMucfFKT0xQxAN2PqyeLErmreQe",
+	"+41cNXUzqWDZuVvqyCU1buZJz62VS7fU8gq7dcIl7vV6cSdilLCB8qukcDe9vQ9KTz464uheiqWJe+y5",
+	"hYmJTMkJRJoIkwZb2lDQGLL+zID54qd2Uf0Uh3fHlz25N7bXS58eIC82CHRjIjd3ExVhVrw/2PqXYyVa",
+	"kXoauVf6mK2PkKOxTX8Mo3AdeLyss2rXFFqteGI6QM3H0BQB2jo4FelSqoUkgvMoNof9/SPG8bYA//Re",
+	"N6Aet0/AYD2lD6UUIjHBzx8eEQfuwtMJ0yq3ArsiJV7nwMQA3LNLsUT0MD6DLkVyKFFQYMOH4tEoGOQQ",
+	"lvOMj6bBpfNtKaDGmc6vSO6nM0Z9FbCFGDgDhjJ+3/XCDKdsYtaGRhPSQ/bPHI0K6RgfbeSca4sMp9Qo",
+	"IroOq8wgNcwxKFQuqDdK6cNk7eOT50OJu1AVcUpXiOeoep1Oj8+enb94/vL5WRz5EDZ71B9Kn0DEOGUX",
+	"w4geX2mAIO2BQ8SWG3vwmG7VqbB62T0eW6FjFBnQTZPg+N21Ks/c3aIli0+5FZDm0oX/xlH4p9Ogk71M",
+	"hrLylRE2Zm3KhO6UJbewqw9YogpWrOSV2zUlDbJFKjCmW2XmShoI1/kwO3S2bMdPlLRC2u7Zci4GkOZG",
+	"HHzvX0bJuNNjb/EyuHsFDSgxeb+QHxcqWcILtXCU6Qn5sN8fFC0KUsNMmglpsyVLJ1JpYmfOXgonwHSe",
+	"YUCWuGcpNcCdDKKDw5BRsA9FMw/g3T4siQ1QOPioYbGY/RCOBz5M1K4dB1tdvLtWS+Anf4HPFH51qmn4",
+	"7PvuYrHoOk2ym+tMyJFKRBKzNrjA41GuM9ZNYmaETDAXFdju0tJBzLkmT7qbZUQ9AcCx7t7Z6bHjoLVL",
+	"knKYRtDehRIiGDvcf4S+2yGBvmDXuMoOz3J3ZmLtpLF6Yzgctqx4b/fmGU+l+zRsxXBUAPuCE27EnjGs",
+	"XdkY+h43r0PmR+xmD3IiNezmAC4MtYvDfh9QoQwGHNxxglTDK59KFiPGTem9PD55DtJIz8zAbXFK7krE",
+	"ELdTDK/DqX8YYstV3MbVJq/YnY96seIjfnOJPeK1jRi6vyMod4nQewcu1WHrYxzVjIRU/fvDd72RMnbD",
+	"ONBKFwwV9ypIr1l7GarZNS9JgWcVW+BzuOleuxce+Sa2eMdBj+EExdWOK6O4J4ateIARDCQmJ3RAWuFH",
+	"lJt4Ez0KR5ZKuA3YRC/LZ9Ltj+VBYzZ8RQeIEJFWnDrizn3GM3dBRALlUBLfn8p5bo+crA4F+gVPwtiY",
+	"+/6hv4lOKGYcHbhejrdLY8l9bXUKaHaFFIKmBYRC3HFvO4QljlUuEzjRUlsEcdkktBPGEQ9QKlIGphxm",
+	"94iaB9spJYO5l5p8NHWGzFQlrB0fZ5laxET92GYKsUVhQo/hBWnCeOaY4JKJ9+7BI3a4/7A4U7qFVimW",
+	"cT0RR8BCQgbqVuWTQtzRHbHDg4NCCfIyALjzhRb80oCSwsKCZ+DpqMQA9yZLzOe6eeEJPbOOQM6WrVJY",
+	"m0AlOu6lSpcCulQbSCPBbfUCo3PEHuERe0OSjbiUCpgDtqN27y7bcGLb66L5JfZvVgorkUYV/y6oyOg1",
+	"HmfpZGqP4NqFegEzfGkocKogu2jp+HjBsQs4Gp3aQHdwNP48gYHAtojAsIgqunOAEkn5cthNk6CwscUm",
+	"PsTtCORCvAvamzMIcGiyLUzR2jJQ0TVe19qWzOWgJcIORSthZS+AUlHkTVLpDJUBi/8Gh/jX/V5vv9/v",
+	"x6zt9bX9fr+D4uxvmJfx1xg0AFkol24qvv0S9Il5YFgcJHKA8ZiOpiBpZJ5l8XpnGYwoI+5Y6Kg4Pnne",
+	"ilpXQhvKIev1e31wbM+F5PO0NWg97PV7DxFVbwpumr0pNI/9E6KUdamvx6QWHvT7Yfd1gvB0FDjvMQom",
+	"SBVQZ68FAyNtP09aA+pT+yfWYYByB1M46PfBP4oiH7JSVgS9+xs6rba5tKgVLjh2akCOK7OueK5ag9/f",
+	"RS2Tz2ZcL6EP4JWQwhi303xiqGm7Jticd+6ne0GxWO3WedhokuInWjlGKHInyt9bsOUM5KUzdOmt7xi9",
+	"YfuOlQpQda9W8w5qt4XWsXlDgtnPilk1bg3w712JSkh2Qm2E4fIg8hzq59TSPwLWWCTrRt68XGlM/MBg",
+	"89T1nTzFCX0W0oOxAfHxUf/hJxjvFTSs5MnyiFwgxudOe4UzASCPTcft5pxuuwBX+3vkmNhDx0TjgVPk",
+	"Anh1/POzNRdP9TVxaE9pQCNPINvoAj73hvIVuCnsmh8ZeWP16J/BO6k9AvA+zQHz1TQCK5WPUFjv7zlm",
+	"9G19/Ce4yfT4u3pyq3tF8Zzv44CzdkRzuNOveOLhueAn+9t/8laSG/dPxMs+ROLc/KOflL5Ik0RAbPnw",
+	"4PH2Xxwns1QW/gGBiEklof1Y8WxB70R/7gHpFShCnu4QZmjwARqQ1zAYcwm6DGhYsTNJ4tKvHiMDKzpz",
+	"mLnTFqVaFL05ipAWeDcwOAN4U2NmVBBhmjFuQzTqiHGrZqlTaJbQZZWwlubcGGEghWwo03G08rNmqMcY",
+	"VK+/IF6ZL9jHvJ4jxikMRgUBay29e7jyAevHmL32Rw4lC+B/eUWOvsJgKAwc7zZFswL15NLhGis9icHY",
+	"CG/fUML16/RY7Pat2FpFqN9YoqLFJDWAnew9YO5/dQ8PJYcD6OL+IEgbKKNz9BbHKyBr8aZO6FhyU9sK",
+	"Hf1jHp+RsL03NEjH1rmFU1LNykyMAMet+6ubERU0pdJYwRPWfv7s7KehTDQf224q7LhL0Y9usJbupVh2",
+	"8YfYpxd10uKAOEvS8VhoIW3hGmTtEpA9KppGayAaXwqytvnk3mapce8xKrsSSSdwHR7UbgKFhMqMtUSQ",
+	"aULCBWmSZ2AjDVjZUjJwSpbNJIeSh5oAnEV9F8n1xzAFNPYwD0MZFgD85r/FrewxAOFAxQKspkKzCMFq",
+	"4wKjPB5KWtaAxU59rjayjBMx0TwpCCZiWCIUF5uB2PZyKFPZ9Woneow1a6/+vBOxGCv5ypU+6j+sE2ZP",
+	"CF7tekKsCjH4C1a5oHgCCvpRJcs7U0xgioUwqkaXCVD53pQwGhuS3Ws0o2PqZ96GbFXr0wguxIjnRlRS",
+	"KoG2IWsaSQimuk5hTROiH+3V/OJj1Fpxrm97yerjlTechhmWu72l/MnKm4yw13mLexx2+QtWUfqH23/x",
+	"StmfVC5xiP0dhjjhy0zx5EypF1wj9MPh/qNd1mPy+Rz6A70UScrPnHkGitTBhisQ+qR3vwoeir3eQACJ",
+	"FiA7RMUlQASkgQ9TB+3WlQUvsfcnYcP49qY+8dRMwHt5qdMCOgDBXVUqXGE/0s7AOxncChxjxthA7EE/",
+	"4W3kJWdCWo0J6IVi5+ZUac4tE+xMH1xvNGLB84kdm45gml1yQlZRlt1Oof4AClnbSYFUFpoGeeoxpaND",
+	"khrcdl5Ye/fZgDXLanoaxX5VW4FZWr509q3SHojDVxdj/TFnUixgtqhtuU80qpMkpb7+KTjtU+CsA2jv",
+	"4jS4NOwmjSv0/toSklTD63yxLEdmPWBQqO9kLKXHApQXeNnAS3kOGk6B6YVSM2DaXxOzjVqBy3brr4NH",
+	"4Yg2ux/unM2U9g/6sZ2Oj/pR4qytQb0+5mG78Jo6hjKUTi8zhY4U+RiPrztfdXoXXu4egz1AHXgoV/zd",
+	"SDA99gqjl041LeO/7sb7yfILnzKB5LtGYTc+k4opDFcqVLtxuMAMRqv3XdRaS3IIvq2YyHsXHgSj3lB+",
+	"SvoqONLwsFLpHWo2WwJnA/dLhO2QsiXU065komFuJqWjrSnr2BAK7vbcd5caFD0M6Js23Xd3uKiXdYZS",
+	"6cjDG8CzCA4BeaArBNWmaFpUZMJgvCqI3UBH72rwJiIaTNwPkKfyUhd3xBdBxHJFHGjhxMBQrppkJZc/",
+	"PDjoRFivXok3l82fY4wQxz32jI+mhQ1POUzgqljIdTv3aIuxCeYcRmwgCa192O9jEoY7BTd5uozGeuwI",
+	"4+ifk5Vterv7Btrow8CZQ4C3ELyXYomNfeAQd/TUwQX4EQj2fkwTePfntE/CCTSJztc1t6VIBYCr6A0V",
+	"L92/cC/hp9eoa9iqJ/IynQo7UNyUuyo9aY78YNiw3oGdJk7iNLiv166Ee9NrN9R1TX5QG3Z2W2Ol+Wa3",
+	"9Z1cAN9GuoHu53wCZjh2BPvqnd9uK2CtYZTFfQRosFqBjXhlBXemljHvoaYM03s3kBc7loV4xG7WpQfu",
+	"0Etrn10D9pUbAJ/ssRg8Yz45Eb3B3r8XsbjSsTl23yLC1lDWtsW2iu2z9ohnQiZcY3aR6dSKBVjyawgI",
+	"3IdUeK0nhAK3kzTYv8uBm/Rmd7ZgnmN29Jd+F/o73IUnSo6zFGulPqeXZduPyV3rjJFn0qZ2eVe3HYmM",
+	"bu76jQ8EC0ZFG8VL0/1m1RSwUmuj/h4gzNZlzM/C+st1f1x/A6FHpVJc8R+xmdATn5wLCrF3ELG27/5S",
+	"rXvniTMFrFrFlDYdzKv0ILAEkRl/8dfqus7LO6DSn4VtItEGzQhbvYDIupaK8lpPTjh1zJh7M3W1SpnL",
+	"CaX8Uyb3nCA+AjSnstwQH7kUYk4FUFc8y8WGhIHdrgyJwIgwFUzshBp0LTwHZDpwRtUJOU5lQH5Q6C+j",
+	"pBhUUjWn3A4l5Fpj6iVVKUyEhRIMeL33S2ACp+mxY/pnWLObCX4l0NSF/LsHQVKjYfxCXYXlLd5LqzT9",
+	"MDCWuaVaMSrqNENZlJaVpSZltDwIHNaJcIDivFcJjmCfn9ic28DX8HCgzOqr4zL/kcIbL9vNOOOaaC9q",
+	"2raYkOVlxeozLa7UpaMqKcoSkohJsSgqvktkJSyINbfmfjX32c3ueJ7+KpZfjWWKy9nFOHVH8U1zaLBm",
+	"fSZ2cEUKWr9XBWKztVzExYpseKgxs7mW6GzFyxJkX5spOJFltgRH6n3cIpwdEt49SUZ8+ecxb8OxkyY5",
+	"6aOrZOgesTgAnwYFD8uscaexwfQ3gXonAvUuLVq69je59c3Cce/DpVh+xFudiTrU8lOQhwXMtnfq+sgE",
+	"VckyY9Xc2YojMbeIz03Jde43EFcfyiw1ZRk6yVmINBsBccQrdQm1UYUMhvGKUNchJhTeB5vARQZsonJf",
+	"D+uzrd0QUBoHk/0mrtaJF7f1lsR7Y5G1XfP5VSxJutXckDxJN2fbo9ZI1mJVQxywxVSxdgwtk+JOhJmb",
+	"8DmFEuIYi//cVxg2xVrAGOE1yNzlGEW3ha0TFXCC96Zxwqq/Fn3TLWYXdRNhJYQkuO9vF3n9IvOk2vst",
+	"vMlAM/enea7fzR1LYiDMqxYQ461J4O6UdyNvaKIUsXmWQ1wfMxsAXq94J7ly2ojPSmn5cHMh6b6DQA8p",
+	"QTZ7WxIHizBjXl0J7RFIYH+hqzVLchHkn5HLllL9UKw+efOPMCEhpvkqPYlgpbBQnGCEA/rxz/EjjUyf",
+	"cNwIsVBHy7hXvLIajQoBU9vYSErnUqZy0vEYezfnTEoHGC2NbArLdl7rybd6o6+Eu6wXKBHmUF150kY2",
+	"EzRDv1OGQ/XOXfDTfqqgkZNcT3DgtzDuVyKWgzXtIpwrtebfhHODU6iyS2HGTYVyP6d7aC60URIU4xGX",
+	"0FYKhC0KlYW4KNaATiRM9R6wGNstxUOpBU9MASqGvUmKYA1Un3NjFkon4FzCLG7wLnFEqTNTzG43iKbj",
+	"XmhzLUUCWRtixtOsAMYIarnK9I3H9+eiCi7FPfmpghE+j7MqXGJTSCeg4n+r5IzrXvt/k2yOu/NfVY72",
+	"xvxpi2Te+5AmG51ZT+HvptK0GmgNUBolXuxU+8Zu9xLYwTms3vddHE6VGaeG4Sq/eZ5qyA43+a7ILvpU",
+	"SUIbqaL/uTjxNwJryOG5K+q6NwdncNCNtg0mdu0cJcfHVwPi3mMPZYB8blYD6JQxS06PW3oFAP8LVzaU",
+	"qB2yAtEV8nqsUp0mF+fPuN6vxJiC1exiRuG5fbvKDfbTxFOFv8P0h0/hb2iynY6TxLAYHHRxkApW9DFC",
+	"oLsQbgUwEaRasFzaNHO/tWkWs/bFcig9gpp7S9AZg6IY5NOrtm3qRExJVg30UfyvN5RPCMQX/JZVZD+D",
+	"/lbjcUd8YlvCVG79yAAuSG0xOljXhnDMRghC80sdI4EHjlhqWZaOraFCaOj+a/0Sewyc/UEqK6QPcqNk",
+	"jLYhOWtDMM5qmbUbf0o5esH2tg8PDoaywMWCumktsFobmsdYhRPtNFcFhLmI0dAZn7JBK/DwjxVVbyIs",
+	"O2wAqwD1GpjAPZmN8O7PYzDishoUFLifULSFvXQ8XX5LXPj3zwSEg6egTJszq+bdfN5pYM4V9FUiyiYt",
+	"Z+8D/H+jjfiMzECkME9Xgwbum2g1NwxaNq+ySkIywtcgtMCmDIgjVKKqGRBKe3UKXhOi+fh0CHYdpDaM",
+	"yJf8YhezExfwLdNhl0wH3KxrUOo9Kv9wyo1qf9iDbzOoYNisLwC7xejfVGRJxIxy2r51slC8n6fag2u0",
+	"bYod49OkEw2lgvfyLFuiXxbxiSne49Hg9qAkjixP9kJw4xsSEGQvAr4DhJnXA7QggHS8YD12jHpvptQl",
+	"1KFKhW29oe0bdHtb70QYDaVRZYFehljT3LKxWBCCbWpBo4EunmOwO+CFvg9kGyS7VFJ0ENcO9wjx/nkV",
+	"hXbAxirL1MK9E7W1FC6ZzLMMNRbkf3YqaECA2QUN6YFx3APwdZP43gOuUCA7F/I0pJg1ul21PLJlDeWk",
+	"Zfel1D0GrWhbUUtyaCFEbaJ20w6ewx3cfWD0ZNQPTPb7bQY+Ac01/VM0jeF7TpaDkEbeGjzqQ0vXdJbP",
+	"WoP9fh96o9KnugZsX475GdDETkXHq3fumyyxOLdHu8ztDXLAtyUi+YoYKtPS1nY6kEnAQz5TJB3Mwp2d",
+	"TQRxvmNt/y3i7Gcwra/EJ+QWs8tthN39dgMbPEKWSMLfGvz8OSPooCEVpbqBy6XtiyY7RSJZkbQ1VppR",
+	"cps2iKejcqg/DV6Aal2qARCnDelrvoC302MnRa4bOntMPqNfFEWQvvu3LyvmSwAAEu9HQoRgU+1cZsIU",
+	"V5xVEA2M77YnFTNTZ5bqLmH2orHlXrv6ykGJWQ6lkdQCBuc7lM3+nvZGNL0SSg+qNwksaChDBL3KwKzo",
+	"B25+T9/1yCN3fwkDZ6gr3YfLx73683h8YFENDh+k/m85Ad8QHiCwS7bC9bhzgz6y98H9b+fMAW+pAldY",
+	"AX3GXl6prnjEqQiudOH3hvItdh6kdCPCCCU3USrJE66h+7mpa1B4f6kJBWfZxTlECNffchF2yEW4Ecl+",
+	"styD+mPvfzLe/o10mrIMbkg39+ZYdCd5V7AiXnMt6ya84gludD4isA3sL5elxq7ichQdxtbai7UL6ody",
+	"ZMDmwPpk7DhhoOvCogaTnyZfQvLfOasFMI171uE+C2DHpmvuETu+yuv+nwzZcR/a2N7mYovX9+4T+qqK",
+	"LnattvhWZbHJJ7Sq7EPx6Crxf/asv6p8rnUqndJCDOOUTiwL0yZiQZyuRIZbyFqXUzSUI66vqqk97jUP",
+	"zJF/uXc6KSkQcqt8hq04m5xh5KYlhSgAqINdt8r9AYBiMcyHk08Q4jz9IxeMGgeUltY9OWDusVTj89Vo",
+	"bEoJLooyyvP45oP5T5T6nnnQ9b4269tF7u99cP/bgkwyU1dkYiBJUlv4ArmyYFcI6e55xYwvKXuh5CXo",
+	"eLZTITdzqPtzu1yrFMSXgOTyK76Md0Cqb4v9uSmxfjL/y30XfWxj7d/Ip8n/sqL1fZmq3vZngyqQRrdN",
+	"vOJ8MQXjfFDlp/Hv79xDyIFTGzGjAp45lFVXjqPapc9X/FELjmmO6y6bKsjp/Xhd7llx+yxel42lXOR1",
+	"+Sov+X+012XtXt6FKjbVykLj+2bN6wXUYQRt5RbO3sLfFQBxa5UjbWfOlUH3ztFQcizauK37plGneq0n",
+	"Z349u6hWbmHfFKl698fYNpx46Pfzf7qhVgWxIE9IQXUSNh1DKQJ9zbxHglIzkKIIWhQSgaecig3NjGeZ",
+	"0GwMWGysHcNkYmb40uDznSPIpocu+RJ7MzrV2leW3KJ0cbVakZXFiohmATCJNdSL/QKaSfcO3fV+jKbI",
+	"HH0Pd6L2zrxS5ZGF2/btEq1dogp5F5VLAWbuza7SLTLO8ppL+DLPbDrPUuH7K5ksTVI5qeZitbG5X8Rm",
+	"qcytiKBNZ8QSvuwEVQLREJPYoRgQK/wg7rZkMV7ImLW122KRQIc46NueCW4sg55qlM0G2WVDiSNbpfCy",
+	"+qSz1ECT55piRfIFcjZTMyFthJn2QxljlYKB2pu20iy2Niv6WxZllDCbmTKWfe8WZgDIUciwFNHXIPTY",
+	"aagx18jFdOx+N8U2cUeMl9+occHEioZ3K2wL3RWLVJqi0nEXoYl91LfzJfh7BP5WTkyqli+d5Gt86R5C",
+	"l/T6N+KTN4/bxg0pK5meiqDU1gj79WnVnxk15mxFB7gJX1xXbTHvvSmgiAlZAa5jwJcj7N5ZJH7BJ/DB",
+	"QQqCu9QAHsnlEjIGhnIFRtJfwZTqnU2PbcVXLPAUn7nRfJ9lAL2iFpZxwtNsGQ8qhdyzPOPQsQdTyIgX",
+	"48scP4P0ByoAh3W8PXviuBt0sAQoLqUvhWZajJR2fNkxe7cXUFIA6RHQvJNeCQ3F7rcACZxj7uhuhfR4",
+	"v9FVN71G5xqffFOH6pyznkD5Cu7AF1KrshAXU6UuN1ZHvj194XQOaI2lBYMEJ6tYO6YfY/eiUiE68rlL",
+	"adGF++T47MkvrDo2AUOzX14eP+m++eX44NF3cIMSkaVXAi4/DJdOJNUTE5A0YcJiF19iE2AGpRPJba5L",
+	"qFmYNbPLuTAwbSw6xNYAgCmbCJ1eiQS1IV+ACQ6H+O9vX58dn//27MdfXr/+9fzNsyenz87iI1SOAA5i",
+	"ngJTlEpCd0I3eion50HjAZlnGSZ9SWVLe2zZY/8QOh0vGfeLXTp10Z1eboG1hnuixiwe5v3+w5GF/4ke",
+	"ftJ8AQlm+Me45Dy0PmwBPZtzjWD1ACTgtCELVdY2nQli2vHVPpxf/PdcWe50NNF94zdzwOxfccBcpu9x",
+	"sOhqn/42FfSn+Ihhx2CmsoTFNu4Npdts9Hb6zv8jPpoKaNDdjp+4f3efKGm1ygZMqi7gGcad+/CK/izs",
+	"b0Tq98gj/RANXJLui1On3DGbXrUBeGVDaqBSsoWjn7jYqF6l0pJKKI3V0CUepvCNGTeUDvqT8GFUurx0",
+	"dQLeTA+aT4r9TYN2S07YyJ+xEohbK2Zz4Mr0G4QXDuFvkIOvYvhXuSQhdjuG3/YJLSMtEiFtyjNo4wYV",
+	"v8S5/bAyn10IzdpjnmZOQ8Q/G6zm1k6p84AQF3x0qcbjiOUAKnPQpzdpMRIpMt5fzs5OGHY1Z23goOi1",
+	"AoBy5CYiKYvAsL8sPog93k0+GgljOvfVP4Au+dPycL6S/LnqwnZqYlWIL3/m33TAerbjGU6xYdX+Ap+T",
+	"zexZgelzd13V+QbQRh0j8ppizw0Ve4YTon1VdUnwS5Hil6WXAl1eTl2j3WvXqioxudN8hHWBhut8LqRI",
+	"BiuMZiiRyUDt42K6ZFJ5ZWXEZ6LHjouHCSKDp5nxigyXvrM1Qi84PgfEjMOUWs+Bb4gdA18SiUhibGmN",
+	"yqhTI+HKitAyddPjSaKFMRA0HjDOMqXmjn9CCecVt5Don6XyspupEc+Y5XoiCMRmDKZ6UIk6lG4gnUtD",
+	"s6mqt8cvXrz+7fzk9Pk/js+e/dXqXFCdbZzr7HzBtUTz1SuwqNu506TDpG3xBnVEn5D1U+dRn4AZ3oEj",
+	"wjFLE9CY+7QpJFjQ115pylGaHUhMnR6UNBRqOXgEUS8vLt3b0xcRVUWQgu++rdfwHVkCbrfbpvsQIe5W",
+	"EKc9cxfv/hm6G+ZUmDyzzbVJxhbH8sARkHv66+PlBxu2dq7VRSZmf7neFp/grzY1YN+JGKsK6FHRqHfB",
+	"yXK9K2HkyA/yuYurW+HDi8JIurZoqhEwKs+S7kWmRs0Oht+mimH7f1guNCCe5toOwE1JcRhfmZ+JK5FF",
+	"LAVvo0zUohP2LZ7yK+FkhHQ8h+KpAZjTYppm6JPgwFZiM+WJWqCHzrG4mM1UAlGeBZtxuRxKH5SVvqMN",
+	"A3T/tPQomgiDJ/QkaNVHJTeAZjrGLWUoE75EoTKH2m6WJmI2V44U8deO2/kaWYD5Y0/cJ3cbwTE79bWy",
+	"GEBJJeMXAHPAMKjj14pTOQr9nHOhjYcdIXgFcDpFzChQ+ZfM5PoqBWTIU5GADDGWa9tjxxQeQkSpJDU2",
+	"lSPLNOBJasEuxRz8uL4f5lCSH7aNKJyTVAKY02/ujH50tPCEz+POIDihca4hIk3ICu6tfiNSOXSaP/Qj",
+	"UmMkABYDKkFc2iiePlJAk/OkAfJr5MR/UgbQAAArOBpjAXCBj+x13NX37gwud+vL9QiXczwV2Panngki",
+	"1X6zDGqYMXAg7HjHtaSd+tLcxU7L3oZnhDFp9+TOUEb1FWknMNhXYlG7xexiRsMOf+kX5K4KzOZ0wp6e",
+	"8TPQ6bb2OhnfhAXKjr0Eydw4HqAHBS7jQ1noEV5CzHmqj1g8VyqrMv2YPhCwMkHo4M/Jr1UAO+KACK4D",
+	"OQ4EsAPixyPseB2mFPEe70IkAWIRIUVT8peemAeBmORyiXg8RaBUi8LWA1GDKcUNxVyOGO8pncG9+vMU",
+	"c8GiGuSOO7V/KzSd/7iGOXMkyVVOEMqdvQ/ufx+v3ZCutv6kuAL3yO83UeM3Haip/qSBEq6t+2Zc3hVs",
+	"B7+Av9Ejl0LMKbvlime509vrC0lKFI8jFg9bJA2GrQGEg8uCEshYoXanzQZFj71QC6ERMRutYQD0QN8m",
+	"mbbGmaW+iyqZwR51qWxLgLZMqkvESUD2nuO7faNXiISXwHDBKpX28yWrO3ib+xLTHjGLz48areKOOJt6",
+	"FXikvoTlnsXVZylh2cQffAnLV8kn/qNLWHaXcteoTEltYxXKEdtac9JrKCZxBPqtmuRuq0nIeNhYSrJT",
+	"sYgRNmT0UenRDGoSgkKPoIsL9BoeSkrOxszw5HptFUh9+law8RVGp3ck0dvoYvdWhYG/hLBf5XJwS19R",
+	"0OCa9RhDGbZA+Xeox1g5xGoxBrT/ratkdCpZgBJ8oeyUitDcM/mEUgorpRob6zOGspGFnOTrLOQ/qrai",
+	"WlXx1XKlL6a0ouAN6FJfUcQC3ka62GrDmHqH5C/KGYQxn6lc2ph6mIQt6krLLCrrKZx5FLFEjFLHeCDi",
+	"lC0hu2UoOUUAoRW8seW72zzLnG3lw8HqSuiQrWHoAL2ZA3bQ36eEa1ttagPG3uHBY0ym4SyMkUbQecW9",
+	"3Ftk7BeRUcATvZVDCbAGpuCovilfZSZUH4K/SxR1fFmZCWRdG+G2PRmwkZrNUuuM03Z88vrNGVs9BOh2",
+	"vIePxZ2IaeEYNTz/9NmLZ2fPYui5o4lJZmJssYZj7th5yHIjRqNSbz0WK3kO3y9j1o5piBCIE88gCqHm",
+	"YR9jmkTc8bz+gCKwJozvQlILRXhHy/NL4cahOGnEDg5BjJkSmBPdERoQ2Mrtgo33WfTgZ1hCKpPORbx2",
+	"ctD/54jOl2dlUs5MzC4APsc7GmpjlEAOvnIOcUdFpuQEPeJKT+Jm53LQJOWe2HowQsEDP62vOVxjDYN3",
+	"t+ab4X53hvunytN5FaTaTEVGiYLkD6MrtNZaoUjhCe44VaJySgNhZVyGsyQdjwXkENDdcFepFHd30/La",
+	"3d/mRK+nyPS5YY3iBvNoLkQ1/2gKhF0pVTgVVi+7x2MrdNOs6Om98FGYFbUB+lTHi+kshCPGR1OsPuEV",
+	"LkspWmOeZpAD1GFlXSR86fT/GZdLf3poUmbpZGp7a8hxkNVFcvBCjLEnG+bihA203RE0hvHp2zrFBGTi",
+	"ZtC4DDvKcTi6cKUDFNl4tqlhk/RKSGztWLWXeux4KItUJZJ4tbKKvkHcIzhm6O06AxUBsmFQyg6G8rD/",
+	"mEk+c2ODUWG5FfUdHOGlqzLl/vt71dMPqhy9f3tQx2Chb1AXuruuXD9j7lh4qRxVXZveo52aNPpUt0ux",
+	"fABx8gGLHanHEYsLndJ98PoiZl6R3yuOCILAXdBxOsm1MD32q5hbqiBJ+JJxoOTUkrPMqXbYIZms6CKu",
+	"0T9s8JZ9GeS7snNfNBXfDSkeVxVoX+HlmM0NyPF6Pq/gMJ4nZQZVk0lz/aqL1QEak2YwdTTOgfjdJjhW",
+	"X1itrMvwmxrWH/kwKGaqaEN9Pqu+uYt8dOlBRFHULYTGxqUSnVltTg8VHWAIPRky/uk1qUGjjWdKik6v",
+	"mDA0Mij0kiAz1sndPMswu9SJ1KH0FR6Y8Yk5dKjoxM5ePi/aiEaQ8YxGNEVTKxm5eChlA+JSzJE8Q2sM",
+	"C2thf0PDq5R+XiiC+BtKkn9sV/H3BAa7f4vKj3MNY+qTsa0nnov/R8Iv10vqz2KM3Q1PxlWsKAiF5wH5",
+	"h7v519eP3TBilOvULoF/XgiuhT7O7bQ1+P2dY5BYZFHXwfcF1E2Rb4e1qSDol7Ozk/Pjp09P446zenKd",
+	"tQatqbXzwd7e/sH3vX6v39sf/ND/oQ/8l+a71is349JAc2htOuwilwlkhWCaIAdTI9eCKg580v1cqYyN",
+	"Mm6w5sCnh7DXPjqnZLbslf12MZRc0yFYTzCNHuFKJZfW9BhgrFA8AFNF3CAzvmS+41+QyxiMovSkYRB2",
+	"fPLcKWFmBViBmSkg18mRgHgGJOABpir0xOZuFlN4zipAdS7G4vO0615YMx70+nZbCq3yTYfxxHsbrSKP",
+	"1krnevD6BlA3HEOmPYZOq4QEBvahv1hW4hjBpKjBeU1DZKHmGaT8YM2YE5xYMbAQFyXylGXxHn3Yi2Ei",
+	"GJCdBGPQ913EtFwfCgu9CViDUoajABYzAmee0sWo6G8Oq73Dbc6T1NaMAj1iqRV3Bbl2vf8B7nZB0TIp",
+	"LhIl4RK2UKp9w41KD+y6NZ42tp5Y79dQ9vIsZ9mrdruuG8KR6VRZNud22mNPwRtv2GIqQLXnQE9uWKdZ",
+	"wNWYKMangieh1E/DrUROtD7SGtYSZPCi97eKF1e0LmUQN6wm/lfWBAg8ayP9WO2aB24dhC9qK810LiXk",
+	"bFXfG56HrxWo365KYVhUA5dQ1OJnalJGBVZLw4PxipKy9QGPEz4HZCcfnDHlvoE+RYSfQd4JK7LQUMcK",
+	"aawIxa2N8YvgmZ1GzCmlqRTEbE+0mjkqyIs87x57pZhTEIS06RqFFTqbcXr+/x8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

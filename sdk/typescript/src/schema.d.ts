@@ -684,6 +684,35 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/orgs/{org}/reservations": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The org's open reservations
+         * @description The reservations of the org still held, soonest to expire first (ties by id),
+         *     optionally only those of one team and/or one user. Leases the service takes for
+         *     itself are never listed. A page looks at no more than 1,000 open reservations,
+         *     so with a filter that few match it may hold fewer than `limit` (even none) and
+         *     still carry a `next_cursor`: follow it until it is null. The units they hold are
+         *     usage's `reserved`.
+         *     Needs the operator token or an org key with the `admin` or `billing` scope.
+         */
+        get: operations["listOpenReservations"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/would-block": {
         parameters: {
             query?: never;
@@ -1496,6 +1525,10 @@ export interface components {
             levels?: components["schemas"]["LevelStatus"][];
             /** @description The reservation an earlier request with the same idempotency key made. */
             replayed?: boolean;
+        };
+        ReservationList: {
+            reservations: components["schemas"]["Reservation"][];
+            next_cursor: components["schemas"]["NextCursor"];
         };
         /**
          * @example {
@@ -3439,6 +3472,44 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    listOpenReservations: {
+        parameters: {
+            query?: {
+                /** @description Only reservations of this team. */
+                team?: components["schemas"]["Id"];
+                /** @description Only reservations of this user. */
+                user?: components["schemas"]["Id"];
+                /** @description Page size. */
+                limit?: number;
+                /** @description Opaque cursor from the previous page's `next_cursor`. */
+                cursor?: components["parameters"]["CursorQuery"];
+            };
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of open reservations. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ReservationList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     getWouldBlock: {

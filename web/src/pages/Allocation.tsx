@@ -1,10 +1,10 @@
 // The allocation: the org's quota carved into teams and users, edited in place.
 import { useState } from 'preact/hooks';
-import { allocationRows, forecastText, heldRows, sortRows, type AllocRow, type Held, type SortKey } from '../allocation';
-import { api, ApiError, type Org, type Team, type User } from '../api';
-import { formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
+import { allocationRows, forecastText, heldMatches, heldRows, openCount, sortRows, type AllocRow, type Held, type OpenList, type SortKey } from '../allocation';
+import { api, ApiError, type Org, type Reservation, type Team, type User } from '../api';
+import { expiresIn, formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
-import { Confirm, Empty, ErrorState, Loading, MiniBar, useLoad } from '../ui';
+import { Confirm, Empty, ErrorState, Loading, MiniBar, useLoad, usePaged } from '../ui';
 import type { PageProps } from '../ui';
 
 export function Allocation({ session }: PageProps) {
@@ -17,11 +17,12 @@ export function Allocation({ session }: PageProps) {
   // Usage and every team's users come second: the teams show (and can be edited) first.
   const extra = useLoad(async () => {
     if (!data.data) return undefined;
-    const [usage, lists] = await Promise.all([
+    const [usage, lists, open] = await Promise.all([
       api.usage(org).catch(() => undefined), // shown without usage if it cannot be read
       Promise.all(data.data.teams.map((t) => api.users(org, t.id).then((p) => [t.id, p.items] as const))),
+      loadOpen(org).catch(() => undefined), // the held panel then shows no counts
     ]);
-    return { usage, users: Object.fromEntries(lists) as Record<string, User[]> };
+    return { usage, users: Object.fromEntries(lists) as Record<string, User[]>, open };
   }, [org, data.data]);
   const [adding, setAdding] = useState(false);
   const [sort, setSort] = useState<SortKey>('exhaustion');
@@ -60,7 +61,7 @@ export function Allocation({ session }: PageProps) {
         {usage && rows.length === 0 && <Empty>No team or user has a limit yet.</Empty>}
         {rows.length > 0 && <AllocationTable rows={rows} />}
       </section>
-      {usage && <HeldPanel held={heldRows(usage)} />}
+      {usage && <HeldPanel org={org} held={heldRows(usage)} open={extra.data?.open} />}
       <h2>Teams and users</h2>
       {adding && <NewTeam org={org} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
       {teams.length === 0 && <Empty>No teams yet.{canEdit ? ' Add one to allocate part of the org\'s quota.' : ''}</Empty>}
@@ -112,8 +113,28 @@ export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocR
   );
 }
 
-/** HeldPanel lists the teams and users holding units in open reservations, the most first. */
-function HeldPanel({ held }: { held: Held[] }) {
+/** openPages is how many pages of 100 open reservations the held panel's counts read at most. */
+const openPages = 10;
+
+/** loadOpen reads the org's open reservations for the held panel's counts, up to openPages pages. */
+async function loadOpen(org: string): Promise<OpenList> {
+  const items: Reservation[] = [];
+  let cursor: string | undefined;
+  for (let i = 0; i < openPages; i++) {
+    const p = await api.openReservations(org, { limit: 100, cursor });
+    items.push(...p.items);
+    if (!p.next_cursor) return { items, complete: true };
+    cursor = p.next_cursor;
+  }
+  return { items, complete: false };
+}
+
+/**
+ * HeldPanel lists the teams and users holding units in open reservations, the most
+ * first, with how many reservations hold them; a row expands to list them.
+ */
+function HeldPanel({ org, held, open }: { org: string; held: Held[]; open?: OpenList }) {
+  const [shown, setShown] = useState<string | null>(null);
   return (
     <section class="panel held" aria-labelledby="held-h" data-testid="held">
       <h2 id="held-h">Held by open reservations</h2>
@@ -121,22 +142,61 @@ function HeldPanel({ held }: { held: Held[] }) {
         <>
           <p class="muted small">Held units count against every limit as used units do until the reservation is committed, released or expires.</p>
           <div class="table-wrap"><table data-testid="held-rows">
-            <thead><tr><th scope="col">Team or user</th><th scope="col">Metric</th><th scope="col" class="num">Held</th><th scope="col" class="num">Used</th></tr></thead>
+            <thead><tr><th scope="col">Team or user</th><th scope="col">Metric</th><th scope="col" class="num">Held</th><th scope="col" class="num">Open reservations</th><th scope="col" class="num">Used</th></tr></thead>
             <tbody>{held.map((h) => {
               const who = h.kind === 'team' ? h.id : `${h.team}/${h.id}`;
+              const key = `${h.kind}-${who}-${h.metric}`;
+              const n = open ? openCount(h, open) : undefined;
               return (
-                <tr data-testid={`held-${h.kind}-${who}-${h.metric}`}>
-                  <td><span class={`badge kind-${h.kind}`}>{h.kind}</span> {h.kind === 'user' ? <><span class="muted">{h.team}/</span>{h.id}</> : h.id}</td>
-                  <td>{h.metric}</td>
-                  <td class="num"><strong data-testid="held-units">{formatNumber(h.reserved)}</strong></td>
-                  <td class="num">{formatNumber(h.used)}</td>
-                </tr>
+                <>
+                  <tr data-testid={`held-${key}`}>
+                    <td><span class={`badge kind-${h.kind}`}>{h.kind}</span> {h.kind === 'user' ? <><span class="muted">{h.team}/</span>{h.id}</> : h.id}</td>
+                    <td>{h.metric}</td>
+                    <td class="num"><strong data-testid="held-units">{formatNumber(h.reserved)}</strong></td>
+                    <td class="num"><span data-testid="held-count">{n === undefined ? '—' : `${formatNumber(n)}${open && !open.complete ? '+' : ''}`}</span>{' '}
+                      <button type="button" class="link small" aria-expanded={shown === key} data-testid="held-toggle"
+                        onClick={() => setShown(shown === key ? null : key)}>{shown === key ? 'Hide' : 'Show'}</button></td>
+                    <td class="num">{formatNumber(h.used)}</td>
+                  </tr>
+                  {shown === key && <tr class="held-open"><td colSpan={5}><OpenReservations org={org} held={h} /></td></tr>}
+                </>
               );
             })}</tbody>
           </table></div>
         </>
       )}
     </section>
+  );
+}
+
+/** OpenReservations lists the open reservations of a held row, soonest to expire first, a page at a time. */
+function OpenReservations({ org, held }: { org: string; held: Held }) {
+  const q = held.kind === 'team' ? { team: held.id } : { team: held.team, user: held.id };
+  const list = usePaged((cursor) => api.openReservations(org, { ...q, limit: 50, cursor }), [org, held.kind, held.id, held.team]);
+  if (list.loading && !list.loaded) return <Loading what="reservations" />;
+  if (list.error) return <ErrorState error={list.error} retry={list.reload} />;
+  const now = new Date();
+  const items = list.items.filter((r) => heldMatches(held, r));
+  return (
+    <>
+      {items.length === 0 && !list.hasMore ? <p class="muted small">No open reservation left: they were settled since the page loaded.</p> : (
+        <div class="table-wrap"><table class="small" data-testid="open-reservations">
+          <thead><tr><th scope="col">Id</th>{held.kind === 'team' && <th scope="col">User</th>}<th scope="col">Metric</th><th scope="col" class="num">Amount</th><th scope="col">Expires</th><th scope="col">On expiry</th></tr></thead>
+          <tbody>{items.map((r) => (
+            <tr data-testid={`open-${r.id}`}>
+              <td><code>{r.id}</code></td>
+              {held.kind === 'team' && <td>{r.user ?? <span class="muted">(team)</span>}</td>}
+              <td>{r.metric}</td>
+              <td class="num" data-testid="open-amount">{formatNumber(r.amount)}</td>
+              <td data-testid="open-expires" title={r.expires_at}>{expiresIn(r.expires_at, now)}</td>
+              <td data-testid="open-on-expiry">{r.on_expiry}</td>
+            </tr>
+          ))}</tbody>
+        </table></div>
+      )}
+      {list.hasMore && <button type="button" class="link" disabled={list.loadingMore} onClick={() => void list.more()}>{list.loadingMore ? 'Loading…' : 'Load more'}</button>}
+      {list.moreError !== undefined && <ErrorState error={list.moreError} retry={() => void list.more()} />}
+    </>
   );
 }
 
