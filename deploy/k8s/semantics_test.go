@@ -26,7 +26,7 @@ import (
 )
 
 // runtimeEnv are variables the Go runtime reads rather than internal/config.
-var runtimeEnv = map[string]bool{"GOMEMLIMIT": true}
+var runtimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOGC": true}
 
 // secretEnv must come from a Secret, never from a value in a manifest.
 var secretEnv = []string{"DATABASE_URL", "REDIS_URL", "QUOTA_ADMIN_TOKEN", "QUOTA_WEBHOOK_SECRET"}
