@@ -159,31 +159,62 @@ func Check(c *client.Client, fn CheckFunc, opts ...Option) func(http.Handler) ht
 	cfg := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			req, err := fn(r)
-			if errors.Is(err, ErrSkip) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if err != nil {
-				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrRequest, err))
+			req, ok := request(cfg, w, r, next, fn)
+			if !ok {
 				return
 			}
 			res, err := c.Check(r.Context(), req)
-			switch {
-			case err != nil:
+			if err != nil {
 				cfg.onError(w, r, err)
-			case res.NotDecided && !res.Allowed:
-				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrNotDecided, res.Cause))
-			case !res.Allowed:
-				Deny(w, res.BlockedAt, res.RetryAfter, res.RateLimit)
-			default:
-				if len(res.Levels) > 0 {
-					SetRateLimitHeaders(w.Header(), res.RateLimit)
-				}
+				return
+			}
+			if cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, len(res.Levels)}) {
 				next.ServeHTTP(w, r)
 			}
 		})
 	}
+}
+
+// request maps r with fn: ok false when the request is already answered (by next,
+// when fn skips it, or as an ErrRequest error).
+func request[T any](cfg *config, w http.ResponseWriter, r *http.Request, next http.Handler, fn func(*http.Request) (T, error)) (T, bool) {
+	req, err := fn(r)
+	if errors.Is(err, ErrSkip) {
+		next.ServeHTTP(w, r)
+		return req, false
+	}
+	if err != nil {
+		cfg.onError(w, r, fmt.Errorf("%w: %w", ErrRequest, err))
+		return req, false
+	}
+	return req, true
+}
+
+// verdict is what Check and Reserve answer about letting a request through.
+type verdict struct {
+	allowed, notDecided bool
+	cause               error
+	blockedAt           *client.LevelRef
+	retryAfter          time.Duration
+	rateLimit           client.RateLimit
+	levels              int
+}
+
+// pass answers a request v does not let through (a fail policy's refusal, a denial)
+// and reports whether it does, with its RateLimit headers set when there are levels.
+func (cfg *config) pass(w http.ResponseWriter, r *http.Request, v verdict) bool {
+	switch {
+	case v.notDecided && !v.allowed:
+		cfg.onError(w, r, fmt.Errorf("%w: %w", ErrNotDecided, v.cause))
+		return false
+	case !v.allowed:
+		Deny(w, v.blockedAt, v.retryAfter, v.rateLimit)
+		return false
+	}
+	if v.levels > 0 {
+		SetRateLimitHeaders(w.Header(), v.rateLimit)
+	}
+	return true
 }
 
 // usage is what a handler under Reserve reported.
@@ -218,29 +249,17 @@ func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler
 	cfg := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			req, err := fn(r)
-			if errors.Is(err, ErrSkip) {
-				next.ServeHTTP(w, r)
-				return
-			}
-			if err != nil {
-				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrRequest, err))
+			req, ok := request(cfg, w, r, next, fn)
+			if !ok {
 				return
 			}
 			res, err := c.Reserve(r.Context(), req)
-			switch {
-			case err != nil:
+			if err != nil {
 				cfg.onError(w, r, err)
 				return
-			case res.NotDecided && !res.Allowed:
-				cfg.onError(w, r, fmt.Errorf("%w: %w", ErrNotDecided, res.Cause))
-				return
-			case !res.Allowed:
-				Deny(w, res.BlockedAt, res.RetryAfter, res.RateLimit)
-				return
 			}
-			if len(res.Levels) > 0 {
-				SetRateLimitHeaders(w.Header(), res.RateLimit)
+			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, len(res.Levels)}) {
+				return
 			}
 			if res.ID == "" { // decided by the fail policy: nothing is held
 				next.ServeHTTP(w, r)
