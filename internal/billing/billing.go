@@ -12,9 +12,10 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -130,18 +131,9 @@ func rowsOf(m map[quota.Counter]int64) []counterRow {
 		out = append(out, counterRow{metric: c.Metric, level: string(c.Level), team: c.Team, user: c.User, units: v})
 	}
 	// One order everywhere, so concurrent upserts lock rows in the same order.
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.metric != b.metric {
-			return a.metric < b.metric
-		}
-		if a.level != b.level {
-			return a.level < b.level
-		}
-		if a.team != b.team {
-			return a.team < b.team
-		}
-		return a.user < b.user
+	slices.SortFunc(out, func(a, b counterRow) int {
+		return cmp.Or(cmp.Compare(a.metric, b.metric), cmp.Compare(a.level, b.level), cmp.Compare(a.team, b.team),
+			cmp.Compare(a.user, b.user))
 	})
 	return out
 }

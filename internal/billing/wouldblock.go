@@ -1,8 +1,10 @@
 package billing
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -53,7 +55,7 @@ func (s *Store) PersistWouldBlock(ctx context.Context, org, period string, rec q
 		keys = append(keys, k)
 	}
 	// One order everywhere, so concurrent upserts lock rows in the same order.
-	sort.Slice(keys, func(i, j int) bool { return wbLess(keys[i], keys[j]) })
+	slices.SortFunc(keys, wbCompare)
 	n := len(keys)
 	metrics, levels, teams, users, wins, days := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 	checks, units := make([]int64, n), make([]int64, n)
@@ -78,23 +80,9 @@ func (s *Store) PersistWouldBlock(ctx context.Context, org, period string, rec q
 	return nil
 }
 
-func wbLess(a, b quota.WouldBlockKey) bool {
-	if a.Metric != b.Metric {
-		return a.Metric < b.Metric
-	}
-	if a.Level != b.Level {
-		return a.Level < b.Level
-	}
-	if a.Team != b.Team {
-		return a.Team < b.Team
-	}
-	if a.User != b.User {
-		return a.User < b.User
-	}
-	if a.Window != b.Window {
-		return a.Window < b.Window
-	}
-	return a.Day < b.Day
+func wbCompare(a, b quota.WouldBlockKey) int {
+	return cmp.Or(cmp.Compare(a.Metric, b.Metric), cmp.Compare(a.Level, b.Level), cmp.Compare(a.Team, b.Team),
+		cmp.Compare(a.User, b.User), cmp.Compare(a.Window, b.Window), cmp.Compare(a.Day, b.Day))
 }
 
 // StoredWouldBlock reads the stored would-block counts of org in period by epoch.
