@@ -179,7 +179,11 @@ func TestSpecCoversAPIDoc(t *testing.T) {
 // notYetBuilt names the sections of API.md (by the start of their heading) whose
 // routes belong to an open issue: the contract is written ahead of the code. Their
 // routes must not be in the spec yet; the issue that builds one removes its entry.
-var notYetBuilt = map[string]string{}
+var notYetBuilt = map[string]string{
+	"Several metrics in one decision": "issue 24",
+	"Concurrency limits":              "issue 24",
+	"Money: rates, budgets":           "issue 25",
+}
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
