@@ -29,6 +29,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/demo"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
+	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
@@ -136,11 +137,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// The ledger the worker keeps: it refills a Redis that lost its counters.
 	usage := billing.NewStore(pool)
 	cacheMetrics := cachemetrics.New(registry)
+	engine := quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
+		Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}
+	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
+	// engines' wall clock by +-2 s, which must change no decision.
+	if fc := faultclock.Install(ctx, getenv, log); fc != nil {
+		fc.Use(&engine)
+	}
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
 		MetricsOrgs: quota.MetricsOrgs(cfg.MetricsOrgs),
-		Registerer:  registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
-			Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}})
+		Registerer:  registry, Engine: engine})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/config"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
+	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/platform/tracing"
@@ -86,9 +87,15 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	// Live counters are read where the api counts them: REDIS_URL, the pools of
 	// QUOTA_REDIS_POOLS, or an org's dedicated Redis; engine clients never retry.
 	id := worker.DefaultID()
+	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
+	// engines' wall clock by +-2 s, which must change no sweep or period close.
+	var engine quota.Config
+	if fc := faultclock.Install(ctx, getenv, log); fc != nil {
+		fc.Use(&engine)
+	}
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		RedisTimeout: 5 * time.Second, // reads, not the check path: no short timeouts
-		Registerer:   prometheus.DefaultRegisterer})
+		Registerer:   prometheus.DefaultRegisterer, Engine: engine})
 	if err != nil {
 		return err
 	}
