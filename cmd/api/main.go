@@ -101,9 +101,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := pgdb.Migrate(cfg.DatabaseURL); err != nil {
 		return err
 	}
-	svc := tenants.NewService(pool)
-
 	if !serving {
+		svc := tenants.NewService(pool)
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		stateDir := fs.String("state-dir", ".quotaplane", "where the demo key and console password are kept")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -152,6 +151,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	defer router.Close()
+	// Grants lapse, and the usage API's current period turns, on the engines' clock
+	// (Redis time on the monotonic clock), as checks count: a stepped local clock moves
+	// neither.
+	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
 	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics,
 		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})
@@ -161,7 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
 		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp,
-		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
+		Billing: &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
 			WebhookClient: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Counters: billing.RouterCounters(router)}})
 	if err != nil {
 		return err

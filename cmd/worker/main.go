@@ -101,7 +101,10 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	}
 	defer router.Close()
 	engines := billing.RouterCounters(router)
-	svc := tenants.NewService(pool)
+	// Grants lapse, and periods are flushed and closed, on the engines' clock (Redis
+	// time on the monotonic clock), as checks count them: a stepped local clock moves
+	// no period end.
+	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
 	store := billing.NewStore(pool)
 	metrics := billing.NewMetrics(prometheus.DefaultRegisterer, pool)
 	var client *river.Client[pgx.Tx]
@@ -110,7 +113,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		queue = nil
 	}
 	closer := billing.NewCloser(billing.CloserConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
-		Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
+		Clock: router.DefaultNow, Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
 	hook := &billing.WebhookWorker{Store: store, Tenants: svc, Secret: []byte(cfg.WebhookSecret),
 		Client: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Metrics: metrics}
 	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log, TracerProvider: tp,
@@ -122,7 +125,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		return fmt.Errorf("start job queue: %w", err)
 	}
 	flusher := billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
-		Interval: cfg.FlushInterval, Logger: log, Metrics: metrics,
+		Interval: cfg.FlushInterval, Clock: router.DefaultNow, Logger: log, Metrics: metrics,
 		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer), TracerProvider: tp})
 	flushCtx, stopFlushing := context.WithCancel(ctx)
 	defer stopFlushing()

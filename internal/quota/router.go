@@ -249,6 +249,12 @@ func (r *Router) Now(route Route) time.Time {
 	return b.eng.Now()
 }
 
+// DefaultNow is the default pool's engine clock (Now of the zero Route), for the
+// time-dependent decisions made outside a check: a grant's lapse, the current period
+// of the usage API, the periods the worker flushes and closes. Pass it where a
+// func() time.Time clock is taken.
+func (r *Router) DefaultNow() time.Time { return r.Now(Route{}) }
+
 // acquire takes one of org's in-flight slots; release gives it back.
 func (r *Router) acquire(org string) (*atomic.Int64, bool) {
 	v, ok := r.inflight.Load(org)
