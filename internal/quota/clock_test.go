@@ -186,3 +186,27 @@ func TestClockStepMovesNoLeaseEnd(t *testing.T) {
 		t.Error("6 s later the ended lease still answered")
 	}
 }
+
+// BenchmarkEngineNow is the engine's clock on the check path: an atomic load of the
+// last sample and a monotonic reading; no lock, no allocation.
+func BenchmarkEngineNow(b *testing.B) {
+	r := MustRig(b, "", quota.Config{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = r.e.Now()
+		}
+	})
+}
+
+// BenchmarkRedisTime is the round trip of one Redis TIME, what a sample's error is
+// half of.
+func BenchmarkRedisTime(b *testing.B) {
+	r := MustRig(b, "", quota.Config{})
+	ctx := context.Background()
+	for b.Loop() {
+		if err := r.rdb.Time(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
