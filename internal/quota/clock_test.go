@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,5 +209,45 @@ func BenchmarkRedisTime(b *testing.B) {
 		if err := r.rdb.Time(ctx).Err(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// A sample whose round trip leaves it less certain than the kept one has become is not
+// kept: one slow TIME reply (here 1 s) does not move the clock by half of it. Once the
+// kept sample is old enough for its drift to outweigh that (500 ppm of 2,000 s is 1 s),
+// a sample as slow is kept.
+func TestSlowClockSampleNotKept(t *testing.T) {
+	t.Parallel()
+	clk := testenv.NewClock(time.Now()) // stands still: the first sample's round trip is 0
+	var slow atomic.Bool
+	var n atomic.Int64
+	read := func() time.Time {
+		if slow.Load() { // each reading 1 s after the one before: a 1-s round trip
+			return clk.Now().Add(time.Duration(n.Add(1)-1) * time.Second)
+		}
+		return clk.Now()
+	}
+	r := MustRig(t, "", quota.Config{Clock: read, ClockSync: time.Hour})
+	ctx := context.Background()
+	resample := func() time.Duration {
+		t.Helper()
+		before := r.e.Now()
+		n.Store(0)
+		slow.Store(true)
+		err := quota.SyncClock(ctx, r.e)
+		slow.Store(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.e.Now().Sub(before)
+	}
+	// Kept, the slow sample would move Now by about -0.5 s (its middle is 0.5 s after
+	// the first reading); not kept, by the real time the call took.
+	if d := resample(); d < -100*time.Millisecond || d > 100*time.Millisecond {
+		t.Errorf("a sample with a 1-s round trip moved Now by %v, want it not kept", d)
+	}
+	clk.Add(2100 * time.Second)
+	if d := resample(); d > -400*time.Millisecond {
+		t.Errorf("after 2,100 s a sample with a 1-s round trip moved Now by %v, want it kept (about -0.5 s)", d)
 	}
 }
