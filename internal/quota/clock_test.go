@@ -78,6 +78,7 @@ func TestClockStepChangesNoAdmission(t *testing.T) {
 			if worst > 2*limit+1 {
 				t.Errorf("step %v: %d admitted in a real second, above the two-bucket bound %d", step, worst, 2*limit+1)
 			}
+			// 3 s touch at most four one-second buckets, none of which counts over the limit.
 			if total := len(admitted); total > 4*limit+1 {
 				t.Errorf("step %v: %d admitted in 3 s of a %d/s limit", step, total, limit)
 			}
