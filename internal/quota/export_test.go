@@ -80,3 +80,6 @@ func LeasePaths(e *Engine) int {
 func ReserveLease(ctx context.Context, e *Engine, req Request, ttl time.Duration) (Reservation, Result, error) {
 	return e.reserve(ctx, req, ReserveOptions{TTL: ttl, OnExpiry: ExpiryRelease, lease: true})
 }
+
+// SyncClock samples Redis TIME now, as the engine's sampler does every ClockSync.
+func SyncClock(ctx context.Context, e *Engine) error { return e.syncClock(ctx) }
