@@ -15,7 +15,10 @@
 -- the month counters and to each charged sliding-window bucket that is still the
 -- current or previous bucket of its window (one that rolled out is left alone), never
 -- below 0, and takes the amount off the held units; used > amount is counted in full
--- (month and current buckets, no limit looked at) and reported as over-reserved.
+-- (month and current buckets, no limit looked at) and reported as over-reserved. In a
+-- precise window (record field ns) the units go back into the sub-bucket they were
+-- taken from (bs<i>) as well as its bucket's total, and an excess goes into the current
+-- sub-bucket too.
 --
 -- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms;
 -- expires_ms;on_expiry;period;first counter field;last counter field"
@@ -58,14 +61,15 @@ local function settle(rkey, id, action, used)
   local fields = {}
   for l = 1, nl do fields[l] = r['f' .. l] end
   local hs = {}
-  local function put(key, vals, delta, skipMissing)
+  local function put(key, vals, delta, skipMissing, names)
+    names = names or fields
     local n = 0
     for l = 1, nl do
       local v = vals[l]
       if v or not skipMissing then
         v = (tonumber(v) or 0) + delta
         if v < 0 then v = 0 end
-        hs[2 * n + 1], hs[2 * n + 2] = fields[l], fmt('%d', v)
+        hs[2 * n + 1], hs[2 * n + 2] = names[l], fmt('%d', v)
         n = n + 1
       end
     end
@@ -78,16 +82,30 @@ local function settle(rkey, id, action, used)
   -- whenever a reservation settles, even when the counter does not.
   redis.call('SADD', r.d, unpack(fields))
   put(r.h, redis.call('HMGET', r.h, unpack(fields)), -amount, true)
+  local ns = tonumber(r.ns)
+  local function subNames(s)
+    local f = {}
+    for l = 1, nl do f[l] = fields[l] .. '#' .. s end
+    return f
+  end
   for i = 1, nw do
     local bp, bn, bm = r['bp' .. i], tonumber(r['bn' .. i]), tonumber(r['bm' .. i])
     local cur = floor(now / bm)
     if give > 0 and (bn == cur or bn == cur - 1) then
       local key = bp .. r['bn' .. i]
       put(key, redis.call('HMGET', key, unpack(fields)), -give, true)
+      if ns then
+        local sf = subNames(r['bs' .. i])
+        put(key, redis.call('HMGET', key, unpack(sf)), -give, true, sf)
+      end
     end
     if over > 0 then
       local key = bp .. fmt('%d', cur)
       put(key, redis.call('HMGET', key, unpack(fields)), over, false)
+      if ns then
+        local sf = subNames(fmt('%d', floor((now - cur * bm) / (bm / ns))))
+        put(key, redis.call('HMGET', key, unpack(sf)), over, false, sf)
+      end
       if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
     end
   end
