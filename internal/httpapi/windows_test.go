@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,10 +49,13 @@ func TestPreciseWindowsOverHTTP(t *testing.T) {
 		}
 		for _, k := range keys {
 			for f, v := range rdb.HGetAll(ctx, k).Val() {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				if strings.Contains(f, "#") {
-					subs += n
-				} else if f == "requests|o" {
+				switch f {
+				case "requests|o#": // packed sub-bucket counts, little-endian doubles
+					for i := 0; i+8 <= len(v); i += 8 {
+						subs += int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[i : i+8]))))
+					}
+				case "requests|o":
+					n, _ := strconv.ParseInt(v, 10, 64)
 					total += n
 				}
 			}

@@ -268,7 +268,7 @@ func TestPreciseReservationSettlesIntoItsSubBucket(t *testing.T) {
 	now := r.e.Now().UnixMilli()
 	hourMs := time.Hour.Milliseconds()
 	key := fmt.Sprintf("%s:{%s}|w|3600|%d", r.prefix, org, now/hourMs)
-	sub := strconv.FormatInt(now%hourMs/subMs, 10)
+	sub := int(now % hourMs / subMs)
 	fields := func() map[string]string { return r.raw.HGetAll(ctx, key).Val() }
 
 	res1, _, err := r.e.Reserve(ctx, req, quota.ReserveOptions{TTL: time.Minute})
@@ -281,32 +281,20 @@ func TestPreciseReservationSettlesIntoItsSubBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{
-		"requests|o": "85", "requests|o#" + sub: "85",
-		"requests|t|eng": "85", "requests|t|eng#" + sub: "85",
-	}
-	assertFields(t, fields(), want)
+	assertPrecise(t, fields(), sub, 85)
 
 	if _, err := r.e.Commit(ctx, org, 0, res1.ID, 15); err != nil { // 25 back
 		t.Fatal(err)
 	}
-	want = map[string]string{
-		"requests|o": "60", "requests|o#" + sub: "60",
-		"requests|t|eng": "60", "requests|t|eng#" + sub: "60",
-	}
-	assertFields(t, fields(), want)
+	assertPrecise(t, fields(), sub, 60)
 	if _, err := r.e.Commit(ctx, org, 0, res2.ID, 50); err != nil { // 10 over, into the current sub-bucket
 		t.Fatal(err)
 	}
-	cur := strconv.FormatInt(r.e.Now().UnixMilli()%hourMs/subMs, 10)
+	cur := int(r.e.Now().UnixMilli() % hourMs / subMs)
 	if cur != sub {
 		t.Skip("the sub-bucket ended during the test") // not reached: 10 s of margin
 	}
-	want = map[string]string{
-		"requests|o": "70", "requests|o#" + sub: "70",
-		"requests|t|eng": "70", "requests|t|eng#" + sub: "70",
-	}
-	assertFields(t, fields(), want)
+	assertPrecise(t, fields(), sub, 70)
 	// and the precise count agrees: 1000 - 70 left
 	res := r.MustCheck(t, quota.Request{Org: org, Team: "eng", Metric: "requests", Cost: 0, Precise: true, Limits: req.Limits})
 	if got := res.Levels[0].Used; got != 70 {
@@ -314,11 +302,31 @@ func TestPreciseReservationSettlesIntoItsSubBucket(t *testing.T) {
 	}
 }
 
-func assertFields(tb testing.TB, got, want map[string]string) {
+// assertPrecise asserts that the org's and team eng's counters of a precise bucket
+// (fields: the hash) are want, in total and in sub-bucket sub, and 0 in the others.
+func assertPrecise(tb testing.TB, fields map[string]string, sub int, want int64) {
 	tb.Helper()
-	for f, v := range want {
-		if got[f] != v {
-			tb.Errorf("field %s = %q, want %q (all: %v)", f, got[f], v, got)
+	for _, f := range []string{"requests|o", "requests|t|eng"} {
+		if got := fields[f]; got != strconv.FormatInt(want, 10) {
+			tb.Errorf("field %s = %q, want %d", f, got, want)
+		}
+		subs := subCounts(fields[f+"#"])
+		if len(subs) != quota.PreciseSubBuckets {
+			tb.Fatalf("field %s# holds %d sub-buckets, want %d", f, len(subs), quota.PreciseSubBuckets)
+		}
+		for i, v := range subs {
+			if i == sub && v != want || i != sub && v != 0 {
+				tb.Errorf("field %s# sub-bucket %d = %d (sub-bucket %d should hold %d)", f, i, v, sub, want)
+			}
 		}
 	}
+}
+
+// subCounts decodes a precise bucket's <counter># field: little-endian doubles.
+func subCounts(v string) []int64 {
+	out := make([]int64, len(v)/8)
+	for i := range out {
+		out[i] = int64(math.Float64frombits(binary.LittleEndian.Uint64([]byte(v[8*i : 8*i+8]))))
+	}
+	return out
 }

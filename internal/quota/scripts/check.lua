@@ -73,74 +73,65 @@ local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 -- Precise windows. The estimate (current + previous x the part of the window it still
 -- covers) can admit up to twice a limit in a real span of one window (docs/ARCHITECTURE.md
 -- "Sliding windows"). A precise check also counts, in the same bucket hashes, each
--- counter per sub-bucket: field <counter>#<s>, s = 0 .. N-1 the sub-bucket of the
--- bucket (length / N each). It counts the current bucket whole and the previous one
--- less its sub-buckets 0 .. j-1 (j: the current sub-bucket's index): the current
--- sub-bucket and the N before it, a span from one window to one window and a
--- sub-bucket long that always holds the real window ending now, so nothing is ever
--- admitted past a limit in any real span of a window; the price is at most one
--- sub-bucket's units counted longer than a window (under-admission). Units a bucket
--- holds without sub-bucket fields (counted by an estimate check before the org became
--- precise) stay counted until their bucket leaves: conservative too.
+-- counter per sub-bucket: field <counter># holds the bucket's N sub-bucket counts
+-- (length / N each) packed as little-endian doubles, so one field per counter is read
+-- and written, whatever N. It counts the current bucket whole and the previous one less
+-- its sub-buckets 0 .. j-1 (j: the current sub-bucket's index): the current sub-bucket
+-- and the N before it, a span from one window to one window and a sub-bucket long that
+-- always holds the real window ending now, so nothing is ever admitted past a limit in
+-- any real span of a window; the price is at most one sub-bucket's units counted
+-- longer than a window (under-admission). Units a bucket holds outside <counter>#
+-- (counted by an estimate check before the org became precise) stay counted until
+-- their bucket leaves: conservative too.
 -- N, or false: the estimate (a's last element is struct.unpack's next position)
 local subs = #packed > 8 * (8 + 2 * nw + 3 * a[8]) and a[9 + 2 * nw + 3 * a[8]]
-local jsub = {} -- per window: the current sub-bucket's index
-local function subfields(l, from, to, f, n)
-  for s = from, to do
-    n = n + 1
-    f[n] = ARGV[l] .. '#' .. s
-  end
-  return n
+local jsub, csub, psub = {}, {}, {} -- per window: the current sub-bucket's index; per
+-- window and level: the current and previous bucket's sub-bucket counts (1-based)
+local subfmt = subs and '<' .. string.rep('d', subs)
+local function unpackSubs(v)
+  if v then return {struct.unpack(subfmt, v)} end
+  local z = {}
+  for x = 1, subs do z[x] = 0 end
+  return z
 end
--- preciseRead returns window i's current bucket (totals, then the current sub-bucket's
--- values at nl + l) and the previous bucket's counted units, as numbers.
+-- preciseRead returns window i's current bucket's totals and the previous bucket's
+-- counted units, as numbers.
 local function preciseRead(i, ck, pk)
   local ms, el = a[7 + 2 * i], a[8 + 2 * i]
   local j = floor(el / (ms / subs))
   jsub[i] = j
   local f = {}
-  for l = 1, nl do f[l], f[nl + l] = ARGV[l], ARGV[l] .. '#' .. j end
+  for l = 1, nl do f[l], f[nl + l] = ARGV[l], ARGV[l] .. '#' end
   local c = redis.call('HMGET', ck, unpack(f, 1, 2 * nl))
-  for l = 1, 2 * nl do c[l] = (c[l] or 0) + 0 end
-  local n = nl
-  for l = 1, nl do n = subfields(l, 0, j - 1, f, n) end
-  local p = redis.call('HMGET', pk, unpack(f, 1, n))
-  local pv = {}
-  n = nl
+  local p = redis.call('HMGET', pk, unpack(f, 1, 2 * nl))
+  local cs, ps, pv = {}, {}, {}
   for l = 1, nl do
-    local v = (p[l] or 0) + 0
-    for _ = 1, j do
-      n = n + 1
-      if p[n] then v = v - p[n] end
-    end
+    c[l] = (c[l] or 0) + 0
+    cs[l], ps[l] = unpackSubs(c[nl + l]), unpackSubs(p[nl + l])
+    local v, s = (p[l] or 0) + 0, ps[l]
+    for x = 1, j do v = v - s[x] end
     if v < 0 then v = 0 end
     pv[l] = v
   end
+  csub[i], psub[i] = cs, ps
   return c, pv
 end
--- preciseWait is how long until cost fits at level l of precise window w, whose count u
--- (cur + pv) is over room = limit - cost: the counted sub-buckets leave the count one by
--- one, oldest first, at each sub-bucket boundary. A denial writes nothing, so it can
--- afford to read each sub-bucket.
+-- preciseWait is how long until cost fits at level l of precise window w, whose count
+-- (c + pv) is over room = limit - cost: the counted sub-buckets leave the count one by
+-- one, oldest first, at each sub-bucket boundary.
 local function preciseWait(w, l, room, c, pv)
   local ms, el = a[7 + 2 * w], a[8 + 2 * w]
   if room < 0 then return ms - el end
-  local sms, j = ms / subs, jsub[w]
-  local need = c + pv - room
-  local f = {}
-  subfields(l, 0, subs - 1, f, 0)
-  local k0 = nl + 2 * w - 1 -- ARGV index of the window's current bucket key
-  local p = redis.call('HMGET', ARGV[k0 + 1], unpack(f, j + 1, subs))
-  local left = 0
+  local sms, j, p, cs = ms / subs, jsub[w], psub[w][l], csub[w][l]
+  local need, left = c + pv - room, 0
   for m = 0, subs - 1 - j do
-    if p[m + 1] then left = left + p[m + 1] end
+    left = left + p[j + m + 1]
     if m == subs - 1 - j then left = pv end -- the bucket has left whole, rest included
     if left >= need then return (j + 1 + m) * sms - el end
   end
-  local cs = redis.call('HMGET', ARGV[k0], unpack(f, 1, j + 1))
-  for s = 0, j do
-    if cs[s + 1] then left = left + cs[s + 1] end
-    if left >= need then return (subs + 1 + s) * sms - el end
+  for x = 0, j do
+    left = left + cs[x + 1]
+    if left >= need then return (subs + 1 + x) * sms - el end
   end
   return 2 * ms - el -- the current bucket's rest leaves with it
 end
@@ -246,8 +237,13 @@ if cost > 0 and status ~= 3 then
     end
     local nf = 2 * nl
     if subs then
-      -- and the current sub-bucket's fields
-      for l = 1, nl do hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#' .. jsub[i], fmt('%d', c[nl + l] + cost), nf + 2 end
+      -- and the current sub-bucket's count
+      local j = jsub[i] + 1
+      for l = 1, nl do
+        local cs = csub[i][l]
+        cs[j] = cs[j] + cost
+        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', struct.pack(subfmt, unpack(cs, 1, subs)), nf + 2
+      end
     end
     redis.call('HSET', ARGV[k], unpack(hs, 1, nf))
     if created and redis.call('TTL', ARGV[k]) == -1 then

@@ -61,15 +61,14 @@ local function settle(rkey, id, action, used)
   local fields = {}
   for l = 1, nl do fields[l] = r['f' .. l] end
   local hs = {}
-  local function put(key, vals, delta, skipMissing, names)
-    names = names or fields
+  local function put(key, vals, delta, skipMissing)
     local n = 0
     for l = 1, nl do
       local v = vals[l]
       if v or not skipMissing then
         v = (tonumber(v) or 0) + delta
         if v < 0 then v = 0 end
-        hs[2 * n + 1], hs[2 * n + 2] = names[l], fmt('%d', v)
+        hs[2 * n + 1], hs[2 * n + 2] = fields[l], fmt('%d', v)
         n = n + 1
       end
     end
@@ -82,11 +81,27 @@ local function settle(rkey, id, action, used)
   -- whenever a reservation settles, even when the counter does not.
   redis.call('SADD', r.d, unpack(fields))
   put(r.h, redis.call('HMGET', r.h, unpack(fields)), -amount, true)
+  -- A precise window's sub-bucket counts (check.lua's "Precise windows"): putSub adds
+  -- delta to sub-bucket s (0-based) of each counter's packed counts in key, never below
+  -- 0; a counter without them is skipped unless create.
   local ns = tonumber(r.ns)
-  local function subNames(s)
-    local f = {}
-    for l = 1, nl do f[l] = fields[l] .. '#' .. s end
-    return f
+  local subfmt = ns and '<' .. string.rep('d', ns)
+  local function putSub(key, s, delta, create)
+    local sf = {}
+    for l = 1, nl do sf[l] = fields[l] .. '#' end
+    local vals = redis.call('HMGET', key, unpack(sf))
+    local n = 0
+    for l = 1, nl do
+      local v = vals[l]
+      if v or create then
+        local c = {}
+        if v then c = {struct.unpack(subfmt, v)} else for x = 1, ns do c[x] = 0 end end
+        c[s + 1] = math.max(0, c[s + 1] + delta)
+        hs[2 * n + 1], hs[2 * n + 2] = sf[l], struct.pack(subfmt, unpack(c, 1, ns))
+        n = n + 1
+      end
+    end
+    if n > 0 then redis.call('HSET', key, unpack(hs, 1, 2 * n)) end
   end
   for i = 1, nw do
     local bp, bn, bm = r['bp' .. i], tonumber(r['bn' .. i]), tonumber(r['bm' .. i])
@@ -94,18 +109,12 @@ local function settle(rkey, id, action, used)
     if give > 0 and (bn == cur or bn == cur - 1) then
       local key = bp .. r['bn' .. i]
       put(key, redis.call('HMGET', key, unpack(fields)), -give, true)
-      if ns then
-        local sf = subNames(r['bs' .. i])
-        put(key, redis.call('HMGET', key, unpack(sf)), -give, true, sf)
-      end
+      if ns then putSub(key, tonumber(r['bs' .. i]), -give, false) end
     end
     if over > 0 then
       local key = bp .. fmt('%d', cur)
       put(key, redis.call('HMGET', key, unpack(fields)), over, false)
-      if ns then
-        local sf = subNames(fmt('%d', floor((now - cur * bm) / (bm / ns))))
-        put(key, redis.call('HMGET', key, unpack(sf)), over, false, sf)
-      end
+      if ns then putSub(key, floor((now - cur * bm) / (bm / ns)), over, true) end
       if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
     end
   end
