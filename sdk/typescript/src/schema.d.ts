@@ -997,7 +997,7 @@ export interface components {
         /** @description A human-readable name. */
         Name: string;
         /**
-         * @description `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+         * @description `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
          * @enum {string}
          */
         Window: "second" | "minute" | "hour" | "day" | "month";
@@ -2150,7 +2150,11 @@ export interface components {
          *     window, until its current bucket ends). On a denied check it is `Retry-After`:
          *     a sliding window frees units gradually, so the end of its bucket may be too
          *     early for the check to pass; a client that waits `RateLimit-Reset` seconds
-         *     retries when the same check can succeed.
+         *     retries when the same check can succeed. For a window counted `precise`
+         *     (`sliding_windows`), an allowed check's reset is the end of the current
+         *     sub-bucket (a twentieth of the window), when the count next falls, and a
+         *     denied check's is when enough sub-buckets have left the count for the cost to
+         *     fit: up to the window and one sub-bucket.
          */
         "RateLimit-Reset": number;
         /** @description Seconds after which the same check may pass. */
