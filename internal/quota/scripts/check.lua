@@ -86,13 +86,33 @@ local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 -- N, or false: the estimate (a's last element is struct.unpack's next position)
 local subs = #packed > 8 * (8 + 2 * nw + 3 * a[8]) and a[9 + 2 * nw + 3 * a[8]]
 local jsub, csub, psub = {}, {}, {} -- per window: the current sub-bucket's index; per
--- window and level: the current and previous bucket's sub-bucket counts (1-based)
-local subfmt = subs and '<' .. string.rep('d', subs)
-local function unpackSubs(v)
-  if v then return {struct.unpack(subfmt, v)} end
-  local z = {}
-  for x = 1, subs do z[x] = 0 end
-  return z
+-- window and level: the current and previous bucket's packed counts as read (or false)
+local fmts = {} -- struct formats of n doubles, made once each
+local function dfmt(n)
+  local f = fmts[n]
+  if not f then
+    f = '<' .. string.rep('d', n)
+    fmts[n] = f
+  end
+  return f
+end
+-- subsum is the sum of sub-buckets from .. to (1-based) of packed counts v (false: none).
+local function subsum(v, from, to)
+  local t = 0
+  if v and to >= from then
+    local x = {struct.unpack(dfmt(to - from + 1), v, 8 * from - 7)}
+    for i = 1, to - from + 1 do t = t + x[i] end
+  end
+  return t
+end
+-- subadd is packed counts v (false: none yet) with cost added to sub-bucket j (0-based):
+-- one double unpacked and packed, the rest copied.
+local function subadd(v, j, cost)
+  local o = 8 * j
+  if not v then
+    return string.rep('\0', o) .. struct.pack('<d', cost) .. string.rep('\0', 8 * (subs - j - 1))
+  end
+  return string.sub(v, 1, o) .. struct.pack('<d', struct.unpack('<d', v, o + 1) + cost) .. string.sub(v, o + 9)
 end
 -- preciseRead returns window i's current bucket's totals and the previous bucket's
 -- counted units, as numbers.
@@ -107,9 +127,8 @@ local function preciseRead(i, ck, pk)
   local cs, ps, pv = {}, {}, {}
   for l = 1, nl do
     c[l] = (c[l] or 0) + 0
-    cs[l], ps[l] = unpackSubs(c[nl + l]), unpackSubs(p[nl + l])
-    local v, s = (p[l] or 0) + 0, ps[l]
-    for x = 1, j do v = v - s[x] end
+    cs[l], ps[l] = c[nl + l], p[nl + l]
+    local v = (p[l] or 0) + 0 - subsum(ps[l], 1, j)
     if v < 0 then v = 0 end
     pv[l] = v
   end
@@ -125,12 +144,12 @@ local function preciseWait(w, l, room, c, pv)
   local sms, j, p, cs = ms / subs, jsub[w], psub[w][l], csub[w][l]
   local need, left = c + pv - room, 0
   for m = 0, subs - 1 - j do
-    left = left + p[j + m + 1]
+    left = left + subsum(p, j + m + 1, j + m + 1)
     if m == subs - 1 - j then left = pv end -- the bucket has left whole, rest included
     if left >= need then return (j + 1 + m) * sms - el end
   end
   for x = 0, j do
-    left = left + cs[x + 1]
+    left = left + subsum(cs, x + 1, x + 1)
     if left >= need then return (subs + 1 + x) * sms - el end
   end
   return 2 * ms - el -- the current bucket's rest leaves with it
@@ -238,11 +257,8 @@ if cost > 0 and status ~= 3 then
     local nf = 2 * nl
     if subs then
       -- and the current sub-bucket's count
-      local j = jsub[i] + 1
       for l = 1, nl do
-        local cs = csub[i][l]
-        cs[j] = cs[j] + cost
-        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', struct.pack(subfmt, unpack(cs, 1, subs)), nf + 2
+        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', subadd(csub[i][l], jsub[i], cost), nf + 2
       end
     end
     redis.call('HSET', ARGV[k], unpack(hs, 1, nf))
