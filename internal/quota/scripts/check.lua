@@ -85,74 +85,79 @@ local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 -- their bucket leaves: conservative too.
 -- N, or false: the estimate (a's last element is struct.unpack's next position)
 local subs = #packed > 8 * (8 + 2 * nw + 3 * a[8]) and a[9 + 2 * nw + 3 * a[8]]
-local jsub, csub, psub = {}, {}, {} -- per window: the current sub-bucket's index; per
--- window and level: the current and previous bucket's packed counts as read (or false)
-local fmts = {} -- struct formats of n doubles, made once each
-local function dfmt(n)
-  local f = fmts[n]
-  if not f then
-    f = '<' .. string.rep('d', n)
-    fmts[n] = f
+-- per window: the current sub-bucket's index; per window and level: the current and
+-- previous bucket's packed counts as read (or false); the functions below. All made
+-- only for a precise check, so the estimate's path costs nothing more.
+local jsub, csub, psub, subadd, preciseRead, preciseWait
+if subs then
+  jsub, csub, psub = {}, {}, {}
+  local fmts = {} -- struct formats of n doubles, made once each
+  local function dfmt(n)
+    local f = fmts[n]
+    if not f then
+      f = '<' .. string.rep('d', n)
+      fmts[n] = f
+    end
+    return f
   end
-  return f
-end
--- subsum is the sum of sub-buckets from .. to (1-based) of packed counts v (false: none).
-local function subsum(v, from, to)
-  local t = 0
-  if v and to >= from then
-    local x = {struct.unpack(dfmt(to - from + 1), v, 8 * from - 7)}
-    for i = 1, to - from + 1 do t = t + x[i] end
+  -- subsum is the sum of sub-buckets from .. to (1-based) of packed counts v (false: none).
+  local function subsum(v, from, to)
+    local t = 0
+    if v and to >= from then
+      local x = {struct.unpack(dfmt(to - from + 1), v, 8 * from - 7)}
+      for i = 1, to - from + 1 do t = t + x[i] end
+    end
+    return t
   end
-  return t
-end
--- subadd is packed counts v (false: none yet) with cost added to sub-bucket j (0-based):
--- one double unpacked and packed, the rest copied.
-local function subadd(v, j, cost)
-  local o = 8 * j
-  if not v then
-    return string.rep('\0', o) .. struct.pack('<d', cost) .. string.rep('\0', 8 * (subs - j - 1))
+  -- subadd is packed counts v (false: none yet) with cost added to sub-bucket j (0-based):
+  -- one double unpacked and packed, the rest copied.
+  subadd = function(v, j, cost)
+    local o = 8 * j
+    if not v then
+      return string.rep('\0', o) .. struct.pack('<d', cost) .. string.rep('\0', 8 * (subs - j - 1))
+    end
+    return string.sub(v, 1, o) .. struct.pack('<d', struct.unpack('<d', v, o + 1) + cost) .. string.sub(v, o + 9)
   end
-  return string.sub(v, 1, o) .. struct.pack('<d', struct.unpack('<d', v, o + 1) + cost) .. string.sub(v, o + 9)
-end
--- preciseRead returns window i's current bucket's totals and the previous bucket's
--- counted units, as numbers.
-local function preciseRead(i, ck, pk)
-  local ms, el = a[7 + 2 * i], a[8 + 2 * i]
-  local j = floor(el / (ms / subs))
-  jsub[i] = j
-  local f = {}
-  for l = 1, nl do f[l], f[nl + l] = ARGV[l], ARGV[l] .. '#' end
-  local c = redis.call('HMGET', ck, unpack(f, 1, 2 * nl))
-  local p = redis.call('HMGET', pk, unpack(f, 1, 2 * nl))
-  local cs, ps, pv = {}, {}, {}
-  for l = 1, nl do
-    c[l] = (c[l] or 0) + 0
-    cs[l], ps[l] = c[nl + l], p[nl + l]
-    local v = (p[l] or 0) + 0 - subsum(ps[l], 1, j)
-    if v < 0 then v = 0 end
-    pv[l] = v
+  -- preciseRead returns window i's current bucket's totals and the previous bucket's
+  -- counted units, as numbers.
+  preciseRead = function(i, ck, pk)
+    local ms, el = a[7 + 2 * i], a[8 + 2 * i]
+    local j = floor(el / (ms / subs))
+    jsub[i] = j
+    local f = {}
+    for l = 1, nl do f[l], f[nl + l] = ARGV[l], ARGV[l] .. '#' end
+    local c = redis.call('HMGET', ck, unpack(f, 1, 2 * nl))
+    local p = redis.call('HMGET', pk, unpack(f, 1, 2 * nl))
+    local cs, ps, pv = {}, {}, {}
+    for l = 1, nl do
+      c[l] = (c[l] or 0) + 0
+      cs[l], ps[l] = c[nl + l], p[nl + l]
+      local v = (p[l] or 0) + 0 - subsum(ps[l], 1, j)
+      if v < 0 then v = 0 end
+      pv[l] = v
+    end
+    csub[i], psub[i] = cs, ps
+    return c, pv
   end
-  csub[i], psub[i] = cs, ps
-  return c, pv
-end
--- preciseWait is how long until cost fits at level l of precise window w, whose count
--- (c + pv) is over room = limit - cost: the counted sub-buckets leave the count one by
--- one, oldest first, at each sub-bucket boundary.
-local function preciseWait(w, l, room, c, pv)
-  local ms, el = a[7 + 2 * w], a[8 + 2 * w]
-  if room < 0 then return ms - el end
-  local sms, j, p, cs = ms / subs, jsub[w], psub[w][l], csub[w][l]
-  local need, left = c + pv - room, 0
-  for m = 0, subs - 1 - j do
-    left = left + subsum(p, j + m + 1, j + m + 1)
-    if m == subs - 1 - j then left = pv end -- the bucket has left whole, rest included
-    if left >= need then return (j + 1 + m) * sms - el end
+  -- preciseWait is how long until cost fits at level l of precise window w, whose count
+  -- (c + pv) is over room = limit - cost: the counted sub-buckets leave the count one by
+  -- one, oldest first, at each sub-bucket boundary.
+  preciseWait = function(w, l, room, c, pv)
+    local ms, el = a[7 + 2 * w], a[8 + 2 * w]
+    if room < 0 then return ms - el end
+    local sms, j, p, cs = ms / subs, jsub[w], psub[w][l], csub[w][l]
+    local need, left = c + pv - room, 0
+    for m = 0, subs - 1 - j do
+      left = left + subsum(p, j + m + 1, j + m + 1)
+      if m == subs - 1 - j then left = pv end -- the bucket has left whole, rest included
+      if left >= need then return (j + 1 + m) * sms - el end
+    end
+    for x = 0, j do
+      left = left + subsum(cs, x + 1, x + 1)
+      if left >= need then return (subs + 1 + x) * sms - el end
+    end
+    return 2 * ms - el -- the current bucket's rest leaves with it
   end
-  for x = 0, j do
-    left = left + subsum(cs, x + 1, x + 1)
-    if left >= need then return (subs + 1 + x) * sms - el end
-  end
-  return 2 * ms - el -- the current bucket's rest leaves with it
 end
 
 local month = redis.call('HMGET', KEYS[1], '|p', unpack(ARGV, 1, nl))
