@@ -176,7 +176,7 @@ type Request struct {
 	// org's plan or override says sliding_windows: precise): no real span of a window
 	// ever admits more than its limit, where the two-bucket estimate admits up to
 	// twice it; the price is at most one sub-bucket of units counted for longer than
-	// the window, and about a fifth more Redis time per check (docs/ARCHITECTURE.md
+	// the window, and 1.5-1.8x the Redis time per check (docs/ARCHITECTURE.md
 	// "Sliding windows"). Leases of a precise check end with the current sub-bucket.
 	Precise bool
 	// NoLease keeps the check out of leases (the org's plan or override says leases:
