@@ -401,3 +401,24 @@ func TestPreciseWindowWithLeases(t *testing.T) {
 		t.Log("no precise admission came from a lease (the machine was too slow for the path to be hot)")
 	}
 }
+
+// TestPreciseWindowResetAt: an allowed precise check's reset is the end of its
+// current sub-bucket (the count next falls there), in the packed reply and in the one
+// stored for an idempotent check alike.
+func TestPreciseWindowResetAt(t *testing.T) {
+	r := MustRig(t, "", quota.Config{})
+	org := testenv.ID(t, "org")
+	sub := time.Second / quota.PreciseSubBuckets
+	for _, key := range []string{"", "reset-at-key-1"} {
+		req := quota.Request{Org: org, Metric: "requests", Cost: 1, Precise: true, IdempotencyKey: key,
+			Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Second, 100), lim(quota.Month, 1000)}}}
+		before := r.e.Now()
+		res := r.MustCheck(t, req)
+		after := r.e.Now()
+		reset := res.Levels[0].ResetAt
+		if reset.UnixMilli()%sub.Milliseconds() != 0 || !reset.After(before) || reset.After(after.Add(sub)) {
+			t.Errorf("idempotency key %q: reset_at %s, want the end of the 50 ms sub-bucket of %s..%s",
+				key, reset.Format("15:04:05.000"), before.Format("15:04:05.000"), after.Format("15:04:05.000"))
+		}
+	}
+}
