@@ -422,3 +422,24 @@ func TestPreciseWindowResetAt(t *testing.T) {
 		}
 	}
 }
+
+// TestPreciseWindowOddSubBucketField: a bucket whose packed sub-bucket counts have
+// another length (a future N, a hand edit) is read as counts unknown, never as a
+// script error: the precise check still decides, counting the bucket's total.
+func TestPreciseWindowOddSubBucketField(t *testing.T) {
+	r := MustRig(t, "", quota.Config{})
+	org := testenv.ID(t, "org")
+	req := quota.Request{Org: org, Metric: "requests", Cost: 1, Precise: true,
+		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Hour, 10)}}}
+	r.MustCheck(t, req)
+	now := r.e.Now().UnixMilli()
+	key := fmt.Sprintf("%s:{%s}|w|3600|%d", r.prefix, org, now/time.Hour.Milliseconds())
+	r.raw.HSet(context.Background(), key, "requests|o#", "short", "requests|o", "7")
+	res := r.MustCheck(t, req)
+	if !res.Allowed || res.Levels[0].Used != 8 {
+		t.Fatalf("check after an odd sub-bucket field: allowed %v, used %d; want allowed, 8", res.Allowed, res.Levels[0].Used)
+	}
+	if got := len(r.raw.HGet(context.Background(), key, "requests|o#").Val()); got != 8*quota.PreciseSubBuckets {
+		t.Errorf("the odd field was not rewritten: %d bytes", got)
+	}
+}

@@ -132,6 +132,10 @@ if subs then
     for l = 1, nl do
       c[l] = (c[l] or 0) + 0
       cs[l], ps[l] = c[nl + l], p[nl + l]
+      -- counts of another length (another N) are read as none: their units stay in the
+      -- totals, counted until their bucket leaves
+      if cs[l] and #cs[l] ~= 8 * subs then cs[l] = false end
+      if ps[l] and #ps[l] ~= 8 * subs then ps[l] = false end
       local v = (p[l] or 0) + 0 - subsum(ps[l], 1, j)
       if v < 0 then v = 0 end
       pv[l] = v

@@ -93,6 +93,7 @@ local function settle(rkey, id, action, used)
     local n = 0
     for l = 1, nl do
       local v = vals[l]
+      if v and #v ~= 8 * ns then v = false end -- another N's counts: rewritten
       if v or create then
         local c = {}
         if v then c = {struct.unpack(subfmt, v)} else for x = 1, ns do c[x] = 0 end end
