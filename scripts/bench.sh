@@ -7,7 +7,7 @@
 # measured in the same run. Bounded: about three minutes, and 1.7 more for bench-users.
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
-# BENCH_CHECKS, BENCH_PAIRS (reserve+commit pairs), BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
+# BENCH_CHECKS, BENCH_PAIRS (reserve+commit pairs), BENCH_WINDOW_CHECKS (estimate vs precise windows), BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
 # BENCH_PORT, BENCH_GRPC_PORT, BENCH_GRPC_SECONDS tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
 # runs last. Load goes to 127.0.0.1 only.
 set -euo pipefail
@@ -60,6 +60,9 @@ if [ "${BENCH_GO:-1}" != 0 ]; then
   if [ -n "$s0" ]; then
     echo "redis_usec_per_pair_engine $(usec_per_call "$s0" "$(evalsha_stats)")" >> "$rows"
   fi
+  echo
+  echo "Engine: ${BENCH_WINDOW_CHECKS:-100000} checks with a per-second limit, the two-bucket estimate then the precise window, at 64-way concurrency..."
+  go test -run '^$' -bench 'BenchmarkCheckWindows$' -benchmem -benchtime "${BENCH_WINDOW_CHECKS:-100000}x" ./internal/quota/ | tee -a "$out"
   echo
   echo "HTTP in process over loopback, 50 concurrent connections, ${BENCH_TIME:-5s} each..."
   go test -run '^$' -bench 'HTTP$' -benchmem -benchtime "${BENCH_TIME:-5s}" ./internal/httpapi/ | tee -a "$out"
@@ -303,6 +306,13 @@ END {
   }
   print ""
   print "Done-when ratios (docs/PERFORMANCE.md):"
+  we = "CheckWindows/estimate"; wp = "CheckWindows/precise"
+  if (v[we, "ns/check"] > 0 && v[wp, "ns/check"] > 0) {
+    printf "  precise vs estimate window, per check:    %.0f / %.0f ns = %.2fx", v[wp, "ns/check"], v[we, "ns/check"], v[wp, "ns/check"] / v[we, "ns/check"]
+    if (v[we, "redis-µs/check"] > 0 && v[wp, "redis-µs/check"] > 0)
+      printf "; Redis %.1f / %.1f µs = %.2fx", v[wp, "redis-µs/check"], v[we, "redis-µs/check"], v[wp, "redis-µs/check"] / v[we, "redis-µs/check"]
+    printf "\n"
+  }
   if (rounds > 0) {
     for (i = 1; i <= rounds; i++) cratio[i] = rr[i, 8] / rr[i, 1]
     m = median_round(cratio, rounds)

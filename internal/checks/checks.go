@@ -130,7 +130,8 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 		return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
-		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff}
+		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff,
+		Precise: org.SlidingWindows == tenants.WindowsPrecise}
 	if in.Metric != nil {
 		req.Metric = *in.Metric
 	}

@@ -73,6 +73,9 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	if in.Leases != nil {
 		p.Leases = tenants.Leases(*in.Leases)
 	}
+	if in.SlidingWindows != nil {
+		p.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
+	}
 	return p
 }
 
@@ -86,6 +89,10 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 		l := tenants.Leases(*in.Leases)
 		p.Leases = &l
 	}
+	if in.SlidingWindows != nil {
+		w := tenants.SlidingWindows(*in.SlidingWindows)
+		p.SlidingWindows = &w
+	}
 	return p
 }
 
@@ -95,6 +102,10 @@ func fromPlan(p tenants.Plan) api.Plan {
 	if p.Leases != "" {
 		l := api.PlanLeases(p.Leases)
 		out.Leases = &l
+	}
+	if p.SlidingWindows != "" {
+		w := api.PlanSlidingWindows(p.SlidingWindows)
+		out.SlidingWindows = &w
 	}
 	return out
 }
@@ -109,6 +120,9 @@ func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	}
 	if in.Leases != nil {
 		o.Leases = tenants.Leases(*in.Leases)
+	}
+	if in.SlidingWindows != nil {
+		o.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
 	if in.WebhookUrl != nil {
 		o.WebhookURL = *in.WebhookUrl
@@ -133,6 +147,10 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 		l := tenants.Leases(*in.Leases)
 		p.Leases = &l
 	}
+	if in.SlidingWindows != nil {
+		w := tenants.SlidingWindows(*in.SlidingWindows)
+		p.SlidingWindows = &w
+	}
 	return p
 }
 
@@ -144,6 +162,10 @@ func fromOrg(o tenants.Org) api.Org {
 	if o.Leases != "" {
 		l := api.OrgLeases(o.Leases)
 		out.Leases = &l
+	}
+	if o.SlidingWindows != "" {
+		w := api.OrgSlidingWindows(o.SlidingWindows)
+		out.SlidingWindows = &w
 	}
 	return out
 }

@@ -3,7 +3,9 @@ package quota_test
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -135,4 +137,79 @@ func BenchmarkReserveCommitParallel(b *testing.B) {
 	if got := r.usage(b, org)[orgC("requests")]; got != committed.Load() {
 		b.Fatalf("org usage %d, committed %d", got, committed.Load())
 	}
+}
+
+// BenchmarkCheckWindows compares the cost of a check whose sliding window is counted
+// by the two-bucket estimate (estimate) with one counted in sub-buckets (precise,
+// Request.Precise): BenchmarkCheckParallel's cascade (8 teams, 64 users, the org capped
+// per month) with every user limited per second, so a run of a second or more meets
+// every sub-bucket index (a precise check sums the previous bucket's sub-buckets
+// before the current one: 0 to 19 a level). Besides ns/check it reports Redis's own
+// time per EVALSHA (INFO commandstats, before and after) on a private redis-server
+// when there is one (on the shared Redis, other clients' scripts would count too).
+// make bench prints the ratio.
+func BenchmarkCheckWindows(b *testing.B) {
+	url := "" // the shared test Redis
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		_, port := startRedisServerAnyPort(b)
+		url = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	}
+	for _, precise := range []bool{false, true} {
+		name := "estimate"
+		if precise {
+			name = "precise"
+		}
+		b.Run(name, func(b *testing.B) { benchWindow(b, url, precise) })
+	}
+}
+
+func benchWindow(b *testing.B, url string, precise bool) {
+	r := MustRig(b, url, quota.Config{})
+	org := testenv.ID(b, "org")
+	limit := int64(b.N/2 + 1)
+	reqs := benchRequests(org, limit)
+	for i := range reqs {
+		reqs[i].Precise = precise
+		reqs[i].Limits.User = []quota.Limit{lim(quota.Second, 1<<40)}
+	}
+	r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"})
+	ctx := context.Background()
+	calls0, usec0 := evalshaStats(b, r)
+	var admitted, next atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, err := r.e.Check(ctx, reqs[next.Add(1)%int64(len(reqs))])
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if res.Allowed {
+				admitted.Add(1)
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
+	if calls1, usec1 := evalshaStats(b, r); calls1 > calls0 {
+		b.ReportMetric(float64(usec1-usec0)/float64(calls1-calls0), "redis-µs/check")
+	}
+	checkAdmission(b, r, org, admitted.Load(), limit)
+}
+
+// evalshaStats reads Redis's EVALSHA calls and microseconds so far.
+func evalshaStats(b *testing.B, r *testRig) (calls, usec int64) {
+	b.Helper()
+	info, err := r.raw.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_evalsha:"); ok {
+			_, _ = fmt.Sscanf(rest, "calls=%d,usec=%d,", &calls, &usec)
+		}
+	}
+	return calls, usec
 }

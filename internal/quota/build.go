@@ -75,6 +75,9 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 			b = appendRows(b, 3, req.Limits.User, &index)
 		}
 	}
+	if req.Precise && nw > 0 {
+		b = appendNumbers(b, PreciseSubBuckets) // check.lua's "Precise windows"
+	}
 	c.nums = b
 	a = append(a, k.field(req.Metric))
 	if nl > 1 {

@@ -340,7 +340,8 @@ func (m *leases) renew(p *leasePath, req Request, rate int64) {
 }
 
 // leaseEnd is when a lease taken at now ends: after Max, at the end of the current
-// bucket of the shortest sliding window any level limits, at the period's end.
+// bucket (a precise check's: sub-bucket) of the shortest sliding window any level
+// limits, at the period's end.
 func (m *leases) leaseEnd(req *Request, now time.Time) time.Time {
 	end := now.Add(m.cfg.Max)
 	var shortest time.Duration
@@ -354,6 +355,11 @@ func (m *leases) leaseEnd(req *Request, now time.Time) time.Time {
 	if shortest > 0 {
 		ms := now.UnixMilli()
 		w := shortest.Milliseconds()
+		if req.Precise {
+			// a precise window's bound holds for units admitted in the sub-bucket they
+			// were counted in (docs/ARCHITECTURE.md "Sliding windows")
+			w /= PreciseSubBuckets
+		}
 		if b := time.UnixMilli((ms/w + 1) * w); b.Before(end) {
 			end = b
 		}

@@ -159,6 +159,9 @@ func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte
 			ls := LevelStatus{Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
 				Remaining: max(l.Limit-used, 0), ResetAt: month}
 			if ms := l.Window.Duration().Milliseconds(); ms > 0 {
+				if req.Precise {
+					ms /= PreciseSubBuckets // its count next falls at the end of the sub-bucket
+				}
 				ls.ResetAt = time.UnixMilli(nowMs/ms*ms + ms).UTC()
 			}
 			res.Levels = append(res.Levels, ls)

@@ -24,6 +24,11 @@ const (
 	Month  Window = "month"
 )
 
+// PreciseSubBuckets is how many sub-buckets a precise window (Request.Precise) is
+// counted in: 50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day.
+// It divides every window's length in ms, so sub-buckets never straddle buckets.
+const PreciseSubBuckets = 20
+
 // slidingWindows lists the sliding windows from the narrowest to the broadest; a
 // window's position is its index in the script's window list minus one.
 var slidingWindows = [...]Window{Second, Minute, Hour, Day}
@@ -167,6 +172,13 @@ type Request struct {
 	Limits LevelLimits
 	// AnchorDay is the org's billing anchor day, 1..28; 0 means 1 (calendar month UTC).
 	AnchorDay int
+	// Precise counts the sliding windows in PreciseSubBuckets sub-buckets each (the
+	// org's plan or override says sliding_windows: precise): no real span of a window
+	// ever admits more than its limit, where the two-bucket estimate admits up to
+	// twice it; the price is at most one sub-bucket of units counted for longer than
+	// the window, and 1.5-1.8x the Redis time per check (docs/ARCHITECTURE.md
+	// "Sliding windows"). Leases of a precise check end with the current sub-bucket.
+	Precise bool
 	// NoLease keeps the check out of leases (the org's plan or override says leases:
 	// off): it is decided in Redis even when its path is hot.
 	NoLease bool

@@ -15,19 +15,22 @@ type PlanInput struct {
 	Metered  []string // metrics counted and billed without a limit
 	FailMode FailMode
 	Leases   Leases // "" means auto
-	Pool     string // "" means "default"
-	Pricing  *Pricing
+	// SlidingWindows "" means estimate.
+	SlidingWindows SlidingWindows
+	Pool           string // "" means "default"
+	Pricing        *Pricing
 }
 
 // PlanPatch changes the fields that are set. Limits replaces the whole list.
 type PlanPatch struct {
-	Name     *string
-	Limits   *[]Limit
-	Metered  *[]string // replaces the whole list
-	FailMode *FailMode
-	Leases   *Leases
-	Pool     *string
-	Pricing  *Pricing
+	Name           *string
+	Limits         *[]Limit
+	Metered        *[]string // replaces the whole list
+	FailMode       *FailMode
+	Leases         *Leases
+	SlidingWindows *SlidingWindows
+	Pool           *string
+	Pricing        *Pricing
 	// RemovePricing drops the plan's pricing (the request sent "pricing": null).
 	RemovePricing bool
 }
@@ -40,7 +43,8 @@ type OrgInput struct {
 	Limits           []Limit
 	Mode             Mode // "" means enforce
 	Oversubscribe    bool
-	Leases           Leases // "" means plan
+	Leases           Leases         // "" means plan
+	SlidingWindows   SlidingWindows // "" means plan
 	WebhookURL       string
 	RedisURL         string
 	BillingAnchorDay int // 0 means 1
@@ -54,6 +58,7 @@ type OrgPatch struct {
 	Mode             *Mode
 	Oversubscribe    *bool
 	Leases           *Leases
+	SlidingWindows   *SlidingWindows
 	WebhookURL       *string
 	RedisURL         *string
 	BillingAnchorDay *int
@@ -73,6 +78,9 @@ func (p OrgPatch) OperatorOnly() []string {
 	}
 	if p.Leases != nil {
 		f = append(f, "leases")
+	}
+	if p.SlidingWindows != nil {
+		f = append(f, "sliding_windows")
 	}
 	if p.BillingAnchorDay != nil {
 		f = append(f, "billing_anchor_day")
@@ -150,6 +158,17 @@ func checkLeases(errs *fieldErrs, l Leases, org bool) {
 	}
 }
 
+func checkSlidingWindows(errs *fieldErrs, w SlidingWindows, org bool) {
+	switch {
+	case w == WindowsEstimate, w == WindowsPrecise:
+	case org && w == WindowsPlan:
+	case org:
+		errs.add("sliding_windows", "must be one of plan, estimate, precise")
+	default:
+		errs.add("sliding_windows", "must be one of estimate, precise")
+	}
+}
+
 func checkMode(errs *fieldErrs, m Mode) {
 	switch m {
 	case Enforce, Shadow, Warn:
@@ -195,6 +214,9 @@ func (in PlanInput) Validate() error {
 	if in.Leases != "" {
 		checkLeases(&errs, in.Leases, false)
 	}
+	if in.SlidingWindows != "" {
+		checkSlidingWindows(&errs, in.SlidingWindows, false)
+	}
 	if in.Pool != "" {
 		checkID(&errs, "pool", in.Pool)
 	}
@@ -220,6 +242,9 @@ func (p PlanPatch) Validate() error {
 	if p.Leases != nil {
 		checkLeases(&errs, *p.Leases, false)
 	}
+	if p.SlidingWindows != nil {
+		checkSlidingWindows(&errs, *p.SlidingWindows, false)
+	}
 	if p.Pool != nil {
 		checkID(&errs, "pool", *p.Pool)
 	}
@@ -239,6 +264,9 @@ func (in OrgInput) Validate() error {
 	}
 	if in.Leases != "" {
 		checkLeases(&errs, in.Leases, true)
+	}
+	if in.SlidingWindows != "" {
+		checkSlidingWindows(&errs, in.SlidingWindows, true)
 	}
 	checkWebhook(&errs, in.WebhookURL)
 	checkRedisURL(&errs, in.RedisURL)
@@ -265,6 +293,9 @@ func (p OrgPatch) Validate() error {
 	}
 	if p.Leases != nil {
 		checkLeases(&errs, *p.Leases, true)
+	}
+	if p.SlidingWindows != nil {
+		checkSlidingWindows(&errs, *p.SlidingWindows, true)
 	}
 	if p.WebhookURL != nil {
 		checkWebhook(&errs, *p.WebhookURL)

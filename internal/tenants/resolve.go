@@ -21,9 +21,12 @@ type ResolvedOrg struct {
 	Pool     string
 	// Leases is LeasesAuto or LeasesOff: the org's own setting, or its plan's when the
 	// org follows its plan.
-	Leases  Leases
-	Teams   map[string]Team
-	Metrics MetricSet // a check of any other metric is refused
+	Leases Leases
+	// SlidingWindows is WindowsEstimate or WindowsPrecise: the org's own setting, or
+	// its plan's when the org follows its plan.
+	SlidingWindows SlidingWindows
+	Teams          map[string]Team
+	Metrics        MetricSet // a check of any other metric is refused
 	// Users are the org's registered users by id when UsersComplete: then an id that
 	// is not in it is unregistered, known without a query. An org above the bound
 	// has UsersComplete false and Users nil.
@@ -66,11 +69,14 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	}
 	r := ResolvedOrg{Org: org, Teams: map[string]Team{}}
 	var metered, priced []string
-	if err := s.pool.QueryRow(ctx, `SELECT fail_mode, pool, leases, `+planMetricCols+` FROM plans WHERE id = $1`, org.PlanID).Scan(&r.FailMode, &r.Pool, &r.Leases, &metered, &priced); err != nil {
+	if err := s.pool.QueryRow(ctx, `SELECT fail_mode, pool, leases, sliding_windows, `+planMetricCols+` FROM plans WHERE id = $1`, org.PlanID).Scan(&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced); err != nil {
 		return ResolvedOrg{}, fmt.Errorf("resolve org %q: plan: %w", orgID, err)
 	}
 	if org.Leases != LeasesPlan && org.Leases != "" {
 		r.Leases = org.Leases
+	}
+	if org.SlidingWindows != WindowsPlan && org.SlidingWindows != "" {
+		r.SlidingWindows = org.SlidingWindows
 	}
 	r.Metrics = NewMetricSet(limitMetrics(org.EffectiveLimits), priced, metered)
 	rows, err := s.pool.Query(ctx, `SELECT `+teamCols+` FROM teams WHERE org_id = $1`, orgID)

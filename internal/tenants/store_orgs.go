@@ -10,11 +10,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 )
 
-const orgCols = `id, name, plan_id, mode, oversubscribe, leases, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
+const orgCols = `id, name, plan_id, mode, oversubscribe, leases, sliding_windows, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
 
 func scanOrg(row pgx.Row) (Org, error) {
 	var o Org
-	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.Leases, &o.WebhookURL, &o.RedisURL,
+	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.Leases, &o.SlidingWindows, &o.WebhookURL, &o.RedisURL,
 		&o.BillingAnchorDay, &o.CreatedAt, &o.UpdatedAt)
 	return o, err
 }
@@ -106,6 +106,9 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 	if in.Leases == "" {
 		in.Leases = LeasesPlan
 	}
+	if in.SlidingWindows == "" {
+		in.SlidingWindows = WindowsPlan
+	}
 	if in.Mode == "" {
 		in.Mode = Enforce
 	}
@@ -117,9 +120,9 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 		if _, err := getPlan(ctx, tx, in.PlanID, false); err != nil {
 			return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", in.PlanID)}}}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, leases)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
-			in.WebhookURL, in.RedisURL, in.BillingAnchorDay, in.Leases)
+		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, leases, sliding_windows)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
+			in.WebhookURL, in.RedisURL, in.BillingAnchorDay, in.Leases, in.SlidingWindows)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create org %q", in.ID))
 		}
@@ -185,6 +188,9 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 		if patch.Leases != nil {
 			after.Leases = *patch.Leases
 		}
+		if patch.SlidingWindows != nil {
+			after.SlidingWindows = *patch.SlidingWindows
+		}
 		if patch.WebhookURL != nil {
 			after.WebhookURL = *patch.WebhookURL
 		}
@@ -235,8 +241,9 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 			}
 		}
 		_, err = tx.Exec(ctx, `UPDATE orgs SET name = $2, plan_id = $3, mode = $4, oversubscribe = $5, webhook_url = $6,
-			redis_url = $7, billing_anchor_day = $8, leases = $9, updated_at = now() WHERE id = $1`,
-			id, after.Name, after.PlanID, after.Mode, after.Oversubscribe, after.WebhookURL, after.RedisURL, after.BillingAnchorDay, after.Leases)
+			redis_url = $7, billing_anchor_day = $8, leases = $9, sliding_windows = $10, updated_at = now() WHERE id = $1`,
+			id, after.Name, after.PlanID, after.Mode, after.Oversubscribe, after.WebhookURL, after.RedisURL, after.BillingAnchorDay, after.Leases,
+			after.SlidingWindows)
 		if err != nil {
 			return fmt.Errorf("update org %q: %w", id, err)
 		}

@@ -8,13 +8,13 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-const planCols = `id, name, metered, fail_mode, leases, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
+const planCols = `id, name, metered, fail_mode, leases, sliding_windows, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	var currency *string
 	var base string
-	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.SlidingWindows, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt); err != nil {
 		return Plan{}, err
 	}
 	p.Metered = normalizeMetered(p.Metered)
@@ -126,11 +126,14 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 	if in.Leases == "" {
 		in.Leases = LeasesAuto
 	}
+	if in.SlidingWindows == "" {
+		in.SlidingWindows = WindowsEstimate
+	}
 	var out Plan
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, base := pricingCols(in.Pricing)
-		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price, leases)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base, in.Leases)
+		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price, leases, sliding_windows)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8, $9)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base, in.Leases, in.SlidingWindows)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
@@ -185,6 +188,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.Leases != nil {
 			after.Leases = *patch.Leases
 		}
+		if patch.SlidingWindows != nil {
+			after.SlidingWindows = *patch.SlidingWindows
+		}
 		if patch.Pool != nil {
 			after.Pool = *patch.Pool
 		}
@@ -234,7 +240,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		}
 		cur, base := pricingCols(after.Pricing)
 		_, err = tx.Exec(ctx, `UPDATE plans SET name = $2, fail_mode = $3, pool = $4, currency = $5,
-			base_price = $6::numeric, metered = $7, leases = $8, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases)
+			base_price = $6::numeric, metered = $7, leases = $8, sliding_windows = $9, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases, after.SlidingWindows)
 		if err != nil {
 			return fmt.Errorf("update plan %q: %w", id, err)
 		}

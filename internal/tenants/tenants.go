@@ -83,6 +83,20 @@ const (
 	LeasesPlan Leases = "plan" // an org's only: as its plan says
 )
 
+// SlidingWindows says how a plan's (or an org's) sliding windows are counted (quota's
+// check.lua): WindowsEstimate (the default), the two-bucket estimate, which a real
+// span of one window can pass by up to the limit again; or WindowsPrecise, in
+// sub-buckets, which no real span of a window passes (docs/ARCHITECTURE.md "Sliding
+// windows"). An org's WindowsPlan follows its plan.
+type SlidingWindows string
+
+// The sliding window settings.
+const (
+	WindowsEstimate SlidingWindows = "estimate"
+	WindowsPrecise  SlidingWindows = "precise"
+	WindowsPlan     SlidingWindows = "plan" // an org's only: as its plan says
+)
+
 // Mode is an org's enforcement mode.
 type Mode string
 
@@ -135,13 +149,15 @@ type Plan struct {
 	// Metered lists metrics counted and billed without any limit, sorted. A check
 	// names a metric of its org's limits, its plan's pricing or this list, or is
 	// refused (see ErrUnknownMetric).
-	Metered   []string  `json:"metered"`
-	FailMode  FailMode  `json:"fail_mode"`
-	Leases    Leases    `json:"leases"`
-	Pool      string    `json:"pool"`
-	Pricing   *Pricing  `json:"pricing"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Metered  []string `json:"metered"`
+	FailMode FailMode `json:"fail_mode"`
+	Leases   Leases   `json:"leases"`
+	// SlidingWindows is WindowsEstimate or WindowsPrecise.
+	SlidingWindows SlidingWindows `json:"sliding_windows"`
+	Pool           string         `json:"pool"`
+	Pricing        *Pricing       `json:"pricing"`
+	CreatedAt      time.Time      `json:"created_at"`
+	UpdatedAt      time.Time      `json:"updated_at"`
 }
 
 // Org is a tenant.
@@ -156,15 +172,17 @@ type Org struct {
 	Granted map[string]int64 `json:"granted,omitempty"`
 	// GrantsLapse is when the first active grant lapses (zero: none): EffectiveLimits
 	// hold until then, and a cached org is read again after it.
-	GrantsLapse      time.Time `json:"-"`
-	Mode             Mode      `json:"mode"`
-	Oversubscribe    bool      `json:"oversubscribe"`
-	Leases           Leases    `json:"leases"` // LeasesPlan: as its plan says
-	WebhookURL       string    `json:"webhook_url"`
-	RedisURL         string    `json:"redis_url,omitempty"`
-	BillingAnchorDay int       `json:"billing_anchor_day"`
-	CreatedAt        time.Time `json:"created_at"`
-	UpdatedAt        time.Time `json:"updated_at"`
+	GrantsLapse   time.Time `json:"-"`
+	Mode          Mode      `json:"mode"`
+	Oversubscribe bool      `json:"oversubscribe"`
+	Leases        Leases    `json:"leases"` // LeasesPlan: as its plan says
+	// SlidingWindows is WindowsPlan (as its plan says), WindowsEstimate or WindowsPrecise.
+	SlidingWindows   SlidingWindows `json:"sliding_windows"`
+	WebhookURL       string         `json:"webhook_url"`
+	RedisURL         string         `json:"redis_url,omitempty"`
+	BillingAnchorDay int            `json:"billing_anchor_day"`
+	CreatedAt        time.Time      `json:"created_at"`
+	UpdatedAt        time.Time      `json:"updated_at"`
 }
 
 // Team is part of an org, with its own allocation and the default limits of its

@@ -178,6 +178,27 @@ func (e OrgLeases) Valid() bool {
 	}
 }
 
+// Defines values for OrgSlidingWindows.
+const (
+	OrgSlidingWindowsEstimate OrgSlidingWindows = "estimate"
+	OrgSlidingWindowsPlan     OrgSlidingWindows = "plan"
+	OrgSlidingWindowsPrecise  OrgSlidingWindows = "precise"
+)
+
+// Valid indicates whether the value is a known member of the OrgSlidingWindows enum.
+func (e OrgSlidingWindows) Valid() bool {
+	switch e {
+	case OrgSlidingWindowsEstimate:
+		return true
+	case OrgSlidingWindowsPlan:
+		return true
+	case OrgSlidingWindowsPrecise:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PlanLeases.
 const (
 	PlanLeasesAuto PlanLeases = "auto"
@@ -190,6 +211,24 @@ func (e PlanLeases) Valid() bool {
 	case PlanLeasesAuto:
 		return true
 	case PlanLeasesOff:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanSlidingWindows.
+const (
+	PlanSlidingWindowsEstimate PlanSlidingWindows = "estimate"
+	PlanSlidingWindowsPrecise  PlanSlidingWindows = "precise"
+)
+
+// Valid indicates whether the value is a known member of the PlanSlidingWindows enum.
+func (e PlanSlidingWindows) Valid() bool {
+	switch e {
+	case PlanSlidingWindowsEstimate:
+		return true
+	case PlanSlidingWindowsPrecise:
 		return true
 	default:
 		return false
@@ -652,7 +691,7 @@ type LevelRef struct {
 	Id    string `json:"id"`
 	Level Level  `json:"level"`
 
-	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 	Window Window `json:"window"`
 }
 
@@ -665,7 +704,7 @@ type LevelStatus struct {
 	ResetAt   time.Time `json:"reset_at"`
 	Used      int64     `json:"used"`
 
-	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 	Window Window `json:"window"`
 }
 
@@ -681,7 +720,7 @@ type Limit struct {
 	// Example: acme
 	Metric Id `json:"metric"`
 
-	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 	Window Window `json:"window"`
 }
 
@@ -769,9 +808,12 @@ type Org struct {
 	Plan Id `json:"plan"`
 
 	// RedisUrl The dedicated Redis URL with its password masked; empty if none.
-	RedisUrl   string    `json:"redis_url"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	WebhookUrl string    `json:"webhook_url"`
+	RedisUrl string `json:"redis_url"`
+
+	// SlidingWindows The org's sliding window setting, `plan` (the default) following its plan's `sliding_windows`. Changed by the operator only.
+	SlidingWindows *OrgSlidingWindows `json:"sliding_windows,omitempty"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+	WebhookUrl     string             `json:"webhook_url"`
 }
 
 // OrgCreate Example: {"id":"acme","name":"Acme Inc.","plan":"pro"}
@@ -801,6 +843,9 @@ type OrgCreate struct {
 
 	// RedisUrl Dedicated Redis of the org (`redis://` or `rediss://`); empty to use the plan's pool.
 	RedisUrl *RedisURL `json:"redis_url,omitempty"`
+
+	// SlidingWindows The org's sliding window setting, `plan` (the default) following its plan's `sliding_windows`. Changed by the operator only.
+	SlidingWindows *OrgSlidingWindows `json:"sliding_windows,omitempty"`
 
 	// WebhookUrl URL that receives threshold events and billing exports (HMAC-signed POSTs); empty for none.
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
@@ -843,9 +888,15 @@ type OrgPatch struct {
 	// RedisUrl Dedicated Redis of the org (`redis://` or `rediss://`); empty to use the plan's pool.
 	RedisUrl *RedisURL `json:"redis_url,omitempty"`
 
+	// SlidingWindows The org's sliding window setting, `plan` (the default) following its plan's `sliding_windows`. Changed by the operator only.
+	SlidingWindows *OrgSlidingWindows `json:"sliding_windows,omitempty"`
+
 	// WebhookUrl URL that receives threshold events and billing exports (HMAC-signed POSTs); empty for none.
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
 }
+
+// OrgSlidingWindows The org's sliding window setting, `plan` (the default) following its plan's `sliding_windows`. Changed by the operator only.
+type OrgSlidingWindows string
 
 // Period A billing period, `YYYY-MM`.
 //
@@ -876,8 +927,11 @@ type Plan struct {
 	Pool    string   `json:"pool"`
 
 	// Pricing The plan's pricing, or null when it has none.
-	Pricing   *Pricing  `json:"pricing"`
-	UpdatedAt time.Time `json:"updated_at"`
+	Pricing *Pricing `json:"pricing"`
+
+	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
+	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
+	UpdatedAt      time.Time           `json:"updated_at"`
 }
 
 // PlanCreate Example: {"fail_mode":"open","id":"pro","limits":[{"limit":600,"metric":"requests","window":"minute"},{"limit":100000,"metric":"requests","window":"month"}],"metered":["tokens"],"name":"Pro"}
@@ -911,6 +965,9 @@ type PlanCreate struct {
 	Name    Name     `json:"name"`
 	Pool    *Pool    `json:"pool,omitempty"`
 	Pricing *Pricing `json:"pricing,omitempty"`
+
+	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
+	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
 }
 
 // PlanLeases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
@@ -950,7 +1007,13 @@ type PlanPatch struct {
 
 	// Pricing New pricing; null removes it.
 	Pricing *Pricing `json:"pricing,omitempty"`
+
+	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
+	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
 }
+
+// PlanSlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
+type PlanSlidingWindows string
 
 // Pool Redis pool class of the plan's orgs.
 //
@@ -1352,7 +1415,7 @@ type WebhookTestResult struct {
 // WebhookURL URL that receives threshold events and billing exports (HMAC-signed POSTs); empty for none.
 type WebhookURL = string
 
-// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 type Window string
 
 // WindowUsage defines model for WindowUsage.
@@ -1367,7 +1430,7 @@ type WindowUsage struct {
 	// used units and units held by open reservations alike.
 	Used int64 `json:"used"`
 
-	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 	Window Window `json:"window"`
 }
 
@@ -1436,7 +1499,7 @@ type WouldBlockRow struct {
 	Team  *string `json:"team,omitempty"`
 	Units int64   `json:"units"`
 
-	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 	Window *Window `json:"window,omitempty"`
 }
 
@@ -4339,335 +4402,345 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L17c9tGsgf6VaZ4TpXJsyBFyXISU7W1R7GdxDd+aGV5U3tCX2FEDEmswBlmZiCa8fV3vzXdPcCABEjq",
-	"ZXu9/icxRRDz6ul3//pDa6RmcyWFtKY1+NCaCp4IDf/8e64sn2dciu5vXMtUTtxfE2FGOp3bVMnWoPVG",
-	"WJZKFi+4ljGbqUSwxVRIZqeCjaZidMkWKs8SNuVXgl0IIVkiZCqSI2b40rDFNB1NWSauRMa4TNgilYla",
-	"9FpRy4ymYsbdgHY5F61By1jtZvDxY9Q65Va8SGep7cJ/12d1NhUsc18xNYap2HQytcLYtaFY232tpGCL",
-	"1E7h2UxwY5kWM566NUdDaf2KjFJSwJdG2M4RU5JxWhCttn148LgT+WHXRrNTbodSi3FuRMJSy9rxRaZG",
-	"lyI55zbu9IaysvSx0jNuW4NWKu13h63I70UqrZgIvbIZp37K6xvyVqbWlGti3NbPL17Z2pjhey6E6d1q",
-	"ZkbYOuIZKZkYlkubZjCh7dPAvTesPVaacWayNEnlZCjxlxG9y612lGstpGUX+ehSWCZkYjo99nrtyFLL",
-	"UsPiU2H1sns8tkLHg6EsXu3nNNZCuKm6V080T3KeZcuIGQUTFzJxh+6+pPFmfMkuBLNKDaXgOlsyN+Py",
-	"XljF5tyYI8bZKEvdRB1xsAV374hX9i5mBvfKEY/VqTDlNTN85t854pKZfDQSIrkRKZVb0HxY3H1NF3dl",
-	"eLdkt6brksrHqDXnms+EJc7zREmjMvHWCH3C7XR9MvQAy43QLE3cgKn7+9w9HbUkn8EISStqafFHnmqR",
-	"tAZW5yKc2H9rMW4NWv+1V3LAPfzW7D1PYEee5Noo/fdc6OX6JF7P+R+5cHRmlGZjrWawIXMtrlKVGzbn",
-	"E/HAsFiK9/Ycn4qLmf4B7yymil9X9m3G378QcuKWv98/OIxas1QWf4hq2OJPsNENk332fq60ZXgYPfZU",
-	"jHmeWePIMP6XUbJxZnR8u24cjoNTgVn9rLm09acIXzUf38R9fdsTfJ6I2VxZIUfLX8XyF5Bu9QIDaPiB",
-	"YWn5C3YplhHjBs41Dr44vxTLmI1TkSWs/YPbxP2DH4ZyNOWajxwVO2YQH3f/j/Hun6zffcx67JwN2P+y",
-	"btyJmEjtVGj3Ys6M1fnI5lokXXwfnuhQtuNhS+lE6O7+wcPDR8NWXEzl+bOzn1ii+diyhU6tMCy1HaY0",
-	"u+BasHYc/Czu9NjP6RW80f0U5TvwfPcRhwTZl6TjsQCOeSmWxvFEL6fah/0+ySY4JnxHeVDBHnd/FcsK",
-	"rYj3fDbP3FMrq2nVkfCvYllPKscnz920WJqgxI7TJPZSFg5JKgvc14iRFrbTQFKXMLtbERRw5YZLdsIn",
-	"gpn0T9F0mUApqexPghfR3fF+5O58Ostn8KkPN54+1vLr13pSv1uv9aT5Wik9ue0enAidqqRhE35Ms8zJ",
-	"zTk85Eg2/uc///nP7suXMZ7dTEk7dVpjKUToWWO5tk5Kh+wJRCbJcnyuaXfx251ZFa4CF5RxWb+V7pvm",
-	"vXTa8W030wl4fcXdeM+T9QkEX99Y0s25tUK7n/2/+vz3fvfxcff/ePfPdx8ODj7+d+1FPBN8Vr8h7pvm",
-	"iVjBZ7fdkGax/3ajuHfKwO3G/uh+beZKGgF6yHEyS2Whigk4nZGSVkjQZvl8nqUjOJq9uVYXmZj9xclS",
-	"992OJIi/wqFX9lkpNuNyydx6hLGmsFCMYCMtEiFtyjMzYOJK6CWL9672Y6bmQiOtiPcjMQc138klMboE",
-	"lp7hQtxFYsRTI/qR007VpZBOjowC/cpJor+/fX12fH789OXzV+enx2fPzl88f/n8rODAjkKFjuCtWsCm",
-	"dHrslbJTUKC5YYmS4og53XU5lKhCVjRur9+ilAmM0K223qnfHp5lakFL8zo7atzVDau1Lq9tURXDZmIM",
-	"JnDIpjaYsbcwkDjuX6jlH5UqOF+xYbaPvou2bxVYJOxCjJUWOIFUTra83L3+R57QHn3KW/OSZ05hFYmj",
-	"4lRe8SxNWCrnuT1isdBaaROzLHUHJ/hoytR4LCSYeaAJ9Vpu5ijAUJPdMPnrTbr6VjdzK97bvZG5qr5j",
-	"xdB58w+899xrbtpZuUoKlqVS4I1TC38R/583r1+Bjt+r4errLMYZrmgXaLUwsPgnSo6zdPRJD+1YMnXx",
-	"LzGynsWlBhQ9pZm7gFmH8UwLniyZeO+ODib6k9IXaZII+UmZ8rTCSljGnSXvruBIzUXkiI47BjoBZdU4",
-	"XuA+E3/tKpktA0J7pexPKpefVKy8Us4IzGUSsVSOshxo34kZOgE1ZlwqME+UnsA0T/gyUzw5U+oF1xPx",
-	"qfeb5B+7UMnSiTCrFMvcRGBygXr0RlibfWIhDfMrFTQn6jytGpwOg81cpEYcsTgRlqdZzJzGYtBesdwK",
-	"1h6p2Sy1ViQR0yIT3CAHE+/nTpXpwFLfCH2VjsRbya94mvGL7JMfhcEZOAnk7K1EjNJEMKkWrC16kx47",
-	"FUnqZP1CslyCmcniUaaMSGLmVGVcx1vJcztVOv3z0x7Wy9QYR+1gJydVlQCmNddqJIxxO/tM2tQuPykT",
-	"ZCisPLmDN/BCC35pHA9x2g0OzXSeCWCO9DdhGGczYXU6Al7k2E+ihAGb+FKqRefI/bPQxRbaUZqkRZt8",
-	"7iSASF6KJOVnIDM+LVXBxXYTM6g7gbR7ghPougnhXqS4IBBxbSOEe+TKHaCSpnM0lCuXa4HeVHzrujLq",
-	"FE03HZojaPvz9FcBZz7XjmXbFK2AkRbcgoe+4s5MuBVdm87EuqiNnEG2g8ERtTJu7HluNr9d5hldd7Ro",
-	"1kZDA+jD+hdzLcbp+3p/1zjVxrKqywqV+ZEWNnKqnxYjNZGpEd7P0qtbqxZX6vKWKwD5CbudWjEz2zbv",
-	"jXvc/Y5exLXmyxbab976+x2tYtibYoBiS6LwWFfOobKkd8UgKCHdqEgpT+AFcEWSJHU7y7OTgHLGPDMi",
-	"Kj1gHwpnrzPHVG49Py2nN/gdv2y9g8MLqdCf8aZteeWeucVuzvj75/iDh+B8og/7K/sctXKZ/pEL+tod",
-	"6erWV3d92x7WuD2OmRQL0KKAIZSuvYjcRqlhZuokDShVSo7A6fYV3twv+L5FLTyTegZzIbgW5FQYsPiP",
-	"+eX5MO/3H47SBP4v6OPhQ3bBjfjuMNdZwI/wmbhX65+682teLKWZVl+kaMtWaazYv502kmRMzU4GUaKt",
-	"11y8txiZWt8LmET1bbUrypPUPpNW18g7PsJDXD3T37xEdfIzYqDxxVbwWQ/3OK6VDnxkla57mWIzngiK",
-	"iHI5KV7pzaU4YvGlWA6qROP+Su4p+gZsxGZqiVq83sfhaJSsHvRIlVNhbXeDGMaYE5EJ9xMIKjTcLNrZ",
-	"qPW+O1Fd+qPTknqnfPHSKZUTEX7bNZfpvKvmKDW6c5VKmCPw0qiF7paNUyaPTMOc4UQ+7ZyRcW6N9kZ+",
-	"3Hr6SksSY1aFVDYQclJ/vkpPGhglqNLnOLO1r4FX7igX6lgOBlKQviN/a6JyW+kQPf1V5kOjN17NO+E1",
-	"5R3/7PzmR25H0ydOtXFKQz1ha2HyDDwQ7vAxpUCNGWcX7sfgXMH4OlgTaBRcijnQDETfL4TT8NEqhSCB",
-	"kuL1uDX4ffPyYFqnMHjrY7SjKfOusqjA07lRF1xRT8Atv/N5VkaqaGv7FCxs0NdWD43G3XxOtCFrNIin",
-	"tPusV05+m87uX187OXShHsvRVOmnvCb2+JQvvRmDUUYVRhmVnjww7KISnzQYdHTUUgRfD37YHHqtcRHv",
-	"thX4q1O1qLuQwbfrInmmclnDMl9fCc0nguH3LMlFBAJrlM54RpkErK30hFlleQZu3iM2bPWHLSYyIxZT",
-	"oUWnlqliLGNUs8lP6BvIccCR4yMmZnO7LLOS5hmXbMqdzc7mOh1R0GBtGEjyEMk5JFY1Ja6VhwePG8aT",
-	"RCTOQnXf4klX8v3IG0JhGTzpoVzbiH6wCREGBGAA5pj5lWDcgmvUsWr/Zv+ukVu2SNhiqjLRYz/jvDT3",
-	"xvKIzzEpwX1AT6tIMH1swGKF54arjoeSkyTH9DJ+oa4Ei/2v6CmfNbLgS4yS7SBqq69o2t5iemlwdhs3",
-	"q7fb8HgMtcK3SWZXdqZpwu6h6sYqKcydTJlyCHZMHYgw4L2ebQWXQcnCH1fMqvYSFIvdYYIQ5d4woOCz",
-	"LuZ1uj0oEn22TWKFDRepFKjkUFifIux0rH7ea2S2eoqR518BV1m9+XX8/lqiNXCzjJR7fr+kP695GVrQ",
-	"oMVHqOXB6bWEnPjVDVo8S0eiteZ/wZeGCTtRPa9SED3PZ8LRHzgn/siFTjGDdu2ACznTr72/1ZSz7Z6J",
-	"MNmtegN5lu2gCz1PWh/fReUiy50r7+x234i/FNuf9NS8Q1pISJ5uJhsopl5zoQSBgO1cKJUJLt0vyzTs",
-	"bdN54S7XqRi3wJk90Typ9V9JsxBaYG6dyi3GRiKKi3gu+8CwMU8zSJwPLmUwL4wF1bw/wXiR49kUt0Al",
-	"mEMCu8AoKiVjsKnKEuP5kU90nHM7ZW0SORS0svxSSHwRppUAK4E0Z2PTLGPiPR/ZzhGLc4jqOPYSF3nl",
-	"MSNB5gZSBoRmoRHgtJxxB4NEDESoU1Ag89vJUXqGG4Z5h+4iYWztqqKlVPbnSmQ1guK1FEw42wdC5LWJ",
-	"+KCecFQcIKVoFx0OTv+N5TY3dUqcO8htr3jpngGCnmd8WXe4zhriQEAYj2WC6ywV2pdU+FIFSPxYyVet",
-	"3yZI3DgHQ/ScUm3qiznguIoajevlfO8gvexUqyJKu2mTzooHP0atxV2Xn9RKYXj0HBjB7jxghTF5HkOU",
-	"UNBnLbOCmO8N5FsOHGH/4OHhmpTKa5lFqUUvlL6Ey3VEWqb7I0pnupDIUsZ5hvdFC4wOQn6RE+vnGO8W",
-	"SVwvz7wR9bjf/37/8eODR4ffH/YfPz7YLOpWthGWUb9n4Pk7VVmNdyy+SsVC6Jg5XmaOWMyTWSpjxjOj",
-	"yEkGdCqkm8XvLfi6FbXwZ8F4JU0ElQh3ExgEZ2Wt5rtr4EHT2je6CoJtqvVd4TToZRUn+YZdd7tw/aAX",
-	"rbil5uZ/ndrV899FLcc4FkonrUFrpLQWI9udKm1E9wISVpd+ggM6qjVyL3az2Hy/sKB64uDR4epBVH2e",
-	"QdSlmNAap7FKg52RLTFvf8rN9IhJJyWZFjbXEtlKODC5ZYqqjYO66Oktj9MvuJg6vXLLOd6FgzG8HJ/d",
-	"w/ik0V/x/M1rdniw/z3zxgcbkbpVFie8ffMU9rDIk/79uPt/7z48rEuPjlpPeZot34J/fG0Lkzq/1DF7",
-	"e/aEJaV3Cu2rqEiN7z59GldndNA/+K67v9/tPwzZrOMttRakadIj0G+Su8lu8o6wfO6T7amWDVQkN+X2",
-	"KJ/lWamE7VJKFp5ggiHjJpb+FL1VtSFgJbtSTGDowqvlpRVGBg4f9/r9la2Dv1WPczhMPuxH+wcf28Nh",
-	"Dz9897Hzt9rTrZQwhRYfBEcC+TEyV60I/1gnO37iafaS9MGaSAcnDQVSdRbTNBOhWYCpVKlhudSCj6b8",
-	"IhMDiI2BQMvUwgxle5zxyUQkLPaGSNyJypQrVCENe9R/GLE4UyOexeQe98aCZKnskv0wlJgdrqGEJUFy",
-	"KI2IB4aZqdPv1RhdZag4D8MdcdNz4gQm4LQfN2b95qQiS55prWrkKmRIru8aZP6A0UJ0XCbv0u+XrB3D",
-	"rMzv/Xc9VPXdjvjIgS8yhBShWh1wRmGv2rrjkKhxjuUP6igbnIL18dWrWqoQ4OBLLfoRQ79n6OOEfDup",
-	"LKPwNfoZMz43kClYp/7fPBFi5Uoak06kSNjFMkj8b9jJa/v+tOCUV3aTnIfbedWkXVEkbhQMXPOM0ZL8",
-	"ACvpCEQJjbSzo7JVJa9y43fQJYsdXyXFZVTUK/M8SS3L1GRFvXm0qt5sOoM6g6Tw4tfTeUVabXae7W88",
-	"07VrhoIPXf1wbwxrn/70hD18+PBx5OXiOLe5FhFY26lknC0F150jRuJggKU1hbD0KyjKzithphWP/e7E",
-	"1URRjTRzF4odMq7PrtL9IniGZWBNcdP6a1HDP1aVeW5LOZaIuZCJUwy9UvFh2JorYydamGFrwIYtdTls",
-	"RWzY0k4q45/yMg172PoYJias51VsyZww6E5y9oyXo5dw4mWi97ttdELvqNvG57XpdSOeZUJ3R1NlhGQp",
-	"pEKPU2TmpSpFfvJQMebdP4+7/9fvPn5X/rN3Pvjf7rsP/Wj/4Pt6lXnFNV1TTzUXHLyBHLL+2nOsQIjY",
-	"wSGbqlybTqHP2CJ71SkzJlWS8Ql3d1Qm3vluipTnmdKYGlhV7nn3z3LiP0T7Bz/UTxxcPZWzWYuIvGv6",
-	"2am7Hutbv+aNhCwHoOr1HMaG5JXMT2urmwpcWzDOtsd/w6dWSQuHilDO0Zvq6Cx0jdaaIsZfOyhfWt2E",
-	"MAfr/nYi81WEOygFOiz/2+l5I+z1VBQy23Z4+Z0fYVRUo+eorJfLDZZSe9B+DzdqJWtU74V6UawAYVwe",
-	"VEsGXiM6p+9Ax6gJ4/ntcDpAbmvidVl9uShpHmu1ojcIzl1H0brV6RU6wMrJNZ5Nzf3Dvx9BvMMgOg2a",
-	"EI7tMs7aOEhE29Fhc57q3aMiMJ/1nKRV/eGls77qPBUvYXQTuqDRZeEYhFOlgkgal0sipjZYc1DTI7Nl",
-	"p8fOnEo2o3f5SjwJcXAITCkjwPYDA8YRAlnbaDRG4Z8oaQXgn6Bw2liYDOQfLKQn5yuhtbOnjwp7HiI2",
-	"Syz7KlwtBZjGUEL05vDgAIJqnM1SY+Yis8Gj6FSkrSAD29+M31uQTw2SfqejQfrbdC516fwRnciJTkfX",
-	"NUB2SzpxV49cT6v5JxfcCNh/cc+30qcpzItV7hQk9x4rjJRX0CLciwrF0q0fmdxqLk+v+Y435lLgJOvu",
-	"PB5Voz8yzZabXIOld6/WS0hQYWTnwLqqvsyh9M5MlSXCWFTNCqyahdKX4CIfKZ0g6BmE6FJA8zCpcdcd",
-	"Bu6x46F07y0uOgNNmRm+YNJHcIo3DeAqXvEsF1AWGkAvDSX88IHpseeyBkAE49HcWBoAqkoTviwcpUax",
-	"MdesnaVXIhpK8UfOM4BKUnrSg8h3p8eelRlvXteccoNhxmK5S0Eusp0ua+BYrgsub3WpbHo3vLbQg5z+",
-	"urtBuPLblXk5Jfhu3tV0KUqd27T8eLU3odbdGgs5VnokYoz+Uv7YH7my/IjFZsoTtYiJ69ITF7ml0Kdh",
-	"cRAYjo98sBl9sL5ckSLUYXSRBm1FLRyhhXHsWmvhFZUBrepM03zGZVcLnjgrsHBbboox1b29NMXrkjmN",
-	"0v7OO4sccMvAZwr1BJQ0grfF3dJdyotey2fv56lHB/LucyxybkV13nCsljYAclHWUwO4hpoLyeZu/Bjr",
-	"oc05t1gGMgNwwHaZQILBAcDCiqmQOg4PpZgCfVl7Gq/xMlX5KPlzzjlkH59TmGdd/twoKDweC3AFnmcN",
-	"6ttZGRnAR9hM6AkpReh98poIJbKGnjRwJ3un7VAi36ccV8qobTsi66IatTu/KvS+VZawcxWdO4Stw7zW",
-	"kxf4oLfgzCaJVmyFh2Ss7Fzv1ou7TpJPY4Gfm6TJLxDWsjkYAOilju89CE/UgALPEx+2m2EpEJelI7I+",
-	"EACAVTu6hpPUnOc6q9/pRCTpyBE6Rarenr4oKzV9LJrNuLkUiU8OT8dMKlkfeMnnybWvzUJcTJW69JPc",
-	"vUqQYLuIkmruX5G+Uz2l6pDhHkV1/GHF2x8ssU52vdaT6ydXuHvmnXRUXXw8mgn2XILHHI/bcbJ1A7me",
-	"oe2mAa9VYlSSRvc/FQPYentNeF13Wxpe3EoOrJfkwXXepQq75obTG+kc7+x6bnocrufb0xc1F2ajKwIf",
-	"hR9uu0kN1PyiONpyK+nmNXFuzP90uoAzvVnsHif5Tu/osLFympfTtgPWHiMdVWQ9jcVzq9xNHo+bhP1d",
-	"hEyczvDZAyYICDmaXtM3h9scMYqdu38V5EUpvuvMIvYIx2iWFSHhAkzO6RLrTtx6rnM9XvNJucZ1hPyN",
-	"uMK/ERdYI7iTolpm1XKphj/LRKf6LKeV8Ey/+/jdh8OP3Xb/9/3u43f/3/7v/e7Bu05tfOaENuv2qZlj",
-	"nmbnuxx7kdhz53LOLaaOZG+pr+7qdd3kbI2YgUTgivq8XlO9yv8a8S2UyhqAL8DvurvAPqEfrHvjAqPJ",
-	"e3MLs9b7oLBEUdaYtTdSSjeIylK1pOMIKY42pFz+9XRHRzfXVx4DgveZW6BPOnWxpL7fbxKMKX6z3+/3",
-	"t//MWTZwgAWphn5uUmxP6rTYL/jS7ihnysu5UdTQY9eUNv6a7XiV3NNV3df/67Y3c+Vu7XJPyqNtIvk6",
-	"DZPUvXprmoBwIQg5VZZKoJQUmGrgDO0Imwo4VuhDYmNuLFMSwtYe3tZrP3xLHVbEOAPPoRs0L+owfGGW",
-	"L6ZYK7li3AKoEWvHbkVxxEIlGJEmswVfGjZRzCqywt0ML5bwv3asxuO402MvEE3QJ09wLbCIC5Zo+JJ0",
-	"52TA3MlUNOgtqjMcwR3oziDCP7vyTBjgO2jPd8CBPjFn2dH09TxmTZKeinnGR5SRSqV6qbG9m7Kj7Uzo",
-	"ThWBV2LhNYAjFP9azNQVQHDWCP5aTZdmvrov7ta5VbFRxk2BoUdah9ITU9V3PZ+6i5Sqk2CDdifXC27u",
-	"POBZxnJ7q9ARG+tH/HNFbGt3nhGGp7flHazCn5Q16MFmlFOoZQ6E+1JT58tOf3rCHh8++r5ApknUKJ8J",
-	"adetX4SorNV7EZx65/UH+fMf1+L51088rKnUTG0mNuj4a0G2qbVzM9jb+6NoG9ZLxJWHDDV7CNaFQ3ZN",
-	"lk92BniDb/2Mok2pjoWZu44Ms+KvLnN2WRu9HYO9vZjiRklq4GPHe66tclpBeLXdnV8LxR3+ULnXbXzT",
-	"3wZ7e8Phm780lJsECMabgF92SBEro2PXzfIvGZQ+f3h59jJ5/I8/+u//efHbaP/F99OTPw+O637bVHsN",
-	"Gdb/yqlRmlNvKCa1lvNH0VMyMKGuDpNozFQtQNrM7qwye0PwXJ6LIly50aHkw5pbAEyKGtn6imXQ6wge",
-	"+oiUQih4vxBLRXgdhOjTXqnJ3RXGxINI7zKBEnhmkl4JyS44Zl/uNMymEvYwkhsUsXuE441l7AAOWB/D",
-	"oolfi8wh9XS7k6zEEofnAyiLHSvuNu2uT+jabWs9MsYODgZc3FoNSgG6EvCFkNjrGWixBfWa/Q11cswo",
-	"pTfvLuVC3rgDclg5wHZ1P3j1DUrwPV8+rDo3yGexCWXG2qxEYNg/6G/DnWmC/irQZqYqS4psq5EydiWd",
-	"/EYl+vv/Bmg0t+DadwlhUznQwBPxXT/a2u8y5JB0S4sk07hYYFxkx6C50nyiD7/b1jbsVpA7BU/ZcqHe",
-	"eG7rHQlTLJYsuhy0Agnl+VNS62NA5OF1bRPIG2NQI55lAeKHkAnouQEAhHtqxiWfCK/0HRUhLfxWC54E",
-	"GcfYFaUCFoG43FEBGkE/r530GRHPJ0Sj3pAU40j5gQk6CNw+A6Y5q2XX+3WTfA9HuY0ZUkXLOF+2SMuG",
-	"ZMEgnBF2UkAjINVMLW69Kc1Foat+zXAZ13PzO7q6YY4ICp91n/7htdzz5Il/JiepFIKgNCrHEkYLdgwW",
-	"rGPdX5/qd/OIXcdVtUJsuwzQ6NRuOsu7cJ4Cr/nszlPqF3ht5+mXd4LrSyMkqrth6P43F8t6THQjLEvL",
-	"7Pmi9pq6mniLeN19dAPbf1xgs5fPq/wiCx6W+eyC6iqACdTmK2yo2zdefO+C9UVdBlYrW+GvxWz9TILa",
-	"+op9U+GnwW6/23C0DUpGJQeTHvWlBpRpuoB2iWUiUqgxIPdfyZAKlAQ/uLhuLd3P6ZWo5EKD2yrQQ2OE",
-	"hLhQdnqEZrZE8NioupYsHQP8qxOLU5XrdYdllawaCulX3oelVSIbH62W0nPLZs5A+Z4lfGkYnwpeNYd3",
-	"JNfqPPoMXYsMH6BPf2X7EcKDW8W+K9BjMI5Rccr3e4+ia92A1Ty+VZWLdqNEocYsbKtUEzjfdVAYCkhX",
-	"36Szve+W+KjfD5pn1GM6r5kqa6pi9SSh8g2akHokQAhTAgAJDPpd//CHfv9GqEDFdd4AaHAWogVumG2I",
-	"akn50QuhBZvlmU3nWQrZaduI+x545h1wv2KbKkwOX1y3ZQ1VYDcLrzRWIjU5P6+LnozPnwuZ1HWsH2W5",
-	"cawuwNgoG0Dvdlw0AGC83zCHh9i4B0SuvLGygs0RpKDsaV3ja6hs32DUgSv9gWFF6ronfNgod22xfM87",
-	"WVPtLKGdjRysRG48/2b/NrqlnL0PiQhzqIUrHXPgD12iKxRBGwzWF9LsPfQrekwTtSusaC0K90/QCsWp",
-	"gVFhEaI/Fgz9BS8z3wCWt7c7strb0mlfhVErOzkeVRZO8LmwMVwLQC0tkDRvxEDBvChK9+k8CqKpJ8G7",
-	"QrG8C7eEOxdSoUqTfK2PQGDFn3samc8xs/h2Poz7QLO+k3zBCsDIjfwENwPqxFqSDIPh6/b8o90dBZ/I",
-	"oF/fvKbNuAtD+8uAuaTm+PdsaNfZwZQLvr6N4sq9o/6Sw3fMvYsacVaxDLDu2061MFOVleK1RwiC766V",
-	"a6xsrRG3ZLFJJzKVk3Ps8RYDyEKeZdSwGaEatJhxfenrXakGxdTKBPc67kyac2zK3RT+xDgnNe4GPM0R",
-	"1zoVhsX2r2im5DJ9j4kQ0dU+/W0q3rNiiCBLoozS/73Isei+8Q82TbRc96aayV9eHj/pvvnl+ODRd4i/",
-	"NBXvO0dF1gO1kkG7zjsnLsWyx175bOqhLBEBfeeX+O9vX58dn//27MdfXr/+9fzNsyenz86woEe676kU",
-	"AZo5QrNs62RBJxpKZ+RQKzMycxCl+YF70phUSSxT3VqKXFvB+NvUmQdIuCCOT16/OXMiu8wN99khtBKa",
-	"aW/HIc8bIctPnKyWBIIQQ4UNuna4ZDxJtDAruAnj3AgwqgvgOT6UmVLzCz66jNhcp1fciohlqbzsAuCm",
-	"o+qi6zSAqM7ziywdsecnfghH+UOJmKBTZWzcY29ywELL0ivoVgHbMuJyJKAeIJfZ6sxyiX71oVw55uMX",
-	"L17/dn5y+vwfx2fP/gpZpayNM0uc2qrmMyFtp8d+Ucb61WsxlGDDQVMdOgAaaqSkFCNrIgKJevrqjVOu",
-	"VJajzoCpsTDzpTORhxLzRzhuH89WQFRa+wff9/q9fm/fUR5nfjf97gzCwenFBtsNIQI0aNXbFl2zZvDr",
-	"zfilcLvneIxhqe0cMc7mWiU5tJDzV8ifPJSrb1YbsAJ15bLXsKnI8+p3zfz9Ke1jTS7SNRREbq1T5NbJ",
-	"f79waCCCGz0YYQmz+047DUOEjDdMcfKIsetMHpwk+DZoqlG9zqllJh+NhKDWcFsvMezUNqHmAQNX5Fh9",
-	"m0L42XmabHjpA8PSJELAemSIhsUBs/eHg1V57ss0iQvYHJUsd7SXdu7ViLl256NaXA0UciPhpuREyNnZ",
-	"CcMfhDsvle9lMeIzwdoEhMQs1xNhIyaFha4EcLQRNNtSud3UuDKcnz/TzbOjGYiEHbx/X++Ea6x09/P0",
-	"IcSgb7xjtH/kjungKe/YqxZJKyCIiG6wvzXVffdUH67WPbvLLb4LxXeVMXx2HZgmdCaMbez1cw1eleQa",
-	"bM/zWY0S+4tasExRkxrPXixpArvkZG5mWIXU2s6xghzNNap+1D+4BU87xkKS2Os4VjiFoDJk+FVTft03",
-	"PnELPnEdrdEWo4EPy28UpM8G2l6hzCymCOI1lF7BTH1jOE4KzQ4aXIbaCnjd88kUVarN3M4zOtJPtvK0",
-	"8CZu43C1Wd5vT1/gouhAncJKMrnQ9qnG1ZkzlObD2mD9ELS5MwVMkfntNBJfH7ox1xvS37ekev9WoECu",
-	"ZDNheCWOWIxJEe5fU5Vrqr6Hcnunj5ssBbx79LiYIxaDyyX2UckV0OkgGIkjIHpeDtmi7v1uz6FiAD03",
-	"7xrn3BBWoB5+de231kC9S6zbdUC2QZAmG6JpD2UVpQjOFmEKYg8baHrs+AIuR9HsEVPMkalIsXO3zPvE",
-	"hq13Iz/xhdernnCv09GmQcTNkSKdd1T1OncGQxm4zd3q881+eMaz9HL3nbkVfOl2vNnaa67yLPkxU6NL",
-	"6vTbhAG+sqNY4QmEQrgtYQ8wbP9V9DbZUYhv7ulyh11cZJO3PNV4ojfvv0Ib5gfZvOWnwjc2Xtl1Pp/X",
-	"Agk44y1JjU3lyBYh2KD1GnZXLCGqRnzO2vtRv9/vHPlMWOsDI+5zDA6MeKVbadjSYjMBVOKFW8hhdypo",
-	"Cpsr66T8XOgCGxMrW+Syioq5e/ytQv23xCD7qqO1UUurRUMDSGj9iLkXjgDW+QASUYRZKVQcftODamjr",
-	"fT93+jpBadS36OquMQKia9rGLWyhrjd5eRFvdYe0WjygeOynvUlpc+MsRARw2jtgAqTQNRFUDZDFyKJ6",
-	"jaVxGyL3bAFY1EicdfKJElqcikeckLYmCJYH5WIjPl9PPat2bYbX1Kp4ZVnGioTbba3bg+9QqSL47NbN",
-	"r+8EBL/+AqxTPpSajXKd2uUb92aqnxZcC32c+1SwNbLx+FdQC8TaZFkdP335/NX52etfn72KOxh2gvDC",
-	"8clzjLfEf8wvzzH+kyYY9KGP6M+lOBChc8JSQSLCdMrNcmZI6+NH6P0+VutTLJ2J6PqGFKmuFZJLi5C4",
-	"4H9OR6LHnuTGqpnQ/i+GcXMJ2akXYgwSX6VyMpTOLI/YsDXjS8w9UXqy5857D66NmTuR8KpU7yk15aVT",
-	"a/82bLF27Gwutne1v4dlHT4A5DYI6i2K6gVBuSxUhYsTtgohMlHxNdgiBIzUUrVQYwJyPz553hvKoTxz",
-	"H3yltrefeG6nSqcW4bBHSlrNR9jqh/2svGceiqjHfIR2huOvmWGpHMoYvpE823PHwOfpHp+naLlNhHR0",
-	"4ZE+IMVXJoT44SOFKeBZpxDb9zbBUKbW73fqDFs+mgpsQCmTTGhYzH/9F3sC/VxwD9wyhLQp5lS4B57B",
-	"OPHe1X5MFJoqCY2YDYuPcdV/wh8H7EcgKUqjBCom2osYWlfgfwDqJsgRNR64Qbrwzf/8T/UK/M//sLaQ",
-	"V6lWErb6iusU0IxrboZXHHCjnVnDoDwnUbhTgLIdkeUHzV245BOweDMucfFKT0xQxAN2PqyeLErmreQe",
-	"+41cNXUzqWDZuVvqyCU1buZJz62VS7fU8gq7dcIl7vV6cSdilLCB8qukcDe9vQ9KTz464uheiqWJe+y5",
-	"hYmJTMkJRJoIkwZb2lDQGLL+zID54qd2Uf0Uh3fHlz25N7bXS58eIC82CHRjIjd3ExVhVrw/2PqXYyVa",
-	"kXoauVf6mK2PkKOxTX8Mo3AdeLyss2rXFFqteGI6QM3H0BQB2jo4FelSqoUkgvMoNof9/SPG8bYA//Re",
-	"N6Aet0/AYD2lD6UUIjHBzx8eEQfuwtMJ0yq3ArsiJV7nwMQA3LNLsUT0MD6DLkVyKFFQYMOH4tEoGOQQ",
-	"lvOMj6bBpfNtKaDGmc6vSO6nM0Z9FbCFGDgDhjJ+3/XCDKdsYtaGRhPSQ/bPHI0K6RgfbeSca4sMp9Qo",
-	"IroOq8wgNcwxKFQuqDdK6cNk7eOT50OJu1AVcUpXiOeoep1Oj8+enb94/vL5WRz5EDZ71B9Kn0DEOGUX",
-	"w4geX2mAIO2BQ8SWG3vwmG7VqbB62T0eW6FjFBnQTZPg+N21Ks/c3aIli0+5FZDm0oX/xlH4p9Ogk71M",
-	"hrLylRE2Zm3KhO6UJbewqw9YogpWrOSV2zUlDbJFKjCmW2XmShoI1/kwO3S2bMdPlLRC2u7Zci4GkOZG",
-	"HHzvX0bJuNNjb/EyuHsFDSgxeb+QHxcqWcILtXCU6Qn5sN8fFC0KUsNMmglpsyVLJ1JpYmfOXgonwHSe",
-	"YUCWuGcpNcCdDKKDw5BRsA9FMw/g3T4siQ1QOPioYbGY/RCOBz5M1K4dB1tdvLtWS+Anf4HPFH51qmn4",
-	"7PvuYrHoOk2ym+tMyJFKRBKzNrjA41GuM9ZNYmaETDAXFdju0tJBzLkmT7qbZUQ9AcCx7t7Z6bHjoLVL",
-	"knKYRtDehRIiGDvcf4S+2yGBvmDXuMoOz3J3ZmLtpLF6Yzgctqx4b/fmGU+l+zRsxXBUAPuCE27EnjGs",
-	"XdkY+h43r0PmR+xmD3IiNezmAC4MtYvDfh9QoQwGHNxxglTDK59KFiPGTem9PD55DtJIz8zAbXFK7krE",
-	"ELdTDK/DqX8YYstV3MbVJq/YnY96seIjfnOJPeK1jRi6vyMod4nQewcu1WHrYxzVjIRU/fvDd72RMnbD",
-	"ONBKFwwV9ypIr1l7GarZNS9JgWcVW+BzuOleuxce+Sa2eMdBj+EExdWOK6O4J4ateIARDCQmJ3RAWuFH",
-	"lJt4Ez0KR5ZKuA3YRC/LZ9Ltj+VBYzZ8RQeIEJFWnDrizn3GM3dBRALlUBLfn8p5bo+crA4F+gVPwtiY",
-	"+/6hv4lOKGYcHbhejrdLY8l9bXUKaHaFFIKmBYRC3HFvO4QljlUuEzjRUlsEcdkktBPGEQ9QKlIGphxm",
-	"94iaB9spJYO5l5p8NHWGzFQlrB0fZ5laxET92GYKsUVhQo/hBWnCeOaY4JKJ9+7BI3a4/7A4U7qFVimW",
-	"cT0RR8BCQgbqVuWTQtzRHbHDg4NCCfIyALjzhRb80oCSwsKCZ+DpqMQA9yZLzOe6eeEJPbOOQM6WrVJY",
-	"m0AlOu6lSpcCulQbSCPBbfUCo3PEHuERe0OSjbiUCpgDtqN27y7bcGLb66L5JfZvVgorkUYV/y6oyOg1",
-	"HmfpZGqP4NqFegEzfGkocKogu2jp+HjBsQs4Gp3aQHdwNP48gYHAtojAsIgqunOAEkn5cthNk6CwscUm",
-	"PsTtCORCvAvamzMIcGiyLUzR2jJQ0TVe19qWzOWgJcIORSthZS+AUlHkTVLpDJUBi/8Gh/jX/V5vv9/v",
-	"x6zt9bX9fr+D4uxvmJfx1xg0AFkol24qvv0S9Il5YFgcJHKA8ZiOpiBpZJ5l8XpnGYwoI+5Y6Kg4Pnne",
-	"ilpXQhvKIev1e31wbM+F5PO0NWg97PV7DxFVbwpumr0pNI/9E6KUdamvx6QWHvT7Yfd1gvB0FDjvMQom",
-	"SBVQZ68FAyNtP09aA+pT+yfWYYByB1M46PfBP4oiH7JSVgS9+xs6rba5tKgVLjh2akCOK7OueK5ag9/f",
-	"RS2Tz2ZcL6EP4JWQwhi303xiqGm7Jticd+6ne0GxWO3WedhokuInWjlGKHInyt9bsOUM5KUzdOmt7xi9",
-	"YfuOlQpQda9W8w5qt4XWsXlDgtnPilk1bg3w712JSkh2Qm2E4fIg8hzq59TSPwLWWCTrRt68XGlM/MBg",
-	"89T1nTzFCX0W0oOxAfHxUf/hJxjvFTSs5MnyiFwgxudOe4UzASCPTcft5pxuuwBX+3vkmNhDx0TjgVPk",
-	"Anh1/POzNRdP9TVxaE9pQCNPINvoAj73hvIVuCnsmh8ZeWP16J/BO6k9AvA+zQHz1TQCK5WPUFjv7zlm",
-	"9G19/Ce4yfT4u3pyq3tF8Zzv44CzdkRzuNOveOLhueAn+9t/8laSG/dPxMs+ROLc/KOflL5Ik0RAbPnw",
-	"4PH2Xxwns1QW/gGBiEklof1Y8WxB70R/7gHpFShCnu4QZmjwARqQ1zAYcwm6DGhYsTNJ4tKvHiMDKzpz",
-	"mLnTFqVaFL05ipAWeDcwOAN4U2NmVBBhmjFuQzTqiHGrZqlTaJbQZZWwlubcGGEghWwo03G08rNmqMcY",
-	"VK+/IF6ZL9jHvJ4jxikMRgUBay29e7jyAevHmL32Rw4lC+B/eUWOvsJgKAwc7zZFswL15NLhGis9icHY",
-	"CG/fUML16/RY7Pat2FpFqN9YoqLFJDWAnew9YO5/dQ8PJYcD6OL+IEgbKKNz9BbHKyBr8aZO6FhyU9sK",
-	"Hf1jHp+RsL03NEjH1rmFU1LNykyMAMet+6ubERU0pdJYwRPWfv7s7KehTDQf224q7LhL0Y9usJbupVh2",
-	"8YfYpxd10uKAOEvS8VhoIW3hGmTtEpA9KppGayAaXwqytvnk3mapce8xKrsSSSdwHR7UbgKFhMqMtUSQ",
-	"aULCBWmSZ2AjDVjZUjJwSpbNJIeSh5oAnEV9F8n1xzAFNPYwD0MZFgD85r/FrewxAOFAxQKspkKzCMFq",
-	"4wKjPB5KWtaAxU59rjayjBMx0TwpCCZiWCIUF5uB2PZyKFPZ9Woneow1a6/+vBOxGCv5ypU+6j+sE2ZP",
-	"CF7tekKsCjH4C1a5oHgCCvpRJcs7U0xgioUwqkaXCVD53pQwGhuS3Ws0o2PqZ96GbFXr0wguxIjnRlRS",
-	"KoG2IWsaSQimuk5hTROiH+3V/OJj1Fpxrm97yerjlTechhmWu72l/MnKm4yw13mLexx2+QtWUfqH23/x",
-	"StmfVC5xiP0dhjjhy0zx5EypF1wj9MPh/qNd1mPy+Rz6A70UScrPnHkGitTBhisQ+qR3vwoeir3eQACJ",
-	"FiA7RMUlQASkgQ9TB+3WlQUvsfcnYcP49qY+8dRMwHt5qdMCOgDBXVUqXGE/0s7AOxncChxjxthA7EE/",
-	"4W3kJWdCWo0J6IVi5+ZUac4tE+xMH1xvNGLB84kdm45gml1yQlZRlt1Oof4AClnbSYFUFpoGeeoxpaND",
-	"khrcdl5Ye/fZgDXLanoaxX5VW4FZWr509q3SHojDVxdj/TFnUixgtqhtuU80qpMkpb7+KTjtU+CsA2jv",
-	"4jS4NOwmjSv0/toSklTD63yxLEdmPWBQqO9kLKXHApQXeNnAS3kOGk6B6YVSM2DaXxOzjVqBy3brr4NH",
-	"4Yg2ux/unM2U9g/6sZ2Oj/pR4qytQb0+5mG78Jo6hjKUTi8zhY4U+RiPrztfdXoXXu4egz1AHXgoV/zd",
-	"SDA99gqjl041LeO/7sb7yfILnzKB5LtGYTc+k4opDFcqVLtxuMAMRqv3XdRaS3IIvq2YyHsXHgSj3lB+",
-	"SvoqONLwsFLpHWo2WwJnA/dLhO2QsiXU065komFuJqWjrSnr2BAK7vbcd5caFD0M6Js23Xd3uKiXdYZS",
-	"6cjDG8CzCA4BeaArBNWmaFpUZMJgvCqI3UBH72rwJiIaTNwPkKfyUhd3xBdBxHJFHGjhxMBQrppkJZc/",
-	"PDjoRFivXok3l82fY4wQxz32jI+mhQ1POUzgqljIdTv3aIuxCeYcRmwgCa192O9jEoY7BTd5uozGeuwI",
-	"4+ifk5Vterv7Btrow8CZQ4C3ELyXYomNfeAQd/TUwQX4EQj2fkwTePfntE/CCTSJztc1t6VIBYCr6A0V",
-	"L92/cC/hp9eoa9iqJ/IynQo7UNyUuyo9aY78YNiw3oGdJk7iNLiv166Ee9NrN9R1TX5QG3Z2W2Ol+Wa3",
-	"9Z1cAN9GuoHu53wCZjh2BPvqnd9uK2CtYZTFfQRosFqBjXhlBXemljHvoaYM03s3kBc7loV4xG7WpQfu",
-	"0Etrn10D9pUbAJ/ssRg8Yz45Eb3B3r8XsbjSsTl23yLC1lDWtsW2iu2z9ohnQiZcY3aR6dSKBVjyawgI",
-	"3IdUeK0nhAK3kzTYv8uBm/Rmd7ZgnmN29Jd+F/o73IUnSo6zFGulPqeXZduPyV3rjJFn0qZ2eVe3HYmM",
-	"bu76jQ8EC0ZFG8VL0/1m1RSwUmuj/h4gzNZlzM/C+st1f1x/A6FHpVJc8R+xmdATn5wLCrF3ELG27/5S",
-	"rXvniTMFrFrFlDYdzKv0ILAEkRl/8dfqus7LO6DSn4VtItEGzQhbvYDIupaK8lpPTjh1zJh7M3W1SpnL",
-	"CaX8Uyb3nCA+AjSnstwQH7kUYk4FUFc8y8WGhIHdrgyJwIgwFUzshBp0LTwHZDpwRtUJOU5lQH5Q6C+j",
-	"pBhUUjWn3A4l5Fpj6iVVKUyEhRIMeL33S2ACp+mxY/pnWLObCX4l0NSF/LsHQVKjYfxCXYXlLd5LqzT9",
-	"MDCWuaVaMSrqNENZlJaVpSZltDwIHNaJcIDivFcJjmCfn9ic28DX8HCgzOqr4zL/kcIbL9vNOOOaaC9q",
-	"2raYkOVlxeozLa7UpaMqKcoSkohJsSgqvktkJSyINbfmfjX32c3ueJ7+KpZfjWWKy9nFOHVH8U1zaLBm",
-	"fSZ2cEUKWr9XBWKztVzExYpseKgxs7mW6GzFyxJkX5spOJFltgRH6n3cIpwdEt49SUZ8+ecxb8OxkyY5",
-	"6aOrZOgesTgAnwYFD8uscaexwfQ3gXonAvUuLVq69je59c3Cce/DpVh+xFudiTrU8lOQhwXMtnfq+sgE",
-	"VckyY9Xc2YojMbeIz03Jde43EFcfyiw1ZRk6yVmINBsBccQrdQm1UYUMhvGKUNchJhTeB5vARQZsonJf",
-	"D+uzrd0QUBoHk/0mrtaJF7f1lsR7Y5G1XfP5VSxJutXckDxJN2fbo9ZI1mJVQxywxVSxdgwtk+JOhJmb",
-	"8DmFEuIYi//cVxg2xVrAGOE1yNzlGEW3ha0TFXCC96Zxwqq/Fn3TLWYXdRNhJYQkuO9vF3n9IvOk2vst",
-	"vMlAM/enea7fzR1LYiDMqxYQ461J4O6UdyNvaKIUsXmWQ1wfMxsAXq94J7ly2ojPSmn5cHMh6b6DQA8p",
-	"QTZ7WxIHizBjXl0J7RFIYH+hqzVLchHkn5HLllL9UKw+efOPMCEhpvkqPYlgpbBQnGCEA/rxz/EjjUyf",
-	"cNwIsVBHy7hXvLIajQoBU9vYSErnUqZy0vEYezfnTEoHGC2NbArLdl7rybd6o6+Eu6wXKBHmUF150kY2",
-	"EzRDv1OGQ/XOXfDTfqqgkZNcT3DgtzDuVyKWgzXtIpwrtebfhHODU6iyS2HGTYVyP6d7aC60URIU4xGX",
-	"0FYKhC0KlYW4KNaATiRM9R6wGNstxUOpBU9MASqGvUmKYA1Un3NjFkon4FzCLG7wLnFEqTNTzG43iKbj",
-	"XmhzLUUCWRtixtOsAMYIarnK9I3H9+eiCi7FPfmpghE+j7MqXGJTSCeg4n+r5IzrXvt/k2yOu/NfVY72",
-	"xvxpi2Te+5AmG51ZT+HvptK0GmgNUBolXuxU+8Zu9xLYwTms3vddHE6VGaeG4Sq/eZ5qyA43+a7ILvpU",
-	"SUIbqaL/uTjxNwJryOG5K+q6NwdncNCNtg0mdu0cJcfHVwPi3mMPZYB8blYD6JQxS06PW3oFAP8LVzaU",
-	"qB2yAtEV8nqsUp0mF+fPuN6vxJiC1exiRuG5fbvKDfbTxFOFv8P0h0/hb2iynY6TxLAYHHRxkApW9DFC",
-	"oLsQbgUwEaRasFzaNHO/tWkWs/bFcig9gpp7S9AZg6IY5NOrtm3qRExJVg30UfyvN5RPCMQX/JZVZD+D",
-	"/lbjcUd8YlvCVG79yAAuSG0xOljXhnDMRghC80sdI4EHjlhqWZaOraFCaOj+a/0Sewyc/UEqK6QPcqNk",
-	"jLYhOWtDMM5qmbUbf0o5esH2tg8PDoaywMWCumktsFobmsdYhRPtNFcFhLmI0dAZn7JBK/DwjxVVbyIs",
-	"O2wAqwD1GpjAPZmN8O7PYzDishoUFLifULSFvXQ8XX5LXPj3zwSEg6egTJszq+bdfN5pYM4V9FUiyiYt",
-	"Z+8D/H+jjfiMzECkME9Xgwbum2g1NwxaNq+ySkIywtcgtMCmDIgjVKKqGRBKe3UKXhOi+fh0CHYdpDaM",
-	"yJf8YhezExfwLdNhl0wH3KxrUOo9Kv9wyo1qf9iDbzOoYNisLwC7xejfVGRJxIxy2r51slC8n6fag2u0",
-	"bYod49OkEw2lgvfyLFuiXxbxiSne49Hg9qAkjixP9kJw4xsSEGQvAr4DhJnXA7QggHS8YD12jHpvptQl",
-	"1KFKhW29oe0bdHtb70QYDaVRZYFehljT3LKxWBCCbWpBo4EunmOwO+CFvg9kGyS7VFJ0ENcO9wjx/nkV",
-	"hXbAxirL1MK9E7W1FC6ZzLMMNRbkf3YqaECA2QUN6YFx3APwdZP43gOuUCA7F/I0pJg1ul21PLJlDeWk",
-	"Zfel1D0GrWhbUUtyaCFEbaJ20w6ewx3cfWD0ZNQPTPb7bQY+Ac01/VM0jeF7TpaDkEbeGjzqQ0vXdJbP",
-	"WoP9fh96o9KnugZsX475GdDETkXHq3fumyyxOLdHu8ztDXLAtyUi+YoYKtPS1nY6kEnAQz5TJB3Mwp2d",
-	"TQRxvmNt/y3i7Gcwra/EJ+QWs8tthN39dgMbPEKWSMLfGvz8OSPooCEVpbqBy6XtiyY7RSJZkbQ1VppR",
-	"cps2iKejcqg/DV6Aal2qARCnDelrvoC302MnRa4bOntMPqNfFEWQvvu3LyvmSwAAEu9HQoRgU+1cZsIU",
-	"V5xVEA2M77YnFTNTZ5bqLmH2orHlXrv6ykGJWQ6lkdQCBuc7lM3+nvZGNL0SSg+qNwksaChDBL3KwKzo",
-	"B25+T9/1yCN3fwkDZ6gr3YfLx73683h8YFENDh+k/m85Ad8QHiCwS7bC9bhzgz6y98H9b+fMAW+pAldY",
-	"AX3GXl6prnjEqQiudOH3hvItdh6kdCPCCCU3USrJE66h+7mpa1B4f6kJBWfZxTlECNffchF2yEW4Ecl+",
-	"styD+mPvfzLe/o10mrIMbkg39+ZYdCd5V7AiXnMt6ya84gludD4isA3sL5elxq7ichQdxtbai7UL6ody",
-	"ZMDmwPpk7DhhoOvCogaTnyZfQvLfOasFMI171uE+C2DHpmvuETu+yuv+nwzZcR/a2N7mYovX9+4T+qqK",
-	"LnattvhWZbHJJ7Sq7EPx6Crxf/asv6p8rnUqndJCDOOUTiwL0yZiQZyuRIZbyFqXUzSUI66vqqk97jUP",
-	"zJF/uXc6KSkQcqt8hq04m5xh5KYlhSgAqINdt8r9AYBiMcyHk08Q4jz9IxeMGgeUltY9OWDusVTj89Vo",
-	"bEoJLooyyvP45oP5T5T6nnnQ9b4269tF7u99cP/bgkwyU1dkYiBJUlv4ArmyYFcI6e55xYwvKXuh5CXo",
-	"eLZTITdzqPtzu1yrFMSXgOTyK76Md0Cqb4v9uSmxfjL/y30XfWxj7d/Ip8n/sqL1fZmq3vZngyqQRrdN",
-	"vOJ8MQXjfFDlp/Hv79xDyIFTGzGjAp45lFVXjqPapc9X/FELjmmO6y6bKsjp/Xhd7llx+yxel42lXOR1",
-	"+Sov+X+012XtXt6FKjbVykLj+2bN6wXUYQRt5RbO3sLfFQBxa5UjbWfOlUH3ztFQcizauK37plGneq0n",
-	"Z349u6hWbmHfFKl698fYNpx46Pfzf7qhVgWxIE9IQXUSNh1DKQJ9zbxHglIzkKIIWhQSgaecig3NjGeZ",
-	"0GwMWGysHcNkYmb40uDznSPIpocu+RJ7MzrV2leW3KJ0cbVakZXFiohmATCJNdSL/QKaSfcO3fV+jKbI",
-	"HH0Pd6L2zrxS5ZGF2/btEq1dogp5F5VLAWbuza7SLTLO8ppL+DLPbDrPUuH7K5ksTVI5qeZitbG5X8Rm",
-	"qcytiKBNZ8QSvuwEVQLREJPYoRgQK/wg7rZkMV7ImLW122KRQIc46NueCW4sg55qlM0G2WVDiSNbpfCy",
-	"+qSz1ECT55piRfIFcjZTMyFthJn2QxljlYKB2pu20iy2Niv6WxZllDCbmTKWfe8WZgDIUciwFNHXIPTY",
-	"aagx18jFdOx+N8U2cUeMl9+occHEioZ3K2wL3RWLVJqi0nEXoYl91LfzJfh7BP5WTkyqli+d5Gt86R5C",
-	"l/T6N+KTN4/bxg0pK5meiqDU1gj79WnVnxk15mxFB7gJX1xXbTHvvSmgiAlZAa5jwJcj7N5ZJH7BJ/DB",
-	"QQqCu9QAHsnlEjIGhnIFRtJfwZTqnU2PbcVXLPAUn7nRfJ9lAL2iFpZxwtNsGQ8qhdyzPOPQsQdTyIgX",
-	"48scP4P0ByoAh3W8PXviuBt0sAQoLqUvhWZajJR2fNkxe7cXUFIA6RHQvJNeCQ3F7rcACZxj7uhuhfR4",
-	"v9FVN71G5xqffFOH6pyznkD5Cu7AF1KrshAXU6UuN1ZHvj194XQOaI2lBYMEJ6tYO6YfY/eiUiE68rlL",
-	"adGF++T47MkvrDo2AUOzX14eP+m++eX44NF3cIMSkaVXAi4/DJdOJNUTE5A0YcJiF19iE2AGpRPJba5L",
-	"qFmYNbPLuTAwbSw6xNYAgCmbCJ1eiQS1IV+ACQ6H+O9vX58dn//27MdfXr/+9fzNsyenz87iI1SOAA5i",
-	"ngJTlEpCd0I3eion50HjAZlnGSZ9SWVLe2zZY/8QOh0vGfeLXTp10Z1eboG1hnuixiwe5v3+w5GF/4ke",
-	"ftJ8AQlm+Me45Dy0PmwBPZtzjWD1ACTgtCELVdY2nQli2vHVPpxf/PdcWe50NNF94zdzwOxfccBcpu9x",
-	"sOhqn/42FfSn+Ihhx2CmsoTFNu4Npdts9Hb6zv8jPpoKaNDdjp+4f3efKGm1ygZMqi7gGcad+/CK/izs",
-	"b0Tq98gj/RANXJLui1On3DGbXrUBeGVDaqBSsoWjn7jYqF6l0pJKKI3V0CUepvCNGTeUDvqT8GFUurx0",
-	"dQLeTA+aT4r9TYN2S07YyJ+xEohbK2Zz4Mr0G4QXDuFvkIOvYvhXuSQhdjuG3/YJLSMtEiFtyjNo4wYV",
-	"v8S5/bAyn10IzdpjnmZOQ8Q/G6zm1k6p84AQF3x0qcbjiOUAKnPQpzdpMRIpMt5fzs5OGHY1Z23goOi1",
-	"AoBy5CYiKYvAsL8sPog93k0+GgljOvfVP4Au+dPycL6S/LnqwnZqYlWIL3/m33TAerbjGU6xYdX+Ap+T",
-	"zexZgelzd13V+QbQRh0j8ppizw0Ve4YTon1VdUnwS5Hil6WXAl1eTl2j3WvXqioxudN8hHWBhut8LqRI",
-	"BiuMZiiRyUDt42K6ZFJ5ZWXEZ6LHjouHCSKDp5nxigyXvrM1Qi84PgfEjMOUWs+Bb4gdA18SiUhibGmN",
-	"yqhTI+HKitAyddPjSaKFMRA0HjDOMqXmjn9CCecVt5Don6XyspupEc+Y5XoiCMRmDKZ6UIk6lG4gnUtD",
-	"s6mqt8cvXrz+7fzk9Pk/js+e/dXqXFCdbZzr7HzBtUTz1SuwqNu506TDpG3xBnVEn5D1U+dRn4AZ3oEj",
-	"wjFLE9CY+7QpJFjQ115pylGaHUhMnR6UNBRqOXgEUS8vLt3b0xcRVUWQgu++rdfwHVkCbrfbpvsQIe5W",
-	"EKc9cxfv/hm6G+ZUmDyzzbVJxhbH8sARkHv66+PlBxu2dq7VRSZmf7neFp/grzY1YN+JGKsK6FHRqHfB",
-	"yXK9K2HkyA/yuYurW+HDi8JIurZoqhEwKs+S7kWmRs0Oht+mimH7f1guNCCe5toOwE1JcRhfmZ+JK5FF",
-	"LAVvo0zUohP2LZ7yK+FkhHQ8h+KpAZjTYppm6JPgwFZiM+WJWqCHzrG4mM1UAlGeBZtxuRxKH5SVvqMN",
-	"A3T/tPQomgiDJ/QkaNVHJTeAZjrGLWUoE75EoTKH2m6WJmI2V44U8deO2/kaWYD5Y0/cJ3cbwTE79bWy",
-	"GEBJJeMXAHPAMKjj14pTOQr9nHOhjYcdIXgFcDpFzChQ+ZfM5PoqBWTIU5GADDGWa9tjxxQeQkSpJDU2",
-	"lSPLNOBJasEuxRz8uL4f5lCSH7aNKJyTVAKY02/ujH50tPCEz+POIDihca4hIk3ICu6tfiNSOXSaP/Qj",
-	"UmMkABYDKkFc2iiePlJAk/OkAfJr5MR/UgbQAAArOBpjAXCBj+x13NX37gwud+vL9QiXczwV2Panngki",
-	"1X6zDGqYMXAg7HjHtaSd+tLcxU7L3oZnhDFp9+TOUEb1FWknMNhXYlG7xexiRsMOf+kX5K4KzOZ0wp6e",
-	"8TPQ6bb2OhnfhAXKjr0Eydw4HqAHBS7jQ1noEV5CzHmqj1g8VyqrMv2YPhCwMkHo4M/Jr1UAO+KACK4D",
-	"OQ4EsAPixyPseB2mFPEe70IkAWIRIUVT8peemAeBmORyiXg8RaBUi8LWA1GDKcUNxVyOGO8pncG9+vMU",
-	"c8GiGuSOO7V/KzSd/7iGOXMkyVVOEMqdvQ/ufx+v3ZCutv6kuAL3yO83UeM3Haip/qSBEq6t+2Zc3hVs",
-	"B7+Av9Ejl0LMKbvlime509vrC0lKFI8jFg9bJA2GrQGEg8uCEshYoXanzQZFj71QC6ERMRutYQD0QN8m",
-	"mbbGmaW+iyqZwR51qWxLgLZMqkvESUD2nuO7faNXiISXwHDBKpX28yWrO3ib+xLTHjGLz48areKOOJt6",
-	"FXikvoTlnsXVZylh2cQffAnLV8kn/qNLWHaXcteoTEltYxXKEdtac9JrKCZxBPqtmuRuq0nIeNhYSrJT",
-	"sYgRNmT0UenRDGoSgkKPoIsL9BoeSkrOxszw5HptFUh9+law8RVGp3ck0dvoYvdWhYG/hLBf5XJwS19R",
-	"0OCa9RhDGbZA+Xeox1g5xGoxBrT/ratkdCpZgBJ8oeyUitDcM/mEUgorpRob6zOGspGFnOTrLOQ/qrai",
-	"WlXx1XKlL6a0ouAN6FJfUcQC3ka62GrDmHqH5C/KGYQxn6lc2ph6mIQt6krLLCrrKZx5FLFEjFLHeCDi",
-	"lC0hu2UoOUUAoRW8seW72zzLnG3lw8HqSuiQrWHoAL2ZA3bQ36eEa1ttagPG3uHBY0ym4SyMkUbQecW9",
-	"3Ftk7BeRUcATvZVDCbAGpuCovilfZSZUH4K/SxR1fFmZCWRdG+G2PRmwkZrNUuuM03Z88vrNGVs9BOh2",
-	"vIePxZ2IaeEYNTz/9NmLZ2fPYui5o4lJZmJssYZj7th5yHIjRqNSbz0WK3kO3y9j1o5piBCIE88gCqHm",
-	"YR9jmkTc8bz+gCKwJozvQlILRXhHy/NL4cahOGnEDg5BjJkSmBPdERoQ2Mrtgo33WfTgZ1hCKpPORbx2",
-	"ctD/54jOl2dlUs5MzC4APsc7GmpjlEAOvnIOcUdFpuQEPeJKT+Jm53LQJOWe2HowQsEDP62vOVxjDYN3",
-	"t+ab4X53hvunytN5FaTaTEVGiYLkD6MrtNZaoUjhCe44VaJySgNhZVyGsyQdjwXkENDdcFepFHd30/La",
-	"3d/mRK+nyPS5YY3iBvNoLkQ1/2gKhF0pVTgVVi+7x2MrdNOs6Om98FGYFbUB+lTHi+kshCPGR1OsPuEV",
-	"LkspWmOeZpAD1GFlXSR86fT/GZdLf3poUmbpZGp7a8hxkNVFcvBCjLEnG+bihA203RE0hvHp2zrFBGTi",
-	"ZtC4DDvKcTi6cKUDFNl4tqlhk/RKSGztWLWXeux4KItUJZJ4tbKKvkHcIzhm6O06AxUBsmFQyg6G8rD/",
-	"mEk+c2ODUWG5FfUdHOGlqzLl/vt71dMPqhy9f3tQx2Chb1AXuruuXD9j7lh4qRxVXZveo52aNPpUt0ux",
-	"fABx8gGLHanHEYsLndJ98PoiZl6R3yuOCILAXdBxOsm1MD32q5hbqiBJ+JJxoOTUkrPMqXbYIZms6CKu",
-	"0T9s8JZ9GeS7snNfNBXfDSkeVxVoX+HlmM0NyPF6Pq/gMJ4nZQZVk0lz/aqL1QEak2YwdTTOgfjdJjhW",
-	"X1itrMvwmxrWH/kwKGaqaEN9Pqu+uYt8dOlBRFHULYTGxqUSnVltTg8VHWAIPRky/uk1qUGjjWdKik6v",
-	"mDA0Mij0kiAz1sndPMswu9SJ1KH0FR6Y8Yk5dKjoxM5ePi/aiEaQ8YxGNEVTKxm5eChlA+JSzJE8Q2sM",
-	"C2thf0PDq5R+XiiC+BtKkn9sV/H3BAa7f4vKj3MNY+qTsa0nnov/R8Iv10vqz2KM3Q1PxlWsKAiF5wH5",
-	"h7v519eP3TBilOvULoF/XgiuhT7O7bQ1+P2dY5BYZFHXwfcF1E2Rb4e1qSDol7Ozk/Pjp09P446zenKd",
-	"tQatqbXzwd7e/sH3vX6v39sf/ND/oQ/8l+a71is349JAc2htOuwilwlkhWCaIAdTI9eCKg580v1cqYyN",
-	"Mm6w5sCnh7DXPjqnZLbslf12MZRc0yFYTzCNHuFKJZfW9BhgrFA8AFNF3CAzvmS+41+QyxiMovSkYRB2",
-	"fPLcKWFmBViBmSkg18mRgHgGJOABpir0xOZuFlN4zipAdS7G4vO0615YMx70+nZbCq3yTYfxxHsbrSKP",
-	"1krnevD6BlA3HEOmPYZOq4QEBvahv1hW4hjBpKjBeU1DZKHmGaT8YM2YE5xYMbAQFyXylGXxHn3Yi2Ei",
-	"GJCdBGPQ913EtFwfCgu9CViDUoajABYzAmee0sWo6G8Oq73Dbc6T1NaMAj1iqRV3Bbl2vf8B7nZB0TIp",
-	"LhIl4RK2UKp9w41KD+y6NZ42tp5Y79dQ9vIsZ9mrdruuG8KR6VRZNud22mNPwRtv2GIqQLXnQE9uWKdZ",
-	"wNWYKMangieh1E/DrUROtD7SGtYSZPCi97eKF1e0LmUQN6wm/lfWBAg8ayP9WO2aB24dhC9qK810LiXk",
-	"bFXfG56HrxWo365KYVhUA5dQ1OJnalJGBVZLw4PxipKy9QGPEz4HZCcfnDHlvoE+RYSfQd4JK7LQUMcK",
-	"aawIxa2N8YvgmZ1GzCmlqRTEbE+0mjkqyIs87x57pZhTEIS06RqFFTqbcXr+/x8AAP//",
+	"7L37c9tGsj/6r0zx+60yeRakKFlOYqq29ii2E/vGD60sb2pP6CuMiCGJI3CGmRmIZnz9v9+a7h5gQAIk",
+	"9bKzjn9JTBHEvHr63Z/+2Bqp2VxJIa1pDT62poInQsM//5kry+cZl6L7K9cylRP310SYkU7nNlWyNWi9",
+	"FZalksULrmXMZioRbDEVktmpYKOpGF2yhcqzhE35lWAXQkiWCJmK5IgZvjRsMU1HU5aJK5ExLhO2SGWi",
+	"Fr1W1DKjqZhxN6BdzkVr0DJWuxl8+hS1TrkVL9NZarvw3/VZnU0Fy9xXTI1hKjadTK0wdm0o1nZfKynY",
+	"IrVTeDYT3FimxYynbs3RUFq/IqOUFPClEbZzxJRknBZEq20fHjzuRH7YtdHslNuh1GKcG5Gw1LJ2fJGp",
+	"0aVIzrmNO72hrCx9rPSM29aglUr73WEr8nuRSismQq9sxqmf8vqGvJOpNeWaGLf184tXtjZm+J4LYXq3",
+	"mpkRto54RkomhuXSphlMaPs0cO8Na4+VZpyZLE1SORlK/GVE73KrHeVaC2nZRT66FJYJmZhOj71ZO7LU",
+	"stSw+FRYvewej63Q8WAoi1f7OY21EG6q7tUTzZOcZ9kyYkbBxIVM3KG7L2m8GV+yC8GsUkMpuM6WzM24",
+	"vBdWsTk35ohxNspSN1FHHGzB3Tvilb2LmcG9csRjdSpMec0Mn/l3jrhkJh+NhEh67CfYIJr9SOXSioTF",
+	"cy1GqRHxULZjWuE5PmPiTsS4ZDzL1MLvzgPacLdFwTphGbi/Q2nyiy4tus2ZXQhpU2Gn/jl8eycKGIOb",
+	"DJPig2VjnmUmAhLkQxmeywPjxoTfCKnyyZSV4xjkJ5kY2+CFxf4qY5lVQzlO7YDlc7fVAXG5sdyFL193",
+	"o2tXkkszYXP3NTG5laNy5OHO/7rX6lPUmnPNZ8ISl36ipFGZeGeEPuF2uj4ZeoDlRmiWJm7A1P197p6O",
+	"WpLPYISkFbW0+D1PtUhaA6tzEU7s/2oxbg1a/2evlBZ7+K3Ze5HAjjzJtVH6n7nQy/VJvJnz33OgGaM0",
+	"G2s1gw2Za3GVqtywOZ+IB4bFjijO8am4mOnv8M5iqvh1Zd9m/MNLISdu+fv9g8OoNUtl8YeoRoT8BBvd",
+	"MNlnH+ZKAz3NuO2xp2LM88waR0fx/xolG2dGx7frxuE4OBWY1c+aS1t/ivBV8/FN3Ne3PcEXiZjNlRVy",
+	"tPxFLJ+DJlAvXIsbWv6CXYplxDiyiTj44vxSLGM2TkWWsPYPbhP3D34YytGUaz5yVOwYRXzc/R/Gu3+w",
+	"fvcx67FzNmD/zbqOI4nUToV2L+bMWJ2PbK5F0sX34Yk6XjZsKZ0I3d0/eHj4aNiKi6m8eHb2E0s0H1u2",
+	"0KkVhqW2w5RmF1wL1o6Dn8WdHvs5vYI3up+iLgQMw33EIUFPSNLxWIB0uRRLYFReprcP+32S43BM+I7y",
+	"oII97v4ilhVaER/4bJ65p1ZW06oj4V/Esp5Ujk9euGmxNEHtJk6T2DNjOCSpLEgqI0Za2E4DSV3C7G5F",
+	"UCDBGi7ZCZ8IZtI/RNNlAgWusj8JXkR3x/uRu/PpLJ/Bpz7cePpYy6/f6En9br3Rk+ZrpfTktntwInSq",
+	"koZN+DHNMqdjzOEhR7Lxv//97393X72K8exmStqp07BLIULPGsu1dRpNyJ4CuUzPNe0ufrszq8JV4IIy",
+	"Luu30n3TvJfOkrjtZjplSF9xN96LZH0Cwdc3lnRzbq3Q7mf/rz7/rd99fNz9H9794/3Hg4NP/7f2Ip4J",
+	"PqvfEPdN80Ss4LPbbkiz2H+3Udw7ZeB2Y39yvzZzJY0APeQ4maWyUFsFnM5ISSskaP58Ps/SERzN3lyr",
+	"i0zM/uZkqftuRxLEX+HQK/usFJtxuWRuPcJYU1hzRrCRFolTSXlmBkxcCb1k8d7VfszUXGikFfFhJOag",
+	"Sjq5JEaXwNIzXIi7SIx4akQ/cpqmuhTSyZFRoF85SfTPd2/Ojs+Pn7568fr89Pjs2fnLF69enBUc2FGo",
+	"0BG8VQvYlE6PvVZ2CsYGNyxRUhwxp+cvhxJVyIp14m0BlDKBwb7VLj712+N1fDcJb9+g9lzdsFpL/NrW",
+	"ZzEsKOyprLCpDSb/LYxJjvsXWkRHpQrOV+y97aPvou1bBdYbuxBjpQVOIJWTLS93r/+RJ7RHn/PWvOKZ",
+	"U1hF4qg4lVc8SxOWynluj1gstFbaxCxL3cEJPnL23FhIMIlBE+q13MxRgKEmu2Hy15t09a1u5lZ8sHsj",
+	"c1V9x4qh8/ZfeO+519y0WkRg62WpFHjj1MJfxP/n7ZvXoOP3arj6Ootxxi/aBVotDCz+iZLjLB191kM7",
+	"lkxd/K8YWc/iUgOKntLMXcCsw3imBU+WTHxwRwcT/UnpizRJhPysTHlaYSUs46NLvIIjNReRIzruGOgE",
+	"lFXjeIH7TPy1q2S2DAjttbI/qVx+VrHyWjkjMJdJxFI5ynKgfSdm6ATUmHGpwDxRegLTPOHLTPHkTKmX",
+	"XE/E595vkn/sQiVLcNkoxTI3EZhcoB69FdZmn1lIw/xKBc2JOk+rBqfDYDMXqRFHLE6E5WkWM6exGLRX",
+	"LLeCtUdqNkutFUnEtMgEN8jBxIe5U2U6sNS3Ql+lI/FO8iueZvwi++xHYXAGTgI5eysRozQRTKoFa4ve",
+	"pMdORZI6Wb+QLJdgZrJ4lCkjkpg5VRnX8U7y3E6VTv/4vIf1KjXGUTvYyUlVJYBpzbUaCWPczj6TNrXL",
+	"z8oEGQorT+7gOb3Qgl8a78HEoZnOMwHMkf4mDONsJqxOR8CLHPtJlDBgE19KtegcuX8WuthCO0qTtGiT",
+	"z50EEMkrkaT8DGTG56UquNhuYgZ1J5B2T3ACXTch3IsUFwQirm2EcI9cuQNU0nSOhnLlci3Q84xvXVdG",
+	"naLppkNzBG1/nv4i4Mzn2rFsm6IVMNKCW4hmVNyZCbeia9OZWBe1kTPIdjA4olbGjT3Pzea3yzyj644W",
+	"zdpoaAB9XP9irsU4/VDv7xqn2lhWdVmhMj/SwkZO9dNipCYyNcL7WXp1a9XiSl3ecgUgP2G3UytmZtvm",
+	"vXWPu9/Ri7jWfNlC+81bf7+hVQx7UwxQbEkUHuvKOVSW9L4YBCWkGxUp5Qm8AK5IkqRuZ3l2ElDOmGdG",
+	"RKUH7GPh7HXmmMqt56fl9Aa/4Zet93B4IRX6M960La/dM7fYzRn/8AJ/8BCcT/Rhf2Wfo1Yu099zQV+7",
+	"I13d+uqub9vDGrfHMZNiAVoUMITStReR2yg1zEydpAGlSskRON2+wpv7J75vUQvPpJ7BXAiuBTkVBiz+",
+	"fX55Psz7/YejNIH/C/p4+JBdcCO+O8x1FvAjfCbu1fqn7vyaF0tpptWXKdqyVRor9m+njSQZU7OTQZRo",
+	"6zUXHyxGptb3AiZRfVvtivIktc+k1TXyjo/wEFfP9FcvUZ38jBhofLEVfNbDPY5rpQMfWaXrXqbYjCeC",
+	"osdcTopXenMpjlh8KZaDKtG4v5J7ir4BG7GZWqIWr/dxOBolqwc9UuVUWNvdIIbx+ERkwv0EggoNN4t2",
+	"Nmp96E5Ul/7otKTeKV+8ckrlRITfds1lOu+qOUqN7lylEuYIvDRqobtl45TJI9MwZziRzztnZJxbo72R",
+	"H7eevtKSxJhVIZUNhJzUn6/SkwZGCar0Oc5s7WvglTvKhTqWg4EUpO/I35qo3FY6RE9/lfnQ6I1X8054",
+	"TXnHvzi/+ZHb0fSJU22c0lBP2FqYPAMPhDt8TClQY8bZhfsxOFcwvg7WBBoFl2IONAPR9wvhNHy0SiFI",
+	"oKR4M24Nftu8PJjWKQze+hTtaMq8rywq8HRu1AVX1BNwy+98npWRKtraPgULG/S11UOjcTefE23IGg3i",
+	"Ke0+65WT36az+9fXTg5dqMdyNFX6Ka+JPT7lS2/GYJRRhVFGpScPDLuoxCcNBh0dtRTB14MfNodea1zE",
+	"u20F/upULeouZPDtukieqVzWsMw3V0LziWD4PUtyEYHAGqUznlEmAWsrPWFWWZ6Bm/eIDVv9YYuJzIjF",
+	"VGjRqWWqGMsY1WzyE/oGchxw5PiIidncLst8qHnGJZtyZ7OzuU5HFDRYGwaSPERyDkloTUl+5eHB44bx",
+	"JBGJs1Ddt3jSldxI8oZQWAZPeijXNqIfbEKEAQEYgDlmfiUYt+Aadazav9m/yyefLaYqEz32M85Lc28s",
+	"j/gckxLcB/S0igRT7QYsVnhuuOp4KDlJckzF4xfqSrDY/4qe8lkjC77EKNkOorb6iqbtLaaXBme3cbN6",
+	"uw2Px1ArfJtkdmVnmibsHqpurJLC3MmUKYdgx9SBCAPe69lWcBmULPxxxaxqL0Gx2B0mCFHuDQMKPuti",
+	"DqzbgyLRZ9skVthwkUqBSg6F9SnCTsfq571GZqunGHn+FXCV1Ztfx++vJVoDN8tIuef3S/rzmpehBQ1a",
+	"fIRaHpxeS8iJX92gxbN0JFpr/hd8aZiwE9XzKgXR83wmHP2Bc+L3XOgUs43XDriQM/3a+1tNOdvumQiT",
+	"3ao3kGfZDrrQi6T16X1ULrLcufLObveN+Eux/UlPzTukhYTk6WaygWLqNRdKEAjYzoVSmeDS/bJMWd82",
+	"nZfucp2KcQuc2RPNk1r/lTQLoQXm1qncYmwkoriI57IPDBvzNIMig+BSBvPCWFDN+xOMFzmeTXELVII5",
+	"JPsLjKJSMgabqiwxnh/5RMc5t1PWJpFDQSvLL4XEF2FaCbASSAk3Ns0yJj7wke0csTiHqI5jL3GRgx8z",
+	"EmRuIGVAaBYaAU7LGXcwSIQZzk5BgURmJ0fpGW4Y5h26i4SxtauKllLZnyuR1QiKN1Iw4WwfCJHXFi2A",
+	"esJRcYCUol10ODj9t5bb3NQpce4gt73ilXsGCHqe8WXd4TpriAMBYTyWCa6zVGhffuLLOiDxYyVftX6b",
+	"IHHjHAzRc0q1qS98geMq6lmul/O9g/SyU62KKO2mTTorHvwUtRZ3XapTK4Xh0XNgBLvzgBXG5HkMUUJB",
+	"n7XMCmK+N5BvOXCE/YOHh2tSKq9lFqUWvVD6Ei7XEWmZ7o8onaOioCKVbJxneF+0wOgg5Bc5sX6O8W6R",
+	"xPXyzBtRj/v97/cfPz54dPj9Yf/x44PNom5lG2EZ9XsGnr9TldV4x+KrVCyEjpnjZeaIxTyZpTJmPDOK",
+	"nGRAp0K6WfzWgq9bUQt/FoxX0kRQiXA3gUFwVtZqvrsGHjStfaOrINimWt8VToNeVnGSb9h1twvXD3rR",
+	"iltqbv7bqV09/13UcoxjoXTSGrRGSmsxst2p0kZ0LyBhdeknOKCjWiP3YjeLzfcLC6onDh4drh5E1ecZ",
+	"RF2KCa1xGqs02BnZEvP2p9xMj5h0UpJpYXMtka2EA5NbpqjaOKiLnt7yOP2Ci6nTK7ec4104GMPL8cU9",
+	"jE8a/RUv3r5hhwf73zNvfLARqVtlccK7t09hD4s86d+Ou//z/uPDuvToqPWUp9nyHfjH17YwqfNLHbN3",
+	"Z09YUnqn0L6KitT47tOncXVGB/2D77r7+93+w5DNOt5Sa0GaJj0C/Sa5m+wm70hQU1bUw3ELU26P8lme",
+	"lUrYLqVk4QkmGDJuYulP0VtVGwJWsivFBIYuvFpeWmFk4PBxr99f2Tr4W/U4h8Pk4360f/CpPRz28MN3",
+	"nzr/qD3dSglTaPFBcCSQHyNz1Yrwj3Wy4yeeZq9IH6yJdHDSUCBVZzFNMxGaBZhKlRqWSy34aMovMjGA",
+	"2BgItEwtzFC2xxmfTETCYm+IxJ2oTLlCFdKwR/2HEYszNeJZTO5xbyxIlsou2Q9DidnhGkpYEiSH0oh4",
+	"YJiZOv1ejdFVhorzMNwRNz0nTmACTvtxY9ZvTiqy5JnWqkauQobk+q5B5g8YLUTHZfIu/X7J2jHMyvzW",
+	"f99DVd/tiI8c+CJDSBGq1QFnFPaqrdEOiRrnWP6gjrLBKVgfX72qpQoBDr7Uoh8x9HuGPk7It5PKMgpf",
+	"o58x43MDmYJ16v/NEyFWrqQx6USKhF0sg8T/hp28tu9PC055ZTfJebidV03aFUXiRsHANc8YLckPsJKO",
+	"QJTQSDs7KltV8io3fgddstjxVVJcRkXtMc+T1LJMTVbUm0er6s2mM6gzSAovfj2dV6TVZufZ/sYzXbtm",
+	"KPjQ1Q/3xrD26U9P2MOHDx9HXi6Oc5trEYG1nUrG2VJw3TliJA4GWFoTFI/jCooS/UqYacVjvztxNVFU",
+	"I83chWKHjOuLq3TPBc+wDKwpblp/LWr4x6oyz20pxxIxFzJxiqFXKj4OW3Nl7EQLM2wN2LClLoetiA1b",
+	"2kll/FNepmEPW5/CxIT1vIotmRMG3UnOnvFy9BJOvEz0fr+NTugdddv4oja9bsSzTOjuaKqMkCyFVOhx",
+	"isy8VKXITx4qxrz7x3H3f/rdx+/Lf/bOB//dff+xH+0ffF+vMq+4pmvqqeaCgzeQQ9Zfe44VCBE7OGRT",
+	"lWvTKfQZW2SvOmXGpEoyPuHujsrEO99NkfI8UxpTA6vKPe/+UU78h2j/4If6iYOrp3I2axGR900/O3XX",
+	"Y33r17yRkOUAVL2ew9iQvJL5aW11U4FrC8bZ9viv+NQqaeFQEco5elMdnYWu0VpTxPhrB+VLq5sQ5mDd",
+	"305kvopwB6VAh+V/Oz1vhL2eikJm2w4vv/MjjIpq9ByV9XK5wVJqD9rv4UatZI3qvVAvihUgjMuDasnA",
+	"a0Tn9B3oGDVhPL8dTgfIbU28LqsvFyXNY61W9AbBuesoWrc6vUIHWDm5xrOpuX/49yOIdxhE8kETwrFd",
+	"xlkbB4k8tA2b81TvHhWB+aznJK3qD6+c9VXnqXgFo5vQBY0uC8cgnCoVRNK4XBIxtcGag5oemS07PXbm",
+	"VLIZvctX4kmIg0NgShkBth8YMI4QyNpGozEK/0RJKwCVBYXTxsJkIP9gIT05XwmtnT19VNjzELFZYtlX",
+	"4WopwDSGEqI3hwcHEFTjbJYaMxeZDR5FpyJtBRnY/mb81oJ8apD0Ox0N0t+mc6lL54/oRE50OrquAbJb",
+	"0om7euR6Ws0/ueBGwP6Le76VPk1hXqxypyC591hhpLyCFuFeVCiWbv3I5FZzeXrNd7wxlwInWXfn8aga",
+	"/ZFpttzkGiy9e7VeQoJVIzsH1lX1ZQ6ld2aqLBHGompWYNUslL4EF/lI6QQB4iBElwKah0mNu+4wcI8d",
+	"D6V7b3HRGWjKzPAFkz6CU7xpAFfxime58EheHnppKOGHD0yPvZA1ACIYj+bG0gBQVZrwZeEoNYqNuWbt",
+	"LL0S0VCK33OeAVSS0pMeRL47PfaszHjzuuaUGwwzFstdeiiunS5r4FiuCy5vdalseje8ttCDnP66u0G4",
+	"8tuVeTkl+G7e1XQpSp3btPx4tTeh1t0aCzlWeiRijP5S/tjvubL8iMVmyhO1iInr0hMXuaXQp2FxEBiO",
+	"j3ywGX2wvlyRItRhdJEGbUUtHKGFcexaa+E1lQGt6kzTfMZlVwueOCuwcFtuijHVvb00xeuSOY3S/s4D",
+	"ft2cT7CUHeoJKGkEb4u7pbuUF72Rzz7MU48O5N3nWOTciuq84VgtbQDkoqynBnANNReSzd34MdZDm3Nu",
+	"sQxkBkCK7TKBBIMDgIUVUyF1HB5KMQX6svY03uBlqvJR8uecc8g+Pqcwz7r8uVFQeDwW4Ao8zxrUt7My",
+	"MoCPsJnQE1KK0PvkNRFKZA09aeBO9k7boUS+TzmulFHbdkTWRTVqd35V6H2rLGHnKjp3CFuHeaMnL/FB",
+	"b8GZTRKt2AoPX1nZud6tF3edJJ/GAj83SZNfIARoczAAkF4d33sQnqgBBZ4nPmw3w1IgLktHZH0gAACr",
+	"dnQNJ6k5z3VWv9OJSNKRI3SKVL07fVlWavpYNJtxcykSnxyejplUsj7wsoLbuQNFvMVf/Eo/cHJonlz7",
+	"6i3ExVSpS7/Q3SsNCfqLqLHmDhcpQNWTrg4Z7nNUx2NWIgbBEuvk3xs9uX6Chrur3tFHFcrHo5lgLyR4",
+	"3ZFkHDdcN7LrmeJuWvRaNUcl8XT/czGRrRzAhFd+t6Xh5a/k0XptIGAJu1Ry13AJeiOd451d8U2PwxV/",
+	"d/ryri7qyqXb6BLBR2Hwbbex4Ua8LMijPA66vU0SBPNQnU6SyknEYvc46Rn0jg4bK6cBOq0/EDEx0mJF",
+	"56CxeG6V4wbjcZPScRehG6e7fPHADQJTjqbX9BHiNkeMYvjuXwWJUqrxOsOJPSo1modFaLoAtXM6zboz",
+	"uZ5zXY9ffVbOcx1l40ac5S/GSeqIduX91+EYK8jqN2Edq9DlPfZkC0mvcBhhbDrDBDGCRK/lNCdFidOq",
+	"uVmNWZfZafWpaSsxtX738fuPh5+67f5v+93H7/+//d/63YP3ndqg2glR1u3zacc8zc53uSNFNtadKxZu",
+	"MXX3+5ZGxq6u8k0e8ogZyN6u2DzrhfCrwqIRlESprAGtBJzlu2tIJ/SDdRdqYOl6F3zhi/COQ6wrlTW+",
+	"iOuzFXd6d2FKbFBOSoOAzjQkW9rVcg+vp/G76V9f5Q9ujc/ZAyvAKfklCf92kzBc8Zv9fr+//WfOpgUq",
+	"KOg9jHCQOXJSZ3v8iW/+jpK9vOEbhTs9dk357u/qjvfRPV21WPy/bnu97+OC7nLZSvpoujd1hgFp6fXO",
+	"GMJRhhj2VFmqoFNSYKaKFXwWYU8Kx5R9RHXMjWVKQtaDR0f2SivfUsYXMc7A8ewGzYsyHl/X52tx1ir2",
+	"GLeAicXasVtRHLFQAUGg0mzBl4ZNFLOKnDhuhhdL+F87VuNx3OmxlwhG6XNvuBZYAwhLNHxJJk8yYO54",
+	"K4bPFosHjuAOTB5QJr64zUMQ8jsYPXfAxj4ze9rR6+EZ1ZpMPxXzjI8ooZkqPVNjezflads52Z2qJK/F",
+	"wusiR6iIaDFTV4Dgel8qyKcGEttkogT6f3UBz6HitdCrqraKYW2s84wYCvEI8u0ilvBlB+67z0RgsR9h",
+	"xaAZVGKsHnKgaIRDjZQqvZOi6iPQrUxAR7PC3JlzvfIjp/thGfIIzNcjx5H5PIJwHeT/MZ64L7hOuTsl",
+	"njEz59LnnNFbMoiVsTZnF7k2lmXcCvdzYH8w1wiLmI2FouhM8aTjxh7BALPU+mqZRTrCqg3KR+GWzZSx",
+	"7IB98Ao4TGvZNJdOr2xfNcDAjV9qJRnmoF9pFdV+1GczEkT+8B4y+oM/xYfuX1RAjCf6/UHxJzjdqHJu",
+	"blb+7A76HmAMjQgmVeN2QtwUtsWsBCJgC47opN1WQT1LInTXPW4gc9NNhnat2sGKtbFW3u0+FiMZbnMN",
+	"eLfFyyP3Y+xud9DfO9gvutTBeQStAFJTyNoOSmc3UxR7gO8y9/K9x16FgZZS4AX4K2GYd0ejm1jXKmN0",
+	"4zu2xkYZNwUGK11UpSemanr7y34XKbknAYfcXV5dcHPnCTNlLlBvFXpoY/2hf67IjdhdaQjTm7blra3C",
+	"Z5UYJsFmlFOo1Q4IN6wGJ4Kd/vSEPT589H2BbJaoUT4T0q57LRHiuNYEx+YGO68/qL/6tJYPdv3E9ZpK",
+	"/9RmYoO7YS1JY2rt3Az29n4vWnT2EnHlIafNHoI94pBdk+WTnQFC4Vs/o2hTqnzhnlxHFluJd5Y1H6yN",
+	"XurB3l5MeQdJauBjx0c+rXJmQXi13Z1fS+U4/KFyr9v4pn8M9vaGw7d/ayhXDBDwNwGH7ZBiXGZXXLdK",
+	"rGRQ+vzh5dmr5PG/fu9/+PfFr6P9l99PT/44OK77bRN2B1To/G9OTUmdfUM5DWs545R940WBKZIwzdQp",
+	"NnYqZneG7LEh+UqeiyLdZaML26fFbAHAKjAW6hEvwLCj9gJHZBUCYMqFWCoS4IQI117BdNgVBss3Idhl",
+	"AiVw2SS9EpJdcMze32mYTRAoYSZQAILiEfI3wqAAuGx9DgRN/FpkDqUL24MbZS8KeD6AQtqxYnvT7no1",
+	"fLet9chKO7gpcXFrNYwFaFfAF0Jir2egxRbUm/Y3NMqxIoHevLuUC3njDsiT5QDb7f3g1TeAcPF8+bDq",
+	"IiXP5yaUMmuzEsFn/6C/DbesCTqyQCubqiwpsnWhz2y1HOlGEC/7/wFoZrfg2ncJgVY50MCc/64fbe0t",
+	"HXJIuqVFkUJcLDAusivRX9F8og+/29Z28laQbQVP2XKh3npu642sKRbbF11yWoGE8vwpqbW7ELl+XdsE",
+	"8sbcgRHPsgAxSsgE9NwAQMg9NeOST4RX+o6KVAT8VgueBBUr2FWrAjaEfR2iAnSIfl476TMins/YzWBD",
+	"UqUj5Qcm6EBz+wzK5qzIXe/XTXL9HOU2ZtgWLUd92TstG5LNg8hq2IkHjYBUM7W49aY0gwqsBjbCZVwv",
+	"WOjo6ob5gSh81iODh9cK8lE875mcpFIIgmKqHEsYc9wx5LjeK+X6VL+bS/w6vuoVYttlgMaoVtNZ3kX0",
+	"BHjNF4+eUL/Za0dP/nwnuL40QjK8G4buf3OxrO+pYYRlaVl9VWB3UFcsbxGvu49uYPuPi94e5fMqv8iC",
+	"h2U+u6C6PGACtXlmG3BfjBffu2BFUpeaVWQE+GsxWz+TAJulYt9U+Gmw2+83HG2DklHJ4adHfakaVSos",
+	"oN1umQUWagzI/VcyWwMlwQ8urluL/XN6JSq1NOC2CvTQGCGFLpSdHqGZLdH5HVXXkqVjgA/3EYZ1h2WV",
+	"rBqAWFbeh6W5IhsfrUKx+EDB9yzhS8P4VPCqObwjuVbn0WfoWmT4AH36O9uPsL2EVey7An0MA5kVp3y/",
+	"9yi61g1YzeFeVbloN8ouBhjNsEo1gbteB8WniPH4Js/tfbfER/1+0HypvifAmqmypipWTxIqp6GJtUeS",
+	"hTwFALCCQb/rH/7Q798IVa64zhsAcc5CtNkNsw1RkSnssxBasFme2XSepRCT3Ebc98Az74D7FdtUYXL4",
+	"4rota6givll4pbGStcn5eV30fXz+XMiaE372YZTlxrG6AKPJR5l25Rk0APQIuWEmILFxD6hfeWNlBZsj",
+	"SEHZ7LrG14CMssGoA1f6A8OKsiVP+LBR7tpi+bd3sqbaWUI7GzmYn9B4/s3+bXRLOXsfMpHmUEtdOubA",
+	"H7pEVyiC/hhbBnxNAR2OHtNE7QpLXdvF4SdopeXUwKiwCNEfC4b+gpcheghV93ZH5nxXOu2rMJxlJ+Cj",
+	"ysIp7wE2hmtIV4gLJOYbMVAwLwroFzqPgmjqSfCuUJDvwi3hzoVUqNIkX+tDE1jx555G5nNMn7+dD+M+",
+	"uiHcSdZxBaDqRn6CmwE9Yx1hhsHwdXv+0e6Ogs9k0K9vXtNm3IWh/eeASXazuH9Du84Opvqb9W0UV+4d",
+	"9ZccvmPuXdTIuYqFg7ghdqqFmaqsFK89QqB9f62yB2Vrjbgli006kamcnGOP0BhAevIso4b/CPWjxYzr",
+	"S4+XQAVApr7YOZ1I7kyac2fBNPWm9HFOfAZToEZc61QYFtu/o5mSy/QDJkJEV/v0t6n4wIohgiyJMkr/",
+	"zyLHovvWP9g00XLdm2run786ftJ9+/z44NF3iN83FR86R0XWA7UiQ7vOOycuxbLHXvvCjqEsEWV957D4",
+	"n+/enB2f//rsx+dv3vxy/vbZk9NnZ5h8KN33VP4FzYAh9dA6WdCJhtIZOdQKk8wcRPl/4J6EzDOEOdgK",
+	"ZVFbAf/r1JkHSLggjk/evD1zIrssU/HZIbQSmmlvxyHPG1tenDhZLQlEJ4bKSHTtQG5iooVZwd0Z50aA",
+	"UV0Al/KhzJSaX/DRZcTmOr3iVkQsS+VlFwCbHVUDTS9SIwCEe55fZOmIvTjxQzjKH0rElJ4qY+Mee5sD",
+	"lmaWXkG3I8wc5XIkoDQpl9nqzHKJfvWhXDnm45cv3/x6fnL64l/HZ8/+DmnlrI0zS5zaquYzIW2nx54r",
+	"Y/3qtRhKsOGgKRsdAA01UlKKkTURgQw+ff3WKVcqy1FnwFxWmPnSmchDifkjHLePZysgXK39g+97/V6/",
+	"tw95hczvpt+dQTg4vdhguzrsIABa9bZF16wZ/Hozfinc7jkeY1hqO0eMs7lWSQ4tSP0V8icPcCeb1QZE",
+	"H1i57DVsKvK8+n0zf39K+1iTi3QNBZFb6xS5dfLfLxwaiABKD0aYz+m+007DECHjDVOcPOL4OpMHJwm+",
+	"DZoyVa9zapnJRyMhqLXo1ksMO7VNqHnA2RU5Vt/mFn52niYbXvrAsDSJsOEJMkTD4oDZ+8PBamr3ZZrE",
+	"BeyaSpY72ks79/rFXLvzUS0uEwq5kXBTciLk7OyE4Q/CnZfK90Ia8ZlgbQLSY5bribARk8JCVxs42giS",
+	"eVVuNzU+Dufnz3Tz7GgGImEHHz7UO+EakVL8PH0IcaQFgO3yzDhG+3vumA6e8o69zpG0AoKI6Ab7W1Pd",
+	"d0/14Wrds7vc4rtQfFcZwxfXgWlCZ8LYxl5x1+BVSa7B9jyf1Sixz9WCZYqanHn2YkkT2CUnczPDKqTW",
+	"do4V5GiuUfWj/sEteNoxVpLFXsexwikElSHDr5ry677xiVvwietojbYYDXxYfqMgfTbQ9gplZjFFEMih",
+	"9Apm6huLclJodtDgMtRWwOueT6aoUm3mdp7RkX6ylaeFN3Ebh6vN8n53+hIXRQfqFFaSyYW2T+X2zpyh",
+	"NB/WBuuHWmM4U8AUmd9OI/Gl6htzvSH9fUuq968FivBKNhOGV+KIxZgU4f41Vbkm1BSASXH6+Erl1xGL",
+	"weUS+6jkStMCdryKaxFUJXGzEb2CGb40g8DuQLJbKF/e4wtnImosuK24avf6rvUyLKx4LSqt/JByS+nS",
+	"luKtMFiLJ4DotDlk07r9dzQJFRXo2XrfeKYNYRfqkVvX3nKtaUaJJb8OeDoI0ojDbhVDWUUBBNpH+J3Y",
+	"w/KaHju+AOZRNFPGFHxkulLs3I36PrHX693sTzytrkYKvM5LmwYRSXdV6T5EVa98ZzCUQVjBrT7fHKdg",
+	"PEsvd9+ZW8GDb8dzr2WDKs+SHzM1uqRO+k09NlZ2FEvggVAI0yzssYntNYveYTsqOZt7pt1hlzTZFE1I",
+	"NZ7ozfub0Yb5QTZv+SlAy9bsOp/PazFfHG9KUmNTObJFiDpobYrdi0v2NeJz1t6P+v1+58hnClsfOHKf",
+	"Y3DwxCvdwMOWUZsJoBJP3UIOu1NBU1qBsk4LmgtdYE9j5Y9cVlGnd49PVqj/lhifX3U0O2rpotB8tcEy",
+	"tFbG3BRHAOt8AIkoQmlM6Bk3PahTx/pqwKfv5U5fJ2iP+ihd3TVGQHRN27iFLaAMaOLEt7pDWi0ekPL2",
+	"eW9S2tyYEiFTnGoGoCkpdCUGVQNkMbKoXmPp4IbMBraAXg9InHXyiRJ+nApMnJC2JkgmCMrpRny+npoX",
+	"9gCKWvCaWhWvLFtZkXC7rXV7cgJU8ghen9l5nTZ4d9Jkpv4CrFM+lOKNcp3a5Vv3ZqovF1wLfZz7VLk1",
+	"svEgeFArxdpkeR4/ffXi9fnZm1+evY47GJaD8MvxyQuMR8W/zy/PMT6WJhgUo4/o76Y4GaFfw1JBIsJ0",
+	"ys1yZlrrk5t7KsdqfYqlsxVDA5BC1rVCcmkRch788+lI9NiT3Fg1E9r/xTBuLiF7l7AXEpXKyVAulL6M",
+	"2LA140vMzVF6sufOew+ujZk7kfC6VO8pdeeVU2v/MWyxduxsUrZ3tb+HZS8+QOY2COpRiuoOQbk+ZNXh",
+	"hJ0xJviMFF+DLbjAiC9VCzWmRinHJy96QzmUZ+6Dr2T39iXP7VTp1GK7iZGSVvMRttJjPysfuYAi8zEf",
+	"CQJqSERmWCqHMoZvJM/23DHwebrH5ylathMhHV14KCRIgZYJQSL5SGoK/SJSyH3wNsFQprbEumDQbFVg",
+	"g2eZZELDYv7P/2FPoF8a7oFbhpA2xZwT98AzGCfeu9qPiUJTJZnll8Kw+BhX/Qf8ccB+BJKiNFOgYqI9",
+	"Z5YKjTYvUjdhMqnxwA3ShW/+67+qV+C//ou1hbxKtZKw1VfOOL7IBKu5GV5xwI12Zg2D8qVE4U5BF4uI",
+	"LD9onsYln4BHIOMSF6/0xARFTuAHgdWTRcm8F6HHfiVXVt1MKoCW7pY6ckmNm3nSc2vl0i21vMJunXCJ",
+	"e71e3IkYJbSg/Cop3E1v76PSk0+OOLqXYmniHnthYWIiU3ICkTgC7cKWcRRUh6xIM2C+OKxdVIfF4d3x",
+	"ZWHuje310rAHyIsNIoGZyM3dREUYGu8PttbnWKlXpOZG7pU+pu0zCNDYpj+GUcoOPF7WobVrCtFWPFUd",
+	"oOZjaDoEbZOcinQp1UISwXmYr8P+/hHjeFuAf3qvJFCP2ydgsJ7Sh1IKkZjg5w+PiAN34emEaZVbgV0H",
+	"E69zYOIE7tmlWCLQI59BF0A5lCgoEMGmeDQKBjmE5Tzjo2lw6XzbJ6gBp/Mrih/ojFFfRW8TOAOGMv7Q",
+	"9cIMp2xi1oZGTtK3xJk5GhXSMT7aSIAoAoZTahQRXYdVZpAa5hgUKhfUe6z08bL28cmLocRdqIo4pSvE",
+	"c1S9TqfHZ8/OX7549eIsjgpX26P+UPoEqwIiCEb0AHQDbIISOERsubEHj+lWnQqrl93jsRU6RpEB3aqp",
+	"3Y27VuWZu1u0ZPEptwLSgLrw3zgK/3TqXRLgmBzKyldG2NhjUZlOWZIMu/qAJapgxUpeuV1T0iBbpAJs",
+	"ulVmrqSBcKZPQ4DO0e34iZJWSNs9W87FANIAiYPv/a9RMu702Du8DO5eQYNnLG4o5MeFSpbwQi0cZXpC",
+	"Puz3B0ULoNQwk2ZC2mzJ0olUmtiZs5fCCTCdZxiwJu5ZSg1wt4Po4DBkFOxD0SwLeLcP22KDMQ5OWVgs",
+	"ZoeE44GPF7Vrx8FWF++u1RL4yd/gM4WnnWoaPvuhu1gsuk6T7OY6E3KkEpHErA0hgniU64x1k5gZIRPM",
+	"1QW2u7R0EHOuKdLgZhl5B6xbqHtnp8eOg9ZpScphGkH7NEoYYexw/xH6tocEioNdWSs7PMvdmYm1k8bq",
+	"luFw2LLig92bZzyV7tOwFcNRASwOTrgRm8ewdmVj6HvcvA6ZH7GbPciJ1LCbA9ww1C4O+32AzTMYkHHH",
+	"CVINr3wqWYwYQKX38vjkBUgjPTMDt8UpuSuxR4edYvoBnPrHIbY0x21cbaKO3W+p1zk+4jeX2GMjhFyE",
+	"7ulh61Mc1YyEVP3bw/e9kTJ2wzjQqh4MFfcqSD9aexmq2TUvSYFnFVvgc9zpXrsXHvkm8XjHQY/hhFXY",
+	"jiujuCeGrXiAER4kJid0QFrhR5SbeBM9SkmWSrgN2KQ2y2fS7Y/lQeNTfEUHiBCRaJw64s59xjN3QUQC",
+	"5WIS35/KeW6PnKwOBfoFT8LYofv+ob+JTihmHB24Xo63S2PJfW11CnCfhRSCpkCErt9xbzuEJY5VLhM4",
+	"0VJbBHHZJLQTxhEwVSpSBqYcZveI0P7slJLl3EtNPpo6Q2aqEtaOj7NMLWKifmzjiDDQMKHH8II0YTzT",
+	"ANgnPrgHj9jh/sPiTOkWWqVYxvVEHAELCRmoW5VPmnFHd8QODw4KJcjLAODOF1rwSwNKCgsLwoGnoxID",
+	"3JssMZ8L6IUn9KQ8AjlbtiJjbQLd6LiXKl0K6FJtII0Et9ULjM4Re4RH7A1JNuJSKmAOiRiliXDvLttc",
+	"Iwxf0VwauLzbF6jUGlX8u6Aio9d4nKWTqT2CaxfqBRDoo8CyguyrpePjBccu4Hp0agPdwdH4iwQGAtsi",
+	"AsMiqujOAYwu5RNit2oCiMQW1vgQtyOQC/EuaHjOIMChybYwRevoQEXXeF0NxXVpULJRi0FLBCKK5sLK",
+	"XgKlosibpNIZKgMW/wMO8e/7vd5+v9+PWdvra/v9PqISxv/AvJW/x6AByEK5dFMp0DLnfCIeGBYHiS5F",
+	"TNNJGplnWbzeuQ0j7ojLFjoqjk9etKLWldCGcux6/V4fHNtzIfk8bQ1aD3v93kNEHZyCm2ZvCs3Z/4Ao",
+	"ZV1q8DGphQf9vpsZVdl5jGNHgfMeo2CCVAF19lowMNL2i6Q1oD7wf2CdCih3MIWDfh/8oyjyIWtnRdC7",
+	"v6HTaptLi1rNg2OnBo++MuuK56o1+O191DL5bMb1EvrsXgkpjHE7zScGnIV+Mab13v10Lyimq906j/BP",
+	"UvxEK8cIRe5E+QcLtpyBvH2GLr31HaM3bN+xUgGq7tVqXkbtttA6Nm9IMPtZMavGrQH+vStRCclOqE0/",
+	"XB5E5kP9nI+myNscayySmSNvXq40/n9gsDn5+k6e4oS+COnB2ICI+aj/8DOM9xoaQvNkeUQuEONzy73C",
+	"mQDQyabjdnNOt12Aq/09ckzsoWOi8cApcgG8Ov752ZqLp/qaOLSnNDSOSCAb6wI+94byNbgp7JofGXlj",
+	"9eifwTup7Q/wPs0BFNs0Ak+Vj1BY7585ZjxuffwnuMn0+Pt6cqt7RfGc70+Es3ZEc7jTr3ji4cvgJ/vb",
+	"f/JOkhv3D+xKcIjEuflHPyl9kSaJgNjy4cHj7b84TmapLPwDAhGlSkL7seLZgt7E/twD0itQljzdIQzT",
+	"4GNrrkwdgzGXoMuAhhU7kyQu/eoxMrCi45SZO21RqkXRoKcIaYF3A4MzgMc1ZkYFEaYZ4zaE648Yt2qW",
+	"OoVmCV3MCYtqzo0RBlLshjIdRys/a4bCjEH1+hviuXlAA8zrOWKcwmBUMAF6Tz4L/Tqw8gHrx5jd93sO",
+	"JR3gf3lNjr7CYCgMHO82RbMC9eTS4RorPYnB2Ahv31DC9ev0WOz2rdhaRW0RsIRHi0lqAFzee8Dc/+oe",
+	"HkoOB9DF/SFA52Pqcy8SFq+A0MWsPfc2ysEhmK2m431aWJKEhQZOkQbAaogbkH/M41dS84NCiwx3ExLL",
+	"qDV94ZRUszITI8C56/7iZkQFX6kE/HHWfvHs7KehTDQf224q7LhL0Y9usJbupVh28YfYBx910uKAOEvS",
+	"8VhoIW3hGmTtsmNF5G0V8DZC/24wS9c2n9zbLDXuPUZlV4io7V2HB7WbQCGhMmMtEWSakHBBmuQZ2EgD",
+	"VrZsDpySZbPmoeShJgBnUd+lef0xTJGNPQzGUIYFEr/6b3ErewxASlCxAKup0CxCMN+4aOIQDyUta8Bi",
+	"pz5XG0XHiZhonhQEEzEsoYqLzcDmH3IoU9n1aid6jDVrr/68E7EYKx3LlT7qP6wTZk8Ifu56QqwKwfgc",
+	"q4BQPAEF/aiS5Z0pJjDFQhhVo8sEOH1vShiNDcUANZoR+B9EAuzL2e+URnAhRjw3opJSCbQNWeVIQjDV",
+	"dQprmhD9aK/mF5+i1opzfdtLVh+vvOE0zLDc7S3lT1beZIS9zlvc47DLf2IVpX+4/Revlf1J5RKH2N9h",
+	"iBO+zBRPzpR6yTVCYxzuP9plPSafz6GV2yuRpPzMmWegSB1suAKhT3r3q+Ch6usNBJBoAfJFVFwCRIga",
+	"+DA1iRPyqylZxEfB+WVY21kWpTc67NAd+W4r3stLrWjQAQjuqlLhCvt9UyMSWrdjzBgbiD0oKryNvORM",
+	"SKsxQb9Q7Nycwtm7n7kxw+uNRix4PrG53hFMs0tOyCoKtdsp1B9AIWs7KZDKQtMgTz2mdHRIUoPbzgtr",
+	"7z4bsGZZTU+j2K9qKzBLy5fOvlXaA5X46musz+ZMigXMFrUt94lGdZKk1Nc/B6d9Cpx1AP2vnAaXmsBF",
+	"iiv0/toSslXD63wxMUdmPWAAZOBkLKXHAtQZeNnAS3kOGk6BeYZSM2DaXxOzjVqBy3brr4NH4Yg2ux/u",
+	"nM2U9g/6sZ2Oj/pR4qytQb0+5mHN8Jo6hjKUTi8zhY4U+RiPr8tfdXoXXu4egz1AHXgoV/zdSDA99hqj",
+	"l041LeO/7sb7yfILnzKB5LtGYTc+k4opDFcqVLtxuMAMRqv3fdRaS3IIvq2YyHsXHiSk3lB+SvoqONLw",
+	"sFLpHWo2WwJnA/dLhO1zsiXUG69komFuJqWjrSnr2DEP7nbRnmdQ9Higb9p0393hol7WGUqlIw//AM8i",
+	"eAbkga4QVJuiaVGRCYPxqiB24163EryJiAYT9wPkqbzUxR3xRRCxXBEHWjgxMJSrJlnJ5Q8PDjoR1vNX",
+	"4s24IYDrjRHiuMee8dG0sOEphwlcFQu5bucebTE2wZzDiA0kobUP+31MwnCn4CZPl9FYj61hHP1zsrJN",
+	"b3ffQBt9GDhzCPAWgvdSLLHxERzijp46uAA/AsHej2kC7/6S9kk4gSbR+abmthSpAHAVvaHipfuf3Ev4",
+	"+TXqGrbqibxMp8IOHTflrkpPmiM/GDasd2CniZM4De7rtSvh3vTGDXVdkx/Uhp3d1liJv9ltfScX4I2e",
+	"ABZBA93P+QTMcOyY9tU7v91WwFrDKIv7CNBptQIb8dwK7kwtdT5ATRmm924gL3YsC/GIHe1LD9yhl9Y+",
+	"uwbsKzcAPtljMXjGfHIieoO9fy9iMbRyzC/cZC9E7L5FBLKh9Lmt51yOpkqfQx2zVWyftUc8EzLhGrOL",
+	"TKdWLMCS30BA4D6kwhs9IZS8naTB/l0O3KQ3u7MF8xyzo//sd6G/w114ouQ4S7FW6kt6Wbb9mNy1zhh5",
+	"Jm1ql3d125HI6Oau3/hAsGBUtFG8NN1vVk0BK7U26n8CwmxdxvwsrL9c98f1NxB6VCrFFf8Rmwk98cm5",
+	"oBB7BxFr++441bp3njhTwKpVzG3TwbxKD5JLEKLxn/5aXdd5eQdU+rOwTSTaoBlhKxwQWddSUd7oyQmn",
+	"jiJzb6auVilzOaGUf8rknhMESoB2VZYb4iOXQsypAOqKZ7nYkDCw25UhERgRpoKJnVCDro7ngNwHzqg6",
+	"IcepDMgPCv13lBSDSqrmlNuhhFxrTL2kKoWJsFCCAa/3fglM4DQ9dkz/DGt2M8GvBJq6kH/3IEhqNIxf",
+	"qKuwvMV7aZWmHwbGMrdUK0ZFnWYoi9KystSkjJYHgcM6EQ5QpfcqwREM9TObcxv4Gh4OlFl9dVzmLym8",
+	"8bLdjDOuifaipm2LCVleVqw+0+JKXTqqkqIsIYmYFIui4rtEnsKCWHNr7ldzn93sjufpL2L51VimuJxd",
+	"jFN3FN80hwZr1mdiB1ekoPV7VSA2W8tFXKzIhocaM5tric5WvCxB9rWZghNZZktwpN7HLcLZIeHdk2TE",
+	"l38Z8zYcO2mSkz66SobuEYsDcG5Q8LDMGncaG3B/E6h3IlDv0qKla3+TW98sHPc+XorlJ7zVmahDdT8F",
+	"eVjAkHunro9MUJUsM1bNna04EnOL+OWUXOd+A3H1ocxSU5ahk5yFSLMREEe8UpdQG1XIYBivCHUdYkLh",
+	"fbAJXGTAJir39bA+29oNAaVxMNlv4mqdeHFbb0m8NxZZ2zWfX8SSpFvNDcmTdHO2PWqNZC1WNcQBW0wV",
+	"a8fQUiruRJi5CZ9TKCGOsfjPfYVhU6wFjBFeg8xdjlF0W9g6UQEneG8aJ6z6a9E33WJ2UTcRVkJIgkP/",
+	"dpHXLzJPqr3xwpsMNHN/muf63dyxJAbCvGoBMd6aBO5OeTfyhiZTEZtnOcT1MbMB4PWKd5Irp434tZSW",
+	"DzcXku47CPSQEqS1tyVxsAgz5tWV0B6BBPYXun6zJBdB/hm5bCnVD8Xqk7f/ChMSYpqv0pMIVgoLxQlG",
+	"OKAf/xw/0sj0CceNEAt1tIx7xSur0agQMLWNjbZ0LmUqJx2PsXdzzqR0gNHSyKawbOeNnnyrN/pKuMt6",
+	"gRJhDtWVJ21kM0Gz+DtlOFTv3AU/7ecKGjnJ9QQHfgfjfiViOVjTLsK5Umv+TTg3OIUquxRm3FQo90u6",
+	"h+ZCGyVBMR5xCW23QNiiUFmIi2IN6ETCVO8Bi7EdVTyUWvDEFKBi2LulCNZA9Tk3ZqF0As4lzOIG7xJH",
+	"lDozxex2g2g67oU211IkkLUhZjzNCmCMoJarTN94fH8uquBS3JOfKhjhyzirwiU2hXQCKv6PSs647rX/",
+	"D8nmuDv/VeVob8yftkjmvY9pstGZ9RT+bipNvYHWAKVR4sVOtW98dy+BHZzD6n3fxeFUmXFqGK7ym+ep",
+	"huxwk++K7KLPlSS0kSr6X4oTfyOwhhyeu6Kue3NwBgfdaNtgYtfOUXJ8fDUg7j32UAbI52Y1gE4Zs+T0",
+	"uKVXAPC/cGVDidohKxBdIa/HKtVpcnH+jOv9SowpWM0uZhSe27er3GA/TTxV+DtMf/gc/oYm2+k4SQyL",
+	"wUEXB6lgRR8jBLoL4VYAE0GqBculTTP3W5tmMWtfLIcybC4VdMagKAb59KptrToRU5JVA30U/+sN5RMC",
+	"8QW/ZRXZz6C/1XjcEZ/YljCVWz8ygAtSW4wO1rUhHLMRgtD8UsdI4IEjllqWpWNrqBAauiNbv8QeA2d/",
+	"kMoK6YPcKBmjbUjO2hCMs1pm7cafUo5esL3tw4ODoSxwsaBuWgus1obmMVbhRDvNVQFhLmI0dManbNAK",
+	"PPxjRdWbCMsOG8AqQL0GJnBPZiO8+8sYjLisBgUF7icUbWEvHU+X3xIX/vMzAeHgKSjT5syqeTefdxqY",
+	"cwV9lYiyScvZ+wj/32gjPiMzECnM09WggfsmWs0Ng5bWq6ySkIzwNQgtsCkD4giVqGoGhNJenYLXhGg+",
+	"Ph2CXQepDSPyJb/YxezEBXzLdNgl0wE36xqUeo/KP5xyo9of9uDbDCoYNusLwG4x+jcVWRIxo5y2b50s",
+	"FB/mqfbgGm2bYkf9NOlEQ6ngvTzLluiXRXxiivd4NLg9KIkjy5O9FNz4hgQE2YuA7wBh5vUALQggHS9Y",
+	"jx2j3pspdQl1qFIFXSuh29t6J8JoKI0qC/QyxJrmlo3FghBsUwsaDXQ5HYPdAS/0fSDbINmlkqKDuHa4",
+	"R4j3z6sotAM2VlmmFu6dqK2lcMlknmWosSD/s1NBAwLMLmhID4zjHoCvm8T3HnCFAtm5kKchxazR7arl",
+	"kS1rKCctuy+l7jFo1duKWpJDCyFqE7WbdvAC7uDuA6Mno35gst9vM/AJaK7pH6JpDN9zshyENPLW4FEf",
+	"Wt6ms3zWGuz3+9AblT7VNWD785ifAU3sVHS8eue+yRKLc3u0y9zeIgd8VyKSr4ihMi1tbacDmQQ85AtF",
+	"0sEs3NnZRBDnO9b23yLOfgbT+kp8Qm4xu9xG2N1vN7DBI2SJJPytwc9fMoIOGlJRqhu4XNq+aLJTJJIV",
+	"SVtjpRklt2mDeDoqh/rT4AWo1qUaAHHakL7mC3g7PXZS5Lqhs8fkM/pFUQTpu6P7smK+BAAg8WEkRAg2",
+	"1c5lJkxxxVkF0cD4bntSMTN1ZqnuEmYvGlvutauvHJSY5VAaSS1gcL5D2ezvaW9E0yuh9KB6k8CChjJE",
+	"0KsMzIp+4Oa39H2PPHL3lzBwhrrSfbh83Ku/jMcHFtXg8EHq/5YT8A3hAQK7ZCtcjzs36CN7H93/ds4c",
+	"8JYqcIUV0Gfs5ZXqikeciuBKF35vKN9h50FKNyKMUHITpZI84Rq6n5u6BoX3l5pQcJZdnEOEcP0tF2GH",
+	"XIQbkexnyz2oP/b+Z+Pt30inKcvghnRzb45Fd5J3BSviNdeybsIrnuBG5yMC28D+cllq7CouR9FhbK29",
+	"WLugfihHBmwOrE/GjhMGui4sajD5afIlJP+ds1oA07hnHe6LAHZsuuYeseOrvO5/ZciO+9DG9jYXW7y5",
+	"d5/QV1V0sWu1xbcqi00+oVVlH4pHV4n/i2f9VeVzrVPplBZiGKd0YlmYNhEL4nQlMtxC1rqcoqEccX1V",
+	"Te1xr3lgjvzLvdNJSYGQW+UzbMXZ5AwjNy0pRAFAHey6Ve4PABSLYT6cfIIQ5+nvuWDUOKC0tO7JAXOP",
+	"pRpfrkZjU0pwUZRRnsc3H8xfUep75kHX+9qsbxe5v/fR/W8LMslMXZGJgSRJbeEL5MqCXSGku+cVM76k",
+	"7IWSl6Dj2U6F3Myh7s/tcq1SEF8Cksuv+DLeAam+K/bnpsT62fwv9130sY21fyOfJv/Litb351T1tj8b",
+	"VIE0um3iFeeLKRjngyo/jX977x5CDpzaiBkV8MyhrLpyHNUufb7ij1pwTHNcd9lUQU7vx+tyz4rbF/G6",
+	"bCzlIq/LV3nJ/9Jel7V7eReq2FQrC43vmzWvl1CHEbSVWzh7C39XAMStVY60nTlXBt07R0PJsWjjtu6b",
+	"Rp3qjZ6c+fXsolq5hX1TpOrdH2PbcOKh38//6YZaFcSCPCEF1UnYdAylCPQ18x4JSs1AiiJoUUgEnnIq",
+	"NjQznmVCszFgsbF2DJOJmeFLg893jiCbHrrkS+zN6FRrX1lyi9LF1WpFVhYrIpoFwCTWUC/2C2gm3Tt0",
+	"1/sxmiJz9D3cido781qVRxZu27dLtHaJKuRdVC4FmLk3u0q3yDjLay7hqzyz6TxLhe+vZLI0SeWkmovV",
+	"xuZ+EZulMrcigjadEUv4shNUCURDTGKHYkCs8IO425LFeCFj1tZui0UCHeKgb3smuLEMeqpRNhtklw0l",
+	"jmyVwsvqk85SA02ea4oVyRfI2UzNhLQRZtoPZYxVCgZqb9pKs9jarOhvWZRRwmxmylj2vVuYASBHIcNS",
+	"RF+D0GOnocZcIxfTsfvdFNvEHTFefqPGBRMrGt6tsC10VyxSaYpKx12EJvZR386X4O8R+Fs5MalavnSS",
+	"r/Glewhd0uvfis/ePG4bN6SsZHoqglJbI+zXp1V/YdSYsxUd4CZ8cV21xbz3poAiJmQFuI4BX46we2eR",
+	"+AWfwAcHKQjuUgN4JJdLyBgYyhUYSX8FU6p3Nj22FV+xwFN85kbzfZYB9IpaWMYJT7NlPKgUcs/yjEPH",
+	"HkwhI16ML3P8DNIfqAAc1vHu7InjbtDBEqC4lL4UmmkxUtrxZcfs3V5ASQGkR0DzTnolNBS73wIkcI65",
+	"o7sV0uP9Rlfd9Bqda3zyTR2qc856AuUruAN/klqVhbiYKnW5sTry3elLp3NAaywtGCQ4WcXaMf0YuxeV",
+	"CtGRz11Kiy7cJ8dnT56z6tgEDM2evzp+0n37/Pjg0XdwgxKRpVcCLj8Ml04k1RMTkDRhwmIXX2ITYAal",
+	"E8ltrkuoWZg1s8u5MDBtLDrE1gCAKZsInV6JBLUhX4AJDof4n+/enB2f//rsx+dv3vxy/vbZk9NnZ/ER",
+	"KkcABzFPgSlKJaE7oRs9lZPzoPGAzLMMk76ksqU9tuyxfwmdjpeM+8UunbroTi+3wFrDPVFjFg/zfv/h",
+	"yML/RA8/ab6ABDP8Y1xyHloftoCezblGsHoAEnDakIUqa5vOBDHt+Gofzi/+Z64sdzqa6L71mzlg9u84",
+	"YC7TDzhYdLVPf5sK+lN8xLBjMFNZwmIb94bSbTZ6O33n/xEfTQU06G7HT9y/u0+UtFplAyZVF/AM4859",
+	"eEV/FvZXIvV75JF+iAYuSffFqVPumE2v2gC8siE1UCnZwtFPXGxUr1JpSSWUxmroEg9T+MaMG0oH/Un4",
+	"MCpdXro6AW+mB81nxf6mQbslJ2zkz1gJxK0VszlwZfoNwguH8DfIwVcx/KtckhC7HcNv+4SWkRaJkDbl",
+	"GbRxg4pf4tx+WJnPLoRm7TFPM6ch4p8NVnNrp9R5QIgLPrpU43HEcgCVOejTm7QYiRQZ7/OzsxOGXc1Z",
+	"Gzgoeq0AoBy5iUjKIjDsL4sPYo93k49GwpjOffUPoEv+tDycryR/rrqwnZpYFeLLn/k3HbCe7XiGU2xY",
+	"tb/Al2Qze1Zg+txdV3W+BbRRx4i8pthzQ8We4YRoX1VdEvxSpPhl6aVAl5dT12j32rWqSkzuNB9hXaDh",
+	"Op8LKZLBCqMZSmQyUPu4mC6ZVF5ZGfGZ6LHj4mGCyOBpZrwiw6XvbI3QC47PATHjMKXWc+AbYsfAl0Qi",
+	"khhbWqMy6tRIuLIitEzd9HiSaGEMBI0HjLNMqbnjn1DCecUtJPpnqbzsZmrEM2a5nggCsRmDqR5Uog6l",
+	"G0jn0tBsqurt8cuXb349Pzl98a/js2d/tzoXVGcb5zo7X3At0Xz1Cizqdu406TBpW7xBHdEnZP3UedQn",
+	"YIZ34IhwzNIENOY+bQoJFvS1V5pylGYHElOnByUNhVoOHkHUy4tL9+70ZURVEaTgu2/rNXxHloDb7bbp",
+	"PkSIuxXEac/cxbt/hu6GORUmz2xzbZKxxbE8cATknv76ePnBhq2da3WRidnfrrfFJ/irTQ3YdyLGqgJ6",
+	"VDTqXXCyXO9KGDnyg3zu4upW+PCiMJKuLZpqBIzKs6R7kalRs4Ph16li2P4flgsNiKe5tgNwU1Icxlfm",
+	"Z+JKZBFLwdsoE7XohH2Lp/xKOBkhHc+heGoA5rSYphn6JDiwldhMeaIW6KFzLC5mM5VAlGfBZlwuh9IH",
+	"ZaXvaMMA3T8tPYomwuAJPQla9VHJDaCZjnFLGcqEL1GozKG2m6WJmM2VI0X8teN2vkYWYP7YE/fJ3UZw",
+	"zE59rSwGUFLJ+AXAHDAM6vi14lSOQj/nXGjjYUcIXgGcThEzClT+JTO5vkoBGfJUJCBDjOXa9tgxhYcQ",
+	"USpJjU3lyDINeJJasEsxBz+u74c5lOSHbSMK5ySVAOb0qzujHx0tPOHzuDMITmica4hIE7KCe6vfiFQO",
+	"neYP/YjUGAmAxYBKEJc2iqePFNDkPGmA/Bo58Z+UATQAwAqOxlgAXOAjex139b07g8vd+vN6hMs5ngps",
+	"+1PPBJFqv1kGNcwYOBB2vONa0k792dzFTsvehmeEMWn35M5QRvUVaScw2FdiUbvF7GJGww7/2S/IXRWY",
+	"zemEPT3jZ6DTbe11Mr4JC5QdewmSuXE8QA8KXMaHstAjvISY81QfsXiuVFZl+jF9IGBlgtDBn5NfqwB2",
+	"xAERXAdyHAhgB8SPR9jxOkwp4j3ehUgCxCJCiqbkLz0xDwIxyeUS8XiKQKkWha0HogZTihuKuRwx3lM6",
+	"g3v1lynmgkU1yB13av9RaDp/uYY5cyTJVU4Qyp29j+5/n67dkK62/qS4AvfI7zdR4zcdqKn+pIESrq37",
+	"ZlzeFWwHv4C/0SOXQswpu+WKZ7nT2+sLSUoUjyMWD1skDYatAYSDy4ISyFihdqfNBkWPvVQLoRExG61h",
+	"APRA3yaZtsaZpb6LKpnBHnWpbEuAtkyqS8RJQPae47t9o1eIhJfAcMEqlfbzJas7eJv7EtMeMYvPjxqt",
+	"4o44m3oVeKS+hOWexdUXKWHZxB98CctXySf+0iUsu0u5a1SmpLaxCuWIba056TUUkzgC/VZNcrfVJGQ8",
+	"bCwl2alYxAgbMvqo9GgGNQlBoUfQxQV6DQ8lJWdjZnhyvbYKpD59K9j4CqPTO5LobXSxe6vCwF9C2K9y",
+	"ObilryhocM16jKEMW6D8J9RjrBxitRgD2v/WVTI6lSxACb5QdkpFaO6ZfEIphZVSjY31GUPZyEJO8nUW",
+	"8peqrahWVXy1XOlPU1pR8AZ0qa8oYgFvI11stWFMvUPyuXIGYcxnKpc2ph4mYYu60jKLynoKZx5FLBGj",
+	"1DEeiDhlS8huGUpOEUBoBW9s+e42zzJnW/lwsLoSOmRrGDpAb+aAHfT3KeHaVpvagLF3ePAYk2k4C2Ok",
+	"EXRecS/3Fhl7LjIKeKK3cigB1sAUHNU35avMhOpD8HeJoo4vKzOBrGsj3LYnAzZSs1lqnXHajk/evD1j",
+	"q4cA3Y738LG4EzEtHKOG558+e/ns7FkMPXc0MclMjC3WcMwdOw9ZbsRoVOqtx2Ilz+H7ZczaMQ0RAnHi",
+	"GUQh1DzsY0yTiDue1x9QBNaE8V1IaqEI72h5fincOBQnjdjBIYgxUwJzojtCAwJbuV2w8T6LHvwMS0hl",
+	"0rmI104O+v8c0fnyrEzKmYnZBcDneEdDbYwSyMFXziHuqMiUnKBHXOlJ3OxcDpqk3BNbD0YoeODn9TWH",
+	"a6xh8O7WfDPc785w/1x5Oq+DVJupyChRkPxhdIXWWisUKTzBHadKVE5pIKyMy3CWpOOxgBwCuhvuKpXi",
+	"7m5aXrv725zo9RSZPjesUdxgHs2FqOYfTYGwK6UKp8LqZfd4bIVumhU9vRc+CrOiNkCf63gxnYVwxPho",
+	"itUnvMJlKUVrzNMMcoA6rKyLhC+d/j/jculPD03KLJ1MbW8NOQ6yukgOXogx9mTDXJywgbY7gsYwPn1b",
+	"p5iATNwMGpdhRzkORxeudIAiG882NWySXgmJrR2r9lKPHQ9lkapEEq9WVtE3iHsExwy9XWegIkA2DErZ",
+	"wVAe9h8zyWdubDAqLLeivoMjvHRVptx/f696+kGVo/cfD+oYLPQt6kJ315XrZ8wdCy+Vo6pr03u0U5NG",
+	"n+p2KZYPIE4+YLEj9ThicaFTug9eX8TMK/J7xRFBELgLOk4nuRamx34Rc0sVJAlfMg6UnFpyljnVDjsk",
+	"kxVdxDX6hw3esj8H+a7s3J+aiu+GFI+rCrSv8HLM5gbkeD2fV3AYL5Iyg6rJpLl+1cXqAI1JM5g6GudA",
+	"/G4THKsvrFbWZfhNDeuPfBgUM1W0oT6fVd/cRT669CCiKOoWQmPjUonOrDanh4oOMISeDBn/9JrUoNHG",
+	"MyVFp1dMGBoZFHpJkBnr5G6eZZhd6kTqUPoKD8z4xBw6VHRiZy+fF21EI8h4RiOaoqmVjFw8lLIBcSnm",
+	"SJ6hNYaFtbC/oeFVSj8vFEH8DSXJP7ar+HsCg92/ReXHuYYx9dnY1hPPxf+S8Mv1kvqLGGN3w5NxFSsK",
+	"QuF5QP7hbv719WM3jBjlOrVL4J8Xgmuhj3M7bQ1+e+8YJBZZ1HXwfQl1U+TbYW0qCHp+dnZyfvz06Wnc",
+	"cVZPrrPWoDW1dj7Y29s/+L7X7/V7+4Mf+j/0gf/SfNd65WZcGmgOrU2HXeQygawQTBPkYGrkWlDFgU+6",
+	"nyuVsVHGDdYc+PQQ9sZH55TMlr2y3y6Gkms6BOsJptEjXKnk0poeA4wVigdgqogbZMaXzHf8C3IZg1GU",
+	"njQMwo5PXjglzKwAKzAzBeQ6ORIQz4AEPMBUhZ7Y3M1iCs9ZBajOxVh8nnbdC2vGg17fbkuhVb7pMJ54",
+	"b6NV5NFa6VwPXt8A6oZjyLTH0GmVkMDAPvQXy0ocI5gUNTivaYgs1DyDlB+sGXOCEysGFuKiRJ6yLN6j",
+	"D3sxTAQDspNgDPq+i5iW60NhoTcBa1DKcBTAYkbgzFO6GBX9zWG1d7jNeZLamlGgRyy14q4g1673P8Dd",
+	"LihaJsVFoiRcwhZKtW+4UemBXbfG08bWE+v9GspenuUse9Vu13VDODKdKsvm3E577Cl44w1bTAWo9hzo",
+	"yQ3rNAu4GhPF+FTwJJT6abiVyInWR1rDWoIMXvT+VvHiitalDOKG1cT/ypoAgWdtpB+rXfPArYPwRW2l",
+	"mc6lhJyt6nvD8/C1AvXbVSkMi2rgEopa/ExNyqjAaml4MF5RUrY+4HHC54Ds5IMzptw30KeI8DPIO2FF",
+	"FhrqWCGNFaG4tTGeC57ZacScUppKQcz2RKuZo4K8yPPusdeKOQVBSJuuUVihsxmn5///AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

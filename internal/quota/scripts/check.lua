@@ -23,7 +23,9 @@
 --   nw (sliding windows), rows; then per window: length (ms), time elapsed in its
 --   current bucket (ms); then per row: level (1 org, 2 team, 3 user), window (0 =
 --   month, i = i-th sliding window), limit. Rows are every limit of every level, in
---   order. Every window any level limits is counted at every level.
+--   order. Every window any level limits is counted at every level. Then, only for a
+--   precise check (the org's sliding_windows: precise), N: the sub-buckets per window
+--   (see "Precise windows" below).
 --
 -- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or "C" (the
 --   idempotency key was first used with another request: nothing counted), or the decision:
@@ -68,6 +70,100 @@ local packed = ARGV[argc]
 local a = {struct.unpack('<' .. string.rep('d', #packed / 8), packed)}
 local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 
+-- Precise windows. The estimate (current + previous x the part of the window it still
+-- covers) can admit up to twice a limit in a real span of one window (docs/ARCHITECTURE.md
+-- "Sliding windows"). A precise check also counts, in the same bucket hashes, each
+-- counter per sub-bucket: field <counter># holds the bucket's N sub-bucket counts
+-- (length / N each) packed as little-endian doubles, so one field per counter is read
+-- and written, whatever N. It counts the current bucket whole and the previous one less
+-- its sub-buckets 0 .. j-1 (j: the current sub-bucket's index): the current sub-bucket
+-- and the N before it, a span from one window to one window and a sub-bucket long that
+-- always holds the real window ending now, so nothing is ever admitted past a limit in
+-- any real span of a window; the price is at most one sub-bucket's units counted
+-- longer than a window (under-admission). Units a bucket holds outside <counter>#
+-- (counted by an estimate check before the org became precise) stay counted until
+-- their bucket leaves: conservative too.
+-- N, or false: the estimate (a's last element is struct.unpack's next position)
+local subs = #packed > 8 * (8 + 2 * nw + 3 * a[8]) and a[9 + 2 * nw + 3 * a[8]]
+-- per window: the current sub-bucket's index; per window and level: the current and
+-- previous bucket's packed counts as read (or false); the functions below. All made
+-- only for a precise check, so the estimate's path costs nothing more.
+local jsub, csub, psub, subadd, preciseRead, preciseWait
+if subs then
+  jsub, csub, psub = {}, {}, {}
+  local fmts = {} -- struct formats of n doubles, made once each
+  local function dfmt(n)
+    local f = fmts[n]
+    if not f then
+      f = '<' .. string.rep('d', n)
+      fmts[n] = f
+    end
+    return f
+  end
+  -- subsum is the sum of sub-buckets from .. to (1-based) of packed counts v (false: none).
+  local function subsum(v, from, to)
+    local t = 0
+    if v and to >= from then
+      local x = {struct.unpack(dfmt(to - from + 1), v, 8 * from - 7)}
+      for i = 1, to - from + 1 do t = t + x[i] end
+    end
+    return t
+  end
+  -- subadd is packed counts v (false: none yet) with cost added to sub-bucket j (0-based):
+  -- one double unpacked and packed, the rest copied.
+  subadd = function(v, j, cost)
+    local o = 8 * j
+    if not v then
+      return string.rep('\0', o) .. struct.pack('<d', cost) .. string.rep('\0', 8 * (subs - j - 1))
+    end
+    return string.sub(v, 1, o) .. struct.pack('<d', struct.unpack('<d', v, o + 1) + cost) .. string.sub(v, o + 9)
+  end
+  -- preciseRead returns window i's current bucket's totals and the previous bucket's
+  -- counted units, as numbers.
+  preciseRead = function(i, ck, pk)
+    local ms, el = a[7 + 2 * i], a[8 + 2 * i]
+    local j = floor(el / (ms / subs))
+    jsub[i] = j
+    local f = {}
+    for l = 1, nl do f[l], f[nl + l] = ARGV[l], ARGV[l] .. '#' end
+    local c = redis.call('HMGET', ck, unpack(f, 1, 2 * nl))
+    local p = redis.call('HMGET', pk, unpack(f, 1, 2 * nl))
+    local cs, ps, pv = {}, {}, {}
+    for l = 1, nl do
+      c[l] = (c[l] or 0) + 0
+      cs[l], ps[l] = c[nl + l], p[nl + l]
+      -- counts of another length (another N) are read as none: their units stay in the
+      -- totals, counted until their bucket leaves
+      if cs[l] and #cs[l] ~= 8 * subs then cs[l] = false end
+      if ps[l] and #ps[l] ~= 8 * subs then ps[l] = false end
+      local v = (p[l] or 0) + 0 - subsum(ps[l], 1, j)
+      if v < 0 then v = 0 end
+      pv[l] = v
+    end
+    csub[i], psub[i] = cs, ps
+    return c, pv
+  end
+  -- preciseWait is how long until cost fits at level l of precise window w, whose count
+  -- (c + pv) is over room = limit - cost: the counted sub-buckets leave the count one by
+  -- one, oldest first, at each sub-bucket boundary.
+  preciseWait = function(w, l, room, c, pv)
+    local ms, el = a[7 + 2 * w], a[8 + 2 * w]
+    if room < 0 then return ms - el end
+    local sms, j, p, cs = ms / subs, jsub[w], psub[w][l], csub[w][l]
+    local need, left = c + pv - room, 0
+    for m = 0, subs - 1 - j do
+      left = left + subsum(p, j + m + 1, j + m + 1)
+      if m == subs - 1 - j then left = pv end -- the bucket has left whole, rest included
+      if left >= need then return (j + 1 + m) * sms - el end
+    end
+    for x = 0, j do
+      left = left + subsum(cs, x + 1, x + 1)
+      if left >= need then return (subs + 1 + x) * sms - el end
+    end
+    return 2 * ms - el -- the current bucket's rest leaves with it
+  end
+end
+
 local month = redis.call('HMGET', KEYS[1], '|p', unpack(ARGV, 1, nl))
 if not month[1] then return 'H' end
 -- counters in place, as numbers: month[l + 1] is level l's (a missing field reads false)
@@ -81,9 +177,13 @@ end
 local cur, prev = {false, false, false, false}, {false, false, false, false}
 local k = 1 + nl -- ARGV index of the first window's current bucket key
 for i = 1, nw do
-  local c = redis.call('HMGET', ARGV[k], unpack(ARGV, 1, nl))
-  for l = 1, nl do c[l] = (c[l] or 0) + 0 end
-  cur[i], prev[i] = c, redis.call('HMGET', ARGV[k + 1], unpack(ARGV, 1, nl))
+  if subs then
+    cur[i], prev[i] = preciseRead(i, ARGV[k], ARGV[k + 1])
+  else
+    local c = redis.call('HMGET', ARGV[k], unpack(ARGV, 1, nl))
+    for l = 1, nl do c[l] = (c[l] or 0) + 0 end
+    cur[i], prev[i] = c, redis.call('HMGET', ARGV[k + 1], unpack(ARGV, 1, nl))
+  end
   k = k + 2
 end
 
@@ -107,11 +207,14 @@ for r = 4, last do
     local c, pv = cur[w][l], prev[w][l]
     local ms, el = a[7 + 2 * w], a[8 + 2 * w]
     u, rank = c, ms
-    if pv then
+    if subs then
+      u = c + pv
+      if u + cost > limit then wait = preciseWait(w, l, limit - cost, c, pv) end
+    elseif pv then
       pv = pv + 0
       u = c + floor(pv * (ms - el) / ms)
     end
-    if u + cost > limit then
+    if not subs and u + cost > limit then
       -- how long until cost fits: the previous bucket's weight must fall, or, when the
       -- current bucket alone is too full, this bucket must become the previous one
       local room = limit - cost
@@ -160,7 +263,14 @@ if cost > 0 and status ~= 3 then
       if v == 0 then created = true end -- a counter's field is written only with cost > 0
       hs[2 * l] = fmt('%d', v + cost)
     end
-    redis.call('HSET', ARGV[k], unpack(hs, 1, 2 * nl))
+    local nf = 2 * nl
+    if subs then
+      -- and the current sub-bucket's count
+      for l = 1, nl do
+        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', subadd(csub[i][l], jsub[i], cost), nf + 2
+      end
+    end
+    redis.call('HSET', ARGV[k], unpack(hs, 1, nf))
     if created and redis.call('TTL', ARGV[k]) == -1 then
       -- the end of the next bucket, plus a second
       local ms = a[7 + 2 * i]
@@ -187,7 +297,11 @@ local label = 2 + nl + 2 * nw -- ARGV index of the first row's label
 for r = 4, last do
   local w = a[q + 2]
   local reset = a[4]
-  if w > 0 then reset = now - a[8 + 2 * w] + a[7 + 2 * w] end
+  if w > 0 then
+    reset = now - a[8 + 2 * w] + a[7 + 2 * w]
+    -- a precise window's count next falls at the end of the current sub-bucket
+    if subs then reset = now - a[8 + 2 * w] + (jsub[w] + 1) * a[7 + 2 * w] / subs end
+  end
   rows[r - 2] = fmt('%s|%d|%d', ARGV[label], out[r] + add, reset)
   label, q = label + 1, q + 3
 end

@@ -22,7 +22,9 @@
 -- The record: s state (held, committed, released, expired), a amount, e expires_at (ms),
 -- x on_expiry, p period, m month key, d dirty key, h held key, c created (ms), nl and
 -- f1..f<nl> the counter fields, nw and per charged sliding window i: bp<i> its bucket
--- keys' prefix, bn<i> the bucket number charged, bm<i> the window's length (ms). settle.lua
+-- keys' prefix, bn<i> the bucket number charged, bm<i> the window's length (ms); for a
+-- precise check (check.lua's "Precise windows") also ns, the sub-buckets per window, and
+-- bs<i>, the sub-bucket charged, so that settle.lua gives units back there. settle.lua
 -- adds u used, g given back, o over-reserved, t settled at (ms) and r its answer.
 local idem, argc = KEYS[7], #ARGV - 5
 local function reserve(a, status, retry, blocked, out, last, add)
@@ -42,6 +44,13 @@ local function reserve(a, status, retry, blocked, out, last, add)
       rec[#rec + 1], rec[#rec + 2] = 'bp' .. i, string.match(key, '^(.*|)')
       rec[#rec + 1], rec[#rec + 2] = 'bn' .. i, fmt('%d', (now - a[8 + 2 * i]) / ms)
       rec[#rec + 1], rec[#rec + 2] = 'bm' .. i, fmt('%d', ms)
+    end
+    if #ARGV[argc] > 8 * (8 + 2 * nw + 3 * a[8]) then -- precise: N follows the rows
+      local subs = a[9 + 2 * nw + 3 * a[8]]
+      rec[#rec + 1], rec[#rec + 2] = 'ns', fmt('%d', subs)
+      for i = 1, nw do
+        rec[#rec + 1], rec[#rec + 2] = 'bs' .. i, fmt('%d', math.floor(a[8 + 2 * i] / (a[7 + 2 * i] / subs)))
+      end
     end
     redis.call('HSET', KEYS[3], unpack(rec))
     redis.call('EXPIREAT', KEYS[3], ARGV[argc + 4])

@@ -15,7 +15,10 @@
 -- the month counters and to each charged sliding-window bucket that is still the
 -- current or previous bucket of its window (one that rolled out is left alone), never
 -- below 0, and takes the amount off the held units; used > amount is counted in full
--- (month and current buckets, no limit looked at) and reported as over-reserved.
+-- (month and current buckets, no limit looked at) and reported as over-reserved. In a
+-- precise window (record field ns) the units go back into the sub-bucket they were
+-- taken from (bs<i>) as well as its bucket's total, and an excess goes into the current
+-- sub-bucket too.
 --
 -- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms;
 -- expires_ms;on_expiry;period;first counter field;last counter field"
@@ -78,16 +81,41 @@ local function settle(rkey, id, action, used)
   -- whenever a reservation settles, even when the counter does not.
   redis.call('SADD', r.d, unpack(fields))
   put(r.h, redis.call('HMGET', r.h, unpack(fields)), -amount, true)
+  -- A precise window's sub-bucket counts (check.lua's "Precise windows"): putSub adds
+  -- delta to sub-bucket s (0-based) of each counter's packed counts in key, never below
+  -- 0; a counter without them is skipped unless create.
+  local ns = tonumber(r.ns)
+  local subfmt = ns and '<' .. string.rep('d', ns)
+  local function putSub(key, s, delta, create)
+    local sf = {}
+    for l = 1, nl do sf[l] = fields[l] .. '#' end
+    local vals = redis.call('HMGET', key, unpack(sf))
+    local n = 0
+    for l = 1, nl do
+      local v = vals[l]
+      if v and #v ~= 8 * ns then v = false end -- another N's counts: rewritten
+      if v or create then
+        local c = {}
+        if v then c = {struct.unpack(subfmt, v)} else for x = 1, ns do c[x] = 0 end end
+        c[s + 1] = math.max(0, c[s + 1] + delta)
+        hs[2 * n + 1], hs[2 * n + 2] = sf[l], struct.pack(subfmt, unpack(c, 1, ns))
+        n = n + 1
+      end
+    end
+    if n > 0 then redis.call('HSET', key, unpack(hs, 1, 2 * n)) end
+  end
   for i = 1, nw do
     local bp, bn, bm = r['bp' .. i], tonumber(r['bn' .. i]), tonumber(r['bm' .. i])
     local cur = floor(now / bm)
     if give > 0 and (bn == cur or bn == cur - 1) then
       local key = bp .. r['bn' .. i]
       put(key, redis.call('HMGET', key, unpack(fields)), -give, true)
+      if ns then putSub(key, tonumber(r['bs' .. i]), -give, false) end
     end
     if over > 0 then
       local key = bp .. fmt('%d', cur)
       put(key, redis.call('HMGET', key, unpack(fields)), over, false)
+      if ns then putSub(key, floor((now - cur * bm) / (bm / ns)), over, true) end
       if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
     end
   end

@@ -997,7 +997,7 @@ export interface components {
         /** @description A human-readable name. */
         Name: string;
         /**
-         * @description `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period.
+         * @description `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
          * @enum {string}
          */
         Window: "second" | "minute" | "hour" | "day" | "month";
@@ -1085,6 +1085,18 @@ export interface components {
          * @enum {string}
          */
         OrgLeases: "plan" | "auto" | "off";
+        /**
+         * @description How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
+         * @default estimate
+         * @enum {string}
+         */
+        PlanSlidingWindows: "estimate" | "precise";
+        /**
+         * @description The org's sliding window setting, `plan` (the default) following its plan's `sliding_windows`. Changed by the operator only.
+         * @default plan
+         * @enum {string}
+         */
+        OrgSlidingWindows: "plan" | "estimate" | "precise";
         Plan: {
             id: components["schemas"]["Id"];
             name: string;
@@ -1093,6 +1105,7 @@ export interface components {
             metered: string[];
             fail_mode: components["schemas"]["FailMode"];
             leases?: components["schemas"]["PlanLeases"];
+            sliding_windows?: components["schemas"]["PlanSlidingWindows"];
             pool: string;
             /** @description The plan's pricing, or null when it has none. */
             pricing: components["schemas"]["Pricing"] | null;
@@ -1130,6 +1143,7 @@ export interface components {
             metered?: components["schemas"]["Metered"];
             fail_mode: components["schemas"]["FailMode"];
             leases?: components["schemas"]["PlanLeases"];
+            sliding_windows?: components["schemas"]["PlanSlidingWindows"];
             /** @default default */
             pool: components["schemas"]["Pool"];
             pricing?: components["schemas"]["Pricing"] | null;
@@ -1141,6 +1155,7 @@ export interface components {
             metered?: components["schemas"]["Metered"];
             fail_mode?: components["schemas"]["FailMode"];
             leases?: components["schemas"]["PlanLeases"];
+            sliding_windows?: components["schemas"]["PlanSlidingWindows"];
             pool?: components["schemas"]["Pool"];
             /** @description New pricing; null removes it. */
             pricing?: components["schemas"]["Pricing"] | null;
@@ -1170,6 +1185,7 @@ export interface components {
             effective_limits: components["schemas"]["Limit"][];
             mode: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
+            sliding_windows?: components["schemas"]["OrgSlidingWindows"];
             /** @description Whether the teams' month limits may add up to more than the org's. */
             oversubscribe: boolean;
             webhook_url: string;
@@ -1196,6 +1212,7 @@ export interface components {
             /** @default enforce */
             mode: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
+            sliding_windows?: components["schemas"]["OrgSlidingWindows"];
             /** @default false */
             oversubscribe: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
@@ -1210,6 +1227,7 @@ export interface components {
             limits?: components["schemas"]["Limits"];
             mode?: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
+            sliding_windows?: components["schemas"]["OrgSlidingWindows"];
             oversubscribe?: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
             redis_url?: components["schemas"]["RedisURL"];
@@ -2132,7 +2150,11 @@ export interface components {
          *     window, until its current bucket ends). On a denied check it is `Retry-After`:
          *     a sliding window frees units gradually, so the end of its bucket may be too
          *     early for the check to pass; a client that waits `RateLimit-Reset` seconds
-         *     retries when the same check can succeed.
+         *     retries when the same check can succeed. For a window counted `precise`
+         *     (`sliding_windows`), an allowed check's reset is the end of the current
+         *     sub-bucket (a twentieth of the window), when the count next falls, and a
+         *     denied check's is when enough sub-buckets have left the count for the cost to
+         *     fit: up to the window and one sub-bucket.
          */
         "RateLimit-Reset": number;
         /** @description Seconds after which the same check may pass. */
