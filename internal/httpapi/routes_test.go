@@ -48,7 +48,8 @@ func mustFixture(t *testing.T) *fixture {
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	logs := &bytes.Buffer{}
 	// A quota engine on its own key prefix, so the routes that read the org's Redis
-	// (its open reservations) answer as in production rather than 503.
+	// (its open reservations, usage, a counter adjustment) answer as in production
+	// rather than 503.
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "fx")}})
 	if err != nil {
@@ -56,8 +57,9 @@ func mustFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { _ = router.Close() })
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), AdminToken: operatorToken,
-		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, WebhookSecret: []byte("routes-test-webhook-secret")}})
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, Counters: billing.RouterCounters(router),
+			WebhookSecret: []byte("routes-test-webhook-secret")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -447,6 +449,13 @@ func routeCases() []routeCase {
 		{"limit 101", "listOpenReservations", "GET", "/v1/orgs/acme/reservations?limit=101", "acme-admin", "", 400},
 		{"bad team", "listOpenReservations", "GET", "/v1/orgs/acme/reservations?team=%20x", "acme-admin", "", 400},
 
+		// Counter adjustments: the operator's alone (their effect: numbers_test.go).
+		{"adjust", "adjustUsage", "POST", "/v1/orgs/acme/usage/adjustments", "operator", adjustBody, 200},
+		{"no token", "adjustUsage", "POST", "/v1/orgs/acme/usage/adjustments", "none", adjustBody, 401},
+		{"org admin key", "adjustUsage", "POST", "/v1/orgs/acme/usage/adjustments", "acme-admin", adjustBody, 403},
+		{"another org's key", "adjustUsage", "POST", "/v1/orgs/acme/usage/adjustments", "other-admin", adjustBody, 404},
+		{"past the bound", "adjustUsage", "POST", "/v1/orgs/acme/usage/adjustments", "operator", `{"metric":"requests","set":1125899906842625,"reason":"x"}`, 400},
+
 		// Grants: created and revoked by the operator only, read by the org. Last, as
 		// they raise acme's month limit.
 		{"create", "createGrant", "POST", "/v1/orgs/acme/grants", "operator", grantBody, 201},
@@ -476,6 +485,8 @@ func routeCases() []routeCase {
 }
 
 const grantBody = `{"metric":"requests","units":50,"reason":"launch week"}`
+
+const adjustBody = `{"metric":"requests","set":10,"reason":"ticket 1"}`
 
 func TestRoutes(t *testing.T) {
 	f := mustFixture(t)

@@ -298,6 +298,27 @@ func (e ThrottleScope) Valid() bool {
 	}
 }
 
+// Defines values for UsageAdjustmentLevel.
+const (
+	UsageAdjustmentLevelOrg  UsageAdjustmentLevel = "org"
+	UsageAdjustmentLevelTeam UsageAdjustmentLevel = "team"
+	UsageAdjustmentLevelUser UsageAdjustmentLevel = "user"
+)
+
+// Valid indicates whether the value is a known member of the UsageAdjustmentLevel enum.
+func (e UsageAdjustmentLevel) Valid() bool {
+	switch e {
+	case UsageAdjustmentLevelOrg:
+		return true
+	case UsageAdjustmentLevelTeam:
+		return true
+	case UsageAdjustmentLevelUser:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Window.
 const (
 	WindowDay    Window = "day"
@@ -487,7 +508,7 @@ type BillingRow struct {
 
 // CheckRequest Example: {"cost":1,"metric":"requests","org":"acme","team":"eng","user":"alice"}
 type CheckRequest struct {
-	// Cost Units to consume; 0 only queries.
+	// Cost Units to consume, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); 0 only queries.
 	Cost *int64 `json:"cost,omitempty"`
 
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
@@ -547,7 +568,7 @@ type CheckResult struct {
 
 // CommitRequest Example: {"used":1234}
 type CommitRequest struct {
-	// Used Units the work used; above the amount, counted in full and reported as `over_reserved`.
+	// Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51).
 	Used int64 `json:"used"`
 }
 
@@ -649,7 +670,7 @@ type GrantCreate struct {
 	// Reason Why, for the audit log.
 	Reason string `json:"reason"`
 
-	// Units Units added to the org's month limit of the metric.
+	// Units Units added to the org's month limit of the metric, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); the month limit with every grant is capped at the same bound.
 	Units int64 `json:"units"`
 
 	// Until When the grant lapses (RFC 3339, in the future, within a year); default: the
@@ -712,7 +733,7 @@ type LevelStatus struct {
 //
 // Example: {"limit":600,"metric":"requests","window":"minute"}
 type Limit struct {
-	// Limit Units allowed per window.
+	// Limit Units allowed per window, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
 	Limit int64 `json:"limit"`
 
 	// Metric A caller-chosen identifier.
@@ -1088,7 +1109,7 @@ type ReservationList struct {
 
 // ReservationRequest Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
 type ReservationRequest struct {
-	// Amount Units to hold, as the cost of a check.
+	// Amount Units to hold, as the cost of a check, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
 	Amount int64 `json:"amount"`
 
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
@@ -1243,6 +1264,58 @@ type Usage struct {
 	// PeriodEnd Exclusive end of the period.
 	PeriodEnd   time.Time `json:"period_end"`
 	PeriodStart time.Time `json:"period_start"`
+}
+
+// UsageAdjustment defines model for UsageAdjustment.
+type UsageAdjustment struct {
+	// Actor Who adjusted it, as the audit log names them.
+	Actor string `json:"actor"`
+
+	// After Used units after.
+	After int64     `json:"after"`
+	At    time.Time `json:"at"`
+
+	// Before Used units before (a value stored out of range reads as 2^51).
+	Before int64                `json:"before"`
+	Level  UsageAdjustmentLevel `json:"level"`
+	Metric string               `json:"metric"`
+	Org    string               `json:"org"`
+
+	// Period The billing period adjusted (the current one), YYYY-MM.
+	Period string  `json:"period"`
+	Reason string  `json:"reason"`
+	Team   *string `json:"team,omitempty"`
+	User   *string `json:"user,omitempty"`
+}
+
+// UsageAdjustmentLevel defines model for UsageAdjustment.Level.
+type UsageAdjustmentLevel string
+
+// UsageAdjustmentCreate Example: {"metric":"requests","reason":"ticket 4411: a client committed 9007199254740992 by mistake","set":1200,"team":"eng"}
+type UsageAdjustmentCreate struct {
+	// Add Units to add (negative to take off), within 2^50 = 1125899906842624 either way; the result stops at 0.
+	Add *int64 `json:"add,omitempty"`
+
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric Id `json:"metric"`
+
+	// Reason Why, for the audit log.
+	Reason string `json:"reason"`
+
+	// Set The used units the counter should hold, at most 2^50 = 1125899906842624. Exactly one of `set` and `add`.
+	Set *int64 `json:"set,omitempty"`
+
+	// Team A caller-chosen identifier.
+	//
+	// Example: acme
+	Team *Id `json:"team,omitempty"`
+
+	// User A caller-chosen identifier.
+	//
+	// Example: acme
+	User *Id `json:"user,omitempty"`
 }
 
 // UsageLevel defines model for UsageLevel.
@@ -1765,6 +1838,9 @@ type PatchUserJSONRequestBody = UserPatch
 // PutOrgThrottleJSONRequestBody defines body for PutOrgThrottle for application/json ContentType.
 type PutOrgThrottleJSONRequestBody = ThrottleSet
 
+// AdjustUsageJSONRequestBody defines body for AdjustUsage for application/json ContentType.
+type AdjustUsageJSONRequestBody = UsageAdjustmentCreate
+
 // CreatePlanJSONRequestBody defines body for CreatePlan for application/json ContentType.
 type CreatePlanJSONRequestBody = PlanCreate
 
@@ -1955,6 +2031,9 @@ type ServerInterface interface {
 	// GetUsage Usage of a billing period
 	// (GET /v1/orgs/{org}/usage)
 	GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams)
+	// AdjustUsage Correct a month counter (audited)
+	// (POST /v1/orgs/{org}/usage/adjustments)
+	AdjustUsage(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// GetWebhook The org's webhook and its signing secret
 	// (GET /v1/orgs/{org}/webhook)
 	GetWebhook(w http.ResponseWriter, r *http.Request, org OrgPath)
@@ -2225,6 +2304,12 @@ func (_ Unimplemented) PutOrgThrottle(w http.ResponseWriter, r *http.Request, or
 // GetUsage Usage of a billing period
 // (GET /v1/orgs/{org}/usage)
 func (_ Unimplemented) GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AdjustUsage Correct a month counter (audited)
+// (POST /v1/orgs/{org}/usage/adjustments)
+func (_ Unimplemented) AdjustUsage(w http.ResponseWriter, r *http.Request, org OrgPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3693,6 +3778,32 @@ func (siw *ServerInterfaceWrapper) GetUsage(w http.ResponseWriter, r *http.Reque
 	handler.ServeHTTP(w, r)
 }
 
+// AdjustUsage operation middleware
+func (siw *ServerInterfaceWrapper) AdjustUsage(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AdjustUsage(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetWebhook operation middleware
 func (siw *ServerInterfaceWrapper) GetWebhook(w http.ResponseWriter, r *http.Request) {
 
@@ -4355,6 +4466,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/orgs/{org}/usage/adjustments", wrapper.AdjustUsage)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/reservations", wrapper.ListOpenReservations)
 	})
 	r.Group(func(r chi.Router) {
@@ -4402,345 +4516,360 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L37c9tGsj/6r0zx+60yeRakKFlOYqq29ii2E/vGD60sb2pP6CuMiCGJI3CGmRmIZnz9v9+a7h5gQAIk",
-	"9bKzjn9JTBHEvHr63Z/+2Bqp2VxJIa1pDT62poInQsM//5kry+cZl6L7K9cylRP310SYkU7nNlWyNWi9",
-	"FZalksULrmXMZioRbDEVktmpYKOpGF2yhcqzhE35lWAXQkiWCJmK5IgZvjRsMU1HU5aJK5ExLhO2SGWi",
-	"Fr1W1DKjqZhxN6BdzkVr0DJWuxl8+hS1TrkVL9NZarvw3/VZnU0Fy9xXTI1hKjadTK0wdm0o1nZfKynY",
-	"IrVTeDYT3FimxYynbs3RUFq/IqOUFPClEbZzxJRknBZEq20fHjzuRH7YtdHslNuh1GKcG5Gw1LJ2fJGp",
-	"0aVIzrmNO72hrCx9rPSM29aglUr73WEr8nuRSismQq9sxqmf8vqGvJOpNeWaGLf184tXtjZm+J4LYXq3",
-	"mpkRto54RkomhuXSphlMaPs0cO8Na4+VZpyZLE1SORlK/GVE73KrHeVaC2nZRT66FJYJmZhOj71ZO7LU",
-	"stSw+FRYvewej63Q8WAoi1f7OY21EG6q7tUTzZOcZ9kyYkbBxIVM3KG7L2m8GV+yC8GsUkMpuM6WzM24",
-	"vBdWsTk35ohxNspSN1FHHGzB3Tvilb2LmcG9csRjdSpMec0Mn/l3jrhkJh+NhEh67CfYIJr9SOXSioTF",
-	"cy1GqRHxULZjWuE5PmPiTsS4ZDzL1MLvzgPacLdFwTphGbi/Q2nyiy4tus2ZXQhpU2Gn/jl8eycKGIOb",
-	"DJPig2VjnmUmAhLkQxmeywPjxoTfCKnyyZSV4xjkJ5kY2+CFxf4qY5lVQzlO7YDlc7fVAXG5sdyFL193",
-	"o2tXkkszYXP3NTG5laNy5OHO/7rX6lPUmnPNZ8ISl36ipFGZeGeEPuF2uj4ZeoDlRmiWJm7A1P197p6O",
-	"WpLPYISkFbW0+D1PtUhaA6tzEU7s/2oxbg1a/2evlBZ7+K3Ze5HAjjzJtVH6n7nQy/VJvJnz33OgGaM0",
-	"G2s1gw2Za3GVqtywOZ+IB4bFjijO8am4mOnv8M5iqvh1Zd9m/MNLISdu+fv9g8OoNUtl8YeoRoT8BBvd",
-	"MNlnH+ZKAz3NuO2xp2LM88waR0fx/xolG2dGx7frxuE4OBWY1c+aS1t/ivBV8/FN3Ne3PcEXiZjNlRVy",
-	"tPxFLJ+DJlAvXIsbWv6CXYplxDiyiTj44vxSLGM2TkWWsPYPbhP3D34YytGUaz5yVOwYRXzc/R/Gu3+w",
-	"fvcx67FzNmD/zbqOI4nUToV2L+bMWJ2PbK5F0sX34Yk6XjZsKZ0I3d0/eHj4aNiKi6m8eHb2E0s0H1u2",
-	"0KkVhqW2w5RmF1wL1o6Dn8WdHvs5vYI3up+iLgQMw33EIUFPSNLxWIB0uRRLYFReprcP+32S43BM+I7y",
-	"oII97v4ilhVaER/4bJ65p1ZW06oj4V/Esp5Ujk9euGmxNEHtJk6T2DNjOCSpLEgqI0Za2E4DSV3C7G5F",
-	"UCDBGi7ZCZ8IZtI/RNNlAgWusj8JXkR3x/uRu/PpLJ/Bpz7cePpYy6/f6En9br3Rk+ZrpfTktntwInSq",
-	"koZN+DHNMqdjzOEhR7Lxv//97393X72K8exmStqp07BLIULPGsu1dRpNyJ4CuUzPNe0ufrszq8JV4IIy",
-	"Luu30n3TvJfOkrjtZjplSF9xN96LZH0Cwdc3lnRzbq3Q7mf/rz7/rd99fNz9H9794/3Hg4NP/7f2Ip4J",
-	"PqvfEPdN80Ss4LPbbkiz2H+3Udw7ZeB2Y39yvzZzJY0APeQ4maWyUFsFnM5ISSskaP58Ps/SERzN3lyr",
-	"i0zM/uZkqftuRxLEX+HQK/usFJtxuWRuPcJYU1hzRrCRFolTSXlmBkxcCb1k8d7VfszUXGikFfFhJOag",
-	"Sjq5JEaXwNIzXIi7SIx4akQ/cpqmuhTSyZFRoF85SfTPd2/Ojs+Pn7568fr89Pjs2fnLF69enBUc2FGo",
-	"0BG8VQvYlE6PvVZ2CsYGNyxRUhwxp+cvhxJVyIp14m0BlDKBwb7VLj712+N1fDcJb9+g9lzdsFpL/NrW",
-	"ZzEsKOyprLCpDSb/LYxJjvsXWkRHpQrOV+y97aPvou1bBdYbuxBjpQVOIJWTLS93r/+RJ7RHn/PWvOKZ",
-	"U1hF4qg4lVc8SxOWynluj1gstFbaxCxL3cEJPnL23FhIMIlBE+q13MxRgKEmu2Hy15t09a1u5lZ8sHsj",
-	"c1V9x4qh8/ZfeO+519y0WkRg62WpFHjj1MJfxP/n7ZvXoOP3arj6Ootxxi/aBVotDCz+iZLjLB191kM7",
-	"lkxd/K8YWc/iUgOKntLMXcCsw3imBU+WTHxwRwcT/UnpizRJhPysTHlaYSUs46NLvIIjNReRIzruGOgE",
-	"lFXjeIH7TPy1q2S2DAjttbI/qVx+VrHyWjkjMJdJxFI5ynKgfSdm6ATUmHGpwDxRegLTPOHLTPHkTKmX",
-	"XE/E595vkn/sQiVLcNkoxTI3EZhcoB69FdZmn1lIw/xKBc2JOk+rBqfDYDMXqRFHLE6E5WkWM6exGLRX",
-	"LLeCtUdqNkutFUnEtMgEN8jBxIe5U2U6sNS3Ql+lI/FO8iueZvwi++xHYXAGTgI5eysRozQRTKoFa4ve",
-	"pMdORZI6Wb+QLJdgZrJ4lCkjkpg5VRnX8U7y3E6VTv/4vIf1KjXGUTvYyUlVJYBpzbUaCWPczj6TNrXL",
-	"z8oEGQorT+7gOb3Qgl8a78HEoZnOMwHMkf4mDONsJqxOR8CLHPtJlDBgE19KtegcuX8WuthCO0qTtGiT",
-	"z50EEMkrkaT8DGTG56UquNhuYgZ1J5B2T3ACXTch3IsUFwQirm2EcI9cuQNU0nSOhnLlci3Q84xvXVdG",
-	"naLppkNzBG1/nv4i4Mzn2rFsm6IVMNKCW4hmVNyZCbeia9OZWBe1kTPIdjA4olbGjT3Pzea3yzyj644W",
-	"zdpoaAB9XP9irsU4/VDv7xqn2lhWdVmhMj/SwkZO9dNipCYyNcL7WXp1a9XiSl3ecgUgP2G3UytmZtvm",
-	"vXWPu9/Ri7jWfNlC+81bf7+hVQx7UwxQbEkUHuvKOVSW9L4YBCWkGxUp5Qm8AK5IkqRuZ3l2ElDOmGdG",
-	"RKUH7GPh7HXmmMqt56fl9Aa/4Zet93B4IRX6M960La/dM7fYzRn/8AJ/8BCcT/Rhf2Wfo1Yu099zQV+7",
-	"I13d+uqub9vDGrfHMZNiAVoUMITStReR2yg1zEydpAGlSskRON2+wpv7J75vUQvPpJ7BXAiuBTkVBiz+",
-	"fX55Psz7/YejNIH/C/p4+JBdcCO+O8x1FvAjfCbu1fqn7vyaF0tpptWXKdqyVRor9m+njSQZU7OTQZRo",
-	"6zUXHyxGptb3AiZRfVvtivIktc+k1TXyjo/wEFfP9FcvUZ38jBhofLEVfNbDPY5rpQMfWaXrXqbYjCeC",
-	"osdcTopXenMpjlh8KZaDKtG4v5J7ir4BG7GZWqIWr/dxOBolqwc9UuVUWNvdIIbx+ERkwv0EggoNN4t2",
-	"Nmp96E5Ul/7otKTeKV+8ckrlRITfds1lOu+qOUqN7lylEuYIvDRqobtl45TJI9MwZziRzztnZJxbo72R",
-	"H7eevtKSxJhVIZUNhJzUn6/SkwZGCar0Oc5s7WvglTvKhTqWg4EUpO/I35qo3FY6RE9/lfnQ6I1X8054",
-	"TXnHvzi/+ZHb0fSJU22c0lBP2FqYPAMPhDt8TClQY8bZhfsxOFcwvg7WBBoFl2IONAPR9wvhNHy0SiFI",
-	"oKR4M24Nftu8PJjWKQze+hTtaMq8rywq8HRu1AVX1BNwy+98npWRKtraPgULG/S11UOjcTefE23IGg3i",
-	"Ke0+65WT36az+9fXTg5dqMdyNFX6Ka+JPT7lS2/GYJRRhVFGpScPDLuoxCcNBh0dtRTB14MfNodea1zE",
-	"u20F/upULeouZPDtukieqVzWsMw3V0LziWD4PUtyEYHAGqUznlEmAWsrPWFWWZ6Bm/eIDVv9YYuJzIjF",
-	"VGjRqWWqGMsY1WzyE/oGchxw5PiIidncLst8qHnGJZtyZ7OzuU5HFDRYGwaSPERyDkloTUl+5eHB44bx",
-	"JBGJs1Ddt3jSldxI8oZQWAZPeijXNqIfbEKEAQEYgDlmfiUYt+Aadazav9m/yyefLaYqEz32M85Lc28s",
-	"j/gckxLcB/S0igRT7QYsVnhuuOp4KDlJckzF4xfqSrDY/4qe8lkjC77EKNkOorb6iqbtLaaXBme3cbN6",
-	"uw2Px1ArfJtkdmVnmibsHqpurJLC3MmUKYdgx9SBCAPe69lWcBmULPxxxaxqL0Gx2B0mCFHuDQMKPuti",
-	"DqzbgyLRZ9skVthwkUqBSg6F9SnCTsfq571GZqunGHn+FXCV1Ztfx++vJVoDN8tIuef3S/rzmpehBQ1a",
-	"fIRaHpxeS8iJX92gxbN0JFpr/hd8aZiwE9XzKgXR83wmHP2Bc+L3XOgUs43XDriQM/3a+1tNOdvumQiT",
-	"3ao3kGfZDrrQi6T16X1ULrLcufLObveN+Eux/UlPzTukhYTk6WaygWLqNRdKEAjYzoVSmeDS/bJMWd82",
-	"nZfucp2KcQuc2RPNk1r/lTQLoQXm1qncYmwkoriI57IPDBvzNIMig+BSBvPCWFDN+xOMFzmeTXELVII5",
-	"JPsLjKJSMgabqiwxnh/5RMc5t1PWJpFDQSvLL4XEF2FaCbASSAk3Ns0yJj7wke0csTiHqI5jL3GRgx8z",
-	"EmRuIGVAaBYaAU7LGXcwSIQZzk5BgURmJ0fpGW4Y5h26i4SxtauKllLZnyuR1QiKN1Iw4WwfCJHXFi2A",
-	"esJRcYCUol10ODj9t5bb3NQpce4gt73ilXsGCHqe8WXd4TpriAMBYTyWCa6zVGhffuLLOiDxYyVftX6b",
-	"IHHjHAzRc0q1qS98geMq6lmul/O9g/SyU62KKO2mTTorHvwUtRZ3XapTK4Xh0XNgBLvzgBXG5HkMUUJB",
-	"n7XMCmK+N5BvOXCE/YOHh2tSKq9lFqUWvVD6Ei7XEWmZ7o8onaOioCKVbJxneF+0wOgg5Bc5sX6O8W6R",
-	"xPXyzBtRj/v97/cfPz54dPj9Yf/x44PNom5lG2EZ9XsGnr9TldV4x+KrVCyEjpnjZeaIxTyZpTJmPDOK",
-	"nGRAp0K6WfzWgq9bUQt/FoxX0kRQiXA3gUFwVtZqvrsGHjStfaOrINimWt8VToNeVnGSb9h1twvXD3rR",
-	"iltqbv7bqV09/13UcoxjoXTSGrRGSmsxst2p0kZ0LyBhdeknOKCjWiP3YjeLzfcLC6onDh4drh5E1ecZ",
-	"RF2KCa1xGqs02BnZEvP2p9xMj5h0UpJpYXMtka2EA5NbpqjaOKiLnt7yOP2Ci6nTK7ec4104GMPL8cU9",
-	"jE8a/RUv3r5hhwf73zNvfLARqVtlccK7t09hD4s86d+Ou//z/uPDuvToqPWUp9nyHfjH17YwqfNLHbN3",
-	"Z09YUnqn0L6KitT47tOncXVGB/2D77r7+93+w5DNOt5Sa0GaJj0C/Sa5m+wm70hQU1bUw3ELU26P8lme",
-	"lUrYLqVk4QkmGDJuYulP0VtVGwJWsivFBIYuvFpeWmFk4PBxr99f2Tr4W/U4h8Pk4360f/CpPRz28MN3",
-	"nzr/qD3dSglTaPFBcCSQHyNz1Yrwj3Wy4yeeZq9IH6yJdHDSUCBVZzFNMxGaBZhKlRqWSy34aMovMjGA",
-	"2BgItEwtzFC2xxmfTETCYm+IxJ2oTLlCFdKwR/2HEYszNeJZTO5xbyxIlsou2Q9DidnhGkpYEiSH0oh4",
-	"YJiZOv1ejdFVhorzMNwRNz0nTmACTvtxY9ZvTiqy5JnWqkauQobk+q5B5g8YLUTHZfIu/X7J2jHMyvzW",
-	"f99DVd/tiI8c+CJDSBGq1QFnFPaqrdEOiRrnWP6gjrLBKVgfX72qpQoBDr7Uoh8x9HuGPk7It5PKMgpf",
-	"o58x43MDmYJ16v/NEyFWrqQx6USKhF0sg8T/hp28tu9PC055ZTfJebidV03aFUXiRsHANc8YLckPsJKO",
-	"QJTQSDs7KltV8io3fgddstjxVVJcRkXtMc+T1LJMTVbUm0er6s2mM6gzSAovfj2dV6TVZufZ/sYzXbtm",
-	"KPjQ1Q/3xrD26U9P2MOHDx9HXi6Oc5trEYG1nUrG2VJw3TliJA4GWFoTFI/jCooS/UqYacVjvztxNVFU",
-	"I83chWKHjOuLq3TPBc+wDKwpblp/LWr4x6oyz20pxxIxFzJxiqFXKj4OW3Nl7EQLM2wN2LClLoetiA1b",
-	"2kll/FNepmEPW5/CxIT1vIotmRMG3UnOnvFy9BJOvEz0fr+NTugdddv4oja9bsSzTOjuaKqMkCyFVOhx",
-	"isy8VKXITx4qxrz7x3H3f/rdx+/Lf/bOB//dff+xH+0ffF+vMq+4pmvqqeaCgzeQQ9Zfe44VCBE7OGRT",
-	"lWvTKfQZW2SvOmXGpEoyPuHujsrEO99NkfI8UxpTA6vKPe/+UU78h2j/4If6iYOrp3I2axGR900/O3XX",
-	"Y33r17yRkOUAVL2ew9iQvJL5aW11U4FrC8bZ9viv+NQqaeFQEco5elMdnYWu0VpTxPhrB+VLq5sQ5mDd",
-	"305kvopwB6VAh+V/Oz1vhL2eikJm2w4vv/MjjIpq9ByV9XK5wVJqD9rv4UatZI3qvVAvihUgjMuDasnA",
-	"a0Tn9B3oGDVhPL8dTgfIbU28LqsvFyXNY61W9AbBuesoWrc6vUIHWDm5xrOpuX/49yOIdxhE8kETwrFd",
-	"xlkbB4k8tA2b81TvHhWB+aznJK3qD6+c9VXnqXgFo5vQBY0uC8cgnCoVRNK4XBIxtcGag5oemS07PXbm",
-	"VLIZvctX4kmIg0NgShkBth8YMI4QyNpGozEK/0RJKwCVBYXTxsJkIP9gIT05XwmtnT19VNjzELFZYtlX",
-	"4WopwDSGEqI3hwcHEFTjbJYaMxeZDR5FpyJtBRnY/mb81oJ8apD0Ox0N0t+mc6lL54/oRE50OrquAbJb",
-	"0om7euR6Ws0/ueBGwP6Le76VPk1hXqxypyC591hhpLyCFuFeVCiWbv3I5FZzeXrNd7wxlwInWXfn8aga",
-	"/ZFpttzkGiy9e7VeQoJVIzsH1lX1ZQ6ld2aqLBHGompWYNUslL4EF/lI6QQB4iBElwKah0mNu+4wcI8d",
-	"D6V7b3HRGWjKzPAFkz6CU7xpAFfxime58EheHnppKOGHD0yPvZA1ACIYj+bG0gBQVZrwZeEoNYqNuWbt",
-	"LL0S0VCK33OeAVSS0pMeRL47PfaszHjzuuaUGwwzFstdeiiunS5r4FiuCy5vdalseje8ttCDnP66u0G4",
-	"8tuVeTkl+G7e1XQpSp3btPx4tTeh1t0aCzlWeiRijP5S/tjvubL8iMVmyhO1iInr0hMXuaXQp2FxEBiO",
-	"j3ywGX2wvlyRItRhdJEGbUUtHKGFcexaa+E1lQGt6kzTfMZlVwueOCuwcFtuijHVvb00xeuSOY3S/s4D",
-	"ft2cT7CUHeoJKGkEb4u7pbuUF72Rzz7MU48O5N3nWOTciuq84VgtbQDkoqynBnANNReSzd34MdZDm3Nu",
-	"sQxkBkCK7TKBBIMDgIUVUyF1HB5KMQX6svY03uBlqvJR8uecc8g+Pqcwz7r8uVFQeDwW4Ao8zxrUt7My",
-	"MoCPsJnQE1KK0PvkNRFKZA09aeBO9k7boUS+TzmulFHbdkTWRTVqd35V6H2rLGHnKjp3CFuHeaMnL/FB",
-	"b8GZTRKt2AoPX1nZud6tF3edJJ/GAj83SZNfIARoczAAkF4d33sQnqgBBZ4nPmw3w1IgLktHZH0gAACr",
-	"dnQNJ6k5z3VWv9OJSNKRI3SKVL07fVlWavpYNJtxcykSnxyejplUsj7wsoLbuQNFvMVf/Eo/cHJonlz7",
-	"6i3ExVSpS7/Q3SsNCfqLqLHmDhcpQNWTrg4Z7nNUx2NWIgbBEuvk3xs9uX6Chrur3tFHFcrHo5lgLyR4",
-	"3ZFkHDdcN7LrmeJuWvRaNUcl8XT/czGRrRzAhFd+t6Xh5a/k0XptIGAJu1Ry13AJeiOd451d8U2PwxV/",
-	"d/ryri7qyqXb6BLBR2Hwbbex4Ua8LMijPA66vU0SBPNQnU6SyknEYvc46Rn0jg4bK6cBOq0/EDEx0mJF",
-	"56CxeG6V4wbjcZPScRehG6e7fPHADQJTjqbX9BHiNkeMYvjuXwWJUqrxOsOJPSo1modFaLoAtXM6zboz",
-	"uZ5zXY9ffVbOcx1l40ac5S/GSeqIduX91+EYK8jqN2Edq9DlPfZkC0mvcBhhbDrDBDGCRK/lNCdFidOq",
-	"uVmNWZfZafWpaSsxtX738fuPh5+67f5v+93H7/+//d/63YP3ndqg2glR1u3zacc8zc53uSNFNtadKxZu",
-	"MXX3+5ZGxq6u8k0e8ogZyN6u2DzrhfCrwqIRlESprAGtBJzlu2tIJ/SDdRdqYOl6F3zhi/COQ6wrlTW+",
-	"iOuzFXd6d2FKbFBOSoOAzjQkW9rVcg+vp/G76V9f5Q9ujc/ZAyvAKfklCf92kzBc8Zv9fr+//WfOpgUq",
-	"KOg9jHCQOXJSZ3v8iW/+jpK9vOEbhTs9dk357u/qjvfRPV21WPy/bnu97+OC7nLZSvpoujd1hgFp6fXO",
-	"GMJRhhj2VFmqoFNSYKaKFXwWYU8Kx5R9RHXMjWVKQtaDR0f2SivfUsYXMc7A8ewGzYsyHl/X52tx1ir2",
-	"GLeAicXasVtRHLFQAUGg0mzBl4ZNFLOKnDhuhhdL+F87VuNx3OmxlwhG6XNvuBZYAwhLNHxJJk8yYO54",
-	"K4bPFosHjuAOTB5QJr64zUMQ8jsYPXfAxj4ze9rR6+EZ1ZpMPxXzjI8ooZkqPVNjezflads52Z2qJK/F",
-	"wusiR6iIaDFTV4Dgel8qyKcGEttkogT6f3UBz6HitdCrqraKYW2s84wYCvEI8u0ilvBlB+67z0RgsR9h",
-	"xaAZVGKsHnKgaIRDjZQqvZOi6iPQrUxAR7PC3JlzvfIjp/thGfIIzNcjx5H5PIJwHeT/MZ64L7hOuTsl",
-	"njEz59LnnNFbMoiVsTZnF7k2lmXcCvdzYH8w1wiLmI2FouhM8aTjxh7BALPU+mqZRTrCqg3KR+GWzZSx",
-	"7IB98Ao4TGvZNJdOr2xfNcDAjV9qJRnmoF9pFdV+1GczEkT+8B4y+oM/xYfuX1RAjCf6/UHxJzjdqHJu",
-	"blb+7A76HmAMjQgmVeN2QtwUtsWsBCJgC47opN1WQT1LInTXPW4gc9NNhnat2sGKtbFW3u0+FiMZbnMN",
-	"eLfFyyP3Y+xud9DfO9gvutTBeQStAFJTyNoOSmc3UxR7gO8y9/K9x16FgZZS4AX4K2GYd0ejm1jXKmN0",
-	"4zu2xkYZNwUGK11UpSemanr7y34XKbknAYfcXV5dcHPnCTNlLlBvFXpoY/2hf67IjdhdaQjTm7blra3C",
-	"Z5UYJsFmlFOo1Q4IN6wGJ4Kd/vSEPT589H2BbJaoUT4T0q57LRHiuNYEx+YGO68/qL/6tJYPdv3E9ZpK",
-	"/9RmYoO7YS1JY2rt3Az29n4vWnT2EnHlIafNHoI94pBdk+WTnQFC4Vs/o2hTqnzhnlxHFluJd5Y1H6yN",
-	"XurB3l5MeQdJauBjx0c+rXJmQXi13Z1fS+U4/KFyr9v4pn8M9vaGw7d/ayhXDBDwNwGH7ZBiXGZXXLdK",
-	"rGRQ+vzh5dmr5PG/fu9/+PfFr6P9l99PT/44OK77bRN2B1To/G9OTUmdfUM5DWs545R940WBKZIwzdQp",
-	"NnYqZneG7LEh+UqeiyLdZaML26fFbAHAKjAW6hEvwLCj9gJHZBUCYMqFWCoS4IQI117BdNgVBss3Idhl",
-	"AiVw2SS9EpJdcMze32mYTRAoYSZQAILiEfI3wqAAuGx9DgRN/FpkDqUL24MbZS8KeD6AQtqxYnvT7no1",
-	"fLet9chKO7gpcXFrNYwFaFfAF0Jir2egxRbUm/Y3NMqxIoHevLuUC3njDsiT5QDb7f3g1TeAcPF8+bDq",
-	"IiXP5yaUMmuzEsFn/6C/DbesCTqyQCubqiwpsnWhz2y1HOlGEC/7/wFoZrfg2ncJgVY50MCc/64fbe0t",
-	"HXJIuqVFkUJcLDAusivRX9F8og+/29Z28laQbQVP2XKh3npu642sKRbbF11yWoGE8vwpqbW7ELl+XdsE",
-	"8sbcgRHPsgAxSsgE9NwAQMg9NeOST4RX+o6KVAT8VgueBBUr2FWrAjaEfR2iAnSIfl476TMins/YzWBD",
-	"UqUj5Qcm6EBz+wzK5qzIXe/XTXL9HOU2ZtgWLUd92TstG5LNg8hq2IkHjYBUM7W49aY0gwqsBjbCZVwv",
-	"WOjo6ob5gSh81iODh9cK8lE875mcpFIIgmKqHEsYc9wx5LjeK+X6VL+bS/w6vuoVYttlgMaoVtNZ3kX0",
-	"BHjNF4+eUL/Za0dP/nwnuL40QjK8G4buf3OxrO+pYYRlaVl9VWB3UFcsbxGvu49uYPuPi94e5fMqv8iC",
-	"h2U+u6C6PGACtXlmG3BfjBffu2BFUpeaVWQE+GsxWz+TAJulYt9U+Gmw2+83HG2DklHJ4adHfakaVSos",
-	"oN1umQUWagzI/VcyWwMlwQ8urluL/XN6JSq1NOC2CvTQGCGFLpSdHqGZLdH5HVXXkqVjgA/3EYZ1h2WV",
-	"rBqAWFbeh6W5IhsfrUKx+EDB9yzhS8P4VPCqObwjuVbn0WfoWmT4AH36O9uPsL2EVey7An0MA5kVp3y/",
-	"9yi61g1YzeFeVbloN8ouBhjNsEo1gbteB8WniPH4Js/tfbfER/1+0HypvifAmqmypipWTxIqp6GJtUeS",
-	"hTwFALCCQb/rH/7Q798IVa64zhsAcc5CtNkNsw1RkSnssxBasFme2XSepRCT3Ebc98Az74D7FdtUYXL4",
-	"4rota6givll4pbGStcn5eV30fXz+XMiaE372YZTlxrG6AKPJR5l25Rk0APQIuWEmILFxD6hfeWNlBZsj",
-	"SEHZ7LrG14CMssGoA1f6A8OKsiVP+LBR7tpi+bd3sqbaWUI7GzmYn9B4/s3+bXRLOXsfMpHmUEtdOubA",
-	"H7pEVyiC/hhbBnxNAR2OHtNE7QpLXdvF4SdopeXUwKiwCNEfC4b+gpcheghV93ZH5nxXOu2rMJxlJ+Cj",
-	"ysIp7wE2hmtIV4gLJOYbMVAwLwroFzqPgmjqSfCuUJDvwi3hzoVUqNIkX+tDE1jx555G5nNMn7+dD+M+",
-	"uiHcSdZxBaDqRn6CmwE9Yx1hhsHwdXv+0e6Ogs9k0K9vXtNm3IWh/eeASXazuH9Du84Opvqb9W0UV+4d",
-	"9ZccvmPuXdTIuYqFg7ghdqqFmaqsFK89QqB9f62yB2Vrjbgli006kamcnGOP0BhAevIso4b/CPWjxYzr",
-	"S4+XQAVApr7YOZ1I7kyac2fBNPWm9HFOfAZToEZc61QYFtu/o5mSy/QDJkJEV/v0t6n4wIohgiyJMkr/",
-	"zyLHovvWP9g00XLdm2run786ftJ9+/z44NF3iN83FR86R0XWA7UiQ7vOOycuxbLHXvvCjqEsEWV957D4",
-	"n+/enB2f//rsx+dv3vxy/vbZk9NnZ5h8KN33VP4FzYAh9dA6WdCJhtIZOdQKk8wcRPl/4J6EzDOEOdgK",
-	"ZVFbAf/r1JkHSLggjk/evD1zIrssU/HZIbQSmmlvxyHPG1tenDhZLQlEJ4bKSHTtQG5iooVZwd0Z50aA",
-	"UV0Al/KhzJSaX/DRZcTmOr3iVkQsS+VlFwCbHVUDTS9SIwCEe55fZOmIvTjxQzjKH0rElJ4qY+Mee5sD",
-	"lmaWXkG3I8wc5XIkoDQpl9nqzHKJfvWhXDnm45cv3/x6fnL64l/HZ8/+DmnlrI0zS5zaquYzIW2nx54r",
-	"Y/3qtRhKsOGgKRsdAA01UlKKkTURgQw+ff3WKVcqy1FnwFxWmPnSmchDifkjHLePZysgXK39g+97/V6/",
-	"tw95hczvpt+dQTg4vdhguzrsIABa9bZF16wZ/Hozfinc7jkeY1hqO0eMs7lWSQ4tSP0V8icPcCeb1QZE",
-	"H1i57DVsKvK8+n0zf39K+1iTi3QNBZFb6xS5dfLfLxwaiABKD0aYz+m+007DECHjDVOcPOL4OpMHJwm+",
-	"DZoyVa9zapnJRyMhqLXo1ksMO7VNqHnA2RU5Vt/mFn52niYbXvrAsDSJsOEJMkTD4oDZ+8PBamr3ZZrE",
-	"BeyaSpY72ks79/rFXLvzUS0uEwq5kXBTciLk7OyE4Q/CnZfK90Ia8ZlgbQLSY5bribARk8JCVxs42giS",
-	"eVVuNzU+Dufnz3Tz7GgGImEHHz7UO+EakVL8PH0IcaQFgO3yzDhG+3vumA6e8o69zpG0AoKI6Ab7W1Pd",
-	"d0/14Wrds7vc4rtQfFcZwxfXgWlCZ8LYxl5x1+BVSa7B9jyf1Sixz9WCZYqanHn2YkkT2CUnczPDKqTW",
-	"do4V5GiuUfWj/sEteNoxVpLFXsexwikElSHDr5ry677xiVvwietojbYYDXxYfqMgfTbQ9gplZjFFEMih",
-	"9Apm6huLclJodtDgMtRWwOueT6aoUm3mdp7RkX6ylaeFN3Ebh6vN8n53+hIXRQfqFFaSyYW2T+X2zpyh",
-	"NB/WBuuHWmM4U8AUmd9OI/Gl6htzvSH9fUuq968FivBKNhOGV+KIxZgU4f41Vbkm1BSASXH6+Erl1xGL",
-	"weUS+6jkStMCdryKaxFUJXGzEb2CGb40g8DuQLJbKF/e4wtnImosuK24avf6rvUyLKx4LSqt/JByS+nS",
-	"luKtMFiLJ4DotDlk07r9dzQJFRXo2XrfeKYNYRfqkVvX3nKtaUaJJb8OeDoI0ojDbhVDWUUBBNpH+J3Y",
-	"w/KaHju+AOZRNFPGFHxkulLs3I36PrHX693sTzytrkYKvM5LmwYRSXdV6T5EVa98ZzCUQVjBrT7fHKdg",
-	"PEsvd9+ZW8GDb8dzr2WDKs+SHzM1uqRO+k09NlZ2FEvggVAI0yzssYntNYveYTsqOZt7pt1hlzTZFE1I",
-	"NZ7ozfub0Yb5QTZv+SlAy9bsOp/PazFfHG9KUmNTObJFiDpobYrdi0v2NeJz1t6P+v1+58hnClsfOHKf",
-	"Y3DwxCvdwMOWUZsJoBJP3UIOu1NBU1qBsk4LmgtdYE9j5Y9cVlGnd49PVqj/lhifX3U0O2rpotB8tcEy",
-	"tFbG3BRHAOt8AIkoQmlM6Bk3PahTx/pqwKfv5U5fJ2iP+ihd3TVGQHRN27iFLaAMaOLEt7pDWi0ekPL2",
-	"eW9S2tyYEiFTnGoGoCkpdCUGVQNkMbKoXmPp4IbMBraAXg9InHXyiRJ+nApMnJC2JkgmCMrpRny+npoX",
-	"9gCKWvCaWhWvLFtZkXC7rXV7cgJU8ghen9l5nTZ4d9Jkpv4CrFM+lOKNcp3a5Vv3ZqovF1wLfZz7VLk1",
-	"svEgeFArxdpkeR4/ffXi9fnZm1+evY47GJaD8MvxyQuMR8W/zy/PMT6WJhgUo4/o76Y4GaFfw1JBIsJ0",
-	"ys1yZlrrk5t7KsdqfYqlsxVDA5BC1rVCcmkRch788+lI9NiT3Fg1E9r/xTBuLiF7l7AXEpXKyVAulL6M",
-	"2LA140vMzVF6sufOew+ujZk7kfC6VO8pdeeVU2v/MWyxduxsUrZ3tb+HZS8+QOY2COpRiuoOQbk+ZNXh",
-	"hJ0xJviMFF+DLbjAiC9VCzWmRinHJy96QzmUZ+6Dr2T39iXP7VTp1GK7iZGSVvMRttJjPysfuYAi8zEf",
-	"CQJqSERmWCqHMoZvJM/23DHwebrH5ylathMhHV14KCRIgZYJQSL5SGoK/SJSyH3wNsFQprbEumDQbFVg",
-	"g2eZZELDYv7P/2FPoF8a7oFbhpA2xZwT98AzGCfeu9qPiUJTJZnll8Kw+BhX/Qf8ccB+BJKiNFOgYqI9",
-	"Z5YKjTYvUjdhMqnxwA3ShW/+67+qV+C//ou1hbxKtZKw1VfOOL7IBKu5GV5xwI12Zg2D8qVE4U5BF4uI",
-	"LD9onsYln4BHIOMSF6/0xARFTuAHgdWTRcm8F6HHfiVXVt1MKoCW7pY6ckmNm3nSc2vl0i21vMJunXCJ",
-	"e71e3IkYJbSg/Cop3E1v76PSk0+OOLqXYmniHnthYWIiU3ICkTgC7cKWcRRUh6xIM2C+OKxdVIfF4d3x",
-	"ZWHuje310rAHyIsNIoGZyM3dREUYGu8PttbnWKlXpOZG7pU+pu0zCNDYpj+GUcoOPF7WobVrCtFWPFUd",
-	"oOZjaDoEbZOcinQp1UISwXmYr8P+/hHjeFuAf3qvJFCP2ydgsJ7Sh1IKkZjg5w+PiAN34emEaZVbgV0H",
-	"E69zYOIE7tmlWCLQI59BF0A5lCgoEMGmeDQKBjmE5Tzjo2lw6XzbJ6gBp/Mrih/ojFFfRW8TOAOGMv7Q",
-	"9cIMp2xi1oZGTtK3xJk5GhXSMT7aSIAoAoZTahQRXYdVZpAa5hgUKhfUe6z08bL28cmLocRdqIo4pSvE",
-	"c1S9TqfHZ8/OX7549eIsjgpX26P+UPoEqwIiCEb0AHQDbIISOERsubEHj+lWnQqrl93jsRU6RpEB3aqp",
-	"3Y27VuWZu1u0ZPEptwLSgLrw3zgK/3TqXRLgmBzKyldG2NhjUZlOWZIMu/qAJapgxUpeuV1T0iBbpAJs",
-	"ulVmrqSBcKZPQ4DO0e34iZJWSNs9W87FANIAiYPv/a9RMu702Du8DO5eQYNnLG4o5MeFSpbwQi0cZXpC",
-	"Puz3B0ULoNQwk2ZC2mzJ0olUmtiZs5fCCTCdZxiwJu5ZSg1wt4Po4DBkFOxD0SwLeLcP22KDMQ5OWVgs",
-	"ZoeE44GPF7Vrx8FWF++u1RL4yd/gM4WnnWoaPvuhu1gsuk6T7OY6E3KkEpHErA0hgniU64x1k5gZIRPM",
-	"1QW2u7R0EHOuKdLgZhl5B6xbqHtnp8eOg9ZpScphGkH7NEoYYexw/xH6tocEioNdWSs7PMvdmYm1k8bq",
-	"luFw2LLig92bZzyV7tOwFcNRASwOTrgRm8ewdmVj6HvcvA6ZH7GbPciJ1LCbA9ww1C4O+32AzTMYkHHH",
-	"CVINr3wqWYwYQKX38vjkBUgjPTMDt8UpuSuxR4edYvoBnPrHIbY0x21cbaKO3W+p1zk+4jeX2GMjhFyE",
-	"7ulh61Mc1YyEVP3bw/e9kTJ2wzjQqh4MFfcqSD9aexmq2TUvSYFnFVvgc9zpXrsXHvkm8XjHQY/hhFXY",
-	"jiujuCeGrXiAER4kJid0QFrhR5SbeBM9SkmWSrgN2KQ2y2fS7Y/lQeNTfEUHiBCRaJw64s59xjN3QUQC",
-	"5WIS35/KeW6PnKwOBfoFT8LYofv+ob+JTihmHB24Xo63S2PJfW11CnCfhRSCpkCErt9xbzuEJY5VLhM4",
-	"0VJbBHHZJLQTxhEwVSpSBqYcZveI0P7slJLl3EtNPpo6Q2aqEtaOj7NMLWKifmzjiDDQMKHH8II0YTzT",
-	"ANgnPrgHj9jh/sPiTOkWWqVYxvVEHAELCRmoW5VPmnFHd8QODw4KJcjLAODOF1rwSwNKCgsLwoGnoxID",
-	"3JssMZ8L6IUn9KQ8AjlbtiJjbQLd6LiXKl0K6FJtII0Et9ULjM4Re4RH7A1JNuJSKmAOiRiliXDvLttc",
-	"Iwxf0VwauLzbF6jUGlX8u6Aio9d4nKWTqT2CaxfqBRDoo8CyguyrpePjBccu4Hp0agPdwdH4iwQGAtsi",
-	"AsMiqujOAYwu5RNit2oCiMQW1vgQtyOQC/EuaHjOIMChybYwRevoQEXXeF0NxXVpULJRi0FLBCKK5sLK",
-	"XgKlosibpNIZKgMW/wMO8e/7vd5+v9+PWdvra/v9PqISxv/AvJW/x6AByEK5dFMp0DLnfCIeGBYHiS5F",
-	"TNNJGplnWbzeuQ0j7ojLFjoqjk9etKLWldCGcux6/V4fHNtzIfk8bQ1aD3v93kNEHZyCm2ZvCs3Z/4Ao",
-	"ZV1q8DGphQf9vpsZVdl5jGNHgfMeo2CCVAF19lowMNL2i6Q1oD7wf2CdCih3MIWDfh/8oyjyIWtnRdC7",
-	"v6HTaptLi1rNg2OnBo++MuuK56o1+O191DL5bMb1EvrsXgkpjHE7zScGnIV+Mab13v10Lyimq906j/BP",
-	"UvxEK8cIRe5E+QcLtpyBvH2GLr31HaM3bN+xUgGq7tVqXkbtttA6Nm9IMPtZMavGrQH+vStRCclOqE0/",
-	"XB5E5kP9nI+myNscayySmSNvXq40/n9gsDn5+k6e4oS+COnB2ICI+aj/8DOM9xoaQvNkeUQuEONzy73C",
-	"mQDQyabjdnNOt12Aq/09ckzsoWOi8cApcgG8Ov752ZqLp/qaOLSnNDSOSCAb6wI+94byNbgp7JofGXlj",
-	"9eifwTup7Q/wPs0BFNs0Ak+Vj1BY7585ZjxuffwnuMn0+Pt6cqt7RfGc70+Es3ZEc7jTr3ji4cvgJ/vb",
-	"f/JOkhv3D+xKcIjEuflHPyl9kSaJgNjy4cHj7b84TmapLPwDAhGlSkL7seLZgt7E/twD0itQljzdIQzT",
-	"4GNrrkwdgzGXoMuAhhU7kyQu/eoxMrCi45SZO21RqkXRoKcIaYF3A4MzgMc1ZkYFEaYZ4zaE648Yt2qW",
-	"OoVmCV3MCYtqzo0RBlLshjIdRys/a4bCjEH1+hviuXlAA8zrOWKcwmBUMAF6Tz4L/Tqw8gHrx5jd93sO",
-	"JR3gf3lNjr7CYCgMHO82RbMC9eTS4RorPYnB2Ahv31DC9ev0WOz2rdhaRW0RsIRHi0lqAFzee8Dc/+oe",
-	"HkoOB9DF/SFA52Pqcy8SFq+A0MWsPfc2ysEhmK2m431aWJKEhQZOkQbAaogbkH/M41dS84NCiwx3ExLL",
-	"qDV94ZRUszITI8C56/7iZkQFX6kE/HHWfvHs7KehTDQf224q7LhL0Y9usJbupVh28YfYBx910uKAOEvS",
-	"8VhoIW3hGmTtsmNF5G0V8DZC/24wS9c2n9zbLDXuPUZlV4io7V2HB7WbQCGhMmMtEWSakHBBmuQZ2EgD",
-	"VrZsDpySZbPmoeShJgBnUd+lef0xTJGNPQzGUIYFEr/6b3ErewxASlCxAKup0CxCMN+4aOIQDyUta8Bi",
-	"pz5XG0XHiZhonhQEEzEsoYqLzcDmH3IoU9n1aid6jDVrr/68E7EYKx3LlT7qP6wTZk8Ifu56QqwKwfgc",
-	"q4BQPAEF/aiS5Z0pJjDFQhhVo8sEOH1vShiNDcUANZoR+B9EAuzL2e+URnAhRjw3opJSCbQNWeVIQjDV",
-	"dQprmhD9aK/mF5+i1opzfdtLVh+vvOE0zLDc7S3lT1beZIS9zlvc47DLf2IVpX+4/Revlf1J5RKH2N9h",
-	"iBO+zBRPzpR6yTVCYxzuP9plPSafz6GV2yuRpPzMmWegSB1suAKhT3r3q+Ch6usNBJBoAfJFVFwCRIga",
-	"+DA1iRPyqylZxEfB+WVY21kWpTc67NAd+W4r3stLrWjQAQjuqlLhCvt9UyMSWrdjzBgbiD0oKryNvORM",
-	"SKsxQb9Q7Nycwtm7n7kxw+uNRix4PrG53hFMs0tOyCoKtdsp1B9AIWs7KZDKQtMgTz2mdHRIUoPbzgtr",
-	"7z4bsGZZTU+j2K9qKzBLy5fOvlXaA5X46musz+ZMigXMFrUt94lGdZKk1Nc/B6d9Cpx1AP2vnAaXmsBF",
-	"iiv0/toSslXD63wxMUdmPWAAZOBkLKXHAtQZeNnAS3kOGk6BeYZSM2DaXxOzjVqBy3brr4NH4Yg2ux/u",
-	"nM2U9g/6sZ2Oj/pR4qytQb0+5mHN8Jo6hjKUTi8zhY4U+RiPr8tfdXoXXu4egz1AHXgoV/zdSDA99hqj",
-	"l041LeO/7sb7yfILnzKB5LtGYTc+k4opDFcqVLtxuMAMRqv3fdRaS3IIvq2YyHsXHiSk3lB+SvoqONLw",
-	"sFLpHWo2WwJnA/dLhO1zsiXUG69komFuJqWjrSnr2DEP7nbRnmdQ9Higb9p0393hol7WGUqlIw//AM8i",
-	"eAbkga4QVJuiaVGRCYPxqiB24163EryJiAYT9wPkqbzUxR3xRRCxXBEHWjgxMJSrJlnJ5Q8PDjoR1vNX",
-	"4s24IYDrjRHiuMee8dG0sOEphwlcFQu5bucebTE2wZzDiA0kobUP+31MwnCn4CZPl9FYj61hHP1zsrJN",
-	"b3ffQBt9GDhzCPAWgvdSLLHxERzijp46uAA/AsHej2kC7/6S9kk4gSbR+abmthSpAHAVvaHipfuf3Ev4",
-	"+TXqGrbqibxMp8IOHTflrkpPmiM/GDasd2CniZM4De7rtSvh3vTGDXVdkx/Uhp3d1liJv9ltfScX4I2e",
-	"ABZBA93P+QTMcOyY9tU7v91WwFrDKIv7CNBptQIb8dwK7kwtdT5ATRmm924gL3YsC/GIHe1LD9yhl9Y+",
-	"uwbsKzcAPtljMXjGfHIieoO9fy9iMbRyzC/cZC9E7L5FBLKh9Lmt51yOpkqfQx2zVWyftUc8EzLhGrOL",
-	"TKdWLMCS30BA4D6kwhs9IZS8naTB/l0O3KQ3u7MF8xyzo//sd6G/w114ouQ4S7FW6kt6Wbb9mNy1zhh5",
-	"Jm1ql3d125HI6Oau3/hAsGBUtFG8NN1vVk0BK7U26n8CwmxdxvwsrL9c98f1NxB6VCrFFf8Rmwk98cm5",
-	"oBB7BxFr++441bp3njhTwKpVzG3TwbxKD5JLEKLxn/5aXdd5eQdU+rOwTSTaoBlhKxwQWddSUd7oyQmn",
-	"jiJzb6auVilzOaGUf8rknhMESoB2VZYb4iOXQsypAOqKZ7nYkDCw25UhERgRpoKJnVCDro7ngNwHzqg6",
-	"IcepDMgPCv13lBSDSqrmlNuhhFxrTL2kKoWJsFCCAa/3fglM4DQ9dkz/DGt2M8GvBJq6kH/3IEhqNIxf",
-	"qKuwvMV7aZWmHwbGMrdUK0ZFnWYoi9KystSkjJYHgcM6EQ5QpfcqwREM9TObcxv4Gh4OlFl9dVzmLym8",
-	"8bLdjDOuifaipm2LCVleVqw+0+JKXTqqkqIsIYmYFIui4rtEnsKCWHNr7ldzn93sjufpL2L51VimuJxd",
-	"jFN3FN80hwZr1mdiB1ekoPV7VSA2W8tFXKzIhocaM5tric5WvCxB9rWZghNZZktwpN7HLcLZIeHdk2TE",
-	"l38Z8zYcO2mSkz66SobuEYsDcG5Q8LDMGncaG3B/E6h3IlDv0qKla3+TW98sHPc+XorlJ7zVmahDdT8F",
-	"eVjAkHunro9MUJUsM1bNna04EnOL+OWUXOd+A3H1ocxSU5ahk5yFSLMREEe8UpdQG1XIYBivCHUdYkLh",
-	"fbAJXGTAJir39bA+29oNAaVxMNlv4mqdeHFbb0m8NxZZ2zWfX8SSpFvNDcmTdHO2PWqNZC1WNcQBW0wV",
-	"a8fQUiruRJi5CZ9TKCGOsfjPfYVhU6wFjBFeg8xdjlF0W9g6UQEneG8aJ6z6a9E33WJ2UTcRVkJIgkP/",
-	"dpHXLzJPqr3xwpsMNHN/muf63dyxJAbCvGoBMd6aBO5OeTfyhiZTEZtnOcT1MbMB4PWKd5Irp434tZSW",
-	"DzcXku47CPSQEqS1tyVxsAgz5tWV0B6BBPYXun6zJBdB/hm5bCnVD8Xqk7f/ChMSYpqv0pMIVgoLxQlG",
-	"OKAf/xw/0sj0CceNEAt1tIx7xSur0agQMLWNjbZ0LmUqJx2PsXdzzqR0gNHSyKawbOeNnnyrN/pKuMt6",
-	"gRJhDtWVJ21kM0Gz+DtlOFTv3AU/7ecKGjnJ9QQHfgfjfiViOVjTLsK5Umv+TTg3OIUquxRm3FQo90u6",
-	"h+ZCGyVBMR5xCW23QNiiUFmIi2IN6ETCVO8Bi7EdVTyUWvDEFKBi2LulCNZA9Tk3ZqF0As4lzOIG7xJH",
-	"lDozxex2g2g67oU211IkkLUhZjzNCmCMoJarTN94fH8uquBS3JOfKhjhyzirwiU2hXQCKv6PSs647rX/",
-	"D8nmuDv/VeVob8yftkjmvY9pstGZ9RT+bipNvYHWAKVR4sVOtW98dy+BHZzD6n3fxeFUmXFqGK7ym+ep",
-	"huxwk++K7KLPlSS0kSr6X4oTfyOwhhyeu6Kue3NwBgfdaNtgYtfOUXJ8fDUg7j32UAbI52Y1gE4Zs+T0",
-	"uKVXAPC/cGVDidohKxBdIa/HKtVpcnH+jOv9SowpWM0uZhSe27er3GA/TTxV+DtMf/gc/oYm2+k4SQyL",
-	"wUEXB6lgRR8jBLoL4VYAE0GqBculTTP3W5tmMWtfLIcybC4VdMagKAb59KptrToRU5JVA30U/+sN5RMC",
-	"8QW/ZRXZz6C/1XjcEZ/YljCVWz8ygAtSW4wO1rUhHLMRgtD8UsdI4IEjllqWpWNrqBAauiNbv8QeA2d/",
-	"kMoK6YPcKBmjbUjO2hCMs1pm7cafUo5esL3tw4ODoSxwsaBuWgus1obmMVbhRDvNVQFhLmI0dManbNAK",
-	"PPxjRdWbCMsOG8AqQL0GJnBPZiO8+8sYjLisBgUF7icUbWEvHU+X3xIX/vMzAeHgKSjT5syqeTefdxqY",
-	"cwV9lYiyScvZ+wj/32gjPiMzECnM09WggfsmWs0Ng5bWq6ySkIzwNQgtsCkD4giVqGoGhNJenYLXhGg+",
-	"Ph2CXQepDSPyJb/YxezEBXzLdNgl0wE36xqUeo/KP5xyo9of9uDbDCoYNusLwG4x+jcVWRIxo5y2b50s",
-	"FB/mqfbgGm2bYkf9NOlEQ6ngvTzLluiXRXxiivd4NLg9KIkjy5O9FNz4hgQE2YuA7wBh5vUALQggHS9Y",
-	"jx2j3pspdQl1qFIFXSuh29t6J8JoKI0qC/QyxJrmlo3FghBsUwsaDXQ5HYPdAS/0fSDbINmlkqKDuHa4",
-	"R4j3z6sotAM2VlmmFu6dqK2lcMlknmWosSD/s1NBAwLMLmhID4zjHoCvm8T3HnCFAtm5kKchxazR7arl",
-	"kS1rKCctuy+l7jFo1duKWpJDCyFqE7WbdvAC7uDuA6Mno35gst9vM/AJaK7pH6JpDN9zshyENPLW4FEf",
-	"Wt6ms3zWGuz3+9AblT7VNWD785ifAU3sVHS8eue+yRKLc3u0y9zeIgd8VyKSr4ihMi1tbacDmQQ85AtF",
-	"0sEs3NnZRBDnO9b23yLOfgbT+kp8Qm4xu9xG2N1vN7DBI2SJJPytwc9fMoIOGlJRqhu4XNq+aLJTJJIV",
-	"SVtjpRklt2mDeDoqh/rT4AWo1qUaAHHakL7mC3g7PXZS5Lqhs8fkM/pFUQTpu6P7smK+BAAg8WEkRAg2",
-	"1c5lJkxxxVkF0cD4bntSMTN1ZqnuEmYvGlvutauvHJSY5VAaSS1gcL5D2ezvaW9E0yuh9KB6k8CChjJE",
-	"0KsMzIp+4Oa39H2PPHL3lzBwhrrSfbh83Ku/jMcHFtXg8EHq/5YT8A3hAQK7ZCtcjzs36CN7H93/ds4c",
-	"8JYqcIUV0Gfs5ZXqikeciuBKF35vKN9h50FKNyKMUHITpZI84Rq6n5u6BoX3l5pQcJZdnEOEcP0tF2GH",
-	"XIQbkexnyz2oP/b+Z+Pt30inKcvghnRzb45Fd5J3BSviNdeybsIrnuBG5yMC28D+cllq7CouR9FhbK29",
-	"WLugfihHBmwOrE/GjhMGui4sajD5afIlJP+ds1oA07hnHe6LAHZsuuYeseOrvO5/ZciO+9DG9jYXW7y5",
-	"d5/QV1V0sWu1xbcqi00+oVVlH4pHV4n/i2f9VeVzrVPplBZiGKd0YlmYNhEL4nQlMtxC1rqcoqEccX1V",
-	"Te1xr3lgjvzLvdNJSYGQW+UzbMXZ5AwjNy0pRAFAHey6Ve4PABSLYT6cfIIQ5+nvuWDUOKC0tO7JAXOP",
-	"pRpfrkZjU0pwUZRRnsc3H8xfUep75kHX+9qsbxe5v/fR/W8LMslMXZGJgSRJbeEL5MqCXSGku+cVM76k",
-	"7IWSl6Dj2U6F3Myh7s/tcq1SEF8Cksuv+DLeAam+K/bnpsT62fwv9130sY21fyOfJv/Litb351T1tj8b",
-	"VIE0um3iFeeLKRjngyo/jX977x5CDpzaiBkV8MyhrLpyHNUufb7ij1pwTHNcd9lUQU7vx+tyz4rbF/G6",
-	"bCzlIq/LV3nJ/9Jel7V7eReq2FQrC43vmzWvl1CHEbSVWzh7C39XAMStVY60nTlXBt07R0PJsWjjtu6b",
-	"Rp3qjZ6c+fXsolq5hX1TpOrdH2PbcOKh38//6YZaFcSCPCEF1UnYdAylCPQ18x4JSs1AiiJoUUgEnnIq",
-	"NjQznmVCszFgsbF2DJOJmeFLg893jiCbHrrkS+zN6FRrX1lyi9LF1WpFVhYrIpoFwCTWUC/2C2gm3Tt0",
-	"1/sxmiJz9D3cido781qVRxZu27dLtHaJKuRdVC4FmLk3u0q3yDjLay7hqzyz6TxLhe+vZLI0SeWkmovV",
-	"xuZ+EZulMrcigjadEUv4shNUCURDTGKHYkCs8IO425LFeCFj1tZui0UCHeKgb3smuLEMeqpRNhtklw0l",
-	"jmyVwsvqk85SA02ea4oVyRfI2UzNhLQRZtoPZYxVCgZqb9pKs9jarOhvWZRRwmxmylj2vVuYASBHIcNS",
-	"RF+D0GOnocZcIxfTsfvdFNvEHTFefqPGBRMrGt6tsC10VyxSaYpKx12EJvZR386X4O8R+Fs5MalavnSS",
-	"r/Glewhd0uvfis/ePG4bN6SsZHoqglJbI+zXp1V/YdSYsxUd4CZ8cV21xbz3poAiJmQFuI4BX46we2eR",
-	"+AWfwAcHKQjuUgN4JJdLyBgYyhUYSX8FU6p3Nj22FV+xwFN85kbzfZYB9IpaWMYJT7NlPKgUcs/yjEPH",
-	"HkwhI16ML3P8DNIfqAAc1vHu7InjbtDBEqC4lL4UmmkxUtrxZcfs3V5ASQGkR0DzTnolNBS73wIkcI65",
-	"o7sV0uP9Rlfd9Bqda3zyTR2qc856AuUruAN/klqVhbiYKnW5sTry3elLp3NAaywtGCQ4WcXaMf0YuxeV",
-	"CtGRz11Kiy7cJ8dnT56z6tgEDM2evzp+0n37/Pjg0XdwgxKRpVcCLj8Ml04k1RMTkDRhwmIXX2ITYAal",
-	"E8ltrkuoWZg1s8u5MDBtLDrE1gCAKZsInV6JBLUhX4AJDof4n+/enB2f//rsx+dv3vxy/vbZk9NnZ/ER",
-	"KkcABzFPgSlKJaE7oRs9lZPzoPGAzLMMk76ksqU9tuyxfwmdjpeM+8UunbroTi+3wFrDPVFjFg/zfv/h",
-	"yML/RA8/ab6ABDP8Y1xyHloftoCezblGsHoAEnDakIUqa5vOBDHt+Gofzi/+Z64sdzqa6L71mzlg9u84",
-	"YC7TDzhYdLVPf5sK+lN8xLBjMFNZwmIb94bSbTZ6O33n/xEfTQU06G7HT9y/u0+UtFplAyZVF/AM4859",
-	"eEV/FvZXIvV75JF+iAYuSffFqVPumE2v2gC8siE1UCnZwtFPXGxUr1JpSSWUxmroEg9T+MaMG0oH/Un4",
-	"MCpdXro6AW+mB81nxf6mQbslJ2zkz1gJxK0VszlwZfoNwguH8DfIwVcx/KtckhC7HcNv+4SWkRaJkDbl",
-	"GbRxg4pf4tx+WJnPLoRm7TFPM6ch4p8NVnNrp9R5QIgLPrpU43HEcgCVOejTm7QYiRQZ7/OzsxOGXc1Z",
-	"Gzgoeq0AoBy5iUjKIjDsL4sPYo93k49GwpjOffUPoEv+tDycryR/rrqwnZpYFeLLn/k3HbCe7XiGU2xY",
-	"tb/Al2Qze1Zg+txdV3W+BbRRx4i8pthzQ8We4YRoX1VdEvxSpPhl6aVAl5dT12j32rWqSkzuNB9hXaDh",
-	"Op8LKZLBCqMZSmQyUPu4mC6ZVF5ZGfGZ6LHj4mGCyOBpZrwiw6XvbI3QC47PATHjMKXWc+AbYsfAl0Qi",
-	"khhbWqMy6tRIuLIitEzd9HiSaGEMBI0HjLNMqbnjn1DCecUtJPpnqbzsZmrEM2a5nggCsRmDqR5Uog6l",
-	"G0jn0tBsqurt8cuXb349Pzl98a/js2d/tzoXVGcb5zo7X3At0Xz1Cizqdu406TBpW7xBHdEnZP3UedQn",
-	"YIZ34IhwzNIENOY+bQoJFvS1V5pylGYHElOnByUNhVoOHkHUy4tL9+70ZURVEaTgu2/rNXxHloDb7bbp",
-	"PkSIuxXEac/cxbt/hu6GORUmz2xzbZKxxbE8cATknv76ePnBhq2da3WRidnfrrfFJ/irTQ3YdyLGqgJ6",
-	"VDTqXXCyXO9KGDnyg3zu4upW+PCiMJKuLZpqBIzKs6R7kalRs4Ph16li2P4flgsNiKe5tgNwU1Icxlfm",
-	"Z+JKZBFLwdsoE7XohH2Lp/xKOBkhHc+heGoA5rSYphn6JDiwldhMeaIW6KFzLC5mM5VAlGfBZlwuh9IH",
-	"ZaXvaMMA3T8tPYomwuAJPQla9VHJDaCZjnFLGcqEL1GozKG2m6WJmM2VI0X8teN2vkYWYP7YE/fJ3UZw",
-	"zE59rSwGUFLJ+AXAHDAM6vi14lSOQj/nXGjjYUcIXgGcThEzClT+JTO5vkoBGfJUJCBDjOXa9tgxhYcQ",
-	"USpJjU3lyDINeJJasEsxBz+u74c5lOSHbSMK5ySVAOb0qzujHx0tPOHzuDMITmica4hIE7KCe6vfiFQO",
-	"neYP/YjUGAmAxYBKEJc2iqePFNDkPGmA/Bo58Z+UATQAwAqOxlgAXOAjex139b07g8vd+vN6hMs5ngps",
-	"+1PPBJFqv1kGNcwYOBB2vONa0k792dzFTsvehmeEMWn35M5QRvUVaScw2FdiUbvF7GJGww7/2S/IXRWY",
-	"zemEPT3jZ6DTbe11Mr4JC5QdewmSuXE8QA8KXMaHstAjvISY81QfsXiuVFZl+jF9IGBlgtDBn5NfqwB2",
-	"xAERXAdyHAhgB8SPR9jxOkwp4j3ehUgCxCJCiqbkLz0xDwIxyeUS8XiKQKkWha0HogZTihuKuRwx3lM6",
-	"g3v1lynmgkU1yB13av9RaDp/uYY5cyTJVU4Qyp29j+5/n67dkK62/qS4AvfI7zdR4zcdqKn+pIESrq37",
-	"ZlzeFWwHv4C/0SOXQswpu+WKZ7nT2+sLSUoUjyMWD1skDYatAYSDy4ISyFihdqfNBkWPvVQLoRExG61h",
-	"APRA3yaZtsaZpb6LKpnBHnWpbEuAtkyqS8RJQPae47t9o1eIhJfAcMEqlfbzJas7eJv7EtMeMYvPjxqt",
-	"4o44m3oVeKS+hOWexdUXKWHZxB98CctXySf+0iUsu0u5a1SmpLaxCuWIba056TUUkzgC/VZNcrfVJGQ8",
-	"bCwl2alYxAgbMvqo9GgGNQlBoUfQxQV6DQ8lJWdjZnhyvbYKpD59K9j4CqPTO5LobXSxe6vCwF9C2K9y",
-	"ObilryhocM16jKEMW6D8J9RjrBxitRgD2v/WVTI6lSxACb5QdkpFaO6ZfEIphZVSjY31GUPZyEJO8nUW",
-	"8peqrahWVXy1XOlPU1pR8AZ0qa8oYgFvI11stWFMvUPyuXIGYcxnKpc2ph4mYYu60jKLynoKZx5FLBGj",
-	"1DEeiDhlS8huGUpOEUBoBW9s+e42zzJnW/lwsLoSOmRrGDpAb+aAHfT3KeHaVpvagLF3ePAYk2k4C2Ok",
-	"EXRecS/3Fhl7LjIKeKK3cigB1sAUHNU35avMhOpD8HeJoo4vKzOBrGsj3LYnAzZSs1lqnXHajk/evD1j",
-	"q4cA3Y738LG4EzEtHKOG558+e/ns7FkMPXc0MclMjC3WcMwdOw9ZbsRoVOqtx2Ilz+H7ZczaMQ0RAnHi",
-	"GUQh1DzsY0yTiDue1x9QBNaE8V1IaqEI72h5fincOBQnjdjBIYgxUwJzojtCAwJbuV2w8T6LHvwMS0hl",
-	"0rmI104O+v8c0fnyrEzKmYnZBcDneEdDbYwSyMFXziHuqMiUnKBHXOlJ3OxcDpqk3BNbD0YoeODn9TWH",
-	"a6xh8O7WfDPc785w/1x5Oq+DVJupyChRkPxhdIXWWisUKTzBHadKVE5pIKyMy3CWpOOxgBwCuhvuKpXi",
-	"7m5aXrv725zo9RSZPjesUdxgHs2FqOYfTYGwK6UKp8LqZfd4bIVumhU9vRc+CrOiNkCf63gxnYVwxPho",
-	"itUnvMJlKUVrzNMMcoA6rKyLhC+d/j/jculPD03KLJ1MbW8NOQ6yukgOXogx9mTDXJywgbY7gsYwPn1b",
-	"p5iATNwMGpdhRzkORxeudIAiG882NWySXgmJrR2r9lKPHQ9lkapEEq9WVtE3iHsExwy9XWegIkA2DErZ",
-	"wVAe9h8zyWdubDAqLLeivoMjvHRVptx/f696+kGVo/cfD+oYLPQt6kJ315XrZ8wdCy+Vo6pr03u0U5NG",
-	"n+p2KZYPIE4+YLEj9ThicaFTug9eX8TMK/J7xRFBELgLOk4nuRamx34Rc0sVJAlfMg6UnFpyljnVDjsk",
-	"kxVdxDX6hw3esj8H+a7s3J+aiu+GFI+rCrSv8HLM5gbkeD2fV3AYL5Iyg6rJpLl+1cXqAI1JM5g6GudA",
-	"/G4THKsvrFbWZfhNDeuPfBgUM1W0oT6fVd/cRT669CCiKOoWQmPjUonOrDanh4oOMISeDBn/9JrUoNHG",
-	"MyVFp1dMGBoZFHpJkBnr5G6eZZhd6kTqUPoKD8z4xBw6VHRiZy+fF21EI8h4RiOaoqmVjFw8lLIBcSnm",
-	"SJ6hNYaFtbC/oeFVSj8vFEH8DSXJP7ar+HsCg92/ReXHuYYx9dnY1hPPxf+S8Mv1kvqLGGN3w5NxFSsK",
-	"QuF5QP7hbv719WM3jBjlOrVL4J8Xgmuhj3M7bQ1+e+8YJBZZ1HXwfQl1U+TbYW0qCHp+dnZyfvz06Wnc",
-	"cVZPrrPWoDW1dj7Y29s/+L7X7/V7+4Mf+j/0gf/SfNd65WZcGmgOrU2HXeQygawQTBPkYGrkWlDFgU+6",
-	"nyuVsVHGDdYc+PQQ9sZH55TMlr2y3y6Gkms6BOsJptEjXKnk0poeA4wVigdgqogbZMaXzHf8C3IZg1GU",
-	"njQMwo5PXjglzKwAKzAzBeQ6ORIQz4AEPMBUhZ7Y3M1iCs9ZBajOxVh8nnbdC2vGg17fbkuhVb7pMJ54",
-	"b6NV5NFa6VwPXt8A6oZjyLTH0GmVkMDAPvQXy0ocI5gUNTivaYgs1DyDlB+sGXOCEysGFuKiRJ6yLN6j",
-	"D3sxTAQDspNgDPq+i5iW60NhoTcBa1DKcBTAYkbgzFO6GBX9zWG1d7jNeZLamlGgRyy14q4g1673P8Dd",
-	"LihaJsVFoiRcwhZKtW+4UemBXbfG08bWE+v9GspenuUse9Vu13VDODKdKsvm3E577Cl44w1bTAWo9hzo",
-	"yQ3rNAu4GhPF+FTwJJT6abiVyInWR1rDWoIMXvT+VvHiitalDOKG1cT/ypoAgWdtpB+rXfPArYPwRW2l",
-	"mc6lhJyt6nvD8/C1AvXbVSkMi2rgEopa/ExNyqjAaml4MF5RUrY+4HHC54Ds5IMzptw30KeI8DPIO2FF",
-	"FhrqWCGNFaG4tTGeC57ZacScUppKQcz2RKuZo4K8yPPusdeKOQVBSJuuUVihsxmn5///AQAA//8=",
+	"7L17c9tGsjf8Vab4PFUmzwEpSpaTmKqtPYrtJH7ii1aWN7Un9AojYkhiBc4wMwPRjF9/97emuwcYkABJ",
+	"3Wyv1/8kFglibj19719/aI3UbK6kkNa0Bh9aU8EToeGff8uV5fOMS9H9jWuZyon7NBFmpNO5TZVsDVpv",
+	"hGWpZPGCaxmzmUoEW0yFZHYq2GgqRpdsofIsYVN+JdiFEJIlQqYiOWKGLw1bTNPRlGXiSmSMy4QtUpmo",
+	"Ra8VtcxoKmbcDWiXc9EatIzVbgYfP0atU27Fi3SW2i78d31WZ1PBMvcVU2OYik0nUyuMXRuKtd3XSgq2",
+	"SO0Uns0EN5ZpMeOpW3M0lNavyCglBXxphO0cMSUZpwXRatuHB487kR92bTQ75XYotRjnRiQstawdX2Rq",
+	"dCmSc27jTm8oK0sfKz3jtjVopdJ+d9iK/F6k0oqJ0CubceqnvL4hb2VqTbkmxm39/OKVrY0ZvudCmN6t",
+	"ZmaErSOekZKJYbm0aQYT2j4N3HvD2mOlGWcmS5NUToYSfxnRu9xqR7nWQlp2kY8uhWVCJqbTY6/Xjiy1",
+	"LDUsPhVWL7vHYyt0PBjK4tV+TmMthJuqe/VE8yTnWbaMmFEwcSETd+juSxpvxpfsQjCr1FAKrrMlczMu",
+	"74VVbM6NOWKcjbLUTdQRB1tw9454Ze9iZnCvHPFYnQpTXjPDZ/6dIy6ZyUcjIZIe+wk2iGY/Urm0ImHx",
+	"XItRakQ8lO2YVniOz5i4EzEuGc8ytfC784A23G1RsE5YBu7vUJr8okuLbnNmF0LaVNipfw7f3okCxuAm",
+	"w6R4b9mYZ5mJgAT5UIbn8sC4MeE3Qqp8MmXlOAb5SSbGNnhhsb/KWGbVUI5TO2D53G11QFxuLHfhy9fd",
+	"6NqV5NJM2Nx9TUxu5agcebjzv+61+hi15lzzmbDEpZ8oaVQm3hqhT7idrk+GHmC5EZqliRswdZ/P3dNR",
+	"S/IZjJC0opYWf+SpFklrYHUuwon9Xy3GrUHr/+yV0mIPvzV7zxPYkSe5Nkr/LRd6uT6J13P+Rw40Y5Rm",
+	"Y61msCFzLa5SlRs25xPxwLDYEcU5PhUXM/0D3llMFb+u7NuMv38h5MQtf79/cBi1ZqksPohqRMhPsNEN",
+	"k332fq400NOM2x57KsY8z6xxdBT/yyjZODM6vl03DsfBqcCsftZc2vpThK+aj2/ivr7tCT5PxGyurJCj",
+	"5a9i+QtoAvXCtbih5S/YpVhGjCObiIMvzi/FMmbjVGQJa//gNnH/4IehHE255iNHxY5RxMfd/2W8+yfr",
+	"dx+zHjtnA/Y/rOs4kkjtVGj3Ys6M1fnI5lokXXwfnqjjZcOW0onQ3f2Dh4ePhq24mMrzZ2c/sUTzsWUL",
+	"nVphWGo7TGl2wbVg7Tj4WdzpsZ/TK3ij+ynqQsAw3J84JOgJSToeC5Aul2IJjMrL9PZhv09yHI4J31Ee",
+	"VLDH3V/FskIr4j2fzTP31MpqWnUk/KtY1pPK8clzNy2WJqjdxGkSe2YMhySVBUllxEgL22kgqUuY3a0I",
+	"CiRYwyU74RPBTPqnaLpMoMBV9ifBi+jueD9ydz6d5TP4qw83nv6s5dev9aR+t17rSfO1Unpy2z04ETpV",
+	"ScMm/JhmmdMx5vCQI9n4H//4xz+6L1/GeHYzJe3UadilEKFnjeXaOo0mZE+BXKbnmnYXv92ZVeEqcEEZ",
+	"l/Vb6b5p3ktnSdx2M50ypK+4G+95sj6B4OsbS7o5t1Zo97N/6vPf+93Hx93/5d0/3304OPj4f2sv4png",
+	"s/oNcd80T8QKPrvthjSL/bcbxb1TBm439kf3azNX0gjQQ46TWSoLtVXA6YyUtEKC5s/n8ywdwdHszbW6",
+	"yMTsv50sdd/tSIL4Kxx6ZZ+VYjMul8ytRxhrCmvOCDbSInEqKc/MgIkroZcs3rvaj5maC420It6PxBxU",
+	"SSeXxOgSWHqGC3EXiRFPjehHTtNUl0I6OTIK9Csnif729vXZ8fnx05fPX52fHp89O3/x/OXzs4IDOwoV",
+	"OoK3agGb0umxV8pOwdjghiVKiiPm9PzlUKIKWbFOvC2AUiYw2Lfaxad+e7yO7ybh7RvUnqsbVmuJX9v6",
+	"LIYFhT2VFTa1weS/hTHJcf9Ci+ioVMH5ir23ffRdtH2rwHpjF2KstMAJpHKy5eXu9T/yhPboU96alzxz",
+	"CqtIHBWn8opnacJSOc/tEYuF1kqbmGWpOzjBR86eGwsJJjFoQr2WmzkKMNRkN0z+epOuvtXN3Ir3dm9k",
+	"rqrvWDF03vwd7z33mptWiwhsvSyVAm+cWviL+P/evH4FOn6vhquvsxhn/KJdoNXCwOKfKDnO0tEnPbRj",
+	"ydTFv8TIehaXGlD0lGbuAmYdxjMteLJk4r07OpjoT0pfpEki5CdlytMKK2EZH13iFRypuYgc0XHHQCeg",
+	"rBrHC9zfxF+7SmbLgNBeKfuTyuUnFSuvlDMCc5lELJWjLAfad2KGTkCNGZcKzBOlJzDNE77MFE/OlHrB",
+	"9UR86v0m+ccuVLIEl41SLHMTgckF6tEbYW32iYU0zK9U0Jyo87RqcDoMNnORGnHE4kRYnmYxcxqLQXvF",
+	"citYe6Rms9RakURMi0xwgxxMvJ87VaYDS30j9FU6Em8lv+Jpxi+yT34UBmfgJJCztxIxShPBpFqwtuhN",
+	"euxUJKmT9QvJcglmJotHmTIiiZlTlXEdbyXP7VTp9M9Pe1gvU2MctYOdnFRVApjWXKuRMMbt7DNpU7v8",
+	"pEyQobDy5A6e0wst+KXxHkwcmuk8E8Ac6TNhGGczYXU6Al7k2E+ihAGb+FKqRefI/bPQxRbaUZqkRZt8",
+	"7iSASF6KJOVnIDM+LVXBxXYTM6g7gbR7ghPougnhXqS4IBBxbSOEe+TKHaCSpnM0lCuXa4GeZ3zrujLq",
+	"FE03HZojaPvz9FcBZz7XjmXbFK2AkRbcQjSj4s5MuBVdm87EuqiNnEG2g8ERtTJu7HluNr9d5hldd7Ro",
+	"1kZDA+jD+hdzLcbp+3p/1zjVxrKqywqV+ZEWNnKqnxYjNZGpEd7P0qtbqxZX6vKWKwD5CbudWjEz2zbv",
+	"jXvc/Y5exLXmyxbab976+x2tYtibYoBiS6LwWFfOobKkd8UgKCHdqEgpT+AFcEWSJHU7y7OTgHLGPDMi",
+	"Kj1gHwpnrzPHVG49Py2nN/gdv2y9g8MLqdCf8aZteeWeucVuzvj75/iDh+B8oj/2V/Y5auUy/SMX9LU7",
+	"0tWtr+76tj2scXscMykWoEUBQyhdexG5jVLDzNRJGlCqlByB0+0rvLlf8H2LWngm9QzmQnAtyKkwYPEf",
+	"88vzYd7vPxylCfxf0J+HD9kFN+K7w1xnAT/CZ+JerX/qzq95sZRmWn2Roi1bpbFi/3baSJIxNTsZRIm2",
+	"XnPx3mJkan0vYBLVt9WuKE9S+0xaXSPv+AgPcfVMf/MS1cnPiIHGF1vBZz3c47hWOvCRVbruZYrNeCIo",
+	"eszlpHilN5fiiMWXYjmoEo37lNxT9A3YiM3UErV4vY/D0ShZPeiRKqfC2u4GMYzHJyIT7icQVGi4WbSz",
+	"Uet9d6K69KHTknqnfPHSKZUTEX7bNZfpvKvmKDW6c5VKmCPw0qiF7paNUyaPTMOc4UQ+7ZyRcW6N9kZ+",
+	"3Hr6SksSY1aFVDYQclJ/vkpPGhglqNLnOLO1r4FX7igX6lgOBlKQviN/a6JyW+kQPf1V5kOjN17NO+E1",
+	"5R3/7PzmR25H0ydOtXFKQz1ha2HyDDwQ7vAxpUCNGWcX7sfgXMH4OlgTaBRcijnQDETfL4TT8NEqhSCB",
+	"kuL1uDX4ffPyYFqnMHjrY7SjKfOusqjA07lRF1xRT8Atv/N5VkaqaGv7FCxs0NdWD43G3XxOtCFrNIin",
+	"tPusV05+m87uX187OXShHsvRVOmnvCb2+JQvvRmDUUYVRhmVnjww7KISnzQYdHTUUgRfD37YHHqtcRHv",
+	"thX4q1O1qLuQwbfrInmmclnDMl9fCc0nguH3LMlFBAJrlM54RpkErK30hFlleQZu3iM2bPWHLSYyIxZT",
+	"oUWnlqliLGNUs8lP6BvIccCR4yMmZnO7LPOh5hmXbMqdzc7mOh1R0GBtGEjyEMk5JKE1JfmVhwePG8aT",
+	"RCTOQnXf4klXciPJG0JhGTzpoVzbiH6wCREGBGAA5pj5lWDcgmvUsWr/Zv8un3y2mKpM9NjPOC/NvbE8",
+	"4nNMSnB/oKdVJJhqN2CxwnPDVcdDyUmSYyoev1BXgsX+V/SUzxpZ8CVGyXYQtdVXNG1vMb00OLuNm9Xb",
+	"bXg8hlrh2ySzKzvTNGH3UHVjlRTmTqZMOQQ7pg5EGPBez7aCy6Bk4Y8rZlV7CYrF7jBBiHJvGFDwWRdz",
+	"YN0eFIk+2yaxwoaLVApUciisTxF2OlY/7zUyWz3FyPOvgKus3vw6fn8t0Rq4WUbKPb9f0p/XvAwtaNDi",
+	"I9Ty4PRaQk786gYtnqUj0Vrzv+BLw4SdqJ5XKYie5zPHii2bKWPZwT8f9dlf2P7+waMfHj9+3P/uh8OD",
+	"7w4OIxJUxtLFL7PTMf3TMPGej2y2RIfnsPWjyqUjd5nPLpyJ3Oo4IgcPyB+50CmmNK9RUZlWtDqDUs71",
+	"a/lHNeVtu2ckTLarcgCeZTvoYs+T1sd3UbnJ5cmVPGO7b8Zfyu1P+tu0Q1pKeD3cTDZQbL3mRAkKAdu7",
+	"UCoTXLpflinz26bzwl3uUzFugTN9onlS6z+TZiG0wNw+lVuMzUQUl/Fc/oFhY55mUOQQMIVgXhiLqnl/",
+	"gvEqJzMoboJKOIdiA4FRXEoGYVOVJcbzQ59oOed2ytok8ihoZvmlkPgiTGsBVgYp6camWYYXonPE4hyi",
+	"So69xUUNQMxIkLqBlAGhXWgkOC1nXMIgEV4xpyBBIrWT4/QMNwzzHt1FxtjeVUVLquzPlchqBNVrKZhw",
+	"theE6GuLJkA94qi4QErTLjoknP4by21u6pRId5DbXvHSPQMEPc/4su5wnTXGgYAwHswE11kqtC9/8WUl",
+	"kHiyki9bv02QOHIOhvA5pfrUF97AcRX1NNfLOd9BetqpVkWUeNMmnRUPfoxai7suFarVAuDRc2AEu/OA",
+	"FcbkeQxRQkGftcwKYs43kK85cIT9g4eHa1Iyr2UWpRa/UPoSLtcnEo6oSrs3oQoSFVUjqWTjPMNLqQWG",
+	"QCGJyuku5xjUdxymzeknmhmr5sbN++Cfj/Y7dylpV04RdrH+yMDxeaqyGudgfJWKhdAxc6zUHLGYJ7NU",
+	"xoxnRpGPEK6JkG4Wv7fg61bUwp8F45UkGRRi3E1cFHy1tYr/rnEXTWvf6CkJtqnWdYfToJdVYgQbdt3t",
+	"wvVjfrTilpqb/3FaZ89/F7Uc31oonbQGrZHSWoxsd6q0Ed0LyNdd+gkO6KjWbluxm8Xm+4UFxSMHjw5X",
+	"D6Lq8g2CTsWE1hidVRrMrGyJZQtTbqZHTDohzbSwuZbI1cKByStVFK0c1AWPb3mcfsHF1OmVW87xLvyr",
+	"4eX47A7WJ43umudvXrPDg/3vmbe92Ii0vbI24+2bp7CHRZr478fd/3334WFddnjUesrTbPkWwgNrW5jU",
+	"ueWO2duzJywpnXNoXkZFZUD36dO4OqOD/sF33f39bv9hyGYdb6k1oE2TGoNuo9xNdpNzKCipK8oBuYUp",
+	"t0f5LM9KHXCXSrrwBBOMmDex9KforKuNgCvZlWICQxdOPS/HMDBy+LjX769sHXxWPc7hMPmwH+0ffGwP",
+	"hz3847uPnb/Wnm6lgis0eCE2FMiPkblqRfhhnez4iafZS1JHawI9nBQkyFRaTNNMhFYJZpKlhuVSCz6a",
+	"8otMDCA0CAItUwszlO1xxicTkbDY20FxJyozzlCDNexR/2HE4kyNeBZTdMDbKpKlskvmy1BicryGCp4E",
+	"yaG0YR4YZqbOvFBj9BSi3j4Md8RNz4kTmIBTvtyY9ZuTiix5prWqkauQILq+a5D4BDYT0XGZu0y/X7J2",
+	"DLMyv/ff9dDScDviAye+xhIypGpV0BlF/WpL1EOixjmWP6ijbPCJ1oeXr2qpQoB/M7XoRg3dvqGLF9IN",
+	"pbKMovfoZs343ECiZJ31cfM8kJUraUw6kSJhF8ug7qFhJ6/t+tSCU1rdTVI+budUlHZFkbhRLHTNMUhL",
+	"8gOsZGMQJTTSzo7KVpW8yo3fQZcsdnyVFJdRUXrN8yS1LFOTFfXm0ap6s+kM6uyhIohRT+cVafWJzKUy",
+	"cIZzAEsfHTEYGEkNG/H53JlKtjTFL9yrbmwP7W+kyDUmgWIbpwO33rD26U9P2MOHDx9HXqqPc5trEcEC",
+	"Usk4WwquO0eMhNkA66KCyn/c/wJfoRIjXAm37H41mu5DI8XfhVqKbPezK6S/CJ5hDV9T0Lv+Utdwv1VT",
+	"hNtSCidiLmTi1FqvEn0YtubK2IkWZtgasGFLXQ5bERu2tNMp8KO8zKEftj6GWSXrSTFb0l4M+uKcNea1",
+	"gEs48TJL/902OqF31G3j89rcyBHPMqG7o6kyQrIU8tjHKYqiUhGkIEeo1vPun8fd/+13H78r/9k7H/xP",
+	"992HfrR/8H29wr/i168phpsLDq5UDimb7TmWj0Ts4JBNVa5Np9DGbJF67FQxkyrJ+IS7OyoTHzkxRb76",
+	"TGnM66yaJrz7ZznxH6L9gx/qJw5+ssrZrIWz3jX97NRdj/WtX3PlQooKUPV6AmpD5lHmp7XVxwd+QRhn",
+	"2+O/4VOrpIVDRSil6U11dBb6lWsNKeOvHdSerW5CmEB3fzuR+RLQHVQaHdZu7vS8EfZ6ChYZnTu8/M6P",
+	"MCqgBHI0NcrlBkupPWi/hxt1qjWq9ypJUWkCMXgelLoGPi86p+9AQ6qJwfrtcDpAbmuCrVl9rS/pTWuF",
+	"vp9EO7rbyOp11NRbUU+hg6xQTiNt1Nx//PwIglUGYaDQAHNsn3HW9koq4SKxOU/17iEtmM96Qtuq/vLS",
+	"2a51fp6XMLoJXfvo8HEMyqlyQRiUyyURcxtsYSgIk9my02NnTiWc0bt8GaeEJAqIKiojwHIG888REfkq",
+	"0OSOwo8o4wlw1qDq3liYDCSvLKS/TldC6zQRCJhV5DvKJdYMFo6qAollKEEhPzw4gIgoZ7PUmLnIbPAo",
+	"umRpK8g94W/m7y1IxgdNY6ejQfrbdC51tSARnciJTkfXNd92y1hyV58cd6vJSxfcCNh/UX9h7+xW+hyX",
+	"ebHKnTIcvL8P0xwqUCPuRYVi69aPTHY1EazXfMcbE3FwknV3Ho+q0ZubZstNjtXSN1rrYyUjkewsWFfV",
+	"EzyU3hWsskQYi6phAXS0UPoSAgwjpRNEF4T4agpQMCY17rrDwD12PJTuvcVFZ6CpM8MXTPr4V/GmAVzF",
+	"K57lwsPAedyuoYQfPjA99lzWoM9gMgE3lgaAkuSELws3s1FszDVrZ+mViIZS/JHzDHC2lJ70IG2h02PP",
+	"ynRJr+tOucEYcbHcpcdx2+myBm75usyArQ6pTe+G1xZ6mNOfdzdIV367Mi+nhN/Nu5ouRanzm5Yfr/Ym",
+	"1DqrYyHHSo9EjKF7Sj78w+kPRyw2U56oRUxcl564yC2FlA2Lg6h+fOQzBdCD7WtdKb0gjM3SoK2ohSO0",
+	"MAmh1lp5RTVkqzrbNJ9x2dWCJ84KLZy+myJ0dW8vXQF1mcBGaX/nAfxwzieIgwDFKJTxg7fF3dJdatNe",
+	"y2fv56mHlvLBB6yQb0V1sQQstTeAkFIW4wMyi5oLyeZu/BiL6c05t1hDNAMUznaZ/YOhFQBSi6kKPw4P",
+	"pZgCfVl7Gq/xMlX5KPmTzjmkrp9TkGxd/twopD4eC3CknmcN6ttZGVfBR9hM6AkpRej98poIZUGHPkBw",
+	"xnuX91Ai36cEaUrHbjsi66IatTu/KvS+VZawcwmmO4Stw7zWkxf4oLcgzSaJVmyFxz6t7Fzv1ou7ToZW",
+	"Y3Wom6TJLxA/tjmUAjDBju89CE/UgALPEx/0nGEdGZelI7Q+jAJoZzs61pPUnOc6q9/pRCTpyBE6xfne",
+	"nr4oy3x9JJ/NuLkUia8sSMdMKlkftloBfd2BIt7gL36jHzg5NE+uffUW4mKq1KVf6O5lqoQbR9RYc4eL",
+	"/K3qSVeHDPc5quMxK/GWYIl18u+1nlw/vcXdVe9opPL249FMsOdy1PMLHThuuG7k1zPF3bTotVKgStbw",
+	"/qdiIls5gAmv/G5Lw8tfSYL22kDAEnaBAajhEvRGOsc7u+KbHocr/vb0xV1d1JVLt9Elgo/C4NtuY8ON",
+	"eFGQR3kcdHubJAgmETudJJWTiMXucdIz6B0dNlZOA3RafyBiYqTFis5BY/HcKscNxuMmpeMuQkdOd/ns",
+	"gSNENR1Nr+mjxG2OGGVAuH8VJEp54usMJ/aQ5mgeFoH9AhHR6TTrzux6znU9fvVJOc91lI0bcZb/ME5S",
+	"R7Qr778Ox1iB5b8J61jFve+xJ1tIeoXDCGPTGabXEZ5+Lac5KerjVs3Nasy8zO2rT+xbien1u4/ffTj8",
+	"2G33f9/vPn73/+3/3u8evOvUBvVOiLJun4085ml2vssdKXLZ7lyxcIupu9+3NDJ2dZVv8pBHzEBWfMXm",
+	"WUdRWBUWjYg2SmUNUDfgLN9dQzqhH6y7UANL17vgC1+EdxxiUbKs8UVcn62407sLU2KDclIaBHSmIdnS",
+	"rpZ7eD2N303/+ip/cGt8xiNYAU7JL0n495uEAYvf7Pf7/e0/czYtUEFB72GEg8yRkzrb4wu++TtK9vKG",
+	"bxTu9Ng15bu/qzveR/d01WLx/7rt9b6PC7rLZSvpo+ne1BkGpKXXO2MIhBti6FNlqfxRSYGZMlbwWYQN",
+	"TRxT9hHVMTeWKQlZFx5a2yutfEsNZsQ4A8ezGzQvarB8UaavcVort2TcAqAaa8duRTFGz70Cgii32YIv",
+	"DZsoZhU5cdwML5bwv3asxuO402MvEMnU5/5wLTDODks0fEkmTzJg7ngrhs8WiweO4A5MHlAmPrvNQ/0H",
+	"djB67oCNfWL2tKPXwzOqNZl+KuYZH1E6OJXppsb2bsrTtnOyO1VJXomF10WOUBHRYqauAP73vlSQjw0k",
+	"tslECfT/6gJ+gXLlQq+q2iqGtbFIN2IoxCPI94tYwpcduO8+E4HFfoQVg2ZQibF6vIqiixJ14ao03oqq",
+	"j0CrOwHt8ApzZ871yo+c7oc15CMwX48cR+bzCMJ1kH/IeOK+4Drl7pR4xsycS5/zRm/JIFbG2pxd5NpY",
+	"lnEr3M+B/cFcI6xANxYq2jPFk44bewQDzFLra40W6QhrXigfpchhYu+9Ag7TWjbNpdMre58NMHDjl1pJ",
+	"hjnoV/qMtR/12YwEkT+8h4w+8Kf40P2Lqr/xRL8/KD6C040q5+Zm5c/uoO/R6dCIYFI1bifETWFbzEog",
+	"ArbgiE7abRVUAyVCd93jBjJH3WRo16rtz1gbgQ7c7mMpl+E21wCWXLwc0sawNeJBf+9gv2hxCOcR9JFI",
+	"TSFrOyid3UxR7AE40NzL9x57GQZaSoEXgPeEYd4djW5iXauM0Y3v2BobZdwUAL50UZWemKrp7S/7XaQE",
+	"nwQccnd5dcHNnSfMlLlAvVXcqo3Vm/65Ijdid6UhTG/alre2ir1WAuAEm1FOoVY7INC5GpAPdvrTE/b4",
+	"8NH3BSxeokb5TEi77rVEfOxaExw7Y+y8/qB67eNaPtj1E+drYBpSm4kN7oa1JI2ptXMz2Nv7o8jr7CXi",
+	"yuOVmz1ECsUhuybLJzujy8K3fkbRplT9wj25Dku3Eu8sa05YG73Ug729mPIOktTAnx0f+bTKmQXh1XZ3",
+	"fi2V4/CHyr1u45v+OtjbGw7f/HdDsWfQPmET6twOKc5ldsV1a+xKBqXPH16evUwe//2P/vt/XPw22n/x",
+	"/fTkz4Pjut82Aa9AhdC/cupo6+wbymlYy1mn7BsvCkyRhGmmTrGxUzG7M1iWDclX8lwU6S4bXdg+LWYL",
+	"elqBXVEPVwKGHfWmOCKrENBuLsRSkQAnOMH2ClbGrhhqvoPFLhMoUe8m6ZWQ7IJj9cBOw2zCrwkzgQIE",
+	"G99eYSOGDSAT1+dA0MSvReZQOrE9uFE2MoHnAxyrHevdN+2uV8N321oPi7WDmxIXt1YBWiC+BXwhJPZ6",
+	"BlpsQb1pf0OjHCsi6M27S7mQN+4AW1oOsN3eD159A/wdz5cPqy5S8nxugrizNivhl/YP+ttA75pwRwuo",
+	"u6nKkiJbF5oUl+VQX3ZVxv6/Ad7dLUTDXYLkVagm8Bl814+2dj8P2TCxgqISIi4WGBcpnOgUaT7Rh99t",
+	"a4x6K1C/gnFtubVvPEv3ltwU8RCKPk6tQAx6JpjUGnfYW2FdpYU7hAkKI55lAaaYkAko0wHGk3tqxiWf",
+	"CK9ZHhX5DvitFjwJymKw71sFDwo7j0QFLhT9vHbSZ0Q8n7DfxobMTUfKD0zQI+n2aZrNqZe73q+bJBQ6",
+	"ym1M4y2a4npkAlo2ZLQH4duwVxRaGqlmanHrTWnGfViNnoTLuF5E0tHVDZMQUcKthx8PrxVJpKDhMzlJ",
+	"pRCEllU5ljCwuWNcc72bz/Wpfje/+3Uc4ivEtssAjaGzprO8ixAN8JrPHqKhjsjXDtF8eSe4vjTCurwb",
+	"hu5/c7Gs7/pihGVpWeJVwKtQ3zZvdq/7qG7gYBgX3WfK51V+kQUPoyqJyXISASvq4EsboXmMF9+7oIlS",
+	"H6VV+Af4tJitn0kAn1Mxoir8NNjtdxuOtkHJqBQK0KO+Ho7KIRbQELpMNQs1BuT+K+mzgZLgBxfXLTj/",
+	"Ob0SlYId8I0FemiMqE8Xyk6P0JaX6GGPqmvJ0jEA3PswxrpXtEpWDWgzK+/D+l+RjY9W8Wa8xfM9S/jS",
+	"MD4VvGpz70iu1Xn0GfovGT5Af/2F7UfYAMUq9l0BEIfR0ornv997FF3rBqwmiq+qXLQbq3BBVqkm+N/r",
+	"AC0VgSTfhry975b4qN8P2oPVd61YM1XWVMXqSUJ5NrRZ91jDkAwBGGMw6Hf9wx/6/RsB/xXXeQPqz1mI",
+	"R7xhtiFuNsWWFkILNsszm86zFAKf24j7HnjmHXC/YpsqTA5fXLdlDaXKN4vhNJbLNnlYr9sfAp8/F7Lm",
+	"hJ+9H2W5cawuAKLyoaxdeQYNAF1sbphuSGzct3yovLGygs1hKtjL4+RfubEz0YD819QKjsPPoML7+ppB",
+	"Q3+3t8Z3XEF4mh19n9e5K0192oKhKRLe5lRtbghJNwdXmaaqdJ4Yt+xmYOn1eWY3wza6ATDhvCHnG5o8",
+	"VrK+y3NsryQHdCJG+eANPWQbFaxNTvAdnNQrxF04qD2qTk2XNlK6is5udhdyv77VWmc6+n1o2RTSGA4P",
+	"9/cHjLNRlrqNLNxL7HG///3+48cHjw6/P+w/fnzgdJJZaiy/hCil07j2obw78P+uu3eTZINvlycJaxf4",
+	"s1ZB3wSmxuNOgavX4NgNsh2OvBcwz2wJoN6/sdu2u/7d7WA87h0D0jT1R81LJoHKDqHMT7FlAHrWN3vQ",
+	"e+wZOcghj3TMYiMsVTvxJInvFrPo3tuqFJdzg8YUIECs+xUaQMY2uA6BDTwwrKjA9eoViGOnHCKSiY8X",
+	"ptqd286uNEy1a9QymkO1eAunIoOMNkAxCGNMcK2WSDOIn2dsmbtkihYmSF6J2rU9Rm03q5+gpag706jw",
+	"O2JoEdzJC15mm0HWVW93iO63Zfy5isfdLljdUWXhlMIHG8M1ZN7FRbOGG6np4MQqUNToPAqiqSfBu2qH",
+	"cBfOb3cuZKiXjt+1fnyBr/jc08h8jpVgt/OU30dXpjspoKnoQzfyRt+s4wOWxGeY17XuNX60uzv6E7mN",
+	"1zevaTPuwp37ZfRLcLO4f3dunbeVSknXt1FcuXfUX3L4jrl3GWYouy+AdUMILDvVwji9oVB4ewRF/+5a",
+	"FXzK1roKlyw26USmcnKOvdJjwJvLswxLQiSi1mkx4/rSQ/9QLaupx+1IJ5LbXIvzqeBJU49un7KDz2A2",
+	"74hrnQrDYvsXdIblMn2POX3R1T59NhXvWTFEkPBXJpyVCQfdN/7BpomW694EH/PLy+Mn3Te/HB88+g6h",
+	"cKfifeeoSOCjlqzoPfSG7qVY9tgrX6M4lCW0vO+gGv/t7euz4/Pfnv34y+vXv56/efbk9NkZ5tFL9z1V",
+	"MrvzMJBFb50s6ERD6VRBaglOzjRs9/PAPQlJ1IjYsxWVqRbM5bep0EScmOx88vrNmRPZZcWlT3SkldBM",
+	"ezsOed7YeuvEyWpJeHAxFPmjmwDS7BMtzAqE3Dg3Aly3BQY4H8pMqfkFH11GbK7TK25FxLJUXnahc4Oj",
+	"aqDpRWoEdOOY5xdZOmLPT/wQjvKHEptLTJWxcY+9yQGWOkuvoCEjFkFwORJQZZvLbHVmucTo7VCuHPPx",
+	"ixevfzs/OX3+9+OzZ3+BCinWxpklTm1Vc2d4dnrsF2ci0Oq1GErwFEJzWjoAGmqkpBQjayLC63366o1T",
+	"rlSWo86AZRkw86WzdoYSUyE5bh/PVvAkW/sH3/f6vX5vH1Lkmd9NvzuDcHB6scG2vdhKCLTqbYuuWTP4",
+	"iGbOHNW5dDzGsNR2jhhnc62SHFqx+yvkTx6QuzarDQiks3LZa9hU5Hn1u2b+/pT2scYNdg0FkVvrFLl1",
+	"8t8vbFME06YHIyxNcN9pp2GIkPGG2bq+9cg6kwd7F98GzSGr1zm1zOSjkRDUYn3rJYad2ibUPHb7ihyr",
+	"b/cPPztPkw0vfWBY6qznzChiiIbFAbP3h4OmsvsyTeICQVQlyx3tpXRXAGhMGz8f1UIMopAbCTclJ0LO",
+	"zk4Y/iDceal8T8YRnwnWJkxYZrmeCBsxKSx014OjjaAuReW2s+GQwvn5M908O5qBSNjB+/f1oZ5G0C8/",
+	"T5+oMtICcOt5Zhyj/SN3TAdPubebgo+kFRBERDfY35rqvnuqD1fb6N1bucV3ofiuMobPrgPThM6EsY09",
+	"a6/Bq5Jcg+15PqtRYn9RC5Yparbq2YslTWCX8oLNDKuQWts5VlBusEbVj/oHt+Bpx1gUHXsdxwqnEFSG",
+	"DL9qShX/xiduwSeuozXaYjTwYfmNgkqQQNsrlJnFFPGMh9IrmKlvsM5JodlBg8tQW4HYbj6Zokq1mdt5",
+	"Rkf6yVaeFt7EbRyutmDp7ekLXBQdqFNYSSYX2j4hxzhzhpJJWRusH+qR5UwBUxQxOY3Eo65sLFuCSq4t",
+	"VUu/FYD4KzmzGMSPIxZj6p3711TlmlzigPjl9PGVIuYjFoPLJfa5Lyv9f9jxKkRTUGDLzUYgJmb40gwC",
+	"uwPJbqF8paqvAY2owfG2OuHdS5XXK4oRvKEoGvZDyi1VuFvqkMOUIDwBBFrPoTDE7b+jSSgORM/Wu8Yz",
+	"bQjuA85sHdN5Lde6Z5VtWdaxuwdBRUzY+Gkoq4C2QPuIJBd7hHnTY8cXwDxEZsQCLF+oJkOmK8VKm6gN",
+	"kdt7bGNS72Z/4ml1NVLgdV7aNMh7cVeV7kNU9cp3BkMZhBXc6vPNcQrGs/Ry9525VaeL7a1RatmgyrPk",
+	"x0yNLp/y5aZ2VSs7imguQCgEzxn2+sY230UT0R2VnM3NU++wXapsiiakGk/05o1OacP8IJu3/BRQ0mt2",
+	"HXrM1cCXOd6UpMamcmSLRKigxbp7Ke47QffzOWvvR/1+v1NEoq0PHLm/Y3DwxEwjG6vpHbmZACpZO1vI",
+	"YXcqaEpeU9ZpQXOhizYKWMQql9UGCrvHJyvUf0u46q86Zypq6QIzpSqBEIKAMiAdAazzASSiCKUxAUHd",
+	"9KBOHeur6aNwL3f6OqlhqI/S1V1jBETXtI1b2ALKgCZOfKs7pNXigfHlhZ/yJqXNHaoR/cupZoD/lSZH",
+	"jKOqAbIYWVSvsQp+Q2YDW0DbIurmWSOfKK3UqcDECWlrgmSCoDJ8xOfrCeBhylnUgtdsST1bkXC7rXV7",
+	"cgKk0ghenyV4nX64d9Kvrf4CrFM+5AiNcp3a5Rv3ZoJKEVwLfZz7hOw1svF4rlD2y9pkeR4/ffn81fnZ",
+	"61+fvYo7GJaD8MvxyXOMR8V/zC/PMT6WJhgUoz/R301xMmrkAEsFiQjTKTfLmWmtj27uqRyr9SkGpbwQ",
+	"GoBE5a4VkkuL3VPAP5+ORI89yY1VM6H9J4ZxcwmZoJQ8mahUToZyofRlxIatGV9ibo7Skz133ntwbczc",
+	"iYRXpXpPqTsvnVr712GLtWNnk7K9q/09LK70ATK3QVD1WNQQCsr1IasOJ+yMMcFnpPga7GYJRnypWqgx",
+	"9fw6PnneG8qhPHN/eFAWb1/y3E6VTi2m1o2UtJqPsCst+1n5yAXgpYz5SBDmUCIyw1I5lDF8I3m2546B",
+	"z9M9Pk/Rsp0I6ejCo/pBOq1MCN3PR1JTaH2UQu6DtwmGMrUlbBODruvQUmXKZZIJDYv5P/+HPYHWo7gH",
+	"bhlC2hRzTtwDz2CceO9qPyYKTZWExEHD4mNc9Z/w4YD9CCRFxQxAxUR7ziwVGm1epG6CF1TjgRukC9/8",
+	"139Vr8B//RdrC3mVaiVhq6+ccXyRCVZzM7zigBvtzBoGRbKJwp2ChkwRWX7Qh5RLPgGPQMYlLl7piQlK",
+	"acEPAqsni5J5L0KP/UaurLqZVLCZ3S115JIaN/Ok59bKpVtqeYXdOuES93q9uBMxSmhB+VVSuJve3gel",
+	"Jx8dcXQvxdLEPfbcwsREpuQEInGEP4ndVymoDrn3ZsB8CXK7qEGOw7vji4/dG9vrBcgPkBcbBLU0kZu7",
+	"iYowNN4fNyxUJoM96bMsI/dKH9P2GQRobNOHYZSyA4+X1c7tmnLnFU9VB6j5GPrnQQdApyJdSrWQRHAe",
+	"sfKwv3/EON4W4J/eKwnU4/YJGKyn9KGUQiQm+PnDI+LAXXg6YVrlVmAD38TrHJg4gXt2KZaIWcxn0FBX",
+	"DiUKCgRjKx6NgkEOYTnP+GgaXDrfwRDgTOj8ikR6OmPUV9HbBM6AoYzfd70wwymbmLWhJ6H03d1mjkaF",
+	"dIyPNhLQ9oDhlBpFRNdhlRmkhjkGhcoFtfEsfbysfXzyfChxF6oiTukK8RxVr9Pp8dmz8xfPXz4/i6PC",
+	"1faoP5Q+wapAu4MRPZbqAPt5BQ4RW27swWO6VafC6mX3eGyFjlFkJKrsUuyuVXnm7hYtWXzKrYA0oC78",
+	"N47Cj069SwIck0NZ+QpSeAlW0XRKdA3Y1QcsUQUrVvLK7ZqSBtkiYYnQrTJzJQ2EM30awv978/oVa8dP",
+	"lLRC2u7Zci4GkAZIHHzvX0bJuNNjb/EyuHs1TkWWYAldIT8uVLKEF2rhKNMT8mG/Pyi62aWGmTQT0mZL",
+	"lk6k0sTOnL0UToDpPMOANXHPUmqAux1EB4cho2Afir6PwLt92BZ7ZXJwysJiMTskHA98vKhdOw62unh3",
+	"rZbAT/4b/qbwtFNNw2ffdxeLRddpkt1cZ0KOVCKSmLUhRBCPcp2xbhIzI2SCubrAdpeWDmLONUUa3Cwj",
+	"74B1C3Xv7PTYcdAFNEk5TCPoBEoJI4wd7j9C3/aQ8N2wwXllh2e5OzOxdtJYQzkcDltWvLd784yn0v01",
+	"bMVwVIDwhhNuhJkzrF3ZGPoeN69D5kfsZg9yIjXs5lhtDLWLw34fEGANBmTccYJUwyufShYjnF3pvTw+",
+	"eQ7SSM/MwG1xSu5KbDdlp5h+AKf+YdiCr3Eb0QD6vf+uhxYBNpKfCeMECz7iN5fYYyMaaoTu6WHrYxzV",
+	"jIRU/fvDd72RMnbDOFwyMlTcqyD9aO1lqGbXvCQFnlVsgc9xp3vtXnjEKK0E7zjoMZxgd9txZRT3xLAV",
+	"DzDCg8TkhA5IK/wT5SbeRA+4laUSbgP2e8/ymXT7Y3nQQxxf0QEiRFA1p464c5/xzF0QkUBRssT3p3Ke",
+	"2yMnq0OBfsGTMHbovn/ob6ITihlHB66X4+3SWHJfW50CcnUhhaC/HTWK6bi3HcISxyqXCZxoqS2CuGwS",
+	"2gnjiP0tFSkDUw6ze0TAtXZKyXLupSYfTZ0hM1UJa8fHWaYWMVE/diTGjgYwocfwgjRhPNOAPSveuweP",
+	"2OH+w+JM6RZapVjG9UQcAQsJGahblU+acUd3xA4PDgolyMsA4M4XWvBLA0oKC2FHgKejEgPcmywxnwvo",
+	"hSe0Vz4COVt21WRtwo/quJcqXQroUm0gjQS31QuMzhF7hEfsDUk24lIqYA6JGKUJlOElwtmJAPUGiLL8",
+	"iqcQ9QYu7/YF6oFHFf8uqMjoNR5n6WRqj+DahXoBBPoosKwg+2rp+HjBsQvkOZ3aQHdwNP48gYHAtojA",
+	"sIgqunOACE/5hO7opcc6BmWSYOO5HYFciHcBdnUGAQ5NtoWhW1lR0TVeV0NxXRqUbNRi0BJMj6K5sLIX",
+	"QKko8iapdIbKgMV/hUP8y36vt9/v92PW9vrafr+PALvxXzFv5S8xaACyUC7dVArg5zmfiAeGxUGiSxHT",
+	"dJJG5lkWrzchxYg7QoyGjorjk+etqHUltKEcu16/1wfH9lxIPk9bg9bDXr/3EAF0p+Cm2ZsKntnpnxCl",
+	"rEsNPia18KDfdzOjWm4P1+8ocN5jFEyQKqDOXgsGRtp+nrQGrV9oKKhTAeUOpnDQ74N/FEU+ZO2sCHr3",
+	"GTqttrm0cAh07NS0VqnMuuK5ag1+fxe1TD6bcb2ElvFXQgpj3E7ziQFnoV+Mab1zP90LSrZrt843qyEp",
+	"fqKVY4Qid6L8vQVbzkDePkOX3vqO0Ru271ipAFX3ajUvo3ZbaB2bNySY/ayYVePWAP/elaiEZCfK2InH",
+	"VkOQWdTP+WiKvM2xxiKZOfLmJSCjljT3wEBCkVjfyVOc0GchPRgbwJ0f9R9+gvFeKfB/JcsjcoEYn1vu",
+	"Fc4E4LQ2Hbebc7rtAlzt75FjYg8dE40HTpEL4NXxz8/WXDzV18ShPaWhB1IC2VgX8HdvKF+Bm8Ku+ZGR",
+	"N1aP/hm8kzrYAe/THPo7mEZ4w/IRCuv9LceMx62P/wQ3mR5/V09uda8onvOt9nDWjmgOd/oVTzwSJ/xk",
+	"f/tP3kpy4/6JDXYOkTg3/+gnpS/SJBEQWz48eLz9F8fJLJWFf0Bg1WxJaD9WPFvQZt+fe0B6BZafpzsE",
+	"+xt8aM2VqWMw5hJ0GdCwYmeSxKVfPUYGVjRPNHOnLUq1KHrNFSEt8G5gcAZQH8fMqCDCNGPchp1nIsat",
+	"mqVOoVn22FmBeDjnxggDKXZDmY6jlZ81ozrHoHr9N0KTetgczOs5YpzCYFQwAXpPPgv9OrDyAevHmN33",
+	"Rw4lHeB/eUWOvsJgKAwc7zZFswL15NLhGis9icHYCG/fUML16/RY7Pat2FpF5f5YwqPFJDXQJ8V7wNz/",
+	"6h4eSg4H0MX9od4EThmdo7c4XoE6jVl77m2Ug0MwW03H+7SwJAkLDZwiDb0XIG5A/jEPxUx9fAotMtxN",
+	"SCyDQwX3Hjol1azMxAjQVLu/uhlRwVcqoZUGaz9/dvbTUCaaj203FXbcpehHN1hL91Isu/jDDlIQ6KTF",
+	"AXGWpOOx0ELawjXI2mXzpcjbKuBtNNaXyqxtPrm3WWrce4zKrrA5hHcdHtRuAoWEyoy1RJBpQsIFaZJn",
+	"YCMNWEzJJHHolDxisZnyRC3AFxloAnAWEOU9h0yY+IjFC65l+evgMUyRjT3Y0lCGBRK/+W9xK3sMoLBQ",
+	"sQCrqdAsQlz6uOhHFA8lLWvAYqc+x2AeLgyNnoiJ5klBMBHDEqq42AzsYyWHMpVdr3aix1iz9urPOxGL",
+	"sdKxXOmj/sM6YfaEQE6vJ8SqQL+/YBUQiiegoB9VsrwzxQSmWAijanSZeifcmxJGY0MxQI1mBP4HkQD7",
+	"cvY7pRFciBHPjaikVAJtQ1Y5khBMdZ3CmiZEP9qr+cXHqLXiXN/2ktXHK284DTMsd3tL+ZOVNxHWx65v",
+	"cY/DLn/BKkr/cPsvXin7k8olDrG/wxAnfJkpnpwp9YJrhMY43H+0y3pMPp9DV9KXIkn5mTPPQJE62HAF",
+	"Qp/07lfBd12pNxBAogXIF1FxCRD7ZuDD1CROyK+mZBEfBeeXYW1nWZTeaGSk6HeOfOMw7+WlrmroAAR3",
+	"ValwPTDgKNOOe1JPLVq3Y8wYG4g99Da8jbzkTEirMUG/UOzcnMLZu5+5McPrjUYseD6xT+wRTLNLTshq",
+	"QwW3U6g/gELW9vhBpGmQpx5TOjokqcFt54W1d58NWLOspqdR7Fe1FZil5Uvj8bewPRRVX2N9NmdSLGC2",
+	"qG25v2hUJ0lKff1TcNqnwFkH0MrRaXCpCVykuELvry2BwQlmiYqJOTLrAQMgAydjKT0WADXBywZeynPQ",
+	"cApkTZSaAdP+mpht1Apctlt/HTwKR7TZ/XDnbKa0f9CP7XR81I8SZ20N6vUxD56J19QxlKF0epkpdKTI",
+	"x3h8Xf6q07vwcvcY7AHqwEO54u9GgumxVxi9dKppGf91N95Pll/4lAkk3zUKu/GZVExhuFKh2o3DBWYw",
+	"Wr3votZakkPwbcVE3rvwICH1hvJT0lfBkYaHlUrvULPZEjgbuF+iopkFN2w1Ew1zMykdbU1Zx+avcLeL",
+	"TnODol0RfdOm++4OF/WyzlAqHXn4B3gWwTMgD3SFoNoUTYuKTBiMVwWxG/e6leBNRDSYuB8gT+WlLu6I",
+	"L4KI5Yo40MKJgaFcNclKLn94cNCJsJ6/Em/GDYHuERghjnvsGR9NCxuecpjAVbGQ63bu0RZjE8w5jNhA",
+	"Elr7sN/HJAx3Cm7ydBmN9dgaxtE/Jyvb9Hb3DbTRh4EzhwBvIXgvxRJ7+MEh7uipgwvwIxDs/Zgm8O7P",
+	"aZ+EE2gSna9rbkuRCgBX0RsqXrp/4V7CT69R17BVT+RlOhU2m7opd1V60hz5wbBhvQM7TZzEaXBfr10J",
+	"96bXbqjrmvygNuzstsZK/M1u6zu5AK/1BLAIGuh+zidghmPzz6/e+e22AtYaRlncnwCdViuwEc+t4M7U",
+	"He491JRheu8G8mLHshCPsXs28MAdemnts2vAvnID4JM9FoNnzCcnojfY+/ciFkNX4vzCTfZCxO5bRCAb",
+	"Sp/bes7laKr0OdQxW8X2WXvEMyETrjG7yHRqxQIs+TUEBO5DKrzWE0LJ20ka7N/lwE16sztbMM8xO/pL",
+	"vwv9He7CEyXHWYq1Up/Ty7Ltx+SudcbIM2lTu7yr245ERjd3/cYHggWjoo3ipel+s2oKWKm1UZctEGbr",
+	"MuZnYf3luj+uv4HQo1IprviP2EzoiU/OBYXYO4hY2/dgq9a988SZAlatdnYwHcyr9CC5BCEaf/HX6rrO",
+	"yzug0p+FbSLRBs0IG66ByLqWivJaT0449a2aezN1tUqZywml/FMm95wgUAK0q7LcEB+5FGJOBVAAWr8h",
+	"YWC3K0MiMCJMBRM7oQYNis8BuQ+cUXVCjlMZkB8UurwpKQaVVM0pt0MJudaYeklVChNhoQQDXu/9EpjA",
+	"aXrsmP4Z1uxmgl8JNHUh/+5BkNRoGL9QV2F5i/fSKk0/DIxlbqlWjIo6zVAWpWVlqUkZLQ8Ch3UiHKBK",
+	"71WCIxjqJzbnNvA1PBwos/rquMx/pPDGy3Yzzrgm2ouati0mZHlZsfpMiyt16ahKirKEJGJSLIqK7xJ5",
+	"Cgtiza25X819drM7nqe/iuVXY5nicnYxTt1RfNMcGqxZn4kdXJGC1u9VgdhsLRdxsSIbHmrMbK4lOlvx",
+	"sgTZ12YKTmSZLcGReh+3CGeHhHdPkhFf/nnM23DspElO+ugqGbpHLA7AuUHBwzJr3GmrsH3FN4F6BwL1",
+	"Li1auvY3ufXNwnHvw6VYfsRbnYk6VPdTkIcFDLl36vrIBFXJ+sY9o5GYW8Qvp+Q69xuIqw9llpqyDJ3k",
+	"LESajYA44pW6hNqoQgbDeEWo6xATCu+DTeAiAzZRua+H9dnWbggojYPJfhNX68SL23pL4r2xyNqu+fwq",
+	"liTdam5InqSbs+1RayRrsaohDthiqlg7hgZhcSfCzE34O4US4hiL/9xXGDbFWsAY4TV8fyaMotvC1okK",
+	"OMF70zhh1V+LvukWs4u6ibASQhIc+reLvH6ReVJtcxbeZKCZ+9M81+/mjiUxEOZVC4jx1iRwd8q7kTc0",
+	"mYrYPMshro+ZDQCvV7yTXDltxK+ltHy4uZB030Ggh5Qgrb0tiYNFmDGvroT2CCSwvzPo15XkIsg/I5ct",
+	"pfqhWH3y5u9hQkJM81V6EsFKYaE4wQgH9OOf4580Mv2F40aIhTpaxr3ildVoVAiY2sZGWzqXMpWTjsfY",
+	"uzlnUjrAaGlkU1i281pPvtUbfSXcZb1AiTCH6sqTNrKZKChjukuGQ/XOXfDTfqqgkZNcT3DgtzDuVyKW",
+	"gzXtIpwrtebfhHODU6iyS2HGTYVyP6d7aC60URIU4xGX0HYLhC0KlYW4KNaATiRM9R6wGNtRxUMJTZAL",
+	"UDHs3VIEa6D6nBuzUDoB5xJ1UZaYTsnZlJspZrcbRNNxL7S5liKBrA0x42lWAGMEtVxl+sbj+3NRBZfi",
+	"nvxUwQifx1kVLrEppBNQ8b9VcsZ1r/2/STbH3fmvKkd7Y/60RTLvfUiTjc6sp/C576Yc0BqgNEq82Kn2",
+	"je/uJbCDc1i977s4nCozTg3DVX7zPNWQHW7yXZFd9KmShDZSRf9zceJvBNaQw3NX1HVvDs7goBttG0zs",
+	"2jlKjo+vBsS9xx7KAPncrAbQKWOWnB639AoA/heubChRO2QFoivk9VilOk0uzp9xvV+JMQWr2cWMwnP7",
+	"dpUb7KeJpwp/h+mDT+FvaLKdjpPEsBgcdHGQClb0MUKguxBuBTARpFqwXNo0c7+1aRaz9sVyKMPmUkFn",
+	"DIpikE+v2taqEzElWTXQR/G/3lA+IRBf8FtWkf0M+luNxx3xiW0JU7n1IwO4ILXF6GBdG8IxGyEIzS91",
+	"jAQeOGKpZVk6toYKoaE7svVL7DFw9geprJA+yI2SMdqG5KwNwTirZdZu/Cnl6AXb2z48OBjKAhcL6qa1",
+	"wGptaB5jFU6001wVEOYiRkNnfMoGrcDDP1ZUvYmw7LABrALUa2AC92Q2wrs/j8GIy2pQUOB+QtEW9tLx",
+	"dPktceHfPxMQDp6CMm3OrJp383mngTlX0FeJKJu0nL0P8P+NNuIzMgORwjxdDRq4b6LV3DBoab3KKgnJ",
+	"CF+D0AKbMiCOUImqZkAo7dUpeE2I5uPTIdh1kNowIl/yi13MTlzAt0yHXTIdcLOuQan3qPzDKTeq/WEP",
+	"vs2ggmGzvgDsFqN/U5ElETPKafvWyULxfp5qD67Rtil21E+TTjSUCt7Ls2yJflnEJ6Z4j0eD24OSOLI8",
+	"2QvBjW9IQJC9CPgOEGZeD9CCANLxgvXYMeq9mVKXUIcqVdC1Erq9rXcijIbSqLJAL0OsaW7ZWCwIwTa1",
+	"oNFAl9Mx2B3wQt8Hsg2SXSopOohrh3uEeP+8ikI7YGOVZWrh3onaWgqXTOZZhhoL8j87FTQgwOyChvTA",
+	"OO4B+LpJfO8BVyiQnQt5GlLMGt2uWh7ZsoZy0rL7Uuoeg1a9raglObQQojZRu2kHz+EO7j4wejLqByb7",
+	"/TYDn4Dmmv4pmsbwPSfLQUgjbw0e9aHlbTrLZ63Bfr8PvVHpr7oGbF+O+RnQxE5Fx6t37psssTi3R7vM",
+	"7Q1ywLclIvmKGCrT0tZ2OpBJwEM+UyQdzMKdnU0Ecb5jbf8t4uxnMK2vxCfkFrPLbYTd/XYDGzxClkjC",
+	"3xr8+3NG0EFDKkp1A5dL2xdNdopEsiJpa6w0o+Q2bRBPR+VQfxq8ANW6VAMgThvS13wBb6fHTopcN3T2",
+	"mHxGvyiKIH13dF9WzJcAACTej4QIwabaucyEKa44qyAaGN9tTypmps4s1V3C7EVjy7129ZWDErMcSiOp",
+	"BQzOdyib/T3tjWh6JZQeVG8SWNBQhgh6lYFZ0Q/c/J6+65FH7v4SBs5QV7oPl4979efx+MCiGhw+SP3f",
+	"cgK+ITxAYJdshetx5wZ9ZO+D+9/OmQPeUgWusAL6jL28Ul3xiFMRXOnC7w3lW+w8SOlGhBFKbqJUkidc",
+	"Q/dzU9eg8P5SEwrOsotziBCuv+Ui7JCLcCOS/WS5B/XH3v9kvP0b6TRlGdyQbu7NsehO8q5gRbzmWtZN",
+	"eMUT3Oh8RGAb2F8uS41dxeUoOoyttRdrF9QP5ciAzYH1ydhxwkDXhUUNJj9NvoTkv3NWC2Aa96zDfRbA",
+	"jk3X3CN2fJXX/T8ZsuM+tLG9zcUWr+/dJ/RVFV3sWm3xrcpik09oVdmH4tFV4v/sWX9V+VzrVDqlhRjG",
+	"KZ1YFqZNxII4XYkMt5C1LqdoKEdcX1VTe9xrHpgj/3LvdFJSIORW+QxbcTY5w8hNSwpRAFAHu26V+wCA",
+	"YjHMh5NPEOI8/SMXjBoHlJbWPTlg7rFU4/PVaGxKCS6KMsrz+OaD+U+U+p550PW+NuvbRe7vfXD/24JM",
+	"MlNXZGIgSVJb+AK5smBXCOnuecWMLyl7oeQl6Hi2UyE3c6j7c7tcqxTEl4Dk8iu+jHdAqm+L/bkpsX4y",
+	"/8t9F31sY+3fyKfJ/7Ki9X2Zqt72Z4MqkEa3TbzifDEF43xQ5afx7+/cQ8iBUxsxowKeOZRVV46j2qXP",
+	"V/xRC45pjusumyrI6f14Xe5ZcfssXpeNpVzkdfkqL/l/tNdl7V7ehSo21cpC4/tmzesF1GEEbeUWzt7C",
+	"3xUAcWuVI21nzpVB987RUHIs2rit+6ZRp3qtJ2d+PbuoVm5h3xSpevfH2DaceOj38x/dUKuCWJAnpKA6",
+	"CZuOoRSBvmbeI0GpGUhRBC0KicBTTsWGZsazTGg2Biw21o5hMjEzfGnw+c4RZNNDl3yJvRmdau0rS25R",
+	"urharcjKYkVEswCYxBrqxX4BzaR7h+56P0ZTZI6+hztRe2deqfLIwm37donWLlGFvIvKpQAz92ZX6RYZ",
+	"Z3nNJXyZZzadZ6nw/ZVMliapnFRzsdrY3C9is1TmVkTQpjNiCV92giqBaIhJ7FAMiBV+EHdbshgvZMza",
+	"2m2xSKBDHPRtzwQ3lkFPNcpmg+yyocSRrVJ4WX3SWWqgyXNNsSL5AjmbqZmQNsJM+6GMsUrBQO1NW2kW",
+	"W5sV/S2LMkqYzUwZy753CzMA5ChkWIroaxB67DTUmGvkYjp2v5tim7gjxstv1LhgYkXDuxW2he6KRSpN",
+	"Uem4i9DEPurb+RJ8HoG/lROTquVLJ/kaX7qH0CW9/o345M3jtnFDykqmpyIotTXCfn1a9WdGjTlb0QFu",
+	"whfXVVvMe28KKGJCVoDrGPDlCLt3Folf8Bf44CAFwV1qAI/kcgkZA0O5AiPpr2BK9c6mx7biKxZ4is/c",
+	"aL7PMoBeUQvLOOFptowHlULuWZ5x6NiDKWTEi/Fljp9B+gMVgMM63p49cdwNOlgCFJfSl0IzLUZKO77s",
+	"mL3bCygpgPQIaN5Jr4SGYvdbgATOMXd0t0J6vN/oqpteo3ONT76pQ3XOWU+gfAV34AupVYGx93jyr9xY",
+	"pz4A2dx5er/SWowsNo/FymJMBtW7IDRg715QStzvUzOUC63kJGQJbakInBb65VJUo00fwRX1noT2Oojt",
+	"UAbT8UATPRYbYWM2g1LMAjuXKrZHajZLLbQawE+mIoNEDcdBnOETVOcZy5fwfQdZKXSTOnIMIokZTxLP",
+	"FWcR9FufIGvDrzO1gJoG9/VR0TtZSRF5xe/gn4/67C9sf//g0Q+PHz/uf/fD4cF3B4fUgZ8tgOuRjokN",
+	"YYcSU3DpBX34+uCfj/ZRXYKdeGDYhbsHhHCfuRn5TfKpY+QFGco2Ga9GCGftReRQhepUkUwoOg4uVFiP",
+	"kyKGLUSWuRHHWW6meETQRhl2z3Jtqd4VkCfcCUAJeqAxF0DNGM7i7jgdG0Jq9i39sQ/8YqpQsY0CMGRE",
+	"Ikc4irEliDTg3QWsxhu0CxjaBcabBENpFdoBUJerrPdADrCYFS59boNAfarpHYFOO5QbMDTYNSE0hnID",
+	"hsYxbImXMPfjFuYTcVzwkeuE9vv3NYkmaVWyu2/gGl8SquJdlYiSvClQbjzjapMvtlMvfHdD2ViIi6lS",
+	"lxvxBN6evoDr67iSFgxSgq1i7Zh+jP3+Stl35LN9U0v8Kj45PnvyC6uOTa0U2C8vj5903/xyfPDoO9A5",
+	"E+H4M6jLMFw6kYTAQa0XCEUd+96TYg2Ow3Qiuc11Cc4Os2Z2ORcGpo3sH5vpgOhNhE6vRIL+Aw9ZAPIi",
+	"/tvb12fH5789+/GX169/PX/z7Mnps7P4CCU38Ot5CmaEdOJrKGM3eion50GrHplnGUpmqWzpwVz22N+F",
+	"TsdLxv1il07YOvLILRgj4Z44KT7M+/2HIwv/Ez38S/MFpGTjh3HJXGl9oPir2ZxrbO8C3MHxWAu4JDad",
+	"kdhl8dU+nF/8t1xZPs+4FN03fjMHzP4FB8xl+h4Hi6726bOpoI/iI4Y99pnKEhbbuDeUwJ0gPojoS+64",
+	"RlPhaJy14yfu390nSlqtsgGTqgsIwHHnPuKIPwv7G5H6PXJsP0QDp6b7woyw7phNrxW1kJhhJpUNqQEX",
+	"yxaOfuJio3oVbAICHTDWHbebwTfzJWkstvcn4ROP6PLS1QkYKj1oPmm3DBq0W3LCRv6MtbPcWjGbA1em",
+	"3yAgf2iOIAdf7XpT5ZLU48Ix/LZPAR1pkQhpU55B41PAyCDO7YeV+ezCCaQxTzOnDePHBvFPtDNAPISS",
+	"03nVeByxHGDYDvr0Ji1GIkXG+8vZ2YkzMmzuDCHHQTHOAy09kJuIpCybxo7s+OAY1G6Tj0bCmM59ddyh",
+	"S/60PJyvJOO8urCd2j4W4suf+TevST3b8Qyn2LBqR57PyWb2rEA3x107St4APrdjRF5T7LmhYs9wQnzM",
+	"qi4JkRxS/LL0UmCQyKlrtHvtWlUlJnPa5yQt0NU7nwtJtmzAaMBvYHPs9byYLplUXlkZ8ZnosePiYQKV",
+	"4mlmvCLDJXEeAityfA6IGYcptZ6Dfp+ULOBLIhFJzMY8MwKVUadGwpUVoS/XTY8niRbGQJrVgHGWKTV3",
+	"/BNAD664hdK4LJWX3UyNeMasM3YI9m0M3p0Au2Eo3UA6l4ZmU1Vvj1+8eP3b+cnp878fnz37i7MVCJki",
+	"znV2vuBaosPXK7Co27nTpMOkbfEu6Ij+QtZPvbp9yUJ4B44I+TNNQGPu06aQYMHodNU70q4SU6cHRYCF",
+	"Wg4xNNTLi0v39vRFRHWEpOC7b+s1fEeW0OnCbdN9iBB3K4jTnrmLd/8M3Q1zCr6y5mpeY4tjeWDIs/b1",
+	"8fKDDVs71+oiE7P/vt4Wn+CvNoQf2U7EWFVAj4rW9gtOlutdCSNHfuBTLq5uhQ8vCiPp2qKpRsCoPEu6",
+	"F5kaNTsYfpsqJuRYaYBxwZb901zbAQT2KHPBY9lk4kpkEUshPicTteiEnf6n/Eo4GSEdzyEnbgB/uJim",
+	"GfokOLCV2Ex5ohYY03IsLmYzlUBexILNuFwOpU9jkr4HHIN+OGkZgzMRphvQk6BVH5XcANrPGbeUoUz4",
+	"EoXKHNBQWJqI2Vw5UsRfO27nUSXAd8eeuL/cbYRQ5tSjS2DKQSoZvwBgIIZeXL9WnMpRGBmcC208UBcB",
+	"EoGnKGJGgcq/ZCbXVylgKYPbmpHXuseOKaECMRiT1NhUjizTgMCsBbsUc4h8+g7SQ0mRyzbiVk9SCfCH",
+	"v7kz+tHRwhM+jzuD4ITGuQbvPmERubf6jUjl0Gn+0MFPjZEAWAw4PnFpo3j6SAF/1ZMGyK+RE/9JmXIC",
+	"kJHB0UA4AyIR1wnw3nv4tNytLzeGWs7xVGCjvHomiFT7zTKoYcbAgbBHLNeSdupLC7A6LXsbAiBmcbkn",
+	"dwb/q6/hPoHBvhKL2i1mFzMadvhLvyB3VZI9pxP29Ix/A51ua0iX8U3o2ezYS5DMjeMh7VDgMj6UhR7h",
+	"JcScp/qIxXOlsirTj+kPakVAoHP4c/JrFVDIOCDC0UFWIEHSgfjxmHRehylFvEeIEkmA8Ue9FShdWk/M",
+	"g0BMcrlEBLsitUiLwtYDUYNFOA3lz44Y7ylc6l79ecqfYVENcsed2r8V/tx/XIu5OZLkKicI5c7eB/e/",
+	"j9du4VpbsVlcgXvk95uo8ZsO1FSx2UAJ19Z9My7vCuiKX8Bn9MilEHPKfIGMp95Q1pdelrhXRywetkga",
+	"DFsDCAeXJZiQ40kNwpsNih57oRZCY48JtIYBAgt9m2TaGmeW+r7jZAZ7nMKykQ/aMqkuMZqhF8Yc3+1b",
+	"o0MkvIRSDVaptJ8vWd3B29yXWCiAee9+1GgVqcvZ1KtQXfVFn/csrj5L0ecm/uCLPr9KPvEfXfS5u5S7",
+	"Ri1nahvrNo/Y1irNXkP5pSPQb/WXd1t/ScbDxuLLncorjbAho49Kj2ZQxReURgZ9z6A7/1BSORPWUiXX",
+	"a0RE6tO3EsevMDq9I4neRhe7t7pF/CWE/SqXg1v6ioIG16xgHMqwadi/QwXjyiFWyxehYX5d7b9TyQJc",
+	"/Qtlp1S27Z7JJ5RSWClu3FjROJSNLOQkX2ch/1HViNU6xK+WK30xxYgFb0CX+ooiFvA20sVWW6zVOyR/",
+	"Uc4gjPlM5dLGVH0RNnUtLbOorEB05lHEEjFKHePxtS9ZeumMNYoAqjEbuatfvLvNs8zZVj4crK6EDtka",
+	"hg7QmzlgB/19Sri21TZwYOwdHjzGZBrOwhhpBL3K3Mu9RcZ+EZkvDQJv5VACEJApOKpvY1uZSaWkKFHU",
+	"I21lJpB1bYTb9mTAiroj1o5PXr85Y6uHsPchTT7u4WNxJ2JaOEYNzz999uLZ2bMYutRpYpKZGFusepw7",
+	"dh6y3IjRqNSNlsVKnsP3y5i1YxoihK7GM4jC5iywjzFNIu4URUsUgTVhfBeSWijCO1qeXwo3DsVJI3Zw",
+	"CGLMlFDW6I7QgFlabhdsvM+iBz/DElKZdC7itZODjnlHdL48K5NyZmJ2AYBz3tFQG6MEcvC15ojULTIl",
+	"J+gRV3oSNzuXg7Zi98TWgxEKHvhpfc3hGmsYvLs13wz3uzPcP1Wezqsg1WYqMkoUJH8YXaG1ZkRFCk9w",
+	"xwm7gVMaCCvjMpwl6XgsIIeA7oa7SqW4uxP6hPbezYleT5Hpc8MaxQ3m0VyIav7RFAi7UqpwKqxedo/H",
+	"VuimWdHTe+GjMCuqivpUx4vpLIS8yUdTrD7hFS5LKVpjnmaQA9RhJZIAfOn0/xmXS396aFJm6WRqe2tY",
+	"q5DVVS3K9Lk4gfYBR9AYxqdv6xQTkImbYVYz7MHKsY43+PEARTaebWrYJL0SEpshV+2lHjseyiJViSRe",
+	"rayibxAp8BgLT0mwUzYMStnBUB72HzPJZ25sMCost6K+5zG8dFWm3H9HzHr6QZWj928Pgxws9A3qQndX",
+	"pPgz5o6Fl8pR1bXpPdqprbFPdbsUywcQJx+w2JF6HLG40CndH15fxMwr8nvFEYH2uAs6Tie5FqbHfhVz",
+	"SxUkCV9SCXVqyVnmVDuJwXe0oou4Rv+wwVv2ZZDvys590VR8N6R4XFWgfYWXYzY3IMfr+byCw3ielBlU",
+	"TSbN9asuVgdoBqmA1NE4B+J3m+BYfWG1si7Db2pYf+TDoFRobKgzdtU3d5GPLj3sNoq6hdDY6luiM6vN",
+	"6aGiZxr1G4CMf3pNatBo45mSotMrJgytfwq9JMiMdXI3zzLMLnUidSh9hQdmfGIOHSo6sbOXz4vG24RC",
+	"AEY0RVMrGbl4KGXL/lLMkTxDawwLa2F/Q8OrlH5eKIL4G0qSf2xX8fcEBrt/i8qPcw1j6pOxrSeei/9H",
+	"Niyol9SfxRi7G56Mq1hREArPA/IPd/Ovrx+7YcQo16ldAv+8EFwLfZzbaWvw+zvHILHIoq7n/QuomyLf",
+	"DmtTQdAvZ2cn58dPn57GHWf15DprDVpTa+eDvb39g+97/V6/tz/4of9DH/gvzXetu3zGpWFtmwptOuwi",
+	"lwlkhWCaIAdTI9eCKg580v1cqYyNMm6w5sCnh7DXPjqnZLbslR3qMZRc01NfTzCNHgG+JZfW9BigklE8",
+	"AFNF3CAzvmS+R26QyxiMovSkYRB2fPLcKWFmBViBmSlgvcqRgHgGJOABCrlbgLNLuJnCc1ZBH4RiLD5P",
+	"u+6FNeP9rN0yWNuqeTefmw7jifc2WkUerQeGhWEb8PoG4HAcQ6Y9hk6rhATGlbpEv2AYxwgmNYGRa6Z0",
+	"ItQ8g5QfrBlzghMrBhbiosRqtCzeoz/2YpgIBmQnwRj0fRdRoNeHwkJvAtaglOEoAJKOwJmndAVFp1rt",
+	"HW5znqS2ZhToqg5uxRWs9/WOQbjbBUXLpLhIlIRLaHyp9i2qitGx2dj66KeNzZrWOxyV3a/LWQZDNG2j",
+	"I9OpsmzO7bTHnoI33rDFVIBqz4Ge3LBOs4CrMVGMTwVPQqmfhluJnGh9pDV0QsjgRe9vFWG1aPbNIG5Y",
+	"TfyvrAkw69ZG+rHaZxbcOgj411aa6VxKyNmqvjc8D18rUL9dlcKwqAYuoajFz9SkjAqsloYH4xUlZesD",
+	"Hid8DoBhPjhjyn1DVC0k/AzyTliRhYY6VkhjRShubYxfBM/sNGJOKU2lIGZ7otXMUUFe5Hn32CvFnIIg",
+	"pE3XKKzQ2YzT8///AAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

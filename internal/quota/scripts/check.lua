@@ -47,7 +47,7 @@
 -- bucket names come from the engine, counters are parsed once, tables are built at
 -- their size, the script makes one HMGET per hash read and one HSET per hash written
 -- (values read just before: the script runs alone), and a TTL is looked at only for a
--- new field. Counters are at most 2^53, exact as doubles.
+-- new field. Counters are at most 2^51 (MAXC below), exact as doubles.
 
 -- reserve.lua replaces the next line, defining reserve, for a reservation (see there);
 -- argc is the ARGV that belong to the check.
@@ -66,6 +66,11 @@ if idem then
 end
 
 local floor, fmt = math.floor, string.format
+-- Bounded numbers (quota.MaxCounter, docs/ARCHITECTURE.md): a counter never passes
+-- MAXC = 2^51. A stored value above it, or one that is not a number (old data), reads
+-- as MAXC, over every limit (so every sum below stays under 2^53); top is the largest
+-- counter read, for the guard before counting.
+local MAXC, top, tonumber = 2251799813685248, 0, tonumber
 local packed = ARGV[argc]
 local a = {struct.unpack('<' .. string.rep('d', #packed / 8), packed)}
 local cost, now, nl, nw = a[1], a[3], a[6], a[7]
@@ -130,13 +135,13 @@ if subs then
     local p = redis.call('HMGET', pk, unpack(f, 1, 2 * nl))
     local cs, ps, pv = {}, {}, {}
     for l = 1, nl do
-      c[l] = (c[l] or 0) + 0
+      c[l] = tonumber(c[l] or 0) or MAXC
       cs[l], ps[l] = c[nl + l], p[nl + l]
       -- counts of another length (another N) are read as none: their units stay in the
       -- totals, counted until their bucket leaves
       if cs[l] and #cs[l] ~= 8 * subs then cs[l] = false end
       if ps[l] and #ps[l] ~= 8 * subs then ps[l] = false end
-      local v = (p[l] or 0) + 0 - subsum(ps[l], 1, j)
+      local v = (tonumber(p[l] or 0) or MAXC) - subsum(ps[l], 1, j)
       if v < 0 then v = 0 end
       pv[l] = v
     end
@@ -170,7 +175,14 @@ if not month[1] then return 'H' end
 local mnew = false
 for l = 2, nl + 1 do
   local v = month[l]
-  if v then month[l] = v + 0 else month[l], mnew = 0, true end
+  if v then
+    v = tonumber(v) or MAXC
+    if not (v <= MAXC) then v = MAXC end
+    if v > top then top = v end
+    month[l] = v
+  else
+    month[l], mnew = 0, true
+  end
 end
 
 -- Buckets: the current one's values as numbers, the previous one's as read.
@@ -178,10 +190,28 @@ local cur, prev = {false, false, false, false}, {false, false, false, false}
 local k = 1 + nl -- ARGV index of the first window's current bucket key
 for i = 1, nw do
   if subs then
-    cur[i], prev[i] = preciseRead(i, ARGV[k], ARGV[k + 1])
+    local c, pv = preciseRead(i, ARGV[k], ARGV[k + 1])
+    for l = 1, nl do
+      local v = c[l]
+      if not (v <= MAXC) then v = MAXC end
+      if v > top then top = v end
+      c[l] = v
+      if not (pv[l] <= MAXC) then pv[l] = MAXC end
+    end
+    cur[i], prev[i] = c, pv
   else
     local c = redis.call('HMGET', ARGV[k], unpack(ARGV, 1, nl))
-    for l = 1, nl do c[l] = (c[l] or 0) + 0 end
+    for l = 1, nl do
+      local v = c[l]
+      if v then
+        v = tonumber(v) or MAXC
+        if not (v <= MAXC) then v = MAXC end
+        if v > top then top = v end
+        c[l] = v
+      else
+        c[l] = 0
+      end
+    end
     cur[i], prev[i] = c, redis.call('HMGET', ARGV[k + 1], unpack(ARGV, 1, nl))
   end
   k = k + 2
@@ -211,7 +241,8 @@ for r = 4, last do
       u = c + pv
       if u + cost > limit then wait = preciseWait(w, l, limit - cost, c, pv) end
     elseif pv then
-      pv = pv + 0
+      pv = tonumber(pv) or MAXC
+      if not (pv <= MAXC) then pv = MAXC end
       u = c + floor(pv * (ms - el) / ms)
     end
     if not subs and u + cost > limit then
@@ -239,6 +270,12 @@ end
 local status = 1
 if blocked > 0 then
   if a[2] == 1 then status = 2 else status = 3 end
+end
+-- Bounded numbers: a count that would take a counter past MAXC counts nothing, even
+-- when forced (shadow, warn: allowed, as those modes never deny); enforce (and any
+-- reservation) denies it, retry at the period's end.
+if cost > 0 and status ~= 3 and top + cost > MAXC then
+  if a[2] == 1 and not reserve then cost = 0 else status, retry = 3, math.max(retry, a[4] - now, 1) end
 end
 local add = 0
 if cost > 0 and status ~= 3 then
