@@ -126,6 +126,7 @@ func (e *Engine) sendAsking(ctx context.Context, c *call) {
 	_ = pipe.Process(ctx, cmd)
 	_, _ = pipe.Exec(ctx)
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		e.lost.Add(1)
 		_ = node.ScriptLoad(ctx, c.source()).Err()
 		pipe = node.Pipeline()
 		pipe.Do(ctx, "asking")

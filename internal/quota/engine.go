@@ -180,8 +180,12 @@ type Engine struct {
 	wb      *wouldBlocks               // would-block counts not yet in Redis
 	tracer  trace.Tracer               // nil when tracing is off
 
-	reserving sync.Map // orgs this engine has added to the reserving set (reserve.go)
-	leases    *leases  // nil when leases are off
+	reserving sync.Map // org -> the lost count when this engine added it to the reserving set (reserve.go)
+	// lost counts the signs that Redis lost data since New (a NOSCRIPT reply: Redis
+	// restarted or failed over; a hydration: an org's keys were missing), so the
+	// reserving set is written again after a loss (markReserving).
+	lost   atomic.Uint64
+	leases *leases // nil when leases are off
 }
 
 // ClientOptions parses a redis:// URL into options fit for an Engine: retries off.

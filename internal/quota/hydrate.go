@@ -38,6 +38,7 @@ func (f HydratorFunc) StoredUsage(ctx context.Context, org string, period Period
 // hydrate restores org's counters for per once, however many checks ask at once.
 func (e *Engine) hydrate(ctx context.Context, org string, per Period) error {
 	_, err, _ := e.flight.Do(org+"|"+per.ID, func() (any, error) {
+		e.lost.Add(1) // the org's keys were missing: so may the reserving set be (markReserving)
 		// Shared by every waiting check: not cancelled by the first one giving up.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.HydrateTimeout)
 		defer cancel()

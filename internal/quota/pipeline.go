@@ -177,6 +177,7 @@ func (e *Engine) exec(ctx context.Context, calls []*call, p *pipeState) {
 	if len(p.again) == 0 {
 		return
 	}
+	e.lost.Add(1) // the scripts were lost: so may the reserving set have been
 	// Load the script for the EVALSHAs to come (on a cluster, on every shard), and
 	// re-run the refused checks with EVAL so they cannot hit NOSCRIPT again.
 	loaded := map[string]bool{}

@@ -224,6 +224,7 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 		return Reservation{}, Result{}, ErrClosed
 	default:
 	}
+	lost := e.lost.Load()
 	if err := e.markReserving(ctx, req.Org); err != nil {
 		return Reservation{}, Result{}, err
 	}
@@ -258,6 +259,15 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 		e.putCall(c)
 		if !res.Allowed {
 			return Reservation{}, res, nil
+		}
+		if e.lost.Load() != lost {
+			// Redis lost data while this reservation was made (its script met NOSCRIPT,
+			// or the org was hydrated): the org may be missing from the reserving set
+			// that the sweep reads, so it is added again before the reservation is
+			// answered; otherwise nothing would ever expire it.
+			if err := e.markReserving(ctx, req.Org); err != nil {
+				return Reservation{}, Result{}, err
+			}
 		}
 		if res.Replayed {
 			r, err := e.Reservation(ctx, req.Org, req.AnchorDay, rid)
@@ -571,15 +581,19 @@ func recordOf(org, id string, h map[string]string) (Reservation, error) {
 // the org first (once per engine), and hydration adds it again after Redis lost it.
 func (e *Engine) reservingKey() string { return e.cfg.KeyPrefix + ":{|reservations}" }
 
-// markReserving adds org to the reserving set, once per engine.
+// markReserving adds org to the reserving set, once per engine and loss of Redis
+// data: after a Redis restart, a failover or a missing org (Engine.lost moved on) the
+// set may have lost the org, and the sweep reads only the set (issue 22: a reservation
+// made after a restart stayed held for ever, found by make faults SEED=7).
 func (e *Engine) markReserving(ctx context.Context, org string) error {
-	if _, ok := e.reserving.Load(org); ok {
+	lost := e.lost.Load()
+	if v, ok := e.reserving.Load(org); ok && v.(uint64) == lost {
 		return nil
 	}
 	if err := e.rdb.SAdd(ctx, e.reservingKey(), org).Err(); err != nil {
 		return checkError(err)
 	}
-	e.reserving.Store(org, true)
+	e.reserving.Store(org, lost)
 	return nil
 }
 
