@@ -414,7 +414,7 @@ func TestPreciseWindowWithLeases(t *testing.T) {
 	}
 	pw, pl, pa := run(true)
 	dw, dl, da := run(false)
-	t.Logf("worst real 990 ms span at %d/s with leases: estimate %d (%d of %d admitted leased), precise %d (%d of %d leased)",
+	t.Logf("worst real 995 ms span (whole calls inside) at %d/s with leases: estimate %d (%d of %d admitted leased), precise %d (%d of %d leased)",
 		limit, dw, dl, da, pw, pl, pa)
 	if pw > limit {
 		t.Errorf("precise window with leases admitted %d in a real span, above its limit %d", pw, limit)
