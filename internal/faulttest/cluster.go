@@ -10,23 +10,30 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 // cluster is what the schedule runs on: a private redis-server, a proxy between the
 // api replicas and it, the worker (straight to Redis), and the replicas, all real
 // processes built from the checkout, on a fresh Postgres database.
 type cluster struct {
-	redis    *redisServer
-	proxy    *proxy
-	worker   *proc
-	apis     []*proc
-	apiAddrs []string
-	opToken  string
-	logf     func(format string, args ...any)
+	redis      *redisServer
+	proxy      *proxy
+	worker     *proc
+	workerHTTP string
+	apis       []*proc
+	apiAddrs   []string
+	opToken    string
+	dbURL      string
+	period     string // of the run, set after setup
+	logf       func(format string, args ...any)
 
 	mu      sync.Mutex // serializes restarts against the final stop
 	stopped bool
@@ -45,7 +52,7 @@ type clusterConfig struct {
 }
 
 func startCluster(cfg clusterConfig) (*cluster, error) {
-	c := &cluster{opToken: "faults-operator-" + randHex(8), logf: cfg.Logf}
+	c := &cluster{opToken: "faults-operator-" + randHex(8), dbURL: cfg.DatabaseURL, logf: cfg.Logf}
 	c.redis = newRedisServer(cfg.freePort())
 	if err := c.redis.startAndWait(); err != nil {
 		return c, err
@@ -64,9 +71,10 @@ func startCluster(cfg clusterConfig) (*cluster, error) {
 	if cfg.FaultClock {
 		common = append(common, "QUOTA_FAULT_CLOCK=on")
 	}
+	c.workerHTTP = fmt.Sprintf("127.0.0.1:%d", cfg.freePort())
 	workerEnv := append(append([]string(nil), common...),
 		"REDIS_URL=redis://"+c.redis.addr()+"/0",
-		fmt.Sprintf("QUOTA_WORKER_HTTP_ADDR=127.0.0.1:%d", cfg.freePort()),
+		"QUOTA_WORKER_HTTP_ADDR="+c.workerHTTP,
 		"QUOTA_FLUSH_INTERVAL="+cfg.FlushInterval.String(),
 		"QUOTA_RESERVATION_SWEEP="+cfg.Sweep.String(),
 	)
@@ -97,7 +105,15 @@ func startCluster(cfg clusterConfig) (*cluster, error) {
 			return c, err
 		}
 	}
-	return c, nil
+	return c, c.waitWorker()
+}
+
+// waitWorker waits until the worker's /healthz answers: its queue and flusher run.
+func (c *cluster) waitWorker() error {
+	if err := waitHTTP("http://"+c.workerHTTP+"/healthz", 60*time.Second); err != nil {
+		return fmt.Errorf("worker: %w\n%s", err, c.worker.log.String())
+	}
+	return nil
 }
 
 func (c *cluster) waitAPI(i int) error {
@@ -122,13 +138,19 @@ func (c *cluster) restartAPI(i int) error {
 	return c.waitAPI(i)
 }
 
+// restartWorker starts the worker again and waits until it flushes.
 func (c *cluster) restartWorker() error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.stopped {
+		c.mu.Unlock()
 		return nil
 	}
-	return c.worker.start()
+	err := c.worker.start()
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return c.waitWorker()
 }
 
 func (c *cluster) restartRedis() error {
@@ -138,6 +160,74 @@ func (c *cluster) restartRedis() error {
 		return nil
 	}
 	return c.redis.startAndWait()
+}
+
+// killRedis pauses Redis's writes, reads the org's committed month counters (the
+// counter less its held units), and kills Redis -9: the snapshot is what Redis held
+// when it died.
+func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
+	rdb := redis.NewClient(&redis.Options{Addr: c.redis.addr(), MaxRetries: -1})
+	defer rdb.Close()
+	snap, err := func() (map[string]int64, error) {
+		if err := rdb.Do(ctx, "CLIENT", "PAUSE", "5000", "WRITE").Err(); err != nil {
+			return nil, err
+		}
+		return committed(ctx, rdb, c.period)
+	}()
+	c.redis.kill9()
+	return snap, err
+}
+
+// committed reads the org's month counters of period less their held units.
+func committed(ctx context.Context, rdb *redis.Client, period string) (map[string]int64, error) {
+	p := "q:{" + org + "}|"
+	pipe := rdb.Pipeline()
+	m := pipe.HGetAll(ctx, p+"m|"+period)
+	h := pipe.HGetAll(ctx, p+"h|"+period)
+	if _, err := pipe.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for f, v := range m.Val() {
+		if strings.HasPrefix(f, "|") { // the period marker
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		held, _ := strconv.ParseInt(h.Val()[f], 10, 64)
+		out[f] = n - held
+	}
+	return out, nil
+}
+
+// ledger reads the org's persisted counters of the period from Postgres: what a
+// Redis that restarts empty is hydrated with.
+func (c *cluster) ledger(ctx context.Context) (map[string]int64, error) {
+	conn, err := pgx.Connect(ctx, c.dbURL)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT metric, level, team_id, user_id, units FROM usage_counters WHERE org_id = $1 AND period = $2`, org, c.period)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for rows.Next() {
+		var metric, level, team, user string
+		var units int64
+		if err := rows.Scan(&metric, &level, &team, &user, &units); err != nil {
+			return nil, err
+		}
+		switch level {
+		case "org":
+			out[metric+"|o"] = units
+		case "team":
+			out[metric+"|t|"+team] = units
+		default:
+			out[metric+"|u|"+team+"|"+user] = units
+		}
+	}
+	return out, rows.Err()
 }
 
 // stepClock steps the engine clock of replica i by +2 s (forward) or -2 s.

@@ -151,6 +151,7 @@ func Run(t testing.TB, o Options) Verdict {
 	if err != nil {
 		t.Fatalf("setup: %v\n%s", err, c.logs())
 	}
+	c.period = period
 	logf("cluster up in %v: redis-server %s (proxy %s), worker, api %v; org %s, period %s",
 		time.Since(start0).Round(time.Millisecond), c.redis.addr(), c.proxy.addr(), c.apiAddrs, org, period)
 
@@ -159,7 +160,7 @@ func Run(t testing.TB, o Options) Verdict {
 	wctx, stopWatch := context.WithCancel(ctx)
 	var watchDone sync.WaitGroup
 	watchDone.Add(1)
-	go func() { defer watchDone.Done(); watcher.run(wctx, 100*time.Millisecond) }()
+	go func() { defer watchDone.Done(); watcher.run(wctx, 50*time.Millisecond) }()
 
 	hist := &history{}
 	client := newLoadClient(c.apiAddrs, key, org, hist)

@@ -14,7 +14,7 @@ import (
 // a reservation with id l_..., kept 10 minutes once settled).
 type leaseRecord struct {
 	id       string
-	state    string // held, committed, expired (released if ever)
+	state    string // held, committed, expired (released if ever); lost when Redis lost it held
 	amount   int64
 	used     int64 // once settled
 	onExpiry string
@@ -24,7 +24,9 @@ type leaseRecord struct {
 
 // leaseWatcher reads the org's lease records from Redis (directly, not through the
 // proxy) every interval, keeping the last state of each: a Redis restart erases the
-// settled ones, so the oracle could not read them at the end.
+// settled ones, and the held ones taken since the last flush, so the oracle could not
+// read them at the end. New leases are found in the org's held set (x), and a lease
+// is read again until it is seen settled.
 type leaseWatcher struct {
 	rdb    *redis.Client
 	prefix string // <p>:{<org>}|
@@ -53,20 +55,26 @@ func (w *leaseWatcher) run(ctx context.Context, every time.Duration) {
 	}
 }
 
-// poll reads every lease record not yet seen settled.
+// poll reads every lease held now and every one seen held before.
 func (w *leaseWatcher) poll(ctx context.Context) {
+	held, err := w.rdb.ZRange(ctx, w.prefix+"x", 0, -1).Result()
+	if err != nil {
+		return
+	}
+	w.mu.Lock()
 	var ids []string
-	iter := w.rdb.Scan(ctx, 0, w.prefix+"r|l_*", 1000).Iterator()
-	for iter.Next(ctx) {
-		id := strings.TrimPrefix(iter.Val(), w.prefix+"r|")
-		w.mu.Lock()
-		r := w.seen[id]
-		w.mu.Unlock()
-		if r == nil || r.state == "held" {
+	for _, id := range held {
+		if strings.HasPrefix(id, "l_") && w.seen[id] == nil {
 			ids = append(ids, id)
 		}
 	}
-	if iter.Err() != nil || len(ids) == 0 {
+	for id, r := range w.seen {
+		if r.state == "held" {
+			ids = append(ids, id)
+		}
+	}
+	w.mu.Unlock()
+	if len(ids) == 0 {
 		return
 	}
 	pipe := w.rdb.Pipeline()
@@ -79,7 +87,13 @@ func (w *leaseWatcher) poll(ctx context.Context) {
 	defer w.mu.Unlock()
 	for i, id := range ids {
 		h, err := cmds[i].Result()
-		if err != nil || len(h) == 0 {
+		if err != nil {
+			continue
+		}
+		if len(h) == 0 {
+			if r := w.seen[id]; r != nil {
+				r.state = "lost" // with Redis: a restart erased it while held
+			}
 			continue
 		}
 		r := &leaseRecord{id: id, state: h["s"], onExpiry: h["x"]}

@@ -65,7 +65,11 @@ type tally struct {
 	leaseOver   int64     // counted by leases settled at expiry (a dead replica's, or a settle that gave up)
 	leaseGone   int64     // units of leases settled at expiry, counted or not
 	leasesExp   int       // leases settled at expiry
-	redisLoss   int64     // units admitted within one flush interval before a Redis restart
+	redisLoss   int64     // allowed: units admitted within one flush interval before a Redis restart
+	// measured is what Redis restarts lost: the committed units Redis held at its death
+	// and the ledger did not, the leases it held (their whole amount), and the commits
+	// it answered 404.
+	measured int64
 }
 
 // Verdict is the oracle's result.
@@ -117,10 +121,11 @@ func judge(in oracleInput) Verdict {
 		switch c.out {
 		case okay:
 			add(fields, c.cost, c.cost, false)
-			admissions = append(admissions, unitsAt{c.end, c.cost, fields})
 			seen(get(fields[2]), c.end)
 			if c.leased {
-				leased++
+				leased++ // its units were taken from Redis when its lease was (below)
+			} else {
+				admissions = append(admissions, unitsAt{c.end, c.cost, fields})
 			}
 		case unknown:
 			add(fields, 0, c.cost, true)
@@ -152,13 +157,24 @@ func judge(in oracleInput) Verdict {
 		case r.settleOut == okay: // released
 		case r.settleOut == notSent || r.settleOut == settled: // it expired
 			add(fields, e, e, false)
-		case r.action == "commit" && (r.settleOut == unknown || r.settleOut == notFound):
+		case r.action == "commit" && r.settleOut == notFound: // only a Redis restart forgets one
+			add(fields, min(r.used, e), max(r.used, e), false)
+			for _, f := range fields {
+				get(f).measured += min(r.used, e)
+			}
+		case r.action == "commit" && r.settleOut == unknown:
 			add(fields, min(r.used, e), max(r.used, e), true)
 		default: // a release of unknown fate: released, or expired
 			add(fields, 0, e, true)
 		}
 	}
 	for _, l := range in.leases {
+		admissions = append(admissions, unitsAt{l.created, l.amount, l.fields})
+		if l.state == "lost" {
+			for _, f := range l.fields {
+				get(f).measured += l.amount
+			}
+		}
 		if l.state == "expired" {
 			for _, f := range l.fields {
 				x := get(f)
@@ -169,6 +185,11 @@ func judge(in oracleInput) Verdict {
 		}
 	}
 	window := in.flushInterval + in.lossSlack
+	for _, f := range in.faults {
+		for k, n := range f.loss {
+			get(k).measured += n
+		}
+	}
 	for _, k := range redisKills {
 		for _, a := range admissions {
 			if a.at.After(k.Add(-window)) && !a.at.After(k) {
@@ -199,8 +220,12 @@ func judge(in oracleInput) Verdict {
 			expiredUnits += l.amount
 		}
 	}
-	fmt.Fprintf(&b, "\nleases: %d leased 200s, %d lease records seen, %d settled by expiry (%d units, counted %s)\n",
-		leased, len(in.leases), expired, expiredUnits, countedAs(in.leases))
+	states := map[string]int{}
+	for _, l := range in.leases {
+		states[l.state]++
+	}
+	fmt.Fprintf(&b, "\nleases: %d leased 200s; %d lease records seen: %d committed, %d settled by expiry (%d units, counted %s), %d lost with Redis, %d held\n",
+		leased, len(in.leases), states["committed"], expired, expiredUnits, countedAs(in.leases), states["lost"], states["held"])
 	for _, s := range in.hist.rejected {
 		v.violations = append(v.violations, "unexpected answer: "+s)
 	}
@@ -211,7 +236,7 @@ func judge(in oracleInput) Verdict {
 	}
 	slices.SortFunc(fields, func(a, b string) int { return strings.Compare(fieldOrder(a), fieldOrder(b)) })
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "counter\twindow\tlimit\tadmitted\tunknown\tcounted\tusage API\texport\tover\tlost\textra\tredis loss (allowed)\tlease over-count\t")
+	fmt.Fprintln(tw, "counter\twindow\tlimit\tadmitted\tunknown\tcounted\tusage API\texport\tover\tlost\textra\tlost with Redis (allowed)\tlease over-count\t")
 	for _, f := range fields {
 		x := t[f]
 		counted, usage, export := in.obs.redis[f], in.obs.usage[f], in.obs.export[f]
@@ -222,7 +247,7 @@ func judge(in oracleInput) Verdict {
 			}
 		}
 		loss := max(0, x.lo-counted)
-		explained := min(loss, x.redisLoss)
+		explained := min(loss, x.measured)
 		lost := loss - explained
 		extra := max(0, counted-x.hi-x.leaseOver)
 		over := int64(0)
@@ -233,9 +258,9 @@ func judge(in oracleInput) Verdict {
 		}
 		overBeyond := max(0, over-explained)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t\n",
-			fieldName(f), win, limStr, x.lo, x.unknowns, counted, usage, export, overBeyond, lost, extra, explained, x.redisLoss, x.leaseOver)
+			fieldName(f), win, limStr, x.lo, x.unknowns, counted, usage, export, overBeyond, lost, extra, x.measured, x.redisLoss, x.leaseOver)
 		name := fieldName(f)
-		if overBeyond > 0 || lost > 0 || extra > 0 {
+		if overBeyond > 0 || lost > 0 || extra > 0 || x.measured > x.redisLoss {
 			name += " (" + in.during(x) + ")"
 		}
 		if overBeyond > 0 {
@@ -243,8 +268,12 @@ func judge(in oracleInput) Verdict {
 				name, x.lo, lim, over, explained))
 		}
 		if lost > 0 {
-			v.violations = append(v.violations, fmt.Sprintf("%s: lost units: %d admitted, %d counted in Redis: %d lost beyond the %d admitted within one flush interval (+%v) before a Redis restart",
-				name, x.lo, counted, lost, x.redisLoss, in.lossSlack))
+			v.violations = append(v.violations, fmt.Sprintf("%s: lost units: %d admitted, %d counted in Redis: %d lost beyond the %d lost with a Redis restart",
+				name, x.lo, counted, lost, x.measured))
+		}
+		if x.measured > x.redisLoss {
+			v.violations = append(v.violations, fmt.Sprintf("%s: Redis restarts lost %d units, more than the %d admitted within one flush interval (+%v) before them",
+				name, x.measured, x.redisLoss, in.lossSlack))
 		}
 		if extra > 0 {
 			v.violations = append(v.violations, fmt.Sprintf("%s: double-counted units: %d counted in Redis, at most %d admitted (%d calls of unknown outcome) and %d counted by expired leases: %d extra",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -51,6 +52,9 @@ type injected struct {
 	fault
 	at, healed time.Time
 	err        error
+	// loss (restart-redis) is per counter field the committed units Redis held when
+	// it died less those the ledger held: what the restart lost.
+	loss map[string]int64
 }
 
 // planFaults draws a schedule from seed: with each set, every kind `each` times in a
@@ -126,9 +130,26 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			time.Sleep(f.down)
 			in.err = c.restartWorker()
 		case restartRedis:
-			c.redis.kill9()
+			var before, after map[string]int64
+			before, in.err = c.killRedis(ctx)
 			time.Sleep(f.down)
-			in.err = c.restartRedis()
+			if in.err == nil {
+				after, in.err = c.ledger(ctx)
+			}
+			if err := c.restartRedis(); in.err == nil {
+				in.err = err
+			}
+			in.loss = map[string]int64{}
+			var total int64
+			for k, n := range before {
+				if d := n - after[k]; d > 0 {
+					in.loss[k] = d
+					if strings.Count(k, "|") == 1 { // org level
+						total += d
+					}
+				}
+			}
+			logf("fault %2d: Redis held %d committed units more than the ledger: lost with it", i+1, total)
 		case cutRedis:
 			c.proxy.cut()
 			time.Sleep(f.down)
