@@ -162,9 +162,8 @@ func (c *cluster) restartRedis() error {
 	return c.redis.startAndWait()
 }
 
-// killRedis pauses Redis's writes, reads the org's committed month counters (the
-// counter less its held units), and kills Redis -9: the snapshot is what Redis held
-// when it died.
+// killRedis pauses Redis's writes, reads the org's month counters (held units
+// included), and kills Redis -9: the snapshot is what Redis held when it died.
 func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: c.redis.addr(), MaxRetries: -1})
 	defer rdb.Close()
@@ -172,35 +171,25 @@ func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 		if err := rdb.Do(ctx, "CLIENT", "PAUSE", "5000", "WRITE").Err(); err != nil {
 			return nil, err
 		}
-		return committed(ctx, rdb, c.period)
+		m, err := rdb.HGetAll(ctx, "q:{"+org+"}|m|"+c.period).Result()
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]int64{}
+		for f, v := range m {
+			if !strings.HasPrefix(f, "|") { // the period marker
+				out[f], _ = strconv.ParseInt(v, 10, 64)
+			}
+		}
+		return out, nil
 	}()
 	c.redis.kill9()
 	return snap, err
 }
 
-// committed reads the org's month counters of period less their held units.
-func committed(ctx context.Context, rdb *redis.Client, period string) (map[string]int64, error) {
-	p := "q:{" + org + "}|"
-	pipe := rdb.Pipeline()
-	m := pipe.HGetAll(ctx, p+"m|"+period)
-	h := pipe.HGetAll(ctx, p+"h|"+period)
-	if _, err := pipe.Exec(ctx); err != nil {
-		return nil, err
-	}
-	out := map[string]int64{}
-	for f, v := range m.Val() {
-		if strings.HasPrefix(f, "|") { // the period marker
-			continue
-		}
-		n, _ := strconv.ParseInt(v, 10, 64)
-		held, _ := strconv.ParseInt(h.Val()[f], 10, 64)
-		out[f] = n - held
-	}
-	return out, nil
-}
-
-// ledger reads the org's persisted counters of the period from Postgres: what a
-// Redis that restarts empty is hydrated with.
+// ledger reads the org's persisted counters of the period from Postgres, with the
+// units of the reservations (and leases) it persisted held: what a Redis that restarts
+// empty is hydrated with.
 func (c *cluster) ledger(ctx context.Context) (map[string]int64, error) {
 	conn, err := pgx.Connect(ctx, c.dbURL)
 	if err != nil {
@@ -225,6 +214,24 @@ func (c *cluster) ledger(ctx context.Context) (map[string]int64, error) {
 			out[metric+"|t|"+team] = units
 		default:
 			out[metric+"|u|"+team+"|"+user] = units
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = conn.Query(ctx, `SELECT record FROM reservations WHERE org_id = $1 AND period = $2 AND state = 'held'`, org, c.period)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var rec map[string]string
+		if err := rows.Scan(&rec); err != nil {
+			return nil, err
+		}
+		amount, _ := strconv.ParseInt(rec["a"], 10, 64)
+		nl, _ := strconv.Atoi(rec["nl"])
+		for l := 1; l <= nl; l++ {
+			out[rec["f"+strconv.Itoa(l)]] += amount
 		}
 	}
 	return out, rows.Err()

@@ -66,10 +66,10 @@ type tally struct {
 	leaseGone   int64     // units of leases settled at expiry, counted or not
 	leasesExp   int       // leases settled at expiry
 	redisLoss   int64     // allowed: units admitted within one flush interval before a Redis restart
-	// measured is what Redis restarts lost: the committed units Redis held at its death
-	// and the ledger did not, the leases it held (their whole amount), and the commits
-	// it answered 404.
+	// measured is what Redis restarts lost: the units (held ones included) Redis held
+	// at its death and the ledger (with its held reservations) did not.
 	measured int64
+	gained   int64 // units a Redis restart gave back to Redis: settlements since the last flush undone
 }
 
 // Verdict is the oracle's result.
@@ -159,9 +159,6 @@ func judge(in oracleInput) Verdict {
 			add(fields, e, e, false)
 		case r.action == "commit" && r.settleOut == notFound: // only a Redis restart forgets one
 			add(fields, min(r.used, e), max(r.used, e), false)
-			for _, f := range fields {
-				get(f).measured += min(r.used, e)
-			}
 		case r.action == "commit" && r.settleOut == unknown:
 			add(fields, min(r.used, e), max(r.used, e), true)
 		default: // a release of unknown fate: released, or expired
@@ -170,11 +167,6 @@ func judge(in oracleInput) Verdict {
 	}
 	for _, l := range in.leases {
 		admissions = append(admissions, unitsAt{l.created, l.amount, l.fields})
-		if l.state == "lost" {
-			for _, f := range l.fields {
-				get(f).measured += l.amount
-			}
-		}
 		if l.state == "expired" {
 			for _, f := range l.fields {
 				x := get(f)
@@ -188,6 +180,9 @@ func judge(in oracleInput) Verdict {
 	for _, f := range in.faults {
 		for k, n := range f.loss {
 			get(k).measured += n
+		}
+		for k, n := range f.gain {
+			get(k).gained += n
 		}
 	}
 	for _, k := range redisKills {
@@ -236,7 +231,7 @@ func judge(in oracleInput) Verdict {
 	}
 	slices.SortFunc(fields, func(a, b string) int { return strings.Compare(fieldOrder(a), fieldOrder(b)) })
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "counter\twindow\tlimit\tadmitted\tunknown\tcounted\tusage API\texport\tover\tlost\textra\tlost with Redis (allowed)\tlease over-count\t")
+	fmt.Fprintln(tw, "counter\twindow\tlimit\tadmitted\tunknown\tcounted\tusage API\texport\tover\tlost\textra\tRedis restarts: lost/gained (allowed)\tlease over-count\t")
 	for _, f := range fields {
 		x := t[f]
 		counted, usage, export := in.obs.redis[f], in.obs.usage[f], in.obs.export[f]
@@ -249,7 +244,7 @@ func judge(in oracleInput) Verdict {
 		loss := max(0, x.lo-counted)
 		explained := min(loss, x.measured)
 		lost := loss - explained
-		extra := max(0, counted-x.hi-x.leaseOver)
+		extra := max(0, counted-x.hi-x.leaseOver-x.gained)
 		over := int64(0)
 		limStr, win := "-", "-"
 		if lim >= 0 {
@@ -257,8 +252,8 @@ func judge(in oracleInput) Verdict {
 			limStr, win = fmt.Sprint(lim), "month"
 		}
 		overBeyond := max(0, over-explained)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d (%d)\t%d\t\n",
-			fieldName(f), win, limStr, x.lo, x.unknowns, counted, usage, export, overBeyond, lost, extra, x.measured, x.redisLoss, x.leaseOver)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d/%d (%d)\t%d\t\n",
+			fieldName(f), win, limStr, x.lo, x.unknowns, counted, usage, export, overBeyond, lost, extra, x.measured, x.gained, x.redisLoss, x.leaseOver)
 		name := fieldName(f)
 		if overBeyond > 0 || lost > 0 || extra > 0 || x.measured > x.redisLoss {
 			name += " (" + in.during(x) + ")"
@@ -276,8 +271,8 @@ func judge(in oracleInput) Verdict {
 				name, x.measured, x.redisLoss, in.lossSlack))
 		}
 		if extra > 0 {
-			v.violations = append(v.violations, fmt.Sprintf("%s: double-counted units: %d counted in Redis, at most %d admitted (%d calls of unknown outcome) and %d counted by expired leases: %d extra",
-				name, counted, x.hi, x.unknowns, x.leaseOver, extra))
+			v.violations = append(v.violations, fmt.Sprintf("%s: double-counted units: %d counted in Redis, at most %d admitted (%d calls of unknown outcome), %d counted by expired leases and %d given back to Redis by a restart: %d extra",
+				name, counted, x.hi, x.unknowns, x.leaseOver, x.gained, extra))
 		}
 		if usage != counted {
 			v.violations = append(v.violations, fmt.Sprintf("%s: the usage API says %d used, Redis %d", name, usage, counted))

@@ -52,9 +52,11 @@ type injected struct {
 	fault
 	at, healed time.Time
 	err        error
-	// loss (restart-redis) is per counter field the committed units Redis held when
-	// it died less those the ledger held: what the restart lost.
-	loss map[string]int64
+	// loss (restart-redis) is per counter field the units Redis held when it died
+	// (held ones included) less those the ledger held (its counters and the units of
+	// the reservations it persisted held): what the restart lost; gain is the opposite
+	// (a settlement since the last flush undone: the reservation is held again).
+	loss, gain map[string]int64
 }
 
 // planFaults draws a schedule from seed: with each set, every kind `each` times in a
@@ -139,17 +141,21 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			if err := c.restartRedis(); in.err == nil {
 				in.err = err
 			}
-			in.loss = map[string]int64{}
-			var total int64
-			for k, n := range before {
-				if d := n - after[k]; d > 0 {
+			in.loss, in.gain = map[string]int64{}, map[string]int64{}
+			var lost, gained int64
+			for k := range mergeKeys(before, after) {
+				d := before[k] - after[k]
+				switch {
+				case d > 0:
 					in.loss[k] = d
-					if strings.Count(k, "|") == 1 { // org level
-						total += d
-					}
+				case d < 0:
+					in.gain[k] = -d
+				}
+				if strings.Count(k, "|") == 1 { // org level
+					lost, gained = lost+max(d, 0), gained+max(-d, 0)
 				}
 			}
-			logf("fault %2d: Redis held %d committed units more than the ledger: lost with it", i+1, total)
+			logf("fault %2d: Redis held %d units more than the ledger (lost with it), %d fewer", i+1, lost, gained)
 		case cutRedis:
 			c.proxy.cut()
 			time.Sleep(f.down)
@@ -174,4 +180,15 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 		done = append(done, in)
 	}
 	return done
+}
+
+func mergeKeys(a, b map[string]int64) map[string]bool {
+	out := map[string]bool{}
+	for k := range a {
+		out[k] = true
+	}
+	for k := range b {
+		out[k] = true
+	}
+	return out
 }
