@@ -33,6 +33,9 @@ type cluster struct {
 	opToken    string
 	dbURL      string
 	period     string // of the run, set after setup
+	// heldAtKill is the ids of the reservations and leases held when Redis was last
+	// killed (killRedis), for ledger.
+	heldAtKill map[string]bool
 	logf       func(format string, args ...any)
 
 	mu      sync.Mutex // serializes restarts against the final stop
@@ -175,6 +178,14 @@ func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 		if err != nil {
 			return nil, err
 		}
+		held, err := rdb.ZRange(ctx, "q:{"+org+"}|x", 0, -1).Result()
+		if err != nil {
+			return nil, err
+		}
+		c.heldAtKill = map[string]bool{}
+		for _, id := range held {
+			c.heldAtKill[id] = true
+		}
 		out := map[string]int64{}
 		for f, v := range m {
 			if !strings.HasPrefix(f, "|") { // the period marker
@@ -189,7 +200,10 @@ func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 
 // ledger reads the org's persisted counters of the period from Postgres, with the
 // units of the reservations (and leases) it persisted held: what a Redis that restarts
-// empty is hydrated with.
+// empty is hydrated with, and will come to. A reservation the ledger holds but that
+// was settled in Redis at the kill (since the last flush) is held again after the
+// restart, and nobody settles it twice: it counts what its expiry will count (its
+// amount under on_expiry commit, nothing under release).
 func (c *cluster) ledger(ctx context.Context) (map[string]int64, error) {
 	conn, err := pgx.Connect(ctx, c.dbURL)
 	if err != nil {
@@ -219,16 +233,20 @@ func (c *cluster) ledger(ctx context.Context) (map[string]int64, error) {
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	rows, err = conn.Query(ctx, `SELECT record FROM reservations WHERE org_id = $1 AND period = $2 AND state = 'held'`, org, c.period)
+	rows, err = conn.Query(ctx, `SELECT id, record FROM reservations WHERE org_id = $1 AND period = $2 AND state = 'held'`, org, c.period)
 	if err != nil {
 		return nil, err
 	}
 	for rows.Next() {
+		var id string
 		var rec map[string]string
-		if err := rows.Scan(&rec); err != nil {
+		if err := rows.Scan(&id, &rec); err != nil {
 			return nil, err
 		}
 		amount, _ := strconv.ParseInt(rec["a"], 10, 64)
+		if !c.heldAtKill[id] && rec["x"] != "commit" {
+			amount = 0
+		}
 		nl, _ := strconv.Atoi(rec["nl"])
 		for l := 1; l <= nl; l++ {
 			out[rec["f"+strconv.Itoa(l)]] += amount

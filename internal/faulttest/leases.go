@@ -20,6 +20,7 @@ type leaseRecord struct {
 	onExpiry string
 	fields   []string // counter fields it charged (org, team, user)
 	created  time.Time
+	settled  time.Time // once settled
 }
 
 // leaseWatcher reads the org's lease records from Redis (directly, not through the
@@ -101,6 +102,9 @@ func (w *leaseWatcher) poll(ctx context.Context) {
 		r.used, _ = strconv.ParseInt(h["u"], 10, 64)
 		if ms, err := strconv.ParseInt(h["c"], 10, 64); err == nil {
 			r.created = time.UnixMilli(ms)
+		}
+		if ms, err := strconv.ParseInt(h["t"], 10, 64); err == nil {
+			r.settled = time.UnixMilli(ms)
 		}
 		nl, _ := strconv.Atoi(h["nl"])
 		for l := 1; l <= nl; l++ {

@@ -55,6 +55,7 @@ type resvOp struct {
 	used         int64
 	settleOut    outcome
 	settleStatus int
+	settleEnd    time.Time
 }
 
 // expiryUnits is what the reservation counts when it expires.
@@ -223,6 +224,19 @@ func runLoad(ctx context.Context, c *loadClient, w workload, seed uint64) (*hotS
 			})
 		}
 	}
+	// Spent hot users again, a few checks a second each: units a fault gave back
+	// uncounted (a dead replica's lease released) would be admitted again here.
+	id++
+	spawn(id, func(r *rand.Rand) ([]checkOp, []resvOp) {
+		var out []checkOp
+		for ctx.Err() == nil {
+			if u := hot.idx.Load(); u > 0 {
+				out = append(out, c.check(r.IntN(n), "hot", hotUser(r.Int64N(u)), "requests", 1))
+			}
+			time.Sleep(time.Duration(5+r.IntN(10)) * time.Millisecond)
+		}
+		return out, nil
+	})
 	// Month limits: users of team month, random replicas, costs 1 to 3.
 	for range w.monthWorkers {
 		id++
@@ -301,5 +315,6 @@ func (c *loadClient) reservation(r *rand.Rand, n int, user string) resvOp {
 	} else {
 		op.settleStatus, _, op.settleOut = c.do(r.IntN(n), "DELETE", "/v1/reservations/"+op.id, nil)
 	}
+	op.settleEnd = time.Now()
 	return op
 }

@@ -154,6 +154,8 @@ func judge(in oracleInput) Verdict {
 		switch {
 		case r.settleOut == okay && r.action == "commit":
 			add(fields, r.used, r.used, false)
+			// A commit is usage too: a Redis restart before the next flush undoes it.
+			admissions = append(admissions, unitsAt{r.settleEnd, r.used, fields})
 		case r.settleOut == okay: // released
 		case r.settleOut == notSent || r.settleOut == settled: // it expired
 			add(fields, e, e, false)
@@ -167,6 +169,9 @@ func judge(in oracleInput) Verdict {
 	}
 	for _, l := range in.leases {
 		admissions = append(admissions, unitsAt{l.created, l.amount, l.fields})
+		if l.state == "committed" {
+			admissions = append(admissions, unitsAt{l.settled, l.used, l.fields})
+		}
 		if l.state == "expired" {
 			for _, f := range l.fields {
 				x := get(f)
@@ -334,6 +339,9 @@ func seen(x *tally, at time.Time) {
 // during names the faults injected while the counter was admitting, and its expired
 // leases.
 func (in oracleInput) during(x *tally) string {
+	if x.first.IsZero() { // an org's or a team's: the sum of its users'
+		return "the sum of its users'"
+	}
 	var fs []string
 	for _, f := range in.faults {
 		if !f.at.Before(x.first.Add(-time.Second)) && !f.at.After(x.last) {
