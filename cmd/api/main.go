@@ -29,6 +29,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/demo"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
+	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
@@ -100,9 +101,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err := pgdb.Migrate(cfg.DatabaseURL); err != nil {
 		return err
 	}
-	svc := tenants.NewService(pool)
-
 	if !serving {
+		svc := tenants.NewService(pool)
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		stateDir := fs.String("state-dir", ".quotaplane", "where the demo key and console password are kept")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -136,15 +136,25 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// The ledger the worker keeps: it refills a Redis that lost its counters.
 	usage := billing.NewStore(pool)
 	cacheMetrics := cachemetrics.New(registry)
+	engine := quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
+		Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}
+	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
+	// engines' wall clock by +-2 s, which must change no decision.
+	if fc := faultclock.Install(ctx, getenv, log); fc != nil {
+		fc.Use(&engine)
+	}
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
 		MetricsOrgs: quota.MetricsOrgs(cfg.MetricsOrgs),
-		Registerer:  registry, Engine: quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
-			Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}})
+		Registerer:  registry, Engine: engine})
 	if err != nil {
 		return err
 	}
 	defer router.Close()
+	// Grants lapse, and the usage API's current period turns, on the engines' clock
+	// (Redis time on the monotonic clock), as checks count: a stepped local clock moves
+	// neither.
+	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
 	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics,
 		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})
@@ -154,7 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
 		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp,
-		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
+		Billing: &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
 			WebhookClient: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Counters: billing.RouterCounters(router)}})
 	if err != nil {
 		return err

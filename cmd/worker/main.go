@@ -24,6 +24,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/config"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
+	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/platform/tracing"
@@ -86,15 +87,24 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	// Live counters are read where the api counts them: REDIS_URL, the pools of
 	// QUOTA_REDIS_POOLS, or an org's dedicated Redis; engine clients never retry.
 	id := worker.DefaultID()
+	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
+	// engines' wall clock by +-2 s, which must change no sweep or period close.
+	var engine quota.Config
+	if fc := faultclock.Install(ctx, getenv, log); fc != nil {
+		fc.Use(&engine)
+	}
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		RedisTimeout: 5 * time.Second, // reads, not the check path: no short timeouts
-		Registerer:   prometheus.DefaultRegisterer})
+		Registerer:   prometheus.DefaultRegisterer, Engine: engine})
 	if err != nil {
 		return err
 	}
 	defer router.Close()
 	engines := billing.RouterCounters(router)
-	svc := tenants.NewService(pool)
+	// Grants lapse, and periods are flushed and closed, on the engines' clock (Redis
+	// time on the monotonic clock), as checks count them: a stepped local clock moves
+	// no period end.
+	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
 	store := billing.NewStore(pool)
 	metrics := billing.NewMetrics(prometheus.DefaultRegisterer, pool)
 	var client *river.Client[pgx.Tx]
@@ -103,7 +113,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		queue = nil
 	}
 	closer := billing.NewCloser(billing.CloserConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
-		Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
+		Clock: router.DefaultNow, Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
 	hook := &billing.WebhookWorker{Store: store, Tenants: svc, Secret: []byte(cfg.WebhookSecret),
 		Client: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Metrics: metrics}
 	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log, TracerProvider: tp,
@@ -115,7 +125,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		return fmt.Errorf("start job queue: %w", err)
 	}
 	flusher := billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
-		Interval: cfg.FlushInterval, Logger: log, Metrics: metrics,
+		Interval: cfg.FlushInterval, Clock: router.DefaultNow, Logger: log, Metrics: metrics,
 		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer), TracerProvider: tp})
 	flushCtx, stopFlushing := context.WithCancel(ctx)
 	defer stopFlushing()

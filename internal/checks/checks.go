@@ -70,6 +70,25 @@ func (in Input) Validate() error {
 // Resolver resolves checks against the tenancy cache.
 type Resolver struct {
 	Cache *tenants.Cache
+	// Clock is the time a throttle's expiry is judged at: the engine's clock of the
+	// check's route (*quota.Router), Redis time on the monotonic clock, as every other
+	// decision of the check. Nil: the local clock.
+	Clock Clock
+}
+
+// Clock tells the time a route's checks are decided at. *quota.Router's Now is its
+// engine's: the last Redis TIME sample plus the monotonic time since, so a stepped
+// local clock moves no throttle's expiry.
+type Clock interface {
+	Now(route quota.Route) time.Time
+}
+
+// Now is the time of route's checks by c, or the local clock when c is nil.
+func Now(c Clock, route quota.Route) time.Time {
+	if c == nil {
+		return time.Now()
+	}
+	return c.Now(route)
 }
 
 // Resolve authorizes a check and resolves its org, team, user and their limits from
@@ -78,37 +97,37 @@ type Resolver struct {
 // scope), Unavailable (tenancy store down and nothing cached), and
 // *tenants.UnknownMetricError.
 func (r Resolver) Resolve(ctx context.Context, c Caller, in Input) (quota.Request, quota.Route, Answer, error) {
-	req, org, th, err := r.request(ctx, c, in)
+	req, route, org, th, err := r.request(ctx, c, in)
 	if err != nil {
 		return req, quota.Route{}, Answer{}, err
 	}
-	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
 	return req, route, Answer{Mode: org.Org.Mode, Throttle: th}, nil
 }
 
-// request builds the check's request; its limits are throttled by the throttle the
-// org is under at this moment (expired ones are ignored here, by the clock of the
-// check, so a throttle lifts on every replica without any change).
-func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Request, tenants.ResolvedOrg, tenants.Throttle, error) {
+// request builds the check's request and route; its limits are throttled by the
+// throttle the org is under at this moment (expired ones are ignored here, by the
+// clock of the check's engine, so a throttle lifts on every replica at once, without
+// any change, and a stepped local clock lifts none early or late).
+func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Request, quota.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
 	var none tenants.ResolvedOrg
 	var th tenants.Throttle
 	if e := in.Validate(); e != nil {
-		return quota.Request{}, none, th, e
+		return quota.Request{}, quota.Route{}, none, th, e
 	}
 	if !c.Operator {
 		if c.Key.OrgID != in.Org {
-			return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 		}
 		if !c.Key.HasScope(tenants.ScopeCheck) {
-			return quota.Request{}, none, th, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
+			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 		}
 	}
 	org, err := r.Cache.Org(ctx, in.Org)
 	if errors.Is(err, tenants.ErrNotFound) {
-		return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+		return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 	}
 	if err != nil {
-		return quota.Request{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+		return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
 		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff}
@@ -116,7 +135,7 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 		req.Metric = *in.Metric
 	}
 	if err := org.Metrics.Check(req.Metric); err != nil {
-		return quota.Request{}, none, th, err // *tenants.UnknownMetricError: names the org's metrics
+		return quota.Request{}, quota.Route{}, none, th, err // *tenants.UnknownMetricError: names the org's metrics
 	}
 	if in.Cost != nil {
 		req.Cost = *in.Cost
@@ -131,15 +150,15 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	if in.User != nil {
 		req.User = *in.User
 		if user, err = r.Cache.User(ctx, org, req.User); err != nil {
-			return quota.Request{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
+			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
 		}
 		switch {
 		case user.Registered && req.Team == "":
 			req.Team = user.TeamID
 		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+			return quota.Request{}, quota.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
 		case !user.Registered && req.Team == "":
-			return quota.Request{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+			return quota.Request{}, quota.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
 	}
 	var team tenants.Team
@@ -147,7 +166,7 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
+			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
 		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
@@ -156,14 +175,15 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 			}
 		}
 	}
+	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
 	if len(org.Throttles) > 0 {
-		th, _ = org.ThrottleOf(time.Now())
+		th, _ = org.ThrottleOf(Now(r.Clock, route))
 	}
 	buf := make([]quota.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
 	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits, th)
 	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits, th)
 	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits, th)
-	return req, org, th, nil
+	return req, route, org, th, nil
 }
 
 // limitsFor appends the limits of metric in ls, throttled by th, to buf and returns

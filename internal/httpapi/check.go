@@ -19,6 +19,9 @@ import (
 type Checker interface {
 	Check(ctx context.Context, route quota.Route, req quota.Request) (quota.Result, quota.Outcome, error)
 	CheckBatch(ctx context.Context, routes []quota.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
+	// Now is the time route's checks are decided at (the engine's Redis time), which
+	// judges a throttle's expiry and the seconds until a reset.
+	Now(route quota.Route) time.Time
 }
 
 // MaxBatch is the most checks one /v1/check/batch may carry.
@@ -27,7 +30,7 @@ const MaxBatch = 100
 // resolveCheck authorizes a check and resolves its org, team, user and their limits
 // from the cache: checks.Resolver, shared with the gRPC rate limit service.
 func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, checks.Answer, error) {
-	return checks.Resolver{Cache: s.cache}.Resolve(ctx, checks.Caller{Operator: p.operator, Key: p.key}, toCheckInput(in))
+	return checks.Resolver{Cache: s.cache, Clock: s.checker}.Resolve(ctx, checks.Caller{Operator: p.operator, Key: p.key}, toCheckInput(in))
 }
 
 // toCheckInput converts the API's check to the resolver's.
@@ -159,7 +162,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 			levelsPool.Put(lp)
 		}
 	}()
-	setRateLimitHeaders(w.Header(), res, time.Now())
+	setRateLimitHeaders(w.Header(), res, checks.Now(s.checker, route))
 	status := http.StatusOK
 	if !out.Allowed {
 		status = problem.Status(derrors.RateLimited) // a denial answers as the rate-limited kind

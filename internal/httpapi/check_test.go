@@ -45,6 +45,12 @@ func newReplicaTTL(t *testing.T, dbURL, prefix string, ttl time.Duration) *repli
 
 func newReplicaWith(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *prometheus.Registry) *replica {
 	t.Helper()
+	return newReplicaEngine(t, dbURL, prefix, ttl, reg, quota.Config{KeyPrefix: prefix})
+}
+
+// newReplicaEngine is newReplicaWith with the engines' configuration (a clock).
+func newReplicaEngine(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *prometheus.Registry, engine quota.Config) *replica {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	pool, err := pgxpool.New(ctx, dbURL)
@@ -59,7 +65,7 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *
 	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Metrics: cachemetrics.New(reg),
 		Channel: tenants.InvalidationChannel + ":" + prefix})
 	cache.Listen(ctx, rdb)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: prefix},
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: engine,
 		Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

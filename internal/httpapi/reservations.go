@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
@@ -109,7 +110,7 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 	}
 	if !out.Allowed {
 		cr := fromResult(out, quota.Outcome{}, ans)
-		setRateLimitHeaders(w.Header(), out, time.Now())
+		setRateLimitHeaders(w.Header(), out, checks.Now(s.checker, route))
 		w.Header().Set("Retry-After", strconv.FormatInt(*cr.RetryAfterSeconds, 10))
 		writeJSON(w, problem.Status(derrors.RateLimited), cr)
 		return

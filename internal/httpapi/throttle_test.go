@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 // orgLimit is the limit a check answer shows for the org level and window, -1 if none.
@@ -197,4 +200,33 @@ func reasonOf(snap json.RawMessage) string {
 		return "-"
 	}
 	return fmt.Sprintf("%v/%v", m["reason"], m["factor_ppm"])
+}
+
+// A throttle's expiry is judged on the engine's clock (Redis time on the monotonic
+// clock), as every other decision of a check: a stepped wall clock lifts no throttle
+// early and keeps none late, and the throttle lifts once the engine's time passes its
+// expiry. Before, internal/checks judged it by the raw local clock (time.Now), so a
+// step of the host's clock moved it, and the engine's time passing did not lift it.
+func TestThrottleExpiryOnTheEngineClock(t *testing.T) {
+	prefix := testenv.ID(t, "h")
+	clk := testenv.NewClock(time.Now())
+	r := newReplicaEngine(t, testenv.PostgresURL(t), prefix, time.Hour, prometheus.NewRegistry(),
+		quota.Config{KeyPrefix: prefix, Clock: clk.Now, Monotonic: clk.Monotonic, ClockSync: time.Hour})
+	key, admin := r.setup("acme") // 20/minute
+	r.mustDo("PUT", "/v1/orgs/acme/throttle", admin, `{"factor":0.5,"ttl_seconds":60,"reason":"incident"}`, 200)
+	probe := `{"org":"acme","team":"eng","cost":0}`
+	throttled := func(when string, want bool) {
+		t.Helper()
+		got := r.check(key, probe)
+		if got.code != 200 || (got.body.Throttled != nil) != want || orgLimit(got.body, api.WindowMinute) != map[bool]int64{true: 10, false: 20}[want] {
+			t.Errorf("%s: %d %s; want throttled %v", when, got.code, got.raw, want)
+		}
+	}
+	throttled("under the throttle", true)
+	for _, step := range []time.Duration{2 * time.Minute, -4 * time.Minute, 2 * time.Minute} {
+		clk.Step(step) // the wall clock only: the engine's time does not move
+		throttled(fmt.Sprintf("after a %v step of the wall clock", step), true)
+	}
+	clk.Add(61 * time.Second) // the engine's time passes the expiry
+	throttled("61 s later on the engine's clock", false)
 }

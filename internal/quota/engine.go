@@ -5,9 +5,10 @@
 // present level, admits the check only if used + cost <= limit everywhere, and only
 // then counts the cost at every level (even where a level has no limit, so usage
 // reports are complete). Sliding windows (second, minute, hour, day) use the
-// two-bucket weighted counter on Redis's own clock; the month window is a fixed
-// counter per billing period, whose id is computed here from a clock corrected by
-// the offset to Redis TIME, so replicas with skewed clocks decide identically.
+// two-bucket weighted counter; the month window is a fixed counter per billing
+// period. The buckets and the period are named here from the engine's clock (Now):
+// its last Redis TIME sample plus the time elapsed since, on the monotonic clock
+// (clock.go), so replicas with skewed or stepped clocks decide identically.
 //
 // Concurrent checks are coalesced into pipelines by one batching goroutine per
 // Engine. The engine never re-sends a check script (a check behind a lost reply
@@ -67,10 +68,19 @@ type Config struct {
 	Hydrator Hydrator
 	// HydrateTimeout bounds one hydration, shared by all checks waiting on it (default 5 s).
 	HydrateTimeout time.Duration
-	// Clock is the local clock (default time.Now); the engine corrects it by its offset
-	// to Redis TIME.
+	// Clock reads the local clock (default time.Now). The engine's Now is its last
+	// Redis TIME sample plus the time elapsed since the sample, measured as the
+	// difference of two readings of Clock (time.Time.Sub): on Go's monotonic clock when
+	// both carry a monotonic reading, as time.Now's do, so a step of the wall clock
+	// (NTP, a resumed VM) changes nothing. A test's fake clock moves the engine's time
+	// by moving its readings. See clock.go.
 	Clock func() time.Time
-	// ClockSync is how often the offset to Redis TIME is sampled (default 30 s).
+	// Monotonic, when set, is the clock elapsed time is measured on instead: a reading
+	// from any fixed origin that never steps. Clock then only gives wall readings, which
+	// no decision uses: a clock source that steps its wall reading alone (StepClock,
+	// testenv.Clock.Step) sets both.
+	Monotonic func() time.Duration
+	// ClockSync is how often Redis TIME is sampled (default 30 s).
 	ClockSync time.Duration
 	// OnPipeline, when set, is told the size and round-trip time of every pipeline the
 	// engine sends (metrics). It runs on the sending goroutine and must not block.
@@ -157,8 +167,7 @@ type Engine struct {
 	cfg     Config
 	idemTTL int64 // seconds
 
-	offset atomic.Int64 // Redis TIME minus Clock, in nanoseconds
-	synced atomic.Bool
+	clock atomic.Pointer[clockSample] // the last Redis TIME sample kept; nil until one is
 
 	queue     chan *call
 	closing   chan struct{} // closed by Close
@@ -195,8 +204,8 @@ func ClientOptions(url string) (*redis.Options, error) {
 // one lost reply was measured counted four times with the default of 3 retries).
 // The engine does not own rdb; close it after Close.
 //
-// New samples the offset to Redis TIME once; if Redis is down it starts anyway and
-// keeps trying in the background.
+// New samples Redis TIME once; if Redis is down it starts anyway and keeps trying
+// in the background (until then Now is the local clock).
 func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 	switch c := rdb.(type) {
 	case *redis.Client:
@@ -258,31 +267,14 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Now is the local clock corrected by the last sampled offset to Redis TIME.
-func (e *Engine) Now() time.Time {
-	return e.cfg.Clock().Add(time.Duration(e.offset.Load()))
-}
-
 // Period is the billing period at Now for an org with the given anchor day.
 func (e *Engine) Period(anchorDay int) Period { return PeriodAt(e.Now(), anchorDay) }
-
-func (e *Engine) syncClock(ctx context.Context) error {
-	t0 := e.cfg.Clock()
-	rt, err := e.rdb.Time(ctx).Result()
-	if err != nil {
-		return err
-	}
-	t1 := e.cfg.Clock()
-	e.offset.Store(int64(rt.Sub(t0.Add(t1.Sub(t0) / 2))))
-	e.synced.Store(true)
-	return nil
-}
 
 func (e *Engine) clockLoop() {
 	defer e.wg.Done()
 	for {
 		wait := e.cfg.ClockSync
-		if !e.synced.Load() {
+		if e.clock.Load() == nil {
 			wait = min(wait, time.Second)
 		}
 		t := time.NewTimer(wait)

@@ -237,6 +237,24 @@ func (r *Router) EngineFor(route Route) (*Engine, error) {
 	return b.eng, nil
 }
 
+// Now is the clock route's checks are decided on (Engine.Now of its Redis's engine):
+// Redis time on the monotonic clock, for what a caller decides around a check (a
+// throttle's expiry, the seconds until a reset). When the engine cannot be opened, the
+// engines' local clock (Config.Clock).
+func (r *Router) Now(route Route) time.Time {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return r.cfg.Engine.Clock()
+	}
+	return b.eng.Now()
+}
+
+// DefaultNow is the default pool's engine clock (Now of the zero Route), for the
+// time-dependent decisions made outside a check: a grant's lapse, the current period
+// of the usage API, the periods the worker flushes and closes. Pass it where a
+// func() time.Time clock is taken.
+func (r *Router) DefaultNow() time.Time { return r.Now(Route{}) }
+
 // acquire takes one of org's in-flight slots; release gives it back.
 func (r *Router) acquire(org string) (*atomic.Int64, bool) {
 	v, ok := r.inflight.Load(org)
@@ -322,9 +340,9 @@ func (r *Router) answer(route *Route, req *Request, pool string, res Result, err
 func (r *Router) degrade(route *Route, req *Request, pool string, cause error) (Result, error) {
 	switch route.FailMode {
 	case FailOpen:
-		return openResult(req, time.Now()), nil
-	case FailLocal:
-		return r.local.decide(req, time.Now()), nil
+		return openResult(req, r.Now(*route)), nil
+	case FailLocal: // the engine's clock runs on from its last sample while Redis is away
+		return r.local.decide(req, r.Now(*route)), nil
 	}
 	if errors.Is(cause, ErrUnavailable) {
 		return Result{}, fmt.Errorf("pool %s: %w", pool, cause)

@@ -44,6 +44,9 @@ import (
 type Checker interface {
 	Check(ctx context.Context, route quota.Route, req quota.Request) (quota.Result, quota.Outcome, error)
 	CheckBatch(ctx context.Context, routes []quota.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
+	// Now is the time route's checks are decided at (the engine's Redis time), which
+	// judges a throttle's expiry and the seconds until a reset.
+	Now(route quota.Route) time.Time
 }
 
 // MaxDescriptors is the most descriptors one ShouldRateLimit may carry, as a
@@ -160,7 +163,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 		return nil, status.Error(codes.Unavailable, "no quota engine is configured")
 	}
 	caller := checks.Caller{Key: key}
-	resolver := checks.Resolver{Cache: s.cache}
+	resolver := checks.Resolver{Cache: s.cache, Clock: s.checker}
 	cs := make([]check, n)
 	for i, d := range in.GetDescriptors() {
 		input, err := s.toInput(d, in.GetHitsAddend(), key.OrgID)
@@ -175,7 +178,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 	if err := s.decide(ctx, groups); err != nil {
 		return nil, err
 	}
-	return answer(cs, groups, time.Now()), nil
+	return answer(cs, groups, checks.Now(s.checker, cs[0].route)), nil
 }
 
 // authenticate resolves the authorization metadata to an org API key with the check
