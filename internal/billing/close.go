@@ -221,7 +221,7 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 		// The ledger takes Redis's values first (never lowering), so it is the final usage.
 		rows := rowsOf(live)
 		for i := 0; i < len(rows); i += upsertChunk {
-			if _, err := upsert(ctx, tx, org, period, rows[i:min(i+upsertChunk, len(rows))]); err != nil {
+			if _, err := upsert(ctx, tx, org, period, rows[i:min(i+upsertChunk, len(rows))], time.Time{}); err != nil {
 				return err
 			}
 		}

@@ -251,13 +251,13 @@ func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per 
 	var readErr error
 	if full {
 		// Every counter, and the reservations changed since the last drain (those
-		// of a failed persist were given back to the next drain).
-		d.Counters, readErr = cs.MonthUsage(ctx, org, period)
+		// of a failed persist were given back to the next drain). The drain first:
+		// its At comes before both reads, as the ledger's adjustment rule needs.
+		d, readErr = cs.Drain(ctx, org, period)
 		if readErr == nil {
-			var rd quota.Drained
-			rd, readErr = cs.Drain(ctx, org, period)
-			d.Reservations = rd.Reservations
-			for c, v := range rd.Counters {
+			var all map[quota.Counter]int64
+			all, readErr = cs.MonthUsage(ctx, org, period)
+			for c, v := range all {
 				d.Counters[c] = max(d.Counters[c], v)
 			}
 		}

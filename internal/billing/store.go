@@ -76,7 +76,7 @@ func (s *Store) PersistDrained(ctx context.Context, org, period string, day time
 			return err
 		}
 		for i := 0; i < len(rows); i += upsertChunk {
-			n, err := upsert(ctx, tx, org, period, rows[i:min(i+upsertChunk, len(rows))])
+			n, err := upsert(ctx, tx, org, period, rows[i:min(i+upsertChunk, len(rows))], d.At)
 			if err != nil {
 				return err
 			}
@@ -104,7 +104,10 @@ func (s *Store) PersistDrained(ctx context.Context, org, period string, day time
 	return raised, nil
 }
 
-func upsert(ctx context.Context, tx pgx.Tx, org, period string, rows []counterRow) (int, error) {
+// upsert raises the ledger's rows to rows' values. A row an operator adjusted at or
+// after drainedAt (the drain's snapshot began before the adjustment) is left alone:
+// its value may be from before the correction. A zero drainedAt skips no row.
+func upsert(ctx context.Context, tx pgx.Tx, org, period string, rows []counterRow, drainedAt time.Time) (int, error) {
 	metrics := make([]string, len(rows))
 	levels := make([]string, len(rows))
 	teams := make([]string, len(rows))
@@ -117,11 +120,20 @@ func upsert(ctx context.Context, tx pgx.Tx, org, period string, rows []counterRo
 		SELECT $1, $2, m, l, t, u, v FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[]) AS x(m, l, t, u, v)
 		ON CONFLICT (org_id, period, metric, level, team_id, user_id) DO UPDATE
 		SET units = EXCLUDED.units, updated_at = now()
-		WHERE usage_counters.units < EXCLUDED.units`, org, period, metrics, levels, teams, users, units)
+		WHERE usage_counters.units < EXCLUDED.units
+		  AND (usage_counters.adjusted_at IS NULL OR $8::timestamptz IS NULL OR usage_counters.adjusted_at < $8)`,
+		org, period, metrics, levels, teams, users, units, nullTime(drainedAt))
 	if err != nil {
 		return 0, err
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // recordDaily raises the daily history of org in period for the UTC day of day to the

@@ -59,8 +59,8 @@ func (in Input) Validate() error {
 		return derrors.Field("user", idMsg)
 	case in.Metric != nil && !tenants.ValidID(*in.Metric):
 		return derrors.Field("metric", idMsg)
-	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > quota.MaxValue):
-		return derrors.Field("cost", fmt.Sprintf("must be 0 to %d", quota.MaxValue))
+	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > quota.MaxUnits):
+		return derrors.Field("cost", fmt.Sprintf("must be 0 to %d", quota.MaxUnits))
 	case in.IdempotencyKey != nil && !IdempotencyPattern.MatchString(*in.IdempotencyKey):
 		return derrors.Field("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
 	}
@@ -193,7 +193,9 @@ func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit, th tenants.
 	start := len(buf)
 	for _, l := range ls {
 		if l.Metric == metric {
-			buf = append(buf, quota.Limit{Window: quota.Window(l.Window), Limit: th.Apply(l.Window, l.Limit)})
+			// min: a limit stored above quota.MaxUnits before the bound (old data) is
+			// checked as MaxUnits, never refused on every check
+			buf = append(buf, quota.Limit{Window: quota.Window(l.Window), Limit: min(th.Apply(l.Window, l.Limit), quota.MaxUnits)})
 		}
 	}
 	if len(buf) == start {

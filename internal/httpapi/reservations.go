@@ -43,8 +43,8 @@ func (s *Server) reserver() Reserver {
 // the check it is decided as.
 func validateReservation(in api.ReservationRequest) error {
 	switch {
-	case in.Amount < 1 || in.Amount > quota.MaxValue:
-		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", quota.MaxValue))
+	case in.Amount < 1 || in.Amount > quota.MaxUnits:
+		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", quota.MaxUnits))
 	case in.TtlSeconds != nil && (*in.TtlSeconds < 1 || *in.TtlSeconds > int64(MaxReservationTTL/time.Second)):
 		return derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
 	case in.OnExpiry != nil && !in.OnExpiry.Valid():
@@ -204,8 +204,8 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	if !decode(w, r, &in) {
 		return
 	}
-	if in.Used < 0 || in.Used > quota.MaxValue {
-		refuse(w, r, derrors.Field("used", fmt.Sprintf("must be 0 to %d", quota.MaxValue)))
+	if in.Used < 0 || in.Used > quota.MaxUnits {
+		refuse(w, r, derrors.Field("used", fmt.Sprintf("must be 0 to %d", quota.MaxUnits)))
 		return
 	}
 	s.byID(w, r, id, func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error) {

@@ -81,6 +81,7 @@ func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handl
 		r.Get("/v1/orgs/{org}/teams/{team}/users/{user}", w.GetUser)
 		r.Patch("/v1/orgs/{org}/teams/{team}/users/{user}", w.PatchUser)
 		r.Get("/v1/orgs/{org}/usage", w.GetUsage)
+		r.Post("/v1/orgs/{org}/usage/adjustments", w.AdjustUsage)
 		r.Get("/v1/orgs/{org}/reservations", w.ListOpenReservations)
 		r.Get("/v1/orgs/{org}/would-block", w.GetWouldBlock)
 		r.Get("/v1/orgs/{org}/billing/export", w.ExportOrgBilling)

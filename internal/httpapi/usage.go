@@ -280,3 +280,37 @@ func fromWouldBlockDays(in []billing.WouldBlockDay) []api.WouldBlockDay {
 	}
 	return out
 }
+
+// AdjustUsage handles POST /v1/orgs/{org}/usage/adjustments: an operator's audited
+// correction of one month counter (billing.Service.AdjustUsage).
+func (s *Server) AdjustUsage(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
+	var in api.UsageAdjustmentCreate
+	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !requireOperator(w, r) ||
+		!decode(w, r, &in) || !s.billingReady(w, r) {
+		return
+	}
+	adj, err := s.billing.AdjustUsage(r.Context(), actor(r), org, toAdjustInput(in))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fromAdjustment(adj))
+}
+
+func toAdjustInput(in api.UsageAdjustmentCreate) billing.AdjustInput {
+	return billing.AdjustInput{Metric: in.Metric, Team: deref(in.Team), User: deref(in.User), Set: in.Set, Add: in.Add,
+		Reason: in.Reason}
+}
+
+func fromAdjustment(a billing.Adjustment) api.UsageAdjustment {
+	out := api.UsageAdjustment{Org: a.Org, Period: a.Period, Metric: a.Counter.Metric,
+		Level: api.UsageAdjustmentLevel(a.Counter.Level), Before: a.Before, After: a.After, Reason: a.Reason,
+		Actor: a.Actor, At: a.At}
+	if a.Counter.Team != "" {
+		out.Team = &a.Counter.Team
+	}
+	if a.Counter.User != "" {
+		out.User = &a.Counter.User
+	}
+	return out
+}

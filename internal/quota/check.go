@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Check decides one check. A denied check (Result.Allowed false) is not an error.
@@ -197,6 +200,9 @@ const (
 // (cluster.go); it is hydrated at most once per period.
 func (e *Engine) next(c *call, a *attempt) (Result, step, time.Duration, error) {
 	if c.err != nil {
+		if isScriptError(c.err) { // this check's own failure: never re-sent, never the breaker's
+			return Result{}, settled, 0, fmt.Errorf("quota check %s: %w: %w", c.org, ErrBadReply, c.err)
+		}
 		if e.cluster != nil && a.refused.IsZero() {
 			a.refused = time.Now()
 		}
@@ -217,6 +223,19 @@ func (e *Engine) next(c *call, a *attempt) (Result, step, time.Duration, error) 
 	a.hydrated = c.period.ID
 	c.reply = ""
 	return Result{}, rehydrate, 0, nil
+}
+
+// isScriptError reports whether err is Redis's answer that a script failed as it ran
+// (a Lua error: "ERR user_script:..." in Redis 7, "ERR Error running script" before),
+// as opposed to Redis not answering: a stored value the script cannot read fails that
+// one request, not the pool.
+func isScriptError(err error) bool {
+	var re redis.Error
+	if !errors.As(err, &re) {
+		return false
+	}
+	msg := re.Error()
+	return strings.HasPrefix(msg, "ERR ") && strings.Contains(msg, "script")
 }
 
 func checkError(err error) error {

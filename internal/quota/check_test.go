@@ -316,7 +316,7 @@ func TestValidate(t *testing.T) {
 		{name: "user without team", mutate: func(r *quota.Request) { r.Team = "" }},
 		{name: "missing metric", mutate: func(r *quota.Request) { r.Metric = "" }},
 		{name: "negative cost", mutate: func(r *quota.Request) { r.Cost = -1 }},
-		{name: "cost too large", mutate: func(r *quota.Request) { r.Cost = quota.MaxValue + 1 }},
+		{name: "cost too large", mutate: func(r *quota.Request) { r.Cost = quota.MaxUnits + 1 }},
 		{name: "short idempotency key", mutate: func(r *quota.Request) { r.IdempotencyKey = "short" }},
 		{name: "idempotency key with a space", mutate: func(r *quota.Request) { r.IdempotencyKey = "has a space" }},
 		{name: "unknown mode", mutate: func(r *quota.Request) { r.Mode = "loud" }},

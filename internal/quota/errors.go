@@ -17,6 +17,12 @@ var (
 	// used, within IdempotencyTTL, by a different request (org, team, user, metric or
 	// cost). Nothing was counted; the first decision stays stored under the key.
 	ErrIdempotencyConflict = derrors.New(derrors.Unprocessable, "idempotency key reused with a different request")
+	// ErrBadReply marks a check (or reservation) whose script answered what the engine
+	// cannot read, or failed as it ran (a Lua error): that request's failure, not
+	// Redis's, so it never counts against the pool's circuit breaker. The Router
+	// answers a check that failed so by the plan's fail mode, as for ErrUnavailable,
+	// and counts it in quotaplane_script_reply_errors_total.
+	ErrBadReply = derrors.New(derrors.Unavailable, "quota: malformed script reply")
 	// ErrClosed is returned by an engine after Close.
 	ErrClosed = derrors.New(derrors.Unavailable, "quota engine closed")
 	// ErrRetryingClient is returned by New for a Redis client that retries commands:

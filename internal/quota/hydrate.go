@@ -65,7 +65,7 @@ func (e *Engine) hydrate(ctx context.Context, org string, per Period) error {
 			if !validID(c.Metric) || c.Level.letter() == "" {
 				return nil, fmt.Errorf("hydrate %s %s: %w: bad stored counter %+v", org, per.ID, ErrNotHydrated, c)
 			}
-			args = append(args, c.field(), v)
+			args = append(args, c.field(), min(v, MaxCounter)) // old data past the bound: at the bound
 		}
 		args[2] = len(args) - 3
 		for _, r := range recs {

@@ -239,7 +239,7 @@ func (m *leases) path(req *Request, now int64) *leasePath {
 
 // observe records the headroom a decision of p's path showed.
 func (p *leasePath) observe(res *Result) {
-	h := MaxValue
+	h := MaxUnits
 	for i := range res.Levels {
 		h = min(h, res.Levels[i].Remaining)
 	}

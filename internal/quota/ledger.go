@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -30,6 +31,10 @@ func (e *Engine) DrainDirty(ctx context.Context, org, period string) (map[Counte
 type Drained struct {
 	Counters     map[Counter]int64
 	Reservations []ReservationRecord
+	// At is the engine's clock before the drain: every value was read at or after
+	// it. The ledger keeps a value read before an operator's adjustment of its counter
+	// (AdjustCounter) from raising the adjusted value back.
+	At time.Time
 }
 
 // ReservationRecord is a reservation as drained for durable storage and restored by
@@ -65,7 +70,7 @@ func (e *Engine) Undrain(ctx context.Context, org string, recs []ReservationReco
 }
 
 func (e *Engine) drain(ctx context.Context, org, period string, reservations bool) (Drained, error) {
-	out := Drained{Counters: map[Counter]int64{}}
+	out := Drained{Counters: map[Counter]int64{}, At: e.Now()}
 	if err := validOrgPeriod(org, period); err != nil {
 		return out, err
 	}
@@ -147,9 +152,7 @@ func (e *Engine) MonthUsage(ctx context.Context, org, period string) (map[Counte
 			continue
 		}
 		if hv, ok := h[f]; ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			hn, _ := strconv.ParseInt(hv, 10, 64)
-			v = strconv.FormatInt(max(n-hn, 0), 10)
+			v = strconv.FormatInt(max(counterValue(v)-counterValue(hv), 0), 10)
 		}
 		vals = append(vals, f, v)
 	}
@@ -165,13 +168,30 @@ func addCounters(out map[Counter]int64, vals []string) error {
 		if err != nil {
 			return err
 		}
-		v, err := strconv.ParseInt(vals[i+1], 10, 64)
-		if err != nil {
-			return fmt.Errorf("quota: counter %q: %w", vals[i], err)
-		}
-		out[c] = v
+		out[c] = counterValue(vals[i+1])
 	}
 	return nil
+}
+
+// counterValue reads a stored counter as the scripts do, within 0..MaxCounter: a
+// value stored out of range before the bound (old data) is read as MaxCounter, one
+// that is not a number as 0 (the ledger only rises: nothing is lost by it), so one bad
+// value never fails the flush of a whole org.
+func counterValue(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		f, ferr := strconv.ParseFloat(s, 64)
+		switch {
+		case ferr != nil && !errors.Is(ferr, strconv.ErrRange), f != f:
+			return 0
+		case f >= float64(MaxCounter):
+			return MaxCounter
+		case f <= 0:
+			return 0
+		}
+		n = int64(f)
+	}
+	return min(max(n, 0), MaxCounter)
 }
 
 func validOrgPeriod(org, period string) error {

@@ -20,6 +20,8 @@ type routerMetrics struct {
 	pipeSize  *prometheus.HistogramVec // pool
 	rtt       *prometheus.HistogramVec // pool
 	resends   *prometheus.CounterVec   // pool, reason
+	badReply  *prometheus.CounterVec   // pool
+	bounded   *prometheus.CounterVec   // pool
 
 	reservations *prometheus.CounterVec // event: opened, committed, released, expired
 	overUnits    prometheus.Counter     // units committed beyond their reservation
@@ -92,6 +94,14 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 			Help: "Checks sent again because a Redis Cluster refused them without running them. reason is the refusal (MOVED, ASK, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, READONLY, LOADING) or dial.",
 		}, []string{"pool", "reason"}),
 	}
+	m.badReply = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_script_reply_errors_total",
+		Help: "Checks and reservations whose script answered what the engine cannot read, or failed as it ran (a value stored in Redis it cannot read): each answered by the plan's fail mode, never tripping the pool's breaker.",
+	}, []string{"pool"})
+	m.bounded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_counters_at_bound_total",
+		Help: "Checks that found a counter at its bound, 2^51 (quota.MaxCounter): a value stored out of range, read as the bound, or a counter full. Such a counter is over every limit; an operator corrects it with POST /v1/orgs/{org}/usage/adjustments.",
+	}, []string{"pool"})
 	m.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotaplane_reservations_total",
 		Help: "Reservations opened and settled by this process. event is opened, committed, released or expired (settled by its on_expiry).",
@@ -116,7 +126,7 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.leases, m.leaseUnits, m.leaseChecks, m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
+	for _, c := range []prometheus.Collector{m.badReply, m.bounded, m.leases, m.leaseUnits, m.leaseChecks, m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -126,6 +136,19 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 
 // observe records one answered check.
 // route is nil when the check had none (a batch with fewer routes than checks).
+// replyError counts a check or reservation whose script reply was unreadable.
+func (m *routerMetrics) replyError(pool string) { m.badReply.WithLabelValues(pool).Inc() }
+
+// atBound counts a check whose reply shows a counter at MaxCounter.
+func (m *routerMetrics) atBound(pool string, res *Result) {
+	for i := range res.Levels {
+		if res.Levels[i].Used >= MaxCounter {
+			m.bounded.WithLabelValues(pool).Inc()
+			return
+		}
+	}
+}
+
 func (m *routerMetrics) observe(pool string, route *Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
 	decision, level := "allowed", ""
 	switch {

@@ -55,7 +55,7 @@ func (c *call) setReply(cmd *redis.Cmd) {
 	if s, ok := v.(string); ok {
 		c.reply = s
 	} else {
-		c.err = fmt.Errorf("quota: unexpected script reply of type %T", v)
+		c.err = fmt.Errorf("%w: of type %T", ErrBadReply, v)
 	}
 }
 

@@ -24,7 +24,7 @@ const (
 func parseReply(s string) (Result, byte, error) {
 	var res Result
 	if s == "" {
-		return res, 0, fmt.Errorf("quota: empty script reply")
+		return res, 0, fmt.Errorf("%w: empty", ErrBadReply)
 	}
 	if s[0] == statusReplay {
 		res.Replayed = true
@@ -33,7 +33,7 @@ func parseReply(s string) (Result, byte, error) {
 	if s == "H" {
 		return res, statusHydrate, nil
 	}
-	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %q", s) }
+	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
 	head, rest, _ := strings.Cut(s, ";")
 	if len(head) != 1 {
 		return bad()
@@ -119,7 +119,7 @@ func isPacked(s string) bool { return len(s) >= 24 && len(s)%8 == 0 && s[0] == 0
 // the script formats no numbers.
 func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte, error) {
 	var res Result
-	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("quota: malformed script reply %q", s) }
+	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
 	// num is the i-th number, or -1 when it is not a whole number in [0, 2^53]
 	num := func(i int) int64 {
 		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))

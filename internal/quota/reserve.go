@@ -324,7 +324,7 @@ func (c *call) parseReserve() (Result, byte, error) {
 	}
 	id, packed, ok := strings.Cut(s, ";")
 	if !ok {
-		return Result{}, 0, fmt.Errorf("quota: malformed reserve reply %q", c.reply)
+		return Result{}, 0, fmt.Errorf("%w: reserve reply %q", ErrBadReply, c.reply)
 	}
 	res, status, err := parseCompact(packed, &c.req, c.period, c.nowMs)
 	if replay && err != nil { // the request's limits changed since: the levels cannot be named
@@ -334,7 +334,7 @@ func (c *call) parseReserve() (Result, byte, error) {
 		return res, status, err
 	}
 	if res.Allowed != (id != "") {
-		return Result{}, 0, fmt.Errorf("quota: reserve reply %q: id and decision disagree", c.reply)
+		return Result{}, 0, fmt.Errorf("%w: reserve reply %q: id and decision disagree", ErrBadReply, c.reply)
 	}
 	res.Replayed = replay
 	c.rid = id
@@ -360,8 +360,8 @@ const (
 // was released or expired (a reservation past its expiry is expired, whoever asks
 // first); ErrUnavailable, ErrNotHydrated, ErrClosed and context errors as Check.
 func (e *Engine) Commit(ctx context.Context, org string, anchorDay int, id string, used int64) (Reservation, error) {
-	if used < 0 || used > MaxValue {
-		return Reservation{}, fmt.Errorf("%w: used %d is outside 0..%d", ErrInvalid, used, MaxValue)
+	if used < 0 || used > MaxUnits {
+		return Reservation{}, fmt.Errorf("%w: used %d is outside 0..%d", ErrInvalid, used, MaxUnits)
 	}
 	return e.settle(ctx, org, anchorDay, id, ActionCommit, used, false)
 }

@@ -247,7 +247,7 @@ func TestReserveInvalid(t *testing.T) {
 	}{
 		"amount 0":      {0, quota.ReserveOptions{}},
 		"amount < 0":    {-1, quota.ReserveOptions{}},
-		"too large":     {quota.MaxValue + 1, quota.ReserveOptions{}},
+		"too large":     {quota.MaxUnits + 1, quota.ReserveOptions{}},
 		"ttl too long":  {1, quota.ReserveOptions{TTL: quota.MaxReservationTTL + time.Second}},
 		"ttl negative":  {1, quota.ReserveOptions{TTL: -time.Second}},
 		"bad on_expiry": {1, quota.ReserveOptions{OnExpiry: "keep"}},

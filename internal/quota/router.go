@@ -329,7 +329,15 @@ func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result,
 // that Redis was unavailable or its breaker refused the check (out is then marked
 // degraded): the one path of Check and of every item of CheckBatch.
 func (r *Router) answer(route *Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
-	if err == nil || !errors.Is(err, ErrUnavailable) && !isBreakerRejection(err) {
+	if err == nil {
+		r.metrics.atBound(pool, &res)
+		return res, nil
+	}
+	bad := errors.Is(err, ErrBadReply)
+	if bad {
+		r.metrics.replyError(pool)
+	}
+	if !bad && !errors.Is(err, ErrUnavailable) && !isBreakerRejection(err) {
 		return res, err
 	}
 	out.Degraded = true
@@ -344,7 +352,7 @@ func (r *Router) degrade(route *Route, req *Request, pool string, cause error) (
 	case FailLocal: // the engine's clock runs on from its last sample while Redis is away
 		return r.local.decide(req, r.Now(*route)), nil
 	}
-	if errors.Is(cause, ErrUnavailable) {
+	if errors.Is(cause, ErrUnavailable) || errors.Is(cause, ErrBadReply) {
 		return Result{}, fmt.Errorf("pool %s: %w", pool, cause)
 	}
 	return Result{}, unavailable(req.Org, pool, cause)
@@ -481,6 +489,9 @@ func (r *Router) Reserve(ctx context.Context, route Route, req Request, opt Rese
 	}
 	res, out, err := b.eng.Reserve(ctx, req, opt)
 	done(redisFailure(err))
+	if errors.Is(err, ErrBadReply) {
+		r.metrics.replyError(b.name)
+	}
 	return res, out, err
 }
 

@@ -6,10 +6,27 @@ import (
 	"time"
 )
 
-// MaxValue is the largest limit, cost or counter value the engine accepts. Redis
-// runs the check script in Lua, whose numbers are IEEE doubles: integers are exact
-// only up to 2^53.
-const MaxValue int64 = 1 << 53
+// MaxUnits is the largest number of units any input may carry: a check's cost, a
+// reservation's amount and used, a limit (plan, org override, team or user
+// allocation), a grant and a counter adjustment. It is 2^50 (1,125,899,906,842,624).
+// Redis runs the scripts in Lua, whose numbers are IEEE doubles, exact only up to
+// 2^53; the bound leaves room for every sum a script makes: a counter never passes
+// MaxCounter = 2 x MaxUnits (a count that would take it past is refused, even in
+// shadow and warn mode), so counter + cost <= 3 x 2^50, a sliding window's two
+// buckets plus a cost <= 5 x 2^50 and a commit's counter + over-reserved units
+// <= 3 x 2^50, all below 2^53 (docs/ARCHITECTURE.md, "Bounded numbers").
+const MaxUnits int64 = 1 << 50
+
+// MaxCounter is the most any counter holds (2^51): the scripts refuse to count past
+// it, read a stored value above it (old data) as MaxCounter, and a commit that would
+// pass it stops there. Every limit is at most MaxUnits, so a counter at MaxCounter is
+// over every limit.
+const MaxCounter int64 = 2 * MaxUnits
+
+// MaxValue is MaxUnits.
+//
+// Deprecated: use MaxUnits (kept so that code written against the old name builds).
+const MaxValue = MaxUnits
 
 // Window is the span a limit applies to. Second, minute, hour and day are sliding
 // windows (two-bucket weighted counter); month is the org's billing period.
@@ -195,8 +212,8 @@ func (r *Request) Validate() error {
 	if !validID(r.Metric) {
 		bad("metric %q is not a valid id", r.Metric)
 	}
-	if r.Cost < 0 || r.Cost > MaxValue {
-		bad("cost %d is outside 0..%d", r.Cost, MaxValue)
+	if r.Cost < 0 || r.Cost > MaxUnits {
+		bad("cost %d is outside 0..%d", r.Cost, MaxUnits)
 	}
 	if k := r.IdempotencyKey; k != "" && (len(k) < 8 || len(k) > 128 || !validChars(k)) {
 		bad("idempotency key must be 8..128 characters of [A-Za-z0-9._:@-]")
@@ -228,8 +245,8 @@ func (r *Request) Validate() error {
 				bad("%s limit: window %s repeated", level, l.Window)
 			}
 			seen |= bit
-			if l.Limit < 0 || l.Limit > MaxValue {
-				bad("%s limit %d per %s is outside 0..%d", level, l.Limit, l.Window, MaxValue)
+			if l.Limit < 0 || l.Limit > MaxUnits {
+				bad("%s limit %d per %s is outside 0..%d", level, l.Limit, l.Window, MaxUnits)
 			}
 		}
 	}

@@ -253,7 +253,13 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 	cost := int64(1)
 	switch {
 	case d.GetHitsAddend() != nil:
-		cost = int64(min(d.GetHitsAddend().GetValue(), uint64(quota.MaxValue)+1)) // over MaxValue: refused by Validate
+		// Counters are exact to MaxUnits per check (quota.MaxUnits): more is refused
+		// here, in the descriptor's own terms, before anything is counted.
+		v := d.GetHitsAddend().GetValue()
+		if v > uint64(quota.MaxUnits) {
+			return in, derrors.Field("hits_addend", fmt.Sprintf("must be 0 to %d", quota.MaxUnits))
+		}
+		cost = int64(v)
 	case hits > 0:
 		cost = int64(hits)
 	}

@@ -395,7 +395,7 @@ func TestErrors(t *testing.T) {
 		{"entry twice", key, []*ratelimitv3.RateLimitDescriptor{desc(entry{"team", "eng"}, entry{"team", "ops"})}, codes.InvalidArgument, "given twice"},
 		{"limit override", key, []*ratelimitv3.RateLimitDescriptor{override}, codes.InvalidArgument, "limit overrides are not supported"},
 		{"negative hits", key, []*ratelimitv3.RateLimitDescriptor{negative}, codes.InvalidArgument, "is_negative_hits"},
-		{"cost over the maximum", key, []*ratelimitv3.RateLimitDescriptor{withCost(desc(entry{"team", "eng"}), 1<<60)}, codes.InvalidArgument, "cost"},
+		{"cost over the maximum", key, []*ratelimitv3.RateLimitDescriptor{withCost(desc(entry{"team", "eng"}), 1<<60)}, codes.InvalidArgument, "hits_addend: must be 0 to 1125899906842624"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -471,5 +471,41 @@ func TestRedisDownUnderEachFailMode(t *testing.T) {
 	}
 	if codesSeen[rlsv3.RateLimitResponse_OK] != 2 || codesSeen[rlsv3.RateLimitResponse_OVER_LIMIT] != 2 {
 		t.Errorf("local, alice's 2 a month on one replica: %v", codesSeen)
+	}
+}
+
+// Hostile hits_addend values (issue 22): 2^53 and just past quota.MaxUnits (2^50) are
+// refused with INVALID_ARGUMENT naming hits_addend and the bound, in the words of the
+// HTTP API, whatever the mode, counting nothing for any descriptor of the call; the
+// bound itself is decided (over the limit). Afterwards the org's calls answer OK. On
+// the old code 2^53 was taken as a cost (and in shadow mode counted).
+func TestHostileHitsAddendIsRefused(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
+	key := r.setup("acme", 50)
+	shadowKey := r.setup("shade", 50)
+	r.mustDo("PATCH", "/v1/orgs/shade", `{"mode":"shadow"}`, 200)
+	alice := func() *ratelimitv3.RateLimitDescriptor { return desc(entry{"team", "eng"}, entry{"user", "alice"}) }
+	for _, k := range []string{key, shadowKey} {
+		for _, n := range []uint64{1 << 53, uint64(quota.MaxUnits) + 1, 1<<64 - 1} {
+			_, err := r.should(k, 0, desc(entry{"team", "ops"}), withCost(alice(), n))
+			st, _ := status.FromError(err)
+			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "hits_addend: must be 0 to 1125899906842624") {
+				t.Errorf("hits_addend %d = %v %q, want INVALID_ARGUMENT naming hits_addend and the bound", n, st.Code(), st.Message())
+			}
+		}
+	}
+	if res := r.mustShould(key, 0, withCost(alice(), uint64(quota.MaxUnits))); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("hits_addend at the bound: %v, want OVER_LIMIT", res)
+	}
+	for org, k := range map[string]string{"acme": key, "shade": shadowKey} {
+		if got := r.used(k, org, "eng", "alice") + r.used(k, org, "ops", ""); got != 0 {
+			t.Errorf("%s: %d used after refused calls, want 0", org, got)
+		}
+		if res := r.mustShould(k, 0, alice()); res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+			t.Errorf("%s: a call after the hostile ones: %v", org, res)
+		}
+		if got := r.used(k, org, "eng", "alice"); got != 1 {
+			t.Errorf("%s: alice used %d, want 1", org, got)
+		}
 	}
 }

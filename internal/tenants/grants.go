@@ -55,9 +55,10 @@ type GrantInput struct {
 	Until  time.Time
 }
 
-// maxGrantUnits bounds one grant, so the sum of an org's grants and its limit cannot
-// overflow an int64.
-const maxGrantUnits = 1 << 50
+// maxGrantUnits bounds one grant: quota.MaxUnits, what a counter holds exactly. The
+// month limit a grant raises is capped at quota.MaxUnits too (applyGrants), however
+// many grants there are.
+const maxGrantUnits = quota.MaxUnits
 
 // maxGrantSpan bounds how far ahead a grant may run.
 const maxGrantSpan = 366 * 24 * time.Hour
@@ -69,7 +70,7 @@ func (in GrantInput) validate(now time.Time) error {
 		errs.add("metric", "must match %s", idPattern)
 	}
 	if in.Units <= 0 || in.Units > maxGrantUnits {
-		errs.add("units", "must be 1 to %d", int64(maxGrantUnits))
+		errs.add("units", "must be 1 to %d", maxGrantUnits)
 	}
 	if r := strings.TrimSpace(in.Reason); r == "" || utf8.RuneCountInString(in.Reason) > 500 {
 		errs.add("reason", "must say why, in 1 to 500 characters")
@@ -188,9 +189,10 @@ type orgGrants struct {
 	lapse time.Time        // when the first of them lapses
 }
 
-// activeGrants sums the grants of the orgs named that are active at now.
+// activeGrants sums the grants of the orgs named that are active at now, each sum
+// capped at quota.MaxUnits (1125899906842624: a numeric sum, never a bigint overflow).
 func activeGrants(ctx context.Context, q querier, orgIDs []string, now time.Time) (map[string]orgGrants, error) {
-	rows, err := q.Query(ctx, `SELECT org_id, metric, sum(units)::bigint, min(until) FROM grants
+	rows, err := q.Query(ctx, `SELECT org_id, metric, least(sum(units), 1125899906842624)::bigint, min(until) FROM grants
 		WHERE org_id = ANY($1) AND revoked_at IS NULL AND created_at <= $2 AND until > $2
 		GROUP BY org_id, metric`, orgIDs, now)
 	if err != nil {
@@ -224,7 +226,9 @@ func applyGrants(limits []Limit, granted map[string]int64) []Limit {
 	out := make([]Limit, len(limits))
 	for i, l := range limits {
 		if l.Window == Month {
-			l.Limit += granted[l.Metric]
+			// capped: the engine refuses a limit above quota.MaxUnits, and a counter
+			// never passes quota.MaxCounter anyway
+			l.Limit = min(l.Limit+min(granted[l.Metric], quota.MaxUnits), quota.MaxUnits)
 		}
 		out[i] = l
 	}

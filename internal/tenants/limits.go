@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+
+	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 type limitKey struct {
@@ -22,8 +24,9 @@ func validateLimits(errs *fieldErrs, field string, ls []Limit) {
 		if !l.Window.Valid() {
 			errs.add(f+".window", "must be one of second, minute, hour, day, month")
 		}
-		if l.Limit < 0 {
-			errs.add(f+".limit", "must be >= 0")
+		if l.Limit < 0 || l.Limit > quota.MaxUnits {
+			// A counter is exact to quota.MaxUnits per limit (docs/ARCHITECTURE.md).
+			errs.add(f+".limit", "must be 0 to %d", quota.MaxUnits)
 		}
 		k := limitKey{l.Metric, l.Window}
 		if seen[k] {

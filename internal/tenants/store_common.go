@@ -63,6 +63,12 @@ func replaceLimits(ctx context.Context, tx pgx.Tx, del string, delArgs []any, in
 	return err
 }
 
+// AuditTx records one change in tx, for a package whose change is written by its own
+// store in the same transaction (billing's counter adjustments); see audit.
+func AuditTx(ctx context.Context, tx pgx.Tx, a Actor, orgID, action, object string, before, after any) error {
+	return audit(ctx, tx, a, orgID, action, object, before, after)
+}
+
 // audit records one change in the same transaction. before and after are snapshots
 // of the object (nil for create or delete); they must carry no secret.
 func audit(ctx context.Context, tx pgx.Tx, a Actor, orgID, action, object string, before, after any) error {

@@ -259,6 +259,27 @@ func (e ThrottleScope) Valid() bool {
 	}
 }
 
+// Defines values for UsageAdjustmentLevel.
+const (
+	UsageAdjustmentLevelOrg  UsageAdjustmentLevel = "org"
+	UsageAdjustmentLevelTeam UsageAdjustmentLevel = "team"
+	UsageAdjustmentLevelUser UsageAdjustmentLevel = "user"
+)
+
+// Valid indicates whether the value is a known member of the UsageAdjustmentLevel enum.
+func (e UsageAdjustmentLevel) Valid() bool {
+	switch e {
+	case UsageAdjustmentLevelOrg:
+		return true
+	case UsageAdjustmentLevelTeam:
+		return true
+	case UsageAdjustmentLevelUser:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for Window.
 const (
 	WindowDay    Window = "day"
@@ -448,7 +469,7 @@ type BillingRow struct {
 
 // CheckRequest Example: {"cost":1,"metric":"requests","org":"acme","team":"eng","user":"alice"}
 type CheckRequest struct {
-	// Cost Units to consume; 0 only queries.
+	// Cost Units to consume, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); 0 only queries.
 	Cost *int64 `json:"cost,omitempty"`
 
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
@@ -508,7 +529,7 @@ type CheckResult struct {
 
 // CommitRequest Example: {"used":1234}
 type CommitRequest struct {
-	// Used Units the work used; above the amount, counted in full and reported as `over_reserved`.
+	// Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51).
 	Used int64 `json:"used"`
 }
 
@@ -610,7 +631,7 @@ type GrantCreate struct {
 	// Reason Why, for the audit log.
 	Reason string `json:"reason"`
 
-	// Units Units added to the org's month limit of the metric.
+	// Units Units added to the org's month limit of the metric, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); the month limit with every grant is capped at the same bound.
 	Units int64 `json:"units"`
 
 	// Until When the grant lapses (RFC 3339, in the future, within a year); default: the
@@ -673,7 +694,7 @@ type LevelStatus struct {
 //
 // Example: {"limit":600,"metric":"requests","window":"minute"}
 type Limit struct {
-	// Limit Units allowed per window.
+	// Limit Units allowed per window, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
 	Limit int64 `json:"limit"`
 
 	// Metric A caller-chosen identifier.
@@ -1025,7 +1046,7 @@ type ReservationList struct {
 
 // ReservationRequest Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
 type ReservationRequest struct {
-	// Amount Units to hold, as the cost of a check.
+	// Amount Units to hold, as the cost of a check, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
 	Amount int64 `json:"amount"`
 
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
@@ -1180,6 +1201,58 @@ type Usage struct {
 	// PeriodEnd Exclusive end of the period.
 	PeriodEnd   time.Time `json:"period_end"`
 	PeriodStart time.Time `json:"period_start"`
+}
+
+// UsageAdjustment defines model for UsageAdjustment.
+type UsageAdjustment struct {
+	// Actor Who adjusted it, as the audit log names them.
+	Actor string `json:"actor"`
+
+	// After Used units after.
+	After int64     `json:"after"`
+	At    time.Time `json:"at"`
+
+	// Before Used units before (a value stored out of range reads as 2^51).
+	Before int64                `json:"before"`
+	Level  UsageAdjustmentLevel `json:"level"`
+	Metric string               `json:"metric"`
+	Org    string               `json:"org"`
+
+	// Period The billing period adjusted (the current one), YYYY-MM.
+	Period string  `json:"period"`
+	Reason string  `json:"reason"`
+	Team   *string `json:"team,omitempty"`
+	User   *string `json:"user,omitempty"`
+}
+
+// UsageAdjustmentLevel defines model for UsageAdjustment.Level.
+type UsageAdjustmentLevel string
+
+// UsageAdjustmentCreate Example: {"metric":"requests","reason":"ticket 4411: a client committed 9007199254740992 by mistake","set":1200,"team":"eng"}
+type UsageAdjustmentCreate struct {
+	// Add Units to add (negative to take off), within 2^50 = 1125899906842624 either way; the result stops at 0.
+	Add *int64 `json:"add,omitempty"`
+
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric Id `json:"metric"`
+
+	// Reason Why, for the audit log.
+	Reason string `json:"reason"`
+
+	// Set The used units the counter should hold, at most 2^50 = 1125899906842624. Exactly one of `set` and `add`.
+	Set *int64 `json:"set,omitempty"`
+
+	// Team A caller-chosen identifier.
+	//
+	// Example: acme
+	Team *Id `json:"team,omitempty"`
+
+	// User A caller-chosen identifier.
+	//
+	// Example: acme
+	User *Id `json:"user,omitempty"`
 }
 
 // UsageLevel defines model for UsageLevel.
@@ -1702,6 +1775,9 @@ type PatchUserJSONRequestBody = UserPatch
 // PutOrgThrottleJSONRequestBody defines body for PutOrgThrottle for application/json ContentType.
 type PutOrgThrottleJSONRequestBody = ThrottleSet
 
+// AdjustUsageJSONRequestBody defines body for AdjustUsage for application/json ContentType.
+type AdjustUsageJSONRequestBody = UsageAdjustmentCreate
+
 // CreatePlanJSONRequestBody defines body for CreatePlan for application/json ContentType.
 type CreatePlanJSONRequestBody = PlanCreate
 
@@ -1892,6 +1968,9 @@ type ServerInterface interface {
 	// GetUsage Usage of a billing period
 	// (GET /v1/orgs/{org}/usage)
 	GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams)
+	// AdjustUsage Correct a month counter (audited)
+	// (POST /v1/orgs/{org}/usage/adjustments)
+	AdjustUsage(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// GetWebhook The org's webhook and its signing secret
 	// (GET /v1/orgs/{org}/webhook)
 	GetWebhook(w http.ResponseWriter, r *http.Request, org OrgPath)
@@ -2162,6 +2241,12 @@ func (_ Unimplemented) PutOrgThrottle(w http.ResponseWriter, r *http.Request, or
 // GetUsage Usage of a billing period
 // (GET /v1/orgs/{org}/usage)
 func (_ Unimplemented) GetUsage(w http.ResponseWriter, r *http.Request, org OrgPath, params GetUsageParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// AdjustUsage Correct a month counter (audited)
+// (POST /v1/orgs/{org}/usage/adjustments)
+func (_ Unimplemented) AdjustUsage(w http.ResponseWriter, r *http.Request, org OrgPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3630,6 +3715,32 @@ func (siw *ServerInterfaceWrapper) GetUsage(w http.ResponseWriter, r *http.Reque
 	handler.ServeHTTP(w, r)
 }
 
+// AdjustUsage operation middleware
+func (siw *ServerInterfaceWrapper) AdjustUsage(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.AdjustUsage(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
 // GetWebhook operation middleware
 func (siw *ServerInterfaceWrapper) GetWebhook(w http.ResponseWriter, r *http.Request) {
 
@@ -4292,6 +4403,9 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/orgs/{org}/usage/adjustments", wrapper.AdjustUsage)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/reservations", wrapper.ListOpenReservations)
 	})
 	r.Group(func(r chi.Router) {
@@ -4339,335 +4453,350 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L17c9tGsgf6VaZ4TpXJsyBFyXISU7W1R7GdxDd+aGV5U3tCX2FEDEmswBlmZiCa8fV3vzXdPcCABEjq",
-	"ZXu9/icxRRDz6ul3//pDa6RmcyWFtKY1+NCaCp4IDf/8e64sn2dciu5vXMtUTtxfE2FGOp3bVMnWoPVG",
-	"WJZKFi+4ljGbqUSwxVRIZqeCjaZidMkWKs8SNuVXgl0IIVkiZCqSI2b40rDFNB1NWSauRMa4TNgilYla",
-	"9FpRy4ymYsbdgHY5F61By1jtZvDxY9Q65Va8SGep7cJ/12d1NhUsc18xNYap2HQytcLYtaFY232tpGCL",
-	"1E7h2UxwY5kWM566NUdDaf2KjFJSwJdG2M4RU5JxWhCttn148LgT+WHXRrNTbodSi3FuRMJSy9rxRaZG",
-	"lyI55zbu9IaysvSx0jNuW4NWKu13h63I70UqrZgIvbIZp37K6xvyVqbWlGti3NbPL17Z2pjhey6E6d1q",
-	"ZkbYOuIZKZkYlkubZjCh7dPAvTesPVaacWayNEnlZCjxlxG9y612lGstpGUX+ehSWCZkYjo99nrtyFLL",
-	"UsPiU2H1sns8tkLHg6EsXu3nNNZCuKm6V080T3KeZcuIGQUTFzJxh+6+pPFmfMkuBLNKDaXgOlsyN+Py",
-	"XljF5tyYI8bZKEvdRB1xsAV374hX9i5mBvfKEY/VqTDlNTN85t854pKZfDQSIrkRKZVb0HxY3H1NF3dl",
-	"eLdkt6brksrHqDXnms+EJc7zREmjMvHWCH3C7XR9MvQAy43QLE3cgKn7+9w9HbUkn8EISStqafFHnmqR",
-	"tAZW5yKc2H9rMW4NWv+1V3LAPfzW7D1PYEee5Noo/fdc6OX6JF7P+R+5cHRmlGZjrWawIXMtrlKVGzbn",
-	"E/HAsFiK9/Ycn4qLmf4B7yymil9X9m3G378QcuKWv98/OIxas1QWf4hq2OJPsNENk332fq60ZXgYPfZU",
-	"jHmeWePIMP6XUbJxZnR8u24cjoNTgVn9rLm09acIXzUf38R9fdsTfJ6I2VxZIUfLX8XyF5Bu9QIDaPiB",
-	"YWn5C3YplhHjBs41Dr44vxTLmI1TkSWs/YPbxP2DH4ZyNOWajxwVO2YQH3f/j/Hun6zffcx67JwN2P+y",
-	"btyJmEjtVGj3Ys6M1fnI5lokXXwfnuhQtuNhS+lE6O7+wcPDR8NWXEzl+bOzn1ii+diyhU6tMCy1HaY0",
-	"u+BasHYc/Czu9NjP6RW80f0U5TvwfPcRhwTZl6TjsQCOeSmWxvFEL6fah/0+ySY4JnxHeVDBHnd/FcsK",
-	"rYj3fDbP3FMrq2nVkfCvYllPKscnz920WJqgxI7TJPZSFg5JKgvc14iRFrbTQFKXMLtbERRw5YZLdsIn",
-	"gpn0T9F0mUApqexPghfR3fF+5O58Ostn8KkPN54+1vLr13pSv1uv9aT5Wik9ue0enAidqqRhE35Ms8zJ",
-	"zTk85Eg2/uc///nP7suXMZ7dTEk7dVpjKUToWWO5tk5Kh+wJRCbJcnyuaXfx251ZFa4CF5RxWb+V7pvm",
-	"vXTa8W030wl4fcXdeM+T9QkEX99Y0s25tUK7n/2/+vz3fvfxcff/ePfPdx8ODj7+d+1FPBN8Vr8h7pvm",
-	"iVjBZ7fdkGax/3ajuHfKwO3G/uh+beZKGgF6yHEyS2Whigk4nZGSVkjQZvl8nqUjOJq9uVYXmZj9xclS",
-	"992OJIi/wqFX9lkpNuNyydx6hLGmsFCMYCMtEiFtyjMzYOJK6CWL9672Y6bmQiOtiPcjMQc138klMboE",
-	"lp7hQtxFYsRTI/qR007VpZBOjowC/cpJor+/fX12fH789OXzV+enx2fPzl88f/n8rODAjkKFjuCtWsCm",
-	"dHrslbJTUKC5YYmS4og53XU5lKhCVjRur9+ilAmM0K223qnfHp5lakFL8zo7atzVDau1Lq9tURXDZmIM",
-	"JnDIpjaYsbcwkDjuX6jlH5UqOF+xYbaPvou2bxVYJOxCjJUWOIFUTra83L3+R57QHn3KW/OSZ05hFYmj",
-	"4lRe8SxNWCrnuT1isdBaaROzLHUHJ/hoytR4LCSYeaAJ9Vpu5ijAUJPdMPnrTbr6VjdzK97bvZG5qr5j",
-	"xdB58w+899xrbtpZuUoKlqVS4I1TC38R/583r1+Bjt+r4errLMYZrmgXaLUwsPgnSo6zdPRJD+1YMnXx",
-	"LzGynsWlBhQ9pZm7gFmH8UwLniyZeO+ODib6k9IXaZII+UmZ8rTCSljGnSXvruBIzUXkiI47BjoBZdU4",
-	"XuA+E3/tKpktA0J7pexPKpefVKy8Us4IzGUSsVSOshxo34kZOgE1ZlwqME+UnsA0T/gyUzw5U+oF1xPx",
-	"qfeb5B+7UMnSiTCrFMvcRGBygXr0RlibfWIhDfMrFTQn6jytGpwOg81cpEYcsTgRlqdZzJzGYtBesdwK",
-	"1h6p2Sy1ViQR0yIT3CAHE+/nTpXpwFLfCH2VjsRbya94mvGL7JMfhcEZOAnk7K1EjNJEMKkWrC16kx47",
-	"FUnqZP1CslyCmcniUaaMSGLmVGVcx1vJcztVOv3z0x7Wy9QYR+1gJydVlQCmNddqJIxxO/tM2tQuPykT",
-	"ZCisPLmDN/BCC35pHA9x2g0OzXSeCWCO9DdhGGczYXU6Al7k2E+ihAGb+FKqRefI/bPQxRbaUZqkRZt8",
-	"7iSASF6KJOVnIDM+LVXBxXYTM6g7gbR7ghPougnhXqS4IBBxbSOEe+TKHaCSpnM0lCuXa4HeVHzrujLq",
-	"FE03HZojaPvz9FcBZz7XjmXbFK2AkRbcgoe+4s5MuBVdm87EuqiNnEG2g8ERtTJu7HluNr9d5hldd7Ro",
-	"1kZDA+jD+hdzLcbp+3p/1zjVxrKqywqV+ZEWNnKqnxYjNZGpEd7P0qtbqxZX6vKWKwD5CbudWjEz2zbv",
-	"jXvc/Y5exLXmyxbab976+x2tYtibYoBiS6LwWFfOobKkd8UgKCHdqEgpT+AFcEWSJHU7y7OTgHLGPDMi",
-	"Kj1gHwpnrzPHVG49Py2nN/gdv2y9g8MLqdCf8aZteeWeucVuzvj75/iDh+B8og/7K/sctXKZ/pEL+tod",
-	"6erWV3d92x7WuD2OmRQL0KKAIZSuvYjcRqlhZuokDShVSo7A6fYV3twv+L5FLTyTegZzIbgW5FQYsPiP",
-	"+eX5MO/3H47SBP4v6OPhQ3bBjfjuMNdZwI/wmbhX65+682teLKWZVl+kaMtWaazYv502kmRMzU4GUaKt",
-	"11y8txiZWt8LmET1bbUrypPUPpNW18g7PsJDXD3T37xEdfIzYqDxxVbwWQ/3OK6VDnxkla57mWIzngiK",
-	"iHI5KV7pzaU4YvGlWA6qROP+Su4p+gZsxGZqiVq83sfhaJSsHvRIlVNhbXeDGMaYE5EJ9xMIKjTcLNrZ",
-	"qPW+O1Fd+qPTknqnfPHSKZUTEX7bNZfpvKvmKDW6c5VKmCPw0qiF7paNUyaPTMOc4UQ+7ZyRcW6N9kZ+",
-	"3Hr6SksSY1aFVDYQclJ/vkpPGhglqNLnOLO1r4FX7igX6lgOBlKQviN/a6JyW+kQPf1V5kOjN17NO+E1",
-	"5R3/7PzmR25H0ydOtXFKQz1ha2HyDDwQ7vAxpUCNGWcX7sfgXMH4OlgTaBRcijnQDETfL4TT8NEqhSCB",
-	"kuL1uDX4ffPyYFqnMHjrY7SjKfOusqjA07lRF1xRT8Atv/N5VkaqaGv7FCxs0NdWD43G3XxOtCFrNIin",
-	"tPusV05+m87uX187OXShHsvRVOmnvCb2+JQvvRmDUUYVRhmVnjww7KISnzQYdHTUUgRfD37YHHqtcRHv",
-	"thX4q1O1qLuQwbfrInmmclnDMl9fCc0nguH3LMlFBAJrlM54RpkErK30hFlleQZu3iM2bPWHLSYyIxZT",
-	"oUWnlqliLGNUs8lP6BvIccCR4yMmZnO7LLOS5hmXbMqdzc7mOh1R0GBtGEjyEMk5JFY1Ja6VhwePG8aT",
-	"RCTOQnXf4klX8v3IG0JhGTzpoVzbiH6wCREGBGAA5pj5lWDcgmvUsWr/Zv+ukVu2SNhiqjLRYz/jvDT3",
-	"xvKIzzEpwX1AT6tIMH1swGKF54arjoeSkyTH9DJ+oa4Ei/2v6CmfNbLgS4yS7SBqq69o2t5iemlwdhs3",
-	"q7fb8HgMtcK3SWZXdqZpwu6h6sYqKcydTJlyCHZMHYgw4L2ebQWXQcnCH1fMqvYSFIvdYYIQ5d4woOCz",
-	"LuZ1uj0oEn22TWKFDRepFKjkUFifIux0rH7ea2S2eoqR518BV1m9+XX8/lqiNXCzjJR7fr+kP695GVrQ",
-	"oMVHqOXB6bWEnPjVDVo8S0eiteZ/wZeGCTtRPa9SED3PZ8LRHzgn/siFTjGDdu2ACznTr72/1ZSz7Z6J",
-	"MNmtegN5lu2gCz1PWh/fReUiy50r7+x234i/FNuf9NS8Q1pISJ5uJhsopl5zoQSBgO1cKJUJLt0vyzTs",
-	"bdN54S7XqRi3wJk90Typ9V9JsxBaYG6dyi3GRiKKi3gu+8CwMU8zSJwPLmUwL4wF1bw/wXiR49kUt0Al",
-	"mEMCu8AoKiVjsKnKEuP5kU90nHM7ZW0SORS0svxSSHwRppUAK4E0Z2PTLGPiPR/ZzhGLc4jqOPYSF3nl",
-	"MSNB5gZSBoRmoRHgtJxxB4NEDESoU1Ag89vJUXqGG4Z5h+4iYWztqqKlVPbnSmQ1guK1FEw42wdC5LWJ",
-	"+KCecFQcIKVoFx0OTv+N5TY3dUqcO8htr3jpngGCnmd8WXe4zhriQEAYj2WC6ywV2pdU+FIFSPxYyVet",
-	"3yZI3DgHQ/ScUm3qiznguIoajevlfO8gvexUqyJKu2mTzooHP0atxV2Xn9RKYXj0HBjB7jxghTF5HkOU",
-	"UNBnLbOCmO8N5FsOHGH/4OHhmpTKa5lFqUUvlL6Ey3VEWqb7I0pnupDIUsZ5hvdFC4wOQn6RE+vnGO8W",
-	"SVwvz7wR9bjf/37/8eODR4ffH/YfPz7YLOpWthGWUb9n4Pk7VVmNdyy+SsVC6Jg5XmaOWMyTWSpjxjOj",
-	"yEkGdCqkm8XvLfi6FbXwZ8F4JU0ElQh3ExgEZ2Wt5rtr4EHT2je6CoJtqvVd4TToZRUn+YZdd7tw/aAX",
-	"rbil5uZ/ndrV899FLcc4FkonrUFrpLQWI9udKm1E9wISVpd+ggM6qjVyL3az2Hy/sKB64uDR4epBVH2e",
-	"QdSlmNAap7FKg52RLTFvf8rN9IhJJyWZFjbXEtlKODC5ZYqqjYO66Oktj9MvuJg6vXLLOd6FgzG8HJ/d",
-	"w/ik0V/x/M1rdniw/z3zxgcbkbpVFie8ffMU9rDIk/79uPt/7z48rEuPjlpPeZot34J/fG0Lkzq/1DF7",
-	"e/aEJaV3Cu2rqEiN7z59GldndNA/+K67v9/tPwzZrOMttRakadIj0G+Su8lu8o6wfO6T7amWDVQkN+X2",
-	"KJ/lWamE7VJKFp5ggiHjJpb+FL1VtSFgJbtSTGDowqvlpRVGBg4f9/r9la2Dv1WPczhMPuxH+wcf28Nh",
-	"Dz9897Hzt9rTrZQwhRYfBEcC+TEyV60I/1gnO37iafaS9MGaSAcnDQVSdRbTNBOhWYCpVKlhudSCj6b8",
-	"IhMDiI2BQMvUwgxle5zxyUQkLPaGSNyJypQrVCENe9R/GLE4UyOexeQe98aCZKnskv0wlJgdrqGEJUFy",
-	"KI2IB4aZqdPv1RhdZag4D8MdcdNz4gQm4LQfN2b95qQiS55prWrkKmRIru8aZP6A0UJ0XCbv0u+XrB3D",
-	"rMzv/Xc9VPXdjvjIgS8yhBShWh1wRmGv2rrjkKhxjuUP6igbnIL18dWrWqoQ4OBLLfoRQ79n6OOEfDup",
-	"LKPwNfoZMz43kClYp/7fPBFi5Uoak06kSNjFMkj8b9jJa/v+tOCUV3aTnIfbedWkXVEkbhQMXPOM0ZL8",
-	"ACvpCEQJjbSzo7JVJa9y43fQJYsdXyXFZVTUK/M8SS3L1GRFvXm0qt5sOoM6g6Tw4tfTeUVabXae7W88",
-	"07VrhoIPXf1wbwxrn/70hD18+PBx5OXiOLe5FhFY26lknC0F150jRuJggKU1hbD0KyjKzithphWP/e7E",
-	"1URRjTRzF4odMq7PrtL9IniGZWBNcdP6a1HDP1aVeW5LOZaIuZCJUwy9UvFh2JorYydamGFrwIYtdTls",
-	"RWzY0k4q45/yMg172PoYJias51VsyZww6E5y9oyXo5dw4mWi97ttdELvqNvG57XpdSOeZUJ3R1NlhGQp",
-	"pEKPU2TmpSpFfvJQMebdP4+7/9fvPn5X/rN3Pvjf7rsP/Wj/4Pt6lXnFNV1TTzUXHLyBHLL+2nOsQIjY",
-	"wSGbqlybTqHP2CJ71SkzJlWS8Ql3d1Qm3vluipTnmdKYGlhV7nn3z3LiP0T7Bz/UTxxcPZWzWYuIvGv6",
-	"2am7Hutbv+aNhCwHoOr1HMaG5JXMT2urmwpcWzDOtsd/w6dWSQuHilDO0Zvq6Cx0jdaaIsZfOyhfWt2E",
-	"MAfr/nYi81WEOygFOiz/2+l5I+z1VBQy23Z4+Z0fYVRUo+eorJfLDZZSe9B+DzdqJWtU74V6UawAYVwe",
-	"VEsGXiM6p+9Ax6gJ4/ntcDpAbmvidVl9uShpHmu1ojcIzl1H0brV6RU6wMrJNZ5Nzf3Dvx9BvMMgOg2a",
-	"EI7tMs7aOEhE29Fhc57q3aMiMJ/1nKRV/eGls77qPBUvYXQTuqDRZeEYhFOlgkgal0sipjZYc1DTI7Nl",
-	"p8fOnEo2o3f5SjwJcXAITCkjwPYDA8YRAlnbaDRG4Z8oaQXgn6Bw2liYDOQfLKQn5yuhtbOnjwp7HiI2",
-	"Syz7KlwtBZjGUEL05vDgAIJqnM1SY+Yis8Gj6FSkrSAD29+M31uQTw2SfqejQfrbdC516fwRnciJTkfX",
-	"NUB2SzpxV49cT6v5JxfcCNh/cc+30qcpzItV7hQk9x4rjJRX0CLciwrF0q0fmdxqLk+v+Y435lLgJOvu",
-	"PB5Voz8yzZabXIOld6/WS0hQYWTnwLqqvsyh9M5MlSXCWFTNCqyahdKX4CIfKZ0g6BmE6FJA8zCpcdcd",
-	"Bu6x46F07y0uOgNNmRm+YNJHcIo3DeAqXvEsF1AWGkAvDSX88IHpseeyBkAE49HcWBoAqkoTviwcpUax",
-	"MdesnaVXIhpK8UfOM4BKUnrSg8h3p8eelRlvXteccoNhxmK5S0Eusp0ua+BYrgsub3WpbHo3vLbQg5z+",
-	"urtBuPLblXk5Jfhu3tV0KUqd27T8eLU3odbdGgs5VnokYoz+Uv7YH7my/IjFZsoTtYiJ69ITF7ml0Kdh",
-	"cRAYjo98sBl9sL5ckSLUYXSRBm1FLRyhhXHsWmvhFZUBrepM03zGZVcLnjgrsHBbboox1b29NMXrkjmN",
-	"0v7OO4sccMvAZwr1BJQ0grfF3dJdyotey2fv56lHB/LucyxybkV13nCsljYAclHWUwO4hpoLyeZu/Bjr",
-	"oc05t1gGMgNwwHaZQILBAcDCiqmQOg4PpZgCfVl7Gq/xMlX5KPlzzjlkH59TmGdd/twoKDweC3AFnmcN",
-	"6ttZGRnAR9hM6AkpReh98poIJbKGnjRwJ3un7VAi36ccV8qobTsi66IatTu/KvS+VZawcxWdO4Stw7zW",
-	"kxf4oLfgzCaJVmyFh2Ss7Fzv1ou7TpJPY4Gfm6TJLxDWsjkYAOilju89CE/UgALPEx+2m2EpEJelI7I+",
-	"EACAVTu6hpPUnOc6q9/pRCTpyBE6Rarenr4oKzV9LJrNuLkUiU8OT8dMKlkfeMnnybWvzUJcTJW69JPc",
-	"vUqQYLuIkmruX5G+Uz2l6pDhHkV1/GHF2x8ssU52vdaT6ydXuHvmnXRUXXw8mgn2XILHHI/bcbJ1A7me",
-	"oe2mAa9VYlSSRvc/FQPYentNeF13Wxpe3EoOrJfkwXXepQq75obTG+kc7+x6bnocrufb0xc1F2ajKwIf",
-	"hR9uu0kN1PyiONpyK+nmNXFuzP90uoAzvVnsHif5Tu/osLFympfTtgPWHiMdVWQ9jcVzq9xNHo+bhP1d",
-	"hEyczvDZAyYICDmaXtM3h9scMYqdu38V5EUpvuvMIvYIx2iWFSHhAkzO6RLrTtx6rnM9XvNJucZ1hPyN",
-	"uMK/ERdYI7iTolpm1XKphj/LRKf6LKeV8Ey/+/jdh8OP3Xb/9/3u43f/3/7v/e7Bu05tfOaENuv2qZlj",
-	"nmbnuxx7kdhz53LOLaaOZG+pr+7qdd3kbI2YgUTgivq8XlO9yv8a8S2UyhqAL8DvurvAPqEfrHvjAqPJ",
-	"e3MLs9b7oLBEUdaYtTdSSjeIylK1pOMIKY42pFz+9XRHRzfXVx4DgveZW6BPOnWxpL7fbxKMKX6z3+/3",
-	"t//MWTZwgAWphn5uUmxP6rTYL/jS7ihnysu5UdTQY9eUNv6a7XiV3NNV3df/67Y3c+Vu7XJPyqNtIvk6",
-	"DZPUvXprmoBwIQg5VZZKoJQUmGrgDO0Imwo4VuhDYmNuLFMSwtYe3tZrP3xLHVbEOAPPoRs0L+owfGGW",
-	"L6ZYK7li3AKoEWvHbkVxxEIlGJEmswVfGjZRzCqywt0ML5bwv3asxuO402MvEE3QJ09wLbCIC5Zo+JJ0",
-	"52TA3MlUNOgtqjMcwR3oziDCP7vyTBjgO2jPd8CBPjFn2dH09TxmTZKeinnGR5SRSqV6qbG9m7Kj7Uzo",
-	"ThWBV2LhNYAjFP9azNQVQHDWCP5aTZdmvrov7ta5VbFRxk2BoUdah9ITU9V3PZ+6i5Sqk2CDdifXC27u",
-	"POBZxnJ7q9ARG+tH/HNFbGt3nhGGp7flHazCn5Q16MFmlFOoZQ6E+1JT58tOf3rCHh8++r5ApknUKJ8J",
-	"adetX4SorNV7EZx65/UH+fMf1+L51088rKnUTG0mNuj4a0G2qbVzM9jb+6NoG9ZLxJWHDDV7CNaFQ3ZN",
-	"lk92BniDb/2Mok2pjoWZu44Ms+KvLnN2WRu9HYO9vZjiRklq4GPHe66tclpBeLXdnV8LxR3+ULnXbXzT",
-	"3wZ7e8Phm780lJsECMabgF92SBEro2PXzfIvGZQ+f3h59jJ5/I8/+u//efHbaP/F99OTPw+O637bVHsN",
-	"Gdb/yqlRmlNvKCa1lvNH0VMyMKGuDpNozFQtQNrM7qwye0PwXJ6LIly50aHkw5pbAEyKGtn6imXQ6wge",
-	"+oiUQih4vxBLRXgdhOjTXqnJ3RXGxINI7zKBEnhmkl4JyS44Zl/uNMymEvYwkhsUsXuE441l7AAOWB/D",
-	"oolfi8wh9XS7k6zEEofnAyiLHSvuNu2uT+jabWs9MsYODgZc3FoNSgG6EvCFkNjrGWixBfWa/Q11cswo",
-	"pTfvLuVC3rgDclg5wHZ1P3j1DUrwPV8+rDo3yGexCWXG2qxEYNg/6G/DnWmC/irQZqYqS4psq5EydiWd",
-	"/EYl+vv/Bmg0t+DadwlhUznQwBPxXT/a2u8y5JB0S4sk07hYYFxkx6C50nyiD7/b1jbsVpA7BU/ZcqHe",
-	"eG7rHQlTLJYsuhy0Agnl+VNS62NA5OF1bRPIG2NQI55lAeKHkAnouQEAhHtqxiWfCK/0HRUhLfxWC54E",
-	"GcfYFaUCFoG43FEBGkE/r530GRHPJ0Sj3pAU40j5gQk6CNw+A6Y5q2XX+3WTfA9HuY0ZUkXLOF+2SMuG",
-	"ZMEgnBF2UkAjINVMLW69Kc1Foat+zXAZ13PzO7q6YY4ICp91n/7htdzz5Il/JiepFIKgNCrHEkYLdgwW",
-	"rGPdX5/qd/OIXcdVtUJsuwzQ6NRuOsu7cJ4Cr/nszlPqF3ht5+mXd4LrSyMkqrth6P43F8t6THQjLEvL",
-	"7Pmi9pq6mniLeN19dAPbf1xgs5fPq/wiCx6W+eyC6iqACdTmK2yo2zdefO+C9UVdBlYrW+GvxWz9TILa",
-	"+op9U+GnwW6/23C0DUpGJQeTHvWlBpRpuoB2iWUiUqgxIPdfyZAKlAQ/uLhuLd3P6ZWo5EKD2yrQQ2OE",
-	"hLhQdnqEZrZE8NioupYsHQP8qxOLU5XrdYdllawaCulX3oelVSIbH62W0nPLZs5A+Z4lfGkYnwpeNYd3",
-	"JNfqPPoMXYsMH6BPf2X7EcKDW8W+K9BjMI5Rccr3e4+ia92A1Ty+VZWLdqNEocYsbKtUEzjfdVAYCkhX",
-	"36Szve+W+KjfD5pn1GM6r5kqa6pi9SSh8g2akHokQAhTAgAJDPpd//CHfv9GqEDFdd4AaHAWogVumG2I",
-	"akn50QuhBZvlmU3nWQrZaduI+x545h1wv2KbKkwOX1y3ZQ1VYDcLrzRWIjU5P6+LnozPnwuZ1HWsH2W5",
-	"cawuwNgoG0Dvdlw0AGC83zCHh9i4B0SuvLGygs0RpKDsaV3ja6hs32DUgSv9gWFF6ronfNgod22xfM87",
-	"WVPtLKGdjRysRG48/2b/NrqlnL0PiQhzqIUrHXPgD12iKxRBGwzWF9LsPfQrekwTtSusaC0K90/QCsWp",
-	"gVFhEaI/Fgz9BS8z3wCWt7c7strb0mlfhVErOzkeVRZO8LmwMVwLQC0tkDRvxEDBvChK9+k8CqKpJ8G7",
-	"QrG8C7eEOxdSoUqTfK2PQGDFn3samc8xs/h2Poz7QLO+k3zBCsDIjfwENwPqxFqSDIPh6/b8o90dBZ/I",
-	"oF/fvKbNuAtD+8uAuaTm+PdsaNfZwZQLvr6N4sq9o/6Sw3fMvYsacVaxDLDu2061MFOVleK1RwiC766V",
-	"a6xsrRG3ZLFJJzKVk3Ps8RYDyEKeZdSwGaEatJhxfenrXakGxdTKBPc67kyac2zK3RT+xDgnNe4GPM0R",
-	"1zoVhsX2r2im5DJ9j4kQ0dU+/W0q3rNiiCBLoozS/73Isei+8Q82TbRc96aayV9eHj/pvvnl+ODRd4i/",
-	"NBXvO0dF1gO1kkG7zjsnLsWyx175bOqhLBEBfeeX+O9vX58dn//27MdfXr/+9fzNsyenz86woEe676kU",
-	"AZo5QrNs62RBJxpKZ+RQKzMycxCl+YF70phUSSxT3VqKXFvB+NvUmQdIuCCOT16/OXMiu8wN99khtBKa",
-	"aW/HIc8bIctPnKyWBIIQQ4UNuna4ZDxJtDAruAnj3AgwqgvgOT6UmVLzCz66jNhcp1fciohlqbzsAuCm",
-	"o+qi6zSAqM7ziywdsecnfghH+UOJmKBTZWzcY29ywELL0ivoVgHbMuJyJKAeIJfZ6sxyiX71oVw55uMX",
-	"L17/dn5y+vwfx2fP/gpZpayNM0uc2qrmMyFtp8d+Ucb61WsxlGDDQVMdOgAaaqSkFCNrIgKJevrqjVOu",
-	"VJajzoCpsTDzpTORhxLzRzhuH89WQFRa+wff9/q9fm/fUR5nfjf97gzCwenFBtsNIQI0aNXbFl2zZvDr",
-	"zfilcLvneIxhqe0cMc7mWiU5tJDzV8ifPJSrb1YbsAJ15bLXsKnI8+p3zfz9Ke1jTS7SNRREbq1T5NbJ",
-	"f79waCCCGz0YYQmz+047DUOEjDdMcfKIsetMHpwk+DZoqlG9zqllJh+NhKDWcFsvMezUNqHmAQNX5Fh9",
-	"m0L42XmabHjpA8PSJELAemSIhsUBs/eHg1V57ss0iQvYHJUsd7SXdu7ViLl256NaXA0UciPhpuREyNnZ",
-	"CcMfhDsvle9lMeIzwdoEhMQs1xNhIyaFha4EcLQRNNtSud3UuDKcnz/TzbOjGYiEHbx/X++Ea6x09/P0",
-	"IcSgb7xjtH/kjungKe/YqxZJKyCIiG6wvzXVffdUH67WPbvLLb4LxXeVMXx2HZgmdCaMbez1cw1eleQa",
-	"bM/zWY0S+4tasExRkxrPXixpArvkZG5mWIXU2s6xghzNNap+1D+4BU87xkKS2Os4VjiFoDJk+FVTft03",
-	"PnELPnEdrdEWo4EPy28UpM8G2l6hzCymCOI1lF7BTH1jOE4KzQ4aXIbaCnjd88kUVarN3M4zOtJPtvK0",
-	"8CZu43C1Wd5vT1/gouhAncJKMrnQ9qnG1ZkzlObD2mD9ELS5MwVMkfntNBJfH7ox1xvS37ekev9WoECu",
-	"ZDNheCWOWIxJEe5fU5Vrqr6Hcnunj5ssBbx79LiYIxaDyyX2UckV0OkgGIkjIHpeDtmi7v1uz6FiAD03",
-	"7xrn3BBWoB5+de231kC9S6zbdUC2QZAmG6JpD2UVpQjOFmEKYg8baHrs+AIuR9HsEVPMkalIsXO3zPvE",
-	"hq13Iz/xhdernnCv09GmQcTNkSKdd1T1OncGQxm4zd3q881+eMaz9HL3nbkVfOl2vNnaa67yLPkxU6NL",
-	"6vTbhAG+sqNY4QmEQrgtYQ8wbP9V9DbZUYhv7ulyh11cZJO3PNV4ojfvv0Ib5gfZvOWnwjc2Xtl1Pp/X",
-	"Agk44y1JjU3lyBYh2KD1GnZXLCGqRnzO2vtRv9/vHPlMWOsDI+5zDA6MeKVbadjSYjMBVOKFW8hhdypo",
-	"Cpsr66T8XOgCGxMrW+Syioq5e/ytQv23xCD7qqO1UUurRUMDSGj9iLkXjgDW+QASUYRZKVQcftODamjr",
-	"fT93+jpBadS36OquMQKia9rGLWyhrjd5eRFvdYe0WjygeOynvUlpc+MsRARw2jtgAqTQNRFUDZDFyKJ6",
-	"jaVxGyL3bAFY1EicdfKJElqcikeckLYmCJYH5WIjPl9PPat2bYbX1Kp4ZVnGioTbba3bg+9QqSL47NbN",
-	"r+8EBL/+AqxTPpSajXKd2uUb92aqnxZcC32c+1SwNbLx+FdQC8TaZFkdP335/NX52etfn72KOxh2gvDC",
-	"8clzjLfEf8wvzzH+kyYY9KGP6M+lOBChc8JSQSLCdMrNcmZI6+NH6P0+VutTLJ2J6PqGFKmuFZJLi5C4",
-	"4H9OR6LHnuTGqpnQ/i+GcXMJ2akXYgwSX6VyMpTOLI/YsDXjS8w9UXqy5857D66NmTuR8KpU7yk15aVT",
-	"a/82bLF27Gwutne1v4dlHT4A5DYI6i2K6gVBuSxUhYsTtgohMlHxNdgiBIzUUrVQYwJyPz553hvKoTxz",
-	"H3yltrefeG6nSqcW4bBHSlrNR9jqh/2svGceiqjHfIR2huOvmWGpHMoYvpE823PHwOfpHp+naLlNhHR0",
-	"4ZE+IMVXJoT44SOFKeBZpxDb9zbBUKbW73fqDFs+mgpsQCmTTGhYzH/9F3sC/VxwD9wyhLQp5lS4B57B",
-	"OPHe1X5MFJoqCY2YDYuPcdV/wh8H7EcgKUqjBCom2osYWlfgfwDqJsgRNR64Qbrwzf/8T/UK/M//sLaQ",
-	"V6lWErb6iusU0IxrboZXHHCjnVnDoDwnUbhTgLIdkeUHzV245BOweDMucfFKT0xQxAN2PqyeLErmreQe",
-	"+41cNXUzqWDZuVvqyCU1buZJz62VS7fU8gq7dcIl7vV6cSdilLCB8qukcDe9vQ9KTz464uheiqWJe+y5",
-	"hYmJTMkJRJoIkwZb2lDQGLL+zID54qd2Uf0Uh3fHlz25N7bXS58eIC82CHRjIjd3ExVhVrw/2PqXYyVa",
-	"kXoauVf6mK2PkKOxTX8Mo3AdeLyss2rXFFqteGI6QM3H0BQB2jo4FelSqoUkgvMoNof9/SPG8bYA//Re",
-	"N6Aet0/AYD2lD6UUIjHBzx8eEQfuwtMJ0yq3ArsiJV7nwMQA3LNLsUT0MD6DLkVyKFFQYMOH4tEoGOQQ",
-	"lvOMj6bBpfNtKaDGmc6vSO6nM0Z9FbCFGDgDhjJ+3/XCDKdsYtaGRhPSQ/bPHI0K6RgfbeSca4sMp9Qo",
-	"IroOq8wgNcwxKFQuqDdK6cNk7eOT50OJu1AVcUpXiOeoep1Oj8+enb94/vL5WRz5EDZ71B9Kn0DEOGUX",
-	"w4geX2mAIO2BQ8SWG3vwmG7VqbB62T0eW6FjFBnQTZPg+N21Ks/c3aIli0+5FZDm0oX/xlH4p9Ogk71M",
-	"hrLylRE2Zm3KhO6UJbewqw9YogpWrOSV2zUlDbJFKjCmW2XmShoI1/kwO3S2bMdPlLRC2u7Zci4GkOZG",
-	"HHzvX0bJuNNjb/EyuHsFDSgxeb+QHxcqWcILtXCU6Qn5sN8fFC0KUsNMmglpsyVLJ1JpYmfOXgonwHSe",
-	"YUCWuGcpNcCdDKKDw5BRsA9FMw/g3T4siQ1QOPioYbGY/RCOBz5M1K4dB1tdvLtWS+Anf4HPFH51qmn4",
-	"7PvuYrHoOk2ym+tMyJFKRBKzNrjA41GuM9ZNYmaETDAXFdju0tJBzLkmT7qbZUQ9AcCx7t7Z6bHjoLVL",
-	"knKYRtDehRIiGDvcf4S+2yGBvmDXuMoOz3J3ZmLtpLF6Yzgctqx4b/fmGU+l+zRsxXBUAPuCE27EnjGs",
-	"XdkY+h43r0PmR+xmD3IiNezmAC4MtYvDfh9QoQwGHNxxglTDK59KFiPGTem9PD55DtJIz8zAbXFK7krE",
-	"ELdTDK/DqX8YYstV3MbVJq/YnY96seIjfnOJPeK1jRi6vyMod4nQewcu1WHrYxzVjIRU/fvDd72RMnbD",
-	"ONBKFwwV9ypIr1l7GarZNS9JgWcVW+BzuOleuxce+Sa2eMdBj+EExdWOK6O4J4ateIARDCQmJ3RAWuFH",
-	"lJt4Ez0KR5ZKuA3YRC/LZ9Ltj+VBYzZ8RQeIEJFWnDrizn3GM3dBRALlUBLfn8p5bo+crA4F+gVPwtiY",
-	"+/6hv4lOKGYcHbhejrdLY8l9bXUKaHaFFIKmBYRC3HFvO4QljlUuEzjRUlsEcdkktBPGEQ9QKlIGphxm",
-	"94iaB9spJYO5l5p8NHWGzFQlrB0fZ5laxET92GYKsUVhQo/hBWnCeOaY4JKJ9+7BI3a4/7A4U7qFVimW",
-	"cT0RR8BCQgbqVuWTQtzRHbHDg4NCCfIyALjzhRb80oCSwsKCZ+DpqMQA9yZLzOe6eeEJPbOOQM6WrVJY",
-	"m0AlOu6lSpcCulQbSCPBbfUCo3PEHuERe0OSjbiUCpgDtqN27y7bcGLb66L5JfZvVgorkUYV/y6oyOg1",
-	"HmfpZGqP4NqFegEzfGkocKogu2jp+HjBsQs4Gp3aQHdwNP48gYHAtojAsIgqunOAEkn5cthNk6CwscUm",
-	"PsTtCORCvAvamzMIcGiyLUzR2jJQ0TVe19qWzOWgJcIORSthZS+AUlHkTVLpDJUBi/8Gh/jX/V5vv9/v",
-	"x6zt9bX9fr+D4uxvmJfx1xg0AFkol24qvv0S9Il5YFgcJHKA8ZiOpiBpZJ5l8XpnGYwoI+5Y6Kg4Pnne",
-	"ilpXQhvKIev1e31wbM+F5PO0NWg97PV7DxFVbwpumr0pNI/9E6KUdamvx6QWHvT7Yfd1gvB0FDjvMQom",
-	"SBVQZ68FAyNtP09aA+pT+yfWYYByB1M46PfBP4oiH7JSVgS9+xs6rba5tKgVLjh2akCOK7OueK5ag9/f",
-	"RS2Tz2ZcL6EP4JWQwhi303xiqGm7Jticd+6ne0GxWO3WedhokuInWjlGKHInyt9bsOUM5KUzdOmt7xi9",
-	"YfuOlQpQda9W8w5qt4XWsXlDgtnPilk1bg3w712JSkh2Qm2E4fIg8hzq59TSPwLWWCTrRt68XGlM/MBg",
-	"89T1nTzFCX0W0oOxAfHxUf/hJxjvFTSs5MnyiFwgxudOe4UzASCPTcft5pxuuwBX+3vkmNhDx0TjgVPk",
-	"Anh1/POzNRdP9TVxaE9pQCNPINvoAj73hvIVuCnsmh8ZeWP16J/BO6k9AvA+zQHz1TQCK5WPUFjv7zlm",
-	"9G19/Ce4yfT4u3pyq3tF8Zzv44CzdkRzuNOveOLhueAn+9t/8laSG/dPxMs+ROLc/KOflL5Ik0RAbPnw",
-	"4PH2Xxwns1QW/gGBiEklof1Y8WxB70R/7gHpFShCnu4QZmjwARqQ1zAYcwm6DGhYsTNJ4tKvHiMDKzpz",
-	"mLnTFqVaFL05ipAWeDcwOAN4U2NmVBBhmjFuQzTqiHGrZqlTaJbQZZWwlubcGGEghWwo03G08rNmqMcY",
-	"VK+/IF6ZL9jHvJ4jxikMRgUBay29e7jyAevHmL32Rw4lC+B/eUWOvsJgKAwc7zZFswL15NLhGis9icHY",
-	"CG/fUML16/RY7Pat2FpFqN9YoqLFJDWAnew9YO5/dQ8PJYcD6OL+IEgbKKNz9BbHKyBr8aZO6FhyU9sK",
-	"Hf1jHp+RsL03NEjH1rmFU1LNykyMAMet+6ubERU0pdJYwRPWfv7s7KehTDQf224q7LhL0Y9usJbupVh2",
-	"8YfYpxd10uKAOEvS8VhoIW3hGmTtEpA9KppGayAaXwqytvnk3mapce8xKrsSSSdwHR7UbgKFhMqMtUSQ",
-	"aULCBWmSZ2AjDVjZUjJwSpbNJIeSh5oAnEV9F8n1xzAFNPYwD0MZFgD85r/FrewxAOFAxQKspkKzCMFq",
-	"4wKjPB5KWtaAxU59rjayjBMx0TwpCCZiWCIUF5uB2PZyKFPZ9Woneow1a6/+vBOxGCv5ypU+6j+sE2ZP",
-	"CF7tekKsCjH4C1a5oHgCCvpRJcs7U0xgioUwqkaXCVD53pQwGhuS3Ws0o2PqZ96GbFXr0wguxIjnRlRS",
-	"KoG2IWsaSQimuk5hTROiH+3V/OJj1Fpxrm97yerjlTechhmWu72l/MnKm4yw13mLexx2+QtWUfqH23/x",
-	"StmfVC5xiP0dhjjhy0zx5EypF1wj9MPh/qNd1mPy+Rz6A70UScrPnHkGitTBhisQ+qR3vwoeir3eQACJ",
-	"FiA7RMUlQASkgQ9TB+3WlQUvsfcnYcP49qY+8dRMwHt5qdMCOgDBXVUqXGE/0s7AOxncChxjxthA7EE/",
-	"4W3kJWdCWo0J6IVi5+ZUac4tE+xMH1xvNGLB84kdm45gml1yQlZRlt1Oof4AClnbSYFUFpoGeeoxpaND",
-	"khrcdl5Ye/fZgDXLanoaxX5VW4FZWr509q3SHojDVxdj/TFnUixgtqhtuU80qpMkpb7+KTjtU+CsA2jv",
-	"4jS4NOwmjSv0/toSklTD63yxLEdmPWBQqO9kLKXHApQXeNnAS3kOGk6B6YVSM2DaXxOzjVqBy3brr4NH",
-	"4Yg2ux/unM2U9g/6sZ2Oj/pR4qytQb0+5mG78Jo6hjKUTi8zhY4U+RiPrztfdXoXXu4egz1AHXgoV/zd",
-	"SDA99gqjl041LeO/7sb7yfILnzKB5LtGYTc+k4opDFcqVLtxuMAMRqv3XdRaS3IIvq2YyHsXHgSj3lB+",
-	"SvoqONLwsFLpHWo2WwJnA/dLhO2QsiXU065komFuJqWjrSnr2BAK7vbcd5caFD0M6Js23Xd3uKiXdYZS",
-	"6cjDG8CzCA4BeaArBNWmaFpUZMJgvCqI3UBH72rwJiIaTNwPkKfyUhd3xBdBxHJFHGjhxMBQrppkJZc/",
-	"PDjoRFivXok3l82fY4wQxz32jI+mhQ1POUzgqljIdTv3aIuxCeYcRmwgCa192O9jEoY7BTd5uozGeuwI",
-	"4+ifk5Vterv7Btrow8CZQ4C3ELyXYomNfeAQd/TUwQX4EQj2fkwTePfntE/CCTSJztc1t6VIBYCr6A0V",
-	"L92/cC/hp9eoa9iqJ/IynQo7UNyUuyo9aY78YNiw3oGdJk7iNLiv166Ee9NrN9R1TX5QG3Z2W2Ol+Wa3",
-	"9Z1cAN9GuoHu53wCZjh2BPvqnd9uK2CtYZTFfQRosFqBjXhlBXemljHvoaYM03s3kBc7loV4xG7WpQfu",
-	"0Etrn10D9pUbAJ/ssRg8Yz45Eb3B3r8XsbjSsTl23yLC1lDWtsW2iu2z9ohnQiZcY3aR6dSKBVjyawgI",
-	"3IdUeK0nhAK3kzTYv8uBm/Rmd7ZgnmN29Jd+F/o73IUnSo6zFGulPqeXZduPyV3rjJFn0qZ2eVe3HYmM",
-	"bu76jQ8EC0ZFG8VL0/1m1RSwUmuj/h4gzNZlzM/C+st1f1x/A6FHpVJc8R+xmdATn5wLCrF3ELG27/5S",
-	"rXvniTMFrFrFlDYdzKv0ILAEkRl/8dfqus7LO6DSn4VtItEGzQhbvYDIupaK8lpPTjh1zJh7M3W1SpnL",
-	"CaX8Uyb3nCA+AjSnstwQH7kUYk4FUFc8y8WGhIHdrgyJwIgwFUzshBp0LTwHZDpwRtUJOU5lQH5Q6C+j",
-	"pBhUUjWn3A4l5Fpj6iVVKUyEhRIMeL33S2ACp+mxY/pnWLObCX4l0NSF/LsHQVKjYfxCXYXlLd5LqzT9",
-	"MDCWuaVaMSrqNENZlJaVpSZltDwIHNaJcIDivFcJjmCfn9ic28DX8HCgzOqr4zL/kcIbL9vNOOOaaC9q",
-	"2raYkOVlxeozLa7UpaMqKcoSkohJsSgqvktkJSyINbfmfjX32c3ueJ7+KpZfjWWKy9nFOHVH8U1zaLBm",
-	"fSZ2cEUKWr9XBWKztVzExYpseKgxs7mW6GzFyxJkX5spOJFltgRH6n3cIpwdEt49SUZ8+ecxb8OxkyY5",
-	"6aOrZOgesTgAnwYFD8uscaexwfQ3gXonAvUuLVq69je59c3Cce/DpVh+xFudiTrU8lOQhwXMtnfq+sgE",
-	"VckyY9Xc2YojMbeIz03Jde43EFcfyiw1ZRk6yVmINBsBccQrdQm1UYUMhvGKUNchJhTeB5vARQZsonJf",
-	"D+uzrd0QUBoHk/0mrtaJF7f1lsR7Y5G1XfP5VSxJutXckDxJN2fbo9ZI1mJVQxywxVSxdgwtk+JOhJmb",
-	"8DmFEuIYi//cVxg2xVrAGOE1yNzlGEW3ha0TFXCC96Zxwqq/Fn3TLWYXdRNhJYQkuO9vF3n9IvOk2vst",
-	"vMlAM/enea7fzR1LYiDMqxYQ461J4O6UdyNvaKIUsXmWQ1wfMxsAXq94J7ly2ojPSmn5cHMh6b6DQA8p",
-	"QTZ7WxIHizBjXl0J7RFIYH+hqzVLchHkn5HLllL9UKw+efOPMCEhpvkqPYlgpbBQnGCEA/rxz/EjjUyf",
-	"cNwIsVBHy7hXvLIajQoBU9vYSErnUqZy0vEYezfnTEoHGC2NbArLdl7rybd6o6+Eu6wXKBHmUF150kY2",
-	"EzRDv1OGQ/XOXfDTfqqgkZNcT3DgtzDuVyKWgzXtIpwrtebfhHODU6iyS2HGTYVyP6d7aC60URIU4xGX",
-	"0FYKhC0KlYW4KNaATiRM9R6wGNstxUOpBU9MASqGvUmKYA1Un3NjFkon4FzCLG7wLnFEqTNTzG43iKbj",
-	"XmhzLUUCWRtixtOsAMYIarnK9I3H9+eiCi7FPfmpghE+j7MqXGJTSCeg4n+r5IzrXvt/k2yOu/NfVY72",
-	"xvxpi2Te+5AmG51ZT+HvptK0GmgNUBolXuxU+8Zu9xLYwTms3vddHE6VGaeG4Sq/eZ5qyA43+a7ILvpU",
-	"SUIbqaL/uTjxNwJryOG5K+q6NwdncNCNtg0mdu0cJcfHVwPi3mMPZYB8blYD6JQxS06PW3oFAP8LVzaU",
-	"qB2yAtEV8nqsUp0mF+fPuN6vxJiC1exiRuG5fbvKDfbTxFOFv8P0h0/hb2iynY6TxLAYHHRxkApW9DFC",
-	"oLsQbgUwEaRasFzaNHO/tWkWs/bFcig9gpp7S9AZg6IY5NOrtm3qRExJVg30UfyvN5RPCMQX/JZVZD+D",
-	"/lbjcUd8YlvCVG79yAAuSG0xOljXhnDMRghC80sdI4EHjlhqWZaOraFCaOj+a/0Sewyc/UEqK6QPcqNk",
-	"jLYhOWtDMM5qmbUbf0o5esH2tg8PDoaywMWCumktsFobmsdYhRPtNFcFhLmI0dAZn7JBK/DwjxVVbyIs",
-	"O2wAqwD1GpjAPZmN8O7PYzDishoUFLifULSFvXQ8XX5LXPj3zwSEg6egTJszq+bdfN5pYM4V9FUiyiYt",
-	"Z+8D/H+jjfiMzECkME9Xgwbum2g1NwxaNq+ySkIywtcgtMCmDIgjVKKqGRBKe3UKXhOi+fh0CHYdpDaM",
-	"yJf8YhezExfwLdNhl0wH3KxrUOo9Kv9wyo1qf9iDbzOoYNisLwC7xejfVGRJxIxy2r51slC8n6fag2u0",
-	"bYod49OkEw2lgvfyLFuiXxbxiSne49Hg9qAkjixP9kJw4xsSEGQvAr4DhJnXA7QggHS8YD12jHpvptQl",
-	"1KFKhW29oe0bdHtb70QYDaVRZYFehljT3LKxWBCCbWpBo4EunmOwO+CFvg9kGyS7VFJ0ENcO9wjx/nkV",
-	"hXbAxirL1MK9E7W1FC6ZzLMMNRbkf3YqaECA2QUN6YFx3APwdZP43gOuUCA7F/I0pJg1ul21PLJlDeWk",
-	"Zfel1D0GrWhbUUtyaCFEbaJ20w6ewx3cfWD0ZNQPTPb7bQY+Ac01/VM0jeF7TpaDkEbeGjzqQ0vXdJbP",
-	"WoP9fh96o9KnugZsX475GdDETkXHq3fumyyxOLdHu8ztDXLAtyUi+YoYKtPS1nY6kEnAQz5TJB3Mwp2d",
-	"TQRxvmNt/y3i7Gcwra/EJ+QWs8tthN39dgMbPEKWSMLfGvz8OSPooCEVpbqBy6XtiyY7RSJZkbQ1VppR",
-	"cps2iKejcqg/DV6Aal2qARCnDelrvoC302MnRa4bOntMPqNfFEWQvvu3LyvmSwAAEu9HQoRgU+1cZsIU",
-	"V5xVEA2M77YnFTNTZ5bqLmH2orHlXrv6ykGJWQ6lkdQCBuc7lM3+nvZGNL0SSg+qNwksaChDBL3KwKzo",
-	"B25+T9/1yCN3fwkDZ6gr3YfLx73683h8YFENDh+k/m85Ad8QHiCwS7bC9bhzgz6y98H9b+fMAW+pAldY",
-	"AX3GXl6prnjEqQiudOH3hvItdh6kdCPCCCU3USrJE66h+7mpa1B4f6kJBWfZxTlECNffchF2yEW4Ecl+",
-	"styD+mPvfzLe/o10mrIMbkg39+ZYdCd5V7AiXnMt6ya84gludD4isA3sL5elxq7ichQdxtbai7UL6ody",
-	"ZMDmwPpk7DhhoOvCogaTnyZfQvLfOasFMI171uE+C2DHpmvuETu+yuv+nwzZcR/a2N7mYovX9+4T+qqK",
-	"LnattvhWZbHJJ7Sq7EPx6Crxf/asv6p8rnUqndJCDOOUTiwL0yZiQZyuRIZbyFqXUzSUI66vqqk97jUP",
-	"zJF/uXc6KSkQcqt8hq04m5xh5KYlhSgAqINdt8r9AYBiMcyHk08Q4jz9IxeMGgeUltY9OWDusVTj89Vo",
-	"bEoJLooyyvP45oP5T5T6nnnQ9b4269tF7u99cP/bgkwyU1dkYiBJUlv4ArmyYFcI6e55xYwvKXuh5CXo",
-	"eLZTITdzqPtzu1yrFMSXgOTyK76Md0Cqb4v9uSmxfjL/y30XfWxj7d/Ip8n/sqL1fZmq3vZngyqQRrdN",
-	"vOJ8MQXjfFDlp/Hv79xDyIFTGzGjAp45lFVXjqPapc9X/FELjmmO6y6bKsjp/Xhd7llx+yxel42lXOR1",
-	"+Sov+X+012XtXt6FKjbVykLj+2bN6wXUYQRt5RbO3sLfFQBxa5UjbWfOlUH3ztFQcizauK37plGneq0n",
-	"Z349u6hWbmHfFKl698fYNpx46Pfzf7qhVgWxIE9IQXUSNh1DKQJ9zbxHglIzkKIIWhQSgaecig3NjGeZ",
-	"0GwMWGysHcNkYmb40uDznSPIpocu+RJ7MzrV2leW3KJ0cbVakZXFiohmATCJNdSL/QKaSfcO3fV+jKbI",
-	"HH0Pd6L2zrxS5ZGF2/btEq1dogp5F5VLAWbuza7SLTLO8ppL+DLPbDrPUuH7K5ksTVI5qeZitbG5X8Rm",
-	"qcytiKBNZ8QSvuwEVQLREJPYoRgQK/wg7rZkMV7ImLW122KRQIc46NueCW4sg55qlM0G2WVDiSNbpfCy",
-	"+qSz1ECT55piRfIFcjZTMyFthJn2QxljlYKB2pu20iy2Niv6WxZllDCbmTKWfe8WZgDIUciwFNHXIPTY",
-	"aagx18jFdOx+N8U2cUeMl9+occHEioZ3K2wL3RWLVJqi0nEXoYl91LfzJfh7BP5WTkyqli+d5Gt86R5C",
-	"l/T6N+KTN4/bxg0pK5meiqDU1gj79WnVnxk15mxFB7gJX1xXbTHvvSmgiAlZAa5jwJcj7N5ZJH7BJ/DB",
-	"QQqCu9QAHsnlEjIGhnIFRtJfwZTqnU2PbcVXLPAUn7nRfJ9lAL2iFpZxwtNsGQ8qhdyzPOPQsQdTyIgX",
-	"48scP4P0ByoAh3W8PXviuBt0sAQoLqUvhWZajJR2fNkxe7cXUFIA6RHQvJNeCQ3F7rcACZxj7uhuhfR4",
-	"v9FVN71G5xqffFOH6pyznkD5Cu7AF1KrshAXU6UuN1ZHvj194XQOaI2lBYMEJ6tYO6YfY/eiUiE68rlL",
-	"adGF++T47MkvrDo2AUOzX14eP+m++eX44NF3cIMSkaVXAi4/DJdOJNUTE5A0YcJiF19iE2AGpRPJba5L",
-	"qFmYNbPLuTAwbSw6xNYAgCmbCJ1eiQS1IV+ACQ6H+O9vX58dn//27MdfXr/+9fzNsyenz87iI1SOAA5i",
-	"ngJTlEpCd0I3eion50HjAZlnGSZ9SWVLe2zZY/8QOh0vGfeLXTp10Z1eboG1hnuixiwe5v3+w5GF/4ke",
-	"ftJ8AQlm+Me45Dy0PmwBPZtzjWD1ACTgtCELVdY2nQli2vHVPpxf/PdcWe50NNF94zdzwOxfccBcpu9x",
-	"sOhqn/42FfSn+Ihhx2CmsoTFNu4Npdts9Hb6zv8jPpoKaNDdjp+4f3efKGm1ygZMqi7gGcad+/CK/izs",
-	"b0Tq98gj/RANXJLui1On3DGbXrUBeGVDaqBSsoWjn7jYqF6l0pJKKI3V0CUepvCNGTeUDvqT8GFUurx0",
-	"dQLeTA+aT4r9TYN2S07YyJ+xEohbK2Zz4Mr0G4QXDuFvkIOvYvhXuSQhdjuG3/YJLSMtEiFtyjNo4wYV",
-	"v8S5/bAyn10IzdpjnmZOQ8Q/G6zm1k6p84AQF3x0qcbjiOUAKnPQpzdpMRIpMt5fzs5OGHY1Z23goOi1",
-	"AoBy5CYiKYvAsL8sPog93k0+GgljOvfVP4Au+dPycL6S/LnqwnZqYlWIL3/m33TAerbjGU6xYdX+Ap+T",
-	"zexZgelzd13V+QbQRh0j8ppizw0Ve4YTon1VdUnwS5Hil6WXAl1eTl2j3WvXqioxudN8hHWBhut8LqRI",
-	"BiuMZiiRyUDt42K6ZFJ5ZWXEZ6LHjouHCSKDp5nxigyXvrM1Qi84PgfEjMOUWs+Bb4gdA18SiUhibGmN",
-	"yqhTI+HKitAyddPjSaKFMRA0HjDOMqXmjn9CCecVt5Don6XyspupEc+Y5XoiCMRmDKZ6UIk6lG4gnUtD",
-	"s6mqt8cvXrz+7fzk9Pk/js+e/dXqXFCdbZzr7HzBtUTz1SuwqNu506TDpG3xBnVEn5D1U+dRn4AZ3oEj",
-	"wjFLE9CY+7QpJFjQ115pylGaHUhMnR6UNBRqOXgEUS8vLt3b0xcRVUWQgu++rdfwHVkCbrfbpvsQIe5W",
-	"EKc9cxfv/hm6G+ZUmDyzzbVJxhbH8sARkHv66+PlBxu2dq7VRSZmf7neFp/grzY1YN+JGKsK6FHRqHfB",
-	"yXK9K2HkyA/yuYurW+HDi8JIurZoqhEwKs+S7kWmRs0Oht+mimH7f1guNCCe5toOwE1JcRhfmZ+JK5FF",
-	"LAVvo0zUohP2LZ7yK+FkhHQ8h+KpAZjTYppm6JPgwFZiM+WJWqCHzrG4mM1UAlGeBZtxuRxKH5SVvqMN",
-	"A3T/tPQomgiDJ/QkaNVHJTeAZjrGLWUoE75EoTKH2m6WJmI2V44U8deO2/kaWYD5Y0/cJ3cbwTE79bWy",
-	"GEBJJeMXAHPAMKjj14pTOQr9nHOhjYcdIXgFcDpFzChQ+ZfM5PoqBWTIU5GADDGWa9tjxxQeQkSpJDU2",
-	"lSPLNOBJasEuxRz8uL4f5lCSH7aNKJyTVAKY02/ujH50tPCEz+POIDihca4hIk3ICu6tfiNSOXSaP/Qj",
-	"UmMkABYDKkFc2iiePlJAk/OkAfJr5MR/UgbQAAArOBpjAXCBj+x13NX37gwud+vL9QiXczwV2Panngki",
-	"1X6zDGqYMXAg7HjHtaSd+tLcxU7L3oZnhDFp9+TOUEb1FWknMNhXYlG7xexiRsMOf+kX5K4KzOZ0wp6e",
-	"8TPQ6bb2OhnfhAXKjr0Eydw4HqAHBS7jQ1noEV5CzHmqj1g8VyqrMv2YPhCwMkHo4M/Jr1UAO+KACK4D",
-	"OQ4EsAPixyPseB2mFPEe70IkAWIRIUVT8peemAeBmORyiXg8RaBUi8LWA1GDKcUNxVyOGO8pncG9+vMU",
-	"c8GiGuSOO7V/KzSd/7iGOXMkyVVOEMqdvQ/ufx+v3ZCutv6kuAL3yO83UeM3Haip/qSBEq6t+2Zc3hVs",
-	"B7+Av9Ejl0LMKbvlime509vrC0lKFI8jFg9bJA2GrQGEg8uCEshYoXanzQZFj71QC6ERMRutYQD0QN8m",
-	"mbbGmaW+iyqZwR51qWxLgLZMqkvESUD2nuO7faNXiISXwHDBKpX28yWrO3ib+xLTHjGLz48areKOOJt6",
-	"FXikvoTlnsXVZylh2cQffAnLV8kn/qNLWHaXcteoTEltYxXKEdtac9JrKCZxBPqtmuRuq0nIeNhYSrJT",
-	"sYgRNmT0UenRDGoSgkKPoIsL9BoeSkrOxszw5HptFUh9+law8RVGp3ck0dvoYvdWhYG/hLBf5XJwS19R",
-	"0OCa9RhDGbZA+Xeox1g5xGoxBrT/ratkdCpZgBJ8oeyUitDcM/mEUgorpRob6zOGspGFnOTrLOQ/qrai",
-	"WlXx1XKlL6a0ouAN6FJfUcQC3ka62GrDmHqH5C/KGYQxn6lc2ph6mIQt6krLLCrrKZx5FLFEjFLHeCDi",
-	"lC0hu2UoOUUAoRW8seW72zzLnG3lw8HqSuiQrWHoAL2ZA3bQ36eEa1ttagPG3uHBY0ym4SyMkUbQecW9",
-	"3Ftk7BeRUcATvZVDCbAGpuCovilfZSZUH4K/SxR1fFmZCWRdG+G2PRmwkZrNUuuM03Z88vrNGVs9BOh2",
-	"vIePxZ2IaeEYNTz/9NmLZ2fPYui5o4lJZmJssYZj7th5yHIjRqNSbz0WK3kO3y9j1o5piBCIE88gCqHm",
-	"YR9jmkTc8bz+gCKwJozvQlILRXhHy/NL4cahOGnEDg5BjJkSmBPdERoQ2Mrtgo33WfTgZ1hCKpPORbx2",
-	"ctD/54jOl2dlUs5MzC4APsc7GmpjlEAOvnIOcUdFpuQEPeJKT+Jm53LQJOWe2HowQsEDP62vOVxjDYN3",
-	"t+ab4X53hvunytN5FaTaTEVGiYLkD6MrtNZaoUjhCe44VaJySgNhZVyGsyQdjwXkENDdcFepFHd30/La",
-	"3d/mRK+nyPS5YY3iBvNoLkQ1/2gKhF0pVTgVVi+7x2MrdNOs6Om98FGYFbUB+lTHi+kshCPGR1OsPuEV",
-	"LkspWmOeZpAD1GFlXSR86fT/GZdLf3poUmbpZGp7a8hxkNVFcvBCjLEnG+bihA203RE0hvHp2zrFBGTi",
-	"ZtC4DDvKcTi6cKUDFNl4tqlhk/RKSGztWLWXeux4KItUJZJ4tbKKvkHcIzhm6O06AxUBsmFQyg6G8rD/",
-	"mEk+c2ODUWG5FfUdHOGlqzLl/vt71dMPqhy9f3tQx2Chb1AXuruuXD9j7lh4qRxVXZveo52aNPpUt0ux",
-	"fABx8gGLHanHEYsLndJ98PoiZl6R3yuOCILAXdBxOsm1MD32q5hbqiBJ+JJxoOTUkrPMqXbYIZms6CKu",
-	"0T9s8JZ9GeS7snNfNBXfDSkeVxVoX+HlmM0NyPF6Pq/gMJ4nZQZVk0lz/aqL1QEak2YwdTTOgfjdJjhW",
-	"X1itrMvwmxrWH/kwKGaqaEN9Pqu+uYt8dOlBRFHULYTGxqUSnVltTg8VHWAIPRky/uk1qUGjjWdKik6v",
-	"mDA0Mij0kiAz1sndPMswu9SJ1KH0FR6Y8Yk5dKjoxM5ePi/aiEaQ8YxGNEVTKxm5eChlA+JSzJE8Q2sM",
-	"C2thf0PDq5R+XiiC+BtKkn9sV/H3BAa7f4vKj3MNY+qTsa0nnov/R8Iv10vqz2KM3Q1PxlWsKAiF5wH5",
-	"h7v519eP3TBilOvULoF/XgiuhT7O7bQ1+P2dY5BYZFHXwfcF1E2Rb4e1qSDol7Ozk/Pjp09P446zenKd",
-	"tQatqbXzwd7e/sH3vX6v39sf/ND/oQ/8l+a71is349JAc2htOuwilwlkhWCaIAdTI9eCKg580v1cqYyN",
-	"Mm6w5sCnh7DXPjqnZLbslf12MZRc0yFYTzCNHuFKJZfW9BhgrFA8AFNF3CAzvmS+41+QyxiMovSkYRB2",
-	"fPLcKWFmBViBmSkg18mRgHgGJOABpir0xOZuFlN4zipAdS7G4vO0615YMx70+nZbCq3yTYfxxHsbrSKP",
-	"1krnevD6BlA3HEOmPYZOq4QEBvahv1hW4hjBpKjBeU1DZKHmGaT8YM2YE5xYMbAQFyXylGXxHn3Yi2Ei",
-	"GJCdBGPQ913EtFwfCgu9CViDUoajABYzAmee0sWo6G8Oq73Dbc6T1NaMAj1iqRV3Bbl2vf8B7nZB0TIp",
-	"LhIl4RK2UKp9w41KD+y6NZ42tp5Y79dQ9vIsZ9mrdruuG8KR6VRZNud22mNPwRtv2GIqQLXnQE9uWKdZ",
-	"wNWYKMangieh1E/DrUROtD7SGtYSZPCi97eKF1e0LmUQN6wm/lfWBAg8ayP9WO2aB24dhC9qK810LiXk",
-	"bFXfG56HrxWo365KYVhUA5dQ1OJnalJGBVZLw4PxipKy9QGPEz4HZCcfnDHlvoE+RYSfQd4JK7LQUMcK",
-	"aawIxa2N8YvgmZ1GzCmlqRTEbE+0mjkqyIs87x57pZhTEIS06RqFFTqbcXr+/x8AAP//",
+	"7P17c9tGsj8Ov5Upnm+VyXNAipLlJKZqa49iO4mf+KKV5U3tCb3CiBiSWIEzzMxANOPH7/1X090DDEiA",
+	"pG621+t/ElMEMbeevvenP7RGajZXUkhrWoMPrangidDwz7/lyvJ5xqXo/sa1TOXE/TURZqTTuU2VbA1a",
+	"b4RlqWTxgmsZs5lKBFtMhWR2KthoKkaXbKHyLGFTfiXYhRCSJUKmIjlihi8NW0zT0ZRl4kpkjMuELVKZ",
+	"qEWvFbXMaCpm3A1ol3PRGrSM1W4GHz9GrVNuxYt0ltou/Hd9VmdTwTL3FVNjmIpNJ1MrjF0birXd10oK",
+	"tkjtFJ7NBDeWaTHjqVtzNJTWr8goJQV8aYTtHDElGacF0WrbhwePO5Efdm00O+V2KLUY50YkLLWsHV9k",
+	"anQpknNu405vKCtLHys947Y1aKXSfnfYivxepNKKidArm3Hqp7y+IW9lak25JsZt/fzila2NGb7nQpje",
+	"rWZmhK0jnpGSiWG5tGkGE9o+Ddx7w9pjpRlnJkuTVE6GEn8Z0bvcake51kJadpGPLoVlQiam02Ov144s",
+	"tSw1LD4VVi+7x2MrdDwYyuLVfk5jLYSbqnv1RPMk51m2jJhRMHEhE3fo7ksab8aX7EIwq9RQCq6zJXMz",
+	"Lu+FVWzOjTlinI2y1E3UEQdbcPeOeGXvYmZwrxzxWJ0KU14zw2f+nSMumclHIyGSG5FSuQXNh8Xd13Rx",
+	"V4Z3S3Zrui6pfIxac675TFjiPE+UNCoTb43QJ9xO1ydDD7DcCM3SxA2Yur/P3dNRS/IZjJC0opYWf+Sp",
+	"FklrYHUuwon9Py3GrUHrv/ZKDriH35q95wnsyJNcG6X/lgu9XJ/E6zn/IxeOzozSbKzVDDZkrsVVqnLD",
+	"5nwiHhgWS/HenuNTcTHTP+CdxVTx68q+zfj7F0JO3PL3+weHUWuWyuIPUQ1b/Ak2umGyz97PlbYMD6PH",
+	"nooxzzNrHBnG/zJKNs6Mjm/XjcNxcCowq581l7b+FOGr5uObuK9ve4LPEzGbKyvkaPmrWP4C0q1eYAAN",
+	"PzAsLX/BLsUyYtzAucbBF+eXYhmzcSqyhLV/cJu4f/DDUI6mXPORo2LHDOLj7v8x3v2T9buPWY+dswH7",
+	"X9aNOxETqZ0K7V7MmbE6H9lci6SL78MTHcp2PGwpnQjd3T94ePho2IqLqTx/dvYTSzQfW7bQqRWGpbbD",
+	"lGYXXAvWjoOfxZ0e+zm9gje6n6J8B57vPuKQIPuSdDwWwDEvxdI4nujlVPuw3yfZBMeE7ygPKtjj7q9i",
+	"WaEV8Z7P5pl7amU1rToS/lUs60nl+OS5mxZLE5TYcZrEXsrCIUllgfsaMdLCdhpI6hJmdyuCAq7ccMlO",
+	"+EQwk/4pmi4TKCWV/UnwIro73o/cnU9n+Qw+9eHG08dafv1aT+p367WeNF8rpSe33YMToVOVNGzCj2mW",
+	"Obk5h4ccycb/+Mc//tF9+TLGs5spaadOayyFCD1rLNfWSemQPYHIJFmOzzXtLn67M6vCVeCCMi7rt9J9",
+	"07yXTju+7WY6Aa+vuBvvebI+geDrG0u6ObdWaPezf+rz3/vdx8fd/+PdP999ODj4+P9qL+KZ4LP6DXHf",
+	"NE/ECj677YY0i/23G8W9UwZuN/ZH92szV9II0EOOk1kqC1VMwOmMlLRCgjbL5/MsHcHR7M21usjE7H+c",
+	"LHXf7UiC+CscemWflWIzLpfMrUcYawoLxQg20iIR0qY8MwMmroResnjvaj9mai400op4PxJzUPOdXBKj",
+	"S2DpGS7EXSRGPDWiHzntVF0K6eTIKNCvnCT629vXZ8fnx09fPn91fnp89uz8xfOXz88KDuwoVOgI3qoF",
+	"bEqnx14pOwUFmhuWKCmOmNNdl0OJKmRF4/b6LUqZwAjdauud+u3hWaYWtDSvs6PGXd2wWuvy2hZVMWwm",
+	"xmACh2xqgxl7CwOJ4/6FWv5RqYLzFRtm++i7aPtWgUXCLsRYaYETSOVky8vd63/kCe3Rp7w1L3nmFFaR",
+	"OCpO5RXP0oSlcp7bIxYLrZU2MctSd3CCj6ZMjcdCgpkHmlCv5WaOAgw12Q2Tv96kq291M7fivd0bmavq",
+	"O1YMnTd/x3vPveamnZWrpGBZKgXeOLXwF/H/9+b1K9DxezVcfZ3FOMMV7QKtFgYW/0TJcZaOPumhHUum",
+	"Lv4lRtazuNSAoqc0cxcw6zCeacGTJRPv3dHBRH9S+iJNEiE/KVOeVlgJy7iz5N0VHKm5iBzRccdAJ6Cs",
+	"GscL3Gfir10ls2VAaK+U/Unl8pOKlVfKGYG5TCKWylGWA+07MUMnoMaMSwXmidITmOYJX2aKJ2dKveB6",
+	"Ij71fpP8YxcqWToRZpVimZsITC5Qj94Ia7NPLKRhfqWC5kSdp1WD02GwmYvUiCMWJ8LyNIuZ01gM2iuW",
+	"W8HaIzWbpdaKJGJaZIIb5GDi/dypMh1Y6huhr9KReCv5FU8zfpF98qMwOAMngZy9lYhRmggm1YK1RW/S",
+	"Y6ciSZ2sX0iWSzAzWTzKlBFJzJyqjOt4K3lup0qnf37aw3qZGuOoHezkpKoSwLTmWo2EMW5nn0mb2uUn",
+	"ZYIMhZUnd/AGXmjBL43jIU67waGZzjMBzJH+JgzjbCasTkfAixz7SZQwYBNfSrXoHLl/FrrYQjtKk7Ro",
+	"k8+dBBDJS5Gk/AxkxqelKrjYbmIGdSeQdk9wAl03IdyLFBcEIq5thHCPXLkDVNJ0joZy5XIt0JuKb11X",
+	"Rp2i6aZDcwRtf57+KuDM59qxbJuiFTDSglvw0FfcmQm3omvTmVgXtZEzyHYwOKJWxo09z83mt8s8o+uO",
+	"Fs3aaGgAfVj/Yq7FOH1f7+8ap9pYVnVZoTI/0sJGTvXTYqQmMjXC+1l6dWvV4kpd3nIFID9ht1MrZmbb",
+	"5r1xj7vf0Yu41nzZQvvNW3+/o1UMe1MMUGxJFB7ryjlUlvSuGAQlpBsVKeUJvACuSJKkbmd5dhJQzphn",
+	"RkSlB+xD4ex15pjKreen5fQGv+OXrXdweCEV+jPetC2v3DO32M0Zf/8cf/AQnE/0YX9ln6NWLtM/ckFf",
+	"uyNd3frqrm/bwxq3xzGTYgFaFDCE0rUXkdsoNcxMnaQBpUrJETjdvsKb+wXft6iFZ1LPYC4E14KcCgMW",
+	"/zG/PB/m/f7DUZrA/wV9PHzILrgR3x3mOgv4ET4T92r9U3d+zYulNNPqixRt2SqNFfu300aSjKnZySBK",
+	"tPWai/cWI1PrewGTqL6tdkV5ktpn0uoaecdHeIirZ/qbl6hOfkYMNL7YCj7r4R7HtdKBj6zSdS9TbMYT",
+	"QRFRLifFK725FEcsvhTLQZVo3F/JPUXfgI3YTC1Ri9f7OByNktWDHqlyKqztbhDDGHMiMuF+AkGFhptF",
+	"Oxu13ncnqkt/dFpS75QvXjqlciLCb7vmMp131RylRneuUglzBF4atdDdsnHK5JFpmDOcyKedMzLOrdHe",
+	"yI9bT19pSWLMqpDKBkJO6s9X6UkDowRV+hxntvY18Mod5UIdy8FACtJ35G9NVG4rHaKnv8p8aPTGq3kn",
+	"vKa845+d3/zI7Wj6xKk2TmmoJ2wtTJ6BB8IdPqYUqDHj7ML9GJwrGF8HawKNgksxB5qB6PuFcBo+WqUQ",
+	"JFBSvB63Br9vXh5M6xQGb32MdjRl3lUWFXg6N+qCK+oJuOV3Ps/KSBVtbZ+ChQ362uqh0bibz4k2ZI0G",
+	"8ZR2n/XKyW/T2f3rayeHLtRjOZoq/ZTXxB6f8qU3YzDKqMIoo9KTB4ZdVOKTBoOOjlqK4OvBD5tDrzUu",
+	"4t22An91qhZ1FzL4dl0kz1Qua1jm6yuh+UQw/J4luYhAYI3SGc8ok4C1lZ4wqyzPwM17xIat/rDFRGbE",
+	"Yiq06NQyVYxljGo2+Ql9AzkOOHJ8xMRsbpdlVtI845JNubPZ2VynIwoarA0DSR4iOYfEqqbEtfLw4HHD",
+	"eJKIxFmo7ls86Uq+H3lDKCyDJz2UaxvRDzYhwoAADMAcM78SjFtwjTpW7d/s3zVyyxYJW0xVJnrsZ5yX",
+	"5t5YHvE5JiW4D+hpFQmmjw1YrPDccNXxUHKS5Jhexi/UlWCx/xU95bNGFnyJUbIdRG31FU3bW0wvDc5u",
+	"42b1dhsej6FW+DbJ7MrONE3YPVTdWCWFuZMpUw7BjqkDEQa817Ot4DIoWfjjilnVXoJisTtMEKLcGwYU",
+	"fNbFvE63B0Wiz7ZJrLDhIpUClRwK61OEnY7Vz3uNzFZPMfL8K+Aqqze/jt9fS7QGbpaRcs/vl/TnNS9D",
+	"Cxq0+Ai1PDi9lpATv7pBi2fpSLTW/C/40jBhJ6rnVQqi5/nMsWLLZspYdvDPR332F7a/f/Doh8ePH/e/",
+	"++Hw4LuDw4gElbF08cuMawb8xTDxno9stkSH57D1o8qlI3eZzy6cidzqOCIHD8gfudAppumuUVGZVrQ6",
+	"g1LO9Wv5RzXlbbtnJEy2q3IAnmU76GLPk9bHd1G5yeXJlTxju2/GX8rtT/rbtENaSng93Ew2UGy95kQJ",
+	"CgHbu1AqE1y6X5Zp4Num88Jd7lMxboEzfaJ5Uus/k2YhtMDcPpVbjM1EFJfxXP6BYWOeZpC4HzCFYF4Y",
+	"i6p5f4LxKiczKG6CSjiHBHqBUVxKBmFTlSXG80OfaDnndsraJPIoaGb5pZD4IkxrAVYGadbGplmGF6Jz",
+	"xOIcokqOvcVFXnvMSJC6gZQBoV1oJDgtZ1zCIBFeMacgQea5k+P0DDcM8x7dRcbY3lVFS6rsz5XIagTV",
+	"aymYcLYXhOhrCwFAPeKouEBK0y46JJz+G8ttbuqUSHeQ217x0j0DBD3P+LLucJ01xoGAMB7MBNdZKrQv",
+	"6fClEpB4spIvW79NkDhyDobwOaX61BeTwHEVNSLXyznfQXraqVZFlHjTJp0VD36MWou7Ln+p1QLg0XNg",
+	"BLvzgBXG5HkMUUJBn7XMCmLON5CvOXCE/YOHh2tSMq9lFqUWv1D6Ei7XJxKOqEq7N6EKQrce+dY4z/BS",
+	"aoEhUEiicrrLOQb1HYdpc/qJZsaquXHzPvjno/3OXUralVOEXaw/MnB8nqqsxjkYX6ViIXTMHCs1Ryzm",
+	"ySyVMeOZUeQjhGsipJvF7y34uhW18GfBeCVJBoUYdxMXBV9treK/a9xF09o3ekqCbap13eE06GWVGMGG",
+	"XXe7cP2YH624pebmf53W2fPfRS3HtxZKJ61Ba6S0FiPbnSptRPcC8nWXfoIDOqq121bsZrH5fmFB8cjB",
+	"o8PVg6i6fIOgUzGhNUZnlQYzK1ti2cKUm+kRk05IMy1sriVytXBg8koVRSsHdcHjWx6nX3AxdXrllnO8",
+	"C/9qeDk+u4P1SaO75vmb1+zwYP975m0vNiJtr6zNePvmKexhkSb++3H3/959eFiXHR61nvI0W76F8MDa",
+	"FiZ1brlj9vbsCUtK5xyal1FRGdB9+jSuzuigf/Bdd3+/238YslnHW2oNaNOkxqDbKHeT3eQcYvnc1xpQ",
+	"KR9oaG7K7VE+y7NSB9ylki48wQQj5k0s/Sk662oj4Ep2pZjA0IVTz8sxDIwcPu71+ytbB3+rHudwmHzY",
+	"j/YPPraHwx5++O5j56+1p1up4AoNXogNBfJjZK5aEf6xTnb8xNPsJamjNYEeTgoSZCotpmkmQqsEM8lS",
+	"w3KpBR9N+UUmBhAaBIGWqYUZyvY445OJSFjs7aC4E5UZZ6jBGvao/zBicaZGPIspOuBtFclS2SXzZSgx",
+	"OV5DBU+C5FDaMA8MM1NnXqgxegpRbx+GO+Km58QJTMApX27M+s1JRZY801rVyFVIEF3fNUh8ApuJ6LjM",
+	"XabfL1k7hlmZ3/vvemhpuB3xgRNfYwkZUrUq6IyifrVl1yFR4xzLH9RRNvhE68PLV7VUIcC/mVp0o4Zu",
+	"39DFC+mGUllG0Xt0s2Z8biBRss76uHkeyMqVNCadSJGwi2VQ99Cwk9d2fWrBKa3uJikft3MqSruiSNwo",
+	"FrrmGKQl+QFWsjGIEhppZ0dlq0pe5cbvoEsWO75KisuoKNfmeZJalqnJinrzaFW92XQGdfZQEcSop/OK",
+	"tPpE5lIZOMM5gKWPjhgMjKSGjfh87kwlW5riF+5VN7aH9jdS5BqTQLGN04Fbb1j79Kcn7OHDh48jL9XH",
+	"uc21iGABqWScLQXXnSNGwmyAdVGFqPf7X2AGVGKEK+GW3a9G031opPi7UEuR7X52hfQXwTOs4WsKetdf",
+	"6hrut2qKcFtK4UTMhUycWutVog/D1lwZO9HCDFsDNmypy2ErYsOWdjoF/ikvc+iHrY9hVsl6UsyWtBeD",
+	"vjhnjXkt4BJOvMzSf7eNTugdddv4vDY3csSzTOjuaKqMkCyFPPZxiqKoVAQpyBGq9bz753H3//rdx+/K",
+	"f/bOB//bffehH+0ffF+v8K/49WuK4eaCgyuVQ8pme47lIxE7OGRTlWvTKbQxW6QeO1XMpEoyPuHujsrE",
+	"R05Mka8+UxrzOqumCe/+WU78h2j/4If6iYOfrHI2a+Gsd00/O3XXY33r11y5kKICVL2egNqQeZT5aW31",
+	"8YFfEMbZ9vhv+NQqaeFQEUppelMdnYV+5VpDyvhrB7Vnq5sQJtDd305kvgR0B5VGh7WbOz1vhL2egkVG",
+	"5w4vv/MjjAoogRxNjXK5wVJqD9rv4Uadao3qvUpSVJpADJ4Hpa6Bz4vO6TvQkGpisH47nA6Q25pga1Zf",
+	"60t601qh7yfRju42snodNfVW1FPoICuU00gbNfcf/34EwSqD0EZogDm2zzhreyUVx+iwOU/17iEtmM96",
+	"Qtuq/vLS2a51fp6XMLoJXfvo8HEMyqlyQRiUyyURcxtsYSgIk9my02NnTiWc0bt8GaeEJAqIKiojwHIG",
+	"888REfkq0OSOwj9RxhNgh0HVvbEwGUheWUh/na6E1mkiEASqyHeUS6wZLBxVBRLLUIJCfnhwABFRzmap",
+	"MXOR2eBRdMnSVpB7wt/M31uQjA+axk5Hg/S36VzqakEiOpETnY6ua77tlrHkrj457laTly64EbD/ov7C",
+	"3tmt9Dku82KVO2U4eH8fpjlUoEbciwrF1q0fmexqIliv+Y43JuLgJOvuPB5Vozc3zZabHKulb7TWx0pG",
+	"ItlZsK6qJ3govStYZYkwFlXDAuhoofQlBBhGSieImAfx1RSgYExq3HWHgXvseCjde4uLzkBTZ4YvmPTx",
+	"r+JNA7iKVzzLBdQUB7hdQwk/fGB67LmsQZ/BZAJuLA0AJckJXxZuZqPYmGvWztIrEQ2l+CPnGeBsKT3p",
+	"QdpCp8eelemSXtedcoMx4mK5S0EOxp0ua+CWr8sM2OqQ2vRueG2hhzn9eXeDdOW3K/NySvjdvKvpUpQ6",
+	"v2n58WpvQq2zOhZyrPRIxBi6p+TDP5z+cMRiM+WJWsTEdemJi9xSSNmwOIjqx0c+UwA92L7WldILwtgs",
+	"DdqKWjhCC5MQaq2VV1RDtqqzTfMZl10teOKs0MLpuylCV/f20hVQlwlslPZ3Xor3FkDvwOMMxSiU8YO3",
+	"xd3SXWrTXstn7+eph5bywQeskG9FdbEELLU3gJBSFuMDMouaC8nmbvwYi+nNObdYQzQDZMl2mf2DoRUA",
+	"UoupCj8OD6WYAn1Zexqv8TJV+Sj5k845pK6fU5BsXf7cKKQ+HgtwpJ5nDerbWRlXwUfYTOgJKUXo/fKa",
+	"CGVBhz5AcMZ7l/dQIt+nBGlKx247IuuiGrU7vyr0vlWWsHMJpjuErcO81pMX+KC3IM0miVZshcfzrOxc",
+	"79aLu06GVmN1qJukyS8QE7U5lALQt47vPQhP1IACzxMf9JxhHRmXpSO0PowCaGc7OtaT1JznOqvf6UQk",
+	"6cgROsX53p6+KMt8fSSfzbi5FImvLEjHTCpZH7bK58m1r81CXEyVuvST3L3ElDDfiJJq7l+Re1U9peqQ",
+	"4R5FdfxhJVYSLLFOdr3Wk+unprh75p2EVJp+PJoJ9lyOen6hA8fJ1g30eoa2mwa8VsZTyfjd/1QMYOvt",
+	"NeF13W1peHErCcxekgfXeZcS/pobTm+kc7yz67npcbieb09f1FyYja4IfBR+uO0mNVDzi+Joy62km9fE",
+	"uTF51+kCzvRmsXuc5Du9o8PGymleTtsOWHuMdFSR9TQWz61yN3k8bhL2dxGycTrDZw/YIJroaHpN3yBu",
+	"c8Qo88D9qyAvys9eZxaxh8dGs6wIqBdIhE6XWHci13Od6/GaT8o1riPkb8QV/o24wBrBnRSlVquWSzX8",
+	"WqaJ1eeIrYSH+t3H7z4cfuy2+7/vdx+/+//v/97vHrzr1MaHTmizbp/YOuZpdr7LsRdpUXcu59xi6kj2",
+	"lvrqrl7XTc7WiBlIsK6oz+sF+av8rxEcRamsATUF/K67C+wT+sG6Ny4wmrw3tzBrvQ8K61tljVl7I6V0",
+	"g6gsVUs6jpDiaEPK5V9Pd3R0c33lMSB4n/cG+qRTF0vq+/0mwaDiN/v9fn/7z5xlAwdYkGro5ybF9qRO",
+	"i/2CL+2Ocqa8nBtFDT12TWnjr9mOV8k9XdV9/b9uezNX7tYu96Q82iaSr9MwSd2rt6YJRRmCoFNlqX5N",
+	"SYGpDs7QjrAjhWOFPiQ25sYyJSFs7rGRvfbDtxTRRYwz8By6QfOiiMZX1fkilbV6OcYtIGKxduxWFGP4",
+	"0yvBCFOaLfjSsIliVpEV7mZ4sYT/tWM1HsedHnuBUJQ+eYNrgYFSWKLhS9KdkwFzJ1PRoLeoznAEd6A7",
+	"gwj/7MozAcjvoD3fAQf6xJxlR9PX85g1SXoq5hkfUT4v1VmmxvZuyo62M6E7VQReiYXXAI5Q/GsxU1eA",
+	"31oj+Gs1XZr56r64W+dWxUYZNwUAI2kdSk9MVd/1fOouUrpOgg3anVwvuLnzgGcZy+2t4o5srL7xzxWx",
+	"rd15Rhie3pZ3sIqdUwIYBJtRTqGWORBoUE2RNjv96Ql7fPjo+wLWKFGjfCakXbd+Ed+0Vu9FZPOd1x9U",
+	"H3xci+dfP/Gxpsw2tZnYoOOvBdmm1s7NYG/vjyIvp5eIK483a/YQ6Q2H7Josn+yMDgjf+hlFm1ItCzN3",
+	"HVZoxV9d5gyzNno7Bnt7McWNktTAx473XFvltILwars7vxaKO/yhcq/b+Ka/Dvb2hsM3/9NQrBPAX29C",
+	"DdohRa2Mjl23RqJkUPr84eXZy+Tx3//ov//HxW+j/RffT0/+PDiu+21T4TxkeP8rpy57Tr2hmNRaziFF",
+	"T8nAhKpETKIxU7UAaTO7s7L6DcFzeS6KcOVGh5IPa25Bvylqj+vLzUGvI2zxI1IKAa3gQiwVgb0QHFR7",
+	"pdZ5Vwwcj0C+ywRK1KJJeiUku+CY/bnTMJvwB8JIboBA4OGxN2IQALJkfQyLJn4tMofU1+1OshKIHp4P",
+	"cEh2rFfctLs+oWu3rfWwJjs4GHBxaxU8BWJPwBdCYq9noMUW1Gv2N9TJMaOV3ry7lAt54w6wc+UA29X9",
+	"4NU3wE/wfPmw6twgn8UmiCJrsxI+Y/+gvw20qAk3roAqmqosKbKtRsrYIJ39y86q3f83wCu6hWi4S5Cj",
+	"CtUE7o7v+tHWjqwhGyZWUGSyxsUC4yIFB22i5hN9+N22xna3AmUqGNeWW/vGs3TvrZhiPWvRh6MViEHP",
+	"BJNaRwZiY6+rtHCHMNA14lkWYMIImYAyHWB0uKdmXPKJ8JrlURE3w2+14EmQ1ox9eyp4HogcHxW4HvTz",
+	"2kmfEfF8Qrz0DZk3jpQfmKDHxe3TbJpTZ3a9XzdJKnGU25iGVTQ19JWltGzISAxiJmGvD7Q0Us3U4tab",
+	"0ly3u+o8DZdxvViCo6sbJqKghFsPHBxeKwZA7v5ncpJKIQjtpHIsYUhix4jEejeG61P9bm636/jDVoht",
+	"lwEaPedNZ3kXHlrgNZ/dQ0sdLa/tof3yTnB9aYRVdjcM3f/mYlmP2m+EZWmZol+Ux1PfHW92r/uobuBg",
+	"GBfdA8rnVX6RBQ+jKolJFxILjuvg5xqhFYwX37ugwVEfjNXyXfhrMVs/kwD+oGJEVfhpsNvvNhxtg5JR",
+	"SfSkR309A6WzLqChZ5ntFGoMyP1X0rACJcEPLq5bMPhzeiUqCdfgGwv00BhROy6UnR6hLS8R3jiqriVL",
+	"xwBQ7MTiVOV63StaJasGtICV92H9lsjGR6t4Ad7i+Z4lfGkYnwpetbl3JNfqPPoM/ZcMH6BPf2H7EQLY",
+	"W8W+KwB+MFhS8fz3e4+ia92A1WTBVZWLdmMV7sEq1QTfeB2gjAJ02LeRbe+7JT7q94P2LvWo42umypqq",
+	"WD1JKK+DNrkeKxJioYARA4N+1z/8od+/EXBTcZ03oDachXiSG2Yb4p5SEvZCaMFmeWbTeZZCCtw24r4H",
+	"nnkH3K/YpgqTwxfXbVlDqdnNYjiN5U5NHtbr4nvj8+dC1pzws/ejLDeO1QVAImWL8t2OiwaALgQ3TBQi",
+	"Nu4huytvrKxgc5gK9vI4+Vdu7Ew0IDc1tfLh8DOo0Lu+ZtDQn+et8Yj5CC+wo+/zOnelqc9OMDT12Wlz",
+	"qhY0hISYg6tMU1UhT4xbdjMw6Po8s5thU9wAWGrekGgJTbpWuvX7c2yHhY9Kik7EKAmzoQdgo4K1yQm+",
+	"g5N6hbgLB7VHRajpskNKV9GZx+5C7te3WutMR78PLZuOLoVlh4f7+wPG2ShL3UYW7iX2uN//fv/x44NH",
+	"h98f9h8/PnA6ySw1ll9ClNJpXPtQnhf4f9fdu0mywbfLk4S1C/xAqwD3mqnxuFPgIjU4doNWE0feC5hn",
+	"tgTA7d/Ybdtd/+52Zdj3juFlmvrb5SWTQGWHUIKnCPmMnvXNHvQee0YOckgjG7PYCEtZ8zxJ4rvFnLh3",
+	"WPzicm7QmIIK3nW/QgNIzAbXIbCBB4YVVVhevQJx7JRDrET38cJUu3Pb2ZWGoBqNWkZzqBZv4VRkUNsA",
+	"VahhjAmu1RJpBvGPDJbK0+w9BD2SV6J2hTev7UbyE7SEc2caFX5HDC2CO3nByyRuaA/Q2x1i9W0Zf67i",
+	"qZYdrY8qCycYf9gYrgWgpxdg2zdS08GJVaDg0HkURFNPgncFZ30Xzm93LmSol47ftX5Kga/43NPIfI5F",
+	"MrfzlN9HV407SX2v6EM38kbfDLEbyyIzzOta9xo/2t0d/Yncxuub17QZd+HO/TLwrt0s7t+dW+dtpbKm",
+	"9W0UV+4d9ZccvmPuXdSQvArLgxAmdqqFcXpDofD2CEr43bXKZpStdRUuWWzSiUzl5Bx73caAF5RnGWaE",
+	"S0Qd0mLG9aWHbqBySlMrE9zruM21OJ8KnjT1WPUpO/gMAmuPuNapMCy2f0FnWC7T95jTF13t09+m4j0r",
+	"hggS/sqEszLhoPvGP9g00XLdm8r/f3l5/KT75pfjg0ffIZThVLzvHBUJfNRSD72H3tC9FMsee+ULg4ay",
+	"hAb2HfDiv719fXZ8/tuzH395/frX8zfPnpw+O8PaVOm+p6o6aGrtCIVbJws60VA6VZBaupIzDds1PHBP",
+	"GpMqiYgLW1E1aovxf5sKTcSJyf0nr9+cOZFdljn5REdaCc20t+OQ542tU06crJaE5xNDsSi6Cbh0losW",
+	"ZgUCaJwbAa7bAsOVD2Wm1PyCjy4jNtfpFbciYlkqL7uAvO2oGmh6kRoBaOrz/CJLR+z5iR/CUf5QIjj4",
+	"VBkb99ibHGBFs/QKGmrBtoy4HAkobctltjqzXGL0dihXjvn4xYvXv52fnD7/+/HZs79AgQRr48wSp7aq",
+	"uTM8Oz32izMRaPVaDCV4CqG5IB0ADTVSUoqRNRHhLT599cYpVyrLUWfAKg+Y+dJZO0OJqZAct49nK3hg",
+	"rf2D73v9Xr+37yiPM7+bfncG4eD0YoNtF7EVBGjV2xZds2bwEc2cOapz6XiMYantHDHO5lolObTS9VfI",
+	"nzwgr2xWGxBMYeWy17CpyPPqd838/SntY40b7BoKIrfWKXLr5L9f2KYIhkoPRojG4b7TTsMQIeMNs3U9",
+	"dPw6kwd7F98Gzb2q1zm1zOSjkRDUInfrJYad2ibUPPbuihyrb9cMPztPkw0vfWBY6qznzChiiIbFAbP3",
+	"h4OmsvsyTeICAU4lyx3tpZ17VmPa+PmoFiIKhdxIuCk5EXJ2dsLwB+HOS+V7ao34TLA2Yfoxy/VE2IhJ",
+	"YaE7EhxtBE1HVW43NfAO5+fPdPPsaAYiYQfv39eHehpBW/w8faLKSAvAHeaZcYz2j9wxHTzlHXv2I2kF",
+	"BBHRDfa3prrvnurD1TZ691Zu8V0ovquM4bPrwDShM2FsY8/Ba/CqJNdge57PapTYX9SCZYqa5Xn2YkkT",
+	"2KW8YDPDKqTWdo4VlBusUfWj/sEteNox1kTGXsexwikElSHDr5pSxb/xiVvwietojbYYDXxYfqOgEiTQ",
+	"9gplZjFFPMqh9Apm6hvkclJodtDgMtRWILabT6aoUm3mdp7RkX6ylaeFN3Ebh6stWHp7+gIXRQfqFFaS",
+	"yYW2T3ANzpyhZFLWBuuHepw4U8AURUxOI/FQBxvLlqCSa0vV0m8FoPFKziwG8eOIxZh65/41Vbkmlzgg",
+	"xzh93GQpNL5Bj4s5YjG4XGKf+7LSvyFIecEREAg2h8IH936351D8hp6bd41zbgheUy/jujaga909Stj4",
+	"dWzRQVDxETamGMoq4B6cLSLuxB4B1/TY8QVcjqLpNVZLIVORYueu4fcJs17vRn7iMURWPeFep6NNg7wO",
+	"R4p03lHV69wZDGXgNnerzzf74RnP0svdd+ZWSNzbodtrr7nKs+THTI0un/LlpnYaKzuKYAVAKARBFvYi",
+	"xTakRZOzHYX45uZud9jOTTZ5y1ONJ3rzRmy0YX6QzVt+CiiuNbsOPXBqMHGc8ZakxqZyZItEn6AFLHZ5",
+	"LtEWR3zO2vtRv9/vFJFW6wMj7nMMDox4pWt72NtqMwFUslK2kMPuVNCUnKWsk/JzoQuYZyzSlMsqwPPu",
+	"8bcK9d8STvOrzgmKWlotGhpRQwtqzPBzBLDOB5CIIoxVE87JTQ/q1LG+Gpzne7nT10l9Qn2Lru4aIyC6",
+	"pm3cwhZQBjRx4lvdIa0WD4wvn/uUNylt7qCJ4DZOewd4mzQ5YhxVDZDFyKJ6jVXeGyL3bAFtFajbWI18",
+	"orRJp+IRJ6StCYLlQeXziM/XE5zDlKqoBa/Zklq1IuF2W+v24DukighenwV3nX59d9JPpv4CrFM+5MCM",
+	"cp3a5Rv3ZoICEVwLfZz7hOM1svFQjlDWytpkWR0/ffn81fnZ61+fvYo7GHaC8MLxyXOMt8R/zC/PMf6T",
+	"Jhj0oY/oz6U4EAFNw1JBIsJ0ys1yZkjro5t7KsdqfYpBqSq4viERt2uF5NIiujv4n9OR6LEnubFqJrT/",
+	"i2HcXEKmIyUHJiqVk6F0ZnnEhq0ZX2LuidKTPXfee3BtzNyJhFelek+pKS+dWvvXYYu1Y2dzsb2r/T0s",
+	"HvQBILdBUNVX1MgJymUhQAmcsFWI9oyKr8FuW2CklqqFGlNPkuOT572hHMoz98GDjnj7ied2qnRqMXVs",
+	"pKTVfIRd89jPynvmAQ9kzEdoZzj+mhmWyqGM4RvJsz13DHye7vF5ipbbREhHFx60CtJFZULgVT5SmEJr",
+	"hhRi+94mGMrU+v1OnWHLR1OBnahlkgkNi/mv/2JPoDUa7oFbhpA2xZwK98AzGCfeu9qPiUJTJSExzrD4",
+	"GFf9J/xxwH4EkqJkfaBior2IoXUF/gegbkLPUuOBG6QL3/z3f1evwH//N2sLeZVqJWGrr7hOAZi/5mZ4",
+	"xQE32pk1DIpAE4U7BQ0jIrL8oE8al3wCFm/GJS5e6YkJSkXBzofVk0XJvJXcY7+Rq6ZuJhVYVndLHbmk",
+	"xs086bm1cumWWl5ht064xL1eL+5EjBI2UH6VFO6mt/dB6clHRxzdS7E0cY89tzAxkSk5gUgTwathdzgK",
+	"GkNuuRkwX2LbLmps4/Du+OJa98b2eoHtA+TFBjHbTOTmbqIizIr3xw0LlbdgT/oswsi90sdsfYQcjW36",
+	"YxiF68DjZTVvu6acd8UT0wFqPob+PtChyKlIl1ItJBGcB2Q77O8fMY63Bfin97oB9bh9AgbrKX0opRCJ",
+	"CX7+8Ig4cBeeTphWuRXYYDDxOgcmBuCeXYolAmHyGTT8k0OJggJ7FxWPRsEgh7CcZ3w0DS6d77AEcB10",
+	"fkWiOJ0x6qsAk8fAGTCU8fuuF2Y4ZROzNvRMkr77zMzRqJCO8dFGzrm2yHBKjSKi67DKDFLDHINC5YLa",
+	"jJU+TNY+Pnk+lLgLVRGndIV4jqrX6fT47Nn5i+cvn5/FkQ9hs0f9ofQJRIxTDQuM6KECB9hvJHCI2HJj",
+	"Dx7TrToVVi+7x2MrdIwiA9pqU2cZd63KM3e3aMniU24FpLl04b9xFP7p1LskwPE2lJWvIEW1TfU2nRI9",
+	"Anb1AUtUwYqVvHK7pqRBtkhYGXSrzFxJA+E6H2aHFtft+ImSVkjbPVvOxQDS3IiD7/3LKBl3euwtXgZ3",
+	"r6ATNZaIFfLjQiVLeKEWjjI9IR/2+4Oi205qmEkzIW22ZOlEKk3szNlL4QSYzjMMyBL3LKUGuJNBdHAY",
+	"Mgr2oehLBbzbhyWxlxcHHzUsFrMfwvHAh4nateNgq4t312oJ/OR/4DOFX51qGj77vrtYLLpOk+zmOhNy",
+	"pBKRxKwNLvB4lOuMdZOYGSETzEUFtru0dBBzrsmT7mYZUXsbcKy7d3Z67DjoUpakHKYRdCqjhAjGDvcf",
+	"oe92SPhl2IC1ssOz3J2ZWDtprBEcDoctK97bvXnGU+k+DVsxHBUgmOGEG2HUDGtXNoa+x83rkPkRu9mD",
+	"nEgNuzkWGUPt4rDfB4BDgwEHd5wg1fDKp5LFCNdWei+PT56DNNIzM3BbnJK7Etth2CmG1+HUPwyx9zpu",
+	"42q3d2x0S03Z8RG/ucQe8dpGDN3fERRVRui9A5fqsPUxjmpGQqr+/eG73kgZu2Ec6KkPhop7FaTXrL0M",
+	"1eyal6TAs4ot8DncdK/dC498N3u846DHcEKVbMeVUdwTw1Y8wAgGEpMTOiCt8CPKTbyJHlAqSyXcBuxH",
+	"m+Uz6fbH8qDHKb6iA0SIoGFOHXHnPuOZuyAigaJbie9P5Ty3R05WhwL9gidhbMx9/9DfRCcUM44OXC/H",
+	"26Wx5L62OgVg1kIKQf8dAtTvuLcdwhLHKpcJnGipLYK4bBLaCeMIbSsVKQNTDrN7hL4s9xUmg7mXmnw0",
+	"dYbMVCWsHR9nmVrERP3YMRFhsmFCj+EFacJ45pjgkon37sEjdrj/sDhTuoVWKZZxPRFHwEJCBupW5ZNC",
+	"3NEdscODg0IJ8jIAuPOFFvzSgJLCQlgN4OmoxAD3JkvM57p54QntH49AzpZdv1ib8JE67qVKlwK6VBtI",
+	"I8Ft9QKjc8Qe4RF7Q5KNuJQKmEMiRmkCZWZlR2u32KCPNHB5ty9Q7zqq+HdBRUav8ThLJ1N7BNcu1AuY",
+	"4UtDgVMF2UVLx8cLjl0gq+nUBrqDo/HnCQwEtkUEhkVU0Z0DwGPKl8PG1NTVAbtV40PcjkAuxLsAlzqD",
+	"AIcm28IUXaIDFV3jdTUUt6RByUYtBi3B4ihaCSt7AZSKIm+SSmeoDFj8VzjEv+z3evv9fj9mba+v7ff7",
+	"HRRnf8W8jL/EoAHIQrl0U/GdBKHl2QPD4iCRA4zHdDQFSSPzLIvXm6RhRBkhNENHxfHJ81bUuhLaUA5Z",
+	"r9/rg2N7LiSfp61B62Gv33uIALFTcNPsTaEP+58QpaxLfT0mtfCg33czo1plj0btKHDeYxRMkCqgzl4L",
+	"Bkbafp60BtTy/U+swwDlDqZw0O+DfxRFPmSlrAh69zd0Wm1zaVFXeXDs1OD1V2Zd8Vy1Br+/i1omn824",
+	"XkJL2yshhTFup/nEgLPQL8a03rmf7gUlybVb5zsgkBQ/0coxQpE7Uf7egi1nIC+doUtvfcfoDdt3rFSA",
+	"qnu1mndQuy20js0bEsx+VsyqcWuAf+9KVEKyE+rID5cHQVRRP+ejKfI2xxqLZN3Im5crPf4fGOxDvr6T",
+	"pzihz0J6MDaAFz/qP/wE472C3ss8WR6RC8T43GmvcCYAF7XpuN2c020X4Gp/jxwTe+iYaDxwilwAr45/",
+	"frbm4qm+Jg7tKQ2NNRLINrqAz72hfAVuCrvmR0beWD36Z/BO6vQDvE9zgC83jfB95SMU1vtbjhl9Wx//",
+	"CW4yPf6untzqXlE851sS4awd0Rzu9CueeKRJ+Mn+9p+8leTG/RNbPxwicW7+0U9KX6RJIiC2fHjwePsv",
+	"jpNZKgv/gMCq0JLQfqx4tqANsD/3gPQKrDpPdwhmN/jQmitTx2DMJegyoGHFziSJS796jAysaDJl5k5b",
+	"lGpRtJkqQlrg3cDgDKAajplRQYRpxrgNGytEjFs1S51Cs4SG4YToN+fGCAMpZEOZjqOVnzWjFsegev0P",
+	"Qm96WBjM6zlinMJgVBAAek8+C/06sPIB68eYvfZHDiUL4H95RY6+wmAoDBzvNkWzAvXk0uEaKz2JwdgI",
+	"b99QwvXr9Fjs9q3YWkXl7FiiosUkNdAGwHvA3P/qHh5KDgfQxf2BGaEyOkdvcbwC5Rmz9tzbKAeHYLaa",
+	"jvdpYckNJtI7RdqAf3HCU0n+MQ81TG0qCi0y3E3IvKcu8IVTUs3KTIwALbT7q5sRFTSl0ljBE9Z+/uzs",
+	"p6FMNB/bbirsuEvRj26wlu6lWHbxh9hyHnXS4oA4S9LxWGghbeEaZO2yt0jkbRXwNkKrbDBL1zaf3Nss",
+	"Ne49RmVXIukErsOD2k2gkFCZsZYIMk1IuCBN8gxspAEruyMHTsmyL/JQ8lATgLOob4i8/himgMYeTGgo",
+	"wwKA3/y3uJU9BlBPqFiA1VRoFiHuely024iHkpY1YLFTn6s9meNETDRPCoKJGJYIxcVmYJsWOZSp7Hq1",
+	"Ez3GmrVXf96JWIyVfOVKH/Uf1gmzJwTieT0hVgWy/QWrXFA8AQX9qJLlnSkmMMVCGFWjy9Qb4N6UMBob",
+	"kt1rNCPwP4gE2Jez3ymN4EKMeG5EJaUSaBuyppGEYKrrFNY0IfrRXs0vPkatFef6tpesPl55w2mYYbnb",
+	"W8qfrLyJsCx2fYt7HHb5C1ZR+ofbf/FK2Z9ULnGI/R2GOOHLTPHkTKkXXCP0w+H+o13WY/L5HFrdvRRJ",
+	"ys+ceQaK1MGGKxD6pHe/Cr6rSL2BABItQHaIikuA2C4DH6YmcUJ+NSWL+Cg4vwxrO8ui9EaHzbAj3xfH",
+	"e3mpaRA6AMFdVSpcYWvtzsA7GdwKHGPG2EDsoaXhbeQlZ0JajQnohWLn5hTO3v3MjRlebzRiwfOJzQeP",
+	"YJpdckJWGwa4nUL9ARSytsfHIU2DPPWY0tEhSQ1uOy+svftswJplNT2NYr+qrcAsLV8ajy8FQBy+uhjr",
+	"jzmTYgGzRW3LfaJRnSQp9fVPwWmfAmcdQKcyp8GlJnCR4gq9v7YEviYYISqW5cisBwwK9Z2MpfRYAIwE",
+	"Lxt4Kc9BwymQI1FqBkz7a2K2UStw2W79dfAoHNFm98Ods5nS/kE/ttPxUT9KnLU1qNfHPDgkXlPHUIbS",
+	"6WWm0JEiH+PxdeerTu/Cy91jsAeoAw/lir8bCabHXmH00qmmZfzX3Xg/WX7hUyaQfNco7MZnUjGF4UqF",
+	"ajcOF5jBaPW+i1prSQ7BtxUTee/Cg2DUG8pPSV8FRxoeViq9Q81mS+Bs4H6JimYN3LDVTDTMzaR0tDVl",
+	"HXsbwt2e+0aJg6IdD33TpvvuDhf1ss5QKh15eAN4FsEhIA90haDaFE2LikwYjFcFsRv3upXgTUQ0mLgf",
+	"IE/lpS7uiC+CiOWKONDCiYGhXDXJSi5/eHDQibBevRJvxg2B7ggYIY577BkfTQsbnnKYwFWxkOt27tEW",
+	"YxPMOYzYQBJa+7DfxyQMdwpu8nQZjfXYEcbRPycr2/R29w200YeBM4cAbyF4L8USe9TBIe7oqYML8CMQ",
+	"7P2YJvDuz2mfhBNoEp2va25LkQoAV9EbKl66f+Fewk+vUdewVU/kZToVNlO6KXdVetIc+cGwYb0DO02c",
+	"xGlwX69dCfem126o65r8oDbs7LbGSvPNbus7uQCv9QRq7Rvofs4nYIZjc8uv3vnttgLWGkZZ3EeABqsV",
+	"2IhXVnBn6n72HmrKML13A3mxY1mIx9g9G3jgDr209tk1YF+5AfDJHovBM+aTE9Eb7P17EYudfm/yCzfZ",
+	"CxG7bxFhayh9bus5l6Op0udQp2sV22ftEc+ETLjG7CLTqRULsOTXEBC4D6nwWk8IBW4nabB/lwM36c3u",
+	"bME8x+zoL/0u9He4C0+UHGcp1kp9Ti/Lth+Tu9YZI8+kTe3yrm47Ehnd3PUbHwgWjIo2ipem+82qKWCl",
+	"1kZdpECYrcuYn4X1l+v+uP4GQo9KpbjiP2IzoSc+ORcUYu8gYm3fY6xa984TZwpYtdq5wHQwr9KDwBJE",
+	"ZvzFX6vrOi/vgEp/FraJRBs0I2woBiLrWirKaz054dSXae7N1NUqZS4nlPJPmdxzgvgI0JzKckN85FKI",
+	"ORVAASj7hoSB3a4MicCIMBVM7IQaNOA9B2Q6cEbVCTlOZUB+UOhipqQYVFI1p9wOJeRaY+olVSlMhIUS",
+	"DHi990tgAqfpsWP6Z1izmwl+JdDUhfy7B0FSo2H8Ql2F5S3eS6s0/TAwlrmlWjEq6jRDWZSWlaUmZbQ8",
+	"CBzWiXCA4rxXCY5gn5/YnNvA1/BwoMzqq+My/5HCGy/bzTjjmmgvatq2mJDlZcXqMy2u1KWjKinKEpKI",
+	"SbEoKr5LZCUsiDW35n4199nN7nie/iqWX41lisvZxTh1R/FNc2iwZn0mdnBFClq/VwVis7VcxMWKbHio",
+	"MbO5luhsxcsSZF+bKTiRZbYER+p93CKcHRLePUlGfPnnMW/DsZMmOemjq2ToHrE4AJ8GBQ/LrHGnrcL2",
+	"DN8E6h0I1Lu0aOna3+TWNwvHvQ+XYvkRb3Um6lDLT0EeFjDb3qnrIxNUJesb04xGYm4Rn5uS69xvIK4+",
+	"lFlqyjJ0krMQaTYC4ohX6hJqowoZDOMVoa5DTCi8DzaBiwzYROW+HtZnW7shoDQOJvtNXK0TL27rLYn3",
+	"xiJru+bzq1iSdKu5IXmSbs62R62RrMWqhjhgi6li7RgaYMWdCDM34XMKJcQxFv+5rzBsirWAMcJr+P5D",
+	"GEW3ha0TFXCC96Zxwqq/Fn3TLWYXdRNhJYQkuO9vF3n9IvOk2sYrvMlAM/enea7fzR1LYiDMqxYQ461J",
+	"4O6UdyNvaKIUsXmWQ1wfMxsAXq94J7ly2ojPSmn5cHMh6b6DQA8pQTZ7WxIHizBjXl0J7RFIYH9n0I8q",
+	"yUWQf0YuW0r1Q7H65M3fw4SEmOar9CSClcJCcYIRDujHP8ePNDJ9wnEjxEIdLeNe8cpqNCoETG1jIymd",
+	"S5nKScdj7N2cMykdYLQ0siks23mtJ9/qjb4S7rJeoESYQ3XlSRvZTBSUMd0lw6F65y74aT9V0MhJric4",
+	"8FsY9ysRy8GadhHOlVrzb8K5wSlU2aUw46ZCuZ/TPTQX2igJivGIS2grBcIWhcpCXBRrQCcSpnoPWIzt",
+	"luKhhCa/BagY9iYpgjVQfc6NWSidgHOJugRLTKfkbMrNFLPbDaLpuBfaXEuRQNaGmPE0K4AxglquMn3j",
+	"8f25qIJLcU9+qmCEz+OsCpfYFNIJqPjfKjnjutf+3ySb4+78V5WjvTF/2iKZ9z6kyUZn1lP4u+8WHNAa",
+	"oDRKvNip9o3d7iWwg3NYve+7OJwqM04Nw1V+8zzVkB1u8l2RXfSpkoQ2UkX/c3HibwTWkMNzV9R1bw7O",
+	"4KAbbRtM7No5So6PrwbEvcceygD53KwG0Cljlpwet/QKAP4XrmwoUTtkBaIr5PVYpTpNLs6fcb1fiTEF",
+	"q9nFjMJz+3aVG+yniacKf4fpD5/C39BkOx0niWExOOjiIBWs6GOEQHch3ApgIki1YLm0aeZ+a9MsZu2L",
+	"5VB6BDX3lqAzBkUxyKdXbdvUiZiSrBroo/hfbyifEIgv+C2ryH4G/a3G4474xLaEqdz6kQFckNpidLCu",
+	"DeGYjRCE5pc6RgIPHLHUsiwdW0OF0ND91/ol9hg4+4NUVkgf5EbJGG1DctaGYJzVMms3/pRy9ILtbR8e",
+	"HAxlgYsFddNaYLU2NI+xCifaaa4KCHMRo6EzPmWDVuDhHyuq3kRYdtgAVgHqNTCBezIb4d2fx2DEZTUo",
+	"KHA/oWgLe+l4uvyWuPDvnwkIB09BmTZnVs27+bzTwJwr6KtElE1azt4H+P9GG/EZmYFIYZ6uBg3cN9Fq",
+	"bhi0bF5llYRkhK9BaIFNGRBHqERVMyCU9uoUvCZE8/HpEOw6SG0YkS/5xS5mJy7gW6bDLpkOuFnXoNR7",
+	"VP7hlBvV/rAH32ZQwbBZXwB2i9G/qciSiBnltH3rZKF4P0+1B9do2xQ7xqdJJxpKBe/lWbZEvyziE1O8",
+	"x6PB7UFJHFme7IXgxjckIMheBHwHCDOvB2hBAOl4wXrsGPXeTKlLqEOVCtt6Q9s36Pa23okwGkqjygK9",
+	"DLGmuWVjsSAE29SCRgNdPMdgd8ALfR/INkh2qaToIK4d7hHi/fMqCu2AjVWWqYV7J2prKVwymWcZaizI",
+	"/+xU0IAAswsa0gPjuAfg6ybxvQdcoUB2LuRpSDFrdLtqeWTLGspJy+5LqXsMWtG2opbk0EKI2kTtph08",
+	"hzu4+8DoyagfmOz32wx8Appr+qdoGsP3nCwHIY28NXjUh5au6SyftQb7/T70RqVPdQ3YvhzzM6CJnYqO",
+	"V+/cN1licW6PdpnbG+SAb0tE8hUxVKalre10IJOAh3ymSDqYhTs7mwjifMfa/lvE2c9gWl+JT8gtZpfb",
+	"CLv77QY2eIQskYS/Nfj5c0bQQUMqSnUDl0vbF012ikSyImlrrDSj5DZtEE9H5VB/GrwA1bpUAyBOG9LX",
+	"fAFvp8dOilw3dPaYfEa/KIogffdvX1bMlwAAJN6PhAjBptq5zIQprjirIBoY321PKmamzizVXcLsRWPL",
+	"vXb1lYMSsxxKI6kFDM53KJv9Pe2NaHollB5UbxJY0FCGCHqVgVnRD9z8nr7rkUfu/hIGzlBXug+Xj3v1",
+	"5/H4wKIaHD5I/d9yAr4hPEBgl2yF63HnBn1k74P7386ZA95SBa6wAvqMvbxSXfGIUxFc6cLvDeVb7DxI",
+	"6UaEEUpuolSSJ1xD93NT16Dw/lITCs6yi3OIEK6/5SLskItwI5L9ZLkH9cfe/2S8/RvpNGUZ3JBu7s2x",
+	"6E7yrmBFvOZa1k14xRPc6HxEYBvYXy5LjV3F5Sg6jK21F2sX1A/lyIDNgfXJ2HHCQNeFRQ0mP02+hOS/",
+	"c1YLYBr3rMN9FsCOTdfcI3Z8ldf9Pxmy4z60sb3NxRav790n9FUVXexabfGtymKTT2hV2Yfi0VXi/+xZ",
+	"f1X5XOtUOqWFGMYpnVgWpk3EgjhdiQy3kLUup2goR1xfVVN73GsemCP/cu90UlIg5Fb5DFtxNjnDyE1L",
+	"ClEAUAe7bpX7AwDFYpgPJ58gxHn6Ry4YNQ4oLa17csDcY6nG56vR2JQSXBRllOfxzQfznyj1PfOg631t",
+	"1reL3N/74P63BZlkpq7IxECSpLbwBXJlwa4Q0t3zihlfUvZCyUvQ8WynQm7mUPfndrlWKYgvAcnlV3wZ",
+	"74BU3xb7c1Ni/WT+l/su+tjG2r+RT5P/ZUXr+zJVve3PBlUgjW6beMX5YgrG+aDKT+Pf37mHkAOnNmJG",
+	"BTxzKKuuHEe1S5+v+KMWHNMc1102VZDT+/G63LPi9lm8LhtLucjr8lVe8v9or8vavbwLVWyqlYXG982a",
+	"1wuowwjayi2cvYW/KwDi1ipH2s6cK4PunaOh5Fi0cVv3TaNO9VpPzvx6dlGt3MK+KVL17o+xbTjx0O/n",
+	"/3RDrQpiQZ6QguokbDqGUgT6mnmPBKVmIEURtCgkAk85FRuaGc8yodkYsNhYO4bJxMzwpcHnO0eQTQ9d",
+	"8iX2ZnSqta8suUXp4mq1IiuLFRHNAmASa6gX+wU0k+4duuv9GE2ROfoe7kTtnXmlyiMLt+3bJVq7RBXy",
+	"LiqXAszcm12lW2Sc5TWX8GWe2XSepcL3VzJZmqRyUs3FamNzv4jNUplbEUGbzoglfNkJqgSiISaxQzEg",
+	"VvhB3G3JYryQMWtrt8UigQ5x0Lc9E9xYBj3VKJsNssuGEke2SuFl9UlnqYEmzzXFiuQL5GymZkLaCDPt",
+	"hzLGKgUDtTdtpVlsbVb0tyzKKGE2M2Us+94tzACQo5BhKaKvQeix01BjrpGL6dj9bopt4o4YL79R44KJ",
+	"FQ3vVtgWuisWqTRFpeMuQhP7qG/nS/D3CPytnJhULV86ydf40j2ELun1b8Qnbx63jRtSVjI9FUGprRH2",
+	"69OqPzNqzNmKDnATvriu2mLee1NAEROyAlzHgC9H2L2zSPyCT+CDgxQEd6kBPJLLJWQMDOUKjKS/ginV",
+	"O5se24qvWOApPnOj+T7LAHpFLSzjhKfZMh5UCrlnecahYw+mkBEvxpc5fgbpD1QADut4e/bEcTfoYAlQ",
+	"XEpfCs20GCnt+LJj9m4voKQA0iOgeSe9EhqK3W8BEjjH3NHdCunxfqOrbnqNzjU++aYO1TlnPYHyFdyB",
+	"L6RWBcbe48m/cmOd+gBkc+fp/UprMbLYPBYrizEZVO+C0IC9e0Epcb9PzVAutJKTkCW0pSJwWuiXS1GN",
+	"Nv0Jrqj3JLTXQWyHMpiOB5rosdgIG7MZlGIW2LlUsT1Ss1lqodUA/mUqMkjUcBzEGT5BdZ6xfAnfd5CV",
+	"QjepI8cgkpjxJPFccRZBv/UJsjb8OlMLqGlwXx8VvZOVFJFX/A7++ajP/sL29w8e/fD48eP+dz8cHnx3",
+	"cEgd+NkCuB7pmNgQdigxBZde0IevD/75aB/VJdiJB4ZduHtACPeZm5HfJJ86Rl6QoWyT8WqEcNZeRA5V",
+	"qE4VyYSi4+BChfU4KWLYQmSZG3Gc5WaKRwRtlGH3LNeW6l0BecKdAJSgBxpzAdSM4SzujtOxIaRm39If",
+	"+8AvpgoV2ygAQ0YkcoSjGFuCSAPeXcBqvEG7gKFdYLxJMJRWoR0AdbnKeg/kAItZ4dLnNgjUp5reUafT",
+	"utetYmiwO4TQOIYd8QLmfrzCfCKOCzZynch+/74m0SSsSm73DVvjSwJVvKsKURI3BciN51ttcsV26mXv",
+	"biAbC3ExVepyI5zA29MXcHsdU9KCQUawVawd04+x3V8p+o58sm9qiV3FJ8dnT35h1bGpkwL75eXxk+6b",
+	"X44PHn0HKmciHHsGbRmGSyeSADio8wKBqGPbe9KrwW+YTiS3uS6x2WHWzC7nwsC0kftjLx2QvInQ6ZVI",
+	"0H3gEQtAXMR/e/v67Pj8t2c//vL69a/nb549OX12Fh+h4AZ2PU/BipBOeg1l7EZP5eQ86NQj8yxDwSyV",
+	"LR2Yyx77u9DpeMm4X+zSyVpHHrkFWyTcEyfEh3m//3Bk4X+ih580X0BGNv4xLnkrrQ/0fjWbc43dXYA7",
+	"OBZrAZbEpjOSuiy+2ofzi/+WK8vnGZei+8Zv5oDZv+CAuUzf42DR1T79bSroT/ERwxb7TGUJi23cG0rg",
+	"ThAeRPAld1yjqXA0ztrxE/fv7hMlrVbZgEnVBQDguHMfYcSfhf2NSP0eObYfooFT031hRlh3zKbXilpI",
+	"zDCTyobUYItlC0c/cbFRvQo0AWEOGOuO283gm/WSNNba+5PweUd0eenqBAyVHjSftFkGDdotOWEjf8bS",
+	"WW6tmM2BK9NvEI8/tEaQg682valySWpx4Rh+22eAjrRIhLQpz6DvKUBkEOf2w8p8duEE0pinmVOG8c8G",
+	"4U+0sz88gpJTedV4HLEcUNgO+vQmLUYiRcb7y9nZibMxbO7sIMdBMcwDHT2Qm4ikrJrGhuz44Bi0bpOP",
+	"RsKYzn013KFL/rQ8nK8k4by6sJ26Phbiy5/5N6dJPdvxDKfYsGpDns/JZvasQC/HXftJ3gA8t2NEXlPs",
+	"uaFiz3BCeMyqLgmBHFL8svRSYIzIqWu0e+1aVSUma9qnJC3Q0zufC0mmbMBowG1gc2z1vJgumVReWRnx",
+	"meix4+JhwpTiaWa8IsMlcR7CKnJ8DogZhym1noN+n5Qs4EsiEUnMxjwzApVRp0bClRWhK9dNjyeJFsZA",
+	"ltWAcZYpNXf8EzAPrriFyrgslZfdTI14xqwzdgj1bQzOnQC6YSjdQDqXhmZTVW+PX7x4/dv5yenzvx+f",
+	"PfuLsxUImCLOdXa+4Fqiv9crsKjbudOkw6Rt8R7oiD4h66dW3b5iIbwDRwT8mSagMfdpU0iwYHC66hxp",
+	"V4mp04MawEIthxAa6uXFpXt7+iKiMkJS8N239Rq+I0todOG26T5EiLsVxGnP3MW7f4buhjkFV1lzMa+x",
+	"xbE8MORY+/p4+cGGrZ1rdZGJ2f9cb4tP8Fcboo9sJ2KsKqBHRWf7BSfL9a6EkSM/cCkXV7fChxeFkXRt",
+	"0VQjYFSeJd2LTI2aHQy/TRUTcqw0oLhgx/5pru0A4nqUuOChbDJxJbKIpRCek4ladMJG/1N+JZyMkI7n",
+	"kA83QD9cTNMMfRIc2EpspjxRCwxpORYXs5lKIC1iwWZcLofSZzFJ3wKOQTuctAzBmQizDehJ0KqPSm4A",
+	"3eeMW8pQJnyJQmUOYCgsTcRsrhwp4q8dt/OgEuC7Y0/cJ3cbIZI59eASmHGQSsYvABeIoRPXrxWnchQG",
+	"BudCG4/TRXhE4CmKmFGg8i+ZyfVVClDK4LVm5LTusWPKp0AIxiQ1NpUjyzQAMGvBLsUcAp++gfRQUuCy",
+	"jbDVk1QC+uFv7ox+dLTwhM/jziA4oXGuwblPUETurX4jUjl0mj808FNjJAAWA4xPXNoonj5SgF/1pAHy",
+	"a+TEf1JmnABiZHA0EM2AQMR14rv3Hj0td+vLDaGWczwV2Cevngki1X6zDGqYMXAgbBHLtaSd+tLiq07L",
+	"3gYAiElc7smdsf/qS7hPYLCvxKJ2i9nFjIYd/tIvyF1VZM/phD0942eg02396DK+CTybHXsJkrlxPKId",
+	"ClzGh7LQI7yEmPNUH7F4rlRWZfoxfaBOBIQ5hz8nv1aBhIwDIhodJAUSIh2IHw9J53WYUsR7gCiRBBB/",
+	"1FqBsqX1xDwIxCSXSwSwKzKLtChsPRA1WIPTUP3siPGewqXu1Z+n+hkW1SB33Kn9W8HP/cd1mJsjSa5y",
+	"glDu7H1w//t47Q6utQWbxRW4R36/iRq/6UBNBZsNlHBt3Tfj8q5wrvgF/I0euRRiTokvkPDUG8r6yssS",
+	"9uqIxcMWSYNhawDh4LICE1I8qT94s0HRYy/UQmhsMYHWMCBgoW+TTFvjzFLfdpzMYA9TWPbxQVsm1SVE",
+	"M7TCmOO7fWd0iISXSKrBKpX28yWrO3ib+xLrBDDt3Y8arQJ1OZt6FamrvubznsXVZ6n53MQffM3nV8kn",
+	"/qNrPneXctco5UxtY9nmEdtapNlrqL50BPqt/PJuyy/JeNhYe7lTdaURNmT0UenRDIr4gsrIoO0ZNOcf",
+	"SqpmwlKq5Hp9iEh9+lbh+BVGp3ck0dvoYvdWtoi/hLBf5XJwS19R0OCaBYxDGfYM+3coYFw5xGr1IvTL",
+	"ryv9dypZAKt/oeyUqrbdM/mEUgortY0bCxop+buhFnGNhfxHFSNWyxC/Wq70xdQiFrwBXeoriljA20gX",
+	"W+2wVu+Q/EU5gzDmM5VLG1PxRdjTtbTMorIA0ZlHEUvEKHWMx5e+ZOmlM9YoAqjGbOSufvHuNs8yZ1v5",
+	"cLC6Ejpkaxg6QG/mgB309ynh2la7wIGxd3jwGJNpOAtjpBG0KnMv9xYZ+0VkvjIIvJVDCThApuCovott",
+	"ZSaViqJEUYu0lZlA1rURbtuTASvKjlg7Pnn95oytHsLehzT5uIePxZ2IaeEYNTz/9NmLZ2fPYmhSp4lJ",
+	"ZmJssehx7th5yHIjRqNSM1oWK3kO3y9j1o5piBC5Gs8gCnuzwD7GNIm4U9QsUQTWhPFdSGqhCO9oeX4p",
+	"3DgUJ43YwSGIMVMiWaM7QgNkabldsPE+ix78DEtIZdK5iNdODhrmHdH58qxMypmJ2QXgzXlHQ22MEsjB",
+	"l5ojULfIlJygR1zpSdzsXA66it0TWw9GKHjgp/U1h2usYfDu1nwz3O/OcP9UeTqvglSbqcgoUZD8YXSF",
+	"1noRFSk8wR0n6AZOaSCsjMtwlqTjsYAcArob7iqV4u5O6BO6ezcnej1Fps8NaxQ3mEdzIar5R1Mg7Eqp",
+	"wqmwetk9Hluhm2ZFT++Fj8KsqCrqUx0vprMQ8CYfTbH6hFe4LKVojXmaQQ5Qh5VAAvCl0/9nXC796aFJ",
+	"maWTqe2tQa1CVle1JtPn4gTaBxxBYxifvq1TTEAmbkZZzbAFK8cy3uDHAxTZeLapYZP0SkjshVy1l3rs",
+	"eCiLVCWSeLWyir5BoMBjrDslwU7ZMChlB0N52H/MJJ+5scGosNyK+pbH8NJVmXL/DTHr6QdVjt6/PQpy",
+	"sNA3qAvdXZHiz5g7Fl4qR1XXpvdop67GPtXtUiwfQJx8wGJH6nHE4kKndB+8voiZV+T3iiPC7HEXdJxO",
+	"ci1Mj/0q5pYqSBK+pArq1JKzzKl2EoPvaEUXcY3+YYO37Msg35Wd+6Kp+G5I8biqQPsKL8dsbkCO1/N5",
+	"BYfxPCkzqJpMmutXXawO0IxRAamjcQ7E7zbBsfrCamVdht/UsP7Ih0Gp0NhQY+yqb+4iH1161G0UdQuh",
+	"sdO3RGdWm9NDRcs0ajcAGf/0mtSg0cYzJUWnV0wYOv8UekmQGevkbp5lmF3qROpQ+goPzPjEHDpUdGJn",
+	"L58XfbcJhACMaIqmVjJy8VDKjv2lmCN5htYYFtbC/oaGVyn9vFAE8TeUJP/YruLvCQx2/xaVH+caxtQn",
+	"Y1tPPBf/j+xXUC+pP4sxdjc8GVexoiAUngfkH+7mX18/dsOIUa5TuwT+eSG4Fvo4t9PW4Pd3jkFikUVd",
+	"y/sXUDdFvh3WpoKgX87OTs6Pnz49jTvO6sl11hq0ptbOB3t7+wff9/q9fm9/8EP/hz7wX5rvWnP5jEvD",
+	"2jYV2nTYRS4TyArBNEEOpkauBVUc+KT7uVIZG2XcYM2BTw9hr310Tsls2Ssb1GMouaalvp5gGj3ie0su",
+	"rekxACWjeACmirhBZnzJfIvcIJcxGEXpScMg7PjkuVPCzAqwAjNTgHqVIwHxDEjAAxBytwBnl3Azhees",
+	"gjYIxVh8nnbdC2vG+1m7ZbC2VfNuPjcdxhPvbbSKPFoPDAvDNuD1DbDhOIZMewydVgkJjCt1iX7BMI4R",
+	"TGoCI9dM6USoeQYpP1gz5gQnVgwsxEUJ1WhZvEcf9mKYCAZkJ8EY9H0XQaDXh8JCbwLWoJThKMCRjsCZ",
+	"p3QFRKda7R1uc56ktmYUaKoObsUVqPf1hkG42wVFy6S4SJSES2B8qfYdqorRsdfY+uinjb2a1hsclc2v",
+	"y1kGQzRtoyPTqbJszu20x56CN96wxVSAas+BntywTrOAqzFRjE8FT0Kpn4ZbiZxofaQ1cELI4EXvbxVg",
+	"tej1zSBuWE38r6wJIOvWRvqx2mYW3DqI99dWmulcSsjZqr43PA9fK1C/XZXCsKgGLqGoxc/UpIwKrJaG",
+	"B+MVJWXrAx4nfA54YT44Y8p9Q1AtJPwM8k5YkYWGOlZIY0Uobm2MXwTP7DRiTilNpSBme6LVzFFBXuR5",
+	"99grxZyCIKRN1yis0NmM0/P/vwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -45,7 +45,7 @@
 -- bucket names come from the engine, counters are parsed once, tables are built at
 -- their size, the script makes one HMGET per hash read and one HSET per hash written
 -- (values read just before: the script runs alone), and a TTL is looked at only for a
--- new field. Counters are at most 2^53, exact as doubles.
+-- new field. Counters are at most 2^51 (MAXC below), exact as doubles.
 
 -- reserve.lua replaces the next line, defining reserve, for a reservation (see there);
 -- argc is the ARGV that belong to the check.
@@ -64,6 +64,16 @@ if idem then
 end
 
 local floor, fmt = math.floor, string.format
+-- Bounded numbers (quota.MaxCounter, docs/ARCHITECTURE.md): a counter never passes
+-- MAXC = 2^51. A stored value above it, or one that is not a number (old data), reads
+-- as MAXC, over every limit; a negative one as 0. So every sum below stays under 2^53.
+local MAXC = 2251799813685248
+local function num(v)
+  v = tonumber(v)
+  if not v or v ~= v or v > MAXC then return MAXC end
+  if v < 0 then return 0 end
+  return v
+end
 local packed = ARGV[argc]
 local a = {struct.unpack('<' .. string.rep('d', #packed / 8), packed)}
 local cost, now, nl, nw = a[1], a[3], a[6], a[7]
@@ -74,7 +84,7 @@ if not month[1] then return 'H' end
 local mnew = false
 for l = 2, nl + 1 do
   local v = month[l]
-  if v then month[l] = v + 0 else month[l], mnew = 0, true end
+  if v then month[l] = num(v) else month[l], mnew = 0, true end
 end
 
 -- Buckets: the current one's values as numbers, the previous one's as read.
@@ -82,7 +92,7 @@ local cur, prev = {false, false, false, false}, {false, false, false, false}
 local k = 1 + nl -- ARGV index of the first window's current bucket key
 for i = 1, nw do
   local c = redis.call('HMGET', ARGV[k], unpack(ARGV, 1, nl))
-  for l = 1, nl do c[l] = (c[l] or 0) + 0 end
+  for l = 1, nl do c[l] = num(c[l] or 0) end
   cur[i], prev[i] = c, redis.call('HMGET', ARGV[k + 1], unpack(ARGV, 1, nl))
   k = k + 2
 end
@@ -108,7 +118,7 @@ for r = 4, last do
     local ms, el = a[7 + 2 * w], a[8 + 2 * w]
     u, rank = c, ms
     if pv then
-      pv = pv + 0
+      pv = num(pv)
       u = c + floor(pv * (ms - el) / ms)
     end
     if u + cost > limit then
@@ -136,6 +146,21 @@ end
 local status = 1
 if blocked > 0 then
   if a[2] == 1 then status = 2 else status = 3 end
+end
+-- Bounded numbers: a count that would take a counter past MAXC counts nothing, even
+-- when forced (shadow, warn: allowed, as those modes never deny); enforce (and any
+-- reservation) denies it, retry at the period's end.
+if cost > 0 and status ~= 3 then
+  local full = false
+  for l = 1, nl do
+    if month[l + 1] + cost > MAXC then full = true end
+    for i = 1, nw do
+      if cur[i][l] + cost > MAXC then full = true end
+    end
+  end
+  if full then
+    if a[2] == 1 and not reserve then cost = 0 else status, retry = 3, math.max(retry, a[4] - now, 1) end
+  end
 end
 local add = 0
 if cost > 0 and status ~= 3 then

@@ -26,7 +26,8 @@ for _, f in ipairs(fields) do
     if ttl > 0 and redis.call('PTTL', KEYS[1]) == -1 then redis.call('PEXPIRE', KEYS[1], ttl) end
   else
     local v = (tonumber(redis.call('HGET', KEYS[2], f)) or 0) - (tonumber(redis.call('HGET', KEYS[3], f)) or 0)
-    if v < 0 then v = 0 end
+    -- bounded (check.lua's MAXC, 2^51): a value stored out of range is read as the bound
+    if not (v > 0) then v = 0 elseif v > 2251799813685248 then v = 2251799813685248 end
     out[#out + 1] = f
     out[#out + 1] = string.format('%d', v)
   end

@@ -15,7 +15,8 @@
 -- the month counters and to each charged sliding-window bucket that is still the
 -- current or previous bucket of its window (one that rolled out is left alone), never
 -- below 0, and takes the amount off the held units; used > amount is counted in full
--- (month and current buckets, no limit looked at) and reported as over-reserved.
+-- (month and current buckets, no limit looked at; a counter stops at 2^51, the
+-- bound of check.lua) and reported as over-reserved.
 --
 -- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms;
 -- expires_ms;on_expiry;period;first counter field;last counter field"
@@ -26,6 +27,9 @@
 -- reservations, and asks again). Sweep: an array of "id;answer" for those it expired.
 
 local fmt, floor = string.format, math.floor
+-- Bounded numbers (check.lua): a counter never passes MAXC = 2^51; a stored value
+-- that is not a number reads as 0 here (a give-back cannot take it below 0).
+local MAXC = 2251799813685248
 local now = tonumber(ARGV[2])
 
 local function settle(rkey, id, action, used)
@@ -63,8 +67,8 @@ local function settle(rkey, id, action, used)
     for l = 1, nl do
       local v = vals[l]
       if v or not skipMissing then
-        v = (tonumber(v) or 0) + delta
-        if v < 0 then v = 0 end
+        v = math.min(tonumber(v) or 0, MAXC) + delta
+        if not (v > 0) then v = 0 elseif v > MAXC then v = MAXC end
         hs[2 * n + 1], hs[2 * n + 2] = fields[l], fmt('%d', v)
         n = n + 1
       end

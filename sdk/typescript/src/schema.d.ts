@@ -684,6 +684,39 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/orgs/{org}/usage/adjustments": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Correct a month counter (audited)
+         * @description Corrects one month counter of the org's current billing period, for when one is
+         *     wrong: the org's (no `team`), a team's (`team`) or a user's (`team` and `user`)
+         *     counter of `metric`. `set` makes its used units (committed; units held by open
+         *     reservations stay held) that value; `add` adds to them, a negative `add` lowers
+         *     them; exactly one, within 2^50 = 1125899906842624 either way, and the result
+         *     stays within 0 and 2^51 (a counter's bound). The live counter changes at once
+         *     (checks see it), the usage ledger with it, lowered as well (a flush or a Redis
+         *     restart never raises it back), and the audit log gets a `usage.adjust` entry with
+         *     who, when, the units before and after and the `reason`. Sliding windows (second
+         *     to day) are not changed: they age out within their window. Needs the operator
+         *     token: an org key, even with the `admin` scope, and a console user get 403.
+         */
+        post: operations["adjustUsage"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/reservations": {
         parameters: {
             query?: never;
@@ -1014,7 +1047,7 @@ export interface components {
             window: components["schemas"]["Window"];
             /**
              * Format: int64
-             * @description Units allowed per window.
+             * @description Units allowed per window, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
              */
             limit: number;
         };
@@ -1272,7 +1305,7 @@ export interface components {
             metric: components["schemas"]["Id"];
             /**
              * Format: int64
-             * @description Units added to the org's month limit of the metric.
+             * @description Units added to the org's month limit of the metric, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); the month limit with every grant is capped at the same bound.
              */
             units: number;
             /** @description Why, for the audit log. */
@@ -1459,7 +1492,7 @@ export interface components {
             metric: components["schemas"]["Id"];
             /**
              * Format: int64
-             * @description Units to hold, as the cost of a check.
+             * @description Units to hold, as the cost of a check, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
              */
             amount: number;
             /**
@@ -1487,7 +1520,7 @@ export interface components {
         CommitRequest: {
             /**
              * Format: int64
-             * @description Units the work used; above the amount, counted in full and reported as `over_reserved`.
+             * @description Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51).
              */
             used: number;
         };
@@ -1547,7 +1580,7 @@ export interface components {
             metric: components["schemas"]["Id"];
             /**
              * Format: int64
-             * @description Units to consume; 0 only queries.
+             * @description Units to consume, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); 0 only queries.
              * @default 1
              */
             cost: number;
@@ -1724,6 +1757,56 @@ export interface components {
             org: components["schemas"]["UsageLevel"];
             teams: components["schemas"]["UsageLevel"][];
             users: components["schemas"]["UsageLevel"][];
+        };
+        /**
+         * @example {
+         *       "metric": "requests",
+         *       "team": "eng",
+         *       "set": 1200,
+         *       "reason": "ticket 4411: a client committed 9007199254740992 by mistake"
+         *     }
+         */
+        UsageAdjustmentCreate: {
+            metric: components["schemas"]["Id"];
+            team?: components["schemas"]["Id"];
+            user?: components["schemas"]["Id"];
+            /**
+             * Format: int64
+             * @description The used units the counter should hold, at most 2^50 = 1125899906842624. Exactly one of `set` and `add`.
+             */
+            set?: number;
+            /**
+             * Format: int64
+             * @description Units to add (negative to take off), within 2^50 = 1125899906842624 either way; the result stops at 0.
+             */
+            add?: number;
+            /** @description Why, for the audit log. */
+            reason: string;
+        };
+        UsageAdjustment: {
+            org: string;
+            /** @description The billing period adjusted (the current one), YYYY-MM. */
+            period: string;
+            metric: string;
+            /** @enum {string} */
+            level: "org" | "team" | "user";
+            team?: string;
+            user?: string;
+            /**
+             * Format: int64
+             * @description Used units before (a value stored out of range reads as 2^51).
+             */
+            before: number;
+            /**
+             * Format: int64
+             * @description Used units after.
+             */
+            after: number;
+            reason: string;
+            /** @description Who adjusted it, as the audit log names them. */
+            actor: string;
+            /** Format: date-time */
+            at: string;
         };
         Usage: {
             org: string;
@@ -3472,6 +3555,41 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    adjustUsage: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["UsageAdjustmentCreate"];
+            };
+        };
+        responses: {
+            /** @description The adjustment, in force at once. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["UsageAdjustment"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["AdminRateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
         };
     };
     listOpenReservations: {

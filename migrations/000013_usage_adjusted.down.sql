@@ -1,0 +1,3 @@
+BEGIN;
+ALTER TABLE usage_counters DROP COLUMN adjusted_at;
+COMMIT;
