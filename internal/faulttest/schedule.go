@@ -78,7 +78,12 @@ func planFaults(seed uint64, kinds []faultKind, each int, duration time.Duration
 		case dropReplies:
 			f.down = time.Duration(300+r.IntN(1200)) * time.Millisecond
 		case clockStep:
-			f.target, f.forward = r.IntN(replicas+1)-1, r.IntN(2) == 0
+			// A replica's clock, or (in a random schedule, one time in replicas+1) the
+			// worker's: the fixed schedule steps replicas, whose clocks decide.
+			f.target, f.forward = r.IntN(replicas), r.IntN(2) == 0
+			if each == 0 {
+				f.target = r.IntN(replicas+1) - 1
+			}
 		}
 		return f
 	}
