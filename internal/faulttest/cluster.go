@@ -36,6 +36,9 @@ type cluster struct {
 	// heldAtKill is the ids of the reservations and leases held when Redis was last
 	// killed (killRedis), for ledger.
 	heldAtKill map[string]bool
+	// onPause, when set, runs while Redis's writes are paused before a kill (the
+	// lease watcher reads the leases Redis holds, which it may not have seen yet).
+	onPause func(context.Context)
 	logf       func(format string, args ...any)
 
 	mu      sync.Mutex // serializes restarts against the final stop
@@ -173,6 +176,9 @@ func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 	snap, err := func() (map[string]int64, error) {
 		if err := rdb.Do(ctx, "CLIENT", "PAUSE", "5000", "WRITE").Err(); err != nil {
 			return nil, err
+		}
+		if c.onPause != nil {
+			c.onPause(ctx)
 		}
 		m, err := rdb.HGetAll(ctx, "q:{"+org+"}|m|"+c.period).Result()
 		if err != nil {

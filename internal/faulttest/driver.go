@@ -157,6 +157,7 @@ func Run(t testing.TB, o Options) Verdict {
 
 	watcher := newLeaseWatcher(c.redis.addr(), org)
 	defer watcher.close()
+	c.onPause = watcher.poll
 	wctx, stopWatch := context.WithCancel(ctx)
 	var watchDone sync.WaitGroup
 	watchDone.Add(1)
