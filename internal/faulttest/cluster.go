@@ -39,7 +39,7 @@ type cluster struct {
 	// onPause, when set, runs while Redis's writes are paused before a kill (the
 	// lease watcher reads the leases Redis holds, which it may not have seen yet).
 	onPause func(context.Context)
-	logf       func(format string, args ...any)
+	logf    func(format string, args ...any)
 
 	mu      sync.Mutex // serializes restarts against the final stop
 	stopped bool
@@ -166,6 +166,25 @@ func (c *cluster) restartRedis() error {
 		return nil
 	}
 	return c.redis.startAndWait()
+}
+
+// lastFlush reads when the worker's last complete flush started
+// (quotaplane_worker_last_flush_timestamp_seconds); zero when it has not flushed yet.
+func (c *cluster) lastFlush(ctx context.Context) time.Time {
+	var raw []byte
+	if err := c.call(ctx, c.workerHTTP, "", "GET", "/metrics", nil, &raw); err != nil {
+		return time.Time{}
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "quotaplane_worker_last_flush_timestamp_seconds "); ok {
+			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			if err != nil || f <= 0 {
+				return time.Time{}
+			}
+			return time.Unix(0, int64(f*1e9))
+		}
+	}
+	return time.Time{}
 }
 
 // killRedis pauses Redis's writes, reads the org's month counters (held units

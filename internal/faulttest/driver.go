@@ -55,7 +55,7 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 // The limits of the workload, by team (user limits are the team's user defaults:
 // users are not registered).
 var (
-	monthTeamLimit = limitDef{"month", 3000}
+	monthTeamLimit = limitDef{"month", 3000} // per 45 s of load: see teamLimit
 	monthUserLimit = limitDef{"month", 400}
 	hotUserLimit   = limitDef{"month", 3000}
 	resvUserLimit  = limitDef{"month", 5000}
@@ -147,7 +147,7 @@ func Run(t testing.TB, o Options) Verdict {
 	if err != nil {
 		t.Fatalf("start: %v\n%s", err, c.logs())
 	}
-	key, period, err := setup(ctx, c)
+	key, period, err := setup(ctx, c, teamLimit(o.Duration))
 	if err != nil {
 		t.Fatalf("setup: %v\n%s", err, c.logs())
 	}
@@ -199,7 +199,7 @@ func Run(t testing.TB, o Options) Verdict {
 	}
 	limits := map[string][]limitDef{
 		"requests|o": {orgLimit}, "tokens|o": {orgLimit},
-		"requests|t|month": {monthTeamLimit},
+		"requests|t|month": {teamLimit(o.Duration)},
 	}
 	for _, ch := range hist.checks {
 		f := pathFields("requests", ch.team, ch.user)[2]
@@ -225,9 +225,15 @@ func Run(t testing.TB, o Options) Verdict {
 	return v
 }
 
+// teamLimit is team month's month limit: 3,000 per 45 s of load, so it binds in a long
+// run too (its users change every userEpoch).
+func teamLimit(load time.Duration) limitDef {
+	return limitDef{"month", monthTeamLimit.limit * max(1, int64((load+44*time.Second)/(45*time.Second)))}
+}
+
 // setup creates the org: a plan that fails closed (a check without Redis answers 503,
 // never an uncounted 200), four teams, and a check key.
-func setup(ctx context.Context, c *cluster) (key, period string, err error) {
+func setup(ctx context.Context, c *cluster, monthTeam limitDef) (key, period string, err error) {
 	steps := []struct {
 		path string
 		body any
@@ -236,7 +242,7 @@ func setup(ctx context.Context, c *cluster) (key, period string, err error) {
 			"limits": append(limitsOf("requests", orgLimit), limitsOf("tokens", orgLimit)...)}},
 		{"/v1/orgs", map[string]any{"id": org, "name": "faults", "plan": "faults"}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "month", "name": "month",
-			"limits": limitsJSON(monthTeamLimit), "user_limits": limitsJSON(monthUserLimit)}},
+			"limits": limitsJSON(monthTeam), "user_limits": limitsJSON(monthUserLimit)}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "hot", "name": "hot", "limits": []any{},
 			"user_limits": limitsJSON(hotUserLimit)}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "rate", "name": "rate", "limits": []any{},

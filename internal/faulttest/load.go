@@ -185,12 +185,22 @@ type hotState struct {
 
 func hotUser(i int64) string { return fmt.Sprintf("h%d", i) }
 
+// userEpoch is how long the users of teams month and resv are the same: their month
+// limits are spent in about a minute, so a long run moves on to new ones.
+const userEpoch = time.Minute
+
+// epochUser names user i of the current epoch: m0.3 is user 3 of the first minute.
+func epochUser(prefix string, start time.Time, i int) string {
+	return fmt.Sprintf("%s%d.%d", prefix, int(time.Since(start)/userEpoch), i)
+}
+
 // runLoad drives the workload until ctx ends and returns when every client has
 // finished its last call.
 func runLoad(ctx context.Context, c *loadClient, w workload, seed uint64) (*hotState, *sync.WaitGroup) {
 	var wg sync.WaitGroup
 	hot := &hotState{}
 	n := len(c.addrs)
+	start := time.Now()
 	spawn := func(id int, fn func(r *rand.Rand) ([]checkOp, []resvOp)) {
 		wg.Add(1)
 		go func() {
@@ -243,7 +253,7 @@ func runLoad(ctx context.Context, c *loadClient, w workload, seed uint64) (*hotS
 		spawn(id, func(r *rand.Rand) ([]checkOp, []resvOp) {
 			var out []checkOp
 			for ctx.Err() == nil {
-				op := c.check(r.IntN(n), "month", fmt.Sprintf("m%d", r.IntN(w.monthUsers)), "requests", 1+r.Int64N(3))
+				op := c.check(r.IntN(n), "month", epochUser("m", start, r.IntN(w.monthUsers)), "requests", 1+r.Int64N(3))
 				out = append(out, op)
 				time.Sleep(time.Duration(2+r.IntN(6)) * time.Millisecond)
 			}
@@ -268,7 +278,7 @@ func runLoad(ctx context.Context, c *loadClient, w workload, seed uint64) (*hotS
 		spawn(id, func(r *rand.Rand) ([]checkOp, []resvOp) {
 			var out []resvOp
 			for ctx.Err() == nil {
-				out = append(out, c.reservation(r, n, fmt.Sprintf("v%d", r.IntN(w.resvUsers))))
+				out = append(out, c.reservation(r, n, epochUser("v", start, r.IntN(w.resvUsers))))
 				time.Sleep(time.Duration(2+r.IntN(8)) * time.Millisecond)
 			}
 			return nil, out

@@ -107,9 +107,18 @@ func judge(in oracleInput) Verdict {
 	}
 	var admissions []unitsAt
 	var redisKills []time.Time
+	var lossFrom []time.Time // per kill: usage admitted since may be lost
 	for _, f := range in.faults {
 		if f.kind == restartRedis {
 			redisKills = append(redisKills, f.at)
+			// One flush interval (+ the flush's own run), or back to the start of the
+			// last complete flush when that is older (a loaded machine, a worker
+			// just restarted).
+			from := f.at.Add(-in.flushInterval - in.lossSlack)
+			if !f.lastFlush.IsZero() && f.lastFlush.Before(from) {
+				from = f.lastFlush
+			}
+			lossFrom = append(lossFrom, from)
 		}
 	}
 
@@ -181,7 +190,6 @@ func judge(in oracleInput) Verdict {
 			}
 		}
 	}
-	window := in.flushInterval + in.lossSlack
 	for _, f := range in.faults {
 		for k, n := range f.loss {
 			get(k).measured += n
@@ -190,9 +198,9 @@ func judge(in oracleInput) Verdict {
 			get(k).gained += n
 		}
 	}
-	for _, k := range redisKills {
+	for i, k := range redisKills {
 		for _, a := range admissions {
-			if a.at.After(k.Add(-window)) && !a.at.After(k) {
+			if a.at.After(lossFrom[i]) && !a.at.After(k) {
 				for _, f := range a.fields {
 					get(f).redisLoss += a.units
 				}
@@ -237,6 +245,13 @@ func judge(in oracleInput) Verdict {
 	slices.SortFunc(fields, func(a, b string) int { return strings.Compare(fieldOrder(a), fieldOrder(b)) })
 	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "counter\twindow\tlimit\tadmitted\tunknown\tcounted\tusage API\texport\tover\tlost\textra\tRedis restarts: lost/gained (allowed)\tlease over-count\t")
+	type cleanRow struct {
+		win, lim                                 string
+		n                                        int
+		lo, unk, counted, usage, export, allowed int64
+	}
+	clean := map[string]*cleanRow{}
+	var cleanKeys []string
 	for _, f := range fields {
 		x := t[f]
 		counted, usage, export := in.obs.redis[f], in.obs.usage[f], in.obs.export[f]
@@ -257,6 +272,21 @@ func judge(in oracleInput) Verdict {
 			limStr, win = fmt.Sprint(lim), "month"
 		}
 		overBeyond := max(0, over-explained)
+		p := strings.Split(f, "|")
+		if len(p) == 4 && overBeyond == 0 && lost == 0 && extra == 0 && x.measured == 0 && x.gained == 0 &&
+			x.leasesExp == 0 && usage == counted && export == counted && in.obs.held[f] == 0 {
+			// A user with nothing to report is summed into its team's "clean" row.
+			k := p[0] + "|" + p[2]
+			if clean[k] == nil {
+				clean[k] = &cleanRow{win: win, lim: limStr}
+				cleanKeys = append(cleanKeys, k)
+			}
+			r := clean[k]
+			r.n++
+			r.lo, r.unk, r.counted, r.usage, r.export = r.lo+x.lo, r.unk+x.unknowns, r.counted+counted, r.usage+usage, r.export+export
+			r.allowed += x.redisLoss
+			continue
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d/%d (%d)\t%d\t\n",
 			fieldName(f), win, limStr, x.lo, x.unknowns, counted, usage, export, overBeyond, lost, extra, x.measured, x.gained, x.redisLoss, x.leaseOver)
 		name := fieldName(f)
@@ -272,7 +302,7 @@ func judge(in oracleInput) Verdict {
 				name, x.lo, counted, lost, x.measured))
 		}
 		if x.measured > x.redisLoss {
-			v.violations = append(v.violations, fmt.Sprintf("%s: Redis restarts lost %d units, more than the %d admitted within one flush interval (+%v) before them",
+			v.violations = append(v.violations, fmt.Sprintf("%s: Redis restarts lost %d units, more than the %d admitted within one flush interval (+%v), or since the last complete flush, before them",
 				name, x.measured, x.redisLoss, in.lossSlack))
 		}
 		if extra > 0 {
@@ -288,6 +318,12 @@ func judge(in oracleInput) Verdict {
 		if h := in.obs.held[f]; h != 0 {
 			v.violations = append(v.violations, fmt.Sprintf("%s: %d units still held in Redis after every reservation expired", name, h))
 		}
+	}
+	for _, k := range cleanKeys {
+		r := clean[k]
+		metric, team, _ := strings.Cut(k, "|")
+		fmt.Fprintf(tw, "user %s/* %s: %d more, summed\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t0\t0\t0\t0/0 (%d)\t0\t\n",
+			team, metric, r.n, r.win, r.lim, r.lo, r.unk, r.counted, r.usage, r.export, r.allowed)
 	}
 	_ = tw.Flush()
 

@@ -57,6 +57,9 @@ type injected struct {
 	// the reservations it persisted held): what the restart lost; gain is the opposite
 	// (a settlement since the last flush undone: the reservation is held again).
 	loss, gain map[string]int64
+	// lastFlush (restart-redis) is when the worker's last complete flush before the
+	// kill started: usage admitted since may be lost.
+	lastFlush time.Time
 }
 
 // planFaults draws a schedule from seed: with each set, every kind `each` times in a
@@ -138,6 +141,7 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			in.err = c.restartWorker()
 		case restartRedis:
 			var before, after map[string]int64
+			in.lastFlush = c.lastFlush(ctx)
 			before, in.err = c.killRedis(ctx)
 			time.Sleep(f.down)
 			if in.err == nil {
@@ -160,7 +164,12 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 					lost, gained = lost+max(d, 0), gained+max(-d, 0)
 				}
 			}
-			logf("fault %2d: Redis held %d units more than the ledger (lost with it), %d fewer", i+1, lost, gained)
+			age := "none yet"
+			if !in.lastFlush.IsZero() {
+				age = in.at.Sub(in.lastFlush).Round(time.Millisecond).String() + " before"
+			}
+			logf("fault %2d: Redis held %d units more than the ledger (lost with it), %d fewer; the last complete flush started %s",
+				i+1, lost, gained, age)
 		case cutRedis:
 			c.proxy.cut()
 			time.Sleep(f.down)
