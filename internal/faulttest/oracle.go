@@ -106,11 +106,21 @@ func judge(in oracleInput) Verdict {
 		}
 	}
 	var admissions []unitsAt
+	// unknowns are calls of unknown outcome: a Redis restart may have lost what they
+	// counted, if they ran.
+	type unknownAt struct {
+		start, end time.Time
+		units      int64
+		fields     []string
+	}
+	var unknowns []unknownAt
 	var redisKills []time.Time
-	var lossFrom []time.Time // per kill: usage admitted since may be lost
+	var lossFrom, lossTo []time.Time // per kill: usage admitted between may be lost
 	for _, f := range in.faults {
 		if f.kind == restartRedis {
 			redisKills = append(redisKills, f.at)
+			// A call Redis ran just before the kill is answered a few ms later.
+			lossTo = append(lossTo, f.killedAt.Add(50*time.Millisecond))
 			// One flush interval (+ the flush's own run), or back to the start of the
 			// last complete flush when that is older (a loaded machine, a worker
 			// just restarted).
@@ -138,6 +148,7 @@ func judge(in oracleInput) Verdict {
 			}
 		case unknown:
 			add(fields, 0, c.cost, true)
+			unknowns = append(unknowns, unknownAt{c.start, c.end, c.cost, fields})
 		}
 	}
 	for _, r := range in.hist.resvs {
@@ -148,6 +159,7 @@ func judge(in oracleInput) Verdict {
 		case okay:
 		case unknown:
 			add(fields, 0, e, true)
+			unknowns = append(unknowns, unknownAt{r.start, r.end, r.amount, fields})
 			continue
 		default:
 			continue
@@ -198,11 +210,18 @@ func judge(in oracleInput) Verdict {
 			get(k).gained += n
 		}
 	}
-	for i, k := range redisKills {
+	for i := range redisKills {
 		for _, a := range admissions {
-			if a.at.After(lossFrom[i]) && !a.at.After(k) {
+			if a.at.After(lossFrom[i]) && !a.at.After(lossTo[i]) {
 				for _, f := range a.fields {
 					get(f).redisLoss += a.units
+				}
+			}
+		}
+		for _, u := range unknowns {
+			if u.end.After(lossFrom[i]) && !u.start.After(lossTo[i]) {
+				for _, f := range u.fields {
+					get(f).redisLoss += u.units
 				}
 			}
 		}

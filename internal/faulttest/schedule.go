@@ -60,6 +60,7 @@ type injected struct {
 	// lastFlush (restart-redis) is when the worker's last complete flush before the
 	// kill started: usage admitted since may be lost.
 	lastFlush time.Time
+	killedAt  time.Time // restart-redis: when kill -9 returned
 }
 
 // planFaults draws a schedule from seed: with each set, every kind `each` times in a
@@ -143,6 +144,7 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			var before, after map[string]int64
 			in.lastFlush = c.lastFlush(ctx)
 			before, in.err = c.killRedis(ctx)
+			in.killedAt = time.Now()
 			time.Sleep(f.down)
 			if in.err == nil {
 				after, in.err = c.ledger(ctx)
