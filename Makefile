@@ -39,8 +39,9 @@ test-faults: ## the fault tests (Redis killed and paused under load, Postgres st
 
 SEED     ?= $(shell date +%s)
 DURATION ?= 10m
-faults: ## the fault schedule for DURATION (default 10m) from SEED (default: the time): 3 api replicas, worker, private Redis; kills, restarts, cuts, clock steps; prints the oracle's table per limit
-	FAULTS_SEED=$(SEED) FAULTS_DURATION=$(DURATION) $(GO) test -race -count=1 -timeout 60m -v -run '^TestFaultSchedule$$' ./internal/faulttest/
+RACE     ?= 1
+faults: ## the fault schedule for DURATION (default 10m) from SEED (default: the time), binaries under -race (RACE=0: not): 3 api replicas, worker, private Redis; kills, restarts, cuts, clock steps; the oracle's table per limit
+	FAULTS_SEED=$(SEED) FAULTS_DURATION=$(DURATION) FAULTS_RACE_BINARIES=$(RACE) $(GO) test -race -count=1 -timeout 60m -v -run '^TestFaultSchedule$$' ./internal/faulttest/
 
 web/node_modules: web/package-lock.json
 	cd web && npm ci --no-audit --no-fund

@@ -224,6 +224,11 @@ func Run(t testing.TB, o Options) Verdict {
 	}
 	v := judge(oracleInput{hist: hist, faults: faults, leases: watcher.records(), obs: obs, limits: limits,
 		flushInterval: o.FlushInterval, lossSlack: 250 * time.Millisecond, start: start})
+	for _, p := range append(append([]*proc(nil), c.apis...), c.worker) {
+		if n := p.log.raceReports(); n > 0 {
+			v.violations = append(v.violations, fmt.Sprintf("%s (the binaries are built with -race) reported %d data races:\n%s", p.name, n, p.log.String()))
+		}
+	}
 	var kinds2 []string
 	for _, f := range faults {
 		kinds2 = append(kinds2, string(f.kind))

@@ -1,6 +1,7 @@
 package faulttest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -16,16 +17,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// tailBuffer keeps the last max bytes a process wrote, for a failure message.
+// tailBuffer keeps the last max bytes a process wrote, for a failure message, and
+// counts the data races a binary built with -race reported.
 type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
+	mu    sync.Mutex
+	max   int
+	buf   []byte
+	races int
 }
 
 func (b *tailBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.races += bytes.Count(p, []byte("WARNING: DATA RACE"))
 	b.buf = append(b.buf, p...)
 	if over := len(b.buf) - b.max; over > 0 {
 		b.buf = append(b.buf[:0], b.buf[over:]...)
@@ -218,4 +222,11 @@ func (r *redisServer) startAndWait() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// raceReports returns how many data races the process reported so far.
+func (b *tailBuffer) raceReports() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.races
 }
