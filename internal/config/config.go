@@ -54,8 +54,8 @@ type API struct {
 	Replicas          int // QUOTA_REPLICAS: api replicas, sizes the local fail mode's share and a lease's share of the headroom, 1
 	// Leases (QUOTA_LEASES, true) lets a hot path's checks be admitted in process from a
 	// lease; plans and orgs may still switch them off. LeaseMax (QUOTA_LEASE_MAX, 250ms)
-	// bounds a lease's life: a replica that dies gives its leases back after LeaseMax +
-	// 1 s + the worker's QUOTA_RESERVATION_SWEEP.
+	// bounds a lease's life: a replica that dies has its leases committed whole (counted
+	// as used) after LeaseMax + 1 s + the worker's QUOTA_RESERVATION_SWEEP.
 	Leases       bool
 	LeaseMax     time.Duration
 	RedisTimeout time.Duration // QUOTA_REDIS_TIMEOUT: dial/read/write timeout of check traffic, 100ms

@@ -78,5 +78,24 @@ func LeasePaths(e *Engine) int {
 
 // ReserveLease holds req.Cost units as a lease (an l_ id), as a hot path's lease does.
 func ReserveLease(ctx context.Context, e *Engine, req Request, ttl time.Duration) (Reservation, Result, error) {
-	return e.reserve(ctx, req, ReserveOptions{TTL: ttl, OnExpiry: ExpiryRelease, lease: true})
+	return e.reserve(ctx, req, ReserveOptions{TTL: ttl, OnExpiry: ExpiryCommit, lease: true})
+}
+
+// OpenLeases is the number of leases e holds unsettled (admitting, or being settled).
+func OpenLeases(e *Engine) int {
+	n := 0
+	e.leases.open.Range(func(_, _ any) bool { n++; return true })
+	return n
+}
+
+// LeaseAdmitting reports whether a path of e has a lease it admits from.
+func LeaseAdmitting(e *Engine) bool {
+	e.leases.mu.RLock()
+	defer e.leases.mu.RUnlock()
+	for _, p := range e.leases.paths {
+		if l := p.cur.Load(); l != nil && l.used.Load()&closedBit == 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -20,11 +20,14 @@ import (
 // moment used + leased <= limit everywhere; a lease never outlives the current bucket of
 // the path's shortest limited sliding window, the billing period, nor LeaseConfig.Max.
 //
-// What a replica that dies with leases open loses: each lease is a reservation with
-// on_expiry release, so the worker's sweep gives all of it back at expires_at (the lease's
-// end + leaseGrace) + one sweep interval; the units admitted from it are given back too,
-// uncounted (at most one lease per hot path: its size, a fraction of a second of the
-// path's traffic on that replica).
+// Units whose fate is unknown count as used (DESIGN.md "Exact under faults"): a lease is
+// a reservation with on_expiry commit, so one its replica never settled (the replica
+// died, or its settlement gave up) is committed whole by the worker's sweep at its
+// expiry. Nothing admitted from it is given back to be admitted again; what a crash
+// costs is the lease's unused part, counted as used. A path has at most one lease of
+// this replica unsettled at any moment (the next is taken only once the previous is
+// settled: leasePath.busy), and a lease is small (size), so that cost per killed
+// replica is at most one lease per hot path: docs/ARCHITECTURE.md "Leases" states it.
 
 // LeaseConfig turns leases on and tunes them. The zero value is off.
 type LeaseConfig struct {
@@ -37,7 +40,7 @@ type LeaseConfig struct {
 	// leased (default 200).
 	Threshold float64
 	// Replicas is the number of replicas that may lease the same path: a lease takes at
-	// most 1/(2 x Replicas) of a level's remaining headroom (default 1).
+	// most 1/(leaseShare x Replicas) of a level's remaining headroom (default 1).
 	Replicas int
 	// OnLease, when set, is told of every lease taken, settled or missed (metrics). It
 	// must not block.
@@ -47,8 +50,11 @@ type LeaseConfig struct {
 // LeaseEvent is one lease event, for metrics.
 type LeaseEvent struct {
 	// Kind is LeaseTaken (Units: its size), LeaseReturned (Units: what was given back,
-	// Used: what was committed), LeaseMiss (a check of a hot path that went to Redis) or
-	// LeaseFailed (a lease whose settlement failed; the sweep releases it).
+	// Used: what was committed), LeaseExpired (its reservation expired before this
+	// replica settled it, so its expiry committed all of it: Units its size, Used what
+	// was admitted from it, Units - Used counted unused), LeaseMiss (a check of a hot
+	// path that went to Redis) or LeaseFailed (a lease whose settlement gave up: Units
+	// its size, Used what was admitted; its expiry commits all of it).
 	Kind  LeaseEventKind
 	Units int64
 	Used  int64
@@ -63,13 +69,25 @@ const (
 	LeaseReturned
 	LeaseMiss
 	LeaseFailed
+	LeaseExpired
 )
 
 const (
 	// leaseGrace is added to a lease's life in its reservation's TTL, so the replica
-	// settles it before the sweep could (a commit that finds it expired counts its
-	// used units with a forced check instead).
+	// settles it before the sweep could (a commit that finds it expired has nothing to
+	// add: the expiry committed the whole amount, at least what was admitted).
 	leaseGrace = time.Second
+	// leaseShare: a lease takes at most 1/(leaseShare x Replicas) of the least
+	// remaining headroom of its path's limits, so a crash, which counts a lease's
+	// unused units as used, costs a small fraction of what is left (never half).
+	leaseShare = 16
+	// leaseWait is the longest a check of a hot path waits for the path's next lease
+	// (being settled and taken: two round trips) before it goes to Redis.
+	leaseWait = 20 * time.Millisecond
+	// leaseTraffic is a lease's size in lives of the path's traffic: enough that a
+	// steady path ends a lease by time rather than running dry, small because a crash
+	// counts the unused part.
+	leaseTraffic = 1.25
 	// leaseMinLife is the shortest lease worth taking.
 	leaseMinLife = 5 * time.Millisecond
 	// rateWindow is the span over which a path's rate is measured.
@@ -139,9 +157,17 @@ func (r *rateCounter) early(now int64, threshold float64) int64 {
 
 // leasePath is one path's rate and current lease.
 type leasePath struct {
-	key      pathKey
-	cur      atomic.Pointer[lease]
-	renewing atomic.Bool
+	key pathKey
+	cur atomic.Pointer[lease]
+	// busy is held by whoever settles the path's lease or takes its next one (a check
+	// taking the first, the renewal, the lease's timer): the next lease is taken only
+	// once the previous is settled, so the path never has two leases of this replica
+	// unsettled (a crash would count both). The janitor takes it for good when it
+	// forgets the path. next, while busy is held, is closed when its holder is done
+	// (acquire, release): a check that finds no lease meanwhile waits for the next
+	// one (leaseWait at most) rather than going to Redis with all the others.
+	busy atomic.Bool
+	next atomic.Pointer[chan struct{}]
 
 	rateCounter
 	headroom atomic.Int64 // least remaining of any limit, last seen (-1 unknown)
@@ -160,11 +186,6 @@ type lease struct {
 	levels []LevelStatus
 	done   atomic.Bool
 	timer  *time.Timer
-	// renewNs and renewUnits: past either, the next lease is taken in the background,
-	// so a hot path rarely waits on Redis between leases.
-	renewNs    int64
-	renewUnits int64
-	renewing   atomic.Bool
 }
 
 // leases is an engine's lease manager.
@@ -279,9 +300,11 @@ func sameLimits(a, b *LevelLimits) bool {
 	return slices.Equal(a.Org, b.Org) && slices.Equal(a.Team, b.Team) && slices.Equal(a.User, b.User)
 }
 
-// admit answers req from its path's lease if it can, taking a new lease when the path
-// is hot and has none that fits. ok false: the check goes to Redis, and p (nil for a
-// cold path without state) wants to observe its result.
+// admit answers req from its path's lease if it can. A lease that no longer fits
+// (spent, ended, or taken for other limits) is settled and the next taken in the
+// background while checks go to Redis; a hot path without one takes one here, once it
+// has none unsettled. ok false: the check goes to Redis, and p (nil for a cold path
+// without state) wants to observe its result.
 func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Result, ok bool) {
 	now := m.e.Now()
 	ns := now.UnixNano()
@@ -292,51 +315,110 @@ func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Res
 	if float64(rate) < m.cfg.Threshold {
 		rate = max(rate, p.early(ns, m.cfg.Threshold))
 	}
-	// Twice: a renewal may have just replaced the lease loaded first.
-	for range 2 {
-		l := p.cur.Load()
-		if l == nil {
-			break
+	l := p.cur.Load()
+	if l != nil && l.take(req, ns) {
+		return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+	}
+	hot := float64(rate) >= m.cfg.Threshold && !m.stopping.Load()
+	switch {
+	case l != nil: // spent, ended, or taken for other limits: settle it, then the next
+		if !m.stopping.Load() && p.acquire() {
+			m.renew(p, *req, rate)
 		}
-		if l.take(req, ns) {
-			if (ns >= l.renewNs || l.used.Load() >= l.renewUnits) && !m.stopping.Load() && l.renewing.CompareAndSwap(false, true) {
-				m.renew(p, *req, rate)
-			}
+	case hot && p.acquire():
+		if p.cur.Load() == nil { // else one was taken since it was loaded
+			l = m.take(ctx, p, req, now, rate)
+		}
+		p.release()
+		if l != nil && l.take(req, m.e.Now().UnixNano()) {
 			return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
 		}
-		if p.cur.Load() == l {
-			break
-		}
-	}
-	if float64(rate) < m.cfg.Threshold {
-		return p, Result{}, false
-	}
-	if m.stopping.Load() || !p.renewing.CompareAndSwap(false, true) {
 		m.event(LeaseEvent{Kind: LeaseMiss})
 		return p, Result{}, false
+	case !hot:
+		return p, Result{}, false
 	}
-	l := m.take(ctx, p, req, now, rate)
-	p.renewing.Store(false)
-	if l != nil && l.take(req, m.e.Now().UnixNano()) {
-		return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+	// The path's next lease is on its way: wait for it (two round trips), once.
+	if hot && p.await(ctx) {
+		if l = p.cur.Load(); l != nil && l.take(req, m.e.Now().UnixNano()) {
+			return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+		}
 	}
 	m.event(LeaseEvent{Kind: LeaseMiss})
 	return p, Result{}, false
 }
 
-// renew takes p's next lease in the background, unless one is being taken.
-func (m *leases) renew(p *leasePath, req Request, rate int64) {
-	if !p.renewing.CompareAndSwap(false, true) {
-		return
+// acquire takes p.busy, reporting whether it did.
+func (p *leasePath) acquire() bool {
+	if !p.busy.CompareAndSwap(false, true) {
+		return false
 	}
+	ch := make(chan struct{})
+	p.next.Store(&ch)
+	return true
+}
+
+// release gives p.busy back and wakes the checks waiting for it.
+func (p *leasePath) release() {
+	ch := p.next.Swap(nil)
+	p.busy.Store(false)
+	if ch != nil {
+		close(*ch)
+	}
+}
+
+// await waits until p.busy's holder is done, leaseWait at most; false when nobody
+// held it or it took longer.
+func (p *leasePath) await(ctx context.Context) bool {
+	ch := p.next.Load()
+	if ch == nil {
+		return false
+	}
+	t := time.NewTimer(leaseWait)
+	defer t.Stop()
+	select {
+	case <-*ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+// renew settles p's lease and then, if p is still hot, takes the next, in the
+// background. The caller holds p.busy (acquire); renew releases it.
+func (m *leases) renew(p *leasePath, req Request, rate int64) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
-		defer p.renewing.Store(false)
+		defer p.release()
+		if l := p.cur.Load(); l != nil {
+			m.end(l, true)
+		}
+		if float64(rate) < m.cfg.Threshold || m.stopping.Load() {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		m.take(ctx, p, &req, m.e.Now(), rate)
 	}()
+}
+
+// expire is l's timer: at its end it is settled. The path's next check takes the
+// next lease if the path is still hot (waiting for it as it would for Redis), so a
+// path whose traffic stopped is left without one. While p.busy is held its holder
+// may be settling l, or may still be installing it (a short lease, a stalled
+// goroutine): expire waits until it has settled l or it can.
+func (m *leases) expire(l *lease) {
+	p := l.path
+	for !l.done.Load() {
+		if p.acquire() {
+			m.end(l, true)
+			p.release()
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // leaseEnd is when a lease taken at now ends: after Max, at the end of the current
@@ -364,16 +446,17 @@ func (m *leases) leaseEnd(req *Request, now time.Time) time.Time {
 	return end
 }
 
-// size is the lease for a path at rate units per second for life, capped by a share
-// of the path's last seen headroom; 0 means no lease (near a limit, or nothing known).
+// size is the lease for a path at rate units per second for life (leaseTraffic lives
+// of its traffic), capped by 1/(leaseShare x Replicas) of the path's last seen
+// headroom; 0 means no lease (near a limit, or nothing known).
 func (m *leases) size(p *leasePath, req *Request, rate int64, life time.Duration) int64 {
-	want := int64(float64(rate) * life.Seconds() * 1.5)
+	want := int64(float64(rate) * life.Seconds() * leaseTraffic)
 	want = max(want, 2*req.Cost)
 	h := p.headroom.Load()
 	if h < 0 {
 		return 0 // never seen a decision of this path: let one go to Redis first
 	}
-	share := h / int64(2*m.cfg.Replicas)
+	share := h / int64(leaseShare*m.cfg.Replicas)
 	want = min(want, share)
 	if want < 2*req.Cost || want < 4 {
 		return 0 // near a limit: checks go to Redis one by one, so the last units are admitted
@@ -381,7 +464,8 @@ func (m *leases) size(p *leasePath, req *Request, rate int64, life time.Duration
 	return want
 }
 
-// take reserves a new lease for p and installs it, ending the one it replaces.
+// take reserves a new lease for p and installs it. The caller holds p.busy and p has
+// no lease unsettled.
 func (m *leases) take(ctx context.Context, p *leasePath, req *Request, now time.Time, rate int64) *lease {
 	end := m.leaseEnd(req, now)
 	life := end.Sub(now)
@@ -394,7 +478,7 @@ func (m *leases) take(ctx context.Context, p *leasePath, req *Request, now time.
 	}
 	r := *req
 	r.Cost = amount
-	rv, res, err := m.e.reserve(ctx, r, ReserveOptions{TTL: life + leaseGrace, OnExpiry: ExpiryRelease, lease: true})
+	rv, res, err := m.e.reserve(ctx, r, ReserveOptions{TTL: life + leaseGrace, OnExpiry: ExpiryCommit, lease: true})
 	if err != nil {
 		return nil
 	}
@@ -408,24 +492,29 @@ func (m *leases) take(ctx context.Context, p *leasePath, req *Request, now time.
 		return nil
 	}
 	p.observe(&res)
-	l := &lease{path: p, id: rv.ID, org: req.Org, anchor: req.AnchorDay, limits: req.Limits, amount: amount,
-		endNs: end.UnixNano(), levels: res.Levels,
-		renewNs: now.Add(life * 3 / 4).UnixNano(), renewUnits: amount * 3 / 4}
+	l := &lease{path: p, id: rv.ID, org: req.Org, anchor: req.AnchorDay, limits: req.Limits, amount: amount, endNs: end.UnixNano(), levels: res.Levels}
 	m.wg.Add(1)
-	l.timer = time.AfterFunc(life, func() { defer m.wg.Done(); m.end(l, true) })
+	l.timer = time.AfterFunc(life, func() { defer m.wg.Done(); m.expire(l) })
 	m.open.Store(l, struct{}{})
 	m.event(LeaseEvent{Kind: LeaseTaken, Units: amount})
-	if old := p.cur.Swap(l); old != nil {
-		m.wg.Add(1)
-		go func() { defer m.wg.Done(); m.end(old, true) }()
+	p.cur.Store(l)
+	if m.stopping.Load() { // Close began while it was taken, and may have missed it
+		if l.timer.Stop() {
+			m.wg.Done() // the timer's func will not run
+		}
+		m.end(l, false)
 	}
 	return l
 }
 
 // end stops admissions from l and settles it: commits the units admitted from it,
 // giving the rest back, exactly once. When retry is true a failing settlement is
-// tried again until it succeeds or its reservation expires; one that expired (the
-// sweep released it) has its used units counted by a forced check instead.
+// tried again until it succeeds or well past its reservation's expiry. Whatever
+// happens nothing admitted goes uncounted: a lease that expired first (its replica
+// stalled past the grace) was committed whole by its expiry, which covers what was
+// admitted (nothing more is counted: that would count it twice); one whose settlement
+// gives up is committed whole by its expiry; one whose record Redis lost (it restarted
+// empty before the lease was persisted) has what was admitted counted by a forced check.
 func (m *leases) end(l *lease, retry bool) {
 	if !l.done.CompareAndSwap(false, true) {
 		return
@@ -445,10 +534,13 @@ func (m *leases) end(l *lease, retry bool) {
 			m.event(LeaseEvent{Kind: LeaseReturned, Units: l.amount - used, Used: used})
 			return
 		case errors.As(err, &se) && se.State == Expired:
+			m.event(LeaseEvent{Kind: LeaseExpired, Units: l.amount, Used: used})
+			return
+		case errors.Is(err, ErrReservationNotFound):
 			if used > 0 {
-				m.countExpired(l, used)
+				m.countLost(l, used)
 			}
-			m.event(LeaseEvent{Kind: LeaseReturned, Units: l.amount, Used: 0})
+			m.event(LeaseEvent{Kind: LeaseReturned, Units: 0, Used: used})
 			return
 		}
 		if !retry || m.stopping.Load() || time.Now().After(deadline) || errors.Is(err, ErrClosed) {
@@ -459,9 +551,10 @@ func (m *leases) end(l *lease, retry bool) {
 	}
 }
 
-// countExpired counts used units of a lease whose reservation expired before it was
-// settled (released whole by the sweep): a check forced to count, as shadow mode is.
-func (m *leases) countExpired(l *lease, used int64) {
+// countLost counts the used units of a lease whose record Redis lost with its data
+// (the record and the units it held are gone, so nothing else counts them): a check
+// forced to count, as shadow mode is.
+func (m *leases) countLost(l *lease, used int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	k := l.path.key
@@ -499,13 +592,15 @@ func (m *leases) janitor() {
 	}
 }
 
-// sweep forgets paths that have been idle for leaseIdle and hold no lease.
+// sweep forgets paths that have been idle for leaseIdle and hold no lease. A path it
+// forgets keeps its busy flag held, so a check that found it just before can take no
+// lease on it beside the path's new state.
 func (m *leases) sweep(now time.Time) {
 	cut := now.Add(-leaseIdle).UnixNano()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for k, p := range m.paths {
-		if p.cur.Load() == nil && p.winStart.Load() < cut {
+		if p.cur.Load() == nil && p.winStart.Load() < cut && p.busy.CompareAndSwap(false, true) {
 			delete(m.paths, k)
 		}
 	}

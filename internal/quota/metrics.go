@@ -112,11 +112,11 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 	})
 	m.leases = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotaplane_leases_total",
-		Help: "Leases of hot paths taken and settled by this replica. event is taken, returned (committed what it admitted, gave the rest back) or failed (not settled: the reservation sweep gives it back at its expiry).",
+		Help: "Leases of hot paths taken and settled by this replica. event is taken, returned (committed what it admitted, gave the rest back), expired (its expiry committed all of it before this replica settled it) or failed (not settled: its expiry commits all of it).",
 	}, []string{"event"})
 	m.leaseUnits = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotaplane_lease_units_total",
-		Help: "Units of leases: leased (reserved), used (admitted from them and committed) and returned (given back).",
+		Help: "Units of leases: leased (reserved), used (admitted from them and committed), returned (given back) and unused_counted (not admitted but counted as used, since the lease's expiry committed all of it: a settlement that failed or came too late).",
 	}, []string{"event"})
 	m.leaseChecks = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotaplane_lease_checks_total",
@@ -319,8 +319,14 @@ func (m *routerMetrics) lease(ev LeaseEvent) {
 		m.leases.WithLabelValues("returned").Inc()
 		m.leaseUnits.WithLabelValues("used").Add(float64(ev.Used))
 		m.leaseUnits.WithLabelValues("returned").Add(float64(ev.Units))
-	case LeaseFailed:
-		m.leases.WithLabelValues("failed").Inc()
+	case LeaseExpired, LeaseFailed:
+		name := "expired"
+		if ev.Kind == LeaseFailed {
+			name = "failed"
+		}
+		m.leases.WithLabelValues(name).Inc()
+		m.leaseUnits.WithLabelValues("used").Add(float64(ev.Used))
+		m.leaseUnits.WithLabelValues("unused_counted").Add(float64(ev.Units - ev.Used))
 	case LeaseMiss:
 		m.leaseMisses.Inc()
 	}

@@ -44,6 +44,9 @@ type Stack struct {
 	RedisURL      string // database RedisDB of the test Redis
 	APILog        *Buffer
 	WorkerLog     *Buffer
+
+	apiBin string   // the built quotaplane-api, for StartAPI
+	env    []string // both binaries' environment
 }
 
 // Logs returns both binaries' output so far, for a failure message.
@@ -94,6 +97,7 @@ func StartStack(tb testing.TB, opt StackOptions) *Stack {
 		// default, and the demo plan fails open: the answer would say "degraded".
 		"QUOTA_REDIS_TIMEOUT=2s")
 	env = append(env, opt.Env...)
+	s.apiBin, s.env = apiBin, env
 
 	state := filepath.Join(tb.TempDir(), "state")
 	seed := exec.Command(apiBin, "demo", "--state-dir", state)
@@ -109,24 +113,37 @@ func StartStack(tb testing.TB, opt StackOptions) *Stack {
 
 	startProcess(tb, workerBin, env, s.WorkerLog)
 	startProcess(tb, apiBin, env, s.APILog)
+	if err := waitReady(s.APIAddr, nil); err != nil {
+		tb.Fatalf("testenv: %v\n%s", err, s.Logs())
+	}
+	return s
+}
+
+// waitReady waits until the api at addr answers /readyz 200 (60 s at most), or until
+// exited is closed.
+func waitReady(addr string, exited <-chan struct{}) error {
 	const readyWithin = 60 * time.Second
 	deadline := time.Now().Add(readyWithin)
 	client := &http.Client{Timeout: 2 * time.Second}
 	for {
-		res, err := client.Get("http://" + s.APIAddr + "/readyz")
+		res, err := client.Get("http://" + addr + "/readyz")
 		if err == nil {
 			res.Body.Close()
 			if res.StatusCode == http.StatusOK {
-				break
+				return nil
 			}
 			err = fmt.Errorf("/readyz answered %d", res.StatusCode)
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("testenv: the api is not ready after %v: %v\n%s", readyWithin, err, s.Logs())
+		select {
+		case <-exited:
+			return fmt.Errorf("the api at %s exited before it was ready: %v", addr, err)
+		default:
 		}
-		time.Sleep(100 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the api at %s is not ready after %v: %v", addr, readyWithin, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return s
 }
 
 var (
