@@ -223,7 +223,7 @@ func Run(t testing.TB, o Options) Verdict {
 		limits[pathFields("tokens", r.team, r.user)[2]] = []limitDef{resvUserLimit}
 	}
 	v := judge(oracleInput{hist: hist, faults: faults, leases: watcher.records(), obs: obs, limits: limits,
-		flushInterval: o.FlushInterval, lossSlack: 250 * time.Millisecond, start: start})
+		flushInterval: o.FlushInterval, lossSlack: 250 * time.Millisecond, start: start, replicas: o.Replicas})
 	for _, p := range append(append([]*proc(nil), c.apis...), c.worker) {
 		if n := p.log.raceReports(); n > 0 {
 			v.violations = append(v.violations, fmt.Sprintf("%s (the binaries are built with -race) reported %d data races:\n%s", p.name, n, p.log.String()))

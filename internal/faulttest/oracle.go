@@ -44,6 +44,7 @@ type oracleInput struct {
 	flushInterval time.Duration
 	lossSlack     time.Duration // added to the flush interval: the flush's own run time
 	start         time.Time     // of the load, for the faults' times
+	replicas      int           // QUOTA_REPLICAS, for the leases' documented bound
 }
 
 // unitsAt is units a client was told were admitted at a time, on a path.
@@ -194,6 +195,17 @@ func judge(in oracleInput) Verdict {
 			admissions = append(admissions, unitsAt{l.settled, l.used, l.fields})
 		}
 		if l.state == "expired" {
+			// docs/ARCHITECTURE.md "Leases": a lease is at most the least headroom of
+			// its path's limits / (16 x QUOTA_REPLICAS), so what a dead replica's lease
+			// over-counts is at most its path's month limit / (16 x replicas).
+			for _, f := range l.fields {
+				for _, lim := range in.limits[f] {
+					if bound := lim.limit / int64(16*max(1, in.replicas)); in.replicas > 0 && lim.window == "month" && l.amount > bound {
+						v.violations = append(v.violations, fmt.Sprintf("%s: lease %s settled at expiry held %d units, above the documented bound of %d (the month limit %d / (16 x %d replicas))",
+							fieldName(f), l.id, l.amount, bound, lim.limit, in.replicas))
+					}
+				}
+			}
 			for _, f := range l.fields {
 				x := get(f)
 				x.leaseOver += l.used

@@ -26,12 +26,13 @@ func TestOracleJudges(t *testing.T) {
 		return observed{redis: m, held: map[string]int64{}, usage: m, export: m}
 	}
 	for _, tc := range []struct {
-		name   string
-		checks []checkOp
-		faults []injected
-		leases []leaseRecord
-		obs    observed
-		want   []string // substrings of the violations, in order; none for a pass
+		name     string
+		checks   []checkOp
+		faults   []injected
+		leases   []leaseRecord
+		replicas int
+		obs      observed
+		want     []string // substrings of the violations, in order; none for a pass
 	}{
 		{name: "exact", checks: checks("h0", 10, okay, t0), obs: obs(10)},
 		{name: "unknown outcomes may count", checks: append(checks("h0", 8, okay, t0), checks("h0", 2, unknown, t0)...), obs: obs(10)},
@@ -48,13 +49,16 @@ func TestOracleJudges(t *testing.T) {
 			faults: []injected{{fault: fault{kind: restartRedis}, at: t0.Add(time.Hour), killedAt: t0.Add(time.Hour),
 				loss: map[string]int64{user: 2}}},
 			want: []string{"Redis restarts lost 2 units, more than the 0 admitted"}},
+		{name: "an expired lease above the leases' documented bound", checks: checks("h0", 8, okay, t0), obs: obs(10),
+			leases: []leaseRecord{{id: "l_1", state: "expired", amount: 2, used: 2, fields: []string{user}, created: t0}}, replicas: 1,
+			want: []string{"lease l_1 settled at expiry held 2 units, above the documented bound of 0"}},
 		{name: "the export disagrees", checks: checks("h0", 10, okay, t0),
 			obs:  observed{redis: map[string]int64{user: 10}, usage: map[string]int64{user: 10}, export: map[string]int64{user: 9}},
 			want: []string{"the billing export says 9 units, Redis 10"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			v := judge(oracleInput{hist: &history{checks: tc.checks}, faults: tc.faults, leases: tc.leases, obs: tc.obs,
-				limits: limits, flushInterval: 250 * time.Millisecond, lossSlack: 250 * time.Millisecond, start: t0})
+				limits: limits, flushInterval: 250 * time.Millisecond, lossSlack: 250 * time.Millisecond, start: t0, replicas: tc.replicas})
 			var got []string
 			for _, s := range v.Violations() {
 				if strings.HasPrefix(s, "user ") { // the org and team rows repeat it
