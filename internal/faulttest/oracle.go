@@ -381,7 +381,14 @@ func judge(in oracleInput) Verdict {
 			clean, lossy := worstSpans(spans, w, redisKills)
 			bound := 2 * l.limit
 			over := max(0, clean-bound)
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t\n", fieldName(f), l.window, l.limit, bound, clean, over, lossy)
+			cleanStr, lossyStr := fmt.Sprint(clean), fmt.Sprint(lossy)
+			if clean < 0 {
+				cleanStr = "- (every span near a restart)"
+			}
+			if lossy < 0 {
+				lossyStr = "-"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%d\t%s\t\n", fieldName(f), l.window, l.limit, bound, cleanStr, over, lossyStr)
 			if over > 0 {
 				v.violations = append(v.violations, fmt.Sprintf("%s: %d admitted in a real %s span, above the two-bucket bound of %d (2 x %d)",
 					fieldName(f), clean, l.window, bound, l.limit))
@@ -453,8 +460,9 @@ type span struct {
 // window's length, counting an admission only when its whole call (send to answer)
 // lies in the span, so the figure never overstates; clean over the spans with no Redis
 // restart within a window's length of them (the buckets are not durable), lossy over
-// the others.
+// the others; -1 when there is no span of the kind.
 func worstSpans(adm []span, w time.Duration, kills []time.Time) (clean, lossy int64) {
+	clean, lossy = -1, -1 // no span of the kind
 	sort.Slice(adm, func(i, j int) bool { return adm[i].start.Before(adm[j].start) })
 	for i := range adm {
 		from := adm[i].start
