@@ -125,3 +125,57 @@ func TestBusyAddressNamesTheVariable(t *testing.T) {
 	}
 	testenv.AssertJSONLines(t, stderr.String())
 }
+
+// The clock fault hook: with QUOTA_FAULT_CLOCK=on, SIGUSR1 and SIGUSR2 step the
+// engines' wall clock by +2 s and -2 s, logged as "clock stepped", and the worker runs
+// on; without it no handler is installed (SIGUSR1 keeps Go's default: caught and
+// ignored) and nothing is logged.
+func TestFaultClockHook(t *testing.T) {
+	dbURL := testenv.PostgresURL(t)
+	for _, on := range []bool{true, false} {
+		env := map[string]string{"DATABASE_URL": dbURL, "REDIS_URL": testenv.RedisURL(t), "QUOTA_WORKER_HTTP_ADDR": freeAddr(t)}
+		if on {
+			env["QUOTA_FAULT_CLOCK"] = "on"
+		}
+		cmd, stderr, done := startMain(t, env)
+		wait := func(want string) {
+			t.Helper()
+			deadline := time.After(60 * time.Second)
+			for !strings.Contains(stderr.String(), want) {
+				select {
+				case <-done:
+					t.Fatalf("the worker stopped (%v) before logging %s; stderr:\n%s", cmd.ProcessState, want, stderr)
+				case <-deadline:
+					t.Fatalf("no %s within 60s; stderr:\n%s", want, stderr)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}
+		wait(`"msg":"worker running"`)
+		_ = cmd.Process.Signal(syscall.SIGUSR1)
+		if !on {
+			time.Sleep(500 * time.Millisecond)
+			if out := stderr.String(); strings.Contains(out, "clock stepped") || strings.Contains(out, "clock fault hook") {
+				t.Errorf("the hook logged without QUOTA_FAULT_CLOCK:\n%s", out)
+			}
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			<-done
+			continue
+		}
+		wait(`"msg":"clock stepped","by":"2s","step":"2s"`)
+		_ = cmd.Process.Signal(syscall.SIGUSR2) // one at a time: a signal pending twice is delivered once
+		wait(`"step":"0s"`)
+		_ = cmd.Process.Signal(syscall.SIGUSR2)
+		wait(`"msg":"clock stepped","by":"-2s","step":"-2s"`)
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("exit status %d after SIGTERM, want 0; stderr:\n%s", code, stderr)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the worker did not stop within 60s of SIGTERM; stderr:\n%s", stderr)
+		}
+		testenv.AssertJSONLines(t, stderr.String())
+	}
+}

@@ -35,6 +35,9 @@ type Common struct {
 	AdminToken     string        // QUOTA_ADMIN_TOKEN; empty disables the operator API
 	LogLevel       slog.Level    // QUOTA_LOG_LEVEL: debug, info, warn, error
 	StartupTimeout time.Duration // QUOTA_STARTUP_TIMEOUT: how long to wait for Postgres at start
+	// FaultClock (QUOTA_FAULT_CLOCK: on or off, default off) is a test hook: SIGUSR1 and
+	// SIGUSR2 step the engines' wall clock by +2 s and -2 s (internal/platform/faultclock).
+	FaultClock bool
 }
 
 // API configures quotaplane-api.
@@ -132,6 +135,18 @@ func (r *reader) boolean(key string, def bool) bool {
 	return b
 }
 
+// onOff reads a switch that is off unless set to "on".
+func (r *reader) onOff(key string) bool {
+	switch v := strings.ToLower(strings.TrimSpace(r.getenv(key))); v {
+	case "", "off":
+		return false
+	case "on":
+		return true
+	}
+	r.errs = append(r.errs, fmt.Errorf("%s=%q: want on or off", key, r.getenv(key)))
+	return false
+}
+
 func (r *reader) duration(key string, def time.Duration) time.Duration {
 	v := r.getenv(key)
 	if v == "" {
@@ -180,6 +195,7 @@ func (r *reader) common() Common {
 		RedisCluster:   r.boolean("REDIS_CLUSTER", false),
 		AdminToken:     r.getenv("QUOTA_ADMIN_TOKEN"),
 		StartupTimeout: r.duration("QUOTA_STARTUP_TIMEOUT", 60*time.Second),
+		FaultClock:     r.onOff("QUOTA_FAULT_CLOCK"),
 	}
 	if strings.Contains(c.RedisURL, ",") {
 		c.RedisCluster = true
@@ -304,6 +320,7 @@ func (c Common) LogValue() slog.Value {
 		slog.Bool("redis_cluster", c.RedisCluster),
 		slog.String("admin_token", mask(c.AdminToken)),
 		slog.String("log_level", c.LogLevel.String()),
+		slog.Bool("fault_clock", c.FaultClock),
 	)
 }
 

@@ -194,3 +194,19 @@ func TestGRPCSettings(t *testing.T) {
 		}
 	}
 }
+
+// QUOTA_FAULT_CLOCK, the clock fault hook, is off unless set to on, in both binaries.
+func TestFaultClockIsOffByDefault(t *testing.T) {
+	if a, err := config.LoadAPI(env(nil)); err != nil || a.FaultClock {
+		t.Errorf("api default: fault clock %v, %v", a.FaultClock, err)
+	}
+	if w, err := config.LoadWorker(env(map[string]string{"QUOTA_FAULT_CLOCK": "on"})); err != nil || !w.FaultClock {
+		t.Errorf("worker with on: fault clock %v, %v", w.FaultClock, err)
+	}
+	if a, err := config.LoadAPI(env(map[string]string{"QUOTA_FAULT_CLOCK": "off"})); err != nil || a.FaultClock {
+		t.Errorf("api with off: fault clock %v, %v", a.FaultClock, err)
+	}
+	if _, err := config.LoadAPI(env(map[string]string{"QUOTA_FAULT_CLOCK": "yes"})); err == nil || !strings.Contains(err.Error(), "QUOTA_FAULT_CLOCK") {
+		t.Errorf("QUOTA_FAULT_CLOCK=yes: %v, want an error naming it", err)
+	}
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // build fills c with the EVALSHA arguments of req at now (the engine's clock,
-// corrected to Redis TIME); see scripts/check.lua for ARGV. The numbers go packed
+// Redis TIME on the monotonic clock); see scripts/check.lua for ARGV. The numbers go packed
 // into one argument and the bucket keys are named here: in the script, every argument
 // and every number parsed or formatted costs Redis time (docs/PERFORMANCE.md).
 func (e *Engine) build(c *call, req *Request, now time.Time) {
@@ -168,7 +168,7 @@ func appendLabels(a []any, letter, id string, limits []Limit) []any {
 }
 
 // CheckCommand returns the EVALSHA command, arguments included, that an engine with
-// the given key prefix sends for req when its clock (corrected to Redis TIME) reads
+// the given key prefix sends for req when its clock (Redis TIME on the monotonic clock) reads
 // now: for tools that measure Redis's own ceiling for the check script (loadgen
 // -resp). CheckScript is the script it runs. It fails as New does for a bad prefix and
 // as Check does for a bad request.

@@ -382,7 +382,7 @@ func period(id, start, end string) quota.Period {
 // this runs without sleeping.
 func TestSlidingWindowAcrossBuckets(t *testing.T) {
 	t.Parallel()
-	clock := testenv.NewClock(time.Now()) // the engine adds its offset to Redis TIME
+	clock := testenv.NewClock(time.Now()) // the engine measures the time elapsed since its Redis TIME sample on it
 	r := MustRig(t, "", quota.Config{Clock: clock.Now, ClockSync: time.Hour})
 	// Start 30 s into a minute bucket of the engine's clock.
 	now := r.e.Now()
@@ -448,7 +448,7 @@ func TestResendCountsAtItsOwnTime(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		t.Run(map[bool]string{false: "Check", true: "CheckBatch"}[batch], func(t *testing.T) {
 			t.Parallel()
-			clock := testenv.NewClock(time.Now()) // the engine adds its offset to Redis TIME
+			clock := testenv.NewClock(time.Now()) // the engine measures the time elapsed since its Redis TIME sample on it
 			hydrator := quota.HydratorFunc(func(context.Context, string, quota.Period) (map[quota.Counter]int64, error) {
 				clock.Add(time.Minute) // hydration takes a whole bucket
 				return nil, nil

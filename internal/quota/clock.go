@@ -33,17 +33,28 @@ type clockSample struct {
 func (e *Engine) Now() time.Time {
 	s := e.clock.Load()
 	if s == nil {
-		return e.cfg.Clock()
+		return e.cfg.now()
 	}
 	return s.redis.Add(e.since(s))
 }
 
 // since is the time elapsed since sample s, on the monotonic clock.
 func (e *Engine) since(s *clockSample) time.Duration {
-	if e.cfg.Monotonic != nil {
+	switch {
+	case e.cfg.Monotonic != nil:
 		return e.cfg.Monotonic() - s.mono
+	case e.cfg.Clock == nil:
+		return time.Since(s.local) // the monotonic reading alone: no wall clock read
 	}
 	return e.cfg.Clock().Sub(s.local)
+}
+
+// now reads Clock, time.Now when it is nil.
+func (c *Config) now() time.Time {
+	if c.Clock == nil {
+		return time.Now()
+	}
+	return c.Clock()
 }
 
 // readLocal reads the local clock (its monotonic reading too, when configured apart).
@@ -52,7 +63,7 @@ func (e *Engine) readLocal() (time.Time, time.Duration) {
 	if e.cfg.Monotonic != nil {
 		m = e.cfg.Monotonic()
 	}
-	return e.cfg.Clock(), m
+	return e.cfg.now(), m
 }
 
 // syncClock samples Redis TIME. A sample replaces the one kept unless its round trip

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,6 +78,7 @@ func TestClockStepChangesNoAdmission(t *testing.T) {
 			if worst > 2*limit+1 {
 				t.Errorf("step %v: %d admitted in a real second, above the two-bucket bound %d", step, worst, 2*limit+1)
 			}
+			// 3 s touch at most four one-second buckets, none of which counts over the limit.
 			if total := len(admitted); total > 4*limit+1 {
 				t.Errorf("step %v: %d admitted in 3 s of a %d/s limit", step, total, limit)
 			}
@@ -184,5 +186,69 @@ func TestClockStepMovesNoLeaseEnd(t *testing.T) {
 	clk.Add(6 * time.Second) // past the lease's end
 	if res := r.MustCheck(t, req); res.Leased && count(quota.LeaseTaken) == taken {
 		t.Error("6 s later the ended lease still answered")
+	}
+}
+
+// BenchmarkEngineNow is the engine's clock on the check path: an atomic load of the
+// last sample and a monotonic reading; no lock, no allocation.
+func BenchmarkEngineNow(b *testing.B) {
+	r := MustRig(b, "", quota.Config{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			_ = r.e.Now()
+		}
+	})
+}
+
+// BenchmarkRedisTime is the round trip of one Redis TIME, what a sample's error is
+// half of.
+func BenchmarkRedisTime(b *testing.B) {
+	r := MustRig(b, "", quota.Config{})
+	ctx := context.Background()
+	for b.Loop() {
+		if err := r.rdb.Time(ctx).Err(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// A sample whose round trip leaves it less certain than the kept one has become is not
+// kept: one slow TIME reply (here 1 s) does not move the clock by half of it. Once the
+// kept sample is old enough for its drift to outweigh that (500 ppm of 2,000 s is 1 s),
+// a sample as slow is kept.
+func TestSlowClockSampleNotKept(t *testing.T) {
+	t.Parallel()
+	clk := testenv.NewClock(time.Now()) // stands still: the first sample's round trip is 0
+	var slow atomic.Bool
+	var n atomic.Int64
+	read := func() time.Time {
+		if slow.Load() { // each reading 1 s after the one before: a 1-s round trip
+			return clk.Now().Add(time.Duration(n.Add(1)-1) * time.Second)
+		}
+		return clk.Now()
+	}
+	r := MustRig(t, "", quota.Config{Clock: read, ClockSync: time.Hour})
+	ctx := context.Background()
+	resample := func() time.Duration {
+		t.Helper()
+		before := r.e.Now()
+		n.Store(0)
+		slow.Store(true)
+		err := quota.SyncClock(ctx, r.e)
+		slow.Store(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.e.Now().Sub(before)
+	}
+	// Kept, the slow sample would move Now by about -0.5 s (its middle is 0.5 s after
+	// the first reading); not kept, by the real time the call took.
+	if d := resample(); d < -100*time.Millisecond || d > 100*time.Millisecond {
+		t.Errorf("a sample with a 1-s round trip moved Now by %v, want it not kept", d)
+	}
+	clk.Add(2100 * time.Second)
+	if d := resample(); d > -400*time.Millisecond {
+		t.Errorf("after 2,100 s a sample with a 1-s round trip moved Now by %v, want it kept (about -0.5 s)", d)
 	}
 }

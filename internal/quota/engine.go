@@ -68,7 +68,7 @@ type Config struct {
 	Hydrator Hydrator
 	// HydrateTimeout bounds one hydration, shared by all checks waiting on it (default 5 s).
 	HydrateTimeout time.Duration
-	// Clock reads the local clock (default time.Now). The engine's Now is its last
+	// Clock reads the local clock (nil: time.Now). The engine's Now is its last
 	// Redis TIME sample plus the time elapsed since the sample, measured as the
 	// difference of two readings of Clock (time.Time.Sub): on Go's monotonic clock when
 	// both carry a monotonic reading, as time.Now's do, so a step of the wall clock
@@ -137,9 +137,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.HydrateTimeout <= 0 {
 		c.HydrateTimeout = 5 * time.Second
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
 	}
 	if c.ClockSync <= 0 {
 		c.ClockSync = 30 * time.Second

@@ -99,3 +99,6 @@ func LeaseAdmitting(e *Engine) bool {
 	}
 	return false
 }
+
+// SyncClock samples Redis TIME now, as the engine's sampler does every ClockSync.
+func SyncClock(ctx context.Context, e *Engine) error { return e.syncClock(ctx) }

@@ -16,7 +16,8 @@ import (
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
-// fakeClock is a clock tests move by hand; the engine adds its offset to Redis TIME.
+// fakeClock is a clock tests move by hand; the engine measures the time elapsed since
+// its Redis TIME sample as the difference of its readings.
 type fakeClock struct {
 	mu sync.Mutex
 	t  time.Time

@@ -244,7 +244,7 @@ func (r *Router) EngineFor(route Route) (*Engine, error) {
 func (r *Router) Now(route Route) time.Time {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
-		return r.cfg.Engine.Clock()
+		return r.cfg.Engine.now()
 	}
 	return b.eng.Now()
 }

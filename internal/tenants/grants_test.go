@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
@@ -155,5 +156,34 @@ func TestListGrantsPages(t *testing.T) {
 		if got[i] != ids[i] {
 			t.Fatalf("pages %v, want %v", got, ids)
 		}
+	}
+}
+
+// On the engines' clock (the binaries pass quota.Router.DefaultNow to WithClock), a
+// grant lapses when Redis time passes its until: a stepped wall clock lapses none
+// early and keeps none late.
+func TestGrantLapsesOnTheEngineClock(t *testing.T) {
+	ctx := context.Background()
+	clock := testenv.NewClock(time.Now())
+	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
+		Engine: quota.Config{KeyPrefix: testenv.ID(t, "g"), Clock: clock.Now, Monotonic: clock.Monotonic, ClockSync: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = router.Close() })
+	s := MustService(t, tenants.WithClock(router.DefaultNow))
+	if _, err := s.CreateGrant(ctx, op, "acme", tenants.GrantInput{Metric: "requests", Units: 500, Reason: "launch",
+		Until: router.DefaultNow().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []time.Duration{2 * time.Hour, -4 * time.Hour, 2 * time.Hour} {
+		clock.Step(step) // the wall clock only
+		if got := monthLimit(t, s, "acme"); got != 1500 {
+			t.Errorf("after a %v step of the wall clock the month limit is %d, want 1000 + 500 granted", step, got)
+		}
+	}
+	clock.Add(time.Hour) // Redis time passes until
+	if got := monthLimit(t, s, "acme"); got != 1000 {
+		t.Errorf("an hour later the month limit is %d, want 1000: the grant lapsed", got)
 	}
 }

@@ -24,10 +24,10 @@ const Env = "QUOTA_FAULT_CLOCK"
 const StepSize = 2 * time.Second
 
 // Install returns a stepped clock driven by SIGUSR1 (+2 s) and SIGUSR2 (-2 s) until
-// ctx ends, when getenv(Env) is "on"; otherwise nil and no handler. Use the clock's
-// Use on the engines' quota.Config.
-func Install(ctx context.Context, getenv func(string) string, log *slog.Logger) *quota.StepClock {
-	if getenv(Env) != "on" {
+// ctx ends, when on (config.Common.FaultClock, from Env); otherwise nil and no
+// handler. Use the clock's Use on the engines' quota.Config.
+func Install(ctx context.Context, on bool, log *slog.Logger) *quota.StepClock {
+	if !on {
 		return nil
 	}
 	c := quota.NewStepClock()
