@@ -57,7 +57,7 @@ func mustFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { _ = router.Close() })
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), AdminToken: operatorToken,
-		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, Counters: billing.RouterCounters(router),
 			WebhookSecret: []byte("routes-test-webhook-secret")}})
 	if err != nil {
