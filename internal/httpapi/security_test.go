@@ -148,6 +148,9 @@ func (o specOp) body() (map[string]any, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: request body is not an object", o.id)
 	}
+	if strings.EqualFold(o.id, "adjustUsage") {
+		m["set"] = 0 // exactly one of set and add, which the schema does not say
+	}
 	if err := s.VisitJSON(roundTrip(m)); err != nil {
 		return nil, fmt.Errorf("%s: the generated body %s is not valid: %w", o.id, mustJSON(m), err)
 	}

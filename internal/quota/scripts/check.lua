@@ -66,14 +66,9 @@ end
 local floor, fmt = math.floor, string.format
 -- Bounded numbers (quota.MaxCounter, docs/ARCHITECTURE.md): a counter never passes
 -- MAXC = 2^51. A stored value above it, or one that is not a number (old data), reads
--- as MAXC, over every limit; a negative one as 0. So every sum below stays under 2^53.
-local MAXC = 2251799813685248
-local function num(v)
-  v = tonumber(v)
-  if not v or v ~= v or v > MAXC then return MAXC end
-  if v < 0 then return 0 end
-  return v
-end
+-- as MAXC, over every limit (so every sum below stays under 2^53); top is the largest
+-- counter read, for the guard before counting.
+local MAXC, top, tonumber = 2251799813685248, 0, tonumber
 local packed = ARGV[argc]
 local a = {struct.unpack('<' .. string.rep('d', #packed / 8), packed)}
 local cost, now, nl, nw = a[1], a[3], a[6], a[7]
@@ -84,7 +79,14 @@ if not month[1] then return 'H' end
 local mnew = false
 for l = 2, nl + 1 do
   local v = month[l]
-  if v then month[l] = num(v) else month[l], mnew = 0, true end
+  if v then
+    v = tonumber(v) or MAXC
+    if not (v <= MAXC) then v = MAXC end
+    if v > top then top = v end
+    month[l] = v
+  else
+    month[l], mnew = 0, true
+  end
 end
 
 -- Buckets: the current one's values as numbers, the previous one's as read.
@@ -92,7 +94,17 @@ local cur, prev = {false, false, false, false}, {false, false, false, false}
 local k = 1 + nl -- ARGV index of the first window's current bucket key
 for i = 1, nw do
   local c = redis.call('HMGET', ARGV[k], unpack(ARGV, 1, nl))
-  for l = 1, nl do c[l] = num(c[l] or 0) end
+  for l = 1, nl do
+    local v = c[l]
+    if v then
+      v = tonumber(v) or MAXC
+      if not (v <= MAXC) then v = MAXC end
+      if v > top then top = v end
+      c[l] = v
+    else
+      c[l] = 0
+    end
+  end
   cur[i], prev[i] = c, redis.call('HMGET', ARGV[k + 1], unpack(ARGV, 1, nl))
   k = k + 2
 end
@@ -118,7 +130,8 @@ for r = 4, last do
     local ms, el = a[7 + 2 * w], a[8 + 2 * w]
     u, rank = c, ms
     if pv then
-      pv = num(pv)
+      pv = tonumber(pv) or MAXC
+      if not (pv <= MAXC) then pv = MAXC end
       u = c + floor(pv * (ms - el) / ms)
     end
     if u + cost > limit then
@@ -150,17 +163,8 @@ end
 -- Bounded numbers: a count that would take a counter past MAXC counts nothing, even
 -- when forced (shadow, warn: allowed, as those modes never deny); enforce (and any
 -- reservation) denies it, retry at the period's end.
-if cost > 0 and status ~= 3 then
-  local full = false
-  for l = 1, nl do
-    if month[l + 1] + cost > MAXC then full = true end
-    for i = 1, nw do
-      if cur[i][l] + cost > MAXC then full = true end
-    end
-  end
-  if full then
-    if a[2] == 1 and not reserve then cost = 0 else status, retry = 3, math.max(retry, a[4] - now, 1) end
-  end
+if cost > 0 and status ~= 3 and top + cost > MAXC then
+  if a[2] == 1 and not reserve then cost = 0 else status, retry = 3, math.max(retry, a[4] - now, 1) end
 end
 local add = 0
 if cost > 0 and status ~= 3 then

@@ -707,8 +707,9 @@ export interface paths {
          *     (checks see it), the usage ledger with it, lowered as well (a flush or a Redis
          *     restart never raises it back), and the audit log gets a `usage.adjust` entry with
          *     who, when, the units before and after and the `reason`. Sliding windows (second
-         *     to day) are not changed: they age out within their window. Needs the operator
-         *     token: an org key, even with the `admin` scope, and a console user get 403.
+         *     to day) are not changed: they age out within their window. Needs the
+         *     operator token: an org key, even with the `admin` scope, and a console user
+         *     get 403.
          */
         post: operations["adjustUsage"];
         delete?: never;
