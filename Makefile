@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults
+.PHONY: help run build test test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -36,6 +36,12 @@ test-rules: ## check and unit-test the Prometheus rules of deploy/prometheus wit
 
 test-faults: ## the fault tests (Redis killed and paused under load, Postgres stopped for 30 s), printing their figures
 	$(GO) test -race -count=1 -timeout 10m -v -run '^($(FAULT_TESTS))$$' ./internal/quota/ ./internal/httpapi/
+
+SEED     ?= $(shell date +%s)
+DURATION ?= 10m
+RACE     ?= 1
+faults: ## the fault schedule for DURATION (default 10m) from SEED (default: the time), binaries under -race (RACE=0: not): 3 api replicas, worker, private Redis; kills, restarts, cuts, clock steps; the oracle's table per limit
+	FAULTS_SEED=$(SEED) FAULTS_DURATION=$(DURATION) FAULTS_RACE_BINARIES=$(RACE) $(GO) test -race -count=1 -timeout 60m -v -run '^TestFaultSchedule$$' ./internal/faulttest/
 
 web/node_modules: web/package-lock.json
 	cd web && npm ci --no-audit --no-fund
