@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -532,4 +533,74 @@ func TestHotPathLeasedWithoutWaitingForAWindow(t *testing.T) {
 		t.Fatalf("the first leased answer came after %d checks on a clock standing still, want at most 22", sent)
 	}
 	t.Logf("leased after %d checks", sent)
+}
+
+// Issue 22: a lease whose settlement gives up (Redis frozen past the lease's end + the
+// 1 s grace + 10 s of retries) loses nothing and counts nothing twice: the commits its
+// replica sent are queued in the frozen server and run when it resumes (the first
+// wins, the rest are replays), and if none had, its expiry would commit it whole. So
+// the admitted units are counted, plus at most the lease's unused part. (A check of
+// the path that gave up, not a failure of the old code, where the queued commit landed
+// too; TestLeasesOfAKilledReplicaAreCounted covers a settlement that never arrives.)
+func TestLeaseWhoseSettleGaveUpIsCounted(t *testing.T) {
+	t.Parallel()
+	srv := MustPrivateRedis(t)
+	var failed, failedUnits, failedUsed atomic.Int64
+	cfg := quota.Config{KeyPrefix: testenv.ID(t, "ql"), Leases: quota.LeaseConfig{Enabled: true, Max: 300 * time.Millisecond, Threshold: 50,
+		OnLease: func(ev quota.LeaseEvent) {
+			if ev.Kind == quota.LeaseFailed {
+				failedUnits.Add(ev.Units)
+				failedUsed.Add(ev.Used)
+				failed.Add(1)
+			}
+		}}}
+	a := MustRig(t, srv.URL(), cfg)
+	req := quota.Request{Org: "acme", Team: "eng", User: "gus", Metric: "tokens", Cost: 1,
+		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	var stop atomic.Bool
+	for range 16 {
+		wg.Go(func() {
+			for !stop.Load() {
+				if a.MustCheck(t, req).Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	time.Sleep(200 * time.Millisecond)
+	for deadline := time.Now().Add(2 * time.Second); !quota.LeaseAdmitting(a.e); {
+		if time.Now().After(deadline) {
+			t.Fatal("no lease under hot load")
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if err := srv.srv.cmd.Process.Signal(syscall.SIGSTOP); err != nil { // frozen: nothing answers
+		t.Fatal(err)
+	}
+	frozen := time.Now()
+	for failed.Load() == 0 {
+		if time.Since(frozen) > 20*time.Second {
+			_ = srv.srv.cmd.Process.Signal(syscall.SIGCONT)
+			t.Fatal("the lease's settlement has not given up 20 s into the freeze")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	gaveUp := time.Since(frozen)
+	if err := srv.srv.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if failed.Load() != 1 {
+		t.Fatalf("%d leases gave up, want 1", failed.Load())
+	}
+	sweepUntilNothingHeld(t, a, "acme", 5*time.Second)
+	n, got := admitted.Load(), a.usage(t, "acme")[userC("tokens", "eng", "gus")]
+	t.Logf("admitted %d; the lease whose settlement gave up %s into the freeze: %d units, %d admitted from it; counted %d (+%d)",
+		n, gaveUp, failedUnits.Load(), failedUsed.Load(), got, got-n)
+	if unused := failedUnits.Load() - failedUsed.Load(); got < n || got > n+unused {
+		t.Errorf("counted %d, want the admitted %d + at most the lease's unused %d", got, n, unused)
+	}
 }
