@@ -1,0 +1,88 @@
+package billing_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// An adjustment made while checks count and the worker flushes without pause: once
+// the load stops and one more flush runs, the ledger holds exactly the live committed
+// value (the adjusted figure plus what was counted after it), never the wrong figure
+// from before the adjustment, whichever drain raced it. Run under -race. Before the
+// adjusted_at rule a drain taken before the adjustment could raise the row back.
+func TestAdjustmentRacingDrainsAndChecks(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.seed("acme", []tenants.Limit{monthLimit("tokens", 1_000_000)}, nil, tenants.TeamInput{ID: "eng"})
+	svc := &billing.Service{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine), Logger: quietLog()}
+	org := quota.Counter{Metric: "tokens", Level: quota.LevelOrg}
+	per := quota.PeriodAt(time.Now(), 0)
+
+	for round := range 5 {
+		// A wrong figure, drained into the ledger.
+		wrong := int64(900_000 + round)
+		if _, err := svc.AdjustUsage(ctx, operator, "acme", billing.AdjustInput{Metric: "tokens", Set: &wrong, Reason: "setup"}); err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		var checked atomic.Int64
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if res, err := e.check(e.engine, "acme", "eng", "", "tokens", 1); err == nil && res.Allowed {
+					checked.Add(1)
+				}
+			}
+		})
+		wg.Go(func() {
+			f := e.flusher(time.Hour)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := f.FlushOnce(ctx); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+		time.Sleep(30 * time.Millisecond)
+		right := int64(10)
+		adj, err := svc.AdjustUsage(ctx, operator, "acme", billing.AdjustInput{Metric: "tokens", Set: &right, Reason: "ticket 22"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+		if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		live, err := e.engine.MonthUsage(ctx, "acme", per.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := e.store.Usage(ctx, "acme", per.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored[org] != live[org] || live[org] >= wrong || live[org] < adj.After {
+			t.Fatalf("round %d: ledger %d, live %d after setting %d (wrong %d, %d checks)", round, stored[org], live[org],
+				adj.After, wrong, checked.Load())
+		}
+	}
+}
