@@ -211,6 +211,11 @@ func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 		for _, id := range held {
 			c.heldAtKill[id] = true
 		}
+		if _, ok := m["|p"]; !ok {
+			// Not hydrated since the last restart: no check was decided on this Redis
+			// (the scripts refuse without the marker), so it holds nothing to lose.
+			return nil, nil
+		}
 		out := map[string]int64{}
 		for f, v := range m {
 			if !strings.HasPrefix(f, "|") { // the period marker

@@ -154,6 +154,9 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			}
 			in.loss, in.gain = map[string]int64{}, map[string]int64{}
 			var lost, gained int64
+			if before == nil { // not hydrated: nothing to lose
+				after = nil
+			}
 			for k := range mergeKeys(before, after) {
 				d := before[k] - after[k]
 				switch {
@@ -170,8 +173,12 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			if !in.lastFlush.IsZero() {
 				age = in.at.Sub(in.lastFlush).Round(time.Millisecond).String() + " before"
 			}
-			logf("fault %2d: Redis held %d units more than the ledger (lost with it), %d fewer; the last complete flush started %s",
-				i+1, lost, gained, age)
+			if before == nil && in.err == nil {
+				logf("fault %2d: Redis had not been hydrated since its last restart: nothing to lose", i+1)
+			} else {
+				logf("fault %2d: Redis held %d units more than the ledger (lost with it), %d fewer; the last complete flush started %s",
+					i+1, lost, gained, age)
+			}
 		case cutRedis:
 			c.proxy.cut()
 			time.Sleep(f.down)
