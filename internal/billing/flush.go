@@ -56,12 +56,16 @@ type FlusherConfig struct {
 // and the previous period, written with a monotonic upsert.
 //
 // Drained counters that could not be written are not lost: the next tick reads that
-// org's period whole (MonthUsage) instead of draining it.
+// org's period whole (MonthUsage) instead of draining it. A worker killed -9 between a
+// drain and its write takes that knowledge with it, so a Flusher's first flush reads
+// every org's periods whole: what a dead worker drained, and a counter that never
+// changes again (a user whose limit is spent) would otherwise never be persisted.
 type Flusher struct {
 	cfg       FlusherConfig
 	notifier  *thresholdNotifier
 	mu        sync.Mutex
 	needsFull map[string]bool              // org|period
+	started   bool                         // a flush has completed: the first one reads everything
 	wbSeen    map[string]map[string]string // org -> period -> "epoch:version" of the would-block record last persisted
 }
 
@@ -178,9 +182,12 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(f.cfg.Parallel)
 	now := f.cfg.Clock()
+	f.mu.Lock()
+	first := !f.started
+	f.mu.Unlock()
 	for _, o := range orgs {
 		g.Go(func() error {
-			read, written, err := f.flushOrg(gctx, o, pools[o.PlanID], now)
+			read, written, err := f.flushOrg(gctx, o, pools[o.PlanID], now, first)
 			mu.Lock()
 			stats.Orgs++
 			stats.Read += read
@@ -193,6 +200,12 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 		})
 	}
 	_ = g.Wait()
+	if first && ctx.Err() == nil {
+		// Every org was read whole; one that failed is marked for a whole read again.
+		f.mu.Lock()
+		f.started = true
+		f.mu.Unlock()
+	}
 	f.cfg.Metrics.rowsFlushed.Add(float64(stats.Written))
 	if len(errs) > 0 {
 		f.cfg.Metrics.flushErrors.Add(float64(len(errs)))
@@ -202,13 +215,17 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 	return stats, nil
 }
 
-func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now time.Time) (int, int, error) {
+func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now time.Time, first bool) (int, int, error) {
+	cur := quota.PeriodAt(now, o.BillingAnchorDay)
+	prev := quota.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
+	if first { // until read whole, even if this flush cannot reach the org
+		f.setFull(o.ID+"|"+prev.ID, true)
+		f.setFull(o.ID+"|"+cur.ID, true)
+	}
 	cs, err := f.cfg.Counters.CountersFor(Route{Org: o.ID, RedisURL: o.RedisURL, Pool: pool})
 	if err != nil {
 		return 0, 0, err
 	}
-	cur := quota.PeriodAt(now, o.BillingAnchorDay)
-	prev := quota.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
 	var read, written int
 	var errs []error
 	for _, per := range []quota.Period{prev, cur} {
