@@ -36,6 +36,9 @@ type cluster struct {
 	// heldAtKill is the ids of the reservations and leases held when Redis was last
 	// killed (killRedis), for ledger.
 	heldAtKill map[string]bool
+	// dirtyAtKill is the counter fields in the dirty set when Redis was last killed:
+	// a field Redis holds above the ledger but not dirty is one no flush will persist.
+	dirtyAtKill map[string]bool
 	// onPause, when set, runs while Redis's writes are paused before a kill (the
 	// lease watcher reads the leases Redis holds, which it may not have seen yet).
 	onPause func(context.Context)
@@ -210,6 +213,14 @@ func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 		c.heldAtKill = map[string]bool{}
 		for _, id := range held {
 			c.heldAtKill[id] = true
+		}
+		dirty, err := rdb.SMembers(ctx, "q:{"+org+"}|d|"+c.period).Result()
+		if err != nil {
+			return nil, err
+		}
+		c.dirtyAtKill = map[string]bool{}
+		for _, f := range dirty {
+			c.dirtyAtKill[f] = true
 		}
 		if _, ok := m["|p"]; !ok {
 			// Not hydrated since the last restart: no check was decided on this Redis

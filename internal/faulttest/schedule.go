@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 )
@@ -157,11 +158,15 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			if before == nil { // not hydrated: nothing to lose
 				after = nil
 			}
+			var undirty []string // lost by counters no drain would have taken
 			for k := range mergeKeys(before, after) {
 				d := before[k] - after[k]
 				switch {
 				case d > 0:
 					in.loss[k] = d
+					if !c.dirtyAtKill[k] {
+						undirty = append(undirty, fmt.Sprintf("%s %d", fieldName(k), d))
+					}
 				case d < 0:
 					in.gain[k] = -d
 				}
@@ -178,6 +183,12 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 			} else {
 				logf("fault %2d: Redis held %d units more than the ledger (lost with it), %d fewer; the last complete flush started %s",
 					i+1, lost, gained, age)
+			}
+			if len(undirty) > 0 {
+				// A drain took them and its write never came (a worker killed mid-flush):
+				// however recent the last flush, it did not persist them.
+				slices.Sort(undirty)
+				logf("fault %2d: lost by counters not in the dirty set (drained; their write not yet, or never, made): %s", i+1, strings.Join(undirty, ", "))
 			}
 		case cutRedis:
 			c.proxy.cut()
