@@ -129,6 +129,19 @@ func judge(in oracleInput) Verdict {
 			if !f.lastFlush.IsZero() && f.lastFlush.Before(from) {
 				from = f.lastFlush
 			}
+			if f.lastFlush.IsZero() {
+				// The worker has not completed a flush since it was last started: back
+				// to the kill of the one before (+ an interval), which flushed last.
+				var last time.Time
+				for _, w := range in.faults {
+					if w.kind == killWorker && w.at.Before(f.at) && w.at.After(last) {
+						last = w.at
+					}
+				}
+				if !last.IsZero() && last.Add(-in.flushInterval-in.lossSlack).Before(from) {
+					from = last.Add(-in.flushInterval - in.lossSlack)
+				}
+			}
 			lossFrom = append(lossFrom, from)
 		}
 	}
@@ -302,7 +315,9 @@ func judge(in oracleInput) Verdict {
 			over = max(0, x.lo-lim)
 			limStr, win = fmt.Sprint(lim), "month"
 		}
-		overBeyond := max(0, over-explained)
+		// A restart that lost X units of a counter lets up to X more be admitted, even
+		// where a forced check counts them again later (a lease Redis forgot).
+		overBeyond := max(0, over-min(over, x.measured))
 		p := strings.Split(f, "|")
 		if len(p) == 4 && overBeyond == 0 && lost == 0 && extra == 0 && x.measured == 0 && x.gained == 0 &&
 			x.leasesExp == 0 && usage == counted && export == counted && in.obs.held[f] == 0 {
@@ -326,7 +341,7 @@ func judge(in oracleInput) Verdict {
 		}
 		if overBeyond > 0 {
 			v.violations = append(v.violations, fmt.Sprintf("%s: over-admission: clients were told %d units were theirs against a month limit of %d (%d over, %d of it explained by a Redis restart)",
-				name, x.lo, lim, over, explained))
+				name, x.lo, lim, over, min(over, x.measured)))
 		}
 		if lost > 0 {
 			v.violations = append(v.violations, fmt.Sprintf("%s: lost units: %d admitted, %d counted in Redis: %d lost beyond the %d lost with a Redis restart",
