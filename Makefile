@@ -14,7 +14,7 @@ build: ## build bin/quotaplane-api and bin/quotaplane-worker
 	$(GO) build -o bin/quotaplane-api ./cmd/api
 	$(GO) build -o bin/quotaplane-worker ./cmd/worker
 
-FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresStoppedFor30s
+FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresStoppedFor30s|TestFaultSchedule|TestWorkerKilledMidFlushLosesNothing|TestReservationExpiresAfterRedisRestart
 
 test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the fault tests, the Kubernetes manifests, the TypeScript client's, then the console's (Vitest, Chromium)
 	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
@@ -34,8 +34,8 @@ test-rules: ## check and unit-test the Prometheus rules of deploy/prometheus wit
 	fi; \
 	promtool check rules deploy/prometheus/*.rules.yml && promtool test rules deploy/prometheus/tests/*.yml
 
-test-faults: ## the fault tests (Redis killed and paused under load, Postgres stopped for 30 s), printing their figures
-	$(GO) test -race -count=1 -timeout 10m -v -run '^($(FAULT_TESTS))$$' ./internal/quota/ ./internal/httpapi/
+test-faults: ## the fault tests (Redis killed and paused under load, Postgres stopped for 30 s, the short fault schedule of internal/faulttest), one package at a time, printing their figures
+	$(GO) test -race -count=1 -timeout 10m -v -run '^($(FAULT_TESTS))$$' ./internal/quota/ ./internal/httpapi/ ./internal/faulttest/
 
 SEED     ?= $(shell date +%s)
 DURATION ?= 10m

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,26 +73,6 @@ func limitsOf(metric string, ls ...limitDef) []map[string]any {
 		out = append(out, map[string]any{"metric": metric, "window": l.window, "limit": l.limit})
 	}
 	return out
-}
-
-// HasClockHook reports whether the checkout's binaries step their engine clock on
-// SIGUSR1/SIGUSR2 under QUOTA_FAULT_CLOCK=on (the x22-clock contract); without the
-// hook SIGUSR1 would kill them.
-func HasClockHook(root string) bool {
-	found := false
-	for _, dir := range []string{"cmd", "internal"} {
-		_ = filepath.WalkDir(filepath.Join(root, dir), func(path string, d os.DirEntry, err error) error {
-			if err != nil || found || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
-				strings.Contains(path, "faulttest") {
-				return nil
-			}
-			if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), "QUOTA_FAULT_CLOCK") {
-				found = true
-			}
-			return nil
-		})
-	}
-	return found
 }
 
 // Run runs one schedule and returns the oracle's Verdict; every process it starts is
