@@ -6,9 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
-
-	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
 // TestWorkerKilledMidFlushLosesNothing reproduces make faults SEED=1's user hot/h75
@@ -23,23 +20,8 @@ func TestWorkerKilledMidFlushLosesNothing(t *testing.T) {
 		t.Skip("runs the real binaries")
 	}
 	ctx := context.Background()
-	apiBin, workerBin, err := buildBinaries(ctx, testenv.RepoRoot(t), t.TempDir(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := startCluster(clusterConfig{APIBin: apiBin, WorkerBin: workerBin, DatabaseURL: testenv.PostgresURL(t), Replicas: 1,
-		FlushInterval: 250 * time.Millisecond, Sweep: 200 * time.Millisecond, freePort: func() int { return testenv.FreePort(t) }, Logf: t.Logf})
-	t.Cleanup(c.stop)
-	if err != nil {
-		t.Fatalf("start: %v\n%s", err, c.logs())
-	}
-	key, period, err := setup(ctx, c, teamLimit(time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.period = period
-	rdb := redis.NewClient(&redis.Options{Addr: c.redis.addr()})
-	defer rdb.Close()
+	c, key, rdb := startOneReplica(t)
+	period := c.period
 	field := pathFields("requests", "hot", "h75")[2]
 	checks := func(n int) {
 		for range n {
