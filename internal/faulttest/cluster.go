@@ -18,6 +18,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
 // cluster is what the schedule runs on: a private redis-server, a proxy between the
@@ -70,7 +72,7 @@ func startCluster(cfg clusterConfig) (*cluster, error) {
 	if c.proxy, err = newProxy(fmt.Sprintf("127.0.0.1:%d", cfg.freePort()), c.redis.addr()); err != nil {
 		return c, err
 	}
-	common := append(cleanEnviron(),
+	common := append(testenv.CleanEnviron(),
 		"DATABASE_URL="+cfg.DatabaseURL,
 		"QUOTA_ADMIN_TOKEN="+c.opToken,
 		"QUOTA_LOG_LEVEL=warn",

@@ -155,20 +155,6 @@ func buildBinaries(ctx context.Context, root, dir string, race bool) (api, worke
 	return filepath.Join(dir, "quotaplane-api"), filepath.Join(dir, "quotaplane-worker"), nil
 }
 
-// cleanEnviron is the environment without the binaries' own settings, so a
-// developer's QUOTA_* or REDIS_URL cannot reach the processes under test.
-func cleanEnviron() []string {
-	var out []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "QUOTA_") || name == "DATABASE_URL" || name == "REDIS_URL" || name == "REDIS_CLUSTER" {
-			continue
-		}
-		out = append(out, kv)
-	}
-	return out
-}
-
 // waitHTTP polls url until it answers 200 or within passes.
 func waitHTTP(url string, within time.Duration) error {
 	client := &http.Client{Timeout: time.Second}

@@ -88,7 +88,7 @@ func StartStack(tb testing.TB, opt StackOptions) *Stack {
 		APILog:        &Buffer{},
 		WorkerLog:     &Buffer{},
 	}
-	env := append(cleanEnviron(),
+	env := append(CleanEnviron(),
 		"DATABASE_URL="+dbURL, "REDIS_URL="+s.RedisURL,
 		"QUOTA_ADMIN_TOKEN="+s.OperatorToken, "QUOTA_WEBHOOK_SECRET=stack-webhook-"+randHex(12),
 		"QUOTA_HTTP_ADDR="+s.APIAddr, "QUOTA_WORKER_HTTP_ADDR="+s.WorkerAddr, "QUOTA_GRPC_ADDR="+s.GRPCAddr,
@@ -195,9 +195,10 @@ func binaries(tb testing.TB) (api, worker string) {
 	return filepath.Join(binDir, "quotaplane-api"), filepath.Join(binDir, "quotaplane-worker")
 }
 
-// cleanEnviron is the test's environment without the settings of the binaries, so a
-// developer's QUOTA_REDIS_POOLS or REDIS_CLUSTER cannot reach the binaries under test.
-func cleanEnviron() []string {
+// CleanEnviron is the test's environment without the settings of the binaries, so a
+// developer's QUOTA_REDIS_POOLS or REDIS_CLUSTER cannot reach the binaries under test
+// (the stack's and the fault schedule's processes).
+func CleanEnviron() []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
