@@ -28,6 +28,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/console"
 	"github.com/quotaplane/quotaplane/internal/demo"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
@@ -37,6 +38,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/rls"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 	"github.com/quotaplane/quotaplane/web"
 )
 
@@ -136,7 +138,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// The ledger the worker keeps: it refills a Redis that lost its counters.
 	usage := billing.NewStore(pool)
 	cacheMetrics := cachemetrics.New(registry)
-	engine := quota.Config{Hydrator: usage, KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
+	engine := quota.Config{Hydrator: usage.Ledger(), KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
 		Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no decision.
@@ -164,8 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
 		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp,
-		Billing: &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, WebhookSecret: []byte(cfg.WebhookSecret),
-			WebhookClient: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Counters: billing.RouterCounters(router)}})
+		Billing: &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, Counters: ledger.RouterCounters(router)}, Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(cfg.WebhookSecret), Client: webhooks.NewClient(10*time.Second, cfg.WebhookAllowPrivate)}})
 	if err != nil {
 		return err
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/config"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
@@ -30,6 +31,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/tracing"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 	"github.com/quotaplane/quotaplane/internal/worker"
 )
 
@@ -100,32 +102,33 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		return err
 	}
 	defer router.Close()
-	engines := billing.RouterCounters(router)
+	engines := ledger.RouterCounters(router)
 	// Grants lapse, and periods are flushed and closed, on the engines' clock (Redis
 	// time on the monotonic clock), as checks count them: a stepped local clock moves
 	// no period end.
 	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
 	store := billing.NewStore(pool)
-	metrics := billing.NewMetrics(prometheus.DefaultRegisterer, pool)
+	metrics := billing.NewMetrics(prometheus.DefaultRegisterer)
+	worker.RegisterMetrics(prometheus.DefaultRegisterer, pool)
 	var client *river.Client[pgx.Tx]
-	queue := func() billing.Enqueuer { return client }
+	queue := func() webhooks.Enqueuer { return worker.DeliveryQueue(client) }
 	if cfg.WebhookSecret == "" {
 		queue = nil
 	}
 	closer := billing.NewCloser(billing.CloserConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
 		Clock: router.DefaultNow, Grace: cfg.CloseGrace, WorkerID: id, Logger: log, Metrics: metrics})
-	hook := &billing.WebhookWorker{Store: store, Tenants: svc, Secret: []byte(cfg.WebhookSecret),
-		Client: billing.NewWebhookClient(10*time.Second, cfg.WebhookAllowPrivate), Metrics: metrics}
+	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(cfg.WebhookSecret),
+		Client: webhooks.NewClient(10*time.Second, cfg.WebhookAllowPrivate), Metrics: webhooks.NewMetrics(prometheus.DefaultRegisterer)}}
 	client, err = worker.NewClient(pool, worker.Config{ID: id, Logger: log, TracerProvider: tp,
-		Billing: &billing.Jobs{Closer: closer, Webhook: hook}})
+		Jobs: &worker.Jobs{Closer: closer, Webhook: hook}})
 	if err != nil {
 		return err
 	}
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start job queue: %w", err)
 	}
-	flusher := billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Queue: queue,
-		Interval: cfg.FlushInterval, Clock: router.DefaultNow, Logger: log, Metrics: metrics,
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: store.Ledger(), Tenants: svc, Counters: engines, Queue: queue,
+		Interval: cfg.FlushInterval, Clock: router.DefaultNow, Logger: log, Metrics: ledger.NewMetrics(prometheus.DefaultRegisterer),
 		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer), TracerProvider: tp})
 	flushCtx, stopFlushing := context.WithCancel(ctx)
 	defer stopFlushing()

@@ -2,15 +2,13 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
@@ -39,10 +37,6 @@ type Adjustment struct {
 	Actor   string
 	At      time.Time
 }
-
-// ErrNoLiveCounters is returned by AdjustUsage when the server has no live counters
-// to adjust (no quota engine configured, or the org's Redis cannot be used).
-var ErrNoLiveCounters = derrors.New(derrors.Unavailable, "the quota store is not configured on this server")
 
 // adjuster is the engine's side of an adjustment (quota.Engine).
 type adjuster interface {
@@ -111,7 +105,7 @@ func (s *Service) AdjustUsage(ctx context.Context, a tenants.Actor, org string, 
 	if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
 		pool = plan.Pool
 	}
-	cs, err := s.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: pool})
+	cs, err := s.Counters.CountersFor(ledger.Route{Org: org, RedisURL: o.RedisURL, Pool: pool})
 	if err != nil {
 		return Adjustment{}, fmt.Errorf("adjust %s: %w: %w", org, ErrNoLiveCounters, err)
 	}
@@ -158,46 +152,6 @@ type auditAdjustment struct {
 	User   string `json:"user,omitempty"`
 	Units  int64  `json:"units"`
 	Reason string `json:"reason,omitempty"`
-}
-
-// recordAdjustment writes an adjusted counter's ledger row (whatever it was before)
-// with adjusted_at, caps the org's daily history of the period at the new value for a
-// lowered org counter, and writes the audit row, in one transaction under the period's
-// lock (a flush's persist is before or after it, never in between).
-func (s *Store) recordAdjustment(ctx context.Context, a tenants.Actor, adj Adjustment) error {
-	c := adj.Counter
-	err := s.inTx(ctx, func(tx pgx.Tx) error {
-		if err := periodLock(ctx, tx, adj.Org, adj.Period); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO usage_counters (org_id, period, metric, level, team_id, user_id, units, adjusted_at)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
-			ON CONFLICT (org_id, period, metric, level, team_id, user_id) DO UPDATE
-			SET units = EXCLUDED.units, adjusted_at = EXCLUDED.adjusted_at, updated_at = now()`,
-			adj.Org, adj.Period, c.Metric, string(c.Level), c.Team, c.User, adj.After, adj.At); err != nil {
-			return err
-		}
-		if c.Level == quota.LevelOrg {
-			if _, err := tx.Exec(ctx, `UPDATE usage_daily SET used = $4, updated_at = now()
-				WHERE org_id = $1 AND period = $2 AND metric = $3 AND used > $4`,
-				adj.Org, adj.Period, c.Metric, adj.After); err != nil {
-				return err
-			}
-		}
-		snap := func(units int64, reason string) auditAdjustment {
-			return auditAdjustment{Period: adj.Period, Metric: c.Metric, Level: string(c.Level), Team: c.Team, User: c.User,
-				Units: units, Reason: reason}
-		}
-		return tenants.AuditTx(ctx, tx, a, adj.Org, "usage.adjust", "usage:"+adj.Period+":"+counterObject(c),
-			snap(adj.Before, ""), snap(adj.After, adj.Reason))
-	})
-	if err != nil {
-		if !errors.Is(err, derrors.Unavailable) {
-			err = fmt.Errorf("%w: %w", quota.ErrUnavailable, err)
-		}
-		return fmt.Errorf("adjust usage of %s %s: ledger: %w", adj.Org, adj.Period, err)
-	}
-	return nil
 }
 
 // counterObject names a counter in the audit log: metric, metric/team or metric/team/user.

@@ -76,7 +76,7 @@ func TestAdjustmentRacingDrainsAndChecks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stored, err := e.store.Usage(ctx, "acme", per.ID)
+		stored, err := e.store.Ledger().Usage(ctx, "acme", per.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,21 +1,13 @@
-// Package billing keeps Quotaplane's usage durable and turns it into bills: it
-// persists the live month counters of the quota engine into a Postgres ledger
-// (Flusher), restores them into an empty Redis (Store.StoredUsage, a quota.Hydrator),
-// closes billing periods into immutable usage and billing rows (period close jobs
-// on River), streams billing exports in CSV and JSON, and notifies orgs through
-// HMAC-signed webhooks with retries.
-//
-// Postgres is the record, Redis holds the live counters: a counter's stored value
-// only ever goes up (GREATEST), so flushes from several workers, in any order, and a
-// close racing a flush, cannot lose units. What Redis counted since the last flush
-// is lost if Redis restarts empty: at most one flush interval.
+// Package billing turns durable usage into bills: it closes billing periods into
+// immutable usage and billing rows (Closer, run by the River jobs of
+// internal/worker), streams billing exports in CSV and JSON, and answers the usage,
+// would-block and adjustment API (Service), reading the ledger (internal/ledger) and,
+// for the current period, the live counters in Redis.
 package billing
 
 import (
-	"cmp"
-	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -26,66 +18,13 @@ import (
 var (
 	// ErrInvalid marks a bad org id, period or format.
 	ErrInvalid = derrors.New(derrors.Invalid, "invalid billing request")
-	// ErrNotFound marks an org or period that does not exist.
-	ErrNotFound = derrors.New(derrors.NotFound, "not found")
-	// ErrNoCounters is returned by a CounterSource that cannot reach an org's Redis.
-	ErrNoCounters = derrors.New(derrors.Unavailable, "live counters unavailable")
+	// ErrNotDue is returned by Closer.Close for a period that has not ended (plus the
+	// grace) yet.
+	ErrNotDue = errors.New("period has not ended yet")
+	// ErrNoLiveCounters is returned by AdjustUsage when the server has no live counters
+	// to adjust (no quota engine configured, or the org's Redis cannot be used).
+	ErrNoLiveCounters = derrors.New(derrors.Unavailable, "the quota store is not configured on this server")
 )
-
-// Counters reads the live month counters of orgs on one Redis. *quota.Engine
-// satisfies it. Both methods return errors wrapping quota.ErrUnavailable when Redis
-// fails and quota.ErrInvalid for a bad org or period.
-type Counters interface {
-	// DrainDirty takes the counters of org changed in period since the last drain.
-	DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
-	// MonthUsage reads every counter of org in period.
-	MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
-	// WouldBlockVersion reads the epoch and version of org's would-block record of
-	// period ("" and 0 when there is none).
-	WouldBlockVersion(ctx context.Context, org, period string) (string, int64, error)
-	// WouldBlock reads org's would-block record of period.
-	WouldBlock(ctx context.Context, org, period string) (quota.WouldBlockRecord, error)
-	// Drain is DrainDirty that also takes the reservations of period changed since
-	// the last drain, in the same snapshot; Undrain marks them changed again when
-	// they could not be persisted.
-	Drain(ctx context.Context, org, period string) (quota.Drained, error)
-	Undrain(ctx context.Context, org string, recs []quota.ReservationRecord) error
-	// HeldUnits reads the units of org in period held by open reservations, which
-	// the counters include.
-	HeldUnits(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
-}
-
-// Route says where an org's live counters are, as the api's quota router sends its
-// checks: the org's dedicated Redis, else its plan's pool class, else the default.
-type Route struct {
-	Org      string
-	RedisURL string // the org's dedicated Redis, "" for none
-	Pool     string // the plan's pool class
-}
-
-// CounterSource finds the Redis that holds an org's live counters. CountersFor
-// returns an error wrapping ErrNoCounters when that Redis cannot be used (a bad URL).
-type CounterSource interface {
-	CountersFor(r Route) (Counters, error)
-}
-
-// CounterSourceFunc adapts a function to a CounterSource.
-type CounterSourceFunc func(r Route) (Counters, error)
-
-// CountersFor calls f.
-func (f CounterSourceFunc) CountersFor(r Route) (Counters, error) { return f(r) }
-
-// RouterCounters reads an org's live counters where router counts its checks: the
-// org's dedicated Redis, its plan's pool, or the default one.
-func RouterCounters(router *quota.Router) CounterSource {
-	return CounterSourceFunc(func(r Route) (Counters, error) {
-		eng, err := router.EngineFor(quota.Route{Pool: r.Pool, RedisURL: r.RedisURL})
-		if err != nil {
-			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, r.Org, err)
-		}
-		return eng, nil
-	})
-}
 
 // badPeriod and badFormat refuse a parameter of a billing request, naming it; both
 // match ErrInvalid.
@@ -119,23 +58,10 @@ func PeriodOf(id string, anchorDay int) (quota.Period, error) {
 	return quota.PeriodAt(t.AddDate(0, 0, anchorDay-1), anchorDay), nil
 }
 
-// counterRow is a counter with its value in flat, sortable form.
+// counterRow is a counter with its value as a row of period_usage or usage_counters.
 type counterRow struct {
 	metric, level, team, user string
 	units                     int64
-}
-
-func rowsOf(m map[quota.Counter]int64) []counterRow {
-	out := make([]counterRow, 0, len(m))
-	for c, v := range m {
-		out = append(out, counterRow{metric: c.Metric, level: string(c.Level), team: c.Team, user: c.User, units: v})
-	}
-	// One order everywhere, so concurrent upserts lock rows in the same order.
-	slices.SortFunc(out, func(a, b counterRow) int {
-		return cmp.Or(cmp.Compare(a.metric, b.metric), cmp.Compare(a.level, b.level), cmp.Compare(a.team, b.team),
-			cmp.Compare(a.user, b.user))
-	})
-	return out
 }
 
 func (r counterRow) counter() quota.Counter {

@@ -2,7 +2,6 @@ package billing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -10,21 +9,19 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
-
-// ErrNotDue is returned by Closer.Close for a period that has not ended (plus the
-// grace) yet.
-var ErrNotDue = errors.New("period has not ended yet")
 
 // CloserConfig configures a Closer. Store, Tenants and Counters are required.
 type CloserConfig struct {
 	Store    *Store
 	Tenants  *tenants.Service
-	Counters CounterSource
+	Counters ledger.CounterSource
 	// Queue enqueues the webhook delivery of period.closed; nil records the event only.
-	Queue func() Enqueuer
+	Queue func() webhooks.Enqueuer
 	// Clock decides which periods have ended (default time.Now); tests inject one.
 	Clock func() time.Time
 	// Grace is how long after a period's end it is closed (default 1 minute), so the
@@ -56,7 +53,7 @@ func NewCloser(cfg CloserConfig) *Closer {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil, nil)
+		cfg.Metrics = NewMetrics(nil)
 	}
 	return &Closer{cfg: cfg}
 }
@@ -66,10 +63,10 @@ func NewCloser(cfg CloserConfig) *Closer {
 // periods that ended before the org existed. It sets
 // quotaplane_worker_oldest_unclosed_period_end_timestamp_seconds to the end of the
 // oldest of them (0 when there is none).
-func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
+func (c *Closer) Due(ctx context.Context) ([]OrgPeriod, error) {
 	now := c.cfg.Clock()
-	var out []CloseArgs
-	ends := map[CloseArgs]time.Time{}
+	var out []OrgPeriod
+	ends := map[OrgPeriod]time.Time{}
 	cursor := ""
 	for {
 		orgs, next, err := c.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
@@ -83,7 +80,7 @@ func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 				if !per.End.After(o.CreatedAt) {
 					break
 				}
-				out = append(out, CloseArgs{Org: o.ID, Period: per.ID})
+				out = append(out, OrgPeriod{Org: o.ID, Period: per.ID})
 				ends[out[len(out)-1]] = per.End
 			}
 		}
@@ -106,8 +103,8 @@ func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("periods due: %w", err)
 	}
-	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (CloseArgs, error) {
-		var a CloseArgs
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OrgPeriod, error) {
+		var a OrgPeriod
 		err := r.Scan(&a.Org, &a.Period)
 		return a, err
 	})
@@ -126,6 +123,12 @@ func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 		c.cfg.Metrics.oldestUnclosed.Set(float64(oldest.Unix()))
 	}
 	return due, nil
+}
+
+// OrgPeriod names one billing period of an org.
+type OrgPeriod struct {
+	Org    string
+	Period string
 }
 
 // Line is the billing line of one metric of a closed period.
@@ -188,7 +191,7 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 	if err != nil {
 		return res, fmt.Errorf("close %s %s: %w", org, period, err)
 	}
-	cs, err := c.cfg.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: plan.Pool})
+	cs, err := c.cfg.Counters.CountersFor(ledger.Route{Org: org, RedisURL: o.RedisURL, Pool: plan.Pool})
 	if err != nil {
 		return res, err
 	}
@@ -196,17 +199,17 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 	if err != nil {
 		return res, fmt.Errorf("close %s %s: %w", org, period, err)
 	}
-	limits, err := loadLimits(ctx, c.cfg.Tenants, org)
+	limits, err := ledger.LoadLimits(ctx, c.cfg.Tenants, org)
 	if err != nil {
 		return res, fmt.Errorf("close %s %s: %w", org, period, err)
 	}
-	var q Enqueuer
+	var q webhooks.Enqueuer
 	if c.cfg.Queue != nil {
 		q = c.cfg.Queue()
 	}
-	err = c.cfg.Store.inTx(ctx, func(tx pgx.Tx) error {
+	err = c.cfg.Store.ledger.InTx(ctx, func(tx pgx.Tx) error {
 		res.AlreadyClosed, res.Counters, res.Lines = false, 0, nil
-		if err := periodLock(ctx, tx, org, period); err != nil {
+		if err := ledger.PeriodLock(ctx, tx, org, period); err != nil {
 			return err
 		}
 		var closed bool
@@ -219,14 +222,11 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 			return nil
 		}
 		// The ledger takes Redis's values first (never lowering), so it is the final usage.
-		rows := rowsOf(live)
-		for i := 0; i < len(rows); i += upsertChunk {
-			if _, err := upsert(ctx, tx, org, period, rows[i:min(i+upsertChunk, len(rows))], time.Time{}); err != nil {
-				return err
-			}
+		if err := ledger.UpsertCounters(ctx, tx, org, period, live); err != nil {
+			return err
 		}
 		// The final usage is the usage at the end of the period's last day.
-		if err := recordDaily(ctx, tx, org, period, per.End.Add(-time.Nanosecond), nil); err != nil {
+		if err := ledger.RecordDaily(ctx, tx, org, period, per.End.Add(-time.Nanosecond), nil); err != nil {
 			return err
 		}
 		currency := ""
@@ -252,7 +252,7 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 			AND expires_at < $3`, org, period, c.cfg.Clock().Add(-reservationRowRetention)); err != nil {
 			return err
 		}
-		_, err = recordEvent(ctx, tx, q, org, EventPeriodClosed, period, "period.closed|"+period,
+		_, err = webhooks.RecordEvent(ctx, tx, q, org, webhooks.EventPeriodClosed, period, "period.closed|"+period,
 			ClosedData{Period: period, PeriodStart: per.Start, PeriodEnd: per.End, Lines: res.Lines}, o.WebhookURL != "")
 		return err
 	})
@@ -271,16 +271,12 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 	return res, nil
 }
 
-func (s *Store) closed(ctx context.Context, org, period string) (bool, error) {
-	var closed bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM billing_periods WHERE org_id = $1 AND period = $2)`,
-		org, period).Scan(&closed)
-	return closed, err
-}
+// insertChunk bounds the rows of one insert statement.
+const insertChunk = 5000
 
 // copyFinalUsage writes the ledger's counters of the period as immutable rows, with
 // each counter's month limit, and returns how many and the org-level units by metric.
-func copyFinalUsage(ctx context.Context, tx pgx.Tx, org, period string, limits *orgLimits) (int, map[string]int64, error) {
+func copyFinalUsage(ctx context.Context, tx pgx.Tx, org, period string, limits *ledger.Limits) (int, map[string]int64, error) {
 	rows, err := tx.Query(ctx, `SELECT metric, level, team_id, user_id, units FROM usage_counters
 		WHERE org_id = $1 AND period = $2 ORDER BY metric, level, team_id, user_id`, org, period)
 	if err != nil {
@@ -295,8 +291,8 @@ func copyFinalUsage(ctx context.Context, tx pgx.Tx, org, period string, limits *
 		return 0, nil, err
 	}
 	orgUnits := map[string]int64{}
-	for i := 0; i < len(all); i += upsertChunk {
-		chunk := all[i:min(i+upsertChunk, len(all))]
+	for i := 0; i < len(all); i += insertChunk {
+		chunk := all[i:min(i+insertChunk, len(all))]
 		metrics := make([]string, len(chunk))
 		levels := make([]string, len(chunk))
 		teams := make([]string, len(chunk))
@@ -305,7 +301,7 @@ func copyFinalUsage(ctx context.Context, tx pgx.Tx, org, period string, limits *
 		lims := make([]*int64, len(chunk))
 		for j, r := range chunk {
 			metrics[j], levels[j], teams[j], users[j], units[j] = r.metric, r.level, r.team, r.user, r.units
-			if l, ok := limits.month(r.counter()); ok {
+			if l, ok := limits.Month(r.counter()); ok {
 				lims[j] = &l
 			}
 			if r.level == string(quota.LevelOrg) {

@@ -17,20 +17,21 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 	"github.com/quotaplane/quotaplane/internal/worker"
 )
 
 // startWorker starts a River client of the real worker wiring with billing jobs whose
 // clock is injected.
-func (e *env) startWorker(id string, clock func() time.Time, hook *billing.WebhookWorker) (*river.Client[pgx.Tx], *billing.Closer) {
+func (e *env) startWorker(id string, clock func() time.Time, hook *worker.WebhookWorker) (*river.Client[pgx.Tx], *billing.Closer) {
 	e.t.Helper()
 	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc,
 		Counters: oneEngine(e.engine), Clock: clock, Grace: time.Minute, WorkerID: id, Logger: quietLog()})
 	if hook == nil {
-		hook = &billing.WebhookWorker{Store: e.store, Tenants: e.svc, Secret: []byte("test-secret")}
+		hook = &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: webhooks.NewStore(e.pool), Tenants: e.svc, Secret: []byte("test-secret")}}
 	}
 	c, err := worker.NewClient(e.pool, worker.Config{ID: id, Logger: quietLog(),
-		Billing: &billing.Jobs{Closer: closer, Webhook: hook, ScanEvery: time.Hour}})
+		Jobs: &worker.Jobs{Closer: closer, Webhook: hook, ScanEvery: time.Hour}})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -183,11 +184,11 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := c.Insert(ctx, billing.CloseScanArgs{}, nil); err != nil {
+			if _, err := c.Insert(ctx, worker.CloseScanArgs{}, nil); err != nil {
 				t.Error(err)
 			}
 			for _, org := range orgs {
-				if _, err := c.Insert(ctx, billing.CloseArgs{Org: org, Period: per.ID}, nil); err != nil {
+				if _, err := c.Insert(ctx, worker.CloseArgs{Org: org, Period: per.ID}, nil); err != nil {
 					t.Error(err)
 				}
 			}
@@ -267,7 +268,7 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 			t.Fatalf("second close of %s: %+v, %v", org, res, err)
 		}
 	}
-	if _, err := c1.Insert(ctx, billing.CloseScanArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{}}); err != nil {
+	if _, err := c1.Insert(ctx, worker.CloseScanArgs{}, &river.InsertOpts{UniqueOpts: river.UniqueOpts{}}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond)
@@ -342,7 +343,7 @@ func TestAnchorDayPeriodsCloseOnTheirOwnBoundary(t *testing.T) {
 	}
 	after := closerAt(cur.End.Add(2 * time.Minute))
 	due, err := after.Due(ctx)
-	if err != nil || len(due) != 1 || due[0] != (billing.CloseArgs{Org: org, Period: cur.ID}) {
+	if err != nil || len(due) != 1 || due[0] != (billing.OrgPeriod{Org: org, Period: cur.ID}) {
 		t.Fatalf("due after the boundary: %v, %v; want %s %s", due, err, org, cur.ID)
 	}
 	if _, err := e.check(e.engine, org, "eng", "alice", "requests", 4); err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -62,7 +63,7 @@ func (e *env) newEngine(url string) (*quota.Engine, *redis.Client) {
 	}
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = time.Second, time.Second, time.Second
 	rdb := redis.NewClient(opt)
-	eng, err := quota.New(rdb, quota.Config{KeyPrefix: e.prefix, Hydrator: e.store})
+	eng, err := quota.New(rdb, quota.Config{KeyPrefix: e.prefix, Hydrator: e.store.Ledger()})
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -123,8 +124,8 @@ func limitsFor(metric string, ls []tenants.Limit) []quota.Limit {
 	return out
 }
 
-func (e *env) flusher(interval time.Duration) *billing.Flusher {
-	return billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc,
+func (e *env) flusher(interval time.Duration) *ledger.Flusher {
+	return ledger.NewFlusher(ledger.FlusherConfig{Store: e.store.Ledger(), Tenants: e.svc,
 		Counters: oneEngine(e.engine), Interval: interval, Logger: quietLog()})
 }
 
@@ -144,6 +145,6 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 }
 
 // oneEngine serves every org's counters from the test's engine.
-func oneEngine(eng *quota.Engine) billing.CounterSource {
-	return billing.CounterSourceFunc(func(billing.Route) (billing.Counters, error) { return eng, nil })
+func oneEngine(eng *quota.Engine) ledger.CounterSource {
+	return ledger.CounterSourceFunc(func(ledger.Route) (ledger.Counters, error) { return eng, nil })
 }

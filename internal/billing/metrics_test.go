@@ -2,7 +2,6 @@ package billing_test
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -49,7 +48,7 @@ func TestCloseScanReportsOldestUnclosedPeriod(t *testing.T) {
 	org := testenv.ID(t, "org")
 	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil)
 	reg := prometheus.NewRegistry()
-	metrics := billing.NewMetrics(reg, nil)
+	metrics := billing.NewMetrics(reg)
 	cur := quota.PeriodAt(time.Now(), 1)
 	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
 		Clock: func() time.Time { return cur.End.Add(2 * time.Minute) }, Logger: quietLog(), Metrics: metrics})
@@ -74,58 +73,5 @@ func TestCloseScanReportsOldestUnclosedPeriod(t *testing.T) {
 	}
 	if got := gauge(); got != 0 {
 		t.Errorf("oldest unclosed period end after the close = %v, want 0", got)
-	}
-}
-
-// TestFlushReportsMonthUtilization: a flush exports the highest used / month limit of
-// each level with a month limit, and only the UtilizationTop highest series.
-func TestFlushReportsMonthUtilization(t *testing.T) {
-	e := newEnv(t)
-	ctx := context.Background()
-	reg := prometheus.NewRegistry()
-	metrics := billing.NewMetrics(reg, nil)
-	flusher := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc,
-		Counters: oneEngine(e.engine), Logger: quietLog(), Metrics: metrics})
-
-	hot := testenv.ID(t, "hot")
-	e.seed(hot, []tenants.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
-		Limits: []tenants.Limit{monthLimit("requests", 50)}})
-	if _, err := e.check(e.engine, hot, "eng", "alice", "requests", 45); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := flusher.FlushOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got := gauges(t, reg, "quotaplane_worker_month_utilization_ratio")
-	want := map[string]float64{
-		"level=org|metric=requests|org=" + hot:  0.45,
-		"level=team|metric=requests|org=" + hot: 0.9,
-	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("utilization %s = %v, want %v (all: %v)", k, got[k], v, got)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("utilization series %v, want only %v (the user level has no month limit)", got, want)
-	}
-
-	// More orgs with usage than UtilizationTop: only the highest are exported.
-	for i := range billing.UtilizationTop + 2 {
-		org := fmt.Sprintf("%s-%02d", testenv.ID(t, "o"), i)
-		e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil)
-		if _, err := e.check(e.engine, org, "", "", "requests", 1); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := flusher.FlushOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got = gauges(t, reg, "quotaplane_worker_month_utilization_ratio")
-	if len(got) != billing.UtilizationTop {
-		t.Errorf("%d utilization series, want %d", len(got), billing.UtilizationTop)
-	}
-	if got["level=team|metric=requests|org="+hot] != 0.9 {
-		t.Errorf("the highest series is not among the exported: %v", got)
 	}
 }

@@ -5,30 +5,24 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"sort"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// Service answers the usage and billing export API.
+// Service answers the usage, would-block, adjustment and billing export API.
 type Service struct {
 	Store   *Store
 	Tenants *tenants.Service
 	// Counters reads the live counters of the current period; nil: the ledger only
 	// (at most one flush interval behind).
-	Counters CounterSource
+	Counters ledger.CounterSource
 	// Clock says which period is current (default time.Now).
-	Clock func() time.Time
-	// WebhookSecret is QUOTA_WEBHOOK_SECRET, from which each org's signing secret is
-	// derived (SigningSecret); empty: the server knows no signing secret.
-	WebhookSecret []byte
-	// WebhookClient sends test events (TestWebhook); nil: NewWebhookClient with the
-	// address check on.
-	WebhookClient *http.Client
-	Logger        *slog.Logger
+	Clock  func() time.Time
+	Logger *slog.Logger
 }
 
 // Usage is the usage of an org in one period.
@@ -47,7 +41,7 @@ type MetricUsage struct {
 	Users  []LevelUsage
 	// Daily is the org's cumulative usage at the end of each UTC day with a recorded
 	// change, oldest first; in the current period the last point is today's so far.
-	Daily []DayUsage
+	Daily []ledger.DayUsage
 }
 
 // LevelUsage is the usage of one org, team or user with its month limit.
@@ -117,11 +111,11 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
 	}
 	out.Closed = closed
-	var cs Counters
+	var cs ledger.Counters
 	var held map[quota.Counter]int64 // units of open reservations, not in usage (committed units)
 	var sliding map[quota.Counter][]WindowUsage
 	if !closed {
-		if usage, err = s.Store.Usage(ctx, org, per.ID); err != nil {
+		if usage, err = s.Store.ledger.Usage(ctx, org, per.ID); err != nil {
 			return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
 		}
 		if s.Counters != nil {
@@ -129,7 +123,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 			if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
 				pool = plan.Pool
 			}
-			if cs, err = s.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: pool}); err == nil {
+			if cs, err = s.Counters.CountersFor(ledger.Route{Org: org, RedisURL: o.RedisURL, Pool: pool}); err == nil {
 				live, err := cs.MonthUsage(ctx, org, per.ID)
 				if err != nil {
 					cs = nil
@@ -147,7 +141,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 				}
 			}
 		}
-		ol, err := loadLimits(ctx, s.Tenants, org)
+		ol, err := ledger.LoadLimits(ctx, s.Tenants, org)
 		if err != nil {
 			return Usage{}, err
 		}
@@ -156,7 +150,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		}
 		limits = map[quota.Counter]int64{}
 		for c := range usage {
-			if l, ok := ol.month(c); ok {
+			if l, ok := ol.Month(c); ok {
 				limits[c] = l
 			}
 		}
@@ -171,7 +165,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 			}
 		}
 	}
-	daily, err := s.Store.Daily(ctx, org, per.ID)
+	daily, err := s.Store.ledger.Daily(ctx, org, per.ID)
 	if err != nil {
 		return Usage{}, err
 	}
@@ -180,7 +174,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		m := byMetric[c.Metric]
 		if m == nil {
 			m = &MetricUsage{Metric: c.Metric, Org: LevelUsage{ID: org, Limits: []WindowUsage{}}, Teams: []LevelUsage{}, Users: []LevelUsage{},
-				Daily: append([]DayUsage{}, daily[c.Metric]...)}
+				Daily: append([]ledger.DayUsage{}, daily[c.Metric]...)}
 			byMetric[c.Metric] = m
 		}
 		lu := LevelUsage{Used: v, Reserved: held[c], Limits: append([]WindowUsage{}, sliding[c]...)}
@@ -223,7 +217,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 
 // withToday makes the last point of a current period's daily history today's usage so
 // far (used, read live), unless nothing has been used yet.
-func withToday(daily []DayUsage, now time.Time, used int64) []DayUsage {
+func withToday(daily []ledger.DayUsage, now time.Time, used int64) []ledger.DayUsage {
 	if used <= 0 {
 		return daily
 	}
@@ -233,7 +227,7 @@ func withToday(daily []DayUsage, now time.Time, used int64) []DayUsage {
 		daily[n-1].Used = max(daily[n-1].Used, used)
 		return daily
 	}
-	return append(daily, DayUsage{Day: today, Used: used})
+	return append(daily, ledger.DayUsage{Day: today, Used: used})
 }
 
 // Export streams the billing export of period ("" for the current one) of org ("" for
@@ -271,7 +265,7 @@ type batchChecker interface {
 
 // slidingUsage reads, with one cost-0 check per counter (pipelined by the engine),
 // the use of every sliding window that limits an org, team or user with usage.
-func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *orgLimits, usage map[quota.Counter]int64) map[quota.Counter][]WindowUsage {
+func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.Limits, usage map[quota.Counter]int64) map[quota.Counter][]WindowUsage {
 	sliding := func(ls []tenants.Limit) []quota.Limit {
 		var out []quota.Limit
 		for _, l := range ls {
@@ -284,11 +278,11 @@ func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *orgLimit
 	var reqs []quota.Request
 	var counters []quota.Counter
 	for c := range usage {
-		own := sliding(ol.of(c))
+		own := sliding(ol.Of(c))
 		if len(own) == 0 {
 			continue
 		}
-		req := quota.Request{Org: ol.org.ID, Metric: c.Metric, AnchorDay: ol.org.BillingAnchorDay}
+		req := quota.Request{Org: ol.Org.ID, Metric: c.Metric, AnchorDay: ol.Org.BillingAnchorDay}
 		switch c.Level {
 		case quota.LevelOrg:
 			req.Limits.Org = own

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
@@ -54,8 +54,8 @@ func redisState(t *testing.T, prefix string) string {
 }
 
 // flusher is the worker's flush over r's router and ledger.
-func (r *resReplica) flusher() *billing.Flusher {
-	return billing.NewFlusher(billing.FlusherConfig{Store: r.store, Tenants: r.f.svc, Counters: billing.RouterCounters(r.router),
+func (r *resReplica) flusher() *ledger.Flusher {
+	return ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.RouterCounters(r.router),
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 }
 
@@ -244,13 +244,13 @@ func TestAdjustmentFixesAWrongCounter(t *testing.T) {
 	// after it does raise as ever.
 	stale := quota.Drained{Counters: map[quota.Counter]int64{{Metric: "tokens", Level: quota.LevelOrg}: quota.MaxCounter},
 		At: adj.At.Add(-time.Millisecond)}
-	if _, err := r.store.PersistDrained(ctx, "acme", per.ID, time.Now(), stale); err != nil {
+	if _, err := r.store.Ledger().PersistDrained(ctx, "acme", per.ID, time.Now(), stale); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := flusher.FlushOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	stored, err := r.store.Usage(ctx, "acme", per.ID)
+	stored, err := r.store.Ledger().Usage(ctx, "acme", per.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 )
 
 // GET /v1/orgs/{org}/reservations lists exactly the held reservations, soonest to
@@ -198,7 +198,7 @@ func TestOpenReservationsAfterRedisRestart(t *testing.T) {
 		ids = append(ids, res.Id)
 	}
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	flusher := billing.NewFlusher(billing.FlusherConfig{Store: r.store, Tenants: r.f.svc, Counters: billing.RouterCounters(r.router), Logger: quiet})
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.RouterCounters(r.router), Logger: quiet})
 	if _, err := flusher.FlushOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

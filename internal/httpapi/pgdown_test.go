@@ -22,6 +22,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
@@ -193,7 +194,7 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	usage := billing.NewStore(pool)
 	prefix := testenv.ID(t, "pgdown")
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
-		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: usage}})
+		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: usage.Ledger()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +206,7 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	})
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
 		AdminToken: operatorToken, Logger: log,
-		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, Counters: billing.RouterCounters(router)}})
+		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, Counters: ledger.RouterCounters(router)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -56,7 +57,7 @@ func newResReplicasLeasing(t *testing.T, n int, leases quota.LeaseConfig) []*res
 		reg := prometheus.NewRegistry()
 		store := billing.NewStore(pool)
 		router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
-			Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store, Leases: leases}})
+			Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store.Ledger(), Leases: leases}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func newResReplicasLeasing(t *testing.T, n int, leases quota.LeaseConfig) []*res
 		quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 		h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), Registry: reg,
 			AdminToken: operatorToken, Logger: quiet,
-			Billing: &billing.Service{Store: store, Tenants: svc, Counters: billing.RouterCounters(router), Logger: quiet}})
+			Billing: &billing.Service{Store: store, Tenants: svc, Counters: ledger.RouterCounters(router), Logger: quiet}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -414,7 +415,7 @@ func TestReservationsSurviveRedisRestart(t *testing.T) {
 	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"O","plan":"p"}`, 201)
 	key, admin := keyOf(r.replica, "acme", `["check"]`), keyOf(r.replica, "acme", `["admin"]`)
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	flusher := billing.NewFlusher(billing.FlusherConfig{Store: r.store, Tenants: r.f.svc, Counters: billing.RouterCounters(r.router), Logger: quiet})
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.RouterCounters(r.router), Logger: quiet})
 	ctx := context.Background()
 	reserve := func(amount int) string {
 		code, res, raw := r.reserve(key, fmt.Sprintf(`{"org":"acme","metric":"tokens","amount":%d,"ttl_seconds":600}`, amount))

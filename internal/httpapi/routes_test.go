@@ -17,9 +17,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 const operatorToken = "test-operator-token-0123456789"
@@ -57,9 +59,8 @@ func mustFixture(t *testing.T) *fixture {
 	}
 	t.Cleanup(func() { _ = router.Close() })
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), AdminToken: operatorToken,
-		Logger: slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, Counters: billing.RouterCounters(router),
-			WebhookSecret: []byte("routes-test-webhook-secret")}})
+		Logger:  slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, Counters: ledger.RouterCounters(router)}, Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte("routes-test-webhook-secret")}})
 	if err != nil {
 		t.Fatal(err)
 	}

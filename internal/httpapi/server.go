@@ -31,6 +31,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // MaxBodyBytes caps every request body.
@@ -47,6 +48,7 @@ type Deps struct {
 	Registry   *prometheus.Registry // /metrics; a new one when nil
 	Console    *console.Handler     // serves /console/ and accepts its session cookie; nil disables both
 	Billing    *billing.Service     // usage and billing exports; nil answers 503
+	Webhooks   *webhooks.Service    // the webhook API; nil answers 503
 	// AdminRateLimit requests per AdminRateWindow are allowed to each credential on
 	// every /v1 route but the checks; over it, 429. 0 (the zero value) is no limit.
 	AdminRateLimit  int
@@ -69,6 +71,7 @@ type Server struct {
 	registry   *prometheus.Registry
 	console    *console.Handler
 	billing    *billing.Service
+	webhooks   *webhooks.Service
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -85,7 +88,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 		d.Cache = tenants.NewCache(d.Tenants, tenants.CacheOptions{Logger: d.Logger})
 	}
 	s := &Server{tenants: d.Tenants, cache: d.Cache, checker: d.Checker, redis: d.Redis, log: d.Logger, registry: d.Registry,
-		console: d.Console, billing: d.Billing, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != ""}
+		console: d.Console, billing: d.Billing, webhooks: d.Webhooks, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != ""}
 	validate, err := newRequestValidator()
 	if err != nil {
 		return nil, fmt.Errorf("load request validator: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // GetUsage handles GET /v1/orgs/{org}/usage.
@@ -43,6 +44,14 @@ func (s *Server) ExportBilling(w http.ResponseWriter, r *http.Request, params ap
 
 func (s *Server) billingReady(w http.ResponseWriter, r *http.Request) bool {
 	if s.billing == nil {
+		s.fail(w, r, derrors.E(derrors.Unavailable, "usage and billing are not configured on this server", nil))
+		return false
+	}
+	return true
+}
+
+func (s *Server) webhooksReady(w http.ResponseWriter, r *http.Request) bool {
+	if s.webhooks == nil {
 		s.fail(w, r, derrors.E(derrors.Unavailable, "usage and billing are not configured on this server", nil))
 		return false
 	}
@@ -119,10 +128,10 @@ func deref[T any](p *T) T {
 
 // GetWebhook handles GET /v1/orgs/{org}/webhook: the URL and the signing secret.
 func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w, r) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.webhooksReady(w, r) {
 		return
 	}
-	info, err := s.billing.Webhook(r.Context(), org)
+	info, err := s.webhooks.Webhook(r.Context(), org)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -140,10 +149,10 @@ func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, org api.OrgP
 
 // ListWebhookDeliveries handles GET /v1/orgs/{org}/webhook-deliveries, newest first.
 func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListWebhookDeliveriesParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w, r) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.webhooksReady(w, r) {
 		return
 	}
-	ds, next, err := s.billing.Deliveries(r.Context(), org, page(params.Limit, params.Cursor))
+	ds, next, err := s.webhooks.Deliveries(r.Context(), org, page(params.Limit, params.Cursor))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -154,10 +163,10 @@ func (s *Server) ListWebhookDeliveries(w http.ResponseWriter, r *http.Request, o
 // SendWebhookTest handles POST /v1/orgs/{org}/webhook/test: one signed test event,
 // sent now, and what the receiver answered.
 func (s *Server) SendWebhookTest(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.billingReady(w, r) {
+	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !s.webhooksReady(w, r) {
 		return
 	}
-	d, err := s.billing.TestWebhook(r.Context(), org)
+	d, err := s.webhooks.TestWebhook(r.Context(), org)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -170,8 +179,8 @@ func (s *Server) SendWebhookTest(w http.ResponseWriter, r *http.Request, org api
 	writeJSON(w, http.StatusOK, out)
 }
 
-func fromTestDelivery(d billing.TestDelivery) api.WebhookTestResult {
-	return api.WebhookTestResult{Event: billing.EventTest, Url: d.URL, Succeeded: d.Succeeded,
+func fromTestDelivery(d webhooks.TestDelivery) api.WebhookTestResult {
+	return api.WebhookTestResult{Event: webhooks.EventTest, Url: d.URL, Succeeded: d.Succeeded,
 		DurationMs: d.Duration.Milliseconds(), At: d.At,
 		StatusCode: nonZero(d.StatusCode), Error: nonZero(d.Error), UrlWarning: nonZero(d.URLWarning)}
 }
@@ -188,7 +197,7 @@ func nonZero[T comparable](v T) *T {
 // noSecretNote explains a null signing_secret.
 const noSecretNote = "QUOTA_WEBHOOK_SECRET is not set on this server, so no signing secret exists and no webhook is sent; ask the operator to set it (the same value on the api and the worker)"
 
-func fromWebhook(in billing.WebhookInfo) api.Webhook {
+func fromWebhook(in webhooks.WebhookInfo) api.Webhook {
 	out := api.Webhook{SignatureHeader: in.SignatureHeader, Events: in.Events,
 		Url: nonZero(in.URL), UrlWarning: nonZero(in.URLWarning), SigningSecret: nonZero(in.SigningSecret)}
 	if in.SigningSecret == "" {
@@ -198,7 +207,7 @@ func fromWebhook(in billing.WebhookInfo) api.Webhook {
 	return out
 }
 
-func fromDelivery(d billing.Delivery) api.WebhookDelivery {
+func fromDelivery(d webhooks.Delivery) api.WebhookDelivery {
 	return api.WebhookDelivery{Id: d.ID, Event: d.EventType, EventId: d.EventID, Url: d.URL, Attempt: d.Attempt,
 		Succeeded: d.Succeeded, At: d.AttemptedAt, StatusCode: nonZero(d.StatusCode), Error: nonZero(d.Error)}
 }

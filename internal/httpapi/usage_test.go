@@ -20,10 +20,12 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // billingReplica is an api with the usage and billing service, plus the worker's
@@ -31,8 +33,8 @@ import (
 type billingReplica struct {
 	*replica
 	store   *billing.Store
-	engines billing.CounterSource
-	flusher *billing.Flusher
+	engines ledger.CounterSource
+	flusher *ledger.Flusher
 	svc     *tenants.Service
 }
 
@@ -69,22 +71,22 @@ func newBillingReplicaWith(t *testing.T, tag string, clock *testenv.Clock) *bill
 	}
 	store := billing.NewStore(pool)
 	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
-		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
+		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store.Ledger()}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
-	engines := billing.RouterCounters(router)
+	engines := ledger.RouterCounters(router)
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
 		AdminToken: operatorToken, Logger: quiet,
-		Billing: &billing.Service{Store: store, Tenants: svc, Counters: engines, Logger: quiet, WebhookSecret: webhookMaster}})
+		Billing: &billing.Service{Store: store, Tenants: svc, Counters: engines, Logger: quiet}, Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: webhookMaster}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := &replica{f: &fixture{t: t, h: h, pool: pool, svc: svc, tokens: map[string]string{"operator": operatorToken}}}
 	return &billingReplica{replica: r, store: store, engines: engines, svc: svc,
-		flusher: billing.NewFlusher(billing.FlusherConfig{Store: store, Tenants: svc, Counters: engines, Logger: quiet})}
+		flusher: ledger.NewFlusher(ledger.FlusherConfig{Store: store.Ledger(), Tenants: svc, Counters: engines, Logger: quiet})}
 }
 
 func (b *billingReplica) key(org string, scopes string) string {
@@ -237,7 +239,7 @@ func TestUsageDailySeriesOverHTTP(t *testing.T) {
 	per := quota.PeriodAt(time.Now(), 1)
 	flushAt := func(at time.Time) {
 		t.Helper()
-		f := billing.NewFlusher(billing.FlusherConfig{Store: b.store, Tenants: b.svc, Counters: b.engines, Logger: quiet,
+		f := ledger.NewFlusher(ledger.FlusherConfig{Store: b.store.Ledger(), Tenants: b.svc, Counters: b.engines, Logger: quiet,
 			Clock: func() time.Time { return at }})
 		if _, err := f.FlushOnce(ctx); err != nil {
 			t.Fatal(err)

@@ -20,6 +20,8 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
+	"github.com/quotaplane/quotaplane/internal/worker"
 	"github.com/quotaplane/quotaplane/webhook"
 )
 
@@ -44,7 +46,7 @@ func TestWebhookSecretVerifiesADeliveredWebhook(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		defer mu.Unlock()
-		got = append(got, delivery{r.Header.Get(billing.SignatureHeader), body})
+		got = append(got, delivery{r.Header.Get(webhooks.SignatureHeader), body})
 		if fail {
 			http.Error(w, "not yet", http.StatusBadGateway)
 			return
@@ -66,19 +68,19 @@ func TestWebhookSecretVerifiesADeliveredWebhook(t *testing.T) {
 	if _, err := b.flusher.FlushOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	evs, err := b.store.Events(ctx, org, 10)
+	evs, err := webhooks.NewStore(b.f.pool).Events(ctx, org, 10)
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("events: %+v, %v", evs, err)
 	}
 	// Deliver it the way the worker's River job does: a failed attempt, then a success.
-	hook := &billing.WebhookWorker{Store: b.store, Tenants: b.svc, Secret: webhookMaster,
-		Client: billing.NewWebhookClient(5*time.Second, true)}
+	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: webhooks.NewStore(b.f.pool), Tenants: b.svc, Secret: webhookMaster,
+		Client: webhooks.NewClient(5*time.Second, true)}}
 	for attempt := 1; attempt <= 3; attempt++ {
 		mu.Lock()
 		fail = attempt < 3
 		mu.Unlock()
-		err := hook.Work(ctx, &river.Job[billing.WebhookArgs]{JobRow: &rivertype.JobRow{Attempt: attempt},
-			Args: billing.WebhookArgs{EventID: evs[0].ID}})
+		err := hook.Work(ctx, &river.Job[worker.WebhookArgs]{JobRow: &rivertype.JobRow{Attempt: attempt},
+			Args: worker.WebhookArgs{EventID: evs[0].ID}})
 		if (err == nil) != (attempt == 3) {
 			t.Fatalf("attempt %d: %v", attempt, err)
 		}
@@ -92,7 +94,7 @@ func TestWebhookSecretVerifiesADeliveredWebhook(t *testing.T) {
 	if rec.Header().Get("Cache-Control") != "no-store" {
 		t.Errorf("Cache-Control %q, want no-store", rec.Header().Get("Cache-Control"))
 	}
-	if wh.Url == nil || *wh.Url != recv.URL+"/hook?token=abc" || wh.SignatureHeader != billing.SignatureHeader ||
+	if wh.Url == nil || *wh.Url != recv.URL+"/hook?token=abc" || wh.SignatureHeader != webhooks.SignatureHeader ||
 		strings.Join(wh.Events, ",") != "usage.threshold,period.closed" || wh.Note != nil {
 		t.Errorf("webhook settings: %s", rec.Body)
 	}
@@ -138,7 +140,7 @@ func TestWebhookSecretVerifiesADeliveredWebhook(t *testing.T) {
 		if attempt == 3 {
 			wantStatus, wantOK = 204, true
 		}
-		if d.Attempt != attempt || d.Event != billing.EventThreshold || d.EventId != evs[0].ID || d.StatusCode == nil ||
+		if d.Attempt != attempt || d.Event != webhooks.EventThreshold || d.EventId != evs[0].ID || d.StatusCode == nil ||
 			*d.StatusCode != wantStatus || d.Succeeded != wantOK || (d.Error == nil) != wantOK || d.Url != recv.URL+"/hook" {
 			t.Errorf("delivery %d: %+v", i, d)
 		}
@@ -254,9 +256,8 @@ func newWebhookTestFixture(t *testing.T, master string, allowPrivate bool) *fixt
 	pool := testenv.Postgres(t)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, WebhookSecret: []byte(master),
-			WebhookClient: billing.NewWebhookClient(5*time.Second, allowPrivate)}})
+		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc}, Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(master), Client: webhooks.NewClient(5*time.Second, allowPrivate)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +283,7 @@ func TestSendWebhookTest(t *testing.T) {
 		body, _ := io.ReadAll(r.Body)
 		mu.Lock()
 		defer mu.Unlock()
-		hits = append(hits, hit{r.Header.Get(billing.SignatureHeader), r.Header.Get(billing.EventHeader), r.Header.Get(billing.DeliveryHeader), body})
+		hits = append(hits, hit{r.Header.Get(webhooks.SignatureHeader), r.Header.Get(webhooks.EventHeader), r.Header.Get(webhooks.DeliveryHeader), body})
 		w.WriteHeader(status)
 	}))
 	defer recv.Close()
@@ -329,7 +330,7 @@ func TestSendWebhookTest(t *testing.T) {
 		if err := webhook.Verify(*wh.SigningSecret, got[0].header, got[0].body, time.Now(), 5*time.Minute); err != nil {
 			t.Errorf("the test event does not verify with the org's secret: %v", err)
 		}
-		var env billing.Envelope
+		var env webhooks.Envelope
 		if err := json.Unmarshal(got[0].body, &env); err != nil || env.Type != "webhook.test" || env.Org != "acme" || env.ID != 0 ||
 			got[0].event != "webhook.test" || got[0].delivery != "0" {
 			t.Errorf("sent %s with event %q delivery %q", got[0].body, got[0].event, got[0].delivery)

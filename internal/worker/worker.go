@@ -1,6 +1,8 @@
 // Package worker wires the River job queue of quotaplane-worker: River's own schema
-// migrations, the client, and the jobs every worker runs (the heartbeat here; period
-// close and webhook delivery from internal/billing).
+// migrations, the client, and every job a worker runs: the heartbeat, the period
+// close scan and close (internal/billing's Closer) and webhook delivery
+// (internal/webhooks' Deliverer). River is imported here only; the domain packages
+// are called by the jobs' workers as plain functions.
 package worker
 
 import (
@@ -18,8 +20,6 @@ import (
 	"github.com/riverqueue/river/rivertype"
 	"github.com/riverqueue/rivercontrib/otelriver"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/quotaplane/quotaplane/internal/billing"
 )
 
 // riverMigrationLock serializes River's migrations across processes starting at
@@ -54,8 +54,8 @@ type Config struct {
 	// Logger receives River's messages, its routine ones (job counts, maintenance
 	// runs) at debug.
 	Logger *slog.Logger
-	// Billing, when set, adds period close, its periodic scan and webhook delivery.
-	Billing *billing.Jobs
+	// Jobs, when set, adds period close, its periodic scan and webhook delivery.
+	Jobs *Jobs
 	// MaxWorkers bounds the jobs run at once (default 10).
 	MaxWorkers int
 	// TracerProvider, when set, gives every job a span ("river.work/<kind>", otelriver),
@@ -92,9 +92,9 @@ func NewClient(pool *pgxpool.Pool, cfg Config) (*river.Client[pgx.Tx], error) {
 			func() (river.JobArgs, *river.InsertOpts) { return HeartbeatArgs{}, nil },
 			&river.PeriodicJobOpts{RunOnStart: true}),
 	}
-	if cfg.Billing != nil {
-		cfg.Billing.Register(workers)
-		periodic = append(periodic, cfg.Billing.Periodic()...)
+	if cfg.Jobs != nil {
+		cfg.Jobs.register(workers)
+		periodic = append(periodic, cfg.Jobs.periodic()...)
 	}
 	var middleware []rivertype.Middleware
 	if cfg.TracerProvider != nil {

@@ -1,4 +1,4 @@
-package billing_test
+package ledger_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -23,7 +24,7 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 	eng, _ := e.newEngine(rs.url())
 	org := testenv.ID(t, "org")
 	e.seed(org, []tenants.Limit{monthLimit("requests", 5)}, nil, tenants.TeamInput{ID: "eng"})
-	f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(eng), Logger: quietLog()})
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(eng), Logger: quietLog()})
 	var answers quota.WouldBlockCount
 	spend := func(n int, cost int64) {
 		t.Helper()
@@ -63,8 +64,8 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 		t.Errorf("%d epochs stored, want 2 (before and after the FLUSHDB)", len(stored))
 	}
 	want := []billing.WouldBlockRow{{Metric: "requests", Level: "org", ID: org, Window: "month", WouldBlockCount: answers}}
-	for _, counters := range []billing.CounterSource{oneEngine(eng), nil} {
-		s := &billing.Service{Store: e.store, Tenants: e.svc, Counters: counters}
+	for _, counters := range []ledger.CounterSource{oneEngine(eng), nil} {
+		s := &billing.Service{Store: billing.NewStore(e.pool), Tenants: e.svc, Counters: counters}
 		rep, err := s.WouldBlock(ctx, org, "")
 		if err != nil {
 			t.Fatal(err)
@@ -87,7 +88,7 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 	if err := eng.FlushWouldBlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s := &billing.Service{Store: e.store, Tenants: e.svc, Counters: oneEngine(eng)}
+	s := &billing.Service{Store: billing.NewStore(e.pool), Tenants: e.svc, Counters: oneEngine(eng)}
 	rep, err := s.WouldBlock(ctx, org, "")
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package billing
+package ledger
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // FlusherConfig configures a Flusher. Store, Tenants and Counters are required.
@@ -27,7 +28,7 @@ type FlusherConfig struct {
 	// Queue enqueues webhook deliveries of threshold events; nil records the events
 	// without delivering them. A function, because the River client that implements
 	// it is built after the flusher.
-	Queue func() Enqueuer
+	Queue func() webhooks.Enqueuer
 	// Interval between flushes (QUOTA_FLUSH_INTERVAL; default 2 s).
 	Interval time.Duration
 	// Clock picks the periods to flush and the UTC day of the daily history that a
@@ -45,8 +46,8 @@ type FlusherConfig struct {
 	CacheEvents int
 	// CacheMetrics counts the flusher's caches: billing_limits and billing_events.
 	CacheMetrics *cachemetrics.Metrics
-	// TracerProvider, when set, makes each flush of Run a "billing.flush" span, its
-	// Postgres queries under it; nil traces nothing.
+	// TracerProvider, when set, makes each flush of Run a "billing.flush" span (the
+	// name dashboards know), its Postgres queries under it; nil traces nothing.
 	TracerProvider trace.TracerProvider
 }
 
@@ -84,7 +85,7 @@ func NewFlusher(cfg FlusherConfig) *Flusher {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil, nil)
+		cfg.Metrics = NewMetrics(nil)
 	}
 	if cfg.CacheOrgs <= 0 {
 		cfg.CacheOrgs = 10_000
@@ -127,7 +128,7 @@ func (f *Flusher) traced(ctx context.Context) (FlushStats, error) {
 	if f.cfg.TracerProvider == nil {
 		return f.FlushOnce(ctx)
 	}
-	ctx, span := f.cfg.TracerProvider.Tracer("github.com/quotaplane/quotaplane/internal/billing").Start(ctx, "billing.flush")
+	ctx, span := f.cfg.TracerProvider.Tracer("github.com/quotaplane/quotaplane/internal/ledger").Start(ctx, "billing.flush")
 	defer span.End()
 	st, err := f.FlushOnce(ctx)
 	span.SetAttributes(attribute.Int("quotaplane.flush.orgs", st.Orgs), attribute.Int("quotaplane.flush.read", st.Read),

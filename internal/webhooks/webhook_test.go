@@ -1,4 +1,4 @@
-package billing_test
+package webhooks_test
 
 import (
 	"context"
@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
+	"github.com/quotaplane/quotaplane/internal/worker"
 	"github.com/quotaplane/quotaplane/webhook"
 )
 
@@ -30,7 +32,7 @@ type receiver struct {
 	failN  int // answer 500 to the first failN requests
 	mu     sync.Mutex
 	hits   int
-	got    []billing.Envelope
+	got    []webhooks.Envelope
 	badSig int
 	srv    *httptest.Server
 }
@@ -42,7 +44,7 @@ func newReceiver(t *testing.T, org string, failN int) *receiver {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		r.hits++
-		if err := webhook.Verify(billing.SigningSecret(master, org), req.Header.Get(billing.SignatureHeader), body,
+		if err := webhook.Verify(webhooks.SigningSecret(master, org), req.Header.Get(webhooks.SignatureHeader), body,
 			time.Now(), 5*time.Minute); err != nil {
 			r.badSig++
 			http.Error(w, err.Error(), http.StatusUnauthorized)
@@ -52,12 +54,12 @@ func newReceiver(t *testing.T, org string, failN int) *receiver {
 			http.Error(w, "try again", http.StatusInternalServerError)
 			return
 		}
-		var ev billing.Envelope
+		var ev webhooks.Envelope
 		if err := json.Unmarshal(body, &ev); err != nil {
 			r.t.Errorf("webhook body: %v", err)
 		}
-		if req.Header.Get(billing.EventHeader) != ev.Type {
-			r.t.Errorf("event header %q for a %s", req.Header.Get(billing.EventHeader), ev.Type)
+		if req.Header.Get(webhooks.EventHeader) != ev.Type {
+			r.t.Errorf("event header %q for a %s", req.Header.Get(webhooks.EventHeader), ev.Type)
 		}
 		r.got = append(r.got, ev)
 		w.WriteHeader(http.StatusNoContent)
@@ -66,20 +68,20 @@ func newReceiver(t *testing.T, org string, failN int) *receiver {
 	return r
 }
 
-func (r *receiver) received() []billing.Envelope {
+func (r *receiver) received() []webhooks.Envelope {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]billing.Envelope(nil), r.got...)
+	return append([]webhooks.Envelope(nil), r.got...)
 }
 
 // thresholdKeys names each received threshold event by level, id and percentage.
-func thresholdKeys(t *testing.T, evs []billing.Envelope) []string {
+func thresholdKeys(t *testing.T, evs []webhooks.Envelope) []string {
 	var out []string
 	for _, ev := range evs {
-		if ev.Type != billing.EventThreshold {
+		if ev.Type != webhooks.EventThreshold {
 			continue
 		}
-		var d billing.ThresholdData
+		var d webhooks.ThresholdData
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
 			t.Fatal(err)
 		}
@@ -107,11 +109,11 @@ func TestWebhookThresholdsOnceSignedAndRetried(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	hook := &billing.WebhookWorker{Store: e.store, Tenants: e.svc, Secret: master,
-		Client: billing.NewWebhookClient(5*time.Second, true), Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
+	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.svc, Secret: master,
+		Client: webhooks.NewClient(5*time.Second, true)}, Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
 	client, _ := e.startWorker("worker-1", nil, hook)
-	f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
-		Queue: func() billing.Enqueuer { return client }, Logger: quietLog()})
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		Queue: func() webhooks.Enqueuer { return worker.DeliveryQueue(client) }, Logger: quietLog()})
 
 	spend := func(org, user string, n int) {
 		for range n {
@@ -149,7 +151,7 @@ func TestWebhookThresholdsOnceSignedAndRetried(t *testing.T) {
 		}
 	}
 	// The flaky receiver failed twice: those attempts were retried, and logged.
-	ds, _, err := e.store.Deliveries(ctx, flaky, tenants.Page{Limit: 100})
+	ds, _, err := e.hooks.Deliveries(ctx, flaky, tenants.Page{Limit: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +181,7 @@ func TestWebhookThresholdsOnceSignedAndRetried(t *testing.T) {
 	t.Logf("good receiver: %d deliveries; flaky receiver: %d attempts logged (%d failed with 500, retried; highest attempt %d)",
 		rGood.hits, len(ds), failed, maxAttempt)
 	// Every event is in the org's event list too.
-	evs, err := e.store.Events(ctx, good, 100)
+	evs, err := e.hooks.Events(ctx, good, 100)
 	if err != nil || len(evs) != len(want) {
 		t.Fatalf("events of %s: %d (%v), want %d", good, len(evs), err, len(want))
 	}
@@ -197,11 +199,11 @@ func TestWebhookSetJustBeforeAThresholdIsSent(t *testing.T) {
 	rcv := newReceiver(t, org, 0)
 	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil,
 		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", 10)}})
-	hook := &billing.WebhookWorker{Store: e.store, Tenants: e.svc, Secret: master,
-		Client: billing.NewWebhookClient(5*time.Second, true), Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
+	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.svc, Secret: master,
+		Client: webhooks.NewClient(5*time.Second, true)}, Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
 	client, _ := e.startWorker("worker-late", nil, hook)
-	f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
-		Queue: func() billing.Enqueuer { return client }, Logger: quietLog()})
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		Queue: func() webhooks.Enqueuer { return worker.DeliveryQueue(client) }, Logger: quietLog()})
 	spend := func(n int64) {
 		t.Helper()
 		if _, err := e.check(e.engine, org, "eng", "alice", "requests", n); err != nil {
@@ -236,11 +238,11 @@ func TestWebhookPrivateTargetRefused(t *testing.T) {
 	}))
 	defer srv.Close()
 	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
-	refusing := billing.NewWebhookClient(2*time.Second, false)
+	refusing := webhooks.NewClient(2*time.Second, false)
 	for _, target := range []string{srv.URL, "http://localhost:" + port + "/x", "http://[::1]:" + port + "/",
 		"http://10.0.0.1:" + port + "/", "http://169.254.169.254/latest/meta-data"} {
 		_, err := refusing.Post(target, "application/json", strings.NewReader("{}"))
-		if !errors.Is(err, billing.ErrPrivateTarget) {
+		if !errors.Is(err, webhooks.ErrPrivateTarget) {
 			t.Errorf("%s: %v, want ErrPrivateTarget", target, err)
 		}
 	}
@@ -249,7 +251,7 @@ func TestWebhookPrivateTargetRefused(t *testing.T) {
 		t.Fatalf("a refused target was reached %d times", hits)
 	}
 	mu.Unlock()
-	if resp, err := billing.NewWebhookClient(2*time.Second, true).Post(srv.URL, "application/json", strings.NewReader("{}")); err != nil {
+	if resp, err := webhooks.NewClient(2*time.Second, true).Post(srv.URL, "application/json", strings.NewReader("{}")); err != nil {
 		t.Fatalf("allowed private target: %v", err)
 	} else {
 		resp.Body.Close()
@@ -260,7 +262,7 @@ func TestWebhookPrivateTargetRefused(t *testing.T) {
 	// Redirects are not followed (a public target could bounce to a private one).
 	redirect := httptest.NewServer(http.RedirectHandler(srv.URL, http.StatusFound))
 	defer redirect.Close()
-	resp, err := billing.NewWebhookClient(2*time.Second, true).Post(redirect.URL, "application/json", strings.NewReader("{}"))
+	resp, err := webhooks.NewClient(2*time.Second, true).Post(redirect.URL, "application/json", strings.NewReader("{}"))
 	if err != nil || resp.StatusCode != http.StatusFound {
 		t.Fatalf("redirect: %v %v", resp, err)
 	}
@@ -276,10 +278,10 @@ func TestWebhookPrivateTargetRefused(t *testing.T) {
 	if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
 		t.Fatal(err)
 	}
-	client, _ := e.startWorker("worker-1", nil, &billing.WebhookWorker{Store: e.store, Tenants: e.svc, Secret: master,
-		Client: refusing, Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
-	f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
-		Queue: func() billing.Enqueuer { return client }, Logger: quietLog()})
+	client, _ := e.startWorker("worker-1", nil, &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.svc, Secret: master,
+		Client: refusing}, Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		Queue: func() webhooks.Enqueuer { return worker.DeliveryQueue(client) }, Logger: quietLog()})
 	for range 8 {
 		if _, err := e.check(e.engine, org, "eng", "", "requests", 1); err != nil {
 			t.Fatal(err)
@@ -291,7 +293,7 @@ func TestWebhookPrivateTargetRefused(t *testing.T) {
 	waitFor(t, 10*time.Second, "the webhook job to be cancelled", func() bool {
 		return e.count(`SELECT count(*) FROM river_job WHERE kind = 'billing.webhook' AND state = 'cancelled'`) == 1
 	})
-	ds, _, err := e.store.Deliveries(ctx, org, tenants.Page{Limit: 10})
+	ds, _, err := e.hooks.Deliveries(ctx, org, tenants.Page{Limit: 10})
 	if err != nil || len(ds) != 1 || ds[0].Succeeded || !strings.Contains(ds[0].Error, "not a public address") {
 		t.Fatalf("delivery log: %+v, %v", ds, err)
 	}

@@ -1,4 +1,4 @@
-package billing_test
+package ledger_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -124,7 +124,7 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 	per := e.engine.Period(1)
 	flushAt := func(at time.Time) {
 		t.Helper()
-		f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
 			Logger: quietLog(), Clock: func() time.Time { return at }})
 		if _, err := f.FlushOnce(ctx); err != nil {
 			t.Fatal(err)
@@ -149,7 +149,7 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	last := per.End.AddDate(0, 0, -1)
-	want := map[string][]billing.DayUsage{"requests": {{Day: per.Start, Used: 4}, {Day: last, Used: 10}}}
+	want := map[string][]ledger.DayUsage{"requests": {{Day: per.Start, Used: 4}, {Day: last, Used: 10}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("daily history (-want +got):\n%s", diff)
 	}

@@ -1,4 +1,4 @@
-package billing_test
+package ledger_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -38,7 +38,7 @@ func TestSettledLeasesAreNotKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close(); _ = rdb.Close() })
-	flusher := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc,
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc,
 		Counters: oneEngine(eng), Interval: time.Hour, Logger: quietLog()})
 	r, err := e.svc.ResolveOrg(ctx, org)
 	if err != nil {

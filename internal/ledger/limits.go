@@ -1,4 +1,4 @@
-package billing
+package ledger
 
 import (
 	"context"
@@ -12,25 +12,26 @@ import (
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// orgLimits is what the worker knows of an org's limits: the org's effective ones,
+// Limits is what the worker knows of an org's limits: the org's effective ones,
 // its teams (own limits and user defaults) and its registered users' own limits.
-type orgLimits struct {
-	org   tenants.Org
-	teams map[string]tenants.Team
-	users map[string]tenants.User // registered users by id
+// The flusher's threshold events and billing's close and usage reads use it.
+type Limits struct {
+	Org   tenants.Org
+	Teams map[string]tenants.Team
+	Users map[string]tenants.User // registered users by id
 }
 
-// loadLimits reads an org with its teams and registered users (with the org when it
+// LoadLimits reads an org with its teams and registered users (with the org when it
 // has at most tenants.DefaultMaxOrgUsers, else a page of 1000 users per query).
-func loadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*orgLimits, error) {
+func LoadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*Limits, error) {
 	r, err := svc.ResolveOrg(ctx, orgID)
 	if err != nil {
 		return nil, fmt.Errorf("limits of org %q: %w", orgID, err)
 	}
-	out := &orgLimits{org: r.Org, teams: r.Teams, users: map[string]tenants.User{}}
+	out := &Limits{Org: r.Org, Teams: r.Teams, Users: map[string]tenants.User{}}
 	if r.UsersComplete { // the registered users came with the org: no more queries
 		for id, u := range r.Users {
-			out.users[id] = tenants.User{OrgID: orgID, TeamID: u.TeamID, ID: id, Limits: u.Limits}
+			out.Users[id] = tenants.User{OrgID: orgID, TeamID: u.TeamID, ID: id, Limits: u.Limits}
 		}
 		return out, nil
 	}
@@ -42,7 +43,7 @@ func loadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*orgLi
 				return nil, fmt.Errorf("limits of org %q: %w", orgID, err)
 			}
 			for _, u := range us {
-				out.users[u.ID] = u
+				out.Users[u.ID] = u
 			}
 			if cursor = next; cursor == "" {
 				break
@@ -52,21 +53,21 @@ func loadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*orgLi
 	return out, nil
 }
 
-// of returns the effective limits of a counter's level for its metric, every window.
-func (o *orgLimits) of(c quota.Counter) []tenants.Limit {
+// Of returns the effective limits of a counter's level for its metric, every window.
+func (o *Limits) Of(c quota.Counter) []tenants.Limit {
 	var ls []tenants.Limit
 	switch c.Level {
 	case quota.LevelOrg:
-		ls = o.org.EffectiveLimits
+		ls = o.Org.EffectiveLimits
 	case quota.LevelTeam:
-		ls = o.teams[c.Team].Limits
+		ls = o.Teams[c.Team].Limits
 	case quota.LevelUser:
-		t, ok := o.teams[c.Team]
+		t, ok := o.Teams[c.Team]
 		if !ok {
 			return nil
 		}
 		ls = t.UserLimits
-		if u, ok := o.users[c.User]; ok && u.TeamID == c.Team {
+		if u, ok := o.Users[c.User]; ok && u.TeamID == c.Team {
 			ls = tenants.MergeLimits(t.UserLimits, u.Limits)
 		}
 	}
@@ -79,9 +80,9 @@ func (o *orgLimits) of(c quota.Counter) []tenants.Limit {
 	return out
 }
 
-// month returns the month limit of a counter, and whether it has one.
-func (o *orgLimits) month(c quota.Counter) (int64, bool) {
-	for _, l := range o.of(c) {
+// Month returns the month limit of a counter, and whether it has one.
+func (o *Limits) Month(c quota.Counter) (int64, bool) {
+	for _, l := range o.Of(c) {
 		if l.Window == tenants.Month {
 			return l.Limit, true
 		}
@@ -100,7 +101,7 @@ type limitCache struct {
 }
 
 type limitEntry struct {
-	l  *orgLimits
+	l  *Limits
 	at time.Time
 }
 
@@ -112,13 +113,13 @@ func newLimitCache(svc *tenants.Service, ttl time.Duration, size int, m cachemet
 	return &limitCache{svc: svc, ttl: ttl, entries: entries, m: m.OrNop()}
 }
 
-func (c *limitCache) get(ctx context.Context, org string) (*orgLimits, error) {
+func (c *limitCache) get(ctx context.Context, org string) (*Limits, error) {
 	if e, ok := c.entries.Get(org); ok && time.Since(e.at) < c.ttl {
 		c.m.Hit()
 		return e.l, nil
 	}
 	c.m.Miss()
-	l, err := loadLimits(ctx, c.svc, org)
+	l, err := LoadLimits(ctx, c.svc, org)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package billing_test
+package ledger_test
 
 import (
 	"context"
@@ -7,10 +7,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // counter reads one series of a cache counter family from reg; a series never
@@ -27,7 +28,7 @@ func TestFlusherCachesAreBounded(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
 		Logger: quietLog(), CacheOrgs: 1, CacheEvents: 2, CacheMetrics: cachemetrics.New(reg)})
 	var orgs []string
 	for i := range 3 {
@@ -69,7 +70,7 @@ func TestFlusherCachesAreBounded(t *testing.T) {
 	}
 	flush()
 	for _, org := range orgs {
-		evs, err := e.store.Events(ctx, org, 100)
+		evs, err := webhooks.NewStore(e.pool).Events(ctx, org, 100)
 		if err != nil || len(evs) != 2 {
 			t.Errorf("events of %s: %d (%v), want 2 (80 %% and 100 %% of alice)", org, len(evs), err)
 		}

@@ -1,4 +1,4 @@
-package billing_test
+package ledger_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -94,7 +94,7 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 	org := testenv.ID(t, "org")
 	e.seed(org, []tenants.Limit{monthLimit("requests", 100*limit)}, nil,
 		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", limit)}})
-	f := billing.NewFlusher(billing.FlusherConfig{Store: e.store, Tenants: e.svc,
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc,
 		Counters: oneEngine(eng), Interval: interval, Logger: quietLog()})
 	fctx, stopFlusher := context.WithCancel(ctx)
 	flushDone := make(chan struct{})

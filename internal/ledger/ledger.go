@@ -1,0 +1,107 @@
+// Package ledger keeps Quotaplane's usage durable: it persists the live month
+// counters, reservations and would-block records of the quota engine into Postgres
+// (Flusher, which drains what changed in Redis), restores them into an empty Redis
+// (Store.StoredUsage and Store.StoredReservations, the engine's hydrators), and raises
+// the usage.threshold events of what it flushes (recorded and queued through
+// internal/webhooks).
+//
+// Postgres is the record, Redis holds the live counters: a counter's stored value
+// only ever goes up (GREATEST), so flushes from several workers, in any order, and a
+// close racing a flush, cannot lose units. What Redis counted since the last flush
+// is lost if Redis restarts empty: at most one flush interval.
+//
+// internal/billing closes periods over the ledger's rows (PeriodLock, UpsertCounters,
+// RecordDaily in its transaction) and reads them for usage reports.
+package ledger
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/quota"
+)
+
+// ErrNoCounters is returned by a CounterSource that cannot reach an org's Redis;
+// wrapped with context, test it with errors.Is.
+var ErrNoCounters = derrors.New(derrors.Unavailable, "live counters unavailable")
+
+// Counters reads the live month counters of orgs on one Redis. *quota.Engine
+// satisfies it. Both methods return errors wrapping quota.ErrUnavailable when Redis
+// fails and quota.ErrInvalid for a bad org or period.
+type Counters interface {
+	// DrainDirty takes the counters of org changed in period since the last drain.
+	DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+	// MonthUsage reads every counter of org in period.
+	MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+	// WouldBlockVersion reads the epoch and version of org's would-block record of
+	// period ("" and 0 when there is none).
+	WouldBlockVersion(ctx context.Context, org, period string) (string, int64, error)
+	// WouldBlock reads org's would-block record of period.
+	WouldBlock(ctx context.Context, org, period string) (quota.WouldBlockRecord, error)
+	// Drain is DrainDirty that also takes the reservations of period changed since
+	// the last drain, in the same snapshot; Undrain marks them changed again when
+	// they could not be persisted.
+	Drain(ctx context.Context, org, period string) (quota.Drained, error)
+	Undrain(ctx context.Context, org string, recs []quota.ReservationRecord) error
+	// HeldUnits reads the units of org in period held by open reservations, which
+	// the counters include.
+	HeldUnits(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
+}
+
+// Route says where an org's live counters are, as the api's quota router sends its
+// checks: the org's dedicated Redis, else its plan's pool class, else the default.
+type Route struct {
+	Org      string
+	RedisURL string // the org's dedicated Redis, "" for none
+	Pool     string // the plan's pool class
+}
+
+// CounterSource finds the Redis that holds an org's live counters. CountersFor
+// returns an error wrapping ErrNoCounters when that Redis cannot be used (a bad URL).
+type CounterSource interface {
+	CountersFor(r Route) (Counters, error)
+}
+
+// CounterSourceFunc adapts a function to a CounterSource.
+type CounterSourceFunc func(r Route) (Counters, error)
+
+// CountersFor calls f.
+func (f CounterSourceFunc) CountersFor(r Route) (Counters, error) { return f(r) }
+
+// RouterCounters reads an org's live counters where router counts its checks: the
+// org's dedicated Redis, its plan's pool, or the default one.
+func RouterCounters(router *quota.Router) CounterSource {
+	return CounterSourceFunc(func(r Route) (Counters, error) {
+		eng, err := router.EngineFor(quota.Route{Pool: r.Pool, RedisURL: r.RedisURL})
+		if err != nil {
+			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, r.Org, err)
+		}
+		return eng, nil
+	})
+}
+
+// counterRow is a counter with its value in flat, sortable form.
+type counterRow struct {
+	metric, level, team, user string
+	units                     int64
+}
+
+func rowsOf(m map[quota.Counter]int64) []counterRow {
+	out := make([]counterRow, 0, len(m))
+	for c, v := range m {
+		out = append(out, counterRow{metric: c.Metric, level: string(c.Level), team: c.Team, user: c.User, units: v})
+	}
+	// One order everywhere, so concurrent upserts lock rows in the same order.
+	slices.SortFunc(out, func(a, b counterRow) int {
+		return cmp.Or(cmp.Compare(a.metric, b.metric), cmp.Compare(a.level, b.level), cmp.Compare(a.team, b.team),
+			cmp.Compare(a.user, b.user))
+	})
+	return out
+}
+
+func (r counterRow) counter() quota.Counter {
+	return quota.Counter{Metric: r.metric, Level: quota.Level(r.level), Team: r.team, User: r.user}
+}

@@ -1,0 +1,92 @@
+package ledger_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quotaplane/quotaplane/internal/ledger"
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// gauges returns the values of the gauge family name by its label values joined with "|".
+func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			k := ""
+			for i, lp := range m.GetLabel() {
+				if i > 0 {
+					k += "|"
+				}
+				k += lp.GetName() + "=" + lp.GetValue()
+			}
+			out[k] = m.GetGauge().GetValue()
+		}
+	}
+	return out
+}
+
+// TestFlushReportsMonthUtilization: a flush exports the highest used / month limit of
+// each level with a month limit, and only the UtilizationTop highest series.
+func TestFlushReportsMonthUtilization(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	metrics := ledger.NewMetrics(reg)
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc,
+		Counters: oneEngine(e.engine), Logger: quietLog(), Metrics: metrics})
+
+	hot := testenv.ID(t, "hot")
+	e.seed(hot, []tenants.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
+		Limits: []tenants.Limit{monthLimit("requests", 50)}})
+	if _, err := e.check(e.engine, hot, "eng", "alice", "requests", 45); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flusher.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := gauges(t, reg, "quotaplane_worker_month_utilization_ratio")
+	want := map[string]float64{
+		"level=org|metric=requests|org=" + hot:  0.45,
+		"level=team|metric=requests|org=" + hot: 0.9,
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("utilization %s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("utilization series %v, want only %v (the user level has no month limit)", got, want)
+	}
+
+	// More orgs with usage than UtilizationTop: only the highest are exported.
+	for i := range ledger.UtilizationTop + 2 {
+		org := fmt.Sprintf("%s-%02d", testenv.ID(t, "o"), i)
+		e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil)
+		if _, err := e.check(e.engine, org, "", "", "requests", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := flusher.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got = gauges(t, reg, "quotaplane_worker_month_utilization_ratio")
+	if len(got) != ledger.UtilizationTop {
+		t.Errorf("%d utilization series, want %d", len(got), ledger.UtilizationTop)
+	}
+	if got["level=team|metric=requests|org="+hot] != 0.9 {
+		t.Errorf("the highest series is not among the exported: %v", got)
+	}
+}
