@@ -28,6 +28,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // privatePostgres is a Postgres cluster of the test's own, made with initdb and run
@@ -206,7 +207,8 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	})
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
 		AdminToken: operatorToken, Logger: log,
-		Billing: &billing.Service{Store: usage, Tenants: svc, Logger: log, Counters: ledger.RouterCounters(router)}})
+		Billing:  &billing.Service{Store: usage, Tenants: svc, Logger: log, Counters: ledger.RouterCounters(router)},
+		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // resReplica is one api process serving reservations and usage, with its router (a
@@ -65,7 +66,8 @@ func newResReplicasLeasing(t *testing.T, n int, leases quota.LeaseConfig) []*res
 		quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 		h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), Registry: reg,
 			AdminToken: operatorToken, Logger: quiet,
-			Billing: &billing.Service{Store: store, Tenants: svc, Counters: ledger.RouterCounters(router), Logger: quiet}})
+			Billing:  &billing.Service{Store: store, Tenants: svc, Counters: ledger.RouterCounters(router), Logger: quiet},
+			Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -80,7 +80,8 @@ func newBillingReplicaWith(t *testing.T, tag string, clock *testenv.Clock) *bill
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
 		AdminToken: operatorToken, Logger: quiet,
-		Billing: &billing.Service{Store: store, Tenants: svc, Counters: engines, Logger: quiet}, Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: webhookMaster}})
+		Billing:  &billing.Service{Store: store, Tenants: svc, Counters: engines, Logger: quiet},
+		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: webhookMaster}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,8 @@ func TestWebhookWithoutMasterSecret(t *testing.T) {
 	pool := testenv.Postgres(t)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc}})
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc},
+		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +207,8 @@ func TestWebhookURLWarning(t *testing.T) {
 	pool := testenv.Postgres(t)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc}})
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc},
+		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,8 +258,9 @@ func newWebhookTestFixture(t *testing.T, master string, allowPrivate bool) *fixt
 	pool := testenv.Postgres(t)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
-		Logger:  slog.New(slog.NewJSONHandler(io.Discard, nil)),
-		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc}, Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(master), Client: webhooks.NewClient(5*time.Second, allowPrivate)}})
+		Logger:   slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Billing:  &billing.Service{Store: billing.NewStore(pool), Tenants: svc},
+		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(master), Client: webhooks.NewClient(5*time.Second, allowPrivate)}})
 	if err != nil {
 		t.Fatal(err)
 	}

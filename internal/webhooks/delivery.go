@@ -143,7 +143,7 @@ type Deliverer struct {
 	Metrics *Metrics
 }
 
-// Envelope is the JSON body of a webhook.
+// Envelope is a recorded event of an org, as the JSON body of its webhook.
 type Envelope struct {
 	ID        int64           `json:"id"`
 	Type      string          `json:"type"`

@@ -55,16 +55,6 @@ type Enqueuer interface {
 	EnqueueDelivery(ctx context.Context, tx pgx.Tx, eventID int64) error
 }
 
-// Event is a recorded event of an org.
-type Event struct {
-	ID        int64           `json:"id"`
-	Org       string          `json:"org"`
-	Type      string          `json:"type"`
-	Period    string          `json:"period"`
-	Data      json.RawMessage `json:"data"`
-	CreatedAt time.Time       `json:"created_at"`
-}
-
 // ThresholdData is the data of a usage.threshold event.
 type ThresholdData struct {
 	Level     string `json:"level"`
@@ -110,15 +100,16 @@ type Store struct {
 // NewStore returns a Store on pool.
 func NewStore(pool *pgxpool.Pool) *Store { return &Store{pool: pgdb.DB{Pool: pool}} }
 
-// Events lists an org's events, newest first, at most limit.
-func (s *Store) Events(ctx context.Context, org string, limit int) ([]Event, error) {
+// Events lists an org's events, newest first, at most limit, each as its webhook's
+// body.
+func (s *Store) Events(ctx context.Context, org string, limit int) ([]Envelope, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, org_id, type, period, payload, created_at FROM billing_events
 		WHERE org_id = $1 ORDER BY id DESC LIMIT $2`, org, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Event, error) {
-		var e Event
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Envelope, error) {
+		var e Envelope
 		err := r.Scan(&e.ID, &e.Org, &e.Type, &e.Period, &e.Data, &e.CreatedAt)
 		return e, err
 	})
