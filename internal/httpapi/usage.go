@@ -50,6 +50,8 @@ func (s *Server) billingReady(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// webhooksReady is billingReady for the webhook API (webhooks.Service), with the 503
+// it answered when both were one service.
 func (s *Server) webhooksReady(w http.ResponseWriter, r *http.Request) bool {
 	if s.webhooks == nil {
 		s.fail(w, r, derrors.E(derrors.Unavailable, "usage and billing are not configured on this server", nil))
