@@ -2,7 +2,7 @@
 // pkgsite's derrors and wtf's error codes. A domain package defines its errors as a
 // kind (New) or as a type with a Kind method; stores translate driver errors into
 // kinds (see pgdb.DB); the HTTP layer maps each kind to one status and problem type in
-// one table (internal/httpapi/problem). Nothing here knows HTTP.
+// one table (internal/platform/problem). Nothing here knows HTTP.
 //
 // Adding a domain error is one line:
 //

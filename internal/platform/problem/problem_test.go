@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
-	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
 func TestEveryKindHasAStatus(t *testing.T) {
@@ -85,7 +85,7 @@ func TestNoStatusOutsideTheMap(t *testing.T) {
 	for _, dir := range []string{"internal", "cmd"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
-				strings.Contains(path, filepath.Join("httpapi", "problem")) || strings.HasSuffix(path, ".gen.go") ||
+				strings.Contains(path, filepath.Join("platform", "problem")) || strings.HasSuffix(path, ".gen.go") ||
 				strings.Contains(path, "loadgen") || strings.HasSuffix(filepath.Base(filepath.Dir(path)), "test") {
 				return err
 			}
@@ -99,7 +99,7 @@ func TestNoStatusOutsideTheMap(t *testing.T) {
 				case *ast.SelectorExpr:
 					if x, ok := n.X.(*ast.Ident); ok && x.Name == "http" {
 						if errorStatus[n.Sel.Name] || n.Sel.Name == "Error" || n.Sel.Name == "NotFound" {
-							t.Errorf("%s: http.%s: an error status is the table's to choose (internal/httpapi/problem)", fset.Position(n.Pos()), n.Sel.Name)
+							t.Errorf("%s: http.%s: an error status is the table's to choose (internal/platform/problem)", fset.Position(n.Pos()), n.Sel.Name)
 						}
 					}
 				case *ast.CallExpr:
