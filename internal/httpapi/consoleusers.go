@@ -12,7 +12,7 @@ import (
 // CreateConsoleUser handles POST /v1/orgs/{org}/console-users.
 func (s *Server) CreateConsoleUser(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	var in api.ConsoleUserCreate
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !decode(w, r, &in) {
+	if !decode(w, r, &in) {
 		return
 	}
 	u, err := s.tenants.CreateConsoleUser(r.Context(), actor(r), org,
@@ -26,9 +26,6 @@ func (s *Server) CreateConsoleUser(w http.ResponseWriter, r *http.Request, org a
 
 // ListConsoleUsers handles GET /v1/orgs/{org}/console-users.
 func (s *Server) ListConsoleUsers(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListConsoleUsersParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	us, next, err := s.tenants.ListConsoleUsers(r.Context(), org, page(params.Limit, params.Cursor))
 	if err != nil {
 		s.fail(w, r, err)
@@ -39,9 +36,6 @@ func (s *Server) ListConsoleUsers(w http.ResponseWriter, r *http.Request, org ap
 
 // GetConsoleUser handles GET /v1/orgs/{org}/console-users/{id}.
 func (s *Server) GetConsoleUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, id api.ConsoleUserPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	u, err := s.tenants.GetConsoleUser(r.Context(), org, id)
 	if err != nil {
 		s.fail(w, r, err)
@@ -52,9 +46,6 @@ func (s *Server) GetConsoleUser(w http.ResponseWriter, r *http.Request, org api.
 
 // DeleteConsoleUser handles DELETE /v1/orgs/{org}/console-users/{id}.
 func (s *Server) DeleteConsoleUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, id api.ConsoleUserPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	if err := s.tenants.DeleteConsoleUser(r.Context(), actor(r), org, id); err != nil {
 		s.fail(w, r, err)
 		return

@@ -12,7 +12,7 @@ import (
 // CreatePlan handles POST /v1/plans.
 func (s *Server) CreatePlan(w http.ResponseWriter, r *http.Request) {
 	var in api.PlanCreate
-	if !requireOperator(w, r) || !decode(w, r, &in) {
+	if !decode(w, r, &in) {
 		return
 	}
 	p, err := s.tenants.CreatePlan(r.Context(), actor(r), toPlanInput(in))
@@ -25,9 +25,6 @@ func (s *Server) CreatePlan(w http.ResponseWriter, r *http.Request) {
 
 // ListPlans handles GET /v1/plans.
 func (s *Server) ListPlans(w http.ResponseWriter, r *http.Request, params api.ListPlansParams) {
-	if !requireOperator(w, r) {
-		return
-	}
 	ps, next, err := s.tenants.ListPlans(r.Context(), page(params.Limit, params.Cursor))
 	if err != nil {
 		s.fail(w, r, err)
@@ -38,9 +35,6 @@ func (s *Server) ListPlans(w http.ResponseWriter, r *http.Request, params api.Li
 
 // GetPlan handles GET /v1/plans/{plan}.
 func (s *Server) GetPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
-	if !requireOperator(w, r) {
-		return
-	}
 	p, err := s.tenants.GetPlan(r.Context(), plan)
 	if err != nil {
 		s.fail(w, r, err)
@@ -52,9 +46,6 @@ func (s *Server) GetPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPa
 // PatchPlan handles PATCH /v1/plans/{plan}.
 func (s *Server) PatchPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
 	var in api.PlanPatch
-	if !requireOperator(w, r) {
-		return
-	}
 	b, ok := readBody(w, r)
 	if !ok {
 		return

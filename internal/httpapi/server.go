@@ -95,7 +95,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if d.Console != nil {
 		app = d.Console
 	}
-	s.routes(r, app, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate)
+	if err := s.routes(r, app, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate); err != nil {
+		return nil, err
+	}
 	if d.TracerProvider != nil {
 		return traced(r, d.TracerProvider), nil
 	}

@@ -12,7 +12,7 @@ import (
 // CreateTeam handles POST /v1/orgs/{org}/teams.
 func (s *Server) CreateTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	var in api.TeamCreate
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !decode(w, r, &in) {
+	if !decode(w, r, &in) {
 		return
 	}
 	t, err := s.tenants.CreateTeam(r.Context(), actor(r), org, toTeamInput(in))
@@ -25,9 +25,6 @@ func (s *Server) CreateTeam(w http.ResponseWriter, r *http.Request, org api.OrgP
 
 // ListTeams handles GET /v1/orgs/{org}/teams.
 func (s *Server) ListTeams(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListTeamsParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	ts, next, err := s.tenants.ListTeams(r.Context(), org, page(params.Limit, params.Cursor))
 	if err != nil {
 		s.fail(w, r, err)
@@ -38,9 +35,6 @@ func (s *Server) ListTeams(w http.ResponseWriter, r *http.Request, org api.OrgPa
 
 // GetTeam handles GET /v1/orgs/{org}/teams/{team}.
 func (s *Server) GetTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	t, err := s.tenants.GetTeam(r.Context(), org, team)
 	if err != nil {
 		s.fail(w, r, err)
@@ -52,7 +46,7 @@ func (s *Server) GetTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath
 // PatchTeam handles PATCH /v1/orgs/{org}/teams/{team}.
 func (s *Server) PatchTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
 	var in api.TeamPatch
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !decode(w, r, &in) {
+	if !decode(w, r, &in) {
 		return
 	}
 	t, err := s.tenants.UpdateTeam(r.Context(), actor(r), org, team, toTeamPatch(in))
@@ -65,9 +59,6 @@ func (s *Server) PatchTeam(w http.ResponseWriter, r *http.Request, org api.OrgPa
 
 // DeleteTeam handles DELETE /v1/orgs/{org}/teams/{team}, with the team's users.
 func (s *Server) DeleteTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	if err := s.tenants.DeleteTeam(r.Context(), actor(r), org, team); err != nil {
 		s.fail(w, r, err)
 		return

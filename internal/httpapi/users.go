@@ -12,7 +12,7 @@ import (
 // CreateUser handles POST /v1/orgs/{org}/teams/{team}/users.
 func (s *Server) CreateUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
 	var in api.UserCreate
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !decode(w, r, &in) {
+	if !decode(w, r, &in) {
 		return
 	}
 	u, err := s.tenants.CreateUser(r.Context(), actor(r), org, team, toUserInput(in))
@@ -25,9 +25,6 @@ func (s *Server) CreateUser(w http.ResponseWriter, r *http.Request, org api.OrgP
 
 // ListUsers handles GET /v1/orgs/{org}/teams/{team}/users.
 func (s *Server) ListUsers(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath, params api.ListUsersParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	us, next, err := s.tenants.ListUsers(r.Context(), org, team, page(params.Limit, params.Cursor))
 	if err != nil {
 		s.fail(w, r, err)
@@ -38,9 +35,6 @@ func (s *Server) ListUsers(w http.ResponseWriter, r *http.Request, org api.OrgPa
 
 // GetUser handles GET /v1/orgs/{org}/teams/{team}/users/{user}.
 func (s *Server) GetUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath, user api.UserPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	u, err := s.tenants.GetUser(r.Context(), org, team, user)
 	if err != nil {
 		s.fail(w, r, err)
@@ -52,7 +46,7 @@ func (s *Server) GetUser(w http.ResponseWriter, r *http.Request, org api.OrgPath
 // PatchUser handles PATCH /v1/orgs/{org}/teams/{team}/users/{user}.
 func (s *Server) PatchUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath, user api.UserPath) {
 	var in api.UserPatch
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) || !decode(w, r, &in) {
+	if !decode(w, r, &in) {
 		return
 	}
 	u, err := s.tenants.UpdateUser(r.Context(), actor(r), org, team, user, tenants.UserPatch{Limits: toLimitsPtr(in.Limits)})
@@ -65,9 +59,6 @@ func (s *Server) PatchUser(w http.ResponseWriter, r *http.Request, org api.OrgPa
 
 // DeleteUser handles DELETE /v1/orgs/{org}/teams/{team}/users/{user}.
 func (s *Server) DeleteUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath, user api.UserPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	if err := s.tenants.DeleteUser(r.Context(), actor(r), org, team, user); err != nil {
 		s.fail(w, r, err)
 		return
