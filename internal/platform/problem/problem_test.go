@@ -38,7 +38,7 @@ func TestFrom(t *testing.T) {
 		detail string
 		fields int
 	}{
-		{"wrapped not found", fmt.Errorf("get team: %w", fmt.Errorf("team %q of org %q: %w", "t", "o", notFound)), 404, `team "t" of org "o" not found`, 0},
+		{"wrapped not found", fmt.Errorf("get team: %w", derrors.Wrap(notFound, "team %q of org %q", "t", "o")), 404, `team "t" of org "o" not found`, 0},
 		{"field", derrors.Field("cost", "must be an integer"), 400, "cost: must be an integer", 1},
 		{"an internal error says nothing of itself", errors.New("pq: secret table"), 500, "internal error", 0},
 		{"an unavailable one neither", derrors.E(derrors.Unavailable, "the database is unavailable; retry shortly", errors.New("dial 10.0.0.3")), 503, "the database is unavailable; retry shortly", 0},
