@@ -37,20 +37,12 @@ func (s *Server) ListConsoleUsers(w http.ResponseWriter, r *http.Request, org ap
 // GetConsoleUser handles GET /v1/orgs/{org}/console-users/{id}.
 func (s *Server) GetConsoleUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, id api.ConsoleUserPath) {
 	u, err := s.tenants.GetConsoleUser(r.Context(), org, id)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromConsoleUser(u))
+	respond(s, w, r, http.StatusOK, fromConsoleUser, u, err)
 }
 
 // DeleteConsoleUser handles DELETE /v1/orgs/{org}/console-users/{id}.
 func (s *Server) DeleteConsoleUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, id api.ConsoleUserPath) {
-	if err := s.tenants.DeleteConsoleUser(r.Context(), actor(r), org, id); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.DeleteConsoleUser(r.Context(), actor(r), org, id))
 }
 
 func fromConsoleUser(u tenants.ConsoleUser) api.ConsoleUser {

@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"net/http"
+
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
@@ -79,4 +81,39 @@ func nonZero[T comparable](v T) *T {
 		return nil
 	}
 	return &v
+}
+
+// The encode steps shared by the handlers that answer one object or none, and the
+// decode -> call -> encode adapter of those whose call takes the decoded body as is
+// (openmeter's httptransport, in three functions). A handler that does more between
+// the steps (reads the raw body, checks fields, sets headers) writes them out.
+
+// respond answers the result of a call: err as a problem document, else out(v) as
+// JSON with status.
+func respond[T, U any](s *Server, w http.ResponseWriter, r *http.Request, status int, out func(T) U, v T, err error) {
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, status, out(v))
+}
+
+// handle decodes the request body into an In (or answers why it cannot), calls op
+// with it, and answers as respond does.
+func handle[In, T, U any](s *Server, w http.ResponseWriter, r *http.Request, status int, out func(T) U, op func(In) (T, error)) {
+	var in In
+	if !decode(w, r, &in) {
+		return
+	}
+	v, err := op(in)
+	respond(s, w, r, status, out, v, err)
+}
+
+// noContent answers a call that returns nothing: 204, or err as a problem document.
+func (s *Server) noContent(w http.ResponseWriter, r *http.Request, err error) {
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

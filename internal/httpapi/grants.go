@@ -40,11 +40,7 @@ func (s *Server) ListGrants(w http.ResponseWriter, r *http.Request, org api.OrgP
 
 // RevokeGrant handles DELETE /v1/orgs/{org}/grants/{grant}.
 func (s *Server) RevokeGrant(w http.ResponseWriter, r *http.Request, org api.OrgPath, grant api.GrantPath) {
-	if err := s.tenants.RevokeGrant(r.Context(), actor(r), org, grant); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.RevokeGrant(r.Context(), actor(r), org, grant))
 }
 
 func toGrantInput(in api.GrantCreate) tenants.GrantInput {

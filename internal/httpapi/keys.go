@@ -38,11 +38,7 @@ func (s *Server) ListApiKeys(w http.ResponseWriter, r *http.Request, org api.Org
 
 // RevokeApiKey handles DELETE /v1/orgs/{org}/api-keys/{key}.
 func (s *Server) RevokeApiKey(w http.ResponseWriter, r *http.Request, org api.OrgPath, key api.KeyPath) {
-	if err := s.tenants.RevokeAPIKey(r.Context(), actor(r), org, key); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.RevokeAPIKey(r.Context(), actor(r), org, key))
 }
 
 func toKeyInput(in api.ApiKeyCreate) tenants.APIKeyInput {

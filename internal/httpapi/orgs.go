@@ -14,16 +14,9 @@ import (
 
 // CreateOrg handles POST /v1/orgs (operator).
 func (s *Server) CreateOrg(w http.ResponseWriter, r *http.Request) {
-	var in api.OrgCreate
-	if !decode(w, r, &in) {
-		return
-	}
-	o, err := s.tenants.CreateOrg(r.Context(), actor(r), toOrgInput(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, fromOrg(o))
+	handle(s, w, r, http.StatusCreated, fromOrg, func(in api.OrgCreate) (tenants.Org, error) {
+		return s.tenants.CreateOrg(r.Context(), actor(r), toOrgInput(in))
+	})
 }
 
 // ListOrgs handles GET /v1/orgs (operator).
@@ -39,11 +32,7 @@ func (s *Server) ListOrgs(w http.ResponseWriter, r *http.Request, params api.Lis
 // GetOrg handles GET /v1/orgs/{org}.
 func (s *Server) GetOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	o, err := s.tenants.GetOrg(r.Context(), org)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromOrg(o))
+	respond(s, w, r, http.StatusOK, fromOrg, o, err)
 }
 
 // PatchOrg handles PATCH /v1/orgs/{org}. plan, limits, redis_url and
@@ -63,11 +52,7 @@ func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPat
 		return
 	}
 	o, err := s.tenants.UpdateOrg(r.Context(), actor(r), org, patch)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromOrg(o))
+	respond(s, w, r, http.StatusOK, fromOrg, o, err)
 }
 
 func toOrgInput(in api.OrgCreate) tenants.OrgInput {

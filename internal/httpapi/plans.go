@@ -11,16 +11,9 @@ import (
 
 // CreatePlan handles POST /v1/plans.
 func (s *Server) CreatePlan(w http.ResponseWriter, r *http.Request) {
-	var in api.PlanCreate
-	if !decode(w, r, &in) {
-		return
-	}
-	p, err := s.tenants.CreatePlan(r.Context(), actor(r), toPlanInput(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, fromPlan(p))
+	handle(s, w, r, http.StatusCreated, fromPlan, func(in api.PlanCreate) (tenants.Plan, error) {
+		return s.tenants.CreatePlan(r.Context(), actor(r), toPlanInput(in))
+	})
 }
 
 // ListPlans handles GET /v1/plans.
@@ -36,11 +29,7 @@ func (s *Server) ListPlans(w http.ResponseWriter, r *http.Request, params api.Li
 // GetPlan handles GET /v1/plans/{plan}.
 func (s *Server) GetPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
 	p, err := s.tenants.GetPlan(r.Context(), plan)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromPlan(p))
+	respond(s, w, r, http.StatusOK, fromPlan, p, err)
 }
 
 // PatchPlan handles PATCH /v1/plans/{plan}.
@@ -57,11 +46,7 @@ func (s *Server) PatchPlan(w http.ResponseWriter, r *http.Request, plan api.Plan
 	patch := toPlanPatch(in)
 	patch.RemovePricing = sentNull(b, "pricing") // the generated type reads null as absent
 	p, err := s.tenants.UpdatePlan(r.Context(), actor(r), plan, patch)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromPlan(p))
+	respond(s, w, r, http.StatusOK, fromPlan, p, err)
 }
 
 func toPricing(in *api.Pricing) *tenants.Pricing {

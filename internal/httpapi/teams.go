@@ -11,16 +11,9 @@ import (
 
 // CreateTeam handles POST /v1/orgs/{org}/teams.
 func (s *Server) CreateTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
-	var in api.TeamCreate
-	if !decode(w, r, &in) {
-		return
-	}
-	t, err := s.tenants.CreateTeam(r.Context(), actor(r), org, toTeamInput(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, fromTeam(t))
+	handle(s, w, r, http.StatusCreated, fromTeam, func(in api.TeamCreate) (tenants.Team, error) {
+		return s.tenants.CreateTeam(r.Context(), actor(r), org, toTeamInput(in))
+	})
 }
 
 // ListTeams handles GET /v1/orgs/{org}/teams.
@@ -36,34 +29,19 @@ func (s *Server) ListTeams(w http.ResponseWriter, r *http.Request, org api.OrgPa
 // GetTeam handles GET /v1/orgs/{org}/teams/{team}.
 func (s *Server) GetTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
 	t, err := s.tenants.GetTeam(r.Context(), org, team)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromTeam(t))
+	respond(s, w, r, http.StatusOK, fromTeam, t, err)
 }
 
 // PatchTeam handles PATCH /v1/orgs/{org}/teams/{team}.
 func (s *Server) PatchTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
-	var in api.TeamPatch
-	if !decode(w, r, &in) {
-		return
-	}
-	t, err := s.tenants.UpdateTeam(r.Context(), actor(r), org, team, toTeamPatch(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromTeam(t))
+	handle(s, w, r, http.StatusOK, fromTeam, func(in api.TeamPatch) (tenants.Team, error) {
+		return s.tenants.UpdateTeam(r.Context(), actor(r), org, team, toTeamPatch(in))
+	})
 }
 
 // DeleteTeam handles DELETE /v1/orgs/{org}/teams/{team}, with the team's users.
 func (s *Server) DeleteTeam(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
-	if err := s.tenants.DeleteTeam(r.Context(), actor(r), org, team); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.DeleteTeam(r.Context(), actor(r), org, team))
 }
 
 func toTeamInput(in api.TeamCreate) tenants.TeamInput {

@@ -37,24 +37,13 @@ func writeThrottle(w http.ResponseWriter, r *http.Request, s *Server, t tenants.
 }
 
 func (s *Server) putThrottle(w http.ResponseWriter, r *http.Request, scope tenants.ThrottleScope, id string) {
-	var in api.ThrottleSet
-	if !decode(w, r, &in) {
-		return
-	}
-	t, err := s.tenants.SetThrottle(r.Context(), actor(r), scope, id, toThrottleInput(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromThrottle(t))
+	handle(s, w, r, http.StatusOK, fromThrottle, func(in api.ThrottleSet) (tenants.Throttle, error) {
+		return s.tenants.SetThrottle(r.Context(), actor(r), scope, id, toThrottleInput(in))
+	})
 }
 
 func (s *Server) deleteThrottle(w http.ResponseWriter, r *http.Request, scope tenants.ThrottleScope, id string) {
-	if err := s.tenants.DeleteThrottle(r.Context(), actor(r), scope, id); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.DeleteThrottle(r.Context(), actor(r), scope, id))
 }
 
 // GetPlanThrottle handles GET /v1/plans/{plan}/throttle (operator).

@@ -17,11 +17,7 @@ func (s *Server) GetUsage(w http.ResponseWriter, r *http.Request, org api.OrgPat
 		return
 	}
 	u, err := s.billing.Usage(r.Context(), org, deref(params.Period))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromUsage(u))
+	respond(s, w, r, http.StatusOK, fromUsage, u, err)
 }
 
 func fromUsage(u billing.Usage) api.Usage {
@@ -70,11 +66,7 @@ func (s *Server) AdjustUsage(w http.ResponseWriter, r *http.Request, org api.Org
 		return
 	}
 	adj, err := s.billing.AdjustUsage(r.Context(), actor(r), org, toAdjustInput(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromAdjustment(adj))
+	respond(s, w, r, http.StatusOK, fromAdjustment, adj, err)
 }
 
 func toAdjustInput(in api.UsageAdjustmentCreate) billing.AdjustInput {

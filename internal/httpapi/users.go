@@ -11,16 +11,9 @@ import (
 
 // CreateUser handles POST /v1/orgs/{org}/teams/{team}/users.
 func (s *Server) CreateUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath) {
-	var in api.UserCreate
-	if !decode(w, r, &in) {
-		return
-	}
-	u, err := s.tenants.CreateUser(r.Context(), actor(r), org, team, toUserInput(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, fromUser(u))
+	handle(s, w, r, http.StatusCreated, fromUser, func(in api.UserCreate) (tenants.User, error) {
+		return s.tenants.CreateUser(r.Context(), actor(r), org, team, toUserInput(in))
+	})
 }
 
 // ListUsers handles GET /v1/orgs/{org}/teams/{team}/users.
@@ -36,34 +29,19 @@ func (s *Server) ListUsers(w http.ResponseWriter, r *http.Request, org api.OrgPa
 // GetUser handles GET /v1/orgs/{org}/teams/{team}/users/{user}.
 func (s *Server) GetUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath, user api.UserPath) {
 	u, err := s.tenants.GetUser(r.Context(), org, team, user)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromUser(u))
+	respond(s, w, r, http.StatusOK, fromUser, u, err)
 }
 
 // PatchUser handles PATCH /v1/orgs/{org}/teams/{team}/users/{user}.
 func (s *Server) PatchUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath, user api.UserPath) {
-	var in api.UserPatch
-	if !decode(w, r, &in) {
-		return
-	}
-	u, err := s.tenants.UpdateUser(r.Context(), actor(r), org, team, user, tenants.UserPatch{Limits: toLimitsPtr(in.Limits)})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromUser(u))
+	handle(s, w, r, http.StatusOK, fromUser, func(in api.UserPatch) (tenants.User, error) {
+		return s.tenants.UpdateUser(r.Context(), actor(r), org, team, user, tenants.UserPatch{Limits: toLimitsPtr(in.Limits)})
+	})
 }
 
 // DeleteUser handles DELETE /v1/orgs/{org}/teams/{team}/users/{user}.
 func (s *Server) DeleteUser(w http.ResponseWriter, r *http.Request, org api.OrgPath, team api.TeamPath, user api.UserPath) {
-	if err := s.tenants.DeleteUser(r.Context(), actor(r), org, team, user); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.DeleteUser(r.Context(), actor(r), org, team, user))
 }
 
 func toUserInput(in api.UserCreate) tenants.UserInput {

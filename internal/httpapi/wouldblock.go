@@ -17,11 +17,7 @@ func (s *Server) GetWouldBlock(w http.ResponseWriter, r *http.Request, org api.O
 		return
 	}
 	rep, err := s.billing.WouldBlock(r.Context(), org, deref(params.Period))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromWouldBlock(rep))
+	respond(s, w, r, http.StatusOK, fromWouldBlock, rep, err)
 }
 
 func fromWouldBlock(in billing.WouldBlockReport) api.WouldBlockReport {
