@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
-	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
 // CookieName is the session cookie. Path=/ so the app's calls to /v1 carry it.

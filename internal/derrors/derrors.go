@@ -2,7 +2,7 @@
 // pkgsite's derrors and wtf's error codes. A domain package defines its errors as a
 // kind (New) or as a type with a Kind method; stores translate driver errors into
 // kinds (see pgdb.DB); the HTTP layer maps each kind to one status and problem type in
-// one table (internal/httpapi/problem). Nothing here knows HTTP.
+// one table (internal/platform/problem). Nothing here knows HTTP.
 //
 // Adding a domain error is one line:
 //
@@ -12,6 +12,7 @@ package derrors
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // Kind is what kind of failure an error is, which is all a caller needs to decide
@@ -132,6 +133,8 @@ type Error struct {
 	Detail string
 	Fields []FieldError
 	Err    error
+
+	context string // set by Wrap: the text is "context: Err", not "Detail: Err"
 }
 
 // E returns an *Error of kind k, detail and cause (which may be nil).
@@ -145,10 +148,47 @@ func Field(field, msg string) *Error {
 }
 
 func (e *Error) Error() string {
+	if e.context != "" {
+		return e.context + ": " + e.Err.Error()
+	}
 	if e.Err != nil {
 		return e.Detail + ": " + e.Err.Error()
 	}
 	return e.Detail
+}
+
+// Wrap says what failed, in words a caller may be shown, and keeps err's kind:
+// errors.Is holds for err, its kind and every error err wraps.
+//
+// When err is a sentinel (New) of a kind whose words a caller may see (any but
+// Internal, Unavailable, Overloaded and Canceled), the result is an *Error whose
+// Detail is built here: the context, then the sentinel's words:
+//
+//	Wrap(tenants.ErrNotFound, "team %q of org %q", "eng", "acme")
+//
+// answers the caller `team "eng" of org "acme" not found`, however many fmt.Errorf
+// contexts are added around it later (they are for the logs). Its text is
+// `team "eng" of org "acme": not found`. For any other err, Wrap adds the context to
+// the text only ("context: err"), and the caller is shown what err alone would show.
+func Wrap(err error, format string, args ...any) error {
+	if err == nil {
+		return nil
+	}
+	context := fmt.Sprintf(format, args...)
+	if s, ok := err.(*sentinel); ok && told(s.kind) {
+		return &Error{K: s.kind, Detail: context + " " + s.msg, Err: err, context: context}
+	}
+	return fmt.Errorf("%s: %w", context, err)
+}
+
+// told tells whether a caller may see the words of an error of kind k; the others
+// are answered in the words of their kind.
+func told(k Kind) bool {
+	switch k {
+	case Internal, Unavailable, Overloaded, Canceled:
+		return false
+	}
+	return true
 }
 
 // Kind returns the error's kind.

@@ -13,7 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
-	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
 // referenceDecode is the contract of a request body, by encoding/json alone: exactly

@@ -6,12 +6,12 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
-	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 // Errors are answered in one place: every refusal is an error of a derrors kind, and
-// internal/httpapi/problem maps the kind to its status and problem document. Nothing
+// internal/platform/problem maps the kind to its status and problem document. Nothing
 // in this package chooses an error status.
 
 // FieldError names one invalid field of a request and what is wrong with it.

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
-	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 

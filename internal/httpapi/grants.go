@@ -9,13 +9,13 @@ import (
 )
 
 // Grants (top-ups). Reading them is the org's (admin or billing); creating and
-// revoking them the operator's alone. requireOrg comes first in every handler, so
-// a key of another org gets 404 as on every org route, and one of the org 403.
+// revoking them the operator's alone (orgOperator in the route table: a key of
+// another org gets 404 as on every org route, and one of the org 403).
 
 // CreateGrant handles POST /v1/orgs/{org}/grants.
 func (s *Server) CreateGrant(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	var in api.GrantCreate
-	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !requireOperator(w, r) || !decode(w, r, &in) {
+	if !decode(w, r, &in) {
 		return
 	}
 	g, err := s.tenants.CreateGrant(r.Context(), actor(r), org, toGrantInput(in))
@@ -28,9 +28,6 @@ func (s *Server) CreateGrant(w http.ResponseWriter, r *http.Request, org api.Org
 
 // ListGrants handles GET /v1/orgs/{org}/grants.
 func (s *Server) ListGrants(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListGrantsParams) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) {
-		return
-	}
 	gs, next, err := s.tenants.ListGrants(r.Context(), org, page(params.Limit, params.Cursor))
 	if err != nil {
 		s.fail(w, r, err)
@@ -43,14 +40,7 @@ func (s *Server) ListGrants(w http.ResponseWriter, r *http.Request, org api.OrgP
 
 // RevokeGrant handles DELETE /v1/orgs/{org}/grants/{grant}.
 func (s *Server) RevokeGrant(w http.ResponseWriter, r *http.Request, org api.OrgPath, grant api.GrantPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin, tenants.ScopeBilling) || !requireOperator(w, r) {
-		return
-	}
-	if err := s.tenants.RevokeGrant(r.Context(), actor(r), org, grant); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.RevokeGrant(r.Context(), actor(r), org, grant))
 }
 
 func toGrantInput(in api.GrantCreate) tenants.GrantInput {

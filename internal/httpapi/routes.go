@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 
@@ -8,91 +9,131 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// routes declares the api's routes in three groups, each with the middleware that
-// applies to it and no other (chi runs a group's middleware after routing, so no
-// middleware compares paths):
+// route is one operation of the spec: its method and pattern, the generated wrapper
+// method that parses its parameters and calls the handler, and who may call it.
+type route struct {
+	method, pattern string
+	op              func(*wrapper, http.ResponseWriter, *http.Request)
+	access          access
+}
+
+// wrapper is the generated router's: it parses the path and query parameters of an
+// operation, runs its HandlerMiddlewares, then calls the Server's method.
+type wrapper = api.ServerInterfaceWrapper
+
+// table is every operation of the spec with the access it requires, declared here
+// and nowhere else: no handler checks its caller's org or scope. The access also
+// picks the route's group (see routes). TestRouteTable checks that every operation of
+// the spec has exactly one row, and that the row agrees with the spec's security,
+// x-required-scopes and x-operator-only.
+func table() []route {
+	const get, post, put, patch, del = http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete
+	admin, billing := tenants.ScopeAdmin, tenants.ScopeBilling
+	return []route{
+		{get, "/healthz", (*wrapper).Healthz, public},
+		{get, "/readyz", (*wrapper).Readyz, public},
+		{get, "/metrics", (*wrapper).Metrics, public},
+
+		{post, "/v1/check", (*wrapper).Check, checkScoped},
+		{post, "/v1/check/batch", (*wrapper).CheckBatch, checkScoped},
+		{post, "/v1/reservations", (*wrapper).CreateReservation, checkScoped},
+		{get, "/v1/reservations/{id}", (*wrapper).GetReservation, checkScoped},
+		{del, "/v1/reservations/{id}", (*wrapper).ReleaseReservation, checkScoped},
+		{post, "/v1/reservations/{id}/commit", (*wrapper).CommitReservation, checkScoped},
+
+		{get, "/v1/plans", (*wrapper).ListPlans, operator},
+		{post, "/v1/plans", (*wrapper).CreatePlan, operator},
+		{get, "/v1/plans/{plan}", (*wrapper).GetPlan, operator},
+		{patch, "/v1/plans/{plan}", (*wrapper).PatchPlan, operator},
+		{get, "/v1/plans/{plan}/throttle", (*wrapper).GetPlanThrottle, operator},
+		{put, "/v1/plans/{plan}/throttle", (*wrapper).PutPlanThrottle, operator},
+		{del, "/v1/plans/{plan}/throttle", (*wrapper).DeletePlanThrottle, operator},
+		{get, "/v1/orgs", (*wrapper).ListOrgs, operator},
+		{post, "/v1/orgs", (*wrapper).CreateOrg, operator},
+		{get, "/v1/orgs/{org}", (*wrapper).GetOrg, orgKey(admin)},
+		{patch, "/v1/orgs/{org}", (*wrapper).PatchOrg, orgKey(admin)},
+		{get, "/v1/orgs/{org}/api-keys", (*wrapper).ListApiKeys, orgKey(admin)},
+		{post, "/v1/orgs/{org}/api-keys", (*wrapper).CreateApiKey, orgKey(admin)},
+		{del, "/v1/orgs/{org}/api-keys/{key}", (*wrapper).RevokeApiKey, orgKey(admin)},
+		{get, "/v1/orgs/{org}/grants", (*wrapper).ListGrants, orgKey(admin, billing)},
+		{post, "/v1/orgs/{org}/grants", (*wrapper).CreateGrant, orgOperator(admin, billing)},
+		{del, "/v1/orgs/{org}/grants/{grant}", (*wrapper).RevokeGrant, orgOperator(admin, billing)},
+		{get, "/v1/orgs/{org}/console-users", (*wrapper).ListConsoleUsers, orgKey(admin)},
+		{post, "/v1/orgs/{org}/console-users", (*wrapper).CreateConsoleUser, orgKey(admin)},
+		{del, "/v1/orgs/{org}/console-users/{id}", (*wrapper).DeleteConsoleUser, orgKey(admin)},
+		{get, "/v1/orgs/{org}/console-users/{id}", (*wrapper).GetConsoleUser, orgKey(admin)},
+		{get, "/v1/orgs/{org}/audit", (*wrapper).ListAudit, orgKey(admin)},
+		{get, "/v1/orgs/{org}/teams", (*wrapper).ListTeams, orgKey(admin)},
+		{post, "/v1/orgs/{org}/teams", (*wrapper).CreateTeam, orgKey(admin)},
+		{del, "/v1/orgs/{org}/teams/{team}", (*wrapper).DeleteTeam, orgKey(admin)},
+		{get, "/v1/orgs/{org}/teams/{team}", (*wrapper).GetTeam, orgKey(admin)},
+		{patch, "/v1/orgs/{org}/teams/{team}", (*wrapper).PatchTeam, orgKey(admin)},
+		{get, "/v1/orgs/{org}/teams/{team}/users", (*wrapper).ListUsers, orgKey(admin)},
+		{post, "/v1/orgs/{org}/teams/{team}/users", (*wrapper).CreateUser, orgKey(admin)},
+		{del, "/v1/orgs/{org}/teams/{team}/users/{user}", (*wrapper).DeleteUser, orgKey(admin)},
+		{get, "/v1/orgs/{org}/teams/{team}/users/{user}", (*wrapper).GetUser, orgKey(admin)},
+		{patch, "/v1/orgs/{org}/teams/{team}/users/{user}", (*wrapper).PatchUser, orgKey(admin)},
+		{get, "/v1/orgs/{org}/usage", (*wrapper).GetUsage, orgKey(admin, billing)},
+		{post, "/v1/orgs/{org}/usage/adjustments", (*wrapper).AdjustUsage, orgOperator(admin, billing)},
+		{get, "/v1/orgs/{org}/reservations", (*wrapper).ListOpenReservations, orgKey(admin, billing)},
+		{get, "/v1/orgs/{org}/would-block", (*wrapper).GetWouldBlock, orgKey(admin, billing)},
+		{get, "/v1/orgs/{org}/billing/export", (*wrapper).ExportOrgBilling, orgKey(admin, billing)},
+		{get, "/v1/orgs/{org}/throttle", (*wrapper).GetOrgThrottle, orgKey(admin)},
+		{put, "/v1/orgs/{org}/throttle", (*wrapper).PutOrgThrottle, orgKey(admin)},
+		{del, "/v1/orgs/{org}/throttle", (*wrapper).DeleteOrgThrottle, orgKey(admin)},
+		{get, "/v1/orgs/{org}/webhook", (*wrapper).GetWebhook, orgKey(admin)},
+		{post, "/v1/orgs/{org}/webhook/test", (*wrapper).SendWebhookTest, orgKey(admin)},
+		{get, "/v1/orgs/{org}/webhook-deliveries", (*wrapper).ListWebhookDeliveries, orgKey(admin)},
+		{get, "/v1/billing/export", (*wrapper).ExportBilling, operator},
+	}
+}
+
+// routes mounts the table in three groups, each with the middleware that applies to
+// it and no other (chi runs a group's middleware after routing, so no middleware
+// compares paths); a route's access picks its group:
 //
-//   - operations and the console: /healthz, /readyz, /metrics and /console/, with no
+//   - public: /healthz, /readyz, /metrics, and the console's /console/, with no
 //     credentials (the console authenticates its own endpoints) and no body;
-//   - checks: /v1/check, /v1/check/batch and /v1/reservations..., the hot path: authenticated, the body
-//     capped, validated by hand once (checks.Input.Validate: walking the spec's schema would
-//     cost more than the check) and never under the admin rate limit (the engine
-//     bounds each org's checks in flight);
-//   - the admin API: every other operation of the spec, authenticated, rate limited
-//     per credential, then validated against the spec before its handler runs.
+//   - checkScoped: /v1/check, /v1/check/batch and /v1/reservations..., the hot path:
+//     authenticated, the body capped, validated by hand once (checks.Input.Validate:
+//     walking the spec's schema would cost more than the check) and never under the
+//     admin rate limit (the engine bounds each org's checks in flight);
+//   - every other access is the admin API's: authenticated, rate limited per
+//     credential, then validated against the spec before its handler runs.
 //
-// The handlers are the generated wrappers (api.ServerInterfaceWrapper), which parse
-// path and query parameters; TestEveryOperationIsRouted checks that every operation
-// of the spec is in exactly one group.
-func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handler) http.Handler) {
-	w := &api.ServerInterfaceWrapper{Handler: s, ErrorHandlerFunc: paramError}
-	r.Group(func(r chi.Router) {
-		r.Get("/healthz", w.Healthz)
-		r.Get("/readyz", w.Readyz)
-		r.Get("/metrics", w.Metrics)
-		if app != nil {
-			r.Mount("/console", app)
+// Each route gets its own generated wrapper, whose HandlerMiddlewares is the route's
+// authorization: it runs after the wrapper has parsed the parameters and just before
+// the handler, where each handler used to check its caller. A route whose access is
+// not declared is an error.
+func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handler) http.Handler) error {
+	ops := r.With()
+	if app != nil {
+		ops.Mount("/console", app)
+	}
+	checks := r.With(limitBody, s.authenticate)
+	adminAPI := r.With(append([]func(http.Handler) http.Handler{limitBody, s.authenticate}, admin...)...)
+	for _, rt := range table() {
+		if err := rt.access.valid(rt.pattern); err != nil {
+			return fmt.Errorf("route %s %s: %w", rt.method, rt.pattern, err)
 		}
-	})
-	r.Group(func(r chi.Router) {
-		r.Use(limitBody, s.authenticate)
-		r.Post("/v1/check", w.Check)
-		r.Post("/v1/check/batch", w.CheckBatch)
-		r.Post("/v1/reservations", w.CreateReservation)
-		r.Get("/v1/reservations/{id}", w.GetReservation)
-		r.Delete("/v1/reservations/{id}", w.ReleaseReservation)
-		r.Post("/v1/reservations/{id}/commit", w.CommitReservation)
-	})
-	r.Group(func(r chi.Router) {
-		r.Use(limitBody, s.authenticate)
-		r.Use(admin...)
-		r.Get("/v1/plans", w.ListPlans)
-		r.Post("/v1/plans", w.CreatePlan)
-		r.Get("/v1/plans/{plan}", w.GetPlan)
-		r.Patch("/v1/plans/{plan}", w.PatchPlan)
-		r.Get("/v1/plans/{plan}/throttle", w.GetPlanThrottle)
-		r.Put("/v1/plans/{plan}/throttle", w.PutPlanThrottle)
-		r.Delete("/v1/plans/{plan}/throttle", w.DeletePlanThrottle)
-		r.Get("/v1/orgs", w.ListOrgs)
-		r.Post("/v1/orgs", w.CreateOrg)
-		r.Get("/v1/orgs/{org}", w.GetOrg)
-		r.Patch("/v1/orgs/{org}", w.PatchOrg)
-		r.Get("/v1/orgs/{org}/api-keys", w.ListApiKeys)
-		r.Post("/v1/orgs/{org}/api-keys", w.CreateApiKey)
-		r.Delete("/v1/orgs/{org}/api-keys/{key}", w.RevokeApiKey)
-		r.Get("/v1/orgs/{org}/grants", w.ListGrants)
-		r.Post("/v1/orgs/{org}/grants", w.CreateGrant)
-		r.Delete("/v1/orgs/{org}/grants/{grant}", w.RevokeGrant)
-		r.Get("/v1/orgs/{org}/console-users", w.ListConsoleUsers)
-		r.Post("/v1/orgs/{org}/console-users", w.CreateConsoleUser)
-		r.Delete("/v1/orgs/{org}/console-users/{id}", w.DeleteConsoleUser)
-		r.Get("/v1/orgs/{org}/console-users/{id}", w.GetConsoleUser)
-		r.Get("/v1/orgs/{org}/audit", w.ListAudit)
-		r.Get("/v1/orgs/{org}/teams", w.ListTeams)
-		r.Post("/v1/orgs/{org}/teams", w.CreateTeam)
-		r.Delete("/v1/orgs/{org}/teams/{team}", w.DeleteTeam)
-		r.Get("/v1/orgs/{org}/teams/{team}", w.GetTeam)
-		r.Patch("/v1/orgs/{org}/teams/{team}", w.PatchTeam)
-		r.Get("/v1/orgs/{org}/teams/{team}/users", w.ListUsers)
-		r.Post("/v1/orgs/{org}/teams/{team}/users", w.CreateUser)
-		r.Delete("/v1/orgs/{org}/teams/{team}/users/{user}", w.DeleteUser)
-		r.Get("/v1/orgs/{org}/teams/{team}/users/{user}", w.GetUser)
-		r.Patch("/v1/orgs/{org}/teams/{team}/users/{user}", w.PatchUser)
-		r.Get("/v1/orgs/{org}/usage", w.GetUsage)
-		r.Post("/v1/orgs/{org}/usage/adjustments", w.AdjustUsage)
-		r.Get("/v1/orgs/{org}/reservations", w.ListOpenReservations)
-		r.Get("/v1/orgs/{org}/would-block", w.GetWouldBlock)
-		r.Get("/v1/orgs/{org}/billing/export", w.ExportOrgBilling)
-		r.Get("/v1/orgs/{org}/throttle", w.GetOrgThrottle)
-		r.Put("/v1/orgs/{org}/throttle", w.PutOrgThrottle)
-		r.Delete("/v1/orgs/{org}/throttle", w.DeleteOrgThrottle)
-		r.Get("/v1/orgs/{org}/webhook", w.GetWebhook)
-		r.Post("/v1/orgs/{org}/webhook/test", w.SendWebhookTest)
-		r.Get("/v1/orgs/{org}/webhook-deliveries", w.ListWebhookDeliveries)
-		r.Get("/v1/billing/export", w.ExportBilling)
-	})
+		g := adminAPI
+		switch rt.access.kind {
+		case publicAccess:
+			g = ops
+		case checkAccess:
+			g = checks
+		}
+		w := &wrapper{Handler: s, ErrorHandlerFunc: paramError}
+		if mw := rt.access.middleware(); mw != nil {
+			w.HandlerMiddlewares = []api.MiddlewareFunc{mw}
+		}
+		op := rt.op
+		g.MethodFunc(rt.method, rt.pattern, func(rw http.ResponseWriter, req *http.Request) { op(w, rw, req) })
+	}
+	return nil
 }
 
 // notFound answers a path no route has.

@@ -37,69 +37,44 @@ func writeThrottle(w http.ResponseWriter, r *http.Request, s *Server, t tenants.
 }
 
 func (s *Server) putThrottle(w http.ResponseWriter, r *http.Request, scope tenants.ThrottleScope, id string) {
-	var in api.ThrottleSet
-	if !decode(w, r, &in) {
-		return
-	}
-	t, err := s.tenants.SetThrottle(r.Context(), actor(r), scope, id, toThrottleInput(in))
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, fromThrottle(t))
+	handle(s, w, r, http.StatusOK, fromThrottle, func(in api.ThrottleSet) (tenants.Throttle, error) {
+		return s.tenants.SetThrottle(r.Context(), actor(r), scope, id, toThrottleInput(in))
+	})
 }
 
 func (s *Server) deleteThrottle(w http.ResponseWriter, r *http.Request, scope tenants.ThrottleScope, id string) {
-	if err := s.tenants.DeleteThrottle(r.Context(), actor(r), scope, id); err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	w.WriteHeader(http.StatusNoContent)
+	s.noContent(w, r, s.tenants.DeleteThrottle(r.Context(), actor(r), scope, id))
 }
 
 // GetPlanThrottle handles GET /v1/plans/{plan}/throttle (operator).
 func (s *Server) GetPlanThrottle(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
-	if !requireOperator(w, r) {
-		return
-	}
 	t, ok, err := s.tenants.GetThrottle(r.Context(), tenants.ThrottlePlan, plan)
 	writeThrottle(w, r, s, t, ok, err)
 }
 
 // PutPlanThrottle handles PUT /v1/plans/{plan}/throttle (operator).
 func (s *Server) PutPlanThrottle(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
-	if requireOperator(w, r) {
-		s.putThrottle(w, r, tenants.ThrottlePlan, plan)
-	}
+	s.putThrottle(w, r, tenants.ThrottlePlan, plan)
 }
 
 // DeletePlanThrottle handles DELETE /v1/plans/{plan}/throttle (operator).
 func (s *Server) DeletePlanThrottle(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
-	if requireOperator(w, r) {
-		s.deleteThrottle(w, r, tenants.ThrottlePlan, plan)
-	}
+	s.deleteThrottle(w, r, tenants.ThrottlePlan, plan)
 }
 
 // GetOrgThrottle handles GET /v1/orgs/{org}/throttle: the throttle in force, the
 // org's own or its plan's.
 func (s *Server) GetOrgThrottle(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
-	if !requireOrg(w, r, org, tenants.ScopeAdmin) {
-		return
-	}
 	t, ok, err := s.tenants.ThrottleInForce(r.Context(), org)
 	writeThrottle(w, r, s, t, ok, err)
 }
 
 // PutOrgThrottle handles PUT /v1/orgs/{org}/throttle.
 func (s *Server) PutOrgThrottle(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
-	if requireOrg(w, r, org, tenants.ScopeAdmin) {
-		s.putThrottle(w, r, tenants.ThrottleOrg, org)
-	}
+	s.putThrottle(w, r, tenants.ThrottleOrg, org)
 }
 
 // DeleteOrgThrottle handles DELETE /v1/orgs/{org}/throttle.
 func (s *Server) DeleteOrgThrottle(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
-	if requireOrg(w, r, org, tenants.ScopeAdmin) {
-		s.deleteThrottle(w, r, tenants.ThrottleOrg, org)
-	}
+	s.deleteThrottle(w, r, tenants.ThrottleOrg, org)
 }

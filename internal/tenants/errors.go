@@ -8,7 +8,7 @@ import (
 )
 
 // The failures the Service returns, wrapped with context. Each is of a derrors kind,
-// which the http layer maps to one status in a single table (internal/httpapi/problem).
+// which the http layer maps to one status in a single table (internal/platform/problem).
 // Errors of a Postgres that cannot be reached match derrors.Unavailable.
 var (
 	// ErrNotFound: the object does not exist, or belongs to another org.

@@ -3,13 +3,13 @@ package tenants
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 )
 
@@ -86,20 +86,22 @@ func (s *Service) inTx(ctx context.Context, fn func(tx pgx.Tx) error) error {
 	}
 }
 
-// translate maps database errors to the package's error kinds by SQLSTATE.
+// translate maps database errors to the package's error kinds by SQLSTATE, saying
+// what failed (`team "eng" of org "acme"`): the caller of the API is told
+// `team "eng" of org "acme" not found` (derrors.Wrap).
 func translate(err error, what string) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%s: %w", what, ErrNotFound)
+		return derrors.Wrap(ErrNotFound, "%s", what)
 	case errors.As(err, &pgErr) && pgErr.Code == "23505": // unique_violation
-		return fmt.Errorf("%s: %w", what, ErrExists)
+		return derrors.Wrap(ErrExists, "%s", what)
 	case errors.As(err, &pgErr) && pgErr.Code == "23503": // foreign_key_violation
-		return fmt.Errorf("%s: %w", what, ErrNotFound)
+		return derrors.Wrap(ErrNotFound, "%s", what)
 	}
-	return fmt.Errorf("%s: %w", what, err)
+	return derrors.Wrap(err, "%s", what)
 }
 
 // Now is the service's clock: the time against which grants are made and lapse.

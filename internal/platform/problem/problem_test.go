@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
-	"github.com/quotaplane/quotaplane/internal/httpapi/problem"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
 func TestEveryKindHasAStatus(t *testing.T) {
@@ -38,7 +38,7 @@ func TestFrom(t *testing.T) {
 		detail string
 		fields int
 	}{
-		{"wrapped not found", fmt.Errorf("get team: %w", fmt.Errorf("team %q of org %q: %w", "t", "o", notFound)), 404, `team "t" of org "o" not found`, 0},
+		{"wrapped not found", fmt.Errorf("get team: %w", derrors.Wrap(notFound, "team %q of org %q", "t", "o")), 404, `team "t" of org "o" not found`, 0},
 		{"field", derrors.Field("cost", "must be an integer"), 400, "cost: must be an integer", 1},
 		{"an internal error says nothing of itself", errors.New("pq: secret table"), 500, "internal error", 0},
 		{"an unavailable one neither", derrors.E(derrors.Unavailable, "the database is unavailable; retry shortly", errors.New("dial 10.0.0.3")), 503, "the database is unavailable; retry shortly", 0},
@@ -85,7 +85,7 @@ func TestNoStatusOutsideTheMap(t *testing.T) {
 	for _, dir := range []string{"internal", "cmd"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") ||
-				strings.Contains(path, filepath.Join("httpapi", "problem")) || strings.HasSuffix(path, ".gen.go") ||
+				strings.Contains(path, filepath.Join("platform", "problem")) || strings.HasSuffix(path, ".gen.go") ||
 				strings.Contains(path, "loadgen") || strings.HasSuffix(filepath.Base(filepath.Dir(path)), "test") {
 				return err
 			}
@@ -99,7 +99,7 @@ func TestNoStatusOutsideTheMap(t *testing.T) {
 				case *ast.SelectorExpr:
 					if x, ok := n.X.(*ast.Ident); ok && x.Name == "http" {
 						if errorStatus[n.Sel.Name] || n.Sel.Name == "Error" || n.Sel.Name == "NotFound" {
-							t.Errorf("%s: http.%s: an error status is the table's to choose (internal/httpapi/problem)", fset.Position(n.Pos()), n.Sel.Name)
+							t.Errorf("%s: http.%s: an error status is the table's to choose (internal/platform/problem)", fset.Position(n.Pos()), n.Sel.Name)
 						}
 					}
 				case *ast.CallExpr:

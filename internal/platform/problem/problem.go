@@ -74,9 +74,9 @@ type Document struct {
 }
 
 // From returns the problem document of err. Its detail is, in order: the Detail of a
-// *derrors.Error in err's tree; for a 5xx, the kind's own words (never the error's
-// text); the text of the error that names fields; else the error's text, with a
-// not-found or already-exists error shaped as "team \"x\" of org \"y\" not found".
+// *derrors.Error in err's tree (derrors.Wrap builds one for a not-found error:
+// "team \"x\" of org \"y\" not found"); for a 5xx, the kind's own words (never the
+// error's text); the text of the error that names fields; else the error's text.
 func From(err error) Document {
 	k := derrors.KindOf(err)
 	r := row(k)
@@ -92,7 +92,7 @@ func From(err error) Document {
 	case errors.As(err, &fe):
 		d.Detail = fe.Error()
 	default:
-		d.Detail = shape(err, k)
+		d.Detail = err.Error()
 	}
 	if r.status < 500 {
 		for _, f := range derrors.FieldsOf(err) {
@@ -100,27 +100,6 @@ func From(err error) Document {
 		}
 	}
 	return d
-}
-
-// shape turns "create team: team \"x\" of org \"y\": not found" into
-// "team \"x\" of org \"y\" not found": the object, without the operations around it.
-func shape(err error, k derrors.Kind) string {
-	msg := err.Error()
-	if k != derrors.NotFound && k != derrors.Exists {
-		return msg
-	}
-	var kd derrors.Kinder
-	_ = errors.As(err, &kd) // the sentinel: KindOf found one
-	tail := ": " + kd.Error()
-	i := strings.LastIndex(msg, tail)
-	if i <= 0 || i+len(tail) != len(msg) {
-		return msg
-	}
-	what := msg[:i]
-	if j := strings.LastIndex(what, ": "); j >= 0 {
-		what = what[j+2:]
-	}
-	return what + " " + kd.Error()
 }
 
 // Write answers err as a problem document. An internal error is logged with its

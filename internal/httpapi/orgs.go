@@ -1,0 +1,116 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// Orgs: created and listed by the operator, read and changed by their admins.
+
+// CreateOrg handles POST /v1/orgs (operator).
+func (s *Server) CreateOrg(w http.ResponseWriter, r *http.Request) {
+	handle(s, w, r, http.StatusCreated, fromOrg, func(in api.OrgCreate) (tenants.Org, error) {
+		return s.tenants.CreateOrg(r.Context(), actor(r), toOrgInput(in))
+	})
+}
+
+// ListOrgs handles GET /v1/orgs (operator).
+func (s *Server) ListOrgs(w http.ResponseWriter, r *http.Request, params api.ListOrgsParams) {
+	os, next, err := s.tenants.ListOrgs(r.Context(), page(params.Limit, params.Cursor))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.OrgList{Items: mapSlice(os, fromOrg), NextCursor: nextPtr(next)})
+}
+
+// GetOrg handles GET /v1/orgs/{org}.
+func (s *Server) GetOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
+	o, err := s.tenants.GetOrg(r.Context(), org)
+	respond(s, w, r, http.StatusOK, fromOrg, o, err)
+}
+
+// PatchOrg handles PATCH /v1/orgs/{org}. plan, limits, redis_url and
+// billing_anchor_day are the operator's alone.
+func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
+	var in api.OrgPatch
+	if !decode(w, r, &in) {
+		return
+	}
+	patch := toOrgPatch(in)
+	if f := patch.OperatorOnly(); len(f) > 0 && !callerOf(r).operator {
+		errs := make([]FieldError, len(f))
+		for i, name := range f {
+			errs[i] = FieldError{Field: name, Message: "only the operator may change this field"}
+		}
+		refuse(w, r, derrors.E(derrors.Forbidden, fmt.Sprintf("only the operator may change %v", f), nil, errs...))
+		return
+	}
+	o, err := s.tenants.UpdateOrg(r.Context(), actor(r), org, patch)
+	respond(s, w, r, http.StatusOK, fromOrg, o, err)
+}
+
+func toOrgInput(in api.OrgCreate) tenants.OrgInput {
+	o := tenants.OrgInput{ID: in.Id, Name: in.Name, PlanID: in.Plan, Limits: optLimits(in.Limits)}
+	if in.Mode != nil {
+		o.Mode = tenants.Mode(*in.Mode)
+	}
+	if in.Oversubscribe != nil {
+		o.Oversubscribe = *in.Oversubscribe
+	}
+	if in.Leases != nil {
+		o.Leases = tenants.Leases(*in.Leases)
+	}
+	if in.SlidingWindows != nil {
+		o.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
+	}
+	if in.WebhookUrl != nil {
+		o.WebhookURL = *in.WebhookUrl
+	}
+	if in.RedisUrl != nil {
+		o.RedisURL = *in.RedisUrl
+	}
+	if in.BillingAnchorDay != nil {
+		o.BillingAnchorDay = *in.BillingAnchorDay
+	}
+	return o
+}
+
+func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
+	p := tenants.OrgPatch{Name: in.Name, PlanID: in.Plan, Limits: toLimitsPtr(in.Limits), Oversubscribe: in.Oversubscribe,
+		WebhookURL: in.WebhookUrl, RedisURL: in.RedisUrl, BillingAnchorDay: in.BillingAnchorDay}
+	if in.Mode != nil {
+		m := tenants.Mode(*in.Mode)
+		p.Mode = &m
+	}
+	if in.Leases != nil {
+		l := tenants.Leases(*in.Leases)
+		p.Leases = &l
+	}
+	if in.SlidingWindows != nil {
+		w := tenants.SlidingWindows(*in.SlidingWindows)
+		p.SlidingWindows = &w
+	}
+	return p
+}
+
+func fromOrg(o tenants.Org) api.Org {
+	out := api.Org{Id: o.ID, Name: o.Name, Plan: o.PlanID, Limits: fromLimits(o.Limits),
+		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: api.Mode(o.Mode), Oversubscribe: o.Oversubscribe,
+		WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
+		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
+	if o.Leases != "" {
+		l := api.OrgLeases(o.Leases)
+		out.Leases = &l
+	}
+	if o.SlidingWindows != "" {
+		w := api.OrgSlidingWindows(o.SlidingWindows)
+		out.SlidingWindows = &w
+	}
+	return out
+}

@@ -1,0 +1,121 @@
+package httpapi
+
+import (
+	"net/http"
+
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+)
+
+// Plans: the operator's.
+
+// CreatePlan handles POST /v1/plans.
+func (s *Server) CreatePlan(w http.ResponseWriter, r *http.Request) {
+	handle(s, w, r, http.StatusCreated, fromPlan, func(in api.PlanCreate) (tenants.Plan, error) {
+		return s.tenants.CreatePlan(r.Context(), actor(r), toPlanInput(in))
+	})
+}
+
+// ListPlans handles GET /v1/plans.
+func (s *Server) ListPlans(w http.ResponseWriter, r *http.Request, params api.ListPlansParams) {
+	ps, next, err := s.tenants.ListPlans(r.Context(), page(params.Limit, params.Cursor))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.PlanList{Items: mapSlice(ps, fromPlan), NextCursor: nextPtr(next)})
+}
+
+// GetPlan handles GET /v1/plans/{plan}.
+func (s *Server) GetPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
+	p, err := s.tenants.GetPlan(r.Context(), plan)
+	respond(s, w, r, http.StatusOK, fromPlan, p, err)
+}
+
+// PatchPlan handles PATCH /v1/plans/{plan}.
+func (s *Server) PatchPlan(w http.ResponseWriter, r *http.Request, plan api.PlanPath) {
+	var in api.PlanPatch
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := decodeBytes(b, &in); err != nil {
+		refuse(w, r, err)
+		return
+	}
+	patch := toPlanPatch(in)
+	patch.RemovePricing = sentNull(b, "pricing") // the generated type reads null as absent
+	p, err := s.tenants.UpdatePlan(r.Context(), actor(r), plan, patch)
+	respond(s, w, r, http.StatusOK, fromPlan, p, err)
+}
+
+func toPricing(in *api.Pricing) *tenants.Pricing {
+	if in == nil {
+		return nil
+	}
+	p := &tenants.Pricing{Currency: in.Currency, BasePrice: in.BasePrice, Metrics: []tenants.MetricPrice{}}
+	for _, m := range in.Metrics {
+		p.Metrics = append(p.Metrics, tenants.MetricPrice{Metric: m.Metric, IncludedUnits: m.IncludedUnits, OveragePrice: m.OveragePrice})
+	}
+	return p
+}
+
+func fromPricing(in *tenants.Pricing) *api.Pricing {
+	if in == nil {
+		return nil
+	}
+	p := &api.Pricing{Currency: in.Currency, BasePrice: in.BasePrice, Metrics: []api.MetricPrice{}}
+	for _, m := range in.Metrics {
+		p.Metrics = append(p.Metrics, api.MetricPrice{Metric: m.Metric, IncludedUnits: m.IncludedUnits, OveragePrice: m.OveragePrice})
+	}
+	return p
+}
+
+func toPlanInput(in api.PlanCreate) tenants.PlanInput {
+	p := tenants.PlanInput{ID: in.Id, Name: in.Name, Limits: toLimits(in.Limits),
+		FailMode: tenants.FailMode(in.FailMode), Pricing: toPricing(in.Pricing)}
+	if in.Metered != nil {
+		p.Metered = *in.Metered
+	}
+	if in.Pool != nil {
+		p.Pool = *in.Pool
+	}
+	if in.Leases != nil {
+		p.Leases = tenants.Leases(*in.Leases)
+	}
+	if in.SlidingWindows != nil {
+		p.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
+	}
+	return p
+}
+
+func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
+	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing)}
+	if in.FailMode != nil {
+		fm := tenants.FailMode(*in.FailMode)
+		p.FailMode = &fm
+	}
+	if in.Leases != nil {
+		l := tenants.Leases(*in.Leases)
+		p.Leases = &l
+	}
+	if in.SlidingWindows != nil {
+		w := tenants.SlidingWindows(*in.SlidingWindows)
+		p.SlidingWindows = &w
+	}
+	return p
+}
+
+func fromPlan(p tenants.Plan) api.Plan {
+	out := api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: api.FailMode(p.FailMode),
+		Pool: p.Pool, Pricing: fromPricing(p.Pricing), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+	if p.Leases != "" {
+		l := api.PlanLeases(p.Leases)
+		out.Leases = &l
+	}
+	if p.SlidingWindows != "" {
+		w := api.PlanSlidingWindows(p.SlidingWindows)
+		out.SlidingWindows = &w
+	}
+	return out
+}
