@@ -31,7 +31,7 @@ var runtimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOGC": true}
 // secretEnv must come from a Secret, never from a value in a manifest.
 var secretEnv = []string{"DATABASE_URL", "REDIS_URL", "QUOTA_ADMIN_TOKEN", "QUOTA_WEBHOOK_SECRET"}
 
-// sharedEnv must be the same for the api and the worker (README, Configuration;
+// sharedEnv must be the same for the api and the worker (docs/CONFIGURATION.md;
 // docs/SCALING.md): the worker reads counters where the api counts them, and the api
 // shows the signing secret the worker signs with.
 var sharedEnv = []string{"DATABASE_URL", "REDIS_URL", "REDIS_CLUSTER", "QUOTA_REDIS_POOLS", "QUOTA_WEBHOOK_SECRET"}

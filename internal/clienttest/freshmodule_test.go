@@ -11,11 +11,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
-// readmeProgram is the Go program of README.md: the first ```go block that imports the
+// readmeProgram is the Go program of docs/TOUR.md (the tour of the API): the first ```go block that imports the
 // client.
 func readmeProgram(t *testing.T, root string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	b, err := os.ReadFile(filepath.Join(root, "docs", "TOUR.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,11 +24,11 @@ func readmeProgram(t *testing.T, root string) string {
 			return m[1]
 		}
 	}
-	t.Fatal("README.md has no ```go block with a main program importing github.com/quotaplane/quotaplane/client")
+	t.Fatal("docs/TOUR.md has no ```go block with a main program importing github.com/quotaplane/quotaplane/client")
 	return ""
 }
 
-// The Done-when test: the README's Go program, in a fresh module outside the
+// The Done-when test: the tour's Go program, in a fresh module outside the
 // repository whose go.mod requires the client (replaced by this checkout's client/),
 // builds with nothing downloaded (GOPROXY=off, an empty module cache), its go.sum
 // names nothing, and its check works against a running api.

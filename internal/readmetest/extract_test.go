@@ -6,14 +6,14 @@ import (
 	"strings"
 )
 
-// example is one command of the README that talks to the API.
+// example is one command of a page (README.md, docs/TOUR.md) that talks to the API.
 type example struct {
-	line     int    // README line of the command's first line
+	line     int    // the page's line of the command's first line
 	command  string // as printed
 	expected string // what the README shows for it ("" when nothing)
 }
 
-// placeholder is a `NAME=...` line: the README's way to say "put your token here".
+// placeholder is a `NAME=...` line: a page's way to say "put your token here".
 type placeholder struct {
 	line int
 	name string
@@ -21,11 +21,11 @@ type placeholder struct {
 
 var placeholderLine = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)=\.\.\.(\s+#.*)?$`)
 
-// apiAddr matches the address the README's commands talk to.
+// apiAddr matches the address the pages' commands talk to.
 var apiAddr = regexp.MustCompile(`\b(localhost|127\.0\.0\.1):8080\b`)
 
-// extract lists the README's commands that talk to the API, with what it shows for
-// each, and its placeholders, in README order.
+// extract lists a page's commands that talk to the API, with what it shows for each,
+// and its placeholders, in page order.
 func extract(readme string) ([]example, []placeholder, error) {
 	lines := strings.Split(strings.ReplaceAll(readme, "\r\n", "\n"), "\n")
 	var examples []example
@@ -38,7 +38,7 @@ func extract(readme string) ([]example, []placeholder, error) {
 		start := i + 1
 		end := closing(lines, start)
 		if end < 0 {
-			return nil, nil, fmt.Errorf("README line %d: fenced block never closed", i+1)
+			return nil, nil, fmt.Errorf("line %d: fenced block never closed", i+1)
 		}
 		i = end
 		if info != "sh" && info != "bash" && info != "shell" {
@@ -59,12 +59,12 @@ func extract(readme string) ([]example, []placeholder, error) {
 			if info, ok := fence(lines[j]); ok && info != "sh" && info != "bash" && info != "shell" {
 				oend := closing(lines, j+1)
 				if oend < 0 {
-					return nil, nil, fmt.Errorf("README line %d: fenced block never closed", j+1)
+					return nil, nil, fmt.Errorf("line %d: fenced block never closed", j+1)
 				}
 				if len(block) > 0 {
 					last := &block[len(block)-1]
 					if last.expected != "" {
-						return nil, nil, fmt.Errorf("README line %d: the command shows its answer twice (comments and the block at line %d)", last.line, j+1)
+						return nil, nil, fmt.Errorf("line %d: the command shows its answer twice (comments and the block at line %d)", last.line, j+1)
 					}
 					last.expected = strings.Join(lines[j+1:oend], "\n")
 				}
@@ -99,7 +99,7 @@ func closing(lines []string, from int) int {
 }
 
 // commands splits the lines of a shell block into commands, each with the comment
-// lines right under it as its expected answer. first is the README index of lines[0].
+// lines right under it as its expected answer. first is the page's index of lines[0].
 func commands(lines []string, first int) ([]example, []placeholder, error) {
 	var out []example
 	var holders []placeholder
@@ -128,7 +128,7 @@ func commands(lines []string, first int) ([]example, []placeholder, error) {
 			cmd := line
 			for open(cmd) {
 				if k+1 >= len(lines) {
-					return nil, nil, fmt.Errorf("README line %d: command never ends (open quote or trailing \\)", first+start+1)
+					return nil, nil, fmt.Errorf("line %d: command never ends (open quote or trailing \\)", first+start+1)
 				}
 				k++
 				cmd += "\n" + lines[k]

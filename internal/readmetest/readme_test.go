@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -16,7 +17,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
-// redisDB is the database of the test Redis this test owns: the README's org ids are
+// redisDB is the database of the test Redis this test owns: the pages' org ids are
 // fixed ("demo", "acme"), so its counters cannot share a keyspace with other tests.
 const redisDB = 15
 
@@ -29,6 +30,10 @@ var statusMark = regexp.MustCompile(`\n?<<<readme-status (\d{3})>>>`)
 
 // TestMain removes the binaries testenv.StartStack builds.
 func TestMain(m *testing.M) { testenv.Main(m) }
+
+// pages are the files whose commands this test runs, each against its own fresh api
+// and worker: the README's check, and the tour of the whole API.
+var pages = []string{"README.md", "docs/TOUR.md"}
 
 func TestREADME(t *testing.T) {
 	if testing.Short() {
@@ -43,16 +48,23 @@ func TestREADME(t *testing.T) {
 		}
 	}
 	root := testenv.RepoRoot(t)
-	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	for _, page := range pages {
+		t.Run(strings.TrimSuffix(path.Base(page), ".md"), func(t *testing.T) { runPage(t, root, page) })
+	}
+}
+
+// runPage runs the commands of one page, in order, against a fresh api and worker.
+func runPage(t *testing.T, root, page string) {
+	text, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(page)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	examples, holders, err := extract(string(readme))
+	examples, holders, err := extract(string(text))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s %v", page, err)
 	}
 	if len(examples) == 0 {
-		t.Fatal("no command of README.md talks to the API: is the extraction broken?")
+		t.Fatalf("no command of %s talks to the API: is the extraction broken?", page)
 	}
 
 	svc := startService(t)
@@ -61,7 +73,7 @@ func TestREADME(t *testing.T) {
 	for _, h := range holders {
 		v, ok := values[h.name]
 		if !ok {
-			t.Fatalf("README line %d: placeholder %s=... is unknown to this test; teach it in TestREADME's values", h.line, h.name)
+			t.Fatalf("%s line %d: placeholder %s=... is unknown to this test; teach it in runPage's values", page, h.line, h.name)
 		}
 		env = append(env, h.name+"="+v)
 	}
@@ -84,11 +96,11 @@ func TestREADME(t *testing.T) {
 					break
 				}
 				if want != 0 && s != want {
-					why = fmt.Sprintf("status %d, the README shows %d", s, want)
+					why = fmt.Sprintf("status %d, the page shows %d", s, want)
 				} else if want == 0 && ex.expected == "" && (s < 200 || s > 299) {
 					why = fmt.Sprintf("status %d: a command that shows no answer must succeed", s)
 				} else if want == 0 && !strings.HasPrefix(ex.expected, "HTTP/") && (s < 200 || s > 299) {
-					why = fmt.Sprintf("status %d, the README shows a successful answer", s)
+					why = fmt.Sprintf("status %d, the page shows a successful answer", s)
 				}
 			}
 			if why == "" && ex.expected != "" && !statusOnly.MatchString(strings.TrimSpace(ex.expected)) {
@@ -98,13 +110,13 @@ func TestREADME(t *testing.T) {
 				break
 			}
 			if !isRead(ex.command) || time.Now().After(deadline) {
-				t.Fatalf("README line %d: %s\ncommand:\n%s\nREADME shows:\n%s\ngot (after %d attempts):\n%s\napi log:\n%s\nworker log:\n%s",
-					ex.line, why, ex.command, ex.expected, attempt, out, tail(svc.APILog.String()), tail(svc.WorkerLog.String()))
+				t.Fatalf("%s line %d: %s\ncommand:\n%s\n%s shows:\n%s\ngot (after %d attempts):\n%s\napi log:\n%s\nworker log:\n%s",
+					page, ex.line, why, ex.command, page, ex.expected, attempt, out, tail(svc.APILog.String()), tail(svc.WorkerLog.String()))
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	t.Logf("ran %d README commands", len(examples))
+	t.Logf("ran %d commands of %s", len(examples), page)
 }
 
 // isRead reports whether a curl command only reads (no method, no body): safe to repeat.
@@ -136,7 +148,7 @@ func runCommand(env []string, cmd string) (string, string, []int, error) {
 }
 
 // service is a running api and worker on a fresh database, seeded like `make run`,
-// and the curl settings the README's commands run with.
+// and the curl settings the pages' commands run with.
 type service struct {
 	*testenv.Stack
 	curlHome string

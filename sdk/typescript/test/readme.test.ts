@@ -1,4 +1,4 @@
-// The README's "TypeScript client" blocks: both type-check against this package, and
+// The "TypeScript client" blocks of docs/TOUR.md (the tour of the API): both type-check against this package, and
 // the first one runs, as printed, against a real api with the demo org.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -13,11 +13,11 @@ import { repoRoot, Stack } from "./harness.js";
 
 const pkgRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
-/** The ```ts blocks of the README's "### TypeScript client" section. */
+/** The ```ts blocks of docs/TOUR.md's "### TypeScript client" section. */
 function snippets(): string[] {
-  const readme = readFileSync(join(repoRoot, "README.md"), "utf8");
+  const readme = readFileSync(join(repoRoot, "docs", "TOUR.md"), "utf8");
   const start = readme.indexOf("\n### TypeScript client\n");
-  assert.ok(start >= 0, "README.md has no \"### TypeScript client\" section");
+  assert.ok(start >= 0, "docs/TOUR.md has no \"### TypeScript client\" section");
   const rest = readme.slice(start + 1);
   const end = rest.search(/\n##+ /);
   const section = end < 0 ? rest : rest.slice(0, end);
@@ -27,7 +27,7 @@ function snippets(): string[] {
 // What the blocks leave to the reader.
 const prelude = "declare function callModel(input: unknown): Promise<{ tokens: number }>;\n";
 
-describe("README, TypeScript client", () => {
+describe("docs/TOUR.md, TypeScript client", () => {
   let stack: Stack;
   before(async () => {
     stack = await Stack.start({ demoRedisDB: 13 });

@@ -1,0 +1,22 @@
+// Package archtest keeps the import rules of docs/ARCHITECTURE.md. Its test lists every
+// package of the module with `go list -json ./...` and checks each one's imports (its
+// own build, not its tests') against one explicit table of layers, from the binaries
+// down to the shared vocabulary:
+//
+//	cmd        cmd/api, cmd/worker, cmd/loadgen
+//	transport  httpapi, rls, console, worker, demo
+//	service    checks
+//	domain     tenants, quota, ledger, billing, webhooks
+//	base       vocab, derrors, config, platform/*
+//
+// A package may import its own layer and the layers below it, never one above, and a
+// few rules narrow that: tenants does not import quota, quota and tenants import none of
+// ledger, billing and webhooks, and vocab imports nothing internal but derrors. The
+// test-only packages (clienttest, faulttest, leasetest, readmetest, clustertest,
+// loadgen, archtest) stand outside the layers: their own imports are free, and only
+// the binaries and other test-only packages may import them. A package the table does
+// not place fails the test, so a new package gets a place, and a reason, when it is
+// added.
+//
+// It is a plain Go test: `make test` runs it, and `make lint` runs it on its own.
+package archtest
