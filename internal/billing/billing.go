@@ -77,7 +77,7 @@ func (f CounterSourceFunc) CountersFor(r Route) (Counters, error) { return f(r) 
 
 // RouterCounters reads an org's live counters where router counts its checks: the
 // org's dedicated Redis, its plan's pool, or the default one.
-func RouterCounters(router *quota.Router) CounterSource {
+func RouterCounters(router *quota.Engines) CounterSource {
 	return CounterSourceFunc(func(r Route) (Counters, error) {
 		eng, err := router.EngineFor(quota.Route{Pool: r.Pool, RedisURL: r.RedisURL})
 		if err != nil {

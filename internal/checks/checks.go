@@ -71,12 +71,12 @@ func (in Input) Validate() error {
 type Resolver struct {
 	Cache *tenants.Cache
 	// Clock is the time a throttle's expiry is judged at: the engine's clock of the
-	// check's route (*quota.Router), Redis time on the monotonic clock, as every other
+	// check's route (*quota.Engines), Redis time on the monotonic clock, as every other
 	// decision of the check. Nil: the local clock.
 	Clock Clock
 }
 
-// Clock tells the time a route's checks are decided at. *quota.Router's Now is its
+// Clock tells the time a route's checks are decided at. *quota.Engines's Now is its
 // engine's: the last Redis TIME sample plus the monotonic time since, so a stepped
 // local clock moves no throttle's expiry.
 type Clock interface {

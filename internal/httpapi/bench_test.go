@@ -62,7 +62,7 @@ func benchServerWith(b *testing.B, tp trace.TracerProvider, leases quota.LeaseCo
 	}
 	// A second, not the api's 100 ms: on a busy two-core machine a pipeline of 50
 	// batches of 100 can take longer, and this measures throughput, not the fail mode.
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch,
 		RedisTimeout: time.Second, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench"), TracerProvider: tp, Leases: leases}})
 	if err != nil {
 		b.Fatal(err)

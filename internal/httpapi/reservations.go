@@ -19,7 +19,7 @@ import (
 )
 
 // Reserver holds and settles reservations on the Redis an org's route names.
-// *quota.Router satisfies it; a Checker that does not cannot serve /v1/reservations.
+// *quota.Engines satisfies it; a Checker that does not cannot serve /v1/reservations.
 type Reserver interface {
 	Reserve(ctx context.Context, route quota.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
 	Commit(ctx context.Context, route quota.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)

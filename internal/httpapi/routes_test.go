@@ -50,7 +50,7 @@ func mustFixture(t *testing.T) *fixture {
 	// A quota engine on its own key prefix, so the routes that read the org's Redis
 	// (its open reservations, usage, a counter adjustment) answer as in production
 	// rather than 503.
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "fx")}})
 	if err != nil {
 		t.Fatal(err)

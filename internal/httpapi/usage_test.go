@@ -68,7 +68,7 @@ func newBillingReplicaWith(t *testing.T, tag string, clock *testenv.Clock) *bill
 		cache.Listen(ctx, rdb)
 	}
 	store := billing.NewStore(pool)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
 	if err != nil {
 		t.Fatal(err)

@@ -106,7 +106,7 @@ type Config struct {
 	// WouldBlockFlush is how often the would-block counts gathered in process are
 	// added to Redis (default 1 s).
 	WouldBlockFlush time.Duration
-	// TracerProvider, when set, traces checks (trace.go): a span per Router check and
+	// TracerProvider, when set, traces checks (trace.go): a span per Engines check and
 	// per pipeline sent, linked to the checks it carries. Nil (the default) starts no
 	// span and costs a check nothing.
 	TracerProvider trace.TracerProvider

@@ -19,7 +19,7 @@ const (
 	// ErrUnavailable, which the HTTP layer answers with 503 (never 429).
 	FailClosed FailMode = "closed"
 	// FailLocal decides with an in-process limiter sized to this replica's share of
-	// each limit (limit / RouterConfig.Replicas); see localLimiter for its limits.
+	// each limit (limit / EnginesConfig.Replicas); see localLimiter for its limits.
 	FailLocal FailMode = "local"
 )
 

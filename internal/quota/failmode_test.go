@@ -13,16 +13,16 @@ import (
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
-// TestRouterFailModes kills the Redis of a pool and checks, for each fail mode, that
+// TestEnginesFailModes kills the Redis of a pool and checks, for each fail mode, that
 // the breaker opens within a second, that every answer is the mode's degraded answer
 // and fast, and that the breaker closes by itself once Redis is back.
-func TestRouterFailModes(t *testing.T) {
+func TestEnginesFailModes(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []quota.FailMode{quota.FailOpen, quota.FailClosed, quota.FailLocal} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			srv := MustPrivateRedis(t)
-			r, reg := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL(), Replicas: 2})
+			r, reg := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL(), Replicas: 2})
 			ctx := context.Background()
 			route := quota.Route{FailMode: mode}
 			// Day, not minute: the local limiter's fixed window must not roll over mid-test.
@@ -184,12 +184,12 @@ func maxDur(d []time.Duration) time.Duration {
 	return m
 }
 
-// TestRouterHungRedis freezes Redis (SIGSTOP) instead of killing it: connections stay
+// TestEnginesHungRedis freezes Redis (SIGSTOP) instead of killing it: connections stay
 // open and nothing answers, so only the client timeouts notice.
-func TestRouterHungRedis(t *testing.T) {
+func TestEnginesHungRedis(t *testing.T) {
 	t.Parallel()
 	srv := MustPrivateRedis(t)
-	r, _ := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL()})
+	r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL()})
 	ctx := context.Background()
 	route := quota.Route{FailMode: quota.FailOpen}
 	req := quota.Request{Org: testenv.ID(t, "org"), Metric: "requests", Cost: 1}

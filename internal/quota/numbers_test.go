@@ -26,7 +26,7 @@ func monthKey(prefix, org string) string {
 func TestCounterStoredPastTheBoundIsReadSafely(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, reg := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org := testenv.ID(t, "org")
@@ -89,7 +89,7 @@ func TestCounterStoredPastTheBoundIsReadSafely(t *testing.T) {
 func TestCountersStopAtTheBound(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, _ := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, _ := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org := testenv.ID(t, "org")
@@ -139,7 +139,7 @@ func TestCountersStopAtTheBound(t *testing.T) {
 func TestMalformedReplyFailsOnlyItsCheck(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, reg := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org, other := testenv.ID(t, "org"), testenv.ID(t, "org")
@@ -178,7 +178,7 @@ func TestMalformedReplyFailsOnlyItsCheck(t *testing.T) {
 func TestScriptErrorIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, reg := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org := testenv.ID(t, "org")

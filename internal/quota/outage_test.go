@@ -29,7 +29,7 @@ import (
 // (testenv.StallWatch subtracts the seconds it is sometimes descheduled); both the
 // raw and the corrected figures are logged.
 const (
-	// faultRedisTimeout is the RouterConfig.RedisTimeout of these tests: 2.5x the
+	// faultRedisTimeout is the EnginesConfig.RedisTimeout of these tests: 2.5x the
 	// production 100 ms, so that a busy machine does not fail healthy checks, and
 	// short against the outages (10 s, 2 s) it must bound.
 	faultRedisTimeout = 250 * time.Millisecond
@@ -75,7 +75,7 @@ type checkLoad struct {
 }
 
 // startLoad starts the load; it is stopped when the test ends at the latest.
-func startLoad(tb testing.TB, r *quota.Router, route quota.Route, req quota.Request) *checkLoad {
+func startLoad(tb testing.TB, r *quota.Engines, route quota.Route, req quota.Request) *checkLoad {
 	l := &checkLoad{done: make(chan struct{})}
 	tb.Cleanup(func() { l.stop(tb) })
 	for w := range loadWorkers {
@@ -219,14 +219,14 @@ func (a resources) String() string {
 	return fmt.Sprintf("%d goroutines, %d connections (%d idle)", a.goroutines, a.conns.TotalConns, a.conns.IdleConns)
 }
 
-func measure(tb testing.TB, r *quota.Router, label string) resources {
+func measure(tb testing.TB, r *quota.Engines, label string) resources {
 	return resources{goroutines: ownGoroutines(tb, label), conns: r.PoolStats()[quota.DefaultPool]}
 }
 
 // baseline samples the resources for a while under healthy load and keeps the
 // highest of each figure: a dial in progress or a connection just checked out is
 // part of normal operation.
-func baseline(tb testing.TB, r *quota.Router, label string) resources {
+func baseline(tb testing.TB, r *quota.Engines, label string) resources {
 	var b resources
 	for range 10 {
 		m := measure(tb, r, label)
@@ -284,7 +284,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			srv := MustPrivateRedis(t)
-			r, _ := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL(), Replicas: replicas, RedisTimeout: faultRedisTimeout})
+			r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL(), Replicas: replicas, RedisTimeout: faultRedisTimeout})
 			label := labelGoroutines(t)
 			stalls := testenv.WatchStalls(t) // labelled too: one more goroutine in every count
 			ctx := context.Background()
@@ -503,7 +503,7 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	// flight when the pause ends, so Redis cannot run a command the very moment its
 	// client times out (counted, yet answered as a failure: "at most once", legitimate,
 	// but no longer exact).
-	r, _ := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL(), RedisTimeout: faultRedisTimeout,
+	r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL(), RedisTimeout: faultRedisTimeout,
 		Breaker: quota.BreakerConfig{OpenTimeout: openTimeout}})
 	stalls := testenv.WatchStalls(t)
 	ctx := context.Background()

@@ -22,7 +22,7 @@ func TestTracingOffAddsNoAllocationsToACheck(t *testing.T) {
 	if raceOn {
 		t.Skip("allocation counts under -race are the race detector's; make test runs this test without it")
 	}
-	r, _ := MustRouter(t, quota.RouterConfig{})
+	r, _ := MustEngines(t, quota.EnginesConfig{})
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Team: "eng", User: "alice", Metric: "requests", Cost: 1, Limits: quota.LevelLimits{
 		Org:  []quota.Limit{lim(quota.Month, 1_000_000_000), lim(quota.Minute, 1_000_000_000)},

@@ -40,7 +40,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// Checker decides checks on the Redis an org's route names. *quota.Router satisfies it.
+// Checker decides checks on the Redis an org's route names. *quota.Engines satisfies it.
 type Checker interface {
 	Check(ctx context.Context, route quota.Route, req quota.Request) (quota.Result, quota.Outcome, error)
 	CheckBatch(ctx context.Context, routes []quota.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)

@@ -60,7 +60,7 @@ func newReplica(t *testing.T, dbURL, prefix string) *replica {
 		Channel: tenants.InvalidationChannel + ":" + prefix})
 	cache.Listen(ctx, rdb)
 	reg := prometheus.NewRegistry()
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
 		Engine: quota.Config{KeyPrefix: prefix}, Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

@@ -159,13 +159,13 @@ func TestListGrantsPages(t *testing.T) {
 	}
 }
 
-// On the engines' clock (the binaries pass quota.Router.DefaultNow to WithClock), a
+// On the engines' clock (the binaries pass quota.Engines.DefaultNow to WithClock), a
 // grant lapses when Redis time passes its until: a stepped wall clock lapses none
 // early and keeps none late.
 func TestGrantLapsesOnTheEngineClock(t *testing.T) {
 	ctx := context.Background()
 	clock := testenv.NewClock(time.Now())
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "g"), Clock: clock.Now, Monotonic: clock.Monotonic, ClockSync: time.Hour}})
 	if err != nil {
 		t.Fatal(err)

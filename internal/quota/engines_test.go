@@ -62,9 +62,9 @@ func keys(tb testing.TB, c *redis.Client, prefix string) []string {
 	return ks
 }
 
-// MustRouter starts a router with its own key prefix and metrics registry; it is
+// MustEngines starts a router with its own key prefix and metrics registry; it is
 // closed, and its keys on the shared Redis deleted, when the test ends.
-func MustRouter(tb testing.TB, cfg quota.RouterConfig) (*quota.Router, *prometheus.Registry) {
+func MustEngines(tb testing.TB, cfg quota.EnginesConfig) (*quota.Engines, *prometheus.Registry) {
 	tb.Helper()
 	if cfg.Engine.KeyPrefix == "" {
 		cfg.Engine.KeyPrefix = testenv.ID(tb, "qr")
@@ -74,9 +74,9 @@ func MustRouter(tb testing.TB, cfg quota.RouterConfig) (*quota.Router, *promethe
 	}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	r, err := quota.NewRouter(cfg)
+	r, err := quota.NewEngines(cfg)
 	if err != nil {
-		tb.Fatalf("NewRouter: %v", err)
+		tb.Fatalf("NewEngines: %v", err)
 	}
 	tb.Cleanup(func() {
 		_ = r.Close()
@@ -105,10 +105,10 @@ func p99(d []time.Duration) time.Duration {
 	return s[(len(s)*99+99)/100-1]
 }
 
-func TestRouterRouting(t *testing.T) {
+func TestEnginesRouting(t *testing.T) {
 	t.Parallel()
 	pro, dedicated := MustPrivateRedis(t), MustPrivateRedis(t)
-	r, reg := MustRouter(t, quota.RouterConfig{Pools: map[string]string{"pro": pro.URL()}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Pools: map[string]string{"pro": pro.URL()}})
 	shared := testenv.Redis(t)
 	ctx := context.Background()
 
@@ -215,7 +215,7 @@ func keysOfOrg(tb testing.TB, srv *redis.Client, org string) []string {
 	return ks
 }
 
-func TestRouterInflightBound(t *testing.T) {
+func TestEnginesInflightBound(t *testing.T) {
 	t.Parallel()
 	slow := testenv.ID(t, "slow")
 	entered, release := make(chan struct{}, 8), make(chan struct{})
@@ -226,7 +226,7 @@ func TestRouterInflightBound(t *testing.T) {
 		}
 		return nil, nil
 	})
-	r, reg := MustRouter(t, quota.RouterConfig{MaxInFlightPerOrg: 2, Engine: quota.Config{Hydrator: hyd}})
+	r, reg := MustEngines(t, quota.EnginesConfig{MaxInFlightPerOrg: 2, Engine: quota.Config{Hydrator: hyd}})
 	ctx := context.Background()
 	route := quota.Route{FailMode: quota.FailOpen}
 	req := quota.Request{Org: slow, Metric: "requests", Cost: 1}
@@ -307,12 +307,12 @@ func monthUsage(tb testing.TB, org string) int64 {
 	return 0
 }
 
-// TestRouterNoisyNeighbour hammers one tenant on pool a and measures another
+// TestEnginesNoisyNeighbour hammers one tenant on pool a and measures another
 // tenant's latency on pool b, alone and under that load. Not parallel: it measures
 // latency, so it runs alone.
-func TestRouterNoisyNeighbour(t *testing.T) {
+func TestEnginesNoisyNeighbour(t *testing.T) {
 	a, b := MustPrivateRedis(t), MustPrivateRedis(t)
-	r, reg := MustRouter(t, quota.RouterConfig{
+	r, reg := MustEngines(t, quota.EnginesConfig{
 		Pools:             map[string]string{"a": a.URL(), "b": b.URL()},
 		MaxInFlightPerOrg: 16,
 		// What is measured is isolation by the in-flight bound, not Redis timeouts: on
@@ -441,27 +441,27 @@ func TestParsePools(t *testing.T) {
 	}
 }
 
-func TestNewRouterConfigErrors(t *testing.T) {
+func TestNewEnginesConfigErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		cfg  quota.RouterConfig
+		cfg  quota.EnginesConfig
 	}{
-		{name: "no default", cfg: quota.RouterConfig{Pools: map[string]string{"pro": "redis://r"}}},
-		{name: "bad default url", cfg: quota.RouterConfig{DefaultURL: "http://:pw@r"}},
-		{name: "bad pool url", cfg: quota.RouterConfig{DefaultURL: "redis://r", Pools: map[string]string{"pro": "nope"}}},
-		{name: "reserved class", cfg: quota.RouterConfig{DefaultURL: "redis://r", Pools: map[string]string{"dedicated": "redis://r"}}},
-		{name: "bad key prefix", cfg: quota.RouterConfig{DefaultURL: "redis://r", Engine: quota.Config{KeyPrefix: "a{b"}}},
+		{name: "no default", cfg: quota.EnginesConfig{Pools: map[string]string{"pro": "redis://r"}}},
+		{name: "bad default url", cfg: quota.EnginesConfig{DefaultURL: "http://:pw@r"}},
+		{name: "bad pool url", cfg: quota.EnginesConfig{DefaultURL: "redis://r", Pools: map[string]string{"pro": "nope"}}},
+		{name: "reserved class", cfg: quota.EnginesConfig{DefaultURL: "redis://r", Pools: map[string]string{"dedicated": "redis://r"}}},
+		{name: "bad key prefix", cfg: quota.EnginesConfig{DefaultURL: "redis://r", Engine: quota.Config{KeyPrefix: "a{b"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := quota.NewRouter(tt.cfg); !errors.Is(err, quota.ErrInvalid) {
-				t.Errorf("NewRouter: %v, want ErrInvalid", err)
+			if _, err := quota.NewEngines(tt.cfg); !errors.Is(err, quota.ErrInvalid) {
+				t.Errorf("NewEngines: %v, want ErrInvalid", err)
 			}
 		})
 	}
 	// The default pool may come from Pools.
-	r, err := quota.NewRouter(quota.RouterConfig{Pools: map[string]string{"default": "redis://127.0.0.1:1"}})
+	r, err := quota.NewEngines(quota.EnginesConfig{Pools: map[string]string{"default": "redis://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatalf("default from Pools: %v", err)
 	}
