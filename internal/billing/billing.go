@@ -20,6 +20,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Errors of the package; wrapped with context, test them with errors.Is.
@@ -79,7 +80,7 @@ func (f CounterSourceFunc) CountersFor(r Route) (Counters, error) { return f(r) 
 // org's dedicated Redis, its plan's pool, or the default one.
 func RouterCounters(router *quota.Engines) CounterSource {
 	return CounterSourceFunc(func(r Route) (Counters, error) {
-		eng, err := router.EngineFor(quota.Route{Pool: r.Pool, RedisURL: r.RedisURL})
+		eng, err := router.EngineFor(vocab.Route{Pool: r.Pool, RedisURL: r.RedisURL})
 		if err != nil {
 			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, r.Org, err)
 		}
@@ -108,15 +109,15 @@ func ParsePeriod(id string) error {
 }
 
 // PeriodOf returns the period with id for an org with the given anchor day.
-func PeriodOf(id string, anchorDay int) (quota.Period, error) {
+func PeriodOf(id string, anchorDay int) (vocab.Period, error) {
 	t, err := time.Parse("2006-01", id)
 	if err != nil || len(id) != 7 {
-		return quota.Period{}, badPeriod(id)
+		return vocab.Period{}, badPeriod(id)
 	}
 	if anchorDay < 1 || anchorDay > 28 {
 		anchorDay = 1
 	}
-	return quota.PeriodAt(t.AddDate(0, 0, anchorDay-1), anchorDay), nil
+	return vocab.PeriodAt(t.AddDate(0, 0, anchorDay-1), anchorDay), nil
 }
 
 // counterRow is a counter with its value in flat, sortable form.
@@ -139,5 +140,5 @@ func rowsOf(m map[quota.Counter]int64) []counterRow {
 }
 
 func (r counterRow) counter() quota.Counter {
-	return quota.Counter{Metric: r.metric, Level: quota.Level(r.level), Team: r.team, User: r.user}
+	return quota.Counter{Metric: r.metric, Level: vocab.Level(r.level), Team: r.team, User: r.user}
 }

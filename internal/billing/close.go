@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // ErrNotDue is returned by Closer.Close for a period that has not ended (plus the
@@ -77,9 +77,9 @@ func (c *Closer) Due(ctx context.Context) ([]CloseArgs, error) {
 			return nil, fmt.Errorf("periods due: %w", err)
 		}
 		for _, o := range orgs {
-			per := quota.PeriodAt(now.Add(-c.cfg.Grace), o.BillingAnchorDay)
+			per := vocab.PeriodAt(now.Add(-c.cfg.Grace), o.BillingAnchorDay)
 			for range 2 {
-				per = quota.PeriodAt(per.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
+				per = vocab.PeriodAt(per.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
 				if !per.End.After(o.CreatedAt) {
 					break
 				}
@@ -308,7 +308,7 @@ func copyFinalUsage(ctx context.Context, tx pgx.Tx, org, period string, limits *
 			if l, ok := limits.month(r.counter()); ok {
 				lims[j] = &l
 			}
-			if r.level == string(quota.LevelOrg) {
+			if r.level == string(vocab.LevelOrg) {
 				orgUnits[r.metric] = r.units
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // FlusherConfig configures a Flusher. Store, Tenants and Counters are required.
@@ -216,8 +217,8 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 }
 
 func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now time.Time, first bool) (int, int, error) {
-	cur := quota.PeriodAt(now, o.BillingAnchorDay)
-	prev := quota.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
+	cur := vocab.PeriodAt(now, o.BillingAnchorDay)
+	prev := vocab.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
 	if first { // until read whole, even if this flush cannot reach the org
 		f.setFull(o.ID+"|"+prev.ID, true)
 		f.setFull(o.ID+"|"+cur.ID, true)
@@ -228,7 +229,7 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now 
 	}
 	var read, written int
 	var errs []error
-	for _, per := range []quota.Period{prev, cur} {
+	for _, per := range []vocab.Period{prev, cur} {
 		r, w, err := f.flushPeriod(ctx, cs, o.ID, per, dayIn(per, now))
 		read += r
 		written += w
@@ -238,7 +239,7 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now 
 	}
 	// Would-block records of the same two periods; only those two are remembered.
 	seen := map[string]string{}
-	for _, per := range []quota.Period{prev, cur} {
+	for _, per := range []vocab.Period{prev, cur} {
 		if err := f.flushWouldBlock(ctx, cs, o.ID, per.ID, seen); err != nil {
 			errs = append(errs, err)
 		}
@@ -251,14 +252,14 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now 
 
 // dayIn is the day whose daily history a flush at now writes for per: today, or the
 // period's last day for usage of a period that has ended (counted before its end).
-func dayIn(per quota.Period, now time.Time) time.Time {
+func dayIn(per vocab.Period, now time.Time) time.Time {
 	if !now.Before(per.End) {
 		return per.End.Add(-time.Nanosecond)
 	}
 	return now
 }
 
-func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per quota.Period, day time.Time) (int, int, error) {
+func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per vocab.Period, day time.Time) (int, int, error) {
 	period := per.ID
 	key := org + "|" + period
 	f.mu.Lock()

@@ -10,6 +10,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // orgLimits is what the worker knows of an org's limits: the org's effective ones,
@@ -53,14 +54,14 @@ func loadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*orgLi
 }
 
 // of returns the effective limits of a counter's level for its metric, every window.
-func (o *orgLimits) of(c quota.Counter) []tenants.Limit {
-	var ls []tenants.Limit
+func (o *orgLimits) of(c quota.Counter) []vocab.Limit {
+	var ls []vocab.Limit
 	switch c.Level {
-	case quota.LevelOrg:
+	case vocab.LevelOrg:
 		ls = o.org.EffectiveLimits
-	case quota.LevelTeam:
+	case vocab.LevelTeam:
 		ls = o.teams[c.Team].Limits
-	case quota.LevelUser:
+	case vocab.LevelUser:
 		t, ok := o.teams[c.Team]
 		if !ok {
 			return nil
@@ -70,7 +71,7 @@ func (o *orgLimits) of(c quota.Counter) []tenants.Limit {
 			ls = tenants.MergeLimits(t.UserLimits, u.Limits)
 		}
 	}
-	var out []tenants.Limit
+	var out []vocab.Limit
 	for _, l := range ls {
 		if l.Metric == c.Metric {
 			out = append(out, l)
@@ -82,7 +83,7 @@ func (o *orgLimits) of(c quota.Counter) []tenants.Limit {
 // month returns the month limit of a counter, and whether it has one.
 func (o *orgLimits) month(c quota.Counter) (int64, bool) {
 	for _, l := range o.of(c) {
-		if l.Window == tenants.Month {
+		if l.Window == vocab.Month {
 			return l.Limit, true
 		}
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // gauges returns the values of the gauge family name by its label values joined with "|".
@@ -47,10 +47,10 @@ func TestCloseScanReportsOldestUnclosedPeriod(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil)
+	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil)
 	reg := prometheus.NewRegistry()
 	metrics := billing.NewMetrics(reg, nil)
-	cur := quota.PeriodAt(time.Now(), 1)
+	cur := vocab.PeriodAt(time.Now(), 1)
 	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
 		Clock: func() time.Time { return cur.End.Add(2 * time.Minute) }, Logger: quietLog(), Metrics: metrics})
 	gauge := func() float64 {
@@ -88,8 +88,8 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 		Counters: oneEngine(e.engine), Logger: quietLog(), Metrics: metrics})
 
 	hot := testenv.ID(t, "hot")
-	e.seed(hot, []tenants.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
-		Limits: []tenants.Limit{monthLimit("requests", 50)}})
+	e.seed(hot, []vocab.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
+		Limits: []vocab.Limit{monthLimit("requests", 50)}})
 	if _, err := e.check(e.engine, hot, "eng", "alice", "requests", 45); err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 	// More orgs with usage than UtilizationTop: only the highest are exported.
 	for i := range billing.UtilizationTop + 2 {
 		org := fmt.Sprintf("%s-%02d", testenv.ID(t, "o"), i)
-		e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil)
+		e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil)
 		if _, err := e.check(e.engine, org, "", "", "requests", 1); err != nil {
 			t.Fatal(err)
 		}

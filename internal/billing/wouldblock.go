@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Would-block records (quota's wouldblock.go): the api's engines keep them in Redis,
@@ -97,7 +98,7 @@ func (s *Store) StoredWouldBlock(ctx context.Context, org, period string) (map[s
 	var k quota.WouldBlockKey
 	var c quota.WouldBlockCount
 	_, err = pgx.ForEachRow(rows, []any{&epoch, &k.Metric, &level, &k.Team, &k.User, &win, &k.Day, &c.Checks, &c.Units}, func() error {
-		k.Level, k.Window = quota.Level(level), quota.Window(win)
+		k.Level, k.Window = vocab.Level(level), vocab.Window(win)
 		if out[epoch] == nil {
 			out[epoch] = map[quota.WouldBlockKey]quota.WouldBlockCount{}
 		}
@@ -113,7 +114,7 @@ func (s *Store) StoredWouldBlock(ctx context.Context, org, period string) (map[s
 // WouldBlockReport is who enforcing would have hurt in one period of an org.
 type WouldBlockReport struct {
 	Org    string
-	Period quota.Period
+	Period vocab.Period
 	// Mode is the org's enforcement mode now.
 	Mode string
 	// Capped is true when more distinct rows would have blocked than the cap, and
@@ -153,7 +154,7 @@ func (s *Service) WouldBlock(ctx context.Context, org, period string) (WouldBloc
 	if err != nil {
 		return WouldBlockReport{}, err
 	}
-	per := quota.PeriodAt(s.now(), o.BillingAnchorDay)
+	per := vocab.PeriodAt(s.now(), o.BillingAnchorDay)
 	if period != "" {
 		if per, err = PeriodOf(period, o.BillingAnchorDay); err != nil {
 			return WouldBlockReport{}, err
@@ -198,11 +199,11 @@ func (s *Service) WouldBlock(ctx context.Context, org, period string) (WouldBloc
 			if r == nil {
 				r = &WouldBlockRow{Metric: k.Metric, Level: string(k.Level), Window: string(k.Window)}
 				switch k.Level {
-				case quota.LevelOrg:
+				case vocab.LevelOrg:
 					r.ID = org
-				case quota.LevelTeam:
+				case vocab.LevelTeam:
 					r.ID = k.Team
-				case quota.LevelUser:
+				case vocab.LevelUser:
 					r.ID, r.Team = k.User, k.Team
 				}
 				rows[rk] = r

@@ -4,19 +4,20 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Named converters between the generated wire types and the domain types.
 
-func toLimits(in []api.Limit) []tenants.Limit {
-	out := make([]tenants.Limit, len(in))
+func toLimits(in []api.Limit) []vocab.Limit {
+	out := make([]vocab.Limit, len(in))
 	for i, l := range in {
-		out[i] = tenants.Limit{Metric: l.Metric, Window: tenants.Window(l.Window), Limit: l.Limit}
+		out[i] = vocab.Limit{Metric: l.Metric, Window: vocab.Window(l.Window), Limit: l.Limit}
 	}
 	return out
 }
 
-func toLimitsPtr(in *api.Limits) *[]tenants.Limit {
+func toLimitsPtr(in *api.Limits) *[]vocab.Limit {
 	if in == nil {
 		return nil
 	}
@@ -24,14 +25,14 @@ func toLimitsPtr(in *api.Limits) *[]tenants.Limit {
 	return &ls
 }
 
-func optLimits(in *api.Limits) []tenants.Limit {
+func optLimits(in *api.Limits) []vocab.Limit {
 	if in == nil {
 		return nil
 	}
 	return toLimits(*in)
 }
 
-func fromLimits(in []tenants.Limit) []api.Limit {
+func fromLimits(in []vocab.Limit) []api.Limit {
 	out := make([]api.Limit, len(in))
 	for i, l := range in {
 		out[i] = api.Limit{Metric: l.Metric, Window: api.Window(l.Window), Limit: l.Limit}
@@ -63,7 +64,7 @@ func fromPricing(in *tenants.Pricing) *api.Pricing {
 
 func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	p := tenants.PlanInput{ID: in.Id, Name: in.Name, Limits: toLimits(in.Limits),
-		FailMode: tenants.FailMode(in.FailMode), Pricing: toPricing(in.Pricing)}
+		FailMode: vocab.FailMode(in.FailMode), Pricing: toPricing(in.Pricing)}
 	if in.Metered != nil {
 		p.Metered = *in.Metered
 	}
@@ -82,7 +83,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing)}
 	if in.FailMode != nil {
-		fm := tenants.FailMode(*in.FailMode)
+		fm := vocab.FailMode(*in.FailMode)
 		p.FailMode = &fm
 	}
 	if in.Leases != nil {
@@ -113,7 +114,7 @@ func fromPlan(p tenants.Plan) api.Plan {
 func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	o := tenants.OrgInput{ID: in.Id, Name: in.Name, PlanID: in.Plan, Limits: optLimits(in.Limits)}
 	if in.Mode != nil {
-		o.Mode = tenants.Mode(*in.Mode)
+		o.Mode = vocab.Mode(*in.Mode)
 	}
 	if in.Oversubscribe != nil {
 		o.Oversubscribe = *in.Oversubscribe
@@ -140,7 +141,7 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 	p := tenants.OrgPatch{Name: in.Name, PlanID: in.Plan, Limits: toLimitsPtr(in.Limits), Oversubscribe: in.Oversubscribe,
 		WebhookURL: in.WebhookUrl, RedisURL: in.RedisUrl, BillingAnchorDay: in.BillingAnchorDay}
 	if in.Mode != nil {
-		m := tenants.Mode(*in.Mode)
+		m := vocab.Mode(*in.Mode)
 		p.Mode = &m
 	}
 	if in.Leases != nil {

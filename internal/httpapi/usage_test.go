@@ -24,6 +24,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // billingReplica is an api with the usage and billing service, plus the worker's
@@ -143,7 +144,7 @@ func TestUsageAndBillingExportOverHTTP(t *testing.T) {
 	if diff := cmp.Diff(want, u.Metrics, noDaily); diff != "" {
 		t.Fatalf("usage (-want +got):\n%s", diff)
 	}
-	per := quota.PeriodAt(time.Now(), 1)
+	per := vocab.PeriodAt(time.Now(), 1)
 	if u.Org != org || u.Period != per.ID || !u.PeriodStart.Equal(per.Start) || !u.PeriodEnd.Equal(per.End) {
 		t.Fatalf("usage header: %+v", u)
 	}
@@ -234,7 +235,7 @@ func TestUsageDailySeriesOverHTTP(t *testing.T) {
 		b.mustDo("POST", "/v1/check", checkKey, `{"org":"`+org+`","team":"eng","user":"alice","cost":`+fmt.Sprint(n)+`}`, 200)
 	}
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	per := quota.PeriodAt(time.Now(), 1)
+	per := vocab.PeriodAt(time.Now(), 1)
 	flushAt := func(at time.Time) {
 		t.Helper()
 		f := billing.NewFlusher(billing.FlusherConfig{Store: b.store, Tenants: b.svc, Counters: b.engines, Logger: quiet,

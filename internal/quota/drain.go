@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -195,7 +196,7 @@ func counterValue(s string) int64 {
 }
 
 func validOrgPeriod(org, period string) error {
-	if !validID(org) {
+	if !vocab.ValidID(org) {
 		return fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	if _, err := time.Parse("2006-01", period); err != nil || len(period) != 7 {

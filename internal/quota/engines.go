@@ -17,6 +17,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // ErrOverloaded is returned by the Engines when an org already has
@@ -31,19 +32,6 @@ const (
 	DefaultPool   = "default"
 	DedicatedPool = "dedicated"
 )
-
-// Route is what the caller knows of an org that decides where and how its checks run.
-type Route struct {
-	// Pool is the pool class of the org's plan ("" or an unknown class: the default pool).
-	Pool string
-	// RedisURL is the org's dedicated Redis, "" if none; it takes precedence over Pool.
-	RedisURL string
-	// FailMode is the plan's failure mode; empty means FailClosed.
-	FailMode FailMode
-	// Plan is the org's plan id, used only as the plan label of
-	// quotaplane_plan_checks_total ("" is reported as "none").
-	Plan string
-}
 
 // Outcome says how a check was answered.
 type Outcome struct {
@@ -154,7 +142,7 @@ func NewEngines(cfg EnginesConfig) (*Engines, error) {
 	}
 	urls := map[string][]string{r.defaultURL: {DefaultPool}}
 	for class, u := range cfg.Pools {
-		if !validID(class) || class == DedicatedPool {
+		if !vocab.ValidID(class) || class == DedicatedPool {
 			return nil, fmt.Errorf("%w: quota router: pool class %q is not a valid id or is reserved", ErrInvalid, class)
 		}
 		if _, err := redisconn.Parse(u, false); err != nil {
@@ -218,7 +206,7 @@ func (r *Engines) PoolStates() map[string]string {
 }
 
 // urlOf maps a route to its Redis URL.
-func (r *Engines) urlOf(route *Route) string {
+func (r *Engines) urlOf(route *vocab.Route) string {
 	if route.RedisURL != "" {
 		return route.RedisURL
 	}
@@ -230,7 +218,7 @@ func (r *Engines) urlOf(route *Route) string {
 
 // EngineFor returns the engine holding the counters of route's org, opened on first
 // use: the mapping Check uses, for readers of live counters (usage, the worker).
-func (r *Engines) EngineFor(route Route) (*Engine, error) {
+func (r *Engines) EngineFor(route vocab.Route) (*Engine, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return nil, err
@@ -242,7 +230,7 @@ func (r *Engines) EngineFor(route Route) (*Engine, error) {
 // Redis time on the monotonic clock, for what a caller decides around a check (a
 // throttle's expiry, the seconds until a reset). When the engine cannot be opened, the
 // engines' local clock (Config.Clock).
-func (r *Engines) Now(route Route) time.Time {
+func (r *Engines) Now(route vocab.Route) time.Time {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return r.cfg.Engine.now()
@@ -254,7 +242,7 @@ func (r *Engines) Now(route Route) time.Time {
 // time-dependent decisions made outside a check: a grant's lapse, the current period
 // of the usage API, the periods the worker flushes and closes. Pass it where a
 // func() time.Time clock is taken.
-func (r *Engines) DefaultNow() time.Time { return r.Now(Route{}) }
+func (r *Engines) DefaultNow() time.Time { return r.Now(vocab.Route{}) }
 
 // acquire takes one of org's in-flight slots; release gives it back.
 func (r *Engines) acquire(org string) (*atomic.Int64, bool) {
@@ -270,7 +258,7 @@ func (r *Engines) acquire(org string) (*atomic.Int64, bool) {
 	return n, true
 }
 
-func validateRoute(route *Route, req *Request) error {
+func validateRoute(route *vocab.Route, req *Request) error {
 	err := req.Validate()
 	if route.FailMode != "" && !route.FailMode.Valid() {
 		err = errors.Join(err, fmt.Errorf("%w: fail mode %q is not open, closed or local", ErrInvalid, route.FailMode))
@@ -285,7 +273,7 @@ func validateRoute(route *Route, req *Request) error {
 // many checks in flight (nothing counted); ErrUnavailable when Redis cannot answer
 // and the fail mode is FailClosed (Outcome.Degraded is true); ErrNotHydrated,
 // ErrClosed and context errors as Engine.Check.
-func (r *Engines) Check(ctx context.Context, route Route, req Request) (Result, Outcome, error) {
+func (r *Engines) Check(ctx context.Context, route vocab.Route, req Request) (Result, Outcome, error) {
 	start := time.Now()
 	var span trace.Span
 	if r.tracer != nil {
@@ -299,7 +287,7 @@ func (r *Engines) Check(ctx context.Context, route Route, req Request) (Result, 
 	return res, out, err
 }
 
-func (r *Engines) check(ctx context.Context, route *Route, req *Request) (Result, Outcome, error) {
+func (r *Engines) check(ctx context.Context, route *vocab.Route, req *Request) (Result, Outcome, error) {
 	if err := validateRoute(route, req); err != nil {
 		return Result{}, Outcome{}, err
 	}
@@ -329,7 +317,7 @@ func (r *Engines) check(ctx context.Context, route *Route, req *Request) (Result
 // answer is a check's answer from the engine of pool, or by route's fail mode when
 // that Redis was unavailable or its breaker refused the check (out is then marked
 // degraded): the one path of Check and of every item of CheckBatch.
-func (r *Engines) answer(route *Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
+func (r *Engines) answer(route *vocab.Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
 	if err == nil {
 		r.metrics.atBound(pool, &res)
 		return res, nil
@@ -346,11 +334,11 @@ func (r *Engines) answer(route *Route, req *Request, pool string, res Result, er
 }
 
 // degrade answers req by route's fail mode; cause is why Redis did not.
-func (r *Engines) degrade(route *Route, req *Request, pool string, cause error) (Result, error) {
+func (r *Engines) degrade(route *vocab.Route, req *Request, pool string, cause error) (Result, error) {
 	switch route.FailMode {
-	case FailOpen:
+	case vocab.FailOpen:
 		return openResult(req, r.Now(*route)), nil
-	case FailLocal: // the engine's clock runs on from its last sample while Redis is away
+	case vocab.FailLocal: // the engine's clock runs on from its last sample while Redis is away
 		return r.local.decide(req, r.Now(*route)), nil
 	}
 	if errors.Is(cause, ErrUnavailable) || errors.Is(cause, ErrBadReply) {
@@ -364,7 +352,7 @@ func (r *Engines) degrade(route *Route, req *Request, pool string, cause error) 
 // one pipeline (Engine.CheckBatch) behind one breaker decision; different Redis
 // are asked concurrently. The errors are those of Check; a length mismatch between
 // routes and reqs fails every item with ErrInvalid.
-func (r *Engines) CheckBatch(ctx context.Context, routes []Route, reqs []Request) ([]Result, []Outcome, []error) {
+func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []Request) ([]Result, []Outcome, []error) {
 	start := time.Now()
 	n := len(reqs)
 	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
@@ -375,7 +363,7 @@ func (r *Engines) CheckBatch(ctx context.Context, routes []Route, reqs []Request
 	}
 	defer func() {
 		for i := range reqs {
-			var route *Route
+			var route *vocab.Route
 			if len(routes) == n {
 				route = &routes[i]
 			}
@@ -474,7 +462,7 @@ func (r *Engines) CheckBatch(ctx context.Context, routes []Route, reqs []Request
 // wrapping ErrUnavailable whatever the plan's fail mode.
 //
 // Errors: those of Engine.Reserve, and ErrOverloaded as Check.
-func (r *Engines) Reserve(ctx context.Context, route Route, req Request, opt ReserveOptions) (Reservation, Result, error) {
+func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, opt ReserveOptions) (Reservation, Result, error) {
 	slot, ok := r.acquire(req.Org)
 	if !ok {
 		return Reservation{}, Result{}, fmt.Errorf("quota reserve %s: %w", req.Org, ErrOverloaded)
@@ -505,7 +493,7 @@ func redisFailure(err error) error {
 }
 
 // Commit settles a reservation of org on the Redis of route (Engine.Commit).
-func (r *Engines) Commit(ctx context.Context, route Route, org string, anchorDay int, id string, used int64) (Reservation, error) {
+func (r *Engines) Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return Reservation{}, err
@@ -514,7 +502,7 @@ func (r *Engines) Commit(ctx context.Context, route Route, org string, anchorDay
 }
 
 // Release gives a reservation of org back on the Redis of route (Engine.Release).
-func (r *Engines) Release(ctx context.Context, route Route, org string, anchorDay int, id string) (Reservation, error) {
+func (r *Engines) Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return Reservation{}, err
@@ -523,7 +511,7 @@ func (r *Engines) Release(ctx context.Context, route Route, org string, anchorDa
 }
 
 // Reservation reads a reservation of org on the Redis of route (Engine.Reservation).
-func (r *Engines) Reservation(ctx context.Context, route Route, org string, anchorDay int, id string) (Reservation, error) {
+func (r *Engines) Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return Reservation{}, err
@@ -579,7 +567,7 @@ func (r *Engines) RunReservationSweep(ctx context.Context, interval time.Duratio
 
 // OpenReservations reads a page of org's open reservations on the Redis of route
 // (Engine.OpenReservations).
-func (r *Engines) OpenReservations(ctx context.Context, route Route, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
+func (r *Engines) OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return nil, OpenCursor{}, err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // enginesMetrics are the router's Prometheus metrics. Labels are bounded: pool
@@ -149,7 +150,7 @@ func (m *enginesMetrics) atBound(pool string, res *Result) {
 	}
 }
 
-func (m *enginesMetrics) observe(pool string, route *Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
+func (m *enginesMetrics) observe(pool string, route *vocab.Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
 	decision, level := "allowed", ""
 	switch {
 	case err != nil:
@@ -162,9 +163,9 @@ func (m *enginesMetrics) observe(pool string, route *Route, req *Request, res *R
 	}
 	mode := string(req.Mode)
 	switch req.Mode {
-	case Enforce, Shadow, Warn:
+	case vocab.Enforce, vocab.Shadow, vocab.Warn:
 	case "":
-		mode = string(Enforce)
+		mode = string(vocab.Enforce)
 	default:
 		mode = "invalid"
 	}

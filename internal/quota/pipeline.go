@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,7 +17,7 @@ type call struct {
 	nums   []byte // the last ARGV, the packed numbers (kept for reuse)
 	nowMs  int64  // the clock the check was built at
 	org    string
-	period Period
+	period vocab.Period
 	req    Request // what the compact reply is decoded against
 	reply  string  // "H", a replay, a decision stored for replays, or a packed decision
 	err    error

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Reads of reservations: one reservation by id, and the units held per counter.
@@ -16,7 +18,7 @@ import (
 //
 // Errors: ErrReservationNotFound; ErrUnavailable when Redis fails; ErrNotHydrated.
 func (e *Engine) Reservation(ctx context.Context, org string, anchorDay int, id string) (Reservation, error) {
-	if !validID(org) || !ValidReservationID(id) {
+	if !vocab.ValidID(org) || !ValidReservationID(id) {
 		return Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // TestEnginesPlanAndOrgMetrics: every check counts in quotaplane_plan_checks_total by
@@ -22,15 +23,15 @@ func TestEnginesPlanAndOrgMetrics(t *testing.T) {
 	// Each org has a minute limit of 2 and asks 3 times: 2 allowed, 1 denied.
 	for _, org := range orgs {
 		for range 3 {
-			_, _, err := r.Check(ctx, quota.Route{Plan: "pro", FailMode: quota.FailClosed}, quota.Request{Org: org, Metric: "requests", Cost: 1,
-				Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 2)}}})
+			_, _, err := r.Check(ctx, vocab.Route{Plan: "pro", FailMode: vocab.FailClosed}, quota.Request{Org: org, Metric: "requests", Cost: 1,
+				Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 2)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	// A check without a plan.
-	if _, _, err := r.Check(ctx, quota.Route{FailMode: quota.FailClosed}, quota.Request{Org: orgs[0], Metric: "requests"}); err != nil {
+	if _, _, err := r.Check(ctx, vocab.Route{FailMode: vocab.FailClosed}, quota.Request{Org: orgs[0], Metric: "requests"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -67,8 +68,8 @@ func TestEnginesPlanMetricsDegraded(t *testing.T) {
 	r, reg := MustEngines(t, quota.EnginesConfig{})
 	org := testenv.ID(t, "org")
 	for range 2 {
-		_, out, err := r.Check(context.Background(), quota.Route{Plan: "free", RedisURL: dead.URL(), FailMode: quota.FailOpen},
-			quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 10)}}})
+		_, out, err := r.Check(context.Background(), vocab.Route{Plan: "free", RedisURL: dead.URL(), FailMode: vocab.FailOpen},
+			quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 10)}}})
 		if err != nil || !out.Degraded {
 			t.Fatalf("check on a dead Redis with fail mode open: degraded %v, err %v; want degraded, no error", out.Degraded, err)
 		}
@@ -92,7 +93,7 @@ func TestEnginesOrgMetricsCapConcurrent(t *testing.T) {
 	for i := range orgs {
 		for range each {
 			wg.Go(func() {
-				_, _, err := r.Check(context.Background(), quota.Route{Plan: "pro", FailMode: quota.FailClosed},
+				_, _, err := r.Check(context.Background(), vocab.Route{Plan: "pro", FailMode: vocab.FailClosed},
 					quota.Request{Org: fmt.Sprintf("%s-%d", prefix, i), Metric: "requests"})
 				errs <- err
 			})
@@ -140,7 +141,7 @@ func TestEnginesOrgMetricsOff(t *testing.T) {
 	t.Parallel()
 	r, reg := MustEngines(t, quota.EnginesConfig{MetricsOrgs: quota.MetricsOrgs(0)})
 	org := testenv.ID(t, "org")
-	if _, _, err := r.Check(context.Background(), quota.Route{FailMode: quota.FailClosed}, quota.Request{Org: org, Metric: "requests"}); err != nil {
+	if _, _, err := r.Check(context.Background(), vocab.Route{FailMode: vocab.FailClosed}, quota.Request{Org: org, Metric: "requests"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := metricValue(t, reg, "quotaplane_org_checks_total", map[string]string{"org": org}); got != -1 {

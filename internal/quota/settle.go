@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Settlements of reservations: Commit, Release and the script run they share
@@ -30,8 +32,8 @@ const (
 // was released or expired (a reservation past its expiry is expired, whoever asks
 // first); ErrUnavailable, ErrNotHydrated, ErrClosed and context errors as Check.
 func (e *Engine) Commit(ctx context.Context, org string, anchorDay int, id string, used int64) (Reservation, error) {
-	if used < 0 || used > MaxUnits {
-		return Reservation{}, fmt.Errorf("%w: used %d is outside 0..%d", ErrInvalid, used, MaxUnits)
+	if used < 0 || used > vocab.MaxUnits {
+		return Reservation{}, fmt.Errorf("%w: used %d is outside 0..%d", ErrInvalid, used, vocab.MaxUnits)
 	}
 	return e.settle(ctx, org, anchorDay, id, ActionCommit, used, false)
 }
@@ -45,7 +47,7 @@ func (e *Engine) Release(ctx context.Context, org string, anchorDay int, id stri
 // settle settles reservation id; a lease's settlement (lease true) is not reported as
 // a reservation's and returns without reading the record back.
 func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id string, act Action, used int64, lease bool) (Reservation, error) {
-	if !validID(org) {
+	if !vocab.ValidID(org) {
 		return Reservation{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	if lease && !IsLease(id) || !lease && !ValidReservationID(id) {

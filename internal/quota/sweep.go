@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -43,7 +44,7 @@ const sweepBatch = 500
 // Errors: ErrInvalid for a bad org; ErrUnavailable when Redis fails (those expired by
 // the batches done are returned with the error).
 func (e *Engine) ExpireDue(ctx context.Context, org string) ([]Reservation, error) {
-	if !validID(org) {
+	if !vocab.ValidID(org) {
 		return nil, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
@@ -101,7 +102,7 @@ func (e *Engine) sweepPage(ctx context.Context, orgs []string) (int, error) {
 	cmds := make([]*redis.Cmd, len(orgs))
 	pipe := e.rdb.Pipeline()
 	for i, org := range orgs {
-		if !validID(org) {
+		if !vocab.ValidID(org) {
 			continue
 		}
 		tag := orgTag(e.cfg.KeyPrefix, org)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // DefaultMaxOrgUsers is how many registered users ResolveOrg carries with an org: an
@@ -17,7 +18,7 @@ const DefaultMaxOrgUsers = 20_000
 // limits and user defaults, and (up to a bound) its registered users.
 type ResolvedOrg struct {
 	Org      Org
-	FailMode FailMode
+	FailMode vocab.FailMode
 	Pool     string
 	// Leases is LeasesAuto or LeasesOff: the org's own setting, or its plan's when the
 	// org follows its plan.
@@ -51,7 +52,7 @@ func (r ResolvedOrg) User(userID string) (ResolvedUser, bool) {
 type ResolvedUser struct {
 	Registered bool
 	TeamID     string
-	Limits     []Limit // the user's own limits, without the team defaults
+	Limits     []vocab.Limit // the user's own limits, without the team defaults
 }
 
 // ResolveOrg loads an org with everything a check needs, and its registered users
