@@ -108,11 +108,11 @@ func (s *Service) AdjustUsage(ctx context.Context, a tenants.Actor, org string, 
 	if s.Counters == nil {
 		return Adjustment{}, ErrNoLiveCounters
 	}
-	pool := ""
-	if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
-		pool = plan.Pool
+	var plan tenants.Plan
+	if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
+		plan = p
 	}
-	cs, err := s.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: pool})
+	cs, err := s.Counters.CountersFor(org, tenants.RouteOf(o, plan))
 	if err != nil {
 		return Adjustment{}, fmt.Errorf("adjust %s: %w: %w", org, ErrNoLiveCounters, err)
 	}

@@ -188,7 +188,7 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 	if err != nil {
 		return res, fmt.Errorf("close %s %s: %w", org, period, err)
 	}
-	cs, err := c.cfg.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: plan.Pool})
+	cs, err := c.cfg.Counters.CountersFor(org, tenants.RouteOf(o, plan))
 	if err != nil {
 		return res, err
 	}

@@ -163,7 +163,7 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 			break
 		}
 	}
-	pools := map[string]string{} // plan -> pool class
+	plans := map[string]tenants.Plan{} // by id
 	cursor = ""
 	for {
 		page, next, err := f.cfg.Tenants.ListPlans(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
@@ -171,7 +171,7 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 			return FlushStats{}, fmt.Errorf("flush: list plans: %w", err)
 		}
 		for _, p := range page {
-			pools[p.ID] = p.Pool
+			plans[p.ID] = p
 		}
 		if cursor = next; cursor == "" {
 			break
@@ -188,7 +188,7 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 	f.mu.Unlock()
 	for _, o := range orgs {
 		g.Go(func() error {
-			read, written, err := f.flushOrg(gctx, o, pools[o.PlanID], now, first)
+			read, written, err := f.flushOrg(gctx, o, plans[o.PlanID], now, first)
 			mu.Lock()
 			stats.Orgs++
 			stats.Read += read
@@ -216,14 +216,14 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 	return stats, nil
 }
 
-func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now time.Time, first bool) (int, int, error) {
+func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, plan tenants.Plan, now time.Time, first bool) (int, int, error) {
 	cur := vocab.PeriodAt(now, o.BillingAnchorDay)
 	prev := vocab.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
 	if first { // until read whole, even if this flush cannot reach the org
 		f.setFull(o.ID+"|"+prev.ID, true)
 		f.setFull(o.ID+"|"+cur.ID, true)
 	}
-	cs, err := f.cfg.Counters.CountersFor(Route{Org: o.ID, RedisURL: o.RedisURL, Pool: pool})
+	cs, err := f.cfg.Counters.CountersFor(o.ID, tenants.RouteOf(o, plan))
 	if err != nil {
 		return 0, 0, err
 	}

@@ -146,5 +146,5 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 
 // oneEngine serves every org's counters from the test's engine.
 func oneEngine(eng *quota.Engine) billing.CounterSource {
-	return billing.CounterSourceFunc(func(billing.Route) (billing.Counters, error) { return eng, nil })
+	return billing.CounterSourceFunc(func(string, vocab.Route) (billing.Counters, error) { return eng, nil })
 }

@@ -126,11 +126,11 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 			return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
 		}
 		if s.Counters != nil {
-			pool := ""
-			if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
-				pool = plan.Pool
+			var plan tenants.Plan
+			if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
+				plan = p
 			}
-			if cs, err = s.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: pool}); err == nil {
+			if cs, err = s.Counters.CountersFor(org, tenants.RouteOf(o, plan)); err == nil {
 				live, err := cs.MonthUsage(ctx, org, per.ID)
 				if err != nil {
 					cs = nil

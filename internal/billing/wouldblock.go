@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
@@ -165,11 +166,11 @@ func (s *Service) WouldBlock(ctx context.Context, org, period string) (WouldBloc
 		return WouldBlockReport{}, err
 	}
 	if s.Counters != nil {
-		pool := ""
-		if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
-			pool = plan.Pool
+		var plan tenants.Plan
+		if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
+			plan = p
 		}
-		if cs, err := s.Counters.CountersFor(Route{Org: org, RedisURL: o.RedisURL, Pool: pool}); err == nil {
+		if cs, err := s.Counters.CountersFor(org, tenants.RouteOf(o, plan)); err == nil {
 			live, err := cs.WouldBlock(ctx, org, per.ID)
 			if err != nil && s.Logger != nil {
 				s.Logger.Warn("would-block: live record unavailable, answering from Postgres", "org", org, "err", err.Error())

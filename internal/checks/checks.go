@@ -177,7 +177,7 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 			}
 		}
 	}
-	route := vocab.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: vocab.FailMode(org.FailMode), Plan: org.Org.PlanID}
+	route := org.Route()
 	if len(org.Throttles) > 0 {
 		th, _ = org.ThrottleOf(Now(r.Clock, route))
 	}

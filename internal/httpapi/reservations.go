@@ -148,7 +148,7 @@ func (s *Server) orgRoute(ctx context.Context, orgID string) (vocab.Route, int, 
 	if err != nil {
 		return vocab.Route{}, 0, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
-	route := vocab.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: vocab.FailMode(org.FailMode), Plan: org.Org.PlanID}
+	route := org.Route()
 	return route, org.Org.BillingAnchorDay, nil
 }
 

@@ -8,8 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 //go:embed scripts/adjust.lua

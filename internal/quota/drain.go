@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // DrainDirty takes the month counters of org that changed in period (an ID such as

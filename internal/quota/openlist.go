@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Page sizes of OpenReservations.

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // call is one check on its way through the batching loop. The loop owns it from

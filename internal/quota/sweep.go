@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // The expiry sweep: the reserving set of orgs it reads, and the settlement of every

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
@@ -36,6 +37,20 @@ type ResolvedOrg struct {
 	// Throttles are the org's own and its plan's that had not expired when it was
 	// resolved; ThrottleOf picks the one a check applies, by the check's clock.
 	Throttles []Throttle
+}
+
+// RouteOf is where and how the checks of org o, on plan p, run: the org's dedicated
+// Redis, else its plan's pool class, with the plan's fail mode. It is the one place an
+// org's route is built; the check path takes it from ResolvedOrg.Route, billing from
+// the org and its plan (a zero Plan when the plan cannot be read: the default pool).
+func RouteOf(o Org, p Plan) vocab.Route {
+	return vocab.Route{Pool: p.Pool, RedisURL: o.RedisURL, FailMode: p.FailMode, Plan: o.PlanID}
+}
+
+// Route is the route of the resolved org: RouteOf the org and its plan's pool and fail
+// mode.
+func (r ResolvedOrg) Route() vocab.Route {
+	return RouteOf(r.Org, Plan{Pool: r.Pool, FailMode: r.FailMode})
 }
 
 // User returns what the org snapshot knows of a user id, and whether it knows it:

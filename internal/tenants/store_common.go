@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 

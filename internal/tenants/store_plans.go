@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
