@@ -145,7 +145,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if fc := faultclock.Install(ctx, cfg.FaultClock, log); fc != nil {
 		fc.Use(&engine)
 	}
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,
 		MetricsOrgs: quota.MetricsOrgs(cfg.MetricsOrgs),
 		Registerer:  registry, Engine: engine})

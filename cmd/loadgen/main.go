@@ -20,6 +20,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/loadgen"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 func main() {
@@ -107,8 +108,8 @@ func writeRESP(out io.Writer, n int, org string) error {
 	if err := writeCommand(w, []any{"script", "load", quota.CheckScript()}); err != nil {
 		return err
 	}
-	lim := func(v int64) []quota.Limit {
-		return []quota.Limit{{Window: quota.Month, Limit: v}, {Window: quota.Minute, Limit: v}}
+	lim := func(v int64) []vocab.Limit {
+		return []vocab.Limit{{Window: vocab.Month, Limit: v}, {Window: vocab.Minute, Limit: v}}
 	}
 	now := time.Now()
 	for i := range n {

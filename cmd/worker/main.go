@@ -95,7 +95,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	if fc := faultclock.Install(ctx, cfg.FaultClock, log); fc != nil {
 		fc.Use(&engine)
 	}
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		RedisTimeout: 5 * time.Second, // reads, not the check path: no short timeouts
 		Registerer:   prometheus.DefaultRegisterer, Engine: engine})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // TestMain runs quotaplane-worker's main instead of the tests when asked to, so a
@@ -71,7 +72,7 @@ func TestStderrIsJSONWhileRedisIsDown(t *testing.T) {
 	}
 	defer pool.Close()
 	svc := tenants.NewService(pool)
-	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}); err != nil {
+	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.CreateOrg(ctx, tenants.Actor{Name: "seed"}, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p"}); err != nil {

@@ -8,14 +8,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
-	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // AdjustInput is an operator's correction of one month counter of an org's current
 // period: Set (the committed units become it) or Add (added to them; negative
-// lowers), exactly one, each within quota.MaxUnits; Team names a team's counter,
+// lowers), exactly one, each within vocab.MaxUnits; Team names a team's counter,
 // Team and User a user's, neither the org's.
 type AdjustInput struct {
 	Metric string
@@ -41,21 +41,21 @@ type Adjustment struct {
 // adjuster is the engine's side of an adjustment (quota.Engine).
 type adjuster interface {
 	AdjustCounter(ctx context.Context, org string, anchorDay int, c quota.Counter, set bool, n int64) (quota.Adjusted, error)
-	MarkDirty(ctx context.Context, org string, per quota.Period, c quota.Counter) error
+	MarkDirty(ctx context.Context, org string, per vocab.Period, c quota.Counter) error
 }
 
 func (in AdjustInput) validate() error {
 	var fe []derrors.FieldError
 	add := func(field, msg string) { fe = append(fe, derrors.FieldError{Field: field, Message: msg}) }
 	const idMsg = "must match ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
-	if !tenants.ValidID(in.Metric) {
+	if !vocab.ValidID(in.Metric) {
 		add("metric", idMsg)
 	}
-	if in.Team != "" && !tenants.ValidID(in.Team) {
+	if in.Team != "" && !vocab.ValidID(in.Team) {
 		add("team", idMsg)
 	}
 	if in.User != "" {
-		if !tenants.ValidID(in.User) {
+		if !vocab.ValidID(in.User) {
 			add("user", idMsg)
 		}
 		if in.Team == "" {
@@ -65,10 +65,10 @@ func (in AdjustInput) validate() error {
 	switch {
 	case (in.Set == nil) == (in.Add == nil):
 		add("set", "give exactly one of set and add")
-	case in.Set != nil && (*in.Set < 0 || *in.Set > quota.MaxUnits):
-		add("set", fmt.Sprintf("must be 0 to %d", quota.MaxUnits))
-	case in.Add != nil && (*in.Add < -quota.MaxUnits || *in.Add > quota.MaxUnits):
-		add("add", fmt.Sprintf("must be -%d to %d", quota.MaxUnits, quota.MaxUnits))
+	case in.Set != nil && (*in.Set < 0 || *in.Set > vocab.MaxUnits):
+		add("set", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits))
+	case in.Add != nil && (*in.Add < -vocab.MaxUnits || *in.Add > vocab.MaxUnits):
+		add("add", fmt.Sprintf("must be -%d to %d", vocab.MaxUnits, vocab.MaxUnits))
 	}
 	if strings.TrimSpace(in.Reason) == "" || utf8.RuneCountInString(in.Reason) > 500 {
 		add("reason", "must say why, in 1 to 500 characters")
@@ -101,11 +101,11 @@ func (s *Service) AdjustUsage(ctx context.Context, a tenants.Actor, org string, 
 	if s.Counters == nil {
 		return Adjustment{}, ErrNoLiveCounters
 	}
-	pool := ""
-	if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
-		pool = plan.Pool
+	var plan tenants.Plan
+	if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
+		plan = p
 	}
-	cs, err := s.Counters.CountersFor(ledger.Route{Org: org, RedisURL: o.RedisURL, Pool: pool})
+	cs, err := s.Counters.CountersFor(org, tenants.RouteOf(o, plan))
 	if err != nil {
 		return Adjustment{}, fmt.Errorf("adjust %s: %w: %w", org, ErrNoLiveCounters, err)
 	}
@@ -113,12 +113,12 @@ func (s *Service) AdjustUsage(ctx context.Context, a tenants.Actor, org string, 
 	if !ok {
 		return Adjustment{}, ErrNoLiveCounters
 	}
-	c := quota.Counter{Metric: in.Metric, Level: quota.LevelOrg}
+	c := quota.Counter{Metric: in.Metric, Level: vocab.LevelOrg}
 	switch {
 	case in.User != "":
-		c.Level, c.Team, c.User = quota.LevelUser, in.Team, in.User
+		c.Level, c.Team, c.User = vocab.LevelUser, in.Team, in.User
 	case in.Team != "":
-		c.Level, c.Team = quota.LevelTeam, in.Team
+		c.Level, c.Team = vocab.LevelTeam, in.Team
 	}
 	set, n := in.Set != nil, int64(0)
 	if set {
@@ -157,9 +157,9 @@ type auditAdjustment struct {
 // counterObject names a counter in the audit log: metric, metric/team or metric/team/user.
 func counterObject(c quota.Counter) string {
 	switch c.Level {
-	case quota.LevelTeam:
+	case vocab.LevelTeam:
 		return c.Metric + "/" + c.Team
-	case quota.LevelUser:
+	case vocab.LevelUser:
 		return c.Metric + "/" + c.Team + "/" + c.User
 	}
 	return c.Metric

@@ -10,6 +10,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // An adjustment made while checks count and the worker flushes without pause: once
@@ -20,10 +21,10 @@ import (
 func TestAdjustmentRacingDrainsAndChecks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.seed("acme", []tenants.Limit{monthLimit("tokens", 1_000_000)}, nil, tenants.TeamInput{ID: "eng"})
+	e.seed("acme", []vocab.Limit{monthLimit("tokens", 1_000_000)}, nil, tenants.TeamInput{ID: "eng"})
 	svc := &billing.Service{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine), Logger: quietLog()}
-	org := quota.Counter{Metric: "tokens", Level: quota.LevelOrg}
-	per := quota.PeriodAt(time.Now(), 0)
+	org := quota.Counter{Metric: "tokens", Level: vocab.LevelOrg}
+	per := vocab.PeriodAt(time.Now(), 0)
 
 	for round := range 5 {
 		// A wrong figure, drained into the ledger.

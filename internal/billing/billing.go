@@ -12,6 +12,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Errors of the package; wrapped with context, test them with errors.Is.
@@ -47,15 +48,15 @@ func ParsePeriod(id string) error {
 }
 
 // PeriodOf returns the period with id for an org with the given anchor day.
-func PeriodOf(id string, anchorDay int) (quota.Period, error) {
+func PeriodOf(id string, anchorDay int) (vocab.Period, error) {
 	t, err := time.Parse("2006-01", id)
 	if err != nil || len(id) != 7 {
-		return quota.Period{}, badPeriod(id)
+		return vocab.Period{}, badPeriod(id)
 	}
 	if anchorDay < 1 || anchorDay > 28 {
 		anchorDay = 1
 	}
-	return quota.PeriodAt(t.AddDate(0, 0, anchorDay-1), anchorDay), nil
+	return vocab.PeriodAt(t.AddDate(0, 0, anchorDay-1), anchorDay), nil
 }
 
 // counterRow is a counter with its value as a row of period_usage or usage_counters.
@@ -65,5 +66,5 @@ type counterRow struct {
 }
 
 func (r counterRow) counter() quota.Counter {
-	return quota.Counter{Metric: r.metric, Level: quota.Level(r.level), Team: r.team, User: r.user}
+	return quota.Counter{Metric: r.metric, Level: vocab.Level(r.level), Team: r.team, User: r.user}
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quotaplane/quotaplane/internal/ledger"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
@@ -74,9 +74,9 @@ func (c *Closer) Due(ctx context.Context) ([]OrgPeriod, error) {
 			return nil, fmt.Errorf("periods due: %w", err)
 		}
 		for _, o := range orgs {
-			per := quota.PeriodAt(now.Add(-c.cfg.Grace), o.BillingAnchorDay)
+			per := vocab.PeriodAt(now.Add(-c.cfg.Grace), o.BillingAnchorDay)
 			for range 2 {
-				per = quota.PeriodAt(per.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
+				per = vocab.PeriodAt(per.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
 				if !per.End.After(o.CreatedAt) {
 					break
 				}
@@ -191,7 +191,7 @@ func (c *Closer) Close(ctx context.Context, org, period string) (CloseResult, er
 	if err != nil {
 		return res, fmt.Errorf("close %s %s: %w", org, period, err)
 	}
-	cs, err := c.cfg.Counters.CountersFor(ledger.Route{Org: org, RedisURL: o.RedisURL, Pool: plan.Pool})
+	cs, err := c.cfg.Counters.CountersFor(org, tenants.RouteOf(o, plan))
 	if err != nil {
 		return res, err
 	}
@@ -304,7 +304,7 @@ func copyFinalUsage(ctx context.Context, tx pgx.Tx, org, period string, limits *
 			if l, ok := limits.Month(r.counter()); ok {
 				lims[j] = &l
 			}
-			if r.level == string(quota.LevelOrg) {
+			if r.level == string(vocab.LevelOrg) {
 				orgUnits[r.metric] = r.units
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 	"github.com/quotaplane/quotaplane/internal/worker"
 )
@@ -113,8 +114,8 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 		if i%2 == 0 {
 			p = pricing
 		}
-		e.seed(org, []tenants.Limit{monthLimit("requests", 10_000)}, p,
-			tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", 1000)}})
+		e.seed(org, []vocab.Limit{monthLimit("requests", 10_000)}, p,
+			tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 1000)}})
 		for j := range 5 + 10*i {
 			cost := int64(1 + j%7)
 			res, err := e.check(e.engine, org, "eng", fmt.Sprintf("u%d", j%3), "requests", cost)
@@ -233,11 +234,11 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 		if diff := cmp.Diff(live, final); diff != "" {
 			t.Errorf("%s: closed usage differs from Redis (-redis +closed):\n%s", org, diff)
 		}
-		orgC := quota.Counter{Metric: "requests", Level: quota.LevelOrg}
+		orgC := quota.Counter{Metric: "requests", Level: vocab.LevelOrg}
 		if final[orgC] != admitted[org] {
 			t.Errorf("%s: closed %d units, %d admitted", org, final[orgC], admitted[org])
 		}
-		if limits[orgC] != 10_000 || limits[quota.Counter{Metric: "requests", Level: quota.LevelUser, Team: "eng", User: "u0"}] != 1000 {
+		if limits[orgC] != 10_000 || limits[quota.Counter{Metric: "requests", Level: vocab.LevelUser, Team: "eng", User: "u0"}] != 1000 {
 			t.Errorf("%s: month limits at close %v", org, limits)
 		}
 		var units, included, overage int64
@@ -321,7 +322,7 @@ func TestAnchorDayPeriodsCloseOnTheirOwnBoundary(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng"})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng"})
 	day := 15
 	if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{BillingAnchorDay: &day}); err != nil {
 		t.Fatal(err)
@@ -330,7 +331,7 @@ func TestAnchorDayPeriodsCloseOnTheirOwnBoundary(t *testing.T) {
 	if err != nil || p.Start != time.Date(2026, 11, 15, 0, 0, 0, 0, time.UTC) || p.End != time.Date(2026, 12, 15, 0, 0, 0, 0, time.UTC) {
 		t.Fatalf("PeriodOf(2026-11, 15) = %+v, %v", p, err)
 	}
-	cur := quota.PeriodAt(time.Now(), 15)
+	cur := vocab.PeriodAt(time.Now(), 15)
 	closerAt := func(at time.Time) *billing.Closer {
 		return billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
 			Clock: func() time.Time { return at }, Logger: quietLog()})
@@ -371,11 +372,11 @@ func TestCloseDeletesSettledReservationRows(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org, other := testenv.ID(t, "org"), testenv.ID(t, "other")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil)
-	e.seed(other, []tenants.Limit{monthLimit("requests", 100)}, nil)
-	cur := quota.PeriodAt(time.Now(), 1)
+	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil)
+	e.seed(other, []vocab.Limit{monthLimit("requests", 100)}, nil)
+	cur := vocab.PeriodAt(time.Now(), 1)
 	at := cur.End.Add(2 * time.Minute)
-	next := quota.PeriodAt(at, 1)
+	next := vocab.PeriodAt(at, 1)
 	rows := []struct {
 		org, id, period, state string
 		expired                time.Duration // before the close

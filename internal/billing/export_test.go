@@ -19,6 +19,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // exportRows writes an export in format and parses it back.
@@ -46,9 +47,9 @@ func TestExportEqualsAdmittedChecks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 100_000), monthLimit("tokens", 1_000_000)},
+	e.seed(org, []vocab.Limit{monthLimit("requests", 100_000), monthLimit("tokens", 1_000_000)},
 		&tenants.Pricing{Currency: "USD", BasePrice: "0", Metrics: []tenants.MetricPrice{{Metric: "tokens", IncludedUnits: 5000, OveragePrice: "0.002"}}},
-		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", 15)}},
+		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 15)}},
 		tenants.TeamInput{ID: "ops"}, tenants.TeamInput{ID: "sales"})
 	rng := rand.New(rand.NewPCG(1, 2))
 	admitted := map[string]int64{}

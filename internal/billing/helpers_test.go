@@ -16,6 +16,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 var operator = tenants.Actor{Name: "operator"}
@@ -72,12 +73,12 @@ func (e *env) newEngine(url string) (*quota.Engine, *redis.Client) {
 }
 
 // seed creates a plan (with pricing when price != ""), an org on it and teams.
-func (e *env) seed(org string, planLimits []tenants.Limit, pricing *tenants.Pricing, teams ...tenants.TeamInput) tenants.Org {
+func (e *env) seed(org string, planLimits []vocab.Limit, pricing *tenants.Pricing, teams ...tenants.TeamInput) tenants.Org {
 	e.t.Helper()
 	ctx := context.Background()
 	planID := "plan-" + org
 	if _, err := e.svc.CreatePlan(ctx, operator, tenants.PlanInput{ID: planID, Name: "Plan", Limits: planLimits,
-		FailMode: tenants.FailClosed, Pricing: pricing}); err != nil {
+		FailMode: vocab.FailClosed, Pricing: pricing}); err != nil {
 		e.t.Fatalf("create plan: %v", err)
 	}
 	o, err := e.svc.CreateOrg(ctx, operator, tenants.OrgInput{ID: org, Name: "Org", PlanID: planID})
@@ -114,11 +115,11 @@ func (e *env) check(eng *quota.Engine, org, team, user, metric string, cost int6
 	return eng.Check(ctx, req)
 }
 
-func limitsFor(metric string, ls []tenants.Limit) []quota.Limit {
-	var out []quota.Limit
+func limitsFor(metric string, ls []vocab.Limit) []vocab.Limit {
+	var out []vocab.Limit
 	for _, l := range ls {
 		if l.Metric == metric {
-			out = append(out, quota.Limit{Window: quota.Window(l.Window), Limit: l.Limit})
+			out = append(out, vocab.Limit{Window: vocab.Window(l.Window), Limit: l.Limit})
 		}
 	}
 	return out
@@ -129,8 +130,8 @@ func (e *env) flusher(interval time.Duration) *ledger.Flusher {
 		Counters: oneEngine(e.engine), Interval: interval, Logger: quietLog()})
 }
 
-func monthLimit(metric string, n int64) tenants.Limit {
-	return tenants.Limit{Metric: metric, Window: tenants.Month, Limit: n}
+func monthLimit(metric string, n int64) vocab.Limit {
+	return vocab.Limit{Metric: metric, Window: vocab.Month, Limit: n}
 }
 
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
@@ -146,5 +147,5 @@ func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 
 // oneEngine serves every org's counters from the test's engine.
 func oneEngine(eng *quota.Engine) ledger.CounterSource {
-	return ledger.CounterSourceFunc(func(ledger.Route) (ledger.Counters, error) { return eng, nil })
+	return ledger.CounterSourceFunc(func(string, vocab.Route) (ledger.Counters, error) { return eng, nil })
 }

@@ -9,8 +9,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
-	"github.com/quotaplane/quotaplane/internal/quota"
-	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // gauges returns the values of the gauge family name by its label values joined with "|".
@@ -46,10 +45,10 @@ func TestCloseScanReportsOldestUnclosedPeriod(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil)
+	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil)
 	reg := prometheus.NewRegistry()
 	metrics := billing.NewMetrics(reg)
-	cur := quota.PeriodAt(time.Now(), 1)
+	cur := vocab.PeriodAt(time.Now(), 1)
 	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
 		Clock: func() time.Time { return cur.End.Add(2 * time.Minute) }, Logger: quietLog(), Metrics: metrics})
 	gauge := func() float64 {

@@ -13,6 +13,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Store is the billing record in Postgres (closed periods, their usage and billing
@@ -85,7 +86,7 @@ func (s *Store) recordAdjustment(ctx context.Context, a tenants.Actor, adj Adjus
 			adj.Org, adj.Period, c.Metric, string(c.Level), c.Team, c.User, adj.After, adj.At); err != nil {
 			return err
 		}
-		if c.Level == quota.LevelOrg {
+		if c.Level == vocab.LevelOrg {
 			if _, err := tx.Exec(ctx, `UPDATE usage_daily SET used = $4, updated_at = now()
 				WHERE org_id = $1 AND period = $2 AND metric = $3 AND used > $4`,
 				adj.Org, adj.Period, c.Metric, adj.After); err != nil {

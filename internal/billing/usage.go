@@ -11,6 +11,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Service answers the usage, would-block, adjustment and billing export API.
@@ -28,7 +29,7 @@ type Service struct {
 // Usage is the usage of an org in one period.
 type Usage struct {
 	Org     string
-	Period  quota.Period
+	Period  vocab.Period
 	Closed  bool
 	Metrics []MetricUsage
 }
@@ -79,7 +80,7 @@ func (s *Service) CurrentPeriod(ctx context.Context, org string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	return quota.PeriodAt(s.now(), o.BillingAnchorDay).ID, nil
+	return vocab.PeriodAt(s.now(), o.BillingAnchorDay).ID, nil
 }
 
 // Usage returns the usage of org in period ("" for the current one): for a closed
@@ -95,7 +96,7 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 	if err != nil {
 		return Usage{}, err
 	}
-	cur := quota.PeriodAt(s.now(), o.BillingAnchorDay)
+	cur := vocab.PeriodAt(s.now(), o.BillingAnchorDay)
 	per := cur
 	if period != "" {
 		if per, err = PeriodOf(period, o.BillingAnchorDay); err != nil {
@@ -119,11 +120,11 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 			return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
 		}
 		if s.Counters != nil {
-			pool := ""
-			if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
-				pool = plan.Pool
+			var plan tenants.Plan
+			if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
+				plan = p
 			}
-			if cs, err = s.Counters.CountersFor(ledger.Route{Org: org, RedisURL: o.RedisURL, Pool: pool}); err == nil {
+			if cs, err = s.Counters.CountersFor(org, tenants.RouteOf(o, plan)); err == nil {
 				live, err := cs.MonthUsage(ctx, org, per.ID)
 				if err != nil {
 					cs = nil
@@ -156,8 +157,8 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		}
 		// The org's own month limits show even for metrics not used yet.
 		for _, l := range o.EffectiveLimits {
-			c := quota.Counter{Metric: l.Metric, Level: quota.LevelOrg}
-			if l.Window == tenants.Month {
+			c := quota.Counter{Metric: l.Metric, Level: vocab.LevelOrg}
+			if l.Window == vocab.Month {
 				if _, ok := usage[c]; !ok {
 					usage[c] = 0
 				}
@@ -180,20 +181,20 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		lu := LevelUsage{Used: v, Reserved: held[c], Limits: append([]WindowUsage{}, sliding[c]...)}
 		if l, ok := limits[c]; ok {
 			counted := v + held[c]
-			wu := WindowUsage{Window: string(tenants.Month), Limit: l, Used: counted, Remaining: max(l-counted, 0)}
-			if c.Level == quota.LevelOrg && !closed {
+			wu := WindowUsage{Window: string(vocab.Month), Limit: l, Used: counted, Remaining: max(l-counted, 0)}
+			if c.Level == vocab.LevelOrg && !closed {
 				wu.Granted = o.Granted[c.Metric]
 			}
 			lu.Limits = append(lu.Limits, wu)
 		}
 		switch c.Level {
-		case quota.LevelOrg:
+		case vocab.LevelOrg:
 			lu.ID = org
 			m.Org = lu
-		case quota.LevelTeam:
+		case vocab.LevelTeam:
 			lu.ID = c.Team
 			m.Teams = append(m.Teams, lu)
-		case quota.LevelUser:
+		case vocab.LevelUser:
 			lu.ID, lu.Team = c.User, c.Team
 			m.Users = append(m.Users, lu)
 		}
@@ -250,10 +251,10 @@ func (s *Service) Export(ctx context.Context, w io.Writer, org, period string, f
 			return err
 		}
 		if period == "" {
-			period = quota.PeriodAt(s.now(), o.BillingAnchorDay).ID
+			period = vocab.PeriodAt(s.now(), o.BillingAnchorDay).ID
 		}
 	} else if period == "" {
-		period = quota.PeriodAt(s.now(), 1).ID
+		period = vocab.PeriodAt(s.now(), 1).ID
 	}
 	return s.Store.WriteExport(ctx, w, org, period, format)
 }
@@ -266,11 +267,11 @@ type batchChecker interface {
 // slidingUsage reads, with one cost-0 check per counter (pipelined by the engine),
 // the use of every sliding window that limits an org, team or user with usage.
 func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.Limits, usage map[quota.Counter]int64) map[quota.Counter][]WindowUsage {
-	sliding := func(ls []tenants.Limit) []quota.Limit {
-		var out []quota.Limit
+	sliding := func(ls []vocab.Limit) []vocab.Limit {
+		var out []vocab.Limit
 		for _, l := range ls {
-			if l.Window != tenants.Month {
-				out = append(out, quota.Limit{Window: quota.Window(l.Window), Limit: l.Limit})
+			if l.Window != vocab.Month {
+				out = append(out, vocab.Limit{Window: vocab.Window(l.Window), Limit: l.Limit})
 			}
 		}
 		return out
@@ -284,11 +285,11 @@ func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.L
 		}
 		req := quota.Request{Org: ol.Org.ID, Metric: c.Metric, AnchorDay: ol.Org.BillingAnchorDay}
 		switch c.Level {
-		case quota.LevelOrg:
+		case vocab.LevelOrg:
 			req.Limits.Org = own
-		case quota.LevelTeam:
+		case vocab.LevelTeam:
 			req.Team, req.Limits.Team = c.Team, own
-		case quota.LevelUser:
+		case vocab.LevelUser:
 			req.Team, req.User, req.Limits.User = c.Team, c.User, own
 		}
 		reqs = append(reqs, req)

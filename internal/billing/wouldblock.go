@@ -5,14 +5,15 @@ import (
 	"sort"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // WouldBlockReport is who enforcing would have hurt in one period of an org.
 type WouldBlockReport struct {
 	Org    string
-	Period quota.Period
+	Period vocab.Period
 	// Mode is the org's enforcement mode now.
 	Mode string
 	// Capped is true when more distinct rows would have blocked than the cap, and
@@ -52,7 +53,7 @@ func (s *Service) WouldBlock(ctx context.Context, org, period string) (WouldBloc
 	if err != nil {
 		return WouldBlockReport{}, err
 	}
-	per := quota.PeriodAt(s.now(), o.BillingAnchorDay)
+	per := vocab.PeriodAt(s.now(), o.BillingAnchorDay)
 	if period != "" {
 		if per, err = PeriodOf(period, o.BillingAnchorDay); err != nil {
 			return WouldBlockReport{}, err
@@ -63,11 +64,11 @@ func (s *Service) WouldBlock(ctx context.Context, org, period string) (WouldBloc
 		return WouldBlockReport{}, err
 	}
 	if s.Counters != nil {
-		pool := ""
-		if plan, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
-			pool = plan.Pool
+		var plan tenants.Plan
+		if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil {
+			plan = p
 		}
-		if cs, err := s.Counters.CountersFor(ledger.Route{Org: org, RedisURL: o.RedisURL, Pool: pool}); err == nil {
+		if cs, err := s.Counters.CountersFor(org, tenants.RouteOf(o, plan)); err == nil {
 			live, err := cs.WouldBlock(ctx, org, per.ID)
 			if err != nil && s.Logger != nil {
 				s.Logger.Warn("would-block: live record unavailable, answering from Postgres", "org", org, "err", err.Error())
@@ -97,11 +98,11 @@ func (s *Service) WouldBlock(ctx context.Context, org, period string) (WouldBloc
 			if r == nil {
 				r = &WouldBlockRow{Metric: k.Metric, Level: string(k.Level), Window: string(k.Window)}
 				switch k.Level {
-				case quota.LevelOrg:
+				case vocab.LevelOrg:
 					r.ID = org
-				case quota.LevelTeam:
+				case vocab.LevelTeam:
 					r.ID = k.Team
-				case quota.LevelUser:
+				case vocab.LevelUser:
 					r.ID, r.Team = k.User, k.Team
 				}
 				rows[rk] = r

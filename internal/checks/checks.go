@@ -17,6 +17,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Input names one check. Nil pointers are absent fields: the defaults apply.
@@ -38,7 +39,7 @@ type Caller struct {
 // Answer is what a check's answer says besides the engine's result: the org's mode,
 // and the throttle its limits were multiplied by (PPM 0: none).
 type Answer struct {
-	Mode     tenants.Mode
+	Mode     vocab.Mode
 	Throttle tenants.Throttle
 }
 
@@ -51,16 +52,16 @@ const idMsg = "must match ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
 // problem names the field (org, team, user, metric, cost, idempotency_key).
 func (in Input) Validate() error {
 	switch {
-	case !tenants.ValidID(in.Org):
+	case !vocab.ValidID(in.Org):
 		return derrors.Field("org", idMsg)
-	case in.Team != nil && !tenants.ValidID(*in.Team):
+	case in.Team != nil && !vocab.ValidID(*in.Team):
 		return derrors.Field("team", idMsg)
-	case in.User != nil && !tenants.ValidID(*in.User):
+	case in.User != nil && !vocab.ValidID(*in.User):
 		return derrors.Field("user", idMsg)
-	case in.Metric != nil && !tenants.ValidID(*in.Metric):
+	case in.Metric != nil && !vocab.ValidID(*in.Metric):
 		return derrors.Field("metric", idMsg)
-	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > quota.MaxUnits):
-		return derrors.Field("cost", fmt.Sprintf("must be 0 to %d", quota.MaxUnits))
+	case in.Cost != nil && (*in.Cost < 0 || *in.Cost > vocab.MaxUnits):
+		return derrors.Field("cost", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits))
 	case in.IdempotencyKey != nil && !IdempotencyPattern.MatchString(*in.IdempotencyKey):
 		return derrors.Field("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
 	}
@@ -71,20 +72,20 @@ func (in Input) Validate() error {
 type Resolver struct {
 	Cache *tenants.Cache
 	// Clock is the time a throttle's expiry is judged at: the engine's clock of the
-	// check's route (*quota.Router), Redis time on the monotonic clock, as every other
+	// check's route (*quota.Engines), Redis time on the monotonic clock, as every other
 	// decision of the check. Nil: the local clock.
 	Clock Clock
 }
 
-// Clock tells the time a route's checks are decided at. *quota.Router's Now is its
+// Clock tells the time a route's checks are decided at. *quota.Engines's Now is its
 // engine's: the last Redis TIME sample plus the monotonic time since, so a stepped
 // local clock moves no throttle's expiry.
 type Clock interface {
-	Now(route quota.Route) time.Time
+	Now(route vocab.Route) time.Time
 }
 
 // Now is the time of route's checks by c, or the local clock when c is nil.
-func Now(c Clock, route quota.Route) time.Time {
+func Now(c Clock, route vocab.Route) time.Time {
 	if c == nil {
 		return time.Now()
 	}
@@ -96,10 +97,10 @@ func Now(c Clock, route quota.Route) time.Time {
 // or team; another org's is not found either), Forbidden (a key without the check
 // scope), Unavailable (tenancy store down and nothing cached), and
 // *tenants.UnknownMetricError.
-func (r Resolver) Resolve(ctx context.Context, c Caller, in Input) (quota.Request, quota.Route, Answer, error) {
+func (r Resolver) Resolve(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, Answer, error) {
 	req, route, org, th, err := r.request(ctx, c, in)
 	if err != nil {
-		return req, quota.Route{}, Answer{}, err
+		return req, vocab.Route{}, Answer{}, err
 	}
 	return req, route, Answer{Mode: org.Org.Mode, Throttle: th}, nil
 }
@@ -108,35 +109,35 @@ func (r Resolver) Resolve(ctx context.Context, c Caller, in Input) (quota.Reques
 // throttle the org is under at this moment (expired ones are ignored here, by the
 // clock of the check's engine, so a throttle lifts on every replica at once, without
 // any change, and a stepped local clock lifts none early or late).
-func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Request, quota.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
+func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
 	var none tenants.ResolvedOrg
 	var th tenants.Throttle
 	if e := in.Validate(); e != nil {
-		return quota.Request{}, quota.Route{}, none, th, e
+		return quota.Request{}, vocab.Route{}, none, th, e
 	}
 	if !c.Operator {
 		if c.Key.OrgID != in.Org {
-			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 		}
 		if !c.Key.HasScope(tenants.ScopeCheck) {
-			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
+			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 		}
 	}
 	org, err := r.Cache.Org(ctx, in.Org)
 	if errors.Is(err, tenants.ErrNotFound) {
-		return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
+		return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
 	}
 	if err != nil {
-		return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+		return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
-	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: quota.Mode(org.Org.Mode),
+	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: vocab.Mode(org.Org.Mode),
 		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff,
 		Precise: org.SlidingWindows == tenants.WindowsPrecise}
 	if in.Metric != nil {
 		req.Metric = *in.Metric
 	}
 	if err := org.Metrics.Check(req.Metric); err != nil {
-		return quota.Request{}, quota.Route{}, none, th, err // *tenants.UnknownMetricError: names the org's metrics
+		return quota.Request{}, vocab.Route{}, none, th, err // *tenants.UnknownMetricError: names the org's metrics
 	}
 	if in.Cost != nil {
 		req.Cost = *in.Cost
@@ -151,23 +152,23 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	if in.User != nil {
 		req.User = *in.User
 		if user, err = r.Cache.User(ctx, org, req.User); err != nil {
-			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
+			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
 		}
 		switch {
 		case user.Registered && req.Team == "":
 			req.Team = user.TeamID
 		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, quota.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+			return quota.Request{}, vocab.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
 		case !user.Registered && req.Team == "":
-			return quota.Request{}, quota.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+			return quota.Request{}, vocab.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
 	}
 	var team tenants.Team
-	var userLimits []tenants.Limit
+	var userLimits []vocab.Limit
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, quota.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
+			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
 		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
@@ -176,11 +177,11 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 			}
 		}
 	}
-	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
+	route := org.Route()
 	if len(org.Throttles) > 0 {
 		th, _ = org.ThrottleOf(Now(r.Clock, route))
 	}
-	buf := make([]quota.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
+	buf := make([]vocab.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
 	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits, th)
 	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits, th)
 	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits, th)
@@ -190,13 +191,13 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 // limitsFor appends the limits of metric in ls, throttled by th, to buf and returns
 // them (nil when there are none) and the grown buf. A check's three levels share one
 // buf: one allocation. The zero th changes nothing.
-func limitsFor(buf []quota.Limit, metric string, ls []tenants.Limit, th tenants.Throttle) ([]quota.Limit, []quota.Limit) {
+func limitsFor(buf []vocab.Limit, metric string, ls []vocab.Limit, th tenants.Throttle) ([]vocab.Limit, []vocab.Limit) {
 	start := len(buf)
 	for _, l := range ls {
 		if l.Metric == metric {
-			// min: a limit stored above quota.MaxUnits before the bound (old data) is
+			// min: a limit stored above vocab.MaxUnits before the bound (old data) is
 			// checked as MaxUnits, never refused on every check
-			buf = append(buf, quota.Limit{Window: quota.Window(l.Window), Limit: min(th.Apply(l.Window, l.Limit), quota.MaxUnits)})
+			buf = append(buf, vocab.Limit{Window: vocab.Window(l.Window), Limit: min(th.Apply(l.Window, l.Limit), vocab.MaxUnits)})
 		}
 	}
 	if len(buf) == start {
@@ -212,8 +213,8 @@ func RetryAfterSeconds(res quota.Result) int64 {
 
 // Warning is the warning a warn-mode org's answer carries when the check would have
 // been denied; "" otherwise.
-func Warning(res quota.Result, mode tenants.Mode) string {
-	if mode != tenants.Warn || !res.Allowed || res.WouldBlock == nil {
+func Warning(res quota.Result, mode vocab.Mode) string {
+	if mode != vocab.Warn || !res.Allowed || res.WouldBlock == nil {
 		return ""
 	}
 	w := res.WouldBlock

@@ -18,6 +18,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 const (
@@ -41,8 +42,8 @@ func mustEnv(tb testing.TB) env {
 	pool := testenv.Postgres(tb)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	a := tenants.Actor{Name: "test"}
-	if _, err := svc.CreatePlan(ctx, a, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: tenants.FailOpen,
-		Limits: []tenants.Limit{{Metric: "requests", Window: tenants.Month, Limit: 1000}}}); err != nil {
+	if _, err := svc.CreatePlan(ctx, a, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: vocab.FailOpen,
+		Limits: []vocab.Limit{{Metric: "requests", Window: vocab.Month, Limit: 1000}}}); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := svc.CreateOrg(ctx, a, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "pro"}); err != nil {

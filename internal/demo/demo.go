@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // The demo's fixed names.
@@ -30,8 +31,8 @@ type Result struct {
 
 var seedActor = tenants.Actor{Name: "demo-seed"}
 
-func limit(m string, w tenants.Window, n int64) tenants.Limit {
-	return tenants.Limit{Metric: m, Window: w, Limit: n}
+func limit(m string, w vocab.Window, n int64) vocab.Limit {
+	return vocab.Limit{Metric: m, Window: w, Limit: n}
 }
 
 // ignoreExists makes "already there" a success, which is what makes Seed idempotent.
@@ -46,9 +47,9 @@ func ignoreExists(err error) error {
 // kept in stateDir (mode 0600) so later runs print the same ones; a key that was
 // revoked meanwhile is replaced.
 func Seed(ctx context.Context, svc *tenants.Service, stateDir string) (Result, error) {
-	_, err := svc.CreatePlan(ctx, seedActor, tenants.PlanInput{ID: PlanID, Name: "Demo Pro", FailMode: tenants.FailOpen,
-		Limits: []tenants.Limit{limit("requests", tenants.Month, 100000), limit("requests", tenants.Minute, 600),
-			limit("tokens", tenants.Month, 5000000)},
+	_, err := svc.CreatePlan(ctx, seedActor, tenants.PlanInput{ID: PlanID, Name: "Demo Pro", FailMode: vocab.FailOpen,
+		Limits: []vocab.Limit{limit("requests", vocab.Month, 100000), limit("requests", vocab.Minute, 600),
+			limit("tokens", vocab.Month, 5000000)},
 		Metered: []string{"gpu_seconds"}, // counted and billed, never limited
 		Pricing: &tenants.Pricing{Currency: "USD", BasePrice: "49.00", Metrics: []tenants.MetricPrice{
 			{Metric: "requests", IncludedUnits: 100000, OveragePrice: "0.001"}}}})
@@ -60,10 +61,10 @@ func Seed(ctx context.Context, svc *tenants.Service, stateDir string) (Result, e
 		return Result{}, fmt.Errorf("demo org: %w", err)
 	}
 	teams := []tenants.TeamInput{
-		{ID: "eng", Name: "Engineering", Limits: []tenants.Limit{limit("requests", tenants.Month, 60000), limit("requests", tenants.Minute, 400)},
-			UserLimits: []tenants.Limit{limit("requests", tenants.Month, 5000), limit("requests", tenants.Minute, 60)}},
-		{ID: "sales", Name: "Sales", Limits: []tenants.Limit{limit("requests", tenants.Month, 20000)},
-			UserLimits: []tenants.Limit{limit("requests", tenants.Month, 1000)}},
+		{ID: "eng", Name: "Engineering", Limits: []vocab.Limit{limit("requests", vocab.Month, 60000), limit("requests", vocab.Minute, 400)},
+			UserLimits: []vocab.Limit{limit("requests", vocab.Month, 5000), limit("requests", vocab.Minute, 60)}},
+		{ID: "sales", Name: "Sales", Limits: []vocab.Limit{limit("requests", vocab.Month, 20000)},
+			UserLimits: []vocab.Limit{limit("requests", vocab.Month, 1000)}},
 	}
 	for _, t := range teams {
 		if _, err := svc.CreateTeam(ctx, seedActor, OrgID, t); ignoreExists(err) != nil {
@@ -71,7 +72,7 @@ func Seed(ctx context.Context, svc *tenants.Service, stateDir string) (Result, e
 		}
 	}
 	if _, err := svc.CreateUser(ctx, seedActor, OrgID, "eng", tenants.UserInput{ID: "alice",
-		Limits: []tenants.Limit{limit("requests", tenants.Month, 20000)}}); ignoreExists(err) != nil {
+		Limits: []vocab.Limit{limit("requests", vocab.Month, 20000)}}); ignoreExists(err) != nil {
 		return Result{}, fmt.Errorf("demo user: %w", err)
 	}
 	if _, err := svc.CreateUser(ctx, seedActor, OrgID, "sales", tenants.UserInput{ID: "bob"}); ignoreExists(err) != nil {

@@ -23,7 +23,7 @@ import (
 func mustRateLimited(t *testing.T, n int) *fixture {
 	t.Helper()
 	f := mustFixture(t)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "rl")}})
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // benchServer is the api over real loopback HTTP with a three-level cascade:
@@ -44,16 +45,16 @@ func benchServerWith(b *testing.B, tp trace.TracerProvider, leases quota.LeaseCo
 	svc := tenants.NewService(testenv.Postgres(b), tenants.WithPasswordCost(64, 1))
 	seed := tenants.Actor{Name: "bench"}
 	big := int64(1) << 50
-	if _, err := svc.CreatePlan(ctx, seed, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen,
-		Limits: []tenants.Limit{lim("requests", tenants.Month, big), lim("requests", tenants.Minute, big)}}); err != nil {
+	if _, err := svc.CreatePlan(ctx, seed, tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen,
+		Limits: []vocab.Limit{lim("requests", vocab.Month, big), lim("requests", vocab.Minute, big)}}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p"}); err != nil {
 		b.Fatal(err)
 	}
 	if _, err := svc.CreateTeam(ctx, seed, "acme", tenants.TeamInput{ID: "eng", Name: "Eng",
-		Limits:     []tenants.Limit{lim("requests", tenants.Month, big/2), lim("requests", tenants.Minute, big/2)},
-		UserLimits: []tenants.Limit{lim("requests", tenants.Month, big/4), lim("requests", tenants.Minute, big/4)}}); err != nil {
+		Limits:     []vocab.Limit{lim("requests", vocab.Month, big/2), lim("requests", vocab.Minute, big/2)},
+		UserLimits: []vocab.Limit{lim("requests", vocab.Month, big/4), lim("requests", vocab.Minute, big/4)}}); err != nil {
 		b.Fatal(err)
 	}
 	_, key, err := svc.CreateAPIKey(ctx, seed, "acme", tenants.APIKeyInput{Name: "k", Scopes: []tenants.Scope{tenants.ScopeCheck}})
@@ -62,7 +63,7 @@ func benchServerWith(b *testing.B, tp trace.TracerProvider, leases quota.LeaseCo
 	}
 	// A second, not the api's 100 ms: on a busy two-core machine a pipeline of 50
 	// batches of 100 can take longer, and this measures throughput, not the fail mode.
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch,
 		RedisTimeout: time.Second, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench"), TracerProvider: tp, Leases: leases}})
 	if err != nil {
 		b.Fatal(err)

@@ -13,15 +13,16 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Checker decides checks on the Redis an org's route names. *quota.Router satisfies it.
+// Checker decides checks on the Redis an org's route names. *quota.Engines satisfies it.
 type Checker interface {
-	Check(ctx context.Context, route quota.Route, req quota.Request) (quota.Result, quota.Outcome, error)
-	CheckBatch(ctx context.Context, routes []quota.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
+	Check(ctx context.Context, route vocab.Route, req quota.Request) (quota.Result, quota.Outcome, error)
+	CheckBatch(ctx context.Context, routes []vocab.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
 	// Now is the time route's checks are decided at (the engine's Redis time), which
 	// judges a throttle's expiry and the seconds until a reset.
-	Now(route quota.Route) time.Time
+	Now(route vocab.Route) time.Time
 }
 
 // MaxBatch is the most checks one /v1/check/batch may carry.
@@ -29,7 +30,7 @@ const MaxBatch = 100
 
 // resolveCheck authorizes a check and resolves its org, team, user and their limits
 // from the cache: checks.Resolver, shared with the gRPC rate limit service.
-func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, quota.Route, checks.Answer, error) {
+func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, vocab.Route, checks.Answer, error) {
 	return checks.Resolver{Cache: s.cache, Clock: s.checker}.Resolve(ctx, checks.Caller{Operator: p.operator, Key: p.key}, toCheckInput(in))
 }
 
@@ -198,7 +199,7 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	p := callerOf(r)
 	items := make([]api.BatchCheckItem, len(in.Checks))
 	reqs := make([]quota.Request, 0, len(in.Checks))
-	routes := make([]quota.Route, 0, len(in.Checks))
+	routes := make([]vocab.Route, 0, len(in.Checks))
 	answers := make([]checks.Answer, 0, len(in.Checks))
 	slot := make([]int, 0, len(in.Checks))
 	for i, c := range in.Checks {

@@ -65,7 +65,7 @@ func newReplicaEngine(t *testing.T, dbURL, prefix string, ttl time.Duration, reg
 	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Metrics: cachemetrics.New(reg),
 		Channel: tenants.InvalidationChannel + ":" + prefix})
 	cache.Listen(ctx, rdb)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: engine,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: engine,
 		Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

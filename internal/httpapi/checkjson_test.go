@@ -16,26 +16,27 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 func TestCheckJSONEncode(t *testing.T) {
 	yes, secs, warn := true, int64(42), `over quota at user "u<1>" (minute) & more`
 	reset := time.Date(2026, 11, 21, 14, 31, 0, 0, time.UTC)
 	levels := []api.LevelStatus{
-		{Id: "acme", Level: api.LevelOrg, Limit: 1 << 53, Remaining: 0, ResetAt: reset, Used: 1 << 53, Window: api.WindowMonth},
-		{Id: "eng.team:x@y-z", Level: api.LevelTeam, Limit: 10, Remaining: 3, ResetAt: reset.Add(1500 * time.Millisecond), Used: 7, Window: api.WindowMinute},
-		{Id: "u1", Level: api.LevelUser, Limit: 0, Remaining: -1, ResetAt: reset.Add(123456789), Used: -5, Window: api.WindowSecond},
+		{Id: "acme", Level: vocab.LevelOrg, Limit: 1 << 53, Remaining: 0, ResetAt: reset, Used: 1 << 53, Window: vocab.Month},
+		{Id: "eng.team:x@y-z", Level: vocab.LevelTeam, Limit: 10, Remaining: 3, ResetAt: reset.Add(1500 * time.Millisecond), Used: 7, Window: vocab.Minute},
+		{Id: "u1", Level: vocab.LevelUser, Limit: 0, Remaining: -1, ResetAt: reset.Add(123456789), Used: -5, Window: vocab.Second},
 	}
-	ref := &api.LevelRef{Id: "u1", Level: api.LevelUser, Window: api.WindowSecond}
+	ref := &api.LevelRef{Id: "u1", Level: vocab.LevelUser, Window: vocab.Second}
 	cases := map[string]api.CheckResult{
 		"empty":                 {},
-		"no rows":               {Allowed: true, Mode: api.ModeEnforce, Levels: []api.LevelStatus{}},
-		"allowed":               {Allowed: true, Mode: api.ModeEnforce, Levels: levels},
-		"denied":                {Mode: api.ModeEnforce, Levels: levels, BlockedAt: ref, RetryAfterSeconds: &secs},
-		"warn":                  {Allowed: true, Mode: api.ModeWarn, Levels: levels, WouldBlock: ref, Warning: &warn},
-		"degraded and replayed": {Allowed: true, Mode: api.ModeShadow, Levels: levels[:1], Degraded: &yes, Replayed: &yes},
-		"throttled":             {Allowed: true, Mode: api.ModeEnforce, Levels: levels, Throttled: &api.Throttled{Factor: 0.5, ExpiresAt: reset, Scope: api.ThrottleScopeOrg}},
-		"throttled finely":      {Mode: api.ModeEnforce, Levels: levels[:1], BlockedAt: ref, RetryAfterSeconds: &secs, Throttled: &api.Throttled{Factor: 0.000001, ExpiresAt: reset.Add(1500 * time.Millisecond), Scope: api.ThrottleScopePlan}},
+		"no rows":               {Allowed: true, Mode: vocab.Enforce, Levels: []api.LevelStatus{}},
+		"allowed":               {Allowed: true, Mode: vocab.Enforce, Levels: levels},
+		"denied":                {Mode: vocab.Enforce, Levels: levels, BlockedAt: ref, RetryAfterSeconds: &secs},
+		"warn":                  {Allowed: true, Mode: vocab.Warn, Levels: levels, WouldBlock: ref, Warning: &warn},
+		"degraded and replayed": {Allowed: true, Mode: vocab.Shadow, Levels: levels[:1], Degraded: &yes, Replayed: &yes},
+		"throttled":             {Allowed: true, Mode: vocab.Enforce, Levels: levels, Throttled: &api.Throttled{Factor: 0.5, ExpiresAt: reset, Scope: api.ThrottleScopeOrg}},
+		"throttled finely":      {Mode: vocab.Enforce, Levels: levels[:1], BlockedAt: ref, RetryAfterSeconds: &secs, Throttled: &api.Throttled{Factor: 0.000001, ExpiresAt: reset.Add(1500 * time.Millisecond), Scope: api.ThrottleScopePlan}},
 		"odd strings":           {Mode: "mode\"\\\n\u2028é", Levels: []api.LevelStatus{{Id: "<script>", ResetAt: reset.In(time.FixedZone("x", 3600))}}},
 	}
 	for name, c := range cases {
@@ -162,8 +163,8 @@ func TestBatchJSON(t *testing.T) {
 	}
 
 	reset := time.Date(2026, 11, 21, 14, 31, 0, 0, time.UTC)
-	res := api.CheckResult{Allowed: true, Mode: api.ModeEnforce, Levels: []api.LevelStatus{
-		{Id: "acme", Level: api.LevelOrg, Limit: 5, Remaining: 4, ResetAt: reset, Used: 1, Window: api.WindowMonth}}}
+	res := api.CheckResult{Allowed: true, Mode: vocab.Enforce, Levels: []api.LevelStatus{
+		{Id: "acme", Level: vocab.LevelOrg, Limit: 5, Remaining: 4, ResetAt: reset, Used: 1, Window: vocab.Month}}}
 	items := make([]api.BatchCheckItem, 3)
 	b := appendCheckResult(nil, &res)
 	_ = items[0].UnmarshalJSON(b[:len(b)-1])
@@ -181,12 +182,12 @@ func TestBatchJSON(t *testing.T) {
 func BenchmarkEncodeCheckResult(b *testing.B) {
 	reset := time.Date(2026, 11, 21, 14, 31, 0, 0, time.UTC)
 	var levels []api.LevelStatus
-	for _, l := range []api.Level{api.LevelOrg, api.LevelTeam, api.LevelUser} {
-		for _, w := range []api.Window{api.WindowMinute, api.WindowMonth} {
+	for _, l := range []api.Level{vocab.LevelOrg, vocab.LevelTeam, vocab.LevelUser} {
+		for _, w := range []api.Window{vocab.Minute, vocab.Month} {
 			levels = append(levels, api.LevelStatus{Id: "user-123", Level: l, Limit: 1 << 40, Remaining: 1<<40 - 12345, ResetAt: reset, Used: 12345, Window: w})
 		}
 	}
-	res := api.CheckResult{Allowed: true, Mode: api.ModeEnforce, Levels: levels}
+	res := api.CheckResult{Allowed: true, Mode: vocab.Enforce, Levels: levels}
 	b.Run("hand", func(b *testing.B) {
 		b.ReportAllocs()
 		buf := make([]byte, 0, 2048)

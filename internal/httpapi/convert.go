@@ -5,19 +5,20 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Named converters between the generated wire types and the domain types.
 
-func toLimits(in []api.Limit) []tenants.Limit {
-	out := make([]tenants.Limit, len(in))
+func toLimits(in []api.Limit) []vocab.Limit {
+	out := make([]vocab.Limit, len(in))
 	for i, l := range in {
-		out[i] = tenants.Limit{Metric: l.Metric, Window: tenants.Window(l.Window), Limit: l.Limit}
+		out[i] = vocab.Limit{Metric: l.Metric, Window: vocab.Window(l.Window), Limit: l.Limit}
 	}
 	return out
 }
 
-func toLimitsPtr(in *api.Limits) *[]tenants.Limit {
+func toLimitsPtr(in *api.Limits) *[]vocab.Limit {
 	if in == nil {
 		return nil
 	}
@@ -25,14 +26,14 @@ func toLimitsPtr(in *api.Limits) *[]tenants.Limit {
 	return &ls
 }
 
-func optLimits(in *api.Limits) []tenants.Limit {
+func optLimits(in *api.Limits) []vocab.Limit {
 	if in == nil {
 		return nil
 	}
 	return toLimits(*in)
 }
 
-func fromLimits(in []tenants.Limit) []api.Limit {
+func fromLimits(in []vocab.Limit) []api.Limit {
 	out := make([]api.Limit, len(in))
 	for i, l := range in {
 		out[i] = api.Limit{Metric: l.Metric, Window: api.Window(l.Window), Limit: l.Limit}

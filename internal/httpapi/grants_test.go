@@ -10,7 +10,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
-	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // grantReplica is a billingReplica whose tenancy service runs on clock, with the
@@ -68,7 +68,7 @@ func TestGrantRaisesTheCapExactly(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &gr); err != nil {
 		t.Fatal(err)
 	}
-	per := quota.PeriodAt(g.clock.Now(), 1)
+	per := vocab.PeriodAt(g.clock.Now(), 1)
 	if gr.Org != org || gr.Metric != "requests" || gr.Units != 50 || gr.Reason != "launch week" || !gr.Active ||
 		!gr.Until.Equal(per.End) || gr.RevokedAt != nil {
 		t.Fatalf("grant = %s, want 50 requests until %s", body, per.End)

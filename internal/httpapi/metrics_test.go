@@ -11,7 +11,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
-	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // counted returns every counter field that names metric in the org's Redis keys
@@ -121,7 +121,7 @@ func TestCheckOfUnknownMetricIsRefusedAndMeteredIsBilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	csv := b.mustDo("GET", "/v1/orgs/"+org+"/billing/export?format=csv", operatorToken, "", 200)
-	per := quota.PeriodAt(time.Now(), 1).ID
+	per := vocab.PeriodAt(time.Now(), 1).ID
 	if !strings.Contains(csv, per+","+org+",eng,alice,tokens,700,") || !strings.Contains(csv, per+","+org+",,,tokens,700,") {
 		t.Fatalf("billing export lacks the metered metric:\n%s", csv)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // redisState is every key of prefix with its serialized value: equal states, nothing
@@ -63,7 +64,7 @@ func (r *resReplica) flusher() *ledger.Flusher {
 var bigNumber = regexp.MustCompile(`\d{16,}`)
 
 // Every hostile number of issue 22 over HTTP: a cost, amount, used, limit (plan, org
-// override, team and user allocation), grant or adjustment above quota.MaxUnits (2^50),
+// override, team and user allocation), grant or adjustment above vocab.MaxUnits (2^50),
 // or below its minimum, is refused with a 400 problem naming the field and the bound,
 // and writes nothing (Redis, the tenancy tables, the audit log). Afterwards the org's
 // checks answer 200 and its usage and export are sane. On the old code the commit of
@@ -165,7 +166,7 @@ func TestHostileNumbersAreRefusedOverHTTP(t *testing.T) {
 	if bigNumber.MatchString(export) || !strings.Contains(export, "15") {
 		t.Errorf("export after the hostile requests: %s", export)
 	}
-	if q := quota.MaxUnits; fmt.Sprint(q) != bound {
+	if q := vocab.MaxUnits; fmt.Sprint(q) != bound {
 		t.Fatalf("bound %d", q)
 	}
 }
@@ -184,7 +185,7 @@ func TestAdjustmentFixesAWrongCounter(t *testing.T) {
 	key, admin := keyOf(r.replica, "acme", `["check"]`), keyOf(r.replica, "acme", `["admin"]`)
 	ctx := context.Background()
 	r.mustDo("POST", "/v1/check", key, `{"org":"acme","team":"eng","metric":"tokens","cost":1}`, 200)
-	per := quota.PeriodAt(time.Now(), 0)
+	per := vocab.PeriodAt(time.Now(), 0)
 	month := fmt.Sprintf("%s:{acme}|m|%s", r.prefix, per.ID)
 	rdb := testenv.Redis(t)
 	if err := rdb.HSet(ctx, month, "tokens|o", "9007199254740993", "tokens|t|eng", "9007199254740993").Err(); err != nil {
@@ -242,7 +243,7 @@ func TestAdjustmentFixesAWrongCounter(t *testing.T) {
 	}
 	// A drain whose snapshot began before the adjustment does not raise it back; one
 	// after it does raise as ever.
-	stale := quota.Drained{Counters: map[quota.Counter]int64{{Metric: "tokens", Level: quota.LevelOrg}: quota.MaxCounter},
+	stale := quota.Drained{Counters: map[quota.Counter]int64{{Metric: "tokens", Level: vocab.LevelOrg}: quota.MaxCounter},
 		At: adj.At.Add(-time.Millisecond)}
 	if _, err := r.store.Ledger().PersistDrained(ctx, "acme", per.ID, time.Now(), stale); err != nil {
 		t.Fatal(err)
@@ -254,7 +255,7 @@ func TestAdjustmentFixesAWrongCounter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := stored[quota.Counter{Metric: "tokens", Level: quota.LevelOrg}]; got != 42 {
+	if got := stored[quota.Counter{Metric: "tokens", Level: vocab.LevelOrg}]; got != 42 {
 		t.Errorf("ledger after a stale drain and a flush = %d, want 42", got)
 	}
 	// Redis loses the org's keys: hydration restores the adjusted values.

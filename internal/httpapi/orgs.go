@@ -8,6 +8,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Orgs: created and listed by the operator, read and changed by their admins.
@@ -58,7 +59,7 @@ func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPat
 func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	o := tenants.OrgInput{ID: in.Id, Name: in.Name, PlanID: in.Plan, Limits: optLimits(in.Limits)}
 	if in.Mode != nil {
-		o.Mode = tenants.Mode(*in.Mode)
+		o.Mode = vocab.Mode(*in.Mode)
 	}
 	if in.Oversubscribe != nil {
 		o.Oversubscribe = *in.Oversubscribe
@@ -85,7 +86,7 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 	p := tenants.OrgPatch{Name: in.Name, PlanID: in.Plan, Limits: toLimitsPtr(in.Limits), Oversubscribe: in.Oversubscribe,
 		WebhookURL: in.WebhookUrl, RedisURL: in.RedisUrl, BillingAnchorDay: in.BillingAnchorDay}
 	if in.Mode != nil {
-		m := tenants.Mode(*in.Mode)
+		m := vocab.Mode(*in.Mode)
 		p.Mode = &m
 	}
 	if in.Leases != nil {

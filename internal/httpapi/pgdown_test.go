@@ -194,7 +194,7 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	cache.Listen(listenCtx, rdb)
 	usage := billing.NewStore(pool)
 	prefix := testenv.ID(t, "pgdown")
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: usage.Ledger()}})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Plans: the operator's.
@@ -73,7 +74,7 @@ func fromPricing(in *tenants.Pricing) *api.Pricing {
 
 func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	p := tenants.PlanInput{ID: in.Id, Name: in.Name, Limits: toLimits(in.Limits),
-		FailMode: tenants.FailMode(in.FailMode), Pricing: toPricing(in.Pricing)}
+		FailMode: vocab.FailMode(in.FailMode), Pricing: toPricing(in.Pricing)}
 	if in.Metered != nil {
 		p.Metered = *in.Metered
 	}
@@ -92,7 +93,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing)}
 	if in.FailMode != nil {
-		fm := tenants.FailMode(*in.FailMode)
+		fm := vocab.FailMode(*in.FailMode)
 		p.FailMode = &fm
 	}
 	if in.Leases != nil {

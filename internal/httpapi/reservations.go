@@ -16,16 +16,17 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Reserver holds and settles reservations on the Redis an org's route names.
-// *quota.Router satisfies it; a Checker that does not cannot serve /v1/reservations.
+// *quota.Engines satisfies it; a Checker that does not cannot serve /v1/reservations.
 type Reserver interface {
-	Reserve(ctx context.Context, route quota.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
-	Commit(ctx context.Context, route quota.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
-	Release(ctx context.Context, route quota.Route, org string, anchorDay int, id string) (quota.Reservation, error)
-	Reservation(ctx context.Context, route quota.Route, org string, anchorDay int, id string) (quota.Reservation, error)
-	OpenReservations(ctx context.Context, route quota.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
+	Reserve(ctx context.Context, route vocab.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
+	Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
+	Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
+	Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
+	OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
 }
 
 // MaxReservationTTL is the longest ttl_seconds the API accepts.
@@ -43,8 +44,8 @@ func (s *Server) reserver() Reserver {
 // the check it is decided as.
 func validateReservation(in api.ReservationRequest) error {
 	switch {
-	case in.Amount < 1 || in.Amount > quota.MaxUnits:
-		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", quota.MaxUnits))
+	case in.Amount < 1 || in.Amount > vocab.MaxUnits:
+		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", vocab.MaxUnits))
 	case in.TtlSeconds != nil && (*in.TtlSeconds < 1 || *in.TtlSeconds > int64(MaxReservationTTL/time.Second)):
 		return derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
 	case in.OnExpiry != nil && !in.OnExpiry.Valid():
@@ -127,27 +128,27 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 
 // reservationRoute authorizes a request on a reservation by id: an org key with the
 // check scope; the org is the key's, so another org's reservation is simply absent.
-func (s *Server) reservationRoute(ctx context.Context, p principal) (string, quota.Route, int, error) {
+func (s *Server) reservationRoute(ctx context.Context, p principal) (string, vocab.Route, int, error) {
 	if p.operator || p.key.OrgID == "" {
-		return "", quota.Route{}, 0, derrors.E(derrors.Forbidden, "reservations are addressed with an org API key (scope check)", nil)
+		return "", vocab.Route{}, 0, derrors.E(derrors.Forbidden, "reservations are addressed with an org API key (scope check)", nil)
 	}
 	if !p.key.HasScope(tenants.ScopeCheck) {
-		return "", quota.Route{}, 0, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
+		return "", vocab.Route{}, 0, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 	}
 	route, anchor, err := s.orgRoute(ctx, p.key.OrgID)
 	return p.key.OrgID, route, anchor, err
 }
 
 // orgRoute is the Redis route of org and its billing anchor day.
-func (s *Server) orgRoute(ctx context.Context, orgID string) (quota.Route, int, error) {
+func (s *Server) orgRoute(ctx context.Context, orgID string) (vocab.Route, int, error) {
 	org, err := s.cache.Org(ctx, orgID)
 	if errors.Is(err, tenants.ErrNotFound) {
-		return quota.Route{}, 0, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", orgID), nil)
+		return vocab.Route{}, 0, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", orgID), nil)
 	}
 	if err != nil {
-		return quota.Route{}, 0, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+		return vocab.Route{}, 0, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
 	}
-	route := quota.Route{Pool: org.Pool, RedisURL: org.Org.RedisURL, FailMode: quota.FailMode(org.FailMode), Plan: org.Org.PlanID}
+	route := org.Route()
 	return route, org.Org.BillingAnchorDay, nil
 }
 
@@ -165,7 +166,7 @@ func reservationError(id string, err error) error {
 
 // byID runs op on the reservation named in the path, for the key's org.
 func (s *Server) byID(w http.ResponseWriter, r *http.Request, id string,
-	op func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error)) {
+	op func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error)) {
 	rs := s.reserver()
 	if rs == nil {
 		s.fail(w, r, errNoEngine)
@@ -186,14 +187,14 @@ func (s *Server) byID(w http.ResponseWriter, r *http.Request, id string,
 
 // GetReservation handles GET /v1/reservations/{id}.
 func (s *Server) GetReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
-	s.byID(w, r, id, func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error) {
+	s.byID(w, r, id, func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error) {
 		return rs.Reservation(r.Context(), route, org, anchor, id)
 	})
 }
 
 // ReleaseReservation handles DELETE /v1/reservations/{id}.
 func (s *Server) ReleaseReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
-	s.byID(w, r, id, func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error) {
+	s.byID(w, r, id, func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error) {
 		return rs.Release(r.Context(), route, org, anchor, id)
 	})
 }
@@ -204,11 +205,11 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	if !decode(w, r, &in) {
 		return
 	}
-	if in.Used < 0 || in.Used > quota.MaxUnits {
-		refuse(w, r, derrors.Field("used", fmt.Sprintf("must be 0 to %d", quota.MaxUnits)))
+	if in.Used < 0 || in.Used > vocab.MaxUnits {
+		refuse(w, r, derrors.Field("used", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits)))
 		return
 	}
-	s.byID(w, r, id, func(rs Reserver, org string, route quota.Route, anchor int) (quota.Reservation, error) {
+	s.byID(w, r, id, func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error) {
 		return rs.Commit(r.Context(), route, org, anchor, id, in.Used)
 	})
 }

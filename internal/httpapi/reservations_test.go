@@ -29,7 +29,7 @@ import (
 // worker's sweep runs on it) and metrics registry.
 type resReplica struct {
 	*replica
-	router *quota.Router
+	router *quota.Engines
 	reg    *prometheus.Registry
 	store  *billing.Store
 	prefix string
@@ -57,7 +57,7 @@ func newResReplicasLeasing(t *testing.T, n int, leases quota.LeaseConfig) []*res
 		svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 		reg := prometheus.NewRegistry()
 		store := billing.NewStore(pool)
-		router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+		router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 			Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store.Ledger(), Leases: leases}})
 		if err != nil {
 			t.Fatal(err)

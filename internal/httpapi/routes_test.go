@@ -21,6 +21,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
@@ -39,8 +40,8 @@ type fixture struct {
 	grantID string            // id of a grant of acme, made when first asked for (grant)
 }
 
-func lim(metric string, w tenants.Window, n int64) tenants.Limit {
-	return tenants.Limit{Metric: metric, Window: w, Limit: n}
+func lim(metric string, w vocab.Window, n int64) vocab.Limit {
+	return vocab.Limit{Metric: metric, Window: w, Limit: n}
 }
 
 func mustFixture(t *testing.T) *fixture {
@@ -52,7 +53,7 @@ func mustFixture(t *testing.T) *fixture {
 	// A quota engine on its own key prefix, so the routes that read the org's Redis
 	// (its open reservations, usage, a counter adjustment) answer as in production
 	// rather than 503.
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "fx")}})
 	if err != nil {
 		t.Fatal(err)
@@ -73,10 +74,10 @@ func mustFixture(t *testing.T) *fixture {
 			t.Fatal(err)
 		}
 	}
-	_, err = svc.CreatePlan(ctx, seed, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: tenants.FailOpen,
-		Limits: []tenants.Limit{lim("requests", tenants.Month, 1000), lim("requests", tenants.Minute, 100)}})
+	_, err = svc.CreatePlan(ctx, seed, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: vocab.FailOpen,
+		Limits: []vocab.Limit{lim("requests", vocab.Month, 1000), lim("requests", vocab.Minute, 100)}})
 	must(err)
-	_, err = svc.CreatePlan(ctx, seed, tenants.PlanInput{ID: "free", Name: "Free", FailMode: tenants.FailClosed})
+	_, err = svc.CreatePlan(ctx, seed, tenants.PlanInput{ID: "free", Name: "Free", FailMode: vocab.FailClosed})
 	must(err)
 	for _, org := range []string{"acme", "other"} {
 		_, err = svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: org, Name: org, PlanID: "pro"})
@@ -91,12 +92,12 @@ func mustFixture(t *testing.T) *fixture {
 	old, _, err := svc.CreateAPIKey(ctx, seed, "acme", tenants.APIKeyInput{Name: "old", Scopes: []tenants.Scope{tenants.ScopeCheck}})
 	must(err)
 	f.oldKey = old.ID
-	_, err = svc.CreateTeam(ctx, seed, "acme", tenants.TeamInput{ID: "eng", Name: "Eng", Limits: []tenants.Limit{lim("requests", tenants.Month, 600)}})
+	_, err = svc.CreateTeam(ctx, seed, "acme", tenants.TeamInput{ID: "eng", Name: "Eng", Limits: []vocab.Limit{lim("requests", vocab.Month, 600)}})
 	must(err)
 	_, err = svc.CreateTeam(ctx, seed, "acme", tenants.TeamInput{ID: "tmp", Name: "Tmp"})
 	must(err)
 	for _, u := range []string{"alice", "dave"} {
-		_, err = svc.CreateUser(ctx, seed, "acme", "eng", tenants.UserInput{ID: u, Limits: []tenants.Limit{lim("requests", tenants.Month, 100)}})
+		_, err = svc.CreateUser(ctx, seed, "acme", "eng", tenants.UserInput{ID: u, Limits: []vocab.Limit{lim("requests", vocab.Month, 100)}})
 		must(err)
 	}
 	cu, err := svc.CreateConsoleUser(ctx, seed, "acme", tenants.ConsoleUserInput{Email: "ada@acme.test", Password: "correct horse battery", Role: tenants.RoleAdmin})

@@ -13,12 +13,13 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // orgLimit is the limit a check answer shows for the org level and window, -1 if none.
 func orgLimit(r api.CheckResult, w api.Window) int64 {
 	for _, l := range r.Levels {
-		if l.Level == api.LevelOrg && l.Window == w {
+		if l.Level == vocab.LevelOrg && l.Window == w {
 			return l.Limit
 		}
 	}
@@ -34,7 +35,7 @@ func TestThrottleReachesEveryReplicaAndLifts(t *testing.T) {
 	a, b := newReplica(t, dbURL, prefix), newReplica(t, dbURL, prefix)
 	key, admin := a.setup("acme") // 20/minute, 1000/month
 	probe := `{"org":"acme","team":"eng","cost":0}`
-	if got := b.check(key, probe); got.code != 200 || orgLimit(got.body, api.WindowMinute) != 20 || got.body.Throttled != nil {
+	if got := b.check(key, probe); got.code != 200 || orgLimit(got.body, vocab.Minute) != 20 || got.body.Throttled != nil {
 		t.Fatalf("replica b before: %d %s", got.code, got.raw)
 	}
 
@@ -49,12 +50,12 @@ func TestThrottleReachesEveryReplicaAndLifts(t *testing.T) {
 	}
 	for {
 		got := b.check(key, probe)
-		if orgLimit(got.body, api.WindowMinute) == 10 {
+		if orgLimit(got.body, vocab.Minute) == 10 {
 			tr := got.body.Throttled
 			if tr == nil || tr.Factor != 0.5 || tr.Scope != api.ThrottleScopeOrg || !tr.ExpiresAt.Equal(th.ExpiresAt) {
 				t.Fatalf("throttled answer without its throttle: %s", got.raw)
 			}
-			if m := orgLimit(got.body, api.WindowMonth); m != 1000 {
+			if m := orgLimit(got.body, vocab.Month); m != 1000 {
 				t.Errorf("month limit %d under a throttle without month, want 1000", m)
 			}
 			break
@@ -68,7 +69,7 @@ func TestThrottleReachesEveryReplicaAndLifts(t *testing.T) {
 
 	time.Sleep(time.Until(th.ExpiresAt) + 10*time.Millisecond)
 	for name, r := range map[string]*replica{"a": a, "b": b} {
-		if got := r.check(key, probe); got.code != 200 || orgLimit(got.body, api.WindowMinute) != 20 || got.body.Throttled != nil {
+		if got := r.check(key, probe); got.code != 200 || orgLimit(got.body, vocab.Minute) != 20 || got.body.Throttled != nil {
 			t.Errorf("replica %s after the expiry: %d %s", name, got.code, got.raw)
 		}
 	}
@@ -113,7 +114,7 @@ func TestThrottleExactAdmission(t *testing.T) {
 		Results []api.CheckResult `json:"results"`
 	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || len(out.Results) != 1 || out.Results[0].Throttled == nil ||
-		orgLimit(out.Results[0], api.WindowMinute) != 50 {
+		orgLimit(out.Results[0], vocab.Minute) != 50 {
 		t.Fatalf("batch under a throttle = %d %s", rec.Code, rec.Body)
 	}
 }
@@ -131,7 +132,7 @@ func TestThrottleSmallerFactorWins(t *testing.T) {
 		if got.code != 200 {
 			t.Fatalf("check = %d %s", got.code, got.raw)
 		}
-		return orgLimit(got.body, api.WindowMinute), orgLimit(got.body, api.WindowMonth), got.body.Throttled
+		return orgLimit(got.body, vocab.Minute), orgLimit(got.body, vocab.Month), got.body.Throttled
 	}
 	r.mustDo("PUT", "/v1/plans/p-acme/throttle", operatorToken, `{"factor":0.33,"ttl_seconds":600,"reason":"Redis failover","month":true}`, 200)
 	r.mustDo("PUT", "/v1/orgs/acme/throttle", admin, `{"factor":1,"ttl_seconds":600,"reason":"we are fine"}`, 200)
@@ -218,7 +219,7 @@ func TestThrottleExpiryOnTheEngineClock(t *testing.T) {
 	throttled := func(when string, want bool) {
 		t.Helper()
 		got := r.check(key, probe)
-		if got.code != 200 || (got.body.Throttled != nil) != want || orgLimit(got.body, api.WindowMinute) != map[bool]int64{true: 10, false: 20}[want] {
+		if got.code != 200 || (got.body.Throttled != nil) != want || orgLimit(got.body, vocab.Minute) != map[bool]int64{true: 10, false: 20}[want] {
 			t.Errorf("%s: %d %s; want throttled %v", when, got.code, got.raw, want)
 		}
 	}

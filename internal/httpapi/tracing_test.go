@@ -54,7 +54,7 @@ func newTracedReplicaOn(t *testing.T, redisURL string) (*replica, *tracetest.InM
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	rdb := testenv.Redis(t)
 	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: time.Hour, KeyTTL: time.Hour})
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: redisURL, RedisTimeout: testRedisTimeout,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: redisURL, RedisTimeout: testRedisTimeout,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "tr"), TracerProvider: tp}})
 	if err != nil {
 		t.Fatal(err)

@@ -25,6 +25,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
@@ -70,7 +71,7 @@ func newBillingReplicaWith(t *testing.T, tag string, clock *testenv.Clock) *bill
 		cache.Listen(ctx, rdb)
 	}
 	store := billing.NewStore(pool)
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout,
 		Registerer: reg, Engine: quota.Config{KeyPrefix: prefix, Hydrator: store.Ledger()}})
 	if err != nil {
 		t.Fatal(err)
@@ -146,7 +147,7 @@ func TestUsageAndBillingExportOverHTTP(t *testing.T) {
 	if diff := cmp.Diff(want, u.Metrics, noDaily); diff != "" {
 		t.Fatalf("usage (-want +got):\n%s", diff)
 	}
-	per := quota.PeriodAt(time.Now(), 1)
+	per := vocab.PeriodAt(time.Now(), 1)
 	if u.Org != org || u.Period != per.ID || !u.PeriodStart.Equal(per.Start) || !u.PeriodEnd.Equal(per.End) {
 		t.Fatalf("usage header: %+v", u)
 	}
@@ -237,7 +238,7 @@ func TestUsageDailySeriesOverHTTP(t *testing.T) {
 		b.mustDo("POST", "/v1/check", checkKey, `{"org":"`+org+`","team":"eng","user":"alice","cost":`+fmt.Sprint(n)+`}`, 200)
 	}
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	per := quota.PeriodAt(time.Now(), 1)
+	per := vocab.PeriodAt(time.Now(), 1)
 	flushAt := func(at time.Time) {
 		t.Helper()
 		f := ledger.NewFlusher(ledger.FlusherConfig{Store: b.store.Ledger(), Tenants: b.svc, Counters: b.engines, Logger: quiet,

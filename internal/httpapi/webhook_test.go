@@ -20,6 +20,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 	"github.com/quotaplane/quotaplane/internal/worker"
 	"github.com/quotaplane/quotaplane/webhook"
@@ -179,7 +180,7 @@ func TestWebhookWithoutMasterSecret(t *testing.T) {
 	}
 	f := &fixture{t: t, h: h, pool: pool, svc: svc}
 	ctx := context.Background()
-	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}); err != nil {
+	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.CreateOrg(ctx, tenants.Actor{Name: "seed"}, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p"}); err != nil {
@@ -214,7 +215,7 @@ func TestWebhookURLWarning(t *testing.T) {
 	}
 	f := &fixture{t: t, h: h, pool: pool, svc: svc}
 	ctx := context.Background()
-	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}); err != nil {
+	if _, err := svc.CreatePlan(ctx, tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -265,7 +266,7 @@ func newWebhookTestFixture(t *testing.T, master string, allowPrivate bool) *fixt
 		t.Fatal(err)
 	}
 	f := &fixture{t: t, h: h, pool: pool, svc: svc}
-	if _, err := svc.CreatePlan(context.Background(), tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}); err != nil {
+	if _, err := svc.CreatePlan(context.Background(), tenants.Actor{Name: "seed"}, tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen}); err != nil {
 		t.Fatal(err)
 	}
 	return f

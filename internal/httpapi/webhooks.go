@@ -3,8 +3,8 @@ package httpapi
 import (
 	"net/http"
 
-	"github.com/quotaplane/quotaplane/internal/webhooks"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
 // An org's webhook: its URL and signing secret, its deliveries, a test event.

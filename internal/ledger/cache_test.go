@@ -11,6 +11,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
@@ -34,8 +35,8 @@ func TestFlusherCachesAreBounded(t *testing.T) {
 	for i := range 3 {
 		org := fmt.Sprintf("%s-o%d", e.prefix, i)
 		orgs = append(orgs, org)
-		e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil,
-			tenants.TeamInput{ID: "eng", Limits: []tenants.Limit{monthLimit("requests", 100)}, UserLimits: []tenants.Limit{monthLimit("requests", 10)}})
+		e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
+			tenants.TeamInput{ID: "eng", Limits: []vocab.Limit{monthLimit("requests", 100)}, UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
 	}
 	flush := func() {
 		t.Helper()

@@ -17,6 +17,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
@@ -163,7 +164,7 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 			break
 		}
 	}
-	pools := map[string]string{} // plan -> pool class
+	plans := map[string]tenants.Plan{} // by id
 	cursor = ""
 	for {
 		page, next, err := f.cfg.Tenants.ListPlans(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
@@ -171,7 +172,7 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 			return FlushStats{}, fmt.Errorf("flush: list plans: %w", err)
 		}
 		for _, p := range page {
-			pools[p.ID] = p.Pool
+			plans[p.ID] = p
 		}
 		if cursor = next; cursor == "" {
 			break
@@ -188,7 +189,7 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 	f.mu.Unlock()
 	for _, o := range orgs {
 		g.Go(func() error {
-			read, written, err := f.flushOrg(gctx, o, pools[o.PlanID], now, first)
+			read, written, err := f.flushOrg(gctx, o, plans[o.PlanID], now, first)
 			mu.Lock()
 			stats.Orgs++
 			stats.Read += read
@@ -216,20 +217,20 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 	return stats, nil
 }
 
-func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now time.Time, first bool) (int, int, error) {
-	cur := quota.PeriodAt(now, o.BillingAnchorDay)
-	prev := quota.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
+func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, plan tenants.Plan, now time.Time, first bool) (int, int, error) {
+	cur := vocab.PeriodAt(now, o.BillingAnchorDay)
+	prev := vocab.PeriodAt(cur.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
 	if first { // until read whole, even if this flush cannot reach the org
 		f.setFull(o.ID+"|"+prev.ID, true)
 		f.setFull(o.ID+"|"+cur.ID, true)
 	}
-	cs, err := f.cfg.Counters.CountersFor(Route{Org: o.ID, RedisURL: o.RedisURL, Pool: pool})
+	cs, err := f.cfg.Counters.CountersFor(o.ID, tenants.RouteOf(o, plan))
 	if err != nil {
 		return 0, 0, err
 	}
 	var read, written int
 	var errs []error
-	for _, per := range []quota.Period{prev, cur} {
+	for _, per := range []vocab.Period{prev, cur} {
 		r, w, err := f.flushPeriod(ctx, cs, o.ID, per, dayIn(per, now))
 		read += r
 		written += w
@@ -239,7 +240,7 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now 
 	}
 	// Would-block records of the same two periods; only those two are remembered.
 	seen := map[string]string{}
-	for _, per := range []quota.Period{prev, cur} {
+	for _, per := range []vocab.Period{prev, cur} {
 		if err := f.flushWouldBlock(ctx, cs, o.ID, per.ID, seen); err != nil {
 			errs = append(errs, err)
 		}
@@ -252,14 +253,14 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, pool string, now 
 
 // dayIn is the day whose daily history a flush at now writes for per: today, or the
 // period's last day for usage of a period that has ended (counted before its end).
-func dayIn(per quota.Period, now time.Time) time.Time {
+func dayIn(per vocab.Period, now time.Time) time.Time {
 	if !now.Before(per.End) {
 		return per.End.Add(-time.Nanosecond)
 	}
 	return now
 }
 
-func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per quota.Period, day time.Time) (int, int, error) {
+func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per vocab.Period, day time.Time) (int, int, error) {
 	period := per.ID
 	key := org + "|" + period
 	f.mu.Lock()

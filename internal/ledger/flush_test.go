@@ -12,6 +12,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // A flush writes exactly the counters that changed, at every level, and a stored
@@ -20,7 +21,7 @@ func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"}, tenants.TeamInput{ID: "ops"})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"}, tenants.TeamInput{ID: "ops"})
 	f := e.flusher(time.Hour)
 
 	for i := range 30 {
@@ -49,7 +50,7 @@ func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
 	if st.Read != 1+2+10 || st.Written != 13 {
 		t.Fatalf("first flush read %d, wrote %d; want 13, 13", st.Read, st.Written)
 	}
-	if got := stored[quota.Counter{Metric: "requests", Level: quota.LevelOrg}]; got != 60 {
+	if got := stored[quota.Counter{Metric: "requests", Level: vocab.LevelOrg}]; got != 60 {
 		t.Fatalf("org counter %d, want 60", got)
 	}
 
@@ -65,7 +66,7 @@ func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
 		t.Fatalf("flush after one check: %+v, %v; want 3 read, 3 written", st, err)
 	}
 	// A stale (lower) value, e.g. from a slow worker, never lowers a stored one.
-	orgC := quota.Counter{Metric: "requests", Level: quota.LevelOrg}
+	orgC := quota.Counter{Metric: "requests", Level: vocab.LevelOrg}
 	if n, err := e.store.Persist(ctx, org, per, time.Now(), map[quota.Counter]int64{orgC: 5}); err != nil || n != 0 {
 		t.Fatalf("stale persist raised %d values (%v)", n, err)
 	}
@@ -81,8 +82,8 @@ func TestLostCountersAreHydratedFromLedger(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 100)}, nil,
-		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", 10)}})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil,
+		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
 	for range 7 {
 		if _, err := e.check(e.engine, org, "eng", "alice", "requests", 1); err != nil {
 			t.Fatal(err)
@@ -104,7 +105,7 @@ func TestLostCountersAreHydratedFromLedger(t *testing.T) {
 		t.Fatalf("7 + 3 <= 10 denied: %+v", res)
 	}
 	for _, l := range res.Levels {
-		if l.Level == quota.LevelUser && l.Used != 10 {
+		if l.Level == vocab.LevelUser && l.Used != 10 {
 			t.Fatalf("user used %d after hydration, want 10", l.Used)
 		}
 	}
@@ -120,7 +121,7 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"})
 	per := e.engine.Period(1)
 	flushAt := func(at time.Time) {
 		t.Helper()
@@ -140,7 +141,7 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 	flushAt(per.Start.Add(10 * time.Hour)) // day 1
 	spend(6)
 	flushAt(per.End.Add(30 * time.Minute)) // the next period: per is the previous one now
-	orgC := quota.Counter{Metric: "requests", Level: quota.LevelOrg}
+	orgC := quota.Counter{Metric: "requests", Level: vocab.LevelOrg}
 	if n, err := e.store.Persist(ctx, org, per.ID, per.Start, map[quota.Counter]int64{orgC: 1}); err != nil || n != 0 {
 		t.Fatalf("stale persist: %d, %v", n, err)
 	}
@@ -165,9 +166,9 @@ func TestFlushAfterAWorkerKilledMidFlush(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "hot"})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "hot"})
 	per := e.engine.Period(1).ID
-	user := quota.Counter{Metric: "requests", Level: quota.LevelUser, Team: "hot", User: "h75"}
+	user := quota.Counter{Metric: "requests", Level: vocab.LevelUser, Team: "hot", User: "h75"}
 	for range 3 {
 		if _, err := e.check(e.engine, org, "hot", "h75", "requests", 3); err != nil {
 			t.Fatal(err)

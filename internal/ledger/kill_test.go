@@ -16,8 +16,8 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // privateRedis is a redis-server of the test's own, without persistence, that the
@@ -92,8 +92,8 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 	rs := startPrivateRedis(t)
 	eng, _ := e.newEngine(rs.url())
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 100*limit)}, nil,
-		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", limit)}})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 100*limit)}, nil,
+		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", limit)}})
 	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc,
 		Counters: oneEngine(eng), Interval: interval, Logger: quietLog()})
 	fctx, stopFlusher := context.WithCancel(ctx)
@@ -111,7 +111,7 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 				t.Fatalf("read %s: %v", user(i), err)
 			}
 			for _, l := range res.Levels {
-				if l.Level == quota.LevelUser {
+				if l.Level == vocab.LevelUser {
 					out[i] = l.Used
 				}
 			}
@@ -197,7 +197,7 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 			t.Fatalf("first check after restart: %v", err)
 		}
 		for _, l := range res.Levels {
-			if l.Level == quota.LevelUser {
+			if l.Level == vocab.LevelUser {
 				firstAfter[i] = l.Used
 			}
 		}

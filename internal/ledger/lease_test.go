@@ -14,6 +14,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // A hot path takes several leases a second, each a reservation record. A settled lease
@@ -26,7 +27,7 @@ func TestSettledLeasesAreNotKept(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 1_000_000_000)}, nil, tenants.TeamInput{ID: "eng"})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 1_000_000_000)}, nil, tenants.TeamInput{ID: "eng"})
 	opt, err := quota.ClientOptions(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)

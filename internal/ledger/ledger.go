@@ -22,6 +22,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // ErrNoCounters is returned by a CounterSource that cannot reach an org's Redis;
@@ -51,33 +52,25 @@ type Counters interface {
 	HeldUnits(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 }
 
-// Route says where an org's live counters are, as the api's quota router sends its
-// checks: the org's dedicated Redis, else its plan's pool class, else the default.
-type Route struct {
-	Org      string
-	RedisURL string // the org's dedicated Redis, "" for none
-	Pool     string // the plan's pool class
-}
-
 // CounterSource finds the Redis that holds an org's live counters. CountersFor
 // returns an error wrapping ErrNoCounters when that Redis cannot be used (a bad URL).
 type CounterSource interface {
-	CountersFor(r Route) (Counters, error)
+	CountersFor(org string, r vocab.Route) (Counters, error)
 }
 
 // CounterSourceFunc adapts a function to a CounterSource.
-type CounterSourceFunc func(r Route) (Counters, error)
+type CounterSourceFunc func(org string, r vocab.Route) (Counters, error)
 
 // CountersFor calls f.
-func (f CounterSourceFunc) CountersFor(r Route) (Counters, error) { return f(r) }
+func (f CounterSourceFunc) CountersFor(org string, r vocab.Route) (Counters, error) { return f(org, r) }
 
 // RouterCounters reads an org's live counters where router counts its checks: the
 // org's dedicated Redis, its plan's pool, or the default one.
-func RouterCounters(router *quota.Router) CounterSource {
-	return CounterSourceFunc(func(r Route) (Counters, error) {
-		eng, err := router.EngineFor(quota.Route{Pool: r.Pool, RedisURL: r.RedisURL})
+func RouterCounters(router *quota.Engines) CounterSource {
+	return CounterSourceFunc(func(org string, r vocab.Route) (Counters, error) {
+		eng, err := router.EngineFor(r)
 		if err != nil {
-			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, r.Org, err)
+			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, org, err)
 		}
 		return eng, nil
 	})
@@ -103,5 +96,5 @@ func rowsOf(m map[quota.Counter]int64) []counterRow {
 }
 
 func (r counterRow) counter() quota.Counter {
-	return quota.Counter{Metric: r.metric, Level: quota.Level(r.level), Team: r.team, User: r.user}
+	return quota.Counter{Metric: r.metric, Level: vocab.Level(r.level), Team: r.team, User: r.user}
 }

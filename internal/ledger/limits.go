@@ -10,6 +10,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Limits is what the worker knows of an org's limits: the org's effective ones,
@@ -54,14 +55,14 @@ func LoadLimits(ctx context.Context, svc *tenants.Service, orgID string) (*Limit
 }
 
 // Of returns the effective limits of a counter's level for its metric, every window.
-func (o *Limits) Of(c quota.Counter) []tenants.Limit {
-	var ls []tenants.Limit
+func (o *Limits) Of(c quota.Counter) []vocab.Limit {
+	var ls []vocab.Limit
 	switch c.Level {
-	case quota.LevelOrg:
+	case vocab.LevelOrg:
 		ls = o.Org.EffectiveLimits
-	case quota.LevelTeam:
+	case vocab.LevelTeam:
 		ls = o.Teams[c.Team].Limits
-	case quota.LevelUser:
+	case vocab.LevelUser:
 		t, ok := o.Teams[c.Team]
 		if !ok {
 			return nil
@@ -71,7 +72,7 @@ func (o *Limits) Of(c quota.Counter) []tenants.Limit {
 			ls = tenants.MergeLimits(t.UserLimits, u.Limits)
 		}
 	}
-	var out []tenants.Limit
+	var out []vocab.Limit
 	for _, l := range ls {
 		if l.Metric == c.Metric {
 			out = append(out, l)
@@ -83,7 +84,7 @@ func (o *Limits) Of(c quota.Counter) []tenants.Limit {
 // Month returns the month limit of a counter, and whether it has one.
 func (o *Limits) Month(c quota.Counter) (int64, bool) {
 	for _, l := range o.Of(c) {
-		if l.Window == tenants.Month {
+		if l.Window == vocab.Month {
 			return l.Limit, true
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // gauges returns the values of the gauge family name by its label values joined with "|".
@@ -49,8 +50,8 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 		Counters: oneEngine(e.engine), Logger: quietLog(), Metrics: metrics})
 
 	hot := testenv.ID(t, "hot")
-	e.seed(hot, []tenants.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
-		Limits: []tenants.Limit{monthLimit("requests", 50)}})
+	e.seed(hot, []vocab.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
+		Limits: []vocab.Limit{monthLimit("requests", 50)}})
 	if _, err := e.check(e.engine, hot, "eng", "alice", "requests", 45); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +75,7 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 	// More orgs with usage than UtilizationTop: only the highest are exported.
 	for i := range ledger.UtilizationTop + 2 {
 		org := fmt.Sprintf("%s-%02d", testenv.ID(t, "o"), i)
-		e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil)
+		e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil)
 		if _, err := e.check(e.engine, org, "", "", "requests", 1); err != nil {
 			t.Fatal(err)
 		}

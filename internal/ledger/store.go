@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Store is the usage ledger in Postgres: the rows of usage counters, their daily
@@ -222,7 +223,7 @@ func reconcile(ctx context.Context, tx pgx.Tx, org, period string) error {
 
 // StoredUsage returns the ledger's value of every counter of org in period: the
 // quota engine's Hydrator, called when Redis has lost (or never had) the period.
-func (s *Store) StoredUsage(ctx context.Context, org string, period quota.Period) (map[quota.Counter]int64, error) {
+func (s *Store) StoredUsage(ctx context.Context, org string, period vocab.Period) (map[quota.Counter]int64, error) {
 	return s.Usage(ctx, org, period.ID)
 }
 
@@ -277,7 +278,7 @@ func upsertReservations(ctx context.Context, tx pgx.Tx, org string, recs []quota
 // StoredReservations returns the reservations of org in period that were held when
 // last persisted, and the settled ones whose record Redis would still keep (a day past
 // their expiry), for hydration (quota.ReservationHydrator).
-func (s *Store) StoredReservations(ctx context.Context, org string, period quota.Period) ([]quota.ReservationRecord, error) {
+func (s *Store) StoredReservations(ctx context.Context, org string, period vocab.Period) ([]quota.ReservationRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, state, expires_at, record FROM reservations
 		WHERE org_id = $1 AND period = $2 AND (state = 'held' OR expires_at > now() - interval '24 hours')`, org, period.ID)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Would-block records (quota's wouldblock.go): the api's engines keep them in Redis,
@@ -95,7 +96,7 @@ func (s *Store) StoredWouldBlock(ctx context.Context, org, period string) (map[s
 	var k quota.WouldBlockKey
 	var c quota.WouldBlockCount
 	_, err = pgx.ForEachRow(rows, []any{&epoch, &k.Metric, &level, &k.Team, &k.User, &win, &k.Day, &c.Checks, &c.Units}, func() error {
-		k.Level, k.Window = quota.Level(level), quota.Window(win)
+		k.Level, k.Window = vocab.Level(level), vocab.Window(win)
 		if out[epoch] == nil {
 			out[epoch] = map[quota.WouldBlockKey]quota.WouldBlockCount{}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // A shadow org's would-block record survives a Redis FLUSHDB: the worker persisted
@@ -23,14 +24,14 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 	rs := startPrivateRedis(t)
 	eng, _ := e.newEngine(rs.url())
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 5)}, nil, tenants.TeamInput{ID: "eng"})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 5)}, nil, tenants.TeamInput{ID: "eng"})
 	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(eng), Logger: quietLog()})
 	var answers quota.WouldBlockCount
 	spend := func(n int, cost int64) {
 		t.Helper()
 		for range n {
 			res, err := eng.Check(ctx, quota.Request{Org: org, Team: "eng", User: "alice", Metric: "requests", Cost: cost,
-				Mode: quota.Shadow, Limits: quota.LevelLimits{Org: []quota.Limit{{Window: quota.Month, Limit: 5}}}})
+				Mode: vocab.Shadow, Limits: quota.LevelLimits{Org: []vocab.Limit{{Window: vocab.Month, Limit: 5}}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,8 +82,8 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 		}
 	}
 	// Live counts not yet persisted show in the report at once.
-	if _, err := eng.Check(ctx, quota.Request{Org: org, Metric: "requests", Cost: 10, Mode: quota.Warn,
-		Limits: quota.LevelLimits{Org: []quota.Limit{{Window: quota.Month, Limit: 5}}}}); err != nil {
+	if _, err := eng.Check(ctx, quota.Request{Org: org, Metric: "requests", Cost: 10, Mode: vocab.Warn,
+		Limits: quota.LevelLimits{Org: []vocab.Limit{{Window: vocab.Month, Limit: 5}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := eng.FlushWouldBlock(ctx); err != nil {

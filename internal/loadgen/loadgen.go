@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Config says what to provision and how to load it.
@@ -202,13 +203,13 @@ func Provision(ctx context.Context, cfg Config) ([]Org, error) {
 		return nil, err
 	}
 	c := newClient(cfg.URL, 8)
-	limits := []api.Limit{{Metric: "requests", Window: api.WindowMonth, Limit: cfg.OrgMonth}}
+	limits := []api.Limit{{Metric: "requests", Window: vocab.Month, Limit: cfg.OrgMonth}}
 	if cfg.OrgPerMinute > 0 {
-		limits = append(limits, api.Limit{Metric: "requests", Window: api.WindowMinute, Limit: cfg.OrgPerMinute})
+		limits = append(limits, api.Limit{Metric: "requests", Window: vocab.Minute, Limit: cfg.OrgPerMinute})
 	}
 	plan := cfg.Prefix + "-plan"
 	if _, err := c.admin(ctx, "POST", "/v1/plans", cfg.AdminToken, api.PlanCreate{Id: plan, Name: "loadgen",
-		FailMode: api.FailModeClosed, Limits: limits}, nil); err != nil {
+		FailMode: vocab.FailClosed, Limits: limits}, nil); err != nil {
 		return nil, err
 	}
 	orgs := make([]Org, cfg.Orgs)
@@ -244,8 +245,8 @@ func provisionOrg(ctx context.Context, c *client, cfg Config, plan string, i int
 	}
 	for t := range cfg.Teams {
 		team := fmt.Sprintf("t%d", t)
-		limits := api.Limits{{Metric: "requests", Window: api.WindowMonth, Limit: cfg.TeamMonth}}
-		users := api.Limits{{Metric: "requests", Window: api.WindowMonth, Limit: cfg.UserMonth}}
+		limits := api.Limits{{Metric: "requests", Window: vocab.Month, Limit: cfg.TeamMonth}}
+		users := api.Limits{{Metric: "requests", Window: vocab.Month, Limit: cfg.UserMonth}}
 		if _, err := c.admin(ctx, "POST", "/v1/orgs/"+o.ID+"/teams", cfg.AdminToken,
 			api.TeamCreate{Id: team, Name: team, Limits: &limits, UserLimits: &users}, nil); err != nil {
 			return o, err
@@ -583,7 +584,7 @@ func verify(ctx context.Context, c *client, cfg *Config, orgs []Org, tl *tally, 
 			levels = append(levels, m.Users...)
 			for _, l := range levels {
 				for _, w := range l.Limits {
-					if w.Window == api.WindowMonth && w.Used > w.Limit {
+					if w.Window == vocab.Month && w.Used > w.Limit {
 						over("%s %s: usage API says %d used of %d", o.ID, l.Id, w.Used, w.Limit)
 					}
 				}

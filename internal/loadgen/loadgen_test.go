@@ -31,7 +31,7 @@ func apiServer(t *testing.T) (string, string) {
 	t.Helper()
 	svc := tenants.NewService(testenv.Postgres(t), tenants.WithPasswordCost(64, 1))
 	cache := tenants.NewCache(svc, tenants.CacheOptions{})
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: testenv.ID(t, "lg")}})
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: testenv.ID(t, "lg")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 //go:embed scripts/adjust.lua
@@ -26,7 +28,7 @@ return 0`)
 // counter less the units held by open reservations) before and after, in Period, at
 // At (the engine's clock, read after the change).
 type Adjusted struct {
-	Period Period
+	Period vocab.Period
 	Before int64
 	After  int64
 	At     time.Time
@@ -43,13 +45,13 @@ type Adjusted struct {
 // ErrUnavailable as Check.
 func (e *Engine) AdjustCounter(ctx context.Context, org string, anchorDay int, c Counter, set bool, n int64) (Adjusted, error) {
 	switch {
-	case !validID(org):
+	case !vocab.ValidID(org):
 		return Adjusted{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
-	case !validID(c.Metric) || c.Level.letter() == "" ||
-		c.Level != LevelOrg && !validID(c.Team) || c.Level == LevelUser && !validID(c.User):
+	case !vocab.ValidID(c.Metric) || levelLetter(c.Level) == "" ||
+		c.Level != vocab.LevelOrg && !vocab.ValidID(c.Team) || c.Level == vocab.LevelUser && !vocab.ValidID(c.User):
 		return Adjusted{}, fmt.Errorf("%w: counter %+v is not valid", ErrInvalid, c)
-	case set && (n < 0 || n > MaxUnits), !set && (n < -MaxUnits || n > MaxUnits):
-		return Adjusted{}, fmt.Errorf("%w: amount %d is outside the bound %d", ErrInvalid, n, MaxUnits)
+	case set && (n < 0 || n > vocab.MaxUnits), !set && (n < -vocab.MaxUnits || n > vocab.MaxUnits):
+		return Adjusted{}, fmt.Errorf("%w: amount %d is outside the bound %d", ErrInvalid, n, vocab.MaxUnits)
 	}
 	op := "add"
 	if set {
@@ -57,7 +59,7 @@ func (e *Engine) AdjustCounter(ctx context.Context, org string, anchorDay int, c
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
 	for hydrated := false; ; hydrated = true {
-		per := PeriodAt(e.Now(), anchorDay)
+		per := vocab.PeriodAt(e.Now(), anchorDay)
 		keys := []string{tag + "m|" + per.ID, tag + "d|" + per.ID, tag + "h|" + per.ID}
 		s, err := adjustScript.Run(ctx, e.rdb, keys, c.field(), op, n, per.End.Add(e.cfg.MonthRetention).Unix()).Text()
 		if err != nil {
@@ -88,8 +90,8 @@ func (e *Engine) AdjustCounter(ctx context.Context, org string, anchorDay int, c
 // one that persists it.
 //
 // Errors: ErrInvalid for a bad org; ErrUnavailable when Redis fails.
-func (e *Engine) MarkDirty(ctx context.Context, org string, per Period, c Counter) error {
-	if !validID(org) {
+func (e *Engine) MarkDirty(ctx context.Context, org string, per vocab.Period, c Counter) error {
+	if !vocab.ValidID(org) {
 		return fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	key := orgTag(e.cfg.KeyPrefix, org) + "d|" + per.ID

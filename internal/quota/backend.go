@@ -61,7 +61,7 @@ func (b *backend) state() gobreaker.State {
 }
 
 // backendFor returns the backend of url, creating it on first use.
-func (r *Router) backendFor(u string) (*backend, error) {
+func (r *Engines) backendFor(u string) (*backend, error) {
 	v, ok := r.backends.Load(u)
 	if !ok {
 		v, _ = r.backends.LoadOrStore(u, &backendEntry{})
@@ -84,7 +84,7 @@ func (r *Router) backendFor(u string) (*backend, error) {
 	return nil, e.err
 }
 
-func (r *Router) newBackend(u string) (*backend, error) {
+func (r *Engines) newBackend(u string) (*backend, error) {
 	name, ok := r.names[u]
 	if !ok {
 		name = DedicatedPool

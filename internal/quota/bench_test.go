@@ -11,6 +11,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // benchRequests builds checks over a three-level cascade: 8 teams, 64 users, the org
@@ -23,8 +24,8 @@ func benchRequests(org string, limit int64) []quota.Request {
 			Org: org, Team: fmt.Sprintf("team-%d", i%8), User: fmt.Sprintf("user-%d", i),
 			Metric: "requests", Cost: 1,
 			Limits: quota.LevelLimits{
-				Org:  []quota.Limit{lim(quota.Month, limit)},
-				User: []quota.Limit{lim(quota.Minute, 1<<40)},
+				Org:  []vocab.Limit{lim(vocab.Month, limit)},
+				User: []vocab.Limit{lim(vocab.Minute, 1<<40)},
 			},
 		}
 	}
@@ -170,7 +171,7 @@ func benchWindow(b *testing.B, url string, precise bool) {
 	reqs := benchRequests(org, limit)
 	for i := range reqs {
 		reqs[i].Precise = precise
-		reqs[i].Limits.User = []quota.Limit{lim(quota.Second, 1<<40)}
+		reqs[i].Limits.User = []vocab.Limit{lim(vocab.Second, 1<<40)}
 	}
 	r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"})
 	ctx := context.Background()

@@ -7,6 +7,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // build fills c with the EVALSHA arguments of req at now (the engine's clock,
@@ -30,9 +32,9 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 
 	// Every window limited at any level is counted at every level.
 	var mask uint8
-	for _, ls := range [...][]Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
+	for _, ls := range [...][]vocab.Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
 		for _, l := range ls {
-			mask |= l.Window.bit()
+			mask |= windowBit(l.Window)
 		}
 	}
 	nl := 1
@@ -43,14 +45,14 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 		}
 	}
 	force := 0.0
-	if req.Mode == Shadow || req.Mode == Warn {
+	if req.Mode == vocab.Shadow || req.Mode == vocab.Warn {
 		force = 1
 	}
 	var windows [len(slidingWindows)]*bucketKeys
 	var index [len(slidingWindows)]int // script window index by position in slidingWindows
 	nw := 0
 	for i, w := range slidingWindows {
-		if mask&w.bit() != 0 {
+		if mask&windowBit(w) != 0 {
 			windows[nw] = k.bucket(i, w, nowMs)
 			nw++
 			index[i] = nw
@@ -119,9 +121,9 @@ func fingerprint(req *Request) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// periodAt is PeriodAt, remembering the last period of each anchor day: computing
+// periodAt is vocab.PeriodAt, remembering the last period of each anchor day: computing
 // one is a tenth of build.
-func (e *Engine) periodAt(now time.Time, anchorDay int) Period {
+func (e *Engine) periodAt(now time.Time, anchorDay int) vocab.Period {
 	if anchorDay < 1 || anchorDay > 28 {
 		anchorDay = 1
 	}
@@ -129,7 +131,7 @@ func (e *Engine) periodAt(now time.Time, anchorDay int) Period {
 	if p := slot.Load(); p != nil && !now.Before(p.Start) && now.Before(p.End) {
 		return *p
 	}
-	p := PeriodAt(now, anchorDay)
+	p := vocab.PeriodAt(now, anchorDay)
 	slot.Store(&p)
 	return p
 }
@@ -144,7 +146,7 @@ func appendNumbers(b []byte, vs ...float64) []byte {
 
 // appendRows appends the rows of one level (1 org, 2 team, 3 user): level, window
 // index (0 month, i the i-th sliding window), limit.
-func appendRows(b []byte, level float64, limits []Limit, index *[len(slidingWindows)]int) []byte {
+func appendRows(b []byte, level float64, limits []vocab.Limit, index *[len(slidingWindows)]int) []byte {
 	for _, l := range limits {
 		w := 0
 		for i, sw := range slidingWindows {
@@ -159,11 +161,11 @@ func appendRows(b []byte, level float64, limits []Limit, index *[len(slidingWind
 
 // appendLabels appends the reply labels of one level's rows, for a decision stored
 // under an idempotency key: "letter|id|window|limit".
-func appendLabels(a []any, letter, id string, limits []Limit) []any {
+func appendLabels(a []any, letter, id string, limits []vocab.Limit) []any {
 	for _, l := range limits {
 		w := "M"
-		if l.Window != Month {
-			w = l.Window.seconds()
+		if l.Window != vocab.Month {
+			w = windowSeconds(l.Window)
 		}
 		a = append(a, letter+"|"+id+"|"+w+"|"+strconv.FormatInt(l.Limit, 10))
 	}

@@ -25,7 +25,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	return e.check(ctx, req)
 }
 
-// check is Check of a request already validated: the Router validates each request
+// check is Check of a request already validated: the Engines validates each request
 // once, before choosing the engine. A leasable check of a hot path is answered from the
 // path's lease when it can be (lease.go).
 func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
@@ -82,7 +82,7 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 	return e.checkBatch(ctx, reqs, true)
 }
 
-// checkBatch is CheckBatch, validating each request unless the caller (the Router)
+// checkBatch is CheckBatch, validating each request unless the caller (the Engines)
 // already has.
 func (e *Engine) checkBatch(ctx context.Context, reqs []Request, validate bool) ([]Result, []error) {
 	results := make([]Result, len(reqs))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 var ignoreReset = cmpopts.IgnoreFields(quota.LevelStatus{}, "ResetAt")
@@ -22,17 +23,17 @@ func TestCheckSequences(t *testing.T) {
 	r := MustRig(t, "", quota.Config{})
 	type step struct {
 		cost       int64
-		mode       quota.Mode
+		mode       vocab.Mode
 		allowed    bool
 		levels     []quota.LevelStatus // org/team/user ids are filled in below
 		blockedAt  *quota.Blocked
 		wouldBlock *quota.Blocked
 	}
-	ls := func(level quota.Level, w quota.Window, limit, used int64) quota.LevelStatus {
+	ls := func(level vocab.Level, w vocab.Window, limit, used int64) quota.LevelStatus {
 		return quota.LevelStatus{Level: level, Window: w, Limit: limit, Used: used, Remaining: max(limit-used, 0)}
 	}
-	bl := func(level quota.Level, w quota.Window) *quota.Blocked { return &quota.Blocked{Level: level, Window: w} }
-	org, team, user := quota.LevelOrg, quota.LevelTeam, quota.LevelUser
+	bl := func(level vocab.Level, w vocab.Window) *quota.Blocked { return &quota.Blocked{Level: level, Window: w} }
+	org, team, user := vocab.LevelOrg, vocab.LevelTeam, vocab.LevelUser
 	tests := []struct {
 		name      string
 		noTeam    bool
@@ -43,11 +44,11 @@ func TestCheckSequences(t *testing.T) {
 	}{
 		{
 			name:   "cost larger than remaining is refused whole",
-			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 20)}},
+			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 20)}},
 			steps: []step{
-				{cost: 15, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Minute, 20, 15)}},
-				{cost: 6, levels: []quota.LevelStatus{ls(org, quota.Minute, 20, 15)}, blockedAt: bl(org, quota.Minute)},
-				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Minute, 20, 20)}},
+				{cost: 15, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Minute, 20, 15)}},
+				{cost: 6, levels: []quota.LevelStatus{ls(org, vocab.Minute, 20, 15)}, blockedAt: bl(org, vocab.Minute)},
+				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Minute, 20, 20)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 20, teamC("requests", "eng"): 20, userC("requests", "eng", "alice"): 20}
@@ -55,11 +56,11 @@ func TestCheckSequences(t *testing.T) {
 		},
 		{
 			name:   "cost 0 consumes nothing",
-			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 10)}, User: []quota.Limit{lim(quota.Minute, 3)}},
+			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 10)}, User: []vocab.Limit{lim(vocab.Minute, 3)}},
 			steps: []step{
-				{cost: 3, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 3), ls(user, quota.Minute, 3, 3)}},
-				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 3), ls(user, quota.Minute, 3, 3)}},
-				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 3), ls(user, quota.Minute, 3, 3)}},
+				{cost: 3, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
+				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
+				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 3, teamC("requests", "eng"): 3, userC("requests", "eng", "alice"): 3}
@@ -67,10 +68,10 @@ func TestCheckSequences(t *testing.T) {
 		},
 		{
 			name:   "usage counted at levels without a limit",
-			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100)}},
+			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100)}},
 			steps: []step{
-				{cost: 2, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 100, 2)}},
-				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 100, 7)}},
+				{cost: 2, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 100, 2)}},
+				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 100, 7)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 7, teamC("requests", "eng"): 7, userC("requests", "eng", "alice"): 7}
@@ -79,14 +80,14 @@ func TestCheckSequences(t *testing.T) {
 		{
 			name: "denied at the user counts nothing anywhere",
 			limits: quota.LevelLimits{
-				Org:  []quota.Limit{lim(quota.Month, 10)},
-				Team: []quota.Limit{lim(quota.Month, 5)},
-				User: []quota.Limit{lim(quota.Month, 3), lim(quota.Minute, 2)},
+				Org:  []vocab.Limit{lim(vocab.Month, 10)},
+				Team: []vocab.Limit{lim(vocab.Month, 5)},
+				User: []vocab.Limit{lim(vocab.Month, 3), lim(vocab.Minute, 2)},
 			},
 			steps: []step{
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 1), ls(team, quota.Month, 5, 1), ls(user, quota.Month, 3, 1), ls(user, quota.Minute, 2, 1)}},
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 2), ls(team, quota.Month, 5, 2), ls(user, quota.Month, 3, 2), ls(user, quota.Minute, 2, 2)}},
-				{cost: 1, levels: []quota.LevelStatus{ls(org, quota.Month, 10, 2), ls(team, quota.Month, 5, 2), ls(user, quota.Month, 3, 2), ls(user, quota.Minute, 2, 2)}, blockedAt: bl(user, quota.Minute)},
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 1), ls(team, vocab.Month, 5, 1), ls(user, vocab.Month, 3, 1), ls(user, vocab.Minute, 2, 1)}},
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 2), ls(team, vocab.Month, 5, 2), ls(user, vocab.Month, 3, 2), ls(user, vocab.Minute, 2, 2)}},
+				{cost: 1, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 2), ls(team, vocab.Month, 5, 2), ls(user, vocab.Month, 3, 2), ls(user, vocab.Minute, 2, 2)}, blockedAt: bl(user, vocab.Minute)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 2, teamC("requests", "eng"): 2, userC("requests", "eng", "alice"): 2}
@@ -94,10 +95,10 @@ func TestCheckSequences(t *testing.T) {
 		},
 		{
 			name:   "broadest window wins",
-			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 1)}, User: []quota.Limit{lim(quota.Month, 1)}},
+			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 1)}, User: []vocab.Limit{lim(vocab.Month, 1)}},
 			steps: []step{
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Minute, 1, 1), ls(user, quota.Month, 1, 1)}},
-				{cost: 1, levels: []quota.LevelStatus{ls(org, quota.Minute, 1, 1), ls(user, quota.Month, 1, 1)}, blockedAt: bl(user, quota.Month)},
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Minute, 1, 1), ls(user, vocab.Month, 1, 1)}},
+				{cost: 1, levels: []quota.LevelStatus{ls(org, vocab.Minute, 1, 1), ls(user, vocab.Month, 1, 1)}, blockedAt: bl(user, vocab.Month)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 1, teamC("requests", "eng"): 1, userC("requests", "eng", "alice"): 1}
@@ -106,10 +107,10 @@ func TestCheckSequences(t *testing.T) {
 		{
 			name:   "equal windows: the highest level wins",
 			noUser: true,
-			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Hour, 1)}, Team: []quota.Limit{lim(quota.Hour, 1)}},
+			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Hour, 1)}, Team: []vocab.Limit{lim(vocab.Hour, 1)}},
 			steps: []step{
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Hour, 1, 1), ls(team, quota.Hour, 1, 1)}},
-				{cost: 1, levels: []quota.LevelStatus{ls(org, quota.Hour, 1, 1), ls(team, quota.Hour, 1, 1)}, blockedAt: bl(org, quota.Hour)},
+				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Hour, 1, 1), ls(team, vocab.Hour, 1, 1)}},
+				{cost: 1, levels: []quota.LevelStatus{ls(org, vocab.Hour, 1, 1), ls(team, vocab.Hour, 1, 1)}, blockedAt: bl(org, vocab.Hour)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 1, teamC("requests", "eng"): 1}
@@ -118,21 +119,21 @@ func TestCheckSequences(t *testing.T) {
 		{
 			name:   "shadow counts over the limit and reports would_block",
 			noTeam: true,
-			limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1)}},
+			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1)}},
 			steps: []step{
-				{cost: 1, mode: quota.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 1)}},
-				{cost: 1, mode: quota.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 2)}, wouldBlock: bl(org, quota.Month)},
-				{cost: 1, mode: quota.Warn, allowed: true, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 3)}, wouldBlock: bl(org, quota.Month)},
-				{cost: 1, mode: quota.Enforce, levels: []quota.LevelStatus{ls(org, quota.Month, 1, 3)}, blockedAt: bl(org, quota.Month)},
+				{cost: 1, mode: vocab.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 1)}},
+				{cost: 1, mode: vocab.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 2)}, wouldBlock: bl(org, vocab.Month)},
+				{cost: 1, mode: vocab.Warn, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 3)}, wouldBlock: bl(org, vocab.Month)},
+				{cost: 1, mode: vocab.Enforce, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 3)}, blockedAt: bl(org, vocab.Month)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 { return map[quota.Counter]int64{orgC("requests"): 3} },
 		},
 		{
 			name:   "limit 0 blocks every cost but 0",
-			limits: quota.LevelLimits{Team: []quota.Limit{lim(quota.Day, 0)}},
+			limits: quota.LevelLimits{Team: []vocab.Limit{lim(vocab.Day, 0)}},
 			steps: []step{
-				{cost: 1, levels: []quota.LevelStatus{ls(team, quota.Day, 0, 0)}, blockedAt: bl(team, quota.Day)},
-				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(team, quota.Day, 0, 0)}},
+				{cost: 1, levels: []quota.LevelStatus{ls(team, vocab.Day, 0, 0)}, blockedAt: bl(team, vocab.Day)},
+				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(team, vocab.Day, 0, 0)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 { return map[quota.Counter]int64{} },
 		},
@@ -148,7 +149,7 @@ func TestCheckSequences(t *testing.T) {
 			if tt.noTeam {
 				req.Team = ""
 			}
-			ids := map[quota.Level]string{quota.LevelOrg: orgID, quota.LevelTeam: "eng", quota.LevelUser: "alice"}
+			ids := map[vocab.Level]string{vocab.LevelOrg: orgID, vocab.LevelTeam: "eng", vocab.LevelUser: "alice"}
 			for i, s := range tt.steps {
 				req.Cost, req.Mode = s.cost, s.mode
 				before := r.snapshot(t, orgID)
@@ -185,10 +186,10 @@ func TestResetAndRetryAfter(t *testing.T) {
 	t.Parallel()
 	r := MustRig(t, "", quota.Config{})
 	req := quota.Request{Org: testenv.ID(t, "org"), Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100), lim(quota.Minute, 1)}}}
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100), lim(vocab.Minute, 1)}}}
 	r.MustCheck(t, req)
 	res := r.MustCheck(t, req)
-	if res.Allowed || res.BlockedAt == nil || res.BlockedAt.Window != quota.Minute {
+	if res.Allowed || res.BlockedAt == nil || res.BlockedAt.Window != vocab.Minute {
 		t.Fatalf("second check: got %+v, want denied at the minute window", res)
 	}
 	if res.RetryAfter <= 0 || res.RetryAfter > 2*time.Minute {
@@ -207,7 +208,7 @@ func TestMinuteWindowRapidChecks(t *testing.T) {
 	t.Parallel()
 	r := MustRig(t, "", quota.Config{})
 	req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "bob", Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 20)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 20)}}}
 	admitted := 0
 	for range 30 {
 		if r.MustCheck(t, req).Allowed {
@@ -245,9 +246,9 @@ func TestCascadeConcurrent(t *testing.T) {
 			user := users[(g/2)%len(users)]
 			req := quota.Request{Org: orgID, Team: team, User: user, Metric: "requests", Cost: 1,
 				Limits: quota.LevelLimits{
-					Org:  []quota.Limit{lim(quota.Month, 1000)},
-					Team: []quota.Limit{lim(quota.Month, teams[team])},
-					User: []quota.Limit{lim(quota.Month, 200)},
+					Org:  []vocab.Limit{lim(vocab.Month, 1000)},
+					Team: []vocab.Limit{lim(vocab.Month, teams[team])},
+					User: []vocab.Limit{lim(vocab.Month, 200)},
 				}}
 			for range 40 {
 				res, err := r.e.Check(context.Background(), req)
@@ -291,7 +292,7 @@ func TestCascadeConcurrent(t *testing.T) {
 	// nothing at any level.
 	before := r.snapshot(t, orgID)
 	res := r.MustCheck(t, quota.Request{Org: orgID, Team: "team-a", User: "u9", Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000)}, Team: []quota.Limit{lim(quota.Month, 600)}, User: []quota.Limit{lim(quota.Month, 200)}}})
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000)}, Team: []vocab.Limit{lim(vocab.Month, 600)}, User: []vocab.Limit{lim(vocab.Month, 200)}}})
 	if res.Allowed {
 		t.Fatal("check over exhausted limits was allowed")
 	}
@@ -316,15 +317,15 @@ func TestValidate(t *testing.T) {
 		{name: "user without team", mutate: func(r *quota.Request) { r.Team = "" }},
 		{name: "missing metric", mutate: func(r *quota.Request) { r.Metric = "" }},
 		{name: "negative cost", mutate: func(r *quota.Request) { r.Cost = -1 }},
-		{name: "cost too large", mutate: func(r *quota.Request) { r.Cost = quota.MaxUnits + 1 }},
+		{name: "cost too large", mutate: func(r *quota.Request) { r.Cost = vocab.MaxUnits + 1 }},
 		{name: "short idempotency key", mutate: func(r *quota.Request) { r.IdempotencyKey = "short" }},
 		{name: "idempotency key with a space", mutate: func(r *quota.Request) { r.IdempotencyKey = "has a space" }},
 		{name: "unknown mode", mutate: func(r *quota.Request) { r.Mode = "loud" }},
 		{name: "anchor day 29", mutate: func(r *quota.Request) { r.AnchorDay = 29 }},
-		{name: "unknown window", mutate: func(r *quota.Request) { r.Limits.Org = []quota.Limit{{Window: "week", Limit: 1}} }},
-		{name: "repeated window", mutate: func(r *quota.Request) { r.Limits.Org = []quota.Limit{lim(quota.Month, 1), lim(quota.Month, 2)} }},
-		{name: "negative limit", mutate: func(r *quota.Request) { r.Limits.User = []quota.Limit{lim(quota.Day, -1)} }},
-		{name: "limits of an absent level", mutate: func(r *quota.Request) { r.User = ""; r.Limits.User = []quota.Limit{lim(quota.Day, 1)} }},
+		{name: "unknown window", mutate: func(r *quota.Request) { r.Limits.Org = []vocab.Limit{{Window: "week", Limit: 1}} }},
+		{name: "repeated window", mutate: func(r *quota.Request) { r.Limits.Org = []vocab.Limit{lim(vocab.Month, 1), lim(vocab.Month, 2)} }},
+		{name: "negative limit", mutate: func(r *quota.Request) { r.Limits.User = []vocab.Limit{lim(vocab.Day, -1)} }},
+		{name: "limits of an absent level", mutate: func(r *quota.Request) { r.User = ""; r.Limits.User = []vocab.Limit{lim(vocab.Day, 1)} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -341,40 +342,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestPeriodAt(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name   string
-		at     string
-		anchor int
-		want   quota.Period
-	}{
-		{name: "calendar month", at: "2026-11-21T10:00:00Z", anchor: 1, want: period("2026-11", "2026-11-01", "2026-12-01")},
-		{name: "anchor 0 means 1", at: "2026-11-01T00:00:00Z", anchor: 0, want: period("2026-11", "2026-11-01", "2026-12-01")},
-		{name: "before the anchor day", at: "2026-11-14T23:59:59Z", anchor: 15, want: period("2026-10", "2026-10-15", "2026-11-15")},
-		{name: "on the anchor day", at: "2026-11-15T00:00:00Z", anchor: 15, want: period("2026-11", "2026-11-15", "2026-12-15")},
-		{name: "across the year", at: "2027-01-10T00:00:00Z", anchor: 28, want: period("2026-12", "2026-12-28", "2027-01-28")},
-		{name: "other time zones are UTC", at: "2026-12-01T00:30:00+01:00", anchor: 1, want: period("2026-11", "2026-11-01", "2026-12-01")},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			at, err := time.Parse(time.RFC3339, tt.at)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, quota.PeriodAt(at, tt.anchor)); diff != "" {
-				t.Errorf("PeriodAt(%s, %d) (-want +got):\n%s", tt.at, tt.anchor, diff)
-			}
-		})
-	}
-}
-
-func period(id, start, end string) quota.Period {
-	s, _ := time.Parse(time.DateOnly, start)
-	e, _ := time.Parse(time.DateOnly, end)
-	return quota.Period{ID: id, Start: s, End: e}
-}
-
 // The two-bucket sliding window, step by step on the engine's clock: the previous
 // bucket's count weighs by the part of the window still covering it, a bucket that has
 // ended stops counting, and the retry hint says when the next unit fits. The buckets
@@ -388,7 +355,7 @@ func TestSlidingWindowAcrossBuckets(t *testing.T) {
 	now := r.e.Now()
 	clock.Add(now.Truncate(time.Minute).Add(90 * time.Second).Sub(now))
 	req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "ann", Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 10)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 10)}}}
 	check := func(cost int64) quota.Result {
 		t.Helper()
 		req.Cost = cost
@@ -449,7 +416,7 @@ func TestResendCountsAtItsOwnTime(t *testing.T) {
 		t.Run(map[bool]string{false: "Check", true: "CheckBatch"}[batch], func(t *testing.T) {
 			t.Parallel()
 			clock := testenv.NewClock(time.Now()) // the engine measures the time elapsed since its Redis TIME sample on it
-			hydrator := quota.HydratorFunc(func(context.Context, string, quota.Period) (map[quota.Counter]int64, error) {
+			hydrator := quota.HydratorFunc(func(context.Context, string, vocab.Period) (map[quota.Counter]int64, error) {
 				clock.Add(time.Minute) // hydration takes a whole bucket
 				return nil, nil
 			})
@@ -461,7 +428,7 @@ func TestResendCountsAtItsOwnTime(t *testing.T) {
 				clock.Add(-72 * time.Hour)
 			}
 			req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "ann", Metric: "requests", Cost: 6,
-				Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 10)}}}
+				Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 10)}}}
 			check := func() quota.Result {
 				t.Helper()
 				if !batch {

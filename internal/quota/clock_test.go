@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // maxInSpan is the most stamps (monotonic readings) within any span of d.
@@ -48,7 +49,7 @@ func TestClockStepChangesNoAdmission(t *testing.T) {
 				t.Errorf("after a %v step the engines' clocks differ by %v", step, d)
 			}
 			req := quota.Request{Org: testenv.ID(t, "org"), Metric: "requests", Cost: 1,
-				Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Second, limit)}}}
+				Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Second, limit)}}}
 			origin := time.Now()
 			stop := origin.Add(3 * time.Second)
 			var mu sync.Mutex
@@ -104,7 +105,7 @@ func TestClockStepMovesNoExpiryOrPeriod(t *testing.T) {
 	}
 
 	res, out, err := r.e.Reserve(ctx, quota.Request{Org: org, Team: "eng", User: "ann", Metric: "tokens", Cost: 5,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100)}}}, quota.ReserveOptions{TTL: 10 * time.Second})
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100)}}}, quota.ReserveOptions{TTL: 10 * time.Second})
 	if err != nil || !out.Allowed {
 		t.Fatalf("reserve: %+v %v", out, err)
 	}
@@ -127,7 +128,7 @@ func TestClockStepMovesNoExpiryOrPeriod(t *testing.T) {
 	}
 	// A reservation made on the stepped clock expires 10 s of Redis time later.
 	res2, _, err := r.e.Reserve(ctx, quota.Request{Org: org, Team: "eng", User: "ann", Metric: "tokens", Cost: 5,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100)}}}, quota.ReserveOptions{TTL: 10 * time.Second})
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100)}}}, quota.ReserveOptions{TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +162,7 @@ func TestClockStepMovesNoLeaseEnd(t *testing.T) {
 		}}})
 	count := func(k quota.LeaseEventKind) int { mu.Lock(); defer mu.Unlock(); return events[k] }
 	req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "erin", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1_000_000)}}}
 	leased := false
 	for range 200 {
 		if leased = r.MustCheck(t, req).Leased; leased {

@@ -4,14 +4,16 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // check.lua's packed decision is decoded against the request, and anything that is
 // not exactly such a decision is refused rather than read as one.
 func TestParseCompact(t *testing.T) {
 	req := Request{Org: "acme", Team: "eng", User: "ann", Metric: "requests", Cost: 1,
-		Limits: LevelLimits{Org: []Limit{{Window: Month, Limit: 100}}, User: []Limit{{Window: Minute, Limit: 5}}}}
-	per := PeriodAt(time.UnixMilli(1_790_000_000_000), 1)
+		Limits: LevelLimits{Org: []vocab.Limit{{Window: vocab.Month, Limit: 100}}, User: []vocab.Limit{{Window: vocab.Minute, Limit: 5}}}}
+	per := vocab.PeriodAt(time.UnixMilli(1_790_000_000_000), 1)
 	nowMs := int64(1_790_000_030_500)
 	pack := func(vs ...float64) string { return string(appendNumbers(nil, vs...)) }
 
@@ -19,7 +21,7 @@ func TestParseCompact(t *testing.T) {
 	if err != nil || st != statusDenied {
 		t.Fatalf("denied decision: %v, status %q", err, st)
 	}
-	if res.Allowed || res.BlockedAt == nil || res.BlockedAt.Level != LevelUser || res.RetryAfter != 1500*time.Millisecond {
+	if res.Allowed || res.BlockedAt == nil || res.BlockedAt.Level != vocab.LevelUser || res.RetryAfter != 1500*time.Millisecond {
 		t.Errorf("denied decision read as %+v", res)
 	}
 	if l := res.Levels[1]; l.Used != 5 || l.Remaining != 0 || !l.ResetAt.Equal(time.UnixMilli(1_790_000_040_000)) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // fakeHydrator returns fixed stored usage and counts its calls.
@@ -23,7 +24,7 @@ type fakeHydrator struct {
 	calls  atomic.Int64
 }
 
-func (f *fakeHydrator) StoredUsage(_ context.Context, org string, _ quota.Period) (map[quota.Counter]int64, error) {
+func (f *fakeHydrator) StoredUsage(_ context.Context, org string, _ vocab.Period) (map[quota.Counter]int64, error) {
 	f.calls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -34,7 +35,7 @@ func TestHydration(t *testing.T) {
 	t.Parallel()
 	h := &fakeHydrator{stored: map[string]map[quota.Counter]int64{}}
 	r := MustRig(t, "", quota.Config{Hydrator: h})
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000)}, User: []quota.Limit{lim(quota.Month, 100)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000)}, User: []vocab.Limit{lim(vocab.Month, 100)}}
 
 	tests := []struct {
 		name     string
@@ -86,9 +87,9 @@ func TestHydration(t *testing.T) {
 			for c, v := range tt.inRedis {
 				field := c.Metric + "|o"
 				switch c.Level {
-				case quota.LevelTeam:
+				case vocab.LevelTeam:
 					field = c.Metric + "|t|" + c.Team
-				case quota.LevelUser:
+				case vocab.LevelUser:
 					field = c.Metric + "|u|" + c.Team + "|" + c.User
 				}
 				r.raw.HSet(ctx, r.prefix+":{"+org+"}|m|"+r.e.Period(1).ID, field, v)
@@ -196,7 +197,7 @@ func TestKeyLayoutAndTTLs(t *testing.T) {
 	ctx := context.Background()
 	org := testenv.ID(t, "a.b:c@d")
 	r.MustCheck(t, quota.Request{Org: org, Team: "t.1", User: "u:1@x", Metric: "requests", Cost: 1,
-		IdempotencyKey: "key-00000001", Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 5), lim(quota.Second, 5)}}})
+		IdempotencyKey: "key-00000001", Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 5), lim(vocab.Second, 5)}}})
 	per := r.e.Period(1)
 	tag := r.prefix + ":{" + org + "}|"
 	untilEnd := time.Until(per.End.Add(7 * 24 * time.Hour))

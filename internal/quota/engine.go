@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sync/singleflight"
 
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 var (
@@ -106,7 +107,7 @@ type Config struct {
 	// WouldBlockFlush is how often the would-block counts gathered in process are
 	// added to Redis (default 1 s).
 	WouldBlockFlush time.Duration
-	// TracerProvider, when set, traces checks (trace.go): a span per Router check and
+	// TracerProvider, when set, traces checks (trace.go): a span per Engines check and
 	// per pipeline sent, linked to the checks it carries. Nil (the default) starts no
 	// span and costs a check nothing.
 	TracerProvider trace.TracerProvider
@@ -174,11 +175,11 @@ type Engine struct {
 
 	flight  singleflight.Group
 	calls   sync.Pool
-	keys    *keyCache                  // an org's keys for a period, built and boxed once
-	periods [29]atomic.Pointer[Period] // the current period by anchor day (0 = 1)
-	ttlArg  any                        // idemTTL, boxed once
-	wb      *wouldBlocks               // would-block counts not yet in Redis
-	tracer  trace.Tracer               // nil when tracing is off
+	keys    *keyCache                        // an org's keys for a period, built and boxed once
+	periods [29]atomic.Pointer[vocab.Period] // the current period by anchor day (0 = 1)
+	ttlArg  any                              // idemTTL, boxed once
+	wb      *wouldBlocks                     // would-block counts not yet in Redis
+	tracer  trace.Tracer                     // nil when tracing is off
 
 	reserving sync.Map // org -> the lost count when this engine added it to the reserving set (reserve.go)
 	// lost counts the signs that Redis lost data since New (a NOSCRIPT reply: Redis
@@ -269,7 +270,7 @@ func (e *Engine) Close() error {
 }
 
 // Period is the billing period at Now for an org with the given anchor day.
-func (e *Engine) Period(anchorDay int) Period { return PeriodAt(e.Now(), anchorDay) }
+func (e *Engine) Period(anchorDay int) vocab.Period { return vocab.PeriodAt(e.Now(), anchorDay) }
 
 func (e *Engine) clockLoop() {
 	defer e.wg.Done()

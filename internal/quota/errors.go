@@ -19,7 +19,7 @@ var (
 	ErrIdempotencyConflict = derrors.New(derrors.Unprocessable, "idempotency key reused with a different request")
 	// ErrBadReply marks a check (or reservation) whose script answered what the engine
 	// cannot read, or failed as it ran (a Lua error): that request's failure, not
-	// Redis's, so it never counts against the pool's circuit breaker. The Router
+	// Redis's, so it never counts against the pool's circuit breaker. The Engines
 	// answers a check that failed so by the plan's fail mode, as for ErrUnavailable,
 	// and counts it in quotaplane_script_reply_errors_total.
 	ErrBadReply = derrors.New(derrors.Unavailable, "quota: malformed script reply")

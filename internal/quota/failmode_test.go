@@ -11,22 +11,23 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// TestRouterFailModes kills the Redis of a pool and checks, for each fail mode, that
+// TestEnginesFailModes kills the Redis of a pool and checks, for each fail mode, that
 // the breaker opens within a second, that every answer is the mode's degraded answer
 // and fast, and that the breaker closes by itself once Redis is back.
-func TestRouterFailModes(t *testing.T) {
+func TestEnginesFailModes(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []quota.FailMode{quota.FailOpen, quota.FailClosed, quota.FailLocal} {
+	for _, mode := range []vocab.FailMode{vocab.FailOpen, vocab.FailClosed, vocab.FailLocal} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			srv := MustPrivateRedis(t)
-			r, reg := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL(), Replicas: 2})
+			r, reg := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL(), Replicas: 2})
 			ctx := context.Background()
-			route := quota.Route{FailMode: mode}
+			route := vocab.Route{FailMode: mode}
 			// Day, not minute: the local limiter's fixed window must not roll over mid-test.
-			limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Day, 40)}, User: []quota.Limit{lim(quota.Minute, 1000)}}
+			limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Day, 40)}, User: []vocab.Limit{lim(vocab.Minute, 1000)}}
 			request := func(org string) quota.Request {
 				return quota.Request{Org: org, Team: "eng", User: "u", Metric: "requests", Cost: 1, Limits: limits}
 			}
@@ -67,10 +68,10 @@ func TestRouterFailModes(t *testing.T) {
 					t.Fatalf("check %d: outcome %+v, want degraded on pool default", i, out)
 				}
 				switch mode {
-				case quota.FailOpen:
+				case vocab.FailOpen:
 					want := []quota.LevelStatus{
-						{Level: quota.LevelOrg, ID: req.Org, Window: quota.Day, Limit: 40, Used: 0, Remaining: 40},
-						{Level: quota.LevelUser, ID: "u", Window: quota.Minute, Limit: 1000, Used: 0, Remaining: 1000},
+						{Level: vocab.LevelOrg, ID: req.Org, Window: vocab.Day, Limit: 40, Used: 0, Remaining: 40},
+						{Level: vocab.LevelUser, ID: "u", Window: vocab.Minute, Limit: 1000, Used: 0, Remaining: 1000},
 					}
 					for i := range res.Levels {
 						res.Levels[i].ResetAt = time.Time{}
@@ -81,11 +82,11 @@ func TestRouterFailModes(t *testing.T) {
 					if diff := cmp.Diff(want, res.Levels); diff != "" {
 						t.Fatalf("check %d levels (-want +got):\n%s", i, diff)
 					}
-				case quota.FailClosed:
+				case vocab.FailClosed:
 					if !errors.Is(err, quota.ErrUnavailable) {
 						t.Fatalf("check %d: %v, want ErrUnavailable", i, err)
 					}
-				case quota.FailLocal:
+				case vocab.FailLocal:
 					if err != nil {
 						t.Fatalf("check %d: %v", i, err)
 					}
@@ -94,7 +95,7 @@ func TestRouterFailModes(t *testing.T) {
 						continue
 					}
 					denied++
-					want := &quota.Blocked{Level: quota.LevelOrg, ID: req.Org, Window: quota.Day}
+					want := &quota.Blocked{Level: vocab.LevelOrg, ID: req.Org, Window: vocab.Day}
 					if diff := cmp.Diff(want, res.BlockedAt); diff != "" || res.RetryAfter <= 0 {
 						t.Fatalf("check %d blocked at (-want +got):\n%s retry after %v", i, diff, res.RetryAfter)
 					}
@@ -104,7 +105,7 @@ func TestRouterFailModes(t *testing.T) {
 				}
 				time.Sleep(7 * time.Millisecond)
 			}
-			if mode == quota.FailLocal && (allowed != 20 || denied != 180) {
+			if mode == vocab.FailLocal && (allowed != 20 || denied != 180) {
 				t.Errorf("local: %d allowed, %d denied; want 20 (limit 40 / 2 replicas) and 180", allowed, denied)
 			}
 			p := p99(lat)
@@ -113,20 +114,20 @@ func TestRouterFailModes(t *testing.T) {
 				t.Errorf("p99 of degraded answers %v, want under 100ms", p)
 			}
 
-			if mode == quota.FailLocal {
+			if mode == vocab.FailLocal {
 				// Shadow counts and allows over the share, reporting what would block.
 				sh := request(testenv.ID(t, "org"))
-				sh.Mode, sh.Cost = quota.Shadow, 25
+				sh.Mode, sh.Cost = vocab.Shadow, 25
 				res, _, err := r.Check(ctx, route, sh)
-				if err != nil || !res.Allowed || res.WouldBlock == nil || res.WouldBlock.Level != quota.LevelOrg {
+				if err != nil || !res.Allowed || res.WouldBlock == nil || res.WouldBlock.Level != vocab.LevelOrg {
 					t.Errorf("local shadow over the share: %+v, %v; want allowed with WouldBlock at org", res, err)
 				}
 			}
 
 			// A batch is degraded the same way.
-			_, outs, errs := r.CheckBatch(ctx, []quota.Route{route, route}, []quota.Request{request(testenv.ID(t, "org")), request(testenv.ID(t, "org"))})
+			_, outs, errs := r.CheckBatch(ctx, []vocab.Route{route, route}, []quota.Request{request(testenv.ID(t, "org")), request(testenv.ID(t, "org"))})
 			for i := range outs {
-				if !outs[i].Degraded || (mode == quota.FailClosed) != errors.Is(errs[i], quota.ErrUnavailable) {
+				if !outs[i].Degraded || (mode == vocab.FailClosed) != errors.Is(errs[i], quota.ErrUnavailable) {
 					t.Errorf("batch item %d during outage: %+v, %v", i, outs[i], errs[i])
 				}
 			}
@@ -155,7 +156,7 @@ func TestRouterFailModes(t *testing.T) {
 
 			// Exact again: Redis decides.
 			exact := quota.Request{Org: testenv.ID(t, "org"), Metric: "requests", Cost: 1,
-				Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 2)}}}
+				Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 2)}}}
 			for i, wantAllowed := range []bool{true, true, false} {
 				res, out, err := r.Check(ctx, route, exact)
 				if err != nil || out.Degraded || res.Allowed != wantAllowed || res.Levels[0].Used != 2-boolInt(i < 1) {
@@ -184,14 +185,14 @@ func maxDur(d []time.Duration) time.Duration {
 	return m
 }
 
-// TestRouterHungRedis freezes Redis (SIGSTOP) instead of killing it: connections stay
+// TestEnginesHungRedis freezes Redis (SIGSTOP) instead of killing it: connections stay
 // open and nothing answers, so only the client timeouts notice.
-func TestRouterHungRedis(t *testing.T) {
+func TestEnginesHungRedis(t *testing.T) {
 	t.Parallel()
 	srv := MustPrivateRedis(t)
-	r, _ := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL()})
+	r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL()})
 	ctx := context.Background()
-	route := quota.Route{FailMode: quota.FailOpen}
+	route := vocab.Route{FailMode: vocab.FailOpen}
 	req := quota.Request{Org: testenv.ID(t, "org"), Metric: "requests", Cost: 1}
 	if _, out, err := r.Check(ctx, route, req); err != nil || out.Degraded {
 		t.Fatalf("healthy check: %+v, %v", out, err)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 func TestIdempotentReplay(t *testing.T) {
@@ -30,7 +31,7 @@ func TestIdempotentReplay(t *testing.T) {
 	org, org2 := testenv.ID(t, "org"), testenv.ID(t, "org")
 	req := func(org, key string, monthLimit int64) quota.Request {
 		return quota.Request{Org: org, Team: "eng", User: "alice", Metric: "requests", Cost: 1, IdempotencyKey: key,
-			Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, monthLimit)}}}
+			Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, monthLimit)}}}
 	}
 	steps := []struct {
 		name      string
@@ -177,7 +178,7 @@ func TestLostReplyCountedOnce(t *testing.T) {
 	r := MustRigOptions(t, opt, quota.Config{})
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	req := quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100)}}}
+	req := quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100)}}}
 	r.MustCheck(t, req)
 
 	proxy.dropReplies()
@@ -229,12 +230,12 @@ func TestClockSkewDecidesIdentically(t *testing.T) {
 	if p1, p2 := r1.e.Period(1), r2.e.Period(1); p1 != p2 {
 		t.Errorf("periods differ: %+v vs %+v", p1, p2)
 	}
-	if quota.PeriodAt(slow(), 1).ID == r1.e.Period(1).ID {
+	if vocab.PeriodAt(slow(), 1).ID == r1.e.Period(1).ID {
 		t.Fatal("test is void: the skewed clock alone gives the same period")
 	}
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 10), lim(quota.Hour, 12)}}}
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 10), lim(vocab.Hour, 12)}}}
 	var got []bool
 	for i := range 14 {
 		e := r1.e
@@ -389,7 +390,7 @@ func TestRedisRestart(t *testing.T) {
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Team: "eng", User: "u", Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Minute, 100)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 100)}}}
 	for range 3 {
 		r.MustCheck(t, req)
 	}
@@ -496,8 +497,8 @@ func TestWouldBlockLostReplyCountedOnce(t *testing.T) {
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
 	over := func() {
-		r.MustCheck(t, quota.Request{Org: org, Metric: "requests", Cost: 2, Mode: quota.Shadow,
-			Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1)}}})
+		r.MustCheck(t, quota.Request{Org: org, Metric: "requests", Cost: 2, Mode: vocab.Shadow,
+			Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1)}}})
 	}
 	over()
 	mustRecord(t, r, org) // the script is loaded: the lost batch below runs
@@ -511,7 +512,7 @@ func TestWouldBlockLostReplyCountedOnce(t *testing.T) {
 	}
 	over() // counted while the lost batch waits: it goes in the next batch
 	rec := mustRecord(t, r, org)
-	if got := byRow(rec)[wbRow{Metric: "requests", Level: quota.LevelOrg, Window: quota.Month}]; got != (quota.WouldBlockCount{Checks: 4, Units: 8}) {
+	if got := byRow(rec)[wbRow{Metric: "requests", Level: vocab.LevelOrg, Window: vocab.Month}]; got != (quota.WouldBlockCount{Checks: 4, Units: 8}) {
 		t.Errorf("record after a lost reply and a re-send: %+v, want 4 checks of 8 units", got)
 	}
 }

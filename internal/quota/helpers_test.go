@@ -11,6 +11,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // testRig is an engine on the shared test Redis with a key prefix of its own, plus a
@@ -132,12 +133,12 @@ func (r *testRig) MustCheck(tb testing.TB, req quota.Request) quota.Result {
 	return res
 }
 
-func orgC(metric string) quota.Counter { return quota.Counter{Metric: metric, Level: quota.LevelOrg} }
+func orgC(metric string) quota.Counter { return quota.Counter{Metric: metric, Level: vocab.LevelOrg} }
 func teamC(metric, team string) quota.Counter {
-	return quota.Counter{Metric: metric, Level: quota.LevelTeam, Team: team}
+	return quota.Counter{Metric: metric, Level: vocab.LevelTeam, Team: team}
 }
 func userC(metric, team, user string) quota.Counter {
-	return quota.Counter{Metric: metric, Level: quota.LevelUser, Team: team, User: user}
+	return quota.Counter{Metric: metric, Level: vocab.LevelUser, Team: team, User: user}
 }
 
-func lim(w quota.Window, n int64) quota.Limit { return quota.Limit{Window: w, Limit: n} }
+func lim(w vocab.Window, n int64) vocab.Limit { return vocab.Limit{Window: w, Limit: n} }

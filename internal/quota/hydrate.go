@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Hydrator supplies the durable month usage of an org when Redis has no counters for
@@ -16,7 +18,7 @@ import (
 // period (nil or empty when there is none). Any error it returns fails the waiting
 // checks with an error wrapping ErrNotHydrated; nothing is counted meanwhile.
 type Hydrator interface {
-	StoredUsage(ctx context.Context, org string, period Period) (map[Counter]int64, error)
+	StoredUsage(ctx context.Context, org string, period vocab.Period) (map[Counter]int64, error)
 }
 
 // ReservationHydrator is a Hydrator that also keeps reservations: hydration restores
@@ -24,19 +26,19 @@ type Hydrator interface {
 // held ones with their units, along with the counters.
 type ReservationHydrator interface {
 	Hydrator
-	StoredReservations(ctx context.Context, org string, period Period) ([]ReservationRecord, error)
+	StoredReservations(ctx context.Context, org string, period vocab.Period) ([]ReservationRecord, error)
 }
 
 // HydratorFunc adapts a function to Hydrator.
-type HydratorFunc func(ctx context.Context, org string, period Period) (map[Counter]int64, error)
+type HydratorFunc func(ctx context.Context, org string, period vocab.Period) (map[Counter]int64, error)
 
 // StoredUsage calls f.
-func (f HydratorFunc) StoredUsage(ctx context.Context, org string, period Period) (map[Counter]int64, error) {
+func (f HydratorFunc) StoredUsage(ctx context.Context, org string, period vocab.Period) (map[Counter]int64, error) {
 	return f(ctx, org, period)
 }
 
 // hydrate restores org's counters for per once, however many checks ask at once.
-func (e *Engine) hydrate(ctx context.Context, org string, per Period) error {
+func (e *Engine) hydrate(ctx context.Context, org string, per vocab.Period) error {
 	_, err, _ := e.flight.Do(org+"|"+per.ID, func() (any, error) {
 		e.lost.Add(1) // the org's keys were missing: so may the reserving set be (markReserving)
 		// Shared by every waiting check: not cancelled by the first one giving up.
@@ -63,7 +65,7 @@ func (e *Engine) hydrate(ctx context.Context, org string, per Period) error {
 			if v <= 0 {
 				continue
 			}
-			if !validID(c.Metric) || c.Level.letter() == "" {
+			if !vocab.ValidID(c.Metric) || levelLetter(c.Level) == "" {
 				return nil, fmt.Errorf("hydrate %s %s: %w: bad stored counter %+v", org, per.ID, ErrNotHydrated, c)
 			}
 			args = append(args, c.field(), min(v, MaxCounter)) // old data past the bound: at the bound

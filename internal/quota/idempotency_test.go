@@ -9,6 +9,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // idemRequest is a three-level check with an idempotency key, limited at every level.
@@ -16,9 +17,9 @@ func idemRequest(org, key string) quota.Request {
 	return quota.Request{
 		Org: org, Team: "eng", User: "alice", Metric: "requests", Cost: 5, IdempotencyKey: key,
 		Limits: quota.LevelLimits{
-			Org:  []quota.Limit{lim(quota.Month, 1000)},
-			Team: []quota.Limit{lim(quota.Minute, 100)},
-			User: []quota.Limit{lim(quota.Day, 50)},
+			Org:  []vocab.Limit{lim(vocab.Month, 1000)},
+			Team: []vocab.Limit{lim(vocab.Minute, 100)},
+			User: []vocab.Limit{lim(vocab.Day, 50)},
 		},
 	}
 }
@@ -62,7 +63,7 @@ func TestIdempotencyKeyConflict(t *testing.T) {
 
 	// The same request, even with other limits resolved meanwhile, replays.
 	again := idemRequest(org, "order-12345")
-	again.Limits.Org = []quota.Limit{lim(quota.Month, 2000)}
+	again.Limits.Org = []vocab.Limit{lim(vocab.Month, 2000)}
 	got := r.MustCheck(t, again)
 	if !got.Replayed || !got.Allowed {
 		t.Errorf("same request: %+v, want a replay", got)

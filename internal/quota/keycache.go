@@ -8,6 +8,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // keyCacheShards is the most shards of an engine's key cache: the least recently used
@@ -49,7 +50,7 @@ func (kc *keyCache) len() int {
 }
 
 // orgKeys returns the shared arguments of org's checks in per.
-func (e *Engine) orgKeys(org string, per Period) *orgKeys {
+func (e *Engine) orgKeys(org string, per vocab.Period) *orgKeys {
 	kc := e.keys
 	if kc == nil { // CheckCommand's engine: nothing to share
 		return e.newOrgKeys(org, per)
@@ -105,20 +106,20 @@ type bucketKeys struct {
 }
 
 // bucket returns the keys of window w (at position i in slidingWindows) at nowMs.
-func (k *orgKeys) bucket(i int, w Window, nowMs int64) *bucketKeys {
+func (k *orgKeys) bucket(i int, w vocab.Window, nowMs int64) *bucketKeys {
 	ms := w.Duration().Milliseconds()
 	n := nowMs / ms
 	if bk := k.buckets[i].Load(); bk != nil && bk.n == n {
 		return bk
 	}
-	start := k.tag + "w|" + w.seconds() + "|"
+	start := k.tag + "w|" + windowSeconds(w) + "|"
 	bk := &bucketKeys{n: n, ms: ms, cur: start + strconv.FormatInt(n, 10), prev: start + strconv.FormatInt(n-1, 10)}
 	k.buckets[i].Store(bk)
 	return bk
 }
 
 // newOrgKeys builds the shared arguments of org's checks in per.
-func (e *Engine) newOrgKeys(org string, per Period) *orgKeys {
+func (e *Engine) newOrgKeys(org string, per vocab.Period) *orgKeys {
 	tag := orgTag(e.cfg.KeyPrefix, org)
 	return &orgKeys{tag: tag, month: tag + "m|" + per.ID, dirty: tag + "d|" + per.ID,
 		expire: per.End.Add(e.cfg.MonthRetention).Unix(), endMs: per.End.UnixMilli()}

@@ -8,6 +8,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // The engine's key cache holds at most KeyCacheSize entries, evicting the least
@@ -27,7 +28,7 @@ func TestKeyCacheBoundedWithHooks(t *testing.T) {
 	}
 	check := func(org string) {
 		t.Helper()
-		r.MustCheck(t, quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 10)}}})
+		r.MustCheck(t, quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 10)}}})
 	}
 	for _, org := range orgs {
 		check(org) // H, hydrate, then decided: two builds, a miss and a hit

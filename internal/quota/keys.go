@@ -3,6 +3,8 @@ package quota
 import (
 	"fmt"
 	"strings"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Key layout (KEYS.md has the full story and the memory measurements). Every key of
@@ -37,15 +39,15 @@ func parseField(f string) (Counter, error) {
 		switch letter {
 		case "o":
 			if ids == "" {
-				return Counter{Metric: metric, Level: LevelOrg}, nil
+				return Counter{Metric: metric, Level: vocab.LevelOrg}, nil
 			}
 		case "t":
 			if ids != "" && !strings.Contains(ids, "|") {
-				return Counter{Metric: metric, Level: LevelTeam, Team: ids}, nil
+				return Counter{Metric: metric, Level: vocab.LevelTeam, Team: ids}, nil
 			}
 		case "u":
 			if team, user, ok := strings.Cut(ids, "|"); ok && team != "" && user != "" {
-				return Counter{Metric: metric, Level: LevelUser, Team: team, User: user}, nil
+				return Counter{Metric: metric, Level: vocab.LevelUser, Team: team, User: user}, nil
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // crc16 is CRC16-XMODEM (polynomial 0x1021, initial value 0, no reflection), the
@@ -71,9 +72,9 @@ func FuzzCheckKeysShareOneSlot(f *testing.F) {
 	f.Fuzz(func(t *testing.T, prefix, org, team, user, metric, idem string, windows uint8, nowMs int64, anchor uint8) {
 		req := quota.Request{Org: org, Team: team, User: user, Metric: metric, Cost: 1, IdempotencyKey: idem,
 			AnchorDay: int(anchor % 29)}
-		for i, w := range []quota.Window{quota.Second, quota.Minute, quota.Hour, quota.Day, quota.Month} {
+		for i, w := range []vocab.Window{vocab.Second, vocab.Minute, vocab.Hour, vocab.Day, vocab.Month} {
 			if windows&(1<<i) != 0 {
-				l := quota.Limit{Window: w, Limit: 10}
+				l := vocab.Limit{Window: w, Limit: 10}
 				req.Limits.Org = append(req.Limits.Org, l)
 				if team != "" {
 					req.Limits.Team = append(req.Limits.Team, l)
@@ -98,8 +99,8 @@ func FuzzCheckKeysShareOneSlot(f *testing.F) {
 			return
 		}
 		nw := 0
-		for _, w := range []quota.Window{quota.Second, quota.Minute, quota.Hour, quota.Day} {
-			if windows&(1<<map[quota.Window]int{quota.Second: 0, quota.Minute: 1, quota.Hour: 2, quota.Day: 3}[w]) != 0 {
+		for _, w := range []vocab.Window{vocab.Second, vocab.Minute, vocab.Hour, vocab.Day} {
+			if windows&(1<<map[vocab.Window]int{vocab.Second: 0, vocab.Minute: 1, vocab.Hour: 2, vocab.Day: 3}[w]) != 0 {
 				nw++
 			}
 		}

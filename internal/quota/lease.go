@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Leases (DESIGN.md "Reservations and leases", docs/ARCHITECTURE.md "Leases"): for a
@@ -211,7 +213,7 @@ func newLeases(e *Engine, cfg LeaseConfig) *leases {
 // leasable reports whether req may be answered from a lease: an enforced check that
 // consumes, without an idempotency key, of a path whose org allows leases.
 func leasable(req *Request) bool {
-	return req.Cost > 0 && req.IdempotencyKey == "" && !req.NoLease && (req.Mode == "" || req.Mode == Enforce)
+	return req.Cost > 0 && req.IdempotencyKey == "" && !req.NoLease && (req.Mode == "" || req.Mode == vocab.Enforce)
 }
 
 func (m *leases) event(ev LeaseEvent) {
@@ -260,7 +262,7 @@ func (m *leases) path(req *Request, now int64) *leasePath {
 
 // observe records the headroom a decision of p's path showed.
 func (p *leasePath) observe(res *Result) {
-	h := MaxUnits
+	h := vocab.MaxUnits
 	for i := range res.Levels {
 		h = min(h, res.Levels[i].Remaining)
 	}
@@ -427,7 +429,7 @@ func (m *leases) expire(l *lease) {
 func (m *leases) leaseEnd(req *Request, now time.Time) time.Time {
 	end := now.Add(m.cfg.Max)
 	var shortest time.Duration
-	for _, ls := range [...][]Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
+	for _, ls := range [...][]vocab.Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
 		for _, l := range ls {
 			if d := l.Window.Duration(); d > 0 && (shortest == 0 || d < shortest) {
 				shortest = d
@@ -564,7 +566,7 @@ func (m *leases) countLost(l *lease, used int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	k := l.path.key
-	req := Request{Org: l.org, Team: k.team, User: k.user, Metric: k.metric, Cost: used, Mode: Shadow,
+	req := Request{Org: l.org, Team: k.team, User: k.user, Metric: k.metric, Cost: used, Mode: vocab.Shadow,
 		Limits: l.limits, AnchorDay: l.anchor}
 	_, _ = m.e.checkRedis(ctx, req)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // leaseRigs starts n engines with leases on one Redis key prefix: n replicas.
@@ -74,9 +75,9 @@ func TestLeasesExactOverTwoReplicas(t *testing.T) {
 	})
 	const minuteLimit, monthLimit = 3000, 5000
 	req := quota.Request{Org: "acme", Team: "eng", User: "alice", Metric: "tokens", Cost: 1, Limits: quota.LevelLimits{
-		Org:  []quota.Limit{lim(quota.Month, 1_000_000), lim(quota.Minute, 100_000)},
-		Team: []quota.Limit{lim(quota.Month, 100_000)},
-		User: []quota.Limit{lim(quota.Month, monthLimit), lim(quota.Minute, minuteLimit)},
+		Org:  []vocab.Limit{lim(vocab.Month, 1_000_000), lim(vocab.Minute, 100_000)},
+		Team: []vocab.Limit{lim(vocab.Month, 100_000)},
+		User: []vocab.Limit{lim(vocab.Month, monthLimit), lim(vocab.Minute, minuteLimit)},
 	}}
 	awayFromMinuteEnd(8 * time.Second)
 	minute := rigs[0].e.Now().Truncate(time.Minute)
@@ -199,7 +200,7 @@ func TestLeasesOfAKilledReplicaAreCounted(t *testing.T) {
 	})
 	a, b := rigs[0], rigs[1]
 	req := quota.Request{Org: "acme", Team: "eng", User: "bob", Metric: "tokens", Cost: 1, Limits: quota.LevelLimits{
-		Org: []quota.Limit{lim(quota.Month, 1_000_000)}, User: []quota.Limit{lim(quota.Month, limit)},
+		Org: []vocab.Limit{lim(vocab.Month, 1_000_000)}, User: []vocab.Limit{lim(vocab.Month, limit)},
 	}}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -281,7 +282,7 @@ func TestLeasesCrashLoopNeverOverAdmits(t *testing.T) {
 		}}
 	survivor := MustRig(t, "", cfg)
 	req := quota.Request{Org: "acme", Team: "eng", User: "cleo", Metric: "tokens", Cost: 1, Limits: quota.LevelLimits{
-		Org: []quota.Limit{lim(quota.Month, 1_000_000)}, User: []quota.Limit{lim(quota.Month, limit)},
+		Org: []vocab.Limit{lim(vocab.Month, 1_000_000)}, User: []vocab.Limit{lim(vocab.Month, limit)},
 	}}
 	var admitted, leased atomic.Int64
 	for range kills {
@@ -351,7 +352,7 @@ func TestLeasesOneOpenPerPath(t *testing.T) {
 		}
 	})[0]
 	req := quota.Request{Org: "acme", Team: "eng", User: "fay", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 10_000_000)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 10_000_000)}}}
 	var wg sync.WaitGroup
 	var most atomic.Int64
 	stop := time.Now().Add(time.Second)
@@ -385,10 +386,10 @@ func TestLeasesNotForEveryCheck(t *testing.T) {
 	rigs := leaseRigs(t, 1, 200*time.Millisecond, nil)
 	r := rigs[0]
 	base := quota.Request{Org: "acme", Team: "eng", User: "carol", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1_000_000)}}}
 	cases := map[string]func(quota.Request, int) quota.Request{
-		"shadow":  func(q quota.Request, _ int) quota.Request { q.Mode = quota.Shadow; return q },
-		"warn":    func(q quota.Request, _ int) quota.Request { q.Mode = quota.Warn; return q },
+		"shadow":  func(q quota.Request, _ int) quota.Request { q.Mode = vocab.Shadow; return q },
+		"warn":    func(q quota.Request, _ int) quota.Request { q.Mode = vocab.Warn; return q },
 		"cost 0":  func(q quota.Request, _ int) quota.Request { q.Cost = 0; return q },
 		"nolease": func(q quota.Request, _ int) quota.Request { q.NoLease = true; return q },
 		"idempotent": func(q quota.Request, i int) quota.Request {
@@ -430,7 +431,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 func TestLeasesColdPathsHoldNoState(t *testing.T) {
 	r := leaseRigs(t, 1, 200*time.Millisecond, nil)[0]
 	req := quota.Request{Org: "acme", Team: "eng", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1_000_000)}}}
 	for i := range 2000 {
 		req.User = "u" + itoa(int64(i))
 		r.MustCheck(t, req)
@@ -470,7 +471,7 @@ func TestLeaseExpiredBeforeItsCommitIsCounted(t *testing.T) {
 	}})
 	clk.Add(time.Hour) // the sweeper sees every lease past its expiry
 	req := quota.Request{Org: "acme", Team: "eng", User: "dan", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1_000_000)}}}
 	var admitted, leased atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(300 * time.Millisecond)
@@ -521,7 +522,7 @@ func TestHotPathLeasedWithoutWaitingForAWindow(t *testing.T) {
 	r := MustRig(t, "", quota.Config{KeyPrefix: testenv.ID(t, "ql"), Clock: clk.Now,
 		Leases: quota.LeaseConfig{Enabled: true, Max: 200 * time.Millisecond}})
 	req := quota.Request{Org: "acme", Team: "eng", User: "erin", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1_000_000)}}}
 	sent := 0
 	for ; sent < 200; sent++ {
 		if r.MustCheck(t, req).Leased {
@@ -556,7 +557,7 @@ func TestLeaseWhoseSettleGaveUpIsCounted(t *testing.T) {
 		}}}
 	a := MustRig(t, srv.URL(), cfg)
 	req := quota.Request{Org: "acme", Team: "eng", User: "gus", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1_000_000)}}}
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
 	var stop atomic.Bool

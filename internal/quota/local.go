@@ -3,6 +3,8 @@ package quota
 import (
 	"sync"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // localLimiter decides checks of FailLocal plans while their Redis is unavailable.
@@ -35,8 +37,8 @@ type localLimiter struct {
 
 type localKey struct {
 	org, team, user, metric string
-	level                   Level
-	window                  Window
+	level                   vocab.Level
+	window                  vocab.Window
 }
 
 type localCounter struct {
@@ -54,9 +56,9 @@ func (l *localLimiter) share(limit int64) int64 { return limit / l.replicas }
 // decide answers req from the local counters at now. req must be valid.
 func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	type slot struct {
-		level  Level
+		level  vocab.Level
 		id     string
-		window Window
+		window vocab.Window
 		share  int64
 		c      *localCounter
 	}
@@ -73,7 +75,7 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 		}
 		l.lastSweep = now
 	}
-	add := func(level Level, id string, k localKey, limits []Limit) {
+	add := func(level vocab.Level, id string, k localKey, limits []vocab.Limit) {
 		k.level = level
 		for _, lim := range limits {
 			k.window = lim.Window
@@ -86,13 +88,13 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 		}
 	}
 	k := localKey{org: req.Org, metric: req.Metric}
-	add(LevelOrg, req.Org, k, req.Limits.Org)
+	add(vocab.LevelOrg, req.Org, k, req.Limits.Org)
 	if req.Team != "" {
 		k.team = req.Team
-		add(LevelTeam, req.Team, k, req.Limits.Team)
+		add(vocab.LevelTeam, req.Team, k, req.Limits.Team)
 		if req.User != "" {
 			k.user = req.User
-			add(LevelUser, req.User, k, req.Limits.User)
+			add(vocab.LevelUser, req.User, k, req.Limits.User)
 		}
 	}
 
@@ -111,7 +113,7 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	res := Result{Allowed: true}
 	if blocked != nil {
 		b := &Blocked{Level: blocked.level, ID: blocked.id, Window: blocked.window}
-		if req.Mode == Shadow || req.Mode == Warn {
+		if req.Mode == vocab.Shadow || req.Mode == vocab.Warn {
 			res.WouldBlock = b
 		} else {
 			res.Allowed, res.BlockedAt = false, b
@@ -133,8 +135,8 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	return res
 }
 
-func windowRank(w Window) int {
-	if w == Month {
+func windowRank(w vocab.Window) int {
+	if w == vocab.Month {
 		return 5
 	}
 	for i, sw := range slidingWindows {
@@ -146,9 +148,9 @@ func windowRank(w Window) int {
 }
 
 // localWindowEnd is the end of the fixed local window containing now.
-func localWindowEnd(w Window, now time.Time, anchorDay int) time.Time {
-	if w == Month {
-		return PeriodAt(now, anchorDay).End
+func localWindowEnd(w vocab.Window, now time.Time, anchorDay int) time.Time {
+	if w == vocab.Month {
+		return vocab.PeriodAt(now, anchorDay).End
 	}
 	d := w.Duration()
 	return now.UTC().Truncate(d).Add(d)

@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// routerMetrics are the router's Prometheus metrics. Labels are bounded: pool
+// enginesMetrics are the router's Prometheus metrics. Labels are bounded: pool
 // names come from configuration (every dedicated Redis is pool "dedicated"), plan
 // ids from the operator's plans, and the one org label (quotaplane_org_checks_total)
-// is capped by RouterConfig.MetricsOrgs; there is no team or user label.
-type routerMetrics struct {
+// is capped by EnginesConfig.MetricsOrgs; there is no team or user label.
+type enginesMetrics struct {
 	checks    *prometheus.CounterVec   // decision, blocked_level, mode, degraded
 	duration  *prometheus.HistogramVec // pool, degraded
 	counters  sync.Map                 // checkLabels -> prometheus.Counter
@@ -45,7 +47,7 @@ type planLabels struct{ plan, decision, degraded string }
 type orgLabels struct{ org, decision string }
 
 // MetricsOrgs converts a configured count of orgs with their own series, where 0
-// means none, to RouterConfig.MetricsOrgs, where 0 means the default.
+// means none, to EnginesConfig.MetricsOrgs, where 0 means the default.
 func MetricsOrgs(n int) int {
 	if n <= 0 {
 		return -1
@@ -53,11 +55,11 @@ func MetricsOrgs(n int) int {
 	return n
 }
 
-// OtherOrgs is the org label of the checks of orgs beyond RouterConfig.MetricsOrgs.
+// OtherOrgs is the org label of the checks of orgs beyond EnginesConfig.MetricsOrgs.
 const OtherOrgs = "_other"
 
-func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, error) {
-	m := &routerMetrics{
+func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, error) {
+	m := &enginesMetrics{
 		planChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "quotaplane_plan_checks_total",
 			Help: "Checks answered by the router, by the org's plan (none when unknown), decision (allowed, denied or error) and degraded (true when a fail mode answered).",
@@ -137,10 +139,10 @@ func newRouterMetrics(r *Router, reg prometheus.Registerer) (*routerMetrics, err
 // observe records one answered check.
 // route is nil when the check had none (a batch with fewer routes than checks).
 // replyError counts a check or reservation whose script reply was unreadable.
-func (m *routerMetrics) replyError(pool string) { m.badReply.WithLabelValues(pool).Inc() }
+func (m *enginesMetrics) replyError(pool string) { m.badReply.WithLabelValues(pool).Inc() }
 
 // atBound counts a check whose reply shows a counter at MaxCounter.
-func (m *routerMetrics) atBound(pool string, res *Result) {
+func (m *enginesMetrics) atBound(pool string, res *Result) {
 	for i := range res.Levels {
 		if res.Levels[i].Used >= MaxCounter {
 			m.bounded.WithLabelValues(pool).Inc()
@@ -149,7 +151,7 @@ func (m *routerMetrics) atBound(pool string, res *Result) {
 	}
 }
 
-func (m *routerMetrics) observe(pool string, route *Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
+func (m *enginesMetrics) observe(pool string, route *vocab.Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
 	decision, level := "allowed", ""
 	switch {
 	case err != nil:
@@ -162,9 +164,9 @@ func (m *routerMetrics) observe(pool string, route *Route, req *Request, res *Re
 	}
 	mode := string(req.Mode)
 	switch req.Mode {
-	case Enforce, Shadow, Warn:
+	case vocab.Enforce, vocab.Shadow, vocab.Warn:
 	case "":
-		mode = string(Enforce)
+		mode = string(vocab.Enforce)
 	default:
 		mode = "invalid"
 	}
@@ -197,7 +199,7 @@ var (
 
 // poolCollector reads breaker states and in-flight counts at scrape time, so the
 // hot path only touches atomics.
-type poolCollector struct{ r *Router }
+type poolCollector struct{ r *Engines }
 
 func (c *poolCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- breakerStateDesc
@@ -235,7 +237,7 @@ type durationLabels struct{ pool, degraded string }
 
 // counter returns the checks counter of labels, looked up once: WithLabelValues
 // hashes its labels on every call, twice per check.
-func (m *routerMetrics) counter(l checkLabels) prometheus.Counter {
+func (m *enginesMetrics) counter(l checkLabels) prometheus.Counter {
 	if c, ok := m.counters.Load(l); ok {
 		return c.(prometheus.Counter)
 	}
@@ -245,7 +247,7 @@ func (m *routerMetrics) counter(l checkLabels) prometheus.Counter {
 }
 
 // observer returns the duration histogram of labels, looked up once.
-func (m *routerMetrics) observer(l durationLabels) prometheus.Observer {
+func (m *enginesMetrics) observer(l durationLabels) prometheus.Observer {
 	if o, ok := m.observers.Load(l); ok {
 		return o.(prometheus.Observer)
 	}
@@ -257,7 +259,7 @@ func (m *routerMetrics) observer(l durationLabels) prometheus.Observer {
 // scoped counts a check in the plan and org families. An org gets a series of its
 // own while fewer than maxOrgs have one; the rest share OtherOrgs, without an entry
 // each, so the maps stay as bounded as the series.
-func (m *routerMetrics) scoped(plan, org, decision, degraded string) {
+func (m *enginesMetrics) scoped(plan, org, decision, degraded string) {
 	pl, ol := planLabels{plan, decision, degraded}, orgLabels{org, decision}
 	m.scopedMu.RLock()
 	pc, ok1 := m.plans[pl]
@@ -274,7 +276,7 @@ func (m *routerMetrics) scoped(plan, org, decision, degraded string) {
 }
 
 // scopedSlow creates the series of a plan or org seen for the first time.
-func (m *routerMetrics) scopedSlow(pl planLabels, ol orgLabels) (prometheus.Counter, prometheus.Counter) {
+func (m *enginesMetrics) scopedSlow(pl planLabels, ol orgLabels) (prometheus.Counter, prometheus.Counter) {
 	m.scopedMu.Lock()
 	defer m.scopedMu.Unlock()
 	pc, ok := m.plans[pl]
@@ -298,7 +300,7 @@ func (m *routerMetrics) scopedSlow(pl planLabels, ol orgLabels) (prometheus.Coun
 }
 
 // reservation records one reservation opened or settled.
-func (m *routerMetrics) reservation(ev ReservationEvent) {
+func (m *enginesMetrics) reservation(ev ReservationEvent) {
 	name := string(ev.State)
 	if ev.State == Held {
 		name = "opened"
@@ -310,7 +312,7 @@ func (m *routerMetrics) reservation(ev ReservationEvent) {
 }
 
 // lease records one lease event of an engine.
-func (m *routerMetrics) lease(ev LeaseEvent) {
+func (m *enginesMetrics) lease(ev LeaseEvent) {
 	switch ev.Kind {
 	case LeaseTaken:
 		m.leases.WithLabelValues("taken").Inc()

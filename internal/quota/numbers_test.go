@@ -10,11 +10,12 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // monthKey is the org's month counters hash of the current period (KEYS.md).
 func monthKey(prefix, org string) string {
-	return fmt.Sprintf("%s:{%s}|m|%s", prefix, org, quota.PeriodAt(time.Now(), 0).ID)
+	return fmt.Sprintf("%s:{%s}|m|%s", prefix, org, vocab.PeriodAt(time.Now(), 0).ID)
 }
 
 // A counter stored at or past 2^53 (or as text that is no number), as old data written
@@ -26,14 +27,14 @@ func monthKey(prefix, org string) string {
 func TestCounterStoredPastTheBoundIsReadSafely(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, reg := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org := testenv.ID(t, "org")
-	route := quota.Route{FailMode: quota.FailClosed}
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000), lim(quota.Minute, 100)},
-		Team: []quota.Limit{lim(quota.Month, 500)}}
-	req := func(metric, team string, cost int64, mode quota.Mode) quota.Request {
+	route := vocab.Route{FailMode: vocab.FailClosed}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000), lim(vocab.Minute, 100)},
+		Team: []vocab.Limit{lim(vocab.Month, 500)}}
+	req := func(metric, team string, cost int64, mode vocab.Mode) quota.Request {
 		l := limits
 		if team == "" {
 			l.Team = nil
@@ -53,10 +54,10 @@ func TestCounterStoredPastTheBoundIsReadSafely(t *testing.T) {
 		allowed    bool
 		wouldBlock bool
 	}{
-		{"enforce", req("tokens", "eng", 1, quota.Enforce), false, false},
-		{"enforce, cost 0", req("tokens", "eng", 0, quota.Enforce), false, false},
-		{"shadow", req("tokens", "eng", 5, quota.Shadow), true, true},
-		{"a team's text value", req("tokens", "ops", 1, quota.Enforce), false, false},
+		{"enforce", req("tokens", "eng", 1, vocab.Enforce), false, false},
+		{"enforce, cost 0", req("tokens", "eng", 0, vocab.Enforce), false, false},
+		{"shadow", req("tokens", "eng", 5, vocab.Shadow), true, true},
+		{"a team's text value", req("tokens", "ops", 1, vocab.Enforce), false, false},
 	} {
 		res, out, err := r.Check(ctx, route, tc.req)
 		if err != nil || out.Degraded {
@@ -89,28 +90,28 @@ func TestCounterStoredPastTheBoundIsReadSafely(t *testing.T) {
 func TestCountersStopAtTheBound(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, _ := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, _ := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org := testenv.ID(t, "org")
-	route := quota.Route{FailMode: quota.FailOpen}
+	route := vocab.Route{FailMode: vocab.FailOpen}
 	base := quota.Request{Org: org, Team: "eng", Metric: "tokens", Cost: 1,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000)}}} // the team has no limit
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000)}}} // the team has no limit
 	if _, _, err := r.Check(ctx, route, base); err != nil {
 		t.Fatal(err)
 	}
-	near := strconv.FormatInt(quota.MaxCounter-quota.MaxUnits/2, 10)
+	near := strconv.FormatInt(quota.MaxCounter-vocab.MaxUnits/2, 10)
 	if err := rdb.HSet(ctx, monthKey(prefix, org), "tokens|o", near, "tokens|t|eng", near).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []quota.Mode{quota.Shadow, quota.Warn, quota.Enforce} {
+	for _, mode := range []vocab.Mode{vocab.Shadow, vocab.Warn, vocab.Enforce} {
 		req := base
-		req.Mode, req.Cost = mode, quota.MaxUnits
+		req.Mode, req.Cost = mode, vocab.MaxUnits
 		res, out, err := r.Check(ctx, route, req)
 		if err != nil || out.Degraded {
 			t.Fatalf("%s: %v, degraded %v", mode, err, out.Degraded)
 		}
-		if res.Allowed != (mode != quota.Enforce) {
+		if res.Allowed != (mode != vocab.Enforce) {
 			t.Errorf("%s: allowed %v", mode, res.Allowed)
 		}
 		for _, f := range []string{"tokens|o", "tokens|t|eng"} {
@@ -121,7 +122,7 @@ func TestCountersStopAtTheBound(t *testing.T) {
 	}
 	// Below the bound, counting is exact.
 	req := base
-	req.Mode, req.Cost = quota.Shadow, quota.MaxUnits/2
+	req.Mode, req.Cost = vocab.Shadow, vocab.MaxUnits/2
 	if _, _, err := r.Check(ctx, route, req); err != nil {
 		t.Fatal(err)
 	}
@@ -139,22 +140,22 @@ func TestCountersStopAtTheBound(t *testing.T) {
 func TestMalformedReplyFailsOnlyItsCheck(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, reg := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org, other := testenv.ID(t, "org"), testenv.ID(t, "org")
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000)}}
 	const key = "idem-broken-1"
 	if err := rdb.Set(ctx, fmt.Sprintf("%s:{%s}|i|%s", prefix, org, key), "A;garbage", time.Hour).Err(); err != nil {
 		t.Fatal(err)
 	}
 	broken := quota.Request{Org: org, Metric: "tokens", Cost: 1, Limits: limits, IdempotencyKey: key}
 	for i := range 30 { // more than the breaker's 5 consecutive failures
-		res, out, err := r.Check(ctx, quota.Route{FailMode: quota.FailOpen}, broken)
+		res, out, err := r.Check(ctx, vocab.Route{FailMode: vocab.FailOpen}, broken)
 		if err != nil || !out.Degraded || !res.Allowed {
 			t.Fatalf("open, try %d: %+v %+v %v, want allowed, degraded", i, res, out, err)
 		}
-		_, out, err = r.Check(ctx, quota.Route{FailMode: quota.FailClosed}, broken)
+		_, out, err = r.Check(ctx, vocab.Route{FailMode: vocab.FailClosed}, broken)
 		if !errors.Is(err, quota.ErrBadReply) || !out.Degraded {
 			t.Fatalf("closed, try %d: %v (degraded %v), want ErrBadReply", i, err, out.Degraded)
 		}
@@ -163,7 +164,7 @@ func TestMalformedReplyFailsOnlyItsCheck(t *testing.T) {
 		t.Errorf("breaker %s after malformed replies, want closed", s)
 	}
 	for _, o := range []string{org, other} {
-		res, out, err := r.Check(ctx, quota.Route{FailMode: quota.FailClosed}, quota.Request{Org: o, Metric: "tokens", Cost: 1, Limits: limits})
+		res, out, err := r.Check(ctx, vocab.Route{FailMode: vocab.FailClosed}, quota.Request{Org: o, Metric: "tokens", Cost: 1, Limits: limits})
 		if err != nil || out.Degraded || !res.Allowed || res.Levels[0].Used != 1 {
 			t.Errorf("org %s's next check: %+v %+v %v", o, res, out, err)
 		}
@@ -178,28 +179,28 @@ func TestMalformedReplyFailsOnlyItsCheck(t *testing.T) {
 func TestScriptErrorIsNotAnOutage(t *testing.T) {
 	t.Parallel()
 	prefix := testenv.ID(t, "nb")
-	r, reg := MustRouter(t, quota.RouterConfig{Engine: quota.Config{KeyPrefix: prefix}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 	ctx := context.Background()
 	rdb := testenv.Redis(t)
 	org := testenv.ID(t, "org")
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000)}}
 	req := quota.Request{Org: org, Metric: "tokens", Cost: 1, Limits: limits}
-	if _, _, err := r.Check(ctx, quota.Route{}, req); err != nil {
+	if _, _, err := r.Check(ctx, vocab.Route{}, req); err != nil {
 		t.Fatal(err)
 	}
-	held := fmt.Sprintf("%s:{%s}|h|%s", prefix, org, quota.PeriodAt(time.Now(), 0).ID)
+	held := fmt.Sprintf("%s:{%s}|h|%s", prefix, org, vocab.PeriodAt(time.Now(), 0).ID)
 	if err := rdb.HSet(ctx, held, "tokens|o", "not a number").Err(); err != nil {
 		t.Fatal(err)
 	}
 	for range 10 {
-		if _, _, err := r.Reserve(ctx, quota.Route{}, req, quota.ReserveOptions{TTL: time.Minute}); !errors.Is(err, quota.ErrBadReply) {
+		if _, _, err := r.Reserve(ctx, vocab.Route{}, req, quota.ReserveOptions{TTL: time.Minute}); !errors.Is(err, quota.ErrBadReply) {
 			t.Fatalf("reserve over a broken held value: %v, want ErrBadReply", err)
 		}
 	}
 	if s := r.PoolStates()[quota.DefaultPool]; s != "closed" {
 		t.Errorf("breaker %s after script errors, want closed", s)
 	}
-	if res, out, err := r.Check(ctx, quota.Route{}, req); err != nil || out.Degraded || !res.Allowed {
+	if res, out, err := r.Check(ctx, vocab.Route{}, req); err != nil || out.Degraded || !res.Allowed {
 		t.Errorf("check after: %+v %+v %v", res, out, err)
 	}
 	if got := metricValue(t, reg, "quotaplane_script_reply_errors_total", map[string]string{"pool": quota.DefaultPool}); got != 10 {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Page sizes of OpenReservations.
@@ -49,9 +51,9 @@ func (c OpenCursor) IsZero() bool { return c.ID == "" }
 // fails; ErrNotHydrated.
 func (e *Engine) OpenReservations(ctx context.Context, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
 	switch {
-	case !validID(org):
+	case !vocab.ValidID(org):
 		return nil, OpenCursor{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
-	case f.Team != "" && !validID(f.Team), f.User != "" && !validID(f.User):
+	case f.Team != "" && !vocab.ValidID(f.Team), f.User != "" && !vocab.ValidID(f.User):
 		return nil, OpenCursor{}, fmt.Errorf("%w: team or user is not a valid id", ErrInvalid)
 	case !after.IsZero() && (!validRecordID(after.ID) || after.ExpiresAt < 0):
 		return nil, OpenCursor{}, fmt.Errorf("%w: cursor %d/%q is not one this engine returned", ErrInvalid, after.ExpiresAt, after.ID)

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // OpenReservations lists the held reservations in expiry order, never a lease, never
@@ -18,7 +19,7 @@ func TestOpenReservationsSkipsLeasesAndSettled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	r := MustRig(t, "", quota.Config{})
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1_000_000)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1_000_000)}}
 	mk := func(team, user string, ttl time.Duration) quota.Reservation {
 		req := quota.Request{Org: "acme", Team: team, User: user, Metric: "tokens", Cost: 5, Limits: limits}
 		return r.mustReserve(t, req, quota.ReserveOptions{TTL: ttl})
@@ -135,7 +136,7 @@ func TestOpenReservationsTies(t *testing.T) {
 	ctx := context.Background()
 	clk := newClock()
 	r := MustRig(t, "", quota.Config{Clock: clk.Now})
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1_000_000)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1_000_000)}}
 	want := map[string]bool{}
 	var at time.Time
 	for range 7 {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // The fault tests of "Scale-out and faults": a Redis killed, then paused, under a
@@ -29,7 +30,7 @@ import (
 // (testenv.StallWatch subtracts the seconds it is sometimes descheduled); both the
 // raw and the corrected figures are logged.
 const (
-	// faultRedisTimeout is the RouterConfig.RedisTimeout of these tests: 2.5x the
+	// faultRedisTimeout is the EnginesConfig.RedisTimeout of these tests: 2.5x the
 	// production 100 ms, so that a busy machine does not fail healthy checks, and
 	// short against the outages (10 s, 2 s) it must bound.
 	faultRedisTimeout = 250 * time.Millisecond
@@ -56,7 +57,7 @@ type loadRecord struct {
 	allowed  bool
 	degraded bool
 	err      error
-	blocked  quota.Level // level that denied it, "" if allowed
+	blocked  vocab.Level // level that denied it, "" if allowed
 	orgLimit int64       // the org level's Limit in the result (the local share when degraded)
 	orgUsed  int64
 }
@@ -75,7 +76,7 @@ type checkLoad struct {
 }
 
 // startLoad starts the load; it is stopped when the test ends at the latest.
-func startLoad(tb testing.TB, r *quota.Router, route quota.Route, req quota.Request) *checkLoad {
+func startLoad(tb testing.TB, r *quota.Engines, route vocab.Route, req quota.Request) *checkLoad {
 	l := &checkLoad{done: make(chan struct{})}
 	tb.Cleanup(func() { l.stop(tb) })
 	for w := range loadWorkers {
@@ -92,7 +93,7 @@ func startLoad(tb testing.TB, r *quota.Router, route quota.Route, req quota.Requ
 				if res.BlockedAt != nil {
 					rec.blocked = res.BlockedAt.Level
 				}
-				if len(res.Levels) > 0 && res.Levels[0].Level == quota.LevelOrg {
+				if len(res.Levels) > 0 && res.Levels[0].Level == vocab.LevelOrg {
 					rec.orgLimit, rec.orgUsed = res.Levels[0].Limit, res.Levels[0].Used
 				}
 				if err == nil && !out.Degraded {
@@ -219,14 +220,14 @@ func (a resources) String() string {
 	return fmt.Sprintf("%d goroutines, %d connections (%d idle)", a.goroutines, a.conns.TotalConns, a.conns.IdleConns)
 }
 
-func measure(tb testing.TB, r *quota.Router, label string) resources {
+func measure(tb testing.TB, r *quota.Engines, label string) resources {
 	return resources{goroutines: ownGoroutines(tb, label), conns: r.PoolStats()[quota.DefaultPool]}
 }
 
 // baseline samples the resources for a while under healthy load and keeps the
 // highest of each figure: a dial in progress or a connection just checked out is
 // part of normal operation.
-func baseline(tb testing.TB, r *quota.Router, label string) resources {
+func baseline(tb testing.TB, r *quota.Engines, label string) resources {
 	var b resources
 	for range 10 {
 		m := measure(tb, r, label)
@@ -280,19 +281,19 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 		replicas = 2
 		limit    = 2000 // org, per month: the local share is 1000
 	)
-	for _, mode := range []quota.FailMode{quota.FailOpen, quota.FailClosed, quota.FailLocal} {
+	for _, mode := range []vocab.FailMode{vocab.FailOpen, vocab.FailClosed, vocab.FailLocal} {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
 			srv := MustPrivateRedis(t)
-			r, _ := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL(), Replicas: replicas, RedisTimeout: faultRedisTimeout})
+			r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL(), Replicas: replicas, RedisTimeout: faultRedisTimeout})
 			label := labelGoroutines(t)
 			stalls := testenv.WatchStalls(t) // labelled too: one more goroutine in every count
 			ctx := context.Background()
-			route := quota.Route{FailMode: mode}
+			route := vocab.Route{FailMode: mode}
 			// Month, not a sliding window: the local limiter's window (the billing
 			// period) does not roll over during the test.
 			req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "u", Metric: "requests", Cost: 1,
-				Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, limit)}}}
+				Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, limit)}}}
 			if _, out, err := r.Check(ctx, route, req); err != nil || out.Degraded {
 				t.Fatalf("healthy check: %+v, %v", out, err)
 			}
@@ -358,7 +359,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			// stall may time out a check; the sequence then starts over, three times at most.
 			for attempt := 1; ; attempt++ {
 				exactReq := quota.Request{Org: testenv.ID(t, "org"), Metric: "requests", Cost: 1,
-					Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 3)}}}
+					Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 3)}}}
 				var bad []string
 				seqStart := time.Now()
 				for i := range 4 {
@@ -383,7 +384,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 			// error is ErrUnavailable.
 			var wrong []string
 			for _, rec := range recs {
-				if rec.err != nil && (mode != quota.FailClosed || !errors.Is(rec.err, quota.ErrUnavailable)) {
+				if rec.err != nil && (mode != vocab.FailClosed || !errors.Is(rec.err, quota.ErrUnavailable)) {
 					wrong = append(wrong, rec.err.Error())
 				}
 			}
@@ -403,26 +404,26 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 					t.Fatalf("outage check %d (at +%v) not degraded: %+v", i, rec.start.Sub(killAt), rec)
 				}
 				switch mode {
-				case quota.FailOpen:
+				case vocab.FailOpen:
 					if rec.err != nil || !rec.allowed || rec.orgUsed != 0 || rec.orgLimit != limit {
 						t.Fatalf("fail-open outage check %d: %+v; want allowed, used 0 of %d", i, rec, limit)
 					}
-				case quota.FailClosed:
+				case vocab.FailClosed:
 					if !errors.Is(rec.err, quota.ErrUnavailable) {
 						t.Fatalf("fail-closed outage check %d: %+v; want ErrUnavailable", i, rec)
 					}
-				case quota.FailLocal:
+				case vocab.FailLocal:
 					if rec.err != nil || rec.orgLimit != limit/replicas {
 						t.Fatalf("fail-local outage check %d: %+v; want the share %d as the limit", i, rec, limit/replicas)
 					}
 					if rec.allowed {
 						allowed++
-					} else if denied++; rec.blocked != quota.LevelOrg {
+					} else if denied++; rec.blocked != vocab.LevelOrg {
 						t.Fatalf("fail-local outage check %d denied at %q, want org", i, rec.blocked)
 					}
 				}
 			}
-			if mode == quota.FailLocal {
+			if mode == vocab.FailLocal {
 				// The local limiter counts every degraded answer, including those of the
 				// few milliseconds between SIGKILL and the outage window above.
 				allowed = 0
@@ -473,7 +474,7 @@ func TestRedisKilledUnderLoad(t *testing.T) {
 				mode, opened.Round(time.Millisecond), len(out), outage, len(out)*int(time.Second)/int(restartAt.Sub(killed)),
 				p99(ran).Round(10*time.Microsecond), maxDur(ran).Round(10*time.Microsecond),
 				p99(raw).Round(10*time.Microsecond), maxDur(raw).Round(10*time.Microsecond))
-			if mode == quota.FailLocal {
+			if mode == vocab.FailLocal {
 				t.Logf("%s: %d allowed locally (the share: %d / %d replicas), %d denied locally during the outage", mode, allowed, limit, replicas, denied)
 			}
 			t.Logf("%s: before the kill: %v (healthy p99 %v over %d checks); end of the outage: %v; after the restart: Redis decided again at +%v, back to the baseline from +%v (%v, 3 samples to +%v); %d checks after, all decided (%d excused by stalls)",
@@ -503,14 +504,14 @@ func TestRedisPausedUnderLoad(t *testing.T) {
 	// flight when the pause ends, so Redis cannot run a command the very moment its
 	// client times out (counted, yet answered as a failure: "at most once", legitimate,
 	// but no longer exact).
-	r, _ := MustRouter(t, quota.RouterConfig{DefaultURL: srv.URL(), RedisTimeout: faultRedisTimeout,
+	r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: srv.URL(), RedisTimeout: faultRedisTimeout,
 		Breaker: quota.BreakerConfig{OpenTimeout: openTimeout}})
 	stalls := testenv.WatchStalls(t)
 	ctx := context.Background()
-	route := quota.Route{FailMode: quota.FailClosed}
+	route := vocab.Route{FailMode: vocab.FailClosed}
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Team: "eng", User: "u", Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1_000_000)}}}
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1_000_000)}}}
 	if _, out, err := r.Check(ctx, route, req); err != nil || out.Degraded {
 		t.Fatalf("healthy check: %+v, %v", out, err)
 	}

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // call is one check on its way through the batching loop. The loop owns it from
@@ -16,7 +18,7 @@ type call struct {
 	nums   []byte // the last ARGV, the packed numbers (kept for reuse)
 	nowMs  int64  // the clock the check was built at
 	org    string
-	period Period
+	period vocab.Period
 	req    Request // what the compact reply is decoded against
 	reply  string  // "H", a replay, a decision stored for replays, or a packed decision
 	err    error

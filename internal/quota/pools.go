@@ -7,6 +7,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // ParsePools parses QUOTA_REDIS_POOLS: comma-separated class=redis-url pairs, e.g.
@@ -36,7 +37,7 @@ func ParsePools(s string) (map[string]string, error) {
 			bad("item %d (%q) is not class=redis-url", i+1, redact.Item(item))
 			continue
 		}
-		if !validID(class) {
+		if !vocab.ValidID(class) {
 			bad("item %d: pool class %q is not a valid id", i+1, class)
 			continue
 		}

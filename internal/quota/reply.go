@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Script reply statuses (see scripts/check.lua).
@@ -117,7 +119,7 @@ func isPacked(s string) bool { return len(s) >= 24 && len(s)%8 == 0 && s[0] == 0
 // Everything else of a row (level, id, window, limit, reset) is known here from req
 // and the clock the check was built at (nowMs), in the order the script walks it, so
 // the script formats no numbers.
-func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte, error) {
+func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte, error) {
 	var res Result
 	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
 	// num is the i-th number, or -1 when it is not a whole number in [0, 2^53]
@@ -149,7 +151,7 @@ func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte
 	res.Levels = make([]LevelStatus, 0, n)
 	month := time.UnixMilli(per.End.UnixMilli()).UTC()
 	row := 3
-	level := func(lv Level, id string, limits []Limit) bool {
+	level := func(lv vocab.Level, id string, limits []vocab.Limit) bool {
 		for _, l := range limits {
 			used := num(row)
 			if used < 0 {
@@ -168,11 +170,11 @@ func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte
 		}
 		return true
 	}
-	ok := level(LevelOrg, req.Org, req.Limits.Org)
+	ok := level(vocab.LevelOrg, req.Org, req.Limits.Org)
 	if ok && req.Team != "" {
-		ok = level(LevelTeam, req.Team, req.Limits.Team)
+		ok = level(vocab.LevelTeam, req.Team, req.Limits.Team)
 		if ok && req.User != "" {
-			ok = level(LevelUser, req.User, req.Limits.User)
+			ok = level(vocab.LevelUser, req.User, req.Limits.User)
 		}
 	}
 	if !ok || !decided(&res, status, retry, int(blocked)) {
@@ -181,18 +183,18 @@ func parseCompact(s string, req *Request, per Period, nowMs int64) (Result, byte
 	return res, status, nil
 }
 
-func windowOfSeconds(s string) Window {
+func windowOfSeconds(s string) vocab.Window {
 	switch s {
 	case "M":
-		return Month
+		return vocab.Month
 	case "1":
-		return Second
+		return vocab.Second
 	case "60":
-		return Minute
+		return vocab.Minute
 	case "3600":
-		return Hour
+		return vocab.Hour
 	case "86400":
-		return Day
+		return vocab.Day
 	}
 	return ""
 }

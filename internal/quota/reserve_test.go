@@ -14,6 +14,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // fakeClock is a clock tests move by hand; the engine measures the time elapsed since
@@ -80,7 +81,7 @@ func TestReserveHoldsThenCommitGivesBack(t *testing.T) {
 	clk := newClock()
 	r := MustRig(t, "", quota.Config{Clock: clk.Now})
 	org := testenv.ID(t, "o")
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100)}, Team: []quota.Limit{lim(quota.Minute, 50)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100)}, Team: []vocab.Limit{lim(vocab.Minute, 50)}}
 	ctx := context.Background()
 
 	res := r.mustReserve(t, reserveReq(org, 30, limits), quota.ReserveOptions{})
@@ -164,7 +165,7 @@ func TestReserveOverReserved(t *testing.T) {
 	clk := newClock()
 	r := MustRig(t, "", quota.Config{Clock: clk.Now})
 	org := testenv.ID(t, "o")
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 20), lim(quota.Minute, 20)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 20), lim(vocab.Minute, 20)}}
 	res := r.mustReserve(t, reserveReq(org, 10, limits), quota.ReserveOptions{})
 	got, err := r.e.Commit(context.Background(), org, 1, res.ID, 25)
 	if err != nil {
@@ -190,7 +191,7 @@ func TestReserveGiveBackRolledBucket(t *testing.T) {
 	r := MustRig(t, "", quota.Config{Clock: clk.Now})
 	org := testenv.ID(t, "o")
 	ctx := context.Background()
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 1000)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 1000)}}
 	start := clk.Now()
 
 	prev := r.mustReserve(t, reserveReq(org, 30, limits), quota.ReserveOptions{TTL: time.Hour})
@@ -221,7 +222,7 @@ func TestReserveIdempotencyKey(t *testing.T) {
 	t.Parallel()
 	r := MustRig(t, "", quota.Config{})
 	org := testenv.ID(t, "o")
-	req := reserveReq(org, 7, quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100)}})
+	req := reserveReq(org, 7, quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100)}})
 	req.IdempotencyKey = "llm-call-0001"
 	first := r.mustReserve(t, req, quota.ReserveOptions{})
 	second, out, err := r.e.Reserve(context.Background(), req, quota.ReserveOptions{})
@@ -248,7 +249,7 @@ func TestReserveInvalid(t *testing.T) {
 	}{
 		"amount 0":      {0, quota.ReserveOptions{}},
 		"amount < 0":    {-1, quota.ReserveOptions{}},
-		"too large":     {quota.MaxUnits + 1, quota.ReserveOptions{}},
+		"too large":     {vocab.MaxUnits + 1, quota.ReserveOptions{}},
 		"ttl too long":  {1, quota.ReserveOptions{TTL: quota.MaxReservationTTL + time.Second}},
 		"ttl negative":  {1, quota.ReserveOptions{TTL: -time.Second}},
 		"bad on_expiry": {1, quota.ReserveOptions{OnExpiry: "keep"}},
@@ -272,7 +273,7 @@ func TestReserveExpiryOnceWithTwoSweepers(t *testing.T) {
 	other := MustRig(t, "", quota.Config{Clock: clk.Now, KeyPrefix: prefix})
 	org := testenv.ID(t, "o")
 	ctx := context.Background()
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1000)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000)}}
 	var ids []string
 	for i := range 20 {
 		onExp := quota.ExpiryCommit
@@ -320,7 +321,7 @@ func TestReserveCommitRacingExpiry(t *testing.T) {
 	r := MustRig(t, "", quota.Config{})
 	org := testenv.ID(t, "o")
 	ctx := context.Background()
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 100000)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100000)}}
 	const n = 30
 	var committed, expired atomic.Int64
 	var wg sync.WaitGroup
@@ -383,7 +384,7 @@ func TestSweepAfterScriptFlushAndOverABatch(t *testing.T) {
 	clk := newClock()
 	r := MustRig(t, "", quota.Config{Clock: clk.Now})
 	ctx := context.Background()
-	limits := quota.LevelLimits{Org: []quota.Limit{lim(quota.Month, 1<<40)}}
+	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1<<40)}}
 	want := 0
 	for i, n := range []int{3, 501, 1} { // 501: more than one run's 500
 		org := testenv.ID(t, "o"+strconv.Itoa(i))

@@ -9,28 +9,29 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// TestRouterPlanAndOrgMetrics: every check counts in quotaplane_plan_checks_total by
+// TestEnginesPlanAndOrgMetrics: every check counts in quotaplane_plan_checks_total by
 // plan, decision and degraded, and in quotaplane_org_checks_total by org and
 // decision, with at most MetricsOrgs orgs of their own and the rest as "_other".
-func TestRouterPlanAndOrgMetrics(t *testing.T) {
+func TestEnginesPlanAndOrgMetrics(t *testing.T) {
 	t.Parallel()
-	r, reg := MustRouter(t, quota.RouterConfig{MetricsOrgs: 2})
+	r, reg := MustEngines(t, quota.EnginesConfig{MetricsOrgs: 2})
 	ctx := context.Background()
 	orgs := []string{testenv.ID(t, "a"), testenv.ID(t, "b"), testenv.ID(t, "c"), testenv.ID(t, "d")}
 	// Each org has a minute limit of 2 and asks 3 times: 2 allowed, 1 denied.
 	for _, org := range orgs {
 		for range 3 {
-			_, _, err := r.Check(ctx, quota.Route{Plan: "pro", FailMode: quota.FailClosed}, quota.Request{Org: org, Metric: "requests", Cost: 1,
-				Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 2)}}})
+			_, _, err := r.Check(ctx, vocab.Route{Plan: "pro", FailMode: vocab.FailClosed}, quota.Request{Org: org, Metric: "requests", Cost: 1,
+				Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 2)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	// A check without a plan.
-	if _, _, err := r.Check(ctx, quota.Route{FailMode: quota.FailClosed}, quota.Request{Org: orgs[0], Metric: "requests"}); err != nil {
+	if _, _, err := r.Check(ctx, vocab.Route{FailMode: vocab.FailClosed}, quota.Request{Org: orgs[0], Metric: "requests"}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -58,17 +59,17 @@ func TestRouterPlanAndOrgMetrics(t *testing.T) {
 	}
 }
 
-// TestRouterPlanMetricsDegraded: answers of a fail mode count as degraded="true"
+// TestEnginesPlanMetricsDegraded: answers of a fail mode count as degraded="true"
 // under the org's plan.
-func TestRouterPlanMetricsDegraded(t *testing.T) {
+func TestEnginesPlanMetricsDegraded(t *testing.T) {
 	t.Parallel()
 	dead := MustPrivateRedis(t)
 	dead.Kill(t)
-	r, reg := MustRouter(t, quota.RouterConfig{})
+	r, reg := MustEngines(t, quota.EnginesConfig{})
 	org := testenv.ID(t, "org")
 	for range 2 {
-		_, out, err := r.Check(context.Background(), quota.Route{Plan: "free", RedisURL: dead.URL(), FailMode: quota.FailOpen},
-			quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 10)}}})
+		_, out, err := r.Check(context.Background(), vocab.Route{Plan: "free", RedisURL: dead.URL(), FailMode: vocab.FailOpen},
+			quota.Request{Org: org, Metric: "requests", Cost: 1, Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 10)}}})
 		if err != nil || !out.Degraded {
 			t.Fatalf("check on a dead Redis with fail mode open: degraded %v, err %v; want degraded, no error", out.Degraded, err)
 		}
@@ -78,13 +79,13 @@ func TestRouterPlanMetricsDegraded(t *testing.T) {
 	}
 }
 
-// TestRouterOrgMetricsCapConcurrent: orgs checked for the first time at once still get
+// TestEnginesOrgMetricsCapConcurrent: orgs checked for the first time at once still get
 // at most MetricsOrgs series of their own, and no check is lost from the counts.
-func TestRouterOrgMetricsCapConcurrent(t *testing.T) {
+func TestEnginesOrgMetricsCapConcurrent(t *testing.T) {
 	t.Parallel()
 	// A machine busy with other tests under -race can take more than the 100 ms
 	// default to open 100 connections; this test is about counting, not timeouts.
-	r, reg := MustRouter(t, quota.RouterConfig{MetricsOrgs: 5, RedisTimeout: 5 * time.Second})
+	r, reg := MustEngines(t, quota.EnginesConfig{MetricsOrgs: 5, RedisTimeout: 5 * time.Second})
 	prefix := testenv.ID(t, "o")
 	const orgs, each = 20, 5
 	var wg sync.WaitGroup
@@ -92,7 +93,7 @@ func TestRouterOrgMetricsCapConcurrent(t *testing.T) {
 	for i := range orgs {
 		for range each {
 			wg.Go(func() {
-				_, _, err := r.Check(context.Background(), quota.Route{Plan: "pro", FailMode: quota.FailClosed},
+				_, _, err := r.Check(context.Background(), vocab.Route{Plan: "pro", FailMode: vocab.FailClosed},
 					quota.Request{Org: fmt.Sprintf("%s-%d", prefix, i), Metric: "requests"})
 				errs <- err
 			})
@@ -134,13 +135,13 @@ func TestRouterOrgMetricsCapConcurrent(t *testing.T) {
 	}
 }
 
-// TestRouterOrgMetricsOff: QUOTA_METRICS_ORGS=0 (quota.MetricsOrgs(0)) gives no org a
+// TestEnginesOrgMetricsOff: QUOTA_METRICS_ORGS=0 (quota.MetricsOrgs(0)) gives no org a
 // series of its own.
-func TestRouterOrgMetricsOff(t *testing.T) {
+func TestEnginesOrgMetricsOff(t *testing.T) {
 	t.Parallel()
-	r, reg := MustRouter(t, quota.RouterConfig{MetricsOrgs: quota.MetricsOrgs(0)})
+	r, reg := MustEngines(t, quota.EnginesConfig{MetricsOrgs: quota.MetricsOrgs(0)})
 	org := testenv.ID(t, "org")
-	if _, _, err := r.Check(context.Background(), quota.Route{FailMode: quota.FailClosed}, quota.Request{Org: org, Metric: "requests"}); err != nil {
+	if _, _, err := r.Check(context.Background(), vocab.Route{FailMode: vocab.FailClosed}, quota.Request{Org: org, Metric: "requests"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := metricValue(t, reg, "quotaplane_org_checks_total", map[string]string{"org": org}); got != -1 {

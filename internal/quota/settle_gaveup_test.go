@@ -7,6 +7,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Issue 22: a reservation whose commit gave up (its replica lost Redis, or died,
@@ -17,7 +18,7 @@ import (
 func TestReservationWhoseCommitGaveUp(t *testing.T) {
 	prefix := testenv.ID(t, "qg")
 	survivor := MustRig(t, "", quota.Config{KeyPrefix: prefix})
-	limits := quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1000)}}
+	limits := quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1000)}}
 	for _, onExp := range []quota.OnExpiry{quota.ExpiryCommit, quota.ExpiryRelease} {
 		t.Run(string(onExp), func(t *testing.T) {
 			org := "org-" + string(onExp)

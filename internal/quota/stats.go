@@ -15,7 +15,7 @@ type PoolStats struct {
 // PoolStats returns the connection statistics of every pool used so far, by pool
 // name as in PoolStates; DedicatedPool sums every org's dedicated Redis. For
 // diagnostics and tests.
-func (r *Router) PoolStats() map[string]PoolStats {
+func (r *Engines) PoolStats() map[string]PoolStats {
 	out := map[string]PoolStats{}
 	r.backends.Range(func(_, v any) bool {
 		b := v.(*backendEntry).ready()

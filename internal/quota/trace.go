@@ -11,7 +11,7 @@ import (
 // Tracing (Config.TracerProvider). Every span below is started only when the engine or
 // router has a tracer, so with tracing off a check pays one nil comparison per step.
 //
-// A check's span, "quota.check", is started by the Router and carries what was asked
+// A check's span, "quota.check", is started by the Engines and carries what was asked
 // and answered (org, team, metric, cost; allowed, pool, degraded), never a user id
 // or an idempotency key. Checks are coalesced: one pipeline carries checks of many
 // requests, so its span, "redis.pipeline", belongs to none of their traces. It is a

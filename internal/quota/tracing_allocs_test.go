@@ -6,6 +6,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // checkAllocsBeforeTracing is what one check through the router allocated before
@@ -22,15 +23,15 @@ func TestTracingOffAddsNoAllocationsToACheck(t *testing.T) {
 	if raceOn {
 		t.Skip("allocation counts under -race are the race detector's; make test runs this test without it")
 	}
-	r, _ := MustRouter(t, quota.RouterConfig{})
+	r, _ := MustEngines(t, quota.EnginesConfig{})
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Team: "eng", User: "alice", Metric: "requests", Cost: 1, Limits: quota.LevelLimits{
-		Org:  []quota.Limit{lim(quota.Month, 1_000_000_000), lim(quota.Minute, 1_000_000_000)},
-		Team: []quota.Limit{lim(quota.Month, 1_000_000_000)},
-		User: []quota.Limit{lim(quota.Month, 1_000_000_000), lim(quota.Minute, 1_000_000_000)},
+		Org:  []vocab.Limit{lim(vocab.Month, 1_000_000_000), lim(vocab.Minute, 1_000_000_000)},
+		Team: []vocab.Limit{lim(vocab.Month, 1_000_000_000)},
+		User: []vocab.Limit{lim(vocab.Month, 1_000_000_000), lim(vocab.Minute, 1_000_000_000)},
 	}}
 	ctx := context.Background()
-	route := quota.Route{Plan: "free"}
+	route := vocab.Route{Plan: "free"}
 	check := func() {
 		if res, _, err := r.Check(ctx, route, req); err != nil || !res.Allowed {
 			t.Fatalf("check: %+v %v", res, err)

@@ -4,42 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// MaxUnits is the largest number of units any input may carry: a check's cost, a
-// reservation's amount and used, a limit (plan, org override, team or user
-// allocation), a grant and a counter adjustment. It is 2^50 (1,125,899,906,842,624).
-// Redis runs the scripts in Lua, whose numbers are IEEE doubles, exact only up to
-// 2^53; the bound leaves room for every sum a script makes: a counter never passes
-// MaxCounter = 2 x MaxUnits (a count that would take it past is refused, even in
-// shadow and warn mode), so counter + cost <= 3 x 2^50, a sliding window's two
-// buckets plus a cost <= 5 x 2^50 and a commit's counter + over-reserved units
-// <= 3 x 2^50, all below 2^53 (docs/ARCHITECTURE.md, "Bounded numbers").
-const MaxUnits int64 = 1 << 50
-
-// MaxCounter is the most any counter holds (2^51): the scripts refuse to count past
-// it, read a stored value above it (old data) as MaxCounter, and a commit that would
-// pass it stops there. Every limit is at most MaxUnits, so a counter at MaxCounter is
-// over every limit.
-const MaxCounter int64 = 2 * MaxUnits
-
-// MaxValue is MaxUnits.
-//
-// Deprecated: use MaxUnits (kept so that code written against the old name builds).
-const MaxValue = MaxUnits
-
-// Window is the span a limit applies to. Second, minute, hour and day are sliding
-// windows (two-bucket weighted counter); month is the org's billing period.
-type Window string
-
-// The windows a limit may use.
-const (
-	Second Window = "second"
-	Minute Window = "minute"
-	Hour   Window = "hour"
-	Day    Window = "day"
-	Month  Window = "month"
-)
+// MaxCounter is the most any counter holds (2^51, 2 x vocab.MaxUnits): the scripts
+// refuse to count past it, read a stored value above it (old data) as MaxCounter, and
+// a commit that would pass it stops there. Every limit is at most vocab.MaxUnits, so a
+// counter at MaxCounter is over every limit.
+const MaxCounter int64 = 2 * vocab.MaxUnits
 
 // PreciseSubBuckets is how many sub-buckets a precise window (Request.Precise) is
 // counted in: 50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day.
@@ -48,38 +21,19 @@ const PreciseSubBuckets = 20
 
 // slidingWindows lists the sliding windows from the narrowest to the broadest; a
 // window's position is its index in the script's window list minus one.
-var slidingWindows = [...]Window{Second, Minute, Hour, Day}
+var slidingWindows = [...]vocab.Window{vocab.Second, vocab.Minute, vocab.Hour, vocab.Day}
 
-// Duration is the length of a sliding window, or 0 for Month (whose length depends on
-// the calendar) and for an unknown window.
-func (w Window) Duration() time.Duration {
+// windowSeconds is the window length as the script sees it (and as it appears in
+// bucket keys), constant strings so that passing them to Redis does not allocate.
+func windowSeconds(w vocab.Window) string {
 	switch w {
-	case Second:
-		return time.Second
-	case Minute:
-		return time.Minute
-	case Hour:
-		return time.Hour
-	case Day:
-		return 24 * time.Hour
-	}
-	return 0
-}
-
-// Valid reports whether w is one of the five windows.
-func (w Window) Valid() bool { return w == Month || w.Duration() > 0 }
-
-// seconds is the window length as the script sees it (and as it appears in bucket
-// keys), constant strings so that passing them to Redis does not allocate.
-func (w Window) seconds() string {
-	switch w {
-	case Second:
+	case vocab.Second:
 		return "1"
-	case Minute:
+	case vocab.Minute:
 		return "60"
-	case Hour:
+	case vocab.Hour:
 		return "3600"
-	case Day:
+	case vocab.Day:
 		return "86400"
 	}
 	return ""
@@ -87,82 +41,53 @@ func (w Window) seconds() string {
 
 // windowBit maps a window to its bit in a set of windows; Month has none because it
 // is always counted.
-func (w Window) bit() uint8 {
+func windowBit(w vocab.Window) uint8 {
 	switch w {
-	case Second:
+	case vocab.Second:
 		return 1
-	case Minute:
+	case vocab.Minute:
 		return 2
-	case Hour:
+	case vocab.Hour:
 		return 4
-	case Day:
+	case vocab.Day:
 		return 8
 	}
 	return 0
 }
 
-// Level is one step of the org > team > user cascade.
-type Level string
-
-// The levels of the cascade.
-const (
-	LevelOrg  Level = "org"
-	LevelTeam Level = "team"
-	LevelUser Level = "user"
-)
-
-// letter is the level's one-letter code in counter fields and script replies.
-func (l Level) letter() string {
+// levelLetter is the level's one-letter code in counter fields and script replies.
+func levelLetter(l vocab.Level) string {
 	switch l {
-	case LevelOrg:
+	case vocab.LevelOrg:
 		return "o"
-	case LevelTeam:
+	case vocab.LevelTeam:
 		return "t"
-	case LevelUser:
+	case vocab.LevelUser:
 		return "u"
 	}
 	return ""
 }
 
-func levelOfLetter(s string) Level {
+func levelOfLetter(s string) vocab.Level {
 	switch s {
 	case "o":
-		return LevelOrg
+		return vocab.LevelOrg
 	case "t":
-		return LevelTeam
+		return vocab.LevelTeam
 	case "u":
-		return LevelUser
+		return vocab.LevelUser
 	}
 	return ""
 }
 
-// Mode is an org's enforcement mode. All modes count usage; only Enforce denies.
-type Mode string
-
-// The enforcement modes.
-const (
-	// Enforce denies a check that would exceed a limit and counts nothing for it.
-	Enforce Mode = "enforce"
-	// Shadow never denies; a check that would have been denied is counted anyway and
-	// reported in Result.WouldBlock.
-	Shadow Mode = "shadow"
-	// Warn behaves like Shadow; the HTTP layer adds a warning to the answer.
-	Warn Mode = "warn"
-)
-
-// Limit caps the usage of one metric in one window at one level.
-type Limit struct {
-	Window Window
-	Limit  int64
-}
-
 // LevelLimits holds the limits of one metric at each level, already resolved by the
 // caller (plan, overrides, allocations, user defaults). A nil slice means the level
-// has no limit for the metric; its usage is still counted.
+// has no limit for the metric; its usage is still counted. A Limit's Metric is not
+// read: the Request names the metric.
 type LevelLimits struct {
-	Org  []Limit
-	Team []Limit
-	User []Limit
+	Org  []vocab.Limit
+	Team []vocab.Limit
+	User []vocab.Limit
 }
 
 // Request asks whether Cost units of Metric may be spent now.
@@ -184,7 +109,7 @@ type Request struct {
 	// Cost as first given); any other fails with ErrIdempotencyConflict, counting nothing.
 	IdempotencyKey string
 	// Mode is the org's enforcement mode; empty means Enforce.
-	Mode Mode
+	Mode vocab.Mode
 	// Limits are the limits of Metric at each present level.
 	Limits LevelLimits
 	// AnchorDay is the org's billing anchor day, 1..28; 0 means 1 (calendar month UTC).
@@ -207,38 +132,38 @@ func (r *Request) Validate() error {
 	bad := func(format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...))
 	}
-	if !validID(r.Org) {
+	if !vocab.ValidID(r.Org) {
 		bad("org %q is not a valid id", r.Org)
 	}
-	if r.Team != "" && !validID(r.Team) {
+	if r.Team != "" && !vocab.ValidID(r.Team) {
 		bad("team %q is not a valid id", r.Team)
 	}
 	if r.User != "" {
-		if !validID(r.User) {
+		if !vocab.ValidID(r.User) {
 			bad("user %q is not a valid id", r.User)
 		}
 		if r.Team == "" {
 			bad("user %q needs its team", r.User)
 		}
 	}
-	if !validID(r.Metric) {
+	if !vocab.ValidID(r.Metric) {
 		bad("metric %q is not a valid id", r.Metric)
 	}
-	if r.Cost < 0 || r.Cost > MaxUnits {
-		bad("cost %d is outside 0..%d", r.Cost, MaxUnits)
+	if r.Cost < 0 || r.Cost > vocab.MaxUnits {
+		bad("cost %d is outside 0..%d", r.Cost, vocab.MaxUnits)
 	}
 	if k := r.IdempotencyKey; k != "" && (len(k) < 8 || len(k) > 128 || !validChars(k)) {
 		bad("idempotency key must be 8..128 characters of [A-Za-z0-9._:@-]")
 	}
 	switch r.Mode {
-	case "", Enforce, Shadow, Warn:
+	case "", vocab.Enforce, vocab.Shadow, vocab.Warn:
 	default:
 		bad("mode %q is not enforce, shadow or warn", r.Mode)
 	}
 	if r.AnchorDay < 0 || r.AnchorDay > 28 {
 		bad("billing anchor day %d is outside 1..28", r.AnchorDay)
 	}
-	checkLimits := func(level Level, present bool, limits []Limit) {
+	checkLimits := func(level vocab.Level, present bool, limits []vocab.Limit) {
 		if len(limits) > 0 && !present {
 			bad("%s limits given for an absent %s", level, level)
 			return
@@ -249,33 +174,23 @@ func (r *Request) Validate() error {
 				bad("%s limit: unknown window %q", level, l.Window)
 				continue
 			}
-			bit := l.Window.bit()
-			if l.Window == Month {
+			bit := windowBit(l.Window)
+			if l.Window == vocab.Month {
 				bit = 16
 			}
 			if seen&bit != 0 {
 				bad("%s limit: window %s repeated", level, l.Window)
 			}
 			seen |= bit
-			if l.Limit < 0 || l.Limit > MaxUnits {
-				bad("%s limit %d per %s is outside 0..%d", level, l.Limit, l.Window, MaxUnits)
+			if l.Limit < 0 || l.Limit > vocab.MaxUnits {
+				bad("%s limit %d per %s is outside 0..%d", level, l.Limit, l.Window, vocab.MaxUnits)
 			}
 		}
 	}
-	checkLimits(LevelOrg, true, r.Limits.Org)
-	checkLimits(LevelTeam, r.Team != "", r.Limits.Team)
-	checkLimits(LevelUser, r.User != "", r.Limits.User)
+	checkLimits(vocab.LevelOrg, true, r.Limits.Org)
+	checkLimits(vocab.LevelTeam, r.Team != "", r.Limits.Team)
+	checkLimits(vocab.LevelUser, r.User != "", r.Limits.User)
 	return errors.Join(errs...)
-}
-
-// validID matches the API's id pattern ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$. Key
-// layout relies on it: ids never contain '|', ';', '{' or '}'.
-func validID(s string) bool {
-	if len(s) == 0 || len(s) > 128 || !validChars(s) {
-		return false
-	}
-	c := s[0]
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
 func validChars(s string) bool {
@@ -316,9 +231,9 @@ type Result struct {
 
 // LevelStatus is the state of one limit after the check.
 type LevelStatus struct {
-	Level     Level
+	Level     vocab.Level
 	ID        string
-	Window    Window
+	Window    vocab.Window
 	Limit     int64
 	Used      int64
 	Remaining int64
@@ -327,15 +242,15 @@ type LevelStatus struct {
 
 // Blocked names one limit: which level, whose id, which window.
 type Blocked struct {
-	Level  Level
+	Level  vocab.Level
 	ID     string
-	Window Window
+	Window vocab.Window
 }
 
 // Counter names one month usage counter of an org.
 type Counter struct {
 	Metric string
-	Level  Level
+	Level  vocab.Level
 	// Team is set for team and user counters.
 	Team string
 	// User is set for user counters.
@@ -345,9 +260,9 @@ type Counter struct {
 // field is the counter's hash field: metric|o, metric|t|team or metric|u|team|user.
 func (c Counter) field() string {
 	switch c.Level {
-	case LevelOrg:
+	case vocab.LevelOrg:
 		return c.Metric + "|o"
-	case LevelTeam:
+	case vocab.LevelTeam:
 		return c.Metric + "|t|" + c.Team
 	default:
 		return c.Metric + "|u|" + c.Team + "|" + c.User

@@ -16,6 +16,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // simWindow runs check.lua on the shared test Redis at simulated times: each check is
@@ -29,11 +30,11 @@ type simWindow struct {
 	sha     string
 	precise bool
 	limit   int64
-	window  quota.Window
+	window  vocab.Window
 	marked  map[string]bool
 }
 
-func newSimWindow(tb testing.TB, r *testRig, w quota.Window, limit int64, precise bool) *simWindow {
+func newSimWindow(tb testing.TB, r *testRig, w vocab.Window, limit int64, precise bool) *simWindow {
 	tb.Helper()
 	sha, err := r.raw.ScriptLoad(context.Background(), quota.CheckScript()).Result()
 	if err != nil {
@@ -47,7 +48,7 @@ func newSimWindow(tb testing.TB, r *testRig, w quota.Window, limit int64, precis
 func (s *simWindow) check(org string, cost int64, t time.Time) (bool, int64) {
 	s.tb.Helper()
 	req := quota.Request{Org: org, Metric: "requests", Cost: cost, Precise: s.precise,
-		Limits: quota.LevelLimits{Org: []quota.Limit{{Window: s.window, Limit: s.limit}}}}
+		Limits: quota.LevelLimits{Org: []vocab.Limit{{Window: s.window, Limit: s.limit}}}}
 	args, err := quota.CheckCommand(s.prefix, req, t)
 	if err != nil {
 		s.tb.Fatal(err)
@@ -183,8 +184,8 @@ func TestPreciseWindowRealSpan(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			def := newSimWindow(t, r, quota.Second, limit, false).play(tc.run, start)
-			pre := newSimWindow(t, r, quota.Second, limit, true).play(tc.run, start)
+			def := newSimWindow(t, r, vocab.Second, limit, false).play(tc.run, start)
+			pre := newSimWindow(t, r, vocab.Second, limit, true).play(tc.run, start)
 			dw, pw := worstSpan(def, ms), worstSpan(pre, ms)
 			t.Logf("worst real 1,000 ms span at a limit of %d/s: default %d (bound %d), precise %d (bound %d); admitted in all: default %d, precise %d",
 				limit, dw, 2*limit, pw, limit, total(def), total(pre))
@@ -207,7 +208,7 @@ func TestPreciseWindowRealSpan(t *testing.T) {
 		for t := int64(0); t < 5*ms; t++ {
 			run = append(run, admission{ms: t, cost: 1})
 		}
-		pre := newSimWindow(t, r, quota.Second, limit, true).play(run, start)
+		pre := newSimWindow(t, r, vocab.Second, limit, true).play(run, start)
 		n := int64(quota.PreciseSubBuckets)
 		floor := 5*limit*n/(n+1) - limit/(n+1) - 1
 		t.Logf("steady 1,000/s offered for 5 s at %d/s: precise admitted %d (>= %d), worst span %d", limit, total(pre), floor, worstSpan(pre, ms))
@@ -247,7 +248,7 @@ func TestPreciseWindowRetryAfter(t *testing.T) {
 		{"previous and current", []admission{{ms: 800, cost: 50}, {ms: 1100, cost: 50}}, 1200, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sim := newSimWindow(t, r, quota.Second, limit, true)
+			sim := newSimWindow(t, r, vocab.Second, limit, true)
 			org := testenv.ID(t, "org")
 			at := func(m int64) time.Time { return start.Add(time.Duration(m) * time.Millisecond) }
 			for _, f := range tc.fills {
@@ -278,7 +279,7 @@ func TestPreciseReservationSettlesIntoItsSubBucket(t *testing.T) {
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Team: "eng", Metric: "requests", Cost: 40, Precise: true,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Hour, 1000)}}}
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Hour, 1000)}}}
 	// sub-buckets of an hour are 3 minutes: take the reservation well inside one
 	subMs := time.Hour.Milliseconds() / quota.PreciseSubBuckets
 	for {
@@ -374,7 +375,7 @@ func TestPreciseWindowWithLeases(t *testing.T) {
 		})
 		org := testenv.ID(t, "org")
 		req := quota.Request{Org: org, Team: "eng", User: "u", Metric: "requests", Cost: 1, Precise: precise,
-			Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Second, limit)}}}
+			Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Second, limit)}}}
 		rigs[0].MustCheck(t, quota.Request{Org: org, Metric: "warmup"})
 		// start at 850 ms into a second: the burst lands late in its bucket
 		now := rigs[0].e.Now()
@@ -433,7 +434,7 @@ func TestPreciseWindowResetAt(t *testing.T) {
 	sub := time.Second / quota.PreciseSubBuckets
 	for _, key := range []string{"", "reset-at-key-1"} {
 		req := quota.Request{Org: org, Metric: "requests", Cost: 1, Precise: true, IdempotencyKey: key,
-			Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Second, 100), lim(quota.Month, 1000)}}}
+			Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Second, 100), lim(vocab.Month, 1000)}}}
 		before := r.e.Now()
 		res := r.MustCheck(t, req)
 		after := r.e.Now()
@@ -452,7 +453,7 @@ func TestPreciseWindowOddSubBucketField(t *testing.T) {
 	r := MustRig(t, "", quota.Config{})
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Metric: "requests", Cost: 1, Precise: true,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Hour, 10)}}}
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Hour, 10)}}}
 	r.MustCheck(t, req)
 	now := r.e.Now().UnixMilli()
 	key := fmt.Sprintf("%s:{%s}|w|3600|%d", r.prefix, org, now/time.Hour.Milliseconds())

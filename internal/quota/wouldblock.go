@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Would-block records: how many checks of an org in Shadow or Warn mode would have
@@ -23,17 +25,17 @@ import (
 
 // LevelOther is the level of the would-block row that counts everything beyond
 // Config.WouldBlockCap distinct rows of an org in a period, so totals stay exact.
-const LevelOther Level = "other"
+const LevelOther vocab.Level = "other"
 
 // WouldBlockKey names one UTC day of one would-block row: the limit that would have
 // denied the checks. The overflow row has Level LevelOther and nothing else but Day.
 type WouldBlockKey struct {
 	Day    string // YYYY-MM-DD, on the engine's clock (Redis TIME)
 	Metric string
-	Level  Level
+	Level  vocab.Level
 	Team   string // for team and user rows
 	User   string // for user rows
-	Window Window
+	Window vocab.Window
 }
 
 // WouldBlockCount is how many checks would have been denied, and their units.
@@ -129,10 +131,10 @@ func (w *wouldBlocks) dayOf(ms int64) string {
 func (w *wouldBlocks) record(c *call, b *Blocked) {
 	req := &c.req
 	k := WouldBlockKey{Day: w.dayOf(c.nowMs), Metric: req.Metric, Level: b.Level, Window: b.Window}
-	if b.Level != LevelOrg {
+	if b.Level != vocab.LevelOrg {
 		k.Team = req.Team
 	}
-	if b.Level == LevelUser {
+	if b.Level == vocab.LevelUser {
 		k.User = req.User
 	}
 	o := wbOrg{org: c.org, period: c.period.ID}
@@ -153,11 +155,11 @@ func (w *wouldBlocks) record(c *call, b *Blocked) {
 // rowOf is k's row in the record hash.
 func rowOf(k WouldBlockKey) string {
 	switch k.Level {
-	case LevelOrg:
+	case vocab.LevelOrg:
 		return k.Metric + "|" + string(k.Window) + "|o"
-	case LevelTeam:
+	case vocab.LevelTeam:
 		return k.Metric + "|" + string(k.Window) + "|t|" + k.Team
-	case LevelUser:
+	case vocab.LevelUser:
 		return k.Metric + "|" + string(k.Window) + "|u|" + k.Team + "|" + k.User
 	}
 	return "*"
@@ -172,12 +174,12 @@ func parseRow(s string) (WouldBlockKey, bool) {
 	if len(p) < 3 {
 		return WouldBlockKey{}, false
 	}
-	k := WouldBlockKey{Metric: p[0], Window: Window(p[1]), Level: levelOfLetter(p[2])}
+	k := WouldBlockKey{Metric: p[0], Window: vocab.Window(p[1]), Level: levelOfLetter(p[2])}
 	switch {
-	case k.Level == LevelOrg && len(p) == 3:
-	case k.Level == LevelTeam && len(p) == 4:
+	case k.Level == vocab.LevelOrg && len(p) == 3:
+	case k.Level == vocab.LevelTeam && len(p) == 4:
 		k.Team = p[3]
-	case k.Level == LevelUser && len(p) == 5:
+	case k.Level == vocab.LevelUser && len(p) == 5:
 		k.Team, k.User = p[3], p[4]
 	default:
 		return WouldBlockKey{}, false

@@ -13,13 +13,14 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // wbRow is a would-block row without its day.
 type wbRow struct {
 	Metric, Team, User string
-	Level              quota.Level
-	Window             quota.Window
+	Level              vocab.Level
+	Window             vocab.Window
 }
 
 // byRow sums a record's counts over days.
@@ -65,10 +66,10 @@ func TestWouldBlockCountsExactUnderConcurrency(t *testing.T) {
 			t.Errorf("shadow check denied: %+v", res)
 		}
 		row := wbRow{Metric: req.Metric, Level: b.Level, Window: b.Window}
-		if b.Level != quota.LevelOrg {
+		if b.Level != vocab.LevelOrg {
 			row.Team = req.Team
 		}
-		if b.Level == quota.LevelUser {
+		if b.Level == vocab.LevelUser {
 			row.User = req.User
 		}
 		mu.Lock()
@@ -81,16 +82,16 @@ func TestWouldBlockCountsExactUnderConcurrency(t *testing.T) {
 		if replay {
 			i -= i % 20 // every other one repeats the one 10 before, key and all
 		}
-		mode := quota.Shadow
+		mode := vocab.Shadow
 		if g%3 == 0 {
-			mode = quota.Warn
+			mode = vocab.Warn
 		}
 		req := quota.Request{Org: org, Team: fmt.Sprintf("team-%d", g%4), User: fmt.Sprintf("user-%d", i%7),
 			Metric: []string{"requests", "tokens"}[i%2], Cost: int64(1 + i%3), Mode: mode,
 			Limits: quota.LevelLimits{
-				Org:  []quota.Limit{lim(quota.Month, 400)},
-				Team: []quota.Limit{lim(quota.Minute, 60)},
-				User: []quota.Limit{lim(quota.Month, 5)},
+				Org:  []vocab.Limit{lim(vocab.Month, 400)},
+				Team: []vocab.Limit{lim(vocab.Minute, 60)},
+				User: []vocab.Limit{lim(vocab.Month, 5)},
 			}}
 		if replay {
 			req.IdempotencyKey = fmt.Sprintf("idem-%d-%d", g, i)
@@ -154,7 +155,7 @@ func TestWouldBlockBoundedByCap(t *testing.T) {
 	org := testenv.ID(t, "org")
 	check := func(i int) {
 		r.MustCheck(t, quota.Request{Org: org, Team: "eng", User: fmt.Sprintf("user-%d", i), Metric: "requests",
-			Cost: 2, Mode: quota.Shadow, Limits: quota.LevelLimits{User: []quota.Limit{lim(quota.Month, 1)}}})
+			Cost: 2, Mode: vocab.Shadow, Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1)}}})
 	}
 	// Pending in memory, never flushed by the engine's own loop in this test.
 	for i := range users {
@@ -200,8 +201,8 @@ func TestWouldBlockFlushOnClose(t *testing.T) {
 	r := MustRig(t, "", quota.Config{WouldBlockFlush: time.Hour})
 	org := testenv.ID(t, "org")
 	for range 3 {
-		r.MustCheck(t, quota.Request{Org: org, Metric: "requests", Cost: 4, Mode: quota.Warn,
-			Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 1)}}})
+		r.MustCheck(t, quota.Request{Org: org, Metric: "requests", Cost: 4, Mode: vocab.Warn,
+			Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 1)}}})
 	}
 	if err := r.e.Close(); err != nil {
 		t.Fatal(err)
@@ -210,7 +211,7 @@ func TestWouldBlockFlushOnClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[wbRow]quota.WouldBlockCount{{Metric: "requests", Level: quota.LevelOrg, Window: quota.Minute}: {Checks: 3, Units: 12}}
+	want := map[wbRow]quota.WouldBlockCount{{Metric: "requests", Level: vocab.LevelOrg, Window: vocab.Minute}: {Checks: 3, Units: 12}}
 	if diff := cmp.Diff(want, byRow(rec)); diff != "" {
 		t.Errorf("record after Close (-want +got):\n%s", diff)
 	}
@@ -224,9 +225,9 @@ func TestWouldBlockFlushOnClose(t *testing.T) {
 func BenchmarkWouldBlockPath(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
-		mode  quota.Mode
+		mode  vocab.Mode
 		limit int64
-	}{{"allowed", quota.Enforce, 1 << 50}, {"would-block", quota.Shadow, 0}} {
+	}{{"allowed", vocab.Enforce, 1 << 50}, {"would-block", vocab.Shadow, 0}} {
 		b.Run(tc.name, func(b *testing.B) {
 			r := MustRig(b, "", quota.Config{})
 			org := testenv.ID(b, "org")
@@ -274,7 +275,7 @@ func BenchmarkWouldBlockRecord(b *testing.B) {
 	for i := range reqs {
 		reqs[i].Org = fmt.Sprintf("org-%d", i%8)
 	}
-	blocked := &quota.Blocked{Level: quota.LevelUser, Window: quota.Minute}
+	blocked := &quota.Blocked{Level: vocab.LevelUser, Window: vocab.Minute}
 	record := quota.WouldBlockRecorder(r.e, reqs, blocked)
 	var next atomic.Int64
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))

@@ -38,15 +38,16 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Checker decides checks on the Redis an org's route names. *quota.Router satisfies it.
+// Checker decides checks on the Redis an org's route names. *quota.Engines satisfies it.
 type Checker interface {
-	Check(ctx context.Context, route quota.Route, req quota.Request) (quota.Result, quota.Outcome, error)
-	CheckBatch(ctx context.Context, routes []quota.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
+	Check(ctx context.Context, route vocab.Route, req quota.Request) (quota.Result, quota.Outcome, error)
+	CheckBatch(ctx context.Context, routes []vocab.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
 	// Now is the time route's checks are decided at (the engine's Redis time), which
 	// judges a throttle's expiry and the seconds until a reset.
-	Now(route quota.Route) time.Time
+	Now(route vocab.Route) time.Time
 }
 
 // MaxDescriptors is the most descriptors one ShouldRateLimit may carry, as a
@@ -132,7 +133,7 @@ func ParseAliases(s string) (map[string]string, error) {
 // check is one descriptor's check, resolved.
 type check struct {
 	req   quota.Request
-	route quota.Route
+	route vocab.Route
 	ans   checks.Answer
 	group int // index of its path's group
 }
@@ -140,7 +141,7 @@ type check struct {
 // group is one path: the deepest of its descriptors' requests, decided once.
 type group struct {
 	req   quota.Request
-	route quota.Route
+	route vocab.Route
 	ans   checks.Answer
 	res   quota.Result
 	oc    quota.Outcome
@@ -253,11 +254,11 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 	cost := int64(1)
 	switch {
 	case d.GetHitsAddend() != nil:
-		// Counters are exact to MaxUnits per check (quota.MaxUnits): more is refused
+		// Counters are exact to MaxUnits per check (vocab.MaxUnits): more is refused
 		// here, in the descriptor's own terms, before anything is counted.
 		v := d.GetHitsAddend().GetValue()
-		if v > uint64(quota.MaxUnits) {
-			return in, derrors.Field("hits_addend", fmt.Sprintf("must be 0 to %d", quota.MaxUnits))
+		if v > uint64(vocab.MaxUnits) {
+			return in, derrors.Field("hits_addend", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits))
 		}
 		cost = int64(v)
 	case hits > 0:
@@ -313,7 +314,7 @@ func (s *Service) decide(ctx context.Context, gs []group) error {
 		gs[0].res, gs[0].oc = res, oc
 		return nil
 	}
-	routes := make([]quota.Route, len(gs))
+	routes := make([]vocab.Route, len(gs))
 	reqs := make([]quota.Request, len(gs))
 	for i, g := range gs {
 		routes[i], reqs[i] = g.route, g.req
@@ -390,7 +391,7 @@ func levelsOf(res quota.Result, req quota.Request) quota.Result {
 	out := res
 	out.Levels = make([]quota.LevelStatus, 0, len(res.Levels))
 	for _, l := range res.Levels {
-		if l.Level == quota.LevelOrg || (l.Level == quota.LevelTeam && req.Team != "") {
+		if l.Level == vocab.LevelOrg || (l.Level == vocab.LevelTeam && req.Team != "") {
 			out.Levels = append(out.Levels, l)
 		}
 	}
@@ -406,17 +407,17 @@ func clampU32(v int64) uint32 {
 }
 
 // unitOf is a window in Envoy's units.
-func unitOf(w quota.Window) rlsv3.RateLimitResponse_RateLimit_Unit {
+func unitOf(w vocab.Window) rlsv3.RateLimitResponse_RateLimit_Unit {
 	switch w {
-	case quota.Second:
+	case vocab.Second:
 		return rlsv3.RateLimitResponse_RateLimit_SECOND
-	case quota.Minute:
+	case vocab.Minute:
 		return rlsv3.RateLimitResponse_RateLimit_MINUTE
-	case quota.Hour:
+	case vocab.Hour:
 		return rlsv3.RateLimitResponse_RateLimit_HOUR
-	case quota.Day:
+	case vocab.Day:
 		return rlsv3.RateLimitResponse_RateLimit_DAY
-	case quota.Month:
+	case vocab.Month:
 		return rlsv3.RateLimitResponse_RateLimit_MONTH
 	}
 	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN

@@ -32,6 +32,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/rls"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 const operatorToken = "rls-test-operator-token"
@@ -60,7 +61,7 @@ func newReplica(t *testing.T, dbURL, prefix string) *replica {
 		Channel: tenants.InvalidationChannel + ":" + prefix})
 	cache.Listen(ctx, rdb)
 	reg := prometheus.NewRegistry()
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
 		Engine: quota.Config{KeyPrefix: prefix}, Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
@@ -132,10 +133,10 @@ func (r *replica) setup(org string, userMonth int) (checkKey string) {
 func (r *replica) used(key, org, team, user string) int64 {
 	r.t.Helper()
 	body := fmt.Sprintf(`{"org":%q,"team":%q,"cost":0}`, org, team)
-	want := quota.LevelTeam
+	want := vocab.LevelTeam
 	if user != "" {
 		body = fmt.Sprintf(`{"org":%q,"team":%q,"user":%q,"cost":0}`, org, team, user)
-		want = quota.LevelUser
+		want = vocab.LevelUser
 	}
 	rec := r.do("POST", "/v1/check", key, body)
 	var res api.CheckResult
@@ -474,7 +475,7 @@ func TestRedisDownUnderEachFailMode(t *testing.T) {
 	}
 }
 
-// Hostile hits_addend values (issue 22): 2^53 and just past quota.MaxUnits (2^50) are
+// Hostile hits_addend values (issue 22): 2^53 and just past vocab.MaxUnits (2^50) are
 // refused with INVALID_ARGUMENT naming hits_addend and the bound, in the words of the
 // HTTP API, whatever the mode, counting nothing for any descriptor of the call; the
 // bound itself is decided (over the limit). Afterwards the org's calls answer OK. On
@@ -486,7 +487,7 @@ func TestHostileHitsAddendIsRefused(t *testing.T) {
 	r.mustDo("PATCH", "/v1/orgs/shade", `{"mode":"shadow"}`, 200)
 	alice := func() *ratelimitv3.RateLimitDescriptor { return desc(entry{"team", "eng"}, entry{"user", "alice"}) }
 	for _, k := range []string{key, shadowKey} {
-		for _, n := range []uint64{1 << 53, uint64(quota.MaxUnits) + 1, 1<<64 - 1} {
+		for _, n := range []uint64{1 << 53, uint64(vocab.MaxUnits) + 1, 1<<64 - 1} {
 			_, err := r.should(k, 0, desc(entry{"team", "ops"}), withCost(alice(), n))
 			st, _ := status.FromError(err)
 			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "hits_addend: must be 0 to 1125899906842624") {
@@ -494,7 +495,7 @@ func TestHostileHitsAddendIsRefused(t *testing.T) {
 			}
 		}
 	}
-	if res := r.mustShould(key, 0, withCost(alice(), uint64(quota.MaxUnits))); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+	if res := r.mustShould(key, 0, withCost(alice(), uint64(vocab.MaxUnits))); res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("hits_addend at the bound: %v, want OVER_LIMIT", res)
 	}
 	for org, k := range map[string]string{"acme": key, "shade": shadowKey} {

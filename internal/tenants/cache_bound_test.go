@@ -16,6 +16,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // cacheEnv is a Service with a cache on a fresh database, the pool they share (its
@@ -35,8 +36,8 @@ func newCacheEnv(t *testing.T, o tenants.CacheOptions) *cacheEnv {
 	o.Metrics = cachemetrics.New(e.reg)
 	e.cache = tenants.NewCache(e.svc, o)
 	ctx := context.Background()
-	if _, err := e.svc.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: tenants.FailOpen,
-		Limits: []tenants.Limit{lim("requests", tenants.Month, 1000)}}); err != nil {
+	if _, err := e.svc.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: vocab.FailOpen,
+		Limits: []vocab.Limit{lim("requests", vocab.Month, 1000)}}); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -48,11 +49,11 @@ func (e *cacheEnv) org(t *testing.T, id string, users ...string) {
 	if _, err := e.svc.CreateOrg(ctx, op, tenants.OrgInput{ID: id, Name: id, PlanID: "pro"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.svc.CreateTeam(ctx, op, id, tenants.TeamInput{ID: "eng", Name: "Eng", Limits: []tenants.Limit{lim("requests", tenants.Month, 500)}}); err != nil {
+	if _, err := e.svc.CreateTeam(ctx, op, id, tenants.TeamInput{ID: "eng", Name: "Eng", Limits: []vocab.Limit{lim("requests", vocab.Month, 500)}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, u := range users {
-		if _, err := e.svc.CreateUser(ctx, op, id, "eng", tenants.UserInput{ID: u, Limits: []tenants.Limit{lim("requests", tenants.Month, 10)}}); err != nil {
+		if _, err := e.svc.CreateUser(ctx, op, id, "eng", tenants.UserInput{ID: u, Limits: []vocab.Limit{lim("requests", vocab.Month, 10)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -153,14 +154,14 @@ func TestCacheUserChangesInvalidate(t *testing.T) {
 		}
 	}
 	eventually("before", tenants.ResolvedUser{})
-	if _, err := a.CreateUser(ctx, op, "acme", "eng", tenants.UserInput{ID: "carol", Limits: []tenants.Limit{lim("requests", tenants.Month, 40)}}); err != nil {
+	if _, err := a.CreateUser(ctx, op, "acme", "eng", tenants.UserInput{ID: "carol", Limits: []vocab.Limit{lim("requests", vocab.Month, 40)}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually("registered", tenants.ResolvedUser{Registered: true, TeamID: "eng", Limits: []tenants.Limit{lim("requests", tenants.Month, 40)}})
-	if _, err := a.UpdateUser(ctx, op, "acme", "eng", "carol", tenants.UserPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, 60)}}); err != nil {
+	eventually("registered", tenants.ResolvedUser{Registered: true, TeamID: "eng", Limits: []vocab.Limit{lim("requests", vocab.Month, 40)}})
+	if _, err := a.UpdateUser(ctx, op, "acme", "eng", "carol", tenants.UserPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, 60)}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually("changed", tenants.ResolvedUser{Registered: true, TeamID: "eng", Limits: []tenants.Limit{lim("requests", tenants.Month, 60)}})
+	eventually("changed", tenants.ResolvedUser{Registered: true, TeamID: "eng", Limits: []vocab.Limit{lim("requests", vocab.Month, 60)}})
 	if err := a.DeleteUser(ctx, op, "acme", "eng", "carol"); err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +354,7 @@ func TestCacheConcurrentInvalidation(t *testing.T) {
 		}()
 	}
 	for n := int64(100); n < 130; n++ {
-		if _, err := e.svc.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, n)}}); err != nil {
+		if _, err := e.svc.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, n)}}); err != nil {
 			t.Fatal(err)
 		}
 		org, err := e.cache.Org(ctx, "acme")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // twoReplicas returns two Services with their own pools and caches over one
@@ -35,15 +36,15 @@ func twoReplicas(t *testing.T, listen bool) (a, b *tenants.Service, ca, cb *tena
 		time.Sleep(200 * time.Millisecond) // let both subscriptions settle
 	}
 	ctx := context.Background()
-	if _, err := a.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: tenants.FailClosed, Pool: "gold",
-		Limits: []tenants.Limit{lim("requests", tenants.Month, 1000)}}); err != nil {
+	if _, err := a.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: vocab.FailClosed, Pool: "gold",
+		Limits: []vocab.Limit{lim("requests", vocab.Month, 1000)}}); err != nil {
 		t.Fatal(err)
 	}
 	org := testenv.ID(t, "org")
 	if _, err := a.CreateOrg(ctx, op, tenants.OrgInput{ID: "acme", Name: org, PlanID: "pro"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "eng", Name: "Eng", Limits: []tenants.Limit{lim("requests", tenants.Month, 100)}}); err != nil {
+	if _, err := a.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "eng", Name: "Eng", Limits: []vocab.Limit{lim("requests", vocab.Month, 100)}}); err != nil {
 		t.Fatal(err)
 	}
 	return a, b, ca, cb
@@ -67,7 +68,7 @@ func TestCacheInvalidationReachesOtherReplica(t *testing.T) {
 		t.Fatalf("team limit %d, want 100", got)
 	}
 	start := time.Now()
-	if _, err := a.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, 250)}}); err != nil {
+	if _, err := a.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, 250)}}); err != nil {
 		t.Fatal(err)
 	}
 	for teamMonth(t, cb) != 250 {
@@ -117,7 +118,7 @@ func TestCacheServesStaleWhenPostgresIsDown(t *testing.T) {
 	}
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	c := tenants.NewCache(svc, tenants.CacheOptions{TTL: time.Millisecond, KeyTTL: time.Millisecond})
-	if _, err := svc.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: tenants.FailOpen}); err != nil {
+	if _, err := svc.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: vocab.FailOpen}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svc.CreateOrg(ctx, op, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "pro"}); err != nil {
@@ -142,7 +143,7 @@ func TestCacheServesStaleWhenPostgresIsDown(t *testing.T) {
 	}
 	pool.Close()
 	time.Sleep(5 * time.Millisecond) // past the TTL: every read tries Postgres and fails
-	if o, err := c.Org(ctx, "acme"); err != nil || o.FailMode != tenants.FailOpen {
+	if o, err := c.Org(ctx, "acme"); err != nil || o.FailMode != vocab.FailOpen {
 		t.Errorf("org with Postgres down: %+v, %v", o, err)
 	}
 	if k, err := c.Authenticate(ctx, token); err != nil || k.OrgID != "acme" {

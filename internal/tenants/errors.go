@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // The failures the Service returns, wrapped with context. Each is of a derrors kind,
@@ -68,7 +69,7 @@ func (f fieldErrs) err() error {
 type Violation struct {
 	Field     string // the field of the request that caused it, e.g. "limits[0].limit"
 	Metric    string
-	Window    Window
+	Window    vocab.Window
 	Parent    string // e.g. `org "acme"`
 	ParentMax int64  // the parent's limit
 	Allocated int64  // what other children already hold (sum rule), or the largest child (lowering)

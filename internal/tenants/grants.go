@@ -11,7 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // A grant (top-up) adds units to an org's month limit of one metric from when it is
@@ -55,10 +55,10 @@ type GrantInput struct {
 	Until  time.Time
 }
 
-// maxGrantUnits bounds one grant: quota.MaxUnits, what a counter holds exactly. The
-// month limit a grant raises is capped at quota.MaxUnits too (applyGrants), however
+// maxGrantUnits bounds one grant: vocab.MaxUnits, what a counter holds exactly. The
+// month limit a grant raises is capped at vocab.MaxUnits too (applyGrants), however
 // many grants there are.
-const maxGrantUnits = quota.MaxUnits
+const maxGrantUnits = vocab.MaxUnits
 
 // maxGrantSpan bounds how far ahead a grant may run.
 const maxGrantSpan = 366 * 24 * time.Hour
@@ -66,8 +66,8 @@ const maxGrantSpan = 366 * 24 * time.Hour
 // validate checks the input against now.
 func (in GrantInput) validate(now time.Time) error {
 	var errs fieldErrs
-	if !ValidID(in.Metric) {
-		errs.add("metric", "must match %s", idPattern)
+	if !vocab.ValidID(in.Metric) {
+		errs.add("metric", "must match %s", vocab.IDPattern)
 	}
 	if in.Units <= 0 || in.Units > maxGrantUnits {
 		errs.add("units", "must be 1 to %d", maxGrantUnits)
@@ -117,14 +117,14 @@ func (s *Service) CreateGrant(ctx context.Context, a Actor, orgID string, in Gra
 		if err := known.Check(in.Metric); err != nil {
 			return fmt.Errorf("grant to org %q: %w", orgID, err)
 		}
-		if _, ok := index(org.EffectiveLimits)[limitKey{in.Metric, Month}]; !ok {
+		if _, ok := index(org.EffectiveLimits)[limitKey{in.Metric, vocab.Month}]; !ok {
 			return fmt.Errorf("grant to org %q: %w", orgID, &AllocationError{Violations: []Violation{{
-				Field: "metric", Metric: in.Metric, Window: Month, Parent: fmt.Sprintf("org %q", orgID), Requested: in.Units,
+				Field: "metric", Metric: in.Metric, Window: vocab.Month, Parent: fmt.Sprintf("org %q", orgID), Requested: in.Units,
 				Message: fmt.Sprintf("org %q has no month limit of %q to raise: a grant adds to a month limit", orgID, in.Metric)}}})
 		}
 		until := in.Until
 		if until.IsZero() {
-			until = quota.PeriodAt(now, org.BillingAnchorDay).End
+			until = vocab.PeriodAt(now, org.BillingAnchorDay).End
 		}
 		out, err = scanGrant(tx.QueryRow(ctx, `INSERT INTO grants (id, org_id, metric, units, reason, until, created_at)
 			VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+grantCols, id, orgID, in.Metric, in.Units, in.Reason, until, now))
@@ -190,7 +190,7 @@ type orgGrants struct {
 }
 
 // activeGrants sums the grants of the orgs named that are active at now, each sum
-// capped at quota.MaxUnits (1125899906842624: a numeric sum, never a bigint overflow).
+// capped at vocab.MaxUnits (1125899906842624: a numeric sum, never a bigint overflow).
 func activeGrants(ctx context.Context, q querier, orgIDs []string, now time.Time) (map[string]orgGrants, error) {
 	rows, err := q.Query(ctx, `SELECT org_id, metric, least(sum(units), 1125899906842624)::bigint, min(until) FROM grants
 		WHERE org_id = ANY($1) AND revoked_at IS NULL AND created_at <= $2 AND until > $2
@@ -219,16 +219,16 @@ func activeGrants(ctx context.Context, q querier, orgIDs []string, now time.Time
 
 // applyGrants returns limits with each month limit raised by the units granted for
 // its metric. A metric without a month limit is left alone: there is no cap to raise.
-func applyGrants(limits []Limit, granted map[string]int64) []Limit {
+func applyGrants(limits []vocab.Limit, granted map[string]int64) []vocab.Limit {
 	if len(granted) == 0 {
 		return limits
 	}
-	out := make([]Limit, len(limits))
+	out := make([]vocab.Limit, len(limits))
 	for i, l := range limits {
-		if l.Window == Month {
-			// capped: the engine refuses a limit above quota.MaxUnits, and a counter
+		if l.Window == vocab.Month {
+			// capped: the engine refuses a limit above vocab.MaxUnits, and a counter
 			// never passes quota.MaxCounter anyway
-			l.Limit = min(l.Limit+min(granted[l.Metric], quota.MaxUnits), quota.MaxUnits)
+			l.Limit = min(l.Limit+min(granted[l.Metric], vocab.MaxUnits), vocab.MaxUnits)
 		}
 		out[i] = l
 	}

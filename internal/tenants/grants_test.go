@@ -10,6 +10,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 func monthLimit(t *testing.T, s *tenants.Service, org string) int64 {
@@ -19,7 +20,7 @@ func monthLimit(t *testing.T, s *tenants.Service, org string) int64 {
 		t.Fatal(err)
 	}
 	for _, l := range o.EffectiveLimits {
-		if l.Metric == "requests" && l.Window == tenants.Month {
+		if l.Metric == "requests" && l.Window == vocab.Month {
 			return l.Limit
 		}
 	}
@@ -51,7 +52,7 @@ func TestGrantsRaiseTheMonthLimitUntilTheyLapse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []tenants.Limit{lim("requests", tenants.Minute, 100), lim("requests", tenants.Month, 1500)}
+	want := []vocab.Limit{lim("requests", vocab.Minute, 100), lim("requests", vocab.Month, 1500)}
 	if len(o.EffectiveLimits) != 2 || o.EffectiveLimits[0] != want[0] || o.EffectiveLimits[1] != want[1] ||
 		o.Granted["requests"] != 500 || !o.GrantsLapse.Equal(g.Until) {
 		t.Fatalf("org with the grant: %+v", o)
@@ -60,13 +61,13 @@ func TestGrantsRaiseTheMonthLimitUntilTheyLapse(t *testing.T) {
 	// A team fits only with the grant; lowering the org's override stays allowed as
 	// long as the override plus the grant still covers it.
 	if _, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "eng", Name: "Eng",
-		Limits: []tenants.Limit{lim("requests", tenants.Month, 1200)}}); err != nil {
+		Limits: []vocab.Limit{lim("requests", vocab.Month, 1200)}}); err != nil {
 		t.Fatalf("team of 1200 under 1000 + 500 granted: %v", err)
 	}
-	if _, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, 800)}}); err != nil {
+	if _, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, 800)}}); err != nil {
 		t.Fatalf("override of 800 + 500 granted under a team of 1200: %v", err)
 	}
-	if _, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, 600)}}); !errors.Is(err, tenants.ErrOverAllocated) {
+	if _, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, 600)}}); !errors.Is(err, tenants.ErrOverAllocated) {
 		t.Fatalf("override of 600 + 500 granted under a team of 1200: %v, want ErrOverAllocated", err)
 	}
 	if got := monthLimit(t, s, "acme"); got != 1300 {
@@ -159,13 +160,13 @@ func TestListGrantsPages(t *testing.T) {
 	}
 }
 
-// On the engines' clock (the binaries pass quota.Router.DefaultNow to WithClock), a
+// On the engines' clock (the binaries pass quota.Engines.DefaultNow to WithClock), a
 // grant lapses when Redis time passes its until: a stepped wall clock lapses none
 // early and keeps none late.
 func TestGrantLapsesOnTheEngineClock(t *testing.T) {
 	ctx := context.Background()
 	clock := testenv.NewClock(time.Now())
-	router, err := quota.NewRouter(quota.RouterConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
 		Engine: quota.Config{KeyPrefix: testenv.ID(t, "g"), Clock: clock.Now, Monotonic: clock.Monotonic, ClockSync: time.Hour}})
 	if err != nil {
 		t.Fatal(err)

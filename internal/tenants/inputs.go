@@ -5,15 +5,17 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // PlanInput creates a plan.
 type PlanInput struct {
 	ID       string
 	Name     string
-	Limits   []Limit
+	Limits   []vocab.Limit
 	Metered  []string // metrics counted and billed without a limit
-	FailMode FailMode
+	FailMode vocab.FailMode
 	Leases   Leases // "" means auto
 	// SlidingWindows "" means estimate.
 	SlidingWindows SlidingWindows
@@ -24,9 +26,9 @@ type PlanInput struct {
 // PlanPatch changes the fields that are set. Limits replaces the whole list.
 type PlanPatch struct {
 	Name           *string
-	Limits         *[]Limit
+	Limits         *[]vocab.Limit
 	Metered        *[]string // replaces the whole list
-	FailMode       *FailMode
+	FailMode       *vocab.FailMode
 	Leases         *Leases
 	SlidingWindows *SlidingWindows
 	Pool           *string
@@ -40,8 +42,8 @@ type OrgInput struct {
 	ID               string
 	Name             string
 	PlanID           string
-	Limits           []Limit
-	Mode             Mode // "" means enforce
+	Limits           []vocab.Limit
+	Mode             vocab.Mode // "" means enforce
 	Oversubscribe    bool
 	Leases           Leases         // "" means plan
 	SlidingWindows   SlidingWindows // "" means plan
@@ -54,8 +56,8 @@ type OrgInput struct {
 type OrgPatch struct {
 	Name             *string
 	PlanID           *string
-	Limits           *[]Limit
-	Mode             *Mode
+	Limits           *[]vocab.Limit
+	Mode             *vocab.Mode
 	Oversubscribe    *bool
 	Leases           *Leases
 	SlidingWindows   *SlidingWindows
@@ -92,26 +94,26 @@ func (p OrgPatch) OperatorOnly() []string {
 type TeamInput struct {
 	ID         string
 	Name       string
-	Limits     []Limit
-	UserLimits []Limit
+	Limits     []vocab.Limit
+	UserLimits []vocab.Limit
 }
 
 // TeamPatch changes the fields that are set; limit lists are replaced whole.
 type TeamPatch struct {
 	Name       *string
-	Limits     *[]Limit
-	UserLimits *[]Limit
+	Limits     *[]vocab.Limit
+	UserLimits *[]vocab.Limit
 }
 
 // UserInput registers a user in a team.
 type UserInput struct {
 	ID     string
-	Limits []Limit
+	Limits []vocab.Limit
 }
 
 // UserPatch replaces a user's own limits when set.
 type UserPatch struct {
-	Limits *[]Limit
+	Limits *[]vocab.Limit
 }
 
 // APIKeyInput creates an API key.
@@ -128,8 +130,8 @@ type ConsoleUserInput struct {
 }
 
 func checkID(errs *fieldErrs, field, id string) {
-	if !ValidID(id) {
-		errs.add(field, "must match %s", idPattern)
+	if !vocab.ValidID(id) {
+		errs.add(field, "must match %s", vocab.IDPattern)
 	}
 }
 
@@ -139,9 +141,9 @@ func checkName(errs *fieldErrs, field, name string) {
 	}
 }
 
-func checkFailMode(errs *fieldErrs, m FailMode) {
+func checkFailMode(errs *fieldErrs, m vocab.FailMode) {
 	switch m {
-	case FailOpen, FailClosed, FailLocal:
+	case vocab.FailOpen, vocab.FailClosed, vocab.FailLocal:
 	default:
 		errs.add("fail_mode", "must be one of open, closed, local")
 	}
@@ -169,9 +171,9 @@ func checkSlidingWindows(errs *fieldErrs, w SlidingWindows, org bool) {
 	}
 }
 
-func checkMode(errs *fieldErrs, m Mode) {
+func checkMode(errs *fieldErrs, m vocab.Mode) {
 	switch m {
-	case Enforce, Shadow, Warn:
+	case vocab.Enforce, vocab.Shadow, vocab.Warn:
 	default:
 		errs.add("mode", "must be one of enforce, shadow, warn")
 	}

@@ -5,28 +5,28 @@ import (
 	"regexp"
 	"slices"
 
-	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 type limitKey struct {
 	Metric string
-	Window Window
+	Window vocab.Window
 }
 
 // validateLimits checks one list of limits: ids, windows, values, no repeats.
-func validateLimits(errs *fieldErrs, field string, ls []Limit) {
+func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 	seen := make(map[limitKey]bool, len(ls))
 	for i, l := range ls {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		if !ValidID(l.Metric) {
-			errs.add(f+".metric", "must match %s", idPattern)
+		if !vocab.ValidID(l.Metric) {
+			errs.add(f+".metric", "must match %s", vocab.IDPattern)
 		}
 		if !l.Window.Valid() {
 			errs.add(f+".window", "must be one of second, minute, hour, day, month")
 		}
-		if l.Limit < 0 || l.Limit > quota.MaxUnits {
-			// A counter is exact to quota.MaxUnits per limit (docs/ARCHITECTURE.md).
-			errs.add(f+".limit", "must be 0 to %d", quota.MaxUnits)
+		if l.Limit < 0 || l.Limit > vocab.MaxUnits {
+			// A counter is exact to vocab.MaxUnits per limit (docs/ARCHITECTURE.md).
+			errs.add(f+".limit", "must be 0 to %d", vocab.MaxUnits)
 		}
 		k := limitKey{l.Metric, l.Window}
 		if seen[k] {
@@ -38,19 +38,19 @@ func validateLimits(errs *fieldErrs, field string, ls []Limit) {
 
 // normalize sorts limits by metric then window (shortest first), so stored and
 // returned lists are stable.
-func normalize(ls []Limit) []Limit {
+func normalize(ls []vocab.Limit) []vocab.Limit {
 	out := slices.Clone(ls)
 	if out == nil {
-		out = []Limit{}
+		out = []vocab.Limit{}
 	}
-	slices.SortFunc(out, func(a, b Limit) int {
+	slices.SortFunc(out, func(a, b vocab.Limit) int {
 		if a.Metric != b.Metric {
 			if a.Metric < b.Metric {
 				return -1
 			}
 			return 1
 		}
-		return slices.Index(Windows, a.Window) - slices.Index(Windows, b.Window)
+		return slices.Index(vocab.Windows, a.Window) - slices.Index(vocab.Windows, b.Window)
 	})
 	return out
 }
@@ -58,7 +58,7 @@ func normalize(ls []Limit) []Limit {
 // MergeLimits returns base with each (metric, window) of overrides replacing or adding
 // to it: an org's effective limits from its plan's and its overrides, or a user's from
 // its team's defaults and its own.
-func MergeLimits(base, overrides []Limit) []Limit {
+func MergeLimits(base, overrides []vocab.Limit) []vocab.Limit {
 	m := make(map[limitKey]int64, len(base)+len(overrides))
 	for _, l := range base {
 		m[limitKey{l.Metric, l.Window}] = l.Limit
@@ -66,14 +66,14 @@ func MergeLimits(base, overrides []Limit) []Limit {
 	for _, l := range overrides {
 		m[limitKey{l.Metric, l.Window}] = l.Limit
 	}
-	out := make([]Limit, 0, len(m))
+	out := make([]vocab.Limit, 0, len(m))
 	for k, v := range m {
-		out = append(out, Limit{Metric: k.Metric, Window: k.Window, Limit: v})
+		out = append(out, vocab.Limit{Metric: k.Metric, Window: k.Window, Limit: v})
 	}
 	return normalize(out)
 }
 
-func index(ls []Limit) map[limitKey]int64 {
+func index(ls []vocab.Limit) map[limitKey]int64 {
 	m := make(map[limitKey]int64, len(ls))
 	for _, l := range ls {
 		m[limitKey{l.Metric, l.Window}] = l.Limit
@@ -97,8 +97,8 @@ func validatePricing(errs *fieldErrs, p *Pricing) {
 	seen := map[string]bool{}
 	for i, m := range p.Metrics {
 		f := fmt.Sprintf("pricing.metrics[%d]", i)
-		if !ValidID(m.Metric) {
-			errs.add(f+".metric", "must match %s", idPattern)
+		if !vocab.ValidID(m.Metric) {
+			errs.add(f+".metric", "must match %s", vocab.IDPattern)
 		}
 		if seen[m.Metric] {
 			errs.add(f+".metric", "repeats %q", m.Metric)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // DefaultMaxOrgUsers is how many registered users ResolveOrg carries with an org: an
@@ -17,7 +19,7 @@ const DefaultMaxOrgUsers = 20_000
 // limits and user defaults, and (up to a bound) its registered users.
 type ResolvedOrg struct {
 	Org      Org
-	FailMode FailMode
+	FailMode vocab.FailMode
 	Pool     string
 	// Leases is LeasesAuto or LeasesOff: the org's own setting, or its plan's when the
 	// org follows its plan.
@@ -37,6 +39,20 @@ type ResolvedOrg struct {
 	Throttles []Throttle
 }
 
+// RouteOf is where and how the checks of org o, on plan p, run: the org's dedicated
+// Redis, else its plan's pool class, with the plan's fail mode. It is the one place an
+// org's route is built; the check path takes it from ResolvedOrg.Route, billing from
+// the org and its plan (a zero Plan when the plan cannot be read: the default pool).
+func RouteOf(o Org, p Plan) vocab.Route {
+	return vocab.Route{Pool: p.Pool, RedisURL: o.RedisURL, FailMode: p.FailMode, Plan: o.PlanID}
+}
+
+// Route is the route of the resolved org: RouteOf the org and its plan's pool and fail
+// mode.
+func (r ResolvedOrg) Route() vocab.Route {
+	return RouteOf(r.Org, Plan{Pool: r.Pool, FailMode: r.FailMode})
+}
+
 // User returns what the org snapshot knows of a user id, and whether it knows it:
 // false when the org was resolved without its users (above the bound).
 func (r ResolvedOrg) User(userID string) (ResolvedUser, bool) {
@@ -51,7 +67,7 @@ func (r ResolvedOrg) User(userID string) (ResolvedUser, bool) {
 type ResolvedUser struct {
 	Registered bool
 	TeamID     string
-	Limits     []Limit // the user's own limits, without the team defaults
+	Limits     []vocab.Limit // the user's own limits, without the team defaults
 }
 
 // ResolveOrg loads an org with everything a check needs, and its registered users

@@ -1,6 +1,10 @@
 package tenants
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
+)
 
 // The allocation rules (DESIGN.md): for each metric, the month limits of a parent's
 // children may not add up to more than the parent's month limit unless the org
@@ -14,7 +18,7 @@ import "fmt"
 
 // childWithinParent reports each limit of child above the parent's limit for the same
 // metric and window.
-func childWithinParent(field string, child []Limit, childLabel, parentLabel string, parent []Limit) []Violation {
+func childWithinParent(field string, child []vocab.Limit, childLabel, parentLabel string, parent []vocab.Limit) []Violation {
 	p := index(parent)
 	var out []Violation
 	for i, l := range child {
@@ -34,14 +38,14 @@ func childWithinParent(field string, child []Limit, childLabel, parentLabel stri
 
 // sumWithinParent reports each month limit of child that, added to what the other
 // children already hold (others, per metric), exceeds the parent's month limit.
-func sumWithinParent(field string, child []Limit, childLabel, parentLabel string, parent []Limit, others map[string]int64) []Violation {
+func sumWithinParent(field string, child []vocab.Limit, childLabel, parentLabel string, parent []vocab.Limit, others map[string]int64) []Violation {
 	p := index(parent)
 	var out []Violation
 	for i, l := range child {
-		if l.Window != Month {
+		if l.Window != vocab.Month {
 			continue
 		}
-		cap, ok := p[limitKey{l.Metric, Month}]
+		cap, ok := p[limitKey{l.Metric, vocab.Month}]
 		if !ok {
 			continue
 		}
@@ -50,7 +54,7 @@ func sumWithinParent(field string, child []Limit, childLabel, parentLabel string
 			continue
 		}
 		out = append(out, Violation{
-			Field: fmt.Sprintf("%s[%d].limit", field, i), Metric: l.Metric, Window: Month,
+			Field: fmt.Sprintf("%s[%d].limit", field, i), Metric: l.Metric, Window: vocab.Month,
 			Parent: parentLabel, ParentMax: cap, Allocated: held, Requested: l.Limit,
 			Message: fmt.Sprintf("%s: %s/month limit %d does not fit in %s: it has %d, %d is already allocated, %d is available",
 				childLabel, l.Metric, l.Limit, parentLabel, cap, held, max(0, cap-held)),
@@ -72,13 +76,13 @@ func newChildAggregate() childAggregate {
 	return childAggregate{Max: map[limitKey]int64{}, MaxOwner: map[limitKey]string{}, MonthSum: map[string]int64{}}
 }
 
-func (a childAggregate) add(owner string, l Limit) {
+func (a childAggregate) add(owner string, l vocab.Limit) {
 	k := limitKey{l.Metric, l.Window}
 	if cur, ok := a.Max[k]; !ok || l.Limit > cur {
 		a.Max[k] = l.Limit
 		a.MaxOwner[k] = owner
 	}
-	if l.Window == Month {
+	if l.Window == vocab.Month {
 		a.MonthSum[l.Metric] += l.Limit
 	}
 }
@@ -86,7 +90,7 @@ func (a childAggregate) add(owner string, l Limit) {
 // parentCoversChildren reports each limit of a parent's new limits that its current
 // children no longer fit under: one child above it, or (unless oversubscribed) the
 // children's month limits adding up to more.
-func parentCoversChildren(field string, parent []Limit, parentLabel, childrenLabel string, agg childAggregate, oversubscribe bool) []Violation {
+func parentCoversChildren(field string, parent []vocab.Limit, parentLabel, childrenLabel string, agg childAggregate, oversubscribe bool) []Violation {
 	var out []Violation
 	for i, l := range parent {
 		k := limitKey{l.Metric, l.Window}
@@ -100,12 +104,12 @@ func parentCoversChildren(field string, parent []Limit, parentLabel, childrenLab
 			})
 			continue
 		}
-		if l.Window != Month || oversubscribe {
+		if l.Window != vocab.Month || oversubscribe {
 			continue
 		}
 		if sum := agg.MonthSum[l.Metric]; sum > l.Limit {
 			out = append(out, Violation{
-				Field: f, Metric: l.Metric, Window: Month, Parent: parentLabel,
+				Field: f, Metric: l.Metric, Window: vocab.Month, Parent: parentLabel,
 				ParentMax: l.Limit, Allocated: sum, Requested: l.Limit,
 				Message: fmt.Sprintf("%s: %s/month limit %d is below the %d already allocated to its %ss",
 					parentLabel, l.Metric, l.Limit, sum, childrenLabel),

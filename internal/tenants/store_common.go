@@ -8,13 +8,15 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // limitRow scans (owner, metric, window, limit) rows.
-func scanLimits(rows pgx.Rows) (map[string][]Limit, error) {
-	out := map[string][]Limit{}
+func scanLimits(rows pgx.Rows) (map[string][]vocab.Limit, error) {
+	out := map[string][]vocab.Limit{}
 	var owner string
-	var l Limit
+	var l vocab.Limit
 	_, err := pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit}, func() error {
 		out[owner] = append(out[owner], l)
 		return nil
@@ -24,7 +26,7 @@ func scanLimits(rows pgx.Rows) (map[string][]Limit, error) {
 
 // limitsOf returns the limits of the owners named, keyed by owner id, each list
 // normalized; owners without limits map to an empty list.
-func limitsOf(ctx context.Context, q querier, sql string, args ...any) (map[string][]Limit, error) {
+func limitsOf(ctx context.Context, q querier, sql string, args ...any) (map[string][]vocab.Limit, error) {
 	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return nil, err
@@ -40,7 +42,7 @@ func limitsOf(ctx context.Context, q querier, sql string, args ...any) (map[stri
 }
 
 // limitArrays splits limits into the column arrays that unnest() takes.
-func limitArrays(ls []Limit) (metrics, windows []string, limits []int64) {
+func limitArrays(ls []vocab.Limit) (metrics, windows []string, limits []int64) {
 	for _, l := range ls {
 		metrics = append(metrics, l.Metric)
 		windows = append(windows, string(l.Window))
@@ -51,7 +53,7 @@ func limitArrays(ls []Limit) (metrics, windows []string, limits []int64) {
 
 // replaceLimits deletes the limits matched by del (with delArgs) and inserts ls with
 // the insert statement, whose last three parameters are the unnest arrays.
-func replaceLimits(ctx context.Context, tx pgx.Tx, del string, delArgs []any, ins string, ls []Limit) error {
+func replaceLimits(ctx context.Context, tx pgx.Tx, del string, delArgs []any, ins string, ls []vocab.Limit) error {
 	if _, err := tx.Exec(ctx, del, delArgs...); err != nil {
 		return err
 	}
@@ -108,7 +110,7 @@ func decodeCursor(c string) (string, error) {
 	// Every key a cursor carries is an id (or an audit row number), so anything else
 	// (invalid UTF-8, a NUL, which Postgres refuses in text) was not handed out here.
 	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil || !ValidID(string(b)) {
+	if err != nil || !vocab.ValidID(string(b)) {
 		return "", badCursor()
 	}
 	return string(b), nil

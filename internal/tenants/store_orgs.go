@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 const orgCols = `id, name, plan_id, mode, oversubscribe, leases, sliding_windows, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
@@ -80,7 +81,7 @@ func teamAggregate(ctx context.Context, q querier, orgID string) (childAggregate
 		return agg, err
 	}
 	var owner string
-	var l Limit
+	var l vocab.Limit
 	_, err = pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit}, func() error {
 		agg.add(owner, l)
 		return nil
@@ -90,7 +91,7 @@ func teamAggregate(ctx context.Context, q querier, orgID string) (childAggregate
 
 // checkOrgCoversTeams reports the effective limits of an org that its teams' current
 // allocations no longer fit under.
-func checkOrgCoversTeams(ctx context.Context, q querier, orgID string, effective []Limit, oversubscribe bool) ([]Violation, error) {
+func checkOrgCoversTeams(ctx context.Context, q querier, orgID string, effective []vocab.Limit, oversubscribe bool) ([]Violation, error) {
 	agg, err := teamAggregate(ctx, q, orgID)
 	if err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 		in.SlidingWindows = WindowsPlan
 	}
 	if in.Mode == "" {
-		in.Mode = Enforce
+		in.Mode = vocab.Enforce
 	}
 	if in.BillingAnchorDay == 0 {
 		in.BillingAnchorDay = 1
@@ -140,7 +141,7 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 	return out, err
 }
 
-func writeOrgLimits(ctx context.Context, tx pgx.Tx, orgID string, ls []Limit) error {
+func writeOrgLimits(ctx context.Context, tx pgx.Tx, orgID string, ls []vocab.Limit) error {
 	return replaceLimits(ctx, tx, `DELETE FROM org_limits WHERE org_id = $1`, []any{orgID},
 		`INSERT INTO org_limits (org_id, metric, time_window, max_units)
 		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[])`, ls)
@@ -220,7 +221,7 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 			if patch.PlanID != nil {
 				fallback = "plan"
 			}
-			var req []Limit
+			var req []vocab.Limit
 			if patch.Limits != nil {
 				req = *patch.Limits
 			}

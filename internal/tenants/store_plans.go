@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 const planCols = `id, name, metered, fail_mode, leases, sliding_windows, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
@@ -274,7 +276,7 @@ func patchedMetricField(p PlanPatch) string {
 // fieldFor points each violation of effective limits at the request field that
 // caused it: the index in the request's list when the request set that metric and
 // window, else fallback.
-func fieldFor(vs []Violation, listField string, requested []Limit, fallback string) []Violation {
+func fieldFor(vs []Violation, listField string, requested []vocab.Limit, fallback string) []Violation {
 	for i := range vs {
 		vs[i].Field = fallback
 		for j, l := range requested {

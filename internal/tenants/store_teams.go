@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 const teamCols = `org_id, id, name, created_at, updated_at`
@@ -52,7 +54,7 @@ func getTeam(ctx context.Context, q querier, orgID, teamID string) (Team, error)
 	return ts[0], nil
 }
 
-func writeTeamLimits(ctx context.Context, tx pgx.Tx, orgID, teamID, kind string, ls []Limit) error {
+func writeTeamLimits(ctx context.Context, tx pgx.Tx, orgID, teamID, kind string, ls []vocab.Limit) error {
 	return replaceLimits(ctx, tx,
 		`DELETE FROM team_limits WHERE org_id = $1 AND team_id = $2 AND kind = $3`, []any{orgID, teamID, kind},
 		`INSERT INTO team_limits (org_id, team_id, kind, metric, time_window, max_units)
@@ -85,7 +87,7 @@ func userAggregate(ctx context.Context, q querier, orgID, teamID string) (childA
 		return agg, err
 	}
 	var owner string
-	var l Limit
+	var l vocab.Limit
 	_, err = pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit}, func() error {
 		agg.add(owner, l)
 		return nil

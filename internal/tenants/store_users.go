@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 const userCols = `org_id, team_id, id, created_at, updated_at`
@@ -50,7 +52,7 @@ func getUser(ctx context.Context, q querier, orgID, teamID, userID string) (User
 
 // checkUser applies the allocation rules to a user's own limits: against its team and
 // the team's other users.
-func checkUser(ctx context.Context, tx pgx.Tx, org Org, team Team, userID string, limits []Limit) error {
+func checkUser(ctx context.Context, tx pgx.Tx, org Org, team Team, userID string, limits []vocab.Limit) error {
 	userLabel := fmt.Sprintf("user %q", userID)
 	teamLabel := fmt.Sprintf("team %q", team.ID)
 	vs := childWithinParent("limits", limits, userLabel, teamLabel, team.Limits)
@@ -67,7 +69,7 @@ func checkUser(ctx context.Context, tx pgx.Tx, org Org, team Team, userID string
 	return allocErr(vs)
 }
 
-func writeUserLimits(ctx context.Context, tx pgx.Tx, orgID, userID string, ls []Limit) error {
+func writeUserLimits(ctx context.Context, tx pgx.Tx, orgID, userID string, ls []vocab.Limit) error {
 	return replaceLimits(ctx, tx, `DELETE FROM user_limits WHERE org_id = $1 AND user_id = $2`, []any{orgID, userID},
 		`INSERT INTO user_limits (org_id, user_id, metric, time_window, max_units)
 		 SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::bigint[])`, ls)

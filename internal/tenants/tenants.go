@@ -6,69 +6,9 @@
 package tenants
 
 import (
-	"regexp"
 	"time"
-)
 
-// idPattern is the shape of every caller-chosen id (plans, orgs, teams, users, metrics).
-var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$`)
-
-// ValidID reports whether s is a valid caller-chosen id: idPattern, checked by hand
-// because it runs several times on every check (the regexp was 4 % of a check's CPU).
-func ValidID(s string) bool {
-	if len(s) == 0 || len(s) > 128 || !alnum(s[0]) {
-		return false
-	}
-	for i := 1; i < len(s); i++ {
-		if c := s[i]; !alnum(c) && c != '.' && c != '_' && c != ':' && c != '@' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func alnum(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
-
-// Window is the time span a limit applies to.
-type Window string
-
-// The windows a limit may have. Month is the org's billing period; the others are
-// sliding windows.
-const (
-	Second Window = "second"
-	Minute Window = "minute"
-	Hour   Window = "hour"
-	Day    Window = "day"
-	Month  Window = "month"
-)
-
-// Windows lists every window, shortest first.
-var Windows = []Window{Second, Minute, Hour, Day, Month}
-
-// Valid reports whether w is a known window.
-func (w Window) Valid() bool {
-	switch w {
-	case Second, Minute, Hour, Day, Month:
-		return true
-	}
-	return false
-}
-
-// Limit caps the units of one metric in one window.
-type Limit struct {
-	Metric string `json:"metric"`
-	Window Window `json:"window"`
-	Limit  int64  `json:"limit"`
-}
-
-// FailMode says how checks of a plan's orgs are answered while Redis is unreachable.
-type FailMode string
-
-// The fail modes.
-const (
-	FailOpen   FailMode = "open"   // allow, flagged degraded
-	FailClosed FailMode = "closed" // answer 503
-	FailLocal  FailMode = "local"  // decide with an in-process limiter
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Leases says whether a plan's (or an org's) hot paths may be admitted in process
@@ -95,16 +35,6 @@ const (
 	WindowsEstimate SlidingWindows = "estimate"
 	WindowsPrecise  SlidingWindows = "precise"
 	WindowsPlan     SlidingWindows = "plan" // an org's only: as its plan says
-)
-
-// Mode is an org's enforcement mode.
-type Mode string
-
-// The enforcement modes.
-const (
-	Enforce Mode = "enforce" // deny over quota
-	Shadow  Mode = "shadow"  // never deny, report would_block
-	Warn    Mode = "warn"    // allow, add a warning header
 )
 
 // Scope is a permission of an API key.
@@ -143,15 +73,15 @@ type MetricPrice struct {
 
 // Plan is a named bundle of limits that orgs subscribe to.
 type Plan struct {
-	ID     string  `json:"id"`
-	Name   string  `json:"name"`
-	Limits []Limit `json:"limits"`
+	ID     string        `json:"id"`
+	Name   string        `json:"name"`
+	Limits []vocab.Limit `json:"limits"`
 	// Metered lists metrics counted and billed without any limit, sorted. A check
 	// names a metric of its org's limits, its plan's pricing or this list, or is
 	// refused (see ErrUnknownMetric).
-	Metered  []string `json:"metered"`
-	FailMode FailMode `json:"fail_mode"`
-	Leases   Leases   `json:"leases"`
+	Metered  []string       `json:"metered"`
+	FailMode vocab.FailMode `json:"fail_mode"`
+	Leases   Leases         `json:"leases"`
 	// SlidingWindows is WindowsEstimate or WindowsPrecise.
 	SlidingWindows SlidingWindows `json:"sliding_windows"`
 	Pool           string         `json:"pool"`
@@ -162,20 +92,20 @@ type Plan struct {
 
 // Org is a tenant.
 type Org struct {
-	ID              string  `json:"id"`
-	Name            string  `json:"name"`
-	PlanID          string  `json:"plan"`
-	Limits          []Limit `json:"limits"`           // overrides of the plan's limits
-	EffectiveLimits []Limit `json:"effective_limits"` // plan limits with the overrides and active grants applied
+	ID              string        `json:"id"`
+	Name            string        `json:"name"`
+	PlanID          string        `json:"plan"`
+	Limits          []vocab.Limit `json:"limits"`           // overrides of the plan's limits
+	EffectiveLimits []vocab.Limit `json:"effective_limits"` // plan limits with the overrides and active grants applied
 	// Granted is the units of the org's active grants per metric, already added to
 	// the month limits of EffectiveLimits; nil when it has none.
 	Granted map[string]int64 `json:"granted,omitempty"`
 	// GrantsLapse is when the first active grant lapses (zero: none): EffectiveLimits
 	// hold until then, and a cached org is read again after it.
-	GrantsLapse   time.Time `json:"-"`
-	Mode          Mode      `json:"mode"`
-	Oversubscribe bool      `json:"oversubscribe"`
-	Leases        Leases    `json:"leases"` // LeasesPlan: as its plan says
+	GrantsLapse   time.Time  `json:"-"`
+	Mode          vocab.Mode `json:"mode"`
+	Oversubscribe bool       `json:"oversubscribe"`
+	Leases        Leases     `json:"leases"` // LeasesPlan: as its plan says
 	// SlidingWindows is WindowsPlan (as its plan says), WindowsEstimate or WindowsPrecise.
 	SlidingWindows   SlidingWindows `json:"sliding_windows"`
 	WebhookURL       string         `json:"webhook_url"`
@@ -188,24 +118,24 @@ type Org struct {
 // Team is part of an org, with its own allocation and the default limits of its
 // users that have none of their own.
 type Team struct {
-	OrgID      string    `json:"org"`
-	ID         string    `json:"id"`
-	Name       string    `json:"name"`
-	Limits     []Limit   `json:"limits"`
-	UserLimits []Limit   `json:"user_limits"`
-	CreatedAt  time.Time `json:"created_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	OrgID      string        `json:"org"`
+	ID         string        `json:"id"`
+	Name       string        `json:"name"`
+	Limits     []vocab.Limit `json:"limits"`
+	UserLimits []vocab.Limit `json:"user_limits"`
+	CreatedAt  time.Time     `json:"created_at"`
+	UpdatedAt  time.Time     `json:"updated_at"`
 }
 
 // User is a registered end user of a customer, inside one team. A user id is unique
 // within its org.
 type User struct {
-	OrgID     string    `json:"org"`
-	TeamID    string    `json:"team"`
-	ID        string    `json:"id"`
-	Limits    []Limit   `json:"limits"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	OrgID     string        `json:"org"`
+	TeamID    string        `json:"team"`
+	ID        string        `json:"id"`
+	Limits    []vocab.Limit `json:"limits"`
+	CreatedAt time.Time     `json:"created_at"`
+	UpdatedAt time.Time     `json:"updated_at"`
 }
 
 // APIKey is an org's API key as it can be shown: never its secret.

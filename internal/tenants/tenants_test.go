@@ -11,12 +11,13 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 var op = tenants.Actor{Name: "operator", RequestID: "test"}
 
-func lim(metric string, w tenants.Window, n int64) tenants.Limit {
-	return tenants.Limit{Metric: metric, Window: w, Limit: n}
+func lim(metric string, w vocab.Window, n int64) vocab.Limit {
+	return vocab.Limit{Metric: metric, Window: w, Limit: n}
 }
 
 // MustService returns a Service on a fresh database with a plan "pro"
@@ -26,8 +27,8 @@ func MustService(tb testing.TB, opts ...tenants.Option) *tenants.Service {
 	opts = append(opts, tenants.WithPasswordCost(64, 1))
 	s := tenants.NewService(testenv.Postgres(tb), opts...)
 	ctx := context.Background()
-	if _, err := s.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: tenants.FailOpen,
-		Limits: []tenants.Limit{lim("requests", tenants.Month, 1000), lim("requests", tenants.Minute, 100)}}); err != nil {
+	if _, err := s.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: vocab.FailOpen,
+		Limits: []vocab.Limit{lim("requests", vocab.Month, 1000), lim("requests", vocab.Minute, 100)}}); err != nil {
 		tb.Fatal(err)
 	}
 	if _, err := s.CreateOrg(ctx, op, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "pro"}); err != nil {
@@ -41,14 +42,14 @@ func ptr[T any](v T) *T { return &v }
 func TestAllocationRules(t *testing.T) {
 	ctx := context.Background()
 	s := MustService(t)
-	mustTeam := func(id string, ls ...tenants.Limit) {
+	mustTeam := func(id string, ls ...vocab.Limit) {
 		t.Helper()
 		if _, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: id, Name: id, Limits: ls}); err != nil {
 			t.Fatalf("create team %s: %v", id, err)
 		}
 	}
-	mustTeam("eng", lim("requests", tenants.Month, 600))
-	if _, err := s.CreateUser(ctx, op, "acme", "eng", tenants.UserInput{ID: "alice", Limits: []tenants.Limit{lim("requests", tenants.Month, 300)}}); err != nil {
+	mustTeam("eng", lim("requests", vocab.Month, 600))
+	if _, err := s.CreateUser(ctx, op, "acme", "eng", tenants.UserInput{ID: "alice", Limits: []vocab.Limit{lim("requests", vocab.Month, 300)}}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -59,31 +60,31 @@ func TestAllocationRules(t *testing.T) {
 		wantMsg   string
 	}{
 		{"team sum over org", func() error {
-			_, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "ops", Name: "Ops", Limits: []tenants.Limit{lim("requests", tenants.Month, 401)}})
+			_, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "ops", Name: "Ops", Limits: []vocab.Limit{lim("requests", vocab.Month, 401)}})
 			return err
 		}, "limits[0].limit", `team "ops": requests/month limit 401 does not fit in org "acme": it has 1000, 600 is already allocated, 400 is available`},
 		{"team minute above org", func() error {
-			_, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "ops", Name: "Ops", Limits: []tenants.Limit{lim("requests", tenants.Minute, 101)}})
+			_, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "ops", Name: "Ops", Limits: []vocab.Limit{lim("requests", vocab.Minute, 101)}})
 			return err
 		}, "limits[0].limit", `team "ops": requests/minute limit 101 is above org "acme"'s limit 100`},
 		{"user defaults above team", func() error {
-			_, err := s.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{UserLimits: &[]tenants.Limit{lim("requests", tenants.Month, 601)}})
+			_, err := s.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{UserLimits: &[]vocab.Limit{lim("requests", vocab.Month, 601)}})
 			return err
 		}, "user_limits[0].limit", `user defaults of team "eng": requests/month limit 601 is above team "eng"'s limit 600`},
 		{"user sum over team", func() error {
-			_, err := s.CreateUser(ctx, op, "acme", "eng", tenants.UserInput{ID: "bob", Limits: []tenants.Limit{lim("requests", tenants.Month, 301)}})
+			_, err := s.CreateUser(ctx, op, "acme", "eng", tenants.UserInput{ID: "bob", Limits: []vocab.Limit{lim("requests", vocab.Month, 301)}})
 			return err
 		}, "limits[0].limit", `user "bob": requests/month limit 301 does not fit in team "eng": it has 600, 300 is already allocated, 300 is available`},
 		{"lower team below its user", func() error {
-			_, err := s.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, 299)}})
+			_, err := s.UpdateTeam(ctx, op, "acme", "eng", tenants.TeamPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, 299)}})
 			return err
 		}, "limits[0].limit", `team "eng": requests/month limit 299 is below the 300 that user "alice" holds`},
 		{"lower org below its teams", func() error {
-			_, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, 599)}})
+			_, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, 599)}})
 			return err
 		}, "limits[0].limit", `org "acme": requests/month limit 599 is below the 600 that team "eng" holds`},
 		{"lower plan below an org's teams", func() error {
-			_, err := s.UpdatePlan(ctx, op, "pro", tenants.PlanPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Month, 500)}})
+			_, err := s.UpdatePlan(ctx, op, "pro", tenants.PlanPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Month, 500)}})
 			return err
 		}, "limits[0].limit", `org "acme": requests/month limit 500 is below the 600 that team "eng" holds`},
 	}
@@ -107,7 +108,7 @@ func TestAllocationRules(t *testing.T) {
 
 	// Nothing refused above changed anything.
 	team, _ := s.GetTeam(ctx, "acme", "eng")
-	if diff := cmp.Diff([]tenants.Limit{lim("requests", tenants.Month, 600)}, team.Limits); diff != "" {
+	if diff := cmp.Diff([]vocab.Limit{lim("requests", vocab.Month, 600)}, team.Limits); diff != "" {
 		t.Errorf("team limits changed (-want +got):\n%s", diff)
 	}
 	if _, err := s.GetTeam(ctx, "acme", "ops"); !errors.Is(err, tenants.ErrNotFound) {
@@ -119,8 +120,8 @@ func TestAllocationRules(t *testing.T) {
 	if _, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Oversubscribe: ptr(true)}); err != nil {
 		t.Fatal(err)
 	}
-	mustTeam("ops", lim("requests", tenants.Month, 900))
-	if _, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "big", Name: "Big", Limits: []tenants.Limit{lim("requests", tenants.Month, 1001)}}); !errors.Is(err, tenants.ErrOverAllocated) {
+	mustTeam("ops", lim("requests", vocab.Month, 900))
+	if _, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "big", Name: "Big", Limits: []vocab.Limit{lim("requests", vocab.Month, 1001)}}); !errors.Is(err, tenants.ErrOverAllocated) {
 		t.Errorf("child above parent while oversubscribed: err = %v", err)
 	}
 	if _, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Oversubscribe: ptr(false)}); !errors.Is(err, tenants.ErrOverAllocated) {
@@ -144,7 +145,7 @@ func TestConcurrentAllocationNeverOversubscribes(t *testing.T) {
 	s := MustService(t)
 	for i := range 10 {
 		if _, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: fmt.Sprintf("t%d", i), Name: "t",
-			Limits: []tenants.Limit{lim("requests", tenants.Month, 10)}}); err != nil {
+			Limits: []vocab.Limit{lim("requests", vocab.Month, 10)}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -156,10 +157,10 @@ func TestConcurrentAllocationNeverOversubscribes(t *testing.T) {
 			var err error
 			if i%2 == 0 {
 				_, err = s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: fmt.Sprintf("n%d", i), Name: "n",
-					Limits: []tenants.Limit{lim("requests", tenants.Month, 90)}})
+					Limits: []vocab.Limit{lim("requests", vocab.Month, 90)}})
 			} else {
 				_, err = s.UpdateTeam(ctx, op, "acme", fmt.Sprintf("t%d", i%10), tenants.TeamPatch{
-					Limits: &[]tenants.Limit{lim("requests", tenants.Month, int64(10+i))}})
+					Limits: &[]vocab.Limit{lim("requests", vocab.Month, int64(10+i))}})
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -181,7 +182,7 @@ func TestConcurrentAllocationNeverOversubscribes(t *testing.T) {
 	var sum int64
 	for _, tm := range teams {
 		for _, l := range tm.Limits {
-			if l.Window == tenants.Month {
+			if l.Window == vocab.Month {
 				sum += l.Limit
 			}
 		}
@@ -246,11 +247,11 @@ func TestConsoleLogin(t *testing.T) {
 func TestEffectiveLimitsMergeOverrides(t *testing.T) {
 	ctx := context.Background()
 	s := MustService(t)
-	o, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]tenants.Limit{lim("requests", tenants.Minute, 50), lim("tokens", tenants.Month, 5)}})
+	o, err := s.UpdateOrg(ctx, op, "acme", tenants.OrgPatch{Limits: &[]vocab.Limit{lim("requests", vocab.Minute, 50), lim("tokens", vocab.Month, 5)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []tenants.Limit{lim("requests", tenants.Minute, 50), lim("requests", tenants.Month, 1000), lim("tokens", tenants.Month, 5)}
+	want := []vocab.Limit{lim("requests", vocab.Minute, 50), lim("requests", vocab.Month, 1000), lim("tokens", vocab.Month, 5)}
 	if diff := cmp.Diff(want, o.EffectiveLimits); diff != "" {
 		t.Errorf("effective limits (-want +got):\n%s", diff)
 	}

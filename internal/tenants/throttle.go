@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // ThrottleScope says what a throttle covers: one org, or every org of a plan.
@@ -50,8 +52,8 @@ func (t Throttle) Active(now time.Time) bool { return t.PPM > 0 && now.Before(t.
 
 // Apply returns limit throttled: floor(limit * factor), at least 0. A month limit
 // is throttled only when t.Month. The zero Throttle returns limit unchanged.
-func (t Throttle) Apply(w Window, limit int64) int64 {
-	if t.PPM <= 0 || t.PPM >= FactorUnit || limit <= 0 || (w == Month && !t.Month) {
+func (t Throttle) Apply(w vocab.Window, limit int64) int64 {
+	if t.PPM <= 0 || t.PPM >= FactorUnit || limit <= 0 || (w == vocab.Month && !t.Month) {
 		return limit
 	}
 	hi, lo := bits.Mul64(uint64(limit), uint64(t.PPM))

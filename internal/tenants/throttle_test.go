@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 func TestThrottleApply(t *testing.T) {
@@ -12,20 +13,20 @@ func TestThrottleApply(t *testing.T) {
 	cases := []struct {
 		name  string
 		th    tenants.Throttle
-		w     tenants.Window
+		w     vocab.Window
 		limit int64
 		want  int64
 	}{
-		{"none", tenants.Throttle{}, tenants.Minute, 100, 100},
-		{"half", half, tenants.Minute, 100, 50},
-		{"rounds down", half, tenants.Second, 3, 1},
-		{"down to 0", tenants.Throttle{PPM: 1}, tenants.Day, 999_999, 0},
-		{"0 stays 0", half, tenants.Hour, 0, 0},
-		{"exact where a float is not", tenants.Throttle{PPM: 290_000}, tenants.Minute, 100, 29},
-		{"largest limit, no overflow", tenants.Throttle{PPM: 999_999}, tenants.Minute, 1 << 53, 9007190247541737},
-		{"factor 1", tenants.Throttle{PPM: 1_000_000}, tenants.Minute, 7, 7},
-		{"month untouched", half, tenants.Month, 1000, 1000},
-		{"month asked for", tenants.Throttle{PPM: 500_000, Month: true}, tenants.Month, 1001, 500},
+		{"none", tenants.Throttle{}, vocab.Minute, 100, 100},
+		{"half", half, vocab.Minute, 100, 50},
+		{"rounds down", half, vocab.Second, 3, 1},
+		{"down to 0", tenants.Throttle{PPM: 1}, vocab.Day, 999_999, 0},
+		{"0 stays 0", half, vocab.Hour, 0, 0},
+		{"exact where a float is not", tenants.Throttle{PPM: 290_000}, vocab.Minute, 100, 29},
+		{"largest limit, no overflow", tenants.Throttle{PPM: 999_999}, vocab.Minute, 1 << 53, 9007190247541737},
+		{"factor 1", tenants.Throttle{PPM: 1_000_000}, vocab.Minute, 7, 7},
+		{"month untouched", half, vocab.Month, 1000, 1000},
+		{"month asked for", tenants.Throttle{PPM: 500_000, Month: true}, vocab.Month, 1001, 500},
 	}
 	for _, tc := range cases {
 		if got := tc.th.Apply(tc.w, tc.limit); got != tc.want {

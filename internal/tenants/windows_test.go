@@ -5,13 +5,14 @@ import (
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // TestSlidingWindowsValidation: a plan takes estimate or precise, an org also plan;
 // anything else is refused naming sliding_windows.
 func TestSlidingWindowsValidation(t *testing.T) {
 	w := func(s string) *tenants.SlidingWindows { v := tenants.SlidingWindows(s); return &v }
-	plan := tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}
+	plan := tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen}
 	org := tenants.OrgInput{ID: "o", Name: "O", PlanID: "p"}
 	for _, tc := range []struct {
 		name string

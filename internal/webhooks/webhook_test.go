@@ -18,6 +18,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 	"github.com/quotaplane/quotaplane/internal/worker"
 	"github.com/quotaplane/quotaplane/webhook"
@@ -102,9 +103,9 @@ func TestWebhookThresholdsOnceSignedAndRetried(t *testing.T) {
 	good, flaky := testenv.ID(t, "good"), testenv.ID(t, "flaky")
 	rGood, rFlaky := newReceiver(t, good, 0), newReceiver(t, flaky, 2)
 	for org, url := range map[string]string{good: rGood.srv.URL + "/hook", flaky: rFlaky.srv.URL + "/hook"} {
-		e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil,
-			tenants.TeamInput{ID: "eng", Limits: []tenants.Limit{monthLimit("requests", 20)},
-				UserLimits: []tenants.Limit{monthLimit("requests", 10)}})
+		e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
+			tenants.TeamInput{ID: "eng", Limits: []vocab.Limit{monthLimit("requests", 20)},
+				UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
 		if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
 			t.Fatal(err)
 		}
@@ -197,8 +198,8 @@ func TestWebhookSetJustBeforeAThresholdIsSent(t *testing.T) {
 	ctx := context.Background()
 	org := testenv.ID(t, "late")
 	rcv := newReceiver(t, org, 0)
-	e.seed(org, []tenants.Limit{monthLimit("requests", 1000)}, nil,
-		tenants.TeamInput{ID: "eng", UserLimits: []tenants.Limit{monthLimit("requests", 10)}})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
+		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
 	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.svc, Secret: master,
 		Client: webhooks.NewClient(5*time.Second, true)}, Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
 	client, _ := e.startWorker("worker-late", nil, hook)
@@ -273,7 +274,7 @@ func TestWebhookPrivateTargetRefused(t *testing.T) {
 	e.migrateRiver()
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []tenants.Limit{monthLimit("requests", 10)}, nil, tenants.TeamInput{ID: "eng"})
+	e.seed(org, []vocab.Limit{monthLimit("requests", 10)}, nil, tenants.TeamInput{ID: "eng"})
 	url := "http://localhost:" + port + "/hook"
 	if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/oapi-codegen/runtime"
 	openapi_types "github.com/oapi-codegen/runtime/types"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Defines values for ConsoleRole.
@@ -58,27 +59,6 @@ func (e ExportFormat) Valid() bool {
 	}
 }
 
-// Defines values for FailMode.
-const (
-	FailModeClosed FailMode = "closed"
-	FailModeLocal  FailMode = "local"
-	FailModeOpen   FailMode = "open"
-)
-
-// Valid indicates whether the value is a known member of the FailMode enum.
-func (e FailMode) Valid() bool {
-	switch e {
-	case FailModeClosed:
-		return true
-	case FailModeLocal:
-		return true
-	case FailModeOpen:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for HealthStatus.
 const (
 	HealthStatusOk          HealthStatus = "ok"
@@ -91,48 +71,6 @@ func (e HealthStatus) Valid() bool {
 	case HealthStatusOk:
 		return true
 	case HealthStatusUnavailable:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for Level.
-const (
-	LevelOrg  Level = "org"
-	LevelTeam Level = "team"
-	LevelUser Level = "user"
-)
-
-// Valid indicates whether the value is a known member of the Level enum.
-func (e Level) Valid() bool {
-	switch e {
-	case LevelOrg:
-		return true
-	case LevelTeam:
-		return true
-	case LevelUser:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for Mode.
-const (
-	ModeEnforce Mode = "enforce"
-	ModeShadow  Mode = "shadow"
-	ModeWarn    Mode = "warn"
-)
-
-// Valid indicates whether the value is a known member of the Mode enum.
-func (e Mode) Valid() bool {
-	switch e {
-	case ModeEnforce:
-		return true
-	case ModeShadow:
-		return true
-	case ModeWarn:
 		return true
 	default:
 		return false
@@ -313,33 +251,6 @@ func (e UsageAdjustmentLevel) Valid() bool {
 	case UsageAdjustmentLevelTeam:
 		return true
 	case UsageAdjustmentLevelUser:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for Window.
-const (
-	WindowDay    Window = "day"
-	WindowHour   Window = "hour"
-	WindowMinute Window = "minute"
-	WindowMonth  Window = "month"
-	WindowSecond Window = "second"
-)
-
-// Valid indicates whether the value is a known member of the Window enum.
-func (e Window) Valid() bool {
-	switch e {
-	case WindowDay:
-		return true
-	case WindowHour:
-		return true
-	case WindowMinute:
-		return true
-	case WindowMonth:
-		return true
-	case WindowSecond:
 		return true
 	default:
 		return false
@@ -635,7 +546,7 @@ type ExportFormat string
 // FailMode What a check does while the plan's Redis is unreachable: `open` allows
 // (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 // limiter sized to this replica's share of each limit.
-type FailMode string
+type FailMode = vocab.FailMode
 
 // FieldError defines model for FieldError.
 type FieldError struct {
@@ -705,7 +616,7 @@ type Id = string
 type IdempotencyKey = string
 
 // Level defines model for Level.
-type Level string
+type Level = vocab.Level
 
 // LevelRef A level and window of a check.
 type LevelRef struct {
@@ -785,7 +696,7 @@ type MetricUsage struct {
 }
 
 // Mode `enforce` denies over quota; `shadow` never denies but reports `would_block`; `warn` allows with a warning.
-type Mode string
+type Mode = vocab.Mode
 
 // Name A human-readable name.
 type Name = string
@@ -1489,7 +1400,7 @@ type WebhookTestResult struct {
 type WebhookURL = string
 
 // Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
-type Window string
+type Window = vocab.Window
 
 // WindowUsage defines model for WindowUsage.
 type WindowUsage struct {
@@ -4589,287 +4500,288 @@ var swaggerSpec = []string{
 	"t0f5LM9KHXCXSrrwBBOMmDex9KforKuNgCvZlWICQxdOPS/HMDBy+LjX769sHXxWPc7hMPmwH+0ffGwP",
 	"hz3847uPnb/Wnm6lgis0eCE2FMiPkblqRfhhnez4iafZS1JHawI9nBQkyFRaTNNMhFYJZpKlhuVSCz6a",
 	"8otMDCA0CAItUwszlO1xxicTkbDY20FxJyozzlCDNexR/2HE4kyNeBZTdMDbKpKlskvmy1BicryGCp4E",
-	"yaG0YR4YZqbOvFBj9BSi3j4Md8RNz4kTmIBTvtyY9ZuTiix5prWqkauQILq+a5D4BDYT0XGZu0y/X7J2",
-	"DLMyv/ff9dDScDviAye+xhIypGpV0BlF/WpL1EOixjmWP6ijbPCJ1oeXr2qpQoB/M7XoRg3dvqGLF9IN",
-	"pbKMovfoZs343ECiZJ31cfM8kJUraUw6kSJhF8ug7qFhJ6/t+tSCU1rdTVI+budUlHZFkbhRLHTNMUhL",
-	"8gOsZGMQJTTSzo7KVpW8yo3fQZcsdnyVFJdRUXrN8yS1LFOTFfXm0ap6s+kM6uyhIohRT+cVafWJzKUy",
-	"cIZzAEsfHTEYGEkNG/H53JlKtjTFL9yrbmwP7W+kyDUmgWIbpwO33rD26U9P2MOHDx9HXqqPc5trEcEC",
-	"Usk4WwquO0eMhNkA66KCyn/c/wJfoRIjXAm37H41mu5DI8XfhVqKbPezK6S/CJ5hDV9T0Lv+Utdwv1VT",
-	"hNtSCidiLmTi1FqvEn0YtubK2IkWZtgasGFLXQ5bERu2tNMp8KO8zKEftj6GWSXrSTFb0l4M+uKcNea1",
-	"gEs48TJL/902OqF31G3j89rcyBHPMqG7o6kyQrIU8tjHKYqiUhGkIEeo1vPun8fd/+13H78r/9k7H/xP",
-	"992HfrR/8H29wr/i168phpsLDq5UDimb7TmWj0Ts4JBNVa5Np9DGbJF67FQxkyrJ+IS7OyoTHzkxRb76",
-	"TGnM66yaJrz7ZznxH6L9gx/qJw5+ssrZrIWz3jX97NRdj/WtX3PlQooKUPV6AmpD5lHmp7XVxwd+QRhn",
-	"2+O/4VOrpIVDRSil6U11dBb6lWsNKeOvHdSerW5CmEB3fzuR+RLQHVQaHdZu7vS8EfZ6ChYZnTu8/M6P",
-	"MCqgBHI0NcrlBkupPWi/hxt1qjWq9ypJUWkCMXgelLoGPi86p+9AQ6qJwfrtcDpAbmuCrVl9rS/pTWuF",
-	"vp9EO7rbyOp11NRbUU+hg6xQTiNt1Nx//PwIglUGYaDQAHNsn3HW9koq4SKxOU/17iEtmM96Qtuq/vLS",
-	"2a51fp6XMLoJXfvo8HEMyqlyQRiUyyURcxtsYSgIk9my02NnTiWc0bt8GaeEJAqIKiojwHIG888REfkq",
-	"0OSOwo8o4wlw1qDq3liYDCSvLKS/TldC6zQRCJhV5DvKJdYMFo6qAollKEEhPzw4gIgoZ7PUmLnIbPAo",
-	"umRpK8g94W/m7y1IxgdNY6ejQfrbdC51tSARnciJTkfXNd92y1hyV58cd6vJSxfcCNh/UX9h7+xW+hyX",
-	"ebHKnTIcvL8P0xwqUCPuRYVi69aPTHY1EazXfMcbE3FwknV3Ho+q0ZubZstNjtXSN1rrYyUjkewsWFfV",
-	"EzyU3hWsskQYi6phAXS0UPoSAgwjpRNEF4T4agpQMCY17rrDwD12PJTuvcVFZ6CpM8MXTPr4V/GmAVzF",
-	"K57lwsPAedyuoYQfPjA99lzWoM9gMgE3lgaAkuSELws3s1FszDVrZ+mViIZS/JHzDHC2lJ70IG2h02PP",
-	"ynRJr+tOucEYcbHcpcdx2+myBm75usyArQ6pTe+G1xZ6mNOfdzdIV367Mi+nhN/Nu5ouRanzm5Yfr/Ym",
-	"1DqrYyHHSo9EjKF7Sj78w+kPRyw2U56oRUxcl564yC2FlA2Lg6h+fOQzBdCD7WtdKb0gjM3SoK2ohSO0",
-	"MAmh1lp5RTVkqzrbNJ9x2dWCJ84KLZy+myJ0dW8vXQF1mcBGaX/nAfxwzieIgwDFKJTxg7fF3dJdatNe",
-	"y2fv56mHlvLBB6yQb0V1sQQstTeAkFIW4wMyi5oLyeZu/BiL6c05t1hDNAMUznaZ/YOhFQBSi6kKPw4P",
-	"pZgCfVl7Gq/xMlX5KPmTzjmkrp9TkGxd/twopD4eC3CknmcN6ttZGVfBR9hM6AkpRej98poIZUGHPkBw",
-	"xnuX91Ai36cEaUrHbjsi66IatTu/KvS+VZawcwmmO4Stw7zWkxf4oLcgzSaJVmyFxz6t7Fzv1ou7ToZW",
-	"Y3Wom6TJLxA/tjmUAjDBju89CE/UgALPEx/0nGEdGZelI7Q+jAJoZzs61pPUnOc6q9/pRCTpyBE6xfne",
-	"nr4oy3x9JJ/NuLkUia8sSMdMKlkftloBfd2BIt7gL36jHzg5NE+uffUW4mKq1KVf6O5lqoQbR9RYc4eL",
-	"/K3qSVeHDPc5quMxK/GWYIl18u+1nlw/vcXdVe9opPL249FMsOdy1PMLHThuuG7k1zPF3bTotVKgStbw",
-	"/qdiIls5gAmv/G5Lw8tfSYL22kDAEnaBAajhEvRGOsc7u+KbHocr/vb0xV1d1JVLt9Elgo/C4NtuY8ON",
-	"eFGQR3kcdHubJAgmETudJJWTiMXucdIz6B0dNlZOA3RafyBiYqTFis5BY/HcKscNxuMmpeMuQkdOd/ns",
-	"gSNENR1Nr+mjxG2OGGVAuH8VJEp54usMJ/aQ5mgeFoH9AhHR6TTrzux6znU9fvVJOc91lI0bcZb/ME5S",
-	"R7Qr778Ox1iB5b8J61jFve+xJ1tIeoXDCGPTGabXEZ5+Lac5KerjVs3Nasy8zO2rT+xbien1u4/ffTj8",
-	"2G33f9/vPn73/+3/3u8evOvUBvVOiLJun4085ml2vssdKXLZ7lyxcIupu9+3NDJ2dZVv8pBHzEBWfMXm",
-	"WUdRWBUWjYg2SmUNUDfgLN9dQzqhH6y7UANL17vgC1+EdxxiUbKs8UVcn62407sLU2KDclIaBHSmIdnS",
-	"rpZ7eD2N303/+ip/cGt8xiNYAU7JL0n495uEAYvf7Pf7/e0/czYtUEFB72GEg8yRkzrb4wu++TtK9vKG",
-	"bxTu9Ng15bu/qzveR/d01WLx/7rt9b6PC7rLZSvpo+ne1BkGpKXXO2MIhBti6FNlqfxRSYGZMlbwWYQN",
-	"TRxT9hHVMTeWKQlZFx5a2yutfEsNZsQ4A8ezGzQvarB8UaavcVort2TcAqAaa8duRTFGz70Cgii32YIv",
-	"DZsoZhU5cdwML5bwv3asxuO402MvEMnU5/5wLTDODks0fEkmTzJg7ngrhs8WiweO4A5MHlAmPrvNQ/0H",
-	"djB67oCNfWL2tKPXwzOqNZl+KuYZH1E6OJXppsb2bsrTtnOyO1VJXomF10WOUBHRYqauAP73vlSQjw0k",
-	"tslECfT/6gJ+gXLlQq+q2iqGtbFIN2IoxCPI94tYwpcduO8+E4HFfoQVg2ZQibF6vIqiixJ14ao03oqq",
-	"j0CrOwHt8ApzZ871yo+c7oc15CMwX48cR+bzCMJ1kH/IeOK+4Drl7pR4xsycS5/zRm/JIFbG2pxd5NpY",
-	"lnEr3M+B/cFcI6xANxYq2jPFk44bewQDzFLra40W6QhrXigfpchhYu+9Ag7TWjbNpdMre58NMHDjl1pJ",
-	"hjnoV/qMtR/12YwEkT+8h4w+8Kf40P2Lqr/xRL8/KD6C040q5+Zm5c/uoO/R6dCIYFI1bifETWFbzEog",
-	"ArbgiE7abRVUAyVCd93jBjJH3WRo16rtz1gbgQ7c7mMpl+E21wCWXLwc0sawNeJBf+9gv2hxCOcR9JFI",
-	"TSFrOyid3UxR7AE40NzL9x57GQZaSoEXgPeEYd4djW5iXauM0Y3v2BobZdwUAL50UZWemKrp7S/7XaQE",
-	"nwQccnd5dcHNnSfMlLlAvVXcqo3Vm/65Ijdid6UhTG/alre2ir1WAuAEm1FOoVY7INC5GpAPdvrTE/b4",
-	"8NH3BSxeokb5TEi77rVEfOxaExw7Y+y8/qB67eNaPtj1E+drYBpSm4kN7oa1JI2ptXMz2Nv7o8jr7CXi",
-	"yuOVmz1ECsUhuybLJzujy8K3fkbRplT9wj25Dku3Eu8sa05YG73Ug729mPIOktTAnx0f+bTKmQXh1XZ3",
-	"fi2V4/CHyr1u45v+OtjbGw7f/HdDsWfQPmET6twOKc5ldsV1a+xKBqXPH16evUwe//2P/vt/XPw22n/x",
-	"/fTkz4Pjut82Aa9AhdC/cupo6+wbymlYy1mn7BsvCkyRhGmmTrGxUzG7M1iWDclX8lwU6S4bXdg+LWYL",
-	"elqBXVEPVwKGHfWmOCKrENBuLsRSkQAnOMH2ClbGrhhqvoPFLhMoUe8m6ZWQ7IJj9cBOw2zCrwkzgQIE",
-	"G99eYSOGDSAT1+dA0MSvReZQOrE9uFE2MoHnAxyrHevdN+2uV8N321oPi7WDmxIXt1YBWiC+BXwhJPZ6",
-	"BlpsQb1pf0OjHCsi6M27S7mQN+4AW1oOsN3eD159A/wdz5cPqy5S8nxugrizNivhl/YP+ttA75pwRwuo",
-	"u6nKkiJbF5oUl+VQX3ZVxv6/Ad7dLUTDXYLkVagm8Bl814+2dj8P2TCxgqISIi4WGBcpnOgUaT7Rh99t",
-	"a4x6K1C/gnFtubVvPEv3ltwU8RCKPk6tQAx6JpjUGnfYW2FdpYU7hAkKI55lAaaYkAko0wHGk3tqxiWf",
-	"CK9ZHhX5DvitFjwJymKw71sFDwo7j0QFLhT9vHbSZ0Q8n7DfxobMTUfKD0zQI+n2aZrNqZe73q+bJBQ6",
-	"ym1M4y2a4npkAlo2ZLQH4duwVxRaGqlmanHrTWnGfViNnoTLuF5E0tHVDZMQUcKthx8PrxVJpKDhMzlJ",
-	"pRCEllU5ljCwuWNcc72bz/Wpfje/+3Uc4ivEtssAjaGzprO8ixAN8JrPHqKhjsjXDtF8eSe4vjTCurwb",
-	"hu5/c7Gs7/pihGVpWeJVwKtQ3zZvdq/7qG7gYBgX3WfK51V+kQUPoyqJyXISASvq4EsboXmMF9+7oIlS",
-	"H6VV+Af4tJitn0kAn1Mxoir8NNjtdxuOtkHJqBQK0KO+Ho7KIRbQELpMNQs1BuT+K+mzgZLgBxfXLTj/",
-	"Ob0SlYId8I0FemiMqE8Xyk6P0JaX6GGPqmvJ0jEA3PswxrpXtEpWDWgzK+/D+l+RjY9W8Wa8xfM9S/jS",
-	"MD4VvGpz70iu1Xn0GfovGT5Af/2F7UfYAMUq9l0BEIfR0ornv997FF3rBqwmiq+qXLQbq3BBVqkm+N/r",
-	"AC0VgSTfhry975b4qN8P2oPVd61YM1XWVMXqSUJ5NrRZ91jDkAwBGGMw6Hf9wx/6/RsB/xXXeQPqz1mI",
-	"R7xhtiFuNsWWFkILNsszm86zFAKf24j7HnjmHXC/YpsqTA5fXLdlDaXKN4vhNJbLNnlYr9sfAp8/F7Lm",
-	"hJ+9H2W5cawuAKLyoaxdeQYNAF1sbphuSGzct3yovLGygs1hKtjL4+RfubEz0YD819QKjsPPoML7+ppB",
-	"Q3+3t8Z3XEF4mh19n9e5K0192oKhKRLe5lRtbghJNwdXmaaqdJ4Yt+xmYOn1eWY3wza6ATDhvCHnG5o8",
-	"VrK+y3NsryQHdCJG+eANPWQbFaxNTvAdnNQrxF04qD2qTk2XNlK6is5udhdyv77VWmc6+n1o2RTSGA4P",
-	"9/cHjLNRlrqNLNxL7HG///3+48cHjw6/P+w/fnzgdJJZaiy/hCil07j2obw78P+uu3eTZINvlycJaxf4",
-	"s1ZB3wSmxuNOgavX4NgNsh2OvBcwz2wJoN6/sdu2u/7d7WA87h0D0jT1R81LJoHKDqHMT7FlAHrWN3vQ",
-	"e+wZOcghj3TMYiMsVTvxJInvFrPo3tuqFJdzg8YUIECs+xUaQMY2uA6BDTwwrKjA9eoViGOnHCKSiY8X",
-	"ptqd286uNEy1a9QymkO1eAunIoOMNkAxCGNMcK2WSDOIn2dsmbtkihYmSF6J2rU9Rm03q5+gpag706jw",
-	"O2JoEdzJC15mm0HWVW93iO63Zfy5isfdLljdUWXhlMIHG8M1ZN7FRbOGG6np4MQqUNToPAqiqSfBu2qH",
-	"cBfOb3cuZKiXjt+1fnyBr/jc08h8jpVgt/OU30dXpjspoKnoQzfyRt+s4wOWxGeY17XuNX60uzv6E7mN",
-	"1zevaTPuwp37ZfRLcLO4f3dunbeVSknXt1FcuXfUX3L4jrl3GWYouy+AdUMILDvVwji9oVB4ewRF/+5a",
-	"FXzK1roKlyw26USmcnKOvdJjwJvLswxLQiSi1mkx4/rSQ/9QLaupx+1IJ5LbXIvzqeBJU49un7KDz2A2",
-	"74hrnQrDYvsXdIblMn2POX3R1T59NhXvWTFEkPBXJpyVCQfdN/7BpomW694EH/PLy+Mn3Te/HB88+g6h",
-	"cKfifeeoSOCjlqzoPfSG7qVY9tgrX6M4lCW0vO+gGv/t7euz4/Pfnv34y+vXv56/efbk9NkZ5tFL9z1V",
-	"MrvzMJBFb50s6ERD6VRBaglOzjRs9/PAPQlJ1IjYsxWVqRbM5bep0EScmOx88vrNmRPZZcWlT3SkldBM",
-	"ezsOed7YeuvEyWpJeHAxFPmjmwDS7BMtzAqE3Dg3Aly3BQY4H8pMqfkFH11GbK7TK25FxLJUXnahc4Oj",
-	"aqDpRWoEdOOY5xdZOmLPT/wQjvKHEptLTJWxcY+9yQGWOkuvoCEjFkFwORJQZZvLbHVmucTo7VCuHPPx",
-	"ixevfzs/OX3+9+OzZ3+BCinWxpklTm1Vc2d4dnrsF2ci0Oq1GErwFEJzWjoAGmqkpBQjayLC63366o1T",
-	"rlSWo86AZRkw86WzdoYSUyE5bh/PVvAkW/sH3/f6vX5vH1Lkmd9NvzuDcHB6scG2vdhKCLTqbYuuWTP4",
-	"iGbOHNW5dDzGsNR2jhhnc62SHFqx+yvkTx6QuzarDQiks3LZa9hU5Hn1u2b+/pT2scYNdg0FkVvrFLl1",
-	"8t8vbFME06YHIyxNcN9pp2GIkPGG2bq+9cg6kwd7F98GzSGr1zm1zOSjkRDUYn3rJYad2ibUPHb7ihyr",
-	"b/cPPztPkw0vfWBY6qznzChiiIbFAbP3h4OmsvsyTeICQVQlyx3tpXRXAGhMGz8f1UIMopAbCTclJ0LO",
-	"zk4Y/iDceal8T8YRnwnWJkxYZrmeCBsxKSx014OjjaAuReW2s+GQwvn5M908O5qBSNjB+/f1oZ5G0C8/",
-	"T5+oMtICcOt5Zhyj/SN3TAdPubebgo+kFRBERDfY35rqvnuqD1fb6N1bucV3ofiuMobPrgPThM6EsY09",
-	"a6/Bq5Jcg+15PqtRYn9RC5Yparbq2YslTWCX8oLNDKuQWts5VlBusEbVj/oHt+Bpx1gUHXsdxwqnEFSG",
-	"DL9qShX/xiduwSeuozXaYjTwYfmNgkqQQNsrlJnFFPGMh9IrmKlvsM5JodlBg8tQW4HYbj6Zokq1mdt5",
-	"Rkf6yVaeFt7EbRyutmDp7ekLXBQdqFNYSSYX2j4hxzhzhpJJWRusH+qR5UwBUxQxOY3Eo65sLFuCSq4t",
-	"VUu/FYD4KzmzGMSPIxZj6p3711TlmlzigPjl9PGVIuYjFoPLJfa5Lyv9f9jxKkRTUGDLzUYgJmb40gwC",
-	"uwPJbqF8paqvAY2owfG2OuHdS5XXK4oRvKEoGvZDyi1VuFvqkMOUIDwBBFrPoTDE7b+jSSgORM/Wu8Yz",
-	"bQjuA85sHdN5Lde6Z5VtWdaxuwdBRUzY+Gkoq4C2QPuIJBd7hHnTY8cXwDxEZsQCLF+oJkOmK8VKm6gN",
-	"kdt7bGNS72Z/4ml1NVLgdV7aNMh7cVeV7kNU9cp3BkMZhBXc6vPNcQrGs/Ry9525VaeL7a1RatmgyrPk",
-	"x0yNLp/y5aZ2VSs7imguQCgEzxn2+sY230UT0R2VnM3NU++wXapsiiakGk/05o1OacP8IJu3/BRQ0mt2",
-	"HXrM1cCXOd6UpMamcmSLRKigxbp7Ke47QffzOWvvR/1+v1NEoq0PHLm/Y3DwxEwjG6vpHbmZACpZO1vI",
-	"YXcqaEpeU9ZpQXOhizYKWMQql9UGCrvHJyvUf0u46q86Zypq6QIzpSqBEIKAMiAdAazzASSiCKUxAUHd",
-	"9KBOHeur6aNwL3f6OqlhqI/S1V1jBETXtI1b2ALKgCZOfKs7pNXigfHlhZ/yJqXNHaoR/cupZoD/lSZH",
-	"jKOqAbIYWVSvsQp+Q2YDW0DbIurmWSOfKK3UqcDECWlrgmSCoDJ8xOfrCeBhylnUgtdsST1bkXC7rXV7",
-	"cgKk0ghenyV4nX64d9Kvrf4CrFM+5AiNcp3a5Rv3ZoJKEVwLfZz7hOw1svF4rlD2y9pkeR4/ffn81fnZ",
-	"61+fvYo7GJaD8MvxyXOMR8V/zC/PMT6WJhgUoz/R301xMmrkAEsFiQjTKTfLmWmtj27uqRyr9SkGpbwQ",
-	"GoBE5a4VkkuL3VPAP5+ORI89yY1VM6H9J4ZxcwmZoJQ8mahUToZyofRlxIatGV9ibo7Skz133ntwbczc",
-	"iYRXpXpPqTsvnVr712GLtWNnk7K9q/09LK70ATK3QVD1WNQQCsr1IasOJ+yMMcFnpPga7GYJRnypWqgx",
-	"9fw6PnneG8qhPHN/eFAWb1/y3E6VTi2m1o2UtJqPsCst+1n5yAXgpYz5SBDmUCIyw1I5lDF8I3m2546B",
-	"z9M9Pk/Rsp0I6ejCo/pBOq1MCN3PR1JTaH2UQu6DtwmGMrUlbBODruvQUmXKZZIJDYv5P/+HPYHWo7gH",
-	"bhlC2hRzTtwDz2CceO9qPyYKTZWExEHD4mNc9Z/w4YD9CCRFxQxAxUR7ziwVGm1epG6CF1TjgRukC9/8",
-	"139Vr8B//RdrC3mVaiVhq6+ccXyRCVZzM7zigBvtzBoGRbKJwp2ChkwRWX7Qh5RLPgGPQMYlLl7piQlK",
-	"acEPAqsni5J5L0KP/UaurLqZVLCZ3S115JIaN/Ok59bKpVtqeYXdOuES93q9uBMxSmhB+VVSuJve3gel",
-	"Jx8dcXQvxdLEPfbcwsREpuQEInGEP4ndVymoDrn3ZsB8CXK7qEGOw7vji4/dG9vrBcgPkBcbBLU0kZu7",
-	"iYowNN4fNyxUJoM96bMsI/dKH9P2GQRobNOHYZSyA4+X1c7tmnLnFU9VB6j5GPrnQQdApyJdSrWQRHAe",
-	"sfKwv3/EON4W4J/eKwnU4/YJGKyn9KGUQiQm+PnDI+LAXXg6YVrlVmAD38TrHJg4gXt2KZaIWcxn0FBX",
-	"DiUKCgRjKx6NgkEOYTnP+GgaXDrfwRDgTOj8ikR6OmPUV9HbBM6AoYzfd70wwymbmLWhJ6H03d1mjkaF",
-	"dIyPNhLQ9oDhlBpFRNdhlRmkhjkGhcoFtfEsfbysfXzyfChxF6oiTukK8RxVr9Pp8dmz8xfPXz4/i6PC",
-	"1faoP5Q+wapAu4MRPZbqAPt5BQ4RW27swWO6VafC6mX3eGyFjlFkJKrsUuyuVXnm7hYtWXzKrYA0oC78",
-	"N47Cj069SwIck0NZ+QpSeAlW0XRKdA3Y1QcsUQUrVvLK7ZqSBtkiYYnQrTJzJQ2EM30awv978/oVa8dP",
-	"lLRC2u7Zci4GkAZIHHzvX0bJuNNjb/EyuHs1TkWWYAldIT8uVLKEF2rhKNMT8mG/Pyi62aWGmTQT0mZL",
-	"lk6k0sTOnL0UToDpPMOANXHPUmqAux1EB4cho2Afir6PwLt92BZ7ZXJwysJiMTskHA98vKhdOw62unh3",
-	"rZbAT/4b/qbwtFNNw2ffdxeLRddpkt1cZ0KOVCKSmLUhRBCPcp2xbhIzI2SCubrAdpeWDmLONUUa3Cwj",
-	"74B1C3Xv7PTYcdAFNEk5TCPoBEoJI4wd7j9C3/aQ8N2wwXllh2e5OzOxdtJYQzkcDltWvLd784yn0v01",
-	"bMVwVIDwhhNuhJkzrF3ZGPoeN69D5kfsZg9yIjXs5lhtDLWLw34fEGANBmTccYJUwyufShYjnF3pvTw+",
-	"eQ7SSM/MwG1xSu5KbDdlp5h+AKf+YdiCr3Eb0QD6vf+uhxYBNpKfCeMECz7iN5fYYyMaaoTu6WHrYxzV",
-	"jIRU/fvDd72RMnbDOFwyMlTcqyD9aO1lqGbXvCQFnlVsgc9xp3vtXnjEKK0E7zjoMZxgd9txZRT3xLAV",
-	"DzDCg8TkhA5IK/wT5SbeRA+4laUSbgP2e8/ymXT7Y3nQQxxf0QEiRFA1p464c5/xzF0QkUBRssT3p3Ke",
-	"2yMnq0OBfsGTMHbovn/ob6ITihlHB66X4+3SWHJfW50CcnUhhaC/HTWK6bi3HcISxyqXCZxoqS2CuGwS",
-	"2gnjiP0tFSkDUw6ze0TAtXZKyXLupSYfTZ0hM1UJa8fHWaYWMVE/diTGjgYwocfwgjRhPNOAPSveuweP",
-	"2OH+w+JM6RZapVjG9UQcAQsJGahblU+acUd3xA4PDgolyMsA4M4XWvBLA0oKC2FHgKejEgPcmywxnwvo",
-	"hSe0Vz4COVt21WRtwo/quJcqXQroUm0gjQS31QuMzhF7hEfsDUk24lIqYA6JGKUJlOElwtmJAPUGiLL8",
-	"iqcQ9QYu7/YF6oFHFf8uqMjoNR5n6WRqj+DahXoBBPoosKwg+2rp+HjBsQvkOZ3aQHdwNP48gYHAtojA",
-	"sIgqunOACE/5hO7opcc6BmWSYOO5HYFciHcBdnUGAQ5NtoWhW1lR0TVeV0NxXRqUbNRi0BJMj6K5sLIX",
-	"QKko8iapdIbKgMV/hUP8y36vt9/v92PW9vrafr+PALvxXzFv5S8xaACyUC7dVArg5zmfiAeGxUGiSxHT",
-	"dJJG5lkWrzchxYg7QoyGjorjk+etqHUltKEcu16/1wfH9lxIPk9bg9bDXr/3EAF0p+Cm2ZsKntnpnxCl",
-	"rEsNPia18KDfdzOjWm4P1+8ocN5jFEyQKqDOXgsGRtp+nrQGrV9oKKhTAeUOpnDQ74N/FEU+ZO2sCHr3",
-	"GTqttrm0cAh07NS0VqnMuuK5ag1+fxe1TD6bcb2ElvFXQgpj3E7ziQFnoV+Mab1zP90LSrZrt843qyEp",
-	"fqKVY4Qid6L8vQVbzkDePkOX3vqO0Ru271ipAFX3ajUvo3ZbaB2bNySY/ayYVePWAP/elaiEZCfK2InH",
-	"VkOQWdTP+WiKvM2xxiKZOfLmJSCjljT3wEBCkVjfyVOc0GchPRgbwJ0f9R9+gvFeKfB/JcsjcoEYn1vu",
-	"Fc4E4LQ2Hbebc7rtAlzt75FjYg8dE40HTpEL4NXxz8/WXDzV18ShPaWhB1IC2VgX8HdvKF+Bm8Ku+ZGR",
-	"N1aP/hm8kzrYAe/THPo7mEZ4w/IRCuv9LceMx62P/wQ3mR5/V09uda8onvOt9nDWjmgOd/oVTzwSJ/xk",
-	"f/tP3kpy4/6JDXYOkTg3/+gnpS/SJBEQWz48eLz9F8fJLJWFf0Bg1WxJaD9WPFvQZt+fe0B6BZafpzsE",
-	"+xt8aM2VqWMw5hJ0GdCwYmeSxKVfPUYGVjRPNHOnLUq1KHrNFSEt8G5gcAZQH8fMqCDCNGPchp1nIsat",
-	"mqVOoVn22FmBeDjnxggDKXZDmY6jlZ81ozrHoHr9N0KTetgczOs5YpzCYFQwAXpPPgv9OrDyAevHmN33",
-	"Rw4lHeB/eUWOvsJgKAwc7zZFswL15NLhGis9icHYCG/fUML16/RY7Pat2FpF5f5YwqPFJDXQJ8V7wNz/",
-	"6h4eSg4H0MX9od4EThmdo7c4XoE6jVl77m2Ug0MwW03H+7SwJAkLDZwiDb0XIG5A/jEPxUx9fAotMtxN",
-	"SCyDQwX3Hjol1azMxAjQVLu/uhlRwVcqoZUGaz9/dvbTUCaaj203FXbcpehHN1hL91Isu/jDDlIQ6KTF",
-	"AXGWpOOx0ELawjXI2mXzpcjbKuBtNNaXyqxtPrm3WWrce4zKrrA5hHcdHtRuAoWEyoy1RJBpQsIFaZJn",
-	"YCMNWEzJJHHolDxisZnyRC3AFxloAnAWEOU9h0yY+IjFC65l+evgMUyRjT3Y0lCGBRK/+W9xK3sMoLBQ",
-	"sQCrqdAsQlz6uOhHFA8lLWvAYqc+x2AeLgyNnoiJ5klBMBHDEqq42AzsYyWHMpVdr3aix1iz9urPOxGL",
-	"sdKxXOmj/sM6YfaEQE6vJ8SqQL+/YBUQiiegoB9VsrwzxQSmWAijanSZeifcmxJGY0MxQI1mBP4HkQD7",
-	"cvY7pRFciBHPjaikVAJtQ1Y5khBMdZ3CmiZEP9qr+cXHqLXiXN/2ktXHK284DTMsd3tL+ZOVNxHWx65v",
-	"cY/DLn/BKkr/cPsvXin7k8olDrG/wxAnfJkpnpwp9YJrhMY43H+0y3pMPp9DV9KXIkn5mTPPQJE62HAF",
-	"Qp/07lfBd12pNxBAogXIF1FxCRD7ZuDD1CROyK+mZBEfBeeXYW1nWZTeaGSk6HeOfOMw7+WlrmroAAR3",
-	"ValwPTDgKNOOe1JPLVq3Y8wYG4g99Da8jbzkTEirMUG/UOzcnMLZu5+5McPrjUYseD6xT+wRTLNLTshq",
-	"QwW3U6g/gELW9vhBpGmQpx5TOjokqcFt54W1d58NWLOspqdR7Fe1FZil5Uvj8bewPRRVX2N9NmdSLGC2",
-	"qG25v2hUJ0lKff1TcNqnwFkH0MrRaXCpCVykuELvry2BwQlmiYqJOTLrAQMgAydjKT0WADXBywZeynPQ",
-	"cApkTZSaAdP+mpht1Apctlt/HTwKR7TZ/XDnbKa0f9CP7XR81I8SZ20N6vUxD56J19QxlKF0epkpdKTI",
-	"x3h8Xf6q07vwcvcY7AHqwEO54u9GgumxVxi9dKppGf91N95Pll/4lAkk3zUKu/GZVExhuFKh2o3DBWYw",
-	"Wr3votZakkPwbcVE3rvwICH1hvJT0lfBkYaHlUrvULPZEjgbuF+iopkFN2w1Ew1zMykdbU1Zx+avcLeL",
-	"TnODol0RfdOm++4OF/WyzlAqHXn4B3gWwTMgD3SFoNoUTYuKTBiMVwWxG/e6leBNRDSYuB8gT+WlLu6I",
-	"L4KI5Yo40MKJgaFcNclKLn94cNCJsJ6/Em/GDYHuERghjnvsGR9NCxuecpjAVbGQ63bu0RZjE8w5jNhA",
-	"Elr7sN/HJAx3Cm7ydBmN9dgaxtE/Jyvb9Hb3DbTRh4EzhwBvIXgvxRJ7+MEh7uipgwvwIxDs/Zgm8O7P",
-	"aZ+EE2gSna9rbkuRCgBX0RsqXrp/4V7CT69R17BVT+RlOhU2m7opd1V60hz5wbBhvQM7TZzEaXBfr10J",
-	"96bXbqjrmvygNuzstsZK/M1u6zu5AK/1BLAIGuh+zidghmPzz6/e+e22AtYaRlncnwCdViuwEc+t4M7U",
-	"He491JRheu8G8mLHshCPsXs28MAdemnts2vAvnID4JM9FoNnzCcnojfY+/ciFkNX4vzCTfZCxO5bRCAb",
-	"Sp/bes7laKr0OdQxW8X2WXvEMyETrjG7yHRqxQIs+TUEBO5DKrzWE0LJ20ka7N/lwE16sztbMM8xO/pL",
-	"vwv9He7CEyXHWYq1Up/Ty7Ltx+SudcbIM2lTu7yr245ERjd3/cYHggWjoo3ipel+s2oKWKm1UZctEGbr",
-	"MuZnYf3luj+uv4HQo1IprviP2EzoiU/OBYXYO4hY2/dgq9a988SZAlatdnYwHcyr9CC5BCEaf/HX6rrO",
-	"yzug0p+FbSLRBs0IG66ByLqWivJaT0449a2aezN1tUqZywml/FMm95wgUAK0q7LcEB+5FGJOBVAAWr8h",
-	"YWC3K0MiMCJMBRM7oQYNis8BuQ+cUXVCjlMZkB8UurwpKQaVVM0pt0MJudaYeklVChNhoQQDXu/9EpjA",
-	"aXrsmP4Z1uxmgl8JNHUh/+5BkNRoGL9QV2F5i/fSKk0/DIxlbqlWjIo6zVAWpWVlqUkZLQ8Ch3UiHKBK",
-	"71WCIxjqJzbnNvA1PBwos/rquMx/pPDGy3Yzzrgm2ouati0mZHlZsfpMiyt16ahKirKEJGJSLIqK7xJ5",
-	"Cgtiza25X819drM7nqe/iuVXY5nicnYxTt1RfNMcGqxZn4kdXJGC1u9VgdhsLRdxsSIbHmrMbK4lOlvx",
-	"sgTZ12YKTmSZLcGReh+3CGeHhHdPkhFf/nnM23DspElO+ugqGbpHLA7AuUHBwzJr3GmrsH3FN4F6BwL1",
-	"Li1auvY3ufXNwnHvw6VYfsRbnYk6VPdTkIcFDLl36vrIBFXJ+sY9o5GYW8Qvp+Q69xuIqw9llpqyDJ3k",
-	"LESajYA44pW6hNqoQgbDeEWo6xATCu+DTeAiAzZRua+H9dnWbggojYPJfhNX68SL23pL4r2xyNqu+fwq",
-	"liTdam5InqSbs+1RayRrsaohDthiqlg7hgZhcSfCzE34O4US4hiL/9xXGDbFWsAY4TV8fyaMotvC1okK",
-	"OMF70zhh1V+LvukWs4u6ibASQhIc+reLvH6ReVJtcxbeZKCZ+9M81+/mjiUxEOZVC4jx1iRwd8q7kTc0",
-	"mYrYPMshro+ZDQCvV7yTXDltxK+ltHy4uZB030Ggh5Qgrb0tiYNFmDGvroT2CCSwvzPo15XkIsg/I5ct",
-	"pfqhWH3y5u9hQkJM81V6EsFKYaE4wQgH9OOf4580Mv2F40aIhTpaxr3ildVoVAiY2sZGWzqXMpWTjsfY",
-	"uzlnUjrAaGlkU1i281pPvtUbfSXcZb1AiTCH6sqTNrKZKChjukuGQ/XOXfDTfqqgkZNcT3DgtzDuVyKW",
-	"gzXtIpwrtebfhHODU6iyS2HGTYVyP6d7aC60URIU4xGX0HYLhC0KlYW4KNaATiRM9R6wGNtRxUMJTZAL",
-	"UDHs3VIEa6D6nBuzUDoB5xJ1UZaYTsnZlJspZrcbRNNxL7S5liKBrA0x42lWAGMEtVxl+sbj+3NRBZfi",
-	"nvxUwQifx1kVLrEppBNQ8b9VcsZ1r/2/STbH3fmvKkd7Y/60RTLvfUiTjc6sp/C576Yc0BqgNEq82Kn2",
-	"je/uJbCDc1i977s4nCozTg3DVX7zPNWQHW7yXZFd9KmShDZSRf9zceJvBNaQw3NX1HVvDs7goBttG0zs",
-	"2jlKjo+vBsS9xx7KAPncrAbQKWOWnB639AoA/heubChRO2QFoivk9VilOk0uzp9xvV+JMQWr2cWMwnP7",
-	"dpUb7KeJpwp/h+mDT+FvaLKdjpPEsBgcdHGQClb0MUKguxBuBTARpFqwXNo0c7+1aRaz9sVyKMPmUkFn",
-	"DIpikE+v2taqEzElWTXQR/G/3lA+IRBf8FtWkf0M+luNxx3xiW0JU7n1IwO4ILXF6GBdG8IxGyEIzS91",
-	"jAQeOGKpZVk6toYKoaE7svVL7DFw9geprJA+yI2SMdqG5KwNwTirZdZu/Cnl6AXb2z48OBjKAhcL6qa1",
-	"wGptaB5jFU6001wVEOYiRkNnfMoGrcDDP1ZUvYmw7LABrALUa2AC92Q2wrs/j8GIy2pQUOB+QtEW9tLx",
-	"dPktceHfPxMQDp6CMm3OrJp383mngTlX0FeJKJu0nL0P8P+NNuIzMgORwjxdDRq4b6LV3DBoab3KKgnJ",
-	"CF+D0AKbMiCOUImqZkAo7dUpeE2I5uPTIdh1kNowIl/yi13MTlzAt0yHXTIdcLOuQan3qPzDKTeq/WEP",
-	"vs2ggmGzvgDsFqN/U5ElETPKafvWyULxfp5qD67Rtil21E+TTjSUCt7Ls2yJflnEJ6Z4j0eD24OSOLI8",
-	"2QvBjW9IQJC9CPgOEGZeD9CCANLxgvXYMeq9mVKXUIcqVdC1Erq9rXcijIbSqLJAL0OsaW7ZWCwIwTa1",
-	"oNFAl9Mx2B3wQt8Hsg2SXSopOohrh3uEeP+8ikI7YGOVZWrh3onaWgqXTOZZhhoL8j87FTQgwOyChvTA",
-	"OO4B+LpJfO8BVyiQnQt5GlLMGt2uWh7ZsoZy0rL7Uuoeg1a9raglObQQojZRu2kHz+EO7j4wejLqByb7",
-	"/TYDn4Dmmv4pmsbwPSfLQUgjbw0e9aHlbTrLZ63Bfr8PvVHpr7oGbF+O+RnQxE5Fx6t37psssTi3R7vM",
-	"7Q1ywLclIvmKGCrT0tZ2OpBJwEM+UyQdzMKdnU0Ecb5jbf8t4uxnMK2vxCfkFrPLbYTd/XYDGzxClkjC",
-	"3xr8+3NG0EFDKkp1A5dL2xdNdopEsiJpa6w0o+Q2bRBPR+VQfxq8ANW6VAMgThvS13wBb6fHTopcN3T2",
-	"mHxGvyiKIH13dF9WzJcAACTej4QIwabaucyEKa44qyAaGN9tTypmps4s1V3C7EVjy7129ZWDErMcSiOp",
-	"BQzOdyib/T3tjWh6JZQeVG8SWNBQhgh6lYFZ0Q/c/J6+65FH7v4SBs5QV7oPl4979efx+MCiGhw+SP3f",
-	"cgK+ITxAYJdshetx5wZ9ZO+D+9/OmQPeUgWusAL6jL28Ul3xiFMRXOnC7w3lW+w8SOlGhBFKbqJUkidc",
-	"Q/dzU9eg8P5SEwrOsotziBCuv+Ui7JCLcCOS/WS5B/XH3v9kvP0b6TRlGdyQbu7NsehO8q5gRbzmWtZN",
-	"eMUT3Oh8RGAb2F8uS41dxeUoOoyttRdrF9QP5ciAzYH1ydhxwkDXhUUNJj9NvoTkv3NWC2Aa96zDfRbA",
-	"jk3X3CN2fJXX/T8ZsuM+tLG9zcUWr+/dJ/RVFV3sWm3xrcpik09oVdmH4tFV4v/sWX9V+VzrVDqlhRjG",
-	"KZ1YFqZNxII4XYkMt5C1LqdoKEdcX1VTe9xrHpgj/3LvdFJSIORW+QxbcTY5w8hNSwpRAFAHu26V+wCA",
-	"YjHMh5NPEOI8/SMXjBoHlJbWPTlg7rFU4/PVaGxKCS6KMsrz+OaD+U+U+p550PW+NuvbRe7vfXD/24JM",
-	"MlNXZGIgSVJb+AK5smBXCOnuecWMLyl7oeQl6Hi2UyE3c6j7c7tcqxTEl4Dk8iu+jHdAqm+L/bkpsX4y",
-	"/8t9F31sY+3fyKfJ/7Ki9X2Zqt72Z4MqkEa3TbzifDEF43xQ5afx7+/cQ8iBUxsxowKeOZRVV46j2qXP",
-	"V/xRC45pjusumyrI6f14Xe5ZcfssXpeNpVzkdfkqL/l/tNdl7V7ehSo21cpC4/tmzesF1GEEbeUWzt7C",
-	"3xUAcWuVI21nzpVB987RUHIs2rit+6ZRp3qtJ2d+PbuoVm5h3xSpevfH2DaceOj38x/dUKuCWJAnpKA6",
-	"CZuOoRSBvmbeI0GpGUhRBC0KicBTTsWGZsazTGg2Biw21o5hMjEzfGnw+c4RZNNDl3yJvRmdau0rS25R",
-	"urharcjKYkVEswCYxBrqxX4BzaR7h+56P0ZTZI6+hztRe2deqfLIwm37donWLlGFvIvKpQAz92ZX6RYZ",
-	"Z3nNJXyZZzadZ6nw/ZVMliapnFRzsdrY3C9is1TmVkTQpjNiCV92giqBaIhJ7FAMiBV+EHdbshgvZMza",
-	"2m2xSKBDHPRtzwQ3lkFPNcpmg+yyocSRrVJ4WX3SWWqgyXNNsSL5AjmbqZmQNsJM+6GMsUrBQO1NW2kW",
-	"W5sV/S2LMkqYzUwZy753CzMA5ChkWIroaxB67DTUmGvkYjp2v5tim7gjxstv1LhgYkXDuxW2he6KRSpN",
-	"Uem4i9DEPurb+RJ8HoG/lROTquVLJ/kaX7qH0CW9/o345M3jtnFDykqmpyIotTXCfn1a9WdGjTlb0QFu",
-	"whfXVVvMe28KKGJCVoDrGPDlCLt3Folf8Bf44CAFwV1qAI/kcgkZA0O5AiPpr2BK9c6mx7biKxZ4is/c",
-	"aL7PMoBeUQvLOOFptowHlULuWZ5x6NiDKWTEi/Fljp9B+gMVgMM63p49cdwNOlgCFJfSl0IzLUZKO77s",
-	"mL3bCygpgPQIaN5Jr4SGYvdbgATOMXd0t0J6vN/oqpteo3ONT76pQ3XOWU+gfAV34AupVYGx93jyr9xY",
-	"pz4A2dx5er/SWowsNo/FymJMBtW7IDRg715QStzvUzOUC63kJGQJbakInBb65VJUo00fwRX1noT2Oojt",
-	"UAbT8UATPRYbYWM2g1LMAjuXKrZHajZLLbQawE+mIoNEDcdBnOETVOcZy5fwfQdZKXSTOnIMIokZTxLP",
-	"FWcR9FufIGvDrzO1gJoG9/VR0TtZSRF5xe/gn4/67C9sf//g0Q+PHz/uf/fD4cF3B4fUgZ8tgOuRjokN",
-	"YYcSU3DpBX34+uCfj/ZRXYKdeGDYhbsHhHCfuRn5TfKpY+QFGco2Ga9GCGftReRQhepUkUwoOg4uVFiP",
-	"kyKGLUSWuRHHWW6meETQRhl2z3Jtqd4VkCfcCUAJeqAxF0DNGM7i7jgdG0Jq9i39sQ/8YqpQsY0CMGRE",
-	"Ikc4irEliDTg3QWsxhu0CxjaBcabBENpFdoBUJerrPdADrCYFS59boNAfarpHYFOO5QbMDTYNSE0hnID",
-	"hsYxbImXMPfjFuYTcVzwkeuE9vv3NYkmaVWyu2/gGl8SquJdlYiSvClQbjzjapMvtlMvfHdD2ViIi6lS",
-	"lxvxBN6evoDr67iSFgxSgq1i7Zh+jP3+Stl35LN9U0v8Kj45PnvyC6uOTa0U2C8vj5903/xyfPDoO9A5",
-	"E+H4M6jLMFw6kYTAQa0XCEUd+96TYg2Ow3Qiuc11Cc4Os2Z2ORcGpo3sH5vpgOhNhE6vRIL+Aw9ZAPIi",
-	"/tvb12fH5789+/GX169/PX/z7Mnps7P4CCU38Ot5CmaEdOJrKGM3eion50GrHplnGUpmqWzpwVz22N+F",
-	"TsdLxv1il07YOvLILRgj4Z44KT7M+/2HIwv/Ez38S/MFpGTjh3HJXGl9oPir2ZxrbO8C3MHxWAu4JDad",
-	"kdhl8dU+nF/8t1xZPs+4FN03fjMHzP4FB8xl+h4Hi6726bOpoI/iI4Y99pnKEhbbuDeUwJ0gPojoS+64",
-	"RlPhaJy14yfu390nSlqtsgGTqgsIwHHnPuKIPwv7G5H6PXJsP0QDp6b7woyw7phNrxW1kJhhJpUNqQEX",
-	"yxaOfuJio3oVbAICHTDWHbebwTfzJWkstvcn4ROP6PLS1QkYKj1oPmm3DBq0W3LCRv6MtbPcWjGbA1em",
-	"3yAgf2iOIAdf7XpT5ZLU48Ix/LZPAR1pkQhpU55B41PAyCDO7YeV+ezCCaQxTzOnDePHBvFPtDNAPISS",
-	"03nVeByxHGDYDvr0Ji1GIkXG+8vZ2YkzMmzuDCHHQTHOAy09kJuIpCybxo7s+OAY1G6Tj0bCmM59ddyh",
-	"S/60PJyvJOO8urCd2j4W4suf+TevST3b8Qyn2LBqR57PyWb2rEA3x107St4APrdjRF5T7LmhYs9wQnzM",
-	"qi4JkRxS/LL0UmCQyKlrtHvtWlUlJnPa5yQt0NU7nwtJtmzAaMBvYHPs9byYLplUXlkZ8ZnosePiYQKV",
-	"4mlmvCLDJXEeAityfA6IGYcptZ6Dfp+ULOBLIhFJzMY8MwKVUadGwpUVoS/XTY8niRbGQJrVgHGWKTV3",
-	"/BNAD664hdK4LJWX3UyNeMasM3YI9m0M3p0Au2Eo3UA6l4ZmU1Vvj1+8eP3b+cnp878fnz37i7MVCJki",
-	"znV2vuBaosPXK7Co27nTpMOkbfEu6Ij+QtZPvbp9yUJ4B44I+TNNQGPu06aQYMHodNU70q4SU6cHRYCF",
-	"Wg4xNNTLi0v39vRFRHWEpOC7b+s1fEeW0OnCbdN9iBB3K4jTnrmLd/8M3Q1zCr6y5mpeY4tjeWDIs/b1",
-	"8fKDDVs71+oiE7P/vt4Wn+CvNoQf2U7EWFVAj4rW9gtOlutdCSNHfuBTLq5uhQ8vCiPp2qKpRsCoPEu6",
-	"F5kaNTsYfpsqJuRYaYBxwZb901zbAQT2KHPBY9lk4kpkEUshPicTteiEnf6n/Eo4GSEdzyEnbgB/uJim",
-	"GfokOLCV2Ex5ohYY03IsLmYzlUBexILNuFwOpU9jkr4HHIN+OGkZgzMRphvQk6BVH5XcANrPGbeUoUz4",
-	"EoXKHNBQWJqI2Vw5UsRfO27nUSXAd8eeuL/cbYRQ5tSjS2DKQSoZvwBgIIZeXL9WnMpRGBmcC208UBcB",
-	"EoGnKGJGgcq/ZCbXVylgKYPbmpHXuseOKaECMRiT1NhUjizTgMCsBbsUc4h8+g7SQ0mRyzbiVk9SCfCH",
-	"v7kz+tHRwhM+jzuD4ITGuQbvPmERubf6jUjl0Gn+0MFPjZEAWAw4PnFpo3j6SAF/1ZMGyK+RE/9JmXIC",
-	"kJHB0UA4AyIR1wnw3nv4tNytLzeGWs7xVGCjvHomiFT7zTKoYcbAgbBHLNeSdupLC7A6LXsbAiBmcbkn",
-	"dwb/q6/hPoHBvhKL2i1mFzMadvhLvyB3VZI9pxP29Ix/A51ua0iX8U3o2ezYS5DMjeMh7VDgMj6UhR7h",
-	"JcScp/qIxXOlsirTj+kPakVAoHP4c/JrFVDIOCDC0UFWIEHSgfjxmHRehylFvEeIEkmA8Ue9FShdWk/M",
-	"g0BMcrlEBLsitUiLwtYDUYNFOA3lz44Y7ylc6l79ecqfYVENcsed2r8V/tx/XIu5OZLkKicI5c7eB/e/",
-	"j9du4VpbsVlcgXvk95uo8ZsO1FSx2UAJ19Z9My7vCuiKX8Bn9MilEHPKfIGMp95Q1pdelrhXRywetkga",
-	"DFsDCAeXJZiQ40kNwpsNih57oRZCY48JtIYBAgt9m2TaGmeW+r7jZAZ7nMKykQ/aMqkuMZqhF8Yc3+1b",
-	"o0MkvIRSDVaptJ8vWd3B29yXWCiAee9+1GgVqcvZ1KtQXfVFn/csrj5L0ecm/uCLPr9KPvEfXfS5u5S7",
-	"Ri1nahvrNo/Y1irNXkP5pSPQb/WXd1t/ScbDxuLLncorjbAho49Kj2ZQxReURgZ9z6A7/1BSORPWUiXX",
-	"a0RE6tO3EsevMDq9I4neRhe7t7pF/CWE/SqXg1v6ioIG16xgHMqwadi/QwXjyiFWyxehYX5d7b9TyQJc",
-	"/Qtlp1S27Z7JJ5RSWClu3FjROJSNLOQkX2ch/1HViNU6xK+WK30xxYgFb0CX+ooiFvA20sVWW6zVOyR/",
-	"Uc4gjPlM5dLGVH0RNnUtLbOorEB05lHEEjFKHePxtS9ZeumMNYoAqjEbuatfvLvNs8zZVj4crK6EDtka",
-	"hg7QmzlgB/19Sri21TZwYOwdHjzGZBrOwhhpBL3K3Mu9RcZ+EZkvDQJv5VACEJApOKpvY1uZSaWkKFHU",
-	"I21lJpB1bYTb9mTAiroj1o5PXr85Y6uHsPchTT7u4WNxJ2JaOEYNzz999uLZ2bMYutRpYpKZGFusepw7",
-	"dh6y3IjRqNSNlsVKnsP3y5i1YxoihK7GM4jC5iywjzFNIu4URUsUgTVhfBeSWijCO1qeXwo3DsVJI3Zw",
-	"CGLMlFDW6I7QgFlabhdsvM+iBz/DElKZdC7itZODjnlHdL48K5NyZmJ2AYBz3tFQG6MEcvC15ojULTIl",
-	"J+gRV3oSNzuXg7Zi98TWgxEKHvhpfc3hGmsYvLs13wz3uzPcP1Wezqsg1WYqMkoUJH8YXaG1ZkRFCk9w",
-	"xwm7gVMaCCvjMpwl6XgsIIeA7oa7SqW4uxP6hPbezYleT5Hpc8MaxQ3m0VyIav7RFAi7UqpwKqxedo/H",
-	"VuimWdHTe+GjMCuqivpUx4vpLIS8yUdTrD7hFS5LKVpjnmaQA9RhJZIAfOn0/xmXS396aFJm6WRqe2tY",
-	"q5DVVS3K9Lk4gfYBR9AYxqdv6xQTkImbYVYz7MHKsY43+PEARTaebWrYJL0SEpshV+2lHjseyiJViSRe",
-	"rayibxAp8BgLT0mwUzYMStnBUB72HzPJZ25sMCost6K+5zG8dFWm3H9HzHr6QZWj928Pgxws9A3qQndX",
-	"pPgz5o6Fl8pR1bXpPdqprbFPdbsUywcQJx+w2JF6HLG40CndH15fxMwr8nvFEYH2uAs6Tie5FqbHfhVz",
-	"SxUkCV9SCXVqyVnmVDuJwXe0oou4Rv+wwVv2ZZDvys590VR8N6R4XFWgfYWXYzY3IMfr+byCw3ielBlU",
-	"TSbN9asuVgdoBqmA1NE4B+J3m+BYfWG1si7Db2pYf+TDoFRobKgzdtU3d5GPLj3sNoq6hdDY6luiM6vN",
-	"6aGiZxr1G4CMf3pNatBo45mSotMrJgytfwq9JMiMdXI3zzLMLnUidSh9hQdmfGIOHSo6sbOXz4vG24RC",
-	"AEY0RVMrGbl4KGXL/lLMkTxDawwLa2F/Q8OrlH5eKIL4G0qSf2xX8fcEBrt/i8qPcw1j6pOxrSeei/9H",
-	"Niyol9SfxRi7G56Mq1hREArPA/IPd/Ovrx+7YcQo16ldAv+8EFwLfZzbaWvw+zvHILHIoq7n/QuomyLf",
-	"DmtTQdAvZ2cn58dPn57GHWf15DprDVpTa+eDvb39g+97/V6/tz/4of9DH/gvzXetu3zGpWFtmwptOuwi",
-	"lwlkhWCaIAdTI9eCKg580v1cqYyNMm6w5sCnh7DXPjqnZLbslR3qMZRc01NfTzCNHgG+JZfW9BigklE8",
-	"AFNF3CAzvmS+R26QyxiMovSkYRB2fPLcKWFmBViBmSlgvcqRgHgGJOABCrlbgLNLuJnCc1ZBH4RiLD5P",
-	"u+6FNeP9rN0yWNuqeTefmw7jifc2WkUerQeGhWEb8PoG4HAcQ6Y9hk6rhATGlbpEv2AYxwgmNYGRa6Z0",
-	"ItQ8g5QfrBlzghMrBhbiosRqtCzeoz/2YpgIBmQnwRj0fRdRoNeHwkJvAtaglOEoAJKOwJmndAVFp1rt",
-	"HW5znqS2ZhToqg5uxRWs9/WOQbjbBUXLpLhIlIRLaHyp9i2qitGx2dj66KeNzZrWOxyV3a/LWQZDNG2j",
-	"I9OpsmzO7bTHnoI33rDFVIBqz4Ge3LBOs4CrMVGMTwVPQqmfhluJnGh9pDV0QsjgRe9vFWG1aPbNIG5Y",
-	"TfyvrAkw69ZG+rHaZxbcOgj411aa6VxKyNmqvjc8D18rUL9dlcKwqAYuoajFz9SkjAqsloYH4xUlZesD",
-	"Hid8DoBhPjhjyn1DVC0k/AzyTliRhYY6VkhjRShubYxfBM/sNGJOKU2lIGZ7otXMUUFe5Hn32CvFnIIg",
-	"pE3XKKzQ2YzT8///AAAA//8=",
+	"yaG0YR4YZqbOvFBj9BSi3j4Md8RNz4kTmIBTvtyY65tTZb9XasQvesVuhQG3dOb9y1DpMGhNUjvNL3oj",
+	"Ndv7o1CHwn9CSE7ybA/eimWBqciSZ1qrGhEOuajrBwQ5VmCe0ZUp06Tp90vWjmEDzO/9dz00atzm+xiN",
+	"L+eEZKxabXdGAcbaavjw/uAcyx/UXSJwv9ZHsq9qCVCAKzW16LENPcyhNxkyG6WyjBIF0KOb8bmBnMw6",
+	"Q+fmKScrt9+YdCJFwi6WQYlFw05e28uqBacMvptkl9zOfyntis5yo7Drmg+SluQHWEn8IEpopJ0d9boq",
+	"eZUbv4PaWuz4Kikuo6LKm+dJalmmJiua1KNVTWrTGdSZXkW8pJ7OK4LxE1lmZYwO5wBOBfT5YAwmNWzE",
+	"53NnldnS6r9wr7qx6bW/kSLXmARqCDgduPWGtU9/esIePnz4OPIKxDi3uRYRLCCVjLOl4LpzxEhuDrAE",
+	"KwAZwP0voBwq4ciVyM7uV6PpPjRS/F1owMh2P7vu+4vgGZYLNsXX6y91DfdbtXq4LQV+IuZCJk6D9trX",
+	"h2FrroydaGGGrQEbttTlsBWxYUs79QU/yst0/WHrY5jAsp5/syXDxqDbzxl+XuG4hBMvCwLebaMTekfd",
+	"Nj6vTcMc8SwTujuaKiMkSyFlfpyiKCp1ToqnhBYE7/553P3ffvfxu/KfvfPB/3TffehH+wff19sWKyGE",
+	"mrq7ueDgteWQHdqeY6VKxA4O2VTl2nQKxc8WWc5O6zOpkoxPuLujMvFBGlOkxs+UxhTSqhXEu3+WE/8h",
+	"2j/4oX7i4JKrnM1a5GwnRRDfc+daYOExrDniNe80ZN3A7VnPqW1Ipsr88re6LcHVCeNse/w3fGqVhDPa",
+	"IdAG6E119By6ymttQ+OvN5TTrW5CmBN4fzuR+arWHVQnHZaj7vS8EfZ6ihzZ0Tu8/M6PMCrQEXK0nsrl",
+	"BkupPWi/hxt1tzWq96pPUTwDaQU8qN4N3Hh0Tt+BJlYTVvbb4XSN3NbEj7P68mXSz9Zqlz+JFna3weLr",
+	"qMO3op5C11mhnEbaqLn/+PkRxN8MIluhoefEC+Os7ZVhgnpic57q3aN0MJ/1HL1VPemls5HrXFcvYXQT",
+	"RivQh+UYlFMZg8gul0si5jbY3FDjJrNlp8fOnOo5o3f5ylQJeSEQKFVGgIUOZqYjInK/oGkfhR9REhdA",
+	"xwGQgLEwGcjHWUh/na6E1mkiEAOsSOGUSyyDLHxvBbjMUILif3hwAEFezmapMXOR2eBR9DLTVpDHxd/M",
+	"31tQXwAazU5Hg/S36VzqylsiOpETnY6uaybuloTlrj75IlfzsS64EbD/ov7C3tmt9Gk782KVOyVteBcm",
+	"Zm5U0FPciwoF2q0fmexqbluv+Y435hbhJOvuPB5Vo4M6zZabfMWlu7fWbUzGKNlzsK6qc3sovXdbZYkw",
+	"FlXQArtpofQlxExGSicImAgh4xTQbUxq3HWHgXvseCjde4uLzsAiYIYvmPQhveJNA7iKVzzLhUe281Bk",
+	"Qwk/fGB67LmsAdTB/AhuLA0AVdYJXxaec6PYmGvWztIrEQ2l+CPnGUCHKT3pQSZGp8eelRmgXqeecoNh",
+	"72K5Sw9Nt9NlDSINdckOWx1fm94Nry30MKen7274rvx2ZV5O2b+bdzVditK2MC0/Xu1NqPW/x0KOlR6J",
+	"GLMRKJ8S7IcjFpspT9QiJq5LT1zklqLkhsVBokJ85JMf0Cnvy3cpYyIMN9OgraiFI7Qwr2I3q+h+XOOv",
+	"qPpuVTWc5jMuu1rwxBnVhQ97U2yzRpkOPBt1OdRGac9aADZyzieIIAFlPJQrhZfSMYNdqvpey2fv56kH",
+	"5fJhG8QWaEV1URgEKTCALVPCGACmjZoLyeZu/BhhCMw5t1h9NQP80naZN4VBKYCgiwm/IA7PvpgCfVkb",
+	"MHqNd7bKrsk9ds4h6f+cwovrYu5GyQjjsQC/8HnWoCWelREpfITNhJ6Q7oXOPK/wUP546NKE2IL34A8l",
+	"ihdKLadE9rYjsi5qa7uzxUK9XOU8OxevukPYOsxrPXmBD3pD1WwSnMVWeNTYys71br246+S2NdbVukma",
+	"/AKRd5sjQwCw7Njrg/BEDdgJPPHh4hlW4HFZ+nXro0KAE7djnCBJzXmus/qdTkSSjhyhU4T07emLskDa",
+	"50CwGTeXIvE1GemYSSXro3ArcLk7UMQb/MVv9AMn7ubJta/eQlxMlbr0C929wJcQ94gaa+5wkflWPenq",
+	"kOE+R3U8ZiV8FCyxTsy+1pPrJwa5u+r9pgQMcDyaCfZcjnp+oQPHDdd9CfVMcTdlfa2IqpJvvf+pmMhW",
+	"DmDCK7/b0vDyV9LHvdIRsIRdABRquAS9kc7xzq74psfhir89fXFXF3Xl0m30vOCjMPi229hwI14U5FEe",
+	"B93eJgmC6ddOJ0nlJGKxe5z0DHpHh42VUzSdcRGImBhpsaJz0Fg8t8pxg/G4Sem4i0iY010+exwM8WBH",
+	"02u6QnGbI0YJHe5fBYlShv06w4k9GDxaoUWeQoEl6XSadZ95Pee6Hr/6pJznOsrGjTjLfxgnqSPalfdf",
+	"h2OsNDS4CetY7RjQY0+2kPQKhxHGpjNMTKROBLWc5qSoLFw1N6spAGVWZH1K5EqIst99/O7D4cduu//7",
+	"fvfxu/9v//d+9+BdpzZGeUKUdfs87jFPs/Nd7kiR13bnioVbTN39vqWRsatHfpMjPmIG6gkqNs86/sSq",
+	"sGjEAlIqawAJAp/87hrSCf1g3VMbWLre01/4Irx/Esu5ZY0v4vpsxZ3eXZgSG5ST0iCgMw3Jlna13MPr",
+	"afxu+tdX+YNb43NFwQpwSn5Jwr/fJNpY/Ga/3+9v/5mzaYEKCnoPAylkjpzU2R5f8M3fUbKXN3yjcKfH",
+	"rinf/V3d8T66p6sWi//Xba/3fVzQXS5bSR9N96bOMCAtvd4ZQ/DlEKqfKkuFo0oKTPyxgs8ibAXjmLIP",
+	"3I65sUxJSO7woOReaeVbqlcjxhn4t92geVG95stZfXXYWqEq4xag6Fg7diuKMUjvFRDEB84WfGnYRDGr",
+	"yInjZnixhP+1YzUex50ee4EYsD6ViWuB4XxYouFLMnmSAXPHWzF8tlg8cAR3YPKAMvHZbR7q3LCD0XMH",
+	"bOwTs6cdvR6eUa3J9FMxz/iIstupwDk1tndTnradk92pSvJKLLwucoSKiBYzdQXAyfelgnxsILFNJkqg",
+	"/1cX8AsUehd6VdVWMayN5c0RQyEeQfpixBK+7MB99wkPLPYjrBg0g0oo1yN9FP2nqH9ZpWVZVH0EmgQK",
+	"aCRYmDtzrld+5HQ/rL4fgfl65Dgyn0cQFYR0SsYT9wXXKXenxDNm5lz61Dp6SwaxMtbm7CLXxrKMW+F+",
+	"DuwP5hph7b6xgAWQKZ503NgjGGCWWl+ltUhHWC1EaS9FqhR77xVwmNayaS6dXtk1boCBG7/USs7NQb/S",
+	"oa39qM9mJIj84T1k9IE/xYfuX1Q3jyf6/UHxEZxuVDk3Nyt/dgd9j+uHRgSTqnE7ITwL22JWAhGwBUd0",
+	"0m6roI4qEbrrHjeQCOsmQ7tWbRzH2ggR4XYfi+AMt7kGmOni5ZCdhk0lD/p7B/tFc0g4j6ADR2oKWdtB",
+	"6exmimIPYJXmXr732Msw0FIKvAD2KIwm72h0E+taZYxufMfW2CjjpoA+pouq9MRUTW9/2e8iw/kk4JC7",
+	"y6sLbu48L6dMOeqtIn5trHv1zxUpGLsrDWEW1bb0uFXUuhI6KNiMcgq12gHB9dXAo7DTn56wx4ePvi8A",
+	"BRM1ymdC2nWvJSKL15rg2FNk5/UHxXgf19LOrl8HUANwkdpMbHA3rOWCTK2dm8FekCnRS8SVR3o3e4ix",
+	"ikN2TZZPdsblhW/9jKJNlQeFe3Id0G8l3lmW0LA2eqkHe3sx5R0kqYE/Oz7yaZUzC8Kr7e78WirH4Q+V",
+	"e93GN/11sLc3HL7574Yy2aDxxCa8vh0yqcvsiuuWDJYMSp8/vDx7mTz++x/99/+4+G20/+L76cmfB8d1",
+	"v22CrIGCp3/l1AvY2TeU07CWGk9JPl4UmCLX00ydYmOnYnZngDYbcrzkuSjSXTa6sH1azBbcuQL1ox7o",
+	"BQw76upxRFYh4ARdiKUiAU5AjO0VlJFd0ed8749dJlDiBU7SKyHZBccihZ2G2YT8E2YCBdg/vjHFRvQf",
+	"wHSuz4GgiV+LzKFCY3two2wBA88HCGA7IgVs2l2vhu+2tR5QbAc3JS5uraC1wMoL+EJI7PUMtNiCetP+",
+	"hkY5Fl7Qm3eXciFv3AHwtRxgu70fvPoGyEWeLx9WXaTk+dwEDmhtVgJX7R/0t8EFNiG2FiCBU5UlRVIw",
+	"tHcuq66+7OKP/X8DpMBbiIa7hBesUE3gM/iuH23tGx+yYWIFRcFFXCwwLlI40SnSfKIPv9vWUvZWcIgF",
+	"49pya994lu4tuSnCOxQdsFqBGPRMMKk17rArxbpKC3cIExRGPMsCNDYhE1CmA3Qs99SMSz4RXrM8KvId",
+	"8FsteBJU32DHvAqSFvZsiQpELfp57aTPiHg+YaeSDZmbjpQfmKC71O3TNJtTL3e9XzdJKHSU25jGW7QT",
+	"9kALtGxInA/Ct2GXLbQ0Us3U4tab0gxjsRo9CZdxvYiko6sbJiGihFsPPx5eK5JIQcNncpJKISiTv3Is",
+	"YWBzx7jmeh+k61P9bn736zjEV4htlwEaQ2dNZ3kXIRrgNZ89REO9pK8dovnyTnB9aYQSejcM3f/mYlnf",
+	"L8cIy9KykqxAi6GOd97sXvdR3cDBMC769pTPq/wiCx5GVRKT5STib9QBvzYiDRkvvnfBYaUOVKtoFvBp",
+	"MVs/kwANqGJEVfhpsNvvNhxtg5JRKRSgR33ZHZVDLKCVdplqFmoMyP1X0mcDJcEPLq5b1/5zeiUqBTvg",
+	"Gwv00BhBrC6UnR6hLS/Rwx5V15KlY2gN4MMY617RKlk1gOesvA/LjEU2PlqFz/EWz/cs4UvD+FTwqs29",
+	"I7lW59Fn6L9k+AD99Re2H2HrGKvYdwW0HkZLK57/fu9RdK0bsJoovqpy0W6soh9ZpZqAk6+DG1UEknwD",
+	"9/a+W+Kjfj9orFbf72PNVFlTFasnCVXg0KDeozRDMgRApsGg3/UPf+j3bwSZWFznDSBGZyGS84bZhojj",
+	"FFtaCC3YLM9sOs9SCHxuI+574Jl3wP2KbaowOXxx3ZY1VETfLIbTWJXb5GG9bmcNfP5cyJoTfvZ+lOXG",
+	"sboAV8uHsnblGTQA9P+5YbohsXHfLKPyxsoKNoepYC+Pk3/lxs5EA5BhUxM9Dj+DQvLrawYNnfHeGt+r",
+	"BlFwdvR9XueuNHW4C4amSHibU1G7IQziHFxlmorfeWLcspshudfnmd0AqulmOIvzhpxvaI9Zyfouz7G9",
+	"khzQiRjlgzd0321UsDY5wXdwUq8Qd+Gg9uA9Nf3tSOkqeuLZXcj9+lZrneno96FlU0hjODzc3x8wzkZZ",
+	"6jaycC+xx/3+9/uPHx88Ovz+sP/48YHTSWapsfwSopRO49qH8u7A/7vu3k2SDb5dniSsXSD3WgUdJ5ga",
+	"jzsFTGCDYzfIdjjyXsA8syX0fP/Gbtvu+ne3Qwu5d0hL09RZNi+ZBCo7hM8/xWYL6Fnf7EHvsWfkIIc8",
+	"0jGLjbBU7cSTJL5baKR7b0hTXM4NGlMANLHuV2jAMtvgOgQ28MCwogLXq1cgjp1yiIApPl6YanduO7vS",
+	"MNWuUctoDtXiLZyKDDLaAMUgjDHBtVoizSAcoLFl7pIpmr8geSVq18YitX3AfoJmrO5Mo8LviKFFcCcv",
+	"eJltBllXvd3Bzd+W8ecqknm7YHVHlYVTCh9sDNeQeRcXbS5upKaDE6sAa6PzKIimngTvqpHEXTi/3bmQ",
+	"oV46ftc6GQa+4nNPI/M5VoLdzlN+H/2s7qSApqIP3cgbfbNeGVgSn2Fe17rX+NHu7uhP5DZe37ymzbgL",
+	"d+6X0WnCzeL+3bl13lYqJV3fRnHl3lF/yeE75t5lmKHsvgA9DpG27FQL4/SGQuHtEYj/u2tV8Clb6ypc",
+	"stikE5nKyTl2mY8B1i7PMiwJkQiOp8WM60sP/UO1rKYetyOdSG5zLc6ngidN3c19yg4+g9m8I651KgyL",
+	"7V/QGZbL9D3m9EVX+/TZVLxnxRBBwl+ZcFYmHHTf+AebJlquexN8zC8vj5903/xyfPDoO0T2nYr3naMi",
+	"gY+a2aL30Bu6l2LZY698jeJQlkj5vvds/Le3r8+Oz3979uMvr1//ev7m2ZPTZ2eYRy/d91TJ7M7DQBa9",
+	"dbKgEw2lUwWpmTo507BR0gP3JCRRI2LPVlSmWjCX36ZCE3FisvPJ6zdnTmSXFZc+0ZFWQjPt7TjkeWPT",
+	"shMnqyXBzsVQ5I9uAkizT7QwK0h149wIcN0WkOZ8KDOl5hd8dBmxuU6vuBURy1J52YWeF46qgaYXqRHQ",
+	"x2SeX2TpiD0/8UM4yh9KbMsxVcbGPfYmB5TtLL2CVpZYBMHlSECVbS6z1ZnlEqO3Q7lyzMcvXrz+7fzk",
+	"9Pnfj8+e/QUqpFgbZ5Y4tVXNneHZ6bFfnIlAq9diKMFTCG196QBoqJGSUoysiQgW+OmrN065UlmOOgOW",
+	"ZcDMl87aGUpMheS4fTxbga1s7R983+v3+r19SJFnfjf97gzCwenFBhseYxMm0Kq3LbpmzeAjmjlzVOfS",
+	"8RjDUts5YpzNtUpyaGLvr5A/eUDu2qw2IJDOymWvYVOR59Xvmvn7U9rHGjfYNRREbq1T5NbJf7+wTREb",
+	"nB6MsDTBfaedhiFCxhtm6/pOKutMHuxdfBu01axe59Qyk49GQlBz+q2XGHZqm1DzUPQrciyuDwS6n52n",
+	"yYaXPjAsddZzZhQxRMPigNn7w0FT2X2ZJnEBVKqS5Y72UrorzjSmjZ+PapEMUciNhJuSEyFnZycMfxDu",
+	"vFS+m+WIzwRrE/Qss1xPhI2YFBb6EsLRRlCXonLb2XBI4fz8mW6eHc1AJOzg/fv6UE8j6Jefp09UGWkB",
+	"MPw8M47R/pE7poOn3NtNwUfSCggiohvsb0113z3Vh6tt9O6t3OK7UHxXGcNn14FpQmfC2MZuv9fgVUmu",
+	"wfY8n9Uosb+oBcsUtan17MWSJrBLecFmhlVIre0cKyg3WKPqR/2DW/C0YyyKjr2OY4VTCCpDhl81pYp/",
+	"4xO34BPX0RptMRr4sPxGQSVIoO0VysxiirDJQ+kVzNS3puek0OygwWWorUBsN59MUaXazO08oyP9ZCtP",
+	"C2/iNg5XW7D09vQFLooO1CmsJJMLbZ+QY5w5Q8mkrA3WD7X8cqaAKYqYnEbiUVc2li1BJdeWqqXfCtz9",
+	"lZxZDOLHEYsx9c79a6pyTS5xQPxy+vhKEfMRi8HlEvvcl5V2Rux4FaIpKLDlZiMQEzN8aQaB3YFkt1C+",
+	"UtXXgEbUGnpbnfDupcrrFcUI3lAUDfsh5ZYq3C11yGFKEJ4A4rnnUBji9t/RJBQHomdrJ7Dk33xbhDuG",
+	"Sw5d8mvyDgBt67jba7nWdaxsM7OORT4ISm/ChllDWUXOhUuGkHWxR8w3PXZ8AVxKZEYswMSGsjXk7lKs",
+	"tNfaECK+x7Ys9f78J/5SrIYkvHJNmwYJNo4n0MWLqu7/zmAog/iFW32+OSDCeJZe7r4zt+rcsb3VSy2/",
+	"VXmW/Jip0eVTvtzU5mtlRxE2BgiFcEDDduzYib3o87qjNrW5v+0ddrSVTWGLVOOJ3rwXLW2YH2Tzlp+K",
+	"gnNUdx1689XgpDkmmKTGpnJki4yroAu+eynuO7Ui4HPW3o/6/X6nCHlbH6Fyf8fgSYqZRn5Z03NzMwFU",
+	"0oO2kMPuVNCUJaesU7fmQhdtIbBaVi6rDSF2D4RWqP+WuNhfdXJW1NIFOEtVAiHWAaVaOgJY5wNIRBGK",
+	"fUKcuulBnTrWV9MX4l7u9HVy0FDxpau7xgiIrmkbt7AFlAFNnPhWd0irxQPj6xg/5U1Km5uII8yY0wEB",
+	"aCxNjhhHVQNkMbKoXmO5/YYUCraANkzUBbVGPlH+qtO1iRPS1gRZC0EJ+ojP1zPNw9y2qAWv2ZLjtiLh",
+	"dlvr9iwIyNkRvD4d8Tp9hO+k/1z9BVinfEhGGuU6tcs37s2EySK4Fvo495nfa2TjgWOhvpi1ycQ9fvry",
+	"+avzs9e/PnsVdzD+B3Ge45PnGPiK/5hfnmMgLk0w+kZ/omOdAnLUMQKWChIRplNulrMHWx/d3FM5VutT",
+	"DGqGIQYBGdFdKySXFrvBQCAgHYkee5Ibq2ZC+08M4+YSUk4pSzNRqZwM5ULpy4gNWzO+xCQgpSd77rz3",
+	"4NqYuRMJr0r1nnKEXjq19q/DFmvHzvhle1f7e1jF6SNxboOgvLIoVhSUVETmI07YWX2Cz0jxNdgFFLwF",
+	"pWqhxtTD7PjkeW8oh/LM/eHRX7why3M7VTq1mMM3UtJqPsJuvuxn5UMkYCWN+UgQuFEiMsNSOZRxYT+5",
+	"Y+DzdI/PUzShJ0I6uvDwgZC3KxOCEfQh2xRaOaWQZOFtgqFMbYkPxaAxPvRumXKZZELDYv7P/2FPoGUr",
+	"7oFbhpA2xeQW98AzGCfeu9qPiUJTJSFD0bD4GFf9J3w4YD8CSVHVBFAx0Z6zf4VG4xqpm3AM1XjgBunC",
+	"N//1X9Ur8F//xdpCXqVaSdjqK2eFX2SC1dwMrzjgRjuzhkE1bqJwp6DBVESWH/Rv5ZJPwPWQcYmLV3pi",
+	"gppdcLjA6smiZN5d0WO/kc+sbiYVEGh3Sx25pMbNPOm5tXLpllpeYbdOuMS9Xi/uRIwyZ1B+lRTuprf3",
+	"QenJR0cc3UuxNHGPPbcwMZEpOYGQHwFdYtdait5Dkr8ZMF/r3C6KnePw7vgqZ/fG9nql8wPkxQbRM03k",
+	"5m6iIt6N98cNCyXQYE/6dM7IvdIHz32qAhrb9GEYDu3A42VZdbumrnrFJdYBaj6GfoDQ0dCpSJdSLSQR",
+	"nIfGPOzvHzGOtwX4p3d/AvW4fQIG6yl9KKUQiQl+/vCIOHAXnk6YVrkV2Pg48ToHZmjgnl2KJYIj8xk0",
+	"IpZDiYICUd+KR6NgkENYzjM+mgaXzndkBNwUOr8iY5/OGPVVdGuBM2Ao4/ddL8xwyiZmbeixKH23upmj",
+	"USEd46ONBFg/YDilRhHRdVhlBqlhjkGhckFtSUtnMmsfnzwfStyFqohTukI8R9XrdHp89uz8xfOXz8/i",
+	"qPDpPeoPpc/kKmD1YEQP2jrA/mSBQ8SWG3vwmG7VqbB62T0eW6FjFBmJKrs7u2tVnrm7RUsWn3IrIN+o",
+	"C/+No/CjU++SAA/oUFa+glxhwm80nRLGA3b1AUtUwYqVvHK7pqRBtkigJXSrzFxJA3FTn+/w/968fsXa",
+	"8RMlrZC2e7aciwHkGxIH3/uXUTLu9NhbvAzuXo1TkSVYq1fIjwuVLOGFWjjK9IR82O8Piu58qWEmzYS0",
+	"2ZKlE6k0sTNnL4UTYDrPMDJO3LOUGuDXB9HBYcgo2IeijyXwbh8fxt6fHLy/sFhMQwnHA2cyateOg60u",
+	"3l2rJfCT/4a/KQ7uVNPw2ffdxWLRdZpkN9eZkCOViCRmbYhFxKNcZ6ybxMwImWBSMLDdpaWDmHNNIQ03",
+	"y8h7et1C3Ts7PXYcdDVNUg7TCDqbUmYKY4f7j9CJPiQgOWwMX9nhWe7OTKydNBZrDofDlhXv7d4846l0",
+	"fw1bMRwVQMnhhBvx7AxrVzaGvsfN65D5EbvZg5xIDbs5KBxD7eKw3weoWYORH3ecINXwyqeSxYibV3ov",
+	"j0+egzTSMzNwW5ySuxL7Wtkp5jnAqX8YtuBr3EY0gH7vv+uhRYAN+GfCOMGCj/jNJfbYCLsaoXt62PoY",
+	"RzUjIVX//vBdb6SM3TAOl4wMFfcqyHNaexmq2TUvSYFnFVvgk+npXrsXHjHKX8E7DnoMJ3zfdlwZxT0x",
+	"bMUDDCUhMTmhA9IK/0S5iTfRI3tlqYTbgH3ys3wm3f5YHvREx1d0gAgRvc2pI+7cZzxzF0QkUP0s8f2p",
+	"nOf2yMnqUKBf8CQMUrrvH/qb6IRixtGB6+V4uzSW3NdWpwCRXUghaKRHHWk67m2HsMSxymUCJ1pqiyAu",
+	"m4R2wjiCjEtFysCUw+weEUKunVJWnnupyUdTZ8hMVcLa8XGWqUVM1I8dlrF1AkzoMbwgTRjPNIDcivfu",
+	"wSN2uP+wOFO6hVYplnE9EUfAQkIG6lbls3Pc0R2xw4ODQgnyMgC484UW/NKAksJCfBPg6ajEAPcmS8wn",
+	"HXrhCe2ij0DOll1CWZuAqjrupUqXArpUG0gjwW31AqNzxB7hEXtDko24lAqYQyJGaQL1folwdiJgygF0",
+	"Lb/iKYTXgcu7fYHC41HFvwsqMnqNx1k6mdojuHahXgARRYpgK0jzWjo+XnDsAuJOpzbQHRyNP09gILAt",
+	"IjAsooruHEDPU+KiO3rpQZVBmSR8em5HIBfiXRBknUGAQ5NtYehWVlR0jdfVUACZBiUbtRi0RO2jsDGs",
+	"7AVQKoq8SSqdoTJg8V/hEP+y3+vt9/v9mLW9vrbf7yOSb/xXTJD5SwwagCyUSzeVAmF6zifigWFxkFFT",
+	"BE+dpJF5lsXr3U4xtI9YpqGj4vjkeStqXQltKJmv1+/1wbE9F5LP09ag9bDX7z1EpN4puGn2poJndvon",
+	"RCnrcpCPSS086PfdzKho3PcFcBQ47zEKJkgVUGevBQMjbT9PWoPWLzQUFMSAcgdTOOj3wT+KIh/Sg1YE",
+	"vfsMnVbbXFo4BDp2anq4VGZd8Vy1Br+/i1omn824XkIL/CshhTFup/nEgLPQL8a03rmf7gW14bVb57vi",
+	"kBQ/0coxQpE7Uf7egi1noECAoUtvfcfoDdt3rFSAqnu1mgBSuy20js0bEsx+VsyqcWuAf+9KVEKyE2Xs",
+	"xIO4IZot6ud8NEXe5lhjkTUdefMSIFhLmntgIHNJrO/kKU7os5AejA0o0o/6Dz/BeK8U+L+S5RG5QIxP",
+	"YvcKZwK4XZuO28053XYBrvb3yDGxh46JxgOnyAXw6vjnZ2sunupr4tCe0tBsKYG0rwv4uzeUr8BNYdf8",
+	"yMgbq0f/DN5JrfKA92kOjSRMI45i+QiF9f6WY2rl1sd/gptMj7+rJ7e6VxTP+Z5+OGtHNIc7/YonHvIT",
+	"frK//SdvJblx/8ROPodInJt/9JPSF2mSCIgtHx483v6L42SWysI/ILA8tyS0HyueLUcfxbkHpFeABnq6",
+	"Q1TBwYfWXJk6BmMuQZcBDSt2Jklc+tVjZGBFl0Yzd9qiVIuiqV0R0gLvBgZnAF5yzIwKIkwzxm3Y4iZi",
+	"3KpZ6hSaZY+dFdCKc26MMJDLN5TpOFr5WTN8dAyq138jBqrH58G8niPGKQxGlRmg9+Sz0K8DKx+wfoxp",
+	"hH/kUDsC/pdX5OgrDIbCwPFuUzQrUE8uHa6x0pMYjI3w9g0lXL9Oj8Vu34qtVYQrgLVCWkxSAw1ZvAfM",
+	"/a/u4aHkcABd3B9qguCU0Tl6i+MVTNWYtefeRjk4BLPVdLxPC2ufsKLBKdLQ5AHiBuQf85jP1DCo0CLD",
+	"3YQMNjhUcO+hU1LNykyMALa1+6ubEVWWpRJ6drD282dnPw1lovnYdlNhx12KfnSDtXQvxbKLP+wgBYFO",
+	"WhwQZ0k6HgstpC1cg6xddnmKvK0C3kZjfU3O2uaTe5ulxr3HqOwKu1B41+FB7SZQSKjMWEsEmSYkXJAm",
+	"eQY20oDFlEwSh07JIxabKU/UAnyRgSYAZwFR3nPIhImPWLzgWpa/Dh7DXNzYozoNZViJ8Zv/FreyxwBz",
+	"CxULsJoKzSIEwI+LxkfxUNKyBix26nMM5uHC0OiJmGieFAQTMazViovNwIZZcihT2fVqJ3qMNWuv/rwT",
+	"sRhLKsuVPuo/rBNmTwhN9XpCrIoo/AuWG6F4Agr6USXLO1NMYIqFMKpGl6lJw70pYTQ2VB3UaEbgfxAJ",
+	"sC9nv1MawYUY8dyISkol0DakryMJwVTXKaxpQvSjvZpffIxaK871bS9ZfbzyhtMww3K3t5Q/WXkTgYrs",
+	"+hb3OOzyF6yi9A+3/+KVsj+pXOIQ+zsMccKXmeLJmVIvuEYMjsP9R7usx+TzObQ/fSmSlJ858wwUqYMN",
+	"VyD0Se9+FXx7l3oDASRaALERFZcAQXYGPkxN4oT8akoW8VFwfhnWdpZF6Y1GRop+58h3KPNeXmrfhg5A",
+	"cFeVCtcDA44y7bgnNe+idTvGjLGB2GN8w9vIS86EtBorAQrFzs0pnL37mRszvN5oxILnExvSHsE0u+SE",
+	"rHZucDuF+gMoZG0PVESaBnnqMaWjQ5Ia3HZeWHv32YA1y2p6GsV+VVuBWVq+NB7oC/tQUZk3FoJzJsUC",
+	"ZovalvuLRnWSpNTXPwWnfQqcdQA9I50Gl5rARYor9P7aEoGc8Jyoapkjsx4wQExwMpbSYwG5E7xs4KU8",
+	"Bw2ngPBEqRkw7a+J2UatwGW79dfBo3BEm90Pd85mSvsH/dhOx0f9KHHW1qBeH/MonXhNHUMZSqeXmUJH",
+	"inyMxwMArDq9Cy93j8EeoA48lCv+biSYHnuF0UunmpbxX3fj/WT5hU+ZQPJdo7Abn0nFFIYrFardOFxg",
+	"BqPV+y5qrSU5BN9WTOS9C49GUm8oPyV9FRxpeFip9A41my2Bs4H7JSq6ZnDDVjPRMDeT0tHWlHXsMgt3",
+	"u2hpNyj6ItE3bbrv7nBRL+sMpdKRx5mAZxGlA/JAVwiqTdG0qMiEwXhVELtxr1sJ3kREg4n7AfJUXuri",
+	"jvgiiFiuiAMtnBgYylWTrOTyhwcHnQiBAyrxZtwQaFOBEeK4x57x0bSw4SmHCVwVC7lu5x5tMTbBnMOI",
+	"DSShtQ/7fUzCcKfgJk+X0VgP4mEc/XOysk1vd99AG30YOHMI8BaC91IssVkgHOKOnjq4AD8Cwd6PaQLv",
+	"/pz2STiBJtH5uua2FKkAcBW9oeKl+xfuJfz0GnUNW/VEXqZTYVerm3JXpSfNkR8MG9Y7sNPESZwG9/Xa",
+	"lXBveu2Guq7JD2rDzm5rLPnf7La+kwvwWk8A9KCB7ud8AmY4dhn96p3fbitgrWGUxf0JGG21AhuB4wru",
+	"TG3o3kNNGab3biAvdiwL8Ri7ZwMP3KGX1j67BuwrNwA+2WMxeMZ8ciJ6g71/L2IxtD/OL9xkL0TsvkWo",
+	"s6H0ua3nXI6mSp9DwbRVbJ+1RzwTMuEas4tMp1YswJJfQ0DgPqTCaz0hOL6dpMH+XQ7cpDe7swXzHLOj",
+	"v/S70N/hLjxRcpylWCv1Ob0s235M7lpnjDyTNrXLu7rtSGR0c9dvfCBYMCraKF6a7jerpoCVWhu18wJh",
+	"ti5jfhbWX6774/obCD0qleKK/4jNhJ745FxQiL2DiLV9s7dq3TtPnClg1WoLCdPBvEqPxktYpfEXf62u",
+	"67y8Ayr9WdgmEm3QjLCzG4isa6kor/XkhFODrLk3U1erlLmcUMo/ZXLPCWslgNUqyw3xkUsh5lQABej4",
+	"GxIGdrsyJAIjwlQwsRNq0An5HCACwRlVJ+Q4lQH5QaGdnJJiUEnVnHI7lJBrjamXVKUwERZKMOD13i+B",
+	"CZymx47pn2HNbib4lUBTF/LvHgRJjYbxC3UVlrd4L63S9MPAWOaWasWoqNMMZVFaVpaalNHyIHBYJ8IB",
+	"E/VeJTiirn5ic24DX8PDgTKrr47L/EcKb7xsN+OMa6K9qGnbYkKWlxWrz7S4UpeOqqQoS0giJsWiqPgu",
+	"Ia6wINbcmvvV3Gc3u+N5+qtYfjWWKS5nF+PUHcU3zaHBmvWZ2MEVKWj9XhWIzdZyERcrsuGhxszmWqKz",
+	"FS9LkH1tpuBEltkSHKn3cYtwdkh49yQZ8eWfx7wNx06a5KSPrpKhe8TiAAUcFDwss8adtgr7ZHwTqHcg",
+	"UO/SoqVrf5Nb3ywc9z5ciuVHvNWZqIOPPwV5WOCde6euj0xQlazvEDQaiblFoHRKrnO/gbj6UGapKcvQ",
+	"Sc5CpNkIiCNeqUuojSpkMIxXhLoOMaHwPtgELjJgE5X7elifbe2GgNI4mOw3cbVOvLittyTeG4us7ZrP",
+	"r2JJ0q3mhuRJujnbHrVGsharGuKALaaKtWPoRBZ3IszchL9TKCGOsfjPfYVhU6wFjBFewzeCwii6LWyd",
+	"qIATvDeNE1b9teibbjG7qJsIKyEk4a5/u8jrF5kn1X5q4U0Gmrk/zXP9bu5YEgNhXrWAGG9NAnenvBt5",
+	"QzeriM2zHOL6mNkA8HrFO8mV00agXErLh5sLSfcdBHpICTvb25I4WIQZ8+pKaI9AAvs7g8ZgSS6C/DNy",
+	"2VKqH4rVJ2/+HiYkxDRfpScRrBQWihOMcEA//jn+SSPTXzhuhFioo2XcK15ZjUaFgKlt7OilcylTOel4",
+	"jL2bcyalA4yWRjaFZTuv9eRbvdFXwl3WC5QIc6iuPGkjm4mCMqa7ZDhU79wFP+2nCho5yfUEB34L434l",
+	"YjlY0y7CuVJr/k04NziFKrsUZtxUKPdzuofmQhslQTEecQn9vUDYolBZiItiDehEwlTvAYux71U8lNBt",
+	"uQAVwyYxRbAGqs+5MQulE3AuUbtmiemUnE25mWJ2u0E0HfdCm2spEsjaEDOeZgUwRlDLVaZvPL4/F1Vw",
+	"Ke7JTxWM8HmcVeESm0I6ARX/WyVnXPfa/5tkc9yd/6pytDfmT1sk896HNNnozHoKn/u2zQGtAUqjxIud",
+	"at9h714COziH1fu+i8OpMuPUMFzlN89TDdnhJt8V2UWfKkloI1X0Pxcn/kZgDTk8d0Vd9+bgDA660bbB",
+	"xK6do+T4+GpA3HvsoQyQz81qAJ0yZsnpcUuvAOB/4cqGErVDViC6Ql6PVarT5OL8Gdf7lRhTsJpdzCg8",
+	"t29XucF+mniq8HeYPvgU/oYm2+k4SQyLwUEXB6lgRR8jBLoL4VYAE0GqBculTTP3W5tmMWtfLIcy7GIV",
+	"dMagKAb59Kr9szoRU5JVA30U/+sN5RMC8QW/ZRXZz6C/1XjcEZ/YljCVWz8ygAtSW4wO1rUhHLMRgtD8",
+	"UsdI4IEjllqWpWNrqBAa2jBbv8QeA2d/kMoK6YPcKBmjbUjO2hCMs1pm7cafUo5esL3tw4ODoSxwsaBu",
+	"Wgus1obmMVbhRDvNVQFhLmI0dManbNAKPPxjRdWbCMsOG8AqQL0GJnBPZiO8+/MYjLisBgUF7icUbWEv",
+	"HU+X3xIX/v0zAeHgKSjT5syqeTefdxqYcwV9lYiyScvZ+wD/32gjPiMzECnM09WggfsmWs0Ng97Zq6yS",
+	"kIzwNQgtsCkD4giVqGoGhNJenYLXhGg+Ph2CXQepDSPyJb/YxezEBXzLdNgl0wE36xqUeo/KP5xyo9of",
+	"9uDbDCoYNusLwG4x+jcVWRIxo5y2b50sFO/nqfbgGm2bYuv+NOlEQ6ngvTzLluiXRXxiivd4NLg9KIkj",
+	"y5O9ENz4hgQE2YuA7wBh5vUALQggHS9Yjx2j3pspdQl1qFIF7TGh29t6J8JoKI0qC/QyxJrmlo3FghBs",
+	"UwsaDbRTHYPdAS/0fSDbINmlkqKDuHa4R4j3z6sotAM2VlmmFu6dqK2lcMlknmWosSD/s1NBAwLMLmhI",
+	"D4zjHoCvm8T3HnCFAtm5kKchxazR7arlkS1rKCctuy+l7jHoCdyKWpJDCyFqE7WbdvAc7uDuA6Mno35g",
+	"st9vM/AJaK7pn6JpDN9zshyENPLW4FEfeuums3zWGuz3+9CElf6qa8D25ZifAU3sVHS8eue+yRKLc3u0",
+	"y9zeIAd8WyKSr4ihMi1tbacDmQQ85DNF0sEs3NnZRBDnO9b23yLOfgbT+kp8Qm4xu9xG2N1vN7DBI2SJ",
+	"JPytwb8/ZwQdNKSiVDdwubR90WSnSCQrkrbGSjNKbtMG8XRUDvWnwQtQrUs1AOK0IX3NF/B2euykyHVD",
+	"Z4/JZ/SLogjSt2H3ZcV8CQBA4v1IiBBsqp3LTJjiirMKooHx3fakYmbqzFLdJcxeNLbca1dfOSgxy6E0",
+	"klrA4HyHstnf096IpldC6UH1JoEFDWWIoFcZmBX9wM3v6bseeeTuL2HgDHWl+3D5uFd/Ho8PLKrB4YPU",
+	"/y0n4BvCAwR2yVa4Hndu0Ef2Prj/7Zw54C1V4AoroM/YyyvVFY84FcGVLvzeUL7FzoOUbkQYoeQmSiV5",
+	"wjV0Pzd1DQrvLzWh4Cy7OIcI4fpbLsIOuQg3ItlPlntQf+z9T8bbv5FOU5bBDenm3hyL7iTvClbEa65l",
+	"3YRXPMGNzkcEtoH95bLU2FVcjqLD2Fp7sXZB/VCODNgcWJ+MHScMdF1Y1GDy0+RLSP47Z7UApnHPOtxn",
+	"AezYdM09YsdXed3/kyE77kMb29tcbPH63n1CX1XRxa7VFt+qLDb5hFaVfSgeXSX+z571V5XPtU6lU1qI",
+	"YZzSiWVh2kQsiNOVyHALWetyioZyxPVVNbXHveaBOfIv904nJQVCbpXPsBVnkzOM3LSkEAUAdbDrVrkP",
+	"ACgWw3w4+QQhztM/csGocUBpad2TA+YeSzU+X43GppTgoiijPI9vPpj/RKnvmQdd72uzvl3k/t4H978t",
+	"yCQzdUUmBpIktYUvkCsLdoWQ7p5XzPiSshdKXoKOZzsVcjOHuj+3y7VKQXwJSC6/4st4B6T6ttifmxLr",
+	"J/O/3HfRxzbW/o18mvwvK1rfl6nqbX82qAJpdNvEK84XUzDOB1V+Gv/+zj2EHDi1ETMq4JlDWXXlOKpd",
+	"+nzFH7XgmOa47rKpgpzej9flnhW3z+J12VjKRV6Xr/KS/0d7Xdbu5V2oYlOtLDS+b9a8XkAdRtBWbuHs",
+	"LfxdARC3VjnSduZcGXTvHA0lx6KN27pvGnWq13py5tezi2rlFvZNkap3f4xtw4mHfj//0Q21KogFeUIK",
+	"qpOw6RhKEehr5j0SlJqBFEXQopAIPOVUbGhmPMuEZmPAYmPtGCYTM8OXBp/vHEE2PXTJl9ib0anWvrLk",
+	"FqWLq9WKrCxWRDQLgEmsoV7sF9BMunforvdjNEXm6Hu4E7V35pUqjyzctm+XaO0SVci7qFwKMHNvdpVu",
+	"kXGW11zCl3lm03mWCt9fyWRpkspJNRerjc39IjZLZW5FBG06I5bwZSeoEoiGmMQOxYBY4QdxtyWL8ULG",
+	"rK3dFosEOsRB3/ZMcGMZ9FSjbDbILhtKHNkqhZfVJ52lBpo81xQrki+Qs5maCWkjzLQfyhirFAzU3rSV",
+	"ZrG1WdHfsiijhNnMlLHse7cwA0COQoaliL4GocdOQ425Ri6mY/e7KbaJO2K8/EaNCyZWNLxbYVvorlik",
+	"0hSVjrsITeyjvp0vwecR+Fs5MalavnSSr/Glewhd0uvfiE/ePG4bN6SsZHoqglJbI+zXp1V/ZtSYsxUd",
+	"4CZ8cV21xbz3poAiJmQFuI4BX46we2eR+AV/gQ8OUhDcpQbwSC6XkDEwlCswkv4KplTvbHpsK75igaf4",
+	"zI3m+ywD6BW1sIwTnmbLeFAp5J7lGYeOPZhCRrwYX+b4GaQ/UAE4rOPt2RPH3aCDJUBxKX0pNNNipLTj",
+	"y47Zu72AkgJIj4DmnfRKaCh2vwVI4BxzR3crpMf7ja666TU61/jkmzpU55z1BMpXcAe+kFoVGHuPJ//K",
+	"jXXqA5DNnaf3K63FyGLzWKwsxmRQvQtCA/buBaXE/T41Q7nQSk5CltCWisBpoV8uRTXa9BFcUe9JaK+D",
+	"2A5lMB0PNNFjsRE2ZjMoxSywc6lie6Rms9RCqwH8ZCoySNRwHMQZPkF1nrF8Cd93kJVCN6kjxyCSmPEk",
+	"8VxxFkG/9QmyNvw6UwuoaXBfHxW9k5UUkVf8Dv75qM/+wvb3Dx798Pjx4/53PxwefHdwSB342QK4HumY",
+	"2BB2KDEFl17Qh68P/vloH9Ul2IkHhl24e0AI95mbkd8knzpGXpChbJPxaoRw1l5EDlWoThXJhKLj4EKF",
+	"9TgpYthCZJkbcZzlZopHBG2UYfcs15bqXQF5wp0AlKAHGnMB1IzhLO6O07EhpGbf0h/7wC+mChXbKABD",
+	"RiRyhKMYW4JIA95dwGq8QbuAoV1gvEkwlFahHQB1ucp6D+QAi1nh0uc2CNSnmt4R6LRDuQFDg10TQmMo",
+	"N2BoHMOWeAlzP25hPhHHBR+5Tmi/f1+TaJJWJbv7Bq7xJaEq3lWJKMmbAuXGM642+WI79cJ3N5SNhbiY",
+	"KnW5EU/g7ekLuL6OK2nBICXYKtaO6cfY76+UfUc+2ze1xK/ik+OzJ7+w6tjUSoH98vL4SffNL8cHj74D",
+	"nTMRjj+DugzDpRNJCBzUeoFQ1LHvPSnW4DhMJ5LbXJfg7DBrZpdzYWDayP6xmQ6I3kTo9Eok6D/wkAUg",
+	"L+K/vX19dnz+27Mff3n9+tfzN8+enD47i49QcgO/nqdgRkgnvoYydqOncnIetOqReZahZJbKlh7MZY/9",
+	"Xeh0vGTcL3bphK0jj9yCMRLuiZPiw7zffziy8D/Rw780X0BKNn4Yl8yV1geKv5rNucb2LsAdHI+1gEti",
+	"0xmJXRZf7cP5xX/LleXzjEvRfeM3c8DsX3DAXKbvcbDoap8+mwr6KD5i2GOfqSxhsY17QwncCeKDiL7k",
+	"jms0FY7GWTt+4v7dfaKk1SobMKm6gAAcd+4jjvizsL8Rqd8jx/ZDNHBqui/MCOuO2fRaUQuJGWZS2ZAa",
+	"cLFs4egnLjaqV8EmINABY91xuxl8M1+SxmJ7fxI+8YguL12dgKHSg+aTdsugQbslJ2zkz1g7y60Vszlw",
+	"ZfoNAvKH5ghy8NWuN1UuST0uHMNv+xTQkRaJkDblGTQ+BYwM4tx+WJnPLpxAGvM0c9owfmwQ/0Q7A8RD",
+	"KDmdV43HEcsBhu2gT2/SYiRSZLy/nJ2dOCPD5s4QchwU4zzQ0gO5iUjKsmnsyI4PjkHtNvloJIzp3FfH",
+	"HbrkT8vD+UoyzqsL26ntYyG+/Jl/85rUsx3PcIoNq3bk+ZxsZs8KdHPctaPkDeBzO0bkNcWeGyr2DCfE",
+	"x6zqkhDJIcUvSy8FBomcuka7165VVWIyp31O0gJdvfO5kGTLBowG/AY2x17Pi+mSSeWVlRGfiR47Lh4m",
+	"UCmeZsYrMlwS5yGwIsfngJhxmFLrOej3SckCviQSkcRszDMjUBl1aiRcWRH6ct30eJJoYQykWQ0YZ5lS",
+	"c8c/AfTgilsojctSednN1IhnzDpjh2DfxuDdCbAbhtINpHNpaDZV9fb4xYvXv52fnD7/+/HZs784W4GQ",
+	"KeJcZ+cLriU6fL0Ci7qdO006TNoW74KO6C9k/dSr25cshHfgiJA/0wQ05j5tCgkWjE5XvSPtKjF1elAE",
+	"WKjlEENDvby4dG9PX0RUR0gKvvu2XsN3ZAmdLtw23YcIcbeCOO2Zu3j3z9DdMKfgK2uu5jW2OJYHhjxr",
+	"Xx8vP9iwtXOtLjIx++/rbfEJ/mpD+JHtRIxVBfSoaG2/4GS53pUwcuQHPuXi6lb48KIwkq4tmmoEjMqz",
+	"pHuRqVGzg+G3qWJCjpUGGBds2T/NtR1AYI8yFzyWTSauRBaxFOJzMlGLTtjpf8qvhJMR0vEccuIG8IeL",
+	"aZqhT4IDW4nNlCdqgTEtx+JiNlMJ5EUs2IzL5VD6NCbpe8Ax6IeTljE4E2G6AT0JWvVRyQ2g/ZxxSxnK",
+	"hC9RqMwBDYWliZjNlSNF/LXjdh5VAnx37In7y91GCGVOPboEphykkvELAAZi6MX1a8WpHIWRwbnQxgN1",
+	"ESAReIoiZhSo/Etmcn2VApYyuK0Zea177JgSKhCDMUmNTeXIMg0IzFqwSzGHyKfvID2UFLlsI271JJUA",
+	"f/ibO6MfHS084fO4MwhOaJxr8O4TFpF7q9+IVA6d5g8d/NQYCYDFgOMTlzaKp48U8Fc9aYD8Gjnxn5Qp",
+	"JwAZGRwNhDMgEnGdAO+9h0/L3fpyY6jlHE8FNsqrZ4JItd8sgxpmDBwIe8RyLWmnvrQAq9OytyEAYhaX",
+	"e3Jn8L/6Gu4TGOwrsajdYnYxo2GHv/QLclcl2XM6YU/P+DfQ6baGdBnfhJ7Njr0Eydw4HtIOBS7jQ1no",
+	"EV5CzHmqj1g8VyqrMv2Y/qBWBAQ6hz8nv1YBhYwDIhwdZAUSJB2IH49J53WYUsR7hCiRBBh/1FuB0qX1",
+	"xDwIxCSXS0SwK1KLtChsPRA1WITTUP7siPGewqXu1Z+n/BkW1SB33Kn9W+HP/ce1mJsjSa5yglDu7H1w",
+	"//t47RautRWbxRW4R36/iRq/6UBNFZsNlHBt3Tfj8q6ArvgFfEaPXAoxp8wXyHjqDWV96WWJe3XE4mGL",
+	"pMGwNYBwcFmCCTme1CC82aDosRdqITT2mEBrGCCw0LdJpq1xZqnvO05msMcpLBv5oC2T6hKjGXphzPHd",
+	"vjU6RMJLKNVglUr7+ZLVHbzNfYmFApj37keNVpG6nE29CtVVX/R5z+LqsxR9buIPvujzq+QT/9FFn7tL",
+	"uWvUcqa2sW7ziG2t0uw1lF86Av1Wf3m39ZdkPGwsvtypvNIIGzL6qPRoBlV8QWlk0PcMuvMPJZUzYS1V",
+	"cr1GRKQ+fStx/Aqj0zuS6G10sXurW8RfQtivcjm4pa8oaHDNCsahDJuG/TtUMK4cYrV8ERrm19X+O5Us",
+	"wNW/UHZKZdvumXxCKYWV4saNFY1D2chCTvJ1FvIfVY1YrUP8arnSF1OMWPAGdKmvKGIBbyNdbLXFWr1D",
+	"8hflDMKYz1QubUzVF2FT19Iyi8oKRGceRSwRo9QxHl/7kqWXzlijCKAas5G7+sW72zzLnG3lw8HqSuiQ",
+	"rWHoAL2ZA3bQ36eEa1ttAwfG3uHBY0ym4SyMkUbQq8y93Ftk7BeR+dIg8FYOJQABmYKj+ja2lZlUSooS",
+	"RT3SVmYCWddGuG1PBqyoO2Lt+OT1mzO2egh7H9Lk4x4+FncipoVj1PD802cvnp09i6FLnSYmmYmxxarH",
+	"uWPnIcuNGI1K3WhZrOQ5fL+MWTumIULoajyDKGzOAvsY0yTiTlG0RBFYE8Z3IamFIryj5fmlcONQnDRi",
+	"B4cgxkwJZY3uCA2YpeV2wcb7LHrwMywhlUnnIl47OeiYd0Tny7MyKWcmZhcAOOcdDbUxSiAHX2uOSN0i",
+	"U3KCHnGlJ3GzczloK3ZPbD0YoeCBn9bXHK6xhsG7W/PNcL87w/1T5em8ClJtpiKjREHyh9EVWmtGVKTw",
+	"BHecsBs4pYGwMi7DWZKOxwJyCOhuuKtUirs7oU9o792c6PUUmT43rFHcYB7NhajmH02BsCulCqfC6mX3",
+	"eGyFbpoVPb0XPgqzoqqoT3W8mM5CyJt8NMXqE17hspSiNeZpBjlAHVYiCcCXTv+fcbn0p4cmZZZOpra3",
+	"hrUKWV3VokyfixNoH3AEjWF8+rZOMQGZuBlmNcMerBzreIMfD1Bk49mmhk3SKyGxGXLVXuqx46EsUpVI",
+	"4tXKKvoGkQKPsfCUBDtlw6CUHQzlYf8xk3zmxgajwnIr6nsew0tXZcr9d8Sspx9UOXr/9jDIwULfoC50",
+	"d0WKP2PuWHipHFVdm96jndoa+1S3S7F8AHHyAYsdqccRiwud0v3h9UXMvCK/VxwRaI+7oON0kmtheuxX",
+	"MbdUQZLwJZVQp5acZU61kxh8Ryu6iGv0Dxu8ZV8G+a7s3BdNxXdDisdVBdpXeDlmcwNyvJ7PKziM50mZ",
+	"QdVk0ly/6mJ1gGaQCkgdjXMgfrcJjtUXVivrMvymhvVHPgxKhcaGOmNXfXMX+ejSw26jqFsIja2+JTqz",
+	"2pweKnqmUb8ByPin16QGjTaeKSk6vWLC0Pqn0EuCzFgnd/Msw+xSJ1KH0ld4YMYn5tChohM7e/m8aLxN",
+	"KARgRFM0tZKRi4dStuwvxRzJM7TGsLAW9jc0vErp54UiiL+hJPnHdhV/T2Cw+7eo/DjXMKY+Gdt64rn4",
+	"f2TDgnpJ/VmMsbvhybiKFQWh8Dwg/3A3//r6sRtGjHKd2iXwzwvBtdDHuZ22Br+/cwwSiyzqet6/gLop",
+	"8u2wNhUE/XJ2dnJ+/PTpadxxVk+us9agNbV2Ptjb2z/4vtfv9Xv7gx/6P/SB/9J817rLZ1wa1rap0KbD",
+	"LnKZQFYIpglyMDVyLajiwCfdz5XK2CjjBmsOfHoIe+2jc0pmy17ZoR5DyTU99fUE0+gR4FtyaU2PASoZ",
+	"xQMwVcQNMuNL5nvkBrmMwShKTxoGYccnz50SZlaAFZiZAtarHAmIZ0ACHqCQuwU4u4SbKTxnFfRBKMbi",
+	"87TrXlgz3s/aLYO1rZp387npMJ54b6NV5NF6YFgYtgGvbwAOxzFk2mPotEpIYFypS/QLhnGMYFITGLlm",
+	"SidCzTNI+cGaMSc4sWJgIS5KrEbL4j36Yy+GiWBAdhKMQd93EQV6fSgs9CZgDUoZjgIg6QiceUpXUHSq",
+	"1d7hNudJamtGga7q4FZcwXpf7xiEu11QtEyKi0RJuITGl2rfoqoYHZuNrY9+2tisab3DUdn9upxlMETT",
+	"NjoynSrL5txOe+wpeOMNW0wFqPYc6MkN6zQLuBoTxfhU8CSU+mm4lciJ1kdaQyeEDF70/lYRVotm3wzi",
+	"htXE/8qaALNubaQfq31mwa2DgH9tpZnOpYScrep7w/PwtQL121UpDItq4BKKWvxMTcqowGppeDBeUVK2",
+	"PuBxwucAGOaDM6bcN0TVQsLPIO+EFVloqGOFNFaE4tbG+EXwzE4j5pTSVApitidazRwV5EWed4+9Uswp",
+	"CELadI3CCp3NOD3//w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

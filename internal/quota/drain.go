@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // DrainDirty takes the month counters of org that changed in period (an ID such as
@@ -195,7 +197,7 @@ func counterValue(s string) int64 {
 }
 
 func validOrgPeriod(org, period string) error {
-	if !validID(org) {
+	if !vocab.ValidID(org) {
 		return fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	if _, err := time.Parse("2006-01", period); err != nil || len(period) != 7 {

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // The metrics an org knows are those of its plan's limits, pricing and metered list
@@ -16,14 +17,14 @@ import (
 func TestResolvedOrgKnowsItsMetrics(t *testing.T) {
 	ctx := context.Background()
 	s := MustService(t)
-	if _, err := s.CreatePlan(ctx, op, tenants.PlanInput{ID: "ml", Name: "ML", FailMode: tenants.FailOpen,
-		Limits:  []tenants.Limit{lim("requests", tenants.Day, 10)},
+	if _, err := s.CreatePlan(ctx, op, tenants.PlanInput{ID: "ml", Name: "ML", FailMode: vocab.FailOpen,
+		Limits:  []vocab.Limit{lim("requests", vocab.Day, 10)},
 		Metered: []string{"tokens", "gpu_seconds"},
 		Pricing: &tenants.Pricing{Currency: "EUR", BasePrice: "1", Metrics: []tenants.MetricPrice{{Metric: "images", OveragePrice: "0.1"}}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.CreateOrg(ctx, op, tenants.OrgInput{ID: "lab", Name: "Lab", PlanID: "ml",
-		Limits: []tenants.Limit{lim("seconds", tenants.Hour, 5)}}); err != nil {
+		Limits: []vocab.Limit{lim("seconds", vocab.Hour, 5)}}); err != nil {
 		t.Fatal(err)
 	}
 	r, err := s.ResolveOrg(ctx, "lab")
@@ -71,7 +72,7 @@ func TestMetricSetCheckDoesNotAllocate(t *testing.T) {
 }
 
 func TestPlanMeteredValidation(t *testing.T) {
-	base := tenants.PlanInput{ID: "p", Name: "P", FailMode: tenants.FailOpen}
+	base := tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen}
 	many := make([]string, 101)
 	for i := range many {
 		many[i] = "m" + string(rune('a'+i%26)) + string(rune('a'+i/26))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // privateRedis is a redis-server of the test's own, which the test may stop and
@@ -62,9 +63,9 @@ func keys(tb testing.TB, c *redis.Client, prefix string) []string {
 	return ks
 }
 
-// MustRouter starts a router with its own key prefix and metrics registry; it is
+// MustEngines starts a router with its own key prefix and metrics registry; it is
 // closed, and its keys on the shared Redis deleted, when the test ends.
-func MustRouter(tb testing.TB, cfg quota.RouterConfig) (*quota.Router, *prometheus.Registry) {
+func MustEngines(tb testing.TB, cfg quota.EnginesConfig) (*quota.Engines, *prometheus.Registry) {
 	tb.Helper()
 	if cfg.Engine.KeyPrefix == "" {
 		cfg.Engine.KeyPrefix = testenv.ID(tb, "qr")
@@ -74,9 +75,9 @@ func MustRouter(tb testing.TB, cfg quota.RouterConfig) (*quota.Router, *promethe
 	}
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
-	r, err := quota.NewRouter(cfg)
+	r, err := quota.NewEngines(cfg)
 	if err != nil {
-		tb.Fatalf("NewRouter: %v", err)
+		tb.Fatalf("NewEngines: %v", err)
 	}
 	tb.Cleanup(func() {
 		_ = r.Close()
@@ -105,32 +106,32 @@ func p99(d []time.Duration) time.Duration {
 	return s[(len(s)*99+99)/100-1]
 }
 
-func TestRouterRouting(t *testing.T) {
+func TestEnginesRouting(t *testing.T) {
 	t.Parallel()
 	pro, dedicated := MustPrivateRedis(t), MustPrivateRedis(t)
-	r, reg := MustRouter(t, quota.RouterConfig{Pools: map[string]string{"pro": pro.URL()}})
+	r, reg := MustEngines(t, quota.EnginesConfig{Pools: map[string]string{"pro": pro.URL()}})
 	shared := testenv.Redis(t)
 	ctx := context.Background()
 
 	tests := []struct {
 		name     string
-		route    quota.Route
+		route    vocab.Route
 		wantPool string
 		server   *redis.Client
 	}{
-		{name: "pool class", route: quota.Route{Pool: "pro"}, wantPool: "pro", server: pro.raw},
-		{name: "dedicated url", route: quota.Route{RedisURL: dedicated.URL()}, wantPool: quota.DedicatedPool, server: dedicated.raw},
-		{name: "dedicated url wins over pool class", route: quota.Route{Pool: "pro", RedisURL: dedicated.URL()}, wantPool: quota.DedicatedPool, server: dedicated.raw},
-		{name: "unknown class goes to default", route: quota.Route{Pool: "enterprise"}, wantPool: quota.DefaultPool, server: shared},
-		{name: "no class goes to default", route: quota.Route{}, wantPool: quota.DefaultPool, server: shared},
+		{name: "pool class", route: vocab.Route{Pool: "pro"}, wantPool: "pro", server: pro.raw},
+		{name: "dedicated url", route: vocab.Route{RedisURL: dedicated.URL()}, wantPool: quota.DedicatedPool, server: dedicated.raw},
+		{name: "dedicated url wins over pool class", route: vocab.Route{Pool: "pro", RedisURL: dedicated.URL()}, wantPool: quota.DedicatedPool, server: dedicated.raw},
+		{name: "unknown class goes to default", route: vocab.Route{Pool: "enterprise"}, wantPool: quota.DefaultPool, server: shared},
+		{name: "no class goes to default", route: vocab.Route{}, wantPool: quota.DefaultPool, server: shared},
 	}
 	servers := map[string]*redis.Client{"pro": pro.raw, "dedicated": dedicated.raw, "shared": shared}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			org := testenv.ID(t, "org")
-			tt.route.FailMode = quota.FailClosed
+			tt.route.FailMode = vocab.FailClosed
 			res, out, err := r.Check(ctx, tt.route, quota.Request{Org: org, Metric: "requests", Cost: 1,
-				Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 10)}}})
+				Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 10)}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -148,12 +149,12 @@ func TestRouterRouting(t *testing.T) {
 
 	// A batch across three pools: one pipeline per pool.
 	orgs := []string{testenv.ID(t, "org"), testenv.ID(t, "org"), testenv.ID(t, "org")}
-	routes := []quota.Route{{Pool: "pro"}, {RedisURL: dedicated.URL()}, {Pool: "pro"}, {}}
+	routes := []vocab.Route{{Pool: "pro"}, {RedisURL: dedicated.URL()}, {Pool: "pro"}, {}}
 	reqs := []quota.Request{{Org: orgs[0], Metric: "requests"}, {Org: orgs[1], Metric: "requests"},
 		{Org: orgs[0], Metric: "requests"}, {Org: orgs[2], Metric: "requests"}}
 	// A new org's first pipeline finds no period marker and is sent again after
 	// hydration; warm the org up so the batch below is exactly one round trip.
-	if _, _, err := r.Check(ctx, quota.Route{Pool: "pro"}, quota.Request{Org: orgs[0], Metric: "requests", Cost: 0}); err != nil {
+	if _, _, err := r.Check(ctx, vocab.Route{Pool: "pro"}, quota.Request{Org: orgs[0], Metric: "requests", Cost: 0}); err != nil {
 		t.Fatal(err)
 	}
 	proPipelines := metricValue(t, reg, "quotaplane_redis_pipeline_size", map[string]string{"pool": "pro"})
@@ -185,12 +186,12 @@ func TestRouterRouting(t *testing.T) {
 
 	// Invalid checks are refused before Redis and never trip the breaker.
 	for range 20 {
-		_, _, err := r.Check(ctx, quota.Route{Pool: "pro"}, quota.Request{Org: "bad org", Metric: "requests"})
+		_, _, err := r.Check(ctx, vocab.Route{Pool: "pro"}, quota.Request{Org: "bad org", Metric: "requests"})
 		if !errors.Is(err, quota.ErrInvalid) {
 			t.Fatalf("invalid check: %v, want ErrInvalid", err)
 		}
 	}
-	_, _, err := r.Check(ctx, quota.Route{FailMode: "sometimes"}, quota.Request{Org: orgs[0], Metric: "requests"})
+	_, _, err := r.Check(ctx, vocab.Route{FailMode: "sometimes"}, quota.Request{Org: orgs[0], Metric: "requests"})
 	if !errors.Is(err, quota.ErrInvalid) {
 		t.Errorf("bad fail mode: %v, want ErrInvalid", err)
 	}
@@ -215,20 +216,20 @@ func keysOfOrg(tb testing.TB, srv *redis.Client, org string) []string {
 	return ks
 }
 
-func TestRouterInflightBound(t *testing.T) {
+func TestEnginesInflightBound(t *testing.T) {
 	t.Parallel()
 	slow := testenv.ID(t, "slow")
 	entered, release := make(chan struct{}, 8), make(chan struct{})
-	hyd := quota.HydratorFunc(func(ctx context.Context, org string, _ quota.Period) (map[quota.Counter]int64, error) {
+	hyd := quota.HydratorFunc(func(ctx context.Context, org string, _ vocab.Period) (map[quota.Counter]int64, error) {
 		if org == slow {
 			entered <- struct{}{}
 			<-release
 		}
 		return nil, nil
 	})
-	r, reg := MustRouter(t, quota.RouterConfig{MaxInFlightPerOrg: 2, Engine: quota.Config{Hydrator: hyd}})
+	r, reg := MustEngines(t, quota.EnginesConfig{MaxInFlightPerOrg: 2, Engine: quota.Config{Hydrator: hyd}})
 	ctx := context.Background()
-	route := quota.Route{FailMode: quota.FailOpen}
+	route := vocab.Route{FailMode: vocab.FailOpen}
 	req := quota.Request{Org: slow, Metric: "requests", Cost: 1}
 
 	var wg sync.WaitGroup
@@ -255,7 +256,7 @@ func TestRouterInflightBound(t *testing.T) {
 	if d := time.Since(start); d > 50*time.Millisecond {
 		t.Errorf("ErrOverloaded took %v, want immediate", d)
 	}
-	_, _, batchErrs := r.CheckBatch(ctx, []quota.Route{route}, []quota.Request{req})
+	_, _, batchErrs := r.CheckBatch(ctx, []vocab.Route{route}, []quota.Request{req})
 	if !errors.Is(batchErrs[0], quota.ErrOverloaded) {
 		t.Errorf("batch item over the bound: %v, want ErrOverloaded", batchErrs[0])
 	}
@@ -307,12 +308,12 @@ func monthUsage(tb testing.TB, org string) int64 {
 	return 0
 }
 
-// TestRouterNoisyNeighbour hammers one tenant on pool a and measures another
+// TestEnginesNoisyNeighbour hammers one tenant on pool a and measures another
 // tenant's latency on pool b, alone and under that load. Not parallel: it measures
 // latency, so it runs alone.
-func TestRouterNoisyNeighbour(t *testing.T) {
+func TestEnginesNoisyNeighbour(t *testing.T) {
 	a, b := MustPrivateRedis(t), MustPrivateRedis(t)
-	r, reg := MustRouter(t, quota.RouterConfig{
+	r, reg := MustEngines(t, quota.EnginesConfig{
 		Pools:             map[string]string{"a": a.URL(), "b": b.URL()},
 		MaxInFlightPerOrg: 16,
 		// What is measured is isolation by the in-flight bound, not Redis timeouts: on
@@ -322,12 +323,12 @@ func TestRouterNoisyNeighbour(t *testing.T) {
 	ctx := context.Background()
 	noisy, quiet := testenv.ID(t, "noisy"), testenv.ID(t, "quiet")
 	quietReq := quota.Request{Org: quiet, Team: "eng", User: "u1", Metric: "requests", Cost: 1,
-		Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Minute, 1_000_000)}}}
+		Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 1_000_000)}}}
 	measure := func() time.Duration {
 		lat := make([]time.Duration, 0, 300)
 		for range 300 {
 			t0 := time.Now()
-			_, out, err := r.Check(ctx, quota.Route{Pool: "b", FailMode: quota.FailClosed}, quietReq)
+			_, out, err := r.Check(ctx, vocab.Route{Pool: "b", FailMode: vocab.FailClosed}, quietReq)
 			lat = append(lat, time.Since(t0))
 			if err != nil || out.Degraded {
 				t.Fatalf("quiet check: %v, %+v", err, out)
@@ -347,14 +348,14 @@ func TestRouterNoisyNeighbour(t *testing.T) {
 		for range 64 {
 			wg.Go(func() {
 				req := quota.Request{Org: noisy, Metric: "requests", Cost: 1,
-					Limits: quota.LevelLimits{Org: []quota.Limit{lim(quota.Second, 100)}}}
+					Limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Second, 100)}}}
 				for {
 					select {
 					case <-stop:
 						return
 					default:
 					}
-					_, _, err := r.Check(ctx, quota.Route{Pool: pool, FailMode: quota.FailClosed}, req)
+					_, _, err := r.Check(ctx, vocab.Route{Pool: pool, FailMode: vocab.FailClosed}, req)
 					switch {
 					case errors.Is(err, quota.ErrOverloaded):
 						over.Add(1)
@@ -441,27 +442,27 @@ func TestParsePools(t *testing.T) {
 	}
 }
 
-func TestNewRouterConfigErrors(t *testing.T) {
+func TestNewEnginesConfigErrors(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		cfg  quota.RouterConfig
+		cfg  quota.EnginesConfig
 	}{
-		{name: "no default", cfg: quota.RouterConfig{Pools: map[string]string{"pro": "redis://r"}}},
-		{name: "bad default url", cfg: quota.RouterConfig{DefaultURL: "http://:pw@r"}},
-		{name: "bad pool url", cfg: quota.RouterConfig{DefaultURL: "redis://r", Pools: map[string]string{"pro": "nope"}}},
-		{name: "reserved class", cfg: quota.RouterConfig{DefaultURL: "redis://r", Pools: map[string]string{"dedicated": "redis://r"}}},
-		{name: "bad key prefix", cfg: quota.RouterConfig{DefaultURL: "redis://r", Engine: quota.Config{KeyPrefix: "a{b"}}},
+		{name: "no default", cfg: quota.EnginesConfig{Pools: map[string]string{"pro": "redis://r"}}},
+		{name: "bad default url", cfg: quota.EnginesConfig{DefaultURL: "http://:pw@r"}},
+		{name: "bad pool url", cfg: quota.EnginesConfig{DefaultURL: "redis://r", Pools: map[string]string{"pro": "nope"}}},
+		{name: "reserved class", cfg: quota.EnginesConfig{DefaultURL: "redis://r", Pools: map[string]string{"dedicated": "redis://r"}}},
+		{name: "bad key prefix", cfg: quota.EnginesConfig{DefaultURL: "redis://r", Engine: quota.Config{KeyPrefix: "a{b"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := quota.NewRouter(tt.cfg); !errors.Is(err, quota.ErrInvalid) {
-				t.Errorf("NewRouter: %v, want ErrInvalid", err)
+			if _, err := quota.NewEngines(tt.cfg); !errors.Is(err, quota.ErrInvalid) {
+				t.Errorf("NewEngines: %v, want ErrInvalid", err)
 			}
 		})
 	}
 	// The default pool may come from Pools.
-	r, err := quota.NewRouter(quota.RouterConfig{Pools: map[string]string{"default": "redis://127.0.0.1:1"}})
+	r, err := quota.NewEngines(quota.EnginesConfig{Pools: map[string]string{"default": "redis://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatalf("default from Pools: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // maxMetered bounds a plan's metered list, as the spec bounds a list of limits.
@@ -93,7 +94,7 @@ func (s MetricSet) Check(m string) error {
 	return &UnknownMetricError{Metric: m, Known: known}
 }
 
-func limitMetrics(ls []Limit) []string {
+func limitMetrics(ls []vocab.Limit) []string {
 	out := make([]string, len(ls))
 	for i, l := range ls {
 		out[i] = l.Metric
@@ -133,8 +134,8 @@ func validateMetered(errs *fieldErrs, ms []string) {
 	seen := make(map[string]bool, len(ms))
 	for i, m := range ms {
 		f := fmt.Sprintf("metered[%d]", i)
-		if !ValidID(m) {
-			errs.add(f, "must match %s", idPattern)
+		if !vocab.ValidID(m) {
+			errs.add(f, "must match %s", vocab.IDPattern)
 		}
 		if seen[m] {
 			errs.add(f, "repeats %q: each metric may appear once", m)
@@ -145,7 +146,7 @@ func validateMetered(errs *fieldErrs, ms []string) {
 
 // unknownMetrics reports each limit of a child's list whose metric the org does not
 // know: such an allocation could never be checked.
-func unknownMetrics(field string, ls []Limit, childLabel string, known MetricSet) []Violation {
+func unknownMetrics(field string, ls []vocab.Limit, childLabel string, known MetricSet) []Violation {
 	var out []Violation
 	for i, l := range ls {
 		if known.Has(l.Metric) {
@@ -163,7 +164,7 @@ func unknownMetrics(field string, ls []Limit, childLabel string, known MetricSet
 // limitList is one list of limits of a request, named by its field.
 type limitList struct {
 	field  string
-	limits []Limit
+	limits []vocab.Limit
 }
 
 // checkAllocatedMetrics refuses a team's or user's limits that name a metric the org
@@ -183,7 +184,7 @@ func checkAllocatedMetrics(ctx context.Context, q querier, org Org, childLabel s
 }
 
 // planKnows returns the metrics an org on plan p with the overrides given would know.
-func planKnows(p Plan, overrides []Limit) MetricSet {
+func planKnows(p Plan, overrides []vocab.Limit) MetricSet {
 	var priced []string
 	if p.Pricing != nil {
 		for _, m := range p.Pricing.Metrics {

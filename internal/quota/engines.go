@@ -17,33 +17,21 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// ErrOverloaded is returned by the Router when an org already has
-// RouterConfig.MaxInFlightPerOrg checks in flight. Nothing was decided or counted;
+// ErrOverloaded is returned by the Engines when an org already has
+// EnginesConfig.MaxInFlightPerOrg checks in flight. Nothing was decided or counted;
 // the HTTP layer answers 429 or 503 with a short Retry-After.
 var ErrOverloaded = derrors.New(derrors.Overloaded, "quota: too many checks in flight for this org")
 
-// DefaultPool is the name of the pool of RouterConfig.DefaultURL, and
+// DefaultPool is the name of the pool of EnginesConfig.DefaultURL, and
 // DedicatedPool the name under which every org's dedicated Redis is reported (in
 // Outcome.Pool and in metrics: the pool label never names an org).
 const (
 	DefaultPool   = "default"
 	DedicatedPool = "dedicated"
 )
-
-// Route is what the caller knows of an org that decides where and how its checks run.
-type Route struct {
-	// Pool is the pool class of the org's plan ("" or an unknown class: the default pool).
-	Pool string
-	// RedisURL is the org's dedicated Redis, "" if none; it takes precedence over Pool.
-	RedisURL string
-	// FailMode is the plan's failure mode; empty means FailClosed.
-	FailMode FailMode
-	// Plan is the org's plan id, used only as the plan label of
-	// quotaplane_plan_checks_total ("" is reported as "none").
-	Plan string
-}
 
 // Outcome says how a check was answered.
 type Outcome struct {
@@ -55,8 +43,8 @@ type Outcome struct {
 	Pool string
 }
 
-// RouterConfig configures a Router.
-type RouterConfig struct {
+// EnginesConfig configures an Engines.
+type EnginesConfig struct {
 	// DefaultURL is the Redis of the default pool; required unless Pools has "default".
 	DefaultURL string
 	// Pools maps a pool class to its Redis URL (see ParsePools).
@@ -84,7 +72,8 @@ type RouterConfig struct {
 	MetricsOrgs int
 }
 
-// Router sends each check to the engine of its org's Redis, bounds each org's
+// Engines holds the engine of every pool (and of every dedicated Redis) and sends
+// each check to the engine of its org's Redis, bounds each org's
 // checks in flight, trips a circuit breaker per Redis, and applies the plan's fail
 // mode while a Redis is unavailable. It is safe for concurrent use.
 //
@@ -97,8 +86,8 @@ type RouterConfig struct {
 // ErrUnavailable; FailLocal decides with an in-process limiter whose Levels report
 // this replica's share as Limit and the locally counted usage as Used (see
 // localLimiter for what it cannot know).
-type Router struct {
-	cfg        RouterConfig
+type Engines struct {
+	cfg        EnginesConfig
 	defaultURL string
 	names      map[string]string // configured URL -> pool name
 	classes    map[string]string // pool class -> URL
@@ -107,7 +96,7 @@ type Router struct {
 	inflight sync.Map // org -> *atomic.Int64
 
 	local   *localLimiter
-	metrics *routerMetrics
+	metrics *enginesMetrics
 	tracer  trace.Tracer // nil when tracing is off
 
 	mu     sync.Mutex // orders backend creation against Close
@@ -115,9 +104,9 @@ type Router struct {
 	open   []*backend
 }
 
-// NewRouter validates cfg and returns a router; no Redis is contacted until the
+// NewEngines validates cfg and returns the engines; no Redis is contacted until the
 // first check for it. Errors wrap ErrInvalid.
-func NewRouter(cfg RouterConfig) (*Router, error) {
+func NewEngines(cfg EnginesConfig) (*Engines, error) {
 	if cfg.MaxInFlightPerOrg <= 0 {
 		cfg.MaxInFlightPerOrg = 256
 	}
@@ -137,7 +126,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	if err := cfg.Engine.setDefaults(); err != nil {
 		return nil, err
 	}
-	r := &Router{
+	r := &Engines{
 		cfg:     cfg,
 		names:   map[string]string{},
 		classes: map[string]string{},
@@ -153,7 +142,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 	}
 	urls := map[string][]string{r.defaultURL: {DefaultPool}}
 	for class, u := range cfg.Pools {
-		if !validID(class) || class == DedicatedPool {
+		if !vocab.ValidID(class) || class == DedicatedPool {
 			return nil, fmt.Errorf("%w: quota router: pool class %q is not a valid id or is reserved", ErrInvalid, class)
 		}
 		if _, err := redisconn.Parse(u, false); err != nil {
@@ -175,7 +164,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 		slices.Sort(names)
 		r.names[u] = strings.Join(names, ",")
 	}
-	m, err := newRouterMetrics(r, cfg.Registerer)
+	m, err := newEnginesMetrics(r, cfg.Registerer)
 	if err != nil {
 		return nil, fmt.Errorf("quota router: metrics: %w", err)
 	}
@@ -184,7 +173,7 @@ func NewRouter(cfg RouterConfig) (*Router, error) {
 }
 
 // Close stops every engine and closes its client. Checks afterwards fail with ErrClosed.
-func (r *Router) Close() error {
+func (r *Engines) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	open := r.open
@@ -199,7 +188,7 @@ func (r *Router) Close() error {
 
 // PoolStates returns the breaker state ("closed", "half-open" or "open") of every
 // pool used so far, the worst one for DedicatedPool; for readiness checks and tests.
-func (r *Router) PoolStates() map[string]string {
+func (r *Engines) PoolStates() map[string]string {
 	worst := map[string]gobreaker.State{}
 	r.backends.Range(func(_, v any) bool {
 		if b := v.(*backendEntry).ready(); b != nil {
@@ -217,7 +206,7 @@ func (r *Router) PoolStates() map[string]string {
 }
 
 // urlOf maps a route to its Redis URL.
-func (r *Router) urlOf(route *Route) string {
+func (r *Engines) urlOf(route *vocab.Route) string {
 	if route.RedisURL != "" {
 		return route.RedisURL
 	}
@@ -229,7 +218,7 @@ func (r *Router) urlOf(route *Route) string {
 
 // EngineFor returns the engine holding the counters of route's org, opened on first
 // use: the mapping Check uses, for readers of live counters (usage, the worker).
-func (r *Router) EngineFor(route Route) (*Engine, error) {
+func (r *Engines) EngineFor(route vocab.Route) (*Engine, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return nil, err
@@ -241,7 +230,7 @@ func (r *Router) EngineFor(route Route) (*Engine, error) {
 // Redis time on the monotonic clock, for what a caller decides around a check (a
 // throttle's expiry, the seconds until a reset). When the engine cannot be opened, the
 // engines' local clock (Config.Clock).
-func (r *Router) Now(route Route) time.Time {
+func (r *Engines) Now(route vocab.Route) time.Time {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return r.cfg.Engine.now()
@@ -253,10 +242,10 @@ func (r *Router) Now(route Route) time.Time {
 // time-dependent decisions made outside a check: a grant's lapse, the current period
 // of the usage API, the periods the worker flushes and closes. Pass it where a
 // func() time.Time clock is taken.
-func (r *Router) DefaultNow() time.Time { return r.Now(Route{}) }
+func (r *Engines) DefaultNow() time.Time { return r.Now(vocab.Route{}) }
 
 // acquire takes one of org's in-flight slots; release gives it back.
-func (r *Router) acquire(org string) (*atomic.Int64, bool) {
+func (r *Engines) acquire(org string) (*atomic.Int64, bool) {
 	v, ok := r.inflight.Load(org)
 	if !ok {
 		v, _ = r.inflight.LoadOrStore(org, new(atomic.Int64))
@@ -269,7 +258,7 @@ func (r *Router) acquire(org string) (*atomic.Int64, bool) {
 	return n, true
 }
 
-func validateRoute(route *Route, req *Request) error {
+func validateRoute(route *vocab.Route, req *Request) error {
 	err := req.Validate()
 	if route.FailMode != "" && !route.FailMode.Valid() {
 		err = errors.Join(err, fmt.Errorf("%w: fail mode %q is not open, closed or local", ErrInvalid, route.FailMode))
@@ -284,7 +273,7 @@ func validateRoute(route *Route, req *Request) error {
 // many checks in flight (nothing counted); ErrUnavailable when Redis cannot answer
 // and the fail mode is FailClosed (Outcome.Degraded is true); ErrNotHydrated,
 // ErrClosed and context errors as Engine.Check.
-func (r *Router) Check(ctx context.Context, route Route, req Request) (Result, Outcome, error) {
+func (r *Engines) Check(ctx context.Context, route vocab.Route, req Request) (Result, Outcome, error) {
 	start := time.Now()
 	var span trace.Span
 	if r.tracer != nil {
@@ -298,7 +287,7 @@ func (r *Router) Check(ctx context.Context, route Route, req Request) (Result, O
 	return res, out, err
 }
 
-func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result, Outcome, error) {
+func (r *Engines) check(ctx context.Context, route *vocab.Route, req *Request) (Result, Outcome, error) {
 	if err := validateRoute(route, req); err != nil {
 		return Result{}, Outcome{}, err
 	}
@@ -328,7 +317,7 @@ func (r *Router) check(ctx context.Context, route *Route, req *Request) (Result,
 // answer is a check's answer from the engine of pool, or by route's fail mode when
 // that Redis was unavailable or its breaker refused the check (out is then marked
 // degraded): the one path of Check and of every item of CheckBatch.
-func (r *Router) answer(route *Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
+func (r *Engines) answer(route *vocab.Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
 	if err == nil {
 		r.metrics.atBound(pool, &res)
 		return res, nil
@@ -345,11 +334,11 @@ func (r *Router) answer(route *Route, req *Request, pool string, res Result, err
 }
 
 // degrade answers req by route's fail mode; cause is why Redis did not.
-func (r *Router) degrade(route *Route, req *Request, pool string, cause error) (Result, error) {
+func (r *Engines) degrade(route *vocab.Route, req *Request, pool string, cause error) (Result, error) {
 	switch route.FailMode {
-	case FailOpen:
+	case vocab.FailOpen:
 		return openResult(req, r.Now(*route)), nil
-	case FailLocal: // the engine's clock runs on from its last sample while Redis is away
+	case vocab.FailLocal: // the engine's clock runs on from its last sample while Redis is away
 		return r.local.decide(req, r.Now(*route)), nil
 	}
 	if errors.Is(cause, ErrUnavailable) || errors.Is(cause, ErrBadReply) {
@@ -363,7 +352,7 @@ func (r *Router) degrade(route *Route, req *Request, pool string, cause error) (
 // one pipeline (Engine.CheckBatch) behind one breaker decision; different Redis
 // are asked concurrently. The errors are those of Check; a length mismatch between
 // routes and reqs fails every item with ErrInvalid.
-func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request) ([]Result, []Outcome, []error) {
+func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []Request) ([]Result, []Outcome, []error) {
 	start := time.Now()
 	n := len(reqs)
 	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
@@ -374,7 +363,7 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 	}
 	defer func() {
 		for i := range reqs {
-			var route *Route
+			var route *vocab.Route
 			if len(routes) == n {
 				route = &routes[i]
 			}
@@ -473,7 +462,7 @@ func (r *Router) CheckBatch(ctx context.Context, routes []Route, reqs []Request)
 // wrapping ErrUnavailable whatever the plan's fail mode.
 //
 // Errors: those of Engine.Reserve, and ErrOverloaded as Check.
-func (r *Router) Reserve(ctx context.Context, route Route, req Request, opt ReserveOptions) (Reservation, Result, error) {
+func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, opt ReserveOptions) (Reservation, Result, error) {
 	slot, ok := r.acquire(req.Org)
 	if !ok {
 		return Reservation{}, Result{}, fmt.Errorf("quota reserve %s: %w", req.Org, ErrOverloaded)
@@ -504,7 +493,7 @@ func redisFailure(err error) error {
 }
 
 // Commit settles a reservation of org on the Redis of route (Engine.Commit).
-func (r *Router) Commit(ctx context.Context, route Route, org string, anchorDay int, id string, used int64) (Reservation, error) {
+func (r *Engines) Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return Reservation{}, err
@@ -513,7 +502,7 @@ func (r *Router) Commit(ctx context.Context, route Route, org string, anchorDay 
 }
 
 // Release gives a reservation of org back on the Redis of route (Engine.Release).
-func (r *Router) Release(ctx context.Context, route Route, org string, anchorDay int, id string) (Reservation, error) {
+func (r *Engines) Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return Reservation{}, err
@@ -522,7 +511,7 @@ func (r *Router) Release(ctx context.Context, route Route, org string, anchorDay
 }
 
 // Reservation reads a reservation of org on the Redis of route (Engine.Reservation).
-func (r *Router) Reservation(ctx context.Context, route Route, org string, anchorDay int, id string) (Reservation, error) {
+func (r *Engines) Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return Reservation{}, err
@@ -532,7 +521,7 @@ func (r *Router) Reservation(ctx context.Context, route Route, org string, ancho
 
 // SweepReservations expires the due reservations on every Redis this router has
 // opened (Engine.SweepReservations), and returns how many it expired.
-func (r *Router) SweepReservations(ctx context.Context) (int, error) {
+func (r *Engines) SweepReservations(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	open := slices.Clone(r.open)
 	r.mu.Unlock()
@@ -552,7 +541,7 @@ func (r *Router) SweepReservations(ctx context.Context) (int, error) {
 // ends, first opening the default pool and every configured pool so their
 // reservations expire even before anything else asks for them; each dedicated Redis
 // is swept once something (the worker's flush) has opened it. Errors go to logf.
-func (r *Router) RunReservationSweep(ctx context.Context, interval time.Duration, logf func(error)) {
+func (r *Engines) RunReservationSweep(ctx context.Context, interval time.Duration, logf func(error)) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
 	}
@@ -578,7 +567,7 @@ func (r *Router) RunReservationSweep(ctx context.Context, interval time.Duration
 
 // OpenReservations reads a page of org's open reservations on the Redis of route
 // (Engine.OpenReservations).
-func (r *Router) OpenReservations(ctx context.Context, route Route, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
+func (r *Engines) OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return nil, OpenCursor{}, err

@@ -1,0 +1,156 @@
+package quota
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
+)
+
+// Settlements of reservations: Commit, Release and the script run they share
+// (scripts/settle.lua), which the expiry sweep (sweep.go) runs too.
+
+// Action is how Settle settles a held reservation.
+type Action string
+
+// The settlement actions.
+const (
+	ActionCommit  Action = "commit"
+	ActionRelease Action = "release"
+)
+
+// Commit settles reservation id of org: used units are counted and amount - used given
+// back at every level, in the month counters and the sliding-window buckets they were
+// taken from (a bucket already out of its window is left alone). used above the amount
+// is counted in full and reported as OverReserved. A repeated commit returns the first
+// answer and counts nothing. anchorDay is the org's billing anchor day.
+//
+// Errors: ErrInvalid for bad arguments; ErrReservationNotFound; *StateError when it
+// was released or expired (a reservation past its expiry is expired, whoever asks
+// first); ErrUnavailable, ErrNotHydrated, ErrClosed and context errors as Check.
+func (e *Engine) Commit(ctx context.Context, org string, anchorDay int, id string, used int64) (Reservation, error) {
+	if used < 0 || used > vocab.MaxUnits {
+		return Reservation{}, fmt.Errorf("%w: used %d is outside 0..%d", ErrInvalid, used, vocab.MaxUnits)
+	}
+	return e.settle(ctx, org, anchorDay, id, ActionCommit, used, false)
+}
+
+// Release gives all of reservation id back. A repeated release returns the first
+// answer. Errors: those of Commit (*StateError when committed or expired).
+func (e *Engine) Release(ctx context.Context, org string, anchorDay int, id string) (Reservation, error) {
+	return e.settle(ctx, org, anchorDay, id, ActionRelease, 0, false)
+}
+
+// settle settles reservation id; a lease's settlement (lease true) is not reported as
+// a reservation's and returns without reading the record back.
+func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id string, act Action, used int64, lease bool) (Reservation, error) {
+	if !vocab.ValidID(org) {
+		return Reservation{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
+	}
+	if lease && !IsLease(id) || !lease && !ValidReservationID(id) {
+		return Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
+	}
+	select {
+	case <-e.closing:
+		return Reservation{}, ErrClosed
+	default:
+	}
+	tag := orgTag(e.cfg.KeyPrefix, org)
+	c := e.getCall()
+	defer func() {
+		if c != nil {
+			e.putCall(c)
+		}
+	}()
+	var a attempt
+	for hydrated := false; ; {
+		now := e.Now()
+		per := e.periodAt(now, anchorDay)
+		// Through the batching loop, as checks: concurrent settlements share pipelines.
+		c.org, c.period, c.src = org, per, settleSrc
+		c.args = append(c.args[:0], "evalsha", settleSHA, 4, tag+"x", tag+"rd", tag+"m|"+per.ID, tag+"r|"+id,
+			string(act), now.UnixMilli(), used, id)
+		if c.ask != "" {
+			e.sendAsking(ctx, c)
+		} else if err := e.submit(ctx, c); err != nil {
+			c = nil // may still be owned by the loop: not recycled
+			return Reservation{}, err
+		}
+		_, v, pause, err := e.next(c, &a)
+		if err != nil {
+			return Reservation{}, err
+		}
+		if v == resend {
+			if err := e.sleep(ctx, pause); err != nil {
+				return Reservation{}, err
+			}
+			continue
+		}
+		reply := c.reply
+		switch {
+		case reply == "H" && !hydrated:
+			if err := e.hydrate(ctx, org, per); err != nil {
+				return Reservation{}, err
+			}
+			hydrated = true
+			continue
+		case reply == "H", reply == "N":
+			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
+		case strings.HasPrefix(reply, "S"):
+			return Reservation{}, &StateError{ID: id, State: ReservationState(reply[1:])}
+		}
+		replay := strings.HasPrefix(reply, "R")
+		if replay {
+			reply = reply[1:]
+		}
+		r := Reservation{ID: id, Org: org}
+		if err := r.parseAnswer(reply); err != nil {
+			return Reservation{}, err
+		}
+		if !replay && !lease {
+			e.settled(&r)
+		}
+		if r.State == Expired { // it expired before this call came: its expiry settled it
+			return Reservation{}, &StateError{ID: id, State: Expired}
+		}
+		return r, nil
+	}
+}
+
+// parseAnswer reads settle.lua's answer: state;amount;used;released;over;settled_ms;
+// expires_ms;on_expiry;period;first counter field;last counter field.
+func (r *Reservation) parseAnswer(s string) error {
+	p := strings.Split(s, ";")
+	if len(p) != 11 {
+		return fmt.Errorf("quota: malformed settlement %q", s)
+	}
+	var n [6]int64
+	for i := range n {
+		v, err := strconv.ParseInt(p[i+1], 10, 64)
+		if err != nil {
+			return fmt.Errorf("quota: malformed settlement %q", s)
+		}
+		n[i] = v
+	}
+	r.State = ReservationState(p[0])
+	r.Amount, r.Used, r.Released, r.OverReserved = n[0], n[1], n[2], n[3]
+	r.SettledAt, r.ExpiresAt = time.UnixMilli(n[4]).UTC(), time.UnixMilli(n[5]).UTC()
+	r.OnExpiry, r.Period = OnExpiry(p[7]), p[8]
+	first, err1 := parseField(p[9])
+	last, err2 := parseField(p[10])
+	if err1 != nil || err2 != nil {
+		return fmt.Errorf("quota: malformed settlement %q", s)
+	}
+	r.Metric, r.Team, r.User = first.Metric, last.Team, last.User
+	return nil
+}
+
+// settled reports a settlement this engine made to Config.OnReservation.
+func (e *Engine) settled(r *Reservation) {
+	if f := e.cfg.OnReservation; f != nil && !IsLease(r.ID) { // a lease was never reported opened
+		f(ReservationEvent{State: r.State, OverReserved: r.OverReserved})
+	}
+}
