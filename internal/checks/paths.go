@@ -71,9 +71,8 @@ type group struct {
 // different paths are each decided on their own, in one pipelined batch. A refused
 // input fails the whole call with an *InputError naming it, before anything is
 // counted; an engine error fails it too. Errors carry Check's kinds.
-func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (p Paths, err error) {
-	ctx, span := s.start(ctx, "checks.CheckPaths")
-	defer func() { end(span, err) }()
+func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths, error) {
+	enter(ctx, "checks.CheckPaths")
 	if s.engine == nil {
 		return Paths{}, ErrNoEngine
 	}

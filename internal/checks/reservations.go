@@ -61,8 +61,7 @@ type Reserved struct {
 // holding the units when allowed. Errors: Check's, and Invalid naming amount,
 // ttl_seconds or on_expiry.
 func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Reserved, err error) {
-	ctx, span := s.start(ctx, "checks.Reserve")
-	defer func() { end(span, err) }()
+	enter(ctx, "checks.Reserve")
 	if err := in.Validate(); err != nil {
 		return Reserved{}, err
 	}

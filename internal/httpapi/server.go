@@ -87,7 +87,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	}
 	s := &Server{tenants: d.Tenants, cache: d.Cache, redis: d.Redis, log: d.Logger, registry: d.Registry,
 		console: d.Console, billing: d.Billing, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != ""}
-	s.checks = checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, TracerProvider: d.TracerProvider, Logger: d.Logger})
+	s.checks = checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})
 	validate, err := newRequestValidator()
 	if err != nil {
 		return nil, fmt.Errorf("load request validator: %w", err)

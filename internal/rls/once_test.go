@@ -13,9 +13,10 @@ import (
 )
 
 // A check from either transport enters the check service once, and the service
-// enters the engine once per check (per path of Envoy's descriptors), each within the
-// transport's server span: HTTP -> checks.Check -> quota.check; gRPC ->
-// checks.CheckPaths -> quota.check (one path) or quota.check_batch (several).
+// enters the engine once per check (per path of Envoy's descriptors), within the
+// transport's server span: the service marks its entry with an event on that span
+// (checks.Check, checks.CheckPaths), the engine starts a child span (quota.check for
+// one path, quota.check_batch for several).
 func TestACheckEntersTheServiceOnce(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
@@ -24,86 +25,75 @@ func TestACheckEntersTheServiceOnce(t *testing.T) {
 	key := r.setup("acme", 25)
 	grpcSpan := strings.TrimPrefix(rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, "/")
 
-	// count counts the spans of each name, failing unless every span is of one trace
-	// (but Redis pipelines', which belong to none: quota/trace.go).
-	count := func(t *testing.T) map[string]int {
+	// entered counts what one call made: spans by name and the service's events by
+	// name, failing unless every span but Redis pipelines' (which belong to no
+	// request: quota/trace.go) is of the server span's trace, and unless the engine's
+	// span is the server span's child.
+	entered := func(t *testing.T, server, engine string) map[string]int {
 		t.Helper()
 		spans := exp.GetSpans()
 		exp.Reset()
 		n := map[string]int{}
-		var first *tracetest.SpanStub
+		var root, eng *tracetest.SpanStub
 		for i, s := range spans {
 			n[s.Name]++
-			if s.Name == "redis.pipeline" {
-				continue
+			for _, e := range s.Events {
+				if strings.HasPrefix(e.Name, "checks.") {
+					n[e.Name]++
+					if s.Name != server {
+						t.Errorf("event %s on span %s, want on %s", e.Name, s.Name, server)
+					}
+				}
 			}
-			if first == nil {
-				first = &spans[i]
+			switch s.Name {
+			case server:
+				root = &spans[i]
+			case engine:
+				eng = &spans[i]
 			}
-			if s.SpanContext.TraceID() != first.SpanContext.TraceID() {
-				t.Errorf("span %s is of another trace than %s", s.Name, first.Name)
+		}
+		if root == nil || eng == nil {
+			t.Fatalf("no %s or %s span: %v", server, engine, n)
+		}
+		if eng.Parent.SpanID() != root.SpanContext.SpanID() {
+			t.Errorf("%s is not a child of %s", engine, server)
+		}
+		for _, s := range spans {
+			if s.Name != "redis.pipeline" && s.SpanContext.TraceID() != root.SpanContext.TraceID() {
+				t.Errorf("span %s is of another trace than %s", s.Name, server)
 			}
 		}
 		return n
 	}
-	// parentOf checks that the span named child is a child of the span named parent.
-	parentOf := func(t *testing.T, spans tracetest.SpanStubs, parent, child string) {
+	want := func(t *testing.T, n, want map[string]int) {
 		t.Helper()
-		var p, c *tracetest.SpanStub
-		for i := range spans {
-			switch spans[i].Name {
-			case parent:
-				p = &spans[i]
-			case child:
-				c = &spans[i]
+		for name, w := range want {
+			if n[name] != w {
+				t.Errorf("%d of %s, want %d (all: %v)", n[name], name, w, n)
 			}
-		}
-		if p == nil || c == nil || c.Parent.SpanID() != p.SpanContext.SpanID() {
-			t.Errorf("%s is not the parent of %s", parent, child)
 		}
 	}
 
 	t.Run("HTTP", func(t *testing.T) {
-		// the key's first use is authenticated once and cached; the check is what is counted
-		r.used(key, "acme", "eng", "alice")
+		r.used(key, "acme", "eng", "alice") // the key authenticated and the org cached
 		exp.Reset()
 		if rec := r.do("POST", "/v1/check", key, `{"org":"acme","team":"eng","user":"alice"}`); rec.Code != 200 {
 			t.Fatalf("check = %d %s", rec.Code, rec.Body)
 		}
-		spans := exp.GetSpans()
-		parentOf(t, spans, "POST /v1/check", "checks.Check")
-		parentOf(t, spans, "checks.Check", "quota.check")
-		n := count(t)
-		for name, want := range map[string]int{"POST /v1/check": 1, "checks.Check": 1, "quota.check": 1, "checks.CheckPaths": 0} {
-			if n[name] != want {
-				t.Errorf("%d spans %s, want %d (all: %v)", n[name], name, want, n)
-			}
-		}
+		want(t, entered(t, "POST /v1/check", "quota.check"),
+			map[string]int{"POST /v1/check": 1, "checks.Check": 1, "quota.check": 1, "checks.CheckPaths": 0, "checks.CheckBatch": 0})
 	})
 	t.Run("gRPC one path", func(t *testing.T) {
-		r.mustShould(key, 0, desc(entry{"team", "eng"})) // authenticates the key
+		r.mustShould(key, 0, desc(entry{"team", "eng"})) // the key authenticated
 		exp.Reset()
 		r.mustShould(key, 0, desc(entry{"team", "eng"}), desc(entry{"team", "eng"}, entry{"user", "alice"}))
-		spans := exp.GetSpans()
-		parentOf(t, spans, grpcSpan, "checks.CheckPaths")
-		parentOf(t, spans, "checks.CheckPaths", "quota.check")
-		n := count(t)
-		for name, want := range map[string]int{grpcSpan: 1, "checks.CheckPaths": 1, "quota.check": 1, "quota.check_batch": 0, "checks.Check": 0} {
-			if n[name] != want {
-				t.Errorf("%d spans %s, want %d (all: %v)", n[name], name, want, n)
-			}
-		}
+		want(t, entered(t, grpcSpan, "quota.check"),
+			map[string]int{grpcSpan: 1, "checks.CheckPaths": 1, "quota.check": 1, "quota.check_batch": 0, "checks.Check": 0})
 	})
 	t.Run("gRPC two paths", func(t *testing.T) {
+		exp.Reset()
 		r.mustShould(key, 0, desc(entry{"team", "eng"}, entry{"user", "alice"}), desc(entry{"team", "ops"}))
-		spans := exp.GetSpans()
-		parentOf(t, spans, grpcSpan, "checks.CheckPaths")
-		parentOf(t, spans, "checks.CheckPaths", "quota.check_batch")
-		n := count(t)
-		for name, want := range map[string]int{grpcSpan: 1, "checks.CheckPaths": 1, "quota.check_batch": 1, "quota.check": 0} {
-			if n[name] != want {
-				t.Errorf("%d spans %s, want %d (all: %v)", n[name], name, want, n)
-			}
-		}
+		want(t, entered(t, grpcSpan, "quota.check_batch"),
+			map[string]int{grpcSpan: 1, "checks.CheckPaths": 1, "quota.check_batch": 1, "quota.check": 0})
 	})
 }

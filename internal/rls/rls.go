@@ -60,8 +60,8 @@ type Deps struct {
 	// Registerer, when set, registers the server's metrics of calls by method and code
 	// (quotaplane_grpc_server_*), as the HTTP layer's are on the api's registry.
 	Registerer prometheus.Registerer
-	// TracerProvider, when set, gives every call a server span (otelgrpc) for the check
-	// service's and the engine's spans to nest in; nil adds nothing to a call.
+	// TracerProvider, when set, gives every call a server span (otelgrpc) for the
+	// engine's spans to nest in, and the check service's event; nil adds nothing.
 	TracerProvider trace.TracerProvider
 }
 
@@ -82,7 +82,7 @@ func New(d Deps) *Service {
 		d.Logger = slog.Default()
 	}
 	return &Service{cache: d.Cache, aliases: d.Aliases, log: d.Logger,
-		checks: checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, TracerProvider: d.TracerProvider, Logger: d.Logger})}
+		checks: checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})}
 }
 
 // ParseAliases reads "x-user-id=user,tenant=org": each alias names the entry key
