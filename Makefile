@@ -78,12 +78,13 @@ generate: sdk/typescript/node_modules ## regenerate the API types from api/opena
 check-generate: generate ## fail when the generated code differs from what is committed
 	@git diff --exit-code -- internal/httpapi/api sdk/typescript/src/schema.d.ts || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
-lint: ## gofmt, go vet (the client's and deploy/k8s's modules too), no error status chosen outside internal/platform/problem, and the import rules (internal/archtest)
+lint: ## gofmt, go vet (the client's and deploy/k8s's modules too), no error status chosen outside internal/platform/problem, no gRPC code outside internal/rls/status.go, and the import rules (internal/archtest)
 	@out=$$(gofmt -l cmd internal migrations scripts webhook deploy client examples); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	cd client && $(GO) vet ./...
 	cd deploy/k8s && $(GO) vet ./...
 	$(GO) test -count=1 -run TestNoStatusOutsideTheMap ./internal/platform/problem/
+	$(GO) test -count=1 -run TestNoCodeOutsideTheMap ./internal/rls/
 	$(GO) test -count=1 ./internal/archtest/
 
 bench: ## benchmark the check engine, /v1/check over HTTP and ShouldRateLimit over gRPC, then bench-users; prints summary tables

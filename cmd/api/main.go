@@ -191,7 +191,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var gsrv *grpc.Server
 	var ghealth *health.Server
 	if grpcLn != nil {
-		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log})
+		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log,
+			Registerer: registry, TracerProvider: tp})
 		defer gsrv.Stop()
 		go func() { errc <- fmt.Errorf("serve gRPC on %s: %w", grpcLn.Addr(), gsrv.Serve(grpcLn)) }()
 		log.Info("serving Envoy's rate limit service", "addr", grpcLn.Addr().String())

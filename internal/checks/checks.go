@@ -1,14 +1,16 @@
-// Package checks turns a check as a caller names it (org, team, user, metric, cost)
-// into the engine's quota.Request and Route, authorizing the caller and resolving
-// limits from the tenancy cache, and describes a decision as the RateLimit-* and
-// Retry-After values clients see. It is shared by the two transports of a check:
-// POST /v1/check (internal/httpapi) and Envoy's ShouldRateLimit (internal/rls), so
-// both decide and describe a check alike.
+// Package checks is the check service (Service): the one way of a check, whichever
+// transport carries it (POST /v1/check, its batch and /v1/reservations in
+// internal/httpapi; Envoy's ShouldRateLimit in internal/rls). It authorizes the caller
+// for the org (the check scope's one test, Caller.Authorize), resolves the org, team,
+// user and metric into the engine's quota.Request and the route to the org's Redis,
+// asks the engine (Engine, satisfied by *quota.Engines), and describes the decision as
+// the RateLimit-* and Retry-After values and warnings clients see. Its errors carry
+// derrors kinds, among them the one rule of which engine errors are retryable
+// (engineError); each transport maps kinds to its statuses in one table.
 package checks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -36,12 +38,25 @@ type Caller struct {
 	Key      tenants.APIKey
 }
 
-// Answer is what a check's answer says besides the engine's result: the org's mode,
-// and the throttle its limits were multiplied by (PPM 0: none).
-type Answer struct {
-	Mode     vocab.Mode
-	Throttle tenants.Throttle
+// Authorize is the check scope's test, the one of every transport: the operator may
+// check any org; an org API key only its own org (another org is not found, as it is
+// to every other route), and only with the check scope. Errors: derrors NotFound and
+// Forbidden.
+func (c Caller) Authorize(org string) error {
+	if c.Operator {
+		return nil
+	}
+	if c.Key.OrgID != org {
+		return derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", org), nil)
+	}
+	if !c.Key.HasScope(tenants.ScopeCheck) {
+		return errNoCheckScope
+	}
+	return nil
 }
+
+// errNoCheckScope refuses a key without the check scope.
+var errNoCheckScope = derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
 
 // IdempotencyPattern is what an idempotency key must match.
 var IdempotencyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{8,128}$`)
@@ -68,67 +83,32 @@ func (in Input) Validate() error {
 	return nil
 }
 
-// Resolver resolves checks against the tenancy cache.
-type Resolver struct {
-	Cache *tenants.Cache
-	// Clock is the time a throttle's expiry is judged at: the engine's clock of the
-	// check's route (*quota.Engines), Redis time on the monotonic clock, as every other
-	// decision of the check. Nil: the local clock.
-	Clock Clock
-}
-
-// Clock tells the time a route's checks are decided at. *quota.Engines's Now is its
-// engine's: the last Redis TIME sample plus the monotonic time since, so a stepped
-// local clock moves no throttle's expiry.
-type Clock interface {
-	Now(route vocab.Route) time.Time
-}
-
-// Now is the time of route's checks by c, or the local clock when c is nil.
-func Now(c Clock, route vocab.Route) time.Time {
-	if c == nil {
+// now is the time of route's checks by e (the engine's clock: the last Redis TIME
+// sample plus the monotonic time since, so a stepped local clock moves no throttle's
+// expiry), or the local clock when e is nil.
+func now(e Engine, route vocab.Route) time.Time {
+	if e == nil {
 		return time.Now()
 	}
-	return c.Now(route)
-}
-
-// Resolve authorizes a check and resolves its org, team, user and their limits from
-// the cache. Its errors carry derrors kinds: Invalid (a field, named), NotFound (org
-// or team; another org's is not found either), Forbidden (a key without the check
-// scope), Unavailable (tenancy store down and nothing cached), and
-// *tenants.UnknownMetricError.
-func (r Resolver) Resolve(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, Answer, error) {
-	req, route, org, th, err := r.request(ctx, c, in)
-	if err != nil {
-		return req, vocab.Route{}, Answer{}, err
-	}
-	return req, route, Answer{Mode: org.Org.Mode, Throttle: th}, nil
+	return e.Now(route)
 }
 
 // request builds the check's request and route; its limits are throttled by the
 // throttle the org is under at this moment (expired ones are ignored here, by the
 // clock of the check's engine, so a throttle lifts on every replica at once, without
 // any change, and a stepped local clock lifts none early or late).
-func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
+func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
 	var none tenants.ResolvedOrg
 	var th tenants.Throttle
 	if e := in.Validate(); e != nil {
 		return quota.Request{}, vocab.Route{}, none, th, e
 	}
-	if !c.Operator {
-		if c.Key.OrgID != in.Org {
-			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
-		}
-		if !c.Key.HasScope(tenants.ScopeCheck) {
-			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
-		}
+	if err := c.Authorize(in.Org); err != nil {
+		return quota.Request{}, vocab.Route{}, none, th, err
 	}
-	org, err := r.Cache.Org(ctx, in.Org)
-	if errors.Is(err, tenants.ErrNotFound) {
-		return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", in.Org), nil)
-	}
+	org, err := s.org(ctx, in.Org)
 	if err != nil {
-		return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+		return quota.Request{}, vocab.Route{}, none, th, err
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: vocab.Mode(org.Org.Mode),
 		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff,
@@ -151,7 +131,7 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	var user tenants.ResolvedUser
 	if in.User != nil {
 		req.User = *in.User
-		if user, err = r.Cache.User(ctx, org, req.User); err != nil {
+		if user, err = s.cache.User(ctx, org, req.User); err != nil {
 			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
 		}
 		switch {
@@ -179,7 +159,7 @@ func (r Resolver) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	}
 	route := org.Route()
 	if len(org.Throttles) > 0 {
-		th, _ = org.ThrottleOf(Now(r.Clock, route))
+		th, _ = org.ThrottleOf(now(s.engine, route))
 	}
 	buf := make([]vocab.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
 	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits, th)
@@ -206,14 +186,14 @@ func limitsFor(buf []vocab.Limit, metric string, ls []vocab.Limit, th tenants.Th
 	return buf[start:len(buf):len(buf)], buf
 }
 
-// RetryAfterSeconds is a denied check's Retry-After in whole seconds, rounded up.
-func RetryAfterSeconds(res quota.Result) int64 {
+// retryAfterSeconds is a denied check's Retry-After in whole seconds, rounded up.
+func retryAfterSeconds(res quota.Result) int64 {
 	return int64(math.Ceil(res.RetryAfter.Seconds()))
 }
 
-// Warning is the warning a warn-mode org's answer carries when the check would have
+// warning is the warning a warn-mode org's answer carries when the check would have
 // been denied; "" otherwise.
-func Warning(res quota.Result, mode vocab.Mode) string {
+func warning(res quota.Result, mode vocab.Mode) string {
 	if mode != vocab.Warn || !res.Allowed || res.WouldBlock == nil {
 		return ""
 	}
@@ -231,12 +211,12 @@ type RateLimit struct {
 	Reset     int64
 }
 
-// Tightest describes the tightest level and window of an allowed check: the least
+// tightest describes the tightest level and window of an allowed check: the least
 // remaining, then the soonest reset. A denied check is described by the level and
 // window that refused it, and its Reset is its Retry-After: when a retry of the same
 // cost can succeed (a sliding window frees units gradually, so the end of its
 // current bucket, its ResetAt, is too early). ok is false when no level has a limit.
-func Tightest(res quota.Result, now time.Time) (rl RateLimit, ok bool) {
+func tightest(res quota.Result, now time.Time) (rl RateLimit, ok bool) {
 	if len(res.Levels) == 0 {
 		return RateLimit{}, false
 	}
@@ -254,7 +234,7 @@ func Tightest(res quota.Result, now time.Time) (rl RateLimit, ok bool) {
 				break
 			}
 		}
-		reset = RetryAfterSeconds(res)
+		reset = retryAfterSeconds(res)
 	}
 	return RateLimit{Level: t, Limit: t.Limit, Remaining: max(t.Remaining, 0), Reset: max(reset, 0)}, true
 }

@@ -1,56 +1,45 @@
 package httpapi
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
-	"github.com/quotaplane/quotaplane/internal/vocab"
 )
-
-// Checker decides checks on the Redis an org's route names. *quota.Engines satisfies it.
-type Checker interface {
-	Check(ctx context.Context, route vocab.Route, req quota.Request) (quota.Result, quota.Outcome, error)
-	CheckBatch(ctx context.Context, routes []vocab.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
-	// Now is the time route's checks are decided at (the engine's Redis time), which
-	// judges a throttle's expiry and the seconds until a reset.
-	Now(route vocab.Route) time.Time
-}
 
 // MaxBatch is the most checks one /v1/check/batch may carry.
 const MaxBatch = 100
 
-// resolveCheck authorizes a check and resolves its org, team, user and their limits
-// from the cache: checks.Resolver, shared with the gRPC rate limit service.
-func (s *Server) resolveCheck(ctx context.Context, p principal, in api.CheckRequest) (quota.Request, vocab.Route, checks.Answer, error) {
-	return checks.Resolver{Cache: s.cache, Clock: s.checker}.Resolve(ctx, checks.Caller{Operator: p.operator, Key: p.key}, toCheckInput(in))
-}
-
-// toCheckInput converts the API's check to the resolver's.
+// toCheckInput converts the API's check to the check service's.
 func toCheckInput(in api.CheckRequest) checks.Input {
 	return checks.Input{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, Cost: in.Cost, IdempotencyKey: in.IdempotencyKey}
 }
 
-func fromResult(res quota.Result, oc quota.Outcome, ans checks.Answer) api.CheckResult {
-	return fromResultInto(make([]api.LevelStatus, len(res.Levels)), res, oc, ans)
+// callerOfCheck is the check service's caller of a request.
+func callerOfCheck(r *http.Request) checks.Caller {
+	p := callerOf(r)
+	return checks.Caller{Operator: p.operator, Key: p.key}
 }
 
-// fromResultInto is fromResult with the levels written into levels, which must hold
-// len(res.Levels): /v1/check reuses them from a pool.
-func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome, ans checks.Answer) api.CheckResult {
-	out := api.CheckResult{Allowed: res.Allowed, Mode: api.Mode(ans.Mode), Levels: levels[:len(res.Levels)]}
-	if th := ans.Throttle; th.PPM > 0 {
+func fromDecision(d *checks.Decision) api.CheckResult {
+	return fromDecisionInto(make([]api.LevelStatus, len(d.Result.Levels)), d)
+}
+
+// fromDecisionInto is fromDecision with the levels written into levels, which must
+// hold len(d.Result.Levels): /v1/check reuses them from a pool.
+func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckResult {
+	res := &d.Result
+	out := api.CheckResult{Allowed: res.Allowed, Mode: api.Mode(d.Mode), Levels: levels[:len(res.Levels)]}
+	if th := d.Throttle; th.PPM > 0 {
 		out.Throttled = &api.Throttled{Factor: th.Factor(), ExpiresAt: th.ExpiresAt.UTC(), Scope: api.ThrottleScope(th.Scope)}
 	}
-	if oc.Degraded {
+	if d.Outcome.Degraded {
 		t := true
 		out.Degraded = &t
 	}
@@ -66,12 +55,13 @@ func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome
 	}
 	if !res.Allowed {
 		out.BlockedAt = ref(res.BlockedAt)
-		secs := checks.RetryAfterSeconds(res)
+		secs := d.RetryAfter
 		out.RetryAfterSeconds = &secs
 	}
 	if res.Allowed && res.WouldBlock != nil {
 		out.WouldBlock = ref(res.WouldBlock)
-		if w := checks.Warning(res, ans.Mode); w != "" {
+		if d.Warning != "" {
+			w := d.Warning
 			out.Warning = &w
 		}
 	}
@@ -85,13 +75,13 @@ func fromResultInto(levels []api.LevelStatus, res quota.Result, oc quota.Outcome
 	return out
 }
 
-// setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset as checks.Tightest
-// describes the decision.
-func setRateLimitHeaders(h http.Header, res quota.Result, now time.Time) {
-	t, ok := checks.Tightest(res, now)
-	if !ok {
+// setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset as the check
+// service describes the decision.
+func setRateLimitHeaders(h http.Header, d *checks.Decision) {
+	if !d.HasRateLimit {
 		return
 	}
+	t := d.RateLimit
 	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
 	// but the spelling of the IETF draft is what people grep for. The three values
 	// share one backing array, each capped at its own element.
@@ -139,35 +129,27 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 		refuse(w, r, err)
 		return
 	}
-	req, route, ans, cerr := s.resolveCheck(r.Context(), callerOf(r), in)
-	if cerr == nil && s.checker == nil {
-		cerr = errNoEngine
-	}
-	if cerr != nil {
-		s.fail(w, r, cerr)
-		return
-	}
-	res, oc, err := s.checker.Check(r.Context(), route, req)
+	d, err := s.checks.Check(r.Context(), callerOfCheck(r), toCheckInput(in))
 	if err != nil {
-		s.fail(w, r, engineError(err)) // logged there when it is not the caller's
+		s.fail(w, r, err) // logged there when it is not the caller's
 		return
 	}
 	lp := levelsPool.Get().(*[]api.LevelStatus)
-	if cap(*lp) < len(res.Levels) {
-		*lp = make([]api.LevelStatus, len(res.Levels))
+	if cap(*lp) < len(d.Result.Levels) {
+		*lp = make([]api.LevelStatus, len(d.Result.Levels))
 	}
-	out := fromResultInto((*lp)[:len(res.Levels)], res, oc, ans)
+	out := fromDecisionInto((*lp)[:len(d.Result.Levels)], &d)
 	defer func() {
 		clear(out.Levels) // no ids kept alive in the pool
 		if cap(*lp) <= 64 {
 			levelsPool.Put(lp)
 		}
 	}()
-	setRateLimitHeaders(w.Header(), res, checks.Now(s.checker, route))
+	setRateLimitHeaders(w.Header(), &d)
 	status := http.StatusOK
 	if !out.Allowed {
 		status = problem.Status(derrors.RateLimited) // a denial answers as the rate-limited kind
-		w.Header().Set("Retry-After", strconv.FormatInt(*out.RetryAfterSeconds, 10))
+		w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
 	}
 	if out.Warning != nil {
 		w.Header().Set("Quotaplane-Warning", *out.Warning)
@@ -192,41 +174,24 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 			FieldError{Field: "checks", Message: fmt.Sprintf("must hold 1 to %d checks", MaxBatch)}))
 		return
 	}
-	if s.checker == nil {
-		s.fail(w, r, errNoEngine)
+	ins := make([]checks.Input, len(in.Checks))
+	for i, c := range in.Checks {
+		ins[i] = toCheckInput(c)
+	}
+	decided, err := s.checks.CheckBatch(r.Context(), callerOfCheck(r), ins)
+	if err != nil {
+		s.fail(w, r, err)
 		return
 	}
-	p := callerOf(r)
-	items := make([]api.BatchCheckItem, len(in.Checks))
-	reqs := make([]quota.Request, 0, len(in.Checks))
-	routes := make([]vocab.Route, 0, len(in.Checks))
-	answers := make([]checks.Answer, 0, len(in.Checks))
-	slot := make([]int, 0, len(in.Checks))
-	for i, c := range in.Checks {
-		req, route, ans, cerr := s.resolveCheck(r.Context(), p, c)
-		if cerr != nil {
-			_ = items[i].FromProblem(itemProblem(cerr))
+	items := make([]api.BatchCheckItem, len(decided))
+	for i := range decided {
+		if decided[i].Err != nil {
+			_ = items[i].FromProblem(itemProblem(decided[i].Err))
 			continue
 		}
-		reqs, routes, answers, slot = append(reqs, req), append(routes, route), append(answers, ans), append(slot, i)
-	}
-	if len(reqs) > 0 {
-		results, outcomes, errs := s.checker.CheckBatch(r.Context(), routes, reqs)
-		for j, i := range slot {
-			if errs[j] != nil {
-				if k := derrors.KindOf(errs[j]); k == derrors.Unavailable || k == derrors.Internal {
-					s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
-				}
-				_ = items[i].FromProblem(itemProblem(engineError(errs[j])))
-				continue
-			}
-			out := fromResult(results[j], outcomes[j], answers[j])
-			b := appendCheckResult(nil, &out)
-			_ = items[i].UnmarshalJSON(b[:len(b)-1]) // the item's JSON, without the newline
-		}
+		out := fromDecision(&decided[i].Decision)
+		b := appendCheckResult(nil, &out)
+		_ = items[i].UnmarshalJSON(b[:len(b)-1]) // the item's JSON, without the newline
 	}
 	writeBatchResult(w, items)
 }
-
-// errNoEngine answers the checks of a server built without a quota engine.
-var errNoEngine = derrors.E(derrors.Unavailable, "no quota engine is configured", nil)

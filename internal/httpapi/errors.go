@@ -7,7 +7,6 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
-	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 // Errors are answered in one place: every refusal is an error of a derrors kind, and
@@ -56,24 +55,6 @@ func paramError(w http.ResponseWriter, r *http.Request, err error) {
 		return
 	}
 	refuse(w, r, derrors.Field(name, "is malformed"))
-}
-
-// engineError gives an error of the quota engine the kind it answers with: its own
-// when the engine says what is wrong (invalid, overloaded, a refusal such as an
-// idempotency conflict), else unavailable, since a check the engine could not decide
-// is worth retrying. The detail says which store failed.
-func engineError(err error) error {
-	if errors.Is(err, quota.ErrIdempotencyConflict) {
-		msg := "this key was first used (in the last 24 hours) with a different request: team, user, metric or cost differ; nothing was counted. Use a new key for a new request"
-		return derrors.E(derrors.Unprocessable, "idempotency_key: "+msg, err, FieldError{Field: "idempotency_key", Message: msg})
-	}
-	switch derrors.KindOf(err) {
-	case derrors.Overloaded:
-		return derrors.E(derrors.Overloaded, "too many checks of this org are in flight; retry shortly", err)
-	case derrors.Unavailable, derrors.Internal:
-		return derrors.E(derrors.Unavailable, "the quota store is unavailable; retry shortly", err)
-	}
-	return err
 }
 
 // itemProblem is the problem of one refused check of a batch.

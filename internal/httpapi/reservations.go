@@ -1,14 +1,10 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/base64"
-	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -16,54 +12,17 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
-	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Reserver holds and settles reservations on the Redis an org's route names.
-// *quota.Engines satisfies it; a Checker that does not cannot serve /v1/reservations.
-type Reserver interface {
-	Reserve(ctx context.Context, route vocab.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
-	Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
-	Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
-	Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
-	OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
-}
-
-// MaxReservationTTL is the longest ttl_seconds the API accepts.
-const MaxReservationTTL = time.Hour
-
-// reserver is the server's Checker as a Reserver, or nil (then reservations answer
-// 503 as checks do without an engine).
-func (s *Server) reserver() Reserver {
-	r, _ := s.checker.(Reserver)
-	return r
-}
-
-// validateReservation checks what the spec says of a ReservationRequest (the checks
-// group is not validated against the spec) beyond what resolveRequest checks of
-// the check it is decided as.
-func validateReservation(in api.ReservationRequest) error {
-	switch {
-	case in.Amount < 1 || in.Amount > vocab.MaxUnits:
-		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", vocab.MaxUnits))
-	case in.TtlSeconds != nil && (*in.TtlSeconds < 1 || *in.TtlSeconds > int64(MaxReservationTTL/time.Second)):
-		return derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
-	case in.OnExpiry != nil && !in.OnExpiry.Valid():
-		return derrors.Field("on_expiry", "must be commit or release")
-	}
-	return nil
-}
-
-// toReserveOptions converts the request's ttl_seconds and on_expiry.
-func toReserveOptions(in api.ReservationRequest) quota.ReserveOptions {
-	opt := quota.ReserveOptions{TTL: time.Minute, OnExpiry: quota.ExpiryCommit}
-	if in.TtlSeconds != nil {
-		opt.TTL = time.Duration(*in.TtlSeconds) * time.Second
-	}
+// toReserveInput converts the API's reservation request to the check service's.
+func toReserveInput(in api.ReservationRequest) checks.ReserveInput {
+	out := checks.ReserveInput{Check: checks.Input{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, IdempotencyKey: in.IdempotencyKey},
+		Amount: in.Amount, TTL: in.TtlSeconds}
 	if in.OnExpiry != nil {
-		opt.OnExpiry = quota.OnExpiry(*in.OnExpiry)
+		e := string(*in.OnExpiry)
+		out.OnExpiry = &e
 	}
-	return opt
+	return out
 }
 
 // fromReservation converts a reservation for the API; levels only when just made.
@@ -89,97 +48,32 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 	if !decode(w, r, &in) {
 		return
 	}
-	if err := validateReservation(in); err != nil {
-		refuse(w, r, err)
-		return
-	}
-	rs := s.reserver()
-	amount := in.Amount
-	check := api.CheckRequest{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, Cost: &amount, IdempotencyKey: in.IdempotencyKey}
-	req, route, ans, err := s.resolveCheck(r.Context(), callerOf(r), check)
-	if err == nil && rs == nil {
-		err = errNoEngine
-	}
+	rv, err := s.checks.Reserve(r.Context(), callerOfCheck(r), toReserveInput(in))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	res, out, err := rs.Reserve(r.Context(), route, req, toReserveOptions(in))
-	if err != nil {
-		s.fail(w, r, engineError(err))
-		return
-	}
-	if !out.Allowed {
-		cr := fromResult(out, quota.Outcome{}, ans)
-		setRateLimitHeaders(w.Header(), out, checks.Now(s.checker, route))
-		w.Header().Set("Retry-After", strconv.FormatInt(*cr.RetryAfterSeconds, 10))
+	if d := &rv.Decision; !d.Result.Allowed {
+		cr := fromDecision(d)
+		setRateLimitHeaders(w.Header(), d)
+		w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
 		writeJSON(w, problem.Status(derrors.RateLimited), cr)
 		return
 	}
-	body := fromReservation(res)
-	levels := fromResult(out, quota.Outcome{}, ans).Levels
+	body := fromReservation(rv.Reservation)
+	levels := fromDecision(&rv.Decision).Levels
 	body.Levels = &levels
-	if out.Replayed {
+	if rv.Decision.Result.Replayed {
 		t := true
 		body.Replayed = &t
 	}
 	writeJSON(w, http.StatusCreated, body)
 }
 
-// reservationRoute authorizes a request on a reservation by id: an org key with the
-// check scope; the org is the key's, so another org's reservation is simply absent.
-func (s *Server) reservationRoute(ctx context.Context, p principal) (string, vocab.Route, int, error) {
-	if p.operator || p.key.OrgID == "" {
-		return "", vocab.Route{}, 0, derrors.E(derrors.Forbidden, "reservations are addressed with an org API key (scope check)", nil)
-	}
-	if !p.key.HasScope(tenants.ScopeCheck) {
-		return "", vocab.Route{}, 0, derrors.E(derrors.Forbidden, "this key lacks the scope this operation needs: check", nil)
-	}
-	route, anchor, err := s.orgRoute(ctx, p.key.OrgID)
-	return p.key.OrgID, route, anchor, err
-}
-
-// orgRoute is the Redis route of org and its billing anchor day.
-func (s *Server) orgRoute(ctx context.Context, orgID string) (vocab.Route, int, error) {
-	org, err := s.cache.Org(ctx, orgID)
-	if errors.Is(err, tenants.ErrNotFound) {
-		return vocab.Route{}, 0, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", orgID), nil)
-	}
-	if err != nil {
-		return vocab.Route{}, 0, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
-	}
-	route := org.Route()
-	return route, org.Org.BillingAnchorDay, nil
-}
-
-// reservationError says what a failed operation on reservation id means to the caller.
-func reservationError(id string, err error) error {
-	var se *quota.StateError
-	switch {
-	case errors.Is(err, quota.ErrReservationNotFound):
-		return derrors.E(derrors.NotFound, fmt.Sprintf("reservation %q not found", id), nil)
-	case errors.As(err, &se):
-		return derrors.E(derrors.Conflict, fmt.Sprintf("reservation %q is already %s", id, se.State), err)
-	}
-	return engineError(err)
-}
-
-// byID runs op on the reservation named in the path, for the key's org.
-func (s *Server) byID(w http.ResponseWriter, r *http.Request, id string,
-	op func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error)) {
-	rs := s.reserver()
-	if rs == nil {
-		s.fail(w, r, errNoEngine)
-		return
-	}
-	org, route, anchor, err := s.reservationRoute(r.Context(), callerOf(r))
+// reservationAnswer answers an operation on a reservation by id.
+func (s *Server) reservationAnswer(w http.ResponseWriter, r *http.Request, res quota.Reservation, err error) {
 	if err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	res, err := op(rs, org, route, anchor)
-	if err != nil {
-		s.fail(w, r, reservationError(id, err))
 		return
 	}
 	writeJSON(w, http.StatusOK, fromReservation(res))
@@ -187,16 +81,14 @@ func (s *Server) byID(w http.ResponseWriter, r *http.Request, id string,
 
 // GetReservation handles GET /v1/reservations/{id}.
 func (s *Server) GetReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
-	s.byID(w, r, id, func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error) {
-		return rs.Reservation(r.Context(), route, org, anchor, id)
-	})
+	res, err := s.checks.Reservation(r.Context(), callerOfCheck(r), id)
+	s.reservationAnswer(w, r, res, err)
 }
 
 // ReleaseReservation handles DELETE /v1/reservations/{id}.
 func (s *Server) ReleaseReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
-	s.byID(w, r, id, func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error) {
-		return rs.Release(r.Context(), route, org, anchor, id)
-	})
+	res, err := s.checks.Release(r.Context(), callerOfCheck(r), id)
+	s.reservationAnswer(w, r, res, err)
 }
 
 // CommitReservation handles POST /v1/reservations/{id}/commit.
@@ -205,13 +97,8 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	if !decode(w, r, &in) {
 		return
 	}
-	if in.Used < 0 || in.Used > vocab.MaxUnits {
-		refuse(w, r, derrors.Field("used", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits)))
-		return
-	}
-	s.byID(w, r, id, func(rs Reserver, org string, route vocab.Route, anchor int) (quota.Reservation, error) {
-		return rs.Commit(r.Context(), route, org, anchor, id, in.Used)
-	})
+	res, err := s.checks.Commit(r.Context(), callerOfCheck(r), id, in.Used)
+	s.reservationAnswer(w, r, res, err)
 }
 
 // ListOpenReservations handles GET /v1/orgs/{org}/reservations: a page of the org's
@@ -230,24 +117,10 @@ func (s *Server) ListOpenReservations(w http.ResponseWriter, r *http.Request, or
 	if params.Limit != nil {
 		limit = *params.Limit
 	}
-	if limit < 1 || limit > quota.MaxOpenPage { // the spec says so too; the validator runs first
-		refuse(w, r, derrors.Field("limit", fmt.Sprintf("must be 1 to %d", quota.MaxOpenPage)))
-		return
-	}
-	rs := s.reserver()
-	if rs == nil {
-		s.fail(w, r, errNoEngine)
-		return
-	}
-	route, anchor, err := s.orgRoute(r.Context(), org)
+	f := quota.OpenFilter{Team: deref(params.Team), User: deref(params.User)}
+	res, next, err := s.checks.OpenReservations(r.Context(), org, f, after, limit) // the spec bounds limit too; the validator runs first
 	if err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	f := quota.OpenFilter{Team: deref(params.Team), User: deref(params.User)}
-	res, next, err := rs.OpenReservations(r.Context(), route, org, anchor, f, after, limit)
-	if err != nil {
-		s.fail(w, r, engineError(err))
 		return
 	}
 	out := api.ReservationList{Reservations: mapSlice(res, fromReservation)}

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/console"
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
@@ -40,7 +41,7 @@ const MaxBodyBytes = 1 << 20
 type Deps struct {
 	Tenants    *tenants.Service
 	Cache      *tenants.Cache        // resolved orgs and keys; a private one when nil
-	Checker    Checker               // decides /v1/check; nil answers 503
+	Checker    checks.Engine         // decides /v1/check and holds reservations; nil answers 503
 	Redis      redis.UniversalClient // for /readyz
 	AdminToken string                // empty disables the operator API
 	Logger     *slog.Logger
@@ -62,7 +63,7 @@ type Deps struct {
 type Server struct {
 	tenants    *tenants.Service
 	cache      *tenants.Cache
-	checker    Checker
+	checks     *checks.Service // every check and reservation
 	redis      redis.UniversalClient
 	adminToken [32]byte // SHA-256 of the operator token, so comparison leaks no length
 	hasAdmin   bool
@@ -86,8 +87,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if d.Cache == nil {
 		d.Cache = tenants.NewCache(d.Tenants, tenants.CacheOptions{Logger: d.Logger})
 	}
-	s := &Server{tenants: d.Tenants, cache: d.Cache, checker: d.Checker, redis: d.Redis, log: d.Logger, registry: d.Registry,
+	s := &Server{tenants: d.Tenants, cache: d.Cache, redis: d.Redis, log: d.Logger, registry: d.Registry,
 		console: d.Console, billing: d.Billing, webhooks: d.Webhooks, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != ""}
+	s.checks = checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})
 	validate, err := newRequestValidator()
 	if err != nil {
 		return nil, fmt.Errorf("load request validator: %w", err)

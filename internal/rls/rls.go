@@ -2,8 +2,10 @@
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) over the quota engine,
 // so that Envoy's and Istio's global rate limit filter can ask Quotaplane instead of
 // envoyproxy/ratelimit. The protocol is go-control-plane's generated code; this
-// package maps descriptors to checks (resolved by internal/checks, as POST /v1/check
-// resolves them) and decisions to Envoy's answer.
+// package is a transport only: it authenticates the key, maps descriptors to checks,
+// makes one call of the check service (internal/checks, as POST /v1/check does), maps
+// the described decision to Envoy's answer and errors to codes (status.go's table).
+// The server carries recovery, metrics and tracing interceptors (server.go).
 //
 // A descriptor's entries name one check: org (optional: the key's org), team, user
 // and metric (default "requests"); other entry keys may be configured as aliases of
@@ -18,7 +20,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,29 +27,16 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/health"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/derrors"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
-
-// Checker decides checks on the Redis an org's route names. *quota.Engines satisfies it.
-type Checker interface {
-	Check(ctx context.Context, route vocab.Route, req quota.Request) (quota.Result, quota.Outcome, error)
-	CheckBatch(ctx context.Context, routes []vocab.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
-	// Now is the time route's checks are decided at (the engine's Redis time), which
-	// judges a throttle's expiry and the seconds until a reset.
-	Now(route vocab.Route) time.Time
-}
 
 // MaxDescriptors is the most descriptors one ShouldRateLimit may carry, as a
 // /v1/check/batch carries at most 100 checks.
@@ -65,17 +53,23 @@ const (
 // Deps is what the service needs.
 type Deps struct {
 	Cache   *tenants.Cache // resolved orgs, users and keys
-	Checker Checker        // nil answers UNAVAILABLE
+	Checker checks.Engine  // the quota engine; nil answers UNAVAILABLE
 	// Aliases maps other entry keys to org, team, user or metric (ParseAliases).
 	Aliases map[string]string
 	Logger  *slog.Logger
+	// Registerer, when set, registers the server's metrics of calls by method and code
+	// (quotaplane_grpc_server_*), as the HTTP layer's are on the api's registry.
+	Registerer prometheus.Registerer
+	// TracerProvider, when set, gives every call a server span (otelgrpc) for the
+	// engine's spans to nest in, and the check service's event; nil adds nothing.
+	TracerProvider trace.TracerProvider
 }
 
 // Service implements RateLimitServiceServer.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
 	cache   *tenants.Cache
-	checker Checker
+	checks  *checks.Service
 	aliases map[string]string
 	log     *slog.Logger
 }
@@ -87,20 +81,8 @@ func New(d Deps) *Service {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	return &Service{cache: d.Cache, checker: d.Checker, aliases: d.Aliases, log: d.Logger}
-}
-
-// NewServer returns a gRPC server carrying the service and the standard health
-// service (grpc.health.v1), SERVING for "" and the rate limit service's name. Stop
-// it with GracefulStop, after health's Shutdown (returned) has told load balancers.
-func NewServer(d Deps, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
-	g := grpc.NewServer(opts...)
-	rlsv3.RegisterRateLimitServiceServer(g, New(d))
-	h := health.NewServer()
-	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	healthpb.RegisterHealthServer(g, h)
-	return g, h
+	return &Service{cache: d.Cache, aliases: d.Aliases, log: d.Logger,
+		checks: checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})}
 }
 
 // ParseAliases reads "x-user-id=user,tenant=org": each alias names the entry key
@@ -130,61 +112,49 @@ func ParseAliases(s string) (map[string]string, error) {
 	return out, nil
 }
 
-// check is one descriptor's check, resolved.
-type check struct {
-	req   quota.Request
-	route vocab.Route
-	ans   checks.Answer
-	group int // index of its path's group
-}
-
-// group is one path: the deepest of its descriptors' requests, decided once.
-type group struct {
-	req   quota.Request
-	route vocab.Route
-	ans   checks.Answer
-	res   quota.Result
-	oc    quota.Outcome
-}
-
-// ShouldRateLimit decides the request's descriptors. Errors: UNAUTHENTICATED (no or
-// a bad key), PERMISSION_DENIED (a key without the check scope), INVALID_ARGUMENT (a
-// descriptor that names no check of the key's org), UNAVAILABLE (tenancy or Redis
-// down under a closed plan, or too many checks in flight).
+// ShouldRateLimit decides the request's descriptors: descriptors that lie on one org
+// -> team -> user path are one check (checks.Service.CheckPaths). Errors:
+// UNAUTHENTICATED (no or a bad key), PERMISSION_DENIED (a key without the check
+// scope), INVALID_ARGUMENT (a descriptor that names no check of the key's org),
+// UNAVAILABLE (tenancy or Redis down under a closed plan, or too many checks in
+// flight), as status.go's table maps the check service's errors.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	key, err := s.authenticate(ctx)
+	caller, err := s.authenticate(ctx)
 	if err != nil {
-		return nil, err
+		return nil, statusOf(s.log, "", err)
 	}
-	n := len(in.GetDescriptors())
-	if n == 0 || n > MaxDescriptors {
-		return nil, status.Errorf(codes.InvalidArgument, "descriptors: send 1 to %d descriptors, not %d", MaxDescriptors, n)
+	if err := caller.Authorize(caller.Key.OrgID); err != nil {
+		return nil, statusOf(s.log, "", err)
 	}
-	if s.checker == nil {
-		return nil, status.Error(codes.Unavailable, "no quota engine is configured")
+	ds := in.GetDescriptors()
+	if n := len(ds); n == 0 || n > MaxDescriptors {
+		return nil, statusOf(s.log, "", derrors.E(derrors.Invalid, fmt.Sprintf("descriptors: send 1 to %d descriptors, not %d", MaxDescriptors, n), nil))
 	}
-	caller := checks.Caller{Key: key}
-	resolver := checks.Resolver{Cache: s.cache, Clock: s.checker}
-	cs := make([]check, n)
-	for i, d := range in.GetDescriptors() {
-		input, err := s.toInput(d, in.GetHitsAddend(), key.OrgID)
-		if err == nil {
-			cs[i].req, cs[i].route, cs[i].ans, err = resolver.Resolve(ctx, caller, input)
-		}
-		if err != nil {
-			return nil, s.statusOf(fmt.Sprintf("descriptor %d (%s)", i, entriesString(d)), err)
+	ins := make([]checks.Input, len(ds))
+	for i, d := range ds {
+		if ins[i], err = s.toInput(d, in.GetHitsAddend(), caller.Key.OrgID); err != nil {
+			return nil, statusOf(s.log, descriptorName(i, d), err)
 		}
 	}
-	groups := pathGroups(cs)
-	if err := s.decide(ctx, groups); err != nil {
-		return nil, err
+	p, err := s.checks.CheckPaths(ctx, caller, ins)
+	var ie *checks.InputError
+	switch {
+	case errors.As(err, &ie):
+		return nil, statusOf(s.log, descriptorName(ie.Index, ds[ie.Index]), ie.Err)
+	case err != nil:
+		return nil, statusOf(s.log, "check", err)
 	}
-	return answer(cs, groups, checks.Now(s.checker, cs[0].route)), nil
+	return answer(p), nil
 }
 
-// authenticate resolves the authorization metadata to an org API key with the check
-// scope.
-func (s *Service) authenticate(ctx context.Context) (tenants.APIKey, error) {
+// descriptorName names descriptor i in an error.
+func descriptorName(i int, d *ratelimitv3.RateLimitDescriptor) string {
+	return fmt.Sprintf("descriptor %d (%s)", i, entriesString(d))
+}
+
+// authenticate resolves the authorization metadata to an org API key. Errors:
+// derrors Unauthenticated, Unavailable.
+func (s *Service) authenticate(ctx context.Context) (checks.Caller, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
 	var token string
 	if v := md.Get("authorization"); len(v) > 0 {
@@ -194,20 +164,17 @@ func (s *Service) authenticate(ctx context.Context) (tenants.APIKey, error) {
 		}
 	}
 	if token == "" {
-		return tenants.APIKey{}, status.Error(codes.Unauthenticated,
-			"missing credentials: send the metadata authorization: Bearer <org API key with the check scope> (Envoy: grpc_service.initial_metadata)")
+		return checks.Caller{}, derrors.E(derrors.Unauthenticated,
+			"missing credentials: send the metadata authorization: Bearer <org API key with the check scope> (Envoy: grpc_service.initial_metadata)", nil)
 	}
 	k, err := s.cache.Authenticate(ctx, token)
 	if errors.Is(err, tenants.ErrBadToken) {
-		return tenants.APIKey{}, status.Error(codes.Unauthenticated, "invalid, unknown or revoked API key")
+		return checks.Caller{}, derrors.E(derrors.Unauthenticated, "invalid, unknown or revoked API key", nil)
 	}
 	if err != nil {
-		return tenants.APIKey{}, s.statusOf("authentication", derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err))
+		return checks.Caller{}, derrors.E(derrors.Unavailable, "authentication: the tenancy store is unavailable; retry shortly", err)
 	}
-	if !k.HasScope(tenants.ScopeCheck) {
-		return tenants.APIKey{}, status.Error(codes.PermissionDenied, "this key lacks the scope ShouldRateLimit needs: check")
-	}
-	return k, nil
+	return checks.Caller{Key: k}, nil
 }
 
 // toInput reads a descriptor's entries and cost. The cost is the descriptor's
@@ -268,132 +235,41 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 	return in, nil
 }
 
-// pathGroups gathers the checks that lie on one org -> team -> user path of one
-// metric into groups, deepest first: a user's check takes in its team's and its org's
-// of the same metric; a team's takes in its org's. It sets each check's group.
-func pathGroups(cs []check) []group {
-	order := make([]int, len(cs))
-	for i := range order {
-		order[i] = i
-	}
-	depth := func(r quota.Request) int {
-		switch {
-		case r.User != "":
-			return 2
-		case r.Team != "":
-			return 1
-		}
-		return 0
-	}
-	slices.SortStableFunc(order, func(a, b int) int { return depth(cs[b].req) - depth(cs[a].req) })
-	var gs []group
-	for _, i := range order {
-		r := cs[i].req
-		gi := slices.IndexFunc(gs, func(g group) bool {
-			return g.req.Org == r.Org && g.req.Metric == r.Metric &&
-				(r.Team == "" || r.Team == g.req.Team) && (r.User == "" || r.User == g.req.User)
-		})
-		if gi < 0 {
-			gs = append(gs, group{req: r, route: cs[i].route, ans: cs[i].ans})
-			gi = len(gs) - 1
-		} else {
-			gs[gi].req.Cost = max(gs[gi].req.Cost, r.Cost)
-		}
-		cs[i].group = gi
-	}
-	return gs
-}
-
-// decide runs the groups' checks: one check, or one pipelined batch.
-func (s *Service) decide(ctx context.Context, gs []group) error {
-	if len(gs) == 1 {
-		res, oc, err := s.checker.Check(ctx, gs[0].route, gs[0].req)
-		if err != nil {
-			return s.statusOf("check", err)
-		}
-		gs[0].res, gs[0].oc = res, oc
-		return nil
-	}
-	routes := make([]vocab.Route, len(gs))
-	reqs := make([]quota.Request, len(gs))
-	for i, g := range gs {
-		routes[i], reqs[i] = g.route, g.req
-	}
-	results, outcomes, errs := s.checker.CheckBatch(ctx, routes, reqs)
-	for i := range gs {
-		if errs[i] != nil {
-			return s.statusOf("check", errs[i])
-		}
-		gs[i].res, gs[i].oc = results[i], outcomes[i]
-	}
-	return nil
-}
-
-// answer builds Envoy's answer: a status per descriptor, in order, and the
-// RateLimit-* (and, when denied, Retry-After) headers of the HTTP check.
-func answer(cs []check, gs []group, now time.Time) *rlsv3.RateLimitResponse {
+// answer builds Envoy's answer from the check service's: a status per descriptor,
+// in order, and the RateLimit-* (and, when denied, Retry-After) headers of the HTTP
+// check.
+func answer(p checks.Paths) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
-		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(cs))}
-	for i, c := range cs {
-		g := gs[c.group]
+		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Checks))}
+	for i, c := range p.Checks {
 		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
-		if !g.res.Allowed {
+		if !c.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
-		if t, ok := checks.Tightest(levelsOf(g.res, c.req), now); ok {
+		if t := c.RateLimit; c.HasRateLimit {
 			st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-				Name:            fmt.Sprintf("%s %s %s per %s", t.Level.Level, t.Level.ID, c.req.Metric, t.Level.Window),
+				Name:            fmt.Sprintf("%s %s %s per %s", t.Level.Level, t.Level.ID, c.Metric, t.Level.Window),
 				RequestsPerUnit: clampU32(t.Limit), Unit: unitOf(t.Level.Window)}
 			st.LimitRemaining = clampU32(t.Remaining)
 			st.DurationUntilReset = durationpb.New(time.Duration(t.Reset) * time.Second)
 		}
 		out.Statuses[i] = st
 	}
-	// The headers describe the first denied path, else the tightest of all.
-	all := quota.Result{Allowed: true}
-	for _, g := range gs {
-		if !g.res.Allowed {
-			all = g.res
-			out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
-			break
-		}
-		all.Levels = append(all.Levels, g.res.Levels...)
+	if !p.Allowed {
+		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	if t, ok := checks.Tightest(all, now); ok {
+	if t := p.RateLimit; p.HasRateLimit {
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
 			header("RateLimit-Limit", t.Limit), header("RateLimit-Remaining", t.Remaining), header("RateLimit-Reset", t.Reset))
 	}
-	if !all.Allowed {
-		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", checks.RetryAfterSeconds(all)))
+	if !p.Allowed {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", p.RetryAfter))
 	}
-	for _, g := range gs {
-		if w := checks.Warning(g.res, g.ans.Mode); w != "" {
-			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Quotaplane-Warning", Value: w})
-			break
-		}
+	if p.Warning != "" {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Quotaplane-Warning", Value: p.Warning})
 	}
-	for _, g := range gs {
-		if g.oc.Degraded {
-			out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Quotaplane-Degraded", Value: "true"})
-			break
-		}
-	}
-	return out
-}
-
-// levelsOf is the part of a path's result that a descriptor names: its own level and
-// those above it. A team's descriptor merged into a user's path is described by the
-// team's and org's limits, not the user's.
-func levelsOf(res quota.Result, req quota.Request) quota.Result {
-	if req.User != "" {
-		return res
-	}
-	out := res
-	out.Levels = make([]quota.LevelStatus, 0, len(res.Levels))
-	for _, l := range res.Levels {
-		if l.Level == vocab.LevelOrg || (l.Level == vocab.LevelTeam && req.Team != "") {
-			out.Levels = append(out.Levels, l)
-		}
+	if p.Degraded {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValue{Key: "Quotaplane-Degraded", Value: "true"})
 	}
 	return out
 }
@@ -429,37 +305,4 @@ func entriesString(d *ratelimitv3.RateLimitDescriptor) string {
 		parts[i] = e.GetKey() + "=" + e.GetValue()
 	}
 	return strings.Join(parts, ", ")
-}
-
-// statusOf is the gRPC status of an error: the one map of error kinds to codes of
-// this transport. Unavailable and internal errors are logged; their causes are not
-// sent.
-func (s *Service) statusOf(what string, err error) error {
-	if errors.Is(err, quota.ErrInvalid) {
-		return status.Errorf(codes.InvalidArgument, "%s: %v", what, err)
-	}
-	var unknown *tenants.UnknownMetricError
-	if errors.As(err, &unknown) {
-		return status.Errorf(codes.InvalidArgument, "%s: %v", what, err)
-	}
-	detail := err.Error()
-	var de *derrors.Error
-	if errors.As(err, &de) {
-		detail = de.Detail
-	}
-	switch k := derrors.KindOf(err); k {
-	case derrors.Invalid, derrors.NotFound, derrors.Unprocessable:
-		return status.Errorf(codes.InvalidArgument, "%s: %s", what, detail)
-	case derrors.Forbidden:
-		return status.Errorf(codes.PermissionDenied, "%s: %s", what, detail)
-	case derrors.Unauthenticated:
-		return status.Errorf(codes.Unauthenticated, "%s: %s", what, detail)
-	case derrors.Canceled:
-		return status.Errorf(codes.Canceled, "%s: the caller went away", what)
-	case derrors.Overloaded:
-		return status.Errorf(codes.Unavailable, "%s: too many checks of this org are in flight; retry shortly", what)
-	default:
-		s.log.Warn("rate limit check not decided", "what", what, "err", err.Error())
-		return status.Errorf(codes.Unavailable, "%s: the quota store is unavailable; retry shortly", what)
-	}
 }

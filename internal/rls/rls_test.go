@@ -19,6 +19,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -26,6 +27,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
@@ -47,6 +49,19 @@ type replica struct {
 
 func newReplica(t *testing.T, dbURL, prefix string) *replica {
 	t.Helper()
+	return newReplicaWith(t, dbURL, prefix, replicaOptions{})
+}
+
+// replicaOptions are what some tests change of a replica.
+type replicaOptions struct {
+	tp      trace.TracerProvider              // the engine's, HTTP's and gRPC's spans; nil: none
+	grpcReg prometheus.Registerer             // the gRPC server's metrics; nil: none
+	engine  func(checks.Engine) checks.Engine // wraps the gRPC server's engine; nil: the router
+}
+
+// newReplicaWith is newReplica with opts.
+func newReplicaWith(t *testing.T, dbURL, prefix string, opts replicaOptions) *replica {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	pool, err := pgxpool.New(ctx, dbURL)
@@ -62,18 +77,23 @@ func newReplica(t *testing.T, dbURL, prefix string) *replica {
 	cache.Listen(ctx, rdb)
 	reg := prometheus.NewRegistry()
 	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: 2 * time.Second,
-		Engine: quota.Config{KeyPrefix: prefix}, Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
+		Engine: quota.Config{KeyPrefix: prefix, TracerProvider: opts.tp}, Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
 	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
-		AdminToken: operatorToken, Logger: log})
+		AdminToken: operatorToken, Logger: log, TracerProvider: opts.tp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: map[string]string{"x-user-id": "user"}, Logger: log})
+	var engine checks.Engine = router
+	if opts.engine != nil {
+		engine = opts.engine(router)
+	}
+	g, _ := rls.NewServer(rls.Deps{Cache: cache, Checker: engine, Aliases: map[string]string{"x-user-id": "user"}, Logger: log,
+		Registerer: opts.grpcReg, TracerProvider: opts.tp})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

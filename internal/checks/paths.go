@@ -1,0 +1,211 @@
+package checks
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
+)
+
+// Paths is the answer to CheckPaths.
+type Paths struct {
+	// Checks describes each input, in order, by its own level and those above it.
+	Checks []PathCheck
+	// Allowed is false when some path was denied. RateLimit describes the first denied
+	// path, else the tightest level of all (when HasRateLimit); RetryAfter is the
+	// denied path's, in whole seconds.
+	Allowed      bool
+	RateLimit    RateLimit
+	HasRateLimit bool
+	RetryAfter   int64
+	// Warning is the first warning of a warn-mode path; Degraded whether some path
+	// was decided by its fail mode.
+	Warning  string
+	Degraded bool
+}
+
+// PathCheck describes one input of CheckPaths: whether its path was allowed, and
+// (when HasRateLimit) its tightest limit.
+type PathCheck struct {
+	Metric       string
+	Allowed      bool
+	RateLimit    RateLimit
+	HasRateLimit bool
+}
+
+// InputError says which input of CheckPaths was refused.
+type InputError struct {
+	Index int
+	Err   error
+}
+
+func (e *InputError) Error() string { return fmt.Sprintf("input %d: %v", e.Index, e.Err) }
+
+// Unwrap returns the refusal, which carries the kind.
+func (e *InputError) Unwrap() error { return e.Err }
+
+// pathCheck is one input's check, resolved.
+type pathCheck struct {
+	req   quota.Request
+	route vocab.Route
+	mode  vocab.Mode
+	group int // index of its path's group
+}
+
+// group is one path: the deepest of its inputs' requests, decided once.
+type group struct {
+	req   quota.Request
+	route vocab.Route
+	mode  vocab.Mode
+	res   quota.Result
+	oc    quota.Outcome
+}
+
+// CheckPaths decides several checks the way Envoy's descriptors ask for them: the
+// checks that lie on one org -> team -> user path of one metric are decided as one
+// atomic check (the deepest), counted once with the largest of their costs; checks on
+// different paths are each decided on their own, in one pipelined batch. A refused
+// input fails the whole call with an *InputError naming it, before anything is
+// counted; an engine error fails it too. Errors carry Check's kinds.
+func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths, error) {
+	enter(ctx, "checks.CheckPaths")
+	if s.engine == nil {
+		return Paths{}, ErrNoEngine
+	}
+	if len(ins) == 0 {
+		return Paths{}, derrors.E(derrors.Invalid, "no check to decide", nil)
+	}
+	cs := make([]pathCheck, len(ins))
+	for i, in := range ins {
+		req, route, org, _, err := s.request(ctx, c, in)
+		if err != nil {
+			return Paths{}, &InputError{Index: i, Err: err}
+		}
+		cs[i] = pathCheck{req: req, route: route, mode: org.Org.Mode}
+	}
+	gs := pathGroups(cs)
+	if err := s.decide(ctx, gs); err != nil {
+		return Paths{}, err
+	}
+	return describePaths(cs, gs, now(s.engine, cs[0].route)), nil
+}
+
+// pathGroups gathers the checks that lie on one org -> team -> user path of one
+// metric into groups, deepest first: a user's check takes in its team's and its org's
+// of the same metric; a team's takes in its org's. It sets each check's group.
+func pathGroups(cs []pathCheck) []group {
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	depth := func(r quota.Request) int {
+		switch {
+		case r.User != "":
+			return 2
+		case r.Team != "":
+			return 1
+		}
+		return 0
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return depth(cs[b].req) - depth(cs[a].req) })
+	var gs []group
+	for _, i := range order {
+		r := cs[i].req
+		gi := slices.IndexFunc(gs, func(g group) bool {
+			return g.req.Org == r.Org && g.req.Metric == r.Metric &&
+				(r.Team == "" || r.Team == g.req.Team) && (r.User == "" || r.User == g.req.User)
+		})
+		if gi < 0 {
+			gs = append(gs, group{req: r, route: cs[i].route, mode: cs[i].mode})
+			gi = len(gs) - 1
+		} else {
+			gs[gi].req.Cost = max(gs[gi].req.Cost, r.Cost)
+		}
+		cs[i].group = gi
+	}
+	return gs
+}
+
+// decide runs the groups' checks: one check, or one pipelined batch.
+func (s *Service) decide(ctx context.Context, gs []group) error {
+	if len(gs) == 1 {
+		res, oc, err := s.engine.Check(ctx, gs[0].route, gs[0].req)
+		if err != nil {
+			return engineError(err)
+		}
+		gs[0].res, gs[0].oc = res, oc
+		return nil
+	}
+	routes := make([]vocab.Route, len(gs))
+	reqs := make([]quota.Request, len(gs))
+	for i, g := range gs {
+		routes[i], reqs[i] = g.route, g.req
+	}
+	results, outcomes, errs := s.engine.CheckBatch(ctx, routes, reqs)
+	for i := range gs {
+		if errs[i] != nil {
+			return engineError(errs[i])
+		}
+		gs[i].res, gs[i].oc = results[i], outcomes[i]
+	}
+	return nil
+}
+
+// describePaths describes each input by its path's result, and the whole.
+func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
+	out := Paths{Allowed: true, Checks: make([]PathCheck, len(cs))}
+	for i, c := range cs {
+		g := gs[c.group]
+		pc := PathCheck{Metric: c.req.Metric, Allowed: g.res.Allowed}
+		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req), now)
+		out.Checks[i] = pc
+	}
+	// The whole is described by the first denied path, else the tightest of all.
+	all := quota.Result{Allowed: true}
+	for _, g := range gs {
+		if !g.res.Allowed {
+			all = g.res
+			out.Allowed = false
+			break
+		}
+		all.Levels = append(all.Levels, g.res.Levels...)
+	}
+	out.RateLimit, out.HasRateLimit = tightest(all, now)
+	if !all.Allowed {
+		out.RetryAfter = retryAfterSeconds(all)
+	}
+	for _, g := range gs {
+		if w := warning(g.res, g.mode); w != "" {
+			out.Warning = w
+			break
+		}
+	}
+	for _, g := range gs {
+		if g.oc.Degraded {
+			out.Degraded = true
+			break
+		}
+	}
+	return out
+}
+
+// levelsOf is the part of a path's result that an input names: its own level and
+// those above it. A team's check merged into a user's path is described by the
+// team's and org's limits, not the user's.
+func levelsOf(res quota.Result, req quota.Request) quota.Result {
+	if req.User != "" {
+		return res
+	}
+	out := res
+	out.Levels = make([]quota.LevelStatus, 0, len(res.Levels))
+	for _, l := range res.Levels {
+		if l.Level == vocab.LevelOrg || (l.Level == vocab.LevelTeam && req.Team != "") {
+			out.Levels = append(out.Levels, l)
+		}
+	}
+	return out
+}

@@ -1,0 +1,185 @@
+package checks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
+)
+
+// MaxReservationTTL is the longest TTL a reservation may be asked for.
+const MaxReservationTTL = time.Hour
+
+// ReserveInput names one reservation: a check of cost Amount (Check.Cost is ignored),
+// held for TTL (default a minute) and settled by OnExpiry (default commit) if left
+// open. Nil pointers are absent fields.
+type ReserveInput struct {
+	Check    Input
+	Amount   int64
+	TTL      *int64 // seconds
+	OnExpiry *string
+}
+
+// Validate checks the reservation's own fields (amount, ttl_seconds, on_expiry);
+// the check's are checked as Check checks them.
+func (in ReserveInput) Validate() error {
+	switch {
+	case in.Amount < 1 || in.Amount > vocab.MaxUnits:
+		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", vocab.MaxUnits))
+	case in.TTL != nil && (*in.TTL < 1 || *in.TTL > int64(MaxReservationTTL/time.Second)):
+		return derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
+	case in.OnExpiry != nil && *in.OnExpiry != string(quota.ExpiryCommit) && *in.OnExpiry != string(quota.ExpiryRelease):
+		return derrors.Field("on_expiry", "must be commit or release")
+	}
+	return nil
+}
+
+// options are the engine's options of the reservation.
+func (in ReserveInput) options() quota.ReserveOptions {
+	opt := quota.ReserveOptions{TTL: time.Minute, OnExpiry: quota.ExpiryCommit}
+	if in.TTL != nil {
+		opt.TTL = time.Duration(*in.TTL) * time.Second
+	}
+	if in.OnExpiry != nil {
+		opt.OnExpiry = quota.OnExpiry(*in.OnExpiry)
+	}
+	return opt
+}
+
+// Reserved is a reservation just asked for: when Decision.Result.Allowed, the
+// reservation held; else the denial, described as a check's.
+type Reserved struct {
+	Reservation quota.Reservation
+	Decision    Decision
+}
+
+// Reserve authorizes, resolves and decides a reservation as a check of cost Amount,
+// holding the units when allowed. Errors: Check's, and Invalid naming amount,
+// ttl_seconds or on_expiry.
+func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Reserved, err error) {
+	enter(ctx, "checks.Reserve")
+	if err := in.Validate(); err != nil {
+		return Reserved{}, err
+	}
+	check := in.Check
+	check.Cost = &in.Amount
+	req, route, org, th, err := s.request(ctx, c, check)
+	if err == nil && s.engine == nil {
+		err = ErrNoEngine
+	}
+	if err != nil {
+		return Reserved{}, err
+	}
+	r.Decision.Mode, r.Decision.Throttle = org.Org.Mode, th
+	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, req, in.options()); err != nil {
+		return Reserved{}, engineError(err)
+	}
+	describe(&r.Decision, s.engine.Now(route))
+	return r, nil
+}
+
+// errNotOrgKey refuses an operation on a reservation by id asked by other than an
+// org API key.
+var errNotOrgKey = derrors.E(derrors.Forbidden, "reservations are addressed with an org API key (scope check)", nil)
+
+// byID runs op on reservation id of the caller's org: an org key with the check
+// scope; the org is the key's, so another org's reservation is simply absent.
+func (s *Service) byID(ctx context.Context, c Caller, id string,
+	op func(route vocab.Route, org string, anchor int) (quota.Reservation, error)) (quota.Reservation, error) {
+	if s.engine == nil {
+		return quota.Reservation{}, ErrNoEngine
+	}
+	if c.Operator || c.Key.OrgID == "" {
+		return quota.Reservation{}, errNotOrgKey
+	}
+	if err := c.Authorize(c.Key.OrgID); err != nil {
+		return quota.Reservation{}, err
+	}
+	org, err := s.org(ctx, c.Key.OrgID)
+	if err != nil {
+		return quota.Reservation{}, err
+	}
+	res, err := op(org.Route(), c.Key.OrgID, org.Org.BillingAnchorDay)
+	if err != nil {
+		return quota.Reservation{}, reservationError(id, err)
+	}
+	return res, nil
+}
+
+// Reservation reads reservation id of the caller's org. Errors: NotFound,
+// Forbidden (not an org key with the check scope), Unavailable.
+func (s *Service) Reservation(ctx context.Context, c Caller, id string) (quota.Reservation, error) {
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+		return s.engine.Reservation(ctx, route, org, anchor, id)
+	})
+}
+
+// Release gives back the units of reservation id. Errors: Reservation's, and
+// Conflict when it is settled already.
+func (s *Service) Release(ctx context.Context, c Caller, id string) (quota.Reservation, error) {
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+		return s.engine.Release(ctx, route, org, anchor, id)
+	})
+}
+
+// Commit counts used units of reservation id and gives back the rest. Errors:
+// Release's, and Invalid naming used.
+func (s *Service) Commit(ctx context.Context, c Caller, id string, used int64) (quota.Reservation, error) {
+	if used < 0 || used > vocab.MaxUnits {
+		return quota.Reservation{}, derrors.Field("used", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits))
+	}
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+		return s.engine.Commit(ctx, route, org, anchor, id, used)
+	})
+}
+
+// OpenReservations is a page of org's held reservations, soonest to expire first,
+// after the cursor, at most limit (1 to quota.MaxOpenPage). The caller is authorized
+// for org by the transport (the usage routes' scopes). Errors: Invalid naming limit,
+// NotFound, Unavailable.
+func (s *Service) OpenReservations(ctx context.Context, orgID string, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error) {
+	if limit < 1 || limit > quota.MaxOpenPage {
+		return nil, quota.OpenCursor{}, derrors.Field("limit", fmt.Sprintf("must be 1 to %d", quota.MaxOpenPage))
+	}
+	if s.engine == nil {
+		return nil, quota.OpenCursor{}, ErrNoEngine
+	}
+	org, err := s.org(ctx, orgID)
+	if err != nil {
+		return nil, quota.OpenCursor{}, err
+	}
+	res, next, err := s.engine.OpenReservations(ctx, org.Route(), orgID, org.Org.BillingAnchorDay, f, after, limit)
+	if err != nil {
+		return nil, quota.OpenCursor{}, engineError(err)
+	}
+	return res, next, nil
+}
+
+// org is orgID resolved from the cache. Errors: NotFound, Unavailable.
+func (s *Service) org(ctx context.Context, orgID string) (tenants.ResolvedOrg, error) {
+	org, err := s.cache.Org(ctx, orgID)
+	if errors.Is(err, tenants.ErrNotFound) {
+		return tenants.ResolvedOrg{}, derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", orgID), nil)
+	}
+	if err != nil {
+		return tenants.ResolvedOrg{}, derrors.E(derrors.Unavailable, "the tenancy store is unavailable and the org is not cached; retry shortly", err)
+	}
+	return org, nil
+}
+
+// reservationError says what a failed operation on reservation id means to the caller.
+func reservationError(id string, err error) error {
+	var se *quota.StateError
+	switch {
+	case errors.Is(err, quota.ErrReservationNotFound):
+		return derrors.E(derrors.NotFound, fmt.Sprintf("reservation %q not found", id), nil)
+	case errors.As(err, &se):
+		return derrors.E(derrors.Conflict, fmt.Sprintf("reservation %q is already %s", id, se.State), err)
+	}
+	return engineError(err)
+}

@@ -1,0 +1,188 @@
+package checks
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
+)
+
+// Engine decides checks and holds reservations on the Redis an org's route names.
+// *quota.Engines satisfies it. Its errors are the engine's (quota.ErrInvalid,
+// ErrOverloaded, ErrUnavailable, ErrIdempotencyConflict, ErrReservationNotFound,
+// *quota.StateError, context errors); the Service gives them the kinds they answer with.
+type Engine interface {
+	Check(ctx context.Context, route vocab.Route, req quota.Request) (quota.Result, quota.Outcome, error)
+	CheckBatch(ctx context.Context, routes []vocab.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
+	// Now is the time route's checks are decided at (the engine's Redis time), which
+	// judges a throttle's expiry and the seconds until a reset.
+	Now(route vocab.Route) time.Time
+	Reserve(ctx context.Context, route vocab.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
+	Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
+	Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
+	Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
+	OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
+}
+
+// Config is what a Service needs.
+type Config struct {
+	Cache  *tenants.Cache // resolved orgs, teams and users
+	Engine Engine         // nil: every check and reservation is refused as unavailable
+	Logger *slog.Logger   // checks of a batch not decided; slog.Default() when nil
+}
+
+// Service is the check service: both transports of a check (POST /v1/check and its
+// batch and reservations in internal/httpapi, Envoy's ShouldRateLimit in internal/rls)
+// make one call of it. It authorizes the caller for the org, resolves the org, team,
+// user and metric into limits and a route, asks the engine, and describes the
+// decision (tightest limit, Retry-After, warning); its errors carry derrors kinds,
+// which each transport maps to its own statuses in one table.
+type Service struct {
+	cache  *tenants.Cache
+	engine Engine
+	log    *slog.Logger
+}
+
+// NewService returns the check service.
+func NewService(c Config) *Service {
+	s := &Service{cache: c.Cache, engine: c.Engine, log: c.Logger}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+// ErrNoEngine answers the checks of a service built without a quota engine.
+var ErrNoEngine = derrors.E(derrors.Unavailable, "no quota engine is configured", nil)
+
+// Decision is a decided check and its description: what every transport answers.
+type Decision struct {
+	Result  quota.Result
+	Outcome quota.Outcome
+	// Mode is the org's mode; Throttle the throttle its limits were multiplied by
+	// (PPM 0: none).
+	Mode     vocab.Mode
+	Throttle tenants.Throttle
+	// RateLimit is what the RateLimit-* headers say, when HasRateLimit (some level
+	// has a limit).
+	RateLimit    RateLimit
+	HasRateLimit bool
+	// RetryAfter is a denied check's Retry-After in whole seconds; 0 when allowed.
+	RetryAfter int64
+	// Warning is a warn-mode org's warning of a check that would have been denied.
+	Warning string
+}
+
+// describe completes d from its result, judged at now.
+func describe(d *Decision, now time.Time) {
+	d.RateLimit, d.HasRateLimit = tightest(d.Result, now)
+	if !d.Result.Allowed {
+		d.RetryAfter = retryAfterSeconds(d.Result)
+	}
+	d.Warning = warning(d.Result, d.Mode)
+}
+
+// enter marks a call of the service (name: "checks.Check", ...) with an event on the
+// transport's span, when it is recording: the service adds no span of its own, so a
+// check's trace keeps its shape (the server span, quota.check under it) and what it
+// allocates (docs/TRACING.md), and yet shows that the check entered the service once.
+// With tracing off the context carries no recording span and this costs a lookup.
+func enter(ctx context.Context, name string) {
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.AddEvent(name)
+	}
+}
+
+// Check authorizes, resolves and decides one check. Its errors carry derrors kinds:
+// Invalid (a field, named), NotFound (org or team; another org's is not found
+// either), Forbidden (a key without the check scope), Unprocessable (an unknown
+// metric, *tenants.UnknownMetricError; an idempotency conflict), Unavailable (the
+// tenancy store down and nothing cached; no engine; the quota store down under a
+// closed fail mode), Overloaded (too many checks of the org in flight), Canceled.
+func (s *Service) Check(ctx context.Context, c Caller, in Input) (d Decision, err error) {
+	enter(ctx, "checks.Check")
+	req, route, org, th, err := s.request(ctx, c, in)
+	if err == nil && s.engine == nil {
+		err = ErrNoEngine
+	}
+	if err != nil {
+		return Decision{}, err
+	}
+	d.Mode, d.Throttle = org.Org.Mode, th
+	if d.Result, d.Outcome, err = s.engine.Check(ctx, route, req); err != nil {
+		return Decision{}, engineError(err)
+	}
+	describe(&d, s.engine.Now(route))
+	return d, nil
+}
+
+// Item is one check of a batch: its decision, or why it was not decided.
+type Item struct {
+	Decision
+	Err error
+}
+
+// CheckBatch decides each check on its own, in order, all sent to the engine in one
+// pipelined batch. Each item's error is one of Check's; the batch's own error is
+// ErrNoEngine only.
+func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item, error) {
+	enter(ctx, "checks.CheckBatch")
+	if s.engine == nil {
+		return nil, ErrNoEngine
+	}
+	items := make([]Item, len(ins))
+	reqs := make([]quota.Request, 0, len(ins))
+	routes := make([]vocab.Route, 0, len(ins))
+	slot := make([]int, 0, len(ins))
+	for i, in := range ins {
+		req, route, org, th, err := s.request(ctx, c, in)
+		if err != nil {
+			items[i].Err = err
+			continue
+		}
+		items[i].Mode, items[i].Throttle = org.Org.Mode, th
+		reqs, routes, slot = append(reqs, req), append(routes, route), append(slot, i)
+	}
+	if len(reqs) == 0 {
+		return items, nil
+	}
+	results, outcomes, errs := s.engine.CheckBatch(ctx, routes, reqs)
+	for j, i := range slot {
+		if errs[j] != nil {
+			if k := derrors.KindOf(errs[j]); k == derrors.Unavailable || k == derrors.Internal {
+				s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
+			}
+			items[i].Err = engineError(errs[j])
+			continue
+		}
+		items[i].Result, items[i].Outcome = results[j], outcomes[j]
+		describe(&items[i].Decision, s.engine.Now(routes[j]))
+	}
+	return items, nil
+}
+
+// engineError gives an error of the quota engine the kind it answers with: its own
+// when the engine says what is wrong (invalid, overloaded, a refusal such as an
+// idempotency conflict), else unavailable, since a check the engine could not decide
+// is worth retrying. This is the one place that says which errors are retryable. The
+// detail says which store failed.
+func engineError(err error) error {
+	if errors.Is(err, quota.ErrIdempotencyConflict) {
+		msg := "this key was first used (in the last 24 hours) with a different request: team, user, metric or cost differ; nothing was counted. Use a new key for a new request"
+		return derrors.E(derrors.Unprocessable, "idempotency_key: "+msg, err, derrors.FieldError{Field: "idempotency_key", Message: msg})
+	}
+	switch derrors.KindOf(err) {
+	case derrors.Overloaded:
+		return derrors.E(derrors.Overloaded, "too many checks of this org are in flight; retry shortly", err)
+	case derrors.Unavailable, derrors.Internal:
+		return derrors.E(derrors.Unavailable, "the quota store is unavailable; retry shortly", err)
+	}
+	return err
+}
