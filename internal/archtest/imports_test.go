@@ -120,8 +120,6 @@ var rules = []rule{
 // and skips) until that step is merged, and then fails the test until it is deleted
 // here. Delete this list's entries as the steps land; an empty list is the goal.
 var pending = map[string]string{
-	"internal/tenants -> internal/quota":             "issue 23, the shared vocabulary: tenants takes PeriodAt and the limit types from internal/vocab",
-	"internal/platform/problem":                      "issue 23, problem in a neutral package: internal/platform/problem moves to internal/platform/problem",
 	"internal/config -> internal/quota":              "issue 23, the shared vocabulary: QUOTA_REDIS_POOLS's parser (quota.ParsePools) is not in vocab yet (no step of the brief names it)",
 	"internal/config -> internal/rls":                "issue 23: QUOTA_GRPC_DESCRIPTOR_ALIASES's parser (rls.ParseAliases) belongs in config (no step of the brief names it)",
 	"internal/platform/faultclock -> internal/quota": "issue 23: faultclock installs a quota.StepClock (no step of the brief names it)",
@@ -308,7 +306,7 @@ func TestRulesRefuse(t *testing.T) {
 			t.Errorf("%s -> %s: rules broken %q, want ok=%v", tc.from, tc.to, got, tc.ok)
 		}
 	}
-	for _, p := range []string{"internal/newthing", "internal/platform/problem", "cmdx"} {
+	for _, p := range []string{"internal/newthing", "internal/httpapi/problem", "cmdx"} {
 		if l := place(p); l != 0 {
 			t.Errorf("%s is placed in %s; want unplaced", p, l)
 		}
