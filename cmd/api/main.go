@@ -166,7 +166,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
 		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp,
-		Billing:  &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, Counters: ledger.RouterCounters(router)},
+		Billing:  &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, Counters: ledger.EngineCounters(router)},
 		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(cfg.WebhookSecret), Client: webhooks.NewClient(10*time.Second, cfg.WebhookAllowPrivate)}})
 	if err != nil {
 		return err

@@ -102,7 +102,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		return err
 	}
 	defer router.Close()
-	engines := ledger.RouterCounters(router)
+	engines := ledger.EngineCounters(router)
 	// Grants lapse, and periods are flushed and closed, on the engines' clock (Redis
 	// time on the monotonic clock), as checks count them: a stepped local clock moves
 	// no period end.

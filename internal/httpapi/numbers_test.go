@@ -56,7 +56,7 @@ func redisState(t *testing.T, prefix string) string {
 
 // flusher is the worker's flush over r's router and ledger.
 func (r *resReplica) flusher() *ledger.Flusher {
-	return ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.RouterCounters(r.router),
+	return ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.EngineCounters(r.router),
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 }
 

@@ -198,7 +198,7 @@ func TestOpenReservationsAfterRedisRestart(t *testing.T) {
 		ids = append(ids, res.Id)
 	}
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.RouterCounters(r.router), Logger: quiet})
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.EngineCounters(r.router), Logger: quiet})
 	if _, err := flusher.FlushOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

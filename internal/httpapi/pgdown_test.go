@@ -207,7 +207,7 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	})
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
 		AdminToken: operatorToken, Logger: log,
-		Billing:  &billing.Service{Store: usage, Tenants: svc, Logger: log, Counters: ledger.RouterCounters(router)},
+		Billing:  &billing.Service{Store: usage, Tenants: svc, Logger: log, Counters: ledger.EngineCounters(router)},
 		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc}})
 	if err != nil {
 		t.Fatal(err)

@@ -66,7 +66,7 @@ func newResReplicasLeasing(t *testing.T, n int, leases quota.LeaseConfig) []*res
 		quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 		h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), Registry: reg,
 			AdminToken: operatorToken, Logger: quiet,
-			Billing:  &billing.Service{Store: store, Tenants: svc, Counters: ledger.RouterCounters(router), Logger: quiet},
+			Billing:  &billing.Service{Store: store, Tenants: svc, Counters: ledger.EngineCounters(router), Logger: quiet},
 			Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc}})
 		if err != nil {
 			t.Fatal(err)
@@ -417,7 +417,7 @@ func TestReservationsSurviveRedisRestart(t *testing.T) {
 	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"O","plan":"p"}`, 201)
 	key, admin := keyOf(r.replica, "acme", `["check"]`), keyOf(r.replica, "acme", `["admin"]`)
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.RouterCounters(r.router), Logger: quiet})
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: r.store.Ledger(), Tenants: r.f.svc, Counters: ledger.EngineCounters(r.router), Logger: quiet})
 	ctx := context.Background()
 	reserve := func(amount int) string {
 		code, res, raw := r.reserve(key, fmt.Sprintf(`{"org":"acme","metric":"tokens","amount":%d,"ttl_seconds":600}`, amount))

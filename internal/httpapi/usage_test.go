@@ -77,7 +77,7 @@ func newBillingReplicaWith(t *testing.T, tag string, clock *testenv.Clock) *bill
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
-	engines := ledger.RouterCounters(router)
+	engines := ledger.EngineCounters(router)
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
 		AdminToken: operatorToken, Logger: quiet,

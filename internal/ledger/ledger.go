@@ -64,9 +64,9 @@ type CounterSourceFunc func(org string, r vocab.Route) (Counters, error)
 // CountersFor calls f.
 func (f CounterSourceFunc) CountersFor(org string, r vocab.Route) (Counters, error) { return f(org, r) }
 
-// RouterCounters reads an org's live counters where router counts its checks: the
+// EngineCounters reads an org's live counters where router counts its checks: the
 // org's dedicated Redis, its plan's pool, or the default one.
-func RouterCounters(router *quota.Engines) CounterSource {
+func EngineCounters(router *quota.Engines) CounterSource {
 	return CounterSourceFunc(func(org string, r vocab.Route) (Counters, error) {
 		eng, err := router.EngineFor(r)
 		if err != nil {
