@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/rls"
 )
 
@@ -227,7 +226,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
-	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
+	pools, err := ParsePools(getenv("QUOTA_REDIS_POOLS"))
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
 	}
@@ -290,7 +289,7 @@ func LoadWorker(getenv func(string) string) (Worker, error) {
 		CloseGrace:          r.duration("QUOTA_CLOSE_GRACE", time.Minute),
 		CacheOrgs:           r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
 	}
-	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
+	pools, err := ParsePools(getenv("QUOTA_REDIS_POOLS"))
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
 	}
