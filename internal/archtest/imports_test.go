@@ -120,7 +120,6 @@ var rules = []rule{
 // and skips) until that step is merged, and then fails the test until it is deleted
 // here. Delete this list's entries as the steps land; an empty list is the goal.
 var pending = map[string]string{
-	"internal/config -> internal/rls":                "issue 23: QUOTA_GRPC_DESCRIPTOR_ALIASES's parser (rls.ParseAliases) belongs in config (no step of the brief names it)",
 	"internal/platform/faultclock -> internal/quota": "issue 23: faultclock installs a quota.StepClock (no step of the brief names it)",
 }
 

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
-	"github.com/quotaplane/quotaplane/internal/rls"
 )
 
 // Defaults of API.md "Running".
@@ -236,7 +235,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	} else {
 		c.GRPCAddr = r.addr("QUOTA_GRPC_ADDR", DefaultGRPCAddr)
 	}
-	if c.GRPCAliases, err = rls.ParseAliases(getenv("QUOTA_GRPC_DESCRIPTOR_ALIASES")); err != nil {
+	if c.GRPCAliases, err = ParseAliases(getenv("QUOTA_GRPC_DESCRIPTOR_ALIASES")); err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_GRPC_DESCRIPTOR_ALIASES: %w", err))
 	}
 	return c, errors.Join(r.errs...)
