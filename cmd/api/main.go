@@ -142,8 +142,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no decision.
-	if fc := faultclock.Install(ctx, cfg.FaultClock, log); fc != nil {
+	if cfg.FaultClock {
+		fc := quota.NewStepClock()
 		fc.Use(&engine)
+		faultclock.Install(ctx, fc, log)
 	}
 	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		MaxInFlightPerOrg: cfg.MaxInFlightPerOrg, Replicas: cfg.Replicas, RedisTimeout: cfg.RedisTimeout,

@@ -92,8 +92,10 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no sweep or period close.
 	var engine quota.Config
-	if fc := faultclock.Install(ctx, cfg.FaultClock, log); fc != nil {
+	if cfg.FaultClock {
+		fc := quota.NewStepClock()
 		fc.Use(&engine)
+		faultclock.Install(ctx, fc, log)
 	}
 	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: redisconn.Canonical(cfg.RedisURL, cfg.RedisCluster), Pools: cfg.RedisPools,
 		RedisTimeout: 5 * time.Second, // reads, not the check path: no short timeouts

@@ -158,7 +158,7 @@ func configReads(t *testing.T) (map[string]map[string]bool, map[string]string) {
 		case *ast.Ident:
 			return fn.Name
 		case *ast.SelectorExpr:
-			// r.str(...) or r.getenv(...), not quota.ParsePools(...)
+			// r.str(...) or r.getenv(...), not strings.TrimSpace(...)
 			if _, ok := fn.X.(*ast.Ident); ok && (funcs[fn.Sel.Name] != nil || fn.Sel.Name == "getenv") {
 				return fn.Sel.Name
 			}

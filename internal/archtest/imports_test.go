@@ -119,11 +119,7 @@ var rules = []rule{
 // removes in a step another branch makes: each is tolerated (its rule's subtest says so
 // and skips) until that step is merged, and then fails the test until it is deleted
 // here. Delete this list's entries as the steps land; an empty list is the goal.
-var pending = map[string]string{
-	"internal/config -> internal/quota":              "issue 23, the shared vocabulary: QUOTA_REDIS_POOLS's parser (quota.ParsePools) is not in vocab yet (no step of the brief names it)",
-	"internal/config -> internal/rls":                "issue 23: QUOTA_GRPC_DESCRIPTOR_ALIASES's parser (rls.ParseAliases) belongs in config (no step of the brief names it)",
-	"internal/platform/faultclock -> internal/quota": "issue 23: faultclock installs a quota.StepClock (no step of the brief names it)",
-}
+var pending = map[string]string{}
 
 // pkg is what the test reads of `go list -json`.
 type pkg struct {

@@ -271,7 +271,7 @@ func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.L
 		var out []vocab.Limit
 		for _, l := range ls {
 			if l.Window != vocab.Month {
-				out = append(out, vocab.Limit{Window: vocab.Window(l.Window), Limit: l.Limit})
+				out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit})
 			}
 		}
 		return out

@@ -110,7 +110,7 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	if err != nil {
 		return quota.Request{}, vocab.Route{}, none, th, err
 	}
-	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: vocab.Mode(org.Org.Mode),
+	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: org.Org.Mode,
 		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff,
 		Precise: org.SlidingWindows == tenants.WindowsPrecise}
 	if in.Metric != nil {
@@ -177,7 +177,7 @@ func limitsFor(buf []vocab.Limit, metric string, ls []vocab.Limit, th tenants.Th
 		if l.Metric == metric {
 			// min: a limit stored above vocab.MaxUnits before the bound (old data) is
 			// checked as MaxUnits, never refused on every check
-			buf = append(buf, vocab.Limit{Window: vocab.Window(l.Window), Limit: min(th.Apply(l.Window, l.Limit), vocab.MaxUnits)})
+			buf = append(buf, vocab.Limit{Window: l.Window, Limit: min(th.Apply(l.Window, l.Limit), vocab.MaxUnits)})
 		}
 	}
 	if len(buf) == start {

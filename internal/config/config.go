@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
-	"github.com/quotaplane/quotaplane/internal/quota"
-	"github.com/quotaplane/quotaplane/internal/rls"
 )
 
 // Defaults of API.md "Running".
@@ -227,7 +225,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
-	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
+	pools, err := ParsePools(getenv("QUOTA_REDIS_POOLS"))
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
 	}
@@ -237,7 +235,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	} else {
 		c.GRPCAddr = r.addr("QUOTA_GRPC_ADDR", DefaultGRPCAddr)
 	}
-	if c.GRPCAliases, err = rls.ParseAliases(getenv("QUOTA_GRPC_DESCRIPTOR_ALIASES")); err != nil {
+	if c.GRPCAliases, err = ParseAliases(getenv("QUOTA_GRPC_DESCRIPTOR_ALIASES")); err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_GRPC_DESCRIPTOR_ALIASES: %w", err))
 	}
 	return c, errors.Join(r.errs...)
@@ -290,7 +288,7 @@ func LoadWorker(getenv func(string) string) (Worker, error) {
 		CloseGrace:          r.duration("QUOTA_CLOSE_GRACE", time.Minute),
 		CacheOrgs:           r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
 	}
-	pools, err := quota.ParsePools(getenv("QUOTA_REDIS_POOLS"))
+	pools, err := ParsePools(getenv("QUOTA_REDIS_POOLS"))
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
 	}

@@ -35,7 +35,7 @@ func fromDecision(d *checks.Decision) api.CheckResult {
 // hold len(d.Result.Levels): /v1/check reuses them from a pool.
 func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckResult {
 	res := &d.Result
-	out := api.CheckResult{Allowed: res.Allowed, Mode: api.Mode(d.Mode), Levels: levels[:len(res.Levels)]}
+	out := api.CheckResult{Allowed: res.Allowed, Mode: d.Mode, Levels: levels[:len(res.Levels)]}
 	if th := d.Throttle; th.PPM > 0 {
 		out.Throttled = &api.Throttled{Factor: th.Factor(), ExpiresAt: th.ExpiresAt.UTC(), Scope: api.ThrottleScope(th.Scope)}
 	}
@@ -44,14 +44,14 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 		out.Degraded = &t
 	}
 	for i, l := range res.Levels {
-		out.Levels[i] = api.LevelStatus{Level: api.Level(l.Level), Id: l.ID, Window: api.Window(l.Window), Limit: l.Limit,
+		out.Levels[i] = api.LevelStatus{Level: l.Level, Id: l.ID, Window: l.Window, Limit: l.Limit,
 			Used: l.Used, Remaining: l.Remaining, ResetAt: l.ResetAt.UTC()}
 	}
 	ref := func(b *quota.Blocked) *api.LevelRef {
 		if b == nil {
 			return nil
 		}
-		return &api.LevelRef{Level: api.Level(b.Level), Id: b.ID, Window: api.Window(b.Window)}
+		return &api.LevelRef{Level: b.Level, Id: b.ID, Window: b.Window}
 	}
 	if !res.Allowed {
 		out.BlockedAt = ref(res.BlockedAt)

@@ -13,7 +13,7 @@ import (
 func toLimits(in []api.Limit) []vocab.Limit {
 	out := make([]vocab.Limit, len(in))
 	for i, l := range in {
-		out[i] = vocab.Limit{Metric: l.Metric, Window: vocab.Window(l.Window), Limit: l.Limit}
+		out[i] = vocab.Limit{Metric: l.Metric, Window: l.Window, Limit: l.Limit}
 	}
 	return out
 }
@@ -36,7 +36,7 @@ func optLimits(in *api.Limits) []vocab.Limit {
 func fromLimits(in []vocab.Limit) []api.Limit {
 	out := make([]api.Limit, len(in))
 	for i, l := range in {
-		out[i] = api.Limit{Metric: l.Metric, Window: api.Window(l.Window), Limit: l.Limit}
+		out[i] = api.Limit{Metric: l.Metric, Window: l.Window, Limit: l.Limit}
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/tenants"
-	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Orgs: created and listed by the operator, read and changed by their admins.
@@ -59,7 +58,7 @@ func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPat
 func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	o := tenants.OrgInput{ID: in.Id, Name: in.Name, PlanID: in.Plan, Limits: optLimits(in.Limits)}
 	if in.Mode != nil {
-		o.Mode = vocab.Mode(*in.Mode)
+		o.Mode = *in.Mode
 	}
 	if in.Oversubscribe != nil {
 		o.Oversubscribe = *in.Oversubscribe
@@ -86,7 +85,7 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 	p := tenants.OrgPatch{Name: in.Name, PlanID: in.Plan, Limits: toLimitsPtr(in.Limits), Oversubscribe: in.Oversubscribe,
 		WebhookURL: in.WebhookUrl, RedisURL: in.RedisUrl, BillingAnchorDay: in.BillingAnchorDay}
 	if in.Mode != nil {
-		m := vocab.Mode(*in.Mode)
+		m := *in.Mode
 		p.Mode = &m
 	}
 	if in.Leases != nil {
@@ -102,7 +101,7 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 
 func fromOrg(o tenants.Org) api.Org {
 	out := api.Org{Id: o.ID, Name: o.Name, Plan: o.PlanID, Limits: fromLimits(o.Limits),
-		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: api.Mode(o.Mode), Oversubscribe: o.Oversubscribe,
+		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: o.Mode, Oversubscribe: o.Oversubscribe,
 		WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
 	if o.Leases != "" {

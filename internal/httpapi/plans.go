@@ -5,7 +5,6 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/tenants"
-	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Plans: the operator's.
@@ -74,7 +73,7 @@ func fromPricing(in *tenants.Pricing) *api.Pricing {
 
 func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	p := tenants.PlanInput{ID: in.Id, Name: in.Name, Limits: toLimits(in.Limits),
-		FailMode: vocab.FailMode(in.FailMode), Pricing: toPricing(in.Pricing)}
+		FailMode: in.FailMode, Pricing: toPricing(in.Pricing)}
 	if in.Metered != nil {
 		p.Metered = *in.Metered
 	}
@@ -93,7 +92,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing)}
 	if in.FailMode != nil {
-		fm := vocab.FailMode(*in.FailMode)
+		fm := *in.FailMode
 		p.FailMode = &fm
 	}
 	if in.Leases != nil {
@@ -108,7 +107,7 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 }
 
 func fromPlan(p tenants.Plan) api.Plan {
-	out := api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: api.FailMode(p.FailMode),
+	out := api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: p.FailMode,
 		Pool: p.Pool, Pricing: fromPricing(p.Pricing), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 	if p.Leases != "" {
 		l := api.PlanLeases(p.Leases)

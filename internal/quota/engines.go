@@ -47,7 +47,8 @@ type Outcome struct {
 type EnginesConfig struct {
 	// DefaultURL is the Redis of the default pool; required unless Pools has "default".
 	DefaultURL string
-	// Pools maps a pool class to its Redis URL (see ParsePools).
+	// Pools maps a pool class to its Redis URL (QUOTA_REDIS_POOLS, read by
+	// config.ParsePools).
 	Pools map[string]string
 	// PoolSize is the connection pool size of each Redis client (0: go-redis's default).
 	PoolSize int

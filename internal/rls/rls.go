@@ -54,7 +54,8 @@ const (
 type Deps struct {
 	Cache   *tenants.Cache // resolved orgs, users and keys
 	Checker checks.Engine  // the quota engine; nil answers UNAVAILABLE
-	// Aliases maps other entry keys to org, team, user or metric (ParseAliases).
+	// Aliases maps other entry keys to org, team, user or metric
+	// (QUOTA_GRPC_DESCRIPTOR_ALIASES, read by config.ParseAliases).
 	Aliases map[string]string
 	Logger  *slog.Logger
 	// Registerer, when set, registers the server's metrics of calls by method and code
@@ -83,33 +84,6 @@ func New(d Deps) *Service {
 	}
 	return &Service{cache: d.Cache, aliases: d.Aliases, log: d.Logger,
 		checks: checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})}
-}
-
-// ParseAliases reads "x-user-id=user,tenant=org": each alias names the entry key
-// (org, team, user or metric) it stands for.
-func ParseAliases(s string) (map[string]string, error) {
-	out := map[string]string{}
-	for part := range strings.SplitSeq(s, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		alias, key, ok := strings.Cut(part, "=")
-		alias, key = strings.TrimSpace(alias), strings.TrimSpace(key)
-		switch {
-		case !ok || alias == "":
-			return nil, fmt.Errorf("%q: want alias=key, such as x-user-id=user", part)
-		case key != KeyOrg && key != KeyTeam && key != KeyUser && key != KeyMetric:
-			return nil, fmt.Errorf("%q: an alias stands for org, team, user or metric, not %q", part, key)
-		case alias == KeyOrg || alias == KeyTeam || alias == KeyUser || alias == KeyMetric:
-			return nil, fmt.Errorf("%q: %s is an entry key already and cannot be an alias", part, alias)
-		}
-		if _, dup := out[alias]; dup {
-			return nil, fmt.Errorf("alias %q given twice", alias)
-		}
-		out[alias] = key
-	}
-	return out, nil
 }
 
 // ShouldRateLimit decides the request's descriptors: descriptors that lie on one org

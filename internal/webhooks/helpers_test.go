@@ -124,7 +124,7 @@ func limitsFor(metric string, ls []vocab.Limit) []vocab.Limit {
 	var out []vocab.Limit
 	for _, l := range ls {
 		if l.Metric == metric {
-			out = append(out, vocab.Limit{Window: vocab.Window(l.Window), Limit: l.Limit})
+			out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit})
 		}
 	}
 	return out

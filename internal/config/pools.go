@@ -1,20 +1,26 @@
-package quota
+package config
 
 import (
 	"errors"
 	"fmt"
 	"strings"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
+// ErrInvalid is wrapped by every error of ParsePools: a QUOTA_REDIS_POOLS value it
+// refuses. Its kind is derrors.Invalid.
+var ErrInvalid = derrors.New(derrors.Invalid, "invalid configuration")
+
 // ParsePools parses QUOTA_REDIS_POOLS: comma-separated class=redis-url pairs, e.g.
 // "free=redis://r1:6379/0,pro=redis://r2:6379/0". A pool on a Redis Cluster is a URL
 // with cluster=true and its further seeds as addr parameters, e.g.
 // "pro=redis://c1:7000?cluster=true&addr=c2:7001". Blanks around items are ignored;
-// an empty string is no pools. Every problem is reported, joined, wrapping ErrInvalid;
+// an empty string is no pools. The classes and URLs are those quota.EnginesConfig's
+// Pools takes. Every problem is reported, joined, wrapping ErrInvalid;
 // the messages never contain a URL's password.
 func ParsePools(s string) (map[string]string, error) {
 	pools := map[string]string{}
