@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -297,11 +298,20 @@ func durationDefault(src string) (time.Duration, error) {
 }
 
 // servedPaths are the literal GET paths registered in file through the methods
-// named: r.Get("/healthz", ...) or mux.HandleFunc("GET /healthz", ...).
+// named: r.Get("/healthz", ...) or mux.HandleFunc("GET /healthz", ...); with "Get",
+// also the rows of a route table, {get, "/healthz", ...} (internal/httpapi/routes.go).
 func servedPaths(t *testing.T, file string, methods ...string) map[string]bool {
 	t.Helper()
 	paths := map[string]bool{}
 	ast.Inspect(parse(t, file), func(n ast.Node) bool {
+		if row, ok := n.(*ast.CompositeLit); ok && len(row.Elts) >= 2 && slices.Contains(methods, "Get") {
+			if id, ok := row.Elts[0].(*ast.Ident); ok && id.Name == "get" {
+				if p := stringLit(row.Elts[1]); strings.HasPrefix(p, "/") {
+					paths[p] = true
+				}
+			}
+			return true
+		}
 		call, ok := n.(*ast.CallExpr)
 		if !ok || len(call.Args) == 0 {
 			return true
