@@ -68,6 +68,7 @@ var table = []struct {
 	{"internal/clustertest", testOnly},
 	{"internal/loadgen", testOnly},
 	{"internal/archtest", testOnly},
+	{"internal/ledger/ledgertest", testOnly}, // the ledger's, billing's and webhooks' test env
 
 	{"webhook", outside}, // public, kept for its importers: delegates to client/webhook
 	{"deploy/...", outside},
