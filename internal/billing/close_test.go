@@ -31,28 +31,10 @@ func (e *env) startWorker(id string, clock func() time.Time, hook *worker.Webhoo
 	if hook == nil {
 		hook = &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: webhooks.NewStore(e.pool), Tenants: e.svc, Secret: []byte("test-secret")}}
 	}
-	c, err := worker.NewClient(e.pool, worker.Config{ID: id, Logger: quietLog(),
-		Jobs: &worker.Jobs{Closer: closer, Webhook: hook, ScanEvery: time.Hour}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
-	return c, closer
+	return e.le.StartWorker(id, closer, hook), closer
 }
 
-func (e *env) migrateRiver() {
-	e.t.Helper()
-	if err := worker.MigrateRiver(context.Background(), e.pool); err != nil {
-		e.t.Fatal(err)
-	}
-}
+func (e *env) migrateRiver() { e.le.MigrateRiver() }
 
 // snapshot reads every row of the billing tables, in order, as text.
 func (e *env) snapshot() map[string][]string {

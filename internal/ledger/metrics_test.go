@@ -8,36 +8,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quotaplane/quotaplane/internal/ledger"
+	"github.com/quotaplane/quotaplane/internal/ledger/ledgertest"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// gauges returns the values of the gauge family name by its label values joined with "|".
-func gauges(t *testing.T, reg *prometheus.Registry, name string) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			k := ""
-			for i, lp := range m.GetLabel() {
-				if i > 0 {
-					k += "|"
-				}
-				k += lp.GetName() + "=" + lp.GetValue()
-			}
-			out[k] = m.GetGauge().GetValue()
-		}
-	}
-	return out
-}
+// gauges is ledgertest.Gauges.
+var gauges = ledgertest.Gauges
 
 // TestFlushReportsMonthUtilization: a flush exports the highest used / month limit of
 // each level with a month limit, and only the UtilizationTop highest series.

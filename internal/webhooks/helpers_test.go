@@ -74,28 +74,10 @@ func (e *env) startWorker(id string, clock func() time.Time, hook *worker.Webhoo
 	e.t.Helper()
 	closer := billing.NewCloser(billing.CloserConfig{Store: billing.NewStore(e.pool), Tenants: e.svc,
 		Counters: oneEngine(e.engine), Clock: clock, Grace: time.Minute, WorkerID: id, Logger: quietLog()})
-	c, err := worker.NewClient(e.pool, worker.Config{ID: id, Logger: quietLog(),
-		Jobs: &worker.Jobs{Closer: closer, Webhook: hook, ScanEvery: time.Hour}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = c.Stop(ctx)
-	})
-	return c, closer
+	return e.le.StartWorker(id, closer, hook), closer
 }
 
-func (e *env) migrateRiver() {
-	e.t.Helper()
-	if err := worker.MigrateRiver(context.Background(), e.pool); err != nil {
-		e.t.Fatal(err)
-	}
-}
+func (e *env) migrateRiver() { e.le.MigrateRiver() }
 
 func (e *env) count(q string, args ...any) int {
 	e.t.Helper()

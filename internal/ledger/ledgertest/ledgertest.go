@@ -12,14 +12,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"github.com/riverqueue/river"
 
+	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
+	"github.com/quotaplane/quotaplane/internal/worker"
 )
 
 // Operator is the actor the tests' changes are made as.
@@ -159,4 +164,58 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 // OneEngine serves every org's counters from eng.
 func OneEngine(eng *quota.Engine) ledger.CounterSource {
 	return ledger.CounterSourceFunc(func(string, vocab.Route) (ledger.Counters, error) { return eng, nil })
+}
+
+// StartWorker starts a River client of the real worker wiring with closer's jobs and
+// hook, stopped when the test ends.
+func (e *Env) StartWorker(id string, closer *billing.Closer, hook *worker.WebhookWorker) *river.Client[pgx.Tx] {
+	e.T.Helper()
+	c, err := worker.NewClient(e.Pool, worker.Config{ID: id, Logger: QuietLog(),
+		Jobs: &worker.Jobs{Closer: closer, Webhook: hook, ScanEvery: time.Hour}})
+	if err != nil {
+		e.T.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
+		e.T.Fatal(err)
+	}
+	e.T.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = c.Stop(ctx)
+	})
+	return c
+}
+
+// MigrateRiver creates River's tables in the env's database.
+func (e *Env) MigrateRiver() {
+	e.T.Helper()
+	if err := worker.MigrateRiver(context.Background(), e.Pool); err != nil {
+		e.T.Fatal(err)
+	}
+}
+
+// Gauges returns the values of the gauge family name by its label values joined with "|".
+func Gauges(t testing.TB, reg *prometheus.Registry, name string) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			k := ""
+			for i, lp := range m.GetLabel() {
+				if i > 0 {
+					k += "|"
+				}
+				k += lp.GetName() + "=" + lp.GetValue()
+			}
+			out[k] = m.GetGauge().GetValue()
+		}
+	}
+	return out
 }
