@@ -21,8 +21,8 @@ import (
 func TestAdjustmentRacingDrainsAndChecks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.seed("acme", []vocab.Limit{monthLimit("tokens", 1_000_000)}, nil, tenants.TeamInput{ID: "eng"})
-	svc := &billing.Service{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine), Logger: quietLog()}
+	e.Seed("acme", []vocab.Limit{monthLimit("tokens", 1_000_000)}, nil, tenants.TeamInput{ID: "eng"})
+	svc := &billing.Service{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine), Logger: quietLog()}
 	org := quota.Counter{Metric: "tokens", Level: vocab.LevelOrg}
 	per := vocab.PeriodAt(time.Now(), 0)
 
@@ -42,13 +42,13 @@ func TestAdjustmentRacingDrainsAndChecks(t *testing.T) {
 					return
 				default:
 				}
-				if res, err := e.check(e.engine, "acme", "eng", "", "tokens", 1); err == nil && res.Allowed {
+				if res, err := e.Check(e.Engine, "acme", "eng", "", "tokens", 1); err == nil && res.Allowed {
 					checked.Add(1)
 				}
 			}
 		})
 		wg.Go(func() {
-			f := e.flusher(time.Hour)
+			f := e.Flusher(time.Hour)
 			for {
 				select {
 				case <-stop:
@@ -70,10 +70,10 @@ func TestAdjustmentRacingDrainsAndChecks(t *testing.T) {
 		time.Sleep(30 * time.Millisecond)
 		close(stop)
 		wg.Wait()
-		if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+		if _, err := e.Flusher(time.Hour).FlushOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
-		live, err := e.engine.MonthUsage(ctx, "acme", per.ID)
+		live, err := e.Engine.MonthUsage(ctx, "acme", per.ID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,20 +25,20 @@ import (
 // startWorker starts a River client of the real worker wiring with billing jobs whose
 // clock is injected.
 func (e *env) startWorker(id string, clock func() time.Time, hook *worker.WebhookWorker) (*river.Client[pgx.Tx], *billing.Closer) {
-	e.t.Helper()
-	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc,
-		Counters: oneEngine(e.engine), Clock: clock, Grace: time.Minute, WorkerID: id, Logger: quietLog()})
+	e.T.Helper()
+	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.Svc,
+		Counters: oneEngine(e.Engine), Clock: clock, Grace: time.Minute, WorkerID: id, Logger: quietLog()})
 	if hook == nil {
-		hook = &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: webhooks.NewStore(e.pool), Tenants: e.svc, Secret: []byte("test-secret")}}
+		hook = &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: webhooks.NewStore(e.Pool), Tenants: e.Svc, Secret: []byte("test-secret")}}
 	}
-	return e.le.StartWorker(id, closer, hook), closer
+	return e.StartWorker(id, closer, hook), closer
 }
 
-func (e *env) migrateRiver() { e.le.MigrateRiver() }
+func (e *env) migrateRiver() { e.MigrateRiver() }
 
 // snapshot reads every row of the billing tables, in order, as text.
 func (e *env) snapshot() map[string][]string {
-	e.t.Helper()
+	e.T.Helper()
 	out := map[string][]string{}
 	for _, q := range []string{
 		`SELECT org_id, period, period_start, period_end, plan_id, currency, closed_at, closed_by FROM billing_periods ORDER BY 1, 2`,
@@ -48,14 +48,14 @@ func (e *env) snapshot() map[string][]string {
 		`SELECT org_id, period, metric, level, team_id, user_id, units FROM usage_counters ORDER BY 1, 2, 3, 4, 5, 6`,
 		`SELECT id, org_id, period, metric, units FROM usage_adjustments ORDER BY id`,
 	} {
-		rows, err := e.pool.Query(context.Background(), q)
+		rows, err := e.Pool.Query(context.Background(), q)
 		if err != nil {
-			e.t.Fatal(err)
+			e.T.Fatal(err)
 		}
 		for rows.Next() {
 			vals, err := rows.Values()
 			if err != nil {
-				e.t.Fatal(err)
+				e.T.Fatal(err)
 			}
 			out[q] = append(out[q], fmt.Sprint(vals...))
 		}
@@ -65,10 +65,10 @@ func (e *env) snapshot() map[string][]string {
 }
 
 func (e *env) count(q string, args ...any) int {
-	e.t.Helper()
+	e.T.Helper()
 	var n int
-	if err := e.pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
-		e.t.Fatalf("%s: %v", q, err)
+	if err := e.Pool.QueryRow(context.Background(), q, args...).Scan(&n); err != nil {
+		e.T.Fatalf("%s: %v", q, err)
 	}
 	return n
 }
@@ -96,11 +96,11 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 		if i%2 == 0 {
 			p = pricing
 		}
-		e.seed(org, []vocab.Limit{monthLimit("requests", 10_000)}, p,
+		e.Seed(org, []vocab.Limit{monthLimit("requests", 10_000)}, p,
 			tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 1000)}})
 		for j := range 5 + 10*i {
 			cost := int64(1 + j%7)
-			res, err := e.check(e.engine, org, "eng", fmt.Sprintf("u%d", j%3), "requests", cost)
+			res, err := e.Check(e.Engine, org, "eng", fmt.Sprintf("u%d", j%3), "requests", cost)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,22 +109,22 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 			}
 		}
 	}
-	if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+	if _, err := e.Flusher(time.Hour).FlushOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Some usage only in Redis (not flushed): the close must take it.
-	if _, err := e.check(e.engine, orgs[0], "eng", "u0", "requests", 50); err != nil {
+	if _, err := e.Check(e.Engine, orgs[0], "eng", "u0", "requests", 50); err != nil {
 		t.Fatal(err)
 	}
 	admitted[orgs[0]] += 50
 
-	per := e.engine.Period(1)
+	per := e.Engine.Period(1)
 	clock := func() time.Time { return per.End.Add(2 * time.Minute) } // the injected clock
 	c1, closer1 := e.startWorker("worker-1", clock, nil)
 	c2, closer2 := e.startWorker("worker-2", clock, nil)
 
 	// Before the grace has passed nothing is due.
-	early := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	early := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Clock: func() time.Time { return per.End.Add(-time.Second) }, Logger: quietLog()})
 	if due, err := early.Due(ctx); err != nil || len(due) != 0 {
 		t.Fatalf("due before the end: %v, %v", due, err)
@@ -181,7 +181,7 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 	waitFor(t, 30*time.Second, "close jobs to complete", func() bool {
 		return e.count(`SELECT count(*) FROM river_job WHERE kind = 'billing.close_period' AND state = 'completed'`) == nOrgs
 	})
-	rows, _ := e.pool.Query(ctx, `SELECT closed_by, count(*) FROM billing_periods GROUP BY 1 ORDER BY 1`)
+	rows, _ := e.Pool.Query(ctx, `SELECT closed_by, count(*) FROM billing_periods GROUP BY 1 ORDER BY 1`)
 	byWorker, _ := pgx.CollectRows(rows, func(r pgx.CollectableRow) (string, error) {
 		var w string
 		var n int
@@ -205,7 +205,7 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 
 	// Billing rows match usage and pricing.
 	for i, org := range orgs {
-		live, err := e.engine.MonthUsage(ctx, org, per.ID)
+		live, err := e.Engine.MonthUsage(ctx, org, per.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +225,7 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 		}
 		var units, included, overage int64
 		var amount, currency string
-		if err := e.pool.QueryRow(ctx, `SELECT units, included_units, overage_units, trim_scale(amount)::text, currency
+		if err := e.Pool.QueryRow(ctx, `SELECT units, included_units, overage_units, trim_scale(amount)::text, currency
 			FROM billing_lines WHERE org_id = $1 AND metric = 'requests'`, org).Scan(&units, &included, &overage, &amount, &currency); err != nil {
 			t.Fatal(err)
 		}
@@ -259,18 +259,18 @@ func TestMonthBoundaryClosesEveryOrgOnceWithTwoWorkers(t *testing.T) {
 		t.Fatalf("second run changed rows:\n%s", diff)
 	}
 	// Immutable: Postgres refuses to change a closed row.
-	if _, err := e.pool.Exec(ctx, `UPDATE period_usage SET units = 0 WHERE org_id = $1`, orgs[0]); err == nil ||
+	if _, err := e.Pool.Exec(ctx, `UPDATE period_usage SET units = 0 WHERE org_id = $1`, orgs[0]); err == nil ||
 		!strings.Contains(err.Error(), "immutable") {
 		t.Fatalf("update of a closed row: %v", err)
 	}
 
 	// A late check in the closed period (a replica whose clock lags) is flushed after
 	// the close: it becomes an adjustment, and the export counts it.
-	if _, err := e.check(e.engine, orgs[1], "eng", "u1", "requests", 7); err != nil {
+	if _, err := e.Check(e.Engine, orgs[1], "eng", "u1", "requests", 7); err != nil {
 		t.Fatal(err)
 	}
 	admitted[orgs[1]] += 7
-	if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+	if _, err := e.Flusher(time.Hour).FlushOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.count(`SELECT coalesce(sum(units), 0)::int FROM usage_adjustments WHERE org_id = $1 AND level = 'org'`, orgs[1]); n != 7 {
@@ -304,9 +304,9 @@ func TestAnchorDayPeriodsCloseOnTheirOwnBoundary(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng"})
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng"})
 	day := 15
-	if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{BillingAnchorDay: &day}); err != nil {
+	if _, err := e.Svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{BillingAnchorDay: &day}); err != nil {
 		t.Fatal(err)
 	}
 	p, err := billing.PeriodOf("2026-11", 15)
@@ -315,7 +315,7 @@ func TestAnchorDayPeriodsCloseOnTheirOwnBoundary(t *testing.T) {
 	}
 	cur := vocab.PeriodAt(time.Now(), 15)
 	closerAt := func(at time.Time) *billing.Closer {
-		return billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		return billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 			Clock: func() time.Time { return at }, Logger: quietLog()})
 	}
 	if due, err := closerAt(cur.End.Add(-time.Second)).Due(ctx); err != nil || len(due) != 0 {
@@ -329,14 +329,14 @@ func TestAnchorDayPeriodsCloseOnTheirOwnBoundary(t *testing.T) {
 	if err != nil || len(due) != 1 || due[0] != (billing.OrgPeriod{Org: org, Period: cur.ID}) {
 		t.Fatalf("due after the boundary: %v, %v; want %s %s", due, err, org, cur.ID)
 	}
-	if _, err := e.check(e.engine, org, "eng", "alice", "requests", 4); err != nil {
+	if _, err := e.Check(e.Engine, org, "eng", "alice", "requests", 4); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := after.Close(ctx, org, cur.ID); err != nil {
 		t.Fatal(err)
 	}
 	var start, end time.Time
-	if err := e.pool.QueryRow(ctx, `SELECT period_start, period_end FROM billing_periods WHERE org_id = $1`, org).Scan(&start, &end); err != nil ||
+	if err := e.Pool.QueryRow(ctx, `SELECT period_start, period_end FROM billing_periods WHERE org_id = $1`, org).Scan(&start, &end); err != nil ||
 		!start.Equal(cur.Start) || !end.Equal(cur.End) {
 		t.Fatalf("closed period %s..%s (%v), want %s..%s", start, end, err, cur.Start, cur.End)
 	}
@@ -354,8 +354,8 @@ func TestCloseDeletesSettledReservationRows(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org, other := testenv.ID(t, "org"), testenv.ID(t, "other")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil)
-	e.seed(other, []vocab.Limit{monthLimit("requests", 100)}, nil)
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil)
+	e.Seed(other, []vocab.Limit{monthLimit("requests", 100)}, nil)
 	cur := vocab.PeriodAt(time.Now(), 1)
 	at := cur.End.Add(2 * time.Minute)
 	next := vocab.PeriodAt(at, 1)
@@ -372,12 +372,12 @@ func TestCloseDeletesSettledReservationRows(t *testing.T) {
 		{other, "r_otherorg00000000000000", cur.ID, "committed", 48 * time.Hour, true},
 	}
 	for _, r := range rows {
-		if _, err := e.pool.Exec(ctx, `INSERT INTO reservations (org_id, id, period, state, expires_at, record)
+		if _, err := e.Pool.Exec(ctx, `INSERT INTO reservations (org_id, id, period, state, expires_at, record)
 			VALUES ($1, $2, $3, $4, $5, '{}')`, r.org, r.id, r.period, r.state, at.Add(-r.expired)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Clock: func() time.Time { return at }, Logger: quietLog()})
 	if _, err := closer.Close(ctx, org, cur.ID); err != nil {
 		t.Fatal(err)

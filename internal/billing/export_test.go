@@ -47,7 +47,7 @@ func TestExportEqualsAdmittedChecks(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 100_000), monthLimit("tokens", 1_000_000)},
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 100_000), monthLimit("tokens", 1_000_000)},
 		&tenants.Pricing{Currency: "USD", BasePrice: "0", Metrics: []tenants.MetricPrice{{Metric: "tokens", IncludedUnits: 5000, OveragePrice: "0.002"}}},
 		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 15)}},
 		tenants.TeamInput{ID: "ops"}, tenants.TeamInput{ID: "sales"})
@@ -65,7 +65,7 @@ func TestExportEqualsAdmittedChecks(t *testing.T) {
 		if metric == "tokens" {
 			cost *= 50
 		}
-		res, err := e.check(e.engine, org, team, user, metric, cost)
+		res, err := e.Check(e.Engine, org, team, user, metric, cost)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,10 +75,10 @@ func TestExportEqualsAdmittedChecks(t *testing.T) {
 			denied++
 		}
 	}
-	if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+	if _, err := e.Flusher(time.Hour).FlushOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	per := e.engine.Period(1)
+	per := e.Engine.Period(1)
 
 	verify := func(stage string) {
 		csvRows, csvRaw := exportRows(t, e.store, org, per.ID, billing.CSV)
@@ -118,7 +118,7 @@ func TestExportEqualsAdmittedChecks(t *testing.T) {
 			stage, len(csvRows), admitted, denied, total, detail)
 	}
 	verify("open period (ledger)")
-	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Clock: func() time.Time { return per.End.Add(time.Hour) }, Logger: quietLog()})
 	if _, err := closer.Close(ctx, org, per.ID); err != nil {
 		t.Fatal(err)
@@ -129,7 +129,7 @@ func TestExportEqualsAdmittedChecks(t *testing.T) {
 // fillLedger writes n users' usage of one org and period straight into the ledger
 // (with their team and org sums), and returns the org's total.
 func (e *env) fillLedger(org, period string, n int) int64 {
-	e.t.Helper()
+	e.T.Helper()
 	ctx := context.Background()
 	for _, q := range []string{
 		`INSERT INTO usage_counters (org_id, period, metric, level, team_id, user_id, units)
@@ -142,8 +142,8 @@ func (e *env) fillLedger(org, period string, n int) int64 {
 		 SELECT $1, $2, 'requests', 'org', sum(units) FROM usage_counters
 		 WHERE org_id = $1 AND period = $2 AND level = 'user' AND $3::int > 0`,
 	} {
-		if _, err := e.pool.Exec(ctx, q, org, period, n); err != nil {
-			e.t.Fatal(err)
+		if _, err := e.Pool.Exec(ctx, q, org, period, n); err != nil {
+			e.T.Fatal(err)
 		}
 	}
 	var total int64
@@ -251,17 +251,17 @@ func TestExport100kUsersStreamsWithFlatMemory(t *testing.T) {
 	}
 	e := newEnv(t)
 	ctx := context.Background()
-	period := e.engine.Period(1).ID
+	period := e.Engine.Period(1).ID
 	small, big := testenv.ID(t, "small"), testenv.ID(t, "big")
-	e.seed(small, nil, nil)
-	e.seed(big, nil, &tenants.Pricing{Currency: "EUR", BasePrice: "99", Metrics: []tenants.MetricPrice{
+	e.Seed(small, nil, nil)
+	e.Seed(big, nil, &tenants.Pricing{Currency: "EUR", BasePrice: "99", Metrics: []tenants.MetricPrice{
 		{Metric: "requests", IncludedUnits: 1_000_000, OveragePrice: "0.0005"}}})
 	wantSmall := e.fillLedger(small, period, 10_000)
 	wantBig := e.fillLedger(big, period, 100_000)
 
 	// Close the big org's period, so its export reads the immutable rows.
 	per, _ := billing.PeriodOf(period, 1)
-	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Clock: func() time.Time { return per.End.Add(time.Hour) }, Logger: quietLog()})
 	start := time.Now()
 	res, err := closer.Close(ctx, big, period)

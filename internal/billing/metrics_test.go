@@ -23,11 +23,11 @@ func TestCloseScanReportsOldestUnclosedPeriod(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil)
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil)
 	reg := prometheus.NewRegistry()
 	metrics := billing.NewMetrics(reg)
 	cur := vocab.PeriodAt(time.Now(), 1)
-	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	closer := billing.NewCloser(billing.CloserConfig{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Clock: func() time.Time { return cur.End.Add(2 * time.Minute) }, Logger: quietLog(), Metrics: metrics})
 	gauge := func() float64 {
 		vs := gauges(t, reg, "quotaplane_worker_oldest_unclosed_period_end_timestamp_seconds")

@@ -29,13 +29,13 @@ func TestFlusherCachesAreBounded(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Logger: quietLog(), CacheOrgs: 1, CacheEvents: 2, CacheMetrics: cachemetrics.New(reg)})
 	var orgs []string
 	for i := range 3 {
-		org := fmt.Sprintf("%s-o%d", e.prefix, i)
+		org := fmt.Sprintf("%s-o%d", e.Prefix, i)
 		orgs = append(orgs, org)
-		e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
+		e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
 			tenants.TeamInput{ID: "eng", Limits: []vocab.Limit{monthLimit("requests", 100)}, UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
 	}
 	flush := func() {
@@ -46,7 +46,7 @@ func TestFlusherCachesAreBounded(t *testing.T) {
 	}
 	for _, org := range orgs {
 		for range 10 { // alice at 100 %: the 80 % and 100 % events
-			if _, err := e.check(e.engine, org, "eng", "alice", "requests", 1); err != nil {
+			if _, err := e.Check(e.Engine, org, "eng", "alice", "requests", 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -62,16 +62,16 @@ func TestFlusherCachesAreBounded(t *testing.T) {
 	}
 	// Counters change again: the forgotten events are looked at again, none recorded twice.
 	for _, org := range orgs {
-		if _, err := e.check(e.engine, org, "eng", "bob", "requests", 1); err != nil {
+		if _, err := e.Check(e.Engine, org, "eng", "bob", "requests", 1); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.check(e.engine, org, "eng", "alice", "requests", 0); err != nil {
+		if _, err := e.Check(e.Engine, org, "eng", "alice", "requests", 0); err != nil {
 			t.Fatal(err)
 		}
 	}
 	flush()
 	for _, org := range orgs {
-		evs, err := webhooks.NewStore(e.pool).Events(ctx, org, 100)
+		evs, err := webhooks.NewStore(e.Pool).Events(ctx, org, 100)
 		if err != nil || len(evs) != 2 {
 			t.Errorf("events of %s: %d (%v), want 2 (80 %% and 100 %% of alice)", org, len(evs), err)
 		}

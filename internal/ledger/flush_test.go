@@ -21,12 +21,12 @@ func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"}, tenants.TeamInput{ID: "ops"})
-	f := e.flusher(time.Hour)
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"}, tenants.TeamInput{ID: "ops"})
+	f := e.Flusher(time.Hour)
 
 	for i := range 30 {
 		team := []string{"eng", "ops"}[i%2]
-		if _, err := e.check(e.engine, org, team, fmt.Sprintf("u%d", i%5), "requests", 2); err != nil {
+		if _, err := e.Check(e.Engine, org, team, fmt.Sprintf("u%d", i%5), "requests", 2); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -34,12 +34,12 @@ func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	per := e.engine.Period(1).ID
-	live, err := e.engine.MonthUsage(ctx, org, per)
+	per := e.Engine.Period(1).ID
+	live, err := e.Engine.MonthUsage(ctx, org, per)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := e.store.Usage(ctx, org, per)
+	stored, err := e.Ledger.Usage(ctx, org, per)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
 		t.Fatalf("idle flush: %+v, %v", st, err)
 	}
 	// One more check changes three counters (org, team, user) and only those are read.
-	if _, err := e.check(e.engine, org, "eng", "u0", "requests", 1); err != nil {
+	if _, err := e.Check(e.Engine, org, "eng", "u0", "requests", 1); err != nil {
 		t.Fatal(err)
 	}
 	if st, err = f.FlushOnce(ctx); err != nil || st.Read != 3 || st.Written != 3 {
@@ -67,10 +67,10 @@ func TestFlushPersistsChangedCountersMonotonically(t *testing.T) {
 	}
 	// A stale (lower) value, e.g. from a slow worker, never lowers a stored one.
 	orgC := quota.Counter{Metric: "requests", Level: vocab.LevelOrg}
-	if n, err := e.store.Persist(ctx, org, per, time.Now(), map[quota.Counter]int64{orgC: 5}); err != nil || n != 0 {
+	if n, err := e.Ledger.Persist(ctx, org, per, time.Now(), map[quota.Counter]int64{orgC: 5}); err != nil || n != 0 {
 		t.Fatalf("stale persist raised %d values (%v)", n, err)
 	}
-	stored, _ = e.store.Usage(ctx, org, per)
+	stored, _ = e.Ledger.Usage(ctx, org, per)
 	if stored[orgC] != 61 {
 		t.Fatalf("org counter after a stale write: %d, want 61", stored[orgC])
 	}
@@ -82,22 +82,22 @@ func TestLostCountersAreHydratedFromLedger(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil,
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 100)}, nil,
 		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
 	for range 7 {
-		if _, err := e.check(e.engine, org, "eng", "alice", "requests", 1); err != nil {
+		if _, err := e.Check(e.Engine, org, "eng", "alice", "requests", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+	if _, err := e.Flusher(time.Hour).FlushOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	per := e.engine.Period(1).ID
+	per := e.Engine.Period(1).ID
 	// Lose the org's month hash (as a restart without persistence would).
-	if err := e.rdb.Del(ctx, e.prefix+":{"+org+"}|m|"+per).Err(); err != nil {
+	if err := e.RDB.Del(ctx, e.Prefix+":{"+org+"}|m|"+per).Err(); err != nil {
 		t.Fatal(err)
 	}
-	res, err := e.check(e.engine, org, "eng", "alice", "requests", 3)
+	res, err := e.Check(e.Engine, org, "eng", "alice", "requests", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestLostCountersAreHydratedFromLedger(t *testing.T) {
 			t.Fatalf("user used %d after hydration, want 10", l.Used)
 		}
 	}
-	if res, _ := e.check(e.engine, org, "eng", "alice", "requests", 1); res.Allowed {
+	if res, _ := e.Check(e.Engine, org, "eng", "alice", "requests", 1); res.Allowed {
 		t.Fatal("11th unit allowed: hydration lost usage")
 	}
 }
@@ -121,11 +121,11 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"})
-	per := e.engine.Period(1)
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "eng"})
+	per := e.Engine.Period(1)
 	flushAt := func(at time.Time) {
 		t.Helper()
-		f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+		f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 			Logger: quietLog(), Clock: func() time.Time { return at }})
 		if _, err := f.FlushOnce(ctx); err != nil {
 			t.Fatal(err)
@@ -133,7 +133,7 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 	}
 	spend := func(n int64) {
 		t.Helper()
-		if _, err := e.check(e.engine, org, "eng", "alice", "requests", n); err != nil {
+		if _, err := e.Check(e.Engine, org, "eng", "alice", "requests", n); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,10 +142,10 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 	spend(6)
 	flushAt(per.End.Add(30 * time.Minute)) // the next period: per is the previous one now
 	orgC := quota.Counter{Metric: "requests", Level: vocab.LevelOrg}
-	if n, err := e.store.Persist(ctx, org, per.ID, per.Start, map[quota.Counter]int64{orgC: 1}); err != nil || n != 0 {
+	if n, err := e.Ledger.Persist(ctx, org, per.ID, per.Start, map[quota.Counter]int64{orgC: 1}); err != nil || n != 0 {
 		t.Fatalf("stale persist: %d, %v", n, err)
 	}
-	got, err := e.store.Daily(ctx, org, per.ID)
+	got, err := e.Ledger.Daily(ctx, org, per.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,26 +166,26 @@ func TestFlushAfterAWorkerKilledMidFlush(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "hot"})
-	per := e.engine.Period(1).ID
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "hot"})
+	per := e.Engine.Period(1).ID
 	user := quota.Counter{Metric: "requests", Level: vocab.LevelUser, Team: "hot", User: "h75"}
 	for range 3 {
-		if _, err := e.check(e.engine, org, "hot", "h75", "requests", 3); err != nil {
+		if _, err := e.Check(e.Engine, org, "hot", "h75", "requests", 3); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.flusher(time.Hour).FlushOnce(ctx); err != nil {
+	if _, err := e.Flusher(time.Hour).FlushOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for range 7 { // the user's last checks: its counter does not change after these
-		if _, err := e.check(e.engine, org, "hot", "h75", "requests", 3); err != nil {
+		if _, err := e.Check(e.Engine, org, "hot", "h75", "requests", 3); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	// The dying worker: its drain pops the dirty set, then its persist waits for the
 	// period's lock (held here) until the process is gone (its context ends).
-	tx, err := e.pool.Begin(ctx)
+	tx, err := e.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,24 +193,24 @@ func TestFlushAfterAWorkerKilledMidFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	dying, cancel := context.WithTimeout(ctx, time.Second)
-	if _, err := e.flusher(time.Hour).FlushOnce(dying); err == nil {
+	if _, err := e.Flusher(time.Hour).FlushOnce(dying); err == nil {
 		t.Fatal("the dying worker's flush persisted while the period's lock was held")
 	}
 	cancel()
 	_ = tx.Rollback(ctx)
 
 	// The worker started again, with nothing changed since.
-	f := e.flusher(time.Hour)
+	f := e.Flusher(time.Hour)
 	for range 2 {
 		if _, err := f.FlushOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	live, err := e.engine.MonthUsage(ctx, org, per)
+	live, err := e.Engine.MonthUsage(ctx, org, per)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored, err := e.store.Usage(ctx, org, per)
+	stored, err := e.Ledger.Usage(ctx, org, per)
 	if err != nil {
 		t.Fatal(err)
 	}

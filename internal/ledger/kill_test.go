@@ -90,11 +90,11 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	rs := startPrivateRedis(t)
-	eng, _ := e.newEngine(rs.url())
+	eng, _ := e.NewEngine(rs.url())
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 100*limit)}, nil,
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 100*limit)}, nil,
 		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", limit)}})
-	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc,
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc,
 		Counters: oneEngine(eng), Interval: interval, Logger: quietLog()})
 	fctx, stopFlusher := context.WithCancel(ctx)
 	flushDone := make(chan struct{})
@@ -106,7 +106,7 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 	used := func() [users]int64 {
 		var out [users]int64
 		for i := range users {
-			res, err := e.check(eng, org, "eng", user(i), "requests", 0)
+			res, err := e.Check(eng, org, "eng", user(i), "requests", 0)
 			if err != nil {
 				t.Fatalf("read %s: %v", user(i), err)
 			}
@@ -135,7 +135,7 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 						return
 					default:
 					}
-					res, err := e.check(eng, org, "eng", user(i), "requests", 1)
+					res, err := e.Check(eng, org, "eng", user(i), "requests", 1)
 					if err != nil {
 						failed.Add(1)
 						time.Sleep(5 * time.Millisecond)
@@ -192,7 +192,7 @@ func TestKill9RedisRestoresUsageWithinOneFlushInterval(t *testing.T) {
 	// The first check of every user after the restart must see the stored usage.
 	var firstAfter [users]int64
 	for i := range users {
-		res, err := e.check(eng, org, "eng", user(i), "requests", 0)
+		res, err := e.Check(eng, org, "eng", user(i), "requests", 0)
 		if err != nil {
 			t.Fatalf("first check after restart: %v", err)
 		}

@@ -27,21 +27,21 @@ func TestSettledLeasesAreNotKept(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 1_000_000_000)}, nil, tenants.TeamInput{ID: "eng"})
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 1_000_000_000)}, nil, tenants.TeamInput{ID: "eng"})
 	opt, err := quota.ClientOptions(testenv.RedisURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rdb := redis.NewClient(opt)
-	eng, err := quota.New(rdb, quota.Config{KeyPrefix: e.prefix, Hydrator: e.store,
+	eng, err := quota.New(rdb, quota.Config{KeyPrefix: e.Prefix, Hydrator: e.Ledger,
 		Leases: quota.LeaseConfig{Enabled: true, Max: 50 * time.Millisecond, Threshold: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = eng.Close(); _ = rdb.Close() })
-	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc,
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc,
 		Counters: oneEngine(eng), Interval: time.Hour, Logger: quietLog()})
-	r, err := e.svc.ResolveOrg(ctx, org)
+	r, err := e.Svc.ResolveOrg(ctx, org)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestSettledLeasesAreNotKept(t *testing.T) {
 			t.Fatal(err)
 		}
 		var n int
-		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE org_id = $1 AND id <> $2 AND state = 'held'`,
+		if err := e.Pool.QueryRow(ctx, `SELECT count(*) FROM reservations WHERE org_id = $1 AND id <> $2 AND state = 'held'`,
 			org, rv.ID).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +99,7 @@ func TestSettledLeasesAreNotKept(t *testing.T) {
 	}
 
 	var rows []string
-	got, err := e.pool.Query(ctx, `SELECT id || ' ' || state FROM reservations WHERE org_id = $1 ORDER BY id`, org)
+	got, err := e.Pool.Query(ctx, `SELECT id || ' ' || state FROM reservations WHERE org_id = $1 ORDER BY id`, org)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestSettledLeasesAreNotKept(t *testing.T) {
 		t.Errorf("reservations rows %v, want only %q: settled leases kept in Postgres", rows, want)
 	}
 
-	keys, err := rdb.Keys(ctx, e.prefix+":{"+org+"}|r|*").Result()
+	keys, err := rdb.Keys(ctx, e.Prefix+":{"+org+"}|r|*").Result()
 	if err != nil {
 		t.Fatal(err)
 	}

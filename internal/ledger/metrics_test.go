@@ -24,13 +24,13 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
 	metrics := ledger.NewMetrics(reg)
-	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc,
-		Counters: oneEngine(e.engine), Logger: quietLog(), Metrics: metrics})
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc,
+		Counters: oneEngine(e.Engine), Logger: quietLog(), Metrics: metrics})
 
 	hot := testenv.ID(t, "hot")
-	e.seed(hot, []vocab.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
+	e.Seed(hot, []vocab.Limit{monthLimit("requests", 100)}, nil, tenants.TeamInput{ID: "eng",
 		Limits: []vocab.Limit{monthLimit("requests", 50)}})
-	if _, err := e.check(e.engine, hot, "eng", "alice", "requests", 45); err != nil {
+	if _, err := e.Check(e.Engine, hot, "eng", "alice", "requests", 45); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := flusher.FlushOnce(ctx); err != nil {
@@ -53,8 +53,8 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 	// More orgs with usage than UtilizationTop: only the highest are exported.
 	for i := range ledger.UtilizationTop + 2 {
 		org := fmt.Sprintf("%s-%02d", testenv.ID(t, "o"), i)
-		e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil)
-		if _, err := e.check(e.engine, org, "", "", "requests", 1); err != nil {
+		e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil)
+		if _, err := e.Check(e.Engine, org, "", "", "requests", 1); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -22,10 +22,10 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	rs := startPrivateRedis(t)
-	eng, _ := e.newEngine(rs.url())
+	eng, _ := e.NewEngine(rs.url())
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 5)}, nil, tenants.TeamInput{ID: "eng"})
-	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(eng), Logger: quietLog()})
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 5)}, nil, tenants.TeamInput{ID: "eng"})
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(eng), Logger: quietLog()})
 	var answers quota.WouldBlockCount
 	spend := func(n int, cost int64) {
 		t.Helper()
@@ -57,7 +57,7 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 	if answers.Checks != 7 {
 		t.Fatalf("%d would-block answers, want 7", answers.Checks)
 	}
-	stored, err := e.store.StoredWouldBlock(ctx, org, eng.Period(1).ID)
+	stored, err := e.Ledger.StoredWouldBlock(ctx, org, eng.Period(1).ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 	}
 	want := []billing.WouldBlockRow{{Metric: "requests", Level: "org", ID: org, Window: "month", WouldBlockCount: answers}}
 	for _, counters := range []ledger.CounterSource{oneEngine(eng), nil} {
-		s := &billing.Service{Store: billing.NewStore(e.pool), Tenants: e.svc, Counters: counters}
+		s := &billing.Service{Store: billing.NewStore(e.Pool), Tenants: e.Svc, Counters: counters}
 		rep, err := s.WouldBlock(ctx, org, "")
 		if err != nil {
 			t.Fatal(err)
@@ -89,7 +89,7 @@ func TestWouldBlockSurvivesRedisFlushDB(t *testing.T) {
 	if err := eng.FlushWouldBlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	s := &billing.Service{Store: billing.NewStore(e.pool), Tenants: e.svc, Counters: oneEngine(eng)}
+	s := &billing.Service{Store: billing.NewStore(e.Pool), Tenants: e.Svc, Counters: oneEngine(eng)}
 	rep, err := s.WouldBlock(ctx, org, "")
 	if err != nil {
 		t.Fatal(err)

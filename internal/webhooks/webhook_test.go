@@ -103,22 +103,22 @@ func TestWebhookThresholdsOnceSignedAndRetried(t *testing.T) {
 	good, flaky := testenv.ID(t, "good"), testenv.ID(t, "flaky")
 	rGood, rFlaky := newReceiver(t, good, 0), newReceiver(t, flaky, 2)
 	for org, url := range map[string]string{good: rGood.srv.URL + "/hook", flaky: rFlaky.srv.URL + "/hook"} {
-		e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
+		e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
 			tenants.TeamInput{ID: "eng", Limits: []vocab.Limit{monthLimit("requests", 20)},
 				UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
-		if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
+		if _, err := e.Svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.svc, Secret: master,
+	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.Svc, Secret: master,
 		Client: webhooks.NewClient(5*time.Second, true)}, Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
 	client, _ := e.startWorker("worker-1", nil, hook)
-	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Queue: func() webhooks.Enqueuer { return worker.DeliveryQueue(client) }, Logger: quietLog()})
 
 	spend := func(org, user string, n int) {
 		for range n {
-			if _, err := e.check(e.engine, org, "eng", user, "requests", 1); err != nil {
+			if _, err := e.Check(e.Engine, org, "eng", user, "requests", 1); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -198,16 +198,16 @@ func TestWebhookSetJustBeforeAThresholdIsSent(t *testing.T) {
 	ctx := context.Background()
 	org := testenv.ID(t, "late")
 	rcv := newReceiver(t, org, 0)
-	e.seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil,
 		tenants.TeamInput{ID: "eng", UserLimits: []vocab.Limit{monthLimit("requests", 10)}})
-	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.svc, Secret: master,
+	hook := &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.Svc, Secret: master,
 		Client: webhooks.NewClient(5*time.Second, true)}, Backoff: func(int) time.Duration { return 100 * time.Millisecond }}
 	client, _ := e.startWorker("worker-late", nil, hook)
-	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Queue: func() webhooks.Enqueuer { return worker.DeliveryQueue(client) }, Logger: quietLog()})
 	spend := func(n int64) {
 		t.Helper()
-		if _, err := e.check(e.engine, org, "eng", "alice", "requests", n); err != nil {
+		if _, err := e.Check(e.Engine, org, "eng", "alice", "requests", n); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.FlushOnce(ctx); err != nil {
@@ -216,7 +216,7 @@ func TestWebhookSetJustBeforeAThresholdIsSent(t *testing.T) {
 	}
 	spend(1) // the flusher learns the org's limits, without a webhook
 	url := rcv.srv.URL + "/hook"
-	if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
+	if _, err := e.Svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
 		t.Fatal(err)
 	}
 	spend(7) // alice at 80 %
@@ -274,17 +274,17 @@ func TestWebhookPrivateTargetRefused(t *testing.T) {
 	e.migrateRiver()
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
-	e.seed(org, []vocab.Limit{monthLimit("requests", 10)}, nil, tenants.TeamInput{ID: "eng"})
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 10)}, nil, tenants.TeamInput{ID: "eng"})
 	url := "http://localhost:" + port + "/hook"
-	if _, err := e.svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
+	if _, err := e.Svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
 		t.Fatal(err)
 	}
-	client, _ := e.startWorker("worker-1", nil, &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.svc, Secret: master,
+	client, _ := e.startWorker("worker-1", nil, &worker.WebhookWorker{Deliverer: &webhooks.Deliverer{Store: e.hooks, Tenants: e.Svc, Secret: master,
 		Client: refusing}, Backoff: func(int) time.Duration { return 50 * time.Millisecond }})
-	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.store, Tenants: e.svc, Counters: oneEngine(e.engine),
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(e.Engine),
 		Queue: func() webhooks.Enqueuer { return worker.DeliveryQueue(client) }, Logger: quietLog()})
 	for range 8 {
-		if _, err := e.check(e.engine, org, "eng", "", "requests", 1); err != nil {
+		if _, err := e.Check(e.Engine, org, "eng", "", "requests", 1); err != nil {
 			t.Fatal(err)
 		}
 	}
