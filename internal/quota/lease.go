@@ -102,6 +102,12 @@ const (
 	// state: a path gets state (and may be leased) only once its slot is hot, so cold
 	// paths (a million distinct users) cost no memory.
 	rateSlots = 4096
+	// slotSample is the fewest units a slot's window must hold for its rate to be
+	// believed: the paths that share a slot are many cold ones, and three checks of
+	// three of them in one window would read 60/s (at 5,000 cold checks a second,
+	// thresholds of 50/s made a path of a user checked once one run in five; with 5,
+	// about one in 4,000 runs). A path's own rate, once it has state, needs no margin.
+	slotSample = 5
 )
 
 func (c *LeaseConfig) setDefaults() {
@@ -200,7 +206,8 @@ type leases struct {
 	seed  maphash.Seed
 	slots [rateSlots]rateCounter // rates of paths without state, by hash
 
-	open     sync.Map // *lease -> struct{}: leases not yet settled, for Close
+	open     sync.Map     // *lease -> struct{}: leases not yet settled, for Close
+	openN    atomic.Int64 // len(open), exact at every instant (sync.Map's Range is no snapshot)
 	wg       sync.WaitGroup
 	stopping atomic.Bool // Close has begun: no new leases
 }
@@ -243,7 +250,7 @@ func (m *leases) path(req *Request, now int64) *leasePath {
 	h.WriteString(req.Metric)
 	slot := &m.slots[h.Sum64()%rateSlots]
 	rate := slot.count(now, req.Cost)
-	if float64(rate) < m.cfg.Threshold {
+	if float64(rate) < max(m.cfg.Threshold, slotSample/rateWindow.Seconds()) {
 		if rate = slot.early(now, m.cfg.Threshold); rate == 0 {
 			return nil
 		}
@@ -325,7 +332,7 @@ func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Res
 	switch {
 	case l != nil: // spent, ended, or taken for other limits: settle it, then the next
 		if !m.stopping.Load() && p.acquire() {
-			m.renew(p, *req, rate)
+			m.renew(p, l, *req, rate)
 		}
 	case hot && p.acquire():
 		if p.cur.Load() == nil { // else one was taken since it was loaded
@@ -387,15 +394,21 @@ func (p *leasePath) await(ctx context.Context) bool {
 	return false
 }
 
-// renew settles p's lease and then, if p is still hot, takes the next, in the
-// background. The caller holds p.busy (acquire); renew releases it.
-func (m *leases) renew(p *leasePath, req Request, rate int64) {
+// renew settles l, p's lease when the caller loaded it, and then, if p is still hot,
+// takes the next, in the background. The caller holds p.busy (acquire); renew
+// releases it. When another holder renewed p meanwhile (p's lease is no longer l) the
+// new lease is left to admit.
+func (m *leases) renew(p *leasePath, l *lease, req Request, rate int64) {
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer p.release()
-		if l := p.cur.Load(); l != nil {
+		switch cur := p.cur.Load(); cur {
+		case l:
 			m.end(l, true)
+		case nil:
+		default:
+			return
 		}
 		if float64(rate) < m.cfg.Threshold || m.stopping.Load() {
 			return
@@ -503,6 +516,7 @@ func (m *leases) take(ctx context.Context, p *leasePath, req *Request, now time.
 	l := &lease{path: p, id: rv.ID, org: req.Org, anchor: req.AnchorDay, limits: req.Limits, amount: amount, endNs: end.UnixNano(), levels: res.Levels}
 	m.wg.Add(1)
 	l.timer = time.AfterFunc(life, func() { defer m.wg.Done(); m.expire(l) })
+	m.openN.Add(1)
 	m.open.Store(l, struct{}{})
 	m.event(LeaseEvent{Kind: LeaseTaken, Units: amount})
 	p.cur.Store(l)
@@ -529,7 +543,7 @@ func (m *leases) end(l *lease, retry bool) {
 	}
 	used := l.close()
 	l.path.cur.CompareAndSwap(l, nil)
-	defer m.open.Delete(l)
+	defer func() { m.open.Delete(l); m.openN.Add(-1) }()
 	e := m.e
 	deadline := time.Now().Add(leaseGrace + 10*time.Second)
 	for {
