@@ -149,8 +149,19 @@ type FlushStats struct {
 }
 
 // FlushOnce persists the changed counters of every org once. Errors of single orgs
-// are joined; the other orgs are flushed regardless.
+// are joined; the other orgs are flushed regardless. Every failed flush counts in
+// quotaplane_worker_flush_errors_total: one per failed org, or one when the orgs or
+// plans could not be listed (Postgres down: before, that returned uncounted, and
+// QuotaplaneFlushFailing never moved through a database outage).
 func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
+	st, err := f.flushOnce(ctx)
+	if err != nil && st.Orgs == 0 && ctx.Err() == nil { // else counted per failed org
+		f.cfg.Metrics.flushErrors.Inc()
+	}
+	return st, err
+}
+
+func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 	start := time.Now()
 	var orgs []tenants.Org
 	cursor := ""

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/quotaplane/quotaplane/internal/ledger"
@@ -69,3 +70,30 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 		t.Errorf("the highest series is not among the exported: %v", got)
 	}
 }
+
+// TestFlushFailingCountsADatabaseOutage: a flush that cannot list the orgs (Postgres
+// refusing connections) counts as a failed flush (issue 26: it returned before counting,
+// and QuotaplaneFlushFailing never moved through an outage).
+func TestFlushFailingCountsADatabaseOutage(t *testing.T) {
+	e := newEnv(t)
+	reg := prometheus.NewRegistry()
+	pool, err := pgxpool.New(context.Background(), e.DBURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: ledger.NewStore(pool), Tenants: tenants.NewService(pool),
+		Counters: oneEngine(e.Engine), Logger: quietLog(), Metrics: ledger.NewMetrics(reg)})
+	if _, err := flusher.FlushOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	pool.Close() // every query now fails, as with the database down
+	for range 3 {
+		if _, err := flusher.FlushOnce(context.Background()); err == nil {
+			t.Fatal("a flush without a database succeeded")
+		}
+	}
+	if got := counter(t, reg, "quotaplane_worker_flush_errors_total", nil); got != 3 {
+		t.Errorf("flush errors = %v after 3 failed flushes, want 3", got)
+	}
+}
+
