@@ -14,6 +14,11 @@ type compose struct {
 	Services map[string]struct {
 		Environment map[string]string `yaml:"environment"`
 		Ports       []any             `yaml:"ports"`
+		Restart     string            `yaml:"restart"`
+		Command     []string          `yaml:"command"`
+		Healthcheck struct {
+			Test []string `yaml:"test"`
+		} `yaml:"healthcheck"`
 	} `yaml:"services"`
 }
 
@@ -75,6 +80,56 @@ func TestComposePublishesOnLoopbackOnly(t *testing.T) {
 			default:
 				t.Errorf("service %s publishes %v (%T): a bare port is on every interface", name, p, p)
 			}
+		}
+	}
+}
+
+// Issue 26: the long-running services come back after a crash or a host reboot, the api
+// and the worker say when they are healthy (with their own binary: the image has no
+// shell or curl), and the worker's /metrics and /healthz are reachable on loopback.
+func TestComposeRestartsAndChecksItsServices(t *testing.T) {
+	c := readCompose(t)
+	for name, svc := range c.Services {
+		if name == "seed" { // one-shot: restarting it would seed forever
+			if svc.Restart != "" && svc.Restart != "no" {
+				t.Errorf("the one-shot seed restarts (%q)", svc.Restart)
+			}
+			continue
+		}
+		if svc.Restart != "unless-stopped" && svc.Restart != "always" {
+			t.Errorf("service %s: restart %q, want unless-stopped", name, svc.Restart)
+		}
+		if len(svc.Healthcheck.Test) == 0 {
+			t.Errorf("service %s has no healthcheck", name)
+		}
+	}
+	for name, bin := range map[string]string{"api": "quotaplane-api", "worker": "quotaplane-worker"} {
+		test := c.Services[name].Healthcheck.Test
+		if len(test) < 3 || test[0] != "CMD" || test[1] != "/usr/local/bin/"+bin || test[2] != "healthcheck" {
+			t.Errorf("service %s: healthcheck %q, want [CMD /usr/local/bin/%s healthcheck <url>]", name, test, bin)
+		}
+	}
+	if len(c.Services["worker"].Ports) == 0 {
+		t.Error("the worker's port (/healthz, /metrics) is not published")
+	}
+}
+
+// Issue 26: `COPY . .` must not send make run's state (the operator token, the webhook
+// secret, the console password), binaries or node_modules into the image's build.
+func TestDockerignoreKeepsSecretsAndBuildOutputOut(t *testing.T) {
+	b, err := os.ReadFile("../.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			have[strings.TrimSuffix(strings.TrimPrefix(line, "/"), "/")] = true
+		}
+	}
+	for _, want := range []string{".quotaplane", "bin", "**/node_modules", ".git"} {
+		if !have[want] {
+			t.Errorf(".dockerignore does not list %s", want)
 		}
 	}
 }

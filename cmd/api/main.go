@@ -31,6 +31,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
+	"github.com/quotaplane/quotaplane/internal/platform/healthcheck"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
@@ -45,6 +46,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "healthcheck" { // docker-compose.yml's healthcheck
+		if err := healthcheck.Run(ctx, os.Args[2:], "http://127.0.0.1:8080/healthz"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
 		// JSON like every other line, so a log pipeline reads why the api stopped.
 		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("quotaplane-api stopped", "err", err.Error())
@@ -60,7 +68,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	redisconn.LogTo(log)
 	if len(args) > 0 && args[0] != "demo" {
-		return fmt.Errorf("unknown command %q (commands: demo; none serves the API)", args[0])
+		return fmt.Errorf("unknown command %q (commands: demo, healthcheck [url]; none serves the API)", args[0])
 	}
 	serving := len(args) == 0
 	// Bind before anything slow, so a busy address fails at once and "listening" is

@@ -26,6 +26,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/faultclock"
+	"github.com/quotaplane/quotaplane/internal/platform/healthcheck"
 	"github.com/quotaplane/quotaplane/internal/platform/pgdb"
 	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/platform/tracing"
@@ -38,6 +39,13 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "healthcheck" { // docker-compose.yml's healthcheck
+		if err := healthcheck.Run(ctx, os.Args[2:], "http://127.0.0.1:8081/healthz"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, os.Getenv, os.Stderr); err != nil {
 		// JSON like every other line, so a log pipeline reads why the worker stopped.
 		slog.New(slog.NewJSONHandler(os.Stderr, nil)).Error("quotaplane-worker stopped", "err", err.Error())
