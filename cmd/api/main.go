@@ -167,6 +167,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// (Redis time on the monotonic clock), as checks count: a stepped local clock moves
 	// neither.
 	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
+	// Keys' last_used_at, off the check path: noted when authenticated, written in batches.
+	go svc.RecordKeyUses(ctx, 30*time.Second)
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
 	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics,
 		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})

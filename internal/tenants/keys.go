@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -167,7 +168,8 @@ func (s *Service) RevokeAPIKey(ctx context.Context, a Actor, orgID, keyID string
 }
 
 // Authenticate returns the live key a token belongs to, or ErrBadToken. The digest
-// comparison takes constant time. last_used_at is refreshed at most once a minute.
+// comparison takes constant time. It writes nothing: a key whose last_used_at is
+// more than a minute old is noted, and RecordKeyUses writes the notes in batches.
 func (s *Service) Authenticate(ctx context.Context, token string) (APIKey, error) {
 	id, ok := parseToken(token)
 	if !ok {
@@ -192,7 +194,70 @@ func (s *Service) Authenticate(ctx context.Context, token string) (APIKey, error
 		k.Scopes = append(k.Scopes, Scope(sc))
 	}
 	if k.LastUsedAt == nil || s.now().Sub(*k.LastUsedAt) > time.Minute {
-		_, _ = s.pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now() WHERE id = $1`, id)
+		s.uses.note(id)
 	}
 	return k, nil
+}
+
+// keyUses are the ids of keys authenticated since the last flush whose last_used_at
+// was stale: at most the number of live keys, since only a key whose digest matched is
+// noted.
+type keyUses struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+}
+
+func (u *keyUses) note(id string) {
+	u.mu.Lock()
+	u.ids[id] = struct{}{}
+	u.mu.Unlock()
+}
+
+func (u *keyUses) take() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.ids) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(u.ids))
+	for id := range u.ids {
+		ids = append(ids, id)
+	}
+	clear(u.ids)
+	return ids
+}
+
+// FlushKeyUses sets last_used_at of the keys noted since the last flush, in one
+// statement (issue 26: before, a check whose key was stale wrote it on the check
+// path). The notes of a flush that fails are kept for the next.
+func (s *Service) FlushKeyUses(ctx context.Context) error {
+	ids := s.uses.take()
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE api_keys SET last_used_at = now() WHERE id = ANY($1)`, ids); err != nil {
+		for _, id := range ids {
+			s.uses.note(id)
+		}
+		return fmt.Errorf("record key use: %w", err)
+	}
+	return nil
+}
+
+// RecordKeyUses flushes the noted key uses every interval until ctx ends, and once
+// more then (within 2 s). last_used_at is coarse: up to a minute stale plus interval.
+func (s *Service) RecordKeyUses(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			_ = s.FlushKeyUses(ctx)
+		case <-ctx.Done():
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			_ = s.FlushKeyUses(fctx)
+			cancel()
+			return
+		}
+	}
 }

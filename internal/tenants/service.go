@@ -25,6 +25,7 @@ type Service struct {
 	hasher    passwordHasher
 	listeners []func(orgIDs ...string)
 	now       func() time.Time
+	uses      *keyUses // keys authenticated since the last FlushKeyUses
 }
 
 // Option configures a Service.
@@ -56,7 +57,7 @@ func WithPasswordCost(memoryKiB uint32, iterations uint32) Option {
 
 // NewService returns a Service on pool.
 func NewService(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pgdb.DB{Pool: pool}, hasher: defaultHasher, now: time.Now}
+	s := &Service{pool: pgdb.DB{Pool: pool}, hasher: defaultHasher, now: time.Now, uses: &keyUses{ids: map[string]struct{}{}}}
 	for _, o := range opts {
 		o(s)
 	}
