@@ -96,4 +96,3 @@ func TestFlushFailingCountsADatabaseOutage(t *testing.T) {
 		t.Errorf("flush errors = %v after 3 failed flushes, want 3", got)
 	}
 }
-
