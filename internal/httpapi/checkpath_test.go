@@ -47,6 +47,10 @@ func TestCheckPathWritesNothingToPostgres(t *testing.T) {
 		}
 	}
 	t.Logf("5 checks (the first of a cold key, org and users): %d Postgres statements, 0 writes", len(stmts))
+	for _, s := range stmts {
+		s = strings.Join(strings.Fields(s), " ")
+		t.Log(s[:min(len(s), 120)])
+	}
 
 	// The use is still recorded, in a batch.
 	var used *time.Time
