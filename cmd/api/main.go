@@ -142,7 +142,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// circuit breaker; engine clients never retry (a retried script after a lost
 	// reply would count a check twice).
 	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector()) // go_build_info: which build each replica runs
 	// The ledger the worker keeps: it refills a Redis that lost its counters.
 	usage := billing.NewStore(pool)
 	cacheMetrics := cachemetrics.New(registry)

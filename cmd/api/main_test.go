@@ -147,6 +147,9 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if body := get(t, "http://"+addr+"/metrics"); !strings.Contains(body, "go_build_info{") {
+		t.Error("/metrics has no go_build_info (issue 26: which build each replica runs)")
+	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -179,4 +182,19 @@ func TestRunRejectsBadConfigListingEveryProblem(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "QUOTA_HTTP_ADDR") || !strings.Contains(err.Error(), "QUOTA_ADMIN_TOKEN") {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// get returns url's body, failing unless it answers 200.
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(b)
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/riverqueue/river"
 
@@ -118,6 +119,7 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	// no period end.
 	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
 	store := billing.NewStore(pool)
+	prometheus.MustRegister(collectors.NewBuildInfoCollector()) // go_build_info: which build runs
 	metrics := billing.NewMetrics(prometheus.DefaultRegisterer)
 	worker.RegisterMetrics(prometheus.DefaultRegisterer, pool)
 	var client *river.Client[pgx.Tx]

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -153,6 +155,17 @@ func TestFaultClockHook(t *testing.T) {
 			}
 		}
 		wait(`"msg":"worker running"`)
+		if !on {
+			resp, err := http.Get("http://" + env["QUOTA_WORKER_HTTP_ADDR"] + "/metrics")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(b), "go_build_info{") {
+				t.Error("the worker's /metrics has no go_build_info (issue 26)")
+			}
+		}
 		_ = cmd.Process.Signal(syscall.SIGUSR1)
 		if !on {
 			time.Sleep(500 * time.Millisecond)
