@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
@@ -51,6 +52,14 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *
 // newReplicaEngine is newReplicaWith with the engines' configuration (a clock).
 func newReplicaEngine(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *prometheus.Registry, engine quota.Config) *replica {
 	t.Helper()
+	return newReplicaOn(t, dbURL, prefix, ttl, reg, engine, testenv.RedisURL(t), testenv.Redis(t))
+}
+
+// newReplicaOn is newReplicaEngine whose checks, cache invalidations and readiness use
+// the Redis at redisURL (rdb: a client of it).
+func newReplicaOn(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *prometheus.Registry, engine quota.Config,
+	redisURL string, rdb *redis.Client) *replica {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	pool, err := pgxpool.New(ctx, dbURL)
@@ -59,13 +68,12 @@ func newReplicaEngine(t *testing.T, dbURL, prefix string, ttl time.Duration, reg
 	}
 	t.Cleanup(pool.Close)
 	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
-	rdb := testenv.Redis(t)
 	// Replicas of one test share a channel; other tests' invalidations of the same org
 	// ids (every package's tests run at once on one Redis) must not reach them.
 	cache := tenants.NewCache(svc, tenants.CacheOptions{TTL: ttl, KeyTTL: ttl, Metrics: cachemetrics.New(reg),
 		Channel: tenants.InvalidationChannel + ":" + prefix})
 	cache.Listen(ctx, rdb)
-	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: engine,
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: redisURL, RedisTimeout: testRedisTimeout, Engine: engine,
 		Breaker: quota.BreakerConfig{OpenTimeout: 200 * time.Millisecond}, Registerer: reg})
 	if err != nil {
 		t.Fatal(err)

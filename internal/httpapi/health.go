@@ -18,23 +18,26 @@ func (s *Server) Healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// Readyz answers 200 when Postgres and Redis both answer within a second.
+// Readyz answers 200 while this replica can answer checks, which it can with Postgres
+// or Redis unreachable: orgs' limits are cached, and when Redis does not answer each
+// plan's fail mode does (open allows, local decides per replica, closed answers 503
+// with Retry-After: the caller's own answer, not a refused connection). The status is
+// then "degraded" and checks names what is down. Before issue 26 it answered 503,
+// every replica at once, so Kubernetes emptied the Service and no fail mode reached a
+// caller. 503 only when this replica has no Redis configured at all.
 func (s *Server) Readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()
 	checks := map[string]string{"postgres": "ok", "redis": "ok"}
-	status, down := http.StatusOK, problem.Status(derrors.Unavailable)
+	state, status := "ready", http.StatusOK
 	if err := s.tenants.Ping(ctx); err != nil {
-		checks["postgres"], status = "unreachable", down
+		checks["postgres"], state = "unreachable", "degraded"
 	}
-	if s.redis == nil {
-		checks["redis"], status = "not configured", down
-	} else if err := s.redis.Ping(ctx).Err(); err != nil {
-		checks["redis"], status = "unreachable", down
-	}
-	state := "ready"
-	if status != http.StatusOK {
-		state = "not ready"
+	switch {
+	case s.redis == nil:
+		checks["redis"], state, status = "not configured", "not ready", problem.Status(derrors.Unavailable)
+	case s.redis.Ping(ctx).Err() != nil:
+		checks["redis"], state = "unreachable", "degraded"
 	}
 	writeJSON(w, status, map[string]any{"status": state, "checks": checks})
 }

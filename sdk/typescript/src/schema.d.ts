@@ -988,7 +988,7 @@ export interface paths {
         };
         /**
          * Readiness
-         * @description Answers 200 when Postgres and Redis are reachable, 503 otherwise, naming each dependency's state.
+         * @description Answers 200 while this replica can answer checks: with Postgres or Redis unreachable it stays ready (limits are cached; each plan's fail mode answers when Redis does not) with status `degraded`, naming each dependency's state. 503 only when the replica has no Redis configured.
          */
         get: operations["readyz"];
         put?: never;
@@ -2037,8 +2037,11 @@ export interface components {
         };
         BillingExport: components["schemas"]["BillingRow"][];
         Health: {
-            /** @enum {string} */
-            status: "ok" | "unavailable";
+            /**
+             * @description `ok` (/healthz); `ready`, `degraded` (a dependency is down, checks are still answered) or `not ready` (/readyz).
+             * @enum {string}
+             */
+            status: "ok" | "unavailable" | "ready" | "degraded" | "not ready";
             /** @description State of each dependency, e.g. `{"postgres": "ok", "redis": "unavailable"}`. */
             checks?: {
                 [key: string]: string;
@@ -3962,7 +3965,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description Not ready; `checks` names what is down. */
+            /** @description Not ready (no Redis configured); `checks` says why. */
             503: {
                 headers: {
                     [name: string]: unknown;
