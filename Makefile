@@ -71,12 +71,13 @@ sdk/typescript/node_modules: sdk/typescript/package-lock.json
 test-sdk: sdk/typescript/node_modules ## the TypeScript client's tests (node's test runner) against a real quotaplane-api and worker built from this checkout
 	cd sdk/typescript && npm test
 
-generate: sdk/typescript/node_modules ## regenerate the API types from api/openapi.yaml: Go (internal/httpapi/api) and TypeScript (sdk/typescript/src/schema.d.ts, also used by web/)
+generate: sdk/typescript/node_modules ## regenerate the API types from api/openapi.yaml: Go (internal/httpapi/api) and TypeScript (sdk/typescript/src/schema.d.ts, also used by web/); and deploy/k8s/prometheusrule.yaml from the rules file
 	$(GO) tool oapi-codegen -config api/oapi-codegen.yaml api/openapi.yaml
 	cd sdk/typescript && npx openapi-typescript ../../api/openapi.yaml -o src/schema.d.ts --silent
+	cd deploy/k8s && QUOTAPLANE_UPDATE_RULES=1 $(GO) test -count=1 -run TestPrometheusRuleIsTheRulesFile ./... >/dev/null
 
 check-generate: generate ## fail when the generated code differs from what is committed
-	@git diff --exit-code -- internal/httpapi/api sdk/typescript/src/schema.d.ts || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code -- internal/httpapi/api sdk/typescript/src/schema.d.ts deploy/k8s/prometheusrule.yaml || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 lint: ## gofmt, go vet (the client's and deploy/k8s's modules too), no error status chosen outside internal/platform/problem, no gRPC code outside internal/rls/status.go, and the import rules (internal/archtest)
 	@out=$$(gofmt -l cmd internal migrations scripts webhook deploy client examples); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -32,6 +32,7 @@ var kinds = map[string]func() any{
 	"policy/v1 PodDisruptionBudget":           func() any { return new(policyv1.PodDisruptionBudget) },
 	"autoscaling/v2 HorizontalPodAutoscaler":  func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
 	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
+	"monitoring.coreos.com/v1 PrometheusRule": func() any { return new(monitoringv1.PrometheusRule) },
 }
 
 // decode reads one YAML document into its API type the way the API server's strict
@@ -98,6 +99,7 @@ type manifests struct {
 	pdbs        []*policyv1.PodDisruptionBudget
 	hpas        []*autoscalingv2.HorizontalPodAutoscaler
 	monitors    []*monitoringv1.ServiceMonitor
+	rules       []*monitoringv1.PrometheusRule
 }
 
 func (m *manifests) add(obj any) {
@@ -114,6 +116,8 @@ func (m *manifests) add(obj any) {
 		m.hpas = append(m.hpas, o)
 	case *monitoringv1.ServiceMonitor:
 		m.monitors = append(m.monitors, o)
+	case *monitoringv1.PrometheusRule:
+		m.rules = append(m.rules, o)
 	}
 }
 
@@ -244,7 +248,7 @@ func TestEveryManifestDecodesStrictly(t *testing.T) {
 	m := mustLoad(t, manifestFiles...)
 	for name, n := range map[string]int{"Deployment": len(m.deployments), "Service": len(m.services),
 		"PodDisruptionBudget": len(m.pdbs), "HorizontalPodAutoscaler": len(m.hpas),
-		"ServiceMonitor": len(m.monitors), "Secret": len(m.secrets)} {
+		"ServiceMonitor": len(m.monitors), "PrometheusRule": len(m.rules), "Secret": len(m.secrets)} {
 		if n == 0 {
 			t.Errorf("no %s among %v", name, manifestFiles)
 		}
