@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
@@ -69,6 +70,7 @@ type Flusher struct {
 	needsFull map[string]bool              // org|period
 	started   bool                         // a flush has completed: the first one reads everything
 	wbSeen    map[string]map[string]string // org -> period -> "epoch:version" of the would-block record last persisted
+	idle      atomic.Bool                  // the last flush read and wrote nothing: the next is not traced
 }
 
 // NewFlusher returns a Flusher; Run it.
@@ -124,21 +126,52 @@ func (f *Flusher) Run(ctx context.Context) {
 	}
 }
 
-// traced is FlushOnce in a span of its own when tracing is on.
+// untraced marks a context's work as not sampled: under the parent-based samplers
+// (the default), its queries start no trace of their own.
+var untraced = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{1}})
+
+// traced is FlushOnce in a span of its own when tracing is on. A flush after an idle
+// one (it read and wrote nothing, without an error) runs untraced, so an idle worker
+// exports nothing (issue 26: a trace every 2 s); when it finds work after all, its
+// span is recorded afterwards, without its queries' spans. Under steady traffic
+// every flush is traced whole.
 func (f *Flusher) traced(ctx context.Context) (FlushStats, error) {
 	if f.cfg.TracerProvider == nil {
 		return f.FlushOnce(ctx)
 	}
-	ctx, span := f.cfg.TracerProvider.Tracer("github.com/quotaplane/quotaplane/internal/ledger").Start(ctx, "billing.flush")
-	defer span.End()
+	tracer := f.cfg.TracerProvider.Tracer("github.com/quotaplane/quotaplane/internal/ledger")
+	if f.idle.Load() {
+		start := time.Now()
+		st, err := f.FlushOnce(trace.ContextWithSpanContext(ctx, untraced))
+		if !f.noteIdle(st, err) {
+			_, span := tracer.Start(ctx, "billing.flush", trace.WithTimestamp(start))
+			flushSpan(span, st, err)
+		}
+		return st, err
+	}
+	ctx, span := tracer.Start(ctx, "billing.flush")
 	st, err := f.FlushOnce(ctx)
+	f.noteIdle(st, err)
+	flushSpan(span, st, err)
+	return st, err
+}
+
+// noteIdle records whether a flush was idle, and returns it.
+func (f *Flusher) noteIdle(st FlushStats, err error) bool {
+	idle := err == nil && st.Read == 0 && st.Written == 0
+	f.idle.Store(idle)
+	return idle
+}
+
+// flushSpan describes a flush on its span and ends it.
+func flushSpan(span trace.Span, st FlushStats, err error) {
 	span.SetAttributes(attribute.Int("quotaplane.flush.orgs", st.Orgs), attribute.Int("quotaplane.flush.read", st.Read),
 		attribute.Int("quotaplane.flush.written", st.Written))
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, "flush incomplete")
 	}
-	return st, err
+	span.End()
 }
 
 // FlushStats says what one flush did.
