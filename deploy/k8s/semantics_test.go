@@ -28,13 +28,19 @@ import (
 // runtimeEnv are variables the Go runtime reads rather than internal/config.
 var runtimeEnv = map[string]bool{"GOMEMLIMIT": true, "GOGC": true}
 
+// otelEnv are the OpenTelemetry variables internal/platform/tracing hands to the SDK
+// and its OTLP exporter (docs/TRACING.md): both binaries read them, config does not.
+var otelEnv = map[string]bool{"OTEL_EXPORTER_OTLP_ENDPOINT": true, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": true,
+	"OTEL_EXPORTER_OTLP_PROTOCOL": true, "OTEL_EXPORTER_OTLP_HEADERS": true, "OTEL_TRACES_SAMPLER": true,
+	"OTEL_TRACES_SAMPLER_ARG": true, "OTEL_SERVICE_NAME": true, "OTEL_RESOURCE_ATTRIBUTES": true}
+
 // secretEnv must come from a Secret, never from a value in a manifest.
 var secretEnv = []string{"DATABASE_URL", "REDIS_URL", "QUOTA_ADMIN_TOKEN", "QUOTA_WEBHOOK_SECRET"}
 
 // sharedEnv must be the same for the api and the worker (docs/CONFIGURATION.md;
 // docs/SCALING.md): the worker reads counters where the api counts them, and the api
 // shows the signing secret the worker signs with.
-var sharedEnv = []string{"DATABASE_URL", "REDIS_URL", "REDIS_CLUSTER", "QUOTA_REDIS_POOLS", "QUOTA_WEBHOOK_SECRET"}
+var sharedEnv = []string{"DATABASE_URL", "REDIS_URL", "REDIS_CLUSTER", "QUOTA_REDIS_POOLS", "QUOTA_WEBHOOK_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT"}
 
 func selector(t *testing.T, what string, ls *metav1.LabelSelector) labels.Selector {
 	t.Helper()
@@ -362,7 +368,7 @@ func TestEnvironment(t *testing.T) {
 					t.Errorf("%s/%s sets %s twice", d.Name, c.Name, e.Name)
 				}
 				seen[e.Name] = true
-				if !b.env[e.Name] && !runtimeEnv[e.Name] {
+				if !b.env[e.Name] && !runtimeEnv[e.Name] && !otelEnv[e.Name] {
 					t.Errorf("%s/%s sets %s, which %s does not read (internal/config.%s reads %v)", d.Name, c.Name, e.Name, b.name, b.loader, keys(b.env))
 				}
 				src := "value " + strconv.Quote(e.Value)
@@ -389,6 +395,13 @@ func TestEnvironment(t *testing.T) {
 			}
 			// Their defaults are 127.0.0.1, which is the pod itself here.
 			for _, name := range []string{"DATABASE_URL", "REDIS_URL"} {
+				if !seen[name] {
+					t.Errorf("%s/%s does not set %s", d.Name, c.Name, name)
+				}
+			}
+			// Issue 26: an operator turns tracing on by setting one value, with a
+			// sampler already chosen.
+			for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER"} {
 				if !seen[name] {
 					t.Errorf("%s/%s does not set %s", d.Name, c.Name, name)
 				}
