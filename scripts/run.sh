@@ -55,6 +55,32 @@ healthz_url() {
   echo "http://$host:$port/healthz"
 }
 
+# Check the ports first: a run that fails on a busy port must fail before it builds
+# or touches the database (issue 27: it used to seed the demo first, and its probes
+# reached the other instance and said "started").
+port_busy() { # addr: something accepts connections there
+  local host=${1%:*} port=${1##*:}
+  [[ "$1" == *:* ]] || host=
+  case "$host" in "" | 0.0.0.0 | "[::]") host=127.0.0.1 ;; esac
+  host=${host#[}
+  host=${host%]}
+  (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
+}
+grpc_addr=${QUOTA_GRPC_ADDR:-127.0.0.1:8082}
+taken=0
+for pair in "QUOTA_HTTP_ADDR=$api_addr" "QUOTA_WORKER_HTTP_ADDR=$worker_addr" "QUOTA_GRPC_ADDR=$grpc_addr"; do
+  addr=${pair#*=}
+  [ "$addr" = off ] && continue
+  if port_busy "$addr"; then
+    echo "$pair is taken: another program listens there (another make run? ss -ltnp shows which)." >&2
+    taken=1
+  fi
+done
+if [ "$taken" = 1 ]; then
+  echo "Stop it, or set the variables above to free addresses. Nothing was built, and the database was not touched." >&2
+  exit 1
+fi
+
 echo "Building..."
 go build -o "$bin/quotaplane-api" ./cmd/api
 go build -o "$bin/quotaplane-worker" ./cmd/worker
