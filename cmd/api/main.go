@@ -246,7 +246,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func printDemo(w io.Writer, cfg config.API, res demo.Result) {
-	base := "http://" + cfg.HTTPAddr
+	base := reachableURL(cfg.HTTPAddr)
 	token := cfg.AdminToken
 	if token == "" {
 		token = "(QUOTA_ADMIN_TOKEN is not set: the operator API is disabled)"
@@ -265,4 +265,18 @@ Try it:
 
 `, demo.OrgID, demo.PlanID, base, token, res.OrgKey, base, demo.ConsoleEmail, res.ConsolePassword,
 		res.OrgKey, base, demo.OrgID, cfg.AdminToken, base)
+}
+
+// reachableURL is the URL a person on this machine opens for a listen address: a
+// wildcard host (0.0.0.0, ::, none) is listened on by every address, and is itself
+// no place to send a request to (issue 27: the seed printed http://0.0.0.0:8080).
+func reachableURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "http://" + addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }

@@ -198,3 +198,16 @@ func get(t *testing.T, url string) string {
 	}
 	return string(b)
 }
+
+// The demo's printed URLs can be opened: a wildcard listen address prints loopback.
+func TestReachableURL(t *testing.T) {
+	for addr, want := range map[string]string{
+		"0.0.0.0:8080": "http://127.0.0.1:8080", "[::]:8080": "http://127.0.0.1:8080", ":8080": "http://127.0.0.1:8080",
+		"127.0.0.1:8080": "http://127.0.0.1:8080", "10.1.2.3:9000": "http://10.1.2.3:9000", "[::1]:8080": "http://[::1]:8080",
+		"api.internal:80": "http://api.internal:80",
+	} {
+		if got := reachableURL(addr); got != want {
+			t.Errorf("reachableURL(%q) = %q, want %q", addr, got, want)
+		}
+	}
+}
