@@ -47,6 +47,29 @@ func ParsePeriod(id string) error {
 	return nil
 }
 
+// notBegun refuses a period after the current one, naming both: nothing can have been
+// used in it, and a 200 with empty usage read as if the org had used nothing (issue 27).
+func notBegun(per, cur vocab.Period) error {
+	return derrors.E(derrors.Invalid, fmt.Sprintf("period: %s has not begun (the current period is %s)", per.ID, cur.ID), ErrInvalid,
+		derrors.FieldError{Field: "period", Message: "must be the current period (" + cur.ID + ") or an earlier one"})
+}
+
+// periodAsked is the period named id of an org with anchorDay ("" for cur, the current
+// one); ErrInvalid for a malformed id or a period that has not begun.
+func periodAsked(id string, anchorDay int, cur vocab.Period) (vocab.Period, error) {
+	if id == "" {
+		return cur, nil
+	}
+	per, err := PeriodOf(id, anchorDay)
+	if err != nil {
+		return vocab.Period{}, err
+	}
+	if per.Start.After(cur.Start) {
+		return vocab.Period{}, notBegun(per, cur)
+	}
+	return per, nil
+}
+
 // PeriodOf returns the period with id for an org with the given anchor day.
 func PeriodOf(id string, anchorDay int) (vocab.Period, error) {
 	t, err := time.Parse("2006-01", id)

@@ -90,23 +90,19 @@ func (s *Service) CurrentPeriod(ctx context.Context, org string) (string, error)
 // reported too, read with cost-0 checks (which count nothing); a closed period has
 // only its month limits.
 //
-// Errors: ErrInvalid for a bad period; tenants.ErrNotFound for an unknown org.
+// Errors: ErrInvalid for a bad period or one that has not begun; tenants.ErrNotFound
+// for an unknown org.
 func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) {
 	o, err := s.Tenants.GetOrg(ctx, org)
 	if err != nil {
 		return Usage{}, err
 	}
 	cur := vocab.PeriodAt(s.now(), o.BillingAnchorDay)
-	per := cur
-	if period != "" {
-		if per, err = PeriodOf(period, o.BillingAnchorDay); err != nil {
-			return Usage{}, err
-		}
+	per, err := periodAsked(period, o.BillingAnchorDay, cur)
+	if err != nil {
+		return Usage{}, err
 	}
 	out := Usage{Org: org, Period: per, Metrics: []MetricUsage{}}
-	if per.Start.After(cur.Start) {
-		return out, nil // a future period: nothing used yet
-	}
 	usage, limits, closed, err := s.Store.ClosedUsage(ctx, org, per.ID)
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)

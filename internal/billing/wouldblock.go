@@ -47,17 +47,16 @@ type WouldBlockDay struct {
 // one): the stored counts of every epoch, with the live record in Redis (when it
 // answers) raised over its own epoch's stored counts.
 //
-// Errors: ErrInvalid for a bad period; tenants.ErrNotFound for an unknown org.
+// Errors: ErrInvalid for a bad period or one that has not begun; tenants.ErrNotFound
+// for an unknown org.
 func (s *Service) WouldBlock(ctx context.Context, org, period string) (WouldBlockReport, error) {
 	o, err := s.Tenants.GetOrg(ctx, org)
 	if err != nil {
 		return WouldBlockReport{}, err
 	}
-	per := vocab.PeriodAt(s.now(), o.BillingAnchorDay)
-	if period != "" {
-		if per, err = PeriodOf(period, o.BillingAnchorDay); err != nil {
-			return WouldBlockReport{}, err
-		}
+	per, err := periodAsked(period, o.BillingAnchorDay, vocab.PeriodAt(s.now(), o.BillingAnchorDay))
+	if err != nil {
+		return WouldBlockReport{}, err
 	}
 	stored, err := s.Store.ledger.StoredWouldBlock(ctx, org, per.ID)
 	if err != nil {

@@ -200,6 +200,8 @@ func TestUsageAndBillingExportOverHTTP(t *testing.T) {
 		{"unknown org", "/v1/orgs/nope-" + org + "/usage", operatorToken, 404},
 		{"bad period", "/v1/orgs/" + org + "/usage?period=2026-13", billingKey, 400},
 		{"bad period shape", "/v1/orgs/" + org + "/usage?period=26-1", billingKey, 400},
+		{"period not begun", "/v1/orgs/" + org + "/usage?period=9999-12", billingKey, 400},
+		{"would-block: period not begun", "/v1/orgs/" + org + "/would-block?period=9999-12", billingKey, 400},
 		{"export: check scope only", "/v1/orgs/" + org + "/billing/export", checkKey, 403},
 		{"export: other org's key", "/v1/orgs/" + org + "/billing/export", otherKey, 404},
 		{"export: unknown org", "/v1/orgs/nope-" + org + "/billing/export", operatorToken, 404},
@@ -216,6 +218,9 @@ func TestUsageAndBillingExportOverHTTP(t *testing.T) {
 			}
 			if tc.want >= 400 && rec.Header().Get("Content-Type") != "application/problem+json" {
 				t.Fatalf("content type %q", rec.Header().Get("Content-Type"))
+			}
+			if strings.Contains(tc.name, "not begun") && !strings.Contains(rec.Body.String(), "9999-12 has not begun (the current period is ") {
+				t.Errorf("%s: %s, want it to say the period has not begun and which is current", tc.path, rec.Body)
 			}
 		})
 	}

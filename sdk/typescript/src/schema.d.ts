@@ -2217,7 +2217,7 @@ export interface components {
         LimitQuery: number;
         /** @description Opaque cursor from the previous page's `next_cursor`. */
         CursorQuery: string;
-        /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. */
+        /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. Usage and would-block answer 400 for a period that has not begun, naming the current one. */
         PeriodQuery: components["schemas"]["Period"];
         /** @description Export format. Defaults to `json`. */
         FormatQuery: components["schemas"]["ExportFormat"];
@@ -3555,7 +3555,7 @@ export interface operations {
     getUsage: {
         parameters: {
             query?: {
-                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. */
+                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. Usage and would-block answer 400 for a period that has not begun, naming the current one. */
                 period?: components["parameters"]["PeriodQuery"];
             };
             header?: never;
@@ -3659,7 +3659,7 @@ export interface operations {
     getWouldBlock: {
         parameters: {
             query?: {
-                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. */
+                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. Usage and would-block answer 400 for a period that has not begun, naming the current one. */
                 period?: components["parameters"]["PeriodQuery"];
             };
             header?: never;
@@ -3690,7 +3690,7 @@ export interface operations {
     exportOrgBilling: {
         parameters: {
             query?: {
-                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. */
+                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. Usage and would-block answer 400 for a period that has not begun, naming the current one. */
                 period?: components["parameters"]["PeriodQuery"];
                 /** @description Export format. Defaults to `json`. */
                 format?: components["parameters"]["FormatQuery"];
@@ -3909,7 +3909,7 @@ export interface operations {
     exportBilling: {
         parameters: {
             query?: {
-                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. */
+                /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. Usage and would-block answer 400 for a period that has not begun, naming the current one. */
                 period?: components["parameters"]["PeriodQuery"];
                 /** @description Export format. Defaults to `json`. */
                 format?: components["parameters"]["FormatQuery"];
