@@ -108,7 +108,11 @@ func table() []route {
 // authorization: it runs after the wrapper has parsed the parameters and just before
 // the handler, where each handler used to check its caller. A route whose access is
 // not declared is an error.
-func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handler) http.Handler) error {
+//
+// validate (the request validator) runs after the access check, inside the wrapper:
+// a caller without access learns 403 or 404, never what its body lacked (issue 27: an
+// org key on an operator route got 400 for a missing field).
+func (s *Server) routes(r chi.Router, app http.Handler, validate func(http.Handler) http.Handler, admin ...func(http.Handler) http.Handler) error {
 	ops := r.With()
 	if app != nil {
 		ops.Mount("/console", app)
@@ -119,16 +123,19 @@ func (s *Server) routes(r chi.Router, app http.Handler, admin ...func(http.Handl
 		if err := rt.access.valid(rt.pattern); err != nil {
 			return fmt.Errorf("route %s %s: %w", rt.method, rt.pattern, err)
 		}
-		g := adminAPI
+		g, validated := adminAPI, validate != nil
 		switch rt.access.kind {
 		case publicAccess:
-			g = ops
+			g, validated = ops, false
 		case checkAccess:
-			g = checks
+			g, validated = checks, false
 		}
 		w := &wrapper{Handler: s, ErrorHandlerFunc: paramError}
+		if validated { // innermost: the wrapper applies the last middleware outermost
+			w.HandlerMiddlewares = append(w.HandlerMiddlewares, api.MiddlewareFunc(validate))
+		}
 		if mw := rt.access.middleware(); mw != nil {
-			w.HandlerMiddlewares = []api.MiddlewareFunc{mw}
+			w.HandlerMiddlewares = append(w.HandlerMiddlewares, mw)
 		}
 		op := rt.op
 		g.MethodFunc(rt.method, rt.pattern, func(rw http.ResponseWriter, req *http.Request) { op(w, rw, req) })

@@ -501,6 +501,12 @@ func TestSecurityServerOwnedFields(t *testing.T) {
 					before := f.fingerprint()
 					rec := f.do(o.method, u, tok, string(mustJSON(c.body)))
 					what := fmt.Sprintf("%s sets %s", who, c.field)
+					if who == "org key" && rec.Code == http.StatusForbidden && strings.Contains(rec.Body.String(), "needs the operator token") {
+						// An operator-only route: access is decided before the body
+						// is read (issue 27), so the key learns nothing of it.
+						f.refused(t, rec, http.StatusForbidden, before, what)
+						continue
+					}
 					f.refused(t, rec, http.StatusBadRequest, before, what)
 					field := c.field[strings.LastIndex(c.field, ".")+1:]
 					if !strings.Contains(rec.Body.String(), field) {

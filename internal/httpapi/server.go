@@ -107,7 +107,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if d.Console != nil {
 		app = d.Console
 	}
-	if err := s.routes(r, app, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow), validate); err != nil {
+	if err := s.routes(r, app, validate, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow)); err != nil {
 		return nil, err
 	}
 	if d.TracerProvider != nil {

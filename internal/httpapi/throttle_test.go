@@ -231,3 +231,25 @@ func TestThrottleExpiryOnTheEngineClock(t *testing.T) {
 	clk.Add(61 * time.Second) // the engine's time passes the expiry
 	throttled("61 s later on the engine's clock", false)
 }
+
+// Issue 27: authorization comes before validation. An org key on an operator route,
+// or on another org's route, learns 403 or 404, not what its body lacked.
+func TestAccessIsCheckedBeforeTheBody(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	_, admin := r.setup("acme")
+	_, other := r.setup("globex")
+	for _, c := range []struct {
+		what, method, path, token, body string
+		want                            int
+	}{
+		{"operator route, org key, no reason", "PUT", "/v1/plans/p-acme/throttle", admin, `{"factor":0.5}`, 403},
+		{"operator route, org key, bad body", "PUT", "/v1/plans/p-acme/throttle", admin, `{"factor":"x"}`, 403},
+		{"another org's throttle, no reason", "PUT", "/v1/orgs/acme/throttle", other, `{"factor":0.5}`, 404},
+		{"another org's team, bad body", "POST", "/v1/orgs/acme/teams", other, `{"id":""}`, 404},
+		{"own org, no reason", "PUT", "/v1/orgs/acme/throttle", admin, `{"factor":0.5}`, 400},
+	} {
+		if rec := r.f.do(c.method, c.path, c.token, c.body); rec.Code != c.want {
+			t.Errorf("%s: %s %s = %d %s, want %d", c.what, c.method, c.path, rec.Code, rec.Body, c.want)
+		}
+	}
+}
