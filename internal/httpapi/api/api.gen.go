@@ -422,6 +422,11 @@ type CheckRequest struct {
 	// Cost Units to consume, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); 0 only queries.
 	Cost *int64 `json:"cost,omitempty"`
 
+	// Costs Units per metric, 1 to 16 metrics, each one the org's plan knows, each 0 to 2^50 = 1125899906842624 (see "Several metrics in one decision").
+	//
+	// Example: {"requests":1,"tokens":1200}
+	Costs *Costs `json:"costs,omitempty"`
+
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
 	IdempotencyKey *IdempotencyKey `json:"idempotency_key,omitempty"`
 	Metric         *Id             `json:"metric,omitempty"`
@@ -479,8 +484,16 @@ type CheckResult struct {
 
 // CommitRequest Example: {"used":1234}
 type CommitRequest struct {
-	// Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51).
-	Used int64 `json:"used"`
+	// Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51). A number for a one-metric reservation, or an object of used units per metric (a metric left out used 0), the only form a multi-metric reservation takes.
+	Used CommitRequest_Used `json:"used"`
+}
+
+// CommitRequestUsed0 defines model for CommitRequest.Used.0.
+type CommitRequestUsed0 = int64
+
+// CommitRequest_Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51). A number for a one-metric reservation, or an object of used units per metric (a metric left out used 0), the only form a multi-metric reservation takes.
+type CommitRequest_Used struct {
+	union json.RawMessage
 }
 
 // ConsoleRole `viewer` reads; `admin` also changes.
@@ -518,6 +531,11 @@ type ConsoleUserList struct {
 	// NextCursor Cursor of the next page, or null on the last page.
 	NextCursor *NextCursor `json:"next_cursor"`
 }
+
+// Costs Units per metric, 1 to 16 metrics, each one the org's plan knows, each 0 to 2^50 = 1125899906842624 (see "Several metrics in one decision").
+//
+// Example: {"requests":1,"tokens":1200}
+type Costs map[string]int64
 
 // Currency ISO 4217 currency code.
 //
@@ -623,15 +641,21 @@ type LevelRef struct {
 	Id    string `json:"id"`
 	Level Level  `json:"level"`
 
+	// Metric The limit's metric.
+	Metric *string `json:"metric,omitempty"`
+
 	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 	Window Window `json:"window"`
 }
 
 // LevelStatus The state of one level and window after the check.
 type LevelStatus struct {
-	Id        string    `json:"id"`
-	Level     Level     `json:"level"`
-	Limit     int64     `json:"limit"`
+	Id    string `json:"id"`
+	Level Level  `json:"level"`
+	Limit int64  `json:"limit"`
+
+	// Metric The limit's metric.
+	Metric    *string   `json:"metric,omitempty"`
 	Remaining int64     `json:"remaining"`
 	ResetAt   time.Time `json:"reset_at"`
 	Used      int64     `json:"used"`
@@ -990,6 +1014,9 @@ type Reservation struct {
 	Levels *[]LevelStatus `json:"levels,omitempty"`
 	Metric string         `json:"metric"`
 
+	// Metrics A multi-metric reservation's metrics (`metric`, `amount`, `used`, `released` and `over_reserved` above are its first's).
+	Metrics *[]ReservationMetric `json:"metrics,omitempty"`
+
 	// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
 	OnExpiry OnExpiry `json:"on_expiry"`
 	Org      string   `json:"org"`
@@ -1018,10 +1045,32 @@ type ReservationList struct {
 	Reservations []Reservation `json:"reservations"`
 }
 
-// ReservationRequest Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
+// ReservationMetric One metric of a multi-metric reservation.
+type ReservationMetric struct {
+	Amount int64  `json:"amount"`
+	Metric string `json:"metric"`
+
+	// OverReserved Set once settled.
+	OverReserved *int64 `json:"over_reserved,omitempty"`
+
+	// Released Set once settled.
+	Released *int64 `json:"released,omitempty"`
+
+	// Used Set once settled.
+	Used *int64 `json:"used,omitempty"`
+}
+
+// ReservationRequest Either `amount` (with `metric`) or `amounts` (several metrics); one of them is required.
+//
+// Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
 type ReservationRequest struct {
 	// Amount Units to hold, as the cost of a check, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
-	Amount int64 `json:"amount"`
+	Amount *int64 `json:"amount,omitempty"`
+
+	// Amounts Units per metric, 1 to 16 metrics, each one the org's plan knows, each 0 to 2^50 = 1125899906842624 (see "Several metrics in one decision").
+	//
+	// Example: {"requests":1,"tokens":1200}
+	Amounts *Costs `json:"amounts,omitempty"`
 
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
 	IdempotencyKey *IdempotencyKey `json:"idempotency_key,omitempty"`
@@ -1825,6 +1874,68 @@ func (t BatchCheckItem) MarshalJSON() ([]byte, error) {
 }
 
 func (t *BatchCheckItem) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsCommitRequestUsed0 returns the union data inside the CommitRequest_Used as a CommitRequestUsed0
+func (t CommitRequest_Used) AsCommitRequestUsed0() (CommitRequestUsed0, error) {
+	var body CommitRequestUsed0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCommitRequestUsed0 overwrites any union data inside the CommitRequest_Used as the provided CommitRequestUsed0
+func (t *CommitRequest_Used) FromCommitRequestUsed0(v CommitRequestUsed0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCommitRequestUsed0 performs a merge with any union data inside the CommitRequest_Used, using the provided CommitRequestUsed0
+func (t *CommitRequest_Used) MergeCommitRequestUsed0(v CommitRequestUsed0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsCosts returns the union data inside the CommitRequest_Used as a Costs
+func (t CommitRequest_Used) AsCosts() (Costs, error) {
+	var body Costs
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCosts overwrites any union data inside the CommitRequest_Used as the provided Costs
+func (t *CommitRequest_Used) FromCosts(v Costs) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCosts performs a merge with any union data inside the CommitRequest_Used, using the provided Costs
+func (t *CommitRequest_Used) MergeCosts(v Costs) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t CommitRequest_Used) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *CommitRequest_Used) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -4427,361 +4538,366 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L17c9tGsjf8Vab4PFUmzwEpSpaTmKqtPYrtJH7ii1aWN7Un9AojYkhiBc4wMwPRjF9/97emuwcYkABJ",
-	"3Wyv1/8kFglibj19719/aI3UbK6kkNa0Bh9aU8EToeGff8uV5fOMS9H9jWuZyon7NBFmpNO5TZVsDVpv",
-	"hGWpZPGCaxmzmUoEW0yFZHYq2GgqRpdsofIsYVN+JdiFEJIlQqYiOWKGLw1bTNPRlGXiSmSMy4QtUpmo",
-	"Ra8VtcxoKmbcDWiXc9EatIzVbgYfP0atU27Fi3SW2i78d31WZ1PBMvcVU2OYik0nUyuMXRuKtd3XSgq2",
-	"SO0Uns0EN5ZpMeOpW3M0lNavyCglBXxphO0cMSUZpwXRatuHB487kR92bTQ75XYotRjnRiQstawdX2Rq",
-	"dCmSc27jTm8oK0sfKz3jtjVopdJ+d9iK/F6k0oqJ0CubceqnvL4hb2VqTbkmxm39/OKVrY0ZvudCmN6t",
-	"ZmaErSOekZKJYbm0aQYT2j4N3HvD2mOlGWcmS5NUToYSfxnRu9xqR7nWQlp2kY8uhWVCJqbTY6/Xjiy1",
-	"LDUsPhVWL7vHYyt0PBjK4tV+TmMthJuqe/VE8yTnWbaMmFEwcSETd+juSxpvxpfsQjCr1FAKrrMlczMu",
-	"74VVbM6NOWKcjbLUTdQRB1tw9454Ze9iZnCvHPFYnQpTXjPDZ/6dIy6ZyUcjIZIe+wk2iGY/Urm0ImHx",
-	"XItRakQ8lO2YVniOz5i4EzEuGc8ytfC784A23G1RsE5YBu7vUJr8okuLbnNmF0LaVNipfw7f3okCxuAm",
-	"w6R4b9mYZ5mJgAT5UIbn8sC4MeE3Qqp8MmXlOAb5SSbGNnhhsb/KWGbVUI5TO2D53G11QFxuLHfhy9fd",
-	"6NqV5NJM2Nx9TUxu5agcebjzv+61+hi15lzzmbDEpZ8oaVQm3hqhT7idrk+GHmC5EZqliRswdZ/P3dNR",
-	"S/IZjJC0opYWf+SpFklrYHUuwon9Xy3GrUHr/+yV0mIPvzV7zxPYkSe5Nkr/LRd6uT6J13P+Rw40Y5Rm",
-	"Y61msCFzLa5SlRs25xPxwLDYEcU5PhUXM/0D3llMFb+u7NuMv38h5MQtf79/cBi1ZqksPohqRMhPsNEN",
-	"k332fq400NOM2x57KsY8z6xxdBT/yyjZODM6vl03DsfBqcCsftZc2vpThK+aj2/ivr7tCT5PxGyurJCj",
-	"5a9i+QtoAvXCtbih5S/YpVhGjCObiIMvzi/FMmbjVGQJa//gNnH/4IehHE255iNHxY5RxMfd/2W8+yfr",
-	"dx+zHjtnA/Y/rOs4kkjtVGj3Ys6M1fnI5lokXXwfnqjjZcOW0onQ3f2Dh4ePhq24mMrzZ2c/sUTzsWUL",
-	"nVphWGo7TGl2wbVg7Tj4WdzpsZ/TK3ij+ynqQsAw3J84JOgJSToeC5Aul2IJjMrL9PZhv09yHI4J31Ee",
-	"VLDH3V/FskIr4j2fzTP31MpqWnUk/KtY1pPK8clzNy2WJqjdxGkSe2YMhySVBUllxEgL22kgqUuY3a0I",
-	"CiRYwyU74RPBTPqnaLpMoMBV9ifBi+jueD9ydz6d5TP4qw83nv6s5dev9aR+t17rSfO1Unpy2z04ETpV",
-	"ScMm/JhmmdMx5vCQI9n4H//4xz+6L1/GeHYzJe3UadilEKFnjeXaOo0mZE+BXKbnmnYXv92ZVeEqcEEZ",
-	"l/Vb6b5p3ktnSdx2M50ypK+4G+95sj6B4OsbS7o5t1Zo97N/6vPf+93Hx93/5d0/3304OPj4f2sv4png",
-	"s/oNcd80T8QKPrvthjSL/bcbxb1TBm439kf3azNX0gjQQ46TWSoLtVXA6YyUtEKC5s/n8ywdwdHszbW6",
-	"yMTsv50sdd/tSIL4Kxx6ZZ+VYjMul8ytRxhrCmvOCDbSInEqKc/MgIkroZcs3rvaj5maC420It6PxBxU",
-	"SSeXxOgSWHqGC3EXiRFPjehHTtNUl0I6OTIK9Csnif729vXZ8fnx05fPX52fHp89O3/x/OXzs4IDOwoV",
-	"OoK3agGb0umxV8pOwdjghiVKiiPm9PzlUKIKWbFOvC2AUiYw2Lfaxad+e7yO7ybh7RvUnqsbVmuJX9v6",
-	"LIYFhT2VFTa1weS/hTHJcf9Ci+ioVMH5ir23ffRdtH2rwHpjF2KstMAJpHKy5eXu9T/yhPboU96alzxz",
-	"CqtIHBWn8opnacJSOc/tEYuF1kqbmGWpOzjBR86eGwsJJjFoQr2WmzkKMNRkN0z+epOuvtXN3Ir3dm9k",
-	"rqrvWDF03vwd7z33mptWiwhsvSyVAm+cWviL+P/evH4FOn6vhquvsxhn/KJdoNXCwOKfKDnO0tEnPbRj",
-	"ydTFv8TIehaXGlD0lGbuAmYdxjMteLJk4r07OpjoT0pfpEki5CdlytMKK2EZH13iFRypuYgc0XHHQCeg",
-	"rBrHC9zfxF+7SmbLgNBeKfuTyuUnFSuvlDMCc5lELJWjLAfad2KGTkCNGZcKzBOlJzDNE77MFE/OlHrB",
-	"9UR86v0m+ccuVLIEl41SLHMTgckF6tEbYW32iYU0zK9U0Jyo87RqcDoMNnORGnHE4kRYnmYxcxqLQXvF",
-	"citYe6Rms9RakURMi0xwgxxMvJ87VaYDS30j9FU6Em8lv+Jpxi+yT34UBmfgJJCztxIxShPBpFqwtuhN",
-	"euxUJKmT9QvJcglmJotHmTIiiZlTlXEdbyXP7VTp9M9Pe1gvU2MctYOdnFRVApjWXKuRMMbt7DNpU7v8",
-	"pEyQobDy5A6e0wst+KXxHkwcmuk8E8Ac6TNhGGczYXU6Al7k2E+ihAGb+FKqRefI/bPQxRbaUZqkRZt8",
-	"7iSASF6KJOVnIDM+LVXBxXYTM6g7gbR7ghPougnhXqS4IBBxbSOEe+TKHaCSpnM0lCuXa4GeZ3zrujLq",
-	"FE03HZojaPvz9FcBZz7XjmXbFK2AkRbcQjSj4s5MuBVdm87EuqiNnEG2g8ERtTJu7HluNr9d5hldd7Ro",
-	"1kZDA+jD+hdzLcbp+3p/1zjVxrKqywqV+ZEWNnKqnxYjNZGpEd7P0qtbqxZX6vKWKwD5CbudWjEz2zbv",
-	"jXvc/Y5exLXmyxbab976+x2tYtibYoBiS6LwWFfOobKkd8UgKCHdqEgpT+AFcEWSJHU7y7OTgHLGPDMi",
-	"Kj1gHwpnrzPHVG49Py2nN/gdv2y9g8MLqdCf8aZteeWeucVuzvj75/iDh+B8oj/2V/Y5auUy/SMX9LU7",
-	"0tWtr+76tj2scXscMykWoEUBQyhdexG5jVLDzNRJGlCqlByB0+0rvLlf8H2LWngm9QzmQnAtyKkwYPEf",
-	"88vzYd7vPxylCfxf0J+HD9kFN+K7w1xnAT/CZ+JerX/qzq95sZRmWn2Roi1bpbFi/3baSJIxNTsZRIm2",
-	"XnPx3mJkan0vYBLVt9WuKE9S+0xaXSPv+AgPcfVMf/MS1cnPiIHGF1vBZz3c47hWOvCRVbruZYrNeCIo",
-	"eszlpHilN5fiiMWXYjmoEo37lNxT9A3YiM3UErV4vY/D0ShZPeiRKqfC2u4GMYzHJyIT7icQVGi4WbSz",
-	"Uet9d6K69KHTknqnfPHSKZUTEX7bNZfpvKvmKDW6c5VKmCPw0qiF7paNUyaPTMOc4UQ+7ZyRcW6N9kZ+",
-	"3Hr6SksSY1aFVDYQclJ/vkpPGhglqNLnOLO1r4FX7igX6lgOBlKQviN/a6JyW+kQPf1V5kOjN17NO+E1",
-	"5R3/7PzmR25H0ydOtXFKQz1ha2HyDDwQ7vAxpUCNGWcX7sfgXMH4OlgTaBRcijnQDETfL4TT8NEqhSCB",
-	"kuL1uDX4ffPyYFqnMHjrY7SjKfOusqjA07lRF1xRT8Atv/N5VkaqaGv7FCxs0NdWD43G3XxOtCFrNIin",
-	"tPusV05+m87uX187OXShHsvRVOmnvCb2+JQvvRmDUUYVRhmVnjww7KISnzQYdHTUUgRfD37YHHqtcRHv",
-	"thX4q1O1qLuQwbfrInmmclnDMl9fCc0nguH3LMlFBAJrlM54RpkErK30hFlleQZu3iM2bPWHLSYyIxZT",
-	"oUWnlqliLGNUs8lP6BvIccCR4yMmZnO7LPOh5hmXbMqdzc7mOh1R0GBtGEjyEMk5JKE1JfmVhwePG8aT",
-	"RCTOQnXf4klXciPJG0JhGTzpoVzbiH6wCREGBGAA5pj5lWDcgmvUsWr/Zv8un3y2mKpM9NjPOC/NvbE8",
-	"4nNMSnB/oKdVJJhqN2CxwnPDVcdDyUmSYyoev1BXgsX+V/SUzxpZ8CVGyXYQtdVXNG1vMb00OLuNm9Xb",
-	"bXg8hlrh2ySzKzvTNGH3UHVjlRTmTqZMOQQ7pg5EGPBez7aCy6Bk4Y8rZlV7CYrF7jBBiHJvGFDwWRdz",
-	"YN0eFIk+2yaxwoaLVApUciisTxF2OlY/7zUyWz3FyPOvgKus3vw6fn8t0Rq4WUbKPb9f0p/XvAwtaNDi",
-	"I9Ty4PRaQk786gYtnqUj0Vrzv+BLw4SdqJ5XKYie5zPHii2bKWPZwT8f9dlf2P7+waMfHj9+3P/uh8OD",
-	"7w4OIxJUxtLFL7PTMf3TMPGej2y2RIfnsPWjyqUjd5nPLpyJ3Oo4IgcPyB+50CmmNK9RUZlWtDqDUs71",
-	"a/lHNeVtu2ckTLarcgCeZTvoYs+T1sd3UbnJ5cmVPGO7b8Zfyu1P+tu0Q1pKeD3cTDZQbL3mRAkKAdu7",
-	"UCoTXLpflinz26bzwl3uUzFugTN9onlS6z+TZiG0wNw+lVuMzUQUl/Fc/oFhY55mUOQQMIVgXhiLqnl/",
-	"gvEqJzMoboJKOIdiA4FRXEoGYVOVJcbzQ59oOed2ytok8ihoZvmlkPgiTGsBVgYp6camWYYXonPE4hyi",
-	"So69xUUNQMxIkLqBlAGhXWgkOC1nXMIgEV4xpyBBIrWT4/QMNwzzHt1FxtjeVUVLquzPlchqBNVrKZhw",
-	"theE6GuLJkA94qi4QErTLjoknP4by21u6pRId5DbXvHSPQMEPc/4su5wnTXGgYAwHswE11kqtC9/8WUl",
-	"kHiyki9bv02QOHIOhvA5pfrUF97AcRX1NNfLOd9BetqpVkWUeNMmnRUPfoxai7suFarVAuDRc2AEu/OA",
-	"FcbkeQxRQkGftcwKYs43kK85cIT9g4eHa1Iyr2UWpRa/UPoSLtcnEo6oSrs3oQoSFVUjqWTjPMNLqQWG",
-	"QCGJyuku5xjUdxymzeknmhmr5sbN++Cfj/Y7dylpV04RdrH+yMDxeaqyGudgfJWKhdAxc6zUHLGYJ7NU",
-	"xoxnRpGPEK6JkG4Wv7fg61bUwp8F45UkGRRi3E1cFHy1tYr/rnEXTWvf6CkJtqnWdYfToJdVYgQbdt3t",
-	"wvVjfrTilpqb/3FaZ89/F7Uc31oonbQGrZHSWoxsd6q0Ed0LyNdd+gkO6KjWbluxm8Xm+4UFxSMHjw5X",
-	"D6Lq8g2CTsWE1hidVRrMrGyJZQtTbqZHTDohzbSwuZbI1cKByStVFK0c1AWPb3mcfsHF1OmVW87xLvyr",
-	"4eX47A7WJ43umudvXrPDg/3vmbe92Ii0vbI24+2bp7CHRZr478fd/3334WFddnjUesrTbPkWwgNrW5jU",
-	"ueWO2duzJywpnXNoXkZFZUD36dO4OqOD/sF33f39bv9hyGYdb6k1oE2TGoNuo9xNdpNzKCipK8oBuYUp",
-	"t0f5LM9KHXCXSrrwBBOMmDex9KforKuNgCvZlWICQxdOPS/HMDBy+LjX769sHXxWPc7hMPmwH+0ffGwP",
-	"hz3847uPnb/Wnm6lgis0eCE2FMiPkblqRfhhnez4iafZS1JHawI9nBQkyFRaTNNMhFYJZpKlhuVSCz6a",
-	"8otMDCA0CAItUwszlO1xxicTkbDY20FxJyozzlCDNexR/2HE4kyNeBZTdMDbKpKlskvmy1BicryGCp4E",
-	"yaG0YR4YZqbOvFBj9BSi3j4Md8RNz4kTmIBTvtyY65tTZb9XasQvesVuhQG3dOb9y1DpMGhNUjvNL3oj",
-	"Ndv7o1CHwn9CSE7ybA/eimWBqciSZ1qrGhEOuajrBwQ5VmCe0ZUp06Tp90vWjmEDzO/9dz00atzm+xiN",
-	"L+eEZKxabXdGAcbaavjw/uAcyx/UXSJwv9ZHsq9qCVCAKzW16LENPcyhNxkyG6WyjBIF0KOb8bmBnMw6",
-	"Q+fmKScrt9+YdCJFwi6WQYlFw05e28uqBacMvptkl9zOfyntis5yo7Drmg+SluQHWEn8IEpopJ0d9boq",
-	"eZUbv4PaWuz4Kikuo6LKm+dJalmmJiua1KNVTWrTGdSZXkW8pJ7OK4LxE1lmZYwO5wBOBfT5YAwmNWzE",
-	"53NnldnS6r9wr7qx6bW/kSLXmARqCDgduPWGtU9/esIePnz4OPIKxDi3uRYRLCCVjLOl4LpzxEhuDrAE",
-	"KwAZwP0voBwq4ciVyM7uV6PpPjRS/F1owMh2P7vu+4vgGZYLNsXX6y91DfdbtXq4LQV+IuZCJk6D9trX",
-	"h2FrroydaGGGrQEbttTlsBWxYUs79QU/yst0/WHrY5jAsp5/syXDxqDbzxl+XuG4hBMvCwLebaMTekfd",
-	"Nj6vTcMc8SwTujuaKiMkSyFlfpyiKCp1ToqnhBYE7/553P3ffvfxu/KfvfPB/3TffehH+wff19sWKyGE",
-	"mrq7ueDgteWQHdqeY6VKxA4O2VTl2nQKxc8WWc5O6zOpkoxPuLujMvFBGlOkxs+UxhTSqhXEu3+WE/8h",
-	"2j/4oX7i4JKrnM1a5GwnRRDfc+daYOExrDniNe80ZN3A7VnPqW1Ipsr88re6LcHVCeNse/w3fGqVhDPa",
-	"IdAG6E119By6ymttQ+OvN5TTrW5CmBN4fzuR+arWHVQnHZaj7vS8EfZ6ihzZ0Tu8/M6PMCrQEXK0nsrl",
-	"BkupPWi/hxt1tzWq96pPUTwDaQU8qN4N3Hh0Tt+BJlYTVvbb4XSN3NbEj7P68mXSz9Zqlz+JFna3weLr",
-	"qMO3op5C11mhnEbaqLn/+PkRxN8MIluhoefEC+Os7ZVhgnpic57q3aN0MJ/1HL1VPemls5HrXFcvYXQT",
-	"RivQh+UYlFMZg8gul0si5jbY3FDjJrNlp8fOnOo5o3f5ylQJeSEQKFVGgIUOZqYjInK/oGkfhR9REhdA",
-	"xwGQgLEwGcjHWUh/na6E1mkiEAOsSOGUSyyDLHxvBbjMUILif3hwAEFezmapMXOR2eBR9DLTVpDHxd/M",
-	"31tQXwAazU5Hg/S36VzqylsiOpETnY6uaybuloTlrj75IlfzsS64EbD/ov7C3tmt9Gk782KVOyVteBcm",
-	"Zm5U0FPciwoF2q0fmexqbluv+Y435hbhJOvuPB5Vo4M6zZabfMWlu7fWbUzGKNlzsK6qc3sovXdbZYkw",
-	"FlXQArtpofQlxExGSicImAgh4xTQbUxq3HWHgXvseCjde4uLzsAiYIYvmPQhveJNA7iKVzzLhUe281Bk",
-	"Qwk/fGB67LmsAdTB/AhuLA0AVdYJXxaec6PYmGvWztIrEQ2l+CPnGUCHKT3pQSZGp8eelRmgXqeecoNh",
-	"72K5Sw9Nt9NlDSINdckOWx1fm94Nry30MKen7274rvx2ZV5O2b+bdzVditK2MC0/Xu1NqPW/x0KOlR6J",
-	"GLMRKJ8S7IcjFpspT9QiJq5LT1zklqLkhsVBokJ85JMf0Cnvy3cpYyIMN9OgraiFI7Qwr2I3q+h+XOOv",
-	"qPpuVTWc5jMuu1rwxBnVhQ97U2yzRpkOPBt1OdRGac9aADZyzieIIAFlPJQrhZfSMYNdqvpey2fv56kH",
-	"5fJhG8QWaEV1URgEKTCALVPCGACmjZoLyeZu/BhhCMw5t1h9NQP80naZN4VBKYCgiwm/IA7PvpgCfVkb",
-	"MHqNd7bKrsk9ds4h6f+cwovrYu5GyQjjsQC/8HnWoCWelREpfITNhJ6Q7oXOPK/wUP546NKE2IL34A8l",
-	"ihdKLadE9rYjsi5qa7uzxUK9XOU8OxevukPYOsxrPXmBD3pD1WwSnMVWeNTYys71br246+S2NdbVukma",
-	"/AKRd5sjQwCw7Njrg/BEDdgJPPHh4hlW4HFZ+nXro0KAE7djnCBJzXmus/qdTkSSjhyhU4T07emLskDa",
-	"50CwGTeXIvE1GemYSSXro3ArcLk7UMQb/MVv9AMn7ubJta/eQlxMlbr0C929wJcQ94gaa+5wkflWPenq",
-	"kOE+R3U8ZiV8FCyxTsy+1pPrJwa5u+r9pgQMcDyaCfZcjnp+oQPHDdd9CfVMcTdlfa2IqpJvvf+pmMhW",
-	"DmDCK7/b0vDyV9LHvdIRsIRdABRquAS9kc7xzq74psfhir89fXFXF3Xl0m30vOCjMPi229hwI14U5FEe",
-	"B93eJgmC6ddOJ0nlJGKxe5z0DHpHh42VUzSdcRGImBhpsaJz0Fg8t8pxg/G4Sem4i0iY010+exwM8WBH",
-	"02u6QnGbI0YJHe5fBYlShv06w4k9GDxaoUWeQoEl6XSadZ95Pee6Hr/6pJznOsrGjTjLfxgnqSPalfdf",
-	"h2OsNDS4CetY7RjQY0+2kPQKhxHGpjNMTKROBLWc5qSoLFw1N6spAGVWZH1K5EqIst99/O7D4cduu//7",
-	"fvfxu/9v//d+9+BdpzZGeUKUdfs87jFPs/Nd7kiR13bnioVbTN39vqWRsatHfpMjPmIG6gkqNs86/sSq",
-	"sGjEAlIqawAJAp/87hrSCf1g3VMbWLre01/4Irx/Esu5ZY0v4vpsxZ3eXZgSG5ST0iCgMw3Jlna13MPr",
-	"afxu+tdX+YNb43NFwQpwSn5Jwr/fJNpY/Ga/3+9v/5mzaYEKCnoPAylkjpzU2R5f8M3fUbKXN3yjcKfH",
-	"rinf/V3d8T66p6sWi//Xba/3fVzQXS5bSR9N96bOMCAtvd4ZQ/DlEKqfKkuFo0oKTPyxgs8ibAXjmLIP",
-	"3I65sUxJSO7woOReaeVbqlcjxhn4t92geVG95stZfXXYWqEq4xag6Fg7diuKMUjvFRDEB84WfGnYRDGr",
-	"yInjZnixhP+1YzUex50ee4EYsD6ViWuB4XxYouFLMnmSAXPHWzF8tlg8cAR3YPKAMvHZbR7q3LCD0XMH",
-	"bOwTs6cdvR6eUa3J9FMxz/iIstupwDk1tndTnradk92pSvJKLLwucoSKiBYzdQXAyfelgnxsILFNJkqg",
-	"/1cX8AsUehd6VdVWMayN5c0RQyEeQfpixBK+7MB99wkPLPYjrBg0g0oo1yN9FP2nqH9ZpWVZVH0EmgQK",
-	"aCRYmDtzrld+5HQ/rL4fgfl65Dgyn0cQFYR0SsYT9wXXKXenxDNm5lz61Dp6SwaxMtbm7CLXxrKMW+F+",
-	"DuwP5hph7b6xgAWQKZ503NgjGGCWWl+ltUhHWC1EaS9FqhR77xVwmNayaS6dXtk1boCBG7/USs7NQb/S",
-	"oa39qM9mJIj84T1k9IE/xYfuX1Q3jyf6/UHxEZxuVDk3Nyt/dgd9j+uHRgSTqnE7ITwL22JWAhGwBUd0",
-	"0m6roI4qEbrrHjeQCOsmQ7tWbRzH2ggR4XYfi+AMt7kGmOni5ZCdhk0lD/p7B/tFc0g4j6ADR2oKWdtB",
-	"6exmimIPYJXmXr732Msw0FIKvAD2KIwm72h0E+taZYxufMfW2CjjpoA+pouq9MRUTW9/2e8iw/kk4JC7",
-	"y6sLbu48L6dMOeqtIn5trHv1zxUpGLsrDWEW1bb0uFXUuhI6KNiMcgq12gHB9dXAo7DTn56wx4ePvi8A",
-	"BRM1ymdC2nWvJSKL15rg2FNk5/UHxXgf19LOrl8HUANwkdpMbHA3rOWCTK2dm8FekCnRS8SVR3o3e4ix",
-	"ikN2TZZPdsblhW/9jKJNlQeFe3Id0G8l3lmW0LA2eqkHe3sx5R0kqYE/Oz7yaZUzC8Kr7e78WirH4Q+V",
-	"e93GN/11sLc3HL7574Yy2aDxxCa8vh0yqcvsiuuWDJYMSp8/vDx7mTz++x/99/+4+G20/+L76cmfB8d1",
-	"v22CrIGCp3/l1AvY2TeU07CWGk9JPl4UmCLX00ydYmOnYnZngDYbcrzkuSjSXTa6sH1azBbcuQL1ox7o",
-	"BQw76upxRFYh4ARdiKUiAU5AjO0VlJFd0ed8749dJlDiBU7SKyHZBccihZ2G2YT8E2YCBdg/vjHFRvQf",
-	"wHSuz4GgiV+LzKFCY3two2wBA88HCGA7IgVs2l2vhu+2tR5QbAc3JS5uraC1wMoL+EJI7PUMtNiCetP+",
-	"hkY5Fl7Qm3eXciFv3AHwtRxgu70fvPoGyEWeLx9WXaTk+dwEDmhtVgJX7R/0t8EFNiG2FiCBU5UlRVIw",
-	"tHcuq66+7OKP/X8DpMBbiIa7hBesUE3gM/iuH23tGx+yYWIFRcFFXCwwLlI40SnSfKIPv9vWUvZWcIgF",
-	"49pya994lu4tuSnCOxQdsFqBGPRMMKk17rArxbpKC3cIExRGPMsCNDYhE1CmA3Qs99SMSz4RXrM8KvId",
-	"8FsteBJU32DHvAqSFvZsiQpELfp57aTPiHg+YaeSDZmbjpQfmKC71O3TNJtTL3e9XzdJKHSU25jGW7QT",
-	"9kALtGxInA/Ct2GXLbQ0Us3U4tab0gxjsRo9CZdxvYiko6sbJiGihFsPPx5eK5JIQcNncpJKISiTv3Is",
-	"YWBzx7jmeh+k61P9bn736zjEV4htlwEaQ2dNZ3kXIRrgNZ89REO9pK8dovnyTnB9aYQSejcM3f/mYlnf",
-	"L8cIy9KykqxAi6GOd97sXvdR3cDBMC769pTPq/wiCx5GVRKT5STib9QBvzYiDRkvvnfBYaUOVKtoFvBp",
-	"MVs/kwANqGJEVfhpsNvvNhxtg5JRKRSgR33ZHZVDLKCVdplqFmoMyP1X0mcDJcEPLq5b1/5zeiUqBTvg",
-	"Gwv00BhBrC6UnR6hLS/Rwx5V15KlY2gN4MMY617RKlk1gOesvA/LjEU2PlqFz/EWz/cs4UvD+FTwqs29",
-	"I7lW59Fn6L9k+AD99Re2H2HrGKvYdwW0HkZLK57/fu9RdK0bsJoovqpy0W6soh9ZpZqAk6+DG1UEknwD",
-	"9/a+W+Kjfj9orFbf72PNVFlTFasnCVXg0KDeozRDMgRApsGg3/UPf+j3bwSZWFznDSBGZyGS84bZhojj",
-	"FFtaCC3YLM9sOs9SCHxuI+574Jl3wP2KbaowOXxx3ZY1VETfLIbTWJXb5GG9bmcNfP5cyJoTfvZ+lOXG",
-	"sboAV8uHsnblGTQA9P+5YbohsXHfLKPyxsoKNoepYC+Pk3/lxs5EA5BhUxM9Dj+DQvLrawYNnfHeGt+r",
-	"BlFwdvR9XueuNHW4C4amSHibU1G7IQziHFxlmorfeWLcspshudfnmd0AqulmOIvzhpxvaI9Zyfouz7G9",
-	"khzQiRjlgzd0321UsDY5wXdwUq8Qd+Gg9uA9Nf3tSOkqeuLZXcj9+lZrneno96FlU0hjODzc3x8wzkZZ",
-	"6jaycC+xx/3+9/uPHx88Ovz+sP/48YHTSWapsfwSopRO49qH8u7A/7vu3k2SDb5dniSsXSD3WgUdJ5ga",
-	"jzsFTGCDYzfIdjjyXsA8syX0fP/Gbtvu+ne3Qwu5d0hL09RZNi+ZBCo7hM8/xWYL6Fnf7EHvsWfkIIc8",
-	"0jGLjbBU7cSTJL5baKR7b0hTXM4NGlMANLHuV2jAMtvgOgQ28MCwogLXq1cgjp1yiIApPl6YanduO7vS",
-	"MNWuUctoDtXiLZyKDDLaAMUgjDHBtVoizSAcoLFl7pIpmr8geSVq18YitX3AfoJmrO5Mo8LviKFFcCcv",
-	"eJltBllXvd3Bzd+W8ecqknm7YHVHlYVTCh9sDNeQeRcXbS5upKaDE6sAa6PzKIimngTvqpHEXTi/3bmQ",
-	"oV46ftc6GQa+4nNPI/M5VoLdzlN+H/2s7qSApqIP3cgbfbNeGVgSn2Fe17rX+NHu7uhP5DZe37ymzbgL",
-	"d+6X0WnCzeL+3bl13lYqJV3fRnHl3lF/yeE75t5lmKHsvgA9DpG27FQL4/SGQuHtEYj/u2tV8Clb6ypc",
-	"stikE5nKyTl2mY8B1i7PMiwJkQiOp8WM60sP/UO1rKYetyOdSG5zLc6ngidN3c19yg4+g9m8I651KgyL",
-	"7V/QGZbL9D3m9EVX+/TZVLxnxRBBwl+ZcFYmHHTf+AebJlquexN8zC8vj5903/xyfPDoO0T2nYr3naMi",
-	"gY+a2aL30Bu6l2LZY698jeJQlkj5vvds/Le3r8+Oz3979uMvr1//ev7m2ZPTZ2eYRy/d91TJ7M7DQBa9",
-	"dbKgEw2lUwWpmTo507BR0gP3JCRRI2LPVlSmWjCX36ZCE3FisvPJ6zdnTmSXFZc+0ZFWQjPt7TjkeWPT",
-	"shMnqyXBzsVQ5I9uAkizT7QwK0h149wIcN0WkOZ8KDOl5hd8dBmxuU6vuBURy1J52YWeF46qgaYXqRHQ",
-	"x2SeX2TpiD0/8UM4yh9KbMsxVcbGPfYmB5TtLL2CVpZYBMHlSECVbS6z1ZnlEqO3Q7lyzMcvXrz+7fzk",
-	"9Pnfj8+e/QUqpFgbZ5Y4tVXNneHZ6bFfnIlAq9diKMFTCG196QBoqJGSUoysiQgW+OmrN065UlmOOgOW",
-	"ZcDMl87aGUpMheS4fTxbga1s7R983+v3+r19SJFnfjf97gzCwenFBhseYxMm0Kq3LbpmzeAjmjlzVOfS",
-	"8RjDUts5YpzNtUpyaGLvr5A/eUDu2qw2IJDOymWvYVOR59Xvmvn7U9rHGjfYNRREbq1T5NbJf7+wTREb",
-	"nB6MsDTBfaedhiFCxhtm6/pOKutMHuxdfBu01axe59Qyk49GQlBz+q2XGHZqm1DzUPQrciyuDwS6n52n",
-	"yYaXPjAsddZzZhQxRMPigNn7w0FT2X2ZJnEBVKqS5Y72UrorzjSmjZ+PapEMUciNhJuSEyFnZycMfxDu",
-	"vFS+m+WIzwRrE/Qss1xPhI2YFBb6EsLRRlCXonLb2XBI4fz8mW6eHc1AJOzg/fv6UE8j6Jefp09UGWkB",
-	"MPw8M47R/pE7poOn3NtNwUfSCggiohvsb0113z3Vh6tt9O6t3OK7UHxXGcNn14FpQmfC2MZuv9fgVUmu",
-	"wfY8n9Uosb+oBcsUtan17MWSJrBLecFmhlVIre0cKyg3WKPqR/2DW/C0YyyKjr2OY4VTCCpDhl81pYp/",
-	"4xO34BPX0RptMRr4sPxGQSVIoO0VysxiirDJQ+kVzNS3puek0OygwWWorUBsN59MUaXazO08oyP9ZCtP",
-	"C2/iNg5XW7D09vQFLooO1CmsJJMLbZ+QY5w5Q8mkrA3WD7X8cqaAKYqYnEbiUVc2li1BJdeWqqXfCtz9",
-	"lZxZDOLHEYsx9c79a6pyTS5xQPxy+vhKEfMRi8HlEvvcl5V2Rux4FaIpKLDlZiMQEzN8aQaB3YFkt1C+",
-	"UtXXgEbUGnpbnfDupcrrFcUI3lAUDfsh5ZYq3C11yGFKEJ4A4rnnUBji9t/RJBQHomdrJ7Dk33xbhDuG",
-	"Sw5d8mvyDgBt67jba7nWdaxsM7OORT4ISm/ChllDWUXOhUuGkHWxR8w3PXZ8AVxKZEYswMSGsjXk7lKs",
-	"tNfaECK+x7Ys9f78J/5SrIYkvHJNmwYJNo4n0MWLqu7/zmAog/iFW32+OSDCeJZe7r4zt+rcsb3VSy2/",
-	"VXmW/Jip0eVTvtzU5mtlRxE2BgiFcEDDduzYib3o87qjNrW5v+0ddrSVTWGLVOOJ3rwXLW2YH2Tzlp+K",
-	"gnNUdx1689XgpDkmmKTGpnJki4yroAu+eynuO7Ui4HPW3o/6/X6nCHlbH6Fyf8fgSYqZRn5Z03NzMwFU",
-	"0oO2kMPuVNCUJaesU7fmQhdtIbBaVi6rDSF2D4RWqP+WuNhfdXJW1NIFOEtVAiHWAaVaOgJY5wNIRBGK",
-	"fUKcuulBnTrWV9MX4l7u9HVy0FDxpau7xgiIrmkbt7AFlAFNnPhWd0irxQPj6xg/5U1Km5uII8yY0wEB",
-	"aCxNjhhHVQNkMbKoXmO5/YYUCraANkzUBbVGPlH+qtO1iRPS1gRZC0EJ+ojP1zPNw9y2qAWv2ZLjtiLh",
-	"dlvr9iwIyNkRvD4d8Tp9hO+k/1z9BVinfEhGGuU6tcs37s2EySK4Fvo495nfa2TjgWOhvpi1ycQ9fvry",
-	"+avzs9e/PnsVdzD+B3Ge45PnGPiK/5hfnmMgLk0w+kZ/omOdAnLUMQKWChIRplNulrMHWx/d3FM5VutT",
-	"DGqGIQYBGdFdKySXFrvBQCAgHYkee5Ibq2ZC+08M4+YSUk4pSzNRqZwM5ULpy4gNWzO+xCQgpSd77rz3",
-	"4NqYuRMJr0r1nnKEXjq19q/DFmvHzvhle1f7e1jF6SNxboOgvLIoVhSUVETmI07YWX2Cz0jxNdgFFLwF",
-	"pWqhxtTD7PjkeW8oh/LM/eHRX7why3M7VTq1mMM3UtJqPsJuvuxn5UMkYCWN+UgQuFEiMsNSOZRxYT+5",
-	"Y+DzdI/PUzShJ0I6uvDwgZC3KxOCEfQh2xRaOaWQZOFtgqFMbYkPxaAxPvRumXKZZELDYv7P/2FPoGUr",
-	"7oFbhpA2xeQW98AzGCfeu9qPiUJTJSFD0bD4GFf9J3w4YD8CSVHVBFAx0Z6zf4VG4xqpm3AM1XjgBunC",
-	"N//1X9Ur8F//xdpCXqVaSdjqK2eFX2SC1dwMrzjgRjuzhkE1bqJwp6DBVESWH/Rv5ZJPwPWQcYmLV3pi",
-	"gppdcLjA6smiZN5d0WO/kc+sbiYVEGh3Sx25pMbNPOm5tXLpllpeYbdOuMS9Xi/uRIwyZ1B+lRTuprf3",
-	"QenJR0cc3UuxNHGPPbcwMZEpOYGQHwFdYtdait5Dkr8ZMF/r3C6KnePw7vgqZ/fG9nql8wPkxQbRM03k",
-	"5m6iIt6N98cNCyXQYE/6dM7IvdIHz32qAhrb9GEYDu3A42VZdbumrnrFJdYBaj6GfoDQ0dCpSJdSLSQR",
-	"nIfGPOzvHzGOtwX4p3d/AvW4fQIG6yl9KKUQiQl+/vCIOHAXnk6YVrkV2Pg48ToHZmjgnl2KJYIj8xk0",
-	"IpZDiYICUd+KR6NgkENYzjM+mgaXzndkBNwUOr8iY5/OGPVVdGuBM2Ao4/ddL8xwyiZmbeixKH23upmj",
-	"USEd46ONBFg/YDilRhHRdVhlBqlhjkGhckFtSUtnMmsfnzwfStyFqohTukI8R9XrdHp89uz8xfOXz8/i",
-	"qPDpPeoPpc/kKmD1YEQP2jrA/mSBQ8SWG3vwmG7VqbB62T0eW6FjFBmJKrs7u2tVnrm7RUsWn3IrIN+o",
-	"C/+No/CjU++SAA/oUFa+glxhwm80nRLGA3b1AUtUwYqVvHK7pqRBtkigJXSrzFxJA3FTn+/w/968fsXa",
-	"8RMlrZC2e7aciwHkGxIH3/uXUTLu9NhbvAzuXo1TkSVYq1fIjwuVLOGFWjjK9IR82O8Piu58qWEmzYS0",
-	"2ZKlE6k0sTNnL4UTYDrPMDJO3LOUGuDXB9HBYcgo2IeijyXwbh8fxt6fHLy/sFhMQwnHA2cyateOg60u",
-	"3l2rJfCT/4a/KQ7uVNPw2ffdxWLRdZpkN9eZkCOViCRmbYhFxKNcZ6ybxMwImWBSMLDdpaWDmHNNIQ03",
-	"y8h7et1C3Ts7PXYcdDVNUg7TCDqbUmYKY4f7j9CJPiQgOWwMX9nhWe7OTKydNBZrDofDlhXv7d4846l0",
-	"fw1bMRwVQMnhhBvx7AxrVzaGvsfN65D5EbvZg5xIDbs5KBxD7eKw3weoWYORH3ecINXwyqeSxYibV3ov",
-	"j0+egzTSMzNwW5ySuxL7Wtkp5jnAqX8YtuBr3EY0gH7vv+uhRYAN+GfCOMGCj/jNJfbYCLsaoXt62PoY",
-	"RzUjIVX//vBdb6SM3TAOl4wMFfcqyHNaexmq2TUvSYFnFVvgk+npXrsXHjHKX8E7DnoMJ3zfdlwZxT0x",
-	"bMUDDCUhMTmhA9IK/0S5iTfRI3tlqYTbgH3ys3wm3f5YHvREx1d0gAgRvc2pI+7cZzxzF0QkUP0s8f2p",
-	"nOf2yMnqUKBf8CQMUrrvH/qb6IRixtGB6+V4uzSW3NdWpwCRXUghaKRHHWk67m2HsMSxymUCJ1pqiyAu",
-	"m4R2wjiCjEtFysCUw+weEUKunVJWnnupyUdTZ8hMVcLa8XGWqUVM1I8dlrF1AkzoMbwgTRjPNIDcivfu",
-	"wSN2uP+wOFO6hVYplnE9EUfAQkIG6lbls3Pc0R2xw4ODQgnyMgC484UW/NKAksJCfBPg6ajEAPcmS8wn",
-	"HXrhCe2ij0DOll1CWZuAqjrupUqXArpUG0gjwW31AqNzxB7hEXtDko24lAqYQyJGaQL1folwdiJgygF0",
-	"Lb/iKYTXgcu7fYHC41HFvwsqMnqNx1k6mdojuHahXgARRYpgK0jzWjo+XnDsAuJOpzbQHRyNP09gILAt",
-	"IjAsooruHEDPU+KiO3rpQZVBmSR8em5HIBfiXRBknUGAQ5NtYehWVlR0jdfVUACZBiUbtRi0RO2jsDGs",
-	"7AVQKoq8SSqdoTJg8V/hEP+y3+vt9/v9mLW9vrbf7yOSb/xXTJD5SwwagCyUSzeVAmF6zifigWFxkFFT",
-	"BE+dpJF5lsXr3U4xtI9YpqGj4vjkeStqXQltKJmv1+/1wbE9F5LP09ag9bDX7z1EpN4puGn2poJndvon",
-	"RCnrcpCPSS086PfdzKho3PcFcBQ47zEKJkgVUGevBQMjbT9PWoPWLzQUFMSAcgdTOOj3wT+KIh/Sg1YE",
-	"vfsMnVbbXFo4BDp2anq4VGZd8Vy1Br+/i1omn824XkIL/CshhTFup/nEgLPQL8a03rmf7gW14bVb57vi",
-	"kBQ/0coxQpE7Uf7egi1noECAoUtvfcfoDdt3rFSAqnu1mgBSuy20js0bEsx+VsyqcWuAf+9KVEKyE2Xs",
-	"xIO4IZot6ud8NEXe5lhjkTUdefMSIFhLmntgIHNJrO/kKU7os5AejA0o0o/6Dz/BeK8U+L+S5RG5QIxP",
-	"YvcKZwK4XZuO28053XYBrvb3yDGxh46JxgOnyAXw6vjnZ2sunupr4tCe0tBsKYG0rwv4uzeUr8BNYdf8",
-	"yMgbq0f/DN5JrfKA92kOjSRMI45i+QiF9f6WY2rl1sd/gptMj7+rJ7e6VxTP+Z5+OGtHNIc7/YonHvIT",
-	"frK//SdvJblx/8ROPodInJt/9JPSF2mSCIgtHx483v6L42SWysI/ILA8tyS0HyueLUcfxbkHpFeABnq6",
-	"Q1TBwYfWXJk6BmMuQZcBDSt2Jklc+tVjZGBFl0Yzd9qiVIuiqV0R0gLvBgZnAF5yzIwKIkwzxm3Y4iZi",
-	"3KpZ6hSaZY+dFdCKc26MMJDLN5TpOFr5WTN8dAyq138jBqrH58G8niPGKQxGlRmg9+Sz0K8DKx+wfoxp",
-	"hH/kUDsC/pdX5OgrDIbCwPFuUzQrUE8uHa6x0pMYjI3w9g0lXL9Oj8Vu34qtVYQrgLVCWkxSAw1ZvAfM",
-	"/a/u4aHkcABd3B9qguCU0Tl6i+MVTNWYtefeRjk4BLPVdLxPC2ufsKLBKdLQ5AHiBuQf85jP1DCo0CLD",
-	"3YQMNjhUcO+hU1LNykyMALa1+6ubEVWWpRJ6drD282dnPw1lovnYdlNhx12KfnSDtXQvxbKLP+wgBYFO",
-	"WhwQZ0k6HgstpC1cg6xddnmKvK0C3kZjfU3O2uaTe5ulxr3HqOwKu1B41+FB7SZQSKjMWEsEmSYkXJAm",
-	"eQY20oDFlEwSh07JIxabKU/UAnyRgSYAZwFR3nPIhImPWLzgWpa/Dh7DXNzYozoNZViJ8Zv/FreyxwBz",
-	"CxULsJoKzSIEwI+LxkfxUNKyBix26nMM5uHC0OiJmGieFAQTMazViovNwIZZcihT2fVqJ3qMNWuv/rwT",
-	"sRhLKsuVPuo/rBNmTwhN9XpCrIoo/AuWG6F4Agr6USXLO1NMYIqFMKpGl6lJw70pYTQ2VB3UaEbgfxAJ",
-	"sC9nv1MawYUY8dyISkol0DakryMJwVTXKaxpQvSjvZpffIxaK871bS9ZfbzyhtMww3K3t5Q/WXkTgYrs",
-	"+hb3OOzyF6yi9A+3/+KVsj+pXOIQ+zsMccKXmeLJmVIvuEYMjsP9R7usx+TzObQ/fSmSlJ858wwUqYMN",
-	"VyD0Se9+FXx7l3oDASRaALERFZcAQXYGPkxN4oT8akoW8VFwfhnWdpZF6Y1GRop+58h3KPNeXmrfhg5A",
-	"cFeVCtcDA44y7bgnNe+idTvGjLGB2GN8w9vIS86EtBorAQrFzs0pnL37mRszvN5oxILnExvSHsE0u+SE",
-	"rHZucDuF+gMoZG0PVESaBnnqMaWjQ5Ia3HZeWHv32YA1y2p6GsV+VVuBWVq+NB7oC/tQUZk3FoJzJsUC",
-	"ZovalvuLRnWSpNTXPwWnfQqcdQA9I50Gl5rARYor9P7aEoGc8Jyoapkjsx4wQExwMpbSYwG5E7xs4KU8",
-	"Bw2ngPBEqRkw7a+J2UatwGW79dfBo3BEm90Pd85mSvsH/dhOx0f9KHHW1qBeH/MonXhNHUMZSqeXmUJH",
-	"inyMxwMArDq9Cy93j8EeoA48lCv+biSYHnuF0UunmpbxX3fj/WT5hU+ZQPJdo7Abn0nFFIYrFardOFxg",
-	"BqPV+y5qrSU5BN9WTOS9C49GUm8oPyV9FRxpeFip9A41my2Bs4H7JSq6ZnDDVjPRMDeT0tHWlHXsMgt3",
-	"u2hpNyj6ItE3bbrv7nBRL+sMpdKRx5mAZxGlA/JAVwiqTdG0qMiEwXhVELtxr1sJ3kREg4n7AfJUXuri",
-	"jvgiiFiuiAMtnBgYylWTrOTyhwcHnQiBAyrxZtwQaFOBEeK4x57x0bSw4SmHCVwVC7lu5x5tMTbBnMOI",
-	"DSShtQ/7fUzCcKfgJk+X0VgP4mEc/XOysk1vd99AG30YOHMI8BaC91IssVkgHOKOnjq4AD8Cwd6PaQLv",
-	"/pz2STiBJtH5uua2FKkAcBW9oeKl+xfuJfz0GnUNW/VEXqZTYVerm3JXpSfNkR8MG9Y7sNPESZwG9/Xa",
-	"lXBveu2Guq7JD2rDzm5rLPnf7La+kwvwWk8A9KCB7ud8AmY4dhn96p3fbitgrWGUxf0JGG21AhuB4wru",
-	"TG3o3kNNGab3biAvdiwL8Ri7ZwMP3KGX1j67BuwrNwA+2WMxeMZ8ciJ6g71/L2IxtD/OL9xkL0TsvkWo",
-	"s6H0ua3nXI6mSp9DwbRVbJ+1RzwTMuEas4tMp1YswJJfQ0DgPqTCaz0hOL6dpMH+XQ7cpDe7swXzHLOj",
-	"v/S70N/hLjxRcpylWCv1Ob0s235M7lpnjDyTNrXLu7rtSGR0c9dvfCBYMCraKF6a7jerpoCVWhu18wJh",
-	"ti5jfhbWX6774/obCD0qleKK/4jNhJ745FxQiL2DiLV9s7dq3TtPnClg1WoLCdPBvEqPxktYpfEXf62u",
-	"67y8Ayr9WdgmEm3QjLCzG4isa6kor/XkhFODrLk3U1erlLmcUMo/ZXLPCWslgNUqyw3xkUsh5lQABej4",
-	"GxIGdrsyJAIjwlQwsRNq0An5HCACwRlVJ+Q4lQH5QaGdnJJiUEnVnHI7lJBrjamXVKUwERZKMOD13i+B",
-	"CZymx47pn2HNbib4lUBTF/LvHgRJjYbxC3UVlrd4L63S9MPAWOaWasWoqNMMZVFaVpaalNHyIHBYJ8IB",
-	"E/VeJTiirn5ic24DX8PDgTKrr47L/EcKb7xsN+OMa6K9qGnbYkKWlxWrz7S4UpeOqqQoS0giJsWiqPgu",
-	"Ia6wINbcmvvV3Gc3u+N5+qtYfjWWKS5nF+PUHcU3zaHBmvWZ2MEVKWj9XhWIzdZyERcrsuGhxszmWqKz",
-	"FS9LkH1tpuBEltkSHKn3cYtwdkh49yQZ8eWfx7wNx06a5KSPrpKhe8TiAAUcFDwss8adtgr7ZHwTqHcg",
-	"UO/SoqVrf5Nb3ywc9z5ciuVHvNWZqIOPPwV5WOCde6euj0xQlazvEDQaiblFoHRKrnO/gbj6UGapKcvQ",
-	"Sc5CpNkIiCNeqUuojSpkMIxXhLoOMaHwPtgELjJgE5X7elifbe2GgNI4mOw3cbVOvLittyTeG4us7ZrP",
-	"r2JJ0q3mhuRJujnbHrVGsharGuKALaaKtWPoRBZ3IszchL9TKCGOsfjPfYVhU6wFjBFewzeCwii6LWyd",
-	"qIATvDeNE1b9teibbjG7qJsIKyEk4a5/u8jrF5kn1X5q4U0Gmrk/zXP9bu5YEgNhXrWAGG9NAnenvBt5",
-	"QzeriM2zHOL6mNkA8HrFO8mV00agXErLh5sLSfcdBHpICTvb25I4WIQZ8+pKaI9AAvs7g8ZgSS6C/DNy",
-	"2VKqH4rVJ2/+HiYkxDRfpScRrBQWihOMcEA//jn+SSPTXzhuhFioo2XcK15ZjUaFgKlt7OilcylTOel4",
-	"jL2bcyalA4yWRjaFZTuv9eRbvdFXwl3WC5QIc6iuPGkjm4mCMqa7ZDhU79wFP+2nCho5yfUEB34L434l",
-	"YjlY0y7CuVJr/k04NziFKrsUZtxUKPdzuofmQhslQTEecQn9vUDYolBZiItiDehEwlTvAYux71U8lNBt",
-	"uQAVwyYxRbAGqs+5MQulE3AuUbtmiemUnE25mWJ2u0E0HfdCm2spEsjaEDOeZgUwRlDLVaZvPL4/F1Vw",
-	"Ke7JTxWM8HmcVeESm0I6ARX/WyVnXPfa/5tkc9yd/6pytDfmT1sk896HNNnozHoKn/u2zQGtAUqjxIud",
-	"at9h714COziH1fu+i8OpMuPUMFzlN89TDdnhJt8V2UWfKkloI1X0Pxcn/kZgDTk8d0Vd9+bgDA660bbB",
-	"xK6do+T4+GpA3HvsoQyQz81qAJ0yZsnpcUuvAOB/4cqGErVDViC6Ql6PVarT5OL8Gdf7lRhTsJpdzCg8",
-	"t29XucF+mniq8HeYPvgU/oYm2+k4SQyLwUEXB6lgRR8jBLoL4VYAE0GqBculTTP3W5tmMWtfLIcy7GIV",
-	"dMagKAb59Kr9szoRU5JVA30U/+sN5RMC8QW/ZRXZz6C/1XjcEZ/YljCVWz8ygAtSW4wO1rUhHLMRgtD8",
-	"UsdI4IEjllqWpWNrqBAa2jBbv8QeA2d/kMoK6YPcKBmjbUjO2hCMs1pm7cafUo5esL3tw4ODoSxwsaBu",
-	"Wgus1obmMVbhRDvNVQFhLmI0dManbNAKPPxjRdWbCMsOG8AqQL0GJnBPZiO8+/MYjLisBgUF7icUbWEv",
-	"HU+X3xIX/v0zAeHgKSjT5syqeTefdxqYcwV9lYiyScvZ+wD/32gjPiMzECnM09WggfsmWs0Ng97Zq6yS",
-	"kIzwNQgtsCkD4giVqGoGhNJenYLXhGg+Ph2CXQepDSPyJb/YxezEBXzLdNgl0wE36xqUeo/KP5xyo9of",
-	"9uDbDCoYNusLwG4x+jcVWRIxo5y2b50sFO/nqfbgGm2bYuv+NOlEQ6ngvTzLluiXRXxiivd4NLg9KIkj",
-	"y5O9ENz4hgQE2YuA7wBh5vUALQggHS9Yjx2j3pspdQl1qFIF7TGh29t6J8JoKI0qC/QyxJrmlo3FghBs",
-	"UwsaDbRTHYPdAS/0fSDbINmlkqKDuHa4R4j3z6sotAM2VlmmFu6dqK2lcMlknmWosSD/s1NBAwLMLmhI",
-	"D4zjHoCvm8T3HnCFAtm5kKchxazR7arlkS1rKCctuy+l7jHoCdyKWpJDCyFqE7WbdvAc7uDuA6Mno35g",
-	"st9vM/AJaK7pn6JpDN9zshyENPLW4FEfeuums3zWGuz3+9CElf6qa8D25ZifAU3sVHS8eue+yRKLc3u0",
-	"y9zeIAd8WyKSr4ihMi1tbacDmQQ85DNF0sEs3NnZRBDnO9b23yLOfgbT+kp8Qm4xu9xG2N1vN7DBI2SJ",
-	"JPytwb8/ZwQdNKSiVDdwubR90WSnSCQrkrbGSjNKbtMG8XRUDvWnwQtQrUs1AOK0IX3NF/B2euykyHVD",
-	"Z4/JZ/SLogjSt2H3ZcV8CQBA4v1IiBBsqp3LTJjiirMKooHx3fakYmbqzFLdJcxeNLbca1dfOSgxy6E0",
-	"klrA4HyHstnf096IpldC6UH1JoEFDWWIoFcZmBX9wM3v6bseeeTuL2HgDHWl+3D5uFd/Ho8PLKrB4YPU",
-	"/y0n4BvCAwR2yVa4Hndu0Ef2Prj/7Zw54C1V4AoroM/YyyvVFY84FcGVLvzeUL7FzoOUbkQYoeQmSiV5",
-	"wjV0Pzd1DQrvLzWh4Cy7OIcI4fpbLsIOuQg3ItlPlntQf+z9T8bbv5FOU5bBDenm3hyL7iTvClbEa65l",
-	"3YRXPMGNzkcEtoH95bLU2FVcjqLD2Fp7sXZB/VCODNgcWJ+MHScMdF1Y1GDy0+RLSP47Z7UApnHPOtxn",
-	"AezYdM09YsdXed3/kyE77kMb29tcbPH63n1CX1XRxa7VFt+qLDb5hFaVfSgeXSX+z571V5XPtU6lU1qI",
-	"YZzSiWVh2kQsiNOVyHALWetyioZyxPVVNbXHveaBOfIv904nJQVCbpXPsBVnkzOM3LSkEAUAdbDrVrkP",
-	"ACgWw3w4+QQhztM/csGocUBpad2TA+YeSzU+X43GppTgoiijPI9vPpj/RKnvmQdd72uzvl3k/t4H978t",
-	"yCQzdUUmBpIktYUvkCsLdoWQ7p5XzPiSshdKXoKOZzsVcjOHuj+3y7VKQXwJSC6/4st4B6T6ttifmxLr",
-	"J/O/3HfRxzbW/o18mvwvK1rfl6nqbX82qAJpdNvEK84XUzDOB1V+Gv/+zj2EHDi1ETMq4JlDWXXlOKpd",
-	"+nzFH7XgmOa47rKpgpzej9flnhW3z+J12VjKRV6Xr/KS/0d7Xdbu5V2oYlOtLDS+b9a8XkAdRtBWbuHs",
-	"LfxdARC3VjnSduZcGXTvHA0lx6KN27pvGnWq13py5tezi2rlFvZNkap3f4xtw4mHfj//0Q21KogFeUIK",
-	"qpOw6RhKEehr5j0SlJqBFEXQopAIPOVUbGhmPMuEZmPAYmPtGCYTM8OXBp/vHEE2PXTJl9ib0anWvrLk",
-	"FqWLq9WKrCxWRDQLgEmsoV7sF9BMunforvdjNEXm6Hu4E7V35pUqjyzctm+XaO0SVci7qFwKMHNvdpVu",
-	"kXGW11zCl3lm03mWCt9fyWRpkspJNRerjc39IjZLZW5FBG06I5bwZSeoEoiGmMQOxYBY4QdxtyWL8ULG",
-	"rK3dFosEOsRB3/ZMcGMZ9FSjbDbILhtKHNkqhZfVJ52lBpo81xQrki+Qs5maCWkjzLQfyhirFAzU3rSV",
-	"ZrG1WdHfsiijhNnMlLHse7cwA0COQoaliL4GocdOQ425Ri6mY/e7KbaJO2K8/EaNCyZWNLxbYVvorlik",
-	"0hSVjrsITeyjvp0vwecR+Fs5MalavnSSr/Glewhd0uvfiE/ePG4bN6SsZHoqglJbI+zXp1V/ZtSYsxUd",
-	"4CZ8cV21xbz3poAiJmQFuI4BX46we2eR+AV/gQ8OUhDcpQbwSC6XkDEwlCswkv4KplTvbHpsK75igaf4",
-	"zI3m+ywD6BW1sIwTnmbLeFAp5J7lGYeOPZhCRrwYX+b4GaQ/UAE4rOPt2RPH3aCDJUBxKX0pNNNipLTj",
-	"y47Zu72AkgJIj4DmnfRKaCh2vwVI4BxzR3crpMf7ja666TU61/jkmzpU55z1BMpXcAe+kFoVGHuPJ//K",
-	"jXXqA5DNnaf3K63FyGLzWKwsxmRQvQtCA/buBaXE/T41Q7nQSk5CltCWisBpoV8uRTXa9BFcUe9JaK+D",
-	"2A5lMB0PNNFjsRE2ZjMoxSywc6lie6Rms9RCqwH8ZCoySNRwHMQZPkF1nrF8Cd93kJVCN6kjxyCSmPEk",
-	"8VxxFkG/9QmyNvw6UwuoaXBfHxW9k5UUkVf8Dv75qM/+wvb3Dx798Pjx4/53PxwefHdwSB342QK4HumY",
-	"2BB2KDEFl17Qh68P/vloH9Ul2IkHhl24e0AI95mbkd8knzpGXpChbJPxaoRw1l5EDlWoThXJhKLj4EKF",
-	"9TgpYthCZJkbcZzlZopHBG2UYfcs15bqXQF5wp0AlKAHGnMB1IzhLO6O07EhpGbf0h/7wC+mChXbKABD",
-	"RiRyhKMYW4JIA95dwGq8QbuAoV1gvEkwlFahHQB1ucp6D+QAi1nh0uc2CNSnmt4R6LRDuQFDg10TQmMo",
-	"N2BoHMOWeAlzP25hPhHHBR+5Tmi/f1+TaJJWJbv7Bq7xJaEq3lWJKMmbAuXGM642+WI79cJ3N5SNhbiY",
-	"KnW5EU/g7ekLuL6OK2nBICXYKtaO6cfY76+UfUc+2ze1xK/ik+OzJ7+w6tjUSoH98vL4SffNL8cHj74D",
-	"nTMRjj+DugzDpRNJCBzUeoFQ1LHvPSnW4DhMJ5LbXJfg7DBrZpdzYWDayP6xmQ6I3kTo9Eok6D/wkAUg",
-	"L+K/vX19dnz+27Mff3n9+tfzN8+enD47i49QcgO/nqdgRkgnvoYydqOncnIetOqReZahZJbKlh7MZY/9",
-	"Xeh0vGTcL3bphK0jj9yCMRLuiZPiw7zffziy8D/Rw780X0BKNn4Yl8yV1geKv5rNucb2LsAdHI+1gEti",
-	"0xmJXRZf7cP5xX/LleXzjEvRfeM3c8DsX3DAXKbvcbDoap8+mwr6KD5i2GOfqSxhsY17QwncCeKDiL7k",
-	"jms0FY7GWTt+4v7dfaKk1SobMKm6gAAcd+4jjvizsL8Rqd8jx/ZDNHBqui/MCOuO2fRaUQuJGWZS2ZAa",
-	"cLFs4egnLjaqV8EmINABY91xuxl8M1+SxmJ7fxI+8YguL12dgKHSg+aTdsugQbslJ2zkz1g7y60Vszlw",
-	"ZfoNAvKH5ghy8NWuN1UuST0uHMNv+xTQkRaJkDblGTQ+BYwM4tx+WJnPLpxAGvM0c9owfmwQ/0Q7A8RD",
-	"KDmdV43HEcsBhu2gT2/SYiRSZLy/nJ2dOCPD5s4QchwU4zzQ0gO5iUjKsmnsyI4PjkHtNvloJIzp3FfH",
-	"HbrkT8vD+UoyzqsL26ntYyG+/Jl/85rUsx3PcIoNq3bk+ZxsZs8KdHPctaPkDeBzO0bkNcWeGyr2DCfE",
-	"x6zqkhDJIcUvSy8FBomcuka7165VVWIyp31O0gJdvfO5kGTLBowG/AY2x17Pi+mSSeWVlRGfiR47Lh4m",
-	"UCmeZsYrMlwS5yGwIsfngJhxmFLrOej3SckCviQSkcRszDMjUBl1aiRcWRH6ct30eJJoYQykWQ0YZ5lS",
-	"c8c/AfTgilsojctSednN1IhnzDpjh2DfxuDdCbAbhtINpHNpaDZV9fb4xYvXv52fnD7/+/HZs784W4GQ",
-	"KeJcZ+cLriU6fL0Ci7qdO006TNoW74KO6C9k/dSr25cshHfgiJA/0wQ05j5tCgkWjE5XvSPtKjF1elAE",
-	"WKjlEENDvby4dG9PX0RUR0gKvvu2XsN3ZAmdLtw23YcIcbeCOO2Zu3j3z9DdMKfgK2uu5jW2OJYHhjxr",
-	"Xx8vP9iwtXOtLjIx++/rbfEJ/mpD+JHtRIxVBfSoaG2/4GS53pUwcuQHPuXi6lb48KIwkq4tmmoEjMqz",
-	"pHuRqVGzg+G3qWJCjpUGGBds2T/NtR1AYI8yFzyWTSauRBaxFOJzMlGLTtjpf8qvhJMR0vEccuIG8IeL",
-	"aZqhT4IDW4nNlCdqgTEtx+JiNlMJ5EUs2IzL5VD6NCbpe8Ax6IeTljE4E2G6AT0JWvVRyQ2g/ZxxSxnK",
-	"hC9RqMwBDYWliZjNlSNF/LXjdh5VAnx37In7y91GCGVOPboEphykkvELAAZi6MX1a8WpHIWRwbnQxgN1",
-	"ESAReIoiZhSo/Etmcn2VApYyuK0Zea177JgSKhCDMUmNTeXIMg0IzFqwSzGHyKfvID2UFLlsI271JJUA",
-	"f/ibO6MfHS084fO4MwhOaJxr8O4TFpF7q9+IVA6d5g8d/NQYCYDFgOMTlzaKp48U8Fc9aYD8Gjnxn5Qp",
-	"JwAZGRwNhDMgEnGdAO+9h0/L3fpyY6jlHE8FNsqrZ4JItd8sgxpmDBwIe8RyLWmnvrQAq9OytyEAYhaX",
-	"e3Jn8L/6Gu4TGOwrsajdYnYxo2GHv/QLclcl2XM6YU/P+DfQ6baGdBnfhJ7Njr0Eydw4HtIOBS7jQ1no",
-	"EV5CzHmqj1g8VyqrMv2Y/qBWBAQ6hz8nv1YBhYwDIhwdZAUSJB2IH49J53WYUsR7hCiRBBh/1FuB0qX1",
-	"xDwIxCSXS0SwK1KLtChsPRA1WITTUP7siPGewqXu1Z+n/BkW1SB33Kn9W+HP/ce1mJsjSa5yglDu7H1w",
-	"//t47RautRWbxRW4R36/iRq/6UBNFZsNlHBt3Tfj8q6ArvgFfEaPXAoxp8wXyHjqDWV96WWJe3XE4mGL",
-	"pMGwNYBwcFmCCTme1CC82aDosRdqITT2mEBrGCCw0LdJpq1xZqnvO05msMcpLBv5oC2T6hKjGXphzPHd",
-	"vjU6RMJLKNVglUr7+ZLVHbzNfYmFApj37keNVpG6nE29CtVVX/R5z+LqsxR9buIPvujzq+QT/9FFn7tL",
-	"uWvUcqa2sW7ziG2t0uw1lF86Av1Wf3m39ZdkPGwsvtypvNIIGzL6qPRoBlV8QWlk0PcMuvMPJZUzYS1V",
-	"cr1GRKQ+fStx/Aqj0zuS6G10sXurW8RfQtivcjm4pa8oaHDNCsahDJuG/TtUMK4cYrV8ERrm19X+O5Us",
-	"wNW/UHZKZdvumXxCKYWV4saNFY1D2chCTvJ1FvIfVY1YrUP8arnSF1OMWPAGdKmvKGIBbyNdbLXFWr1D",
-	"8hflDMKYz1QubUzVF2FT19Iyi8oKRGceRSwRo9QxHl/7kqWXzlijCKAas5G7+sW72zzLnG3lw8HqSuiQ",
-	"rWHoAL2ZA3bQ36eEa1ttAwfG3uHBY0ym4SyMkUbQq8y93Ftk7BeR+dIg8FYOJQABmYKj+ja2lZlUSooS",
-	"RT3SVmYCWddGuG1PBqyoO2Lt+OT1mzO2egh7H9Lk4x4+FncipoVj1PD802cvnp09i6FLnSYmmYmxxarH",
-	"uWPnIcuNGI1K3WhZrOQ5fL+MWTumIULoajyDKGzOAvsY0yTiTlG0RBFYE8Z3IamFIryj5fmlcONQnDRi",
-	"B4cgxkwJZY3uCA2YpeV2wcb7LHrwMywhlUnnIl47OeiYd0Tny7MyKWcmZhcAOOcdDbUxSiAHX2uOSN0i",
-	"U3KCHnGlJ3GzczloK3ZPbD0YoeCBn9bXHK6xhsG7W/PNcL87w/1T5em8ClJtpiKjREHyh9EVWmtGVKTw",
-	"BHecsBs4pYGwMi7DWZKOxwJyCOhuuKtUirs7oU9o792c6PUUmT43rFHcYB7NhajmH02BsCulCqfC6mX3",
-	"eGyFbpoVPb0XPgqzoqqoT3W8mM5CyJt8NMXqE17hspSiNeZpBjlAHVYiCcCXTv+fcbn0p4cmZZZOpra3",
-	"hrUKWV3VokyfixNoH3AEjWF8+rZOMQGZuBlmNcMerBzreIMfD1Bk49mmhk3SKyGxGXLVXuqx46EsUpVI",
-	"4tXKKvoGkQKPsfCUBDtlw6CUHQzlYf8xk3zmxgajwnIr6nsew0tXZcr9d8Sspx9UOXr/9jDIwULfoC50",
-	"d0WKP2PuWHipHFVdm96jndoa+1S3S7F8AHHyAYsdqccRiwud0v3h9UXMvCK/VxwRaI+7oON0kmtheuxX",
-	"MbdUQZLwJZVQp5acZU61kxh8Ryu6iGv0Dxu8ZV8G+a7s3BdNxXdDisdVBdpXeDlmcwNyvJ7PKziM50mZ",
-	"QdVk0ly/6mJ1gGaQCkgdjXMgfrcJjtUXVivrMvymhvVHPgxKhcaGOmNXfXMX+ejSw26jqFsIja2+JTqz",
-	"2pweKnqmUb8ByPin16QGjTaeKSk6vWLC0Pqn0EuCzFgnd/Msw+xSJ1KH0ld4YMYn5tChohM7e/m8aLxN",
-	"KARgRFM0tZKRi4dStuwvxRzJM7TGsLAW9jc0vErp54UiiL+hJPnHdhV/T2Cw+7eo/DjXMKY+Gdt64rn4",
-	"f2TDgnpJ/VmMsbvhybiKFQWh8Dwg/3A3//r6sRtGjHKd2iXwzwvBtdDHuZ22Br+/cwwSiyzqet6/gLop",
-	"8u2wNhUE/XJ2dnJ+/PTpadxxVk+us9agNbV2Ptjb2z/4vtfv9Xv7gx/6P/SB/9J817rLZ1wa1rap0KbD",
-	"LnKZQFYIpglyMDVyLajiwCfdz5XK2CjjBmsOfHoIe+2jc0pmy17ZoR5DyTU99fUE0+gR4FtyaU2PASoZ",
-	"xQMwVcQNMuNL5nvkBrmMwShKTxoGYccnz50SZlaAFZiZAtarHAmIZ0ACHqCQuwU4u4SbKTxnFfRBKMbi",
-	"87TrXlgz3s/aLYO1rZp387npMJ54b6NV5NF6YFgYtgGvbwAOxzFk2mPotEpIYFypS/QLhnGMYFITGLlm",
-	"SidCzTNI+cGaMSc4sWJgIS5KrEbL4j36Yy+GiWBAdhKMQd93EQV6fSgs9CZgDUoZjgIg6QiceUpXUHSq",
-	"1d7hNudJamtGga7q4FZcwXpf7xiEu11QtEyKi0RJuITGl2rfoqoYHZuNrY9+2tisab3DUdn9upxlMETT",
-	"NjoynSrL5txOe+wpeOMNW0wFqPYc6MkN6zQLuBoTxfhU8CSU+mm4lciJ1kdaQyeEDF70/lYRVotm3wzi",
-	"htXE/8qaALNubaQfq31mwa2DgH9tpZnOpYScrep7w/PwtQL121UpDItq4BKKWvxMTcqowGppeDBeUVK2",
-	"PuBxwucAGOaDM6bcN0TVQsLPIO+EFVloqGOFNFaE4tbG+EXwzE4j5pTSVApitidazRwV5EWed4+9Uswp",
-	"CELadI3CCp3NOD3//w8AAP//",
+	"7L1/cxs3kjf+VlB8niqTd0OKkuVsTNXWnWI7iZ91bK8tX+ou9GkgDkhiNQQYACOayTfv/VvobsxgyBmK",
+	"kiU76/U/iUUOB78a/bs//XtnohdLrYRytjP6vTMXPBMG/vn3Qju+zLkS/Z+5UVLN/KeZsBMjl05q1Rl1",
+	"3grHpGLpihuVsoXOBFvNhWJuLthkLiaXbKWLPGNzfiXYhRCKZUJJkZ0wy9eWreZyMme5uBI54ypjK6ky",
+	"vRp0ko6dzMWC+wHdeik6o451xs/gjz+SzhvuxAu5kK4P/92e1dlcsNx/xfQUpuLkbO6EdVtDsa7/WivB",
+	"VtLN4dlccOuYEQsu/ZqTsXJhRVZrJeBLK1zvhGnFOC2IVts9PnrcS8KwW6O5OXdjZcS0sCJj0rFuepHr",
+	"yaXIzrlLe4Oxqi19qs2Cu86oI5X75riThL2QyomZMBub8SZMeXtD3inpbLUmxl3z/NKNrU0ZvudC2MFH",
+	"zcwK10Q8E60yywrlZA4Tun4auPeWdafaMM5sLjOpZmOFv0zoXX61k8IYoRy7KCaXwjGhMtsbsFdbRyYd",
+	"k5alb4Qz6/7p1AmTjsaqfHWY09QI4afqXz0zPCt4nq8TZjVMXKjMH7r/ksZb8DW7EMxpPVaCm3zN/Iyr",
+	"e+E0W3JrTxhnk1z6iXriYCvu35Fu7F3KLO6VJx5npLDVNbN8Ed454YrZYjIRIhuw72GDaPYTXSgnMpYu",
+	"jZhIK9Kx6qa0wnN8xqa9hHHFeJ7rVdidB7ThfouidcIycH/HyhYXfVp0lzO3EspJ4ebhOXx7L4kYg58M",
+	"U+KDY1Oe5zYBEuRjFZ/LA+vHhN8IpYvZnFXjWOQnuZi66IXl/mrrmNNjNZVuxIql3+qIuPxY/sJXr7vV",
+	"tavIpZ2wuf+amNzGUXny8Od/02v1R9JZcsMXwhGXfqKV1bl4Z4V5zd18ezL0ACusMExmfkDpP1/6p5OO",
+	"4gsYIeskHSN+LaQRWWfkTCHiif1fI6adUef/HFTS4gC/tQfPM9iRJ4Wx2vy9EGa9PYlXS/5rATRjtWFT",
+	"oxewIUsjrqQuLFvymXhgWeqJ4hyfSsuZ/grvLKeKX9f2bcE/vBBq5pd/ODw6TjoLqcoPkgYR8j1sdMtk",
+	"n31YagP0tOBuwJ6KKS9yZz0dpf+wWrXOjI5v343DcXAqMKsfDFeu+RThq/bjm/mvP/YEn2disdROqMn6",
+	"b2L9I2gCzcK1vKHVL9ilWCeMI5tIoy/OL8U6ZVMp8ox1v/WbeHj07VhN5tzwiadizyjS0/7/MN7/jQ37",
+	"j9mAnbMR+0/W9xxJSDcXxr+YM+tMMXGFEVkf34cn6nnZuKNNJkz/8Ojh8aNxJy2n8vzZ2fcsM3zq2MpI",
+	"JyyTrse0YRfcCNZNo5+lvQH7QV7BG/1PURcChuH/xCFBT8jkdCpAulyKNTCqINO7x8MhyXE4JnxHdVDR",
+	"Hvf/JtY1WhEf+GKZ+6c2VtNpIuG/iXUzqZy+fu6nxWSG2k0qszQwYzgkpR1IKismRrheC0ldwuw+iqBA",
+	"grVcstd8JpiVv4m2ywQKXG1/MryI/o4PE3/n5aJYwF9DuPH0ZyO/fmVmzbv1yszar5U2s4/dg9fCSJ21",
+	"bMJ3Ms+9jrGEhzzJpv/93//93/2ffkrx7BZaubnXsCshQs9ax43zGk3MniK5TM+17S5+uzerwlXggnKu",
+	"mrfSf9O+l96S+NjN9MqQueJ+vOfZ9gSir28t6ZbcOWH8z/7XnP8y7D8+7f8P7//2/vejoz/+b+NFPBN8",
+	"0bwh/pv2iTjBFx+7Ie1i/91Oce+VgY8b+w//a7vUygrQQ06zhVSl2irgdCZaOaFA8+fLZS4ncDQHS6Mv",
+	"crH4dy9L/Xd7kiD+Cofe2Get2YKrNfPrEdbZ0pqzgk2MyLxKynM7YuJKmDVLD64OU6aXwiCtiA8TsQRV",
+	"0sslMbkElp7jQvxFYsRTE/qR1zT1pVBejkwi/cpLor+/e3V2en769KfnL8/fnJ49O3/x/KfnZyUH9hQq",
+	"TAJvNQI2pTdgL7Wbg7HBLcu0EifM6/nrsUIVsmadBFsApUxksF9rF78J2xN0fD+JYN+g9lzfsEZL/MbW",
+	"ZzksKOxS1djUDpP/I4xJjvsXW0QnlQrON+y960ffR9t3Gqw3diGm2gicgFSza17uX/8dz2iPPuWt+Ynn",
+	"XmEVmadiqa54LjMm1bJwJywVxmhjU5ZLf3CCT7w9NxUKTGLQhAYdP3MUYKjJ7pj8zSZdf6ufuRMf3MHE",
+	"XtXfsWHovP0vvPc8aG5GrxKw9XKpBN44vQoX8f+9ffUSdPxBA1ffZjHe+EW7wOiVhcU/0Wqay8knPbRT",
+	"xfTFP8TEBRYnLSh62jB/AfMe47kRPFsz8cEfHUz0e20uZJYJ9UmZ8rzGSljOJ5d4BSd6KRJPdNwz0Bko",
+	"q9bzAv838de+Vvk6IrSX2n2vC/VJxcpL7Y3AQmUJk2qSF0D7XszQCegp40qDeaLNDKb5mq9zzbMzrV9w",
+	"MxOfer9J/rELna3BZaM1y/1EYHKRevRWOJd/YiEN86sUNC/qAq1anA6DzVxJK05YmgnHZZ4yr7FYtFcc",
+	"d4J1J3qxkM6JLGFG5IJb5GDiw9KrMj1Y6lthruREvFP8isucX+Sf/CgszsBLIG9vZWIiM8GUXrGuGMwG",
+	"7I3IpJf1K8UKBWYmSye5tiJLmVeVcR3vFC/cXBv526c9rJ+ktZ7awU7O6ioBTGtp9ERY63f2mXLSrT8p",
+	"E2QorAK5g+f0wgh+aYMHE4dmpsgFMEf6TFjG2UI4IyfAizz7ybSwYBNfKr3qnfh/lrrYynhKU7RoWyy9",
+	"BBDZTyKT/AxkxqelKrjYfmIWdSeQdk9wAn0/IdwLiQsCEde1QvhHrvwBamV7J2O1cblW6HnGt24ro17R",
+	"9NOhOYK2v5R/E3DmS+NZtpNoBUyM4A6iGTV3Zsad6Du5ENuiNvEG2R4GR9LJuXXnhd39dlXkdN3Rotka",
+	"DQ2g37e/WBoxlR+a/V1TaaxjdZcVKvMTI1ziVT8jJnqmpBXBzzJoWqsRV/ryI1cA8hN2WzqxsNdt3lv/",
+	"uP8dvYgbw9cdtN+C9fcLWsWwN+UA5ZYk8bFunENtSe/LQVBC+lGRUp7AC+CKZJn0O8vz1xHlTHluRVJ5",
+	"wH4vnb3eHNOFC/y0mt7oF/yy8x4OL6bCcMa7tuWlf+YjdnPBPzzHHzwE5xP9cbixz0mnUPLXQtDX/kg3",
+	"t76+69ftYYPb45QpsQItChhC5dpLyG0kLbNzL2lAqdJqAk63L/Dm/onvW9LBM2lmMBeCG0FOhRFLf11e",
+	"no+L4fDhRGbwf0F/Hj9kF9yKb44Lk0f8CJ9JB43+qTu/5uVS2mn1hURbtk5j5f7ttZEkYxp2MooSXXvN",
+	"xQeHkantvYBJ1N/WuKIik+6ZcqZB3vEJHuLmmf4cJKqXnwkDjS91gi8GuMdpo3TgE6dN08s0W/BMUPSY",
+	"q1n5ymAupQlLL8V6VCca/ym5p+gbsBHbqSXp8GYfh6dRsnrQI1VNhXX9DWIYj89ELvxPIKjQcrNoZ5PO",
+	"h/5M9+lDryUN3vDVT16pnIn42769lMu+XqLU6C+1VDBH4KVJB90tO6dMHpmWOcOJfNo5I+O8NtqbhHGb",
+	"6UtWJMacjqlsJNSs+Xy1mbUwSlClz3FmW18Dr9xTLjSxHAykIH0n4dYk1bbSIQb6q82HRm+9mnfCa6o7",
+	"/tn5zXfcTeZPvGrjlYZmwjbCFjl4IPzhY0qBnjLOLvyPwbmC8XWwJtAouBRLoBmIvl8Ir+GjVQpBAq3E",
+	"q2ln9Mvu5cG03sDgnT+SPU2Z97VFRZ7OnbrghnoCbvm9z7M2Uk1bO6RgYYu+tnloNO7uc6IN2aJBPKX9",
+	"Z71x8tfp7OH1jZNDF+qpmsy1ecobYo9P+TqYMRhl1HGUUZvZA8suavFJi0FHTy1l8PXo292h1wYX8X5b",
+	"gb96o1dNFzL6dlskL3ShGljmqyth+Eww/J5lhUhAYE3kgueUScC62syY047n4OY9YePOcNxhIrdiNRdG",
+	"9BqZKsYyJg2b/IS+gRwHHDk9YWKxdOsqH2qZc8Xm3NvsbGnkhIIGW8NAkofIziEJrS3Jrzo8eNwynmUi",
+	"8xaq/xZPupYbSd4QCsvgSY/V1kYMo01IMCAAAzDPzK8E4w5co55VhzeHd4Xks9Vc52LAfsB5GR6M5Qlf",
+	"YlKC/wM9rSLDVLsRSzWeG646HStOkhxT8fiFvhIsDb+ip0LWyIqvMUq2h6itv6Jte8vpyejsdm7WYL/h",
+	"8RgahW+bzK7tTNuE/UP1jdVK2DuZMuUQ7Jk6kGDAezvbCi6DVqU/rpxV4yUoF7vHBCHKvWNAwRd9zIH1",
+	"e1Am+lw3iQ02XKZSoJJDYX2KsNOxhnlvkdnmKSaBf0VcZfPmN/H7G4nWyM0y0f75w4r+guZlaUGjDp+g",
+	"lgen1xFqFlY36vBcTkRny/+CL40TdpJmXqUhel4sPCt2bKGtY0f/+2jI/soOD48effv48ePhN98eH31z",
+	"dJyQoLKOLn6VnY7pn5aJD3zi8jU6PMed73ShPLmrYnHhTeROzxM5eEB+LYSRmNK8RUVVWtHmDCo5N2wi",
+	"Nr/o6/USeAgsgFqC3PV+lDg1r84veJ7vobk9zzp/vE+qI6nOueIw13tywhW+/slw9/ZIYokvk5/JDvpu",
+	"1rMonSFikhda54Ir/8sqwf666bzwrOCNmHbA9T4zPGv0tim7EkZgJqAuHEZyEoriBJnwwLIplzmUREQs",
+	"JJoXRq4a3p9hdMtLGIqyoMrOoTRBYMyXUkfYXOeZDdwzpGUuuZuzLglICrE5fikUvgiTYIDxQQK7dTLP",
+	"8fr0TlhaQAzKM8O0rBhIGYldP5C2IOJL/QWn5U1RGCTBC+nVKUi79lKfnuGWYZakv/YYCbyq6VS1/bkS",
+	"eYNYe6UEE95Sg4B+Y4kFKFMc1RxIgNpH44TTf+u4K2yTyukP8rpX/OSfAYJe5nzddLjeduNAQBg9ZoKb",
+	"XAoTimVCEQqkqWxk1zZvE6SZnIPZfE6JQc1lOnBcZfXNzTLU95C1bm50GVPetUln5YN/JJ3VXRcWNeoM",
+	"8Og5MIL9ecAGYwo8hiihpM9GZgUR6ltI4wI4wuHRw+MtmVo0MotK519pcwmX6xOJUlS8/ZtQYUnKGhOp",
+	"2LTI8VIagQFTSLnyms45pgB4DtPl9BPDrNNL6+d99L+PDnsDdkpDkYdOK9EnMyXKIChTSMpsDOAtuCbP",
+	"G+gn3TLiC/lnnmXDg8Me7gRmmmjjOeyiyJ1sGAs4m637Se5MddhLZXi/SZBAEM3UBx7fNzpv8IqmV1Ks",
+	"hEmZlwr2hKU8W0iVMp5bTc5RWKZQfra/dODrTtLBn0XjVbcrqkC5m4AwOKkbLZ59A06G1r57X6ttavRZ",
+	"4jToZbXgyI5d97tw82Anrbijl/Y/vbo9CN8lHc+CV9pknVFnoo0RE9efa2NF/wISlddhgiM6qi3GUe5m",
+	"uflhYVHVzNGj482DqPu6o2hbOaEtnu20AfsyX2O9xpzb+QlTXt9gRrjCKGTQ8cDkjiurdY6aouYfeZxh",
+	"weXU6ZXXnONdOJbjy/HZPctPgonSTJd3yNIaxVTFkxN2CIVA39DfljxKEMkoHVjgW7lUehW+HvoftUi1",
+	"IKveemrjeXixl0b+rZmYSCu1GndA3YzuXmkHgftSXwrl/3k0HKLbON6gw29g2bWPmra51R34/O0rdnx0",
+	"+BcWbHs2Ifugqv159/YpkGpZhvDLaf9/3v/+sKn6IOk85TJfv4Pw0xalZk1u31P27uwJyyrnL7ovkrLy",
+	"pP/0aVqf0dHw6Jv+4WF/+DBWBT0Lb3TQ2DbFF0+18JPd5XyMSjbLclPuYMrdSbEo8spq2KdSM74oGWZk",
+	"tEnOp+gMbsyw0KqvxAyGLp3GQfPBwNvx48FwuLF18Fn9OMfj7PfD5PDoj+54PMA/vvmj9x+Np1urEIwd",
+	"KhB7jMT0xF51EvywSUR/z2X+ExkwDYFETio1ZMKt5jIXsR2LmYrSskIZfw35RS5GEHoGvSHXKztW3WnO",
+	"ZzORsTRYzmkvqTIa0eax7NHwYcLSXE94nlL0KVi3iknVJ4N3rLD4wkCFWIbkUFm9Dyyzc2+Q6ikyBrT0",
+	"xvGO+Ol5qQ0T8Oq6H3N7c+pS7kpP+MWg3K04oCsXIX4BlTSjzky6eXExmOjFwa+lAh3/E0K+iucH8FYs",
+	"O5Uiz54Zoxs0Jch13j4gyOEDg56uTJWGT79fs24KG2B/Gb4foBnsNz/EAEO5MCT7NdpHCwpgN6ItxPcH",
+	"51j9oOkSgXu/OVPiqpEABbjqpcOIQBzBiKMVkDmrtGOUiIIRg5wvLeT8NpnGt09p2rj91sqZEhm7WEcl",
+	"PC07eWMvvhGcMkRvk730cf5x5TZUw1uF9bd83LSkMMBGYhFRQivt7Kk+18mr2vg9rINyxzdJcZ2UKAK8",
+	"yKRjuZ5tKKyPNhXWXWfQpAWV8bhmOq8Jxk9ky1cxYJwDuKHQS4gxPmnZhC+X3o53lZ/owr/q1k70w50U",
+	"ucUkUEPA6cCtt6z75vsn7OHDh4+ToEBMC1cYkcACpGKcrQU3vRNGcnOEJX4RiAXufwkVUgt3b0QO978a",
+	"bfehleLvwtBAtvvZTYwfBc+xHLUtf6PN9ti6RZvGJXeVwM/EUqjMa9BB+/p93Flq62ZG2HFnxMYdfTnu",
+	"JGzcMV59wY+Kqhxk3PkjTpDazu+6JoPLoqPY29dB4biEE68KTt5fRyf0jqZtfN6Y5jvheS5MfzLXVigm",
+	"oSRjKlEUVTonxetiC4L3fzvt/8+w//h99c/B+eg/++9/HyaHR39pti02gk4NdZ1LwcHPzyH7uLvESqiE",
+	"HR2zuS6M7ZWKnyuz6IMlxviM+zuqshAEtGXpxUIbTFGuW0G8/1s18W+Tw6NvmycOTtza2WxFZvdSBPE9",
+	"d64Flj7mhiPeimdAVhfcnu2c7ZZkvTws/1pHd11laQHR8gIKnmn2rcM0rxvtZ3xq8wbktMGgTNCbmq5D",
+	"HJtpnKgN3AGqPTf3ME5Zvb+NzEPR9Y2yPW616SYutt5jOMBwupkaSVb8Hi+/cwpISuyPAm23arnRUhrp",
+	"JBzBTs1x684FxasMFEDSDI9q0yN/ER3zN6AHNiRNhO3wmk7hGrIj8ubifNIOtyrzP4kOeLepEDdRxj+K",
+	"ekpNa4NyWmmjgX3g5ycQL7aI24ZmphdujLNuUMUJyIwtuTT7R5VhPtsZqJta2k/eQm9ynP1EfswouoYe",
+	"NM/fvMIaZSJwtSZi7oLFDxWcKl/3BuzMK77BJxrqrhVkPUFgX1sB/gEwcsFZi84fdCwk8UeUogjAiACT",
+	"YR1MBrLNVipcpythjMwEItyVCcpqjUW+peevhE4aKzA7jo+OICmBs4W0dilyFz2KoQTaCvL3hJv5S3De",
+	"vt/zaJD+dp1LU/FWQify2sjJTY3U/VIM/dUnT+hmtuEFtwL2XzRf2Du7lSEpbVmucq8ko+BAxUyjGjaQ",
+	"f1Gpvvv1I5PdzNwctN/x1sw5nGTTncejanWPy3y9y1NdOZsbndZkCpM1Ceuqu9bHKvjWdZ4J61ABLpHJ",
+	"VtpcQmBsok2GcKCQ4iABu8lK6687DDxgp2Pl31tedAb2CLN8xVSI25ZvGsFVvOJ5IQJuYwDaGyv44QM7",
+	"YM9VA1wU5vNw62gAwBDI+Lr021vNptywbi6vRDJW4teC5wCMp81sAJlDvQF7VuU3B41+zi2maZTLXQfg",
+	"xb0uaxTnaErOudbttuvd8NpSjfNWwv5m98ZvN+blTY27eVfbpagsG9sJ4zXehEbvfyrUVJuJSDF7hrKF",
+	"wXo5Yamd80yvUuK69MRF4Sirw7I0SqxJT0KyDoYEQnE6ZfjEOQU0aCfp4AgdzAPazya7H8f8S6ot3VQN",
+	"58WCq74RPPMmfelB3xXAblCmI79KU4WA1SawFgBFXfIZ4qNAkRrl9uGl9Mxgn5rVV+rZh6UMkHMhaITI",
+	"GZ2kKQaEEBwWkJOqtBfMmFkKxZZ+/BRBNuw5d1hbuAB03m6V54chMQBYTAmdI43PvpwCfdkYrnqFd7bO",
+	"rsk5d86hpOWcgpsNebi3yTiZTgV4pc/zFi3xrIqH4SNsIcyMdC90JQaFh4LVsUMVIhshfjBWKF6ocILK",
+	"NLqeyPqore3PFkv1cpPz7F2a7Q/h2mFemdkLfDDYuXaX4Cy3ImAi13Zu8NGLu0kuZmvVuJ+kLS4QV7o9",
+	"LgXw4Z69PohP1IKdwLMQrF5gfSlXlVe5OSYFKIh7Rikyac8LkzfvdCYyOfGETvHZd29eVOX/IdGFLbi9",
+	"FFmoOJJTprRqjgFugEHvQRFv8Rc/0w+8uFtmN756K3Ex1/oyLHT/8nXCkyRqbLjDZaZm/aTrQ8b7nDTx",
+	"mI3gVbTEJjH7ysxunv3l72rw2hLsxelkIdhzBd4fJBnPDbd9Cc1McT9lfatEsFYfcPipmMi1HMDGV36/",
+	"peHlr5U7BKUjYgn7wIM0cAl6I53jnV3xXY/DFX/35sVdXdSNS7fT84KPwuDX3caWG/GiJI/qOOj2tkkQ",
+	"LBfwOolUs4Sl/nHSM+gdPTbVXtH0xkUkYlKkxZrOQWPxwmnPDabTNqXjLuJwXnf57FE4RDuezG/oCsVt",
+	"Thilk/h/lSRKFSHbDCcNrQ7QCi2zJEqkVK/TbLvcmznXzfjVJ+U8N1E2bsVZ/sU4SRPRbrz/Jhxjo13H",
+	"bVjHZj+MAXtyDUlvcBhhnVxgWiT12WjkNK/LutlNc7OegFDlZDYnZG4ESIf9x+9/P/6j3x3+cth//P7/",
+	"O/xl2D9632uMkL4myvr4ZP0pl/n5PnekzKq7c8XCL6bpfn+kkbGvR36XIz5hFupfajbPNrrKprBoRbrS",
+	"Om+BwAKf/P4a0mv6wbanNrJ0g6e/9EUE/ySCFagGX8TN2Yo/vbswJXYoJ5VBQGcaky3tarWHN9P4/fRv",
+	"rvJHtyZkqoIV4JX8ioR/uU20sfzN4XA4vP5n3qYFKijpPQ6kkDnyusn2+BPf/D0le3XDdwp3euyG8j3c",
+	"1T3vo3+6brGEf33s9b6PC7rPZavoo+3eNBkGpKU3O2MInB9C9XPtqNBZK4FpR07wRYKNjjxTDoHbKbeO",
+	"aawDCZD7QWnl11RbJ4wz8G9DfWFZbRnKr0M141ZhNeMOgBZZN/UrSjFIHxQQLF3MV3xt2Uwzp8mJ42d4",
+	"sYb/dVM9naa9AXuBCMchkYobgeF8WKLlazJ5shHzx1szfK6xeOAI7sDkAWXis9s81JdkD6PnDtjYJ2ZP",
+	"e3o9AqPakulvxDLnE8qtp4J8ad3gtjztek52pyrJS7EKusgJKiJGLPQVwILflwryRwuJ7TJRIv2/voAf",
+	"AZig1KvqtoplXSzHTxgK8QSSJxOW8XUP7ntIeGBpGGHDoBnVQrkBx6bsrkbd+WoN+ZL6I9ACU0CbzNLc",
+	"WXKz8SOv+yFaxATM1xPPkfkygaggJHMynvkvuJHcnxLPmV1yFTLz6C05xMpYl7OLwljHcu5EKNTDuSaI",
+	"NWEdYFfkmmc9P/YEBlhIF2rEVnKCtUqU9lKmSrEPQQGHaa3b5tIbVD0RRxi4CUut5dwcDWv9B7uPhmxB",
+	"gigc3kNGH4RTfOj/RTgPeKJ/OSo/gtNNaufmZxXO7mgYUCvRiGBKt24nhGdhW+xGIAK24IRO2m8VVHFl",
+	"wvT94xbScP1kaNfqbRFZFyFN/O5jCZ7lrjAAol6+HLLTsGXq0fDg6LBsfQrnEfWXkbaUtT2Uzn6mKPYA",
+	"NGwZ5PuA/RQHWiqBF4F6xdHkPY1uYl2bjNGP79kam+TclsDedFG1mdm66R0u+13kV7+OOOT+8uqC2zvP",
+	"y6lSjgabeHY7i5vDc2UKxv5KQ5xFdV163CYmYwWMFW1GNYVG7YDAKBvgfNib75+wx8eP/lLCZWZ6UiyE",
+	"ctteS8TNbzTBsWPO3uuPSgH/2Eo7u3kVQgMgi3S52OFu2MoFmTu3tKODKFNikImr0MfAHiCCMA7Zt3kx",
+	"2xt1Gr4NM0p21T2U7sltuMqNeGdVwMO66KUeHRyklHeQSQt/9kLk02lvFsRX29/5rVSO429r97qLb/qP",
+	"0cHBePz231uKdKO2KrvQKPfIpK6yK25asFgxKHP+8PLsp+zxf/06/PDfFz9PDl/8Zf76t6PTpt+2QSxB",
+	"udU/Cup07e0bymnYyqynJJ8gCmyZ62nnXrFxc7G4MwCm9hyviPdselTbAF3K/HrLuin+K01KiM6EULCS",
+	"MoklIGJtYNggCg4HMW0xv++B7e295Ih0kB82LVyrc1Em8+x00Iekn2swI8v5N8MugdlKHXlOyOYFwJwL",
+	"sdaknhCIancD82df5MiwqftMoML6nMkrodgFxwqOvYbZhcMV5zlFSFyhqcxOLC7AY2/O8KCJ3+gSQ/nK",
+	"DYgFiuFiPL49URh27W4wMvbb2gDvt4cTFhe3VSxc4lxGXC8m9mbxUG5Bs+Pili4HLCuhN+8vw2POvwdY",
+	"czXA9d6Mbc7QCIQX6lWmO7CrtrWYGwmlXbm1N2Mmd84c9qfVu3pZWxou7eg1J7kvItwGXi2aPUE2sS5w",
+	"piC0MNUSv7Mp69o6/k3vBKw61JYWWG6B898oawo0cVyPGVAoYBcWrHN5hTx4eDS8Dh22DaC7xISd6zwr",
+	"s+Shm39VBPnnroZqrGmns/lnhYb9CO3jLvFka1QWOd2+GSY7O8G6DUlP0qasWErLBaZlDjR6Fdsp4OE3",
+	"13Ucv3P82y3hH1U3zxGUpeyL2Il4aBCvWaNTBHsVbZuCcNUwsWfC8zxC3RQqAyM0gg70Ty244rMSu+uk",
+	"zBPCb43gWVS1hn1UazCD2MkrKeEG6eeNkz4jmvmE/at2ZDx7Cn5go56DH5/e3J6yvO+1uk0irifY1vT3",
+	"ssl8gEehZUPBSZT2EPdeRJkjDdOrj96UdvCZzahjvIybRfI9Xd0yeRcF4XbY/vhGEXgKtj9TM6mEoAqY",
+	"2rHECQF75gNsd8e7OdXvF6+6SSBpg9j2GaA15Nx2lncR2gRe89lDm34Wtwlt/vlOcHtphAZ9Nww9/OZi",
+	"3dxFzQrHZFWBWWI8UR/U4K7a9u3ewjE3Lbu5Vc/r4iKPHkaNE5NMFaLmNAF8t+KD2SC+98Hbpr6Emxg0",
+	"8Gk52zCTCMOrZp7X+Gm02+93HG2LklErsKFHQ7kqlRGtFLSmL1M0Y40Buf9G2nmkJITBxU3NrR/klagV",
+	"uoGBFamfKULPXWg3P0EvkcLIVFJfSy6n0DAmhP+27fA6WbVAXm28D8vzRT492QS9CobRX1jG15bxueB1",
+	"o3ZPcq3PY8jQ78/wAfrrr+wwwYZiTrNvSkBMzDKoWZbDwaPkRjdgs8BiU+Wi3djELHNatwHk3wTtrQzA",
+	"Ut9E1gWk2kfDYdRus7kL1JaFsqUq1k8S0BMWXK1LNH5IIgKgQxj0m+Hxt8PhrYBOy+u8A3rsLEbs3zHb",
+	"uLMExWRXwgj0Ny1zCQkD1xH3PfDMO+B+5TbVmBy+uGnLWpAEbhf7bK1mb/Pd37TfEj5/LlTDCT/7MMkL",
+	"61ldhIYXQsD78gwaALrC3TJNl9h4aKFUe2NtBbvDu7CXp9k/CusWogV+tK21KoefAQDDzTWDln6p76pO",
+	"BPDEnp7Km9yVtr6n0dCUQdLlBAZhCaC9AI+aIdAInlm/bGy9sN8881sArN0OHXXZUisBTZNr1RLVOXY3",
+	"kmp6CaM6ihYwrVYFa1d4ZY/wxwZxl97iAHrV0PWUlK6yU6rbh9xvbrU2mY5hHzpOQvrP8fHh4YhxNsml",
+	"38jSvcQeD4d/OXz8+OjR8V+Oh48fH3mdZCGt45cQ3fca1yHAIkRu4m0vcJbtcAHzLGPdEm/baei/wfR0",
+	"2ivBPdtw4KssoZPg/CtyV7UYGd7au9vf/u7jUHbuHYjWtvUbjzqloLJDfVjm2FQHHfC7He0D9oz86BRg",
+	"SK1wFCXnWZbeLaTYvTceKy/nDo0pAmjZ9iu0QAjucB0CG3hgWVm5HtQrEMcyZCiUkWhp/Lnt7UrDFNVW",
+	"LaM9boe3cC5yyAQF9I84egnXao00gyCe1lU5f7Zs8oXklel9G0g1dof8HhoA+TNNSr8jBq3BnbziVZYm",
+	"ZCsO9m9J8K7KbKj3H+iWrO6ktnBKfYWNgZQPxdIyFeRWajo4sUqQQzqPkmiaSfCuuuzchfPbnwsZ6pXj",
+	"d6u/beQrPg80slxiBeXHecrvo2/hnRSe1fShW3mjb9dICKEkcsyH3PYaP9rfHf2J3Mbbm9e2GXfhzv1z",
+	"tOHxs7h/d26Tt5VKsLe3UVwJ1XbJ4Tvm32WZpazYCHUREerc3Ajr9YZS4R1Q6433N6p81a7RVbhmqZUz",
+	"JdXs3IqJ8YqGtFAKQl3gEFTSiAU3lwEyi2rAbTPejZwp7gojzueCZ002HOaIYTIYPoNZ8BNujBSWpe6v",
+	"6AwrlPyAubDJ1SF9NhcfWDlElChbJWpWeQn9t+HBtolW694Fu/TjT6dP+m9/PD169A3icc/Fh95JmfhK",
+	"Lc7RexgM3UuxHrCXobZ3rKr+FqEjefr3d6/OTs9/fvbdj69e/e387bMnb56dYf2J8t8TAoA/DwvVJ87L",
+	"gl4yVl4VxAZ+wZmGXeQe+Ceh+ACRrq5FM2sEQfp5LgwRJxYJvH719syL7KpSOSQI00popoM9hzxvbU75",
+	"2stqRXCNKYBjoJsAylMyI+wGwuO0sAJct2UjAj5WudbLCz65TNjSyCvuRMJyqS770KnGUzXQ9EpaAd2H",
+	"lsVFLifs+eswhKf8scJmOnNtXTpgbwvAxs/lFTQ4xuIhriYCqtMLlW/OrFAYvR2rjWM+ffHi1c/nr988",
+	"/6/Ts2d/hcpC1sWZZV5t1UtvePYG7EdvItDqjRgr8BRCs3c6ABpqopUSE2cTQuN++vKtV650XqDOgOVM",
+	"MPO1t3bGClOIOW4fzzfgXjuHR38ZDAfDwSGUlrCwm2F3RvHg9GKLbfCxQx1o1dctumHN4CNaeHPUFMrz",
+	"GMuk650wzpZGZ8UEYt90hcLJA+LdbrUBAag2LnsDm0oCr37fzt+f0j42uMFuoCBy57wit03+h6Vtioj+",
+	"9GCCJT3+O+M1DBEz3jjLPfQ/2mbyYO/i26B9cv06S8dsMZkIkWH22rWXGHbqOqEWGkhsyLG0ORDof3Yu",
+	"sx0vfWCZ9NZzbjUxRMvSiNmHw0FT2X8ps7QE+NXZek97Se6Lz47lFueTRgRQFHIT4afkRcjZ2WuGP4h3",
+	"XunQtXjCF4J1CbKZOW5mwiVMCQf9Z+FoE6jn0oXr7TikeH7hTHfPjmYgMnb04UNzqKcVLC/MMySqTIyA",
+	"5hk8t57R/lp4poOnPNhPwUfSiggioRscbk193wPVx6tt9e5t3OK7UHw3GcNn14FpQmfCutau7jfgVVlh",
+	"wPY8XzQosT/qFcs1tSMP7MWRJrBPWc5uhlVKres5VlSms0XVj4ZHH8HTThFMIA06jhNeIagNGX/VVoTw",
+	"lU98BJ+4idboytHAhxU2CiqoIm2vVGZWc4QbH6ugYEpLsWpOCs0eGlyO2grEdovZHFWq3dwuMDrST67l",
+	"afFNvI7DNRb6vXvzAhdFB+oVVpLJpbZPiEvenKFkUtYF64ca9XlTwJbFf14jCWhFO8v9oALymmq/n8t+",
+	"FRs5sxjETxOWYuqd/9dcF4Zc4oCU5/XxjeL/E5aCyyUNuS8bTcjY6Sa0WVSYzu1OADNm+dqOIrsDyW6l",
+	"Q4V3qJ1O2GouJ/Nr6+v3L/HfrsRH0JOy2D4Mqa6pXr+mfj9OCcITwD4IBZQc+f33NAlFtejZ2gtk/OfQ",
+	"TuSOYcZjl/yWvAMg6Cbu9kpt9QqsmkNtY/iPoqKuuM3dWNURp+GSIdRjGjpN2AE7vQAuJXIrVmBiQ7kn",
+	"cnclNpri7QgR36Ab0k3bGTX785+ES7EZkgjKNW0aJNh4nkAXL6m7/3ujsYriF371xe6ACOO5vNx/Zz6q",
+	"4831LZIa+a0u8uy7XE8un/L1ruZ8GzuKcEtAKISfy1YYIeTQBllJkZXdmffUpnZ3pb7DPtSqLWwhDZ7o",
+	"7TtI04aFQXZv+RtRco76rkNHzQZ8Qc8EM2mdVBNXZlxV2w5wVLjv1MKDL1n3MBkOh70y5O1ChMr/nYIn",
+	"KWUG+WVDp9zdBFBLD7qGHPangrYsOe28urUUpmynglXmal1vpLJ/ILRG/R+JJ/9FJ2clHVOCGm2WmvoD",
+	"oVRLTwDbfACJKEGxT0httz2oN571NfRTuZc7fZMcNFR86epuMQKia9rGa9gCyoA2TvxRd8jo1QMbyh0/",
+	"5U2S7a3/EZ7P64AA0CezE8ZR1QBZjCxq0ApTsSOFgq2gfRn1Lm6QT5S/6nVt4oS0NVHWQgRuMOHL7Uzz",
+	"OLct6cBrrslx25Bw+631+iwIyNkRvDkd8Sbdv++kb2PzBdimfEhGmhRGuvVb/2bCMhLcCHNahMzvLbIJ",
+	"gMtQhsy6ZOKePv3p+cvzs1d/e/YS65+pod3p6+cY+Ep/XV6eYyBOZhh9oz/RsU4BOeq0AksFiQjTqTbL",
+	"24OdP/zcpZrq7SlGpcUQg8AKfCcUVw67KEEgQE7EgD0prNMLYcInlnF7CSmnlKWZaalmY7XS5jJh486C",
+	"rzEJSJvZgT/vA7g2dulFwstKvaccoZ+8Wvsf4w7rpt74ZQdXhwdYxRkicX6DoLyyLFYUlFRE5iNO2Ft9",
+	"gi9I8bXYuxe8BZVqoafU++/09fPBWI3Vmf8joCYFQ5YXbq6NdJjDN9HKGT7BHtzsBx1CJGAlTflEEChY",
+	"JnLLpBqrtLSf/DHwpTzgS4km9EwoTxcBdhPydlVG8JshZCuhBZqEJItgE4yVdBWumrcpJ3PoeTTnKsuF",
+	"gcX8n//DnkCjZdwDvwyhnMTkFv/AMxgnPbg6TIlCpVaQoWhZeoqr/g0+HLHvgKSoagKomGjP27/CoHGN",
+	"1E34n3o68oP04Zt/+7f6Ffi3f2Ndoa6k0Qq2+spb4Re5YA03IygOuNHerGFQjZtp3ClozJaQ5Qddl7ni",
+	"M3A95Fzh4rWZ2ahmFxwusHqyKFlwVwzYz+Qza5pJDTzd31JPLtL6mWcDv1au/FKrK+zXCZd4MBikvYRR",
+	"5gzKr4rC/fQOftdm9ocnjv6lWNt0wJ47mJjItZpByI8AYrHXNEXvIcnfjliode6Wxc5pfHdClbN/Y3e7",
+	"0vkB8mKLqLM28XO3SRnvxvvjh4USaLAnQzpn4l8ZguchVQGNbfowDof24PGqrLrbUFe94RLrATWfQh9N",
+	"6ATqVaRLpVeKCC5Ayh4PD08Yx9sC/DO4P4F6/D4Bgw2UPlZKiMxGP394Qhy4D09nzOjCCWxXngWdAzM0",
+	"cM8uxRpBxfkC2oersUJBgWiJ5aNJNMgxLOcZn8yjSxc6mQIiD51fmbFPZ4z6Krq1wBkwVumHfhBmOGWb",
+	"si70Jq1jZQjlGR9tJMBhAsOpNIqErsMmM5CWeQaFygW1862cyax7+vr5WOEu1EWcNjXiOalfpzenZ8/O",
+	"Xzz/6flZmpQ+vUfDsQqZXCUcJYwYwI5H2Ncvcoi4amOPHtOteiOcWfdPp06YFEVGpque7P5aVWfub9Ga",
+	"pW+4E5Bv1If/pkn80ZvgkgAP6FjVvoJcYcI9tb0K7QN29QHLdMmKtbryu6aVRbZIICp0q+xSKwtx05Dv",
+	"8P/evnrJuukTrZxQrn+2XooR5BsSBz/4h9Uq7Q3YO7wM/l5NpcgzrNUr5ceFztbwQiM8ZQZCPh4OR2VX",
+	"S2mZlblQLl8zOVPaEDvz9lI8AWaKHCPjxD0rqQF+fRAdHIZMon0o+78C7w7xYQRx4eD9hcViGko8HjiT",
+	"Ubv2HGxz8f5arYGf/Dv8TXFwAJKJnv3QX61Wfa9J9guTCzXRmchS1oVYRDopTM76WcqsUBkmBQPbXTs6",
+	"iCU3FNLws0yCp9cv1L+zN2CnUTfgTHKYRtQRmDJTGDs+fIRO9DEBMI47Izbu1HZ4UfgzE1snjcWa4/G4",
+	"48QHd7DMuVT+r3EnhaMCCEaccCsOpGXd2sbQ97h5PTI/Uj97kBPSstuDKTLULo6HQ4Bothj58ccJUg2v",
+	"vFQsRbzJynt5+vo5SCOzsCO/xZLcldgPzs0xzwFO/fdxB77GbUQD6Jfh+wFaBOMO6J/CesGCj4TNJfbY",
+	"ClecoHt63PkjTRpGQqr+5eH7wURbt2McrhgZKv5VkOe09TJUsxteIoFnlVsQkunpXvsXnjDKX8E7DnoM",
+	"J1zsblobxT8x7qQjDCUhMXmhA9IK/0S5iTcxYMblUsFtAI1D58VC+f1xnJKfQHuAV/SACBH10Ksj/twX",
+	"PPcXRGRQ/azw/VItC3fiZXUs0C94Fgcp/fcPw030QjHn6MANcrxbGUv+a2ckQMuXUggaUFInp55/2zEs",
+	"caoLlcGJVtoiiMs2oZ0xjuD8SpMyMOcwu0eELO3mlJXnX2qLydwbMnOdsW56mud6lRL1Y2dybDkCE3oM",
+	"L5AZ47kBcGjxwT94wo4PH5ZnSrfQac1ybmbiBFhIzED9qkJ2jj+6E3Z8dFQqQUEGAHe+MIJfWlBSWIxv",
+	"AjwdlRjg3mSJhaTDIDyhzfoJyNmquy7rEp5Vz79Um0pAV2oDaSS4rUFg9E7YIzziYEiyCVdKA3PIxERm",
+	"UO+XCW8nAlohQD7zKy4hvA5c3u8LFB5Pav5dUJHRazzN5WzuTuDaxXoBRBQpgq0hzWvt+XjJsUvwRCNd",
+	"pDt4Gn+ewUBgWyRgWCQ13Tlq2UCJi/7oVQAjB2WS+jpwNwG5kO6DvOwNAhyabAtLt7Kmohu8rpYCyDQo",
+	"2ajloBUeJIWNYWUvgFJR5M2k8obKiKX/AYf418PB4HA4HKasG/S1w+EQEbDT/8AEmb+moAGoUrn0UymR",
+	"2Zd8Jh5YlkYZNWXw1EsaVeR5ut0lGEP7iAEcOypOXz/vJJ0rYSwl8w2GgyE4tpdC8aXsjDoPB8PBQ0S4",
+	"noOb5mAueO7mv0GUsikH+ZTUwqPh0M+MisZDPw1PgcsBo2CC0hF1DjowMNL286wz6vxIQ0FBDCh3MIWj",
+	"4RD8oyjyIT1oQ9D7z9BpdZ1LC4dAx05D76ParGueq87ol/dJxxaLBTfrzqjzQl4JJaz1O81nFpyFYTG2",
+	"897/9CCqDW/cutBNiqT4a6M9IxSFF+UfHNhyFgoEGLr0tneM3nD9jlUKUH2vNhNAGreF1rF7Q6LZL8pZ",
+	"tW4N8O99iUoo9lpbNwvYbYgCjfo5n8yRt3nWWGZNJ8G8BOjiiuYeWMhcEts7+QYn9FlID8YG9PVHw4ef",
+	"YLyXGvxf2fqEXCA2JLEHhTMD3K5dx+3nLK+7AFeHB+SYOEDHROuBU+QCeHX6w7MtF0/9NWlsTxloUpZB",
+	"2tcF/D0Yq5fgpnBbfmTkjfWjfwbvpBaTwPsMhwYsthU+sXqEwnp/LzC18trHv4ebTI+/bya3pleUz4Ve",
+	"mDhrTzTHe/2KZwGCFH5yeP1P3ily4/6GHbCOkTh3/+h7bS5klgmILR8fPb7+F6fZQqrSPyCwPLcitO9q",
+	"ni1PH+W5R6RXggYGukNUwdHvnaW2TQzGXoIug/Cq3iRJK796wFcNjaLs0muLSq/KZpBlSAu8GxicAVTJ",
+	"KbM6ijAtGHdxa6iEcacX0is06wE7K6EVl9xaYSGXb6zkNNn4WTvsOmCVs39HqNSAz4N5PSeMUxiMKjNA",
+	"7ykWsV8HVj5iwxTTCH8toHYE/C8vydFXGgylgRPcpmhWoJ5cOVxTbWYpGBvx7RsruH69AUv9vpVbqwlX",
+	"AGuFjJhJC42MggfM/6/p4bHicAB93B9qHuKV0SV6i9MNKNWUdZfBRjk6BrPV9oJPC2ufsKLBK9LQHAXi",
+	"BuQfC2ji1Gir1CLj3YQMNjhUcO+hU1IvqkyMCK21/zc/I6oskwp63bDu82dn349VZvjU9aVw0z5FP/rR",
+	"WvqXYt3HH/aQgkAnLQ+Is0xOp8II5UrXIOtW3dGSEjfaANGEmpytzSf3NpPWv8fq/Aq7twTX4VHjJlBI",
+	"qMpYywSZJiRckCZ5DjbSiKWUTJLGTskTlto5z/QKfJGRJgBnAVHec8iESU9YuuJGVb+OHsNc3DSgOo1V",
+	"XInxc/gWt3LAAHMLFQuwmkrNIm4ckZYNw9KxomWNWOrV5xTMw5Wl0TMxMzwrCSZhWKuVlpuBjebUWEnV",
+	"D2oneowN627+vJewFEsqq5U+Gj5sEmZPCE31ZkKsDiT8I5YboXgCCvpOZ+s7U0xgiqUwqkeXqbnJvSlh",
+	"NDZUHTRoRuB/EBmwL2+/UxrBhZjwwopaSiXQNqSvIwnBVLcprG1C9KODhl/8kXQ2nOvXvWTz8dob3sQZ",
+	"lvu9pfrJxpsIVGTft/jHYZf/xCrK8Pj6X7zU7ntdKBzicI8hXvN1rnl2pvULbhCD4/jw0T7rscVyCW2D",
+	"fxKZ5GfePANF6mjHFYh90vtfhdAWqdlAAIkWQWwk5SVAkJ1RCFOTOCG/mlZlfBScX5Z1vWVReaORkaLf",
+	"OQmd/YKXl9oeogMQ3FWVwvXAgqPMeO5JTe9o3Z4xY2wgDdDe8DbykjOhnMFKgFKx83OKZ+9/5seMrzca",
+	"seD5xEbOJzDNPjkh6z1B/E6h/gAKWTcAFZGmQZ56TOnokaQGt10Q1sF9NmLtspqeRrFf11Zglo6vbQD6",
+	"wv5tVOaNheCcKbGC2aK25f+iUb0kqfT1T8FpnwJnHUGvVa/BSRu5SHGFwV9bIZATnhNVLXNk1iMGiAle",
+	"xlJ6LCB3gpcNvJTnoOGUEJ4oNSOm/SUx26QTuWyv/XX0KBzRbvfDnbOZyv5BP7bX8VE/yry1NWrWxwJK",
+	"J15Tz1DGyutlttSRkhDjCQAAm07v0ss9YLAHqAOP1Ya/GwlmwF5i9NKrplX819/4MFl+EVImkHy3KOzW",
+	"Z1IzheFKxWo3DheZwWj1vk86W0kO0bc1E/ngIqCRNBvKT0lfBUcaHpZUwaHm8jVwNnC/JGVzDW7ZZiYa",
+	"5mZSOtqWso7dmeFul60gR2U/MfqmS/fdHy7qZb2x0iYJOBPwLKJ0QB7oBkF1KZqWlJkwGK+KYjf+dRvB",
+	"m4RoMPM/QJ7KK13cE18CEcsNcWCEFwNjtWmSVVz++OiolyBwQC3ejBsC3SkwQpwO2DM+mZc2POUwgati",
+	"pbbt3JNrjE0w5zBiA0lo3ePhEJMw/Cn4ydNltC6AeIS+Mnh7Bvv7Brrow8CZQ4C3FLyXYo1NNuEQ9/TU",
+	"wQX4Dgj2fkwTePfntE/iCbSJzlcNt6VMBYCrGAyVIN3/5F7CT69RN7DVQORVOhX2iLotd9Vm1h75wbBh",
+	"swNbZl7itLivt66Ef9MrP9RNTX5QG/Z2W2PJ/2639Z1cgFdmBqAHLXS/5DMww7E77xfv/PZbAWuNoyz+",
+	"T8BoaxTYCBxXcmdqcPgBasowvXcHebFTVYrH1D8beeCOg7QO2TVgX/kB8MkBS8EzFpIT0Rsc/HsJ9s+0",
+	"xYWf7IVI/bcIdTZWIbf1nKvJXJtzKJh2mh2y7oTnQmXcYHaR7TWKBVjyKwgI3IdUeGVmBMe3lzQ4vMuB",
+	"2/Rmf7ZgnmN29J/9Lgz3uAtPtJrmEmulPqeX5bofk7vWGyPPlJNufVe3HYmMbu72jY8EC0ZFW8VL2/1m",
+	"9RSwSmujdl4gzLZlzA/Chct1f1x/B6EnlVJc8x+xhTCzkJwLCnFwELFu6PFWr3vnmTcFnN5sIWF7mFcZ",
+	"0HgJqzT901+rmzov74BKfxCujURbNCPs7AYi60Yqyisze82pQdYymKmbVcpczSjlnzK5l4S1EsFqVeWG",
+	"+MilEEsqgAJ0/B0JA/tdGRKBCWEq2NQLNeggfg4QgeCMahJynMqAwqDQTk4rMaqlas65GyvItcbUS6pS",
+	"mAkHJRjw+uCXwAROO2Cn9M+4ZjcX/EqgqQv5dw+ipEZLHa0r30rw0mpDP4yMZe6oVoyKOu1YlaVlValJ",
+	"FS2PAodNIhwwUe9VgiPq6ic253bwNTwcKLP64rjMv6Twxst2O864JdrLmrZrTMjqsmL1mRFX+tJTlRJV",
+	"CUnClFiVFd8VxBUWxNqP5n4N99nP7nQp/ybWX4xlisvZxzj1R/FVc2ixZkMmdnRFSlq/VwVit7VcxsXK",
+	"bHioMXOFUehsxcsSZV/bOTiRVb4GR+p93CKcHRLePUlGfPnnMW/jsbM2ORmiq2TonrA0QgEHBQ/LrHGn",
+	"ncY+GV8F6h0I1Lu0aOna3+bWtwvHg98vxfoPvNW5aIKPfwPysMQ7D07dEJmgKtnQIWgyEUuHQOmUXOd/",
+	"A3H1scqlrcrQSc5CpNkKiCNe6UuojSplMIxXhrqOMaHwPtgELjJiE7X7etycbe2HgNI4mOxXcbVNvLit",
+	"H0m8txZZ12s+fxNrkm4NN6TI5O5se9QayVqsa4gjtppr1k2hE1naSzBzE/6WUEKcYvGf/wrDplgLmCK8",
+	"RmgEhVF0V9o6SQkneG8aJ6z6S9E3/WL2UTcRVkIowl3/epG3LzLP6v3U4psMNHN/muf23dyzJAbCvHoF",
+	"Md6GBO5edTeKlm5WCVvmBcT1MbMB4PXKd5Irp4tAuZSWDzcXku57CPQgCTs72JI4WIIZ8/pKmIBAAvu7",
+	"gMZgWSGi/DNy2VKqH4rVJ2//K05ISGm+2swSWCksFCeY4IBh/HP8k0amv3DcBLFQJ+t0UL6yHo2KAVO7",
+	"2NHLFEpJNesFjL3bcyZtIoyWVjaFZTuvzOxrvdEXwl22C5QIc6ipPGknm0miMqa7ZDhU79wHP+2nChp5",
+	"yfUEB34H434hYjla0z7CuVZr/lU4tziFarsUZ9zUKPdzuoeWwlitQDGecAX9vUDYolBZiYtyDehEwlTv",
+	"EUux71U6VtBtuQQVwyYxZbAGqs+5tSttMnAuUbtmhemUnM25nWN2u0U0Hf9CVxglMsjaEAsu8xIYI6rl",
+	"qtI3Ht+fiyq6FPfkp4pG+DzOqniJbSGdiIr/qZIzbnrt/0myOe7Of1U72lvzp2sk88HvMtvpzHoKn4e2",
+	"zRGtAUqjwostTeiwdy+BHZzD5n3fx+FUm7G0DFf51fPUQHa4yXdFdsmnShLaSRXDz8WJvxJYSw7PXVHX",
+	"vTk4o4NutW0wsWvvKDk+vhkQDx57KAPkS7sZQKeMWXJ6fKRXAPC/cGVjhdohKxFdIa/Had1rc3H+gOv9",
+	"QowpWM0+ZhSe29er3GI/zQJVhDtMH3wKf0Ob7XSaZZal4KBLo1Swso8RAt3FcCuAiaD0ihXKydz/1sk8",
+	"Zd2L9VjFXayizhgUxSCfXr1/Vi9hWrF6oI/if4OxekIgvuC3rCP7WfS32oA7EhLbMqYLF0YGcEFqi9HD",
+	"ujaEY7ZCEJqf9IwEHjhh0rFcTp2lQmhow+zCEgcMnP1RKiukD3KrVYq2ITlrYzDOepm1H39OOXrR9naP",
+	"j47GqsTFgrppI7BaG5rHOI0T7bVXBcS5iMnYG5+qRSsI8I81VW8mHDtuAasA9RqYwD2ZjfDuz2Mw4rJa",
+	"FBS4n1C0hb10Al1+TVz4588EhIOnoEyXM6eX/WLZa2HONfRVIso2Lefgd/j/ThvxGZmBSGGBrkYt3Dcz",
+	"emkZ9M7eZJWEZISvQWiBXRkQJ6hE1TMgtAnqFLwmRvMJ6RDsJkhtGJGv+MU+Zicu4Gumwz6ZDrhZN6DU",
+	"e1T+4ZRb1f64B99uUMG4WV8EdovRv7nIs4RZ7bV952Wh+LCUJoBrdJ3E1v0y6yVjpeG9PM/X6JdFfGKK",
+	"9wQ0uAMoiSPLk70Q3IaGBATZi4DvAGEW9AAjCCAdL9iAnaLem2t9CXWoSkftMaHb23YnwmSsrK4K9HLE",
+	"muaOTcWKEGylA40G2qlOwe6AF4Y+kF2Q7Eor0UNcO9wjxPvndRTaEZvqPNcr/07U1iRcMlXkOWosyP/c",
+	"XNCAALMLGtID67kH4Otm6b0HXKFAdinUm5hituh20/LI1w2UI6vuS9I/Bj2BO0lHcWghRG2i9tMOnsMd",
+	"3H9g9GQ0D0z2+8cM/Bo0V/mbaBsj9JysBiGNvDN6NITeunJRLDqjw+EQmrDSX00N2P485mdEE3sVHW/e",
+	"ua+yxOHcHu0zt7fIAd9ViOQbYqhKS9va6UgmAQ/5TJF0MAv3djYRxPmetf0fEWc/g2l9IT4hv5h9biPs",
+	"7tcb2OIRckQS4dbg358zgg4aUlmqG7lcuqFoslcmkpVJW1NtGCW3GYt4OrqA+tPoBajWSQOAOF1IXwsF",
+	"vL0Be13muqGzxxYL+kVZBBnasIeyYr4GACDxYSJEDDbVLVQubHnFWQ3RwIZue0ozO/dmqekTZi8aW/61",
+	"m68cVZjlUBpJLWBwvmPV7u/p7kTTq6D0oHqTwILGKkbQqw3Myn7g9hf5fkAeuftLGDhDXek+XD7+1Z/H",
+	"4wOLanH4IPV/zQn4ivAAgV2yFW7GnVv0kYPf/f/2zhwIlipwhQ3QZ+zlJU3NI05FcJULfzBW77DzIKUb",
+	"EUYouYmkIk+4ge7ntqlB4f2lJpScZR/nECFcf81F2CMX4VYk+8lyD5qPffjJePtX0mnLMrgl3dybY9Gf",
+	"5F3BigTNtaqbCIonuNH5hMA2sL9cLq3bxOUoO4xttRfrltQP5ciAzYH1ydhxwkLXhVUDJj9NvoLkv3NW",
+	"C2Aa96zDfRbAjl3XPCB2fJHX/V8ZsuM+tLGD3cUWr+7dJ/RFFV3sW23xtcpil09oU9mH4tFN4v/sWX91",
+	"+dzoVHpDC7GMUzqxKk2bhEVxugoZbqUaXU7JWE24uaqn9vjXPLAn4eXB6aSVQMit6hm24WzyhpGflhKi",
+	"BKCOdt1p/wEAxWKYDyefIcS5/LUQjBoHVJbWPTlg7rFU4/PVaOxKCS6LMqrz+OqD+VeU+oF50PW+Mevb",
+	"R+4f/O7/dw0yyUJfkYmBJElt4UvkypJdIaR74BULvqbshYqXoOPZzYXazaHuz+1yo1KQUAJSqC/4Mt4B",
+	"qb4r9+e2xPrJ/C/3XfRxHWv/Sj5t/pcNre/Pqepd/2xUBdLqtkk3nC+2ZJwP6vw0/eW9fwg5sHQJszri",
+	"mWNVd+V4ql2HfMXvjOCY5rjtsqmDnN6P1+WeFbfP4nXZWcpFXpcv8pL/S3tdtu7lXahic6MdNL5v17xe",
+	"QB1G1FZu5e0t/F0JELdVOdL15lwVdO+djBXHoo2Pdd+06lSvzOwsrGcf1cov7Ksi1ez+mLqWE4/9fuGj",
+	"W2pVEAsKhBRVJ2HTMZQi0NcseCQoNQMpiqBFIRF4zqnY0C54ngvDpoDFxropTCZllq8tPt87gWx66JKv",
+	"sDejV61DZclHlC5uViuyqlgR0SwAJrGBerFfQDvp3qG7PozRFpmj7+FONN6Zl7o6snjbvl6irUtUI++y",
+	"cinCzL3dVfqIjLOi4RL+VOROLnMpQn8lm8tMqlk9F6uLzf0StpCqcCKBNp0Jy/i6F1UJJGNMYodiQKzw",
+	"g7jbmqV4IVPWNX6LRQYd4qBvey64dQx6qlE2G2SXjRWO7LTGyxqSzqSFJs8NxYrkC+RsoRdCuQQz7ccq",
+	"xSoFC7U3XW1Y6lxe9rcsyyhhNgttHfuLX5gFIEeh4lLEUIMwYG9ijblBLsqp/90c28SdMF59o6clEysb",
+	"3m2wLXRXrKSyZaXjPkIT+6hfz5fg8wT8rZyYVCNfel1s8aV7CF3S69+KT9487jpuSFnJ9FQCpbZWuC9P",
+	"q/7MqDFnGzrAbfjitmqLee9tAUVMyIpwHSO+nGD3zjLxC/4CHxykIPhLDeCRXK0hY2CsNmAkwxWUVO9s",
+	"B+xafMUST/GZHy30WQbQK2phmWZc5ut0VCvkXhQ5h449mEJGvBhf5vkZpD9QATis493ZE8/doIMlQHFp",
+	"cykMM2KijefLntn7vYCSAkiPgOad9EpoKHa/BUjgHPNH91FIj/cbXfXTa3Wu8dlXdajJORsIlG/gDvxJ",
+	"alVg7AOe/aOwzqsPQDZ3nt6vjRETh81jsbIYk0HNPggN2LsXlBL/e2nHamW0msUsoas0gdNCv1yKanTp",
+	"I7iiwZPQ3QaxHatoOgFoYsBSK1zKFlCKWWLnUsX2RC8W0kGrAfxkLnJI1PAcxBs+UXWedXwN3/eQlUI3",
+	"qRPPILKU8SwLXHGRQL/1GbI2/DrXK6hp8F+flL2TtRJJUPyO/vfRkP2VHR4ePfr28ePHw2++PT765uiY",
+	"OvCzFXA90jGxIexYYQouvWAIXx/976NDVJdgJx5YduHvASHc535GYZNC6hh5QcaqS8arFcJbewk5VKE6",
+	"VWQzio6DCxXW46WIZSuR537EaV7YOR4RtFGG3XPcOKp3BeQJfwJQgh5pzCVQM4azuD9Oz4aQmkNLf+wD",
+	"v5prVGyTCAwZkcgRjmLqCCINeHcJq/EW7QKGdoENJsFYOY12ANTlahc8kCMsZoVLX7goUC8NvSPSacdq",
+	"B4YGuyGExljtwNA4hS0JEuZ+3MJ8Jk5LPnKT0P7wvibRJq0qdvcVXOPPhKp4VyWiJG9KlJvAuLrki+01",
+	"C9/9UDZW4mKu9eVOPIF3b17A9fVcyQgGKcFOs25KP8Z+f5XsOwnZvtIRv0pfn549+ZHVx6ZWCuzHn06f",
+	"9N/+eHr06BvQOTPh+TOoyzCcnClC4KDWC4Sijn3vSbEGx6GcKe4KU4Gzw6yZWy+FhWkj+8dmOiB6M2Hk",
+	"lcjQfxAgC0BepH9/9+rs9PznZ9/9+OrV387fPnvy5tlZeoKSG/j1UoIZobz4GqvUjy7V7Dxq1aOKPEfJ",
+	"rLSrPJjrAfsvYeR0zXhY7NoLW08ehQNjJN4TL8XHxXD4cOLgf2KAfxm+gpRs/DCtmCutDxR/vVhyg+1d",
+	"gDt4HusAl8TJBYldll4dwvmlfy+048ucK9F/GzZzxNxfccBCyQ84WHJ1SJ/NBX2UnjDssc90nrHUpYOx",
+	"Au4E8UFEX/LHNZkLT+Osmz7x/+4/0coZnY+Y0n1AAE579xFH/EG4n4nU75FjhyFaODXdF2aF88dsB52k",
+	"g8QMM6ltSAO4WL7y9JOWGzWoYRMQ6IB1/rj9DL6aL1lrsX04iZB4RJeXrk7EUOlB+0m7ZdCg/YoTtvJn",
+	"rJ3lzonFErgy/QYB+WNzBDn4ZtebOpekHhee4XdDCujEiEwoJ3kOjU8BI4M4dxhWFYsLL5CmXOZeG8aP",
+	"LeKfGG+ABAglr/Pq6TRhBcCwHQ3pTUZMhETG++PZ2WtvZLjCG0Keg2KcB1p6IDcRWVU2jR3Z8cEpqN22",
+	"mEyEtb376rhDl/xpdThfSMZ5fWF7tX0sxVc4869ek2a2ExhOuWH1jjyfk80cOIFujrt2lLwFfG7PiIKm",
+	"OPBDpYHhxPiYdV0SIjmk+OXyUmCQyKtrtHvdRlUlJXM65CSt0NW7XApFtmzEaMBv4Ars9byar5nSQVmZ",
+	"8IUYsNPyYQKV4jK3QZHhijgPgRV5PgfEjMNUWs/RcEhKFvAlkYksZVOeW4HKqFcj4cqK2Jfrp8ezzAhr",
+	"Ic1qxDjLtV56/gmgB1fcQWlcLtVlP9cTnjPnjR2CfZuCdyfCbhgrP5AplKXZ1NXb0xcvXv18/vrN8/86",
+	"PXv2V28rEDJFWpj8fMWNQodvUGBRt/OnSYdJ2xJc0An9hayfenWHkoX4DpwQ8qfMQGMe0qaQYMHodN07",
+	"0q0TU28ARYClWg4xNNTLy0v37s2LhOoIScH33zZr+J4sodOF36b7ECH+VhCnPfMX7/4Zuh/mDfjK2qt5",
+	"rSuP5YElz9qXx8uPdmzt0uiLXCz+/WZb/Bp/tSP8yPYixroCelK2tl9xslzvShh58gOfcnl1a3x4VRpJ",
+	"NxZNDQJGF3nWv8j1pN3B8PNcM6Gm2gCMC7bsnxfGjSCwR5kLAcsmF1ciT5iE+JzK9KoXd/qf8yvhZYTy",
+	"PIecuBH84Wouc/RJcGArqZ3zTK8wpuVZXMoWOoO8iBVbcLUeq5DGpEIPOAb9cGQVg7MJphvQk6BVn1Tc",
+	"ANrPWb+Uscr4GoXKEtBQmMzEYqk9KeKvPbcLqBLgu2NP/F/+NkIocx7QJTDlQCrGLwAYiKEXN6wVp3IS",
+	"RwaXwtgA1EWAROApSpjVoPKvmS3MlQQsZXBbM/JaD9gpJVQgBmMmrZNq4pgBBGYj2KVYQuQzdJAeK4pc",
+	"dhG3eiYVwB/+7M/oO08LT/gy7Y2iE5oWBrz7hEXk3xo2Qqqx1/yhg5+eIgGwFHB80spGCfQhAX81kAbI",
+	"r4kX/1mVcgKQkdHRQDgDIhE3CfDee/i02q0/bwy1muMbgY3ympkgUu1Xy6CBGQMHwh6x3CjaqT9bgNVr",
+	"2dchAGIWl39yb/C/5hru1zDYF2JR+8XsY0bDDv/ZL8hdlWQv6YQDPePfQKfXNaTL+S70bHYaJEjuxwmQ",
+	"dihwGR+rUo8IEmLJpTlh6VLrvM70U/qDWhEQ6Bz+nPxaJRQyDohwdJAVSJB0IH4CJl3QYSoRHxCiRBZh",
+	"/FFvBUqXNjP7IBKTXK0Rwa5MLTKitPVA1GARTkv5syfGewqX+ld/nvJnWFSL3PGn9k+FP/cv12JuiSS5",
+	"yQliuXPwu//fHzdu4dpYsVlegXvk97uo8asO1Fax2UIJN9Z9c67uCuiKX8Bn9MilEEvKfIGMp8FYNZde",
+	"VrhXJywdd0gajDsjCAdXJZiQ40kNwtsNigF7oVfCYI8JtIYBAgt9m2TaWm+Whr7jZAYHnMKqkQ/aMtJU",
+	"GM3QC2OJ7w6t0SESXkGpRqvUJsyXrO7obf5LLBTAvPcwarKJ1OVt6k2oruaiz3sWV5+l6HMXfwhFn18k",
+	"n/iXLvrcX8rdoJZTuta6zRN2bZXmoKX80hPo1/rLu62/JONhZ/HlXuWVVriY0SeVRzOq4otKI6O+Z9Cd",
+	"f6yonAlrqbKbNSIi9elrieMXGJ3ek0Q/Rhe7t7pF/CWE/WqXgzv6ioIGN6xgHKu4adg/QwXjxiHWyxeh",
+	"YX5T7b9XySJc/Qvt5lS27Z8pZpRSWCtu3FnROFatLOR1sc1C/qWqEet1iF8sV/rTFCOWvAFd6huKWMTb",
+	"SBfbbLHW7JD8UXuDMOULXSiXUvVF3NS1ssySqgLRm0cJy8REesYTal9yeemNNYoA6imb+KtfvrvL89zb",
+	"ViEcrK+Eidkahg7QmzliR8NDSrh29TZwYOwdHz3GZBrO4hhpAr3K/MuDRcZ+FHkoDQJv5VgBEJAtOWpo",
+	"Y1ubSa2kKNPUI21jJpB1bYXf9mzEyroj1k1fv3p7xjYP4eB3mf1xgI+lvYQZ4Rk1PP/02YtnZ89S6FJn",
+	"iEnmYuqw6nHp2XnMchNGo1I3WpZqdQ7fr1PWTWmIGLoazyCJm7PAPqY0ibRXFi1RBNbG8V1IaqEI72R9",
+	"fin8OBQnTdjRMYgxW0FZozvCAGZptV2w8SGLHvwMa0hlMoVIt04OOuad0PnyvErKWYjFBQDOBUdDY4wS",
+	"yCHUmiNSt8i1mqFHXJtZ2u5cjtqK3RNbj0YoeeCn9TXHa2xg8P7WfDXc785w/1R5Oi+jVJu5yClRkPxh",
+	"dIW2mhGVKTzRHSfsBk5pIKyKy3CWyelUQA4B3Q1/lSpxdyf0Ce292xO9niLT55a1ihvMo7kQ9fyjORB2",
+	"rVThjXBm3T+dOmHaZkVPH8SPwqyoKupTHS+msxDyJp/MsfqE17gspWhNucwhB6jHKiQB+NLr/wuu1uH0",
+	"0KTM5WzuBltYq5DVVS/KDLk4kfYBR9AaxqdvmxQTkIm7YVZz7MHKsY43+vEIRTaerbRsJq+EwmbIdXtp",
+	"wE7HqkxVIonXKKvoG0QKPMXCUxLslA2DUnY0VsfDx0zxhR8bjArHnWjueQwv3ZQp998Rs5l+UOUY/NPD",
+	"IEcLfYu60N0VKf6AuWPxpfJUdWN6T/ZqaxxS3S7F+gHEyUcs9aSeJiwtdUr/R9AXMfOK/F5pQqA9/oJO",
+	"5awwwg7Y38TSUQVJxtdUQi0dOcu8aqcw+I5WdBnXGB63eMv+HOS7sXN/aiq+G1I8rSvQocLLM5tbkOPN",
+	"fF7RYTzPqgyqNpPm5lUXmwO0g1RA6mhaAPH7TfCsvrRaWZ/hNw2sPwlhUCo0ttQZu+6buygmlwF2G0Xd",
+	"Shhs9a3QmdXl9FDZM436DUDGP71GWjTaeK6V6A3KCUPrn1IviTJjvdwt8hyzS71IHatQ4YEZn5hDh4pO",
+	"6u3l87LxNqEQgBFN0dRaRi4eStWyvxJzJM/QGsPCWtjf2PCqpF8QiiD+xorkH9tX/D2Bwe7fogrj3MCY",
+	"+mRs60ng4v+SDQuaJfVnMcbuhifjKjYUhNLzgPzD3/yb68d+GDEpjHRr4J8XghthTgs374x+ee8ZJBZZ",
+	"NPW8fwF1U+TbYV0qCPrx7Oz1+enTp2/Snrd6CpN3Rp25c8vRwcHh0V8Gw8FwcDj6dvjtEPgvzXeru3zO",
+	"lWVdJ4WxPXZRqAyyQjBNkIOpURhBFQch6X6pdc4mObdYcxDSQ9irEJ3TKl8Pqg71GEpu6KlvZphGjwDf",
+	"iitnBwxQySgegKkifpAFX7PQIzfKZYxG0WbWMgg7ff3cK2F2A1iB2TlgvaqJgHgGJOABCrlfgLdLuJ3D",
+	"c05DH4RyLL6Uff/ChvF+MH4ZrOv0sl8sbY/xLHgbnSaP1gPL4rANeH0jcDiOIdMBQ6dVRgLjSl+iXzCO",
+	"Y0STmsHIDVN6LfQyh5QfrBnzghMrBlbiosJqdCw9oD8OUpgIBmRn0Rj0fR9RoLeHwkJvAtaglOEkApJO",
+	"wJmnTQ1Fp17tHW9zkUnXMAp0VQe34gbW+3bHINztkqJVVl4kSsIlND5pQouqcnRsNrY9+pvWZk3bHY6q",
+	"7tfVLKMh2rbRk+lcO7bkbj5gT8Ebb9lqLkC150BPflivWcDVmGnG54JnsdSX8VYiJ9oeaQudEDJ40ftb",
+	"R1gtm30ziBvWE/9rawLMuq2Rvqv3mQW3DgL+dbVhplAKcrbq743PI9QKNG9XrTAsaYBLKGvxcz2rogKb",
+	"peHReGVJ2faApxlfAmBYCM7Yat8QVQsJP4e8E1ZmoaGOFdNYGYrbGuNHwXM3T5hXSqUSxGxfG73wVFCU",
+	"ed4D9lIzryAI5eQWhZU6m/V6/v8fAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
