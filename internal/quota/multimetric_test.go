@@ -336,3 +336,87 @@ func TestMultiMetricReservationExpiry(t *testing.T) {
 		t.Fatalf("usage after expiry %v", u)
 	}
 }
+
+// A multi-metric reservation's idempotency key replays the same reservation, holding
+// nothing more; other amounts under the key are refused.
+func TestMultiMetricReservationIdempotency(t *testing.T) {
+	ctx := context.Background()
+	r := MustRig(t, "", quota.Config{})
+	lims := quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 10_000)}}
+	req := llmReq(400, lims, lims)
+	req.IdempotencyKey = "idem-reserve-1"
+	first, _, err := r.e.Reserve(ctx, req, quota.ReserveOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, dec, err := r.e.Reserve(ctx, req, quota.ReserveOptions{})
+	if err != nil || !dec.Replayed || again.ID != first.ID || len(again.Metrics) != 2 || again.Metrics[1].Amount != 400 {
+		t.Fatalf("repeat: %+v %+v %v", again, dec, err)
+	}
+	other := req
+	other.More = []quota.MetricCost{{Metric: "tokens", Cost: 401, Limits: lims}}
+	if _, _, err := r.e.Reserve(ctx, other, quota.ReserveOptions{}); !errors.Is(err, quota.ErrIdempotencyConflict) {
+		t.Fatalf("other amounts under the key: %v", err)
+	}
+	held, _ := r.e.HeldUnits(ctx, "acme", r.e.Period(1).ID)
+	if held[userC("tokens", "eng", "alice")] != 400 || held[userC("requests", "eng", "alice")] != 1 {
+		t.Fatalf("held %v, want one reservation's", held)
+	}
+}
+
+// storeHydrator keeps what one Drain took, as the ledger persists it.
+type storeHydrator struct {
+	mu   sync.Mutex
+	d    quota.Drained
+	used map[quota.Counter]int64
+}
+
+func (s *storeHydrator) StoredUsage(context.Context, string, vocab.Period) (map[quota.Counter]int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.used, nil
+}
+
+func (s *storeHydrator) StoredReservations(context.Context, string, vocab.Period) ([]quota.ReservationRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.d.Reservations, nil
+}
+
+// A multi-metric reservation persisted by the drain survives a Redis that restarts
+// empty: hydration restores each metric's held units, and its commit settles per metric.
+func TestMultiMetricReservationHydrated(t *testing.T) {
+	ctx := context.Background()
+	h := &storeHydrator{}
+	r := MustRig(t, "", quota.Config{Hydrator: h})
+	lims := quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 10_000)}}
+	res, _, err := r.e.Reserve(ctx, llmReq(900, lims, lims), quota.ReserveOptions{TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	per := r.e.Period(1).ID
+	d, err := r.e.Drain(ctx, "acme", per)
+	if err != nil || len(d.Reservations) != 1 {
+		t.Fatalf("Drain: %+v %v", d, err)
+	}
+	h.d, h.used = d, d.Counters
+	r.wipeOrg(t, "acme")
+	if _, err := r.e.Reservation(ctx, "acme", 1, res.ID); err != nil { // hydrates
+		t.Fatal(err)
+	}
+	held, _ := r.e.HeldUnits(ctx, "acme", per)
+	if held[userC("tokens", "eng", "alice")] != 900 || held[orgC("requests")] != 1 {
+		t.Fatalf("held after hydration %v, want each metric's amount", held)
+	}
+	done, err := r.e.CommitUsed(ctx, "acme", 1, res.ID, map[string]int64{"tokens": 100, "requests": 1})
+	if err != nil || done.Metrics[1].Released != 800 {
+		t.Fatalf("commit after hydration: %+v %v", done, err)
+	}
+	u := r.usage(t, "acme")
+	if u[userC("tokens", "eng", "alice")] != 100 || u[teamC("requests", "eng")] != 1 {
+		t.Fatalf("usage %v", u)
+	}
+	if held, _ := r.e.HeldUnits(ctx, "acme", per); len(held) != 0 {
+		t.Fatalf("held after commit %v", held)
+	}
+}
