@@ -1642,7 +1642,7 @@ export interface components {
         Level: "org" | "team" | "user";
         /** @description A level and window of a check. */
         LevelRef: {
-            /** @description The limit's metric. */
+            /** @description The limit's metric; set in a decision of several metrics (`costs`, `amounts`). */
             metric?: string;
             level: components["schemas"]["Level"];
             id: string;
@@ -1650,7 +1650,7 @@ export interface components {
         };
         /** @description The state of one level and window after the check. */
         LevelStatus: {
-            /** @description The limit's metric. */
+            /** @description The limit's metric; set in a decision of several metrics (`costs`, `amounts`). */
             metric?: string;
             level: components["schemas"]["Level"];
             id: string;
