@@ -79,8 +79,8 @@ type Decision struct {
 	RetryAfter int64
 	// Warning is a warn-mode org's warning of a check that would have been denied.
 	Warning string
-	// Multi is true for a decision of several metrics (Input.Costs): its levels and
-	// blocked limit name their metric.
+	// Multi is true for a decision asked with Input.Costs (one metric or several): its
+	// levels and blocked limit name their metric.
 	Multi bool
 }
 
@@ -119,7 +119,7 @@ func (s *Service) Check(ctx context.Context, c Caller, in Input) (d Decision, er
 	if err != nil {
 		return Decision{}, err
 	}
-	d.Mode, d.Throttle, d.Multi = org.Org.Mode, th, len(req.More) > 0
+	d.Mode, d.Throttle, d.Multi = org.Org.Mode, th, in.Costs != nil
 	if d.Result, d.Outcome, err = s.engine.Check(ctx, route, req); err != nil {
 		return Decision{}, engineError(err)
 	}
@@ -151,7 +151,7 @@ func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item
 			items[i].Err = err
 			continue
 		}
-		items[i].Mode, items[i].Throttle, items[i].Multi = org.Org.Mode, th, len(req.More) > 0
+		items[i].Mode, items[i].Throttle, items[i].Multi = org.Org.Mode, th, in.Costs != nil
 		reqs, routes, slot = append(reqs, req), append(routes, route), append(slot, i)
 	}
 	if len(reqs) == 0 {

@@ -40,6 +40,10 @@ func TestMultiMetricCheckOverHTTP(t *testing.T) {
 			t.Fatalf("a level without its metric: %s", got.raw)
 		}
 	}
+	// costs of one metric: a one-metric decision, its levels naming the metric
+	if one := r.check(key, `{"org":"acme","user":"alice","costs":{"requests":1}}`); one.code != 200 || !strings.Contains(one.raw, `"metric":"requests"`) {
+		t.Fatalf("costs of one metric = %d %s", one.code, one.raw)
+	}
 	// the tightest across metrics: alice's tokens, 50 left
 	if h := strings.Join(got.header["RateLimit-Remaining"], ","); h != "50" {
 		t.Errorf("RateLimit-Remaining %q, want 50 (alice's tokens): %s", h, got.raw)

@@ -20,7 +20,7 @@
 -- the last ARGV: the numbers, packed as little-endian doubles (the engine's
 --   appendNumbers; last, so that redis-cli --pipe and redis-benchmark -x can send them):
 --   cost, force (1 = count even over a limit: shadow, warn), now (ms, the engine's clock
---   corrected to Redis TIME), period end (ms), month keys' expiry (unix s), nl (levels),
+--   corrected to Redis TIME), period end (ms), month keys' expiry (unix s), nl (counters),
 --   nw (sliding windows), rows; then per window: length (ms), time elapsed in its
 --   current bucket (ms); then per row: its counter's index (1 org, 2 team, 3 user for
 --   one metric), window (0 = month, i = i-th sliding window), limit. Rows are every
@@ -229,7 +229,7 @@ for i = 1, nw do
 end
 
 -- Decide: used + cost <= limit for every row. out keeps the reply: status, retry,
--- blocked row, then the used value of every row (at most 3 levels x 5 windows).
+-- blocked row, then the used value of every row (3 levels x 5 windows, per metric).
 local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 local blocked, brank, retry = 0, 0, 0
 local last = a[8] + 3 -- index in out of the last row
