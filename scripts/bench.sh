@@ -64,6 +64,11 @@ if [ "${BENCH_GO:-1}" != 0 ]; then
   echo "Engine: ${BENCH_WINDOW_CHECKS:-100000} checks with a per-second limit, the two-bucket estimate then the precise window, at 64-way concurrency..."
   go test -run '^$' -bench 'BenchmarkCheckWindows$' -benchmem -benchtime "${BENCH_WINDOW_CHECKS:-100000}x" ./internal/quota/ | tee -a "$out"
   echo
+  # issue 24 (several metrics): a requests+tokens decision as one two-metric check, then
+  # as two one-metric checks; ns/decision and redis-ns/decision side by side
+  echo "Engine: ${BENCH_METRIC_CHECKS:-100000} decisions of requests and tokens, one two-metric check vs two one-metric checks, at 64-way concurrency..."
+  go test -run '^$' -bench 'BenchmarkCheckTwoMetrics(Apart)?$' -benchmem -benchtime "${BENCH_METRIC_CHECKS:-100000}x" ./internal/quota/ | tee -a "$out"
+  echo
   echo "HTTP in process over loopback, 50 concurrent connections, ${BENCH_TIME:-5s} each..."
   go test -run '^$' -bench 'HTTP$' -benchmem -benchtime "${BENCH_TIME:-5s}" ./internal/httpapi/ | tee -a "$out"
 fi

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -30,6 +31,10 @@ type Input struct {
 	Metric         *string // default "requests"
 	Cost           *int64  // default 1
 	IdempotencyKey *string
+	// Costs names several metrics (1 to quota.MaxMetrics) and their costs instead of
+	// Metric and Cost: one decision, all or nothing. Decided in the order of the
+	// metrics' names.
+	Costs map[string]int64
 }
 
 // Caller is who asks: the operator, or an org API key.
@@ -80,7 +85,50 @@ func (in Input) Validate() error {
 	case in.IdempotencyKey != nil && !IdempotencyPattern.MatchString(*in.IdempotencyKey):
 		return derrors.Field("idempotency_key", "must be 8 to 128 characters of A-Z a-z 0-9 . _ : @ -")
 	}
+	if in.Costs != nil {
+		return validCosts("costs", in.Costs, in.Metric != nil, in.Cost != nil, "metric", "cost")
+	}
 	return nil
+}
+
+// validCosts checks a costs object (field: costs, amounts or used): 1 to
+// quota.MaxMetrics metrics, each a valid id, each cost 0 to vocab.MaxUnits, and not
+// given beside the one-metric fields (metric and cost, or amount).
+func validCosts(field string, costs map[string]int64, hasMetric, hasCost bool, metricField, costField string) error {
+	if hasMetric || hasCost {
+		var fs []derrors.FieldError
+		msg := fmt.Sprintf("give either %s or %s and %s, not both", field, metricField, costField)
+		fs = append(fs, derrors.FieldError{Field: field, Message: msg})
+		if hasMetric && metricField != "" {
+			fs = append(fs, derrors.FieldError{Field: metricField, Message: msg})
+		}
+		if hasCost {
+			fs = append(fs, derrors.FieldError{Field: costField, Message: msg})
+		}
+		return derrors.E(derrors.Invalid, msg, nil, fs...)
+	}
+	if n := len(costs); n < 1 || n > quota.MaxMetrics {
+		return derrors.Field(field, fmt.Sprintf("must name 1 to %d metrics, not %d", quota.MaxMetrics, n))
+	}
+	for _, m := range sortedMetrics(costs) {
+		if !vocab.ValidID(m) {
+			return derrors.Field(field, fmt.Sprintf("metric %q: %s", m, idMsg))
+		}
+		if c := costs[m]; c < 0 || c > vocab.MaxUnits {
+			return derrors.Field(field, fmt.Sprintf("%s: must be 0 to %d", m, vocab.MaxUnits))
+		}
+	}
+	return nil
+}
+
+// sortedMetrics is the metrics of costs in order of their names.
+func sortedMetrics(costs map[string]int64) []string {
+	ms := make([]string, 0, len(costs))
+	for m := range costs {
+		ms = append(ms, m)
+	}
+	slices.Sort(ms)
+	return ms
 }
 
 // now is the time of route's checks by e (the engine's clock: the last Redis TIME
@@ -116,11 +164,23 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	if in.Metric != nil {
 		req.Metric = *in.Metric
 	}
+	if in.Cost != nil {
+		req.Cost = *in.Cost
+	}
+	if in.Costs != nil { // several metrics: the first by name is Metric, the rest More
+		ms := sortedMetrics(in.Costs)
+		req.Metric, req.Cost = ms[0], in.Costs[ms[0]]
+		for _, m := range ms[1:] {
+			req.More = append(req.More, quota.MetricCost{Metric: m, Cost: in.Costs[m]})
+		}
+	}
 	if err := org.Metrics.Check(req.Metric); err != nil {
 		return quota.Request{}, vocab.Route{}, none, th, err // *tenants.UnknownMetricError: names the org's metrics
 	}
-	if in.Cost != nil {
-		req.Cost = *in.Cost
+	for _, m := range req.More {
+		if err := org.Metrics.Check(m.Metric); err != nil {
+			return quota.Request{}, vocab.Route{}, none, th, err
+		}
 	}
 	if in.IdempotencyKey != nil {
 		req.IdempotencyKey = *in.IdempotencyKey
@@ -165,6 +225,12 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits, th)
 	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits, th)
 	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits, th)
+	for i := range req.More {
+		m := &req.More[i]
+		m.Limits.Org, _ = limitsFor(nil, m.Metric, org.Org.EffectiveLimits, th)
+		m.Limits.Team, _ = limitsFor(nil, m.Metric, team.Limits, th)
+		m.Limits.User, _ = limitsFor(nil, m.Metric, userLimits, th)
+	}
 	return req, route, org, th, nil
 }
 

@@ -67,8 +67,10 @@ type group struct {
 
 // CheckPaths decides several checks the way Envoy's descriptors ask for them: the
 // checks that lie on one org -> team -> user path of one metric are decided as one
-// atomic check (the deepest), counted once with the largest of their costs; checks on
-// different paths are each decided on their own, in one pipelined batch. A refused
+// atomic check (the deepest), counted once with the largest of their costs; paths that
+// end at the same org, team and user and differ only in metric are one multi-metric
+// check, all or nothing; checks on different paths are each decided on their own, in
+// one pipelined batch. A refused
 // input fails the whole call with an *InputError naming it, before anything is
 // counted; an engine error fails it too. Errors carry Check's kinds.
 func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths, error) {
@@ -127,7 +129,33 @@ func pathGroups(cs []pathCheck) []group {
 		}
 		cs[i].group = gi
 	}
-	return gs
+	return mergeMetrics(cs, gs)
+}
+
+// mergeMetrics makes the groups of one path (org, team and user the same) that differ
+// only in metric one multi-metric group, decided in one run all or nothing (at most
+// quota.MaxMetrics metrics a group; more start another). It renumbers cs's groups.
+func mergeMetrics(cs []pathCheck, gs []group) []group {
+	into := make([]int, len(gs))
+	var out []group
+	for i, g := range gs {
+		r := g.req
+		j := slices.IndexFunc(out, func(o group) bool {
+			return o.req.Org == r.Org && o.req.Team == r.Team && o.req.User == r.User && o.route == g.route &&
+				len(o.req.More)+1 < quota.MaxMetrics
+		})
+		if j < 0 {
+			out = append(out, g)
+			into[i] = len(out) - 1
+			continue
+		}
+		out[j].req.More = append(out[j].req.More, quota.MetricCost{Metric: r.Metric, Cost: r.Cost, Limits: r.Limits})
+		into[i] = j
+	}
+	for i := range cs {
+		cs[i].group = into[cs[i].group]
+	}
+	return out
 }
 
 // decide runs the groups' checks: one check, or one pipelined batch.
@@ -161,7 +189,7 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 	for i, c := range cs {
 		g := gs[c.group]
 		pc := PathCheck{Metric: c.req.Metric, Allowed: g.res.Allowed}
-		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req), now)
+		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req, len(g.req.More) > 0), now)
 		out.Checks[i] = pc
 	}
 	// The whole is described by the first denied path, else the tightest of all.
@@ -196,14 +224,18 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 // levelsOf is the part of a path's result that an input names: its own level and
 // those above it. A team's check merged into a user's path is described by the
 // team's and org's limits, not the user's.
-func levelsOf(res quota.Result, req quota.Request) quota.Result {
-	if req.User != "" {
+// A multi-metric path's input is described by its own metric's limits.
+func levelsOf(res quota.Result, req quota.Request, multi bool) quota.Result {
+	if req.User != "" && !multi {
 		return res
 	}
 	out := res
 	out.Levels = make([]quota.LevelStatus, 0, len(res.Levels))
 	for _, l := range res.Levels {
-		if l.Level == vocab.LevelOrg || (l.Level == vocab.LevelTeam && req.Team != "") {
+		if multi && l.Metric != req.Metric {
+			continue
+		}
+		if l.Level == vocab.LevelOrg || (l.Level == vocab.LevelTeam && req.Team != "") || req.User != "" {
 			out.Levels = append(out.Levels, l)
 		}
 	}

@@ -19,8 +19,10 @@ const MaxReservationTTL = time.Hour
 // held for TTL (default a minute) and settled by OnExpiry (default commit) if left
 // open. Nil pointers are absent fields.
 type ReserveInput struct {
-	Check    Input
-	Amount   int64
+	Check  Input
+	Amount int64
+	// Amounts holds several metrics instead of Check.Metric and Amount (which is then 0).
+	Amounts  map[string]int64
 	TTL      *int64 // seconds
 	OnExpiry *string
 }
@@ -28,8 +30,20 @@ type ReserveInput struct {
 // Validate checks the reservation's own fields (amount, ttl_seconds, on_expiry);
 // the check's are checked as Check checks them.
 func (in ReserveInput) Validate() error {
+	if in.Amounts != nil {
+		if err := validCosts("amounts", in.Amounts, in.Check.Metric != nil, in.Amount != 0, "metric", "amount"); err != nil {
+			return err
+		}
+		var total int64
+		for _, a := range in.Amounts {
+			total += a
+		}
+		if total < 1 {
+			return derrors.Field("amounts", "must hold at least 1 unit")
+		}
+	}
 	switch {
-	case in.Amount < 1 || in.Amount > vocab.MaxUnits:
+	case in.Amounts == nil && (in.Amount < 1 || in.Amount > vocab.MaxUnits):
 		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", vocab.MaxUnits))
 	case in.TTL != nil && (*in.TTL < 1 || *in.TTL > int64(MaxReservationTTL/time.Second)):
 		return derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
@@ -68,6 +82,9 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	}
 	check := in.Check
 	check.Cost = &in.Amount
+	if in.Amounts != nil {
+		check.Cost, check.Costs = nil, in.Amounts
+	}
 	req, route, org, th, err := s.request(ctx, c, check)
 	if err == nil && s.engine == nil {
 		err = ErrNoEngine
@@ -75,7 +92,7 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	if err != nil {
 		return Reserved{}, err
 	}
-	r.Decision.Mode, r.Decision.Throttle = org.Org.Mode, th
+	r.Decision.Mode, r.Decision.Throttle, r.Decision.Multi = org.Org.Mode, th, in.Amounts != nil
 	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, req, in.options()); err != nil {
 		return Reserved{}, engineError(err)
 	}
@@ -136,6 +153,22 @@ func (s *Service) Commit(ctx context.Context, c Caller, id string, used int64) (
 	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
 		return s.engine.Commit(ctx, route, org, anchor, id, used)
 	})
+}
+
+// CommitUsed is Commit with used units per metric (a metric left out used 0), the
+// only form a multi-metric reservation takes. Errors: Commit's, Invalid naming used
+// for a metric the reservation does not hold.
+func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[string]int64) (quota.Reservation, error) {
+	if err := validCosts("used", used, false, false, "", ""); err != nil {
+		return quota.Reservation{}, err
+	}
+	r, err := s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+		return s.engine.CommitUsed(ctx, route, org, anchor, id, used)
+	})
+	if errors.Is(err, quota.ErrInvalid) {
+		return quota.Reservation{}, derrors.E(derrors.Invalid, "used: "+err.Error(), err, derrors.FieldError{Field: "used", Message: err.Error()})
+	}
+	return r, err
 }
 
 // OpenReservations is a page of org's held reservations, soonest to expire first,

@@ -26,6 +26,7 @@ type Engine interface {
 	Now(route vocab.Route) time.Time
 	Reserve(ctx context.Context, route vocab.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
 	Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
+	CommitUsed(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used map[string]int64) (quota.Reservation, error)
 	Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
 	Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
 	OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
@@ -78,6 +79,9 @@ type Decision struct {
 	RetryAfter int64
 	// Warning is a warn-mode org's warning of a check that would have been denied.
 	Warning string
+	// Multi is true for a decision asked with Input.Costs (one metric or several): its
+	// levels and blocked limit name their metric.
+	Multi bool
 }
 
 // describe completes d from its result, judged at now.
@@ -115,7 +119,7 @@ func (s *Service) Check(ctx context.Context, c Caller, in Input) (d Decision, er
 	if err != nil {
 		return Decision{}, err
 	}
-	d.Mode, d.Throttle = org.Org.Mode, th
+	d.Mode, d.Throttle, d.Multi = org.Org.Mode, th, in.Costs != nil
 	if d.Result, d.Outcome, err = s.engine.Check(ctx, route, req); err != nil {
 		return Decision{}, engineError(err)
 	}
@@ -147,7 +151,7 @@ func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item
 			items[i].Err = err
 			continue
 		}
-		items[i].Mode, items[i].Throttle = org.Org.Mode, th
+		items[i].Mode, items[i].Throttle, items[i].Multi = org.Org.Mode, th, in.Costs != nil
 		reqs, routes, slot = append(reqs, req), append(routes, route), append(slot, i)
 	}
 	if len(reqs) == 0 {

@@ -18,7 +18,14 @@ const MaxBatch = 100
 
 // toCheckInput converts the API's check to the check service's.
 func toCheckInput(in api.CheckRequest) checks.Input {
-	return checks.Input{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, Cost: in.Cost, IdempotencyKey: in.IdempotencyKey}
+	out := checks.Input{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, Cost: in.Cost, IdempotencyKey: in.IdempotencyKey}
+	if in.Costs != nil {
+		out.Costs = *in.Costs
+		if out.Costs == nil { // "costs": null is given, and empty
+			out.Costs = map[string]int64{}
+		}
+	}
+	return out
 }
 
 // callerOfCheck is the check service's caller of a request.
@@ -43,15 +50,23 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 		t := true
 		out.Degraded = &t
 	}
-	for i, l := range res.Levels {
+	for i := range res.Levels {
+		l := &res.Levels[i]
 		out.Levels[i] = api.LevelStatus{Level: l.Level, Id: l.ID, Window: l.Window, Limit: l.Limit,
 			Used: l.Used, Remaining: l.Remaining, ResetAt: l.ResetAt.UTC()}
+		if d.Multi { // a multi-metric decision's levels name their metric
+			out.Levels[i].Metric = &l.Metric
+		}
 	}
 	ref := func(b *quota.Blocked) *api.LevelRef {
 		if b == nil {
 			return nil
 		}
-		return &api.LevelRef{Level: b.Level, Id: b.ID, Window: b.Window}
+		r := &api.LevelRef{Level: b.Level, Id: b.ID, Window: b.Window}
+		if d.Multi {
+			r.Metric = &b.Metric
+		}
+		return r
 	}
 	if !res.Allowed {
 		out.BlockedAt = ref(res.BlockedAt)

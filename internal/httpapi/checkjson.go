@@ -301,6 +301,10 @@ func appendCheckResult(b []byte, out *api.CheckResult) []byte {
 			b = appendString(b, string(l.Level))
 			b = append(b, `,"limit":`...)
 			b = strconv.AppendInt(b, l.Limit, 10)
+			if l.Metric != nil {
+				b = append(b, `,"metric":`...)
+				b = appendString(b, *l.Metric)
+			}
 			b = append(b, `,"remaining":`...)
 			b = strconv.AppendInt(b, l.Remaining, 10)
 			b = append(b, `,"reset_at":`...)
@@ -348,6 +352,10 @@ func appendLevelRef(b []byte, r *api.LevelRef) []byte {
 	b = appendString(b, r.Id)
 	b = append(b, `,"level":`...)
 	b = appendString(b, string(r.Level))
+	if r.Metric != nil {
+		b = append(b, `,"metric":`...)
+		b = appendString(b, *r.Metric)
+	}
 	b = append(b, `,"window":`...)
 	b = appendString(b, string(r.Window))
 	return append(b, '}')

@@ -16,7 +16,13 @@ import (
 // toReserveInput converts the API's reservation request to the check service's.
 func toReserveInput(in api.ReservationRequest) checks.ReserveInput {
 	out := checks.ReserveInput{Check: checks.Input{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, IdempotencyKey: in.IdempotencyKey},
-		Amount: in.Amount, TTL: in.TtlSeconds}
+		Amount: deref(in.Amount), TTL: in.TtlSeconds}
+	if in.Amounts != nil {
+		out.Amounts = *in.Amounts
+		if out.Amounts == nil {
+			out.Amounts = map[string]int64{}
+		}
+	}
 	if in.OnExpiry != nil {
 		e := string(*in.OnExpiry)
 		out.OnExpiry = &e
@@ -37,6 +43,17 @@ func fromReservation(res quota.Reservation) api.Reservation {
 	if res.State != quota.Held {
 		used, rel, over, at := res.Used, res.Released, res.OverReserved, res.SettledAt.UTC()
 		out.Used, out.Released, out.OverReserved, out.SettledAt = &used, &rel, &over, &at
+	}
+	if res.Metrics != nil {
+		ms := make([]api.ReservationMetric, len(res.Metrics))
+		for i, m := range res.Metrics {
+			ms[i] = api.ReservationMetric{Metric: m.Metric, Amount: m.Amount}
+			if res.State != quota.Held {
+				used, rel, over := m.Used, m.Released, m.OverReserved
+				ms[i].Used, ms[i].Released, ms[i].OverReserved = &used, &rel, &over
+			}
+		}
+		out.Metrics = &ms
 	}
 	return out
 }
@@ -96,7 +113,19 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	if !decode(w, r, &in) {
 		return
 	}
-	res, err := s.checks.Commit(r.Context(), callerOfCheck(r), id, in.Used)
+	// used: a number, or an object of used units per metric
+	var res quota.Reservation
+	var err error
+	if n, nerr := in.Used.AsCommitRequestUsed0(); nerr == nil {
+		res, err = s.checks.Commit(r.Context(), callerOfCheck(r), id, n)
+	} else if m, merr := in.Used.AsCosts(); merr == nil {
+		if m == nil {
+			m = api.Costs{}
+		}
+		res, err = s.checks.CommitUsed(r.Context(), callerOfCheck(r), id, m)
+	} else {
+		err = derrors.Field("used", "must be a number or an object of units per metric")
+	}
 	s.reservationAnswer(w, r, res, err)
 }
 

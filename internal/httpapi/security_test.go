@@ -211,7 +211,11 @@ func sample(s *openapi3.Schema, name string) (any, error) {
 		return out, nil
 	case s.Type.Is("object"):
 		out := map[string]any{}
-		for _, p := range s.Required {
+		required := s.Required
+		if alt, ok := s.Extensions["x-required-one-of"].([]any); ok && len(alt) > 0 { // one of them: the first
+			required = append(slices.Clone(required), fmt.Sprint(alt[0]))
+		}
+		for _, p := range required {
 			ps, ok := s.Properties[p]
 			if !ok {
 				return nil, fmt.Errorf("required property %q has no schema", p)

@@ -114,7 +114,10 @@ func checkClosedObjects(t *testing.T, where string, s *openapi3.SchemaRef, seen 
 	}
 	v := s.Value
 	seen[v] = true
-	if v.Type.Is(openapi3.TypeObject) && (v.AdditionalProperties.Has == nil || *v.AdditionalProperties.Has) {
+	// a map (additionalProperties a schema: costs per metric) has data for keys, each
+	// value checked by its schema; any other object must be closed
+	isMap := v.AdditionalProperties.Schema != nil && len(v.Properties) == 0
+	if v.Type.Is(openapi3.TypeObject) && !isMap && (v.AdditionalProperties.Has == nil || *v.AdditionalProperties.Has) {
 		t.Errorf("%s: object schema %q must set additionalProperties: false", where, s.Ref)
 	}
 	for _, p := range v.Properties {
@@ -180,9 +183,8 @@ func TestSpecCoversAPIDoc(t *testing.T) {
 // routes belong to an open issue: the contract is written ahead of the code. Their
 // routes must not be in the spec yet; the issue that builds one removes its entry.
 var notYetBuilt = map[string]string{
-	"Several metrics in one decision": "issue 24",
-	"Concurrency limits":              "issue 24",
-	"Money: rates, budgets":           "issue 25",
+	"Concurrency limits":    "issue 24",
+	"Money: rates, budgets": "issue 25",
 }
 
 func contains(list []string, s string) bool {

@@ -214,3 +214,76 @@ func evalshaStats(b *testing.B, r *testRig) (calls, usec int64) {
 	}
 	return calls, usec
 }
+
+// benchMetrics runs b.N decisions of requests and tokens from 64 goroutines through one
+// engine: as one two-metric check (multi true), or as two one-metric checks, the
+// tokens checked only when the request passed (multi false, what a caller does
+// without several metrics: and its request is spent even when its tokens are refused).
+// It reports ns/decision and Redis's own time per decision (INFO commandstats), so
+// make bench shows what the second metric costs.
+func benchMetrics(b *testing.B, multi bool) {
+	r := MustRig(b, "", quota.Config{})
+	org := testenv.ID(b, "org")
+	reqs := benchRequests(org, 1<<40)
+	toks := benchRequests(org, 1<<40)
+	for i := range toks {
+		toks[i].Metric, toks[i].Cost = "tokens", 700
+		reqs[i].More = []quota.MetricCost{{Metric: "tokens", Cost: 700, Limits: toks[i].Limits}}
+		if !multi {
+			reqs[i].More = nil
+		}
+	}
+	r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"}) // hydrate outside the timing
+	var next atomic.Int64
+	usec0 := evalshaUsec(b, r)
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := context.Background()
+		for pb.Next() {
+			i := next.Add(1) % int64(len(reqs))
+			res, err := r.e.Check(ctx, reqs[i])
+			if err == nil && !multi && res.Allowed {
+				res, err = r.e.Check(ctx, toks[i])
+			}
+			if err != nil || !res.Allowed {
+				b.Errorf("%v %+v", err, res.BlockedAt)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/decision")
+	b.ReportMetric((evalshaUsec(b, r)-usec0)*1000/float64(b.N), "redis-ns/decision")
+	u := r.usage(b, org)
+	if u[orgC("requests")] != int64(b.N) || u[orgC("tokens")] != 700*int64(b.N) {
+		b.Fatalf("counted %d requests, %d tokens for %d decisions", u[orgC("requests")], u[orgC("tokens")], b.N)
+	}
+}
+
+// evalshaUsec is Redis's total time in EVALSHA so far (µs), from INFO commandstats.
+func evalshaUsec(b *testing.B, r *testRig) float64 {
+	info, err := r.raw.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					var n float64
+					_, _ = fmt.Sscan(v, &n)
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// BenchmarkCheckTwoMetrics is a decision of requests and tokens as one two-metric check.
+func BenchmarkCheckTwoMetrics(b *testing.B) { benchMetrics(b, true) }
+
+// BenchmarkCheckTwoMetricsApart is the same decision as two one-metric checks.
+func BenchmarkCheckTwoMetricsApart(b *testing.B) { benchMetrics(b, false) }

@@ -30,11 +30,15 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 		a = append(a, k.tag+"i|"+req.IdempotencyKey)
 	}
 
-	// Every window limited at any level is counted at every level.
+	// Every window limited at any level (of any metric) is counted at every counter.
+	nm := req.metricCount()
 	var mask uint8
-	for _, ls := range [...][]vocab.Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
-		for _, l := range ls {
-			mask |= windowBit(l.Window)
+	for m := range nm {
+		_, _, ls := req.metricAt(m)
+		for _, ls := range [...][]vocab.Limit{ls.Org, ls.Team, ls.User} {
+			for _, l := range ls {
+				mask |= windowBit(l.Window)
+			}
 		}
 	}
 	nl := 1
@@ -58,34 +62,62 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 			index[i] = nw
 		}
 	}
-	rows := len(req.Limits.Org)
-	if nl > 1 {
-		rows += len(req.Limits.Team)
-		if nl > 2 {
-			rows += len(req.Limits.User)
+	rows := 0
+	cost := req.Cost // a multi-metric request's largest (check.lua's guard of MAXC)
+	for m := range nm {
+		_, mc, ls := req.metricAt(m)
+		cost = max(cost, mc)
+		rows += len(ls.Org)
+		if nl > 1 {
+			rows += len(ls.Team)
+			if nl > 2 {
+				rows += len(ls.User)
+			}
 		}
 	}
-	b := appendNumbers(c.nums[:0], float64(req.Cost), force, float64(nowMs), float64(k.endMs), float64(k.expire),
-		float64(nl), float64(nw), float64(rows))
+	// Counters: nl per metric (org, team, user), metric by metric; a row's "level" is
+	// its counter's index (1-based), which for one metric is the level.
+	b := appendNumbers(c.nums[:0], float64(cost), force, float64(nowMs), float64(k.endMs), float64(k.expire),
+		float64(nm*nl), float64(nw), float64(rows))
 	for _, bk := range windows[:nw] {
 		b = appendNumbers(b, float64(bk.ms), float64(nowMs-bk.n*bk.ms))
 	}
-	b = appendRows(b, 1, req.Limits.Org, &index)
-	if nl > 1 {
-		b = appendRows(b, 2, req.Limits.Team, &index)
-		if nl > 2 {
-			b = appendRows(b, 3, req.Limits.User, &index)
+	for m := range nm {
+		_, _, ls := req.metricAt(m)
+		base := float64(m * nl)
+		b = appendRows(b, base+1, ls.Org, &index)
+		if nl > 1 {
+			b = appendRows(b, base+2, ls.Team, &index)
+			if nl > 2 {
+				b = appendRows(b, base+3, ls.User, &index)
+			}
 		}
 	}
 	if req.Precise && nw > 0 {
 		b = appendNumbers(b, PreciseSubBuckets) // check.lua's "Precise windows"
 	}
+	if nm > 1 {
+		// check.lua's "Several metrics": each counter's cost
+		for m := range nm {
+			_, mc, _ := req.metricAt(m)
+			for range nl {
+				b = appendNumbers(b, float64(mc))
+			}
+		}
+	}
 	c.nums = b
-	a = append(a, k.field(req.Metric))
-	if nl > 1 {
-		a = append(a, req.Metric+"|t|"+req.Team)
-		if nl > 2 {
-			a = append(a, req.Metric+"|u|"+req.Team+"|"+req.User)
+	for m := range nm {
+		metric, _, _ := req.metricAt(m)
+		if m == 0 {
+			a = append(a, k.field(metric))
+		} else {
+			a = append(a, metric+"|o")
+		}
+		if nl > 1 {
+			a = append(a, metric+"|t|"+req.Team)
+			if nl > 2 {
+				a = append(a, metric+"|u|"+req.Team+"|"+req.User)
+			}
 		}
 	}
 	for _, bk := range windows[:nw] {
@@ -93,11 +125,18 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 	}
 	if idem {
 		a = append(a, e.ttlArg)
-		a = appendLabels(a, "o", req.Org, req.Limits.Org)
-		if nl > 1 {
-			a = appendLabels(a, "t", req.Team, req.Limits.Team)
-			if nl > 2 {
-				a = appendLabels(a, "u", req.User, req.Limits.User)
+		for m := range nm {
+			metric, _, ls := req.metricAt(m)
+			prefix := ""
+			if nm > 1 {
+				prefix = metric + "|" // check.lua's labels of a multi-metric request
+			}
+			a = appendLabels(a, prefix+"o", req.Org, ls.Org)
+			if nl > 1 {
+				a = appendLabels(a, prefix+"t", req.Team, ls.Team)
+				if nl > 2 {
+					a = appendLabels(a, prefix+"u", req.User, ls.User)
+				}
 			}
 		}
 		a = append(a, fingerprint(req))
@@ -106,17 +145,22 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 }
 
 // fingerprint identifies the request an idempotency key is used with: the first 16
-// bytes, in hex, of SHA-256 over its org, team, user, metric and cost (ids cannot
+// bytes, in hex, of SHA-256 over its org, team, user, metric and cost, then each further
+// metric and its cost of a multi-metric request (ids cannot
 // contain NUL, so the encoding is unambiguous). check.lua stores it with the first
 // decision and refuses a repeat whose fingerprint differs, atomically, so the rule
 // holds across replicas. Computed only for checks with an idempotency key.
 func fingerprint(req *Request) string {
-	var buf [4*129 + 20]byte
+	var buf [4*129 + 20]byte // grows for a multi-metric request
 	b := append(buf[:0], req.Org...)
 	b = append(append(b, 0), req.Team...)
 	b = append(append(b, 0), req.User...)
 	b = append(append(b, 0), req.Metric...)
 	b = strconv.AppendInt(append(b, 0), req.Cost, 10)
+	for _, m := range req.More { // a multi-metric request: every metric and cost, in order
+		b = append(append(b, 0), m.Metric...)
+		b = strconv.AppendInt(append(b, 0), m.Cost, 10)
+	}
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:16])
 }
@@ -144,8 +188,9 @@ func appendNumbers(b []byte, vs ...float64) []byte {
 	return b
 }
 
-// appendRows appends the rows of one level (1 org, 2 team, 3 user): level, window
-// index (0 month, i the i-th sliding window), limit.
+// appendRows appends the rows of one level: its counter's index (1 org, 2 team, 3 user
+// for a one-metric request; metric m's level l is m x levels + l), window index (0
+// month, i the i-th sliding window), limit.
 func appendRows(b []byte, level float64, limits []vocab.Limit, index *[len(slidingWindows)]int) []byte {
 	for _, l := range limits {
 		w := 0

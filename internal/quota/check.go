@@ -260,5 +260,17 @@ func (c *call) parse() (Result, byte, error) {
 	if c.reply == "C" {
 		return Result{}, statusConflict, fmt.Errorf("check %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
 	}
-	return parseReply(c.reply)
+	res, status, err := parseReply(c.reply)
+	if c.req.More == nil { // a one-metric request's labels do not name the metric
+		for i := range res.Levels {
+			res.Levels[i].Metric = c.req.Metric
+		}
+		if res.BlockedAt != nil {
+			res.BlockedAt.Metric = c.req.Metric
+		}
+		if res.WouldBlock != nil {
+			res.WouldBlock.Metric = c.req.Metric
+		}
+	}
+	return res, status, err
 }

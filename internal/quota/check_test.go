@@ -157,10 +157,12 @@ func TestCheckSequences(t *testing.T) {
 				want := quota.Result{Allowed: s.allowed, Levels: s.levels, BlockedAt: s.blockedAt, WouldBlock: s.wouldBlock}
 				for j := range want.Levels {
 					want.Levels[j].ID = ids[want.Levels[j].Level]
+					want.Levels[j].Metric = "requests"
 				}
 				for _, b := range []*quota.Blocked{want.BlockedAt, want.WouldBlock} {
 					if b != nil {
 						b.ID = ids[b.Level]
+						b.Metric = "requests"
 					}
 				}
 				if !got.Allowed && got.RetryAfter <= 0 {

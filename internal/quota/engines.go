@@ -502,6 +502,16 @@ func (r *Engines) Commit(ctx context.Context, route vocab.Route, org string, anc
 	return b.eng.Commit(ctx, org, anchorDay, id, used)
 }
 
+// CommitUsed settles a reservation of org with used units per metric on the Redis of
+// route (Engine.CommitUsed).
+func (r *Engines) CommitUsed(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used map[string]int64) (Reservation, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return Reservation{}, err
+	}
+	return b.eng.CommitUsed(ctx, org, anchorDay, id, used)
+}
+
 // Release gives a reservation of org back on the Redis of route (Engine.Release).
 func (r *Engines) Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))

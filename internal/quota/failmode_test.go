@@ -95,7 +95,7 @@ func TestEnginesFailModes(t *testing.T) {
 						continue
 					}
 					denied++
-					want := &quota.Blocked{Level: vocab.LevelOrg, ID: req.Org, Window: vocab.Day}
+					want := &quota.Blocked{Metric: req.Metric, Level: vocab.LevelOrg, ID: req.Org, Window: vocab.Day}
 					if diff := cmp.Diff(want, res.BlockedAt); diff != "" || res.RetryAfter <= 0 {
 						t.Fatalf("check %d blocked at (-want +got):\n%s retry after %v", i, diff, res.RetryAfter)
 					}

@@ -220,7 +220,9 @@ func newLeases(e *Engine, cfg LeaseConfig) *leases {
 // leasable reports whether req may be answered from a lease: an enforced check that
 // consumes, without an idempotency key, of a path whose org allows leases.
 func leasable(req *Request) bool {
-	return req.Cost > 0 && req.IdempotencyKey == "" && !req.NoLease && (req.Mode == "" || req.Mode == vocab.Enforce)
+	// a multi-metric request is decided in Redis: a lease is of one metric's path
+	return req.Cost > 0 && req.IdempotencyKey == "" && !req.NoLease && (req.Mode == "" || req.Mode == vocab.Enforce) &&
+		len(req.More) == 0
 }
 
 func (m *leases) event(ev LeaseEvent) {

@@ -56,6 +56,8 @@ func (l *localLimiter) share(limit int64) int64 { return limit / l.replicas }
 // decide answers req from the local counters at now. req must be valid.
 func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	type slot struct {
+		metric string
+		cost   int64
 		level  vocab.Level
 		id     string
 		window vocab.Window
@@ -75,6 +77,7 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 		}
 		l.lastSweep = now
 	}
+	var cost int64 // the metric's being added
 	add := func(level vocab.Level, id string, k localKey, limits []vocab.Limit) {
 		k.level = level
 		for _, lim := range limits {
@@ -84,17 +87,21 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 				c = &localCounter{end: localWindowEnd(lim.Window, now, req.AnchorDay)}
 				l.counters[k] = c
 			}
-			ss = append(ss, slot{level: level, id: id, window: lim.Window, share: l.share(lim.Limit), c: c})
+			ss = append(ss, slot{metric: k.metric, cost: cost, level: level, id: id, window: lim.Window, share: l.share(lim.Limit), c: c})
 		}
 	}
-	k := localKey{org: req.Org, metric: req.Metric}
-	add(vocab.LevelOrg, req.Org, k, req.Limits.Org)
-	if req.Team != "" {
-		k.team = req.Team
-		add(vocab.LevelTeam, req.Team, k, req.Limits.Team)
-		if req.User != "" {
-			k.user = req.User
-			add(vocab.LevelUser, req.User, k, req.Limits.User)
+	for m := range req.metricCount() { // every metric of a multi-metric request, all or nothing
+		metric, mc, ls := req.metricAt(m)
+		cost = mc
+		k := localKey{org: req.Org, metric: metric}
+		add(vocab.LevelOrg, req.Org, k, ls.Org)
+		if req.Team != "" {
+			k.team = req.Team
+			add(vocab.LevelTeam, req.Team, k, ls.Team)
+			if req.User != "" {
+				k.user = req.User
+				add(vocab.LevelUser, req.User, k, ls.User)
+			}
 		}
 	}
 
@@ -103,7 +110,7 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	var blocked *slot
 	for i := range ss {
 		s := &ss[i]
-		if s.c.used+req.Cost <= s.share {
+		if s.c.used+s.cost <= s.share {
 			continue
 		}
 		if blocked == nil || windowRank(s.window) > windowRank(blocked.window) {
@@ -112,7 +119,7 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	}
 	res := Result{Allowed: true}
 	if blocked != nil {
-		b := &Blocked{Level: blocked.level, ID: blocked.id, Window: blocked.window}
+		b := &Blocked{Metric: blocked.metric, Level: blocked.level, ID: blocked.id, Window: blocked.window}
 		if req.Mode == vocab.Shadow || req.Mode == vocab.Warn {
 			res.WouldBlock = b
 		} else {
@@ -122,13 +129,13 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	}
 	if res.Allowed {
 		for i := range ss {
-			ss[i].c.used += req.Cost
+			ss[i].c.used += ss[i].cost
 		}
 	}
 	res.Levels = make([]LevelStatus, len(ss))
 	for i, s := range ss {
 		res.Levels[i] = LevelStatus{
-			Level: s.level, ID: s.id, Window: s.window, Limit: s.share,
+			Metric: s.metric, Level: s.level, ID: s.id, Window: s.window, Limit: s.share,
 			Used: s.c.used, Remaining: max(s.share-s.c.used, 0), ResetAt: s.c.end,
 		}
 	}

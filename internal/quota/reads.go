@@ -73,6 +73,17 @@ func recordOf(org, id string, h map[string]string) (Reservation, error) {
 		}
 		r.Team, r.User = c.Team, c.User
 	}
+	if nm := num("nm"); nm > 1 { // several metrics (reserve.lua): each metric's amount
+		nl := num("nl")
+		r.Metrics = make([]MetricAmount, 0, nm)
+		for m := int64(1); m <= nm; m++ {
+			c, err := parseField(h[fmt.Sprintf("f%d", (m-1)*(nl/nm)+1)])
+			if err != nil {
+				return bad()
+			}
+			r.Metrics = append(r.Metrics, MetricAmount{Metric: c.Metric, Amount: num(fmt.Sprintf("a%d", m))})
+		}
+	}
 	if ans := h["r"]; ans != "" {
 		if err := r.parseAnswer(ans); err != nil {
 			return bad()

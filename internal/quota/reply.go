@@ -58,6 +58,10 @@ func parseReply(s string) (Result, byte, error) {
 	for rest != "" {
 		var row string
 		row, rest, _ = strings.Cut(rest, ";")
+		metric := ""
+		if strings.Count(row, "|") == 6 { // a multi-metric request's: metric first
+			metric, row, _ = strings.Cut(row, "|")
+		}
 		var p [6]string
 		for i := range 5 {
 			var ok bool
@@ -66,7 +70,7 @@ func parseReply(s string) (Result, byte, error) {
 			}
 		}
 		p[5] = row
-		ls := LevelStatus{Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(p[2])}
+		ls := LevelStatus{Metric: metric, Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(p[2])}
 		var err1, err2, err3 error
 		ls.Limit, err1 = strconv.ParseInt(p[3], 10, 64)
 		ls.Used, err2 = strconv.ParseInt(p[4], 10, 64)
@@ -92,7 +96,7 @@ func decided(res *Result, status byte, retry int64, blocked int) bool {
 	var b *Blocked
 	if blocked > 0 {
 		l := res.Levels[blocked-1]
-		b = &Blocked{Level: l.Level, ID: l.ID, Window: l.Window}
+		b = &Blocked{Metric: l.Metric, Level: l.Level, ID: l.ID, Window: l.Window}
 	}
 	switch status {
 	case statusAllowed:
@@ -138,11 +142,15 @@ func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result
 		return bad()
 	}
 	status := [...]byte{statusAllowed, statusOver, statusDenied}[code-1]
-	n := len(req.Limits.Org)
-	if req.Team != "" {
-		n += len(req.Limits.Team)
-		if req.User != "" {
-			n += len(req.Limits.User)
+	n := 0
+	for m := range req.metricCount() {
+		_, _, ls := req.metricAt(m)
+		n += len(ls.Org)
+		if req.Team != "" {
+			n += len(ls.Team)
+			if req.User != "" {
+				n += len(ls.User)
+			}
 		}
 	}
 	if len(s) != 8*(3+n) || int(blocked) > n {
@@ -151,6 +159,7 @@ func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result
 	res.Levels = make([]LevelStatus, 0, n)
 	month := time.UnixMilli(per.End.UnixMilli()).UTC()
 	row := 3
+	metric := req.Metric
 	level := func(lv vocab.Level, id string, limits []vocab.Limit) bool {
 		for _, l := range limits {
 			used := num(row)
@@ -158,7 +167,7 @@ func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result
 				return false
 			}
 			row++
-			ls := LevelStatus{Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
+			ls := LevelStatus{Metric: metric, Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
 				Remaining: max(l.Limit-used, 0), ResetAt: month}
 			if ms := l.Window.Duration().Milliseconds(); ms > 0 {
 				if req.Precise {
@@ -170,11 +179,16 @@ func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result
 		}
 		return true
 	}
-	ok := level(vocab.LevelOrg, req.Org, req.Limits.Org)
-	if ok && req.Team != "" {
-		ok = level(vocab.LevelTeam, req.Team, req.Limits.Team)
-		if ok && req.User != "" {
-			ok = level(vocab.LevelUser, req.User, req.Limits.User)
+	ok := true
+	for m := 0; ok && m < req.metricCount(); m++ {
+		var ls *LevelLimits
+		metric, _, ls = req.metricAt(m)
+		ok = level(vocab.LevelOrg, req.Org, ls.Org)
+		if ok && req.Team != "" {
+			ok = level(vocab.LevelTeam, req.Team, ls.Team)
+			if ok && req.User != "" {
+				ok = level(vocab.LevelUser, req.User, ls.User)
+			}
 		}
 	}
 	if !ok || !decided(&res, status, retry, int(blocked)) {

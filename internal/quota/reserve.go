@@ -108,6 +108,19 @@ type Reservation struct {
 	Released     int64
 	OverReserved int64
 	SettledAt    time.Time
+	// Metrics is a multi-metric reservation's every metric (Metric, Amount, Used,
+	// Released and OverReserved above are then its first's); nil for one metric.
+	Metrics []MetricAmount
+}
+
+// MetricAmount is one metric of a multi-metric reservation: held, and once settled
+// used, given back and over-reserved.
+type MetricAmount struct {
+	Metric       string
+	Amount       int64
+	Used         int64
+	Released     int64
+	OverReserved int64
 }
 
 // Errors of reservations.
@@ -206,8 +219,17 @@ func (o *ReserveOptions) validate() error {
 // Errors: those of Check (ErrInvalid also for Cost 0 or bad options).
 func (e *Engine) Reserve(ctx context.Context, req Request, opt ReserveOptions) (Reservation, Result, error) {
 	err := req.Validate()
-	if req.Cost <= 0 {
+	if req.Cost <= 0 && len(req.More) == 0 {
 		err = errors.Join(err, fmt.Errorf("%w: a reservation's amount must be at least 1", ErrInvalid))
+	}
+	if len(req.More) > 0 {
+		total := req.Cost
+		for _, m := range req.More {
+			total += m.Cost
+		}
+		if total <= 0 {
+			err = errors.Join(err, fmt.Errorf("%w: a reservation's amounts must hold at least 1 unit", ErrInvalid))
+		}
 	}
 	err = errors.Join(err, opt.validate())
 	if err != nil {
@@ -274,9 +296,17 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 		if !opt.lease {
 			e.reserved()
 		}
-		return Reservation{ID: rid, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, State: Held,
+		r := Reservation{ID: rid, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, State: Held,
 			Amount: req.Cost, OnExpiry: opt.OnExpiry, Period: per, CreatedAt: time.UnixMilli(nowMs).UTC(),
-			ExpiresAt: time.UnixMilli(nowMs + opt.TTL.Milliseconds()).UTC()}, res, nil
+			ExpiresAt: time.UnixMilli(nowMs + opt.TTL.Milliseconds()).UTC()}
+		if len(req.More) > 0 {
+			r.Metrics = make([]MetricAmount, req.metricCount())
+			for m := range r.Metrics {
+				metric, cost, _ := req.metricAt(m)
+				r.Metrics[m] = MetricAmount{Metric: metric, Amount: cost}
+			}
+		}
+		return r, res, nil
 	}
 }
 

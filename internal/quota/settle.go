@@ -3,6 +3,7 @@ package quota
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,36 @@ func (e *Engine) Commit(ctx context.Context, org string, anchorDay int, id strin
 	return e.settle(ctx, org, anchorDay, id, ActionCommit, used, false)
 }
 
+// CommitUsed is Commit with used units per metric, for a reservation of one metric or
+// several (Reserve with Request.More): a metric left out used 0. Errors: Commit's, and
+// ErrInvalid for a metric the reservation does not hold (nothing is settled then).
+func (e *Engine) CommitUsed(ctx context.Context, org string, anchorDay int, id string, used map[string]int64) (Reservation, error) {
+	metrics := make([]string, 0, len(used))
+	for m, u := range used {
+		if !vocab.ValidID(m) {
+			return Reservation{}, fmt.Errorf("%w: metric %q is not a valid id", ErrInvalid, m)
+		}
+		if u < 0 || u > vocab.MaxUnits {
+			return Reservation{}, fmt.Errorf("%w: used %d of %s is outside 0..%d", ErrInvalid, u, m, vocab.MaxUnits)
+		}
+		metrics = append(metrics, m)
+	}
+	if len(metrics) == 0 || len(metrics) > MaxMetrics {
+		return Reservation{}, fmt.Errorf("%w: used must name 1 to %d metrics", ErrInvalid, MaxMetrics)
+	}
+	slices.Sort(metrics)
+	var b strings.Builder
+	for i, m := range metrics {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(m)
+		b.WriteByte('=')
+		b.WriteString(strconv.FormatInt(used[m], 10))
+	}
+	return e.settle(ctx, org, anchorDay, id, ActionCommit, b.String(), false)
+}
+
 // Release gives all of reservation id back. A repeated release returns the first
 // answer. Errors: those of Commit (*StateError when committed or expired).
 func (e *Engine) Release(ctx context.Context, org string, anchorDay int, id string) (Reservation, error) {
@@ -46,7 +77,8 @@ func (e *Engine) Release(ctx context.Context, org string, anchorDay int, id stri
 
 // settle settles reservation id; a lease's settlement (lease true) is not reported as
 // a reservation's and returns without reading the record back.
-func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id string, act Action, used int64, lease bool) (Reservation, error) {
+// used is a number, or settle.lua's "metric=used,..." (CommitUsed).
+func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id string, act Action, used any, lease bool) (Reservation, error) {
 	if !vocab.ValidID(org) {
 		return Reservation{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
@@ -99,6 +131,11 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 			continue
 		case reply == "H", reply == "N":
 			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
+		case strings.HasPrefix(reply, "U"):
+			if reply == "U" {
+				return Reservation{}, fmt.Errorf("%w: reservation %s holds several metrics: used must name them", ErrInvalid, id)
+			}
+			return Reservation{}, fmt.Errorf("%w: reservation %s holds no metric %s", ErrInvalid, id, reply[1:])
 		case strings.HasPrefix(reply, "S"):
 			return Reservation{}, &StateError{ID: id, State: ReservationState(reply[1:])}
 		}
@@ -121,11 +158,32 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 }
 
 // parseAnswer reads settle.lua's answer: state;amount;used;released;over;settled_ms;
-// expires_ms;on_expiry;period;first counter field;last counter field.
+// expires_ms;on_expiry;period;first counter field;last counter field, and for several
+// metrics ";metric=amount/used/released/over,...".
 func (r *Reservation) parseAnswer(s string) error {
 	p := strings.Split(s, ";")
-	if len(p) != 11 {
+	if len(p) != 11 && len(p) != 12 {
 		return fmt.Errorf("quota: malformed settlement %q", s)
+	}
+	if len(p) == 12 {
+		r.Metrics = r.Metrics[:0]
+		for _, m := range strings.Split(p[11], ",") {
+			name, nums, ok := strings.Cut(m, "=")
+			f := strings.Split(nums, "/")
+			if !ok || len(f) != 4 {
+				return fmt.Errorf("quota: malformed settlement %q", s)
+			}
+			var n [4]int64
+			for i := range n {
+				v, err := strconv.ParseInt(f[i], 10, 64)
+				if err != nil {
+					return fmt.Errorf("quota: malformed settlement %q", s)
+				}
+				n[i] = v
+			}
+			r.Metrics = append(r.Metrics, MetricAmount{Metric: name, Amount: n[0], Used: n[1], Released: n[2], OverReserved: n[3]})
+		}
+		p = p[:11]
 	}
 	var n [6]int64
 	for i := range n {

@@ -3,6 +3,7 @@ package quota
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/vocab"
@@ -106,7 +107,7 @@ type Request struct {
 	// IdempotencyKey, when set (8..128 characters of [A-Za-z0-9._:@-]), makes a repeat
 	// of the check within 24 hours return the first decision without counting again.
 	// Keys are scoped by Org. A repeat must be the same request (Team, User, Metric and
-	// Cost as first given); any other fails with ErrIdempotencyConflict, counting nothing.
+	// Cost, and every metric and cost of More, as first given); any other fails with ErrIdempotencyConflict, counting nothing.
 	IdempotencyKey string
 	// Mode is the org's enforcement mode; empty means Enforce.
 	Mode vocab.Mode
@@ -124,6 +125,33 @@ type Request struct {
 	// NoLease keeps the check out of leases (the org's plan or override says leases:
 	// off): it is decided in Redis even when its path is hot.
 	NoLease bool
+	// More are further metrics decided with Metric in the same script run, all or
+	// nothing over every metric, level and window (docs/ARCHITECTURE.md "Several metrics
+	// in one decision"): at most MaxMetrics-1, each named once. Empty for a one-metric
+	// request. A multi-metric request is never leased.
+	More []MetricCost
+}
+
+// MaxMetrics is the most metrics one request may name (Metric and More).
+const MaxMetrics = 16
+
+// MetricCost is one more metric of a multi-metric Request: its cost and its limits.
+type MetricCost struct {
+	Metric string
+	Cost   int64
+	Limits LevelLimits
+}
+
+// metricCount is how many metrics req names.
+func (r *Request) metricCount() int { return 1 + len(r.More) }
+
+// metricAt is req's i-th metric (0: Metric), its cost and limits.
+func (r *Request) metricAt(i int) (string, int64, *LevelLimits) {
+	if i == 0 {
+		return r.Metric, r.Cost, &r.Limits
+	}
+	m := &r.More[i-1]
+	return m.Metric, m.Cost, &m.Limits
 }
 
 // Validate reports every problem of the request, joined, each wrapping ErrInvalid.
@@ -151,6 +179,20 @@ func (r *Request) Validate() error {
 	}
 	if r.Cost < 0 || r.Cost > vocab.MaxUnits {
 		bad("cost %d is outside 0..%d", r.Cost, vocab.MaxUnits)
+	}
+	if r.metricCount() > MaxMetrics {
+		bad("%d metrics: at most %d", r.metricCount(), MaxMetrics)
+	}
+	for i, m := range r.More {
+		if !vocab.ValidID(m.Metric) {
+			bad("metric %q is not a valid id", m.Metric)
+		}
+		if m.Cost < 0 || m.Cost > vocab.MaxUnits {
+			bad("metric %s: cost %d is outside 0..%d", m.Metric, m.Cost, vocab.MaxUnits)
+		}
+		if m.Metric == r.Metric || slices.ContainsFunc(r.More[:i], func(o MetricCost) bool { return o.Metric == m.Metric }) {
+			bad("metric %q named twice", m.Metric)
+		}
 	}
 	if k := r.IdempotencyKey; k != "" && (len(k) < 8 || len(k) > 128 || !validChars(k)) {
 		bad("idempotency key must be 8..128 characters of [A-Za-z0-9._:@-]")
@@ -187,9 +229,12 @@ func (r *Request) Validate() error {
 			}
 		}
 	}
-	checkLimits(vocab.LevelOrg, true, r.Limits.Org)
-	checkLimits(vocab.LevelTeam, r.Team != "", r.Limits.Team)
-	checkLimits(vocab.LevelUser, r.User != "", r.Limits.User)
+	for i := range r.metricCount() {
+		_, _, ls := r.metricAt(i)
+		checkLimits(vocab.LevelOrg, true, ls.Org)
+		checkLimits(vocab.LevelTeam, r.Team != "", ls.Team)
+		checkLimits(vocab.LevelUser, r.User != "", ls.User)
+	}
 	return errors.Join(errs...)
 }
 
@@ -231,6 +276,9 @@ type Result struct {
 
 // LevelStatus is the state of one limit after the check.
 type LevelStatus struct {
+	// Metric is the limit's metric (a multi-metric request's levels are every metric's,
+	// in the request's order of metrics).
+	Metric    string
 	Level     vocab.Level
 	ID        string
 	Window    vocab.Window
@@ -242,6 +290,7 @@ type LevelStatus struct {
 
 // Blocked names one limit: which level, whose id, which window.
 type Blocked struct {
+	Metric string
 	Level  vocab.Level
 	ID     string
 	Window vocab.Window

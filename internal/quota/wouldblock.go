@@ -131,6 +131,9 @@ func (w *wouldBlocks) dayOf(ms int64) string {
 func (w *wouldBlocks) record(c *call, b *Blocked) {
 	req := &c.req
 	k := WouldBlockKey{Day: w.dayOf(c.nowMs), Metric: req.Metric, Level: b.Level, Window: b.Window}
+	if b.Metric != "" { // a multi-metric request's: the metric that would have blocked
+		k.Metric = b.Metric
+	}
 	if b.Level != vocab.LevelOrg {
 		k.Team = req.Team
 	}

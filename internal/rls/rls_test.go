@@ -530,3 +530,51 @@ func TestHostileHitsAddendIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Descriptors of one path that differ only in metric are one multi-metric decision:
+// when the tokens do not fit, the request is refused with them and counted nowhere.
+func TestMetricsOfOnePathAreAllOrNothing(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
+	r.mustDo("POST", "/v1/plans", `{"id":"pm","name":"P","fail_mode":"closed","limits":[{"metric":"requests","window":"month","limit":1000},{"metric":"tokens","window":"month","limit":100}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", `{"id":"acme","name":"O","plan":"pm"}`, 201)
+	r.mustDo("POST", "/v1/orgs/acme/teams", `{"id":"eng","name":"T"}`, 201)
+	key := r.key("acme", `"check"`)
+	usedOf := func(metric string) int64 {
+		t.Helper()
+		rec := r.do("POST", "/v1/check", key, `{"org":"acme","team":"eng","user":"alice","metric":"`+metric+`","cost":0}`)
+		var res api.CheckResult
+		if err := json.Unmarshal(rec.Body.Bytes(), &res); err != nil || len(res.Levels) == 0 {
+			t.Fatalf("usage check = %d %s", rec.Code, rec.Body)
+		}
+		return res.Levels[0].Used
+	}
+	call := func() *rlsv3.RateLimitResponse {
+		return r.mustShould(key, 0, desc(entry{"team", "eng"}, entry{"user", "alice"}, entry{"metric", "requests"}),
+			withCost(desc(entry{"team", "eng"}, entry{"user", "alice"}, entry{"metric", "tokens"}), 60))
+	}
+	if res := call(); res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+		t.Fatalf("first call: %v", res)
+	}
+	res := call()
+	if res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("120 tokens over 100: %v", res)
+	}
+	for i, st := range res.GetStatuses() {
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("status %d = %v, want OVER_LIMIT: the metrics were refused together", i, st)
+		}
+	}
+	// each descriptor's status describes its own metric
+	if cl := res.GetStatuses()[0].GetCurrentLimit(); cl.GetRequestsPerUnit() != 1000 {
+		t.Errorf("requests' status = %v", res.GetStatuses()[0])
+	}
+	if cl := res.GetStatuses()[1].GetCurrentLimit(); cl.GetRequestsPerUnit() != 100 {
+		t.Errorf("tokens' status = %v", res.GetStatuses()[1])
+	}
+	if got := usedOf("requests"); got != 1 {
+		t.Errorf("requests used %d, want 1: the refused call's request was counted", got)
+	}
+	if got := usedOf("tokens"); got != 60 {
+		t.Errorf("tokens used %d, want 60", got)
+	}
+}

@@ -431,6 +431,11 @@ type CheckRequest struct {
 	// Cost Units to consume, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); 0 only queries.
 	Cost *int64 `json:"cost,omitempty"`
 
+	// Costs Units per metric, 1 to 16 metrics, each one the org's plan knows, each 0 to 2^50 = 1125899906842624 (see "Several metrics in one decision").
+	//
+	// Example: {"requests":1,"tokens":1200}
+	Costs *Costs `json:"costs,omitempty"`
+
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
 	IdempotencyKey *IdempotencyKey `json:"idempotency_key,omitempty"`
 	Metric         *Id             `json:"metric,omitempty"`
@@ -488,8 +493,16 @@ type CheckResult struct {
 
 // CommitRequest Example: {"used":1234}
 type CommitRequest struct {
-	// Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51).
-	Used int64 `json:"used"`
+	// Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51). A number for a one-metric reservation, or an object of used units per metric (a metric left out used 0), the only form a multi-metric reservation takes.
+	Used CommitRequest_Used `json:"used"`
+}
+
+// CommitRequestUsed0 defines model for CommitRequest.Used.0.
+type CommitRequestUsed0 = int64
+
+// CommitRequest_Used Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51). A number for a one-metric reservation, or an object of used units per metric (a metric left out used 0), the only form a multi-metric reservation takes.
+type CommitRequest_Used struct {
+	union json.RawMessage
 }
 
 // ConsoleRole `viewer` reads; `admin` also changes.
@@ -527,6 +540,11 @@ type ConsoleUserList struct {
 	// NextCursor Cursor of the next page, or null on the last page.
 	NextCursor *NextCursor `json:"next_cursor"`
 }
+
+// Costs Units per metric, 1 to 16 metrics, each one the org's plan knows, each 0 to 2^50 = 1125899906842624 (see "Several metrics in one decision").
+//
+// Example: {"requests":1,"tokens":1200}
+type Costs map[string]int64
 
 // Currency ISO 4217 currency code.
 //
@@ -634,15 +652,21 @@ type LevelRef struct {
 	Id    string `json:"id"`
 	Level Level  `json:"level"`
 
+	// Metric The limit's metric; set in a decision of several metrics (`costs`, `amounts`).
+	Metric *string `json:"metric,omitempty"`
+
 	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
 	Window Window `json:"window"`
 }
 
 // LevelStatus The state of one level and window after the check.
 type LevelStatus struct {
-	Id        string    `json:"id"`
-	Level     Level     `json:"level"`
-	Limit     int64     `json:"limit"`
+	Id    string `json:"id"`
+	Level Level  `json:"level"`
+	Limit int64  `json:"limit"`
+
+	// Metric The limit's metric; set in a decision of several metrics (`costs`, `amounts`).
+	Metric    *string   `json:"metric,omitempty"`
 	Remaining int64     `json:"remaining"`
 	ResetAt   time.Time `json:"reset_at"`
 	Used      int64     `json:"used"`
@@ -1001,6 +1025,9 @@ type Reservation struct {
 	Levels *[]LevelStatus `json:"levels,omitempty"`
 	Metric string         `json:"metric"`
 
+	// Metrics A multi-metric reservation's metrics (`metric`, `amount`, `used`, `released` and `over_reserved` above are its first's).
+	Metrics *[]ReservationMetric `json:"metrics,omitempty"`
+
 	// OnExpiry What settles a reservation left open past `expires_at`, `commit` (the whole amount) or `release`.
 	OnExpiry OnExpiry `json:"on_expiry"`
 	Org      string   `json:"org"`
@@ -1029,10 +1056,32 @@ type ReservationList struct {
 	Reservations []Reservation `json:"reservations"`
 }
 
-// ReservationRequest Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
+// ReservationMetric One metric of a multi-metric reservation.
+type ReservationMetric struct {
+	Amount int64  `json:"amount"`
+	Metric string `json:"metric"`
+
+	// OverReserved Set once settled.
+	OverReserved *int64 `json:"over_reserved,omitempty"`
+
+	// Released Set once settled.
+	Released *int64 `json:"released,omitempty"`
+
+	// Used Set once settled.
+	Used *int64 `json:"used,omitempty"`
+}
+
+// ReservationRequest Either `amount` (with `metric`) or `amounts` (several metrics); one of them is required.
+//
+// Example: {"amount":4000,"metric":"tokens","org":"acme","team":"eng","ttl_seconds":120,"user":"alice"}
 type ReservationRequest struct {
 	// Amount Units to hold, as the cost of a check, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
-	Amount int64 `json:"amount"`
+	Amount *int64 `json:"amount,omitempty"`
+
+	// Amounts Units per metric, 1 to 16 metrics, each one the org's plan knows, each 0 to 2^50 = 1125899906842624 (see "Several metrics in one decision").
+	//
+	// Example: {"requests":1,"tokens":1200}
+	Amounts *Costs `json:"amounts,omitempty"`
 
 	// IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
 	IdempotencyKey *IdempotencyKey `json:"idempotency_key,omitempty"`
@@ -1836,6 +1885,68 @@ func (t BatchCheckItem) MarshalJSON() ([]byte, error) {
 }
 
 func (t *BatchCheckItem) UnmarshalJSON(b []byte) error {
+	err := t.union.UnmarshalJSON(b)
+	return err
+}
+
+// AsCommitRequestUsed0 returns the union data inside the CommitRequest_Used as a CommitRequestUsed0
+func (t CommitRequest_Used) AsCommitRequestUsed0() (CommitRequestUsed0, error) {
+	var body CommitRequestUsed0
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCommitRequestUsed0 overwrites any union data inside the CommitRequest_Used as the provided CommitRequestUsed0
+func (t *CommitRequest_Used) FromCommitRequestUsed0(v CommitRequestUsed0) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCommitRequestUsed0 performs a merge with any union data inside the CommitRequest_Used, using the provided CommitRequestUsed0
+func (t *CommitRequest_Used) MergeCommitRequestUsed0(v CommitRequestUsed0) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+// AsCosts returns the union data inside the CommitRequest_Used as a Costs
+func (t CommitRequest_Used) AsCosts() (Costs, error) {
+	var body Costs
+	err := json.Unmarshal(t.union, &body)
+	return body, err
+}
+
+// FromCosts overwrites any union data inside the CommitRequest_Used as the provided Costs
+func (t *CommitRequest_Used) FromCosts(v Costs) error {
+	b, err := json.Marshal(v)
+	t.union = b
+	return err
+}
+
+// MergeCosts performs a merge with any union data inside the CommitRequest_Used, using the provided Costs
+func (t *CommitRequest_Used) MergeCosts(v Costs) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+
+	merged, err := runtime.JSONMerge(t.union, b)
+	t.union = merged
+	return err
+}
+
+func (t CommitRequest_Used) MarshalJSON() ([]byte, error) {
+	b, err := t.union.MarshalJSON()
+	return b, err
+}
+
+func (t *CommitRequest_Used) UnmarshalJSON(b []byte) error {
 	err := t.union.UnmarshalJSON(b)
 	return err
 }
@@ -4495,307 +4606,313 @@ var swaggerSpec = []string{
 	"hL2TKVMOwZ6pAwkGvLfzuOAyaFX648pZNV6CcrF7TBCi3DsGFHzRx+xavwdlCtF1k9hgw2UqBSo5FNan",
 	"CDsda5j3FpltnmIS+FfEVTZvfhO/v5FojdwsE+2fP6zoL2helhY06vAJanlweh2hZmF1ow7P5UR0tvwv",
 	"+NI4FShp5lUaoufFwrNixxbaOnb0v4+G7K/s8PDo0bePHz8efvPt8dE3R8cJCSrr6OJXee+YWGqZ+MAn",
-	"Ll+jw3Pc+U4XypO7KhYX3kTu9DyRgwfk10IYicnSW1RUJSxtzqCSc8NG/lFPprveMxKn8dU5AM/zPXSx",
-	"51nnj/dJtcnVyVU843rfTLiU1z8ZbtMeaSnx9fAz2UGxzZoTJShEbO9C61xw5X9ZJeNfN50X/nK/EdMO",
-	"ONNnhmeN/jPIshKYNagLh7GZhOIygcs/sGzKZQ7lExFTiOaFsaiG92cYr/Iyg+ImqIRzKGMQGMWlZBA2",
-	"13lmAz8MKZxL7uasSyKPgmaOXwqFL8K0FmBlkOxuncxzvBC9E5YWEFXy7C0tqwtSRoLUD6QtCO1SI8Fp",
-	"eeMSBknwioX0MpDj9Ay3DDMq/UXG2N5VTUuq7c+VyBsE1SslmPC2F4ToG8sxQD3iqLhAStM+OiSc/lvH",
-	"XWGblEh/kNe94if/DBD0MufrpsP11hil6UE8mAlucilMKKwJBSuQeLKRidu8TZA4cg6G8Dml+jSX9MBx",
-	"lZU6N8tm30N6urnRZZR41yadlQ/+kXRWd12E1KgFwKPnwAj25wEbjCnwGKKEkj4bmRXEnG8hXwvgCIdH",
-	"D4+3pGTRyCwqLX6lzSVcrk8kHFGV9m9CFSQp61GkYtMix0tpBIZAIYnK6y7nGNT3HKbL6SeGWaeX1s/7",
-	"6H8fHfbuUtJunCLsYvORgePzjc4bnIPplRQrYVLmWak9YSnPFlKljOdWk48QrolQfha/dODrTtLBn0Xj",
-	"VSQZlXjcTVwUfLWNiv++cRdDa9/pKYm2qdF1h9Ogl9ViBDt23e/CzWN+tOKOXtr/9FrnIHyXdDzfWmmT",
-	"dUadiTZGTFx/ro0V/QvI112HCY7oqLZuW7mb5eaHhUVlKUePjjcPou7yjYJO5YS2GJ3TBsysfI0FEXNu",
-	"5ydMeSHNjHCFUcjV4oHJK1WWwxw1BY8/8jjDgsup0yuvOce78K/Gl+OzO1iftLprnr99xY6PDv/Cgu3F",
-	"JqTtVVUf794+hT0s08R/Oe3/z/vfHzZlhyedp1zma0ju397CrMktd8renT1hWeWcQ/MyKWsO+k+fpvUZ",
-	"HQ2PvukfHvaHD2M263lLowFt29QYdBsVUImwwzkUFeuVhYbcwZS7k2JR5JUOuE+NXnyCGUbM21j6U3TW",
-	"NUbAteorMYOhS6dekGMYGDl+PBgON7YOPqsf53ic/X6YHB790R2PB/jHN3/0/qPxdGu1YbHBC7GhSH5M",
-	"7FUnwQ+bZMf3XOY/kTraEOjhpCBBptJqLnMRWyWYSSYtK5QRfDLnF7kYQWgQBFquV3asutOcz2YiY2mw",
-	"g9JeUmWcoQZr2aPhw4SluZ7wPKXoQLBVFJOqT+bLWGFyvIHaoAzJobJhHlhm59680FP0FKLePo53xE/P",
-	"ixOYgFe+/Jjbm1Nnv1d6wi8G5W7FATe5CP5lqHQYdWbSzYuLwUQvDn4t1aH4nxCSUzw/gLdiwaEUefbM",
-	"GN0gwiEXdfuAIMcKzDO6MlWaNP1+zbopbID9Zfh+gEaN3/wQowmFopCM1ajtLijA2FhnH98fnGP1g6ZL",
-	"BO7X5kj2VSMBCnClSoce29jDHHuTIbNRaccoUQA9ujlfWsjJbDJ0bp9ysnH7rZUzJTJ2sY5KLFp28sZe",
-	"ViM4ZfDdJrvk4/yXym3oLLcKu275IGlJYYCNxA+ihFba2VOvq5NXtfF7qK3ljm+S4jop68d5kUnHcj3b",
-	"0KQebWpSu86gyfQq4yXNdF4TjJ/IMqtidDgHcCqgzwdjMNKyCV8uvVXmKqv/wr/q1qbX4U6K3GISqCHg",
-	"dODWW9Z98/0T9vDhw8dJUCCmhSuMSGABUjHO1oKb3gkjuTnCEqwIvgD3vwSJqIUjNyI7+1+NtvvQSvF3",
-	"oQEj2/3suu+PgudYLtgWX2++1A3cb9Pq4a4S+JlYCpV5DTpoX7+PO0tt3cwIO+6M2LijL8edhI07xqsv",
-	"+FFRpeuPO3/ECSzb+TfXZNhYdPttG/76MmXdgzlsw2+9E5aCMzVNIsWIdXm0AEZp+gmj0kCv2KCDlZPj",
-	"GCrVUxR+/mWsewD/+K0X+xD0JZBcVZEAhJd5jbf0TSed8i0NiuLGmdMam475eWOa6ITnuTD9yVxboZiE",
-	"lP6pRFFZ6cQU74ktHN7/7bT/P8P+4/fVPwfno//sv/99mBwe/aXZ9tkIcTTUBS4FB68yh+zV7hIraRJ2",
-	"dMzmujC2VyqmrszC9lqplVoxPuOeh6gsBJFsmbq/0AZTXOtWGu//Vk382+Tw6NvmiYPLEJwG4ei2Int7",
-	"Kar4njvXUkuPZsMRb3nPISsIKHc757cl2SsPy7/WrQquWBjnusd/xqc2STinHQJthd7URM+xK7/RdrWB",
-	"/UC53+YmxDmL97cTeai63UO1M3G57F7PW+FupmiSnb/Hy+/8CJMSF6JA665abrSUxoMOe7hTt9yi+qCa",
-	"lcU9kPbAo+riyM1I5/QNaIoNYe+wHV4XKlxDfDtvLq8m/XGrtvqTaIl3G8y+ibr+UdRT6mIblNNKGw33",
-	"Hz8/gfigRUwvlKJevDDOukFZJ5ArtuTS7B9FhPls5xBu6nE/eRu+ybX2E4xu42hKUaJ9eJU2ijxztSZi",
-	"7oJPAGrwVL7uDdiZV40X9K5QOasgbwUCudoK8CCAGeyJiNxD6HpI4o8oyQxA8wDowDqYDOQLrVS4TlfC",
-	"GJkJRD8rU0zVGss0S99gCaszVmCYHB8dQRCas4W0dilyFz2KXnDaCvIIhZv5SwfqH0Cj2etokP52nUtT",
-	"+U1CJ/LayMlNzdj9ksT81Sdf6Wa+2AW3AvZfNF/YO7uVIa1oWa5yr6SS4GLFzJIauot/Uang+/Ujk93M",
-	"vRu03/HW3CecZNOdx6NqdaDLfL3Ll125oxvd2mQsk70J66o738cqeN91ngnrUAUtUatW2lxCTGeiTYZQ",
-	"kRDSloDrY6X11x0GHrDTsfLvLS86A4uFWb5iKoQcyzeN4Cpe8bwQAdMvgLCNFfzwgR2w56oBSgjzN7h1",
-	"NABUgWd8XXr2rWZTblg3l1ciGSvxa8FzAE3TZjaATJHegD2rMlSDTj3nFsPy5XLXAZRvr8saRUKakjGu",
-	"dczteje8ttTDvJ6+v2G+8duNeXll/27e1XYpKtvCdsJ4jTehMT6QCjXVZiJSzJagfE+wH05Yauc806uU",
-	"uC49cVE4iuJblkaJFOlJSM7AoEEoL6aMjtiUpUE7SQdH6GDex35W0f247l9SdeCmajgvFlz1vUXtbe7S",
-	"x74r9tqgTEeel6Ycb6tNYC0AmLnkM0S4gDIjyuXCS+mZwT5Vh6/Usw9LGeDIQlgJsQ86SVOUCEEULGDf",
-	"VDALgLmjl0KxpR8/RZgEe84dVoctALm1W+V1YdAMXRqEr5DGZ19Ogb5sDGi9wjtbZ9fkvjvnUJRwTuHP",
-	"bTF3q2SJ6VSA3/o8b9ESz6qIGT7CFsLMSPdCZ2NQeCi/PXa5QuwjRBjGCsULpb5Ton3XE1kftbX92WKp",
-	"Xm5ynr2La/0hXDvMKzN7gQ8GQ9XuEpzlVgS83NrODT56cTfJvWut+/WTtMUFYg63R64AWtqz1wfxiVqw",
-	"E3gWwtkLrBDkqvI7N0etAMduzzhGJu15YfLmnc5EJiee0CmC++7Ni6qAO+RosAW3lyILNSNyyhSh+m3X",
-	"KdeBgvegiLf4i5/pB17cLbMbX72VuJhrfRkWun8BMiECEjU23OEyM69+0vUh431OmnjMRngrWmKTmH1l",
-	"ZjdPXPJ3NfhNCbjgdLIQ7LmaDMJCR54bbvsSmpnifsr6VpFXLR/88FMxkWs5gI2v/H5Lw8tfS28PSkfE",
-	"EvYBeGjgEvRGOsc7u+K7Hocr/u7Ni7u6qBuXbqfnBR+Fwa+7jS034kVJHtVx0O1tkyCYHu51EqlmCUv9",
-	"46Rn0Dt6bKq9oumNi0jEpEiLNZ2DxuKF054bTKdtSsddROq87vLZ43SIhDuZ39AVitucMEo48f8qSZQq",
-	"ALYZThpg8NEKLfMoSqxLr9Ns+8ybOdfN+NUn5Tw3UTZuxVn+xThJE9FuvP8mHGOjlcNtWMdmr4QBe3IN",
-	"SW9wGGGdXGDiJPVgaOQ0r8vKx01zs56iUGVtNqdsboQoh/3H738//qPfHf5y2H/8/v87/GXYP3rfa4xR",
-	"vibK+vg88ymX+fk+d6TMu7tzxcIvpul+f6SRsa9HfpcjPmEW6h1qNs82PsamsGjFKtI6bwExAp/8/hrS",
-	"a/rBtqc2snSDp7/0RQT/JJabqwZfxM3Zij+9uzAldignlUFAZxqTLe1qtYc30/j99G+u8ke3JuSyghXg",
-	"lfyKhH+5TbSx/M3hcDi8/mfepgUqKOk9DqSQOfK6yfb4E9/8PSV7dcN3Cnd67IbyPdzVPe+jf7pusYR/",
-	"fez1vo8Lus9lq+ij7d40GQakpTc7YyiHCkL1c+2osFUrgYk/TvBFgk1wPFMOgdspt45pBckdATQ9KK38",
-	"murahHGG3RT0lMLrbl6+hoXqta1CWsYdQOWxbupXlGKQPiggiF+cr/jasplmTpMTx8/wYg3/66Z6Ok17",
-	"A/YCMWpDKhM3AsP5sETL12TyZCPmj7dm+Fxj8cAR3IHJA8rEZ7d5qLPEHkbPHbCxT8ye9vR6BEa1JdPf",
-	"iGXOJ5R9TwXY0rrBbXna9ZzsTlWSl2IVdJETVESMWOgrAHa+LxXkjxYS22WiRPp/fQE/QiF6qVfVbRXL",
-	"ulh+nTAU4gmkLyYs4+se3PeQ8MDSMMKGQTOqhXIDEknZeYs6t9WatSX1R6A9ooAWiqW5s+Rm40de98Pk",
-	"1QmYryeeI/NlAlFBSKdkPPNfcCO5PyWeM7vkKqTW0VtyiJWxLmcXhbGO5dwJ/3NgfzDXBLEFrAOsglzz",
-	"rOfHnsAAC+lCFdlKTrCaidJeylQp9iEo4DCtddtceoOqX94IAzdhqbWcm6NhrTdd99GQLUgQhcN7yOiD",
-	"cIoP/b+orh9P9C9H5Udwuslmw53y7I6GAXcQjQimdOt2QngWtsVuBCJgC07opP1WQZ1XJkzfP24hEdZP",
-	"hnat3jKPdRHCwu8+FulZ7goDMNjlyyE7DdtpHg0Pjg7LtphwHlGHEGlLWdtD6exnimIPYJ+WQb4P2E9x",
-	"oKUSeBEsUxxN3tPoJta1yRj9+J6tsUnObQnNTBdVm5mtm97hst9FhvPriEPuL68uuL3zvJwq5WiwiUi2",
-	"sy43PFemYOyvNMRZVNelx22i6lXQRtFmVFNo1A4ITrABvoW9+f4Je3z86C8l4GGmJ8VCKLfttUTk80YT",
-	"HHue7L3+qFjwj620s5vXKTQAcEiXix3uhq1ckLlzSzs6iDIlBpm4Ckj09gAxYHHIvs2L2d64wfBtmFGy",
-	"q/KgdE9uAw5uxDurEh/WRS/16OAgpbyDTFr4sxcin057syC+2v7Ob6VyHH9bu9ddfNN/jA4OxuO3/95S",
-	"xhs1xtiFJ7hHJnWVXXHTksaKQZnzh5dnP2WP/+vX4Yf/vvh5cvjiL/PXvx2dNv22DVIHCrL+UVAXZG/f",
-	"UE7DVmo8JfkEUWDLXE8794qNm4vFnQHu7MjxUueiTHfZ6cIOaTHX4OKVqCTNQDRg2FHXkROyCgHH6EKs",
-	"NQlwAorsbqCg7IuOF3qT7DOBCs9wJq+EYhccixT2GmYXMlGcCRRhE4XGGTvRiQBzujkHgiZ+IzKHCo3r",
-	"gxtVixp4PkIo2xPJYNfuBjV8v60NgGd7uClxcVsFtyWWX8QXYmJvZqDlFjSb9rc0yrHwgt68v5SLeeMe",
-	"gLTVANfb+9Grb4GsFPjycd1FSp7PXeCFzuUVsNbh0fA6OMM2RNkSxHCu86xMCobG1lXV1Z+7+OPwnwDJ",
-	"8CNEw13CH9aoJvIZfDNMru2YH7NhYgVlwUVaLjAtUzjRKdJ+og+/ua6Z7kfBNZaM65pb+zaw9GDJzRF+",
-	"ouzQ1YnEYGCCWaNxh10ztlVauEOYoDDheR6hxQmVgTIdoXf5pxZc8ZkImuVJme+A3xrBs6j6Bjv61ZC+",
-	"sKdMUiJ+0c8bJ31GxPMJO6nsyNz0pPzARt2vPj5Nsz31ct/7dZuEQk+5rWm8ZSPlAARBy4bE+Sh8G3cB",
-	"Q0tDGqZXH70p7TAbm9GTeBk3i0h6urplEiJKuO3w4/GNIokUNHymZlIJQZn8tWOJA5t7xjW3+zTdnOr3",
-	"87vfxCG+QWz7DNAaOms7y7sI0QCv+ewhGup1feMQzZ/vBLeXRiimd8PQw28u1s39fKxwTFaVZCWaDXXk",
-	"C2b3to/qFg6GadlXqHpeF4hAQQ+jKonJcgrxQZqAaVuRkGwQ3/vgxFKHrE00C/i0nG2YSYRWVDOiavw0",
-	"2u33O462RcmoFQrQo6HsjsohVtDqu0o1q+F6APffSJ+NlIQwuLhpXfsP8krUCnbANxbpoSmCbF1oNz9B",
-	"W16hhz2pryWXU2hdEMIY217ROlm1gPtsvA/LjEU+PdmE9wkWz19YxteW8bngdZt7T3Ktz2PI0H/J8AH6",
-	"66/sMMHWNk6zb0roP4yW1jz/w8Gj5EY3YDNRfFPlot3YRGdyWrcBO98E16oMJIUG891Dv8RHw2HU+K25",
-	"H8mWqbKlKtZPEqrAoYF+QJGGZAiAdINBvxkefzsc3grSsbzOO0CWzmKk6R2zjRHRKba0EkawRZE7ucwl",
-	"BD6vI+574Jl3wP3KbaoxOXxx05a1VETfLobTWpXb5mG9aecPfP5cqIYTfvZhkhfWs7oI9yuEsvblGTQA",
-	"9Ce6ZbohsfHQzKP2xtoKdoepYC9Ps38U1i1EC9BiW5M/Dj+DQvKbawYtnfve2dBLB1Fw9vR93uSutHXg",
-	"i4amSHiXU1G7JYzkAlxlhorfeWb9stshw7fnmd8Cqul2OJDLlpxvaN9Zy/quzrG7kRzQSxjlg7d0B25V",
-	"sHY5wfdwUm8Qd+mgDuA9Df33SOkqe/a5fcj95lZrk+kY9qHjJKQxHB8fHo4YZ5Nc+o0s3Uvs8XD4l8PH",
-	"j48eHf/lePj48ZHXSRbSOn4JUUqvcR1CeXfk/91272bZDt8uzzLWLZGFnYaOGExPp70SxrDFsRtlO5wE",
-	"L2CRuwoaf3hrt21/+7uPQwu5d8hN29b5tqiYBCo71D9gjs0g0LO+24M+YM/IQQ55pFOWWuGo2olnWXq3",
-	"0Ej33jCnvJw7NKYIaGLbr9CCZbbDdQhs4IFlZQVuUK9AHHvlEAFTQrxQGn9ue7vSMNWuVctoD9XiLZyL",
-	"HDLaAMUgjjHBtVojzSAcoHVV7pItm9MgeWV638YnjX3Kvodmsf5Mk9LviKFFcCeveJVtBllXg/3B199V",
-	"8ec60nq3ZHUntYVTCh9sDDeQeZeWbThupaaDE6sEa6PzKImmmQTvqtHFXTi//bmQoV45frc6LUa+4vNA",
-	"I8slVoJ9nKf8Pvpt3UkBTU0fupU3+na9PLAkPse8rm2v8aP93dGfyG28vXltm3EX7tw/RycMP4v7d+c2",
-	"eVuplHR7G8WVf0fzJYfvmH+XZZay+yL0OETacnMjrNcbSoV3QE0G3t+ogk+7RlfhmqVWzpRUs3Psgp8C",
-	"rF2R51gSohAcz4gFN5cB+odqWW0zboecKe4KI87ngmdt3ddDyg4+g9m8E26MFJal7q/oDCuU/IA5fcnV",
-	"IX02Fx9YOUSU8FclnFUJB/234cG2iVbr3gUf8+NPp0/6b388PXr0DSL7zsWH3kmZwEfNdtF7GAzdS7Ee",
-	"sJehRnGsKiT/0Bs3/fu7V2en5z8/++7HV6/+dv722ZM3z84wj17576mS2Z+HhSx652VBLxkrrwpSs3dy",
-	"pmEjpwf+SUiiRsSea1GZGsFcfp4LQ8SJyc6vX7098yK7qrgMiY60EprpYM8hz1ubqr32sloR7FwKRf7o",
-	"JoA0+8wIu4FUNy2sANdtCbnOxyrXennBJ5cJWxp5xZ1IWC7VZR96cniqBppeSSugz8qyuMjlhD1/HYbw",
-	"lD9W2DZkrq1LB+xtASjgubyCVptYBMHVRECVbaHyzZkVCqO3Y7VxzKcvXrz6+fz1m+f/dXr27K9QIcW6",
-	"OLPMq6166Q3P3oD96E0EWr0RYwWeQmg7TAdAQ020UmLibEKwwE9fvvXKlc4L1BmwLANmvvbWzlhhKiTH",
-	"7eP5Bmxl5/DoL4PhYDg4hBR5FnYz7M4oHpxebLEhMzaJAq36ukU3rBl8RAtvjppCeR5jmXS9E8bZ0uis",
-	"gCb74QqFkwfkrt1qAwLpbFz2BjaVBF79vp2/P6V9bHCD3UBB5M55RW6b/A9L2xSxwenBBEsT/HfGaxgi",
-	"Zrxxtm7o9LLN5MHexbdB28/6dZaO2WIyEYKa5197iWGnrhNqASp/Q46lzYFA/7Nzme146QPLpLeec6uJ",
-	"IVqWRsw+HA6ayv5LmaUlUKnO1nvaS3JfnGlMGz+fNCIZopCbCD8lL0LOzl4z/EG880qHbpsTvhCsS9Cz",
-	"zHEzEy5hSjjomwhHm0Bdii5cb8chxfMLZ7p7diXuPzv68KE51NMK+hXmGRJVJkYADD/PrWe0vxae6eAp",
-	"D/ZT8JG0IoJI6AaHW1Pf90D18WpbvXsbt/guFN9NxvDZdWCa0JmwrrUb8Q14VVYYsD3PFw1K7I96xXJN",
-	"bXQDe3GkCexTXrCbYZVS63qOFZUbbFH1o+HRR/C0UyyKToOO44RXCGpDxl+1pYp/5RMfwSduojW6cjTw",
-	"YYWNgkqQSNsrlZnVHGGTxyoomDK0zuek0OyhweWorUBst5jNUaXaze0CoyP95FqeFt/E6zhcY8HSuzcv",
-	"cFF0oF5hJZlcavuEHOPNGUomZV2wfqglmTcFbFnE5DWSgLqys2wJKrmuqVr6ucTd38iZxSB+mrAUU+/8",
-	"v+a6MOQSB8QvaGJTL2I+YSm4XNKQ+7LRbomdbkI0RQW23O4EYmKWr+0osjuQ7FY6VKqGGtCEWldfVye8",
-	"f6nydkUxgjeURcNhSHVNFe41dchxShCeAOK5F1AY4vff0yQUB6Jnay+w5J9DW4Q7hkuOXfJb8g4AbZu4",
-	"2yu11RWtajOzjUU+ikpv4oZeY1VHzoVLhpB1aUDMtwN2egFcSuRWrMDEhrI15O5KbLT/2hEivse2LM3+",
-	"/CfhUmyGJIJyTZsGCTaeJ9DFS+ru/95orKL4hV99sTsgwnguL/ffmY/q3HF9q5dGfquLPPsu15PLp3y9",
-	"qw3Zxo4ibAwQCuGAxu3isVN82Yd2T21qd//dO+y4q9rCFtLgid6+Vy5tWBhk95a/ESXnqO869A5swEnz",
-	"TDCT1kk1cWXGVdSl378U951aEfAl6x4mw+GwV4a8XYhQ+b9T8CSlzCC/bOgJupsAaulB15DD/lTQliWn",
-	"nVe3lsKUbSGwWlat6w0h9g+E1qj/I3Gxv+jkrKRjSnCWugRCrANKtfQEsM0HkIgSFPuEOHXbg3rjWV9D",
-	"X4h7udM3yUFDxZeu7hYjILqmbbyGLaAMaOPEH3WHjF49sKGO8VPeJNne5BxhxrwOCEBjMjthHFUNkMXI",
-	"ogat5fY7UijYCtowUZfWBvlE+ate1yZOSFsTZS1EJegTvtzONI9z25IOvOaaHLcNCbffWq/PgoCcHcGb",
-	"0xFv0uf4TvrPNV+AbcqHZKRJYaRbv/VvJkwWwY0wp0XI/N4imwAcC/XFrEsm7unTn56/PD979bdnL9Me",
-	"xv8gznP6+jkGvtJfl5fnGIiTGUbf6E90rFNAjjpGwFJBIsJ0qs3y9mDnDz93qaZ6e4pRzTDEICAjuu+E",
-	"4sphNxgIBMiJGLAnhXV6IUz4xDJuLyHllLI0My3VbKxW2lwmbNxZ8DUmAWkzO/DnfQDXxi69SHhZqfeU",
-	"I/STV2v/Y9xh3dQbv+zg6vAAqzhDJM5vEJRXlsWKgpKKyHzECXurT/AFKb4Wu4CCt6BSLfSUepidvn4+",
-	"GKuxOptDu1ZEfwmGLC/cXBvpMIdvopUzfILdhtkPOoRIwEqa8okgcKNM5JZJNVZpaT/5Y+BLecCXEk3o",
-	"mVCeLgJ8IOTtqoxgBEPIVkIrJwlJFsEmGCvpKnwoBo37oXfLnKssFwYW83/+D3sCLVtxD/wyhHISk1v8",
-	"A89gnPTg6jAlCpVaQYaiZekprvo3+HDEvgOSoqoJoGKiPW//CoPGNVI34Rjq6cgP0odv/u3f6lfg3/6N",
-	"dYW6kkYr2Oorb4Vf5II13IygOOBGe7OGQTVupnGnoMFUQpYf9G/lis/A9ZBzhYvXZmajml1wuMDqyaJk",
-	"wV0xYD+Tz6xpJjUQaH9LPblI62eeDfxaufJLra6wXydc4sFgkPYSRpkzKL8qCvfTO/hdm9kfnjj6l2Jt",
-	"0wF77mBiItdqBiE/ArrErrUUvYckfztioda5WxY7p/HdCVXO/o3d7UrnB8iLLaJn2sTP3SZlvBvvjx8W",
-	"SqDBngzpnIl/ZQieh1QFNLbpwzgc2oPHq7LqbkNd9YZLrAfUfAr9AKGjoVeRLpVeKSK4AI15PDw8YRxv",
-	"C/DP4P4E6vH7BAw2UPpYKSEyG/384Qlx4D48nTGjCyew8XEWdA7M0MA9uxRrBEfmC2hErMYKBQWivpWP",
-	"JtEgx7CcZ3wyjy5d6MgIuCl0fmXGPp0x6qvo1gJnwFilH/pBmOGUbcq60GNRhW51C0+jQnnGRxsJsH7A",
-	"cCqNIqHrsMkMpGWeQaFyQW1JK2cy656+fj5WuAt1EadNjXhO6tfpzenZs/MXz396fpYmpU/v0XCsQiZX",
-	"CasHIwbQ1hH2J4scIq7a2KPHdKveCGfW/dOpEyZFkZHpqruzv1bVmftbtGbpG+4E5Bv14b9pEn/0Jrgk",
-	"wAM6VrWvIFeY8Bttr4LxgF19wDJdsmKtrvyuaWWRLRJoCd0qu9TKQtw05Dv8v7evXrJu+kQrJ5Trn62X",
-	"YgT5hsTBD/5htUp7A/YOL4O/V1Mp8gxr9Ur5caGzNbzQCE+ZgZCPh8NR2Z1PWmZlLpTL10zOlDbEzry9",
-	"FE+AmSLHyDhxz0pqgF8fRAeHIZNoH8o+lsC7Q3wYe39y8P7CYjENJR4PnMmoXXsOtrl4f63WwE/+Hf6m",
-	"OLhXTeNnP/RXq1Xfa5L9wuRCTTT2aYdYRDopTM76WcqsUBkmBQPbXTs6iCU3FNLws0yCp9cv1L+zN2Cn",
-	"UVfTTHKYRtTZlDJTGDs+fIRO9DEByWHj+toOLwp/ZmLrpLFYczwed5z44A6WOZfK/zXupHBUACWHE27F",
-	"s7OsW9sY+h43r0fmR+pnD3JCWnZ7UDiG2sXxcAhQsxYjP/44QarhlZeKpYibV3kvT18/B2lkFnbkt1iS",
-	"uxL7Wrk55jnAqf8+7sDXuI1oAP0yfD9Ai2DcAf1TWC9Y8JGwucQeW2FXE3RPjzt/pEnDSEjVvzx8P5ho",
-	"63aMwxUjQ8W/CvKctl6GanbDSyTwrHILQjI93Wv/whNG+St4x0GP4YTv201ro/gnxp10hKEkJCYvdEBa",
-	"4Z8oN/EmBmSvXCq4DdgnPy8Wyu+P41FPdHxFD4gQ0du8OuLPfcFzf0FEBtXPCt8v1bJwJ15WxwL9gmdx",
-	"kNJ//zDcRC8Uc44O3CDHu5Wx5L92RgJEdimFoJEedaTp+bcdwxKnulAZnGilLYK4bBPaGeMIMq40KQNz",
-	"DrN7RAi5bk5Zef6ltpjMvSEz1xnrpqd5rlcpUT92WMbWCTChx/ACmTGeGwC5FR/8gyfs+PBheaZ0C53W",
-	"LOdmJk6AhcQM1K8qZOf4ozthx0dHpRIUZABw5wsj+KUFJYXF+CbA01GJAe5NllhIOgzCE9pFn4CcrbqE",
-	"si4BVfX8S7WpBHSlNpBGgtsaBEbvhD3CIw6GJJtwpTQwh0xMZAb1fpnwdiJgygF0Lb/iEsLrwOX9vkDh",
-	"8aTm3wUVGb3G01zO5u4Erl2sF0BEkSLYGtK81p6Plxy7hLgz0kW6g6fx5xkMBLZFAoZFUtOdI+h5Slz0",
-	"R68CqDIok4RPz90E5EK6D4KsNwhwaLItLN3Kmopu8LpaCiDToGSjloNWqH0UNoaVvQBKRZE3k8obKiOW",
-	"/gcc4l8PB4PD4XCYsm7Q1w6HQ0TyTf8DE2T+moIGoErl0k+lRJhe8pl4YFkaZdSUwVMvaVSR5+l2t1MM",
-	"7SOWaeyoOH39vJN0roSxlMw3GA6G4NheCsWXsjPqPBwMBw8RqXcObpqDueC5m/8GUcqmHORTUguPhkM/",
-	"MyoaD30BPAUuB4yCCUpH1DnowMBI28+zzqjzIw0FBTGg3MEUjoZD8I+iyIf0oA1B7z9Dp9V1Li0cAh07",
-	"DT1carOuea46o1/eJx1bLBbcrKEF/pVQwlq/03xmwVkYFmM77/1PD6La8MatC11xSIq/NtozQlF4Uf7B",
-	"gS1noUCAoUtve8foDdfvWKUA1fdqMwGkcVtoHbs3JJr9opxV69YA/74ZUYEcxxYSkKtAyUZAWSMUv6+1",
-	"dTMjIGEHIW8LBY4e8JMAELvnYSg8uhFY9oRP5tDz05uY5BObcpmDU6q0fID34XsDh+/hwKjMsTQTM8O9",
-	"ppwE+xbeWBH9AwvPigGwckxGDjlBYXWUso4DTbSayllhMLpWP/03uImf5brA2IB8/Wj48BOM91K7cG4N",
-	"e9M7IWeOLcXUeje5+vnL6y7w1eEBOVYO0LHSSrAUeQFZk/7wbMtFVX9NGtuDBppFZZC2dgF/D8bqJbhZ",
-	"3JYfHHl7nQyewTup1R/wbsOhEYZtxYGsHqGw5N8LTA299vHvgRPR4++bSa/pFeVzoSchztoT0PFev+JZ",
-	"gCyFnxxe/5N3itzQv2EnomMk1N0/+l6bC5llAmLjx0ePr//FabaQqvRvCCwvrgjtu5pnztNHee4R6ZWg",
-	"h4HuEBVx9HtnqW0Tg7SXwI9AQ0y9SZVWcYEUGXDZZdIuvbar9KpsyleG5MA7g8ElgMecMqujCNmCcRe3",
-	"6EkYd3ohvUK2HrCzEhpyya31bFfl67GS02TjZ+3w1ymojv+OGK4BXwjzkk4YpzAeVZaA3lYsYr8UrHzE",
-	"himy0l8LqH0B/9FLclSWBk9poAW3L5pFqOdXDuNUm1kKxlJ8+8YKrl9vwFK/b+XWasJFwFonI2bSQkOZ",
-	"4MHz/2t6eKw4HEAf94eaOHhleone7nQDEzZl3WWwsY6Owey2vSCZsHYLKzK8IQBNKiDuQf69gFlNDY9K",
-	"LTjeTcjAg0MF9yQ6VfWiyiSJYGf7f/Mzoso4qaDnCOs+f3b2/Vhlhk9dXwo37VP0ph+tpX8p1n38YQ8p",
-	"CHTq8oA4y+R0KoxQrnRtsm7VpSoJthZ4S60LNUVbm0/ueSatf4/V+RV20Qiuz6PGTaCQVpVxlwkyrcgb",
-	"gzTJc9AARiylZJg0dqqesNTOeaZX4EuNNBk4C4hSn0MmT3rC0hU3qvp19BjmEqcBlWqs4kqSn8O3uJUD",
-	"9nOlm2yoPRGAf1o2bkrHipY1YqlX/1Mwb1eWRg+KDBFMwrDWLC03Axt+qbGSqh/UZvR4G9bd/HkvYSmW",
-	"hFYrfTR82CTMnhAa7M2EWB0R+Ucsl0LxBBT0nc7Wd6akwBRLYVSPjlOTiXtTyGhsqJpo0JLAfyIyYF9K",
-	"u5AGcSEmvLCilhIKtA3p90hCMNVtCmubEP3ooOEXfySdjeDAdS/ZfLz2hjdxhuh+b6l+svEmAkXZ9y3+",
-	"cdjlP7GKMjy+/hcvtfteFwqHONxjiNd8nWuenWn9ghvEEDk+fLTPemyxXEL71p9EJvmZNy9BkTracQVi",
-	"n/r+VyG0p2k2FkCiRRAhSXkJECRoFMLsJE7IL6hVGd8F551lXcUXovKmIyNF0zEJHdaCl5raz6EDE9xt",
-	"lcL1wIKjz3juSc3HaN0PwHB0XFLDcOnAKx28/EwoZ7CSoVTs/Jzi2fuf+THj641GOHhusaHuCUyzT07U",
-	"eucJv1OoP4BC1g1AS6RpUKQBU1LI5uXgdgzCOrj/RqxdVtPTKPbr2grMEoxzAirDPlpUpo6F7JwpsYLZ",
-	"orbl/6JRvSSp9PVPwWmfAmcdQc9Lr8FJG7l4cYXB31whqBMeFVVdc2TWIwaID17GUnovII+ClxC8rOeg",
-	"4ZQQpCg1I6b9JTHbpBO5nK/9dfQoHNFuV8Sds5nK/kE/vNfxUT/KvLU1atbHAsooXlPPUMbK62W21JGS",
-	"EKMKAAabTvvSSz9gsAeoA4/Vhr8eCWbAXmL01aumVfza3/gwWX4RUj6QfLco7NZnUjOF4UrFajcOF5nB",
-	"aPW+TzpbSRrRtzUT+eAioKk0G8pPSV8FPxwellTBH+fyNXA2cL8kZdcPbtlmJh3mllI63Zayjl1y4W6X",
-	"LflGZV8n+qZL990fLuplvbHSJgk4GfAsooxAHusGQXUpGpiUmTwYb4tiT/51G8GnpPRXrhTxVF7p4p74",
-	"Eoi4bogDI7wYGKtNk6zi8sdHR70EgQ9q8XLcEGizgU7RdMCe8cm8tOEpBwtcFSu1beeeXGNsgjmHESdI",
-	"ouseD4eYROJPwU+eLqN1AYTEevrnZGXbwf6+gS76MHDmEKAuBe+lWGOzQzjEPT11cAG+A4K9H9ME3v05",
-	"7ZN4Am2i81XDbSlTGeAqBkMlSPc/uZfw02vUDWw1EHmVDoZduW7LXbWZtUeuMOzZ7MCWmZc4Le7rrSvh",
-	"3/TKD3VTkx/Uhr3d1ghZsNttfScX4JWZAWhDC90v+QzMcOyS+sU7v/1WwFrjKIv/EzDmGgU2At+V3Jna",
-	"6H2AmjhMT95BXuxUleIx9c9GHrjjIK1DdhDYV34AfHLAUvCMheRK9AYH/17CUmjfXFz4yV6I1H+LUG1j",
-	"FXJzz7mazLU5h4Jvp9kh6054LlTGDWZH2V6jWIAlv4KAwH1IhVdmRnCCe0mDw7scuE1v9mcL5jlmd//Z",
-	"78Jwj7vwRKtpLrHW63N6Wa77MblrvTHyTDnp1nd125HI6OZu3/hIsGBUtFW8tN1vVk9hq7Q2akcGwmxb",
-	"xvwgXLhc98f1dxB6UinFNf8RWwgzC8nFoBAHBxHrhmZ19bp9nnlTwOnNFhi2h3mhAU2YsFbTP/21uqnz",
-	"8g6o9Afh2ki0RTPCznQgsm6korwys9ecGnwtg5m6WWXN1YxKFigTfUlYMREsWFUuiY9cCrGkAi5A99+R",
-	"MLDflSERmBAmhE29UINOzucAcQjOqCYhx6mMKQwK7fC0EqNaqumcu7GCXHFMHaUqi5lwUEICrw9+CUxA",
-	"tQN2Sv+Ma45zwa8EmrqQP/ggSsq0jF/oq7g8J3hptaEfRsYyd1TrRkWpdqzK0riqVKaKlkeBwyYRDpiu",
-	"9yrBETX2E5tzO/gaHg6UiX1xXOZfUnjjZbsdZ9wS7WVN3jUmZHVZsXrOiCt96alKiaoEJmFKrMqK9Qqi",
-	"Cwt67Udzv4b77Gd3upR/E+svxjLF5exjnPqj+Ko5tFizIZM8uiIlrd+rArHbWi7jYmU2P9TIucIodLbi",
-	"ZYmyx+0cnMgqX4Mj9T5uEc4OCe+eJCO+/POYt/HYWZucDNFVMnRPWBqhmIOCh2XiuNNOY5+PrwL1DgTq",
-	"XVq0dO1vc+vbhePB75di/Qfe6lw0wd+/AXlY4rUHp26ITISUcepwNJmIpUOgd0qu87+BuPpY5dJWZfQk",
-	"ZyHSbAXEEa/0JdR2lTIYxitDXceYUHgfbAIXGbGJ2n09bs629kNASQBM9qu42iZe3NaPJN5bi6zrNZ+/",
-	"iTVJt4YbUmRyd7Y9ao1kLdY1xBFbzTXrptBJLe0lmLkJf0sogU6xeNF/hWFTrGVMER4kNLLCKLorbZ2k",
-	"hEO8N40TVv2l6Jt+MfuomwiLIRThxn+9yNsXmWf1fnDxTQaauT/Nc/tu7lkSA2FevYIYb0MCd6+6G0VL",
-	"N66ELfMC4vqY2QDwgOU7yZXTRaBfSsuHmwtJ9z0EqpCE/R1sSRwswYx5fSVMQFCB/V1AY7OsEFH+Gbls",
-	"KdUPxeqTt/8VJySkNF9tZgmsFBaKE0xwwDD+Of5JI9NfOG6CWK6TdTooX1mPRsWAr13sSGYKpaSa9QJG",
-	"4O05kzYRxkwrm8KynVdm9rXe6AvhLtsFSoSZ1FSetJPNJFEZ010yHKrX7oOf9lMFjbzkeoIDv4NxvxCx",
-	"HK1pH+Fcq5X/KpxbnEK1XYozbmqU+zndQ0thrFagGE+4gv5kIGxRqKzERbkGdCJhqveIpdi3Kx0r6BZd",
-	"gqJhk5syWAPV89zalTYZOJeo3bTCdEooap5jdrtFNCD/QlcYJTLI2hALLvMS2COq5arSNx7fn4squhT3",
-	"5KeKRvg8zqp4iW0hnYiK/6mSM2567f9Jsjnuzn9VO9pb86drJPPB7zLb6cx6Cp+HttMRrQHKpMKLLU3o",
-	"EHgvgR2cw+Z938fhVJuxtAxX+dXz1EB2uMl3RXbJp0oS2kkVw8/Fib8SWEsOz11R1705OKODbrVtMLFr",
-	"7yg5Pr4ZEA8eeygD5Eu7GUCnjFlyenykVwDwy3BlY4XaISsRaSGvx2nda3Nx/oDr/UKMKVjNPmYUntvX",
-	"q9xiP80CVYQ7TB98Cn9Dm+10mmWWpeCgS6NUsLIPEwL1xXArgImg9IoVysnc/9bJPGXdi/VYxV24os4e",
-	"FMUgn169/1cvYVqxeqCP4n+DsXpCIMTgt6wjE1r0t9qAOxIS2zKmCxdGBnBEauvRw7o2hJO2QhAaofSM",
-	"BB44YdKxXE6dpUJoaCPtwhIHDJz9USorpA9yq1WKtiE5a2Mw0XqZtR9/Tjl60fZ2j4+Oxqrshgx100Zg",
-	"tTY0v3EaJ9prrwqIcxGTsTc+VYtWEOAra6reTDh23AJWAeo1MIF7Mhvh3Z/HYMRltSgocD+haAt7AQW6",
-	"/Jq48M+fCQgHT0GZLmdOL/vFstfCnGvosUSUbVrOwe/w/5024jMyA5HCAl2NWrhvZvTSMuj9vckqCckI",
-	"X4PQArsyIE5QiapnQGgT1Cl4TYzmE9Ih2E2Q2jAiX/GLfcxOXMDXTId9Mh1ws25Aqfeo/MMpt6r9cQ/B",
-	"3aCCcbPBCKwXo39zkWcJs9pr+87LQvFhKU0A1+g6KVBgZ71krDS8l+f5Gv2yiK9M8Z6ABncAJXFkebIX",
-	"gtvQUIEghxGwHiDMgh5gBAG84wUbsFPUe3OtL6EOVemovSd0q9vupJiMldVVgV6OWNncsalYEQKvdKDR",
-	"QDvYKdgd8MLQx7ILkl1pJXqIa4d7hP0KeB1Fd8SmOs/1yr8TtTUJl0wVeY4aC/I/Nxc0IMAEg4b0wHru",
-	"AfjAWXrvAVcokF0K9SammC263bQ88nUD5ciqe5T0j0FP407SURxaIFGbq/20g+dwB/cfGD0ZzQOT/f4x",
-	"A78GzVX+JtrGCD0zq0FII++MHg2hN7BcFIvO6HA4hCay9FdTA7k/j/kZ0cReRcebd+6rLHE4t0f7zO0t",
-	"csB3FaL6hhiq0tK2djqSScBDPlMkHczCvZ1NBNG+Z23/R8TZz2BaX4hPyC9mn9sIu/v1BrZ4hByRRLg1",
-	"+PfnjKCDhlSW6kYul24omuyViWRl0tZUG0bJbcYino4uoP40egGqddIAIE4X0tdCAW9vwF6XuW7o7LHF",
-	"gn5RFkGGNvKhrJivAQBIfJgIEYNNdQuVC1tecVZDNLChW6DSzM69WWr6hNmLxpZ/7eYrR6z0zUBpJLWw",
-	"wfmOVbu/p7sTTa+C0oPqTQILGqsYQa82MCv7mdtf5PsBeeTuL2HgDHWl+3D5+Fd/Ho8PLKrF4YPU/zUn",
-	"4CvCAwR2yVa4GXdu0UcOfvf/2ztzIFiqwBU2QJ+xF5k0NY84FcFVLvzBWL3DzomUbkQYoeQmkoo84Qa6",
-	"t9umBov3l5pQcpZ9nEOEcP01F2GPXIRbkewnyz1oPvbhJ+PtX0mnLcvglnRzb45Ff5J3BSsSNNeqbiIo",
-	"nuBG5xMC28D+eLm0bhOXo+yQttUerVtSP5QjAzYH1idjxwkLXRdWDZj8NPkKkv/OWS2AadyzDvdZADt2",
-	"XfOA2PFFXvd/ZciO+9DGDnYXW7y6d5/QF1V0sW+1xdcqi10+oU1lH4pHN4n/s2f91eVzo1PpDS3EMk7p",
-	"xKo0bRIWxekqZLiVanQ5JWM14eaqntrjX/PAnoSXB6eTVgIht6pn2IazyRtGflpKiBKAOtp1p/0HABSL",
-	"YT6cfIYQ5/LXQjBqHFBZWvfkgLnHUo3PV6OxKyW4LMqozuOrD+ZfUeoH5kHX+8asbx+5f/C7/981yCQL",
-	"fUUmBpIktbUvkStLdoWQ7oFXLPiashcqXoKOZzcXajeHuj+3y41KQUIJSKG+4Mt4B6T6rtyf2xLrJ/O/",
-	"3HfRx3Ws/Sv5tPlfNrS+P6eqd/2zURVIq9sm3XC+2JJxPqjz0/SX9/4h5MDSJczqiGeOVd2V46l2HfIV",
-	"vzOCY5rjtsumDnJ6P16Xe1bcPovXZWcpF3ldvshL/i/tddm6l3ehis2NdtC4v13zegF1GFFbuZW3t/B3",
-	"JUDcVuVI15tzVdC9dzJWHIs2PtZ906pTvTKzs7CefVQrv7CvilSz+2PqWk489vuFj26pVUEsKBBSVJ2E",
-	"TcdQikBfs+CRoNQMpCiCFoVE4DmnYkO74HkuDJsCFhvrpjCZskm7nMx7J5BND13wFfZm9Kp1qCz5iNLF",
-	"zWpFVhUrIpoFwCQ2UC/2C2gn3Tt014cx2iJz9D3cicY781JXRxZv29dLtHWJauRdVi5FmLm3u0ofkXFW",
-	"NFzCn4rcyWUuReivZHOZSTWr52J1sblfwhZSFU4k0KYzYRlf96IqgWSMSexQDIgVfhB3W7MUL2TKusZv",
-	"scigQxz0bc8Ft45BTzXKZoPssrHCkZ3WeFlD0pm00OS5oViRfIGcLfRCKJdgpv1YpVilYKH2pqsNS53L",
-	"y/6WZRklzGahrWN/8QuzAOQoVFyKGGoQBuxNrDE3yEU59b+bY5u4E8arb/S0ZGJlw7sNtoXuipVUtqx0",
-	"3EdoYh/16/kSfJ6Av5UTk2rkS6+LLb50D6FLev1b8cmbx13HDSkrmZ5KoNTWCvfladWfGTXmbEMHuA1f",
-	"3FZtMe+9LaCICVkRrmPElxPs3lkmfsFf4IODFAR/qQE8kqs1ZAyM1QaMZLiCkuqd7YBdi69Y4ik+86OF",
-	"PssAekUtLNOMy3ydjmqF3Isi59CxB1PIiBfjyzw/g/QHKgCHdbw7e+K5G3SwBCgubS6FYUZMtPF82TN7",
-	"vxdQUgDpEdC8k14JDcXutwAJnGP+6D4K6fF+o6t+eq3ONT77qg41OWcDgfIN3IE/Sa0KjH3As38U1nn1",
-	"AcjmztP7tTFi4rB5LFYWYzKo2QehAXv3glLify/tWK2MVrOYJXSVJnBa6JdLUY0ufQRXNHgSutsgtmMV",
-	"TScATQxYaoVL2QJKMUvsXKrYnujFQjpoNYCfzEUOiRqeg3jDJ6rOs46v4fseslLoJnXiGUSWMp5lgSsu",
-	"Eui3PkPWhl/negU1Df7rk7J3slYiCYrf0f8+GrK/ssPDo0ffPn78ePjNt8dH3xwdUwd+tgKuRzomNoQd",
-	"K0zBpRcM4euj/310iOoS7MQDyy78PSCE+9zPKGxSSB0jL8hYdcl4tUJ4ay8hhypUp4psRtFxcKHCerwU",
-	"sWwl8tyPOM0LO8cjgjbKsHuOG0f1roA84U8AStAjjbkEasZwFvfH6dkQUnNo6Y994FdzjYptEoEhIxI5",
-	"wlFMHUGkAe8uYTXeol3A0C6wwSQYK6fRDoC6XO2CB3KExaxw6QsXBeqloXdEOu1Y7cDQYDeE0BirHRga",
-	"p7AlQcLcj1uYz8RpyUduEtof3tck2qRVxe6+gmv8mVAV76pElORNiXITGFeXfLG9ZuG7H8rGSlzMtb7c",
-	"iSfw7s0LuL6eKxnBICXYadZN6cfY76+SfSch21c64lfp69OzJz+y+tjUSoH9+NPpk/7bH0+PHn0DOmcm",
-	"PH8GdRmGkzNFCBzUeoFQ1LHvPSnW4DiUM8VdYSpwdpg1c+ulsDBtZP/YTAdEbyaMvBIZ+g8CZAHIi/Tv",
-	"716dnZ7//Oy7H1+9+tv522dP3jw7S09QcgO/XkowI5QXX2OV+tGlmp1HrXpUkecomZV2lQdzPWD/JYyc",
-	"rhkPi117YevJo3BgjMR74qX4uBgOH04c/E8M8C/DV5CSjR+mFXOl9YHirxdLbrC9C3AHz2Md4JI4uSCx",
-	"y9KrQzi/9O+FdnyZcyX6b8Nmjpj7Kw5YKPkBB0uuDumzuaCP0hOGPfaZzjOWunQwVsCdID6I6Ev+uCZz",
-	"4WmcddMn/t/9J1o5o/MRU7oPCMBp7z7iiD8I9zOR+j1y7DBEC6em+8KscP6Y7aCTdJCYYSa1DWkAF8tX",
-	"nn7ScqMGNWwCAh2wzh+3n8FX8yVrLbYPJxESj+jy0tWJGCo9aD9ptwwatF9xwlb+jLWz3DmxWAJXpt8g",
-	"IH9sjiAH3+x6U+eS1OPCM/xuSAGdGJEJ5STPofEpYGQQ5w7DqmJx4QXSlMvca8P4sUX8E+MNkACh5HVe",
-	"PZ0mrAAYtqMhvcmIiZDIeH88O3vtjQxXeEPIc1CM80BLD+QmIqvKprEjOz44BbXbFpOJsLZ3Xx136JI/",
-	"rQ7nC8k4ry9sr7aPpfgKZ/7Va9LMdgLDKTes3pHnc7KZAyfQzXHXjpK3gM/tGVHQFAd+qDQwnBgfs65L",
-	"QiSHFL9cXgoMEnl1jXav26iqpGROh5ykFbp6l0uhyJaNGA34DVyBvZ5X8zVTOigrE74QA3ZaPkygUlzm",
-	"NigyXBHnIbAiz+eAmHGYSus5Gg5JyQK+JDKRpWzKcytQGfVqJFxZEfty/fR4lhlhLaRZjRhnudZLzz8B",
-	"9OCKOyiNy6W67Od6wnPmvLFDsG9T8O5E2A1j5QcyhbI0m7p6e/rixaufz1+/ef5fp2fP/uptBUKmSAuT",
-	"n6+4UejwDQos6nb+NOkwaVuCCzqhv5D1U6/uULIQ34ETQv6UGWjMQ9oUEiwYna57R7p1YuoNoAiwVMsh",
-	"hoZ6eXnp3r15kVAdISn4/ttmDd+TJXS68Nt0HyLE3writGf+4t0/Q/fDvAFfWXs1r3XlsTyw5Fn78nj5",
-	"0Y6tXRp9kYvFv99si1/jr3aEH9lexFhXQE/K1vYrTpbrXQkjT37gUy6vbo0Pr0oj6caiqUHA6CLP+he5",
-	"nrQ7GH6eaybUVBuAccGW/fPCuBEE9ihzIWDZ5OJK5AmTEJ9TmV714k7/c34lvIxQnueQEzeCP1zNZY4+",
-	"CQ5sJbVznukVxrQ8i0vZQmeQF7FiC67WYxXSmFToAcegH46sYnA2wXQDehK06pOKG0D7OeuXMlYZX6NQ",
-	"WQIaCpOZWCy1J0X8ted2AVUCfHfsif/L30YIZc4DugSmHEjF+AUAAzH04oa14lRO4sjgUhgbgLoIkAg8",
-	"RQmzGlT+NbOFuZKApQxua0Ze6wE7pYQKxGDMpHVSTRwzgMBsBLsUS4h8hg7SY0WRyy7iVs+kAvjDn/0Z",
-	"fedp4Qlfpr1RdELTwoB3n7CI/FvDRkg19po/dPDTUyQAlgKOT1rZKIE+JOCvBtIA+TXx4j+rUk4AMjI6",
-	"GghnQCTiJgHeew+fVrv1542hVnN8I7BRXjMTRKr9ahk0MGPgQNgjlhtFO/VnC7B6Lfs6BEDM4vJP7g3+",
-	"11zD/RoG+0Isar+Yfcxo2OE/+wW5q5LsJZ1woGf8G+j0uoZ0Od+Fns1OgwTJ/TgB0g4FLuNjVeoRQUIs",
-	"uTQnLF1qndeZfkp/UCsCAp3Dn5Nfq4RCxgERjg6yAgmSDsRPwKQLOkwl4gNClMgijD/qrUDp0mZmH0Ri",
-	"kqs1ItiVqUVGlLYeiBoswmkpf/bEeE/hUv/qz1P+DItqkTv+1P6p8Of+5VrMLZEkNzlBLHcOfvf/++PG",
-	"LVwbKzbLK3CP/H4XNX7VgdoqNlso4ca6b87VXQFd8Qv4jB65FGJJmS+Q8TQYq+bSywr36oSl4w5Jg3Fn",
-	"BOHgqgQTcjypQXi7QTFgL/RKGOwxgdYwQGChb5NMW+vN0tB3nMzggFNYNfJBW0aaCqMZemEs8d2hNTpE",
-	"wiso1WiV2oT5ktUdvc1/iYUCmPceRk02kbq8Tb0J1dVc9HnP4uqzFH3u4g+h6POL5BP/0kWf+0u5G9Ry",
-	"Stdat3nCrq3SHLSUX3oC/Vp/ebf1l2Q87Cy+3Ku80goXM/qk8mhGVXxRaWTU9wy6848VlTNhLVV2s0ZE",
-	"pD59LXH8AqPTe5Lox+hi91a3iL+EsF/tcnBHX1HQ4IYVjGMVNw37Z6hg3DjEevkiNMxvqv33KlmEq3+h",
-	"3ZzKtv0zxYxSCmvFjTsrGseqlYW8LrZZyL9UNWK9DvGL5Up/mmLEkjegS31DEYt4G+limy3Wmh2SP2pv",
-	"EKZ8oQvlUqq+iJu6VpZZUlUgevMoYZmYSM94Qu1LLi+9sUYRQD1lE3/1y3d3eZ572yqEg/WVMDFbw9AB",
-	"ejNH7Gh4SAnXrt4GDoy946PHmEzDWRwjTaBXmX95sMjYjyIPpUHgrRwrAAKyJUcNbWxrM6mVFGWaeqRt",
-	"zASyrq3w256NWFl3xLrp61dvz9jmIRz8LrM/DvCxtJcwIzyjhuefPnvx7OxZCl3qDDHJXEwdVj0uPTuP",
-	"WW7CaFTqRstSrc7h+3XKuikNEUNX4xkkcXMW2MeUJpH2yqIlisDaOL4LSS0U4Z2szy+FH4fipAk7OgYx",
-	"Zisoa3RHGMAsrbYLNj5k0YOfYQ2pTKYQ6dbJQce8EzpfnldJOQuxuADAueBoaIxRAjmEWnNE6ha5VjP0",
-	"iGszS9udy1FbsXti69EIJQ/8tL7meI0NDN7fmq+G+90Z7p8qT+dllGozFzklCpI/jK7QVjOiMoUnuuOE",
-	"3cApDYRVcRnOMjmdCsghoLvhr1Il7u6EPqG9d3ui11Nk+tyyVnGDeTQXop5/NAfCrpUqvBHOrPunUydM",
-	"26zo6YP4UZgVVUV9quPFdBZC3uSTOVaf8BqXpRStKZc55AD1WIUkAF96/X/B1TqcHpqUuZzN3WALaxWy",
-	"uupFmSEXJ9I+4Ahaw/j0bZNiAjJxN8xqjj1YOdbxRj8eocjGs5WWzeSVUNgMuW4vDdjpWJWpSiTxGmUV",
-	"fYNIgadYeEqCnbJhUMqOxup4+JgpvvBjg1HhuBPNPY/hpZsy5f47YjbTD6ocg396GORooW9RF7q7IsUf",
-	"MHcsvlSeqm5M78lebY1DqtulWD+AOPmIpZ7U04SlpU7p/wj6ImZekd8rTQi0x1/QqZwVRtgB+5tYOqog",
-	"yfiaSqilI2eZV+0UBt/Rii7jGsPjFm/Zn4N8N3buT03Fd0OKp3UFOlR4eWZzC3K8mc8rOoznWZVB1WbS",
-	"3LzqYnOAdpAKSB1NCyB+vwme1ZdWK+sz/KaB9SchDEqFxpY6Y9d9cxfF5DLAbqOoWwmDrb4VOrO6nB4q",
-	"e6ZRvwHI+KfXSItGG8+1Er1BOWFo/VPqJVFmrJe7RZ5jdqkXqWMVKjww4xNz6FDRSb29fF423iYUAjCi",
-	"KZpay8jFQ6la9ldijuQZWmNYWAv7GxtelfQLQhHE31iR/GP7ir8nMNj9W1RhnBsYU5+MbT0JXPxfsmFB",
-	"s6T+LMbY3fBkXMWGglB6HpB/+Jt/c/3YDyMmhZFuDfzzQnAjzGnh5p3RL+89g8Qii6ae9y+gbop8O6xL",
-	"BUE/np29Pj99+vRN2vNWT2Hyzqgzd245Ojg4PPrLYDgYDg5H3w6/HQL/pfludZfPubKs66QwtscuCpVB",
-	"VgimCXIwNQojqOIgJN0vtc7ZJOcWaw5Cegh7FaJzWuXrQdWhHkPJDT31zQzT6BHgW3Hl7IABKhnFAzBV",
-	"xA+y4GsWeuRGuYzRKNrMWgZhp6+feyXMbgArMDsHrFc1ERDPgAQ8QCH3C/B2CbdzeM5p6INQjsWXsu9f",
-	"2DDeD8Yvg3WdXvaLpe0xngVvo9Pk0XpgWRy2Aa9vBA7HMWQ6YOi0ykhgXOlL9AvGcYxoUjMYuWFKr4Ve",
-	"5pDygzVjXnBixcBKXFRYjY6lB/THQQoTwYDsLBqDvu8jCvT2UFjoTcAalDKcREDSCTjztKmh6NSrveNt",
-	"LjLpGkaBrurgVtzAet/uGIS7XVK0ysqLREm4hMYnTWhRVY6Ozca2R3/T2qxpu8NR1f26mmU0RNs2ejKd",
-	"a8eW3M0H7Cl44y1bzQWo9hzoyQ/rNQu4GjPN+FzwLJb6Mt5K5ETbI22hE0IGL3p/6wirZbNvBnHDeuJ/",
-	"bU2AWbc10nf1PrPg1kHAv642zBRKQc5W/b3xeYRagebtqhWGJQ1wCWUtfq5nVVRgszQ8Gq8sKdse8DTj",
-	"SwAMC8EZW+0bomoh4eeQd8LKLDTUsWIaK0NxW2P8KHju5gnzSqlUgpjta6MXngqKMs97wF5q5hUEoZzc",
-	"orBSZ7Nez///AwAA//8=",
+	"Ll+jw3Pc+U4XypO7KhYX3kTu9DyRgwfk10IYicnSW1RUJSxtzqCSc8MmYvOLvl4vgYfAAqil3l3vR4mT",
+	"/ur8guf5Hprb86zzx/ukOpLqnCsOc70nJ1zh658Md2+PJJb4MvmZ7KDvZj2L0hkiJnmhdS648r+sUvev",
+	"m84LzwreiGkHXO8zw7NGbxvkZAnMMdSFw0hOQlGcIBMeWDblModii4iFRPPCyFXD+zOMbnkJQ1EWVNk5",
+	"FD0IjPlS6gib6zyzgXuGhM8ld3PWJQFJITbHL4XCF2ESDDA+SI23TuY5Xp/eCUsLiEF5ZpiWtQgpI7Hr",
+	"B9IWRHypv+C0vCkKgyR4IUMyGkh9eoZbhvmX/tpjJPCqplPV9udK5A1i7ZUSTHhLDQL6jcUboExxVHMg",
+	"AWofjRNO/63jrrBNKqc/yOte8ZN/Bgh6mfN10+F6242S+iB6zAQ3uRQmlOGE8hZIU9nI223eJkgzOQez",
+	"+ZwSg5oLgOC4yrqem+W+7yFr3dzoMqa8a5POygf/SDqruy5ZatQZ4NFzYAT784ANxhR4DFFCSZ+NzAoi",
+	"1LeQxgVwhMOjh8dbMrVoZBaVzr/S5hIu1ycSpah4+zehwpKU1StSsWmR46U0AgOmkHLlNZ1zTAHwHKbL",
+	"6SeGWaeX1s/76H8fHfYG7JSGIg+dVqJPZkqUQVCmkJTZGMBbcE2eN9BPumXEF/LPPMuGB4c93AnMNNHG",
+	"c9hFkTvZMBZwNlv3k9yZ6rCXyvB+kyCBIJqpDzy+b3Te4BVNr6RYCZMyLxXsCUt5tpAqZTy3mpyjsEyh",
+	"/Gx/6cDXnaSDP4vGq25XVNtyNwFhcFI3Wjz7BpwMrX33vlbb1OizxGnQy2rBkR277nfh5sFOWnFHL+1/",
+	"enV7EL5LOp4Fr7TJOqPORBsjJq4/18aK/gUkKq/DBEd0VFuMo9zNcvPDwqJ6nKNHx5sHUfd1R9G2ckJb",
+	"PNtpA/ZlvsZKkDm38xOmvL7BjHCFUcig44HJHVfWAR01Rc0/8jjDgsup0yuvOce7cCzHl+Oze5afBBOl",
+	"mS7vkKU1iqmKJyfsEEqMvqG/LXmUIJJROrDAt3Kp9Cp8PfQ/apFqQVa99dTG8/BiL438WzMxkVZqNe6A",
+	"uhndvdIOAvelvhTK//NoOES3cbxBh9/AsmsfNW1zqzvw+dtX7Pjo8C8s2PZsQvZBVVX07u1TINWyDOGX",
+	"0/7/vP/9YVP1QdJ5ymW+huKRbUrNmty+p+zd2ROWVc5fdF8kZU1L/+nTtD6jo+HRN/3Dw/7wYawKehbe",
+	"6KCxbYovnmoBlS47nI9RMWhZyModTLk7KRZFXlkN+9SAxhclw4yMNsn5FJ3BjRkWWvWVmMHQpdM4aD4Y",
+	"eDt+PBgON7YOPqsf53ic/X6YHB790R2PB/jHN3/0/qPxdGu1h7FDBWKPkZie2KtOgh82iejvucx/IgOm",
+	"IZDISaWGTLjVXOYitmMxU1FaVijjryG/yMUIQs+gN+R6ZceqO835bCYylgbLOe0lVUYj2jyWPRo+TFia",
+	"6wnPU4o+BetWMan6ZPCOFRZfGKg9y5AcKqv3gWV27g1SPUXGgJbeON4RPz0vtWECXl33Y25vTl3KXekJ",
+	"vxiUuxUHdOUixC+gkmbUmUk3Ly4GE704+LVUoON/QshX8fwA3ooFrVLk2TNjdIOmBLnO2wcEOXxg0NOV",
+	"qdLw6fdr1k1hA+wvw/cDNIP95ocYYChEhmS/RvtoQQHsRhyH+P7gHKsfNF0icO83Z0pcNRKgAFe9dBgR",
+	"iCMYcbQCMmeVdowSUTBikPOlhZzfJtP49ilNG7ffWjlTImMX66iEp2Unb+zFN4JThuhtspc+zj+u3IZq",
+	"eKuw/paPm5YUBthILCJKaKWdPdXnOnlVG7+HdVDu+CYprpMSn4AXmXQs17MNhfXRpsK66wyatKAyHtdM",
+	"5zXB+Ils+SoGjHMANxR6CTHGJy2b8OXS2/Gu8hNd+Ffd2ol+uJMit5gEagg4Hbj1lnXffP+EPXz48HES",
+	"FIhp4QojEliAVIyzteCmd8JIbo6wxC+Cx8D9L0FIauHujcjh/lej7T60UvxdGBrIdj+7ifGj4DmWo7bl",
+	"b7TZHlu3aNO45K4S+JlYCpV5DTpoX7+PO0tt3cwIO+6M2LijL8edhI07xqsv+FFRlYOMO3/ECVLb+V3X",
+	"ZHBZdBRv+1f0Zcq6B3PYht96JywF93uaRIoR6/JoAYzKQBJGpadesUGXPKdQAyAhpCj8/MtY9wD+8Vsv",
+	"dtXoSyC5quIFCC/zGm8ZzUg65VsaFMWNM6c1Nh3z88Y05AnPc2H6k7m2QjEJJSNTiaKy0okpnhhbOLz/",
+	"22n/f4b9x++rfw7OR//Zf//7MDk8+kuz7bMRFGuoO10KDnEIDtnR3SVWaiXs6JjNdWFsr1RMXZnlHyxF",
+	"xmfc8xCVhSClLUtDFtpgCnXdSuP936qJf5scHn3bPHFwMoNvJhzdVuR4L0UV33PnWmrpA2844q14C2Sd",
+	"AeVu55S3JBPmYfnXOuLrKlULfJgXoPDMCbMYNeDVIeopsxsegW4KoVp/JdGAs2lzWg+u8LqJ/oxPbV6e",
+	"nM4G9CR6U9NNisNOjWu0gfFBIevm9sfZuPd3BnmoJ79RIsunPi8Tl6DvMVPAzLqZck2+jT1efufEk5RY",
+	"KwVatNVyo6U0klg4vZ369NZND+poGT6BVCIeVexHXjSikG9AO25IJQnb4fW/wjXkjOTNkAWkM2/hFXwS",
+	"zfhuE0RuYqJ8FPWU+ucG5bTSRgPnwc9PIIpuEScPNQcvUhln3WCgEHAcW3Jp9o+1w3y283I3ddefhBOm",
+	"yZ34E/GGKOZYlAg6Xo2P8jO4WhMxd8EPAnWtKl/3BuzMmwOBz4RqdAW5YJDuoK0ArwmY/uDCRpcYuluS",
+	"+CNK3AQgSgAPsQ4mAzl4KxWu05UwRmYCEQXLtG21xtLn0h9aQlWNFRhjx0dHkKrB2UJauxS5ix7FAAtt",
+	"BXnBws38Jbi03+95NEh/u86lqaQtoRN5beTkpqb7fomX/uqTf3gzB/OCWwH7L5ov7J3dypCqtyxXuVfq",
+	"VXArY/5VDTHJv6g0avz6kclu5rMO2u94az4hTrLpzuNRtQYNZL7e5b+vXPCNrnxyEJCNDeuqBxzGKkQc",
+	"dJ4J61DtLpHgVtpcQrhwok2G8KuQ+CEBK8tK6687DDxgp2Pl31tedAZWGrN8xVSIZpdvGsFVvOJ5IQJO",
+	"ZgA2HCv44QM7YM9VAzwXZjlx62gAQFbI+LqMZljNptywbi6vRDJW4teC5wBEqM1sAPlUvQF7VmV9Bzti",
+	"zi0mr5TLXQegy70uaxT9aUpZutYZuevd8NpSA/S2yf7OiI3fbszLGzh38662S1HZU7YTxmu8CY0xkVSo",
+	"qTYTkWJOEeVQg810wlI755lepcR16YmLwlGui2VplG6UnoQUJgyUhJJ9ynuKzXcatJN0cIQOZkftZwne",
+	"T7jiJVXcbqqG82LBVd8InvGLXJRxhV1h/QZlOvI2NdVNWG0CawEQ2iWfIWoMlO5RxiNeSs8M9qnkfaWe",
+	"fVjKAPEXQmmIJ9JJmiJjCExiAU+qSgbCPKKlUGzpx08ResSec4cVlwtAQ+5W2Y9ot6AbhzBL0vjsyynQ",
+	"l41BvFd4Z+vsmlyW5xwKfc4p5NuQnXybPJzpVICv/jxv0RLPqighPsIWwsxI90IHa1B4KIQfu5kh3hOi",
+	"KmOF4oXKSah4peuJrI/a2v5ssVQvNznP3gXr/hCuHeaVmb3AB4OJbHcJznIrAgZ1becGH724m2SottbS",
+	"+0na4gJxvNujdQDX7tnrg/hELdgJPAsh/AVW3XJV+dqbI3WADbln7CaT9rwwefNOZyKTE0/oFLV+9+ZF",
+	"BYoQ0n/YgttLkYU6LDllipAyt2v/6+Dbe1DEW/zFz/QDL+6W2Y2v3kpczLW+DAvdv6ifUDaJGhvucJm/",
+	"Wj/p+pDxPidNPGYjpBctsUnMvjKzm+fE+bsafMUEBnI6WQj2XE0GYaEjzw23fQnNTHE/ZX2rcLJWNXH4",
+	"qZjItRzAxld+v6Xh5a8VgQSlI2IJ+4CmNHAJeiOd451d8V2PwxV/9+bFXV3UjUu30/OCj8Lg193Glhvx",
+	"oiSP6jjo9rZJECyi8DqJVLOEpf5x0jPoHT021V7R9MZFJGJSpMWazkFj8cJpzw2m0zal4y6ik153+eyx",
+	"SUSXnsxv6ArFbU4YJdn4f5UkSnUy2wwnDa0l0Aotc0dK/Fiv02x765s518341SflPDdRNm7FWf7FOEkT",
+	"0W68/yYcY6M9ym1Yx2b/kQF7cg1Jb3AYYZ1cYLIo9TVp5DSvy2riTXOznpZRZao2p6luhGWH/cfvfz/+",
+	"o98d/nLYf/z+/zv8Zdg/et9rjMu+Jsr6+BKGKZf5+T53pMw1vHPFwi+m6X5/pJGxr0d+lyM+YRaqgmo2",
+	"zzbmzKawaMX/0jpvAQYDn/z+GtJr+sG2pzaydIOnv/RFBP8kQjioBl/EzdmKP727MCV2KCeVQUBnGpMt",
+	"7Wq1hzfT+P30b67yR7cm5O+CFeCV/IqEf7lNtLH8zeFwOLz+Z96mBSoo6T0OpJA58rrJ9vgT3/w9JXt1",
+	"w3cKd3rshvI93NU976N/um6xhH997PW+jwu6z2Wr6KPt3jQZBqSlNztjKG8MQvVz7aj8WyuByU5O8EWC",
+	"jaU8Uw6B2ym3jmmsjgmNCILSyq+pQU8YZ9ihRE8pvO7m5WtYqPHcKjdn3AH8JOumfkUpBumDAoIFnfmK",
+	"ry2baeY0OXH8DC/W8L9uqqfTtDdgLxD3OaRvcSMwnA9LtHxNJk82Yv54a4bPNRYPHMEdmDygTHx2m4e6",
+	"texh9NwBG/vE7GlPr0dgVFsy/Y1Y5nxCFQcEUyCtG9yWp13Pye5UJXkpVkEXOUFFxIiFvgKw9PtSQf5o",
+	"IbFdJkqk/9cX8CPANZR6Vd1WsayLIAUJQyGeQMpmwjK+7sF9DwkPLA0jbBg0o1ooN6D7lN3sqBtirQFi",
+	"Un8EWo4KaEtamjtLbjZ+5HU/TNidgPl64jkyXyYQFYQUUsYz/wU3kvtT4jmzS65CUh+9JYdYGetydlEY",
+	"61jOnQjlizjXBBE4rANEj1zzrOfHnsAAC+lC5dxKTrCCi9JeylQp9iEo4DCtddtceoOqB+UIAzdhqbWc",
+	"m6Nhrd9j99GQLUgQhcN7yOiDcIoP/b8I/QJP9C9H5UdwuslmE6vy7I6GAcsTjQimdOt2QngWtsVuBCJg",
+	"C07opP1WQW1bJkzfP25DHmLYtXobStZFoBe/+1iYaLkrDEDLly+H7DRsUXs0PDg6LFvNwnlEXXekLWVt",
+	"D6WznymKPYBSWwb5PmA/xYGWSuBFUGdxNHlPo5tY1yZj9ON7tsYmObcl3DldVG1mtm56h8t+F1ndryMO",
+	"ub+8uuD2zvNyqpSjwSbK386S7/BcmYKxv9IQZ1Fdlx63iVRZwYVFm1FNoVE7IIjOBpAj9ub7J+zx8aO/",
+	"lCCimZ4UC6HcttcSuwk0muDYR2jv9UcFkn9spZ3dvDajAaZGulzscDds5YLMnVva0UGUKTHIxFXo7mAP",
+	"EFcZh+zbvJjtjcUN34YZJbuqLUr35DaI50a8syprYl30Uo8ODlLKO8ikhT97IfLptDcL4qvt7/xWKsfx",
+	"t7V73cU3/cfo4GA8fvvvLaXLUbOZXRide2RSV9kVNy3jrBiUOX94efZT9vi/fh1++O+LnyeHL/4yf/3b",
+	"0WnTb9uAp6AI7R8FdRb39g3lNGwl5VOSTxAFtsz1tHOv2Li5WNwZLFV7jlfEezY9qm0wN2VqvmXdFP9V",
+	"pd37f0EuW1ImsQScsA1kH8QG4iCmLeb3PbC9vZcckQ7yw6aFa3UuymSenQ76kPRzDZJmOf9mMCowW6lP",
+	"0QnZvAAjdCHWmtQTgpbtbiAh7YunGTZ1nwlUCKgzeSUUu+BY/LHXMLvQyeI8pwifLLTa2YlQBij1zRke",
+	"NPEbXWKofLkBsUCJYIxSuCc2xa7dDUbGflsbQA/3cMLi4rZKqEv0z4jrxcTeLB7KLWh2XNzS5YBlJfTm",
+	"/WV4zPn3gLCuBrjem7HNGRrhAUO9ynQHote2FnMjobQrt/ZmzOTOmcP+tHpXL2tLw6UdveYk98XJ20Dx",
+	"RbMnyCbWBc4UhBamWoZyMdbdqCnrnYBVh9rSAsstcP4bZU2BJo7rMQMKBexCyHUur/AYD4+G12HmtsGW",
+	"l0i5c51nZZb8BAzTsvTyz10N1VjpT2fzzwqY+xHax12i7NaoLHK6fTNMdvbHdRuSnqRNWbGUlgtMyxxo",
+	"9Cq2U8DDb67r8H63qMDeIAwP9bUSfT0F936QoIHC3m+0vgxaRXCVzBHTpmwr2YmYbZDDWaP3BFs9bduM",
+	"cCcxA2jC8zwCLRUqA2s1Ql70Ty244rMS+uykTCjCb43gWVTehm1oayiN2AgtKdEa6eeNkz4j4vqE7b92",
+	"pEZ7Un9go5aNH58H3Z7bvO/9u03Grqfs1jz5svt/QJehZUNlSpQfEbeuROEkDdOrj96UduyezfBkvIyb",
+	"hfw9Xd0yyxcl5nZ8//hGoXqKyj9TM6mEoFKZ2rHEmQN7Jg5sNxe8OdXvF9i6ScRpg9j2GaA1Nt12lncR",
+	"AwVe89ljoH4Wt4mB/vlOcHtpBKZ9Nww9/OZi3dyEDuAaqlLNEiKL2sgGv9a2E/gWHrxp2Qyvel4XCGtD",
+	"D6NqitmoCkGHmvDRW+HVbBDf+8CVU1vHTYgc+LScbZhJBIFWs+Nr/DTa7fc7jrZFyahV4tCjoa6V6o1W",
+	"Cjr7l7mcNbAg4P4b+emRkhAGFze1y36QV6JWEQeWWKSnpojcd6Hd/ATdSQpDWEl9LbmcQr+dECfcNtjr",
+	"ZNWCGLbxPqzjF/n0ZBMzLFhQf2EZX1vG54LXrd89ybU+jyHDAAHDB+ivv7LDBPuxOc2+KfFEMR2hZoIO",
+	"B4+SG92AzUqMTZWLdmMT8s1p3dZf4CZgeWWkltpOsi4A/T4aDqNupc3oLVumzJaqWD9JgFlYcLUumxlA",
+	"thHgRMKg3wyPvx0Ob4UTW17nHchtZ3HDgx2zjRtzUPB2JYxAx9Qyl5BZcB1x3wPPvAPuV25Tjcnhi5u2",
+	"rAVy4HZB0tay9zYn/03bVeHz50I1nPCzD5O8sJ7VRWCCIVa8L8+gAaCp3i3zeYmNhw5UtTfWVrA7Dgx7",
+	"eZr9o7BuIVrQW9s603L4GSA13FwzaGk3+65q5ABP7OnSvMldaWsbGw1NqSZdTqgRlvDtC3C9GUKX4Jn1",
+	"y8bOFfvNM78F/tvtwGWXLUUV0HO6VlZRnWN3I/umlzAquGhB3WpVsHbFYfaIk2wQd+lWDuhYDU1jSekq",
+	"G826fcj95lZrk+kY9qHjJOQJHR8fHo4YZ5Nc+o0s3Uvs8XD4l8PHj48eHf/lePj48ZHXSRbSOn4JaQBe",
+	"4zoE/ITIn7ztLs6yHb5inmWsW8KVOw3tS5ieTnslNmobjH6VTnQSvIRF7qoOLcNbu4H72999HBzPveP4",
+	"2rZ27VGjGVR2qI3NHHsSoad+t0d+wJ6Rw50iEakVjsLpPMvSu8Ueu/e+beXl3KExRUgu236FFpjCHa5D",
+	"YAMPLCtL3IN6BeJYhlSGMmQtjT+3vV1pmMvaqmW0B/jwFs5FDimjABMShznhWq2RZhBj1LoqOdCWPdKQ",
+	"vDK9b/+txuaa30P/JH+mSel3xOg2uJNXvErnhLTGwf4dHd5VKRD19g3dktWd1BZOObKwMZAbolha5ozc",
+	"Sk0HJ1aJhkjnURJNMwneVZOiu3B++3MhQ71y/G61B458xeeBRpZLLLX8OE/5fbR9vJMKtZo+dCtv9O36",
+	"MCHmRI6Jk9te40f7u6M/kdt4e/PaNuMu3Ll/ji5Gfhb3785t8rZSrfb2NoorodouOXzH/Lsss5Q+G8Ez",
+	"IpSdmxthvd5QKrwD6lzy/kYlsto1ugrXLLVypqSanVsxMV7RkBZqRqiJHqJPGrHg5jJga1GxuG0GxpEz",
+	"xV1hxPlc8KzJhsNkMswaw2cwXX7CjZHCstT9FZ1hhZIfMGk2uTqkz+biAyuHiDJqq4zOKoGh/zY82DbR",
+	"at278Jl+/On0Sf/tj6dHj75BuPC5+NA7KTNkqUM8eg+DoXsp1gP2MhQBj1XVHiQ0dE///u7V2en5z8++",
+	"+/HVq7+dv3325M2zMyxUUf57ggrw52GhTMV5WdBLxsqrgtj/MDjTsAnfA/8kVCkgJNa1sGeNaEk/z4Uh",
+	"4sRqgtev3p55kV2VNIdMYloJzXSw55Dnrb09X3tZrQjXMQUUDXQTQB1LZoTdgIKcFlaA67bs48DHKtd6",
+	"ecEnlwlbGnnFnUhYLtVlHxr9eKoGml5JK6B507K4yOWEPX8dhvCUP1bYi2iurUsH7G0BrQVyeQX9obHK",
+	"iKuJgDL2QuWbMysURm/HauOYT1+8ePXz+es3z//r9OzZX6EEkXVxZplXW/XSG569AfvRmwi0eiPGCjyF",
+	"0CufDoCGmmilxMTZhBC/n75865UrnReoM2DdE8x87a2dscJcY47bx/MNXNjO4dFfBsPBcHAINSgs7GbY",
+	"nVE8OL0YTEvpsMEfaNXXLbphzeAjWnhz1BTK8xjLpOudMM6WRmfFBGLfdIXCyQM03m61AZGqNi57A5tK",
+	"Aq9+387fn9I+NrjBbqAgcue8IrdN/oelbYoNB+jBBGt//HfGaxgiZrxxOnxoH7XN5MHexbdB9+n6dZaO",
+	"2WIyESLDNLdrLzHs1HVCLfTf2JBjaXMg0P/sXGY7XvrAMumt59xqYoiWpRGzD4eDprL/UmZpiQSss/We",
+	"9pLcF8gd6zLOJ41QoSjkJsJPyYuQs7PXDH8Q77zSoenzhC8E6xK2M3PczIRLmBIO2vfC0SZQ+KUL19tx",
+	"SPH8wpnunl3ZTIQdffjQHOppRdUL8wyJKhMjoLcHz61ntL8WnungKQ/2U/CRtCKCSOgGh1tT3/dA9fFq",
+	"W717G7f4LhTfTcbw2XVgmtCZsK61Kf4NeFVWGLA9zxcNSuyPesVyTd3cA3txpAnsU7+zm2GVUut6jhXV",
+	"82xR9aPh0UfwtFNEHUiDjuOEVwhqQ8ZftVUrfOUTH8EnbqI1unI08GGFjYJSq0jbK5WZ1RxxyccqKJjS",
+	"Uqyak0KzhwaXo7YCsd1iNkeVaje3C4yO9JNreVp8E6/jcI0Vge/evMBF0YF6hZVkcqntEzSTN2comZR1",
+	"wfqhPofeFLBllaDXSAKs0c66QCiVvKYs8OeyscVGziwG8dOEpZh65/8114UhlzhA6kFnrDpKwAlLweWS",
+	"htyXjR5u7HQTAy2qYOd2J9IZs3xtR5HdgWS30qEUPBRZJ2w1l5P5tYX4+2MBbJfsIzpKWZUfhlTXlLlf",
+	"U+gfpwThCWDDhAJqk/z+e5qE6lv0bO2FRv5z6Dtyx3jksUt+S94BYnQTd3ultlotVr2rtsH+R1H1V9wl",
+	"cKzq0NRwyRATMg0tKeyAnV4AlxK5FSswsaEuFLm7Ehs9BXeEiG/QcemmfY+a/flPwqXYDEkE5Zo2DRJs",
+	"PE+gi5fU3f+90VhF8Qu/+mJ3QITxXF7uvzMf1Rrn+l5KjfxWF3n2Xa4nl0/5eldvw40dRVwmIBQC2mUr",
+	"jBBy6CKtpMjK5tZ7alO7m3rfYRtv1Ra2kAZP9PYNuGnDwiC7t/yNKDlHfdehIWkDEKFngpm0TqqJKzOu",
+	"qm0H3Crcd+r1wZese5gMh8NeGfJ2IULl/07Bk5Qyg/yyodHwbgKopQddQw77U0Fblpx2Xt1aClP2XcFy",
+	"dLWud1zZPxBao/6PBJ7/opOzko4p0Y82a1L9gVCqpSeAbT6ARJSg2CdIt9se1BvP+hoar9zLnb5JDhoq",
+	"vnR1txgB0TVt4zVsAWVAGyf+qDtk9OqBDXWRn/ImtXnGShw/rwMCkp/MThhHVQNkMbKoQSuexY4UCraC",
+	"PmfU+rlBPlH+qte1iRPS1kRZCxEKwoQvtzPN49y2pAOvuSbHbUPC7bfW67MgIGdH8OZ0xJs0T7+TBo/N",
+	"F2Cb8iEZaVIY6dZv/ZsJ9EhwI8xpETK/t8gmIDNDvTLrkol7+vSn5y/Pz1797dlLLJSmznenr59j4Cv9",
+	"dXl5joE4mWH0jf5ExzoF5KglCywVJCJMp9osbw92/vBzl2qqt6cY1SBDDAJL9Z1QXDlstwSBADkRA/ak",
+	"sE4vhAmfWMbtJaScUpZmpqWajdVKm8uEjTsLvsYkIG1mB/68D+Da2KUXCS8r9Z5yhH7yau1/jDusm3rj",
+	"lx1cHR5gFWeIxPkNgvLKslhRUFIRmY84YW/1Cb4gxddia2HwFlSqhZ5Sk8DT188HYzVWZ3PoAY3wSsGQ",
+	"5YWbayMd5vBNtHKGT7CFOftBhxAJWElTPhGEHpaJ3DKpxiot7Sd/DHwpD/hSogk9E8rTRcDnhLxdlRFO",
+	"ZwjZSuiVJiHJItgEYyVdBcDmbcrJHJojzbnKcmFgMf/n/7An0Aca98AvQygnMbnFP/AMxkkPrg5TolCp",
+	"FWQoWpae4qp/gw9H7DsgKaqaACom2vP2rzBoXCN1E1Cono78IH345t/+rX4F/u3fWFeoK2m0gq2+8lb4",
+	"RS5Yw80IigNutDdrGFTjZhp3Cjq4JWT5QVNorvgMXA85V7h4bWY2qtkFhwusnixKFtwVA/Yz+cyaZlJD",
+	"Wfe31JOLtH7m2cCvlSu/1OoK+3XCJR4MBmkvYZQ5g/KronA/vYPftZn94YmjfynWNh2w5w4mJnKtZhDy",
+	"IyRZbIVN0XtI8rcjFmqdu2WxcxrfnVDl7N/Y3a50foC82CI8rU383G1Sxrvx/vhhoQQa7MmQzpn4V4bg",
+	"eUhVQGObPozDoT14vCqr7jbUVW+4xHpAzafQcBNahnoV6VLplSKCC9izx8PDE8bxtgD/DO5PoB6/T8Bg",
+	"A6WPlRIis9HPH54QB+7D0xkzunACu6lnQefADA3cs0uxRvRxvoDu5mqsUFAgrGL5aBINcgzLecYn8+jS",
+	"hZanAN1D51dm7NMZo76Kbi1wBoxVGhXe40Mp60IT0zqohlCe8dFGAm4mMJxKo0joOmwyA2mZZ1CoXFDf",
+	"38qZzLqnr5+PFe5CXcRpUyOek/p1enN69uz8xfOfnp+lSenTezQcq5DJVeJWwogBFXmEDQAjh4irNvbo",
+	"Md2qN8KZdf906oRJUWRkumoZ769Vdeb+Fq1Z+oY7AflGffhvmsQfvQkuCfCAjlXtK8gVJoBU26tgQWBX",
+	"H7BMl6xYqyu/a1pZZIuEtkK3yi61shA3DfkO/+/tq5esmz7Rygnl+mfrpRhBviFx8IN/WK3S3oC9w8vg",
+	"79VUijzDWr1SflzobA0vNMJTZiDk4+FwVLa/lJZZmQvl8jWTM6UNsTNvL8UTYKbIMTJO3LOSGuDXB9HB",
+	"Ycgk2oeyUSzw7hAfRrQXDt5fWCymocTjgTMZtWvPwTYX76/VGvjJv8PfFAcHxJno2Q/91WrV95pkvzC5",
+	"UBOdiSxlXYhFpJPC5KyfpcwKlWFSMLDdtaODWHJDIQ0/yyR4ev1C/Tt7A3YatQ3OJIdpRK2DKTOFsePD",
+	"R+hEHxNS47gzYuNObYcXhT8zsXXSWKw5Ho87TnxwB8ucS+X/GndSOCrAasQJtwJGWtatbQx9j5vXI/Mj",
+	"9bMHOSEtuz3qIkPt4ng4BCxni5Eff5wg1fDKS8VSBKasvJenr5+DNDILO/JbLMldiY3j3BzzHODUfx93",
+	"4GvcRjSAfhm+H6BFMO6A/imsFyz4SNhcYo+tuMYJuqfHnT/SpGEkpOpfHr4fTLR1O8bhipGh4l8FeU5b",
+	"L0M1u+ElEnhWuQUhmZ7utX/hCaP8FbzjoMdwAtDuprVR/BPjTjrCUBISkxc6IK3wT5SbeBMDuFwuFdwG",
+	"0Dh0XiyU3x/HKfkJtAd4RQ+IEOERvTriz33Bc39BRAbVzwrfL9WycCdeVscC/YJncZDSf/8w3EQvFHOO",
+	"Dtwgx7uVseS/dkYCBn0phaBTJbV86vm3HcMSp7pQGZxopS2CuGwT2hnjiOKvNCkDcw6ze0QQ1G5OWXn+",
+	"pbaYzL0hM9cZ66anea5XKVE/tjDH3iQwocfwApkxnhtAkRYf/IMn7PjwYXmmdAud1iznZiZOgIXEDNSv",
+	"KmTn+KM7YcdHR6USFGQAcOcLI/ilBSWFxfgmwNNRiQHuTZZYSDoMwhP6sZ+AnK3a8LIuAV/1/Eu1qQR0",
+	"pTaQRoLbGgRG74Q9wiMOhiSbcKU0MIdMTGQG9X6Z8HYiwBoCNjS/4hLC68Dl/b5A4fGk5t8FFRm9xtNc",
+	"zubuBK5drBdARJEi2BrSvNaej5ccu0RZNNJFuoOn8ecZDAS2RQKGRVLTnaPeDpS46I9eBdRyUCapAQR3",
+	"E5AL6T4Qzd4gwKHJtrB0K2squsHraimATIOSjVoOWgFHUtgYVvYCKBVF3kwqb6iMWPofcIh/PRwMDofD",
+	"Ycq6QV87HA4RKjv9D0yQ+WsKGoAqlUs/lRLCfcln4oFlaZRRUwZPvaRRRZ6n2+2EMbSPYMGxo+L09fNO",
+	"0rkSxlIy32A4GIJjeykUX8rOqPNwMBw8RCjsObhpDuaC527+G0Qpm3KQT0ktPBoO/cyoaDw03vAUuBww",
+	"CiYoHVHnoAMDI20/zzqjzo80FBTEgHIHUzgaDsE/iiIf0oM2BL3/DJ1W17m0cAh07DQ0SarNuua56ox+",
+	"eZ90bLFYcLPujDov5JVQwlq/03xmwVkYFmM77/1PD6La8MatC22nSIq/NtozQlF4Uf7BgS1noUCAoUtv",
+	"e8foDdfvWKUA1fdqMwGkcVtoHbs3JJr9opxV69YA/74ZUYEcxx4tkKtAyUZAWSMUv6+1dTMjIGEHMaUL",
+	"BY4e8JNApwPPw1B4dCM0+gmfzKGprjcxySc25TIHp1Rp+QDvw/cGDt/DgVGZY2kmZoZnADNM9i28sSL6",
+	"BxaeFQNg5ZiMHHKCwuooZR0Hmmg1lbOC0B3rp/8GN/GzXBcYG6DlHw0ffoLxXmoXzq1hb3on5MyxpZha",
+	"7yZXP3953QW+Ojwgx8oBOlZaCZYiLyBr0h+ebbmo6q9JY3vQQDe2DNLWLuDvwVi9BDeL2/KDI2+vk8Ez",
+	"eCf10gTebTh0mrGtOJHVIxSW/HuBqaHXPv49cCJ6/H0z6TW9onwuNP3EWXsCOt7rVzwLWKvwk8Prf/JO",
+	"kRv6N2z1dYyEuvtH32tzIbNMQGz8+Ojx9b84zRZSlf4NgeXFFaF9V/PMefoozz0ivRL0MNAdoiKOfu8s",
+	"tW1ikPYS+BHiyHqTKq3iAgFINnTEskuv7Sq9KrteliE58M5gcAngM6fM6ihCtmDcxT2wEsadXkivkK0H",
+	"7KyEhlxyaz3bVfl6rOQ02fhZO748gLKzf0dM2IAvhHlJJ4xTGI8qS0BvKxaxXwpWPmLDFFnprwXUvoD/",
+	"6CU5KkuDpzTQgtsXzSLU8yuHcarNLAVjKb59YwXXrzdgqd+3cms14SJgrZMRM2mhY1Pw4Pn/NT08VhwO",
+	"oI/7Q11SvDK9RG93uoEZm7LuMthYR8dgdttekExYu4UVGd4QgC4wEPcg/16ATaeOYqUWHO8mZODBoYJ7",
+	"Ep2qelFlkkSwtP2/+RlRZZxU0NSHdZ8/O/t+rDLDp64vhZv2KXrTj9bSvxTrPv6whxQEOnV5QJxlcjoV",
+	"RihXujZZt2oDl5QA2QaIJtQUbW0+ueeZtP49VudX2KYmuD6PGjeBQlpVxl0myLQibwzSJM9BAxixlJJh",
+	"0tipesJSO+eZXoEvNdJk4CwgSn0OmTzpCUtX3Kjq19FjmEucBlSqsYorSX4O3+JWDtjPlW6yofZEHTLS",
+	"sjNaOla0rBFLvfqfgnm7sjR6UGSIYBKGtWZpuRnYUU+NlVT9oDajx9uw7ubPewlLsSS0Wumj4cMmYfaE",
+	"0GBvJsTqiMk/YrkUiiegoO90tr4zJQWmWAqjenScurjcm0JGY0PVRIOWBP4TkQH7UtqFNIgLMeGFFbWU",
+	"UKBtSL9HEoKpblNY24ToRwcNv/gj6WwEB657yebjtTe8iTNE93tL9ZONNxEoyr5v8Y/DLv+JVZTh8fW/",
+	"eKnd97pQOMThHkO85utc8+xM6xfcIIbI8eGjfdZji+US+iP/JDLJz7x5CYrU0Y4rEPvU978Kof9Ts7EA",
+	"Ei2CCEnKS4AgQaMQZidxQn5Brcr4LjjvLOsqvhCVNx0ZKZqOSWhhGLzU1N8RHZjgbqsUrgcWHH3Gc0/q",
+	"7kfrfgCGo+OSOvJLB17p4OVnQjmDlQylYufnFM/e/8yPGV9vNMLBc4sdq09gmn1yotabn/idQv0BFLJu",
+	"AFoiTYMiDZiSQjYvB7djENbB/Tdi7bKankaxX9dWYJZgnBNQGTaqozJ1LGTnTIkVzBa1Lf8XjeolSaWv",
+	"fwpO+xQ46wiaynoNTtrIxYsrDP7mCkGd8Kio6pojsx4xQHzwMpbSewF5FLyE4GU9Bw2nhCBFqRkx7S+J",
+	"2SadyOV87a+jR+GIdrsi7pzNVPYP+uG9jo/6UeatrVGzPhZQRvGaeoYyVl4vs6WOlIQYVQAw2HTal176",
+	"AYM9QB14rDb89UgwA/YSo69eNa3i1/7Gh8nyi5DygeS7RWG3PpOaKQxXKla7cbjIDEar932tOwImaUTf",
+	"1kzkg4uAptJsKD8lfRX8cHhYUgV/nMvXwNnA/ZKUXUS4ZZuZdJhbSul0W8o6tqGGu132vByVjdPomy7d",
+	"d3+4qJf1xkqbJOBkwLOIMgJ5rBsE1aVoYFJm8mC8LYo9+ddtBJ+S0l+5UsRTeaWLe+JLIOK6IQ6M8GJg",
+	"rDZNsorLHx8d9RIEPqjFy3FDoA0HOkXTAXvGJ/PShqccLHBVrNS2nXtyjbEJ5hxGnCCJrns8HGISiT8F",
+	"P3m6jNYFEJLQQAdvz2B/30AXfRg4cwhQl4L3Uqyxmygc4p6eOrgA3wHB3o9pAu/+nPZJPIE20fmq4baU",
+	"qQxwFYOhEqT7n9xL+Ok16ga2Goi8SgfDZli35a7azNojVxj2bHZgy8xLnBb39daV8G965Ye6qckPasPe",
+	"bmuELNjttr6TC/DKzAC0oYXul3wGZji2If7ind9+K2CtcZTF/wkYc40CG4HvSu5MnRw/QE0cpifvIC92",
+	"qkrxmPpnIw/ccZDWITsI7Cs/AD45YCl4xkJyJXqDg38vwUahtrjwk70Qqf8WodrGKuTmnnM1mWtzDgXf",
+	"TrND1p3wXKiMG8yOsr1GsQBLfgUBgfuQCq/MjOAE95IGh3c5cJve7M8WzHPM7v6z34XhHnfhiVbTXGKt",
+	"1+f0slz3Y3LXemPkmXLSre/qtiOR0c3dvvGRYMGoaKt4abvfrJ7CVmlt1I4MhNm2jPlBuHC57o/r7yD0",
+	"pFKKa/4jthBmFpKLQSEODiLWDc3s6nX7PPOmgNObLTBsD/NCA5owYa2mf/prdVPn5R1Q6Q/CtZFoi2aE",
+	"nelAZN1IRXllZq85NfhaBjN1s8qaqxmVLFAm+pKwYiJYsKpcEh+5FGJJBVyA7r8jYWC/K0MiMCFMCJt6",
+	"oQat0s8B4hCcUU1CjlMZUxgU2uFpJUa1VNM5d2MFueKYOkpVFjPhoIQEXh/8EpiAagfslP4Z1xzngl8J",
+	"NHUhf/BBlJRpqXV35VsJXlpt6IeRscwd1bpRUaodq7I0riqVqaLlUeCwSYQDpuu9SnBEjf3E5twOvoaH",
+	"A2ViXxyX+ZcU3njZbscZt0R7WZN3jQlZXVasnjPiSl96qlKiKoFJmBKrsmK9gujCgl770dyv4T772Z0u",
+	"5d/E+ouxTHE5+xin/ii+ag4t1mzIJI+uSEnr96pA7LaWy7hYmc0PNXKuMAqdrXhZouxxOwcnssrX4Ei9",
+	"j1uEs0PCuyfJiC//POZtPHbWJidDdJUM3ROWRijmoOBhmTjutNPY5+OrQL0DgXqXFi1d+9vc+nbhePD7",
+	"pVj/gbc6F03w929AHpZ47cGpGyITIWWcOhxNJmLpEOidkuv8byCuPla5tFUZPclZiDRbAXHEK30JtV2l",
+	"DIbxylDXMSYU3gebwEVGbKJ2X4+bs639EFASAJP9Kq62iRe39SOJ99Yi63rN529iTdKt4YYUmdydbY9a",
+	"I1mLdQ1xxFZzzbopdFJLewlmbsLfEkqgUyxe9F9h2BRrGVOEBwmNrDCK7kpbJynhEO9N44RVfyn6pl/M",
+	"PuomwmIIRbjxXy/y9kXmWb0fXHyTgWbuT/Pcvpt7lsRAmFevIMbbkMDdq+5G0dKNK2HLvIC4PmY2ADxg",
+	"+U5y5XQR6JfS8uHmQtJ9D4EqJGF/B1sSB0swY15fCRMQVGB/F9DYLCtElH9GLltK9UOx+uTtf8UJCSnN",
+	"V5tZAiuFheIEExwwjH+Of9LI9BeOmyCW62SdDspX1qNRMeBrFzuSmUIpqWa9gBF4e86kTYQx08qmsGzn",
+	"lZl9rTf6QrjLdoESYSY1lSftZDNJVMZ0lwyH6rX74Kf9VEEjL7me4MDvYNwvRCxHa9pHONdq5b8K5xan",
+	"UG2X4oybGuV+TvfQUhirFSjGE66gPxkIWxQqK3FRrgGdSJjqPWIp9u1Kxwq6RZegaNjkpgzWQPU8t3al",
+	"TQbOJWo3rTCdEoqa55jdbhENyL/QFUaJDLI2xILLvAT2iGq5qvSNx/fnooouxT35qaIRPo+zKl5iW0gn",
+	"ouJ/quSMm177f5JsjrvzX9WO9tb86RrJfPC7zHY6s57C56HtdERrgDKp8GJLEzoE3ktgB+ewed/3cTjV",
+	"Ziwtw1V+9Tw1kB1u8l2RXfKpkoR2UsXwc3HirwTWksNzV9R1bw7O6KBbbRtM7No7So6PbwbEg8ceygD5",
+	"0m4G0CljlpweH+kVAPwyXNlYoXbISkRayOtxWvfaXJw/4Hq/EGMKVrOPGYXn9vUqt9hPs0AV4Q7TB5/C",
+	"39BmO51mmWUpOOjSKBWs7MOEQH0x3ApgIii9YoVyMve/dTJPWfdiPVZxF66oswdFMcinV+//1UuYVqwe",
+	"6KP432CsnhAIMfgt68iEFv2tNuCOhMS2jOnChZEBHJHaevSwrg3hpK0QhEYoPSOBB06YdCyXU2epEBra",
+	"SLuwxAEDZ3+Uygrpg9xqlaJtSM7aGEy0Xmbtx59Tjl60vd3jo6OxKrshQ920EVitDc1vnMaJ9tqrAuJc",
+	"xGTsjU/VohUE+MqaqjcTjh23gFWAeg1M4J7MRnj35zEYcVktCgrcTyjawl5AgS6/Ji7882cCwsFTUKbL",
+	"mdPLfrHstTDnGnosEWWblnPwO/x/p434jMxApLBAV6MW7psZvbQMen9vskpCMsLXILTArgyIE1Si6hkQ",
+	"2gR1Cl4To/mEdAh2E6Q2jMhX/GIfsxMX8DXTYZ9MB9ysG1DqPSr/cMqtan/cQ3A3qGDcbDAC68Xo31zk",
+	"WcKs9tq+87JQfFhKE8A1uk4KFNhZLxkrDe/leb5GvyziK1O8J6DBHUBJHFme7IXgNjRUIMhhBKwHCLOg",
+	"BxhBAO94wQbsFPXeXOtLqENVOmrvCd3qtjspJmNldVWglyNWNndsKlaEwCsdaDTQDnYKdge8MPSx7IJk",
+	"V1qJHuLa4R5hvwJeR9EdsanOc73y70RtTcIlU0Weo8aC/M/NBQ0IMMGgIT2wnnsAPnCW3nvAFQpkl0K9",
+	"iSlmi243LY983UA5suoeJf1j0NO4k3QUhxZI1OZqP+3gOdzB/QdGT0bzwGS/f8zAr0Fzlb+JtjFCz8xq",
+	"ENLIO6NHQ+gNLBfFojM6HA6hiSz91dRA7s9jfkY0sVfR8ead+ypLHM7t0T5ze4sc8F2FqL4hhqq0tK2d",
+	"jmQS8JDPFEkHs3BvZxNBtO9Z2/8RcfYzmNYX4hPyi9nnNsLufr2BLR4hRyQRbg3+/Tkj6KAhlaW6kcul",
+	"G4ome2UiWZm0NdWGUXKbsYinowuoP41egGqdNACI04X0tVDA2xuw12WuGzp7bLGgX5RFkKGNfCgr5msA",
+	"ABIfJkLEYFPdQuXCllec1RANbOgWqDSzc2+Wmj5h9qKx5V+7+coRK30zUBpJLWxwvmPV7u/p7kTTq6D0",
+	"oHqTwILGKkbQqw3Myn7m9hf5fkAeuftLGDhDXek+XD7+1Z/H4wOLanH4IPV/zQn4ivAAgV2yFW7GnVv0",
+	"kYPf/f/2zhwIlipwhQ3QZ+xFJk3NI05FcJULfzBW77BzIqUbEUYouYmkIk+4ge7ttqnB4v2lJpScZR/n",
+	"ECFcf81F2CMX4VYk+8lyD5qPffjJePtX0mnLMrgl3dybY9Gf5F3BigTNtaqbCIonuNH5hMA2sD9eLq3b",
+	"xOUoO6RttUfrltQP5ciAzYH1ydhxwkLXhVUDJj9NvoLkv3NWC2Aa96zDfRbAjl3XPCB2fJHX/V8ZsuM+",
+	"tLGD3cUWr+7dJ/RFFV3sW23xtcpil09oU9mH4tFN4v/sWX91+dzoVHpDC7GMUzqxKk2bhEVxugoZbqUa",
+	"XU7JWE24uaqn9vjXPLAn4eXB6aSVQMit6hm24WzyhpGflhKiBKCOdt1p/wEAxWKYDyefIcS5/LUQjBoH",
+	"VJbWPTlg7rFU4/PVaOxKCS6LMqrz+OqD+VeU+oF50PW+MevbR+4f/O7/dw0yyUJfkYmBJElt7UvkypJd",
+	"IaR74BULvqbshYqXoOPZzYXazaHuz+1yo1KQUAJSqC/4Mt4Bqb4r9+e2xPrJ/C/3XfRxHWv/Sj5t/pcN",
+	"re/Pqepd/2xUBdLqtkk3nC+2ZJwP6vw0/eW9fwg5sHQJszrimWNVd+V4ql2HfMXvjOCY5rjtsqmDnN6P",
+	"1+WeFbfP4nXZWcpFXpcv8pL/S3tdtu7lXahic6MdNO5v17xeQB1G1FZu5e0t/F0JELdVOdL15lwVdO+d",
+	"jBXHoo2Pdd+06lSvzOwsrGcf1cov7Ksi1ez+mLqWE4/9fuGjW2pVEAsKhBRVJ2HTMZQi0NcseCQoNQMp",
+	"iqBFIRF4zqnY0C54ngvDpoDFxropTKZs0i4n894JZNNDF3yFvRm9ah0qSz6idHGzWpFVxYqIZgEwiQ3U",
+	"i/0C2kn3Dt31YYy2yBx9D3ei8c681NWRxdv29RJtXaIaeZeVSxFm7u2u0kdknBUNl/CnIndymUsR+ivZ",
+	"XGZSzeq5WF1s7pewhVSFEwm06UxYxte9qEogGWMSOxQDYoUfxN3WLMULmbKu8VssMugQB33bc8GtY9BT",
+	"jbLZILtsrHBkpzVe1pB0Ji00eW4oViRfIGcLvRDKJZhpP1YpVilYqL3pasNS5/Kyv2VZRgmzWWjr2F/8",
+	"wiwAOQoVlyKGGoQBexNrzA1yUU797+bYJu6E8eobPS2ZWNnwboNtobtiJZUtKx33EZrYR/16vgSfJ+Bv",
+	"5cSkGvnS62KLL91D6JJe/1Z88uZx13FDykqmpxIotbXCfXla9WdGjTnb0AFuwxe3VVvMe28LKGJCVoTr",
+	"GPHlBLt3lolf8Bf44CAFwV9qAI/kag0ZA2O1ASMZrqCkemc7YNfiK5Z4is/8aKHPMoBeUQvLNOMyX6ej",
+	"WiH3osg5dOzBFDLixfgyz88g/YEKwGEd786eeO4GHSwBikubS2GYERNtPF/2zN7vBZQUQHoENO+kV0JD",
+	"sfstQALnmD+6j0J6vN/oqp9eq3ONz76qQ03O2UCgfAN34E9SqwJjH/DsH4V1Xn0Asrnz9H5tjJg4bB6L",
+	"lcWYDGr2QWjA3r2glPjfSztWK6PVLGYJXaUJnBb65VJUo0sfwRUNnoTuNojtWEXTCUATA5Za4VK2gFLM",
+	"EjuXKrYnerGQDloN4CdzkUOihucg3vCJqvOs42v4voesFLpJnXgGkaWMZ1ngiosE+q3PkLXh17leQU2D",
+	"//qk7J2slUiC4nf0v4+G7K/s8PDo0bePHz8efvPt8dE3R8fUgZ+tgOuRjokNYccKU3DpBUP4+uh/Hx2i",
+	"ugQ78cCyC38PCOE+9zMKmxRSx8gLMlZdMl6tEN7aS8ihCtWpIptRdBxcqLAeL0UsW4k89yNO88LO8Yig",
+	"jTLsnuPGUb0rIE/4E4AS9EhjLoGaMZzF/XF6NoTUHFr6Yx/41VyjYptEYMiIRI5wFFNHEGnAu0tYjbdo",
+	"FzC0C2wwCcbKabQDoC5Xu+CBHGExK1z6wkWBemnoHZFOO1Y7MDTYDSE0xmoHhsYpbEmQMPfjFuYzcVry",
+	"kZuE9of3NYk2aVWxu6/gGn8mVMW7KhEleVOi3ATG1SVfbK9Z+O6HsrESF3OtL3fiCbx78wKur+dKRjBI",
+	"CXaadVP6Mfb7q2TfScj2lY74Vfr69OzJj6w+NrVSYD/+dPqk//bH06NH34DOmQnPn0FdhuHkTBECB7Ve",
+	"IBR17HtPijU4DuVMcVeYCpwdZs3ceiksTBvZPzbTAdGbCSOvRIb+gwBZAPIi/fu7V2en5z8/++7HV6/+",
+	"dv722ZM3z87SE5TcwK+XEswI5cXXWKV+dKlm51GrHlXkOUpmpV3lwVwP2H8JI6drxsNi117YevIoHBgj",
+	"8Z54KT4uhsOHEwf/EwP8y/AVpGTjh2nFXGl9oPjrxZIbbO8C3MHzWAe4JE4uSOyy9OoQzi/9e6EdX+Zc",
+	"if7bsJkj5v6KAxZKfsDBkqtD+mwu6KP0hGGPfabzjKUuHYwVcCeIDyL6kj+uyVx4Gmfd9In/d/+JVs7o",
+	"fMSU7gMCcNq7jzjiD8L9TKR+jxw7DNHCqem+MCucP2Y76CQdJGaYSW1DGsDF8pWnn7TcqEENm4BAB6zz",
+	"x+1n8NV8yVqL7cNJhMQjurx0dSKGSg/aT9otgwbtV5ywlT9j7Sx3TiyWwJXpNwjIH5sjyME3u97UuST1",
+	"uPAMvxtSQCdGZEI5yXNofAoYGcS5w7CqWFx4gTTlMvfaMH5sEf/EeAMkQCh5nVdPpwkrAIbtaEhvMmIi",
+	"JDLeH8/OXnsjwxXeEPIcFOM80NIDuYnIqrJp7MiOD05B7bbFZCKs7d1Xxx265E+rw/lCMs7rC9ur7WMp",
+	"vsKZf/WaNLOdwHDKDat35PmcbObACXRz3LWj5C3gc3tGFDTFgR8qDQwnxses65IQySHFL5eXAoNEXl2j",
+	"3es2qiopmdMhJ2mFrt7lUiiyZSNGA34DV2Cv59V8zZQOysqEL8SAnZYPE6gUl7kNigxXxHkIrMjzOSBm",
+	"HKbSeo6GQ1KygC+JTGQpm/LcClRGvRoJV1bEvlw/PZ5lRlgLaVYjxlmu9dLzTwA9uOIOSuNyqS77uZ7w",
+	"nDlv7BDs2xS8OxF2w1j5gUyhLM2mrt6evnjx6ufz12+e/9fp2bO/eluBkCnSwuTnK24UOnyDAou6nT9N",
+	"OkzaluCCTugvZP3UqzuULMR34ISQP2UGGvOQNoUEC0an696Rbp2YegMoAizVcoihoV5eXrp3b14kVEdI",
+	"Cr7/tlnD92QJnS78Nt2HCPG3gjjtmb9498/Q/TBvwFfWXs1rXXksDyx51r48Xn60Y2uXRl/kYvHvN9vi",
+	"1/irHeFHthcx1hXQk7K1/YqT5XpXwsiTH/iUy6tb48Or0ki6sWhqEDC6yLP+Ra4n7Q6Gn+eaCTXVBmBc",
+	"sGX/vDBuBIE9ylwIWDa5uBJ5wiTE51SmV7240/+cXwkvI5TnOeTEjeAPV3OZo0+CA1tJ7ZxneoUxLc/i",
+	"UrbQGeRFrNiCq/VYhTQmFXrAMeiHI6sYnE0w3YCeBK36pOIG0H7O+qWMVcbXKFSWgIbCZCYWS+1JEX/t",
+	"uV1AlQDfHXvi//K3EUKZ84AugSkHUjF+AcBADL24Ya04lZM4MrgUxgagLgIkAk9RwqwGlX/NbGGuJGAp",
+	"g9uakdd6wE4poQIxGDNpnVQTxwwgMBvBLsUSIp+hg/RYUeSyi7jVM6kA/vBnf0bfeVp4wpdpbxSd0LQw",
+	"4N0nLCL/1rARUo295g8d/PQUCYClgOOTVjZKoA8J+KuBNEB+Tbz4z6qUE4CMjI4GwhkQibhJgPfew6fV",
+	"bv15Y6jVHN8IbJTXzASRar9aBg3MGDgQ9ojlRtFO/dkCrF7Lvg4BELO4/JN7g/8113C/hsG+EIvaL2Yf",
+	"Mxp2+M9+Qe6qJHtJJxzoGf8GOr2uIV3Od6Fns9MgQXI/ToC0Q4HL+FiVekSQEEsuzQlLl1rndaaf0h/U",
+	"ioBA5/Dn5NcqoZBxQISjg6xAgqQD8RMw6YIOU4n4gBAlsgjjj3orULq0mdkHkZjkao0IdmVqkRGlrQei",
+	"BotwWsqfPTHeU7jUv/rzlD/Dolrkjj+1fyr8uX+5FnNLJMlNThDLnYPf/f/+uHEL18aKzfIK3CO/30WN",
+	"X3WgtorNFkq4se6bc3VXQFf8Aj6jRy6FWFLmC2Q8DcaqufSywr06Yem4Q9Jg3BlBOLgqwYQcT2oQ3m5Q",
+	"DNgLvRIGe0ygNQwQWOjbJNPWerM09B0nMzjgFFaNfNCWkabCaIZeGEt8d2iNDpHwCko1WqU2Yb5kdUdv",
+	"819ioQDmvYdRk02kLm9Tb0J1NRd93rO4+ixFn7v4Qyj6/CL5xL900ef+Uu4GtZzStdZtnrBrqzQHLeWX",
+	"nkC/1l/ebf0lGQ87iy/3Kq+0wsWMPqk8mlEVX1QaGfU9g+78Y0XlTFhLld2sERGpT19LHL/A6PSeJPox",
+	"uti91S3iLyHsV7sc3NFXFDS4YQXjWMVNw/4ZKhg3DrFevggN85tq/71KFuHqX2g3p7Jt/0wxo5TCWnHj",
+	"zorGsWplIa+LbRbyL1WNWK9D/GK50p+mGLHkDehS31DEIt5Guthmi7Vmh+SP2huEKV/oQrmUqi/ipq6V",
+	"ZZZUFYjePEpYJibSM55Q+5LLS2+sUQRQT9nEX/3y3V2e5962CuFgfSVMzNYwdIDezBE7Gh5SwrWrt4ED",
+	"Y+/46DEm03AWx0gT6FXmXx4sMvajyENpEHgrxwqAgGzJUUMb29pMaiVFmaYeaRszgaxrK/y2ZyNW1h2x",
+	"bvr61dsztnkIB7/L7I8DfCztJcwIz6jh+afPXjw7e5ZClzpDTDIXU4dVj0vPzmOWmzAalbrRslSrc/h+",
+	"nbJuSkPE0NV4BkncnAX2MaVJpL2yaIkisDaO70JSC0V4J+vzS+HHoThpwo6OQYzZCsoa3REGMEur7YKN",
+	"D1n04GdYQyqTKUS6dXLQMe+EzpfnVVLOQiwuAHAuOBoaY5RADqHWHJG6Ra7VDD3i2szSdudy1Fbsnth6",
+	"NELJAz+trzleYwOD97fmq+F+d4b7p8rTeRml2sxFTomC5A+jK7TVjKhM4YnuOGE3cEoDYVVchrNMTqcC",
+	"cgjobvirVIm7O6FPaO/dnuj1FJk+t6xV3GAezYWo5x/NgbBrpQpvhDPr/unUCdM2K3r6IH4UZkVVUZ/q",
+	"eDGdhZA3+WSO1Se8xmUpRWvKZQ45QD1WIQnAl17/X3C1DqeHJmUuZ3M32MJahayuelFmyMWJtA84gtYw",
+	"Pn3bpJiATNwNs5pjD1aOdbzRj0cosvFspWUzeSUUNkOu20sDdjpWZaoSSbxGWUXfIFLgKRaekmCnbBiU",
+	"sqOxOh4+Zoov/NhgVDjuRHPPY3jppky5/46YzfSDKsfgnx4GOVroW9SF7q5I8QfMHYsvlaeqG9N7sldb",
+	"45DqdinWDyBOPmKpJ/U0YWmpU/o/gr6ImVfk90oTAu3xF3QqZ4URdsD+JpaOKkgyvqYSaunIWeZVO4XB",
+	"d7Siy7jG8LjFW/bnIN+NnftTU/HdkOJpXYEOFV6e2dyCHG/m84oO43lWZVC1mTQ3r7rYHKAdpAJSR9MC",
+	"iN9vgmf1pdXK+gy/aWD9SQiDUqGxpc7Ydd/cRTG5DLDbKOpWwmCrb4XOrC6nh8qeadRvADL+6TXSotHG",
+	"c61Eb1BOGFr/lHpJlBnr5W6R55hd6kXqWIUKD8z4xBw6VHRSby+fl423CYUAjGiKptYycvFQqpb9lZgj",
+	"eYbWGBbWwv7Ghlcl/YJQBPE3ViT/2L7i7wkMdv8WVRjnBsbUJ2NbTwIX/5dsWNAsqT+LMXY3PBlXsaEg",
+	"lJ4H5B/+5t9cP/bDiElhpFsD/7wQ3AhzWrh5Z/TLe88gsciiqef9C6ibIt8O61JB0I9nZ6/PT58+fZP2",
+	"vNVTmLwz6sydW44ODg6P/jIYDoaDw9G3w2+HwH9pvlvd5XOuLOs6KYztsYtCZZAVgmmCHEyNwgiqOAhJ",
+	"90utczbJucWag5Aewl6F6JxW+XpQdajHUHJDT30zwzR6BPhWXDk7YIBKRvEATBXxgyz4moUeuVEuYzSK",
+	"NrOWQdjp6+deCbMbwArMzgHrVU0ExDMgAQ9QyP0CvF3C7Ryecxr6IJRj8aXs+xc2jPeD8ctgXaeX/WJp",
+	"e4xnwdvoNHm0HlgWh23A6xuBw3EMmQ4YOq0yEhhX+hL9gnEcI5rUDEZumNJroZc5pPxgzZgXnFgxsBIX",
+	"FVajY+kB/XGQwkQwIDuLxqDv+4gCvT0UFnoTsAalDCcRkHQCzjxtaig69WrveJuLTLqGUaCrOrgVN7De",
+	"tzsG4W6XFK2y8iJREi6h8UkTWlSVo2Ozse3R37Q2a9rucFR1v65mGQ3Rto2eTOfasSV38wF7Ct54y1Zz",
+	"Aao9B3ryw3rNAq7GTDM+FzyLpb6MtxI50fZIW+iEkMGL3t86wmrZ7JtB3LCe+F9bE2DWbY30Xb3PLLh1",
+	"EPCvqw0zhVKQs1V/b3weoVagebtqhWFJA1xCWYuf61kVFdgsDY/GK0vKtgc8zfgSAMNCcMZW+4aoWkj4",
+	"OeSdsDILDXWsmMbKUNzWGD8Knrt5wrxSKpUgZvva6IWngqLM8x6wl5p5BUEoJ7corNTZrNfz//8AAAD/",
+	"/w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -11,7 +11,8 @@
 -- a bucket often does not exist yet, and a declared key that is missing makes a cluster
 -- slot migration refuse the script (KEYS.md). They share the org's hash tag.
 --
--- ARGV[1 .. nl] the levels' counter fields (org, team, user)
+-- ARGV[1 .. nl] the counter fields: the levels' (org, team, user), metric by metric for
+--   a multi-metric request (see "Several metrics" below); nl counts counters, not levels
 -- then per sliding window: the current bucket's key, the previous bucket's key
 -- with an idempotency key, then: its TTL (s), per row its label
 --   "letter|id|window|limit" (window: length in seconds, or M for the month), and
@@ -19,13 +20,14 @@
 -- the last ARGV: the numbers, packed as little-endian doubles (the engine's
 --   appendNumbers; last, so that redis-cli --pipe and redis-benchmark -x can send them):
 --   cost, force (1 = count even over a limit: shadow, warn), now (ms, the engine's clock
---   corrected to Redis TIME), period end (ms), month keys' expiry (unix s), nl (levels),
+--   corrected to Redis TIME), period end (ms), month keys' expiry (unix s), nl (counters),
 --   nw (sliding windows), rows; then per window: length (ms), time elapsed in its
---   current bucket (ms); then per row: level (1 org, 2 team, 3 user), window (0 =
---   month, i = i-th sliding window), limit. Rows are every limit of every level, in
---   order. Every window any level limits is counted at every level. Then, only for a
---   precise check (the org's sliding_windows: precise), N: the sub-buckets per window
---   (see "Precise windows" below).
+--   current bucket (ms); then per row: its counter's index (1 org, 2 team, 3 user for
+--   one metric), window (0 = month, i = i-th sliding window), limit. Rows are every
+--   limit of every level, in order. Every window any row limits is counted at every
+--   counter. Then, only for a precise check (the org's sliding_windows: precise), N: the
+--   sub-buckets per window (see "Precise windows" below); then, only for a multi-metric
+--   request, each counter's cost (see "Several metrics" below).
 --
 -- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or "C" (the
 --   idempotency key was first used with another request: nothing counted), or the decision:
@@ -35,6 +37,7 @@
 --     every row (the engine knows the rest of a row from its request);
 --   with one, one string, stored as is for replays (a later request may carry other limits):
 --     status;now_ms;retry_ms;blocked_row;row;row...    row = label|used|reset_ms
+--     (a multi-metric request's labels start with "metric|")
 --     status: A allowed, W over a limit but counted, D denied.
 --   Rows: every level in order, each limit of the level in its order; blocked_row is
 --   1-based, 0 = none.
@@ -75,6 +78,14 @@ local packed = ARGV[argc]
 local a = {struct.unpack('<' .. string.rep('d', #packed / 8), packed)}
 local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 
+-- Several metrics (docs/ARCHITECTURE.md "Several metrics in one decision"): a request
+-- naming m metrics has nl = m x levels counters, ARGV[1 .. nl] metric by metric, and
+-- each counter's cost after the rows (and N); cost (a[1]) is then the largest. One run
+-- decides every counter's every row: all or nothing. cs: the counters' costs, or false
+-- for one metric (every counter costs cost). tail: the numbers after the rows.
+local tail = #packed / 8 - (8 + 2 * nw + 3 * a[8])
+local cs = tail > 1 and {unpack(a, tail - nl + 9 + 2 * nw + 3 * a[8], tail + 8 + 2 * nw + 3 * a[8])}
+
 -- Precise windows. The estimate (current + previous x the part of the window it still
 -- covers) can admit up to twice a limit in a real span of one window (docs/ARCHITECTURE.md
 -- "Sliding windows"). A precise check also counts, in the same bucket hashes, each
@@ -89,7 +100,7 @@ local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 -- (counted by an estimate check before the org became precise) stay counted until
 -- their bucket leaves: conservative too.
 -- N, or false: the estimate (a's last element is struct.unpack's next position)
-local subs = #packed > 8 * (8 + 2 * nw + 3 * a[8]) and a[9 + 2 * nw + 3 * a[8]]
+local subs = (tail == 1 or cs and tail > nl) and a[9 + 2 * nw + 3 * a[8]]
 -- per window: the current sub-bucket's index; per window and level: the current and
 -- previous bucket's packed counts as read (or false); the functions below. All made
 -- only for a precise check, so the estimate's path costs nothing more.
@@ -218,7 +229,7 @@ for i = 1, nw do
 end
 
 -- Decide: used + cost <= limit for every row. out keeps the reply: status, retry,
--- blocked row, then the used value of every row (at most 3 levels x 5 windows).
+-- blocked row, then the used value of every row (3 levels x 5 windows, per metric).
 local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
 local blocked, brank, retry = 0, 0, 0
 local last = a[8] + 3 -- index in out of the last row
@@ -227,6 +238,7 @@ for r = 4, last do
   local l, w, limit = a[q + 1], a[q + 2], a[q + 3]
   q = q + 3
   local u, wait, rank
+  local cost = cs and cs[l] or cost -- this row's counter's
   if w == 0 then
     u, rank = month[l + 1], 1e15
     if u + cost > limit then
@@ -284,7 +296,7 @@ if cost > 0 and status ~= 3 then
   -- Redis as text made by string.format: cheaper than Redis formatting a Lua number.
   add = cost
   local hs = {false, false, false, false, false, false}
-  for l = 1, nl do hs[2 * l - 1], hs[2 * l] = ARGV[l], fmt('%d', month[l + 1] + cost) end
+  for l = 1, nl do hs[2 * l - 1], hs[2 * l] = ARGV[l], fmt('%d', month[l + 1] + (cs and cs[l] or cost)) end
   redis.call('HSET', KEYS[1], unpack(hs, 1, 2 * nl))
   if mnew and redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIREAT', KEYS[1], a[5]) end
   -- The member '|' is never drained: the set outlives a drain, so the org's keys are
@@ -298,13 +310,13 @@ if cost > 0 and status ~= 3 then
     for l = 1, nl do
       local v = c[l]
       if v == 0 then created = true end -- a counter's field is written only with cost > 0
-      hs[2 * l] = fmt('%d', v + cost)
+      hs[2 * l] = fmt('%d', v + (cs and cs[l] or cost))
     end
     local nf = 2 * nl
     if subs then
       -- and the current sub-bucket's count
       for l = 1, nl do
-        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', subadd(csub[i][l], jsub[i], cost), nf + 2
+        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', subadd(csub[i][l], jsub[i], cs and cs[l] or cost), nf + 2
       end
     end
     redis.call('HSET', ARGV[k], unpack(hs, 1, nf))
@@ -314,6 +326,12 @@ if cost > 0 and status ~= 3 then
       redis.call('EXPIREAT', ARGV[k], (now - a[8 + 2 * i] + 2 * ms) / 1000 + 1)
     end
     k = k + 2
+  end
+  if cs then
+    -- each row's used value gains its own counter's cost, here, so add is 0 below
+    q = 8 + 2 * nw
+    for r = 4, last do out[r], q = out[r] + cs[a[q + 1]], q + 3 end
+    add = 0
   end
 end
 

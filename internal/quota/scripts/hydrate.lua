@@ -31,7 +31,11 @@ for i = 4 + n, #ARGV do
     redis.call('EXPIREAT', key, math.floor(tonumber(rec.e) / 1000) + 86400)
     if rec.s == 'held' then
       redis.call('ZADD', KEYS[2], rec.e, rec.id)
-      for l = 1, tonumber(rec.nl) do redis.call('HINCRBY', KEYS[3], rec['f' .. l], rec.a) end
+      -- a multi-metric reservation (reserve.lua's nm) holds each metric's amount a<m>
+      local nl, nm = tonumber(rec.nl), tonumber(rec.nm) or 1
+      for l = 1, nl do
+        redis.call('HINCRBY', KEYS[3], rec['f' .. l], rec['a' .. math.ceil(l / (nl / nm))] or rec.a)
+      end
       restored = restored + 1
     end
   end

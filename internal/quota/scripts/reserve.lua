@@ -26,6 +26,9 @@
 -- precise check (check.lua's "Precise windows") also ns, the sub-buckets per window, and
 -- bs<i>, the sub-bucket charged, so that settle.lua gives units back there. settle.lua
 -- adds u used, g given back, o over-reserved, t settled at (ms) and r its answer.
+-- A multi-metric reservation (check.lua's "Several metrics") also has nm, its number of
+-- metrics, and a1..a<nm> each metric's amount (a is the first's); its counters f<i> are
+-- nl / nm per metric, metric by metric, each holding its own metric's amount.
 local idem, argc = KEYS[7], #ARGV - 5
 local function reserve(a, status, retry, blocked, out, last, add)
   local fmt = string.format
@@ -33,11 +36,24 @@ local function reserve(a, status, retry, blocked, out, last, add)
   if status ~= 3 then
     local nl, nw, now = a[6], a[7], a[3]
     local amount = fmt('%d', a[1])
+    -- the numbers after the rows: N (precise), the counters' costs (several metrics)
+    local base = 8 + 2 * nw + 3 * a[8]
+    local tail = #ARGV[argc] / 8 - base
+    local cs = tail > 1 and {unpack(a, base + tail - nl + 1, base + tail)}
+    if cs then amount = fmt('%d', cs[1]) end
     local rec = {'s', 'held', 'a', amount, 'e', ARGV[argc + 3], 'x', ARGV[argc + 2], 'p', ARGV[argc + 5],
       'm', KEYS[1], 'd', KEYS[2], 'h', KEYS[5], 'c', fmt('%d', now), 'nl', nl, 'nw', nw}
     for l = 1, nl do
       rec[#rec + 1], rec[#rec + 2] = 'f' .. l, ARGV[l]
-      redis.call('HINCRBY', KEYS[5], ARGV[l], amount)
+      redis.call('HINCRBY', KEYS[5], ARGV[l], cs and fmt('%d', cs[l]) or amount)
+    end
+    if cs then
+      -- metrics: the org counters (field metric|o); per: counters per metric
+      local nm = 0
+      for l = 1, nl do if string.match(ARGV[l], '^[^|]*|(.)') == 'o' then nm = nm + 1 end end
+      local per = nl / nm
+      rec[#rec + 1], rec[#rec + 2] = 'nm', fmt('%d', nm)
+      for m = 1, nm do rec[#rec + 1], rec[#rec + 2] = 'a' .. m, fmt('%d', cs[(m - 1) * per + 1]) end
     end
     for i = 1, nw do
       local key, ms = ARGV[nl + 2 * i - 1], a[7 + 2 * i]
@@ -45,8 +61,8 @@ local function reserve(a, status, retry, blocked, out, last, add)
       rec[#rec + 1], rec[#rec + 2] = 'bn' .. i, fmt('%d', (now - a[8 + 2 * i]) / ms)
       rec[#rec + 1], rec[#rec + 2] = 'bm' .. i, fmt('%d', ms)
     end
-    if #ARGV[argc] > 8 * (8 + 2 * nw + 3 * a[8]) then -- precise: N follows the rows
-      local subs = a[9 + 2 * nw + 3 * a[8]]
+    if tail == 1 or cs and tail > nl then -- precise: N follows the rows
+      local subs = a[base + 1]
       rec[#rec + 1], rec[#rec + 2] = 'ns', fmt('%d', subs)
       for i = 1, nw do
         rec[#rec + 1], rec[#rec + 2] = 'bs' .. i, fmt('%d', math.floor(a[8 + 2 * i] / (a[7 + 2 * i] / subs)))

@@ -5,7 +5,9 @@
 -- KEYS[3] the org's month counters of the current period (for its marker)
 -- KEYS[4] the reservation <p>:{<org>}|r|<id> (commit and release)
 -- ARGV[1] action: commit, release or sweep; ARGV[2] now (ms, the engine's clock);
--- ARGV[3] used (commit); ARGV[4] the reservation id (commit, release);
+-- ARGV[3] used (commit): a number, or per metric "metric=used,metric=used" (a metric
+-- left out used 0; a multi-metric reservation takes only this form); ARGV[4] the
+-- reservation id (commit, release);
 -- ARGV[5] the org's key start <p>:{<org>}| and ARGV[6] the most to expire (sweep).
 --
 -- Only a held reservation moves, so whoever comes first (a commit, a release, a sweep
@@ -22,8 +24,11 @@
 -- sub-bucket too.
 --
 -- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms;
--- expires_ms;on_expiry;period;first counter field;last counter field"
--- when this call settled it; "R" and the stored answer when it was already settled
+-- expires_ms;on_expiry;period;first counter field;last counter field", and for a
+-- multi-metric reservation (record field nm, reserve.lua) ";" and per metric
+-- "metric=amount/used/released/over" joined by "," (amount..over above are the first
+-- metric's), when this call settled it; "U" and a metric when used names one the
+-- reservation does not hold (or is a bare number for several metrics): nothing settled; "R" and the stored answer when it was already settled
 -- the same way (a repeated commit or release); "S" and the state when it was settled
 -- otherwise; "N" when there is no such reservation; "H" when there is none and the
 -- org's counters are not hydrated (the engine hydrates, which restores open
@@ -47,30 +52,66 @@ local function settle(rkey, id, action, used)
     end
     return 'S' .. state
   end
-  local amount = tonumber(r.a)
+  local nl, nw = tonumber(r.nl), tonumber(r.nw)
+  local fields = {}
+  for l = 1, nl do fields[l] = r['f' .. l] end
+  -- Per metric (one unless several, reserve.lua's nm): amount, used, given back, over;
+  -- counter l is metric ceil(l / per)'s.
+  local nm = tonumber(r.nm) or 1
+  local per = nl / nm
+  local amounts, useds, names = {}, {}, {}
+  for m = 1, nm do
+    amounts[m] = tonumber(r['a' .. m] or r.a)
+    names[m] = string.match(fields[(m - 1) * per + 1], '^[^|]*')
+  end
   if now >= tonumber(r.e) then
     state = 'expired'
-    if r.x == 'release' then used = 0 else used = amount end
+    for m = 1, nm do if r.x == 'release' then useds[m] = 0 else useds[m] = amounts[m] end end
   elseif action == 'sweep' then
     return 'E' -- not due (the sorted set was behind)
   elseif action == 'commit' then
     state = 'committed'
+    if string.find(used, '=', 1, true) then
+      for m = 1, nm do useds[m] = 0 end
+      for name, v in string.gmatch(used, '([^=,]+)=(%d+)') do
+        local found = false
+        for m = 1, nm do
+          if names[m] == name then useds[m], found = tonumber(v), true end
+        end
+        if not found then return 'U' .. name end
+      end
+    elseif nm > 1 then
+      return 'U'
+    else
+      useds[1] = tonumber(used)
+    end
   else
-    state, used = 'released', 0
+    state = 'released'
+    for m = 1, nm do useds[m] = 0 end
   end
-  local give, over = 0, 0
-  if used < amount then give = amount - used else over = used - amount end
+  local gives, overs, give, over = {}, {}, 0, 0
+  for m = 1, nm do
+    gives[m], overs[m] = 0, 0
+    if useds[m] < amounts[m] then gives[m] = amounts[m] - useds[m] else overs[m] = useds[m] - amounts[m] end
+    give, over = give + gives[m], over + overs[m]
+  end
+  -- per counter: dg given back, dov over-reserved, dam held
+  local dg, dov, dam, dmonth = {}, {}, {}, {}
+  for l = 1, nl do
+    local m = math.ceil(l / per)
+    dg[l], dov[l], dam[l] = -gives[m], overs[m], -amounts[m]
+    dmonth[l] = overs[m] - gives[m]
+  end
+  local amount = amounts[1]
+  used = useds[1]
 
-  local nl, nw = tonumber(r.nl), tonumber(r.nw)
-  local fields = {}
-  for l = 1, nl do fields[l] = r['f' .. l] end
   local hs = {}
   local function put(key, vals, delta, skipMissing)
     local n = 0
     for l = 1, nl do
       local v = vals[l]
       if v or not skipMissing then
-        v = math.min(tonumber(v) or 0, MAXC) + delta
+        v = math.min(tonumber(v) or 0, MAXC) + delta[l]
         if not (v > 0) then v = 0 elseif v > MAXC then v = MAXC end
         hs[2 * n + 1], hs[2 * n + 2] = fields[l], fmt('%d', v)
         n = n + 1
@@ -79,12 +120,12 @@ local function settle(rkey, id, action, used)
     if n > 0 then redis.call('HSET', key, unpack(hs, 1, 2 * n)) end
   end
   if give > 0 or over > 0 then
-    put(r.m, redis.call('HMGET', r.m, unpack(fields)), over - give, false)
+    put(r.m, redis.call('HMGET', r.m, unpack(fields)), dmonth, false)
   end
   -- Always dirty: the drain persists counter - held (the committed units), which moves
   -- whenever a reservation settles, even when the counter does not.
   redis.call('SADD', r.d, unpack(fields))
-  put(r.h, redis.call('HMGET', r.h, unpack(fields)), -amount, true)
+  put(r.h, redis.call('HMGET', r.h, unpack(fields)), dam, true)
   -- A precise window's sub-bucket counts (check.lua's "Precise windows"): putSub adds
   -- delta to sub-bucket s (0-based) of each counter's packed counts in key, never below
   -- 0; a counter without them is skipped unless create.
@@ -101,7 +142,7 @@ local function settle(rkey, id, action, used)
       if v or create then
         local c = {}
         if v then c = {struct.unpack(subfmt, v)} else for x = 1, ns do c[x] = 0 end end
-        c[s + 1] = math.max(0, c[s + 1] + delta)
+        c[s + 1] = math.max(0, c[s + 1] + delta[l])
         hs[2 * n + 1], hs[2 * n + 2] = sf[l], struct.pack(subfmt, unpack(c, 1, ns))
         n = n + 1
       end
@@ -113,19 +154,24 @@ local function settle(rkey, id, action, used)
     local cur = floor(now / bm)
     if give > 0 and (bn == cur or bn == cur - 1) then
       local key = bp .. r['bn' .. i]
-      put(key, redis.call('HMGET', key, unpack(fields)), -give, true)
-      if ns then putSub(key, tonumber(r['bs' .. i]), -give, false) end
+      put(key, redis.call('HMGET', key, unpack(fields)), dg, true)
+      if ns then putSub(key, tonumber(r['bs' .. i]), dg, false) end
     end
     if over > 0 then
       local key = bp .. fmt('%d', cur)
-      put(key, redis.call('HMGET', key, unpack(fields)), over, false)
-      if ns then putSub(key, floor((now - cur * bm) / (bm / ns)), over, true) end
+      put(key, redis.call('HMGET', key, unpack(fields)), dov, false)
+      if ns then putSub(key, floor((now - cur * bm) / (bm / ns)), dov, true) end
       if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
     end
   end
-  local ans = fmt('%s;%d;%d;%d;%d;%d;%s;%s;%s;%s;%s', state, amount, used, give, over, now, r.e, r.x, r.p,
+  local ans = fmt('%s;%d;%d;%d;%d;%d;%s;%s;%s;%s;%s', state, amount, used, gives[1], overs[1], now, r.e, r.x, r.p,
     fields[1], fields[nl])
-  redis.call('HSET', rkey, 's', state, 'u', fmt('%d', used), 'g', fmt('%d', give), 'o', fmt('%d', over),
+  if r.nm then
+    local ms = {}
+    for m = 1, nm do ms[m] = fmt('%s=%d/%d/%d/%d', names[m], amounts[m], useds[m], gives[m], overs[m]) end
+    ans = ans .. ';' .. table.concat(ms, ',')
+  end
+  redis.call('HSET', rkey, 's', state, 'u', fmt('%d', used), 'g', fmt('%d', gives[1]), 'o', fmt('%d', overs[1]),
     't', fmt('%d', now), 'r', ans)
   -- A lease's record (id l_...) is read by nobody once settled: kept 10 minutes for the
   -- drain (leaseRecordRetention in reserve.go), not the day a reservation's is.
@@ -150,7 +196,7 @@ if action == 'sweep' then
   return out
 end
 
-local ans = settle(KEYS[4], ARGV[4], action, tonumber(ARGV[3]))
+local ans = settle(KEYS[4], ARGV[4], action, ARGV[3])
 if ans then return ans end
 if redis.call('HEXISTS', KEYS[3], '|p') == 0 then return 'H' end
 return 'N'

@@ -1494,6 +1494,7 @@ export interface components {
         /** @description Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more. */
         IdempotencyKey: string;
         /**
+         * @description Either `amount` (with `metric`) or `amounts` (several metrics); one of them is required.
          * @example {
          *       "org": "acme",
          *       "team": "eng",
@@ -1513,7 +1514,8 @@ export interface components {
              * Format: int64
              * @description Units to hold, as the cost of a check, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
              */
-            amount: number;
+            amount?: number;
+            amounts?: components["schemas"]["Costs"];
             /**
              * Format: int64
              * @description Seconds until the reservation expires and its `on_expiry` settles it.
@@ -1537,11 +1539,8 @@ export interface components {
          *     }
          */
         CommitRequest: {
-            /**
-             * Format: int64
-             * @description Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51).
-             */
-            used: number;
+            /** @description Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51). A number for a one-metric reservation, or an object of used units per metric (a metric left out used 0), the only form a multi-metric reservation takes. */
+            used: number | components["schemas"]["Costs"];
         };
         Reservation: {
             /** @example r_3kTMd9Vq0xYbWc1L7hPz2A */
@@ -1573,10 +1572,43 @@ export interface components {
             over_reserved?: number;
             /** Format: date-time */
             settled_at?: string;
+            /** @description A multi-metric reservation's metrics (`metric`, `amount`, `used`, `released` and `over_reserved` above are its first's). */
+            metrics?: components["schemas"]["ReservationMetric"][];
             /** @description When just reserved, each level and window with a limit, as a check shows them. */
             levels?: components["schemas"]["LevelStatus"][];
             /** @description The reservation an earlier request with the same idempotency key made. */
             replayed?: boolean;
+        };
+        /** @description One metric of a multi-metric reservation. */
+        ReservationMetric: {
+            metric: string;
+            /** Format: int64 */
+            amount: number;
+            /**
+             * Format: int64
+             * @description Set once settled.
+             */
+            used?: number;
+            /**
+             * Format: int64
+             * @description Set once settled.
+             */
+            released?: number;
+            /**
+             * Format: int64
+             * @description Set once settled.
+             */
+            over_reserved?: number;
+        };
+        /**
+         * @description Units per metric, 1 to 16 metrics, each one the org's plan knows, each 0 to 2^50 = 1125899906842624 (see "Several metrics in one decision").
+         * @example {
+         *       "requests": 1,
+         *       "tokens": 1200
+         *     }
+         */
+        Costs: {
+            [key: string]: number;
         };
         ReservationList: {
             reservations: components["schemas"]["Reservation"][];
@@ -1603,18 +1635,23 @@ export interface components {
              * @default 1
              */
             cost: number;
+            costs?: components["schemas"]["Costs"];
             idempotency_key?: components["schemas"]["IdempotencyKey"];
         };
         /** @enum {string} */
         Level: "org" | "team" | "user";
         /** @description A level and window of a check. */
         LevelRef: {
+            /** @description The limit's metric; set in a decision of several metrics (`costs`, `amounts`). */
+            metric?: string;
             level: components["schemas"]["Level"];
             id: string;
             window: components["schemas"]["Window"];
         };
         /** @description The state of one level and window after the check. */
         LevelStatus: {
+            /** @description The limit's metric; set in a decision of several metrics (`costs`, `amounts`). */
+            metric?: string;
             level: components["schemas"]["Level"];
             id: string;
             window: components["schemas"]["Window"];
