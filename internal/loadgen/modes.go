@@ -2,10 +2,12 @@ package loadgen
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -54,7 +56,24 @@ type RefusedError struct {
 }
 
 func (e *RefusedError) Error() string {
-	return fmt.Sprintf("the api refused %s (%d): it does not implement API.md %q: %v", e.What, e.Status, e.Section, e.Err)
+	return fmt.Sprintf("the api refused %s (%s): it does not implement API.md %q", e.What, answer(e.Err), e.Section)
+}
+
+// answer shortens an error of client.do, "METHOD /path: 400 {problem document}", to
+// "METHOD /path: 400 <the problem's detail>".
+func answer(err error) string {
+	if err == nil {
+		return "no error"
+	}
+	msg := err.Error()
+	i := strings.IndexByte(msg, '{')
+	var p struct {
+		Detail string `json:"detail"`
+	}
+	if i < 0 || json.Unmarshal([]byte(msg[i:]), &p) != nil || p.Detail == "" {
+		return msg
+	}
+	return msg[:i] + p.Detail
 }
 
 func (e *RefusedError) Unwrap() error { return e.Err }
