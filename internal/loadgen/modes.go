@@ -150,12 +150,35 @@ func (c *Config) multiCheck(t target) multiCheck {
 	return multiCheck{Org: t.org.ID, Team: t.team, User: t.user, Costs: map[string]int64{metricRequests: c.Cost, metricTokens: c.Tokens}}
 }
 
+// reservationRequest is POST /v1/reservations of one metric (API.md "Reservations").
+// The tool keeps its own types for the requests of its modes and the few answer
+// fields it reads, so that they stay API.md's whatever the generated types become.
+type reservationRequest struct {
+	Org        string `json:"org"`
+	Team       string `json:"team,omitempty"`
+	User       string `json:"user,omitempty"`
+	Metric     string `json:"metric"`
+	Amount     int64  `json:"amount"`
+	TTLSeconds int64  `json:"ttl_seconds"`
+	OnExpiry   string `json:"on_expiry"`
+}
+
+// reservation is what the tool reads of a reservation's answers.
+type reservation struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+}
+
+// decision is what the tool reads of a check's answer.
+type decision struct {
+	Allowed bool `json:"allowed"`
+}
+
 // acquire is the reservation of one slot: 1 unit of requests, given back whole at
 // release (or, if the release is lost, at expiry).
-func acquire(t target) api.ReservationRequest {
-	metric, ttl, onExpiry := metricRequests, pairTTL, api.OnExpiryRelease
-	return api.ReservationRequest{Org: t.org.ID, Team: &t.team, User: &t.user, Metric: &metric, Amount: 1,
-		TtlSeconds: &ttl, OnExpiry: &onExpiry}
+func acquire(t target) reservationRequest {
+	return reservationRequest{Org: t.org.ID, Team: t.team, User: t.user, Metric: metricRequests, Amount: 1,
+		TTLSeconds: pairTTL, OnExpiry: "release"}
 }
 
 // releasePath is where a slot is given back: DELETE /v1/reservations/{id} (API.md
@@ -164,7 +187,7 @@ func releasePath(id string) string { return "/v1/reservations/" + id }
 
 // sendMulti makes one multi-metric check and counts its answer in both metrics.
 func sendMulti(ctx context.Context, c *client, cfg *Config, t target, tl *tally, refused func(error)) (allowed, denied, errs int64) {
-	var res api.CheckResult
+	var res decision
 	code, err := c.do(ctx, "POST", "/v1/check", t.org.Key, cfg.multiCheck(t), &res)
 	switch {
 	case code == http.StatusOK && err == nil && res.Allowed:
@@ -190,10 +213,10 @@ func sendMulti(ctx context.Context, c *client, cfg *Config, t target, tl *tally,
 // under ctx, the run's parent: a pair begun before the end of the run is finished
 // after it, so that no slot stays held past the run (its latency is the pair's).
 func sendPair(ctx context.Context, c *client, t target, hold time.Duration, tl *tally, refused func(error)) (allowed, denied, errs int64) {
-	var r api.Reservation
+	var r reservation
 	code, err := c.do(ctx, "POST", "/v1/reservations", t.org.Key, acquire(t), &r)
 	switch {
-	case code == http.StatusCreated && err == nil && r.Id != "":
+	case code == http.StatusCreated && err == nil && r.ID != "":
 	case code == http.StatusTooManyRequests:
 		return 0, 1, 0
 	case refusal(code):
@@ -201,7 +224,7 @@ func sendPair(ctx context.Context, c *client, t target, hold time.Duration, tl *
 		return 0, 0, 1
 	default:
 		if err == nil {
-			err = fmt.Errorf("POST /v1/reservations: status %d, id %q", code, r.Id)
+			err = fmt.Errorf("POST /v1/reservations: status %d, id %q", code, r.ID)
 		}
 		tl.fail(err)
 		return 0, 0, 1
@@ -214,14 +237,14 @@ func sendPair(ctx context.Context, c *client, t target, hold time.Duration, tl *
 		}
 	}
 	tl.hold(t, -1) // before the release is sent: the api holds the slot at least as long
-	var rel api.Reservation
-	code, err = c.do(ctx, "DELETE", releasePath(r.Id), t.org.Key, nil, &rel)
-	if code != http.StatusOK || err != nil || rel.State != api.ReservationStateReleased {
+	var rel reservation
+	code, err = c.do(ctx, "DELETE", releasePath(r.ID), t.org.Key, nil, &rel)
+	if code != http.StatusOK || err != nil || rel.State != "released" {
 		if err == nil {
-			err = fmt.Errorf("DELETE %s: status %d, state %q", releasePath(r.Id), code, rel.State)
+			err = fmt.Errorf("DELETE %s: status %d, state %q", releasePath(r.ID), code, rel.State)
 		}
 		tl.fail(err)
-		return 1, 0, 1
+		return 0, 0, 1 // held, but not given back as asked: it comes back at its expiry
 	}
 	return 1, 0, 0
 }

@@ -41,7 +41,7 @@ func TestModeRequestBodies(t *testing.T) {
 		{"multi-metric check", js(multi.multiCheck(tg)),
 			`{"org":"acme","team":"eng","user":"alice","costs":{"requests":1,"tokens":1200}}`},
 		{"acquire", js(acquire(tg)),
-			`{"amount":1,"metric":"requests","on_expiry":"release","org":"acme","team":"eng","ttl_seconds":30,"user":"alice"}`},
+			`{"org":"acme","team":"eng","user":"alice","metric":"requests","amount":1,"ttl_seconds":30,"on_expiry":"release"}`},
 		{"release", releasePath("r_1"), `/v1/reservations/r_1`},
 		{"multi org limits", js(multi.levelLimits("org")),
 			`[{"limit":30,"metric":"requests","window":"month"},{"limit":36000,"metric":"tokens","window":"month"}]`},
@@ -164,7 +164,7 @@ func TestPairsReleaseEverySlotOnce(t *testing.T) {
 		t.Errorf("a slot was held %v, -hold 40ms", rc.held)
 	}
 	sent := strings.Join(rc.bodies, "\n")
-	if !strings.HasPrefix(rc.bodies[0], `POST /v1/reservations {"amount":1,"metric":"requests","on_expiry":"release"`) ||
+	if !strings.HasPrefix(rc.bodies[0], `POST /v1/reservations {"org":"lg-org-`) || !strings.Contains(rc.bodies[0], `"metric":"requests","amount":1,"ttl_seconds":30,"on_expiry":"release"}`) ||
 		!strings.Contains(sent, "DELETE /v1/reservations/r_1 \n") {
 		t.Errorf("requests sent:\n%s", sent)
 	}
