@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/loadgen"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -27,19 +29,22 @@ const token = "loadgen-test-operator-token"
 // exactness, and a machine busy with -race builds can stall Redis past 100 ms.
 const testRedisTimeout = 2 * time.Second
 
-// apiServer serves the HTTP API and the gRPC rate limit service; it returns the
-// base URL and the gRPC address.
+// apiServer serves the HTTP API, with usage read live from the engine, and the gRPC
+// rate limit service; it returns the base URL and the gRPC address.
 func apiServer(t *testing.T) (string, string) {
 	t.Helper()
-	svc := tenants.NewService(testenv.Postgres(t), tenants.WithPasswordCost(64, 1))
+	pool := testenv.Postgres(t)
+	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	cache := tenants.NewCache(svc, tenants.CacheOptions{})
 	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: testenv.ID(t, "lg")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: testenv.Redis(t), AdminToken: token,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		Logger:  quiet,
+		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, Counters: ledger.EngineCounters(router), Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +158,7 @@ func TestRunModes(t *testing.T) {
 			var text bytes.Buffer
 			rep.Text(&text)
 			t.Log("\n" + text.String())
-			if rep.Mode != mode || !rep.Verified || rep.Errors != 0 || rep.Denied == 0 {
+			if rep.Mode != mode || !rep.Verified || rep.Errors != 0 || rep.Denied == 0 || !strings.Contains(text.String(), "usage API checked for 3 orgs") {
 				t.Fatalf("report: %s", text.String())
 			}
 			switch mode {
