@@ -320,7 +320,7 @@ func verifyPairs(ctx context.Context, c *client, cfg *Config, orgs []Org, tl *ta
 		}
 	}
 	if checked > 0 {
-		rep.VerifyNotes = append(rep.VerifyNotes, fmt.Sprintf("usage API checked for %d orgs: nothing held after the run", checked))
+		rep.VerifyNotes = append(rep.VerifyNotes, fmt.Sprintf("usage API: nothing held after the run at any level of %d orgs", checked))
 	}
 }
 
