@@ -118,6 +118,9 @@ func (c *Config) defaults() error {
 	if c.Tokens <= 0 {
 		c.Tokens = 1000
 	}
+	if c.Hold < 0 || c.Hold >= time.Duration(pairTTL)*time.Second {
+		return fmt.Errorf("loadgen: a slot is held under its ttl of %ds: hold %v", pairTTL, c.Hold)
+	}
 	conc := func(p *int64, v int64) {
 		if *p <= 0 {
 			*p = v

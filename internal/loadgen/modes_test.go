@@ -63,6 +63,7 @@ func TestModeRequestBodies(t *testing.T) {
 		{URL: "u", AdminToken: "a", Mode: ModeMulti, Batch: 10},
 		{URL: "u", AdminToken: "a", Mode: ModePairs, GRPCAddr: "127.0.0.1:1"},
 		{URL: "u", AdminToken: "a", Mode: "concurrency"},
+		{URL: "u", AdminToken: "a", Mode: ModePairs, Hold: 30 * time.Second},
 	} {
 		if err := bad.defaults(); err == nil {
 			t.Errorf("mode %q with batch %d, grpc %q accepted", bad.Mode, bad.Batch, bad.GRPCAddr)
