@@ -88,7 +88,7 @@ lint: ## gofmt, go vet (the client's and deploy/k8s's modules too), no error sta
 	$(GO) test -count=1 -run TestNoCodeOutsideTheMap ./internal/rls/
 	$(GO) test -count=1 ./internal/archtest/
 
-bench: ## benchmark the check engine, /v1/check over HTTP and ShouldRateLimit over gRPC, then bench-users; prints summary tables
+bench: ## benchmark the check engine, /v1/check over HTTP and ShouldRateLimit over gRPC, 2-metric checks and acquire+release pairs, then bench-users; prints summary tables
 	@bash scripts/bench.sh
 
 bench-users: ## checks over 1,000,000 distinct user ids vs 1,000 repeating: Postgres queries per check, checks/s, RSS (~1.7 min)

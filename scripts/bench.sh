@@ -4,11 +4,12 @@
 # (redis-cli --pipe, redis-benchmark), wrk against a separately started
 # quotaplane-api, and one summary table with the ratios of docs/PERFORMANCE.md.
 # Figures drift between machines and runs; compare ratios against the baselines
-# measured in the same run. Bounded: about three minutes, and 1.7 more for bench-users.
+# measured in the same run. Bounded: about three and a half minutes, and 1.7 more for bench-users.
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
 # BENCH_CHECKS, BENCH_PAIRS (reserve+commit pairs), BENCH_WINDOW_CHECKS (estimate vs precise windows), BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
-# BENCH_PORT, BENCH_GRPC_PORT, BENCH_GRPC_SECONDS tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
+# BENCH_PORT, BENCH_GRPC_PORT, BENCH_GRPC_SECONDS, BENCH_LG_MODES (the loadgen modes of the
+# gRPC section, default "http grpc multi pairs") tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
 # runs last. Load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -242,6 +243,13 @@ fi
 # serving both, the same Go client (loadgen, 50 workers) and the same checks (one of
 # 1,000 users of one team, limits never reached), alternated rounds. The wrk figures
 # above use another client, so only these two compare the transports.
+# In the same rounds, the same client and api (issue 24): checks of two metrics
+# (loadgen -mode multi: "costs": {"requests": 1, "tokens": 1000}, month limits of both)
+# and acquire+release pairs (-mode pairs: POST /v1/reservations of 1 request against
+# concurrent limits at every level, then DELETE it), each on its own orgs and plan, and
+# compared with the one-metric HTTP checks of its round. BENCH_LG_MODES picks the modes
+# (default "http grpc multi pairs"); an api that refuses a mode (loadgen exits 3: it
+# lacks that part of API.md) is said so and skipped, and the bench goes on.
 if have curl; then
   echo
   gport=${BENCH_GRPC_PORT:-18191}
@@ -260,20 +268,41 @@ if have curl; then
     QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 QUOTA_ADMIN_RATE_LIMIT=off QUOTA_REDIS_TIMEOUT=2s "$tmp/gapi" 2> "$tmp/gapi.log" &
   gapi_pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ghttp/healthz" >/dev/null && break; sleep 0.2; done
+  lg_modes=${BENCH_LG_MODES:-http grpc multi pairs}
+  refused=" " # modes the api refused: skipped in later rounds
   for round in $(seq "${BENCH_WRK_ROUNDS:-3}"); do
-    for mode in http grpc; do
-      args=(-url "http://127.0.0.1:$ghttp" -token "$gtoken" -prefix "$g_prefix" -orgs 1 -teams 1 -users 1000
+    for mode in $lg_modes; do
+      case $refused in *" $mode "*) continue ;; esac
+      args=(-url "http://127.0.0.1:$ghttp" -token "$gtoken" -orgs 1 -teams 1 -users 1000
         -user-month 1000000000 -team-month 100000000000 -org-month 200000000000 -c 50 -duration "${gs}s" -json "$tmp/lg.json")
-      [ $mode = grpc ] && args+=(-grpc "127.0.0.1:$gport")
-      if ! "$tmp/loadgen" "${args[@]}" > "$tmp/lg.out" 2> "$tmp/lg.err"; then
+      unit=req/s field=requests_per_second
+      case $mode in
+        http) args+=(-prefix "$g_prefix") label="HTTP /v1/check:" ;;
+        grpc) args+=(-prefix "$g_prefix" -grpc "127.0.0.1:$gport") label="gRPC ShouldRateLimit:" ;;
+        multi) args+=(-prefix "$g_prefix-m" -mode multi -tokens 1000) label="HTTP 2-metric /v1/check:" ;;
+        pairs) # concurrent limits never reached: 50 workers hold at most 50 slots
+          args+=(-prefix "$g_prefix-p" -mode pairs -org-concurrent 1000000 -team-concurrent 1000000 -user-concurrent 1000000)
+          label="acquire+release pairs:" unit=pairs/s field=pairs_per_second ;;
+        *) echo "BENCH_LG_MODES: unknown mode $mode (http grpc multi pairs)" >&2; exit 1 ;;
+      esac
+      rm -f "$tmp/lg.json"
+      rc=0
+      "$tmp/loadgen" "${args[@]}" > "$tmp/lg.out" 2> "$tmp/lg.err" || rc=$?
+      if [ $rc = 3 ]; then # the api does not take this mode's requests (loadgen's RefusedError)
+        why=$(sed -n 's/^loadgen: REFUSED: //p' "$tmp/lg.err" | head -1)
+        printf 'round %s %-26s REFUSED by this api, skipped in every round: %s\n' "$round" "$label" "$why"
+        echo "lg_${mode}_refused $why" >> "$rows"
+        refused+="$mode "
+        continue
+      elif [ $rc != 0 ]; then
         echo "loadgen ($mode) failed:" >&2; tail -n 5 "$tmp/lg.err" "$tmp/lg.out" "$tmp/gapi.log" >&2; exit 1
       fi
-      rps=$(sed -n 's/^  "requests_per_second": \([0-9.]*\).*/\1/p' "$tmp/lg.json")
+      rps=$(sed -n "s/^  \"$field\": \\([0-9.]*\\).*/\\1/p" "$tmp/lg.json")
       p99=$(sed -n 's/^    "p99": \([0-9.]*\).*/\1/p' "$tmp/lg.json")
       errs=$(sed -n 's/^  "errors": \([0-9]*\).*/\1/p' "$tmp/lg.json")
       [ "$errs" = 0 ] || grep -A3 "error_sample" "$tmp/lg.json" | head -4 >&2
-      printf 'round %s %-26s %8.0f req/s, p99 %s ms, %s errors\n' "$round" "$([ $mode = grpc ] && echo "gRPC ShouldRateLimit:" || echo "HTTP /v1/check:")" "$rps" "$p99" "$errs"
-      echo "lg_${mode}_round $rps $p99" >> "$rows"
+      printf 'round %s %-26s %8.0f %s, p99 %s ms, %s errors\n' "$round" "$label" "$rps" "$unit" "$p99" "$errs"
+      echo "lg_${mode}_round $rps $p99 $round" >> "$rows"
     done
   done
 fi
@@ -286,6 +315,19 @@ function median_round(ratio, n,    i, j, t, ord) {
   for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (ratio[ord[j]] < ratio[ord[i]]) { t = ord[i]; ord[i] = ord[j]; ord[j] = t }
   return ord[int((n + 1) / 2)]
 }
+# vs_http: the figure of a loadgen mode per round (val, p99, by the round numbers rnd) against
+# the one-metric HTTP checks of the same round (lhround): the ratio of the median round.
+function vs_http(label, unit, note, n, rnd, val, p99,    i, k, ratio, idx, m, all) {
+  k = 0
+  for (i = 1; i <= n; i++) if ((rnd[i], 1) in lhround && lhround[rnd[i], 1] > 0) { k++; ratio[k] = val[i] / lhround[rnd[i], 1]; idx[k] = i }
+  if (k == 0) { printf "  %s: no one-metric HTTP round to compare with (BENCH_LG_MODES needs http)\n", label; return }
+  m = median_round(ratio, k)
+  all = ""
+  for (i = 1; i <= k; i++) all = all sprintf("%s%.0f%%", i > 1 ? ", " : "", 100 * ratio[i])
+  printf "  %s vs one-metric HTTP /v1/check (loadgen, 50 workers, one api): %.0f %s / %.0f checks/s = %.0f%%%s; p99 %s vs %s ms\n", \
+    label, val[idx[m]], unit, lhround[rnd[idx[m]], 1], 100 * ratio[m], note, p99[idx[m]], lhround[rnd[idx[m]], 2]
+  printf "                                            the median of %d alternated rounds: %s\n", k, all
+}
 FNR == NR && /^Benchmark/ {
   name = $1; sub(/-[0-9]+$/, "", name); sub(/^Benchmark/, "", name)
   for (i = 3; i < NF; i++) v[name, $(i+1)] = $i
@@ -295,7 +337,10 @@ FNR == NR && /^Benchmark/ {
 FNR != NR && $1 == "batch_round" { brounds++; for (i = 2; i <= NF; i++) br[brounds, i - 1] = $i; next }
 FNR != NR && $1 == "api_round" { rounds++; for (i = 2; i <= NF; i++) rr[rounds, i - 1] = $i; next }
 FNR != NR && $1 == "ref_round" { frounds++; for (i = 2; i <= NF; i++) fr[frounds, i - 1] = $i; next }
-FNR != NR && $1 == "lg_http_round" { hrounds++; lh[hrounds, 1] = $2; lh[hrounds, 2] = $3; next }
+FNR != NR && $1 == "lg_http_round" { hrounds++; lh[hrounds, 1] = $2; lh[hrounds, 2] = $3; lhround[$4, 1] = $2; lhround[$4, 2] = $3; next }
+FNR != NR && $1 == "lg_multi_round" { mrounds++; mval[mrounds] = $2; mp99[mrounds] = $3; mrnd[mrounds] = $4; next }
+FNR != NR && $1 == "lg_pairs_round" { prounds++; pval[prounds] = $2; pp99[prounds] = $3; prnd[prounds] = $4; next }
+FNR != NR && $1 ~ /^lg_.*_refused$/ { why = $0; sub(/^[^ ]* /, "", why); m = $1; sub(/^lg_/, "", m); sub(/_refused$/, "", m); lgrefused[m] = why; next }
 FNR != NR && $1 == "lg_grpc_round" { grounds++; lgr[grounds, 1] = $2; lgr[grounds, 2] = $3; next }
 FNR != NR { r[$1] = $0; f[$1, 2] = $2; f[$1, 3] = $3; f[$1, 4] = $4; f[$1, 5] = $5; f[$1, 6] = $6; f[$1, 7] = $7 }
 END {
@@ -375,6 +420,14 @@ END {
       lgr[m, 1], lh[m, 1], 100 * gratio[m], lgr[m, 2], lh[m, 2]
     printf "                                            the median of %d alternated rounds: %s\n", grounds, all
   }
+  if (mrounds > 0)
+    vs_http("2-metric checks (requests+tokens)", "checks/s", " (> 50%: one check of 2 metrics costs less than two of 1)", mrounds, mrnd, mval, mp99)
+  else if ("multi" in lgrefused)
+    printf "  2-metric checks (requests+tokens): not measured, the api refused them: %s\n", lgrefused["multi"]
+  if (prounds > 0)
+    vs_http("acquire+release pairs (concurrent limits)", "pairs/s", " (a pair is 2 requests: 50% = a pair costs two checks)", prounds, prnd, pval, pp99)
+  else if ("pairs" in lgrefused)
+    printf "  acquire+release pairs (concurrent limits): not measured, the api refused them: %s\n", lgrefused["pairs"]
   if (("ReserveCommitParallel", "pairs/s") in v && v["CheckParallel", "ns/check"] > 0) {
     cps = 1e9 / v["CheckParallel", "ns/check"]
     printf "  reserve+commit pairs vs plain checks (engine, 64-way): %s pairs/s vs %.0f checks/s = %.0f%%; a pair is two script runs (Redis µs per run: %s, checks %s)\n", \

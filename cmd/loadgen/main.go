@@ -1,7 +1,9 @@
 // Command loadgen provisions orgs through a running Quotaplane api, drives
-// /v1/check, /v1/check/batch or (-grpc) Envoy's ShouldRateLimit, and reports
+// /v1/check, /v1/check/batch or (-grpc) Envoy's ShouldRateLimit, or (-mode) checks
+// of two metrics or acquire+release pairs of concurrency slots, and reports
 // throughput, latency percentiles and whether any level admitted more than its limit. Traffic goes only to the URL given;
-// every run is bounded by -duration or -requests.
+// every run is bounded by -duration or -requests. An api that refuses the requests
+// of a -mode (it lacks that part of the contract) exits with status 3, saying so.
 package main
 
 import (
@@ -27,10 +29,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:]); err != nil {
+		if refused := (*loadgen.RefusedError)(nil); errors.As(err, &refused) {
+			fmt.Fprintln(os.Stderr, "loadgen: REFUSED:", err)
+			os.Exit(exitRefused)
+		}
 		fmt.Fprintln(os.Stderr, "loadgen:", err)
 		os.Exit(1)
 	}
 }
+
+// exitRefused is the exit status of a run whose -mode the api does not take.
+const exitRefused = 3
 
 func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
@@ -52,6 +61,12 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.Batch, "batch", 0, "checks per request via /v1/check/batch (0: /v1/check)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc", "", "send each check as Envoy's ShouldRateLimit to the api's gRPC rate limit service at this host:port (QUOTA_GRPC_ADDR) instead of /v1/check")
 	fs.Float64Var(&cfg.HotShare, "hot", 0, "share of traffic sent to one hot org (0..1)")
+	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair); give each mode its own -prefix")
+	fs.Int64Var(&cfg.Tokens, "tokens", 1000, "-mode multi: tokens per check beside its requests; the tokens limits are the requests limits times this")
+	fs.Int64Var(&cfg.OrgConcurrent, "org-concurrent", 8, "-mode pairs: concurrent limit of requests per org")
+	fs.Int64Var(&cfg.TeamConcurrent, "team-concurrent", 5, "-mode pairs: concurrent limit of requests per team")
+	fs.Int64Var(&cfg.UserConcurrent, "user-concurrent", 3, "-mode pairs: concurrent limit of requests per user")
+	fs.DurationVar(&cfg.Hold, "hold", 0, "-mode pairs: how long each slot is held before its release")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "write an HTML latency chart to this file")
 	resp := fs.Int("resp", 0, "write this many check.lua EVALSHAs, as the engine builds them (org -prefix, 3 levels x month + minute, 1,000 users), in the Redis protocol to stdout for redis-cli --pipe, and exit: Redis's own ceiling for the script")
@@ -72,10 +87,11 @@ func run(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "sending for %v at %d connections...\n", cfg.Duration, cfg.Concurrency)
 	rep, err := loadgen.Run(ctx, cfg, orgs)
-	if err != nil {
+	refused := (*loadgen.RefusedError)(nil)
+	if err != nil && !errors.As(err, &refused) {
 		return err
 	}
-	rep.Text(os.Stdout)
+	rep.Text(os.Stdout) // a refused run's says so; it is written out too, and exits exitRefused
 	if *jsonOut != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*jsonOut, b, 0o644); err != nil {
@@ -91,6 +107,9 @@ func run(ctx context.Context, args []string) error {
 		if err := rep.HTML(f); err != nil {
 			return err
 		}
+	}
+	if refused != nil {
+		return refused
 	}
 	if !rep.Verified {
 		return errors.New("over-admission detected")

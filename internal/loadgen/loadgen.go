@@ -1,6 +1,7 @@
 // Package loadgen drives a running Quotaplane api: it provisions orgs, teams, users
 // and keys through the API, sends /v1/check or /v1/check/batch traffic, or Envoy's
-// ShouldRateLimit over gRPC (one [team, user] descriptor a call), at a given
+// ShouldRateLimit over gRPC (one [team, user] descriptor a call), or (Config.Mode)
+// multi-metric checks or acquire+release pairs of concurrency slots, at a given
 // concurrency, duration or rate, shows progress, reports throughput and latency
 // percentiles, and verifies afterwards, through the usage API and its own tally of
 // allowed answers, that no level admitted more than its limit.
@@ -54,6 +55,16 @@ type Config struct {
 	HotShare float64   // share of traffic to org 0 (0..1): a hot tenant
 	Cost     int64     // units per check
 	Progress io.Writer // one line a second; nil for none
+
+	// Mode is what one request is: ModeCheck (""), ModeMulti or ModePairs (modes.go).
+	// The plan provisioned carries what the mode needs: tokens limits for ModeMulti,
+	// concurrent limits for ModePairs; give each mode its own Prefix.
+	Mode   string
+	Tokens int64 // ModeMulti: tokens per check, beside Cost requests (default 1000)
+	// ModePairs: the concurrent limits of requests (defaults 8, 5, 3), and how long
+	// each slot is held between its acquire and its release (default 0).
+	OrgConcurrent, TeamConcurrent, UserConcurrent int64
+	Hold                                          time.Duration
 }
 
 func (c *Config) defaults() error {
@@ -93,6 +104,31 @@ func (c *Config) defaults() error {
 	if c.GRPCAddr != "" && c.Batch > 1 {
 		return errors.New("loadgen: batches go over HTTP; a gRPC call carries one check")
 	}
+	switch c.Mode {
+	case "":
+		c.Mode = ModeCheck
+	case ModeCheck:
+	case ModeMulti, ModePairs:
+		if c.GRPCAddr != "" || c.Batch > 1 {
+			return errMode
+		}
+	default:
+		return fmt.Errorf("loadgen: mode %q: one of %s, %s, %s", c.Mode, ModeCheck, ModeMulti, ModePairs)
+	}
+	if c.Tokens <= 0 {
+		c.Tokens = 1000
+	}
+	if c.Hold < 0 || c.Hold >= time.Duration(pairTTL)*time.Second {
+		return fmt.Errorf("loadgen: a slot is held under its ttl of %ds: hold %v", pairTTL, c.Hold)
+	}
+	conc := func(p *int64, v int64) {
+		if *p <= 0 {
+			*p = v
+		}
+	}
+	conc(&c.OrgConcurrent, 8)
+	conc(&c.TeamConcurrent, 5)
+	conc(&c.UserConcurrent, 3)
 	return nil
 }
 
@@ -203,13 +239,16 @@ func Provision(ctx context.Context, cfg Config) ([]Org, error) {
 		return nil, err
 	}
 	c := newClient(cfg.URL, 8)
-	limits := []api.Limit{{Metric: "requests", Window: vocab.Month, Limit: cfg.OrgMonth}}
+	limits := cfg.levelLimits("org")
 	if cfg.OrgPerMinute > 0 {
 		limits = append(limits, api.Limit{Metric: "requests", Window: vocab.Minute, Limit: cfg.OrgPerMinute})
 	}
 	plan := cfg.Prefix + "-plan"
-	if _, err := c.admin(ctx, "POST", "/v1/plans", cfg.AdminToken, api.PlanCreate{Id: plan, Name: "loadgen",
+	if code, err := c.admin(ctx, "POST", "/v1/plans", cfg.AdminToken, api.PlanCreate{Id: plan, Name: "loadgen",
 		FailMode: vocab.FailClosed, Limits: limits}, nil); err != nil {
+		if cfg.Mode == ModePairs && refusal(code) {
+			return nil, &RefusedError{Mode: ModePairs, What: "a plan with a concurrent limit", Section: modeSection(ModePairs), Status: code, Err: err}
+		}
 		return nil, err
 	}
 	orgs := make([]Org, cfg.Orgs)
@@ -245,10 +284,12 @@ func provisionOrg(ctx context.Context, c *client, cfg Config, plan string, i int
 	}
 	for t := range cfg.Teams {
 		team := fmt.Sprintf("t%d", t)
-		limits := api.Limits{{Metric: "requests", Window: vocab.Month, Limit: cfg.TeamMonth}}
-		users := api.Limits{{Metric: "requests", Window: vocab.Month, Limit: cfg.UserMonth}}
-		if _, err := c.admin(ctx, "POST", "/v1/orgs/"+o.ID+"/teams", cfg.AdminToken,
+		limits, users := cfg.levelLimits("team"), cfg.levelLimits("user")
+		if code, err := c.admin(ctx, "POST", "/v1/orgs/"+o.ID+"/teams", cfg.AdminToken,
 			api.TeamCreate{Id: team, Name: team, Limits: &limits, UserLimits: &users}, nil); err != nil {
+			if cfg.Mode == ModePairs && refusal(code) {
+				return o, &RefusedError{Mode: ModePairs, What: "a team with concurrent limits", Section: modeSection(ModePairs), Status: code, Err: err}
+			}
 			return o, err
 		}
 		o.Teams = append(o.Teams, team)
@@ -278,6 +319,17 @@ type Report struct {
 	ErrorSample []string           `json:"error_sample,omitempty"` // the first few errors, as answered
 	Verified    bool               `json:"verified"`
 	VerifyNotes []string           `json:"verify_notes,omitempty"`
+
+	// Mode is what one request was (Config.Mode). For ModePairs a "request" above is
+	// one acquire+release pair (two HTTP requests), Checks counts the acquires and
+	// Allowed the slots held; PairsPS is RPS again, named.
+	Mode        string           `json:"mode"`
+	Metrics     []string         `json:"metrics,omitempty"` // ModeMulti: the metrics of each check's costs
+	PairsPS     float64          `json:"pairs_per_second,omitempty"`
+	MaxInFlight map[string]int64 `json:"max_in_flight,omitempty"` // ModePairs: the most slots held at once at any org, team, user, as the answers show
+	// Refused is set when the api does not take the mode's requests (RefusedError):
+	// nothing was measured.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Second is one second of the run.
@@ -295,6 +347,14 @@ type tally struct {
 	org  map[string]int64
 	team map[[2]string]int64
 	user map[[3]string]int64
+	// tokens is the same for the second metric of ModeMulti; inflight the slots held
+	// in ModePairs.
+	tokens   *tally
+	inflight inFlight
+}
+
+func newTally() *tally {
+	return &tally{org: map[string]int64{}, team: map[[2]string]int64{}, user: map[[3]string]int64{}}
 }
 
 // fail remembers the first few errors for the report.
@@ -344,7 +404,8 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 		}
 		defer closeRLS()
 	}
-	tl := &tally{org: map[string]int64{}, team: map[[2]string]int64{}, user: map[[3]string]int64{}}
+	tl := newTally()
+	tl.tokens = newTally()
 	var requests, checks, allowed, denied, errCount atomic.Int64
 	var mu sync.Mutex
 	var lat []time.Duration // all latencies, for the final percentiles
@@ -357,6 +418,20 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 	if cfg.Duration > 0 {
 		runCtx, cancel = context.WithTimeout(runCtx, cfg.Duration)
 		defer cancel()
+	}
+	// A mode the api refuses ends the run at its first refusal.
+	var refusedOnce sync.Once
+	var refusedErr error
+	refused := func(err error) {
+		refusedOnce.Do(func() {
+			refusedErr = err
+			cancel()
+		})
+	}
+	sendOne := modeSend(&cfg, c, ctx, orgs, tl, refused)
+	unit := "req/s"
+	if cfg.Mode == ModePairs {
+		unit = "pairs/s"
 	}
 	var tick <-chan time.Time
 	if cfg.Rate > 0 {
@@ -386,8 +461,8 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 			last += sec.Requests
 			seconds = append(seconds, sec)
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "t=%3ds  %7d req/s  p50 %6.2f ms  p99 %6.2f ms  allowed %d  denied %d  errors %d\n",
-					s, sec.Requests, sec.P50MS, sec.P99MS, allowed.Load(), denied.Load(), errCount.Load())
+				fmt.Fprintf(cfg.Progress, "t=%3ds  %7d %s  p50 %6.2f ms  p99 %6.2f ms  allowed %d  denied %d  errors %d\n",
+					s, sec.Requests, unit, sec.P50MS, sec.P99MS, allowed.Load(), denied.Load(), errCount.Load())
 			}
 		}
 	}()
@@ -414,7 +489,7 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 					}
 				}
 				t0 := time.Now()
-				a, d, e := send(runCtx, c, &cfg, orgs, r, tl)
+				a, d, e := sendOne(runCtx, r)
 				el := time.Since(t0)
 				if e > 0 && ended(runCtx) {
 					return // cut off by the end of the run, not a server error
@@ -442,7 +517,22 @@ func Run(ctx context.Context, cfg Config, orgs []Org) (Report, error) {
 	rep.ErrorSample = tl.errs
 	rep.RPS = float64(rep.Requests) / elapsed
 	rep.ChecksPS = float64(rep.Checks) / elapsed
+	rep.Mode = cfg.Mode
+	if refusedErr != nil {
+		rep.Refused = refusedErr.Error()
+		return rep, refusedErr
+	}
+	switch cfg.Mode {
+	case ModeMulti:
+		rep.Metrics = []string{metricRequests, metricTokens}
+	case ModePairs:
+		rep.PairsPS = rep.RPS
+	}
 	verify(ctx, c, &cfg, orgs, tl, &rep)
+	if cfg.Mode == ModePairs {
+		verifyPairs(ctx, c, &cfg, orgs, tl, &rep)
+		rep.Verified = len(rep.OverAdmit) == 0
+	}
 	return rep, nil
 }
 
@@ -551,19 +641,23 @@ func sendGRPC(ctx context.Context, rc rlsv3.RateLimitServiceClient, cfg *Config,
 // tally when the orgs were reused (earlier runs) but never the limit.
 func verify(ctx context.Context, c *client, cfg *Config, orgs []Org, tl *tally, rep *Report) {
 	over := func(format string, a ...any) { rep.OverAdmit = append(rep.OverAdmit, fmt.Sprintf(format, a...)) }
-	for _, o := range orgs {
-		if n := tl.org[o.ID]; n > cfg.OrgMonth {
-			over("org %s: %d allowed by answers, limit %d", o.ID, n, cfg.OrgMonth)
+	tallies := map[string]*tally{metricRequests: tl, metricTokens: tl.tokens}
+	for _, m := range cfg.metrics() {
+		t := tallies[m.metric]
+		for _, o := range orgs {
+			if n := t.org[o.ID]; n > m.month["org"] {
+				over("org %s: %d %s allowed by answers, limit %d", o.ID, n, m.metric, m.month["org"])
+			}
 		}
-	}
-	for k, n := range tl.team {
-		if n > cfg.TeamMonth {
-			over("team %s/%s: %d allowed by answers, limit %d", k[0], k[1], n, cfg.TeamMonth)
+		for k, n := range t.team {
+			if n > m.month["team"] {
+				over("team %s/%s: %d %s allowed by answers, limit %d", k[0], k[1], n, m.metric, m.month["team"])
+			}
 		}
-	}
-	for k, n := range tl.user {
-		if n > cfg.UserMonth {
-			over("user %s/%s/%s: %d allowed by answers, limit %d", k[0], k[1], k[2], n, cfg.UserMonth)
+		for k, n := range t.user {
+			if n > m.month["user"] {
+				over("user %s/%s/%s: %d %s allowed by answers, limit %d", k[0], k[1], k[2], n, m.metric, m.month["user"])
+			}
 		}
 	}
 	checked := 0
@@ -585,12 +679,12 @@ func verify(ctx context.Context, c *client, cfg *Config, orgs []Org, tl *tally, 
 			for _, l := range levels {
 				for _, w := range l.Limits {
 					if w.Window == vocab.Month && w.Used > w.Limit {
-						over("%s %s: usage API says %d used of %d", o.ID, l.Id, w.Used, w.Limit)
+						over("%s %s: usage API says %d %s used of %d", o.ID, l.Id, w.Used, m.Metric, w.Limit)
 					}
 				}
 			}
-			if m.Org.Used < tl.org[o.ID] {
-				over("org %s: usage API says %d used, but %d were allowed", o.ID, m.Org.Used, tl.org[o.ID])
+			if t := tallies[m.Metric]; t != nil && m.Org.Used < t.org[o.ID] {
+				over("org %s: usage API says %d %s used, but %d were allowed", o.ID, m.Org.Used, m.Metric, t.org[o.ID])
 			}
 		}
 	}

@@ -3,15 +3,19 @@ package loadgen_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi"
+	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/loadgen"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -25,19 +29,22 @@ const token = "loadgen-test-operator-token"
 // exactness, and a machine busy with -race builds can stall Redis past 100 ms.
 const testRedisTimeout = 2 * time.Second
 
-// apiServer serves the HTTP API and the gRPC rate limit service; it returns the
-// base URL and the gRPC address.
+// apiServer serves the HTTP API, with usage read live from the engine, and the gRPC
+// rate limit service; it returns the base URL and the gRPC address.
 func apiServer(t *testing.T) (string, string) {
 	t.Helper()
-	svc := tenants.NewService(testenv.Postgres(t), tenants.WithPasswordCost(64, 1))
+	pool := testenv.Postgres(t)
+	svc := tenants.NewService(pool, tenants.WithPasswordCost(64, 1))
 	cache := tenants.NewCache(svc, tenants.CacheOptions{})
 	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(t), RedisTimeout: testRedisTimeout, Engine: quota.Config{KeyPrefix: testenv.ID(t, "lg")}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: testenv.Redis(t), AdminToken: token,
-		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+		Logger:  quiet,
+		Billing: &billing.Service{Store: billing.NewStore(pool), Tenants: svc, Counters: ledger.EngineCounters(router), Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,5 +114,63 @@ func TestRunStopsAtItsDuration(t *testing.T) {
 	}
 	if rep.Requests < 100 || rep.Requests > 400 { // 200/s for 1.5 s
 		t.Errorf("%d requests at 200/s for 1.5s", rep.Requests)
+	}
+}
+
+// The modes of issue 24 against the real api. An api without the contract section a
+// mode needs (API.md "Several metrics in one decision", "Concurrency limits") refuses
+// it: the run says so at once, as a RefusedError naming the section, and counts
+// nothing. An api with it admits exactly the limits: multi-metric checks stop where
+// either metric binds (3 x 192 checks of 1 request and 10 tokens), and pairs never hold
+// more at once than a level's concurrent limit and leave nothing held.
+func TestRunModes(t *testing.T) {
+	for _, mode := range []string{loadgen.ModeMulti, loadgen.ModePairs} {
+		t.Run(mode, func(t *testing.T) {
+			ctx := context.Background()
+			url, _ := apiServer(t)
+			cfg := loadgen.Config{URL: url, AdminToken: token, Prefix: "t" + mode, Orgs: 3, Teams: 2, Users: 3,
+				UserMonth: 50, Concurrency: 8, Requests: 1500, Duration: 20 * time.Second, Mode: mode, Tokens: 10,
+				OrgConcurrent: 4, TeamConcurrent: 3, UserConcurrent: 1, Hold: 2 * time.Millisecond}
+			start := time.Now()
+			orgs, err := loadgen.Provision(ctx, cfg)
+			var rep loadgen.Report
+			if err == nil {
+				rep, err = loadgen.Run(ctx, cfg, orgs)
+			}
+			var refused *loadgen.RefusedError
+			if errors.As(err, &refused) {
+				t.Logf("this api does not take -mode %s: %v", mode, err)
+				section := map[string]string{loadgen.ModeMulti: "Several metrics in one decision", loadgen.ModePairs: "Concurrency limits"}[mode]
+				if refused.Mode != mode || refused.Status != http.StatusBadRequest || !strings.Contains(err.Error(), section) {
+					t.Fatalf("refusal %+v: want mode %s, 400, naming %q", refused, mode, section)
+				}
+				if d := time.Since(start); d > 10*time.Second {
+					t.Errorf("a refused run took %v: it must end at the first refusal, not at -duration", d)
+				}
+				if orgs != nil && (rep.Allowed != 0 || !strings.Contains(rep.Refused, section)) {
+					t.Errorf("refused run: %d allowed, refused %q", rep.Allowed, rep.Refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var text bytes.Buffer
+			rep.Text(&text)
+			t.Log("\n" + text.String())
+			if rep.Mode != mode || !rep.Verified || rep.Errors != 0 || rep.Denied == 0 || !strings.Contains(text.String(), "usage API checked for 3 orgs") {
+				t.Fatalf("report: %s", text.String())
+			}
+			switch mode {
+			case loadgen.ModeMulti:
+				if rep.Allowed != 3*192 {
+					t.Fatalf("%d multi-metric checks allowed, want 3 x 192: %s", rep.Allowed, text.String())
+				}
+			case loadgen.ModePairs:
+				if rep.Allowed == 0 || rep.PairsPS <= 0 || rep.MaxInFlight["user"] != 1 || rep.MaxInFlight["org"] > 4 {
+					t.Fatalf("pairs: %d held, %.0f/s, in flight %v: %s", rep.Allowed, rep.PairsPS, rep.MaxInFlight, text.String())
+				}
+			}
+		})
 	}
 }

@@ -9,15 +9,35 @@ import (
 
 // Text writes the report for a person.
 func (r Report) Text(w io.Writer) {
-	fmt.Fprintf(w, "requests   %d in %.1fs: %.0f req/s, %.0f checks/s\n", r.Requests, r.Seconds, r.RPS, r.ChecksPS)
-	fmt.Fprintf(w, "checks     %d allowed, %d denied, %d errors\n", r.Allowed, r.Denied, r.Errors)
+	if r.Refused != "" {
+		fmt.Fprintf(w, "REFUSED    mode %s: %s; nothing measured\n", r.Mode, r.Refused)
+		return
+	}
+	switch r.Mode {
+	case ModePairs:
+		fmt.Fprintf(w, "pairs      %d acquire+release in %.1fs: %.0f pairs/s (2 requests each)\n", r.Requests, r.Seconds, r.PairsPS)
+		fmt.Fprintf(w, "acquires   %d held and released, %d denied, %d errors\n", r.Allowed, r.Denied, r.Errors)
+		fmt.Fprintf(w, "in flight  at most %d at an org, %d at a team, %d at a user at once\n",
+			r.MaxInFlight["org"], r.MaxInFlight["team"], r.MaxInFlight["user"])
+	case ModeMulti:
+		fmt.Fprintf(w, "requests   %d in %.1fs: %.0f req/s, %.0f checks/s of %d metrics (%s)\n",
+			r.Requests, r.Seconds, r.RPS, r.ChecksPS, len(r.Metrics), strings.Join(r.Metrics, "+"))
+		fmt.Fprintf(w, "checks     %d allowed, %d denied, %d errors\n", r.Allowed, r.Denied, r.Errors)
+	default:
+		fmt.Fprintf(w, "requests   %d in %.1fs: %.0f req/s, %.0f checks/s\n", r.Requests, r.Seconds, r.RPS, r.ChecksPS)
+		fmt.Fprintf(w, "checks     %d allowed, %d denied, %d errors\n", r.Allowed, r.Denied, r.Errors)
+	}
 	for _, e := range r.ErrorSample {
 		fmt.Fprintln(w, "error      "+e)
 	}
 	fmt.Fprintf(w, "latency    p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n",
 		r.LatencyMS["p50"], r.LatencyMS["p90"], r.LatencyMS["p99"], r.LatencyMS["p99.9"], r.LatencyMS["max"])
 	if r.Verified {
-		fmt.Fprintln(w, "verified   no level admitted more than its limit")
+		if r.Mode == ModePairs {
+			fmt.Fprintln(w, "verified   no level held more than its concurrent limit; nothing held after the run")
+		} else {
+			fmt.Fprintln(w, "verified   no level admitted more than its limit")
+		}
 	} else {
 		fmt.Fprintf(w, "OVER-ADMISSION at %d levels:\n", len(r.OverAdmit))
 		for _, o := range r.OverAdmit {
@@ -36,7 +56,8 @@ var page = template.Must(template.New("report").Parse(`<!doctype html>
 td{padding:.2rem .8rem}</style></head><body>
 <h1>Quotaplane load report</h1>
 <table><tr><td>requests</td><td>{{.R.Requests}} in {{printf "%.1f" .R.Seconds}} s</td></tr>
-<tr><td>throughput</td><td>{{printf "%.0f" .R.RPS}} req/s, {{printf "%.0f" .R.ChecksPS}} checks/s</td></tr>
+<tr><td>mode</td><td>{{.R.Mode}}{{if .R.Refused}}: REFUSED, {{.R.Refused}}{{end}}</td></tr>
+<tr><td>throughput</td><td>{{printf "%.0f" .R.RPS}} {{.Unit}}, {{printf "%.0f" .R.ChecksPS}} checks/s</td></tr>
 <tr><td>answers</td><td>{{.R.Allowed}} allowed, {{.R.Denied}} denied, {{.R.Errors}} errors</td></tr>
 <tr><td>latency</td><td>p50 {{index .R.LatencyMS "p50"}} ms, p99 {{index .R.LatencyMS "p99"}} ms, p99.9 {{index .R.LatencyMS "p99.9"}} ms</td></tr>
 <tr><td>verified</td><td>{{if .R.Verified}}no level over its limit{{else}}OVER-ADMISSION: {{len .R.OverAdmit}} levels{{end}}</td></tr></table>
@@ -44,9 +65,9 @@ td{padding:.2rem .8rem}</style></head><body>
 <svg width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" role="img" aria-label="latency per second">
 <polyline class="p50" points="{{.P50}}"/><polyline class="p99" points="{{.P99}}"/>
 <text x="4" y="14">{{printf "%.1f" .MaxMS}} ms</text><text x="4" y="{{.H}}" dy="-4">0</text></svg>
-<h2>Requests per second</h2>
+<h2>{{if eq .Unit "pairs/s"}}Pairs{{else}}Requests{{end}} per second</h2>
 <svg width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" role="img" aria-label="requests per second">
-<polyline class="rps" points="{{.RPSLine}}"/><text x="4" y="14">{{.MaxRPS}} req/s</text></svg>
+<polyline class="rps" points="{{.RPSLine}}"/><text x="4" y="14">{{.MaxRPS}} {{.Unit}}</text></svg>
 </body></html>`))
 
 // HTML writes a self-contained page with latency and throughput charts.
@@ -67,7 +88,11 @@ func (r Report) HTML(w io.Writer) error {
 		}
 		return b.String()
 	}
-	return page.Execute(w, map[string]any{"R": r, "W": W, "H": H, "MaxMS": maxMS, "MaxRPS": maxRPS,
+	unit := "req/s"
+	if r.Mode == ModePairs {
+		unit = "pairs/s"
+	}
+	return page.Execute(w, map[string]any{"R": r, "Unit": unit, "W": W, "H": H, "MaxMS": maxMS, "MaxRPS": maxRPS,
 		"P50":     line(func(s Second) float64 { return s.P50MS }, maxMS),
 		"P99":     line(func(s Second) float64 { return s.P99MS }, maxMS),
 		"RPSLine": line(func(s Second) float64 { return float64(s.Requests) }, float64(maxRPS)),
