@@ -291,6 +291,23 @@ func (l *load) run(ctx context.Context, s *stack, wg *sync.WaitGroup) {
 	}()
 }
 
+// do sends one request to the api and returns its status.
+func do(t *testing.T, s *stack, method, path, token, body string) int {
+	t.Helper()
+	req, err := http.NewRequest(method, "http://"+s.apiAddr+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
 // watcher polls Prometheus's alerts every 250 ms and logs each change of state.
 type watcher struct {
 	t     *testing.T
@@ -415,6 +432,17 @@ func TestAlertsFireAndResolve(t *testing.T) {
 	}
 	t.Logf("%.1fs: stack up, load flowing (%d checks so far)", time.Since(t0).Seconds(), l.checks.Load())
 
+	// A user at 100 % of its month limit (its own: 100 a month), never checked again:
+	// after Redis is restarted empty (fault 2) only the ledger knows it, and a worker
+	// started after that must export it (fault 4).
+	if code := do(t, s, http.MethodPost, "/v1/orgs/"+demo.OrgID+"/teams/sales/users", s.opToken,
+		`{"id":"full","limits":[{"metric":"requests","window":"month","limit":100}]}`); code != http.StatusCreated {
+		t.Fatalf("registering user full answered %d", code)
+	}
+	if code := do(t, s, http.MethodPost, "/v1/check", s.key, fmt.Sprintf(`{"org":%q,"team":"sales","user":"full","cost":100}`, demo.OrgID)); code != http.StatusOK {
+		t.Fatalf("the check that fills user full answered %d", code)
+	}
+
 	// 1. The worker stopped: up{job="quotaplane-worker"} == 0.
 	stop := time.Now()
 	s.worker.Stop(10 * time.Second)
@@ -485,8 +513,26 @@ func TestAlertsFireAndResolve(t *testing.T) {
 	d = w.until("QuotaplaneFlushFailing", "", back, 60*time.Second, s)
 	bound(t, "QuotaplaneFlushFailing resolved", d, 0, scaled(5*time.Minute)+15*time.Second)
 
-	// Never during the run: the api down (it never was), and no check answered
-	// with an error in a way that pages.
+	// 4. The worker restarted after the Redis restart: the user at 100 %, whose
+	// counter Redis no longer holds, is exported from the ledger at once.
+	s.worker.Stop(10 * time.Second)
+	time.Sleep(2 * time.Second) // a failed scrape: the old process's series go stale
+	back = time.Now()
+	if err := s.worker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		res, err := s.p.Query(ctx, fmt.Sprintf(`quotaplane_worker_month_utilization_ratio{org=%q, level="user", metric="requests"} == 1`, demo.OrgID))
+		if err == nil && len(res) == 1 {
+			t.Logf("the user at 100 %% is exported %.1fs after the worker's restart", time.Since(back).Seconds())
+			break
+		}
+		if time.Since(back) > 20*time.Second {
+			t.Fatalf("no utilization of 1 for the demo org's user level 20 s after the worker restarted: %v %v\n%s", res, err, s.logs())
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
 	t.Logf("load: %d checks (%d degraded, %d errors), %d admin reads (%d 5xx)",
 		l.checks.Load(), l.degraded.Load(), l.checkErrs.Load(), l.admin.Load(), l.admin5xx.Load())
 
