@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults faults
+.PHONY: help run build test test-alerts test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults faults
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -15,11 +15,13 @@ build: ## build bin/quotaplane-api and bin/quotaplane-worker
 	$(GO) build -o bin/quotaplane-worker ./cmd/worker
 
 FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresStoppedFor30s|TestFaultSchedule|TestWorkerKilledMidFlushLosesNothing|TestReservationExpiresAfterRedisRestart
+# Timed against a real Prometheus: run alone (test-alerts), not beside every package's tests.
+ALERT_TESTS := TestAlertsFireAndResolve
 
-test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the fault tests, the Kubernetes manifests, the TypeScript client's, then the console's (Vitest, Chromium)
-	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS))$$' ./...
+test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the alerts in a real Prometheus, the fault tests, the Kubernetes manifests, the TypeScript client's, then the console's (Vitest, Chromium)
+	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS)|$(ALERT_TESTS))$$' ./...
 	$(GO) test -count=1 -run 'AddsNoAllocations' ./internal/quota # allocation counts, which -race changes
-	@$(MAKE) --no-print-directory test-client test-rules test-faults test-k8s test-sdk test-web web-check test-e2e
+	@$(MAKE) --no-print-directory test-client test-rules test-alerts test-faults test-k8s test-sdk test-web web-check test-e2e
 
 test-client: ## the Go client module's own tests (client/, standard library only; its tests against the real api are internal/clienttest, in test)
 	cd client && $(GO) test -race -count=1 ./...
@@ -33,6 +35,9 @@ test-rules: ## check and unit-test the Prometheus rules of deploy/prometheus wit
 	  echo "promtool not found: skipping the Prometheus rule tests (apt-get install prometheus)"; exit 0; \
 	fi; \
 	promtool check rules deploy/prometheus/*.rules.yml && promtool test rules deploy/prometheus/tests/*.yml
+
+test-alerts: ## the shipped alerts in a real Prometheus (Debian's prometheus binary, skipped without it unless CI=true) against a real api and worker, faults injected one at a time, and every dashboard expression evaluated (~2.5 min)
+	$(GO) test -count=1 -timeout 8m -v -run '^($(ALERT_TESTS))$$' ./internal/alerttest/
 
 test-faults: ## the fault tests (Redis killed and paused under load, Postgres stopped for 30 s, the short fault schedule of internal/faulttest), one package at a time, printing their figures
 	$(GO) test -race -count=1 -timeout 10m -v -run '^($(FAULT_TESTS))$$' ./internal/quota/ ./internal/httpapi/ ./internal/faulttest/

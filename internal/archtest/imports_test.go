@@ -66,6 +66,7 @@ var table = []struct {
 	{"internal/leasetest", testOnly},
 	{"internal/readmetest", testOnly},
 	{"internal/clustertest", testOnly},
+	{"internal/alerttest", testOnly}, // the shipped alerts in a real Prometheus (issue 26)
 	{"internal/loadgen", testOnly},
 	{"internal/archtest", testOnly},
 	{"internal/ledger/ledgertest", testOnly}, // the ledger's, billing's and webhooks' test env

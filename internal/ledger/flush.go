@@ -46,6 +46,11 @@ type FlusherConfig struct {
 	// CacheEvents bounds the threshold events remembered as recorded (default
 	// 100,000); one forgotten costs a no-op insert when its counter is flushed again.
 	CacheEvents int
+	// UtilizationEvery is how often a flush also reads every org's stored usage of the
+	// current period from the ledger for quotaplane_worker_month_utilization_ratio
+	// (one query per org; default 1 min); the first flush always does. Between those,
+	// the gauge follows the counters each flush writes.
+	UtilizationEvery time.Duration
 	// CacheMetrics counts the flusher's caches: billing_limits and billing_events.
 	CacheMetrics *cachemetrics.Metrics
 	// TracerProvider, when set, makes each flush of Run a "billing.flush" span (the
@@ -71,6 +76,7 @@ type Flusher struct {
 	started   bool                         // a flush has completed: the first one reads everything
 	wbSeen    map[string]map[string]string // org -> period -> "epoch:version" of the would-block record last persisted
 	idle      atomic.Bool                  // the last flush read and wrote nothing: the next is not traced
+	utilAt    time.Time                    // when every org's utilization was last read from the ledger
 }
 
 // NewFlusher returns a Flusher; Run it.
@@ -92,6 +98,9 @@ func NewFlusher(cfg FlusherConfig) *Flusher {
 	}
 	if cfg.CacheOrgs <= 0 {
 		cfg.CacheOrgs = 10_000
+	}
+	if cfg.UtilizationEvery <= 0 {
+		cfg.UtilizationEvery = time.Minute
 	}
 	if cfg.CacheEvents <= 0 {
 		cfg.CacheEvents = 100_000
@@ -230,9 +239,14 @@ func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 	now := f.cfg.Clock()
 	f.mu.Lock()
 	first := !f.started
+	durable := f.utilAt.IsZero() || start.Sub(f.utilAt) >= f.cfg.UtilizationEvery
 	f.mu.Unlock()
+	var utilFailed atomic.Bool
 	for _, o := range orgs {
 		g.Go(func() error {
+			if durable && !f.storedUtilization(gctx, o, now) {
+				utilFailed.Store(true)
+			}
 			read, written, err := f.flushOrg(gctx, o, plans[o.PlanID], now, first)
 			mu.Lock()
 			stats.Orgs++
@@ -246,6 +260,11 @@ func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 		})
 	}
 	_ = g.Wait()
+	if durable && !utilFailed.Load() && ctx.Err() == nil {
+		f.mu.Lock()
+		f.utilAt = start
+		f.mu.Unlock()
+	}
 	if first && ctx.Err() == nil {
 		// Every org was read whole; one that failed is marked for a whole read again.
 		f.mu.Lock()
@@ -293,6 +312,31 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, plan tenants.Plan
 	f.wbSeen[o.ID] = seen
 	f.mu.Unlock()
 	return read, written, errors.Join(errs...)
+}
+
+// storedUtilization records, for quotaplane_worker_month_utilization_ratio, each
+// stored counter of org's current period against its month limit: durable data, so
+// an org at 100 % whose counters no longer change (only denials), or that Redis lost,
+// is exported by a worker that has just started (issue 26). It reports whether it
+// could read them; a failure is logged (the flush itself counts its own errors).
+func (f *Flusher) storedUtilization(ctx context.Context, o tenants.Org, now time.Time) bool {
+	cur := vocab.PeriodAt(now, o.BillingAnchorDay)
+	used, err := f.cfg.Store.Usage(ctx, o.ID, cur.ID)
+	if err == nil && len(used) > 0 {
+		var l *Limits
+		if l, err = f.notifier.limits.get(ctx, o.ID); err == nil {
+			for c, v := range used {
+				if limit, ok := l.Month(c); ok && limit > 0 {
+					f.notifier.util.observe(o.ID, cur.ID, cur.End, string(c.Level), c.Metric, float64(v)/float64(limit))
+				}
+			}
+		}
+	}
+	if err != nil {
+		f.cfg.Logger.Warn("month utilization from the ledger", "org", o.ID, "err", err.Error())
+		return false
+	}
+	return true
 }
 
 // dayIn is the day whose daily history a flush at now writes for per: today, or the

@@ -60,7 +60,7 @@ func (m *Metrics) flushed(start time.Time) {
 const UtilizationTop = 20
 
 var utilizationDesc = prometheus.NewDesc("quotaplane_worker_month_utilization_ratio",
-	"Highest used / month limit of a level (org, team or user) of an org for a metric in the current period, as of the usage last flushed; only the 20 highest series are exported.",
+	"Highest used / month limit of a level (org, team or user) of an org for a metric in the current period, from the ledger (read at start and every minute) and the usage flushed since; only the 20 highest series are exported.",
 	[]string{"org", "level", "metric"}, nil)
 
 type utilKey struct{ org, level, metric, period string }
@@ -71,7 +71,10 @@ type utilValue struct {
 }
 
 // utilization remembers, per org, level and metric, the highest ratio of a counter
-// to its month limit seen by the flusher in the current period. Usage only grows
+// to its month limit seen by the flusher in the current period: in the counters it
+// flushes, and in the ledger's stored usage it reads at start and every
+// FlusherConfig.UtilizationEvery (so a restarted worker exports an org at 100 % at
+// once). Usage only grows
 // within a period, so the highest ratio seen is the level's; a limit lowered since is
 // seen when the counter next changes.
 type utilization struct {

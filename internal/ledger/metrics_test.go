@@ -96,3 +96,47 @@ func TestFlushFailingCountsADatabaseOutage(t *testing.T) {
 		t.Errorf("flush errors = %v after 3 failed flushes, want 3", got)
 	}
 }
+
+// TestUtilizationSurvivesARestart: an org at 100 % of its month limit (only denials
+// since, nothing left to flush) is exported by a fresh Flusher, a restarted worker,
+// before any new usage, even when Redis no longer holds its counters: the flusher
+// reads utilization from the ledger at start (issue 26: the gauge covered only the
+// orgs flushed since the worker started, and MonthLimitNearlyReached reset its 1 h
+// for: on every deploy).
+func TestUtilizationSurvivesARestart(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	full := testenv.ID(t, "full")
+	e.Seed(full, []vocab.Limit{monthLimit("requests", 10)}, nil)
+	if _, err := e.Check(e.Engine, full, "", "", "requests", 10); err != nil {
+		t.Fatal(err)
+	}
+	first := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc,
+		Counters: oneEngine(e.Engine), Logger: quietLog(), Metrics: ledger.NewMetrics(prometheus.NewRegistry())})
+	if _, err := first.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.Check(e.Engine, full, "", "", "requests", 1); err != nil || r.Allowed {
+		t.Fatalf("a check above the limit: %+v %v, want denied", r, err)
+	}
+	// Redis loses the org's keys (restarted empty, failed over): nothing of the org
+	// is left to drain or read whole.
+	keys, err := e.RDB.Keys(ctx, "*"+e.Prefix+"*").Result()
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("the org's keys: %v %v", keys, err)
+	}
+	if err := e.RDB.Del(ctx, keys...).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	reg := prometheus.NewRegistry()
+	restarted := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc,
+		Counters: oneEngine(e.Engine), Logger: quietLog(), Metrics: ledger.NewMetrics(reg)})
+	if _, err := restarted.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := gauges(t, reg, "quotaplane_worker_month_utilization_ratio")
+	if k := "level=org|metric=requests|org=" + full; got[k] != 1 {
+		t.Errorf("utilization %s = %v after a restart, want 1 (all: %v)", k, got[k], got)
+	}
+}
