@@ -403,7 +403,7 @@ func TestConcurrencyMiddlewareInFlightNeedsMergedServer(t *testing.T) {
 		}
 		for _, l := range res.Levels {
 			if l.Level == "user" && l.Window == "concurrent" {
-				return l.Used
+				return l.Limit - l.Remaining // what open reservations hold
 			}
 		}
 		t.Fatalf("no user concurrent level in %+v", res.Levels)
@@ -455,8 +455,8 @@ func TestConcurrencyMiddlewareInFlightNeedsMergedServer(t *testing.T) {
 		if l.Level == "org" && l.Metric == "tokens" && l.Window == "month" && l.Used != 1234 {
 			t.Errorf("tokens used %d, want the 1234 reported", l.Used)
 		}
-		if l.Window == "concurrent" && l.Used != 0 {
-			t.Errorf("%s concurrent in flight %d after /llm", l.Level, l.Used)
+		if l.Window == "concurrent" && l.Remaining != l.Limit {
+			t.Errorf("%s concurrent: %d of %d in flight after /llm", l.Level, l.Limit-l.Remaining, l.Limit)
 		}
 	}
 }

@@ -285,8 +285,11 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
       res.send("ok");
     });
     const srv = await serve(a.app);
-    const inFlight = async () =>
-      (await client.check({ org, user, costs: { requests: 0, tokens: 0 } })).result?.levels.find((l) => l.window === "concurrent")?.used;
+    // What open reservations hold: the concurrent level's limit less its remaining.
+    const inFlight = async () => {
+      const l = (await client.check({ org, user, costs: { requests: 0, tokens: 0 } })).result?.levels.find((l) => l.window === "concurrent");
+      return l && l.limit - l.remaining;
+    };
     try {
       const holders = [fetch(`${srv.url}/block`), fetch(`${srv.url}/block`)];
       await a.waiting.next("first holder");
