@@ -106,10 +106,14 @@ func TestCostsOnTheWire(t *testing.T) {
 
 func TestReservationOfSeveralMetricsOnTheWire(t *testing.T) {
 	rec := newRecorder(t, map[string]string{
-		"POST /v1/reservations": `201 {"id": "r_1", "state": "held", "amounts": {"requests": 1, "tokens": 4000},
+		"POST /v1/reservations": `201 {"id": "r_1", "state": "held", "metric": "requests", "amount": 1,
+			"metrics": [{"metric": "requests", "amount": 1}, {"metric": "tokens", "amount": 4000}],
 			"expires_at": "2030-01-01T00:00:30Z", "on_expiry": "release", "levels": []}`,
-		"POST /v1/reservations/r_1/commit": `200 {"id": "r_1", "state": "committed", "amounts": {"requests": 1, "tokens": 4000},
-			"used": {"requests": 1, "tokens": 1234}, "released": {"requests": 0, "tokens": 2766}, "over_reserved": {"requests": 0, "tokens": 0}}`,
+		"POST /v1/reservations/r_1/commit": `200 {"id": "r_1", "state": "committed", "metric": "requests", "amount": 1,
+			"used": 1, "released": 0, "over_reserved": 0, "metrics": [
+			{"metric": "requests", "amount": 1, "used": 1, "released": 0, "over_reserved": 0},
+			{"metric": "tokens", "amount": 4000, "used": 1234, "released": 2766, "over_reserved": 0}]}`,
+		"POST /v1/reservations/r_3/commit": `200 {"id": "r_3", "state": "committed", "used": {"requests": 1, "tokens": 5}}`,
 		"POST /v1/reservations/r_1/extend": `200 {"id": "r_1", "state": "held", "expires_at": "2030-01-01T00:01:00Z"}`,
 		"POST /v1/reservations/r_2/commit": `200 {"id": "r_2", "state": "committed", "amount": 10, "used": 4, "released": 6, "over_reserved": 0}`,
 	})
@@ -135,7 +139,7 @@ func TestReservationOfSeveralMetricsOnTheWire(t *testing.T) {
 	if body := rec.body("POST /v1/reservations/r_1/commit"); !reflect.DeepEqual(body, map[string]any{"used": map[string]any{"requests": 1.0, "tokens": 1234.0}}) {
 		t.Errorf("commit sent %v", body)
 	}
-	if done.State != client.StateCommitted || done.Used != 1235 || done.Released != 2766 || done.OverReserved != 0 ||
+	if done.State != client.StateCommitted || done.Used != 1 || len(done.Metrics) != 2 ||
 		!reflect.DeepEqual(done.UsedByMetric, map[string]int64{"requests": 1, "tokens": 1234}) ||
 		!reflect.DeepEqual(done.ReleasedByMetric, map[string]int64{"requests": 0, "tokens": 2766}) {
 		t.Errorf("CommitUsed = %+v", done)
@@ -149,6 +153,10 @@ func TestReservationOfSeveralMetricsOnTheWire(t *testing.T) {
 	}
 	if !ext.ExpiresAt.Equal(time.Date(2030, 1, 1, 0, 1, 0, 0, time.UTC)) {
 		t.Errorf("Extend = %+v", ext)
+	}
+	// used as an object is read too, summed.
+	if r3, err := c.CommitUsed(ctx, "r_3", map[string]int64{"requests": 1}); err != nil || r3.Used != 6 || r3.UsedByMetric["tokens"] != 5 {
+		t.Errorf("CommitUsed r_3 = %+v, %v", r3, err)
 	}
 	// A one-metric commit reads numbers, and has no per-metric maps.
 	one, err := c.Commit(ctx, "r_2", 4)

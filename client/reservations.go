@@ -49,11 +49,13 @@ type Reservation struct {
 	Amount    int64     `json:"amount"`
 	ExpiresAt time.Time `json:"expires_at"`
 	OnExpiry  string    `json:"on_expiry"`
-	// Amounts: the units held per metric, of a reservation of several metrics.
-	Amounts map[string]int64 `json:"amounts"`
+	// Of a reservation of several metrics: each metric's figures as the API lists
+	// them (Metric, Amount, Used, Released and OverReserved above are its first's),
+	// and the same as maps: Amounts and the ...ByMetric maps.
+	Metrics []ReservationMetric `json:"metrics"`
+	Amounts map[string]int64    `json:"amounts"`
 	// Once settled: the units counted, the units given back, the units used beyond
-	// the amount (counted in full), and when. Of a reservation of several metrics,
-	// the ...ByMetric maps say them per metric and these are their sums.
+	// the amount (counted in full), and when.
 	Used                 int64            `json:"-"`
 	Released             int64            `json:"-"`
 	OverReserved         int64            `json:"-"`
@@ -78,9 +80,19 @@ type Reservation struct {
 	Cause      error `json:"-"`
 }
 
+// ReservationMetric is one metric of a reservation of several.
+type ReservationMetric struct {
+	Metric       string `json:"metric"`
+	Amount       int64  `json:"amount"`
+	Used         int64  `json:"used"` // once settled, as Released and OverReserved
+	Released     int64  `json:"released"`
+	OverReserved int64  `json:"over_reserved"`
+}
+
 // decodeReservation reads a reservation answer, and a denial's retry_after_seconds.
-// used, released and over_reserved are numbers of a one-metric reservation and
-// objects (metric -> units) of a reservation of several.
+// used, released and over_reserved are numbers (an object, metric -> units, is read
+// too); a reservation of several metrics lists them in metrics, which fill Amounts
+// and the ...ByMetric maps.
 func decodeReservation(r *reply) (*Reservation, *int64, error) {
 	var a struct {
 		Reservation
@@ -102,6 +114,21 @@ func decodeReservation(r *reply) (*Reservation, *int64, error) {
 		{a.OverReserved, &res.OverReserved, &res.OverReservedByMetric, "over_reserved"}} {
 		if err := units(f.raw, f.n, f.per); err != nil {
 			return nil, nil, fmt.Errorf("quotaplane client: decode a %d answer: %s: %w", r.status, f.field, err)
+		}
+	}
+	if len(res.Metrics) > 0 {
+		res.Amounts = make(map[string]int64, len(res.Metrics))
+		settled := res.State == StateCommitted || res.State == StateReleased || res.State == StateExpired
+		if settled {
+			res.UsedByMetric, res.ReleasedByMetric, res.OverReservedByMetric =
+				map[string]int64{}, map[string]int64{}, map[string]int64{}
+		}
+		for _, m := range res.Metrics {
+			res.Amounts[m.Metric] = m.Amount
+			if settled {
+				res.UsedByMetric[m.Metric], res.ReleasedByMetric[m.Metric], res.OverReservedByMetric[m.Metric] =
+					m.Used, m.Released, m.OverReserved
+			}
 		}
 	}
 	return res, a.RetryAfterSeconds, nil

@@ -46,20 +46,36 @@ export type ReserveRequest = Omit<Schemas["ReservationRequest"], "metric" | "ttl
 /** The state of a reservation: `held`, `committed`, `released` or `expired`. */
 export type ReservationState = Schemas["ReservationState"];
 
+/** One metric of a reservation of several: its amount, and once settled what it used and gave back. */
+export interface ReservationMetric {
+  metric: string;
+  amount: number;
+  used?: number;
+  released?: number;
+  over_reserved?: number;
+}
+
 /**
- * A reservation as Quotaplane answers it (API.md "Reservations"): of one metric,
- * `metric` and `amount`, and once settled `used`, `released`, `over_reserved` as
- * numbers; of several, `amounts`, and those three per metric.
+ * A reservation as Quotaplane answers it (API.md "Reservations"): `metric`, `amount`,
+ * and once settled `used`, `released`, `over_reserved`; of several metrics, those
+ * are its first's and `metrics` lists each (amountsOf and usedOf read them as maps).
  */
-export type Reservation = Omit<Schemas["Reservation"], "metric" | "amount" | "amounts" | "used" | "released" | "over_reserved" | "levels"> & {
-  metric?: string;
-  amount?: number;
-  amounts?: Costs;
-  used?: number | Costs;
-  released?: number | Costs;
-  over_reserved?: number | Costs;
+export type Reservation = Omit<Schemas["Reservation"], "levels" | "metrics"> & {
+  metrics?: ReservationMetric[];
   levels?: LevelStatus[];
 };
+
+/** What a reservation holds per metric: `{ requests: 1, tokens: 4000 }`. */
+export function amountsOf(r: Reservation): Costs {
+  if (r.metrics?.length) return Object.fromEntries(r.metrics.map((m) => [m.metric, m.amount]));
+  return { [r.metric]: r.amount };
+}
+
+/** What a settled reservation counted per metric (undefined while held). */
+export function usedOf(r: Reservation): Costs | undefined {
+  if (r.metrics?.length) return r.metrics.every((m) => m.used !== undefined) ? Object.fromEntries(r.metrics.map((m) => [m.metric, m.used!])) : undefined;
+  return r.used === undefined ? undefined : { [r.metric]: r.used };
+}
 
 /** The RateLimit-* headers of a decision: the tightest level and window (on a denial, the one that refused). */
 export interface RateLimit {

@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 
 import { QuotaplaneError, QuotaplaneUnavailableError } from "./errors.js";
-import type { CheckOutcome, CheckRequest, Costs, QuotaplaneClient, RateLimit, Reservation, ReserveOutcome, ReserveRequest } from "./client.js";
+import { amountsOf, type CheckOutcome, type CheckRequest, type Costs, type QuotaplaneClient, type RateLimit, type Reservation, type ReserveOutcome, type ReserveRequest } from "./client.js";
 
 /** The part of a response the middleware uses: node's ServerResponse and Express's Response have it. */
 export interface ResponseLike {
@@ -136,7 +136,7 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
           used !== undefined
             ? client.commit(reservation.id, used)
             : unreported === "commit"
-              ? client.commit(reservation.id, reservation.amounts ?? reservation.amount ?? 0)
+              ? client.commit(reservation.id, reservation.metrics?.length ? amountsOf(reservation) : reservation.amount)
               : client.release(reservation.id);
         p.then(
           (r) => opts.onSettled?.({ ...s, result: r }, req),

@@ -10,7 +10,7 @@ import { after, before, describe, it } from "node:test";
 
 import express, { type ErrorRequestHandler } from "express";
 
-import { concurrencyMiddleware, QuotaplaneClient, reportUsage, reservationId, type ReserveRequest, type Settled } from "../src/index.js";
+import { amountsOf, concurrencyMiddleware, QuotaplaneClient, reportUsage, reservationId, usedOf, type ReserveRequest, type Settled } from "../src/index.js";
 import { freePort, randomId, Stack } from "./harness.js";
 
 let stack: Stack;
@@ -307,7 +307,7 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
       assert.equal((await fetch(`${srv.url}/llm`)).status, 200);
       const s = await a.settled.next("/llm settled");
       assert.equal(s.result?.state, "committed");
-      assert.deepEqual(s.result?.used, { requests: 1, tokens: 1234 });
+      assert.deepEqual(usedOf(s.result!), { requests: 1, tokens: 1234 });
       const tokens = (await client.check({ org, metric: "tokens", cost: 0 })).result?.levels.find((l) => l.window === "month")?.used;
       assert.equal(tokens, 1234);
       assert.equal(await inFlight(), 0);
@@ -335,12 +335,12 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
 
     const out = await client.reserve({ org, amounts: { requests: 1, tokens: 400 }, ttl_seconds: 10 });
     const r = out.reservation!;
-    assert.deepEqual(r.amounts, { requests: 1, tokens: 400 });
+    assert.deepEqual(amountsOf(r), { requests: 1, tokens: 400 });
     const ext = await client.extend(r.id, 120);
     assert.ok(Date.parse(ext.expires_at) > Date.now() + 100_000);
     const done = await client.commit(r.id, { requests: 1, tokens: 123 });
     assert.equal(done.state, "committed");
-    assert.deepEqual(done.used, { requests: 1, tokens: 123 });
+    assert.deepEqual(usedOf(done), { requests: 1, tokens: 123 });
     const tokens = (await client.check({ org, metric: "tokens", cost: 0 })).result?.levels.find((l) => l.window === "month")?.used;
     assert.equal(tokens, 223);
   });
