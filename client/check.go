@@ -21,6 +21,10 @@ type CheckRequest struct {
 	// nothing and only read the levels (cost 0).
 	Cost  int64
 	Query bool
+	// Costs names several metrics decided at once, all or nothing (API.md "Several
+	// metrics in one decision"): {"requests": 1, "tokens": 1200}. It replaces Metric
+	// and Cost (setting both is a 400); 1 to 16 metrics. With Query, each is sent as 0.
+	Costs map[string]int64
 	// IdempotencyKey makes a repeat of the check (8 to 128 of A-Z a-z 0-9 . _ : @ -)
 	// answer the first decision again without counting; "" lets the client generate
 	// one for this call, sent on each of its attempts. A query needs none.
@@ -29,18 +33,28 @@ type CheckRequest struct {
 
 // checkBody is a CheckRequest as the API reads it.
 type checkBody struct {
-	Org            string `json:"org"`
-	Team           string `json:"team,omitempty"`
-	User           string `json:"user,omitempty"`
-	Metric         string `json:"metric,omitempty"`
-	Cost           *int64 `json:"cost,omitempty"`
-	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	Org            string           `json:"org"`
+	Team           string           `json:"team,omitempty"`
+	User           string           `json:"user,omitempty"`
+	Metric         string           `json:"metric,omitempty"`
+	Cost           *int64           `json:"cost,omitempty"`
+	Costs          map[string]int64 `json:"costs,omitempty"`
+	IdempotencyKey string           `json:"idempotency_key,omitempty"`
 }
 
 // body is the request as sent, with its idempotency key generated if it has none.
 func (r CheckRequest) body() checkBody {
-	b := checkBody{Org: r.Org, Team: r.Team, User: r.User, Metric: r.Metric, IdempotencyKey: r.IdempotencyKey}
+	b := checkBody{Org: r.Org, Team: r.Team, User: r.User, Metric: r.Metric, Costs: r.Costs, IdempotencyKey: r.IdempotencyKey}
 	switch {
+	case r.Query && r.Costs != nil:
+		b.Costs = make(map[string]int64, len(r.Costs))
+		for m := range r.Costs {
+			b.Costs[m] = 0
+		}
+	case r.Costs != nil: // the costs say it all; a Cost too is the caller's 400
+		if r.Cost != 0 {
+			b.Cost = &r.Cost
+		}
 	case r.Query:
 		zero := int64(0)
 		b.Cost = &zero
@@ -57,18 +71,26 @@ func (r CheckRequest) body() checkBody {
 type Level struct {
 	Level     string    `json:"level"` // org, team or user
 	ID        string    `json:"id"`
-	Window    string    `json:"window"` // second, minute, hour, day or month
+	Metric    string    `json:"metric,omitempty"` // the metric of this limit (a check of Costs has several)
+	Window    string    `json:"window"`           // second, minute, hour, day, month or concurrent
 	Limit     int64     `json:"limit"`
 	Used      int64     `json:"used"`
 	Remaining int64     `json:"remaining"`
 	ResetAt   time.Time `json:"reset_at"`
 }
 
-// LevelRef names a level and window.
+// LevelRef names a level and window, and the metric of its limit.
 type LevelRef struct {
 	Level  string `json:"level"`
 	ID     string `json:"id"`
+	Metric string `json:"metric,omitempty"`
 	Window string `json:"window"`
+}
+
+// is reports whether l is the level and window r names (and its metric, when both
+// name one).
+func (r *LevelRef) is(l Level) bool {
+	return l.Level == r.Level && l.ID == r.ID && l.Window == r.Window && (r.Metric == "" || l.Metric == "" || l.Metric == r.Metric)
 }
 
 // RateLimit is what the RateLimit-* headers of an answer say: the tightest level and
@@ -140,7 +162,7 @@ func tightest(levels []Level, allowed bool, blocked *LevelRef, retryAfter time.D
 	reset := time.Duration(math.Ceil(t.ResetAt.Sub(now).Seconds())) * time.Second
 	if !allowed && blocked != nil {
 		for _, l := range levels {
-			if l.Level == blocked.Level && l.ID == blocked.ID && l.Window == blocked.Window {
+			if blocked.is(l) {
 				t = l
 				break
 			}

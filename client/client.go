@@ -5,6 +5,10 @@
 // net/http handlers and github.com/quotaplane/quotaplane/client/webhook verifies the
 // webhooks Quotaplane sends.
 //
+// A check or a reservation may name several metrics, decided all or nothing
+// (CheckRequest.Costs, ReserveRequest.Amounts, CommitUsed); Extend keeps a held
+// reservation, such as a slot of a concurrent limit, alive while long work runs.
+//
 // A check that is denied is not an error: Check returns a result whose Allowed is
 // false, with RetryAfter and the level that refused it. Errors are the answers that
 // decide nothing: a *Error carries the API's problem document (errors.As), and

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -23,6 +25,9 @@ type ReserveRequest struct {
 	User   string
 	Metric string // "" is "requests"
 	Amount int64  // the units to hold: the most the work may cost
+	// Amounts holds several metrics at once, all or nothing: {"requests": 1,
+	// "tokens": 4000}. It replaces Metric and Amount (setting both is a 400).
+	Amounts map[string]int64
 	// TTL is how long the units are held (the API's default, 60 s, when 0; 1 s to 1 h).
 	TTL time.Duration
 	// OnExpiry is what happens to units neither committed nor released by then:
@@ -44,12 +49,20 @@ type Reservation struct {
 	Amount    int64     `json:"amount"`
 	ExpiresAt time.Time `json:"expires_at"`
 	OnExpiry  string    `json:"on_expiry"`
+	// Of a reservation of several metrics: each metric's figures as the API lists
+	// them (Metric, Amount, Used, Released and OverReserved above are its first's),
+	// and the same as maps: Amounts and the ...ByMetric maps.
+	Metrics []ReservationMetric `json:"metrics"`
+	Amounts map[string]int64    `json:"amounts"`
 	// Once settled: the units counted, the units given back, the units used beyond
 	// the amount (counted in full), and when.
-	Used         int64     `json:"used"`
-	Released     int64     `json:"released"`
-	OverReserved int64     `json:"over_reserved"`
-	SettledAt    time.Time `json:"settled_at"`
+	Used                 int64            `json:"-"`
+	Released             int64            `json:"-"`
+	OverReserved         int64            `json:"-"`
+	UsedByMetric         map[string]int64 `json:"-"`
+	ReleasedByMetric     map[string]int64 `json:"-"`
+	OverReservedByMetric map[string]int64 `json:"-"`
+	SettledAt            time.Time        `json:"settled_at"`
 	// Levels: when just reserved, each level and window with a limit, as a check's.
 	Levels   []Level `json:"levels"`
 	Replayed bool    `json:"replayed"` // the reservation of an earlier call with this idempotency key
@@ -67,16 +80,75 @@ type Reservation struct {
 	Cause      error `json:"-"`
 }
 
+// ReservationMetric is one metric of a reservation of several.
+type ReservationMetric struct {
+	Metric       string `json:"metric"`
+	Amount       int64  `json:"amount"`
+	Used         int64  `json:"used"` // once settled, as Released and OverReserved
+	Released     int64  `json:"released"`
+	OverReserved int64  `json:"over_reserved"`
+}
+
 // decodeReservation reads a reservation answer, and a denial's retry_after_seconds.
+// used, released and over_reserved are numbers (an object, metric -> units, is read
+// too); a reservation of several metrics lists them in metrics, which fill Amounts
+// and the ...ByMetric maps.
 func decodeReservation(r *reply) (*Reservation, *int64, error) {
 	var a struct {
 		Reservation
-		RetryAfterSeconds *int64 `json:"retry_after_seconds"`
+		Used              json.RawMessage `json:"used"`
+		Released          json.RawMessage `json:"released"`
+		OverReserved      json.RawMessage `json:"over_reserved"`
+		RetryAfterSeconds *int64          `json:"retry_after_seconds"`
 	}
 	if err := decode(r, &a); err != nil {
 		return nil, nil, err
 	}
-	return &a.Reservation, a.RetryAfterSeconds, nil
+	res := &a.Reservation
+	for _, f := range []struct {
+		raw   json.RawMessage
+		n     *int64
+		per   *map[string]int64
+		field string
+	}{{a.Used, &res.Used, &res.UsedByMetric, "used"}, {a.Released, &res.Released, &res.ReleasedByMetric, "released"},
+		{a.OverReserved, &res.OverReserved, &res.OverReservedByMetric, "over_reserved"}} {
+		if err := units(f.raw, f.n, f.per); err != nil {
+			return nil, nil, fmt.Errorf("quotaplane client: decode a %d answer: %s: %w", r.status, f.field, err)
+		}
+	}
+	if len(res.Metrics) > 0 {
+		res.Amounts = make(map[string]int64, len(res.Metrics))
+		settled := res.State == StateCommitted || res.State == StateReleased || res.State == StateExpired
+		if settled {
+			res.UsedByMetric, res.ReleasedByMetric, res.OverReservedByMetric =
+				map[string]int64{}, map[string]int64{}, map[string]int64{}
+		}
+		for _, m := range res.Metrics {
+			res.Amounts[m.Metric] = m.Amount
+			if settled {
+				res.UsedByMetric[m.Metric], res.ReleasedByMetric[m.Metric], res.OverReservedByMetric[m.Metric] =
+					m.Used, m.Released, m.OverReserved
+			}
+		}
+	}
+	return res, a.RetryAfterSeconds, nil
+}
+
+// units reads a number into n, or an object of numbers into per and their sum into n.
+func units(raw json.RawMessage, n *int64, per *map[string]int64) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if raw[0] != '{' {
+		return json.Unmarshal(raw, n)
+	}
+	if err := json.Unmarshal(raw, per); err != nil {
+		return err
+	}
+	for _, v := range *per {
+		*n += v
+	}
+	return nil
 }
 
 // Reserve holds req.Amount units against every limit of every level, as used units
@@ -84,16 +156,20 @@ func decodeReservation(r *reply) (*Reservation, *int64, error) {
 // with Allowed false (nothing held), not an error. Errors as Check's.
 func (c *Client) Reserve(ctx context.Context, req ReserveRequest) (*Reservation, error) {
 	in := struct {
-		Org            string `json:"org"`
-		Team           string `json:"team,omitempty"`
-		User           string `json:"user,omitempty"`
-		Metric         string `json:"metric,omitempty"`
-		Amount         int64  `json:"amount"`
-		TTLSeconds     int64  `json:"ttl_seconds,omitempty"`
-		OnExpiry       string `json:"on_expiry,omitempty"`
-		IdempotencyKey string `json:"idempotency_key"`
-	}{Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, Amount: req.Amount,
-		TTLSeconds: int64(req.TTL.Round(time.Second) / time.Second), OnExpiry: req.OnExpiry, IdempotencyKey: req.IdempotencyKey}
+		Org            string           `json:"org"`
+		Team           string           `json:"team,omitempty"`
+		User           string           `json:"user,omitempty"`
+		Metric         string           `json:"metric,omitempty"`
+		Amount         *int64           `json:"amount,omitempty"`
+		Amounts        map[string]int64 `json:"amounts,omitempty"`
+		TTLSeconds     int64            `json:"ttl_seconds,omitempty"`
+		OnExpiry       string           `json:"on_expiry,omitempty"`
+		IdempotencyKey string           `json:"idempotency_key"`
+	}{Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, Amounts: req.Amounts,
+		TTLSeconds: ttlSeconds(req.TTL), OnExpiry: req.OnExpiry, IdempotencyKey: req.IdempotencyKey}
+	if req.Amounts == nil || req.Amount != 0 { // with Amounts, an Amount too is the caller's 400
+		in.Amount = &req.Amount
+	}
 	if in.IdempotencyKey == "" {
 		in.IdempotencyKey = NewIdempotencyKey()
 	}
@@ -103,8 +179,8 @@ func (c *Client) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 			return nil, err
 		}
 		check := CheckRequest{Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, Cost: req.Amount,
-			IdempotencyKey: in.IdempotencyKey}
-		return &Reservation{Amount: req.Amount, Allowed: c.policy(ctx, check, err), IdempotencyKey: in.IdempotencyKey,
+			Costs: req.Amounts, IdempotencyKey: in.IdempotencyKey}
+		return &Reservation{Amount: req.Amount, Amounts: req.Amounts, Allowed: c.policy(ctx, check, err), IdempotencyKey: in.IdempotencyKey,
 			NotDecided: true, Cause: err}, nil
 	}
 	if r.status != http.StatusCreated && r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
@@ -135,6 +211,35 @@ func (c *Client) Commit(ctx context.Context, id string, used int64) (*Reservatio
 		struct {
 			Used int64 `json:"used"`
 		}{used})
+}
+
+// CommitUsed is Commit of a reservation of several metrics (Amounts): used per
+// metric, a metric left out used 0. The concurrent limits get all of it back, as
+// on every settlement.
+func (c *Client) CommitUsed(ctx context.Context, id string, used map[string]int64) (*Reservation, error) {
+	if used == nil {
+		used = map[string]int64{}
+	}
+	return c.reservation(ctx, http.MethodPost, "/v1/reservations/"+url.PathEscape(id)+"/commit",
+		struct {
+			Used map[string]int64 `json:"used"`
+		}{used})
+}
+
+// Extend keeps the held reservation id for ttl more from now (a heartbeat of long
+// work: a stream holding a concurrency slot), rounded up to whole seconds, 1 s to
+// 1 h; it answers the new ExpiresAt. Errors: a *Error with 409 naming the state
+// once the reservation is settled or expired, 404 when it is unknown.
+func (c *Client) Extend(ctx context.Context, id string, ttl time.Duration) (*Reservation, error) {
+	return c.reservation(ctx, http.MethodPost, "/v1/reservations/"+url.PathEscape(id)+"/extend",
+		struct {
+			TTLSeconds int64 `json:"ttl_seconds"`
+		}{max(ttlSeconds(ttl), 1)})
+}
+
+// ttlSeconds is d in whole seconds, rounded up (0 for 0: the API's default).
+func ttlSeconds(d time.Duration) int64 {
+	return int64((d + time.Second - 1) / time.Second)
 }
 
 // Release gives back every unit of the held reservation id.

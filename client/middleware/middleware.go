@@ -10,6 +10,11 @@
 // Reserve is for work whose cost is known only after it (LLM tokens): it reserves an
 // amount before the handler, and commits, after it, what the handler reported with
 // ReportUsage (the whole amount if it reported nothing), giving the rest back.
+//
+// Concurrency holds a slot of a concurrent limit (API.md "Concurrency limits") for as
+// long as the handler runs: it extends the reservation while the handler streams, and
+// gives it back the moment the handler returns or panics, or the request's context
+// ends (the client went away).
 package middleware
 
 import (
@@ -21,7 +26,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/quotaplane/quotaplane/client"
@@ -54,8 +59,10 @@ var ErrNotDecided = errors.New("the quota service could not decide")
 type Option func(*config)
 
 type config struct {
-	onError func(w http.ResponseWriter, r *http.Request, err error)
-	log     *slog.Logger
+	onError       func(w http.ResponseWriter, r *http.Request, err error)
+	log           *slog.Logger
+	heartbeat     time.Duration // Concurrency: between extends; 0 is a third of the ttl
+	settleTimeout time.Duration // a commit or release after the handler, all attempts
 }
 
 // WithErrorHandler answers the requests that could not be checked: err wraps
@@ -72,7 +79,7 @@ func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error))
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 func newConfig(opts []Option) *config {
-	c := &config{onError: DefaultErrorHandler, log: slog.Default()}
+	c := &config{onError: DefaultErrorHandler, log: slog.Default(), settleTimeout: commitTimeout}
 	for _, o := range opts {
 		o(c)
 	}
@@ -217,24 +224,89 @@ func (cfg *config) pass(w http.ResponseWriter, r *http.Request, v verdict) bool 
 	return true
 }
 
-// usage is what a handler under Reserve reported.
+// usage is what a handler under Reserve or Concurrency reported, and its reservation.
 type usage struct {
-	n        atomic.Int64
-	reported atomic.Bool
+	id       string // the reservation
+	mu       sync.Mutex
+	n        int64            // ReportUsage's sum
+	per      map[string]int64 // ReportMetricUsage's sums
+	reported bool
 }
 
 type usageKey struct{}
 
-// ReportUsage adds n units to what the request of ctx used, for Reserve to commit
-// after the handler: call it as the cost becomes known (once, or per chunk of a
-// stream). It reports whether ctx is a request under Reserve.
+func withUsage(ctx context.Context, id string) (context.Context, *usage) {
+	u := &usage{id: id}
+	return context.WithValue(ctx, usageKey{}, u), u
+}
+
+// ReportUsage adds n units to what the request of ctx used, for Reserve (or
+// Concurrency) to commit after the handler: call it as the cost becomes known (once,
+// or per chunk of a stream). It is for a reservation of one metric; one of several
+// (Amounts) takes ReportMetricUsage. It reports whether ctx is a request under Reserve
+// or Concurrency.
 func ReportUsage(ctx context.Context, n int64) bool {
 	u, ok := ctx.Value(usageKey{}).(*usage)
 	if ok {
-		u.n.Add(n)
-		u.reported.Store(true)
+		u.mu.Lock()
+		u.n += n
+		u.reported = true
+		u.mu.Unlock()
 	}
 	return ok
+}
+
+// ReportMetricUsage adds n units of metric to what the request of ctx used: a
+// reservation of several metrics is committed with what was reported of each (a
+// metric not reported used 0). It reports whether ctx is a request under Reserve or
+// Concurrency.
+func ReportMetricUsage(ctx context.Context, metric string, n int64) bool {
+	u, ok := ctx.Value(usageKey{}).(*usage)
+	if ok {
+		u.mu.Lock()
+		if u.per == nil {
+			u.per = map[string]int64{}
+		}
+		u.per[metric] += n
+		u.reported = true
+		u.mu.Unlock()
+	}
+	return ok
+}
+
+// ReservationID is the id of the reservation Reserve or Concurrency holds for the
+// request of ctx ("" outside them, or when the fail policy let the request through
+// without one).
+func ReservationID(ctx context.Context) string {
+	if u, ok := ctx.Value(usageKey{}).(*usage); ok {
+		return u.id
+	}
+	return ""
+}
+
+// settle settles reservation res with what u reported: per metric, one number, or,
+// when nothing was reported, whole (all its amounts) if whole, else released.
+func (u *usage) settle(ctx context.Context, c *client.Client, res *client.Reservation, whole bool) (string, error) {
+	u.mu.Lock()
+	reported, n, per := u.reported, u.n, u.per
+	u.mu.Unlock()
+	var err error
+	switch {
+	case per != nil:
+		_, err = c.CommitUsed(ctx, res.ID, per)
+		return "commit", err
+	case reported:
+		_, err = c.Commit(ctx, res.ID, n)
+		return "commit", err
+	case whole && res.Amounts != nil:
+		_, err = c.CommitUsed(ctx, res.ID, res.Amounts)
+		return "commit", err
+	case whole:
+		_, err = c.Commit(ctx, res.ID, res.Amount)
+		return "commit", err
+	}
+	_, err = c.Release(ctx, res.ID)
+	return "release", err
 }
 
 // commitTimeout bounds the commit or release after the handler.
@@ -265,15 +337,14 @@ func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler
 				next.ServeHTTP(w, r)
 				return
 			}
-			u := &usage{}
-			ctx := context.WithValue(r.Context(), usageKey{}, u)
+			ctx, u := withUsage(r.Context(), res.ID)
 			settled := false
 			defer func() {
 				if settled {
 					return
 				}
 				// next panicked: give everything back, then let the panic go on.
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commitTimeout)
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.settleTimeout)
 				defer cancel()
 				if _, err := c.Release(sctx, res.ID); err != nil {
 					cfg.log.Warn("quotaplane: release after a panic failed", "reservation", res.ID, "err", err)
@@ -281,14 +352,10 @@ func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler
 			}()
 			next.ServeHTTP(w, r.WithContext(ctx))
 			settled = true
-			used := res.Amount
-			if u.reported.Load() {
-				used = u.n.Load()
-			}
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), commitTimeout)
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.settleTimeout)
 			defer cancel()
-			if _, err := c.Commit(sctx, res.ID, used); err != nil {
-				cfg.log.Warn("quotaplane: commit failed", "reservation", res.ID, "used", used, "err", err)
+			if how, err := u.settle(sctx, c, res, true); err != nil {
+				cfg.log.Warn("quotaplane: "+how+" failed", "reservation", res.ID, "err", err)
 			}
 		})
 	}

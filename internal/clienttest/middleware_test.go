@@ -92,7 +92,11 @@ func TestMiddlewareCheck(t *testing.T) {
 				res.Header.Get("RateLimit-Reset") != res.Header.Get("Retry-After") {
 				t.Errorf("denied: %d, headers %v", res.StatusCode, res.Header)
 			}
-			want := client.LevelRef{Level: "user", ID: srv.user, Window: "minute"}
+			// blocked_at names the metric once the server has issue 24's multi-metric checks.
+			want := client.LevelRef{Level: "user", ID: srv.user, Metric: p.BlockedAt.Metric, Window: "minute"}
+			if p.BlockedAt.Metric != "" && p.BlockedAt.Metric != "requests" {
+				t.Errorf("blocked_at names metric %q", p.BlockedAt.Metric)
+			}
 			if p.Type != "https://quotaplane.dev/problems/too-many-requests" || p.Title != "Too Many Requests" || p.Status != 429 ||
 				p.RetryAfterSeconds != retry || p.BlockedAt != want || !strings.Contains(p.Detail, `user "`+srv.user+`"`) {
 				t.Errorf("denied body: %s", body)

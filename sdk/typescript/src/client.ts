@@ -3,36 +3,79 @@ import { QuotaplaneError, QuotaplaneUnavailableError, type Problem } from "./err
 
 type Schemas = components["schemas"];
 
+/**
+ * Units per metric, decided at once, all or nothing (API.md "Several metrics in one
+ * decision"): `{ requests: 1, tokens: 1200 }`, 1 to 16 metrics.
+ */
+export type Costs = Record<string, number>;
+
+/** A window of a limit; `concurrent` bounds what open reservations hold at once (API.md "Concurrency limits"). */
+export type Window = Schemas["Window"] | "concurrent";
+
+/** A level and window named by a denial (`blocked_at`) or a shadow check (`would_block`), with its limit's metric. */
+export type LevelRef = Omit<Schemas["LevelRef"], "window"> & { window: Window; metric?: string };
+/** One level, metric and window of a check's answer. */
+export type LevelStatus = Omit<Schemas["LevelStatus"], "window"> & { window: Window; metric?: string };
+
 /** The answer of Quotaplane to a check (200 allowed, 429 denied). */
-export type CheckResult = Schemas["CheckResult"];
-/** One level and window of a check's answer. */
-export type LevelStatus = Schemas["LevelStatus"];
-/** A level and window named by a denial (`blocked_at`) or a shadow check (`would_block`). */
-export type LevelRef = Schemas["LevelRef"];
+export type CheckResult = Omit<Schemas["CheckResult"], "levels" | "blocked_at" | "would_block"> & {
+  levels: LevelStatus[];
+  blocked_at?: LevelRef;
+  would_block?: LevelRef;
+};
 
 /**
  * A check as POST /v1/check takes it. `metric` defaults to `requests` and `cost` to 1
- * (the generated type marks them required because the spec gives them defaults).
- * `idempotency_key` is generated when absent, so that a retry never counts twice.
+ * (the generated type marks them required because the spec gives them defaults);
+ * `costs` names several metrics instead of them. `idempotency_key` is generated when
+ * absent, so that a retry never counts twice.
  */
-export type CheckRequest = Omit<Schemas["CheckRequest"], "metric" | "cost"> &
-  Partial<Pick<Schemas["CheckRequest"], "metric" | "cost">>;
+export type CheckRequest = Omit<Schemas["CheckRequest"], "metric" | "cost" | "costs"> &
+  Partial<Pick<Schemas["CheckRequest"], "metric" | "cost">> & { costs?: Costs };
 
 /**
  * A reservation request as POST /v1/reservations takes it (API.md "Reservations"):
- * `amount` units held until committed, released or expired. `metric` defaults to
- * `requests` and `ttl_seconds` to 60 (the generated type marks them required because
- * the spec gives them defaults). `idempotency_key` is generated when absent, so that a
- * retry never holds twice.
+ * `amount` units held until committed, released or expired, or `amounts` of several
+ * metrics at once. `metric` defaults to `requests` and `ttl_seconds` to 60 (the
+ * generated type marks them required because the spec gives them defaults).
+ * `idempotency_key` is generated when absent, so that a retry never holds twice.
  */
-export type ReserveRequest = Omit<Schemas["ReservationRequest"], "metric" | "ttl_seconds"> &
-  Partial<Pick<Schemas["ReservationRequest"], "metric" | "ttl_seconds">>;
+export type ReserveRequest = Omit<Schemas["ReservationRequest"], "metric" | "ttl_seconds" | "amount" | "amounts"> &
+  Partial<Pick<Schemas["ReservationRequest"], "metric" | "ttl_seconds">> & { amount?: number; amounts?: Costs };
 
 /** The state of a reservation: `held`, `committed`, `released` or `expired`. */
 export type ReservationState = Schemas["ReservationState"];
 
-/** A reservation as Quotaplane answers it (API.md "Reservations"). */
-export type Reservation = Schemas["Reservation"];
+/** One metric of a reservation of several: its amount, and once settled what it used and gave back. */
+export interface ReservationMetric {
+  metric: string;
+  amount: number;
+  used?: number;
+  released?: number;
+  over_reserved?: number;
+}
+
+/**
+ * A reservation as Quotaplane answers it (API.md "Reservations"): `metric`, `amount`,
+ * and once settled `used`, `released`, `over_reserved`; of several metrics, those
+ * are its first's and `metrics` lists each (amountsOf and usedOf read them as maps).
+ */
+export type Reservation = Omit<Schemas["Reservation"], "levels" | "metrics"> & {
+  metrics?: ReservationMetric[];
+  levels?: LevelStatus[];
+};
+
+/** What a reservation holds per metric: `{ requests: 1, tokens: 4000 }`. */
+export function amountsOf(r: Reservation): Costs {
+  if (r.metrics?.length) return Object.fromEntries(r.metrics.map((m) => [m.metric, m.amount]));
+  return { [r.metric]: r.amount };
+}
+
+/** What a settled reservation counted per metric (undefined while held). */
+export function usedOf(r: Reservation): Costs | undefined {
+  if (r.metrics?.length) return r.metrics.every((m) => m.used !== undefined) ? Object.fromEntries(r.metrics.map((m) => [m.metric, m.used!])) : undefined;
+  return r.used === undefined ? undefined : { [r.metric]: r.used };
+}
 
 /** The RateLimit-* headers of a decision: the tightest level and window (on a denial, the one that refused). */
 export interface RateLimit {
@@ -245,7 +288,7 @@ export class QuotaplaneClient {
           }
           return { allowed: false, decidedBy: "quotaplane", idempotencyKey: c.idempotency_key, error: new QuotaplaneError(problem.status, problem) };
         }
-        const result = item as CheckResult;
+        const result = item as unknown as CheckResult;
         return {
           allowed: result.allowed,
           decidedBy: "quotaplane",
@@ -303,8 +346,18 @@ export class QuotaplaneClient {
    * held is counted in full: `over_reserved`). A repeat answers the first commit;
    * after a release or expiry Quotaplane answers 409 (a QuotaplaneError).
    */
-  async commit(id: string, used: number, opts: CallOptions = {}): Promise<Reservation> {
+  async commit(id: string, used: number | Costs, opts: CallOptions = {}): Promise<Reservation> {
     return this.#reservation("POST", `/v1/reservations/${encodeURIComponent(id)}/commit`, { used }, opts);
+  }
+
+  /**
+   * Keeps a held reservation `ttlSeconds` more from now (1 to 3600; a heartbeat of
+   * long work, such as a stream holding a concurrency slot), answering its new
+   * `expires_at`. Once settled or expired Quotaplane answers 409 (a QuotaplaneError).
+   */
+  async extend(id: string, ttlSeconds: number, opts: CallOptions = {}): Promise<Reservation> {
+    const ttl = Math.max(1, Math.ceil(ttlSeconds));
+    return this.#reservation("POST", `/v1/reservations/${encodeURIComponent(id)}/extend`, { ttl_seconds: ttl }, opts);
   }
 
   /** Gives back every unit of a held reservation. */
@@ -457,7 +510,7 @@ export function rateLimitOf(
   let reset = Math.ceil((Date.parse(t.reset_at) - now.getTime()) / 1000);
   const b = result.blocked_at;
   if (!result.allowed && b) {
-    t = levels.find((l) => l.level === b.level && l.id === b.id && l.window === b.window) ?? t;
+    t = levels.find((l) => l.level === b.level && l.id === b.id && l.window === b.window && (!b.metric || !l.metric || l.metric === b.metric)) ?? t;
     if (result.retry_after_seconds !== undefined) reset = result.retry_after_seconds;
   }
   return { limit: t.limit, remaining: Math.max(t.remaining, 0), reset: Math.max(reset, 0) };

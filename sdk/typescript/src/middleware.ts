@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 
 import { QuotaplaneError, QuotaplaneUnavailableError } from "./errors.js";
-import type { CheckOutcome, CheckRequest, QuotaplaneClient, RateLimit, Reservation, ReserveOutcome, ReserveRequest } from "./client.js";
+import { amountsOf, type CheckOutcome, type CheckRequest, type Costs, type QuotaplaneClient, type RateLimit, type Reservation, type ReserveOutcome, type ReserveRequest } from "./client.js";
 
 /** The part of a response the middleware uses: node's ServerResponse and Express's Response have it. */
 export interface ResponseLike {
@@ -9,7 +9,7 @@ export interface ResponseLike {
   headersSent: boolean;
   setHeader(name: string, value: string | number): unknown;
   end(body?: string): unknown;
-  once(event: "finish" | "close", listener: () => void): unknown;
+  once(event: "finish" | "close" | "error", listener: () => void): unknown;
 }
 
 /** Express's next: called with nothing to go on, with an error to hand it to the error handlers. */
@@ -56,8 +56,8 @@ export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike 
 export interface Settled {
   /** The reservation held for the request (absent when the fail policy let it through). */
   reservation?: Reservation;
-  /** The units the handler reported, when it did. */
-  used?: number;
+  /** The units the handler reported, when it did (per metric, of a reservation of several). */
+  used?: number | Costs;
   /** The reservation after its commit or release. */
   result?: Reservation;
   /** Why the commit or release failed. */
@@ -78,17 +78,29 @@ export interface ReserveMiddlewareOptions<Req> {
   onSettled?: (s: Settled, req: Req) => void;
 }
 
-const usage = new WeakMap<object, number>();
+const usage = new WeakMap<object, number | Costs>();
 
 /**
- * Tells reserveMiddleware how many units the request used (LLM tokens, GPU seconds):
- * committed when the response ends, the rest of the reservation given back. A later
- * call replaces an earlier one.
+ * Tells reserveMiddleware (or concurrencyMiddleware) how many units the request used
+ * (LLM tokens, GPU seconds): committed when the response ends, the rest of the
+ * reservation given back. Of a reservation of several metrics (`amounts`), the units
+ * per metric (`{ requests: 1, tokens: 1234 }`; a metric left out used 0). A later call
+ * replaces an earlier one.
  */
-export function reportUsage(res: object, used: number): void {
-  if (!Number.isInteger(used) || used < 0) throw new RangeError(`reportUsage: used must be a whole number >= 0, not ${used}`);
-  usage.set(res, used);
+export function reportUsage(res: object, used: number | Costs): void {
+  const check = (n: unknown, what: string) => {
+    if (typeof n !== "number" || !Number.isInteger(n) || n < 0) throw new RangeError(`reportUsage: ${what} must be a whole number >= 0, not ${String(n)}`);
+  };
+  if (typeof used === "number") check(used, "used");
+  else for (const [m, n] of Object.entries(used)) check(n, `used of ${m}`);
+  usage.set(res, typeof used === "number" ? used : { ...used });
 }
+
+/** The reservation id of the request of `res` under concurrencyMiddleware (undefined outside it). */
+export function reservationId(res: object): string | undefined {
+  return slotIds.get(res);
+}
+const slotIds = new WeakMap<object, string>();
 
 /**
  * A middleware that reserves before the handler and commits after it: the request is
@@ -124,7 +136,7 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
           used !== undefined
             ? client.commit(reservation.id, used)
             : unreported === "commit"
-              ? client.commit(reservation.id, reservation.amount)
+              ? client.commit(reservation.id, reservation.metrics?.length ? amountsOf(reservation) : reservation.amount)
               : client.release(reservation.id);
         p.then(
           (r) => opts.onSettled?.({ ...s, result: r }, req),
@@ -137,6 +149,101 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
       res.once("finish", settle);
       res.once("close", settle);
     }
+    return true;
+  };
+  return (req, res, next) => {
+    run(req, res).then((go) => go && next(), next);
+  };
+}
+
+/** Options of concurrencyMiddleware. */
+export interface ConcurrencyMiddlewareOptions<Req> {
+  /**
+   * Maps a request to the slot it holds: a reservation, e.g. `{ org, user, metric:
+   * "requests", amount: 1 }`, or `amounts` of requests and tokens at once.
+   * `ttl_seconds` defaults to 30 and `on_expiry` to `release`. Null or undefined lets
+   * the request through holding nothing.
+   */
+  reserve: (req: Req) => ReserveRequest | null | undefined | Promise<ReserveRequest | null | undefined>;
+  /** How often a running request's reservation is extended, in ms (default: a third of its ttl). */
+  heartbeatMs?: number;
+  /** Called once the slot is given back (committed or released), or that failed. */
+  onSettled?: (s: Settled, req: Req) => void;
+  /** Called when an extend fails (default: console.warn); a 409 (the slot was settled or expired) or 404 stops the heartbeat. */
+  onExtendError?: (err: unknown, req: Req) => void;
+}
+
+/** The ttl of a slot whose reservation sets none, in seconds. */
+export const DEFAULT_SLOT_TTL_SECONDS = 30;
+
+/**
+ * A middleware that holds a slot (a reservation, typically against a `concurrent`
+ * limit: API.md "Concurrency limits") for as long as the request is handled. A denied
+ * reservation is refused as checkMiddleware refuses a check (429 with Retry-After, or
+ * 503 when the fail policy refused). While the handler runs the reservation is
+ * extended every heartbeat, so a stream longer than the ttl keeps its slot and a
+ * process that dies loses it within a ttl. The slot is given back once, at the first
+ * of: the response finished (success, or an error the error handler answered: an
+ * exception, next(err)), the connection closed before that (the client went away),
+ * or a response error. Given back means released, unless the handler reported usage
+ * (reportUsage): then that is committed, which gives the slot back all the same.
+ */
+export function concurrencyMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
+  client: QuotaplaneClient,
+  opts: ConcurrencyMiddlewareOptions<Req>,
+): Middleware<Req, Res> {
+  const run = async (req: Req, res: Res): Promise<boolean> => {
+    const input = await opts.reserve(req);
+    if (!input) return true;
+    const ttl = input.ttl_seconds ?? DEFAULT_SLOT_TTL_SECONDS;
+    const out = await client.reserve({ ...input, ttl_seconds: ttl, on_expiry: input.on_expiry ?? "release" }).catch(wrap);
+    if (!out.allowed) {
+      refuse(res, out);
+      return false;
+    }
+    setRateLimit(res, out.rateLimit);
+    const reservation = out.reservation;
+    if (!reservation) return true; // the fail policy let it through: nothing is held
+    slotIds.set(res, reservation.id);
+    const every = Math.max(10, Math.round(opts.heartbeatMs ?? Math.max(100, (ttl * 1000) / 3)));
+    // Each extend is bounded by the heartbeat, and aborted when the slot is given back.
+    const stop = new AbortController();
+    let beating = false;
+    const timer = setInterval(() => {
+      if (beating) return;
+      beating = true;
+      client
+        .extend(reservation.id, ttl, { signal: AbortSignal.any([stop.signal, AbortSignal.timeout(every)]) })
+        .catch((err: unknown) => {
+          if (stop.signal.aborted) return;
+          if (err instanceof QuotaplaneError && (err.status === 409 || err.status === 404)) clearInterval(timer);
+          if (opts.onExtendError) opts.onExtendError(err, req);
+          else console.warn(`quotaplane: extending slot ${reservation.id}:`, err);
+        })
+        .finally(() => (beating = false));
+    }, every);
+    timer.unref?.();
+    let done = false;
+    const settle = () => {
+      if (done) return;
+      done = true;
+      clearInterval(timer);
+      stop.abort();
+      const used = usage.get(res);
+      const s: Settled = { reservation };
+      if (used !== undefined) s.used = used;
+      const p = used !== undefined ? client.commit(reservation.id, used) : client.release(reservation.id);
+      p.then(
+        (r) => opts.onSettled?.({ ...s, result: r }, req),
+        (error: unknown) => {
+          if (opts.onSettled) opts.onSettled({ ...s, error }, req);
+          else console.error(`quotaplane: giving back slot ${reservation.id}:`, error);
+        },
+      );
+    };
+    res.once("finish", settle);
+    res.once("close", settle);
+    res.once("error", settle);
     return true;
   };
   return (req, res, next) => {

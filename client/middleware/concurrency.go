@@ -1,0 +1,156 @@
+package middleware
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/quotaplane/quotaplane/client"
+)
+
+// DefaultSlotTTL is the ttl of the reservation Concurrency holds when its
+// ReserveFunc sets none. While the handler runs it is extended every third of its
+// ttl (WithHeartbeat), so a holder that dies gives its slot back within a ttl.
+const DefaultSlotTTL = 30 * time.Second
+
+// WithHeartbeat sets how often Concurrency extends the reservation of a handler that
+// is still running (a third of its ttl otherwise).
+func WithHeartbeat(d time.Duration) Option { return func(c *config) { c.heartbeat = d } }
+
+// WithSettleTimeout bounds the commit or release after the handler, all its
+// attempts together (10 s otherwise); the release of a request whose context ended
+// too.
+func WithSettleTimeout(d time.Duration) Option { return func(c *config) { c.settleTimeout = d } }
+
+// Concurrency returns a middleware that holds a slot for each request while next
+// runs: a reservation of fn's request (e.g. {Metric: "requests", Amount: 1}, or
+// Amounts for requests and tokens at once) against the org's, team's and user's
+// concurrent limits, and all their other limits, as Reserve's.
+//
+//   - Denied (every slot taken): 429 with Retry-After and RateLimit-*, as Check.
+//     Quotaplane unreachable: the client's FailPolicy decides, as for Check (allowed:
+//     next runs holding nothing; refused: 503).
+//   - While next runs the reservation is extended every heartbeat by its ttl (TTL of
+//     fn's request, DefaultSlotTTL when 0), so a stream longer than the ttl keeps its
+//     slot, and a process that dies loses it within a ttl.
+//   - It is given back once, the first of: next returns (the response is written),
+//     next panics (then the panic goes on), or the request's context ends (the client
+//     went away, a timeout): at once, not when next returns.
+//   - Given back means released (the request counts nowhere) unless next reported
+//     usage (ReportUsage, ReportMetricUsage): then that is committed, which gives
+//     the slot back all the same. To count every request in its other windows,
+//     report it: ReportMetricUsage(ctx, "requests", 1).
+//
+// OnExpiry is "release" unless fn sets it. Every call to Quotaplane is bounded: the
+// reservation by the client's timeouts, each extend by the heartbeat, the release by
+// WithSettleTimeout.
+func Concurrency(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler) http.Handler {
+	cfg := newConfig(opts)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			req, ok := request(cfg, w, r, next, fn)
+			if !ok {
+				return
+			}
+			if req.TTL <= 0 {
+				req.TTL = DefaultSlotTTL
+			}
+			if req.OnExpiry == "" {
+				req.OnExpiry = "release"
+			}
+			res, err := c.Reserve(r.Context(), req)
+			if err != nil {
+				cfg.onError(w, r, err)
+				return
+			}
+			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, len(res.Levels)}) {
+				return
+			}
+			if res.ID == "" { // decided by the fail policy: nothing is held
+				next.ServeHTTP(w, r)
+				return
+			}
+			ctx, u := withUsage(r.Context(), res.ID)
+			s := &slot{c: c, cfg: cfg, res: res, u: u}
+			stop := s.hold(r.Context(), req.TTL)
+			returned := false
+			defer func() {
+				stop()
+				if returned {
+					s.settle(r.Context(), "the handler returned")
+				} else { // next panicked (or called runtime.Goexit): the panic goes on after
+					s.settle(r.Context(), "the handler panicked")
+				}
+			}()
+			next.ServeHTTP(w, r.WithContext(ctx))
+			returned = true
+		})
+	}
+}
+
+// slot is the reservation Concurrency holds for one request.
+type slot struct {
+	c    *client.Client
+	cfg  *config
+	res  *client.Reservation
+	u    *usage
+	once sync.Once
+}
+
+// hold extends the reservation every heartbeat and settles it as soon as ctx ends,
+// until stop is called; stop returns once the heartbeat has stopped.
+func (s *slot) hold(ctx context.Context, ttl time.Duration) (stop func()) {
+	every := s.cfg.heartbeat
+	if every <= 0 {
+		every = max(ttl/3, 100*time.Millisecond)
+	}
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				s.settle(ctx, "the request's context ended: "+context.Cause(ctx).Error())
+				return
+			case <-t.C:
+				// Bounded by the heartbeat: a slow Quotaplane delays no later beat, and
+				// the request's end cancels it.
+				ectx, cancel := context.WithTimeout(ctx, every)
+				_, err := s.c.Extend(ectx, s.res.ID, ttl)
+				cancel()
+				var pe *client.Error
+				switch {
+				case err == nil, ctx.Err() != nil:
+				case errors.As(err, &pe) && (pe.StatusCode == http.StatusConflict || pe.StatusCode == http.StatusNotFound):
+					// settled, expired or unknown: nothing left to keep
+					s.cfg.log.Warn("quotaplane: the slot was lost while the handler ran", "reservation", s.res.ID, "err", err)
+					return
+				default:
+					s.cfg.log.Warn("quotaplane: extend failed; retried at the next beat", "reservation", s.res.ID, "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-stopped
+	}
+}
+
+// settle gives the slot back, once: what the handler reported is committed,
+// otherwise everything is released.
+func (s *slot) settle(ctx context.Context, why string) {
+	s.once.Do(func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.settleTimeout)
+		defer cancel()
+		if how, err := s.u.settle(sctx, s.c, s.res, false); err != nil {
+			s.cfg.log.Warn("quotaplane: "+how+" of a slot failed; it comes back at its expiry", "reservation", s.res.ID, "why", why, "err", err)
+		}
+	})
+}
