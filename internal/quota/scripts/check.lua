@@ -22,7 +22,8 @@
 --   corrected to Redis TIME), period end (ms), month keys' expiry (unix s), nl (levels),
 --   nw (sliding windows), rows; then per window: length (ms), time elapsed in its
 --   current bucket (ms); then per row: level (1 org, 2 team, 3 user), window (0 =
---   month, i = i-th sliding window), limit. Rows are every limit of every level, in
+--   month, i = i-th sliding window, -1 = concurrent: see "Concurrency" below), limit.
+--   Rows are every limit of every level, in
 --   order. Every window any level limits is counted at every level. Then, only for a
 --   precise check (the org's sliding_windows: precise), N: the sub-buckets per window
 --   (see "Precise windows" below).
@@ -169,6 +170,27 @@ if subs then
   end
 end
 
+-- Concurrency (window -1, vocab.Concurrent): a row bounds the units held at once by open
+-- reservations of its level, counted in the in-flight hash <p>:{<org>}|c (no period: a
+-- reservation held across a period's end still holds), one field per counter (the
+-- counter fields ARGV[l]). Its key is the month key's org part + 'c': like a bucket it
+-- is not declared (it is often missing: nothing in flight). A row admits when held +
+-- cost <= limit; a check holds nothing (its row reports held, not held + cost), a
+-- reservation adds its amount at every level (reserve.lua) and settle.lua takes it all
+-- back. inflight(l) reads the hash once, only when a row asks.
+local cvals, crows = false, false
+local function inflight(l)
+  if not cvals then
+    cvals = redis.call('HMGET', string.match(KEYS[1], '^(.*|)m|') .. 'c', unpack(ARGV, 1, nl))
+    for i = 1, nl do
+      local v = tonumber(cvals[i] or 0) or MAXC
+      if not (v >= 0) then v = 0 elseif v > MAXC then v = MAXC end
+      cvals[i] = v
+    end
+  end
+  return cvals[l]
+end
+
 local month = redis.call('HMGET', KEYS[1], '|p', unpack(ARGV, 1, nl))
 if not month[1] then return 'H' end
 -- counters in place, as numbers: month[l + 1] is level l's (a missing field reads false)
@@ -227,7 +249,12 @@ for r = 4, last do
   local l, w, limit = a[q + 1], a[q + 2], a[q + 3]
   q = q + 3
   local u, wait, rank
-  if w == 0 then
+  if w < 0 then -- concurrency: held at once; a slot frees when a holder settles
+    u, rank = inflight(l), 1e14
+    if u + cost > limit then wait = 1000 end
+    crows = crows or {}
+    crows[#crows + 1] = r
+  elseif w == 0 then
     u, rank = month[l + 1], 1e15
     if u + cost > limit then
       wait = a[4] - now
@@ -317,6 +344,12 @@ if cost > 0 and status ~= 3 then
   end
 end
 
+-- Concurrency: a check holds nothing, so its concurrent rows report what is held (the
+-- replies below add add to every row).
+if crows and not reserve then
+  for _, r in ipairs(crows) do out[r] = out[r] - add end
+end
+
 if reserve then return reserve(a, status, retry, blocked, out, last, add) end
 
 if not idem then
@@ -334,6 +367,7 @@ local label = 2 + nl + 2 * nw -- ARGV index of the first row's label
 for r = 4, last do
   local w = a[q + 2]
   local reset = a[4]
+  if w < 0 then reset = now end -- concurrency: nothing resets on a clock
   if w > 0 then
     reset = now - a[8 + 2 * w] + a[7 + 2 * w]
     -- a precise window's count next falls at the end of the current sub-bucket

@@ -26,6 +26,10 @@
 -- precise check (check.lua's "Precise windows") also ns, the sub-buckets per window, and
 -- bs<i>, the sub-bucket charged, so that settle.lua gives units back there. settle.lua
 -- adds u used, g given back, o over-reserved, t settled at (ms) and r its answer.
+-- Concurrency: when any row is concurrent (window -1), the amount is also held in the
+-- in-flight hash <p>:{<org>}|c at every level, and the record says where: ck the hash's
+-- key, cn and cf1..cf<cn> the fields charged; settle.lua takes the amount off exactly
+-- those, once.
 local idem, argc = KEYS[7], #ARGV - 5
 local function reserve(a, status, retry, blocked, out, last, add)
   local fmt = string.format
@@ -50,6 +54,20 @@ local function reserve(a, status, retry, blocked, out, last, add)
       rec[#rec + 1], rec[#rec + 2] = 'ns', fmt('%d', subs)
       for i = 1, nw do
         rec[#rec + 1], rec[#rec + 2] = 'bs' .. i, fmt('%d', math.floor(a[8 + 2 * i] / (a[7 + 2 * i] / subs)))
+      end
+    end
+    -- Concurrency: hold the amount in flight at every level (check.lua's "Concurrency").
+    local q, conc = 8 + 2 * nw, false
+    for _ = 1, a[8] do
+      if a[q + 2] < 0 then conc = true end
+      q = q + 3
+    end
+    if conc then
+      local ck = string.match(KEYS[1], '^(.*|)m|') .. 'c'
+      rec[#rec + 1], rec[#rec + 2], rec[#rec + 3], rec[#rec + 4] = 'ck', ck, 'cn', nl
+      for l = 1, nl do
+        rec[#rec + 1], rec[#rec + 2] = 'cf' .. l, ARGV[l]
+        redis.call('HINCRBY', ck, ARGV[l], amount)
       end
     end
     redis.call('HSET', KEYS[3], unpack(rec))

@@ -85,6 +85,15 @@ local function settle(rkey, id, action, used)
   -- whenever a reservation settles, even when the counter does not.
   redis.call('SADD', r.d, unpack(fields))
   put(r.h, redis.call('HMGET', r.h, unpack(fields)), -amount, true)
+  -- Concurrency (reserve.lua): the whole amount leaves flight, whatever was used, from
+  -- exactly the fields the record charged, never below 0; a field at 0 is deleted, so
+  -- the hash is gone when nothing is in flight.
+  if r.ck then
+    for l = 1, tonumber(r.cn) do
+      local f = r['cf' .. l]
+      if redis.call('HINCRBY', r.ck, f, -amount) <= 0 then redis.call('HDEL', r.ck, f) end
+    end
+  end
   -- A precise window's sub-bucket counts (check.lua's "Precise windows"): putSub adds
   -- delta to sub-bucket s (0-based) of each counter's packed counts in key, never below
   -- 0; a counter without them is skipped unless create.
