@@ -485,3 +485,39 @@ func TestConcurrentKilledHolderSlotsComeBack(t *testing.T) {
 	}
 	t.Logf("slots back %s after they were held (ttl %s, sweep every %s)", back, ttl, interval)
 }
+
+// A hot path with a concurrent limit is never leased: a lease is a reservation and
+// would hold in flight (and its in-process admissions could not see other holders).
+// The same path without the concurrent limit is leased (the test's control).
+func TestConcurrentPathNotLeased(t *testing.T) {
+	t.Parallel()
+	for _, withConc := range []bool{true, false} {
+		var taken atomic.Int64
+		r := MustRig(t, "", quota.Config{Leases: quota.LeaseConfig{Enabled: true, Threshold: 10,
+			OnLease: func(ev quota.LeaseEvent) {
+				if ev.Kind == quota.LeaseTaken {
+					taken.Add(1)
+				}
+			}}})
+		limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1_000_000)}}
+		if withConc {
+			limits.User = []vocab.Limit{conc(1000)}
+		}
+		for i := range 400 {
+			if res := r.MustCheck(t, reserveReq("acme", 1, limits)); !res.Allowed {
+				t.Fatalf("check denied: %+v", res)
+			}
+			if i%10 == 0 {
+				if got := r.inFlight(t, "acme"); len(got) != 0 {
+					t.Fatalf("concurrent %v: in flight during checks = %v, want none", withConc, got)
+				}
+			}
+		}
+		if withConc && taken.Load() != 0 {
+			t.Errorf("%d leases taken on a path with a concurrent limit", taken.Load())
+		}
+		if !withConc && taken.Load() == 0 {
+			t.Errorf("control: no lease taken on the hot path without a concurrent limit")
+		}
+	}
+}
