@@ -93,6 +93,9 @@ func TestConcurrencyLimitsOverHTTP(t *testing.T) {
 	if rec := r.f.do("POST", path+"/extend", otherKey, `{"ttl_seconds":5}`); rec.Code != 404 {
 		t.Errorf("another org's extend = %d, want 404", rec.Code)
 	}
+	if rec := r.f.do("POST", path+"/extend", "", `{"ttl_seconds":5}`); rec.Code != 401 {
+		t.Errorf("extend without a key = %d, want 401", rec.Code)
+	}
 	if rec := r.f.do("POST", path+"/extend", admin, `{"ttl_seconds":5}`); rec.Code != 403 {
 		t.Errorf("admin key's extend = %d, want 403", rec.Code)
 	}
