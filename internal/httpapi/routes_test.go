@@ -556,7 +556,7 @@ func TestRouteCasesCoverEveryAdminOperation(t *testing.T) {
 	later := map[string]bool{"check": true, "checkbatch": true, "getusage": true, "exportorgbilling": true,
 		"createreservation": true, "getreservation": true, "releasereservation": true, "commitreservation": true,
 		"extendreservation": true,
-		"exportbilling": true, "healthz": true, "readyz": true, "metrics": true}
+		"exportbilling":     true, "healthz": true, "readyz": true, "metrics": true}
 	has := map[string]map[int]bool{}
 	for _, c := range routeCases() {
 		if has[strings.ToLower(c.op)] == nil {
