@@ -88,10 +88,13 @@ local function settle(rkey, id, action, used)
   -- Concurrency (reserve.lua): the whole amount leaves flight, whatever was used, from
   -- exactly the fields the record charged, never below 0; a field at 0 is deleted, so
   -- the hash is gone when nothing is in flight.
+  -- (Read and written, not HINCRBY: a value that is not a number, which only a hand
+  -- edit can leave, reads as 0 here instead of failing the script halfway.)
   if r.ck then
     for l = 1, tonumber(r.cn) do
       local f = r['cf' .. l]
-      if redis.call('HINCRBY', r.ck, f, -amount) <= 0 then redis.call('HDEL', r.ck, f) end
+      local v = math.min(tonumber(redis.call('HGET', r.ck, f)) or 0, MAXC) - amount
+      if v > 0 then redis.call('HSET', r.ck, f, fmt('%d', v)) else redis.call('HDEL', r.ck, f) end
     end
   end
   -- A precise window's sub-bucket counts (check.lua's "Precise windows"): putSub adds
