@@ -105,7 +105,7 @@ export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocR
               {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
             <td>{r.window === 'concurrent' ? `${r.metric} in flight` : `${r.metric} per ${r.window}`}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
             <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
-            <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{forecastText(r.forecast)}
+            <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{r.window === 'concurrent' ? 'frees as holders settle' : forecastText(r.forecast)}
               {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)} by its end)</span>}</td>
           </tr>
         );
