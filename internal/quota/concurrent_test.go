@@ -525,3 +525,29 @@ func TestConcurrentPathNotLeased(t *testing.T) {
 		}
 	}
 }
+
+// An extension is persisted with the record (extend marks it changed for the drain):
+// after Redis loses its data the reservation comes back with its extended expiry, and
+// its slot with it.
+func TestExtensionSurvivesRedisLoss(t *testing.T) {
+	t.Parallel()
+	h := &memHydrator{counters: map[quota.Counter]int64{}, recs: map[string]quota.ReservationRecord{}}
+	r := MustRig(t, "", quota.Config{Hydrator: h})
+	ctx := context.Background()
+	limits := quota.LevelLimits{User: []vocab.Limit{conc(1)}}
+	res := r.mustReserve(t, reserveReq("acme", 1, limits), quota.ReserveOptions{TTL: 2 * time.Second})
+	h.persist(t, r.e, "acme")
+	ext, err := r.e.Extend(ctx, "acme", 1, res.ID, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.persist(t, r.e, "acme")
+	r.wipeOrg(t, "acme")
+	got, err := r.e.Reservation(ctx, "acme", 1, res.ID) // hydrates
+	if err != nil || got.State != quota.Held || !got.ExpiresAt.Equal(ext.ExpiresAt) {
+		t.Fatalf("after the loss: %+v, %v; want held until %s", got, err, ext.ExpiresAt)
+	}
+	if got := r.inFlight(t, "acme"); !cmp.Equal(got, all("tokens", 1)) {
+		t.Fatalf("in flight after the loss = %v, want the extended slot", got)
+	}
+}
