@@ -53,6 +53,10 @@ type LevelUsage struct {
 	// count against Limits, whose month Used is their sum.
 	Used     int64
 	Reserved int64
+	// InFlight is the units held at once by open reservations against a concurrent
+	// limit (vocab.Concurrent), now; nil when the level has no concurrent limit of the
+	// metric and nothing in flight (and for a period not current).
+	InFlight *int64
 	Limits   []WindowUsage
 }
 
@@ -111,6 +115,8 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 	var cs ledger.Counters
 	var held map[quota.Counter]int64 // units of open reservations, not in usage (committed units)
 	var sliding map[quota.Counter][]WindowUsage
+	var inflight map[quota.Counter]int64 // units held against concurrent limits, now
+	var concurrent func(quota.Counter) bool
 	if !closed {
 		if usage, err = s.Store.ledger.Usage(ctx, org, per.ID); err != nil {
 			return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
@@ -136,6 +142,16 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 						held = nil
 					}
 				}
+				if f, ok := cs.(inFlighter); ok && err == nil && per.ID == cur.ID {
+					if inflight, err = f.InFlight(ctx, org); err != nil {
+						inflight = nil
+					}
+					for c := range inflight {
+						if _, ok := usage[c]; !ok {
+							usage[c] = 0
+						}
+					}
+				}
 			}
 		}
 		ol, err := ledger.LoadLimits(ctx, s.Tenants, org)
@@ -144,6 +160,14 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		}
 		if q, ok := cs.(batchChecker); ok && per.ID == cur.ID {
 			sliding = s.slidingUsage(ctx, q, ol, usage)
+		}
+		concurrent = func(c quota.Counter) bool {
+			for _, l := range ol.Of(c) {
+				if l.Window == vocab.Concurrent {
+					return true
+				}
+			}
+			return false
 		}
 		limits = map[quota.Counter]int64{}
 		for c := range usage {
@@ -175,6 +199,9 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 			byMetric[c.Metric] = m
 		}
 		lu := LevelUsage{Used: v, Reserved: held[c], Limits: append([]WindowUsage{}, sliding[c]...)}
+		if n, ok := inflight[c]; ok || (inflight != nil && concurrent(c)) {
+			lu.InFlight = &n
+		}
 		if l, ok := limits[c]; ok {
 			counted := v + held[c]
 			wu := WindowUsage{Window: string(vocab.Month), Limit: l, Used: counted, Remaining: max(l-counted, 0)}
@@ -253,6 +280,11 @@ func (s *Service) Export(ctx context.Context, w io.Writer, org, period string, f
 		period = vocab.PeriodAt(s.now(), 1).ID
 	}
 	return s.Store.WriteExport(ctx, w, org, period, format)
+}
+
+// inFlighter is what usage's in_flight needs of a quota engine (quota.Engine.InFlight).
+type inFlighter interface {
+	InFlight(ctx context.Context, org string) (map[quota.Counter]int64, error)
 }
 
 // batchChecker is what slidingUsage needs of a quota engine.

@@ -171,6 +171,37 @@ func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[
 	return r, err
 }
 
+// Extend moves the expiry of held reservation id to now + ttlSeconds (1 to
+// MaxReservationTTL in seconds, as a reservation's ttl_seconds): the heartbeat of a
+// holder whose work outlives its TTL. Errors: Reservation's, Invalid naming
+// ttl_seconds, and Conflict naming the state once it is settled.
+func (s *Service) Extend(ctx context.Context, c Caller, id string, ttlSeconds int64) (quota.Reservation, error) {
+	if ttlSeconds < 1 || ttlSeconds > int64(MaxReservationTTL/time.Second) {
+		return quota.Reservation{}, derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
+	}
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+		return s.engine.Extend(ctx, route, org, anchor, id, time.Duration(ttlSeconds)*time.Second)
+	})
+}
+
+// InFlight is the units of org held at once per counter by open reservations that
+// charged a concurrent limit (usage's in_flight). The caller is authorized for org by
+// the transport. Errors: NotFound, Unavailable.
+func (s *Service) InFlight(ctx context.Context, orgID string) (map[quota.Counter]int64, error) {
+	if s.engine == nil {
+		return nil, ErrNoEngine
+	}
+	org, err := s.org(ctx, orgID)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.engine.InFlight(ctx, org.Route(), orgID)
+	if err != nil {
+		return nil, engineError(err)
+	}
+	return m, nil
+}
+
 // OpenReservations is a page of org's held reservations, soonest to expire first,
 // after the cursor, at most limit (1 to quota.MaxOpenPage). The caller is authorized
 // for org by the transport (the usage routes' scopes). Errors: Invalid naming limit,

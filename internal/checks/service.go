@@ -30,6 +30,11 @@ type Engine interface {
 	Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
 	Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
 	OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
+	// Extend moves a held reservation's expiry to now + ttl (concurrency's heartbeat).
+	Extend(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, ttl time.Duration) (quota.Reservation, error)
+	// InFlight is the units held at once per counter by reservations that charged a
+	// concurrent limit.
+	InFlight(ctx context.Context, route vocab.Route, org string) (map[quota.Counter]int64, error)
 }
 
 // Config is what a Service needs.

@@ -129,6 +129,17 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	s.reservationAnswer(w, r, res, err)
 }
 
+// ExtendReservation handles POST /v1/reservations/{id}/extend: a heartbeat that moves
+// a held reservation's expiry to now + ttl_seconds.
+func (s *Server) ExtendReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
+	var in api.ExtendRequest
+	if !decode(w, r, &in) {
+		return
+	}
+	res, err := s.checks.Extend(r.Context(), callerOfCheck(r), id, in.TtlSeconds)
+	s.reservationAnswer(w, r, res, err)
+}
+
 // ListOpenReservations handles GET /v1/orgs/{org}/reservations: a page of the org's
 // held reservations, soonest to expire first. It reads the org's Redis, as usage's
 // reserved does, with the usage routes' authorization (declared in routes.go's table).

@@ -43,6 +43,7 @@ func table() []route {
 		{get, "/v1/reservations/{id}", (*wrapper).GetReservation, checkScoped},
 		{del, "/v1/reservations/{id}", (*wrapper).ReleaseReservation, checkScoped},
 		{post, "/v1/reservations/{id}/commit", (*wrapper).CommitReservation, checkScoped},
+		{post, "/v1/reservations/{id}/extend", (*wrapper).ExtendReservation, checkScoped},
 
 		{get, "/v1/plans", (*wrapper).ListPlans, operator},
 		{post, "/v1/plans", (*wrapper).CreatePlan, operator},

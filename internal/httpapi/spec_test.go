@@ -183,7 +183,6 @@ func TestSpecCoversAPIDoc(t *testing.T) {
 // routes belong to an open issue: the contract is written ahead of the code. Their
 // routes must not be in the spec yet; the issue that builds one removes its entry.
 var notYetBuilt = map[string]string{
-	"Concurrency limits":    "issue 24",
 	"Money: rates, budgets": "issue 25",
 }
 

@@ -43,7 +43,7 @@ func fromUsage(u billing.Usage) api.Usage {
 }
 
 func fromLevelUsage(l billing.LevelUsage) api.UsageLevel {
-	out := api.UsageLevel{Id: l.ID, Used: l.Used, Reserved: l.Reserved, Limits: make([]api.WindowUsage, len(l.Limits))}
+	out := api.UsageLevel{Id: l.ID, Used: l.Used, Reserved: l.Reserved, InFlight: l.InFlight, Limits: make([]api.WindowUsage, len(l.Limits))}
 	if l.Team != "" {
 		team := l.Team
 		out.Team = &team

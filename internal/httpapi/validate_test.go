@@ -98,8 +98,8 @@ func TestRequestValidator(t *testing.T) {
 			name: "bad window enum", method: "POST", path: "/v1/plans",
 			body:       `{"id":"pro","name":"Pro","limits":[{"metric":"requests","window":"minute","limit":1},{"metric":"requests","window":"week","limit":1}],"fail_mode":"open"}`,
 			wantStatus: 400,
-			wantDetail: "limits[1].window: must be one of second, minute, hour, day, month",
-			wantErrors: []FieldError{{Field: "limits[1].window", Message: "must be one of second, minute, hour, day, month"}},
+			wantDetail: "limits[1].window: must be one of second, minute, hour, day, month, concurrent",
+			wantErrors: []FieldError{{Field: "limits[1].window", Message: "must be one of second, minute, hour, day, month, concurrent"}},
 		},
 		{
 			name: "bad id pattern in body", method: "POST", path: "/v1/plans",

@@ -395,6 +395,9 @@ func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per 
 	if full {
 		f.setFull(key, false)
 	}
+	if len(d.Reservations) > 0 { // opened or settled: in-flight may have moved
+		f.observeInFlight(ctx, cs, org)
+	}
 	if err := f.notifier.check(ctx, org, period, per.End, counters); err != nil {
 		f.cfg.Logger.Warn("threshold events", "org", org, "period", period, "err", err.Error())
 	}
@@ -408,5 +411,20 @@ func (f *Flusher) setFull(key string, v bool) {
 		f.needsFull[key] = true
 	} else {
 		delete(f.needsFull, key)
+	}
+}
+
+// observeInFlight reads org's in-flight units (concurrency limits) for
+// quotaplane_worker_in_flight_units, when the counters can say (quota.Engine.InFlight).
+// A failed read leaves the last reading.
+func (f *Flusher) observeInFlight(ctx context.Context, cs Counters, org string) {
+	r, ok := cs.(interface {
+		InFlight(ctx context.Context, org string) (map[quota.Counter]int64, error)
+	})
+	if !ok || f.cfg.Metrics == nil {
+		return
+	}
+	if m, err := r.InFlight(ctx, org); err == nil {
+		f.cfg.Metrics.inFlight.set(org, m)
 	}
 }

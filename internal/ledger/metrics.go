@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
 // Metrics are the worker's Prometheus metrics of usage persistence.
@@ -18,6 +20,7 @@ type Metrics struct {
 	flushErrors    prometheus.Counter
 	lastFlushUnixS prometheus.Gauge
 	util           *utilization
+	inFlight       *inFlightTop
 }
 
 // NewMetrics registers the metrics on reg (nil: they are kept but not exported).
@@ -31,7 +34,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Org flushes that failed (retried with a full read next tick)."}),
 		lastFlushUnixS: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotaplane_worker_last_flush_timestamp_seconds",
 			Help: "Unix time of the start of the last complete usage flush."}),
-		util: newUtilization(UtilizationTop, time.Now),
+		util:     newUtilization(UtilizationTop, time.Now),
+		inFlight: &inFlightTop{top: UtilizationTop, m: map[string]map[inFlightKey]int64{}},
 	}
 	m.flushLag = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "quotaplane_worker_flush_lag_seconds",
 		Help: "Seconds since the start of the last complete usage flush: the usage a Redis restart may lose."},
@@ -43,7 +47,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			return time.Since(time.Unix(0, last)).Seconds()
 		})
 	if reg != nil {
-		reg.MustRegister(m.flushLag, m.flushDuration, m.rowsFlushed, m.flushErrors, m.lastFlushUnixS, m.util)
+		reg.MustRegister(m.flushLag, m.flushDuration, m.rowsFlushed, m.flushErrors, m.lastFlushUnixS, m.util, m.inFlight)
 	}
 	return m
 }
@@ -129,5 +133,73 @@ func (u *utilization) Collect(ch chan<- prometheus.Metric) {
 	})
 	for _, e := range all[:min(len(all), u.top)] {
 		ch <- prometheus.MustNewConstMetric(utilizationDesc, prometheus.GaugeValue, e.v, e.k.org, e.k.level, e.k.metric)
+	}
+}
+
+// Concurrency limits (vocab.Concurrent): the units held at once by open reservations.
+
+var inFlightDesc = prometheus.NewDesc("quotaplane_worker_in_flight_units",
+	"Units held at once by open reservations against concurrent limits: per org, level and metric, the most of any counter of the level (an org, a team or a user), as of the last flush that drained a reservation of the org; only the 20 highest series are exported.",
+	[]string{"org", "level", "metric"}, nil)
+
+type inFlightKey struct{ level, metric string }
+
+// inFlightTop keeps each org's in-flight units as last read: every reservation opened
+// or settled is drained by the flush, which then reads the org's in-flight hash, so the
+// reading changes whenever in-flight does.
+type inFlightTop struct {
+	top int
+	mu  sync.Mutex
+	m   map[string]map[inFlightKey]int64
+}
+
+// set replaces org's reading (per level and metric, the highest counter's).
+func (t *inFlightTop) set(org string, byCounter map[quota.Counter]int64) {
+	if t == nil {
+		return
+	}
+	vals := map[inFlightKey]int64{}
+	for c, v := range byCounter {
+		k := inFlightKey{string(c.Level), c.Metric}
+		if v > vals[k] {
+			vals[k] = v
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(vals) == 0 {
+		delete(t.m, org)
+		return
+	}
+	t.m[org] = vals
+}
+
+// Describe sends the one descriptor.
+func (t *inFlightTop) Describe(ch chan<- *prometheus.Desc) { ch <- inFlightDesc }
+
+// Collect sends the top highest series.
+func (t *inFlightTop) Collect(ch chan<- prometheus.Metric) {
+	type kv struct {
+		org string
+		k   inFlightKey
+		v   int64
+	}
+	t.mu.Lock()
+	var all []kv
+	for org, m := range t.m {
+		for k, v := range m {
+			all = append(all, kv{org, k, v})
+		}
+	}
+	t.mu.Unlock()
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].v != all[j].v {
+			return all[i].v > all[j].v
+		}
+		a, b := all[i], all[j]
+		return a.org+"|"+a.k.level+"|"+a.k.metric < b.org+"|"+b.k.level+"|"+b.k.metric
+	})
+	for _, e := range all[:min(len(all), t.top)] {
+		ch <- prometheus.MustNewConstMetric(inFlightDesc, prometheus.GaugeValue, float64(e.v), e.org, e.k.level, e.k.metric)
 	}
 }

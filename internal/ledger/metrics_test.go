@@ -11,6 +11,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/ledger/ledgertest"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
@@ -138,5 +139,41 @@ func TestUtilizationSurvivesARestart(t *testing.T) {
 	got := gauges(t, reg, "quotaplane_worker_month_utilization_ratio")
 	if k := "level=org|metric=requests|org=" + full; got[k] != 1 {
 		t.Errorf("utilization %s = %v after a restart, want 1 (all: %v)", k, got[k], got)
+	}
+}
+
+// TestFlushReportsInFlight: a flush that drains a reservation exports the org's
+// in-flight units per level (concurrency limits), and the series goes once settled.
+func TestFlushReportsInFlight(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	reg := prometheus.NewRegistry()
+	flusher := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc,
+		Counters: oneEngine(e.Engine), Logger: quietLog(), Metrics: ledger.NewMetrics(reg)})
+	org := testenv.ID(t, "cc")
+	e.Seed(org, []vocab.Limit{{Metric: "requests", Window: vocab.Concurrent, Limit: 8}}, nil, tenants.TeamInput{ID: "eng"})
+	req := quota.Request{Org: org, Team: "eng", User: "alice", Metric: "requests", Cost: 3,
+		Limits: quota.LevelLimits{Org: []vocab.Limit{{Window: vocab.Concurrent, Limit: 8}}}}
+	res, out, err := e.Engine.Reserve(ctx, req, quota.ReserveOptions{})
+	if err != nil || !out.Allowed {
+		t.Fatalf("reserve: %v %+v", err, out)
+	}
+	if _, err := flusher.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := gauges(t, reg, "quotaplane_worker_in_flight_units")
+	for _, lv := range []string{"org", "team", "user"} {
+		if k := "level=" + lv + "|metric=requests|org=" + org; got[k] != 3 {
+			t.Errorf("in flight %s = %v, want 3 (all: %v)", k, got[k], got)
+		}
+	}
+	if _, err := e.Engine.Release(ctx, org, 1, res.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := flusher.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := gauges(t, reg, "quotaplane_worker_in_flight_units"); len(got) != 0 {
+		t.Errorf("in flight after the release: %v, want no series", got)
 	}
 }

@@ -262,7 +262,7 @@ func upsertReservations(ctx context.Context, tx pgx.Tx, org string, recs []quota
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO reservations (org_id, id, period, state, expires_at, record)
 			VALUES ($1, $2, $3, $4, $5, $6)
-			ON CONFLICT (org_id, id) DO UPDATE SET state = EXCLUDED.state, record = EXCLUDED.record, updated_at = now()
+			ON CONFLICT (org_id, id) DO UPDATE SET state = EXCLUDED.state, expires_at = EXCLUDED.expires_at, record = EXCLUDED.record, updated_at = now()
 			WHERE reservations.state = 'held'`, org, r.ID, r.Period, string(r.State), r.ExpiresAt, rec); err != nil {
 			return err
 		}

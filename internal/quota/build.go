@@ -190,10 +190,13 @@ func appendNumbers(b []byte, vs ...float64) []byte {
 
 // appendRows appends the rows of one level: its counter's index (1 org, 2 team, 3 user
 // for a one-metric request; metric m's level l is m x levels + l), window index (0
-// month, i the i-th sliding window), limit.
+// month, i the i-th sliding window, -1 concurrent), limit.
 func appendRows(b []byte, level float64, limits []vocab.Limit, index *[len(slidingWindows)]int) []byte {
 	for _, l := range limits {
 		w := 0
+		if l.Window == vocab.Concurrent {
+			w = -1
+		}
 		for i, sw := range slidingWindows {
 			if sw == l.Window {
 				w = index[i]
@@ -209,7 +212,9 @@ func appendRows(b []byte, level float64, limits []vocab.Limit, index *[len(slidi
 func appendLabels(a []any, letter, id string, limits []vocab.Limit) []any {
 	for _, l := range limits {
 		w := "M"
-		if l.Window != vocab.Month {
+		if l.Window == vocab.Concurrent {
+			w = "C"
+		} else if l.Window != vocab.Month {
 			w = windowSeconds(l.Window)
 		}
 		a = append(a, letter+"|"+id+"|"+w+"|"+strconv.FormatInt(l.Limit, 10))

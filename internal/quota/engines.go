@@ -585,3 +585,21 @@ func (r *Engines) OpenReservations(ctx context.Context, route vocab.Route, org s
 	}
 	return b.eng.OpenReservations(ctx, org, anchorDay, f, after, limit)
 }
+
+// Extend moves a held reservation's expiry on the Redis of route (Engine.Extend).
+func (r *Engines) Extend(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, ttl time.Duration) (Reservation, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return Reservation{}, err
+	}
+	return b.eng.Extend(ctx, org, anchorDay, id, ttl)
+}
+
+// InFlight reads org's in-flight units on the Redis of route (Engine.InFlight).
+func (r *Engines) InFlight(ctx context.Context, route vocab.Route, org string) (map[Counter]int64, error) {
+	b, err := r.backendFor(r.urlOf(&route))
+	if err != nil {
+		return nil, err
+	}
+	return b.eng.InFlight(ctx, org)
+}

@@ -218,11 +218,25 @@ func newLeases(e *Engine, cfg LeaseConfig) *leases {
 }
 
 // leasable reports whether req may be answered from a lease: an enforced check that
-// consumes, without an idempotency key, of a path whose org allows leases.
+// consumes, without an idempotency key, of a path whose org allows leases and that
+// has no concurrent limit (a lease is a reservation: it would hold in flight, and an
+// admission from it could not see what other holders hold).
 func leasable(req *Request) bool {
 	// a multi-metric request is decided in Redis: a lease is of one metric's path
 	return req.Cost > 0 && req.IdempotencyKey == "" && !req.NoLease && (req.Mode == "" || req.Mode == vocab.Enforce) &&
-		len(req.More) == 0
+		len(req.More) == 0 && !hasConcurrent(req)
+}
+
+// hasConcurrent reports whether any level of req has a concurrent limit.
+func hasConcurrent(req *Request) bool {
+	for _, ls := range [...][]vocab.Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
+		for _, l := range ls {
+			if l.Window == vocab.Concurrent {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func (m *leases) event(ev LeaseEvent) {

@@ -81,6 +81,9 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 	add := func(level vocab.Level, id string, k localKey, limits []vocab.Limit) {
 		k.level = level
 		for _, lim := range limits {
+			if lim.Window == vocab.Concurrent {
+				continue // nothing is held in process: in-flight is Redis's alone
+			}
 			k.window = lim.Window
 			c := l.counters[k]
 			if c == nil || !now.Before(c.end) {

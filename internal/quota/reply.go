@@ -169,7 +169,9 @@ func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result
 			row++
 			ls := LevelStatus{Metric: metric, Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
 				Remaining: max(l.Limit-used, 0), ResetAt: month}
-			if ms := l.Window.Duration().Milliseconds(); ms > 0 {
+			if l.Window == vocab.Concurrent { // nothing resets on a clock: a slot frees when settled
+				ls.ResetAt = time.UnixMilli(nowMs).UTC()
+			} else if ms := l.Window.Duration().Milliseconds(); ms > 0 {
 				if req.Precise {
 					ms /= PreciseSubBuckets // its count next falls at the end of the sub-bucket
 				}
@@ -201,6 +203,8 @@ func windowOfSeconds(s string) vocab.Window {
 	switch s {
 	case "M":
 		return vocab.Month
+	case "C":
+		return vocab.Concurrent
 	case "1":
 		return vocab.Second
 	case "60":

@@ -210,7 +210,7 @@ func (r *Request) Validate() error {
 			bad("%s limits given for an absent %s", level, level)
 			return
 		}
-		var seen uint8 // window bits, month as 16
+		var seen uint8 // window bits, month as 16, concurrent as 32
 		for _, l := range limits {
 			if !l.Window.Valid() {
 				bad("%s limit: unknown window %q", level, l.Window)
@@ -219,6 +219,8 @@ func (r *Request) Validate() error {
 			bit := windowBit(l.Window)
 			if l.Window == vocab.Month {
 				bit = 16
+			} else if l.Window == vocab.Concurrent {
+				bit = 32
 			}
 			if seen&bit != 0 {
 				bad("%s limit: window %s repeated", level, l.Window)

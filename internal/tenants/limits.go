@@ -22,7 +22,7 @@ func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 			errs.add(f+".metric", "must match %s", vocab.IDPattern)
 		}
 		if !l.Window.Valid() {
-			errs.add(f+".window", "must be one of second, minute, hour, day, month")
+			errs.add(f+".window", "must be one of second, minute, hour, day, month, concurrent")
 		}
 		if l.Limit < 0 || l.Limit > vocab.MaxUnits {
 			// A counter is exact to vocab.MaxUnits per limit (docs/ARCHITECTURE.md).

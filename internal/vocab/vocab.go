@@ -21,7 +21,8 @@ const MaxUnits int64 = 1 << 50
 
 // Window is the span a limit applies to. Second, minute, hour and day are sliding
 // windows (two-bucket weighted counter, or sub-buckets when precise); month is the
-// org's billing period.
+// org's billing period. Concurrent is no span of time: it bounds the units held at
+// once by open reservations (in flight), whatever their age.
 type Window string
 
 // The windows a limit may use.
@@ -31,13 +32,16 @@ const (
 	Hour   Window = "hour"
 	Day    Window = "day"
 	Month  Window = "month"
+	// Concurrent limits the units held at once by open reservations of a level; a
+	// check only tests it (held + cost <= limit) and holds nothing.
+	Concurrent Window = "concurrent"
 )
 
-// Windows lists every window, shortest first.
-var Windows = []Window{Second, Minute, Hour, Day, Month}
+// Windows lists every window, shortest first, then Concurrent.
+var Windows = []Window{Second, Minute, Hour, Day, Month, Concurrent}
 
 // Duration is the length of a sliding window, or 0 for Month (whose length depends on
-// the calendar) and for an unknown window.
+// the calendar), Concurrent and an unknown window.
 func (w Window) Duration() time.Duration {
 	switch w {
 	case Second:
@@ -52,8 +56,8 @@ func (w Window) Duration() time.Duration {
 	return 0
 }
 
-// Valid reports whether w is one of the five windows.
-func (w Window) Valid() bool { return w == Month || w.Duration() > 0 }
+// Valid reports whether w is one of the six windows.
+func (w Window) Valid() bool { return w == Month || w == Concurrent || w.Duration() > 0 }
 
 // Level is one step of the org > team > user cascade.
 type Level string

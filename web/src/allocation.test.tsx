@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { render } from 'preact';
 import { act } from 'preact/test-utils';
-import { allocationRows, forecast, forecastText, formatDay, heldMatches, heldRows, mergeLimits, openCount, sortRows, usageRows, type Held } from './allocation';
+import { allocationRows, forecast, forecastText, formatDay, heldMatches, heldRows, inFlightRows, mergeLimits, openCount, sortRows, usageRows, type Held } from './allocation';
 import type { Reservation, Team, Usage, User } from './api';
 import { level } from './format';
 import { MiniBar } from './ui';
@@ -222,5 +222,33 @@ describe('open reservation counts', () => {
   });
   it('counts none when nothing is open', () => {
     expect(openCount(team, { items: [], complete: true })).toBe(0);
+  });
+});
+
+describe('inFlightRows', () => {
+  const usage: Usage = {
+    org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
+    metrics: [{
+      metric: 'requests', daily: [],
+      org: { id: 'acme', used: 10, reserved: 4, in_flight: 4, limits: [{ window: 'concurrent', limit: 8, used: 4, remaining: 4 }] },
+      teams: [{ id: 'eng', used: 5, reserved: 3, in_flight: 3, limits: [{ window: 'concurrent', limit: 5, used: 3, remaining: 2 }] },
+        { id: 'ops', used: 5, reserved: 1, in_flight: 1, limits: [] }],
+      users: [{ id: 'bob', team: 'eng', used: 5, reserved: 3, in_flight: 3, limits: [{ window: 'concurrent', limit: 3, used: 3, remaining: 0 }] },
+        { id: 'erin', team: 'ops', used: 5, reserved: 0, limits: [{ window: 'month', limit: 100, used: 5, remaining: 95 }] }],
+    }],
+  };
+  it('lists each level with in_flight, org first, the fullest first, with its concurrent limit', () => {
+    expect(inFlightRows(usage).map((r) => `${r.kind} ${r.team ? r.team + '/' : ''}${r.id} ${r.inFlight}/${r.limit ?? '-'}`)).toEqual([
+      'org acme 4/8', 'team ops 1/-', 'team eng 3/5', 'user eng/bob 3/3']);
+    expect(inFlightRows(undefined)).toEqual([]);
+  });
+  it('InFlightPanel shows the in-flight units against the concurrent limit', async () => {
+    const { InFlightPanel } = await import('./pages/Allocation');
+    const root = document.createElement('div');
+    act(() => render(<InFlightPanel rows={inFlightRows(usage)} />, root));
+    expect(root.querySelector('[data-testid="in-flight-user-eng/bob-requests"] .mini-bar-text')!.textContent).toBe('3 of 3 100%');
+    expect(root.querySelector('[data-testid="in-flight-team-ops-requests"] [data-testid="in-flight-units"]')!.textContent).toBe('1');
+    act(() => render(<InFlightPanel rows={[]} />, root));
+    expect(root.querySelector('[data-testid="in-flight"]')).toBeNull();
   });
 });

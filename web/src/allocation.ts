@@ -204,3 +204,29 @@ export function heldMatches(h: Held, r: Reservation): boolean {
 export function openCount(h: Held, open: OpenList): number {
   return open.items.filter((r) => heldMatches(h, r)).length;
 }
+
+/** InFlight is a level's units held at once by open reservations against a concurrent limit (usage's in_flight). */
+export interface InFlight { kind: 'org' | 'team' | 'user'; id: string; team?: string; metric: string; inFlight: number; limit?: number }
+
+/**
+ * inFlightRows lists every level the usage API reports in_flight for (it has a
+ * concurrent limit, or something in flight), with its concurrent limit when it has
+ * one: the org first, then teams, then users, each the fullest first.
+ */
+export function inFlightRows(usage: Usage | undefined): InFlight[] {
+  const out: InFlight[] = [];
+  const add = (kind: InFlight['kind'], l: Usage['metrics'][number]['org'], metric: string) => {
+    if (l.in_flight === undefined) return;
+    const limit = l.limits.find((w) => w.window === 'concurrent')?.limit;
+    out.push({ kind, id: l.id, team: kind === 'user' ? l.team ?? '' : undefined, metric, inFlight: l.in_flight, limit });
+  };
+  for (const mu of usage?.metrics ?? []) {
+    add('org', mu.org, mu.metric);
+    for (const t of mu.teams) add('team', t, mu.metric);
+    for (const u of mu.users) add('user', u, mu.metric);
+  }
+  const rank = { org: 0, team: 1, user: 2 };
+  const fill = (r: InFlight) => (r.limit ? r.inFlight / r.limit : r.inFlight > 0 ? 1 : 0);
+  return out.sort((a, b) => rank[a.kind] - rank[b.kind] || fill(b) - fill(a) || a.metric.localeCompare(b.metric)
+    || `${a.team ?? ''}\u0000${a.id}`.localeCompare(`${b.team ?? ''}\u0000${b.id}`));
+}

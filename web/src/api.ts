@@ -8,7 +8,7 @@ import type { components } from '../../sdk/typescript/src/schema';
 // /v1 contract does not describe, are typed by hand here.
 type S = components['schemas'];
 export type Window = S['Window'];
-export const WINDOWS: Window[] = ['second', 'minute', 'hour', 'day', 'month'];
+export const WINDOWS: Window[] = ['second', 'minute', 'hour', 'day', 'month', 'concurrent'];
 export type Mode = S['Mode'];
 export const MODES: Mode[] = ['enforce', 'shadow', 'warn'];
 export type Scope = S['Scope'];

@@ -54,10 +54,11 @@ export function level(used: number, limit: number): Level {
 }
 
 export function windowLabel(w: Window): string {
+  if (w === 'concurrent') return 'in flight at once (concurrent)';
   return w === 'month' ? 'per month (billing period)' : `per ${w}`;
 }
 
-const WINDOW_ORDER: Record<Window, number> = { second: 0, minute: 1, hour: 2, day: 3, month: 4 };
+const WINDOW_ORDER: Record<Window, number> = { second: 0, minute: 1, hour: 2, day: 3, month: 4, concurrent: 5 };
 
 /** sortLimits orders limits by metric, then from the shortest window to month. */
 export function sortLimits(ls: Limit[]): Limit[] {

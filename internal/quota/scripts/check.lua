@@ -23,11 +23,12 @@
 --   corrected to Redis TIME), period end (ms), month keys' expiry (unix s), nl (counters),
 --   nw (sliding windows), rows; then per window: length (ms), time elapsed in its
 --   current bucket (ms); then per row: its counter's index (1 org, 2 team, 3 user for
---   one metric), window (0 = month, i = i-th sliding window), limit. Rows are every
---   limit of every level, in order. Every window any row limits is counted at every
---   counter. Then, only for a precise check (the org's sliding_windows: precise), N: the
---   sub-buckets per window (see "Precise windows" below); then, only for a multi-metric
---   request, each counter's cost (see "Several metrics" below).
+--   one metric), window (0 = month, i = i-th sliding window, -1 = concurrent: see
+--   "Concurrency" below), limit. Rows are every limit of every level, in order. Every
+--   window any row limits is counted at every counter. Then, only for a precise check
+--   (the org's sliding_windows: precise), N: the sub-buckets per window (see "Precise
+--   windows" below); then, only for a multi-metric request, each counter's cost (see
+--   "Several metrics" below).
 --
 -- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or "C" (the
 --   idempotency key was first used with another request: nothing counted), or the decision:
@@ -180,6 +181,27 @@ if subs then
   end
 end
 
+-- Concurrency (window -1, vocab.Concurrent): a row bounds the units held at once by open
+-- reservations of its level, counted in the in-flight hash <p>:{<org>}|c (no period: a
+-- reservation held across a period's end still holds), one field per counter (the
+-- counter fields ARGV[l]). Its key is the month key's org part + 'c': like a bucket it
+-- is not declared (it is often missing: nothing in flight). A row admits when held +
+-- cost <= limit; a check holds nothing (its row reports held, not held + cost), a
+-- reservation adds its amount at every level (reserve.lua) and settle.lua takes it all
+-- back. inflight(l) reads the hash once, only when a row asks.
+local cvals, crows = false, false
+local function inflight(l)
+  if not cvals then
+    cvals = redis.call('HMGET', string.match(KEYS[1], '^(.*|)m|') .. 'c', unpack(ARGV, 1, nl))
+    for i = 1, nl do
+      local v = tonumber(cvals[i] or 0) or MAXC
+      if not (v >= 0) then v = 0 elseif v > MAXC then v = MAXC end
+      cvals[i] = v
+    end
+  end
+  return cvals[l]
+end
+
 local month = redis.call('HMGET', KEYS[1], '|p', unpack(ARGV, 1, nl))
 if not month[1] then return 'H' end
 -- counters in place, as numbers: month[l + 1] is level l's (a missing field reads false)
@@ -239,7 +261,12 @@ for r = 4, last do
   q = q + 3
   local u, wait, rank
   local cost = cs and cs[l] or cost -- this row's counter's
-  if w == 0 then
+  if w < 0 then -- concurrency: held at once; a slot frees when a holder settles
+    u, rank = inflight(l), 1e14
+    if u + cost > limit then wait = 1000 end
+    crows = crows or {}
+    crows[#crows + 1] = r
+  elseif w == 0 then
     u, rank = month[l + 1], 1e15
     if u + cost > limit then
       wait = a[4] - now
@@ -328,11 +355,21 @@ if cost > 0 and status ~= 3 then
     k = k + 2
   end
   if cs then
-    -- each row's used value gains its own counter's cost, here, so add is 0 below
+    -- each row's used value gains its own counter's cost, here, so add is 0 below;
+    -- a check's concurrent rows do not (a check holds nothing: they report what is held)
     q = 8 + 2 * nw
-    for r = 4, last do out[r], q = out[r] + cs[a[q + 1]], q + 3 end
+    for r = 4, last do
+      if reserve or a[q + 2] >= 0 then out[r] = out[r] + cs[a[q + 1]] end
+      q = q + 3
+    end
     add = 0
   end
+end
+
+-- Concurrency: a check holds nothing, so its concurrent rows report what is held (the
+-- replies below add add to every row).
+if crows and not reserve then
+  for _, r in ipairs(crows) do out[r] = out[r] - add end
 end
 
 if reserve then return reserve(a, status, retry, blocked, out, last, add) end
@@ -352,6 +389,7 @@ local label = 2 + nl + 2 * nw -- ARGV index of the first row's label
 for r = 4, last do
   local w = a[q + 2]
   local reset = a[4]
+  if w < 0 then reset = now end -- concurrency: nothing resets on a clock
   if w > 0 then
     reset = now - a[8 + 2 * w] + a[7 + 2 * w]
     -- a precise window's count next falls at the end of the current sub-bucket

@@ -40,6 +40,32 @@ for i = 4 + n, #ARGV do
     end
   end
 end
+-- Concurrency (reserve.lua's ck, cn, cf<i>): when records came back, the in-flight hash
+-- <p>:{<org>}|c (undeclared, like check.lua's) is rebuilt from every held reservation
+-- in KEYS[2], so a slot is counted once whether the hash survived or went with them,
+-- and none held in a restored record is lost. Leases never hold in flight.
+if restored > 0 then
+  local ck, sum = ARGV[2] .. 'c', {}
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+    if string.sub(id, 1, 2) ~= 'l_' then
+      local key = ARGV[2] .. 'r|' .. id
+      local v = redis.call('HMGET', key, 's', 'a', 'cn', 'nl', 'nm')
+      if v[1] == 'held' and v[3] then
+        -- cf<l> holds its metric's amount: a<m> of a multi-metric reservation, else a
+        local per = (tonumber(v[4]) or 1) / (tonumber(v[5]) or 1)
+        for l = 1, tonumber(v[3]) do
+          local f = redis.call('HGET', key, 'cf' .. l)
+          local am = v[5] and redis.call('HGET', key, 'a' .. math.ceil(l / per)) or v[2]
+          if f then sum[f] = (sum[f] or 0) + tonumber(am) end
+        end
+      end
+    end
+  end
+  redis.call('DEL', ck)
+  for f, v in pairs(sum) do
+    if v > 0 then redis.call('HSET', ck, f, string.format('%d', v)) end
+  end
+end
 local held = redis.call('HGETALL', KEYS[3])
 for i = 1, #held, 2 do
   local f = held[i]

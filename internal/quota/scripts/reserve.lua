@@ -29,6 +29,10 @@
 -- A multi-metric reservation (check.lua's "Several metrics") also has nm, its number of
 -- metrics, and a1..a<nm> each metric's amount (a is the first's); its counters f<i> are
 -- nl / nm per metric, metric by metric, each holding its own metric's amount.
+-- Concurrency: when any row is concurrent (window -1), each counter's amount is also held
+-- in the in-flight hash <p>:{<org>}|c, and the record says where: ck the hash's key, cn
+-- and cf1..cf<cn> the fields charged (cf<i> is f<i>: it holds f<i>'s amount); settle.lua
+-- takes those amounts off exactly those fields, once.
 local idem, argc = KEYS[7], #ARGV - 5
 local function reserve(a, status, retry, blocked, out, last, add)
   local fmt = string.format
@@ -66,6 +70,20 @@ local function reserve(a, status, retry, blocked, out, last, add)
       rec[#rec + 1], rec[#rec + 2] = 'ns', fmt('%d', subs)
       for i = 1, nw do
         rec[#rec + 1], rec[#rec + 2] = 'bs' .. i, fmt('%d', math.floor(a[8 + 2 * i] / (a[7 + 2 * i] / subs)))
+      end
+    end
+    -- Concurrency: hold the amount in flight at every level (check.lua's "Concurrency").
+    local q, conc = 8 + 2 * nw, false
+    for _ = 1, a[8] do
+      if a[q + 2] < 0 then conc = true end
+      q = q + 3
+    end
+    if conc then
+      local ck = string.match(KEYS[1], '^(.*|)m|') .. 'c'
+      rec[#rec + 1], rec[#rec + 2], rec[#rec + 3], rec[#rec + 4] = 'ck', ck, 'cn', nl
+      for l = 1, nl do
+        rec[#rec + 1], rec[#rec + 2] = 'cf' .. l, ARGV[l]
+        redis.call('HINCRBY', ck, ARGV[l], cs and fmt('%d', cs[l]) or amount)
       end
     end
     redis.call('HSET', KEYS[3], unpack(rec))

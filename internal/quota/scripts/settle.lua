@@ -126,6 +126,19 @@ local function settle(rkey, id, action, used)
   -- whenever a reservation settles, even when the counter does not.
   redis.call('SADD', r.d, unpack(fields))
   put(r.h, redis.call('HMGET', r.h, unpack(fields)), dam, true)
+  -- Concurrency (reserve.lua): each counter's whole amount leaves flight, whatever was
+  -- used, from exactly the fields the record charged, never below 0; a field at 0 is
+  -- deleted, so the hash is gone when nothing is in flight. cf<l> is f<l>, holding its
+  -- metric's amount (-dam[l]).
+  -- (Read and written, not HINCRBY: a value that is not a number, which only a hand
+  -- edit can leave, reads as 0 here instead of failing the script halfway.)
+  if r.ck then
+    for l = 1, tonumber(r.cn) do
+      local f = r['cf' .. l]
+      local v = math.min(tonumber(redis.call('HGET', r.ck, f)) or 0, MAXC) + (dam[l] or -amount)
+      if v > 0 then redis.call('HSET', r.ck, f, fmt('%d', v)) else redis.call('HDEL', r.ck, f) end
+    end
+  end
   -- A precise window's sub-bucket counts (check.lua's "Precise windows"): putSub adds
   -- delta to sub-bucket s (0-based) of each counter's packed counts in key, never below
   -- 0; a counter without them is skipped unless create.

@@ -657,6 +657,33 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/reservations/{id}/extend": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Extend a held reservation (heartbeat)
+         * @description Moves the reservation's expiry to now + `ttl_seconds`: a heartbeat for work
+         *     longer than its TTL, such as a stream holding a concurrency slot (a `concurrent`
+         *     limit). Only a held reservation moves; once settled (committed, released, or
+         *     expired, which a reservation already past its expiry is, by its `on_expiry`):
+         *     409 naming the state.
+         */
+        post: operations["extendReservation"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/usage": {
         parameters: {
             query?: never;
@@ -1031,10 +1058,10 @@ export interface components {
         /** @description A human-readable name. */
         Name: string;
         /**
-         * @description `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window.
+         * @description `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window. `concurrent` is no span of time: it bounds the units held at once by open reservations (in flight) of the level; a reservation holds its amount against it until settled and gives all of it back then, a check only tests `held + cost <= limit`.
          * @enum {string}
          */
-        Window: "second" | "minute" | "hour" | "day" | "month";
+        Window: "second" | "minute" | "hour" | "day" | "month" | "concurrent";
         /**
          * @description A limit of a metric over a window.
          * @example {
@@ -1542,6 +1569,18 @@ export interface components {
             /** @description Units the work used, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); above the amount, counted in full and reported as `over_reserved` (a counter stops at 2^51). A number for a one-metric reservation, or an object of used units per metric (a metric left out used 0), the only form a multi-metric reservation takes. */
             used: number | components["schemas"]["Costs"];
         };
+        /**
+         * @example {
+         *       "ttl_seconds": 60
+         *     }
+         */
+        ExtendRequest: {
+            /**
+             * Format: int64
+             * @description Seconds from now until the reservation expires and its `on_expiry` settles it.
+             */
+            ttl_seconds: number;
+        };
         Reservation: {
             /** @example r_3kTMd9Vq0xYbWc1L7hPz2A */
             id: string;
@@ -1784,6 +1823,13 @@ export interface components {
              * @description Units held by open reservations; they count against the limits as used units do.
              */
             reserved: number;
+            /**
+             * Format: int64
+             * @description Units held at once by open reservations against a `concurrent` limit (any
+             *     level of their path has one), now, whatever the period asked. Present when
+             *     the level has a concurrent limit of this metric or anything in flight.
+             */
+            in_flight?: number;
             /** @description The level's effective limits of this metric with their use. */
             limits: components["schemas"]["WindowUsage"][];
         };
@@ -3571,6 +3617,41 @@ export interface operations {
         };
         responses: {
             /** @description Committed. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["ReservationSettled"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    extendReservation: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["ExtendRequest"];
+            };
+        };
+        responses: {
+            /** @description Extended; `expires_at` is the new expiry. */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -1,6 +1,6 @@
 // The allocation: the org's quota carved into teams and users, edited in place.
 import { useState } from 'preact/hooks';
-import { allocationRows, forecastText, heldMatches, heldRows, openCount, sortRows, type AllocRow, type Held, type OpenList, type SortKey } from '../allocation';
+import { allocationRows, forecastText, heldMatches, heldRows, inFlightRows, openCount, sortRows, type AllocRow, type Held, type InFlight, type OpenList, type SortKey } from '../allocation';
 import { api, ApiError, type Org, type Reservation, type Team, type User } from '../api';
 import { expiresIn, formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
@@ -62,6 +62,7 @@ export function Allocation({ session }: PageProps) {
         {rows.length > 0 && <AllocationTable rows={rows} />}
       </section>
       {usage && <HeldPanel org={org} held={heldRows(usage)} open={extra.data?.open} />}
+      {usage && <InFlightPanel rows={inFlightRows(usage)} />}
       <h2>Teams and users</h2>
       {adding && <NewTeam org={org} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
       {teams.length === 0 && <Empty>No teams yet.{canEdit ? ' Add one to allocate part of the org\'s quota.' : ''}</Empty>}
@@ -102,9 +103,9 @@ export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocR
           <tr data-level={lv} data-testid={`alloc-row-${r.kind}-${who}-${r.metric}-${r.window}`}>
             <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}
               {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
-            <td>{r.metric} per {r.window}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
+            <td>{r.window === 'concurrent' ? `${r.metric} in flight` : `${r.metric} per ${r.window}`}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
             <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
-            <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{forecastText(r.forecast)}
+            <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{r.window === 'concurrent' ? 'frees as holders settle' : forecastText(r.forecast)}
               {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)} by its end)</span>}</td>
           </tr>
         );
@@ -165,6 +166,35 @@ function HeldPanel({ org, held, open }: { org: string; held: Held[]; open?: Open
           </table></div>
         </>
       )}
+    </section>
+  );
+}
+
+/**
+ * InFlightPanel shows, per level, the units held at once by open reservations against
+ * concurrent limits (usage's in_flight), with the level's concurrent limit.
+ */
+export function InFlightPanel({ rows }: { rows: InFlight[] }) {
+  if (rows.length === 0) return null;
+  return (
+    <section class="panel in-flight" aria-labelledby="inflight-h" data-testid="in-flight">
+      <h2 id="inflight-h">In flight</h2>
+      <p class="muted small">Units held at once by open reservations against concurrent limits; all of a reservation's units come back when it is committed, released or expires.</p>
+      <div class="table-wrap"><table data-testid="in-flight-rows">
+        <thead><tr><th scope="col">Level</th><th scope="col">Metric</th><th scope="col" class="bar-col">In flight of the concurrent limit</th></tr></thead>
+        <tbody>{rows.map((r) => {
+          const who = r.kind === 'user' ? `${r.team}/${r.id}` : r.id;
+          return (
+            <tr data-testid={`in-flight-${r.kind}-${who}-${r.metric}`}>
+              <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}</td>
+              <td>{r.metric}</td>
+              <td>{r.limit !== undefined
+                ? <MiniBar used={r.inFlight} limit={r.limit} label={`${who} ${r.metric} in flight`} />
+                : <><strong data-testid="in-flight-units">{formatNumber(r.inFlight)}</strong> <span class="muted small">(no concurrent limit of its own)</span></>}</td>
+            </tr>
+          );
+        })}</tbody>
+      </table></div>
     </section>
   );
 }
