@@ -253,3 +253,32 @@ func (s *Service) ResolveUser(ctx context.Context, orgID, userID string) (Resolv
 	u.Registered, u.Limits = true, normalize(u.Limits)
 	return u, nil
 }
+
+// ResolveUsers looks up user ids of an org, with their own limits, in one query: ids
+// that are not registered map to the zero ResolvedUser.
+func (s *Service) ResolveUsers(ctx context.Context, orgID string, userIDs []string) (map[string]ResolvedUser, error) {
+	rows, err := s.pool.Query(ctx, `SELECT u.id, u.team_id, `+limitsAgg("user_limits", "org_id = u.org_id AND user_id = u.id")+`
+		FROM users u WHERE u.org_id = $1 AND u.id = ANY($2)`, orgID, userIDs)
+	if err != nil {
+		return nil, fmt.Errorf("resolve users of org %q: %w", orgID, err)
+	}
+	out := make(map[string]ResolvedUser, len(userIDs))
+	for _, id := range userIDs {
+		out[id] = ResolvedUser{}
+	}
+	var id, team string
+	var raw []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &team, &raw}, func() error {
+		u := ResolvedUser{Registered: true, TeamID: team}
+		if err := json.Unmarshal(raw, &u.Limits); err != nil {
+			return err
+		}
+		u.Limits = normalize(u.Limits)
+		out[id] = u
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("resolve users of org %q: %w", orgID, err)
+	}
+	return out, nil
+}
