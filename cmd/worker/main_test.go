@@ -165,6 +165,14 @@ func TestFaultClockHook(t *testing.T) {
 			if !strings.Contains(string(b), "go_build_info{") {
 				t.Error("the worker's /metrics has no go_build_info (issue 26)")
 			}
+			// The counters its alerts read start at 0, so rate() sees the first failure
+			// (issue 26).
+			for _, want := range []string{"\nquotaplane_worker_flush_errors_total 0\n", "\nquotaplane_worker_webhook_failures_total 0\n",
+				"\nquotaplane_worker_webhook_deliveries_total 0\n"} {
+				if !strings.Contains(string(b), want) {
+					t.Errorf("the fresh worker's /metrics has no %q", strings.TrimSpace(want))
+				}
+			}
 		}
 		_ = cmd.Process.Signal(syscall.SIGUSR1)
 		if !on {

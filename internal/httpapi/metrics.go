@@ -43,6 +43,27 @@ func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
 	return m
 }
 
+// preinitStatuses are the statuses whose request counters start at 0 for every route
+// and method (issue 26): the 5xx the api answers (problem.go: internal error,
+// unavailable or overloaded), so the first of them on a route is a step from 0 that
+// rate() and QuotaplaneHTTPErrors see, not a new series at 1 that they miss. Other
+// statuses appear with their first request, as before: bounded by routes x methods.
+var preinitStatuses = []string{"500", "503"}
+
+// preinit creates the request counters of preinitStatuses at 0 for every route and
+// method of r, and of the "unmatched" route.
+func (m *httpMetrics) preinit(r chi.Routes) error {
+	for _, st := range preinitStatuses {
+		m.requests.WithLabelValues("unmatched", http.MethodGet, st)
+	}
+	return chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		for _, st := range preinitStatuses {
+			m.requests.WithLabelValues(route, metricMethod(method), st)
+		}
+		return nil
+	})
+}
+
 // metricMethod bounds the method label: a client may send any method name.
 func metricMethod(m string) string {
 	switch m {

@@ -410,3 +410,43 @@ func TestPlanPatchNullRemovesPricing(t *testing.T) {
 		t.Fatalf("stored plan = %+v", p)
 	}
 }
+
+// Issue 26: the counters the alerts read are at 0 on a fresh replica, so rate() sees
+// their first event (a series that appears at 1 is a step it never sees): checks by
+// decision, level, mode and degraded; plan "none" and org "_other" by decision; the
+// 5xx of every route. A plan's and an org's series start, every decision at 0, with
+// their first check.
+func TestMetricsStartAtZero(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	text := r.f.do("GET", "/metrics", "", "").Body.String()
+	for _, want := range []string{
+		`quotaplane_checks_total{blocked_level="",decision="allowed",degraded="false",mode="enforce"} 0`,
+		`quotaplane_checks_total{blocked_level="",decision="error",degraded="false",mode="enforce"} 0`,
+		`quotaplane_checks_total{blocked_level="org",decision="denied",degraded="false",mode="enforce"} 0`,
+		`quotaplane_checks_total{blocked_level="user",decision="denied",degraded="true",mode="shadow"} 0`,
+		`quotaplane_plan_checks_total{decision="denied",degraded="true",plan="none"} 0`,
+		`quotaplane_org_checks_total{decision="denied",org="_other"} 0`,
+		`quotaplane_http_requests_total{method="POST",route="/v1/check",status="500"} 0`,
+		`quotaplane_http_requests_total{method="POST",route="/v1/check",status="503"} 0`,
+		`quotaplane_http_requests_total{method="GET",route="/v1/orgs/{org}",status="500"} 0`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("a fresh replica's /metrics has no %s", want)
+		}
+	}
+	key, _ := r.setup("acme")
+	if got := r.check(key, `{"org":"acme","team":"eng","user":"u"}`); got.code != 200 {
+		t.Fatalf("check = %d %s", got.code, got.raw)
+	}
+	text = r.f.do("GET", "/metrics", "", "").Body.String()
+	for _, want := range []string{
+		`quotaplane_plan_checks_total{decision="denied",degraded="false",plan="p-acme"} 0`,
+		`quotaplane_plan_checks_total{decision="allowed",degraded="true",plan="p-acme"} 0`,
+		`quotaplane_org_checks_total{decision="denied",org="acme"} 0`,
+		`quotaplane_org_checks_total{decision="allowed",org="acme"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("after acme's first check /metrics has no %s", want)
+		}
+	}
+}

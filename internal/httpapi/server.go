@@ -110,6 +110,9 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if err := s.routes(r, app, validate, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow)); err != nil {
 		return nil, err
 	}
+	if err := m.preinit(r); err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
 	if d.TracerProvider != nil {
 		return traced(r, d.TracerProvider), nil
 	}

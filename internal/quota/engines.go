@@ -67,10 +67,16 @@ type EnginesConfig struct {
 	Engine Config
 	// Registerer receives the router's metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// MetricsOrgs bounds the org label of quotaplane_org_checks_total: the first
-	// MetricsOrgs orgs this replica checks get their own series, later ones are
-	// counted as org "_other" (QUOTA_METRICS_ORGS; default 100; negative: none).
+	// MetricsOrgs bounds the org label of quotaplane_org_checks_total: at most
+	// MetricsOrgs orgs have a series of their own on this replica, the others are
+	// counted as org "_other" (QUOTA_METRICS_ORGS; default 100; negative: none). The
+	// first orgs checked take the free labels; after that, every MetricsOrgsWindow the
+	// busiest orgs of "_other" take the labels of the quietest named orgs
+	// (orgLabels, in metrics.go).
 	MetricsOrgs int
+	// MetricsOrgsWindow is the window over which org volumes are compared for the
+	// org labels (default 1 minute).
+	MetricsOrgsWindow time.Duration
 }
 
 // Engines holds the engine of every pool (and of every dedicated Redis) and sends

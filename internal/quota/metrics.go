@@ -36,15 +36,12 @@ type enginesMetrics struct {
 
 	planChecks *prometheus.CounterVec // plan, decision, degraded
 	orgChecks  *prometheus.CounterVec // org, decision
-	maxOrgs    int
-	scopedMu   sync.RWMutex // a map under RLock: a struct key of strings does not allocate, a sync.Map key would
+	scopedMu   sync.RWMutex           // a map under RLock: a struct key of strings does not allocate, a sync.Map key would
 	plans      map[planLabels]prometheus.Counter
-	orgs       map[orgLabels]prometheus.Counter // named orgs and OtherOrgs
-	orgNames   map[string]bool                  // orgs with a series of their own
+	orgLabels  *orgLabels
 }
 
 type planLabels struct{ plan, decision, degraded string }
-type orgLabels struct{ org, decision string }
 
 // MetricsOrgs converts a configured count of orgs with their own series, where 0
 // means none, to EnginesConfig.MetricsOrgs, where 0 means the default.
@@ -66,12 +63,9 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 		}, []string{"plan", "decision", "degraded"}),
 		orgChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "quotaplane_org_checks_total",
-			Help: "Checks answered by the router, by org and decision; orgs beyond QUOTA_METRICS_ORGS on this replica are counted as org \"_other\".",
+			Help: "Checks answered by the router, by org and decision; at most QUOTA_METRICS_ORGS orgs have a label on this replica, the busiest of the last minute, the others are counted as org \"_other\".",
 		}, []string{"org", "decision"}),
-		maxOrgs:  max(r.cfg.MetricsOrgs, 0),
-		plans:    map[planLabels]prometheus.Counter{},
-		orgs:     map[orgLabels]prometheus.Counter{},
-		orgNames: map[string]bool{},
+		plans: map[planLabels]prometheus.Counter{},
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "quotaplane_checks_total",
 			Help: "Checks answered by the router. decision is allowed, denied or error; blocked_level is org, team, user or empty; mode is the enforcement mode; degraded is true when a fail mode answered.",
@@ -125,6 +119,8 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 		Help: "Checks of hot paths: answer is leased (admitted in process from a lease) or miss (sent to Redis: no lease fitted, or one was being taken).",
 	}, []string{"answer"})
 	m.leasedChecks, m.leaseMisses = m.leaseChecks.WithLabelValues("leased"), m.leaseChecks.WithLabelValues("miss")
+	m.orgLabels = newOrgLabels(m.orgChecks, max(r.cfg.MetricsOrgs, 0), r.cfg.MetricsOrgsWindow)
+	m.preinit()
 	if reg == nil {
 		return m, nil
 	}
@@ -256,47 +252,59 @@ func (m *enginesMetrics) observer(l durationLabels) prometheus.Observer {
 	return o
 }
 
-// scoped counts a check in the plan and org families. An org gets a series of its
-// own while fewer than maxOrgs have one; the rest share OtherOrgs, without an entry
-// each, so the maps stay as bounded as the series.
+// scoped counts a check in the plan and org families (the org's label: orgLabels).
 func (m *enginesMetrics) scoped(plan, org, decision, degraded string) {
-	pl, ol := planLabels{plan, decision, degraded}, orgLabels{org, decision}
+	pl := planLabels{plan, decision, degraded}
 	m.scopedMu.RLock()
-	pc, ok1 := m.plans[pl]
-	oc, ok2 := m.orgs[ol]
-	if !ok2 && len(m.orgNames) >= m.maxOrgs && !m.orgNames[org] {
-		oc, ok2 = m.orgs[orgLabels{OtherOrgs, decision}]
-	}
+	pc, ok := m.plans[pl]
 	m.scopedMu.RUnlock()
-	if !ok1 || !ok2 {
-		pc, oc = m.scopedSlow(pl, ol)
+	if !ok {
+		pc = m.planSlow(pl)
 	}
 	pc.Inc()
-	oc.Inc()
+	m.orgLabels.count(org, decision)
 }
 
-// scopedSlow creates the series of a plan or org seen for the first time.
-func (m *enginesMetrics) scopedSlow(pl planLabels, ol orgLabels) (prometheus.Counter, prometheus.Counter) {
+// planSlow creates the series of a plan seen for the first time: every decision and
+// degraded value of it at once, at 0, so the first denial of a plan is seen by rate().
+func (m *enginesMetrics) planSlow(pl planLabels) prometheus.Counter {
 	m.scopedMu.Lock()
 	defer m.scopedMu.Unlock()
-	pc, ok := m.plans[pl]
-	if !ok {
-		pc = m.planChecks.WithLabelValues(pl.plan, pl.decision, pl.degraded)
-		m.plans[pl] = pc
-	}
-	if !m.orgNames[ol.org] {
-		if len(m.orgNames) < m.maxOrgs && ol.org != "" && ol.org != OtherOrgs {
-			m.orgNames[ol.org] = true
-		} else {
-			ol.org = OtherOrgs
+	for _, d := range decisions {
+		for _, deg := range []string{"false", "true"} {
+			l := planLabels{pl.plan, d, deg}
+			if _, ok := m.plans[l]; !ok {
+				m.plans[l] = m.planChecks.WithLabelValues(l.plan, l.decision, l.degraded)
+			}
 		}
 	}
-	oc, ok := m.orgs[ol]
-	if !ok {
-		oc = m.orgChecks.WithLabelValues(ol.org, ol.decision)
-		m.orgs[ol] = oc
+	if c, ok := m.plans[pl]; ok {
+		return c
 	}
-	return pc, oc
+	c := m.planChecks.WithLabelValues(pl.plan, pl.decision, pl.degraded) // a decision outside decisions: none today
+	m.plans[pl] = c
+	return c
+}
+
+// decisions are the values of the decision label.
+var decisions = []string{"allowed", "denied", "error"}
+
+// preinit creates at 0 the series the rules read (issue 26): a counter that appears
+// at 1 with its first event is a step rate() never sees. quotaplane_checks_total for
+// every decision, blocked level, mode and degraded; the plan family for plan "none";
+// the org family for "_other". Named plans and orgs get all their decisions at 0 with
+// their first check.
+func (m *enginesMetrics) preinit() {
+	for _, mode := range []vocab.Mode{vocab.Enforce, vocab.Shadow, vocab.Warn} {
+		for _, deg := range []string{"false", "true"} {
+			m.counter(checkLabels{"allowed", "", string(mode), deg})
+			m.counter(checkLabels{"error", "", string(mode), deg})
+			for _, level := range []string{"org", "team", "user"} {
+				m.counter(checkLabels{"denied", level, string(mode), deg})
+			}
+		}
+	}
+	m.planSlow(planLabels{"none", "allowed", "false"})
 }
 
 // reservation records one reservation opened or settled.

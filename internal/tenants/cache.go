@@ -70,6 +70,7 @@ type Cache struct {
 	keys      *lru.Cache[[32]byte, *keyEntry]
 	badTokens *lru.Cache[[32]byte, time.Time] // when the token was found bad
 	sf        singleflight.Group
+	userBatch userBatches
 
 	mOrgs, mUsers, mKeys, mBad cachemetrics.Hooks
 }
@@ -278,21 +279,14 @@ func (c *Cache) User(ctx context.Context, org ResolvedOrg, userID string) (Resol
 		return e.val, nil
 	}
 	c.mUsers.Miss()
-	fetch := func() (any, error) {
-		e := &userEntry{gen: c.gen(orgID).Load()}
-		var err error
-		if e.val, err = c.svc.ResolveUser(ctx, orgID, userID); err != nil {
-			return nil, err
+	got, err := c.userBatch.lookup(ctx, c, orgID, userID)
+	if err == nil && got.gen < gen {
+		// joined a lookup older than a change this caller may know of: read again alone
+		got = &userEntry{gen: c.gen(orgID).Load()}
+		if got.val, err = c.svc.ResolveUser(ctx, orgID, userID); err == nil {
+			got.fetched = c.now()
+			c.addUser(k, got)
 		}
-		e.fetched = c.now()
-		if c.users.Add(k, e) {
-			c.mUsers.Evict()
-		}
-		return e, nil
-	}
-	v, err, _ := c.sf.Do("u\x00"+orgID+"\x00"+userID, fetch)
-	if err == nil && v.(*userEntry).gen < gen {
-		v, err = fetch()
 	}
 	if err != nil {
 		if e != nil && isDown(err) {
@@ -300,7 +294,114 @@ func (c *Cache) User(ctx context.Context, org ResolvedOrg, userID string) (Resol
 		}
 		return ResolvedUser{}, err
 	}
-	return v.(*userEntry).val, nil
+	return got.val, nil
+}
+
+func (c *Cache) addUser(k [2]string, e *userEntry) {
+	if c.users.Add(k, e) {
+		c.mUsers.Evict()
+	}
+}
+
+// maxUserBatch bounds the user ids of one lookup query.
+const maxUserBatch = 500
+
+// userBatches batches the lookups of the user ids of large orgs (issue 26): the ids of
+// an org missed while a lookup of that org is in flight wait for it to end and go
+// together in the next query (up to maxUserBatch), so a burst of new ids costs a few
+// queries, not one each, and a lone miss waits for nothing. An id already pending
+// joins its lookup.
+type userBatches struct {
+	mu   sync.Mutex
+	orgs map[string]*userBatch
+}
+
+type userBatch struct {
+	pending map[string]*userCall
+}
+
+type userCall struct {
+	done chan struct{}
+	e    *userEntry
+	err  error
+}
+
+func (b *userBatches) lookup(ctx context.Context, c *Cache, orgID, userID string) (*userEntry, error) {
+	b.mu.Lock()
+	if b.orgs == nil {
+		b.orgs = map[string]*userBatch{}
+	}
+	ob, running := b.orgs[orgID]
+	if !running {
+		ob = &userBatch{pending: map[string]*userCall{}}
+		b.orgs[orgID] = ob
+	}
+	call := ob.pending[userID]
+	if call == nil {
+		call = &userCall{done: make(chan struct{})}
+		ob.pending[userID] = call
+	}
+	b.mu.Unlock()
+	if running {
+		select {
+		case <-call.done:
+			return call.e, call.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	// This caller leads the org's lookups until its own is answered.
+	b.lead(context.WithoutCancel(ctx), c, orgID, ob, call)
+	return call.e, call.err
+}
+
+// userLookupTimeout bounds one batched lookup, which no single caller's context ends.
+const userLookupTimeout = 5 * time.Second
+
+// lead runs the org's lookups, a batch at a time, until none is pending or (when own
+// is not nil) own was answered: the rest go on in a goroutine of their own, so no
+// caller waits for more than its own batch and the one in flight before it.
+func (b *userBatches) lead(ctx context.Context, c *Cache, orgID string, ob *userBatch, own *userCall) {
+	for {
+		b.mu.Lock()
+		if len(ob.pending) == 0 {
+			delete(b.orgs, orgID)
+			b.mu.Unlock()
+			return
+		}
+		if own != nil && own.e != nil || own != nil && own.err != nil {
+			b.mu.Unlock()
+			go b.lead(ctx, c, orgID, ob, nil)
+			return
+		}
+		calls := make(map[string]*userCall, min(len(ob.pending), maxUserBatch))
+		for id, cl := range ob.pending {
+			if len(calls) == maxUserBatch {
+				break
+			}
+			calls[id] = cl
+			delete(ob.pending, id)
+		}
+		b.mu.Unlock()
+		ids := make([]string, 0, len(calls))
+		for id := range calls {
+			ids = append(ids, id)
+		}
+		gen := c.gen(orgID).Load() // before the query, as for an org
+		qctx, cancel := context.WithTimeout(ctx, userLookupTimeout)
+		users, err := c.svc.ResolveUsers(qctx, orgID, ids)
+		cancel()
+		fetched := c.now()
+		for id, cl := range calls {
+			if err != nil {
+				cl.err = err
+			} else {
+				cl.e = &userEntry{val: users[id], gen: gen, fetched: fetched}
+				c.addUser([2]string{orgID, id}, cl.e)
+			}
+			close(cl.done)
+		}
+	}
 }
 
 // Authenticate is Service.Authenticate through the cache: a token is looked up in

@@ -366,3 +366,47 @@ func TestCacheConcurrentInvalidation(t *testing.T) {
 		}
 	}
 }
+
+// Issue 26: the new user ids of a large org (one resolved without its users) missed at
+// once are looked up in batches: a burst of 64 costs a few queries, not 64, and each id
+// gets its own answer (registered with its limits, or not).
+func TestCacheLargeOrgUserLookupsBatched(t *testing.T) {
+	ctx := context.Background()
+	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, Users: 20}) // at most 2 users carried
+	e.org(t, "big", "u1", "u2", "u3")
+	org, err := e.cache.Org(ctx, "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 64
+	before := e.queries()
+	start := make(chan struct{})
+	got := make([]tenants.ResolvedUser, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			id := fmt.Sprintf("n%02d", i)
+			if i%16 == 0 {
+				id = fmt.Sprintf("u%d", 1+i/16%3)
+			}
+			got[i], errs[i] = e.cache.User(ctx, org, id)
+		})
+	}
+	close(start)
+	wg.Wait()
+	queries := e.queries() - before
+	t.Logf("%d concurrent new user ids of a large org: %d queries", n, queries)
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if reg := i%16 == 0; got[i].Registered != reg || reg && (got[i].TeamID != "eng" || len(got[i].Limits) != 1) {
+			t.Errorf("user %d = %+v, registered %v expected", i, got[i], reg)
+		}
+	}
+	if queries > n/4 {
+		t.Errorf("%d concurrent new user ids cost %d queries, want at most %d (batched)", n, queries, n/4)
+	}
+}

@@ -2,8 +2,10 @@ package tenants
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -77,17 +79,30 @@ func (s *Service) ResolveOrg(ctx context.Context, orgID string) (ResolvedOrg, er
 }
 
 // ResolveOrgUsers is ResolveOrg carrying the org's registered users when it has at
-// most maxUsers of them (0: never).
+// most maxUsers of them (0: never). It is one Postgres query (resolveOrgSQL): the org
+// row joined to its plan, with its limits, its plan's, its active grants, its teams
+// with their limits and user defaults, its throttles and its plan's, and (up to
+// maxUsers+1) its users with their own limits, each as a JSON aggregate. Issue 26:
+// it used to take 11 queries (and as many prepares on a fresh connection).
 func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers int) (ResolvedOrg, error) {
-	org, err := getOrg(ctx, s.pool, orgID, s.now())
+	var (
+		org                               Org
+		r                                 ResolvedOrg
+		metered, priced                   []string
+		over, plan, grants, teams, thr, u []byte
+	)
+	err := s.pool.QueryRow(ctx, resolveOrgSQL, orgID, s.now(), maxUsers).Scan(
+		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.SlidingWindows, &org.WebhookURL, &org.RedisURL,
+		&org.BillingAnchorDay, &org.CreatedAt, &org.UpdatedAt,
+		&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced,
+		&over, &plan, &grants, &teams, &thr, &u)
 	if err != nil {
-		return ResolvedOrg{}, err
+		return ResolvedOrg{}, translate(err, fmt.Sprintf("org %q", orgID))
 	}
-	r := ResolvedOrg{Org: org, Teams: map[string]Team{}}
-	var metered, priced []string
-	if err := s.pool.QueryRow(ctx, `SELECT fail_mode, pool, leases, sliding_windows, `+planMetricCols+` FROM plans WHERE id = $1`, org.PlanID).Scan(&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced); err != nil {
-		return ResolvedOrg{}, fmt.Errorf("resolve org %q: plan: %w", orgID, err)
+	if err := decodeResolved(&org, &r, over, plan, grants, teams, thr, u, maxUsers); err != nil {
+		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
 	}
+	r.Org = org
 	if org.Leases != LeasesPlan && org.Leases != "" {
 		r.Leases = org.Leases
 	}
@@ -95,73 +110,175 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 		r.SlidingWindows = org.SlidingWindows
 	}
 	r.Metrics = NewMetricSet(limitMetrics(org.EffectiveLimits), priced, metered)
-	rows, err := s.pool.Query(ctx, `SELECT `+teamCols+` FROM teams WHERE org_id = $1`, orgID)
-	if err != nil {
-		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
-	}
-	teams, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Team, error) { return scanTeam(r) })
-	if err != nil {
-		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
-	}
-	if err := fillTeams(ctx, s.pool, orgID, teams); err != nil {
-		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
-	}
-	for _, t := range teams {
-		r.Teams[t.ID] = t
-	}
-	if r.Throttles, err = resolveThrottles(ctx, s.pool, orgID, org.PlanID); err != nil {
-		return ResolvedOrg{}, fmt.Errorf("resolve org %q: throttles: %w", orgID, err)
-	}
-	if maxUsers > 0 {
-		if r.Users, err = orgUsers(ctx, s.pool, orgID, maxUsers); err != nil {
-			return ResolvedOrg{}, fmt.Errorf("resolve org %q: users: %w", orgID, err)
-		}
-		r.UsersComplete = r.Users != nil
-	}
 	return r, nil
 }
 
-// orgUsers returns every registered user of an org with its own limits, or nil when
-// the org has more than max of them.
-func orgUsers(ctx context.Context, q querier, orgID string, max int) (map[string]ResolvedUser, error) {
-	rows, err := q.Query(ctx, `SELECT id, team_id FROM users WHERE org_id = $1 LIMIT $2`, orgID, max+1)
-	if err != nil {
-		return nil, err
-	}
-	users := map[string]ResolvedUser{}
-	var id, team string
-	_, err = pgx.ForEachRow(rows, []any{&id, &team}, func() error {
-		users[id] = ResolvedUser{Registered: true, TeamID: team}
-		return nil
-	})
-	if err != nil || len(users) > max {
-		return nil, err
-	}
-	own, err := limitsOf(ctx, q, `SELECT user_id, metric, time_window, max_units FROM user_limits WHERE org_id = $1`, orgID)
-	if err != nil {
-		return nil, err
-	}
-	for id, ls := range own {
-		if u, ok := users[id]; ok {
-			u.Limits = ls
-			users[id] = u
-		}
-	}
-	return users, nil
+// limitsAgg is a JSON array of the (metric, window, limit) of the rows of table that
+// match where, in vocab.Limit's JSON shape.
+func limitsAgg(table, where string) string {
+	return `(SELECT coalesce(json_agg(json_build_object('metric', metric, 'window', time_window, 'limit', max_units)), '[]')
+		FROM ` + table + ` WHERE ` + where + `)`
 }
 
-// ResolveUser looks a user id of an org up; an unregistered id is not an error.
+// micros is a timestamptz as microseconds since the epoch, exact in JSON (a JSON
+// timestamp would carry the session's time zone).
+func micros(col string) string { return `(extract(epoch FROM ` + col + `) * 1000000)::bigint` }
+
+// resolveOrgSQL resolves an org in one statement ($1 the org, $2 the service's clock,
+// which grants are compared with, $3 the users carried: 0 none, else at most $3+1
+// rows are read, and more than $3 means "too many"). Throttles are compared with the
+// database's clock, as before.
+var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.leases, o.sliding_windows, o.webhook_url, o.redis_url,
+	o.billing_anchor_day, o.created_at, o.updated_at,
+	p.fail_mode, p.pool, p.leases, p.sliding_windows, p.metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = p.id),
+	` + limitsAgg("org_limits", "org_id = o.id") + `,
+	` + limitsAgg("plan_limits", "plan_id = o.plan_id") + `,
+	(SELECT coalesce(json_agg(json_build_object('metric', metric, 'units', units, 'until', ` + micros("until") + `)), '[]')
+		FROM (SELECT metric, least(sum(units), 1125899906842624)::bigint AS units, min(until) AS until FROM grants
+			WHERE org_id = o.id AND revoked_at IS NULL AND created_at <= $2 AND until > $2 GROUP BY metric) g),
+	(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name,
+			'created_at', ` + micros("t.created_at") + `, 'updated_at', ` + micros("t.updated_at") + `,
+			'limits', ` + limitsAgg("team_limits", "org_id = t.org_id AND team_id = t.id AND kind = 'team'") + `,
+			'user_limits', ` + limitsAgg("team_limits", "org_id = t.org_id AND team_id = t.id AND kind = 'user_default'") + `)), '[]')
+		FROM teams t WHERE t.org_id = o.id),
+	(SELECT coalesce(json_agg(json_build_object('scope', CASE WHEN org_id IS NULL THEN 'plan' ELSE 'org' END, 'id', coalesce(org_id, plan_id),
+			'ppm', factor_ppm, 'month', month, 'reason', reason, 'expires_at', ` + micros("expires_at") + `,
+			'created_at', ` + micros("created_at") + `, 'created_by', created_by) ORDER BY org_id NULLS LAST), '[]')
+		FROM throttles WHERE (org_id = o.id OR plan_id = o.plan_id) AND expires_at > now()),
+	CASE WHEN $3::int > 0 THEN (SELECT coalesce(json_agg(json_build_object('id', u.id, 'team', u.team_id,
+			'limits', ` + limitsAgg("user_limits", "org_id = u.org_id AND user_id = u.id") + `)), '[]')
+		FROM (SELECT org_id, id, team_id FROM users WHERE org_id = o.id LIMIT $3::int + 1) u) END
+	FROM orgs o JOIN plans p ON p.id = o.plan_id WHERE o.id = $1`
+
+// decodeResolved fills org and r from the JSON aggregates of resolveOrgSQL, as
+// getOrg, fillTeams, resolveThrottles and orgUsers fill them from their queries.
+func decodeResolved(org *Org, r *ResolvedOrg, over, plan, grants, teams, thr, users []byte, maxUsers int) error {
+	var ol, pl []vocab.Limit
+	var gs []struct {
+		Metric string `json:"metric"`
+		Units  int64  `json:"units"`
+		Until  int64  `json:"until"`
+	}
+	var ts []struct {
+		ID         string        `json:"id"`
+		Name       string        `json:"name"`
+		CreatedAt  int64         `json:"created_at"`
+		UpdatedAt  int64         `json:"updated_at"`
+		Limits     []vocab.Limit `json:"limits"`
+		UserLimits []vocab.Limit `json:"user_limits"`
+	}
+	var ths []struct {
+		Scope     ThrottleScope `json:"scope"`
+		ID        string        `json:"id"`
+		PPM       int64         `json:"ppm"`
+		Month     bool          `json:"month"`
+		Reason    string        `json:"reason"`
+		ExpiresAt int64         `json:"expires_at"`
+		CreatedAt int64         `json:"created_at"`
+		CreatedBy string        `json:"created_by"`
+	}
+	var us []struct {
+		ID     string        `json:"id"`
+		Team   string        `json:"team"`
+		Limits []vocab.Limit `json:"limits"`
+	}
+	for _, d := range []struct {
+		raw []byte
+		v   any
+	}{{over, &ol}, {plan, &pl}, {grants, &gs}, {teams, &ts}, {thr, &ths}, {users, &us}} {
+		if d.raw == nil {
+			continue
+		}
+		if err := json.Unmarshal(d.raw, d.v); err != nil {
+			return err
+		}
+	}
+	org.Limits = normalize(ol)
+	org.EffectiveLimits = MergeLimits(normalize(pl), org.Limits)
+	if len(gs) > 0 {
+		units := make(map[string]int64, len(gs))
+		var lapse time.Time
+		for _, g := range gs {
+			units[g.Metric] = g.Units
+			if until := time.UnixMicro(g.Until); lapse.IsZero() || until.Before(lapse) {
+				lapse = until
+			}
+		}
+		org.Granted, org.GrantsLapse = units, lapse
+		org.EffectiveLimits = applyGrants(org.EffectiveLimits, units)
+	}
+	r.Teams = make(map[string]Team, len(ts))
+	for _, t := range ts {
+		r.Teams[t.ID] = Team{OrgID: org.ID, ID: t.ID, Name: t.Name, Limits: normalize(t.Limits), UserLimits: normalize(t.UserLimits),
+			CreatedAt: time.UnixMicro(t.CreatedAt), UpdatedAt: time.UnixMicro(t.UpdatedAt)}
+	}
+	for _, t := range ths {
+		r.Throttles = append(r.Throttles, Throttle{Scope: t.Scope, ID: t.ID, PPM: t.PPM, Month: t.Month, Reason: t.Reason,
+			ExpiresAt: time.UnixMicro(t.ExpiresAt), CreatedAt: time.UnixMicro(t.CreatedAt), CreatedBy: t.CreatedBy})
+	}
+	if maxUsers > 0 && len(us) <= maxUsers {
+		r.Users = make(map[string]ResolvedUser, len(us))
+		for _, u := range us {
+			r.Users[u.ID] = ResolvedUser{Registered: true, TeamID: u.Team, Limits: userLimits(u.Limits)}
+		}
+		r.UsersComplete = true
+	}
+	return nil
+}
+
+// userLimits is a user's own limits as orgUsers gave them: normalized, nil when none.
+func userLimits(ls []vocab.Limit) []vocab.Limit {
+	if len(ls) == 0 {
+		return nil
+	}
+	return normalize(ls)
+}
+
+// ResolveUser looks a user id of an org up, with its own limits, in one query; an
+// unregistered id is not an error.
 func (s *Service) ResolveUser(ctx context.Context, orgID, userID string) (ResolvedUser, error) {
-	u, err := scanUser(s.pool.QueryRow(ctx, `SELECT `+userCols+` FROM users WHERE org_id = $1 AND id = $2`, orgID, userID))
+	var u ResolvedUser
+	var raw []byte
+	err := s.pool.QueryRow(ctx, `SELECT u.team_id, `+limitsAgg("user_limits", "org_id = u.org_id AND user_id = u.id")+`
+		FROM users u WHERE u.org_id = $1 AND u.id = $2`, orgID, userID).Scan(&u.TeamID, &raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ResolvedUser{}, nil
 	}
 	if err != nil {
 		return ResolvedUser{}, fmt.Errorf("resolve user %q: %w", userID, err)
 	}
-	us := []User{u}
-	if err := fillUsers(ctx, s.pool, orgID, us); err != nil {
+	if err := json.Unmarshal(raw, &u.Limits); err != nil {
 		return ResolvedUser{}, fmt.Errorf("resolve user %q: %w", userID, err)
 	}
-	return ResolvedUser{Registered: true, TeamID: u.TeamID, Limits: us[0].Limits}, nil
+	u.Registered, u.Limits = true, normalize(u.Limits)
+	return u, nil
+}
+
+// ResolveUsers looks up user ids of an org, with their own limits, in one query: ids
+// that are not registered map to the zero ResolvedUser.
+func (s *Service) ResolveUsers(ctx context.Context, orgID string, userIDs []string) (map[string]ResolvedUser, error) {
+	rows, err := s.pool.Query(ctx, `SELECT u.id, u.team_id, `+limitsAgg("user_limits", "org_id = u.org_id AND user_id = u.id")+`
+		FROM users u WHERE u.org_id = $1 AND u.id = ANY($2)`, orgID, userIDs)
+	if err != nil {
+		return nil, fmt.Errorf("resolve users of org %q: %w", orgID, err)
+	}
+	out := make(map[string]ResolvedUser, len(userIDs))
+	for _, id := range userIDs {
+		out[id] = ResolvedUser{}
+	}
+	var id, team string
+	var raw []byte
+	_, err = pgx.ForEachRow(rows, []any{&id, &team, &raw}, func() error {
+		u := ResolvedUser{Registered: true, TeamID: team}
+		if err := json.Unmarshal(raw, &u.Limits); err != nil {
+			return err
+		}
+		u.Limits = normalize(u.Limits)
+		out[id] = u
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("resolve users of org %q: %w", orgID, err)
+	}
+	return out, nil
 }

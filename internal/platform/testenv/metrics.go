@@ -9,14 +9,16 @@ import (
 )
 
 // MetricValue returns the value of the gauge or counter name whose labels include
-// labels (a histogram: its sample count), or -1 when g has no such series.
+// labels (a histogram: its sample count), summed over every such series (several
+// when labels name only some: the check counters exist at 0 for every label value
+// from the start, issue 26), or -1 when g has no such series.
 func MetricValue(tb testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	tb.Helper()
 	return gatherValue(tb, g, name, labels, false)
 }
 
 // HistogramSum is the sum of the observations of the histogram name whose labels
-// include labels, or -1 when g has no such series.
+// include labels (over every such series), or -1 when g has no such series.
 func HistogramSum(tb testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	tb.Helper()
 	return gatherValue(tb, g, name, labels, true)
@@ -28,6 +30,7 @@ func gatherValue(tb testing.TB, g prometheus.Gatherer, name string, labels map[s
 	if err != nil {
 		tb.Fatal(err)
 	}
+	total, found := 0.0, false
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -45,17 +48,23 @@ func gatherValue(tb testing.TB, g prometheus.Gatherer, name string, labels map[s
 			}
 			switch {
 			case m.Gauge != nil:
-				return m.Gauge.GetValue()
+				total += m.Gauge.GetValue()
 			case m.Counter != nil:
-				return m.Counter.GetValue()
+				total += m.Counter.GetValue()
 			case m.Histogram != nil && sum:
-				return m.Histogram.GetSampleSum()
+				total += m.Histogram.GetSampleSum()
 			case m.Histogram != nil:
-				return float64(m.Histogram.GetSampleCount())
+				total += float64(m.Histogram.GetSampleCount())
+			default:
+				continue
 			}
+			found = true
 		}
 	}
-	return -1
+	if !found {
+		return -1
+	}
+	return total
 }
 
 // AssertJSONLines fails the test for every line of out that is not a JSON object:
