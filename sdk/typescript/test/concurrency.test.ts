@@ -271,7 +271,6 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
   });
 
   it("holds against a concurrent limit: in flight while running, 0 after; tokens settled with the real count", async () => {
-    const user = randomId("u");
     const { org, key } = await stack.org({
       limits: [
         { metric: "requests", window: "concurrent", limit: 2 },
@@ -279,7 +278,7 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
       ],
     });
     const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
-    const a = slotApp(client, () => ({ org, user, amounts: { requests: 1, tokens: 4000 } }));
+    const a = slotApp(client, () => ({ org, amounts: { requests: 1, tokens: 4000 } }));
     a.app.get("/llm", (_req, res) => {
       reportUsage(res, { requests: 1, tokens: 1234 });
       res.send("ok");
@@ -287,7 +286,7 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
     const srv = await serve(a.app);
     // What open reservations hold: the concurrent level's limit less its remaining.
     const inFlight = async () => {
-      const l = (await client.check({ org, user, costs: { requests: 0, tokens: 0 } })).result?.levels.find((l) => l.window === "concurrent");
+      const l = (await client.check({ org, costs: { requests: 0, tokens: 0 } })).result?.levels.find((l) => l.window === "concurrent");
       return l && l.limit - l.remaining;
     };
     try {
