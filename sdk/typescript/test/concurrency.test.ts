@@ -11,7 +11,7 @@ import { after, before, describe, it } from "node:test";
 import express, { type ErrorRequestHandler } from "express";
 
 import { amountsOf, concurrencyMiddleware, QuotaplaneClient, reportUsage, reservationId, usedOf, type ReserveRequest, type Settled } from "../src/index.js";
-import { freePort, randomId, Stack } from "./harness.js";
+import { freePort, Stack } from "./harness.js";
 
 let stack: Stack;
 before(async () => {
