@@ -215,7 +215,7 @@ func TestRunServesThenStopsWhenTheWorkerDies(t *testing.T) {
 	r := start(t, nil)
 	r.serving(t)
 	out := r.out.String()
-	for _, want := range []string{"Operator token:  ", "Demo org key:    qpk_", "Console:", "Worker started"} {
+	for _, want := range []string{"Operator token:  ", "Demo org key:    qpk_", "Console:         http://127.0.0.1:", "/console/?org=demo  (sign in as ", "Worker started"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output lacks %q:\n%s", want, out)
 		}

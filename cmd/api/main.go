@@ -147,7 +147,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// The ledger the worker keeps: it refills a Redis that lost its counters.
 	usage := billing.NewStore(pool)
 	cacheMetrics := cachemetrics.New(registry)
-	engine := quota.Config{Hydrator: usage.Ledger(), KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
+	engine := quota.Config{KeyPrefix: cfg.RedisPrefix, Hydrator: usage.Ledger(), KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
 		Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no decision.
@@ -171,7 +171,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Keys' last_used_at, off the check path: noted when authenticated, written in batches.
 	go svc.RecordKeyUses(ctx, 30*time.Second)
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
-	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics,
+	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics, Channel: tenants.ChannelFor(cfg.RedisPrefix),
 		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})
 	cache.Listen(ctx, rdb)
 	// The web console at /console/, signed in with console users' sessions.
@@ -251,19 +251,25 @@ func printDemo(w io.Writer, cfg config.API, res demo.Result) {
 	if token == "" {
 		token = "(QUOTA_ADMIN_TOKEN is not set: the operator API is disabled)"
 	}
+	// The sign-in names the org (console emails are unique per org only): the URL
+	// fills it in.
+	console := fmt.Sprintf("%s/console/?org=%s  (sign in as %s / %s)", base, demo.OrgID, res.ConsoleEmail, res.ConsolePassword)
+	if res.ConsolePassword == "" {
+		console = fmt.Sprintf("%s/console/?org=%s  (as %s: %s)", base, demo.OrgID, res.ConsoleEmail, res.ConsoleNote)
+	}
 	fmt.Fprintf(w, `
 Quotaplane demo is ready (org %q, plan %q, teams eng and sales, users alice and bob).
 
   API:             %s
   Operator token:  %s
   Demo org key:    %s
-  Console:         %s/console/  (sign in as %s / %s)
+  Console:         %s
 
 Try it:
   curl -s -H "Authorization: Bearer %s" %s/v1/orgs/%s/teams
   curl -s -H "Authorization: Bearer %s" %s/v1/plans
 
-`, demo.OrgID, demo.PlanID, base, token, res.OrgKey, base, demo.ConsoleEmail, res.ConsolePassword,
+`, demo.OrgID, demo.PlanID, base, token, res.OrgKey, console,
 		res.OrgKey, base, demo.OrgID, cfg.AdminToken, base)
 }
 

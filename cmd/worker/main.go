@@ -100,7 +100,8 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 	id := worker.DefaultID()
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no sweep or period close.
-	var engine quota.Config
+	// Every key starts with QUOTA_REDIS_PREFIX, as the api's do.
+	engine := quota.Config{KeyPrefix: cfg.RedisPrefix}
 	if cfg.FaultClock {
 		fc := quota.NewStepClock()
 		fc.Use(&engine)

@@ -40,7 +40,7 @@ var secretEnv = []string{"DATABASE_URL", "REDIS_URL", "QUOTA_ADMIN_TOKEN", "QUOT
 // sharedEnv must be the same for the api and the worker (docs/CONFIGURATION.md;
 // docs/SCALING.md): the worker reads counters where the api counts them, and the api
 // shows the signing secret the worker signs with.
-var sharedEnv = []string{"DATABASE_URL", "REDIS_URL", "REDIS_CLUSTER", "QUOTA_REDIS_POOLS", "QUOTA_WEBHOOK_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT"}
+var sharedEnv = []string{"DATABASE_URL", "REDIS_URL", "REDIS_CLUSTER", "QUOTA_REDIS_POOLS", "QUOTA_REDIS_PREFIX", "QUOTA_WEBHOOK_SECRET", "OTEL_EXPORTER_OTLP_ENDPOINT"}
 
 func selector(t *testing.T, what string, ls *metav1.LabelSelector) labels.Selector {
 	t.Helper()

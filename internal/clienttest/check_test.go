@@ -186,7 +186,7 @@ func TestQuotaplaneDownUnderEachFailPolicy(t *testing.T) {
 	}
 	deadRedis := ln.Addr().String()
 	ln.Close()
-	e := newEnv(t, `,"redis_url":"redis://`+deadRedis+`/0"`)
+	e := newEnv(t, `,"redis_url":"redis://`+deadRedis+`/0","redis_url_check":false`)
 	e.op("PATCH", "/v1/plans/p-"+e.org, `{"fail_mode":"closed"}`, 200)
 	ln, err = net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

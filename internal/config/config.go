@@ -28,8 +28,13 @@ type Common struct {
 	DatabaseURL string // DATABASE_URL
 	// RedisURL is a redis:// URL, or a comma-separated list of host:port seeds of a
 	// Redis Cluster (REDIS_URL).
-	RedisURL       string
-	RedisCluster   bool          // REDIS_CLUSTER, or implied by a seed list
+	RedisURL     string
+	RedisCluster bool // REDIS_CLUSTER, or implied by a seed list
+	// RedisPrefix (QUOTA_REDIS_PREFIX, default "q") starts every Redis key of the
+	// install (quota.Config.KeyPrefix) and names its cache invalidation channel
+	// (tenants.ChannelFor), so two installs sharing a Redis keep apart. The api and
+	// the worker must agree on it.
+	RedisPrefix    string
 	AdminToken     string        // QUOTA_ADMIN_TOKEN; empty disables the operator API
 	LogLevel       slog.Level    // QUOTA_LOG_LEVEL: debug, info, warn, error
 	StartupTimeout time.Duration // QUOTA_STARTUP_TIMEOUT: how long to wait for Postgres at start
@@ -186,11 +191,32 @@ func (r *reader) webhookSecret() string {
 	return v
 }
 
+// DefaultRedisPrefix is QUOTA_REDIS_PREFIX's default: the prefix every key had
+// before it could be set.
+const DefaultRedisPrefix = "q"
+
+// redisPrefix reads QUOTA_REDIS_PREFIX: 1 to 32 letters, digits, '-', '_' or '.'
+// (none of the key syntax's '{', '}', '|' or ':').
+func (r *reader) redisPrefix() string {
+	v := r.str("QUOTA_REDIS_PREFIX", DefaultRedisPrefix)
+	ok := len(v) <= 32
+	for _, c := range v {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			ok = false
+		}
+	}
+	if !ok {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_PREFIX=%q: want 1 to 32 letters, digits, '-', '_' or '.'", v))
+	}
+	return v
+}
+
 func (r *reader) common() Common {
 	c := Common{
 		DatabaseURL:    r.str("DATABASE_URL", DefaultDatabaseURL),
 		RedisURL:       r.str("REDIS_URL", DefaultRedisURL),
 		RedisCluster:   r.boolean("REDIS_CLUSTER", false),
+		RedisPrefix:    r.redisPrefix(),
 		AdminToken:     r.getenv("QUOTA_ADMIN_TOKEN"),
 		StartupTimeout: r.duration("QUOTA_STARTUP_TIMEOUT", 60*time.Second),
 		FaultClock:     r.onOff("QUOTA_FAULT_CLOCK"),
@@ -316,6 +342,7 @@ func (c Common) LogValue() slog.Value {
 		slog.String("database_url", redact.URL(c.DatabaseURL)),
 		slog.String("redis_url", redact.URL(c.RedisURL)),
 		slog.Bool("redis_cluster", c.RedisCluster),
+		slog.String("redis_prefix", c.RedisPrefix),
 		slog.String("admin_token", mask(c.AdminToken)),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Bool("fault_clock", c.FaultClock),

@@ -210,3 +210,23 @@ func TestFaultClockIsOffByDefault(t *testing.T) {
 		t.Errorf("QUOTA_FAULT_CLOCK=yes: %v, want an error naming it", err)
 	}
 }
+
+// QUOTA_REDIS_PREFIX: both binaries read it, "q" by default (the prefix every key
+// had before), and a prefix with key syntax in it is refused.
+func TestRedisPrefix(t *testing.T) {
+	w, err := config.LoadWorker(env(nil))
+	a, err2 := config.LoadAPI(env(nil))
+	if err != nil || err2 != nil || w.RedisPrefix != "q" || a.RedisPrefix != "q" {
+		t.Errorf("default prefix: worker %q, api %q (%v, %v), want q", w.RedisPrefix, a.RedisPrefix, err, err2)
+	}
+	w, err = config.LoadWorker(env(map[string]string{"QUOTA_REDIS_PREFIX": "staging-2"}))
+	a, err2 = config.LoadAPI(env(map[string]string{"QUOTA_REDIS_PREFIX": "staging-2"}))
+	if err != nil || err2 != nil || w.RedisPrefix != "staging-2" || a.RedisPrefix != "staging-2" {
+		t.Errorf("set prefix: worker %q, api %q (%v, %v)", w.RedisPrefix, a.RedisPrefix, err, err2)
+	}
+	for _, bad := range []string{"a{b}", "x|y", "p:q", strings.Repeat("p", 33)} {
+		if _, err := config.LoadAPI(env(map[string]string{"QUOTA_REDIS_PREFIX": bad})); err == nil || !strings.Contains(err.Error(), "QUOTA_REDIS_PREFIX") {
+			t.Errorf("prefix %q: %v, want an error naming QUOTA_REDIS_PREFIX", bad, err)
+		}
+	}
+}

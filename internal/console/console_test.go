@@ -119,7 +119,7 @@ func sessionCookie(res *http.Response) *http.Cookie {
 // mustSignIn signs in and returns the cookie value and the CSRF token.
 func (e env) mustSignIn(tb testing.TB, email string) (string, string) {
 	tb.Helper()
-	res := e.do(tb, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + email + `","password":"` + password + `"}`})
+	res := e.do(tb, req{method: "POST", path: "/console/api/sign-in", body: `{"org":"acme","email":"` + email + `","password":"` + password + `"}`})
 	if res.StatusCode != http.StatusOK {
 		tb.Fatalf("sign in %s: %d %s", email, res.StatusCode, body(tb, res))
 	}
@@ -146,7 +146,7 @@ func TestSignInSetsAStrictHttpOnlyCookie(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			res := e.do(t, req{method: "POST", path: "/console/api/sign-in", tls: tc.tls,
-				body: `{"email":"ADA@acme.test","password":"` + password + `"}`})
+				body: `{"org":"acme","email":"ADA@acme.test","password":"` + password + `"}`})
 			if res.StatusCode != http.StatusOK {
 				t.Fatalf("status %d: %s", res.StatusCode, body(t, res))
 			}
@@ -189,8 +189,8 @@ func TestSessionIsStoredOnlyAsAHash(t *testing.T) {
 
 func TestFailedSignInsLookAlike(t *testing.T) {
 	e := mustEnv(t)
-	unknown := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"nobody@acme.test","password":"whatever123"}`})
-	wrong := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + adminEmail + `","password":"whatever123"}`})
+	unknown := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"org":"acme","email":"nobody@acme.test","password":"whatever123"}`})
+	wrong := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"org":"acme","email":"` + adminEmail + `","password":"whatever123"}`})
 	ub, wb := body(t, unknown), body(t, wrong)
 	if unknown.StatusCode != http.StatusUnauthorized || wrong.StatusCode != http.StatusUnauthorized || ub != wb {
 		t.Fatalf("unknown email: %d %s\nwrong password: %d %s", unknown.StatusCode, ub, wrong.StatusCode, wb)
@@ -203,7 +203,7 @@ func TestFailedSignInsLookAlike(t *testing.T) {
 func TestSignInRefusesFormPosts(t *testing.T) {
 	e := mustEnv(t)
 	res := e.do(t, req{method: "POST", path: "/console/api/sign-in", contentType: "application/x-www-form-urlencoded",
-		body: `{"email":"` + adminEmail + `","password":"` + password + `"}`})
+		body: `{"org":"acme","email":"` + adminEmail + `","password":"` + password + `"}`})
 	if res.StatusCode != http.StatusUnsupportedMediaType || sessionCookie(res) != nil {
 		t.Fatalf("form-encoded sign-in: %d", res.StatusCode)
 	}
@@ -211,8 +211,8 @@ func TestSignInRefusesFormPosts(t *testing.T) {
 
 func TestLockoutAfterRepeatedFailures(t *testing.T) {
 	e := mustEnv(t)
-	bad := req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + adminEmail + `","password":"wrong-password"}`}
-	good := req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + adminEmail + `","password":"` + password + `"}`}
+	bad := req{method: "POST", path: "/console/api/sign-in", body: `{"org":"acme","email":"` + adminEmail + `","password":"wrong-password"}`}
+	good := req{method: "POST", path: "/console/api/sign-in", body: `{"org":"acme","email":"` + adminEmail + `","password":"` + password + `"}`}
 	for i := 0; i < 3; i++ { // MaxFailures
 		if res := e.do(t, bad); res.StatusCode != http.StatusUnauthorized {
 			t.Fatalf("failure %d: %d", i+1, res.StatusCode)
@@ -223,7 +223,7 @@ func TestLockoutAfterRepeatedFailures(t *testing.T) {
 		t.Fatalf("right password on a locked account: %d, want 401", locked.StatusCode)
 	}
 	// The lock answers exactly as a wrong password does.
-	wrong := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"nobody@acme.test","password":"x-wrong-x"}`})
+	wrong := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"org":"acme","email":"nobody@acme.test","password":"x-wrong-x"}`})
 	if lb, wb := body(t, locked), body(t, wrong); lb != wb {
 		t.Errorf("locked: %s\nunknown: %s", lb, wb)
 	}
@@ -438,5 +438,84 @@ func TestConsoleRefusalsSpeakTheAPIsTerms(t *testing.T) {
 			strings.Contains(text, "json:") || strings.Contains(text, "Go ") {
 			t.Errorf("sign-in %s = %d %s, want a 400 naming the field in the API's terms", b, res.StatusCode, text)
 		}
+	}
+}
+
+// Issue 27: console emails are unique per org, so an admin of another org creating an
+// account with an email that exists elsewhere (any case) gets 201, not a 409 that
+// would tell the email exists; each account signs in to its own org, and a wrong org,
+// an unknown org and a wrong password are the same 401.
+func TestConsoleEmailsDoNotLeakAcrossOrgs(t *testing.T) {
+	e := mustEnv(t)
+	ctx := context.Background()
+	a := tenants.Actor{Name: "test"}
+	if _, err := e.svc.CreateOrg(ctx, a, tenants.OrgInput{ID: "beta", Name: "Beta", PlanID: "pro"}); err != nil {
+		t.Fatal(err)
+	}
+	_, token, err := e.svc.CreateAPIKey(ctx, a, "beta", tenants.APIKeyInput{Name: "beta admin", Scopes: []tenants.Scope{tenants.ScopeAdmin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const betaPassword = "beta's own long password"
+	create := func(email string) *http.Response {
+		hr := httptest.NewRequest("POST", "/v1/orgs/beta/console-users",
+			strings.NewReader(`{"email":"`+email+`","password":"`+betaPassword+`","role":"admin"}`))
+		hr.Header.Set("Content-Type", "application/json")
+		hr.Header.Set("Authorization", "Bearer "+token)
+		w := httptest.NewRecorder()
+		e.h.ServeHTTP(w, hr)
+		return w.Result()
+	}
+	if res := create(strings.ToUpper(adminEmail)); res.StatusCode != http.StatusCreated {
+		t.Fatalf("org beta creating %s: %d %s, want 201", strings.ToUpper(adminEmail), res.StatusCode, body(t, res))
+	}
+	// Within one org an email is still unique, whatever its case.
+	if res := create(adminEmail); res.StatusCode != http.StatusConflict {
+		t.Errorf("a second %s in beta: %d, want 409", adminEmail, res.StatusCode)
+	}
+
+	signIn := func(org, email, pw string) *http.Response {
+		return e.do(t, req{method: "POST", path: "/console/api/sign-in",
+			body: `{"org":"` + org + `","email":"` + email + `","password":"` + pw + `"}`})
+	}
+	for _, c := range []struct{ org, email, pw string }{
+		{"acme", adminEmail, password}, {"beta", adminEmail, betaPassword}, {"BETA", strings.ToUpper(adminEmail), betaPassword},
+	} {
+		res := signIn(c.org, c.email, c.pw)
+		if c.org == "BETA" { // org ids are case-sensitive: an unknown org
+			if res.StatusCode != http.StatusUnauthorized {
+				t.Errorf("sign in to %s: %d, want 401", c.org, res.StatusCode)
+			}
+			continue
+		}
+		var s console.Session
+		_ = json.NewDecoder(res.Body).Decode(&s)
+		if res.StatusCode != http.StatusOK || s.OrgID != c.org {
+			t.Errorf("sign in to %s as %s: %d, session %+v", c.org, c.email, res.StatusCode, s)
+		}
+	}
+	var bodies []string
+	for _, c := range []struct{ name, org, email, pw string }{
+		{"acme's password on beta", "beta", adminEmail, password},
+		{"beta's password on acme", "acme", adminEmail, betaPassword},
+		{"an org that does not exist", "nope", adminEmail, password},
+		{"an email of no org", "acme", "nobody@nowhere.test", password},
+	} {
+		res := signIn(c.org, c.email, c.pw)
+		b := body(t, res)
+		if res.StatusCode != http.StatusUnauthorized || sessionCookie(res) != nil {
+			t.Errorf("%s: %d %s, want 401", c.name, res.StatusCode, b)
+		}
+		bodies = append(bodies, b)
+	}
+	for _, b := range bodies[1:] {
+		if b != bodies[0] {
+			t.Errorf("failures differ:\n%s\n%s", bodies[0], b)
+		}
+	}
+	// A sign-in without an org is a 400 naming the field.
+	res := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: `{"email":"` + adminEmail + `","password":"` + password + `"}`})
+	if b := body(t, res); res.StatusCode != http.StatusBadRequest || !strings.Contains(b, `"field":"org"`) {
+		t.Errorf("sign-in without org: %d %s", res.StatusCode, b)
 	}
 }

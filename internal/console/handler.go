@@ -24,7 +24,7 @@ const CSRFHeader = "X-CSRF-Token"
 
 // Handler serves /console/: the app's files and its endpoints under /console/api/:
 // GET session (200 with the session and its CSRF token, 204 when not signed in), POST
-// sign-in ({"email", "password"}; 401 for any failure) and POST sign-out (204).
+// sign-in ({"org", "email", "password"}; 401 for any failure) and POST sign-out (204).
 type Handler struct {
 	sessions *Sessions
 	assets   fs.FS // the built app: index.html and assets/
@@ -121,6 +121,7 @@ func (h *Handler) session(w http.ResponseWriter, r *http.Request) {
 }
 
 type signInRequest struct {
+	Org      string `json:"org"` // the organization the account belongs to
 	Email    string `json:"email"`
 	Password string `json:"password"`
 }
@@ -140,11 +141,14 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&in); err != nil {
-		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "request body must be a JSON object of email and password", err,
-			derrors.FieldError{Field: "body", Message: "must be a JSON object of email and password"}))
+		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "request body must be a JSON object of org, email and password", err,
+			derrors.FieldError{Field: "body", Message: "must be a JSON object of org, email and password"}))
 		return
 	}
 	var missing []derrors.FieldError
+	if in.Org == "" || len(in.Org) > 254 {
+		missing = append(missing, derrors.FieldError{Field: "org", Message: "is required: the organization the account belongs to, at most 254 characters"})
+	}
 	if in.Email == "" || len(in.Email) > 254 {
 		missing = append(missing, derrors.FieldError{Field: "email", Message: "is required, at most 254 characters"})
 	}
@@ -152,10 +156,10 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		missing = append(missing, derrors.FieldError{Field: "password", Message: "is required, at most 1024 characters"})
 	}
 	if len(missing) > 0 {
-		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "email and password are required", nil, missing...))
+		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "org, email and password are required", nil, missing...))
 		return
 	}
-	id, sess, err := h.sessions.SignIn(r.Context(), in.Email, in.Password)
+	id, sess, err := h.sessions.SignIn(r.Context(), in.Org, in.Email, in.Password)
 	if err != nil {
 		problem.Write(w, r, h.log, err) // ErrBadLogin is a 401 that says so
 		return

@@ -30,9 +30,9 @@ import (
 
 // Errors of the session service.
 var (
-	// ErrBadLogin is every failed sign-in: unknown email, wrong password or a locked
-	// account look the same to the caller.
-	ErrBadLogin = derrors.New(derrors.Unauthenticated, "wrong email or password, or too many failed attempts; try again later")
+	// ErrBadLogin is every failed sign-in: unknown org or email, wrong password or a
+	// locked account look the same to the caller.
+	ErrBadLogin = derrors.New(derrors.Unauthenticated, "wrong organization, email or password, or too many failed attempts; try again later")
 	// ErrNoSession means the session id is unknown, expired or signed out.
 	ErrNoSession = derrors.New(derrors.Unauthenticated, "no such session, or it has expired")
 )
@@ -73,9 +73,10 @@ func (o *Options) defaults() {
 }
 
 // Verifier checks a console user's password; *tenants.Service is one. It returns an
-// error wrapping tenants.ErrNotFound for an unknown email or a wrong password.
+// error wrapping tenants.ErrNotFound for an unknown org or email or a wrong password,
+// after one password hash whichever it was.
 type Verifier interface {
-	VerifyConsoleLogin(ctx context.Context, email, password string) (tenants.ConsoleUser, error)
+	VerifyConsoleLogin(ctx context.Context, org, email, password string) (tenants.ConsoleUser, error)
 }
 
 // Sessions signs console users in and keeps their sessions in Postgres.
@@ -123,21 +124,24 @@ func ValidCSRF(id, token string) bool {
 	return token != "" && subtle.ConstantTimeCompare([]byte(want), []byte(token)) == 1
 }
 
-// SignIn checks email and password and starts a session. It returns the session id
-// (the cookie's value) and the session. Every failure is ErrBadLogin; a failure for a
-// known email counts towards its lockout, and a locked account is refused even with
-// the right password.
-func (s *Sessions) SignIn(ctx context.Context, email, password string) (string, Session, error) {
+// SignIn checks the account of email in org, and its password, and starts a session.
+// It returns the session id (the cookie's value) and the session. Emails are unique
+// per org only, so the org is part of the sign-in; exactly one account is looked at
+// and one password hash computed whatever exists, so no answer or timing tells whether
+// the email exists in this org or another. Every failure is ErrBadLogin; a failure for
+// a known account counts towards its lockout, and a locked account is refused even
+// with the right password.
+func (s *Sessions) SignIn(ctx context.Context, org, email, password string) (string, Session, error) {
 	now := s.opt.Now()
 	var userID string
 	var lockedUntil *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT id, locked_until FROM console_users WHERE lower(email) = lower($1)`, email).
+	err := s.pool.QueryRow(ctx, `SELECT id, locked_until FROM console_users WHERE org_id = $1 AND lower(email) = lower($2)`, org, email).
 		Scan(&userID, &lockedUntil)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return "", Session{}, fmt.Errorf("sign in: %w", err)
 	}
 	// Verify even when unknown or locked, so all failures take the same time.
-	u, verr := s.verify.VerifyConsoleLogin(ctx, email, password)
+	u, verr := s.verify.VerifyConsoleLogin(ctx, org, email, password)
 	if verr != nil && !errors.Is(verr, tenants.ErrNotFound) {
 		return "", Session{}, fmt.Errorf("sign in: %w", verr)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -25,8 +26,17 @@ const (
 
 // Result is what the demo prints.
 type Result struct {
-	OrgKey          string // an org key with scopes check, admin, billing
+	// ID is the state directory's identity (a random id kept in it, demo-id): its
+	// demo key is named "demo <ID>", and a console account it makes after another
+	// state directory took ConsoleEmail is admin-<ID>@demo.test.
+	ID     string
+	OrgKey string // an org key with scopes check, admin, billing
+	// ConsoleEmail and ConsolePassword sign in to the console (org OrgID). The
+	// password is "" when the account's password was changed since this state
+	// directory set it (ConsoleNote says how to get a new one).
+	ConsoleEmail    string
 	ConsolePassword string
+	ConsoleNote     string
 }
 
 var seedActor = tenants.Actor{Name: "demo-seed"}
@@ -43,9 +53,18 @@ func ignoreExists(err error) error {
 	return err
 }
 
-// Seed creates what is missing of the demo. The org key and console password are
-// kept in stateDir (mode 0600) so later runs print the same ones; a key that was
-// revoked meanwhile is replaced.
+// Seed creates what is missing of the demo, and the credentials of stateDir.
+//
+// Several state directories (two clones, say) may seed one database; none rewrites
+// credentials another made (issue 27: a second clone reset the console password and
+// added a key, and the first clone's printed ones stopped working). Each state
+// directory gets an identity (a random id kept in it), its own org key, named
+// "demo <id>", and its own console account: ConsoleEmail when it is free, else
+// admin-<id>@demo.test. The key and the password are kept in stateDir (mode 0600), so
+// later runs print the same ones. A key of the state directory that no longer works
+// is replaced, and the keys it replaces (its identity's other keys) are revoked; a
+// console account it made that was deleted is made again; one whose password was
+// changed meanwhile is left alone, and Result.ConsoleNote says how to get a new one.
 func Seed(ctx context.Context, svc *tenants.Service, stateDir string) (Result, error) {
 	_, err := svc.CreatePlan(ctx, seedActor, tenants.PlanInput{ID: PlanID, Name: "Demo Pro", FailMode: vocab.FailOpen,
 		Limits: []vocab.Limit{limit("requests", vocab.Month, 100000), limit("requests", vocab.Minute, 600),
@@ -83,38 +102,117 @@ func Seed(ctx context.Context, svc *tenants.Service, stateDir string) (Result, e
 		return Result{}, err
 	}
 	var res Result
-	pwFile := filepath.Join(stateDir, "demo-console-password")
-	res.ConsolePassword = readState(pwFile)
-	if res.ConsolePassword == "" {
-		res.ConsolePassword = randomString(18)
-		_, err := svc.CreateConsoleUser(ctx, seedActor, OrgID, tenants.ConsoleUserInput{Email: ConsoleEmail,
-			Password: res.ConsolePassword, Role: tenants.RoleAdmin})
-		if errors.Is(err, tenants.ErrExists) {
-			// The account exists but this state directory never knew its password (a
-			// new clone on an old database): the demo owns the account, so reset it.
-			err = svc.SetConsolePassword(ctx, seedActor, OrgID, ConsoleEmail, res.ConsolePassword)
-		}
-		if err != nil {
-			return Result{}, fmt.Errorf("demo console user: %w", err)
-		}
-		if err := os.WriteFile(pwFile, []byte(res.ConsolePassword), 0o600); err != nil {
-			return Result{}, err
-		}
+	if res.ID, err = identity(stateDir); err != nil {
+		return Result{}, err
 	}
-	keyFile := filepath.Join(stateDir, "demo-org-key")
-	res.OrgKey = readState(keyFile)
-	if k, err := svc.Authenticate(ctx, res.OrgKey); err != nil || k.OrgID != OrgID {
-		_, token, err := svc.CreateAPIKey(ctx, seedActor, OrgID, tenants.APIKeyInput{Name: "demo",
-			Scopes: []tenants.Scope{tenants.ScopeCheck, tenants.ScopeAdmin, tenants.ScopeBilling}})
-		if err != nil {
-			return Result{}, fmt.Errorf("demo key: %w", err)
-		}
-		res.OrgKey = token
-		if err := os.WriteFile(keyFile, []byte(token), 0o600); err != nil {
-			return Result{}, err
-		}
+	if err := consoleAccount(ctx, svc, stateDir, &res); err != nil {
+		return Result{}, err
+	}
+	if err := orgKey(ctx, svc, stateDir, &res); err != nil {
+		return Result{}, err
 	}
 	return res, nil
+}
+
+// identity returns the state directory's id, making one the first time.
+func identity(stateDir string) (string, error) {
+	idFile := filepath.Join(stateDir, "demo-id")
+	if id := readState(idFile); id != "" {
+		return id, nil
+	}
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	id := hex.EncodeToString(b)
+	if err := os.WriteFile(idFile, []byte(id), 0o600); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// consoleAccount finds or makes the state directory's console account.
+func consoleAccount(ctx context.Context, svc *tenants.Service, stateDir string, res *Result) error {
+	pwFile := filepath.Join(stateDir, "demo-console-password")
+	emailFile := filepath.Join(stateDir, "demo-console-email")
+	res.ConsolePassword = readState(pwFile)
+	res.ConsoleEmail = readState(emailFile)
+	if res.ConsolePassword != "" && res.ConsoleEmail == "" {
+		res.ConsoleEmail = ConsoleEmail // a state directory from before identities
+	}
+	if res.ConsolePassword != "" {
+		if _, err := svc.VerifyConsoleLogin(ctx, OrgID, res.ConsoleEmail, res.ConsolePassword); err == nil {
+			return nil
+		}
+		// Deleted meanwhile: make it again, with the password this directory keeps.
+		_, err := svc.CreateConsoleUser(ctx, seedActor, OrgID, tenants.ConsoleUserInput{Email: res.ConsoleEmail,
+			Password: res.ConsolePassword, Role: tenants.RoleAdmin})
+		if errors.Is(err, tenants.ErrExists) {
+			// Its password was changed since: not this run's to change back.
+			res.ConsolePassword = ""
+			res.ConsoleNote = fmt.Sprintf("the password of %s was changed since %s kept it; to get a new one, delete that "+
+				"console user (DELETE /v1/orgs/%s/console-users/{id} with the demo org key) and run make run again",
+				res.ConsoleEmail, pwFile, OrgID)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("demo console user: %w", err)
+		}
+		return nil
+	}
+	res.ConsolePassword = randomString(18)
+	var err error
+	for _, email := range []string{ConsoleEmail, "admin-" + res.ID + "@demo.test"} {
+		res.ConsoleEmail = email
+		_, err = svc.CreateConsoleUser(ctx, seedActor, OrgID, tenants.ConsoleUserInput{Email: email,
+			Password: res.ConsolePassword, Role: tenants.RoleAdmin})
+		if !errors.Is(err, tenants.ErrExists) {
+			break // made, or failed; an account another state directory made is left alone
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("demo console user: %w", err)
+	}
+	if err := os.WriteFile(emailFile, []byte(res.ConsoleEmail), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(pwFile, []byte(res.ConsolePassword), 0o600)
+}
+
+// orgKey finds or makes the state directory's org key; a new one revokes the keys of
+// the same identity it replaces.
+func orgKey(ctx context.Context, svc *tenants.Service, stateDir string, res *Result) error {
+	keyFile := filepath.Join(stateDir, "demo-org-key")
+	res.OrgKey = readState(keyFile)
+	if k, err := svc.Authenticate(ctx, res.OrgKey); err == nil && k.OrgID == OrgID {
+		return nil
+	}
+	name := "demo " + res.ID
+	k, token, err := svc.CreateAPIKey(ctx, seedActor, OrgID, tenants.APIKeyInput{Name: name,
+		Scopes: []tenants.Scope{tenants.ScopeCheck, tenants.ScopeAdmin, tenants.ScopeBilling}})
+	if err != nil {
+		return fmt.Errorf("demo key: %w", err)
+	}
+	if err := os.WriteFile(keyFile, []byte(token), 0o600); err != nil {
+		return err
+	}
+	res.OrgKey = token
+	// The keys this one replaces: the identity's others still in force.
+	cursor := ""
+	for {
+		keys, next, err := svc.ListAPIKeys(ctx, OrgID, tenants.Page{Limit: 100, Cursor: cursor})
+		if err != nil {
+			return fmt.Errorf("demo keys: %w", err)
+		}
+		for _, old := range keys {
+			if old.Name == name && old.ID != k.ID && old.RevokedAt == nil {
+				if err := svc.RevokeAPIKey(ctx, seedActor, OrgID, old.ID); err != nil {
+					return fmt.Errorf("revoke the demo key it replaces: %w", err)
+				}
+			}
+		}
+		if cursor = next; cursor == "" {
+			return nil
+		}
+	}
 }
 
 func readState(path string) string {

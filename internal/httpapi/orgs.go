@@ -1,12 +1,19 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
+	"syscall"
+	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
+	"github.com/quotaplane/quotaplane/internal/platform/redisconn"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
@@ -15,8 +22,77 @@ import (
 // CreateOrg handles POST /v1/orgs (operator).
 func (s *Server) CreateOrg(w http.ResponseWriter, r *http.Request) {
 	handle(s, w, r, http.StatusCreated, fromOrg, func(in api.OrgCreate) (tenants.Org, error) {
-		return s.tenants.CreateOrg(r.Context(), actor(r), toOrgInput(in))
+		o := toOrgInput(in)
+		if o.Validate() == nil && (in.RedisUrlCheck == nil || *in.RedisUrlCheck) {
+			if err := reachRedis(r.Context(), o.RedisURL); err != nil {
+				return tenants.Org{}, err
+			}
+		}
+		return s.tenants.CreateOrg(r.Context(), actor(r), o)
 	})
+}
+
+// redisCheckWait bounds the check of an org's redis_url.
+var redisCheckWait = 3 * time.Second
+
+// reachRedis checks, when an org's redis_url is set, that a Redis answers there
+// (issue 27: an unreachable one was stored, and the worker then warned about it
+// several times a second, forever). It answers 422 naming the field, with what went
+// wrong in the API's words and the override for a Redis that comes later
+// ("redis_url_check": false). A URL that does not parse is left to the validation's
+// 400.
+func reachRedis(ctx context.Context, raw string) error {
+	if raw == "" {
+		return nil
+	}
+	o, err := redisconn.Parse(raw, false)
+	if err != nil {
+		return nil
+	}
+	if opt := o.Single; opt != nil {
+		opt.MaxRetries, opt.DialerRetries = -1, 1
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = redisCheckWait, redisCheckWait, redisCheckWait
+	}
+	if opt := o.Cluster; opt != nil {
+		opt.MaxRetries, opt.DialerRetries = -1, 1
+		opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout = redisCheckWait, redisCheckWait, redisCheckWait
+	}
+	c := o.Client()
+	defer c.Close()
+	pctx, cancel := context.WithTimeout(ctx, redisCheckWait)
+	defer cancel()
+	err = c.Ping(pctx).Err()
+	if err == nil {
+		return nil
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	why := redisFailure(err)
+	msg := fmt.Sprintf("cannot reach Redis at %s (%s); fix redis_url, or, for a Redis that comes later, send \"redis_url_check\": false to store it anyway",
+		redact.URL(raw), why)
+	return derrors.E(derrors.Unprocessable, "redis_url: "+msg, nil,
+		derrors.FieldError{Field: "redis_url", Message: msg})
+}
+
+// redisFailure says in the API's words why a Redis did not answer.
+func redisFailure(err error) string {
+	var dnsErr *net.DNSError
+	var ne net.Error
+	text := err.Error()
+	switch {
+	case errors.As(err, &dnsErr):
+		return "DNS lookup failed for " + dnsErr.Name
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused"
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return fmt.Sprintf("no answer within %g s", redisCheckWait.Seconds())
+	case strings.Contains(text, "NOAUTH"), strings.Contains(text, "WRONGPASS"), strings.Contains(text, "invalid password"):
+		return "authentication failed: check the user and password of the URL"
+	case strings.Contains(text, "tls:"), strings.Contains(text, "x509:"):
+		return "TLS handshake failed"
+	}
+	return "no Redis answered"
 }
 
 // ListOrgs handles GET /v1/orgs (operator).
@@ -50,6 +126,12 @@ func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPat
 		}
 		refuse(w, r, derrors.E(derrors.Forbidden, fmt.Sprintf("only the operator may change %v", f), nil, errs...))
 		return
+	}
+	if patch.RedisURL != nil && patch.Validate() == nil && (in.RedisUrlCheck == nil || *in.RedisUrlCheck) {
+		if err := reachRedis(r.Context(), *patch.RedisURL); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
 	o, err := s.tenants.UpdateOrg(r.Context(), actor(r), org, patch)
 	respond(s, w, r, http.StatusOK, fromOrg, o, err)

@@ -65,16 +65,29 @@ type CounterSourceFunc func(org string, r vocab.Route) (Counters, error)
 func (f CounterSourceFunc) CountersFor(org string, r vocab.Route) (Counters, error) { return f(org, r) }
 
 // EngineCounters reads an org's live counters where router counts its checks: the
-// org's dedicated Redis, its plan's pool, or the default one.
+// org's dedicated Redis, its plan's pool, or the default one. A dedicated Redis that
+// fails is polled with a growing pause (quota.Engines.PollEngine): meanwhile
+// CountersFor returns an error wrapping quota.ErrAway, which the flusher skips
+// quietly.
 func EngineCounters(router *quota.Engines) CounterSource {
 	return CounterSourceFunc(func(org string, r vocab.Route) (Counters, error) {
-		eng, err := router.EngineFor(r)
+		eng, done, err := router.PollEngine(r)
 		if err != nil {
 			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, org, err)
 		}
-		return eng, nil
+		return polled{Engine: eng, done: done}, nil
 	})
 }
+
+// polled is an engine's counters with the report of how a poll went (PollDone).
+type polled struct {
+	*quota.Engine
+	done func(error) error
+}
+
+// PollDone reports the outcome of a flush of one org on these counters, and returns
+// the error to report (one that started a backoff says so).
+func (p polled) PollDone(err error) error { return p.done(err) }
 
 // counterRow is a counter with its value in flat, sortable form.
 type counterRow struct {

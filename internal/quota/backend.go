@@ -32,6 +32,7 @@ type backend struct {
 	cb       *breaker // the breaker of a single server; of a cluster without a slot map
 	shards   sync.Map // cluster: primary "host:port" -> *breaker
 	inflight atomic.Int64
+	poll     pollState // background polls' backoff (a dedicated Redis only)
 }
 
 // state is the worst state of the backend's breakers: on a cluster, of its current

@@ -63,6 +63,9 @@ type EnginesConfig struct {
 	RedisTimeout time.Duration
 	// Breaker tunes the circuit breaker of each Redis.
 	Breaker BreakerConfig
+	// PollBackoff spaces background polls (SweepReservations, PollEngine) of a
+	// dedicated Redis that fails.
+	PollBackoff PollBackoff
 	// Engine is the configuration of every engine (KeyPrefix, Hydrator, Clock...).
 	Engine Config
 	// Registerer receives the router's metrics; nil registers none.
@@ -127,6 +130,7 @@ func NewEngines(cfg EnginesConfig) (*Engines, error) {
 		cfg.RedisTimeout = 100 * time.Millisecond
 	}
 	cfg.Breaker.setDefaults()
+	cfg.PollBackoff.setDefaults()
 	if cfg.Engine.RetryBudget <= 0 {
 		cfg.Engine.RetryBudget = 3 * cfg.RedisTimeout
 	}
@@ -537,7 +541,10 @@ func (r *Engines) Reservation(ctx context.Context, route vocab.Route, org string
 }
 
 // SweepReservations expires the due reservations on every Redis this router has
-// opened (Engine.SweepReservations), and returns how many it expired.
+// opened (Engine.SweepReservations), and returns how many it expired. A dedicated
+// Redis that fails is skipped for a growing pause (EnginesConfig.PollBackoff), so an
+// org's unreachable redis_url is tried, and its failure reported, at most once per
+// pause, and at the longest once a minute.
 func (r *Engines) SweepReservations(ctx context.Context) (int, error) {
 	r.mu.Lock()
 	open := slices.Clone(r.open)
@@ -545,8 +552,15 @@ func (r *Engines) SweepReservations(ctx context.Context) (int, error) {
 	var n int
 	var errs []error
 	for _, b := range open {
+		dedicated := b.name == DedicatedPool
+		if dedicated && b.poll.ready(time.Now()) != nil {
+			continue // away: in its backoff, skipped without a word
+		}
 		got, err := b.eng.SweepReservations(ctx)
 		n += got
+		if dedicated {
+			err = b.poll.done(err, time.Now(), r.cfg.PollBackoff)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pool %s: %w", b.name, err))
 		}

@@ -18,8 +18,19 @@ import (
 )
 
 // InvalidationChannel is the Redis pub/sub channel on which replicas announce the
-// orgs they changed.
+// orgs they changed: the channel of the default key prefix (ChannelFor).
 const InvalidationChannel = "quotaplane:invalidate"
+
+// ChannelFor is the invalidation channel of an install whose Redis keys start with
+// prefix (QUOTA_REDIS_PREFIX): InvalidationChannel for the default "q" (or ""), else
+// "quotaplane:<prefix>:invalidate", so installs sharing a Redis do not hear each
+// other's changes.
+func ChannelFor(prefix string) string {
+	if prefix == "" || prefix == "q" {
+		return InvalidationChannel
+	}
+	return "quotaplane:" + prefix + ":invalidate"
+}
 
 // Default bounds of a Cache (docs/ARCHITECTURE.md, "The resolved-limits cache", says
 // why these).

@@ -156,3 +156,14 @@ func TestCacheServesStaleWhenPostgresIsDown(t *testing.T) {
 		t.Errorf("an org never cached resolved with Postgres down")
 	}
 }
+
+// The invalidation channel follows QUOTA_REDIS_PREFIX: unchanged for the default,
+// its own for any other, so installs sharing a Redis do not hear each other.
+func TestChannelForPrefix(t *testing.T) {
+	if got := tenants.ChannelFor("q"); got != tenants.InvalidationChannel {
+		t.Errorf("ChannelFor(q) = %q, want %q", got, tenants.InvalidationChannel)
+	}
+	if a, b := tenants.ChannelFor("one"), tenants.ChannelFor("two"); a == b || a == tenants.InvalidationChannel {
+		t.Errorf("ChannelFor(one) = %q, ChannelFor(two) = %q", a, b)
+	}
+}

@@ -18,8 +18,9 @@ func scanConsoleUser(row pgx.Row) (ConsoleUser, error) {
 	return u, err
 }
 
-// CreateConsoleUser creates a console account in an org. Emails are unique across
-// all orgs (ErrExists).
+// CreateConsoleUser creates a console account in an org. Emails are unique within
+// an org (ErrExists), not across orgs: another org's accounts are no business of the
+// caller, and a conflict across orgs would tell which emails exist there (issue 27).
 func (s *Service) CreateConsoleUser(ctx context.Context, a Actor, orgID string, in ConsoleUserInput) (ConsoleUser, error) {
 	if err := in.Validate(); err != nil {
 		return ConsoleUser{}, err
@@ -81,13 +82,15 @@ func (s *Service) RecordAudit(ctx context.Context, a Actor, orgID, action, objec
 	})
 }
 
-// VerifyConsoleLogin returns the console user with email when password matches.
-// Unknown emails and wrong passwords are the same ErrNotFound. (Lockout after repeated
-// failures belongs to the console's sign-in.)
-func (s *Service) VerifyConsoleLogin(ctx context.Context, email, password string) (ConsoleUser, error) {
+// VerifyConsoleLogin returns the console user of org with email when password
+// matches. Unknown orgs, unknown emails and wrong passwords are the same ErrNotFound,
+// and each costs one password hash, so neither the answer nor its time tells whether
+// the email exists (in this org or another). (Lockout after repeated failures belongs
+// to the console's sign-in.)
+func (s *Service) VerifyConsoleLogin(ctx context.Context, org, email, password string) (ConsoleUser, error) {
 	var u ConsoleUser
 	var hash string
-	err := s.pool.QueryRow(ctx, `SELECT `+consoleCols+`, password_hash FROM console_users WHERE lower(email) = lower($1)`, email).
+	err := s.pool.QueryRow(ctx, `SELECT `+consoleCols+`, password_hash FROM console_users WHERE org_id = $1 AND lower(email) = lower($2)`, org, email).
 		Scan(&u.ID, &u.OrgID, &u.Email, &u.Role, &u.CreatedAt, &hash)
 	if err != nil {
 		// Hash anyway so an unknown email takes as long as a wrong password.

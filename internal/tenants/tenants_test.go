@@ -236,10 +236,10 @@ func TestConsoleLogin(t *testing.T) {
 	if _, err := s.CreateConsoleUser(ctx, op, "acme", tenants.ConsoleUserInput{Email: "ADA@acme.test", Password: "another long one", Role: tenants.RoleViewer}); !errors.Is(err, tenants.ErrExists) {
 		t.Errorf("duplicate email (case-insensitive): %v", err)
 	}
-	if u, err := s.VerifyConsoleLogin(ctx, "ada@acme.test", "correct horse battery"); err != nil || u.OrgID != "acme" {
+	if u, err := s.VerifyConsoleLogin(ctx, "acme", "ada@acme.test", "correct horse battery"); err != nil || u.OrgID != "acme" {
 		t.Errorf("login = %+v, %v", u, err)
 	}
-	if _, err := s.VerifyConsoleLogin(ctx, "ada@acme.test", "wrong password!!"); !errors.Is(err, tenants.ErrNotFound) {
+	if _, err := s.VerifyConsoleLogin(ctx, "acme", "ada@acme.test", "wrong password!!"); !errors.Is(err, tenants.ErrNotFound) {
 		t.Errorf("wrong password: %v", err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -187,7 +189,7 @@ func (w *Deliverer) Deliver(ctx context.Context, eventID int64, attempt int) err
 	ok := sendErr == nil && status >= 200 && status < 300
 	errText := ""
 	if sendErr != nil {
-		errText = sendErr.Error()
+		errText = DescribeSendError(sendErr, w.Client)
 	} else if !ok {
 		errText = "receiver answered " + strconv.Itoa(status)
 	}
@@ -207,6 +209,80 @@ func (w *Deliverer) Deliver(ctx context.Context, eventID int64, attempt int) err
 		return undeliverable{sendErr}
 	}
 	return fmt.Errorf("deliver event %d to %s: %s", ev.ID, redactURL(org.WebhookURL), errText)
+}
+
+// DescribeSendError says in the API's words why a webhook could not be sent (nothing
+// was answered): for the delivery log and a test send, which an org reads. Go's own
+// error texts name the worker's side of the connection (its resolver's address, its
+// local port: "dial tcp: lookup x on 10.0.0.2:53"), which is no business of the org
+// and helps it no more than these do. client is the client that sent (for its
+// timeout); nil: the default 10 s.
+func DescribeSendError(err error, client *http.Client) string {
+	timeout := 10 * time.Second
+	if client != nil && client.Timeout > 0 {
+		timeout = client.Timeout
+	}
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var unknownAuth x509.UnknownAuthorityError
+	var hostErr x509.HostnameError
+	var invalidCert x509.CertificateInvalidError
+	var recordErr tls.RecordHeaderError
+	var alert tls.AlertError
+	var opErr *net.OpError
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrPrivateTarget):
+		// From the sentinel on: the address the org's host resolved to (its own URL's,
+		// not the worker's), without Go's "Post ...: dial tcp" before it.
+		text := err.Error()
+		if i := strings.Index(text, ErrPrivateTarget.Error()); i >= 0 {
+			return text[i:]
+		}
+		return ErrPrivateTarget.Error()
+	case errors.Is(err, errBadURL):
+		return "not an http(s) URL with a host: nothing can be delivered to it"
+	case errors.As(err, &dnsErr):
+		if dnsErr.IsNotFound {
+			return "DNS lookup failed for " + dnsErr.Name + " (no such host)"
+		}
+		if dnsErr.IsTimeout {
+			return "DNS lookup failed for " + dnsErr.Name + " (timed out)"
+		}
+		return "DNS lookup failed for " + dnsErr.Name
+	case errors.As(err, &unknownAuth), errors.As(err, &certErr) && errors.As(certErr.Err, &unknownAuth):
+		return "TLS handshake failed (the endpoint's certificate is not signed by a trusted authority)"
+	case errors.As(err, &hostErr):
+		return "TLS handshake failed (the endpoint's certificate is not valid for its host name)"
+	case errors.As(err, &invalidCert):
+		return "TLS handshake failed (the endpoint's certificate is invalid or expired)"
+	case errors.As(err, &certErr), errors.As(err, &alert):
+		return "TLS handshake failed"
+	case errors.As(err, &recordErr):
+		return "TLS handshake failed (the endpoint does not speak TLS on that port)"
+	case errors.Is(err, context.DeadlineExceeded) || isTimeout(err):
+		return "timed out after " + strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64) + " s"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "could not connect to the endpoint (connection refused)"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "could not connect to the endpoint (no route to the host)"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "the endpoint closed the connection before answering"
+	case errors.As(err, &opErr) && opErr.Op == "dial":
+		return "could not connect to the endpoint"
+	case strings.Contains(err.Error(), "HTTP response to HTTPS client"):
+		return "TLS handshake failed (the endpoint answered plain HTTP to https)"
+	case strings.Contains(err.Error(), "tls:"):
+		return "TLS handshake failed"
+	}
+	return "the request failed before the endpoint answered"
+}
+
+// isTimeout reports whether err is a network timeout.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // undeliverable is an error that also matches ErrUndeliverable; its message is its

@@ -123,15 +123,17 @@ func (s *Service) TestWebhook(ctx context.Context, org string) (TestDelivery, er
 	out.Succeeded = sendErr == nil && status >= 200 && status < 300
 	switch {
 	case errors.Is(sendErr, ErrPrivateTarget):
-		out.Error = sendErr.Error()
+		out.Error = DescribeSendError(sendErr, s.Client)
 		out.URLWarning = privateWarning(o.WebhookURL, sendErr)
-	case errors.Is(sendErr, errBadURL):
-		out.Error = "not an http(s) URL with a host: nothing can be delivered to it"
 	case sendErr != nil:
 		if ctx.Err() != nil {
 			return TestDelivery{}, ctx.Err()
 		}
-		out.Error = sendErr.Error()
+		client := s.Client
+		if client == nil {
+			client = &http.Client{Timeout: testDeliveryWait}
+		}
+		out.Error = DescribeSendError(sendErr, client)
 	case !out.Succeeded:
 		out.Error = "receiver answered " + strconv.Itoa(status)
 	}

@@ -50,7 +50,7 @@ test('the allocation shows units in flight against concurrent limits per level',
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   try {
-    await page.goto(stack.base + '/console/');
+    await page.goto(stack.base + '/console/?org=' + encodeURIComponent(ORG)); // the sign-in names the org
     await page.getByLabel('Email').fill(ADMIN.email);
     await page.getByLabel('Password').fill(ADMIN.password);
     await page.getByRole('button', { name: 'Sign in' }).click();

@@ -132,6 +132,7 @@ async function withPage(name, { width = 1280, allow = [] } = {}, fn) {
 
 async function signIn(page, who) {
   await page.goto(base + '/console/');
+  await page.getByLabel('Organization').fill(ORG); // console emails are unique per org only
   await page.getByLabel('Email').fill(who.email);
   await page.getByLabel('Password').fill(who.password);
   await page.getByRole('button', { name: 'Sign in' }).click();
@@ -501,10 +502,13 @@ describe('web console', { concurrency: false }, () => {
 
   test('signing in and out works from the keyboard alone', async () => {
     await withPage('09-sign-out', {}, async (page, ctx) => {
-      await page.goto(base + '/console/');
+      // ?org= (make run prints the console's URL with it) fills in the organization,
+      // and the email field has the focus.
+      await page.goto(base + '/console/?org=' + encodeURIComponent(ORG));
       await page.getByLabel('Email').waitFor();
+      assert.equal(await page.getByLabel('Organization').inputValue(), ORG);
       assert.equal(await page.title(), 'Sign in · Quotaplane console');
-      await page.keyboard.type(ADMIN.email); // the email field has the focus
+      await page.keyboard.type(ADMIN.email);
       await page.keyboard.press('Tab');
       await page.keyboard.type(ADMIN.password);
       await page.keyboard.press('Enter');
@@ -535,6 +539,10 @@ describe('web console', { concurrency: false }, () => {
       assert.equal((await ctx.cookies()).filter((c) => c.name === 'qp_session').length, 0);
       await page.reload();
       await page.getByRole('heading', { name: 'Sign in to Quotaplane' }).waitFor();
+      // The browser remembers the organization it signed in to.
+      await page.goto(base + '/console/');
+      await page.getByLabel('Organization').waitFor();
+      assert.equal(await page.getByLabel('Organization').inputValue(), ORG);
     });
   });
 });

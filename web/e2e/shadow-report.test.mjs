@@ -79,7 +79,7 @@ test('the Mode page of a shadow org links to the report of who enforcing would b
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   try {
-    await page.goto(stack.base + '/console/');
+    await page.goto(stack.base + '/console/?org=' + encodeURIComponent(ORG)); // the sign-in names the org
     await page.getByLabel('Email').fill(ADMIN.email);
     await page.getByLabel('Password').fill(ADMIN.password);
     await page.getByRole('button', { name: 'Sign in' }).click();

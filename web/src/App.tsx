@@ -90,7 +90,22 @@ export function App() {
   );
 }
 
+// orgKey keeps, in this browser, the organization last signed in to.
+const orgKey = 'quotaplane.console.org';
+
+// initialOrg is the organization the sign-in form starts with: ?org= of the address
+// (make run prints the console's URL with ?org=demo), else the one this browser
+// signed in to last.
+export function initialOrg(): string {
+  const fromURL = new URLSearchParams(location.search).get('org');
+  if (fromURL) return fromURL.trim();
+  try { return localStorage.getItem(orgKey) ?? ''; } catch { return ''; }
+}
+
 function SignIn({ onSignedIn }: { onSignedIn: (s: Session) => void }) {
+  // Console emails are unique per organization, not across them: the sign-in names
+  // the organization, so it never reveals whether an email exists in another one.
+  const [org, setOrg] = useState(initialOrg);
   const [email, setEmail] = useState('');
   const [password, setPassword] = useState('');
   const [error, setError] = useState<string>();
@@ -99,14 +114,20 @@ function SignIn({ onSignedIn }: { onSignedIn: (s: Session) => void }) {
     <main class="center">
       <form class="panel sign-in" aria-labelledby="sign-in-h" onSubmit={async (e) => {
         e.preventDefault();
-        if (!email.trim() || !password) { setError('Enter your email and password.'); return; }
+        if (!org.trim() || !email.trim() || !password) { setError('Enter your organization, email and password.'); return; }
         setBusy(true);
-        try { onSignedIn(await api.signIn(email.trim(), password)); }
+        try {
+          const s = await api.signIn(org.trim(), email.trim(), password);
+          try { localStorage.setItem(orgKey, s.org); } catch { /* private mode: not remembered */ }
+          onSignedIn(s);
+        }
         catch (err) { setError(err instanceof Error ? err.message : String(err)); setBusy(false); }
       }}>
         <h1 id="sign-in-h">Sign in to Quotaplane</h1>
+        <div class="field"><label for="org">Organization</label>
+          <input id="org" type="text" autoComplete="organization" spellcheck={false} value={org} autoFocus={!org} onInput={(e) => setOrg((e.target as HTMLInputElement).value)} /></div>
         <div class="field"><label for="email">Email</label>
-          <input id="email" type="email" autoComplete="username" value={email} autoFocus onInput={(e) => setEmail((e.target as HTMLInputElement).value)} /></div>
+          <input id="email" type="email" autoComplete="username" value={email} autoFocus={!!org} onInput={(e) => setEmail((e.target as HTMLInputElement).value)} /></div>
         <div class="field"><label for="password">Password</label>
           <input id="password" type="password" autoComplete="current-password" value={password} onInput={(e) => setPassword((e.target as HTMLInputElement).value)} /></div>
         {error && <p class="field-error" role="alert">{error}</p>}

@@ -107,7 +107,7 @@ const e = encodeURIComponent;
 
 export const api = {
   session: () => request<Session | undefined>('GET', '/console/api/session'), // undefined: not signed in
-  signIn: (email: string, password: string) => request<Session>('POST', '/console/api/sign-in', { email, password }),
+  signIn: (org: string, email: string, password: string) => request<Session>('POST', '/console/api/sign-in', { org, email, password }),
   signOut: () => { cancelPending(); return request<void>('POST', '/console/api/sign-out'); },
 
   org: (org: string) => request<Org>('GET', o(org)),

@@ -118,7 +118,9 @@ export interface paths {
          * Create an org
          * @description Creates an org on an existing plan. Needs the operator token. An unknown `plan`
          *     answers 400 with a field error on `plan`. `mode` defaults to `enforce`, `oversubscribe` to false,
-         *     `billing_anchor_day` to 1 (calendar months).
+         *     `billing_anchor_day` to 1 (calendar months). A `redis_url` is checked before it is
+         *     stored: 422 naming `redis_url` when no Redis answers there, unless
+         *     `redis_url_check` is false (a Redis that comes later).
          */
         post: operations["createOrg"];
         delete?: never;
@@ -1231,6 +1233,11 @@ export interface components {
         WebhookURL: string;
         /** @description Dedicated Redis of the org (`redis://` or `rediss://`); empty to use the plan's pool. */
         RedisURL: string;
+        /**
+         * @description Whether to check, before storing a non-empty `redis_url`, that a Redis answers there: an unreachable one is refused with 422 naming `redis_url`. Send false to store the URL of a Redis that comes later (the worker then backs off while it is away, up to a minute between tries). Not stored.
+         * @default true
+         */
+        RedisURLCheck: boolean;
         /** @description Day of the month on which the org's billing periods start. */
         BillingAnchorDay: number;
         Org: {
@@ -1278,6 +1285,7 @@ export interface components {
             oversubscribe: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
             redis_url?: components["schemas"]["RedisURL"];
+            redis_url_check?: components["schemas"]["RedisURLCheck"];
             /** @default 1 */
             billing_anchor_day: components["schemas"]["BillingAnchorDay"];
         };
@@ -1292,6 +1300,7 @@ export interface components {
             oversubscribe?: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
             redis_url?: components["schemas"]["RedisURL"];
+            redis_url_check?: components["schemas"]["RedisURLCheck"];
             billing_anchor_day?: components["schemas"]["BillingAnchorDay"];
         };
         OrgList: {
