@@ -278,8 +278,10 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
         { metric: "tokens", window: "month", limit: 100000 },
       ],
     });
+    // A user met for the first time must name its team (the check answers 400 otherwise).
+    await stack.api_("POST", `/v1/orgs/${org}/teams`, { id: "eng", name: "Eng" });
     const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
-    const a = slotApp(client, () => ({ org, user, amounts: { requests: 1, tokens: 4000 } }));
+    const a = slotApp(client, () => ({ org, team: "eng", user, amounts: { requests: 1, tokens: 4000 } }));
     a.app.get("/llm", (_req, res) => {
       reportUsage(res, { requests: 1, tokens: 1234 });
       res.send("ok");
@@ -287,7 +289,7 @@ describe("concurrencyMiddleware with concurrent limits, amounts and extend (need
     const srv = await serve(a.app);
     // What open reservations hold: the concurrent level's limit less its remaining.
     const inFlight = async () => {
-      const l = (await client.check({ org, user, costs: { requests: 0, tokens: 0 } })).result?.levels.find((l) => l.window === "concurrent");
+      const l = (await client.check({ org, team: "eng", user, costs: { requests: 0, tokens: 0 } })).result?.levels.find((l) => l.window === "concurrent");
       return l && l.limit - l.remaining;
     };
     try {
