@@ -68,10 +68,18 @@ var IdempotencyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{8,128}$`)
 
 const idMsg = "must match ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
 
+// msgRequired is what a required field that was not given says (the admin API's
+// request validator says the same).
+const msgRequired = "is required"
+
 // Validate checks everything the API's CheckRequest schema says of a check; the
-// problem names the field (org, team, user, metric, cost, idempotency_key).
+// problem names the field (org, team, user, metric, cost, idempotency_key). A
+// missing org (or "") is "is required", as the admin API's validator words a
+// missing required field, not the pattern an absent value cannot match.
 func (in Input) Validate() error {
 	switch {
+	case in.Org == "":
+		return derrors.Field("org", msgRequired)
 	case !vocab.ValidID(in.Org):
 		return derrors.Field("org", idMsg)
 	case in.Team != nil && !vocab.ValidID(*in.Team):

@@ -21,6 +21,9 @@ const MaxReservationTTL = time.Hour
 type ReserveInput struct {
 	Check  Input
 	Amount int64
+	// AmountMissing says the request gave no amount (nor amounts): "is required",
+	// where an amount of 0 given is "must be 1 to ...".
+	AmountMissing bool
 	// Amounts holds several metrics instead of Check.Metric and Amount (which is then 0).
 	Amounts  map[string]int64
 	TTL      *int64 // seconds
@@ -30,6 +33,9 @@ type ReserveInput struct {
 // Validate checks the reservation's own fields (amount, ttl_seconds, on_expiry);
 // the check's are checked as Check checks them.
 func (in ReserveInput) Validate() error {
+	if in.Check.Org == "" { // the first required field first, as a check says it
+		return derrors.Field("org", msgRequired)
+	}
 	if in.Amounts != nil {
 		if err := validCosts("amounts", in.Amounts, in.Check.Metric != nil, in.Amount != 0, "metric", "amount"); err != nil {
 			return err
@@ -43,6 +49,8 @@ func (in ReserveInput) Validate() error {
 		}
 	}
 	switch {
+	case in.Amounts == nil && in.AmountMissing:
+		return derrors.Field("amount", fmt.Sprintf("%s (1 to %d), or amounts of several metrics", msgRequired, vocab.MaxUnits))
 	case in.Amounts == nil && (in.Amount < 1 || in.Amount > vocab.MaxUnits):
 		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", vocab.MaxUnits))
 	case in.TTL != nil && (*in.TTL < 1 || *in.TTL > int64(MaxReservationTTL/time.Second)):

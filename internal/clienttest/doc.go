@@ -3,6 +3,7 @@
 // quotaplane-worker, started by testenv.StartStack on a fresh database: checks and
 // their headers, a lost reply retried, Quotaplane down under each fail policy, the
 // net/http middleware with the standard mux and chi, reservations, webhook
-// verification of the worker's real deliveries, and a fresh module outside the
-// repository built against client/ alone. The package has only tests.
+// verification of the worker's real deliveries, and the tour's Go client steps
+// followed as printed in a fresh directory outside the repository (a new module that
+// replaces the client by the clone's client/). The package has only tests.
 package clienttest

@@ -11,78 +11,122 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
-// readmeProgram is the Go program of docs/TOUR.md (the tour of the API): the first ```go block that imports the
-// client.
-func readmeProgram(t *testing.T, root string) string {
+// goClientSection is docs/TOUR.md's "### Go client" section (the tour of the API).
+func goClientSection(t *testing.T, root string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(root, "docs", "TOUR.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range regexp.MustCompile("(?ms)^```go\n(.*?)^```").FindAllStringSubmatch(string(b), -1) {
-		if strings.Contains(m[1], `"github.com/quotaplane/quotaplane/client"`) && strings.Contains(m[1], "func main()") {
-			return m[1]
-		}
+	text := strings.ReplaceAll(string(b), "\r\n", "\n")
+	_, rest, ok := strings.Cut(text, "\n### Go client\n")
+	if !ok {
+		t.Fatal(`docs/TOUR.md has no "### Go client" section`)
 	}
-	t.Fatal("docs/TOUR.md has no ```go block with a main program importing github.com/quotaplane/quotaplane/client")
-	return ""
+	if end := regexp.MustCompile(`\n##+ `).FindStringIndex(rest); end != nil {
+		rest = rest[:end[0]]
+	}
+	return rest
 }
 
-// The Done-when test: the tour's Go program, in a fresh module outside the
-// repository whose go.mod requires the client (replaced by this checkout's client/),
-// builds with nothing downloaded (GOPROXY=off, an empty module cache), its go.sum
-// names nothing, and its check works against a running api.
-func TestFreshModuleBuildsAgainstTheClientAlone(t *testing.T) {
+// The blocks of the section, in order: the setup commands (```sh), the program
+// (```go, saved as main.go) and the commands that build and run it (```sh), with the
+// answer they print.
+type goSteps struct {
+	setup, program, run, printed string
+}
+
+func goClientSteps(t *testing.T, root string) goSteps {
+	t.Helper()
+	blocks := regexp.MustCompile("(?ms)^```(sh|go)\n(.*?)^```").FindAllStringSubmatch(goClientSection(t, root), -1)
+	var kinds []string
+	for _, b := range blocks {
+		kinds = append(kinds, b[1])
+	}
+	if strings.Join(kinds, " ") != "sh go sh" {
+		t.Fatalf("the Go client section's blocks are %v, want the setup (sh), the program (go), the run (sh)", kinds)
+	}
+	if !strings.Contains(blocks[1][2], `"github.com/quotaplane/quotaplane/client"`) || !strings.Contains(blocks[1][2], "func main()") {
+		t.Fatal("the Go client section's program does not import github.com/quotaplane/quotaplane/client")
+	}
+	var run, printed []string
+	for _, line := range strings.Split(strings.TrimSpace(blocks[2][2]), "\n") {
+		if c, ok := strings.CutPrefix(line, "# "); ok {
+			printed = append(printed, c)
+		} else {
+			run = append(run, line)
+		}
+	}
+	return goSteps{setup: blocks[0][2], program: blocks[1][2], run: strings.Join(run, "\n"), printed: strings.Join(printed, "\n")}
+}
+
+// newcomerGoEnv is this process's environment without the Go settings a test run or
+// a developer's shell may add (a workspace, a proxy, flags), so go answers with the
+// defaults a newcomer has: the public module proxy and checksum database. The module
+// cache is the user's own.
+func newcomerGoEnv(extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "GOFLAGS", "GOPROXY", "GOWORK", "GONOPROXY", "GONOSUMDB", "GOPRIVATE", "GOSUMDB", "GOINSECURE", "GO111MODULE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, extra...)
+}
+
+// The Done-when test (issue 27): the tour's Go client section, followed as printed in
+// a fresh directory outside the repository: its setup commands (a new module whose
+// go.mod replaces the client by the clone's client/ directory, the only way to depend
+// on it before it is published), its program saved as main.go, and its `go mod tidy
+// && go run .` with KEY set, which prints what the section shows. Before, the test
+// wrote its own go.mod, and the section's way (`go get`) did not work.
+func TestTourGoClientStepsWorkInAFreshDirectory(t *testing.T) {
 	e := newEnv(t, "")
 	root := testenv.RepoRoot(t)
 	dir := t.TempDir()
 	if strings.HasPrefix(dir, root) {
 		t.Fatalf("temp dir %s is inside the repository", dir)
 	}
-	prog := strings.ReplaceAll(readmeProgram(t, root), "http://localhost:8080", e.url())
-	gomod := "module example.com/fresh\n\ngo 1.23\n\nrequire github.com/quotaplane/quotaplane/client v0.0.0\n\n" +
-		"replace github.com/quotaplane/quotaplane/client => " + filepath.Join(root, "client") + "\n"
-	for name, content := range map[string]string{"go.mod": gomod, "main.go": prog} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	steps := goClientSteps(t, root)
+	// The clone is this checkout: the one line the reader writes themselves.
+	clone := regexp.MustCompile(`(?m)^QUOTAPLANE=\S*(\s+#.*)?$`)
+	if !clone.MatchString(steps.setup) {
+		t.Fatalf("the setup commands do not set QUOTAPLANE to the clone:\n%s", steps.setup)
 	}
-	goEnv := append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off", "GOTOOLCHAIN=local",
-		"GOMODCACHE="+filepath.Join(t.TempDir(), "modcache"))
-	run := func(name string, args ...string) string {
-		t.Helper()
-		c := exec.Command(name, args...)
-		c.Dir, c.Env = dir, goEnv
-		out, err := c.CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
-	run("go", "mod", "tidy")
-	run("go", "build", "-o", "fresh", ".")
-	sum, err := os.ReadFile(filepath.Join(dir, "go.sum"))
-	if err != nil && !os.IsNotExist(err) {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(strings.TrimSpace(string(sum)), "\n") {
-		if line != "" && !strings.HasPrefix(line, "github.com/quotaplane/quotaplane/client ") {
-			t.Errorf("go.sum names more than the client: %s", line)
-		}
-	}
-	mods := run("go", "list", "-m", "all")
-	if got := strings.Split(strings.TrimSpace(mods), "\n"); len(got) != 2 || got[0] != "example.com/fresh" ||
-		!strings.HasPrefix(got[1], "github.com/quotaplane/quotaplane/client v0.0.0 => ") {
-		t.Errorf("go list -m all:\n%s\nwant the module and the client only", mods)
-	}
+	setup := clone.ReplaceAllLiteralString(steps.setup, "QUOTAPLANE="+root)
+	prog := strings.ReplaceAll(steps.program, "http://localhost:8080", e.url())
+	script := setup + "\ncat > main.go <<'QUOTAPLANE_MAIN_GO'\n" + prog + "QUOTAPLANE_MAIN_GO\n" + steps.run + "\n"
 
-	c := exec.Command(filepath.Join(dir, "fresh"))
-	c.Env = append(os.Environ(), "KEY="+e.st.DemoKey)
+	c := exec.Command("bash", "-euo", "pipefail", "-c", script)
+	c.Dir, c.Env = dir, newcomerGoEnv("KEY="+e.st.DemoKey, "GOTOOLCHAIN=local")
 	out, err := c.CombinedOutput()
 	if err != nil {
-		t.Fatalf("the fresh program: %v\n%s", err, out)
+		t.Fatalf("the tour's Go client steps: %v\n%s\nscript:\n%s", err, out, script)
 	}
-	if got := strings.TrimSpace(string(out)); got != "allowed: true remaining: 59 not decided: false" {
-		t.Errorf("the fresh program printed %q, want alice's first check of the demo org allowed, 59 of 60 a minute left", got)
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if got := lines[len(lines)-1]; got != steps.printed {
+		t.Errorf("the program printed %q, want what the tour shows, %q (all output:\n%s)", got, steps.printed, out)
+	}
+
+	// The module the steps made depends on the client alone, replaced by the clone's.
+	gomod, err := os.ReadFile(filepath.Join(dir, "hello", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(gomod), "replace github.com/quotaplane/quotaplane/client => "+filepath.Join(root, "client")) {
+		t.Errorf("go.mod:\n%s\nwant the client replaced by the clone's client/", gomod)
+	}
+	list := exec.Command("go", "list", "-m", "all")
+	list.Dir, list.Env = filepath.Join(dir, "hello"), newcomerGoEnv("GOTOOLCHAIN=local")
+	mods, err := list.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list -m all: %v\n%s", err, mods)
+	}
+	if got := strings.Split(strings.TrimSpace(string(mods)), "\n"); len(got) != 2 || got[0] != "example.com/hello" ||
+		!strings.HasPrefix(got[1], "github.com/quotaplane/quotaplane/client v0.0.0-") {
+		t.Errorf("go list -m all:\n%s\nwant the module and the client only", mods)
 	}
 }

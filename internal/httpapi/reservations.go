@@ -16,7 +16,7 @@ import (
 // toReserveInput converts the API's reservation request to the check service's.
 func toReserveInput(in api.ReservationRequest) checks.ReserveInput {
 	out := checks.ReserveInput{Check: checks.Input{Org: in.Org, Team: in.Team, User: in.User, Metric: in.Metric, IdempotencyKey: in.IdempotencyKey},
-		Amount: deref(in.Amount), TTL: in.TtlSeconds}
+		Amount: deref(in.Amount), AmountMissing: in.Amount == nil && in.Amounts == nil, TTL: in.TtlSeconds}
 	if in.Amounts != nil {
 		out.Amounts = *in.Amounts
 		if out.Amounts == nil {

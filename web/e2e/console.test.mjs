@@ -187,6 +187,23 @@ describe('web console', { concurrency: false }, () => {
       const team = page.getByTestId('team-ml');
       await team.getByRole('button', { name: 'Edit requests per month limit of Team ml' }).click();
       const input = team.getByRole('textbox', { name: 'requests per month limit', exact: true });
+      // While a row is edited, the headings and the row's metric and window keep their
+      // words whole, at desktop and phone width ("Me tric" before, issue 27).
+      for (const width of [1280, 390]) {
+        await page.setViewportSize({ width, height: 900 });
+        const broken = await team.locator('.limits table:has(tr.editing)').evaluate((table) => {
+          const cells = [...table.querySelectorAll('thead th'), ...[...table.querySelectorAll('tr.editing td')].slice(0, 2)].filter((c) => !c.querySelector('.sr-only'));
+          return cells.flatMap((c) => {
+            const r = document.createRange();
+            r.selectNodeContents(c);
+            const lines = new Set([...r.getClientRects()].filter((x) => x.width > 0).map((x) => Math.round(x.top)));
+            return lines.size > 1 ? [`${c.textContent} (${lines.size} lines)`] : [];
+          });
+        });
+        assert.deepEqual(broken, [], `cells broken over lines at ${width}px while editing`);
+      }
+      await page.setViewportSize({ width: 1280, height: 900 });
+      await page.screenshot({ path: path.join(outDir, '03-editing-limit.png'), fullPage: true });
       await input.fill('30000');
       const refused = page.waitForResponse((r) => r.url().endsWith(`/v1/orgs/${ORG}/teams/ml`) && r.request().method() === 'PATCH');
       await team.getByRole('button', { name: 'Save' }).click();
@@ -252,6 +269,11 @@ describe('web console', { concurrency: false }, () => {
         await history.locator('canvas').waitFor();
         assert.equal(await history.getByText('No daily history yet', { exact: false }).count(), 0);
         assert.match(await history.locator('.chart').getAttribute('aria-label'), new RegExp(`requests: ${total} used so far`));
+        // The axis counts the period's days from 1: today is day N of the period, not N - 1 (issue 27).
+        const start = new Date(usage.body.period_start).getTime();
+        const days = Math.round((new Date(usage.body.period_end).getTime() - start) / 86400e3);
+        const today = Math.floor((Date.now() - start) / 86400e3) + 1;
+        assert.match(await history.locator('.chart').getAttribute('aria-label'), new RegExp(`\\(day ${today} of ${days}\\)$`));
       }
       await page.screenshot({ path: path.join(outDir, 'console-overview.png'), fullPage: true });
     });
@@ -311,6 +333,27 @@ describe('web console', { concurrency: false }, () => {
       assert.ok(overflow <= 0, `the allocation is ${overflow}px wider than a 390px screen`);
       await page.screenshot({ path: path.join(outDir, '11-allocation-usage-390.png'), fullPage: true });
     });
+  });
+
+  test('under a throttle the overview measures usage against the throttled limits', async () => {
+    assert.equal((await op('PUT', `/v1/orgs/${ORG}/throttle`, { factor: 0.5, ttl_seconds: 300, reason: 'e2e: our 5xx rate is up' })).status, 200);
+    try {
+      await withPage('12-throttled-overview', {}, async (page) => {
+        await signIn(page, ADMIN);
+        await page.getByTestId('throttle').waitFor();
+        const bars = page.getByTestId('metric-requests').locator('.usage-bar');
+        await bars.first().waitFor();
+        const text = (await bars.allTextContents()).join(' | ');
+        // The minute limit of 600 is 300 under the throttle; the month is not throttled.
+        assert.match(text, /per minute.* of 300 \(.*\)\s*throttled from 600/, text);
+        assert.match(text, /of 100,000 \([^)]*\)(?! throttled)/, text);
+        assert.equal(await page.getByTestId('metric-requests').getByTestId('throttled-from').count(), 1);
+        const minute = bars.filter({ hasText: 'of 300' }).getByRole('progressbar');
+        assert.equal(await minute.getAttribute('aria-valuemax'), '300');
+      });
+    } finally {
+      await op('DELETE', `/v1/orgs/${ORG}/throttle`);
+    }
   });
 
   test('a viewer finds no way to change anything', async () => {

@@ -98,6 +98,11 @@ test('the Mode page of a shadow org links to the report of who enforcing would b
     }
     // Most checks first: alice, with her earlier days, leads; her strip marks each day.
     assert.equal(await page.getByTestId('report-rows').locator('tbody tr').first().getAttribute('data-testid'), `report-row-${aliceKey}`);
+    // Each row's heading says its level once, in the badge ("user alice (team eng): ...").
+    for (const th of await page.getByTestId('report-rows').locator('tbody th').allTextContents()) {
+      assert.doesNotMatch(th, /\b(user|team|org|other)\s+\1\b/i, `the row heading "${th}" repeats its level`);
+    }
+    assert.match(await page.getByTestId(`report-row-${aliceKey}`).locator('th').textContent(), /^user alice \(team \w+\): /);
     const strip = page.getByTestId(`report-row-${aliceKey}`).getByTestId('row-days');
     assert.equal(await strip.locator('.day.hit').count(), earlier.length + 1);
     assert.equal(await page.getByTestId('report-days').locator('.day.hit').count(), earlier.length + 1);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compact, expiresIn, dailySeries, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
+import { compact, dayOfPeriod, expiresIn, dailySeries, onDayAxis, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
 import { ApiError, type Limit } from './api';
 
 describe('numbers', () => {
@@ -146,5 +146,26 @@ describe('expiresIn', () => {
   it('says expired once past, and a dash for no time', () => {
     expect(expiresIn('2026-11-10T23:59:59Z', now)).toBe('expired');
     expect(expiresIn('soon', now)).toBe('—');
+  });
+});
+
+describe('the pace chart\'s day axis', () => {
+  it('counts the days of the period from 1: 27 Nov of a period from 1 Nov is day 27, at 27.x', () => {
+    const start = new Date('2026-11-01T00:00:00Z');
+    const end = new Date('2026-12-01T00:00:00Z');
+    const now = new Date('2026-11-27T15:00:00Z');
+    const s = dailySeries([{ day: '2026-11-26', used: 40 }, { day: '2026-11-27', used: 55 }], start, end, now);
+    const last = s.actual[s.actual.length - 1];
+    expect(dayOfPeriod(last[0], s.days)).toBe(27);
+    const plotted = onDayAxis(s.actual);
+    expect(plotted[0]).toEqual([1, 0]); // the period begins at day 1
+    expect(plotted[plotted.length - 1][0]).toBeCloseTo(27.625, 6); // 15:00 on the 27th
+    expect(plotted[plotted.length - 1][1]).toBe(55);
+    expect(onDayAxis(s.projected)[1]).toEqual([31, expect.any(Number)]); // the end of day 30
+  });
+  it('keeps the first and last day in range', () => {
+    expect(dayOfPeriod(0, 30)).toBe(1);
+    expect(dayOfPeriod(0.99, 30)).toBe(1);
+    expect(dayOfPeriod(30, 30)).toBe(30);
   });
 });

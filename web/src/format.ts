@@ -197,6 +197,21 @@ export function dailySeries(daily: DailyUsage[], start: Date, end: Date, now: Da
   return { actual, projected, days };
 }
 
+/**
+ * onDayAxis moves dailySeries points (x: days since the period's start) onto the pace
+ * chart's "day of the period" axis, which counts from 1 as a calendar does: the period's
+ * day N spans [N, N + 1), so any time on the 27th day (27 Nov of a period from 1 Nov)
+ * is at 27.x, not 26.x. The axis runs from 1 to days + 1 (the end of the last day).
+ */
+export function onDayAxis(points: Point[]): Point[] {
+  return points.map(([x, y]) => [x + 1, y]);
+}
+
+/** dayOfPeriod is the 1-based day of the period a dailySeries x falls on (at most days). */
+export function dayOfPeriod(x: number, days: number): number {
+  return Math.max(1, Math.min(days, Math.floor(x) + 1));
+}
+
 /** formatTime writes an instant for tables: "2026-11-21 14:05 UTC". */
 export function formatTime(iso: string | null | undefined): string {
   if (!iso) return '—';

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { render } from 'preact';
 import { act } from 'preact/test-utils';
-import { ThrottleBanner } from './throttle';
+import { ThrottleBanner, throttledLimit } from './throttle';
+import { UsageBar } from './ui';
 import type { Throttle } from './api';
 
 function mount(ui: preact.ComponentChild) {
@@ -27,5 +28,27 @@ describe('ThrottleBanner', () => {
   it('shows nothing once expired', () => {
     const root = mount(<ThrottleBanner throttle={t} now={new Date('2026-11-25T12:30:00Z')} />);
     expect(root.querySelector('[data-testid="throttle"]')).toBeNull();
+  });
+});
+
+describe('throttledLimit', () => {
+  const now = new Date('2026-11-25T12:10:00Z');
+  it('is the limit checks apply: floor(limit * factor), the month only with month set', () => {
+    expect(throttledLimit(t, 'minute', 600, now)).toBe(300);
+    expect(throttledLimit({ ...t, factor: 0.333333 }, 'second', 10, now)).toBe(3);
+    expect(throttledLimit(t, 'month', 100000, now)).toBe(100000);
+    expect(throttledLimit({ ...t, month: true }, 'month', 100000, now)).toBe(50000);
+    expect(throttledLimit({ ...t, factor: 0.5 }, 'day', 2 ** 50 + 1, now)).toBe(2 ** 49); // exact, no float rounding
+  });
+  it('is the limit itself without a throttle in force', () => {
+    expect(throttledLimit(null, 'minute', 600, now)).toBe(600);
+    expect(throttledLimit(t, 'minute', 600, new Date('2026-11-25T12:30:00Z'))).toBe(600);
+  });
+  it('makes the usage bar say the throttled limit, and what it was', () => {
+    const root = mount(<UsageBar label="per minute" used={30} limit={throttledLimit(t, 'minute', 600, now)} unthrottled={600} />);
+    expect(root.textContent).toBe('per minute30 of 300 (10%) throttled from 600');
+    expect(root.querySelector('[role="progressbar"]')!.getAttribute('aria-valuemax')).toBe('300');
+    const plain = mount(<UsageBar label="per month" used={30} limit={100000} unthrottled={100000} />);
+    expect(plain.textContent).not.toContain('throttled');
   });
 });

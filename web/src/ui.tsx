@@ -3,7 +3,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ComponentChildren } from 'preact';
 import { Chart, LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler } from 'chart.js';
 import type { Page, Session } from './api';
-import { compact, formatNumber, level, percent, ratio } from './format';
+import { compact, dayOfPeriod, formatNumber, level, onDayAxis, percent, ratio } from './format';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
 
@@ -77,13 +77,14 @@ export function usePaged<T>(fetchPage: (cursor?: string) => Promise<Page<T>>, de
   return { items, loaded: first.data !== undefined, loading: first.loading, error: first.error, reload: first.reload, hasMore: cursor !== null, more, loadingMore, moreError };
 }
 
-export function UsageBar({ label, used, limit }: { label: string; used: number; limit: number }) {
+export function UsageBar({ label, used, limit, unthrottled }: { label: string; used: number; limit: number; unthrottled?: number }) {
   const lv = level(used, limit);
   return (
     <div class="usage-bar" data-level={lv}>
       <div class="usage-bar-label">
         <span>{label}</span>
-        <span><strong>{formatNumber(used)}</strong> of {formatNumber(limit)} ({percent(used, limit)})</span>
+        <span><strong>{formatNumber(used)}</strong> of {formatNumber(limit)} ({percent(used, limit)})
+          {unthrottled !== undefined && unthrottled !== limit && <span class="muted" data-testid="throttled-from"> throttled from {formatNumber(unthrottled)}</span>}</span>
       </div>
       <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(used, limit)}
         aria-valuetext={`${formatNumber(used)} of ${formatNumber(limit)}`}>
@@ -155,7 +156,7 @@ export function PaceChart({ metric, actual, projected, limit, days }: {
   const ref = useRef<HTMLCanvasElement>(null);
   useEffect(() => {
     if (!ref.current) return;
-    const pts = (p: [number, number][]) => p.map(([x, y]) => ({ x, y }));
+    const pts = (p: [number, number][]) => onDayAxis(p).map(([x, y]) => ({ x, y })); // day 1 is the period's first
     const datasets = [
       { label: `${metric} used (end of each day)`, data: pts(actual), borderColor: '#2563eb', backgroundColor: 'rgba(37,99,235,.12)', fill: true, tension: 0 },
       { label: 'projection at this pace', data: pts(projected), borderColor: '#64748b', borderDash: [6, 4], pointRadius: 0, fill: false },
@@ -169,7 +170,7 @@ export function PaceChart({ metric, actual, projected, limit, days }: {
       options: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
         scales: {
-          x: { type: 'linear', min: 0, max: days, title: { display: true, text: 'day of the period' } },
+          x: { type: 'linear', min: 1, max: days + 1, title: { display: true, text: 'day of the period' } },
           y: { beginAtZero: true, ticks: { callback: (v) => compact(Number(v)) } },
         },
         plugins: { legend: { position: 'bottom' } },
@@ -178,7 +179,7 @@ export function PaceChart({ metric, actual, projected, limit, days }: {
     return () => chart.destroy();
   }, [metric, JSON.stringify(actual), JSON.stringify(projected), limit, days]);
   return (
-    <div class="chart" role="img" aria-label={`${metric}: ${formatNumber(actual[actual.length - 1]?.[1] ?? 0)} used so far this period`}>
+    <div class="chart" role="img" aria-label={`${metric}: ${formatNumber(actual[actual.length - 1]?.[1] ?? 0)} used so far this period (day ${dayOfPeriod(actual[actual.length - 1]?.[0] ?? 0, days)} of ${days})`}>
       <canvas ref={ref} />
     </div>
   );

@@ -18,8 +18,29 @@ export type Next = (err?: unknown) => void;
 /** A (req, res, next) middleware, as Express, Connect and similar routers take it. */
 export type Middleware<Req, Res> = (req: Req, res: Res, next: Next) => void;
 
+/**
+ * What a middleware does when the client threw instead of deciding: Quotaplane refused
+ * the call itself (a QuotaplaneError: 400, 404, 422 of what the request named, 401 or
+ * 403 of the service's key), or could not be reached and the client has no fail
+ * policy (a QuotaplaneUnavailableError).
+ *
+ * - `"answer"` (the default): answer the caller with a problem+json (answerError),
+ *   never handing Quotaplane's answer to the router (Express would answer 500 with an
+ *   HTML stack trace);
+ * - `"next"`: next(err) with a QuotaplaneMiddlewareError, for the app's error handlers;
+ * - a function: called with the QuotaplaneMiddlewareError (its `cause` is the client's
+ *   error) to answer as the app likes, or to call next.
+ */
+export type OnQuotaplaneError<Req, Res> = "answer" | "next" | ((err: QuotaplaneMiddlewareError, req: Req, res: Res, next: Next) => void);
+
+/** The option every middleware takes about the client's errors. */
+export interface ErrorOptions<Req, Res> {
+  /** What to do when the client threw (default "answer": a problem+json to the caller). */
+  onError?: OnQuotaplaneError<Req, Res>;
+}
+
 /** Options of checkMiddleware. */
-export interface CheckMiddlewareOptions<Req> {
+export interface CheckMiddlewareOptions<Req, Res = ServerResponse> extends ErrorOptions<Req, Res> {
   /** Maps a request to its check; null or undefined lets the request through unchecked. */
   check: (req: Req) => CheckRequest | null | undefined | Promise<CheckRequest | null | undefined>;
 }
@@ -29,12 +50,13 @@ export interface CheckMiddlewareOptions<Req> {
  * RateLimit-* and calls next(); a denied one answers 429 with Retry-After, RateLimit-*
  * and a problem+json body, and the handler never runs. When the fail policy refused
  * the request (Quotaplane unreachable), it answers 503. An error of the check itself
- * (a bad key, an unknown metric; Quotaplane unreachable when the client has no fail
- * policy) goes to next(err) as a QuotaplaneMiddlewareError.
+ * (a user that is not registered and no team named, a bad key, an unknown metric;
+ * Quotaplane unreachable when the client has no fail policy) is answered as `onError`
+ * says: by default a problem+json (answerError), never the router's error page.
  */
 export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
   client: QuotaplaneClient,
-  opts: CheckMiddlewareOptions<Req>,
+  opts: CheckMiddlewareOptions<Req, Res>,
 ): Middleware<Req, Res> {
   const run = async (req: Req, res: Res): Promise<boolean> => {
     const input = await opts.check(req);
@@ -48,7 +70,7 @@ export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike 
     return true;
   };
   return (req, res, next) => {
-    run(req, res).then((go) => go && next(), next);
+    run(req, res).then((go) => go && next(), (err: unknown) => failed(err, req, res, next, opts.onError));
   };
 }
 
@@ -65,7 +87,7 @@ export interface Settled {
 }
 
 /** Options of reserveMiddleware. */
-export interface ReserveMiddlewareOptions<Req> {
+export interface ReserveMiddlewareOptions<Req, Res = ServerResponse> extends ErrorOptions<Req, Res> {
   /** Maps a request to its reservation (the most it may spend); null or undefined lets it through. */
   reserve: (req: Req) => ReserveRequest | null | undefined | Promise<ReserveRequest | null | undefined>;
   /**
@@ -111,7 +133,7 @@ const slotIds = new WeakMap<object, string>();
  */
 export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
   client: QuotaplaneClient,
-  opts: ReserveMiddlewareOptions<Req>,
+  opts: ReserveMiddlewareOptions<Req, Res>,
 ): Middleware<Req, Res> {
   const unreported = opts.unreported ?? "commit";
   const run = async (req: Req, res: Res): Promise<boolean> => {
@@ -152,12 +174,12 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
     return true;
   };
   return (req, res, next) => {
-    run(req, res).then((go) => go && next(), next);
+    run(req, res).then((go) => go && next(), (err: unknown) => failed(err, req, res, next, opts.onError));
   };
 }
 
 /** Options of concurrencyMiddleware. */
-export interface ConcurrencyMiddlewareOptions<Req> {
+export interface ConcurrencyMiddlewareOptions<Req, Res = ServerResponse> extends ErrorOptions<Req, Res> {
   /**
    * Maps a request to the slot it holds: a reservation, e.g. `{ org, user, metric:
    * "requests", amount: 1 }`, or `amounts` of requests and tokens at once.
@@ -190,7 +212,7 @@ export const DEFAULT_SLOT_TTL_SECONDS = 30;
  */
 export function concurrencyMiddleware<Req = IncomingMessage, Res extends ResponseLike = ServerResponse>(
   client: QuotaplaneClient,
-  opts: ConcurrencyMiddlewareOptions<Req>,
+  opts: ConcurrencyMiddlewareOptions<Req, Res>,
 ): Middleware<Req, Res> {
   const run = async (req: Req, res: Res): Promise<boolean> => {
     const input = await opts.reserve(req);
@@ -247,21 +269,84 @@ export function concurrencyMiddleware<Req = IncomingMessage, Res extends Respons
     return true;
   };
   return (req, res, next) => {
-    run(req, res).then((go) => go && next(), next);
+    run(req, res).then((go) => go && next(), (err: unknown) => failed(err, req, res, next, opts.onError));
   };
 }
 
 /**
- * What the middleware hands to next(err) when the client threw: a QuotaplaneError
+ * What the middleware hands to onError (or next(err), with onError "next") when the
+ * client threw: a QuotaplaneError
  * (a bad key, an unknown metric: the service's configuration, not its caller's
  * request) as the `cause` of a plain error, so that Express does not answer the
  * caller with Quotaplane's status (its default handler uses err.status).
  */
 export class QuotaplaneMiddlewareError extends Error {
   override readonly name = "QuotaplaneMiddlewareError";
+  /** The client's error. */
+  declare readonly cause: QuotaplaneError | QuotaplaneUnavailableError;
   constructor(cause: QuotaplaneError | QuotaplaneUnavailableError) {
     super(`quotaplane middleware: ${cause.message}`, { cause });
   }
+}
+
+// failed handles what run threw: the client's errors as onError says, anything else
+// (the app's own check or reserve function threw) to next(err) as before.
+function failed<Req, Res extends ResponseLike>(err: unknown, req: Req, res: Res, next: Next, onError: OnQuotaplaneError<Req, Res> | undefined): void {
+  if (!(err instanceof QuotaplaneMiddlewareError)) return next(err);
+  if (onError === "next") return next(err);
+  if (typeof onError === "function") return onError(err, req, res, next);
+  answerError(res, err);
+}
+
+/**
+ * answerError answers the caller for a client error the middleware met (onError
+ * "answer"), with a problem+json and no stack trace:
+ *
+ * - Quotaplane refused what the request named (400, 404, 409, 422: a user that is not
+ *   registered and no team, an unknown org, team or metric): 403, with Quotaplane's
+ *   detail, since the caller is not one the quota knows;
+ * - Quotaplane refused the service's own key (401, 403): 500, without the detail (the
+ *   caller cannot fix it; console.error says it for the operator);
+ * - Quotaplane could not be reached and the client has no fail policy: 503 with
+ *   Retry-After, as a fail policy's refusal.
+ */
+export function answerError(res: ResponseLike, err: QuotaplaneMiddlewareError): void {
+  if (res.headersSent) return;
+  const cause = err.cause;
+  let body: Record<string, unknown>;
+  if (cause instanceof QuotaplaneError && cause.status !== 401 && cause.status !== 403) {
+    res.statusCode = 403;
+    body = {
+      type: "https://quotaplane.dev/problems/quota-refused",
+      title: "Forbidden",
+      status: 403,
+      detail: `the quota service refused this request: ${cause.problem.detail ?? cause.problem.title}`,
+      quota_status: cause.status,
+    };
+    if (cause.problem.errors) body.errors = cause.problem.errors;
+  } else if (cause instanceof QuotaplaneError) {
+    console.error(`quotaplane middleware: ${cause.message} (the service's API key)`);
+    res.statusCode = 500;
+    body = {
+      type: "https://quotaplane.dev/problems/quota-misconfigured",
+      title: "Internal Server Error",
+      status: 500,
+      detail: "the quota service refused this service's credentials",
+    };
+  } else {
+    const retry = cause.retryAfterSeconds ?? 1;
+    res.statusCode = 503;
+    res.setHeader("Retry-After", String(retry));
+    body = {
+      type: "https://quotaplane.dev/problems/service-unavailable",
+      title: "Service Unavailable",
+      status: 503,
+      detail: "the quota service cannot be reached; retry later",
+    };
+  }
+  res.setHeader("Content-Type", "application/problem+json");
+  res.setHeader("Cache-Control", "no-store");
+  res.end(JSON.stringify(body));
 }
 
 function wrap(err: unknown): never {

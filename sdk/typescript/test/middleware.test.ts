@@ -29,6 +29,15 @@ async function serve(app: express.Express): Promise<{ url: string; close: () => 
   };
 }
 
+/** muteConsoleError collects what console.error prints until restore. */
+function muteConsoleError(): string[] & { restore: () => void } {
+  const orig = console.error;
+  const lines = [] as unknown as string[] & { restore: () => void };
+  console.error = (...args: unknown[]) => void lines.push(args.map(String).join(" "));
+  lines.restore = () => (console.error = orig);
+  return lines;
+}
+
 const errors: ErrorRequestHandler = (err, _req, res, _next) => {
   const cause = err instanceof QuotaplaneMiddlewareError ? err.cause : undefined;
   res.status(500).json({ error: cause instanceof QuotaplaneError ? `quotaplane ${cause.status}` : String(err) });
@@ -83,7 +92,7 @@ describe("checkMiddleware", () => {
     }
   });
 
-  it("answers 503 when the fail policy refuses, and hands Quotaplane's refusal to the error handler", async () => {
+  it("answers 503 when the fail policy refuses, and hands Quotaplane's refusal to the error handler with onError \"next\"", async () => {
     const dead = new QuotaplaneClient({ baseUrl: `http://127.0.0.1:${await freePort()}`, key: "k", failPolicy: "closed", retries: 0 });
     const badKey = new QuotaplaneClient({ baseUrl: stack.baseUrl, key: "qpk_bad_bad" });
     let handled = 0;
@@ -93,7 +102,7 @@ describe("checkMiddleware", () => {
       res.json({ ok: true });
     };
     app.get("/closed", checkMiddleware(dead, { check: () => ({ org: "acme" }) }), handler);
-    app.get("/badkey", checkMiddleware(badKey, { check: () => ({ org: "acme" }) }), handler);
+    app.get("/badkey", checkMiddleware(badKey, { onError: "next", check: () => ({ org: "acme" }) }), handler);
     app.get("/free", checkMiddleware(dead, { check: () => null }), handler);
     app.use(errors);
     const srv = await serve(app);
@@ -117,16 +126,85 @@ describe("checkMiddleware", () => {
     } finally {
       await srv.close();
     }
-    // Express's own error handler answers 500: Quotaplane's 401 is the service's
-    // problem, not its caller's.
+    // By default the middleware answers itself: 500, a problem+json without
+    // Quotaplane's detail (its 401 is the service's problem, not its caller's).
     const plain = express();
     plain.get("/", checkMiddleware(badKey, { check: () => ({ org: "acme" }) }), handler);
-    plain.set("env", "test"); // finalhandler: no stack trace on stderr
     const srv2 = await serve(plain);
+    const logged = muteConsoleError();
     try {
-      assert.equal((await fetch(srv2.url)).status, 500);
+      const res = await fetch(srv2.url);
+      assert.equal(res.status, 500);
+      assert.equal(res.headers.get("Content-Type"), "application/problem+json");
+      assert.deepEqual(await res.json(), {
+        type: "https://quotaplane.dev/problems/quota-misconfigured",
+        title: "Internal Server Error",
+        status: 500,
+        detail: "the quota service refused this service's credentials",
+      });
+      assert.match(logged.join("\n"), /401/, "the operator is told why");
     } finally {
+      logged.restore();
       await srv2.close();
+    }
+  });
+
+  // Issue 27: a user that is not registered, with no team named, made the check 400
+  // ("user is not registered: name its team"); the middleware handed it to Express,
+  // whose default handler answered 500 with an HTML stack trace.
+  it("answers a request Quotaplane refused (an unregistered user, no team) 403 with a problem+json, in Express's development mode too", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "minute", limit: 100 }] });
+    await stack.api_("POST", `/v1/orgs/${org}/teams`, { id: "eng", name: "Eng" });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    let handled = 0;
+    const app = express();
+    app.set("env", "development"); // finalhandler's HTML stack trace, as a newcomer's app has it
+    const handler: express.RequestHandler = (_req, res) => {
+      handled++;
+      res.json({ ok: true });
+    };
+    app.get("/api/no-team", checkMiddleware(client, { check: (req: express.Request) => ({ org, user: req.get("X-User") }) }), handler);
+    // The tour's example names the team: a user met for the first time joins it.
+    app.get("/api/team", checkMiddleware(client, { check: (req: express.Request) => ({ org, team: "eng", user: req.get("X-User") }) }), handler);
+    // A handler of the app's own.
+    const seen: number[] = [];
+    app.get(
+      "/api/custom",
+      checkMiddleware(client, {
+        check: (req: express.Request) => ({ org, user: req.get("X-User") }),
+        onError: (err, _req, res: express.Response) => {
+          seen.push((err.cause as QuotaplaneError).status);
+          res.status(400).json({ error: "who are you?" });
+        },
+      }),
+      handler,
+    );
+    const srv = await serve(app);
+    try {
+      const res = await fetch(`${srv.url}/api/no-team`, { headers: { "X-User": "zed" } });
+      const text = await res.text();
+      assert.equal(res.status, 403, text);
+      assert.equal(res.headers.get("Content-Type"), "application/problem+json");
+      assert.doesNotMatch(text, /<html|<pre>|at .*\.js:\d+/i, "no HTML, no stack trace");
+      const problem = JSON.parse(text) as Record<string, unknown>;
+      assert.equal(problem.type, "https://quotaplane.dev/problems/quota-refused");
+      assert.equal(problem.status, 403);
+      assert.equal(problem.quota_status, 400);
+      assert.match(String(problem.detail), /^the quota service refused this request: .*not registered.*team/);
+      assert.equal(handled, 0);
+
+      const named = await fetch(`${srv.url}/api/team`, { headers: { "X-User": "zed" } });
+      assert.equal(named.status, 200, await named.clone().text());
+      assert.deepEqual(await named.json(), { ok: true });
+      assert.equal(handled, 1);
+
+      const custom = await fetch(`${srv.url}/api/custom`, { headers: { "X-User": "yan" } });
+      assert.equal(custom.status, 400);
+      assert.deepEqual(await custom.json(), { error: "who are you?" });
+      assert.deepEqual(seen, [400]);
+      assert.equal(handled, 1);
+    } finally {
+      await srv.close();
     }
   });
 });

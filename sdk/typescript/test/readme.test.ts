@@ -1,9 +1,11 @@
-// The "TypeScript client" blocks of docs/TOUR.md (the tour of the API): both type-check against this package, and
-// the first one runs, as printed, against a real api with the demo org.
+// The "TypeScript client" section of docs/TOUR.md (the tour of the API): its blocks type-check against this
+// package; its install commands, run as printed in a fresh npm project, install the package there, and the first
+// block runs in that project, as printed, against a real api with the demo org.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { dirname, join } from "node:path";
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { after, before, describe, it } from "node:test";
 
@@ -13,15 +15,37 @@ import { repoRoot, Stack } from "./harness.js";
 
 const pkgRoot = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
-/** The ```ts blocks of docs/TOUR.md's "### TypeScript client" section. */
-function snippets(): string[] {
+/** docs/TOUR.md's "### TypeScript client" section. */
+function section(): string {
   const readme = readFileSync(join(repoRoot, "docs", "TOUR.md"), "utf8");
   const start = readme.indexOf("\n### TypeScript client\n");
   assert.ok(start >= 0, "docs/TOUR.md has no \"### TypeScript client\" section");
   const rest = readme.slice(start + 1);
   const end = rest.search(/\n##+ /);
-  const section = end < 0 ? rest : rest.slice(0, end);
-  return [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  return end < 0 ? rest : rest.slice(0, end);
+}
+
+/** The ```ts blocks of the section. */
+function snippets(): string[] {
+  return [...section().matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!);
+}
+
+/** The section's ```sh block: how to install the package. */
+function installCommands(): string {
+  const blocks = [...section().matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+  assert.equal(blocks.length, 1, "the section has one ```sh block, the install commands");
+  return blocks[0]!;
+}
+
+/**
+ * A newcomer's environment: this process's, without what `npm test` adds to it (npm_*
+ * variables, the SDK's node_modules/.bin on PATH).
+ */
+function newcomerEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {};
+  for (const [k, v] of Object.entries(process.env)) if (!/^npm_/i.test(k) && k !== "INIT_CWD" && k !== "NODE_OPTIONS") env[k] = v;
+  env.PATH = (env.PATH ?? "").split(delimiter).filter((p) => !p.includes("node_modules")).join(delimiter);
+  return { ...env, ...extra };
 }
 
 // What the blocks leave to the reader.
@@ -49,18 +73,51 @@ describe("docs/TOUR.md, TypeScript client", () => {
     assert.deepEqual(diags, []);
   });
 
-  it("runs the first block, as printed, against the demo org", () => {
-    const [first] = snippets();
-    const js = ts.transpileModule(first!.replaceAll(`"@quotaplane/client"`, `"../src/index.js"`).replaceAll("http://localhost:8080", stack.baseUrl), {
-      compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
-    }).outputText;
-    const dir = join(pkgRoot, "build", "readme");
-    mkdirSync(dir, { recursive: true });
-    writeFileSync(join(dir, "first.mjs"), js);
-    const out = execFileSync(process.execPath, [join(dir, "first.mjs")], { env: { ...process.env, KEY: stack.demoKey }, encoding: "utf8" });
-    // The block's comment, with ... for the seconds to the reset.
-    const shown = /\/\/ (.*)$/m.exec(first!.split("\n").find((l) => l.startsWith("console.log"))!)![1]!;
-    const pattern = new RegExp("^" + shown.split("...").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "$");
-    assert.match(out.trim(), pattern);
+  // Issue 27: the tour said "depend on the directory", and this test ran the block from
+  // the package's own src. Now: a copy of the clone's SDK (its files as git has them),
+  // the section's install commands run as printed in a fresh npm project, and the first
+  // block run there, importing "@quotaplane/client" as printed.
+  it("installs the package as the section says into a fresh npm project, where the first block runs as printed", () => {
+    const tmp = mkdtempSync(join(tmpdir(), "qp-sdk-readme-"));
+    try {
+      const clone = join(tmp, "quotaplane");
+      const files = execFileSync("git", ["ls-files", "--cached", "--others", "--exclude-standard", "-z", "sdk/typescript"], { cwd: repoRoot, encoding: "utf8" })
+        .split("\0")
+        .filter((f) => f !== "");
+      assert.ok(files.includes("sdk/typescript/package.json"), "git lists the SDK's files");
+      for (const f of files) {
+        mkdirSync(dirname(join(clone, f)), { recursive: true });
+        try {
+          cpSync(join(repoRoot, f), join(clone, f));
+        } catch (e) {
+          if ((e as NodeJS.ErrnoException).code !== "ENOENT") throw e; // deleted, not yet committed
+        }
+      }
+      const app = join(tmp, "app");
+      mkdirSync(app);
+      const env = newcomerEnv({});
+      execFileSync("npm", ["init", "-y"], { cwd: app, env, stdio: "pipe" });
+      // The commands as printed, but for the clone's path.
+      const commands = installCommands();
+      const line = commands.split("\n").find((l) => /^QUOTAPLANE=/.test(l));
+      assert.ok(line, "the install commands set QUOTAPLANE to the clone");
+      const script = commands.replace(line, `QUOTAPLANE=${clone}`);
+      execFileSync("bash", ["-euo", "pipefail", "-c", script], { cwd: app, env, stdio: "pipe", timeout: 300_000 });
+      const pkg = JSON.parse(readFileSync(join(app, "package.json"), "utf8")) as { dependencies?: Record<string, string> };
+      assert.match(pkg.dependencies?.["@quotaplane/client"] ?? "", /quotaplane-client-0\.1\.0\.tgz$/);
+
+      const [first] = snippets();
+      const js = ts.transpileModule(first!.replaceAll("http://localhost:8080", stack.baseUrl), {
+        compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
+      }).outputText;
+      assert.match(js, /from "@quotaplane\/client"/);
+      writeFileSync(join(app, "first.mjs"), js);
+      const out = execFileSync(process.execPath, ["first.mjs"], { cwd: app, env: newcomerEnv({ KEY: stack.demoKey }), encoding: "utf8" });
+      const shown = /\/\/ (.*)$/m.exec(first!.split("\n").find((l) => l.startsWith("console.log"))!)![1]!;
+      const pattern = new RegExp("^" + shown.split("...").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "$");
+      assert.match(out.trim(), pattern);
+    } finally {
+      rmSync(tmp, { recursive: true, force: true });
+    }
   });
 });

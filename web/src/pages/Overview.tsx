@@ -4,7 +4,7 @@ import { sortRows, usageRows } from '../allocation';
 import { api, ApiError, type Throttle, type Usage } from '../api';
 import { AllocationTable } from './Allocation';
 import { dailySeries, formatNumber, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
-import { ThrottleBanner } from '../throttle';
+import { ThrottleBanner, throttledLimit } from '../throttle';
 import { Empty, ErrorState, Loading, PaceChart, UsageBar, useLoad } from '../ui';
 import type { PageProps } from '../ui';
 
@@ -63,7 +63,8 @@ export function Overview({ session }: PageProps) {
                 {sortLimits(o.effective_limits.filter((l) => l.metric === m)).map((l) => {
                   const w = mu?.org.limits.find((x) => x.window === l.window);
                   const used = w?.used ?? (l.window === 'month' ? mu?.org.used ?? 0 : 0);
-                  return <UsageBar label={windowLabel(l.window)} used={used} limit={l.limit} />;
+                  // Under a throttle the bar is against the limit checks apply now.
+                  return <UsageBar label={windowLabel(l.window)} used={used} limit={throttledLimit(throttle, l.window, l.limit, now)} unthrottled={l.limit} />;
                 })}
                 {!usage && <p class="muted small">Usage unknown: shown as 0.</p>}
               </div>

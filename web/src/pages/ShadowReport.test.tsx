@@ -1,5 +1,5 @@
 import { describe, expect, test } from 'vitest';
-import { dayCounts, periodDays, rowLabel } from './ShadowReport';
+import { dayCounts, periodDays, rowHeading, rowLabel } from './ShadowReport';
 
 describe('shadow report', () => {
   test('periodDays lists every UTC day of the period, end excluded', () => {
@@ -23,5 +23,19 @@ describe('shadow report', () => {
     expect(rowLabel({ level: 'org', id: 'acme', metric: 'tokens', window: 'month', checks: 1, units: 1, days: [] }))
       .toBe('org acme: tokens per month (billing period)');
     expect(rowLabel({ level: 'other', checks: 1, units: 1, days: [] })).toBe('Other limits (beyond the cap)');
+  });
+  test('the row heading after the level badge does not say the level again', () => {
+    const rows = [
+      { level: 'user' as const, id: 'alice', team: 'eng', metric: 'requests', window: 'minute' as const, checks: 1, units: 1, days: [] },
+      { level: 'team' as const, id: 'eng', metric: 'tokens', window: 'day' as const, checks: 1, units: 1, days: [] },
+      { level: 'org' as const, id: 'acme', metric: 'tokens', window: 'month' as const, checks: 1, units: 1, days: [] },
+      { level: 'other' as const, checks: 1, units: 1, days: [] },
+    ];
+    expect(rows.map((r) => `${r.level} ${rowHeading(r)}`)).toEqual([
+      'user alice (team eng): requests per minute',
+      'team eng: tokens per day',
+      'org acme: tokens per month (billing period)',
+      'other limits beyond the cap',
+    ]);
   });
 });

@@ -31,10 +31,20 @@ export function dayCounts(days: string[], counts: Day[]): { day: string; checks:
   return days.map((day) => ({ day, checks: by.get(day)?.checks ?? 0, units: by.get(day)?.units ?? 0 }));
 }
 
-/** rowLabel names the row's limit in words. */
+/** rowLabel names the row's limit in words, its level first (for the bars' labels). */
 export function rowLabel(r: WouldBlockRow): string {
   if (r.level === 'other') return 'Other limits (beyond the cap)';
-  const who = r.level === 'user' ? `user ${r.id} (team ${r.team})` : `${r.level} ${r.id}`;
+  return `${r.level} ${rowHeading(r)}`;
+}
+
+/**
+ * rowHeading is what follows the row's level badge in the table: the limit without
+ * the level word the badge already shows ("user alice (team eng): ...", never "user
+ * user alice").
+ */
+export function rowHeading(r: WouldBlockRow): string {
+  if (r.level === 'other') return 'limits beyond the cap';
+  const who = r.level === 'user' ? `${r.id} (team ${r.team})` : `${r.id}`;
   return `${who}: ${r.metric} ${windowLabel(r.window!)}`;
 }
 
@@ -118,7 +128,7 @@ export function ShadowReport({ session }: { session: Session }) {
             <tbody>
               {r.rows.map((x) => (
                 <tr data-testid={`report-row-${x.level}-${x.team ? x.team + '-' : ''}${x.id ?? 'other'}-${x.metric ?? ''}-${x.window ?? ''}`}>
-                  <th scope="row" class="break"><span class={`badge level-${x.level}`}>{x.level}</span> {rowLabel(x)}</th>
+                  <th scope="row" class="break"><span class={`badge level-${x.level}`}>{x.level}</span> {rowHeading(x)}</th>
                   <td class="wb-bar-cell">
                     <div class="usage-bar" data-level="over">
                       <div class="bar" role="progressbar" aria-label={rowLabel(x)} aria-valuemin={0} aria-valuemax={peak} aria-valuenow={x.checks}
