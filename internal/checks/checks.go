@@ -296,7 +296,7 @@ func tightest(res quota.Result, now time.Time, metric string) (rl RateLimit, ok 
 	reset := int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
 	if b := res.BlockedAt; !res.Allowed && b != nil {
 		for _, l := range res.Levels {
-			if l.Level == b.Level && l.ID == b.ID && l.Window == b.Window {
+			if l.Level == b.Level && l.ID == b.ID && l.Window == b.Window && (b.Metric == "" || l.Metric == "" || l.Metric == b.Metric) {
 				t = l
 				break
 			}
