@@ -93,12 +93,18 @@ func (r *LevelRef) is(l Level) bool {
 	return l.Level == r.Level && l.ID == r.ID && l.Window == r.Window && (r.Metric == "" || l.Metric == "" || l.Metric == r.Metric)
 }
 
-// RateLimit is what the RateLimit-* headers of an answer say: the tightest level and
-// window (on a denial, the one that refused, and Reset is the Retry-After).
+// RateLimit is what the RateLimit header fields of an answer say: the tightest level
+// and window (on a denial, the one that refused, and Reset is the Retry-After). Read
+// from the legacy RateLimit-Limit, -Remaining and -Reset when the answer has them,
+// else from the draft-11 RateLimit field (Limit then from RateLimit-Policy); computed
+// from the levels when the answer has neither.
 type RateLimit struct {
 	Limit     int64
 	Remaining int64
 	Reset     time.Duration
+	// Policy names the limit as the draft-11 fields do ("user-minute"); "" when the
+	// answer carried no RateLimit field.
+	Policy string
 }
 
 // CheckResult is Quotaplane's decision of a check, or the fail policy's.
@@ -115,6 +121,11 @@ type CheckResult struct {
 	Degraded   bool      // decided without Redis, under the plan's fail mode
 	WouldBlock *LevelRef // shadow and warn modes: the level that would have denied
 	Warning    string    // warn mode
+	// Policies is the answer's RateLimit-Policy field: one item per limit of the path
+	// (nil without the field). ViolatedPolicies, when denied, names the policy that
+	// refused (the draft's quota-exceeded member, from the body).
+	Policies         []Policy
+	ViolatedPolicies []string
 	// IdempotencyKey is the key the check was sent with (the caller's or generated).
 	IdempotencyKey string
 	// NotDecided is set when Quotaplane did not decide and the client's FailPolicy
@@ -134,11 +145,13 @@ type checkAnswer struct {
 	Degraded          bool      `json:"degraded"`
 	WouldBlock        *LevelRef `json:"would_block"`
 	Warning           string    `json:"warning"`
+	ViolatedPolicies  []string  `json:"violated-policies"`
 }
 
 func (a *checkAnswer) result(key string, now time.Time) *CheckResult {
 	res := &CheckResult{Allowed: a.Allowed, Mode: a.Mode, Levels: a.Levels, BlockedAt: a.BlockedAt,
-		Replayed: a.Replayed, Degraded: a.Degraded, WouldBlock: a.WouldBlock, Warning: a.Warning, IdempotencyKey: key}
+		Replayed: a.Replayed, Degraded: a.Degraded, WouldBlock: a.WouldBlock, Warning: a.Warning, IdempotencyKey: key,
+		ViolatedPolicies: a.ViolatedPolicies}
 	if a.RetryAfterSeconds != nil {
 		res.RetryAfter = time.Duration(*a.RetryAfterSeconds) * time.Second
 	}
@@ -172,14 +185,18 @@ func tightest(levels []Level, allowed bool, blocked *LevelRef, retryAfter time.D
 	return RateLimit{Limit: t.Limit, Remaining: max(t.Remaining, 0), Reset: max(reset, 0)}
 }
 
-// headerRateLimit reads the RateLimit-* headers; ok is false without them.
-func headerRateLimit(h http.Header) (RateLimit, bool) {
+// headerRateLimit reads the RateLimit header fields: the legacy RateLimit-Limit,
+// -Remaining and -Reset when present, else the draft-11 RateLimit (and its policy's
+// q); Policy and policies from the draft's fields when present. ok is false without
+// either generation.
+func headerRateLimit(h http.Header) (RateLimit, []Policy, bool) {
+	draft, policies, hasDraft := draftRateLimit(h)
 	limit, err1 := strconv.ParseInt(h.Get("RateLimit-Limit"), 10, 64)
 	remaining, err2 := strconv.ParseInt(h.Get("RateLimit-Remaining"), 10, 64)
 	if err1 != nil || err2 != nil {
-		return RateLimit{}, false
+		return draft, policies, hasDraft
 	}
-	return RateLimit{Limit: limit, Remaining: remaining, Reset: seconds(h.Get("RateLimit-Reset"))}, true
+	return RateLimit{Limit: limit, Remaining: remaining, Reset: seconds(h.Get("RateLimit-Reset")), Policy: draft.Policy}, policies, true
 }
 
 // Check asks Quotaplane whether req may go ahead and counts it if so. A denial is a
@@ -200,9 +217,11 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (*CheckResult, err
 		return nil, err
 	}
 	res := a.result(body.IdempotencyKey, time.Now())
-	if rl, ok := headerRateLimit(r.header); ok {
+	rl, policies, ok := headerRateLimit(r.header)
+	if ok {
 		res.RateLimit = rl
 	}
+	res.Policies = policies
 	if ra := r.header.Get("Retry-After"); ra != "" && !res.Allowed {
 		res.RetryAfter = seconds(ra)
 	}

@@ -22,6 +22,9 @@ type Problem struct {
 	Status int          `json:"status"`
 	Detail string       `json:"detail,omitempty"`
 	Errors []FieldError `json:"errors,omitempty"` // what is at fault, for a 400
+	// ViolatedPolicies, on a 429 of the admin rate limit, names the exceeded
+	// RateLimit-Policy item ("admin"), as draft-11's quota-exceeded type defines.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
 // FieldError names a field of the request, by its path ("checks[3].cost"), and what

@@ -74,6 +74,10 @@ type Reservation struct {
 	RetryAfter     time.Duration `json:"-"`
 	RateLimit      RateLimit     `json:"-"`
 	IdempotencyKey string        `json:"-"`
+	// Policies is the RateLimit-Policy field of the answer; ViolatedPolicies, when
+	// denied, names the policy that refused (see CheckResult).
+	Policies         []Policy `json:"-"`
+	ViolatedPolicies []string `json:"violated-policies"`
 	// NotDecided: Quotaplane did not answer and the FailPolicy decided; such a
 	// reservation has no ID: there is nothing to commit or release.
 	NotDecided bool  `json:"-"`
@@ -196,9 +200,11 @@ func (c *Client) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 		out.RetryAfter = time.Duration(*retryAfter) * time.Second
 	}
 	out.RateLimit = tightest(out.Levels, out.Allowed, out.BlockedAt, out.RetryAfter, time.Now())
-	if rl, ok := headerRateLimit(r.header); ok {
+	rl, policies, ok := headerRateLimit(r.header)
+	if ok {
 		out.RateLimit = rl
 	}
+	out.Policies = policies
 	return out, nil
 }
 

@@ -99,6 +99,9 @@ type Problem struct {
 	Detail            string           `json:"detail,omitempty"`
 	RetryAfterSeconds int64            `json:"retry_after_seconds,omitempty"`
 	BlockedAt         *client.LevelRef `json:"blocked_at,omitempty"`
+	// ViolatedPolicies names the policy that refused (draft-11's quota-exceeded
+	// member), when Quotaplane's answer named it.
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
 func writeProblem(w http.ResponseWriter, p Problem) {
@@ -135,11 +138,28 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // SetRateLimitHeaders sets RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
-// (whole seconds) from rl, spelt as the IETF draft spells them.
+// (whole seconds) from rl, spelt as the IETF draft spells them, and, when rl names its
+// policy (Quotaplane sent the draft-11 fields), the draft-11 RateLimit field of it:
+// "<policy>";r=<remaining>;t=<reset>.
 func SetRateLimitHeaders(h http.Header, rl client.RateLimit) {
+	reset := strconv.FormatInt(ceilSeconds(rl.Reset), 10)
 	h["RateLimit-Limit"] = []string{strconv.FormatInt(rl.Limit, 10)}
 	h["RateLimit-Remaining"] = []string{strconv.FormatInt(rl.Remaining, 10)}
-	h["RateLimit-Reset"] = []string{strconv.FormatInt(ceilSeconds(rl.Reset), 10)}
+	h["RateLimit-Reset"] = []string{reset}
+	if rl.Policy != "" && plainName(rl.Policy) {
+		h["RateLimit"] = []string{`"` + rl.Policy + `";r=` + strconv.FormatInt(max(rl.Remaining, 0), 10) + ";t=" + reset}
+	}
+}
+
+// plainName reports whether s can be written as a structured-field String without
+// escapes (Quotaplane's policy names always can).
+func plainName(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 func ceilSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
@@ -157,6 +177,9 @@ func Deny(w http.ResponseWriter, blocked *client.LevelRef, retryAfter time.Durat
 	}
 	p := problemOf(http.StatusTooManyRequests, detail)
 	p.RetryAfterSeconds, p.BlockedAt = secs, blocked
+	if rl.Policy != "" {
+		p.ViolatedPolicies = []string{rl.Policy}
+	}
 	writeProblem(w, p)
 }
 

@@ -21,10 +21,10 @@ func TestDeny(t *testing.T) {
 		want       middleware.Problem
 	}{
 		{"user's minute", &client.LevelRef{Level: "user", ID: "alice", Window: "minute"}, 1500 * time.Millisecond,
-			client.RateLimit{Limit: 60, Remaining: 0, Reset: 1500 * time.Millisecond}, "2",
+			client.RateLimit{Limit: 60, Remaining: 0, Reset: 1500 * time.Millisecond, Policy: "user-minute"}, "2",
 			middleware.Problem{Type: "https://quotaplane.dev/problems/too-many-requests", Title: "Too Many Requests", Status: 429,
 				Detail: `over quota at user "alice" (minute window); retry in 2 s`, RetryAfterSeconds: 2,
-				BlockedAt: &client.LevelRef{Level: "user", ID: "alice", Window: "minute"}}},
+				BlockedAt: &client.LevelRef{Level: "user", ID: "alice", Window: "minute"}, ViolatedPolicies: []string{"user-minute"}}},
 		{"no level, no wait: at least 1 s", nil, 0, client.RateLimit{}, "1",
 			middleware.Problem{Type: "https://quotaplane.dev/problems/too-many-requests", Title: "Too Many Requests", Status: 429,
 				Detail: "over quota; retry in 1 s", RetryAfterSeconds: 1}},
@@ -36,6 +36,11 @@ func TestDeny(t *testing.T) {
 			if rec.Code != 429 || h.Get("Content-Type") != "application/problem+json" || h.Get("Retry-After") != tc.wantRetry ||
 				h["RateLimit-Limit"] == nil || h["RateLimit-Reset"][0] != tc.wantRetry {
 				t.Errorf("%d, headers %v", rec.Code, h)
+			}
+			// The draft-11 RateLimit field, when the answer named its policy.
+			if wantRL := tc.rl.Policy; wantRL != "" && (len(h["RateLimit"]) != 1 || h["RateLimit"][0] != `"`+wantRL+`";r=0;t=`+tc.wantRetry) ||
+				wantRL == "" && h["RateLimit"] != nil {
+				t.Errorf("RateLimit %q", h["RateLimit"])
 			}
 			var got middleware.Problem
 			if err := json.Unmarshal(rec.Body.Bytes(), &got); err != nil {

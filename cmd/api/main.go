@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/health"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
+	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/config"
 	"github.com/quotaplane/quotaplane/internal/console"
 	"github.com/quotaplane/quotaplane/internal/demo"
@@ -174,11 +175,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics, Channel: tenants.ChannelFor(cfg.RedisPrefix),
 		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})
 	cache.Listen(ctx, rdb)
+	// Which RateLimit header fields answers carry (validated by config).
+	headerMode, err := checks.ParseHeaderMode(cfg.RateLimitHeaders)
+	if err != nil {
+		return fmt.Errorf("QUOTA_RATELIMIT_HEADERS: %w", err)
+	}
 	// The web console at /console/, signed in with console users' sessions.
 	consoleHandler := console.NewHandler(console.NewSessions(pool, svc, console.Options{}), web.Dist(), log)
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
-		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp,
+		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp, RateLimitHeaders: headerMode,
 		Billing:  &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, Counters: ledger.EngineCounters(router)},
 		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(cfg.WebhookSecret), Client: webhooks.NewClient(10*time.Second, cfg.WebhookAllowPrivate)}})
 	if err != nil {
@@ -204,7 +210,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var gsrv *grpc.Server
 	var ghealth *health.Server
 	if grpcLn != nil {
-		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log,
+		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log, RateLimitHeaders: headerMode,
 			Registerer: registry, TracerProvider: tp})
 		defer gsrv.Stop()
 		go func() { errc <- fmt.Errorf("serve gRPC on %s: %w", grpcLn.Addr(), gsrv.Serve(grpcLn)) }()

@@ -279,7 +279,7 @@ func warning(res quota.Result, mode vocab.Mode) string {
 // decision: the limit of one level and window, what is left of it (never below 0)
 // and in how many seconds it resets.
 type RateLimit struct {
-	Level     quota.LevelStatus
+	Level     quota.LevelStatus // its Metric is always set
 	Limit     int64
 	Remaining int64
 	Reset     int64
@@ -290,7 +290,8 @@ type RateLimit struct {
 // window that refused it, and its Reset is its Retry-After: when a retry of the same
 // cost can succeed (a sliding window frees units gradually, so the end of its
 // current bucket, its ResetAt, is too early). ok is false when no level has a limit.
-func tightest(res quota.Result, now time.Time) (rl RateLimit, ok bool) {
+// metric is the metric of levels that do not name theirs.
+func tightest(res quota.Result, now time.Time, metric string) (rl RateLimit, ok bool) {
 	if len(res.Levels) == 0 {
 		return RateLimit{}, false
 	}
@@ -303,12 +304,15 @@ func tightest(res quota.Result, now time.Time) (rl RateLimit, ok bool) {
 	reset := int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
 	if b := res.BlockedAt; !res.Allowed && b != nil {
 		for _, l := range res.Levels {
-			if l.Level == b.Level && l.ID == b.ID && l.Window == b.Window {
+			if l.Level == b.Level && l.ID == b.ID && l.Window == b.Window && (b.Metric == "" || l.Metric == "" || l.Metric == b.Metric) {
 				t = l
 				break
 			}
 		}
 		reset = retryAfterSeconds(res)
+	}
+	if t.Metric == "" {
+		t.Metric = metric
 	}
 	return RateLimit{Level: t, Limit: t.Limit, Remaining: max(t.Remaining, 0), Reset: max(reset, 0)}, true
 }

@@ -1,6 +1,7 @@
 package checks
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -22,6 +23,10 @@ type Paths struct {
 	RateLimit    RateLimit
 	HasRateLimit bool
 	RetryAfter   int64
+	// Levels is every limit of the paths, each metric named, for the RateLimit-Policy
+	// field (PolicyField); Violated names the limit that denied the first denied path.
+	Levels   []quota.LevelStatus
+	Violated string
 	// Warning is the first warning of a warn-mode path; Degraded whether some path
 	// was decided by its fail mode.
 	Warning  string
@@ -189,20 +194,32 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 	for i, c := range cs {
 		g := gs[c.group]
 		pc := PathCheck{Metric: c.req.Metric, Allowed: g.res.Allowed}
-		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req, len(g.req.More) > 0), now)
+		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req, len(g.req.More) > 0), now, c.req.Metric)
 		out.Checks[i] = pc
 	}
 	// The whole is described by the first denied path, else the tightest of all.
 	all := quota.Result{Allowed: true}
 	for _, g := range gs {
-		if !g.res.Allowed {
-			all = g.res
-			out.Allowed = false
-			break
+		start := len(out.Levels)
+		out.Levels = append(out.Levels, g.res.Levels...) // copies: a leased result's levels are shared
+		for i := start; i < len(out.Levels); i++ {
+			if out.Levels[i].Metric == "" {
+				out.Levels[i].Metric = g.req.Metric
+			}
 		}
-		all.Levels = append(all.Levels, g.res.Levels...)
+		if !g.res.Allowed && out.Allowed {
+			all = g.res
+			all.Levels = out.Levels[start:]
+			out.Allowed = false
+			if b := g.res.BlockedAt; b != nil {
+				out.Violated = PolicyName(cmp.Or(b.Metric, g.req.Metric), b.Level, b.Window)
+			}
+		}
 	}
-	out.RateLimit, out.HasRateLimit = tightest(all, now)
+	if out.Allowed {
+		all.Levels = out.Levels
+	}
+	out.RateLimit, out.HasRateLimit = tightest(all, now, "")
 	if !all.Allowed {
 		out.RetryAfter = retryAfterSeconds(all)
 	}

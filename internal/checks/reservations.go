@@ -100,7 +100,7 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	if err != nil {
 		return Reserved{}, err
 	}
-	r.Decision.Mode, r.Decision.Throttle, r.Decision.Multi = org.Org.Mode, th, in.Amounts != nil
+	r.Decision.Mode, r.Decision.Throttle, r.Decision.Multi, r.Decision.Metric = org.Org.Mode, th, in.Amounts != nil, req.Metric
 	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, req, in.options()); err != nil {
 		return Reserved{}, engineError(err)
 	}

@@ -87,11 +87,14 @@ type Decision struct {
 	// Multi is true for a decision asked with Input.Costs (one metric or several): its
 	// levels and blocked limit name their metric.
 	Multi bool
+	// Metric is the check's metric (of several, the first by name): the metric of a
+	// level that does not name its own, which names its RateLimit-Policy item.
+	Metric string
 }
 
 // describe completes d from its result, judged at now.
 func describe(d *Decision, now time.Time) {
-	d.RateLimit, d.HasRateLimit = tightest(d.Result, now)
+	d.RateLimit, d.HasRateLimit = tightest(d.Result, now, d.Metric)
 	if !d.Result.Allowed {
 		d.RetryAfter = retryAfterSeconds(d.Result)
 	}
@@ -124,7 +127,7 @@ func (s *Service) Check(ctx context.Context, c Caller, in Input) (d Decision, er
 	if err != nil {
 		return Decision{}, err
 	}
-	d.Mode, d.Throttle, d.Multi = org.Org.Mode, th, in.Costs != nil
+	d.Mode, d.Throttle, d.Multi, d.Metric = org.Org.Mode, th, in.Costs != nil, req.Metric
 	if d.Result, d.Outcome, err = s.engine.Check(ctx, route, req); err != nil {
 		return Decision{}, engineError(err)
 	}
@@ -156,7 +159,7 @@ func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item
 			items[i].Err = err
 			continue
 		}
-		items[i].Mode, items[i].Throttle, items[i].Multi = org.Org.Mode, th, in.Costs != nil
+		items[i].Mode, items[i].Throttle, items[i].Multi, items[i].Metric = org.Org.Mode, th, in.Costs != nil, req.Metric
 		reqs, routes, slot = append(reqs, req), append(routes, route), append(slot, i)
 	}
 	if len(reqs) == 0 {

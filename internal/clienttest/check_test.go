@@ -50,8 +50,13 @@ func TestCheckAllowedAndDenied(t *testing.T) {
 	if res.Allowed || res.BlockedAt == nil || *res.BlockedAt != (client.LevelRef{Level: "user", ID: "alice", Window: "minute"}) {
 		t.Fatalf("fourth check: %+v, want denied at alice's minute", res)
 	}
-	if res.RetryAfter <= 0 || res.RetryAfter > 2*time.Minute || res.RateLimit != (client.RateLimit{Limit: 3, Remaining: 0, Reset: res.RetryAfter}) {
+	if res.RetryAfter <= 0 || res.RetryAfter > 2*time.Minute || res.RateLimit != (client.RateLimit{Limit: 3, Remaining: 0, Reset: res.RetryAfter, Policy: "user-minute"}) {
 		t.Errorf("denied: retry after %v, RateLimit %+v; want RateLimit-Reset = Retry-After", res.RetryAfter, res.RateLimit)
+	}
+	// The draft-11 fields: one policy per limit of the path, and the one that refused.
+	wantPolicies := []client.Policy{{Name: "org-minute", Quota: 50, Window: time.Minute}, {Name: "user-minute", Quota: 3, Window: time.Minute}}
+	if d := cmp.Diff(wantPolicies, res.Policies); d != "" || len(res.ViolatedPolicies) != 1 || res.ViolatedPolicies[0] != "user-minute" {
+		t.Errorf("denied: policies (-want +got):\n%s violated %q", d, res.ViolatedPolicies)
 	}
 	if got := e.used("requests", "user", "minute"); got != 3 {
 		t.Errorf("alice used %d, want 3 (a denial counts nothing)", got)

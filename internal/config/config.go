@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -88,7 +89,16 @@ type API struct {
 	// entries (QUOTA_CACHE_ORGS, default 10000; QUOTA_CACHE_USERS, registered users
 	// carried by the cached orgs, 200000; QUOTA_CACHE_KEYS, API keys, 10000).
 	CacheOrgs, CacheUsers, CacheKeys int
+	// RateLimitHeaders (QUOTA_RATELIMIT_HEADERS: both, draft, legacy or off; default
+	// both) says which RateLimit header fields the checks, reservations and Envoy's
+	// response_headers_to_add carry: the IETF draft-11's RateLimit-Policy and
+	// RateLimit, the legacy (draft-06) RateLimit-Limit, -Remaining and -Reset, both or
+	// neither. Lower case; checks.ParseHeaderMode reads it.
+	RateLimitHeaders string
 }
+
+// RateLimitHeaderValues are QUOTA_RATELIMIT_HEADERS's values.
+var RateLimitHeaderValues = []string{"both", "draft", "legacy", "off"}
 
 // Worker configures quotaplane-worker.
 type Worker struct {
@@ -251,6 +261,11 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
+	c.RateLimitHeaders = strings.ToLower(strings.TrimSpace(r.str("QUOTA_RATELIMIT_HEADERS", "both")))
+	if !slices.Contains(RateLimitHeaderValues, c.RateLimitHeaders) {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_RATELIMIT_HEADERS=%q: want both, draft, legacy or off", r.getenv("QUOTA_RATELIMIT_HEADERS")))
+		c.RateLimitHeaders = "both"
+	}
 	pools, err := ParsePools(getenv("QUOTA_REDIS_POOLS"))
 	if err != nil {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_REDIS_POOLS: %w", err))
@@ -367,6 +382,7 @@ func (c API) LogValue() slog.Value {
 		slog.String("webhook_secret", mask(c.WebhookSecret)), slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 		slog.String("pprof_addr", c.PprofAddr),
 		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)),
+		slog.String("ratelimit_headers", c.RateLimitHeaders),
 		slog.Int("cache_orgs", c.CacheOrgs), slog.Int("cache_users", c.CacheUsers), slog.Int("cache_keys", c.CacheKeys))
 }
 

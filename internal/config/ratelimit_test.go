@@ -35,3 +35,20 @@ func TestAdminRateLimit(t *testing.T) {
 		}
 	}
 }
+
+// QUOTA_RATELIMIT_HEADERS picks the RateLimit header fields: both by default, any case
+// and spacing; anything else is refused naming the variable and its values.
+func TestRateLimitHeaders(t *testing.T) {
+	for value, want := range map[string]string{"": "both", "both": "both", "draft": "draft", " Legacy ": "legacy", "OFF": "off"} {
+		c, err := config.LoadAPI(env(map[string]string{"QUOTA_RATELIMIT_HEADERS": value}))
+		if err != nil || c.RateLimitHeaders != want {
+			t.Errorf("QUOTA_RATELIMIT_HEADERS=%q: %q, %v; want %q", value, c.RateLimitHeaders, err, want)
+		}
+	}
+	for _, bad := range []string{"yes", "draft-11", "none", "legacy,draft"} {
+		_, err := config.LoadAPI(env(map[string]string{"QUOTA_RATELIMIT_HEADERS": bad}))
+		if err == nil || !strings.Contains(err.Error(), "QUOTA_RATELIMIT_HEADERS") || !strings.Contains(err.Error(), "both, draft, legacy or off") {
+			t.Errorf("QUOTA_RATELIMIT_HEADERS=%q: error %v, want one naming the variable and its values", bad, err)
+		}
+	}
+}

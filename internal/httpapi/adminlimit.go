@@ -8,7 +8,9 @@ import (
 
 	"github.com/go-chi/httprate"
 
+	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
 // adminRateLimit limits each credential to n requests per window on the admin group
@@ -20,13 +22,31 @@ import (
 //
 // Its headers follow the checks' convention: RateLimit-Limit, RateLimit-Remaining and
 // RateLimit-Reset in seconds (httprate's X-RateLimit-Reset is a unix time); on a 429,
-// RateLimit-Reset equals Retry-After, when a retry can succeed.
-func adminRateLimit(n int, window time.Duration) func(http.Handler) http.Handler {
+// RateLimit-Reset equals Retry-After, when a retry can succeed. Beside them (as mode
+// says) the draft-11 fields of one policy, "admin": RateLimit-Policy "admin";q=n;w=
+// the window's seconds, and RateLimit "admin";r=remaining;t=reset; a 429's problem
+// document names it in violated-policies.
+func adminRateLimit(n int, window time.Duration, mode checks.HeaderMode) func(http.Handler) http.Handler {
 	if n <= 0 {
 		return func(next http.Handler) http.Handler { return next }
 	}
 	if window <= 0 {
 		window = time.Second
+	}
+	policy := []string{`"admin";q=` + strconv.Itoa(n) + `;w=` + strconv.FormatInt(max(int64(window/time.Second), 1), 10)}
+	// fields turns httprate's legacy headers into what mode asks for.
+	fields := func(h http.Header) {
+		rem, err1 := strconv.Atoi(h.Get("RateLimit-Remaining"))
+		reset, err2 := strconv.Atoi(h.Get("RateLimit-Reset"))
+		if mode.Draft() && err1 == nil && err2 == nil {
+			h["RateLimit-Policy"] = policy
+			h["RateLimit"] = []string{`"admin";r=` + strconv.Itoa(max(rem, 0)) + `;t=` + strconv.Itoa(max(reset, 0))}
+		}
+		if !mode.Legacy() {
+			h.Del("RateLimit-Limit")
+			h.Del("RateLimit-Remaining")
+			h.Del("RateLimit-Reset")
+		}
 	}
 	limiter := httprate.NewRateLimiter(n, window,
 		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return rateKey(callerOf(r)), nil }),
@@ -37,10 +57,16 @@ func adminRateLimit(n int, window time.Duration) func(http.Handler) http.Handler
 			// sliding window has forgotten every request of this one.
 			retry := w.Header().Get("Retry-After")
 			w.Header().Set("RateLimit-Reset", retry)
-			refuse(w, r, derrors.E(derrors.RateLimited, "too many requests with these credentials; retry after "+retry+" s", nil))
+			fields(w.Header())
+			d := problem.From(derrors.E(derrors.RateLimited, "too many requests with these credentials; retry after "+retry+" s", nil))
+			d.ViolatedPolicies = []string{"admin"}
+			problem.WriteDocument(w, d)
 		}))
 	return func(next http.Handler) http.Handler {
-		limited := limiter.Handler(next)
+		limited := limiter.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fields(w.Header()) // httprate has set the legacy headers
+			next.ServeHTTP(w, r)
+		}))
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			// Seconds until httprate's current window ends (its windows are aligned to
 			// the clock), where the limit counts afresh; the limit handler overrides it.

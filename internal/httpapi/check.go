@@ -72,6 +72,10 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 		out.BlockedAt = ref(res.BlockedAt)
 		secs := d.RetryAfter
 		out.RetryAfterSeconds = &secs
+		if v := d.Violated(); v != "" { // the draft's quota-exceeded member: the policy that refused it
+			vp := []string{v}
+			out.ViolatedPolicies = &vp
+		}
 	}
 	if res.Allowed && res.WouldBlock != nil {
 		out.WouldBlock = ref(res.WouldBlock)
@@ -90,20 +94,37 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 	return out
 }
 
-// setRateLimitHeaders sets RateLimit-Limit, -Remaining and -Reset as the check
-// service describes the decision.
-func setRateLimitHeaders(h http.Header, d *checks.Decision) {
+// setRateLimitHeaders sets the RateLimit header fields of the decision, as mode
+// says: the legacy RateLimit-Limit, -Remaining and -Reset of draft-06, and the
+// RateLimit-Policy and RateLimit fields of draft-ietf-httpapi-ratelimit-headers-11
+// (internal/checks/headers.go says how they are named and filled).
+func setRateLimitHeaders(h http.Header, d *checks.Decision, mode checks.HeaderMode) {
 	if !d.HasRateLimit {
 		return
 	}
 	t := d.RateLimit
 	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
-	// but the spelling of the IETF draft is what people grep for. The three values
+	// but the spelling of the IETF draft is what people grep for. The values
 	// share one backing array, each capped at its own element.
-	v := []string{strconv.FormatInt(t.Limit, 10), strconv.FormatInt(t.Remaining, 10), strconv.FormatInt(t.Reset, 10)}
-	h["RateLimit-Limit"] = v[0:1:1]
-	h["RateLimit-Remaining"] = v[1:2:2]
-	h["RateLimit-Reset"] = v[2:3:3]
+	switch {
+	case mode.Legacy() && mode.Draft():
+		v := []string{strconv.FormatInt(t.Limit, 10), strconv.FormatInt(t.Remaining, 10), strconv.FormatInt(t.Reset, 10),
+			checks.PolicyField(d.Result.Levels, d.Metric), checks.LimitField(t)}
+		h["RateLimit-Limit"] = v[0:1:1]
+		h["RateLimit-Remaining"] = v[1:2:2]
+		h["RateLimit-Reset"] = v[2:3:3]
+		h["RateLimit-Policy"] = v[3:4:4]
+		h["RateLimit"] = v[4:5:5]
+	case mode.Legacy():
+		v := []string{strconv.FormatInt(t.Limit, 10), strconv.FormatInt(t.Remaining, 10), strconv.FormatInt(t.Reset, 10)}
+		h["RateLimit-Limit"] = v[0:1:1]
+		h["RateLimit-Remaining"] = v[1:2:2]
+		h["RateLimit-Reset"] = v[2:3:3]
+	case mode.Draft():
+		v := []string{checks.PolicyField(d.Result.Levels, d.Metric), checks.LimitField(t)}
+		h["RateLimit-Policy"] = v[0:1:1]
+		h["RateLimit"] = v[1:2:2]
+	}
 }
 
 // leasedTrue is every leased answer's Leased: it is only read.
@@ -160,7 +181,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 			levelsPool.Put(lp)
 		}
 	}()
-	setRateLimitHeaders(w.Header(), &d)
+	setRateLimitHeaders(w.Header(), &d, s.headers)
 	status := http.StatusOK
 	if !out.Allowed {
 		status = problem.Status(derrors.RateLimited) // a denial answers as the rate-limited kind

@@ -58,7 +58,7 @@ func newReplicaEngine(t *testing.T, dbURL, prefix string, ttl time.Duration, reg
 // newReplicaOn is newReplicaEngine whose checks, cache invalidations and readiness use
 // the Redis at redisURL (rdb: a client of it).
 func newReplicaOn(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *prometheus.Registry, engine quota.Config,
-	redisURL string, rdb *redis.Client) *replica {
+	redisURL string, rdb *redis.Client, opts ...func(*httpapi.Deps)) *replica {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -79,8 +79,12 @@ func newReplicaOn(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *pr
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
-	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
-		AdminToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	deps := httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
+		AdminToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+	for _, o := range opts {
+		o(&deps)
+	}
+	h, err := httpapi.NewHandler(deps)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -336,6 +336,16 @@ func appendCheckResult(b []byte, out *api.CheckResult) []byte {
 		b = appendString(b, string(t.Scope))
 		b = append(b, '}')
 	}
+	if out.ViolatedPolicies != nil {
+		b = append(b, `,"violated-policies":[`...)
+		for i, v := range *out.ViolatedPolicies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendString(b, v)
+		}
+		b = append(b, ']')
+	}
 	if out.Warning != nil {
 		b = append(b, `,"warning":`...)
 		b = appendString(b, *out.Warning)

@@ -28,11 +28,13 @@ func TestCheckJSONEncode(t *testing.T) {
 		{Id: "u1", Level: vocab.LevelUser, Limit: 0, Remaining: -1, ResetAt: reset.Add(123456789), Used: -5, Window: vocab.Second},
 	}
 	ref := &api.LevelRef{Id: "u1", Level: vocab.LevelUser, Window: vocab.Second}
+	violated, odd := []string{"user-second"}, []string{"tokens-user-minute", "a<b>&\"c"}
 	cases := map[string]api.CheckResult{
 		"empty":                 {},
 		"no rows":               {Allowed: true, Mode: vocab.Enforce, Levels: []api.LevelStatus{}},
 		"allowed":               {Allowed: true, Mode: vocab.Enforce, Levels: levels},
-		"denied":                {Mode: vocab.Enforce, Levels: levels, BlockedAt: ref, RetryAfterSeconds: &secs},
+		"denied":                {Mode: vocab.Enforce, Levels: levels, BlockedAt: ref, RetryAfterSeconds: &secs, ViolatedPolicies: &violated},
+		"violated, odd":         {Mode: vocab.Enforce, Levels: levels, BlockedAt: ref, RetryAfterSeconds: &secs, ViolatedPolicies: &odd},
 		"warn":                  {Allowed: true, Mode: vocab.Warn, Levels: levels, WouldBlock: ref, Warning: &warn},
 		"degraded and replayed": {Allowed: true, Mode: vocab.Shadow, Levels: levels[:1], Degraded: &yes, Replayed: &yes},
 		"throttled":             {Allowed: true, Mode: vocab.Enforce, Levels: levels, Throttled: &api.Throttled{Factor: 0.5, ExpiresAt: reset, Scope: api.ThrottleScopeOrg}},

@@ -71,7 +71,7 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 	}
 	if d := &rv.Decision; !d.Result.Allowed {
 		cr := fromDecision(d)
-		setRateLimitHeaders(w.Header(), d)
+		setRateLimitHeaders(w.Header(), d, s.headers)
 		w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
 		writeJSON(w, problem.Status(derrors.RateLimited), cr)
 		return
@@ -83,6 +83,7 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 		t := true
 		body.Replayed = &t
 	}
+	setRateLimitHeaders(w.Header(), &rv.Decision, s.headers)
 	writeJSON(w, http.StatusCreated, body)
 }
 

@@ -57,6 +57,9 @@ type Deps struct {
 	// route) for the engine's and Postgres's spans to nest in; nil (tracing off) adds
 	// nothing to a request.
 	TracerProvider trace.TracerProvider
+	// RateLimitHeaders says which RateLimit header fields checks and reservations
+	// carry (QUOTA_RATELIMIT_HEADERS); the zero value is both generations.
+	RateLimitHeaders checks.HeaderMode
 }
 
 // Server implements the generated api.ServerInterface.
@@ -72,6 +75,7 @@ type Server struct {
 	console    *console.Handler
 	billing    *billing.Service
 	webhooks   *webhooks.Service
+	headers    checks.HeaderMode // which RateLimit header fields answers carry
 }
 
 var _ api.ServerInterface = (*Server)(nil)
@@ -88,7 +92,8 @@ func NewHandler(d Deps) (http.Handler, error) {
 		d.Cache = tenants.NewCache(d.Tenants, tenants.CacheOptions{Logger: d.Logger})
 	}
 	s := &Server{tenants: d.Tenants, cache: d.Cache, redis: d.Redis, log: d.Logger, registry: d.Registry,
-		console: d.Console, billing: d.Billing, webhooks: d.Webhooks, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != ""}
+		console: d.Console, billing: d.Billing, webhooks: d.Webhooks, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != "",
+		headers: d.RateLimitHeaders}
 	s.checks = checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})
 	validate, err := newRequestValidator()
 	if err != nil {
@@ -107,7 +112,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if d.Console != nil {
 		app = d.Console
 	}
-	if err := s.routes(r, app, validate, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow)); err != nil {
+	if err := s.routes(r, app, validate, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow, d.RateLimitHeaders)); err != nil {
 		return nil, err
 	}
 	if err := m.preinit(r); err != nil {

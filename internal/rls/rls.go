@@ -64,6 +64,9 @@ type Deps struct {
 	// TracerProvider, when set, gives every call a server span (otelgrpc) for the
 	// engine's spans to nest in, and the check service's event; nil adds nothing.
 	TracerProvider trace.TracerProvider
+	// RateLimitHeaders says which RateLimit header fields response_headers_to_add
+	// carries, as the HTTP checks' (QUOTA_RATELIMIT_HEADERS); zero: both generations.
+	RateLimitHeaders checks.HeaderMode
 }
 
 // Service implements RateLimitServiceServer.
@@ -73,6 +76,7 @@ type Service struct {
 	checks  *checks.Service
 	aliases map[string]string
 	log     *slog.Logger
+	headers checks.HeaderMode
 }
 
 var _ rlsv3.RateLimitServiceServer = (*Service)(nil)
@@ -82,7 +86,7 @@ func New(d Deps) *Service {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
 	}
-	return &Service{cache: d.Cache, aliases: d.Aliases, log: d.Logger,
+	return &Service{cache: d.Cache, aliases: d.Aliases, log: d.Logger, headers: d.RateLimitHeaders,
 		checks: checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})}
 }
 
@@ -118,7 +122,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 	case err != nil:
 		return nil, statusOf(s.log, "check", err)
 	}
-	return answer(p), nil
+	return answer(p, s.headers), nil
 }
 
 // descriptorName names descriptor i in an error.
@@ -210,9 +214,10 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 }
 
 // answer builds Envoy's answer from the check service's: a status per descriptor,
-// in order, and the RateLimit-* (and, when denied, Retry-After) headers of the HTTP
-// check.
-func answer(p checks.Paths) *rlsv3.RateLimitResponse {
+// in order, and the RateLimit header fields (as mode says: the legacy RateLimit-Limit,
+// -Remaining, -Reset and the draft-11 RateLimit-Policy and RateLimit) and, when
+// denied, Retry-After, as the HTTP check's.
+func answer(p checks.Paths, mode checks.HeaderMode) *rlsv3.RateLimitResponse {
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(p.Checks))}
 	for i, c := range p.Checks {
@@ -232,9 +237,14 @@ func answer(p checks.Paths) *rlsv3.RateLimitResponse {
 	if !p.Allowed {
 		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
-	if t := p.RateLimit; p.HasRateLimit {
+	if t := p.RateLimit; p.HasRateLimit && mode.Legacy() {
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
 			header("RateLimit-Limit", t.Limit), header("RateLimit-Remaining", t.Remaining), header("RateLimit-Reset", t.Reset))
+	}
+	if p.HasRateLimit && mode.Draft() {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd,
+			&corev3.HeaderValue{Key: "RateLimit-Policy", Value: checks.PolicyField(p.Levels, "")},
+			&corev3.HeaderValue{Key: "RateLimit", Value: checks.LimitField(p.RateLimit)})
 	}
 	if !p.Allowed {
 		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, header("Retry-After", p.RetryAfter))

@@ -57,6 +57,7 @@ type replicaOptions struct {
 	tp      trace.TracerProvider              // the engine's, HTTP's and gRPC's spans; nil: none
 	grpcReg prometheus.Registerer             // the gRPC server's metrics; nil: none
 	engine  func(checks.Engine) checks.Engine // wraps the gRPC server's engine; nil: the router
+	headers checks.HeaderMode                 // the gRPC server's RateLimit header fields
 }
 
 // newReplicaWith is newReplica with opts.
@@ -93,7 +94,7 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, opts replicaOptions) *re
 		engine = opts.engine(router)
 	}
 	g, _ := rls.NewServer(rls.Deps{Cache: cache, Checker: engine, Aliases: map[string]string{"x-user-id": "user"}, Logger: log,
-		Registerer: opts.grpcReg, TracerProvider: opts.tp})
+		Registerer: opts.grpcReg, TracerProvider: opts.tp, RateLimitHeaders: opts.headers})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -71,6 +71,10 @@ type Document struct {
 	Status int          `json:"status"`
 	Detail string       `json:"detail,omitempty"`
 	Errors []FieldError `json:"errors,omitempty"`
+	// ViolatedPolicies is the member of draft-ietf-httpapi-ratelimit-headers-11's
+	// quota-exceeded problem type: on a 429, the names of the RateLimit-Policy items
+	// that were exceeded (the admin rate limit's "admin").
+	ViolatedPolicies []string `json:"violated-policies,omitempty"`
 }
 
 // From returns the problem document of err. Its detail is, in order: the Detail of a

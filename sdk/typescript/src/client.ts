@@ -1,5 +1,6 @@
 import type { components } from "./schema.js";
 import { QuotaplaneError, QuotaplaneUnavailableError, type Problem } from "./errors.js";
+import { parsePolicies, parseServiceLimits, type Policy } from "./ratelimit.js";
 
 type Schemas = components["schemas"];
 
@@ -77,14 +78,21 @@ export function usedOf(r: Reservation): Costs | undefined {
   return r.used === undefined ? undefined : { [r.metric]: r.used };
 }
 
-/** The RateLimit-* headers of a decision: the tightest level and window (on a denial, the one that refused). */
+/**
+ * The RateLimit header fields of a decision: the tightest level and window (on a
+ * denial, the one that refused). Read from the legacy RateLimit-Limit, -Remaining and
+ * -Reset when the answer has them, else from the draft-11 RateLimit field (limit from
+ * the RateLimit-Policy item of the same name).
+ */
 export interface RateLimit {
-  /** RateLimit-Limit */
+  /** RateLimit-Limit (or the policy's q) */
   limit: number;
-  /** RateLimit-Remaining */
+  /** RateLimit-Remaining (or RateLimit's r) */
   remaining: number;
-  /** RateLimit-Reset: seconds until the window frees room. */
+  /** RateLimit-Reset (or RateLimit's t): seconds until the window frees room. */
   reset: number;
+  /** The draft-11 policy's name ("user-minute"), when the answer had a RateLimit field. */
+  policy?: string;
 }
 
 /** Who decided: Quotaplane, or the client's fail policy because Quotaplane could not. */
@@ -104,6 +112,8 @@ export interface CheckOutcome {
   result?: CheckResult;
   /** The RateLimit-* headers (computed from `result` for a batch's checks: rateLimitOf). */
   rateLimit?: RateLimit;
+  /** The RateLimit-Policy field: one item per limit of the path (absent without it). */
+  policies?: Policy[];
   /** When denied: seconds after which the same check can pass (Retry-After). */
   retryAfterSeconds?: number;
   /** The idempotency key sent (the caller's, or the one generated): every retry reused it. */
@@ -132,6 +142,8 @@ export interface ReserveOutcome {
   denied?: CheckResult;
   /** As a check's, from the headers or else from the levels (rateLimitOf). */
   rateLimit?: RateLimit;
+  /** As a check's. */
+  policies?: Policy[];
   retryAfterSeconds?: number;
   idempotencyKey: string;
   unavailable?: QuotaplaneUnavailableError;
@@ -249,6 +261,7 @@ export class QuotaplaneClient {
       decidedBy: "quotaplane",
       result,
       rateLimit: rateLimitHeaders(ans.headers),
+      policies: parsePolicies(ans.headers.get("RateLimit-Policy")),
       retryAfterSeconds: result.allowed ? undefined : (intHeader(ans.headers, "Retry-After") ?? result.retry_after_seconds),
       idempotencyKey: request.idempotency_key,
     };
@@ -317,6 +330,7 @@ export class QuotaplaneClient {
       return { allowed, decidedBy: "fail-policy", idempotencyKey: request.idempotency_key, unavailable: err };
     }
     const rateLimit = rateLimitHeaders(ans.headers);
+    const policies = parsePolicies(ans.headers.get("RateLimit-Policy"));
     if (ans.status === 200 || ans.status === 201) {
       const reservation = ans.body as Reservation;
       return {
@@ -324,6 +338,7 @@ export class QuotaplaneClient {
         decidedBy: "quotaplane",
         reservation,
         rateLimit: rateLimit ?? rateLimitOf({ allowed: true, levels: reservation.levels ?? [] }),
+        policies,
         idempotencyKey: request.idempotency_key,
       };
     }
@@ -334,6 +349,7 @@ export class QuotaplaneClient {
         decidedBy: "quotaplane",
         denied,
         rateLimit: rateLimit ?? rateLimitOf(denied),
+        policies,
         retryAfterSeconds: intHeader(ans.headers, "Retry-After") ?? denied.retry_after_seconds,
         idempotencyKey: request.idempotency_key,
       };
@@ -483,12 +499,22 @@ function intHeader(h: Headers, name: string): number | undefined {
   return Number(v);
 }
 
-function rateLimitHeaders(h: Headers): RateLimit | undefined {
+/**
+ * The RateLimit of an answer's headers: the legacy fields when present (with the
+ * draft's policy name when it has one), else the draft-11 RateLimit field's first
+ * item, its limit the q of the RateLimit-Policy item of the same name.
+ */
+export function rateLimitHeaders(h: Headers): RateLimit | undefined {
+  const item = parseServiceLimits(h.get("RateLimit"))?.[0];
   const limit = intHeader(h, "RateLimit-Limit");
   const remaining = intHeader(h, "RateLimit-Remaining");
   const reset = intHeader(h, "RateLimit-Reset");
-  if (limit === undefined || remaining === undefined || reset === undefined) return undefined;
-  return { limit, remaining, reset };
+  if (limit !== undefined && remaining !== undefined && reset !== undefined) {
+    return item ? { limit, remaining, reset, policy: item.name } : { limit, remaining, reset };
+  }
+  if (!item) return undefined;
+  const policy = parsePolicies(h.get("RateLimit-Policy"))?.find((p) => p.name === item.name);
+  return { limit: policy?.quota ?? 0, remaining: item.remaining, reset: item.reset ?? 0, policy: item.name };
 }
 
 /**

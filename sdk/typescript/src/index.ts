@@ -7,5 +7,6 @@
 export * from "./client.js";
 export * from "./errors.js";
 export * from "./middleware.js";
+export * from "./ratelimit.js";
 export * from "./webhook.js";
 export type { components, paths, operations } from "./schema.js";

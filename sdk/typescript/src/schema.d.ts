@@ -1733,6 +1733,8 @@ export interface components {
             /** @description Set in `warn` mode when the check would have been denied. */
             warning?: string;
             throttled?: components["schemas"]["Throttled"];
+            /** @description Set when denied: the member the quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11 defines, naming the `RateLimit-Policy` item of the limit that refused the check (`blocked_at`), e.g. `["user-minute"]`. */
+            "violated-policies"?: string[];
         };
         /** @description Give `expires_at` or `ttl_seconds`, not both; with neither, the throttle lifts in an hour. */
         ThrottleSet: {
@@ -2152,6 +2154,8 @@ export interface components {
             status: number;
             detail?: string;
             errors?: components["schemas"]["FieldError"][];
+            /** @description On a 429 of the admin rate limit: the member of draft-ietf-httpapi-ratelimit-headers-11's quota-exceeded problem type, naming the exceeded `RateLimit-Policy` item, `["admin"]`. */
+            "violated-policies"?: string[];
         };
     };
     responses: {
@@ -2246,6 +2250,10 @@ export interface components {
                 "RateLimit-Remaining"?: number;
                 /** @description Seconds until a retry can succeed; the same as `Retry-After`. */
                 "RateLimit-Reset"?: number;
+                /** @description The draft-11 field of the one policy: `"admin";q=<limit>;w=<window seconds>`. */
+                "RateLimit-Policy"?: string;
+                /** @description The draft-11 field: `"admin";r=<RateLimit-Remaining>;t=<RateLimit-Reset>`. */
+                RateLimit?: string;
                 [name: string]: unknown;
             };
             content: {
@@ -2317,7 +2325,9 @@ export interface components {
     requestBodies: never;
     headers: {
         /**
-         * @description The limit of the tightest level and window (the one with the least remaining,
+         * @description Legacy (draft-06 of the IETF RateLimit headers, kept for the clients and
+         *     gateways that read it; `QUOTA_RATELIMIT_HEADERS` may turn it off).
+         *     The limit of the tightest level and window (the one with the least remaining,
          *     then the soonest reset); on a denied check (429), of the level and window that
          *     refused it (`blocked_at`).
          */
@@ -2336,6 +2346,27 @@ export interface components {
          *     fit: up to the window and one sub-bucket.
          */
         "RateLimit-Reset": number;
+        /**
+         * @description draft-ietf-httpapi-ratelimit-headers-11's RateLimit-Policy, a structured-field
+         *     List (RFC 9651): one item per limit of the check's path, e.g.
+         *     `"org-month";q=1000, "team-minute";q=100;w=60, "user-minute";q=20;w=60`. The
+         *     item is the policy's name, `"<level>-<window>"`, prefixed by `"<metric>-"` when
+         *     the metric is not `requests` (`"tokens-user-minute"`); `q` is the limit; `w` the
+         *     window in seconds (none for `month`, whose length follows the calendar, nor for
+         *     `concurrent`); `qu` the unit: omitted for requests, `"concurrent-requests"` for
+         *     a concurrent limit of requests, else the metric's name. No `pk` is sent. Sent
+         *     unless `QUOTA_RATELIMIT_HEADERS` is `legacy` or `off`.
+         */
+        "RateLimit-Policy": string;
+        /**
+         * @description draft-ietf-httpapi-ratelimit-headers-11's RateLimit, a structured-field List of
+         *     one item: the tightest limit, the one `RateLimit-Limit` describes, e.g.
+         *     `"user-minute";r=0;t=42`: `r` is `RateLimit-Remaining`, `t` is
+         *     `RateLimit-Reset` (on a denial, `Retry-After`); `t` is omitted for an allowed
+         *     check whose tightest limit is `concurrent` (it frees as holders settle). Sent
+         *     unless `QUOTA_RATELIMIT_HEADERS` is `legacy` or `off`.
+         */
+        RateLimit: string;
         /** @description Seconds after which the same check may pass. */
         "Retry-After": number;
         /** @description Set in `warn` mode when the check would have been denied; says which level and window. */
@@ -3401,6 +3432,8 @@ export interface operations {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     "Quotaplane-Warning": components["headers"]["Quotaplane-Warning"];
                     [name: string]: unknown;
                 };
@@ -3434,13 +3467,17 @@ export interface operations {
             };
             /**
              * @description Denied: a level is over quota. The body is the check result with
-             *     `allowed: false`, `blocked_at` and `retry_after_seconds`.
+             *     `allowed: false`, `blocked_at` and `retry_after_seconds`, and the
+             *     `violated-policies` member of the IETF draft's quota-exceeded problem type
+             *     (naming the `RateLimit-Policy` item of `blocked_at`).
              */
             429: {
                 headers: {
                     "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
                     "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
                     "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     "Retry-After": components["headers"]["Retry-After"];
                     [name: string]: unknown;
                 };
@@ -3506,9 +3543,14 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Held. */
+            /** @description Held. The RateLimit header fields describe the limits as after the hold. */
             201: {
                 headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3537,6 +3579,11 @@ export interface operations {
             429: {
                 headers: {
                     "Retry-After": components["headers"]["Retry-After"];
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {

@@ -30,6 +30,8 @@ describe("check", () => {
       );
       assert.equal(out.rateLimit?.limit, 3);
       assert.equal(out.rateLimit?.remaining, remaining);
+      assert.equal(out.rateLimit?.policy, "org-minute", "the draft-11 RateLimit field names the tightest policy");
+      assert.deepEqual(out.policies, [{ name: "org-minute", quota: 3, window: 60 }]);
       assert.ok(out.rateLimit!.reset >= 0 && out.rateLimit!.reset <= 63, `reset ${out.rateLimit?.reset}`);
       assert.equal(out.retryAfterSeconds, undefined);
       assert.match(out.idempotencyKey, /^[A-Za-z0-9._:@-]{8,128}$/);
@@ -40,7 +42,8 @@ describe("check", () => {
     assert.deepEqual(withoutMetric(denied.result?.blocked_at), { level: "org", id: org, window: "minute" });
     assert.ok(denied.retryAfterSeconds! >= 1, `retry after ${denied.retryAfterSeconds}`);
     assert.equal(denied.retryAfterSeconds, denied.result?.retry_after_seconds);
-    assert.deepEqual(denied.rateLimit, { limit: 3, remaining: 0, reset: denied.retryAfterSeconds });
+    assert.deepEqual(denied.rateLimit, { limit: 3, remaining: 0, reset: denied.retryAfterSeconds, policy: "org-minute" });
+    assert.deepEqual(denied.result?.["violated-policies"], ["org-minute"]);
     // A denial counts nothing.
     const probe = await client.check({ org, cost: 0 });
     assert.equal(probe.result?.levels[0]?.used, 3);
