@@ -320,7 +320,9 @@ func routeCases() []routeCase {
 		{"no token", "createConsoleUser", "POST", "/v1/orgs/acme/console-users", "none", `{"email":"c@acme.test","password":"a long enough secret","role":"viewer"}`, 401},
 		{"check scope", "createConsoleUser", "POST", "/v1/orgs/acme/console-users", "acme-check", `{"email":"c@acme.test","password":"a long enough secret","role":"viewer"}`, 403},
 		{"another org's key", "createConsoleUser", "POST", "/v1/orgs/acme/console-users", "other-admin", `{"email":"c@acme.test","password":"a long enough secret","role":"viewer"}`, 404},
-		{"duplicate email", "createConsoleUser", "POST", "/v1/orgs/other/console-users", "other-admin", `{"email":"ada@acme.test","password":"a long enough secret","role":"viewer"}`, 409},
+		{"duplicate email", "createConsoleUser", "POST", "/v1/orgs/acme/console-users", "acme-admin", `{"email":"ADA@acme.test","password":"a long enough secret","role":"viewer"}`, 409},
+		// issue 27: emails are unique per org; another org's answer must not tell that one exists
+		{"another org's email", "createConsoleUser", "POST", "/v1/orgs/other/console-users", "other-admin", `{"email":"ada@acme.test","password":"a long enough secret","role":"viewer"}`, 201},
 		{"list", "listConsoleUsers", "GET", "/v1/orgs/acme/console-users", "acme-admin", "", 200},
 		{"no token", "listConsoleUsers", "GET", "/v1/orgs/acme/console-users", "none", "", 401},
 		{"check scope", "listConsoleUsers", "GET", "/v1/orgs/acme/console-users", "acme-check", "", 403},
