@@ -3,6 +3,8 @@ package client
 import (
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -162,4 +164,46 @@ func draftRateLimit(h http.Header) (RateLimit, []Policy, bool) {
 		}
 	}
 	return rl, policies, true
+}
+
+// FormatPolicies writes policies as a RateLimit-Policy field, as Quotaplane sends it
+// (`"user-minute";q=20;w=60, "tokens-user-month";q=5000;qu="tokens"`), for a service
+// that passes Quotaplane's policies on to its own callers (client/middleware does).
+// Names and units that a structured-field String cannot hold unescaped are escaped;
+// partition keys are left out (Quotaplane sends none).
+func FormatPolicies(policies []Policy) string {
+	var b strings.Builder
+	for i, p := range policies {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		writeSFString(&b, p.Name)
+		b.WriteString(";q=")
+		b.WriteString(strconv.FormatInt(p.Quota, 10))
+		if p.Window > 0 {
+			b.WriteString(";w=")
+			b.WriteString(strconv.FormatInt(int64(p.Window/time.Second), 10))
+		}
+		if p.Unit != "" {
+			b.WriteString(";qu=")
+			writeSFString(&b, p.Unit)
+		}
+	}
+	return b.String()
+}
+
+// writeSFString writes s as a structured-field String: quoted, with '"' and '\\'
+// escaped (other characters outside printable ASCII cannot be in one and are dropped).
+func writeSFString(b *strings.Builder, s string) {
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c >= 0x20 && c <= 0x7e:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
 }

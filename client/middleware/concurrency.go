@@ -65,7 +65,7 @@ func Concurrency(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Han
 				cfg.onError(w, r, err)
 				return
 			}
-			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, len(res.Levels)}) {
+			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
 				return
 			}
 			if res.ID == "" { // decided by the fail policy: nothing is held

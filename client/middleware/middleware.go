@@ -198,7 +198,7 @@ func Check(c *client.Client, fn CheckFunc, opts ...Option) func(http.Handler) ht
 				cfg.onError(w, r, err)
 				return
 			}
-			if cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, len(res.Levels)}) {
+			if cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
 				next.ServeHTTP(w, r)
 			}
 		})
@@ -227,6 +227,7 @@ type verdict struct {
 	blockedAt           *client.LevelRef
 	retryAfter          time.Duration
 	rateLimit           client.RateLimit
+	policies            []client.Policy // RateLimit-Policy, passed on
 	levels              int
 }
 
@@ -238,10 +239,12 @@ func (cfg *config) pass(w http.ResponseWriter, r *http.Request, v verdict) bool 
 		cfg.onError(w, r, fmt.Errorf("%w: %w", ErrNotDecided, v.cause))
 		return false
 	case !v.allowed:
+		setPolicies(w.Header(), v.policies)
 		Deny(w, v.blockedAt, v.retryAfter, v.rateLimit)
 		return false
 	}
 	if v.levels > 0 {
+		setPolicies(w.Header(), v.policies)
 		SetRateLimitHeaders(w.Header(), v.rateLimit)
 	}
 	return true
@@ -353,7 +356,7 @@ func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler
 				cfg.onError(w, r, err)
 				return
 			}
-			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, len(res.Levels)}) {
+			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
 				return
 			}
 			if res.ID == "" { // decided by the fail policy: nothing is held
@@ -381,5 +384,13 @@ func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler
 				cfg.log.Warn("quotaplane: "+how+" failed", "reservation", res.ID, "err", err)
 			}
 		})
+	}
+}
+
+// setPolicies passes Quotaplane's RateLimit-Policy field on (issue 27: only RateLimit
+// and the legacy fields were), when it sent one.
+func setPolicies(h http.Header, policies []client.Policy) {
+	if len(policies) > 0 {
+		h["RateLimit-Policy"] = []string{client.FormatPolicies(policies)}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dunglas/httpsfv"
+
 	"github.com/go-chi/chi/v5"
 
 	"github.com/quotaplane/quotaplane/client"
@@ -73,6 +75,7 @@ func TestMiddlewareCheck(t *testing.T) {
 					res.Header.Get("RateLimit-Remaining") != strconv.Itoa(3-i) || res.Header.Get("RateLimit-Reset") == "" {
 					t.Fatalf("request %d: %d %q, headers %v", i, res.StatusCode, body, res.Header)
 				}
+				policiesPassedOn(t, res.Header)
 			}
 			res, body := get(t, ts.URL+"/hello", srv.user)
 			var p struct {
@@ -92,6 +95,7 @@ func TestMiddlewareCheck(t *testing.T) {
 				res.Header.Get("RateLimit-Reset") != res.Header.Get("Retry-After") {
 				t.Errorf("denied: %d, headers %v", res.StatusCode, res.Header)
 			}
+			policiesPassedOn(t, res.Header)
 			// blocked_at names the metric once the server has issue 24's multi-metric checks.
 			want := client.LevelRef{Level: "user", ID: srv.user, Metric: p.BlockedAt.Metric, Window: "minute"}
 			if p.BlockedAt.Metric != "" && p.BlockedAt.Metric != "requests" {
@@ -132,5 +136,39 @@ func TestMiddlewareCheck(t *testing.T) {
 		if res.StatusCode != tc.want || res.Header.Get("RateLimit-Limit") != "" || (tc.want == 503 && !strings.Contains(body, `"status":503`)) {
 			t.Errorf("Quotaplane down, want %d: %d %s", tc.want, res.StatusCode, body)
 		}
+	}
+}
+
+// policiesPassedOn: the middleware passes Quotaplane's draft-11 RateLimit-Policy on
+// (issue 27: it sent only RateLimit and the legacy fields), read with httpsfv: the
+// user's 3 a minute is among the policies, and RateLimit names one of them.
+func policiesPassedOn(t *testing.T, h http.Header) {
+	t.Helper()
+	policies, err := httpsfv.UnmarshalList(h.Values("RateLimit-Policy"))
+	if err != nil || len(policies) == 0 {
+		t.Fatalf("RateLimit-Policy %q: %v", h.Values("RateLimit-Policy"), err)
+	}
+	names := map[string]bool{}
+	for _, m := range policies {
+		it := m.(httpsfv.Item)
+		name, _ := it.Value.(string)
+		names[name] = true
+		if name == "user-minute" {
+			q, _ := it.Params.Get("q")
+			w, _ := it.Params.Get("w")
+			if q != int64(3) || w != int64(60) {
+				t.Errorf("user-minute: q=%v w=%v, want 3 and 60", q, w)
+			}
+		}
+	}
+	if !names["user-minute"] {
+		t.Errorf("RateLimit-Policy %q has no user-minute", h.Values("RateLimit-Policy"))
+	}
+	limit, err := httpsfv.UnmarshalList(h.Values("RateLimit"))
+	if err != nil || len(limit) != 1 {
+		t.Fatalf("RateLimit %q: %v", h.Values("RateLimit"), err)
+	}
+	if name, _ := limit[0].(httpsfv.Item).Value.(string); !names[name] {
+		t.Errorf("RateLimit names %q, not one of the policies %v", name, names)
 	}
 }

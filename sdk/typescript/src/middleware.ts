@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 
 import { QuotaplaneError, QuotaplaneUnavailableError } from "./errors.js";
+import { formatPolicies, formatServiceLimit, type Policy } from "./ratelimit.js";
 import { amountsOf, type CheckOutcome, type CheckRequest, type Costs, type QuotaplaneClient, type RateLimit, type Reservation, type ReserveOutcome, type ReserveRequest } from "./client.js";
 
 /** The part of a response the middleware uses: node's ServerResponse and Express's Response have it. */
@@ -66,7 +67,7 @@ export function checkMiddleware<Req = IncomingMessage, Res extends ResponseLike 
       refuse(res, out);
       return false;
     }
-    setRateLimit(res, out.rateLimit);
+    setRateLimit(res, out.rateLimit, out.policies);
     return true;
   };
   return (req, res, next) => {
@@ -144,7 +145,7 @@ export function reserveMiddleware<Req = IncomingMessage, Res extends ResponseLik
       refuse(res, out);
       return false;
     }
-    setRateLimit(res, out.rateLimit);
+    setRateLimit(res, out.rateLimit, out.policies);
     const reservation = out.reservation;
     if (reservation) {
       let done = false;
@@ -223,7 +224,7 @@ export function concurrencyMiddleware<Req = IncomingMessage, Res extends Respons
       refuse(res, out);
       return false;
     }
-    setRateLimit(res, out.rateLimit);
+    setRateLimit(res, out.rateLimit, out.policies);
     const reservation = out.reservation;
     if (!reservation) return true; // the fail policy let it through: nothing is held
     slotIds.set(res, reservation.id);
@@ -354,8 +355,13 @@ function wrap(err: unknown): never {
   throw err;
 }
 
-function setRateLimit(res: ResponseLike, rl: RateLimit | undefined): void {
+// setRateLimit passes Quotaplane's limits on to the caller in both generations: the
+// draft-11 RateLimit-Policy (every policy of the path) and RateLimit (the tightest), when
+// Quotaplane sent them, and the legacy RateLimit-Limit, -Remaining and -Reset.
+function setRateLimit(res: ResponseLike, rl: RateLimit | undefined, policies?: Policy[]): void {
   if (!rl || res.headersSent) return;
+  if (policies?.length) res.setHeader("RateLimit-Policy", formatPolicies(policies));
+  if (rl.policy) res.setHeader("RateLimit", formatServiceLimit(rl.policy, rl.remaining, rl.reset));
   res.setHeader("RateLimit-Limit", String(rl.limit));
   res.setHeader("RateLimit-Remaining", String(rl.remaining));
   res.setHeader("RateLimit-Reset", String(rl.reset));
@@ -372,7 +378,7 @@ function refuse(res: ResponseLike, out: CheckOutcome | ReserveOutcome): void {
     const b = result?.blocked_at;
     res.statusCode = 429;
     res.setHeader("Retry-After", String(retry));
-    setRateLimit(res, out.rateLimit);
+    setRateLimit(res, out.rateLimit, out.policies);
     body = {
       type: "https://quotaplane.dev/problems/too-many-requests",
       title: "Too Many Requests",

@@ -228,3 +228,23 @@ export function parseServiceLimits(field: string | null | undefined): ServiceLim
     throw err;
   }
 }
+
+/** A policy name as an sf-string: Quotaplane's names are plain ASCII; quotes and backslashes are escaped. */
+function sfString(s: string): string {
+  return `"${s.replace(/[\\"]/g, (c) => "\\" + c)}"`;
+}
+
+/**
+ * The RateLimit-Policy field of policies, as Quotaplane sends it (the middleware passes
+ * Quotaplane's policies on to its own callers): `"name";q=100;w=60;qu="tokens"`.
+ */
+export function formatPolicies(policies: Policy[]): string {
+  return policies
+    .map((p) => sfString(p.name) + `;q=${Math.trunc(p.quota)}` + (p.window !== undefined ? `;w=${Math.trunc(p.window)}` : "") + (p.unit !== undefined ? `;qu=${sfString(p.unit)}` : ""))
+    .join(", ");
+}
+
+/** The RateLimit field of one policy's remaining units: `"name";r=50;t=30` (t left out when unknown). */
+export function formatServiceLimit(name: string, remaining: number, reset?: number): string {
+  return sfString(name) + `;r=${Math.max(0, Math.trunc(remaining))}` + (reset !== undefined ? `;t=${Math.max(0, Math.trunc(reset))}` : "");
+}

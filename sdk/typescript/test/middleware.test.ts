@@ -6,6 +6,7 @@ import type { Server } from "node:http";
 import { after, before, describe, it } from "node:test";
 
 import express, { type ErrorRequestHandler } from "express";
+import { parseList } from "structured-headers";
 
 import { checkMiddleware, QuotaplaneClient, QuotaplaneError, QuotaplaneMiddlewareError, reportUsage, reserveMiddleware, type Settled } from "../src/index.js";
 import { freePort, Stack, withoutMetric } from "./harness.js";
@@ -67,6 +68,7 @@ describe("checkMiddleware", () => {
         assert.equal(res.headers.get("RateLimit-Remaining"), remaining);
         assert.match(res.headers.get("RateLimit-Reset") ?? "", /^\d+$/);
         assert.equal(res.headers.get("Retry-After"), null);
+        draftFieldsAgree(res, remaining);
       }
       const res = await fetch(`${srv.url}/work`);
       assert.equal(res.status, 429);
@@ -76,6 +78,7 @@ describe("checkMiddleware", () => {
       assert.equal(res.headers.get("RateLimit-Limit"), "2");
       assert.equal(res.headers.get("RateLimit-Remaining"), "0");
       assert.equal(res.headers.get("RateLimit-Reset"), retry);
+      draftFieldsAgree(res, "0");
       const problem = (await res.json()) as { blocked_at?: unknown };
       problem.blocked_at = withoutMetric(problem.blocked_at);
       assert.deepEqual(problem, {
@@ -287,3 +290,21 @@ describe("reserveMiddleware (needs the reservations API of branch res)", () => {
     }
   });
 });
+
+// draftFieldsAgree: the middleware passes Quotaplane's draft-11 fields on (issue 27: it
+// sent only the legacy ones), read with a structured-field parser library: the path's
+// one policy (the org's 2 a minute) and RateLimit naming it with the legacy figures.
+function draftFieldsAgree(res: Response, remaining: string): void {
+  const policies = parseList(res.headers.get("RateLimit-Policy") ?? "");
+  assert.equal(policies.length, 1, "RateLimit-Policy items");
+  const [name, params] = policies[0] as [unknown, Map<string, unknown>];
+  assert.equal(String(name), "org-minute");
+  assert.equal(params.get("q"), 2);
+  assert.equal(params.get("w"), 60);
+  const limits = parseList(res.headers.get("RateLimit") ?? "");
+  assert.equal(limits.length, 1, "RateLimit items");
+  const [lname, lparams] = limits[0] as [unknown, Map<string, unknown>];
+  assert.equal(String(lname), "org-minute");
+  assert.equal(String(lparams.get("r")), remaining);
+  assert.equal(String(lparams.get("t")), res.headers.get("RateLimit-Reset"));
+}

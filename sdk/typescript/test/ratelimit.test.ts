@@ -6,7 +6,7 @@ import { describe, it } from "node:test";
 
 import { parseList, type Item } from "structured-headers";
 
-import { parsePolicies, parseServiceLimits, rateLimitHeaders, type Policy, type ServiceLimit } from "../src/index.js";
+import { formatPolicies, formatServiceLimit, parsePolicies, parseServiceLimits, rateLimitHeaders, type Policy, type ServiceLimit } from "../src/index.js";
 
 // bare reads a structured-headers bare item as the SDK's parser types it.
 function bare(v: unknown): { kind: string; value: unknown } {
@@ -156,5 +156,21 @@ describe("RateLimit fields", () => {
     const legacy = new Headers({ "RateLimit-Limit": "20", "RateLimit-Remaining": "1", "RateLimit-Reset": "5" });
     assert.deepEqual(rateLimitHeaders(legacy), { limit: 20, remaining: 1, reset: 5 });
     assert.equal(rateLimitHeaders(new Headers({ RateLimit: `"a";r=x` })), undefined, "a malformed field is ignored");
+  });
+});
+
+describe("formatting RateLimit fields (the middleware passes them on)", () => {
+  it("writes what the SDK's parser and structured-headers read back", () => {
+    const policies: Policy[] = [
+      { name: "org-minute", quota: 20, window: 60 },
+      { name: "tokens-user-month", quota: 5000000, unit: "tokens" },
+      { name: "user-concurrent", quota: 4, unit: "concurrent-requests" },
+    ];
+    const field = formatPolicies(policies);
+    assert.deepEqual(parsePolicies(field), policies);
+    assert.equal(parseList(field).length, 3);
+    const limit = formatServiceLimit("org-minute", 7, 42);
+    assert.deepEqual(parseServiceLimits(limit), [{ name: "org-minute", remaining: 7, reset: 42 }]);
+    assert.deepEqual(parseServiceLimits(formatServiceLimit("user-concurrent", 1)), [{ name: "user-concurrent", remaining: 1 }]);
   });
 });
