@@ -189,6 +189,17 @@ func sweepUntilNothingHeld(t *testing.T, r *testRig, org string, within time.Dur
 // given back, uncounted, to be admitted again), and the over-count is the lease's
 // unused part, at most one lease of the path, 1/(16 x replicas) of its headroom.
 func TestLeasesOfAKilledReplicaAreCounted(t *testing.T) {
+	// The kill may fall between two leases of the path (the last one settled, the next
+	// not yet taken): then nothing was open, nothing is lost, and the run proves
+	// nothing. It is tried again, on fresh rigs, up to three times.
+	for attempt := 1; !killedReplicaRun(t, attempt == 3); attempt++ {
+		t.Logf("attempt %d: the kill fell between two leases (none open); again", attempt)
+	}
+}
+
+// killedReplicaRun is one run of TestLeasesOfAKilledReplicaAreCounted; false when no
+// lease was open at the kill and last is false.
+func killedReplicaRun(t *testing.T, last bool) bool {
 	const life, limit = 300 * time.Millisecond, 200_000
 	var lostLeases, lostUnits, lostUsed atomic.Int64
 	rigs := leaseRigs(t, 2, life, func(ev quota.LeaseEvent) {
@@ -233,8 +244,10 @@ func TestLeasesOfAKilledReplicaAreCounted(t *testing.T) {
 	b.kill()
 	killed.Store(true)
 	wg.Wait()
-	if lostLeases.Load() != 1 {
-		t.Fatalf("%d leases left unsettled by the kill, want the path's one", lostLeases.Load())
+	if n := lostLeases.Load(); n == 0 && !last {
+		return false
+	} else if n != 1 {
+		t.Fatalf("%d leases left unsettled by the kill, want the path's one", n)
 	}
 	user := userC("tokens", "eng", "bob")
 	if h, err := a.e.HeldUnits(context.Background(), "acme", a.e.Period(1).ID); err != nil || h[user] != lostUnits.Load() {
@@ -259,6 +272,7 @@ func TestLeasesOfAKilledReplicaAreCounted(t *testing.T) {
 	if over > bound {
 		t.Errorf("over-count %d above the bound %d", over, bound)
 	}
+	return true
 }
 
 // Issue 22: a crash loop (a replica started, loaded, killed with its lease open, eight

@@ -2,8 +2,10 @@ package rls_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -31,7 +33,13 @@ func TestACheckEntersTheServiceOnce(t *testing.T) {
 	// span is the server span's child.
 	entered := func(t *testing.T, server, engine string) map[string]int {
 		t.Helper()
+		// The server span ends in otelgrpc's stats handler once the call is done on
+		// the server, which may be just after the client has its answer: wait for it.
 		spans := exp.GetSpans()
+		for deadline := time.Now().Add(2 * time.Second); !slices.ContainsFunc(spans, func(s tracetest.SpanStub) bool { return s.Name == server }) &&
+			time.Now().Before(deadline); spans = exp.GetSpans() {
+			time.Sleep(5 * time.Millisecond)
+		}
 		exp.Reset()
 		n := map[string]int{}
 		var root, eng *tracetest.SpanStub
