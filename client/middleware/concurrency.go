@@ -60,16 +60,8 @@ func Concurrency(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Han
 			if req.OnExpiry == "" {
 				req.OnExpiry = "release"
 			}
-			res, err := c.Reserve(r.Context(), req)
-			if err != nil {
-				cfg.onError(w, r, err)
-				return
-			}
-			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
-				return
-			}
-			if res.ID == "" { // decided by the fail policy: nothing is held
-				next.ServeHTTP(w, r)
+			res, held := cfg.reserve(w, r, next, c, req)
+			if !held {
 				return
 			}
 			ctx, u := withUsage(r.Context(), res.ID)

@@ -351,16 +351,8 @@ func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler
 			if !ok {
 				return
 			}
-			res, err := c.Reserve(r.Context(), req)
-			if err != nil {
-				cfg.onError(w, r, err)
-				return
-			}
-			if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
-				return
-			}
-			if res.ID == "" { // decided by the fail policy: nothing is held
-				next.ServeHTTP(w, r)
+			res, held := cfg.reserve(w, r, next, c, req)
+			if !held {
 				return
 			}
 			ctx, u := withUsage(r.Context(), res.ID)
@@ -393,4 +385,24 @@ func setPolicies(h http.Header, policies []client.Policy) {
 	if len(policies) > 0 {
 		h["RateLimit-Policy"] = []string{client.FormatPolicies(policies)}
 	}
+}
+
+// reserve reserves req for Reserve and Concurrency and reports whether a reservation
+// is held. When not, the request has been dealt with: answered (an error, a denial, a
+// fail policy's refusal) or, when the fail policy let it through holding nothing,
+// served by next.
+func (cfg *config) reserve(w http.ResponseWriter, r *http.Request, next http.Handler, c *client.Client, req client.ReserveRequest) (*client.Reservation, bool) {
+	res, err := c.Reserve(r.Context(), req)
+	if err != nil {
+		cfg.onError(w, r, err)
+		return nil, false
+	}
+	if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
+		return nil, false
+	}
+	if res.ID == "" { // decided by the fail policy: nothing is held
+		next.ServeHTTP(w, r)
+		return nil, false
+	}
+	return res, true
 }

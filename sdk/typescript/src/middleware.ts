@@ -335,15 +335,7 @@ export function answerError(res: ResponseLike, err: QuotaplaneMiddlewareError): 
       detail: "the quota service refused this service's credentials",
     };
   } else {
-    const retry = cause.retryAfterSeconds ?? 1;
-    res.statusCode = 503;
-    res.setHeader("Retry-After", String(retry));
-    body = {
-      type: "https://quotaplane.dev/problems/service-unavailable",
-      title: "Service Unavailable",
-      status: 503,
-      detail: "the quota service cannot be reached; retry later",
-    };
+    body = unavailable(res, cause.retryAfterSeconds);
   }
   res.setHeader("Content-Type", "application/problem+json");
   res.setHeader("Cache-Control", "no-store");
@@ -388,17 +380,22 @@ function refuse(res: ResponseLike, out: CheckOutcome | ReserveOutcome): void {
     };
     if (b) body.blocked_at = b;
   } else {
-    const retry = out.unavailable?.retryAfterSeconds ?? 1;
-    res.statusCode = 503;
-    res.setHeader("Retry-After", String(retry));
-    body = {
-      type: "https://quotaplane.dev/problems/service-unavailable",
-      title: "Service Unavailable",
-      status: 503,
-      detail: "the quota service cannot be reached; retry later",
-    };
+    body = unavailable(res, out.unavailable?.retryAfterSeconds);
   }
   res.setHeader("Content-Type", "application/problem+json");
   res.setHeader("Cache-Control", "no-store");
   res.end(JSON.stringify(body));
+}
+
+// unavailable sets the status and Retry-After of a 503 (the quota service could not be
+// reached or decide) and returns its problem document.
+function unavailable(res: ResponseLike, retryAfterSeconds: number | undefined): Record<string, unknown> {
+  res.statusCode = 503;
+  res.setHeader("Retry-After", String(retryAfterSeconds ?? 1));
+  return {
+    type: "https://quotaplane.dev/problems/service-unavailable",
+    title: "Service Unavailable",
+    status: 503,
+    detail: "the quota service cannot be reached; retry later",
+  };
 }
