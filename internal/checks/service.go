@@ -141,6 +141,41 @@ type Item struct {
 	Err error
 }
 
+// TightestItem is the index of the item whose RateLimit header fields a batch's answer
+// carries, -1 when none has a limit: of the denied items the one whose retry is
+// furthest away, else the allowed item with the least remaining (then the soonest
+// reset), the first of equals. A client that waits as those fields say waits for the
+// batch's tightest limit; each item's own levels are in its result.
+func TightestItem(items []Item) int {
+	best := -1
+	for i := range items {
+		it := &items[i]
+		if it.Err != nil || !it.HasRateLimit {
+			continue
+		}
+		if best < 0 {
+			best = i
+			continue
+		}
+		b := &items[best]
+		denied, bDenied := !it.Result.Allowed, !b.Result.Allowed
+		switch {
+		case denied != bDenied:
+			if denied {
+				best = i
+			}
+		case denied:
+			if it.RateLimit.Reset > b.RateLimit.Reset {
+				best = i
+			}
+		case it.RateLimit.Remaining < b.RateLimit.Remaining ||
+			(it.RateLimit.Remaining == b.RateLimit.Remaining && it.RateLimit.Reset < b.RateLimit.Reset):
+			best = i
+		}
+	}
+	return best
+}
+
 // CheckBatch decides each check on its own, in order, all sent to the engine in one
 // pipelined batch. Each item's error is one of Check's; the batch's own error is
 // ErrNoEngine only.

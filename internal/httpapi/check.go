@@ -219,6 +219,9 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if k := checks.TightestItem(decided); k >= 0 {
+		setRateLimitHeaders(w.Header(), &decided[k].Decision, s.headers)
+	}
 	items := make([]api.BatchCheckItem, len(decided))
 	for i := range decided {
 		if decided[i].Err != nil {

@@ -263,8 +263,8 @@ func TestDraftRateLimitFields(t *testing.T) {
 		t.Errorf("RateLimit %q, Retry-After %q", got, c.header.Get("Retry-After"))
 	}
 
-	// A batch's denied item carries violated-policies (a batch answer has no
-	// RateLimit header fields: its items differ).
+	// A batch's denied item carries violated-policies (the batch's header fields
+	// are TestBatchCarriesTheTightestItemsFields's).
 	rec = r.f.do("POST", "/v1/check/batch", key, `{"checks":[`+body+`]}`)
 	var batch struct {
 		Results []api.CheckResult `json:"results"`
@@ -319,5 +319,54 @@ func TestRateLimitHeadersSetting(t *testing.T) {
 				t.Errorf("denied: %s, Retry-After %q", denied.raw, denied.header.Get("Retry-After"))
 			}
 		})
+	}
+}
+
+// A batch answer carries both generations of RateLimit fields of its tightest item:
+// of allowed items the one with the least remaining, and a denied item before any
+// allowed one. Before, a batch carried none.
+func TestBatchCarriesTheTightestItemsFields(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	key, _ := r.setup("acme") // org: 20 a minute, 1000 a month; eng's users: 500 a month
+	batch := func(body string) (http.Header, []api.CheckResult) {
+		t.Helper()
+		rec := r.f.do("POST", "/v1/check/batch", key, body)
+		var out struct {
+			Results []api.CheckResult `json:"results"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || rec.Code != 200 {
+			t.Fatalf("batch = %d %s", rec.Code, rec.Body)
+		}
+		return rec.Header(), out.Results
+	}
+	h, res := batch(`{"checks":[{"org":"acme","team":"eng","user":"alice","cost":2},{"org":"acme","team":"eng","user":"bob","cost":3},{"org":"acme","team":"eng","user":"carol","cost":0}]}`)
+	if len(res) != 3 || !res[0].Allowed || !res[1].Allowed || !res[2].Allowed {
+		t.Fatalf("batch: %+v", res)
+	}
+	// bob's check left 15 of the org's minute, carol's (cost 0) 15 too but it came later.
+	agreeFields(t, "allowed batch", h, res[1].Levels, nil)
+	if rem := rawHeader(h, "RateLimit-Remaining"); rem != "15" {
+		t.Errorf("RateLimit-Remaining %q, want 15 (bob's item, the least remaining)", rem)
+	}
+
+	h, res = batch(`{"checks":[{"org":"acme","team":"eng","user":"alice"},{"org":"acme","team":"eng","user":"bob","cost":100},{"org":"acme","team":"eng","user":"zed"}]}`)
+	if len(res) != 3 || !res[0].Allowed || res[1].Allowed {
+		t.Fatalf("batch: %+v", res)
+	}
+	policies, name, _, reset := draftFields(t, h)
+	if len(policies) != len(res[1].Levels) || res[1].ViolatedPolicies == nil || name != (*res[1].ViolatedPolicies)[0] ||
+		res[1].RetryAfterSeconds == nil || reset != *res[1].RetryAfterSeconds {
+		t.Errorf("batch with a denied item: RateLimit-Policy %q RateLimit %q, want the denied item's (%v, retry after %v)",
+			h["RateLimit-Policy"], h["RateLimit"], res[1].ViolatedPolicies, res[1].RetryAfterSeconds)
+	}
+	if h.Get("Retry-After") != "" {
+		t.Errorf("a batch answers 200: Retry-After %q, want none", h.Get("Retry-After"))
+	}
+
+	h, _ = batch(`{"checks":[{"org":"acme","team":"eng","user":"zed","metric":"nope"}]}`) // an item error only
+	for _, name := range []string{"RateLimit-Policy", "RateLimit", "RateLimit-Limit"} {
+		if h[name] != nil {
+			t.Errorf("a batch of item errors: %s = %q, want none", name, h[name])
+		}
 	}
 }

@@ -564,6 +564,11 @@ export interface paths {
          *     refused here (400), as one key cannot stand for several checks.
          *     Needs an org key with the `check` scope (every check must name the key's org)
          *     or the operator token.
+         *
+         *     The answer's RateLimit header fields (both generations, as the check's) are
+         *     those of its tightest decided item: a denied item's (the furthest retry) before
+         *     any allowed one, else the allowed item with the least remaining. A batch of
+         *     item errors only carries none; a batch answers 200, so no `Retry-After`.
          */
         post: operations["checkBatch"];
         delete?: never;
@@ -3517,6 +3522,11 @@ export interface operations {
             /** @description One result per check, in the order of the request. */
             200: {
                 headers: {
+                    "RateLimit-Limit": components["headers"]["RateLimit-Limit"];
+                    "RateLimit-Remaining": components["headers"]["RateLimit-Remaining"];
+                    "RateLimit-Reset": components["headers"]["RateLimit-Reset"];
+                    "RateLimit-Policy": components["headers"]["RateLimit-Policy"];
+                    RateLimit: components["headers"]["RateLimit"];
                     [name: string]: unknown;
                 };
                 content: {
