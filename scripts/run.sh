@@ -126,6 +126,21 @@ died() {
   sleep 0.2 # let its last lines through the pipe
   echo >&2
   if [ "$status" = 0 ]; then # it was asked to stop (a signal), and did so cleanly
+    # Both stopping cleanly at once is Ctrl-C (SIGINT to the whole process group)
+    # that this shell could not trap: a shell started with SIGINT ignored (`make run &`
+    # from a script without job control) can never trap it, but the binaries still
+    # stop on it.
+    local other=$worker i
+    [ "$1" = worker ] && other=$api
+    for i in 1 2 3 4 5 6 7 8 9 10; do
+      kill -0 "$other" 2>/dev/null || break
+      sleep 0.1
+    done
+    if ! kill -0 "$other" 2>/dev/null; then
+      echo "Stopping..." >&2
+      stop_all
+      exit 130
+    fi
     echo "The $1 was stopped (pid $2), so the run stops too." >&2
     exit 1
   fi

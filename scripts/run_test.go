@@ -209,6 +209,25 @@ func TestCtrlCStopsTheRun(t *testing.T) {
 	}
 }
 
+// Ctrl-C of a run whose shell was started with SIGINT ignored (`make run &` from a
+// script without job control, as a harness runs it): bash cannot trap SIGINT then,
+// but the binaries stop on it. Before, the run said "The api was stopped ..., so the
+// run stops too" and make said Error 1 (issue 27's report).
+func TestCtrlCStopsARunStartedWithSIGINTIgnored(t *testing.T) {
+	r := startCmd(t, nil, "sh", "-c", "trap '' INT; exec make --no-print-directory run")
+	r.serving(t)
+	_ = syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT)
+	code := r.exit(t)
+	out := r.out.String()
+	if !strings.Contains(out, "Stopping...") || strings.Contains(out, "so the run stops too") || code == 0 {
+		t.Errorf("after Ctrl-C: exit %d, want Stopping... and a non-zero exit; output:\n%s", code, out)
+	}
+	if resp, err := http.Get("http://" + r.api + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Errorf("the api still answers after Ctrl-C")
+	}
+}
+
 // The healthy run prints the demo's keys and serves; a worker that dies later stops
 // the whole run, since nothing would be persisted without it.
 func TestRunServesThenStopsWhenTheWorkerDies(t *testing.T) {
