@@ -242,3 +242,29 @@ describe("hooks and headers", () => {
     }
   });
 });
+
+describe("batch items", () => {
+  // Issue 31: an item the api refused (4xx) read `allowed: false`, like a denial; a
+  // per-item 503 goes to the fail policy for that item, as Go's client.
+  it("a refused item is an error (no allowed), a 503 item is the fail policy's, the others Quotaplane's", async () => {
+    const unavailable = { type: "https://quotaplane.dev/problems/service-unavailable", title: "Service Unavailable", status: 503 };
+    const refused = { type: "https://quotaplane.dev/problems/bad-request", title: "Bad Request", status: 400, detail: 'user "zed" is not registered' };
+    const srv = await scriptedServer(() => ({ status: 200, body: { results: [allowedResult, unavailable, refused, { ...allowedResult, allowed: false, retry_after_seconds: 3 }] } }));
+    try {
+      const client = new QuotaplaneClient({ baseUrl: srv.url, key: "k", failPolicy: "open" });
+      const out = await client.checkBatch([{ org: "a" }, { org: "a" }, { org: "a", user: "zed" }, { org: "a" }]);
+      assert.deepEqual(
+        out.map((o) => [o.allowed, o.decidedBy, o.error?.status, o.unavailable?.status]),
+        [
+          [true, "quotaplane", undefined, undefined],
+          [true, "fail-policy", undefined, 503],
+          [undefined, undefined, 400, undefined],
+          [false, "quotaplane", undefined, undefined],
+        ],
+      );
+      assert.match(out[2]!.error!.message, /not registered/);
+    } finally {
+      await srv.close();
+    }
+  });
+});
