@@ -470,6 +470,43 @@ describe("middleware options (issue 31)", () => {
   });
 });
 
+describe("reserveMiddleware options (issue 31)", () => {
+  it("skip holds nothing, req.quotaplane carries the reservation to the handler, onDenied answers a denied reservation", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 100 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const settled = nextSettled();
+    const app = express();
+    app.get(
+      "/",
+      reserveMiddleware(client, {
+        skip: (req: express.Request) => req.query.free === "1",
+        reserve: (req: express.Request) => ({ org, metric: "tokens", amount: Number(req.query.amount ?? 60) }),
+        onDenied: (d, _req, res: express.Response) => void res.status(402).json({ operation: d.operation, decidedBy: d.decidedBy, allowed: d.allowed }),
+        onSettled: settled.push,
+      }),
+      (req: express.Request, res) => {
+        const d = req.quotaplane;
+        res.json(d?.operation === "reserve" ? { id: d.reservation?.id, amount: d.reservation?.amount } : { skipped: d === undefined });
+      },
+    );
+    const srv = await serve(app);
+    try {
+      assert.deepEqual(await (await fetch(`${srv.url}/?free=1`)).json(), { skipped: true });
+      const held = (await (await fetch(srv.url)).json()) as { id: string; amount: number };
+      assert.equal(held.amount, 60);
+      const s = await settled.next();
+      assert.equal(s.reservation?.id, held.id);
+      assert.deepEqual([s.ending, s.result?.state], ["finished", "committed"]);
+      const denied = await fetch(`${srv.url}/?amount=60`);
+      assert.equal(denied.status, 402);
+      assert.deepEqual(await denied.json(), { operation: "reserve", decidedBy: "quotaplane", allowed: false });
+      assert.equal((await client.check({ org, metric: "tokens", cost: 0 })).result?.levels[0]?.used, 60, "the skipped request held or counted");
+    } finally {
+      await srv.close();
+    }
+  });
+});
+
 describe("reserveMiddleware settlement (issue 31)", () => {
   // Issue 31: the middleware settled on the response's 'close', which fires when the
   // client disconnects while the handler streams: 10 committed, the 80 reported after
