@@ -1,6 +1,7 @@
 import type { components } from "./schema.js";
-import { QuotaplaneError, QuotaplaneUnavailableError, type Problem } from "./errors.js";
+import { QuotaplaneAbortError, QuotaplaneConfigError, QuotaplaneError, QuotaplaneUnavailableError, type Problem } from "./errors.js";
 import { parsePolicies, parseServiceLimits, type Policy } from "./ratelimit.js";
+import { VERSION } from "./version.js";
 
 type Schemas = components["schemas"];
 
@@ -120,16 +121,26 @@ export interface CheckOutcome {
   idempotencyKey: string;
   /** Why Quotaplane did not decide, when the fail policy did. */
   unavailable?: QuotaplaneUnavailableError;
+  /** Quotaplane-Warning: a plan in `warn` mode allowed what it would have denied. */
+  warning?: string;
 }
 
 /**
- * The outcome of one check of a batch: as a single check's, or, for a check that
- * Quotaplane refused to decide (invalid, unknown org or metric, idempotency key
- * reused), `allowed: false` with `error`.
+ * One check of a batch that Quotaplane refused to decide (4xx: invalid, unknown org or
+ * metric, a user not registered, idempotency key reused): an error, not a denial, so
+ * it has no `allowed`.
  */
-export interface BatchCheckOutcome extends CheckOutcome {
-  error?: QuotaplaneError;
-}
+export type BatchCheckError = { [K in Exclude<keyof CheckOutcome, "idempotencyKey">]?: undefined } & {
+  idempotencyKey: string;
+  error: QuotaplaneError;
+};
+
+/**
+ * The outcome of one check of a batch: as a single check's (a check Quotaplane
+ * answered 5xx is answered by the fail policy, as a single one), or a BatchCheckError.
+ * Test `error` (or `allowed === true`) before reading the decision.
+ */
+export type BatchCheckOutcome = (CheckOutcome & { error?: undefined }) | BatchCheckError;
 
 /** The outcome of a reservation request. */
 export interface ReserveOutcome {
@@ -147,6 +158,8 @@ export interface ReserveOutcome {
   retryAfterSeconds?: number;
   idempotencyKey: string;
   unavailable?: QuotaplaneUnavailableError;
+  /** As a check's. */
+  warning?: string;
 }
 
 /** What a fail policy function is told. */
@@ -164,33 +177,132 @@ export interface FailContext {
  */
 export type FailPolicy = "open" | "closed" | ((ctx: FailContext) => boolean | Promise<boolean>);
 
+/** The calls of a client, as its hooks name them. */
+export type Operation = "check" | "checkBatch" | "reserve" | "commit" | "extend" | "release" | "getReservation" | (string & {});
+
+/** What a `headers` function is told: the call it adds headers to. */
+export interface CallInfo {
+  operation: Operation;
+  method: string;
+  /** The API path, e.g. `/v1/check`. */
+  path: string;
+}
+
+/**
+ * Headers to send with every call: a record, or a function called once per call (its
+ * attempts send the same), e.g. to propagate the active trace as `traceparent`:
+ *
+ * ```ts
+ * import { context, propagation } from "@opentelemetry/api";
+ * new QuotaplaneClient({ baseUrl, key, headers: () => {
+ *   const h: Record<string, string> = {};
+ *   propagation.inject(context.active(), h); // traceparent, tracestate
+ *   return h;
+ * } });
+ * ```
+ *
+ * `Authorization` is the client's own and cannot be replaced.
+ */
+export type HeadersOption = Record<string, string> | ((call: CallInfo) => Record<string, string> | undefined);
+
+/** What onAttempt is told, after each request sent. */
+export interface AttemptEvent extends CallInfo {
+  /** 1 for the first request of the call, 2 for its first retry, ... */
+  attempt: number;
+  /** The status Quotaplane answered, when it answered. */
+  status?: number;
+  /** Why no answer came (a network error, the attempt's timeout, the caller's abort). */
+  error?: unknown;
+  durationMs: number;
+}
+
+/** What onRetry is told, before the client waits to retry. */
+export interface RetryEvent extends CallInfo {
+  /** The attempt that failed. */
+  attempt: number;
+  /** How long the client waits before the next attempt. */
+  delayMs: number;
+  /** The 5xx of the failed attempt, when it answered one. */
+  status?: number;
+  /** Its network error, when it got no answer. */
+  error?: unknown;
+  /** The Retry-After of the failed attempt, in ms, when it had one (delayMs is then it). */
+  retryAfterMs?: number;
+}
+
+/** What onDecision is told: each check's (a batch's too, one per check) and each reservation's outcome. */
+export type DecisionEvent = { operation: "check"; outcome: CheckOutcome } | { operation: "reserve"; outcome: ReserveOutcome };
+
 /** Options of a QuotaplaneClient. */
 export interface ClientOptions {
   /** Where Quotaplane's API is, e.g. `https://quota.internal` (a path prefix is kept). */
   baseUrl: string;
   /** An org API key with the `check` scope. */
   key: string;
-  /** How long one attempt may take, in ms (default 2000). */
+  /** How long one attempt may take, in ms (default 2000), never beyond what is left of the call's budget. */
   timeoutMs?: number;
-  /** Attempts after the first when Quotaplane is unreachable, times out or answers 5xx (default 2). */
+  /**
+   * How long a check, batch or reservation may take in all, attempts and waits between
+   * them included, in ms (default 1000): when it is spent, or a Retry-After would go
+   * beyond it, the fail policy answers at once. A call's `budgetMs` overrides it.
+   */
+  budgetMs?: number;
+  /** The same for commit, extend, release and getReservation, which no request waits on (default 5000). */
+  settleBudgetMs?: number;
+  /** Attempts after the first when Quotaplane is unreachable, times out or answers 5xx (default 2), within the budget. */
   retries?: number;
   /**
    * What checks and reservations answer when Quotaplane cannot decide. Without one,
    * they throw the QuotaplaneUnavailableError: choose, as Go's client makes you.
    */
   failPolicy?: FailPolicy;
-  /** The first retry's delay in ms, doubled on each further one, with jitter (default 100). */
+  /**
+   * Backoff: the first retry waits up to retryDelayMs (default 100), each further one up
+   * to twice as long, never more than maxRetryDelayMs (default 1000); the wait is drawn
+   * between 0 and that ("full jitter"). A Retry-After is waited as Quotaplane says, not
+   * capped, within the budget.
+   */
   retryDelayMs?: number;
-  /** The most a retry waits, Retry-After included, in ms (default 1000). */
+  /** The cap of the backoff (default 1000 ms); Retry-After is not capped by it. */
   maxRetryDelayMs?: number;
   /** The fetch to use (default globalThis.fetch). */
   fetch?: typeof fetch;
+  /** Headers sent with every call (a `traceparent` function, say): HeadersOption. */
+  headers?: HeadersOption;
+  /** Called after each request sent (logging, metrics, a span per attempt). An exception of a hook is ignored. */
+  onAttempt?: (e: AttemptEvent) => void;
+  /** Called before each retry, with its wait. */
+  onRetry?: (e: RetryEvent) => void;
+  /** Called with each decision: Quotaplane's, or the fail policy's. */
+  onDecision?: (e: DecisionEvent) => void;
 }
 
 /** Call options. */
 export interface CallOptions {
-  /** Aborts the call; an abort is thrown as is, never handed to the fail policy. */
+  /**
+   * Aborts the call: it rejects with a QuotaplaneAbortError (name "AbortError"), never
+   * handed to the fail policy, since the caller gave up.
+   */
   signal?: AbortSignal;
+  /** This call's budget in ms, instead of the client's budgetMs (or settleBudgetMs). */
+  budgetMs?: number;
+  /** Headers of this call, over the client's `headers`. */
+  headers?: Record<string, string>;
+}
+
+/**
+ * What a QuotaplaneClient does, as an interface: the middlewares take the parts they
+ * use (Pick<Quotaplane, "check">, ...) rather than the class, so a test passes a fake
+ * (`@quotaplane/client/testing`) or its own object.
+ */
+export interface Quotaplane {
+  check(req: CheckRequest, opts?: CallOptions): Promise<CheckOutcome>;
+  checkBatch(reqs: CheckRequest[], opts?: CallOptions): Promise<BatchCheckOutcome[]>;
+  reserve(req: ReserveRequest, opts?: CallOptions): Promise<ReserveOutcome>;
+  commit(id: string, used: number | Costs, opts?: CallOptions): Promise<Reservation>;
+  extend(id: string, ttlSeconds: number, opts?: CallOptions): Promise<Reservation>;
+  release(id: string, opts?: CallOptions): Promise<Reservation>;
+  getReservation(id: string, opts?: CallOptions): Promise<Reservation>;
 }
 
 interface Answer {
@@ -214,30 +326,53 @@ export function newIdempotencyKey(): string {
 /**
  * A client of Quotaplane's check and reservation API. Every call is retried when
  * Quotaplane is unreachable, slow or answers 5xx, reusing the request's
- * idempotency key, so a retry never counts twice; a check or reservation that still
- * cannot be decided is answered by the fail policy, and says so (`decidedBy`).
+ * idempotency key, so a retry never counts twice, within the call's budget; a check
+ * or reservation that still cannot be decided is answered by the fail policy, and
+ * says so (`decidedBy`). A configuration error (QuotaplaneConfigError), a refusal
+ * (QuotaplaneError) and the caller's abort (QuotaplaneAbortError) are thrown, never
+ * retried nor handed to the fail policy.
  */
-export class QuotaplaneClient {
+export class QuotaplaneClient implements Quotaplane {
   readonly #base: string;
   readonly #key: string;
   readonly #timeoutMs: number;
+  readonly #budgetMs: number;
+  readonly #settleBudgetMs: number;
   readonly #retries: number;
   readonly #failPolicy: FailPolicy | undefined;
   readonly #retryDelayMs: number;
   readonly #maxRetryDelayMs: number;
   readonly #fetch: typeof fetch;
+  readonly #headers: HeadersOption | undefined;
+  readonly #hooks: Pick<ClientOptions, "onAttempt" | "onRetry" | "onDecision">;
 
   constructor(opts: ClientOptions) {
     if (!opts.baseUrl) throw new TypeError("QuotaplaneClient: baseUrl is required");
     if (!opts.key) throw new TypeError("QuotaplaneClient: key is required");
+    if (!opts.fetch) {
+      // A base URL that global fetch cannot use is a configuration error, said at once.
+      let url: URL;
+      try {
+        url = new URL(opts.baseUrl);
+      } catch (err) {
+        throw new QuotaplaneConfigError(`QuotaplaneClient: baseUrl ${JSON.stringify(opts.baseUrl)} is not a URL`, { cause: err });
+      }
+      if (url.protocol !== "http:" && url.protocol !== "https:") {
+        throw new QuotaplaneConfigError(`QuotaplaneClient: baseUrl ${JSON.stringify(opts.baseUrl)}: the scheme must be http or https`);
+      }
+    }
     this.#base = opts.baseUrl.replace(/\/+$/, "");
     this.#key = opts.key;
     this.#timeoutMs = opts.timeoutMs ?? 2000;
+    this.#budgetMs = opts.budgetMs ?? 1000;
+    this.#settleBudgetMs = opts.settleBudgetMs ?? 5000;
     this.#retries = Math.max(0, Math.floor(opts.retries ?? 2));
     this.#failPolicy = opts.failPolicy;
     this.#retryDelayMs = opts.retryDelayMs ?? 100;
     this.#maxRetryDelayMs = opts.maxRetryDelayMs ?? 1000;
     this.#fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.#headers = opts.headers;
+    this.#hooks = { onAttempt: opts.onAttempt, onRetry: opts.onRetry, onDecision: opts.onDecision };
   }
 
   /**
@@ -249,14 +384,14 @@ export class QuotaplaneClient {
     const request = { ...req, idempotency_key: req.idempotency_key ?? newIdempotencyKey() };
     let ans: Answer;
     try {
-      ans = await this.#call("POST", "/v1/check", request, opts);
+      ans = await this.#call("POST", "/v1/check", request, opts, "check");
     } catch (err) {
       if (!(err instanceof QuotaplaneUnavailableError)) throw err;
       return this.#fallback("check", request, err);
     }
     if (ans.status !== 200 && ans.status !== 429) throw toError(ans);
     const result = ans.body as CheckResult;
-    return {
+    const out: CheckOutcome = {
       allowed: result.allowed,
       decidedBy: "quotaplane",
       result,
@@ -265,30 +400,35 @@ export class QuotaplaneClient {
       retryAfterSeconds: result.allowed ? undefined : (intHeader(ans.headers, "Retry-After") ?? result.retry_after_seconds),
       idempotencyKey: request.idempotency_key,
     };
+    const warning = ans.headers.get("Quotaplane-Warning") ?? result.warning;
+    if (warning) out.warning = warning;
+    this.#decided({ operation: "check", outcome: out });
+    return out;
   }
 
   /**
    * Checks up to 100 requests at once, each decided on its own, in order. When the
    * whole batch cannot be decided, the fail policy answers each check; so it does for
-   * a check Quotaplane answered 5xx (503).
+   * a check Quotaplane answered 5xx (503). A check Quotaplane refused (4xx) is a
+   * BatchCheckError: `error`, no `allowed`.
    */
   async checkBatch(reqs: CheckRequest[], opts: CallOptions = {}): Promise<BatchCheckOutcome[]> {
     const checks = reqs.map((r) => ({ ...r, idempotency_key: r.idempotency_key ?? newIdempotencyKey() }));
     let ans: Answer;
     try {
-      ans = await this.#call("POST", "/v1/check/batch", { checks }, opts);
+      ans = await this.#call("POST", "/v1/check/batch", { checks }, opts, "checkBatch");
     } catch (err) {
       if (!(err instanceof QuotaplaneUnavailableError)) throw err;
       return Promise.all(checks.map((c) => this.#fallback("check", c, err)));
     }
     if (ans.status !== 200) throw toError(ans);
     const results = (ans.body as Schemas["BatchCheckResult"]).results;
+    if (results.length !== checks.length) {
+      throw new QuotaplaneError(502, problemOf(502, "Bad Gateway", `the batch answered ${results.length} results for ${checks.length} checks`));
+    }
     return Promise.all(
       checks.map(async (c, i): Promise<BatchCheckOutcome> => {
-        const item = results[i];
-        if (item === undefined) {
-          throw new QuotaplaneError(502, problemOf(502, "Bad Gateway", `the batch answered ${results.length} results for ${checks.length} checks`));
-        }
+        const item = results[i]!;
         if (!("allowed" in item)) {
           const problem = item as Problem;
           if (unavailable(problem.status)) {
@@ -299,10 +439,10 @@ export class QuotaplaneClient {
             });
             return this.#fallback("check", c, err);
           }
-          return { allowed: false, decidedBy: "quotaplane", idempotencyKey: c.idempotency_key, error: new QuotaplaneError(problem.status, problem) };
+          return { idempotencyKey: c.idempotency_key, error: new QuotaplaneError(problem.status, problem) };
         }
         const result = item as unknown as CheckResult;
-        return {
+        const out: CheckOutcome = {
           allowed: result.allowed,
           decidedBy: "quotaplane",
           result,
@@ -310,6 +450,9 @@ export class QuotaplaneClient {
           retryAfterSeconds: result.allowed ? undefined : result.retry_after_seconds,
           idempotencyKey: c.idempotency_key,
         };
+        if (result.warning) out.warning = result.warning;
+        this.#decided({ operation: "check", outcome: out });
+        return out;
       }),
     );
   }
@@ -323,17 +466,20 @@ export class QuotaplaneClient {
     const request = { ...req, idempotency_key: req.idempotency_key ?? newIdempotencyKey() };
     let ans: Answer;
     try {
-      ans = await this.#call("POST", "/v1/reservations", request, opts);
+      ans = await this.#call("POST", "/v1/reservations", request, opts, "reserve");
     } catch (err) {
       if (!(err instanceof QuotaplaneUnavailableError)) throw err;
       const allowed = await this.#policy({ operation: "reserve", request, error: err });
-      return { allowed, decidedBy: "fail-policy", idempotencyKey: request.idempotency_key, unavailable: err };
+      const out: ReserveOutcome = { allowed, decidedBy: "fail-policy", idempotencyKey: request.idempotency_key, unavailable: err };
+      this.#decided({ operation: "reserve", outcome: out });
+      return out;
     }
     const rateLimit = rateLimitHeaders(ans.headers);
     const policies = parsePolicies(ans.headers.get("RateLimit-Policy"));
+    let out: ReserveOutcome;
     if (ans.status === 200 || ans.status === 201) {
       const reservation = ans.body as Reservation;
-      return {
+      out = {
         allowed: true,
         decidedBy: "quotaplane",
         reservation,
@@ -341,10 +487,9 @@ export class QuotaplaneClient {
         policies,
         idempotencyKey: request.idempotency_key,
       };
-    }
-    if (ans.status === 429) {
+    } else if (ans.status === 429) {
       const denied = ans.body as CheckResult;
-      return {
+      out = {
         allowed: false,
         decidedBy: "quotaplane",
         denied,
@@ -353,8 +498,13 @@ export class QuotaplaneClient {
         retryAfterSeconds: intHeader(ans.headers, "Retry-After") ?? denied.retry_after_seconds,
         idempotencyKey: request.idempotency_key,
       };
+    } else {
+      throw toError(ans);
     }
-    throw toError(ans);
+    const warning = ans.headers.get("Quotaplane-Warning");
+    if (warning) out.warning = warning;
+    this.#decided({ operation: "reserve", outcome: out });
+    return out;
   }
 
   /**
@@ -363,7 +513,7 @@ export class QuotaplaneClient {
    * after a release or expiry Quotaplane answers 409 (a QuotaplaneError).
    */
   async commit(id: string, used: number | Costs, opts: CallOptions = {}): Promise<Reservation> {
-    return this.#reservation("POST", `/v1/reservations/${encodeURIComponent(id)}/commit`, { used }, opts);
+    return this.#reservation("commit", "POST", `/v1/reservations/${encodeURIComponent(id)}/commit`, { used }, opts);
   }
 
   /**
@@ -373,28 +523,30 @@ export class QuotaplaneClient {
    */
   async extend(id: string, ttlSeconds: number, opts: CallOptions = {}): Promise<Reservation> {
     const ttl = Math.max(1, Math.ceil(ttlSeconds));
-    return this.#reservation("POST", `/v1/reservations/${encodeURIComponent(id)}/extend`, { ttl_seconds: ttl }, opts);
+    return this.#reservation("extend", "POST", `/v1/reservations/${encodeURIComponent(id)}/extend`, { ttl_seconds: ttl }, opts);
   }
 
   /** Gives back every unit of a held reservation. */
   async release(id: string, opts: CallOptions = {}): Promise<Reservation> {
-    return this.#reservation("DELETE", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
+    return this.#reservation("release", "DELETE", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
   }
 
   /** Reads a reservation's state. */
   async getReservation(id: string, opts: CallOptions = {}): Promise<Reservation> {
-    return this.#reservation("GET", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
+    return this.#reservation("getReservation", "GET", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
   }
 
-  async #reservation(method: string, path: string, body: unknown, opts: CallOptions): Promise<Reservation> {
-    const ans = await this.#call(method, path, body, opts);
+  async #reservation(operation: Operation, method: string, path: string, body: unknown, opts: CallOptions): Promise<Reservation> {
+    const ans = await this.#call(method, path, body, { budgetMs: this.#settleBudgetMs, ...opts }, operation);
     if (ans.status !== 200) throw toError(ans);
     return ans.body as Reservation;
   }
 
   async #fallback(operation: "check", request: CheckRequest & { idempotency_key: string }, error: QuotaplaneUnavailableError): Promise<CheckOutcome> {
     const allowed = await this.#policy({ operation, request, error });
-    return { allowed, decidedBy: "fail-policy", idempotencyKey: request.idempotency_key, unavailable: error };
+    const out: CheckOutcome = { allowed, decidedBy: "fail-policy", idempotencyKey: request.idempotency_key, unavailable: error };
+    this.#decided({ operation: "check", outcome: out });
+    return out;
   }
 
   async #policy(ctx: FailContext): Promise<boolean> {
@@ -405,42 +557,114 @@ export class QuotaplaneClient {
     return (await p(ctx)) === true;
   }
 
+  #decided(e: DecisionEvent): void {
+    hook(this.#hooks.onDecision, e);
+  }
+
   // #call sends one request, retrying while Quotaplane is unreachable, slow or
-  // answers 5xx; it throws QuotaplaneUnavailableError when every attempt
-  // failed so, and returns any other answer.
-  async #call(method: string, path: string, body: unknown, opts: CallOptions): Promise<Answer> {
-    const headers: Record<string, string> = { Authorization: `Bearer ${this.#key}`, Accept: "application/json, application/problem+json" };
-    if (body !== undefined) headers["Content-Type"] = "application/json";
+  // answers 5xx, within the call's budget (opts.budgetMs, else the client's budgetMs);
+  // it throws QuotaplaneUnavailableError when every attempt failed so or the budget
+  // is spent (or a Retry-After goes beyond it), QuotaplaneConfigError at once on an
+  // error retrying cannot mend, QuotaplaneAbortError when the caller aborts, and
+  // returns any other answer.
+  async #call(method: string, path: string, body: unknown, opts: CallOptions, operation: Operation = `${method} ${path}`): Promise<Answer> {
+    const info: CallInfo = { operation, method, path };
+    const budget = opts.budgetMs ?? this.#budgetMs;
+    const deadline = performance.now() + budget;
+    const extra = typeof this.#headers === "function" ? this.#headers(info) : this.#headers;
+    const headers: Record<string, string> = {
+      "User-Agent": `quotaplane-ts/${VERSION}`,
+      Accept: "application/json, application/problem+json",
+      ...(body !== undefined ? { "Content-Type": "application/json" } : {}),
+      ...extra,
+      ...opts.headers,
+      Authorization: `Bearer ${this.#key}`,
+    };
     const payload = body === undefined ? undefined : JSON.stringify(body);
+    const caller = opts.signal;
+    if (caller?.aborted) throw new QuotaplaneAbortError(caller.reason);
     for (let attempt = 1; ; attempt++) {
       let last: ConstructorParameters<typeof QuotaplaneUnavailableError>[1];
-      const timeout = AbortSignal.timeout(this.#timeoutMs);
-      const signal = opts.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
+      let retryAfterMs: number | undefined;
+      const timeout = AbortSignal.timeout(Math.max(1, Math.ceil(Math.min(this.#timeoutMs, deadline - performance.now()))));
+      const signal = caller ? AbortSignal.any([caller, timeout]) : timeout;
+      const started = performance.now();
       try {
         const res = await this.#fetch(this.#base + path, { method, headers, body: payload, signal });
         const text = await res.text();
+        hook(this.#hooks.onAttempt, { ...info, attempt, status: res.status, durationMs: performance.now() - started });
         const ans: Answer = { status: res.status, headers: res.headers, body: parseBody(text) };
         if (!unavailable(res.status)) return ans;
-        last = { attempts: attempt, status: res.status, problem: asProblem(ans), retryAfterSeconds: intHeader(res.headers, "Retry-After") };
+        retryAfterMs = retryAfter(res.headers.get("Retry-After"));
+        last = {
+          attempts: attempt,
+          status: res.status,
+          problem: asProblem(ans),
+          retryAfterSeconds: retryAfterMs === undefined ? undefined : Math.ceil(retryAfterMs / 1000),
+        };
       } catch (err) {
-        if (opts.signal?.aborted) throw opts.signal.reason ?? err;
+        hook(this.#hooks.onAttempt, { ...info, attempt, error: err, durationMs: performance.now() - started });
+        if (caller?.aborted) throw new QuotaplaneAbortError(caller.reason);
+        if (isConfigError(err)) {
+          throw new QuotaplaneConfigError(`quotaplane: ${method} ${this.#base}${path}: ${describe(err)} (a configuration error: not retried)`, { cause: err });
+        }
         last = { attempts: attempt, cause: err };
       }
+      const left = deadline - performance.now();
+      const why = last.status !== undefined ? `answered ${last.status}` : `unreachable (${describe(last.cause)})`;
       if (attempt > this.#retries) {
-        const why = last.status !== undefined ? `answered ${last.status}` : `unreachable (${describe(last.cause)})`;
         throw new QuotaplaneUnavailableError(`quotaplane: ${method} ${path} ${why} on ${attempt} attempt(s)`, last);
       }
-      await sleep(this.#delay(attempt, last.retryAfterSeconds), opts.signal);
+      const delay = retryAfterMs ?? Math.random() * Math.min(this.#maxRetryDelayMs, this.#retryDelayMs * 2 ** (attempt - 1));
+      if (left <= 0 || delay >= left) {
+        const wait = retryAfterMs !== undefined ? `Retry-After ${Math.round(retryAfterMs)} ms goes beyond` : "no time left of";
+        throw new QuotaplaneUnavailableError(`quotaplane: ${method} ${path} ${why} on ${attempt} attempt(s); ${wait} its ${budget} ms budget`, last);
+      }
+      const ev: RetryEvent = { ...info, attempt, delayMs: delay };
+      if (last.status !== undefined) ev.status = last.status;
+      if (last.cause !== undefined) ev.error = last.cause;
+      if (retryAfterMs !== undefined) ev.retryAfterMs = retryAfterMs;
+      hook(this.#hooks.onRetry, ev);
+      try {
+        await sleep(delay, caller);
+      } catch {
+        throw new QuotaplaneAbortError(caller?.reason);
+      }
     }
   }
+}
 
-  // #delay backs off exponentially with full jitter on its upper half, honouring
-  // Retry-After, never beyond maxRetryDelayMs.
-  #delay(attempt: number, retryAfterSeconds: number | undefined): number {
-    const base = retryAfterSeconds !== undefined ? retryAfterSeconds * 1000 : this.#retryDelayMs * 2 ** (attempt - 1);
-    const capped = Math.min(base, this.#maxRetryDelayMs);
-    return capped / 2 + (Math.random() * capped) / 2;
+// hook calls one of the client's hooks; what it throws is ignored, so that a broken
+// logger cannot change a decision.
+function hook<E>(fn: ((e: E) => void) | undefined, e: E): void {
+  if (!fn) return;
+  try {
+    fn(e);
+  } catch {
+    // ignored: see the options' doc
   }
+}
+
+// isConfigError tells an error that retrying cannot mend from a network failure that
+// may pass. fetch throws a TypeError for both: its cause has a system error code for a
+// connection refused, reset or timed out (retried), and none for a scheme or port fetch
+// refuses; a name that does not resolve and TLS failures have codes of their own.
+// EAI_AGAIN (a resolver that did not answer) may pass, and is retried.
+export function isConfigError(err: unknown): boolean {
+  if (!(err instanceof TypeError)) return false;
+  const cause = (err as { cause?: unknown }).cause;
+  const code = typeof cause === "object" && cause !== null ? (cause as { code?: unknown }).code : undefined;
+  if (typeof code !== "string") return true; // "unknown scheme", "bad port", a URL that does not parse
+  return code === "ENOTFOUND" || code === "ERR_INVALID_URL" || /^(ERR_TLS_|ERR_SSL_|CERT_|UNABLE_TO_|DEPTH_ZERO_|SELF_SIGNED_|HOSTNAME_|ERR_INVALID_)/.test(code) || code === "EPROTO";
+}
+
+// retryAfter reads a Retry-After field: delay-seconds, or an HTTP date; in ms.
+function retryAfter(v: string | null): number | undefined {
+  if (v === null) return undefined;
+  if (/^\s*\d+\s*$/.test(v)) return Number(v) * 1000;
+  const at = Date.parse(v);
+  if (Number.isNaN(at)) return undefined;
+  return Math.max(0, at - Date.now());
 }
 
 function describe(err: unknown): string {

@@ -52,3 +52,32 @@ export class QuotaplaneUnavailableError extends Error {
     this.retryAfterSeconds = opts.retryAfterSeconds;
   }
 }
+
+/**
+ * The client cannot reach Quotaplane as configured, and retrying will not change that:
+ * a base URL fetch refuses (an unknown scheme, a bad port, not a URL), a host name that
+ * does not resolve (ENOTFOUND), a TLS failure (a certificate not trusted, https to a
+ * plain http port). It is thrown at once: never retried, never handed to the fail
+ * policy, so that a misconfigured service does not fail open silently. `cause` is
+ * fetch's error.
+ */
+export class QuotaplaneConfigError extends Error {
+  override readonly name = "QuotaplaneConfigError";
+  constructor(message: string, opts: { cause?: unknown } = {}) {
+    super(message, { cause: opts.cause });
+  }
+}
+
+/**
+ * The caller gave up: the call's `signal` aborted (a deadline of the caller's, a client
+ * that went away). Thrown as is, never handed to the fail policy: nothing was decided,
+ * and nobody waits for an answer. Its `name` is "AbortError", as fetch's own, and
+ * `cause` is the signal's reason. (The client's own budget running out is not this: that
+ * is Quotaplane being unavailable, answered by the fail policy.)
+ */
+export class QuotaplaneAbortError extends Error {
+  override readonly name = "AbortError";
+  constructor(reason: unknown) {
+    super(`quotaplane: the call was aborted by its caller${reason instanceof Error ? `: ${reason.message}` : ""}`, { cause: reason });
+  }
+}

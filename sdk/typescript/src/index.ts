@@ -9,4 +9,5 @@ export * from "./errors.js";
 export * from "./middleware.js";
 export * from "./ratelimit.js";
 export * from "./webhook.js";
+export { VERSION } from "./version.js";
 export type { components, paths, operations } from "./schema.js";

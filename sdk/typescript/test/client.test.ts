@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { after, before, describe, it } from "node:test";
 
-import { QuotaplaneClient, QuotaplaneError, QuotaplaneUnavailableError, type FailContext } from "../src/index.js";
+import { QuotaplaneAbortError, QuotaplaneClient, QuotaplaneError, QuotaplaneUnavailableError, type FailContext } from "../src/index.js";
 import { freePort, Stack, withoutMetric } from "./harness.js";
 import { lossyProxy, silentServer } from "./proxy.js";
 
@@ -84,7 +84,8 @@ describe("check", () => {
 });
 
 describe("checkBatch", () => {
-  it("decides each check on its own, in order, and hands back the refused one as an error", async () => {
+  // Issue 31: an item the api refused (4xx) read `allowed: false`, like a denial.
+  it("decides each check on its own, in order, and hands back the refused one as an error, not a denial", async () => {
     const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "minute", limit: 2 }] });
     const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
     const out = await client.checkBatch([{ org }, { org, metric: "nope" }, { org }, { org }]);
@@ -92,7 +93,7 @@ describe("checkBatch", () => {
       out.map((o) => [o.allowed, o.decidedBy, o.error?.status]),
       [
         [true, "quotaplane", undefined],
-        [false, "quotaplane", 422],
+        [undefined, undefined, 422],
         [true, "quotaplane", undefined],
         [false, "quotaplane", undefined],
       ],
@@ -136,13 +137,13 @@ describe("retries", () => {
     }
   });
 
-  it("an abort by the caller is thrown, not handed to the fail policy", async () => {
+  it("an abort by the caller is thrown (QuotaplaneAbortError), not handed to the fail policy", async () => {
     const silent = await silentServer();
     try {
-      const client = new QuotaplaneClient({ baseUrl: silent.url, key: "k", failPolicy: "open", timeoutMs: 5000 });
+      const client = new QuotaplaneClient({ baseUrl: silent.url, key: "k", failPolicy: "open", timeoutMs: 5000, budgetMs: 5000 });
       const ac = new AbortController();
       setTimeout(() => ac.abort(new Error("caller gave up")), 100);
-      await assert.rejects(client.check({ org: "x" }, { signal: ac.signal }), /caller gave up/);
+      await assert.rejects(client.check({ org: "x" }, { signal: ac.signal }), (e: unknown) => e instanceof QuotaplaneAbortError && /caller gave up/.test(e.message));
     } finally {
       await silent.close();
     }
@@ -230,6 +231,7 @@ describe("fail policies", () => {
     // The same database, a Redis where nothing listens.
     const down = await stack.startAPI({ REDIS_URL: `redis://127.0.0.1:${await freePort()}/0`, QUOTA_REDIS_TIMEOUT: "100ms" });
     for (const [policy, allowed] of policies) {
+      // Its Retry-After (1 s) goes beyond what is left of the 1 s budget: answered at once.
       const client = new QuotaplaneClient({ baseUrl: down.baseUrl, key, failPolicy: policy, retries: 1, maxRetryDelayMs: 20 });
       const out = await client.check({ org });
       assert.equal(out.allowed, allowed, policy);
@@ -237,7 +239,7 @@ describe("fail policies", () => {
       assert.equal(out.unavailable?.status, 503);
       assert.equal(out.unavailable?.problem?.status, 503);
       assert.equal(out.unavailable?.retryAfterSeconds, 1);
-      assert.equal(out.unavailable?.attempts, 2);
+      assert.equal(out.unavailable?.attempts, 1);
     }
     const fn = new QuotaplaneClient({ baseUrl: down.baseUrl, key, retries: 0, failPolicy: (ctx) => ctx.error.status === 503 });
     assert.deepEqual([(await fn.check({ org })).allowed, (await fn.check({ org })).decidedBy], [true, "fail-policy"]);

@@ -8,8 +8,9 @@ import { after, before, describe, it } from "node:test";
 import express, { type ErrorRequestHandler } from "express";
 import { parseList } from "structured-headers";
 
-import { checkMiddleware, QuotaplaneClient, QuotaplaneError, QuotaplaneMiddlewareError, reportUsage, reserveMiddleware, type Settled } from "../src/index.js";
+import { checkMiddleware, QuotaplaneClient, QuotaplaneError, QuotaplaneMiddlewareError, reportUsage, reserveMiddleware, type AttemptEvent, type Settled } from "../src/index.js";
 import { freePort, Stack, withoutMetric } from "./harness.js";
+import { silentServer } from "./proxy.js";
 
 let stack: Stack;
 before(async () => {
@@ -308,3 +309,297 @@ function draftFieldsAgree(res: Response, remaining: string): void {
   assert.equal(String(lparams.get("r")), remaining);
   assert.equal(String(lparams.get("t")), res.headers.get("RateLimit-Reset"));
 }
+
+/** A logger that keeps what it is told. */
+function memLogger(): { warn: string[]; error: string[]; logger: { warn: (m: string, ...a: unknown[]) => void; error: (m: string, ...a: unknown[]) => void } } {
+  const warn: string[] = [];
+  const error: string[] = [];
+  return {
+    warn,
+    error,
+    logger: {
+      warn: (m, ...a) => void warn.push([m, ...a.map(String)].join(" ")),
+      error: (m, ...a) => void error.push([m, ...a.map(String)].join(" ")),
+    },
+  };
+}
+
+/** Resolves with the next value given to the returned push function. */
+function nextSettled(): { push: (s: Settled) => void; next: () => Promise<Settled> } {
+  const items: Settled[] = [];
+  const waiters: ((s: Settled) => void)[] = [];
+  return {
+    push: (s) => {
+      const w = waiters.shift();
+      if (w) w(s);
+      else items.push(s);
+    },
+    next: () => {
+      const s = items.shift();
+      return s ? Promise.resolve(s) : new Promise((resolve) => waiters.push(resolve));
+    },
+  };
+}
+
+describe("middleware options (issue 31)", () => {
+  it("skip lets a request through unasked; req.quotaplane carries the decision to the handler; onDenied answers a denial", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "month", limit: 1 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const app = express();
+    const denials: string[] = [];
+    app.get(
+      "/work",
+      checkMiddleware(client, {
+        skip: (req: express.Request) => req.get("X-Health") === "1",
+        check: () => ({ org }),
+        onDenied: (decision, req: express.Request, res: express.Response) => {
+          denials.push(`${decision.operation} ${decision.decidedBy} ${req.quotaplane === decision}`);
+          res.status(402).json({ upgrade: true, retry: decision.retryAfterSeconds });
+        },
+      }),
+      (req: express.Request, res) => {
+        const d = req.quotaplane;
+        res.json(d ? { operation: d.operation, allowed: d.allowed, decidedBy: d.decidedBy, remaining: d.rateLimit?.remaining } : { skipped: true });
+      },
+    );
+    const srv = await serve(app);
+    try {
+      for (let i = 0; i < 2; i++) {
+        const skipped = await fetch(`${srv.url}/work`, { headers: { "X-Health": "1" } });
+        assert.deepEqual([skipped.status, await skipped.json()], [200, { skipped: true }]);
+      }
+      const first = await fetch(`${srv.url}/work`);
+      assert.deepEqual([first.status, await first.json()], [200, { operation: "check", allowed: true, decidedBy: "quotaplane", remaining: 0 }], "the skipped requests counted");
+      const denied = await fetch(`${srv.url}/work`);
+      assert.equal(denied.status, 402);
+      const body = (await denied.json()) as { upgrade: boolean; retry: number };
+      assert.equal(body.upgrade, true);
+      assert.ok(body.retry >= 1);
+      assert.deepEqual(denials, ["check quotaplane true"]);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it("forwards Quotaplane-Warning of an org in warn mode", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "month", limit: 1 }] });
+    await stack.api_("PATCH", `/v1/orgs/${org}`, { mode: "warn" });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const app = express();
+    app.get("/", checkMiddleware(client, { check: () => ({ org }) }), (_req, res) => void res.send("ok"));
+    const srv = await serve(app);
+    try {
+      assert.equal((await fetch(srv.url)).headers.get("Quotaplane-Warning"), null);
+      const over = await fetch(srv.url);
+      assert.equal(over.status, 200, "warn mode allows");
+      assert.ok(over.headers.get("Quotaplane-Warning"), "the warning was not forwarded");
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it("the default error handler logs and answers problem+json: an unregistered user 403 (warned), a misconfigured client 500 (logged), never HTML", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "minute", limit: 100 }] });
+    await stack.api_("POST", `/v1/orgs/${org}/teams`, { id: "eng", name: "Eng" });
+    const log = memLogger();
+    const app = express();
+    app.set("env", "development");
+    const handler: express.RequestHandler = (_req, res) => void res.json({ ok: true });
+    app.get("/user", checkMiddleware(new QuotaplaneClient({ baseUrl: stack.baseUrl, key }), { logger: log.logger, check: (req: express.Request) => ({ org, user: req.get("X-User") }) }), handler);
+    // https to the api's plain port: a configuration error, not a fail-open.
+    const tls = new QuotaplaneClient({ baseUrl: stack.baseUrl.replace("http:", "https:"), key, failPolicy: "open" });
+    app.get("/tls", checkMiddleware(tls, { logger: log.logger, check: () => ({ org }) }), handler);
+    const srv = await serve(app);
+    try {
+      const res = await fetch(`${srv.url}/user`, { headers: { "X-User": "nobody" } });
+      const text = await res.text();
+      assert.equal(res.status, 403, text);
+      assert.equal(res.headers.get("Content-Type"), "application/problem+json");
+      assert.doesNotMatch(text, /<html|<pre>/i);
+      assert.equal((JSON.parse(text) as { quota_status: number }).quota_status, 400);
+      assert.equal(log.warn.length, 1);
+      assert.match(log.warn[0]!, /not registered/);
+
+      const bad = await fetch(`${srv.url}/tls`);
+      assert.equal(bad.status, 500);
+      assert.equal(bad.headers.get("Content-Type"), "application/problem+json");
+      assert.deepEqual(await bad.json(), {
+        type: "https://quotaplane.dev/problems/quota-misconfigured",
+        title: "Internal Server Error",
+        status: 500,
+        detail: "this service cannot reach the quota service as configured",
+      });
+      assert.equal(log.error.length, 1);
+      assert.match(log.error[0]!, /configuration/);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it("aborts the check when the client goes away, and answers nothing", async () => {
+    const silent = await silentServer();
+    try {
+      const attempts: AttemptEvent[] = [];
+      let handled = 0;
+      const client = new QuotaplaneClient({ baseUrl: silent.url, key: "k", failPolicy: "open", budgetMs: 10_000, timeoutMs: 10_000, onAttempt: (e) => attempts.push(e) });
+      const app = express();
+      app.get("/", checkMiddleware(client, { check: () => ({ org: "acme" }) }), (_req, res) => {
+        handled++;
+        res.send("ok");
+      });
+      const srv = await serve(app);
+      try {
+        const ac = new AbortController();
+        const pending = fetch(srv.url, { signal: ac.signal }).catch(() => "aborted");
+        while (silent.connections === 0) await new Promise((r) => setTimeout(r, 10));
+        const start = performance.now();
+        ac.abort();
+        assert.equal(await pending, "aborted");
+        while (attempts.length === 0 && performance.now() - start < 3000) await new Promise((r) => setTimeout(r, 10));
+        assert.equal(attempts.length, 1, "the check was not aborted");
+        assert.ok(performance.now() - start < 1000, `aborted after ${Math.round(performance.now() - start)} ms`);
+        assert.match(String((attempts[0]!.error as Error).message), /the client went away/);
+        await new Promise((r) => setTimeout(r, 50));
+        assert.equal(handled, 0, "the fail policy let a request of a client gone through");
+      } finally {
+        await srv.close();
+      }
+    } finally {
+      await silent.close();
+    }
+  });
+});
+
+describe("reserveMiddleware options (issue 31)", () => {
+  it("skip holds nothing, req.quotaplane carries the reservation to the handler, onDenied answers a denied reservation", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 100 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const settled = nextSettled();
+    const app = express();
+    app.get(
+      "/",
+      reserveMiddleware(client, {
+        skip: (req: express.Request) => req.query.free === "1",
+        reserve: (req: express.Request) => ({ org, metric: "tokens", amount: Number(req.query.amount ?? 60) }),
+        onDenied: (d, _req, res: express.Response) => void res.status(402).json({ operation: d.operation, decidedBy: d.decidedBy, allowed: d.allowed }),
+        onSettled: settled.push,
+      }),
+      (req: express.Request, res) => {
+        const d = req.quotaplane;
+        res.json(d?.operation === "reserve" ? { id: d.reservation?.id, amount: d.reservation?.amount } : { skipped: d === undefined });
+      },
+    );
+    const srv = await serve(app);
+    try {
+      assert.deepEqual(await (await fetch(`${srv.url}/?free=1`)).json(), { skipped: true });
+      const held = (await (await fetch(srv.url)).json()) as { id: string; amount: number };
+      assert.equal(held.amount, 60);
+      const s = await settled.next();
+      assert.equal(s.reservation?.id, held.id);
+      assert.deepEqual([s.ending, s.result?.state], ["finished", "committed"]);
+      const denied = await fetch(`${srv.url}/?amount=60`);
+      assert.equal(denied.status, 402);
+      assert.deepEqual(await denied.json(), { operation: "reserve", decidedBy: "quotaplane", allowed: false });
+      assert.equal((await client.check({ org, metric: "tokens", cost: 0 })).result?.levels[0]?.used, 60, "the skipped request held or counted");
+    } finally {
+      await srv.close();
+    }
+  });
+});
+
+describe("reserveMiddleware settlement (issue 31)", () => {
+  // Issue 31: the middleware settled on the response's 'close', which fires when the
+  // client disconnects while the handler streams: 10 committed, the 80 reported after
+  // never counted. A caller avoided paying by disconnecting.
+  it("a client that disconnects mid-stream pays what the stream reported: settled when the handler ends, reportUsage adding", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 1000 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const settled = nextSettled();
+    let streamed: () => void = () => {};
+    const streamDone = new Promise<void>((resolve) => (streamed = resolve));
+    const app = express();
+    app.get("/stream", reserveMiddleware(client, { reserve: () => ({ org, metric: "tokens", amount: 500 }), onSettled: settled.push }), async (_req, res) => {
+      reportUsage(res, 10);
+      res.write("first tokens\n");
+      await new Promise((r) => setTimeout(r, 300)); // the model goes on; the client leaves meanwhile
+      reportUsage(res, 80);
+      res.write("more tokens\n");
+      res.end();
+      streamed();
+    });
+    const srv = await serve(app);
+    try {
+      const ac = new AbortController();
+      const res = await fetch(`${srv.url}/stream`, { signal: ac.signal });
+      const reader = res.body!.getReader();
+      await reader.read(); // the first chunk came
+      ac.abort();
+      await reader.read().catch(() => undefined);
+      const s = await settled.next();
+      await streamDone;
+      assert.equal(s.error, undefined, String(s.error));
+      assert.deepEqual([s.result?.state, s.result?.used], ["committed", 90]);
+      assert.equal(s.used, 90);
+      assert.equal(s.ending, "disconnected");
+      assert.equal((await client.check({ org, metric: "tokens", cost: 0 })).result?.levels[0]?.used, 90);
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it("a failed handler (next(err), 5xx) commits what it reported so far, and releases when it reported nothing", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 1000 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const settled = nextSettled();
+    const app = express();
+    app.get("/fail", reserveMiddleware(client, { reserve: () => ({ org, metric: "tokens", amount: 100 }), onSettled: settled.push }), (req, res, next) => {
+      if (req.query.used) reportUsage(res, Number(req.query.used));
+      next(new Error("the model is down"));
+    });
+    app.use(errors);
+    const srv = await serve(app);
+    try {
+      let total = 0;
+      for (const [query, state, used] of [
+        ["", "released", 0],
+        ["?used=30", "committed", 30],
+      ] as const) {
+        const res = await fetch(`${srv.url}/fail${query}`);
+        await res.text();
+        assert.equal(res.status, 500);
+        const s = await settled.next();
+        assert.equal(s.error, undefined, String(s.error));
+        assert.deepEqual([s.result?.state, s.result?.used], [state, used], query);
+        assert.equal(s.ending, "failed");
+        total += used;
+        assert.equal((await client.check({ org, metric: "tokens", cost: 0 })).result?.levels[0]?.used, total, query);
+      }
+    } finally {
+      await srv.close();
+    }
+  });
+
+  it("a handler that never ends its response after the client left is settled after abandonAfterMs with what it reported", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 1000 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const settled = nextSettled();
+    const app = express();
+    app.get("/", reserveMiddleware(client, { abandonAfterMs: 200, reserve: () => ({ org, metric: "tokens", amount: 100 }), onSettled: settled.push }), (_req, res) => {
+      reportUsage(res, 7);
+      res.write("partial\n"); // and never ends it
+    });
+    const srv = await serve(app);
+    try {
+      const ac = new AbortController();
+      const res = await fetch(srv.url, { signal: ac.signal });
+      await res.body!.getReader().read();
+      const left = performance.now();
+      ac.abort();
+      const s = await settled.next();
+      assert.ok(performance.now() - left >= 190, `settled ${Math.round(performance.now() - left)} ms after the client left, before abandonAfterMs`);
+      assert.deepEqual([s.ending, s.result?.state, s.result?.used], ["abandoned", "committed", 7]);
+    } finally {
+      await srv.close();
+    }
+  });
+});

@@ -1,4 +1,5 @@
 // Network troubles between the client and Quotaplane, made with real sockets.
+import { createServer as createHttpServer } from "node:http";
 import { createServer, connect, type Server, type Socket } from "node:net";
 
 export interface Proxy {
@@ -82,5 +83,63 @@ export async function silentServer(): Promise<Proxy> {
       return connections;
     },
     close: closer(srv, sockets),
+  };
+}
+
+/** What a scripted server saw of one request. */
+export interface Seen {
+  at: number; // performance.now() when it arrived
+  method: string;
+  url: string;
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/** One answer of a scripted server. */
+export interface Scripted {
+  status: number;
+  headers?: Record<string, string>;
+  body?: unknown;
+}
+
+/**
+ * A small HTTP server standing for Quotaplane where a fault is needed: the n-th request
+ * (from 1) is answered `answer(n)`; `seen` records each request's arrival and headers.
+ */
+export async function scriptedServer(answer: (n: number) => Scripted): Promise<Proxy & { seen: Seen[] }> {
+  const seen: Seen[] = [];
+  const sockets = new Set<Socket>();
+  const srv = createHttpServer((req, res) => {
+    seen.push({ at: performance.now(), method: req.method ?? "", url: req.url ?? "", headers: req.headers });
+    req.resume();
+    req.on("end", () => {
+      const a = answer(seen.length);
+      res.writeHead(a.status, { "Content-Type": "application/json", ...a.headers });
+      res.end(a.body === undefined ? "" : JSON.stringify(a.body));
+    });
+  });
+  srv.on("connection", (s: Socket) => {
+    sockets.add(s);
+    s.on("close", () => sockets.delete(s));
+  });
+  const p = await listen(srv as unknown as Server);
+  return {
+    url: `http://127.0.0.1:${p}`,
+    seen,
+    get connections() {
+      return seen.length;
+    },
+    close: closer(srv as unknown as Server, sockets),
+  };
+}
+
+/** The body of an allowed check, as Quotaplane answers it. */
+export const allowedResult = { allowed: true, mode: "enforce", levels: [] };
+
+/** A 503 with Retry-After, as Quotaplane answers when too many checks are in flight. */
+export function busy(retryAfter: string): Scripted {
+  return {
+    status: 503,
+    headers: { "Content-Type": "application/problem+json", "Retry-After": retryAfter },
+    body: { type: "https://quotaplane.dev/problems/service-unavailable", title: "Service Unavailable", status: 503 },
   };
 }

@@ -3,7 +3,7 @@
 // block runs in that project, as printed, against a real api with the demo org.
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { delimiter, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -66,7 +66,7 @@ describe("docs/TOUR.md, TypeScript client", () => {
     const dir = join(pkgRoot, "build", "readme");
     mkdirSync(dir, { recursive: true });
     const file = join(dir, "snippets.ts");
-    writeFileSync(file, prelude + blocks.join("\n").replaceAll(`"@quotaplane/client"`, `"../../src/index.js"`));
+    writeFileSync(file, prelude + blocks.join("\n").replaceAll(`"@quotaplane/client/testing"`, `"../../src/testing.js"`).replaceAll(`"@quotaplane/client"`, `"../../src/index.js"`));
     const cfg = ts.getParsedCommandLineOfConfigFile(join(pkgRoot, "tsconfig.json"), {}, { ...ts.sys, onUnRecoverableConfigFileDiagnostic: (d) => assert.fail(String(d.messageText)) });
     const program = ts.createProgram([file], { ...cfg!.options, noEmit: true, rootDir: pkgRoot });
     const diags = ts.getPreEmitDiagnostics(program).map((d) => ts.formatDiagnostic(d, { getCanonicalFileName: (f) => f, getCurrentDirectory: () => dir, getNewLine: () => "\n" }));
@@ -105,6 +105,13 @@ describe("docs/TOUR.md, TypeScript client", () => {
       execFileSync("bash", ["-euo", "pipefail", "-c", script], { cwd: app, env, stdio: "pipe", timeout: 300_000 });
       const pkg = JSON.parse(readFileSync(join(app, "package.json"), "utf8")) as { dependencies?: Record<string, string> };
       assert.match(pkg.dependencies?.["@quotaplane/client"] ?? "", /quotaplane-client-0\.1\.0\.tgz$/);
+      // Publishable (issue 31): not private, its changelog and README shipped, the test kit's subpath resolved.
+      const installed = join(app, "node_modules", "@quotaplane", "client");
+      const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8")) as { private?: boolean };
+      assert.equal(manifest.private, undefined);
+      for (const f of ["CHANGELOG.md", "README.md", "dist/index.d.ts", "dist/testing.d.ts", "dist/schema.d.ts"]) assert.ok(existsSync(join(installed, f)), `the package lacks ${f}`);
+      const kit = execFileSync(process.execPath, ["--input-type=module", "-e", `import { FakeQuotaplane } from "@quotaplane/client/testing"; import { VERSION } from "@quotaplane/client"; console.log(typeof FakeQuotaplane, VERSION)`], { cwd: app, env, encoding: "utf8" });
+      assert.equal(kit.trim(), "function 0.1.0");
 
       const [first] = snippets();
       const js = ts.transpileModule(first!.replaceAll("http://localhost:8080", stack.baseUrl), {
