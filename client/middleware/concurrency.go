@@ -39,8 +39,10 @@ func WithSettleTimeout(d time.Duration) Option { return func(c *config) { c.sett
 //     (then the panic goes on). Not when the request's context ends (the client went
 //     away, a timeout): a handler still running still holds its slot, and what it
 //     reports after the disconnect is counted (issue 31: usage reported after a
-//     disconnect was lost). The slot is back before the response ends, so a caller's
-//     next request finds it free; WithSettleTimeout bounds that wait.
+//     disconnect was lost). The beats stop then, so a handler that never returns
+//     holds the slot a ttl at most (the reservation expires, released). The slot is
+//     back before the response ends, so a caller's next request finds it free;
+//     WithSettleTimeout bounds that wait.
 //   - Given back means released (the request counts nowhere) unless next reported
 //     usage (ReportUsage, ReportMetricUsage; they add): then that is committed, which
 //     gives the slot back all the same, on success and failure alike. To count every
@@ -69,8 +71,10 @@ func Concurrency(c Quota, fn ReserveFunc, opts ...Option) func(http.Handler) htt
 			}
 			ctx, u := withUsage(context.WithValue(r.Context(), decisionKey{}, d), res.ID)
 			s := &slot{c: c, cfg: cfg, res: res, u: u, r: r}
-			// The beats go on while next runs, whether or not the client is still there.
-			stop := s.hold(context.WithoutCancel(ctx), req.TTL)
+			// The beats stop when the request's context ends: a handler deaf to it
+			// keeps its slot until it returns, for a ttl at most (then the
+			// reservation expires and is released), so a stuck one leaks nothing.
+			stop := s.hold(ctx, req.TTL)
 			returned := false
 			defer func() {
 				stop()
