@@ -127,12 +127,13 @@ func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc
 func WithTimeout(d time.Duration) Option { return func(c *Client) { c.timeout = d } }
 
 // WithBudget bounds all the attempts of a Check, CheckBatch or Reserve together,
-// waits included (DefaultBudget otherwise). When it runs out, the call did not get a
-// decision: ErrUnavailable, and the fail policy answers.
+// waits included (DefaultBudget otherwise; 0 or less: no budget, only the context,
+// the timeout per attempt and the retries bound a call). When it runs out, the call
+// did not get a decision: ErrUnavailable, and the fail policy answers.
 func WithBudget(d time.Duration) Option { return func(c *Client) { c.budget = d } }
 
 // WithSettleBudget bounds all the attempts of a Commit, CommitUsed, Release, Extend
-// or GetReservation together (DefaultSettleBudget otherwise).
+// or GetReservation together (DefaultSettleBudget otherwise; 0 or less: no budget).
 func WithSettleBudget(d time.Duration) Option { return func(c *Client) { c.settleBudget = d } }
 
 // WithRetries sets how many times a call is retried after a transport error or a 5xx
@@ -222,8 +223,12 @@ func (c *Client) do(ctx context.Context, budget time.Duration, method, path stri
 			return nil, fmt.Errorf("quotaplane client: encode the request: %w", err)
 		}
 	}
-	deadline := time.Now().Add(budget)
-	bctx, cancel := context.WithDeadline(ctx, deadline)
+	bctx, cancel := ctx, context.CancelFunc(func() {})
+	deadline := time.Now().Add(100 * 365 * 24 * time.Hour) // no budget: the context's and the retries' bounds only
+	if budget > 0 {
+		deadline = time.Now().Add(budget)
+		bctx, cancel = context.WithDeadline(ctx, deadline)
+	}
 	defer cancel()
 	var last error
 	for attempt := 1; ; attempt++ {
@@ -234,11 +239,14 @@ func (c *Client) do(ctx context.Context, budget time.Duration, method, path stri
 			status = r.status
 		}
 		c.attempted(ctx, AttemptInfo{Method: method, Path: path, N: attempt, Status: status, Err: err, Duration: time.Since(start)})
+		if err == nil && r.status < 500 {
+			return r, nil
+		}
 		if ctx.Err() != nil { // the caller gave up: not Quotaplane's failure
 			return nil, fmt.Errorf("quotaplane client: %s %s: %w", method, path, ctx.Err())
 		}
-		if err == nil && r.status < 500 {
-			return r, nil
+		if err != nil && bctx.Err() != nil {
+			err = fmt.Errorf("%w (the budget of %v is spent)", err, budget)
 		}
 		if err != nil && isConfigError(err) {
 			err = fmt.Errorf("%w: %s %s: %w", ErrConfiguration, method, path, err)

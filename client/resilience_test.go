@@ -175,6 +175,19 @@ func TestHungAPIAnsweredWithinTheBudget(t *testing.T) {
 	}
 }
 
+// WithBudget(0): no budget; the timeout per attempt and the retries bound the call.
+func TestNoBudget(t *testing.T) {
+	url := hung(t)
+	var attempts atomic.Int32
+	c, _ := client.New(url, "k", client.WithBudget(0), client.WithTimeout(100*time.Millisecond), client.WithBackoff(time.Millisecond),
+		client.WithFailPolicy(client.FailOpen),
+		client.WithHooks(client.Hooks{OnAttempt: func(context.Context, client.AttemptInfo) { attempts.Add(1) }}))
+	res, err := c.Check(context.Background(), client.CheckRequest{Org: "acme"})
+	if err != nil || !res.NotDecided || attempts.Load() != 3 {
+		t.Errorf("Check = %+v, %v after %d attempts; want the policy after 3", res, err, attempts.Load())
+	}
+}
+
 // The caller's own deadline or cancel is the caller giving up: ctx's error, never
 // the fail policy's answer (issue 31: a 150 ms deadline with FailOpen answered
 // allowed). The client's budget running out is Quotaplane's failure: the policy.
