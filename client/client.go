@@ -178,8 +178,10 @@ func WithHeaders(h http.Header) Option { return func(c *Client) { c.headers = h.
 //		otel.GetTextMapPropagator().Inject(ctx, propagation.HeaderCarrier(h))
 //	})
 //
-// sends the W3C traceparent (and tracestate) of the span in ctx, so Quotaplane's
-// spans of the check join the caller's trace.
+// sends the W3C traceparent (and tracestate) of the span in ctx. Quotaplane records
+// it as a link on the server span of the call (a public endpoint, it does not adopt
+// a caller's trace as parent: docs/TRACING.md), so the check's trace is found from
+// the caller's span.
 func WithHeaderFunc(f func(ctx context.Context, h http.Header)) Option {
 	return func(c *Client) { c.headerFunc = f }
 }

@@ -10,7 +10,7 @@
 // Reserve is for work whose cost is known only after it (LLM tokens): it reserves an
 // amount before the handler, and settles when the handler is done (not when the
 // client goes away: a stream that goes on after a disconnect counts what it
-// reported): it commits what the handler reported with ReportUsage, which adds, (the
+// reported): it commits what the handler reported with ReportUsage, which adds (the
 // whole amount if it reported nothing), giving the rest back. A handler that fails
 // (panics, or writes a 5xx) commits what it reported so far, and releases everything
 // if it reported nothing. The settlement runs off the response path, after the
@@ -27,9 +27,8 @@
 // goes away cancels it (nothing is written); the settlement after does not.
 //
 // Concurrency holds a slot of a concurrent limit (API.md "Concurrency limits") for as
-// long as the handler runs: it extends the reservation while the handler streams, and
-// gives it back the moment the handler returns or panics, or the request's context
-// ends (the client went away).
+// long as the handler runs: it extends the reservation while the handler streams (and
+// the client is there), and gives it back when the handler returns or panics.
 package middleware
 
 import (
