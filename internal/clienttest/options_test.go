@@ -171,14 +171,15 @@ func TestStreamingDisconnectCountsWhatWasReported(t *testing.T) {
 			return middleware.Concurrency(c, f, o...)
 		}},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			before := e.used("tokens", "org", "month")
-			settled := make(chan middleware.Settlement, 1)
-			gone := make(chan struct{})
-			h := tc.mw(func(r *http.Request) (client.ReserveRequest, error) {
-				return client.ReserveRequest{Org: e.org, Team: "eng", User: "alice", Metric: "tokens", Amount: 200}, nil
-			}, middleware.WithOnSettled(func(_ *http.Request, s middleware.Settlement) { settled <- s }))(
-				http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, router := range []string{"ServeMux", "chi"} {
+			t.Run(tc.name+" "+router, func(t *testing.T) {
+				before := e.used("tokens", "org", "month")
+				settled := make(chan middleware.Settlement, 1)
+				gone := make(chan struct{})
+				mw := tc.mw(func(r *http.Request) (client.ReserveRequest, error) {
+					return client.ReserveRequest{Org: e.org, Team: "eng", User: "alice", Metric: "tokens", Amount: 200}, nil
+				}, middleware.WithOnSettled(func(_ *http.Request, s middleware.Settlement) { settled <- s }))
+				stream := func(w http.ResponseWriter, r *http.Request) {
 					middleware.ReportUsage(r.Context(), 10)
 					io.WriteString(w, "chunk\n")
 					w.(http.Flusher).Flush()
@@ -188,34 +189,46 @@ func TestStreamingDisconnectCountsWhatWasReported(t *testing.T) {
 						middleware.ReportUsage(r.Context(), 10)
 						io.WriteString(w, "chunk\n")
 					}
-				}))
-			ts := httptest.NewServer(h)
-			defer ts.Close()
-			ctx, cancel := context.WithCancel(context.Background())
-			req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL, nil)
-			res, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, 6)
-			if _, err := io.ReadFull(res.Body, buf); err != nil {
-				t.Fatal(err)
-			}
-			cancel()
-			res.Body.Close()
-			time.Sleep(100 * time.Millisecond) // the server sees the disconnect
-			close(gone)
-			s := recv(t, settled, "the settlement")
-			if s.How != "commit" || s.Used != 90 || s.Err != nil {
-				t.Errorf("settlement %+v, want a commit of the 90 reported", s)
-			}
-			if r, err := c.GetReservation(context.Background(), s.ReservationID); err != nil || r.State != client.StateCommitted || r.Used != 90 {
-				t.Errorf("reservation %+v, %v", r, err)
-			}
-			if used := e.used("tokens", "org", "month"); used != before+90 {
-				t.Errorf("tokens used %d, want %d", used, before+90)
-			}
-		})
+				}
+				var h http.Handler
+				if router == "chi" {
+					r := chi.NewRouter()
+					r.Use(mw)
+					r.Get("/", stream)
+					h = r
+				} else {
+					mux := http.NewServeMux()
+					mux.Handle("GET /", mw(http.HandlerFunc(stream)))
+					h = mux
+				}
+				ts := httptest.NewServer(h)
+				defer ts.Close()
+				ctx, cancel := context.WithCancel(context.Background())
+				req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/", nil)
+				res, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 6)
+				if _, err := io.ReadFull(res.Body, buf); err != nil {
+					t.Fatal(err)
+				}
+				cancel()
+				res.Body.Close()
+				time.Sleep(100 * time.Millisecond) // the server sees the disconnect
+				close(gone)
+				s := recv(t, settled, "the settlement")
+				if s.How != "commit" || s.Used != 90 || s.Err != nil {
+					t.Errorf("settlement %+v, want a commit of the 90 reported", s)
+				}
+				if r, err := c.GetReservation(context.Background(), s.ReservationID); err != nil || r.State != client.StateCommitted || r.Used != 90 {
+					t.Errorf("reservation %+v, %v", r, err)
+				}
+				if used := e.used("tokens", "org", "month"); used != before+90 {
+					t.Errorf("tokens used %d, want %d", used, before+90)
+				}
+			})
+		}
 	}
 }
 
