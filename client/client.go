@@ -261,7 +261,8 @@ func (c *Client) do(ctx context.Context, budget time.Duration, method, path stri
 		fromHeader := false
 		if err == nil {
 			e := errorOf(r)
-			err, wait, fromHeader = e, e.RetryAfter, r.header.Get("Retry-After") != ""
+			ra := strings.TrimSpace(r.header.Get("Retry-After"))
+			err, wait, fromHeader = e, e.RetryAfter, e.RetryAfter > 0 || ra == "0" // a malformed one: the backoff
 		}
 		last = err
 		if attempt > c.retries {
