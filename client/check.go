@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -205,9 +206,9 @@ func headerRateLimit(h http.Header) (RateLimit, []Policy, bool) {
 // not decide and the client has no FailPolicy, an error wrapping ErrUnavailable.
 func (c *Client) Check(ctx context.Context, req CheckRequest) (*CheckResult, error) {
 	body := req.body()
-	r, err := c.do(ctx, http.MethodPost, "/v1/check", body)
+	r, err := c.do(ctx, c.budget, http.MethodPost, "/v1/check", body)
 	if err != nil {
-		return c.undecided(ctx, req, body.IdempotencyKey, err)
+		return c.undecided(ctx, "check", req, body.IdempotencyKey, err)
 	}
 	if r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
 		return nil, errorOf(r)
@@ -223,22 +224,32 @@ func (c *Client) Check(ctx context.Context, req CheckRequest) (*CheckResult, err
 	}
 	res.Policies = policies
 	if ra := r.header.Get("Retry-After"); ra != "" && !res.Allowed {
-		res.RetryAfter = seconds(ra)
+		res.RetryAfter = retryAfter(ra)
 	}
+	if w := r.header.Get("Quotaplane-Warning"); w != "" && res.Warning == "" {
+		res.Warning = w
+	}
+	c.decided(ctx, DecisionInfo{Op: "check", Request: req, Allowed: res.Allowed, Mode: res.Mode, Warning: res.Warning})
 	return res, nil
 }
 
 // undecided answers a check Quotaplane did not decide: the fail policy's result, or
-// err without one.
-func (c *Client) undecided(ctx context.Context, req CheckRequest, key string, err error) (*CheckResult, error) {
-	if c.policy == nil {
+// err without one, or when err is not ErrUnavailable (the caller gave up, a
+// configuration error).
+func (c *Client) undecided(ctx context.Context, op string, req CheckRequest, key string, err error) (*CheckResult, error) {
+	if c.policy == nil || !errors.Is(err, ErrUnavailable) {
 		return nil, err
 	}
-	return &CheckResult{Allowed: c.policy(ctx, req, err), IdempotencyKey: key, NotDecided: true, Cause: err}, nil
+	allowed := c.policy(ctx, req, err)
+	c.decided(ctx, DecisionInfo{Op: op, Request: req, Allowed: allowed, NotDecided: true, Cause: err})
+	return &CheckResult{Allowed: allowed, IdempotencyKey: key, NotDecided: true, Cause: err}, nil
 }
 
-// BatchItem is the outcome of one check of a batch: its Result, or, when it could not
-// be decided (invalid, unknown metric, Redis down under a closed plan, ...), Err.
+// BatchItem is the outcome of one check of a batch: its Result, or Err when the API
+// refused the item (a 4xx: invalid, an unknown metric; never a denial, which is a
+// Result with Allowed false). An item the API could not decide (a 5xx: Redis down
+// under a plan that fails closed) goes to the client's FailPolicy like a whole check
+// (a Result with NotDecided set); without a policy it is an Err too.
 type BatchItem struct {
 	Result *CheckResult
 	Err    *Error
@@ -249,6 +260,7 @@ type BatchItem struct {
 // gets one, so a retried batch counts nothing twice. When Quotaplane cannot be reached
 // the client's FailPolicy decides every check (without one, the error wraps
 // ErrUnavailable); a *Error is an answer refusing the batch as a whole (400, 401).
+// The caller's cancellation and configuration errors are returned as by Check.
 func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]BatchItem, error) {
 	in := struct {
 		Checks []checkBody `json:"checks"`
@@ -256,14 +268,14 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]BatchIt
 	for i, req := range reqs {
 		in.Checks[i] = req.body()
 	}
-	r, err := c.do(ctx, http.MethodPost, "/v1/check/batch", in)
+	r, err := c.do(ctx, c.budget, http.MethodPost, "/v1/check/batch", in)
 	if err != nil {
-		if c.policy == nil {
+		if c.policy == nil || !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
 		items := make([]BatchItem, len(reqs))
 		for i, req := range reqs {
-			items[i].Result, _ = c.undecided(ctx, req, in.Checks[i].IdempotencyKey, err)
+			items[i].Result, _ = c.undecided(ctx, "batch", req, in.Checks[i].IdempotencyKey, err)
 		}
 		return items, nil
 	}
@@ -290,10 +302,18 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]BatchIt
 			return nil, fmt.Errorf("quotaplane client: decode result %d: %w", i, err)
 		}
 		if a.Status != 0 { // a problem document
-			items[i].Err = errorOf(&reply{status: a.Status, header: http.Header{}, body: raw})
+			e := errorOf(&reply{status: a.Status, header: http.Header{}, body: raw})
+			if a.Status >= 500 && c.policy != nil { // not decided: as a check would be
+				items[i].Result, _ = c.undecided(ctx, "batch", reqs[i], in.Checks[i].IdempotencyKey,
+					fmt.Errorf("%w: check %d of the batch: %w", ErrUnavailable, i, e))
+				continue
+			}
+			items[i].Err = e
 			continue
 		}
 		items[i].Result = a.checkAnswer.result(in.Checks[i].IdempotencyKey, now)
+		c.decided(ctx, DecisionInfo{Op: "batch", Request: reqs[i], Allowed: items[i].Result.Allowed, Mode: items[i].Result.Mode,
+			Warning: items[i].Result.Warning})
 	}
 	return items, nil
 }

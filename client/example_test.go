@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/client"
+	"github.com/quotaplane/quotaplane/client/quotaplanetest"
 )
 
 // A check before the work: a denial is a result, not an error.
@@ -92,4 +93,47 @@ func ExampleClient_Reserve() {
 		log.Fatal(err)
 	}
 	fmt.Println(done.State, done.Used, "used,", done.Released, "given back")
+}
+
+// A check against quotaplanetest's fake api, with hooks counting attempts and
+// retries: the first answer is a 503, the retry is allowed.
+func ExampleWithHooks() {
+	qp := quotaplanetest.NewServer()
+	defer qp.Close()
+	calls := 0
+	qp.Decide(func(quotaplanetest.Call) quotaplanetest.Verdict {
+		calls++
+		if calls == 1 {
+			return quotaplanetest.Verdict{Status: 503, Detail: "too many checks in flight"}
+		}
+		return quotaplanetest.Verdict{Limit: 60, Remaining: 59}
+	})
+	attempts, retries := 0, 0
+	c := qp.Client(client.WithBackoff(time.Millisecond), client.WithHooks(client.Hooks{
+		OnAttempt: func(context.Context, client.AttemptInfo) { attempts++ },
+		OnRetry:   func(context.Context, client.RetryInfo) { retries++ },
+	}))
+	res, err := c.Check(context.Background(), client.CheckRequest{Org: "demo", Team: "eng", User: "alice"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("allowed:", res.Allowed, "remaining:", res.RateLimit.Remaining, "attempts:", attempts, "retries:", retries)
+	fmt.Println("User-Agent:", qp.Requests()[0].Header.Get("User-Agent") == client.UserAgent)
+	// Output:
+	// allowed: true remaining: 59 attempts: 2 retries: 1
+	// User-Agent: true
+}
+
+// The caller's own deadline is the caller giving up: an error wrapping
+// context.DeadlineExceeded, never the fail policy's answer.
+func ExampleClient_Check_callerDeadline() {
+	qp := quotaplanetest.NewServer()
+	defer qp.Close()
+	qp.Decide(func(quotaplanetest.Call) quotaplanetest.Verdict { return quotaplanetest.Verdict{Hang: true} })
+	c := qp.Client(client.WithFailPolicy(client.FailOpen))
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, err := c.Check(ctx, client.CheckRequest{Org: "demo", User: "alice"})
+	fmt.Println(errors.Is(err, context.DeadlineExceeded), errors.Is(err, client.ErrUnavailable))
+	// Output: true false
 }

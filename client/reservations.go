@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -177,14 +178,16 @@ func (c *Client) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 	if in.IdempotencyKey == "" {
 		in.IdempotencyKey = NewIdempotencyKey()
 	}
-	r, err := c.do(ctx, http.MethodPost, "/v1/reservations", in)
+	r, err := c.do(ctx, c.budget, http.MethodPost, "/v1/reservations", in)
+	check := CheckRequest{Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, Cost: req.Amount,
+		Costs: req.Amounts, IdempotencyKey: in.IdempotencyKey}
 	if err != nil {
-		if c.policy == nil {
+		if c.policy == nil || !errors.Is(err, ErrUnavailable) {
 			return nil, err
 		}
-		check := CheckRequest{Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, Cost: req.Amount,
-			Costs: req.Amounts, IdempotencyKey: in.IdempotencyKey}
-		return &Reservation{Amount: req.Amount, Amounts: req.Amounts, Allowed: c.policy(ctx, check, err), IdempotencyKey: in.IdempotencyKey,
+		allowed := c.policy(ctx, check, err)
+		c.decided(ctx, DecisionInfo{Op: "reserve", Request: check, Allowed: allowed, NotDecided: true, Cause: err})
+		return &Reservation{Amount: req.Amount, Amounts: req.Amounts, Allowed: allowed, IdempotencyKey: in.IdempotencyKey,
 			NotDecided: true, Cause: err}, nil
 	}
 	if r.status != http.StatusCreated && r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
@@ -205,6 +208,7 @@ func (c *Client) Reserve(ctx context.Context, req ReserveRequest) (*Reservation,
 		out.RateLimit = rl
 	}
 	out.Policies = policies
+	c.decided(ctx, DecisionInfo{Op: "reserve", Request: check, Allowed: out.Allowed})
 	return out, nil
 }
 
@@ -259,7 +263,7 @@ func (c *Client) GetReservation(ctx context.Context, id string) (*Reservation, e
 }
 
 func (c *Client) reservation(ctx context.Context, method, path string, in any) (*Reservation, error) {
-	r, err := c.do(ctx, method, path, in)
+	r, err := c.do(ctx, c.settleBudget, method, path, in)
 	if err != nil {
 		return nil, err
 	}

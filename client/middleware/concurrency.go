@@ -35,18 +35,23 @@ func WithSettleTimeout(d time.Duration) Option { return func(c *config) { c.sett
 //   - While next runs the reservation is extended every heartbeat by its ttl (TTL of
 //     fn's request, DefaultSlotTTL when 0), so a stream longer than the ttl keeps its
 //     slot, and a process that dies loses it within a ttl.
-//   - It is given back once, the first of: next returns (the response is written),
-//     next panics (then the panic goes on), or the request's context ends (the client
-//     went away, a timeout): at once, not when next returns.
+//   - It is given back when next is done: it returns (or writes an error) or panics
+//     (then the panic goes on). Not when the request's context ends (the client went
+//     away, a timeout): a handler still running still holds its slot, and what it
+//     reports after the disconnect is counted (issue 31: usage reported after a
+//     disconnect was lost). The beats stop then, so a handler that never returns
+//     holds the slot a ttl at most (the reservation expires, released). The slot is
+//     back before the response ends, so a caller's next request finds it free;
+//     WithSettleTimeout bounds that wait.
 //   - Given back means released (the request counts nowhere) unless next reported
-//     usage (ReportUsage, ReportMetricUsage): then that is committed, which gives
-//     the slot back all the same. To count every request in its other windows,
-//     report it: ReportMetricUsage(ctx, "requests", 1).
+//     usage (ReportUsage, ReportMetricUsage; they add): then that is committed, which
+//     gives the slot back all the same, on success and failure alike. To count every
+//     request in its other windows, report it: ReportMetricUsage(ctx, "requests", 1).
 //
 // OnExpiry is "release" unless fn sets it. Every call to Quotaplane is bounded: the
 // reservation by the client's timeouts, each extend by the heartbeat, the release by
 // WithSettleTimeout.
-func Concurrency(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler) http.Handler {
+func Concurrency(c Quota, fn ReserveFunc, opts ...Option) func(http.Handler) http.Handler {
 	cfg := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -60,20 +65,23 @@ func Concurrency(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Han
 			if req.OnExpiry == "" {
 				req.OnExpiry = "release"
 			}
-			res, held := cfg.reserve(w, r, next, c, req)
+			res, d, held := cfg.reserve(w, r, next, c, req)
 			if !held {
 				return
 			}
-			ctx, u := withUsage(r.Context(), res.ID)
-			s := &slot{c: c, cfg: cfg, res: res, u: u}
-			stop := s.hold(r.Context(), req.TTL)
+			ctx, u := withUsage(context.WithValue(r.Context(), decisionKey{}, d), res.ID)
+			s := &slot{c: c, cfg: cfg, res: res, u: u, r: r}
+			// The beats stop when the request's context ends: a handler deaf to it
+			// keeps its slot until it returns, for a ttl at most (then the
+			// reservation expires and is released), so a stuck one leaks nothing.
+			stop := s.hold(ctx, req.TTL)
 			returned := false
 			defer func() {
 				stop()
 				if returned {
-					s.settle(r.Context(), "the handler returned")
+					s.settle(ctx, "the handler returned", false)
 				} else { // next panicked (or called runtime.Goexit): the panic goes on after
-					s.settle(r.Context(), "the handler panicked")
+					s.settle(ctx, "the handler panicked", true)
 				}
 			}()
 			next.ServeHTTP(w, r.WithContext(ctx))
@@ -84,15 +92,16 @@ func Concurrency(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Han
 
 // slot is the reservation Concurrency holds for one request.
 type slot struct {
-	c    *client.Client
+	c    Quota
 	cfg  *config
 	res  *client.Reservation
 	u    *usage
+	r    *http.Request
 	once sync.Once
 }
 
-// hold extends the reservation every heartbeat and settles it as soon as ctx ends,
-// until stop is called; stop returns once the heartbeat has stopped.
+// hold extends the reservation every heartbeat until stop is called (or ctx ends);
+// stop returns once the heartbeat has stopped.
 func (s *slot) hold(ctx context.Context, ttl time.Duration) (stop func()) {
 	every := s.cfg.heartbeat
 	if every <= 0 {
@@ -108,7 +117,6 @@ func (s *slot) hold(ctx context.Context, ttl time.Duration) (stop func()) {
 			case <-done:
 				return
 			case <-ctx.Done():
-				s.settle(ctx, "the request's context ended: "+context.Cause(ctx).Error())
 				return
 			case <-t.C:
 				// Bounded by the heartbeat: a slow Quotaplane delays no later beat, and
@@ -137,12 +145,17 @@ func (s *slot) hold(ctx context.Context, ttl time.Duration) (stop func()) {
 
 // settle gives the slot back, once: what the handler reported is committed,
 // otherwise everything is released.
-func (s *slot) settle(ctx context.Context, why string) {
+func (s *slot) settle(ctx context.Context, why string, failed bool) {
 	s.once.Do(func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.settleTimeout)
 		defer cancel()
-		if how, err := s.u.settle(sctx, s.c, s.res, false); err != nil {
-			s.cfg.log.Warn("quotaplane: "+how+" of a slot failed; it comes back at its expiry", "reservation", s.res.ID, "why", why, "err", err)
+		st := s.u.settle(sctx, s.c, s.res, false)
+		st.Failed = failed
+		if st.Err != nil {
+			s.cfg.log.Warn("quotaplane: "+st.How+" of a slot failed; it comes back at its expiry", "reservation", s.res.ID, "why", why, "err", st.Err)
+		}
+		if s.cfg.onSettled != nil {
+			s.cfg.onSettled(s.r, st)
 		}
 	})
 }

@@ -2,13 +2,16 @@ package middleware_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"log"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"time"
 
 	"github.com/quotaplane/quotaplane/client"
 	"github.com/quotaplane/quotaplane/client/middleware"
+	"github.com/quotaplane/quotaplane/client/quotaplanetest"
 )
 
 // One check per request, with the standard mux (chi: r.Use(limit)).
@@ -71,4 +74,61 @@ func ExampleConcurrency() {
 	})
 	http.Handle("POST /chat", slots(chat))
 	log.Fatal(http.ListenAndServe("127.0.0.1:8090", nil))
+}
+
+// The handler reads the decision (as express-rate-limit's req.rateLimit); warn
+// mode's warning is passed on. Run against quotaplanetest's fake api.
+func ExampleDecisionFrom() {
+	qp := quotaplanetest.NewServer()
+	defer qp.Close()
+	qp.Decide(func(c quotaplanetest.Call) quotaplanetest.Verdict {
+		return quotaplanetest.Verdict{Limit: 60, Remaining: 12, Warning: "over quota at user " + c.User}
+	})
+	limit := middleware.Check(qp.Client(), func(r *http.Request) (client.CheckRequest, error) {
+		return client.CheckRequest{Org: "demo", Team: "eng", User: r.Header.Get("X-User")}, nil
+	})
+	search := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d, _ := middleware.DecisionFrom(r.Context())
+		fmt.Fprintf(w, "%d of %d left\n", d.RateLimit.Remaining, d.RateLimit.Limit)
+	})
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/search", nil)
+	req.Header.Set("X-User", "alice")
+	limit(search).ServeHTTP(rec, req)
+	fmt.Print(rec.Code, " ", rec.Body.String())
+	fmt.Println("Quotaplane-Warning:", rec.Header().Get("Quotaplane-Warning"))
+	// Output:
+	// 200 12 of 60 left
+	// Quotaplane-Warning: over quota at user alice
+}
+
+// A denial answered one's own way, and health probes skipped.
+func ExampleWithOnDenied() {
+	qp := quotaplanetest.NewServer()
+	defer qp.Close()
+	qp.Decide(func(quotaplanetest.Call) quotaplanetest.Verdict {
+		return quotaplanetest.Verdict{Deny: true, RetryAfter: 20 * time.Second}
+	})
+	limit := middleware.Check(qp.Client(), func(r *http.Request) (client.CheckRequest, error) {
+		return client.CheckRequest{Org: "demo", Team: "eng", User: r.Header.Get("X-User")}, nil
+	},
+		middleware.WithSkip(func(r *http.Request) bool { return r.URL.Path == "/healthz" }),
+		middleware.WithOnDenied(func(w http.ResponseWriter, r *http.Request, d *middleware.Decision) {
+			w.Header().Set("Retry-After", fmt.Sprint(int(d.RetryAfter.Seconds())))
+			w.WriteHeader(http.StatusTooManyRequests)
+			fmt.Fprintf(w, "over the %s %s limit, retry in %v\n", d.BlockedAt.Level, d.BlockedAt.Window, d.RetryAfter)
+		}))
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	for _, path := range []string{"/search", "/healthz"} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", path, nil)
+		req.Header.Set("X-User", "alice")
+		limit(ok).ServeHTTP(rec, req)
+		fmt.Print(path, " ", rec.Code, " ", rec.Body.String())
+	}
+	fmt.Println(len(qp.Requests()), "check")
+	// Output:
+	// /search 429 over the user minute limit, retry in 20s
+	// /healthz 200 ok
+	// 1 check
 }

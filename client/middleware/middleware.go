@@ -8,22 +8,39 @@
 // an allowed one sets the RateLimit-* headers and calls the handler.
 //
 // Reserve is for work whose cost is known only after it (LLM tokens): it reserves an
-// amount before the handler, and commits, after it, what the handler reported with
-// ReportUsage (the whole amount if it reported nothing), giving the rest back.
+// amount before the handler, and settles when the handler is done (not when the
+// client goes away: a stream that goes on after a disconnect counts what it
+// reported): it commits what the handler reported with ReportUsage, which adds (the
+// whole amount if it reported nothing), giving the rest back. A handler that fails
+// (panics, or writes a 5xx) commits what it reported so far, and releases everything
+// if it reported nothing. The settlement runs off the response path, after the
+// handler returned, without the request's cancellation (context.WithoutCancel) and
+// bounded by WithSettleTimeout.
+//
+// Every middleware takes a Quota: a *client.Client, or in tests
+// quotaplanetest.Noop or a client of quotaplanetest's fake server. Options shape it
+// as express-rate-limit's do: WithSkip, WithOnDenied, WithErrorHandler (whose default
+// writes a problem document and never answers the API's 4xx with a 500), WithLogger
+// (every cause of an error is logged); the handler reads the decision with
+// DecisionFrom, and warn mode's Quotaplane-Warning is passed on. The check or
+// reservation before the handler runs under the request's context, so a client that
+// goes away cancels it (nothing is written); the settlement after does not.
 //
 // Concurrency holds a slot of a concurrent limit (API.md "Concurrency limits") for as
-// long as the handler runs: it extends the reservation while the handler streams, and
-// gives it back the moment the handler returns or panics, or the request's context
-// ends (the client went away).
+// long as the handler runs: it extends the reservation while the handler streams (and
+// the client is there), and gives it back when the handler returns or panics.
 package middleware
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -60,6 +77,9 @@ type Option func(*config)
 
 type config struct {
 	onError       func(w http.ResponseWriter, r *http.Request, err error)
+	onDenied      func(w http.ResponseWriter, r *http.Request, d *Decision)
+	onSettled     func(r *http.Request, s Settlement)
+	skip          func(r *http.Request) bool
 	log           *slog.Logger
 	heartbeat     time.Duration // Concurrency: between extends; 0 is a third of the ttl
 	settleTimeout time.Duration // a commit or release after the handler, all attempts
@@ -67,19 +87,39 @@ type config struct {
 
 // WithErrorHandler answers the requests that could not be checked: err wraps
 // ErrRequest (the mapping function failed), ErrNotDecided (the fail policy denied),
-// client.ErrUnavailable (no decision, no fail policy) or is a *client.Error (the API
-// refused the check: a bad key, an unknown metric). The default writes a problem
-// document: 400 for ErrRequest, 503 for no decision, else 500.
+// client.ErrUnavailable (no decision, no fail policy), client.ErrConfiguration, the
+// request's context error (the client went away, a timeout), or is a *client.Error
+// (the API refused the check: an unregistered user without a team, an unknown
+// metric, a bad key). The middleware has logged err before calling it. See
+// DefaultErrorHandler.
 func WithErrorHandler(h func(w http.ResponseWriter, r *http.Request, err error)) Option {
 	return func(c *config) { c.onError = h }
 }
 
-// WithLogger logs what cannot be answered to the request any more: a commit or
-// release that failed after the handler ran (slog.Default otherwise).
+// WithOnDenied answers the requests Quotaplane denied, instead of DefaultOnDenied's
+// 429 problem document; RateLimit-Policy is already set. d is the decision.
+func WithOnDenied(h func(w http.ResponseWriter, r *http.Request, d *Decision)) Option {
+	return func(c *config) { c.onDenied = h }
+}
+
+// WithSkip lets the requests skip reports true for through unchecked (a health
+// probe, an internal caller), as a CheckFunc returning ErrSkip does.
+func WithSkip(skip func(r *http.Request) bool) Option { return func(c *config) { c.skip = skip } }
+
+// WithOnSettled calls f once the reservation of a request under Reserve or
+// Concurrency is settled (or its settlement failed): for metrics, and for tests that
+// wait for a settlement off the response path.
+func WithOnSettled(f func(r *http.Request, s Settlement)) Option {
+	return func(c *config) { c.onSettled = f }
+}
+
+// WithLogger logs the cause of every error the error handler answers, and what
+// cannot be answered to the request any more: a commit or release that failed after
+// the handler ran (slog.Default otherwise).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 func newConfig(opts []Option) *config {
-	c := &config{onError: DefaultErrorHandler, log: slog.Default(), settleTimeout: commitTimeout}
+	c := &config{onError: DefaultErrorHandler, onDenied: DefaultOnDenied, log: slog.Default(), settleTimeout: commitTimeout}
 	for _, o := range opts {
 		o(c)
 	}
@@ -125,16 +165,56 @@ func problemOf(status int, detail string) Problem {
 }
 
 // DefaultErrorHandler is the error handler of a middleware without WithErrorHandler.
+// It writes a problem document (application/problem+json):
+//
+//   - ErrRequest: 400, with the mapping function's error;
+//   - the API refused the check (a *client.Error, a 4xx: an unregistered user without
+//     a team, an unknown metric, a bad key): 403, never a 500; the API's detail is
+//     passed on for a 400, 404 or 422 (about the request), not for a 401 or 403
+//     (about the service's key);
+//   - ErrNotDecided, client.ErrUnavailable or the request's deadline: 503 with
+//     Retry-After: 1;
+//   - the client went away (context.Canceled): nothing is written;
+//   - anything else (client.ErrConfiguration): 500.
 func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	var pe *client.Error
 	switch {
 	case errors.Is(err, ErrRequest):
 		writeProblem(w, problemOf(http.StatusBadRequest, err.Error()))
-	case errors.Is(err, ErrNotDecided), errors.Is(err, client.ErrUnavailable):
+	case errors.As(err, &pe) && pe.StatusCode < 500:
+		detail := "the quota service refused this request's check"
+		if s := pe.StatusCode; (s == 400 || s == 404 || s == 422) && pe.Problem.Detail != "" {
+			detail += ": " + pe.Problem.Detail
+		}
+		writeProblem(w, problemOf(http.StatusForbidden, detail))
+	case errors.Is(err, context.Canceled):
+		// the client went away: no one to answer
+	case errors.Is(err, ErrNotDecided), errors.Is(err, client.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		w.Header().Set("Retry-After", "1")
 		writeProblem(w, problemOf(http.StatusServiceUnavailable, "the quota of this request cannot be checked now; retry shortly"))
-	default: // the API refused the check itself: the service's configuration is wrong
+	default: // the client is misconfigured: the service's own fault
 		writeProblem(w, problemOf(http.StatusInternalServerError, "the quota of this request cannot be checked"))
 	}
+}
+
+// DefaultOnDenied answers a denied request: Deny's 429.
+func DefaultOnDenied(w http.ResponseWriter, r *http.Request, d *Decision) {
+	Deny(w, d.BlockedAt, d.RetryAfter, d.RateLimit)
+}
+
+// fail logs err, then answers it with the error handler.
+func (cfg *config) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var pe *client.Error
+	level := slog.LevelError
+	switch {
+	case errors.Is(err, context.Canceled) && r.Context().Err() != nil, errors.Is(err, ErrRequest):
+		level = slog.LevelDebug
+	case errors.Is(err, ErrNotDecided), errors.Is(err, client.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
+		errors.As(err, &pe) && pe.StatusCode < 500:
+		level = slog.LevelWarn
+	}
+	cfg.log.Log(r.Context(), level, "quotaplane: the request's quota could not be checked", "method", r.Method, "path", r.URL.Path, "err", err)
+	cfg.onError(w, r, err)
 }
 
 // SetRateLimitHeaders sets RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset
@@ -183,9 +263,65 @@ func Deny(w http.ResponseWriter, blocked *client.LevelRef, retryAfter time.Durat
 	writeProblem(w, p)
 }
 
+// Quota is what the middlewares need of Quotaplane. *client.Client implements it; so
+// do quotaplanetest.Noop (allows everything, for tests of a handler without an api)
+// and any fake of a test's own. Its errors are the client's: see client.Client.
+type Quota interface {
+	Check(ctx context.Context, req client.CheckRequest) (*client.CheckResult, error)
+	Reserve(ctx context.Context, req client.ReserveRequest) (*client.Reservation, error)
+	Commit(ctx context.Context, id string, used int64) (*client.Reservation, error)
+	CommitUsed(ctx context.Context, id string, used map[string]int64) (*client.Reservation, error)
+	Release(ctx context.Context, id string) (*client.Reservation, error)
+	Extend(ctx context.Context, id string, ttl time.Duration) (*client.Reservation, error)
+}
+
+var _ Quota = (*client.Client)(nil)
+
+// Decision is what the middleware decided about a request, as the handler reads it
+// with DecisionFrom (express-rate-limit's req.rateLimit), and as WithOnDenied gets it.
+type Decision struct {
+	Allowed bool
+	// NotDecided: Quotaplane could not decide and the client's fail policy did
+	// (Allowed is its answer); Cause says why.
+	NotDecided bool
+	Cause      error
+	Mode       string           // enforce, shadow or warn (of a check)
+	Warning    string           // warn mode: passed on as Quotaplane-Warning
+	WouldBlock *client.LevelRef // shadow and warn modes
+	BlockedAt  *client.LevelRef // when denied
+	RetryAfter time.Duration
+	RateLimit  client.RateLimit
+	Policies   []client.Policy
+	Levels     []client.Level
+	// Check is the check's result (Check); Reservation the reservation (Reserve,
+	// Concurrency; its ID is "" when the fail policy let the request through).
+	Check       *client.CheckResult
+	Reservation *client.Reservation
+}
+
+type decisionKey struct{}
+
+// DecisionFrom returns the decision the middleware made about the request of ctx
+// (false outside Check, Reserve and Concurrency, or for a skipped request).
+func DecisionFrom(ctx context.Context) (*Decision, bool) {
+	d, ok := ctx.Value(decisionKey{}).(*Decision)
+	return d, ok
+}
+
+func checkDecision(res *client.CheckResult) *Decision {
+	return &Decision{Allowed: res.Allowed, NotDecided: res.NotDecided, Cause: res.Cause, Mode: res.Mode, Warning: res.Warning,
+		WouldBlock: res.WouldBlock, BlockedAt: res.BlockedAt, RetryAfter: res.RetryAfter, RateLimit: res.RateLimit,
+		Policies: res.Policies, Levels: res.Levels, Check: res}
+}
+
+func reservationDecision(res *client.Reservation) *Decision {
+	return &Decision{Allowed: res.Allowed, NotDecided: res.NotDecided, Cause: res.Cause, BlockedAt: res.BlockedAt,
+		RetryAfter: res.RetryAfter, RateLimit: res.RateLimit, Policies: res.Policies, Levels: res.Levels, Reservation: res}
+}
+
 // Check returns a middleware that checks each request with c before next: see the
 // package documentation.
-func Check(c *client.Client, fn CheckFunc, opts ...Option) func(http.Handler) http.Handler {
+func Check(c Quota, fn CheckFunc, opts ...Option) func(http.Handler) http.Handler {
 	cfg := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -195,57 +331,56 @@ func Check(c *client.Client, fn CheckFunc, opts ...Option) func(http.Handler) ht
 			}
 			res, err := c.Check(r.Context(), req)
 			if err != nil {
-				cfg.onError(w, r, err)
+				cfg.fail(w, r, err)
 				return
 			}
-			if cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
-				next.ServeHTTP(w, r)
+			d := checkDecision(res)
+			if cfg.pass(w, r, d) {
+				next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
 			}
 		})
 	}
 }
 
 // request maps r with fn: ok false when the request is already answered (by next,
-// when fn skips it, or as an ErrRequest error).
+// when it is skipped, or as an ErrRequest error).
 func request[T any](cfg *config, w http.ResponseWriter, r *http.Request, next http.Handler, fn func(*http.Request) (T, error)) (T, bool) {
+	var req T
+	if cfg.skip != nil && cfg.skip(r) {
+		next.ServeHTTP(w, r)
+		return req, false
+	}
 	req, err := fn(r)
 	if errors.Is(err, ErrSkip) {
 		next.ServeHTTP(w, r)
 		return req, false
 	}
 	if err != nil {
-		cfg.onError(w, r, fmt.Errorf("%w: %w", ErrRequest, err))
+		cfg.fail(w, r, fmt.Errorf("%w: %w", ErrRequest, err))
 		return req, false
 	}
 	return req, true
 }
 
-// verdict is what Check and Reserve answer about letting a request through.
-type verdict struct {
-	allowed, notDecided bool
-	cause               error
-	blockedAt           *client.LevelRef
-	retryAfter          time.Duration
-	rateLimit           client.RateLimit
-	policies            []client.Policy // RateLimit-Policy, passed on
-	levels              int
-}
-
-// pass answers a request v does not let through (a fail policy's refusal, a denial)
-// and reports whether it does, with its RateLimit headers set when there are levels.
-func (cfg *config) pass(w http.ResponseWriter, r *http.Request, v verdict) bool {
+// pass answers a request d does not let through (a fail policy's refusal, a denial)
+// and reports whether it does, with its RateLimit headers set when there are levels
+// and warn mode's warning passed on.
+func (cfg *config) pass(w http.ResponseWriter, r *http.Request, d *Decision) bool {
 	switch {
-	case v.notDecided && !v.allowed:
-		cfg.onError(w, r, fmt.Errorf("%w: %w", ErrNotDecided, v.cause))
+	case d.NotDecided && !d.Allowed:
+		cfg.fail(w, r, fmt.Errorf("%w: %w", ErrNotDecided, d.Cause))
 		return false
-	case !v.allowed:
-		setPolicies(w.Header(), v.policies)
-		Deny(w, v.blockedAt, v.retryAfter, v.rateLimit)
+	case !d.Allowed:
+		setPolicies(w.Header(), d.Policies)
+		cfg.onDenied(w, r, d)
 		return false
 	}
-	if v.levels > 0 {
-		setPolicies(w.Header(), v.policies)
-		SetRateLimitHeaders(w.Header(), v.rateLimit)
+	if len(d.Levels) > 0 {
+		setPolicies(w.Header(), d.Policies)
+		SetRateLimitHeaders(w.Header(), d.RateLimit)
+	}
+	if d.Warning != "" {
+		w.Header().Set("Quotaplane-Warning", d.Warning)
 	}
 	return true
 }
@@ -310,40 +445,74 @@ func ReservationID(ctx context.Context) string {
 	return ""
 }
 
+// Settlement is how the reservation of a request under Reserve or Concurrency was
+// settled (WithOnSettled).
+type Settlement struct {
+	ReservationID string
+	How           string           // "commit" or "release"
+	Used          int64            // committed, of a reservation of one metric
+	UsedByMetric  map[string]int64 // committed, of several (ReportMetricUsage)
+	// Failed: the handler panicked or wrote a 5xx; what it reported was committed
+	// (nothing reported: released).
+	Failed bool
+	Err    error // the commit or release failed (the reservation's on_expiry settles it)
+}
+
 // settle settles reservation res with what u reported: per metric, one number, or,
 // when nothing was reported, whole (all its amounts) if whole, else released.
-func (u *usage) settle(ctx context.Context, c *client.Client, res *client.Reservation, whole bool) (string, error) {
+func (u *usage) settle(ctx context.Context, c Quota, res *client.Reservation, whole bool) Settlement {
 	u.mu.Lock()
-	reported, n, per := u.reported, u.n, u.per
+	reported, n, per := u.reported, u.n, maps.Clone(u.per)
 	u.mu.Unlock()
-	var err error
+	s := Settlement{ReservationID: res.ID, How: "commit"}
 	switch {
 	case per != nil:
-		_, err = c.CommitUsed(ctx, res.ID, per)
-		return "commit", err
+		s.UsedByMetric = per
+		_, s.Err = c.CommitUsed(ctx, res.ID, per)
 	case reported:
-		_, err = c.Commit(ctx, res.ID, n)
-		return "commit", err
+		s.Used = n
+		_, s.Err = c.Commit(ctx, res.ID, n)
 	case whole && res.Amounts != nil:
-		_, err = c.CommitUsed(ctx, res.ID, res.Amounts)
-		return "commit", err
+		s.UsedByMetric = res.Amounts
+		_, s.Err = c.CommitUsed(ctx, res.ID, res.Amounts)
 	case whole:
-		_, err = c.Commit(ctx, res.ID, res.Amount)
-		return "commit", err
+		s.Used = res.Amount
+		_, s.Err = c.Commit(ctx, res.ID, res.Amount)
+	default:
+		s.How = "release"
+		_, s.Err = c.Release(ctx, res.ID)
 	}
-	_, err = c.Release(ctx, res.ID)
-	return "release", err
+	return s
+}
+
+// settled logs a failed settlement and tells WithOnSettled.
+func (cfg *config) settled(r *http.Request, s Settlement) {
+	if s.Err != nil {
+		cfg.log.Warn("quotaplane: "+s.How+" failed; the reservation's on_expiry settles it", "reservation", s.ReservationID, "err", s.Err)
+	}
+	if cfg.onSettled != nil {
+		cfg.onSettled(r, s)
+	}
 }
 
 // commitTimeout bounds the commit or release after the handler.
 const commitTimeout = 10 * time.Second
 
 // Reserve returns a middleware that reserves with c before next and settles after
-// it: it commits the units next reported with ReportUsage, or the whole amount when
-// it reported none, and releases everything if next panics. A denied reservation
-// answers as a denied check. A reservation the FailPolicy allowed (Quotaplane did not
-// decide) has nothing to commit: next runs uncounted.
-func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler) http.Handler {
+// it, when next is done (not when the client goes away):
+//
+//   - next succeeded: what it reported with ReportUsage or ReportMetricUsage (they
+//     add) is committed, the whole amount when it reported nothing;
+//   - next failed (it panicked, then the panic goes on, or wrote a 5xx): what it
+//     reported so far is committed, and everything released if it reported nothing.
+//
+// The settlement runs in a goroutine of its own once next has returned, so the
+// response never waits for it, with the request's values but not its cancellation
+// (context.WithoutCancel), bounded by WithSettleTimeout; WithOnSettled tells when it
+// is done. A process that stops before leaves the reservation to its on_expiry. A
+// denied reservation answers as a denied check. A reservation the FailPolicy allowed
+// (Quotaplane did not decide) has nothing to commit: next runs uncounted.
+func Reserve(c Quota, fn ReserveFunc, opts ...Option) func(http.Handler) http.Handler {
 	cfg := newConfig(opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -351,33 +520,59 @@ func Reserve(c *client.Client, fn ReserveFunc, opts ...Option) func(http.Handler
 			if !ok {
 				return
 			}
-			res, held := cfg.reserve(w, r, next, c, req)
+			res, d, held := cfg.reserve(w, r, next, c, req)
 			if !held {
 				return
 			}
-			ctx, u := withUsage(r.Context(), res.ID)
-			settled := false
+			ctx, u := withUsage(context.WithValue(r.Context(), decisionKey{}, d), res.ID)
+			sw := &statusWriter{ResponseWriter: w}
+			returned := false
 			defer func() {
-				if settled {
-					return
-				}
-				// next panicked: give everything back, then let the panic go on.
-				sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.settleTimeout)
-				defer cancel()
-				if _, err := c.Release(sctx, res.ID); err != nil {
-					cfg.log.Warn("quotaplane: release after a panic failed", "reservation", res.ID, "err", err)
-				}
+				// Runs when next returned or panicked (the panic goes on after).
+				failed := !returned || sw.status >= 500
+				sctx := context.WithoutCancel(ctx)
+				go func() {
+					sctx, cancel := context.WithTimeout(sctx, cfg.settleTimeout)
+					defer cancel()
+					s := u.settle(sctx, c, res, !failed)
+					s.Failed = failed
+					cfg.settled(r, s)
+				}()
 			}()
-			next.ServeHTTP(w, r.WithContext(ctx))
-			settled = true
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), cfg.settleTimeout)
-			defer cancel()
-			if how, err := u.settle(sctx, c, res, true); err != nil {
-				cfg.log.Warn("quotaplane: "+how+" failed", "reservation", res.ID, "err", err)
-			}
+			next.ServeHTTP(sw, r.WithContext(ctx))
+			returned = true
 		})
 	}
 }
+
+// statusWriter records the status a handler wrote, for Reserve to tell a failure;
+// Flush, Hijack and http.ResponseController reach the writer it wraps.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Flush() { _ = http.NewResponseController(s.ResponseWriter).Flush() }
+
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(s.ResponseWriter).Hijack()
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // setPolicies passes Quotaplane's RateLimit-Policy field on (issue 27: only RateLimit
 // and the legacy fields were), when it sent one.
@@ -391,18 +586,19 @@ func setPolicies(h http.Header, policies []client.Policy) {
 // is held. When not, the request has been dealt with: answered (an error, a denial, a
 // fail policy's refusal) or, when the fail policy let it through holding nothing,
 // served by next.
-func (cfg *config) reserve(w http.ResponseWriter, r *http.Request, next http.Handler, c *client.Client, req client.ReserveRequest) (*client.Reservation, bool) {
+func (cfg *config) reserve(w http.ResponseWriter, r *http.Request, next http.Handler, c Quota, req client.ReserveRequest) (*client.Reservation, *Decision, bool) {
 	res, err := c.Reserve(r.Context(), req)
 	if err != nil {
-		cfg.onError(w, r, err)
-		return nil, false
+		cfg.fail(w, r, err)
+		return nil, nil, false
 	}
-	if !cfg.pass(w, r, verdict{res.Allowed, res.NotDecided, res.Cause, res.BlockedAt, res.RetryAfter, res.RateLimit, res.Policies, len(res.Levels)}) {
-		return nil, false
+	d := reservationDecision(res)
+	if !cfg.pass(w, r, d) {
+		return nil, nil, false
 	}
 	if res.ID == "" { // decided by the fail policy: nothing is held
-		next.ServeHTTP(w, r)
-		return nil, false
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), decisionKey{}, d)))
+		return nil, nil, false
 	}
-	return res, true
+	return res, d, true
 }

@@ -79,9 +79,10 @@ func TestReservationClient(t *testing.T) {
 func TestReservationMiddleware(t *testing.T) {
 	e := newEnv(t, "")
 	c := e.client()
+	settled := make(chan middleware.Settlement, 1)
 	reserve := middleware.Reserve(c, func(r *http.Request) (client.ReserveRequest, error) {
 		return client.ReserveRequest{Org: e.org, Team: "eng", User: "alice", Metric: "tokens", Amount: 400}, nil
-	})
+	}, middleware.WithOnSettled(func(_ *http.Request, s middleware.Settlement) { settled <- s }))
 	var report int64 = -1 // -1: report nothing
 	ts := httptest.NewServer(reserve(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if report >= 0 && !middleware.ReportUsage(r.Context(), report) {
@@ -104,6 +105,9 @@ func TestReservationMiddleware(t *testing.T) {
 		res, body := get(t, ts.URL, "alice")
 		if res.StatusCode != step.wantStatus || body != "done\n" || res.Header.Get("RateLimit-Limit") != "1000" {
 			t.Fatalf("report %d: %d %q %v", step.report, res.StatusCode, body, res.Header)
+		}
+		if s := recv(t, settled, "the settlement"); s.Err != nil { // off the response path
+			t.Fatalf("report %d: %+v", step.report, s)
 		}
 		if used := e.used("tokens", "org", "month"); used != step.wantUsed {
 			t.Errorf("after reporting %d: tokens used %d, want %d", step.report, used, step.wantUsed)
