@@ -168,10 +168,12 @@ func problemOf(status int, detail string) Problem {
 // It writes a problem document (application/problem+json):
 //
 //   - ErrRequest: 400, with the mapping function's error;
-//   - the API refused the check (a *client.Error, a 4xx: an unregistered user without
-//     a team, an unknown metric, a bad key): 403, never a 500; the API's detail is
-//     passed on for a 400, 404 or 422 (about the request), not for a 401 or 403
-//     (about the service's key);
+//   - the API refused the service's own key (a *client.Error 401 or 403): 500, without
+//     the detail: the caller cannot fix it (the log says it), as the TypeScript
+//     middleware answers;
+//   - the API refused what the request named (any other 4xx: an unregistered user
+//     without a team, an unknown metric): 403, never a 500, with the API's detail for
+//     a 400, 404, 409 or 422;
 //   - ErrNotDecided, client.ErrUnavailable or the request's deadline: 503 with
 //     Retry-After: 1;
 //   - the client went away (context.Canceled): nothing is written;
@@ -181,9 +183,13 @@ func DefaultErrorHandler(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrRequest):
 		writeProblem(w, problemOf(http.StatusBadRequest, err.Error()))
+	case errors.As(err, &pe) && (pe.StatusCode == http.StatusUnauthorized || pe.StatusCode == http.StatusForbidden):
+		// the api refused the service's own key: the service's fault, not the caller's
+		// (as the TypeScript middleware answers it)
+		writeProblem(w, problemOf(http.StatusInternalServerError, "the quota service refused this service's credentials"))
 	case errors.As(err, &pe) && pe.StatusCode < 500:
 		detail := "the quota service refused this request's check"
-		if s := pe.StatusCode; (s == 400 || s == 404 || s == 422) && pe.Problem.Detail != "" {
+		if s := pe.StatusCode; (s == 400 || s == 404 || s == 409 || s == 422) && pe.Problem.Detail != "" {
 			detail += ": " + pe.Problem.Detail
 		}
 		writeProblem(w, problemOf(http.StatusForbidden, detail))
@@ -209,6 +215,8 @@ func (cfg *config) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, context.Canceled) && r.Context().Err() != nil, errors.Is(err, ErrRequest):
 		level = slog.LevelDebug
+	case errors.As(err, &pe) && (pe.StatusCode == http.StatusUnauthorized || pe.StatusCode == http.StatusForbidden):
+		// the service's own key: an error for its operator
 	case errors.Is(err, ErrNotDecided), errors.Is(err, client.ErrUnavailable), errors.Is(err, context.DeadlineExceeded),
 		errors.As(err, &pe) && pe.StatusCode < 500:
 		level = slog.LevelWarn

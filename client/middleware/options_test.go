@@ -164,7 +164,7 @@ func TestOptions(t *testing.T) {
 			level      string
 		}{
 			{"unregistered user", "carol", c, 403, "team: required for a user that is not registered", "WARN"},
-			{"the service's key refused", "alice", bad, 403, "", "WARN"},
+			{"the service's key refused", "alice", bad, 500, "credentials", "ERROR"}, // the service's fault, as in TypeScript
 			{"unmapped request", "", c, 400, "no X-User header", "DEBUG"},
 			{"no decision", "erin", c, 503, "", "WARN"},
 		} {
