@@ -570,6 +570,30 @@ type DailyUsage struct {
 // Example: 49.00
 type Decimal = string
 
+// Entitlements Example: {"features":{"seats":50,"sso":true,"tier":"gold"},"org":"acme","sources":{"seats":"org","sso":"plan","tier":"plan"},"team":"eng","user":"alice"}
+type Entitlements struct {
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features Features `json:"features"`
+
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Sources Where each resolved feature comes from.
+	Sources FeatureSources `json:"sources"`
+
+	// Team The team asked for, or the registered user's.
+	Team *Id `json:"team,omitempty"`
+
+	// User A caller-chosen identifier.
+	//
+	// Example: acme
+	User *Id `json:"user,omitempty"`
+}
+
 // ExportFormat defines model for ExportFormat.
 type ExportFormat string
 
@@ -583,6 +607,22 @@ type ExtendRequest struct {
 // (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 // limiter sized to this replica's share of each limit.
 type FailMode = vocab.FailMode
+
+// FeatureOverrides An org's overrides of its plan's features, at most 64; a value sets the feature, `null` removes the plan's.
+//
+// Example: {"beta":null,"seats":50}
+type FeatureOverrides map[string]*any
+
+// FeatureSources Where each resolved feature comes from.
+type FeatureSources map[string]string
+
+// FeatureValue A feature's value, a boolean, an integer between -(2^53-1) and 2^53-1 (what a JavaScript number holds exactly) or a string of at most 256 bytes.
+type FeatureValue = any
+
+// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+//
+// Example: {"seats":25,"sso":true,"tier":"gold"}
+type Features map[string]FeatureValue
 
 // FieldError defines model for FieldError.
 type FieldError struct {
@@ -830,6 +870,45 @@ type OrgCreate struct {
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
 }
 
+// OrgFeatures defines model for OrgFeatures.
+type OrgFeatures struct {
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features Features `json:"features"`
+
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Overrides An org's overrides of its plan's features, at most 64; a value sets the feature, `null` removes the plan's.
+	//
+	// Example: {"beta":null,"seats":50}
+	Overrides FeatureOverrides `json:"overrides"`
+
+	// Plan A caller-chosen identifier.
+	//
+	// Example: acme
+	Plan Id `json:"plan"`
+
+	// PlanFeatures Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	PlanFeatures Features `json:"plan_features"`
+
+	// Sources Where each resolved feature comes from.
+	Sources FeatureSources `json:"sources"`
+}
+
+// OrgFeaturesSet Example: {"features":{"beta":null,"seats":50}}
+type OrgFeaturesSet struct {
+	// Features An org's overrides of its plan's features, at most 64; a value sets the feature, `null` removes the plan's.
+	//
+	// Example: {"beta":null,"seats":50}
+	Features FeatureOverrides `json:"features"`
+}
+
 // OrgLeases The org's lease setting, `plan` (the default) following its plan's `leases`.
 type OrgLeases string
 
@@ -894,6 +973,11 @@ type Plan struct {
 	// limiter sized to this replica's share of each limit.
 	FailMode FailMode `json:"fail_mode"`
 
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features *Features `json:"features,omitempty"`
+
 	// Id A caller-chosen identifier.
 	//
 	// Example: acme
@@ -922,6 +1006,11 @@ type PlanCreate struct {
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
 	FailMode FailMode `json:"fail_mode"`
+
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features *Features `json:"features,omitempty"`
 
 	// Id A caller-chosen identifier.
 	//
@@ -969,6 +1058,9 @@ type PlanPatch struct {
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
 	FailMode *FailMode `json:"fail_mode,omitempty"`
+
+	// Features Replaces the plan's features.
+	Features *Features `json:"features,omitempty"`
 
 	// Leases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
 	Leases *PlanLeases `json:"leases,omitempty"`
@@ -1682,6 +1774,13 @@ type CheckParams struct {
 	IdempotencyKey *IdempotencyKeyHeader `json:"Idempotency-Key,omitempty"`
 }
 
+// GetEntitlementsParams defines parameters for GetEntitlements.
+type GetEntitlementsParams struct {
+	Org  Id  `form:"org" json:"org"`
+	Team *Id `form:"team,omitempty" json:"team,omitempty"`
+	User *Id `form:"user,omitempty" json:"user,omitempty"`
+}
+
 // ListOrgsParams defines parameters for ListOrgs.
 type ListOrgsParams struct {
 	// Limit Page size.
@@ -1816,6 +1915,9 @@ type CreateApiKeyJSONRequestBody = ApiKeyCreate
 
 // CreateConsoleUserJSONRequestBody defines body for CreateConsoleUser for application/json ContentType.
 type CreateConsoleUserJSONRequestBody = ConsoleUserCreate
+
+// PutOrgFeaturesJSONRequestBody defines body for PutOrgFeatures for application/json ContentType.
+type PutOrgFeaturesJSONRequestBody = OrgFeaturesSet
 
 // CreateGrantJSONRequestBody defines body for CreateGrant for application/json ContentType.
 type CreateGrantJSONRequestBody = GrantCreate
@@ -2000,6 +2102,9 @@ type ServerInterface interface {
 	// CheckBatch Check several requests at once
 	// (POST /v1/check/batch)
 	CheckBatch(w http.ResponseWriter, r *http.Request)
+	// GetEntitlements The org's resolved features
+	// (GET /v1/entitlements)
+	GetEntitlements(w http.ResponseWriter, r *http.Request, params GetEntitlementsParams)
 	// ListOrgs List orgs
 	// (GET /v1/orgs)
 	ListOrgs(w http.ResponseWriter, r *http.Request, params ListOrgsParams)
@@ -2039,6 +2144,12 @@ type ServerInterface interface {
 	// GetConsoleUser Get a console user
 	// (GET /v1/orgs/{org}/console-users/{id})
 	GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath)
+	// GetOrgFeatures The org's plan features, overrides and resolved features
+	// (GET /v1/orgs/{org}/features)
+	GetOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// PutOrgFeatures Set the org's overrides of its plan's features
+	// (PUT /v1/orgs/{org}/features)
+	PutOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// ListGrants List grants
 	// (GET /v1/orgs/{org}/grants)
 	ListGrants(w http.ResponseWriter, r *http.Request, org OrgPath, params ListGrantsParams)
@@ -2186,6 +2297,12 @@ func (_ Unimplemented) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetEntitlements The org's resolved features
+// (GET /v1/entitlements)
+func (_ Unimplemented) GetEntitlements(w http.ResponseWriter, r *http.Request, params GetEntitlementsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListOrgs List orgs
 // (GET /v1/orgs)
 func (_ Unimplemented) ListOrgs(w http.ResponseWriter, r *http.Request, params ListOrgsParams) {
@@ -2261,6 +2378,18 @@ func (_ Unimplemented) DeleteConsoleUser(w http.ResponseWriter, r *http.Request,
 // GetConsoleUser Get a console user
 // (GET /v1/orgs/{org}/console-users/{id})
 func (_ Unimplemented) GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetOrgFeatures The org's plan features, overrides and resolved features
+// (GET /v1/orgs/{org}/features)
+func (_ Unimplemented) GetOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutOrgFeatures Set the org's overrides of its plan's features
+// (PUT /v1/orgs/{org}/features)
+func (_ Unimplemented) PutOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2617,6 +2746,65 @@ func (siw *ServerInterfaceWrapper) CheckBatch(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CheckBatch(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetEntitlements operation middleware
+func (siw *ServerInterfaceWrapper) GetEntitlements(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetEntitlementsParams
+
+	// ------------- Required query parameter "org" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "org", r.URL.Query(), &params.Org, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "org"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "team" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "team", r.URL.Query(), &params.Team, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "team"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "team", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "user" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "user", r.URL.Query(), &params.User, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "user"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "user", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetEntitlements(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3106,6 +3294,58 @@ func (siw *ServerInterfaceWrapper) GetConsoleUser(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetConsoleUser(w, r, org, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOrgFeatures operation middleware
+func (siw *ServerInterfaceWrapper) GetOrgFeatures(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOrgFeatures(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutOrgFeatures operation middleware
+func (siw *ServerInterfaceWrapper) PutOrgFeatures(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutOrgFeatures(w, r, org)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4596,6 +4836,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/webhook-deliveries", wrapper.ListWebhookDeliveries)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/entitlements", wrapper.GetEntitlements)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/features", wrapper.GetOrgFeatures)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/orgs/{org}/features", wrapper.PutOrgFeatures)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/billing/export", wrapper.ExportBilling)
 	})
 	r.Group(func(r chi.Router) {
@@ -4616,394 +4865,413 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L1/cxs3kjf+VlB8niqTt0OKkuVsTFXqTrGdxM86sdaWN3UX+jQQByRnNQQYACOaydfv/VvobmAw5AxF",
-	"2ZKdzfqfxCKHAAZo9O/+9O+diVoslRTSms7o985c8Exo+OffS2X5suBS9H/mWuZy5j7NhJnofGlzJTuj",
-	"zmthWS5ZuuJapmyhMsFWcyGZnQs2mYvJFVupssjYnF8LdimEZJmQuchOmOFrw1bzfDJnhbgWBeMyY6tc",
-	"Zmo16CQdM5mLBXcT2vVSdEYdY7Vbwfv3SecVt+JFvsjt9noyzae2nws77c+tXfJl3tfcisI93ad36x8e",
-	"PjAsDJIwzozV5cSWWmT9aS6KjL3IjWVqOpZKCpZbsRjBK9l8NrfCWFbgL91n7ok0jNaH/6YMl3UpTMLE",
-	"YDYYy3TcKY3Q/UUuSyvGnRP9zfDEfnN8lI5YqlOWm3iUV2LBc7flacJS674dy9rXRtiUdZVkHHaUFwlL",
-	"Xwmr1/3TqRU67Z3Q75ha5NaKjE2VZlwyXhRqJbKxpOOZK7P5XrCWiZKTUmsh3Ty5ZVMthGHcsLkq3C4y",
-	"I6wtRG/AXgtpx7KUhTCGpX9/8/L89OLV6fmzF89/fH5+8cOz06fPXr3GFyzEjE/WKVOapWo6TQdjue9Z",
-	"91tO/AUMybp48sOvmJrCsTx/dv5ddciMzj5hV2JpYS+ARIvcEb6jvbGccStWjirtnFumBc9Ybk92vNGC",
-	"r5kttWS5o5VpbzCW53NBe0jLqHZ2g8hZ1xPPKrdzeLYQ3LiJ6eiTsbT+LhmlpIAvjbC9ExYOXmR0z7rH",
-	"R497iZ92azb3TmOpxbQ0wr0X66aXhZpcieyC27S3eRBTpRfcdkadXNqvjjuJP5lcWjETeuNozlSRT9Z3",
-	"chtprKZLOZZwK7uvvnvCHn/16LA3Yv52sqXQ9X2HTXlg2JLbeXQFlZ71F0ra+bhz8us3h8PhMGHjjhV8",
-	"UV1M+Pxk9c1X8F390v76zRF+lQ7Y+VyMJcyeG5hzCUt/YJjkC5GwdNwZl8PhwwkcBvxT9PETPBT8aNxJ",
-	"E7bUYpq/Exm7XFe/Wwir84n/YScF1gpEwfArN7FUlqVa/FoKY03Kuum4Y9WVkKZfWzkwhF9Tv1TYqxOW",
-	"rlL351gSleSSGTFRMjOsC6zPXZQUNixNiFcUQs7snE2VYyQ42oQXQmZcJ0wq7X4zljH/gKlLmImVMrej",
-	"Gk/ya4cNq37V95+7F4chOau+rQ67+rkoHCcLm0PnMGA/KZYur+DVjZD2kzGswMO3L8YbmVtT3XTGbfOt",
-	"3SFXBh9xX0F8NAlzPPpS2ryABd28DORIhnVBvDBT5FkuZ56gEhrLva0/uctyciUsEzIzvQF7ucXISP7E",
-	"wmzkDp+G9mtCeVTCRs40z0peFOuEGQULFzJzxOG+pPkcs74UzCo1loLrYl0JAZjWKrbkxpwwTlIBxcCK",
-	"uzG2RS9dE8dSrc6FqdQewxd+zAmXzJSTiRDZgH0HG0Srn6hSuguQLrWY5EakY9lN6Q0v8BmT9pJIYAeO",
-	"Bhvu7zG9J7wG7u9YmvKyTy/d5cyuhLS5sHP/HI7eSyJFzS2GSfHOsikvCpMACfKxjM/lgXFzwm+EVOVs",
-	"zqp5DOp3hZjaaMCwv8pYZtVYTt3VL5duqyPicnM5VlMN90HCqCKXdsLm7mtSOjeOypGHO//bXqv3SWfJ",
-	"NV8IS1rzEyWNKsQbI/QZt/PtxdADzLFnlmduwtx97iRVJ+k4nuVmyDpJx/G2XIusM7K6FPHC/q8W086o",
-	"838OKu39AL81B88z2JEnpTZK/70UukEyv1zyX0ugGeM4tlYLlGBaXOeqdGJzJh4YljqiuMCn0rDSX2HM",
-	"sFT8urZvC/7uBYiJzuhweHScdBa5DB8kDVzzO9jolsU+e7dUGuhpwe2APRVTXhbWODpK/2mUbF0ZHd++",
-	"G4fz4FJgVd9rLm3zKcJX7cc3c19/7Ak+z8RiqayQk/XfxPoH0Je2V3IeaTt59Qt2JZwWhWwijb64uBLr",
-	"lKGZ0/3abeLh0dfOHOCaTxwVO0aRnvb/h/H+b2zYf8wG7IKN2H+xvuNIIrdzod3ADWYTnqjjZU7VyoTu",
-	"Hx49PH4EKg4tBfRyUAzZSudWGJbbnpOvl1wL1k2jn6W9Afs+v4YR3U9RYwSG4f7EKUF7zvLpVIB0uRJr",
-	"YFRe0+0eD4ek3cIx4RjVQUV73P+bWNdoRbzji2Xhntp4m04TCf9NrJtJ5fTsuVsWyzPU+dM8Sz0zhkNy",
-	"KpyTMkZMtLC9FpK6gtV9FEGBBGu5ZGd8JpjJfxNtlwk0rtr+ZHgR3R0fJu7O54tyAX8N4cbTn438+qWe",
-	"Ne/WSz1rv1ZKzz52D86EzlXWsgnf5kXhdIwlPORINv3v//7v/+7/+GOKZweqsFOTKyFCzxrLtXUaTcye",
-	"IrlMzw3YG+N2GpQ8VRZZH8wwxqVZCc2Oh0M01P2woITMOer5l2JWysSptW6R8eBKtp4bDrQ3E8T9wa0q",
-	"uGw+JPdN+yktCy4/9picmqWvuZvveba9gOjrD5ahS26t0O5n/6svfhn2H5/2/4f3f3v7+9HR+//beMXP",
-	"BV80b4j7pn0hzr782A1pVyje7FQknJrxcXO/d782SyWNAA3nNFvkMijEAk5noqQVEmwKvlwW+QSO5mCp",
-	"1WUhFn9xUtp9tycJ4q9w6o19VootuFwHsy94T4xgEy0yp+zywoyYuBZ6zdKD68OUqaXQSCvi3UQsLdq8",
-	"IDRBWBT4IuBFIG6d0I+cDuvMaSehJpHm5mQcWo6nT398/hPYjxdgQAbe7ihU6ARG1QI2peesUTsHM4Yb",
-	"likpTpizINZjicppze7xVgbKr8g1u8MD6tQB9LscHqKIHDnDmrtDA68j+hYazFR0NJzYhieMsPhtOvhY",
-	"f90rf3DernHb4206tBjqR9k44+38UNt74s/IGR7otqnt0q+0B0AYtC+rb2LfTTAAb7stO7wCYWvAkMpl",
-	"jcPvcI1/hJHPkfpiS/WkMo34hh1+8+z7WGFWgVXNLsVUaYELyOXshsHd8N/yjPboU/KcH3nhDAmROR6Q",
-	"y2te5BnL5bK0JywVWittUlbk7uAEnzg7eyokuCqA1AYdt3JULNDC2LH42y26PqpbuRXv7MHEXNfH2DBA",
-	"X/8DuSb3GrVWqwSuQpFLgfxKrfwV+X+vX/4EttegQSZuM+i5YALtNa1WBl7+iZLTIp980kM7lUxd/lNM",
-	"rBcQuQEFXGnmLmDRY7zQgmdrJt65o4OFfqf0ZZ5lQn5SkTavsTtW8MkVXsGJWoqEYdhG6RkYEcbxAvc3",
-	"Sae+ksU6IrSflP1OlfKTCuWflDPOS5klLJeTogTad0KaTkBNGZcKzEalZ7DMM74uFM/OlXrB9Ux86v0m",
-	"7YFdqmwNrjSlWOEWAouLlMvXEOTKPv36KvXWKQqeVjHmljHYzFVuxAlLM2F5XqTg7DZoR1puBetO1ALd",
-	"7AnTohDcIAcT75ZOEezBq74W+jqfiDeSX/O84JfFJz8KgytwEsiZOJmY5JlgUq1YVwxmA/ZKZLnTlFaS",
-	"lRLMf5ZOCmVEljJnaOB7vJG8tHOl898+7WH9mBvjqB38F1ldbYFlLbWaCGPczj6TNrfrT8oEGQorT+5g",
-	"TF5qwa+M9yzj1EyXhQDmSJ8Jw7gPMoGepGcsUwLN0CupVr0T98+gya60ozRJL23KpZMAIvtRZDk/B5nx",
-	"aakKLrZbmEHdCaTdE1xA3y0I94LiZyDiukYI98i1O0AlTe9kLDcu1wojAj6OtKnKOzXdLYfWCLbSMv+b",
-	"gDNfaseybY421EQLbiH2WnMzZ9yKvs0XYlvUJs6c3cNcSzoFN/aiNLtHl2VB1x3twa3Z0Hz8ffsLDFU2",
-	"K9nTXBvL6q5ENIUmWtjEqX5aTNRM5hSquxLrQdO7anGtrj7yDUB+wm7nVizMTZv32j3ufkcDca35uoPW",
-	"r7edf0GfAuxNmCBsSRIf68Y51F7pbZgEJaSbFSnlCQwAVyTLcrezvDiLKGfKCyOSyjP5e3DCO2NWldbz",
-	"02p5o1/wy85bOLyYCv0Z79qWn9wzH7GbC/7uOf7gITgF6Y/DjX1OOqXMfy0Ffe2OdHPr67t+0x42OI1O",
-	"mRQr0KKAIVQu14TceblhZu4kDShVSk7AqfYnvLl/4PuWdPBMmhnMpeBakEtmxNJfl1cXaJXnGVri9Ofx",
-	"Q3bJjfjquNRFxI8ia33bRr/zax5epZ1WX+Roy9ZpLOzfXhtJMqZhJ6Po3Y3XXLyzGDHc3gtYRH20xjcq",
-	"s9w+k1Y3yDs+wUPcPNOfvUR18hPzdFhqBV8McI/TRunAJ1bppsEUW/BMUFSfy1kY0ptLacLSK7Ee1YnG",
-	"fUrOPfoGbMR2akk6vNnH4WiUrB7051VLYV13g8i7n4lCuJ9AsKflZtHOJp13/Znq04dOSxq84qsfnVI5",
-	"E/G3fXOVL/tqiVKjv1S5hDUCL0066G7ZuWTyyLSsGU7k064ZGeeNUfjEz9tMX3lFYsyqmMpGQs6az1fp",
-	"WQujBFX6Ale29TXwyj3lQhPLwQAX0nfib01SbSsdoqe/2npo9tareSe8prrjn53ffMvtZP7EqTZOaWgm",
-	"bC1MWYAHwh0+pnqoKePs0v0YnCuY9wDWBBoFkCEKGa9qwS6F0/DRKoUQi5Li5bQz+mX368GyXsHknffJ",
-	"nqbM29pLRZ7OnbrghnoCQY29z7M2U01bO6Qgbou+tnloNO/uc6IN2aJBPKX9V71x8jfp7H74xsWhC/VU",
-	"TuZKP+UNwYOnfO3NGIz+qjj6q/TsgWGXtbixwWCwo5YQFD/6endIvMFFvN9W4K9eqVXThYy+3RbJC1XK",
-	"Bpb58lpoiFDD9ywrRQICa5IveEEZHqyr9IxZZXkBbt4TNu4Mxx1IwVzNhRa9RqaKsYymCM0T+gZyT3Dm",
-	"9ISJxdKuqzy1ZcElxcLZUucTChpsTQPJNyK7gOTAtuTL6vDgccN4lonMWajuWzzpWkaxT7mVUdR/LLc2",
-	"YhhtQoIBAZiAOWZ+LRi34Bp1rNqP7MfySYGruSrEgH2P69LcG8sTvsRkEfcHelpFhimQI5YqPDd863Qs",
-	"OUlyTJHkl+pasNT/ip7y2TwrvsYY4x6itj5E2/aG5eXR2e3crMF+0+MxNArfNpld25m2BbuH6hurpDB3",
-	"smTKwNgz8SLBdIHtLDi4DEoGf1xYVeMlCC+7xwIhR2DHhIIv+pib7PYgJGDdtIgNNhwSUVDJoaQIyk+g",
-	"Y/Xr3iKzzVNMPP+KuMrmzW/i97cSrZGbZaLc84cV/XnNy9ALjTp8gloenF5HyJl/u1GHF/lEdLb8Lzho",
-	"nEiVNPMqBbkH5cKxYssWylh29L+Phuwbdnh49Ojrx48fD7/6+vjoq6PjhASVsXTxqyouTMs1TLzjE1us",
-	"0eE57nyrSunIXZaLS2cid3qOyMED8mspdI6p5ltUVKV7ba6gknPDJmJzL32zXgIPgQVQS1y82Y8Sp0zW",
-	"+QUvij00t+dZ5/3bpDqS6pwrDnOzJ8df4Zuf9HdvjxSg+DK5leyg72Y9i1IuIiZ5qVQhuHS/rMqBblrO",
-	"C8cKXolpB1zvM82zRm8bZLQJzNBUpcVITkJRHC8THhg25XkBpYMRC4nWhZGrhvEzKiLJJaMoC6rsHAqp",
-	"BMZ8KfEGqtaM555xcRDrkoCkEJvlV0LiQJhCBIwPCguMzYsCr0/vhKUlxKAcM0xDJUfKSOy6iZQBER/0",
-	"F1yWM0VhkgQvpE/lA6lPz3DDMHvVXXuMBF7XdKra/lyLokGsvZSCCWepYXFUU0EYKFMc1RxIH9tH44TT",
-	"f225LU2TyukO8qYhfnTPAEEvC75uOlxnu1FKJESPmeC6yIX2RaW+ZA7SVDaynpu3CdJMLsBsvqDcneZy",
-	"VjiuUKV6u8qBPWStnWsVYsq7Nuk8PPg+6VznquBWZH1IVqLrvHPtI1JaHVOHf/7qBEFfvJsI4dh9MHnX",
-	"S6DSPWv1WCamuRSmloWabqZgpViV54sRQY2mqkpMy67qbup1iN4588tG4d3btEaf236XDSpc3XXBcqOO",
-	"BY9ewPr355kbjNzzZLo54T43MneI6H+A9lICBz08eni8pYOUjcy1spFWSl8BM/pEqgcaKm4kVPCSUCuV",
-	"SzYtC2RiWmCAGVLUnGZ4gSkTjiN3Of1EM2PV0rh1H/3vo8PegJ3SVOTRVFL0yayLMi5Cyk3IXgGSxXdy",
-	"vJR+0g0RcsjXcyIOHhz2fGE4Fpk5ibQoC5s3zAWSwNT9Snemau2lYr3dJEggiGbqAw/5K1U0eJHT61ys",
-	"hE6hbtqcsBRSKVPGC6PImQyvKaRb7S+YadlxjM39LJqvul1RJdXdBNDBqd/IPvYN0Gl69937Wm1To48X",
-	"l0GD1YJJO3bd7cLtg8P0xh21NP/lzJOB/y7pOJG1UjrrjDoTpbWY2P5caSP6l5AWv/YLHNFRbTGOsJth",
-	"8/2LRdVfR4+ONw+iHhuIopNhQVs82yoN9nixxrqjOTfzEyadfsa0sKWWyKDjicl9GarOjpqyDD7yOP0L",
-	"h6XTkDec41044uPL8dk98U+8SddMl3fI0hrFVMWTE3YIBW1f0d+GPHAQ+QkOP/BFXUm18l8P3Y9apJqX",
-	"Va8dtfHCD+ykkRs1E5Pc5EqOO6CeR3cv2I3g7oWSfEeGwyG62eMNOvwKXrv2UdM2t7pPn79+yY6PDv/K",
-	"vC+ETcieqmrY3rx+CqQail5+Oe3/z9vfHzbVuiSdpzwv1lCqtE2pWZOb/JS9OX/CsspZju6eJFRQ9Z8+",
-	"TesrOhoefdU/POwPH8aqs2PhjQ4t02Yo4KmWUFe1w1kblR6HsmluYcndSbkoi8rK2qfiOL4oGWawtEnO",
-	"p+g8b8xIUbIvxQymDk52r/mgLnz8eDAcbmwdfFY/zvE4+/0wOTx63x2PB/jHV+97/9l4urVK19gBBbHa",
-	"SExPzHUnwQ/fNo5jhcw+QCG1tqissK+GW8Kl9n1bIQEY6VKtIsCCWLXCRFd0V0IRv5IX8Nk6pURaw9Du",
-	"bWdPD7/ao5YxpoR44U2k8B3Pix/JRG4IVXMyQiDXcjXPCxF7SjAXNjeslNoxLn5ZiBEkN4CmVaiVGcvu",
-	"tOCzmchY6n0zzqwKObNoVRv2aPgwYWmhJrxIKb7p/SeS5bJPLpWxxOIoDbWhGV6gyq/ywDAz5xruHbBS",
-	"9CWMYxpyy3N6DizAGThuzm1yqusF12rCLwdht+KUgXzhI2RQ6TbqzHI7Ly8HE7U4+DWYHPE/IalA8uIA",
-	"RsWC81wU2TOtVYNuCdn02wcEWaLgMvLFQ6HQg36/Zt0UNsD8Mnw7QEeL23wfZfZAAQhM0nQxF5Qi0VhE",
-	"FNMZrrH6QROtQQCpORfnupEABQSDcosxpzhGFsfDIDdbKmfMQ6oTxqQKvjSQVd7kfPnwpLkNfmlMPpMI",
-	"k1OV2LXs5K3jRFpwykH+kPy4j4vAOA728YkjW1EUeiU/wUbqGlFCK+3saXDUyava+D3sqbDjm6S4TgJ+",
-	"CC+z3LJCzTZU/EebKv6uM2jSG0PEt5nOa6rEJ/J+VFkGuAZwdKIfGqPIuWETvlyKzGMGgSfy0g31wWGa",
-	"w50UucUkUKfC5cCtN4jJ9fDhw8eJV7mmpS21SOAFcsk4WwuueyeMNI0RluBG8DW4/wEkqJZQsRGb3v9q",
-	"tN2HVoq/C9MM2e5nN8p+ELzAcvG2DKE2a23rFm2a49xWAj8TSyEzZ3N4ffX3cWepjJ1pYcadERt31NW4",
-	"k7BxRzv1BT8qq4Kjced9nIK3nUF4Q46gwVDEtkdKXaWsezCHbfitd8JSCPCkSaQYsS6PXoBRoVHCqDTc",
-	"KTYY9OEUzAKkkhSFnxuMdQ/gH7/1YueWugKSq2qqgPAyZyOEeFnSCaM0qNYbZ07v2HTMzxsT3Se8KITu",
-	"T+bKCMlyKEqa5igqKyuCItaxTcj7v532/2fYf/y2+ufgYvRf/be/D5PDo782W4sbYdeGyual4BDp4pB/",
-	"311iLWDCjo7ZXJXa9IJiakMdibetGZ9xx0Nk5sPgJhQfLZTGJP26Xcv7v1UL/zo5PPq6eeHglgdvlj+6",
-	"rdyEvRRVHOfOtdQQNWg44q2IHuQ1AuVuVy20pKsW/vVvDF3UVaptGxzElROg8MwJMxhn4dUhqikzGz6U",
-	"bgrJAO5Koslr0ubEMXzDmxb6Mz61eXkKOhvQk2ikppsUBzYb39F4xgel0pvbH+d7398ZFB5V4VapUp/6",
-	"vHQMcrDHSgHT7nbKNXmD9hj8zoknCVhIJVq01etGr9JIYv70durTWzfdq6Mh4ATJajzChIhcK0Qh6Lho",
-	"SFby29HB2Oq2Y79oBu4gnXkLteOTaMZ3m4J0GxPlo6gn6J8blNNKGw2cBz8/gTwNgziWqDk4kco463oD",
-	"hYAd2ZLnev9sDljPdub3pu76o7BCNzlgfyTeEEVpy4Bw5dT4KAOIyzURcxf8IFA5LYt1j8B0PZ/xeAcS",
-	"sg0hoUYZAV4TMP3B6Y8uMXS3JPFHlBoM8MkA7mNs8AGqlfTX6VponWcCET9DYYBcY3F9hLBLOQtjCcbY",
-	"8dERJANxtsiNWYrCxmC8EJKirSAvmL+Zv/ggwNs9jwbpb9e5NBVNJnQiZzqf3NZ03y+111198qhvZvle",
-	"ciNg/0Xzhb2zW+mTQZfhLfdK7vOOeMzwqyGauYGCUePeH5nsZsb0oP2Ot2as4iKb7jweVWuYJS/WuyIe",
-	"VdCiMfhBDgKyseG96iGasfQxGlVkwlhUuwNS40rpKwiwTpTOEDQcUmVywLIzuXHXHSYesNOxdOOGi87A",
-	"SmOGr5j08f8w0giu4jUvShGgswl4dCzhhw/MgD2XDfB5mE/EjaUJALsj4+sQ/zGKTblm3SK/FslYil9L",
-	"XgBQqNKzAWTs9QbsWVVX4O2IOTeY7hNed+2BaPe6rFG8rCkp7kZn5K6xYdigATrbZH9nxMZvN9blDJy7",
-	"GavtUlT2lOn4+RpvQmNMJBVyqvREpJiFRVn6YDOdsNTMeaZWKXFdeuKytJQdZFgaJWilJz7pCwMlHhSC",
-	"MsVi850m7SQdnKGD+WT7WYL3E674iWq6N1XDebngsq8Fz/hlIUJcYVciRIMyHXmbmipzjNKetQBI9JLP",
-	"EJcIikMppxYvpWMG+9SKv5TPIBJXDz4iYk0naYqM+Ygdr8X4MPNqKSRbuvlTivldcIs1vQtAK+9W+bVo",
-	"t6Abh1Bx0vjswxLoy8aw50u8s3V2TS7LCw6lZBcUJG/If/+QzKXpVICv/qJo0RLPqyghPsIWQs9I90IH",
-	"q1d4KOkhdjNDvMdHVcYSxQsVLFF5VNcRWR+1tf3ZYlAvNznP3pAI7hBunOalnr3AB72JbHYJzrAVHiO+",
-	"tnODj3652+RAt6I1uEWa8hJx9tujddBkxLHXB/GJGrATeOaTHhZY181l5WtvjtQBduuesZssNxelLlrw",
-	"FkWWTxyhU9T6zasXFeyGT5hiC26uROYr/fIpk4Rku40uUQfH34MiXuMvfqYfOHG3zG599Vbicq7UlX/R",
-	"/WEjCAWXqLHhDoeM3/pJ16eM9zlp4jEbIb3oFZvE7Es9u30Wobur3ldMcDOnk4Vgz+Vk4F905Ljhti+h",
-	"mSnup6xvlebW6nIOPxUTuZEDmPjK7/dqePlrZUZe6YhYwj6wPA1cgkakc7yzK77rcbjib169qP3oAmGH",
-	"9vwpFC7d1UXfuLQ7PTf4KCz+ptvccqNeBPKqjpNuf5sEwjIfp9Pkcpaw1D1OegqN0aMOO844iURUirRc",
-	"01loLl5a5bjJdNqmtNxFdNPpPp89tono8ZP5LV2puM0JoyQd969ArVTJtc2wUt86Bq3YkHsS8KGdTrTt",
-	"7W/mfLfjd5+Uc91GWfkgzvSFE92KEzUR/cb4t+E4G+2TPoT1bPYnGrAnN1yJDQ4ljM0XmN5LfY8aOdVZ",
-	"qJffNHfraSFVbnFzYvFGWHjYf/z29+P3/e7wl8P+47f/3+Evw/7R215jXPiMKPPji06mPC8u9rljIdfx",
-	"zhUb9zJN/OEjjZx9IwK7AgEJM1DHdbvqvnaEO6WKFug7iAnsr6Gd0Q+2PcWRpe0jDcEX4v2jCFIiG3wh",
-	"t2cr7vTuwpTZodxUBgmdaUy2tKvVHt7O4nDLv73JEd0anz8MVogzMioS/uVDop3hN4fD4fDmnzmbGqgg",
-	"0HscyCFz6KzJ9vkD3/w9NYPqhu9UDuixW+oH/q7ueR/d03WLyf/rY6/3fVzQfS5bRR9t96bJsCAtv9kZ",
-	"RHlrkCowV5YADpQUmGxlBV8k2HjOMWUfOJ5yY5nCeibfqMQrvfwGlIWEcYYdjNSUwvtYh4GwC74qdwtQ",
-	"gXELAKusm7o3SjFJwCsgWIJbQDfemWJWkRPJrfByDf/rQj/O3oC9QGRznz7GtcB0AnhFw9dkMmUj5o63",
-	"ZjjdYDHBEdyByQTKxGe3maib0x5G0x2wsU/Mnvb0unhGtSXTX4llwSdU8UBAHLmxgw/laTdzsjtVSX4S",
-	"K6+LnKAiosVCXYf6pnvicI0ktstEifT/+gv8AIAkQa+q2yqGdbGiKmEoxBNIGU1Yxtc9uO8+4YKlfoYN",
-	"g2ZUCyV7/KrQ7ZK6pdYapCb1R6BRt4Bm3sHcWXK98SOn+2HC8ATM3xPHkfkygagkpLAynrkvuM65OyVe",
-	"MLPk0icV0ijUYrnL2WWpjWUFt8IXnOJaE8SYMRYwawrFs56bewITLHLrax1X+UREGBzdkKrF3nkFHJa1",
-	"bltLb1D1qB1h4Mi/ai3n52hY6wfbfTRkCxJE/vAeMvrAn+JD9y/Cd8ET/etR+AhON9lschfO7mjo0WrR",
-	"iGBStW4nhIdhW8xGIITaYONJu62C2rpM6L573Pg8SL9r9Ta1rItQRm73sZTUcFtqaJ4QBofsOGzsfjQ8",
-	"ODqsY6JEva9yE2RtD6WzWymKPQALXHr5PmA/xoGeSuBFYH5xNHtPo5tY1yZjdPM7tsYmBTcB0J8uqtIz",
-	"Uze9/WW/i6zys4hD7i+vLrm587ygKuVpsIljubNI3z8XUkD2VxriLK6b0vM2sVgrQLxoM6olNGoHBELb",
-	"AOPFoOH+8aO/BsygTE3KhZB22+uJ/TIaTXDslLX3+0cFmu+30t5uXxvSAMSU20LscDds5aLMrV2a0UGU",
-	"qTHIxLXvX2IOEDkcp+ybopztwg/fA9AJWqMfHz32dw5wOJjjL3j1awhP+yM4PTC7oKBquE7hiRaApwSA",
-	"mqhp3u0gmjbLpt2X/kySXfUuwcG7DdS7EXGuCstYF/38o4ODlDI/stzAnz0fe7bKGUYxc3NcbyuZ5vjr",
-	"Gmfr4kj/OTo4GI9f/6Wl3L7uWY5VIkyPaYnsK+T3iZd0xiqNNTRSyT4uOwpgJCiEOL1+VE+jxcjJ2Khq",
-	"HERZ1CbZp7b604+GHbDXQmYMeK1bk1sF7tObVy9QVJOUcrNP1EIYUFg0pd1gFiGoK5ccrdMplbZjq3++",
-	"4uuEFBavHLBLYVdCSAbN9bFtJs6cNectRD27dkEd71EuUKUQ3bZWuZKC+uLh1fmP2eN//Dp899+XP08O",
-	"X/x1fvbb0WnTb9vw+6DS8p+lscGIpsSdrcoTymTz+oYJCc1m7rRnOxeLO0P3a09kjATcptu+Df0q1J8Y",
-	"1k3xX1VtifsXJGwmIVPLwy1uAH4hZBgHXdBgEusD09v7lSPSQaHb9OIBO+LGKJDPbLsBkDisvxmjDnwj",
-	"1O7thBwrcFMvxVqRDkwI3d0NgLR9YYn9pu6zgApIepZf003ee5pdII9xMl8E8+g7lu0EeoRmH83sgBZ+",
-	"q0sM5V23IBaog43BXveErNm1u96S3W9rPXbsHp5+fLktnIAAohxxvZjYmyVw2IJm79gH+rWwdopG3l9R",
-	"jDn/Hp0Aqgludpltc4ZGlFVflDXdAfS3rSrfSijtSiC/HTO5c+awP63e1WBtuea0ozec5L5oRRtg6Ghb",
-	"e9nEusCZvNDCfGJfE8m6G4WTvRPQt1AhXaDehevfqN3zNHFcD0xRvGkX0HgNMOnwaHgT9Hhb94cAOD5X",
-	"RRZKQSbg/Qj1xX/skr9GOAs6m39V3PGP0D7uEqx8C5aLFvvVMNnZZvzzQHPdLbh60nnX9w/1lRR9NYUY",
-	"kpegnsLebnQQ9lqF98fNEbgpdOftRMzWy+Gs0UWHHfO2HRNwJzFNbcKLIsIyFjIDl0gEyOqeWnDJZwER",
-	"8SRkveG3WvAsquHEbt418FZMp0oCiCv9vHHR50Rcn7CL4o78f0fqD0zU+fbjk/3bE/j3vX8fkpbuKLu1",
-	"GOQp3ksTIJTotaH8KkrCiTsAo3DKNVOrj96UdoCqzRh4/Bq3yytxdPWBqewoMbeTSI5vlQ9CqR/P5CyX",
-	"QlA9WO1Y4vSUPbNTtnu03p7q94ue3iasuUFs+0zQmgDRdpZ3EWgHXvPZA+1uFR8SaP/jneD2q1FPgrth",
-	"6P43l+vmXp6ASVLVIwccOOrG7f1a25GGD/DgTUNP0ep5VSJ2Ez2MqimmTEtE1mpqM9GKIWi8+N6n6wN1",
-	"x93EgYJPw2r9SiKcv5odX+On0W6/3XG0LUpGrdyMHvXF21RUt5LOCqoShmuIWMD9N4ooIiXBTy5ua5d9",
-	"n1+LWtknWGKRnpoiPOWlsvMTdCdJjJMm9Xcp8im0LfPB6G2DvU5WLbB4G+MhWIUopiebwHjegvory/ja",
-	"MD4XvG797kmu9XUMGUahGD5Af33DDhNsa2kV+yrADGPOS80EHQ4eJbe6AZvlRpsqF+3GJq6hVaqtTctt",
-	"ECFDOgB172VdwP9+NBxGTZ+bIYp2Igyfb58kYIksuFyHnjABfhgn/Wp4/PVw+EHw0eE674AnPI/7xuxY",
-	"bdzfiDIEVkILdEwtixzSV24i7nvgmXfA/cI21ZgcDty0ZS24Gh8WiW/Fdmhz8t+26x8+fyFkwwk/ezcp",
-	"SuNYXYSY6RMS9uUZNAH0Jv3ApHFi476RX23E2hvsTjaAvTzN/lkauxAtEMVtDb45/AzgSG6vGbR07X5T",
-	"9XeBJ/Z0ad7mrrR1346mpihvlxM0iqG2FyW43jRBqPDMuNfGhjb7rbP4AJDDD0NQXrZU7kDr/lrtTnWO",
-	"3Y0Ur17CqKqnBVquVcHaFYfZI06yQdzBrewh4Bp6b5PSFfp1233I/fZWa5Pp6PehY3NIRjs+PjwcMc4m",
-	"Re42MriX2OPh8K+Hjx8fPTr+6/Hw8eMjp5MscmP5FWRaOI3rEEBCIn/ytrs4y3b4inmWsW7oYmAVdDVi",
-	"ajrtBQDgtu4aVc7aifcSloWtGjcNP9gN3N/+7uMwp+4drNoI23x1ov5TqOxQd6s5tipDT/1uj/yAPSOH",
-	"O0UiUiMshdN5lqV3C7B37+0vw+XcoTFFcEXbfoVmLM5cXkyLfDZvDYzMRZGF0oXLNULPxFFFxKo1lnGW",
-	"TpQkvpaG/Fu5HktM4AgONyjSmHNDzE+qVcJWc26F70jsOaa5EtmAnbnpJGJxjSX2lXTjYS/Has4YxTw3",
-	"IUipGZdrxLzKJcO33bv38y7XKqzigWEB58Krnxsr8CH9XDu63tvViAnlrVpYewA0OrimAwO2s8Y7FQ4v",
-	"ZOia0IoTr1+m9m3z2NjD+TtoO+doPgl+WYz+g7t9xaucasgtHuzfCOdNlSJS73rTDaLgpE6pmKiOFK0h",
-	"vzwNOTUfZMaAky9AotJ5BKJpvqJ31dvtLoID7lzIkVE5xre60Ee+9AtPI8sl1jt/XCThProL30mZaE1f",
-	"/CBv/Ye1r0PgmQKzl7e96o/2d9d/Irf69ua1bcZduLv/GM3f3Cru393d5I0mwITtbRTXQrZdcvgOUp0N",
-	"M5TDHmG0Ip6lnWthnF4VDIIBtS96e6s6dWUbXalrlpp8JnM5uzBiop0ilhso3KLeowhBq8WC6ysPsEeI",
-	"DaYZHSufSW5LLS4w0bst2Q6z6vAZStjlWufCsNR+g87CUubvMHM9uT6kz+biHQtTRGntVcZrleDRf+0f",
-	"bFto9d67QNp++PH0Sf/1D6dHj77CngFz8a53EpK0cUjyrnpHwJVYD9hPvhIftSPsEUQl+Sz9+5uX56cX",
-	"Pz/79oeXL/928frZk1fPzrFaTLrvCa/DnQdoWdw6WdBLxtKpytg21jsbsXfpA/cklAqhGnUj9mEjZNrP",
-	"c6GJOLGk5+zl63MnsitcAZ/MTm9CKx3sOeVFa0vkWKFkKUDhoBsFiskyLcwGHuy0NAJc26GZCx/LQqnl",
-	"JZ9cJWyp82tuRcKKXF71oduXo2qg6VVuBGSvL8vLIp+w52d+Ckf5Y4kNyebK2HTAXpfQX6TIrwWQKJT6",
-	"cTkRgCVRymJzZaXE6PZYbhzz6YsXL3++OHv1/B+n58++gTpg1sWVZU5tVUtnmPcG7AdnQtHbazGW4EkV",
-	"WXUANNVESSkm1iQE+//0p9dOuVJFiToDFh/CytfOGhxLzMXmuH282ACH7hwe/XUwHAwHh5ARz/xu+t0Z",
-	"xZPTwGB6Ow1fFoi8y2566YZ3Bh/awpnrupSOxxiW294J42ypVVZOIDeArpA/ecDH3K02IFzdxmVvYFOJ",
-	"59Vv2/n7U9rHBjfhLRREbq1T5LbJ/zDY7th1hB5MsADPfacFVCEMmssFfA+5bSYP/gAcjU15XtSvc26Z",
-	"KSdYYLPXJYadukmo+SY8G3KsuQgJfnaRZzsGfWBYniXYxhkZomFpxOz94aArwX2ZZ2mAA1fZek97Kd+3",
-	"mwOWBl1MGvGCUchNhFuSEyHn52cMfxDvvFRUHMMmfCFYNzSl53ombMKksND1HI42gepLVdrejkOK1+fP",
-	"dPfqQkchdvTuXXMorBVa06/TJ/JMtIAGP7wwjtH+Wjqmg6c82E/BR9KKCCKhG+xvTX3fPdXHb9vq/dy4",
-	"xXeh+G4yhs+uA9OCzoWxr8CB+XG8Kis12J4XiwYl9ge1YoWiCj3PXixpAvvUN+1mWEFq3cyxonqnLap+",
-	"NDz6CJ52itAfqddxrHAKQW3K+Ku2ao4vfOIj+MRttEYbZgMflt8o8EhG2l5QZlZzbE4wll7BzA3F8jkp",
-	"NHtocAVqKxD7LmdzVKl2czvP6Eg/uZGnxTfxJg7XWJT65tULfCk6UKewkkwO2j7hozlzhpJtWResH2p2",
-	"6kwBEwpVnUbiscV2lqZCvfINlak/h+42GznFmOSQJizF1ET3r7kqNYUMABcT2uPVoTpOWAoul9TnBm00",
-	"cmSnm0CEEYwENzvhBpnhazOK7A4ku5XyeAwe6SBhq3k+md+IhrE/IMc2bgZCFAVoDD+lvAFr4ga0jUE9",
-	"aJCDoecfc/xl5Ogdun2aqGrs5qhEN/j6ewGBwhkBJxt4+o4u8RSouNB7xN0mQio/FeoAGcyAoHlRII46",
-	"VAVCpW9S9dRxd9nxaMNSWOZfsJjEJybBrtRAmZDysFtMCTVrju7cXYTSf5/xVu3Tfn0ZfvYdmO64M0Mc",
-	"l9gS+oCd38TiX8qtprNVF7/ttiej6LDjfqljWQfpB06D6Lapb85jBuz0Eli1KIxYgZ8BiodRxElxu+jP",
-	"3h3dbtcBrjmo8cRzhs24jLcwaNMgC8sxRuI+ST0G0huNZRTEcW9f7o4KMV7kV/vvzEc1Cbu5q1yj0FFl",
-	"kX1bqMnVU77e1eV1Y0cRIQ4IhSDH2QrDyPxaYBMVEsMZ39d4I3DjzbJv6jZUwbT2nz5tRmrtDx9upjF1",
-	"9u/mfI7BREm9G24btiIUfdwwP8nuLX8lAueo7zq0Zm6ARHWSIMuNzeXEhrS8atsBQQ/3nboe8SXrHibD",
-	"4bAX8iKsD9O5v1Nwp6VMY/+/hpbruwmglkN2AznsTwVtqZTKOp1zKXToQIWYBXJd7z21fzS4Rv0f2YLj",
-	"T53Bl3R0wGHbLFx2B0L5uI4AtvkAElGCug+BS37oQb1yrK+hBdW93OnbJCqi9k9Xd4sREF3TNt7AFlAG",
-	"tHHij7pDWq0eGF88+ylvUpt7MCCKOkUYMEXz7IRxVDVAFiOLGrSCnuzII2Er6PhITfAb5BMlOTuDgzgh",
-	"bU2UuhFBZUz4crscIU6ATDowzA2JkBsSbr93vTkVBBK7BG/OWQ0X5FO1um2+ANuUDxlrk1Lndv3ajUzw",
-	"a4JroU9LXx6wRTYeIx6K2lmX7PzTpz8+/+ni/OXfnv2E1fTUA/T07DlG/9Jfl1cXaDXkGYYg6U+MLlBU",
-	"kppTwauCRITlVJvljOLO+/eQ6zVV20uMCtUhEIN4DlZILi3iZkE0JJ+IAXtSGqsWQvtPDOPmCvKSKZU3",
-	"U7mcjeVK6auEjTsLvsZMKKVnB+68D+DamKUTCT9V6j0lSv3o1Nr/HHdYNz17+fqcHVwfHmCprw9Hug2C",
-	"GtxQ0Sp8Thna0LhgZ/oKviDF1yAoFLhMKtVCTald6unZ88FYjuX5HLrhI9Cbt+Z5aedK5xYTPSdKWs0n",
-	"BET2vfJxIrCSpnwiCMcwE4VhuRzLNNhPBFB2wJc5+hFmQjq68EjBkNwtM0IM9nHrHLpG5pBp4m2CsXSG",
-	"p4eCZIBwBW3i5lxmhdDwMv/n/7An0BEf98C9hpA2xwwf98AzmCc9uD5MiUKdNWz5lTAsPcW3/g0+HLFv",
-	"gaTIggUqJtpLGFpX4JYA6ibIYjUduUn68M1//Ef9CvzHf7CukNe5VhK2+prrHCC6Gm6GVxxwo51Zw6Bk",
-	"O1O4U5DXl5DlB+3xueQz8L8UXOLLKz0zUWE3eJ3g7cmiZN5nM2A/k+OwaSW1fg/uljpyyY1beTZw78ql",
-	"e9XqCrv3hEs8GAzSXsIofQjlV0XhbnkHvys9e++Io38l1iYdsOcWFiYKJWcQ9yRMa3gRn8IAlSBmxHxB",
-	"fDdUxKfx3fGl8G7E7nY5/APkxQaBsk3i1m6SEPTH++OmhTp5sCd9zm/ihvQZBD5fA41t+jCOCffg8ar2",
-	"vttQfL/hF+wBNZ9C62FonuxUpCupVpIIzoO+HQ8PTxjH2wL80/uAgXrcPgGD9ZQ+llKIzEQ/f3hCHLgP",
-	"T2dMq9IK2E1/Zj5NBffsSqyxDwICyHE5ligoEOA1PJpEkxzD6zzjk3l06XzzZ8B3ovMLZR10xoR0B749",
-	"cAaMZRqhM+BDKaTbbiKvCOkYH20kIPgCw6k0ioSuwyYzyE2EvUgd0CuPOuuenj0fS9yFuohTukY8J/Xr",
-	"9Or0/NnFi+c/Pj9Pk+DYfDQcS5/OFhB0YUaPzz7CVqiRQ8RWG3v0mG7VK2H1un86tUKnKDIyJYxveuuu",
-	"VXXm7hatY6RH+G+axB+98i4JcAOPZe0rSCgnqGbTC6V5z5+df0fYlIeHbJqLIjPe6wngl+uEpQFFMh3L",
-	"bgPaJDidw8fuEntkGjizByxTaCcfHz2GxhyAaDmWQYAhBaHjKN0C30yDlFDy2h2okgY5NqEF0YU3SyUN",
-	"xLV9Psr/e/3yJ9ZNnyhphbT98/VSjCAflITLwT+NkmlvwN7gPXVXnvYgl+B8xfEvVbaGAbVwlyZAMg6H",
-	"o9CjODfM5IWQtlizfCYBDNGt0Zly8QKYLgvMXCDGXgk0iLuAVOMwZRJtYujmDWLFx+8RrYiDdx5eFtOE",
-	"4vnAUY2Kv2Oumy/vbvwaWN1f4G/KUwDEpOjZd/3VatV3Sm6/1IWQE5WJLGVdiBWlk1IXrJ+lzAiZYdI2",
-	"SIS1pYNYck0hJ7fKxHvi3Yu6MXsDdhr1ds9yDsvYxMB0Yx4fPkJ6GxOc7bgzYuNObYcXpTszsXXSWGw8",
-	"Ho87VryzB8uC59L9Ne6kcFQAaIsLbkXVNaxb2xj6HjevR5ZR6lYPIiw37MOhaRkqPsfDIQDeG4zMueME",
-	"gYvcyF0ZRO+tHKunZ89BUOqFGbktzsmTit097RzzUODUfx934GvcRrTNfhm+HaCxMu6AaiyMk3n4iN9c",
-	"4tyt4O8Jes7Hnfdp0jATUvUvD98OJsrYHfNwyciGckNBHtrWYGgBNAwCMRobtsAXO9C9dgOeMMovwjsO",
-	"KhanLgPdtDaLe2LcSUcY6kNicvIQBCn+iSIdb6IHRyxyCbcBlCFVlAvp9sdySk4DxQaG6AERIryn05Tc",
-	"uS944S6IyKB6X+L4uVyW9sSpEbGuccmzOIjsvn/ob6KT1wVH37JXMbqVHee+tjqHwFEQkNBOmPrq9dxo",
-	"x/CKU1XKDE60UmRBkrfpExnjWEUjFekpcw6re0Q4/VRgI5Ub1JSTubOx5ipj3fS0KNQqJeq3cLewgRMs",
-	"6DEMkGeMFxqg9sU79+AJOz58GM6UbqFVihVcz8QJsJCYgbq38tlT7uhOAGvX62deBgB3vtSCXxnQn1iM",
-	"zwM8HfUr4N5kJPqkUC/XmZMyJwgbHXqlsy6F43puUKUr3aHSaEhZwm31AqN3wh7hEXsbl024lAqYQyYm",
-	"eQb1qplwJizAcgKAPr/mOaQ/AJd3+wKF85Oa6xm0d3RoY2TyBK5drLJAxJcyDBSk4a0dHw8cO6CE6txG",
-	"ao2j8eeoZIDZk4DNk9TU+qgBDiWWuqOXvrUD6LnUJYfbCciFdB8ce2er4NRk9hi6lTXrQeN1NRTgp0nJ",
-	"fA6TVsCnFNaHN3sBlIoib5ZLp8eMWPqfcIjfHA4Gh8PhMGVdr0oeDoeoi6X/iQlM36SgAcig97qlhD4X",
-	"Sz4TDwxLo4ynENx2kkaWRZFu93zH1AtEVI99KKdnzztJ51poQ8mWg+FgCD73pZB8mXdGnYeD4eAh9guY",
-	"gwfpYC54Yee/QQC1KUf8lDTWo+GQgKSxgQN2J3IUuBwwinNIFVHnoAMTI20/zzqjzg80FRQsgXIHSzga",
-	"DsF1iyIf0rc2BL37DP1pN3nbcAr0OTV0kqutuuZU64x+eZt0TLlYcL3ujDov8mshhTFup/nMgB/Tv4zp",
-	"vHU/PYiwDRq3zvfmIyl+ppVjhKJ0ovydBTPTQAEHQ2/j9o7RCDfvWKUA1fdqM0GncVvoPXZvSLT6RVhV",
-	"69YA/74dUYEcx0ZWkEtCyWBAWSMUv2fK2JkWkFCFMOgxyjq0g3E8DIVHN2rZMeGTOXQ+d9YvueumPC/A",
-	"XxaMMuB9OK7n8D2cGJU5lmZipnkGMNlkesOIFdE/MPCsGAArx2Rxn7Pl345KCnCiiZLTfFYSOmn99F/h",
-	"Jn6W6wJzQ/+NR8OHn2C+n5T159awN70T8jOZIKbWu8nVrT+/6QJfHx6Qz+cAfT6tBEtBIZA16ffPtrxn",
-	"9WHS2B7U0LIyg7TCS/h7MJY/gQfIbrnokbfXyeAZjEkNi4F3aw7tuEwrzmn1CEVM/15i6u6Nj38HnIge",
-	"f9tMek1DhOd8Z2VctSOg471+xTOPFQw/Obz5J28kech/w36Ix0iou3/0ndKXeZYJCNsfHz2++Ren2SKX",
-	"wRsisDy+IrRva05DRx/h3CPSC6Cdnu5Ck+SlMk0M0lwBP0IcZGdSpVXIwgMh+7aBZglOF7UKrYFDtBAc",
-	"Rxj3AvjXKTMqCt4tGLdxo8CEcasWuVPI1gN2HqBNl9wYx3ZlsR7LfJps/Ky9PwI0FWhOQzthnCKMVPkD",
-	"elu5iF1m8OYjNkyRlf5aQm0S+I9+Ih9qMHiCgeY90mgWoZ5f+bJTpWcpGEvx7RtLuH69AUvdvoWtVYTr",
-	"gbVoWsxyA23tvHPR/a/p4bHkcAB93B9qJeWU6SU64tMNzOOUdZfexjo6BrMb3HogmbC2DitmnCEArbIg",
-	"JEOuRw/7T20XgxYc7yZkSMKhgucU/b1qUSW5RLDK/b+5FVHlYi6h8xnrPn92/t1YNnS+id6lfyXW1P+m",
-	"hxQEOnU4IM6yfDoVWkgbvK6sW/XKTCLsBHf4vuZra/MpcsBy48YxqrjGXl7eK3vUuAkUbauSATNBphV5",
-	"Y5AmeQEawIillKeTxv7eE5aaOc/UCty8kSYDZwEB9AtIMkpPWLriWla/jh7DXO/Uu27HMq70+dl/i1s5",
-	"YD9XusmG2hM10UlD+8h0LOm1Rix16n8K5u3K0OxekSGCSRjWAqZhM7DtqBzLXPa92ozOeM26mz/vJSzF",
-	"kt3qTR8NHzYJsyeEZnw7IVZH/P4By9lQPAEFfauy9Z0pKbDEIIzqgXtqdXVvChnNDVUtDVoS+E9EBuxL",
-	"KuszNC7FhJdG1LJVgbahPIK6UbmptymsbUH0o4OGX7xPOkEc3vTz6sH4V/3b/bbfMALGKvYfgp6vjfEq",
-	"Tpvdb5jqJxsjEZzQvqO4x+F8/8DK0fD45l/8pOx3qpQ4xeEeU5zxdaF4dq7UC64RXeb48NE+72PK5RLa",
-	"1/8ospyfO8MWVLijHZcv9ubvfwl9e75mMwVkaQQek4Trh/BaI597QIKMPJJKhqA3uA0N60q+EJUfH1k4",
-	"Gq2J7zDr/ePUfhddp+Doq1S9BwZcjNrxbWq+Su/9AExWy/Mi9ej/MBrFF5iQVmONS1Ap3Zri1bufuTlj",
-	"xoLmP/iMDZzICSyzT+7betsgt1OouYAq2PUQZaTjUIwD83TI2ubg8PRqgnc8jli7lkBPo8JR15NgleAW",
-	"IIg/7CNKAAYIccCZFCtYLep57i+a1cmwylL4FDz+KfD0EfT8drpjbiLnMr6h93RXvQcIyY3q8TmKiRH2",
-	"kXPSnXKeAbMX/JPg370A3SoC7610ke2obdT8sB5p3t3jcCy7UZPDlt6GYNVEa6TEskhyfZE4dyFxkk7k",
-	"8b/x19GjQKe7PUF3zmsr8xPDIM7EQvU0c8buqFkd9pkQyKscVx1LpxaboKImPkTo8T02YyYVVBuDPUAT",
-	"ZCw3wiV4awbsJwx+O8ugSh9wbM8vll/6ZCC8w1u0/cFnUvNEAF+JrR6cLvJCoNPhba25CqbvRN/WPBQH",
-	"lx5sqNlP8ZTMBXCD4mHl0rtDbbEG9g7eryQ0IeKGbeZYYtYxJVpu2UpOdBKDC32ZR6Hojb7pEtNzh4tq",
-	"cW8slU48jAw8S10zyyJjGwTVpWBsEnK8MNwZhf7ccBuxvyS4i1eSBAuvTCFHfAkEvDdkohZOFo7lpkVc",
-	"ibrjo6NegrggtXQF3BDo4oM+6XTAnvHJPLhQKDsPPEUrue1mOLnB1gdrGgN+kF7ZPR4OMQHInYJbPF1G",
-	"Yz1Gj++/hbdnsL9rposuJFw55AcE7eNKrLHjNRzino5SuADfAsHej2UIY39O8zBeQJv+8LLhtoRMEriK",
-	"XoR7FecP7qT99GZFA1v1RF4lCmIF8IdyV6Vn7YFDjDo3xw/yzEmclujB1pVwI710U93W4wJqw95RA0T0",
-	"2B01uJML8FLPANOkhe6XfAZeEGyV/6ePPbitgHeNg1zuT4BgbBTYiAsZuDM1gn0H1ZKYuL6DvNipDOIx",
-	"dc9GDtBjL619chYYmW4CfHLAUnBM+rRbdMZ792qCfYZNeekWeylS9y0iGY6lz9q+4HIyV/oC8BCsYoes",
-	"O+GFkBnXmJxmIGElaqcNgAeEKlaVLTghh8bgqKUNd4AkaejunRAY2lhWP7gguZYbat3dbevT3WsUXHAo",
-	"LyFidB9y66WeER7oXvLq8C4nbtPsHfWBFwUrE/7ot3W4x219ouS0yLFO8XM6w276Mfnznbn0TNrcru+K",
-	"HyGREW/Z5kmR6MOweasAbONArJ7jWOmV1G8RxO22FPxeWH+57k8u7SD0pFLba24+thB65rPPQWX3fjzW",
-	"9d0665gTPHPGilWbPX5MDxOHPRw4gSWnf/hrdVsf8x1Q6ffCtpFoi+6GrTdBqN5KiXqpZ2ecOhguvSG9",
-	"iRDA5YzKbahUYUlgTxGuX1Xqi49cCbGk4kNoX7Ijo2S/K0NCOiE8E5MmsXgjn2GTGOZUgucnhX6fSopR",
-	"LRd5zu1YQjEB5hZThdBMWCh/guG95wQzlI2T5PjPuF6+EPxaoDEOCaYPoqxdw/iluo5Ly7wzXWn6YWTO",
-	"c0t1mlRQbcYylHVWZV5VOkUUWW4S4QDKfK8SHGGfP7HBuYOv4eFAieOfjsv8WwpvvGwfxhm3RHuoJ73B",
-	"yK0uK1Z+anGtnLaupKhqpBImxSqgLVQYe1iMbj6a+zXcZ7e602X+N7H+09jO+Dr7mM/uKL5oDi32ti81",
-	"iK5IoPV7VSB22/MhfBnKPaCI0pZaojsYL0tUXmDm4OaWxRpcvfdxi3B1SHj3JBlx8M9j3sZzZ21y0gfB",
-	"ydA9YWnUhgAUPIQ4wJ22Chv1fBGodyBQ79KipWv/Ibe+XTge/H4l1u/xVheiqX/FK5CHoeFCAJ7serAO",
-	"rCmgFm6TiVha7NRA2ZfuN5D+MJZFbioICJKzkBBgBEQ6r9UVFP8FGQzzhWDcMWac3gebwJeM2ETtvh43",
-	"p+O7KaBmBBb7RVxtEy9u60cS7weLrJs1n7+JNUm3hhtSZvnucgzUGslarGuII7aaK9ZNoVVk2sMOb/h3",
-	"DjXyKVa3uq8wsIvFrin6iH2nPozz22DrJAHK8940TnjrP4u+6V5mH3UTIV2EpMYPXy7y9kXmWb3hZXyT",
-	"gWbuT/Pcvpt71kxBIFqtIArdkOHfq+5G2dJOL2HLooTMA8y9AGjLMCa5crqI1E11G3BzoSqjhyArPvPM",
-	"25I4WYIlFepaaI/+A/uLOMxZKaI0QXLZUkYmitUnr/8Rp0yktF6lZwm8KbwoLjDBCf38F/gnzUx/4bwJ",
-	"4hBP1ukgDFmPl8VgxV1sKahLKXM563l8yw/nTEpH+EitbArrul7q2ZeCtD8Jd9muYCO8r6b6tZ1sJonq",
-	"3O6S4VBBfx/8tJ8qaOQk1xOc+A3M+ycRy9E77SOca2AKX4Rzi1OotktxTlCNcj+ne2gptFESFOMJl9Bg",
-	"EIQtCpWVuAzvgE4kzMgfsRQb76VjCe3wA6AfdqkKwRqAV+DGrJTOwLlE/fQlJnxC1fscixAMwkW5AW2p",
-	"pcggr0QseF4E5Jeo2K9KMHl8fy6q6FLck58qmuHzOKviV2wL6URU/C+VnHHba/8vks1xd/6r2tF+MH+6",
-	"QTIf/J5nO51ZT+Fz31c/ojVASKU2K7n2LT7vJbCDa9i87/s4nGorzg3Dt/zieWogO9zkuyK75FMlCe2k",
-	"iuHn4sRfCKwlh+euqOveHJzRQbfaNpjYtXeUHB/fDIh7jz1Ua/Kl2QygU04vOT0+0isAAHf4ZmOJ2iEL",
-	"aMqQ12OV6rW5OL/H9/2TGFPwNvuYUXhuX65yi/0081Th7zB98Cn8DW2202mWGZaCgy6NUsFCDzFEcozx",
-	"eAA0Q6oVdW9L4X8p616uxzJuoxd1paEoBvn06g38eglTktUDfRT/G4zlEwLQBr9lHbrSoL/VeGAan9iW",
-	"MVXa0JLOKanUkqaHlXcIhW6EILjK3DESeOCE5ZYV+dQaqleHPvDWv+KAgbM/SmWF9EFulEzRNiRnbYw2",
-	"W6+Gd/PPKUcv2t7u8dHRWIZ25iPMwadmfRMOrQZhob32uoU4FzEZO+NTtmgFHt+0purNhGXHLWgmoF4D",
-	"E7gnsxHG/jwGI75Wi4IC9xPKyrCPlafLL4kL//qZgHDwFJTpcmbVsl8uey3MuQYvTETZpuUc/A7/32kj",
-	"PvPdNuFRT1ejFu6babU02Apzk1US1BUOgwgQuzIgTlCJqmdAKO3VKRgmhnvy6RDsNlB+GJGv+MU+Zie+",
-	"wJdMh30yHXCzbkGp96j8wym3qv1x/8vdqJNxo8wIzRmjf3NRZAkzymn71slC8W6Za4+B0rW5QIGd9ZKx",
-	"VDAuL4o1dYoFAG6K93i4wAMo2iPLk70Q3PhmIIRJjR0NAOPO6wFaUAcAvGADdop6b6HUFVTKShX154VO",
-	"i9tdQJOxNKoqISwQTJ1bNhUrgmjOLWg00M95CnYHDOh7sHZBskslRQ+BD3GPsNcGr8Msj9hUFYVaVb12",
-	"oTAQGpKjxoL8z84FTQg40qAhPTCOewCAdJbee8AVSniXQr6KKWaLbjctj2LdQDl51fksd49BU/JO0pEc",
-	"2ndRi7b9tIPncAf3nxg9Gc0Tk/3+MROfgeaa/yba5vD9XqtJSCPvjB4Nobl3vigXndHhcAjdkOmvpuaH",
-	"fxzzM6KJvcqiN+/cF1licW2P9lnba+SAbyrI/Q0xVKWlbe10JJOAh3ymSDqYhXs7mwjDf0/0gY+Is5/D",
-	"sv4kPiH3MvvcRtjdLzewxSNkiST8rcG/P2cEHTSkUKobuVy6vmiy6sMVkramSjNKbtMGEX9UCfWn0QCo",
-	"1uUaIHu6kL7mC3h7A3YWct3Q2WPKBf0iFEFSJ/ZQVszXAFGEgGzRhe4idEFQImuYC8Z3upSKmbkzS3Wf",
-	"QJ3R2HLDbg45YsE3A6WR1OMI1zuW7f6e7k7QwwrxEKo3Cc5oLGOgw9rELPTiN7/kbwfkkbu/hIFz1JXu",
-	"w+Xjhv48Hh94qRaHD1L/l5yALwgPENglW+F23LlFHzn43f1v78wBb6kCV9hABcdmdbmuecSpCK5y4Q/G",
-	"8g12/aR0I4JyJTdRLskTrgU0Am1qDnp/qQmBs+zjHCII9C+5CHvkInwQyX6y3IPmYx9+Mt7+hXTasgw+",
-	"kG7uzbHoTvKuYEW85lrVTXjFE9zofEJgG9hAsciN3cTlCC30tvrndQP1QzkyYHNgfTK2JDHQlmPV0LSB",
-	"Fl/1bLhzVgtgGvesw30WwI5d19wjdvwpr/u/M2THfWhjB7uLLV7eu0/oT1V0sW+1xZcqi10+oU1lH4pH",
-	"N4n/s2f91eVzo1PpFb2IYZzSiWUwbRIWxekqZLiVbHQ5JWM54fq6ntrjhnlgTvzg3umkpEDIreoZtuFs",
-	"coaRW5YUIkBkR7tulfuAEDWdJoCLzxCEPf+1FIz6O1SW1j05YO6xVOPz1WjsSgkORRnVeXzxwfw7Sn3P",
-	"POh635r17SP3D353/7sBmWShrsnEQJLEOxpcMxW7QtB5zysWfE3ZCxUvQceznQu5m0Pdn9vlVqUgvgSk",
-	"lH/iy3gHpPom7M+HEusn87/cd9HHTaz9C/m0+V82tL4/pqp387NRFUir2ybdcL6YwDgf1Plp+stb9xBy",
-	"4NwmzKiIZ45l3ZXjqHbt8xW/1YJjmuO2y6YOcno/Xpd7Vtw+i9dlZykXeV3+lJf839rrsnUv70IVm2tl",
-	"bSF2aV4voA4j6v63cvYW/i4AxG1VjnSdOVcF3XsnY8mxaONj3TetOtVLPTv377OPauVe7Isi1ez+mNqW",
-	"E4/9fv6jD9SqIBbkCSmqTsK2aChFoPOa90hQagZSFEGLQiLwnFOxoVnwohCaTQGLjXVTWEzo4p9P5r0T",
-	"yKbHjhvYQtOp1r6y5CNKFzerFVlVrIhoFgCT2EC92C+gnXTv0F3v52iLzNH3cCca78xPqjqyeNu+XKKt",
-	"S1Qj71C5FGHmfthV+oiMs7LhEv5YFjZfFrnwHaBMkWe5nNVzsbrYfjBhi1yWViTQTTVhGV/3oiqBZIxJ",
-	"7FAMiBV+EHdbsxQvZMq62m2xyKCHHTT2LwQ3lkHXN8pmg+yyscSZrVJ4WX3SWW6gC3hDsSL5AjlbqIWQ",
-	"NsFM+7FMsUrBQO1NV2mWWluENqShjBJWs1DGsr+6FzMA5ChkXIroaxAG7FWsMTfIxXzqfjfHRnYnjFff",
-	"qGlgYqEl3wbbQnfFKpcmVDruIzSx0f7NfAk+T8DfyolJNfKls3KLL91D6JKGfy0+eXu7m7ghZSXTUwmU",
-	"2hph/3xa9WdGjTnf0AE+hC9uq7aY994WUMSErAjXMeLLCfYXDYlf8Bf44CAFwV1qAI/kcg0ZA2O5ASPp",
-	"r2BO9c5mwG7EVwx4is/cbL4dNoBeUZPNNON5sU5HtULuRVlw6NiDKWTEi3Ewx88g/YEKwOE93pw/cdwN",
-	"emwCFJfSV0IzLSZKO77smL3bCygpgPQIaC9KQ5revRcggXPMHd1HIT3eb3TVLa/VucZnX9ShJuesJ1C+",
-	"gTvwB6lVgbkPePbP0linPgDZ3Hl6v9JaTCy2t8XKYkwG1fsgNGB3YVBK3O9zM5YrreQsZgldqQicFjr6",
-	"UlSjSx/BFfWehO42iO1YRsvxQBMDlhphU7aAUsyAnUsV2xO1WOQWWg3gJ3NRQKKG4yDO8Imq84zla/i+",
-	"h6wUukmdOAaRpYxnmeeKiwTa4s+QteHXhVpBTYP7+iR0d1ZSJF7xO/rfR0P2DTs8PHr09ePHj4dffX18",
-	"9NXRMSMrbwVcj3RMbFk7lpiCSwMM4euj/310iOoS7MQDwy7dPSCE+8KtyG+STx0jL8hYdsl4NUI4ay8h",
-	"hypUp4psRtFxcKHC+zgpYthKFIWbcVqUZo5HBO0cYfcs15bqXQF5wp0AlKBHGnMAasZwFnfH6dgQUnMK",
-	"YNdrate/mitUbJMIDJm6VQIcxdQSRBrw7gCr8RrtAoZ2gfEmwVhahXYA1OUq6z2QIyxmhUtf2ihQn2sa",
-	"I9Jpx3IHhga7JYTGWO7A0DiFLfES5n7cwnwmTgMfuU1of3hfi2iTVhW7+wKu8UdCVbyrElGSNwHlxjOu",
-	"Lvlie83Cdz+UjZW4nCt1tRNP4M2rF3B9HVfSgkFKsFWsm9KPsd9fJftOfLZvbolfpWen509+YPW5qZUC",
-	"++HH0yf91z+cHj36CnTOTDj+DOoyTJfPJCFwUOsFQlHHPrmkWIPjMJ9JbktdgbPDqpldL4WBZSP7x2Y6",
-	"IHozofNrkaH/wEMWgLxI//7m5fnpxc/Pvv3h5cu/Xbx+9uTVs/P0BCU38OtlDmaEdOJrLFM3ey5nF1Gr",
-	"HlkWBUpmqWzlwVwP2D+Ezqdrxv3Lrp2wdeRRWjBG4j1xUnxcDocPJxb+Jwb4l+YrSMnGD9OKudL7geKv",
-	"Fkuusb0LcAfHYy3gkth8QWKXpdeHcH7p30tl+bLgUvRf+80cMfsNTljK/B1Ollwf0mdzQR+lJ0yLaWkE",
-	"U0XGUpsOxhK4E8QHEX3JHddkLhyNs276xP27/0RJq1UxYlL1AQE47d1HHPF7YX8mUr9Hju2naOHUdF+Y",
-	"EdYdsxl0kg4SM6yktiEN4GLFytFPGjZqUMMmINABY91xuxV8MV+y1mJ7fxI+8YguL12diKHSg+aTdsug",
-	"SfsVJ2zlz1g7y60ViyVwZfoNAvLH5ghy8M2uN3UuST0uHMPv+hTQiRaZkDbnBTQ+BYwM4tx+WlkuLp1A",
-	"mvK8cNowfmwQ/0Q7A8RDKDmdV02nCSsBhu1oSCNpMRE5Mt4fzs/PnJFhS2cIOQ5KndWl8GBKIqvKprFn",
-	"PD44BbXblJOJMKZ3Xx136JI/rQ7nT5JxXn+xvdo+BvHlz/yL16SZ7XiGEzas3pHnc7KZAyvQzXHXjpLX",
-	"gM/tGJHXFAduqtQznBgfs65LQiSHFL8ivxIYJHLqGu1et1FVScmc9jlJK3T1LpdCki0bMRrwG9gSez2v",
-	"5msmlVdWJnwhBuw0PEygUjwvjFdkuCTOQ2BFjs8BMeM0ldZzNBySkgV8SWQiS9mUF0agMurUSLiyIvbl",
-	"uuXxLNPCGEizGjHOCqWWjn8C6ME1t1AaV+Tyql+oCS+YdcYOwb5NwbsTYTeMpZtIl9LQaurq7emLFy9/",
-	"vjh79fwfp+fPvnG2AiFTpKUuLlZcS3T4egUWdTt3mnSYtC3eBZ3QX8j6qVe3L1mI78AJIX/mGWjMQ9oU",
-	"EiwYna57R7p1YuoNoAgwqOUQQ0O9PFy6N69eJFRHSAq++7ZZw3dkCZ0u3Dbdhwhxt4I47bm7ePfP0N00",
-	"r8BX1l7Na2w4lgeGPGt/Pl5+tGNrl1pdFmLxl9tt8Rn+akf4ke1FjHUF9CS0tl9xslzvShg58gOfcri6",
-	"NT68CkbSrUVTg4BRZZH1Lws1aXcw/DxXTMip0gDjgi3756W2IwjsUeaCx7IpxLUoEpZDfE5matWLO/3P",
-	"+bVwMkI6nkNO3Aj+cDXPC/RJcGArqZnzTK0wpuVYXMoWKoO8iBVbcLkeS5/GJH0POAb9cPIqBmcSTDeg",
-	"J0GrPqm4AbSfM+5VxjLjaxQqS0BDYXkmFkvlSBF/7bidR5UA3x174v5ytxFCmXOPLoEpB7lk/BKAgRh6",
-	"cf274lJO4sjgUmjjgboIkAg8RQkzClT+NTOlvs4BSxnc1oy81gN2SgkViMGY5cbmcmKZBgRmLdiVWELk",
-	"03eQHkuKXHYRt3qWS4A//Nmd0beOFp7wZdobRSc0LTV49wmLyI3qNyKXY6f5Qwc/NUUCYCng+KSVjeLp",
-	"Iwf8VU8aIL8mTvxnVcoJQEZGRwPhDIhE3CbAe+/h02q3/rgx1GqNrwQ2ymtmgki1XyyDBmYMHAh7xHIt",
-	"aaf+aAFWp2XfhACIWVzuyb3B/5pruM9gsj+JRe1eZh8zGnb4j35B7qoke0kn7OkZ/wY6vakhXcF3oWez",
-	"Uy9BCjePh7RDgcv4WAY9wkuIJc/1CUuXShV1pp/SH9SKgEDn8Ofk1wpQyDghwtFBViBB0oH48Zh0Xoep",
-	"RLxHiBJZhPFHvRUoXVrPzINITHK5RgS7kFqkRbD1QNRgEU5L+bMjxnsKl7qhP0/5M7xUi9xxp/YvhT/3",
-	"b9dibokkuckJYrlz8Lv73/tbt3BtrNgMV+Ae+f0uavyiA7VVbLZQwq1134LLuwK64pfwGT1yJcSSMl8g",
-	"42kwls2llxXu1QlLxx2SBuPOCMLBVQkm5HhSg/B2g2LAXqiV0NhjAq1hgMBC3yaZtsaZpb7vOJnBHqew",
-	"auSDtkyuK4xm6IWxxLF9a3SIhFdQqtFbKu3XS1Z3NJr7EgsFMO/dz5psInU5m3oTqqu56POexdVnKfrc",
-	"xR980eefkk/8Wxd97i/lblHLmdvWus0TdmOV5qCl/NIR6Jf6y7utvyTjYWfx5V7llUbYmNEnlUczquKL",
-	"SiOjvmfQnX8sqZwJa6my2zUiIvXpS4njnzA6vSeJfowudm91i/hLCPvVLge39BUFDW5ZwTiWcdOwf4UK",
-	"xo1DrJcvQsP8ptp/p5JFuPqXys6pbNs9U84opbBW3LizonEsW1nIWbnNQv6tqhHrdYh/Wq70hylGDLwB",
-	"XeobiljE20gX22yx1uyQ/EE5gzDlC1VKm1L1RdzUtbLMkqoC0ZlHCcvEJHeMx9e+FPmVM9YoAqimbOKu",
-	"fhi7y4vC2VY+HKyuhY7ZGoYO0Js5YkfDQ0q4tvU2cGDsHR89xmQazuIYaQK9ytzg3iJjP4jClwaBt3Is",
-	"AQjIBI7q29jWVlIrKcoU9UjbWAlkXRvhtj0bsVB3xLrp2cvX52zzEA5+z7P3B/hY2kuYFo5Rw/NPn714",
-	"dv4shS51mphkIaYWqx6Xjp3HLDdhNCt1o2Wpkhfw/Tpl3ZSmiKGr8QySuDkL7GNKi0h7oWiJIrAmju9C",
-	"UgtFeCfriyvh5qE4acKOjkGMmQrKGt0RGjBLq+2CjfdZ9OBnWEMqky5FunVy0DHvhM6XF1VSzkIsLgFw",
-	"zjsaGmOUQA6+1hyRukWh5Aw94krP0nbnctRW7J7YejRD4IGf1tccv2MDg3e3BsMFgTMxKlUgHxI+f4lF",
-	"0j7Ybahay33mznMjKTyM1bY6evagevB9Uv2qf7vf9htGOFNFPlnvPwQ9XxvjlVjwXOZytv8w1U82RjLC",
-	"3mYU49WAL/6UO/GnfKr0qZ+iDKi5KCh/k9yUxNm2ekSFzKqI9RKkBqfsHFaFyzjL8ulUQGoHsSzH4Sot",
-	"5E7YBnRdb8+/e4qy2PGBNi0A05suRT0tzG3KF2ZxD8wi6bwSVq/7p44v3/jr6FE4XSr6+1TXBLO1CFiW",
-	"T+ZYXMVrSgRlIE55XkCKW49VQBnwpTNvF1yu/S1Aj0mRz+Z2sAUlDEmL9Zpjn2oWKddAyq1ZKvRtk94N",
-	"Kt9uFOECWwxzLFOPfjxCjRTvSG7YLL8WEnt9190BA3Y6liETjxS6RlWMvkEgzFOsqya9lZK9UIkcjeXx",
-	"8DGTfOHmBpvZciuaW3rDoJsq0/03fG2mH9SoB//yKN/Ri75GVf/uanC/x9TI+FI5qro1vSd7de32mZxX",
-	"Yv0A0kBGLHWkniYsDSaT+8ObQ5hYSG7dNCFMKndBp/ms1MIM2N/E0lKBVMbXpHPmlnzBznKRmFuCTqIQ",
-	"thsetziD/xjku7Fzf2gqvhtSPK3bh76A0TGbDyDH27l0o8N4nlUJgm0W++2LijYnaMdggczotATid5vg",
-	"WH1wyrA+w28aWH/io/xUR2+o8Xvd9XxZTq48qjyKupXQ2Mleoq+2y+mh0BKQ2mlAQQsNkxv0SfBCSdEb",
-	"hAVDZ6ug30WJ307ulkWBydNOpI6lL2DChGZMEUWFMVXXQl+EvvIEsgE+IkoWqCWc46H4IspYzJE8Q2cD",
-	"1o3D/sZ+hUr6eaEI4m8sSf6xfcXfE5js/h0Gfp5b+Ao+Gdt64rn4v2U/jmZJ/VmM2rvhyfgWGwpCcKwh",
-	"/3A3/8704wPxzgqZ3R+D/TFq1BF+8YBCx2tmFUQw/lIPYo1AJefaXgqOygZysELJGVZRShBW5+cvEmbK",
-	"yRytXmO14IvgzAQgIKy4mKyZKZR1vDYNH9qUcEV7A/ZSFusGO4BBitUJpkd4v2+FclX5kRMIi5PiRGjE",
-	"G8fouTt4lN3qaQtykzS4knu3sAOewRnePyP08/wRGSGuTWQnNWc9hFfngkmxou3+wif/DHwST7vpwnYD",
-	"3+jdnkm6OcSk1LldAw+8FFwLfVraeWf0y1vH5LDQEjnkRgIT1E5TfId1qSj4h/Pzs4vTp09fpb1BJ+mU",
-	"uuiMOnNrl6ODg8Ojvw6Gg+HgcPT18Osh8FBa7+bYUMvCujYX2vTYZSmzQoRSAQ7+mFILqjr0hXdLpQo2",
-	"KbjBukOfIspe+gwdJYu1W5TkC9EZUTrZ+2S73eIMS+mwyYfk0poBA2RSygnAdFE3yYKvme+TH9UzRLMo",
-	"PWuZhJ2ePXeWqtkAV2JmDnjvciIgpwGS8KETiSKmzc0cnrMKeiGFufgy77sBG+b7XrvXYF2rlv1yaXqM",
-	"Zz7iaBVFtR4YFqduQOQ3AojlmDY1YBi4ykirvlZXGBuMcxmiRc1g5oYlnQm1LCDtF+vGnXWBVYMrcVnh",
-	"NVuWHtAfByksBJOyZtEc9H0fO0FsT4VgLwSuRWVDSdRMIoGAntI1JL064ku8zWUG3tstZwQk9DppvNHv",
-	"ZbtrIO52oGiZhYtE0S1C5M21b1MZZseGo9uzv2pt2Ljd5RBHrvc5jKZo28ZziLRZtuR2PmBPISJv2Gou",
-	"wP/BgZ7ctE55gasxU4zPBc9i0yiPtxI50fZMWwjFUMWDEeA6yjppiBo8r5vFf7V3AtzarZm+rfeahxgC",
-	"gv52lWa6lBLytuvjxufh6wWbt6tWHJ40QCYFPJ5CzarMgE14mGi+UFa+PeFpxpcAGuoTNEy1b4isiYRf",
-	"QO4pC5noXlOoaCyk42zN8YPghZ07RZBnuRTEbM+0WjgqKEOt14D9pJjTDoS0+RaFBX3OdN6/ff//BwAA",
-	"//8=",
+	"7L1/c9s21i/+VjC6dybSs5QsO062kabzXDdJ29xNG2/ibOe5VdaERUjimgJUALSi9pv3/h2cc0CCFCnL",
+	"jp10s/mnjUUSv3F+n8/5ozNVy5WSQlrTGf3RWQieCA3//HuuLF9lXIr+L1zLVM7dr4kwU52ubKpkZ9R5",
+	"IyxLJYvXXMuYLVUi2HohJLMLwaYLMb1ka5VnCVvwK8EuhJAsETIVyZgZvjFsvUinC5aJK5ExLhO2TmWi",
+	"1oNO1DHThVhy16HdrERn1DFWuxF8+BB1XnMrXqbL1G6PJ9F8ZvupsLP+wtoVX6V9za3I3Nt9mlv/8PCB",
+	"YUUjEePMWJ1Pba5F0p+lIkvYy9RYpmYTqaRgqRXLEUzJpvOFFcayDL90v7k34qK1Pvw3ZjisC2EiJgbz",
+	"wUTGk05uhO4vU5lbMemM9bfDsf32+CgesVjHLDVhK6/FkqduyeOIxdY9ncjKYyNszLpKMg4ryrOIxa+F",
+	"1Zv+ycwKHffG9B1Ty9RakbCZ0oxLxrNMrUUykbQ9C2Xq84KxTJWc5loL6fpJLZtpIQzjhi1U5laRGWFt",
+	"JnoD9kZIO5G5zIQxLP7721dnJ+evT86ev3zx04uz8x+fnzx7/voNTjATcz7dxExpFqvZLB5M5L573W/Z",
+	"8ZfQJOvizg8fMzWDbXnx/Oz7cpMZ7X3ELsXKwlrAEc1Sd/Dd2ZvIObdi7U6lXXDLtOAJS+14x4yWfMNs",
+	"riVL3VmZ9QYTebYQtIY0jHJla4ecdf3hWad2Ae9mghvXMW19NJHW3yWjlBTw0AjbG7Ni40VC96x7fPSk",
+	"F/lut3pzc5pILWa5EW5erBtfZGp6KZJzbuNefSNmSi+57Yw6qbSPjzuR35lUWjEXurY1pypLp5s7uY3U",
+	"VtOlnEi4ld3X3z9lTx4/OuyNmL+dbCV0dd1hUR4YtuJ2EVxBpef9pZJ2MemMf/v2cDgcRmzSsYIvy4sJ",
+	"v4/X3z6GZ9VL+9u3R/goHrCzhZhI6D010OcKhv7AMMmXImLxpDPJh8OHU9gM+Kfo4y+4KfjTpBNHbKXF",
+	"LH0vEnaxKb9bCqvTqf+wEwNphUPB8JHrWCrLYi1+y4WxJmbdeNKx6lJI06+MHAjCb7EfKqzVmMXr2P05",
+	"kXRKUsmMmCqZGNYF0ucuSgwLFkdEKzIh53bBZsoREmxtyjMhE64jJpV230xkSD+g6xx6YrlM7ahCk/zY",
+	"YcHKr/r+dzdxaJKz8mm52eXnInOUrFgc2ocB+1mxeHUJUzdC2k9GsAoavn0x3srUmvKmM26bb+0OvjL4",
+	"iPsK7KOJmePW59KmGQzo+mEgRTKsC+yFmSxNUjn3Byqittxs/c5d5NNLYZmQiekN2KstQkb8J2RmI7f5",
+	"1LQfE/KjHBZyrnmS8yzbRMwoGLiQiTsc7iH154j1hWBWqYkUXGebkglAt1axFTdmzDhxBWQDa+7a2Ga9",
+	"dE0cSbU6FaYUewxf+janXDKTT6dCJAP2PSwQjX6qcukuQLzSYpoaEU9kN6YZnuM7Ju5FAcMuKBosuL/H",
+	"NE+YBq7vRJr8ok+T7nJm10LaVNiFfw9b70WBoOYGw6R4b9mMZ5mJ4AjyiQz35YFxfcI3Qqp8vmBlPwbl",
+	"u0zMbNBgsb7KWGbVRM7c1c9XbqmDw+X6cqSmbO5WzKg8Lu0Hm7vHJHTWtsodD7f/N71WH6LOimu+FJak",
+	"5qdKGpWJt0boU24X24OhF5gjzyxNXIep+91xqk7UcTTL9ZB0oo6jbakWSWdkdS7Cgf1vLWadUed/HZTS",
+	"+wE+NQcvEliRp7k2Sv89F7qBM79a8d9yODPGUWytlsjBtLhKVe7Y5lw8MCx2h+Ic34qLkf4GbRZDxceV",
+	"dVvy9y+BTXRGh8Oj46izTGXxQ9RANb+HhW4Z7PP3K6XhPC25HbBnYsbzzBp3juJ/GSVbR0bbt+/CYT84",
+	"FBjVD5pL27yL8Kh9++bu8cfu4ItELFfKCjnd/E1sfgR5aXskZ4G0k5ZfsEvhpCgkE3Hw4PxSbGKGak73",
+	"G7eIh0ffOHWAaz51p9gRivik//8Y7//Ohv0nbMDO2Yj9H9Z3FEmkdiG0a7hBbcIddbTMiVqJ0P3Do4fH",
+	"j0DEoaGAXA6CIVvr1ArDUttz/PWCa8G6cfBZ3BuwH9IraNF9ihIjEAz3J3YJ0nOSzmYCuMul2ACh8pJu",
+	"93g4JOkWtgnbKDcqWOP+38SmclbEe75cZe6t2mw6TUf4b2LTfFROTl+4YbE0QZk/TpPYE2PYJCfCOS5j",
+	"xFQL22s5Upcwuo86UMDBWi7ZKZ8LZtLfRdtlAomrsj4JXkR3x4eRu/PpMl/CX0O48fRnI71+pefNq/VK",
+	"z9uvldLzj12DU6FTlbQswndpljkZYwUvuSMb/8///M//9H/6Kca9A1HYicklE6F3jeXaOokmJE8BX6b3",
+	"BuytcSsNQp7Ks6QPahjj0qyFZsfDISrqvlkQQhYc5fwLMc9l5MRaN8iwcSVb9w0b2psI4vrgUmVcNm+S",
+	"e9K+S6uMy4/dJidm6Svu+nuRbA8geHxrHrri1grtPvunPv912H9y0v9/vP/7uz+Ojj7878Yrfib4snlB",
+	"3JP2gTj98mMXpF2geLtTkHBixsf1/cF9bVZKGgESzkmyTGUhEAvYnamSVkjQKfhqlaVT2JqDlVYXmVj+",
+	"xXFp92zPI4hfYde1dVaKLbncFGpfYT0xgk21SJywyzMzYuJK6A2LD64OY6ZWQuNZEe+nYmVR5wWmCcwi",
+	"w4mAFYGodUQfORnWqdOOQ00Dyc3xONQcT5799OJn0B/PQYEsaLs7oUJH0KoWsCg9p43aBagx3LBESTFm",
+	"ToPYTCQKpxW9x2sZyL8C0+wOC6gTB9DucniILHLkFGvuNg2sjmhbaFBT0dAwtg1vGGHxaTz4WHvda79x",
+	"Xq9xy+N1OtQYqlvZ2OPN7FDba+L3yCkeaLaprNJvtAZwMGhd1t+GtptCAbzpsuywChRLA4pUKisUfodp",
+	"/COUfI6nL9RUx6VqxGt6+PW976OFWQVaNbsQM6UFDiCV82sad81/xxNao09Jc37imVMkROJoQCqveJYm",
+	"LJWr3I5ZLLRW2sQsS93GCT51evZMSDBVwFEbdNzIUbBADWPH4G826GqrbuRWvLcHU3NVbaOmgL75B1JN",
+	"7iVqrdYRXIUslQLplVr7K/J/37z6GXSvQQNP3CbQC8EE6mtarQ1M/qmSsyydftJNO5FMXfxLTK1nEKkB",
+	"AVxp5i5g1mM804InGybeu62DgX6v9EWaJEJ+Upa2qJA7lvHpJV7BqVqJiKHbRuk5KBHG0QL3N3GnvpLZ",
+	"JjhoPyv7vcrlJ2XKPyunnOcyiVgqp1kOZ98xadoBNWNcKlAblZ7DME/5JlM8OVPqJddz8anXm6QHdqGS",
+	"DZjSlGKZGwgMLhAu34CTK/n04yvFWyco+LOKPreEwWKuUyPGLE6E5WkWg7HboB5puRWsO1VLNLNHTItM",
+	"cIMUTLxfOUGwB1N9I/RVOhVvJb/iacYvsk++FQZH4DiQU3ESMU0TwaRas64YzAfstUhSJymtJcslqP8s",
+	"nmbKiCRmTtHAebyVPLcLpdPfP+1m/ZQa40472C+SqtgCw1ppNRXGuJV9Lm1qN5+UCDJkVv64gzJ5oQW/",
+	"NN6yjF0znWcCiCP9Jgzj3skEcpKes0QJVEMvpVr3xu6fhSS71u6kSZq0yVeOA4jkJ5Gk/Ax4xqc9VXCx",
+	"3cAMyk7A7Z7iAPpuQLgW5D8DFtc1QrhXrtwGKml644msXa41egS8H6kuyjsx3Q2Hxgi60ir9m4A9X2lH",
+	"sm2KOtRUC27B91oxMyfcir5Nl2Kb1UZOnd1DXYs6GTf2PDe7W5d5Rtcd9cGt3lB9/GP7Aboqm4XsWaqN",
+	"ZVVTIqpCUy1s5EQ/LaZqLlNy1V2KzaBprlpcqcuPnAHwT1jt1IqluW7x3rjX3XfUENeabzqo/Xrd+Ve0",
+	"KcDaFB0USxKF21rbh8qU3hWdIId0veJJeQoNwBVJktStLM9Og5Mz45kRUWmZ/KMwwjtlVuXW09NyeKNf",
+	"8WHnHWxeeAr9Hu9alp/dOx+xmkv+/gV+8BCMgvTHYW2do04u099yQY/dltaXvrrq161hg9HohEmxBikK",
+	"CEJpco3InJcaZhaO04BQpeQUjGpf4M39E9+3qIN70kxgLgTXgkwyIxb/tro8R608TVATpz+PH7ILbsTj",
+	"41xnAT0KtPVtHf3Or3kxlfaz+jJFXbZ6xor122shicc0rGTgvbv2mov3Fj2G22sBg6i21jijPEntc2l1",
+	"A7/jU9zE+p7+4jmq458Yp8NiK/hygGscN3IHPrVKNzWm2JIngrz6XM6LJr26FEcsvhSbUfXQuF/JuEdP",
+	"QEdsPy1RhzfbONwZJa0H7XnlUFjX3SCy7iciE+4TcPa03Cxa2ajzvj9XffrRSUmD13z9kxMq5yJ82jeX",
+	"6aqvVsg1+iuVShgj0NKog+aWnUMmi0zLmGFHPu2YkXBe64WPfL/N5ystjxizKjxlIyHnzfur9LyFUIIo",
+	"fY4j23oMtHJPvtBEctDBhec78rcmKpeVNtGfv8p4qPfWq3kntKa845+d3nzH7XTx1Ik2TmhoPthamDwD",
+	"C4TbfAz1UDPG2YX7GIwrGPcA2gQqBRAhChGvaskuhJPwUSsFF4uS4tWsM/p19/RgWK+h886HaE9V5l1l",
+	"UoGlc6csWBNPwKmx935WeqpIa4fkxG2R1+qbRv3u3idakK0ziLu0/6hrO3+dzO6bbxwcmlBP5HSh9DPe",
+	"4Dx4xjdejUHvrwq9v0rPHxh2UfEbG3QGu9NSOMWPvtntEm8wEe+3FPjVa7VuupDB022WvFS5bCCZr66E",
+	"Bg81PGdJLiJgWNN0yTOK8GBdpefMKsszMPOO2aQznHQgBHO9EFr0Gokq+jKaPDRP6QnEnmDP8ZiJ5cpu",
+	"yji1VcYl+cLZSqdTchpsdQPBNyI5h+DAtuDLcvPgdcN4kojEaajuKe50JaLYh9zKwOs/kVsLMQwWIUKH",
+	"AHTAHDG/EoxbMI06Uu1b9m35oMD1QmViwH7AcWnuleUpX2GwiPsDLa0iwRDIEYsV7hvOOp5ITpwcQyT5",
+	"hboSLPZf0Vs+mmfNN+hj3IPVVptoW95ieGmwdzsXa7Bf97gNjcy3jWdXVqZtwO6l6sIqKcydDJkiMPYM",
+	"vIgwXGA7Cg4ug5KFPa4YVeMlKCa7xwAhRmBHh4Iv+xib7NagCMC6bhA1MlwEoqCQQ0ERFJ9A2+rHvXXM",
+	"6rsYefoVUJX6zW+i9zdirYGZZarc+4fl+fOSl6EJjTp8ilIe7F5HyLmf3ajDs3QqOlv2F2w0DKSKmmmV",
+	"gtiDfOlIsWVLZSw7+uejIfuWHR4ePfrmyZMnw8ffHB89PjqOiFEZSxe/zOLCsFzDxHs+tdkGDZ6Tzncq",
+	"l+64y3x54VTkTs8dcrCA/JYLnWKo+dYpKsO96iMo+dyw6bC5SV8vl8BLoAFUAhevt6OEIZNVesGzbA/J",
+	"7UXS+fAuKrek3OeSwlxvyfFX+Po3/d3bIwQovExuJDvOd7OcRSEXAZG8UCoTXLovy3Sg64bz0pGC12LW",
+	"AdP7XPOk0doGEW0CIzRVbtGTE5EXx/OEB4bNeJpB6mBAQoJxoeeqof2EkkhSycjLgiI7h0QqgT5fCryB",
+	"rDXjqWeYHMS6xCDJxWb5pZDYEIYQAeGDxAJj0yzD69MbszgHH5QjhnGRyREzYruuI2WAxRfyCw7LqaLQ",
+	"SYQX0ofyAdend7hhGL3qrj16Aq8qMlVlfa5E1sDWXknBhNPUMDmqKSEMhCmOYg6Ej+0jccLuv7Hc5qZJ",
+	"5HQbeV0TP7l34ECvMr5p2lynu1FIJHiPmeA6S4X2SaU+ZQ7CVGpRz83LBGEm56A2n1PsTnM6K2xXkaV6",
+	"s8yBPXitXWhV+JR3LdJZ8eKHqHOVqoxbkfQhWImu886xj0hodUQd/vmbYwR98X4qhCP3hcq7WcEp3TNX",
+	"jyVilkphKlGocT0EK8asPJ+MCGI0ZVViWHaZd1PNQ/TGmV9riXfv4sr53La71E7h+q4TlhtlLHj1HMa/",
+	"P82sEXJPk+nmFPe5kbiDR/8W0ksOFPTw6OHxlgySNxLXUkdaK30JxOgTiR6oqLiWUMCLilypVLJZniER",
+	"0wIdzBCi5iTDcwyZcBS5y+kTzYxVK+PGffTPR4e9ATuhrsiiqaTok1oXRFwUITdF9AocWZyTo6X0Sbfw",
+	"kEO8nmNx8OKw5xPDMcnMcaRlntm0oS/gBKZqV7ozUWsvEetd/UDCgWg+fWAhf62yBityfJWKtdAx5E2b",
+	"MYshlDJmPDOKjMkwTSHdaH/FSMuOI2zus6C/8nYFmVR340AHo34j+djXQadp7rvXtVymRhsvDoMaqziT",
+	"dqy6W4WbO4dpxh21Mv/HqScD/yzqOJa1VjrpjDpTpbWY2v5CaSP6FxAWv/EDHNFWbRGOYjWLxfcTC7K/",
+	"jh4d1zei6hsIvJPFgLZotlUa9PFsg3lHC24WYyadfMa0sLmWSKDDjsl8WWSdHTVFGXzkdvoJF0OnJq/Z",
+	"x7swxIeX47Nb4p96la75XN4hSWtkUyVNjtghJLQ9pr8NWeDA81MY/MAWdSnV2j8euo9auJrnVW/caeOZ",
+	"b9hxI9dqIqapSZWcdEA8D+5eoTeCuRdS8t0xHA7RzB4u0OFjmHblp6ZlbjWfvnjzih0fHf6VeVsIm5I+",
+	"VeawvX3zDI5qkfTy60n//73742FTrkvUecbTbAOpStsnNWkyk5+wt2dPWVIay9HcExUZVP1nz+LqiI6G",
+	"R4/7h4f94cNQdHYkvNGgZdoUBdzVHPKqdhhrg9TjIm2aWxhyd5ov86zUsvbJOA4vSoIRLG2c8xkazxsj",
+	"UpTsSzGHrgsju5d8UBY+fjIYDmtLB79Vt3MySf44jA6PPnQnkwH+8fhD778bdxdCETOx9Kg/wbGdCW5z",
+	"jRttBHfPHw2jjjGqcPWmYNOaqywpbCLe+GVUrqeVj8naB9/7zDBqAf76cCOLWTi6XUTte//eTYw2weD3",
+	"aPsNvR1Ye25oYaqfY9cM4+YSgTEK56QW89RYMKW4xXmAoaUfYTeKymUsJ910bisJ0aGdElz6gTQ3NVed",
+	"CH9skuSev7dCJrfQW6zNSmX98XDrOFSet+WbgC1HqnWAaxFK4BgPjVZtwHpQ8hx+28QUb20YmkfaudjD",
+	"x3ukvIbbEA68aeW/52n2E1lSGiIaOOmqEJK7XqSZCA1qGDKdGpZL7fgbv8jECGJgQCDP1NpMZHeW8flc",
+	"JCz2JjynfReh1Wh8MezR8GHE4kxNeRaTG9yb2SRLZZ8sbxOJOXQaUogTpLOl+e2BYWbBNZBn4LhocpqE",
+	"Z8gNz4nDMACnB7s+t49TVXy8UlN+MShWK4wsSZfekQoJkaPOPLWL/GIwVcuD3wrNNPwnxJ5Inh1Aq4hL",
+	"gBfl1ZXQ2k19l5BTD4nZL1KAevgHz3IBdCGcHpcbmBNlHfWXFEEz6ixzY9mFYJyRjSvCDYHjxi6EXQsh",
+	"Wf/JcPjXwydPjh4d//V4+OTJIZzy+o8EtgRx7LNSy3/0mF1srDBAiCAOqKvFUl0JU7He4vh7ncYUHODM",
+	"yq+eh2SpfmpKy8Lj4zHj7MqtBQNYGcjzx9ciFrtBOA2zPoia5HUhLO+M3MtRycK2pa7Hx01hSy1LDfag",
+	"cpjF2DvlIXlTso+2I+LPOvHBqhG/pJf1Gy+0wGujhVHZleMP2CWbqiXdx8BAFZCR8HA1SB/UzAODax5d",
+	"d5y6R/989LB/2INjhP9m3TVSpP/Lr/gbaN0bWdDmTjYfwHjYec6qVpAtC+4uLWLrRJe0uL/9rMFQUlFZ",
+	"H29tyWe6ltetWLDFO4/d/vSnfvZ866wrApGxxy42BHJWvbnuN7bkdroQhsX//JX3f3dKBv1/2H9yPhj1",
+	"3/0xjB4//PC/49q1pat69GiXtHlvdzgVWfJca9Vga4Lsuu3rA1kj4ELyycRF4id9v2HdGDid+XX4boCO",
+	"F8dlfdSZBw5CoLImQb2YwR/XONdxjOUHTUIFBJQ0x+ZeNUoaAoJDUosxKGHMTBgfA7laUllGoc8Yo5Lx",
+	"lYEssyZnzO2D6GsUzJh0LhE2r0y5b1nJG8eNaMEpJ+k28fIfF5HhRNWPDyTdiqqgKfkOaqHsdBJaz86e",
+	"Bsjq8SoXfg/7arHi9aO4iQo8MZ4nqWWZmtdMfo/qJr9de9BkRyoiwJrPecW08Im8IWXUIY4BHJ/ol8ao",
+	"stSwKV+tROIxBMEzeeGaunXYxuHOE7lFJNDGgsOBW28Qo/Phw4dPIm+CmeUow7kJpJJxthFc98aMVMoR",
+	"QnIEcHa4/gVoYCXAshartv/VaLsPrSf+Lky1SHY/u5H2R8EzhI9pixhuEx+ukU/fQLqx1+wSsRIyEXK6",
+	"8farPyadlTJ2roWZdEZs0lGXk07EJh3t9FT8KS8TkCedD/G2MLt/zoDB0IRtD5W6jFn3YAHL8HtvzGII",
+	"+IijQANmXR5MgFHiccQIKsZpsBgEwim4BaTaGJmfa4x1D+Afv/dCZ5e6hCNX5ljDwUucEFnEz0SdopUG",
+	"naC25zTHpm1+0Zj4NuVZJnR/ulBGSJZCkvIsRVZZWhXJiBfaiAvJLRDiBuej/wNS3OHRX5utx7UwrAak",
+	"k5XgEPnCIR+vu0JsgIgdHbOFyrXpFRYIW+SVels743PuaIhMfFicKZKRl0pj0l7Vzs37v5cD/yY6PPqm",
+	"eeDgpg81te1Yxb0sEtjOnZsjiiiChi3eivCBPAc4udtZjC3pK5mf/rWhDFWRatuWCezKMVB4Z8wMxl3w",
+	"chPVjJmaT6UbQ3Cgu5JoAjdxcyA5zvC6gf6Cb9UvT0Z7A3IStdR0k8JAp8Y5Gk/4ADqlvvxh/tf97UHm",
+	"UZZuFDr9qfdLh6BHe4wUMG5vJlyTd2iPxu/88EQFNmKOpstyusFUGo+Y372d8vTWTffiaBGAAsHrPMCI",
+	"CtRqOiFooW4IXvbL0cFYq22fS9YM5EUy8xaK1yeRjO82JPkmKspHnZ5C/qydnNaz0UB58PcxxG0axLVG",
+	"ycGxVMZZ1ysoBPTMVjzV+0d3wni2M8HqsutPAjxS28P7iWhDELWVF4iXTowPIoK53NBh7oIdBOxcMtv0",
+	"CFzf0xmPfyQh+wACbJURYDUB1T+wKaO5JQp/olQhKKcAYH/GFs4etZb+Onkj9bjwrkDk6QbBdgLEfYph",
+	"nEhQxo6PjiA4mLNlasxKZDYE54cQFVoKcnf4m/mrDwp4t+fWvEiu25cmEIWIduRUp9Obqu77pfq4q08e",
+	"9nrWzwU3AtZfNF/YO7uVPjlkVcxyL1esd8xv+2NhuQqlxs0fiWw9g2rQfsdbM1hwkE13HreqNewizTa7",
+	"IiDKIIbGYAgyEJCODfOqhmxMpI/ZUFkijEWxu0BuXit9CQFXU6UTLCICobMpYNua1FjwUPO5GLCTiXTt",
+	"FhedgZbGDF8z6eMBi5ZGcBXR6+NLaRAQ+UTChw/MgL2QDXC6GF/MjaUOAMsr4ZsiHsQoNuOadbP0SkQT",
+	"KX7LeQbA4UrPBxDB3xuw52WeodcjFtxg+G8x3Y0Hpt/rsgbxM01B8tcaI3e1Dc0WEqDTTfY3RtS+rY3L",
+	"KTh301bbpSj1KdPx/TXehEbndyzkTOmpiDEqm7L2QGcas9gseKLWMVFdeuMitxQtbFgcBGzHYx8Ejh5x",
+	"DxJFkeOh+k6ddqIO9tDB+PL9NMH78Uv/TBgvddFwkS+57GvBE36RicKvsCswskGYDqxNTZm6RmlPWqBo",
+	"xIrPRekkphwbvJSOGOyDHfNKPoeQi2qUCSLYdaKmEAgfmsErwRwYib0Skq1c/zEFd5xzixgfS6he0i3z",
+	"bVBvQTMOoeTF4d4XQ6CHjf7aV3hnq+SaTJbnHFLLzyloriEf7jaRzLOZAFv9edYiJZ6VHnp8hS2FnpPs",
+	"hQZWL/BQEGRoZgZ/j/eqTCSyF0pgpnTprjtkfZTW9ieLhXhZpzx7QyS5Tbi2m1d6/hJf9Cqy2cU42wIU",
+	"8MvBR0/uJjlRrehNbpAmv8C6O+3eOkuBZOZBuKMG9ASe+CDIJeK8cFna2ps9dRCpsKfvJknNea6zFvxl",
+	"kaRTd9ApPOnt65clDJcPoGZLCH/zmf/pjElCtt9Gm6oWy9njRLzBL36hDxy7WyU3vnprcbFQ6tJPdH8Y",
+	"KYr5oNPYcIeLDKDqTle7DNc5aqIxNZdeMMUmNvtKz2+eVeDuqrcVE/zcyXQp2As5HfiJjhw13LYlNBPF",
+	"/YT1LaiOSp7u4aciItdSABNe+f2mhpe/knbshY6AJOwD09dAJahF2sc7u+K7Xocr/vb1y8pH5whDuOen",
+	"kMh8Vxe9dml3Wm7wVRj8dbe55UaFITmfMHxZhUGKe7ReBjXe6BC4N89vM5Fbhlc3BjATMa2OJVyCvWOc",
+	"g/16I24UnByuQXPI4ceGrwc7VA/38Q21TOllQeFKikJr1iYEYea5E6tTOY9Y7F4nUZna6FHRR6cfB1JS",
+	"jOS0IjZTXzy3ym3LbNYmN9+Fg92J35/dvY4FjaaLG1rzcZkjRnFi7l8FwSRwgW2eGftqhmhIKcKfipIl",
+	"Tizfdjg1M9+bsdxPyjxvIi/fijl+ZYY3YoZNh77W/k0oTq2i521IT71k5oA9veZK1CiUMDZdYsYZleJs",
+	"pFSnBYRT3eJSjUwq092ac91qkQnD/pN3fxx/6HeHvx72n7z7/w5/HfaP3vUaQxNO6WR+fB70jKfZ+T53",
+	"rMir+BDdSnS5W3ncLUATTflI3XxfR9Yu/1XEDMAR3Aykoh2oWamsBcEZXFn7Kxan9EFzwlnNQVaY8LxZ",
+	"H7H2ZIMJ7+akyO3eXWjgO2TyUo+mPQ2POq1quYY3U5Td8G+uKQc3zec3gfLsdOPyCP96Gyd98c3hcDi8",
+	"/jMl7QJOQXHeQ/8jafGnTSr7F0Yt9pRASqqwUwih124oh/j7vecddm9XjQP+Xx9LEu7jUu9zQcsz1XbX",
+	"mhQY0iaa7Z4UoglRMQtlCdtLSYFxhVbwZYQ1lx0h9zESM24sU5jK72v0eeGaXwMwBtlSULxTzSiSBXNL",
+	"EXHMA9JsYYkxbqG2AOvGbkYxxsN4QQezfrI13xg2V8wqspe6EV5s4H9dKEXfG7CXWNTHR0pyLTByBqZo",
+	"+IZUs2TE3PZWFLRrNDPYgjtQzU59ivdn1c2okOkeytkdk779bmRJBLe49Guxyvi0MeMS08A/MTHc05zp",
+	"yeLu+RDiXWrs4LYU9Hq6eadC089i7aWlMYpKPhkVM8TviZ42Huhdileg1VQn8CMg/xVHqaqBGdbFnPSI",
+	"oZgRQSx2xBK+6QF18ZFMLPY91NS0USVGwwPFFmXlsb6/dx77eMHKK47ArUU6X9hSiVtxXfvISacYiT8F",
+	"pX7s6D9fReDuh9hwxhP3gOuUu13iGTMrLn20LrWSgROcdTm7yLWxLONWeGQXHGuEYI7GAjhkpnjSc31P",
+	"oYNlaj2oyDqdigDsrlvEQLL3XkWAYW3axtIbsJg00HiEHlk/1Uow3dGQmfyij6MzrPtoyJbE9vzmPWT0",
+	"g9/Fh+5fBKSIO/rXo+In2N2oXk262LujoS8LgWoOk6p1OSHuApbF1DyMsARj2mm3VIBOkAjdd68bH2Ds",
+	"V821Wc6SdREz1K0+YrYYRwGhSlnROISdOmpo2dHw4OiwCj4YFJlNTcHZMY8ZRopMFlC5V16aGLCfQg9q",
+	"yV4D1OwwTGRPUwKRrjphdP07ssamGTdF5Sy6qErPq1nuxWW/i3SN04BC7s8dL7i584C7MpZwUAeM34mG",
+	"5d8rYqv2F1HC8Mjr4l7rRQ9K5OlgMcohNMoiVO2hAS+Xvf7+KXty/OivBThnoqb5Uki7bcvFwnSNRgIs",
+	"Sbv3/IPM5w9b8aQ3T7pqQDxNbSZ2GES2grwW1q7M6CAIgRok4soXCjQHWKIHu+ybLJ/vKtSzB3LqK8k4",
+	"Oz564u8cAN4xR1/w6legVPeHSn1gdmGuVgBUizdakFQjQESl6tQ3w0KtA8+4h35Pol2JZIXZersiRi2U",
+	"o8zYZF30XowODmIKqUpSA3/2fFCHVU4NC4mbo3pbUWrH31QoWxdb+u/RwcFk8uYvLbhWVXt5KBJh3FlL",
+	"yIxCeh95Tmes0picJpXs47ADt0yETIjT9INENS1GjscGuDvAysqgceZjxv3uB80O2BshEwa01o3JjQLX",
+	"6e3rl8iqiUu53hH5wx1tTfFsGJ4L4soFR114RuBAKUTG8jXfRCSweOGgwKSwOhUG69Njz0lzQFBQHHdX",
+	"TZE98nDK2LybggCUXFCfP7w8+yl58o/fhu//5+KX6eHLvy5Ofz86afq2DSgbUpj/lRtbqOwUEbeV0kUh",
+	"ol7eMEWmgFk46dkuxPLOYLTbI4QDBld3RrTBzBaJXYZ1Y/xXmbTl/gWR0FERAulxzWvIuojNy0EWNBgd",
+	"/sD09p5ycHSQ6TZNvEDfuta35UNGr6n8UYy/GQwaLDFUV3lMZhy4qRdio0gGplI43RoS8b71P/yi7jOA",
+	"smLLPL2im7x3N7vQ1MMo2QBP3ZcG3omoDlX1mskBDfxGlxjyJm9wWCDBPMTZ2xMbctfqek12v6X1YHt7",
+	"+CJwclsAHEW1koDqhYe9mQMXS9Bsi7ulFQ2TEqnl/QXFkPLvUXKr7OB6A902ZWgsZ+CzHWc7ELW3ReUb",
+	"MaVdmRk3IyZ3Thz2P6t31VhbEget6DU7uS/eY63qEOrWnjexLlAmz7QwUN8nG7NuLSO5NwZ5CwXSJcpd",
+	"OP5aUqw/E8dV1xl5xHZV9KlATh4eDa9DLG0rs1ZU9lmoLClyrKZg/SgS9//cubSNODG0N/+uBX4+Qvq4",
+	"y6pAW8CmNNjHw6gF5fRzgpvebRWjqPO+71/qKyn6agYeK89B/Ql7VyU3b7xU4e1xC0REwwweS4n5RGw9",
+	"H04aTXRYmnrbMAF3EoPvpjzLgqIhQiZgEgkqH7i3llzyeQE9Pi5i+fCpFjwJkqMFoO1WqiRgkFhUVEug",
+	"zxsHfUaH6xOWK9+RWOOO+gOEB5gWfPnjInXaM2P2vX+3yfdwJ7s1y+oZ3ktTYJPRtCGvMQgTCtaBmFOq",
+	"mVp/9KK0I7/VPe7hNG4W+eLO1S1zRJBjboe5HN8oYoWCU57LeSqFoETLyraEATR7xs+8+9AMx3KTU7+f",
+	"9/Qmbs3aYdung9Zwi7a9vAu3PtCaz+7Wd6O4jVv/z7eD21Oj4l93Q9D9Nxeb5qL5APZTJvoXAIuQP1za",
+	"tbY9Dbew4M2K4v3l+ypHUDR6GUVTDASXCFnXVM+tFZzTePa9T3k15PVbAGvwazFaP5IAQLOix1foabDa",
+	"73ZsbYuQUcnjpFc9KgJlq66l04LKMOgK1FyZHtMoJPjOxU31sh/SK1HJpwZNLJBTY8R9vVB2MUZzkkQ/",
+	"aVSdS5bOoD6wd0ZvK+zVY9WCN1lrD1FgRDYb1xEnvQb1V5bwjWF8IXhV+93zuFbHMWTohWL4Av31LTuM",
+	"sH68VexxUc8DY14qKuhw8Ci60Q2o5/HVRS5ajTpgqFWqrR7iTaBWi3CAKdYdYl0otPNoOGTTBdd8aoU2",
+	"zdhfO2s0nG3vJID0LLncFMUXiwIO2Onj4fE3w+Gt6rQU13kH7udZWKBxx2jDQqIUIbAWWqBhapWlEL5y",
+	"3eG+B5p5B9SvWKYKkcOGm5asBbDmdp74VtCUNiP/Tctr4/vnQjbs8PP30yw3jtQFULQ+IGFfmkEdGMv1",
+	"bcPaiYz7itmVFisz2B1sAGt5kvwrN3YpWrC/m6ibEwo4fAY4PzeXDAD8sMHoVRZShDf2NGne5K6gC3dn",
+	"1+Tl7RaVJqi+XA6mN03YRDwxbtpYOXK/cWa3QA+9HTT5qiUfyVGoakZSuY/dWohXL2KUq9SC2dgqYO3y",
+	"w+zhJ6kd7sKs7LEVaQv9KQqELk+XWlTV2nG/udbapDr6dejYFILRjo8PD0eMs2mWuoUszEv1+g1HTiZZ",
+	"psbyS4i0cBLXIaDvBPbkbXNxkuywFfMkYd2iXJhVUD6UqdmsVyBrt5WxK2PWxt5KmGe2rJA6vLUZuL/9",
+	"7OPA3O4dBd4I23x1gkKvKOxQGdkF1gRGS/1ui/yAPSeDO3kiYiMsudN5ksR3i1x573Xmi8u5Q2IKcMC2",
+	"7QrNILepPJ9l6XzR6hhZiCwpEiUuNojpFHoVEQTaWMZZPFWS6FpcxN/KzURiAEdhcIOUkAU3RPykWkds",
+	"veAWwlaDOoGAQTNgp647iSB3E4kF3F17WDS97DMsD5CawkmpGZcbBJNLJcPZ1oDrd3CSHaZVGMUDwwoA",
+	"GS9+1kbgXfqpdud6b1MjBpS3SmHtDtBg45o2DMjOBu9UsXlFhK4pat7j9UvUvvXU6QbU6tZA6Rx35qPC",
+	"LovefzC3r3kZUw2xxYP9K06+LUNEquUluwUrGFdPKgaq44nWEF8eFzE1t1JjwMhXYA3TfhSHpvmK3lUR",
+	"5btwDmAZQzBklIZxHx9YlGMPbOnn/oysVpjF/XGehHtw2N1NImtFXryVtf52daIR0SnD6OVtq/qj/c31",
+	"n8isvr14bYtxF+buP0eVZTeK+zd3N1mjCQZiexnFla8gu33J4RmEOhtmKIY9AD9GoFi70MI4uapQCAZU",
+	"APLdjTLplW00pW5YbNK5TOX83IipdoJYaiBxi4r8I7azFkuuLz1yJeFQmGbYuXQuIf3uHAO924LtMKoO",
+	"36GAXa51KgyL7bdoLMxl+h4j16OrQ/ptId6zoosgrL2MeC0DPPpv/IttAy3nvQv98MefTp723/x4cvTo",
+	"MRbjWIj3vXERpE3159C66g0Bl2IzYD97rACUjrD4FoEGsPjvb1+dnZz/8vy7H1+9+tv5m+dPXz8/w2wx",
+	"6Z4TConbD5CyuHW8oBdNpBOVZ8C/vbHxKhVr4BhGQKoQilHXgoo2YhFSNUU4uMCOT1+9OXMsu0Q+8MHs",
+	"NBMa6WDPLs8JQXa761CgZDEA/KAZBZLJEi1MDWh5lhsBpu2iShKfyEyp1QWfXkZspdMrbkXEslRe9qFe",
+	"qjvVcKbXqREQvb7KL7J0yl6c+i7cyZ9ILOm6UMbGA/Ymh8I9WXol4IhCqh+XUwFoF7nM6iPLJXq3J7K2",
+	"zScvX7765fz09Yt/nJw9/xayjlkXR5Y4sVWtnGLeG7AfnQpFs9diIsGSKpJyA6irqZJSTK2JqJ7Gs5/f",
+	"YBXMHGUGTD6EkW+cNjiRGIvNcfl4VkNd7xwe/XUwHAwHhxARz/xq+tUZhZ1Tw6B6OwlfZghpza6bdMOc",
+	"wYa2dOq6ziUWN01tb8w4W2mV5FOIDaAr5HcegGd3iw2IA1m77A1kKvK0+l07fX9G69hgJryBgMitdYLc",
+	"9vE/LHR3LOdDL0aYgOeeaQFZCIPmdAFfnHGbyIM9AFtjM55m1eucWmbyKSbY7HWJYaWuY2q+ulWNjzUn",
+	"IcFn52myo9EHhqVJxHhmFBFEw+KA2PvNQVOCe5gmcYGzr5LNnvpSum+ZFEwNOp82AnEjk5sKNyTHQs7O",
+	"Thl+EK68VJQcw6Z8KVjXJ8FYrufCRkwK624ag62NIPtS5ba3Y5PC8fk93T26olQXO3r/vtkV1opZ68fp",
+	"A3mmWkDlLJ4ZR2h/yx3RwV0e7Cfg49EKDkREN9jfmuq6+1MfzrbV+lm7xXch+NYJw2eXgWlAZ8LY12DA",
+	"/DhaleQadM/zZYMQ+6Nas0xRhp4nL5YkgX3ym3YTrIJrXU+xgnynrVP9aHj0ETTtBIFGYi/jWOEEgkqX",
+	"4aO2bI6vdOIj6MRNpEZb9AY2LL9QYJEMpL1CmIHa3IDh7gXM1JAvn5NAs4cEl6G0Ar7vfL5AkWo3tfOE",
+	"juSTa2laeBOvo3CNSalvX7/ESdGGOoGVeHIh7ROCm1NnKNiWdUH7oSrCThUwRaKqk0g8+tnO1FTIV74m",
+	"M/WXomxULaYYgxziiMUYmuj+tVC5JpcBoH1C3ckqVMeYxWByiX1sUK1CKjupwysGMBLc7ARRZIZvzCjQ",
+	"O/DYrZXHY/BIBxFbL9Lp4lo0jP0BObZxMxAQqYDG8F3Ka7AmrkHbGFSdBikoev41R19G7rxDGV0TZI1d",
+	"75XoFrb+XoFA4ZSAca1QBdbGB5vmsmIRd4sIofyUqAPHYA4HmmcZFiiArEDI9I3KYlXuLjsabVgMw/wL",
+	"JpP4wCRYlQoEFJ48LMOUQ86aO3fuLkLqv494K9dpv4Inv/jSZndc8iT0S2wxfShK0UTiX8mtas5leczt",
+	"ekKjYLPDQsQTWa1+AZQGMXtjX/XKDNjJBZBqkRmxBjsDJA8ji5PiZt6fvUsl3qy0YrNT46mnDHW/jNcw",
+	"aNEgCssRRqI+UdUH0htNZODEcbPPd3uFGM/Sy/1X5qOq711frrGR6ag8S77L1PTyGd/sKp9cW1HEo4OD",
+	"Qlj+bI1uZH4lsDoRseGE76u8EWRzPe2byniV4LP9Z8+a8Wf7w4f1MKbO/mXSz9CZKKkoyk3dVlSeAhfM",
+	"d7J7yV+LgnJUVx1qnjeAtjpOkKTGpnJqi7C8ctkBrw/XncqJ8RXrHkbD4bBXxEVY76Zzf8dgTouZxsKa",
+	"21LhNQegEkN2zXHY/xS0hVIq62TOldBFaTfELJCbalG3/b3BldP/kbVtvugIvqijCxy2euKy2xCKx3UH",
+	"YJsO4CGKUPYhKMvbbtRrR/oaarvdy52+SaAiSv90dbcIAZ1rWsZryALygDZK/FF3SKv1A+OTZz/lTWoz",
+	"Dxb4pU4QBgTTNBkzjqIG8GIkUYNW0JMdcSRsDaVU8XA28ScKcnYKB1FCWpogdCOAypjy1XY6QhgAGXWg",
+	"mWsCIWscbr+5Xh8KAoFdgjfHrBYX5FPVkG6+ANsnHyLWprlO7eaNa9mXHOFa6JPcpwdsHRuPfA9J7axL",
+	"ev7Js59e/Hx+9upvz3/GbHoqrnty+gK9f/Fvq8tz1BrSBF2Q9Cd6F8grSVXfYKrAEWE45WI5pbjz4QPE",
+	"es3U9hCDRHVwxCCegxWSS4u4WeANSadiwJ7mxqql0P4Xw7i5hLhkCuVNVCrnE7lW+jJik86SbzASSun5",
+	"gdvvA7g2ZuVYws+leE+BUj85sfa/Jx3WjU9fvTljB1eHB5jq692RboEgB7fIaBU+pgx1aBywU30FX5Lg",
+	"axAUCkwmpWihZlSH+OT0xWAiJ/LM/eGB3rw2z3O7UDq1GOg5VdJqPiUgsh+U9xOBljTjU0E4honIDEvl",
+	"RMaF/kQAZQd8laIdYS6kOxcelxiCu2VC+MTeb51COdYUIk28TjCRTvH0UJAMEK6g/uKCyyQTGibzv/4X",
+	"e8qzDNCIZQLTENKmGOHjXngO/cQHV4cxnVCnDVt+KQyLT3DWv8OPI/YdHCnSYOEU09mLGGpXYJaA000A",
+	"yWo2cp304cl//Vf1CvzXf7GukFepVhKW+orrFCC6Gm6GFxxwoZ1awyBlO1G4UhDXF5Hml8o5ZnqD/SXj",
+	"Eiev9NwEid1gdYLZk0bJvM1mwH4hw2HTSCpVLNwtdcclNW7kycDNlUs31fIKu3nCJR4MBnEvYhQ+hPyr",
+	"POFueAd/KD3/4A5H/1JsTDxgLywMTGRKzsHvSQjaMBEfwgCZIGbEfEJ8t8iIj8O741PhXYvd7XT4B0iL",
+	"DcJym8iN3USF0x/vj+sW8uRBn/Qxv5Fr0kcQ+HgNVLbpx9An3IPXy9z7bkPyfc0u2IPTfAI1vaEquROR",
+	"LqVaSzpwHvTteHg4ZhxvC9BPbwOG0+PWCQisP+kTKYVITPD5wzFR4D68nTCtcitgNf2e+TAVXLNLscFK",
+	"DQggx+VEIqNAgNfi1Sjo5Bim85xPF8Gl81XVAd+J9q9I66A9JqQ7sO2BMWAi4wCdAV+KIdy2jrwipCN8",
+	"tJCA4AsEp5QoIroOdWKQmgB7USSIx1pY1Fn35PTFROIqVFmc0pXDM65ep9cnZ8/PX7746cVZHBWGzUfD",
+	"ifThbAWCLvTo0eBHWGM4MIjYcmGPntCtei2s3vRPZlboGFlGooTx1aTdtSr33N2iTYj0CP+No/Cn194k",
+	"AWbgiaw8goBygmo2vSI178Xzs+8Jm/LwkM1SkSXGWz0B/HITsbhAkYwnstuANglG5+Jnd4k9Mg3s2QOW",
+	"KNSTj4+eQOkQQLScyIKB4QlCw1G8Bb4ZF1xCySu3oUoapNiEFkQX3qyUNODX9vEo//fNq59ZN36qpBXS",
+	"9s82KzGCeFBiLgf/MkrGvQF7i/fUXXlag1SC8RXbv1DJBhrUwl2aApJxOBwVxb9Tw0yaCWmzDUvnEsAQ",
+	"3RidKhcOgOk8w8gFIuwlQwO/C3A1Dl1GwSIWZfKBrXj/PaIVcbDOw2QxTCjsDwzVKPg74lqfvLvxGyB1",
+	"f4G/KU4BEJOCd9/31+t13wm5/VxnQk5VIpKYdcFXFE9znbF+EjMjZIJB28ARNpY2YsU1uZzcKCNviXcT",
+	"dW32BuzEEQMgQ0uRpByGUcfAdG0eHz7C8zYhONtJZ8QmncoKL3O3Z2JrpzHZeDKZdKx4bw9WGU+l+2vS",
+	"iWGrANAWB9yKqmtYt7Iw9BwXr0eaUexGDywsNez20LQMBZ/j4RAA7w165tx2AsNFauSuDKL3lobVk9MX",
+	"wCj10ozcEqdkScWyuXaBcSiw639MOvAYlxF1s1+H7waorEw6IBoL43gevuIXlyh3K/h7hJbzSedDHDX0",
+	"hKf614fvBlNl7I5+uGSkQ7mmIA5tqzHUABoaAR+NLZbAJzvQvXYNjhnFF+EdBxGLU5WBblzpxb0x6cQj",
+	"dPXhYXL8EBgp/oksHW+iB0fMUgm3AYQhleVL6dbHcgpOA8EGmujBIUR4TycpuX1f8sxdEJFA9r7E9lO5",
+	"yu3YiRGhrHHBk9CJ7J4/9DfR8euMo23ZixjdUo9zj61OwXFUMEio003VAnuutWOY4kzlMoEdLQVZ4ORt",
+	"8kTCOGbRSEVyyoLD6B4RTj8l2EjlGjX5dOF0rIVKWDc+yTK1jun0W7hbWGIKBvQEGkgTxjMNUPvivXtx",
+	"zI4PHxZ7SrfQKsUyrudiDCQkJKBuVj56ym3dGLB2vXzmeQBQ5wst+KUB+YmF+DxA01G+AupNSqIPCvV8",
+	"nTkuM0bYaEcAUQPskjuu5xpVupQdSomGhCVcVs8wemP2CLfY67hsyqVUQBwSMU0TyFdNhFNhAZYTAPT5",
+	"FU8h/AGovFsXSJyfVkzPIL2jQRs9k2O4dqHIAh5fijBQEIa3cXS8oNgFSqhObSDWuDP+AoUMUHsi0Hmi",
+	"ilgflNuhwFK39dKXdgA5l2rycDsFvhDvg2PvdBXsmtQeQ7eyoj1ovK6GHPzUKanPRacl8Cm59WFmL+Gk",
+	"Isubp9LJMSMW/zds4reHg8HhcDiMWdeLkofDIcpi8X9jANO3MUgAspB73VCKOhcrPhcPDIuDiKfCue04",
+	"jcyzLPYh6Rk3Fr6g0AtEVA9tKCenLzpR50poQ8GWg+FgCDb3lZB8lXZGnYeD4eAh1gtYgAXpYCF4Zhe/",
+	"gwO1KUb8hCTWo+GQgKSxgAPWQnIncDVg5OeQKjidgw50jGf7RdIZdX6kriBhCYQ7GMLRcAimW2T5EL5V",
+	"Y/TuN7SnXWdtwy7Q5tRQ664y6opRrTP69V3UMflyyfWmM+q8TK+EFMa4leZzA3ZMPxnTeec+PQiwDRqX",
+	"zlcPJC5+qpUjhCJ3rPy9BTXTQAIHQ2vj9opRC9evWCkAVdeqHqDTuCw0j90LEox+WYyqdWmAft/sUAEf",
+	"x7JZEEtCwWBwskbIfk+VsXMtIKAKYdBDlHUoB+NoGDKPblCyY8qnC5GMEdLbl1DiaQb2skIpA9qH7XoK",
+	"38OOUZhjcSLmmicAk02qN7RYHvoHBt4VAyDlGCzuY7b87CilADuaKjlL5zmhk1Z3/zUu4me5LtA31N94",
+	"NHz4Cfr7WVm/bw1r0xuTnckUbGqz+7i68afXXeCrwwOy+Rygzaf1wJJTCHhN/MPzLetZtZk41Ac1FNVM",
+	"IKzwAv4eTOTPYAGyWyZ6pO3VY/Ac2qQyzEC7NYdyXKYV57R8hTymf88xdPfa178HSkSvv2s+ek1NFO/5",
+	"etE4aneAjvf6iiceKxg+Obz+k7eSLOS/Y/XFYzyouz/6XumLNEkEuO2Pj55c/8VJskxlYQ0RmB5fHrTv",
+	"KkZDdz6KfQ+OXgHa6c9dUfp5pUwTgTSXQI8QB9mpVHHpsvBAyL5IoVmB0UWti4LHhbcQDEfo9wL41xkz",
+	"KnDeLRm3YVnCiHGrlqkTyDYDdlZAm664MY7symwzkeksqn3WXh8Bigo0h6GNGScPI2X+gNyWL0OTGcx8",
+	"xIYxktLfcshNAvvRz2RDLRSeQkHzFmlUi1DOL23ZsdLzGJSl8PZNJFy/3oDFbt2KpVWE64G5aFrMUwNl",
+	"7bxx0f2v6eWJ5LABfVwfKiXlhOkVGuLjGuZxzLorr2MdHYPaDWY94EyYW4cZM04RgFJZ4JIh06OH/aci",
+	"j4UUHK4mREjCpoLlFO29alkGuQSwyv2/uRFR5mIqofIZ6754fvb9RDZUvgnm0r8UG6p/08MTBDJ1sUGc",
+	"JelsJrSQtrC6sm5ZmTMKsBPc5vucr63FJ88BS41rx6jsCmt5eavsUeMikLetDAZMBKlWZI3BM8kzkABG",
+	"LKY4nTi0945ZbBY8UWsw8waSDOwFONDPIcgoHrN4zbUsvw5ew1jv2JtuJzLM9PnFP8WlHLBfStmkJvYE",
+	"RXTiolhlPJE0rRGLnfgfg3q7NtS7F2TowEQMcwHjYjGwyKmcyFT2vdiMxnjNuvXPexGLMWW3nOmj4cMm",
+	"ZvaU0IxvxsSqiN8/Yjobsic4Qd+pZHNnQgoMsWBGVcc9lbq6N4GM+oaslgYpCewnIgHyJZX1ERoXYspz",
+	"IyrRqnC2IT2CqlG5rrdPWNuA6KODhi8+RJ2CHV73efli+FX/Zt/2G1pAX8X+TdD7lTZeh2Gz+zVTflJr",
+	"ieCE9m3FvQ77+ycWjobH13/xs7Lfq1xiF4d7dHHKN5niyZlSL7lGdJnjw0f7zMfkqxUU2P9JJCk/c4ot",
+	"iHBHOy5faM3f/xL68nzNagrw0gA8JiquH8JrjXzsATEyskgqWTi9wWxoWFfypSjt+EjCUWmNfIVZbx+n",
+	"8rtoOgVDXynqPTBgYtSOblPxVZr3A1BZLU+z2KP/Q2vkX2BCWo05LoVI6cYUjt595voMCQuq/2AzNrAj",
+	"Yxhmn8y31bJBbqVQcgFRsOshykjGIR8HxumQts3B4OnFBG94HLF2KYHeRoGjKifBKMEsQBB/WEeUAAwQ",
+	"4oAzKdYwWpTz3F/Uq+NhpabwKWj8M6DpI6gw7mTH1ATGZZyht3SXtQcIyY3y8TmyiRHWkXPcnWKeAbMX",
+	"7JNg3z0H2SoA7y1lkW2vbVD8sOpp3l3jcCK7QZHDltqGoNUEY6TAsoBzfeU4d8Fxok5g8b/26+BVOKe7",
+	"LUF3TmtL9RPdIE7FQvE0ccruqFkc9pEQSKscVZ1IJxabQkSNvIvQ43vUfSYlVBuDNUAVZCJr7hK8NQP2",
+	"Mzq/nWZQhg84sucHyy98MBDe4a2zfes9qVgigK6EWg92F1gh0OjwrlJcBcN3gqcVC8XBhQcbarZTPCN1",
+	"AcyguFmp9OZQm22AvIP1KyqKEHHD6jGWGHVMgZZbupJjnUTgirrMoyLpjZ50iei5zUWxuDeRSkceRgbe",
+	"paqZeZaw2oHqkjM2KmK80N0ZuP5cczXfX1SYi9eSGAsvVSF3+CJweNd4ohaOF05kXSMuWd3x0VEvQlyQ",
+	"SrgCLghU8UGbdDxgz/l0UZhQKDoPLEVruW1mGF+j64M2jQ4/CK/sHg+HGADkdsENni6jsR6jx9ffwtsz",
+	"2N8000UTEo4c4gMK6eNSbLDiNWzinoZSuADfwYG9H80Q2v6c6mE4gDb54VXDbSkiSeAqehbuRZw/uZH2",
+	"06sVDWTVH/IyUBAzgG9LXYUEB+7SY6e1eh1mAjB8DOuGn/Squr6jNOUtq+kEGDcFkWZApjmjzLUoCMaB",
+	"LADCJyBbsWSxUbmeOtkPY61TX3J4ptVyIrux6xf5KZpVZxSDQl33BuwNAFOWYZ/eVNd3tAHcchHL0ktB",
+	"4KoFiCn3ZF6q0u2HIApwqiEPWk5LnSo1bM31kiJUHD0EDO9qCf1iMUsJoLJSPqDdR8LDPUU6DQGEyPML",
+	"IzFI0mgC5tpRKETj8/GLMNGgRHBhqCTbexfKRFNEMdoy2fHweNxu7ERD80SSpbk3LmfEdSWoWkHIVhHT",
+	"ULXX36MBfRyGC9Wij7cI9g/CPg/vwZZZMHW3AHa9U9SAQsdKleZGe9JPBDdubpcSlD6+IUpxukFD7+6R",
+	"ZVQWuEXKLs6qP01/dpZwU9PUo326eINBV2/LiKoaJyj9BlsLdls2oPS8nfxj8FGzGzlNnOLR4kTeumiu",
+	"pVeuq5sa3kF73Nt5jMBOu53Hd3KoX+k5QFu1iD8rjpTfre7gy3dBu6WAuYaxDu5PQOJt1NsQHrgg/1QP",
+	"/D0kzWP+0o7jxU5KvoUiQOkHO/ZKm4/RBVuj6wDfHLAY/FM++wJZiveyRVhu3uQXbrAXInZPEdB2In3y",
+	"zjmX04XS5wCLYxU7ZN0pz4RMuMYYZQNxi7F2qtk5QGymhnlwyTJ7zek6aBMEfctH9ITfeWQq1PL8HB17",
+	"ExFhYk5k+cE5Mc7U4KBZl9OnpHg62SnjVuheo/4Cm/Kq4G93rb680nOChd5LbTm8y47bWI87fWBMxwS1",
+	"Pz3j2eO2PlVylqWYrv45fSLXfUxuXcfoQEjY3BU9wkNGtGWbJgWsD6OnWhlgGwVi1VD3UnClsrvAbgdN",
+	"4qa/XPfHl3Yc9Ki03lS8PWwp9NwnIYH+UygkXV+0uQo9xJNEJJBqXC31ZnqYP+KrQhBmfvylyXN3cUp/",
+	"ELbtiLbIbliBGZjqjYSoV3p+yqmQ7crbU+tAMU5bNYSMCxlrK8L8C+BdS8QHfOVSiBXloEMVqx2Bhftd",
+	"GeY1+pgOThSyN1J4m9hwoX1Sp1D2WUkxqqSkLLidSMgpwxQTShSdCwtZsNC8N6Cj/m4cJydVPoBNyQS/",
+	"EmiThTyDB0HyhmH8Ql2FyrD3qSpNHwZWXW4pXZ9wNcxEFtn9ZbZvGVUXBBg1sXDA5r9XDo7o/5/Y7riD",
+	"ruHmQKb7F0dl/iOZN16221HGLdZewApco+SWlxUBALS4Uk5aV1KUqbIRk2JdgO6UUKuISWI+mvo13Gc3",
+	"upNV+jex+WJ0Z5zOPuqz24qvkkOLvu0zzoIrUpz1exUgduvzRRRLkfUHtmiba4leQbwsQZaZWYC3U2Yb",
+	"8Pjdxy3C0eHBuyfOiI1/HvU27Dtp45M+FooU3TGLg2o0IOAh0g2utFVYr+0rQ70DhnqXGi1d+9vc+nbm",
+	"ePDHpdh8wFudiaYyRq+BHxZ1dwr84W7FU+UreU6nYmWxYA8F4btvIApuIrPUlEhAxGchLswICHi5UpeQ",
+	"A17wYOiviMk4xsSD+yATOMmATFTu63Gzf9R1AamDMNiv7Gr78OKyfuThvTXLul7y+ZvYEHdruCF5ku7O",
+	"ykOpkbTFqoQ4YuuFYt0YKgbHPSz0iX+nAJUSI8iBe4TxPYh5EKON2BdsxXAvW+g6UYHofG8SJ8z6S5E3",
+	"3WT2ETcR2UtIqv/z9SJvX2SeVOsehzcZzsz9SZ7bd3PP1FmIR1JrCNtoSPTqlXcjb6mqGrFVlkMAGobg",
+	"AcJx0SaZcrpYsGErMqOHWFs+ANnrkthZhGEn6kpoDwIH64tw/EkugmhxMtlSYD6y1adv/hFGzsU0XqXn",
+	"EcwUJooDjLBD3/85/kk901/Yb4Rw9NNNPCiarPrLQsz6LlaW1bmUqZz3PMzx7SmT0gFMXiuZwvTeV3r+",
+	"NS/5C6Eu24nMBPvYlMa8k8xEQbrzXRIcwnXpg532UzmNHOd6ih2/hX6/ELYczGkf5lzB1PnKnFuMQpVV",
+	"CmOCKif3c5qHVkIbJUEwnnIJdWaB2SJTWYuLYg5oRMLErBGLsf5qPJFa8MQUuK5YrLBw1gDKDjdmrXQC",
+	"xiXMuQLrEkegYLPA8FKDqIGuQZtrKRKIKxFLnmYFAFgQBlkGmDy5PxNVcCnuyU4V9PB5jFXhFNtcOsEp",
+	"/rcKzrjptf83iea4O/tVZWtvTZ+u4cwHf6TJTmPWM/id0hfDswZA2VRtK9W+0vO9OHZwDPX7vo/BqTLi",
+	"1DCc5VfLU8Oxw0W+q2MXfaogoZ2nYvi5KPHXA9YSw3NXp+veDJzBRrfqNkUg+V65QFvJP1FjOosPsEF7",
+	"JVYB3RRZKMyqCNGmi+ychFt+wY1oD/6t3ipKYdxtPgBA1EoVf1aA77vh9VpSQ17p+fdleP19xrYU3bTH",
+	"7gXJQ18v4vZFPKumovmlisIstDApqiFvYo8Ak7sxLESdVW6bXGyrjE+FabpJI4QPzgUW7bflXayoSaxL",
+	"kG2QtCqVLQyHkGcOhUwJ1FWLpaJEsFpyWqXFiKD///gQs2kmuC7yQWhoAwb2dZGwbqz0fOAXNu6NWc03",
+	"KDR1OJFSrEtispXd1nb3w2A+KNwgG+4/7JnHia7ISnNh2XEzKtRpvnXb7yV4zvfwRtjPEEJ3MzIDSddG",
+	"2C8vCOAzK0NvhG3jlkFo9k4KVcFUp7OzzdMxWHvvyDd8vR7k5r3wAMTDV6YeFEfXlRwZH2npD1j1RDbx",
+	"amaV6rW5LX/A+X4hBlKYzT6mUdy3r1JBi0107k+Fv0b0wydi9c3wqkliWAxOtzgI7y7KQyNIfwi1CiKy",
+	"VGsqzB3D/2LWvdhMZFghPSg4SpEJ5Ker1mbvRUzJGoOmmJ7BRD6l2kjgi6xWJTDoQzUec9QHqydM5bao",
+	"Ns713Fcb7SGoCla5MkJQJYLUERJ4YcxSy7J0Zg1BkYls5sZCUywFDJ+eAikB3CgZo72XHLBhIZEq0Jnr",
+	"f0Fx98Hydo+PjiaYLL5OjRhhXh3VYZ9yqCIPA+3tKZJMpJNJ2N2IJGgyAyJwT/IItP15jMA4rRYxBO4n",
+	"IIZgiWJ/Lr8GI/77R/fDxlOgRZczq1b9fNVrIc43kXIO/oD/77T7PifTLp4wf65GLdQ30Wpl2AWfXm6R",
+	"SkIxxmYQ3G9XVOMYhahqVKPSXpyCZkIkXx/iyG6C0o5RdiW92MeUjBP4Gr24T/QiLtYNTuo9GvRgl1tN",
+	"eVo4VZsKDewsKBC8GBbqwYiehciSiBnlpH3reKF4v0q1h7fs2lQgw0560UR66Jlsg75WrK1EMRweCf4A",
+	"EvHJmsxeCm58nUcqN4TF6gC+3MsBWlBxN7xgA3aCcm+m1CWAIEkFwOJYTR+K6LvLIiuTiybSqBIWIMM6",
+	"WdyymVhT9Z3UgkSzUFnifsUXJOUhxhDnLJlUUvTQIoJrhGUUebWCzojNVJaptWsTpTVI9mcyzzKUWJD+",
+	"2YWgDqFEEEhID4yjHmAqSeJ7D6ICWI6VkK/DE7N1buuaR7ZpODlpWdT6zsBt9u0YvRPRHYHhbHV8CpJr",
+	"+rto6wPOSKUTksg7o0fDqLPk79NlvuyMDofur1TSX0117f886mdwJvaCOqnfua+8xIp7wf7ZWumAJwEN",
+	"+UzRcaAW7m1sovJseyIKfUTs3BkM6wuxCbnJ7HMbYXW/3sAWi5ClI+FvDf79OaPiQEIq4DcCk0vXAyGU",
+	"JZaLQOyZ0owC1rVBT4jKAVMiaADFulQDGmsXQtI9KEdvwE6L+HXC6suX9EUBbBCDThQXUCF8A44lxNoO",
+	"LnQX4YgKIbKCo2R6hK0rFTMLp5bqPtXrQWXLNVtvcsQK2wzAHVD5WhzvRLbbe7o78exLMHtAZCCk2okM",
+	"MewrHYMxiirZpu8GZJG7vyDAM5SV7sPk45r+PBYfmFSLwQdP/9c4v6+oTRCsRbrCzahzizxy8If7397R",
+	"gF5TBapQw0DFOuSprljEKbG9NOEPJvItmLp9CDFV6SAzUSrJEq6F2wK0TV9UMh/uMdywoCz7GIc8IuzX",
+	"+MLr4wtvdWQ/WTxh87YPPxlt/3p02iIHb3lu7s2w6HbyrqDCvORa5kJ6wRPM6HxKAFpYGz9Lja1jbRXV",
+	"0bdKo3dDrHHC20LMEaw2aQAwet1Qj48GX5bju3NSCwBZ9yzDfRYQrl3X3KNwfZHX/T8Zhus+pLGD3QmU",
+	"r+7dJvRFJVLum0H5NXNyl02oLuxjDYja4f/skfxV/txoVHpNEzGMU4qQLFSbiAV+uhLtdS0bTU7RRE45",
+	"VM8IQntcMw/M2DfujU5KCoTRLN9hNWOTU4zcsKQQRfWjYNWtcj8QSraTBHDwCdbXSn/LhQ8ULjWtezLA",
+	"3GP65efLu9yV5lMkWpb78dUG85/I9T3xoOt9Y9K3D98/+MP97xq0sTI5AY8k3tHCNFOSK6wn5mnFkm8o",
+	"eqGkJWh4tgshd1Oo+zO73Ci906d15vILvox3cFTfFutz28P6yewv953IeR1p/3p82uwvNanvzynqXf9u",
+	"kNnZaraJa8YXUxDOB1V6Gv/6rkwPS23EjApo5kRWTTnu1G58vOJ3WnAMc9w22VSBy+/H6nLPgttnsbrs",
+	"TM8mq8sXecn/o60uW/fyLkSxhVbWZmKX5PUS8jCC7LS107fwuwL0dStzpOvUudLp3htPJMekjY8137TK",
+	"VK/0/MzPZx/Ryk3sqyDVbP6Y2ZYdD+1+/qdbSlXgC/IHKchOworXyEWgqLa3SFBoBp4ogguHQOAFp2RD",
+	"s+RZJjSbAb4q68YwmJgZvjH4fm8M0fRYRUukUBYyNUVmyUekLu4AFkCEKoA+bsUVaD+6d2iu9320eebo",
+	"OdyJxjvzsyq3LFy2r5eoEX+gXCufuRTg4N/uKt0xxMBPeWbTVZYWFWZNliapnFdjsbqYhx+xZSpzKyK2",
+	"ULmOWMI3YdXfaIJB7JAMiBl+4HfbsBgvZMy62i2xSKA8eeTYRya4sQwKelM0G0SXTST2bJXCy+qDzlLD",
+	"oLzqNsspQAOWaimkjTDSfiJjzFIwkHvTVZrF1mbnVCu/TKOE0SyVseyvbmIGwJmFDFMRfQ7CgDUhM4R8",
+	"MZ257xZYo3zMePkkSOkuqq3XyBaaK9apNEWm4z5McyL3o0vwewT2Vk5EqteOgFChS/fguqTmPwP8wXXU",
+	"kKKS6a0IUm2/gh/cPfjBWU0GuA1d3BZtMe69zaGIAVkBVnNAlyMGNcmLwC/4C2xwEILgLjUAQnO5gYiB",
+	"iaxBQ/srmFK+sxmwazGTC4zk5643GhQCWXKtHXmOE55mm3hUSeRe5hmHKnwYQuZLi0NjDNGVJpISwGEe",
+	"b8+eMqjDzZGYrJW+FJppMVXa0WVH7N1aQEoBhEdkyk0WmzS9e09AAuOY27qPQm++X++qG16rcY3Pv4pD",
+	"TcZZf0B5DXfgT5KrAn0f8ORfubFYmXz0x92H9yutxdSCVECZxRgMqvdBaIiASoFQ4r5PzUSutZLzkCR0",
+	"pSLAeSdRea9Gl36CK+otCd1tYPqJDIbjgSYGLDbCxmwJqZgFHj5lbE/VEiv/j+mXhcggUMNREAB2K7Pz",
+	"jOUbeN5DUgr4VWNHIJKY8STxVHHphi7FHEkbPs7UGnIa3OMxE+/51EJmqYi84Hf0z0dD9i07PDx69M2T",
+	"J0+Gj785Pnp8dMxIy1sD1SMZUwuTZ3YiMQSXGhjC46N/PjpEcQlW4oFhF+4eUNWazI3IL5IPHSMryER2",
+	"SXk1QiC0lvUkgWUimZN3HEyoMB/HRQxbiyxzPc6y3Cxwi6BEM6ye5dpSvisgT7gdgBT0QGIuii+gO4u7",
+	"7XRkCE9zDAUskCBDbB0KtlFQ4IAqUAMcxcwS7CnQ7gJW4w3qBQz1AuNVgom0CvUAyMtV1lsgR5jMCpc+",
+	"t4GjPtXURiDTTuR1sF43gNCYyB0YGiewJJ7D3I9ZmM/FSUFHbuLaH97XINq4VUnuvoJr/JmQku8qRZT4",
+	"TYFy4wlXl2yxvWbmux/KxlpcLJS63Ikn8Pb1S7i+jippwSAk2CrWjeljrOFb8r6xj/ZNLdGr+PTk7OmP",
+	"rNo3lUdiP/508rT/5seTo0ePQeZMhKPPIC5Dd+lcEgIHlVOiyihY+54EazAcpnOJUIee8sGomd2shIFh",
+	"I/nHAnnAehOhU8CN9EilkKLv+EX897evzk7Of3n+3Y+vXv3t/M3zp6+fn8Vj5NxAr1cpqBHSsa+JjF3v",
+	"qZyfB+X3ZJ5lyJmlsqUFczNg/xA6nW0Y95PdOGbrjkduQRkJ18Rx8Uk+HD6cWvifGOBfmq8hJBt/jEvi",
+	"SvMDwV8tV1xjyTagDo7GWsAlsemS2C6Lrw5h/+K/58ryVcal6L/xizli9lvsMJfpe+wsujqk3xaCforH",
+	"TItZbgRTWcJiGw8mEqgT+AcRfclt13Qh3Bln3fip+3f/qZJWq2zEpOoDqn/cuw8/4g/C/kJH/R4ptu+i",
+	"hVLTfWFGWLfNZtCJOniYYSSVBWkAF8vW7vzExUINKtgEBDpgrNtuN4Kv6ks7mqzfCR94RJeXrk5AUOlF",
+	"80krYFGn/ZISttJnzJ3l1orlCqgyfYNFdkJ1BCl4vZJdlUpS3SpH8Ls+BHSqRSKkTXkGxcwBI4Mot+9W",
+	"5ssLx5BmPM2cNIw/G8Q/0U4B8RBKTuZVs1nEcoBhOxpSS1pMRYqE98ezs1OnZNjcKUKOgqKfB8p0ITUR",
+	"SZk2LbRWml6cgdht8ulUGNO7ryp6dMmflZvzhUScVye2Vynngn35Pf9qNWkmO57gFAtWrbL3OcnMgRVo",
+	"5rhrQ8kbqLnhCJGXFAeuq9gTnBAfsypLgieHBL8svRToJHLiGq1et1FUiUmd9jFJazT1rlZCki4bEBqw",
+	"G9gcwEqcUMak8sLKlC/FgJ0ULxOoFE8z4wUZLonyEFiRo3NwmLGbUuo5Gg5JyAK6JBKRxGzGMyNQGHVi",
+	"JFxZEdpy3fB4kmhhDIRZjRhnmVIrRz8B9OCKW0iNy1J52c/UlGfMOmWHYN9mYN0JsBsm0nWkc2loNFXx",
+	"9uTly1e/nJ++fvGPk7Pn3zpdgZAp4lxn52uuJRp8vQCLsp3bTdpMWhZvgo7oLyT9iBBR5BGGd2BMyJ9p",
+	"AhLzkBaFGAt6p6vWkW71MPUGkARYiOXgQ0O5vLh0b1+/jCiPkAR897RZwnfHEqpXuWW6DxbibgVR2jN3",
+	"8e6foLtuXoOtrD2b19hiWx4Ysqx9ebT8aMfSrrS6yMTyLzdb4lP8aof7ke11GKsC6NgnskL2Bmiud4dS",
+	"Dra24OpW6PC6UJJuzJoaGIzKs6R/kalpu4Hhl4ViQs6UBhgX+IItcm1H4NijyAWPZZOJK5FFLAX/nEzU",
+	"mmzQ9Bm/Eo5HSEdzyIgbwB+uF2mGNgkOZCU2C56oNfq0HImL2VIlEBexZksuNxPpw5ikr+vKoMZdWvrg",
+	"TIThBvQmSNXjkhpASVnjpjKRCd8gU1kBGgpLE7FcKXcU8WtH7TyqBNju2FP3l7uN4MpceHQJDDlIJeMX",
+	"AAxEBRb8XHEo49AzuBLaeKAuAiQCS1HEjAKRf8NMrq9SwFIGszUjq/WAnVBABWIwJqmxqZxapgGBWQt2",
+	"KVbg+cSUbZlMJHkuu4hbPU8lwB/+4vboO3cWnvJV3BsFOzTLNVj3CYvIteoXIpUTJ/lDVV41wwPAYsDx",
+	"iUsdxZ+PFPBX/dEA/jV17D8pQ04AMjLYGnBngCfiJg7ee3eflqv15/WhlmN8LbD4bTMRxFP7VTNoIMZA",
+	"gbCOEteSVurP5mB1UvZ1CIAYxYUlo/YE/2vO4T6Fzr4QjdpNZh81Glb4z35B7iole0U77M8z/g3n9Loi",
+	"sxnfhZ7NTjwHyVw/HtIOGS7jE1nIEZ5DrHiqxyxeKZVViX5Mf1ApAgKdw8/JrlVAIWOHCEcHUYEESQfs",
+	"x2PSeRmmZPEeIUokAcYf1VagcGk9Nw8CNsnlBhHsitAiLQpdD1gNJuG0pD+7w3hP7lLX9OdJf4ZJtfAd",
+	"KJD174Q/9x9XNnaFR7JOCUK+c/CH+9+HG5dlb8zYLK7APdL7XafxqwzUlrHZchJuLPtmXN4V0BW/gN/o",
+	"lUshVhT5AhFPg4lsTr0sca/GLJ50iBtMOiPWUKEPH+5QKAbspVoLjTUmUBsGCKyi7iZwCaeWBiUBnRrs",
+	"cQrLQj6oy6S6xGiGWhgrbJtYShc84SWUajBLpf14SesOWnMPMVEA4959r1Edqcvp1HWoruakz3tmV58l",
+	"6XMXffBJn18knfiPTvrcn8vdIJczta15m2N2bZbmoCX90h3Qr/mXd5t/ScrDzuTLvdIrjbAhoY9Ki2aQ",
+	"xRekRgZ1z6TjExNJ6UyYS5XcrBARiU9fUxy/QO/0nkf0Y2Sxe8tbpLrFej6RlcvBLT0ip8ENMxgnMiwa",
+	"9u+QwVjbxGr64oCdyMbcfyeSBbj6F8ouKG3bvZPPKaSwkty4M6NxIltJyGm+TUL+o7IRq3mIXyxV+tMk",
+	"Ixa0AU3qNUEsoG0ki9VLrDUbJH9UTiGM+VLl0saUfREWdS01s6jMQHTqUcQSMU0d4fG5L1l66ZQ18gCq",
+	"GZu6q1+03eVZxrDmO7iD1ZXQIVlD1wFaM0fsaHhIAde2WgYOlL3joycYTMNZ6CONoFaZa9xrZOxHkfnU",
+	"ILBWTiQAAZmCovoytpWRVFKKEkU10mojgahrI9yyJyNW5B2xbnz66s0Zq2/CwR9p8uEAX4t7EdPCEWp4",
+	"/9nzl8/PnsdQpU4TkczEzGLW48qR85DkRox6pWq0LFbyHJ5vYtaNqYsQuhr3IAqLs8A6xjSIuFckLZEH",
+	"1oT+XQhqIQ/vdHN+KVw/5CeN2NExsDFTQlmjOUIDZmm5XLDwPooe7AwbCGXSuYi3dg4q5o1pf3lWBuUs",
+	"xfICAOe8oaHRRwnHweeaI1K3yJSco0Vc6XncblwOyordE1kPeiho4Ke1NYdzbCDw7tagu6CgTIxSFciG",
+	"hO9fYJK0d3YbytZyv7n9rAWFF221jY7ePShf/BCVX/Vv9m2/oYVTlaXTzf5N0PuVNl6LJU9lKuf7N1N+",
+	"UmvJCHuTVowXA77aU+7EnvKpwqd+DiKgFiKj+E0yUxJl26oRVURWBaSXIDU4Reew0l3GWZLOZgJCO4hk",
+	"OQpXSiF3Qjag6np7/N0z5MWODrRJARjedCGqYWFuUb4Si3sgFlHntbB60z9xdPnar4NXYXcp6e9TXROM",
+	"1iJgWT5dYHIVrwgRFIE442kGIW49VgJlwEOn3i653PhbgBaTLJ0v7GALShiCFqs5xz7ULBCu4Si3RqnQ",
+	"0ya5G0S+3SjCGZYY5pimHnw8QokU70hq2Dy9EhJrfVfNAQN2MpFFJB4JdI2iGD1BIMwTzKsmuZWCvVCI",
+	"HE3k8fAJk3zp+gad2XIrmkt6Q6N1ken+C742nx+UqAf/9ijfwUTfoKh/dzm4P2BoZHip3Km68XmP9qra",
+	"7SM5L8XmAYSBjFjsjnocsbhQmdwfXh3CwEIy68YRYVK5CzpL57kWZsD+JlaWEqQSviGZM7VkC3aai8TY",
+	"EjQSFW674XGLMfjPcXxrK/enPsV3cxRPqvqhT2B0xOYWx/FmJt1gM14kZYBgm8Z+86SiegftGCwQGR3n",
+	"cPjdIjhSXxhlWJ/hkwbSH3kvP+XRGyr8XjU9X+TTS48qj6xuLTRWspdoq+1yeqkoCUjlNCChhZpJDdok",
+	"eKak6A2KAUNlq0K+CwK/Hd/NswyDpx1LnUifwIQBzRgiigJjrK6EPi/qyhPIBtiIKFigEnCOm+KTKEM2",
+	"R/wMjQ2YNw7rG9oVSu7nmSKwv4kk/sf2ZX9PobP7Nxj4fm5gK/hkZOupp+L/kfU4mjn1Z1Fq74Ym4yxq",
+	"AkJhWEP64W7+ncnHB+K9FTK5PwL7U1Coo/jiAbmON8wq8GD8perEGoFIzrW9EByFDaRgmZJzzKKUwKzO",
+	"zl5GzOTTBWq9xmrBl4UxE4CAMONiumEmU9bR2rj40caEK9obsFcy2zToAQxCrMYYHuHtviXKVWlHjsAt",
+	"ToIToRHXttFTd7Aou9HTEqQmajAl926gBzyHPbx/Quj7+TMSQhybSMYVYz24VxeCSbGm5f5KJ78EOom7",
+	"3XRhuwXd6N2cSLo+xDTXqd0ADbwQXAt9kttFZ/TrO0fkMNESKWQtgAlyp8m/w7qUFPzj2dnp+cmzZ6/j",
+	"3qATdXKddUadhbWr0cHB4dFfB8PBcHA4+mb4zRBoKI233jbksrCuTYU2PXaRyyQTRaoAB3tMrgVlHfrE",
+	"u5VSGZtm3GDeoQ8RZa98hI6S2cYNSvKl6IwonOxDtF1ucY6pdFjkQ3JpzYABMinFBGC4qOtkyTfM18kP",
+	"8hmCXpSet3TCTk5fOE3V1MCVmFkA3rucCohpgCB8qESiiGhzs4D3rIJaSEVffJX2XYMN/f2g3TRY16pV",
+	"P1+ZHuOJ9zhaRV6tB4aFoRvg+Q0AYjmGTQ0YOq4Skqqv1CX6BsNYhmBQc+i5YUinQq0yCPvFvHGnXWDW",
+	"4FpclHjNlsUH9MdBDAPBoKx50Ac972MliO2uEOyFwLUobSgKiklE4NBTuoKkV0V8CZc5T8B6u2WMgIBe",
+	"x41r9V62qwbiahcnWibFRSLvFiHyptqXqSx6x4Kj272/bi3YuF3lEFuu1jkMumhbxjPwtFm24nYxYM/A",
+	"I2/YeiHA/sHhPLlunfACV2OuGF8InoSqURouJVKi7Z62EIohiwc9wFWUdZIQNVhe68l/lTkBbu1WT99V",
+	"a82DDwFBf7tKM51LCXHb1XbD/fD5gs3LVUkOjxogkwo8nkzNy8iAOjxM0F+RVr7d4UnCVwAa6gM0TLlu",
+	"iKyJBz+D2FNWRKJ7SaE8Y0U4zlYfPwqe2YUTBHmSSkHE9lSrpTsFeZHrNWA/K+akAyFtunXCCnnOdD68",
+	"+/D/BwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
