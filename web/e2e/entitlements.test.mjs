@@ -75,8 +75,9 @@ test('the Entitlements page shows the resolved features, read-only, as GET /v1/e
   const resolved = await must(op('GET', `/v1/entitlements?org=${ORG}&team=research`, undefined, key), 200);
   assert.deepEqual(resolved.features, { sso: true, seats: 50, tier: 'gold', region: 'eu-west' });
   await withPage('console-entitlements', async (page) => {
-    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Entitlements', exact: true }).click();
+    await page.getByTestId('entitlements-link').click(); // from the overview's plan card: the navigation bar is full
     await page.getByRole('heading', { name: 'Entitlements' }).waitFor();
+    assert.match(page.url(), /\/console\/entitlements$/);
     assert.equal(await page.getByTestId('features-plan').textContent(), PLAN);
     for (const [name, value] of Object.entries(resolved.features)) {
       const want = value === true ? 'yes' : typeof value === 'number' ? value.toLocaleString('en-US') : value;

@@ -5,6 +5,19 @@ import { formatNumber } from '../format';
 import { Empty, ErrorState, Loading, useLoad } from '../ui';
 import type { PageProps } from '../ui';
 
+/** EntitlementsLink goes to the page without reloading the console (App listens to popstate), as the shadow report's link does. */
+export function EntitlementsLink() {
+  const href = '/console/entitlements';
+  return (
+    <a class="small" href={href} data-testid="entitlements-link" onClick={(e) => {
+      if (e.metaKey || e.ctrlKey || e.shiftKey || e.button !== 0) return;
+      e.preventDefault();
+      history.pushState(null, '', href);
+      window.dispatchEvent(new PopStateEvent('popstate'));
+    }}>Entitlements →</a>
+  );
+}
+
 /** featureText writes a feature's value as the console shows it: yes/no, a number with separators, or the string. */
 export function featureText(v: FeatureValue | null | undefined): string {
   if (v === undefined) return '—';

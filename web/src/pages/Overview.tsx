@@ -3,6 +3,7 @@
 import { sortRows, usageRows } from '../allocation';
 import { api, ApiError, type Throttle, type Usage } from '../api';
 import { AllocationTable } from './Allocation';
+import { EntitlementsLink } from './Entitlements';
 import { currencies, currencyOf, dailySeries, formatAmount, formatBare, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
 import { ThrottleBanner, throttledLimit } from '../throttle';
 import { Empty, ErrorState, Loading, PaceChart, UsageBar, useLoad } from '../ui';
@@ -39,7 +40,8 @@ export function Overview({ session }: PageProps) {
       </div>
       <div class="cards">
         <div class="card"><span class="card-label">Org</span><strong>{o.name}</strong><span class="muted">{o.id}</span></div>
-        <div class="card"><span class="card-label">Plan</span><strong data-testid="plan">{o.plan}</strong></div>
+        <div class="card"><span class="card-label">Plan</span><strong data-testid="plan">{o.plan}</strong>
+          <EntitlementsLink /></div>
         <div class="card"><span class="card-label">Mode</span><strong data-testid="mode" class={`mode mode-${o.mode}`}>{o.mode}</strong></div>
         <div class="card"><span class="card-label">Period</span><strong>{usage?.period ?? periodOf(now)}</strong>
           {usage && <span class="muted">until {formatTime(usage.period_end)}</span>}</div>
