@@ -74,6 +74,7 @@ func fromPricing(in *tenants.Pricing) *api.Pricing {
 func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	p := tenants.PlanInput{ID: in.Id, Name: in.Name, Limits: toLimits(in.Limits),
 		FailMode: in.FailMode, Pricing: toPricing(in.Pricing)}
+	p.Features = toFeatures(in.Features) // entitlements (features.go)
 	if in.Metered != nil {
 		p.Metered = *in.Metered
 	}
@@ -91,6 +92,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 
 func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing)}
+	p.Features = toFeaturesPtr(in.Features) // entitlements (features.go)
 	if in.FailMode != nil {
 		fm := *in.FailMode
 		p.FailMode = &fm
@@ -109,6 +111,8 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 func fromPlan(p tenants.Plan) api.Plan {
 	out := api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: p.FailMode,
 		Pool: p.Pool, Pricing: fromPricing(p.Pricing), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+	features := fromFeatures(p.Features) // entitlements (features.go)
+	out.Features = &features
 	if p.Leases != "" {
 		l := api.PlanLeases(p.Leases)
 		out.Leases = &l

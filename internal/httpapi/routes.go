@@ -44,6 +44,10 @@ func table() []route {
 		{del, "/v1/reservations/{id}", (*wrapper).ReleaseReservation, checkScoped},
 		{post, "/v1/reservations/{id}/commit", (*wrapper).CommitReservation, checkScoped},
 		{post, "/v1/reservations/{id}/extend", (*wrapper).ExtendReservation, checkScoped},
+		// Entitlements (issue 25): resolved for the check path; an org's, set by the operator.
+		{get, "/v1/entitlements", (*wrapper).GetEntitlements, checkScoped},
+		{get, "/v1/orgs/{org}/features", (*wrapper).GetOrgFeatures, orgKey(admin, billing)},
+		{put, "/v1/orgs/{org}/features", (*wrapper).PutOrgFeatures, orgOperator(admin, billing)},
 
 		{get, "/v1/plans", (*wrapper).ListPlans, operator},
 		{post, "/v1/plans", (*wrapper).CreatePlan, operator},

@@ -262,6 +262,20 @@ func routeCases() []routeCase {
 		{"delete", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "acme-admin", "", 204},
 		{"again", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "acme-admin", "", 404},
 
+		// Entitlements (issue 25; features_test.go goes further).
+		{"resolved", "getEntitlements", "GET", "/v1/entitlements?org=acme", "acme-check", "", 200},
+		{"no token", "getEntitlements", "GET", "/v1/entitlements?org=acme", "none", "", 401},
+		{"another org's key", "getEntitlements", "GET", "/v1/entitlements?org=acme", "other-admin", "", 404},
+		{"admin scope only", "getEntitlements", "GET", "/v1/entitlements?org=acme", "acme-admin", "", 403},
+		{"get", "getOrgFeatures", "GET", "/v1/orgs/acme/features", "acme-admin", "", 200},
+		{"no token", "getOrgFeatures", "GET", "/v1/orgs/acme/features", "none", "", 401},
+		{"another org's key", "getOrgFeatures", "GET", "/v1/orgs/acme/features", "other-admin", "", 404},
+		{"as operator", "putOrgFeatures", "PUT", "/v1/orgs/acme/features", "operator", `{"features":{"sso":true}}`, 200},
+		{"no token", "putOrgFeatures", "PUT", "/v1/orgs/acme/features", "none", `{"features":{"sso":true}}`, 401},
+		{"org admin", "putOrgFeatures", "PUT", "/v1/orgs/acme/features", "acme-admin", `{"features":{"sso":true}}`, 403},
+		{"another org's key", "putOrgFeatures", "PUT", "/v1/orgs/acme/features", "other-admin", `{"features":{"sso":true}}`, 404},
+		{"missing org", "putOrgFeatures", "PUT", "/v1/orgs/nope/features", "operator", `{"features":{}}`, 404},
+
 		// Orgs.
 		{"create", "createOrg", "POST", "/v1/orgs", "operator", `{"id":"globex","name":"Globex","plan":"free"}`, 201},
 		{"malformed", "createOrg", "POST", "/v1/orgs", "operator", `[]`, 400},

@@ -402,6 +402,12 @@ func schemaMessage(se *openapi3.SchemaError) string {
 		}
 		return "must be a valid " + s.Format
 	}
+	// A schema whose failures no rule above words (a oneOf, a maxProperties) may say
+	// what its value must be itself: the spec's x-invalid-message (entitlements'
+	// features do).
+	if msg, ok := s.Extensions["x-invalid-message"].(string); ok {
+		return msg
+	}
 	return "is invalid"
 }
 

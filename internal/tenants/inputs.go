@@ -21,6 +21,7 @@ type PlanInput struct {
 	SlidingWindows SlidingWindows
 	Pool           string // "" means "default"
 	Pricing        *Pricing
+	Features       Features // nil: none
 }
 
 // PlanPatch changes the fields that are set. Limits replaces the whole list.
@@ -35,6 +36,7 @@ type PlanPatch struct {
 	Pricing        *Pricing
 	// RemovePricing drops the plan's pricing (the request sent "pricing": null).
 	RemovePricing bool
+	Features      *Features // replaces the whole object
 }
 
 // OrgInput creates an org.
@@ -223,6 +225,7 @@ func (in PlanInput) Validate() error {
 		checkID(&errs, "pool", in.Pool)
 	}
 	validatePricing(&errs, in.Pricing)
+	validateFeatures(&errs, "features", in.Features, false)
 	return errs.err()
 }
 
@@ -251,6 +254,9 @@ func (p PlanPatch) Validate() error {
 		checkID(&errs, "pool", *p.Pool)
 	}
 	validatePricing(&errs, p.Pricing)
+	if p.Features != nil {
+		validateFeatures(&errs, "features", *p.Features, false)
+	}
 	return errs.err()
 }
 

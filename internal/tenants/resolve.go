@@ -39,6 +39,9 @@ type ResolvedOrg struct {
 	// Throttles are the org's own and its plan's that had not expired when it was
 	// resolved; ThrottleOf picks the one a check applies, by the check's clock.
 	Throttles []Throttle
+	// Entitlements are the org's resolved features (features.go): its plan's with
+	// its overrides applied, served by GET /v1/entitlements from the cache.
+	Entitlements Entitlements
 }
 
 // RouteOf is where and how the checks of org o, on plan p, run: the org's dedicated
@@ -90,16 +93,20 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 		r                                 ResolvedOrg
 		metered, priced                   []string
 		over, plan, grants, teams, thr, u []byte
+		features                          []byte // entitlements: {"plan", "org"}
 	)
 	err := s.pool.QueryRow(ctx, resolveOrgSQL, orgID, s.now(), maxUsers).Scan(
 		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.SlidingWindows, &org.WebhookURL, &org.RedisURL,
 		&org.BillingAnchorDay, &org.CreatedAt, &org.UpdatedAt,
 		&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced,
-		&over, &plan, &grants, &teams, &thr, &u)
+		&over, &plan, &grants, &teams, &thr, &u, &features)
 	if err != nil {
 		return ResolvedOrg{}, translate(err, fmt.Sprintf("org %q", orgID))
 	}
 	if err := decodeResolved(&org, &r, over, plan, grants, teams, thr, u, maxUsers); err != nil {
+		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
+	}
+	if err := resolvedFeatures(&r, features); err != nil {
 		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
 	}
 	r.Org = org
@@ -147,7 +154,8 @@ var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.
 		FROM throttles WHERE (org_id = o.id OR plan_id = o.plan_id) AND expires_at > now()),
 	CASE WHEN $3::int > 0 THEN (SELECT coalesce(json_agg(json_build_object('id', u.id, 'team', u.team_id,
 			'limits', ` + limitsAgg("user_limits", "org_id = u.org_id AND user_id = u.id") + `)), '[]')
-		FROM (SELECT org_id, id, team_id FROM users WHERE org_id = o.id LIMIT $3::int + 1) u) END
+		FROM (SELECT org_id, id, team_id FROM users WHERE org_id = o.id LIMIT $3::int + 1) u) END,
+	json_build_object('plan', p.features, 'org', o.feature_overrides)
 	FROM orgs o JOIN plans p ON p.id = o.plan_id WHERE o.id = $1`
 
 // decodeResolved fills org and r from the JSON aggregates of resolveOrgSQL, as

@@ -69,7 +69,7 @@ func fillPlans(ctx context.Context, q querier, plans []Plan) error {
 			plans[i].Pricing.Metrics = append([]MetricPrice{}, prices[plans[i].ID]...)
 		}
 	}
-	return nil
+	return planFeatures(ctx, q, plans)
 }
 
 func getPlan(ctx context.Context, q querier, id string, forUpdate bool) (Plan, error) {
@@ -93,6 +93,9 @@ func writePlanDetails(ctx context.Context, tx pgx.Tx, p Plan) error {
 		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units)
 		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[])`, p.Limits)
 	if err != nil {
+		return err
+	}
+	if err := writePlanFeatures(ctx, tx, p.ID, p.Features); err != nil {
 		return err
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM plan_prices WHERE plan_id = $1`, p.ID); err != nil {
@@ -139,7 +142,7 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
-		p := Plan{ID: in.ID, Limits: normalize(in.Limits), Pricing: in.Pricing}
+		p := Plan{ID: in.ID, Limits: normalize(in.Limits), Pricing: in.Pricing, Features: in.Features}
 		if err := writePlanDetails(ctx, tx, p); err != nil {
 			return fmt.Errorf("create plan %q: %w", in.ID, err)
 		}
@@ -207,6 +210,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		}
 		if patch.Metered != nil {
 			after.Metered = normalizeMetered(*patch.Metered)
+		}
+		if patch.Features != nil {
+			after.Features = *patch.Features
 		}
 		rows, err := tx.Query(ctx, `SELECT id FROM orgs WHERE plan_id = $1 ORDER BY id FOR UPDATE`, id)
 		if err != nil {

@@ -86,8 +86,10 @@ type Plan struct {
 	SlidingWindows SlidingWindows `json:"sliding_windows"`
 	Pool           string         `json:"pool"`
 	Pricing        *Pricing       `json:"pricing"`
-	CreatedAt      time.Time      `json:"created_at"`
-	UpdatedAt      time.Time      `json:"updated_at"`
+	// Features are the plan's entitlements (features.go), never nil.
+	Features  Features  `json:"features"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Org is a tenant.

@@ -4,6 +4,7 @@ import { api, ApiError, setCSRFToken, setOnSessionEnded, type Session } from './
 import { Allocation } from './pages/Allocation';
 import { Audit } from './pages/Audit';
 import { Billing } from './pages/Billing';
+import { Entitlements } from './pages/Entitlements';
 import { Keys } from './pages/Keys';
 import { ModeSettings } from './pages/Mode';
 import { Overview } from './pages/Overview';
@@ -17,6 +18,7 @@ const PAGES = [
   { path: 'keys', title: 'API keys', Page: Keys },
   { path: 'audit', title: 'Audit log', Page: Audit },
   { path: 'billing', title: 'Billing export', Page: Billing },
+  { path: 'entitlements', title: 'Entitlements', Page: Entitlements, inNav: false }, // linked from the overview's plan card
   { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
   { path: 'settings', title: 'Mode', Page: ModeSettings },
   { path: REPORT_PATH, title: 'Shadow and warn report', Page: ShadowReport, inNav: false }, // linked from Mode

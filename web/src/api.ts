@@ -32,6 +32,8 @@ export type WebhookTestResult = S['WebhookTestResult'];
 export type Throttle = S['Throttle'];
 export type FieldError = S['FieldError'];
 export type Reservation = S['Reservation'];
+export type OrgFeatures = S['OrgFeatures'];
+export type FeatureValue = S['FeatureValue'];
 export interface Page<T> { items: T[]; next_cursor: string | null }
 
 /** Session is the console's signed-in user (GET /console/api/session; not part of /v1). */
@@ -139,5 +141,7 @@ export const api = {
     request<S['ReservationList']>('GET', `${o(org)}/reservations?${new URLSearchParams(
       Object.entries(q).filter(([, v]) => v !== undefined && v !== '').map(([k, v]) => [k, String(v)]))}`)
       .then((l): Page<Reservation> => ({ items: l.reservations, next_cursor: l.next_cursor ?? null })),
+  /** The org's plan features, the operator's overrides and what they resolve to (read-only here). */
+  features: (org: string) => request<OrgFeatures>('GET', `${o(org)}/features`),
   exportURL: (org: string, period: string, format: 'csv' | 'json') => `${o(org)}/billing/export?period=${e(period)}&format=${format}`,
 };

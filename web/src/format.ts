@@ -230,3 +230,55 @@ export function expiresIn(iso: string, now: Date): string {
   if (min < 120) return `in ${min} min`;
   return `in ${Math.floor(min / 60)} h${min % 60 ? ` ${min % 60} min` : ''}`;
 }
+
+// Money (issue 25): usage of the metric `spend` is counted in micro-units of the plan's
+// currency (1 USD = 1,000,000), and the API marks it with `currency`. Amounts are
+// written from the integer by integer division (BigInt), never through a float, so no
+// rounding error shows: 1234560000 -> "1,234.56".
+
+/** MICROS is the micro-units of one unit of a currency. */
+export const MICROS = 1_000_000n;
+
+/**
+ * formatMicros writes micro-units as an amount with two decimals and thousands
+ * separators, rounded half up to the cent: 1234565000 -> "1,234.57", -5000 -> "-0.01".
+ */
+export function formatMicros(micros: number | bigint): string {
+  const m = BigInt(micros);
+  const neg = m < 0n;
+  const cents = ((neg ? -m : m) + 5_000n) / 10_000n;
+  const whole = (cents / 100n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  const frac = (cents % 100n).toString().padStart(2, '0');
+  return `${neg && cents > 0n ? '-' : ''}${whole}.${frac}`;
+}
+
+/** currencyOf is the currency of a metric's usage: set only for `spend` (money), else undefined. */
+export function currencyOf(mu: { metric: string } | undefined): string | undefined {
+  const c = (mu as { currency?: unknown } | undefined)?.currency;
+  return typeof c === 'string' && c !== '' ? c : undefined;
+}
+
+/** formatAmount writes units, or money with its currency when there is one: "1,234.56 USD". */
+export function formatAmount(n: number, currency?: string): string {
+  return currency ? `${formatMicros(n)} ${currency}` : formatNumber(n);
+}
+
+/** formatBare writes units, or money without its currency: what follows "of" in "1,234.56 USD of 2,000.00". */
+export function formatBare(n: number, currency?: string): string {
+  return currency ? formatMicros(n) : formatNumber(n);
+}
+
+/** formatUsedOf writes "used of limit": "1,234 of 2,000", or money "1,234.56 USD of 2,000.00". */
+export function formatUsedOf(used: number, limit: number, currency?: string): string {
+  return `${formatAmount(used, currency)} of ${formatBare(limit, currency)}`;
+}
+
+/** currencies maps each metric of a usage that is money to its currency: { spend: 'USD' }. */
+export function currencies(usage: { metrics: { metric: string }[] } | undefined): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const mu of usage?.metrics ?? []) {
+    const c = currencyOf(mu);
+    if (c) out[mu.metric] = c;
+  }
+  return out;
+}

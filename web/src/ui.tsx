@@ -3,7 +3,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ComponentChildren } from 'preact';
 import { Chart, LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler } from 'chart.js';
 import type { Page, Session } from './api';
-import { compact, dayOfPeriod, formatNumber, level, onDayAxis, percent, ratio } from './format';
+import { compact, dayOfPeriod, formatAmount, formatBare, formatMicros, formatUsedOf, level, onDayAxis, percent, ratio } from './format';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
 
@@ -77,17 +77,17 @@ export function usePaged<T>(fetchPage: (cursor?: string) => Promise<Page<T>>, de
   return { items, loaded: first.data !== undefined, loading: first.loading, error: first.error, reload: first.reload, hasMore: cursor !== null, more, loadingMore, moreError };
 }
 
-export function UsageBar({ label, used, limit, unthrottled }: { label: string; used: number; limit: number; unthrottled?: number }) {
+export function UsageBar({ label, used, limit, unthrottled, currency }: { label: string; used: number; limit: number; unthrottled?: number; currency?: string }) {
   const lv = level(used, limit);
   return (
     <div class="usage-bar" data-level={lv}>
       <div class="usage-bar-label">
         <span>{label}</span>
-        <span><strong>{formatNumber(used)}</strong> of {formatNumber(limit)} ({percent(used, limit)})
-          {unthrottled !== undefined && unthrottled !== limit && <span class="muted" data-testid="throttled-from"> throttled from {formatNumber(unthrottled)}</span>}</span>
+        <span><strong>{formatAmount(used, currency)}</strong> of {formatBare(limit, currency)} ({percent(used, limit)})
+          {unthrottled !== undefined && unthrottled !== limit && <span class="muted" data-testid="throttled-from"> throttled from {formatBare(unthrottled, currency)}</span>}</span>
       </div>
       <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(used, limit)}
-        aria-valuetext={`${formatNumber(used)} of ${formatNumber(limit)}`}>
+        aria-valuetext={formatUsedOf(used, limit, currency)}>
         <div class="bar-fill" style={{ width: `${Math.min(100, ratio(used, limit) * 100)}%` }} />
       </div>
     </div>
@@ -99,11 +99,13 @@ export function UsageBar({ label, used, limit, unthrottled }: { label: string; u
  * units held by open reservations, a second, lighter segment follows the used one and the
  * text says "used + reserved of limit"; both count against the limit (share and colour).
  */
-export function MiniBar({ used, limit, label, reserved = 0 }: { used: number; limit: number; label: string; reserved?: number }) {
+export function MiniBar({ used, limit, label, reserved = 0, currency }: { used: number; limit: number; label: string; reserved?: number; currency?: string }) {
   const all = used + reserved;
   const usedW = Math.min(100, ratio(used, limit) * 100);
   const heldW = Math.min(100 - usedW, ratio(reserved, limit) * 100);
-  const text = reserved > 0 ? `${formatNumber(used)} used + ${formatNumber(reserved)} reserved of ${formatNumber(limit)}` : `${formatNumber(used)} of ${formatNumber(limit)}`;
+  const amt = (n: number) => formatAmount(n, currency);
+  const bare = (n: number) => formatBare(n, currency);
+  const text = reserved > 0 ? `${amt(used)} used + ${amt(reserved)} reserved of ${bare(limit)}` : formatUsedOf(used, limit, currency);
   return (
     <div class="mini-bar" data-level={level(all, limit)}>
       <div class="bar" role="progressbar" aria-label={label} aria-valuemin={0} aria-valuemax={limit} aria-valuenow={Math.min(all, limit)}
@@ -112,8 +114,8 @@ export function MiniBar({ used, limit, label, reserved = 0 }: { used: number; li
         {reserved > 0 && <div class="bar-held" data-testid="bar-held" style={{ width: `${heldW}%` }} />}
       </div>
       <span class="mini-bar-text">{reserved > 0
-        ? <><strong>{formatNumber(used)}</strong> used + <strong class="held">{formatNumber(reserved)}</strong> reserved of {formatNumber(limit)}</>
-        : <><strong>{formatNumber(used)}</strong> of {formatNumber(limit)}</>} <span class="pct">{percent(all, limit)}</span></span>
+        ? <><strong>{amt(used)}</strong> used + <strong class="held">{amt(reserved)}</strong> reserved of {bare(limit)}</>
+        : <><strong>{amt(used)}</strong> of {bare(limit)}</>} <span class="pct">{percent(all, limit)}</span></span>
     </div>
   );
 }
@@ -150,8 +152,8 @@ export function Confirm({ title, body, confirmLabel, danger, onConfirm, onClose 
  * PaceChart draws a period's recorded cumulative usage (dailySeries), its dashed
  * projection at the pace so far, and the month limit when usage comes near it.
  */
-export function PaceChart({ metric, actual, projected, limit, days }: {
-  metric: string; actual: [number, number][]; projected: [number, number][]; limit?: number; days: number;
+export function PaceChart({ metric, actual, projected, limit, days, currency }: {
+  metric: string; actual: [number, number][]; projected: [number, number][]; limit?: number; days: number; currency?: string;
 }) {
   const ref = useRef<HTMLCanvasElement>(null);
   useEffect(() => {
@@ -171,15 +173,16 @@ export function PaceChart({ metric, actual, projected, limit, days }: {
         animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
         scales: {
           x: { type: 'linear', min: 1, max: days + 1, title: { display: true, text: 'day of the period' } },
-          y: { beginAtZero: true, ticks: { callback: (v) => compact(Number(v)) } },
+          // Money (spend, in micro-units) is labelled as an amount of its currency.
+          y: { beginAtZero: true, ticks: { callback: (v) => (currency ? formatMicros(Math.round(Number(v))) : compact(Number(v))) } },
         },
         plugins: { legend: { position: 'bottom' } },
       },
     });
     return () => chart.destroy();
-  }, [metric, JSON.stringify(actual), JSON.stringify(projected), limit, days]);
+  }, [metric, JSON.stringify(actual), JSON.stringify(projected), limit, days, currency]);
   return (
-    <div class="chart" role="img" aria-label={`${metric}: ${formatNumber(actual[actual.length - 1]?.[1] ?? 0)} used so far this period (day ${dayOfPeriod(actual[actual.length - 1]?.[0] ?? 0, days)} of ${days})`}>
+    <div class="chart" role="img" aria-label={`${metric}: ${formatAmount(actual[actual.length - 1]?.[1] ?? 0, currency)} used so far this period (day ${dayOfPeriod(actual[actual.length - 1]?.[0] ?? 0, days)} of ${days})`}>
       <canvas ref={ref} />
     </div>
   );

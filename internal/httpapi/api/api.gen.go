@@ -570,6 +570,30 @@ type DailyUsage struct {
 // Example: 49.00
 type Decimal = string
 
+// Entitlements Example: {"features":{"seats":50,"sso":true,"tier":"gold"},"org":"acme","sources":{"seats":"org","sso":"plan","tier":"plan"},"team":"eng","user":"alice"}
+type Entitlements struct {
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features Features `json:"features"`
+
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Sources Where each resolved feature comes from.
+	Sources FeatureSources `json:"sources"`
+
+	// Team The team asked for, or the registered user's.
+	Team *Id `json:"team,omitempty"`
+
+	// User A caller-chosen identifier.
+	//
+	// Example: acme
+	User *Id `json:"user,omitempty"`
+}
+
 // ExportFormat defines model for ExportFormat.
 type ExportFormat string
 
@@ -583,6 +607,22 @@ type ExtendRequest struct {
 // (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 // limiter sized to this replica's share of each limit.
 type FailMode = vocab.FailMode
+
+// FeatureOverrides An org's overrides of its plan's features, at most 64; a value sets the feature, `null` removes the plan's.
+//
+// Example: {"beta":null,"seats":50}
+type FeatureOverrides map[string]*any
+
+// FeatureSources Where each resolved feature comes from.
+type FeatureSources map[string]string
+
+// FeatureValue A feature's value, a boolean, an integer between -(2^53-1) and 2^53-1 (what a JavaScript number holds exactly) or a string of at most 256 bytes.
+type FeatureValue = any
+
+// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+//
+// Example: {"seats":25,"sso":true,"tier":"gold"}
+type Features map[string]FeatureValue
 
 // FieldError defines model for FieldError.
 type FieldError struct {
@@ -830,6 +870,45 @@ type OrgCreate struct {
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
 }
 
+// OrgFeatures defines model for OrgFeatures.
+type OrgFeatures struct {
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features Features `json:"features"`
+
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Overrides An org's overrides of its plan's features, at most 64; a value sets the feature, `null` removes the plan's.
+	//
+	// Example: {"beta":null,"seats":50}
+	Overrides FeatureOverrides `json:"overrides"`
+
+	// Plan A caller-chosen identifier.
+	//
+	// Example: acme
+	Plan Id `json:"plan"`
+
+	// PlanFeatures Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	PlanFeatures Features `json:"plan_features"`
+
+	// Sources Where each resolved feature comes from.
+	Sources FeatureSources `json:"sources"`
+}
+
+// OrgFeaturesSet Example: {"features":{"beta":null,"seats":50}}
+type OrgFeaturesSet struct {
+	// Features An org's overrides of its plan's features, at most 64; a value sets the feature, `null` removes the plan's.
+	//
+	// Example: {"beta":null,"seats":50}
+	Features FeatureOverrides `json:"features"`
+}
+
 // OrgLeases The org's lease setting, `plan` (the default) following its plan's `leases`.
 type OrgLeases string
 
@@ -894,6 +973,11 @@ type Plan struct {
 	// limiter sized to this replica's share of each limit.
 	FailMode FailMode `json:"fail_mode"`
 
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features *Features `json:"features,omitempty"`
+
 	// Id A caller-chosen identifier.
 	//
 	// Example: acme
@@ -922,6 +1006,11 @@ type PlanCreate struct {
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
 	FailMode FailMode `json:"fail_mode"`
+
+	// Features Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+	//
+	// Example: {"seats":25,"sso":true,"tier":"gold"}
+	Features *Features `json:"features,omitempty"`
 
 	// Id A caller-chosen identifier.
 	//
@@ -969,6 +1058,9 @@ type PlanPatch struct {
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
 	FailMode *FailMode `json:"fail_mode,omitempty"`
+
+	// Features Replaces the plan's features.
+	Features *Features `json:"features,omitempty"`
 
 	// Leases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
 	Leases *PlanLeases `json:"leases,omitempty"`
@@ -1682,6 +1774,13 @@ type CheckParams struct {
 	IdempotencyKey *IdempotencyKeyHeader `json:"Idempotency-Key,omitempty"`
 }
 
+// GetEntitlementsParams defines parameters for GetEntitlements.
+type GetEntitlementsParams struct {
+	Org  Id  `form:"org" json:"org"`
+	Team *Id `form:"team,omitempty" json:"team,omitempty"`
+	User *Id `form:"user,omitempty" json:"user,omitempty"`
+}
+
 // ListOrgsParams defines parameters for ListOrgs.
 type ListOrgsParams struct {
 	// Limit Page size.
@@ -1816,6 +1915,9 @@ type CreateApiKeyJSONRequestBody = ApiKeyCreate
 
 // CreateConsoleUserJSONRequestBody defines body for CreateConsoleUser for application/json ContentType.
 type CreateConsoleUserJSONRequestBody = ConsoleUserCreate
+
+// PutOrgFeaturesJSONRequestBody defines body for PutOrgFeatures for application/json ContentType.
+type PutOrgFeaturesJSONRequestBody = OrgFeaturesSet
 
 // CreateGrantJSONRequestBody defines body for CreateGrant for application/json ContentType.
 type CreateGrantJSONRequestBody = GrantCreate
@@ -2000,6 +2102,9 @@ type ServerInterface interface {
 	// CheckBatch Check several requests at once
 	// (POST /v1/check/batch)
 	CheckBatch(w http.ResponseWriter, r *http.Request)
+	// GetEntitlements The org's resolved features
+	// (GET /v1/entitlements)
+	GetEntitlements(w http.ResponseWriter, r *http.Request, params GetEntitlementsParams)
 	// ListOrgs List orgs
 	// (GET /v1/orgs)
 	ListOrgs(w http.ResponseWriter, r *http.Request, params ListOrgsParams)
@@ -2039,6 +2144,12 @@ type ServerInterface interface {
 	// GetConsoleUser Get a console user
 	// (GET /v1/orgs/{org}/console-users/{id})
 	GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath)
+	// GetOrgFeatures The org's plan features, overrides and resolved features
+	// (GET /v1/orgs/{org}/features)
+	GetOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// PutOrgFeatures Set the org's overrides of its plan's features
+	// (PUT /v1/orgs/{org}/features)
+	PutOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// ListGrants List grants
 	// (GET /v1/orgs/{org}/grants)
 	ListGrants(w http.ResponseWriter, r *http.Request, org OrgPath, params ListGrantsParams)
@@ -2186,6 +2297,12 @@ func (_ Unimplemented) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
+// GetEntitlements The org's resolved features
+// (GET /v1/entitlements)
+func (_ Unimplemented) GetEntitlements(w http.ResponseWriter, r *http.Request, params GetEntitlementsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
 // ListOrgs List orgs
 // (GET /v1/orgs)
 func (_ Unimplemented) ListOrgs(w http.ResponseWriter, r *http.Request, params ListOrgsParams) {
@@ -2261,6 +2378,18 @@ func (_ Unimplemented) DeleteConsoleUser(w http.ResponseWriter, r *http.Request,
 // GetConsoleUser Get a console user
 // (GET /v1/orgs/{org}/console-users/{id})
 func (_ Unimplemented) GetConsoleUser(w http.ResponseWriter, r *http.Request, org OrgPath, id ConsoleUserPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetOrgFeatures The org's plan features, overrides and resolved features
+// (GET /v1/orgs/{org}/features)
+func (_ Unimplemented) GetOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutOrgFeatures Set the org's overrides of its plan's features
+// (PUT /v1/orgs/{org}/features)
+func (_ Unimplemented) PutOrgFeatures(w http.ResponseWriter, r *http.Request, org OrgPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2617,6 +2746,65 @@ func (siw *ServerInterfaceWrapper) CheckBatch(w http.ResponseWriter, r *http.Req
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.CheckBatch(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetEntitlements operation middleware
+func (siw *ServerInterfaceWrapper) GetEntitlements(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetEntitlementsParams
+
+	// ------------- Required query parameter "org" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, true, "org", r.URL.Query(), &params.Org, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "org"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "team" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "team", r.URL.Query(), &params.Team, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "team"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "team", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "user" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "user", r.URL.Query(), &params.User, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "user"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "user", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetEntitlements(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3106,6 +3294,58 @@ func (siw *ServerInterfaceWrapper) GetConsoleUser(w http.ResponseWriter, r *http
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetConsoleUser(w, r, org, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOrgFeatures operation middleware
+func (siw *ServerInterfaceWrapper) GetOrgFeatures(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOrgFeatures(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutOrgFeatures operation middleware
+func (siw *ServerInterfaceWrapper) PutOrgFeatures(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutOrgFeatures(w, r, org)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4596,6 +4836,15 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/webhook-deliveries", wrapper.ListWebhookDeliveries)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/entitlements", wrapper.GetEntitlements)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/features", wrapper.GetOrgFeatures)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/orgs/{org}/features", wrapper.PutOrgFeatures)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/billing/export", wrapper.ExportBilling)
 	})
 	r.Group(func(r chi.Router) {
@@ -4616,396 +4865,415 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L1/cxs3kjf+VlB8niqTt0OKkuVsTFXqTrGdxM86sdaWN3UX+jQQByRnNQQYACOaydfv/VvobmAw5AxF",
-	"2ZKdzfqfxCKHAAZo9O/+9O+diVoslRTSms7o985c8Exo+OffS2X5suBS9H/mWuZy5j7NhJnofGlzJTuj",
-	"zmthWS5ZuuJapmyhMsFWcyGZnQs2mYvJFVupssjYnF8LdimEZJmQuchOmOFrw1bzfDJnhbgWBeMyY6tc",
-	"Zmo16CQdM5mLBXcT2vVSdEYdY7Vbwfv3SecVt+JFvsjt9noyzae2nws77c+tXfJl3tfcisI93ad36x8e",
-	"PjAsDJIwzozV5cSWWmT9aS6KjL3IjWVqOpZKCpZbsRjBK9l8NrfCWFbgL91n7ok0jNaH/6YMl3UpTMLE",
-	"YDYYy3TcKY3Q/UUuSyvGnRP9zfDEfnN8lI5YqlOWm3iUV2LBc7flacJS674dy9rXRtiUdZVkHHaUFwlL",
-	"Xwmr1/3TqRU67Z3Q75ha5NaKjE2VZlwyXhRqJbKxpOOZK7P5XrCWiZKTUmsh3Ty5ZVMthGHcsLkq3C4y",
-	"I6wtRG/AXgtpx7KUhTCGpX9/8/L89OLV6fmzF89/fH5+8cOz06fPXr3GFyzEjE/WKVOapWo6TQdjue9Z",
-	"91tO/AUMybp48sOvmJrCsTx/dv5ddciMzj5hV2JpYS+ARIvcEb6jvbGccStWjirtnFumBc9Ybk92vNGC",
-	"r5kttWS5o5VpbzCW53NBe0jLqHZ2g8hZ1xPPKrdzeLYQ3LiJ6eiTsbT+LhmlpIAvjbC9ExYOXmR0z7rH",
-	"R497iZ92azb3TmOpxbQ0wr0X66aXhZpcieyC27S3eRBTpRfcdkadXNqvjjuJP5lcWjETeuNozlSRT9Z3",
-	"chtprKZLOZZwK7uvvnvCHn/16LA3Yv52sqXQ9X2HTXlg2JLbeXQFlZ71F0ra+bhz8us3h8PhMGHjjhV8",
-	"UV1M+Pxk9c1X8F390v76zRF+lQ7Y+VyMJcyeG5hzCUt/YJjkC5GwdNwZl8PhwwkcBvxT9PETPBT8aNxJ",
-	"E7bUYpq/Exm7XFe/Wwir84n/YScF1gpEwfArN7FUlqVa/FoKY03Kuum4Y9WVkKZfWzkwhF9Tv1TYqxOW",
-	"rlL351gSleSSGTFRMjOsC6zPXZQUNixNiFcUQs7snE2VYyQ42oQXQmZcJ0wq7X4zljH/gKlLmImVMrej",
-	"Gk/ya4cNq37V95+7F4chOau+rQ67+rkoHCcLm0PnMGA/KZYur+DVjZD2kzGswMO3L8YbmVtT3XTGbfOt",
-	"3SFXBh9xX0F8NAlzPPpS2ryABd28DORIhnVBvDBT5FkuZ56gEhrLva0/uctyciUsEzIzvQF7ucXISP7E",
-	"wmzkDp+G9mtCeVTCRs40z0peFOuEGQULFzJzxOG+pPkcs74UzCo1loLrYl0JAZjWKrbkxpwwTlIBxcCK",
-	"uzG2RS9dE8dSrc6FqdQewxd+zAmXzJSTiRDZgH0HG0Srn6hSuguQLrWY5EakY9lN6Q0v8BmT9pJIYAeO",
-	"Bhvu7zG9J7wG7u9YmvKyTy/d5cyuhLS5sHP/HI7eSyJFzS2GSfHOsikvCpMACfKxjM/lgXFzwm+EVOVs",
-	"zqp5DOp3hZjaaMCwv8pYZtVYTt3VL5duqyPicnM5VlMN90HCqCKXdsLm7mtSOjeOypGHO//bXqv3SWfJ",
-	"NV8IS1rzEyWNKsQbI/QZt/PtxdADzLFnlmduwtx97iRVJ+k4nuVmyDpJx/G2XIusM7K6FPHC/q8W086o",
-	"838OKu39AL81B88z2JEnpTZK/70UukEyv1zyX0ugGeM4tlYLlGBaXOeqdGJzJh4YljqiuMCn0rDSX2HM",
-	"sFT8urZvC/7uBYiJzuhweHScdBa5DB8kDVzzO9jolsU+e7dUGuhpwe2APRVTXhbWODpK/2mUbF0ZHd++",
-	"G4fz4FJgVd9rLm3zKcJX7cc3c19/7Ak+z8RiqayQk/XfxPoH0Je2V3IeaTt59Qt2JZwWhWwijb64uBLr",
-	"lKGZ0/3abeLh0dfOHOCaTxwVO0aRnvb/h/H+b2zYf8wG7IKN2H+xvuNIIrdzod3ADWYTnqjjZU7VyoTu",
-	"Hx49PH4EKg4tBfRyUAzZSudWGJbbnpOvl1wL1k2jn6W9Afs+v4YR3U9RYwSG4f7EKUF7zvLpVIB0uRJr",
-	"YFRe0+0eD4ek3cIx4RjVQUV73P+bWNdoRbzji2Xhntp4m04TCf9NrJtJ5fTsuVsWyzPU+dM8Sz0zhkNy",
-	"KpyTMkZMtLC9FpK6gtV9FEGBBGu5ZGd8JpjJfxNtlwk0rtr+ZHgR3R0fJu7O54tyAX8N4cbTn438+qWe",
-	"Ne/WSz1rv1ZKzz52D86EzlXWsgnf5kXhdIwlPORINv3v//7v/+7/+GOKZweqsFOTKyFCzxrLtXUaTcye",
-	"IrlMzw3YG+N2GpQ8VRZZH8wwxqVZCc2Oh0M01P2woITMOer5l2JWysSptW6R8eBKtp4bDrQ3E8T9wa0q",
-	"uGw+JPdN+yktCy4/9picmqWvuZvveba9gOjrD5ahS26t0O5n/6svfhn2H5/2/4f3f3v7+9HR+//beMXP",
-	"BV80b4j7pn0hzr782A1pVyje7FQknJrxcXO/d782SyWNAA3nNFvkMijEAk5noqQVEmwKvlwW+QSO5mCp",
-	"1WUhFn9xUtp9tycJ4q9w6o19VootuFwHsy94T4xgEy0yp+zywoyYuBZ6zdKD68OUqaXQSCvi3UQsLdq8",
-	"IDRBWBT4IuBFIG6d0I+cDuvMaSehJpHm5mQcWo6nT398/hPYjxdgQAbe7ihU6ARG1QI2peesUTsHM4Yb",
-	"likpTpizINZjicppze7xVgbKr8g1u8MD6tQB9LscHqKIHDnDmrtDA68j+hYazFR0NJzYhieMsPhtOvhY",
-	"f90rf3DernHb4206tBjqR9k44+38UNt74s/IGR7otqnt0q+0B0AYtC+rb2LfTTAAb7stO7wCYWvAkMpl",
-	"jcPvcI1/hJHPkfpiS/WkMo34hh1+8+z7WGFWgVXNLsVUaYELyOXshsHd8N/yjPboU/KcH3nhDAmROR6Q",
-	"y2te5BnL5bK0JywVWittUlbk7uAEnzg7eyokuCqA1AYdt3JULNDC2LH42y26PqpbuRXv7MHEXNfH2DBA",
-	"X/8DuSb3GrVWqwSuQpFLgfxKrfwV+X+vX/4EttegQSZuM+i5YALtNa1WBl7+iZLTIp980kM7lUxd/lNM",
-	"rBcQuQEFXGnmLmDRY7zQgmdrJt65o4OFfqf0ZZ5lQn5SkTavsTtW8MkVXsGJWoqEYdhG6RkYEcbxAvc3",
-	"Sae+ksU6IrSflP1OlfKTCuWflDPOS5klLJeTogTad0KaTkBNGZcKzEalZ7DMM74uFM/OlXrB9Ux86v0m",
-	"7YFdqmwNrjSlWOEWAouLlMvXEOTKPv36KvXWKQqeVjHmljHYzFVuxAlLM2F5XqTg7DZoR1puBetO1ALd",
-	"7AnTohDcIAcT75ZOEezBq74W+jqfiDeSX/O84JfFJz8KgytwEsiZOJmY5JlgUq1YVwxmA/ZKZLnTlFaS",
-	"lRLMf5ZOCmVEljJnaOB7vJG8tHOl898+7WH9mBvjqB38F1ldbYFlLbWaCGPczj6TNrfrT8oEGQorT+5g",
-	"TF5qwa+M9yzj1EyXhQDmSJ8Jw7gPMoGepGcsUwLN0CupVr0T98+gya60ozRJL23KpZMAIvtRZDk/B5nx",
-	"aakKLrZbmEHdCaTdE1xA3y0I94LiZyDiukYI98i1O0AlTe9kLDcu1wojAj6OtKnKOzXdLYfWCLbSMv+b",
-	"gDNfaseybY421EQLbiH2WnMzZ9yKvs0XYlvUJs6c3cNcSzoFN/aiNLtHl2VB1x3twa3Z0Hz8ffsLDFU2",
-	"K9nTXBvL6q5ENIUmWtjEqX5aTNRM5hSquxLrQdO7anGtrj7yDUB+wm7nVizMTZv32j3ufkcDca35uoPW",
-	"r7edf0GfAuxNmCBsSRIf68Y51F7pbZgEJaSbFSnlCQwAVyTLcrezvDiLKGfKCyOSyjP5e3DCO2NWldbz",
-	"02p5o1/wy85bOLyYCv0Z79qWn9wzH7GbC/7uOf7gITgF6Y/DjX1OOqXMfy0Ffe2OdHPr67t+0x42OI1O",
-	"mRQr0KKAIVQu14TceblhZu4kDShVSk7AqfYnvLl/4PuWdPBMmhnMpeBakEtmxNJfl1cXaJXnGVri9Ofx",
-	"Q3bJjfjquNRFxI8ia33bRr/zax5epZ1WX+Roy9ZpLOzfXhtJMqZhJ6Po3Y3XXLyzGDHc3gtYRH20xjcq",
-	"s9w+k1Y3yDs+wUPcPNOfvUR18hPzdFhqBV8McI/TRunAJ1bppsEUW/BMUFSfy1kY0ptLacLSK7Ee1YnG",
-	"fUrOPfoGbMR2akk6vNnH4WiUrB7051VLYV13g8i7n4lCuJ9AsKflZtHOJp13/Znq04dOSxq84qsfnVI5",
-	"E/G3fXOVL/tqiVKjv1S5hDUCL0066G7ZuWTyyLSsGU7k064ZGeeNUfjEz9tMX3lFYsyqmMpGQs6az1fp",
-	"WQujBFX6Ale29TXwyj3lQhPLwQAX0nfib01SbSsdoqe/2npo9tareSe8prrjn53ffMvtZP7EqTZOaWgm",
-	"bC1MWYAHwh0+pnqoKePs0v0YnCuY9wDWBBoFkCEKGa9qwS6F0/DRKoUQi5Li5bQz+mX368GyXsHknffJ",
-	"nqbM29pLRZ7OnbrghnoCQY29z7M2U01bO6Qgbou+tnloNO/uc6IN2aJBPKX9V71x8jfp7H74xsWhC/VU",
-	"TuZKP+UNwYOnfO3NGIz+qjj6q/TsgWGXtbixwWCwo5YQFD/6endIvMFFvN9W4K9eqVXThYy+3RbJC1XK",
-	"Bpb58lpoiFDD9ywrRQICa5IveEEZHqyr9IxZZXkBbt4TNu4Mxx1IwVzNhRa9RqaKsYymCM0T+gZyT3Dm",
-	"9ISJxdKuqzy1ZcElxcLZUucTChpsTQPJNyK7gOTAtuTL6vDgccN4lonMWajuWzzpWkaxT7mVUdR/LLc2",
-	"YhhtQoIBAZiAOWZ+LRi34Bp1rNqP7MfySYGruSrEgH2P69LcG8sTvsRkEfcHelpFhimQI5YqPDd863Qs",
-	"OUlyTJHkl+pasNT/ip7y2TwrvsYY4x6itj5E2/aG5eXR2e3crMF+0+MxNArfNpld25m2BbuH6hurpDB3",
-	"smTKwNgz8SLBdIHtLDi4DEoGf1xYVeMlCC+7xwIhR2DHhIIv+pib7PYgJGDdtIgNNhwSUVDJoaQIyk+g",
-	"Y/Xr3iKzzVNMPP+KuMrmzW/i97cSrZGbZaLc84cV/XnNy9ALjTp8gloenF5HyJl/u1GHF/lEdLb8Lzho",
-	"nEiVNPMqBbkH5cKxYssWylh29L+Phuwbdnh49Ojrx48fD7/6+vjoq6PjhASVsXTxqyouTMs1TLzjE1us",
-	"0eE57nyrSunIXZaLS2cid3qOyMED8mspdI6p5ltUVKV7ba6gknPDJmJzL32zXgIPgQVQS1y82Y8Sp0zW",
-	"+QUvij00t+dZ5/3bpDqS6pwrDnOzJ8df4Zuf9HdvjxSg+DK5leyg72Y9i1IuIiZ5qVQhuHS/rMqBblrO",
-	"C8cKXolpB1zvM82zRm8bZLQJzNBUpcVITkJRHC8THhg25XkBpYMRC4nWhZGrhvEzKiLJJaMoC6rsHAqp",
-	"BMZ8KfEGqtaM555xcRDrkoCkEJvlV0LiQJhCBIwPCguMzYsCr0/vhKUlxKAcM0xDJUfKSOy6iZQBER/0",
-	"F1yWM0VhkgQvpE/lA6lPz3DDMHvVXXuMBF7XdKra/lyLokGsvZSCCWepYXFUU0EYKFMc1RxIH9tH44TT",
-	"f225LU2TyukO8qYhfnTPAEEvC75uOlxnu1FKJESPmeC6yIX2RaW+ZA7SVDaynpu3CdJMLsBsvqDcneZy",
-	"VjiuUKV6u8qBPWStnWsVYsq7Nuk8PPg+6VznquBWZH1IVqLrvHPtI1JaHVOHf/7qBEFfvJsI4dh9MHnX",
-	"S6DSPWv1WCamuRSmloWabqZgpViV54sRQY2mqkpMy67qbup1iN4588tG4d3btEaf236XDSpc3XXBcqOO",
-	"BY9ewPr355kbjNzzZLo54T43MneI6H+A9lICBz08eni8pYOUjcy1spFWSl8BM/pEqgcaKm4kVPCSUCuV",
-	"SzYtC2RiWmCAGVLUnGZ4gSkTjiN3Of1EM2PV0rh1H/3vo8PegJ3SVOTRVFL0yayLMi5Cyk3IXgGSxXdy",
-	"vJR+0g0RcsjXcyIOHhz2fGE4Fpk5ibQoC5s3zAWSwNT9Snemau2lYr3dJEggiGbqAw/5K1U0eJHT61ys",
-	"hE6hbtqcsBRSKVPGC6PImQyvKaRb7S+YadlxjM39LJqvul1RJdXdBNDBqd/IPvYN0Gl69937Wm1To48X",
-	"l0GD1YJJO3bd7cLtg8P0xh21NP/lzJOB/y7pOJG1UjrrjDoTpbWY2P5caSP6l5AWv/YLHNFRbTGOsJth",
-	"8/2LRdVfR4+ONw+iHhuIopNhQVs82yoN9nixxrqjOTfzEyadfsa0sKWWyKDjicl9GarOjpqyDD7yOP0L",
-	"h6XTkDec41044uPL8dk98U+8SddMl3fI0hrFVMWTE3YIBW1f0d+GPHAQ+QkOP/BFXUm18l8P3Y9apJqX",
-	"Va8dtfHCD+ykkRs1E5Pc5EqOO6CeR3cv2I3g7oWSfEeGwyG62eMNOvwKXrv2UdM2t7pPn79+yY6PDv/K",
-	"vC+ETcieqmrY3rx+CqQail5+Oe3/z9vfHzbVuiSdpzwv1lCqtE2pWZOb/JS9OX/CsspZju6eJFRQ9Z8+",
-	"TesrOhoefdU/POwPH8aqs2PhjQ4t02Yo4KmWUFe1w1kblR6HsmluYcndSbkoi8rK2qfiOL4oGWawtEnO",
-	"p+g8b8xIUbIvxQymDk52r/mgLnz8eDAcbmwdfFY/zvE4+/0wOTx63x2PB/jHV+97/9l4urVK19gBBbHa",
-	"SExPzHUnwQ/fNo5jhcw+QCG1tqissK+GW8Kl9n1bIQEY6VKtIsCCWLXCRFd0V0IRv5IX8Nk6pURaw9Du",
-	"bWdPD7/ao5YxpoR44U2k8B3Pix/JRG4IVXMyQiDXcjXPCxF7SjAXNjeslNoxLn5ZiBEkN4CmVaiVGcvu",
-	"tOCzmchY6n0zzqwKObNoVRv2aPgwYWmhJrxIKb7p/SeS5bJPLpWxxOIoDbWhGV6gyq/ywDAz5xruHbBS",
-	"9CWMYxpyy3N6DizAGThuzm1yqusF12rCLwdht+KUgXzhI2RQ6TbqzHI7Ly8HE7U4+DWYHPE/IalA8uIA",
-	"RsWC81wU2TOtVYNuCdn02wcEWaLgMvLFQ6HQg36/Zt0UNsD8Mnw7QEeL23wfZfZAAQhM0nQxF5Qi0VhE",
-	"FNMZrrH6QROtQQCpORfnupEABQSDcosxpzhGFsfDIDdbKmfMQ6oTxqQKvjSQVd7kfPnwpLkNfmlMPpMI",
-	"k1OV2LXs5K3jRFpwykH+kPy4j4vAOA728YkjW1EUeiU/wUbqGlFCK+3saXDUyava+D3sqbDjm6S4TgJ+",
-	"CC+z3LJCzTZU/EebKv6uM2jSG0PEt5nOa6rEJ/J+VFkGuAZwdKIfGqPIuWETvlyKzGMGgSfy0g31wWGa",
-	"w50UucUkUKfC5cCtN4jJ9fDhw8eJV7mmpS21SOAFcsk4WwuueyeMNI0RluBG8DW4/wEkqJZQsRGb3v9q",
-	"tN2HVoq/C9MM2e5nN8p+ELzAcvG2DKE2a23rFm2a49xWAj8TSyEzZ3N4ffX3cWepjJ1pYcadERt31NW4",
-	"k7BxRzv1BT8qq4Kjced9nIK3nUF4Q46gwVDEtkdKXaWsezCHbfitd8JSCPCkSaQYsS6PXoBRoVHCqDTc",
-	"KTYY9OEUzAKkkhSFnxuMdQ/gH7/1YueWugKSq2qqgPAyZyOEeFnSCaM0qNYbZ07v2HTMzxsT3Se8KITu",
-	"T+bKCMlyKEqa5igqKyuCItaxTcj7v532/2fYf/y2+ufgYvRf/be/D5PDo782W4sbYdeGyual4BDp4pB/",
-	"311iLWDCjo7ZXJXa9IJiakMdibetGZ9xx0Nk5sPgJhQfLZTGJP26Xcv7v1UL/zo5PPq6eeHglgdvlj+6",
-	"rdyEvRRVHOfOtdQQNWg44q2IHuQ1AuVuVy20pKsW/vVvDF3UVaptGxzElROg8MwJMxhn4dUhqikzGz6U",
-	"bgrJAO5Koslr0ubEMXzDmxb6Mz61eXkKOhvQk2ikppsUBzYb39F4xgel0pvbH+d7398ZFB5V4VapUp/6",
-	"vHQMcrDHSgHT7nbKNXmD9hj8zoknCVhIJVq01etGr9JIYv70durTWzfdq6Mh4ATJajzChIhcK0Qh6Lho",
-	"SFby29HB2Oq2Y79oBu4gnXkLteOTaMZ3m4J0GxPlo6gn6J8blNNKGw2cBz8/gTwNgziWqDk4kco463oD",
-	"hYAd2ZLnev9sDljPdub3pu76o7BCNzlgfyTeEEVpy4Bw5dT4KAOIyzURcxf8IFA5LYt1j8B0PZ/xeAcS",
-	"sg0hoUYZAV4TMP3B6Y8uMXS3JPFHlBoM8MkA7mNs8AGqlfTX6VponWcCET9DYYBcY3F9hLBLOQtjCcbY",
-	"8dERJANxtsiNWYrCxmC8EJKirSAvmL+Zv/ggwNs9jwbpb9e5NBVNJnQiZzqf3NZ03y+111198qhvZvle",
-	"ciNg/0Xzhb2zW+mTQZfhLfdK7vOOeMzwqyGauYGCUePeH5nsZsb0oP2Ot2as4iKb7jweVWuYJS/WuyIe",
-	"VdCiMfhBDgKyseG96iGasfQxGlVkwlhUuwNS40rpKwiwTpTOEDQcUmVywLIzuXHXHSYesNOxdOOGi87A",
-	"SmOGr5j08f8w0giu4jUvShGgswl4dCzhhw/MgD2XDfB5mE/EjaUJALsj4+sQ/zGKTblm3SK/FslYil9L",
-	"XgBQqNKzAWTs9QbsWVVX4O2IOTeY7hNed+2BaPe6rFG8rCkp7kZn5K6xYdigATrbZH9nxMZvN9blDJy7",
-	"GavtUlT2lOn4+RpvQmNMJBVyqvREpJiFRVn6YDOdsNTMeaZWKXFdeuKytJQdZFgaJWilJz7pCwMlHhSC",
-	"MsVi850m7SQdnKGD+WT7WYL3E674iWq6N1XDebngsq8Fz/hlIUJcYVciRIMyHXmbmipzjNKetQBI9JLP",
-	"EJcIikMppxYvpWMG+9SKv5TPIBJXDz4iYk0naYqM+Ygdr8X4MPNqKSRbuvlTivldcIs1vQtAK+9W+bVo",
-	"t6Abh1Bx0vjswxLoy8aw50u8s3V2TS7LCw6lZBcUJG/If/+QzKXpVICv/qJo0RLPqyghPsIWQs9I90IH",
-	"q1d4KOkhdjNDvMdHVcYSxQsVLFF5VNcRWR+1tf3ZYlAvNznP3pAI7hBunOalnr3AB72JbHYJzrAVHiO+",
-	"tnODj3652+RAt6I1uEWa8hJx9tujddBkxLHXB/GJGrATeOaTHhZY181l5WtvjtQBduuesZssNxelLlrw",
-	"FkWWTxyhU9T6zasXFeyGT5hiC26uROYr/fIpk4Rku40uUQfH34MiXuMvfqYfOHG3zG599Vbicq7UlX/R",
-	"/WEjCAWXqLHhDoeM3/pJ16eM9zlp4jEbIb3oFZvE7Es9u30Wobur3ldMcDOnk4Vgz+Vk4F905Ljhti+h",
-	"mSnup6xvlebW6nIOPxUTuZEDmPjK7/dqePlrZUZe6YhYwj6wPA1cgkakc7yzK77rcbjib169qP3oAmGH",
-	"9vwpFC7d1UXfuLQ7PTf4KCz+ptvccqNeBPKqjpNuf5sEwjIfp9Pkcpaw1D1OegqN0aMOO844iURUirRc",
-	"01loLl5a5bjJdNqmtNxFdNPpPp89tono8ZP5LV2puM0JoyQd969ArVTJtc2wUt86Bq3YkHsS8KGdTrTt",
-	"7W/mfLfjd5+Uc91GWfkgzvSFE92KEzUR/cb4t+E4G+2TPoT1bPYnGrAnN1yJDQ4ljM0XmN5LfY8aOdVZ",
-	"qJffNHfraSFVbnFzYvFGWHjYf/z29+P3/e7wl8P+47f/3+Evw/7R215jXPiMKPPji06mPC8u9rljIdfx",
-	"zhUb9zJN/OEjjZx9IwK7AgEJM1DHdbvqvnaEO6WKFug7iAnsr6Gd0Q+2PcWRpe0jDcEX4v2jCFIiG3wh",
-	"t2cr7vTuwpTZodxUBgmdaUy2tKvVHt7O4nDLv73JEd0anz8MVogzMioS/uVDop3hN4fD4fDmnzmbGqgg",
-	"0HscyCFz6KzJ9vkD3/w9NYPqhu9UDuixW+oH/q7ueR/d03WLyf/rY6/3fVzQfS5bRR9t96bJsCAtv9kZ",
-	"RHlrkCowV5YADpQUmGxlBV8k2HjOMWUfOJ5yY5nCeibfqMQrvfwGlIWEcYYdjNSUwvtYh4GwC74qdwtQ",
-	"gXELAKusm7o3SjFJwCsgWIJbQDfemWJWkRPJrfByDf/rQj/O3oC9QGRznz7GtcB0AnhFw9dkMmUj5o63",
-	"ZjjdYDHBEdyByQTKxGe3maib0x5G0x2wsU/Mnvb0unhGtSXTX4llwSdU8UBAHLmxgw/laTdzsjtVSX4S",
-	"K6+LnKAiosVCXYf6pnvicI0ktstEifT/+gv8AIAkQa+q2yqGdbGiKmEoxBNIGU1Yxtc9uO8+4YKlfoYN",
-	"g2ZUCyV7/KrQ7ZK6pdYapCb1R6BRt4Bm3sHcWXK98SOn+2HC8ATM3xPHkfkygagkpLAynrkvuM65OyVe",
-	"MLPk0icV0ijUYrnL2WWpjWUFt8IXnOJaE8SYMRYwawrFs56bewITLHLrax1X+UREGBzdkKrF3nkFHJa1",
-	"bltLb1D1qB1h4Mi/ai3n52hY6wfbfTRkCxJE/vAeMvrAn+JD9y/Cd8ET/etR+AhON9lschfO7mjo0WrR",
-	"iGBStW4nhIdhW8xGIITaYONJu62C2rpM6L573Pg8SL9r9Ta1rItQRm73sZTUcFtqaJ4QBofsOGzsfjQ8",
-	"ODqsY6JEva9yE2RtD6WzWymKPQALXHr5PmA/xoGeSuBFYH5xNHtPo5tY1yZjdPM7tsYmBTcB0J8uqtIz",
-	"Uze9/WW/i6zys4hD7i+vLrm587ygKuVpsIljubNI3z8XUkD2VxriLK6b0vM2sVgrQLxoM6olNGoHBELb",
-	"AOPFoOH+8aO/BsygTE3KhZB22+uJ/TIaTXDslLX3+0cFmu+30t5uXxvSAMSU20LscDds5aLMrV2a0UGU",
-	"qTHIxLXvX2IOEDkcp+ybopztwg/fA9AJWqMfHz32dw5wOJjjL3j1awhP+yM4PTC7oKBquE7hiRaApwSA",
-	"mqhp3u0gmjbLpt2X/kySXfUuwcG7DdS7EXGuCstYF/38o4ODlDI/stzAnz0fe7bKGUYxc3NcbyuZ5vjr",
-	"Gmfr4kj/OTo4GI9f/6Wl3L7uWY5VIkyPaYnsK+T3iZd0xiqNNTRSyT4uOwpgJCiEOL1+VE+jxcjJ2Khq",
-	"HERZ1CbZp7b604+GHbDXQmYMeK1bk1sF7tObVy9QVJOUcrNP1EIYUFg0pd1gFiGoK5ccrdMplbZjq3++",
-	"4uuEFBavHLBLYVdCSAbN9bFtJs6cNectRD27dkEd71EuUKUQ3bZWuZKC+uLh1fmP2eN//Dp899+XP08O",
-	"X/x1fvbb0WnTb9vw+6DS8p+lscGIpsSdrcoTymTz+oYJCc1m7rRnOxeLO0P3a09kjATcptu+Df0q1J8Y",
-	"1k3xX1VtifsXJGwmIVPLwy1uAH4hZBgHXdBgEusD09v7lSPSQaHb9OIBO+LGKJDPbLsBkDisvxmjDnwj",
-	"1O7thBwrcFMvxVqRDkwI3d0NgLR9YYn9pu6zgApIepZf003ee5pdII9xMl8E8+g7lu0EeoRmH83sgBZ+",
-	"q0sM5V23IBaog43BXveErNm1u96S3W9rPXbsHp5+fLktnIAAohxxvZjYmyVw2IJm79gH+rWwdopG3l9R",
-	"jDn/Hp0Aqgludpltc4ZGlFVflDXdAfS3rSrfSijtSiC/HTO5c+awP63e1WBtuea0ozec5L5oRRtg6Ghb",
-	"e9nEusCZvNDCfGJfE8m6G4WTvRPQt1AhXaDehevfqN3zNHFcD0xRvGkX0HgNMOnwaHgT9Hhb94cAOD5X",
-	"RRZKQSbg/Qj1xX/skr9GOAs6m39V3PGP0D7uEqx8C5aLFvvVMNnZZvzzQHPdLbh60nnX9w/1lRR9NYUY",
-	"kpegnsLebnQQ9lqF98fNEbgpdOftRMzWy+Gs0UWHHfO2HRNwJzFNbcKLIsIyFjIDl0gEyOqeWnDJZwER",
-	"8SRkveG3WvAsquHEbt418FZMp0oCiCv9vHHR50Rcn7CL4o78f0fqD0zU+fbjk/3bE/j3vX8fkpbuKLu1",
-	"GOQp3ksTIJTotaH8KkrCiTsAo3DKNVOrj96UdoCqzRh4/Bq3yytxdPWBqewoMbeTSI5vlQ9CqR/P5CyX",
-	"QlA9WO1Y4vSUPbNTtnu03p7q94ue3iasuUFs+0zQmgDRdpZ3EWgHXvPZA+1uFR8SaP/jneD2q1FPgrth",
-	"6P43l+vmXp6ASVLVIwccOOrG7f1a25GGD/DgTUNP0ep5VSJ2Ez2MqimmTEtE1mpqM9GKIWi8+N6n6wN1",
-	"x93EgYJPw2r9SiKcv5odX+On0W6/3XG0LUpGrdyMHvXF21RUt5LOCqoShmuIWMD9N4ooIiXBTy5ua5d9",
-	"n1+LWtknWGKRnpoiPOWlsvMTdCdJjJMm9Xcp8im0LfPB6G2DvU5WLbB4G+MhWIUopiebwHjegvory/ja",
-	"MD4XvG797kmu9XUMGUahGD5Af33DDhNsa2kV+yrADGPOS80EHQ4eJbe6AZvlRpsqF+3GJq6hVaqtTctt",
-	"ECFDOgB172VdwP9+NBxGTZ+bIYp2Igyfb58kYIksuFyHnjABfhgn/Wp4/PVw+EHw0eE674AnPI/7xuxY",
-	"bdzfiDIEVkILdEwtixzSV24i7nvgmXfA/cI21ZgcDty0ZS24Gh8WiW/Fdmhz8t+26x8+fyFkwwk/ezcp",
-	"SuNYXYSY6RMS9uUZNAH0Jv3ApHFi476RX23E2hvsTjaAvTzN/lkauxAtEMVtDb45/AzgSG6vGbR07X5T",
-	"9XeBJ/Z0ad7mrrR1346mpihvlxM0iqG2FyW43jRBqPDMuNfGhjb7rbP4AJDDD0NQXrZU7kDr/lrtTnWO",
-	"3Y0Ur17CqKqnBVquVcHaFYfZI06yQdzBrewh4Bp6b5PSFfp1233I/fZWa5Pp6PehY3NIRjs+PjwcMc4m",
-	"Re42MriX2OPh8K+Hjx8fPTr+6/Hw8eMjp5MscmP5FWRaOI3rEEBCIn/ytrs4y3b4inmWsW7oYmAVdDVi",
-	"ajrtBQDgtu4aVc7aifcSloWtGjcNP9gN3N/+7uMwp+4drNoI23x1ov5TqOxQd6s5tipDT/1uj/yAPSOH",
-	"O0UiUiMshdN5lqV3C7B37+0vw+XcoTFFcEXbfoVmLM5cXkyLfDZvDYzMRZGF0oXLNULPxFFFxKo1lnGW",
-	"TpQkvpaG/Fu5HktM4AgONyjSmHNDzE+qVcJWc26F70jsOaa5EtmAnbnpJGJxjSX2lXTjYS/Has4YxTw3",
-	"IUipGZdrxLzKJcO33bv38y7XKqzigWEB58Krnxsr8CH9XDu63tvViAnlrVpYewA0OrimAwO2s8Y7FQ4v",
-	"ZOia0IoTr1+m9m3z2NjD+TtoO+doPgl+WYz+g7t9xaucasgtHuzfCOdNlSJS73rTDaLgpE6pmKiOFK0h",
-	"vzwNOTUfZMaAky9AotJ5BKJpvqJ31dvtLoID7lzIkVE5xre60Ee+9AtPI8sl1jt/XCThProL30mZaE1f",
-	"/CBv/Ye1r0PgmQKzl7e96o/2d9d/Irf69ua1bcZduLv/GM3f3Cru393d5I0mwITtbRTXQrZdcvgOUp0N",
-	"M5TDHmG0Ip6lnWthnF4VDIIBtS96e6s6dWUbXalrlpp8JnM5uzBiop0ilhso3KLeowhBq8WC6ysPsEeI",
-	"DaYZHSufSW5LLS4w0bst2Q6z6vAZStjlWufCsNR+g87CUubvMHM9uT6kz+biHQtTRGntVcZrleDRf+0f",
-	"bFto9d67QNp++PH0Sf/1D6dHj77CngFz8a53EpK0cUjyrnpHwJVYD9hPvhIftSPsEUQl+Sz9+5uX56cX",
-	"Pz/79oeXL/928frZk1fPzrFaTLrvCa/DnQdoWdw6WdBLxtKpytg21jsbsXfpA/cklAqhGnUj9mEjZNrP",
-	"c6GJOLGk5+zl63MnsitcAZ/MTm9CKx3sOeVFa0vkWKFkKUDhoBsFiskyLcwGHuy0NAJc26GZCx/LQqnl",
-	"JZ9cJWyp82tuRcKKXF71oduXo2qg6VVuBGSvL8vLIp+w52d+Ckf5Y4kNyebK2HTAXpfQX6TIrwWQKJT6",
-	"cTkRgCVRymJzZaXE6PZYbhzz6YsXL3++OHv1/B+n58++gTpg1sWVZU5tVUtnmPcG7AdnQtHbazGW4EkV",
-	"WXUANNVESSkm1iQE+//0p9dOuVJFiToDFh/CytfOGhxLzMXmuH282ACH7hwe/XUwHAwHh5ARz/xu+t0Z",
-	"xZPTwGB6Ow1fFoi8y2566YZ3Bh/awpnrupSOxxiW294J42ypVVZOIDeArpA/ecDH3K02IFzdxmVvYFOJ",
-	"59Vv2/n7U9rHBjfhLRREbq1T5LbJ/zDY7th1hB5MsADPfacFVCEMmssFfA+5bSYP/gAcjU15XtSvc26Z",
-	"KSdYYLPXJYadukmo+SY8G3KsuQgJfnaRZzsGfWBYniXYxhkZomFpxOz94aArwX2ZZ2mAA1fZek97Kd+3",
-	"mwOWBl1MGvGCUchNhFuSEyHn52cMfxDvvFRUHMMmfCFYNzSl53ombMKksND1HI42gepLVdrejkOK1+fP",
-	"dPfqQkchdvTuXXMorBVa06/TJ/JMtIAGP7wwjtH+Wjqmg6c82E/BR9KKCCKhG+xvTX3fPdXHb9vq/dy4",
-	"xXeh+G4yhs+uA9OCzoWxr8CB+XG8Kis12J4XiwYl9ge1YoWiCj3PXixpAvvUN+1mWEFq3cyxonqnLap+",
-	"NDz6CJ52itAfqddxrHAKQW3K+Ku2ao4vfOIj+MRttEYbZgMflt8o8EhG2l5QZlZzbE4wll7BzA3F8jkp",
-	"NHtocAVqKxD7LmdzVKl2czvP6Eg/uZGnxTfxJg7XWJT65tULfCk6UKewkkwO2j7hozlzhpJtWResH2p2",
-	"6kwBEwpVnUbiscV2lqZCvfINlak/h+42GznFmOSQJizF1ET3r7kqNYUMABcT2uPVoTpOWAoul9TnBm00",
-	"cmSnm0CEEYwENzvhBpnhazOK7A4ku5XyeAwe6SBhq3k+md+IhrE/IMc2bgZCFAVoDD+lvAFr4ga0jUE9",
-	"aJCDoecfc/xl5Ogdun2aqGrs5qhEN/j6ewGBwhkBJxt4+o4u8RSouNB7xN0mQio/FeoAGcyAoHlRII46",
-	"VAVCpW9S9dRxd9nxaMNSWOZfsJjEJybBrtRAmZDysFtMCTVrju7cXYTSf5/xVu3Tfn0ZfvYdmO64M0Mc",
-	"l9gS+oCd38TiX8qtprNVF7/ttiej6LDjfqljWQfpB06D6Lapb85jBuz0Eli1KIxYgZ8BiodRxElxu+jP",
-	"3h3dbtcBrjmo8cRzhs24jLcwaNMgC8sxRuI+ST0G0huNZRTEcW9f7o4KMV7kV/vvzEc1Cbu5q1yj0FFl",
-	"kX1bqMnVU77e1eV1Y0cRIQ4IhSDH2QrDyPxaYBMVEsMZ39d4I3DjzbJv6jZUwbT2nz5tRmrtDx9upjF1",
-	"9u/mfI7BREm9G24btiIUfdwwP8nuLX8lAueo7zq0Zm6ARHWSIMuNzeXEhrS8atsBQQ/3nboe8SXrHibD",
-	"4bAX8iKsD9O5v1Nwp6VMY/+/hpbruwmglkN2AznsTwVtqZTKOp1zKXToQIWYBXJd7z21fzS4Rv0f2YLj",
-	"T53Bl3R0wGHbLFx2B0L5uI4AtvkAElGCug+BS37oQb1yrK+hBdW93OnbJCqi9k9Xd4sREF3TNt7AFlAG",
-	"tHHij7pDWq0eGF88+ylvUpt7MCCKOkUYMEXz7IRxVDVAFiOLGrSCnuzII2Er6PhITfAb5BMlOTuDgzgh",
-	"bU2UuhFBZUz4crscIU6ATDowzA2JkBsSbr93vTkVBBK7BG/OWQ0X5FO1um2+ANuUDxlrk1Lndv3ajUzw",
-	"a4JroU9LXx6wRTYeIx6K2lmX7PzTpz8+/+ni/OXfnv2E1fTUA/T07DlG/9Jfl1cXaDXkGYYg6U+MLlBU",
-	"kppTwauCRITlVJvljOLO+/eQ6zVV20uMCtUhEIN4DlZILi3iZkE0JJ+IAXtSGqsWQvtPDOPmCvKSKZU3",
-	"U7mcjeVK6auEjTsLvsZMKKVnB+68D+DamKUTCT9V6j0lSv3o1Nr/HHdYNz17+fqcHVwfHmCprw9Hug2C",
-	"GtxQ0Sp8Thna0LhgZ/oKviDF1yAoFLhMKtVCTald6unZ88FYjuX5HLrhI9Cbt+Z5aedK5xYTPSdKWs0n",
-	"BET2vfJxIrCSpnwiCMcwE4VhuRzLNNhPBFB2wJc5+hFmQjq68EjBkNwtM0IM9nHrHLpG5pBp4m2CsXSG",
-	"p4eCZIBwBW3i5lxmhdDwMv/n/7An0BEf98C9hpA2xwwf98AzmCc9uD5MiUKdNWz5lTAsPcW3/g0+HLFv",
-	"gaTIggUqJtpLGFpX4JYA6ibIYjUduUn68M1//Ef9CvzHf7CukNe5VhK2+prrHCC6Gm6GVxxwo51Zw6Bk",
-	"O1O4U5DXl5DlB+3xueQz8L8UXOLLKz0zUWE3eJ3g7cmiZN5nM2A/k+OwaSW1fg/uljpyyY1beTZw78ql",
-	"e9XqCrv3hEs8GAzSXsIofQjlV0XhbnkHvys9e++Io38l1iYdsOcWFiYKJWcQ9yRMa3gRn8IAlSBmxHxB",
-	"fDdUxKfx3fGl8G7E7nY5/APkxQaBsk3i1m6SEPTH++OmhTp5sCd9zm/ihvQZBD5fA41t+jCOCffg8ar2",
-	"vttQfL/hF+wBNZ9C62FonuxUpCupVpIIzoO+HQ8PTxjH2wL80/uAgXrcPgGD9ZQ+llKIzEQ/f3hCHLgP",
-	"T2dMq9IK2E1/Zj5NBffsSqyxDwICyHE5ligoEOA1PJpEkxzD6zzjk3l06XzzZ8B3ovMLZR10xoR0B749",
-	"cAaMZRqhM+BDKaTbbiKvCOkYH20kIPgCw6k0ioSuwyYzyE2EvUgd0CuPOuuenj0fS9yFuohTukY8J/Xr",
-	"9Or0/NnFi+c/Pj9Pk+DYfDQcS5/OFhB0YUaPzz7CVqiRQ8RWG3v0mG7VK2H1un86tUKnKDIyJYxveuuu",
-	"VXXm7hatY6RH+G+axB+98i4JcAOPZe0rSCgnqGbTC6V5z5+df0fYlIeHbJqLIjPe6wngl+uEpQFFMh3L",
-	"bgPaJDidw8fuEntkGjizByxTaCcfHz2GxhyAaDmWQYAhBaHjKN0C30yDlFDy2h2okgY5NqEF0YU3SyUN",
-	"xLV9Psr/e/3yJ9ZNnyhphbT98/VSjCAflITLwT+NkmlvwN7gPXVXnvYgl+B8xfEvVbaGAbVwlyZAMg6H",
-	"o9CjODfM5IWQtlizfCYBDNGt0Zly8QKYLgvMXCDGXgk0iLuAVOMwZRJtYujmDWLFx+8RrYiDdx5eFtOE",
-	"4vnAUY2Kv2Oumy/vbvwaWN1f4G/KUwDEpOjZd/3VatV3Sm6/1IWQE5WJLGVdiBWlk1IXrJ+lzAiZYdI2",
-	"SIS1pYNYck0hJ7fKxHvi3Yu6MXsDdhr1ds9yDsvYxMB0Yx4fPkJ6GxOc7bgzYuNObYcXpTszsXXSWGw8",
-	"Ho87VryzB8uC59L9Ne6kcFQAaIsLbkXVNaxb2xj6HjevR5ZR6lYPIiw37MOhaRkqPsfDIQDeG4zMueME",
-	"gYvcyF0ZRO+tHKunZ89BUOqFGbktzsmTit097RzzUODUfx934GvcRrTNfhm+HaCxMu6AaiyMk3n4iN9c",
-	"4tyt4O8Jes7Hnfdp0jATUvUvD98OJsrYHfNwyciGckNBHtrWYGgBNAwCMRobtsAXO9C9dgOeMMovwjsO",
-	"KhanLgPdtDaLe2LcSUcY6kNicvIQBCn+iSIdb6IHRyxyCbcBlCFVlAvp9sdySk4DxQaG6AERIryn05Tc",
-	"uS944S6IyKB6X+L4uVyW9sSpEbGuccmzOIjsvn/ob6KT1wVH37JXMbqVHee+tjqHwFEQkNBOmPrq9dxo",
-	"x/CKU1XKDE60UmRBkrfpExnjWEUjFekpcw6re0Q4/VRgI5Ub1JSTubOx5ipj3fS0KNQqJeq3cLewgRMs",
-	"6DEMkGeMFxqg9sU79+AJOz58GM6UbqFVihVcz8QJsJCYgbq38tlT7uhOAGvX62deBgB3vtSCXxnQn1iM",
-	"zwM8HfUr4N5kJPqkUC/XmZMyJwgbHXqlsy6F43puUKUr3aHSaEhZwm31AqN3wh7hEXsbl024lAqYQyYm",
-	"eQb1qplwJizAcgKAPr/mOaQ/AJd3+wKF85Oa6xm0d3RoY2TyBK5drLJAxJcyDBSk4a0dHw8cO6CE6txG",
-	"ao2j8eeoZIDZk4DNk9TU+qgBDiWWuqOXvrUD6LnUJYfbCciFdB8ce2er4NRk9hi6lTXrQeN1NRTgp0nJ",
-	"fA6TVsCnFNaHN3sBlIoib5ZLp8eMWPqfcIjfHA4Gh8PhMGVdr0oeDoeoi6X/iQlM36SgAcig97qlhD4X",
-	"Sz4TDwxLo4ynENx2kkaWRZFu93zH1AtEVI99KKdnzztJ51poQ8mWg+FgCD73pZB8mXdGnYeD4eAh9guY",
-	"gwfpYC54Yee/QQC1KUf8lDTWo+GQgKSxgQN2J3IUuBwwinNIFVHnoAMTI20/zzqjzg80FRQsgXIHSzga",
-	"DsF1iyIf0rc2BL37DP1pN3nbcAr0OTV0kqutuuZU64x+eZt0TLlYcL3ujDov8mshhTFup/nMgB/Tv4zp",
-	"vHU/PYiwDRq3zvfmIyl+ppVjhKJ0ovydBTPTQAEHQ2/j9o7RCDfvWKUA1fdqM0GncVvoPXZvSLT6RVhV",
-	"69YA/74dUYEcx0ZWkEtCyWBAWSMUv2fK2JkWkFCFMOgxyjq0g3E8DIVHN2rZMeGTOXQ+d9YvueumPC/A",
-	"XxaMMuB9OK7n8D2cGJU5lmZipnkGMNlkesOIFdE/MPCsGAArx2Rxn7Pl345KCnCiiZLTfFYSOmn99F/h",
-	"Jn6W6wJzQ/+NR8OHn2C+n5T159awN70T8jOZIKbWu8nVrT+/6QJfHx6Qz+cAfT6tBEtBIZA16ffPtrxn",
-	"9WHS2B7U0LIyg7TCS/h7MJY/gQfIbrnokbfXyeAZjEkNi4F3aw7tuEwrzmn1CEVM/15i6u6Nj38HnIge",
-	"f9tMek1DhOd8Z2VctSOg471+xTOPFQw/Obz5J28kech/w36Ix0iou3/0ndKXeZYJCNsfHz2++Ren2SKX",
-	"wRsisDy+IrRva05DRx/h3CPSC6Cdnu5Ck+SlMk0M0lwBP0IcZGdSpVXIwgMh+7aBZglOF7UKrYFDtBAc",
-	"Rxj3AvjXKTMqCt4tGLdxo8CEcasWuVPI1gN2HqBNl9wYx3ZlsR7LfJps/Ky9PwI0FWhOQzthnCKMVPkD",
-	"elu5iF1m8OYjNkyRlf5aQm0S+I9+Ih9qMHiCgeY90mgWoZ5f+bJTpWcpGEvx7RtLuH69AUvdvoWtVYTr",
-	"gbVoWsxyA23tvHPR/a/p4bHkcAB93B9qJeWU6SU64tMNzOOUdZfexjo6BrMb3HogmbC2DitmnCEArbIg",
-	"JEOuRw/7T20XgxYc7yZkSMKhgucU/b1qUSW5RLDK/b+5FVHlYi6h8xnrPn92/t1YNnS+id6lfyXW1P+m",
-	"hxQEOnU4IM6yfDoVWkgbvK6sW/XKTCLsBHf4vuZra/MpcsBy48YxqrjGXl7eK3vUuAkUbauSATNBphV5",
-	"Y5AmeQEawIillKeTxv7eE5aaOc/UCty8kSYDZwEB9AtIMkpPWLriWla/jh7DXO/Uu27HMq70+dl/i1s5",
-	"YD9XusmG2hM10UlD+8h0LOm1Rix16n8K5u3K0OxekSGCSRjWAqZhM7DtqBzLXPa92ozOeM26mz/vJSzF",
-	"kt3qTR8NHzYJsyeEZnw7IVZH/P4By9lQPAEFfauy9Z0pKbDEIIzqgXtqdXVvChnNDVUtDVoS+E9EBuxL",
-	"KuszNC7FhJdG1LJVgbahPIK6UbmptymsbUH0o4OGX7xPOkEc3vTz6sH4V/3b/bbfMALGKvYfgp6vjfEq",
-	"Tpvdb5jqJxsjEZzQvqO4x+F8/8DK0fD45l/8pOx3qpQ4xeEeU5zxdaF4dq7UC64RXeb48NE+72PK5RLa",
-	"1/8ospyfO8MWVLijHZcv9ubvfwl9e75mMwVkaQQek4Trh/BaI597QIKMPJJKhqA3uA0N60q+EJUfH1k4",
-	"Gq2J7zDr/ePUfhddp+Doq1S9BwZcjNrxbWq+Su/9AExWy/Mi9ej/MBrFF5iQVmONS1Ap3Zri1bufuTlj",
-	"xoLmP/iMDZzICSyzT+7betsgt1OouYAq2PUQZaTjUIwD83TI2ubg8PRqgnc8jli7lkBPo8JR15NgleAW",
-	"IIg/7CNKAAYIccCZFCtYLep57i+a1cmwylL4FDz+KfD0EfT8drpjbiLnMr6h93RXvQcIyY3q8TmKiRH2",
-	"kXPSnXKeAbMX/JPg370A3SoC7610ke2obdT8sB5p3t3jcCy7UZPDlt6GYNVEa6TEskhyfZE4dyFxkk7k",
-	"8b/x19GjQKe7PUF3zmsr8xPDIM7EQvU0c8buqFkd9pkQyKscVx1LpxaboKImPkTo8T02YyYVVBuDPUAT",
-	"ZCw3wiV4awbsJwx+O8ugSh9wbM8vll/6ZCC8w1u0/cFnUvNEAF+JrR6cLvJCoNPhba25CqbvRN/WPBQH",
-	"lx5sqNlP8ZTMBXCD4mHl0rtDbbEG9g7eryQ0IeKGbeZYYtYxJVpu2UpOdBKDC32ZR6Hojb7pEtNzh4tq",
-	"cW8slU48jAw8S10zyyJjGwTVpWBsEnK8MNwZhf7ccBuxvyS4i1eSBAuvTCFHfAkEvDdkohZOFo7lpkVc",
-	"ibrjo6NegrggtXQF3BDo4oM+6XTAnvHJPLhQKDsPPEUrue1mOLnB1gdrGgN+kF7ZPR4OMQHInYJbPF1G",
-	"Yz1Gj++/hbdnsL9rposuJFw55AcE7eNKrLHjNRxis6MUDXmklgeGBWbn34Uyf7qXys59ymuupKmnMz0w",
-	"PQwRYjgaaisNs9B8ntSIDACQxWIUPFbw5wODcLrTUtu5gNahVq97lB/raHnNAlFKkUBJIGb20qcg+qrE",
-	"AmhcHgrRBuyUwe2DdGF4FPU29IX5k5ZKihPG6dHo7vhG7TWu1WqSfwv3/H4Mahj7c1rV8QLa1K6XDUwm",
-	"JOAAB/Oaj9cMvygo/3Ym8ae3cBskvOe3Vc4qFqN/qKBXetYew8YEiOZQVp455aclkLXFZtxIL91Ut3X+",
-	"AYHsHcBCcJndAaw7YSov9QzgdVp4yZLPQJq43R38+cNgbivgXeN4q/sT0EAbdUeEKA2KAvUkfgeFu1hD",
-	"sYO82KkMmlrqno188cdecfR5giA33QT45ICl4CP3GeAYF/Ke/gRbXpvy0i32UqTuWwTVHEtfQHDB5WSu",
-	"9AVAc1jFDll3wgshM64xT9JA7lTU2R2wNwjgrqqgcfoW+iVGLR3hAzpOQ6P5hHD5xrL6wQWpWLmhLvLd",
-	"tpbxvUZlAA7lJQQv70MXeKlnBE27lw5weJcTtxmZjvrAoYdFMn/02zrc47Y+UXJa5Fgy+zn9sjf9mEJL",
-	"znJ/Jm1u13fFj5DIiLds86RI9GEGR6sAbONArJ5uW5k41PoTxO22FPxeWH+57k8u7SD0pLIgax5nthB6",
-	"5gshwHr0LmXW9Y1j6/AnPHN2kVWb7aZMD3PYPTI94Xanf/hrddtwxx1Q6ffCtpFoi+6GXWBBqN5KiXqp",
-	"Z2ecmmkuvU9nE6yCyxlVfpHtvCTcsQhisqo6x0euhFhSHSx00tmR3LTflSEhnRC0jkmTWLyR+7pJDHOq",
-	"BvWTQutZJcWolhY/53Ysoa4F09ypWG0mLFTiwfDeiYfJ8sZJcvxnDN1QCH4t0C8Euc4PogRyw/iluo6r",
-	"HH1cR2n6YeRZ4pZKhqm234xlqDCuKg6rzJ4oyaFJhAM++L1KcEQg/8RG/A6+hocD1bZ/Oi7zbym88bJ9",
-	"GGfcEu2htPkGI7e6rFiErMW1ukLfXVWulzApVgH4o4J7RFwE89Hcr+E+u9WdLvO/ifWfxnbG19nHfHZH",
-	"8UVzaLG3fdVLdEUCrd+rArHbng+R9FB5BPW8ttQSIxN4WaJKFzOHiIss1hB1uI9bhKtDwrsnyYiDfx7z",
-	"Np47a5OTPh+DDN0TlkYdMUDBQ7QN3GmrsGfUF4F6BwL1Li1auvYfcuvbhePB71di/R5vdSGaWqm8AnkY",
-	"en8EDNSux43B8hbqJjiZiKXFpiGUCOx+A5k4Y1nkpkIjITkLuSlGQND9Wl1BHWqQwTBfiG0dY/LzfbAJ",
-	"fMmITdTu63FzZYibAsqXYLFfxNU28eK2fiTxfrDIulnz+ZtYk3RruCFllu+uDEKtkazFuoY4Yqu5Yt0U",
-	"upamPWw2iH/nANeQYqG1+wpzDLDuOkUfsW8aiSknNtg6SUCVvTeNE976z6JvupfZR91EdCEhqQfJl4u8",
-	"fZF5Vu+9Gt9koJn70zy37+ae5XsQ3FcriOw3FJv0qrtRtnR2TNiyKCEJBtOAAGU1jEmunC6CxlMJEdxc",
-	"KBDqId6PT4L0tiROlmB1j7oW2gNRwf4iJHhWiihjlVy2lByMYvXJ63/E2TsprVfpWQJvCi+KC0xwQj//",
-	"Bf5JM9NfOG+CkNiTdToIQ9bjZTFudhe7W+pSylzOeh5q9cM5k9IRVFcrm8ISw5d69qU28k/CXbaLKQl6",
-	"rqmUciebSaKSy7tkOIQt0Qc/7acKGjnJ9QQnfgPz/knEcvRO+wjnGq7HF+Hc4hSq7VKcE1Sj3M/pHloK",
-	"bZQExXjCJfS6BGGLQmUlLsM7oBMJi0NGLMUekOlYasEzE7AlsWFaCNYA0gc3ZqV0Bs4lrPsA7xJHsFIz",
-	"x3oYg8hlbkBbaikyyCsRC54XAYQoqjutEkwe35+LKroU9+Snimb4PM6q+BXbQjoRFf9LJWfc9tr/i2Rz",
-	"3J3/qna0H8yfbpDMB7/n2U5n1lP4nPLAY1oDsF7q+JNr3232XgI7uIbN+76Pw6m24twwfMsvnqcGssNN",
-	"viuySz5VktBOqhh+Lk78hcBacnjuirruzcEZHXSrbYOJXXtHyfHxzYC499hD4TBfms0AOuX0ktPjI70C",
-	"gLWIbzaWqB2yAOwNeT1WqV6bi/N7fN8/iTEFb7OPGYXn9uUqt9hPM08V/g7TB5/C39BmO51mmWEpOOjS",
-	"KBUstLNDUNEYGgrwW6RaUSPBFP6Xsu7leizjjo5RgySKYpBPr95LspcwJVk90Efxv8FYPiEsd1/bFqGo",
-	"GvS3Go+R5BPbMqZKG7ojOiWVuiP1sAgUUfmNEIScmjtGAg+csNyyIp9aQ9AJopi6tdArDhg4+6NUVkgf",
-	"5EbJFG1DctbGwMd1YAY3/5xy9KLt7R4fHY1l6Kw/whx86hs54dD1Ehbaa69biHMRk7EzPmWLVuChdmuq",
-	"3kxYdtwCrAPqNTCBezIbYezPYzDia7UoKHA/oVQPW6p5uvySuPCvnwkIB09BmS5nVi375bLXwpxrSNdE",
-	"lG1azsHv8P+dNuIz3/gVHvV0NWrhvplWS4NdWTdZJaGu4TAIRrIrA+IElah6BoTSXp2CYWLkMZ8OwW6D",
-	"KokR+Ypf7GN24gt8yXTYJ9MBN+sWlHqPyj+ccqvaH7di3Q2AGvdsjYDFMfo3F0WWMKOctm+dLBTvlrn2",
-	"cDxdmwsU2FkvGUsF4/KiWFPTYl98D9KYkCsPoGiPLE/2QnDj+9IQPDo21wC4Ra8HaEHNKPCCDdgp6r2F",
-	"UldQKStV1Coamn5uN6RNxtKoqoSwQFx/btlUrAgtPLeg0UBr8SnYHTCgbwfcBckulRQ9xODEPcK2L7yO",
-	"+D1iU1UUalW1fYbCQOiNjxoL8j87FzQh4BWAhvTAOO4BWOZZeu8BVyjhXQr5KqaYLbrdtDyKdQPl5FUT",
-	"vtw9Bv3xO0lHcugkR90C99MOnsMd3H9i9GQ0T0z2+8dMfAaaa/6baJvDtx6uJiGNvDN6NIQ+8/miXHRG",
-	"h8MhNOamv5r6cP5xzM+IJvYqi968c19kicW1Pdpnba+RA76puj9siKEqLW1rpyOZBDzkM0XSwSzc29lE",
-	"7ST2RB/4iDj7OSzrT+ITci+zz22E3f1yA1s8QpZIwt8a/PtzRtBBQwqlupHLpeuLJquWcCFpa6o0o+Q2",
-	"bRB8SpVQfxoNgGpdrgE9qgvpa76AtzdgZyHXDZ09plzQL0IRZAo2URrKivka0LIQGzC60F2ELghKZA1z",
-	"wfimq1IxM3dmqe4TvjgaW27YzSFHLPhmoDSS2m3hesey3d/T3Ym/WYFvQvUmIWuNZYy5WZsYnFHUeSt/",
-	"OyCP3P0lDJyjrnQfLh839Ofx+MBLtTh8kPq/5AR8QXiAwC7ZCrfjzi36yMHv7n97Zw54SxW4wgZAPfZN",
-	"zHXNI05FcJULfzCWb7ABLaUbEaowuYlySZ5wLaAnbVOf2vtLTQicZR/nEKHxf8lF2CMX4YNI9pPlHjQf",
-	"+/CT8fYvpNOWZfCBdHNvjkV3kncFK+I116puwiue4EbnEwLbwF6eRW7sJi5H6Oa41cqxG6gfypEBmwPr",
-	"k7E7joEOMauG/iG0+Kp9yJ2zWgDTuGcd7rMAduy65h6x40953f+dITvuQxs72F1s8fLefUJ/qqKLfast",
-	"vlRZ7PIJbSr7UDy6SfyfPeuvLp8bnUqv6EUM45ROLINpk7AoTlchw61ko8spGcsJ19f11B43zANz4gf3",
-	"TiclBUJuVc+wDWeTM4zcsqQQAa092nWr3AeEqOk0AVx8hv0A8l9LwajVSGVp3ZMD5h5LNT5fjcaulOBQ",
-	"lFGdxxcfzL+j1PfMg673rVnfPnL/4Hf3vxuQSRbqmkwMJEm8o8E1U7Er7H/gecWCryl7oeIl6Hi2cyF3",
-	"c6j7c7vcqhTEl4CU8k98Ge+AVN+E/flQYv1k/pf7Lvq4ibV/IZ82/8uG1vfHVPVufjaqAml126QbzhcT",
-	"GOeDOj9Nf3nrHkIOnFtoO1LxzLGsu3Ic1a59vuK3WnBMc9x22dRBTu/H63LPittn8brsLOUir8uf8pL/",
-	"W3tdtu7lXahic62sLcQuzesF1GFEjShXzt7C3wWAuK3Kka4z56qge+9kLDkWbXys+6ZVp3qpZ+f+ffZR",
-	"rdyLfVGkmt0fU9ty4rHfz3/0gVoVxII8IUXVSdihD6UINAH0HglKzUCKImhRSASecyo2NAteFEKzKWCx",
-	"sW4Ki0mZ4WuDz/dOIJseO25gN1enWvvKko8oXdysVmRVsSKiWQBMYgP1Yr+AdtK9Q3e9n6MtMkffw51o",
-	"vDM/qerI4m37com2LlGNvEPlUoSZ+2FX6SMyzsqGS/hjWdh8WeTCd4AyRZ7lclbPxepiJ8yELXJZWpFA",
-	"Y9+EZXzdi6oEkjEmsUMxIFb4QdxtzVK8kCnrarfFIoN2iokTH9gSDxoQUjYbZJeNJc5slcLL6pPOcgMN",
-	"6RuKFckXyNlCLYS0CWbaj2WKVQoGam+6SrPU2iJ0xA1llLCahTKW/dW9mAEgRyHjUkRfgzBgr2KNuUEu",
-	"5lP3uzn2VDxhvPqGug9i11KqP9hgW+iuWOXShErHfYTmWO7Hl+DzBPytnJhUI186K7f40j2ELmn41+KT",
-	"twy8iRtSVjI9lUCprRH2z6dVf2bUmPMNHeBD+OK2aot5720BRUzIinAdI76cYKvbkPgFf4EPDlIQ3KUG",
-	"8Egu15AxMJYbMJL+CuZU72wG7EZ8xYCn+MzN5juzA+gVdQFNM54X63RUK+RelAWHjj2YQka8GAdz/AzS",
-	"H6gAHN7jzfkTx91Cg9SV0ldCMy0mSmMTVNZ1ewElBZAeAZ1uaUjTu/cCJHCOuaP7KKTH+42uuuW1Otf4",
-	"7Is61OSc9QTKN3AH/iC1KjD3Ac/+WRrr1AcgmztP71dai4nFTstYWYzJoHofhAZsdA1Kift9bsZypZWc",
-	"xSyhKxWB00JzaYpqdOkjuKLek9DdBrEdy2g5HmhiwFIjbMoWUIoZsHOpYnuiFovcQqsB/GQuCkjUcBzE",
-	"GT5RdZ6xfA3f95CVQjepE8cgspTxLPNcceGWLsUMWRt+XagV1DS4r09Co3FoukyK39H/Phqyb9jh4dGj",
-	"rx8/fjz86uvjo6+OjhlZeSvgeqRjYhvgscQUXBpgCF8f/e+jQ1SXYCceGHbp7gEh3BduRX6TfOoYeUHG",
-	"skvGqxHCWXsJOVShOlVkM4qOgwsV3sdJEcNWoijcjNOiNHM8ImjnCLtnubZU7wrIE+4EoAQ90pgDUDOG",
-	"s7g7TseGkJpTALtGhgy5dajYJhEYMnWrBDiKqSWINODdAVbjNdoFDO0C402CsbQK7QCoy1XWeyBHWMwK",
-	"l760UaA+1zRGpNOO5Q4MDXZLCI2x3IGhcQpb4iXM/biF+UycBj5ym9D+8L4W0SatKnb3BVzjj4SqeFcl",
-	"oiRvAsqNZ1xd8sX2moXvfigbK3E5V+pqJ57Am1cv4Po6rqQFg5Rgq1g3pR9jv79K9p34bN/cEr9Kz07P",
-	"n/zA6nNTKwX2w4+nT/qvfzg9evQV6JyZcPwZ1GWYLp9JQuCg1guEoo59ckmxBsdhPpPclroCZ4dVM7te",
-	"CgPLRvaPzXRA9GZC59ciQ/+BhywAeZH+/c3L89OLn599+8PLl3+7eP3syatn5+kJSm7g18sczAjpxNdY",
-	"pm72XM4uolY9siwKlMxS2cqDuR6wfwidT9eM+5ddO2HryKO0YIzEe+Kk+LgcDh9OLPxPDPAvzVeQko0f",
-	"phVzpfcDxV8tllxjexfgDo7HWsAlsfmCxC5Lrw/h/NK/l8ryZcGl6L/2mzli9hucsJT5O5wsuT6kz+aC",
-	"PkpPmBbT0gimioylNh2MJXAniA8i+pI7rslcOBpn3fSJ+3f/iZJWq2LEpOoDAnDau4844vfC/kykfo8c",
-	"20/RwqnpvjAjrDtmM+gkHWqx70aubUgDuFixcvSTho0a1LAJCHTAWA09/v/oLfo/lzcXNWx/Ej7xiC4v",
-	"XZ2IodKD5pN2y6BJ+xUnbOXPWDvLrRWLJXBl+g0C8sfmCHLwza43dS5JPS4cw+/6FNCJFpmQNucFND4F",
-	"jAzi3H5aWS4unUCa8rxw2jB+bBD/RDsDxEMoOZ1XTacJKwGG7WhII2kxETky3h/Oz8+ckWFLZwg5Dkqd",
-	"1aXwYEoiq8qmsWc8PjgFtduUk4kwpndfHXfokj+tDudPknFef7G92j4G8eXP/IvXpJnteIYTNqzekedz",
-	"spkDK9DNcdeOkteAz+0YkdcUB26q1DOcGB+zrktCJIcUvyK/Ehgkcuoa7V63UVVJyZz2OUkrdPUul0KS",
-	"LRsxGvAb2BJ7Pa/mayaVV1YmfCEG7DQ8TKBSPC+MV2S4JM5DYEWOzwEx4zSV1nM0HJKSBXxJZCJL2ZQX",
-	"RqAy6tRIuLIi9uW65fEs08IYSLMaMc4KpZaOfwLowTW3UBpX5PKqX6gJL5h1xg7Bvk3BuxNhN4ylm0iX",
-	"0tBq6urt6YsXL3++OHv1/B+n58++cbYCIVOkpS4uVlxLdPh6BRZ1O3eadJi0Ld4FndBfyPqpV7cvWYjv",
-	"wAkhf+YZaMxD2hQSLBidrntHunVi6g2gCDCo5RBDQ708XLo3r14kVEdICr77tlnDd2QJnS7cNt2HCHG3",
-	"gjjtubt498/Q3TSvwFfWXs1rbDiWB4Y8a38+Xn60Y2uXWl0WYvGX223xGf5qR/iR7UWMdQX0JLS2X3Gy",
-	"XO9KGDnyA59yuLo1PrwKRtKtRVODgFFlkfUvCzVpdzD8PFdMyKnSAOOCLfvnpbYjCOxR5oLHsinEtSgS",
-	"lkN8TmZq1Ys7/c/5tXAyQjqeQ07cCP5wNc8L9ElwYCupmfNMrTCm5VhcyhYqg7yIFVtwuR5Ln8YkfQ84",
-	"Bv1w8ioGZxJMN6AnQas+qbgBtJ8z7lXGMuNrFCpLQENheSYWS+VIEX/tuJ1HlQDfHXvi/nK3EUKZc48u",
-	"gSkHuWT8EoCBGHpx/bviUk7iyOBSaOOBugiQCDxFCTMKVP41M6W+zgFLGdzWjLzWA3ZKCRWIwZjlxuZy",
-	"YpkGBGYt2JVYQuTTd5AeS4pcdhG3epZLgD/82Z3Rt44WnvBl2htFJzQtNXj3CYvIjeo3Ipdjp/lDBz81",
-	"RQJgKeD4pJWN4ukjB/xVTxogvyZO/GdVyglARkZHA+EMiETcJsB77+HTarf+uDHUao2vBDbKa2aCSLVf",
-	"LIMGZgwcCHvEci1pp/5oAVanZd+EAIhZXO7JvcH/mmu4z2CyP4lF7V5mHzMadviPfkHuqiR7SSfs6Rn/",
-	"Bjq9qSFdwXehZ7NTL0EKN4+HtEOBy/hYBj3CS4glz/UJS5dKFXWmn9If1IqAQOfw5+TXClDIOCHC0UFW",
-	"IEHSgfjxmHReh6lEvEeIElmE8Ue9FShdWs/Mg0hMcrlGBLuQWqRFsPVA1GARTkv5syPGewqXuqE/T/kz",
-	"vFSL3HGn9i+FP/dv12JuiSS5yQliuXPwu/vf+1u3cG2s2AxX4B75/S5q/KIDtVVstlDCrXXfgsu7Arri",
-	"l/AZPXIlxJIyXyDjaTCWzaWXFe7VCUvHHZIG484IwsFVCSbkeFKD8HaDYsBeqJXQ2GMCrWGAwELfJpm2",
-	"xpmlvu84mcEep7Bq5IO2TK4rjGbohbHEsX1rdIiEV1Cq0Vsq7ddLVnc0mvsSCwUw793PmmwidTmbehOq",
-	"q7no857F1Wcp+tzFH3zR55+ST/xbF33uL+VuUcuZ29a6zRN2Y5XmoKX80hHol/rLu62/JONhZ/HlXuWV",
-	"RtiY0SeVRzOq4otKI6O+Z9CdfyypnAlrqbLbNSIi9elLieOfMDq9J4l+jC52b3WL+EsI+9UuB7f0FQUN",
-	"blnBOJZx07B/hQrGjUOsly9Cw/ym2n+nkkW4+pfKzqls2z1TziilsFbcuLOicSxbWchZuc1C/q2qEet1",
-	"iH9arvSHKUYMvAFd6huKWMTbSBfbbLHW7JD8QTmDMOULVUqbUvVF3NS1ssySqgLRmUcJy8Qkd4zH174U",
-	"+ZUz1igCqKZs4q5+GLvLi8LZVj4crK6Fjtkahg7QmzliR8NDSri29TZwYOwdHz3GZBrO4hhpAr3K3ODe",
-	"ImM/iMKXBoG3ciwBCMgEjurb2NZWUispyhT1SNtYCWRdG+G2PRuxUHfEuunZy9fnbPMQDn7Ps/cH+Fja",
-	"S5gWjlHD80+fvXh2/iyFLnWamGQhpharHpeOnccsN2E0K3WjZamSF/D9OmXdlKaIoavxDJK4OQvsY0qL",
-	"SHuhaIkisCaO70JSC0V4J+uLK+HmoThpwo6OQYyZCsoa3REaMEur7YKN91n04GdYQyqTLkW6dXLQMe+E",
-	"zpcXVVLOQiwuAXDOOxoaY5RADr7WHJG6RaHkDD3iSs/Sdudy1Fbsnth6NEPggZ/W1xy/YwODd7cGwwWB",
-	"MzEqVSAfEj5/iUXSPthtqFrLfebOcyMpPIzVtjp69qB68H1S/ap/u9/2G0Y4U0U+We8/BD1fG+OVWPBc",
-	"5nK2/zDVTzZGMsLeZhTj1YAv/pQ78ad8qvSpn6IMqLkoKH+T3JTE2bZ6RIXMqoj1EqQGp+wcVoXLOMvy",
-	"6VRAagexLMfhKi3kTtgGdF1vz797irLY8YE2LQDTmy5FPS3MbcoXZnEPzCLpvBJWr/unji/f+OvoUThd",
-	"Kvr7VNcEs7UIWJZP5lhcxWtKBGUgTnleQIpbj1VAGfClM28XXK79LUCPSZHP5nawBSUMSYv1mmOfahYp",
-	"10DKrVkq9G2T3g0q324U4QJbDHMsU49+PEKNFO9IbtgsvxYSe33X3QEDdjqWIROPFLpGVYy+QSDMU6yr",
-	"Jr2Vkr1QiRyN5fHwMZN84eYGm9lyK5pbesOgmyrT/Td8baYf1KgH//Io39GLvkZV/+5qcL/H1Mj4Ujmq",
-	"ujW9J3t17faZnFdi/QDSQEYsdaSeJiwNJpP7w5tDmFhIbt00IUwqd0Gn+azUwgzY38TSUoFUxtekc+aW",
-	"fMHOcpGYW4JOohC2Gx63OIP/GOS7sXN/aCq+G1I8rduHvoDRMZsPIMfbuXSjw3ieVQmCbRb77YuKNido",
-	"x2CBzOi0BOJ3m+BYfXDKsD7DbxpYf+Kj/FRHb6jxe931fFlOrjyqPIq6ldDYyV6ir7bL6aHQEpDaaUBB",
-	"Cw2TG/RJ8EJJ0RuEBUNnq6DfRYnfTu6WRYHJ006kjqUvYMKEZkwRRYUxVddCX4S+8gSyAT4iShaoJZzj",
-	"ofgiyljMkTxDZwPWjcP+xn6FSvp5oQjibyxJ/rF9xd8TmOz+HQZ+nlv4Cj4Z23riufi/ZT+OZkn9WYza",
-	"u+HJ+BYbCkJwrCH/cDf/zvTjA/HOCpndH4P9MWrUEX7xgELHa2YVRDD+Ug9ijUAl59peCo7KBnKwQskZ",
-	"VlFKEFbn5y8SZsrJHK1eY7Xgi+DMBCAgrLiYrJkplHW8Ng0f2pRwRXsD9lIW6wY7gEGK1QmmR3i/b4Vy",
-	"VfmREwiLk+JEaMQbx+i5O3iU3eppC3KTNLiSe7ewA57BGd4/I/Tz/BEZIa5NZCc1Zz2EV+eCSbGi7f7C",
-	"J/8MfBJPu+nCdgPf6N2eSbo5xKTUuV0DD7wUXAt9Wtp5Z/TLW8fksNASOeRGAhPUTlN8h3WpKPiH8/Oz",
-	"i9OnT1+lvUEn6ZS66Iw6c2uXo4ODw6O/DoaD4eBw9PXw6yHwUFrv5thQy8K6Nhfa9NhlKbNChFIBDv6Y",
-	"UguqOvSFd0ulCjYpuMG6Q58iyl76DB0li7VblOQL0RlROtn7ZLvd4gxL6bDJh+TSmgEDZFLKCcB0UTfJ",
-	"gq+Z75Mf1TNEsyg9a5mEnZ49d5aq2QBXYmYOeO9yIiCnAZLwoROJIqbNzRyeswp6IYW5+DLvuwEb5vte",
-	"u9dgXauW/XJpeoxnPuJoFUW1HhgWp25A5DcCiOWYNjVgGLjKSKu+VlcYG4xzGaJFzWDmhiWdCbUsIO0X",
-	"68addYFVgytxWeE1W5Ye0B8HKSwEk7Jm0Rz0fR87QWxPhWAvBK5FZUNJ1EwigYCe0jUkvTriS7zNZQbe",
-	"2y1nBCT0Omm80e9lu2sg7nagaJmFi0TRLULkzbVvUxlmx4aj27O/am3YuN3lEEeu9zmMpmjbxnOItFm2",
-	"5HY+YE8hIm/Yai7A/8GBnty0TnmBqzFTjM8Fz2LTKI+3EjnR9kxbCMVQxYMR4DrKOmmIGjyvm8V/tXcC",
-	"3Nqtmb6t95qHGAKC/naVZrqUEvK26+PG5+HrBZu3q1YcnjRAJgU8nkLNqsyATXiYaL5QVr494WnGlwAa",
-	"6hM0TLVviKyJhF9A7ikLmeheU6hoLKTjbM3xg+CFnTtFkGe5FMRsz7RaOCooQ63XgP2kmNMOhLT5FoUF",
-	"fc503r99//8HAAD//w==",
+	"7L1/c9s21i/+VjC6dybSs5QsO062kabzXDdJ29xNG2/ibOe5VdaERUjimgJUALSi9pv3/h2cc0CCFCnL",
+	"jp10s/mnjUUSv3F+n8/5ozNVy5WSQlrTGf3RWQieCA3//HuuLF9lXIr+L1zLVM7dr4kwU52ubKpkZ9R5",
+	"IyxLJYvXXMuYLVUi2HohJLMLwaYLMb1ka5VnCVvwK8EuhJAsETIVyZgZvjFsvUinC5aJK5ExLhO2TmWi",
+	"1oNO1DHThVhy16HdrERn1DFWuxF8+BB1XnMrXqbL1G6PJ9F8ZvupsLP+wtoVX6V9za3I3Nt9mlv/8PCB",
+	"YUUjEePMWJ1Pba5F0p+lIkvYy9RYpmYTqaRgqRXLEUzJpvOFFcayDL90v7k34qK1Pvw3ZjisC2EiJgbz",
+	"wUTGk05uhO4vU5lbMemM9bfDsf32+CgesVjHLDVhK6/FkqduyeOIxdY9ncjKYyNszLpKMg4ryrOIxa+F",
+	"1Zv+ycwKHffG9B1Ty9RakbCZ0oxLxrNMrUUykbQ9C2Xq84KxTJWc5loL6fpJLZtpIQzjhi1U5laRGWFt",
+	"JnoD9kZIO5G5zIQxLP7721dnJ+evT86ev3zx04uz8x+fnzx7/voNTjATcz7dxExpFqvZLB5M5L573W/Z",
+	"8ZfQJOvizg8fMzWDbXnx/Oz7cpMZ7X3ELsXKwlrAEc1Sd/Dd2ZvIObdi7U6lXXDLtOAJS+14x4yWfMNs",
+	"riVL3VmZ9QYTebYQtIY0jHJla4ecdf3hWad2Ae9mghvXMW19NJHW3yWjlBTw0AjbG7Ni40VC96x7fPSk",
+	"F/lut3pzc5pILWa5EW5erBtfZGp6KZJzbuNefSNmSi+57Yw6qbSPjzuR35lUWjEXurY1pypLp5s7uY3U",
+	"VtOlnEi4ld3X3z9lTx4/OuyNmL+dbCV0dd1hUR4YtuJ2EVxBpef9pZJ2MemMf/v2cDgcRmzSsYIvy4sJ",
+	"v4/X3z6GZ9VL+9u3R/goHrCzhZhI6D010OcKhv7AMMmXImLxpDPJh8OHU9gM+Kfo4y+4KfjTpBNHbKXF",
+	"LH0vEnaxKb9bCqvTqf+wEwNphUPB8JHrWCrLYi1+y4WxJmbdeNKx6lJI06+MHAjCb7EfKqzVmMXr2P05",
+	"kXRKUsmMmCqZGNYF0ucuSgwLFkdEKzIh53bBZsoREmxtyjMhE64jJpV230xkSD+g6xx6YrlM7ahCk/zY",
+	"YcHKr/r+dzdxaJKz8mm52eXnInOUrFgc2ocB+1mxeHUJUzdC2k9GsAoavn0x3srUmvKmM26bb+0OvjL4",
+	"iPsK7KOJmePW59KmGQzo+mEgRTKsC+yFmSxNUjn3Byqittxs/c5d5NNLYZmQiekN2KstQkb8J2RmI7f5",
+	"1LQfE/KjHBZyrnmS8yzbRMwoGLiQiTsc7iH154j1hWBWqYkUXGebkglAt1axFTdmzDhxBWQDa+7a2Ga9",
+	"dE0cSbU6FaYUewxf+janXDKTT6dCJAP2PSwQjX6qcukuQLzSYpoaEU9kN6YZnuM7Ju5FAcMuKBosuL/H",
+	"NE+YBq7vRJr8ok+T7nJm10LaVNiFfw9b70WBoOYGw6R4b9mMZ5mJ4AjyiQz35YFxfcI3Qqp8vmBlPwbl",
+	"u0zMbNBgsb7KWGbVRM7c1c9XbqmDw+X6cqSmbO5WzKg8Lu0Hm7vHJHTWtsodD7f/N71WH6LOimu+FJak",
+	"5qdKGpWJt0boU24X24OhF5gjzyxNXIep+91xqk7UcTTL9ZB0oo6jbakWSWdkdS7Cgf1vLWadUed/HZTS",
+	"+wE+NQcvEliRp7k2Sv89F7qBM79a8d9yODPGUWytlsjBtLhKVe7Y5lw8MCx2h+Ic34qLkf4GbRZDxceV",
+	"dVvy9y+BTXRGh8Oj46izTGXxQ9RANb+HhW4Z7PP3K6XhPC25HbBnYsbzzBp3juJ/GSVbR0bbt+/CYT84",
+	"FBjVD5pL27yL8Kh9++bu8cfu4ItELFfKCjnd/E1sfgR5aXskZ4G0k5ZfsEvhpCgkE3Hw4PxSbGKGak73",
+	"G7eIh0ffOHWAaz51p9gRivik//8Y7//Ohv0nbMDO2Yj9H9Z3FEmkdiG0a7hBbcIddbTMiVqJ0P3Do4fH",
+	"j0DEoaGAXA6CIVvr1ArDUttz/PWCa8G6cfBZ3BuwH9IraNF9ihIjEAz3J3YJ0nOSzmYCuMul2ACh8pJu",
+	"93g4JOkWtgnbKDcqWOP+38SmclbEe75cZe6t2mw6TUf4b2LTfFROTl+4YbE0QZk/TpPYE2PYJCfCOS5j",
+	"xFQL22s5Upcwuo86UMDBWi7ZKZ8LZtLfRdtlAomrsj4JXkR3x4eRu/PpMl/CX0O48fRnI71+pefNq/VK",
+	"z9uvldLzj12DU6FTlbQswndpljkZYwUvuSMb/8///M//9H/6Kca9A1HYicklE6F3jeXaOokmJE8BX6b3",
+	"BuytcSsNQp7Ks6QPahjj0qyFZsfDISrqvlkQQhYc5fwLMc9l5MRaN8iwcSVb9w0b2psI4vrgUmVcNm+S",
+	"e9K+S6uMy4/dJidm6Svu+nuRbA8geHxrHrri1grtPvunPv912H9y0v9/vP/7uz+Ojj7878Yrfib4snlB",
+	"3JP2gTj98mMXpF2geLtTkHBixsf1/cF9bVZKGgESzkmyTGUhEAvYnamSVkjQKfhqlaVT2JqDlVYXmVj+",
+	"xXFp92zPI4hfYde1dVaKLbncFGpfYT0xgk21SJywyzMzYuJK6A2LD64OY6ZWQuNZEe+nYmVR5wWmCcwi",
+	"w4mAFYGodUQfORnWqdOOQ00Dyc3xONQcT5799OJn0B/PQYEsaLs7oUJH0KoWsCg9p43aBagx3LBESTFm",
+	"ToPYTCQKpxW9x2sZyL8C0+wOC6gTB9DucniILHLkFGvuNg2sjmhbaFBT0dAwtg1vGGHxaTz4WHvda79x",
+	"Xq9xy+N1OtQYqlvZ2OPN7FDba+L3yCkeaLaprNJvtAZwMGhd1t+GtptCAbzpsuywChRLA4pUKisUfodp",
+	"/COUfI6nL9RUx6VqxGt6+PW976OFWQVaNbsQM6UFDiCV82sad81/xxNao09Jc37imVMkROJoQCqveJYm",
+	"LJWr3I5ZLLRW2sQsS93GCT51evZMSDBVwFEbdNzIUbBADWPH4G826GqrbuRWvLcHU3NVbaOmgL75B1JN",
+	"7iVqrdYRXIUslQLplVr7K/J/37z6GXSvQQNP3CbQC8EE6mtarQ1M/qmSsyydftJNO5FMXfxLTK1nEKkB",
+	"AVxp5i5g1mM804InGybeu62DgX6v9EWaJEJ+Upa2qJA7lvHpJV7BqVqJiKHbRuk5KBHG0QL3N3GnvpLZ",
+	"JjhoPyv7vcrlJ2XKPyunnOcyiVgqp1kOZ98xadoBNWNcKlAblZ7DME/5JlM8OVPqJddz8anXm6QHdqGS",
+	"DZjSlGKZGwgMLhAu34CTK/n04yvFWyco+LOKPreEwWKuUyPGLE6E5WkWg7HboB5puRWsO1VLNLNHTItM",
+	"cIMUTLxfOUGwB1N9I/RVOhVvJb/iacYvsk++FQZH4DiQU3ESMU0TwaRas64YzAfstUhSJymtJcslqP8s",
+	"nmbKiCRmTtHAebyVPLcLpdPfP+1m/ZQa40472C+SqtgCw1ppNRXGuJV9Lm1qN5+UCDJkVv64gzJ5oQW/",
+	"NN6yjF0znWcCiCP9Jgzj3skEcpKes0QJVEMvpVr3xu6fhSS71u6kSZq0yVeOA4jkJ5Gk/Ax4xqc9VXCx",
+	"3cAMyk7A7Z7iAPpuQLgW5D8DFtc1QrhXrtwGKml644msXa41egS8H6kuyjsx3Q2Hxgi60ir9m4A9X2lH",
+	"sm2KOtRUC27B91oxMyfcir5Nl2Kb1UZOnd1DXYs6GTf2PDe7W5d5Rtcd9cGt3lB9/GP7Aboqm4XsWaqN",
+	"ZVVTIqpCUy1s5EQ/LaZqLlNy1V2KzaBprlpcqcuPnAHwT1jt1IqluW7x3rjX3XfUENeabzqo/Xrd+Ve0",
+	"KcDaFB0USxKF21rbh8qU3hWdIId0veJJeQoNwBVJktStLM9Og5Mz45kRUWmZ/KMwwjtlVuXW09NyeKNf",
+	"8WHnHWxeeAr9Hu9alp/dOx+xmkv+/gV+8BCMgvTHYW2do04u099yQY/dltaXvrrq161hg9HohEmxBikK",
+	"CEJpco3InJcaZhaO04BQpeQUjGpf4M39E9+3qIN70kxgLgTXgkwyIxb/tro8R608TVATpz+PH7ILbsTj",
+	"41xnAT0KtPVtHf3Or3kxlfaz+jJFXbZ6xor122shicc0rGTgvbv2mov3Fj2G22sBg6i21jijPEntc2l1",
+	"A7/jU9zE+p7+4jmq458Yp8NiK/hygGscN3IHPrVKNzWm2JIngrz6XM6LJr26FEcsvhSbUfXQuF/JuEdP",
+	"QEdsPy1RhzfbONwZJa0H7XnlUFjX3SCy7iciE+4TcPa03Cxa2ajzvj9XffrRSUmD13z9kxMq5yJ82jeX",
+	"6aqvVsg1+iuVShgj0NKog+aWnUMmi0zLmGFHPu2YkXBe64WPfL/N5ystjxizKjxlIyHnzfur9LyFUIIo",
+	"fY4j23oMtHJPvtBEctDBhec78rcmKpeVNtGfv8p4qPfWq3kntKa845+d3nzH7XTx1Ik2TmhoPthamDwD",
+	"C4TbfAz1UDPG2YX7GIwrGPcA2gQqBRAhChGvaskuhJPwUSsFF4uS4tWsM/p19/RgWK+h886HaE9V5l1l",
+	"UoGlc6csWBNPwKmx935WeqpIa4fkxG2R1+qbRv3u3idakK0ziLu0/6hrO3+dzO6bbxwcmlBP5HSh9DPe",
+	"4Dx4xjdejUHvrwq9v0rPHxh2UfEbG3QGu9NSOMWPvtntEm8wEe+3FPjVa7VuupDB022WvFS5bCCZr66E",
+	"Bg81PGdJLiJgWNN0yTOK8GBdpefMKsszMPOO2aQznHQgBHO9EFr0Gokq+jKaPDRP6QnEnmDP8ZiJ5cpu",
+	"yji1VcYl+cLZSqdTchpsdQPBNyI5h+DAtuDLcvPgdcN4kojEaajuKe50JaLYh9zKwOs/kVsLMQwWIUKH",
+	"AHTAHDG/EoxbMI06Uu1b9m35oMD1QmViwH7AcWnuleUpX2GwiPsDLa0iwRDIEYsV7hvOOp5ITpwcQyT5",
+	"hboSLPZf0Vs+mmfNN+hj3IPVVptoW95ieGmwdzsXa7Bf97gNjcy3jWdXVqZtwO6l6sIqKcydDJkiMPYM",
+	"vIgwXGA7Cg4ug5KFPa4YVeMlKCa7xwAhRmBHh4Iv+xib7NagCMC6bhA1MlwEoqCQQ0ERFJ9A2+rHvXXM",
+	"6rsYefoVUJX6zW+i9zdirYGZZarc+4fl+fOSl6EJjTp8ilIe7F5HyLmf3ajDs3QqOlv2F2w0DKSKmmmV",
+	"gtiDfOlIsWVLZSw7+uejIfuWHR4ePfrmyZMnw8ffHB89PjqOiFEZSxe/zOLCsFzDxHs+tdkGDZ6Tzncq",
+	"l+64y3x54VTkTs8dcrCA/JYLnWKo+dYpKsO96iMo+dyw6bC5SV8vl8BLoAFUAhevt6OEIZNVesGzbA/J",
+	"7UXS+fAuKrek3OeSwlxvyfFX+Po3/d3bIwQovExuJDvOd7OcRSEXAZG8UCoTXLovy3Sg64bz0pGC12LW",
+	"AdP7XPOk0doGEW0CIzRVbtGTE5EXx/OEB4bNeJpB6mBAQoJxoeeqof2EkkhSycjLgiI7h0QqgT5fCryB",
+	"rDXjqWeYHMS6xCDJxWb5pZDYEIYQAeGDxAJj0yzD69MbszgHH5QjhnGRyREzYruuI2WAxRfyCw7LqaLQ",
+	"SYQX0ofyAdend7hhGL3qrj16Aq8qMlVlfa5E1sDWXknBhNPUMDmqKSEMhCmOYg6Ej+0jccLuv7Hc5qZJ",
+	"5HQbeV0TP7l34ECvMr5p2lynu1FIJHiPmeA6S4X2SaU+ZQ7CVGpRz83LBGEm56A2n1PsTnM6K2xXkaV6",
+	"s8yBPXitXWhV+JR3LdJZ8eKHqHOVqoxbkfQhWImu886xj0hodUQd/vmbYwR98X4qhCP3hcq7WcEp3TNX",
+	"jyVilkphKlGocT0EK8asPJ+MCGI0ZVViWHaZd1PNQ/TGmV9riXfv4sr53La71E7h+q4TlhtlLHj1HMa/",
+	"P82sEXJPk+nmFPe5kbiDR/8W0ksOFPTw6OHxlgySNxLXUkdaK30JxOgTiR6oqLiWUMCLilypVLJZniER",
+	"0wIdzBCi5iTDcwyZcBS5y+kTzYxVK+PGffTPR4e9ATuhrsiiqaTok1oXRFwUITdF9AocWZyTo6X0Sbfw",
+	"kEO8nmNx8OKw5xPDMcnMcaRlntm0oS/gBKZqV7ozUWsvEetd/UDCgWg+fWAhf62yBityfJWKtdAx5E2b",
+	"MYshlDJmPDOKjMkwTSHdaH/FSMuOI2zus6C/8nYFmVR340AHo34j+djXQadp7rvXtVymRhsvDoMaqziT",
+	"dqy6W4WbO4dpxh21Mv/HqScD/yzqOJa1VjrpjDpTpbWY2v5CaSP6FxAWv/EDHNFWbRGOYjWLxfcTC7K/",
+	"jh4d1zei6hsIvJPFgLZotlUa9PFsg3lHC24WYyadfMa0sLmWSKDDjsl8WWSdHTVFGXzkdvoJF0OnJq/Z",
+	"x7swxIeX47Nb4p96la75XN4hSWtkUyVNjtghJLQ9pr8NWeDA81MY/MAWdSnV2j8euo9auJrnVW/caeOZ",
+	"b9hxI9dqIqapSZWcdEA8D+5eoTeCuRdS8t0xHA7RzB4u0OFjmHblp6ZlbjWfvnjzih0fHf6VeVsIm5I+",
+	"VeawvX3zDI5qkfTy60n//73742FTrkvUecbTbAOpStsnNWkyk5+wt2dPWVIay9HcExUZVP1nz+LqiI6G",
+	"R4/7h4f94cNQdHYkvNGgZdoUBdzVHPKqdhhrg9TjIm2aWxhyd5ov86zUsvbJOA4vSoIRLG2c8xkazxsj",
+	"UpTsSzGHrgsju5d8UBY+fjIYDmtLB79Vt3MySf44jA6PPnQnkwH+8fhD778bdxdCETOx9Kg/wbGdCW5z",
+	"jRttBHfPHw2jjjGqcPWmYNOaqywpbCLe+GVUrqeVj8naB9/7zDBqAf76cCOLWTi6XUTte//eTYw2weD3",
+	"aPsNvR1Ye25oYaqfY9cM4+YSgTEK56QW89RYMKW4xXmAoaUfYTeKymUsJ910bisJ0aGdElz6gTQ3NVed",
+	"CH9skuSev7dCJrfQW6zNSmX98XDrOFSet+WbgC1HqnWAaxFK4BgPjVZtwHpQ8hx+28QUb20YmkfaudjD",
+	"x3ukvIbbEA68aeW/52n2E1lSGiIaOOmqEJK7XqSZCA1qGDKdGpZL7fgbv8jECGJgQCDP1NpMZHeW8flc",
+	"JCz2JjynfReh1Wh8MezR8GHE4kxNeRaTG9yb2SRLZZ8sbxOJOXQaUogTpLOl+e2BYWbBNZBn4LhocpqE",
+	"Z8gNz4nDMACnB7s+t49TVXy8UlN+MShWK4wsSZfekQoJkaPOPLWL/GIwVcuD3wrNNPwnxJ5Inh1Aq4hL",
+	"gBfl1ZXQ2k19l5BTD4nZL1KAevgHz3IBdCGcHpcbmBNlHfWXFEEz6ixzY9mFYJyRjSvCDYHjxi6EXQsh",
+	"Wf/JcPjXwydPjh4d//V4+OTJIZzy+o8EtgRx7LNSy3/0mF1srDBAiCAOqKvFUl0JU7He4vh7ncYUHODM",
+	"yq+eh2SpfmpKy8Lj4zHj7MqtBQNYGcjzx9ciFrtBOA2zPoia5HUhLO+M3MtRycK2pa7Hx01hSy1LDfag",
+	"cpjF2DvlIXlTso+2I+LPOvHBqhG/pJf1Gy+0wGujhVHZleMP2CWbqiXdx8BAFZCR8HA1SB/UzAODax5d",
+	"d5y6R/989LB/2INjhP9m3TVSpP/Lr/gbaN0bWdDmTjYfwHjYec6qVpAtC+4uLWLrRJe0uL/9rMFQUlFZ",
+	"H29tyWe6ltetWLDFO4/d/vSnfvZ866wrApGxxy42BHJWvbnuN7bkdroQhsX//JX3f3dKBv1/2H9yPhj1",
+	"3/0xjB4//PC/49q1pat69GiXtHlvdzgVWfJca9Vga4Lsuu3rA1kj4ELyycRF4id9v2HdGDid+XX4boCO",
+	"F8dlfdSZBw5CoLImQb2YwR/XONdxjOUHTUIFBJQ0x+ZeNUoaAoJDUosxKGHMTBgfA7laUllGoc8Yo5Lx",
+	"lYEssyZnzO2D6GsUzJh0LhE2r0y5b1nJG8eNaMEpJ+k28fIfF5HhRNWPDyTdiqqgKfkOaqHsdBJaz86e",
+	"Bsjq8SoXfg/7arHi9aO4iQo8MZ4nqWWZmtdMfo/qJr9de9BkRyoiwJrPecW08Im8IWXUIY4BHJ/ol8ao",
+	"stSwKV+tROIxBMEzeeGaunXYxuHOE7lFJNDGgsOBW28Qo/Phw4dPIm+CmeUow7kJpJJxthFc98aMVMoR",
+	"QnIEcHa4/gVoYCXAshartv/VaLsPrSf+Lky1SHY/u5H2R8EzhI9pixhuEx+ukU/fQLqx1+wSsRIyEXK6",
+	"8farPyadlTJ2roWZdEZs0lGXk07EJh3t9FT8KS8TkCedD/G2MLt/zoDB0IRtD5W6jFn3YAHL8HtvzGII",
+	"+IijQANmXR5MgFHiccQIKsZpsBgEwim4BaTaGJmfa4x1D+Afv/dCZ5e6hCNX5ljDwUucEFnEz0SdopUG",
+	"naC25zTHpm1+0Zj4NuVZJnR/ulBGSJZCkvIsRVZZWhXJiBfaiAvJLRDiBuej/wNS3OHRX5utx7UwrAak",
+	"k5XgEPnCIR+vu0JsgIgdHbOFyrXpFRYIW+SVels743PuaIhMfFicKZKRl0pj0l7Vzs37v5cD/yY6PPqm",
+	"eeDgpg81te1Yxb0sEtjOnZsjiiiChi3eivCBPAc4udtZjC3pK5mf/rWhDFWRatuWCezKMVB4Z8wMxl3w",
+	"chPVjJmaT6UbQ3Cgu5JoAjdxcyA5zvC6gf6Cb9UvT0Z7A3IStdR0k8JAp8Y5Gk/4ADqlvvxh/tf97UHm",
+	"UZZuFDr9qfdLh6BHe4wUMG5vJlyTd2iPxu/88EQFNmKOpstyusFUGo+Y372d8vTWTffiaBGAAsHrPMCI",
+	"CtRqOiFooW4IXvbL0cFYq22fS9YM5EUy8xaK1yeRjO82JPkmKspHnZ5C/qydnNaz0UB58PcxxG0axLVG",
+	"ycGxVMZZ1ysoBPTMVjzV+0d3wni2M8HqsutPAjxS28P7iWhDELWVF4iXTowPIoK53NBh7oIdBOxcMtv0",
+	"CFzf0xmPfyQh+wACbJURYDUB1T+wKaO5JQp/olQhKKcAYH/GFs4etZb+Onkj9bjwrkDk6QbBdgLEfYph",
+	"nEhQxo6PjiA4mLNlasxKZDYE54cQFVoKcnf4m/mrDwp4t+fWvEiu25cmEIWIduRUp9Obqu77pfq4q08e",
+	"9nrWzwU3AtZfNF/YO7uVPjlkVcxyL1esd8xv+2NhuQqlxs0fiWw9g2rQfsdbM1hwkE13HreqNewizTa7",
+	"IiDKIIbGYAgyEJCODfOqhmxMpI/ZUFkijEWxu0BuXit9CQFXU6UTLCICobMpYNua1FjwUPO5GLCTiXTt",
+	"FhedgZbGDF8z6eMBi5ZGcBXR6+NLaRAQ+UTChw/MgL2QDXC6GF/MjaUOAMsr4ZsiHsQoNuOadbP0SkQT",
+	"KX7LeQbA4UrPBxDB3xuw52WeodcjFtxg+G8x3Y0Hpt/rsgbxM01B8tcaI3e1Dc0WEqDTTfY3RtS+rY3L",
+	"KTh301bbpSj1KdPx/TXehEbndyzkTOmpiDEqm7L2QGcas9gseKLWMVFdeuMitxQtbFgcBGzHYx8Ejh5x",
+	"DxJFkeOh+k6ddqIO9tDB+PL9NMH78Uv/TBgvddFwkS+57GvBE36RicKvsCswskGYDqxNTZm6RmlPWqBo",
+	"xIrPRekkphwbvJSOGOyDHfNKPoeQi2qUCSLYdaKmEAgfmsErwRwYib0Skq1c/zEFd5xzixgfS6he0i3z",
+	"bVBvQTMOoeTF4d4XQ6CHjf7aV3hnq+SaTJbnHFLLzyloriEf7jaRzLOZAFv9edYiJZ6VHnp8hS2FnpPs",
+	"hQZWL/BQEGRoZgZ/j/eqTCSyF0pgpnTprjtkfZTW9ieLhXhZpzx7QyS5Tbi2m1d6/hJf9Cqy2cU42wIU",
+	"8MvBR0/uJjlRrehNbpAmv8C6O+3eOkuBZOZBuKMG9ASe+CDIJeK8cFna2ps9dRCpsKfvJknNea6zFvxl",
+	"kaRTd9ApPOnt65clDJcPoGZLCH/zmf/pjElCtt9Gm6oWy9njRLzBL36hDxy7WyU3vnprcbFQ6tJPdH8Y",
+	"KYr5oNPYcIeLDKDqTle7DNc5aqIxNZdeMMUmNvtKz2+eVeDuqrcVE/zcyXQp2As5HfiJjhw13LYlNBPF",
+	"/YT1LaiOSp7u4aciItdSABNe+f2mhpe/knbshY6AJOwD09dAJahF2sc7u+K7Xocr/vb1y8pH5whDuOen",
+	"kMh8Vxe9dml3Wm7wVRj8dbe55UaFITmfMHxZhUGKe7ReBjXe6BC4N89vM5Fbhlc3BjATMa2OJVyCvWOc",
+	"g/16I24UnByuQXPI4ceGrwc7VA/38Q21TOllQeFKikJr1iYEYea5E6tTOY9Y7F4nUZna6FHRR6cfB1JS",
+	"jOS0IjZTXzy3ym3LbNYmN9+Fg92J35/dvY4FjaaLG1rzcZkjRnFi7l8FwSRwgW2eGftqhmhIKcKfipIl",
+	"Tizfdjg1M9+bsdxPyjxvIi/fijl+ZYY3YoZNh77W/k0oTq2i521IT71k5oA9veZK1CiUMDZdYsYZleJs",
+	"pFSnBYRT3eJSjUwq092ac91qkQnD/pN3fxx/6HeHvx72n7z7/w5/HfaP3vUaQxNO6WR+fB70jKfZ+T53",
+	"rMir+BDdSnS5W3ncLUATTflI3XxfR9Yu/1XEDMAR3Aykoh2oWamsBcEZXFn7Kxan9EFzwlnNQVaY8LxZ",
+	"H7H2ZIMJ7+akyO3eXWjgO2TyUo+mPQ2POq1quYY3U5Td8G+uKQc3zec3gfLsdOPyCP96Gyd98c3hcDi8",
+	"/jMl7QJOQXHeQ/8jafGnTSr7F0Yt9pRASqqwUwih124oh/j7vecddm9XjQP+Xx9LEu7jUu9zQcsz1XbX",
+	"mhQY0iaa7Z4UoglRMQtlCdtLSYFxhVbwZYQ1lx0h9zESM24sU5jK72v0eeGaXwMwBtlSULxTzSiSBXNL",
+	"EXHMA9JsYYkxbqG2AOvGbkYxxsN4QQezfrI13xg2V8wqspe6EV5s4H9dKEXfG7CXWNTHR0pyLTByBqZo",
+	"+IZUs2TE3PZWFLRrNDPYgjtQzU59ivdn1c2okOkeytkdk779bmRJBLe49Guxyvi0MeMS08A/MTHc05zp",
+	"yeLu+RDiXWrs4LYU9Hq6eadC089i7aWlMYpKPhkVM8TviZ42Huhdileg1VQn8CMg/xVHqaqBGdbFnPSI",
+	"oZgRQSx2xBK+6QF18ZFMLPY91NS0USVGwwPFFmXlsb6/dx77eMHKK47ArUU6X9hSiVtxXfvISacYiT8F",
+	"pX7s6D9fReDuh9hwxhP3gOuUu13iGTMrLn20LrWSgROcdTm7yLWxLONWeGQXHGuEYI7GAjhkpnjSc31P",
+	"oYNlaj2oyDqdigDsrlvEQLL3XkWAYW3axtIbsJg00HiEHlk/1Uow3dGQmfyij6MzrPtoyJbE9vzmPWT0",
+	"g9/Fh+5fBKSIO/rXo+In2N2oXk262LujoS8LgWoOk6p1OSHuApbF1DyMsARj2mm3VIBOkAjdd68bH2Ds",
+	"V821Wc6SdREz1K0+YrYYRwGhSlnROISdOmpo2dHw4OiwCj4YFJlNTcHZMY8ZRopMFlC5V16aGLCfQg9q",
+	"yV4D1OwwTGRPUwKRrjphdP07ssamGTdF5Sy6qErPq1nuxWW/i3SN04BC7s8dL7i584C7MpZwUAeM34mG",
+	"5d8rYqv2F1HC8Mjr4l7rRQ9K5OlgMcohNMoiVO2hAS+Xvf7+KXty/OivBThnoqb5Uki7bcvFwnSNRgIs",
+	"Sbv3/IPM5w9b8aQ3T7pqQDxNbSZ2GES2grwW1q7M6CAIgRok4soXCjQHWKIHu+ybLJ/vKtSzB3LqK8k4",
+	"Oz564u8cAN4xR1/w6legVPeHSn1gdmGuVgBUizdakFQjQESl6tQ3w0KtA8+4h35Pol2JZIXZersiRi2U",
+	"o8zYZF30XowODmIKqUpSA3/2fFCHVU4NC4mbo3pbUWrH31QoWxdb+u/RwcFk8uYvLbhWVXt5KBJh3FlL",
+	"yIxCeh95Tmes0picJpXs47ADt0yETIjT9INENS1GjscGuDvAysqgceZjxv3uB80O2BshEwa01o3JjQLX",
+	"6e3rl8iqiUu53hH5wx1tTfFsGJ4L4soFR114RuBAKUTG8jXfRCSweOGgwKSwOhUG69Njz0lzQFBQHHdX",
+	"TZE98nDK2LybggCUXFCfP7w8+yl58o/fhu//5+KX6eHLvy5Ofz86afq2DSgbUpj/lRtbqOwUEbeV0kUh",
+	"ol7eMEWmgFk46dkuxPLOYLTbI4QDBld3RrTBzBaJXYZ1Y/xXmbTl/gWR0FERAulxzWvIuojNy0EWNBgd",
+	"/sD09p5ycHSQ6TZNvEDfuta35UNGr6n8UYy/GQwaLDFUV3lMZhy4qRdio0gGplI43RoS8b71P/yi7jOA",
+	"smLLPL2im7x3N7vQ1MMo2QBP3ZcG3omoDlX1mskBDfxGlxjyJm9wWCDBPMTZ2xMbctfqek12v6X1YHt7",
+	"+CJwclsAHEW1koDqhYe9mQMXS9Bsi7ulFQ2TEqnl/QXFkPLvUXKr7OB6A902ZWgsZ+CzHWc7ELW3ReUb",
+	"MaVdmRk3IyZ3Thz2P6t31VhbEget6DU7uS/eY63qEOrWnjexLlAmz7QwUN8nG7NuLSO5NwZ5CwXSJcpd",
+	"OP5aUqw/E8dV1xl5xHZV9KlATh4eDa9DLG0rs1ZU9lmoLClyrKZg/SgS9//cubSNODG0N/+uBX4+Qvq4",
+	"y6pAW8CmNNjHw6gF5fRzgpvebRWjqPO+71/qKyn6agYeK89B/Ql7VyU3b7xU4e1xC0REwwweS4n5RGw9",
+	"H04aTXRYmnrbMAF3EoPvpjzLgqIhQiZgEgkqH7i3llzyeQE9Pi5i+fCpFjwJkqMFoO1WqiRgkFhUVEug",
+	"zxsHfUaH6xOWK9+RWOOO+gOEB5gWfPnjInXaM2P2vX+3yfdwJ7s1y+oZ3ktTYJPRtCGvMQgTCtaBmFOq",
+	"mVp/9KK0I7/VPe7hNG4W+eLO1S1zRJBjboe5HN8oYoWCU57LeSqFoETLyraEATR7xs+8+9AMx3KTU7+f",
+	"9/Qmbs3aYdung9Zwi7a9vAu3PtCaz+7Wd6O4jVv/z7eD21Oj4l93Q9D9Nxeb5qL5APZTJvoXAIuQP1za",
+	"tbY9Dbew4M2K4v3l+ypHUDR6GUVTDASXCFnXVM+tFZzTePa9T3k15PVbAGvwazFaP5IAQLOix1foabDa",
+	"73ZsbYuQUcnjpFc9KgJlq66l04LKMOgK1FyZHtMoJPjOxU31sh/SK1HJpwZNLJBTY8R9vVB2MUZzkkQ/",
+	"aVSdS5bOoD6wd0ZvK+zVY9WCN1lrD1FgRDYb1xEnvQb1V5bwjWF8IXhV+93zuFbHMWTohWL4Av31LTuM",
+	"sH68VexxUc8DY14qKuhw8Ci60Q2o5/HVRS5ajTpgqFWqrR7iTaBWi3CAKdYdYl0otPNoOGTTBdd8aoU2",
+	"zdhfO2s0nG3vJID0LLncFMUXiwIO2Onj4fE3w+Gt6rQU13kH7udZWKBxx2jDQqIUIbAWWqBhapWlEL5y",
+	"3eG+B5p5B9SvWKYKkcOGm5asBbDmdp74VtCUNiP/Tctr4/vnQjbs8PP30yw3jtQFULQ+IGFfmkEdGMv1",
+	"bcPaiYz7itmVFisz2B1sAGt5kvwrN3YpWrC/m6ibEwo4fAY4PzeXDAD8sMHoVRZShDf2NGne5K6gC3dn",
+	"1+Tl7RaVJqi+XA6mN03YRDwxbtpYOXK/cWa3QA+9HTT5qiUfyVGoakZSuY/dWohXL2KUq9SC2dgqYO3y",
+	"w+zhJ6kd7sKs7LEVaQv9KQqELk+XWlTV2nG/udbapDr6dejYFILRjo8PD0eMs2mWuoUszEv1+g1HTiZZ",
+	"psbyS4i0cBLXIaDvBPbkbXNxkuywFfMkYd2iXJhVUD6UqdmsVyBrt5WxK2PWxt5KmGe2rJA6vLUZuL/9",
+	"7OPA3O4dBd4I23x1gkKvKOxQGdkF1gRGS/1ui/yAPSeDO3kiYiMsudN5ksR3i1x573Xmi8u5Q2IKcMC2",
+	"7QrNILepPJ9l6XzR6hhZiCwpEiUuNojpFHoVEQTaWMZZPFWS6FpcxN/KzURiAEdhcIOUkAU3RPykWkds",
+	"veAWwlaDOoGAQTNgp647iSB3E4kF3F17WDS97DMsD5CawkmpGZcbBJNLJcPZ1oDrd3CSHaZVGMUDwwoA",
+	"GS9+1kbgXfqpdud6b1MjBpS3SmHtDtBg45o2DMjOBu9UsXlFhK4pat7j9UvUvvXU6QbU6tZA6Rx35qPC",
+	"LovefzC3r3kZUw2xxYP9K06+LUNEquUluwUrGFdPKgaq44nWEF8eFzE1t1JjwMhXYA3TfhSHpvmK3lUR",
+	"5btwDmAZQzBklIZxHx9YlGMPbOnn/oysVpjF/XGehHtw2N1NImtFXryVtf52daIR0SnD6OVtq/qj/c31",
+	"n8isvr14bYtxF+buP0eVZTeK+zd3N1mjCQZiexnFla8gu33J4RmEOhtmKIY9AD9GoFi70MI4uapQCAZU",
+	"APLdjTLplW00pW5YbNK5TOX83IipdoJYaiBxi4r8I7azFkuuLz1yJeFQmGbYuXQuIf3uHAO924LtMKoO",
+	"36GAXa51KgyL7bdoLMxl+h4j16OrQ/ptId6zoosgrL2MeC0DPPpv/IttAy3nvQv98MefTp723/x4cvTo",
+	"MRbjWIj3vXERpE3159C66g0Bl2IzYD97rACUjrD4FoEGsPjvb1+dnZz/8vy7H1+9+tv5m+dPXz8/w2wx",
+	"6Z4TConbD5CyuHW8oBdNpBOVZ8C/vbHxKhVr4BhGQKoQilHXgoo2YhFSNUU4uMCOT1+9OXMsu0Q+8MHs",
+	"NBMa6WDPLs8JQXa761CgZDEA/KAZBZLJEi1MDWh5lhsBpu2iShKfyEyp1QWfXkZspdMrbkXEslRe9qFe",
+	"qjvVcKbXqREQvb7KL7J0yl6c+i7cyZ9ILOm6UMbGA/Ymh8I9WXol4IhCqh+XUwFoF7nM6iPLJXq3J7K2",
+	"zScvX7765fz09Yt/nJw9/xayjlkXR5Y4sVWtnGLeG7AfnQpFs9diIsGSKpJyA6irqZJSTK2JqJ7Gs5/f",
+	"YBXMHGUGTD6EkW+cNjiRGIvNcfl4VkNd7xwe/XUwHAwHhxARz/xq+tUZhZ1Tw6B6OwlfZghpza6bdMOc",
+	"wYa2dOq6ziUWN01tb8w4W2mV5FOIDaAr5HcegGd3iw2IA1m77A1kKvK0+l07fX9G69hgJryBgMitdYLc",
+	"9vE/LHR3LOdDL0aYgOeeaQFZCIPmdAFfnHGbyIM9AFtjM55m1eucWmbyKSbY7HWJYaWuY2q+ulWNjzUn",
+	"IcFn52myo9EHhqVJxHhmFBFEw+KA2PvNQVOCe5gmcYGzr5LNnvpSum+ZFEwNOp82AnEjk5sKNyTHQs7O",
+	"Thl+EK68VJQcw6Z8KVjXJ8FYrufCRkwK624ag62NIPtS5ba3Y5PC8fk93T26olQXO3r/vtkV1opZ68fp",
+	"A3mmWkDlLJ4ZR2h/yx3RwV0e7Cfg49EKDkREN9jfmuq6+1MfzrbV+lm7xXch+NYJw2eXgWlAZ8LY12DA",
+	"/DhaleQadM/zZYMQ+6Nas0xRhp4nL5YkgX3ym3YTrIJrXU+xgnynrVP9aHj0ETTtBIFGYi/jWOEEgkqX",
+	"4aO2bI6vdOIj6MRNpEZb9AY2LL9QYJEMpL1CmIHa3IDh7gXM1JAvn5NAs4cEl6G0Ar7vfL5AkWo3tfOE",
+	"juSTa2laeBOvo3CNSalvX7/ESdGGOoGVeHIh7ROCm1NnKNiWdUH7oSrCThUwRaKqk0g8+tnO1FTIV74m",
+	"M/WXomxULaYYgxziiMUYmuj+tVC5JpcBoH1C3ckqVMeYxWByiX1sUK1CKjupwysGMBLc7ARRZIZvzCjQ",
+	"O/DYrZXHY/BIBxFbL9Lp4lo0jP0BObZxMxAQqYDG8F3Ka7AmrkHbGFSdBikoev41R19G7rxDGV0TZI1d",
+	"75XoFrb+XoFA4ZSAca1QBdbGB5vmsmIRd4sIofyUqAPHYA4HmmcZFiiArEDI9I3KYlXuLjsabVgMw/wL",
+	"JpP4wCRYlQoEFJ48LMOUQ86aO3fuLkLqv494K9dpv4Inv/jSZndc8iT0S2wxfShK0UTiX8mtas5leczt",
+	"ekKjYLPDQsQTWa1+AZQGMXtjX/XKDNjJBZBqkRmxBjsDJA8ji5PiZt6fvUsl3qy0YrNT46mnDHW/jNcw",
+	"aNEgCssRRqI+UdUH0htNZODEcbPPd3uFGM/Sy/1X5qOq711frrGR6ag8S77L1PTyGd/sKp9cW1HEo4OD",
+	"Qlj+bI1uZH4lsDoRseGE76u8EWRzPe2byniV4LP9Z8+a8Wf7w4f1MKbO/mXSz9CZKKkoyk3dVlSeAhfM",
+	"d7J7yV+LgnJUVx1qnjeAtjpOkKTGpnJqi7C8ctkBrw/XncqJ8RXrHkbD4bBXxEVY76Zzf8dgTouZxsKa",
+	"21LhNQegEkN2zXHY/xS0hVIq62TOldBFaTfELJCbalG3/b3BldP/kbVtvugIvqijCxy2euKy2xCKx3UH",
+	"YJsO4CGKUPYhKMvbbtRrR/oaarvdy52+SaAiSv90dbcIAZ1rWsZryALygDZK/FF3SKv1A+OTZz/lTWoz",
+	"Dxb4pU4QBgTTNBkzjqIG8GIkUYNW0JMdcSRsDaVU8XA28ScKcnYKB1FCWpogdCOAypjy1XY6QhgAGXWg",
+	"mWsCIWscbr+5Xh8KAoFdgjfHrBYX5FPVkG6+ANsnHyLWprlO7eaNa9mXHOFa6JPcpwdsHRuPfA9J7axL",
+	"ev7Js59e/Hx+9upvz3/GbHoqrnty+gK9f/Fvq8tz1BrSBF2Q9Cd6F8grSVXfYKrAEWE45WI5pbjz4QPE",
+	"es3U9hCDRHVwxCCegxWSS4u4WeANSadiwJ7mxqql0P4Xw7i5hLhkCuVNVCrnE7lW+jJik86SbzASSun5",
+	"gdvvA7g2ZuVYws+leE+BUj85sfa/Jx3WjU9fvTljB1eHB5jq692RboEgB7fIaBU+pgx1aBywU30FX5Lg",
+	"axAUCkwmpWihZlSH+OT0xWAiJ/LM/eGB3rw2z3O7UDq1GOg5VdJqPiUgsh+U9xOBljTjU0E4honIDEvl",
+	"RMaF/kQAZQd8laIdYS6kOxcelxiCu2VC+MTeb51COdYUIk28TjCRTvH0UJAMEK6g/uKCyyQTGibzv/4X",
+	"e8qzDNCIZQLTENKmGOHjXngO/cQHV4cxnVCnDVt+KQyLT3DWv8OPI/YdHCnSYOEU09mLGGpXYJaA000A",
+	"yWo2cp304cl//Vf1CvzXf7GukFepVhKW+orrFCC6Gm6GFxxwoZ1awyBlO1G4UhDXF5Hml8o5ZnqD/SXj",
+	"Eiev9NwEid1gdYLZk0bJvM1mwH4hw2HTSCpVLNwtdcclNW7kycDNlUs31fIKu3nCJR4MBnEvYhQ+hPyr",
+	"POFueAd/KD3/4A5H/1JsTDxgLywMTGRKzsHvSQjaMBEfwgCZIGbEfEJ8t8iIj8u7g9T2gtvpIsLfQ72P",
+	"zFvuZ3dAbCbcnhg3Xkqgd+PobifRP0AKbhDM20RuxiYqQgXw1rm2IbsetFAfKRy5Jn3cgY/yQBWdfgw9",
+	"yT14vczY7zak7NesiT24AydQCRxqmTvB6lKqtaRj6qHijoeHY8bxjgHV9ZZjOHNudYEs+/sxkVKIxASf",
+	"PxwT3e7D2wnTKrcC9sDvtA9uwTW7FBus74Cwc1xOJLIXhIUtXo2CTo5hOs/5dBFcVV+LHVChaNeLZBA6",
+	"GYSPBxZBMCFMZBxgOuBLMQTp1vFahHTkkhYScH+BTJVySESXqE5CUhMgNooEUVwLOzzrnpy+mEhchSpj",
+	"VLpyeMbVS/j65Oz5+csXP704i6PCHPpoOJE+CK7A3YUePYb8CCsTB2YUWy7s0RO6i6+F1Zv+ycwKHSOj",
+	"SZQwvga1u4zlnru7twnxIeG/cRT+9NobMuB2TWTlEYShE8Cz6RUJfS+en31PiJaHh2yWiiwx3lYKkJmb",
+	"iMUF9mQ8kd0GjEq4y8XP7hJ7PBvYswcsUahdHx89gYIjgIM5kQXbwxOE5qZ4C7IzLniLklduQ5U0SOcJ",
+	"Y4guvFkpacAb7qNY/u+bVz+zbvxUSSuk7Z9tVmIEUaTEkg7+ZZSMewP2Fu+pu/K0BqkEky22f6GSDTSo",
+	"hbs0BZDjcDgqSoanhpk0E9JmG5bOJUAoujE6BTAcANN5hvEOxA5KNgjeGuCFHLqMgkUsiusDM/Jef8Q4",
+	"4mDTh8licFHYH5i3UV1wxLU+eXfjN0Dq/gJ/U3QD4CwF777vr9frvhON+7nOhJyqRCQx64KHKZ7mOmP9",
+	"JGZGyARDvYGPbCxtxIprclS5UUbefu8m6trsDdiJIwZAhpYiSTkMo46c6do8PnyE521CILiTzohNOpUV",
+	"XuZuz8TWTmOK8mQy6Vjx3h6sMp5K99ekE8NWAQwuDrgVi9ewbmVh6DkuXo/0qdiNHlhYatjtAW0ZikvH",
+	"wyHA5Bv057ntBDaN1MhdGcT8Lc2xJ6cvgFHqpRm5JU7J/orFdu0Co1dg1/+YdOAxLiNqdL8O3w1QxZl0",
+	"QKAWxvE8fMUvLlHuVsj4CO3tk86HOGroCU/1rw/fDabK2B39cMlI83JNQfTaVmOoNzQ0Ap4dWyyBT5Gg",
+	"e+0aHDOKSsI7DoIZp9oE3bjSi3tj0olH6CDEw+T4ITBS/BNZOt5ED6mYpRJuA4hQKsuX0q2P5RTSBoIN",
+	"NNGDQ4igoE6+cvu+5Jm7ICKBnH+J7adylduxEyNCWeOCJ6Hr2T1/6G+i49cZR4u0FzG6pfbnHludgrup",
+	"YJBQ3ZtqDPZca8cwxZnKZQI7Woq/wMnb5ImEccy9kYrklAWH0T0idH9Ky5HKNWry6cJpZguVsG58kmVq",
+	"HdPpt3C3sDAVDOgJNJAmjGcaAPrFe/fimB0fPiz2lG6hVYplXM/FGEhISEDdrHzMldu6MSD0evnM8wCg",
+	"zhda8EsD8hMLUX2ApqN8BdSbVEsfSur5OnNcZoxg044Aot7YJSdezzWqdCk7lBINCUu4rJ5h9MbsEW6x",
+	"14zZlEupgDgkYpomkOWaCKf4ApgnwO7zK55C0ARQebcukG4/rRisQeZHMzj6M8dw7UKRBfzEFJegIHhv",
+	"4+h4QbELbFGd2kCscWf8BQoZoCxFoClFFbE+KNJD4ahu66UvCAFyLlXycQoGDG0f9Hun4WDXpCwZupUV",
+	"7UHjdTUUFkCdktJddFrCpVIwAMzsJZxUZHnzVDo5ZsTi/4ZN/PZwMDgcDocx63pR8nA4RFks/m8Me/o2",
+	"BglAFnKvG0pRHWPF5+KBYXEQJ1W4xB2nkXmWxT6QPePGwhcUsIE47KHl5eT0RSfqXAltKERzMBwMwVK/",
+	"EpKv0s6o83AwHDzEKgMLsDsdLATP7OJ3cLs2RZafkMR6NBwS/DSWfcAKSu4ErgaMvCNSBadz0IGO8Wy/",
+	"SDqjzo/UFaQ5gXAHQzgaDsHgiywfgr5qjN79hla462x02AVaqhoq5FVGXTHFdUa/vos6Jl8uud50Rp2X",
+	"6ZWQwhi30nxuwPrpJ2M679ynBwEiQuPS+ZqDxMVPtXKEUOSOlb+3oGYaSPtgaKPcXjFq4foVKwWg6lrV",
+	"w3oal4XmsXtBgtEvi1G1Lg3Q75sdKuDjWGwLIlAohAxO1gjZ76kydq4FhGEheHqIzQ5FZBwNQ+bRDQp9",
+	"TPl0IZIxAoH7wks8zcDKVihlQPuwXU/he9gxCnMsTsRc8wTAtUn1hhbLQ//AwLtiAKQcQ8x9pJefHSUi",
+	"YEdTJWfpPCdM0+ruv8ZF/CzXBfqGqh2Phg8/QX8/K+v3rWFtemOyTpmCTW12H1c3/vS6C3x1eEA2nwO0",
+	"+bQeWHIlAa+Jf3i+ZXOrNhOH+qCGUpwJBCNewN+DifwZLEB2y7CPtL16DJ5Dm1S8GWi35lDEy7Sio5av",
+	"kJ/17zkG/F77+vdAiej1d81Hr6mJ4j1fZRpH7Q7Q8V5f8cQjDMMnh9d/8laSXf13rNl4jAd190ffK32R",
+	"JokAZ//x0ZPrvzhJlqksrCECk+rLg/ZdxWjozkex78HRK6A+/bkrCkavlGkikOYS6BGiJzuVKi4dHR4+",
+	"2Zc2NCswuqh1USa58DGC4Qi9ZQAaO2NGBS6/JeM2LGYYMW7VMnUC2WbAzgpA1BU3xpFdmW0mMp1Ftc/a",
+	"qypAKYLm4LUx4+SXpHwhkNvyZWgyg5mP2DBGUvpbDhlNYD/6mWyohcJTKGjejo1qEcr5pQU8Vnoeg7IU",
+	"3r6JhOvXG7DYrVuxtIrQQDCDTYt5aqAYnjcuuv81vTyRHDagj+tDBaicML1C831cQ0qOWXfldayjY1C7",
+	"wawHnAkz8jDPxikCUGALHDlkevTFAqg0ZCEFh6sJcZWwqWA5RXuvWpahMQEYc/9vbkSU75hKqJfGui+e",
+	"n30/kQ31coK59C/Fhqrm9PAEgUxdbBBnSTqbCS2kLayurFvW84wCxAW3+T5TbGvxyXPAUuPaMSq7wgpg",
+	"3ip71LgI5KMrQwgTQaoVWWPwTPIMJIARiym6Jw7tvWMWmwVP1BrMvIEkA3sBbvdzCE2Kxyxecy3Lr4PX",
+	"MEI89qbbiQzzg37xT3EpB+yXUjapiT1B6Z24KHEZTyRNa8RiJ/7HoN6uDfXuBRk6MBHDDMK4WAwsjSon",
+	"MpV9LzajMV6zbv3zXsRiTPQtZ/po+LCJmT0lDOSbMbEqTviPmASH7AlO0Hcq2dyZkAJDLJhR1d1PBbLu",
+	"TSCjviEXpkFKAvuJSIB8SWV9XMeFmPLciEqMK5xtSKqgGlau6+0T1jYg+uig4YsPUadgh9d9Xr4YftW/",
+	"2bf9hhbQV7F/E/R+pY3XYbDtfs2Un9RaIhCifVtxr8P+/omFo+Hx9V/8rOz3KpfYxeEeXZzyTaZ4cqbU",
+	"S64Rk+b48NE+8zH5agVl+X8SScrPnGILItzRjssXWvP3v4S+qF+zmgK8NICciYrrh6BcIx+xQIyMLJJK",
+	"Fk5vMBsa1pV8KUo7PpJwVFojX5fW28epaC+aTsHQV4p6DwyYGLWj21Syleb9AFRWy9Ms9jUDoDXyLzAh",
+	"rcbMmEKkdGMKR+8+c32GhAXVf7AZG9iRMQyzT+bbarEht1IouYAo2PXAZiTjkI8Do3tI2+Zg8PRigjc8",
+	"jli7lEBvo8BRlZNglGAWIGBArD5KsAcIjMCZFGsYLcp57i/q1fGwUlP4FDT+GdD0EdQld7JjagLjMs7Q",
+	"W7rLigWE/0ZZ/BzZxAirzznuTpHSgPQL9kmw756DbBVA/payyLbXNiiZWPU0766MOJHdoDRiS0VE0GqC",
+	"MVI4WsC5vnKcu+A4USew+F/7dfAqnNPdlqA7p7Wl+oluEKdioXiaOGV31CwO+0gIpFWOqk6kE4tNIaJG",
+	"3kXoUUHqPpMS4I3BGqAKMpE1dwnemgH7GZ3fTjMowwcc2fOD5Rc+GAjv8NbZvvWeVCwRQFdCrQe7C6wQ",
+	"aHR4VynJguE7wdOKheLgwkMUNdspnpG6AGZQ3KxUenOozTZA3sH6FRWli7hh9chMjFWm8MwtXcmxTiJw",
+	"RTXnUZEqR0+6RPTc5qJY3JtIpSMPPgPvUq3NPEtY7UB1yRkbFTFe6O4MXH+uuZrvLyrMxWtJjIWXqpA7",
+	"fBE4vGs8UQvHCyeyrhGXrO746KgXIZpIJVwBFwRq/6BNOh6w53y6KEwoFNMHlqK13DYzjK/R9UGbRocf",
+	"BGV2j4dDDAByu+AGT5fRWI/s46t24e0Z7G+a6aIJCUcO8QGF9HEpNlgnGzax2VCKijyelgeGFcTOz4Ui",
+	"f7oXyi58oGyqpKmGMz0wPXQRojsaMjINs1CynsSIBGCTxXJUWKzgzwcGQXhnubYLAQVHrd70KKrWneUN",
+	"Kw6lFBEkEmI8MP0KrK8MLIBy50X62oCdYLwlBBnDqyi3oS3M77RUUowZp1eDu+PLu1eoVqtK/h3c8/tR",
+	"qKHtz6lVhwNoE7teNRCZIgAHKJiXfLxk+FVA+Y9TiT+9htvA4T29LWNWMYX9tow+jNje6QCbCQChMqwb",
+	"ftKrmp0c0ytpWk09xRA+CHoEiYEzSr2MgrgwSGMhgA1yW0gWG5XrqVNDMFkg9TWzZ1otJ7Ibu35RtEML",
+	"/4zCoajr3oC9AWTVMgLZW437jk2BhzhiWXopCB24QOHlXuKQqvRAIwoIUApI5JfTUr1PDVtzvaRgKcea",
+	"AYTeZy+S+9kvZimMVlbKZ2T4VA6gfSgyQCwrip+FvwKUOvRGcO2YJcJJ+lBamGhQ47qwmZMbqAt1zim4",
+	"Hc3q7Hh4PG63u6PPYyLJ6dEblzPiuhLfryB6sAivqbqO7tGXMw4j12qB8FtM8Adhn4f3YMtCnbpbALve",
+	"KYqYoY+vyseiPXkSonM3t0sZdh/fEOXo3aChd/fIhisL3KLwFWfVn6ZB58uykj7ap4s3GP/3tgzuq3GC",
+	"0oW1tWC3ZQNKz9vJP8bBNUc0pInTgVviGbYummvplevqpj4gkBP2jmNAZLLdcQx3cqhf6Tlgs7WIlCuO",
+	"lN+t7uDLj4ZwSwFzDcNu3J8AJd1oQkB864L8U0H794D6gAl4O44XOyn5FooApUv22NsPfLg4qE+uA3xz",
+	"wGJwlfpEIGQp3uEbsdgxY5NfuMFeiNg9RUTmifR5ZOdcThdKnwOuk1XskHWnPBMy4RrD5Q2E0MZaJKk5",
+	"B4zY1DCPjlqmXzq1G83ToPr74LLwOw+thgYHP0fH3kREoK4TWX5wTowzNTho1uX0KdlAnOyUcSt0r1En",
+	"hE15VfC3u1YJX+k54ZrvpQoe3mXHbazHnT7w62CG5Z+e8exxW58qOctSxFv4nO656z6mCAPH6EBI2NwV",
+	"PcJDRrRlmyYFrA8D+VoZYBsFYtWsi1JwpbrRwG4HTeKmv1z3x5d2HPSoNCRWHI9sKfTc58OB/lMoJF1f",
+	"dbyKncWTRCSQK1+tVWh6mMrky5pQ0Yf4S5Pn7uKU/iBs2xFtkd2whDgw1RsJUa/0/JRTJeaVN+3XkY6c",
+	"tmoI2hlMqCsCrQzwiUvIEnzlUogVgShAGbYdMa77XRnmNfqYDk4UsjdSeJvYcKF9UqdQt1xJMapkRy24",
+	"nUhIb8RsJ8pZngsLCdnQvPfloP5uHCcnVT7A/ckEvxLoHoCUlwdBHpFh/EJdhcqwd+8rTR8GDgZuCW+C",
+	"gGHMRBbwFGXieRngGcS6NbFwKC5xrxwcy1d8YlvuDrqGmwNQDV8clfmPZN542W5HGbdYe4GLcY2SW15W",
+	"xKLQ4kpdogunzNqOmBTrAjWqxApGUB3z0dSv4T670Z2s0r+JzRejO+N09lGf3VZ8lRxa9G2f/BhckeKs",
+	"36sAsVufLwKqigRUsEXbXEt0UONlCRIezQIc7zLbgPP5Pm4Rjg4P3j1xRmz886i3Yd9JG5/0YXmk6I5Z",
+	"HJRTAgEPoZpwpa3CgoNfGeodMNS71Gjp2t/m1rczx4M/LsXmA97qTDTV4XoN/LAoHFUAaHcrnipfinY6",
+	"FSuLFacoH8R9AwGZE5mlpoSyIj4LIYpGQOzVlboEOIKCB0N/RYjDMebA3AeZwEkGZKJyX4+b/aOuC8hi",
+	"hcF+ZVfbhxeX9SMP761Z1vWSz9/Ehrhbww3Jk3R3gihKjaQtViXEEVsvFOvGUPI67mGlWvw7BdSeGPE2",
+	"3CMMNUP4jRhtxL7iMEYe2kLXiQpI8nuTOGHWX4q86Sazj7iJIHNCUgGrrxd5+yLzpFq4O7zJcGbuT/Lc",
+	"vpt7ZnFDjJdaQ9hGQ85hr7wbeUtZ4IitshxiITEaFCC6izbJlNPFiiNbkRk9hH3zsfBel8TOIgw7UVdC",
+	"ezxCWF+sJ5HkIkhcIJMt5YggW3365h9hEGdM41V6HsFMYaI4wAg79P2f45/UM/2F/UZYT2G6iQdFk1V/",
+	"WVh0oYulkXUuZSrnPY/TfXvKpHSA2NhKpjDT/JWef02R/0Koy3ZOPeGWNmXU7yQzUZB5f5cEhyCG+mCn",
+	"/VROI8e5nmLHb6HfL4QtB3PahzlX4J2+MucWo1BllcKYoMrJ/ZzmoZXQRkkQjKdcQqFkYLbIVNbiopgD",
+	"GpEwR3DEYiwgHE+kFjwxBcQwVtssnDUA+MSNWSudgHEJ0//AusQR6dosMLzUIICla9DmWooE4krEkqdZ",
+	"gUUXhEGWASZP7s9EFVyKe7JTBT18HmNVOMU2l05wiv+tgjNueu3/TaI57s5+VdnaW9OnazjzwR9pstOY",
+	"9Qx+p3Sg8KwB0juVi0u1L1V+L44dHEP9vu9jcKqMODUMZ/nV8tRw7HCR7+rYRZ8qSGjnqRh+Lkr89YC1",
+	"xPDc1em6NwNnsNGtuk0RSL5XLtBW8k/UmM7iA2zQXollbDdFFgqzKkLg8yI7J+GWX3Aj2oN/q7eKsml3",
+	"mw8Am5e2CKVIVtSBcMPrtaSGvNLz78vw+vuMbSm6aY/dC5KHvl7E7Yt4Vk1F80sVhVloYVJUQ97EHgEm",
+	"d2NYiDqr3Da52FYZnwrTdJNGiGSdC2YERavQDCpqEusSeiDkT0tlC8MhQB5AJV7CF9ZiqSgRrJacVmkx",
+	"oioUf3yI2TQTXBf5IDS0AQP7ukhYN1Z6PvALG/fGrOYbFJo6nEgp1iUx2cpua7v7YTAf1BCRDfcf9sxD",
+	"lldkpbmw7LgZoOw037rt9xI853t4I+xnCKG7GZmBjHkj7JcXBPCZlaE3wrZxyyA0eyeFqsD709nZ5ukY",
+	"rL135Bu+Xg9y8154wITiK1MPiqPrSo6Mj7T0B6x6Ipt4NbNK9drclj/gfL8QAynMZh/TKO7bV6mgxSY6",
+	"96fCXyP64ROx+mak3yQxLAanWxyEdxf1zbFeRIj6CyKyVGuqLB/D/2LWvdhMZFjiP6iYS5EJ5Kfzdc6o",
+	"ynfElKwxaIrpGUzkUyrT5WFLggIZBn2oxsPf+mD1hKncFuXyuZ77crk9xPfBgmtGCCqKkTpCAi+MWWpZ",
+	"ls6sIVQ8kc3cWGiKpYDh01MgJYAbJWO095IDNqxpU8Xcc/0vKO4+WN7u8dHRBJPF16kRI8yrQ+g+KCpt",
+	"FQ60t6dIMpFOJmF3I5KgyQyIwD3JI9D25zEC47RaxBC4n4DCgjW2/bn8Goz47x/dDxtPgRZdzqxa9fNV",
+	"r4U430TKOfgD/r/T7vucTLt4wvy5GrVQ30SrlWEXfHq5RSoJUBubQZzJXVGNYxSiqlGNSntxCpoJQaV9",
+	"iCO7ScEAjLIr6cU+pmScwNfoxX2iF3GxbnBS79GgB7vcasoLa7Turm0RvBjWjMKInoXIkogZ5aR963ih",
+	"eL9KtUda7dpUIMNOetFEeuiZbIO+1gJXDbgxFSU4gER8siazl4IbX3KUKl9h3URA0vdygBZUZxAv2ICd",
+	"oNybKXUJIEhSAcY9swsu2WE0HA7dZZGVyUUTaVQJC5BhyTZu2UysqRBUakGiWagscb/iC5LyEGOIc5YA",
+	"u9ZDiwiuEVb05NViTiM2U1mm1q5NlNYg2Z/JPMtQYkH6ZxeCOgQoOpCQHhhHPcBUksT3HkQFsBwrIV+H",
+	"J2br3NY1j2zTcHLSsir7nYHb7NsxeieiOwLD2er4FCTX9HfR1geckUonJJF3Ro+GUWfJ36fLfNkZHQ7d",
+	"X6mkv7aL0v+Z1M/gTOwFdVK/c195iRX3gv2ztdIBTwIa8pmi40At3NvYRJUC90QU+ojYuTMY1hdiE3KT",
+	"2ec2wup+vYEtFiFLR8LfGvz7c0bFgYRUwG8EJpeuB0Ioq30XgdgzpRkFrGuDnhCVA6ZE0ACKdakGYOAu",
+	"hKR7UI7egJ0W8euE1Zcv6YsC2CAGnSguoEL4BhxLCPseXOguwhEVQmQFR8n0COZZKmYWTi3VfSodhcqW",
+	"a7be5IgVthmAO6BKyjjeiWy393R3llYo6yoAIgOBJk9kWE6h0jEYo6iocvpuQBa5+wsCPENZ6T5MPq7p",
+	"z2PxgUm1GHzw9H+N8/uK2gTBWqQr3Iw6t8gjB3+4/+0dDeg1VaAKNQxULImf6opFnBLbSxP+YCLfgqnb",
+	"hxBTwRgyE6WSLOFauC1A2/RFJfPhHsMNC8qyj3HII8J+jS+8Pr7wVkf2k8UTNm/78JPR9q9Hpy1y8Jbn",
+	"5t4Mi24n7woqzEuuZS6kFzzBjM6nBKC1XqhMgHmvjrVVFOrfqtLfDbHGCW8LMUew8KkBwOh1Q2lIGnxZ",
+	"GfLOSS0AZN2zDPdZQLh2XXOPwvVFXvf/ZBiu+5DGDnYnUL66d5vQF5VIuW8G5dfMyV02obqwjzUgaof/",
+	"s0fyV/lzo1HpNU3EME4pQrJQbSIW+OlKtNe1bDQ5RRM55VA9Iwjtcc08MGPfuDc6KSkQRrN8h9WMTU4x",
+	"csOSQhSFuIJVt8r9QCjZThLAwSdY6i39LRc+ULjUtO7JAHOP6ZefL+9yV5pPkWhZ7sdXG8x/Itf3xIOu",
+	"941J3z58/+AP979r0MbK5AQ8knhHC9NMSa6wtJ2nFUu+oeiFkpag4dkuhNxNoe7P7HKj9E6f1pnLL/gy",
+	"3sFRfVusz20P6yezv9x3Iud1pP3r8Wmzv9Skvj+nqHf9u0FmZ6vZJq4ZX0xBOB9U6Wn867syPSy1UFGy",
+	"pJkTWTXluFO78fGK32nBMcxx22RTBS6/H6vLPQtun8XqsjM9m6wuX+Ql/4+2umzdy7sQxRZaWZuJXZLX",
+	"S8jDCLLT1k7fwu8K0NetzJGuU+dKp3tvPJEckzY+1nzTKlO90vMzP599RCs3sa+CVLP5Y2Zbdjy0+/mf",
+	"bilVgS/IH6QgOwmLryMXgfru3iJBoRl4ogguHAKBF5ySDc2SZ5nQbAb4qqwbw2BiZvjG4Pu9MUTTYxUt",
+	"kUJZyNQUmSUfkbq4A1gAEaoA+rgVV6D96N6hud730eaZo+dwJxrvzM+q3LJw2b5eokb8gXKtfOZSgIN/",
+	"u6t0xxADP+WZTVdZWlSYNVmapHJejcXqYh5+xJapzK2I2ELlOmIJ34RVf6MJBrFDMiBm+IHfbcNivJAx",
+	"62q3xCKBSvmRYx9Y7Rxqy1M0G0SXTST2bJXCy+qDzlLDoLzqNsspQAOWaimkjTDSfiJjzFIwkHvTVZrF",
+	"1mbnOCNTplHCaJbKWPZXNzED4MxChqmIPgdhwJqQGUK+mM7cdwsslz9mvHwSpHQXhf9rZAvNFetUmiLT",
+	"cR+mOZH70SX4PQJ7Kyci1WtHQKjQpXtwXVLznwH+4DpqSFHJ9FYEqbZfwQ/uHvzgrCYD3IYubou2GPfe",
+	"5lDEgKwAqzmgyxGDmuRF4Bf8BTY4CEFwlxoAobncQMTARNagof0VTCnf2QzYtZjJBUbyc9cbDQqBLLnW",
+	"jjzHCU+zTTyqJHIv84xDFT4MIfOlxaExhuhKE0kJ4DCPt2dPGdTh5khM1kpfCs20mCrt6LIj9m4tIKUA",
+	"wiMy5SaLTZrevScggXHMbd1HoTffr3fVDa/VuMbnX8WhJuOsP6C8hjvwJ8lVgb4PePKv3FisTD764+7D",
+	"+5XWYmpBKqDMYgwG1fsgNERApUAocd+nZiLXWsl5SBK6UhHgvJOovFejSz/BFfWWhO42MP1EBsPxQBMD",
+	"FhthY7aEVMwCD58ytqdqiZX/x/TLQmQQqOEoCAC7ldl5xvINPO8hKQX8qrEjEEnMeJJ4qrh0Q5dijqQN",
+	"H2dqDTkN7vGYifd8aiGzVERe8Dv656Mh+5YdHh49+ubJkyfDx98cHz0+Omak5a2B6pGMqYXJMzuRGIJL",
+	"DQzh8dE/Hx2iuAQr8cCwC3cPqGpN5kbkF8mHjpEVZCK7pLwaIRBay3qSwDKRzMk7DiZUmI/jIoatRZa5",
+	"HmdZbha4RVCiGVbPcm0p3xWQJ9wOQAp6IDEXxRfQncXddjoyhKc5hgIWSJAhtg4F2ygocEAVqAGOYmYJ",
+	"9hRodwGr8Qb1AoZ6gfEqwURahXoA5OUq6y2QI0xmhUuf28BRn2pqI5BpJ/I6WK8bQGhM5A4MjRNYEs9h",
+	"7scszOfipKAjN3HtD+9rEG3cqiR3X8E1/kxIyXeVIkr8pkC58YSrS7bYXjPz3Q9lYy0uFkpd7sQTePv6",
+	"JVxfR5W0YBASbBXrxvQx1vAted/YR/umluhVfHpy9vRHVu2byiOxH386edp/8+PJ0aPHIHMmwtFnEJeh",
+	"u3QuCYGDyilRZRSsfU+CNRgO07lEqENP+WDUzG5WwsCwkfxjgTxgvYnQKeBGeqRSSNF3/CL++9tXZyfn",
+	"vzz/7sdXr/52/ub509fPz+Ixcm6g16sU1Ajp2NdExq73VM7Pg/J7Ms8y5MxS2dKCuRmwfwidzjaM+8lu",
+	"HLN1xyO3oIyEa+K4+CQfDh9OLfxPDPAvzdcQko0/xiVxpfmB4K+WK66xZBtQB0djLeCS2HRJbJfFV4ew",
+	"f/Hfc2X5KuNS9N/4xRwx+y12mMv0PXYWXR3SbwtBP8VjpsUsN4KpLGGxjQcTCdQJ/IOIvuS2a7oQ7oyz",
+	"bvzU/bv/VEmrVTZiUvUB1T/u3Ycf8Qdhf6Gjfo8U23fRQqnpvjAjrNtmM+hEHTzMMJLKgjSAi2Vrd37i",
+	"YqEGFWwCAh0w1m23G8FX9aUdTdbvhA88ostLVycgqPSi+aQVsKjTfkkJW+kz5s5ya8VyBVSZvsEiO6E6",
+	"ghS8XsmuSiWpbpUj+F0fAjrVIhHSpjyDYuaAkUGU23cr8+WFY0gznmZOGsafDeKfaKeAeAglJ/Oq2Sxi",
+	"OcCwHQ2pJS2mIkXC++PZ2alTMmzuFCFHQdHPA2W6kJqIpEybFlorTS/OQOw2+XQqjOndVxU9uuTPys35",
+	"QiLOqxPbq5Rzwb78nn+1mjSTHU9wigWrVtn7nGTmwAo0c9y1oeQN1NxwhMhLigPXVewJToiPWZUlwZND",
+	"gl+WXgp0EjlxjVav2yiqxKRO+5ikNZp6VyshSZcNCA3YDWwOYCVOKGNSeWFlypdiwE6KlwlUiqeZ8YIM",
+	"l0R5CKzI0Tk4zNhNKfUcDYckZAFdEolIYjbjmREojDoxEq6sCG25bng8SbQwBsKsRoyzTKmVo58AenDF",
+	"LaTGZam87GdqyjNmnbJDsG8zsO4E2A0T6TrSuTQ0mqp4e/Ly5atfzk9fv/jHydnzb52uQMgUca6z8zXX",
+	"Eg2+XoBF2c7tJm0mLYs3QUf0F5J+RIgo8gjDOzAm5M80AYl5SItCjAW901XrSLd6mHoDSAIsxHLwoaFc",
+	"Xly6t69fRpRHSAK+e9os4btjCdWr3DLdBwtxt4Io7Zm7ePdP0F03r8FW1p7Na2yxLQ8MWda+PFp+tGNp",
+	"V1pdZGL5l5st8Sl+tcP9yPY6jFUBdOwTWSF7AzTXu0MpB1tbcHUrdHhdKEk3Zk0NDEblWdK/yNS03cDw",
+	"y0IxIWdKA4wLfMEWubYjcOxR5ILHssnElcgiloJ/TiZqTTZo+oxfCccjpKM5ZMQN4A/XizRDmwQHshKb",
+	"BU/UGn1ajsTFbKkSiItYsyWXm4n0YUzS13VlUOMuLX1wJsJwA3oTpOpxSQ2gpKxxU5nIhG+QqawADYWl",
+	"iViulDuK+LWjdh5VAmx37Kn7y91GcGUuPLoEhhykkvELAAaiAgt+rjiUcegZXAltPFAXARKBpShiRoHI",
+	"v2Em11cpYCmD2ZqR1XrATiigAjEYk9TYVE4t04DArAW7FCvwfGLKtkwmkjyXXcStnqcS4A9/cXv0nTsL",
+	"T/kq7o2CHZrlGqz7hEXkWvULkcqJk/yhKq+a4QFgMeD4xKWO4s9HCvir/mgA/5o69p+UIScAGRlsDbgz",
+	"wBNxEwfvvbtPy9X68/pQyzG+Flj8tpkI4qn9qhk0EGOgQFhHiWtJK/Vnc7A6Kfs6BECM4sKSUXuC/zXn",
+	"cJ9CZ1+IRu0ms48aDSv8Z78gd5WSvaId9ucZ/4Zzel2R2YzvQs9mJ56DZK4fD2mHDJfxiSzkCM8hVjzV",
+	"YxavlMqqRD+mP6gUAYHO4edk1yqgkLFDhKODqECCpAP24zHpvAxTsniPECWSAOOPaitQuLSemwcBm+Ry",
+	"gwh2RWiRFoWuB6wGk3Ba0p/dYbwnd6lr+vOkP8OkWvgOFMj6d8Kf+48rG7vCI1mnBCHfOfjD/e/Djcuy",
+	"N2ZsFlfgHun9rtP4VQZqy9hsOQk3ln0zLu8K6IpfwG/0yqUQK4p8gYinwUQ2p16WuFdjFk86xA0mnRFr",
+	"qNCHD3coFAP2Uq2FxhoTqA0DBFZRdxO4hFNLg5KATg32OIVlIR/UZVJdYjRDLYwVtk0spQue8BJKNZil",
+	"0n68pHUHrbmHmCiAce++16iO1OV06jpUV3PS5z2zq8+S9LmLPvikzy+STvxHJ33uz+VukMuZ2ta8zTG7",
+	"Nktz0JJ+6Q7o1/zLu82/JOVhZ/LlXumVRtiQ0EelRTPI4gtSI4O6Z9LxiYmkdCbMpUpuVoiIxKevKY5f",
+	"oHd6zyP6MbLYveUtUt1iPZ/IyuXglh6R0+CGGYwTGRYN+3fIYKxtYjV9ccBOZGPuvxPJAlz9C2UXlLbt",
+	"3snnFFJYSW7cmdE4ka0k5DTfJiH/UdmI1TzEL5Yq/WmSEQvagCb1miAW0DaSxeol1poNkj8qpxDGfKly",
+	"aWPKvgiLupaaWVRmIDr1KGKJmKaO8Pjclyy9dMoaeQDVjE3d1S/a7vIsY1jzHdzB6krokKyh6wCtmSN2",
+	"NDykgGtbLQMHyt7x0RMMpuEs9JFGUKvMNe41MvajyHxqEFgrJxKAgExBUX0Z28pIKilFiaIaabWRQNS1",
+	"EW7ZkxEr8o5YNz599eaM1Tfh4I80+XCAr8W9iGnhCDW8/+z5y+dnz2OoUqeJSGZiZjHrceXIeUhyI0a9",
+	"UjVaFit5Ds83MevG1EUIXY17EIXFWWAdYxpE3CuSlsgDa0L/LgS1kId3ujm/FK4f8pNG7OgY2JgpoazR",
+	"HKEBs7RcLlh4H0UPdoYNhDLpXMRbOwcV88a0vzwrg3KWYnkBgHPe0NDoo4Tj4HPNEalbZErO0SKu9Dxu",
+	"Ny4HZcXuiawHPRQ08NPamsM5NhB4d2vQXVBQJkapCmRDwvcvMEnaO7sNZWu539x+1oLCi7baRkfvHpQv",
+	"fojKr/o3+7bf0MKpytLpZv8m6P1KG6/FkqcylfP9myk/qbVkhL1JK8aLAV/tKXdiT/lU4VM/BxFQC5FR",
+	"/CaZKYmybdWIKiKrAtJLkBqconNY6S7jLElnMwGhHUSyHIUrpZA7IRtQdb09/u4Z8mJHB9qkAAxvuhDV",
+	"sDC3KF+JxT0Qi6jzWli96Z84unzt18GrsLuU9PeprglGaxGwLJ8uMLmKV4QIikCc8TSDELceK4Ey4KFT",
+	"b5dcbvwtQItJls4XdrAFJQxBi9WcYx9qFgjXcJRbo1ToaZPcDSLfbhThDEsMc0xTDz4eoUSKdyQ1bJ5e",
+	"CYm1vqvmgAE7mcgiEo8EukZRjJ4gEOYJ5lWT3ErBXihEjibyePiESb50fYPObLkVzSW9odG6yHT/BV+b",
+	"zw9K1IN/e5TvYKJvUNS/uxzcHzA0MrxU7lTd+LxHe1Xt9pGcl2LzAMJARix2Rz2OWFyoTO4Prw5hYCGZ",
+	"deOIMKncBZ2l81wLM2B/EytLCVIJ35DMmVqyBTvNRWJsCRqJCrfd8LjFGPznOL61lftTn+K7OYonVf3Q",
+	"JzA6YnOL43gzk26wGS+SMkCwTWO/eVJRvYN2DBaIjI5zOPxuERypL4wyrM/wSQPpj7yXn/LoDRV+r5qe",
+	"L/LppUeVR1a3Fhor2Uu01XY5vVSUBKRyGpDQQs2kBm0SPFNS9AbFgKGyVSHfBYHfju/mWYbB046lTqRP",
+	"YMKAZgwRRYExVldCnxd15QlkA2xEFCxQCTjHTfFJlCGbI36GxgbMG4f1De0KJffzTBHY30QS/2P7sr+n",
+	"0Nn9Gwx8PzewFXwysvXUU/H/yHoczZz6syi1d0OTcRY1AaEwrCH9cDf/zuTjA/HeCpncH4H9KSjUUXzx",
+	"gFzHG2YVeDD+UnVijUAk59peCI7CBlKwTMk5ZlFKYFZnZy8jZvLpArVeY7Xgy8KYCUBAmHEx3TCTKeto",
+	"bVz8aGPCFe0N2CuZbRr0AAYhVmMMj/B23xLlqrQjR+AWJ8GJ0Ihr2+ipO1iU3ehpCVITNZiSezfQA57D",
+	"Ht4/IfT9/BkJIY5NJOOKsR7cqwvBpFjTcn+lk18CncTdbrqw3YJu9G5OJF0fYprr1G6ABl4IroU+ye2i",
+	"M/r1nSNymGiJFLIWwAS50+TfYV1KCv7x7Oz0/OTZs9dxb9CJOrnOOqPOwtrV6ODg8Oivg+FgODgcfTP8",
+	"Zgg0lMZbbxtyWVjXpkKbHrvIZZKJIlWAgz0m14KyDn3i3UqpjE0zbjDv0IeIslc+QkfJbOMGJflSdEYU",
+	"TvYh2i63OMdUOizyIbm0ZsAAmZRiAjBc1HWy5Bvm6+QH+QxBL0rPWzphJ6cvnKZqauBKzCwA711OBcQ0",
+	"QBA+VCJRRLS5WcB7VkEtpKIvvkr7rsGG/n7Qbhqsa9Wqn69Mj/HEexytIq/WA8PC0A3w/AYAsRzDpgYM",
+	"HVcJSdVX6hJ9g2EsQzCoOfTcMKRToVYZhP1i3rjTLjBrcC0uSrxmy+ID+uMghoFgUNY86IOe97ESxHZX",
+	"CPZC4FqUNhQFxSQicOgpXUHSqyK+hMucJ2C93TJGQECv48a1ei/bVQNxtYsTLZPiIpF3ixB5U+3LVBa9",
+	"Y8HR7d5ftxZs3K5yiC1X6xwGXbQt4xl42ixbcbsYsGfgkTdsvRBg/+Bwnly3TniBqzFXjC8ET0LVKA2X",
+	"EinRdk9bCMWQxYMe4CrKOkmIGiyv9eS/ypwAt3arp++qtebBh4Cgv12lmc6lhLjtarvhfvh8weblqiSH",
+	"Rw2QSQUeT6bmZWRAHR4m6K9IK9/u8CThKwAN9QEaplw3RNbEg59B7CkrItG9pFCesSIcZ6uPHwXP7MIJ",
+	"gjxJpSBie6rV0p2CvMj1GrCfFXPSgZA23TphhTxnOh/effj/AwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -2,6 +2,7 @@ import type { components } from "./schema.js";
 import { QuotaplaneAbortError, QuotaplaneConfigError, QuotaplaneError, QuotaplaneUnavailableError, type Problem } from "./errors.js";
 import { parsePolicies, parseServiceLimits, type Policy } from "./ratelimit.js";
 import { VERSION } from "./version.js";
+import { entitlementsPath, grants, type Entitlements, type FeatureValue } from "./entitlements.js";
 
 type Schemas = components["schemas"];
 
@@ -534,6 +535,25 @@ export class QuotaplaneClient implements Quotaplane {
   /** Reads a reservation's state. */
   async getReservation(id: string, opts: CallOptions = {}): Promise<Reservation> {
     return this.#reservation("getReservation", "GET", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
+  }
+
+  // Entitlements (issue 25; entitlements.ts).
+
+  /** The org's resolved features for `team` and `user` (either optional; an unknown team is a 404 QuotaplaneError). */
+  async entitlements(org: string, team?: string, user?: string, opts: CallOptions = {}): Promise<Entitlements> {
+    const ans = await this.#call("GET", entitlementsPath(org, team, user), undefined, opts, "entitlements");
+    if (ans.status !== 200) throw toError(ans);
+    return ans.body as Entitlements;
+  }
+
+  /** The value of `feature` for the org, team and user, or undefined when the org does not have it. */
+  async feature(org: string, team: string | undefined, user: string | undefined, feature: string, opts: CallOptions = {}): Promise<FeatureValue | undefined> {
+    return (await this.entitlements(org, team, user, opts)).features[feature];
+  }
+
+  /** Whether the org (for the team and user) has `feature`: present and not false, 0 or "". */
+  async entitled(org: string, team: string | undefined, user: string | undefined, feature: string, opts: CallOptions = {}): Promise<boolean> {
+    return grants(await this.feature(org, team, user, feature, opts));
   }
 
   async #reservation(operation: Operation, method: string, path: string, body: unknown, opts: CallOptions): Promise<Reservation> {

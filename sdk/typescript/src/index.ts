@@ -5,6 +5,7 @@
  * The API's types are generated from api/openapi.yaml into schema.d.ts.
  */
 export * from "./client.js";
+export * from "./entitlements.js";
 export * from "./errors.js";
 export * from "./middleware.js";
 export * from "./ratelimit.js";

@@ -972,6 +972,69 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/entitlements": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * The org's resolved features
+         * @description The features (entitlements) of the org's plan with the org's overrides applied:
+         *     each a boolean, an integer or a string, and in `sources` where it comes from
+         *     (`plan`, or `org` for an override). Served from the resolved-org cache, like
+         *     the limits of a check: no Postgres query per call once the org is warm, and a
+         *     change of the plan's features or the org's overrides reaches every replica
+         *     within a second. `team` and `user` are optional and resolved as a check
+         *     resolves them (an unknown team is 404; a registered user's team may be
+         *     omitted); features are the org's today, the same at every level.
+         *
+         *     Needs an org key with the `check` scope that belongs to `org` (or the operator
+         *     token); another org answers 404.
+         */
+        get: operations["getEntitlements"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/orgs/{org}/features": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The org's plan features, overrides and resolved features
+         * @description The features of the org's plan, the org's overrides of them and what they
+         *     resolve to, read from the database. Needs the operator token or an org key
+         *     with the `admin` or `billing` scope (a console viewer may read them).
+         */
+        get: operations["getOrgFeatures"];
+        /**
+         * Set the org's overrides of its plan's features
+         * @description Replaces the org's overrides: a value sets the feature for this org (whether
+         *     or not the plan has it), `null` removes the plan's feature for this org, and
+         *     `{}` clears every override. Audited (`org.features`); every replica serves the
+         *     new features within a second. Needs the operator token: an org key, even
+         *     with the `admin` scope, and a console user get 403.
+         */
+        put: operations["putOrgFeatures"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/billing/export": {
         parameters: {
             query?: never;
@@ -1177,6 +1240,7 @@ export interface components {
             pool: string;
             /** @description The plan's pricing, or null when it has none. */
             pricing: components["schemas"]["Pricing"] | null;
+            features?: components["schemas"]["Features"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1215,6 +1279,7 @@ export interface components {
             /** @default default */
             pool: components["schemas"]["Pool"];
             pricing?: components["schemas"]["Pricing"] | null;
+            features?: components["schemas"]["Features"];
         };
         PlanPatch: {
             name?: components["schemas"]["Name"];
@@ -1227,6 +1292,79 @@ export interface components {
             pool?: components["schemas"]["Pool"];
             /** @description New pricing; null removes it. */
             pricing?: components["schemas"]["Pricing"] | null;
+            /** @description Replaces the plan's features. */
+            features?: components["schemas"]["Features"];
+        };
+        /** @description A feature's value, a boolean, an integer between -(2^53-1) and 2^53-1 (what a JavaScript number holds exactly) or a string of at most 256 bytes. */
+        FeatureValue: boolean | number | string;
+        /**
+         * @description Features (entitlements) by name, at most 64; a name matches `^[a-zA-Z][a-zA-Z0-9_.:-]{0,63}$`.
+         * @example {
+         *       "sso": true,
+         *       "seats": 25,
+         *       "tier": "gold"
+         *     }
+         */
+        Features: {
+            [key: string]: components["schemas"]["FeatureValue"];
+        };
+        /**
+         * @description An org's overrides of its plan's features, at most 64; a value sets the feature, `null` removes the plan's.
+         * @example {
+         *       "seats": 50,
+         *       "beta": null
+         *     }
+         */
+        FeatureOverrides: {
+            [key: string]: components["schemas"]["FeatureValue"] | null;
+        };
+        /** @description Where each resolved feature comes from. */
+        FeatureSources: {
+            [key: string]: "plan" | "org";
+        };
+        /**
+         * @example {
+         *       "org": "acme",
+         *       "team": "eng",
+         *       "user": "alice",
+         *       "features": {
+         *         "sso": true,
+         *         "seats": 50,
+         *         "tier": "gold"
+         *       },
+         *       "sources": {
+         *         "sso": "plan",
+         *         "seats": "org",
+         *         "tier": "plan"
+         *       }
+         *     }
+         */
+        Entitlements: {
+            org: components["schemas"]["Id"];
+            /** @description The team asked for, or the registered user's. */
+            team?: components["schemas"]["Id"];
+            user?: components["schemas"]["Id"];
+            features: components["schemas"]["Features"];
+            sources: components["schemas"]["FeatureSources"];
+        };
+        OrgFeatures: {
+            org: components["schemas"]["Id"];
+            plan: components["schemas"]["Id"];
+            plan_features: components["schemas"]["Features"];
+            overrides: components["schemas"]["FeatureOverrides"];
+            features: components["schemas"]["Features"];
+            sources: components["schemas"]["FeatureSources"];
+        };
+        /**
+         * @example {
+         *       "features": {
+         *         "seats": 50,
+         *         "beta": null
+         *       }
+         *     }
+         */
+        OrgFeaturesSet: {
+            features: components["schemas"]["FeatureOverrides"];
         };
         PlanList: {
             items: components["schemas"]["Plan"][];
@@ -4087,6 +4225,96 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    getEntitlements: {
+        parameters: {
+            query: {
+                org: components["schemas"]["Id"];
+                team?: components["schemas"]["Id"];
+                user?: components["schemas"]["Id"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The resolved features. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Entitlements"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    getOrgFeatures: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The org's features. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgFeatures"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    putOrgFeatures: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrgFeaturesSet"];
+            };
+        };
+        responses: {
+            /** @description The org's features, as set. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgFeatures"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["AdminRateLimited"];
         };
     };

@@ -2,7 +2,7 @@
 import { useState } from 'preact/hooks';
 import { allocationRows, forecastText, heldMatches, heldRows, inFlightRows, openCount, sortRows, type AllocRow, type Held, type InFlight, type OpenList, type SortKey } from '../allocation';
 import { api, ApiError, type Org, type Reservation, type Team, type User } from '../api';
-import { expiresIn, formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
+import { currencies, expiresIn, formatAmount, formatBare, formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
 import { Confirm, Empty, ErrorState, Loading, MiniBar, useLoad, usePaged } from '../ui';
 import type { PageProps } from '../ui';
@@ -44,7 +44,7 @@ export function Allocation({ session }: PageProps) {
         are carved into team allocations; users get their own or their team's defaults.</p>
       <section aria-labelledby="rem-h" class="metric-grid">
         <h2 id="rem-h" class="sr-only">Unallocated remainder</h2>
-        {rem.map((r) => { const o = usage?.metrics.find((m) => m.metric === r.metric)?.org; return <RemainderPanel r={r} used={o?.used} reserved={o?.reserved} />; })}
+        {rem.map((r) => { const o = usage?.metrics.find((m) => m.metric === r.metric)?.org; return <RemainderPanel r={r} used={o?.used} reserved={o?.reserved} currency={currencies(usage)[r.metric]} />; })}
       </section>
       <section aria-labelledby="usage-h">
         <div class="page-head">
@@ -59,7 +59,7 @@ export function Allocation({ session }: PageProps) {
         {extra.error !== undefined && <ErrorState error={extra.error} retry={extra.reload} />}
         {extra.data && !usage && <div class="notice" role="status">Usage could not be loaded: allocations are shown without it.</div>}
         {usage && rows.length === 0 && <Empty>No team or user has a limit yet.</Empty>}
-        {rows.length > 0 && <AllocationTable rows={rows} />}
+        {rows.length > 0 && <AllocationTable rows={rows} money={currencies(usage)} />}
       </section>
       {usage && <HeldPanel org={org} held={heldRows(usage)} open={extra.data?.open} />}
       {usage && <InFlightPanel rows={inFlightRows(usage)} />}
@@ -72,27 +72,29 @@ export function Allocation({ session }: PageProps) {
 }
 
 /** RemainderPanel shows how much of the org's month limit of a metric the teams hold, and what is left. */
-function RemainderPanel({ r, used, reserved = 0 }: { r: Remainder; used?: number; reserved?: number }) {
+function RemainderPanel({ r, used, reserved = 0, currency }: { r: Remainder; used?: number; reserved?: number; currency?: string }) {
   const share = r.limit > 0 ? Math.min(100, (Math.max(0, r.allocated) / r.limit) * 100) : 100;
+  const amt = (n: number) => formatAmount(n, currency); // money for spend, else units
+  const bare = (n: number) => formatBare(n, currency);
   return (
     <div class="panel remainder" data-testid={`remainder-panel-${r.metric}`}>
       <h3>{r.metric} per month</h3>
-      <div class="alloc-split" role="img" aria-label={`${formatNumber(r.allocated)} of ${formatNumber(r.limit)} allocated to teams, ${formatNumber(r.available)} unallocated`}>
+      <div class="alloc-split" role="img" aria-label={`${amt(r.allocated)} of ${bare(r.limit)} allocated to teams, ${amt(r.available)} unallocated`}>
         <div class="alloc-teams" style={{ width: `${share}%` }} />
       </div>
       <dl class="facts small">
-        <dt>Org limit</dt><dd class="num">{formatNumber(r.limit)}</dd>
-        <dt>Allocated to teams</dt><dd class="num">{formatNumber(r.allocated)} ({percent(r.allocated, r.limit)})</dd>
-        <dt>Unallocated</dt><dd class={`num ${r.available < 0 ? 'over' : ''}`}><strong data-testid={`alloc-remainder-${r.metric}`}>{formatNumber(r.available)}</strong></dd>
-        {used !== undefined && <><dt>Used by the org</dt><dd class="num">{formatNumber(used)} ({percent(used, r.limit)})</dd></>}
-        {reserved > 0 && <><dt>Held by open reservations</dt><dd class="num" data-testid={`org-reserved-${r.metric}`}>{formatNumber(reserved)} ({percent(reserved, r.limit)})</dd></>}
+        <dt>Org limit</dt><dd class="num">{amt(r.limit)}</dd>
+        <dt>Allocated to teams</dt><dd class="num">{amt(r.allocated)} ({percent(r.allocated, r.limit)})</dd>
+        <dt>Unallocated</dt><dd class={`num ${r.available < 0 ? 'over' : ''}`}><strong data-testid={`alloc-remainder-${r.metric}`}>{amt(r.available)}</strong></dd>
+        {used !== undefined && <><dt>Used by the org</dt><dd class="num" data-testid={`org-used-${r.metric}`}>{amt(used)} ({percent(used, r.limit)})</dd></>}
+        {reserved > 0 && <><dt>Held by open reservations</dt><dd class="num" data-testid={`org-reserved-${r.metric}`}>{amt(reserved)} ({percent(reserved, r.limit)})</dd></>}
       </dl>
     </div>
   );
 }
 
 /** AllocationTable shows allocation rows: who, which limit, a bar of used against allocated, and the forecast. */
-export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocRow[]; testid?: string }) {
+export function AllocationTable({ rows, testid = 'alloc-usage', money = {} }: { rows: AllocRow[]; testid?: string; money?: Record<string, string> }) {
   return (
     <div class="table-wrap"><table data-testid={testid} class="alloc-usage">
       <thead><tr><th scope="col">Team or user</th><th scope="col">Limit</th><th scope="col" class="bar-col">Used of allocated</th><th scope="col">At this pace</th></tr></thead>
@@ -104,9 +106,9 @@ export function AllocationTable({ rows, testid = 'alloc-usage' }: { rows: AllocR
             <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}
               {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
             <td>{r.window === 'concurrent' ? `${r.metric} in flight` : `${r.metric} per ${r.window}`}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
-            <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} /></td>
+            <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} currency={money[r.metric]} /></td>
             <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{r.window === 'concurrent' ? 'frees as holders settle' : forecastText(r.forecast)}
-              {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatNumber(r.forecast.projected)} by its end)</span>}</td>
+              {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatAmount(r.forecast.projected, money[r.metric])} by its end)</span>}</td>
           </tr>
         );
       })}</tbody>

@@ -3,7 +3,8 @@
 import { sortRows, usageRows } from '../allocation';
 import { api, ApiError, type Throttle, type Usage } from '../api';
 import { AllocationTable } from './Allocation';
-import { dailySeries, formatNumber, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
+import { EntitlementsLink } from './Entitlements';
+import { currencies, currencyOf, dailySeries, formatAmount, formatBare, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
 import { ThrottleBanner, throttledLimit } from '../throttle';
 import { Empty, ErrorState, Loading, PaceChart, UsageBar, useLoad } from '../ui';
 import type { PageProps } from '../ui';
@@ -29,6 +30,7 @@ export function Overview({ session }: PageProps) {
   const { o, teams, usage, usageError, throttle } = data.data!;
   const rem = remainder(o.effective_limits, teams);
   const metrics = [...new Set(o.effective_limits.map((l) => l.metric))].sort();
+  const money = currencies(usage); // metric -> currency: spend is shown as money
   const now = new Date();
   return (
     <>
@@ -38,7 +40,8 @@ export function Overview({ session }: PageProps) {
       </div>
       <div class="cards">
         <div class="card"><span class="card-label">Org</span><strong>{o.name}</strong><span class="muted">{o.id}</span></div>
-        <div class="card"><span class="card-label">Plan</span><strong data-testid="plan">{o.plan}</strong></div>
+        <div class="card"><span class="card-label">Plan</span><strong data-testid="plan">{o.plan}</strong>
+          <EntitlementsLink /></div>
         <div class="card"><span class="card-label">Mode</span><strong data-testid="mode" class={`mode mode-${o.mode}`}>{o.mode}</strong></div>
         <div class="card"><span class="card-label">Period</span><strong>{usage?.period ?? periodOf(now)}</strong>
           {usage && <span class="muted">until {formatTime(usage.period_end)}</span>}</div>
@@ -64,7 +67,7 @@ export function Overview({ session }: PageProps) {
                   const w = mu?.org.limits.find((x) => x.window === l.window);
                   const used = w?.used ?? (l.window === 'month' ? mu?.org.used ?? 0 : 0);
                   // Under a throttle the bar is against the limit checks apply now.
-                  return <UsageBar label={windowLabel(l.window)} used={used} limit={throttledLimit(throttle, l.window, l.limit, now)} unthrottled={l.limit} />;
+                  return <UsageBar label={windowLabel(l.window)} used={used} limit={throttledLimit(throttle, l.window, l.limit, now)} unthrottled={l.limit} currency={currencyOf(mu)} />;
                 })}
                 {!usage && <p class="muted small">Usage unknown: shown as 0.</p>}
               </div>
@@ -80,13 +83,14 @@ export function Overview({ session }: PageProps) {
               {usage.metrics.map((mu) => {
                 const s = dailySeries(mu.daily ?? [], new Date(usage.period_start), new Date(usage.period_end), now);
                 const lim = o.effective_limits.find((l) => l.metric === mu.metric && l.window === 'month')?.limit;
+                const cur = currencyOf(mu); // spend: money
                 return (
                   <div class="panel" data-testid={`history-${mu.metric}`}><h3>{mu.metric}</h3>
-                    <p class="muted small">{formatNumber(mu.org.used)} used so far{(mu.org.reserved ?? 0) > 0 ? `, ${formatNumber(mu.org.reserved ?? 0)} reserved` : ''}{lim !== undefined ? ` of ${formatNumber(lim)} this month` : ''}.
+                    <p class="muted small">{formatAmount(mu.org.used, cur)} used so far{(mu.org.reserved ?? 0) > 0 ? `, ${formatAmount(mu.org.reserved ?? 0, cur)} reserved` : ''}{lim !== undefined ? ` of ${formatBare(lim, cur)} this month` : ''}.
                       {s.actual.length > 0 && <> The line is the org's total at the end of each day, and today's so far ({mu.daily!.length} {mu.daily!.length === 1 ? 'day' : 'days'} with usage recorded){s.projected.length > 0 ? '; the dashed line is a projection at the average pace so far' : ''}.</>}</p>
                     {s.actual.length === 0
                       ? <Empty>No daily history yet: the worker records the org's total at the end of each day as it saves usage.</Empty>
-                      : <PaceChart metric={mu.metric} {...s} limit={lim} />}</div>
+                      : <PaceChart metric={mu.metric} {...s} limit={lim} currency={cur} />}</div>
                 );
               })}
             </div>
@@ -99,8 +103,8 @@ export function Overview({ session }: PageProps) {
           <div class="table-wrap"><table data-testid="remainder">
             <thead><tr><th scope="col">Metric</th><th scope="col" class="num">Org month limit</th><th scope="col" class="num">Allocated to teams</th><th scope="col" class="num">Unallocated</th></tr></thead>
             <tbody>{rem.map((r) => (
-              <tr><td>{r.metric}</td><td class="num">{formatNumber(r.limit)}</td><td class="num">{formatNumber(r.allocated)}</td>
-                <td class={`num ${r.available < 0 ? 'over' : ''}`} data-testid={`remainder-${r.metric}`}>{formatNumber(r.available)}</td></tr>))}
+              <tr><td>{r.metric}</td><td class="num">{formatAmount(r.limit, money[r.metric])}</td><td class="num">{formatAmount(r.allocated, money[r.metric])}</td>
+                <td class={`num ${r.available < 0 ? 'over' : ''}`} data-testid={`remainder-${r.metric}`}>{formatAmount(r.available, money[r.metric])}</td></tr>))}
             </tbody></table></div>
         )}
       </section>
@@ -110,7 +114,7 @@ export function Overview({ session }: PageProps) {
         return (
           <section aria-labelledby="close-h">
             <h2 id="close-h">Closest to exhaustion</h2>
-            {rows.length === 0 ? <Empty>No team or user has used any of its allocation yet.</Empty> : <AllocationTable rows={rows} testid="closest" />}
+            {rows.length === 0 ? <Empty>No team or user has used any of its allocation yet.</Empty> : <AllocationTable rows={rows} testid="closest" money={money} />}
             <p class="small"><a href="/console/allocation">Every team and user against its allocation →</a></p>
           </section>
         );
@@ -132,12 +136,12 @@ export function Overview({ session }: PageProps) {
 }
 
 function TopList({ usage, kind }: { usage: Usage; kind: 'teams' | 'users' }) {
-  const rows = usage.metrics.flatMap((mu) => topByUsage(mu[kind], 5).map((l) => ({ metric: mu.metric, ...l })));
+  const rows = usage.metrics.flatMap((mu) => topByUsage(mu[kind], 5).map((l) => ({ metric: mu.metric, currency: currencyOf(mu), ...l })));
   if (rows.length === 0) return <Empty>No {kind === 'teams' ? 'team' : 'user'} has used anything this period.</Empty>;
   return (
     <div class="table-wrap"><table data-testid={`top-${kind}`}>
       <thead><tr><th scope="col">{kind === 'teams' ? 'Team' : 'User'}</th><th scope="col">Metric</th><th scope="col" class="num">Used</th><th scope="col" class="num">Reserved</th></tr></thead>
-      <tbody>{rows.map((r) => <tr><td>{r.id}{r.team ? <span class="muted"> ({r.team})</span> : null}</td><td>{r.metric}</td><td class="num">{formatNumber(r.used)}</td><td class="num">{formatNumber(r.reserved ?? 0)}</td></tr>)}</tbody>
+      <tbody>{rows.map((r) => <tr><td>{r.id}{r.team ? <span class="muted"> ({r.team})</span> : null}</td><td>{r.metric}</td><td class="num">{formatAmount(r.used, r.currency)}</td><td class="num">{formatAmount(r.reserved ?? 0, r.currency)}</td></tr>)}</tbody>
     </table></div>
   );
 }
