@@ -86,6 +86,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	if in.SlidingWindows != nil {
 		p.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
+	p.Currency, p.Rates = rateCardIn(in.Currency, in.Rates) // money (issue 25)
 	return p
 }
 
@@ -103,6 +104,11 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 		w := tenants.SlidingWindows(*in.SlidingWindows)
 		p.SlidingWindows = &w
 	}
+	p.Currency = in.Currency // money (issue 25)
+	if in.Rates != nil {
+		rs := toRates(*in.Rates)
+		p.Rates = &rs
+	}
 	return p
 }
 
@@ -117,5 +123,6 @@ func fromPlan(p tenants.Plan) api.Plan {
 		w := api.PlanSlidingWindows(p.SlidingWindows)
 		out.SlidingWindows = &w
 	}
+	rateCardOut(p, &out) // money (issue 25)
 	return out
 }

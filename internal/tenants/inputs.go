@@ -21,6 +21,10 @@ type PlanInput struct {
 	SlidingWindows SlidingWindows
 	Pool           string // "" means "default"
 	Pricing        *Pricing
+
+	// Money (issue 25): the rate card; Currency "" means none.
+	Currency string
+	Rates    []Rate
 }
 
 // PlanPatch changes the fields that are set. Limits replaces the whole list.
@@ -35,6 +39,10 @@ type PlanPatch struct {
 	Pricing        *Pricing
 	// RemovePricing drops the plan's pricing (the request sent "pricing": null).
 	RemovePricing bool
+
+	// Money (issue 25): Currency and Rates replace the plan's when set.
+	Currency *string
+	Rates    *[]Rate
 }
 
 // OrgInput creates an org.
@@ -223,6 +231,7 @@ func (in PlanInput) Validate() error {
 		checkID(&errs, "pool", in.Pool)
 	}
 	validatePricing(&errs, in.Pricing)
+	validateRateCard(&errs, in.Currency, in.Rates, in.Limits) // money (issue 25)
 	return errs.err()
 }
 
@@ -251,6 +260,12 @@ func (p PlanPatch) Validate() error {
 		checkID(&errs, "pool", *p.Pool)
 	}
 	validatePricing(&errs, p.Pricing)
+	if p.Rates != nil { // money (issue 25); with the currency, checked whole in UpdatePlan
+		validateRates(&errs, "rates", *p.Rates)
+	}
+	if p.Currency != nil && *p.Currency != "" && !ValidCurrency(*p.Currency) {
+		errs.add("currency", "must be an ISO 4217 code in capitals such as USD")
+	}
 	return errs.err()
 }
 

@@ -418,6 +418,20 @@ type BillingRow struct {
 	// Example: 2026-11
 	Period Period `json:"period"`
 
+	// RatePer The units `rate_price` is for; 0 when unpriced.
+	RatePer int64 `json:"rate_per"`
+
+	// RatePrice The price the metric is rated at now (org override, else plan); empty when unpriced.
+	RatePrice string `json:"rate_price"`
+
+	// SpendAmount The row's spend, a decimal amount of `spend_currency`: the `spend` row's
+	// units as money, or a priced metric's units at `rate_price` per `rate_per`
+	// (rounded up to a micro-unit); empty otherwise.
+	SpendAmount string `json:"spend_amount"`
+
+	// SpendCurrency The org's rate currency on `spend` and priced rows; empty otherwise.
+	SpendCurrency string `json:"spend_currency"`
+
 	// Team Empty on the org total row.
 	Team  string `json:"team"`
 	Units int64  `json:"units"`
@@ -727,6 +741,11 @@ type MetricPrice struct {
 
 // MetricUsage defines model for MetricUsage.
 type MetricUsage struct {
+	// Currency Money (issue 25): present iff `metric` is `spend` and the org's plan has a
+	// currency; `spend` counts micro-units of it, and each level's `used_amount`
+	// says them in it.
+	Currency *string `json:"currency,omitempty"`
+
 	// Daily The org's cumulative usage of the metric at the end of each UTC day of the
 	// period, oldest first, as the worker recorded it when it persisted usage. A
 	// day without a point saw no change recorded: its value is the previous
@@ -877,6 +896,33 @@ type OrgPatch struct {
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
 }
 
+// OrgRates defines model for OrgRates.
+type OrgRates struct {
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
+	Org      string    `json:"org"`
+
+	// Overrides Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Overrides Rates `json:"overrides"`
+
+	// PlanRates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	PlanRates Rates `json:"plan_rates"`
+
+	// Rates The rates checks are priced at.
+	Rates Rates `json:"rates"`
+}
+
+// OrgRatesSet defines model for OrgRatesSet.
+type OrgRatesSet struct {
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates Rates `json:"rates"`
+}
+
 // OrgSlidingWindows The org's sliding window setting, `plan` (the default) following its plan's `sliding_windows`. Changed by the operator only.
 type OrgSlidingWindows string
 
@@ -888,6 +934,11 @@ type Period = string
 // Plan defines model for Plan.
 type Plan struct {
 	CreatedAt time.Time `json:"created_at"`
+
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
 
 	// FailMode What a check does while the plan's Redis is unreachable: `open` allows
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
@@ -911,6 +962,10 @@ type Plan struct {
 	// Pricing The plan's pricing, or null when it has none.
 	Pricing *Pricing `json:"pricing"`
 
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates *Rates `json:"rates,omitempty"`
+
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
 	UpdatedAt      time.Time           `json:"updated_at"`
@@ -918,6 +973,11 @@ type Plan struct {
 
 // PlanCreate Example: {"fail_mode":"open","id":"pro","limits":[{"limit":600,"metric":"requests","window":"minute"},{"limit":100000,"metric":"requests","window":"month"}],"metered":["tokens"],"name":"Pro"}
 type PlanCreate struct {
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
+
 	// FailMode What a check does while the plan's Redis is unreachable: `open` allows
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
@@ -948,6 +1008,10 @@ type PlanCreate struct {
 	Pool    *Pool    `json:"pool,omitempty"`
 	Pricing *Pricing `json:"pricing,omitempty"`
 
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates *Rates `json:"rates,omitempty"`
+
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
 }
@@ -965,6 +1029,11 @@ type PlanList struct {
 
 // PlanPatch defines model for PlanPatch.
 type PlanPatch struct {
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
+
 	// FailMode What a check does while the plan's Redis is unreachable: `open` allows
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
@@ -989,6 +1058,10 @@ type PlanPatch struct {
 
 	// Pricing New pricing; null removes it.
 	Pricing *Pricing `json:"pricing,omitempty"`
+
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates *Rates `json:"rates,omitempty"`
 
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
@@ -1027,6 +1100,25 @@ type Problem struct {
 	// ViolatedPolicies On a 429 of the admin rate limit: the member of draft-ietf-httpapi-ratelimit-headers-11's quota-exceeded problem type, naming the exceeded `RateLimit-Policy` item, `["admin"]`.
 	ViolatedPolicies *[]string `json:"violated-policies,omitempty"`
 }
+
+// Rate Example: {"metric":"tokens.gpt-4o.in","per":1000000,"price":"2.50"}
+type Rate struct {
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric Id `json:"metric"`
+
+	// Per The units the price is for, e.g. 1000000 (per million tokens).
+	Per int64 `json:"per"`
+
+	// Price The price of `per` units of the metric, a decimal in currency units with at
+	// most 6 places (whole micro-units), e.g. "2.50".
+	Price string `json:"price"`
+}
+
+// Rates Rates that price checks: a check of a priced metric spends
+// ceil(sum of cost x price / per) micro-units of `spend`.
+type Rates = []Rate
 
 // RedisURL Dedicated Redis of the org (`redis://` or `rediss://`); empty to use the plan's pool.
 type RedisURL = string
@@ -1325,11 +1417,18 @@ type UsageLevel struct {
 	// Reserved Units held by open reservations; they count against the limits as used units do.
 	Reserved int64 `json:"reserved"`
 
+	// ReservedAmount For `spend` with a currency, `reserved` as a decimal amount.
+	ReservedAmount *string `json:"reserved_amount,omitempty"`
+
 	// Team For a user, the team the usage was counted under.
 	Team *string `json:"team,omitempty"`
 
 	// Used Units used in the period (committed; reservations still held are in `reserved`).
 	Used int64 `json:"used"`
+
+	// UsedAmount Money (issue 25): for `spend` with a currency, `used` as a decimal amount of
+	// the currency, e.g. "1234.56".
+	UsedAmount *string `json:"used_amount,omitempty"`
 }
 
 // User defines model for User.
@@ -1492,9 +1591,15 @@ type Window = vocab.Window
 type WindowUsage struct {
 	// Granted On the org's month window of the current period: the units of the org's
 	// active grants that `limit` includes. Absent elsewhere and when none.
-	Granted   *int64 `json:"granted,omitempty"`
-	Limit     int64  `json:"limit"`
-	Remaining int64  `json:"remaining"`
+	Granted *int64 `json:"granted,omitempty"`
+	Limit   int64  `json:"limit"`
+
+	// LimitAmount Money (issue 25), for `spend` with a currency, `limit` as a decimal amount.
+	LimitAmount *string `json:"limit_amount,omitempty"`
+	Remaining   int64   `json:"remaining"`
+
+	// RemainingAmount For `spend` with a currency, `remaining` as a decimal amount.
+	RemainingAmount *string `json:"remaining_amount,omitempty"`
 
 	// Used Counted against the limit in the window now (for `month`, in the period):
 	// used units and units held by open reservations alike.
@@ -1820,6 +1925,9 @@ type CreateConsoleUserJSONRequestBody = ConsoleUserCreate
 // CreateGrantJSONRequestBody defines body for CreateGrant for application/json ContentType.
 type CreateGrantJSONRequestBody = GrantCreate
 
+// PutOrgRatesJSONRequestBody defines body for PutOrgRates for application/json ContentType.
+type PutOrgRatesJSONRequestBody = OrgRatesSet
+
 // CreateTeamJSONRequestBody defines body for CreateTeam for application/json ContentType.
 type CreateTeamJSONRequestBody = TeamCreate
 
@@ -2048,6 +2156,12 @@ type ServerInterface interface {
 	// RevokeGrant Revoke a grant
 	// (DELETE /v1/orgs/{org}/grants/{grant})
 	RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath)
+	// GetOrgRates The org's rate card
+	// (GET /v1/orgs/{org}/rates)
+	GetOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// PutOrgRates Override the org's rates
+	// (PUT /v1/orgs/{org}/rates)
+	PutOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// ListOpenReservations The org's open reservations
 	// (GET /v1/orgs/{org}/reservations)
 	ListOpenReservations(w http.ResponseWriter, r *http.Request, org OrgPath, params ListOpenReservationsParams)
@@ -2279,6 +2393,18 @@ func (_ Unimplemented) CreateGrant(w http.ResponseWriter, r *http.Request, org O
 // RevokeGrant Revoke a grant
 // (DELETE /v1/orgs/{org}/grants/{grant})
 func (_ Unimplemented) RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetOrgRates The org's rate card
+// (GET /v1/orgs/{org}/rates)
+func (_ Unimplemented) GetOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutOrgRates Override the org's rates
+// (PUT /v1/orgs/{org}/rates)
+func (_ Unimplemented) PutOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3222,6 +3348,58 @@ func (siw *ServerInterfaceWrapper) RevokeGrant(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RevokeGrant(w, r, org, grant)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOrgRates operation middleware
+func (siw *ServerInterfaceWrapper) GetOrgRates(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOrgRates(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutOrgRates operation middleware
+func (siw *ServerInterfaceWrapper) PutOrgRates(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutOrgRates(w, r, org)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4578,6 +4756,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/billing/export", wrapper.ExportOrgBilling)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/rates", wrapper.GetOrgRates)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/orgs/{org}/rates", wrapper.PutOrgRates)
+	})
+	r.Group(func(r chi.Router) {
 		r.Delete(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.DeleteOrgThrottle)
 	})
 	r.Group(func(r chi.Router) {
@@ -4616,394 +4800,408 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L1/cxs3kjf+VlB8niqTt0OKkuVsTFXqTrGdxM86sdaWN3UX+jQQByRnNQQYACOaydfv/VvobmAw5AxF",
-	"2ZKdzfqfxCKHAAZo9O/+9O+diVoslRTSms7o985c8Exo+OffS2X5suBS9H/mWuZy5j7NhJnofGlzJTuj",
-	"zmthWS5ZuuJapmyhMsFWcyGZnQs2mYvJFVupssjYnF8LdimEZJmQuchOmOFrw1bzfDJnhbgWBeMyY6tc",
-	"Zmo16CQdM5mLBXcT2vVSdEYdY7Vbwfv3SecVt+JFvsjt9noyzae2nws77c+tXfJl3tfcisI93ad36x8e",
-	"PjAsDJIwzozV5cSWWmT9aS6KjL3IjWVqOpZKCpZbsRjBK9l8NrfCWFbgL91n7ok0jNaH/6YMl3UpTMLE",
-	"YDYYy3TcKY3Q/UUuSyvGnRP9zfDEfnN8lI5YqlOWm3iUV2LBc7flacJS674dy9rXRtiUdZVkHHaUFwlL",
-	"Xwmr1/3TqRU67Z3Q75ha5NaKjE2VZlwyXhRqJbKxpOOZK7P5XrCWiZKTUmsh3Ty5ZVMthGHcsLkq3C4y",
-	"I6wtRG/AXgtpx7KUhTCGpX9/8/L89OLV6fmzF89/fH5+8cOz06fPXr3GFyzEjE/WKVOapWo6TQdjue9Z",
-	"91tO/AUMybp48sOvmJrCsTx/dv5ddciMzj5hV2JpYS+ARIvcEb6jvbGccStWjirtnFumBc9Ybk92vNGC",
-	"r5kttWS5o5VpbzCW53NBe0jLqHZ2g8hZ1xPPKrdzeLYQ3LiJ6eiTsbT+LhmlpIAvjbC9ExYOXmR0z7rH",
-	"R497iZ92azb3TmOpxbQ0wr0X66aXhZpcieyC27S3eRBTpRfcdkadXNqvjjuJP5lcWjETeuNozlSRT9Z3",
-	"chtprKZLOZZwK7uvvnvCHn/16LA3Yv52sqXQ9X2HTXlg2JLbeXQFlZ71F0ra+bhz8us3h8PhMGHjjhV8",
-	"UV1M+Pxk9c1X8F390v76zRF+lQ7Y+VyMJcyeG5hzCUt/YJjkC5GwdNwZl8PhwwkcBvxT9PETPBT8aNxJ",
-	"E7bUYpq/Exm7XFe/Wwir84n/YScF1gpEwfArN7FUlqVa/FoKY03Kuum4Y9WVkKZfWzkwhF9Tv1TYqxOW",
-	"rlL351gSleSSGTFRMjOsC6zPXZQUNixNiFcUQs7snE2VYyQ42oQXQmZcJ0wq7X4zljH/gKlLmImVMrej",
-	"Gk/ya4cNq37V95+7F4chOau+rQ67+rkoHCcLm0PnMGA/KZYur+DVjZD2kzGswMO3L8YbmVtT3XTGbfOt",
-	"3SFXBh9xX0F8NAlzPPpS2ryABd28DORIhnVBvDBT5FkuZ56gEhrLva0/uctyciUsEzIzvQF7ucXISP7E",
-	"wmzkDp+G9mtCeVTCRs40z0peFOuEGQULFzJzxOG+pPkcs74UzCo1loLrYl0JAZjWKrbkxpwwTlIBxcCK",
-	"uzG2RS9dE8dSrc6FqdQewxd+zAmXzJSTiRDZgH0HG0Srn6hSuguQLrWY5EakY9lN6Q0v8BmT9pJIYAeO",
-	"Bhvu7zG9J7wG7u9YmvKyTy/d5cyuhLS5sHP/HI7eSyJFzS2GSfHOsikvCpMACfKxjM/lgXFzwm+EVOVs",
-	"zqp5DOp3hZjaaMCwv8pYZtVYTt3VL5duqyPicnM5VlMN90HCqCKXdsLm7mtSOjeOypGHO//bXqv3SWfJ",
-	"NV8IS1rzEyWNKsQbI/QZt/PtxdADzLFnlmduwtx97iRVJ+k4nuVmyDpJx/G2XIusM7K6FPHC/q8W086o",
-	"838OKu39AL81B88z2JEnpTZK/70UukEyv1zyX0ugGeM4tlYLlGBaXOeqdGJzJh4YljqiuMCn0rDSX2HM",
-	"sFT8urZvC/7uBYiJzuhweHScdBa5DB8kDVzzO9jolsU+e7dUGuhpwe2APRVTXhbWODpK/2mUbF0ZHd++",
-	"G4fz4FJgVd9rLm3zKcJX7cc3c19/7Ak+z8RiqayQk/XfxPoH0Je2V3IeaTt59Qt2JZwWhWwijb64uBLr",
-	"lKGZ0/3abeLh0dfOHOCaTxwVO0aRnvb/h/H+b2zYf8wG7IKN2H+xvuNIIrdzod3ADWYTnqjjZU7VyoTu",
-	"Hx49PH4EKg4tBfRyUAzZSudWGJbbnpOvl1wL1k2jn6W9Afs+v4YR3U9RYwSG4f7EKUF7zvLpVIB0uRJr",
-	"YFRe0+0eD4ek3cIx4RjVQUV73P+bWNdoRbzji2Xhntp4m04TCf9NrJtJ5fTsuVsWyzPU+dM8Sz0zhkNy",
-	"KpyTMkZMtLC9FpK6gtV9FEGBBGu5ZGd8JpjJfxNtlwk0rtr+ZHgR3R0fJu7O54tyAX8N4cbTn438+qWe",
-	"Ne/WSz1rv1ZKzz52D86EzlXWsgnf5kXhdIwlPORINv3v//7v/+7/+GOKZweqsFOTKyFCzxrLtXUaTcye",
-	"IrlMzw3YG+N2GpQ8VRZZH8wwxqVZCc2Oh0M01P2woITMOer5l2JWysSptW6R8eBKtp4bDrQ3E8T9wa0q",
-	"uGw+JPdN+yktCy4/9picmqWvuZvveba9gOjrD5ahS26t0O5n/6svfhn2H5/2/4f3f3v7+9HR+//beMXP",
-	"BV80b4j7pn0hzr782A1pVyje7FQknJrxcXO/d782SyWNAA3nNFvkMijEAk5noqQVEmwKvlwW+QSO5mCp",
-	"1WUhFn9xUtp9tycJ4q9w6o19VootuFwHsy94T4xgEy0yp+zywoyYuBZ6zdKD68OUqaXQSCvi3UQsLdq8",
-	"IDRBWBT4IuBFIG6d0I+cDuvMaSehJpHm5mQcWo6nT398/hPYjxdgQAbe7ihU6ARG1QI2peesUTsHM4Yb",
-	"likpTpizINZjicppze7xVgbKr8g1u8MD6tQB9LscHqKIHDnDmrtDA68j+hYazFR0NJzYhieMsPhtOvhY",
-	"f90rf3DernHb4206tBjqR9k44+38UNt74s/IGR7otqnt0q+0B0AYtC+rb2LfTTAAb7stO7wCYWvAkMpl",
-	"jcPvcI1/hJHPkfpiS/WkMo34hh1+8+z7WGFWgVXNLsVUaYELyOXshsHd8N/yjPboU/KcH3nhDAmROR6Q",
-	"y2te5BnL5bK0JywVWittUlbk7uAEnzg7eyokuCqA1AYdt3JULNDC2LH42y26PqpbuRXv7MHEXNfH2DBA",
-	"X/8DuSb3GrVWqwSuQpFLgfxKrfwV+X+vX/4EttegQSZuM+i5YALtNa1WBl7+iZLTIp980kM7lUxd/lNM",
-	"rBcQuQEFXGnmLmDRY7zQgmdrJt65o4OFfqf0ZZ5lQn5SkTavsTtW8MkVXsGJWoqEYdhG6RkYEcbxAvc3",
-	"Sae+ksU6IrSflP1OlfKTCuWflDPOS5klLJeTogTad0KaTkBNGZcKzEalZ7DMM74uFM/OlXrB9Ux86v0m",
-	"7YFdqmwNrjSlWOEWAouLlMvXEOTKPv36KvXWKQqeVjHmljHYzFVuxAlLM2F5XqTg7DZoR1puBetO1ALd",
-	"7AnTohDcIAcT75ZOEezBq74W+jqfiDeSX/O84JfFJz8KgytwEsiZOJmY5JlgUq1YVwxmA/ZKZLnTlFaS",
-	"lRLMf5ZOCmVEljJnaOB7vJG8tHOl898+7WH9mBvjqB38F1ldbYFlLbWaCGPczj6TNrfrT8oEGQorT+5g",
-	"TF5qwa+M9yzj1EyXhQDmSJ8Jw7gPMoGepGcsUwLN0CupVr0T98+gya60ozRJL23KpZMAIvtRZDk/B5nx",
-	"aakKLrZbmEHdCaTdE1xA3y0I94LiZyDiukYI98i1O0AlTe9kLDcu1wojAj6OtKnKOzXdLYfWCLbSMv+b",
-	"gDNfaseybY421EQLbiH2WnMzZ9yKvs0XYlvUJs6c3cNcSzoFN/aiNLtHl2VB1x3twa3Z0Hz8ffsLDFU2",
-	"K9nTXBvL6q5ENIUmWtjEqX5aTNRM5hSquxLrQdO7anGtrj7yDUB+wm7nVizMTZv32j3ufkcDca35uoPW",
-	"r7edf0GfAuxNmCBsSRIf68Y51F7pbZgEJaSbFSnlCQwAVyTLcrezvDiLKGfKCyOSyjP5e3DCO2NWldbz",
-	"02p5o1/wy85bOLyYCv0Z79qWn9wzH7GbC/7uOf7gITgF6Y/DjX1OOqXMfy0Ffe2OdHPr67t+0x42OI1O",
-	"mRQr0KKAIVQu14TceblhZu4kDShVSk7AqfYnvLl/4PuWdPBMmhnMpeBakEtmxNJfl1cXaJXnGVri9Ofx",
-	"Q3bJjfjquNRFxI8ia33bRr/zax5epZ1WX+Roy9ZpLOzfXhtJMqZhJ6Po3Y3XXLyzGDHc3gtYRH20xjcq",
-	"s9w+k1Y3yDs+wUPcPNOfvUR18hPzdFhqBV8McI/TRunAJ1bppsEUW/BMUFSfy1kY0ptLacLSK7Ee1YnG",
-	"fUrOPfoGbMR2akk6vNnH4WiUrB7051VLYV13g8i7n4lCuJ9AsKflZtHOJp13/Znq04dOSxq84qsfnVI5",
-	"E/G3fXOVL/tqiVKjv1S5hDUCL0066G7ZuWTyyLSsGU7k064ZGeeNUfjEz9tMX3lFYsyqmMpGQs6az1fp",
-	"WQujBFX6Ale29TXwyj3lQhPLwQAX0nfib01SbSsdoqe/2npo9tareSe8prrjn53ffMvtZP7EqTZOaWgm",
-	"bC1MWYAHwh0+pnqoKePs0v0YnCuY9wDWBBoFkCEKGa9qwS6F0/DRKoUQi5Li5bQz+mX368GyXsHknffJ",
-	"nqbM29pLRZ7OnbrghnoCQY29z7M2U01bO6Qgbou+tnloNO/uc6IN2aJBPKX9V71x8jfp7H74xsWhC/VU",
-	"TuZKP+UNwYOnfO3NGIz+qjj6q/TsgWGXtbixwWCwo5YQFD/6endIvMFFvN9W4K9eqVXThYy+3RbJC1XK",
-	"Bpb58lpoiFDD9ywrRQICa5IveEEZHqyr9IxZZXkBbt4TNu4Mxx1IwVzNhRa9RqaKsYymCM0T+gZyT3Dm",
-	"9ISJxdKuqzy1ZcElxcLZUucTChpsTQPJNyK7gOTAtuTL6vDgccN4lonMWajuWzzpWkaxT7mVUdR/LLc2",
-	"YhhtQoIBAZiAOWZ+LRi34Bp1rNqP7MfySYGruSrEgH2P69LcG8sTvsRkEfcHelpFhimQI5YqPDd863Qs",
-	"OUlyTJHkl+pasNT/ip7y2TwrvsYY4x6itj5E2/aG5eXR2e3crMF+0+MxNArfNpld25m2BbuH6hurpDB3",
-	"smTKwNgz8SLBdIHtLDi4DEoGf1xYVeMlCC+7xwIhR2DHhIIv+pib7PYgJGDdtIgNNhwSUVDJoaQIyk+g",
-	"Y/Xr3iKzzVNMPP+KuMrmzW/i97cSrZGbZaLc84cV/XnNy9ALjTp8gloenF5HyJl/u1GHF/lEdLb8Lzho",
-	"nEiVNPMqBbkH5cKxYssWylh29L+Phuwbdnh49Ojrx48fD7/6+vjoq6PjhASVsXTxqyouTMs1TLzjE1us",
-	"0eE57nyrSunIXZaLS2cid3qOyMED8mspdI6p5ltUVKV7ba6gknPDJmJzL32zXgIPgQVQS1y82Y8Sp0zW",
-	"+QUvij00t+dZ5/3bpDqS6pwrDnOzJ8df4Zuf9HdvjxSg+DK5leyg72Y9i1IuIiZ5qVQhuHS/rMqBblrO",
-	"C8cKXolpB1zvM82zRm8bZLQJzNBUpcVITkJRHC8THhg25XkBpYMRC4nWhZGrhvEzKiLJJaMoC6rsHAqp",
-	"BMZ8KfEGqtaM555xcRDrkoCkEJvlV0LiQJhCBIwPCguMzYsCr0/vhKUlxKAcM0xDJUfKSOy6iZQBER/0",
-	"F1yWM0VhkgQvpE/lA6lPz3DDMHvVXXuMBF7XdKra/lyLokGsvZSCCWepYXFUU0EYKFMc1RxIH9tH44TT",
-	"f225LU2TyukO8qYhfnTPAEEvC75uOlxnu1FKJESPmeC6yIX2RaW+ZA7SVDaynpu3CdJMLsBsvqDcneZy",
-	"VjiuUKV6u8qBPWStnWsVYsq7Nuk8PPg+6VznquBWZH1IVqLrvHPtI1JaHVOHf/7qBEFfvJsI4dh9MHnX",
-	"S6DSPWv1WCamuRSmloWabqZgpViV54sRQY2mqkpMy67qbup1iN4588tG4d3btEaf236XDSpc3XXBcqOO",
-	"BY9ewPr355kbjNzzZLo54T43MneI6H+A9lICBz08eni8pYOUjcy1spFWSl8BM/pEqgcaKm4kVPCSUCuV",
-	"SzYtC2RiWmCAGVLUnGZ4gSkTjiN3Of1EM2PV0rh1H/3vo8PegJ3SVOTRVFL0yayLMi5Cyk3IXgGSxXdy",
-	"vJR+0g0RcsjXcyIOHhz2fGE4Fpk5ibQoC5s3zAWSwNT9Snemau2lYr3dJEggiGbqAw/5K1U0eJHT61ys",
-	"hE6hbtqcsBRSKVPGC6PImQyvKaRb7S+YadlxjM39LJqvul1RJdXdBNDBqd/IPvYN0Gl69937Wm1To48X",
-	"l0GD1YJJO3bd7cLtg8P0xh21NP/lzJOB/y7pOJG1UjrrjDoTpbWY2P5caSP6l5AWv/YLHNFRbTGOsJth",
-	"8/2LRdVfR4+ONw+iHhuIopNhQVs82yoN9nixxrqjOTfzEyadfsa0sKWWyKDjicl9GarOjpqyDD7yOP0L",
-	"h6XTkDec41044uPL8dk98U+8SddMl3fI0hrFVMWTE3YIBW1f0d+GPHAQ+QkOP/BFXUm18l8P3Y9apJqX",
-	"Va8dtfHCD+ykkRs1E5Pc5EqOO6CeR3cv2I3g7oWSfEeGwyG62eMNOvwKXrv2UdM2t7pPn79+yY6PDv/K",
-	"vC+ETcieqmrY3rx+CqQail5+Oe3/z9vfHzbVuiSdpzwv1lCqtE2pWZOb/JS9OX/CsspZju6eJFRQ9Z8+",
-	"TesrOhoefdU/POwPH8aqs2PhjQ4t02Yo4KmWUFe1w1kblR6HsmluYcndSbkoi8rK2qfiOL4oGWawtEnO",
-	"p+g8b8xIUbIvxQymDk52r/mgLnz8eDAcbmwdfFY/zvE4+/0wOTx63x2PB/jHV+97/9l4urVK19gBBbHa",
-	"SExPzHUnwQ/fNo5jhcw+QCG1tqissK+GW8Kl9n1bIQEY6VKtIsCCWLXCRFd0V0IRv5IX8Nk6pURaw9Du",
-	"bWdPD7/ao5YxpoR44U2k8B3Pix/JRG4IVXMyQiDXcjXPCxF7SjAXNjeslNoxLn5ZiBEkN4CmVaiVGcvu",
-	"tOCzmchY6n0zzqwKObNoVRv2aPgwYWmhJrxIKb7p/SeS5bJPLpWxxOIoDbWhGV6gyq/ywDAz5xruHbBS",
-	"9CWMYxpyy3N6DizAGThuzm1yqusF12rCLwdht+KUgXzhI2RQ6TbqzHI7Ly8HE7U4+DWYHPE/IalA8uIA",
-	"RsWC81wU2TOtVYNuCdn02wcEWaLgMvLFQ6HQg36/Zt0UNsD8Mnw7QEeL23wfZfZAAQhM0nQxF5Qi0VhE",
-	"FNMZrrH6QROtQQCpORfnupEABQSDcosxpzhGFsfDIDdbKmfMQ6oTxqQKvjSQVd7kfPnwpLkNfmlMPpMI",
-	"k1OV2LXs5K3jRFpwykH+kPy4j4vAOA728YkjW1EUeiU/wUbqGlFCK+3saXDUyava+D3sqbDjm6S4TgJ+",
-	"CC+z3LJCzTZU/EebKv6uM2jSG0PEt5nOa6rEJ/J+VFkGuAZwdKIfGqPIuWETvlyKzGMGgSfy0g31wWGa",
-	"w50UucUkUKfC5cCtN4jJ9fDhw8eJV7mmpS21SOAFcsk4WwuueyeMNI0RluBG8DW4/wEkqJZQsRGb3v9q",
-	"tN2HVoq/C9MM2e5nN8p+ELzAcvG2DKE2a23rFm2a49xWAj8TSyEzZ3N4ffX3cWepjJ1pYcadERt31NW4",
-	"k7BxRzv1BT8qq4Kjced9nIK3nUF4Q46gwVDEtkdKXaWsezCHbfitd8JSCPCkSaQYsS6PXoBRoVHCqDTc",
-	"KTYY9OEUzAKkkhSFnxuMdQ/gH7/1YueWugKSq2qqgPAyZyOEeFnSCaM0qNYbZ07v2HTMzxsT3Se8KITu",
-	"T+bKCMlyKEqa5igqKyuCItaxTcj7v532/2fYf/y2+ufgYvRf/be/D5PDo782W4sbYdeGyual4BDp4pB/",
-	"311iLWDCjo7ZXJXa9IJiakMdibetGZ9xx0Nk5sPgJhQfLZTGJP26Xcv7v1UL/zo5PPq6eeHglgdvlj+6",
-	"rdyEvRRVHOfOtdQQNWg44q2IHuQ1AuVuVy20pKsW/vVvDF3UVaptGxzElROg8MwJMxhn4dUhqikzGz6U",
-	"bgrJAO5Koslr0ubEMXzDmxb6Mz61eXkKOhvQk2ikppsUBzYb39F4xgel0pvbH+d7398ZFB5V4VapUp/6",
-	"vHQMcrDHSgHT7nbKNXmD9hj8zoknCVhIJVq01etGr9JIYv70durTWzfdq6Mh4ATJajzChIhcK0Qh6Lho",
-	"SFby29HB2Oq2Y79oBu4gnXkLteOTaMZ3m4J0GxPlo6gn6J8blNNKGw2cBz8/gTwNgziWqDk4kco463oD",
-	"hYAd2ZLnev9sDljPdub3pu76o7BCNzlgfyTeEEVpy4Bw5dT4KAOIyzURcxf8IFA5LYt1j8B0PZ/xeAcS",
-	"sg0hoUYZAV4TMP3B6Y8uMXS3JPFHlBoM8MkA7mNs8AGqlfTX6VponWcCET9DYYBcY3F9hLBLOQtjCcbY",
-	"8dERJANxtsiNWYrCxmC8EJKirSAvmL+Zv/ggwNs9jwbpb9e5NBVNJnQiZzqf3NZ03y+111198qhvZvle",
-	"ciNg/0Xzhb2zW+mTQZfhLfdK7vOOeMzwqyGauYGCUePeH5nsZsb0oP2Ot2as4iKb7jweVWuYJS/WuyIe",
-	"VdCiMfhBDgKyseG96iGasfQxGlVkwlhUuwNS40rpKwiwTpTOEDQcUmVywLIzuXHXHSYesNOxdOOGi87A",
-	"SmOGr5j08f8w0giu4jUvShGgswl4dCzhhw/MgD2XDfB5mE/EjaUJALsj4+sQ/zGKTblm3SK/FslYil9L",
-	"XgBQqNKzAWTs9QbsWVVX4O2IOTeY7hNed+2BaPe6rFG8rCkp7kZn5K6xYdigATrbZH9nxMZvN9blDJy7",
-	"GavtUlT2lOn4+RpvQmNMJBVyqvREpJiFRVn6YDOdsNTMeaZWKXFdeuKytJQdZFgaJWilJz7pCwMlHhSC",
-	"MsVi850m7SQdnKGD+WT7WYL3E674iWq6N1XDebngsq8Fz/hlIUJcYVciRIMyHXmbmipzjNKetQBI9JLP",
-	"EJcIikMppxYvpWMG+9SKv5TPIBJXDz4iYk0naYqM+Ygdr8X4MPNqKSRbuvlTivldcIs1vQtAK+9W+bVo",
-	"t6Abh1Bx0vjswxLoy8aw50u8s3V2TS7LCw6lZBcUJG/If/+QzKXpVICv/qJo0RLPqyghPsIWQs9I90IH",
-	"q1d4KOkhdjNDvMdHVcYSxQsVLFF5VNcRWR+1tf3ZYlAvNznP3pAI7hBunOalnr3AB72JbHYJzrAVHiO+",
-	"tnODj3652+RAt6I1uEWa8hJx9tujddBkxLHXB/GJGrATeOaTHhZY181l5WtvjtQBduuesZssNxelLlrw",
-	"FkWWTxyhU9T6zasXFeyGT5hiC26uROYr/fIpk4Rku40uUQfH34MiXuMvfqYfOHG3zG599Vbicq7UlX/R",
-	"/WEjCAWXqLHhDoeM3/pJ16eM9zlp4jEbIb3oFZvE7Es9u30Wobur3ldMcDOnk4Vgz+Vk4F905Ljhti+h",
-	"mSnup6xvlebW6nIOPxUTuZEDmPjK7/dqePlrZUZe6YhYwj6wPA1cgkakc7yzK77rcbjib169qP3oAmGH",
-	"9vwpFC7d1UXfuLQ7PTf4KCz+ptvccqNeBPKqjpNuf5sEwjIfp9Pkcpaw1D1OegqN0aMOO844iURUirRc",
-	"01loLl5a5bjJdNqmtNxFdNPpPp89tono8ZP5LV2puM0JoyQd969ArVTJtc2wUt86Bq3YkHsS8KGdTrTt",
-	"7W/mfLfjd5+Uc91GWfkgzvSFE92KEzUR/cb4t+E4G+2TPoT1bPYnGrAnN1yJDQ4ljM0XmN5LfY8aOdVZ",
-	"qJffNHfraSFVbnFzYvFGWHjYf/z29+P3/e7wl8P+47f/3+Evw/7R215jXPiMKPPji06mPC8u9rljIdfx",
-	"zhUb9zJN/OEjjZx9IwK7AgEJM1DHdbvqvnaEO6WKFug7iAnsr6Gd0Q+2PcWRpe0jDcEX4v2jCFIiG3wh",
-	"t2cr7vTuwpTZodxUBgmdaUy2tKvVHt7O4nDLv73JEd0anz8MVogzMioS/uVDop3hN4fD4fDmnzmbGqgg",
-	"0HscyCFz6KzJ9vkD3/w9NYPqhu9UDuixW+oH/q7ueR/d03WLyf/rY6/3fVzQfS5bRR9t96bJsCAtv9kZ",
-	"RHlrkCowV5YADpQUmGxlBV8k2HjOMWUfOJ5yY5nCeibfqMQrvfwGlIWEcYYdjNSUwvtYh4GwC74qdwtQ",
-	"gXELAKusm7o3SjFJwCsgWIJbQDfemWJWkRPJrfByDf/rQj/O3oC9QGRznz7GtcB0AnhFw9dkMmUj5o63",
-	"ZjjdYDHBEdyByQTKxGe3maib0x5G0x2wsU/Mnvb0unhGtSXTX4llwSdU8UBAHLmxgw/laTdzsjtVSX4S",
-	"K6+LnKAiosVCXYf6pnvicI0ktstEifT/+gv8AIAkQa+q2yqGdbGiKmEoxBNIGU1Yxtc9uO8+4YKlfoYN",
-	"g2ZUCyV7/KrQ7ZK6pdYapCb1R6BRt4Bm3sHcWXK98SOn+2HC8ATM3xPHkfkygagkpLAynrkvuM65OyVe",
-	"MLPk0icV0ijUYrnL2WWpjWUFt8IXnOJaE8SYMRYwawrFs56bewITLHLrax1X+UREGBzdkKrF3nkFHJa1",
-	"bltLb1D1qB1h4Mi/ai3n52hY6wfbfTRkCxJE/vAeMvrAn+JD9y/Cd8ET/etR+AhON9lschfO7mjo0WrR",
-	"iGBStW4nhIdhW8xGIITaYONJu62C2rpM6L573Pg8SL9r9Ta1rItQRm73sZTUcFtqaJ4QBofsOGzsfjQ8",
-	"ODqsY6JEva9yE2RtD6WzWymKPQALXHr5PmA/xoGeSuBFYH5xNHtPo5tY1yZjdPM7tsYmBTcB0J8uqtIz",
-	"Uze9/WW/i6zys4hD7i+vLrm587ygKuVpsIljubNI3z8XUkD2VxriLK6b0vM2sVgrQLxoM6olNGoHBELb",
-	"AOPFoOH+8aO/BsygTE3KhZB22+uJ/TIaTXDslLX3+0cFmu+30t5uXxvSAMSU20LscDds5aLMrV2a0UGU",
-	"qTHIxLXvX2IOEDkcp+ybopztwg/fA9AJWqMfHz32dw5wOJjjL3j1awhP+yM4PTC7oKBquE7hiRaApwSA",
-	"mqhp3u0gmjbLpt2X/kySXfUuwcG7DdS7EXGuCstYF/38o4ODlDI/stzAnz0fe7bKGUYxc3NcbyuZ5vjr",
-	"Gmfr4kj/OTo4GI9f/6Wl3L7uWY5VIkyPaYnsK+T3iZd0xiqNNTRSyT4uOwpgJCiEOL1+VE+jxcjJ2Khq",
-	"HERZ1CbZp7b604+GHbDXQmYMeK1bk1sF7tObVy9QVJOUcrNP1EIYUFg0pd1gFiGoK5ccrdMplbZjq3++",
-	"4uuEFBavHLBLYVdCSAbN9bFtJs6cNectRD27dkEd71EuUKUQ3bZWuZKC+uLh1fmP2eN//Dp899+XP08O",
-	"X/x1fvbb0WnTb9vw+6DS8p+lscGIpsSdrcoTymTz+oYJCc1m7rRnOxeLO0P3a09kjATcptu+Df0q1J8Y",
-	"1k3xX1VtifsXJGwmIVPLwy1uAH4hZBgHXdBgEusD09v7lSPSQaHb9OIBO+LGKJDPbLsBkDisvxmjDnwj",
-	"1O7thBwrcFMvxVqRDkwI3d0NgLR9YYn9pu6zgApIepZf003ee5pdII9xMl8E8+g7lu0EeoRmH83sgBZ+",
-	"q0sM5V23IBaog43BXveErNm1u96S3W9rPXbsHp5+fLktnIAAohxxvZjYmyVw2IJm79gH+rWwdopG3l9R",
-	"jDn/Hp0Aqgludpltc4ZGlFVflDXdAfS3rSrfSijtSiC/HTO5c+awP63e1WBtuea0ozec5L5oRRtg6Ghb",
-	"e9nEusCZvNDCfGJfE8m6G4WTvRPQt1AhXaDehevfqN3zNHFcD0xRvGkX0HgNMOnwaHgT9Hhb94cAOD5X",
-	"RRZKQSbg/Qj1xX/skr9GOAs6m39V3PGP0D7uEqx8C5aLFvvVMNnZZvzzQHPdLbh60nnX9w/1lRR9NYUY",
-	"kpegnsLebnQQ9lqF98fNEbgpdOftRMzWy+Gs0UWHHfO2HRNwJzFNbcKLIsIyFjIDl0gEyOqeWnDJZwER",
-	"8SRkveG3WvAsquHEbt418FZMp0oCiCv9vHHR50Rcn7CL4o78f0fqD0zU+fbjk/3bE/j3vX8fkpbuKLu1",
-	"GOQp3ksTIJTotaH8KkrCiTsAo3DKNVOrj96UdoCqzRh4/Bq3yytxdPWBqewoMbeTSI5vlQ9CqR/P5CyX",
-	"QlA9WO1Y4vSUPbNTtnu03p7q94ue3iasuUFs+0zQmgDRdpZ3EWgHXvPZA+1uFR8SaP/jneD2q1FPgrth",
-	"6P43l+vmXp6ASVLVIwccOOrG7f1a25GGD/DgTUNP0ep5VSJ2Ez2MqimmTEtE1mpqM9GKIWi8+N6n6wN1",
-	"x93EgYJPw2r9SiKcv5odX+On0W6/3XG0LUpGrdyMHvXF21RUt5LOCqoShmuIWMD9N4ooIiXBTy5ua5d9",
-	"n1+LWtknWGKRnpoiPOWlsvMTdCdJjJMm9Xcp8im0LfPB6G2DvU5WLbB4G+MhWIUopiebwHjegvory/ja",
-	"MD4XvG797kmu9XUMGUahGD5Af33DDhNsa2kV+yrADGPOS80EHQ4eJbe6AZvlRpsqF+3GJq6hVaqtTctt",
-	"ECFDOgB172VdwP9+NBxGTZ+bIYp2Igyfb58kYIksuFyHnjABfhgn/Wp4/PVw+EHw0eE674AnPI/7xuxY",
-	"bdzfiDIEVkILdEwtixzSV24i7nvgmXfA/cI21ZgcDty0ZS24Gh8WiW/Fdmhz8t+26x8+fyFkwwk/ezcp",
-	"SuNYXYSY6RMS9uUZNAH0Jv3ApHFi476RX23E2hvsTjaAvTzN/lkauxAtEMVtDb45/AzgSG6vGbR07X5T",
-	"9XeBJ/Z0ad7mrrR1346mpihvlxM0iqG2FyW43jRBqPDMuNfGhjb7rbP4AJDDD0NQXrZU7kDr/lrtTnWO",
-	"3Y0Ur17CqKqnBVquVcHaFYfZI06yQdzBrewh4Bp6b5PSFfp1233I/fZWa5Pp6PehY3NIRjs+PjwcMc4m",
-	"Re42MriX2OPh8K+Hjx8fPTr+6/Hw8eMjp5MscmP5FWRaOI3rEEBCIn/ytrs4y3b4inmWsW7oYmAVdDVi",
-	"ajrtBQDgtu4aVc7aifcSloWtGjcNP9gN3N/+7uMwp+4drNoI23x1ov5TqOxQd6s5tipDT/1uj/yAPSOH",
-	"O0UiUiMshdN5lqV3C7B37+0vw+XcoTFFcEXbfoVmLM5cXkyLfDZvDYzMRZGF0oXLNULPxFFFxKo1lnGW",
-	"TpQkvpaG/Fu5HktM4AgONyjSmHNDzE+qVcJWc26F70jsOaa5EtmAnbnpJGJxjSX2lXTjYS/Has4YxTw3",
-	"IUipGZdrxLzKJcO33bv38y7XKqzigWEB58Krnxsr8CH9XDu63tvViAnlrVpYewA0OrimAwO2s8Y7FQ4v",
-	"ZOia0IoTr1+m9m3z2NjD+TtoO+doPgl+WYz+g7t9xaucasgtHuzfCOdNlSJS73rTDaLgpE6pmKiOFK0h",
-	"vzwNOTUfZMaAky9AotJ5BKJpvqJ31dvtLoID7lzIkVE5xre60Ee+9AtPI8sl1jt/XCThProL30mZaE1f",
-	"/CBv/Ye1r0PgmQKzl7e96o/2d9d/Irf69ua1bcZduLv/GM3f3Cru393d5I0mwITtbRTXQrZdcvgOUp0N",
-	"M5TDHmG0Ip6lnWthnF4VDIIBtS96e6s6dWUbXalrlpp8JnM5uzBiop0ilhso3KLeowhBq8WC6ysPsEeI",
-	"DaYZHSufSW5LLS4w0bst2Q6z6vAZStjlWufCsNR+g87CUubvMHM9uT6kz+biHQtTRGntVcZrleDRf+0f",
-	"bFto9d67QNp++PH0Sf/1D6dHj77CngFz8a53EpK0cUjyrnpHwJVYD9hPvhIftSPsEUQl+Sz9+5uX56cX",
-	"Pz/79oeXL/928frZk1fPzrFaTLrvCa/DnQdoWdw6WdBLxtKpytg21jsbsXfpA/cklAqhGnUj9mEjZNrP",
-	"c6GJOLGk5+zl63MnsitcAZ/MTm9CKx3sOeVFa0vkWKFkKUDhoBsFiskyLcwGHuy0NAJc26GZCx/LQqnl",
-	"JZ9cJWyp82tuRcKKXF71oduXo2qg6VVuBGSvL8vLIp+w52d+Ckf5Y4kNyebK2HTAXpfQX6TIrwWQKJT6",
-	"cTkRgCVRymJzZaXE6PZYbhzz6YsXL3++OHv1/B+n58++gTpg1sWVZU5tVUtnmPcG7AdnQtHbazGW4EkV",
-	"WXUANNVESSkm1iQE+//0p9dOuVJFiToDFh/CytfOGhxLzMXmuH282ACH7hwe/XUwHAwHh5ARz/xu+t0Z",
-	"xZPTwGB6Ow1fFoi8y2566YZ3Bh/awpnrupSOxxiW294J42ypVVZOIDeArpA/ecDH3K02IFzdxmVvYFOJ",
-	"59Vv2/n7U9rHBjfhLRREbq1T5LbJ/zDY7th1hB5MsADPfacFVCEMmssFfA+5bSYP/gAcjU15XtSvc26Z",
-	"KSdYYLPXJYadukmo+SY8G3KsuQgJfnaRZzsGfWBYniXYxhkZomFpxOz94aArwX2ZZ2mAA1fZek97Kd+3",
-	"mwOWBl1MGvGCUchNhFuSEyHn52cMfxDvvFRUHMMmfCFYNzSl53ombMKksND1HI42gepLVdrejkOK1+fP",
-	"dPfqQkchdvTuXXMorBVa06/TJ/JMtIAGP7wwjtH+Wjqmg6c82E/BR9KKCCKhG+xvTX3fPdXHb9vq/dy4",
-	"xXeh+G4yhs+uA9OCzoWxr8CB+XG8Kis12J4XiwYl9ge1YoWiCj3PXixpAvvUN+1mWEFq3cyxonqnLap+",
-	"NDz6CJ52itAfqddxrHAKQW3K+Ku2ao4vfOIj+MRttEYbZgMflt8o8EhG2l5QZlZzbE4wll7BzA3F8jkp",
-	"NHtocAVqKxD7LmdzVKl2czvP6Eg/uZGnxTfxJg7XWJT65tULfCk6UKewkkwO2j7hozlzhpJtWResH2p2",
-	"6kwBEwpVnUbiscV2lqZCvfINlak/h+42GznFmOSQJizF1ET3r7kqNYUMABcT2uPVoTpOWAoul9TnBm00",
-	"cmSnm0CEEYwENzvhBpnhazOK7A4ku5XyeAwe6SBhq3k+md+IhrE/IMc2bgZCFAVoDD+lvAFr4ga0jUE9",
-	"aJCDoecfc/xl5Ogdun2aqGrs5qhEN/j6ewGBwhkBJxt4+o4u8RSouNB7xN0mQio/FeoAGcyAoHlRII46",
-	"VAVCpW9S9dRxd9nxaMNSWOZfsJjEJybBrtRAmZDysFtMCTVrju7cXYTSf5/xVu3Tfn0ZfvYdmO64M0Mc",
-	"l9gS+oCd38TiX8qtprNVF7/ttiej6LDjfqljWQfpB06D6Lapb85jBuz0Eli1KIxYgZ8BiodRxElxu+jP",
-	"3h3dbtcBrjmo8cRzhs24jLcwaNMgC8sxRuI+ST0G0huNZRTEcW9f7o4KMV7kV/vvzEc1Cbu5q1yj0FFl",
-	"kX1bqMnVU77e1eV1Y0cRIQ4IhSDH2QrDyPxaYBMVEsMZ39d4I3DjzbJv6jZUwbT2nz5tRmrtDx9upjF1",
-	"9u/mfI7BREm9G24btiIUfdwwP8nuLX8lAueo7zq0Zm6ARHWSIMuNzeXEhrS8atsBQQ/3nboe8SXrHibD",
-	"4bAX8iKsD9O5v1Nwp6VMY/+/hpbruwmglkN2AznsTwVtqZTKOp1zKXToQIWYBXJd7z21fzS4Rv0f2YLj",
-	"T53Bl3R0wGHbLFx2B0L5uI4AtvkAElGCug+BS37oQb1yrK+hBdW93OnbJCqi9k9Xd4sREF3TNt7AFlAG",
-	"tHHij7pDWq0eGF88+ylvUpt7MCCKOkUYMEXz7IRxVDVAFiOLGrSCnuzII2Er6PhITfAb5BMlOTuDgzgh",
-	"bU2UuhFBZUz4crscIU6ATDowzA2JkBsSbr93vTkVBBK7BG/OWQ0X5FO1um2+ANuUDxlrk1Lndv3ajUzw",
-	"a4JroU9LXx6wRTYeIx6K2lmX7PzTpz8+/+ni/OXfnv2E1fTUA/T07DlG/9Jfl1cXaDXkGYYg6U+MLlBU",
-	"kppTwauCRITlVJvljOLO+/eQ6zVV20uMCtUhEIN4DlZILi3iZkE0JJ+IAXtSGqsWQvtPDOPmCvKSKZU3",
-	"U7mcjeVK6auEjTsLvsZMKKVnB+68D+DamKUTCT9V6j0lSv3o1Nr/HHdYNz17+fqcHVwfHmCprw9Hug2C",
-	"GtxQ0Sp8Thna0LhgZ/oKviDF1yAoFLhMKtVCTald6unZ88FYjuX5HLrhI9Cbt+Z5aedK5xYTPSdKWs0n",
-	"BET2vfJxIrCSpnwiCMcwE4VhuRzLNNhPBFB2wJc5+hFmQjq68EjBkNwtM0IM9nHrHLpG5pBp4m2CsXSG",
-	"p4eCZIBwBW3i5lxmhdDwMv/n/7An0BEf98C9hpA2xwwf98AzmCc9uD5MiUKdNWz5lTAsPcW3/g0+HLFv",
-	"gaTIggUqJtpLGFpX4JYA6ibIYjUduUn68M1//Ef9CvzHf7CukNe5VhK2+prrHCC6Gm6GVxxwo51Zw6Bk",
-	"O1O4U5DXl5DlB+3xueQz8L8UXOLLKz0zUWE3eJ3g7cmiZN5nM2A/k+OwaSW1fg/uljpyyY1beTZw78ql",
-	"e9XqCrv3hEs8GAzSXsIofQjlV0XhbnkHvys9e++Io38l1iYdsOcWFiYKJWcQ9yRMa3gRn8IAlSBmxHxB",
-	"fDdUxKfx3fGl8G7E7nY5/APkxQaBsk3i1m6SEPTH++OmhTp5sCd9zm/ihvQZBD5fA41t+jCOCffg8ar2",
-	"vttQfL/hF+wBNZ9C62FonuxUpCupVpIIzoO+HQ8PTxjH2wL80/uAgXrcPgGD9ZQ+llKIzEQ/f3hCHLgP",
-	"T2dMq9IK2E1/Zj5NBffsSqyxDwICyHE5ligoEOA1PJpEkxzD6zzjk3l06XzzZ8B3ovMLZR10xoR0B749",
-	"cAaMZRqhM+BDKaTbbiKvCOkYH20kIPgCw6k0ioSuwyYzyE2EvUgd0CuPOuuenj0fS9yFuohTukY8J/Xr",
-	"9Or0/NnFi+c/Pj9Pk+DYfDQcS5/OFhB0YUaPzz7CVqiRQ8RWG3v0mG7VK2H1un86tUKnKDIyJYxveuuu",
-	"VXXm7hatY6RH+G+axB+98i4JcAOPZe0rSCgnqGbTC6V5z5+df0fYlIeHbJqLIjPe6wngl+uEpQFFMh3L",
-	"bgPaJDidw8fuEntkGjizByxTaCcfHz2GxhyAaDmWQYAhBaHjKN0C30yDlFDy2h2okgY5NqEF0YU3SyUN",
-	"xLV9Psr/e/3yJ9ZNnyhphbT98/VSjCAflITLwT+NkmlvwN7gPXVXnvYgl+B8xfEvVbaGAbVwlyZAMg6H",
-	"o9CjODfM5IWQtlizfCYBDNGt0Zly8QKYLgvMXCDGXgk0iLuAVOMwZRJtYujmDWLFx+8RrYiDdx5eFtOE",
-	"4vnAUY2Kv2Oumy/vbvwaWN1f4G/KUwDEpOjZd/3VatV3Sm6/1IWQE5WJLGVdiBWlk1IXrJ+lzAiZYdI2",
-	"SIS1pYNYck0hJ7fKxHvi3Yu6MXsDdhr1ds9yDsvYxMB0Yx4fPkJ6GxOc7bgzYuNObYcXpTszsXXSWGw8",
-	"Ho87VryzB8uC59L9Ne6kcFQAaIsLbkXVNaxb2xj6HjevR5ZR6lYPIiw37MOhaRkqPsfDIQDeG4zMueME",
-	"gYvcyF0ZRO+tHKunZ89BUOqFGbktzsmTit097RzzUODUfx934GvcRrTNfhm+HaCxMu6AaiyMk3n4iN9c",
-	"4tyt4O8Jes7Hnfdp0jATUvUvD98OJsrYHfNwyciGckNBHtrWYGgBNAwCMRobtsAXO9C9dgOeMMovwjsO",
-	"KhanLgPdtDaLe2LcSUcY6kNicvIQBCn+iSIdb6IHRyxyCbcBlCFVlAvp9sdySk4DxQaG6AERIryn05Tc",
-	"uS944S6IyKB6X+L4uVyW9sSpEbGuccmzOIjsvn/ob6KT1wVH37JXMbqVHee+tjqHwFEQkNBOmPrq9dxo",
-	"x/CKU1XKDE60UmRBkrfpExnjWEUjFekpcw6re0Q4/VRgI5Ub1JSTubOx5ipj3fS0KNQqJeq3cLewgRMs",
-	"6DEMkGeMFxqg9sU79+AJOz58GM6UbqFVihVcz8QJsJCYgbq38tlT7uhOAGvX62deBgB3vtSCXxnQn1iM",
-	"zwM8HfUr4N5kJPqkUC/XmZMyJwgbHXqlsy6F43puUKUr3aHSaEhZwm31AqN3wh7hEXsbl024lAqYQyYm",
-	"eQb1qplwJizAcgKAPr/mOaQ/AJd3+wKF85Oa6xm0d3RoY2TyBK5drLJAxJcyDBSk4a0dHw8cO6CE6txG",
-	"ao2j8eeoZIDZk4DNk9TU+qgBDiWWuqOXvrUD6LnUJYfbCciFdB8ce2er4NRk9hi6lTXrQeN1NRTgp0nJ",
-	"fA6TVsCnFNaHN3sBlIoib5ZLp8eMWPqfcIjfHA4Gh8PhMGVdr0oeDoeoi6X/iQlM36SgAcig97qlhD4X",
-	"Sz4TDwxLo4ynENx2kkaWRZFu93zH1AtEVI99KKdnzztJ51poQ8mWg+FgCD73pZB8mXdGnYeD4eAh9guY",
-	"gwfpYC54Yee/QQC1KUf8lDTWo+GQgKSxgQN2J3IUuBwwinNIFVHnoAMTI20/zzqjzg80FRQsgXIHSzga",
-	"DsF1iyIf0rc2BL37DP1pN3nbcAr0OTV0kqutuuZU64x+eZt0TLlYcL3ujDov8mshhTFup/nMgB/Tv4zp",
-	"vHU/PYiwDRq3zvfmIyl+ppVjhKJ0ovydBTPTQAEHQ2/j9o7RCDfvWKUA1fdqM0GncVvoPXZvSLT6RVhV",
-	"69YA/74dUYEcx0ZWkEtCyWBAWSMUv2fK2JkWkFCFMOgxyjq0g3E8DIVHN2rZMeGTOXQ+d9YvueumPC/A",
-	"XxaMMuB9OK7n8D2cGJU5lmZipnkGMNlkesOIFdE/MPCsGAArx2Rxn7Pl345KCnCiiZLTfFYSOmn99F/h",
-	"Jn6W6wJzQ/+NR8OHn2C+n5T159awN70T8jOZIKbWu8nVrT+/6QJfHx6Qz+cAfT6tBEtBIZA16ffPtrxn",
-	"9WHS2B7U0LIyg7TCS/h7MJY/gQfIbrnokbfXyeAZjEkNi4F3aw7tuEwrzmn1CEVM/15i6u6Nj38HnIge",
-	"f9tMek1DhOd8Z2VctSOg471+xTOPFQw/Obz5J28kech/w36Ix0iou3/0ndKXeZYJCNsfHz2++Ren2SKX",
-	"wRsisDy+IrRva05DRx/h3CPSC6Cdnu5Ck+SlMk0M0lwBP0IcZGdSpVXIwgMh+7aBZglOF7UKrYFDtBAc",
-	"Rxj3AvjXKTMqCt4tGLdxo8CEcasWuVPI1gN2HqBNl9wYx3ZlsR7LfJps/Ky9PwI0FWhOQzthnCKMVPkD",
-	"elu5iF1m8OYjNkyRlf5aQm0S+I9+Ih9qMHiCgeY90mgWoZ5f+bJTpWcpGEvx7RtLuH69AUvdvoWtVYTr",
-	"gbVoWsxyA23tvHPR/a/p4bHkcAB93B9qJeWU6SU64tMNzOOUdZfexjo6BrMb3HogmbC2DitmnCEArbIg",
-	"JEOuRw/7T20XgxYc7yZkSMKhgucU/b1qUSW5RLDK/b+5FVHlYi6h8xnrPn92/t1YNnS+id6lfyXW1P+m",
-	"hxQEOnU4IM6yfDoVWkgbvK6sW/XKTCLsBHf4vuZra/MpcsBy48YxqrjGXl7eK3vUuAkUbauSATNBphV5",
-	"Y5AmeQEawIillKeTxv7eE5aaOc/UCty8kSYDZwEB9AtIMkpPWLriWla/jh7DXO/Uu27HMq70+dl/i1s5",
-	"YD9XusmG2hM10UlD+8h0LOm1Rix16n8K5u3K0OxekSGCSRjWAqZhM7DtqBzLXPa92ozOeM26mz/vJSzF",
-	"kt3qTR8NHzYJsyeEZnw7IVZH/P4By9lQPAEFfauy9Z0pKbDEIIzqgXtqdXVvChnNDVUtDVoS+E9EBuxL",
-	"KuszNC7FhJdG1LJVgbahPIK6UbmptymsbUH0o4OGX7xPOkEc3vTz6sH4V/3b/bbfMALGKvYfgp6vjfEq",
-	"Tpvdb5jqJxsjEZzQvqO4x+F8/8DK0fD45l/8pOx3qpQ4xeEeU5zxdaF4dq7UC64RXeb48NE+72PK5RLa",
-	"1/8ospyfO8MWVLijHZcv9ubvfwl9e75mMwVkaQQek4Trh/BaI597QIKMPJJKhqA3uA0N60q+EJUfH1k4",
-	"Gq2J7zDr/ePUfhddp+Doq1S9BwZcjNrxbWq+Su/9AExWy/Mi9ej/MBrFF5iQVmONS1Ap3Zri1bufuTlj",
-	"xoLmP/iMDZzICSyzT+7betsgt1OouYAq2PUQZaTjUIwD83TI2ubg8PRqgnc8jli7lkBPo8JR15NgleAW",
-	"IIg/7CNKAAYIccCZFCtYLep57i+a1cmwylL4FDz+KfD0EfT8drpjbiLnMr6h93RXvQcIyY3q8TmKiRH2",
-	"kXPSnXKeAbMX/JPg370A3SoC7610ke2obdT8sB5p3t3jcCy7UZPDlt6GYNVEa6TEskhyfZE4dyFxkk7k",
-	"8b/x19GjQKe7PUF3zmsr8xPDIM7EQvU0c8buqFkd9pkQyKscVx1LpxaboKImPkTo8T02YyYVVBuDPUAT",
-	"ZCw3wiV4awbsJwx+O8ugSh9wbM8vll/6ZCC8w1u0/cFnUvNEAF+JrR6cLvJCoNPhba25CqbvRN/WPBQH",
-	"lx5sqNlP8ZTMBXCD4mHl0rtDbbEG9g7eryQ0IeKGbeZYYtYxJVpu2UpOdBKDC32ZR6Hojb7pEtNzh4tq",
-	"cW8slU48jAw8S10zyyJjGwTVpWBsEnK8MNwZhf7ccBuxvyS4i1eSBAuvTCFHfAkEvDdkohZOFo7lpkVc",
-	"ibrjo6NegrggtXQF3BDo4oM+6XTAnvHJPLhQKDsPPEUrue1mOLnB1gdrGgN+kF7ZPR4OMQHInYJbPF1G",
-	"Yz1Gj++/hbdnsL9rposuJFw55AcE7eNKrLHjNRzino5SuADfAsHej2UIY39O8zBeQJv+8LLhtoRMEriK",
-	"XoR7FecP7qT99GZFA1v1RF4lCmIF8IdyV6Vn7YFDjDo3xw/yzEmclujB1pVwI710U93W4wJqw95RA0T0",
-	"2B01uJML8FLPANOkhe6XfAZeEGyV/6ePPbitgHeNg1zuT4BgbBTYiAsZuDM1gn0H1ZKYuL6DvNipDOIx",
-	"dc9GDtBjL619chYYmW4CfHLAUnBM+rRbdMZ792qCfYZNeekWeylS9y0iGY6lz9q+4HIyV/oC8BCsYoes",
-	"O+GFkBnXmJxmIGElaqcNgAeEKlaVLTghh8bgqKUNd4AkaejunRAY2lhWP7gguZYbat3dbevT3WsUXHAo",
-	"LyFidB9y66WeER7oXvLq8C4nbtPsHfWBFwUrE/7ot3W4x219ouS0yLFO8XM6w276Mfnznbn0TNrcru+K",
-	"HyGREW/Z5kmR6MOweasAbONArJ7jWOmV1G8RxO22FPxeWH+57k8u7SD0pFLba24+thB65rPPQWX3fjzW",
-	"9d0665gTPHPGilWbPX5MDxOHPRw4gSWnf/hrdVsf8x1Q6ffCtpFoi+6GrTdBqN5KiXqpZ2ecOhguvSG9",
-	"iRDA5YzKbahUYUlgTxGuX1Xqi49cCbGk4kNoX7Ijo2S/K0NCOiE8E5MmsXgjn2GTGOZUgucnhX6fSopR",
-	"LRd5zu1YQjEB5hZThdBMWCh/guG95wQzlI2T5PjPuF6+EPxaoDEOCaYPoqxdw/iluo5Ly7wzXWn6YWTO",
-	"c0t1mlRQbcYylHVWZV5VOkUUWW4S4QDKfK8SHGGfP7HBuYOv4eFAieOfjsv8WwpvvGwfxhm3RHuoJ73B",
-	"yK0uK1Z+anGtnLaupKhqpBImxSqgLVQYe1iMbj6a+zXcZ7e602X+N7H+09jO+Dr7mM/uKL5oDi32ti81",
-	"iK5IoPV7VSB22/MhfBnKPaCI0pZaojsYL0tUXmDm4OaWxRpcvfdxi3B1SHj3JBlx8M9j3sZzZ21y0gfB",
-	"ydA9YWnUhgAUPIQ4wJ22Chv1fBGodyBQ79KipWv/Ibe+XTge/H4l1u/xVheiqX/FK5CHoeFCAJ7serAO",
-	"rCmgFm6TiVha7NRA2ZfuN5D+MJZFbioICJKzkBBgBEQ6r9UVFP8FGQzzhWDcMWac3gebwJeM2ETtvh43",
-	"p+O7KaBmBBb7RVxtEy9u60cS7weLrJs1n7+JNUm3hhtSZvnucgzUGslarGuII7aaK9ZNoVVk2sMOb/h3",
-	"DjXyKVa3uq8wsIvFrin6iH2nPozz22DrJAHK8940TnjrP4u+6V5mH3UTIV2EpMYPXy7y9kXmWb3hZXyT",
-	"gWbuT/Pcvpt71kxBIFqtIArdkOHfq+5G2dJOL2HLooTMA8y9AGjLMCa5crqI1E11G3BzoSqjhyArPvPM",
-	"25I4WYIlFepaaI/+A/uLOMxZKaI0QXLZUkYmitUnr/8Rp0yktF6lZwm8KbwoLjDBCf38F/gnzUx/4bwJ",
-	"4hBP1ukgDFmPl8VgxV1sKahLKXM563l8yw/nTEpH+EitbArrul7q2ZeCtD8Jd9muYCO8r6b6tZ1sJonq",
-	"3O6S4VBBfx/8tJ8qaOQk1xOc+A3M+ycRy9E77SOca2AKX4Rzi1OotktxTlCNcj+ne2gptFESFOMJl9Bg",
-	"EIQtCpWVuAzvgE4kzMgfsRQb76VjCe3wA6AfdqkKwRqAV+DGrJTOwLlE/fQlJnxC1fscixAMwkW5AW2p",
-	"pcggr0QseF4E5Jeo2K9KMHl8fy6q6FLck58qmuHzOKviV2wL6URU/C+VnHHba/8vks1xd/6r2tF+MH+6",
-	"QTIf/J5nO51ZT+Fz31c/ojVASKU2K7n2LT7vJbCDa9i87/s4nGorzg3Dt/zieWogO9zkuyK75FMlCe2k",
-	"iuHn4sRfCKwlh+euqOveHJzRQbfaNpjYtXeUHB/fDIh7jz1Ua/Kl2QygU04vOT0+0isAAHf4ZmOJ2iEL",
-	"aMqQ12OV6rW5OL/H9/2TGFPwNvuYUXhuX65yi/0081Th7zB98Cn8DW2202mWGZaCgy6NUsFCDzFEcozx",
-	"eAA0Q6oVdW9L4X8p616uxzJuoxd1paEoBvn06g38eglTktUDfRT/G4zlEwLQBr9lHbrSoL/VeGAan9iW",
-	"MVXa0JLOKanUkqaHlXcIhW6EILjK3DESeOCE5ZYV+dQaqleHPvDWv+KAgbM/SmWF9EFulEzRNiRnbYw2",
-	"W6+Gd/PPKUcv2t7u8dHRWIZ25iPMwadmfRMOrQZhob32uoU4FzEZO+NTtmgFHt+0purNhGXHLWgmoF4D",
-	"E7gnsxHG/jwGI75Wi4IC9xPKyrCPlafLL4kL//qZgHDwFJTpcmbVsl8uey3MuQYvTETZpuUc/A7/32kj",
-	"PvPdNuFRT1ejFu6babU02Apzk1US1BUOgwgQuzIgTlCJqmdAKO3VKRgmhnvy6RDsNlB+GJGv+MU+Zie+",
-	"wJdMh30yHXCzbkGp96j8wym3qv1x/8vdqJNxo8wIzRmjf3NRZAkzymn71slC8W6Za4+B0rW5QIGd9ZKx",
-	"VDAuL4o1dYoFAG6K93i4wAMo2iPLk70Q3PhmIIRJjR0NAOPO6wFaUAcAvGADdop6b6HUFVTKShX154VO",
-	"i9tdQJOxNKoqISwQTJ1bNhUrgmjOLWg00M95CnYHDOh7sHZBskslRQ+BD3GPsNcGr8Msj9hUFYVaVb12",
-	"oTAQGpKjxoL8z84FTQg40qAhPTCOewCAdJbee8AVSniXQr6KKWaLbjctj2LdQDl51fksd49BU/JO0pEc",
-	"2ndRi7b9tIPncAf3nxg9Gc0Tk/3+MROfgeaa/yba5vD9XqtJSCPvjB4Nobl3vigXndHhcAjdkOmvpuaH",
-	"fxzzM6KJvcqiN+/cF1licW2P9lnba+SAbyrI/Q0xVKWlbe10JJOAh3ymSDqYhXs7mwjDf0/0gY+Is5/D",
-	"sv4kPiH3MvvcRtjdLzewxSNkiST8rcG/P2cEHTSkUKobuVy6vmiy6sMVkramSjNKbtMGEX9UCfWn0QCo",
-	"1uUaIHu6kL7mC3h7A3YWct3Q2WPKBf0iFEFSJ/ZQVszXAFGEgGzRhe4idEFQImuYC8Z3upSKmbkzS3Wf",
-	"QJ3R2HLDbg45YsE3A6WR1OMI1zuW7f6e7k7QwwrxEKo3Cc5oLGOgw9rELPTiN7/kbwfkkbu/hIFz1JXu",
-	"w+Xjhv48Hh94qRaHD1L/l5yALwgPENglW+F23LlFHzn43f1v78wBb6kCV9hABcdmdbmuecSpCK5y4Q/G",
-	"8g12/aR0I4JyJTdRLskTrgU0Am1qDnp/qQmBs+zjHCII9C+5CHvkInwQyX6y3IPmYx9+Mt7+hXTasgw+",
-	"kG7uzbHoTvKuYEW85lrVTXjFE9zofEJgG9hAsciN3cTlCC30tvrndQP1QzkyYHNgfTK2JDHQlmPV0LSB",
-	"Fl/1bLhzVgtgGvesw30WwI5d19wjdvwpr/u/M2THfWhjB7uLLV7eu0/oT1V0sW+1xZcqi10+oU1lH4pH",
-	"N4n/s2f91eVzo1PpFb2IYZzSiWUwbRIWxekqZLiVbHQ5JWM54fq6ntrjhnlgTvzg3umkpEDIreoZtuFs",
-	"coaRW5YUIkBkR7tulfuAEDWdJoCLzxCEPf+1FIz6O1SW1j05YO6xVOPz1WjsSgkORRnVeXzxwfw7Sn3P",
-	"POh635r17SP3D353/7sBmWShrsnEQJLEOxpcMxW7QtB5zysWfE3ZCxUvQceznQu5m0Pdn9vlVqUgvgSk",
-	"lH/iy3gHpPom7M+HEusn87/cd9HHTaz9C/m0+V82tL4/pqp387NRFUir2ybdcL6YwDgf1Plp+stb9xBy",
-	"4NwmzKiIZ45l3ZXjqHbt8xW/1YJjmuO2y6YOcno/Xpd7Vtw+i9dlZykXeV3+lJf839rrsnUv70IVm2tl",
-	"bSF2aV4voA4j6v63cvYW/i4AxG1VjnSdOVcF3XsnY8mxaONj3TetOtVLPTv377OPauVe7Isi1ez+mNqW",
-	"E4/9fv6jD9SqIBbkCSmqTsK2aChFoPOa90hQagZSFEGLQiLwnFOxoVnwohCaTQGLjXVTWEzo4p9P5r0T",
-	"yKbHjhvYQtOp1r6y5CNKFzerFVlVrIhoFgCT2EC92C+gnXTv0F3v52iLzNH3cCca78xPqjqyeNu+XKKt",
-	"S1Qj71C5FGHmfthV+oiMs7LhEv5YFjZfFrnwHaBMkWe5nNVzsbrYfjBhi1yWViTQTTVhGV/3oiqBZIxJ",
-	"7FAMiBV+EHdbsxQvZMq62m2xyKCHHTT2LwQ3lkHXN8pmg+yyscSZrVJ4WX3SWW6gC3hDsSL5AjlbqIWQ",
-	"NsFM+7FMsUrBQO1NV2mWWluENqShjBJWs1DGsr+6FzMA5ChkXIroaxAG7FWsMTfIxXzqfjfHRnYnjFff",
-	"qGlgYqEl3wbbQnfFKpcmVDruIzSx0f7NfAk+T8DfyolJNfKls3KLL91D6JKGfy0+eXu7m7ghZSXTUwmU",
-	"2hph/3xa9WdGjTnf0AE+hC9uq7aY994WUMSErAjXMeLLCfYXDYlf8Bf44CAFwV1qAI/kcg0ZA2O5ASPp",
-	"r2BO9c5mwG7EVwx4is/cbL4dNoBeUZPNNON5sU5HtULuRVlw6NiDKWTEi3Ewx88g/YEKwOE93pw/cdwN",
-	"emwCFJfSV0IzLSZKO77smL3bCygpgPQIaC9KQ5revRcggXPMHd1HIT3eb3TVLa/VucZnX9ShJuesJ1C+",
-	"gTvwB6lVgbkPePbP0linPgDZ3Hl6v9JaTCy2t8XKYkwG1fsgNGB3YVBK3O9zM5YrreQsZgldqQicFjr6",
-	"UlSjSx/BFfWehO42iO1YRsvxQBMDlhphU7aAUsyAnUsV2xO1WOQWWg3gJ3NRQKKG4yDO8Imq84zla/i+",
-	"h6wUukmdOAaRpYxnmeeKiwTa4s+QteHXhVpBTYP7+iR0d1ZSJF7xO/rfR0P2DTs8PHr09ePHj4dffX18",
-	"9NXRMSMrbwVcj3RMbFk7lpiCSwMM4euj/310iOoS7MQDwy7dPSCE+8KtyG+STx0jL8hYdsl4NUI4ay8h",
-	"hypUp4psRtFxcKHC+zgpYthKFIWbcVqUZo5HBO0cYfcs15bqXQF5wp0AlKBHGnMAasZwFnfH6dgQUnMK",
-	"YNdrate/mitUbJMIDJm6VQIcxdQSRBrw7gCr8RrtAoZ2gfEmwVhahXYA1OUq6z2QIyxmhUtf2ihQn2sa",
-	"I9Jpx3IHhga7JYTGWO7A0DiFLfES5n7cwnwmTgMfuU1of3hfi2iTVhW7+wKu8UdCVbyrElGSNwHlxjOu",
-	"Lvlie83Cdz+UjZW4nCt1tRNP4M2rF3B9HVfSgkFKsFWsm9KPsd9fJftOfLZvbolfpWen509+YPW5qZUC",
-	"++HH0yf91z+cHj36CnTOTDj+DOoyTJfPJCFwUOsFQlHHPrmkWIPjMJ9JbktdgbPDqpldL4WBZSP7x2Y6",
-	"IHozofNrkaH/wEMWgLxI//7m5fnpxc/Pvv3h5cu/Xbx+9uTVs/P0BCU38OtlDmaEdOJrLFM3ey5nF1Gr",
-	"HlkWBUpmqWzlwVwP2D+Ezqdrxv3Lrp2wdeRRWjBG4j1xUnxcDocPJxb+Jwb4l+YrSMnGD9OKudL7geKv",
-	"Fkuusb0LcAfHYy3gkth8QWKXpdeHcH7p30tl+bLgUvRf+80cMfsNTljK/B1Ollwf0mdzQR+lJ0yLaWkE",
-	"U0XGUpsOxhK4E8QHEX3JHddkLhyNs276xP27/0RJq1UxYlL1AQE47d1HHPF7YX8mUr9Hju2naOHUdF+Y",
-	"EdYdsxl0kg4SM6yktiEN4GLFytFPGjZqUMMmINABY91xuxV8MV+y1mJ7fxI+8YguL12diKHSg+aTdsug",
-	"SfsVJ2zlz1g7y60ViyVwZfoNAvLH5ghy8M2uN3UuST0uHMPv+hTQiRaZkDbnBTQ+BYwM4tx+WlkuLp1A",
-	"mvK8cNowfmwQ/0Q7A8RDKDmdV02nCSsBhu1oSCNpMRE5Mt4fzs/PnJFhS2cIOQ5KndWl8GBKIqvKprFn",
-	"PD44BbXblJOJMKZ3Xx136JI/rQ7nT5JxXn+xvdo+BvHlz/yL16SZ7XiGEzas3pHnc7KZAyvQzXHXjpLX",
-	"gM/tGJHXFAduqtQznBgfs65LQiSHFL8ivxIYJHLqGu1et1FVScmc9jlJK3T1LpdCki0bMRrwG9gSez2v",
-	"5msmlVdWJnwhBuw0PEygUjwvjFdkuCTOQ2BFjs8BMeM0ldZzNBySkgV8SWQiS9mUF0agMurUSLiyIvbl",
-	"uuXxLNPCGEizGjHOCqWWjn8C6ME1t1AaV+Tyql+oCS+YdcYOwb5NwbsTYTeMpZtIl9LQaurq7emLFy9/",
-	"vjh79fwfp+fPvnG2AiFTpKUuLlZcS3T4egUWdTt3mnSYtC3eBZ3QX8j6qVe3L1mI78AJIX/mGWjMQ9oU",
-	"EiwYna57R7p1YuoNoAgwqOUQQ0O9PFy6N69eJFRHSAq++7ZZw3dkCZ0u3Dbdhwhxt4I47bm7ePfP0N00",
-	"r8BX1l7Na2w4lgeGPGt/Pl5+tGNrl1pdFmLxl9tt8Rn+akf4ke1FjHUF9CS0tl9xslzvShg58gOfcri6",
-	"NT68CkbSrUVTg4BRZZH1Lws1aXcw/DxXTMip0gDjgi3756W2IwjsUeaCx7IpxLUoEpZDfE5matWLO/3P",
-	"+bVwMkI6nkNO3Aj+cDXPC/RJcGArqZnzTK0wpuVYXMoWKoO8iBVbcLkeS5/GJH0POAb9cPIqBmcSTDeg",
-	"J0GrPqm4AbSfM+5VxjLjaxQqS0BDYXkmFkvlSBF/7bidR5UA3x174v5ytxFCmXOPLoEpB7lk/BKAgRh6",
-	"cf274lJO4sjgUmjjgboIkAg8RQkzClT+NTOlvs4BSxnc1oy81gN2SgkViMGY5cbmcmKZBgRmLdiVWELk",
-	"03eQHkuKXHYRt3qWS4A//Nmd0beOFp7wZdobRSc0LTV49wmLyI3qNyKXY6f5Qwc/NUUCYCng+KSVjeLp",
-	"Iwf8VU8aIL8mTvxnVcoJQEZGRwPhDIhE3CbAe+/h02q3/rgx1GqNrwQ2ymtmgki1XyyDBmYMHAh7xHIt",
-	"aaf+aAFWp2XfhACIWVzuyb3B/5pruM9gsj+JRe1eZh8zGnb4j35B7qoke0kn7OkZ/wY6vakhXcF3oWez",
-	"Uy9BCjePh7RDgcv4WAY9wkuIJc/1CUuXShV1pp/SH9SKgEDn8Ofk1wpQyDghwtFBViBB0oH48Zh0Xoep",
-	"RLxHiBJZhPFHvRUoXVrPzINITHK5RgS7kFqkRbD1QNRgEU5L+bMjxnsKl7qhP0/5M7xUi9xxp/YvhT/3",
-	"b9dibokkuckJYrlz8Lv73/tbt3BtrNgMV+Ae+f0uavyiA7VVbLZQwq1134LLuwK64pfwGT1yJcSSMl8g",
-	"42kwls2llxXu1QlLxx2SBuPOCMLBVQkm5HhSg/B2g2LAXqiV0NhjAq1hgMBC3yaZtsaZpb7vOJnBHqew",
-	"auSDtkyuK4xm6IWxxLF9a3SIhFdQqtFbKu3XS1Z3NJr7EgsFMO/dz5psInU5m3oTqqu56POexdVnKfrc",
-	"xR980eefkk/8Wxd97i/lblHLmdvWus0TdmOV5qCl/NIR6Jf6y7utvyTjYWfx5V7llUbYmNEnlUczquKL",
-	"SiOjvmfQnX8sqZwJa6my2zUiIvXpS4njnzA6vSeJfowudm91i/hLCPvVLge39BUFDW5ZwTiWcdOwf4UK",
-	"xo1DrJcvQsP8ptp/p5JFuPqXys6pbNs9U84opbBW3LizonEsW1nIWbnNQv6tqhHrdYh/Wq70hylGDLwB",
-	"XeobiljE20gX22yx1uyQ/EE5gzDlC1VKm1L1RdzUtbLMkqoC0ZlHCcvEJHeMx9e+FPmVM9YoAqimbOKu",
-	"fhi7y4vC2VY+HKyuhY7ZGoYO0Js5YkfDQ0q4tvU2cGDsHR89xmQazuIYaQK9ytzg3iJjP4jClwaBt3Is",
-	"AQjIBI7q29jWVlIrKcoU9UjbWAlkXRvhtj0bsVB3xLrp2cvX52zzEA5+z7P3B/hY2kuYFo5Rw/NPn714",
-	"dv4shS51mphkIaYWqx6Xjp3HLDdhNCt1o2Wpkhfw/Tpl3ZSmiKGr8QySuDkL7GNKi0h7oWiJIrAmju9C",
-	"UgtFeCfriyvh5qE4acKOjkGMmQrKGt0RGjBLq+2CjfdZ9OBnWEMqky5FunVy0DHvhM6XF1VSzkIsLgFw",
-	"zjsaGmOUQA6+1hyRukWh5Aw94krP0nbnctRW7J7YejRD4IGf1tccv2MDg3e3BsMFgTMxKlUgHxI+f4lF",
-	"0j7Ybahay33mznMjKTyM1bY6evagevB9Uv2qf7vf9htGOFNFPlnvPwQ9XxvjlVjwXOZytv8w1U82RjLC",
-	"3mYU49WAL/6UO/GnfKr0qZ+iDKi5KCh/k9yUxNm2ekSFzKqI9RKkBqfsHFaFyzjL8ulUQGoHsSzH4Sot",
-	"5E7YBnRdb8+/e4qy2PGBNi0A05suRT0tzG3KF2ZxD8wi6bwSVq/7p44v3/jr6FE4XSr6+1TXBLO1CFiW",
-	"T+ZYXMVrSgRlIE55XkCKW49VQBnwpTNvF1yu/S1Aj0mRz+Z2sAUlDEmL9Zpjn2oWKddAyq1ZKvRtk94N",
-	"Kt9uFOECWwxzLFOPfjxCjRTvSG7YLL8WEnt9190BA3Y6liETjxS6RlWMvkEgzFOsqya9lZK9UIkcjeXx",
-	"8DGTfOHmBpvZciuaW3rDoJsq0/03fG2mH9SoB//yKN/Ri75GVf/uanC/x9TI+FI5qro1vSd7de32mZxX",
-	"Yv0A0kBGLHWkniYsDSaT+8ObQ5hYSG7dNCFMKndBp/ms1MIM2N/E0lKBVMbXpHPmlnzBznKRmFuCTqIQ",
-	"thsetziD/xjku7Fzf2gqvhtSPK3bh76A0TGbDyDH27l0o8N4nlUJgm0W++2LijYnaMdggczotATid5vg",
-	"WH1wyrA+w28aWH/io/xUR2+o8Xvd9XxZTq48qjyKupXQ2Mleoq+2y+mh0BKQ2mlAQQsNkxv0SfBCSdEb",
-	"hAVDZ6ug30WJ307ulkWBydNOpI6lL2DChGZMEUWFMVXXQl+EvvIEsgE+IkoWqCWc46H4IspYzJE8Q2cD",
-	"1o3D/sZ+hUr6eaEI4m8sSf6xfcXfE5js/h0Gfp5b+Ao+Gdt64rn4v2U/jmZJ/VmM2rvhyfgWGwpCcKwh",
-	"/3A3/8704wPxzgqZ3R+D/TFq1BF+8YBCx2tmFUQw/lIPYo1AJefaXgqOygZysELJGVZRShBW5+cvEmbK",
-	"yRytXmO14IvgzAQgIKy4mKyZKZR1vDYNH9qUcEV7A/ZSFusGO4BBitUJpkd4v2+FclX5kRMIi5PiRGjE",
-	"G8fouTt4lN3qaQtykzS4knu3sAOewRnePyP08/wRGSGuTWQnNWc9hFfngkmxou3+wif/DHwST7vpwnYD",
-	"3+jdnkm6OcSk1LldAw+8FFwLfVraeWf0y1vH5LDQEjnkRgIT1E5TfId1qSj4h/Pzs4vTp09fpb1BJ+mU",
-	"uuiMOnNrl6ODg8Ojvw6Gg+HgcPT18Osh8FBa7+bYUMvCujYX2vTYZSmzQoRSAQ7+mFILqjr0hXdLpQo2",
-	"KbjBukOfIspe+gwdJYu1W5TkC9EZUTrZ+2S73eIMS+mwyYfk0poBA2RSygnAdFE3yYKvme+TH9UzRLMo",
-	"PWuZhJ2ePXeWqtkAV2JmDnjvciIgpwGS8KETiSKmzc0cnrMKeiGFufgy77sBG+b7XrvXYF2rlv1yaXqM",
-	"Zz7iaBVFtR4YFqduQOQ3AojlmDY1YBi4ykirvlZXGBuMcxmiRc1g5oYlnQm1LCDtF+vGnXWBVYMrcVnh",
-	"NVuWHtAfByksBJOyZtEc9H0fO0FsT4VgLwSuRWVDSdRMIoGAntI1JL064ku8zWUG3tstZwQk9DppvNHv",
-	"ZbtrIO52oGiZhYtE0S1C5M21b1MZZseGo9uzv2pt2Ljd5RBHrvc5jKZo28ZziLRZtuR2PmBPISJv2Gou",
-	"wP/BgZ7ctE55gasxU4zPBc9i0yiPtxI50fZMWwjFUMWDEeA6yjppiBo8r5vFf7V3AtzarZm+rfeahxgC",
-	"gv52lWa6lBLytuvjxufh6wWbt6tWHJ40QCYFPJ5CzarMgE14mGi+UFa+PeFpxpcAGuoTNEy1b4isiYRf",
-	"QO4pC5noXlOoaCyk42zN8YPghZ07RZBnuRTEbM+0WjgqKEOt14D9pJjTDoS0+RaFBX3OdN6/ff//BwAA",
-	"//8=",
+	"7L19cxs3si/8VVC8t8rk2SFFybI3pip1jmI7ie/asdeWN3VO6KOBOCA5qyHAABjRTB5/96fQ3cBgyBmK",
+	"siU7m/U/icV5AQZo9Hv/+vfORC2WSgppTWf0e2cueCY0/PPvpbJ8WXAp+j9zLXM5c79mwkx0vrS5kp1R",
+	"542wLJcsXXEtU7ZQmWCruZDMzgWbzMXkkq1UWWRszq8EuxBCskzIXGQnzPC1Yat5PpmzQlyJgnGZsVUu",
+	"M7UadJKOmczFgrsB7XopOqOOsdrN4MOHpPOaW/E8X+R2ez6Z5lPbz4Wd9ufWLvky72tuReHu7tO39Q8P",
+	"7xkWXpIwzozV5cSWWmT9aS6KjD3PjWVqOpZKCpZbsRjBJ9l8NrfCWFbgk+43d0ca3taH/6YMp3UhTMLE",
+	"YDYYy3TcKY3Q/UUuSyvGnRP97fDEfnt8lI5YqlOWm/gtr8WC527J04Sl1l0dy9plI2zKukoyDivKi4Sl",
+	"r4XV6/7p1Aqd9k7oOaYWubUiY1OlGZeMF4VaiWwsaXvmymx+F8xlouSk1FpIN05u2VQLYRg3bK4Kt4rM",
+	"CGsL0RuwN0LasSxlIYxh6d/fvjw7PX99evb0+bMXz87Of3x6+uTp6zf4gYWY8ck6ZUqzVE2n6WAs993r",
+	"fsuOP4dXsi7u/PAhU1PYlmdPz76vNpnR3ifsUiwtrAWQaJE7wne0N5YzbsXKUaWdc8u04BnL7cmOL1rw",
+	"NbOllix3tDLtDcbybC5oDWka1cpuEDnreuJZ5XYO9xaCGzcwbX0yltafJaOUFHDRCNs7YWHjRUbnrHt8",
+	"9KiX+GG3RnPfNJZaTEsj3HexbnpRqMmlyM65TXubGzFVesFtZ9TJpX143En8zuTSipnQG1vzShX5ZH0r",
+	"p5He1XQoxxJOZff194/Zo4cPDnsj5k8nWwpdX3dYlHuGLbmdR0dQ6Vl/oaSdjzsnv357OBwOEzbuWMEX",
+	"1cGE309W3z6Ea/VD++u3R3gpHbCzuRhLGD03MOYSpn7PMMkXImHpuDMuh8P7E9gM+Kfo4y+4KfjTuJMm",
+	"bKnFNH8vMnaxrp5bCKvziX+wkwJrBaJgeMkNLJVlqRa/lsJYk7JuOu5YdSmk6ddmDgzh19RPFdbqhKWr",
+	"1P05lkQluWRGTJTMDOsC63MHJYUFSxPiFYWQMztnU+UYCb5twgshM64TJpV2z4xlzD9g6BJGYqXM7ajG",
+	"k/zcYcGqp/r+d/fh8ErOqqvVZlePi8JxsrA4tA8D9pNi6fISPt0IaT8bwwo8fPtgvJW5NdVJZ9w2n9od",
+	"cmXwCecVxEeTMMetL6XNC5jQ9dNAjmRYF8QLM0We5XLmCSqhd7mv9Tt3UU4uhWVCZqY3YC+3GBnJn1iY",
+	"jdzm06v9nFAelbCQM82zkhfFOmFGwcSFzBxxuIs0nmPWF4JZpcZScF2sKyEAw1rFltyYE8ZJKqAYWHH3",
+	"jm3RS8fEsVSrc2EqtcfwhX/nhEtmyslEiGzAvocFotlPVCndAUiXWkxyI9Kx7Kb0hed4j0l7SSSwA0eD",
+	"BffnmL4TPgPXdyxNedGnj+5yZldC2lzYub8P395LIkXNTYZJ8d6yKS8KkwAJ8rGM9+WecWPCM0KqcjZn",
+	"1TgG9btCTG30wrC+ylhm1VhO3dEvl26pI+JyYzlWU73uo4RRRS7thM3dZVI6N7bKkYfb/5seqw9JZ8k1",
+	"XwhLWvNjJY0qxFsj9Ctu59uToRuYY88sz9yAufvdSapO0nE8y42QdZKO4225FllnZHUp4on9Xy2mnVHn",
+	"/xxU2vsBXjUHzzJYkcelNkr/vRS6QTK/XPJfS6AZ4zi2VguUYFpc5ap0YnMm7hmWOqI4x7vSMNNf4Z1h",
+	"qni5tm4L/v45iInO6HB4dJx0FrkMPyQNXPN7WOiWyT59v1Qa6GnB7YA9EVNeFtY4Okr/aZRsnRlt374L",
+	"h+PgVGBWP2gubfMuwqX27Zu5y5+6g88ysVgqK+Rk/Tex/hH0pe2ZnEXaTl49wS6F06KQTaTRhfNLsU4Z",
+	"mjndb9wiHh5948wBrvnEUbFjFOlp/38Y7//Ghv1HbMDO2Yj9F+s7jiRyOxfavbjBbMIddbzMqVqZ0P3D",
+	"o/vHD0DFoamAXg6KIVvp3ArDcttz8vWCa8G6afRY2huwH/IreKN7FDVGYBjuTxwStOcsn04FSJdLsQZG",
+	"5TXd7vFwSNotbBO+o9qoaI37fxPrGq2I93yxLNxdG1/TaSLhv4l1M6mcvnrmpsXyDHX+NM9Sz4xhk5wK",
+	"56SMERMtbK+FpC5hdp9EUCDBWg7ZKz4TzOS/ibbDBBpXbX0yPIjujA8Td+bzRbmAv4Zw4unPRn79Us+a",
+	"V+ulnrUfK6Vnn7oGr4TOVdayCN/lReF0jCXc5Eg2/e///u//7r94keLegSrs1ORKiNC9xnJtnUYTs6dI",
+	"LtN9A/bWuJUGJU+VRdYHM4xxaVZCs+PhEA11/1pQQuYc9fwLMStl4tRaN8n45Uq27hu+aG8miOuDS1Vw",
+	"2bxJ7kr7Li0LLj91m5yapa+4G+9Ztj2B6PJHy9Alt1Zo99j/6vNfhv1Hp/3/4f3f3v1+dPTh/zYe8TPB",
+	"F80L4q60T8TZl5+6IO0KxdudioRTMz5t7A/uabNU0gjQcE6zRS6DQixgdyZKWiHBpuDLZZFPYGsOllpd",
+	"FGLxFyel3bU9SRCfwqE31lkptuByHcy+4D0xgk20yJyyywszYuJK6DVLD64OU6aWQiOtiPcTsbRo84LQ",
+	"BGFR4IeAF4G4dUIPOR3WmdNOQk0izc3JOLQcT5+8ePYT2I/nYEAG3u4oVOgE3qoFLErPWaN2DmYMNyxT",
+	"UpwwZ0GsxxKV05rd460MlF+Ra3aHB9SpA+h3OTxEETlyhjV3mwZeR/QtNJip6Gg4sQ13GGHxajr4VH/d",
+	"a79x3q5xy+NtOrQY6lvZOOLN/FDba+L3yBke6LaprdKvtAZAGLQuq29j300wAG+6LDu8AmFpwJDKZY3D",
+	"73CNf4KRz5H6Ykv1pDKN+IYdfv3o+1hhVoFVzS7EVGmBE8jl7JqXu9d/xzNao8/Jc17wwhkSInM8IJdX",
+	"vMgzlstlaU9YKrRW2qSsyN3GCT5xdvZUSHBVAKkNOm7mqFighbFj8jebdP2tbuZWvLcHE3NVf8eGAfrm",
+	"H8g1udeotVolcBSKXArkV2rlj8j/e/PyJ7C9Bg0ycZtBzwUTaK9ptTLw8Y+VnBb55LNu2qlk6uKfYmK9",
+	"gMgNKOBKM3cAix7jhRY8WzPx3m0dTPR7pS/yLBPys4q0eY3dsYJPLvEITtRSJAzDNkrPwIgwjhe4v0k6",
+	"9ZUs1hGh/aTs96qUn1Uo/6SccV7KLGG5nBQl0L4T0rQDasq4VGA2Kj2Dab7i60Lx7Eyp51zPxOdeb9Ie",
+	"2IXK1uBKU4oVbiIwuUi5fANBruzzz69Sb52i4GkVY24Zg8Vc5UacsDQTludFCs5ug3ak5Vaw7kQt0M2e",
+	"MC0KwQ1yMPF+6RTBHnzqG6Gv8ol4K/kVzwt+UXz2rTA4AyeBnImTiUmeCSbVinXFYDZgr0WWO01pJVkp",
+	"wfxn6aRQRmQpc4YGfsdbyUs7Vzr/7fNu1ovcGEft4L/I6moLTGup1UQY41b2qbS5XX9WJshQWHlyB2Py",
+	"Qgt+abxnGYdmuiwEMEf6TRjGfZAJ9CQ9Y5kSaIZeSrXqnbh/Bk12pR2lSfpoUy6dBBDZC5Hl/Axkxuel",
+	"KjjYbmIGdSeQdo9xAn03IVwLip+BiOsaIdwtV24DlTS9k7HcOFwrjAj4ONKmKu/UdDcdmiPYSsv8bwL2",
+	"fKkdy7Y52lATLbiF2GvNzZxxK/o2X4htUZs4c3YPcy3pFNzY89LsfrssCzruaA9ujYbm4+/bFzBU2axk",
+	"T3NtLKu7EtEUmmhhE6f6aTFRM5lTqO5SrAdN36rFlbr8xC8A+QmrnVuxMNct3ht3u3uOXsS15usOWr/e",
+	"dv4FfQqwNmGAsCRJvK0b+1D7pHdhEJSQblSklMfwAjgiWZa7leXFq4hyprwwIqk8k78HJ7wzZlVpPT+t",
+	"pjf6BS923sHmxVTo93jXsvzk7vmE1Vzw98/wgfvgFKQ/DjfWOemUMv+1FHTZbenm0tdX/bo1bHAanTIp",
+	"VqBFAUOoXK4JufNyw8zcSRpQqpScgFPtT3hy/8DnLengnjQzmAvBtSCXzIilvy4vz9EqzzO0xOnP4/vs",
+	"ghvx8LjURcSPImt920a/9WMePqWdVp/naMvWaSys314LSTKmYSWj6N21x1y8txgx3F4LmET9bY1fVGa5",
+	"fSqtbpB3fIKbuLmnP3uJ6uQn5umw1Aq+GOAap43SgU+s0k0vU2zBM0FRfS5n4ZXeXEoTll6K9ahONO5X",
+	"cu7RFbAR26kl6fBmH4ejUbJ60J9XTYV13Qki734mCuEegWBPy8milU067/sz1acfnZY0eM1XL5xSORPx",
+	"1b65zJd9tUSp0V+qXMIcgZcmHXS37JwyeWRa5gw78nnnjIzz2ih84sdtpq+8IjFmVUxlIyFnzfur9KyF",
+	"UYIqfY4z27oMvHJPudDEcjDAhfSd+FOTVMtKm+jprzYfGr31aN4Kr6nO+BfnN99xO5k/dqqNUxqaCVsL",
+	"UxbggXCbj6keaso4u3APg3MF8x7AmkCjADJEIeNVLdiFcBo+WqUQYlFSvJx2Rr/s/jyY1msYvPMh2dOU",
+	"eVf7qMjTuVMX3FBPIKix937WRqppa4cUxG3R1zY3jcbdvU+0IFs0iLu0/6w3dv46nd2/vnFy6EI9lZO5",
+	"0k94Q/DgCV97MwajvyqO/io9u2fYRS1ubDAY7KglBMWPvtkdEm9wEe+3FPjUa7VqOpDR1W2RvFClbGCZ",
+	"L6+Ehgg1XGdZKRIQWJN8wQvK8GBdpWfMKssLcPOesHFnOO5ACuZqLrToNTJVjGU0RWge0xXIPcGR0xMm",
+	"Fku7rvLUlgWXFAtnS51PKGiwNQwk34jsHJID25Ivq82D2w3jWSYyZ6G6q7jTtYxin3Iro6j/WG4txDBa",
+	"hAQDAjAAc8z8SjBuwTXqWLV/s3+XTwpczVUhBuwHnJfm3lie8CUmi7g/0NMqMkyBHLFU4b7hV6djyUmS",
+	"Y4okv1BXgqX+KbrLZ/Os+BpjjHuI2vor2pY3TC+P9m7nYg32Gx63oVH4tsns2sq0TdjdVF9YJYW5lSlT",
+	"BsaeiRdJR3Mrzpdt6iXuZ4o36XwiIFN5qrSbG5yVUsLv2Z7Tq97UPCBcYvWsc/dM5mgZHLVujdz66TwT",
+	"lIcNrtnaCY5ntW07LoXMzttYEkhytbpnGNwX8yPiUo5t4Ds8j0mxYgd/TfHxsaTDAAccgvyQagPzqtLG",
+	"6SZbX+Sl0P4HodOx7GpVSjiAkNHK2SKfaNV3D4cPD356PF0tn93OFs8Ck3IDs0ngkjJ8GJeZ/wAk0M2R",
+	"m8aFhJTtPEt8UgaPb6D7xpeE47QHjUEWyo4BBV/0MfvdfURI8btuEhuCPqQ6oRpNaTeUAUOMw897i5Ft",
+	"8onES8hIbm3Klg3C3drQ2uGKDnaTJnIjpS9yAE6Uu/+w4ozeJjC0EKMOn6D9AbveEXLmV2XU4YWb2pZn",
+	"EF8ap/glzVJUQVZMuXBKgmULZSw7+t8HQ/YtOzw8evDNo0ePhg+/OT56eHSckAplLB2wqr4QE8YNE+/5",
+	"xBZrdMWPO9/RAZPl4kJoM+70HIsD39yvpdA5FkFsUV+ViLg5g0oDGzYRqfvo6zVmuAls01pK7fUevjiZ",
+	"ty7JeFHsYVM8yzof3iXVllT7XMm+632M/uhff6c/s3skp8WH0M1kB303WwCUDBSJ7wulCsGle7IqVLtu",
+	"Os8dC3ktph0ICs00zxr9wJBrKTB3WJUWY4wJxRe9tnLPsCnPCyhqjVhPNC+MqTa8P6Pyplwyiv+hMcmh",
+	"xE9gNgKlhEE9pfFcNy5bY10SRBT8tfxSSHwRJrcBw4SSF2PzosDj0zthaQnRUcdE01BjlDJSCN1AyoDy",
+	"GTRrnNaKGxwkwQPpk0xBH6V7uGGYV+2OPcaor2rafm19rkTRoHC9lIIJafUay/aaShVBzeeogENi4z62",
+	"EOz+G8ttaZqMIbeR173ihbsHCHpZ8HXT5jqRTMm6kNfABNdFLrQvd/bFnJBAtZGP37xMkAB1Dg6dc8oq",
+	"ay60hu0K9dM3q2nZQ0bbuVYh22HXIp2FGz8knatcFU4Z7EMaHR3nnXMfkS7pmDr881cnCPri/UQIx+6D",
+	"M2a9BCrds4qUZWKaS2Fq+dHpZnJgivWivkwWDDyq98WCgaoirF4h692Gv2yUhL5La/S5rWptUOHqtkvp",
+	"G3UzuPUc5r8/z9xg5J4n08kJ57mRuUOuyUdoLyVw0MOj+8dbOkjZyFwr632l9CUwo8+keqAJ7d6E6l4S",
+	"qvhyyaZlgUxMC0x9gORJp1GeYzKP48hdTo9oZqxago1x9L8PDnsDdkpDka9dSdEnayvKBQrJYCGvCkgW",
+	"v8nxUnqkG3I3IJPUiTi4cdjzkAVY/ugk0qIsbN4wFkgCU/d43pqqtZeK9W6TIIEgmqkPYjevVdFgwqZX",
+	"uVgJnUJFvzlhKST5powXRlGYAz5TSDfbXzAHuOMYm3ssGq86XVGN3+2kdkC4qZF97Bs61vTtu9e1WqbG",
+	"6ANOg15WC3PuWHW3CjdPW6Av7qil+S9nngz8taTjRNZK6awz6kyU1mJi+3OljehfQMHG2k9wRFu1xTjC",
+	"aobF9x8W1SUePTje3Ih61CqKm4cJbfFsqzR4ioo1VsTNuZmfMOn0M6aFLbVEBh0PTI71UA951JT/8onb",
+	"6T84TJ1eec0+3kaIKD4cXzxG9NibdM10eYssrVFMVTw5YYdQavmQ/jbkG4aYZPDygJf0UqqVvzx0D7VI",
+	"NS+r3jhq44V/sZNG7q2ZmOQmV3LcAfU8OnvBboRABIBFODIcDjEAFC/Q4UP47NpPTcvc6sF69uYlOz46",
+	"/Gvlu5qQPVVVV7598wRINZRj/XLa/593v99vqsJKOk94XqyhiG6bUrOmAM4pe3v2mGVVGAfdREmo7es/",
+	"eZLWZ3Q0PHrYPzzsD+/HqrNj4Y2OMNNmKOCullDxtyOMEBXFh4J+bmHK3Um5KIvKytqnFj4+KBnmVrVJ",
+	"zifoRm3MlVKyL8UMht5wt3pd+PjRYDjcWDr4rb6d43H2+2FyePShOx4P8I+HH3r/2bi7tRrs2AEFWQSR",
+	"mJ6Yq06CP75rfI8VMvsIhdTaorLCHg63hEvteluJCxjpUq0iKI1YtcIUbHRzgjNfyXP4bZ1SirdhaPe2",
+	"s6f7D/eoso0pIZ54Eyl8z/PiBZnIDUkUnIwQyAJezfNCxJ4SzNLODSuldoyLXxRiBGk3oGkVamXGsjst",
+	"+GwmMpZ634wzq0I2N1rVhj0Y3k9YWqgJL1KKvHv/iWS57JNLZSyxbE9D1XKGB6jyq9wzzMy5hnMHrBR9",
+	"CeOYhtz0nJ4DE3AGjhtzm5zqesGVmvCLQVitOJklX/jYLdRgjjqz3M7Li8FELQ5+DSZH/E9Id5G8OIC3",
+	"IhRCLorsqdaqQbeEOo/tDYL8ZXAZ+bK2UIJEz69ZN4UFML8M3w3Q0eIW3+c/eAgLhMxpOpgLSt5pLG+L",
+	"6QznWD3QRGsQ2mzOErtqJEABYcrcYjQ0jt7GkVoIRknljHlIwsNoacGXBuodmpwvH5/OucEvjclnEgGc",
+	"quLPlpW8cQRTC07Z8R+TuflpkRvHwT49pWkr+kKf5AfYSKokSmilnT0Njjp5VQu/hz0VVnyTFNdJQLbh",
+	"ZZZbVqjZhor/YFPF37UHTXpjyEVopvOaKvGZvB9V/gvOARyd6IfG/IbcsAlfLjEsHDyRF+5VHx2mOdxJ",
+	"kVtMAnUqnA6ceoNocffv33+UeJVrWtpSiwQ+IJeMs7XgunfCSNMYYXF4BKyE6x/gq2qpPhtZE/sfjbbz",
+	"0Erxt2GaIdv94kbZj4IXCGTQlrvWZq1tnaJNc5zbSuBnYilk5mwOr6/+Pu4slbEzLcy4M2LjjrocdxI2",
+	"7minvuBPZVUKN+58iJNDt3Nbr8leNRiK2PZIqcuUdQ/msAy/9U5YCgGeNIkUI9bl0QcwKoFLGIEWOMUG",
+	"gz6cglmAoZOi8HMvY90D+Mdvvdi5pS6B5KpqPyC8zNkIIV6WdMJbGlTrjT2nb2za5meNJRgTXhRC9ydz",
+	"ZYRkOZTLTXMUlZUVQRHr2Cbk/d9O+/8z7D96V/1zcD76r/6734fJ4dFfm63FjbBrQ839UnCIdHGoDOku",
+	"sUo1YUfHbK5KbXpBMbWhwsnb1ozPuOMhMvNhcBPK4hZKY/lI3a7l/d+qiX+THB590zxxcMuDN8tv3VZO",
+	"w16KKr7n1rXUEDVo2OKtiB5k3ALlbtfTtCRSF/7zrw1d1FWqbRscxJUToHDPCTMYZ+HVJqopMxs+lG4K",
+	"yQDuSKLJa9LmlEb8wusm+jPetXl4Ctob0JPoTU0nKQ5sNn6j8YwPivg3lz+uRLi7PSg83seNkvg+937p",
+	"GH5jn+Q4YYS9mXJN3qA9Xn7rxJMElK4SLdrqc6NPaSQxv3s79emtk+7V0RBwgjRKHqGVRK4VohB0XDQk",
+	"K/nl6GBsdduxXzRDypDOvIUn81k049tNQbqJifJJ1BP0zw3KaaWNBs6Dv59AnoZBhFXUHJxIZZx1vYFC",
+	"kKNsyXO9fzYHzGe7JmFTd30hrNBNDtgXxBuiKG0ZsNecGh9lAHG5JmLugh8Eavplse4RzLPnMx6JQ0KW",
+	"IiTUKCPAawKmPzj90SWG7pYk/omS1gHYG2CnjA0+QLWS/jhRJi1i0YaSFUlJnXEWLuYsjCUYY8dHR5AM",
+	"xNkiN2YpChvDRENIipaCvGD+ZP7igwDv9twapL9d+9JUzpvQjrzyqcY3MN33Szp3R5886pv55xfcUCZz",
+	"84G9tVPpk0hDQvV+yX3eEY8ZfjWsPUi/9kaN+35kspu5/IP2M96a6YqTbDrzuFUtYZb2hOUXSjolOjem",
+	"FOzoQW/Elk7sSMvy6ZSlOCOE1o7ylzcCYJD7NZZ+lJNwL/HkKtHaIMgzAhajl9dJxXsGc+AoLzcdS4O4",
+	"/mLh6MG7gbetSZ4XO7Owq2BMY1CHHB/kO4D51ENPY+ljT6rIhLFoTgRs1JXSlxA4niidIUw/pADlgB5p",
+	"cuPYGAw8YKdj6d4bGBgD65MZvmLS5zWEN42AxVzxohQBrJ6gfscSHrxnBuyZbACsxDwpbiwNAGg5GV+H",
+	"uJZRbMo16xb5lUjGUvxa8gKgeZWeDSATsTdgT6s6AG8fuV2GNKbwuWsP/bwXE4rigE3Jftc6WXe9G14b",
+	"NFtnc+3vZNl4dmNeznC7nXe1HfbKTjQdP17jCW+M9aRCTpWeiBSzy6guBmxBdw7nPFOrlKQJ3XFRWsp6",
+	"MiyNEs/SE5/MhgEgD8NCGXCxW4IG7SQdHKGDeXL7Wbh3E4b5iVAUNlXeebngsq8Fz/hFIUK8ZFeCRwOn",
+	"ibxoTbVwRmnPWgCWfclniAQG5diUK4yH0jGDfdAZXsqnEGGsB1URI6qTNEX8fCSS12KXmFG2FJIt3fgp",
+	"xTLPucUq+gX0B+hWecPIg9E9RThUabz3YQp0sTGc+xLPbF0MkSv2nEPx5jkF/xvy+j8mI2s6FRCDOC9a",
+	"tN+zKvqJt7CF0DPSKVGkeUWOkjli9znEsXy0aCxRvFCJIBUkdh2R9VEL3Z8tBrV5k/PsDULiNuHaYV7q",
+	"2XO80Zv+ZpfgDEvhuzLUVm7wyR93k9zuVnwUN0lTXmBni/YoJLT1cez1XryjBuwfnvlkjgUiKXBZaTfN",
+	"EUhAS94zJpXl5rzURQvCqcjyCdTlYTT+7evnFdCNTwRjC24uRebLxPIpk4QdvV2cVm9HsQdFvMEnfqYH",
+	"nLhbZjc+eitxMVfq0n/o/kAthDtN1NhwhkMmc32n60PG65w08ZiNUGX0iU1i9qWe3Tw70p1V7wMngKfT",
+	"yUKwZ3Iy8B86ctxw20fSzBT3M0K2iuFr9UaHn4uJXMsBTHzk9/s0PPy18imvdEQsYR8grAYuQW+kfby1",
+	"I77rdjjib18/rz10jkBfez4KBVm3ddA3Du1OjxTeCpO/7jS3nKjngbyq7aTT3yaBsHzJ6TS5nCUsdbeT",
+	"nkLv6FFPK2ecRCIqRVqu6Sw0Fi+tctxkOm1TWm4jaut0ny8es8V+DZP5DV3EuMwJo+Qj969ArVShts2w",
+	"Ut+sCa3YkFMTENmdTrQdxWjmfDfjd5+Vc91EWfkozvSVE92IEzUR/WtukRraPWA7k+H9fdfAU4BufO1y",
+	"wVxoF8+1n9lej4S79xOX9Ny7RnBigIeNEhEIfoDbQWMxcG2+8ef6Wb3bsfRvxE0RkG6yLptAQbums0Fp",
+	"N5E9G63rPkYIbfaGG7DH1zDHDVkljM0XmMBOPecaZdargFWy6fioJz5V2fPNqfMbiQ/D/qN3vx9/6HeH",
+	"vxz2H737/w5/GfaP3vUaMx9eEY/69LKqjzmlU54X5/tw6JABfOtqsVuAJunyiSbyvnGyXeGxhBmobrxZ",
+	"zWs7IqlSRQtUKUTK9mdYr+iBZpa1EX8LnjTvXUdQKdngSYtZ516M9oYizO31bZjNOxTpyvglCoiJnPag",
+	"WvGbWbdu+jc3b6Mz5nPwweJ1Bm1F8L98TMZAeOZwOBxe/5iSdg40E05HHAwl0/tVk539J+Mte2quFQ/Z",
+	"qbzSbTfUXz032PPEu7vrFr3/16cykC/PAvY5zhU1tZ3MJjOZbNZm1yYpdZDQM1eWYEiUFJgSaQVfJNi4",
+	"1AkJn94x5cYyhVWHvtGVN+H4NVgoCeMMO+CpKSXhYLUUgqP42vkt2BPGLQB0s27qvijFVB6vRGGhfAHd",
+	"3GeKWUUuUTfDizX8rwv9nHsD9hw7Y/gkT6fQQtIPfKLha3IAZCPmiKHmBrjG/octuAUHAChEX9wDQN0A",
+	"93ABfCFG+ZkZ4J5+R88Kt/SS12JZ8AnVMhHETm7s4GO55vW88lbVqp/EyutTJ6hMabFQV6Fy8Q/BQxuJ",
+	"eJchF1lJ9c/9EYCJgiZZt+gM62JlZcJQEUkgdTxhGV/3gKP4xCuW+hE2zL5RLfXCJ8WEfszUz7vWwjup",
+	"3+KY2krks7mtjMIl1xsPOW0XCwcm4C46cTyfLxOI4kMqO+OZu8B1zt2e8oKZJZc+uZjeUkBsm3U5uyi1",
+	"sazgVvjCc5xrglhTxgJ2VaF41nNjT2CARW59zfPKg0tS+l1I2WTvvckB01q3zaU3qLqojzDQ6j+1lvt3",
+	"NKx1LO8+GLIFiTq/efcZ/eB38b77F+E84Y7+9Sj8BLubbLZhDXt3NPR46mg2MalalxPSKWBZzEbgEJbg",
+	"hHbaLRXU2GZC993txudD+1WrN1JnXYQ0c6uPJeWG2xL9N+HlkCXreKdlR8ODo8M6NlLUnTE3QZr3UP67",
+	"maJgBTjbpdcgBuxFHBitRGoENxtnf+zpmiBGt8lG3fiOCbJJwU1oOUMHVemZqTso/GG/jeqSVxE/3V8i",
+	"XnBz6/mBVerj4GM9H5TjurdaEmdzXpemu4kWXgFkRotRTaFR/yCY9AY4P/b6+8fs0fGDvwbssExNyoWQ",
+	"djtKgB2dGp0O2Mtx7++PCrU/bKW/3rxGrAGQLbeF2OFg2crdmlu7NKODKLNpkIkr32HLHGBvCxyyb4py",
+	"tqvDxR7Abi8l4+z46JE/c4DHg1C1cPRrSG/7I7ndM7sg4Wr4buGOFqC3BADbqK3rzaDaNuET3EW/J8mu",
+	"urfXN/SGBA8FOh4Gs6XtH6sBgFABCjS6MoaovoGPdfBguO2RuEmW8jXo0jVxM1WaCihpIlgkt8iLAnDC",
+	"YNa9263xvRaOWk1ZuhQ6ZSENuFYRHQBLclkhz+CtmIVoxxIE5kNGWngXVfAot9hD/o1hvccdTMLa8mof",
+	"JocPAdnE/9mCbdKWr+l5XxsucIhAbcg9kuLc0oqg7T6q1QzUoa0RPduM5UTkRdeUAIM4cavwnt5x4GRI",
+	"bzPBmtKvb5CEBkfg+tKNEDrcbrqwkctUlWKzLkaQRwcHKeUUZrmBPwPstlWsNDV8EqcfbKVpHn9T284u",
+	"vuk/RwcH4/Gbv7QA1NRjlrHxgImXLTljCncl8TqhsUpj1alUso/TjkLjCe4sp8+PKlC1GDltNMJZAaWv",
+	"qgZhvhjE88notQP2RsiMAQ9yc3KzwHV6+/o5Ugzpc270iVoIA6q9poROzE8Hxf6Co6doSmAwOaSG8xVf",
+	"JxEiulOj2YWwKyEkszoXBlug48hZc0Zc1H91V9uKPQrsquTUm6J7VPqiPr9/efYie/SPX4fv//vi58nh",
+	"87/OX/12dNr0bBviLWAT/LM0Nji0kqhcIa7VpBxpr5mbcJzN3NmZdi4Wt4aH254iH6mCm2HANrzIULFp",
+	"WNfXeYRqTPcvKAVIQg6wByjegMhEkE0OVpPB8oh7KFz2YzzVhFA9bfrwgLZ0bX6Bz5m+Jnof5t+M6gp+",
+	"Smrde0JSCE7qhVgrshapj0F3A1J03xYTflH3mUDVFGSWX9FJ3nuYXbDIcZp4BIzsu8/uhEaGxm3N7IAm",
+	"fqNDDAXRNyAWQI6I4dH3BHnbtbre57Pf0nq09T3ievhxW8g6oQlBxPViYm9ULqolaPZUf6SPGauN6c37",
+	"m1Qx59+jq1M1wPXu623O0IhL7suYpzugcbeNyhsJpV2lSTdjJrfOHPan1dt6WZtWTCt6zU7ui++30XYE",
+	"vVBeNrEucCYvtLBSxaMIsO4G1EDvBPQtVEgXqHfh/Deq3T1NHNfD0BRd3tWaowYxeHg0vK5ZR1vbnNCi",
+	"Y66KLBQZgsJfIXL8sYvkG41D2pt/1U4dn6B93GZ7jy0gS5rsw2HSgmr5JcEsb7cdSdJ53/c39ZUUfTWF",
+	"eK6XoJ7C3tXZzRuvVXjP9RyhDrGEzRLiBjFbL4ezRmc2dj/eduHBmcQE6Akvigj9X8gMnIcRhLm7a8El",
+	"nwUM4ZOQT41XteBZhHogAF21BneOibpJgD2nxxsnfUbE9Rk7Yu+oLHOkfg9xPyZBLn9ajlx7adi+5+9j",
+	"Cp4cZbeWGT7Bc2kC6CB9NhT2Rgl60TqQcMo1U6tPXpR2SMfNfJT4M26WRebo6iOLpFBibqeMHd8o+4sS",
+	"vZ7KWS6FoErj2rbEyWh75qJt99u/OdXvl5Vwk3SBDWLbZ4DWZKS2vbyNpBfgNV886cXN4mOSXv54O7j9",
+	"adTF55ZSremZi3VzX3ZA8aqQLgJyKhTQV36t7ZjcR3jwpqE/fHW/KhHtkG5G1RSLcSRiUTY1ZmpF3TVe",
+	"fO/TJwll/RZyIvwaZutnEiHj1uz4Gj+NVvvdjq1tUTJqhcx0q4cFoXLtlXRWUFWAUMOQDDUdzUqCH1zc",
+	"1C77Ib8SNUABsMQiPTVFQOcLZecn6E6SmFGQ1L+lyKfQgtanbWwb7HWyagGS3XgfwjuJYnqyCSXrLai/",
+	"soyvDeNzwevW757kWp/HkGG8luEN9Ne37DDBFuVWsYchzoVRrJoJOhw8SG50AjYLWTdVLlqNTSRgq1Rb",
+	"Y7ObYCiHxJkJNhBhXeiY8WA4ZJM513xihTbNoH47MfnPtncS0LcWXK5DF7UA2I+DPhwefzMcflTDhXCc",
+	"dwD6nsWd1nbMNu4ISLk0K6EFOqaWRQ6JXtcR9x3wzFvgfmGZakwOX9y0ZC1IVB+Xs9KKGtTm5L9pB2e8",
+	"/1zIhh1++n5SlMaxughj2qfu7MszaADoM/+RJSLExn3L3Noba1+wOy0H1vI0+2dp7EK0gPo3cTenFHB4",
+	"DICubq4ZAKppg9Or6ogGd+zp0rzJWcEQ7s6hKcrb5QS6ZahRVAmuN03gXDyDXtTYAm6/eRYfAQv8cT0H",
+	"li2VgI5D1WsBq33sbiRD9hJGVYItYKytCtauOMwecZIN4g5uZQ+aSlvoqShSujxfajFVN8j95lZrk+no",
+	"16Fjc0jbPD4+PIREjiJ3CxncS+zRcPjXw0ePjh4c//V4+OjRkdNJFrmx/BJykpzGdQjwU5E/edtdnGU7",
+	"fMU8y1g39P2xCvoAMjWd9gJkfls/qiq788R7CcvCVq0Ohx/tBu5vX/s0lMY7b+9gREsf+6hjIyo71A9y",
+	"js090VO/2yM/YE/J4U6RiNQIS+F0nmXp7ULS3nnD6HA4d2hMERDetl+hGb06l+fTIp/NWwMjc1FkoYzo",
+	"Yo2gZnFUEdHdjWWcpRNFeJQ2DZnqcj2WmMARHG5QMDXnhpifVKuErebcQoJ31PALQJgG7BWBY67mQo4l",
+	"dmJ278Pux9WYcd+P3IQgpWZcrhFNMZcMv3ajI8UOSbLDtepRNAOCklc/N2bgQ/q5dnS9t6sRSy9atbD2",
+	"AGi0cU0bBmxnjWcqbF7IZTeheTUev0ztHT/F+Zy3Bdq+d3YqYZRSAo9POoSEl5DcYqLMRHxZsz1DR257",
+	"FA5+3yQ4gjHdAPz7K16VO0Da/2D/XnVvq5yUemO6bpA9J/WjgTUkeIQ0lH5U39m7QRi5dU23kWSnO1eZ",
+	"ep5vrzBTUzxa1c2U1nl4dP948OChz+zcI/MioKoTgYZT1Myzbqs97G1ESxzdkGenihT4hMnQaDoKLpz7",
+	"Q7NcIqDEp4VW7iCCeTtV8jUF+qPCFx/XARcx3gpM/t0OMzzYP37xmeIM24vXthi34f//Y/SPdbO4e/9/",
+	"k3uesIm2l1FcCdl2yOEaVEkYZqj8JYJ5R+hoO9fCOEUzWEgD6oD47kagHso2+pbXLDX5TOZydm7ERDvN",
+	"NDdQIUrtyxHFXosF15cey5YgcUwzEGU+k9yWWpxjjUhb9iGmGeI9lMHMtc6FYan9Fr2npczfY9FLcnVI",
+	"v83FexaGiCpiqhTgKuOl/8bf2DbR6rt34aH++OL0cf/Nj6dHDx5i26G5eN87CVnr+EpyN3vPyKVYD9hP",
+	"HrYEZRq2GST8Epb+/e3Ls9Pzn59+9+PLl387f/P08eunZ1hoKt11gsZy+wFqJ7dOFvSSsXS2A3ae995X",
+	"bH9+z90JVYYoI6+FGW5EJ/15LjQRJ1YDvnr55sypFBUIi8/upy+hmQ72HPKcMKW3h441bJYC6hz6laAO",
+	"NdPCbECvT0sjwNcf+sHxsSyUWl7wyWXCljq/4lYkrMjlZR8ahjqqBppe5UZAOv+yvCjyCXv2yg/hKH8s",
+	"safpXBmbDtibElqUFfmVABKFKmEuJwKAd0pZbM6slBjuH8uNbT59/vzlz+evXj/7x+nZ028BpIB1cWaZ",
+	"0+PVciGk7Q3Yj86mpK/XYizBtSyyagNoqImSUkysSahz0JOf3jjlTxUl6gxYtwwzXzvzeCwxOZ3j8vFi",
+	"o79E5/Dor4PhYDg4hBIB5lfTr84oHpxeDL4IZ/LIAkHu2XUf3fDN4FRc8EvhVs/xGMNy2zuBuhiVlRNI",
+	"lqAj5HceoKh3qw2IDLtx2BvYVOJ59bt2/v6E1rHBb3oDBZFb6xS5bfI/DM4MbFxGNyZYu+uuaQFlGYPm",
+	"+gnfhnabyYODBN/Gpjwv6sc5t8yUE6zN2+sQw0pdJ9R8H78NOdZcvwiPnefZjpfeMyzPEsYLo4ghGpZG",
+	"zN5vDvpW3MU8S0NHEZWt9zR08n0bQmFV4fmkEZofhdxEuCk5EXJ29orhA/HKS0XVQmzCF4J1fVWQ5Xom",
+	"bMKksO6kMdjaBAq3VWl7OzYpnp/f092zC00J2dH7982xwVYUaz9Pn9k00QJ6BPLCOEb7a+mYDu7yYD8F",
+	"H0krIoiETrA/NfV191Qff22rO3jjFN+G4rvJGL64DkwTOhPGvgaP7qfxqqzUYHueLxqU2B/VihWKins9",
+	"e7GkCexT8LWbYQWpdT3HigrAtqj6wfDoE3jaKeISpV7HscIpBLUh40tt5S1f+cQn8ImbaI02jAY+Nr9Q",
+	"4GqKtL2gzKzm2AdoLL2CmRtKbuCk0OyhwRWorUAyQDmb7+Oi8oyO9JNreVp8Eq/jcI1Vum9fP8ePog11",
+	"CivJ5KDtE5ikM2co+5h1wfqhfunOFDChctdpJB6IcWetLkAdXFOq+3NokLeRZI1ZH2nCUszVdP+aq1JT",
+	"DAUgqKHDbh3l54Sl4HJJfbLURi9odrqJ9Boh0HCzE8+VGb42o8juQLJbKQ/l4kFSEraa55P5tUA6+2P5",
+	"bEPuIH5aQNXxQ8prYGquAeoZ1KMoORh6/jbHX0aO3qFhuInK6K4P03RD8KMXwGucEXCy0brG0SXuAnmG",
+	"fYjALSLUNlDlEpDBDAiaFwW2LIEySSh9TqoSe3eWHY82LIVp/gWra3ymFqxKDTEOKQ8bzpVQxOfozp1F",
+	"QA3xKYDVOu3XAuln38TxlpsgxYGaLaEPbWqaWPxLudW3vmoEvN1hbBRtdtxyfSzr/XCA0yCQfOr7+5kB",
+	"O70AVi0KI1bgZ4BqahRxUtwsHLanmg737h25SK6JXNAX7RscunkHW7r/o8NX9Pz+U2wOMj32nHAzMOct",
+	"KiISSMODJUNum9RjUr3RWEZRPLfb5e6wIONFfrk/JXxSX9XrG/E2CllVFtl3hZpcPuHrXY3xN1YU4Trh",
+	"YFA3E7bCPAJ+JbA/G6kdGd/XWKW+CZt1/9TIsML97j950gz93R/e38xjayQS2RaryjXu6MekX1KDHlww",
+	"P8juJX8tAqesrzpfLhvxsp3ky3JjczmxIS+zWnaAM8V1p4aKfMm6h8lwOOyFxBjrw6bu7xTchynT2DJ5",
+	"Wwu+hgBqSYTXkMP+VNCWS6us07GXQofmlsg05Lre1nL/dIAa9X9id68/dQpn0tEBsnKzct1tCCVkOwLY",
+	"5gNIRAnqeoT0+7Eb9dqxvobulndypm+SqYrWDh3dLUZAdE3LeA1bQBnQxok/6QxptbpnfPX05zxJbe7Q",
+	"AO/sFH8AeM6zE8ZRtQJZjCxq0Ip6syORiK2gSTYSZ5N88uBVJ4ET0tJEuTsRVsqEL7frUeIM2KQDr7km",
+	"E3ZDwu33rden5kBmn+DNScvhgNy1HuITXZsPwDblQ8ripNS5Xb9xbyakSsG10Kelrw/ZIhvfdARQDViX",
+	"/BqnT148++n87OXfnv6EcArUNv301TOMdqa/Li/P0UrKMwy50p8YTaEoLPW9hE8FiQjTqRZrbu2y8+ED",
+	"JPtN1fYUI6QCCDwhoIcVkkuLEIMQ/cknYsAel8aqhdD+F8O4uYTEdMrlzlQuZ2O5UvoyYePOgq8xFU7p",
+	"2YHb7wM4NqBGs58qc4Yy5V44tfY/xx3WTV+9fHPGDq4OD7DW24df3QJBEXYoaRY+qRB9BjhhZ+oLviDF",
+	"1yAqGLiIKtUCM55y4xZ8MJZjeeb+8JiY3nvBSztXOreY6TtR0mo+IczGH5SPi4FVOOUTQZCvmSgMy+VY",
+	"psFeJCzHA77M0W8yE9LRhYdtDw26wfXq4/Q5NKTOIbPG2wRj6Qxtj5rLAOIMOtDOucwKoeFj/s//YY95",
+	"UQBYu8zgM4S0OWY0uRuewjjpwdVhShQKOIX8UhiWnuJX/wY/jth3QFJksQMVE+0lDK1JcMMAdRN+vJqO",
+	"3CB9uPIf/1E/Av/xH6wr5FWulYSlvuI6B4y2hpPhFQdcaGfWMKjZzxSuFCR2JmTp5nKGpf7gbyq4xI9X",
+	"emaiyn7wssHXkwXNvI9qwH4mR2nTTGoNhNwpdeSSGzfzbOC+lUv3qdURdt8Jh3gwGKS9hFG6FMqvisLd",
+	"9A5+V3r2wRFH/1KsTTpgzyxMTBRKziDOSw0G4EN8ygaUApkR84gI3QCJkMZnx2MhuDd2t/EQ7iEvNti1",
+	"wCRu7iYJSQ54ftywAJQA9qRP+k7cK33GhM9PQecC/RjHwHtwewW+0G1AX9jwg/aAmk8ZwDjLGUheeSnV",
+	"ijA1A+rf8fDwhHE8LcA/vc8bqMetEzBYT+ljKYXITPT4/RPiwH24O2NalVbAavo982k5uGaXYo1NchBB",
+	"kMuxREGBWNjh1iQa5Bg+5ymfzKNDR4wfAb5o/0JdD+0xQR2CLxOcAWOZRvAceFMK+dab0DtCOsZHCwlg",
+	"58BwKo0ioeOwyQxyE8HUigyhq0MEgXVPXz0bS1yFuohTukY8J/Xj9Pr07On582cvnp2lSXDkPhiOpU/f",
+	"C2DjMKJvljHCLuuRQ8RWC3v0iE7Va2H1un86tUKnKDIyJYzvp++OVbXn7hStY1Bc+G+axD+9jhw7MhvL",
+	"2iWoKCBUe9MLtZnPnp59TzC+h4dsmosiM97LCzjB64SlAXA3HctuAzAvONnDz+4Qe2gi2LN7LFNoJx8f",
+	"PYKuTQD+O5ZBgCEFoeMo3cIpToOUUPLKbaiSBjk2wUXRgTdLJQ3E8X3+zf978/In1k0fK2mFtP2z9VKM",
+	"IP+VhMvBP42SaW/A3uI5dUee1iCX4GzG91+obA0v1MIdmoDJORyO/HZBDlZeCGmLNctnEtAw3RydKRdP",
+	"gOmywEwNYuyVQIM4E0g1DkMm0SJ6B2kGYsXnKyBcFYdoBHwspkXF44FjHhV/x1w3P96d+DWwur/A35SX",
+	"AZBZ0b3v+6vVqu+U3H6pCyEnKhNZyroQG0snpS5YP0uZETLDrH2QCGtLG7HkmkJsbpaJjzy4D3Xv7A3Y",
+	"qWMGwIYWIss5TGMTBNW98/jwAdLbmJC/x50RG3dqK7wo3Z6JrZ3GavPxeNyx4r09WBY8l+6vcSeFrQLs",
+	"b5xwKwC5Yd3awtB1XLweWUapmz2IsNywj0fxZqj4HA+H0EnEYCTSbScIXORG7sgg0HnlWD199QwEpV4A",
+	"fjCQNJW7Q0UL5t3Arv8+7sBlXEa0zX4ZvhugsTLugGosjJN5eItfXOLcrX0yEowUjDsf0qRhJKTqX+6/",
+	"G0yUsTvG4ZKRDeVeBXl3Wy9DC6DhJRCTsmEJfLULnWv3whNG+VR4xkHF4tS+pZvWRnF3jDvpCEObSExO",
+	"HoIgxT9RpONJ9OiYRS7hNIAypIpyId36WE7JeKDYwCt6QISI7+o0JbfvC164AyIygG+Q+P5cLkt74tSI",
+	"WNe44FkcNHfX7/uT6OR1wdG37FWMbmXHuctW5xAoCwKyD9EwbNnbc287hk+cqlJmsKOVIguSvE2fyBjH",
+	"MiqpSE+Zc5jdA2ppQhVWUrmXmnIydzbWXGWsm54WhVqlRP0WzhZ294MJPYIX5BnjhYauJOK9u/GEHR/e",
+	"D3tKp9AqxQquZ+IEWEjMQN1X+Wwxt3UnALbs9TMvA4A7X2jBLw3oTywGaAKejvoVcG8yEn0SrJfrzEmZ",
+	"E0TYdwwQLcAuhR977qVKV7pDpdGQsoTL6gVG74Q9wC32Ni6bcCkVMIdMTPIMCpYz4UxYwGWFXiP8iueQ",
+	"7gFc3q0LICdMaq5n0N7RoY2R2BM4drHKAhFuyqhQkHa4dnw8cOwAE6tzG6k1jsafoZIBZk8CNk9SU+uj",
+	"bmSUSOu2XvouOKDnUssybicgF9J9Wn44WwWHJrPH0KmsWQ8aj6uhhAYalMznMGiFfEtpDPBlz4FSUeTN",
+	"cun0mBFL/xM28dvDweBwOBymrOtVycPhEHWx9D8xYevbFDQAGfReN5XQEmjJZ+KeYWmU4RWC+U7SyLIo",
+	"Up+CX3Bj4QlKNcHmE7EP5fTVs07SuRLaUHLpYDiAPgRqKSRf5p1R5/5gOLiPKPlz8CAdzAUv7Pw3CBg3",
+	"5cSfksZ6NBwSkjg2H8BWcY4ClwNGcQ6pIuocdGBgpO1nWWfU+ZGGggItUO5gCkfDIbhuUeRDutqGoHe/",
+	"oT/tOm8bDoE+p6bWBPGsa061zuiXd0nHlIsF1+vOqPM8vxJSGONWms8M+DH9x5jOO/foQQRu0bh0vnEr",
+	"SfFXWjlGKEonyt9bMDMNFKww9DZurxi94foVqxSg+lptJiQ1Lgt9x+4FiWa/CLNqXRrg3zcjKpDj2FUQ",
+	"cmco+Y26JoD4faWMnWkBCWSIgx/D7EPnLMfDUHh0o+5GEz6Zi+wEMd3JXTfleQH+smCUAe/D93oO38OB",
+	"UZljaSZmmmeAk06mN7yxIvp7Bu4VA2DlmBzvc9T811EJBQ40UXKaz0qCp63v/mtcxC9yXGBsaFX0YHj/",
+	"M4z3k7J+3xrWpndCfiYTxNR6N7m6+efXHeCrwwPy+Rygz6eVYCkohO02fni65T2rvyaN7UEN/YwzSKO8",
+	"gL8HY/kTeIDsloseeXudDJ7CO78j3E/HuzWHPoemFei2uoUipn8vMVX52tu/B05Et79rJr2mV4T7Dmii",
+	"OGtHQMd7PcUzDxYNjxxe/8hbSR7y37CV7TES6u6Hvlf6Is8yAWH746NH1z9xmi1yGbwhAvERKkL7ruY0",
+	"dPQR9j0ivYDa6ulu4tuTLJVpYpDmEvgRAmE7kyrqpOORsH0PV7MEp4tahV7zIVoIjiOMewH+75QZFQXv",
+	"FozbuGtrwrhVi9wpZOsBOwvYtktujGO7sliPZT5NNh5rb5ABZd/NaXcnkKskc5FRpRPobeUidpnBl4/Y",
+	"MEVW+msJtVjgP/qJfKjB4AkGmvdIo1mEen7ly06VnqVgLMWnbyzh+PUGLHXrFpZWEbAL1t5pMcsN9Av1",
+	"zkX3v6abx5LDBvRxfajrnlOml+iITzdAr1Ns2gQ7d3QMZje49UAyYS0hVgg5QwC6CkJIhlyPvu8D9cAN",
+	"WnC8mpARCpsKnlP096pFleQS4Wr3/+ZmRJWauYQmkaz77OnZ92PZ0CQs+pb+pVhTq7AeUhDo1GGDOMvy",
+	"6VRoIW3wurJu1bg4icAz3Ob7GretxafIAcuNe49RxRW2PfRe2aPGRaBoW5X8mAkyrcgbgzTJC9AARiyl",
+	"PJ009veesNTMeaZW4OaNNBnYCwign0OSUXrC0hXXsno6ug1z21Pvuh3LuLLpZ38Vl3LAfq50kw21J+qi",
+	"lIa+vOlY0meNWOrU/xTM2xW11wqKDBFMwrD2MQ2LgT2g5Vjmsu/VZnTGa9bdfLyXsBRLlKsvfTC83yTM",
+	"HhOc9c2EWB3y/Ucs30PxBBT0ncrWt6akwBSDMKoH7n2v3LtSyGhsqOJp0JLAfyIyYF9SWZ+hcSEmvDSi",
+	"lp0LtA3lINS4zw29TWFtE6KHDhqeoJ5nz31C7q7Hqxvjp/o3e7bf8AaMVez/Crq/9o7Xcabufq+pHtl4",
+	"E+FJ7fsWdzvs7x9YORoeX//ET8p+r0qJQxzuMcQrvi4Uz86Ues41wgsdHz7Y53tMuXQalsheiCznZ86w",
+	"BRXuaMfhi735+x9C38m02UwBWRqB+STh+CG+2sjnHpAgI4+kkiHoDW5Dw7qSL0Tlx0cWjkZr4lt3e/84",
+	"9TVH1yk4+ipV754BF6N2fJv6VNN33wOT1fK8SH37B3gbxReYkFZjTU9QKd2c4tm7x9yYMWNB8x98xgZ2",
+	"5ASm2Sf3bb1vlFsp1FxAFex6jDrScSjGgXk6ZG1zcHh6NcE7HkesXUugu1HhqOtJMEtwCxDGI7ZcJsAG",
+	"hHTgTIoVzBb1PPcXjepkWGUpfA4e/wR4+sjp0KA75iZyLuMXek931XyCoPwIf4CjmBhhI0En3SnnGUCb",
+	"wT8J/t1z0K0i9OZKF9mO2kZ9YuuR5t3tYMeyG/WDbWkDC1ZNNEdKLIsk11eJcxsSJ+lEHv9rn45uBTrd",
+	"7Qm6dV5bmZ8YBnEmFqqnmTN2R83qsM+EQF7luOpYOrXYBBU18SFCj2eyGTOpsPoYrAGaIGO5ES7BUzNg",
+	"P2Hw21kGVfqAY3t+svzCJwPhGd6i7Y/ek5onAvhKbPXgcJEXAp0O72rddTB9J7pa81AcXHhwpWY/xRMy",
+	"F8ANipuVS+8OtcUa2Dt4v5LQhYobtpljiVnHlGi5ZSs50UkMLrSwr/ro0pUuMT23uagW98ZS6cTD5sC9",
+	"1Da1LDK2QVBdCsYmIccLw51R6M+9biP2lwR38UqSYOGVKeSIL4GA94ZM1MLJwrHctIgrUXd8dNRLEAel",
+	"lq6ACwJtnNAnnQ7YUz6ZBxcKZeeBp2glt90MJ9fY+mBNY8AP0iu7x8MhJgC5XXCTp8NorMck8g3Y8PQM",
+	"9nfNdNGFhDOH/ICgfVyK9T1UCdyq7+kohQPwHRDs3ViG8O4vaR7GE2jTH142nJaQSQJH0Ytwr+L8wZ20",
+	"n9+saGCrnsirREGseP5Y7qr0rD1wiFHn5vhBnjmJ0xI92DoS7k0v3VA39biA2rB31AARTHZHDW7lALzU",
+	"M8BwaaH7JZ+BF8St7uDPH3twSwHfGge53J8AOdkosBEHM3Bn6gT8HqolMXF9B3mxUxnEY+rujRygx15a",
+	"++QsMDLdAHjngKXgmPRpt+iM9+7VBBtNm/LCTfZCpO4qIjeOpc/aPudyMlf6HPAfrGKHrDvhhZAZ15ic",
+	"ZiBhJeqnDgAPhKJWlS04IYfG4KilD3uAYGlo754Q+NtYVg+ck1zLDfVu77Y1au81Ci7YlJcQMboLufVS",
+	"zwj/dC95dXibA7dp9o76wIuClQl/9NM63OO0PlZyWuRYp/glnWHXPUz+fGcuPZU2t+vb4kdIZMRbtnlS",
+	"JPowbN4qANs4EKvnOFZ6JTXcBHG7LQV/ENYfrruTSzsIPanU9pqbjy2Envnsc1DZvR+PdX271jrGBs+c",
+	"sWLVZpMn08PEYY8HT+DQ6R/+WN3Ux3wLVPqDsG0k2qK7Ye9VEKo3UqJe6tkrTi0sl96Q3kQI4HJG5TZU",
+	"qrAkcKsIx7Aq9cVbLoVYUvEh9K/ZkVGy35EhIe3RTkyaxOKNfIZNYphTCZ4fFBq+KilGtVzkObdjCcUE",
+	"mFtMFUIzYaH8CV7vPSeYoWycJMd/xvXyheBXAo1xSDC9F2XtGsYv1FVcWuad6UrTg5E5zy3VaVJBtRnL",
+	"UNZZlXlV6RRRZLlJhAMI9Z1KcIS5/swG5w6+hpsDJY5/Oi7zbym88bB9HGfcEu2hnvQaI7c6rFj5qcWV",
+	"ctq6kqKqkUqYFKuAtlBhCmIxuvlk7tdwnt3sTpf538T6T2M74+fsYz67rfiqObTY277UIDoigdbvVIHY",
+	"bc+H8GUo94AiSltqie5gPCxReYGZg5tbFmtw9d7FKcLZIeHdkWTEl38Z8zYeO2uTkz4ITobuCUujtgug",
+	"4CHEAa60Vdip6atAvQWBepsWLR37jzn17cLx4PdLsf6Ap7oQTf06XoM8DA0mAtBm14N1YE0B9fCbTMTS",
+	"YmcKyr50z0D6w1gWuakgIEjOQkKAERDpvFKXUPwXZDCMF4Jxx5hxehdsAj8yYhO183rcnI7vhoCaEZjs",
+	"V3G1Tby4rJ9IvB8tsq7XfP4m1iTdGk5ImeW7yzFQayRrsa4hjthqrlg3hV6haQ9b/OHfOdTIp1jd6i5h",
+	"YBeLXVP0EftWjRjnt8HWSQJ06Z1pnPDVfxZ9033MPuomQroISY0uvh7k7YPMs3rH0/gkA83cnea5fTb3",
+	"rJmCQLRaQRS6IcO/V52NsqW9YcKWRQmZB5h7AdCW4Z3kyukiMjnVbcDJhaqMHoKs+Mwzb0viYAmWVKgr",
+	"oT36D6wv4k5npYjSBMllSxmZKFYfv/lHnDKR0nyVniXwpfChOMEEB/Tjn+OfNDL9heMmHtU3HYRX1uNl",
+	"MThzF1s86lLKXM56Ht/y4zmT0hE+Uiubwrqul3r2tSDtT8JdtivYCO+rqX5tJ5tJojq322Q4VNDfBz/t",
+	"5woaOcn1GAd+C+P+ScRy9E37COcamMJX4dziFKqtUpwTVKPcL+keWgptlATFeMIlNFQEYYtCZSUuwjeg",
+	"Ewkz8kcsxUaD6VhqwTMTAP2wK1cI1gC8AjdmpXQGziVMtgfvEkeESDPHIgSDcFHuhbbUUmSQVyIWPC8C",
+	"8ktU7FclmDy6OxdVdCjuyE8VjfBlnFXxJ7aFdCIq/pdKzrjpsf8Xyea4Pf9VbWs/mj9dI5kPfs+znc6s",
+	"J/A71a3EtAYIqdRWJte+pemdBHZwDpvnfR+HU23GuWH4lV89Tw1kh4t8W2SXfK4koZ1UMfxSnPgrgbXk",
+	"8NwWdd2ZgzPa6FbbBhO79o6S4+2bAXHvsYdqTb40mwF0yuklp8cnegUA4A6/bCxRO2QBTRnyeqxSvTYX",
+	"5w/4vX8SYwq+Zh8zCvft61FusZ9mnir8GaYfPoe/oc12Os0yw1Jw0KVRKljomYZIjjEeD4BmSLWibnUp",
+	"/C9l3Yv1WMZtA6OuNBTFIJ9evWFhL2FKsnqgj+J/g7F8TADa4LesQ1ca9LcaD0zjE9sypkobWvA5JZVa",
+	"0vSw8g6h0I0QBFeZO0YCN5yw3LIin1pD9erQ9976TxwwcPZHqayQPsiNkinahuSsjdFm69Xwbvw55ehF",
+	"y9s9Pjoay9C+fYQ5+NSccMKhtSJMtNdetxDnIiZjZ3zKFq3A45vWVL2ZsOy4Bc0E1GtgAndkNsK7v4zB",
+	"iJ/VoqDA+YSyMuxj5enya+LCv34mIGw8BWW6nFm17JfLXgtzrsELE1G2aTkHv8P/d9qIT313UbjV09Wo",
+	"hftmWi0Ntv7cZJUEdYWvQQSIXRkQJ6hE1TMglPbqFLwmhnvy6RDsJlB+GJGv+MU+Zid+wNdMh30yHXCx",
+	"bkCpd6j8wy63qv2aW2F25jf4YCAm8nHvN/FpD4BUAMDEOp8I6MDbTeG2dBRVmiRUZb6Ro5+GSpOUQq7Y",
+	"x2iyS442UTSW1ryGr7nbPHQco0UcAbT2hOuvp6PhdFTZMmGZGvO7b/WAOLW6tE0JbUBmpgm9CDs5hyIp",
+	"JPoul9R8HHCItFgo7GQuFr2TseSkeHZTpWcDPAA932oBoQUCDkcA6Ec2vq1e42GBXiG+EUJuohPmngVw",
+	"IDdM+0E5CXARBEGCei+pt2kc5t8uJCnrB+pOakng9W+E/QLlJPsd4wTMKCPsn0+h/MIRgZd02KLzp4nY",
+	"9uMIDbIs6uW8G0E5bvocdSbATJa5KLKEGaUk9GdQTLxf5trjeXVtLtD4zHrJWCp4Ly+KNXV5h2YSlLvg",
+	"oW8PoACdvKjsueDGN7ai/grYnQfwWr1NqwV1s0FlccBO0YdTKHUJqA9SRb31oWvwdkfrZCyNqsrhC+Q7",
+	"3LKpWFG7gdyCdT5XReZ+xRtk6DbeBStVKil6COKLa4R9o3i9ZcCITVVRqFXVJx+K3JksiwKtb9Tl7VzQ",
+	"gNATAax9pwvgzEWW3nnyEMBRLIV8HVPMlojZ9KIV6wbKyasunrm77Vdw9iUdyaEVJbUb3Y8tPYNDsv/A",
+	"6JVvHph80Z8y8CvwwuS/ibYxfO/yahDyLnVGD4ZJZ8Hf54ty0RkdDt1fuaS/mhr5/nFcqRFN7AXxsXnm",
+	"vmp+Fuf2YJ+5vUEO+LZqH9OqNG6tdCQqgId8oawwcHHuHTihfjR7Iul8Qs7YGUzrTxLfcB+zz2mE1f16",
+	"AluiG5ZIwp8a/PtLZoOBhhRgJ6LwQdcDAFQ9JUMC8lRpRona2qCppErAUohegGpdrgF+rgup2B6Mojdg",
+	"r0LeNgYuTLmgJ0JBfwr+vTRAZPA1wO0huGh0oLsIwxOUyBp+kPFdm6ViZu40ad2nBgXoOHSv3XzliIU4",
+	"A5T5kxGJ8x3L9thFdyeAb4XeC0gEBM03ljFob21gCKxQ67783YCiS3eX/HaGutJd2Jru1V8megEf1WJm",
+	"IvV/zW/7ilYESUpkK9yMO7foIwe/u//tnQXnLVXgChsdLrDxaq5r0V0q6K7C0YOxfIsdrCl1lmDJKeSR",
+	"S4rqagFNrZsaXd9dml3gLPsEOqidx9e8uj3y6j6KZD9bHl3ztg8/G2//SjptGXMfSTd3FiRzO3lbEFle",
+	"c61qAL3iCe59PiHgKGwGXOTGbmJMhXawW71gu1UQTc8IZwqxNrC9loEWU6uGBkQ0+ar/0K2zWgCGumMd",
+	"7ouAT+065h596k953P+d4afuQhs72F04+PLOfUJ/qgLCfSsHv1YM7vIJbSr7AISwSfxfPIO9Lp8bnUqv",
+	"6UMM41QaI4Npk7AoTlehnK5ko8spGcsJ11f1NFX3mnvmxL/cO52UFAgfWd3DNpxNzjBy05JChHYP0apb",
+	"5X4gdGinCeDkM2wokv9aCkbJAJWldUcOmDssO/xy9Ya7yltCgWG1H199MP+OUt8zDzreN2Z9+8j9g9/d",
+	"/65B2QpJRUSSeEaDa6ZiV9hAxfOKBV9T9kLFS9DxbOdC7uZQd+d2uVFZoy9nLOWf+DDeAqm+DevzscT6",
+	"2fwvd13AeB1r/0o+bf6XDa3vj6nqXX9vVNHY6rZJN5wvJjDOe3V+mv7yLg1pnblNmFERzxzLuivHUe3a",
+	"595/pwXHlP1tl00dsPtuvC53rLh9Ea/LzrJk8rr8KQ/5v7XXZetc3oYqNtfK2kLs0ryeQ01hlAu+cvYW",
+	"PhfATreqILvOnKuC7lEe+Ke6b1p1qpd6dua/Zx/Vyn3YV0Wq2f0xtS07Hvv9/E8fqVVBLMgT0nbhDEgR",
+	"6CLqPRKUmkFlMwiTDYnAc06F82bBi0JoNgVcUdZNYTIpM3xt8P7eCVSGYfcobAftVGtfJfkJZfiblfes",
+	"KrxHZCaA/G0t0Gkn3Vt01/sx2iJzdB3OROOZ+UlVWxYv29dD1FjTU62Vr8KN8N8/7ijdcrHPi7Kw+bLI",
+	"he9maIo8y+WsnovV9bU2i1yWViTQGTxhGV/3oiqBZIxJ7FDYjtXqEHdbsxQPZMq62i2xyKAfa+LERyG4",
+	"sQw6mFI2G2SXjSWObJXCw+qTznLDnH7VUHgfCoMWaiGkTTDTfixTrFIwUEfaVZql1hahpXaABIDZLJSx",
+	"7K/uwwyAEgsZl9X7GoQBa6qRiuViPnXPzbEp6wnj1ZWogCq0l91gW+iuWOXShKr9fYTmWO7Hl+D3BPyt",
+	"nJhUr73OqcaX7iB0Sa//AqVO13FDykqmu77WO91VvdPZhg7wMXxxW7XFvPe2gCImZEUYxRFfTrBXdkj8",
+	"gr/ABwcpCO5QAxAyl2vIGBjLDUhkfwRzwu4wA3YtVnDABn7qRqNJIYAjNYxOM54X63RUAyVZlAWH7nOY",
+	"Qka8GF9G5ZBjSWAm8B1vzx477gb9ogFWUulLoZkWE6UdX3bM3q0FlBRAegS0yqZXmt6dFyCBc8xt3Seh",
+	"Ft9tdNVNr9W5xmdf1aEm56wnUL6BofMHqVWBsQ949s/SWKc+ANncenq/0lpMLLZqR5QMTAbV+6ANYad8",
+	"UErc87kZy5VWchazhK5UBLQO3ekpqtGln+CIek9CdxuQfSyj6XjQpAFLjbApW0ApZsCBJ/SRiVoscgtt",
+	"c/CXuSggUcNxEGf4RNV5xvI1XO8hK4XOiCeOQWQp41nmueLCTV2KGbI2vFyoFdQ0uMsnTLznEwuVpSLx",
+	"it/R/z4Ysm/Z4eHRg28ePXo0fPjN8dHDo2NGVt4KuB7pmNh+fSwxBZdeMITLR//74BDVJViJe4ZduHNA",
+	"3VoKNyO/SD51jLwgY9kl49UI4ay9hByqUJ0qshlFx8GFCt/jpIhhK1EUbsRpUZo5bhG0JobVs1xbqncF",
+	"FCW3AwCnEmnMoekAhrO4207HhpCaU2jcgAwZcutQsU0iYH/qvAzQSlCC799cQUS9QbuAoV1gvEkwllah",
+	"HQB1ucp6D+QIi1nh0Jc2CtTnmt4R6bRjuQMPit0QDmosd+BBncKSeAlzN25hPhOngY/cJLQ/vKtJtEmr",
+	"it19BYr6IyEE31aJKMmbgNjmGVeXfLG9ZuG7H6jASlzMlbrciSfw9vVzOL4WkXAgJdgq1k3pYexdW8m+",
+	"E5/tm1viV+mr07PHP7L62NQWiP344vRx/82Pp0cPHoLOmQnHn0FdhuHymSQ0KWojRB1BsOc7KdbgOMxn",
+	"kttSV41GYNbMrpfCwLSR/WNjOBC9mdD5lcjQf+AhC0BepH9/+/Ls9Pznp9/9+PLl387fPH38+ulZeoKS",
+	"G/j1MgczQjrxNZapGz2Xs/Oo7ZwsiwIls1S28mCuB+wfQufTNeP+Y9dO2DryKC0YI/GaOCk+LofD+xML",
+	"/xMD/EvzFaRk449pxVzp+0DxV4sl19iqDLiD47EWMLZsviCxy9KrQ9i/9O+lsnxZcCn6b/xijpj9Fgcs",
+	"Zf4eB0uuDum3uaCf0hOmxbQ0gqkiY6lNB2N5FjBgEEnQbddkLhyNs2762P27/1hJq1UxYlL1Ac0+7d1F",
+	"HPEHYX8mUr9Dju2HaOHUdF6YEdZtsxl0kg4SM8yktiANQJnFytFPGhZqUMMmINABY912uxl8NV/aEZr8",
+	"TvjEIzq8dHQihko3ms/a+YkG7VecsJU/Y+0st1YslsCV6RlsLhObI8jBNzu41bkk9WtyDL/rU0AnWmRC",
+	"2pwX0MQbMDKIc/thZbm4cAJpyvMCEJzgZ4P4J9oZIB4O0Om8ajpNWAmQokdDepMWE5Ej4/3x7OyVMzJs",
+	"6Qwhx0ExzgPtqZCbiKwqmxZaK003TkHtNuVkIozp3VX3ODrkT6rN+ZNknNc/bK8WxkF8+T3/6jVpZjue",
+	"4YQFq3eX+5Js5sAKdHPctqPkDfSacIzIa4oDN1TqGU6M9VzXJSGSQ4pfkV8KDBI5dY1Wr9uoqqRkTvuc",
+	"pBW6epdLIcmWjRgN+A1sCWAlTiljUnllZcIXYsBOw80EKsXzwnhFhkviPARW5PgcEPMoQr5zNx8Nh6Rk",
+	"AV8SmchSNuWFEaiMOjUSjqyIfbluejzLtDAG0qxGjLNCqaXjnwB6cMUtlMYVubzsF2rCC2adsUMQplPw",
+	"7kTYDWPpBtKlNDSbunp7+vz5y5/PX71+9o/Ts6ffOluBkCnSUhfnK64lOny9Aou6ndtN2kxaFu+CTugv",
+	"ZP2IEBHqCOMzcEIo1nkGGvOQFoUEC0an696Rbp2YegMoAgxqOcTQUC8Ph+7t6+cJ1RGSgu+uNmv4jiyh",
+	"a5NbprsQIe5UEKc9cwfv7hm6G+Y1+Mraq3mNDdtyz5Bn7c/Hy492LO1Sq4tCLP5ysyV+hU/tCD+yvYix",
+	"roCe+EJWqN4Ay/W2hJEjP/Aph6Nb48OrYCTdWDQ1CBhVFln/olCTdgfDz3PFhJwqDTAu8ASbl9qOILBH",
+	"mQsey6YQV6JIWA7xOZmpFfmg6TF+JZyMkI7nkBM3gj9czfMCfRIc2Epq5jxTK4xpORaXsoXKIC9ixRZc",
+	"rsfSpzFJ38+UQW+3vIrBmQTTDehO0KpPKm4ArVSN+5SxzPgahcoS0FBYnonFUjlSJADV3ARUCfDdscfu",
+	"L3caIZQ59+gSFXzqBQADEYiq/1acykkcGVwKbTxQFwESgacoYUaByr9mptRXOQCngtuakdd6wE4poQIx",
+	"GLPc2FxOLNPQTUALdimWEPnEkm2ZjSVFLrvYg2GWS4A//Nnt0XeOFh7zZdobRTs0LTV49wmLyL3VL0Qu",
+	"x07zh260aooEwFLA8UkrG8XTRw5Y4p40QH5NnPjPqpQTgIyMtgbCGRCJuEmA987Dp9Vq/XFjqNUcXwts",
+	"+toCNwtXv1oGDcwYOBD2O+da0kr90QKsTsu+DgEQs7jcnXuD/zXXcL+Cwf4kFrX7mH3MaFjhP/oBua2S",
+	"7CXtsKdn/Bvo9LrmqgXf1QmCnXoJAhDmHtIOBS7jYxn0CC8hljzXJyxdKlXUmX5Kf1BbHQKdw8fJrxWg",
+	"kHFAhKODrECCpAPx4zHpvA5TiXiPECWyCOOP+gRRurSemXuRmORyjQh2IbVIi2DrgajBIpyW8mdHjHcU",
+	"LnWv/jLlz/BRLXIHIOH/lfDn/u3apS6RJDc5QSx3Dn53//tw43bkjRWb4QjcIb/fRY1fdaC2is0WSrix",
+	"7ltweVtAV/wCfqNbLoVYUuYLZDwNxrK59LLCvTph6bhD0mDcGUE4OI07a3hRscOgGLDnaiU09ktCaxgg",
+	"sNC3SaatcWap9RwPzWCPU1g1pUNbJtcVRjP0dVriu0mkdCESXkGpRl+ptJ8vWd3R29xFLBTAvHc/arKJ",
+	"1OVs6k2oruaizzsWV1+k6HMXf/BFn39KPvFvXfS5v5S7QS1nblvrNk/YtVWag5byS0egX+svb7f+koyH",
+	"ncWXe5VXGmFjRp9UHs2oii8qjYx6eEonJ8aSypmwliq7cQuy3dTxtcTxXzY6vSeJfooudmd1i/gkhP1q",
+	"h4NbukRBgxtWMI5l3ADzX6GCcWMT6+WLA3YqG2v/nUoW4epfKDunsm13TzmjlMJacePOisaxbGUhr8pt",
+	"FvJvVY1Yr0P803KlP0wxYuAN6FLfUMQi3ka62GaLtWaH5I/KGYQpX6hS2pSqL+IG5ZVlllQViM48SkKT",
+	"RF/7UuSXzlijCKCasok7+uHdXV4Uzrby4WB1JXTM1jB0gN7METsaHlLCta23gQNj7/joESbTcBbHSBPo",
+	"VeZe7i0y9qMofGkQeCvHEoCATOCoviV7bSa1kqJMUY+0jZlA1rURbtmzEQt1R6ybvnr55oxtbsLB73n2",
+	"4QBvS3sJ08Ixarj/ydPnT8+eptClThOTLMTUYtXj0rHzmOUmjEalzuosVfIcrq9T1k1piBi6GvcgiZuz",
+	"wDqmNIm0F4qWKAJr4vguJLVQhHeyPr8UbhyKkybs6BjEmKmgrNEdoQGztFouWHifRQ9+hjWkMulSpFs7",
+	"Bx3zTmh/eVEl5SzE4gIA57yjoTFGCeTga80RqVsUSs7QI670LG13Lkdtxe6IrUcjBB74eX3N8Tc2MHh3",
+	"ajBcEDgTo1IF8iHh/RdYJO2D3SZqmOr2cyMpPLyrbXZ070F144ekeqp/s2f7DW94pYp8st7/FXR/7R2v",
+	"xYLnMpez/V9TPbLxJiPsTd5ivBrw1Z9yK/6Uz5U+9VOUATUXBeVvkpuSONtWj6iQWRWxXoLU4JSdw6pw",
+	"GWdZPp0KSO0gluU4XKWF3ArbeOzYanv+3ROUxY4PtGkBmN50IeppYW5RvjKLO2AWSee1sHrdP3V8+dqn",
+	"o1thd6no73MdE8zWImBZPpljcRWvKRGUgTjleQEpbj1WAWXARWfeLrhc+1OAHpMin83tYAtKGJIW6zXH",
+	"PtUsUq6BlFuzVOhqk94NKt9uFOECWwxzLFOPHh6hRopnJDdsll8JCUUnG+6AATsdy5CJRwpdoypGVxAI",
+	"8xTrqklvpWQvVCJHY3k8fMQkX7ixwWa23Damd9EHbKpMd9/wtZl+UKMe/MujfEcf+gZV/durwf0BUyPj",
+	"Q+Wo6sb0nuzVtdtncl6K9T1IAxmx1JF6mrA0mEzuD28OYWIhuXXThDCp3AGd5rNSCzNgfxNLSwVSGV+T",
+	"zplb8gU7y0Vibgk6iULYbnjc4gz+Y5Dvxsr9oan4dkjxtG4f+gJGx2w+ghxv5tKNNuNZViUItlnsNy8q",
+	"2hygHYMFMqPTEojfLYJj9cEpw/oMrzSw/sRH+amO3lDj97rr+aKcXHpUeRR1K6Gxk71EX22X002hJSC1",
+	"04CCFnpNbtAnwQslRW8QJgydrYJ+FyV+O7lbFgUmTzuROpa+gAkTmjFFFBXGVF0JfR76yhPIBviIKFmg",
+	"lnCOm+KLKGMxR/IMnQ1YNw7rG/sVKunnhSKIv7Ek+cf2FX+PYbC7dxj4cW7gK/hsbOux5+L/lv04miX1",
+	"FzFqb4cn41dsKAjBsYb8w538W9OPD8R7K2R2dwz2RdSoIzxxj0LHa2YVRDD+Ug9ijUAl59peCI7KBnKw",
+	"QskZVlFKEFZnZ88TZsrJHK1eY7Xgi+DMBCAgrLiYrJkplHW8Ng0/2pRwRXsD9lIW6wY7gEGK1QmmR3i/",
+	"b4VyVfmREwiLk+JEaMQb2+i5O3iU3expCXKTNLiSezewA57CHt49I/Tj/BEZIc5NZCc1Zz2EV+eCSbGi",
+	"5f7KJ/8MfBJ3u+nAdgPf6N2cSboxxKTUuV0DD7wQXAt9Wtp5Z/TLO8fksNASOeRGAhPUTlN8h3WpKPjH",
+	"s7NX56dPnrxOe4NO0il10Rl15tYuRwcHh0d/HQwHw8Hh6JvhN0PgoTTfzXdDLQvr2lxo02MXpcwKEUoF",
+	"OPhjSi2o6tAX3i2VKtik4AbrDn2KKHvpM3SULNZuUpIvRGdE6WQfku12izMspcMmH5JLawYMkEkpJwDT",
+	"Rd0gC75mvk9+VM8QjaL0rGUQdvrqmbNUzQa4EjNzwHuXEwE5DZCED51IFDFtbuZwn1XQCymMxZd5372w",
+	"YbwftPsM1rVq2S+Xpsd45iOOVlFU655hceoGRH4jgFiOaVMDhoGrjLTqK3WJscE4lyGa1AxGbpjSK6GW",
+	"BaT9Yt24sy6wanAlLiq8ZsvSA/rjIIWJYFLWLBqDrvexE8T2UAj2QuBaVDaURM0kEgjoKV1D0qsjvsTL",
+	"XGbgvd1yRkBCr5PGG/1etrsG4moHipZZOEgU3SJE3lz7NpVhdGw4uj3669aGjdtdDvHN9T6H0RBty3gG",
+	"kTbLltzOB+wJROQNW80F+D840JMb1ikvcDRmivG54FlsGuXxUiIn2h5pC6EYqngwAlxHWScNUYPndbP4",
+	"r/ZNgFu7NdJ39V7zEENA0N+u0kyXUkLedv298X74esHm5aoVhycNkEkBj6dQsyozYBMeJhovlJVvD3ia",
+	"8SWAhvoEDVOtGyJrIuEXkHvKQia61xQqGgvpOFtj/Ch4YedOEeRZLgUx21daLRwVlKHWa8B+UsxpB0La",
+	"fIvCgj5nOh/effj/AwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
