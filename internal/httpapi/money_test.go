@@ -93,6 +93,13 @@ func TestMoneyBudgetRefusalCountsNothing(t *testing.T) {
 		t.Fatalf("spend named beside a priced metric = %d %s, want 400", bad.code, bad.raw)
 	}
 
+	// A spend above 2^50 micro-units in one decision is refused, naming the cost.
+	r.mustDo("PUT", "/v1/orgs/acme/rates", operatorToken, `{"rates":[{"metric":"tokens.small","price":"1125899906.842624","per":1}]}`, 200)
+	waitFor(t, func() bool {
+		huge := r.check(key, `{"org":"acme","team":"ops","metric":"tokens.small","cost":2}`)
+		return huge.code == 400 && strings.Contains(huge.raw, `"cost"`) && strings.Contains(huge.raw, "micro-units of spend")
+	})
+
 	// warn and shadow: over the budget, allowed and counted, the warning names spend.
 	r.mustDo("PATCH", "/v1/orgs/acme", operatorToken, `{"mode":"warn"}`, 200)
 	waitFor(t, func() bool {
