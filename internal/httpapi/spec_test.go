@@ -183,6 +183,9 @@ func TestSpecCoversAPIDoc(t *testing.T) {
 // routes belong to an open issue: the contract is written ahead of the code. Their
 // routes must not be in the spec yet; the issue that builds one removes its entry.
 var notYetBuilt = map[string]string{
+	// issue 25's money half (rates, spend, budgets) is built and adds no route of
+	// API.md's; the section's one route, GET /v1/entitlements, is its entitlements
+	// half's, which takes this entry out.
 	"Money: rates, budgets": "issue 25",
 }
 
