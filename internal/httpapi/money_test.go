@@ -212,6 +212,11 @@ func TestRateChangeReachesEveryReplica(t *testing.T) {
 	if d := spendOf(b); d != 2000 {
 		t.Fatalf("spend before the change = %d, want 2000 (1000 x 0.000002 USD)", d)
 	}
+	// an idempotent check, repeated after the rate changes below: still a repeat
+	const idem = `{"org":"acme","user":"bob","costs":{"tokens.small":10},"idempotency_key":"money-retry-1"}`
+	if got := a.check(key, idem); got.code != 200 {
+		t.Fatalf("idempotent check = %d %s", got.code, got.raw)
+	}
 	for _, change := range []struct {
 		name, method, path, body string
 		want                     int64
@@ -234,6 +239,22 @@ func TestRateChangeReachesEveryReplica(t *testing.T) {
 				t.Fatalf("%s: decision %d after the change spent %d, want %d", change.name, i, d, change.want)
 			}
 		}
+	}
+	if got := b.check(key, idem); got.code != 200 || got.body.Replayed == nil || !*got.body.Replayed {
+		t.Fatalf("the idempotent check repeated after a rate change = %d %s, want its first decision replayed", got.code, got.raw)
+	}
+	// a batch item is priced as a check is
+	rec := b.f.do("POST", "/v1/check/batch", key, `{"checks":[{"org":"acme","user":"bob","costs":{"tokens.small":1000}},{"org":"acme","user":"bob","metric":"tokens.small","cost":1000}]}`)
+	var batch struct{ Results []api.CheckResult }
+	if err := json.Unmarshal(rec.Body.Bytes(), &batch); err != nil || len(batch.Results) != 2 {
+		t.Fatalf("batch = %d %s", rec.Code, rec.Body)
+	}
+	var bob []int64
+	for _, res := range batch.Results {
+		bob = append(bob, spendUsed(res, "user"))
+	}
+	if bob[1]-bob[0] != 11000 {
+		t.Fatalf("bob's spend over the batch %v: the second item spent %d, want 11000", bob, bob[1]-bob[0])
 	}
 	var rc api.OrgRates
 	_ = json.Unmarshal([]byte(a.mustDo("GET", "/v1/orgs/acme/rates", operatorToken, "", 200)), &rc)
