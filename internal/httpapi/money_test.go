@@ -424,3 +424,25 @@ func TestSpendInUsageAndExport(t *testing.T) {
 		}
 	}
 }
+
+// A budget may have a shorter window than the month, like any limit: 1.00 USD a
+// minute refuses the second 0.60 USD call, and a child's minute budget may not
+// exceed its parent's.
+func TestSpendMinuteBudget(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
+	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"llm","name":"LLM","fail_mode":"closed","currency":"EUR",
+		"rates":[{"metric":"tokens","price":"10","per":1000000}],"limits":[{"metric":"spend","window":"minute","limit":1000000}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"Acme","plan":"llm"}`, 201)
+	rec := r.f.do("POST", "/v1/orgs/acme/teams", operatorToken, `{"id":"eng","name":"E","limits":[{"metric":"spend","window":"minute","limit":1500000}]}`)
+	if rec.Code != 422 || !strings.Contains(rec.Body.String(), `spend/minute budget 1.50 EUR exceeds org \"acme\"'s 1.00 EUR`) {
+		t.Fatalf("a team's minute budget above the org's = %d %s", rec.Code, rec.Body)
+	}
+	key := keyOf(r, "acme", `["check"]`)
+	if got := r.check(key, `{"org":"acme","metric":"tokens","cost":60000}`); got.code != 200 {
+		t.Fatalf("first call = %d %s", got.code, got.raw)
+	}
+	got := r.check(key, `{"org":"acme","metric":"tokens","cost":60000}`)
+	if got.code != 429 || got.body.BlockedAt == nil || got.body.BlockedAt.Window != "minute" || *got.body.BlockedAt.Metric != "spend" {
+		t.Fatalf("second call = %d %s, want 429 at spend/minute", got.code, got.raw)
+	}
+}
