@@ -2,7 +2,8 @@
 # `make bench`: the check engine's Go benchmarks, the HTTP benchmarks, then (when the
 # tools are installed) Redis's own ceiling for check.lua and for a reference script
 # (redis-cli --pipe, redis-benchmark), wrk against a separately started
-# quotaplane-api, and one summary table with the ratios of docs/PERFORMANCE.md.
+# quotaplane-api, and one summary table with the ratios of docs/PERFORMANCE.md (among
+# them a priced check's cost beside an unpriced one's, issue 25).
 # Figures drift between machines and runs; compare ratios against the baselines
 # measured in the same run. Bounded: about three and a half minutes, and 1.7 more for bench-users.
 #
@@ -363,6 +364,12 @@ END {
       printf "; Redis %.1f / %.1f µs = %.2fx", v[wp, "redis-µs/check"], v[we, "redis-µs/check"], v[wp, "redis-µs/check"] / v[we, "redis-µs/check"]
     printf "\n"
   }
+  # issue 25 (money): the same requests+tokens check, priced (spend counted and budgeted
+  # at every level, a third metric of the same script run) beside unpriced, one run
+  pu = "CheckUnpricedHTTP"; pp = "CheckPricedHTTP"
+  if (v[pu, "ns/op"] > 0 && v[pp, "ns/op"] > 0)
+    printf "  priced vs unpriced check (HTTP in process): %.0f / %.0f ns per check = %.2fx; p50 %s / %s µs; %s / %s allocs (requests+tokens, spend priced at 3 levels)\n", \
+      v[pp, "ns/op"], v[pu, "ns/op"], v[pp, "ns/op"] / v[pu, "ns/op"], v[pp, "p50-µs"], v[pu, "p50-µs"], v[pp, "allocs/op"], v[pu, "allocs/op"]
   if (rounds > 0) {
     for (i = 1; i <= rounds; i++) cratio[i] = rr[i, 8] / rr[i, 1]
     m = median_round(cratio, rounds)

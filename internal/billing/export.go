@@ -30,10 +30,20 @@ type Row struct {
 	// period counts whole. It raises the cap, not the included units: units used
 	// above IncludedUnits are overage whether or not a grant let them through.
 	GrantedUnits int64 `json:"granted_units"`
+	// Money (issue 25): SpendAmount is the row's spend, a decimal amount of
+	// SpendCurrency (the org's rate currency): the spend row's units, or a priced
+	// metric's units at RatePrice per RatePer units (rounded up to a micro-unit). ""
+	// (and RatePer 0) when the row is neither. The rate is the org's rate at the time
+	// of the export; `spend` rows are what was counted, decision by decision.
+	SpendAmount   string `json:"spend_amount"`
+	SpendCurrency string `json:"spend_currency"`
+	RatePrice     string `json:"rate_price"`
+	RatePer       int64  `json:"rate_per"`
 }
 
 // CSVHeader is the header line of a CSV export.
-var CSVHeader = []string{"period", "org", "team", "user", "metric", "units", "included_units", "overage_units", "amount", "currency", "granted_units"}
+var CSVHeader = []string{"period", "org", "team", "user", "metric", "units", "included_units", "overage_units", "amount", "currency", "granted_units",
+	"spend_amount", "spend_currency", "rate_price", "rate_per"} // money (issue 25): at the end
 
 // Format is an export format.
 type Format string
@@ -97,9 +107,25 @@ granted AS (
     WHERE ($2 = '' OR g.org_id = $2)
       AND g.created_at < p.start + interval '1 month' AND least(g.revoked_at, g.until) > p.start
     GROUP BY 1, 2
+),
+rcur AS ( -- money (issue 25): each org's rate currency and effective rates
+    SELECT o.id AS org_id, p.rate_currency AS cur FROM orgs o JOIN plans p ON p.id = o.plan_id
+    WHERE ($2 = '' OR o.id = $2) AND p.rate_currency IS NOT NULL
+),
+rates AS (
+    SELECT org_id, metric, price, per FROM org_rates WHERE ($2 = '' OR org_id = $2)
+    UNION ALL
+    SELECT o.id, pr.metric, pr.price, pr.per FROM orgs o JOIN plan_rates pr ON pr.plan_id = o.plan_id
+    WHERE ($2 = '' OR o.id = $2) AND NOT EXISTS (SELECT 1 FROM org_rates x WHERE x.org_id = o.id AND x.metric = pr.metric)
 )
 SELECT r.org_id, r.team_id, r.user_id, r.metric, r.units, r.included, r.overage,
-       trim_scale(r.amount)::text, coalesce(cur.currency, ''), CASE WHEN r.ord = 1 THEN coalesce(gr.units, 0) ELSE 0 END
+       trim_scale(r.amount)::text, coalesce(cur.currency, ''), CASE WHEN r.ord = 1 THEN coalesce(gr.units, 0) ELSE 0 END,
+       CASE WHEN rc.cur IS NULL THEN ''
+            WHEN r.metric = 'spend' THEN trim_scale(r.units::numeric / 1000000)::text
+            WHEN rt.price IS NOT NULL THEN trim_scale(div(r.units::numeric * rt.price * 1000000 + rt.per - 1, rt.per) / 1000000)::text
+            ELSE '' END,
+       CASE WHEN rc.cur IS NOT NULL AND (r.metric = 'spend' OR rt.price IS NOT NULL) THEN rc.cur ELSE '' END,
+       coalesce(trim_scale(rt.price)::text, ''), coalesce(rt.per, 0)
 FROM (
     SELECT org_id, team_id, user_id, metric, units, 0::bigint AS included, 0::bigint AS overage, 0::numeric AS amount, 0 AS ord
     FROM u WHERE level = 'user'
@@ -113,6 +139,7 @@ FROM (
            CASE WHEN included_units IS NULL THEN 0 ELSE greatest(units - included_units, 0) * overage_price END, 1
     FROM totals
 ) r LEFT JOIN cur USING (org_id) LEFT JOIN granted gr ON gr.org_id = r.org_id AND gr.metric = r.metric
+  LEFT JOIN rcur rc ON rc.org_id = r.org_id LEFT JOIN rates rt ON rt.org_id = r.org_id AND rt.metric = r.metric AND rc.cur IS NOT NULL
 ORDER BY r.org_id, r.ord, r.team_id, r.user_id, r.metric`
 
 // Export calls fn with each row of period, for org ("" for every org), in order,
@@ -129,7 +156,8 @@ func (s *Store) Export(ctx context.Context, org, period string, fn func(*Row) er
 	r := Row{Period: period}
 	for rows.Next() {
 		if err := rows.Scan(&r.Org, &r.Team, &r.User, &r.Metric, &r.Units, &r.IncludedUnits, &r.OverageUnits,
-			&r.Amount, &r.Currency, &r.GrantedUnits); err != nil {
+			&r.Amount, &r.Currency, &r.GrantedUnits,
+			&r.SpendAmount, &r.SpendCurrency, &r.RatePrice, &r.RatePer); err != nil {
 			return fmt.Errorf("export %s: %w", period, err)
 		}
 		if err := fn(&r); err != nil {
@@ -174,6 +202,7 @@ func (s *Store) WriteExport(ctx context.Context, w io.Writer, org, period string
 			rec[7] = strconv.FormatInt(r.OverageUnits, 10)
 			rec[8], rec[9] = r.Amount, r.Currency
 			rec[10] = strconv.FormatInt(r.GrantedUnits, 10)
+			rec[11], rec[12], rec[13], rec[14] = r.SpendAmount, r.SpendCurrency, r.RatePrice, strconv.FormatInt(r.RatePer, 10)
 			if err := cw.Write(rec); err != nil {
 				return err
 			}
@@ -255,6 +284,10 @@ func ReadCSV(r io.Reader, fn func(Row) error) error {
 		}
 		row.Amount, row.Currency = rec[8], rec[9]
 		if row.GrantedUnits, err = strconv.ParseInt(rec[10], 10, 64); err != nil {
+			return err
+		}
+		row.SpendAmount, row.SpendCurrency, row.RatePrice = rec[11], rec[12], rec[13]
+		if row.RatePer, err = strconv.ParseInt(rec[14], 10, 64); err != nil {
 			return err
 		}
 		if err := fn(row); err != nil {

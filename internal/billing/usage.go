@@ -32,6 +32,9 @@ type Usage struct {
 	Period  vocab.Period
 	Closed  bool
 	Metrics []MetricUsage
+	// Currency is the org's plan's rate currency (issue 25): spend counts micro-units
+	// of it; "" when the plan has none.
+	Currency string
 }
 
 // MetricUsage is the usage of one metric at every level.
@@ -107,6 +110,9 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		return Usage{}, err
 	}
 	out := Usage{Org: org, Period: per, Metrics: []MetricUsage{}}
+	if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil { // money (issue 25)
+		out.Currency = p.Currency
+	}
 	usage, limits, closed, err := s.Store.ClosedUsage(ctx, org, per.ID)
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)

@@ -154,17 +154,29 @@ func now(e Engine, route vocab.Route) time.Time {
 // clock of the check's engine, so a throttle lifts on every replica at once, without
 // any change, and a stepped local clock lifts none early or late).
 func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
+	req, route, org, th, p, err := s.resolve(ctx, c, in)
+	if err == nil {
+		err = price(&req, p)
+	}
+	return req, route, org, th, err
+}
+
+// resolve is request without the price: the request of in's own metrics and costs,
+// and what pricing it needs (price adds its spend). CheckPaths prices each path once
+// its checks are merged.
+func (s *Service) resolve(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, pricing, error) {
 	var none tenants.ResolvedOrg
 	var th tenants.Throttle
+	var p pricing
 	if e := in.Validate(); e != nil {
-		return quota.Request{}, vocab.Route{}, none, th, e
+		return quota.Request{}, vocab.Route{}, none, th, p, e
 	}
 	if err := c.Authorize(in.Org); err != nil {
-		return quota.Request{}, vocab.Route{}, none, th, err
+		return quota.Request{}, vocab.Route{}, none, th, p, err
 	}
 	org, err := s.org(ctx, in.Org)
 	if err != nil {
-		return quota.Request{}, vocab.Route{}, none, th, err
+		return quota.Request{}, vocab.Route{}, none, th, p, err
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: org.Org.Mode,
 		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff,
@@ -183,11 +195,11 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 		}
 	}
 	if err := org.Metrics.Check(req.Metric); err != nil {
-		return quota.Request{}, vocab.Route{}, none, th, err // *tenants.UnknownMetricError: names the org's metrics
+		return quota.Request{}, vocab.Route{}, none, th, p, err // *tenants.UnknownMetricError: names the org's metrics
 	}
 	for _, m := range req.More {
 		if err := org.Metrics.Check(m.Metric); err != nil {
-			return quota.Request{}, vocab.Route{}, none, th, err
+			return quota.Request{}, vocab.Route{}, none, th, p, err
 		}
 	}
 	if in.IdempotencyKey != nil {
@@ -200,15 +212,15 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	if in.User != nil {
 		req.User = *in.User
 		if user, err = s.cache.User(ctx, org, req.User); err != nil {
-			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
+			return quota.Request{}, vocab.Route{}, none, th, p, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
 		}
 		switch {
 		case user.Registered && req.Team == "":
 			req.Team = user.TeamID
 		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, vocab.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
 		case !user.Registered && req.Team == "":
-			return quota.Request{}, vocab.Route{}, none, th, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
 	}
 	var team tenants.Team
@@ -216,7 +228,7 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, vocab.Route{}, none, th, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
+			return quota.Request{}, vocab.Route{}, none, th, p, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
 		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
@@ -239,7 +251,13 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 		m.Limits.Team, _ = limitsFor(nil, m.Metric, team.Limits, th)
 		m.Limits.User, _ = limitsFor(nil, m.Metric, userLimits, th)
 	}
-	return req, route, org, th, nil
+	if len(org.Rates) > 0 { // money (issue 25): the rates, and spend's limits at each level
+		p.rates = org.Rates
+		p.limits.Org, _ = limitsFor(nil, tenants.SpendMetric, org.Org.EffectiveLimits, th)
+		p.limits.Team, _ = limitsFor(nil, tenants.SpendMetric, team.Limits, th)
+		p.limits.User, _ = limitsFor(nil, tenants.SpendMetric, userLimits, th)
+	}
+	return req, route, org, th, p, nil
 }
 
 // limitsFor appends the limits of metric in ls, throttled by th, to buf and returns

@@ -58,7 +58,8 @@ type pathCheck struct {
 	req   quota.Request
 	route vocab.Route
 	mode  vocab.Mode
-	group int // index of its path's group
+	group int     // index of its path's group
+	price pricing // its org's rates and its path's spend limits (money.go)
 }
 
 // group is one path: the deepest of its inputs' requests, decided once.
@@ -68,6 +69,8 @@ type group struct {
 	mode  vocab.Mode
 	res   quota.Result
 	oc    quota.Outcome
+	price pricing
+	first int // the index of its first input
 }
 
 // CheckPaths decides several checks the way Envoy's descriptors ask for them: the
@@ -88,13 +91,18 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 	}
 	cs := make([]pathCheck, len(ins))
 	for i, in := range ins {
-		req, route, org, _, err := s.request(ctx, c, in)
+		req, route, org, _, p, err := s.resolve(ctx, c, in)
 		if err != nil {
 			return Paths{}, &InputError{Index: i, Err: err}
 		}
-		cs[i] = pathCheck{req: req, route: route, mode: org.Org.Mode}
+		cs[i] = pathCheck{req: req, route: route, mode: org.Org.Mode, price: p}
 	}
 	gs := pathGroups(cs)
+	for i := range gs { // a path's spend is priced once, from its merged costs
+		if err := price(&gs[i].req, gs[i].price); err != nil {
+			return Paths{}, &InputError{Index: gs[i].first, Err: err}
+		}
+	}
 	if err := s.decide(ctx, gs); err != nil {
 		return Paths{}, err
 	}
@@ -127,7 +135,7 @@ func pathGroups(cs []pathCheck) []group {
 				(r.Team == "" || r.Team == g.req.Team) && (r.User == "" || r.User == g.req.User)
 		})
 		if gi < 0 {
-			gs = append(gs, group{req: r, route: cs[i].route, mode: cs[i].mode})
+			gs = append(gs, group{req: r, route: cs[i].route, mode: cs[i].mode, price: cs[i].price, first: i})
 			gi = len(gs) - 1
 		} else {
 			gs[gi].req.Cost = max(gs[gi].req.Cost, r.Cost)

@@ -100,7 +100,7 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	if err != nil {
 		return Reserved{}, err
 	}
-	r.Decision.Mode, r.Decision.Throttle, r.Decision.Multi, r.Decision.Metric = org.Org.Mode, th, in.Amounts != nil, req.Metric
+	r.Decision.Mode, r.Decision.Throttle, r.Decision.Multi, r.Decision.Metric = org.Org.Mode, th, in.Amounts != nil || len(req.More) > 0, req.Metric
 	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, req, in.options()); err != nil {
 		return Reserved{}, engineError(err)
 	}
@@ -152,31 +152,98 @@ func (s *Service) Release(ctx context.Context, c Caller, id string) (quota.Reser
 	})
 }
 
-// Commit counts used units of reservation id and gives back the rest. Errors:
-// Release's, and Invalid naming used.
+// Commit counts used units of reservation id and gives back the rest. A priced
+// reservation (one that holds spend) settles its spend to the price of used at the
+// org's rates (money.go). Errors: Release's, and Invalid naming used.
 func (s *Service) Commit(ctx context.Context, c Caller, id string, used int64) (quota.Reservation, error) {
 	if used < 0 || used > vocab.MaxUnits {
 		return quota.Reservation{}, derrors.Field("used", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits))
 	}
 	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+		if u, ok, err := s.pricedUsed(ctx, route, org, anchor, id, nil, used); err != nil || ok {
+			if err != nil {
+				return quota.Reservation{}, err
+			}
+			return s.engine.CommitUsed(ctx, route, org, anchor, id, u)
+		}
 		return s.engine.Commit(ctx, route, org, anchor, id, used)
 	})
 }
 
 // CommitUsed is Commit with used units per metric (a metric left out used 0), the
-// only form a multi-metric reservation takes. Errors: Commit's, Invalid naming used
-// for a metric the reservation does not hold.
+// only form a multi-metric reservation takes; a priced one's spend is settled to the
+// price of used, as Commit's. Errors: Commit's, Invalid naming used for a metric the
+// reservation does not hold, or for spend (it is priced, not given).
 func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[string]int64) (quota.Reservation, error) {
 	if err := validCosts("used", used, false, false, "", ""); err != nil {
 		return quota.Reservation{}, err
 	}
 	r, err := s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
-		return s.engine.CommitUsed(ctx, route, org, anchor, id, used)
+		u, ok, err := s.pricedUsed(ctx, route, org, anchor, id, used, 0)
+		if err != nil {
+			return quota.Reservation{}, err
+		}
+		if !ok {
+			u = used
+		}
+		return s.engine.CommitUsed(ctx, route, org, anchor, id, u)
 	})
 	if errors.Is(err, quota.ErrInvalid) {
 		return quota.Reservation{}, derrors.E(derrors.Invalid, "used: "+err.Error(), err, derrors.FieldError{Field: "used", Message: err.Error()})
 	}
 	return r, err
+}
+
+// pricedUsed is the used units of a priced reservation (one holding spend) with its
+// spend priced at the org's rates: used (several metrics), or one (its one other
+// metric). ok is false when the org has no rates or the reservation holds no spend:
+// the commit goes on as given. Only an org with rates pays the read of the reservation.
+func (s *Service) pricedUsed(ctx context.Context, route vocab.Route, orgID string, anchor int, id string,
+	used map[string]int64, one int64) (map[string]int64, bool, error) {
+	org, err := s.org(ctx, orgID)
+	if err != nil || len(org.Rates) == 0 {
+		return nil, false, err
+	}
+	if _, named := used[tenants.SpendMetric]; named {
+		return nil, false, derrors.Field("used", "spend is priced from the org's rates: give the used units of the metrics it prices")
+	}
+	res, err := s.engine.Reservation(ctx, route, orgID, anchor, id)
+	if err != nil {
+		return nil, false, err
+	}
+	var metrics []string
+	held := false
+	for _, m := range res.Metrics {
+		if m.Metric == tenants.SpendMetric {
+			held = true
+		} else {
+			metrics = append(metrics, m.Metric)
+		}
+	}
+	if !held || (used == nil && len(metrics) != 1) {
+		return nil, false, nil
+	}
+	out := make(map[string]int64, len(metrics)+1)
+	if used == nil {
+		out[metrics[0]] = one
+	}
+	for m, u := range used {
+		out[m] = u
+	}
+	req := quota.Request{}
+	for i, m := range metrics {
+		if i == 0 {
+			req.Metric, req.Cost = m, out[m]
+		} else {
+			req.More = append(req.More, quota.MetricCost{Metric: m, Cost: out[m]})
+		}
+	}
+	spend, _, err := spendOf(&req, org.Rates)
+	if err != nil {
+		return nil, false, derrors.Field("used", err.Error())
+	}
+	out[tenants.SpendMetric] = spend
+	return out, true, nil
 }
 
 // Extend moves the expiry of held reservation id to now + ttlSeconds (1 to

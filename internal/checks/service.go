@@ -84,8 +84,9 @@ type Decision struct {
 	RetryAfter int64
 	// Warning is a warn-mode org's warning of a check that would have been denied.
 	Warning string
-	// Multi is true for a decision asked with Input.Costs (one metric or several): its
-	// levels and blocked limit name their metric.
+	// Multi is true for a decision asked with Input.Costs (one metric or several), or
+	// priced (spend is one more metric, money.go): its levels and blocked limit name
+	// their metric.
 	Multi bool
 	// Metric is the check's metric (of several, the first by name): the metric of a
 	// level that does not name its own, which names its RateLimit-Policy item.
@@ -127,7 +128,7 @@ func (s *Service) Check(ctx context.Context, c Caller, in Input) (d Decision, er
 	if err != nil {
 		return Decision{}, err
 	}
-	d.Mode, d.Throttle, d.Multi, d.Metric = org.Org.Mode, th, in.Costs != nil, req.Metric
+	d.Mode, d.Throttle, d.Multi, d.Metric = org.Org.Mode, th, in.Costs != nil || len(req.More) > 0, req.Metric
 	if d.Result, d.Outcome, err = s.engine.Check(ctx, route, req); err != nil {
 		return Decision{}, engineError(err)
 	}
@@ -194,7 +195,7 @@ func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item
 			items[i].Err = err
 			continue
 		}
-		items[i].Mode, items[i].Throttle, items[i].Multi, items[i].Metric = org.Org.Mode, th, in.Costs != nil, req.Metric
+		items[i].Mode, items[i].Throttle, items[i].Multi, items[i].Metric = org.Org.Mode, th, in.Costs != nil || len(req.More) > 0, req.Metric
 		reqs, routes, slot = append(reqs, req), append(routes, route), append(slot, i)
 	}
 	if len(reqs) == 0 {

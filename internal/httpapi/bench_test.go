@@ -183,3 +183,71 @@ func BenchmarkCheckBatchHTTP(b *testing.B) {
 	payload, _ := json.Marshal(map[string]any{"checks": checks})
 	drive(b, "POST", url+"/v1/check/batch", key, func(int64) []byte { return payload }, 100)
 }
+
+// benchMoneyServer is benchServer's cascade with requests and tokens limited at every
+// level, and, when priced, a rate card (tokens at 2.50 USD per million) and spend
+// budgets at every level (issue 25): the same check then counts spend too, as a third
+// metric of the same script run.
+func benchMoneyServer(b *testing.B, priced bool) (url, key string) {
+	b.Helper()
+	ctx := context.Background()
+	svc := tenants.NewService(testenv.Postgres(b), tenants.WithPasswordCost(64, 1))
+	seed := tenants.Actor{Name: "bench"}
+	big := int64(1) << 50
+	levels := func(d int64) []vocab.Limit {
+		ls := []vocab.Limit{lim("requests", vocab.Month, big/d), lim("tokens", vocab.Month, big/d)}
+		if priced {
+			ls = append(ls, lim("spend", vocab.Month, big/d))
+		}
+		return ls
+	}
+	plan := tenants.PlanInput{ID: "p", Name: "P", FailMode: vocab.FailOpen, Limits: levels(1)}
+	if priced {
+		plan.Currency, plan.Rates = "USD", []tenants.Rate{{Metric: "tokens", Price: "2.50", Per: 1_000_000}}
+	}
+	if _, err := svc.CreatePlan(ctx, seed, plan); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := svc.CreateOrg(ctx, seed, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "p"}); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := svc.CreateTeam(ctx, seed, "acme", tenants.TeamInput{ID: "eng", Name: "Eng", Limits: levels(2), UserLimits: levels(4)}); err != nil {
+		b.Fatal(err)
+	}
+	_, key, err := svc.CreateAPIKey(ctx, seed, "acme", tenants.APIKeyInput{Name: "k", Scopes: []tenants.Scope{tenants.ScopeCheck}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	router, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: testenv.RedisURL(b), MaxInFlightPerOrg: 50 * httpapi.MaxBatch,
+		RedisTimeout: time.Second, Engine: quota.Config{KeyPrefix: testenv.ID(b, "bench")}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = router.Close() })
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(b),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv.URL, key
+}
+
+// benchCosts is a requests+tokens check of one of 1,000 users.
+func benchCosts(i int64) []byte {
+	return fmt.Appendf(nil, `{"org":"acme","team":"eng","user":"u%d","costs":{"requests":1,"tokens":1000}}`, i%1000)
+}
+
+// BenchmarkCheckUnpricedHTTP: a requests+tokens check of three levels, no rates.
+func BenchmarkCheckUnpricedHTTP(b *testing.B) {
+	url, key := benchMoneyServer(b, false)
+	drive(b, "POST", url+"/v1/check", key, benchCosts, 1)
+}
+
+// BenchmarkCheckPricedHTTP: the same check with tokens priced, spend counted and
+// budgeted at every level: its cost beside BenchmarkCheckUnpricedHTTP's is pricing's.
+func BenchmarkCheckPricedHTTP(b *testing.B) {
+	url, key := benchMoneyServer(b, true)
+	drive(b, "POST", url+"/v1/check", key, benchCosts, 1)
+}

@@ -104,9 +104,9 @@ func TestGrantRaisesTheCapExactly(t *testing.T) {
 		t.Fatal(err)
 	}
 	csv := g.mustDo("GET", "/v1/orgs/"+org+"/billing/export?format=csv", orgKey, "", 200)
-	wantCSV := "period,org,team,user,metric,units,included_units,overage_units,amount,currency,granted_units\n" +
-		per.ID + "," + org + ",free,,requests,150,0,0,0,EUR,0\n" +
-		per.ID + "," + org + ",,,requests,150,10,140,70,EUR,50\n"
+	wantCSV := "period,org,team,user,metric,units,included_units,overage_units,amount,currency,granted_units,spend_amount,spend_currency,rate_price,rate_per\n" +
+		per.ID + "," + org + ",free,,requests,150,0,0,0,EUR,0,,,,0\n" +
+		per.ID + "," + org + ",,,requests,150,10,140,70,EUR,50,,,,0\n"
 	if csv != wantCSV {
 		t.Fatalf("csv export:\n%s\nwant:\n%s", csv, wantCSV)
 	}
@@ -131,7 +131,7 @@ func TestGrantRaisesTheCapExactly(t *testing.T) {
 	if _, err := g.flusher.FlushOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if csv := g.mustDo("GET", "/v1/orgs/"+org+"/billing/export?format=csv", orgKey, "", 200); !strings.HasSuffix(csv, ",,,requests,150,10,140,70,EUR,50\n") {
+	if csv := g.mustDo("GET", "/v1/orgs/"+org+"/billing/export?format=csv", orgKey, "", 200); !strings.HasSuffix(csv, ",,,requests,150,10,140,70,EUR,50,,,,0\n") {
 		t.Fatalf("export after the revocation:\n%s", csv)
 	}
 	var after api.Usage // not u: decoding into it would keep its granted

@@ -87,6 +87,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	if in.SlidingWindows != nil {
 		p.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
+	p.Currency, p.Rates = rateCardIn(in.Currency, in.Rates) // money (issue 25)
 	return p
 }
 
@@ -105,6 +106,11 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 		w := tenants.SlidingWindows(*in.SlidingWindows)
 		p.SlidingWindows = &w
 	}
+	p.Currency = in.Currency // money (issue 25)
+	if in.Rates != nil {
+		rs := toRates(*in.Rates)
+		p.Rates = &rs
+	}
 	return p
 }
 
@@ -121,5 +127,6 @@ func fromPlan(p tenants.Plan) api.Plan {
 		w := api.PlanSlidingWindows(p.SlidingWindows)
 		out.SlidingWindows = &w
 	}
+	rateCardOut(p, &out) // money (issue 25)
 	return out
 }

@@ -86,6 +86,8 @@ func table() []route {
 		{get, "/v1/orgs/{org}/reservations", (*wrapper).ListOpenReservations, orgKey(admin, billing)},
 		{get, "/v1/orgs/{org}/would-block", (*wrapper).GetWouldBlock, orgKey(admin, billing)},
 		{get, "/v1/orgs/{org}/billing/export", (*wrapper).ExportOrgBilling, orgKey(admin, billing)},
+		{get, "/v1/orgs/{org}/rates", (*wrapper).GetOrgRates, orgOperator(admin, billing)}, // money (issue 25)
+		{put, "/v1/orgs/{org}/rates", (*wrapper).PutOrgRates, orgOperator(admin, billing)},
 		{get, "/v1/orgs/{org}/throttle", (*wrapper).GetOrgThrottle, orgKey(admin)},
 		{put, "/v1/orgs/{org}/throttle", (*wrapper).PutOrgThrottle, orgKey(admin)},
 		{del, "/v1/orgs/{org}/throttle", (*wrapper).DeleteOrgThrottle, orgKey(admin)},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
 // Usage of an org: the period's counters, and the operator's adjustments.
@@ -37,6 +38,9 @@ func fromUsage(u billing.Usage) api.Usage {
 			daily[j] = api.DailyUsage{Day: openapi_types.Date{Time: d.Day}, Used: d.Used}
 		}
 		mu.Daily = &daily
+		if m.Metric == tenants.SpendMetric && u.Currency != "" { // money (issue 25)
+			inMoney(&mu, u.Currency)
+		}
 		out.Metrics[i] = mu
 	}
 	return out
@@ -85,4 +89,24 @@ func fromAdjustment(a billing.Adjustment) api.UsageAdjustment {
 		out.User = &a.Counter.User
 	}
 	return out
+}
+
+// inMoney says spend's usage in money (issue 25): the currency, and each level's used,
+// reserved, limits and remaining as decimal amounts of it.
+func inMoney(mu *api.MetricUsage, currency string) {
+	mu.Currency = &currency
+	amt := func(n int64) *string { s := tenants.FormatMicros(n); return &s }
+	level := func(l *api.UsageLevel) {
+		l.UsedAmount, l.ReservedAmount = amt(l.Used), amt(l.Reserved)
+		for i := range l.Limits {
+			l.Limits[i].LimitAmount, l.Limits[i].RemainingAmount = amt(l.Limits[i].Limit), amt(l.Limits[i].Remaining)
+		}
+	}
+	level(&mu.Org)
+	for i := range mu.Teams {
+		level(&mu.Teams[i])
+	}
+	for i := range mu.Users {
+		level(&mu.Users[i])
+	}
 }

@@ -160,11 +160,11 @@ func TestUsageAndBillingExportOverHTTP(t *testing.T) {
 	if rec.Code != 200 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "text/csv") {
 		t.Fatalf("csv export: %d %s %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)
 	}
-	wantCSV := "period,org,team,user,metric,units,included_units,overage_units,amount,currency,granted_units\n" +
-		per.ID + "," + org + ",eng,,requests,1,0,0,0,EUR,0\n" +
-		per.ID + "," + org + ",eng,alice,requests,6,0,0,0,EUR,0\n" +
-		per.ID + "," + org + ",eng,bob,requests,5,0,0,0,EUR,0\n" +
-		per.ID + "," + org + ",,,requests,12,10,2,1,EUR,0\n"
+	wantCSV := "period,org,team,user,metric,units,included_units,overage_units,amount,currency,granted_units,spend_amount,spend_currency,rate_price,rate_per\n" +
+		per.ID + "," + org + ",eng,,requests,1,0,0,0,EUR,0,,,,0\n" +
+		per.ID + "," + org + ",eng,alice,requests,6,0,0,0,EUR,0,,,,0\n" +
+		per.ID + "," + org + ",eng,bob,requests,5,0,0,0,EUR,0,,,,0\n" +
+		per.ID + "," + org + ",,,requests,12,10,2,1,EUR,0,,,,0\n"
 	if diff := cmp.Diff(wantCSV, rec.Body.String()); diff != "" {
 		t.Fatalf("csv (-want +got):\n%s", diff)
 	}

@@ -158,6 +158,9 @@ func fingerprint(req *Request) string {
 	b = append(append(b, 0), req.Metric...)
 	b = strconv.AppendInt(append(b, 0), req.Cost, 10)
 	for _, m := range req.More { // a multi-metric request: every metric and cost, in order
+		if m.Derived {
+			continue
+		}
 		b = append(append(b, 0), m.Metric...)
 		b = strconv.AppendInt(append(b, 0), m.Cost, 10)
 	}

@@ -140,6 +140,10 @@ type MetricCost struct {
 	Metric string
 	Cost   int64
 	Limits LevelLimits
+	// Derived says the caller computed Cost from the request's other costs (the check
+	// service's spend, priced from the org's rates): it is not part of the request an
+	// idempotency key is bound to, so a retry after a rate change is still a repeat.
+	Derived bool
 }
 
 // metricCount is how many metrics req names.

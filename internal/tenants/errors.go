@@ -75,6 +75,7 @@ type Violation struct {
 	Allocated int64  // what other children already hold (sum rule), or the largest child (lowering)
 	Requested int64
 	Message   string
+	rule      string // which rule: "above", "sum", "below" or "below-sum" (money messages)
 }
 
 // AllocationError lists the allocation rules a change would break. It matches

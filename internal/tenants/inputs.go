@@ -22,6 +22,10 @@ type PlanInput struct {
 	Pool           string // "" means "default"
 	Pricing        *Pricing
 	Features       Features // nil: none
+
+	// Money (issue 25): the rate card; Currency "" means none.
+	Currency string
+	Rates    []Rate
 }
 
 // PlanPatch changes the fields that are set. Limits replaces the whole list.
@@ -37,6 +41,10 @@ type PlanPatch struct {
 	// RemovePricing drops the plan's pricing (the request sent "pricing": null).
 	RemovePricing bool
 	Features      *Features // replaces the whole object
+
+	// Money (issue 25): Currency and Rates replace the plan's when set.
+	Currency *string
+	Rates    *[]Rate
 }
 
 // OrgInput creates an org.
@@ -226,6 +234,7 @@ func (in PlanInput) Validate() error {
 	}
 	validatePricing(&errs, in.Pricing)
 	validateFeatures(&errs, "features", in.Features, false)
+	validateRateCard(&errs, in.Currency, in.Rates, in.Limits) // money (issue 25)
 	return errs.err()
 }
 
@@ -256,6 +265,12 @@ func (p PlanPatch) Validate() error {
 	validatePricing(&errs, p.Pricing)
 	if p.Features != nil {
 		validateFeatures(&errs, "features", *p.Features, false)
+	}
+	if p.Rates != nil { // money (issue 25); with the currency, checked whole in UpdatePlan
+		validateRates(&errs, "rates", *p.Rates)
+	}
+	if p.Currency != nil && *p.Currency != "" && !ValidCurrency(*p.Currency) {
+		errs.add("currency", "must be an ISO 4217 code in capitals such as USD")
 	}
 	return errs.err()
 }

@@ -104,7 +104,9 @@ func limitMetrics(ls []vocab.Limit) []string {
 
 // planMetricCols selects, from plans, the metered list and the metrics of the plan's
 // pricing: with the org's effective limits, the metrics an org knows.
-const planMetricCols = `metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = plans.id)`
+const planMetricCols = `metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = plans.id
+	UNION ALL SELECT metric FROM plan_rates WHERE plan_id = plans.id
+	UNION ALL SELECT 'spend' WHERE plans.rate_currency IS NOT NULL)`
 
 // orgMetrics returns the metrics org knows: its effective limits (the plan's merged
 // with the org's overrides), its plan's pricing and its plan's metered list.
@@ -191,7 +193,7 @@ func planKnows(p Plan, overrides []vocab.Limit) MetricSet {
 			priced = append(priced, m.Metric)
 		}
 	}
-	return NewMetricSet(limitMetrics(p.Limits), limitMetrics(overrides), priced, p.Metered)
+	return NewMetricSet(limitMetrics(p.Limits), limitMetrics(overrides), priced, p.Metered, rateMetrics(p.Currency, p.Rates))
 }
 
 // forgottenMetrics reports each metric the org's teams or users allocate that known

@@ -42,6 +42,12 @@ type ResolvedOrg struct {
 	// Entitlements are the org's resolved features (features.go): its plan's with
 	// its overrides applied, served by GET /v1/entitlements from the cache.
 	Entitlements Entitlements
+
+	// Money (issue 25): Currency is the plan's rate currency ("" none) and Rates the
+	// rates checks are priced at, by metric (the plan's, the org's overrides in their
+	// place); nil when none.
+	Currency string
+	Rates    map[string]Rate
 }
 
 // RouteOf is where and how the checks of org o, on plan p, run: the org's dedicated
@@ -93,13 +99,16 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 		r                                 ResolvedOrg
 		metered, priced                   []string
 		over, plan, grants, teams, thr, u []byte
-		features                          []byte // entitlements: {"plan", "org"}
+		features                          []byte  // entitlements: {"plan", "org"}
+		rateCur                           *string // money (issue 25)
+		rates                             []byte
 	)
 	err := s.pool.QueryRow(ctx, resolveOrgSQL, orgID, s.now(), maxUsers).Scan(
 		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.SlidingWindows, &org.WebhookURL, &org.RedisURL,
 		&org.BillingAnchorDay, &org.CreatedAt, &org.UpdatedAt,
 		&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced,
-		&over, &plan, &grants, &teams, &thr, &u, &features)
+		&over, &plan, &grants, &teams, &thr, &u, &features,
+		&rateCur, &rates)
 	if err != nil {
 		return ResolvedOrg{}, translate(err, fmt.Sprintf("org %q", orgID))
 	}
@@ -109,6 +118,9 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	if err := resolvedFeatures(&r, features); err != nil {
 		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
 	}
+	if err := decodeRates(&r, rateCur, rates); err != nil {
+		return ResolvedOrg{}, fmt.Errorf("resolve org %q: %w", orgID, err)
+	}
 	r.Org = org
 	if org.Leases != LeasesPlan && org.Leases != "" {
 		r.Leases = org.Leases
@@ -116,7 +128,7 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	if org.SlidingWindows != WindowsPlan && org.SlidingWindows != "" {
 		r.SlidingWindows = org.SlidingWindows
 	}
-	r.Metrics = NewMetricSet(limitMetrics(org.EffectiveLimits), priced, metered)
+	r.Metrics = NewMetricSet(limitMetrics(org.EffectiveLimits), priced, metered, rateMetrics(r.Currency, mapValues(r.Rates)))
 	return r, nil
 }
 
@@ -155,7 +167,8 @@ var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.
 	CASE WHEN $3::int > 0 THEN (SELECT coalesce(json_agg(json_build_object('id', u.id, 'team', u.team_id,
 			'limits', ` + limitsAgg("user_limits", "org_id = u.org_id AND user_id = u.id") + `)), '[]')
 		FROM (SELECT org_id, id, team_id FROM users WHERE org_id = o.id LIMIT $3::int + 1) u) END,
-	json_build_object('plan', p.features, 'org', o.feature_overrides)
+	json_build_object('plan', p.features, 'org', o.feature_overrides),
+	` + resolvedRatesSQL + `
 	FROM orgs o JOIN plans p ON p.id = o.plan_id WHERE o.id = $1`
 
 // decodeResolved fills org and r from the JSON aggregates of resolveOrgSQL, as

@@ -28,7 +28,7 @@ func childWithinParent(field string, child []vocab.Limit, childLabel, parentLabe
 		}
 		out = append(out, Violation{
 			Field: fmt.Sprintf("%s[%d].limit", field, i), Metric: l.Metric, Window: l.Window,
-			Parent: parentLabel, ParentMax: cap, Requested: l.Limit,
+			Parent: parentLabel, ParentMax: cap, Requested: l.Limit, rule: "above",
 			Message: fmt.Sprintf("%s: %s/%s limit %d is above %s's limit %d",
 				childLabel, l.Metric, l.Window, l.Limit, parentLabel, cap),
 		})
@@ -55,7 +55,7 @@ func sumWithinParent(field string, child []vocab.Limit, childLabel, parentLabel 
 		}
 		out = append(out, Violation{
 			Field: fmt.Sprintf("%s[%d].limit", field, i), Metric: l.Metric, Window: vocab.Month,
-			Parent: parentLabel, ParentMax: cap, Allocated: held, Requested: l.Limit,
+			Parent: parentLabel, ParentMax: cap, Allocated: held, Requested: l.Limit, rule: "sum",
 			Message: fmt.Sprintf("%s: %s/month limit %d does not fit in %s: it has %d, %d is already allocated, %d is available",
 				childLabel, l.Metric, l.Limit, parentLabel, cap, held, max(0, cap-held)),
 		})
@@ -98,7 +98,7 @@ func parentCoversChildren(field string, parent []vocab.Limit, parentLabel, child
 		if top, ok := agg.Max[k]; ok && top > l.Limit {
 			out = append(out, Violation{
 				Field: f, Metric: l.Metric, Window: l.Window, Parent: parentLabel,
-				ParentMax: l.Limit, Allocated: top, Requested: l.Limit,
+				ParentMax: l.Limit, Allocated: top, Requested: l.Limit, rule: "below",
 				Message: fmt.Sprintf("%s: %s/%s limit %d is below the %d that %s %q holds",
 					parentLabel, l.Metric, l.Window, l.Limit, top, childrenLabel, agg.MaxOwner[k]),
 			})
@@ -110,7 +110,7 @@ func parentCoversChildren(field string, parent []vocab.Limit, parentLabel, child
 		if sum := agg.MonthSum[l.Metric]; sum > l.Limit {
 			out = append(out, Violation{
 				Field: f, Metric: l.Metric, Window: vocab.Month, Parent: parentLabel,
-				ParentMax: l.Limit, Allocated: sum, Requested: l.Limit,
+				ParentMax: l.Limit, Allocated: sum, Requested: l.Limit, rule: "below-sum",
 				Message: fmt.Sprintf("%s: %s/month limit %d is below the %d already allocated to its %ss",
 					parentLabel, l.Metric, l.Limit, sum, childrenLabel),
 			})

@@ -237,7 +237,7 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 				}
 				vs = append(vs, forgot...)
 			}
-			if err := allocErr(vs); err != nil {
+			if err := inMoney(ctx, tx, after.PlanID, allocErr(vs)); err != nil {
 				return fmt.Errorf("update org %q: %w", id, err)
 			}
 		}

@@ -10,13 +10,15 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const planCols = `id, name, metered, fail_mode, leases, sliding_windows, pool, currency, coalesce(base_price::text, ''), created_at, updated_at`
+const planCols = `id, name, metered, fail_mode, leases, sliding_windows, pool, currency, coalesce(base_price::text, ''), created_at, updated_at,
+	coalesce(rate_currency, '')`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	var currency *string
 	var base string
-	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.SlidingWindows, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt); err != nil {
+	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.SlidingWindows, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt,
+		&p.Currency); err != nil {
 		return Plan{}, err
 	}
 	p.Metered = normalizeMetered(p.Metered)
@@ -63,7 +65,12 @@ func fillPlans(ctx context.Context, q querier, plans []Plan) error {
 	}); err != nil {
 		return err
 	}
+	rates, err := ratesOf(ctx, q, "plan_rates", "plan_id", ids) // money (issue 25)
+	if err != nil {
+		return err
+	}
 	for i := range plans {
+		plans[i].Rates = normalizeRates(rates[plans[i].ID])
 		plans[i].Limits = normalize(limits[plans[i].ID])
 		if plans[i].Pricing != nil {
 			plans[i].Pricing.Metrics = append([]MetricPrice{}, prices[plans[i].ID]...)
@@ -96,6 +103,9 @@ func writePlanDetails(ctx context.Context, tx pgx.Tx, p Plan) error {
 		return err
 	}
 	if err := writePlanFeatures(ctx, tx, p.ID, p.Features); err != nil {
+		return err
+	}
+	if err := replaceRates(ctx, tx, "plan_rates", "plan_id", p.ID, normalizeRates(p.Rates)); err != nil { // money (issue 25)
 		return err
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM plan_prices WHERE plan_id = $1`, p.ID); err != nil {
@@ -142,7 +152,12 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
-		p := Plan{ID: in.ID, Limits: normalize(in.Limits), Pricing: in.Pricing, Features: in.Features}
+		if in.Currency != "" { // money (issue 25)
+			if _, err := tx.Exec(ctx, `UPDATE plans SET rate_currency = $2 WHERE id = $1`, in.ID, in.Currency); err != nil {
+				return err
+			}
+		}
+		p := Plan{ID: in.ID, Limits: normalize(in.Limits), Pricing: in.Pricing, Rates: in.Rates, Features: in.Features}
 		if err := writePlanDetails(ctx, tx, p); err != nil {
 			return fmt.Errorf("create plan %q: %w", in.ID, err)
 		}
@@ -214,6 +229,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.Features != nil {
 			after.Features = *patch.Features
 		}
+		if err := patchRateCard(&after, patch); err != nil { // money (issue 25)
+			return err
+		}
 		rows, err := tx.Query(ctx, `SELECT id FROM orgs WHERE plan_id = $1 ORDER BY id FOR UPDATE`, id)
 		if err != nil {
 			return err
@@ -221,7 +239,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if orgIDs, err = pgx.CollectRows(rows, pgx.RowTo[string]); err != nil {
 			return err
 		}
-		if patch.Limits != nil || patch.Metered != nil || patch.Pricing != nil || patch.RemovePricing {
+		if patch.Limits != nil || patch.Metered != nil || patch.Pricing != nil || patch.RemovePricing || patch.Rates != nil || patch.Currency != nil {
 			var vs []Violation
 			for _, orgID := range orgIDs {
 				org, err := getOrg(ctx, tx, orgID, s.now())
@@ -242,7 +260,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 				}
 				vs = append(vs, v...)
 			}
-			if err := allocErr(vs); err != nil {
+			if err := inMoney(ctx, tx, id, allocErr(vs)); err != nil {
 				return fmt.Errorf("update plan %q: %w", id, err)
 			}
 		}
@@ -250,6 +268,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		_, err = tx.Exec(ctx, `UPDATE plans SET name = $2, fail_mode = $3, pool = $4, currency = $5,
 			base_price = $6::numeric, metered = $7, leases = $8, sliding_windows = $9, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases, after.SlidingWindows)
 		if err != nil {
+			return fmt.Errorf("update plan %q: %w", id, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE plans SET rate_currency = nullif($2, '') WHERE id = $1`, id, after.Currency); err != nil { // money
 			return fmt.Errorf("update plan %q: %w", id, err)
 		}
 		if err := writePlanDetails(ctx, tx, after); err != nil {
@@ -274,6 +295,10 @@ func patchedMetricField(p PlanPatch) string {
 		return "metered"
 	case p.Limits != nil:
 		return "limits"
+	case p.Rates != nil:
+		return "rates"
+	case p.Currency != nil:
+		return "currency"
 	default:
 		return "pricing"
 	}

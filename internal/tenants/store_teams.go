@@ -117,7 +117,7 @@ func checkTeam(ctx context.Context, tx pgx.Tx, org Org, t Team, isNew bool) erro
 		}
 		vs = append(vs, parentCoversChildren("limits", t.Limits, teamLabel, "user", agg, org.Oversubscribe)...)
 	}
-	return allocErr(vs)
+	return inMoney(ctx, tx, org.PlanID, allocErr(vs))
 }
 
 // CreateTeam creates a team in an org, its allocation checked against the org's.

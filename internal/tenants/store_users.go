@@ -66,7 +66,7 @@ func checkUser(ctx context.Context, tx pgx.Tx, org Org, team Team, userID string
 		}
 		vs = append(vs, sumWithinParent("limits", limits, userLabel, teamLabel, team.Limits, others)...)
 	}
-	return allocErr(vs)
+	return inMoney(ctx, tx, org.PlanID, allocErr(vs))
 }
 
 func writeUserLimits(ctx context.Context, tx pgx.Tx, orgID, userID string, ls []vocab.Limit) error {

@@ -418,6 +418,20 @@ type BillingRow struct {
 	// Example: 2026-11
 	Period Period `json:"period"`
 
+	// RatePer The units `rate_price` is for; 0 when unpriced.
+	RatePer int64 `json:"rate_per"`
+
+	// RatePrice The price the metric is rated at now (org override, else plan); empty when unpriced.
+	RatePrice string `json:"rate_price"`
+
+	// SpendAmount The row's spend, a decimal amount of `spend_currency`: the `spend` row's
+	// units as money, or a priced metric's units at `rate_price` per `rate_per`
+	// (rounded up to a micro-unit); empty otherwise.
+	SpendAmount string `json:"spend_amount"`
+
+	// SpendCurrency The org's rate currency on `spend` and priced rows; empty otherwise.
+	SpendCurrency string `json:"spend_currency"`
+
 	// Team Empty on the org total row.
 	Team  string `json:"team"`
 	Units int64  `json:"units"`
@@ -767,6 +781,11 @@ type MetricPrice struct {
 
 // MetricUsage defines model for MetricUsage.
 type MetricUsage struct {
+	// Currency Money (issue 25): present iff `metric` is `spend` and the org's plan has a
+	// currency; `spend` counts micro-units of it, and each level's `used_amount`
+	// says them in it.
+	Currency *string `json:"currency,omitempty"`
+
 	// Daily The org's cumulative usage of the metric at the end of each UTC day of the
 	// period, oldest first, as the worker recorded it when it persisted usage. A
 	// day without a point saw no change recorded: its value is the previous
@@ -956,6 +975,33 @@ type OrgPatch struct {
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
 }
 
+// OrgRates defines model for OrgRates.
+type OrgRates struct {
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
+	Org      string    `json:"org"`
+
+	// Overrides Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Overrides Rates `json:"overrides"`
+
+	// PlanRates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	PlanRates Rates `json:"plan_rates"`
+
+	// Rates The rates checks are priced at.
+	Rates Rates `json:"rates"`
+}
+
+// OrgRatesSet defines model for OrgRatesSet.
+type OrgRatesSet struct {
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates Rates `json:"rates"`
+}
+
 // OrgSlidingWindows The org's sliding window setting, `plan` (the default) following its plan's `sliding_windows`. Changed by the operator only.
 type OrgSlidingWindows string
 
@@ -967,6 +1013,11 @@ type Period = string
 // Plan defines model for Plan.
 type Plan struct {
 	CreatedAt time.Time `json:"created_at"`
+
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
 
 	// FailMode What a check does while the plan's Redis is unreachable: `open` allows
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
@@ -995,6 +1046,10 @@ type Plan struct {
 	// Pricing The plan's pricing, or null when it has none.
 	Pricing *Pricing `json:"pricing"`
 
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates *Rates `json:"rates,omitempty"`
+
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
 	UpdatedAt      time.Time           `json:"updated_at"`
@@ -1002,6 +1057,11 @@ type Plan struct {
 
 // PlanCreate Example: {"fail_mode":"open","id":"pro","limits":[{"limit":600,"metric":"requests","window":"minute"},{"limit":100000,"metric":"requests","window":"month"}],"metered":["tokens"],"name":"Pro"}
 type PlanCreate struct {
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
+
 	// FailMode What a check does while the plan's Redis is unreachable: `open` allows
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
@@ -1037,6 +1097,10 @@ type PlanCreate struct {
 	Pool    *Pool    `json:"pool,omitempty"`
 	Pricing *Pricing `json:"pricing,omitempty"`
 
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates *Rates `json:"rates,omitempty"`
+
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
 }
@@ -1054,6 +1118,11 @@ type PlanList struct {
 
 // PlanPatch defines model for PlanPatch.
 type PlanPatch struct {
+	// Currency ISO 4217 currency code.
+	//
+	// Example: USD
+	Currency *Currency `json:"currency,omitempty"`
+
 	// FailMode What a check does while the plan's Redis is unreachable: `open` allows
 	// (flagged `degraded`), `closed` answers 503, `local` decides from an in-process
 	// limiter sized to this replica's share of each limit.
@@ -1081,6 +1150,10 @@ type PlanPatch struct {
 
 	// Pricing New pricing; null removes it.
 	Pricing *Pricing `json:"pricing,omitempty"`
+
+	// Rates Rates that price checks: a check of a priced metric spends
+	// ceil(sum of cost x price / per) micro-units of `spend`.
+	Rates *Rates `json:"rates,omitempty"`
 
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
@@ -1119,6 +1192,25 @@ type Problem struct {
 	// ViolatedPolicies On a 429 of the admin rate limit: the member of draft-ietf-httpapi-ratelimit-headers-11's quota-exceeded problem type, naming the exceeded `RateLimit-Policy` item, `["admin"]`.
 	ViolatedPolicies *[]string `json:"violated-policies,omitempty"`
 }
+
+// Rate Example: {"metric":"tokens.gpt-4o.in","per":1000000,"price":"2.50"}
+type Rate struct {
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric Id `json:"metric"`
+
+	// Per The units the price is for, e.g. 1000000 (per million tokens).
+	Per int64 `json:"per"`
+
+	// Price The price of `per` units of the metric, a decimal in currency units with at
+	// most 6 places (whole micro-units), e.g. "2.50".
+	Price string `json:"price"`
+}
+
+// Rates Rates that price checks: a check of a priced metric spends
+// ceil(sum of cost x price / per) micro-units of `spend`.
+type Rates = []Rate
 
 // RedisURL Dedicated Redis of the org (`redis://` or `rediss://`); empty to use the plan's pool.
 type RedisURL = string
@@ -1417,11 +1509,18 @@ type UsageLevel struct {
 	// Reserved Units held by open reservations; they count against the limits as used units do.
 	Reserved int64 `json:"reserved"`
 
+	// ReservedAmount For `spend` with a currency, `reserved` as a decimal amount.
+	ReservedAmount *string `json:"reserved_amount,omitempty"`
+
 	// Team For a user, the team the usage was counted under.
 	Team *string `json:"team,omitempty"`
 
 	// Used Units used in the period (committed; reservations still held are in `reserved`).
 	Used int64 `json:"used"`
+
+	// UsedAmount Money (issue 25): for `spend` with a currency, `used` as a decimal amount of
+	// the currency, e.g. "1234.56".
+	UsedAmount *string `json:"used_amount,omitempty"`
 }
 
 // User defines model for User.
@@ -1584,9 +1683,15 @@ type Window = vocab.Window
 type WindowUsage struct {
 	// Granted On the org's month window of the current period: the units of the org's
 	// active grants that `limit` includes. Absent elsewhere and when none.
-	Granted   *int64 `json:"granted,omitempty"`
-	Limit     int64  `json:"limit"`
-	Remaining int64  `json:"remaining"`
+	Granted *int64 `json:"granted,omitempty"`
+	Limit   int64  `json:"limit"`
+
+	// LimitAmount Money (issue 25), for `spend` with a currency, `limit` as a decimal amount.
+	LimitAmount *string `json:"limit_amount,omitempty"`
+	Remaining   int64   `json:"remaining"`
+
+	// RemainingAmount For `spend` with a currency, `remaining` as a decimal amount.
+	RemainingAmount *string `json:"remaining_amount,omitempty"`
 
 	// Used Counted against the limit in the window now (for `month`, in the period):
 	// used units and units held by open reservations alike.
@@ -1922,6 +2027,9 @@ type PutOrgFeaturesJSONRequestBody = OrgFeaturesSet
 // CreateGrantJSONRequestBody defines body for CreateGrant for application/json ContentType.
 type CreateGrantJSONRequestBody = GrantCreate
 
+// PutOrgRatesJSONRequestBody defines body for PutOrgRates for application/json ContentType.
+type PutOrgRatesJSONRequestBody = OrgRatesSet
+
 // CreateTeamJSONRequestBody defines body for CreateTeam for application/json ContentType.
 type CreateTeamJSONRequestBody = TeamCreate
 
@@ -2159,6 +2267,12 @@ type ServerInterface interface {
 	// RevokeGrant Revoke a grant
 	// (DELETE /v1/orgs/{org}/grants/{grant})
 	RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath)
+	// GetOrgRates The org's rate card
+	// (GET /v1/orgs/{org}/rates)
+	GetOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath)
+	// PutOrgRates Override the org's rates
+	// (PUT /v1/orgs/{org}/rates)
+	PutOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath)
 	// ListOpenReservations The org's open reservations
 	// (GET /v1/orgs/{org}/reservations)
 	ListOpenReservations(w http.ResponseWriter, r *http.Request, org OrgPath, params ListOpenReservationsParams)
@@ -2408,6 +2522,18 @@ func (_ Unimplemented) CreateGrant(w http.ResponseWriter, r *http.Request, org O
 // RevokeGrant Revoke a grant
 // (DELETE /v1/orgs/{org}/grants/{grant})
 func (_ Unimplemented) RevokeGrant(w http.ResponseWriter, r *http.Request, org OrgPath, grant GrantPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetOrgRates The org's rate card
+// (GET /v1/orgs/{org}/rates)
+func (_ Unimplemented) GetOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PutOrgRates Override the org's rates
+// (PUT /v1/orgs/{org}/rates)
+func (_ Unimplemented) PutOrgRates(w http.ResponseWriter, r *http.Request, org OrgPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3462,6 +3588,58 @@ func (siw *ServerInterfaceWrapper) RevokeGrant(w http.ResponseWriter, r *http.Re
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.RevokeGrant(w, r, org, grant)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetOrgRates operation middleware
+func (siw *ServerInterfaceWrapper) GetOrgRates(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetOrgRates(w, r, org)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PutOrgRates operation middleware
+func (siw *ServerInterfaceWrapper) PutOrgRates(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "org" -------------
+	var org OrgPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "org", chi.URLParam(r, "org"), &org, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "org", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PutOrgRates(w, r, org)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4818,6 +4996,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Get(options.BaseURL+"/v1/orgs/{org}/billing/export", wrapper.ExportOrgBilling)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/orgs/{org}/rates", wrapper.GetOrgRates)
+	})
+	r.Group(func(r chi.Router) {
+		r.Put(options.BaseURL+"/v1/orgs/{org}/rates", wrapper.PutOrgRates)
+	})
+	r.Group(func(r chi.Router) {
 		r.Delete(options.BaseURL+"/v1/orgs/{org}/throttle", wrapper.DeleteOrgThrottle)
 	})
 	r.Group(func(r chi.Router) {
@@ -4865,415 +5049,430 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L1/c9s21i/+VjC6dybSs5QsO062kabzXDdJ29xNG2/ibOe5VdaERUjimgJUALSi9pv3/h2cc0CCFCnL",
+	"7L1/c9s21i/+VjC6dybSs5QsO062kabzXDdJ29xNm6zjbOe5VdaERUjimgJUALSi9pv3/h2cc0CCFCnL",
 	"jp10s/mnjUUSv3F+n8/5ozNVy5WSQlrTGf3RWQieCA3//HuuLF9lXIr+L1zLVM7dr4kwU52ubKpkZ9R5",
 	"IyxLJYvXXMuYLVUi2HohJLMLwaYLMb1ka5VnCVvwK8EuhJAsETIVyZgZvjFsvUinC5aJK5ExLhO2TmWi",
-	"1oNO1DHThVhy16HdrERn1DFWuxF8+BB1XnMrXqbL1G6PJ9F8ZvupsLP+wtoVX6V9za3I3Nt9mlv/8PCB",
-	"YUUjEePMWJ1Pba5F0p+lIkvYy9RYpmYTqaRgqRXLEUzJpvOFFcayDL90v7k34qK1Pvw3ZjisC2EiJgbz",
-	"wUTGk05uhO4vU5lbMemM9bfDsf32+CgesVjHLDVhK6/FkqduyeOIxdY9ncjKYyNszLpKMg4ryrOIxa+F",
-	"1Zv+ycwKHffG9B1Ty9RakbCZ0oxLxrNMrUUykbQ9C2Xq84KxTJWc5loL6fpJLZtpIQzjhi1U5laRGWFt",
-	"JnoD9kZIO5G5zIQxLP7721dnJ+evT86ev3zx04uz8x+fnzx7/voNTjATcz7dxExpFqvZLB5M5L573W/Z",
-	"8ZfQJOvizg8fMzWDbXnx/Oz7cpMZ7X3ELsXKwlrAEc1Sd/Dd2ZvIObdi7U6lXXDLtOAJS+14x4yWfMNs",
-	"riVL3VmZ9QYTebYQtIY0jHJla4ecdf3hWad2Ae9mghvXMW19NJHW3yWjlBTw0AjbG7Ni40VC96x7fPSk",
-	"F/lut3pzc5pILWa5EW5erBtfZGp6KZJzbuNefSNmSi+57Yw6qbSPjzuR35lUWjEXurY1pypLp5s7uY3U",
-	"VtOlnEi4ld3X3z9lTx4/OuyNmL+dbCV0dd1hUR4YtuJ2EVxBpef9pZJ2MemMf/v2cDgcRmzSsYIvy4sJ",
-	"v4/X3z6GZ9VL+9u3R/goHrCzhZhI6D010OcKhv7AMMmXImLxpDPJh8OHU9gM+Kfo4y+4KfjTpBNHbKXF",
-	"LH0vEnaxKb9bCqvTqf+wEwNphUPB8JHrWCrLYi1+y4WxJmbdeNKx6lJI06+MHAjCb7EfKqzVmMXr2P05",
-	"kXRKUsmMmCqZGNYF0ucuSgwLFkdEKzIh53bBZsoREmxtyjMhE64jJpV230xkSD+g6xx6YrlM7ahCk/zY",
-	"YcHKr/r+dzdxaJKz8mm52eXnInOUrFgc2ocB+1mxeHUJUzdC2k9GsAoavn0x3srUmvKmM26bb+0OvjL4",
-	"iPsK7KOJmePW59KmGQzo+mEgRTKsC+yFmSxNUjn3Byqittxs/c5d5NNLYZmQiekN2KstQkb8J2RmI7f5",
-	"1LQfE/KjHBZyrnmS8yzbRMwoGLiQiTsc7iH154j1hWBWqYkUXGebkglAt1axFTdmzDhxBWQDa+7a2Ga9",
-	"dE0cSbU6FaYUewxf+janXDKTT6dCJAP2PSwQjX6qcukuQLzSYpoaEU9kN6YZnuM7Ju5FAcMuKBosuL/H",
-	"NE+YBq7vRJr8ok+T7nJm10LaVNiFfw9b70WBoOYGw6R4b9mMZ5mJ4AjyiQz35YFxfcI3Qqp8vmBlPwbl",
-	"u0zMbNBgsb7KWGbVRM7c1c9XbqmDw+X6cqSmbO5WzKg8Lu0Hm7vHJHTWtsodD7f/N71WH6LOimu+FJak",
-	"5qdKGpWJt0boU24X24OhF5gjzyxNXIep+91xqk7UcTTL9ZB0oo6jbakWSWdkdS7Cgf1vLWadUed/HZTS",
-	"+wE+NQcvEliRp7k2Sv89F7qBM79a8d9yODPGUWytlsjBtLhKVe7Y5lw8MCx2h+Ic34qLkf4GbRZDxceV",
-	"dVvy9y+BTXRGh8Oj46izTGXxQ9RANb+HhW4Z7PP3K6XhPC25HbBnYsbzzBp3juJ/GSVbR0bbt+/CYT84",
-	"FBjVD5pL27yL8Kh9++bu8cfu4ItELFfKCjnd/E1sfgR5aXskZ4G0k5ZfsEvhpCgkE3Hw4PxSbGKGak73",
-	"G7eIh0ffOHWAaz51p9gRivik//8Y7//Ohv0nbMDO2Yj9H9Z3FEmkdiG0a7hBbcIddbTMiVqJ0P3Do4fH",
-	"j0DEoaGAXA6CIVvr1ArDUttz/PWCa8G6cfBZ3BuwH9IraNF9ihIjEAz3J3YJ0nOSzmYCuMul2ACh8pJu",
-	"93g4JOkWtgnbKDcqWOP+38SmclbEe75cZe6t2mw6TUf4b2LTfFROTl+4YbE0QZk/TpPYE2PYJCfCOS5j",
-	"xFQL22s5Upcwuo86UMDBWi7ZKZ8LZtLfRdtlAomrsj4JXkR3x4eRu/PpMl/CX0O48fRnI71+pefNq/VK",
-	"z9uvldLzj12DU6FTlbQswndpljkZYwUvuSMb/8///M//9H/6Kca9A1HYicklE6F3jeXaOokmJE8BX6b3",
-	"BuytcSsNQp7Ks6QPahjj0qyFZsfDISrqvlkQQhYc5fwLMc9l5MRaN8iwcSVb9w0b2psI4vrgUmVcNm+S",
-	"e9K+S6uMy4/dJidm6Svu+nuRbA8geHxrHrri1grtPvunPv912H9y0v9/vP/7uz+Ojj7878Yrfib4snlB",
-	"3JP2gTj98mMXpF2geLtTkHBixsf1/cF9bVZKGgESzkmyTGUhEAvYnamSVkjQKfhqlaVT2JqDlVYXmVj+",
-	"xXFp92zPI4hfYde1dVaKLbncFGpfYT0xgk21SJywyzMzYuJK6A2LD64OY6ZWQuNZEe+nYmVR5wWmCcwi",
-	"w4mAFYGodUQfORnWqdOOQ00Dyc3xONQcT5799OJn0B/PQYEsaLs7oUJH0KoWsCg9p43aBagx3LBESTFm",
-	"ToPYTCQKpxW9x2sZyL8C0+wOC6gTB9DucniILHLkFGvuNg2sjmhbaFBT0dAwtg1vGGHxaTz4WHvda79x",
-	"Xq9xy+N1OtQYqlvZ2OPN7FDba+L3yCkeaLaprNJvtAZwMGhd1t+GtptCAbzpsuywChRLA4pUKisUfodp",
-	"/COUfI6nL9RUx6VqxGt6+PW976OFWQVaNbsQM6UFDiCV82sad81/xxNao09Jc37imVMkROJoQCqveJYm",
-	"LJWr3I5ZLLRW2sQsS93GCT51evZMSDBVwFEbdNzIUbBADWPH4G826GqrbuRWvLcHU3NVbaOmgL75B1JN",
-	"7iVqrdYRXIUslQLplVr7K/J/37z6GXSvQQNP3CbQC8EE6mtarQ1M/qmSsyydftJNO5FMXfxLTK1nEKkB",
-	"AVxp5i5g1mM804InGybeu62DgX6v9EWaJEJ+Upa2qJA7lvHpJV7BqVqJiKHbRuk5KBHG0QL3N3GnvpLZ",
-	"JjhoPyv7vcrlJ2XKPyunnOcyiVgqp1kOZ98xadoBNWNcKlAblZ7DME/5JlM8OVPqJddz8anXm6QHdqGS",
-	"DZjSlGKZGwgMLhAu34CTK/n04yvFWyco+LOKPreEwWKuUyPGLE6E5WkWg7HboB5puRWsO1VLNLNHTItM",
-	"cIMUTLxfOUGwB1N9I/RVOhVvJb/iacYvsk++FQZH4DiQU3ESMU0TwaRas64YzAfstUhSJymtJcslqP8s",
-	"nmbKiCRmTtHAebyVPLcLpdPfP+1m/ZQa40472C+SqtgCw1ppNRXGuJV9Lm1qN5+UCDJkVv64gzJ5oQW/",
-	"NN6yjF0znWcCiCP9Jgzj3skEcpKes0QJVEMvpVr3xu6fhSS71u6kSZq0yVeOA4jkJ5Gk/Ax4xqc9VXCx",
-	"3cAMyk7A7Z7iAPpuQLgW5D8DFtc1QrhXrtwGKml644msXa41egS8H6kuyjsx3Q2Hxgi60ir9m4A9X2lH",
-	"sm2KOtRUC27B91oxMyfcir5Nl2Kb1UZOnd1DXYs6GTf2PDe7W5d5Rtcd9cGt3lB9/GP7Aboqm4XsWaqN",
-	"ZVVTIqpCUy1s5EQ/LaZqLlNy1V2KzaBprlpcqcuPnAHwT1jt1IqluW7x3rjX3XfUENeabzqo/Xrd+Ve0",
-	"KcDaFB0USxKF21rbh8qU3hWdIId0veJJeQoNwBVJktStLM9Og5Mz45kRUWmZ/KMwwjtlVuXW09NyeKNf",
-	"8WHnHWxeeAr9Hu9alp/dOx+xmkv+/gV+8BCMgvTHYW2do04u099yQY/dltaXvrrq161hg9HohEmxBikK",
-	"CEJpco3InJcaZhaO04BQpeQUjGpf4M39E9+3qIN70kxgLgTXgkwyIxb/tro8R608TVATpz+PH7ILbsTj",
-	"41xnAT0KtPVtHf3Or3kxlfaz+jJFXbZ6xor122shicc0rGTgvbv2mov3Fj2G22sBg6i21jijPEntc2l1",
-	"A7/jU9zE+p7+4jmq458Yp8NiK/hygGscN3IHPrVKNzWm2JIngrz6XM6LJr26FEcsvhSbUfXQuF/JuEdP",
-	"QEdsPy1RhzfbONwZJa0H7XnlUFjX3SCy7iciE+4TcPa03Cxa2ajzvj9XffrRSUmD13z9kxMq5yJ82jeX",
-	"6aqvVsg1+iuVShgj0NKog+aWnUMmi0zLmGFHPu2YkXBe64WPfL/N5ystjxizKjxlIyHnzfur9LyFUIIo",
-	"fY4j23oMtHJPvtBEctDBhec78rcmKpeVNtGfv8p4qPfWq3kntKa845+d3nzH7XTx1Ik2TmhoPthamDwD",
-	"C4TbfAz1UDPG2YX7GIwrGPcA2gQqBRAhChGvaskuhJPwUSsFF4uS4tWsM/p19/RgWK+h886HaE9V5l1l",
-	"UoGlc6csWBNPwKmx935WeqpIa4fkxG2R1+qbRv3u3idakK0ziLu0/6hrO3+dzO6bbxwcmlBP5HSh9DPe",
-	"4Dx4xjdejUHvrwq9v0rPHxh2UfEbG3QGu9NSOMWPvtntEm8wEe+3FPjVa7VuupDB022WvFS5bCCZr66E",
-	"Bg81PGdJLiJgWNN0yTOK8GBdpefMKsszMPOO2aQznHQgBHO9EFr0Gokq+jKaPDRP6QnEnmDP8ZiJ5cpu",
-	"yji1VcYl+cLZSqdTchpsdQPBNyI5h+DAtuDLcvPgdcN4kojEaajuKe50JaLYh9zKwOs/kVsLMQwWIUKH",
-	"AHTAHDG/EoxbMI06Uu1b9m35oMD1QmViwH7AcWnuleUpX2GwiPsDLa0iwRDIEYsV7hvOOp5ITpwcQyT5",
-	"hboSLPZf0Vs+mmfNN+hj3IPVVptoW95ieGmwdzsXa7Bf97gNjcy3jWdXVqZtwO6l6sIqKcydDJkiMPYM",
-	"vIgwXGA7Cg4ug5KFPa4YVeMlKCa7xwAhRmBHh4Iv+xib7NagCMC6bhA1MlwEoqCQQ0ERFJ9A2+rHvXXM",
-	"6rsYefoVUJX6zW+i9zdirYGZZarc+4fl+fOSl6EJjTp8ilIe7F5HyLmf3ajDs3QqOlv2F2w0DKSKmmmV",
-	"gtiDfOlIsWVLZSw7+uejIfuWHR4ePfrmyZMnw8ffHB89PjqOiFEZSxe/zOLCsFzDxHs+tdkGDZ6Tzncq",
-	"l+64y3x54VTkTs8dcrCA/JYLnWKo+dYpKsO96iMo+dyw6bC5SV8vl8BLoAFUAhevt6OEIZNVesGzbA/J",
-	"7UXS+fAuKrek3OeSwlxvyfFX+Po3/d3bIwQovExuJDvOd7OcRSEXAZG8UCoTXLovy3Sg64bz0pGC12LW",
-	"AdP7XPOk0doGEW0CIzRVbtGTE5EXx/OEB4bNeJpB6mBAQoJxoeeqof2EkkhSycjLgiI7h0QqgT5fCryB",
-	"rDXjqWeYHMS6xCDJxWb5pZDYEIYQAeGDxAJj0yzD69MbszgHH5QjhnGRyREzYruuI2WAxRfyCw7LqaLQ",
-	"SYQX0ofyAdend7hhGL3qrj16Aq8qMlVlfa5E1sDWXknBhNPUMDmqKSEMhCmOYg6Ej+0jccLuv7Hc5qZJ",
-	"5HQbeV0TP7l34ECvMr5p2lynu1FIJHiPmeA6S4X2SaU+ZQ7CVGpRz83LBGEm56A2n1PsTnM6K2xXkaV6",
-	"s8yBPXitXWhV+JR3LdJZ8eKHqHOVqoxbkfQhWImu886xj0hodUQd/vmbYwR98X4qhCP3hcq7WcEp3TNX",
-	"jyVilkphKlGocT0EK8asPJ+MCGI0ZVViWHaZd1PNQ/TGmV9riXfv4sr53La71E7h+q4TlhtlLHj1HMa/",
-	"P82sEXJPk+nmFPe5kbiDR/8W0ksOFPTw6OHxlgySNxLXUkdaK30JxOgTiR6oqLiWUMCLilypVLJZniER",
-	"0wIdzBCi5iTDcwyZcBS5y+kTzYxVK+PGffTPR4e9ATuhrsiiqaTok1oXRFwUITdF9AocWZyTo6X0Sbfw",
-	"kEO8nmNx8OKw5xPDMcnMcaRlntm0oS/gBKZqV7ozUWsvEetd/UDCgWg+fWAhf62yBityfJWKtdAx5E2b",
-	"MYshlDJmPDOKjMkwTSHdaH/FSMuOI2zus6C/8nYFmVR340AHo34j+djXQadp7rvXtVymRhsvDoMaqziT",
-	"dqy6W4WbO4dpxh21Mv/HqScD/yzqOJa1VjrpjDpTpbWY2v5CaSP6FxAWv/EDHNFWbRGOYjWLxfcTC7K/",
-	"jh4d1zei6hsIvJPFgLZotlUa9PFsg3lHC24WYyadfMa0sLmWSKDDjsl8WWSdHTVFGXzkdvoJF0OnJq/Z",
-	"x7swxIeX47Nb4p96la75XN4hSWtkUyVNjtghJLQ9pr8NWeDA81MY/MAWdSnV2j8euo9auJrnVW/caeOZ",
-	"b9hxI9dqIqapSZWcdEA8D+5eoTeCuRdS8t0xHA7RzB4u0OFjmHblp6ZlbjWfvnjzih0fHf6VeVsIm5I+",
-	"VeawvX3zDI5qkfTy60n//73742FTrkvUecbTbAOpStsnNWkyk5+wt2dPWVIay9HcExUZVP1nz+LqiI6G",
-	"R4/7h4f94cNQdHYkvNGgZdoUBdzVHPKqdhhrg9TjIm2aWxhyd5ov86zUsvbJOA4vSoIRLG2c8xkazxsj",
-	"UpTsSzGHrgsju5d8UBY+fjIYDmtLB79Vt3MySf44jA6PPnQnkwH+8fhD778bdxdCETOx9Kg/wbGdCW5z",
-	"jRttBHfPHw2jjjGqcPWmYNOaqywpbCLe+GVUrqeVj8naB9/7zDBqAf76cCOLWTi6XUTte//eTYw2weD3",
-	"aPsNvR1Ye25oYaqfY9cM4+YSgTEK56QW89RYMKW4xXmAoaUfYTeKymUsJ910bisJ0aGdElz6gTQ3NVed",
-	"CH9skuSev7dCJrfQW6zNSmX98XDrOFSet+WbgC1HqnWAaxFK4BgPjVZtwHpQ8hx+28QUb20YmkfaudjD",
-	"x3ukvIbbEA68aeW/52n2E1lSGiIaOOmqEJK7XqSZCA1qGDKdGpZL7fgbv8jECGJgQCDP1NpMZHeW8flc",
-	"JCz2JjynfReh1Wh8MezR8GHE4kxNeRaTG9yb2SRLZZ8sbxOJOXQaUogTpLOl+e2BYWbBNZBn4LhocpqE",
-	"Z8gNz4nDMACnB7s+t49TVXy8UlN+MShWK4wsSZfekQoJkaPOPLWL/GIwVcuD3wrNNPwnxJ5Inh1Aq4hL",
-	"gBfl1ZXQ2k19l5BTD4nZL1KAevgHz3IBdCGcHpcbmBNlHfWXFEEz6ixzY9mFYJyRjSvCDYHjxi6EXQsh",
-	"Wf/JcPjXwydPjh4d//V4+OTJIZzy+o8EtgRx7LNSy3/0mF1srDBAiCAOqKvFUl0JU7He4vh7ncYUHODM",
-	"yq+eh2SpfmpKy8Lj4zHj7MqtBQNYGcjzx9ciFrtBOA2zPoia5HUhLO+M3MtRycK2pa7Hx01hSy1LDfag",
-	"cpjF2DvlIXlTso+2I+LPOvHBqhG/pJf1Gy+0wGujhVHZleMP2CWbqiXdx8BAFZCR8HA1SB/UzAODax5d",
-	"d5y6R/989LB/2INjhP9m3TVSpP/Lr/gbaN0bWdDmTjYfwHjYec6qVpAtC+4uLWLrRJe0uL/9rMFQUlFZ",
-	"H29tyWe6ltetWLDFO4/d/vSnfvZ866wrApGxxy42BHJWvbnuN7bkdroQhsX//JX3f3dKBv1/2H9yPhj1",
-	"3/0xjB4//PC/49q1pat69GiXtHlvdzgVWfJca9Vga4Lsuu3rA1kj4ELyycRF4id9v2HdGDid+XX4boCO",
-	"F8dlfdSZBw5CoLImQb2YwR/XONdxjOUHTUIFBJQ0x+ZeNUoaAoJDUosxKGHMTBgfA7laUllGoc8Yo5Lx",
-	"lYEssyZnzO2D6GsUzJh0LhE2r0y5b1nJG8eNaMEpJ+k28fIfF5HhRNWPDyTdiqqgKfkOaqHsdBJaz86e",
-	"Bsjq8SoXfg/7arHi9aO4iQo8MZ4nqWWZmtdMfo/qJr9de9BkRyoiwJrPecW08Im8IWXUIY4BHJ/ol8ao",
-	"stSwKV+tROIxBMEzeeGaunXYxuHOE7lFJNDGgsOBW28Qo/Phw4dPIm+CmeUow7kJpJJxthFc98aMVMoR",
-	"QnIEcHa4/gVoYCXAshartv/VaLsPrSf+Lky1SHY/u5H2R8EzhI9pixhuEx+ukU/fQLqx1+wSsRIyEXK6",
-	"8farPyadlTJ2roWZdEZs0lGXk07EJh3t9FT8KS8TkCedD/G2MLt/zoDB0IRtD5W6jFn3YAHL8HtvzGII",
-	"+IijQANmXR5MgFHiccQIKsZpsBgEwim4BaTaGJmfa4x1D+Afv/dCZ5e6hCNX5ljDwUucEFnEz0SdopUG",
-	"naC25zTHpm1+0Zj4NuVZJnR/ulBGSJZCkvIsRVZZWhXJiBfaiAvJLRDiBuej/wNS3OHRX5utx7UwrAak",
-	"k5XgEPnCIR+vu0JsgIgdHbOFyrXpFRYIW+SVels743PuaIhMfFicKZKRl0pj0l7Vzs37v5cD/yY6PPqm",
-	"eeDgpg81te1Yxb0sEtjOnZsjiiiChi3eivCBPAc4udtZjC3pK5mf/rWhDFWRatuWCezKMVB4Z8wMxl3w",
-	"chPVjJmaT6UbQ3Cgu5JoAjdxcyA5zvC6gf6Cb9UvT0Z7A3IStdR0k8JAp8Y5Gk/4ADqlvvxh/tf97UHm",
-	"UZZuFDr9qfdLh6BHe4wUMG5vJlyTd2iPxu/88EQFNmKOpstyusFUGo+Y372d8vTWTffiaBGAAsHrPMCI",
-	"CtRqOiFooW4IXvbL0cFYq22fS9YM5EUy8xaK1yeRjO82JPkmKspHnZ5C/qydnNaz0UB58PcxxG0axLVG",
-	"ycGxVMZZ1ysoBPTMVjzV+0d3wni2M8HqsutPAjxS28P7iWhDELWVF4iXTowPIoK53NBh7oIdBOxcMtv0",
-	"CFzf0xmPfyQh+wACbJURYDUB1T+wKaO5JQp/olQhKKcAYH/GFs4etZb+Onkj9bjwrkDk6QbBdgLEfYph",
-	"nEhQxo6PjiA4mLNlasxKZDYE54cQFVoKcnf4m/mrDwp4t+fWvEiu25cmEIWIduRUp9Obqu77pfq4q08e",
-	"9nrWzwU3AtZfNF/YO7uVPjlkVcxyL1esd8xv+2NhuQqlxs0fiWw9g2rQfsdbM1hwkE13HreqNewizTa7",
-	"IiDKIIbGYAgyEJCODfOqhmxMpI/ZUFkijEWxu0BuXit9CQFXU6UTLCICobMpYNua1FjwUPO5GLCTiXTt",
-	"FhedgZbGDF8z6eMBi5ZGcBXR6+NLaRAQ+UTChw/MgL2QDXC6GF/MjaUOAMsr4ZsiHsQoNuOadbP0SkQT",
-	"KX7LeQbA4UrPBxDB3xuw52WeodcjFtxg+G8x3Y0Hpt/rsgbxM01B8tcaI3e1Dc0WEqDTTfY3RtS+rY3L",
-	"KTh301bbpSj1KdPx/TXehEbndyzkTOmpiDEqm7L2QGcas9gseKLWMVFdeuMitxQtbFgcBGzHYx8Ejh5x",
-	"DxJFkeOh+k6ddqIO9tDB+PL9NMH78Uv/TBgvddFwkS+57GvBE36RicKvsCswskGYDqxNTZm6RmlPWqBo",
-	"xIrPRekkphwbvJSOGOyDHfNKPoeQi2qUCSLYdaKmEAgfmsErwRwYib0Skq1c/zEFd5xzixgfS6he0i3z",
-	"bVBvQTMOoeTF4d4XQ6CHjf7aV3hnq+SaTJbnHFLLzyloriEf7jaRzLOZAFv9edYiJZ6VHnp8hS2FnpPs",
-	"hQZWL/BQEGRoZgZ/j/eqTCSyF0pgpnTprjtkfZTW9ieLhXhZpzx7QyS5Tbi2m1d6/hJf9Cqy2cU42wIU",
-	"8MvBR0/uJjlRrehNbpAmv8C6O+3eOkuBZOZBuKMG9ASe+CDIJeK8cFna2ps9dRCpsKfvJknNea6zFvxl",
-	"kaRTd9ApPOnt65clDJcPoGZLCH/zmf/pjElCtt9Gm6oWy9njRLzBL36hDxy7WyU3vnprcbFQ6tJPdH8Y",
-	"KYr5oNPYcIeLDKDqTle7DNc5aqIxNZdeMMUmNvtKz2+eVeDuqrcVE/zcyXQp2As5HfiJjhw13LYlNBPF",
-	"/YT1LaiOSp7u4aciItdSABNe+f2mhpe/knbshY6AJOwD09dAJahF2sc7u+K7Xocr/vb1y8pH5whDuOen",
-	"kMh8Vxe9dml3Wm7wVRj8dbe55UaFITmfMHxZhUGKe7ReBjXe6BC4N89vM5Fbhlc3BjATMa2OJVyCvWOc",
-	"g/16I24UnByuQXPI4ceGrwc7VA/38Q21TOllQeFKikJr1iYEYea5E6tTOY9Y7F4nUZna6FHRR6cfB1JS",
-	"jOS0IjZTXzy3ym3LbNYmN9+Fg92J35/dvY4FjaaLG1rzcZkjRnFi7l8FwSRwgW2eGftqhmhIKcKfipIl",
-	"Tizfdjg1M9+bsdxPyjxvIi/fijl+ZYY3YoZNh77W/k0oTq2i521IT71k5oA9veZK1CiUMDZdYsYZleJs",
-	"pFSnBYRT3eJSjUwq092ac91qkQnD/pN3fxx/6HeHvx72n7z7/w5/HfaP3vUaQxNO6WR+fB70jKfZ+T53",
-	"rMir+BDdSnS5W3ncLUATTflI3XxfR9Yu/1XEDMAR3Aykoh2oWamsBcEZXFn7Kxan9EFzwlnNQVaY8LxZ",
-	"H7H2ZIMJ7+akyO3eXWjgO2TyUo+mPQ2POq1quYY3U5Td8G+uKQc3zec3gfLsdOPyCP96Gyd98c3hcDi8",
-	"/jMl7QJOQXHeQ/8jafGnTSr7F0Yt9pRASqqwUwih124oh/j7vecddm9XjQP+Xx9LEu7jUu9zQcsz1XbX",
-	"mhQY0iaa7Z4UoglRMQtlCdtLSYFxhVbwZYQ1lx0h9zESM24sU5jK72v0eeGaXwMwBtlSULxTzSiSBXNL",
-	"EXHMA9JsYYkxbqG2AOvGbkYxxsN4QQezfrI13xg2V8wqspe6EV5s4H9dKEXfG7CXWNTHR0pyLTByBqZo",
-	"+IZUs2TE3PZWFLRrNDPYgjtQzU59ivdn1c2okOkeytkdk779bmRJBLe49Guxyvi0MeMS08A/MTHc05zp",
-	"yeLu+RDiXWrs4LYU9Hq6eadC089i7aWlMYpKPhkVM8TviZ42Huhdileg1VQn8CMg/xVHqaqBGdbFnPSI",
-	"oZgRQSx2xBK+6QF18ZFMLPY91NS0USVGwwPFFmXlsb6/dx77eMHKK47ArUU6X9hSiVtxXfvISacYiT8F",
-	"pX7s6D9fReDuh9hwxhP3gOuUu13iGTMrLn20LrWSgROcdTm7yLWxLONWeGQXHGuEYI7GAjhkpnjSc31P",
-	"oYNlaj2oyDqdigDsrlvEQLL3XkWAYW3axtIbsJg00HiEHlk/1Uow3dGQmfyij6MzrPtoyJbE9vzmPWT0",
-	"g9/Fh+5fBKSIO/rXo+In2N2oXk262LujoS8LgWoOk6p1OSHuApbF1DyMsARj2mm3VIBOkAjdd68bH2Ds",
-	"V821Wc6SdREz1K0+YrYYRwGhSlnROISdOmpo2dHw4OiwCj4YFJlNTcHZMY8ZRopMFlC5V16aGLCfQg9q",
-	"yV4D1OwwTGRPUwKRrjphdP07ssamGTdF5Sy6qErPq1nuxWW/i3SN04BC7s8dL7i584C7MpZwUAeM34mG",
-	"5d8rYqv2F1HC8Mjr4l7rRQ9K5OlgMcohNMoiVO2hAS+Xvf7+KXty/OivBThnoqb5Uki7bcvFwnSNRgIs",
-	"Sbv3/IPM5w9b8aQ3T7pqQDxNbSZ2GES2grwW1q7M6CAIgRok4soXCjQHWKIHu+ybLJ/vKtSzB3LqK8k4",
-	"Oz564u8cAN4xR1/w6legVPeHSn1gdmGuVgBUizdakFQjQESl6tQ3w0KtA8+4h35Pol2JZIXZersiRi2U",
-	"o8zYZF30XowODmIKqUpSA3/2fFCHVU4NC4mbo3pbUWrH31QoWxdb+u/RwcFk8uYvLbhWVXt5KBJh3FlL",
-	"yIxCeh95Tmes0picJpXs47ADt0yETIjT9INENS1GjscGuDvAysqgceZjxv3uB80O2BshEwa01o3JjQLX",
-	"6e3rl8iqiUu53hH5wx1tTfFsGJ4L4soFR114RuBAKUTG8jXfRCSweOGgwKSwOhUG69Njz0lzQFBQHHdX",
-	"TZE98nDK2LybggCUXFCfP7w8+yl58o/fhu//5+KX6eHLvy5Ofz86afq2DSgbUpj/lRtbqOwUEbeV0kUh",
-	"ol7eMEWmgFk46dkuxPLOYLTbI4QDBld3RrTBzBaJXYZ1Y/xXmbTl/gWR0FERAulxzWvIuojNy0EWNBgd",
-	"/sD09p5ycHSQ6TZNvEDfuta35UNGr6n8UYy/GQwaLDFUV3lMZhy4qRdio0gGplI43RoS8b71P/yi7jOA",
-	"smLLPL2im7x3N7vQ1MMo2QBP3ZcG3omoDlX1mskBDfxGlxjyJm9wWCDBPMTZ2xMbctfqek12v6X1YHt7",
-	"+CJwclsAHEW1koDqhYe9mQMXS9Bsi7ulFQ2TEqnl/QXFkPLvUXKr7OB6A902ZWgsZ+CzHWc7ELW3ReUb",
-	"MaVdmRk3IyZ3Thz2P6t31VhbEget6DU7uS/eY63qEOrWnjexLlAmz7QwUN8nG7NuLSO5NwZ5CwXSJcpd",
-	"OP5aUqw/E8dV1xl5xHZV9KlATh4eDa9DLG0rs1ZU9lmoLClyrKZg/SgS9//cubSNODG0N/+uBX4+Qvq4",
-	"y6pAW8CmNNjHw6gF5fRzgpvebRWjqPO+71/qKyn6agYeK89B/Ql7VyU3b7xU4e1xC0REwwweS4n5RGw9",
-	"H04aTXRYmnrbMAF3EoPvpjzLgqIhQiZgEgkqH7i3llzyeQE9Pi5i+fCpFjwJkqMFoO1WqiRgkFhUVEug",
-	"zxsHfUaH6xOWK9+RWOOO+gOEB5gWfPnjInXaM2P2vX+3yfdwJ7s1y+oZ3ktTYJPRtCGvMQgTCtaBmFOq",
-	"mVp/9KK0I7/VPe7hNG4W+eLO1S1zRJBjboe5HN8oYoWCU57LeSqFoETLyraEATR7xs+8+9AMx3KTU7+f",
-	"9/Qmbs3aYdung9Zwi7a9vAu3PtCaz+7Wd6O4jVv/z7eD21Oj4l93Q9D9Nxeb5qL5APZTJvoXAIuQP1za",
-	"tbY9Dbew4M2K4v3l+ypHUDR6GUVTDASXCFnXVM+tFZzTePa9T3k15PVbAGvwazFaP5IAQLOix1foabDa",
-	"73ZsbYuQUcnjpFc9KgJlq66l04LKMOgK1FyZHtMoJPjOxU31sh/SK1HJpwZNLJBTY8R9vVB2MUZzkkQ/",
-	"aVSdS5bOoD6wd0ZvK+zVY9WCN1lrD1FgRDYb1xEnvQb1V5bwjWF8IXhV+93zuFbHMWTohWL4Av31LTuM",
-	"sH68VexxUc8DY14qKuhw8Ci60Q2o5/HVRS5ajTpgqFWqrR7iTaBWi3CAKdYdYl0otPNoOGTTBdd8aoU2",
-	"zdhfO2s0nG3vJID0LLncFMUXiwIO2Onj4fE3w+Gt6rQU13kH7udZWKBxx2jDQqIUIbAWWqBhapWlEL5y",
-	"3eG+B5p5B9SvWKYKkcOGm5asBbDmdp74VtCUNiP/Tctr4/vnQjbs8PP30yw3jtQFULQ+IGFfmkEdGMv1",
-	"bcPaiYz7itmVFisz2B1sAGt5kvwrN3YpWrC/m6ibEwo4fAY4PzeXDAD8sMHoVRZShDf2NGne5K6gC3dn",
-	"1+Tl7RaVJqi+XA6mN03YRDwxbtpYOXK/cWa3QA+9HTT5qiUfyVGoakZSuY/dWohXL2KUq9SC2dgqYO3y",
-	"w+zhJ6kd7sKs7LEVaQv9KQqELk+XWlTV2nG/udbapDr6dejYFILRjo8PD0eMs2mWuoUszEv1+g1HTiZZ",
-	"psbyS4i0cBLXIaDvBPbkbXNxkuywFfMkYd2iXJhVUD6UqdmsVyBrt5WxK2PWxt5KmGe2rJA6vLUZuL/9",
-	"7OPA3O4dBd4I23x1gkKvKOxQGdkF1gRGS/1ui/yAPSeDO3kiYiMsudN5ksR3i1x573Xmi8u5Q2IKcMC2",
-	"7QrNILepPJ9l6XzR6hhZiCwpEiUuNojpFHoVEQTaWMZZPFWS6FpcxN/KzURiAEdhcIOUkAU3RPykWkds",
-	"veAWwlaDOoGAQTNgp647iSB3E4kF3F17WDS97DMsD5CawkmpGZcbBJNLJcPZ1oDrd3CSHaZVGMUDwwoA",
-	"GS9+1kbgXfqpdud6b1MjBpS3SmHtDtBg45o2DMjOBu9UsXlFhK4pat7j9UvUvvXU6QbU6tZA6Rx35qPC",
-	"LovefzC3r3kZUw2xxYP9K06+LUNEquUluwUrGFdPKgaq44nWEF8eFzE1t1JjwMhXYA3TfhSHpvmK3lUR",
-	"5btwDmAZQzBklIZxHx9YlGMPbOnn/oysVpjF/XGehHtw2N1NImtFXryVtf52daIR0SnD6OVtq/qj/c31",
-	"n8isvr14bYtxF+buP0eVZTeK+zd3N1mjCQZiexnFla8gu33J4RmEOhtmKIY9AD9GoFi70MI4uapQCAZU",
-	"APLdjTLplW00pW5YbNK5TOX83IipdoJYaiBxi4r8I7azFkuuLz1yJeFQmGbYuXQuIf3uHAO924LtMKoO",
-	"36GAXa51KgyL7bdoLMxl+h4j16OrQ/ptId6zoosgrL2MeC0DPPpv/IttAy3nvQv98MefTp723/x4cvTo",
-	"MRbjWIj3vXERpE3159C66g0Bl2IzYD97rACUjrD4FoEGsPjvb1+dnZz/8vy7H1+9+tv5m+dPXz8/w2wx",
-	"6Z4TConbD5CyuHW8oBdNpBOVZ8C/vbHxKhVr4BhGQKoQilHXgoo2YhFSNUU4uMCOT1+9OXMsu0Q+8MHs",
-	"NBMa6WDPLs8JQXa761CgZDEA/KAZBZLJEi1MDWh5lhsBpu2iShKfyEyp1QWfXkZspdMrbkXEslRe9qFe",
-	"qjvVcKbXqREQvb7KL7J0yl6c+i7cyZ9ILOm6UMbGA/Ymh8I9WXol4IhCqh+XUwFoF7nM6iPLJXq3J7K2",
-	"zScvX7765fz09Yt/nJw9/xayjlkXR5Y4sVWtnGLeG7AfnQpFs9diIsGSKpJyA6irqZJSTK2JqJ7Gs5/f",
-	"YBXMHGUGTD6EkW+cNjiRGIvNcfl4VkNd7xwe/XUwHAwHhxARz/xq+tUZhZ1Tw6B6OwlfZghpza6bdMOc",
-	"wYa2dOq6ziUWN01tb8w4W2mV5FOIDaAr5HcegGd3iw2IA1m77A1kKvK0+l07fX9G69hgJryBgMitdYLc",
-	"9vE/LHR3LOdDL0aYgOeeaQFZCIPmdAFfnHGbyIM9AFtjM55m1eucWmbyKSbY7HWJYaWuY2q+ulWNjzUn",
-	"IcFn52myo9EHhqVJxHhmFBFEw+KA2PvNQVOCe5gmcYGzr5LNnvpSum+ZFEwNOp82AnEjk5sKNyTHQs7O",
-	"Thl+EK68VJQcw6Z8KVjXJ8FYrufCRkwK624ag62NIPtS5ba3Y5PC8fk93T26olQXO3r/vtkV1opZ68fp",
-	"A3mmWkDlLJ4ZR2h/yx3RwV0e7Cfg49EKDkREN9jfmuq6+1MfzrbV+lm7xXch+NYJw2eXgWlAZ8LY12DA",
-	"/DhaleQadM/zZYMQ+6Nas0xRhp4nL5YkgX3ym3YTrIJrXU+xgnynrVP9aHj0ETTtBIFGYi/jWOEEgkqX",
-	"4aO2bI6vdOIj6MRNpEZb9AY2LL9QYJEMpL1CmIHa3IDh7gXM1JAvn5NAs4cEl6G0Ar7vfL5AkWo3tfOE",
-	"juSTa2laeBOvo3CNSalvX7/ESdGGOoGVeHIh7ROCm1NnKNiWdUH7oSrCThUwRaKqk0g8+tnO1FTIV74m",
-	"M/WXomxULaYYgxziiMUYmuj+tVC5JpcBoH1C3ckqVMeYxWByiX1sUK1CKjupwysGMBLc7ARRZIZvzCjQ",
-	"O/DYrZXHY/BIBxFbL9Lp4lo0jP0BObZxMxAQqYDG8F3Ka7AmrkHbGFSdBikoev41R19G7rxDGV0TZI1d",
-	"75XoFrb+XoFA4ZSAca1QBdbGB5vmsmIRd4sIofyUqAPHYA4HmmcZFiiArEDI9I3KYlXuLjsabVgMw/wL",
-	"JpP4wCRYlQoEFJ48LMOUQ86aO3fuLkLqv494K9dpv4Inv/jSZndc8iT0S2wxfShK0UTiX8mtas5leczt",
-	"ekKjYLPDQsQTWa1+AZQGMXtjX/XKDNjJBZBqkRmxBjsDJA8ji5PiZt6fvUsl3qy0YrNT46mnDHW/jNcw",
-	"aNEgCssRRqI+UdUH0htNZODEcbPPd3uFGM/Sy/1X5qOq711frrGR6ag8S77L1PTyGd/sKp9cW1HEo4OD",
-	"Qlj+bI1uZH4lsDoRseGE76u8EWRzPe2byniV4LP9Z8+a8Wf7w4f1MKbO/mXSz9CZKKkoyk3dVlSeAhfM",
-	"d7J7yV+LgnJUVx1qnjeAtjpOkKTGpnJqi7C8ctkBrw/XncqJ8RXrHkbD4bBXxEVY76Zzf8dgTouZxsKa",
-	"21LhNQegEkN2zXHY/xS0hVIq62TOldBFaTfELJCbalG3/b3BldP/kbVtvugIvqijCxy2euKy2xCKx3UH",
-	"YJsO4CGKUPYhKMvbbtRrR/oaarvdy52+SaAiSv90dbcIAZ1rWsZryALygDZK/FF3SKv1A+OTZz/lTWoz",
-	"Dxb4pU4QBgTTNBkzjqIG8GIkUYNW0JMdcSRsDaVU8XA28ScKcnYKB1FCWpogdCOAypjy1XY6QhgAGXWg",
-	"mWsCIWscbr+5Xh8KAoFdgjfHrBYX5FPVkG6+ANsnHyLWprlO7eaNa9mXHOFa6JPcpwdsHRuPfA9J7axL",
-	"ev7Js59e/Hx+9upvz3/GbHoqrnty+gK9f/Fvq8tz1BrSBF2Q9Cd6F8grSVXfYKrAEWE45WI5pbjz4QPE",
-	"es3U9hCDRHVwxCCegxWSS4u4WeANSadiwJ7mxqql0P4Xw7i5hLhkCuVNVCrnE7lW+jJik86SbzASSun5",
-	"gdvvA7g2ZuVYws+leE+BUj85sfa/Jx3WjU9fvTljB1eHB5jq692RboEgB7fIaBU+pgx1aBywU30FX5Lg",
-	"axAUCkwmpWihZlSH+OT0xWAiJ/LM/eGB3rw2z3O7UDq1GOg5VdJqPiUgsh+U9xOBljTjU0E4honIDEvl",
-	"RMaF/kQAZQd8laIdYS6kOxcelxiCu2VC+MTeb51COdYUIk28TjCRTvH0UJAMEK6g/uKCyyQTGibzv/4X",
-	"e8qzDNCIZQLTENKmGOHjXngO/cQHV4cxnVCnDVt+KQyLT3DWv8OPI/YdHCnSYOEU09mLGGpXYJaA000A",
-	"yWo2cp304cl//Vf1CvzXf7GukFepVhKW+orrFCC6Gm6GFxxwoZ1awyBlO1G4UhDXF5Hml8o5ZnqD/SXj",
-	"Eiev9NwEid1gdYLZk0bJvM1mwH4hw2HTSCpVLNwtdcclNW7kycDNlUs31fIKu3nCJR4MBnEvYhQ+hPyr",
-	"POFueAd/KD3/4A5H/1JsTDxgLywMTGRKzsHvSQjaMBEfwgCZIGbEfEJ8t8iIj8u7g9T2gtvpIsLfQ72P",
-	"zFvuZ3dAbCbcnhg3Xkqgd+PobifRP0AKbhDM20RuxiYqQgXw1rm2IbsetFAfKRy5Jn3cgY/yQBWdfgw9",
-	"yT14vczY7zak7NesiT24AydQCRxqmTvB6lKqtaRj6qHijoeHY8bxjgHV9ZZjOHNudYEs+/sxkVKIxASf",
-	"PxwT3e7D2wnTKrcC9sDvtA9uwTW7FBus74Cwc1xOJLIXhIUtXo2CTo5hOs/5dBFcVV+LHVChaNeLZBA6",
-	"GYSPBxZBMCFMZBxgOuBLMQTp1vFahHTkkhYScH+BTJVySESXqE5CUhMgNooEUVwLOzzrnpy+mEhchSpj",
-	"VLpyeMbVS/j65Oz5+csXP704i6PCHPpoOJE+CK7A3YUePYb8CCsTB2YUWy7s0RO6i6+F1Zv+ycwKHSOj",
-	"SZQwvga1u4zlnru7twnxIeG/cRT+9NobMuB2TWTlEYShE8Cz6RUJfS+en31PiJaHh2yWiiwx3lYKkJmb",
-	"iMUF9mQ8kd0GjEq4y8XP7hJ7PBvYswcsUahdHx89gYIjgIM5kQXbwxOE5qZ4C7IzLniLklduQ5U0SOcJ",
-	"Y4guvFkpacAb7qNY/u+bVz+zbvxUSSuk7Z9tVmIEUaTEkg7+ZZSMewP2Fu+pu/K0BqkEky22f6GSDTSo",
-	"hbs0BZDjcDgqSoanhpk0E9JmG5bOJUAoujE6BTAcANN5hvEOxA5KNgjeGuCFHLqMgkUsiusDM/Jef8Q4",
-	"4mDTh8licFHYH5i3UV1wxLU+eXfjN0Dq/gJ/U3QD4CwF777vr9frvhON+7nOhJyqRCQx64KHKZ7mOmP9",
-	"JGZGyARDvYGPbCxtxIprclS5UUbefu8m6trsDdiJIwZAhpYiSTkMo46c6do8PnyE521CILiTzohNOpUV",
-	"XuZuz8TWTmOK8mQy6Vjx3h6sMp5K99ekE8NWAQwuDrgVi9ewbmVh6DkuXo/0qdiNHlhYatjtAW0ZikvH",
-	"wyHA5Bv057ntBDaN1MhdGcT8Lc2xJ6cvgFHqpRm5JU7J/orFdu0Co1dg1/+YdOAxLiNqdL8O3w1QxZl0",
-	"QKAWxvE8fMUvLlHuVsj4CO3tk86HOGroCU/1rw/fDabK2B39cMlI83JNQfTaVmOoNzQ0Ap4dWyyBT5Gg",
-	"e+0aHDOKSsI7DoIZp9oE3bjSi3tj0olH6CDEw+T4ITBS/BNZOt5ED6mYpRJuA4hQKsuX0q2P5RTSBoIN",
-	"NNGDQ4igoE6+cvu+5Jm7ICKBnH+J7adylduxEyNCWeOCJ6Hr2T1/6G+i49cZR4u0FzG6pfbnHludgrup",
-	"YJBQ3ZtqDPZca8cwxZnKZQI7Woq/wMnb5ImEccy9kYrklAWH0T0idH9Ky5HKNWry6cJpZguVsG58kmVq",
-	"HdPpt3C3sDAVDOgJNJAmjGcaAPrFe/fimB0fPiz2lG6hVYplXM/FGEhISEDdrHzMldu6MSD0evnM8wCg",
-	"zhda8EsD8hMLUX2ApqN8BdSbVEsfSur5OnNcZoxg044Aot7YJSdezzWqdCk7lBINCUu4rJ5h9MbsEW6x",
-	"14zZlEupgDgkYpomkOWaCKf4ApgnwO7zK55C0ARQebcukG4/rRisQeZHMzj6M8dw7UKRBfzEFJegIHhv",
-	"4+h4QbELbFGd2kCscWf8BQoZoCxFoClFFbE+KNJD4ahu66UvCAFyLlXycQoGDG0f9Hun4WDXpCwZupUV",
-	"7UHjdTUUFkCdktJddFrCpVIwAMzsJZxUZHnzVDo5ZsTi/4ZN/PZwMDgcDocx63pR8nA4RFks/m8Me/o2",
-	"BglAFnKvG0pRHWPF5+KBYXEQJ1W4xB2nkXmWxT6QPePGwhcUsIE47KHl5eT0RSfqXAltKERzMBwMwVK/",
-	"EpKv0s6o83AwHDzEKgMLsDsdLATP7OJ3cLs2RZafkMR6NBwS/DSWfcAKSu4ErgaMvCNSBadz0IGO8Wy/",
-	"SDqjzo/UFaQ5gXAHQzgaDsHgiywfgr5qjN79hla462x02AVaqhoq5FVGXTHFdUa/vos6Jl8uud50Rp2X",
-	"6ZWQwhi30nxuwPrpJ2M679ynBwEiQuPS+ZqDxMVPtXKEUOSOlb+3oGYaSPtgaKPcXjFq4foVKwWg6lrV",
-	"w3oal4XmsXtBgtEvi1G1Lg3Q75sdKuDjWGwLIlAohAxO1gjZ76kydq4FhGEheHqIzQ5FZBwNQ+bRDQp9",
-	"TPl0IZIxAoH7wks8zcDKVihlQPuwXU/he9gxCnMsTsRc8wTAtUn1hhbLQ//AwLtiAKQcQ8x9pJefHSUi",
-	"YEdTJWfpPCdM0+ruv8ZF/CzXBfqGqh2Phg8/QX8/K+v3rWFtemOyTpmCTW12H1c3/vS6C3x1eEA2nwO0",
-	"+bQeWHIlAa+Jf3i+ZXOrNhOH+qCGUpwJBCNewN+DifwZLEB2y7CPtL16DJ5Dm1S8GWi35lDEy7Sio5av",
-	"kJ/17zkG/F77+vdAiej1d81Hr6mJ4j1fZRpH7Q7Q8V5f8cQjDMMnh9d/8laSXf13rNl4jAd190ffK32R",
-	"JokAZ//x0ZPrvzhJlqksrCECk+rLg/ZdxWjozkex78HRK6A+/bkrCkavlGkikOYS6BGiJzuVKi4dHR4+",
-	"2Zc2NCswuqh1USa58DGC4Qi9ZQAaO2NGBS6/JeM2LGYYMW7VMnUC2WbAzgpA1BU3xpFdmW0mMp1Ftc/a",
-	"qypAKYLm4LUx4+SXpHwhkNvyZWgyg5mP2DBGUvpbDhlNYD/6mWyohcJTKGjejo1qEcr5pQU8Vnoeg7IU",
-	"3r6JhOvXG7DYrVuxtIrQQDCDTYt5aqAYnjcuuv81vTyRHDagj+tDBaicML1C831cQ0qOWXfldayjY1C7",
-	"wawHnAkz8jDPxikCUGALHDlkevTFAqg0ZCEFh6sJcZWwqWA5RXuvWpahMQEYc/9vbkSU75hKqJfGui+e",
-	"n30/kQ31coK59C/Fhqrm9PAEgUxdbBBnSTqbCS2kLayurFvW84wCxAW3+T5TbGvxyXPAUuPaMSq7wgpg",
-	"3ip71LgI5KMrQwgTQaoVWWPwTPIMJIARiym6Jw7tvWMWmwVP1BrMvIEkA3sBbvdzCE2Kxyxecy3Lr4PX",
-	"MEI89qbbiQzzg37xT3EpB+yXUjapiT1B6Z24KHEZTyRNa8RiJ/7HoN6uDfXuBRk6MBHDDMK4WAwsjSon",
-	"MpV9LzajMV6zbv3zXsRiTPQtZ/po+LCJmT0lDOSbMbEqTviPmASH7AlO0Hcq2dyZkAJDLJhR1d1PBbLu",
-	"TSCjviEXpkFKAvuJSIB8SWV9XMeFmPLciEqMK5xtSKqgGlau6+0T1jYg+uig4YsPUadgh9d9Xr4YftW/",
-	"2bf9hhbQV7F/E/R+pY3XYbDtfs2Un9RaIhCifVtxr8P+/omFo+Hx9V/8rOz3KpfYxeEeXZzyTaZ4cqbU",
-	"S64Rk+b48NE+8zH5agVl+X8SScrPnGILItzRjssXWvP3v4S+qF+zmgK8NICciYrrh6BcIx+xQIyMLJJK",
-	"Fk5vMBsa1pV8KUo7PpJwVFojX5fW28epaC+aTsHQV4p6DwyYGLWj21Syleb9AFRWy9Ms9jUDoDXyLzAh",
-	"rcbMmEKkdGMKR+8+c32GhAXVf7AZG9iRMQyzT+bbarEht1IouYAo2PXAZiTjkI8Do3tI2+Zg8PRigjc8",
-	"jli7lEBvo8BRlZNglGAWIGBArD5KsAcIjMCZFGsYLcp57i/q1fGwUlP4FDT+GdD0EdQld7JjagLjMs7Q",
-	"W7rLigWE/0ZZ/BzZxAirzznuTpHSgPQL9kmw756DbBVA/payyLbXNiiZWPU0766MOJHdoDRiS0VE0GqC",
-	"MVI4WsC5vnKcu+A4USew+F/7dfAqnNPdlqA7p7Wl+oluEKdioXiaOGV31CwO+0gIpFWOqk6kE4tNIaJG",
-	"3kXoUUHqPpMS4I3BGqAKMpE1dwnemgH7GZ3fTjMowwcc2fOD5Rc+GAjv8NbZvvWeVCwRQFdCrQe7C6wQ",
-	"aHR4VynJguE7wdOKheLgwkMUNdspnpG6AGZQ3KxUenOozTZA3sH6FRWli7hh9chMjFWm8MwtXcmxTiJw",
-	"RTXnUZEqR0+6RPTc5qJY3JtIpSMPPgPvUq3NPEtY7UB1yRkbFTFe6O4MXH+uuZrvLyrMxWtJjIWXqpA7",
-	"fBE4vGs8UQvHCyeyrhGXrO746KgXIZpIJVwBFwRq/6BNOh6w53y6KEwoFNMHlqK13DYzjK/R9UGbRocf",
-	"BGV2j4dDDAByu+AGT5fRWI/s46t24e0Z7G+a6aIJCUcO8QGF9HEpNlgnGzax2VCKijyelgeGFcTOz4Ui",
-	"f7oXyi58oGyqpKmGMz0wPXQRojsaMjINs1CynsSIBGCTxXJUWKzgzwcGQXhnubYLAQVHrd70KKrWneUN",
-	"Kw6lFBEkEmI8MP0KrK8MLIBy50X62oCdYLwlBBnDqyi3oS3M77RUUowZp1eDu+PLu1eoVqtK/h3c8/tR",
-	"qKHtz6lVhwNoE7teNRCZIgAHKJiXfLxk+FVA+Y9TiT+9htvA4T29LWNWMYX9tow+jNje6QCbCQChMqwb",
-	"ftKrmp0c0ytpWk09xRA+CHoEiYEzSr2MgrgwSGMhgA1yW0gWG5XrqVNDMFkg9TWzZ1otJ7Ibu35RtEML",
-	"/4zCoajr3oC9AWTVMgLZW437jk2BhzhiWXopCB24QOHlXuKQqvRAIwoIUApI5JfTUr1PDVtzvaRgKcea",
-	"AYTeZy+S+9kvZimMVlbKZ2T4VA6gfSgyQCwrip+FvwKUOvRGcO2YJcJJ+lBamGhQ47qwmZMbqAt1zim4",
-	"Hc3q7Hh4PG63u6PPYyLJ6dEblzPiuhLfryB6sAivqbqO7tGXMw4j12qB8FtM8Adhn4f3YMtCnbpbALve",
-	"KYqYoY+vyseiPXkSonM3t0sZdh/fEOXo3aChd/fIhisL3KLwFWfVn6ZB58uykj7ap4s3GP/3tgzuq3GC",
-	"0oW1tWC3ZQNKz9vJP8bBNUc0pInTgVviGbYummvplevqpj4gkBP2jmNAZLLdcQx3cqhf6Tlgs7WIlCuO",
-	"lN+t7uDLj4ZwSwFzDcNu3J8AJd1oQkB864L8U0H794D6gAl4O44XOyn5FooApUv22NsPfLg4qE+uA3xz",
-	"wGJwlfpEIGQp3uEbsdgxY5NfuMFeiNg9RUTmifR5ZOdcThdKnwOuk1XskHWnPBMy4RrD5Q2E0MZaJKk5",
-	"B4zY1DCPjlqmXzq1G83ToPr74LLwOw+thgYHP0fH3kREoK4TWX5wTowzNTho1uX0KdlAnOyUcSt0r1En",
-	"hE15VfC3u1YJX+k54ZrvpQoe3mXHbazHnT7w62CG5Z+e8exxW58qOctSxFv4nO656z6mCAPH6EBI2NwV",
-	"PcJDRrRlmyYFrA8D+VoZYBsFYtWsi1JwpbrRwG4HTeKmv1z3x5d2HPSoNCRWHI9sKfTc58OB/lMoJF1f",
-	"dbyKncWTRCSQK1+tVWh6mMrky5pQ0Yf4S5Pn7uKU/iBs2xFtkd2whDgw1RsJUa/0/JRTJeaVN+3XkY6c",
-	"tmoI2hlMqCsCrQzwiUvIEnzlUogVgShAGbYdMa77XRnmNfqYDk4UsjdSeJvYcKF9UqdQt1xJMapkRy24",
-	"nUhIb8RsJ8pZngsLCdnQvPfloP5uHCcnVT7A/ckEvxLoHoCUlwdBHpFh/EJdhcqwd+8rTR8GDgZuCW+C",
-	"gGHMRBbwFGXieRngGcS6NbFwKC5xrxwcy1d8YlvuDrqGmwNQDV8clfmPZN542W5HGbdYe4GLcY2SW15W",
-	"xKLQ4kpdogunzNqOmBTrAjWqxApGUB3z0dSv4T670Z2s0r+JzRejO+N09lGf3VZ8lRxa9G2f/BhckeKs",
-	"36sAsVufLwKqigRUsEXbXEt0UONlCRIezQIc7zLbgPP5Pm4Rjg4P3j1xRmz886i3Yd9JG5/0YXmk6I5Z",
-	"HJRTAgEPoZpwpa3CgoNfGeodMNS71Gjp2t/m1rczx4M/LsXmA97qTDTV4XoN/LAoHFUAaHcrnipfinY6",
-	"FSuLFacoH8R9AwGZE5mlpoSyIj4LIYpGQOzVlboEOIKCB0N/RYjDMebA3AeZwEkGZKJyX4+b/aOuC8hi",
-	"hcF+ZVfbhxeX9SMP761Z1vWSz9/Ehrhbww3Jk3R3gihKjaQtViXEEVsvFOvGUPI67mGlWvw7BdSeGPE2",
-	"3CMMNUP4jRhtxL7iMEYe2kLXiQpI8nuTOGHWX4q86Sazj7iJIHNCUgGrrxd5+yLzpFq4O7zJcGbuT/Lc",
-	"vpt7ZnFDjJdaQ9hGQ85hr7wbeUtZ4IitshxiITEaFCC6izbJlNPFiiNbkRk9hH3zsfBel8TOIgw7UVdC",
-	"ezxCWF+sJ5HkIkhcIJMt5YggW3365h9hEGdM41V6HsFMYaI4wAg79P2f45/UM/2F/UZYT2G6iQdFk1V/",
-	"WVh0oYulkXUuZSrnPY/TfXvKpHSA2NhKpjDT/JWef02R/0Koy3ZOPeGWNmXU7yQzUZB5f5cEhyCG+mCn",
-	"/VROI8e5nmLHb6HfL4QtB3PahzlX4J2+MucWo1BllcKYoMrJ/ZzmoZXQRkkQjKdcQqFkYLbIVNbiopgD",
-	"GpEwR3DEYiwgHE+kFjwxBcQwVtssnDUA+MSNWSudgHEJ0//AusQR6dosMLzUIICla9DmWooE4krEkqdZ",
-	"gUUXhEGWASZP7s9EFVyKe7JTBT18HmNVOMU2l05wiv+tgjNueu3/TaI57s5+VdnaW9OnazjzwR9pstOY",
-	"9Qx+p3Sg8KwB0juVi0u1L1V+L44dHEP9vu9jcKqMODUMZ/nV8tRw7HCR7+rYRZ8qSGjnqRh+Lkr89YC1",
-	"xPDc1em6NwNnsNGtuk0RSL5XLtBW8k/UmM7iA2zQXollbDdFFgqzKkLg8yI7J+GWX3Aj2oN/q7eKsml3",
-	"mw8Am5e2CKVIVtSBcMPrtaSGvNLz78vw+vuMbSm6aY/dC5KHvl7E7Yt4Vk1F80sVhVloYVJUQ97EHgEm",
-	"d2NYiDqr3Da52FYZnwrTdJNGiGSdC2YERavQDCpqEusSeiDkT0tlC8MhQB5AJV7CF9ZiqSgRrJacVmkx",
-	"oioUf3yI2TQTXBf5IDS0AQP7ukhYN1Z6PvALG/fGrOYbFJo6nEgp1iUx2cpua7v7YTAf1BCRDfcf9sxD",
-	"lldkpbmw7LgZoOw037rt9xI853t4I+xnCKG7GZmBjHkj7JcXBPCZlaE3wrZxyyA0eyeFqsD709nZ5ukY",
-	"rL135Bu+Xg9y8154wITiK1MPiqPrSo6Mj7T0B6x6Ipt4NbNK9drclj/gfL8QAynMZh/TKO7bV6mgxSY6",
-	"96fCXyP64ROx+mak3yQxLAanWxyEdxf1zbFeRIj6CyKyVGuqLB/D/2LWvdhMZFjiP6iYS5EJ5Kfzdc6o",
-	"ynfElKwxaIrpGUzkUyrT5WFLggIZBn2oxsPf+mD1hKncFuXyuZ77crk9xPfBgmtGCCqKkTpCAi+MWWpZ",
-	"ls6sIVQ8kc3cWGiKpYDh01MgJYAbJWO095IDNqxpU8Xcc/0vKO4+WN7u8dHRBJPF16kRI8yrQ+g+KCpt",
-	"FQ60t6dIMpFOJmF3I5KgyQyIwD3JI9D25zEC47RaxBC4n4DCgjW2/bn8Goz47x/dDxtPgRZdzqxa9fNV",
-	"r4U430TKOfgD/r/T7vucTLt4wvy5GrVQ30SrlWEXfHq5RSoJUBubQZzJXVGNYxSiqlGNSntxCpoJQaV9",
-	"iCO7ScEAjLIr6cU+pmScwNfoxX2iF3GxbnBS79GgB7vcasoLa7Turm0RvBjWjMKInoXIkogZ5aR963ih",
-	"eL9KtUda7dpUIMNOetFEeuiZbIO+1gJXDbgxFSU4gER8siazl4IbX3KUKl9h3URA0vdygBZUZxAv2ICd",
-	"oNybKXUJIEhSAcY9swsu2WE0HA7dZZGVyUUTaVQJC5BhyTZu2UysqRBUakGiWagscb/iC5LyEGOIc5YA",
-	"u9ZDiwiuEVb05NViTiM2U1mm1q5NlNYg2Z/JPMtQYkH6ZxeCOgQoOpCQHhhHPcBUksT3HkQFsBwrIV+H",
-	"J2br3NY1j2zTcHLSsir7nYHb7NsxeieiOwLD2er4FCTX9HfR1geckUonJJF3Ro+GUWfJ36fLfNkZHQ7d",
-	"X6mkv7aL0v+Z1M/gTOwFdVK/c195iRX3gv2ztdIBTwIa8pmi40At3NvYRJUC90QU+ojYuTMY1hdiE3KT",
-	"2ec2wup+vYEtFiFLR8LfGvz7c0bFgYRUwG8EJpeuB0Ioq30XgdgzpRkFrGuDnhCVA6ZE0ACKdakGYOAu",
-	"hKR7UI7egJ0W8euE1Zcv6YsC2CAGnSguoEL4BhxLCPseXOguwhEVQmQFR8n0COZZKmYWTi3VfSodhcqW",
-	"a7be5IgVthmAO6BKyjjeiWy393R3llYo6yoAIgOBJk9kWE6h0jEYo6iocvpuQBa5+wsCPENZ6T5MPq7p",
-	"z2PxgUm1GHzw9H+N8/uK2gTBWqQr3Iw6t8gjB3+4/+0dDeg1VaAKNQxULImf6opFnBLbSxP+YCLfgqnb",
-	"hxBTwRgyE6WSLOFauC1A2/RFJfPhHsMNC8qyj3HII8J+jS+8Pr7wVkf2k8UTNm/78JPR9q9Hpy1y8Jbn",
-	"5t4Mi24n7woqzEuuZS6kFzzBjM6nBKC1XqhMgHmvjrVVFOrfqtLfDbHGCW8LMUew8KkBwOh1Q2lIGnxZ",
-	"GfLOSS0AZN2zDPdZQLh2XXOPwvVFXvf/ZBiu+5DGDnYnUL66d5vQF5VIuW8G5dfMyV02obqwjzUgaof/",
-	"s0fyV/lzo1HpNU3EME4pQrJQbSIW+OlKtNe1bDQ5RRM55VA9Iwjtcc08MGPfuDc6KSkQRrN8h9WMTU4x",
-	"csOSQhSFuIJVt8r9QCjZThLAwSdY6i39LRc+ULjUtO7JAHOP6ZefL+9yV5pPkWhZ7sdXG8x/Itf3xIOu",
-	"941J3z58/+AP979r0MbK5AQ8knhHC9NMSa6wtJ2nFUu+oeiFkpag4dkuhNxNoe7P7HKj9E6f1pnLL/gy",
-	"3sFRfVusz20P6yezv9x3Iud1pP3r8Wmzv9Skvj+nqHf9u0FmZ6vZJq4ZX0xBOB9U6Wn867syPSy1UFGy",
-	"pJkTWTXluFO78fGK32nBMcxx22RTBS6/H6vLPQtun8XqsjM9m6wuX+Ql/4+2umzdy7sQxRZaWZuJXZLX",
-	"S8jDCLLT1k7fwu8K0NetzJGuU+dKp3tvPJEckzY+1nzTKlO90vMzP599RCs3sa+CVLP5Y2Zbdjy0+/mf",
-	"bilVgS/IH6QgOwmLryMXgfru3iJBoRl4ogguHAKBF5ySDc2SZ5nQbAb4qqwbw2BiZvjG4Pu9MUTTYxUt",
-	"kUJZyNQUmSUfkbq4A1gAEaoA+rgVV6D96N6hud730eaZo+dwJxrvzM+q3LJw2b5eokb8gXKtfOZSgIN/",
-	"u6t0xxADP+WZTVdZWlSYNVmapHJejcXqYh5+xJapzK2I2ELlOmIJ34RVf6MJBrFDMiBm+IHfbcNivJAx",
-	"62q3xCKBSvmRYx9Y7Rxqy1M0G0SXTST2bJXCy+qDzlLDoLzqNsspQAOWaimkjTDSfiJjzFIwkHvTVZrF",
-	"1mbnOCNTplHCaJbKWPZXNzED4MxChqmIPgdhwJqQGUK+mM7cdwsslz9mvHwSpHQXhf9rZAvNFetUmiLT",
-	"cR+mOZH70SX4PQJ7Kyci1WtHQKjQpXtwXVLznwH+4DpqSFHJ9FYEqbZfwQ/uHvzgrCYD3IYubou2GPfe",
-	"5lDEgKwAqzmgyxGDmuRF4Bf8BTY4CEFwlxoAobncQMTARNagof0VTCnf2QzYtZjJBUbyc9cbDQqBLLnW",
-	"jjzHCU+zTTyqJHIv84xDFT4MIfOlxaExhuhKE0kJ4DCPt2dPGdTh5khM1kpfCs20mCrt6LIj9m4tIKUA",
-	"wiMy5SaLTZrevScggXHMbd1HoTffr3fVDa/VuMbnX8WhJuOsP6C8hjvwJ8lVgb4PePKv3FisTD764+7D",
-	"+5XWYmpBKqDMYgwG1fsgNERApUAocd+nZiLXWsl5SBK6UhHgvJOovFejSz/BFfWWhO42MP1EBsPxQBMD",
-	"FhthY7aEVMwCD58ytqdqiZX/x/TLQmQQqOEoCAC7ldl5xvINPO8hKQX8qrEjEEnMeJJ4qrh0Q5dijqQN",
-	"H2dqDTkN7vGYifd8aiGzVERe8Dv656Mh+5YdHh49+ubJkyfDx98cHz0+Omak5a2B6pGMqYXJMzuRGIJL",
-	"DQzh8dE/Hx2iuAQr8cCwC3cPqGpN5kbkF8mHjpEVZCK7pLwaIRBay3qSwDKRzMk7DiZUmI/jIoatRZa5",
-	"HmdZbha4RVCiGVbPcm0p3xWQJ9wOQAp6IDEXxRfQncXddjoyhKc5hgIWSJAhtg4F2ygocEAVqAGOYmYJ",
-	"9hRodwGr8Qb1AoZ6gfEqwURahXoA5OUq6y2QI0xmhUuf28BRn2pqI5BpJ/I6WK8bQGhM5A4MjRNYEs9h",
-	"7scszOfipKAjN3HtD+9rEG3cqiR3X8E1/kxIyXeVIkr8pkC58YSrS7bYXjPz3Q9lYy0uFkpd7sQTePv6",
-	"JVxfR5W0YBASbBXrxvQx1vAted/YR/umluhVfHpy9vRHVu2byiOxH386edp/8+PJ0aPHIHMmwtFnEJeh",
-	"u3QuCYGDyilRZRSsfU+CNRgO07lEqENP+WDUzG5WwsCwkfxjgTxgvYnQKeBGeqRSSNF3/CL++9tXZyfn",
-	"vzz/7sdXr/52/ub509fPz+Ixcm6g16sU1Ajp2NdExq73VM7Pg/J7Ms8y5MxS2dKCuRmwfwidzjaM+8lu",
-	"HLN1xyO3oIyEa+K4+CQfDh9OLfxPDPAvzdcQko0/xiVxpfmB4K+WK66xZBtQB0djLeCS2HRJbJfFV4ew",
-	"f/Hfc2X5KuNS9N/4xRwx+y12mMv0PXYWXR3SbwtBP8VjpsUsN4KpLGGxjQcTCdQJ/IOIvuS2a7oQ7oyz",
-	"bvzU/bv/VEmrVTZiUvUB1T/u3Ycf8Qdhf6Gjfo8U23fRQqnpvjAjrNtmM+hEHTzMMJLKgjSAi2Vrd37i",
-	"YqEGFWwCAh0w1m23G8FX9aUdTdbvhA88ostLVycgqPSi+aQVsKjTfkkJW+kz5s5ya8VyBVSZvsEiO6E6",
-	"ghS8XsmuSiWpbpUj+F0fAjrVIhHSpjyDYuaAkUGU23cr8+WFY0gznmZOGsafDeKfaKeAeAglJ/Oq2Sxi",
-	"OcCwHQ2pJS2mIkXC++PZ2alTMmzuFCFHQdHPA2W6kJqIpEybFlorTS/OQOw2+XQqjOndVxU9uuTPys35",
-	"QiLOqxPbq5Rzwb78nn+1mjSTHU9wigWrVtn7nGTmwAo0c9y1oeQN1NxwhMhLigPXVewJToiPWZUlwZND",
-	"gl+WXgp0EjlxjVav2yiqxKRO+5ikNZp6VyshSZcNCA3YDWwOYCVOKGNSeWFlypdiwE6KlwlUiqeZ8YIM",
-	"l0R5CKzI0Tk4zNhNKfUcDYckZAFdEolIYjbjmREojDoxEq6sCG25bng8SbQwBsKsRoyzTKmVo58AenDF",
-	"LaTGZam87GdqyjNmnbJDsG8zsO4E2A0T6TrSuTQ0mqp4e/Ly5atfzk9fv/jHydnzb52uQMgUca6z8zXX",
-	"Eg2+XoBF2c7tJm0mLYs3QUf0F5J+RIgo8gjDOzAm5M80AYl5SItCjAW901XrSLd6mHoDSAIsxHLwoaFc",
-	"Xly6t69fRpRHSAK+e9os4btjCdWr3DLdBwtxt4Io7Zm7ePdP0F03r8FW1p7Na2yxLQ8MWda+PFp+tGNp",
-	"V1pdZGL5l5st8Sl+tcP9yPY6jFUBdOwTWSF7AzTXu0MpB1tbcHUrdHhdKEk3Zk0NDEblWdK/yNS03cDw",
-	"y0IxIWdKA4wLfMEWubYjcOxR5ILHssnElcgiloJ/TiZqTTZo+oxfCccjpKM5ZMQN4A/XizRDmwQHshKb",
-	"BU/UGn1ajsTFbKkSiItYsyWXm4n0YUzS13VlUOMuLX1wJsJwA3oTpOpxSQ2gpKxxU5nIhG+QqawADYWl",
-	"iViulDuK+LWjdh5VAmx37Kn7y91GcGUuPLoEhhykkvELAAaiAgt+rjiUcegZXAltPFAXARKBpShiRoHI",
-	"v2Em11cpYCmD2ZqR1XrATiigAjEYk9TYVE4t04DArAW7FCvwfGLKtkwmkjyXXcStnqcS4A9/cXv0nTsL",
-	"T/kq7o2CHZrlGqz7hEXkWvULkcqJk/yhKq+a4QFgMeD4xKWO4s9HCvir/mgA/5o69p+UIScAGRlsDbgz",
-	"wBNxEwfvvbtPy9X68/pQyzG+Flj8tpkI4qn9qhk0EGOgQFhHiWtJK/Vnc7A6Kfs6BECM4sKSUXuC/zXn",
-	"cJ9CZ1+IRu0ms48aDSv8Z78gd5WSvaId9ucZ/4Zzel2R2YzvQs9mJ56DZK4fD2mHDJfxiSzkCM8hVjzV",
-	"YxavlMqqRD+mP6gUAYHO4edk1yqgkLFDhKODqECCpAP24zHpvAxTsniPECWSAOOPaitQuLSemwcBm+Ry",
-	"gwh2RWiRFoWuB6wGk3Ba0p/dYbwnd6lr+vOkP8OkWvgOFMj6d8Kf+48rG7vCI1mnBCHfOfjD/e/Djcuy",
-	"N2ZsFlfgHun9rtP4VQZqy9hsOQk3ln0zLu8K6IpfwG/0yqUQK4p8gYinwUQ2p16WuFdjFk86xA0mnRFr",
-	"qNCHD3coFAP2Uq2FxhoTqA0DBFZRdxO4hFNLg5KATg32OIVlIR/UZVJdYjRDLYwVtk0spQue8BJKNZil",
-	"0n68pHUHrbmHmCiAce++16iO1OV06jpUV3PS5z2zq8+S9LmLPvikzy+STvxHJ33uz+VukMuZ2ta8zTG7",
-	"Nktz0JJ+6Q7o1/zLu82/JOVhZ/LlXumVRtiQ0EelRTPI4gtSI4O6Z9LxiYmkdCbMpUpuVoiIxKevKY5f",
-	"oHd6zyP6MbLYveUtUt1iPZ/IyuXglh6R0+CGGYwTGRYN+3fIYKxtYjV9ccBOZGPuvxPJAlz9C2UXlLbt",
-	"3snnFFJYSW7cmdE4ka0k5DTfJiH/UdmI1TzEL5Yq/WmSEQvagCb1miAW0DaSxeol1poNkj8qpxDGfKly",
-	"aWPKvgiLupaaWVRmIDr1KGKJmKaO8Pjclyy9dMoaeQDVjE3d1S/a7vIsY1jzHdzB6krokKyh6wCtmSN2",
-	"NDykgGtbLQMHyt7x0RMMpuEs9JFGUKvMNe41MvajyHxqEFgrJxKAgExBUX0Z28pIKilFiaIaabWRQNS1",
-	"EW7ZkxEr8o5YNz599eaM1Tfh4I80+XCAr8W9iGnhCDW8/+z5y+dnz2OoUqeJSGZiZjHrceXIeUhyI0a9",
-	"UjVaFit5Ds83MevG1EUIXY17EIXFWWAdYxpE3CuSlsgDa0L/LgS1kId3ujm/FK4f8pNG7OgY2JgpoazR",
-	"HKEBs7RcLlh4H0UPdoYNhDLpXMRbOwcV88a0vzwrg3KWYnkBgHPe0NDoo4Tj4HPNEalbZErO0SKu9Dxu",
-	"Ny4HZcXuiawHPRQ08NPamsM5NhB4d2vQXVBQJkapCmRDwvcvMEnaO7sNZWu539x+1oLCi7baRkfvHpQv",
-	"fojKr/o3+7bf0MKpytLpZv8m6P1KG6/FkqcylfP9myk/qbVkhL1JK8aLAV/tKXdiT/lU4VM/BxFQC5FR",
-	"/CaZKYmybdWIKiKrAtJLkBqconNY6S7jLElnMwGhHUSyHIUrpZA7IRtQdb09/u4Z8mJHB9qkAAxvuhDV",
-	"sDC3KF+JxT0Qi6jzWli96Z84unzt18GrsLuU9PeprglGaxGwLJ8uMLmKV4QIikCc8TSDELceK4Ey4KFT",
-	"b5dcbvwtQItJls4XdrAFJQxBi9WcYx9qFgjXcJRbo1ToaZPcDSLfbhThDEsMc0xTDz4eoUSKdyQ1bJ5e",
-	"CYm1vqvmgAE7mcgiEo8EukZRjJ4gEOYJ5lWT3ErBXihEjibyePiESb50fYPObLkVzSW9odG6yHT/BV+b",
-	"zw9K1IN/e5TvYKJvUNS/uxzcHzA0MrxU7lTd+LxHe1Xt9pGcl2LzAMJARix2Rz2OWFyoTO4Prw5hYCGZ",
-	"deOIMKncBZ2l81wLM2B/EytLCVIJ35DMmVqyBTvNRWJsCRqJCrfd8LjFGPznOL61lftTn+K7OYonVf3Q",
-	"JzA6YnOL43gzk26wGS+SMkCwTWO/eVJRvYN2DBaIjI5zOPxuERypL4wyrM/wSQPpj7yXn/LoDRV+r5qe",
-	"L/LppUeVR1a3Fhor2Uu01XY5vVSUBKRyGpDQQs2kBm0SPFNS9AbFgKGyVSHfBYHfju/mWYbB046lTqRP",
-	"YMKAZgwRRYExVldCnxd15QlkA2xEFCxQCTjHTfFJlCGbI36GxgbMG4f1De0KJffzTBHY30QS/2P7sr+n",
-	"0Nn9Gwx8PzewFXwysvXUU/H/yHoczZz6syi1d0OTcRY1AaEwrCH9cDf/zuTjA/HeCpncH4H9KSjUUXzx",
-	"gFzHG2YVeDD+UnVijUAk59peCI7CBlKwTMk5ZlFKYFZnZy8jZvLpArVeY7Xgy8KYCUBAmHEx3TCTKeto",
-	"bVz8aGPCFe0N2CuZbRr0AAYhVmMMj/B23xLlqrQjR+AWJ8GJ0Ihr2+ipO1iU3ehpCVITNZiSezfQA57D",
-	"Ht4/IfT9/BkJIY5NJOOKsR7cqwvBpFjTcn+lk18CncTdbrqw3YJu9G5OJF0fYprr1G6ABl4IroU+ye2i",
-	"M/r1nSNymGiJFLIWwAS50+TfYV1KCv7x7Oz0/OTZs9dxb9CJOrnOOqPOwtrV6ODg8Oivg+FgODgcfTP8",
-	"Zgg0lMZbbxtyWVjXpkKbHrvIZZKJIlWAgz0m14KyDn3i3UqpjE0zbjDv0IeIslc+QkfJbOMGJflSdEYU",
-	"TvYh2i63OMdUOizyIbm0ZsAAmZRiAjBc1HWy5Bvm6+QH+QxBL0rPWzphJ6cvnKZqauBKzCwA711OBcQ0",
-	"QBA+VCJRRLS5WcB7VkEtpKIvvkr7rsGG/n7Qbhqsa9Wqn69Mj/HEexytIq/WA8PC0A3w/AYAsRzDpgYM",
-	"HVcJSdVX6hJ9g2EsQzCoOfTcMKRToVYZhP1i3rjTLjBrcC0uSrxmy+ID+uMghoFgUNY86IOe97ESxHZX",
-	"CPZC4FqUNhQFxSQicOgpXUHSqyK+hMucJ2C93TJGQECv48a1ei/bVQNxtYsTLZPiIpF3ixB5U+3LVBa9",
-	"Y8HR7d5ftxZs3K5yiC1X6xwGXbQt4xl42ixbcbsYsGfgkTdsvRBg/+Bwnly3TniBqzFXjC8ET0LVKA2X",
-	"EinRdk9bCMWQxYMe4CrKOkmIGiyv9eS/ypwAt3arp++qtebBh4Cgv12lmc6lhLjtarvhfvh8weblqiSH",
-	"Rw2QSQUeT6bmZWRAHR4m6K9IK9/u8CThKwAN9QEaplw3RNbEg59B7CkrItG9pFCesSIcZ6uPHwXP7MIJ",
-	"gjxJpSBie6rV0p2CvMj1GrCfFXPSgZA23TphhTxnOh/effj/AwAA//8=",
+	"1oNO1DHThVhy16HdrERn1DFWuxF8+BB1TrkVL9NlarfHk2g+s/1U2Fl/Ye2Kr9K+5lZk7u0+za1/ePjA",
+	"sKKRiHFmrM6nNtci6c9SkSXsZWosU7OJVFKw1IrlCKZk0/nCCmNZhl+639wbcdFaH/4bMxzWhTARE4P5",
+	"YCLjSSc3QveXqcytmHTG+tvh2H57fBSPWKxjlpqwlVOx5Klb8jhisXVPJ7Ly2Agbs66SjMOK8ixi8amw",
+	"etM/mVmh496YvmNqmVorEjZTmnHJeJaptUgmkrZnoUx9XjCWqZLTXGshXT+pZTMthGHcsIXK3CoyI6zN",
+	"RG/A3ghpJzKXmTCGxX9/++rs5Pz05Oz5yxc/vTg7//H5ybPnp29wgpmY8+kmZkqzWM1m8WAi993rfsuO",
+	"v4QmWRd3fviYqRlsy4vnZ9+Xm8xo7yN2KVYW1gKOaJa6g+/O3kTOuRVrdyrtglumBU9Yasc7ZrTkG2Zz",
+	"LVnqzsqsN5jIs4WgNaRhlCtbO+Ss6w/POrULeDcT3LiOaeujibT+LhmlpICHRtjemBUbLxK6Z93joye9",
+	"yHe71Zub00RqMcuNcPNi3fgiU9NLkZxzG/fqGzFTesltZ9RJpX183In8zqTSirnQta15rbJ0urmT20ht",
+	"NV3KiYRb2T39/il78vjRYW/E/O1kK6Gr6w6L8sCwFbeL4AoqPe8vlbSLSWf827eHw+EwYpOOFXxZXkz4",
+	"fbz+9jE8q17a3749wkfxgJ0txERC76mBPlcw9AeGSb4UEYsnnUk+HD6cwmbAP0Uff8FNwZ8mnThiKy1m",
+	"6XuRsItN+d1SWJ1O/YedGEgrHAqGj1zHUlkWa/FbLow1MevGk45Vl0KafmXkQBB+i/1QYa3GLF7H7s+J",
+	"pFOSSmbEVMnEsC6QPndRYliwOCJakQk5tws2U46QYGtTngmZcB0xqbT7ZiJD+gFd59ATy2VqRxWa5McO",
+	"C1Z+1fe/u4lDk5yVT8vNLj8XmaNkxeLQPgzYz4rFq0uYuhHSfjKCVdDw7YvxVqbWlDedcdt8a3fwlcFH",
+	"3FdgH03MHLc+lzbNYEDXDwMpkmFdYC/MZGmSyrk/UBG15Wbrd+4in14Ky4RMTG/AXm0RMuI/ITMbuc2n",
+	"pv2YkB/lsJBzzZOcZ9kmYkbBwIVM3OFwD6k/R6wvBLNKTaTgOtuUTAC6tYqtuDFjxokrIBtYc9fGNuul",
+	"a+JIqtWpMKXYY/jStznlkpl8OhUiGbDvYYFo9FOVS3cB4pUW09SIeCK7Mc3wHN8xcS8KGHZB0WDB/T2m",
+	"ecI0cH0n0uQXfZp0lzO7FtKmwi78e9h6LwoENTcYJsV7y2Y8y0wER5BPZLgvD4zrE74RUuXzBSv7MSjf",
+	"ZWJmgwaL9VXGMqsmcuaufr5ySx0cLteXIzVlc7diRuVxaT/Y3D0mobO2Ve54uP2/6bX6EHVWXPOlsCQ1",
+	"P1XSqEy8NUK/5naxPRh6gTnyzNLEdZi63x2n6kQdR7NcD0kn6jjalmqRdEZW5yIc2P/WYtYZdf7XQSm9",
+	"H+BTc/AigRV5mmuj9N9zoRs486sV/y2HM2McxdZqiRxMi6tU5Y5tzsUDw2J3KM7xrbgY6W/QZjFUfFxZ",
+	"tyV//xLYRGd0ODw6jjrLVBY/RA1U83tY6JbBPn+/UhrO05LbAXsmZjzPrHHnKP6XUbJ1ZLR9+y4c9oND",
+	"gVH9oLm0zbsIj9q3b+4ef+wOvkjEcqWskNPN38TmR5CXtkdyFkg7afkFuxROikIyEQcPzi/FJmao5nS/",
+	"cYt4ePSNUwe45lN3ih2hiE/6/4/x/u9s2H/CBuycjdj/YX1HkURqF0K7hhvUJtxRR8ucqJUI3T88enj8",
+	"CEQcGgrI5SAYsrVOrTAstT3HXy+4FqwbB5/FvQH7Ib2CFt2nKDECwXB/YpcgPSfpbCaAu1yKDRAqL+l2",
+	"j4dDkm5hm7CNcqOCNe7/TWwqZ0W858tV5t6qzabTdIT/JjbNR+Xk9Qs3LJYmKPPHaRJ7Ygyb5EQ4x2WM",
+	"mGphey1H6hJG91EHCjhYyyV7zeeCmfR30XaZQOKqrE+CF9Hd8WHk7ny6zJfw1xBuPP3ZSK9f6Xnzar3S",
+	"8/ZrpfT8Y9fgtdCpSloW4bs0y5yMsYKX3JGN/+d//ud/+j/9FOPegSjsxOSSidC7xnJtnUQTkqeAL9N7",
+	"A/bWuJUGIU/lWdIHNYxxadZCs+PhEBV13ywIIQuOcv6FmOcycmKtG2TYuJKt+4YN7U0EcX1wqTIumzfJ",
+	"PWnfpVXG5cdukxOz9BV3/b1ItgcQPL41D11xa4V2n/1Tn/867D856f8/3v/93R9HRx/+d+MVPxN82bwg",
+	"7kn7QJx++bEL0i5QvN0pSDgx4+P6/uC+NisljQAJ5yRZprIQiAXszlRJKyToFHy1ytIpbM3BSquLTCz/",
+	"4ri0e7bnEcSvsOvaOivFllxuCrWvsJ4YwaZaJE7Y5ZkZMXEl9IbFB1eHMVMrofGsiPdTsbKo8wLTBGaR",
+	"4UTAikDUOqKPnAzr1GnHoaaB5OZ4HGqOJ89+evEz6I/noEAWtN2dUKEjaFULWJSe00btAtQYbliipBgz",
+	"p0FsJhKF04re47UM5F+BaXaHBdSJA2h3OTxEFjlyijV3mwZWR7QtNKipaGgY24Y3jLD4NB58rL3u1G+c",
+	"12vc8nidDjWG6lY29ngzO9T2mvg9cooHmm0qq/QbrQEcDFqX9beh7aZQAG+6LDusAsXSgCKVygqF32Ea",
+	"/wgln+PpCzXVcaka8Zoefn3v+2hhVoFWzS7ETGmBA0jl/JrGXfPf8YTW6FPSnJ945hQJkTgakMornqUJ",
+	"S+Uqt2MWC62VNjHLUrdxgk+dnj0TEkwVcNQGHTdyFCxQw9gx+JsNutqqG7kV7+3B1FxV26gpoG/+gVST",
+	"e4laq3UEVyFLpUB6pdb+ivzfN69+Bt1r0MATtwn0QjCB+ppWawOTf6rkLEunn3TTTiRTF/8SU+sZRGpA",
+	"AFeauQuY9RjPtODJhon3butgoN8rfZEmiZCflKUtKuSOZXx6iVdwqlYiYui2UXoOSoRxtMD9Tdypr2S2",
+	"CQ7az8p+r3L5SZnyz8op57lMIpbKaZbD2XdMmnZAzRiXCtRGpecwzNd8kymenCn1kuu5+NTrTdIDu1DJ",
+	"BkxpSrHMDQQGFwiXb8DJlXz68ZXirRMU/FlFn1vCYDHXqRFjFifC8jSLwdhtUI+03ArWnaolmtkjpkUm",
+	"uEEKJt6vnCDYg6m+EfoqnYq3kl/xNOMX2SffCoMjcBzIqTiJmKaJYFKtWVcM5gN2KpLUSUpryXIJ6j+L",
+	"p5kyIomZUzRwHm8lz+1C6fT3T7tZP6XGuNMO9oukKrbAsFZaTYUxbmWfS5vazSclggyZlT/uoExeaMEv",
+	"jbcsY9dM55kA4ki/CcO4dzKBnKTnLFEC1dBLqda9sftnIcmutTtpkiZt8pXjACL5SSQpPwOe8WlPFVxs",
+	"NzCDshNwu6c4gL4bEK4F+c+AxXWNEO6VK7eBSpreeCJrl2uNHgHvR6qL8k5Md8OhMYKutEr/JmDPV9qR",
+	"bJuiDjXVglvwvVbMzAm3om/TpdhmtZFTZ/dQ16JOxo09z83u1mWe0XVHfXCrN1Qf/9h+gK7KZiF7lmpj",
+	"WdWUiKrQVAsbOdFPi6may5RcdZdiM2iaqxZX6vIjZwD8E1Y7tWJprlu8N+519x01xLXmmw5qv153/hVt",
+	"CrA2RQfFkkThttb2oTKld0UnyCFdr3hSnkIDcEWSJHUry7PXwcmZ8cyIqLRM/lEY4Z0yq3Lr6Wk5vNGv",
+	"+LDzDjYvPIV+j3cty8/unY9YzSV//wI/eAhGQfrjsLbOUSeX6W+5oMduS+tLX13169awwWh0wqRYgxQF",
+	"BKE0uUZkzksNMwvHaUCoUnIKRrUv8Ob+ie9b1ME9aSYwF4JrQSaZEYt/W12eo1aeJqiJ05/HD9kFN+Lx",
+	"ca6zgB4F2vq2jn7n17yYSvtZfZmiLls9Y8X67bWQxGMaVjLw3l17zcV7ix7D7bWAQVRba5xRnqT2ubS6",
+	"gd/xKW5ifU9/8RzV8U+M02GxFXw5wDWOG7kDn1qlmxpTbMkTQV59LudFk15diiMWX4rNqHpo3K9k3KMn",
+	"oCO2n5aow5ttHO6MktaD9rxyKKzrbhBZ9xORCfcJOHtabhatbNR535+rPv3opKTBKV//5ITKuQif9s1l",
+	"uuqrFXKN/kqlEsYItDTqoLll55DJItMyZtiRTztmJJzXeuEj32/z+UrLI8asCk/ZSMh58/4qPW8hlCBK",
+	"n+PIth4DrdyTLzSRHHRw4fmO/K2JymWlTfTnrzIe6r31at4JrSnv+GenN99xO108daKNExqaD7YWJs/A",
+	"AuE2H0M91IxxduE+BuMKxj2ANoFKAUSIQsSrWrIL4SR81ErBxaKkeDXrjH7dPT0Y1il03vkQ7anKvKtM",
+	"KrB07pQFa+IJODX23s9KTxVp7ZCcuC3yWn3TqN/d+0QLsnUGcZf2H3Vt56+T2X3zjYNDE+qJnC6UfsYb",
+	"nAfP+MarMej9VaH3V+n5A8MuKn5jg85gd1oKp/jRN7td4g0m4v2WAr86VeumCxk83WbJS5XLBpL56kpo",
+	"8FDDc5bkIgKGNU2XPKMID9ZVes6ssjwDM++YTTrDSQdCMNcLoUWvkaiiL6PJQ/OUnkDsCfYcj5lYruym",
+	"jFNbZVySL5ytdDolp8FWNxB8I5JzCA5sC74sNw9eN4wniUichuqe4k5XIop9yK0MvP4TubUQw2ARInQI",
+	"QAfMEfMrwbgF06gj1b5l35YPClwvVCYG7Accl+ZeWZ7yFQaLuD/Q0ioSDIEcsVjhvuGs44nkxMkxRJJf",
+	"qCvBYv8VveWjedZ8gz7GPVhttYm25S2GlwZ7t3OxBvt1j9vQyHzbeHZlZdoG7F6qLqySwtzJkCkCY8/A",
+	"i6ijuRXnqzbxEvczxpd0OhUQqTxT2o0N7kou4fdkz+GVLTV3CI9YNercfZO4swyGWrdGbv10mgiKwwbT",
+	"bOUGh6Pa1h1XQibnbSQJOLlaPzAM3gvpEVEpRzawDU9jYszYwV9j/Hwi6TLABQcnP4TawLjKsHF6yVYX",
+	"eSW0/0HoeCK7WuUSLiBEtHK2TKda9d3HxcQLOz3erpZpt5PFs4JIuY7ZtKCSspgYl4mfAB7Qes9N/UJA",
+	"ynacJX4pC4tvce4bGymu0x5nDKJQdnQo+LKP0e9uEkWI33WDqDH6ItQJxWgKu6EIGCIcftxbhKxOJyLP",
+	"IQO+VecttYO7taGVyxVc7CZJ5EZCX2AAnCr3/mFJGb1OYGghRh0+Rf0Ddr0j5NyvyqjDMze0LcsgNhqG",
+	"+EXNXFRBVEy+dEKCZUtlLDv656Mh+5YdHh49+ubJkyfDx98cHz0+Oo5IhDKWLliZX4gB44aJ93xqsw2a",
+	"4ied7+iCyXx5IbSZdHqOxIFt7rdc6BSTILZOXxmIWB9BKYENmw6pm/T1EjO8BLppJaT2egtfGMxb5WQ8",
+	"y/bQKV4knQ/vonJLyn0ued/1NkZ/9a9/09/ZPYLTwkvoRrLjfDdrABQMFLDvC6UywaX7skxUu244Lx0J",
+	"ORWzDjiF5ponjXZgiLUUGDuscos+xoj8i15aeWDYjKcZJLUGpCcYF/pUG9pPKL0plYz8f6hMckjxExiN",
+	"QCFhkE9pPNUN09ZYlxgROX8tvxQSG8LgNiCYkPJibJpleH16Yxbn4B11RDQucoxiRgKh60gZED4LyRqH",
+	"teYGO4nwQvogU5BH6R1uGMZVu2uPPuqrirRfWZ8rkTUIXK+kYEJavcG0vaZURRDzOQrgENi4jy4Eu//G",
+	"cpubJmXIbeR1Tfzk3oEDvcr4pmlzHUumYF2Ia2CC6ywV2qc7+2ROCKCqxeM3LxMEQJ2DQeecosqaE61h",
+	"u4r86ZvltOzBo+1CqyLaYdcinRUvfog6V6nKnDDYhzA6us47xz4iWdIRdfjnb44R9MX7qRCO3BfGmM0K",
+	"TumeWaQsEbNUClOJj47rwYEx5ov6NFlQ8CjfFxMGyoywaoasNxv+WksJfRdXzue2qFU7heu7TqVvlM3g",
+	"1XMY//40s0bIPU2mm1Pc50biDrEmt5BecqCgh0cPj7dkkLyRuJba+1rpSyBGn0j0QBXatYTiXlRk8aWS",
+	"zfIMiZgWGPoAwZNOojzHYB5HkbucPtHMWLUCHePon48OewN2Ql2RrV1J0SdtK4gFKoLBirgqOLI4J0dL",
+	"6ZNuEbsBkaSOxcGLw56HLMD0R8eRlnlm04a+gBOYqsXzzkStvUSsd/UDCQei+fSB7+ZUZQ0qbHyVirXQ",
+	"MWT0mzGLIcg3ZjwzitwcME0h3Wh/xRjgjiNs7rOgv/J2BTl+dxPaAe6mRvKxr+tY09x3r2u5TI3eBxwG",
+	"NVZxc+5YdbcKNw9boBl31Mr8H6eeDPyzqONY1lrppDPqTJXWYmr7C6WN6F9AwsbGD3BEW7VFOIrVLBbf",
+	"TyzISzx6dFzfiKrXKvCbFwPaotlWabAUZRvMiFtwsxgz6eQzpoXNtUQCHXZMhvUiH/KoKf7lI7fTT7gY",
+	"OjV5zT7ehYsovByf3Uf01Kt0zefyDklaI5sqaXLEDiHV8jH9bcg2DD7JwsoDVtJLqdb+8dB91MLVPK96",
+	"404bz3zDjhu5VhMxTU2q5KQD4nlw9wq9ERwRABbhjuFwiA6gcIEOH8O0Kz81LXOrBevFm1fs+Ojwr6Xt",
+	"akr6VJld+fbNMziqRTrWryf9//fuj4dNWVhR5xlPsw0k0W2f1KTJgXPC3p49ZUnpxkEzUVTk9vWfPYur",
+	"IzoaHj3uHx72hw9D0dmR8EZDmGlTFHBXc8j42+FGCJLii4R+bmHI3Wm+zLNSy9onFz68KAnGVrVxzmdo",
+	"Rm2MlVKyL8Ucuq6ZW70sfPxkMBzWlg5+q27nZJL8cRgdHn3oTiYD/OPxh95/N+4uBMlmYunxqIJjOxPc",
+	"5ho32gjunj8aRh1jVBGEkIJNa66ypLCJeOOXUbmeVj4mKyF873MWqQX468ONLGbh6HYRte/9ezcx2gSD",
+	"36PtN/R2YO25oYWpfo5dM4ybS4RsKdzmWsxTY8GU4hbnAQY9f4TdKCqXsZx007mtpOqHdkoINgmkuam5",
+	"6kT4Y5Mk9/y9FTK5hd5ibVYq64+HW8eh8rwtEwpsOVKtA8SVUALHSH20hoPPR8lz+G0TUyaAYWgeaedi",
+	"Dx/vkYwdbkM48KaV/56n2U9kSWmIteGkq0Kw+HqRZiI0qGEwf2pYLrXjb/wiEyOIzgKBPFNrM5HdWcbn",
+	"c5Gw2JvwnPZdBP2j8cWwR8OHEYszNeVZTAEa3swmWSr7ZHmbSMzu1JDcniCdLc1vDwwzC66BPAPHRZPT",
+	"JDxDbnhOHIYBOD3Y9bl9nKri45Wa8otBsVphzFO69C5+SNUddeapXeQXg6laHvxWaKbhPyEqSvLsAFpF",
+	"xAy8KK/I7bZTyKkHa+0Xw0I9/INnuQC6EE6Pyw3MifLh+kuK7Rp1lrmx7EIwzsjGFeGGwHFjF8KuhZCs",
+	"/2Q4/OvhkydHj47/ejx88uQQTnn9R4IBgwyLWanlP3rMLjZWGCBEEKHW1WKproSpWG9x/L1OY3IYcGbv",
+	"tDQeLKj6qSktC4+Px4yzK7cWDACPAIECX4tY7AbhNMz6IGqS14WwvDNyL0clC9uWuh4fNwXUtSw12IPK",
+	"YRZj75SH5E3JPtqOiD/rxAerRvySXtZvvNACr40WRmVXjj9gl2yqlnQfAwNVQEbCw9UgfVAzDwyueXTd",
+	"ceoe/fPRw/5hD44R/pt110iR/i+/4m+gdW9kQZs72Xx66AXecc6qVpAtC+4uLWLrRJe0uL/9rMFQUlFZ",
+	"H29tyWe6ltetWLDFO4/d/vSnfvZ866wrApGxxy42BL9XvbnuN7bkdroQhsX//JX3f3dKBv1/2H9yPhj1",
+	"3/0xjB4//PC/49q1pat69GiXtHlvdzgVWfJca9Vga4K8z+3rA/lM4ELyae5FSjJ9v2HdGDid+XX4boCO",
+	"F8dlfTykh7RCCL0mQb2YwR/XOOVxjOUHTUIFhDo1R41fNUoaAsKWUovRUWE0Vxi5BcEpUllGQfkYPZXx",
+	"lYH8xyZnzO3TO2oUzJh0LhHQsQSDaFnJG0c0acEpW+42mRwfF8nhRNWPD3HeisagKfkOakkWdBJaz86e",
+	"Bsjq8SoXfg/7arHi9aO4iQqkO54nqWWZmtdMfo/qJr9de9BkRypiE5vPecW08Im8IWU8LI4BHJ/ol8Z4",
+	"x9SwKV+tMEys8ExeuKZuHbZxuPNEbhEJtLHgcODWG0SPffjw4ZPIm2BmOcpwbgKpZJxtBNe9MSOVcoRg",
+	"MQHQIq5/AWdZCf2tRVHufzXa7kPrib8LUy2S3c9upP1R8AyBjdpi2dvEh2vk0zeQCO81u0SshEyEnG68",
+	"/eqPSWeljJ1rYSadEZt01OWkE7FJRzs9FX/Ky9T4SedDvC3M7p/NYjA0YdtDpS5j1j1YwDL83huzGAI+",
+	"4ijQgFmXBxNglBIfMQIxchosBoFwCm4BqTZG5ucaY90D+MfvvdDZpS7hyJXZ/3DwEidEFvEzUadopUEn",
+	"qO05zbFpm180pmROeZYJ3Z8ulBGSpZA+P0uRVZZWRTLihTbiQnILhLjB+ej/gBR3ePTXZutxLQyrAYNn",
+	"JThEvnDIFO2uELUiYkfHbKFybXqFBcIWGc/e1s74nDsaIhMfFmeKNPml0phOWrVz8/7v5cC/iQ6Pvmke",
+	"OLjpQ01tO8ZxL4sEtnPn5ogiiqBhi7cifCADB07udn5tS2JV5qd/bShDVaTatmUCu3IMFN4ZM4NxF7zc",
+	"RDVjpuZT6cYQHOiuJJrATdyc4oAzvG6gv+Bb9cuT0d6AnEQtNd2kMNCpcY7GEz4A9akvf5iZeH97kHn8",
+	"rxsF9X/q/dIhHNc+wfLCCHsz4Zq8Q3s0fueHJypQO3M0XZbTDabSeMT87u2Up7duuhdHiwAUSKvgAXpZ",
+	"oFbTCUELdUPwsl+ODsZabftcsmaIOZKZt/DlPolkfLchyTdRUT7q9BTyZ+3ktJ6NBsqDv48hbtMg4jpK",
+	"Do6lMs66XkEhCHK24qneP7oTxrOdo1iXXX8S4JHaHt5PRBuCqK28wGJ1YnwQEczlhg5zF+wgYOeS2aZH",
+	"ZR88nfHIXBKyFiDAVhkBVhNQ/QObMppbovAnSmKDQh8AQ2ls4exRa+mvkzdSjwvvCkSeUpJHmJWDMYwT",
+	"CcrY8dERBAdztkyNWYnMhmUjIESFloLcHf5m/uqDAt7tuTUvkuv2pQneI6Idee1Tj26guu+XhOauPnnY",
+	"6/loF9xQZlPzhb2zW+mTSooEq/1csd4xv+2PheUqlBo3fySy9dy+Qfsdb818wUE23Xncqpawi/YEpp+U",
+	"dEJ0akwu2NGj3oitHNuRlqWzGYtxRFhqI8hnqgXEQCz4RPpexsW7RJPLxCvy42ABA3TnOa74wGBMPOXp",
+	"xBNpsM6PWLrz4P1929okT7OdWVllcEZjkAcZPsh2AOOphqJMpI9FUVkijEV1osBKXyt9CYFkU6UTLNsD",
+	"IcEpoEmb1FjwvPO5GLCTiXTtFgSMgfbJDF8z6eMci5ZGQGLQm+WL1xD0/0TChw/MgL2QDQDWGDfNjaUO",
+	"AD0v4ZsizsUoNuOadbP0SkQTKX7LeQZQ/UrPB5CZ0Buw52VeoNeP3C5DWHMx3Y0vBbEXEQrigpqC/681",
+	"su5qG5otJFunc+1vZKl9WxuXU9zupq22y17qiabj+2u84Y1O/VjImdJTEWO0OeXJgi7o7uGCJ2odEzeh",
+	"Ny5yS1HQhsVBIHo89sHt6On3sGwUER+aJajTTtTBHjoYN7+fhns//vafCVWpLvIu8iWXfS14wi8yUfhL",
+	"dgV8NlCawIrWlBtvlPakBcq0rPhclM5vyh3CS+mIwT5oTa/kcwglqUbPIGZkJ2oK7fAhJ7wSpIIR5ish",
+	"2cr1H1PQyjm3iKqzhHpB3TKPCGkwmqcIlzIO974YAj1s9EO/wjtbZUNkij3nAOZwTsGADXl+t4nQns0E",
+	"+CDOsxbp96yMPMBX2FLoOcmUyNK8IEfBnaH5HPxY3ls0kcheCDKAAAq67pD1UQrdnywWYnOd8uwNSuY2",
+	"4dpuXun5S3zRq/5mF+NsC7zALwcfPbmb5Hq14qW5QZr8AitdtXshLQXImQfhjhrQf3jigzuXiKzEZSnd",
+	"NHsgIQJjT59UkprzXGctiOciSaeQp49hV29PX5bAdz4wnC0hrM+njaczJqmWxHayerU81R4n4g1+8Qt9",
+	"4NjdKrnx1VuLi4VSl36i+wO3USwLncaGO1xkNlV3utpluM5RE42puSqDKTax2Vd6fvNsCXdXvQ2cAB9P",
+	"pkvBXsjpwE905Kjhto2kmSjup4RsgeNU8o8PPxURuZYCmPDK7zc1vPyVdGovdAQkYR9gzAYqQS3SPt7Z",
+	"Fd/1Olzxt6cvKx+dI/Dnnp9CgvZdXfTapd1pkcJXYfDX3eaWGxWGGn3CsGwVBl/u0XoZrHmjQ+DePL/N",
+	"RG4ZNt4YmE3EtDqWcAn2jt0O9uuNuFHQdbgGzaGUHxuWH+xQPYzJN9QypZcFhSspCq1ZmxCEGfVOrE7l",
+	"PGKxe51EZWqjR2VWnX4cSEkxktOK2Ex98dwqty2zWZvcfBeBA078/uxhA1hCbLq4oZcClzliFP/m/lUQ",
+	"TAJN2OaZsa8fioaUIqyrKBLkxPJtR1oz870Zy/2kzPMm8vKtmONXZngjZth06E+5beJ0oRF2Z36mf+8a",
+	"xLS9GBuOxfMo7Ue21yfF2/tJbPRdY34SNBXGwhAiFreDHeyMxltlYvjbux1Lvw/TquFb3mBd6tiVu4ZT",
+	"O2k34T21asq3YUL1csUD9vQa4ljjVcLYdIk5lVQGuZFnvS7g8+q2t2rsXZnQ2ZzNWYu9GfafvPvj+EO/",
+	"O/z1sP/k3f93+Ouwf/Su1xh885po1Mdn+t/mls54mp3vQ6GLbKMP0a0E37vV5tyiNXGkj7Ts7Ove3eXV",
+	"jZgBkI6bQbe0A+srlbUg7oODd38i95o+aCZzNbdxYQD2TiHERpUNBuCQ3O5FnG/I9txe34W1Z4f+V9ps",
+	"6ASEF4P2oFzxmxll3PBvbpUJ7qXPEQRDzUqrcrxux28e6FJ8czgcDq//TEm7gDNT3I7Qh08Wo9dN5qGv",
+	"9GhfCbmkOzuFZHrthnKypyB7Ugn3dtV45f/1sUTn85ONfUhAeQLbbnOTOk66cbMVn4RHiF1bKEsIfEoK",
+	"jP61gi8jrNnvGIuPZJpxY5lCwA1f49WrivwaGEDIaYTiz2pG8WaYAY64gB42agvxj3ELtWlYN3YzijFq",
+	"zQtrmJuXrfnGsLliVpH1343wYgP/68ZqNot7A/YSi8L5eGYnOEN8G0zR8A0ZGpIRc4ehYm64xs4AW3AH",
+	"hobXHojhs1oaqBD2HqaGPwFx3e/Ol2R2S9I4FauMTxtzqRHg4ROT2z0N+p7w7p4PYVmmxg5uS6Ovp8x3",
+	"Kvj9LNZe4hujuOfTzBH74U9BsRuvzC71NND9qtP9ERBAi4NX1VMN6yI2RcRQVIogJyNiCd/0gH75iEYW",
+	"+x5qyuyoEtPko8189BO7yKeXosio83HDlVccCV2LdL6wpaq74rr2kZPHMSNnCkawseMwfBVBeAzkiDCe",
+	"uAdcp9ztKc+YWXHpo/aplQyCRliXs4tcG8syboVHeMKxRgjqaiyAxGaKJz3X9xQ6WKbWgwutPYo7xbUW",
+	"sdDsvVeKYFibtrH0BiwmPT0eYQSDn2olqPZoyEx+0cfRGdZ9NGRLYqx+8x4y+sHv4kP3LwJUxR3961Hx",
+	"E+xuVNk3Nyq/d0dDX7gIFTsmVetyQpwSLIupeeRhCca0026pAKUkEbrvXjc+0cCvmmuznCXrInawW33E",
+	"bjKOXoJVqmgcws8d7bTsaHhwdFgFIQ3KoKemkB0QzwBGimwc6kasvLwyYD+FEQclAw/qOoRhVXsaXIjQ",
+	"1cmo698RQTbNuClqO9JFVXpeRbsoLvtdpG29Dujp/vz3gps7D7wtY4oHt7XnUPD43kJQGCZ9Xfx7vSxP",
+	"iUQfLEY5hEZph+oRNeBms9Pvn7Inx4/+WoD0JmqaL4W0274PLJ3aaBbBoul7zz9AQPiwFVd+8+TLBuTj",
+	"1GZihwloKyhyYe3KjA6CkMFBIq58KVtzgEXksMu+yfL5rlJyeyAov5KMs+OjJ/7OAfAl1oSAq1+BVN4f",
+	"MvmB2YW9XAFSLt5oQVSOABkZxnVTTOQ6AJV76Pck2pVQenpDe01hQ0HTyGC+sv1jNQC0Vyi3gsaWIYpv",
+	"YDkePBpu20xuEv5/TRmXCrsBaDXITKaBYPbpMs0yAOSFUffuNnn+2rovasbildAxK+LrK1ADBTJgKkuI",
+	"R3wVw3vtRCKqCSMpvIsieBC077G1J7Dekw5GN27Z6g+jw8cAIej/bAERbAuE9rSvrQBH4Ver8T3i4tzS",
+	"iqClYFRJxqnWkMEyNWYipyLNuiYHvPGpW4X31MaB4yG9euYC5TXcILoTrsD1OVGFQ3S7ulktSLDEOGBd",
+	"9IuPDg5iCtZNUgN/FvVtrGK5qSC8OflgK/75+JvKdnaxpf8eHRxMJm/+0oIEWfXEhsoDRjS3BGMq3JXI",
+	"y4TGKo3p3FLJPg47cPhHuLOcph+kdmsxctJogFQHQl+ZZsV8lpWnk0GzA/ZGyIQBDXJjcqPAdXp7+hJP",
+	"DMlzrnfEynJMQFOkNCZ+gGB/wdEuNSM4vRRyLviab6Kg9JATowsUJ6tTYXpQoBx7TppDTU/LOO5d9eH2",
+	"yFwto75vCptTyov6/OHl2U/Jk3/8Nnz/Pxe/TA9f/nXx+vejk6Zv20pLAOjHv3JjC/NZFOQBhUnQlHzg",
+	"JXNTXGezcHqmXYjlnRWeaM89CUTBunOzDZi9SIU2rOsTqIo0Z/cvyLGJiuB6XwmkhkWPaPYctCaDeUcP",
+	"kLnsR3jKAaF42jTxAq/y2qgJn4xwTUxCMf7m8glgFcU0hWRMXAhu6oXYKNIWqWBYt4bdv28tN7+o+wyg",
+	"rL43T6/oJu/dza76I2H+RVCBhFxDu2uQQIXkZnJAA7/RJQakgRscFoBkCZFp90RT3rW63uaz39J6eNo9",
+	"PI84uS3IqqLaV0D1wsPeKFyUS9BsF7+lRRvT+Knl/VWqkPLvUT617OB6Y/k2ZWgsAOTxAWY7alBsK5U3",
+	"Ykq7cv5uRkzunDjsf1bvqrE2qZhW9Jqd3BchuVbfD61QnjexLlAmz7QwBczDc7BuDcOjNwZ5CwXSJcpd",
+	"OP4ajIQ/E8dVRzn5v3fVwKuANB8eDa/D+G6rT1nUwluoLCmyd0HgL6Fu/tzoE43KIe3Nv2tJvI+QPu6y",
+	"jt4WFDgN9vEwasEF/5xw4Hdb9y/qvO/7l/pKir6agffYc1B/wt5Vyc0bL1V4y/UCMUQxN9QSlA0RW8+H",
+	"k0Zj9pupajThwZ3EsO4pz7KgzJaQCRgPg1pB7q0ll3xeFOsYF1Hi+FQLngRwIgLw6St1hTD8OCrqC9Hn",
+	"jYM+o8P18fGGe4fQ7EjZdEf9AQLqTAu+/HFRfO05l/vev9tkErqT3Zq/+wzvpSnQPGnakDEfhBAG60DM",
+	"KdVMrT96UdqxUuvRL+E0bhbn5s7VLbMPkWNuB7Ud3yg+jULRnst5KoWgFP7KtoThcntGy7370AxgdpNT",
+	"v19Uwk3CBWqHbZ8OWkOf2vbyLkJsgNZ89hAbN4rbhNj8+XZwe2pULvOOAsjpm4tNk/VLITxeCSFTQBID",
+	"MkVp19r2yd3CgjfjU4uno3xf5QgjSi+jaIopRhJBXpsqoLbCWRvPvvcpSIq8fguSFH4tRutHEkBOV/T4",
+	"Cj0NVvvdjq1tETIqCAH0qsfbIRyEtXRaUJlWUQFnLRMvG4UE37m4qV72Q3olKkgdoIkFcmqMSOkXyi7G",
+	"aE6SGFEQVeeSpTNrKJploXK9rbBXj1ULQnOtPcRNE9lsXMdo9hrUX1nCN4bxheBV7XfP41odx5Chv5bh",
+	"C/TXt+wwYpdiZZ1i97jwc6EXq6KCDgePohvdgHqGeF3kotWoQ2xbpdoqCN8EnLwInJlipT7WhdJ0j4ZD",
+	"Nl1wzadWaNOMlrmzqtHZ9k4CrN2Sy01RrrgoeYSdPh4efzMc3qqyWXGddyBln4UljXeMNiy9TbE0a6EF",
+	"GqZWWQqBXtcd7nugmXdA/YplqhA5bLhpyVog3m4Xs9IKx9Vm5F8VuV47gxDxreL9cyEbdvj5+2mWG0fq",
+	"AvB2H7qzL82gDozl+rZJLETGccy1Fisz2B2WA2t5kvwrN3YpWqplNFE3JxRw+AwQ5G4uGQBccIPRqyw9",
+	"DG/sadK8yV1BF+7OrsnL2y1qM1FF1hxMb5pQ73hi3LSx1vJ+48xugbd9u2Ieq5b8RkehqhmO5T52a8GQ",
+	"vYhR7mMLynGrgLXLD7OHn6R2uAuzskcjpi30pygQujxdalFVa8f95lprk+ro16FjUwjbPD4+PIRAjix1",
+	"C1mYl+oVj46cTLJMjeWXEJPkJK5DwHUL7Mnb5uIk2WEr5knCukWBTaug4DZTs1mvqEXRVvi1jO4ceyth",
+	"ntmypvjw1mbg/vazj4M/vfe6KUbYlgCrkkigsEOF1xdYRR8t9bst8gP2nAzu5ImIjbDkTudJEt8t1vP+",
+	"FuVbWmiLy7lDYgoQJrftCs2w8Kk8n2XpfNHqGFmILCmSli42iBYYehWxbIKxjLN4qgjo1cZFpLrcTCQG",
+	"cBQGN0jPWnBDxE+qdcTWC24hwDuorAvoZgP2mlBn1wshJxKirqG9BQZ+FH2GBXVSUzgpNeNygzClqWQ4",
+	"21qplx2cZIdp1cPTFtBkXvysjcC79FPtzvXepkZMvWiVwtodoMHGNW0YkJ0N3qli84pYduC1wfVL1N7+",
+	"UxzPeZuj7XunpxL4LwXw+KBDCHgpgltMEJmIjTXrM3TltnvhYPeNCkMwhhuAfX/Ny3QHCPsf7F8U+m0Z",
+	"k1KtAN0teM+4ejUwhwSvkIbUj3KevRu4kVvXdBuiebZzlXPTssJMzfBqlS9TWOfh0cPjwaPHPrJzj8iL",
+	"olwBHdDiFjXTLKH/PN4SrIQMlp3SU+ADJteFyaN0Lpz7S7NaIUzGx7lW7sGDeTd5/BUB+lbuC7fRtwVP",
+	"zDD4d9vN8Gh//8Un8jNsL17bYtyF/R9uz2e3/7tR3L/9v8k8T4hL28sornwR+u1LDs8gS8IwQ+kvQf0E",
+	"xGS3Cy2MEzQLDWlANaTf3Qh2RNlG2/KGxSady1TOz42YaieZpgYyRDEHXGJ5CC2WXF96kGgC+jHNCK/p",
+	"XEKe7znmiLRFH2KYIb5DEcxc61QYFttv0Xqay/Q9Jr1EV4f020K8Z0UXQUZMGQJcRrz03/gX2wZaznsX",
+	"0PCPP5087b/58eTo0WOs57UQ73vjImqdStiiudlbRi7FZsB+9sAqyNOwfichrLD4729fnZ2c//L8ux9f",
+	"vfrb+ZvnT0+fn2GiqXTPCfDL7QeIndw6XtCLJtLpDjOQL7z19SoVa+AYRkCWIfLIa/G7G2F/qSAzHFwQ",
+	"F16/enPmRIoSJsZH99NMaKSDPbs8J7D27a5DCZvFgKWHdiXIQ020MLWaBrPcCLD1F4UW+URmSq0u+PQy",
+	"YiudXnErIpal8rIPJdfdqYYzvU6NgHD+VX6RpVP24rXvwp38icSq8AtlbDxgb3Ko/ZelVwKOKGQJczkV",
+	"AA2Uy6w+slyiu38ia9t88vLlq1/OX5+++MfJ2fNvARKBdXFkiZPj1WoppO0N2I9Op6TZazGRYFoWSbkB",
+	"1NVUSSmm1kRUkuvZz2+wkHaOMgPmLcPIN049nkgMTue4fDyrFW7pHB79dTAcDAeHkCLA/Gr61RmFnVPD",
+	"YItwKo/MsHoEu27SDXMGo+KSXwq3elgfPbW9MeTFqCSfQrAEXSG/84DxvltsQMjl2mVvIFORp9Xv2un7",
+	"M1rHBrvpDQREbq0T5LaP/2FhzMCKgPRihLm77pkWkJYxaM6f8PWdt4k8GEiwNTbjaVa9zqllJp9ibt5e",
+	"lxhW6jqm5gtk1vhYc/4ifHaeJjsafWBYmkSMZ0YRQTQsDoi93xy0rbiHaRIXpXpUstlT0Un3rbSGWYXn",
+	"08aaF8jkpsINybGQs7PXDD8IV14qyhZiU74UrOuzgizXc2EjJoV1N43B1kaQuK1y29uxSeH4/J7uHl1R",
+	"7ZMdvX/f7BtshYf34/SRTVMtoPgmz4wjtL/ljujgLg/2E/DxaAUHIqIb7G9Ndd39qQ9n22oOrt3iuxB8",
+	"64Ths8vANKAzYewpWHQ/jlYluQbd83zZIMT+qNYsU5Tc68mLJUlgn4Sv3QSr4FrXU6wgAWzrVD8aHn0E",
+	"TTtBFKTYyzhWOIGg0mX4qC295Sud+Ag6cROp0Ra9gY3NLxSYmgJprxBm1gsssDWRXsBMDQU3cBJo9pDg",
+	"MpRWIBggny/2MVF5QkfyybU0LbyJ11G4xizdt6cvcVK0oU5gJZ5cSPsEd+nUGYo+Zl3Qfpy4JBJQBUyR",
+	"ueskEg8VuTNXF6AOrknV/aWoPFkLssaojzhiMcZqun8tVK7JhwLA2lC6uoryM2YxmFxiHyxVK7LOTur4",
+	"tQECDTc7UWqZ4RszCvQOPHZr5aFcPEhKxNaLdLq4FkhnfyyfbcgdRGsrUHV8l/IamJprgHoGVS9KCoqe",
+	"f83Rl5E771CJ3wRpdNe7abqF86NXgNc4JWBcqwnlziXuAlmGvYvALSLkNlDmEhyDORxonmVYCwjSJCH1",
+	"OSpT7N1ddjTasBiG+RfMrvGRWrAqFXw6PHlYyTGHJD537txdBNQQHwJYrtN+tcV+8dVR77i6WOio2WL6",
+	"UP+picS/CooJUaRYWWF7u3TfKNjsMs//gZnIaqEpoDQIjx/7wplmwE4ugFSLzIg12BkgmxpZnBQ3c4ft",
+	"KabDu3t7LqJrPBc0o32dQzcvDU3v39p9Rd/vP8RmJ9NTTwnrjjmvUdEhgTA8WDKktlHVJ9UbTWTgxXO7",
+	"ne92CzKepZf7n4SPKlh8fYXrRiar8iz5LlPTy2e8wRSA0B4NK4rgoHAxqEwQW2McAb8SWPiQxI6E76us",
+	"UjWIet4/VQgt0cz7z541A5r3hw/rcWyNh0S2+apSjTt6m/BLqnyFC+Y72b3kp6KglNVV56tVI6K343xJ",
+	"amwqp7aIyyyXHcBTcd2pUilfse5hNBwOe0VgjPVuU/d3DObDmGmsRb4tBV9zACpBhNcch/1PQVssrbJO",
+	"xl4JXVSNRaIhN9V6sfuHA1RO/0eWzfuiQzijji4gK+uZ625DKCDbHYBtOoCHKEJZj3CFb7tRp470NZSN",
+	"vZc7fZNIVdR26OpuEQI617SM15AF5AFtlPij7pBW6wfGZ09/ypvUZg4twKSd4A9w0mkyZhxFK+DFSKIG",
+	"rag3OwKJ2Bqqz+PhbOJPHrxqXFBCWpogdifASpny1XY+ShgBG3WgmWsiYWscbr+5Xh+aA5F9gjcHLRcX",
+	"5L7lEB/o2nwBtk8+hCxOc53azRvXsq9mxrXQJ7nPD9k6Nr6UCqAasC7ZNU6e/fTi5/OzV397/jPCKTgd",
+	"T8/ZyesX6O2Mf1tdnqOWlCbocqU/0ZtCXlgqKAtTBY4IwykXa2HtqvPhAwT7zdT2EAOkAnA8IaCHFZJL",
+	"ixCD4P1Jp2LAnubGqqXQ/hfDuLmEwHSK5U5UKucTuVb6MmKTzpJvMBRO6fmB2+8DuDYgRrOfS3WGIuV+",
+	"cmLtf086rBu/fvXmjB1cHR5grrd3v7oFgiTsIqVZ+KBCtBnggJ2qL/iSBF+DqGBgIipFC4x4So1b8MFE",
+	"TuSZ+8NjYnrrBc/tQunUYqTvVEmr+ZQwG39Q3i8GWuGMTwVBviYiMyyVExkX+iJhOR7wVYp2k7mQ7lx4",
+	"kPii8j2YXr2fPoVK7ylE1nidYCKdou1RcxlAnEFp5wWXSSY0TOZ//S/2lGcZQMPLBKYhpE0xosm98Bz6",
+	"iQ+uDmM6oYBTyC+FYfEJzvp3+HHEvoMjRRo7nGI6exFDbRLMMHC6Ca1ezUaukz48+a//ql6B//ov1hXy",
+	"KtVKwlJfcZ0CRlvDzfCCAy60U2sY5OwnClcKAjsj0nRTOcdUf7A3ZVzi5JWemyCzH6xsMHvSoJm3UQ3Y",
+	"L2QobRpJpSySu6XuuKTGjTwZuLly6aZaXmE3T7jEg8Eg7kWMwqWQf5Un3A3v4A+l5x/c4ehfio2JB+yF",
+	"hYGJTMk5+HmpnAFMxIdsQCqQGTGPiNAtIBHi8u4gtb3gdrqI8PdQ7yNznvvZHRCbCbcnxo2XEBTcOLrb",
+	"KAoPkIIbrKxgIjdjExWhEXjrXNsArwBaqA8Vj1yTPs7CR7WgSYJ+DD3nPXi9hGzoNmA21KynPbgDJwzA",
+	"n+Uc+LW8lGpNSJwFVuDx8HDMON4xoLreUg5nzq0ukGV/PyZSCpGY4POHY6LbfXg7YVrlVsAe+J32wTy4",
+	"Zpdig8V/EHeQy4lE9oII2sWrUdDJMUznOZ8ugqtK7AJhwWjXi2wgOhkEkAgWUDAhTGQcgHrgSzFEadcB",
+	"e4R05JIWEiDSgUyVckhEl6hOQlITgNuKBAGvC78D6568fjGRuApVxqh05fCMq5fw9OTs+fnLFz+9OIuj",
+	"wvz7aDiRPuivgCiHHn1BjxGUKw/NKLZc2KMndBdPhdWb/snMCh0jo0mUMMztBpCFF7bcc3f3NiGULvw3",
+	"jsKfTgNzkEwmsvII8hAIC9/0iozOF8/Pvifw38NDNktFlhhvGwZ04U3E4gKmN57IbgOcL9zl4md3iT2g",
+	"EezZA5Yo1K6Pj55ANSqADJ7Igu3hCUJzU7yFbhwXvEXJK7ehShqk8wQyRRferJQ04P33UTv/982rn1k3",
+	"fqqkFdL2zzYrMYKoWWJJB/8ySsa9AXuL99RdeVqDVIKJGtu/UMkGGtTCXZoCyXM4HPntgsitNBPSZhuW",
+	"ziVgaLoxOgUwHADTeYbxHcQOSjYI3inghRy6jIJF9GbVBJiRj3JAkCsOPgyYLAZThf2BOR/VBUdc65N3",
+	"N34DpO4v8DdFcwDQVvDu+/56ve470bif60zIqUpEErMueNTiaa4z1k9iZoRMMNYf+MjG0kasuCbHnBtl",
+	"5P0VbqKuzd6AnThiAGRoKZKUwzDq0KmuzePDR3jeJoQXPumM2KRTWeFl7vZMbO005qhPJpOOFe/twSrj",
+	"qXR/TToxbBUghuOAW2HLDetWFoae4+L1SJ+K3eiBhaWG3R77m6G4dDwcQv0Rg/5Lt53AppEauSuD8Oil",
+	"Ofbk9QtglHoJqMNwpClJHvJgMFoHdv2PSQce4zKiRvfr8N0AVZxJBwRqYRzPw1f84hLlbq2uEaF/YdL5",
+	"EEcNPeGp/vXhu8FUGbujHy4ZaV6uKYjW22oM9YaGRsCTZYsl8DkydK9dg2NGUVh4x0Ew41T0pRtXenFv",
+	"TDrxCB2ieJgcPwRGin8iS8eb6DE1s1TCbQARSmX5Urr1sZxC+ECwgSZ6cAgRFdbJV27flzxzF0QkAPog",
+	"sf1UrnI7dmJEKGtc8CR0tbvnD/1NdPw642iR9iJGt9T+3GOrU3CvFQyyDz40LF/cc60dwxRnKpcJ7Ggp",
+	"/gInb5MnEsYx+UoqklMWHEb3iAqhUF6WVK5Rk08XTjNbqIR145MsU+uYTr+Fu4VVC2FAT6CBNGE801DL",
+	"RLx3L47Z8eHDYk/pFlqlWMb1XIyBhIQE1M3Kx5i5rRsDRLOXzzwPAOp8oQW/NCA/sRDWCWg6yldAvUm1",
+	"9KGznq8zx2XGiMvvCCDqjV1yWvZco0qXskMp0ZCwhMvqGUZvzB7hFnvNmE25lAqIQyKmaQJpzolwii+g",
+	"uUKFEn7FUwgSASrv1gXwFqYVgzXI/GgGR//tGK5dKLKAX5ziMBQEK24cHS8odgEuq1MbiDXujL9AIQOU",
+	"pQg0pagi1gcV0yj81m299LVzQM6lsmpOwYCh7VMoxGk42DUpS4ZuZUV70HhdDYVBUKekdBedlni5FPwA",
+	"M3sJJxVZ3jyVTo4Zsfi/YRO/PRwMDofDYcy6XpQ8HA5RFov/G8O8vo1BApCF3OuGUhQSWvG5eGBYHMSF",
+	"FSEAjtPIPMtiH7ifcWPhCwpQwZIVoeXl5PWLTtS5EtpQSOpgOIDqBWolJF+lnVHn4WA4eIjY+guwOx0s",
+	"BM/s4ndwMzdF0p+QxHo0HBL+OJYswHJ27gSuBoy8I1IFp3PQgY7xbL9IOqPOj9QVpHWBcAdDOBoOweCL",
+	"LB+C3GqM3v2GVrjrbHTYBVqqmgoahKOumOI6o1/fRR2TL5dcbzqjzsv0SkhhjFtpPjdg/fSTMZ137tOD",
+	"ABKjcel8QVri4q+1coRQ5I6Vv7egZhpIc2Foo9xeMWrh+hUrBaDqWtXDmBqXheaxe0GC0S+LUbUuDdDv",
+	"mx0q4ONY+RAibihkjmotAPt9rYydawFhZ4ieH4LzQ70tR8OQeXSDmkhTPl2IZIxI8L6iHU8zsLIVShnQ",
+	"PmzXU/gedozCHIsTMdc8AXR1Ur2hxfLQPzDwrhgAKceQeh/Z5mdHiRfY0VTJWTrPCdS2uvunuIif5bpA",
+	"31Dg6NHw4Sfo72dl/b41rE1vTNYpU7Cpze7j6safXneBrw4PyOZzgDaf1gNLriQs0vHD8y2bW7WZONQH",
+	"NdRpTiD48gL+Hkzkz2ABsluGfaTt1WPwHNr8jtBCHe3WHKojmlZ43PIV8rP+PccA52tf/x4oEb3+rvno",
+	"NTVRvHdAA8VRuwN0vNdXPPEQ0/DJ4fWfvJVkV/8dy+0e40Hd/dH3Sl+kSSLA2X989OT6L06SZSoLa4hA",
+	"VIXyoH1XMRq681Hse3D0CqxXf+6mvqjJSpkmAmkugR4hfLZTqYL6Ox4/29eZNSswuqh1UXe/8DGC4Qi9",
+	"ZYAaPGNGBS6/JeM2rCwbMW7VMnUC2WbAzgpE3BU3xpFdmW0mMp1Ftc/ay2pAsnhzsN4YIpxkKhLKjwK5",
+	"LV+GJjOY+YgNYySlv+WQwQX2o5/JhlooPIWC5u3YqBahnF9awGOl5zEoS+Htm0i4fr0Bi926FUurCA4G",
+	"M/a0mKcGqox646L7X9PLE8lhA/q4PlSrzwnTKzTfxzWo7BhLPcHOHR2D2g1mPeBMmIGIeUVOEYBahODI",
+	"IdOjrxZBdXoLKThcTYgjhU0Fyynae9WyDI0J0Lj7f3MjovzOVEJpSdZ98fzs+4lsKC0WzKV/KTZUYKyH",
+	"Jwhk6mKDOEvS2UxoIW1hdWXdsrhyFEBuuM33mXFbi0+eA5Ya145R2RUWS/RW2aPGRSAfXRkymQhSrcga",
+	"g2eSZyABjFhM0T1xaO8ds9gseKLWYOYNJBnYC3C7n0NoUjxm8ZprWX4dvIYR8bE33U5kmA/1i3+KSzlg",
+	"v5SySU3sCWovxUXt4HgiaVojFjvxPwb1dk1FuQpBhg5MxDBjMi4WA+tUy4lMZd+LzWiM16xb/7wXsRgT",
+	"m8uZPho+bGJmTwkE+2ZMrAoU/yMm/SF7ghP0nUo2dyakwBALZlR19/sKu/clkFHfkPvTICWB/UQkQL6k",
+	"sj6u40JMeW5EJaYXzjYkkVC5P9f19glrGxB9dNDwBVVKe+nDeHd9Xr4YftW/2bf9hhbQV7F/E/R+pY3T",
+	"ML53v2bKT2otEQrVvq2412F//8TC0fD4+i9+VvZ7lUvs4nCPLl7zTaZ4cqbUS64RlOj48NE+8zH5yklY",
+	"IvlJJCk/c4otiHBHOy5faM3f/xL6+qfNagrw0gACKCquH6KyjXzEAjEyskgqWTi9wWxoWFfypSjt+EjC",
+	"UWmNfMFvbx+nauhoOgVDXynqPTBgYtSOblN1a5r3A1BZLU+z2BeNgNbIv8CEtBozgQqR0o0pHL37zPUZ",
+	"EhZU/8FmbGBHxjDMPplvq9Wm3Eqh5AKiYNcj25GMQz4OjO4hbZuDwdOLCd7wOGLtUgK9jQJHVU6CUYJZ",
+	"gJAhsVAzwTwgEARnUqxhtCjnub+oV8fDSk3hU9D4Z0DTR06GBtkxNYFxGWfoLd1lyQoCACTUAo5sYoTl",
+	"Bx13p0hpgHoG+yTYd89Btgown0tZZNtrG1SXrXqadxeRnchuUEW2pXgsaDXBGCkcLeBcXznOXXCcqBNY",
+	"/K/9OngVzuluS9Cd09pS/UQ3iFOxUDxNnLI7ahaHfSQE0ipHVSfSicWmEFEj7yL0KCh1n0mJ8MdgDVAF",
+	"mciauwRvzYD9jM5vpxmU4QOO7PnB8gsfDIR3eOts33pPKpYIoCuh1oPdBVYINDq8q9TkwfCd4GnFQnFw",
+	"4SGZmu0Uz0hdADMoblYqvTnUZhsg72D9ioraVdywemQmxipTeOaWruRYJxG4ovB9WX2XnnSJ6LnNRbG4",
+	"N5FKRx5sB96lYqt5lrDageqSMzYqYrzQ3Rm4/lxzNd9fVJiL15IYCy9VIXf4InB413iiFo4XTmRdIy5Z",
+	"3fHRUS9C9JRKuAIuCBR/Qpt0PGDP+XRRmFAopg8sRWu5bWYYX6PrgzaNDj8IyuweD4cYAOR2wQ2eLqOx",
+	"HsnIl23D2zPY3zTTRRMSjhziAwrp41JsHqBI4Fa92VCKijyelgeGFcTOz4Uif7oXyi58oGyqpKmGMz0w",
+	"PXQRojsaMlANs+76CxIjEsDNFstRYbGCPx8YRGGe5douBFSctXrTo6had5Y3rDiUUkSQOInxwPQrsL4y",
+	"sEBwaITo/YCdYLwlBBnDqyi3oS3M77RUUowZp1eDuxMxowCqKqRarSr5d3DP70ehhrY/p1YdDqBN7HrV",
+	"QGSKABygYF7y8ZLhVwHlP04l/vQabgOH9/S2jFnFlP3bMvowYnunA2wmAHTLsG74Sa9qdnJMr6RpNfUU",
+	"Q/gg6BEkBs4o9TIK4sIgjYUARchtIVlsVK6nTg3BZIHUF02fabWcyG7s+kXRDi38MwqHoq57A/YGkGTL",
+	"CGRvNe47NgUe4ohl6aUgeOgChpl7iUOq0gONqCdAKQC4QE5L9T41bM31koKlHGuGKgQ+e5Hcz34xS2G0",
+	"slI+I8OncgDtQ5EBYllR/Cz8FaDUoTeCa8csET7Th9LCRIMi54XNnNxAXSh0T8HtaFZnx8PjcbvdHX0e",
+	"E0lOj964nBHXlfh+BdGDRXhN1XV0j76ccRi5VguE32KCPwj7PLwHWxbq1N0C2PVOUcUOfXxVPhbtyZMQ",
+	"nr25Xcqw+/iGKEfvBg29u0c2XFngFoWvOKv+NA06X5aV9NE+XbzB+L+3ZXBfjROULqytBbstG1B63k7+",
+	"MQ6uOaIhTZwO3BLPsHXRXEuvXFc39QGBnLB3HAMise2OY7iTQ/1KzwGLrkWkXHGk/G51B19+NIRbCphr",
+	"GHbj/gTo7EYTAuJ5F+Qfk5Ig8tcn4O04Xuyk5FsoApQu2WNvP/Dh4qA+uQ7wzQGLwVXqE4GQpXiHb8Ri",
+	"x4xNfuEGeyFi9xQRqCfS55GdczldKH0OOFZWsUPWnfJMyIRrDJc3EEIba5Gk5hwwcVPDPBpsmX7p1G40",
+	"T4Pq74PLwu88lBwaHPwcHXsTEYHYTmT5wTkxztTgoFmX06dkA3GyU8at0L1GnRA25VXB3+5aJXyl54Tj",
+	"vpcqeHiXHbexHnf6wK+DGZZ/esazx219quQsSxFv4XO65677mCIMHKMDIWFzV/QIDxnRlm2aFLA+DORr",
+	"ZYBtFIhVsy5KwZUKhwO7HTSJm/5y3R9f2nHQo9KQWHE8sqXQc58PB/pPoZB0fdn5KlYYTxKRQK58tVil",
+	"6WEqk69rQ0Uu4i9NnruLU/qDsG1HtEV2wxrywFRvJES90vPXnEpxr7xpv4505LRVQ1DWYEJdEUhngMdc",
+	"QpbgK5dCrAhEAerw7Yhx3e/KMK/Rx3RwopC9kcLbxIYL7ZM6hcL1SopRJTtqwe1EQnojZjtRzvJcWEjI",
+	"hua9Lwf1d+M4OanyAe5PJviVQPcApLw8CPKIDOMX6ipUhr17X2n6MHAwcEt4EwQMYyaygKcoE8/LAM8g",
+	"1q2JhUMxjXvl4Fiu4xPbcnfQNdwcgGr44qjMfyTzxst2O8q4xdoLXIxrlNzysiIWhRZX6hJdOGXWdsSk",
+	"WBeoUSU2MoLqmI+mfg332Y3uZJX+TWy+GN0Zp7OP+uy24qvk0KJv++TH4IoUZ/1eBYjd+nwRUFUkoIIt",
+	"2uZaooMaL0uQ8GgW4HiX2Qacz/dxi3B0ePDuiTNi459HvQ37Ttr4pA/LI0V3zOKgfBQIeAjVhCttFVac",
+	"/MpQ74Ch3qVGS9f+Nre+nTke/HEpNh/wVmeiqe7YKfDDolBWARjerXiqfC3i6VSsLFbYonwQ9w0EZE5k",
+	"lpoSyor4LIQoGgGxV1fqEuAICh4M/RUhDseYA3MfZAInGZCJyn09bvaPui4gixUG+5VdbR9eXNaPPLy3",
+	"ZlnXSz5/Exvibg03JE/S3QmiKDWStliVEEdsvVCsG0PN87iHpYrx7xRQe2LE23CPMNQM4TditBH7ktMY",
+	"eWgLXScqINjvTeKEWX8p8qabzD7iJoLMCUkFu75e5O2LzJNq5fbwJsOZuT/Jc/tu7pnFDTFeag1hGw05",
+	"h73ybuQtZZojtspyiIXEaFCA6C7aJFNOFyusbEVm9BD2zcfCe10SO4sw7ERdCe3xCGF9sX5GkosgcYFM",
+	"tpQjgmz16Zt/hEGcMY1X6XkEM4WJ4gAj7ND3f45/Us/0F/Yb+eoE8aBosuovC4tMdLFUtc6lTOW853G6",
+	"b0+ZlA4QG1vJFGaav9LzrynyXwh12c6pJ9zSpoz6nWQmCjLv75LgEMRQH+y0n8pp5DjXU+z4LfT7hbDl",
+	"YE77MOcKvNNX5txiFKqsUhgTVDm5n9M8tBLaKAmC8ZRLKAwNzBaZylpcFHNAIxLmCI5YjAWT44nUgiem",
+	"gBjG6qKFswYAn7gxa6UTMC5h+h9YlzgiXZsFhpcaBLB0DdpcS5FAXIlY8jQrsOiCMMgywOTJ/Zmogktx",
+	"T3aqoIfPY6wKp9jm0glO8b9VcMZNr/2/STTH3dmvKlt7a/p0DWc++CNNdhqznsHvlA4UnjVAeqfyeKn2",
+	"pdnvxbGDY6jf930MTpURp4bhLL9anhqOHS7yXR276FMFCe08FcPPRYm/HrCWGJ67Ol33ZuAMNrpVtykC",
+	"yffKBdpK/oka01l8gA3aK7Fs76bIQmFWRQh8XmTnJNzyC25Ee/Bv9VZRNu1u8wFg89IWoRTJijoQbni9",
+	"ltSQV3r+fRlef5+xLUU37bF7QfLQ14u4fRHPqqlofqmiMAstTIpqyJvYI8DkbgwLUWeV2yYX2yrjU2Ga",
+	"btIIkaxzwYygaBWaQUVNYl1CD4T8aalsYTgEyAOoPEz4wlosFSWC1ZLTKi1GVIXijw8xm2aC6yIfhIY2",
+	"YGBfFwnrxkrPB35h496Y1XyDQlOHEynFuiQmW9ltbXc/DOaDGiKy4f7DnnnI8oqsNBeWHTcDlL3Ot277",
+	"vQTP+R7eCPsZQuhuRmYgY94I++UFAXxmZeiNsG3cMgjN3kmhKvD+dHa2eToGa+8d+Yav14PcvBceMKH4",
+	"ytSD4ui6kiPjIy39AaueyCZezaxSvTa35Q843y/EQAqz2cc0ivv2VSposYnO/anw14h++ESsvhnpN0kM",
+	"i8HpFgfh3UU9d6wXEaL+gogs1Zoq6cfwv5h1LzYT6QsRuFaCirkUmUB+Ol/njKp8R0zJGoOmmJ7BRD6l",
+	"Ml0etiQokGHQh2o8/K0PVk+Yyq3vGWp0ULncHuL7YME1IwQVxUgdIYEXxiy1LEtn1hAqnshmbiw0xVLA",
+	"8OkpkBLAjZIx2nvJARvWtKli7rn+FxR3Hyxv9/joaILJ4uvUiBHm1SF0HxSVtgoH2ttTJJlIJ5OwuxFJ",
+	"0GQGROCe5BFo+/MYgXFaLWII3E9AYcEa2/5cfg1G/PeP7oeNp0CLLmdWrfr5qtdCnG8i5Rz8Af/fafd9",
+	"TqZdPGH+XI1aqG+i1cqwCz693CKVBKiNzSDO5K6oxjEKUdWoRqW9OAXNhKDSPsSR3aRgAEbZlfRiH1My",
+	"TuBr9OI+0Yu4WDc4qfdo0INdbjXlaW6vseP5AB+0iXBbMToQHiKUP9Lp1In+lnVjeC0eBSpKFGjfQd5d",
+	"XGg0MYVRYY3l6S4+2m6CO4XZ3K9ijH20gZNwqMqqv96OnXa3Ypn2Vlg/qQWtpl3joe9yiXUAEe04sIkt",
+	"e+OJ5BXLFl6Ani/oiACGBdpnUQYQyfi2eL2F4hQ5wlveMPctQBC7btovyrgApfS2TpB7SbyNw9C9FitX",
+	"eaHuxcQFzX8e+9Z+1zgCNeqrYevuDVuv6LIF90/TYbutCSusN767TlPwYlj/EKNTFyJLImaUklAFUjHx",
+	"fpVqjxretalA5TPpRRPpYdSyDcYNFRihoFlSgZ0DAJUhzyh7Kbjx5bOpiiPWAIaqMF6n1YJq5qKwOGAn",
+	"aMPJlLoEQD+poF4Lswsu2WE0HA7d7ZeVyUUTaVQJcZMh3eGWzcSaihqmFrTzhcoS9yu+ICmnPoacHQkQ",
+	"oj207uMaYXVqXi1MOGIzlWVq7dpEywMA1zCZZxlq3yjL24WgDgFWFbR9JwvgyEUS33tAMEBMrYQ8DU/M",
+	"FoupW9GyTcPJSRHtbtCJ7g6obd+O0dMe3RGw21bHr8EKk/4u2vqAM1LphKxLndGjYdRZ8vfpMl92RodD",
+	"91cq6a/IFx0kOEfs+89iSg3OxF6wXfU791Xys+JecOy2VjpgFUBDPlOkN5g493acUNXbPdHxPiIO/AyG",
+	"9YX4N9xk9rmNsLpfb2CLd8PSkfC3Bv/+nBHeICEVUFKB+6DrQX16RaJTkVQ0U5pR8pU2qCqpHPCRggZQ",
+	"rEs1gNx3Ib3KA0z1Bux1kYtFuLP5kr4oQHpisO/FBewV30CQBJYwCS50F6H1CiGyggloelSyQCpmFk6S",
+	"1n0qg4iGQ9dsvckRK/wMAN1DSiSOdyLbfRfdnWWCyhpBgC5EBQAmMiwNVOkYHCvYzq/puwF5l+4voP0M",
+	"ZaX70DVd05/HewGTalEz8fR/jVn/ikAIgcekK9yMOrfIIwd/uP/tHdnuNVWgCjU8bzMmShp6dwmkpXRH",
+	"DybyLbhtfToMFT8jl0cqyaurhdsC9LNeVLL47jF0vqAs+zg6PLr511j562Plb3VkP1lsfPO2Dz8Zbf96",
+	"dNqi4G95bu7NSeZ28q5gL73kWub1e8ETzPt8SmCQ64XKBJj36riRF1rwS1MTaHWeCSyOWMJlAXYk4mdh",
+	"EW8DxQ/WDWWOafBlleM7J7UA9njPMtxnAZTcdc09ouQXed3/kyEl70MaO9gNBvDq3m1CXxQowL5oAF9R",
+	"AHbZhOrCPtYzqh3+z56VVuXPjUalU5qIYZzSXWWh2kQs8NOVyOVr2WhyiiZyyqESVBCm6pp5YMa+cW90",
+	"UlIgJHT5DqsZm5xi5IYlhSiKSgarbpX7gSo+OEkAB59g2dL0t1z4pJdS07onA8w9Qgl8PgyBXSmrBWhA",
+	"uR9fbTD/iVzfEw+63jcmffvw/YM/3P+uQc4sE+3wSOIdLUwzJbnCMq2eViz5hqIXSlqChme7EHI3hbo/",
+	"s8uNoAo8REEuv+DLeAdH9W2xPrc9rJ/M/nLfoATXkfavx6fN/lKT+v6cot717wYoBa1mm7hmfDEF4XxQ",
+	"pafxr+/KVOfUQnXkkmZOZNWU407txsfef6cFx5D9bZNNtQjH/Vhd7llw+yxWl51QI2R1+SIv+X+01WXr",
+	"Xt6FKLbQytpM7JK8XkJOYRALvnb6Fn5XAJhvZUF2nTpXOt2DOPCPNd+0ylSv9PzMz2cf0cpN7Ksg1Wz+",
+	"mNmWHQ/tfv6nW0pV4AvyB2k7cQa4iFTrUWGRoNAMSpvB0hcQCLzglDhvljzLhGYzwApn3RgGEzPDNwbf",
+	"740hMwwrQooUShynpsiS/Ig0/B0gOYi2CDD+rQk67Uf3Ds31vo82zxw9hzvReGd+VuWWhcv29RI15vSU",
+	"a+WzcIOaLre7Snec7PNTntl0laVFtXSTpUkq59VYrK7PtVmmMrciYguV64glfBNWsI8mGMQOie2YrQ5+",
+	"tw2L8ULGrKvdEouEJWotI8c+MsGNZcNeVESzQXTZRGLPVim8rD7oLDUMSoVvs5wiMWiplkLaCCPtJzLG",
+	"LAUDeaRdpVlsbXaOMzIlJACMZqmMZX91EzNQaEDIMK3e5yAMWFOOVMgX05n7bsEB7nzMePkkSKCixD9e",
+	"J1torlin0hRZ+/swzYncjy7B7xHYWzkRqV57nlOFLt2D65Ka/wypTtdRQ4pKpre+5jvdV77TWU0GuA1d",
+	"3BZtMe69zaGIAVlB3YGALkdM8OmiDPyCv8AGByEI7lJDcQMuNxAxMJG1Mgf+CqaE3WEG7Fr8/wLv/7nr",
+	"jQaFoMxca0ee44Sn2SYeVUBJlnnGoaIshpARLcbGKB1yIgnMBObx9uypo26ASgVQ0UpfCs20mCrt6LIj",
+	"9m4tIKUAwiMy5SaLTZrevScggXHMbd1HVSK4X++qG16rcY3Pv4pDTcZZf0B5DUPnT5KrAn0f8ORfubFO",
+	"fIBjc+fh/UprMbUgFRBKBgaD6n3QhiKgUiCUuO9TM5FrreQ8JAldqah4ipOovFejSz/BFfWWhO52kZWJ",
+	"DIbjQZMGLDbCxmwJqZhFbRdCH5mq5TK1UAoPf1mIDAI1HAUBkNIyO89YvoHnPSSlgMU4dgQiiRlPEk8V",
+	"l27oUsyRtOHjTK0hp8E9HjPxnk8tZJaKyAt+R/98NGTfssPDo0ffPHnyZPj4m+Ojx0fHjLS8NVA9kjG1",
+	"MHlmJxJDcKmBITw++uejQxSXYCUeGHbh7gFVYMvciPwi+dAxsoJMZJeUVyMEwkRaTxJYJpI5ecfBhArz",
+	"cVzEsLXIMtfjLMvNArfoVCRue7UwlmtL+a6AouR2AOBUAom5KCSE7izuttORITzNMRRjQoIMsXUo2EZB",
+	"sR6slIXQSpCC71suIaLeoF7AUC8wXiWYSKtQD4C8XGW9BXKEyaxw6XMbOOpTTW0EMu1EXgdReQM4qInc",
+	"gQd1AkviOcz9mIX5XJwUdOQmrv3hfQ2ijVuV5O4rUNSfCfX/rlJEid8UiG2ecHXJFttrZr77gQqsxcVC",
+	"qcudeAJvT1/C9bWIhAMhwVaxbkwfYz36kveNfbRvaolexa9Pzp7+yKp9U6k/9uNPJ0/7b348OXr0GGTO",
+	"RDj6DOIydJfOJaFJUWlAqvIF3McL1mA4TOcSYXs95YNRM7tZCQPDRvKPxV6B9SZCp4CB7FG3IUUfoHv+",
+	"/vbV2cn5L8+/+/HVq7+dv3n+9PT5WTxGzg30epWCGiEd+5rI2PWeyvl5UEpW5lmGnFkqW1owNwP2D6HT",
+	"2YZxP9mNY7bueOQWlJFwTRwXn+TD4cOphf+JAf6l+RpCsvHHuCSuND8Q/NVyxTWWHwXq4GisBYwtmy6J",
+	"7bL46hD2L/57rixfZVyK/hu/mCNmv8UOc5m+x86iq0P6bSHop3jMtJjlRjCVJSy28WAizwoMGEQSdNs1",
+	"XQh3xlk3fur+3X+qpNUqGzGp+lChJu7dhx/xB2F/oaN+jxTbd9FCqem+MCOs22Yz6EQdPMwwksqCNABl",
+	"Zmt3fuJioQYVbAICHTDWbbcbwVf1pR2hye+EDzyiy0tXJyCo9KL5pNUcqdN+SQlb6TPmznJrxXIFVJm+",
+	"wYJxoTqCFLxelbVKJakGoyP4XR8COtUiEdKmPDPu9gFGBlFu363MlxeOIc14mgGCE/xsEP9EOwXEwwE6",
+	"mVfNZhHLAVL0aEgtaTEVKRLeH8/OXjslw+ZOEXIUFP08UHISqYlIyrRpobXS9OIMxG6TT6fCmN59VYSl",
+	"S/6s3JwvJOK8OrHNPsHnBfvye/7VatJMdjzBKRasWjH2c5KZAyvQzHHXhpI3UD/KESIvKQ5cV7EnOCHW",
+	"c1WWBE8OCX5ZeinQSeTENVq9bqOoEpM67WOS1mjqXa2EJF02IDRgN7A5gJU4oYxJ5YWVKV+KATspXiZQ",
+	"KZ5mxgsyXBLlIbAiR+fgMI8C5Dv38tFwSEIW0CWRiCRmM54ZgcKoEyPhyorQluuGx5NEC2MgzGrEOMuU",
+	"Wjn6CaAHV9xCalyWyst+pqY8Y9YpOwRhOgPrToDdMJGuI51LQ6OpircnL1+++uX89emLf5ycPf/W6QqE",
+	"TBHnOjtfcy3R4OsFWJTt3G7SZtKyeBN0RH8h6UeEiCKPMLwDY0KxThOQmIe0KMRY0DtdtY50q4epN4Ak",
+	"wEIsBx8ayuXFpXt7+jKiPEIS8N3TZgnfHUuoxOiW6T5YiLsVRGnP3MW7f4LuujkFW1l7Nq+xxbY8MGRZ",
+	"+/Jo+dGOpV1pdZGJ5V9utsSv8asd7ke212GsCqBjn8gK2Rugud5dxQ2wtQVXt0KH14WSdGPW1MBgVJ4l",
+	"/YtMTdsNDL8sFBNypjTAuMAXbJFrOwLHHkUueCybTFyJLGIp+OdkotZkg6bP+JVwPEI6mkNG3AD+cL1I",
+	"M7RJcCArsVnwRK3Rp+VIXMyWKoG4iDVbcrmZSB/GJH2Ncgb1WtPSB2ciDDegN0GqHpfUAMqjGzeViUz4",
+	"BpnKCtBQWJqI5Uq5o0gAqqkpUCXAdseeur/cbQRX5sKjS5TwqRcADEQgqn6uOJRx6BlcCW08UBcBEoGl",
+	"KGJGgci/YSbXVykAp4LZmpHVesBOKKACMRiT1NhUTi3TUE1AC3YpVuD5xJRtmUwkeS67WINhnkqAP/zF",
+	"7dF37iw85au4Nwp2aJZrsO4TFpFr1S9EKidO8ocK82qGB4DFgOMTlzqKPx8pYIn7owH8a+rYf1KGnABk",
+	"ZLA14M4AT8RNHLz37j4tV+vP60Mtx3gqsJB7C9wsPP2qGTQQY6BAWBOQa0kr9WdzsDop+zoEQIziwvKH",
+	"e4L/Nedwv4bOvhCN2k1mHzUaVvjPfkHuKiV7RTvszzP+Def0uoLpGd9VCYKdeA4CEOYe0g4ZLuMTWcgR",
+	"nkOseKrHLF4plVWJfkx/UFkdAp3Dz8muVUAhY4cIRwdRgQRJB+zHY9J5GaZk8R4hSiQBxh/VCaJwaT03",
+	"DwI2yeUGEeyK0CItCl0PWA0m4bSkP7vDeE/uUtf050l/hkm18B2AhP93wp/7jyuBvsIjWacEId85+MP9",
+	"70Mr+9mfu/wgbHEF7pHe7zqNX2WgtozNlpNwY9k34/KugK74BfxGr1wKsaLIF4h4Gkxkc+pliXs1ZvGk",
+	"Q9xg0hmxhmqz+HCHQjFgL9VaaKyXhNowQGAVNaSBSzi1NChv69Rgj1NYFqVDXSbVJUYz1HVaYdvEUrrg",
+	"CS+hVINZKu3HS1p30Jp7iIkCGPfue43qSF1Op65DdTUnfd4zu/osSZ+76INP+vwi6cR/dNLn/lzuBrmc",
+	"qW3N2xyza7M0By3pl+6Afs2/vNv8S1IediZf7pVeaYQNCX1UWjSDLL4gNTKo4Skdn5hISmfCXKrkxiXI",
+	"dp+OrymO/7be6T2P6MfIYveWt0g1+PV8IiuXg1t6RE6DG2YwTmRYAPPfIYOxtonV9MUBO5GNuf9OJAtw",
+	"9S+UXVDatnsnn1NIYSW5cWdG40S2kpDX+TYJ+Y/KRqzmIX6xVOlPk4xY0AY0qdcEsYC2kSxWL7HWbJD8",
+	"UTmFMOZLlUsbU/ZFWKC81MyiMgPRqUdRUSTR575k6aVT1sgDqGZs6q5+0XaXZ5nTrbw7WF0JHZI1dB2g",
+	"NXPEjoaHFHBtq2XgQNk7PnqCwTSchT7SCGqVuca9RsZ+FJlPDQJr5UQCEJApKKovyV4ZSSWlKFFUI602",
+	"Eoi6NsItezJiRd4R68avX705Y/VNOPgjTT4c4GtxL2JaOEIN7z97/vL52fMYqtRpIpKZmFnMelw5ch6S",
+	"3IhRr1RZncVKnsPzTcy6MXURQlfjHkRhcRZYx5gGEfeKpCXywJrQvwtBLeThnW7OL4Xrh/ykETs6BjZm",
+	"SihrNEdowCwtlwsW3kfRg51hA6FMOhfx1s5Bxbwx7S/PyqCcpVheAOCcNzQ0+ijhOPhcc0TqFpmSc7SI",
+	"Kz2P243LQVmxeyLrQQ8FDfy0tuZwjg0E3t0adBcUlIlRqgLZkPD9C0yS9s5uExRMdftZCwov2mobHb17",
+	"UL74ISq/6t/s235DC69Vlk43+zdB71faOBVLnspUzvdvpvyk1pIR9iatGC8GfLWn3Ik95VOFT/0cREAt",
+	"REbxm2SmJMq2VSOqiKwKSC9BanCKzmGlu4yzJJ3NBIR2EMlyFK6UQu6EbDx1ZLU9/u4Z8mJHB9qkAAxv",
+	"uhDVsDC3KF+JxT0Qi6hzKqze9E8cXb726+BV2F1K+vtU1wSjtQhYlk8XmFzFK0IERSDOeJpBiFuPlUAZ",
+	"8NCpt0suN/4WoMUkS+cLO9iCEoagxWrOsQ81C4RrOMqtUSr0tEnuBpFvN4pwhiWGOaapBx+PUCLFO5Ia",
+	"Nk+vhISkk5o5YMBOJrKIxCOBrlEUoycIhHmCedUkt1KwFwqRo4k8Hj5hki9d36AzW24bw7toAnWR6f4L",
+	"vjafH5SoB//2KN/BRN+gqH93Obg/YGhkeKncqbrxeY/2qtrtIzkvxeYBhIGMWOyOehyxuFCZ3B9eHcLA",
+	"QjLrxhFhUrkLOkvnuRZmwP4mVpYSpBK+IZkztWQLdpqLxNgSNBIVbrvhcYsx+M9xfGsr96c+xXdzFE+q",
+	"+qFPYHTE5hbH8WYm3WAzXiRlgGCbxn7zpKJ6B+0YLBAZHedw+N0iOFJfGGVYn+GTBtIfeS8/5dEbKvxe",
+	"NT1f5NNLjyqPrG4tNFayl2ir7XJ6qSgJSOU0IKGFmkkN2iR4pqToDYoBQ2WrQr4LAr8d382zDIOnHUud",
+	"SJ/AhAHNGCKKAmOsroQ+L+rKE8gG2IgoWKAScI6b4pMoQzZH/AyNDZg3Dusb2hVK7ueZIrC/iST+x/Zl",
+	"f0+hs/s3GPh+bmAr+GRk66mn4v+R9TiaOfVnUWrvhibjLGoCQmFYQ/rhbv6dyccH4r0VMrk/AvtTUKij",
+	"+OIBuY43zCrwYPyl6sQagUjOtb0QHIUNpGCZknPMopTArM7OXkbM5NMFar3GasGXhTETgIAw42K6YSZT",
+	"1tHauPjRxoQr2huwVzLbNOgBDEKsxhge4e2+JcpVaUeOwC1OghOhEde20VN3sCi70dMSpCZqMCX3bqAH",
+	"PIc9vH9C6Pv5MxJCHJtIxhVjPbhXF4JJsabl/konvwQ6ibvddGG7Bd3o3ZxIuj7ENNep3QANvBBcC32S",
+	"20Vn9Os7R+Qw0RIpZC2ACXKnyb/DupQU/OPZ2evzk2fPTuPeoBN1cp11Rp2FtavRwcHh0V8Hw8FwcDj6",
+	"ZvjN/0/X1ey2EQLhVxnlUkeynZ57S1Wp7aW1ql4rZRLQ7qqYWQHbyAe/e8UMYFjWxygRHyYsnmW+n498",
+	"hqb5rsdmLQvswqSdf4TXxSqji1QA+T5mcTqpDrPwbiYy8GbQi+4wU0ThZ2bokDWXOCmLZ/3wKdHJrvs+",
+	"bnEQKZ2EfFi0wR+BnUkTJ0DoohHkjBfIOfmVnqFCITfcAYHn0/f4pupX5krgR/Z7t2+aOQ1MwuckEkqH",
+	"NvqR/y4QZyEVLJynQxxwA++rix8DdoHmwzL7R0CVO46BUlfrg4eausGd38ogFoU2dQRpXKlUVf+jv9Ib",
+	"rLkM1aQGRt6Y0knTbJj2K7rx+HYhqsF3/Xrzaw7w8pR+eHrhiQgpa6gw0u8PkgTRQ4nZSzLXSrKhfRUm",
+	"seeGHrnGSa91fKmXeVF8e9tdRjChN34br/Je+tRAWe2yo60qD1LqbiVH3snlmMqCLoGjPfqvu4GNfcqh",
+	"jNzmHFYQ95bxN3faAswYxiN84Y68h/dR8/0H8n6KsLF44UdjIMBRo6pfjaZ6KeUk6pE6h2JW8UgHuHVZ",
+	"TxWi45vXtfiv+UzsW9shfW6z5rmHIKa/O3LgFmuZt92OW/8/sl5we7kacfh+wzKp+PEYGm7MgLU9TIVX",
+	"ZOU94LPCmU1DM0HD39ZNnDVl4xvmnkJhoudK4bbHCh2nw/im0YQxFoKoJqvTYXtydI67YClaryP8IIjV",
+	"gbZh6nZYqef8w/XP9X8AAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -841,6 +841,37 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/orgs/{org}/rates": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * The org's rate card
+         * @description The currency and rates the org's checks are priced at (`rates`: its plan's,
+         *     with the operator's `overrides` in their place). Needs the operator token.
+         */
+        get: operations["getOrgRates"];
+        /**
+         * Override the org's rates
+         * @description Replaces the org's overrides of its plan's rates (an empty list removes them);
+         *     audited (`org.rates`). Every check decided after the answer, on every replica
+         *     within a second, is priced at the new rates. Needs the operator token; the
+         *     org's plan must have a `currency`.
+         */
+        put: operations["putOrgRates"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/throttle": {
         parameters: {
             query?: never;
@@ -1241,6 +1272,8 @@ export interface components {
             /** @description The plan's pricing, or null when it has none. */
             pricing: components["schemas"]["Pricing"] | null;
             features?: components["schemas"]["Features"];
+            currency?: components["schemas"]["Currency"];
+            rates?: components["schemas"]["Rates"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1280,6 +1313,8 @@ export interface components {
             pool: components["schemas"]["Pool"];
             pricing?: components["schemas"]["Pricing"] | null;
             features?: components["schemas"]["Features"];
+            currency?: components["schemas"]["Currency"];
+            rates?: components["schemas"]["Rates"];
         };
         PlanPatch: {
             name?: components["schemas"]["Name"];
@@ -1294,6 +1329,8 @@ export interface components {
             pricing?: components["schemas"]["Pricing"] | null;
             /** @description Replaces the plan's features. */
             features?: components["schemas"]["Features"];
+            currency?: components["schemas"]["Currency"];
+            rates?: components["schemas"]["Rates"];
         };
         /** @description A feature's value, a boolean, an integer between -(2^53-1) and 2^53-1 (what a JavaScript number holds exactly) or a string of at most 256 bytes. */
         FeatureValue: boolean | number | string;
@@ -1365,6 +1402,42 @@ export interface components {
          */
         OrgFeaturesSet: {
             features: components["schemas"]["FeatureOverrides"];
+        };
+        /**
+         * @example {
+         *       "metric": "tokens.gpt-4o.in",
+         *       "price": "2.50",
+         *       "per": 1000000
+         *     }
+         */
+        Rate: {
+            metric: components["schemas"]["Id"];
+            /**
+             * @description The price of `per` units of the metric, a decimal in currency units with at
+             *     most 6 places (whole micro-units), e.g. "2.50".
+             */
+            price: string;
+            /**
+             * Format: int64
+             * @description The units the price is for, e.g. 1000000 (per million tokens).
+             */
+            per: number;
+        };
+        /**
+         * @description Rates that price checks: a check of a priced metric spends
+         *     ceil(sum of cost x price / per) micro-units of `spend`.
+         */
+        Rates: components["schemas"]["Rate"][];
+        OrgRatesSet: {
+            rates: components["schemas"]["Rates"];
+        };
+        OrgRates: {
+            org: string;
+            currency?: components["schemas"]["Currency"];
+            plan_rates: components["schemas"]["Rates"];
+            overrides: components["schemas"]["Rates"];
+            /** @description The rates checks are priced at. */
+            rates: components["schemas"]["Rates"];
         };
         PlanList: {
             items: components["schemas"]["Plan"][];
@@ -1956,6 +2029,10 @@ export interface components {
             used: number;
             /** Format: int64 */
             remaining: number;
+            /** @description Money (issue 25), for `spend` with a currency, `limit` as a decimal amount. */
+            limit_amount?: string;
+            /** @description For `spend` with a currency, `remaining` as a decimal amount. */
+            remaining_amount?: string;
             /**
              * Format: int64
              * @description On the org's month window of the current period: the units of the org's
@@ -1977,6 +2054,13 @@ export interface components {
              * @description Units held by open reservations; they count against the limits as used units do.
              */
             reserved: number;
+            /**
+             * @description Money (issue 25): for `spend` with a currency, `used` as a decimal amount of
+             *     the currency, e.g. "1234.56".
+             */
+            used_amount?: string;
+            /** @description For `spend` with a currency, `reserved` as a decimal amount. */
+            reserved_amount?: string;
             /**
              * Format: int64
              * @description Units held at once by open reservations against a `concurrent` limit (any
@@ -2002,6 +2086,12 @@ export interface components {
         };
         MetricUsage: {
             metric: string;
+            /**
+             * @description Money (issue 25): present iff `metric` is `spend` and the org's plan has a
+             *     currency; `spend` counts micro-units of it, and each level's `used_amount`
+             *     says them in it.
+             */
+            currency?: string;
             /**
              * @description The org's cumulative usage of the metric at the end of each UTC day of the
              *     period, oldest first, as the worker recorded it when it persisted usage. A
@@ -2271,6 +2361,21 @@ export interface components {
              *     are the units above `included_units` either way.
              */
             granted_units: number;
+            /**
+             * @description The row's spend, a decimal amount of `spend_currency`: the `spend` row's
+             *     units as money, or a priced metric's units at `rate_price` per `rate_per`
+             *     (rounded up to a micro-unit); empty otherwise.
+             */
+            spend_amount: string;
+            /** @description The org's rate currency on `spend` and priced rows; empty otherwise. */
+            spend_currency: string;
+            /** @description The price the metric is rated at now (org override, else plan); empty when unpriced. */
+            rate_price: string;
+            /**
+             * Format: int64
+             * @description The units `rate_price` is for; 0 when unpriced.
+             */
+            rate_per: number;
         };
         BillingExport: components["schemas"]["BillingRow"][];
         Health: {
@@ -4031,6 +4136,67 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    getOrgRates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The rate card. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgRates"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    putOrgRates: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OrgRatesSet"];
+            };
+        };
+        responses: {
+            /** @description The rate card, now set. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OrgRates"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["AdminRateLimited"];
         };
     };
