@@ -7,6 +7,7 @@ import { Billing } from './pages/Billing';
 import { Keys } from './pages/Keys';
 import { ModeSettings } from './pages/Mode';
 import { Overview } from './pages/Overview';
+import { Password } from './pages/Password';
 import { Webhooks } from './pages/Webhooks';
 import { REPORT_PATH, ShadowReport } from './pages/ShadowReport';
 import { ErrorState, Loading } from './ui';
@@ -20,6 +21,7 @@ const PAGES = [
   { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
   { path: 'settings', title: 'Mode', Page: ModeSettings },
   { path: REPORT_PATH, title: 'Shadow and warn report', Page: ShadowReport, inNav: false }, // linked from Mode
+  { path: 'password', title: 'Password', Page: Password, inNav: false }, // linked beside Sign out
 ];
 
 const BASE = '/console/';
@@ -76,6 +78,7 @@ export function App() {
         </nav>
         <div class="who">
           <span data-testid="who">{session.email}</span> <span class={`badge role-${session.role}`} data-testid="role">{session.role}</span>
+          <a href={BASE + 'password'} onClick={go('password')} aria-current={page.path === 'password' ? 'page' : undefined}>Password</a>
           <button type="button" onClick={async () => {
             try { await api.signOut(); } catch { /* the session is gone either way */ }
             setSession(null);
