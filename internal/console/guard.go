@@ -32,8 +32,10 @@ import (
 //     by a stranger's failures (the per-account lock it replaces was; issue 28).
 //
 // Entries bounds each table (addresses; address and email pairs) as an LRU (default
-// 10000 each, about 1 MB): state is only added after a hash, which Global bounds, so
-// pushing an entry out takes Entries / Global seconds of the replica's whole budget.
+// 10000 each, about 1 MB): an address gets an entry once admitted, a pair after a
+// failed hash, both no faster than Global admits, so pushing an entry out takes
+// Entries / Global seconds (1000 s by default) of the replica's whole budget. An IPv6
+// client counts by its /64.
 type Limits struct {
 	Global, PerIP          int
 	GlobalWindow, IPWindow time.Duration
@@ -140,34 +142,51 @@ func wait(lim *rate.Limiter, now time.Time) time.Duration {
 // single address's own, first: a flood from one address is refused before it spends
 // the replica's global budget.
 func (g *guard) admit(now time.Time, ip netip.Addr, org, email string) error {
+	ip = client(ip)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if p, ok := g.pairs.Get(pairKey(ip, org, email)); ok && now.Before(p.until) {
 		return &ThrottledError{RetryAfter: p.until.Sub(now), why: "too many failed sign-ins for this email from this address"}
 	}
-	st, ok := g.ips.Get(ip)
-	if !ok {
-		st = &ipState{attempts: rate.NewLimiter(every(g.lim.PerIP, g.lim.IPWindow), g.lim.PerIP),
-			failures: rate.NewLimiter(rate.Every(g.lim.FailureRefill), g.lim.IPFailures)}
-		g.ips.Add(ip, st)
-	}
-	if d := wait(st.failures, now); d > 0 {
-		return &ThrottledError{RetryAfter: d, why: "too many failed sign-ins from this address"}
-	}
-	if d := wait(st.attempts, now); d > 0 {
-		return &ThrottledError{RetryAfter: d, why: "too many sign-ins from this address"}
+	st, known := g.ips.Get(ip)
+	if known {
+		if d := wait(st.failures, now); d > 0 {
+			return &ThrottledError{RetryAfter: d, why: "too many failed sign-ins from this address"}
+		}
+		if d := wait(st.attempts, now); d > 0 {
+			return &ThrottledError{RetryAfter: d, why: "too many sign-ins from this address"}
+		}
 	}
 	if d := wait(g.global, now); d > 0 {
 		return &ThrottledError{RetryAfter: d, why: "too many sign-ins at once"}
+	}
+	// An address gets its entry only once admitted, so entries come no faster than
+	// the global limit admits: a flood from fresh addresses cannot churn the table.
+	if !known {
+		st = &ipState{attempts: rate.NewLimiter(every(g.lim.PerIP, g.lim.IPWindow), g.lim.PerIP),
+			failures: rate.NewLimiter(rate.Every(g.lim.FailureRefill), g.lim.IPFailures)}
+		g.ips.Add(ip, st)
 	}
 	st.attempts.AllowN(now, 1)
 	g.global.AllowN(now, 1)
 	return nil
 }
 
+// client is the unit the limits count by: an IPv4 address, or an IPv6 address's /64
+// (one subscriber's network, whose 2^64 addresses cost an attacker nothing).
+func client(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.Prefix(64)
+		return p.Addr()
+	}
+	return ip
+}
+
 // failed records a failed sign-in: one more towards the address's and email's delay,
 // and one of the address's failures across accounts.
 func (g *guard) failed(now time.Time, ip netip.Addr, org, email string) {
+	ip = client(ip)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	k := pairKey(ip, org, email)
@@ -188,6 +207,7 @@ func (g *guard) failed(now time.Time, ip netip.Addr, org, email string) {
 
 // succeeded clears the delay of the address and email.
 func (g *guard) succeeded(ip netip.Addr, org, email string) {
+	ip = client(ip)
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.pairs.Remove(pairKey(ip, org, email))

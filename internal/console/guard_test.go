@@ -298,3 +298,17 @@ func TestUnknownSessionsAreCachedNegatively(t *testing.T) {
 		t.Fatalf("a cached unknown session: %d, want 401 from memory", res.StatusCode)
 	}
 }
+
+// An IPv6 client counts by its /64: its 2^64 addresses are one client's.
+func TestIPv6ClientsCountByTheirSlash64(t *testing.T) {
+	e := mustEnvWith(t, console.Limits{PerIP: 2, IPWindow: time.Minute}, console.HandlerOptions{})
+	for i, from := range []string{"[2001:db8:1:1::1]", "[2001:db8:1:1::2]"} {
+		if res := e.do(t, signIn(adminEmail, password, from)); res.StatusCode != http.StatusOK {
+			t.Fatalf("sign-in %d: %d", i+1, res.StatusCode)
+		}
+	}
+	retryAfter(t, e.do(t, signIn(adminEmail, password, "[2001:db8:1:1:ffff::9]")))
+	if res := e.do(t, signIn(adminEmail, password, "[2001:db8:1:2::1]")); res.StatusCode != http.StatusOK {
+		t.Fatalf("another /64: %d", res.StatusCode)
+	}
+}
