@@ -312,7 +312,7 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		scrape(t, "http://"+workerAddr+"/metrics", names)
 		return names["quotaplane_worker_month_utilization_ratio"] && names["quotaplane_worker_jobs"]
 	})
-	scrape(t, "http://"+apiAddr+"/metrics", names)
+	scrape(t, "http://"+st.MetricsAddr+"/metrics", names)
 	for _, must := range []string{"quotaplane_checks_total", "quotaplane_worker_flush_lag_seconds", "go_goroutines"} {
 		if !names[must] {
 			t.Fatalf("%s is not among the exported metrics: the scrape went wrong (%d names)", must, len(names))

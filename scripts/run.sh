@@ -67,10 +67,13 @@ port_busy() { # addr: something accepts connections there
   (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null
 }
 grpc_addr=${QUOTA_GRPC_ADDR:-127.0.0.1:8082}
+# The api's /metrics listener (SECURITY.md): checked only when set, as the api itself
+# only warns when its default, 127.0.0.1:8083, is busy (another api on this machine).
+metrics_addr=${QUOTA_METRICS_ADDR:-off}
 taken=0
-for pair in "QUOTA_HTTP_ADDR=$api_addr" "QUOTA_WORKER_HTTP_ADDR=$worker_addr" "QUOTA_GRPC_ADDR=$grpc_addr"; do
+for pair in "QUOTA_HTTP_ADDR=$api_addr" "QUOTA_WORKER_HTTP_ADDR=$worker_addr" "QUOTA_GRPC_ADDR=$grpc_addr" "QUOTA_METRICS_ADDR=$metrics_addr"; do
   addr=${pair#*=}
-  [ "$addr" = off ] && continue
+  [ "$addr" = off ] || [ "$addr" = public ] && continue
   if port_busy "$addr"; then
     echo "$pair is taken: another program listens there (another make run? ss -ltnp shows which)." >&2
     taken=1

@@ -127,7 +127,7 @@ func busy(t *testing.T) string {
 // step had already changed the shared database, and the probes reached the other
 // instance and printed "started"), naming the variable and the address.
 func TestRunStopsBeforeAnythingWhenAPortIsBusy(t *testing.T) {
-	for _, name := range []string{"QUOTA_HTTP_ADDR", "QUOTA_WORKER_HTTP_ADDR", "QUOTA_GRPC_ADDR"} {
+	for _, name := range []string{"QUOTA_HTTP_ADDR", "QUOTA_WORKER_HTTP_ADDR", "QUOTA_GRPC_ADDR", "QUOTA_METRICS_ADDR"} {
 		t.Run(name, func(t *testing.T) {
 			addr := busy(t)
 			dbURL := testenv.PostgresURL(t)

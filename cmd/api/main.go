@@ -74,7 +74,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	serving := len(args) == 0
 	// Bind before anything slow, so a busy address fails at once and "listening" is
 	// logged only once it is true.
-	var ln, pprofLn, grpcLn net.Listener
+	var ln, pprofLn, grpcLn, metricsLn net.Listener
 	if serving {
 		if ln, err = config.Listen("QUOTA_HTTP_ADDR", cfg.HTTPAddr); err != nil {
 			return err
@@ -91,6 +91,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				return err
 			}
 			defer pprofLn.Close()
+		}
+		if cfg.MetricsAddr != "" {
+			// A busy address stops the api like any other, unless it is the default
+			// (QUOTA_METRICS_ADDR unset): then a second api on the machine (tests, a
+			// second make run) serves no metrics and says so, rather than not start.
+			switch metricsLn, err = config.Listen("QUOTA_METRICS_ADDR", cfg.MetricsAddr); {
+			case err == nil:
+				defer metricsLn.Close()
+			case getenv("QUOTA_METRICS_ADDR") == "":
+				log.Warn("not serving /metrics: its default address is busy; set QUOTA_METRICS_ADDR", "addr", cfg.MetricsAddr, "err", err.Error())
+			default:
+				return err
+			}
 		}
 	}
 
@@ -113,7 +126,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	if !serving {
-		svc := tenants.NewService(pool)
+		svc := tenants.NewService(pool, tenants.WithPasswordHashes(cfg.PasswordHashes))
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		stateDir := fs.String("state-dir", ".quotaplane", "where the demo key and console password are kept")
 		if err := fs.Parse(args[1:]); err != nil {
@@ -168,7 +181,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// Grants lapse, and the usage API's current period turns, on the engines' clock
 	// (Redis time on the monotonic clock), as checks count: a stepped local clock moves
 	// neither.
-	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow))
+	// Password hashes run a few at a time (19 MiB each), and an org holds a bounded
+	// number of keys (issue 28).
+	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow), tenants.WithPasswordHashes(cfg.PasswordHashes),
+		tenants.WithMaxKeysPerOrg(cfg.MaxKeysPerOrg))
 	// Keys' last_used_at, off the check path: noted when authenticated, written in batches.
 	go svc.RecordKeyUses(ctx, 30*time.Second)
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
@@ -181,10 +197,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return fmt.Errorf("QUOTA_RATELIMIT_HEADERS: %w", err)
 	}
 	// The web console at /console/, signed in with console users' sessions.
-	consoleHandler := console.NewHandler(console.NewSessions(pool, svc, console.Options{}), web.Dist(), log)
+	// Sign-ins are limited per address, per address and email, and in all, before any
+	// password is hashed; behind TLS-terminating proxies the cookie is still Secure.
+	consoleHandler := console.NewHandler(console.NewSessions(pool, svc, console.Options{SignIn: console.Limits{
+		Global: cfg.SignInRate, GlobalWindow: cfg.SignInWindow, PerIP: cfg.SignInIPRate, IPWindow: cfg.SignInIPWindow}}),
+		web.Dist(), log, console.HandlerOptions{Proxies: cfg.TrustedProxies, SecureCookies: cfg.ConsoleSecureCookies})
 	handler, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Registry: registry, Redis: rdb,
 		AdminToken: cfg.AdminToken, Logger: log, Console: consoleHandler,
 		AdminRateLimit: cfg.AdminRateLimit, AdminRateWindow: cfg.AdminRateWindow, TracerProvider: tp, RateLimitHeaders: headerMode,
+		AdminOrgRateLimit: cfg.AdminOrgRateLimit, AdminOrgRateWindow: cfg.AdminOrgRateWindow, ServeMetrics: cfg.MetricsPublic,
 		Billing:  &billing.Service{Store: usage, Tenants: svc, Clock: router.DefaultNow, Logger: log, Counters: ledger.EngineCounters(router)},
 		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte(cfg.WebhookSecret), Client: webhooks.NewClient(10*time.Second, cfg.WebhookAllowPrivate)}})
 	if err != nil {
@@ -192,7 +213,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout: 30 * time.Second, WriteTimeout: 60 * time.Second, IdleTimeout: 120 * time.Second}
-	errc := make(chan error, 3) // the api, the gRPC and the pprof listener
+	errc := make(chan error, 4) // the api, the gRPC, the pprof and the metrics listener
+	if metricsLn != nil {
+		// /metrics on its own listener (loopback by default): the metrics name orgs and
+		// their traffic, which the public listener does not show (issue 28).
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", httpapi.MetricsHandler(registry))
+		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		defer msrv.Close()
+		go func() { errc <- fmt.Errorf("metrics on %s: %w", metricsLn.Addr(), msrv.Serve(metricsLn)) }()
+		log.Info("serving metrics", "addr", "http://"+metricsLn.Addr().String()+"/metrics")
+	}
 	if cfg.PprofAddr != "" {
 		// Opt-in profiling on its own loopback listener, never on the API's.
 		mux := http.NewServeMux()

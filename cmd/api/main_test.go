@@ -83,7 +83,7 @@ func TestBusyAddressNamesTheVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	for _, key := range []string{"QUOTA_HTTP_ADDR", "QUOTA_PPROF_ADDR", "QUOTA_GRPC_ADDR"} {
+	for _, key := range []string{"QUOTA_HTTP_ADDR", "QUOTA_PPROF_ADDR", "QUOTA_GRPC_ADDR", "QUOTA_METRICS_ADDR"} {
 		t.Run(key, func(t *testing.T) {
 			env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
 				"QUOTA_HTTP_ADDR": freeAddr(t), "QUOTA_ADMIN_TOKEN": "a-test-operator-token"}
@@ -126,9 +126,10 @@ func freeAddr(t *testing.T) string {
 // answers SERVING), and stops both cleanly when its context ends (what SIGTERM does
 // through signal.NotifyContext).
 func TestRunServesAndShutsDownGracefully(t *testing.T) {
-	addr, grpcAddr := freeAddr(t), freeAddr(t)
+	addr, grpcAddr, metricsAddr := freeAddr(t), freeAddr(t), freeAddr(t)
 	env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t), "REDIS_URL": testenv.RedisURL(t),
-		"QUOTA_HTTP_ADDR": addr, "QUOTA_GRPC_ADDR": grpcAddr, "QUOTA_ADMIN_TOKEN": "a-test-operator-token", "QUOTA_LOG_LEVEL": "error"}
+		"QUOTA_HTTP_ADDR": addr, "QUOTA_GRPC_ADDR": grpcAddr, "QUOTA_ADMIN_TOKEN": "a-test-operator-token", "QUOTA_LOG_LEVEL": "error",
+		"QUOTA_METRICS_ADDR": metricsAddr}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, nil, func(k string) string { return env[k] }, &bytes.Buffer{}, io.Discard) }()
@@ -147,8 +148,16 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if body := get(t, "http://"+addr+"/metrics"); !strings.Contains(body, "go_build_info{") {
+	if body := get(t, "http://"+metricsAddr+"/metrics"); !strings.Contains(body, "go_build_info{") {
 		t.Error("/metrics has no go_build_info (issue 26: which build each replica runs)")
+	}
+	// Issue 28: the metrics name orgs and their traffic; the public listener does not
+	// serve them unless QUOTA_METRICS_ADDR=public.
+	if resp, err := http.Get("http://" + addr + "/metrics"); err != nil || resp.StatusCode != http.StatusNotFound ||
+		resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Errorf("/metrics on the public listener: %v %v, want a 404 problem", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

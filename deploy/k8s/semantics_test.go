@@ -88,6 +88,18 @@ func envValue(c corev1.Container, name string) (corev1.EnvVar, bool) {
 	return corev1.EnvVar{}, false
 }
 
+// metricsPort is the port of the api's QUOTA_METRICS_ADDR in c, where it serves
+// /metrics and nothing else.
+func metricsPort(c corev1.Container) (int32, bool) {
+	e, ok := envValue(c, "QUOTA_METRICS_ADDR")
+	if !ok {
+		return 0, false
+	}
+	_, p, err := net.SplitHostPort(e.Value)
+	n, err2 := strconv.ParseInt(p, 10, 32)
+	return int32(n), err == nil && err2 == nil
+}
+
 // containerPort resolves a probe's or a Service's port (a name or a number) on c.
 func containerPort(c corev1.Container, p intstr.IntOrString) (int32, bool) {
 	for _, cp := range c.Ports {
@@ -133,10 +145,11 @@ func TestProbesAndPorts(t *testing.T) {
 			if len(c.Ports) == 0 {
 				t.Errorf("%s/%s declares no port", d.Name, c.Name)
 			}
-			// The api's second listener, Envoy's rate limit service over gRPC.
+			// The api's other listeners: Envoy's rate limit service over gRPC, and
+			// /metrics (issue 28).
 			listens := map[int32]bool{port: true}
 			for _, e := range c.Env {
-				if _, p, err := net.SplitHostPort(e.Value); e.Name == "QUOTA_GRPC_ADDR" && err == nil {
+				if _, p, err := net.SplitHostPort(e.Value); (e.Name == "QUOTA_GRPC_ADDR" || e.Name == "QUOTA_METRICS_ADDR") && err == nil {
 					n, _ := strconv.ParseInt(p, 10, 32)
 					listens[int32(n)] = true
 				}
@@ -306,6 +319,14 @@ func checkServiceMonitor(t *testing.T, s *source, m *manifests, sm *monitoringv1
 						path := ep.Path
 						if path == "" {
 							path = "/metrics"
+						}
+						if mp, ok := metricsPort(c); ok {
+							if got, _ := containerPort(c, p.TargetPort); got == mp {
+								if path != "/metrics" {
+									t.Errorf("ServiceMonitor %s scrapes %s on the api's metrics port, which serves only /metrics", sm.Name, path)
+								}
+								continue
+							}
 						}
 						if b := binaryOf(t, s, d, c); !b.paths[path] || !b.open[path] {
 							t.Errorf("ServiceMonitor %s scrapes %s on Service %s port %s, which %s does not serve without credentials", sm.Name, path, svc.Name, p.Name, b.name)

@@ -75,6 +75,7 @@ func TestScaleRules(t *testing.T) {
 type stack struct {
 	api, worker, redis, prom *alerttest.Proc
 	apiAddr, workerAddr      string
+	metricsAddr              string // the api's QUOTA_METRICS_ADDR, which Prometheus scrapes
 	redisPort                int
 	gate                     *alerttest.Gate
 	opToken, key             string
@@ -146,7 +147,8 @@ func start(t *testing.T) *stack {
 	u.Host = gate.Addr()
 
 	s := &stack{gate: gate, redisPort: testenv.FreePort(t), opToken: "alerts-operator-token-" + strconv.Itoa(os.Getpid()),
-		apiAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), workerAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
+		apiAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), workerAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
+		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
 	s.redis = &alerttest.Proc{Name: "redis-server", Path: "redis-server", Args: []string{"--port", strconv.Itoa(s.redisPort),
 		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}}
 	t.Cleanup(func() { s.redis.Stop(5 * time.Second) })
@@ -155,7 +157,7 @@ func start(t *testing.T) *stack {
 	env := append(testenv.CleanEnviron(), "DATABASE_URL="+u.String(),
 		fmt.Sprintf("REDIS_URL=redis://127.0.0.1:%d/0", s.redisPort),
 		"QUOTA_ADMIN_TOKEN="+s.opToken, "QUOTA_WEBHOOK_SECRET=alerts-webhook-secret-0123456789",
-		"QUOTA_HTTP_ADDR="+s.apiAddr, "QUOTA_WORKER_HTTP_ADDR="+s.workerAddr, "QUOTA_GRPC_ADDR=off",
+		"QUOTA_HTTP_ADDR="+s.apiAddr, "QUOTA_WORKER_HTTP_ADDR="+s.workerAddr, "QUOTA_GRPC_ADDR=off", "QUOTA_METRICS_ADDR="+s.metricsAddr,
 		"QUOTA_FLUSH_INTERVAL=200ms", "QUOTA_LOG_LEVEL=warn", "QUOTA_STARTUP_TIMEOUT=20s",
 		"QUOTA_ADMIN_RATE_LIMIT=off",
 		// A machine busy with make test's builds can stall Redis past the 100 ms
@@ -209,7 +211,7 @@ scrape_configs:
     static_configs: [{targets: [%q]}]
   - job_name: quotaplane-worker
     static_configs: [{targets: [%q]}]
-`, filepath.Join(dir, "quotaplane.rules.yml"), s.apiAddr, s.workerAddr)
+`, filepath.Join(dir, "quotaplane.rules.yml"), s.metricsAddr, s.workerAddr)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}

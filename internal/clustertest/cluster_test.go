@@ -76,10 +76,12 @@ func TestCluster(t *testing.T) {
 	waitHTTP(t, "http://"+workerAddr+"/healthz", worker)
 	var apis []string
 	var apiProcs []*proc
+	var metricsURLs []string // each api's QUOTA_METRICS_ADDR
 	for i := range 3 {
-		addr := freeAddr(t)
+		addr, metricsAddr := freeAddr(t), freeAddr(t)
+		metricsURLs = append(metricsURLs, "http://"+metricsAddr+"/metrics")
 		// 250 ms: this 2-core machine runs 6 Redis, 4 Go processes and the load at once.
-		p := start(t, dir, fmt.Sprintf("api%d", i), apiBin, append(common, "QUOTA_HTTP_ADDR="+addr, "QUOTA_GRPC_ADDR="+freeAddr(t),
+		p := start(t, dir, fmt.Sprintf("api%d", i), apiBin, append(common, "QUOTA_HTTP_ADDR="+addr, "QUOTA_GRPC_ADDR="+freeAddr(t), "QUOTA_METRICS_ADDR="+metricsAddr,
 			"QUOTA_REPLICAS=3", "QUOTA_REDIS_TIMEOUT=250ms", "QUOTA_ADMIN_RATE_LIMIT=off")...)
 		waitHTTP(t, "http://"+addr+"/readyz", p)
 		apis = append(apis, "http://"+addr)
@@ -153,8 +155,8 @@ func TestCluster(t *testing.T) {
 		t.Errorf("%d checks of the busy org failed while its slot migrated, want 0; the last failures: %q", migFailed, d.result().samples)
 	}
 	resends := map[string]float64{}
-	for _, a := range apis {
-		for reason, n := range metricByLabel(t, a+"/metrics", "quotaplane_redis_resends_total", "reason") {
+	for _, m := range metricsURLs {
+		for reason, n := range metricByLabel(t, m, "quotaplane_redis_resends_total", "reason") {
 			resends[reason] += n
 		}
 	}

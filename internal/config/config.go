@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/platform/forwarded"
 	"github.com/quotaplane/quotaplane/internal/platform/redact"
 )
 
@@ -22,6 +23,9 @@ const (
 	DefaultHTTPAddr    = "127.0.0.1:8080"
 	DefaultWorkerAddr  = "127.0.0.1:8081"
 	DefaultGRPCAddr    = "127.0.0.1:8082"
+	// DefaultMetricsAddr is QUOTA_METRICS_ADDR's default: the api's /metrics on
+	// loopback, never beside the public API unless asked (issue 28).
+	DefaultMetricsAddr = "127.0.0.1:8083"
 )
 
 // Common is what both binaries read.
@@ -95,6 +99,85 @@ type API struct {
 	// RateLimit, the legacy (draft-06) RateLimit-Limit, -Remaining and -Reset, both or
 	// neither. Lower case; checks.ParseHeaderMode reads it.
 	RateLimitHeaders string
+	Hardening
+}
+
+// Hardening is the api's bounds on what a caller can make it do and see (issue 28;
+// SECURITY.md, docs/CONFIGURATION.md).
+type Hardening struct {
+	// MetricsAddr (QUOTA_METRICS_ADDR, default 127.0.0.1:8083) serves the api's
+	// /metrics on a listener of its own; "public" serves it on QUOTA_HTTP_ADDR beside
+	// the API instead (MetricsPublic), "off" nowhere.
+	MetricsAddr   string
+	MetricsPublic bool
+	// TrustedProxies (QUOTA_TRUSTED_PROXIES: addresses and CIDR prefixes) are the
+	// proxies whose X-Forwarded-For and X-Forwarded-Proto the console believes.
+	TrustedProxies forwarded.Proxies
+	// ConsoleSecureCookies (QUOTA_CONSOLE_SECURE_COOKIES: on or off, default off)
+	// makes the session cookie Secure and __Host- on every request; off, only on
+	// requests that reached the api over HTTPS (directly or per TrustedProxies).
+	ConsoleSecureCookies bool
+	// PasswordHashes (QUOTA_PASSWORD_HASHES, default tenants.DefaultPasswordHashes:
+	// half the CPUs, 1 to 4) bounds the argon2id hashes running at once, 19 MiB each.
+	PasswordHashes int
+	// SignInRate per SignInWindow (QUOTA_SIGNIN_RATE_LIMIT, default 10/s) bounds this
+	// replica's sign-ins; SignInIPRate per SignInIPWindow (QUOTA_SIGNIN_IP_RATE_LIMIT,
+	// default 30/m) those of one client address. Neither can be turned off.
+	SignInRate, SignInIPRate     int
+	SignInWindow, SignInIPWindow time.Duration
+	// AdminOrgRateLimit per AdminOrgRateWindow (QUOTA_ADMIN_ORG_RATE_LIMIT, default
+	// 100/s, "off" for none) is the admin rate limit of one org, all its credentials
+	// together, beside QUOTA_ADMIN_RATE_LIMIT's per credential.
+	AdminOrgRateLimit  int
+	AdminOrgRateWindow time.Duration
+	// MaxKeysPerOrg (QUOTA_MAX_KEYS_PER_ORG, default 100) caps an org's active API keys.
+	MaxKeysPerOrg int
+}
+
+// hardening reads the api's Hardening settings.
+func (r *reader) hardening() Hardening {
+	h := Hardening{ConsoleSecureCookies: r.onOff("QUOTA_CONSOLE_SECURE_COOKIES"),
+		PasswordHashes: r.integer("QUOTA_PASSWORD_HASHES", 0, 1),
+		MaxKeysPerOrg:  r.integer("QUOTA_MAX_KEYS_PER_ORG", 100, 1)}
+	switch v := strings.ToLower(r.str("QUOTA_METRICS_ADDR", DefaultMetricsAddr)); v {
+	case "off":
+	case "public":
+		h.MetricsPublic = true
+	default:
+		h.MetricsAddr = r.addr("QUOTA_METRICS_ADDR", DefaultMetricsAddr)
+	}
+	var err error
+	if h.TrustedProxies, err = forwarded.Parse(r.getenv("QUOTA_TRUSTED_PROXIES")); err != nil {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_TRUSTED_PROXIES: %w", err))
+	}
+	h.SignInRate, h.SignInWindow = r.rate("QUOTA_SIGNIN_RATE_LIMIT", 10, time.Second)
+	h.SignInIPRate, h.SignInIPWindow = r.rate("QUOTA_SIGNIN_IP_RATE_LIMIT", 30, time.Minute)
+	for _, l := range []struct {
+		key string
+		n   int
+	}{{"QUOTA_SIGNIN_RATE_LIMIT", h.SignInRate}, {"QUOTA_SIGNIN_IP_RATE_LIMIT", h.SignInIPRate}} {
+		if l.n <= 0 {
+			r.errs = append(r.errs, fmt.Errorf("%s: sign-ins cannot go unlimited (each hashes a password: 19 MiB and tens of ms of CPU); give a rate such as 10/s", l.key))
+		}
+	}
+	h.AdminOrgRateLimit, h.AdminOrgRateWindow = r.rate("QUOTA_ADMIN_ORG_RATE_LIMIT", 100, time.Second)
+	return h
+}
+
+// LogValue prints the settings.
+func (h Hardening) LogValue() slog.Value {
+	metrics := h.MetricsAddr
+	if h.MetricsPublic {
+		metrics = "public"
+	} else if metrics == "" {
+		metrics = "off"
+	}
+	return slog.GroupValue(slog.String("metrics_addr", metrics), slog.String("trusted_proxies", h.TrustedProxies.String()),
+		slog.Bool("console_secure_cookies", h.ConsoleSecureCookies), slog.Int("password_hashes", h.PasswordHashes),
+		slog.String("signin_rate_limit", rateString(h.SignInRate, h.SignInWindow)),
+		slog.String("signin_ip_rate_limit", rateString(h.SignInIPRate, h.SignInIPWindow)),
+		slog.String("admin_org_rate_limit", rateString(h.AdminOrgRateLimit, h.AdminOrgRateWindow)),
+		slog.Int("max_keys_per_org", h.MaxKeysPerOrg))
 }
 
 // RateLimitHeaderValues are QUOTA_RATELIMIT_HEADERS's values.
@@ -261,6 +344,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
+	c.Hardening = r.hardening()
 	c.RateLimitHeaders = strings.ToLower(strings.TrimSpace(r.str("QUOTA_RATELIMIT_HEADERS", "both")))
 	if !slices.Contains(RateLimitHeaderValues, c.RateLimitHeaders) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_RATELIMIT_HEADERS=%q: want both, draft, legacy or off", r.getenv("QUOTA_RATELIMIT_HEADERS")))
@@ -383,7 +467,8 @@ func (c API) LogValue() slog.Value {
 		slog.String("pprof_addr", c.PprofAddr),
 		slog.String("admin_rate_limit", rateString(c.AdminRateLimit, c.AdminRateWindow)),
 		slog.String("ratelimit_headers", c.RateLimitHeaders),
-		slog.Int("cache_orgs", c.CacheOrgs), slog.Int("cache_users", c.CacheUsers), slog.Int("cache_keys", c.CacheKeys))
+		slog.Int("cache_orgs", c.CacheOrgs), slog.Int("cache_users", c.CacheUsers), slog.Int("cache_keys", c.CacheKeys),
+		slog.Any("hardening", c.Hardening))
 }
 
 // LogValue prints the configuration with secrets masked.

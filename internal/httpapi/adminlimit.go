@@ -90,3 +90,39 @@ func rateKey(p principal) string {
 		return "key:" + p.key.ID
 	}
 }
+
+// adminOrgRateLimit limits each org to n requests per window on the admin group,
+// whichever of its keys and console users sends them, after the per-credential limit
+// (issue 28: keys are cheap to make, so a per-key limit alone let one org send N keys x
+// the limit, outbound webhook tests included; the keys per org are capped too,
+// tenants.WithMaxKeysPerOrg). The operator has no org and is not counted. Like the
+// per-credential limit it is this replica's (N replicas admit up to N times n), and
+// n <= 0 disables it. Its answers carry only Retry-After; a 429's problem document
+// names the policy "admin-org" in violated-policies.
+func adminOrgRateLimit(n int, window time.Duration) func(http.Handler) http.Handler {
+	if n <= 0 {
+		return func(next http.Handler) http.Handler { return next }
+	}
+	if window <= 0 {
+		window = time.Second
+	}
+	limiter := httprate.NewRateLimiter(n, window,
+		httprate.WithKeyFuncs(func(r *http.Request) (string, error) { return callerOf(r).key.OrgID, nil }),
+		httprate.WithResponseHeaders(httprate.ResponseHeaders{RetryAfter: "Retry-After"}),
+		httprate.WithLimitHandler(func(w http.ResponseWriter, r *http.Request) {
+			retry := w.Header().Get("Retry-After")
+			d := problem.From(derrors.E(derrors.RateLimited, "too many requests for this organization, from all its keys and console users together; retry after "+retry+" s", nil))
+			d.ViolatedPolicies = []string{"admin-org"}
+			problem.WriteDocument(w, d)
+		}))
+	return func(next http.Handler) http.Handler {
+		limited := limiter.Handler(next)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if p := callerOf(r); p.operator || p.key.OrgID == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			limited.ServeHTTP(w, r)
+		})
+	}
+}

@@ -29,7 +29,7 @@ func mustRateLimited(t *testing.T, n int) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
-	f.h, err = httpapi.NewHandler(httpapi.Deps{Tenants: f.svc, Redis: testenv.Redis(t), Checker: router, AdminToken: operatorToken,
+	f.h, err = httpapi.NewHandler(httpapi.Deps{ServeMetrics: true, Tenants: f.svc, Redis: testenv.Redis(t), Checker: router, AdminToken: operatorToken,
 		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), AdminRateLimit: n, AdminRateWindow: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +144,114 @@ func TestAdminRateLimitOff(t *testing.T) {
 	for i := range 200 {
 		if rec := f.do("GET", "/v1/orgs/acme", f.tokens["acme-admin"], ""); rec.Code != http.StatusOK {
 			t.Fatalf("request %d: %d", i+1, rec.Code)
+		}
+	}
+}
+
+// Issue 28: the admin rate limit was per key, and keys are cheap to make, so N keys of
+// one org sent N x the limit (outbound webhook tests included). Now the org's keys
+// and console users share a per-org limit too; another org and the operator do not.
+func TestAdminRateLimitPerOrg(t *testing.T) {
+	const perKey, perOrg = 5, 8
+	f := mustRateLimited(t, perKey)
+	var err error
+	f.h, err = httpapi.NewHandler(httpapi.Deps{Tenants: f.svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), AdminRateLimit: perKey, AdminRateWindow: time.Minute,
+		AdminOrgRateLimit: perOrg, AdminOrgRateWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := []string{f.tokens["acme-admin"], f.mintKey("acme", tenants.ScopeAdmin), f.mintKey("acme", tenants.ScopeAdmin)}
+	passed := 0
+	for i := range 3 * perKey { // 15 requests over 3 keys: within each key's 5
+		rec := f.do("GET", "/v1/orgs/acme/teams", keys[i%len(keys)], "")
+		switch rec.Code {
+		case 200:
+			passed++
+		case 429:
+			var p api.Problem
+			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.ViolatedPolicies == nil ||
+				(*p.ViolatedPolicies)[0] != "admin-org" || rec.Header().Get("Retry-After") == "" {
+				t.Errorf("over the org's limit: %s %v", rec.Body, rec.Header())
+			}
+		default:
+			t.Fatalf("request %d: %d %s", i+1, rec.Code, rec.Body)
+		}
+	}
+	if passed != perOrg {
+		t.Errorf("%d requests of one org's 3 keys passed, want the org's %d", passed, perOrg)
+	}
+	if rec := f.do("GET", "/v1/orgs/other/teams", f.tokens["other-admin"], ""); rec.Code != 200 {
+		t.Errorf("another org: %d", rec.Code)
+	}
+	if rec := f.do("GET", "/v1/orgs/acme", operatorToken, ""); rec.Code != 200 {
+		t.Errorf("the operator: %d", rec.Code)
+	}
+}
+
+// Issue 28: an org may hold at most QUOTA_MAX_KEYS_PER_ORG active keys; one more is a
+// 422 naming the cap, and writes nothing; a revoked key frees its place.
+func TestKeysPerOrgAreCapped(t *testing.T) {
+	f := mustFixture(t)
+	svc := tenants.NewService(f.pool, tenants.WithMaxKeysPerOrg(3))
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = h
+	var n int
+	if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM api_keys WHERE org_id = 'acme' AND revoked_at IS NULL`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	for i := n; i < 3; i++ {
+		rec := f.do("POST", "/v1/orgs/acme/api-keys", operatorToken, `{"name":"k","scopes":["check"]}`)
+		if rec.Code != 201 {
+			t.Fatalf("key %d of 3: %d %s", i+1, rec.Code, rec.Body)
+		}
+		var k api.ApiKeyCreated
+		_ = json.Unmarshal(rec.Body.Bytes(), &k)
+		last = k.Id
+	}
+	before := f.fingerprint()
+	rec := f.do("POST", "/v1/orgs/acme/api-keys", operatorToken, `{"name":"k","scopes":["check"]}`)
+	if rec.Code != 422 || !strings.Contains(rec.Body.String(), "QUOTA_MAX_KEYS_PER_ORG") ||
+		rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("a key over the cap: %d %s", rec.Code, rec.Body)
+	}
+	if f.fingerprint() != before {
+		t.Error("a refused key changed the database")
+	}
+	if rec := f.do("POST", "/v1/orgs/other/api-keys", operatorToken, `{"name":"k","scopes":["check"]}`); rec.Code != 201 {
+		t.Errorf("another org's key: %d %s", rec.Code, rec.Body)
+	}
+	if last == "" {
+		t.Skip("the fixture's org already held 3 keys")
+	}
+	if rec := f.do("DELETE", "/v1/orgs/acme/api-keys/"+last, operatorToken, ""); rec.Code != 204 {
+		t.Fatalf("revoke: %d", rec.Code)
+	}
+	if rec := f.do("POST", "/v1/orgs/acme/api-keys", operatorToken, `{"name":"k","scopes":["check"]}`); rec.Code != 201 {
+		t.Errorf("a key after one was revoked: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// Issue 28: /metrics names orgs and their traffic; the API's handler does not serve
+// it unless told to (QUOTA_METRICS_ADDR=public): by default it is 404 there, and
+// cmd/api serves it on its own listener.
+func TestMetricsNotOnThePublicListenerByDefault(t *testing.T) {
+	f := mustFixture(t)
+	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: f.svc, Redis: testenv.Redis(t), AdminToken: operatorToken,
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.h = h
+	for _, tok := range []string{"", operatorToken} {
+		if rec := f.do("GET", "/metrics", tok, ""); rec.Code != 404 || rec.Header().Get("Content-Type") != "application/problem+json" ||
+			strings.Contains(rec.Body.String(), "quotaplane_") {
+			t.Errorf("/metrics: %d %s", rec.Code, rec.Body)
 		}
 	}
 }

@@ -107,7 +107,7 @@ func (s *Server) consoleSession(w http.ResponseWriter, r *http.Request) (p princ
 	case err != nil:
 		s.fail(w, r, err)
 		return principal{}, true, false
-	case !console.CSRFOK(r):
+	case !s.console.CSRFOK(r):
 		refuse(w, r, derrors.E(derrors.Forbidden, "a change made with a console session needs its "+console.CSRFHeader+" header", nil))
 		return principal{}, true, false
 	case r.Method != http.MethodGet && r.Method != http.MethodHead && !sess.CanChange():

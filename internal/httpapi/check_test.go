@@ -80,7 +80,7 @@ func newReplicaOn(t *testing.T, dbURL, prefix string, ttl time.Duration, reg *pr
 	}
 	t.Cleanup(func() { _ = router.Close() })
 	deps := httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb, Registry: reg,
-		AdminToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))}
+		AdminToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), ServeMetrics: true}
 	for _, o := range opts {
 		o(&deps)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -42,7 +43,18 @@ func (s *Server) Readyz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, map[string]any{"status": state, "checks": checks})
 }
 
-// Metrics serves the Prometheus registry.
+// Metrics serves the Prometheus registry when Deps.ServeMetrics says so; otherwise
+// the route does not exist on this listener (404).
 func (s *Server) Metrics(w http.ResponseWriter, r *http.Request) {
-	promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}).ServeHTTP(w, r)
+	if !s.metrics {
+		notFound(w, r)
+		return
+	}
+	MetricsHandler(s.registry).ServeHTTP(w, r)
+}
+
+// MetricsHandler serves reg in the Prometheus exposition format, for the api's
+// metrics listener (QUOTA_METRICS_ADDR).
+func MetricsHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
 }

@@ -59,7 +59,7 @@ func mustFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
-	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Checker: router, Redis: testenv.Redis(t), AdminToken: operatorToken,
+	h, err := httpapi.NewHandler(httpapi.Deps{ServeMetrics: true, Tenants: svc, Checker: router, Redis: testenv.Redis(t), AdminToken: operatorToken,
 		Logger:   slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Billing:  &billing.Service{Store: billing.NewStore(pool), Tenants: svc, Counters: ledger.EngineCounters(router)},
 		Webhooks: &webhooks.Service{Store: webhooks.NewStore(pool), Tenants: svc, Secret: []byte("routes-test-webhook-secret")}})

@@ -53,6 +53,16 @@ type Deps struct {
 	// every /v1 route but the checks; over it, 429. 0 (the zero value) is no limit.
 	AdminRateLimit  int
 	AdminRateWindow time.Duration
+	// AdminOrgRateLimit requests per AdminOrgRateWindow are allowed to each org, all
+	// its keys and console users together, on the same routes (issue 28); 0 is no
+	// limit.
+	AdminOrgRateLimit  int
+	AdminOrgRateWindow time.Duration
+	// ServeMetrics serves GET /metrics on this handler, beside the API
+	// (QUOTA_METRICS_ADDR=public). Off (the default), /metrics is 404 here and the api
+	// serves MetricsHandler on its own listener (QUOTA_METRICS_ADDR): the metrics name
+	// orgs and their traffic, which the public listener must not show (issue 28).
+	ServeMetrics bool
 	// TracerProvider, when set, gives every request a server span (named after its
 	// route) for the engine's and Postgres's spans to nest in; nil (tracing off) adds
 	// nothing to a request.
@@ -72,6 +82,7 @@ type Server struct {
 	hasAdmin   bool
 	log        *slog.Logger
 	registry   *prometheus.Registry
+	metrics    bool // serve /metrics (Deps.ServeMetrics)
 	console    *console.Handler
 	billing    *billing.Service
 	webhooks   *webhooks.Service
@@ -93,7 +104,7 @@ func NewHandler(d Deps) (http.Handler, error) {
 	}
 	s := &Server{tenants: d.Tenants, cache: d.Cache, redis: d.Redis, log: d.Logger, registry: d.Registry,
 		console: d.Console, billing: d.Billing, webhooks: d.Webhooks, adminToken: sha256.Sum256([]byte(d.AdminToken)), hasAdmin: d.AdminToken != "",
-		headers: d.RateLimitHeaders}
+		headers: d.RateLimitHeaders, metrics: d.ServeMetrics}
 	s.checks = checks.NewService(checks.Config{Cache: d.Cache, Engine: d.Checker, Logger: d.Logger})
 	validate, err := newRequestValidator()
 	if err != nil {
@@ -112,7 +123,8 @@ func NewHandler(d Deps) (http.Handler, error) {
 	if d.Console != nil {
 		app = d.Console
 	}
-	if err := s.routes(r, app, validate, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow, d.RateLimitHeaders)); err != nil {
+	if err := s.routes(r, app, validate, adminRateLimit(d.AdminRateLimit, d.AdminRateWindow, d.RateLimitHeaders),
+		adminOrgRateLimit(d.AdminOrgRateLimit, d.AdminOrgRateWindow)); err != nil {
 		return nil, err
 	}
 	if err := m.preinit(r); err != nil {

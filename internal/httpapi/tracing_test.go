@@ -60,7 +60,7 @@ func newTracedReplicaOn(t *testing.T, redisURL string) (*replica, *tracetest.InM
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = router.Close() })
-	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: svc, Cache: cache, Checker: router, Redis: rdb,
+	h, err := httpapi.NewHandler(httpapi.Deps{ServeMetrics: true, Tenants: svc, Cache: cache, Checker: router, Redis: rdb,
 		AdminToken: operatorToken, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil)), TracerProvider: tp})
 	if err != nil {
 		t.Fatal(err)

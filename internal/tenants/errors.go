@@ -22,6 +22,12 @@ var (
 	ErrOverAllocated = derrors.New(derrors.Unprocessable, "allocation rule violated")
 	// ErrInUse: the object is still referenced (a plan with orgs).
 	ErrInUse = derrors.New(derrors.InUse, "in use")
+	// ErrPasswordBusy: every password hash slot of this process is taken (see
+	// WithPasswordHashes); retry shortly. Nothing was checked or written.
+	ErrPasswordBusy = derrors.New(derrors.Overloaded, "too many password checks at once; retry shortly")
+	// ErrKeyCap: the org already holds as many active API keys as one org may
+	// (WithMaxKeysPerOrg); revoke one first.
+	ErrKeyCap = derrors.New(derrors.Unprocessable, "api key cap reached")
 )
 
 // FieldError names an invalid field and says what is wrong with it.

@@ -123,6 +123,9 @@ func (s *Service) CreateAPIKey(ctx context.Context, a Actor, orgID string, in AP
 		if _, err := getOrg(ctx, tx, orgID, s.now()); err != nil {
 			return err
 		}
+		if err := s.underKeyCap(ctx, tx, orgID); err != nil {
+			return err
+		}
 		out, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (id, org_id, name, prefix, digest, scopes)
 			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+keyCols, id, orgID, in.Name, token[:len(tokenPrefix)+8], digest[:], scopes))
 		if err != nil {
@@ -134,6 +137,25 @@ func (s *Service) CreateAPIKey(ctx context.Context, a Actor, orgID string, in AP
 		return APIKey{}, "", err
 	}
 	return out, token, nil
+}
+
+// underKeyCap fails with ErrKeyCap when org already holds s.maxKeys active keys. It
+// locks the org's row first, so concurrent creations are counted one after another
+// and the cap holds exactly.
+func (s *Service) underKeyCap(ctx context.Context, tx pgx.Tx, orgID string) error {
+	var n int
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM orgs WHERE id = $1 FOR UPDATE`, orgID); err != nil {
+		return fmt.Errorf("lock org %q: %w", orgID, err)
+	}
+	if err := tx.QueryRow(ctx, `SELECT count(*) FROM api_keys WHERE org_id = $1 AND revoked_at IS NULL`, orgID).Scan(&n); err != nil {
+		return fmt.Errorf("count API keys of org %q: %w", orgID, err)
+	}
+	if n >= s.maxKeys {
+		return derrors.E(derrors.Unprocessable, fmt.Sprintf("org %q already holds %d active API keys, the most one org may hold "+
+			"(QUOTA_MAX_KEYS_PER_ORG); revoke one before creating another", orgID, n), ErrKeyCap,
+			derrors.FieldError{Field: "org", Message: fmt.Sprintf("holds %d active API keys, the cap", n)})
+	}
+	return nil
 }
 
 // ListAPIKeys returns one page of an org's keys ordered by id, revoked ones included.

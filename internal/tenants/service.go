@@ -26,6 +26,7 @@ type Service struct {
 	listeners []func(orgIDs ...string)
 	now       func() time.Time
 	uses      *keyUses // keys authenticated since the last FlushKeyUses
+	maxKeys   int      // active API keys an org may hold
 }
 
 // Option configures a Service.
@@ -52,12 +53,39 @@ func WithClock(now func() time.Time) Option { return func(s *Service) { s.now = 
 
 // WithPasswordCost lowers the password hashing cost. Tests only.
 func WithPasswordCost(memoryKiB uint32, iterations uint32) Option {
-	return func(s *Service) { s.hasher = passwordHasher{memory: memoryKiB, iterations: iterations} }
+	return func(s *Service) { s.hasher.memory, s.hasher.iterations = memoryKiB, iterations }
 }
+
+// WithPasswordHashes bounds the password hashes (sign-ins, password changes, new
+// console users) the Service runs at once to n (QUOTA_PASSWORD_HASHES; default
+// DefaultPasswordHashes); one more fails with ErrPasswordBusy. n <= 0 keeps the
+// default.
+func WithPasswordHashes(n int) Option {
+	return func(s *Service) {
+		if n > 0 {
+			s.hasher.slots = make(chan struct{}, n)
+		}
+	}
+}
+
+// WithMaxKeysPerOrg caps the active API keys of one org (QUOTA_MAX_KEYS_PER_ORG,
+// default DefaultMaxKeysPerOrg): creating one more fails with ErrKeyCap. The admin
+// rate limit is per key as well as per org, so the cap also bounds what one org's
+// keys can ask of the admin API. n <= 0 keeps the default.
+func WithMaxKeysPerOrg(n int) Option {
+	return func(s *Service) {
+		if n > 0 {
+			s.maxKeys = n
+		}
+	}
+}
+
+// DefaultMaxKeysPerOrg is the default cap on an org's active API keys.
+const DefaultMaxKeysPerOrg = 100
 
 // NewService returns a Service on pool.
 func NewService(pool *pgxpool.Pool, opts ...Option) *Service {
-	s := &Service{pool: pgdb.DB{Pool: pool}, hasher: defaultHasher, now: time.Now, uses: &keyUses{ids: map[string]struct{}{}}}
+	s := &Service{pool: pgdb.DB{Pool: pool}, hasher: defaultHasher(), maxKeys: DefaultMaxKeysPerOrg, now: time.Now, uses: &keyUses{ids: map[string]struct{}{}}}
 	for _, o := range opts {
 		o(s)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -93,11 +94,18 @@ func (s *Service) VerifyConsoleLogin(ctx context.Context, org, email, password s
 	err := s.pool.QueryRow(ctx, `SELECT `+consoleCols+`, password_hash FROM console_users WHERE org_id = $1 AND lower(email) = lower($2)`, org, email).
 		Scan(&u.ID, &u.OrgID, &u.Email, &u.Role, &u.CreatedAt, &hash)
 	if err != nil {
-		// Hash anyway so an unknown email takes as long as a wrong password.
-		_, _ = s.hasher.hash(password)
+		// Hash anyway so an unknown email takes as long as a wrong password (and is
+		// as busy when every hash slot is taken).
+		if _, herr := s.hasher.hash(password); errors.Is(herr, ErrPasswordBusy) {
+			return ConsoleUser{}, fmt.Errorf("console login: %w", herr)
+		}
 		return ConsoleUser{}, translate(err, "console login")
 	}
-	if !verifyPassword(hash, password) {
+	ok, err := s.hasher.verify(hash, password)
+	if err != nil {
+		return ConsoleUser{}, fmt.Errorf("console login: %w", err)
+	}
+	if !ok {
 		return ConsoleUser{}, fmt.Errorf("console login: %w", ErrNotFound)
 	}
 	return u, nil
@@ -137,7 +145,9 @@ func (s *Service) ListAudit(ctx context.Context, orgID string, page Page) ([]Aud
 }
 
 // SetConsolePassword replaces the password of a console user of an org, found by
-// email, and clears any lockout.
+// email, and ends every session of that user in the same transaction: whoever held
+// the old password (or a session started with it) is signed out at once. The console
+// starts a new session for a user who changed their own (console.Sessions).
 func (s *Service) SetConsolePassword(ctx context.Context, a Actor, orgID, email, password string) error {
 	if err := (ConsoleUserInput{Email: email, Password: password, Role: RoleViewer}).Validate(); err != nil {
 		return err
@@ -147,10 +157,13 @@ func (s *Service) SetConsolePassword(ctx context.Context, a Actor, orgID, email,
 		return fmt.Errorf("hash password: %w", err)
 	}
 	return s.inTx(ctx, func(tx pgx.Tx) error {
-		u, err := scanConsoleUser(tx.QueryRow(ctx, `UPDATE console_users SET password_hash = $3, failed_logins = 0, locked_until = NULL
+		u, err := scanConsoleUser(tx.QueryRow(ctx, `UPDATE console_users SET password_hash = $3
 			WHERE org_id = $1 AND lower(email) = lower($2) RETURNING `+consoleCols, orgID, email, hash))
 		if err != nil {
 			return translate(err, fmt.Sprintf("console user %q", email))
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM console_sessions WHERE user_id = $1`, u.ID); err != nil {
+			return fmt.Errorf("end sessions of console user %q: %w", u.ID, err)
 		}
 		// The snapshot carries no hash; the row records that the password changed.
 		return audit(ctx, tx, a, orgID, "console_user.set_password", "console_user:"+u.ID, u, u)

@@ -8,6 +8,7 @@ import { Entitlements } from './pages/Entitlements';
 import { Keys } from './pages/Keys';
 import { ModeSettings } from './pages/Mode';
 import { Overview } from './pages/Overview';
+import { Password } from './pages/Password';
 import { Webhooks } from './pages/Webhooks';
 import { REPORT_PATH, ShadowReport } from './pages/ShadowReport';
 import { ErrorState, Loading } from './ui';
@@ -22,6 +23,7 @@ const PAGES = [
   { path: 'webhooks', title: 'Webhooks', Page: Webhooks },
   { path: 'settings', title: 'Mode', Page: ModeSettings },
   { path: REPORT_PATH, title: 'Shadow and warn report', Page: ShadowReport, inNav: false }, // linked from Mode
+  { path: 'password', title: 'Password', Page: Password, inNav: false }, // linked beside Sign out
 ];
 
 const BASE = '/console/';
@@ -78,6 +80,7 @@ export function App() {
         </nav>
         <div class="who">
           <span data-testid="who">{session.email}</span> <span class={`badge role-${session.role}`} data-testid="role">{session.role}</span>
+          <a href={BASE + 'password'} onClick={go('password')} aria-current={page.path === 'password' ? 'page' : undefined}>Password</a>
           <button type="button" onClick={async () => {
             try { await api.signOut(); } catch { /* the session is gone either way */ }
             setSession(null);

@@ -111,6 +111,9 @@ export const api = {
   session: () => request<Session | undefined>('GET', '/console/api/session'), // undefined: not signed in
   signIn: (org: string, email: string, password: string) => request<Session>('POST', '/console/api/sign-in', { org, email, password }),
   signOut: () => { cancelPending(); return request<void>('POST', '/console/api/sign-out'); },
+  /** Changes the signed-in user's password; every session of the user ends, and the answer is a new one. */
+  changePassword: (current: string, next: string) =>
+    request<Session>('POST', '/console/api/password', { current_password: current, new_password: next }),
 
   org: (org: string) => request<Org>('GET', o(org)),
   setMode: (org: string, mode: Mode) => request<Org>('PATCH', o(org), { mode }),

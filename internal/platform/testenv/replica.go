@@ -13,8 +13,9 @@ import (
 // stack's database and Redis, on an address of its own, that a test may kill -9 and
 // start again on that address, as an orchestrator restarts a crashed pod.
 type API struct {
-	Addr string  // host:port of its HTTP API
-	Log  *Buffer // its output, every run's
+	Addr        string  // host:port of its HTTP API
+	MetricsAddr string  // host:port of its /metrics
+	Log         *Buffer // its output, every run's
 
 	tb   testing.TB
 	bin  string
@@ -29,9 +30,10 @@ type API struct {
 // /readyz answers 200. It is stopped (SIGTERM) when the test ends if it still runs.
 func (s *Stack) StartAPI(tb testing.TB, env ...string) *API {
 	tb.Helper()
-	a := &API{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(tb)), Log: &Buffer{}, tb: tb, bin: s.apiBin}
+	a := &API{Addr: fmt.Sprintf("127.0.0.1:%d", FreePort(tb)), MetricsAddr: fmt.Sprintf("127.0.0.1:%d", FreePort(tb)),
+		Log: &Buffer{}, tb: tb, bin: s.apiBin}
 	a.env = append(append(append([]string{}, s.env...), env...),
-		"QUOTA_HTTP_ADDR="+a.Addr, fmt.Sprintf("QUOTA_GRPC_ADDR=127.0.0.1:%d", FreePort(tb)))
+		"QUOTA_HTTP_ADDR="+a.Addr, fmt.Sprintf("QUOTA_GRPC_ADDR=127.0.0.1:%d", FreePort(tb)), "QUOTA_METRICS_ADDR="+a.MetricsAddr)
 	tb.Cleanup(a.stop)
 	a.Start()
 	return a
@@ -58,6 +60,17 @@ func (a *API) Start() {
 	if err := waitReady(a.Addr, done); err != nil {
 		a.tb.Fatalf("testenv: %v\n%s", err, a.Log.String())
 	}
+}
+
+// PID is the process id of the running replica (0 when it is not running), for a
+// test that reads its /proc/<pid>/status.
+func (a *API) PID() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cmd == nil {
+		return 0
+	}
+	return a.cmd.Process.Pid
 }
 
 // Kill kills the replica with SIGKILL (kill -9: nothing it holds is settled) and

@@ -38,6 +38,7 @@ type Stack struct {
 	APIAddr       string // host:port of the api, ready when StartStack returns
 	GRPCAddr      string // host:port of the api's gRPC rate limit service
 	WorkerAddr    string // host:port of the worker's /metrics and probes
+	MetricsAddr   string // host:port of the api's /metrics (QUOTA_METRICS_ADDR)
 	OperatorToken string // QUOTA_ADMIN_TOKEN
 	DemoKey       string // the demo org's API key
 	DatabaseURL   string
@@ -82,6 +83,7 @@ func StartStack(tb testing.TB, opt StackOptions) *Stack {
 		APIAddr:       fmt.Sprintf("127.0.0.1:%d", FreePort(tb)),
 		WorkerAddr:    fmt.Sprintf("127.0.0.1:%d", FreePort(tb)),
 		GRPCAddr:      fmt.Sprintf("127.0.0.1:%d", FreePort(tb)),
+		MetricsAddr:   fmt.Sprintf("127.0.0.1:%d", FreePort(tb)),
 		OperatorToken: "stack-op-" + randHex(12),
 		DatabaseURL:   dbURL,
 		RedisURL:      u.String(),
@@ -92,6 +94,7 @@ func StartStack(tb testing.TB, opt StackOptions) *Stack {
 		"DATABASE_URL="+dbURL, "REDIS_URL="+s.RedisURL,
 		"QUOTA_ADMIN_TOKEN="+s.OperatorToken, "QUOTA_WEBHOOK_SECRET=stack-webhook-"+randHex(12),
 		"QUOTA_HTTP_ADDR="+s.APIAddr, "QUOTA_WORKER_HTTP_ADDR="+s.WorkerAddr, "QUOTA_GRPC_ADDR="+s.GRPCAddr,
+		"QUOTA_METRICS_ADDR="+s.MetricsAddr,
 		"QUOTA_FLUSH_INTERVAL=200ms", "QUOTA_LOG_LEVEL=warn", "QUOTA_STARTUP_TIMEOUT=20s",
 		// A machine busy with make test's -race builds can stall Redis past the 100 ms
 		// default, and the demo plan fails open: the answer would say "degraded".

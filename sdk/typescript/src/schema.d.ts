@@ -181,7 +181,9 @@ export interface paths {
         /**
          * Create an API key
          * @description Creates a key for the org and returns its secret, which is shown only here.
-         *     Needs the operator token or an org key with the `admin` scope.
+         *     Needs the operator token or an org key with the `admin` scope. An org holds
+         *     at most `QUOTA_MAX_KEYS_PER_ORG` active keys (default 100): one more is a
+         *     422 that names the cap; revoke a key first.
          */
         post: operations["createApiKey"];
         delete?: never;
@@ -1136,7 +1138,10 @@ export interface paths {
         };
         /**
          * Prometheus metrics
-         * @description Metrics in the Prometheus text exposition format.
+         * @description Metrics in the Prometheus text exposition format. They name orgs and their
+         *     traffic, so by default they are served on a listener of their own
+         *     (`QUOTA_METRICS_ADDR`, default `127.0.0.1:8083`) and this path answers 404
+         *     beside the API; `QUOTA_METRICS_ADDR=public` serves them here instead.
          */
         get: operations["metrics"];
         put?: never;
@@ -2485,8 +2490,10 @@ export interface components {
         /**
          * @description Too many requests with these credentials: every `/v1` operation except the
          *     checks is limited per API key, operator token or console user
-         *     (`QUOTA_ADMIN_RATE_LIMIT` of the server, per replica). Nothing was done; retry
-         *     after `Retry-After` seconds.
+         *     (`QUOTA_ADMIN_RATE_LIMIT` of the server, per replica), and per org, all its
+         *     keys and console users together (`QUOTA_ADMIN_ORG_RATE_LIMIT`; the problem's
+         *     `violated-policies` is then `["admin-org"]` and only `Retry-After` is set).
+         *     Nothing was done; retry after `Retry-After` seconds.
          */
         AdminRateLimited: {
             headers: {
@@ -3029,6 +3036,7 @@ export interface operations {
             404: components["responses"]["NotFound"];
             413: components["responses"]["PayloadTooLarge"];
             415: components["responses"]["UnsupportedMediaType"];
+            422: components["responses"]["UnprocessableEntity"];
             429: components["responses"]["AdminRateLimited"];
         };
     };
