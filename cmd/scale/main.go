@@ -32,10 +32,27 @@ func run(ctx context.Context) error {
 	ticks := flag.Int("ticks", 5, "measured ticks of each kind")
 	closeTo := flag.Int("close-max", 10_000, "also close every org's period in runs of at most this many orgs (0: never)")
 	parallel := flag.Int("parallel", 4, "periods closed at once")
+	provision := flag.Int("provision", 0, "only provision this many orgs in a new database, kept, print its URL and write the orgs' tokens (org and key per line) to -tokens: for load against a real api")
+	tokens := flag.String("tokens", "scale-tokens.txt", "where -provision writes the tokens")
 	flag.Parse()
 	db, rds := os.Getenv("DATABASE_URL"), os.Getenv("REDIS_URL")
 	if db == "" || rds == "" {
 		return fmt.Errorf("DATABASE_URL and REDIS_URL must be set")
+	}
+	if *provision > 0 {
+		u, err := scale.ProvisionDatabase(ctx, db, *provision)
+		if err != nil {
+			return err
+		}
+		var b strings.Builder
+		for i := range *provision {
+			fmt.Fprintf(&b, "%s %s\n", scale.OrgID(i), scale.Token(i))
+		}
+		if err := os.WriteFile(*tokens, []byte(b.String()), 0o600); err != nil {
+			return err
+		}
+		fmt.Println(u)
+		return nil
 	}
 	fmt.Printf("| orgs | provision | first flush (whole) | idle flush | flush, %d active | orgs visited | close scan | close every period | key+org lookup: cold / spread / over 10 (spread/10 ratio) | queries in the spread passes |\n", *active)
 	fmt.Println("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

@@ -91,7 +91,7 @@ type Cache struct {
 	userBound int64
 	orgMem    atomic.Int64 // estimated bytes of the cached orgs (orgBytes)
 	memBound  int64
-	noOrgs    *lru.Cache[string, uint64] // unknown org ids, with the org's generation then
+	noOrgs    *lru.Cache[string, uint64]        // unknown org ids, with the org's generation then
 	users     *lru.Cache[[2]string, *userEntry] // users of orgs above maxUsers
 	keys      *lru.Cache[[32]byte, *keyEntry]
 	badTokens *lru.Cache[[32]byte, badToken]
@@ -223,7 +223,7 @@ func NewCache(svc *Service, o CacheOptions) *Cache {
 		maxUsers: max(o.Users/10, 1), userBound: int64(o.Users),
 		users: newLRU[[2]string, *userEntry](o.Users), keys: newLRU[[32]byte, *keyEntry](o.Keys),
 		badTokens: newLRU[[32]byte, badToken](o.Negative), noOrgs: newLRU[string, uint64](o.Negative), memBound: o.Memory,
-		mOrgs:     o.Metrics.For("orgs"), mUsers: o.Metrics.For("users"), mKeys: o.Metrics.For("keys"),
+		mOrgs: o.Metrics.For("orgs"), mUsers: o.Metrics.For("users"), mKeys: o.Metrics.For("keys"),
 		mBad: o.Metrics.For("bad_tokens")}
 	orgs, err := lru.NewWithEvict(o.Orgs, func(_ string, e *orgEntry) {
 		c.orgUsers.Add(-int64(len(e.val.Users)))
