@@ -88,7 +88,7 @@ type API struct {
 	// CacheOrgs, CacheUsers and CacheKeys bound the api's resolved-tenancy cache in
 	// entries (QUOTA_CACHE_ORGS, default 1000000; QUOTA_CACHE_USERS, registered users
 	// carried by the cached orgs, 200000; QUOTA_CACHE_KEYS, API keys, 500000), and
-	// CacheMemoryMB (QUOTA_CACHE_MEMORY_MB, default 256) the estimated memory of the
+	// CacheMemoryMB (QUOTA_CACHE_MEMORY_MB, default 512) the estimated memory of the
 	// resolved orgs, which binds first (issue 29: sized by memory, not a count).
 	CacheOrgs, CacheUsers, CacheKeys int
 	CacheMemoryMB                    int
@@ -262,7 +262,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		CacheOrgs:           r.integer("QUOTA_CACHE_ORGS", 1_000_000, 1),
 		CacheUsers:          r.integer("QUOTA_CACHE_USERS", 200_000, 10),
 		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 500_000, 1),
-		CacheMemoryMB:       r.integer("QUOTA_CACHE_MEMORY_MB", 256, 1),
+		CacheMemoryMB:       r.integer("QUOTA_CACHE_MEMORY_MB", 512, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
 	c.RateLimitHeaders = strings.ToLower(strings.TrimSpace(r.str("QUOTA_RATELIMIT_HEADERS", "both")))

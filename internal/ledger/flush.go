@@ -138,7 +138,16 @@ func (f *Flusher) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		tick, cancel := context.WithTimeout(ctx, 4*f.cfg.Interval+5*time.Second)
+		budget := 4*f.cfg.Interval + 5*time.Second
+		f.mu.Lock()
+		if !f.started {
+			// The first flush reads every org whole: ~1 min at 100,000 orgs (make scale),
+			// and cut off by the tick's deadline it would start again from the top
+			// forever. Later ticks visit only the orgs that changed.
+			budget = max(budget, 15*time.Minute)
+		}
+		f.mu.Unlock()
+		tick, cancel := context.WithTimeout(ctx, budget)
 		if _, err := f.traced(tick); err != nil && ctx.Err() == nil {
 			f.cfg.Logger.Warn("usage flush incomplete", "err", err.Error())
 		}

@@ -44,7 +44,7 @@ const (
 	DefaultCacheOrgs   = 1_000_000 // resolved orgs (the memory budget binds first)
 	DefaultCacheUsers  = 200_000   // registered users carried by cached orgs, summed
 	DefaultCacheKeys   = 500_000   // API keys: ~400 bytes each, 200 MB at most
-	DefaultCacheMemory = 256 << 20 // bytes of resolved orgs, estimated (orgBytes)
+	DefaultCacheMemory = 512 << 20 // bytes of resolved orgs, estimated (orgBytes): ~160,000 orgs of 5 teams
 	DefaultCacheTTL    = 5 * time.Minute
 	DefaultCacheKeyTTL = 2 * time.Minute
 	// DefaultCacheNegative bounds the unknown org ids and the bad tokens remembered,
