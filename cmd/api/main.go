@@ -189,7 +189,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	go svc.RecordKeyUses(ctx, 30*time.Second)
 	// Resolved orgs and keys are cached; changes reach every replica through Redis pub/sub.
 	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics, Channel: tenants.ChannelFor(cfg.RedisPrefix),
-		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys})
+		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys, Memory: int64(cfg.CacheMemoryMB) << 20})
 	cache.Listen(ctx, rdb)
 	// Which RateLimit header fields answers carry (validated by config).
 	headerMode, err := checks.ParseHeaderMode(cfg.RateLimitHeaders)

@@ -3,7 +3,7 @@
 // own build, not its tests') against one explicit table of layers, from the binaries
 // down to the shared vocabulary:
 //
-//	cmd        cmd/api, cmd/worker, cmd/loadgen
+//	cmd        cmd/api, cmd/worker, cmd/loadgen, cmd/scale
 //	transport  httpapi, rls, console, worker, demo
 //	service    checks
 //	domain     tenants, quota, ledger, billing, webhooks
@@ -13,7 +13,7 @@
 // few rules narrow that: tenants does not import quota, quota and tenants import none of
 // ledger, billing and webhooks, and vocab imports nothing internal but derrors. The
 // test-only packages (clienttest, faulttest, leasetest, readmetest, clustertest,
-// loadgen, archtest) stand outside the layers: their own imports are free, and only
+// loadgen, scale, archtest) stand outside the layers: their own imports are free, and only
 // the binaries and other test-only packages may import them. A package the table does
 // not place fails the test, so a new package gets a place, and a reason, when it is
 // added.

@@ -68,6 +68,7 @@ var table = []struct {
 	{"internal/clustertest", testOnly},
 	{"internal/alerttest", testOnly}, // the shipped alerts in a real Prometheus (issue 26)
 	{"internal/loadgen", testOnly},
+	{"internal/scale", testOnly}, // make scale (issue 29): measures the worker's per-org costs
 	{"internal/archtest", testOnly},
 	{"internal/ledger/ledgertest", testOnly}, // the ledger's, billing's and webhooks' test env
 

@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/quotaplane/quotaplane/internal/ledger"
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -63,59 +65,45 @@ func NewCloser(cfg CloserConfig) *Closer {
 // periods that ended before the org existed. It sets
 // quotaplane_worker_oldest_unclosed_period_end_timestamp_seconds to the end of the
 // oldest of them (0 when there is none).
+//
+// One query (issue 29: it listed every org, then asked about each): the candidate
+// periods depend only on the billing anchor day, so they are computed here for each of
+// the 28 days, joined to the orgs of that day, and those already in billing_periods
+// are dropped by its primary key. Steady state, it returns nothing and reads no
+// billing row per org it skips but one index probe.
 func (c *Closer) Due(ctx context.Context) ([]OrgPeriod, error) {
 	now := c.cfg.Clock()
-	var out []OrgPeriod
-	ends := map[OrgPeriod]time.Time{}
-	cursor := ""
-	for {
-		orgs, next, err := c.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
-		if err != nil {
-			return nil, fmt.Errorf("periods due: %w", err)
-		}
-		for _, o := range orgs {
-			per := vocab.PeriodAt(now.Add(-c.cfg.Grace), o.BillingAnchorDay)
-			for range 2 {
-				per = vocab.PeriodAt(per.Start.Add(-time.Nanosecond), o.BillingAnchorDay)
-				if !per.End.After(o.CreatedAt) {
-					break
-				}
-				out = append(out, OrgPeriod{Org: o.ID, Period: per.ID})
-				ends[out[len(out)-1]] = per.End
-			}
-		}
-		if cursor = next; cursor == "" {
-			break
+	var anchors []int32
+	var ids []string
+	var ends []time.Time
+	for day := 1; day <= 28; day++ {
+		per := vocab.PeriodAt(now.Add(-c.cfg.Grace), day)
+		for range 2 {
+			per = vocab.PeriodAt(per.Start.Add(-time.Nanosecond), day)
+			anchors, ids, ends = append(anchors, int32(day)), append(ids, per.ID), append(ends, per.End)
 		}
 	}
-	if len(out) == 0 {
-		c.cfg.Metrics.oldestUnclosed.Set(0)
-		return nil, nil
-	}
-	// Drop the closed ones in one query.
-	orgs := make([]string, len(out))
-	pers := make([]string, len(out))
-	for i, a := range out {
-		orgs[i], pers[i] = a.Org, a.Period
-	}
-	rows, err := c.cfg.Store.pool.Query(ctx, `SELECT o, p FROM unnest($1::text[], $2::text[]) AS x(o, p)
-		WHERE NOT EXISTS (SELECT 1 FROM billing_periods WHERE org_id = o AND period = p) ORDER BY o, p`, orgs, pers)
-	if err != nil {
-		return nil, fmt.Errorf("periods due: %w", err)
-	}
-	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OrgPeriod, error) {
-		var a OrgPeriod
-		err := r.Scan(&a.Org, &a.Period)
-		return a, err
-	})
+	rows, err := c.cfg.Store.pool.Query(ctx, `SELECT o.id, x.p, x.e
+		FROM unnest($1::int[], $2::text[], $3::timestamptz[]) AS x(a, p, e)
+		JOIN orgs o ON o.billing_anchor_day = x.a
+			AND x.e > o.created_at
+		WHERE NOT EXISTS (SELECT 1 FROM billing_periods b WHERE b.org_id = o.id AND b.period = x.p)
+		ORDER BY o.id, x.p`, anchors, ids, ends)
 	if err != nil {
 		return nil, fmt.Errorf("periods due: %w", err)
 	}
 	var oldest time.Time
-	for _, a := range due {
-		if e := ends[a]; oldest.IsZero() || e.Before(oldest) {
-			oldest = e
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (OrgPeriod, error) {
+		var a OrgPeriod
+		var end time.Time
+		err := r.Scan(&a.Org, &a.Period, &end)
+		if oldest.IsZero() || end.Before(oldest) {
+			oldest = end
 		}
+		return a, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("periods due: %w", err)
 	}
 	if oldest.IsZero() {
 		c.cfg.Metrics.oldestUnclosed.Set(0)
@@ -123,6 +111,28 @@ func (c *Closer) Due(ctx context.Context) ([]OrgPeriod, error) {
 		c.cfg.Metrics.oldestUnclosed.Set(float64(oldest.Unix()))
 	}
 	return due, nil
+}
+
+// CloseMany closes items, parallel at a time (at least 1), each as Close does
+// (exactly once whoever else closes them), and returns the error of each item that
+// failed, by its index. Batching spares a job per org (issue 29: ~10 ms each).
+func (c *Closer) CloseMany(ctx context.Context, items []OrgPeriod, parallel int) map[int]error {
+	var mu sync.Mutex
+	failed := map[int]error{}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(max(parallel, 1))
+	for i, it := range items {
+		g.Go(func() error {
+			if _, err := c.Close(gctx, it.Org, it.Period); err != nil {
+				mu.Lock()
+				failed[i] = err
+				mu.Unlock()
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	return failed
 }
 
 // OrgPeriod names one billing period of an org.

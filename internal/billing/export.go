@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Row is one line of a billing export. Detail rows carry the units of a user (team
@@ -54,7 +56,7 @@ const (
 	JSON Format = "json"
 )
 
-// exportSQL produces the rows of one period, for one org ($2) or all ($2 empty),
+// exportSQL produces the rows of one period for the orgs of $2 (a page of them),
 // ordered by org, then detail rows by team and user, then the org totals. A closed
 // org's rows come from its immutable period rows plus late adjustments and the
 // pricing recorded at close; an open period's from the ledger (at most one flush
@@ -63,36 +65,39 @@ const (
 // org's billing anchor day, which places the period) for every period.
 const exportSQL = `
 WITH closed AS (
-    SELECT org_id, currency FROM billing_periods WHERE period = $1 AND ($2 = '' OR org_id = $2)
+    SELECT org_id, currency FROM billing_periods WHERE period = $1 AND org_id = ANY($2)
 ),
 u AS (
     SELECT org_id, metric, level, team_id, user_id, sum(units)::bigint AS units FROM (
         SELECT org_id, metric, level, team_id, user_id, units FROM period_usage
-        WHERE period = $1 AND ($2 = '' OR org_id = $2)
+        WHERE period = $1 AND org_id = ANY($2)
         UNION ALL
         SELECT org_id, metric, level, team_id, user_id, units FROM usage_adjustments
-        WHERE period = $1 AND ($2 = '' OR org_id = $2)
+        WHERE period = $1 AND org_id = ANY($2)
         UNION ALL
         SELECT org_id, metric, level, team_id, user_id, units FROM usage_counters c
-        WHERE period = $1 AND ($2 = '' OR org_id = $2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = c.org_id)
+        WHERE period = $1 AND org_id = ANY($2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = c.org_id)
     ) x GROUP BY 1, 2, 3, 4, 5
 ),
 cur AS (
     SELECT org_id, currency FROM closed
     UNION ALL
     SELECT o.id, coalesce(p.currency, '') FROM orgs o JOIN plans p ON p.id = o.plan_id
-    WHERE ($2 = '' OR o.id = $2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = o.id)
+    WHERE o.id = ANY($2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = o.id)
 ),
 prices AS (
     SELECT org_id, metric, included_units, overage_price FROM billing_lines
-    WHERE period = $1 AND ($2 = '' OR org_id = $2) AND priced
+    WHERE period = $1 AND org_id = ANY($2) AND priced
     UNION ALL
     SELECT o.id, pp.metric, pp.included_units, pp.overage_price FROM orgs o JOIN plan_prices pp ON pp.plan_id = o.plan_id
-    WHERE ($2 = '' OR o.id = $2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = o.id)
+    WHERE o.id = ANY($2) AND NOT EXISTS (SELECT 1 FROM closed WHERE closed.org_id = o.id)
       AND EXISTS (SELECT 1 FROM u WHERE u.org_id = o.id)
 ),
-usersum AS (
-    SELECT org_id, team_id, metric, sum(units)::bigint AS units FROM u WHERE level = 'user' GROUP BY 1, 2, 3
+uw AS (
+    -- the units of a team's users beside each row, by a window rather than a join to
+    -- a per-team aggregate (which a planner without statistics nested: quadratic)
+    SELECT u.*, coalesce(sum(units) FILTER (WHERE level = 'user') OVER (PARTITION BY org_id, team_id, metric), 0) AS usersum
+    FROM u
 ),
 totals AS (
     SELECT coalesce(t.org_id, pr.org_id) AS org_id, coalesce(t.metric, pr.metric) AS metric,
@@ -104,19 +109,19 @@ granted AS (
     SELECT g.org_id, g.metric, sum(g.units)::bigint AS units
     FROM grants g JOIN orgs o ON o.id = g.org_id,
          LATERAL (SELECT (to_date($1 || '-01', 'YYYY-MM-DD') + (o.billing_anchor_day - 1))::timestamp AT TIME ZONE 'UTC' AS start) p
-    WHERE ($2 = '' OR g.org_id = $2)
+    WHERE g.org_id = ANY($2)
       AND g.created_at < p.start + interval '1 month' AND least(g.revoked_at, g.until) > p.start
     GROUP BY 1, 2
 ),
 rcur AS ( -- money (issue 25): each org's rate currency and effective rates
     SELECT o.id AS org_id, p.rate_currency AS cur FROM orgs o JOIN plans p ON p.id = o.plan_id
-    WHERE ($2 = '' OR o.id = $2) AND p.rate_currency IS NOT NULL
+    WHERE o.id = ANY($2) AND p.rate_currency IS NOT NULL
 ),
 rates AS (
-    SELECT org_id, metric, price, per FROM org_rates WHERE ($2 = '' OR org_id = $2)
+    SELECT org_id, metric, price, per FROM org_rates WHERE org_id = ANY($2)
     UNION ALL
     SELECT o.id, pr.metric, pr.price, pr.per FROM orgs o JOIN plan_rates pr ON pr.plan_id = o.plan_id
-    WHERE ($2 = '' OR o.id = $2) AND NOT EXISTS (SELECT 1 FROM org_rates x WHERE x.org_id = o.id AND x.metric = pr.metric)
+    WHERE o.id = ANY($2) AND NOT EXISTS (SELECT 1 FROM org_rates x WHERE x.org_id = o.id AND x.metric = pr.metric)
 )
 SELECT r.org_id, r.team_id, r.user_id, r.metric, r.units, r.included, r.overage,
        trim_scale(r.amount)::text, coalesce(cur.currency, ''), CASE WHEN r.ord = 1 THEN coalesce(gr.units, 0) ELSE 0 END,
@@ -130,9 +135,8 @@ FROM (
     SELECT org_id, team_id, user_id, metric, units, 0::bigint AS included, 0::bigint AS overage, 0::numeric AS amount, 0 AS ord
     FROM u WHERE level = 'user'
     UNION ALL
-    SELECT t.org_id, t.team_id, '', t.metric, t.units - coalesce(us.units, 0), 0, 0, 0, 0
-    FROM u t LEFT JOIN usersum us USING (org_id, team_id, metric)
-    WHERE t.level = 'team' AND t.units > coalesce(us.units, 0)
+    SELECT org_id, team_id, '', metric, units - usersum, 0, 0, 0, 0
+    FROM uw WHERE level = 'team' AND units > usersum
     UNION ALL
     SELECT org_id, '', '', metric, units, coalesce(included_units, 0),
            CASE WHEN included_units IS NULL THEN 0 ELSE greatest(units - included_units, 0) END,
@@ -142,32 +146,75 @@ FROM (
   LEFT JOIN rcur rc ON rc.org_id = r.org_id LEFT JOIN rates rt ON rt.org_id = r.org_id AND rt.metric = r.metric AND rc.cur IS NOT NULL
 ORDER BY r.org_id, r.ord, r.team_id, r.user_id, r.metric`
 
+// exportPage is how many orgs one export query covers: the first rows leave after
+// the first page's query, not the whole period's, and a plan that goes wrong for
+// want of statistics costs a page, not the export.
+const exportPage = 100
+
 // Export calls fn with each row of period, for org ("" for every org), in order,
-// reading them from Postgres as they come: memory does not grow with the rows.
+// reading them from Postgres as they come, a page of orgs (exportPage) per query:
+// memory does not grow with the rows, and the first row comes after the first page.
+//
+// Each query runs with nested loops off (issue 29): on a database never analysed the
+// planner took the CTEs for a row or two and nested them, 29.9 s at 1,000 orgs; its
+// joins are all equalities, so hash joins always exist, and they are linear whatever
+// the estimates.
 func (s *Store) Export(ctx context.Context, org, period string, fn func(*Row) error) error {
 	if err := ParsePeriod(period); err != nil {
 		return err
 	}
-	rows, err := s.pool.Query(ctx, exportSQL, period, org)
-	if err != nil {
-		return fmt.Errorf("export %s: %w", period, err)
+	if org != "" {
+		return s.exportOrgs(ctx, period, []string{org}, fn)
 	}
-	defer rows.Close()
-	r := Row{Period: period}
-	for rows.Next() {
-		if err := rows.Scan(&r.Org, &r.Team, &r.User, &r.Metric, &r.Units, &r.IncludedUnits, &r.OverageUnits,
-			&r.Amount, &r.Currency, &r.GrantedUnits,
-			&r.SpendAmount, &r.SpendCurrency, &r.RatePrice, &r.RatePer); err != nil {
+	after := ""
+	for {
+		rows, err := s.pool.Query(ctx, `SELECT id FROM orgs WHERE id > $1 ORDER BY id LIMIT $2`, after, exportPage)
+		if err != nil {
 			return fmt.Errorf("export %s: %w", period, err)
 		}
-		if err := fn(&r); err != nil {
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("export %s: %w", period, err)
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if err := s.exportOrgs(ctx, period, ids, fn); err != nil {
 			return err
 		}
+		if len(ids) < exportPage {
+			return nil
+		}
+		after = ids[len(ids)-1]
 	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("export %s: %w", period, err)
-	}
-	return nil
+}
+
+func (s *Store) exportOrgs(ctx context.Context, period string, orgs []string, fn func(*Row) error) error {
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SET LOCAL enable_nestloop = off`); err != nil {
+			return fmt.Errorf("export %s: %w", period, err)
+		}
+		rows, err := tx.Query(ctx, exportSQL, period, orgs)
+		if err != nil {
+			return fmt.Errorf("export %s: %w", period, err)
+		}
+		defer rows.Close()
+		r := Row{Period: period}
+		for rows.Next() {
+			if err := rows.Scan(&r.Org, &r.Team, &r.User, &r.Metric, &r.Units, &r.IncludedUnits, &r.OverageUnits,
+				&r.Amount, &r.Currency, &r.GrantedUnits,
+				&r.SpendAmount, &r.SpendCurrency, &r.RatePrice, &r.RatePer); err != nil {
+				return fmt.Errorf("export %s: %w", period, err)
+			}
+			if err := fn(&r); err != nil {
+				return err
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("export %s: %w", period, err)
+		}
+		return nil
+	})
 }
 
 // WriteExport streams the export of period (one org, or every org when org is "")

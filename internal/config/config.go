@@ -90,9 +90,12 @@ type API struct {
 	AdminRateLimit  int
 	AdminRateWindow time.Duration
 	// CacheOrgs, CacheUsers and CacheKeys bound the api's resolved-tenancy cache in
-	// entries (QUOTA_CACHE_ORGS, default 10000; QUOTA_CACHE_USERS, registered users
-	// carried by the cached orgs, 200000; QUOTA_CACHE_KEYS, API keys, 10000).
+	// entries (QUOTA_CACHE_ORGS, default 1000000; QUOTA_CACHE_USERS, registered users
+	// carried by the cached orgs, 200000; QUOTA_CACHE_KEYS, API keys, 500000), and
+	// CacheMemoryMB (QUOTA_CACHE_MEMORY_MB, default 512) the estimated memory of the
+	// resolved orgs, which binds first (issue 29: sized by memory, not a count).
 	CacheOrgs, CacheUsers, CacheKeys int
+	CacheMemoryMB                    int
 	// RateLimitHeaders (QUOTA_RATELIMIT_HEADERS: both, draft, legacy or off; default
 	// both) says which RateLimit header fields the checks, reservations and Envoy's
 	// response_headers_to_add carry: the IETF draft-11's RateLimit-Policy and
@@ -339,9 +342,10 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		WebhookSecret:       r.webhookSecret(),
 		WebhookAllowPrivate: r.boolean("QUOTA_WEBHOOK_ALLOW_PRIVATE", false),
 		PprofAddr:           r.loopback("QUOTA_PPROF_ADDR"),
-		CacheOrgs:           r.integer("QUOTA_CACHE_ORGS", 10_000, 1),
+		CacheOrgs:           r.integer("QUOTA_CACHE_ORGS", 1_000_000, 1),
 		CacheUsers:          r.integer("QUOTA_CACHE_USERS", 200_000, 10),
-		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
+		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 500_000, 1),
+		CacheMemoryMB:       r.integer("QUOTA_CACHE_MEMORY_MB", 512, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
 	c.Hardening = r.hardening()

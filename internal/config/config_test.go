@@ -134,7 +134,7 @@ func TestPprofOnlyOnLoopback(t *testing.T) {
 
 func TestCacheBounds(t *testing.T) {
 	a, err := config.LoadAPI(env(nil))
-	if err != nil || a.CacheOrgs != 10_000 || a.CacheUsers != 200_000 || a.CacheKeys != 10_000 {
+	if err != nil || a.CacheOrgs != 1_000_000 || a.CacheUsers != 200_000 || a.CacheKeys != 500_000 || a.CacheMemoryMB != 512 {
 		t.Fatalf("api defaults = %d %d %d, %v", a.CacheOrgs, a.CacheUsers, a.CacheKeys, err)
 	}
 	a, err = config.LoadAPI(env(map[string]string{"QUOTA_CACHE_ORGS": "50", "QUOTA_CACHE_USERS": "1000", "QUOTA_CACHE_KEYS": "7"}))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,10 @@ type FlusherConfig struct {
 	UtilizationEvery time.Duration
 	// CacheMetrics counts the flusher's caches: billing_limits and billing_events.
 	CacheMetrics *cachemetrics.Metrics
+	// DedicatedEvery is how often an indexed flush lists the orgs with a Redis of
+	// their own, which it visits every tick (their Redis keep no shared index; default
+	// 1 min).
+	DedicatedEvery time.Duration
 	// TracerProvider, when set, makes each flush of Run a "billing.flush" span (the
 	// name dashboards know), its Postgres queries under it; nil traces nothing.
 	TracerProvider trace.TracerProvider
@@ -77,6 +82,9 @@ type Flusher struct {
 	wbSeen    map[string]map[string]string // org -> period -> "epoch:version" of the would-block record last persisted
 	idle      atomic.Bool                  // the last flush read and wrote nothing: the next is not traced
 	utilAt    time.Time                    // when every org's utilization was last read from the ledger
+	retry     map[string]bool              // orgs whose last flush failed: visited again next tick
+	dedicated []string                     // orgs with a Redis of their own (not indexed), read every DedicatedEvery
+	dedAt     time.Time                    // when dedicated was read
 }
 
 // NewFlusher returns a Flusher; Run it.
@@ -102,11 +110,14 @@ func NewFlusher(cfg FlusherConfig) *Flusher {
 	if cfg.UtilizationEvery <= 0 {
 		cfg.UtilizationEvery = time.Minute
 	}
+	if cfg.DedicatedEvery <= 0 {
+		cfg.DedicatedEvery = time.Minute
+	}
 	if cfg.CacheEvents <= 0 {
 		cfg.CacheEvents = 100_000
 	}
 	seen, _ := lru.New[string, struct{}](cfg.CacheEvents)
-	return &Flusher{cfg: cfg, needsFull: map[string]bool{}, wbSeen: map[string]map[string]string{},
+	return &Flusher{cfg: cfg, needsFull: map[string]bool{}, retry: map[string]bool{}, wbSeen: map[string]map[string]string{},
 		notifier: &thresholdNotifier{store: cfg.Store, queue: cfg.Queue, seen: seen, mSeen: cfg.CacheMetrics.For("billing_events"), util: cfg.Metrics.util,
 			limits: newLimitCache(cfg.Tenants, 10*time.Second, cfg.CacheOrgs, cfg.CacheMetrics.For("billing_limits"))}}
 }
@@ -127,7 +138,16 @@ func (f *Flusher) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		tick, cancel := context.WithTimeout(ctx, 4*f.cfg.Interval+5*time.Second)
+		budget := 4*f.cfg.Interval + 5*time.Second
+		f.mu.Lock()
+		if !f.started {
+			// The first flush reads every org whole: ~1 min at 100,000 orgs (make scale),
+			// and cut off by the tick's deadline it would start again from the top
+			// forever. Later ticks visit only the orgs that changed.
+			budget = max(budget, 15*time.Minute)
+		}
+		f.mu.Unlock()
+		tick, cancel := context.WithTimeout(ctx, budget)
 		if _, err := f.traced(tick); err != nil && ctx.Err() == nil {
 			f.cfg.Logger.Warn("usage flush incomplete", "err", err.Error())
 		}
@@ -186,6 +206,7 @@ func flushSpan(span trace.Span, st FlushStats, err error) {
 // FlushStats says what one flush did.
 type FlushStats struct {
 	Orgs    int // orgs visited
+	Dirty   int // orgs popped from the dirty-org indexes
 	Read    int // counters read from Redis
 	Written int // stored values raised
 }
@@ -205,23 +226,47 @@ func (f *Flusher) FlushOnce(ctx context.Context) (FlushStats, error) {
 
 func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 	start := time.Now()
-	var orgs []tenants.Org
-	cursor := ""
-	for {
-		page, next, err := f.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
-		if err != nil {
-			return FlushStats{}, fmt.Errorf("flush: list orgs: %w", err)
+	f.mu.Lock()
+	first := !f.started
+	f.mu.Unlock()
+	// The indexes first: an org that changes after its pop is in the index again for
+	// the next tick, and one popped is visited by this one (or given back).
+	idx, indexed := f.cfg.Counters.(IndexedSource)
+	var popped []string
+	if indexed {
+		var err error
+		if popped, err = f.popDirty(ctx, idx); err != nil {
+			return FlushStats{}, err
 		}
-		orgs = append(orgs, page...)
-		if cursor = next; cursor == "" {
-			break
+	}
+	var orgs []tenants.Org
+	if first || !indexed {
+		// Every org, read whole the first time (a dead worker's drains).
+		cursor := ""
+		for {
+			page, next, err := f.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
+			if err != nil {
+				f.giveBack(idx, popped)
+				return FlushStats{}, fmt.Errorf("flush: list orgs: %w", err)
+			}
+			orgs = append(orgs, page...)
+			if cursor = next; cursor == "" {
+				break
+			}
+		}
+	} else {
+		var err error
+		if orgs, err = f.dirtyOrgs(ctx, start, popped); err != nil {
+			f.giveBack(idx, popped)
+			return FlushStats{}, err
 		}
 	}
 	plans := map[string]tenants.Plan{} // by id
-	cursor = ""
+	cursor := ""
 	for {
 		page, next, err := f.cfg.Tenants.ListPlans(ctx, tenants.Page{Limit: 1000, Cursor: cursor})
 		if err != nil {
+			f.giveBack(idx, popped)
 			return FlushStats{}, fmt.Errorf("flush: list plans: %w", err)
 		}
 		for _, p := range page {
@@ -232,13 +277,12 @@ func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 		}
 	}
 	var mu sync.Mutex
-	var stats FlushStats
+	stats := FlushStats{Dirty: len(popped)}
 	var errs []error
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(f.cfg.Parallel)
 	now := f.cfg.Clock()
 	f.mu.Lock()
-	first := !f.started
 	durable := f.utilAt.IsZero() || start.Sub(f.utilAt) >= f.cfg.UtilizationEvery
 	f.mu.Unlock()
 	var utilFailed atomic.Bool
@@ -248,6 +292,13 @@ func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 				utilFailed.Store(true)
 			}
 			read, written, err := f.flushOrg(gctx, o, plans[o.PlanID], now, first)
+			f.mu.Lock()
+			if err != nil || gctx.Err() != nil {
+				f.retry[o.ID] = true // its would-block record, say, is not in any index now
+			} else {
+				delete(f.retry, o.ID)
+			}
+			f.mu.Unlock()
 			mu.Lock()
 			stats.Orgs++
 			stats.Read += read
@@ -272,12 +323,121 @@ func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 		f.mu.Unlock()
 	}
 	f.cfg.Metrics.rowsFlushed.Add(float64(stats.Written))
+	f.cfg.Metrics.tick(stats, time.Since(start), f.cfg.Interval)
 	if len(errs) > 0 {
 		f.cfg.Metrics.flushErrors.Add(float64(len(errs)))
 		return stats, errors.Join(errs...)
 	}
 	f.cfg.Metrics.flushed(start)
 	return stats, nil
+}
+
+// popDirty pops every dirty-org index. An index that cannot be read keeps its orgs
+// for a later tick; the error says which failed, and the orgs popped are returned.
+func (f *Flusher) popDirty(ctx context.Context, idx IndexedSource) ([]string, error) {
+	indexes, err := idx.DirtyIndexes()
+	var out []string
+	seen := map[string]bool{}
+	var errs []error
+	if err != nil {
+		errs = append(errs, fmt.Errorf("flush: dirty-org indexes: %w", err))
+	}
+	for _, ix := range indexes {
+		ids, err := ix.PopDirtyOrgs(ctx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, id := range ids {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	if len(errs) > 0 && len(out) == 0 {
+		return nil, errors.Join(errs...)
+	}
+	if len(errs) > 0 {
+		f.cfg.Logger.Warn("dirty-org index", "err", errors.Join(errs...).Error())
+		f.cfg.Metrics.flushErrors.Inc()
+	}
+	return out, nil
+}
+
+// giveBack keeps the orgs popped by a flush that could not visit them (Postgres
+// failed) for the next tick, in memory: the pop took them out of Redis.
+func (f *Flusher) giveBack(idx IndexedSource, orgs []string) {
+	if idx == nil || len(orgs) == 0 {
+		return
+	}
+	f.mu.Lock()
+	for _, o := range orgs {
+		f.retry[o] = true
+	}
+	f.mu.Unlock()
+}
+
+// dirtyOrgs returns the orgs an indexed flush visits: those popped, those whose last
+// flush failed or that need a whole read, and those with a Redis of their own (listed
+// every DedicatedEvery), in one query.
+func (f *Flusher) dirtyOrgs(ctx context.Context, start time.Time, popped []string) ([]tenants.Org, error) {
+	f.mu.Lock()
+	refresh := f.dedAt.IsZero() || start.Sub(f.dedAt) >= f.cfg.DedicatedEvery
+	f.mu.Unlock()
+	if refresh {
+		ded, err := f.cfg.Tenants.DedicatedOrgs(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("flush: list orgs with their own redis: %w", err)
+		}
+		ids := make([]string, len(ded))
+		for i, o := range ded {
+			ids[i] = o.ID
+		}
+		f.mu.Lock()
+		f.dedicated, f.dedAt = ids, start
+		f.mu.Unlock()
+	}
+	want := map[string]bool{}
+	for _, o := range popped {
+		want[o] = true
+	}
+	f.mu.Lock()
+	for _, o := range f.dedicated {
+		want[o] = true
+	}
+	for o := range f.retry {
+		want[o] = true
+	}
+	for k := range f.needsFull {
+		org, _, _ := strings.Cut(k, "|")
+		want[org] = true
+	}
+	f.mu.Unlock()
+	if len(want) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, 0, len(want))
+	for o := range want {
+		ids = append(ids, o)
+	}
+	orgs, err := f.cfg.Tenants.OrgRoutes(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("flush: read dirty orgs: %w", err)
+	}
+	if len(orgs) < len(ids) { // deleted orgs: nothing to keep for them
+		found := map[string]bool{}
+		for _, o := range orgs {
+			found[o.ID] = true
+		}
+		f.mu.Lock()
+		for _, id := range ids {
+			if !found[id] {
+				delete(f.retry, id)
+			}
+		}
+		f.mu.Unlock()
+	}
+	return orgs, nil
 }
 
 func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, plan tenants.Plan, now time.Time, first bool) (read, written int, err error) {

@@ -64,19 +64,50 @@ type CounterSourceFunc func(org string, r vocab.Route) (Counters, error)
 // CountersFor calls f.
 func (f CounterSourceFunc) CountersFor(org string, r vocab.Route) (Counters, error) { return f(org, r) }
 
+// DirtyIndex is one Redis's dirty-org index (issue 29): the orgs that changed since
+// the last pop. *quota.Engine satisfies it. Both return errors wrapping
+// quota.ErrUnavailable when Redis fails.
+type DirtyIndex interface {
+	// PopDirtyOrgs takes the orgs that changed, atomically: one that changes after
+	// is returned by the next pop.
+	PopDirtyOrgs(ctx context.Context) ([]string, error)
+	// MarkDirtyOrgs puts orgs back for the next pop.
+	MarkDirtyOrgs(ctx context.Context, orgs ...string) error
+}
+
+// IndexedSource is a CounterSource whose shared Redis keep dirty-org indexes: the
+// flusher then visits only the orgs popped from them (and those with a Redis of
+// their own), not every org. DirtyIndexes returns every index of a shared Redis
+// (not the orgs' dedicated ones), those it could open when it also returns an error.
+type IndexedSource interface {
+	CounterSource
+	DirtyIndexes() ([]DirtyIndex, error)
+}
+
 // EngineCounters reads an org's live counters where router counts its checks: the
 // org's dedicated Redis, its plan's pool, or the default one. A dedicated Redis that
 // fails is polled with a growing pause (quota.Engines.PollEngine): meanwhile
 // CountersFor returns an error wrapping quota.ErrAway, which the flusher skips
-// quietly.
-func EngineCounters(router *quota.Engines) CounterSource {
-	return CounterSourceFunc(func(org string, r vocab.Route) (Counters, error) {
-		eng, done, err := router.PollEngine(r)
-		if err != nil {
-			return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, org, err)
-		}
-		return polled{Engine: eng, done: done}, nil
-	})
+// quietly. Its DirtyIndexes are the default Redis's and every pool's.
+func EngineCounters(router *quota.Engines) IndexedSource { return engineCounters{router} }
+
+type engineCounters struct{ router *quota.Engines }
+
+func (s engineCounters) CountersFor(org string, r vocab.Route) (Counters, error) {
+	eng, done, err := s.router.PollEngine(r)
+	if err != nil {
+		return nil, fmt.Errorf("%w: org %s: %w", ErrNoCounters, org, err)
+	}
+	return polled{Engine: eng, done: done}, nil
+}
+
+func (s engineCounters) DirtyIndexes() ([]DirtyIndex, error) {
+	engs, err := s.router.PoolEngines()
+	out := make([]DirtyIndex, len(engs))
+	for i, e := range engs {
+		out[i] = e
+	}
+	return out, err
 }
 
 // polled is an engine's counters with the report of how a poll went (PollDone).

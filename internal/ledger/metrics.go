@@ -19,6 +19,9 @@ type Metrics struct {
 	rowsFlushed    prometheus.Counter
 	flushErrors    prometheus.Counter
 	lastFlushUnixS prometheus.Gauge
+	tickOrgs       prometheus.Gauge
+	tickDirty      prometheus.Gauge
+	tickBudget     prometheus.Gauge
 	util           *utilization
 	inFlight       *inFlightTop
 }
@@ -34,6 +37,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Org flushes that failed (retried with a full read next tick)."}),
 		lastFlushUnixS: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotaplane_worker_last_flush_timestamp_seconds",
 			Help: "Unix time of the start of the last complete usage flush."}),
+		tickOrgs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotaplane_worker_flush_orgs",
+			Help: "Orgs the last usage flush visited (those with new usage, and every org on the first flush)."}),
+		tickDirty: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotaplane_worker_flush_dirty_orgs",
+			Help: "Orgs the last usage flush popped from the dirty-org indexes."}),
+		tickBudget: prometheus.NewGauge(prometheus.GaugeOpts{Name: "quotaplane_worker_flush_budget_ratio",
+			Help: "Duration of the last usage flush over the flush interval: at 1 the flush takes all of its tick."}),
 		util:     newUtilization(UtilizationTop, time.Now),
 		inFlight: &inFlightTop{top: UtilizationTop, m: map[string]map[inFlightKey]int64{}},
 	}
@@ -47,9 +56,19 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			return time.Since(time.Unix(0, last)).Seconds()
 		})
 	if reg != nil {
-		reg.MustRegister(m.flushLag, m.flushDuration, m.rowsFlushed, m.flushErrors, m.lastFlushUnixS, m.util, m.inFlight)
+		reg.MustRegister(m.flushLag, m.flushDuration, m.rowsFlushed, m.flushErrors, m.lastFlushUnixS, m.util, m.inFlight,
+			m.tickOrgs, m.tickDirty, m.tickBudget)
 	}
 	return m
+}
+
+// tick records what one flush did and the share of its interval it took.
+func (m *Metrics) tick(st FlushStats, took, interval time.Duration) {
+	m.tickOrgs.Set(float64(st.Orgs))
+	m.tickDirty.Set(float64(st.Dirty))
+	if interval > 0 {
+		m.tickBudget.Set(took.Seconds() / interval.Seconds())
+	}
 }
 
 // flushed records a complete flush that started at start.

@@ -22,6 +22,7 @@ var adjustScript = redis.NewScript(adjustSrc)
 // expiry (unix s), then the fields. '|' as in check.lua.
 var redirtyScript = redis.NewScript(`if redis.call('SADD', KEYS[1], '|', unpack(ARGV, 2)) > #ARGV - 1 then
   redis.call('EXPIREAT', KEYS[1], ARGV[1]) end
+redis.call('SADD', KEYS[2], string.match(KEYS[1], ':{([^}]*)}|'))
 return 0`)
 
 // Adjusted is what AdjustCounter did to one month counter: its committed units (the
@@ -60,7 +61,7 @@ func (e *Engine) AdjustCounter(ctx context.Context, org string, anchorDay int, c
 	tag := orgTag(e.cfg.KeyPrefix, org)
 	for hydrated := false; ; hydrated = true {
 		per := vocab.PeriodAt(e.Now(), anchorDay)
-		keys := []string{tag + "m|" + per.ID, tag + "d|" + per.ID, tag + "h|" + per.ID}
+		keys := []string{tag + "m|" + per.ID, tag + "d|" + per.ID, tag + "h|" + per.ID, e.indexKey(org)}
 		s, err := adjustScript.Run(ctx, e.rdb, keys, c.field(), op, n, per.End.Add(e.cfg.MonthRetention).Unix()).Text()
 		if err != nil {
 			return Adjusted{}, fmt.Errorf("adjust %s: %w: %w", org, ErrUnavailable, err)
@@ -95,7 +96,7 @@ func (e *Engine) MarkDirty(ctx context.Context, org string, per vocab.Period, c 
 		return fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	key := orgTag(e.cfg.KeyPrefix, org) + "d|" + per.ID
-	if err := redirtyScript.Run(ctx, e.rdb, []string{key}, per.End.Add(e.cfg.MonthRetention).Unix(), c.field()).Err(); err != nil {
+	if err := redirtyScript.Run(ctx, e.rdb, []string{key, e.indexKey(org)}, per.End.Add(e.cfg.MonthRetention).Unix(), c.field()).Err(); err != nil {
 		return fmt.Errorf("mark dirty %s: %w: %w", org, ErrUnavailable, err)
 	}
 	return nil

@@ -21,11 +21,11 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 	nowMs := now.UnixMilli()
 	c.org, c.period, c.req, c.nowMs = req.Org, per, *req, nowMs
 	idem := req.IdempotencyKey != ""
-	nkeys := 2
+	nkeys := 3
 	if idem {
-		nkeys = 3
+		nkeys = 4
 	}
-	a := append(c.args[:0], "evalsha", checkSHA, nkeys, k.month, k.dirty)
+	a := append(c.args[:0], "evalsha", checkSHA, nkeys, k.month, k.dirty, k.index)
 	if idem {
 		a = append(a, k.tag+"i|"+req.IdempotencyKey)
 	}
@@ -238,7 +238,7 @@ func CheckCommand(prefix string, req Request, now time.Time) ([]any, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg}
+	e := &Engine{cfg: cfg, slotted: true} // the keys of a cluster: every one in the org's slot
 	c := &call{}
 	e.build(c, &req, now)
 	return c.args, nil

@@ -162,6 +162,7 @@ func (c *Config) setDefaults() error {
 type Engine struct {
 	rdb     redis.UniversalClient
 	cluster *redis.ClusterClient // rdb on a Redis Cluster, else nil
+	slotted bool                 // the dirty-org index is one set per cluster slot (dirtyorgs.go)
 	cfg     Config
 	idemTTL int64 // seconds
 
@@ -237,6 +238,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 	e.ttlArg = e.idemTTL
 	e.tracer = newTracer(cfg.TracerProvider)
 	e.cluster, _ = rdb.(*redis.ClusterClient)
+	e.slotted = e.cluster != nil
 	e.calls.New = func() any { return &call{done: make(chan struct{}, 1)} }
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	_ = e.syncClock(ctx) // failure is retried by clockLoop

@@ -623,3 +623,27 @@ func (r *Engines) InFlight(ctx context.Context, route vocab.Route, org string) (
 	}
 	return b.eng.InFlight(ctx, org)
 }
+
+// PoolEngines returns the engine of every shared Redis: the default one and each pool
+// class's, each once, opened on first use (not the orgs' dedicated ones). The worker
+// pops their dirty-org indexes (Engine.PopDirtyOrgs).
+func (r *Engines) PoolEngines() ([]*Engine, error) {
+	urls := []string{r.defaultURL}
+	for _, u := range r.classes {
+		if !slices.Contains(urls, u) {
+			urls = append(urls, u)
+		}
+	}
+	slices.Sort(urls[1:])
+	out := make([]*Engine, 0, len(urls))
+	var errs []error
+	for _, u := range urls {
+		b, err := r.backendFor(u)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, b.eng)
+	}
+	return out, errors.Join(errs...)
+}

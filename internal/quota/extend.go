@@ -46,7 +46,7 @@ func (e *Engine) Extend(ctx context.Context, org string, anchorDay int, id strin
 		now := e.Now()
 		per := e.periodAt(now, anchorDay)
 		expires := now.UnixMilli() + ttl.Milliseconds()
-		keys := []string{tag + "x", tag + "rd", tag + "m|" + per.ID, tag + "r|" + id}
+		keys := []string{tag + "x", tag + "rd", tag + "m|" + per.ID, tag + "r|" + id, e.indexKey(org)}
 		reply, err := extendScript.Run(ctx, e.rdb, keys, now.UnixMilli(), expires,
 			expires/1000+int64(recordRetention/time.Second), id).Text()
 		if err != nil {

@@ -75,6 +75,7 @@ func (e *Engine) orgKeys(org string, per vocab.Period) *orgKeys {
 type orgKeys struct {
 	tag          string
 	month, dirty any
+	index        any   // the dirty-org index (dirtyorgs.go)
 	expire       int64 // unix s, when the month keys expire
 	endMs        int64 // the period's end
 	// the current and previous bucket keys of each sliding window, renamed when a
@@ -121,6 +122,6 @@ func (k *orgKeys) bucket(i int, w vocab.Window, nowMs int64) *bucketKeys {
 // newOrgKeys builds the shared arguments of org's checks in per.
 func (e *Engine) newOrgKeys(org string, per vocab.Period) *orgKeys {
 	tag := orgTag(e.cfg.KeyPrefix, org)
-	return &orgKeys{tag: tag, month: tag + "m|" + per.ID, dirty: tag + "d|" + per.ID,
+	return &orgKeys{tag: tag, month: tag + "m|" + per.ID, dirty: tag + "d|" + per.ID, index: e.indexKey(org),
 		expire: per.End.Add(e.cfg.MonthRetention).Unix(), endMs: per.End.UnixMilli()}
 }

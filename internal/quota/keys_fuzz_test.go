@@ -104,7 +104,7 @@ func FuzzCheckKeysShareOneSlot(f *testing.F) {
 				nw++
 			}
 		}
-		want := 2 + 2*nw
+		want := 3 + 2*nw // month, dirty, the dirty-org index
 		if idem != "" {
 			want++
 		}
@@ -113,6 +113,12 @@ func FuzzCheckKeysShareOneSlot(f *testing.F) {
 		}
 		s := slot("{" + org + "}")
 		for _, k := range keys {
+			if strings.HasSuffix(k, "}|o") { // the dirty-org index of the org's slot: its tag is the slot's
+				if got := slot(k); got != s {
+					t.Fatalf("dirty-org index %q is in slot %d, the org's keys in %d", k, got, s)
+				}
+				continue
+			}
 			if tag := hashTag(k); tag != org {
 				t.Fatalf("key %q hashes %q, not the org %q", k, tag, org)
 			}

@@ -32,7 +32,7 @@ var (
 )
 
 // reserveHook is the line of check.lua that reserve.lua replaces.
-const reserveHook = "local reserve, idem, argc = false, KEYS[3], #ARGV\n"
+const reserveHook = "local reserve, idem, idx, argc = false, KEYS[4], KEYS[3], #ARGV\n"
 
 // composeReserve makes the reserve script: check.lua with reserve.lua in place of its
 // hook line, so a reservation is decided by the check's code, not a copy of it.
@@ -318,19 +318,19 @@ func (e *Engine) buildReserve(c *call, req *Request, now time.Time, id string, o
 	k := e.orgKeys(req.Org, c.period)
 	a := c.args
 	idem := req.IdempotencyKey != ""
-	head := 5 // evalsha, sha, numkeys, month, dirty
+	head := 6 // evalsha, sha, numkeys, month, dirty, index
 	var idemKey any
 	if idem {
-		idemKey = a[5]
-		head = 6
+		idemKey = a[6]
+		head = 7
 		a[len(a)-2] = reserveFingerprint(req) // the fingerprint, before the packed numbers
 	}
 	argv := a[head:]
 	expires := now.UnixMilli() + opt.TTL.Milliseconds()
 	out := make([]any, 0, len(a)+10)
-	out = append(out, "evalsha", reserveSHA, 6, k.month, k.dirty, k.tag+"r|"+id, k.tag+"x", k.tag+"h|"+c.period.ID, k.tag+"rd")
+	out = append(out, "evalsha", reserveSHA, 7, k.month, k.dirty, k.tag+"r|"+id, k.tag+"x", k.tag+"h|"+c.period.ID, k.tag+"rd", k.index)
 	if idem {
-		out[2] = 7
+		out[2] = 8
 		out = append(out, idemKey)
 	}
 	out = append(out, argv...)

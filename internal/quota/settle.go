@@ -103,7 +103,7 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 		per := e.periodAt(now, anchorDay)
 		// Through the batching loop, as checks: concurrent settlements share pipelines.
 		c.org, c.period, c.src = org, per, settleSrc
-		c.args = append(c.args[:0], "evalsha", settleSHA, 4, tag+"x", tag+"rd", tag+"m|"+per.ID, tag+"r|"+id,
+		c.args = append(c.args[:0], "evalsha", settleSHA, 5, tag+"x", tag+"rd", tag+"m|"+per.ID, tag+"r|"+id, e.indexKey(org),
 			string(act), now.UnixMilli(), used, id)
 		if c.ask != "" {
 			e.sendAsking(ctx, c)

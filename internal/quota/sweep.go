@@ -49,7 +49,7 @@ func (e *Engine) ExpireDue(ctx context.Context, org string) ([]Reservation, erro
 		return nil, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
-	keys := []string{tag + "x", tag + "rd", tag + "m|"}
+	keys := []string{tag + "x", tag + "rd", tag + "m|", e.indexKey(org)}
 	var out []Reservation
 	for {
 		vals, err := settleScript.Run(ctx, e.rdb, keys, "sweep", e.Now().UnixMilli(), 0, "", tag, sweepBatch).StringSlice()
@@ -107,7 +107,7 @@ func (e *Engine) sweepPage(ctx context.Context, orgs []string) (int, error) {
 			continue
 		}
 		tag := orgTag(e.cfg.KeyPrefix, org)
-		cmds[i] = settleScript.EvalSha(ctx, pipe, []string{tag + "x", tag + "rd", tag + "m|"}, "sweep", now, 0, "", tag, sweepBatch)
+		cmds[i] = settleScript.EvalSha(ctx, pipe, []string{tag + "x", tag + "rd", tag + "m|", e.indexKey(org)}, "sweep", now, 0, "", tag, sweepBatch)
 	}
 	_, _ = pipe.Exec(ctx) // errors are per command
 	var n int

@@ -241,8 +241,9 @@ func (e *Engine) FlushWouldBlock(ctx context.Context) error {
 			continue
 		}
 		w.seq++
-		keys := make([]string, 2)
+		keys := make([]string, 3)
 		keys[0], keys[1] = e.recordKeys(o)
+		keys[2] = e.indexKey(o.org)
 		ks := make([]WouldBlockKey, 0, len(p.counts))
 		for k := range p.counts {
 			ks = append(ks, k)

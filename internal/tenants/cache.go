@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 )
 
@@ -34,10 +35,21 @@ func ChannelFor(prefix string) string {
 
 // Default bounds of a Cache (docs/ARCHITECTURE.md, "The resolved-limits cache", says
 // why these).
+//
+// Issue 29: tenants number in the tens of thousands, and an org checked less often
+// than a TTL used to pay Postgres lookups, so the bounds are derived from a memory
+// budget (DefaultCacheMemory) rather than a count chosen for a few thousand orgs, and
+// the TTLs are a safety net in minutes: pub/sub invalidation keeps entries fresh.
 const (
-	DefaultCacheOrgs  = 10_000  // resolved orgs
-	DefaultCacheUsers = 200_000 // registered users carried by cached orgs, summed
-	DefaultCacheKeys  = 10_000  // API keys, and as many bad tokens apart
+	DefaultCacheOrgs   = 1_000_000 // resolved orgs (the memory budget binds first)
+	DefaultCacheUsers  = 200_000   // registered users carried by cached orgs, summed
+	DefaultCacheKeys   = 500_000   // API keys: ~400 bytes each, 200 MB at most
+	DefaultCacheMemory = 512 << 20 // bytes of resolved orgs, estimated (orgBytes): ~160,000 orgs of 5 teams
+	DefaultCacheTTL    = 5 * time.Minute
+	DefaultCacheKeyTTL = 2 * time.Minute
+	// DefaultCacheNegative bounds the unknown org ids and the bad tokens remembered,
+	// each apart (~100 bytes an entry).
+	DefaultCacheNegative = 100_000
 )
 
 // Cache keeps resolved orgs, users and API keys in memory, so a check in steady state
@@ -73,13 +85,16 @@ type Cache struct {
 	seed  maphash.Seed
 	epoch atomic.Uint64 // bumped by every invalidation, of any org
 
-	addMu     sync.Mutex // orders the org additions, which keep orgUsers exact
+	addMu     sync.Mutex // orders the org additions, which keep orgUsers and orgMem exact
 	orgs      *lru.Cache[string, *orgEntry]
 	orgUsers  atomic.Int64 // registered users carried by the cached orgs
 	userBound int64
+	orgMem    atomic.Int64 // estimated bytes of the cached orgs (orgBytes)
+	memBound  int64
+	noOrgs    *lru.Cache[string, uint64]        // unknown org ids, with the org's generation then
 	users     *lru.Cache[[2]string, *userEntry] // users of orgs above maxUsers
 	keys      *lru.Cache[[32]byte, *keyEntry]
-	badTokens *lru.Cache[[32]byte, time.Time] // when the token was found bad
+	badTokens *lru.Cache[[32]byte, badToken]
 	sf        singleflight.Group
 	userBatch userBatches
 
@@ -92,6 +107,33 @@ type orgEntry struct {
 	val     ResolvedOrg
 	gen     uint64
 	fetched time.Time
+	bytes   int64 // orgBytes(val)
+}
+
+// badToken is a negative entry of the key cache: when the token was found bad, and
+// the epoch then. Any invalidation (a key or an org created, among others) moves the
+// epoch, and the entry is no longer served.
+type badToken struct {
+	at    time.Time
+	epoch uint64
+}
+
+// orgBytes estimates the heap a resolved org holds: a fixed part for the structs and
+// maps, and the strings and limits of its teams, users, metrics and throttles. It
+// errs high (map buckets are counted as full), so the budget is an upper bound.
+func orgBytes(r ResolvedOrg) int64 {
+	const base, perTeam, perUser, perLimit, perThrottle = 1024, 400, 160, 64, 200
+	n := int64(base) + int64(len(r.Org.ID)+len(r.Org.Name)+len(r.Org.PlanID)+len(r.Org.WebhookURL)+len(r.Org.RedisURL)) +
+		perLimit*int64(len(r.Org.Limits)+len(r.Org.EffectiveLimits)+len(r.Org.Granted))
+	for id, t := range r.Teams {
+		n += perTeam + int64(2*len(id)+len(t.Name)) + perLimit*int64(len(t.Limits)+len(t.UserLimits))
+	}
+	for id, u := range r.Users {
+		n += perUser + int64(len(id)+len(u.TeamID)) + perLimit*int64(len(u.Limits))
+	}
+	n += perThrottle * int64(len(r.Throttles))
+	n += 64 * int64(len(r.Metrics.sorted))
+	return n
 }
 
 // lapsed reports whether a grant the entry counts has lapsed by now (on the
@@ -116,10 +158,16 @@ type keyEntry struct {
 
 // CacheOptions tunes a Cache.
 type CacheOptions struct {
-	TTL    time.Duration // default 30s
-	KeyTTL time.Duration // default 5s
-	// Orgs bounds the resolved orgs kept (default DefaultCacheOrgs).
-	Orgs int
+	TTL    time.Duration // default DefaultCacheTTL (5 min)
+	KeyTTL time.Duration // default DefaultCacheKeyTTL (2 min)
+	// Orgs bounds the resolved orgs kept (default DefaultCacheOrgs); Memory bounds
+	// their estimated bytes (default DefaultCacheMemory): the least recently used go
+	// until both hold.
+	Orgs   int
+	Memory int64
+	// Negative bounds the unknown org ids, and apart the bad tokens, remembered
+	// (default DefaultCacheNegative).
+	Negative int
 	// Users bounds the registered users the cached orgs carry, summed (default
 	// DefaultCacheUsers). An org with more than a tenth of it is resolved without its
 	// users, so at least ten such orgs fit at once; their user ids go through a
@@ -145,13 +193,19 @@ func newLRU[K comparable, V any](size int) *lru.Cache[K, V] {
 // NewCache returns a cache over svc and subscribes it to svc's changes.
 func NewCache(svc *Service, o CacheOptions) *Cache {
 	if o.TTL <= 0 {
-		o.TTL = 30 * time.Second
+		o.TTL = DefaultCacheTTL
 	}
 	if o.KeyTTL <= 0 {
-		o.KeyTTL = 5 * time.Second
+		o.KeyTTL = DefaultCacheKeyTTL
 	}
 	if o.Orgs <= 0 {
 		o.Orgs = DefaultCacheOrgs
+	}
+	if o.Memory <= 0 {
+		o.Memory = DefaultCacheMemory
+	}
+	if o.Negative <= 0 {
+		o.Negative = DefaultCacheNegative
 	}
 	if o.Users <= 0 {
 		o.Users = DefaultCacheUsers
@@ -168,10 +222,13 @@ func NewCache(svc *Service, o CacheOptions) *Cache {
 	c := &Cache{svc: svc, channel: o.Channel, ttl: o.TTL, keyTTL: o.KeyTTL, log: o.Logger, now: time.Now, seed: maphash.MakeSeed(),
 		maxUsers: max(o.Users/10, 1), userBound: int64(o.Users),
 		users: newLRU[[2]string, *userEntry](o.Users), keys: newLRU[[32]byte, *keyEntry](o.Keys),
-		badTokens: newLRU[[32]byte, time.Time](o.Keys),
-		mOrgs:     o.Metrics.For("orgs"), mUsers: o.Metrics.For("users"), mKeys: o.Metrics.For("keys"),
+		badTokens: newLRU[[32]byte, badToken](o.Negative), noOrgs: newLRU[string, uint64](o.Negative), memBound: o.Memory,
+		mOrgs: o.Metrics.For("orgs"), mUsers: o.Metrics.For("users"), mKeys: o.Metrics.For("keys"),
 		mBad: o.Metrics.For("bad_tokens")}
-	orgs, err := lru.NewWithEvict(o.Orgs, func(_ string, e *orgEntry) { c.orgUsers.Add(-int64(len(e.val.Users))) })
+	orgs, err := lru.NewWithEvict(o.Orgs, func(_ string, e *orgEntry) {
+		c.orgUsers.Add(-int64(len(e.val.Users)))
+		c.orgMem.Add(-e.bytes)
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -205,6 +262,7 @@ func (c *Cache) InvalidateAll() {
 	c.users.Purge()
 	c.keys.Purge()
 	c.badTokens.Purge()
+	c.noOrgs.Purge()
 }
 
 // isDown reports whether err means Postgres could not answer (as opposed to "no such
@@ -225,6 +283,13 @@ func (c *Cache) Org(ctx context.Context, orgID string) (ResolvedOrg, error) {
 		c.mOrgs.Hit()
 		return e.val, nil
 	}
+	if e == nil {
+		// Unknown before: unknown until the org is created, which moves its generation.
+		if ng, ok := c.noOrgs.Get(orgID); ok && ng == gen {
+			c.mOrgs.Hit()
+			return ResolvedOrg{}, derrors.Wrap(ErrNotFound, "org %q", orgID)
+		}
+	}
 	c.mOrgs.Miss()
 	// The generation is read inside the flight, before its queries, and stored with
 	// what they read. A caller that joined a flight started before the latest change
@@ -233,8 +298,12 @@ func (c *Cache) Org(ctx context.Context, orgID string) (ResolvedOrg, error) {
 		e := &orgEntry{gen: g.Load()}
 		var err error
 		if e.val, err = c.svc.ResolveOrgUsers(ctx, orgID, c.maxUsers); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				c.noOrgs.Add(orgID, e.gen)
+			}
 			return nil, err
 		}
+		e.bytes = orgBytes(e.val)
 		e.fetched = c.now()
 		c.addOrg(orgID, e)
 		return e, nil
@@ -260,11 +329,13 @@ func (c *Cache) addOrg(orgID string, e *orgEntry) {
 	c.addMu.Lock()
 	defer c.addMu.Unlock()
 	c.orgs.Remove(orgID) // so its users are subtracted: Add replaces without a callback
+	c.noOrgs.Remove(orgID)
 	c.orgUsers.Add(int64(len(e.val.Users)))
+	c.orgMem.Add(e.bytes)
 	if c.orgs.Add(orgID, e) {
 		c.mOrgs.Evict()
 	}
-	for c.orgUsers.Load() > c.userBound {
+	for c.orgUsers.Load() > c.userBound || c.orgMem.Load() > c.memBound && c.orgs.Len() > 1 {
 		if _, _, ok := c.orgs.RemoveOldest(); !ok {
 			break
 		}
@@ -437,7 +508,7 @@ func (c *Cache) AuthenticateHashed(ctx context.Context, token string, k [32]byte
 		return e.val, nil
 	}
 	if e == nil {
-		if at, ok := c.badTokens.Get(k); ok && c.now().Sub(at) < c.keyTTL {
+		if b, ok := c.badTokens.Get(k); ok && c.now().Sub(b.at) < c.keyTTL && b.epoch == c.epoch.Load() {
 			c.mBad.Hit()
 			return APIKey{}, ErrBadToken
 		}
@@ -457,7 +528,7 @@ func (c *Cache) AuthenticateHashed(ctx context.Context, token string, k [32]byte
 		switch {
 		case errors.Is(err, ErrBadToken):
 			c.keys.Remove(k)
-			if c.badTokens.Add(k, c.now()) {
+			if c.badTokens.Add(k, badToken{at: c.now(), epoch: r.epoch}) {
 				c.mBad.Evict()
 			}
 		case err == nil:

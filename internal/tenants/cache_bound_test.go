@@ -237,7 +237,7 @@ func TestCacheLargeOrgUsersServeStaleWhenPostgresIsDown(t *testing.T) {
 // Every part of the cache holds at most its bound and counts what it evicts.
 func TestCacheBoundsEvict(t *testing.T) {
 	ctx := context.Background()
-	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, KeyTTL: time.Hour, Orgs: 3, Users: 20, Keys: 2})
+	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, KeyTTL: time.Hour, Orgs: 3, Users: 20, Keys: 2, Negative: 2})
 	for i := range 5 {
 		e.org(t, fmt.Sprintf("o%d", i))
 	}
@@ -408,5 +408,66 @@ func TestCacheLargeOrgUserLookupsBatched(t *testing.T) {
 	}
 	if queries > n/4 {
 		t.Errorf("%d concurrent new user ids cost %d queries, want at most %d (batched)", n, queries, n/4)
+	}
+}
+
+// Negative results are cached (issue 29): an unknown org id and a well-formed token
+// that is no key cost one query, then none, until an org or a key is created, which
+// every replica hears of (Service.OnChange, pub/sub).
+func TestCacheNegativeResultsUntilCreated(t *testing.T) {
+	ctx := context.Background()
+	e := newCacheEnv(t, tenants.CacheOptions{})
+	e.org(t, "known")
+	_, tok, err := e.svc.CreateAPIKey(ctx, op, "known", tenants.APIKeyInput{Name: "k", Scopes: []tenants.Scope{tenants.ScopeCheck}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := tok[:len(tok)-5] + "0000A" // well formed, wrong secret
+	for i := range 3 {
+		before := e.queries()
+		if _, err := e.cache.Org(ctx, "later"); !errors.Is(err, tenants.ErrNotFound) {
+			t.Fatalf("unknown org: %v, want ErrNotFound", err)
+		}
+		if _, err := e.cache.Authenticate(ctx, bad); !errors.Is(err, tenants.ErrBadToken) {
+			t.Fatalf("bad token: %v, want ErrBadToken", err)
+		}
+		if n := e.queries() - before; i == 0 && n == 0 || i > 0 && n != 0 {
+			t.Fatalf("round %d: %d queries for an unknown org and a bad token; want some the first time, then none", i, n)
+		}
+	}
+	e.org(t, "later") // creating the org moves its generation: found at once
+	if _, err := e.cache.Org(ctx, "later"); err != nil {
+		t.Fatalf("org created after a miss: %v", err)
+	}
+	if _, _, err := e.svc.CreateAPIKey(ctx, op, "later", tenants.APIKeyInput{Name: "k2", Scopes: []tenants.Scope{tenants.ScopeCheck}}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.queries()
+	if _, err := e.cache.Authenticate(ctx, bad); !errors.Is(err, tenants.ErrBadToken) || e.queries() == before {
+		t.Fatalf("a bad token after a key was created: %v, %d queries; want looked up again", err, e.queries()-before)
+	}
+}
+
+// The orgs are bounded by an estimate of their memory as well as by count: with a
+// budget of a few orgs' worth, the least recently used go.
+func TestCacheOrgsBoundedByMemory(t *testing.T) {
+	ctx := context.Background()
+	users := make([]string, 40)
+	for i := range users {
+		users[i] = fmt.Sprintf("user-%03d", i)
+	}
+	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, Memory: 3 * 10_000})
+	for i := range 6 {
+		e.org(t, fmt.Sprintf("m%d", i), users...) // ~8 KB each by the estimate
+		if _, err := e.cache.Org(ctx, fmt.Sprintf("m%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.count("evictions", "orgs"); got < 2 || got > 4 {
+		t.Errorf("6 orgs of ~8 KB through a budget of 30 KB: %v evictions, want 2 to 4", got)
+	}
+	before := e.queries()
+	if _, err := e.cache.Org(ctx, "m5"); err != nil || e.queries() != before {
+		t.Errorf("the newest org: %v, %d queries; want served from memory", err, e.queries()-before)
 	}
 }

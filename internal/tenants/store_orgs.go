@@ -263,3 +263,28 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 	}
 	return out, err
 }
+
+// OrgRoutes returns the orgs of ids that exist, without their limits: what the
+// worker's flush needs to reach an org's counters (plan, Redis, billing anchor), in
+// one query however many (issue 29: the flush visits only orgs with new usage).
+func (s *Service) OrgRoutes(ctx context.Context, ids []string) ([]Org, error) {
+	return orgRows(ctx, s, `SELECT `+orgCols+` FROM orgs WHERE id = ANY($1)`, ids)
+}
+
+// DedicatedOrgs returns the orgs with a Redis of their own, without their limits:
+// the worker opens their Redis to pop its dirty-org index.
+func (s *Service) DedicatedOrgs(ctx context.Context) ([]Org, error) {
+	return orgRows(ctx, s, `SELECT `+orgCols+` FROM orgs WHERE redis_url <> ''`)
+}
+
+func orgRows(ctx context.Context, s *Service, q string, args ...any) ([]Org, error) {
+	rows, err := s.pool.Query(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list orgs: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Org, error) { return scanOrg(r) })
+	if err != nil {
+		return nil, fmt.Errorf("list orgs: %w", err)
+	}
+	return out, nil
+}

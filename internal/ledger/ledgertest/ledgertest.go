@@ -161,9 +161,16 @@ func WaitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// OneEngine serves every org's counters from eng.
-func OneEngine(eng *quota.Engine) ledger.CounterSource {
-	return ledger.CounterSourceFunc(func(string, vocab.Route) (ledger.Counters, error) { return eng, nil })
+// OneEngine serves every org's counters from eng, whose dirty-org index the flusher
+// pops (ledger.IndexedSource).
+func OneEngine(eng *quota.Engine) ledger.IndexedSource { return oneEngine{eng} }
+
+type oneEngine struct{ eng *quota.Engine }
+
+func (o oneEngine) CountersFor(string, vocab.Route) (ledger.Counters, error) { return o.eng, nil }
+
+func (o oneEngine) DirtyIndexes() ([]ledger.DirtyIndex, error) {
+	return []ledger.DirtyIndex{o.eng}, nil
 }
 
 // StartWorker starts a River client of the real worker wiring with closer's jobs and

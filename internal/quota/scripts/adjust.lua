@@ -3,7 +3,7 @@
 -- lowers them), atomically, within 0..2^51 (check.lua's MAXC).
 --
 -- KEYS[1] month counters <p>:{<org>}|m|<period>   KEYS[2] dirty set <p>:{<org>}|d|<period>
--- KEYS[3] held units <p>:{<org>}|h|<period>
+-- KEYS[3] held units <p>:{<org>}|h|<period>  KEYS[4] the dirty-org index (check.lua's KEYS[3])
 -- ARGV[1] the counter field, ARGV[2] set or add, ARGV[3] the amount, ARGV[4] the month
 -- keys' expiry (unix s).
 --
@@ -34,4 +34,5 @@ if after < 0 then after = 0 end
 if after + held > MAXC then after = MAXC - held end
 redis.call('HSET', KEYS[1], f, string.format('%d', after + held))
 if redis.call('SADD', KEYS[2], '|', f) > 1 then redis.call('EXPIREAT', KEYS[2], ARGV[4]) end
+redis.call('SADD', KEYS[4], string.match(KEYS[1], ':{([^}]*)}|'))
 return string.format('%d;%d', before, after)

@@ -6,7 +6,10 @@
 --         decided until the engine has hydrated them.
 -- KEYS[2] dirty set       <p>:{<org>}|d|<period>  month fields changed since the last drain,
 --         and the member '|', which keeps the set from disappearing when drained
--- KEYS[3] idempotency     <p>:{<org>}|i|<key>     optional
+-- KEYS[3] dirty-org index <p>:{<slot tag>}|o (a cluster) or <p>:|o: the org goes in
+--         when a counter field is new in its dirty set (../dirtyorgs.go), so the worker's
+--         flush visits only orgs with new usage
+-- KEYS[4] idempotency     <p>:{<org>}|i|<key>     optional
 -- Sliding-window buckets <p>:{<org>}|w|<seconds>|<bucket> are passed in ARGV, not KEYS:
 -- a bucket often does not exist yet, and a declared key that is missing makes a cluster
 -- slot migration refuse the script (KEYS.md). They share the org's hash tag.
@@ -55,7 +58,7 @@
 
 -- reserve.lua replaces the next line, defining reserve, for a reservation (see there);
 -- argc is the ARGV that belong to the check.
-local reserve, idem, argc = false, KEYS[3], #ARGV
+local reserve, idem, idx, argc = false, KEYS[4], KEYS[3], #ARGV
 if idem then
   -- Stored: '#', the fingerprint of the first request, its decision. The same key with
   -- another request is refused ('C'), counting nothing. A value stored before
@@ -330,7 +333,11 @@ if cost > 0 and status ~= 3 then
   -- either all present or all absent and a cluster slot migration never finds them
   -- split (the importing node answers TRYAGAIN to a script whose keys it lacks). So
   -- when '|' is new too, the set is new and gets its TTL.
-  if redis.call('SADD', KEYS[2], '|', unpack(ARGV, 1, nl)) > nl then redis.call('EXPIREAT', KEYS[2], a[5]) end
+  -- A field new in the set puts the org in the dirty-org index; one already there is
+  -- drained by the flush that popped the org, or the org is still in the index.
+  local nd = redis.call('SADD', KEYS[2], '|', unpack(ARGV, 1, nl))
+  if nd > nl then redis.call('EXPIREAT', KEYS[2], a[5]) end
+  if nd > 0 then redis.call('SADD', idx, string.match(KEYS[1], ':{([^}]*)}|')) end
   k = 1 + nl
   for i = 1, nw do
     local c, created = cur[i], false

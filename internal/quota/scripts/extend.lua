@@ -4,6 +4,7 @@
 -- KEYS[1] open reservations <p>:{<org>}|x    KEYS[2] changed ids <p>:{<org>}|rd
 -- KEYS[3] the org's month counters of the current period (for its marker)
 -- KEYS[4] the reservation <p>:{<org>}|r|<id>
+-- KEYS[5] the dirty-org index (check.lua's KEYS[3]): the changed expiry is flushed
 -- ARGV[1] now (ms, the engine's clock), ARGV[2] the new expires_at (ms), ARGV[3] the
 -- record's new expiry (unix s), ARGV[4] the reservation id.
 --
@@ -26,4 +27,5 @@ redis.call('HSET', KEYS[4], 'e', ARGV[2])
 redis.call('EXPIREAT', KEYS[4], ARGV[3])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[4])
 redis.call('SADD', KEYS[2], ARGV[4])
+redis.call('SADD', KEYS[5], string.match(KEYS[1], ':{([^}]*)}|'))
 return 'OK'

@@ -10,7 +10,8 @@
 -- KEYS[4] open reservations <p>:{<org>}|x              sorted set: id by expires_at (ms)
 -- KEYS[5] held units        <p>:{<org>}|h|<period>     hash: counter field -> units held
 -- KEYS[6] changed           <p>:{<org>}|rd             set: ids changed since the last drain
--- KEYS[7] idempotency       <p>:{<org>}|i|<key>        optional
+-- KEYS[7] dirty-org index (as check.lua's KEYS[3]): a reservation is a change to drain
+-- KEYS[8] idempotency       <p>:{<org>}|i|<key>        optional
 -- ARGV: check.lua's (with an idempotency key: its TTL and the fingerprint, no labels),
 --   then five of the reservation: id, on_expiry (commit|release), expires_at (ms), the
 --   record's expiry (unix s), the period id.
@@ -33,7 +34,7 @@
 -- in the in-flight hash <p>:{<org>}|c, and the record says where: ck the hash's key, cn
 -- and cf1..cf<cn> the fields charged (cf<i> is f<i>: it holds f<i>'s amount); settle.lua
 -- takes those amounts off exactly those fields, once.
-local idem, argc = KEYS[7], #ARGV - 5
+local idem, idx, argc = KEYS[8], KEYS[7], #ARGV - 5
 local function reserve(a, status, retry, blocked, out, last, add)
   local fmt = string.format
   local id = ARGV[argc + 1]
@@ -91,6 +92,7 @@ local function reserve(a, status, retry, blocked, out, last, add)
     if redis.call('TTL', KEYS[5]) == -1 then redis.call('EXPIREAT', KEYS[5], a[5]) end
     redis.call('ZADD', KEYS[4], ARGV[argc + 3], id)
     redis.call('SADD', KEYS[6], id)
+    redis.call('SADD', idx, string.match(KEYS[1], ':{([^}]*)}|'))
   else
     id = ''
   end

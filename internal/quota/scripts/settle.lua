@@ -4,6 +4,8 @@
 -- KEYS[1] open reservations <p>:{<org>}|x    KEYS[2] changed ids <p>:{<org>}|rd
 -- KEYS[3] the org's month counters of the current period (for its marker)
 -- KEYS[4] the reservation <p>:{<org>}|r|<id> (commit and release)
+-- KEYS[#KEYS] (5, or 4 for a sweep) the dirty-org index (check.lua's KEYS[3]): a
+-- settled reservation is a change for the flush
 -- ARGV[1] action: commit, release or sweep; ARGV[2] now (ms, the engine's clock);
 -- ARGV[3] used (commit): a number, or per metric "metric=used,metric=used" (a metric
 -- left out used 0; a multi-metric reservation takes only this form); ARGV[4] the
@@ -191,6 +193,7 @@ local function settle(rkey, id, action, used)
   if string.sub(id, 1, 2) == 'l_' then redis.call('EXPIRE', rkey, 600) end
   redis.call('ZREM', KEYS[1], id)
   redis.call('SADD', KEYS[2], id)
+  redis.call('SADD', KEYS[#KEYS], string.match(KEYS[1], ':{([^}]*)}|'))
   return ans
 end
 

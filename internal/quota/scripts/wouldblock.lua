@@ -2,6 +2,7 @@
 -- org's record, keeping at most a cap of distinct rows (see ../KEYS.md).
 --
 -- KEYS[1] record hash <p>:{<org>}|b|<period>   KEYS[2] the replica's last batch <p>:{<org>}|s|<replica>
+-- KEYS[3] the dirty-org index (check.lua's KEYS[3]): a record that changed is flushed
 -- ARGV[1] cap on distinct rows, ARGV[2] the hash's expiry (unix ms), ARGV[3] the
 -- epoch to give a new hash, ARGV[4] the batch's sequence number (rising per replica),
 -- then per entry: day (YYYY-MM-DD), row, checks, units.
@@ -19,6 +20,7 @@ local last = tonumber(redis.call('GET', KEYS[2]) or '0')
 if last >= seq then return 0 end
 -- The replica's marker only has to outlive its retries of one batch.
 redis.call('SET', KEYS[2], ARGV[4], 'PX', 3600000)
+redis.call('SADD', KEYS[3], string.match(KEYS[1], ':{([^}]*)}|'))
 
 local h = KEYS[1]
 if redis.call('HSETNX', h, 'e', ARGV[3]) == 1 then
