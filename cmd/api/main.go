@@ -149,7 +149,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	usage := billing.NewStore(pool)
 	cacheMetrics := cachemetrics.New(registry)
 	engine := quota.Config{KeyPrefix: cfg.RedisPrefix, Hydrator: usage.Ledger(), KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
-		Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}
+		Leases:             quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax},
+		IdempotencyRecords: cfg.IdempotencyRecords, UnregisteredUsers: cfg.UnregisteredUsers} // issue 28: the org's bounds on Redis
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no decision.
 	if cfg.FaultClock {

@@ -95,6 +95,13 @@ type API struct {
 	// RateLimit, the legacy (draft-06) RateLimit-Limit, -Remaining and -Reset, both or
 	// neither. Lower case; checks.ParseHeaderMode reads it.
 	RateLimitHeaders string
+	// Shared Redis bounds (issue 28, SECURITY.md "Shared Redis bounds"): the most
+	// idempotency records one org holds (QUOTA_IDEMPOTENCY_RECORDS, default 100000) and
+	// the most distinct unregistered users one org names in a billing period
+	// (QUOTA_UNREGISTERED_USERS, default 100000); "off" (or 0) is no bound (-1 here, as
+	// quota.Config reads it).
+	IdempotencyRecords int64
+	UnregisteredUsers  int64
 }
 
 // RateLimitHeaderValues are QUOTA_RATELIMIT_HEADERS's values.
@@ -261,6 +268,8 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		CacheKeys:           r.integer("QUOTA_CACHE_KEYS", 10_000, 1),
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
+	c.IdempotencyRecords = r.bound("QUOTA_IDEMPOTENCY_RECORDS", 100_000)
+	c.UnregisteredUsers = r.bound("QUOTA_UNREGISTERED_USERS", 100_000)
 	c.RateLimitHeaders = strings.ToLower(strings.TrimSpace(r.str("QUOTA_RATELIMIT_HEADERS", "both")))
 	if !slices.Contains(RateLimitHeaderValues, c.RateLimitHeaders) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_RATELIMIT_HEADERS=%q: want both, draft, legacy or off", r.getenv("QUOTA_RATELIMIT_HEADERS")))
@@ -280,6 +289,24 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_GRPC_DESCRIPTOR_ALIASES: %w", err))
 	}
 	return c, errors.Join(r.errs...)
+}
+
+// bound reads a bound on what an org may hold: a whole number >= 1, or "off" or 0 for
+// none (-1).
+func (r *reader) bound(key string, def int64) int64 {
+	v := strings.ToLower(strings.TrimSpace(r.getenv(key)))
+	switch v {
+	case "":
+		return def
+	case "0", "off":
+		return -1
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a whole number >= 1, or off", key, r.getenv(key)))
+		return def
+	}
+	return n
 }
 
 // rate reads a rate limit "<requests>/<s|m|h>"; "0" or "off" is no limit (0 requests).

@@ -230,3 +230,19 @@ func TestRedisPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Issue 28: the org's bounds on the shared Redis, with their defaults and "off".
+func TestSharedRedisBounds(t *testing.T) {
+	c, err := config.LoadAPI(env(nil))
+	if err != nil || c.IdempotencyRecords != 100_000 || c.UnregisteredUsers != 100_000 {
+		t.Fatalf("defaults = %d, %d, %v", c.IdempotencyRecords, c.UnregisteredUsers, err)
+	}
+	c, err = config.LoadAPI(env(map[string]string{"QUOTA_IDEMPOTENCY_RECORDS": "500", "QUOTA_UNREGISTERED_USERS": "off"}))
+	if err != nil || c.IdempotencyRecords != 500 || c.UnregisteredUsers != -1 {
+		t.Fatalf("500, off = %d, %d, %v", c.IdempotencyRecords, c.UnregisteredUsers, err)
+	}
+	_, err = config.LoadAPI(env(map[string]string{"QUOTA_IDEMPOTENCY_RECORDS": "-3", "QUOTA_UNREGISTERED_USERS": "many"}))
+	if err == nil || !strings.Contains(err.Error(), "QUOTA_IDEMPOTENCY_RECORDS") || !strings.Contains(err.Error(), "QUOTA_UNREGISTERED_USERS") {
+		t.Errorf("bad bounds: %v", err)
+	}
+}

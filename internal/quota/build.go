@@ -141,6 +141,12 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 		}
 		a = append(a, fingerprint(req))
 	}
+	// check.lua's "Shared Redis bounds": the users' bound only for an unregistered user
+	if req.Unregistered && req.User != "" {
+		a = append(a, e.boundsUser)
+	} else {
+		a = append(a, e.bounds)
+	}
 	c.args = append(a, b)
 }
 
@@ -236,6 +242,7 @@ func CheckCommand(prefix string, req Request, now time.Time) ([]any, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg}
+	e.bounds, e.boundsUser = boundsArgs(&e.cfg)
 	c := &call{}
 	e.build(c, &req, now)
 	return c.args, nil

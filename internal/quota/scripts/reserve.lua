@@ -98,7 +98,7 @@ local function reserve(a, status, retry, blocked, out, last, add)
   for i = 4, last do out[i] = out[i] + add end
   local reply = id .. ';' .. struct.pack('<' .. string.rep('d', last), unpack(out, 1, last))
   if idem and status ~= 3 then
-    redis.call('SET', idem, '#' .. ARGV[argc - 1] .. reply, 'EX', ARGV[1 + a[6] + 2 * a[7]])
+    redis.call('SET', idem, '#' .. ARGV[argc - 2] .. reply, 'EX', ARGV[1 + a[6] + 2 * a[7]])
   end
   return reply
 end

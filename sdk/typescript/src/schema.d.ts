@@ -529,7 +529,9 @@ export interface paths {
          *     key may come in the `Idempotency-Key` header instead (IETF
          *     draft-ietf-httpapi-idempotency-key-header). The same key with a different
          *     request (team, user, metric or cost, after a registered user's team is
-         *     resolved) answers 422 and consumes nothing.
+         *     resolved) answers 422 and consumes nothing. Only a check that consumed is
+         *     remembered: a denied check, or one of `cost: 0`, consumed nothing, so a
+         *     repeat of its key is decided again.
          *
          *     The org's mode decides what a denial does: `enforce` answers 429; `shadow`
          *     answers 200 with `would_block`; `warn` answers 200 with `warning` and the
@@ -3455,7 +3457,12 @@ export interface operations {
              *       sorted; or
              *     - the idempotency key was first used (within 24 hours, in this org) with a
              *       different request: team, user, metric or cost differ. The first decision
-             *       stays stored under the key; use a new key for a new request.
+             *       stays stored under the key; use a new key for a new request; or
+             *     - the check would take the org past one of its bounds on the shared Redis
+             *       (SECURITY.md): it holds its most idempotency records (`errors` names
+             *       `idempotency_key`, the detail `idempotency_records`), or has named its most
+             *       distinct unregistered users this billing period (`user`,
+             *       `unregistered_users`). Nothing was counted.
              */
             422: {
                 headers: {
