@@ -216,8 +216,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var gsrv *grpc.Server
 	var ghealth *health.Server
 	if grpcLn != nil {
+		// TLS, streams per connection, the keepalive policy (issue 28)
+		gopts, err := rls.ServerOptions(rls.Limits{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey,
+			MaxStreams: uint32(cfg.GRPCMaxStreams), KeepaliveMinTime: cfg.GRPCKeepaliveMinTime})
+		if err != nil {
+			return fmt.Errorf("QUOTA_GRPC_TLS_CERT: %w", err)
+		}
 		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log, RateLimitHeaders: headerMode,
-			Registerer: registry, TracerProvider: tp})
+			Registerer: registry, TracerProvider: tp}, gopts...)
 		defer gsrv.Stop()
 		go func() { errc <- fmt.Errorf("serve gRPC on %s: %w", grpcLn.Addr(), gsrv.Serve(grpcLn)) }()
 		log.Info("serving Envoy's rate limit service", "addr", grpcLn.Addr().String())

@@ -102,6 +102,14 @@ type API struct {
 	// quota.Config reads it).
 	IdempotencyRecords int64
 	UnregisteredUsers  int64
+	// gRPC transport (issue 28): GRPCTLSCert and GRPCTLSKey (QUOTA_GRPC_TLS_CERT,
+	// QUOTA_GRPC_TLS_KEY: PEM files, both or neither) serve TLS; GRPCMaxStreams
+	// (QUOTA_GRPC_MAX_STREAMS, 1024) bounds a connection's concurrent calls;
+	// GRPCKeepaliveMinTime (QUOTA_GRPC_KEEPALIVE_MIN_TIME, 10s) is the shortest ping
+	// interval a client may use before it is disconnected (rls.Limits).
+	GRPCTLSCert, GRPCTLSKey string
+	GRPCMaxStreams          int
+	GRPCKeepaliveMinTime    time.Duration
 }
 
 // RateLimitHeaderValues are QUOTA_RATELIMIT_HEADERS's values.
@@ -270,6 +278,12 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
 	c.IdempotencyRecords = r.bound("QUOTA_IDEMPOTENCY_RECORDS", 100_000)
 	c.UnregisteredUsers = r.bound("QUOTA_UNREGISTERED_USERS", 100_000)
+	c.GRPCTLSCert, c.GRPCTLSKey = strings.TrimSpace(getenv("QUOTA_GRPC_TLS_CERT")), strings.TrimSpace(getenv("QUOTA_GRPC_TLS_KEY"))
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		r.errs = append(r.errs, errors.New("QUOTA_GRPC_TLS_CERT and QUOTA_GRPC_TLS_KEY: set both (PEM files) or neither"))
+	}
+	c.GRPCMaxStreams = r.integer("QUOTA_GRPC_MAX_STREAMS", 1024, 1)
+	c.GRPCKeepaliveMinTime = r.duration("QUOTA_GRPC_KEEPALIVE_MIN_TIME", 10*time.Second)
 	c.RateLimitHeaders = strings.ToLower(strings.TrimSpace(r.str("QUOTA_RATELIMIT_HEADERS", "both")))
 	if !slices.Contains(RateLimitHeaderValues, c.RateLimitHeaders) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_RATELIMIT_HEADERS=%q: want both, draft, legacy or off", r.getenv("QUOTA_RATELIMIT_HEADERS")))

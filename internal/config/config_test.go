@@ -246,3 +246,20 @@ func TestSharedRedisBounds(t *testing.T) {
 		t.Errorf("bad bounds: %v", err)
 	}
 }
+
+// Issue 28: the gRPC listener's TLS files (both or neither), streams and keepalive.
+func TestGRPCTransportSettings(t *testing.T) {
+	c, err := config.LoadAPI(env(nil))
+	if err != nil || c.GRPCTLSCert != "" || c.GRPCMaxStreams != 1024 || c.GRPCKeepaliveMinTime != 10*time.Second {
+		t.Fatalf("defaults = %q, %d, %v, %v", c.GRPCTLSCert, c.GRPCMaxStreams, c.GRPCKeepaliveMinTime, err)
+	}
+	c, err = config.LoadAPI(env(map[string]string{"QUOTA_GRPC_TLS_CERT": "/tls/tls.crt", "QUOTA_GRPC_TLS_KEY": "/tls/tls.key",
+		"QUOTA_GRPC_MAX_STREAMS": "64", "QUOTA_GRPC_KEEPALIVE_MIN_TIME": "30s"}))
+	if err != nil || c.GRPCTLSKey != "/tls/tls.key" || c.GRPCMaxStreams != 64 || c.GRPCKeepaliveMinTime != 30*time.Second {
+		t.Fatalf("set = %+v, %v", c, err)
+	}
+	if _, err := config.LoadAPI(env(map[string]string{"QUOTA_GRPC_TLS_CERT": "/tls/tls.crt", "QUOTA_GRPC_MAX_STREAMS": "0"})); err == nil ||
+		!strings.Contains(err.Error(), "QUOTA_GRPC_TLS_KEY") || !strings.Contains(err.Error(), "QUOTA_GRPC_MAX_STREAMS") {
+		t.Errorf("a certificate without its key, 0 streams: %v", err)
+	}
+}
