@@ -705,6 +705,11 @@ export interface paths {
          *     Each metric also carries `daily`: the org's cumulative usage of the period at the
          *     end of each UTC day, as the worker recorded it (for open and closed periods).
          *     Needs the operator token or an org key with the `admin` or `billing` scope.
+         *
+         *     Users come a page at a time: `limit` users (default 100, at most 1,000) ordered
+         *     by team and id, each with its rows of every metric, after `cursor`; the org and
+         *     its teams are on every page. `next_cursor` is the next page's cursor, absent on
+         *     the last.
          */
         get: operations["getUsage"];
         put?: never;
@@ -1934,6 +1939,7 @@ export interface components {
              */
             period_end: string;
             metrics: components["schemas"]["MetricUsage"][];
+            next_cursor?: components["schemas"]["NextCursor"];
         };
         WouldBlockDay: {
             /**
@@ -3738,6 +3744,10 @@ export interface operations {
             query?: {
                 /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. Usage and would-block answer 400 for a period that has not begun, naming the current one. */
                 period?: components["parameters"]["PeriodQuery"];
+                /** @description Page size. */
+                limit?: components["parameters"]["LimitQuery"];
+                /** @description Opaque cursor from the previous page's `next_cursor`. */
+                cursor?: components["parameters"]["CursorQuery"];
             };
             header?: never;
             path: {
