@@ -11,7 +11,8 @@
 -- KEYS[5] held units        <p>:{<org>}|h|<period>     hash: counter field -> units held
 -- KEYS[6] changed           <p>:{<org>}|rd             set: ids changed since the last drain
 -- KEYS[7] idempotency       <p>:{<org>}|i|<key>        optional
--- ARGV: check.lua's (with an idempotency key: its TTL and the fingerprint, no labels),
+-- ARGV: check.lua's (with an idempotency key: its TTL and the fingerprint, no labels;
+--   then the org's bounds, check.lua's "Shared Redis bounds", and the packed numbers),
 --   then five of the reservation: id, on_expiry (commit|release), expires_at (ms), the
 --   record's expiry (unix s), the period id.
 --
