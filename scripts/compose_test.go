@@ -3,6 +3,7 @@ package scripts_test
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,9 @@ type compose struct {
 		Environment map[string]string `yaml:"environment"`
 		Ports       []any             `yaml:"ports"`
 		Restart     string            `yaml:"restart"`
+		ReadOnly    bool              `yaml:"read_only"`
+		CapDrop     []string          `yaml:"cap_drop"`
+		SecurityOpt []string          `yaml:"security_opt"`
 		Command     []string          `yaml:"command"`
 		Healthcheck struct {
 			Test []string `yaml:"test"`
@@ -131,5 +135,25 @@ func TestDockerignoreKeepsSecretsAndBuildOutputOut(t *testing.T) {
 		if !have[want] {
 			t.Errorf(".dockerignore does not list %s", want)
 		}
+	}
+}
+
+// Issue 28: every service runs on a read-only root filesystem, without capabilities or
+// privilege escalation, and the seed keeps the demo's secrets out of its logs.
+func TestComposeServicesAreHardened(t *testing.T) {
+	c := readCompose(t)
+	for name, svc := range c.Services {
+		if !svc.ReadOnly {
+			t.Errorf("service %s: read_only is not true", name)
+		}
+		if len(svc.CapDrop) != 1 || svc.CapDrop[0] != "ALL" {
+			t.Errorf("service %s: cap_drop %q, want [ALL]", name, svc.CapDrop)
+		}
+		if !slices.Contains(svc.SecurityOpt, "no-new-privileges:true") {
+			t.Errorf("service %s: security_opt %q lacks no-new-privileges:true", name, svc.SecurityOpt)
+		}
+	}
+	if cmd := c.Services["seed"].Command; !slices.Contains(cmd, "--hide-secrets") {
+		t.Errorf("the seed's command %q prints the demo key to its logs: want --hide-secrets", cmd)
 	}
 }

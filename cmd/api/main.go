@@ -129,12 +129,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		svc := tenants.NewService(pool, tenants.WithPasswordHashes(cfg.PasswordHashes))
 		fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 		stateDir := fs.String("state-dir", ".quotaplane", "where the demo key and console password are kept")
+		hide := fs.Bool("hide-secrets", false, "print where the demo key and console password are kept, not them (logs are no place for secrets)")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		res, err := demo.Seed(ctx, svc, *stateDir)
 		if err != nil {
 			return err
+		}
+		if *hide {
+			printDemoHidden(stdout, cfg, res, *stateDir)
+			return nil
 		}
 		printDemo(stdout, cfg, res)
 		return nil
@@ -162,7 +167,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	usage := billing.NewStore(pool)
 	cacheMetrics := cachemetrics.New(registry)
 	engine := quota.Config{KeyPrefix: cfg.RedisPrefix, Hydrator: usage.Ledger(), KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
-		Leases: quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax}}
+		Leases:             quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax},
+		IdempotencyRecords: cfg.IdempotencyRecords, UnregisteredUsers: cfg.UnregisteredUsers} // issue 28: the org's bounds on Redis
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no decision.
 	if cfg.FaultClock {
@@ -241,8 +247,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var gsrv *grpc.Server
 	var ghealth *health.Server
 	if grpcLn != nil {
+		// TLS, streams per connection, the keepalive policy (issue 28)
+		gopts, err := rls.ServerOptions(rls.Limits{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey,
+			MaxStreams: uint32(cfg.GRPCMaxStreams), KeepaliveMinTime: cfg.GRPCKeepaliveMinTime})
+		if err != nil {
+			return fmt.Errorf("QUOTA_GRPC_TLS_CERT: %w", err)
+		}
 		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log, RateLimitHeaders: headerMode,
-			Registerer: registry, TracerProvider: tp})
+			Registerer: registry, TracerProvider: tp}, gopts...)
 		defer gsrv.Stop()
 		go func() { errc <- fmt.Errorf("serve gRPC on %s: %w", grpcLn.Addr(), gsrv.Serve(grpcLn)) }()
 		log.Info("serving Envoy's rate limit service", "addr", grpcLn.Addr().String())
@@ -308,6 +320,26 @@ Try it:
 
 `, demo.OrgID, demo.PlanID, base, token, res.OrgKey, console,
 		res.OrgKey, base, demo.OrgID, cfg.AdminToken, base)
+}
+
+// printDemoHidden is printDemo without a secret (issue 28): docker compose keeps a
+// service's output in its logs, so the seed says where the key and the console password
+// are (stateDir, a volume) and how to read them, and never prints the operator token.
+func printDemoHidden(w io.Writer, cfg config.API, res demo.Result, stateDir string) {
+	base := reachableURL(cfg.HTTPAddr)
+	fmt.Fprintf(w, `
+Quotaplane demo is ready (org %q, plan %q, teams eng and sales, users alice and bob).
+
+  API:             %s
+  Operator token:  your QUOTA_ADMIN_TOKEN
+  Demo org key:    in %s/demo-org-key
+  Console:         %s/console/?org=%s  (sign in as %s, password in %s/demo-console-password)
+
+Read them (docker compose; the files stay in the seed volume):
+  docker cp "$(docker compose ps -aq seed)":%s/demo-org-key - | tar -xO
+  docker cp "$(docker compose ps -aq seed)":%s/demo-console-password - | tar -xO
+
+`, demo.OrgID, demo.PlanID, base, stateDir, base, demo.OrgID, res.ConsoleEmail, stateDir, stateDir, stateDir)
 }
 
 // reachableURL is the URL a person on this machine opens for a listen address: a

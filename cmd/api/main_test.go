@@ -220,3 +220,39 @@ func TestReachableURL(t *testing.T) {
 		}
 	}
 }
+
+// Issue 28: the docker-compose seed (demo --hide-secrets) prints where the demo key and
+// console password are kept and how to read them, never them or the operator token: a
+// service's output stays in docker compose's logs.
+func TestDemoSeedHidesSecrets(t *testing.T) {
+	dir := t.TempDir()
+	env := map[string]string{"DATABASE_URL": testenv.PostgresURL(t), "QUOTA_ADMIN_TOKEN": "a-test-operator-token", "QUOTA_LOG_LEVEL": "error"}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"demo", "--state-dir", dir, "--hide-secrets"}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	key, err := os.ReadFile(dir + "/demo-org-key")
+	if err != nil || len(key) == 0 {
+		t.Fatalf("the demo key was not kept in the state dir: %v", err)
+	}
+	pw, err := os.ReadFile(dir + "/demo-console-password")
+	if err != nil || len(pw) == 0 {
+		t.Fatalf("the console password was not kept in the state dir: %v", err)
+	}
+	for name, secret := range map[string]string{"demo key": string(key), "console password": string(pw), "operator token": env["QUOTA_ADMIN_TOKEN"]} {
+		if strings.Contains(out.String(), secret) {
+			t.Errorf("the seed printed the %s:\n%s", name, out.String())
+		}
+	}
+	if !strings.Contains(out.String(), `docker cp "$(docker compose ps -aq seed)":`+dir+"/demo-org-key") {
+		t.Errorf("the seed does not say how to read the key:\n%s", out.String())
+	}
+	// without the flag (make run) it prints them, as before
+	out.Reset()
+	if err := run(context.Background(), []string{"demo", "--state-dir", dir}, func(k string) string { return env[k] }, &out, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), string(key)) {
+		t.Errorf("make run's seed no longer prints the key:\n%s", out.String())
+	}
+}

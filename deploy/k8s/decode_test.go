@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -33,6 +34,7 @@ var kinds = map[string]func() any{
 	"autoscaling/v2 HorizontalPodAutoscaler":  func() any { return new(autoscalingv2.HorizontalPodAutoscaler) },
 	"monitoring.coreos.com/v1 ServiceMonitor": func() any { return new(monitoringv1.ServiceMonitor) },
 	"monitoring.coreos.com/v1 PrometheusRule": func() any { return new(monitoringv1.PrometheusRule) },
+	"networking.k8s.io/v1 NetworkPolicy":      func() any { return new(networkingv1.NetworkPolicy) },
 }
 
 // decode reads one YAML document into its API type the way the API server's strict
@@ -100,12 +102,15 @@ type manifests struct {
 	hpas        []*autoscalingv2.HorizontalPodAutoscaler
 	monitors    []*monitoringv1.ServiceMonitor
 	rules       []*monitoringv1.PrometheusRule
+	policies    []*networkingv1.NetworkPolicy
 }
 
 func (m *manifests) add(obj any) {
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
 		m.deployments = append(m.deployments, o)
+	case *networkingv1.NetworkPolicy:
+		m.policies = append(m.policies, o)
 	case *corev1.Service:
 		m.services = append(m.services, o)
 	case *corev1.Secret:

@@ -17,6 +17,7 @@ import (
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -718,4 +719,45 @@ func dedent(b []byte) []byte {
 		}
 	}
 	return bytes.Join(lines, []byte("\n"))
+}
+
+// Issue 28: each NetworkPolicy selects one Deployment's pods and restricts their
+// ingress, and lets in every port they serve (probes, Services, scrapes), by name.
+func TestNetworkPolicies(t *testing.T) {
+	m := applied(t)
+	covered := map[string]bool{}
+	for _, np := range m.policies {
+		checkNames(t, "NetworkPolicy", np.ObjectMeta)
+		ds := podsOf(m, selector(t, "NetworkPolicy "+np.Name, &np.Spec.PodSelector))
+		if len(ds) != 1 {
+			t.Errorf("NetworkPolicy %s selects the pods of %v, want one Deployment's", np.Name, names(ds))
+			continue
+		}
+		covered[ds[0].Name] = true
+		if !slices.Contains(np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress) {
+			t.Errorf("NetworkPolicy %s does not restrict ingress", np.Name)
+		}
+		allowed := map[string]bool{}
+		for _, rule := range np.Spec.Ingress {
+			for _, p := range rule.Ports {
+				if p.Port == nil || p.Port.Type != intstr.String {
+					t.Errorf("NetworkPolicy %s: port %v, want a container port's name", np.Name, p.Port)
+					continue
+				}
+				allowed[p.Port.StrVal] = true
+			}
+		}
+		for _, c := range ds[0].Spec.Template.Spec.Containers {
+			for _, cp := range c.Ports {
+				if !allowed[cp.Name] {
+					t.Errorf("NetworkPolicy %s shuts out port %s (%d) of %s", np.Name, cp.Name, cp.ContainerPort, ds[0].Name)
+				}
+			}
+		}
+	}
+	for _, d := range m.deployments {
+		if !covered[d.Name] {
+			t.Errorf("Deployment %s has no NetworkPolicy", d.Name)
+		}
+	}
 }

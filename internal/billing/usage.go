@@ -2,10 +2,12 @@ package billing
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/ledger"
@@ -35,6 +37,8 @@ type Usage struct {
 	// Currency is the org's plan's rate currency (issue 25): spend counts micro-units
 	// of it; "" when the plan has none.
 	Currency string
+	// NextCursor is the cursor of the next page of users, "" on the last (issue 28).
+	NextCursor string
 }
 
 // MetricUsage is the usage of one metric at every level.
@@ -99,7 +103,13 @@ func (s *Service) CurrentPeriod(ctx context.Context, org string) (string, error)
 //
 // Errors: ErrInvalid for a bad period or one that has not begun; tenants.ErrNotFound
 // for an unknown org.
-func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) {
+//
+// Users come a page at a time (issue 28): page.Limit users (1..1000, default 100)
+// after page.Cursor, ordered by team and id, each with its counters of every metric;
+// the org and its teams are on every page. Only the page's users cost a read of their
+// sliding windows, so a page's cost does not grow with the org's users.
+// tenants.ValidationError naming cursor for a cursor this API did not return.
+func (s *Service) Usage(ctx context.Context, org, period string, page tenants.Page) (Usage, error) {
 	o, err := s.Tenants.GetOrg(ctx, org)
 	if err != nil {
 		return Usage{}, err
@@ -118,6 +128,11 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 		return Usage{}, fmt.Errorf("usage of %s %s: %w", org, per.ID, err)
 	}
 	out.Closed = closed
+	if closed {
+		if out.NextCursor, err = pageUsers(usage, page); err != nil {
+			return Usage{}, err
+		}
+	}
 	var cs ledger.Counters
 	var held map[quota.Counter]int64 // units of open reservations, not in usage (committed units)
 	var sliding map[quota.Counter][]WindowUsage
@@ -159,6 +174,9 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 					}
 				}
 			}
+		}
+		if out.NextCursor, err = pageUsers(usage, page); err != nil {
+			return Usage{}, err
 		}
 		ol, err := ledger.LoadLimits(ctx, s.Tenants, org)
 		if err != nil {
@@ -243,6 +261,56 @@ func (s *Service) Usage(ctx context.Context, org, period string) (Usage, error) 
 	}
 	sort.Slice(out.Metrics, func(i, j int) bool { return out.Metrics[i].Metric < out.Metrics[j].Metric })
 	return out, nil
+}
+
+// pageUsers keeps in usage the counters of one page of users (every metric's), ordered
+// by team then id after page.Cursor, and returns the next page's cursor ("" on the
+// last): base64url of "<team> <user>" (a space sorts before every id character, so
+// the keys sort by team, then user).
+func pageUsers(usage map[quota.Counter]int64, page tenants.Page) (string, error) {
+	var after string
+	if page.Cursor != "" {
+		b, err := base64.RawURLEncoding.DecodeString(page.Cursor)
+		team, user, ok := strings.Cut(string(b), " ")
+		if err != nil || !ok || !vocab.ValidID(team) || !vocab.ValidID(user) {
+			return "", &tenants.ValidationError{Fields: []tenants.FieldError{{Field: "cursor", Message: "is not a cursor this API returned"}}}
+		}
+		after = string(b)
+	}
+	limit := page.Limit
+	switch {
+	case limit <= 0:
+		limit = 100
+	case limit > 1000:
+		limit = 1000
+	}
+	seen := map[string]bool{}
+	var keys []string
+	for c := range usage {
+		if c.Level != vocab.LevelUser {
+			continue
+		}
+		if k := c.Team + " " + c.User; !seen[k] && k > after {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	next := ""
+	if len(keys) > limit {
+		keys = keys[:limit]
+		next = base64.RawURLEncoding.EncodeToString([]byte(keys[limit-1]))
+	}
+	keep := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		keep[k] = true
+	}
+	for c := range usage {
+		if c.Level == vocab.LevelUser && !keep[c.Team+" "+c.User] {
+			delete(usage, c)
+		}
+	}
+	return next, nil
 }
 
 // withToday makes the last point of a current period's daily history today's usage so

@@ -222,6 +222,7 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input) (quota.Reques
 		case !user.Registered && req.Team == "":
 			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
 		}
+		req.Unregistered = !user.Registered // the org's bound on unregistered users applies
 	}
 	var team tenants.Team
 	var userLimits []vocab.Limit

@@ -3,6 +3,7 @@ package checks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -225,6 +226,17 @@ func engineError(err error) error {
 	if errors.Is(err, quota.ErrIdempotencyConflict) {
 		msg := "this key was first used (in the last 24 hours) with a different request: team, user, metric or cost differ; nothing was counted. Use a new key for a new request"
 		return derrors.E(derrors.Unprocessable, "idempotency_key: "+msg, err, derrors.FieldError{Field: "idempotency_key", Message: msg})
+	}
+	var be *quota.BoundError
+	if errors.As(err, &be) { // issue 28: the org's bounds on the shared Redis (quota/bounds.go)
+		switch be.Bound {
+		case quota.BoundIdempotencyRecords:
+			msg := fmt.Sprintf("the org holds %d idempotency records, its most (idempotency_records); nothing was counted. Retry without an idempotency key, or once older records expire", be.Limit)
+			return derrors.E(derrors.Unprocessable, "idempotency_key: "+msg, err, derrors.FieldError{Field: "idempotency_key", Message: msg})
+		default:
+			msg := fmt.Sprintf("the org has named %d distinct unregistered users this billing period, its most (unregistered_users); nothing was counted. Register the user, or name one already counted", be.Limit)
+			return derrors.E(derrors.Unprocessable, "user: "+msg, err, derrors.FieldError{Field: "user", Message: msg})
+		}
 	}
 	switch derrors.KindOf(err) {
 	case derrors.Overloaded:

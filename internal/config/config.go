@@ -102,6 +102,21 @@ type API struct {
 	// RateLimit, the legacy (draft-06) RateLimit-Limit, -Remaining and -Reset, both or
 	// neither. Lower case; checks.ParseHeaderMode reads it.
 	RateLimitHeaders string
+	// Shared Redis bounds (issue 28, SECURITY.md "Shared Redis bounds"): the most
+	// idempotency records one org holds (QUOTA_IDEMPOTENCY_RECORDS, default 100000) and
+	// the most distinct unregistered users one org names in a billing period
+	// (QUOTA_UNREGISTERED_USERS, default 100000); "off" (or 0) is no bound (-1 here, as
+	// quota.Config reads it).
+	IdempotencyRecords int64
+	UnregisteredUsers  int64
+	// gRPC transport (issue 28): GRPCTLSCert and GRPCTLSKey (QUOTA_GRPC_TLS_CERT,
+	// QUOTA_GRPC_TLS_KEY: PEM files, both or neither) serve TLS; GRPCMaxStreams
+	// (QUOTA_GRPC_MAX_STREAMS, 1024) bounds a connection's concurrent calls;
+	// GRPCKeepaliveMinTime (QUOTA_GRPC_KEEPALIVE_MIN_TIME, 10s) is the shortest ping
+	// interval a client may use before it is disconnected (rls.Limits).
+	GRPCTLSCert, GRPCTLSKey string
+	GRPCMaxStreams          int
+	GRPCKeepaliveMinTime    time.Duration
 	Hardening
 }
 
@@ -349,6 +364,14 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	}
 	c.AdminRateLimit, c.AdminRateWindow = r.rate("QUOTA_ADMIN_RATE_LIMIT", 50, time.Second)
 	c.Hardening = r.hardening()
+	c.IdempotencyRecords = r.bound("QUOTA_IDEMPOTENCY_RECORDS", 100_000)
+	c.UnregisteredUsers = r.bound("QUOTA_UNREGISTERED_USERS", 100_000)
+	c.GRPCTLSCert, c.GRPCTLSKey = strings.TrimSpace(getenv("QUOTA_GRPC_TLS_CERT")), strings.TrimSpace(getenv("QUOTA_GRPC_TLS_KEY"))
+	if (c.GRPCTLSCert == "") != (c.GRPCTLSKey == "") {
+		r.errs = append(r.errs, errors.New("QUOTA_GRPC_TLS_CERT and QUOTA_GRPC_TLS_KEY: set both (PEM files) or neither"))
+	}
+	c.GRPCMaxStreams = r.integer("QUOTA_GRPC_MAX_STREAMS", 1024, 1)
+	c.GRPCKeepaliveMinTime = r.duration("QUOTA_GRPC_KEEPALIVE_MIN_TIME", 10*time.Second)
 	c.RateLimitHeaders = strings.ToLower(strings.TrimSpace(r.str("QUOTA_RATELIMIT_HEADERS", "both")))
 	if !slices.Contains(RateLimitHeaderValues, c.RateLimitHeaders) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_RATELIMIT_HEADERS=%q: want both, draft, legacy or off", r.getenv("QUOTA_RATELIMIT_HEADERS")))
@@ -368,6 +391,24 @@ func LoadAPI(getenv func(string) string) (API, error) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_GRPC_DESCRIPTOR_ALIASES: %w", err))
 	}
 	return c, errors.Join(r.errs...)
+}
+
+// bound reads a bound on what an org may hold: a whole number >= 1, or "off" or 0 for
+// none (-1).
+func (r *reader) bound(key string, def int64) int64 {
+	v := strings.ToLower(strings.TrimSpace(r.getenv(key)))
+	switch v {
+	case "":
+		return def
+	case "0", "off":
+		return -1
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 1 {
+		r.errs = append(r.errs, fmt.Errorf("%s=%q: want a whole number >= 1, or off", key, r.getenv(key)))
+		return def
+	}
+	return n
 }
 
 // rate reads a rate limit "<requests>/<s|m|h>"; "0" or "off" is no limit (0 requests).

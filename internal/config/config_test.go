@@ -230,3 +230,36 @@ func TestRedisPrefix(t *testing.T) {
 		}
 	}
 }
+
+// Issue 28: the org's bounds on the shared Redis, with their defaults and "off".
+func TestSharedRedisBounds(t *testing.T) {
+	c, err := config.LoadAPI(env(nil))
+	if err != nil || c.IdempotencyRecords != 100_000 || c.UnregisteredUsers != 100_000 {
+		t.Fatalf("defaults = %d, %d, %v", c.IdempotencyRecords, c.UnregisteredUsers, err)
+	}
+	c, err = config.LoadAPI(env(map[string]string{"QUOTA_IDEMPOTENCY_RECORDS": "500", "QUOTA_UNREGISTERED_USERS": "off"}))
+	if err != nil || c.IdempotencyRecords != 500 || c.UnregisteredUsers != -1 {
+		t.Fatalf("500, off = %d, %d, %v", c.IdempotencyRecords, c.UnregisteredUsers, err)
+	}
+	_, err = config.LoadAPI(env(map[string]string{"QUOTA_IDEMPOTENCY_RECORDS": "-3", "QUOTA_UNREGISTERED_USERS": "many"}))
+	if err == nil || !strings.Contains(err.Error(), "QUOTA_IDEMPOTENCY_RECORDS") || !strings.Contains(err.Error(), "QUOTA_UNREGISTERED_USERS") {
+		t.Errorf("bad bounds: %v", err)
+	}
+}
+
+// Issue 28: the gRPC listener's TLS files (both or neither), streams and keepalive.
+func TestGRPCTransportSettings(t *testing.T) {
+	c, err := config.LoadAPI(env(nil))
+	if err != nil || c.GRPCTLSCert != "" || c.GRPCMaxStreams != 1024 || c.GRPCKeepaliveMinTime != 10*time.Second {
+		t.Fatalf("defaults = %q, %d, %v, %v", c.GRPCTLSCert, c.GRPCMaxStreams, c.GRPCKeepaliveMinTime, err)
+	}
+	c, err = config.LoadAPI(env(map[string]string{"QUOTA_GRPC_TLS_CERT": "/tls/tls.crt", "QUOTA_GRPC_TLS_KEY": "/tls/tls.key",
+		"QUOTA_GRPC_MAX_STREAMS": "64", "QUOTA_GRPC_KEEPALIVE_MIN_TIME": "30s"}))
+	if err != nil || c.GRPCTLSKey != "/tls/tls.key" || c.GRPCMaxStreams != 64 || c.GRPCKeepaliveMinTime != 30*time.Second {
+		t.Fatalf("set = %+v, %v", c, err)
+	}
+	if _, err := config.LoadAPI(env(map[string]string{"QUOTA_GRPC_TLS_CERT": "/tls/tls.crt", "QUOTA_GRPC_MAX_STREAMS": "0"})); err == nil ||
+		!strings.Contains(err.Error(), "QUOTA_GRPC_TLS_KEY") || !strings.Contains(err.Error(), "QUOTA_GRPC_MAX_STREAMS") {
+		t.Errorf("a certificate without its key, 0 streams: %v", err)
+	}
+}

@@ -498,3 +498,35 @@ func TestConsoleEmailsDoNotLeakAcrossOrgs(t *testing.T) {
 		t.Errorf("sign-in without org: %d %s", res.StatusCode, b)
 	}
 }
+
+// Issue 28: credentials in an org's webhook URL (user info, a token in the query) are
+// shown to neither a console viewer nor the audit log; an admin sees the URL it set.
+func TestWebhookURLCredentialsAreRedacted(t *testing.T) {
+	e := mustEnv(t)
+	hook := "https://hookuser:hookpass@hooks.example.com/qp?token=hooktoken&x=1"
+	if _, err := e.svc.UpdateOrg(context.Background(), tenants.Actor{Name: "test"}, "acme", tenants.OrgPatch{WebhookURL: &hook}); err != nil {
+		t.Fatal(err)
+	}
+	viewer, _ := e.mustSignIn(t, viewerEmail)
+	admin, _ := e.mustSignIn(t, adminEmail)
+	for _, tc := range []struct {
+		who, cookie, path string
+		secretsShown      bool
+	}{
+		{"viewer", viewer, "/v1/orgs/acme", false},
+		{"viewer", viewer, "/v1/orgs/acme/audit", false},
+		{"admin", admin, "/v1/orgs/acme/audit", false},
+		{"admin", admin, "/v1/orgs/acme", true},
+	} {
+		res := e.do(t, req{method: "GET", path: tc.path, cookie: tc.cookie})
+		text := body(t, res)
+		if res.StatusCode != 200 || !strings.Contains(text, "hooks.example.com") {
+			t.Fatalf("%s GET %s = %d %s", tc.who, tc.path, res.StatusCode, text)
+		}
+		for _, secret := range []string{"hookpass", "hooktoken"} {
+			if strings.Contains(text, secret) != tc.secretsShown {
+				t.Errorf("%s GET %s: shows %s = %v, want %v: %s", tc.who, tc.path, secret, !tc.secretsShown, tc.secretsShown, text)
+			}
+		}
+	}
+}

@@ -108,6 +108,9 @@ func (s *Server) ListOrgs(w http.ResponseWriter, r *http.Request, params api.Lis
 // GetOrg handles GET /v1/orgs/{org}.
 func (s *Server) GetOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	o, err := s.tenants.GetOrg(r.Context(), org)
+	if c := callerOf(r).console; c != nil && !c.CanChange() {
+		o.WebhookURL = redact.WebhookURL(o.WebhookURL) // a viewer sees no credentials (issue 28)
+	}
 	respond(s, w, r, http.StatusOK, fromOrg, o, err)
 }
 

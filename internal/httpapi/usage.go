@@ -17,13 +17,16 @@ func (s *Server) GetUsage(w http.ResponseWriter, r *http.Request, org api.OrgPat
 	if !s.billingReady(w, r) {
 		return
 	}
-	u, err := s.billing.Usage(r.Context(), org, deref(params.Period))
+	u, err := s.billing.Usage(r.Context(), org, deref(params.Period), page(params.Limit, params.Cursor))
 	respond(s, w, r, http.StatusOK, fromUsage, u, err)
 }
 
 func fromUsage(u billing.Usage) api.Usage {
 	out := api.Usage{Org: u.Org, Period: u.Period.ID, PeriodStart: u.Period.Start, PeriodEnd: u.Period.End,
 		Metrics: make([]api.MetricUsage, len(u.Metrics))}
+	if u.NextCursor != "" { // null on the last page, as the other lists (NextCursor is nullable)
+		out.NextCursor = &u.NextCursor
+	}
 	for i, m := range u.Metrics {
 		mu := api.MetricUsage{Metric: m.Metric, Org: fromLevelUsage(m.Org),
 			Teams: make([]api.UsageLevel, len(m.Teams)), Users: make([]api.UsageLevel, len(m.Users))}

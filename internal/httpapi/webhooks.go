@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/redact"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
@@ -25,6 +26,10 @@ func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, org api.OrgP
 	if c := callerOf(r).console; c != nil && !c.CanChange() && out.SigningSecret != nil {
 		note := "a console viewer cannot see the signing secret; ask an admin of the org"
 		out.SigningSecret, out.Note = nil, &note
+	}
+	if c := callerOf(r).console; c != nil && !c.CanChange() && out.Url != nil {
+		u := redact.WebhookURL(*out.Url) // nor the URL's credentials (issue 28)
+		out.Url = &u
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, out)

@@ -141,6 +141,12 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 		}
 		a = append(a, fingerprint(req))
 	}
+	// check.lua's "Shared Redis bounds": the users' bound only for an unregistered user
+	if req.Unregistered && req.User != "" {
+		a = append(a, e.boundsUser)
+	} else {
+		a = append(a, e.bounds)
+	}
 	c.args = append(a, b)
 }
 
@@ -239,6 +245,7 @@ func CheckCommand(prefix string, req Request, now time.Time) ([]any, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, slotted: true} // the keys of a cluster: every one in the org's slot
+	e.bounds, e.boundsUser = boundsArgs(&e.cfg)
 	c := &call{}
 	e.build(c, &req, now)
 	return c.args, nil

@@ -260,6 +260,9 @@ func (c *call) parse() (Result, byte, error) {
 	if c.reply == "C" {
 		return Result{}, statusConflict, fmt.Errorf("check %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
 	}
+	if err := c.boundError(); err != nil {
+		return Result{}, statusBound, err
+	}
 	res, status, err := parseReply(c.reply)
 	if c.req.More == nil { // a one-metric request's labels do not name the metric
 		for i := range res.Levels {

@@ -196,7 +196,7 @@ func TestKeyLayoutAndTTLs(t *testing.T) {
 	r := MustRig(t, "", quota.Config{})
 	ctx := context.Background()
 	org := testenv.ID(t, "a.b:c@d")
-	r.MustCheck(t, quota.Request{Org: org, Team: "t.1", User: "u:1@x", Metric: "requests", Cost: 1,
+	r.MustCheck(t, quota.Request{Org: org, Team: "t.1", User: "u:1@x", Unregistered: true, Metric: "requests", Cost: 1,
 		IdempotencyKey: "key-00000001", Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 5), lim(vocab.Second, 5)}}})
 	per := r.e.Period(1)
 	tag := r.prefix + ":{" + org + "}|"
@@ -226,8 +226,10 @@ func TestKeyLayoutAndTTLs(t *testing.T) {
 		kinds[kind]++
 		var lo, hi time.Duration
 		switch {
-		case rest == "m|"+per.ID, rest == "d|"+per.ID:
+		case rest == "m|"+per.ID, rest == "d|"+per.ID, rest == "u|"+per.ID: // u: the unregistered users (issue 28)
 			lo, hi = untilEnd-time.Minute, untilEnd+time.Minute
+		case rest == "n": // the count of idempotency records (issue 28): the TTL + a bucket (1 h)
+			lo, hi = 24*time.Hour, 25*time.Hour
 		case strings.HasPrefix(rest, "w|60|"):
 			lo, hi = 60*time.Second, 121*time.Second
 		case strings.HasPrefix(rest, "w|1|"):
@@ -242,7 +244,7 @@ func TestKeyLayoutAndTTLs(t *testing.T) {
 			t.Errorf("key %q: TTL %v, want within [%v, %v]", k, ttl, lo, hi)
 		}
 	}
-	if diff := cmp.Diff(map[string]int{"m": 1, "d": 1, "w": 2, "i": 1, "o": 1}, kinds); diff != "" {
+	if diff := cmp.Diff(map[string]int{"m": 1, "d": 1, "w": 2, "i": 1, "o": 1, "n": 1, "u": 1}, kinds); diff != "" {
 		t.Errorf("keys by kind (-want +got):\n%s", diff)
 	}
 	fields := r.raw.HKeys(ctx, tag+"m|"+per.ID).Val()

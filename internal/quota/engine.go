@@ -64,6 +64,13 @@ type Config struct {
 	MonthRetention time.Duration
 	// IdempotencyTTL is how long an idempotency key remembers its decision (default 24 h).
 	IdempotencyTTL time.Duration
+	// IdempotencyRecords bounds the idempotency records one org holds in Redis
+	// (default DefaultIdempotencyRecords; -1: no bound); UnregisteredUsers bounds the
+	// distinct unregistered users one org names in a billing period (default
+	// DefaultUnregisteredUsers; -1: no bound). A check past either is refused with a
+	// *BoundError (bounds.go).
+	IdempotencyRecords int64
+	UnregisteredUsers  int64
 	// Hydrator supplies stored usage when an org's counters for a period are missing
 	// from Redis; nil means there is none (the period starts from what Redis has).
 	Hydrator Hydrator
@@ -136,6 +143,12 @@ func (c *Config) setDefaults() error {
 	if c.IdempotencyTTL <= 0 {
 		c.IdempotencyTTL = 24 * time.Hour
 	}
+	if c.IdempotencyRecords == 0 {
+		c.IdempotencyRecords = DefaultIdempotencyRecords
+	}
+	if c.UnregisteredUsers == 0 {
+		c.UnregisteredUsers = DefaultUnregisteredUsers
+	}
 	if c.HydrateTimeout <= 0 {
 		c.HydrateTimeout = 5 * time.Second
 	}
@@ -181,6 +194,10 @@ type Engine struct {
 	ttlArg  any                              // idemTTL, boxed once
 	wb      *wouldBlocks                     // would-block counts not yet in Redis
 	tracer  trace.Tracer                     // nil when tracing is off
+
+	// bounds and boundsUser are check.lua's bounds argument (bounds.go), boxed once:
+	// boundsUser for a request naming an unregistered user
+	bounds, boundsUser any
 
 	reserving sync.Map // org -> the lost count when this engine added it to the reserving set (reserve.go)
 	// lost counts the signs that Redis lost data since New (a NOSCRIPT reply: Redis
@@ -236,6 +253,7 @@ func New(rdb redis.UniversalClient, cfg Config) (*Engine, error) {
 		wb:      newWouldBlocks(cfg.WouldBlockCap),
 	}
 	e.ttlArg = e.idemTTL
+	e.bounds, e.boundsUser = boundsArgs(&e.cfg)
 	e.tracer = newTracer(cfg.TracerProvider)
 	e.cluster, _ = rdb.(*redis.ClusterClient)
 	e.slotted = e.cluster != nil

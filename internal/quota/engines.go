@@ -337,6 +337,7 @@ func (r *Engines) answer(route *vocab.Route, req *Request, pool string, res Resu
 	if bad {
 		r.metrics.replyError(pool)
 	}
+	r.metrics.boundRefusal(err)
 	if !bad && !errors.Is(err, ErrUnavailable) && !isBreakerRejection(err) {
 		return res, err
 	}
@@ -492,6 +493,7 @@ func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, o
 	if errors.Is(err, ErrBadReply) {
 		r.metrics.replyError(b.name)
 	}
+	r.metrics.boundRefusal(err)
 	return res, out, err
 }
 

@@ -24,6 +24,7 @@ type enginesMetrics struct {
 	resends   *prometheus.CounterVec   // pool, reason
 	badReply  *prometheus.CounterVec   // pool
 	bounded   *prometheus.CounterVec   // pool
+	refused   *prometheus.CounterVec   // org, bound: checks past an org's bound on Redis (bounds.go)
 
 	reservations *prometheus.CounterVec // event: opened, committed, released, expired
 	overUnits    prometheus.Counter     // units committed beyond their reservation
@@ -98,6 +99,10 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 		Name: "quotaplane_counters_at_bound_total",
 		Help: "Checks that found a counter at its bound, 2^51 (quota.MaxCounter): a value stored out of range, read as the bound, or a counter full. Such a counter is over every limit; an operator corrects it with POST /v1/orgs/{org}/usage/adjustments.",
 	}, []string{"pool"})
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_org_bound_refusals_total",
+		Help: "Checks and reservations refused because they would take their org past one of its bounds on the shared Redis: bound is idempotency_records (QUOTA_IDEMPOTENCY_RECORDS) or unregistered_users (QUOTA_UNREGISTERED_USERS, per period). Series exist only for orgs that reached a bound.",
+	}, []string{"org", "bound"})
 	m.reservations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotaplane_reservations_total",
 		Help: "Reservations opened and settled by this process. event is opened, committed, released or expired (settled by its on_expiry).",
@@ -124,7 +129,7 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.badReply, m.bounded, m.leases, m.leaseUnits, m.leaseChecks, m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
+	for _, c := range []prometheus.Collector{m.badReply, m.bounded, m.refused, m.leases, m.leaseUnits, m.leaseChecks, m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -136,6 +141,14 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 // route is nil when the check had none (a batch with fewer routes than checks).
 // replyError counts a check or reservation whose script reply was unreadable.
 func (m *enginesMetrics) replyError(pool string) { m.badReply.WithLabelValues(pool).Inc() }
+
+// boundRefusal counts a check or reservation refused past its org's bound (bounds.go).
+func (m *enginesMetrics) boundRefusal(err error) {
+	var be *BoundError
+	if errors.As(err, &be) {
+		m.refused.WithLabelValues(be.Org, be.Bound).Inc()
+	}
+}
 
 // atBound counts a check whose reply shows a counter at MaxCounter.
 func (m *enginesMetrics) atBound(pool string, res *Result) {

@@ -19,6 +19,7 @@ const (
 	statusHydrate  = 'H'
 	statusReplay   = 'R'
 	statusConflict = 'C'
+	statusBound    = 'Q' // past one of the org's bounds (bounds.go): nothing counted
 )
 
 // parseReply decodes check.lua's reply into a Result. It returns the status byte so

@@ -323,7 +323,7 @@ func (e *Engine) buildReserve(c *call, req *Request, now time.Time, id string, o
 	if idem {
 		idemKey = a[6]
 		head = 7
-		a[len(a)-2] = reserveFingerprint(req) // the fingerprint, before the packed numbers
+		a[len(a)-3] = reserveFingerprint(req) // the fingerprint, before the bounds and the packed numbers
 	}
 	argv := a[head:]
 	expires := now.UnixMilli() + opt.TTL.Milliseconds()
@@ -355,6 +355,9 @@ func (c *call) parseReserve() (Result, byte, error) {
 		return Result{}, statusHydrate, nil
 	case "C":
 		return Result{}, statusConflict, fmt.Errorf("reserve %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
+	}
+	if err := c.boundError(); err != nil {
+		return Result{}, statusBound, err
 	}
 	replay := strings.HasPrefix(s, "R")
 	if replay {

@@ -122,6 +122,9 @@ type Request struct {
 	// the window, and 1.5-1.8x the Redis time per check (docs/ARCHITECTURE.md
 	// "Sliding windows"). Leases of a precise check end with the current sub-bucket.
 	Precise bool
+	// Unregistered says User is not a registered user of the org: the org's bound on
+	// distinct unregistered users a period (Config.UnregisteredUsers) applies.
+	Unregistered bool
 	// NoLease keeps the check out of leases (the org's plan or override says leases:
 	// off): it is decided in Redis even when its path is hot.
 	NoLease bool

@@ -66,9 +66,11 @@ func getOrg(ctx context.Context, q querier, id string, now time.Time) (Org, erro
 	return os[0], nil
 }
 
-// auditOrg is the snapshot of an org the audit log keeps: no Redis password.
+// auditOrg is the snapshot of an org the audit log keeps: no Redis password, and no
+// credentials of its webhook URL (issue 28).
 func auditOrg(o Org) Org {
 	o.RedisURL = redact.URL(o.RedisURL)
+	o.WebhookURL = redact.WebhookURL(o.WebhookURL)
 	return o
 }
 

@@ -105,3 +105,64 @@ func internalWords(s string) string {
 	}
 	return ""
 }
+
+// Issue 28: a refused target that a host name resolved to is not named: the delivery
+// log, a test send and its url_warning say only that the host is not public
+// ("localhost" resolves to 127.0.0.1 or ::1 on any machine).
+func TestPrivateTargetIsNotNamed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	org := testenv.ID(t, "org")
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 10)}, nil, tenants.TeamInput{ID: "eng"})
+	url := "http://localhost:9/hook"
+	if _, err := e.Svc.UpdateOrg(ctx, operator, org, tenants.OrgPatch{WebhookURL: &url}); err != nil {
+		t.Fatal(err)
+	}
+	var id int64
+	if err := pgx.BeginFunc(ctx, e.Pool, func(tx pgx.Tx) error {
+		var err error
+		id, err = webhooks.RecordEvent(ctx, tx, nil, org, webhooks.EventThreshold, "2026-11", "t-private", map[string]int{"x": 1}, true)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	client := webhooks.NewClient(300*time.Millisecond, false)
+	d := &webhooks.Deliverer{Store: e.hooks, Tenants: e.Svc, Secret: master, Client: client}
+	if err := d.Deliver(ctx, id, 1); err == nil {
+		t.Fatal("the delivery to a loopback address succeeded")
+	}
+	ds, _, err := e.hooks.Deliveries(ctx, org, tenants.Page{Limit: 10})
+	if err != nil || len(ds) != 1 {
+		t.Fatalf("delivery log: %+v, %v", ds, err)
+	}
+	svc := &webhooks.Service{Store: e.hooks, Tenants: e.Svc, Secret: master, Client: client}
+	res, err := svc.TestWebhook(ctx, org)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for where, text := range map[string]string{"delivery log": ds[0].Error, "test send": res.Error} {
+		if !strings.Contains(text, "not a public address") {
+			t.Errorf("%s: %q does not say the host is not public", where, text)
+		}
+		for _, addr := range []string{"127.0.0.1", "::1", ":9"} {
+			if strings.Contains(text, addr) {
+				t.Errorf("%s: %q names the resolved address %s", where, text, addr)
+			}
+		}
+	}
+}
+
+// Issue 28: the IPv6 ranges that reach IPv4 or internal addresses are not public:
+// local-use NAT64, 6to4 and Teredo.
+func TestIPv6TransitionRangesAreNotPublic(t *testing.T) {
+	for _, ip := range []string{"64:ff9b:1::a00:1", "64:ff9b::7f00:1", "2002:a00:1::1", "2002:c0a8:101::1", "2001:0:4136:e378::1"} {
+		if webhooks.URLWarning("http://["+ip+"]/hook") == "" {
+			t.Errorf("%s is taken for a public address", ip)
+		}
+	}
+	for _, ip := range []string{"2606:4700::1111", "2001:db9::1", "2001:1::1"} {
+		if w := webhooks.URLWarning("http://[" + ip + "]/hook"); w != "" {
+			t.Errorf("%s is public, but: %s", ip, w)
+		}
+	}
+}

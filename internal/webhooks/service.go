@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/tenants"
@@ -124,7 +123,7 @@ func (s *Service) TestWebhook(ctx context.Context, org string) (TestDelivery, er
 	switch {
 	case errors.Is(sendErr, ErrPrivateTarget):
 		out.Error = DescribeSendError(sendErr, s.Client)
-		out.URLWarning = privateWarning(o.WebhookURL, sendErr)
+		out.URLWarning = privateWarning(o.WebhookURL)
 	case sendErr != nil:
 		if ctx.Err() != nil {
 			return TestDelivery{}, ctx.Err()
@@ -142,10 +141,9 @@ func (s *Service) TestWebhook(ctx context.Context, org string) (TestDelivery, er
 
 // privateWarning explains a refused target: URLWarning's words for an address the URL
 // names itself, or the dialled address for a host name that resolved to one.
-func privateWarning(target string, err error) string {
+func privateWarning(target string) string {
 	if w := URLWarning(target); w != "" {
 		return w
 	}
-	return "the host resolves to a non-public address (" + strings.TrimPrefix(err.Error(), ErrPrivateTarget.Error()+": ") +
-		"): the api and the worker deliver to it only with QUOTA_WEBHOOK_ALLOW_PRIVATE=true (local development); a production server refuses it"
+	return "the host resolves to a non-public address: the api and the worker deliver to it only with QUOTA_WEBHOOK_ALLOW_PRIVATE=true (local development); a production server refuses it"
 }

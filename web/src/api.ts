@@ -118,7 +118,24 @@ export const api = {
   org: (org: string) => request<Org>('GET', o(org)),
   setMode: (org: string, mode: Mode) => request<Org>('PATCH', o(org), { mode }),
   throttle: (org: string) => request<Throttle | undefined>('GET', `${o(org)}/throttle`), // undefined (204): none in force
-  usage: (org: string, period?: string) => request<Usage>('GET', `${o(org)}/usage${period ? `?period=${e(period)}` : ''}`),
+  // Usage comes a page of users at a time (issue 28); the console shows every user, so
+  // it follows next_cursor and gathers each metric's users.
+  usage: async (org: string, period?: string): Promise<Usage> => {
+    const path = (cursor?: string) =>
+      `${o(org)}/usage?limit=1000${period ? `&period=${e(period)}` : ''}${cursor ? `&cursor=${e(cursor)}` : ''}`;
+    const all = await request<Usage>('GET', path());
+    for (let next = all.next_cursor; next; ) {
+      const page = await request<Usage>('GET', path(next));
+      for (const m of page.metrics) {
+        const have = all.metrics.find((x) => x.metric === m.metric);
+        if (have) have.users.push(...m.users);
+        else all.metrics.push(m);
+      }
+      next = page.next_cursor;
+    }
+    all.next_cursor = undefined;
+    return all;
+  },
 
   teams: (org: string) => request<Page<Team>>('GET', `${o(org)}/teams?limit=1000`),
   createTeam: (org: string, t: S['TeamCreate']) => request<Team>('POST', `${o(org)}/teams`, t),

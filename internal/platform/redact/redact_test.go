@@ -41,3 +41,18 @@ func TestError(t *testing.T) {
 		t.Errorf("Item = %q", got)
 	}
 }
+
+// Issue 28: a webhook URL's user info is a credential even without a password.
+func TestWebhookURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://tok123@hooks.example.com/x":        "https://" + redact.Mask + "@hooks.example.com/x",
+		"https://u:p4ss@hooks.example.com/x":        "https://u:" + redact.Mask + "@hooks.example.com/x",
+		"https://hooks.example.com/x?token=abc&a=1": "https://hooks.example.com/x?a=1&token=" + redact.Mask,
+		"https://hooks.example.com/x":               "https://hooks.example.com/x",
+		"":                                          "",
+	} {
+		if got := redact.WebhookURL(in); got != want {
+			t.Errorf("WebhookURL(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

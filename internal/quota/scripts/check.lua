@@ -20,6 +20,7 @@
 -- with an idempotency key, then: its TTL (s), per row its label
 --   "letter|id|window|limit" (window: length in seconds, or M for the month), and
 --   the request's fingerprint (the engine's fingerprint: org, team, user, metric, cost)
+-- then the org's bounds (see "Shared Redis bounds" below): '<records> <bucket ms> <users>'
 -- the last ARGV: the numbers, packed as little-endian doubles (the engine's
 --   appendNumbers; last, so that redis-cli --pipe and redis-benchmark -x can send them):
 --   cost, force (1 = count even over a limit: shadow, warn), now (ms, the engine's clock
@@ -66,7 +67,7 @@ if idem then
   local first = redis.call('GET', idem)
   if first then
     if string.byte(first) ~= 35 then return 'R' .. first end
-    local fp = ARGV[argc - 1]
+    local fp = ARGV[argc - 2]
     if string.sub(first, 2, #fp + 1) ~= fp then return 'C' end
     return 'R' .. string.sub(first, #fp + 2)
   end
@@ -319,6 +320,70 @@ end
 if cost > 0 and status ~= 3 and top + cost > MAXC then
   if a[2] == 1 and not reserve then cost = 0 else status, retry = 3, math.max(retry, a[4] - now, 1) end
 end
+-- Shared Redis bounds (KEYS.md "Bounds"): what one org may make the shared Redis hold.
+-- ARGV[argc - 1] is '<records> <bucket ms> <users>': the most idempotency records the
+-- org may hold, the length of the buckets their count is kept in, and the most distinct
+-- unregistered users it may name in a period (0: no bound, or the request names no
+-- unregistered user). Only a check that counts is bounded (one that counts nothing
+-- stores no record: a denial's retry is harmless), and one past a bound is refused
+-- ('Q', the bound's letter, its value) before anything is written.
+if cost > 0 and status ~= 3 then
+  local bounds, pre = ARGV[argc - 1], string.match(KEYS[1], '^(.*|)m|')
+  local ucap = tonumber(string.match(bounds, '(%d+)$'))
+  local uk, um, ik, ib = false, false, false, false
+  if ucap > 0 and mnew then
+    -- the period's set of unregistered users who counted: <p>:{<org>}|u|<period>
+    uk, um = pre .. 'u|' .. string.sub(KEYS[1], #pre + 3), string.match(ARGV[3], '|u|(.*)$')
+    if redis.call('SISMEMBER', uk, um) == 1 then
+      uk = false
+    elseif redis.call('SCARD', uk) >= ucap then
+      return 'Qu' .. ucap
+    end
+  end
+  local icap, bms = string.match(bounds, '^(%d+) (%d+)')
+  icap, bms = tonumber(icap), tonumber(bms)
+  if idem and icap > 0 then
+    -- <p>:{<org>}|n counts the org's records by the bucket they were stored in: field
+    -- <bucket> (now / bms), n their sum, lo the oldest bucket counted. A bucket whose
+    -- records have all expired (older than the TTL) leaves the sum, so the sum is at
+    -- least the records held, at most a bucket's more.
+    ik, ib = pre .. 'n', floor(now / bms)
+    local cut = ib - math.ceil(ARGV[1 + nl + 2 * nw] * 1000 / bms)
+    local v = redis.call('HMGET', ik, 'n', 'lo')
+    local n, lo = tonumber(v[1]) or 0, tonumber(v[2])
+    if lo and lo < cut then
+      local all, old, low = redis.call('HGETALL', ik), {}, false
+      for i = 1, #all, 2 do
+        local b = tonumber(all[i]) -- n and lo are not numbers
+        if b and b < cut then
+          n, old[#old + 1] = n - tonumber(all[i + 1]), all[i]
+        elseif b and (not low or b < low) then
+          low = b
+        end
+      end
+      if low then
+        if #old > 0 then redis.call('HDEL', ik, unpack(old)) end
+        redis.call('HSET', ik, 'n', fmt('%d', n), 'lo', fmt('%d', low))
+      else
+        redis.call('DEL', ik)
+        n = 0
+      end
+    end
+    if n >= icap then return 'Qi' .. icap end
+  end
+  if uk then
+    if redis.call('SADD', uk, um) == 1 and redis.call('TTL', uk) == -1 then redis.call('EXPIREAT', uk, a[5]) end
+  end
+  if ik then
+    redis.call('HINCRBY', ik, 'n', 1)
+    redis.call('HINCRBY', ik, fmt('%d', ib), 1)
+    redis.call('HSETNX', ik, 'lo', fmt('%d', ib))
+    -- refreshed at every record (not only when created): the count must live as long
+    -- as the newest record it counts
+    redis.call('PEXPIRE', ik, ARGV[1 + nl + 2 * nw] * 1000 + bms)
+  end
+end
+
 local add = 0
 if cost > 0 and status ~= 3 then
   -- Count at every level: month counters, the dirty set, every limited window's bucket.
@@ -406,5 +471,9 @@ for r = 4, last do
   label, q = label + 1, q + 3
 end
 local reply = table.concat(rows, ';')
-redis.call('SET', idem, '#' .. ARGV[argc - 1] .. reply, 'EX', ARGV[1 + nl + 2 * nw])
+-- stored only when the check counted: one that counted nothing (denied, cost 0, or
+-- over the bound of numbers) is harmless to decide again
+if cost > 0 and status ~= 3 then
+  redis.call('SET', idem, '#' .. ARGV[argc - 2] .. reply, 'EX', ARGV[1 + nl + 2 * nw])
+end
 return reply

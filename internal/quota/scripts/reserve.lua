@@ -12,7 +12,8 @@
 -- KEYS[6] changed           <p>:{<org>}|rd             set: ids changed since the last drain
 -- KEYS[7] dirty-org index (as check.lua's KEYS[3]): a reservation is a change to drain
 -- KEYS[8] idempotency       <p>:{<org>}|i|<key>        optional
--- ARGV: check.lua's (with an idempotency key: its TTL and the fingerprint, no labels),
+-- ARGV: check.lua's (with an idempotency key: its TTL and the fingerprint, no labels;
+--   then the org's bounds, check.lua's "Shared Redis bounds", and the packed numbers),
 --   then five of the reservation: id, on_expiry (commit|release), expires_at (ms), the
 --   record's expiry (unix s), the period id.
 --
@@ -100,7 +101,7 @@ local function reserve(a, status, retry, blocked, out, last, add)
   for i = 4, last do out[i] = out[i] + add end
   local reply = id .. ';' .. struct.pack('<' .. string.rep('d', last), unpack(out, 1, last))
   if idem and status ~= 3 then
-    redis.call('SET', idem, '#' .. ARGV[argc - 1] .. reply, 'EX', ARGV[1 + a[6] + 2 * a[7]])
+    redis.call('SET', idem, '#' .. ARGV[argc - 2] .. reply, 'EX', ARGV[1 + a[6] + 2 * a[7]])
   end
   return reply
 end

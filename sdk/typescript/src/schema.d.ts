@@ -531,7 +531,9 @@ export interface paths {
          *     key may come in the `Idempotency-Key` header instead (IETF
          *     draft-ietf-httpapi-idempotency-key-header). The same key with a different
          *     request (team, user, metric or cost, after a registered user's team is
-         *     resolved) answers 422 and consumes nothing.
+         *     resolved) answers 422 and consumes nothing. Only a check that consumed is
+         *     remembered: a denied check, or one of `cost: 0`, consumed nothing, so a
+         *     repeat of its key is decided again.
          *
          *     The org's mode decides what a denial does: `enforce` answers 429; `shadow`
          *     answers 200 with `would_block`; `warn` answers 200 with `warning` and the
@@ -710,6 +712,11 @@ export interface paths {
          *     Each metric also carries `daily`: the org's cumulative usage of the period at the
          *     end of each UTC day, as the worker recorded it (for open and closed periods).
          *     Needs the operator token or an org key with the `admin` or `billing` scope.
+         *
+         *     Users come a page at a time: `limit` users (default 100, at most 1,000) ordered
+         *     by team and id, each with its rows of every metric, after `cursor`; the org and
+         *     its teams are on every page. `next_cursor` is the next page's cursor, absent on
+         *     the last.
          */
         get: operations["getUsage"];
         put?: never;
@@ -2170,6 +2177,7 @@ export interface components {
              */
             period_end: string;
             metrics: components["schemas"]["MetricUsage"][];
+            next_cursor?: components["schemas"]["NextCursor"];
         };
         WouldBlockDay: {
             /**
@@ -3711,7 +3719,12 @@ export interface operations {
              *       sorted; or
              *     - the idempotency key was first used (within 24 hours, in this org) with a
              *       different request: team, user, metric or cost differ. The first decision
-             *       stays stored under the key; use a new key for a new request.
+             *       stays stored under the key; use a new key for a new request; or
+             *     - the check would take the org past one of its bounds on the shared Redis
+             *       (SECURITY.md): it holds its most idempotency records (`errors` names
+             *       `idempotency_key`, the detail `idempotency_records`), or has named its most
+             *       distinct unregistered users this billing period (`user`,
+             *       `unregistered_users`). Nothing was counted.
              */
             422: {
                 headers: {
@@ -3992,6 +4005,10 @@ export interface operations {
             query?: {
                 /** @description Billing period as `YYYY-MM` (the month in which the period starts). Defaults to the current period. Usage and would-block answer 400 for a period that has not begun, naming the current one. */
                 period?: components["parameters"]["PeriodQuery"];
+                /** @description Page size. */
+                limit?: components["parameters"]["LimitQuery"];
+                /** @description Opaque cursor from the previous page's `next_cursor`. */
+                cursor?: components["parameters"]["CursorQuery"];
             };
             header?: never;
             path: {

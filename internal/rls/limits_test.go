@@ -1,0 +1,139 @@
+package rls_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+
+	"github.com/quotaplane/quotaplane/internal/rls"
+)
+
+// serveLimits starts the gRPC server with l on a loopback port and returns its address.
+func serveLimits(t *testing.T, l rls.Limits) string {
+	t.Helper()
+	opts, err := rls.ServerOptions(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := rls.NewServer(rls.Deps{}, opts...)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	t.Cleanup(g.Stop)
+	return ln.Addr().String()
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key as PEM files in dir and
+// returns their paths and a pool trusting it.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "quotaplane-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
+func healthCheck(ctx context.Context, addr string, creds credentials.TransportCredentials) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
+// Issue 28: with QUOTA_GRPC_TLS_CERT and _KEY the server speaks TLS only; a bad pair
+// is refused at start.
+func TestGRPCServesTLS(t *testing.T) {
+	certFile, keyFile, pool := selfSigned(t, t.TempDir())
+	addr := serveLimits(t, rls.Limits{CertFile: certFile, KeyFile: keyFile})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := healthCheck(ctx, addr, credentials.NewTLS(&tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12})); err != nil {
+		t.Fatalf("a TLS client: %v", err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, time.Second)
+	defer cancel2()
+	if err := healthCheck(short, addr, insecure.NewCredentials()); err == nil {
+		t.Error("a plaintext client was answered by the TLS server")
+	}
+	if _, err := rls.ServerOptions(rls.Limits{CertFile: certFile, KeyFile: certFile}); err == nil {
+		t.Error("a certificate given as its own key was accepted")
+	}
+}
+
+// Issue 28: MaxStreams bounds the calls one connection has in flight: with 1, a
+// health Watch (a stream that stays open) makes the next call on the connection wait.
+func TestGRPCMaxStreams(t *testing.T) {
+	addr := serveLimits(t, rls.Limits{MaxStreams: 1})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Recv(); err != nil { // the stream is open on the server
+		t.Fatal(err)
+	}
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	if _, err := hc.Check(short, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("a second call beside an open stream with MaxStreams 1: %v, want it to wait (DeadlineExceeded)", err)
+	}
+	cancel() // the watch ends: the next call goes through
+	ok, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel3()
+	if _, err := hc.Check(ok, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("after the stream ended: %v", err)
+	}
+}
