@@ -59,6 +59,7 @@ func run(ctx context.Context, args []string) error {
 	fs.Int64Var(&cfg.Requests, "requests", 0, "stop after this many requests (0: duration only)")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "requests per second over all connections (0: as fast as possible)")
 	fs.IntVar(&cfg.Batch, "batch", 0, "checks per request via /v1/check/batch (0: /v1/check)")
+	fs.BoolVar(&cfg.GRPCPath, "grpc-path", false, "with -grpc: send Envoy's three descriptors of one path, [org], [org, team], [org, team, user], instead of one [team, user]")
 	fs.StringVar(&cfg.GRPCAddr, "grpc", "", "send each check as Envoy's ShouldRateLimit to the api's gRPC rate limit service at this host:port (QUOTA_GRPC_ADDR) instead of /v1/check")
 	fs.Float64Var(&cfg.HotShare, "hot", 0, "share of traffic sent to one hot org (0..1)")
 	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair); give each mode its own -prefix")

@@ -154,7 +154,7 @@ func now(e Engine, route vocab.Route) time.Time {
 // clock of the check's engine, so a throttle lifts on every replica at once, without
 // any change, and a stepped local clock lifts none early or late).
 func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
-	req, route, org, th, p, err := s.resolve(ctx, c, in)
+	req, route, org, th, p, err := s.resolve(ctx, c, in, nil)
 	if err == nil {
 		err = price(&req, p)
 	}
@@ -163,8 +163,9 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 
 // resolve is request without the price: the request of in's own metrics and costs,
 // and what pricing it needs (price adds its spend). CheckPaths prices each path once
-// its checks are merged.
-func (s *Service) resolve(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, pricing, error) {
+// its checks are merged. The limits go into *slab when it has room (CheckPaths gives
+// its inputs one: one allocation, not one each; issue 30).
+func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab.Limit) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, pricing, error) {
 	var none tenants.ResolvedOrg
 	var th tenants.Throttle
 	var p pricing
@@ -242,10 +243,19 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input) (quota.Reques
 	if len(org.Throttles) > 0 {
 		th, _ = org.ThrottleOf(now(s.engine, route))
 	}
-	buf := make([]vocab.Limit, 0, len(org.Org.EffectiveLimits)+len(team.Limits)+len(userLimits))
+	n := len(org.Org.EffectiveLimits) + len(team.Limits) + len(userLimits)
+	var buf []vocab.Limit
+	if slab != nil && cap(*slab)-len(*slab) >= n {
+		buf = (*slab)[len(*slab):len(*slab)]
+	} else {
+		buf = make([]vocab.Limit, 0, n)
+	}
 	req.Limits.Org, buf = limitsFor(buf, req.Metric, org.Org.EffectiveLimits, th)
 	req.Limits.Team, buf = limitsFor(buf, req.Metric, team.Limits, th)
-	req.Limits.User, _ = limitsFor(buf, req.Metric, userLimits, th)
+	req.Limits.User, buf = limitsFor(buf, req.Metric, userLimits, th)
+	if slab != nil && cap(*slab)-len(*slab) >= n {
+		*slab = (*slab)[:len(*slab)+len(buf)]
+	}
 	for i := range req.More {
 		m := &req.More[i]
 		m.Limits.Org, _ = limitsFor(nil, m.Metric, org.Org.EffectiveLimits, th)

@@ -107,7 +107,13 @@ func appendPolicyName(b []byte, metric string, level vocab.Level, window vocab.W
 // each name once (the first); metric is the metric of levels that do not name theirs.
 // "" when levels is empty.
 func PolicyField(levels []quota.LevelStatus, metric string) string {
-	b := make([]byte, 0, 40*len(levels))
+	return string(AppendPolicyField(make([]byte, 0, 40*len(levels)), levels, metric))
+}
+
+// AppendPolicyField appends PolicyField's value to b: the transports build all of an
+// answer's header values in one buffer, one allocation (issue 30).
+func AppendPolicyField(b []byte, levels []quota.LevelStatus, metric string) []byte {
+	start := len(b)
 	metricOf := func(l *quota.LevelStatus) string {
 		if l.Metric == "" {
 			return metric
@@ -122,7 +128,7 @@ func PolicyField(levels []quota.LevelStatus, metric string) string {
 		}) {
 			continue
 		}
-		if len(b) > 0 {
+		if len(b) > start {
 			b = append(b, ", "...)
 		}
 		b = appendPolicyName(b, m, l.Level, l.Window)
@@ -140,14 +146,18 @@ func PolicyField(levels []quota.LevelStatus, metric string) string {
 			b = strconv.AppendQuote(b, m)
 		}
 	}
-	return string(b)
+	return b
 }
 
 // LimitField is the RateLimit field of rl: its policy, r its remaining units and t
 // its reset in seconds (omitted for an allowed concurrent limit, which frees as its
 // holders settle, not on a clock).
 func LimitField(rl RateLimit) string {
-	b := make([]byte, 0, 48)
+	return string(AppendLimitField(make([]byte, 0, 48), rl))
+}
+
+// AppendLimitField appends LimitField's value to b.
+func AppendLimitField(b []byte, rl RateLimit) []byte {
 	b = appendPolicyName(b, rl.Level.Metric, rl.Level.Level, rl.Level.Window)
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, rl.Remaining, 10)
@@ -155,7 +165,7 @@ func LimitField(rl RateLimit) string {
 		b = append(b, ";t="...)
 		b = strconv.AppendInt(b, rl.Reset, 10)
 	}
-	return string(b)
+	return b
 }
 
 // Violated is the name of the policy that denied d ("" when d was allowed): the one

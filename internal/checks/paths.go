@@ -90,8 +90,9 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 		return Paths{}, derrors.E(derrors.Invalid, "no check to decide", nil)
 	}
 	cs := make([]pathCheck, len(ins))
+	slab := make([]vocab.Limit, 0, 8*len(ins)) // the inputs' limits, when they fit
 	for i, in := range ins {
-		req, route, org, _, p, err := s.resolve(ctx, c, in)
+		req, route, org, _, p, err := s.resolve(ctx, c, in, &slab)
 		if err != nil {
 			return Paths{}, &InputError{Index: i, Err: err}
 		}
@@ -113,7 +114,12 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 // metric into groups, deepest first: a user's check takes in its team's and its org's
 // of the same metric; a team's takes in its org's. It sets each check's group.
 func pathGroups(cs []pathCheck) []group {
-	order := make([]int, len(cs))
+	var orderBuf [16]int
+	order := orderBuf[:0]
+	if len(cs) > len(orderBuf) {
+		order = make([]int, 0, len(cs))
+	}
+	order = order[:len(cs)]
 	for i := range order {
 		order[i] = i
 	}
@@ -149,8 +155,13 @@ func pathGroups(cs []pathCheck) []group {
 // only in metric one multi-metric group, decided in one run all or nothing (at most
 // quota.MaxMetrics metrics a group; more start another). It renumbers cs's groups.
 func mergeMetrics(cs []pathCheck, gs []group) []group {
-	into := make([]int, len(gs))
-	var out []group
+	var intoBuf [16]int
+	into := intoBuf[:0]
+	if len(gs) > len(intoBuf) {
+		into = make([]int, 0, len(gs))
+	}
+	into = into[:len(gs)]
+	out := gs[:0] // in place: out[k] is written after gs[k] was read (k <= i)
 	for i, g := range gs {
 		r := g.req
 		j := slices.IndexFunc(out, func(o group) bool {
@@ -199,10 +210,11 @@ func (s *Service) decide(ctx context.Context, gs []group) error {
 // describePaths describes each input by its path's result, and the whole.
 func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 	out := Paths{Allowed: true, Checks: make([]PathCheck, len(cs))}
+	var scratch [16]quota.LevelStatus // levelsOf's, reused: tightest keeps a copy
 	for i, c := range cs {
 		g := gs[c.group]
 		pc := PathCheck{Metric: c.req.Metric, Allowed: g.res.Allowed}
-		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req, len(g.req.More) > 0), now, c.req.Metric)
+		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req, len(g.req.More) > 0, scratch[:0]), now, c.req.Metric)
 		out.Checks[i] = pc
 	}
 	// The whole is described by the first denied path, else the tightest of all.
@@ -249,13 +261,14 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 // levelsOf is the part of a path's result that an input names: its own level and
 // those above it. A team's check merged into a user's path is described by the
 // team's and org's limits, not the user's.
-// A multi-metric path's input is described by its own metric's limits.
-func levelsOf(res quota.Result, req quota.Request, multi bool) quota.Result {
+// A multi-metric path's input is described by its own metric's limits. The levels
+// are appended to buf.
+func levelsOf(res quota.Result, req quota.Request, multi bool, buf []quota.LevelStatus) quota.Result {
 	if req.User != "" && !multi {
 		return res
 	}
 	out := res
-	out.Levels = make([]quota.LevelStatus, 0, len(res.Levels))
+	out.Levels = buf[:0]
 	for _, l := range res.Levels {
 		if multi && l.Metric != req.Metric {
 			continue

@@ -41,6 +41,15 @@ func benchServerTraced(b *testing.B, tp trace.TracerProvider) (url, key string) 
 // benchServerWith is benchServerTraced with the engine's leases configured.
 func benchServerWith(b *testing.B, tp trace.TracerProvider, leases quota.LeaseConfig) (url, key string) {
 	b.Helper()
+	h, key := benchHandler(b, tp, leases)
+	srv := httptest.NewServer(h)
+	b.Cleanup(srv.Close)
+	return srv.URL, key
+}
+
+// benchHandler is the api's handler of benchServerWith, without a server.
+func benchHandler(b *testing.B, tp trace.TracerProvider, leases quota.LeaseConfig) (http.Handler, string) {
+	b.Helper()
 	ctx := context.Background()
 	svc := tenants.NewService(testenv.Postgres(b), tenants.WithPasswordCost(64, 1))
 	seed := tenants.Actor{Name: "bench"}
@@ -74,9 +83,7 @@ func benchServerWith(b *testing.B, tp trace.TracerProvider, leases quota.LeaseCo
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	b.Cleanup(srv.Close)
-	return srv.URL, key
+	return h, key
 }
 
 // drive sends b.N requests from 50 concurrent connections (as wrk -c50 would) and

@@ -104,24 +104,45 @@ func setRateLimitHeaders(h http.Header, d *checks.Decision, mode checks.HeaderMo
 	}
 	t := d.RateLimit
 	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
-	// but the spelling of the IETF draft is what people grep for. The values
-	// share one backing array, each capped at its own element.
-	switch {
-	case mode.Legacy() && mode.Draft():
-		v := []string{strconv.FormatInt(t.Limit, 10), strconv.FormatInt(t.Remaining, 10), strconv.FormatInt(t.Reset, 10),
-			checks.PolicyField(d.Result.Levels, d.Metric), checks.LimitField(t)}
+	// but the spelling of the IETF draft is what people grep for. The values are
+	// written into one buffer and made one string, and share one backing array, each
+	// capped at its own element: two allocations for all five (issue 30, against seven;
+	// BenchmarkServerCheck).
+	var buf [256]byte
+	b := buf[:0]
+	var end [5]int
+	n := 0
+	if mode.Legacy() {
+		b = strconv.AppendInt(b, t.Limit, 10)
+		end[0] = len(b)
+		b = strconv.AppendInt(b, t.Remaining, 10)
+		end[1] = len(b)
+		b = strconv.AppendInt(b, t.Reset, 10)
+		end[2] = len(b)
+		n = 3
+	}
+	if mode.Draft() {
+		b = checks.AppendPolicyField(b, d.Result.Levels, d.Metric)
+		end[n] = len(b)
+		b = checks.AppendLimitField(b, t)
+		end[n+1] = len(b)
+		n += 2
+	}
+	if n == 0 {
+		return
+	}
+	all := string(b)
+	v := make([]string, n)
+	for i, from := 0, 0; i < n; i++ {
+		v[i], from = all[from:end[i]], end[i]
+	}
+	if mode.Legacy() {
 		h["RateLimit-Limit"] = v[0:1:1]
 		h["RateLimit-Remaining"] = v[1:2:2]
 		h["RateLimit-Reset"] = v[2:3:3]
-		h["RateLimit-Policy"] = v[3:4:4]
-		h["RateLimit"] = v[4:5:5]
-	case mode.Legacy():
-		v := []string{strconv.FormatInt(t.Limit, 10), strconv.FormatInt(t.Remaining, 10), strconv.FormatInt(t.Reset, 10)}
-		h["RateLimit-Limit"] = v[0:1:1]
-		h["RateLimit-Remaining"] = v[1:2:2]
-		h["RateLimit-Reset"] = v[2:3:3]
-	case mode.Draft():
-		v := []string{checks.PolicyField(d.Result.Levels, d.Metric), checks.LimitField(t)}
+		v = v[3:]
+	}
+	if mode.Draft() {
 		h["RateLimit-Policy"] = v[0:1:1]
 		h["RateLimit"] = v[1:2:2]
 	}

@@ -25,18 +25,33 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b 
 // decodeCheck reads a CheckRequest like decode (strict, one object, 1 MiB cap), by hand
 // when the body is a flat object of known fields with plain values.
 func decodeCheck(w http.ResponseWriter, r *http.Request, in *api.CheckRequest) bool {
-	return decodeFast(w, r, in, func(b []byte) bool { return parseCheckRequest(b, in) })
+	return decodeFast(w, r, func(b []byte) bool { return parseCheckRequest(b, in) }, func(b []byte) error {
+		*in = api.CheckRequest{}
+		return decodeInto(b, in)
+	})
 }
 
 // decodeBatch reads a BatchCheckRequest the same way.
 func decodeBatch(w http.ResponseWriter, r *http.Request, in *api.BatchCheckRequest) bool {
-	return decodeFast(w, r, in, func(b []byte) bool { return parseBatchRequest(b, in) })
+	return decodeFast(w, r, func(b []byte) bool { return parseBatchRequest(b, in) }, func(b []byte) error {
+		*in = api.BatchCheckRequest{}
+		return decodeInto(b, in)
+	})
+}
+
+// decodeInto is decodeBytes into a value of its own, copied to v: v itself is never
+// handed to encoding/json, so a caller's value stays on its stack on the fast path.
+func decodeInto[T any](b []byte, v *T) error {
+	var into T
+	err := decodeBytes(b, &into)
+	*v = into
+	return err
 }
 
 // decodeFast refuses a Content-Type that jsonBody does not admit (415), reads the body
-// and tries parse on it; when parse declines, v is reset and decodeBytes (encoding/json)
-// reads the same bytes, and words any refusal in the API's terms.
-func decodeFast[T any](w http.ResponseWriter, r *http.Request, v *T, parse func([]byte) bool) bool {
+// and tries parse on it; when parse declines, slow (decodeBytes: encoding/json, into
+// a reset value) reads the same bytes, and words any refusal in the API's terms.
+func decodeFast(w http.ResponseWriter, r *http.Request, parse func([]byte) bool, slow func([]byte) error) bool {
 	if ct := r.Header.Get("Content-Type"); !jsonBody(ct) {
 		refuse(w, r, errUnsupportedMediaType(ct))
 		return false
@@ -48,18 +63,17 @@ func decodeFast[T any](w http.ResponseWriter, r *http.Request, v *T, parse func(
 	if buf.Cap() <= 64<<10 { // a huge body's buffer is not kept
 		*bp = buf.Bytes()[:0]
 	}
-	var tooBig *http.MaxBytesError
 	switch {
-	case errors.As(err, &tooBig):
-		err = errTooLarge
 	case err != nil:
-		err = derrors.E(derrors.Invalid, "request body could not be read", err)
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			err = errTooLarge
+		} else {
+			err = derrors.E(derrors.Invalid, "request body could not be read", err)
+		}
 	case parse(buf.Bytes()):
 		return true
 	default:
-		var zero T
-		*v = zero
-		err = decodeBytes(buf.Bytes(), v)
+		err = slow(buf.Bytes())
 	}
 	if err != nil {
 		refuse(w, r, err)
@@ -71,13 +85,19 @@ func decodeFast[T any](w http.ResponseWriter, r *http.Request, v *T, parse func(
 // parseCheckRequest parses {"org":"acme","user":"u1","cost":1,...}: string fields whose
 // characters need no escaping, an integer cost, each field at most once. It returns
 // false for anything else, valid or not, and encoding/json decides.
-func parseCheckRequest(b []byte, in *api.CheckRequest) bool {
+//
+// The body is copied once into a string, and every string field is a part of it: one
+// allocation for all of them, and one for the optional fields' values (fieldsOf), not
+// one per field (issue 30; BenchmarkDecodeCheckRequest).
+func parseCheckRequest(body []byte, in *api.CheckRequest) bool {
+	b := string(body)
 	i, ok := parseCheckObject(b, skipSpace(b, 0), in)
 	return ok && skipSpace(b, i) == len(b)
 }
 
 // parseBatchRequest parses {"checks":[<check>,...]} the same way.
-func parseBatchRequest(b []byte, in *api.BatchCheckRequest) bool {
+func parseBatchRequest(body []byte, in *api.BatchCheckRequest) bool {
+	b := string(body)
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -121,12 +141,13 @@ func parseBatchRequest(b []byte, in *api.BatchCheckRequest) bool {
 }
 
 // parseCheckObject parses one check object starting at b[i] and returns the index after it.
-func parseCheckObject(b []byte, i int, in *api.CheckRequest) (int, bool) {
+func parseCheckObject(b string, i int, in *api.CheckRequest) (int, bool) {
 	if i >= len(b) || b[i] != '{' {
 		return i, false
 	}
 	i = skipSpace(b, i+1)
 	var seen [6]bool
+	var vals *checkFields // the optional fields' values, allocated at the first
 	if i < len(b) && b[i] == '}' {
 		return i + 1, true
 	}
@@ -171,27 +192,33 @@ func parseCheckObject(b []byte, i int, in *api.CheckRequest) (int, bool) {
 			if k == start || (b[start] == '0' && k-start > 1) {
 				return i, false
 			}
-			n, err := strconv.ParseInt(string(b[j:k]), 10, 64)
+			n, err := strconv.ParseInt(b[j:k], 10, 64)
 			if err != nil {
 				return i, false
 			}
-			in.Cost, j = &n, k
+			vals = fieldsOf(vals)
+			vals.cost = n
+			in.Cost, j = &vals.cost, k
 		} else {
 			v, k, ok := plainString(b, j)
 			if !ok {
 				return i, false
 			}
+			if field > 0 {
+				vals = fieldsOf(vals)
+				vals.s[field-1] = v
+			}
 			switch field {
 			case 0:
 				in.Org = v
 			case 1:
-				in.Team = &v
+				in.Team = &vals.s[0]
 			case 2:
-				in.User = &v
+				in.User = &vals.s[1]
 			case 3:
-				in.Metric = &v
+				in.Metric = &vals.s[2]
 			case 4:
-				in.IdempotencyKey = &v
+				in.IdempotencyKey = &vals.s[3]
 			}
 			j = k
 		}
@@ -210,7 +237,21 @@ func parseCheckObject(b []byte, i int, in *api.CheckRequest) (int, bool) {
 	}
 }
 
-func skipSpace(b []byte, i int) int {
+// checkFields holds the values of a check's optional fields, which the request points
+// to: one allocation for all of them.
+type checkFields struct {
+	s    [4]string // team, user, metric, idempotency_key
+	cost int64
+}
+
+func fieldsOf(v *checkFields) *checkFields {
+	if v == nil {
+		v = new(checkFields)
+	}
+	return v
+}
+
+func skipSpace(b string, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\n' || b[i] == '\r') {
 		i++
 	}
@@ -219,14 +260,14 @@ func skipSpace(b []byte, i int) int {
 
 // plainString reads a JSON string at b[i] made only of printable ASCII without
 // escapes, and returns it and the index after it.
-func plainString(b []byte, i int) (string, int, bool) {
+func plainString(b string, i int) (string, int, bool) {
 	if i >= len(b) || b[i] != '"' {
 		return "", i, false
 	}
 	for j := i + 1; j < len(b); j++ {
 		switch c := b[j]; {
 		case c == '"':
-			return string(b[i+1 : j]), j + 1, true
+			return b[i+1 : j], j + 1, true
 		case c < 0x20 || c > 0x7e || c == '\\':
 			return "", i, false
 		}

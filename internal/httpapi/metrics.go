@@ -76,7 +76,16 @@ func metricMethod(m string) string {
 func (m *httpMetrics) middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		var ww interface {
+			http.ResponseWriter
+			Status() int
+		}
+		if st := stateOf(r.Context()); st != nil { // the request state's writer: no allocation
+			st.w = statusWriter{ResponseWriter: w}
+			ww = &st.w
+		} else {
+			ww = middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		}
 		next.ServeHTTP(ww, r)
 		route := chi.RouteContext(r.Context()).RoutePattern()
 		if route == "" {

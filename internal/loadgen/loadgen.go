@@ -52,6 +52,10 @@ type Config struct {
 	// GRPCAddr, when set, sends each check as a ShouldRateLimit call to the api's
 	// rate limit service there (host:port) instead of /v1/check; not with Batch.
 	GRPCAddr string
+	// GRPCPath, with GRPCAddr, sends what Envoy sends for an org -> team -> user path:
+	// three descriptors, [org], [org, team] and [org, team, user], instead of one
+	// [team, user] (issue 30).
+	GRPCPath bool
 	HotShare float64   // share of traffic to org 0 (0..1): a hot tenant
 	Cost     int64     // units per check
 	Progress io.Writer // one line a second; nil for none
@@ -617,12 +621,19 @@ func ended(ctx context.Context) bool {
 	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
-// sendGRPC makes one ShouldRateLimit call of one [team, user] descriptor.
+// sendGRPC makes one ShouldRateLimit call of one [team, user] descriptor, or (GRPCPath) of the three of its path.
 func sendGRPC(ctx context.Context, rc rlsv3.RateLimitServiceClient, cfg *Config, t target, tl *tally) (allowed, denied, errs int64) {
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+t.org.Key)
-	res, err := rc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "loadgen", HitsAddend: uint32(cfg.Cost),
-		Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
-			{Key: "team", Value: t.team}, {Key: "user", Value: t.user}}}}})
+	ds := []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{
+		{Key: "team", Value: t.team}, {Key: "user", Value: t.user}}}}
+	if cfg.GRPCPath {
+		org := &ratelimitv3.RateLimitDescriptor_Entry{Key: "org", Value: t.org.ID}
+		team := &ratelimitv3.RateLimitDescriptor_Entry{Key: "team", Value: t.team}
+		ds = []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{org}},
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{org, team}},
+			{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{org, team, {Key: "user", Value: t.user}}}}
+	}
+	res, err := rc.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "loadgen", HitsAddend: uint32(cfg.Cost), Descriptors: ds})
 	switch {
 	case err != nil:
 		if !ended(ctx) {

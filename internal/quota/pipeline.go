@@ -13,10 +13,15 @@ import (
 // call is one check on its way through the batching loop. The loop owns it from
 // the moment it is queued until it signals done.
 type call struct {
-	ctx    context.Context
-	args   []any  // evalsha, sha, numkeys, keys..., argv...
-	nums   []byte // the last ARGV, the packed numbers (kept for reuse)
-	nowMs  int64  // the clock the check was built at
+	ctx  context.Context
+	args []any  // evalsha, sha, numkeys, keys..., argv...
+	nums []byte // the last ARGV, the packed numbers (kept for reuse)
+	// wire and names hold the arguments build sends as bytes (the packed numbers, the
+	// team and user fields), kept for reuse: pointers to them go into args without an
+	// allocation (wireArg).
+	wire   []wireArg
+	names  []byte
+	nowMs  int64 // the clock the check was built at
 	org    string
 	period vocab.Period
 	req    Request // what the compact reply is decoded against
