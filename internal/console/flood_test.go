@@ -107,50 +107,78 @@ func TestSignInFloodKeepsTheAPIUp(t *testing.T) {
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 128}}
 
 	checkP99(t, client, api.Addr, st.DemoKey, time.Second) // warm up: connections, caches, the heap
-	base, nBase := checkP99(t, client, api.Addr, st.DemoKey, 3*time.Second)
-	hwm0 := procKiB(t, pid, "VmHWM")
+	var addr atomic.Int64
+	var got map[int]int64
+	var retryAfterMissing int64
+	// The p99s are compared within one attempt, before and during its flood. make test
+	// runs other packages beside this one, so a burst of their work can fall into the
+	// flood's 3 s and not the base's: an attempt over 2x is made again, up to 3 times.
+	// The unbounded api failed by far more than that noise (11.4 s against 5 ms).
+	for attempt := 1; ; attempt++ {
+		base, nBase := checkP99(t, client, api.Addr, st.DemoKey, 3*time.Second)
+		hwm0 := procKiB(t, pid, "VmHWM")
+		var during time.Duration
+		var nDuring int
+		got, retryAfterMissing, during, nDuring = signInFlood(t, client, api.Addr, pid, hwm0+boundKiB, func() (time.Duration, int) {
+			return checkP99(t, client, api.Addr, st.DemoKey, 3*time.Second)
+		}, &addr)
+		grew := procKiB(t, pid, "VmHWM") - hwm0
+		t.Logf("attempt %d: sign-ins by status: %v; peak RSS grew %d MiB (bound %d MiB); check p99 %v before (%d checks), %v during (%d checks)",
+			attempt, got, grew>>10, boundKiB>>10, base, nBase, during, nDuring)
+		if grew > boundKiB { // VmHWM is the process's peak: only the first flood can move it far
+			t.Fatalf("peak RSS grew by %d MiB under the sign-in flood, over the bound of %d MiB", grew>>10, boundKiB>>10)
+		}
+		if during <= 2*base {
+			break
+		}
+		if attempt == 3 {
+			t.Fatalf("check p99 %v under the sign-in flood, over 2x the %v before it (3 attempts)", during, base)
+		}
+	}
+	if got[http.StatusUnauthorized] == 0 || got[http.StatusServiceUnavailable]+got[http.StatusTooManyRequests] == 0 {
+		t.Errorf("want some sign-ins answered 401 (hashed) and some refused 503 or 429: %v", got)
+	}
+	if n := retryAfterMissing; n > 0 {
+		t.Errorf("%d refusals without Retry-After", n)
+	}
+}
 
+// signInFlood sends 100 concurrent sign-ins with unknown emails, each from an address
+// of its own (addr numbers them across attempts), while measure runs; it stops early
+// when the api's RSS passes stopKiB. It returns the sign-ins' statuses, how many
+// refusals lacked Retry-After, and what measure returned.
+func signInFlood(t *testing.T, client *http.Client, apiAddr string, pid int, stopKiB int64, measure func() (time.Duration, int), addr *atomic.Int64) (map[int]int64, int64, time.Duration, int) {
 	var statuses sync.Map // status -> *atomic.Int64
 	count := func(code int) {
 		v, _ := statuses.LoadOrStore(code, new(atomic.Int64))
 		v.(*atomic.Int64).Add(1)
 	}
 	var retryAfterMissing atomic.Int64
-	stop := make(chan struct{})
 	flooded := make(chan struct{})
-	var addr atomic.Int64
-	const waves = 1 // of 100 concurrent sign-ins
 	go func() {
 		defer close(flooded)
-		for wave := 0; wave < waves; wave++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var wg sync.WaitGroup
-			for range 100 {
-				wg.Go(func() {
-					n := addr.Add(1)
-					body := fmt.Sprintf(`{"org":"demo","email":"nobody%d@demo.test","password":"not a password %d"}`, n, n)
-					req, _ := http.NewRequest("POST", "http://"+api.Addr+"/console/api/sign-in", strings.NewReader(body))
-					req.Header.Set("Content-Type", "application/json")
-					req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", n>>16&255, n>>8&255, n&255))
-					res, err := client.Do(req)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					_, _ = io.Copy(io.Discard, res.Body)
-					res.Body.Close()
-					count(res.StatusCode)
-					if (res.StatusCode == 503 || res.StatusCode == 429) && res.Header.Get("Retry-After") == "" {
-						retryAfterMissing.Add(1)
-					}
-				})
-			}
-			wg.Wait()
+		var wg sync.WaitGroup
+		for range 100 {
+			wg.Go(func() {
+				n := addr.Add(1)
+				body := fmt.Sprintf(`{"org":"demo","email":"nobody%d@demo.test","password":"not a password %d"}`, n, n)
+				req, _ := http.NewRequest("POST", "http://"+apiAddr+"/console/api/sign-in", strings.NewReader(body))
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("X-Forwarded-For", fmt.Sprintf("10.%d.%d.%d", n>>16&255, n>>8&255, n&255))
+				res, err := client.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				count(res.StatusCode)
+				if (res.StatusCode == 503 || res.StatusCode == 429) && res.Header.Get("Retry-After") == "" {
+					retryAfterMissing.Add(1)
+				}
+			})
 		}
+		wg.Wait()
 	}()
 	// Stop early once the bound is broken (the unbounded api takes gigabytes).
 	watch := make(chan struct{})
@@ -162,31 +190,15 @@ func TestSignInFloodKeepsTheAPIUp(t *testing.T) {
 				return
 			case <-time.After(20 * time.Millisecond):
 			}
-			if procKiB(t, pid, "VmRSS")-hwm0 > boundKiB {
+			if procKiB(t, pid, "VmRSS") > stopKiB {
 				return
 			}
 		}
 	}()
-	during, nDuring := checkP99(t, client, api.Addr, st.DemoKey, 3*time.Second)
-	close(stop)
+	during, n := measure()
 	<-flooded
 	<-watch
-	grew := procKiB(t, pid, "VmHWM") - hwm0
-
 	got := map[int]int64{}
 	statuses.Range(func(k, v any) bool { got[k.(int)] = v.(*atomic.Int64).Load(); return true })
-	t.Logf("sign-ins by status: %v; peak RSS grew %d MiB (bound %d MiB); check p99 %v before (%d checks), %v during (%d checks)",
-		got, grew>>10, boundKiB>>10, base, nBase, during, nDuring)
-	if grew > boundKiB {
-		t.Errorf("peak RSS grew by %d MiB under the sign-in flood, over the bound of %d MiB", grew>>10, boundKiB>>10)
-	}
-	if during > 2*base {
-		t.Errorf("check p99 %v under the sign-in flood, over 2x the %v before it", during, base)
-	}
-	if got[http.StatusUnauthorized] == 0 || got[http.StatusServiceUnavailable]+got[http.StatusTooManyRequests] == 0 {
-		t.Errorf("want some sign-ins answered 401 (hashed) and some refused 503 or 429: %v", got)
-	}
-	if n := retryAfterMissing.Load(); n > 0 {
-		t.Errorf("%d refusals without Retry-After", n)
-	}
+	return got, retryAfterMissing.Load(), during, n
 }
