@@ -40,8 +40,14 @@ var (
 // Sign returns the signature header value of body sent at t, keyed with secret.
 func Sign(secret string, t time.Time, body []byte) string { return webhook.Sign(secret, t, body) }
 
+// SignAll returns the signature header value of body sent at t with one v1 signature
+// per secret, as the worker signs while an org's previous secret is still valid.
+func SignAll(secrets []string, t time.Time, body []byte) string {
+	return webhook.SignAll(secrets, t, body)
+}
+
 // Verify checks header, the value of the Quotaplane-Signature header, against body
-// and secret, as webhook.Verify of the client module does: nil when the signature is
+// and secret, as webhook.Verify of the client module does: nil when a v1 signature is
 // secret's and its timestamp is within tolerance of now; ErrMalformed, ErrTimestamp
 // or ErrMismatch otherwise.
 func Verify(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {

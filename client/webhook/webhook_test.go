@@ -18,6 +18,9 @@ func TestVerify(t *testing.T) {
 		t.Fatalf("Sign = %q, want t=<unix>,v1=<64 hex digits>", header)
 	}
 	v1 := strings.TrimPrefix(header, "t=1763700000,v1=")
+	if one := webhook.SignAll([]string{secret}, sent, body); one != header {
+		t.Errorf("SignAll of one secret = %q, want Sign's %q", one, header)
+	}
 	cases := []struct {
 		name   string
 		secret string
@@ -37,6 +40,12 @@ func TestVerify(t *testing.T) {
 		{"body changed", secret, header, []byte(`{"id":17,"type":"usage.threshold","org":"evil"}`), sent, webhook.ErrMismatch},
 		{"body re-encoded", secret, header, []byte(`{"id": 17, "type": "usage.threshold", "org": "demo"}`), sent, webhook.ErrMismatch},
 		{"signature truncated", secret, header[:len(header)-2], body, sent, webhook.ErrMismatch},
+		{"two signatures, this secret's first", secret, "t=1763700000,v1=" + v1 + ",v1=" + strings.Repeat("0", 64), body, sent, nil},
+		{"two signatures, this secret's second", secret, "t=1763700000,v1=" + strings.Repeat("0", 64) + ",v1=" + v1, body, sent, nil},
+		{"SignAll, new secret", secret, webhook.SignAll([]string{secret, "previous-secret"}, sent, body), body, sent, nil},
+		{"SignAll, previous secret", "previous-secret", webhook.SignAll([]string{secret, "previous-secret"}, sent, body), body, sent, nil},
+		{"SignAll, a third secret", "another-secret", webhook.SignAll([]string{secret, "previous-secret"}, sent, body), body, sent, webhook.ErrMismatch},
+		{"two signatures, neither this secret's", secret, "t=1763700000,v1=" + strings.Repeat("0", 64) + ",v1=" + strings.Repeat("1", 64), body, sent, webhook.ErrMismatch},
 		{"empty header", secret, "", body, sent, webhook.ErrMalformed},
 		{"no signature", secret, "t=1763700000", body, sent, webhook.ErrMalformed},
 		{"no timestamp", secret, "v1=" + v1, body, sent, webhook.ErrMalformed},

@@ -93,6 +93,7 @@ func table() []route {
 		{del, "/v1/orgs/{org}/throttle", (*wrapper).DeleteOrgThrottle, orgKey(admin)},
 		{get, "/v1/orgs/{org}/webhook", (*wrapper).GetWebhook, orgKey(admin)},
 		{post, "/v1/orgs/{org}/webhook/test", (*wrapper).SendWebhookTest, orgKey(admin)},
+		{post, "/v1/orgs/{org}/webhook/secret/rotate", (*wrapper).RotateWebhookSecret, orgKey(admin)}, // issue 28
 		{get, "/v1/orgs/{org}/webhook-deliveries", (*wrapper).ListWebhookDeliveries, orgKey(admin)},
 		{get, "/v1/billing/export", (*wrapper).ExportBilling, operator},
 	}

@@ -67,6 +67,21 @@ func (s *Server) SendWebhookTest(w http.ResponseWriter, r *http.Request, org api
 	writeJSON(w, http.StatusOK, out)
 }
 
+// RotateWebhookSecret handles POST /v1/orgs/{org}/webhook/secret/rotate: a new random
+// signing secret, shown this once; the previous one signs beside it for a day.
+func (s *Server) RotateWebhookSecret(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
+	if !s.webhooksReady(w, r) {
+		return
+	}
+	rot, err := s.webhooks.RotateSecret(r.Context(), actor(r), org)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, api.WebhookSecretRotation{SigningSecret: rot.Secret, PreviousExpiresAt: rot.PreviousUntil})
+}
+
 func fromTestDelivery(d webhooks.TestDelivery) api.WebhookTestResult {
 	return api.WebhookTestResult{Event: webhooks.EventTest, Url: d.URL, Succeeded: d.Succeeded,
 		DurationMs: d.Duration.Milliseconds(), At: d.At,

@@ -36,8 +36,9 @@ const (
 	DeliveryHeader  = webhook.DeliveryHeader
 )
 
-// SigningSecret is the key an org's webhooks are signed with: HMAC-SHA256 of the org
-// id under the operator's QUOTA_WEBHOOK_SECRET, hex. The operator hands it to the org.
+// SigningSecret is the key an org's webhooks are signed with until its first rotation
+// (RotateSecret): HMAC-SHA256 of the org id under the operator's
+// QUOTA_WEBHOOK_SECRET, hex. The API shows it to the org's admins.
 func SigningSecret(master []byte, org string) string {
 	m := hmac.New(sha256.New, master)
 	m.Write([]byte(org))
@@ -143,10 +144,14 @@ func NewClient(timeout time.Duration, allowPrivate bool) *http.Client {
 type Deliverer struct {
 	Store   *Store
 	Tenants *tenants.Service
-	// Secret is QUOTA_WEBHOOK_SECRET, from which each org's signing secret is derived.
+	// Secret is QUOTA_WEBHOOK_SECRET, from which the signing secret of an org without
+	// its own (never rotated) is derived.
 	Secret  []byte
 	Client  *http.Client
 	Metrics *Metrics
+	// Clock picks the secrets valid now (default time.Now); the signature's timestamp
+	// is always the real time of sending.
+	Clock func() time.Time
 }
 
 // Envelope is a recorded event of an org, as the JSON body of its webhook.
@@ -187,8 +192,16 @@ func (w *Deliverer) Deliver(ctx context.Context, eventID int64, attempt int) err
 	if err != nil {
 		return err
 	}
+	now := time.Now
+	if w.Clock != nil {
+		now = w.Clock
+	}
+	secrets, err := w.Store.signingSecrets(ctx, w.Secret, ev.Org, now())
+	if err != nil {
+		return err
+	}
 	start := time.Now()
-	status, sendErr := deliver(ctx, w.Client, w.Secret, org.WebhookURL, ev, body)
+	status, sendErr := deliver(ctx, w.Client, secrets, org.WebhookURL, ev, body)
 	d := time.Since(start)
 	ok := sendErr == nil && status >= 200 && status < 300
 	errText := ""
@@ -294,9 +307,10 @@ func (u undeliverable) Unwrap() []error { return []error{u.err, ErrUndeliverable
 
 var errBadURL = errors.New("webhook url is not http(s)")
 
-// deliver POSTs one signed event to target with client (a default public-only client
-// when nil) and returns the receiver's status; the worker and test sends share it.
-func deliver(ctx context.Context, client *http.Client, master []byte, target string, ev Envelope, body []byte) (int, error) {
+// deliver POSTs one event, signed with each of secrets (signingSecrets), to target
+// with client (a default public-only client when nil) and returns the receiver's
+// status; the worker and test sends share it.
+func deliver(ctx context.Context, client *http.Client, secrets []string, target string, ev Envelope, body []byte) (int, error) {
 	u, err := url.Parse(target)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return 0, errBadURL
@@ -309,7 +323,7 @@ func deliver(ctx context.Context, client *http.Client, master []byte, target str
 	req.Header.Set("User-Agent", "Quotaplane-Webhook/1")
 	req.Header.Set(EventHeader, ev.Type)
 	req.Header.Set(DeliveryHeader, strconv.FormatInt(ev.ID, 10))
-	req.Header.Set(SignatureHeader, webhook.Sign(SigningSecret(master, ev.Org), time.Now(), body))
+	req.Header.Set(SignatureHeader, webhook.SignAll(secrets, time.Now(), body))
 	if client == nil {
 		client = NewClient(10*time.Second, false)
 	}

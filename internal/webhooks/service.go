@@ -21,8 +21,11 @@ type Service struct {
 	Secret []byte
 	// Client sends test events (TestWebhook); nil: NewClient with the address check on.
 	Client *http.Client
-	// Clock dates test events (default time.Now).
+	// Clock dates test events and rotations, and picks the secrets that sign (default
+	// time.Now).
 	Clock func() time.Time
+	// Grace is how long a rotated-out secret still signs (0: SecretGrace).
+	Grace time.Duration
 }
 
 // WebhookEvents are the event types an org's webhook receives.
@@ -31,7 +34,8 @@ var WebhookEvents = []string{EventThreshold, EventPeriodClosed}
 // WebhookInfo is what an org needs to receive its webhooks.
 type WebhookInfo struct {
 	URL string // "" for none
-	// SigningSecret is the org's HMAC key; "" when the server has no QUOTA_WEBHOOK_SECRET.
+	// SigningSecret is the org's current HMAC key: its own after a rotation, else the
+	// derived one; "" when the server has no QUOTA_WEBHOOK_SECRET.
 	SigningSecret   string
 	SignatureHeader string
 	Events          []string
@@ -40,8 +44,8 @@ type WebhookInfo struct {
 	URLWarning string
 }
 
-// Webhook returns org's webhook URL and signing secret, derived from Secret as
-// the worker derives it.
+// Webhook returns org's webhook URL and current signing secret, the one the worker
+// signs with first: the org's own after a rotation, else derived from Secret.
 //
 // Errors: tenants.ErrNotFound for an unknown org.
 func (s *Service) Webhook(ctx context.Context, org string) (WebhookInfo, error) {
@@ -52,7 +56,11 @@ func (s *Service) Webhook(ctx context.Context, org string) (WebhookInfo, error) 
 	info := WebhookInfo{URL: o.WebhookURL, SignatureHeader: SignatureHeader, Events: append([]string{}, WebhookEvents...),
 		URLWarning: URLWarning(o.WebhookURL)}
 	if len(s.Secret) > 0 {
-		info.SigningSecret = SigningSecret(s.Secret, org)
+		secrets, err := s.Store.signingSecrets(ctx, s.Secret, org, s.now())
+		if err != nil {
+			return WebhookInfo{}, err
+		}
+		info.SigningSecret = secrets[0]
 	}
 	return info, nil
 }
@@ -103,11 +111,7 @@ func (s *Service) TestWebhook(ctx context.Context, org string) (TestDelivery, er
 	if len(s.Secret) == 0 {
 		return TestDelivery{}, ErrNoSigningKey
 	}
-	now := time.Now
-	if s.Clock != nil {
-		now = s.Clock
-	}
-	at := now().UTC()
+	at := s.now().UTC()
 	data, _ := json.Marshal(map[string]string{"message": "a test event sent from Quotaplane; no action is needed"})
 	ev := Envelope{ID: 0, Type: EventTest, Org: org, Period: "", CreatedAt: at, Data: data}
 	body, err := json.Marshal(ev)
@@ -116,8 +120,12 @@ func (s *Service) TestWebhook(ctx context.Context, org string) (TestDelivery, er
 	}
 	sendCtx, cancel := context.WithTimeout(ctx, testDeliveryWait)
 	defer cancel()
+	secrets, err := s.Store.signingSecrets(ctx, s.Secret, org, s.now())
+	if err != nil {
+		return TestDelivery{}, err
+	}
 	start := time.Now()
-	status, sendErr := deliver(sendCtx, s.Client, s.Secret, o.WebhookURL, ev, body)
+	status, sendErr := deliver(sendCtx, s.Client, secrets, o.WebhookURL, ev, body)
 	out := TestDelivery{URL: redactURL(o.WebhookURL), StatusCode: status, Duration: time.Since(start), At: at}
 	out.Succeeded = sendErr == nil && status >= 200 && status < 300
 	switch {

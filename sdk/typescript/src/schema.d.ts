@@ -936,11 +936,15 @@ export interface paths {
          * The org's webhook and its signing secret
          * @description The URL events are sent to (`webhook_url` of the org; change it with
          *     `PATCH /v1/orgs/{org}`), the HMAC-SHA256 key deliveries are signed with, the
-         *     header that carries the signature and the event types sent. The secret is
-         *     derived from the server's `QUOTA_WEBHOOK_SECRET`; when the api has none,
+         *     header that carries the signature and the event types sent. The secret is the
+         *     org's current one: derived from the server's `QUOTA_WEBHOOK_SECRET` until the
+         *     org's first rotation (`POST /v1/orgs/{org}/webhook/secret/rotate`), its own
+         *     random one after; when the api has no `QUOTA_WEBHOOK_SECRET`,
          *     `signing_secret` is null and `note` says why. Verify a delivery by computing
          *     HMAC-SHA256 of `<t>.<raw body>` with the secret and comparing it, in constant
-         *     time, with `v1` of `Quotaplane-Signature: t=<unix>,v1=<hex>`; refuse old `t`.
+         *     time, with a `v1` of `Quotaplane-Signature: t=<unix>,v1=<hex>`; refuse old `t`.
+         *     For a day after a rotation the header carries two `v1` values (the new
+         *     secret's, then the previous one's): accept the delivery when either matches.
          *     The answer is not cacheable (`Cache-Control: no-store`).
          *     Needs the operator token or an org key with the `admin` scope.
          */
@@ -979,6 +983,38 @@ export interface paths {
          *     Needs the operator token or an org key with the `admin` scope.
          */
         post: operations["sendWebhookTest"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/orgs/{org}/webhook/secret/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Rotate the org's webhook signing secret
+         * @description Gives the org a new random signing secret (32 random bytes, hex) and answers it
+         *     this once, as an API key is. The secret it replaces (the derived one at the
+         *     first rotation) still signs for 24 hours, until `previous_expires_at`:
+         *     meanwhile every delivery carries two signatures,
+         *     `t=<unix>,v1=<new secret's>,v1=<previous secret's>`, so receivers can switch
+         *     to the new secret at any moment of that day. Rotating again within the day
+         *     ends the older secret at once. Other orgs' secrets do not change. The rotation
+         *     is in the audit log (`webhook.secret.rotate`, without the secret). 422 when
+         *     the server has no `QUOTA_WEBHOOK_SECRET` (no webhook is sent at all).
+         *     Needs the operator token or an org key with the `admin` scope.
+         */
+        post: operations["rotateWebhookSecret"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2302,6 +2338,15 @@ export interface components {
             succeeded: boolean;
             /** Format: date-time */
             at: string;
+        };
+        WebhookSecretRotation: {
+            /** @description The org's new HMAC-SHA256 key (hex), shown this once; use the string itself as the key. */
+            signing_secret: string;
+            /**
+             * Format: date-time
+             * @description Until when the replaced secret still signs deliveries, beside this one.
+             */
+            previous_expires_at: string;
         };
         WebhookTestResult: {
             /**
@@ -4375,6 +4420,45 @@ export interface operations {
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
             /** @description The org has no webhook URL, or the server no signing secret; nothing was sent. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    rotateWebhookSecret: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Org id. */
+                org: components["parameters"]["OrgPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The new secret, shown once. */
+            200: {
+                headers: {
+                    /** @description Always `no-store`. */
+                    "Cache-Control"?: string;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["WebhookSecretRotation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            /** @description The server has no signing secret; nothing changed. */
             422: {
                 headers: {
                     [name: string]: unknown;

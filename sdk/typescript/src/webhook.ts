@@ -56,30 +56,36 @@ export function signWebhook(secret: string, body: string | Uint8Array, at: Date 
 /**
  * Checks header, the Quotaplane-Signature of a delivery, against body and the org's
  * signing secret (GET /v1/orgs/{org}/webhook), as Go's webhook.Verify does: it
- * returns when the signature is secret's and its timestamp within the tolerance of
- * now, and throws WebhookVerificationError otherwise. body must be the raw bytes as
- * received (a Buffer from express.raw(), say), before any JSON parsing: a string is
- * taken as its UTF-8 bytes.
+ * returns when one of the header's v1 signatures is secret's (for a day after the org
+ * rotates its secret a delivery carries two, the new secret's and the previous one's)
+ * and its timestamp within the tolerance of now, and throws WebhookVerificationError
+ * otherwise. body must be the raw bytes as received (a Buffer from express.raw(), say),
+ * before any JSON parsing: a string is taken as its UTF-8 bytes.
  */
 export function verifyWebhook(secret: string, header: string | null | undefined, body: string | Uint8Array, opts: VerifyOptions = {}): void {
   let ts = "";
-  let sig = "";
+  const sigs: string[] = [];
   for (const part of (header ?? "").split(",")) {
     const i = part.indexOf("=");
     const k = i < 0 ? part : part.slice(0, i);
     const v = i < 0 ? "" : part.slice(i + 1);
     if (k === "t") ts = v;
-    else if (k === "v1") sig = v;
+    else if (k === "v1" && v !== "") sigs.push(v);
   }
   // The timestamp as Go's strconv.ParseInt reads it: an optional sign and digits, an int64.
-  if (!/^[+-]?\d+$/.test(ts) || sig === "") throw new WebhookVerificationError("malformed");
+  if (!/^[+-]?\d+$/.test(ts) || sigs.length === 0) throw new WebhookVerificationError("malformed");
   const sec = BigInt(ts);
   if (sec > INT64_MAX || sec < -INT64_MAX - 1n) throw new WebhookVerificationError("malformed");
   const toleranceMs = BigInt(Math.round((opts.toleranceSeconds ?? DEFAULT_TOLERANCE_SECONDS) * 1000));
   const d = BigInt((opts.now ?? new Date()).getTime()) - sec * 1000n;
   if (d > toleranceMs || d < -toleranceMs) throw new WebhookVerificationError("timestamp");
   // Signed as Sign writes the timestamp: "t=012" is not the "t=12" that was signed.
-  const want = Buffer.from(`t=${sec},v1=${mac(secret, sec.toString(), body)}`);
-  const got = Buffer.from(`t=${ts},v1=${sig}`);
-  if (want.length !== got.length || !timingSafeEqual(want, got)) throw new WebhookVerificationError("mismatch");
+  const want = Buffer.from(mac(secret, sec.toString(), body));
+  let ok = false;
+  for (const sig of sigs) {
+    // Every signature is compared (constant time each), not only up to a match.
+    const got = Buffer.from(sig);
+    if (want.length === got.length && timingSafeEqual(want, got)) ok = true;
+  }
+  if (!ok || sec.toString() !== ts) throw new WebhookVerificationError("mismatch");
 }

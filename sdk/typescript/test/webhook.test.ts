@@ -63,6 +63,11 @@ describe("verifyWebhook and signWebhook", () => {
       add(secret, body, (_h, sig) => `t=${t - 1},v1=${sig}`);
       add(secret, body, (_h, sig) => `t=${t},v1=${sig.slice(0, -1)}`);
       add(secret, body, (_h, sig) => `t=${t},t=${t + 1},v1=${sig}`);
+      // Two signatures, as during a secret rotation: this secret's first or second.
+      add(secret, body, (_h, sig) => `t=${t},v1=${sig},v1=${"0".repeat(64)}`);
+      add(secret, body, (_h, sig) => `t=${t},v1=${"0".repeat(64)},v1=${sig}`);
+      add(secret, body, (_h, sig) => `t=${t},v1=${sig},v1=`);
+      add(secret, body, () => `t=${t},v1=${"0".repeat(64)},v1=${"1".repeat(64)}`);
       add(secret + "x", body, (h) => h.replace(/v1=.*/, "v1=" + signWebhook(secret, body, new Date(t * 1000)).split("v1=")[1]));
     }
     for (const header of ["", "t=", "v1=abc", `t=${t}`, `t=${t},v1=`, `t=abc,v1=ab`, `t=99999999999999999999,v1=ab`, `t=-5,v1=ab`, "garbage", `t =${t},v1=ab`]) {

@@ -79,7 +79,7 @@ function WebhookSettings({ org, hook, canEdit, onChanged }: { org: string; hook:
       </dl>
       <p class="muted small">Each delivery is a JSON POST with <code>{hook.signature_header}: t=&lt;unix&gt;,v1=&lt;hex&gt;</code>.
         To verify it, compute HMAC-SHA256 of <code>&lt;t&gt;.&lt;raw body&gt;</code> with the secret as the key, compare it
-        with <code>v1</code> in constant time, and refuse an old <code>t</code>; in Go, <code>webhook.Verify</code> of
+        with each <code>v1</code> (two for a day after a rotation) in constant time, and refuse an old <code>t</code>; in Go, <code>webhook.Verify</code> of
         {' '}<code class="break">github.com/quotaplane/quotaplane/client/webhook</code> does it. Failed deliveries are retried with backoff.</p>
     </div>
   );

@@ -1,0 +1,3 @@
+BEGIN;
+DROP TABLE IF EXISTS org_webhook_secrets;
+COMMIT;
