@@ -24,6 +24,31 @@ import (
 // indexSuffix ends every dirty-org index key.
 const indexSuffix = "|o"
 
+// indexSentinel is a member every index keeps once it exists, as the dirty set keeps
+// "|": a pop that empties an index puts it back, so the key never disappears. On a
+// Redis Cluster a check declares its slot's index among its keys, and while the slot
+// migrates a multi-key command whose keys are not all present is refused (TRYAGAIN)
+// until the migration ends: an index popped empty (most ticks) failed every check of
+// the migrating slot's orgs (TestCluster: 1,481-1,629 of the busy org's checks).
+const indexSentinel = "|"
+
+// popIndexSrc pops up to ARGV[1] members of the index KEYS[1] and, when it popped
+// any, puts the sentinel back (it may have been one of them).
+const popIndexSrc = `local m = redis.call('SPOP', KEYS[1], ARGV[1])
+if #m > 0 then redis.call('SADD', KEYS[1], '|') end
+return m`
+
+var popIndexSHA = func() string { return redis.NewScript(popIndexSrc).Hash() }()
+
+// reloadOnDial refreshes a cluster's slot map after err, when err says a primary
+// could not be reached (a failover): a pipeline does not refresh it by itself, and the
+// index pops would dial the dead primary until the next check refreshed it.
+func (e *Engine) reloadOnDial(err error) {
+	if e.cluster != nil && classifyClusterError(err).reload {
+		e.cluster.ReloadState(context.Background())
+	}
+}
+
 // crc16 is CRC16-XMODEM (polynomial 0x1021, initial 0), Redis Cluster's key hash.
 func crc16(b string) uint16 {
 	var crc uint16
@@ -94,30 +119,38 @@ func (e *Engine) PopDirtyOrgs(ctx context.Context) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for len(keys) > 0 {
-		cmds := make([]*redis.StringSliceCmd, len(keys))
+		if err := e.rdb.ScriptLoad(ctx, popIndexSrc).Err(); err != nil { // every primary: EVALSHA below
+			e.reloadOnDial(err)
+			return out, fmt.Errorf("pop dirty orgs: %w: %w", ErrUnavailable, err)
+		}
+		cmds := make([]*redis.Cmd, len(keys))
 		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range keys {
-				cmds[i] = p.SPopN(ctx, k, chunk)
+				cmds[i] = p.EvalSha(ctx, popIndexSHA, []string{k}, chunk)
 			}
 			return nil
 		})
 		var more []string
 		for i, c := range cmds {
-			vals, cerr := c.Result()
+			vals, cerr := c.StringSlice()
 			if cerr != nil && cerr != redis.Nil {
 				continue
 			}
+			if len(vals) == chunk {
+				more = append(more, keys[i])
+			}
 			for _, o := range vals {
+				if o == indexSentinel {
+					continue
+				}
 				if !seen[o] {
 					seen[o] = true
 					out = append(out, o)
 				}
 			}
-			if len(vals) == chunk {
-				more = append(more, keys[i])
-			}
 		}
 		if err != nil && err != redis.Nil {
+			e.reloadOnDial(err)
 			return out, fmt.Errorf("pop dirty orgs: %w: %w", ErrUnavailable, err)
 		}
 		keys = more
