@@ -5,9 +5,8 @@
 //     read-only, as GET /v1/entitlements resolves them;
 //   - spend is shown as money ("2.50 USD of 500.00") on the overview and the allocation
 //     page: a plan with a rate card and a monthly spend budget, and a check that spends,
-//     all through the API. Rates, `spend` and usage's `currency` come with the money
-//     half of issue 25 (branch x25-money): on a server without them this test skips,
-//     saying so, and runs once they are merged.
+//     all through the API, and the allocation page's first line names the budget as
+//     money.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -19,7 +18,7 @@ const ORG = `ent-${suffix}`;
 const PLAN = `plan-ent-${suffix}`;
 const ADMIN = { email: `ent-admin-${suffix}@e2e.test`, password: `admin-pw-${suffix}` };
 
-let stack, op, browser, priced;
+let stack, op, browser;
 
 before(async () => {
   stack = await startApi('ent', suffix);
@@ -30,13 +29,7 @@ before(async () => {
       { metric: 'spend', window: 'month', limit: 500000000 }], // a 500 USD monthly budget
     features: { sso: true, seats: 25, tier: 'gold', audit_export: true },
   };
-  // A rate card needs the money half of issue 25; without it the plan is made unpriced.
-  const res = await op('POST', '/v1/plans', { ...plan, currency: 'USD', rates: [{ metric: 'tokens', price: '2.50', per: 1000000 }] });
-  priced = res.status === 201;
-  if (!priced) {
-    assert.equal(res.status, 400, JSON.stringify(res.body));
-    await must(op('POST', '/v1/plans', plan), 201);
-  }
+  await must(op('POST', '/v1/plans', { ...plan, currency: 'USD', rates: [{ metric: 'tokens', price: '2.50', per: 1000000 }] }), 201);
   await must(op('POST', '/v1/orgs', { id: ORG, name: 'Research Labs', plan: PLAN }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: 'research', name: 'Research',
     limits: [{ metric: 'spend', window: 'month', limit: 200000000 }], user_limits: [{ metric: 'spend', window: 'month', limit: 10000000 }] }), 201);
@@ -89,21 +82,13 @@ test('the Entitlements page shows the resolved features, read-only, as GET /v1/e
   });
 });
 
-test('spend is shown as money on the overview and the allocation page', async (t) => {
-  if (!priced) {
-    t.skip('this server has no rate cards (plans refuse `currency`/`rates`): the money half of issue 25 is not merged here');
-    return;
-  }
+test('spend is shown as money on the overview and the allocation page', async () => {
   const key = (await must(op('POST', `/v1/orgs/${ORG}/api-keys`, { name: 'llm', scopes: ['check'] }), 201)).secret;
   // 1,000,000 tokens at 2.50 USD per 1,000,000: 2.50 USD = 2,500,000 micro-units, at every level.
   await must(op('POST', '/v1/check', { org: ORG, team: 'research', user: 'ada', costs: { requests: 1, tokens: 1000000 } }, key), 200);
   const usage = await must(op('GET', `/v1/orgs/${ORG}/usage`), 200);
   const spend = usage.metrics.find((m) => m.metric === 'spend');
-  if (spend?.currency === undefined) {
-    t.skip('this server\'s usage has no `currency` for spend: the money half of issue 25 is not merged here');
-    return;
-  }
-  assert.equal(spend.currency, 'USD');
+  assert.equal(spend?.currency, 'USD', 'the usage of spend names its currency');
   assert.equal(spend.org.used, 2500000);
   await withPage('console-spend', async (page) => {
     const panel = page.getByTestId('metric-spend');
@@ -114,6 +99,8 @@ test('spend is shown as money on the overview and the allocation page', async (t
     await team.waitFor();
     assert.match(await team.textContent(), /2\.50 USD of 200\.00/);
     assert.match(await page.getByTestId('alloc-row-user-research/ada-spend-month').textContent(), /2\.50 USD of 10\.00/);
+    // the page's first line names the org's budget as money, not micro-units
+    assert.match(await page.locator('p.muted', { hasText: "The org's month limits" }).textContent(), /spend 500\.00 USD/);
     assert.match(await page.getByTestId('org-used-spend').textContent(), /^2\.50 USD/);
   });
 });

@@ -40,7 +40,7 @@ export function Allocation({ session }: PageProps) {
         <h1>Allocation</h1>
         {canEdit && !adding && <button type="button" class="primary" onClick={() => setAdding(true)}>Add team</button>}
       </div>
-      <p class="muted">The org's month limits ({o.effective_limits.filter((l) => l.window === 'month').map((l) => `${l.metric} ${formatNumber(l.limit)}`).join(', ') || 'none'})
+      <p class="muted">The org's month limits ({o.effective_limits.filter((l) => l.window === 'month').map((l) => `${l.metric} ${formatAmount(l.limit, currencies(usage)[l.metric])}`).join(', ') || 'none'})
         are carved into team allocations; users get their own or their team's defaults.</p>
       <section aria-labelledby="rem-h" class="metric-grid">
         <h2 id="rem-h" class="sr-only">Unallocated remainder</h2>
