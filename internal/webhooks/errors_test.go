@@ -44,7 +44,10 @@ func TestDeliveryErrorsAreInTheAPIsWords(t *testing.T) {
 	}))
 	defer failing.Close()
 
-	client := webhooks.NewClient(300*time.Millisecond, true)
+	// The timeout case's client gives up after 0.3 s; the others have 5 s, so that a
+	// TLS handshake slowed by a busy machine (make test's -race packages beside this
+	// one) still fails as a handshake, not a timeout (CI: "timed out after 0.3 s").
+	short, long := webhooks.NewClient(300*time.Millisecond, true), webhooks.NewClient(5*time.Second, true)
 	cases := []struct{ name, url, want string }{
 		{"refused", refusedURL, "could not connect to the endpoint (connection refused)"},
 		{"dns", "http://no-such-host.invalid/hook", "DNS lookup failed for no-such-host.invalid"},
@@ -54,6 +57,10 @@ func TestDeliveryErrorsAreInTheAPIsWords(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			client := long
+			if c.name == "timeout" {
+				client = short
+			}
 			org := testenv.ID(t, "org")
 			e.Seed(org, []vocab.Limit{monthLimit("requests", 10)}, nil, tenants.TeamInput{ID: "eng"})
 			url := c.url
