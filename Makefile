@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-alerts test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-users web web-check test-web test-e2e test-cluster fuzz test-faults faults scale
+.PHONY: help run build test test-alerts test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-orgs bench-users web web-check test-web test-e2e test-cluster fuzz test-faults faults scale
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -98,6 +98,9 @@ bench: ## benchmark the check engine, /v1/check over HTTP and ShouldRateLimit ov
 
 scale: ## the worker's per-org costs at 1,000 and 10,000 orgs (100 active): flush ticks, close scan, closing every period; SCALE_ORGS=1000,10000,100000 for more (~2-6 min; not in make test)
 	$(GO) run ./cmd/scale -orgs $(or $(SCALE_ORGS),1000,10000)
+
+bench-orgs: ## checks spread over 3,000 and 10,000 orgs against the same load over 10 (issue 29): checks/s ratios, Postgres transactions per check, PASS/FAIL (~4 min; not in make test)
+	@bash scripts/bench_orgs.sh
 
 bench-users: ## checks over 1,000,000 distinct user ids vs 1,000 repeating: Postgres queries per check, checks/s, RSS (~1.7 min)
 	@bash scripts/bench_users.sh
