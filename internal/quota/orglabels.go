@@ -2,6 +2,7 @@ package quota
 
 import (
 	"cmp"
+	"container/heap"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,10 @@ import (
 // Prometheus; a later series of it starts again at 0, which rate() reads as a reset).
 //
 // The hot path of a named org is a read lock and two atomic adds; a check of "_other"
-// also takes the sketch's mutex.
+// also takes the sketch's mutex and costs O(log max): the sketch's entries are a
+// min-heap by count, so the entry a new org replaces is found without a scan (issue
+// 29: with checks spread over 3,000 orgs, scanning the 2*max entries for the smallest
+// took 6.8 % of the api's CPU; BenchmarkOrgLabelsSpread).
 type orgLabels struct {
 	vec    *prometheus.CounterVec
 	max    int
@@ -41,6 +45,7 @@ type orgLabels struct {
 
 	sketchMu sync.Mutex
 	sketch   map[string]*sketchEntry // of "_other"'s orgs in this window, at most 2*max
+	byCount  sketchHeap              // the same entries, a min-heap by count
 	next     atomic.Int64            // end of the window, in Unix nanoseconds
 }
 
@@ -49,7 +54,33 @@ type orgSeries struct {
 	recent     atomic.Int64          // checks of the window
 }
 
-type sketchEntry struct{ count, err int64 }
+type sketchEntry struct {
+	org        string
+	count, err int64
+	at         int // index in byCount
+}
+
+// sketchHeap is a min-heap of sketch entries by count (container/heap).
+type sketchHeap []*sketchEntry
+
+func (h sketchHeap) Len() int           { return len(h) }
+func (h sketchHeap) Less(i, j int) bool { return h[i].count < h[j].count }
+func (h sketchHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].at, h[j].at = i, j
+}
+func (h *sketchHeap) Push(x any) {
+	e := x.(*sketchEntry)
+	e.at = len(*h)
+	*h = append(*h, e)
+}
+func (h *sketchHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return e
+}
 
 func decisionIndex(d string) int {
 	switch d {
@@ -126,21 +157,22 @@ func (l *orgLabels) note(org string) {
 	defer l.sketchMu.Unlock()
 	if e := l.sketch[org]; e != nil {
 		e.count++
+		heap.Fix(&l.byCount, e.at)
 		return
 	}
 	if len(l.sketch) < 2*l.max {
-		l.sketch[org] = &sketchEntry{count: 1}
+		e := &sketchEntry{org: org, count: 1}
+		l.sketch[org] = e
+		heap.Push(&l.byCount, e)
 		return
 	}
-	var minOrg string
-	var minE *sketchEntry
-	for o, e := range l.sketch {
-		if minE == nil || e.count < minE.count {
-			minOrg, minE = o, e
-		}
-	}
-	delete(l.sketch, minOrg)
-	l.sketch[org] = &sketchEntry{count: minE.count + 1, err: minE.count}
+	// The entry with the smallest count makes room: the new org inherits its count as
+	// its possible error.
+	e := l.byCount[0]
+	delete(l.sketch, e.org)
+	e.org, e.err, e.count = org, e.count, e.count+1
+	l.sketch[org] = e
+	heap.Fix(&l.byCount, 0)
 }
 
 // rotate ends a window: the busiest orgs of "_other" take the labels of the quietest
@@ -150,7 +182,7 @@ func (l *orgLabels) rotate() {
 	defer l.mu.Unlock()
 	l.sketchMu.Lock()
 	sketch := l.sketch
-	l.sketch = map[string]*sketchEntry{}
+	l.sketch, l.byCount = map[string]*sketchEntry{}, nil
 	l.sketchMu.Unlock()
 
 	type cand struct {
