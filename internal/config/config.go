@@ -113,8 +113,11 @@ type API struct {
 	// QUOTA_GRPC_TLS_KEY: PEM files, both or neither) serve TLS; GRPCMaxStreams
 	// (QUOTA_GRPC_MAX_STREAMS, 1024) bounds a connection's concurrent calls;
 	// GRPCKeepaliveMinTime (QUOTA_GRPC_KEEPALIVE_MIN_TIME, 10s) is the shortest ping
-	// interval a client may use before it is disconnected (rls.Limits).
+	// interval a client may use before it is disconnected (rls.Limits);
+	// GRPCStreamWorkers (QUOTA_GRPC_STREAM_WORKERS, 128; "off" or 0: a goroutine per
+	// call) the goroutines kept to run calls (issue 30, rls.Limits.StreamWorkers).
 	GRPCTLSCert, GRPCTLSKey string
+	GRPCStreamWorkers       int
 	GRPCMaxStreams          int
 	GRPCKeepaliveMinTime    time.Duration
 	Hardening
@@ -372,6 +375,11 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	}
 	c.GRPCMaxStreams = r.integer("QUOTA_GRPC_MAX_STREAMS", 1024, 1)
 	c.GRPCKeepaliveMinTime = r.duration("QUOTA_GRPC_KEEPALIVE_MIN_TIME", 10*time.Second)
+	if v := strings.TrimSpace(getenv("QUOTA_GRPC_STREAM_WORKERS")); strings.EqualFold(v, "off") || v == "0" {
+		c.GRPCStreamWorkers = -1
+	} else {
+		c.GRPCStreamWorkers = r.integer("QUOTA_GRPC_STREAM_WORKERS", 128, 1)
+	}
 	c.RateLimitHeaders = strings.ToLower(strings.TrimSpace(r.str("QUOTA_RATELIMIT_HEADERS", "both")))
 	if !slices.Contains(RateLimitHeaderValues, c.RateLimitHeaders) {
 		r.errs = append(r.errs, fmt.Errorf("QUOTA_RATELIMIT_HEADERS=%q: want both, draft, legacy or off", r.getenv("QUOTA_RATELIMIT_HEADERS")))

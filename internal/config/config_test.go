@@ -262,4 +262,17 @@ func TestGRPCTransportSettings(t *testing.T) {
 		!strings.Contains(err.Error(), "QUOTA_GRPC_TLS_KEY") || !strings.Contains(err.Error(), "QUOTA_GRPC_MAX_STREAMS") {
 		t.Errorf("a certificate without its key, 0 streams: %v", err)
 	}
+	// Issue 30: stream workers, 128 by default; "off" or 0 is a goroutine per call.
+	if c, _ := config.LoadAPI(env(nil)); c.GRPCStreamWorkers != 128 {
+		t.Errorf("stream workers by default: %d, want 128", c.GRPCStreamWorkers)
+	}
+	for v, want := range map[string]int{"off": -1, "0": -1, "16": 16} {
+		if c, err := config.LoadAPI(env(map[string]string{"QUOTA_GRPC_STREAM_WORKERS": v})); err != nil || c.GRPCStreamWorkers != want {
+			t.Errorf("QUOTA_GRPC_STREAM_WORKERS=%s: %d, %v; want %d", v, c.GRPCStreamWorkers, err, want)
+		}
+	}
+	if _, err := config.LoadAPI(env(map[string]string{"QUOTA_GRPC_STREAM_WORKERS": "many"})); err == nil ||
+		!strings.Contains(err.Error(), "QUOTA_GRPC_STREAM_WORKERS") {
+		t.Errorf("QUOTA_GRPC_STREAM_WORKERS=many: %v", err)
+	}
 }

@@ -25,16 +25,26 @@ type Limits struct {
 	// is the shortest interval between a client's pings the server accepts: a client
 	// pinging more often is sent GOAWAY (too_many_pings) and its connection closed.
 	KeepaliveMinTime time.Duration
+	// StreamWorkers (QUOTA_GRPC_STREAM_WORKERS, default DefaultStreamWorkers; 0 here
+	// takes the default, negative none) is the number of long-lived goroutines that
+	// run calls (grpc.NumStreamWorkers); a call that finds them all busy gets a
+	// goroutine of its own, as without them. Issue 30: a new goroutine per call starts
+	// on a small stack that the rate limit service's handler outgrows, and copying it
+	// (runtime.newstack, copystack) took 13-14 % of the api's CPU on the three-descriptor
+	// path (pprof, loadgen -grpc-path, GOMAXPROCS=1); with workers, 2.5 %
+	// (docs/PERFORMANCE.md, "The gRPC path's stacks").
+	StreamWorkers int
 }
 
 // Defaults of Limits.
 const (
 	DefaultMaxStreams       = 1024
 	DefaultKeepaliveMinTime = 10 * time.Second
+	DefaultStreamWorkers    = 128
 )
 
 // ServerOptions returns the options that apply l: TLS credentials when a certificate
-// is set, MaxConcurrentStreams, the keepalive enforcement policy (pings without a call
+// is set, MaxConcurrentStreams, the stream workers, the keepalive enforcement policy (pings without a call
 // in flight are allowed, as Envoy's connection keepalive sends them) and server
 // pings that close a connection whose client went silent (every 1 min, 20 s to
 // answer).
@@ -47,10 +57,16 @@ func ServerOptions(l Limits) ([]grpc.ServerOption, error) {
 	if l.KeepaliveMinTime <= 0 {
 		l.KeepaliveMinTime = DefaultKeepaliveMinTime
 	}
+	if l.StreamWorkers == 0 {
+		l.StreamWorkers = DefaultStreamWorkers
+	}
 	opts := []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(l.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+	}
+	if l.StreamWorkers > 0 {
+		opts = append(opts, grpc.NumStreamWorkers(uint32(l.StreamWorkers)))
 	}
 	if l.CertFile == "" && l.KeyFile == "" {
 		return opts, nil

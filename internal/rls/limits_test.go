@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -135,5 +136,48 @@ func TestGRPCMaxStreams(t *testing.T) {
 	defer cancel3()
 	if _, err := hc.Check(ok, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Errorf("after the stream ended: %v", err)
+	}
+}
+
+// Issue 30: stream workers are kept goroutines, never a bound: with 2 workers both
+// held by open streams (health Watch), other calls are still answered at once, each
+// on a goroutine of its own.
+func TestGRPCStreamWorkersNeverMakeACallWait(t *testing.T) {
+	addr := serveLimits(t, rls.Limits{StreamWorkers: 2})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for range 3 { // more open streams than workers
+		w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			_, err := hc.Check(c, &healthpb.HealthCheckRequest{})
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatalf("a call beside streams holding every worker: %v", err)
+		}
 	}
 }
