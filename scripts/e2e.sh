@@ -6,6 +6,9 @@
 # Needs Node.js with web/node_modules (installed here with `npm ci` when missing) and
 # Debian's Chromium at /usr/bin/chromium (or $CHROMIUM). Without Chromium the tests are
 # skipped with a message, except under CI=true, where that is a failure.
+#
+# Arguments, when given, are test files relative to web/ (bash scripts/e2e.sh
+# e2e/nav.test.mjs) and only they run; without any, every file of web/e2e/ does.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,4 +27,4 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/quotaplane-api" ./cmd/api
 cd web
-QP_API_BIN="$tmp/quotaplane-api" CHROMIUM="$chromium" node --test --test-concurrency=1 e2e/
+QP_API_BIN="$tmp/quotaplane-api" CHROMIUM="$chromium" node --test --test-concurrency=1 "${@:-e2e/}"

@@ -6,7 +6,9 @@
 //   - spend is shown as money ("2.50 USD of 500.00") on the overview and the allocation
 //     page: a plan with a rate card and a monthly spend budget, and a check that spends,
 //     all through the API, and the allocation page's first line names the budget as
-//     money.
+//     money;
+//   - the limits editor shows a spend limit as money ("10.00 USD"), takes an amount and
+//     sends micro-units.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -102,5 +104,23 @@ test('spend is shown as money on the overview and the allocation page', async ()
     // the page's first line names the org's budget as money, not micro-units
     assert.match(await page.locator('p.muted', { hasText: "The org's month limits" }).textContent(), /spend 500\.00 USD/);
     assert.match(await page.getByTestId('org-used-spend').textContent(), /^2\.50 USD/);
+  });
+});
+
+test('a spend limit is shown and edited as money, and sent as micro-units', async () => {
+  await withPage('console-spend-edit', async (page) => {
+    await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Allocation', exact: true }).click();
+    await page.getByTestId('alloc-row-team-research-spend-month').waitFor(); // usage, which names the currency, has loaded
+    const edit = page.getByRole('button', { name: 'Edit spend per month limit of User defaults of research' });
+    assert.equal(await edit.textContent(), '10.00 USD');
+    assert.equal(await page.getByRole('button', { name: 'Edit spend per month limit of Team research' }).textContent(), '200.00 USD');
+    await edit.click();
+    const input = page.getByLabel('spend per month limit in USD');
+    assert.equal(await input.inputValue(), '10.00');
+    await input.fill('12.345678');
+    await page.getByRole('button', { name: 'Save' }).click();
+    await page.getByRole('button', { name: 'Edit spend per month limit of User defaults of research' }).filter({ hasText: '12.345678 USD' }).waitFor();
+    const team = await must(op('GET', `/v1/orgs/${ORG}/teams/research`), 200);
+    assert.deepEqual(team.user_limits, [{ metric: 'spend', window: 'month', limit: 12345678 }]);
   });
 });

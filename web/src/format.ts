@@ -282,3 +282,43 @@ export function currencies(usage: { metrics: { metric: string }[] } | undefined)
   }
   return out;
 }
+
+/**
+ * formatMicrosExact writes micro-units as an exact amount, for limits: two decimals, or
+ * as many (up to six) as the micro-units need, with thousands separators unless plain:
+ * 200000000 -> "200.00", 1234567 -> "1.234567", 1234500000000 -> "1,234,500.00" (plain:
+ * "1234500.00", what the editor's field starts with).
+ */
+export function formatMicrosExact(micros: number | bigint, plain = false): string {
+  const m = BigInt(micros);
+  const abs = m < 0n ? -m : m;
+  let whole = (abs / MICROS).toString();
+  if (!plain) whole = whole.replace(/\B(?=(\d{3})+(?!\d))/g, ',');
+  const frac = (abs % MICROS).toString().padStart(6, '0').replace(/0{1,4}$/, '');
+  return `${m < 0n ? '-' : ''}${whole}.${frac}`;
+}
+
+/**
+ * parseMoney reads an amount of currency typed into a limit field into micro-units,
+ * by string and BigInt arithmetic (never a float): "500", "12.50", "1,000.25",
+ * "0.000001", optionally followed by the currency ("500 USD"). Separators must group
+ * thousands, so "1.000,50" is refused rather than read as 1.0005; more than six
+ * decimals (finer than a micro-unit) are refused rather than rounded.
+ */
+export function parseMoney(input: string, currency: string): Parsed {
+  let s = input.trim();
+  if (currency && s.toUpperCase().endsWith(currency.toUpperCase())) s = s.slice(0, s.length - currency.length).trim();
+  if (s === '') return { error: `Enter an amount of ${currency}.` };
+  const m = /^(\d{1,3}(?:[,_ ]\d{3})+|\d*)(?:\.(\d*))?$/.exec(s);
+  if (!m || m[1] + (m[2] ?? '') === '') return { error: `An amount is ${currency} of 0 or more, like 500 or 12.50.` };
+  const frac = m[2] ?? '';
+  if (frac.length > 6) return { error: `An amount has at most 6 decimals (a micro-unit of ${currency}).` };
+  const micros = BigInt(m[1].replace(/[,_ ]/g, '') || '0') * MICROS + BigInt(frac.padEnd(6, '0'));
+  if (micros > BigInt(Number.MAX_SAFE_INTEGER)) return { error: 'That amount is too large.' };
+  return { value: Number(micros) };
+}
+
+/** parseLimitIn reads a limit field: units (parseLimit), or, for a metric that is money, an amount of its currency into micro-units (parseMoney). */
+export function parseLimitIn(input: string, currency?: string): Parsed {
+  return currency ? parseMoney(input, currency) : parseLimit(input);
+}

@@ -1,10 +1,19 @@
 // The limits editor: a team's or user's limits with inline edits, and the 422 of an
-// allocation rule shown next to the field it is about.
+// allocation rule shown next to the field it is about. A metric that is money (spend,
+// counted in micro-units of the plan's currency) is shown and typed as an amount of the
+// currency ("200.00 USD") and sent as micro-units.
 import { useState } from 'preact/hooks';
 import { ApiError, WINDOWS, type Limit, type Window } from './api';
-import { formatNumber, formatNumbersIn, limitField, parseLimit, setLimit, sortLimits } from './format';
+import { formatMicrosExact, formatNumber, formatNumbersIn, limitField, parseLimitIn, setLimit, sortLimits } from './format';
 
 type ListName = 'limits' | 'user_limits';
+/** Money maps each metric that is money to its currency ({ spend: 'USD' }, see currencies). */
+type Money = Record<string, string>;
+
+/** limitText writes a limit as the table shows it: "5,000", or money "200.00 USD" (exact, not rounded to the cent). */
+export function limitText(limit: number, currency?: string): string {
+  return currency ? `${formatMicrosExact(limit)} ${currency}` : formatNumber(limit);
+}
 
 /**
  * errorFor picks the API's message about field, or its detail for anything else, with
@@ -19,12 +28,15 @@ export function errorFor(e: unknown, field: string): string {
  * LimitsEditor lists a level's limits with inline edits. defaults are what applies
  * where the level has no limit of its own (a registered user gets the team's user
  * defaults per metric and window): they are shown, marked as such, and not editable
- * here; adding a limit of the same metric and window overrides one.
+ * here; adding a limit of the same metric and window overrides one. money names the
+ * metrics that are money: their limits are shown and typed in their currency (without
+ * it, as while usage loads or when it cannot be read, they are micro-units).
  */
-export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, defaults }: {
+export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, defaults, money = {} }: {
   label: string; idPrefix: string; list: ListName; limits: Limit[]; canEdit: boolean;
   onSave: (next: Limit[]) => Promise<void>;
   defaults?: { limits: Limit[]; from: string };
+  money?: Money;
 }) {
   const [editing, setEditing] = useState<string | null>(null); // "metric/window"
   const [adding, setAdding] = useState(false);
@@ -41,13 +53,13 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, d
           {sorted.map((l) => {
             const key = `${l.metric}/${l.window}`;
             return editing === key
-              ? <EditRow key={key} idPrefix={idPrefix} list={list} limits={limits} l={l} onSave={onSave} onDone={() => setEditing(null)} />
+              ? <EditRow key={key} idPrefix={idPrefix} list={list} limits={limits} l={l} currency={money[l.metric]} onSave={onSave} onDone={() => setEditing(null)} />
               : (
                 <tr key={key}>
                   <td>{l.metric}</td><td>{l.window}</td>
                   <td class="num">{canEdit
-                    ? <button type="button" class="inline-edit" aria-label={`Edit ${l.metric} per ${l.window} limit of ${label}`} onClick={() => setEditing(key)}>{formatNumber(l.limit)}</button>
-                    : formatNumber(l.limit)}</td>
+                    ? <button type="button" class="inline-edit" aria-label={`Edit ${l.metric} per ${l.window} limit of ${label}`} onClick={() => setEditing(key)}>{limitText(l.limit, money[l.metric])}</button>
+                    : limitText(l.limit, money[l.metric])}</td>
                   {canEdit && <td class="row-actions"><RemoveLimit label={label} l={l} limits={limits} onSave={onSave} /></td>}
                 </tr>
               );
@@ -55,7 +67,7 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, d
           {inherited.map((l) => (
             <tr key={`default-${l.metric}/${l.window}`} class="inherited" data-testid="inherited-limit">
               <td>{l.metric}</td><td>{l.window}</td>
-              <td class="num">{formatNumber(l.limit)}</td>
+              <td class="num">{limitText(l.limit, money[l.metric])}</td>
               {canEdit && <td class="muted small">default</td>}
             </tr>
           ))}
@@ -63,21 +75,25 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, d
       </table>
       {inherited.length > 0 && <p class="muted small">{sorted.length === 0 ? 'No limits of its own: ' : 'Where it has none of its own, '}{defaults!.from} apply.</p>}
       {canEdit && (adding
-        ? <AddLimit idPrefix={idPrefix} list={list} limits={limits} onSave={onSave} onDone={() => setAdding(false)} />
+        ? <AddLimit idPrefix={idPrefix} list={list} limits={limits} money={money} onSave={onSave} onDone={() => setAdding(false)} />
         : <button type="button" class="link" onClick={() => setAdding(true)}>+ Add a limit to {label.toLowerCase()}</button>)}
     </div>
   );
 }
 
-function EditRow({ idPrefix, list, limits, l, onSave, onDone }: {
-  idPrefix: string; list: ListName; limits: Limit[]; l: Limit; onSave: (next: Limit[]) => Promise<void>; onDone: () => void;
+// EditRow and AddLimit keep the currencies they opened with: usage (and so money) may
+// arrive while a field is open, and what was typed as micro-units must not be read as
+// an amount of currency, nor the other way round.
+function EditRow({ idPrefix, list, limits, l, currency: opened, onSave, onDone }: {
+  idPrefix: string; list: ListName; limits: Limit[]; l: Limit; currency?: string; onSave: (next: Limit[]) => Promise<void>; onDone: () => void;
 }) {
-  const [value, setValue] = useState(String(l.limit));
+  const [currency] = useState(opened);
+  const [value, setValue] = useState(currency ? formatMicrosExact(l.limit, true) : String(l.limit));
   const [error, setError] = useState<string>();
   const [busy, setBusy] = useState(false);
   const id = `${idPrefix}-${list}-${l.metric}-${l.window}`;
   const save = async () => {
-    const p = parseLimit(value);
+    const p = parseLimitIn(value, currency);
     if (p.error) { setError(p.error); return; }
     const next = setLimit(limits, l.metric, l.window, p.value!);
     setBusy(true);
@@ -88,11 +104,12 @@ function EditRow({ idPrefix, list, limits, l, onSave, onDone }: {
       <td>{l.metric}</td><td>{l.window}</td>
       <td colSpan={2}>
         <form class="inline-form" onSubmit={(e) => { e.preventDefault(); void save(); }}>
-          <label class="sr-only" for={id}>{`${l.metric} per ${l.window} limit`}</label>
-          <input id={id} name="limit" inputMode="numeric" value={value} autoFocus aria-invalid={error ? 'true' : undefined}
+          <label class="sr-only" for={id}>{`${l.metric} per ${l.window} limit${currency ? ` in ${currency}` : ''}`}</label>
+          <input id={id} name="limit" inputMode={currency ? 'decimal' : 'numeric'} value={value} autoFocus aria-invalid={error ? 'true' : undefined}
             aria-describedby={error ? `${id}-error` : undefined}
             onInput={(e) => { setValue((e.target as HTMLInputElement).value); setError(undefined); }}
             onKeyDown={(e) => { if (e.key === 'Escape') onDone(); }} />
+          {currency && <span class="unit" aria-hidden="true">{currency}</span>}
           <button type="submit" class="primary" disabled={busy}>Save</button>
           <button type="button" onClick={onDone}>Cancel</button>
           {error && <p id={`${id}-error`} class="field-error" role="alert">{error}</p>}
@@ -113,18 +130,20 @@ function RemoveLimit({ label, l, limits, onSave }: { label: string; l: Limit; li
   );
 }
 
-function AddLimit({ idPrefix, list, limits, onSave, onDone }: {
-  idPrefix: string; list: ListName; limits: Limit[]; onSave: (next: Limit[]) => Promise<void>; onDone: () => void;
+function AddLimit({ idPrefix, list, limits, money: opened, onSave, onDone }: {
+  idPrefix: string; list: ListName; limits: Limit[]; money: Money; onSave: (next: Limit[]) => Promise<void>; onDone: () => void;
 }) {
+  const [money] = useState(opened);
   const [metric, setMetric] = useState('requests');
   const [window, setWindow] = useState<Window>('month');
   const [value, setValue] = useState('');
   const [error, setError] = useState<string>();
   const id = `${idPrefix}-${list}-new`;
+  const currency = money[metric.trim()];
   return (
     <form class="add-limit" onSubmit={async (e) => {
       e.preventDefault();
-      const p = parseLimit(value);
+      const p = parseLimitIn(value, currency);
       if (!metric.trim()) { setError('Enter a metric.'); return; }
       if (p.error) { setError(p.error); return; }
       const next = setLimit(limits, metric.trim(), window, p.value!);
@@ -133,10 +152,11 @@ function AddLimit({ idPrefix, list, limits, onSave, onDone }: {
       <label>Metric <input name="metric" value={metric} onInput={(e) => setMetric((e.target as HTMLInputElement).value)} /></label>
       <label>Window <select name="window" value={window} onChange={(e) => setWindow((e.target as HTMLSelectElement).value as Window)}>
         {WINDOWS.map((w) => <option value={w}>{w}</option>)}</select></label>
-      <label for={id}>Limit</label>
-      <input id={id} name="limit" inputMode="numeric" value={value} placeholder="e.g. 5000"
+      <label for={id}>Limit{currency && <span class="sr-only"> in {currency}</span>}</label>
+      <input id={id} name="limit" inputMode={currency ? 'decimal' : 'numeric'} value={value} placeholder={currency ? 'e.g. 500.00' : 'e.g. 5000'}
         aria-invalid={error ? 'true' : undefined} aria-describedby={error ? `${id}-error` : undefined}
         onInput={(e) => { setValue((e.target as HTMLInputElement).value); setError(undefined); }} />
+      {currency && <span class="unit" aria-hidden="true">{currency}</span>}
       <button type="submit" class="primary">Add</button>
       <button type="button" onClick={onDone}>Cancel</button>
       {error && <p id={`${id}-error`} class="field-error" role="alert">{error}</p>}

@@ -1,9 +1,11 @@
 // Money (issue 25): spend in micro-units shown as an amount of its currency, by integer
-// arithmetic; and the views that show usage, allocations and forecasts of it.
-import { describe, expect, it } from 'vitest';
+// arithmetic; the views that show usage, allocations and forecasts of it; and the limits
+// editor, which shows and takes a spend limit as an amount and sends micro-units.
+import { describe, expect, it, vi } from 'vitest';
 import { render } from 'preact';
 import { act } from 'preact/test-utils';
-import { currencies, currencyOf, formatAmount, formatMicros, formatUsedOf } from './format';
+import { currencies, currencyOf, formatAmount, formatMicros, formatMicrosExact, formatUsedOf, parseLimitIn, parseMoney } from './format';
+import { LimitsEditor } from './limits';
 import { MiniBar, UsageBar } from './ui';
 import { AllocationTable } from './pages/Allocation';
 import type { AllocRow } from './allocation';
@@ -72,5 +74,122 @@ describe('money in usage', () => {
     expect(spend).toContain('1,000.00 USD of 2,000.00');
     expect(spend).toContain('about 1,800.00 USD by its end');
     expect(root.querySelector('[data-testid="alloc-row-team-research-tokens-month"]')!.textContent).toContain('1,000 of 2,000');
+  });
+});
+
+describe('spend limits are edited as money', () => {
+  it('formatMicrosExact writes a limit exactly: two decimals, more only where needed', () => {
+    expect(formatMicrosExact(200_000_000)).toBe('200.00');
+    expect(formatMicrosExact(1_234_567)).toBe('1.234567');
+    expect(formatMicrosExact(1_500_000)).toBe('1.50');
+    expect(formatMicrosExact(1_234_500_000_000)).toBe('1,234,500.00');
+    expect(formatMicrosExact(1_234_500_000_000, true)).toBe('1234500.00');
+    expect(formatMicrosExact(0)).toBe('0.00');
+    expect(formatMicrosExact(1)).toBe('0.000001');
+    expect(formatMicrosExact(Number.MAX_SAFE_INTEGER)).toBe('9,007,199,254.740991');
+  });
+  it('parseMoney reads an amount into micro-units by integer arithmetic', () => {
+    expect(parseMoney('500', 'USD')).toEqual({ value: 500_000_000 });
+    expect(parseMoney(' 12.50 ', 'USD')).toEqual({ value: 12_500_000 });
+    expect(parseMoney('1,000.25', 'USD')).toEqual({ value: 1_000_250_000 });
+    expect(parseMoney('1 000 000', 'USD')).toEqual({ value: 1_000_000_000_000 });
+    expect(parseMoney('0.000001', 'USD')).toEqual({ value: 1 });
+    expect(parseMoney('.5', 'USD')).toEqual({ value: 500_000 });
+    expect(parseMoney('500 USD', 'USD')).toEqual({ value: 500_000_000 });
+    expect(parseMoney('500usd', 'USD')).toEqual({ value: 500_000_000 });
+    expect(parseMoney('0', 'USD')).toEqual({ value: 0 });
+    // 0.29 * 1e6 is 290000.00000000006 as floats: read as strings it is exact.
+    expect(parseMoney('0.29', 'USD')).toEqual({ value: 290_000 });
+    expect(parseMoney('1.005', 'USD')).toEqual({ value: 1_005_000 });
+    expect(parseMoney('9007199254.740991', 'USD')).toEqual({ value: Number.MAX_SAFE_INTEGER });
+  });
+  it('parseMoney refuses what it cannot read exactly', () => {
+    expect(parseMoney('', 'USD').error).toBe('Enter an amount of USD.');
+    expect(parseMoney('USD', 'USD').error).toBe('Enter an amount of USD.');
+    for (const bad of ['-5', 'abc', '1.000,50', '1,00', '12,3456', '.', '1e6', '5 EUR', '1.2.3']) {
+      expect(parseMoney(bad, 'USD').error, bad).toBe('An amount is USD of 0 or more, like 500 or 12.50.');
+    }
+    expect(parseMoney('1.2345678', 'USD').error).toMatch(/at most 6 decimals/);
+    expect(parseMoney('9007199254.740992', 'USD').error).toBe('That amount is too large.');
+    expect(parseLimitIn('1.5', 'USD')).toEqual({ value: 1_500_000 });
+    expect(parseLimitIn('1.5k')).toEqual({ value: 1500 });
+  });
+
+  const limits = [{ metric: 'spend', window: 'month' as const, limit: 200_000_000 }, { metric: 'requests', window: 'month' as const, limit: 1000 }];
+  const submit = async (root: HTMLElement) => {
+    await act(async () => { root.querySelector('form')!.dispatchEvent(new Event('submit', { bubbles: true, cancelable: true })); });
+  };
+  const type = (input: HTMLInputElement, v: string) => act(() => { input.value = v; input.dispatchEvent(new Event('input', { bubbles: true })); });
+
+  it('shows spend limits, own and inherited, in the currency and others in units', () => {
+    const root = mount(<LimitsEditor label="User ada" idPrefix="m1" list="limits" limits={limits} canEdit={false} onSave={vi.fn()} money={{ spend: 'USD' }}
+      defaults={{ limits: [{ metric: 'spend', window: 'day', limit: 12_345_678 }], from: 'the user defaults of research' }} />);
+    const cells = [...root.querySelectorAll('tbody tr')].map((tr) => tr.textContent);
+    expect(cells).toEqual(['requestsmonth1,000', 'spendmonth200.00 USD', 'spendday12.345678 USD']);
+  });
+  it('without a currency (usage not loaded) a spend limit stays in micro-units', () => {
+    const root = mount(<LimitsEditor label="Team r" idPrefix="m2" list="limits" limits={limits} canEdit={false} onSave={vi.fn()} />);
+    expect(root.textContent).toContain('200,000,000');
+  });
+  it('edits a spend limit as an amount and sends micro-units', async () => {
+    const onSave = vi.fn().mockResolvedValue(undefined);
+    const root = mount(<LimitsEditor label="Team research" idPrefix="m3" list="limits" limits={limits} canEdit onSave={onSave} money={{ spend: 'USD' }} />);
+    const edit = root.querySelector('button[aria-label="Edit spend per month limit of Team research"]') as HTMLButtonElement;
+    expect(edit.textContent).toBe('200.00 USD');
+    act(() => edit.click());
+    const input = root.querySelector('input[name="limit"]') as HTMLInputElement;
+    expect(input.value).toBe('200.00');
+    expect(input.getAttribute('inputmode')).toBe('decimal');
+    expect(root.querySelector(`label[for="${input.id}"]`)!.textContent).toBe('spend per month limit in USD');
+    expect(root.querySelector('form .unit')!.textContent).toBe('USD');
+    type(input, '150.50');
+    await submit(root);
+    expect(onSave).toHaveBeenCalledWith([{ metric: 'spend', window: 'month', limit: 150_500_000 }, limits[1]]);
+  });
+  it('refuses an amount finer than a micro-unit without calling the API', async () => {
+    const onSave = vi.fn();
+    const root = mount(<LimitsEditor label="Team research" idPrefix="m4" list="limits" limits={limits} canEdit onSave={onSave} money={{ spend: 'USD' }} />);
+    act(() => (root.querySelector('button[aria-label="Edit spend per month limit of Team research"]') as HTMLButtonElement).click());
+    type(root.querySelector('input[name="limit"]') as HTMLInputElement, '1.0000001');
+    await submit(root);
+    expect(onSave).not.toHaveBeenCalled();
+    expect(root.querySelector('.field-error')!.textContent).toBe('An amount has at most 6 decimals (a micro-unit of USD).');
+  });
+  it('adds a spend limit as an amount, and a requests limit as units', async () => {
+    const onSave = vi.fn().mockResolvedValue(undefined);
+    const root = mount(<LimitsEditor label="Team ml" idPrefix="m5" list="limits" limits={[]} canEdit onSave={onSave} money={{ spend: 'USD' }} />);
+    act(() => (root.querySelector('button.link') as HTMLButtonElement).click());
+    const metric = root.querySelector('input[name="metric"]') as HTMLInputElement;
+    const input = root.querySelector('input[name="limit"]') as HTMLInputElement;
+    expect(root.querySelector('.add-limit .unit')).toBeNull(); // requests: units
+    type(metric, 'spend');
+    expect(root.querySelector('.add-limit .unit')!.textContent).toBe('USD');
+    expect(input.placeholder).toBe('e.g. 500.00');
+    type(input, '2,500.75 USD');
+    await submit(root);
+    expect(onSave).toHaveBeenLastCalledWith([{ metric: 'spend', window: 'month', limit: 2_500_750_000 }]);
+  });
+  it('adds a requests limit in units beside money', async () => {
+    const onSave = vi.fn().mockResolvedValue(undefined);
+    const root = mount(<LimitsEditor label="Team ml" idPrefix="m6" list="limits" limits={[]} canEdit onSave={onSave} money={{ spend: 'USD' }} />);
+    act(() => (root.querySelector('button.link') as HTMLButtonElement).click());
+    type(root.querySelector('input[name="limit"]') as HTMLInputElement, '60k');
+    await submit(root);
+    expect(onSave).toHaveBeenLastCalledWith([{ metric: 'requests', window: 'month', limit: 60_000 }]);
+  });
+  it('an open field keeps its unit when usage (and so the currency) arrives while it is open', async () => {
+    const onSave = vi.fn().mockResolvedValue(undefined);
+    const root = document.createElement('div');
+    document.body.appendChild(root);
+    const ui = (money?: Record<string, string>) => <LimitsEditor label="Team research" idPrefix="m7" list="limits" limits={limits} canEdit onSave={onSave} money={money} />;
+    act(() => render(ui(), root));
+    act(() => (root.querySelector('button[aria-label="Edit spend per month limit of Team research"]') as HTMLButtonElement).click());
+    const input = root.querySelector('input[name="limit"]') as HTMLInputElement;
+    expect(input.value).toBe('200000000');
+    act(() => render(ui({ spend: 'USD' }), root)); // usage loaded
+    expect(root.querySelector('form .unit')).toBeNull();
+    type(input, '150000000');
+    await submit(root);
+    expect(onSave).toHaveBeenCalledWith([{ metric: 'spend', window: 'month', limit: 150_000_000 }, limits[1]]); // micro-units, not 150 million USD
   });
 });

@@ -2,7 +2,7 @@
 import { useState } from 'preact/hooks';
 import { allocationRows, forecastText, heldMatches, heldRows, inFlightRows, openCount, sortRows, type AllocRow, type Held, type InFlight, type OpenList, type SortKey } from '../allocation';
 import { api, ApiError, type Org, type Reservation, type Team, type User } from '../api';
-import { currencies, expiresIn, formatAmount, formatBare, formatNumber, formatNumbersIn, idError, level, parseLimit, percent, remainder, type Remainder } from '../format';
+import { currencies, expiresIn, formatAmount, formatBare, formatNumber, formatNumbersIn, idError, level, parseLimitIn, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
 import { Confirm, Empty, ErrorState, Loading, MiniBar, useLoad, usePaged } from '../ui';
 import type { PageProps } from '../ui';
@@ -64,9 +64,9 @@ export function Allocation({ session }: PageProps) {
       {usage && <HeldPanel org={org} held={heldRows(usage)} open={extra.data?.open} />}
       {usage && <InFlightPanel rows={inFlightRows(usage)} />}
       <h2>Teams and users</h2>
-      {adding && <NewTeam org={org} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
+      {adding && <NewTeam org={org} money={currencies(usage)} onDone={(created) => { setAdding(false); if (created) data.reload(); }} />}
       {teams.length === 0 && <Empty>No teams yet.{canEdit ? ' Add one to allocate part of the org\'s quota.' : ''}</Empty>}
-      {teams.map((t) => <TeamPanel key={t.id} org={o} team={t} canEdit={canEdit} onChange={data.reload} />)}
+      {teams.map((t) => <TeamPanel key={t.id} org={o} team={t} canEdit={canEdit} money={currencies(usage)} onChange={data.reload} />)}
     </>
   );
 }
@@ -232,7 +232,8 @@ function OpenReservations({ org, held }: { org: string; held: Held }) {
   );
 }
 
-function NewTeam({ org, onDone }: { org: string; onDone: (created: boolean) => void }) {
+// A metric that is money (money maps it to its currency) has its limits typed as amounts, sent as micro-units.
+function NewTeam({ org, money, onDone }: { org: string; money: Record<string, string>; onDone: (created: boolean) => void }) {
   const [id, setId] = useState('');
   const [name, setName] = useState('');
   const [month, setMonth] = useState('');
@@ -240,14 +241,15 @@ function NewTeam({ org, onDone }: { org: string; onDone: (created: boolean) => v
   const [metric, setMetric] = useState('requests');
   const [errors, setErrors] = useState<Record<string, string>>({});
   const [busy, setBusy] = useState(false);
+  const currency = money[metric.trim()];
   const submit = async (e: Event) => {
     e.preventDefault();
     const errs: Record<string, string> = {};
     const idErr = idError(id.trim());
     if (idErr) errs.id = idErr;
     if (!name.trim()) errs.name = 'Enter a name.';
-    const lim = month.trim() ? parseLimit(month) : {};
-    const ulim = userMonth.trim() ? parseLimit(userMonth) : {};
+    const lim = month.trim() ? parseLimitIn(month, currency) : {};
+    const ulim = userMonth.trim() ? parseLimitIn(userMonth, currency) : {};
     if (lim.error) errs['limits[0].limit'] = lim.error;
     if (ulim.error) errs['user_limits[0].limit'] = ulim.error;
     setErrors(errs);
@@ -277,6 +279,7 @@ function NewTeam({ org, onDone }: { org: string; onDone: (created: boolean) => v
       {errors[key] && <p id={`new-team-${key}-error`} class="field-error" role="alert">{errors[key]}</p>}
     </div>
   );
+  const inCur = currency ? ` (${currency})` : '';
   return (
     <form class="panel new-team" onSubmit={submit} aria-labelledby="new-team-h">
       <h2 id="new-team-h">New team</h2>
@@ -287,8 +290,8 @@ function NewTeam({ org, onDone }: { org: string; onDone: (created: boolean) => v
           <label for="new-team-metric">Metric</label>
           <input id="new-team-metric" name="metric" value={metric} onInput={(e) => setMetric((e.target as HTMLInputElement).value)} />
         </div>
-        {field('limits[0].limit', 'Month limit of the team', month, setMonth, 'optional, e.g. 10k')}
-        {field('user_limits[0].limit', 'Month default per user', userMonth, setUserMonth, 'optional')}
+        {field('limits[0].limit', `Month limit of the team${inCur}`, month, setMonth, currency ? 'optional, e.g. 500.00' : 'optional, e.g. 10k')}
+        {field('user_limits[0].limit', `Month default per user${inCur}`, userMonth, setUserMonth, 'optional')}
       </div>
       {errors._ && <p class="field-error" role="alert">{errors._}</p>}
       <div class="actions">
@@ -299,7 +302,8 @@ function NewTeam({ org, onDone }: { org: string; onDone: (created: boolean) => v
   );
 }
 
-function TeamPanel({ org, team, canEdit, onChange }: { org: Org; team: Team; canEdit: boolean; onChange: () => void }) {
+// money maps the metrics that are money to their currency: their limits are edited as amounts.
+function TeamPanel({ org, team, canEdit, money, onChange }: { org: Org; team: Team; canEdit: boolean; money: Record<string, string>; onChange: () => void }) {
   const [confirm, setConfirm] = useState(false);
   const users = useLoad(() => api.users(org.id, team.id).then((p) => p.items), [org.id, team.id]);
   const [newUser, setNewUser] = useState('');
@@ -311,9 +315,9 @@ function TeamPanel({ org, team, canEdit, onChange }: { org: Org; team: Team; can
         {canEdit && <button type="button" class="danger" onClick={() => setConfirm(true)}>Remove team</button>}
       </div>
       <div class="two-col">
-        <LimitsEditor label={`Team ${team.id}`} idPrefix={`team-${team.id}`} list="limits" limits={team.limits} canEdit={canEdit}
+        <LimitsEditor label={`Team ${team.id}`} idPrefix={`team-${team.id}`} list="limits" limits={team.limits} canEdit={canEdit} money={money}
           onSave={async (next) => { await api.patchTeam(org.id, team.id, { limits: next }); onChange(); }} />
-        <LimitsEditor label={`User defaults of ${team.id}`} idPrefix={`team-${team.id}`} list="user_limits" limits={team.user_limits} canEdit={canEdit}
+        <LimitsEditor label={`User defaults of ${team.id}`} idPrefix={`team-${team.id}`} list="user_limits" limits={team.user_limits} canEdit={canEdit} money={money}
           onSave={async (next) => { await api.patchTeam(org.id, team.id, { user_limits: next }); onChange(); }} />
       </div>
       <h3>Users</h3>
@@ -322,7 +326,7 @@ function TeamPanel({ org, team, canEdit, onChange }: { org: Org; team: Team; can
       {users.data && users.data.length === 0 && <Empty>No registered users: every user id gets the defaults above.</Empty>}
       {users.data?.map((u) => (
         <div class="user" data-testid={`user-${team.id}-${u.id}`}>
-          <LimitsEditor label={`User ${u.id}`} idPrefix={`user-${team.id}-${u.id}`} list="limits" limits={u.limits} canEdit={canEdit}
+          <LimitsEditor label={`User ${u.id}`} idPrefix={`user-${team.id}-${u.id}`} list="limits" limits={u.limits} canEdit={canEdit} money={money}
             defaults={{ limits: team.user_limits, from: `the user defaults of ${team.id}` }}
             onSave={async (next) => { await api.patchUser(org.id, team.id, u.id, { limits: next }); users.reload(); onChange(); }} />
           {canEdit && <button type="button" class="danger small" onClick={async () => {
