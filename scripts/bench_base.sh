@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Base against current, interleaved (issue 30): two api binaries, each with
-# GOMAXPROCS=1 (the load on the other core), on their own databases and one Redis,
+# GOMAXPROCS=1 on core 0 (the load, wrk or loadgen, on core 1), on their own databases and one Redis,
 # driven in alternated rounds (A B A B ...) by wrk (/healthz and /v1/check over 1,000
 # users) and by loadgen (HTTP /v1/check and gRPC ShouldRateLimit); each row gives
 # requests/s and the api's CPU µs per request from /proc/<pid>/stat. A shared machine's
@@ -43,12 +43,16 @@ start() { # name http grpc: starts an api, prints its pid
   echo "$token" > "$tmp/$1.token"
   GOMAXPROCS=1 DATABASE_URL=$url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$2 QUOTA_GRPC_ADDR=127.0.0.1:$3 \
     QUOTA_ADMIN_TOKEN=$token QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 QUOTA_ADMIN_RATE_LIMIT=off \
-    QUOTA_REDIS_TIMEOUT=2s QUOTA_REDIS_PREFIX="qbb$1$$" "$4" 2> "$tmp/$1.log" &
+    QUOTA_REDIS_TIMEOUT=2s QUOTA_REDIS_PREFIX="qbb$1$$" QUOTA_METRICS_ADDR=off $pin_api "$4" 2> "$tmp/$1.log" &
   pids+=($!)
   echo $! > "$tmp/$1.pid"
   for _ in $(seq 200); do curl -sf "http://127.0.0.1:$2/healthz" >/dev/null && return; sleep 0.2; done
   echo "api $1 did not start:" >&2; tail "$tmp/$1.log" >&2; exit 1
 }
+# Both apis on core 0 and the load on core 1 (issue 30's conditions), where taskset
+# and a second core exist; the apis run one at a time, so they never share core 0's time.
+pin_api= pin_load=
+if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_api="taskset -c 0" pin_load="taskset -c 1"; fi
 start base "$port" $((port + 1)) "$BASE_API"
 start new $((port + 2)) $((port + 3)) "$NEW_API"
 setup() { # name http: a plan, org, team of 1,000 users' limits and a check key; the wrk script
@@ -87,13 +91,13 @@ run() { # name label command...: one measured run, "label name rps µs/request"
   awk -v l="$label" -v nm="$name" -v n="$n" -v a=$((a1 - a0)) -v hz="$hz" -v s="$secs" \
     'BEGIN { printf "%-14s %-5s %9.0f /s %8.1f µs of api CPU per request\n", l, nm, n / s, a * 1e6 / hz / n }'
 }
-wrk_n() { wrk -t1 -c50 -d"${secs}s" "$@" | awk '/requests in/ { print $1 }'; }
+wrk_n() { $pin_load wrk -t1 -c50 -d"${secs}s" "$@" | awk '/requests in/ { print $1 }'; }
 lg_n() { # name http grpc mode
   local args=(-url "http://127.0.0.1:$2" -token "$(cat "$tmp/$1.token")" -orgs 1 -teams 1 -users 1000 -prefix "qbblg$$"
     -user-month 1000000000 -team-month 100000000000 -org-month 200000000000 -c 50 -duration "${secs}s" -json "$tmp/lg.json")
   [ "$4" = grpc ] && args+=(-grpc "127.0.0.1:$3")
   [ "$4" = grpc3 ] && args+=(-grpc "127.0.0.1:$3" -grpc-path)
-  "$tmp/loadgen" "${args[@]}" > /dev/null 2> "$tmp/lg.err" || { tail -3 "$tmp/lg.err" >&2; echo 1; return; }
+  $pin_load "$tmp/loadgen" "${args[@]}" > /dev/null 2> "$tmp/lg.err" || { tail -3 "$tmp/lg.err" >&2; echo 1; return; }
   awk -v s="$secs" '/"requests_per_second"/ { gsub(/[,]/, "", $2); printf "%.0f\n", $2 * s }' "$tmp/lg.json"
 }
 for round in $(seq "${ROUNDS:-3}"); do
