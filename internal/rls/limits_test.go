@@ -111,12 +111,7 @@ func TestGRPCServesTLS(t *testing.T) {
 // health Watch (a stream that stays open) makes the next call on the connection wait.
 func TestGRPCMaxStreams(t *testing.T) {
 	addr := serveLimits(t, rls.Limits{MaxStreams: 1})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	hc := healthpb.NewHealthClient(conn)
+	hc := plainHealthClient(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	w, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
@@ -144,12 +139,7 @@ func TestGRPCMaxStreams(t *testing.T) {
 // on a goroutine of its own.
 func TestGRPCStreamWorkersNeverMakeACallWait(t *testing.T) {
 	addr := serveLimits(t, rls.Limits{StreamWorkers: 2})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	hc := healthpb.NewHealthClient(conn)
+	hc := plainHealthClient(t, addr)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for range 3 { // more open streams than workers
@@ -180,4 +170,16 @@ func TestGRPCStreamWorkersNeverMakeACallWait(t *testing.T) {
 			t.Fatalf("a call beside streams holding every worker: %v", err)
 		}
 	}
+}
+
+// plainHealthClient is a health client over a plaintext connection to addr, closed
+// when the test ends.
+func plainHealthClient(t *testing.T, addr string) healthpb.HealthClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
 }

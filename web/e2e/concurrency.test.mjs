@@ -7,7 +7,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { launchBrowser, must, outDir, startApi } from './harness.mjs';
+import { launchBrowser, must, outDir, startApi, signIn } from './harness.mjs';
 
 const suffix = randomBytes(4).toString('hex');
 const ORG = `conc-${suffix}`;
@@ -50,11 +50,7 @@ test('the allocation shows units in flight against concurrent limits per level',
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   try {
-    await page.goto(stack.base + '/console/?org=' + encodeURIComponent(ORG)); // the sign-in names the org
-    await page.getByLabel('Email').fill(ADMIN.email);
-    await page.getByLabel('Password').fill(ADMIN.password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    await signIn(page, stack.base, ORG, ADMIN);
     await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Allocation', exact: true }).click();
     const panel = page.getByTestId('in-flight');
     await panel.waitFor();

@@ -13,7 +13,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { launchBrowser, must, outDir, startApi } from './harness.mjs';
+import { launchBrowser, must, outDir, startApi, signIn } from './harness.mjs';
 
 const suffix = randomBytes(4).toString('hex');
 const ORG = `ent-${suffix}`;
@@ -52,11 +52,7 @@ async function withPage(name, fn) {
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   try {
-    await page.goto(stack.base + '/console/?org=' + encodeURIComponent(ORG));
-    await page.getByLabel('Email').fill(ADMIN.email);
-    await page.getByLabel('Password').fill(ADMIN.password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    await signIn(page, stack.base, ORG, ADMIN);
     await fn(page);
   } finally {
     await page.screenshot({ path: path.join(outDir, `${name}.png`), fullPage: true }).catch(() => {});

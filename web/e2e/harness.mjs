@@ -26,6 +26,16 @@ export async function freePort() {
   });
 }
 
+// signIn opens the console of org at base and signs in as who ({email, password}),
+// then waits for the overview (the sign-in names the org).
+export async function signIn(page, base, org, who) {
+  await page.goto(base + '/console/?org=' + encodeURIComponent(org));
+  await page.getByLabel('Email').fill(who.email);
+  await page.getByLabel('Password').fill(who.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('heading', { name: 'Overview' }).waitFor();
+}
+
 export const must = async (r, want) => { const res = await r; assert.equal(res.status, want, JSON.stringify(res.body)); return res.body; };
 
 // startApi creates the database qp_e2e_<name>_<suffix> and starts the api on it; it

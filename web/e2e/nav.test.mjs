@@ -8,7 +8,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { launchBrowser, must, outDir, startApi } from './harness.mjs';
+import { launchBrowser, must, outDir, startApi, signIn } from './harness.mjs';
 
 const suffix = randomBytes(4).toString('hex');
 const ORG = `nav-${suffix}`;
@@ -38,11 +38,7 @@ for (const [width, height] of [[1280, 800], [1024, 768], [800, 600], [390, 844]]
     const ctx = await browser.newContext({ viewport: { width, height } });
     const page = await ctx.newPage();
     try {
-      await page.goto(stack.base + '/console/?org=' + encodeURIComponent(ORG));
-      await page.getByLabel('Email').fill(ADMIN.email);
-      await page.getByLabel('Password').fill(ADMIN.password);
-      await page.getByRole('button', { name: 'Sign in' }).click();
-      await page.getByRole('heading', { name: 'Overview' }).waitFor();
+      await signIn(page, stack.base, ORG, ADMIN);
       const items = await page.evaluate(() => {
         const els = [...document.querySelectorAll('header.top .brand, header.top nav a, header.top .who > *')];
         return els.map((el) => {

@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { launchBrowser, must, outDir, startApi } from './harness.mjs';
+import { launchBrowser, must, outDir, startApi, signIn } from './harness.mjs';
 
 const suffix = randomBytes(4).toString('hex');
 const ORG = `held-${suffix}`;
@@ -66,11 +66,7 @@ test('the allocation shows units held by open reservations for each team and use
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   try {
-    await page.goto(stack.base + '/console/?org=' + encodeURIComponent(ORG)); // the sign-in names the org
-    await page.getByLabel('Email').fill(ADMIN.email);
-    await page.getByLabel('Password').fill(ADMIN.password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    await signIn(page, stack.base, ORG, ADMIN);
     await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Allocation', exact: true }).click();
     await page.getByTestId('alloc-usage').waitFor();
     const bar = (who) => page.getByTestId(`alloc-row-${who}-requests-month`).locator('.mini-bar');

@@ -10,7 +10,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import path from 'node:path';
-import { launchBrowser, must, outDir, pgArgs, pgEnv, startApi } from './harness.mjs';
+import { launchBrowser, must, outDir, pgArgs, pgEnv, startApi, signIn } from './harness.mjs';
 
 const suffix = randomBytes(4).toString('hex');
 const ORG = `shadow-${suffix}`;
@@ -79,11 +79,7 @@ test('the Mode page of a shadow org links to the report of who enforcing would b
   page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
   page.on('console', (m) => { if (m.type() === 'error') problems.push(`console error: ${m.text()}`); });
   try {
-    await page.goto(stack.base + '/console/?org=' + encodeURIComponent(ORG)); // the sign-in names the org
-    await page.getByLabel('Email').fill(ADMIN.email);
-    await page.getByLabel('Password').fill(ADMIN.password);
-    await page.getByRole('button', { name: 'Sign in' }).click();
-    await page.getByRole('heading', { name: 'Overview' }).waitFor();
+    await signIn(page, stack.base, ORG, ADMIN);
     await page.getByRole('navigation', { name: 'Console' }).getByRole('link', { name: 'Mode', exact: true }).click();
     assert.equal(await page.getByTestId('current-mode').textContent(), 'shadow');
     await page.getByTestId('shadow-report-link').click();
