@@ -14,6 +14,7 @@
 # runs last. Load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench/lib.sh
 tmp=$(mktemp -d)
 api_pid=
 ref_pid=
@@ -165,12 +166,8 @@ if have wrk && have curl; then
   ru=http://127.0.0.1:$ref_port
   for _ in $(seq 100); do curl -sf "$u/healthz" >/dev/null && curl -sf "$rounds_u/healthz" >/dev/null && curl -sf "$ru/healthz" >/dev/null && break; sleep 0.2; done
   post() { curl -sf -X POST "$u$1" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "$2"; }
-  lim() { echo "[{\"metric\":\"requests\",\"window\":\"month\",\"limit\":$1},{\"metric\":\"requests\",\"window\":\"minute\",\"limit\":$1}]"; }
-  post /v1/plans "{\"id\":\"bench\",\"name\":\"bench\",\"fail_mode\":\"closed\",\"limits\":$(lim 1000000000000)}" >/dev/null
   org="qpbench$$" # its own org: the api counts under the default key prefix on REDIS_URL
-  post /v1/orgs "{\"id\":\"$org\",\"name\":\"bench\",\"plan\":\"bench\"}" >/dev/null
-  post /v1/orgs/$org/teams "{\"id\":\"eng\",\"name\":\"Eng\",\"limits\":$(lim 500000000000),\"user_limits\":$(lim 250000000000)}" >/dev/null
-  key=$(post /v1/orgs/$org/api-keys '{"name":"bench","scopes":["check"]}' | sed 's/.*"secret":"\([^"]*\)".*/\1/')
+  key=$(bench_org "$u" "$token" "$org")
   cat > "$tmp/done.lua" <<'EOF'
 done = function(summary, latency, requests)
   io.write(string.format("WRK %.0f %.2f %.2f %d\n", summary.requests / (summary.duration / 1e6),
@@ -178,22 +175,7 @@ done = function(summary, latency, requests)
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout + summary.errors.status))
 end
 EOF
-  # The 1,000 requests are formatted once, in init: formatting one per request in wrk's
-  # Lua cost wrk ~5 µs of the two shared cores per check, which /healthz does not pay.
-  cat > "$tmp/check.lua" <<EOF
-wrk.method = "POST"
-wrk.headers["Authorization"] = "Bearer $key"
-local reqs, n = {}, 0
-init = function()
-  for i = 0, 999 do
-    reqs[i] = wrk.format(nil, "/v1/check", nil, '{"org":"$org","team":"eng","user":"u' .. i .. '"}')
-  end
-end
-request = function()
-  n = n + 1
-  return reqs[n % 1000]
-end
-EOF
+  check_lua "$key" "$org" > "$tmp/check.lua"
   batch=$(for i in $(seq 0 99); do printf '{"org":"%s","team":"eng","user":"u%d"},' "$org" "$i"; done)
   cat > "$tmp/batch.lua" <<EOF
 wrk.method = "POST"

@@ -13,6 +13,7 @@
 # SECS (4), PORT (18600: the apis take PORT..PORT+3), REDIS_URL, DATABASE_URL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench/lib.sh
 tmp=$(mktemp -d)
 pids=()
 dbs=()
@@ -58,26 +59,8 @@ start new $((port + 2)) $((port + 3)) "$NEW_API"
 setup() { # name http: a plan, org, team of 1,000 users' limits and a check key; the wrk script
   local u="http://127.0.0.1:$2" token key org="qpbb$$"
   token=$(cat "$tmp/$1.token")
-  post() { curl -sf -X POST "$u$1" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "$2"; }
-  lim() { echo "[{\"metric\":\"requests\",\"window\":\"month\",\"limit\":$1},{\"metric\":\"requests\",\"window\":\"minute\",\"limit\":$1}]"; }
-  post /v1/plans "{\"id\":\"bench\",\"name\":\"bench\",\"fail_mode\":\"closed\",\"limits\":$(lim 1000000000000)}" >/dev/null
-  post /v1/orgs "{\"id\":\"$org\",\"name\":\"bench\",\"plan\":\"bench\"}" >/dev/null
-  post /v1/orgs/$org/teams "{\"id\":\"eng\",\"name\":\"Eng\",\"limits\":$(lim 500000000000),\"user_limits\":$(lim 250000000000)}" >/dev/null
-  key=$(post /v1/orgs/$org/api-keys '{"name":"bench","scopes":["check"]}' | sed 's/.*"secret":"\([^"]*\)".*/\1/')
-  cat > "$tmp/$1.lua" <<EOF
-wrk.method = "POST"
-wrk.headers["Authorization"] = "Bearer $key"
-local reqs, n = {}, 0
-init = function()
-  for i = 0, 999 do
-    reqs[i] = wrk.format(nil, "/v1/check", nil, '{"org":"$org","team":"eng","user":"u' .. i .. '"}')
-  end
-end
-request = function()
-  n = n + 1
-  return reqs[n % 1000]
-end
-EOF
+  key=$(bench_org "$u" "$token" "$org")
+  check_lua "$key" "$org" > "$tmp/$1.lua"
 }
 setup base "$port"
 setup new $((port + 2))
