@@ -33,6 +33,7 @@ import (
 // flusher and closer over the same database and Redis prefix.
 type billingReplica struct {
 	*replica
+	reg     *prometheus.Registry // the replica's metrics, its engines' among them
 	store   *billing.Store
 	engines ledger.CounterSource
 	flusher *ledger.Flusher
@@ -87,7 +88,7 @@ func newBillingReplicaWith(t *testing.T, tag string, clock *testenv.Clock) *bill
 		t.Fatal(err)
 	}
 	r := &replica{f: &fixture{t: t, h: h, pool: pool, svc: svc, tokens: map[string]string{"operator": operatorToken}}}
-	return &billingReplica{replica: r, store: store, engines: engines, svc: svc,
+	return &billingReplica{replica: r, reg: reg, store: store, engines: engines, svc: svc,
 		flusher: ledger.NewFlusher(ledger.FlusherConfig{Store: store.Ledger(), Tenants: svc, Counters: engines, Logger: quiet})}
 }
 
