@@ -1,7 +1,8 @@
 // Package scripts_test tests how a newcomer starts Quotaplane: scripts/run.sh, the
 // script behind `make run`, must fail loudly and at once when the api or the worker
 // cannot run, and otherwise serve with the demo's keys printed; docker-compose.yml
-// must not start with a known secret or publish the api to the network.
+// must not start with a known secret or publish the api to the network; make fuzz
+// must tell a real finding from the Go toolchain's fuzztime race.
 package scripts_test
 
 import (
