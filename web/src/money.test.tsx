@@ -7,7 +7,8 @@ import { act } from 'preact/test-utils';
 import { currencies, currencyOf, formatAmount, formatMicros, formatMicrosExact, formatUsedOf, parseLimitIn, parseMoney } from './format';
 import { LimitsEditor } from './limits';
 import { MiniBar, UsageBar } from './ui';
-import { AllocationTable } from './pages/Allocation';
+import { AllocationTable, NewTeam } from './pages/Allocation';
+import { api } from './api';
 import type { AllocRow } from './allocation';
 
 function mount(ui: preact.ComponentChild) {
@@ -191,5 +192,67 @@ describe('spend limits are edited as money', () => {
     type(input, '150000000');
     await submit(root);
     expect(onSave).toHaveBeenCalledWith([{ metric: 'spend', window: 'month', limit: 150_000_000 }, limits[1]]); // micro-units, not 150 million USD
+  });
+});
+
+describe('the new-team form takes a spend limit as money', () => {
+  const submit = async (root: HTMLElement) => {
+    await act(async () => { root.querySelector('form')!.dispatchEvent(new Event('submit', { bubbles: true, cancelable: true })); });
+  };
+  const type = (root: HTMLElement, name: string, v: string) => act(() => {
+    const input = root.querySelector(`input[name="${name}"]`) as HTMLInputElement;
+    input.value = v;
+    input.dispatchEvent(new Event('input', { bubbles: true }));
+  });
+  const label = (root: HTMLElement, id: string) => root.querySelector(`label[for="${id}"]`)!.textContent;
+  const fill = (root: HTMLElement, metric: string, month: string, perUser: string) => {
+    type(root, 'id', 'ml');
+    type(root, 'name', 'Machine learning');
+    type(root, 'metric', metric);
+    type(root, 'limits[0].limit', month);
+    type(root, 'user_limits[0].limit', perUser);
+  };
+
+  it('sends the amounts of a money metric as micro-units, exactly', async () => {
+    const create = vi.spyOn(api, 'createTeam').mockResolvedValue({} as never);
+    const onDone = vi.fn();
+    const root = mount(<NewTeam org="acme" money={{ spend: 'USD' }} onDone={onDone} />);
+    expect(label(root, 'new-team-limits[0].limit')).toBe('Month limit of the team');
+    fill(root, ' spend ', '2,500.75 USD', '0.000001');
+    expect(label(root, 'new-team-limits[0].limit')).toBe('Month limit of the team (USD)');
+    expect(label(root, 'new-team-user_limits[0].limit')).toBe('Month default per user (USD)');
+    await submit(root);
+    expect(create).toHaveBeenCalledWith('acme', {
+      id: 'ml', name: 'Machine learning',
+      limits: [{ metric: 'spend', window: 'month', limit: 2_500_750_000 }],
+      user_limits: [{ metric: 'spend', window: 'month', limit: 1 }],
+    });
+    expect(onDone).toHaveBeenCalledWith(true);
+    create.mockRestore();
+  });
+
+  it('refuses an amount finer than a micro-unit, or written as 1.000,50, and sends nothing', async () => {
+    const create = vi.spyOn(api, 'createTeam').mockResolvedValue({} as never);
+    const root = mount(<NewTeam org="acme" money={{ spend: 'USD' }} onDone={vi.fn()} />);
+    fill(root, 'spend', '12.3456789', '1.000,50');
+    await submit(root);
+    expect(create).not.toHaveBeenCalled();
+    expect(root.querySelector('#new-team-limits\\[0\\]\\.limit-error')!.textContent).toBe('An amount has at most 6 decimals (a micro-unit of USD).');
+    expect(root.querySelector('#new-team-user_limits\\[0\\]\\.limit-error')!.textContent).not.toBe('');
+    create.mockRestore();
+  });
+
+  it('takes a metric that is not money in units', async () => {
+    const create = vi.spyOn(api, 'createTeam').mockResolvedValue({} as never);
+    const root = mount(<NewTeam org="acme" money={{ spend: 'USD' }} onDone={vi.fn()} />);
+    fill(root, 'requests', '10k', '250');
+    expect(label(root, 'new-team-limits[0].limit')).toBe('Month limit of the team');
+    await submit(root);
+    expect(create).toHaveBeenCalledWith('acme', {
+      id: 'ml', name: 'Machine learning',
+      limits: [{ metric: 'requests', window: 'month', limit: 10_000 }],
+      user_limits: [{ metric: 'requests', window: 'month', limit: 250 }],
+    });
+    create.mockRestore();
   });
 });

@@ -233,7 +233,7 @@ function OpenReservations({ org, held }: { org: string; held: Held }) {
 }
 
 // A metric that is money (money maps it to its currency) has its limits typed as amounts, sent as micro-units.
-function NewTeam({ org, money, onDone }: { org: string; money: Record<string, string>; onDone: (created: boolean) => void }) {
+export function NewTeam({ org, money, onDone }: { org: string; money: Record<string, string>; onDone: (created: boolean) => void }) {
   const [id, setId] = useState('');
   const [name, setName] = useState('');
   const [month, setMonth] = useState('');
@@ -258,8 +258,8 @@ function NewTeam({ org, money, onDone }: { org: string; money: Record<string, st
     try {
       await api.createTeam(org, {
         id: id.trim(), name: name.trim(),
-        limits: lim.value !== undefined ? [{ metric, window: 'month', limit: lim.value }] : [],
-        user_limits: ulim.value !== undefined ? [{ metric, window: 'month', limit: ulim.value }] : [],
+        limits: lim.value !== undefined ? [{ metric: metric.trim(), window: 'month', limit: lim.value }] : [],
+        user_limits: ulim.value !== undefined ? [{ metric: metric.trim(), window: 'month', limit: ulim.value }] : [],
       });
       onDone(true);
     } catch (err) {
