@@ -73,7 +73,7 @@ func TestScaleRules(t *testing.T) {
 // stack is what the alert test runs: a private redis-server, Postgres behind a gate
 // that can refuse connections, the api and the worker, and Prometheus.
 type stack struct {
-	api, worker, redis, prom *alerttest.Proc
+	api, worker, redis, prom *testenv.Proc
 	apiAddr, workerAddr      string
 	metricsAddr              string // the api's QUOTA_METRICS_ADDR, which Prometheus scrapes
 	redisPort                int
@@ -149,7 +149,7 @@ func start(t *testing.T) *stack {
 	s := &stack{gate: gate, redisPort: testenv.FreePort(t), opToken: "alerts-operator-token-" + strconv.Itoa(os.Getpid()),
 		apiAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)), workerAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t)),
 		metricsAddr: fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))}
-	s.redis = &alerttest.Proc{Name: "redis-server", Path: "redis-server", Args: []string{"--port", strconv.Itoa(s.redisPort),
+	s.redis = &testenv.Proc{Name: "redis-server", Path: "redis-server", Args: []string{"--port", strconv.Itoa(s.redisPort),
 		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}}
 	t.Cleanup(func() { s.redis.Stop(5 * time.Second) })
 	s.startRedis(t)
@@ -175,14 +175,14 @@ func start(t *testing.T) *stack {
 	}
 	s.key = strings.TrimSpace(string(key))
 
-	s.worker = &alerttest.Proc{Name: "worker", Path: filepath.Join(dir, "quotaplane-worker"), Env: env}
-	s.api = &alerttest.Proc{Name: "api", Path: filepath.Join(dir, "quotaplane-api"), Env: env}
+	s.worker = &testenv.Proc{Name: "worker", Path: filepath.Join(dir, "quotaplane-worker"), Env: env}
+	s.api = &testenv.Proc{Name: "api", Path: filepath.Join(dir, "quotaplane-api"), Env: env}
 	promAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
-	s.prom = &alerttest.Proc{Name: "prometheus", Path: promBin, Args: []string{
+	s.prom = &testenv.Proc{Name: "prometheus", Path: promBin, Args: []string{
 		"--config.file=" + filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path=" + filepath.Join(dir, "tsdb"),
 		"--web.listen-address=" + promAddr, "--log.level=warn"}}
 	t.Cleanup(func() { s.prom.Stop(10 * time.Second); s.api.Stop(20 * time.Second); s.worker.Stop(20 * time.Second) })
-	for _, p := range []*alerttest.Proc{s.worker, s.api} {
+	for _, p := range []*testenv.Proc{s.worker, s.api} {
 		if err := p.Start(); err != nil {
 			t.Fatal(err)
 		}

@@ -17,10 +17,8 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -214,85 +212,6 @@ func Names(states map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// Proc is a child process the test may stop and start again with the same command
-// line; it gets SIGKILL if the test process dies (Pdeathsig).
-type Proc struct {
-	Name string
-	Path string
-	Args []string
-	Env  []string
-	Log  *TailBuffer
-
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// Start starts the process.
-func (p *Proc) Start() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cmd != nil {
-		return fmt.Errorf("%s is already running", p.Name)
-	}
-	if p.Log == nil {
-		p.Log = &TailBuffer{Max: 32 << 10}
-	}
-	c := exec.Command(p.Path, p.Args...)
-	c.Env = p.Env
-	c.Stdout, c.Stderr = p.Log, p.Log
-	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := c.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", p.Name, err)
-	}
-	done := make(chan struct{})
-	go func() { _ = c.Wait(); close(done) }()
-	p.cmd, p.done = c, done
-	return nil
-}
-
-// Stop sends SIGTERM and SIGKILL after grace, and waits for the exit; it does
-// nothing when the process is not running.
-func (p *Proc) Stop(grace time.Duration) {
-	p.mu.Lock()
-	c, done := p.cmd, p.done
-	p.cmd, p.done = nil, nil
-	p.mu.Unlock()
-	if c == nil {
-		return
-	}
-	_ = c.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = c.Process.Signal(syscall.SIGKILL)
-		<-done
-	}
-}
-
-// TailBuffer keeps the last Max bytes written, for a failure message.
-type TailBuffer struct {
-	Max int
-	mu  sync.Mutex
-	buf []byte
-}
-
-func (b *TailBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf = append(b.buf, p...)
-	if over := len(b.buf) - b.Max; over > 0 {
-		b.buf = append(b.buf[:0], b.buf[over:]...)
-	}
-	return len(p), nil
-}
-
-func (b *TailBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf)
 }
 
 // Gate forwards TCP from listen to target until Refuse, which closes every open

@@ -28,9 +28,9 @@ import (
 type cluster struct {
 	redis      *redisServer
 	proxy      *proxy
-	worker     *proc
+	worker     *testenv.Proc
 	workerHTTP string
-	apis       []*proc
+	apis       []*testenv.Proc
 	apiAddrs   []string
 	opToken    string
 	dbURL      string
@@ -89,8 +89,8 @@ func startCluster(cfg clusterConfig) (*cluster, error) {
 		"QUOTA_FLUSH_INTERVAL="+cfg.FlushInterval.String(),
 		"QUOTA_RESERVATION_SWEEP="+cfg.Sweep.String(),
 	)
-	c.worker = newProc("worker", cfg.WorkerBin, nil, workerEnv)
-	if err := c.worker.start(); err != nil {
+	c.worker = &testenv.Proc{Name: "worker", Path: cfg.WorkerBin, Env: workerEnv}
+	if err := c.worker.Start(); err != nil {
 		return c, err
 	}
 	for i := range cfg.Replicas {
@@ -104,10 +104,10 @@ func startCluster(cfg clusterConfig) (*cluster, error) {
 			"QUOTA_REDIS_TIMEOUT=1s",
 			"QUOTA_ADMIN_RATE_LIMIT=off",
 		)
-		p := newProc(fmt.Sprintf("api-%d", i), cfg.APIBin, nil, env)
+		p := &testenv.Proc{Name: fmt.Sprintf("api-%d", i), Path: cfg.APIBin, Env: env}
 		c.apis = append(c.apis, p)
 		c.apiAddrs = append(c.apiAddrs, addr)
-		if err := p.start(); err != nil {
+		if err := p.Start(); err != nil {
 			return c, err
 		}
 	}
@@ -122,14 +122,14 @@ func startCluster(cfg clusterConfig) (*cluster, error) {
 // waitWorker waits until the worker's /healthz answers: its queue and flusher run.
 func (c *cluster) waitWorker() error {
 	if err := waitHTTP("http://"+c.workerHTTP+"/healthz", 60*time.Second); err != nil {
-		return fmt.Errorf("worker: %w\n%s", err, c.worker.log.String())
+		return fmt.Errorf("worker: %w\n%s", err, c.worker.Log.String())
 	}
 	return nil
 }
 
 func (c *cluster) waitAPI(i int) error {
 	if err := waitHTTP("http://"+c.apiAddrs[i]+"/readyz", 60*time.Second); err != nil {
-		return fmt.Errorf("api-%d: %w\n%s", i, err, c.apis[i].log.String())
+		return fmt.Errorf("api-%d: %w\n%s", i, err, c.apis[i].Log.String())
 	}
 	return nil
 }
@@ -141,7 +141,7 @@ func (c *cluster) restartAPI(i int) error {
 		c.mu.Unlock()
 		return nil
 	}
-	err := c.apis[i].start()
+	err := c.apis[i].Start()
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -156,7 +156,7 @@ func (c *cluster) restartWorker() error {
 		c.mu.Unlock()
 		return nil
 	}
-	err := c.worker.start()
+	err := c.worker.Start()
 	c.mu.Unlock()
 	if err != nil {
 		return err
@@ -237,7 +237,7 @@ func (c *cluster) killRedis(ctx context.Context) (map[string]int64, error) {
 		}
 		return out, nil
 	}()
-	c.redis.kill9()
+	c.redis.Kill9()
 	return snap, err
 }
 
@@ -304,7 +304,7 @@ func (c *cluster) stepClock(i int, forward bool) error {
 	if forward {
 		sig = syscall.SIGUSR1
 	}
-	return c.apis[i].signal(sig)
+	return c.apis[i].Signal(sig)
 }
 
 // stepWorkerClock steps the worker's engine clock by +2 s (forward) or -2 s.
@@ -313,7 +313,7 @@ func (c *cluster) stepWorkerClock(forward bool) error {
 	if forward {
 		sig = syscall.SIGUSR1
 	}
-	return c.worker.signal(sig)
+	return c.worker.Signal(sig)
 }
 
 // stop ends every process the cluster started (SIGTERM, then SIGKILL after a few
@@ -325,17 +325,17 @@ func (c *cluster) stop() {
 	var wg sync.WaitGroup
 	for _, p := range c.apis {
 		wg.Add(1)
-		go func() { defer wg.Done(); p.stop(5 * time.Second) }()
+		go func() { defer wg.Done(); p.Stop(5 * time.Second) }()
 	}
 	wg.Wait()
 	if c.worker != nil {
-		c.worker.stop(5 * time.Second)
+		c.worker.Stop(5 * time.Second)
 	}
 	if c.proxy != nil {
 		c.proxy.close()
 	}
 	if c.redis != nil {
-		c.redis.kill9()
+		c.redis.Kill9()
 	}
 }
 
@@ -343,10 +343,10 @@ func (c *cluster) stop() {
 func (c *cluster) logs() string {
 	var b strings.Builder
 	for i, p := range c.apis {
-		fmt.Fprintf(&b, "--- api-%d (%s)\n%s\n", i, c.apiAddrs[i], p.log.String())
+		fmt.Fprintf(&b, "--- api-%d (%s)\n%s\n", i, c.apiAddrs[i], p.Log.String())
 	}
 	if c.worker != nil {
-		fmt.Fprintf(&b, "--- worker\n%s\n", c.worker.log.String())
+		fmt.Fprintf(&b, "--- worker\n%s\n", c.worker.Log.String())
 	}
 	return b.String()
 }

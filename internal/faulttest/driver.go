@@ -164,13 +164,13 @@ func Run(t testing.TB, o Options) Verdict {
 	logf("load stopped after %v; %d checks, %d reservations; hot path reached user %s",
 		time.Since(start).Round(time.Millisecond), len(hist.checks), len(hist.resvs), hotUser(hot.idx.Load()))
 	for i, p := range c.apis { // a fault's restart that failed
-		if !p.running() {
+		if !p.Running() {
 			if err := c.restartAPI(i); err != nil {
 				t.Errorf("api-%d could not be restarted: %v", i, err)
 			}
 		}
 	}
-	if !c.worker.running() {
+	if !c.worker.Running() {
 		if err := c.restartWorker(); err != nil {
 			t.Errorf("the worker could not be restarted: %v", err)
 		}
@@ -184,7 +184,7 @@ func Run(t testing.TB, o Options) Verdict {
 		t.Fatalf("after the load: %v\n%s", err, c.logs())
 	}
 	if stuck != "" {
-		logf("after the load: %s\nworker log:\n%s", stuck, c.worker.log.String())
+		logf("after the load: %s\nworker log:\n%s", stuck, c.worker.Log.String())
 	}
 	limits := map[string][]limitDef{
 		"requests|o": {orgLimit}, "tokens|o": {orgLimit},
@@ -209,9 +209,9 @@ func Run(t testing.TB, o Options) Verdict {
 	if stuck != "" {
 		v.violations = append(v.violations, stuck)
 	}
-	for _, p := range append(append([]*proc(nil), c.apis...), c.worker) {
-		if n := p.log.raceReports(); n > 0 {
-			v.violations = append(v.violations, fmt.Sprintf("%s (the binaries are built with -race) reported %d data races:\n%s", p.name, n, p.log.String()))
+	for _, p := range append(append([]*testenv.Proc(nil), c.apis...), c.worker) {
+		if n := p.Log.RaceReports(); n > 0 {
+			v.violations = append(v.violations, fmt.Sprintf("%s (the binaries are built with -race) reported %d data races:\n%s", p.Name, n, p.Log.String()))
 		}
 	}
 	var kinds2 []string

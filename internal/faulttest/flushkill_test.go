@@ -71,7 +71,7 @@ func TestWorkerKilledMidFlushLosesNothing(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	time.Sleep(100 * time.Millisecond) // its write is waiting for the lock
-	c.worker.kill9()
+	c.worker.Kill9()
 	_ = tx.Rollback(ctx)
 	if err := c.restartWorker(); err != nil {
 		t.Fatal(err)

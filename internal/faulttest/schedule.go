@@ -134,11 +134,11 @@ func inject(ctx context.Context, c *cluster, plan []fault, start, last time.Time
 		logf("fault %2d at %6.2fs (%s): %s", i+1, in.at.Sub(start).Seconds(), in.at.UTC().Format("15:04:05.000"), f)
 		switch f.kind {
 		case killAPI:
-			c.apis[f.target].kill9()
+			c.apis[f.target].Kill9()
 			time.Sleep(f.down)
 			in.err = c.restartAPI(f.target)
 		case killWorker:
-			c.worker.kill9()
+			c.worker.Kill9()
 			time.Sleep(f.down)
 			in.err = c.restartWorker()
 		case restartRedis:

@@ -40,7 +40,7 @@ func TestReservationExpiresAfterRedisRestart(t *testing.T) {
 	}
 	time.Sleep(time.Second)
 	// Redis restarted empty; the next check hydrates the org (no reservation held).
-	c.redis.kill9()
+	c.redis.Kill9()
 	if err := c.restartRedis(); err != nil {
 		t.Fatal(err)
 	}
