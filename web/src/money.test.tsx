@@ -212,6 +212,12 @@ describe('the new-team form takes a spend limit as money', () => {
     type(root, 'limits[0].limit', month);
     type(root, 'user_limits[0].limit', perUser);
   };
+  // sent is the team fill creates, its month limits in the unit the API takes.
+  const sent = (metric: string, month: number, perUser: number) => ({
+    id: 'ml', name: 'Machine learning',
+    limits: [{ metric, window: 'month', limit: month }],
+    user_limits: [{ metric, window: 'month', limit: perUser }],
+  });
 
   it('sends the amounts of a money metric as micro-units, exactly', async () => {
     const create = vi.spyOn(api, 'createTeam').mockResolvedValue({} as never);
@@ -222,11 +228,7 @@ describe('the new-team form takes a spend limit as money', () => {
     expect(label(root, 'new-team-limits[0].limit')).toBe('Month limit of the team (USD)');
     expect(label(root, 'new-team-user_limits[0].limit')).toBe('Month default per user (USD)');
     await submit(root);
-    expect(create).toHaveBeenCalledWith('acme', {
-      id: 'ml', name: 'Machine learning',
-      limits: [{ metric: 'spend', window: 'month', limit: 2_500_750_000 }],
-      user_limits: [{ metric: 'spend', window: 'month', limit: 1 }],
-    });
+    expect(create).toHaveBeenCalledWith('acme', sent('spend', 2_500_750_000, 1));
     expect(onDone).toHaveBeenCalledWith(true);
     create.mockRestore();
   });
@@ -248,11 +250,7 @@ describe('the new-team form takes a spend limit as money', () => {
     fill(root, 'requests', '10k', '250');
     expect(label(root, 'new-team-limits[0].limit')).toBe('Month limit of the team');
     await submit(root);
-    expect(create).toHaveBeenCalledWith('acme', {
-      id: 'ml', name: 'Machine learning',
-      limits: [{ metric: 'requests', window: 'month', limit: 10_000 }],
-      user_limits: [{ metric: 'requests', window: 'month', limit: 250 }],
-    });
+    expect(create).toHaveBeenCalledWith('acme', sent('requests', 10_000, 250));
     create.mockRestore();
   });
 });
