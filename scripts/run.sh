@@ -120,7 +120,10 @@ stop_all() {
   for pid in $worker $api; do wait "$pid" 2>/dev/null || true; done
 }
 trap stop_all EXIT
-trap 'echo "Stopping..." >&2; stop_all; exit 130' INT TERM
+# Ctrl-C: stop both, then die of SIGINT as the shell's convention wants (a caller
+# such as make then knows it was interrupted and says "Interrupt", not "Error 130").
+trap 'echo "Stopping..." >&2; stop_all; trap - INT; kill -INT $$' INT
+trap 'echo "Stopping..." >&2; stop_all; exit 143' TERM
 
 # died name pid log: report that a binary stopped by itself, and exit.
 died() {
