@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
@@ -119,11 +120,21 @@ func parentCoversChildren(field string, parent []vocab.Limit, parentLabel, child
 	return out
 }
 
+// allocErr gathers the violations of a write, nil when there are none. A limit above
+// its parent's is said once: it cannot fit in what the parent has left either, and
+// that second message would only repeat it with other figures.
 func allocErr(vs ...[]Violation) error {
 	var all []Violation
+	above := map[string]bool{}
 	for _, v := range vs {
+		for _, x := range v {
+			if x.rule == "above" {
+				above[x.Field] = true
+			}
+		}
 		all = append(all, v...)
 	}
+	all = slices.DeleteFunc(all, func(x Violation) bool { return x.rule == "sum" && above[x.Field] })
 	if len(all) == 0 {
 		return nil
 	}

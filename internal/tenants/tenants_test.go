@@ -63,6 +63,10 @@ func TestAllocationRules(t *testing.T) {
 			_, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "ops", Name: "Ops", Limits: []vocab.Limit{lim("requests", vocab.Month, 401)}})
 			return err
 		}, "limits[0].limit", `team "ops": requests/month limit 401 does not fit in org "acme": it has 1000, 600 is already allocated, 400 is available`},
+		{"team month above org: said once, not also as over the sum", func() error {
+			_, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "ops", Name: "Ops", Limits: []vocab.Limit{lim("requests", vocab.Month, 1001)}})
+			return err
+		}, "limits[0].limit", `team "ops": requests/month limit 1001 is above org "acme"'s limit 1000`},
 		{"team minute above org", func() error {
 			_, err := s.CreateTeam(ctx, op, "acme", tenants.TeamInput{ID: "ops", Name: "Ops", Limits: []vocab.Limit{lim("requests", vocab.Minute, 101)}})
 			return err
@@ -97,6 +101,9 @@ func TestAllocationRules(t *testing.T) {
 				t.Fatalf("err = %v, want an AllocationError", err)
 			}
 			got := ae.Violations[0]
+			if len(ae.Violations) != 1 {
+				t.Errorf("%d violations, want 1: %+v", len(ae.Violations), ae.Violations)
+			}
 			if got.Field != tc.wantField || got.Message != tc.wantMsg {
 				t.Errorf("violation = %q at %q\nwant        %q at %q", got.Message, got.Field, tc.wantMsg, tc.wantField)
 			}
