@@ -113,13 +113,13 @@ describe("docs/TOUR.md, TypeScript client", () => {
       const kit = execFileSync(process.execPath, ["--input-type=module", "-e", `import { FakeQuotaplane } from "@quotaplane/client/testing"; import { VERSION } from "@quotaplane/client"; console.log(typeof FakeQuotaplane, VERSION)`], { cwd: app, env, encoding: "utf8" });
       assert.equal(kit.trim(), "function 0.1.0");
 
+      // The first block runs as it says, untranspiled: saved as check.mjs, then
+      // KEY=<key> node check.mjs (a newcomer on Node.js 20 has no TypeScript loader).
       const [first] = snippets();
-      const js = ts.transpileModule(first!.replaceAll("http://localhost:8080", stack.baseUrl), {
-        compilerOptions: { module: ts.ModuleKind.ESNext, target: ts.ScriptTarget.ES2022 },
-      }).outputText;
-      assert.match(js, /from "@quotaplane\/client"/);
-      writeFileSync(join(app, "first.mjs"), js);
-      const out = execFileSync(process.execPath, ["first.mjs"], { cwd: app, env: newcomerEnv({ KEY: stack.demoKey }), encoding: "utf8" });
+      const run = /^\/\/ Save as (\S+\.mjs) in that project and run it: KEY=<the demo org key> node (\S+)$/m.exec(first!.split("\n")[0]!);
+      assert.ok(run && run[1] === run[2], `the first block's first line says how to run it: ${first!.split("\n")[0]}`);
+      writeFileSync(join(app, run[1]!), first!.replaceAll("http://localhost:8080", stack.baseUrl));
+      const out = execFileSync("node", [run[2]!], { cwd: app, env: newcomerEnv({ KEY: stack.demoKey }), encoding: "utf8" });
       const shown = /\/\/ (.*)$/m.exec(first!.split("\n").find((l) => l.startsWith("console.log"))!)![1]!;
       const pattern = new RegExp("^" + shown.split("...").map((p) => p.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")).join("\\d+") + "$");
       assert.match(out.trim(), pattern);
