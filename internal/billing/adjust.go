@@ -72,6 +72,10 @@ func (in AdjustInput) validate() error {
 	}
 	if strings.TrimSpace(in.Reason) == "" || utf8.RuneCountInString(in.Reason) > 500 {
 		add("reason", "must say why, in 1 to 500 characters")
+	} else if strings.ContainsRune(in.Reason, 0) {
+		// The audit row cannot hold it, and the live counter moves before that row is
+		// written: refuse it before anything moves.
+		add("reason", "must not contain the NUL character (\\u0000)")
 	}
 	if len(fe) > 0 {
 		return &tenants.ValidationError{Fields: fe}

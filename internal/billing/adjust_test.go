@@ -2,6 +2,7 @@ package billing_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -85,5 +86,32 @@ func TestAdjustmentRacingDrainsAndChecks(t *testing.T) {
 			t.Fatalf("round %d: ledger %d, live %d after setting %d (wrong %d, %d checks)", round, stored[org], live[org],
 				adj.After, wrong, checked.Load())
 		}
+	}
+}
+
+// A reason with the NUL character is refused before anything moves: the live counter
+// used to move first, then the audit row failed in Postgres, and the caller got a 503
+// that invited a retry, so an "add" applied once per attempt, unaudited.
+func TestAdjustmentWithANULReasonMovesNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.Seed("acme", []vocab.Limit{monthLimit("tokens", 1_000_000)}, nil, tenants.TeamInput{ID: "eng"})
+	svc := &billing.Service{Store: e.store, Tenants: e.Svc, Counters: oneEngine(e.Engine), Logger: quietLog()}
+	per := vocab.PeriodAt(time.Now(), 0)
+	if res, err := e.Check(e.Engine, "acme", "eng", "", "tokens", 9); err != nil || !res.Allowed {
+		t.Fatalf("check: %+v %v", res, err)
+	}
+	four := int64(4)
+	_, err := svc.AdjustUsage(ctx, operator, "acme", billing.AdjustInput{Metric: "tokens", Add: &four, Reason: "x\x00"})
+	var ve *tenants.ValidationError
+	if !errors.As(err, &ve) || len(ve.Fields) != 1 || ve.Fields[0].Field != "reason" {
+		t.Fatalf("err = %v, want a validation error naming reason", err)
+	}
+	live, err := e.Engine.MonthUsage(ctx, "acme", per.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := live[quota.Counter{Metric: "tokens", Level: vocab.LevelOrg}]; got != 9 {
+		t.Errorf("the org's counter is %d after a refused adjustment, want 9", got)
 	}
 }

@@ -497,6 +497,17 @@ func TestConsoleEmailsDoNotLeakAcrossOrgs(t *testing.T) {
 	if b := body(t, res); res.StatusCode != http.StatusBadRequest || !strings.Contains(b, `"field":"org"`) {
 		t.Errorf("sign-in without org: %d %s", res.StatusCode, b)
 	}
+	// So is one with the NUL character, which Postgres cannot take (it was a 500,
+	// before anyone signed in).
+	for field, b := range map[string]string{
+		"org":   `{"org":"ac\u0000me","email":"` + adminEmail + `","password":"x"}`,
+		"email": `{"org":"acme","email":"a\u0000@b.test","password":"x"}`,
+	} {
+		res := e.do(t, req{method: "POST", path: "/console/api/sign-in", body: b})
+		if got := body(t, res); res.StatusCode != http.StatusBadRequest || !strings.Contains(got, `"field":"`+field+`"`) {
+			t.Errorf("sign-in with a NUL in %s: %d %s, want a 400 naming it", field, res.StatusCode, got)
+		}
+	}
 }
 
 // Issue 28: credentials in an org's webhook URL (user info, a token in the query) are

@@ -209,6 +209,14 @@ func (h *Handler) signIn(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "org, email and password are required", nil, missing...))
 		return
 	}
+	// No org id or email holds the NUL character, and Postgres cannot take it.
+	for _, f := range []struct{ name, value string }{{"org", in.Org}, {"email", in.Email}} {
+		if strings.ContainsRune(f.value, 0) {
+			problem.Write(w, r, h.log, derrors.E(derrors.Invalid, f.name+": must not contain the NUL character (\\u0000)", nil,
+				derrors.FieldError{Field: f.name, Message: "must not contain the NUL character (\\u0000)"}))
+			return
+		}
+	}
 	id, sess, err := h.sessions.SignIn(r.Context(), h.opt.Proxies.ClientIP(r), in.Org, in.Email, in.Password)
 	if err != nil {
 		h.fail(w, r, err) // ErrBadLogin is a 401 that says so; a throttled one a 429

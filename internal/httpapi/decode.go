@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -71,9 +72,63 @@ func decodeBytes(b []byte, v any) error {
 			next := end + int64(len(b[end:])-len(bytes.TrimLeft(b[end:], " \t\r\n")))
 			return bodyProblem(fmt.Sprintf("has more after the JSON object, at %s", position(b, next)))
 		}
-		return nil
+		return nulError(b)
 	}
 	return bodyError(b, err)
+}
+
+// nulError refuses text with the NUL character, which Postgres cannot store: a name
+// or reason with one failed deep in a write (a 500; an adjustment moved its counter
+// and then failed on its audit row). JSON can only carry it escaped, so a body
+// without "\u0000" is passed at once; one with it is walked for the fields that hold
+// it (a "\\u0000" that is a backslash and "u0000" is no NUL and is let through).
+func nulError(b []byte) error {
+	if !bytes.Contains(b, []byte(`\u0000`)) {
+		return nil
+	}
+	var doc any
+	if json.Unmarshal(b, &doc) != nil {
+		return nil
+	}
+	var fields []FieldError
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch x := v.(type) {
+		case string:
+			if strings.ContainsRune(x, 0) {
+				fields = append(fields, FieldError{Field: path, Message: "must not contain the NUL character (\\u0000)"})
+			}
+		case []any:
+			for i, e := range x {
+				walk(fmt.Sprintf("%s[%d]", path, i), e)
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(x))
+			for k := range x {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				p := k
+				if path != "" {
+					p = path + "." + k
+				}
+				if strings.ContainsRune(k, 0) {
+					fields = append(fields, FieldError{Field: strings.ReplaceAll(p, "\x00", `\u0000`), Message: "is a field name with the NUL character (\\u0000)"})
+				}
+				walk(p, x[k])
+			}
+		}
+	}
+	walk("", doc)
+	if len(fields) == 0 {
+		return nil
+	}
+	names := make([]string, len(fields))
+	for i, f := range fields {
+		names[i] = f.Field + ": " + f.Message
+	}
+	return derrors.E(derrors.Invalid, strings.Join(names, "; "), nil, fields...)
 }
 
 // bodyProblem is a 400 about the body as a whole.

@@ -109,8 +109,36 @@ func TestHostileNumbersAreRefusedOverHTTP(t *testing.T) {
 		{"adjustment set 2^53", "POST", "/v1/orgs/acme/usage/adjustments", operatorToken, `{"metric":"tokens","set":` + two53 + `,"reason":"x"}`, "set"},
 		{"adjustment add -2^53", "POST", "/v1/orgs/acme/usage/adjustments", operatorToken, `{"metric":"tokens","add":-` + two53 + `,"reason":"x"}`, "add"},
 	}
+	// Not numbers, but as hostile: a commit of null used (it committed 0), and text with
+	// a NUL, which Postgres cannot store (an adjustment moved the counter, then failed
+	// on its audit row with a 503, so a retried add applied twice; other routes 500).
+	malformed := []struct {
+		name, method, path, token, body, field string
+	}{
+		{"commit used null", "POST", commit, key, `{"used":null}`, "used"},
+		{"adjustment reason with a NUL", "POST", "/v1/orgs/acme/usage/adjustments", operatorToken, `{"metric":"tokens","add":4,"reason":"x\u0000"}`, "reason"},
+		{"adjustment set, reason a NUL", "POST", "/v1/orgs/acme/usage/adjustments", operatorToken, `{"metric":"tokens","set":12,"reason":"\u0000"}`, "reason"},
+		{"team name with a NUL", "POST", "/v1/orgs/acme/teams", operatorToken, `{"id":"n1","name":"a\u0000b"}`, "name"},
+		{"team patch name with a NUL", "PATCH", "/v1/orgs/acme/teams/eng", operatorToken, `{"name":"a\u0000"}`, "name"},
+		{"key name with a NUL", "POST", "/v1/orgs/acme/api-keys", operatorToken, `{"name":"k\u0000","scopes":["check"]}`, "name"},
+		{"plan name with a NUL", "POST", "/v1/plans", operatorToken, `{"id":"nul","name":"\u0000","fail_mode":"open","limits":[]}`, "name"},
+		{"grant reason with a NUL", "POST", "/v1/orgs/acme/grants", operatorToken, `{"metric":"tokens","units":5,"reason":"\u0000"}`, "reason"},
+		{"throttle reason with a NUL", "PUT", "/v1/orgs/acme/throttle", operatorToken, `{"factor":0.5,"reason":"\u0000"}`, "reason"},
+	}
 	before, audits := redisState(t, r.prefix), r.f.auditRows()
 	orgBefore := r.mustDo("GET", "/v1/orgs/acme", operatorToken, "", 200)
+	for _, h := range malformed {
+		rec := r.f.do(h.method, h.path, h.token, h.body)
+		var p api.Problem
+		_ = json.Unmarshal(rec.Body.Bytes(), &p)
+		named := false
+		for _, fe := range p.Errors {
+			named = named || fe.Field == h.field
+		}
+		if rec.Code != 400 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/problem+json") || !named {
+			t.Errorf("%s: %d %s, want a 400 problem naming %s", h.name, rec.Code, rec.Body, h.field)
+		}
+	}
 	for _, h := range hostile {
 		rec := r.f.do(h.method, h.path, h.token, h.body)
 		var p api.Problem

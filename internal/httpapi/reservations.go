@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/base64"
 	"net/http"
 	"strconv"
@@ -114,10 +115,14 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	if !decode(w, r, &in) {
 		return
 	}
-	// used: a number, or an object of used units per metric
+	// used: a number, or an object of used units per metric. null is neither: it
+	// decodes as a number left at 0, and committed nothing used (a client that writes
+	// an unknown count as null would bill nothing).
 	var res quota.Reservation
 	var err error
-	if n, nerr := in.Used.AsCommitRequestUsed0(); nerr == nil {
+	if raw, _ := in.Used.MarshalJSON(); len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		err = derrors.Field("used", "is required: a number or an object of units per metric, not null")
+	} else if n, nerr := in.Used.AsCommitRequestUsed0(); nerr == nil {
 		res, err = s.checks.Commit(r.Context(), callerOfCheck(r), id, n)
 	} else if m, merr := in.Used.AsCosts(); merr == nil {
 		if m == nil {
