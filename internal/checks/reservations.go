@@ -312,7 +312,12 @@ func (s *Service) org(ctx context.Context, orgID string) (tenants.ResolvedOrg, e
 }
 
 // reservationError says what a failed operation on reservation id means to the caller.
+// The id is the caller's and may be anything up to the path's length: it is echoed
+// whole only while it is of an id's size.
 func reservationError(id string, err error) error {
+	if len(id) > 64 {
+		id = id[:64] + "..."
+	}
 	var se *quota.StateError
 	switch {
 	case errors.Is(err, quota.ErrReservationNotFound):

@@ -508,6 +508,13 @@ func TestConsoleEmailsDoNotLeakAcrossOrgs(t *testing.T) {
 			t.Errorf("sign-in with a NUL in %s: %d %s, want a 400 naming it", field, res.StatusCode, got)
 		}
 	}
+	// A body past the console's cap is a 413 saying so (it was cut and then called
+	// "not a JSON object of org, email and password").
+	res = e.do(t, req{method: "POST", path: "/console/api/sign-in",
+		body: `{"org":"acme","email":"` + adminEmail + `","password":"` + strings.Repeat("x", 100<<10) + `"}`})
+	if got := body(t, res); res.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(got, "larger than") {
+		t.Errorf("a 100 KiB sign-in: %d %s, want 413", res.StatusCode, got)
+	}
 }
 
 // Issue 28: credentials in an org's webhook URL (user info, a token in the query) are
