@@ -171,6 +171,10 @@ func TestHostileNumbersAreRefusedOverHTTP(t *testing.T) {
 		t.Errorf("org changed:\n%s\n%s", orgBefore, got)
 	}
 	r.mustDo("GET", "/v1/plans/big", operatorToken, "", 404)
+	// A reservation id of 5,000 characters is not echoed whole.
+	if got := r.mustDo("GET", "/v1/reservations/r_"+strings.Repeat("a", 5000), key, "", 404); len(got) > 1000 {
+		t.Errorf("a 404 of a 5,000-character reservation id is %d bytes: %.200s...", len(got), got)
+	}
 
 	// The org is healthy: its reservation still commits, checks are decided exactly.
 	r.mustDo("POST", commit, key, `{"used":10}`, 200)
