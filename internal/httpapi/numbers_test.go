@@ -316,3 +316,46 @@ func TestAdjustmentFixesAWrongCounter(t *testing.T) {
 		}
 	}
 }
+
+// The adversarial tester's case: a metric with no limit at any level (metered only),
+// checked twice at cost 2^50, has its month counters at 2^51. Every later check of it,
+// by any team or user, is still decided (200: nothing limits it), and its usage reads
+// 2^51; a limited metric's 429 still names the limit that refused it (blocked_at) with
+// its RateLimit headers. On the old code every gpu_seconds check of the org was a 429
+// with "levels":[] and no blocked_at until the month's end.
+func TestUnlimitedMetricAtTheBoundIsNeverALockout(t *testing.T) {
+	r := newResReplicas(t, 1)[0]
+	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"closed","limits":[{"metric":"tokens","window":"month","limit":10}],"metered":["gpu_seconds"]}`, 201)
+	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"A","plan":"p"}`, 201)
+	for _, team := range []string{"eng", "ops"} {
+		r.mustDo("POST", "/v1/orgs/acme/teams", operatorToken, `{"id":"`+team+`","name":"T"}`, 201)
+	}
+	key, admin := keyOf(r.replica, "acme", `["check"]`), keyOf(r.replica, "acme", `["admin"]`)
+	const bound = "1125899906842624"
+	for i := range 2 {
+		if got := r.check(key, `{"org":"acme","team":"eng","user":"zed","metric":"gpu_seconds","cost":`+bound+`}`); got.code != 200 || !got.body.Allowed {
+			t.Fatalf("check %d of 2^50 = %d %s", i+1, got.code, got.raw)
+		}
+	}
+	for _, body := range []string{
+		`{"org":"acme","team":"eng","user":"zed","metric":"gpu_seconds","cost":1}`,
+		`{"org":"acme","team":"ops","user":"amy","metric":"gpu_seconds","cost":1}`,
+		`{"org":"acme","metric":"gpu_seconds","cost":` + bound + `}`,
+	} {
+		if got := r.check(key, body); got.code != 200 || !got.body.Allowed {
+			t.Errorf("check %s of the metric with no limit = %d %s, want 200: nothing limits it", body, got.code, got.raw)
+		}
+	}
+	for _, m := range r.usage(t, "acme", admin).Metrics {
+		if m.Metric == "gpu_seconds" && m.Org.Used != quota.MaxCounter {
+			t.Errorf("gpu_seconds org used %d, want the bound %d", m.Org.Used, quota.MaxCounter)
+		}
+	}
+	// a 429 names what refused it, with its headers
+	r.mustDo("POST", "/v1/check", key, `{"org":"acme","team":"eng","metric":"tokens","cost":10}`, 200)
+	got := r.check(key, `{"org":"acme","team":"eng","metric":"tokens","cost":1}`)
+	if b := got.body.BlockedAt; got.code != 429 || b == nil || b.Level != vocab.LevelOrg || b.Id != "acme" || b.Window != vocab.Month ||
+		rawHeader(got.header, "RateLimit-Limit") != "10" || rawHeader(got.header, "RateLimit-Remaining") != "0" {
+		t.Errorf("tokens past its limit = %d %v %s, want a 429 naming the org's month with its RateLimit headers", got.code, got.header, got.raw)
+	}
+}

@@ -33,17 +33,33 @@ func TestParseCompact(t *testing.T) {
 	if res, st, err := parseCompact(pack(1, 0, 0, 41, 5), &req, per, nowMs); err != nil || st != statusAllowed || !res.Allowed {
 		t.Errorf("allowed decision: %+v, %q, %v", res, st, err)
 	}
+	// 4 and 5: allowed and over a limit but counted, a counter no limit bounds saturated
+	if res, st, err := parseCompact(pack(4, 0, 0, 41, 5), &req, per, nowMs); err != nil || st != statusAllowed || !res.Allowed || !res.Saturated {
+		t.Errorf("allowed, saturated: %+v, %q, %v", res, st, err)
+	}
+	if res, st, err := parseCompact(pack(5, 0, 2, 41, 6), &req, per, nowMs); err != nil || st != statusOver || !res.Allowed ||
+		!res.Saturated || res.WouldBlock == nil {
+		t.Errorf("over but counted, saturated: %+v, %q, %v", res, st, err)
+	}
+	// the text reply: 'B' first says saturated; a denial naming no row is malformed
+	if res, st, err := parseReply("BA;1;0;0;o|acme|M|100|41|0"); err != nil || st != statusAllowed || !res.Saturated {
+		t.Errorf("text, saturated: %+v, %q, %v", res, st, err)
+	}
+	if _, _, err := parseReply("D;1;1000;0;o|acme|M|100|41|0"); err == nil || !strings.Contains(err.Error(), "malformed") {
+		t.Errorf("text denial naming no row: %v, want a malformed reply", err)
+	}
 
 	for name, s := range map[string]string{
-		"too few rows":      pack(1, 0, 0, 41),
-		"too many rows":     pack(1, 0, 0, 41, 5, 6),
-		"unknown status":    pack(4, 0, 0, 41, 5),
-		"blocked past rows": pack(3, 10, 3, 41, 5),
-		"negative usage":    pack(1, 0, 0, -1, 5),
-		"fraction":          pack(1, 0, 0, 41.5, 5),
-		"not whole doubles": pack(1, 0, 0, 41, 5)[:39],
-		"text":              "A;0;0;0",
-		"empty":             "",
+		"too few rows":         pack(1, 0, 0, 41),
+		"too many rows":        pack(1, 0, 0, 41, 5, 6),
+		"unknown status":       pack(6, 0, 0, 41, 5),
+		"denial naming no row": pack(3, 10, 0, 41, 5),
+		"blocked past rows":    pack(3, 10, 3, 41, 5),
+		"negative usage":       pack(1, 0, 0, -1, 5),
+		"fraction":             pack(1, 0, 0, 41.5, 5),
+		"not whole doubles":    pack(1, 0, 0, 41, 5)[:39],
+		"text":                 "A;0;0;0",
+		"empty":                "",
 	} {
 		if _, _, err := parseCompact(s, &req, per, nowMs); err == nil || !strings.Contains(err.Error(), "malformed") {
 			t.Errorf("%s: %v, want a malformed reply", name, err)

@@ -490,6 +490,9 @@ func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, o
 	}
 	res, out, err := b.eng.Reserve(ctx, req, opt)
 	done(redisFailure(err))
+	if err == nil {
+		r.metrics.atBound(b.name, &out)
+	}
 	if errors.Is(err, ErrBadReply) {
 		r.metrics.replyError(b.name)
 	}

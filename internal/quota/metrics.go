@@ -97,7 +97,7 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 	}, []string{"pool"})
 	m.bounded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotaplane_counters_at_bound_total",
-		Help: "Checks that found a counter at its bound, 2^51 (quota.MaxCounter): a value stored out of range, read as the bound, or a counter full. Such a counter is over every limit; an operator corrects it with POST /v1/orgs/{org}/usage/adjustments.",
+		Help: "Checks (and reservations) that found a counter at its bound, 2^51 (quota.MaxCounter): a value stored out of range, read as the bound, or a counter full. A limited counter there is over every limit (denied in enforce); one with no limit (usage and billing only) saturates: it stays at the bound, the units past it not counted, and never denies. An operator corrects either with POST /v1/orgs/{org}/usage/adjustments.",
 	}, []string{"pool"})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "quotaplane_org_bound_refusals_total",
@@ -150,8 +150,13 @@ func (m *enginesMetrics) boundRefusal(err error) {
 	}
 }
 
-// atBound counts a check whose reply shows a counter at MaxCounter.
+// atBound counts a check whose reply shows a counter at MaxCounter, or that saturated
+// a counter no limit bounds (stopped it there, the units past it not counted).
 func (m *enginesMetrics) atBound(pool string, res *Result) {
+	if res.Saturated {
+		m.bounded.WithLabelValues(pool).Inc()
+		return
+	}
 	for i := range res.Levels {
 		if res.Levels[i].Used >= MaxCounter {
 			m.bounded.WithLabelValues(pool).Inc()

@@ -20,6 +20,10 @@ const (
 	statusReplay   = 'R'
 	statusConflict = 'C'
 	statusBound    = 'Q' // past one of the org's bounds (bounds.go): nothing counted
+	// statusSaturated comes before a decision whose check saturated a counter no limit
+	// bounds: it stopped at MaxCounter, the units past it not counted there
+	// (docs/ARCHITECTURE.md, "Bounded numbers").
+	statusSaturated = 'B'
 )
 
 // parseReply decodes check.lua's reply into a Result. It returns the status byte so
@@ -31,6 +35,11 @@ func parseReply(s string) (Result, byte, error) {
 	}
 	if s[0] == statusReplay {
 		res.Replayed = true
+		s = s[1:]
+	}
+	saturated := false
+	if s != "" && s[0] == statusSaturated { // never stored: a replay counted nothing
+		saturated = true
 		s = s[1:]
 	}
 	if s == "H" {
@@ -89,10 +98,13 @@ func parseReply(s string) (Result, byte, error) {
 	if !decided(&res, status, retry, blocked) {
 		return bad()
 	}
+	res.Saturated = saturated
 	return res, status, nil
 }
 
-// decided fills in the outcome of a parsed reply; false for an unknown status.
+// decided fills in the outcome of a parsed reply; false for an unknown status, or a
+// denial that names no limit (no script sends one: the engine cannot answer a 429
+// without its blocked_at, so it is a reply it cannot read, answered by the fail mode).
 func decided(res *Result, status byte, retry int64, blocked int) bool {
 	var b *Blocked
 	if blocked > 0 {
@@ -106,6 +118,9 @@ func decided(res *Result, status byte, retry int64, blocked int) bool {
 		res.Allowed = true
 		res.WouldBlock = b
 	case statusDenied:
+		if b == nil { // a denial always names the limit that refused it (API.md's blocked_at)
+			return false
+		}
 		res.BlockedAt = b
 		res.RetryAfter = time.Duration(retry) * time.Millisecond
 	default:
@@ -120,7 +135,8 @@ func isPacked(s string) bool { return len(s) >= 24 && len(s)%8 == 0 && s[0] == 0
 
 // parseCompact decodes check.lua's packed reply to a check without an idempotency
 // key: little-endian doubles, status (1 allowed, 2 over a limit but counted, 3
-// denied), retry (ms), blocked row (1-based), then the used value of every row.
+// denied; 4 and 5 as 1 and 2, a counter no limit bounds saturated), retry (ms),
+// blocked row (1-based), then the used value of every row.
 // Everything else of a row (level, id, window, limit, reset) is known here from req
 // and the clock the check was built at (nowMs), in the order the script walks it, so
 // the script formats no numbers.
@@ -139,10 +155,13 @@ func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result
 		return bad()
 	}
 	code, retry, blocked := num(0), num(1), num(2)
-	if code < 1 || code > 3 || retry < 0 || blocked < 0 {
+	if code < 1 || code > 5 || retry < 0 || blocked < 0 {
 		return bad()
 	}
-	status := [...]byte{statusAllowed, statusOver, statusDenied}[code-1]
+	// 4 and 5: allowed and over a limit but counted, having saturated a counter no limit
+	// bounds (check.lua's "Bounded numbers")
+	res.Saturated = code > 3
+	status := [...]byte{statusAllowed, statusOver, statusDenied, statusAllowed, statusOver}[code-1]
 	n := 0
 	for m := range req.metricCount() {
 		_, _, ls := req.metricAt(m)

@@ -378,6 +378,9 @@ func (c *call) parseReserve() (Result, byte, error) {
 		return Result{}, 0, fmt.Errorf("%w: reserve reply %q: id and decision disagree", ErrBadReply, c.reply)
 	}
 	res.Replayed = replay
+	if replay {
+		res.Saturated = false // the replay counted nothing
+	}
 	c.rid = id
 	return res, status, nil
 }

@@ -281,6 +281,10 @@ type Result struct {
 	// holds (lease.go). Levels are then the usage when the lease was taken, counting the
 	// whole lease as used (conservative), and are shared by the lease's answers: read only.
 	Leased bool
+	// Saturated is true when the check took a counter no limit bounds to MaxCounter,
+	// where it stopped, the units past it not counted there (docs/ARCHITECTURE.md,
+	// "Bounded numbers"; counted in quotaplane_counters_at_bound_total).
+	Saturated bool
 }
 
 // LevelStatus is the state of one limit after the check.

@@ -44,6 +44,9 @@
 --     status;now_ms;retry_ms;blocked_row;row;row...    row = label|used|reset_ms
 --     (a multi-metric request's labels start with "metric|")
 --     status: A allowed, W over a limit but counted, D denied.
+--   A check that saturated a counter no row limits (see "Bounded numbers" below) says
+--   so: packed, its status is 3 more (4 allowed, 5 over a limit but counted); as a
+--   string, 'B' comes first (not stored: a replay counted nothing).
 --   Rows: every level in order, each limit of the level in its order; blocked_row is
 --   1-based, 0 = none.
 --
@@ -314,11 +317,50 @@ local status = 1
 if blocked > 0 then
   if a[2] == 1 then status = 2 else status = 3 end
 end
--- Bounded numbers: a count that would take a counter past MAXC counts nothing, even
--- when forced (shadow, warn: allowed, as those modes never deny); enforce (and any
--- reservation) denies it, retry at the period's end.
+-- Bounded numbers: a count that would take a LIMITED counter (one a row limits: its
+-- level, metric and window) past MAXC counts nothing, even when forced (shadow, warn:
+-- allowed, as those modes never deny); enforce (and any reservation) denies it, retry at
+-- the period's end, blocked by that counter's row. A counter no row limits (counted for
+-- usage and billing only) never denies: it saturates, stopping at MAXC (the units past
+-- it are not counted there), and sat says so in the reply (the engine counts it in
+-- quotaplane_counters_at_bound_total). cut: per counter, the month units not counted.
+-- Only when top says some counter might pass, so the common path costs nothing more.
+local sat, cut = false, false
 if cost > 0 and status ~= 3 and top + cost > MAXC then
-  if a[2] == 1 and not reserve then cost = 0 else status, retry = 3, math.max(retry, a[4] - now, 1) end
+  local lim, over = {}, false -- lim[w * nl + l]: the first row limiting counter l, window w
+  q = 8 + 2 * nw
+  for r = 4, last do
+    local l, w = a[q + 1], a[q + 2]
+    if w >= 0 and not lim[w * nl + l] then lim[w * nl + l] = r end
+    q = q + 3
+  end
+  for l = 1, nl do
+    local c = cs and cs[l] or cost
+    for w = 0, nw do
+      local v
+      if w == 0 then v = month[l + 1] else v = cur[w][l] end
+      if c > 0 and v + c > MAXC then
+        if lim[w * nl + l] then
+          over = over or lim[w * nl + l]
+        else
+          sat = true
+          if w == 0 then
+            cut = cut or {}
+            cut[l] = v + c - MAXC
+          end
+        end
+      end
+    end
+  end
+  if over then
+    sat, cut = false, false
+    if a[2] == 1 and not reserve then
+      cost = 0
+    else
+      status, retry = 3, math.max(retry, a[4] - now, 1)
+      if blocked == 0 then blocked = over - 3 end
+    end
+  end
 end
 -- Shared Redis bounds (KEYS.md "Bounds"): what one org may make the shared Redis hold.
 -- ARGV[argc - 1] is '<records> <bucket ms> <users>': the most idempotency records the
@@ -391,7 +433,11 @@ if cost > 0 and status ~= 3 then
   -- Redis as text made by string.format: cheaper than Redis formatting a Lua number.
   add = cost
   local hs = {false, false, false, false, false, false}
-  for l = 1, nl do hs[2 * l - 1], hs[2 * l] = ARGV[l], fmt('%d', month[l + 1] + (cs and cs[l] or cost)) end
+  for l = 1, nl do
+    local v = month[l + 1] + (cs and cs[l] or cost)
+    if sat and v > MAXC then v = MAXC end
+    hs[2 * l - 1], hs[2 * l] = ARGV[l], fmt('%d', v)
+  end
   redis.call('HSET', KEYS[1], unpack(hs, 1, 2 * nl))
   if mnew and redis.call('TTL', KEYS[1]) == -1 then redis.call('EXPIREAT', KEYS[1], a[5]) end
   -- The member '|' is never drained: the set outlives a drain, so the org's keys are
@@ -409,13 +455,17 @@ if cost > 0 and status ~= 3 then
     for l = 1, nl do
       local v = c[l]
       if v == 0 then created = true end -- a counter's field is written only with cost > 0
-      hs[2 * l] = fmt('%d', v + (cs and cs[l] or cost))
+      local n = v + (cs and cs[l] or cost)
+      if sat and n > MAXC then n = MAXC end -- saturated (a counter no row limits)
+      hs[2 * l] = fmt('%d', n)
     end
     local nf = 2 * nl
     if subs then
-      -- and the current sub-bucket's count
+      -- and the current sub-bucket's count (what its total gained)
       for l = 1, nl do
-        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', subadd(csub[i][l], jsub[i], cs and cs[l] or cost), nf + 2
+        local n = cs and cs[l] or cost
+        if sat and c[l] + n > MAXC then n = MAXC - c[l] end
+        hs[nf + 1], hs[nf + 2], nf = ARGV[l] .. '#', subadd(csub[i][l], jsub[i], n), nf + 2
       end
     end
     redis.call('HSET', ARGV[k], unpack(hs, 1, nf))
@@ -444,10 +494,12 @@ if crows and not reserve then
   for _, r in ipairs(crows) do out[r] = out[r] - add end
 end
 
-if reserve then return reserve(a, status, retry, blocked, out, last, add) end
+if reserve then return reserve(a, status, retry, blocked, out, last, add, sat, cut) end
 
+-- A saturated check's status (packed) is 3 more: 4 allowed, 5 over a limit but counted.
 if not idem then
   out[1], out[2], out[3] = status, retry, blocked
+  if sat then out[1] = status + 3 end
   for i = 4, last do out[i] = out[i] + add end
   return struct.pack('<' .. string.rep('d', last), unpack(out, 1, last))
 end
@@ -476,4 +528,6 @@ local reply = table.concat(rows, ';')
 if cost > 0 and status ~= 3 then
   redis.call('SET', idem, '#' .. ARGV[argc - 2] .. reply, 'EX', ARGV[1 + nl + 2 * nw])
 end
+-- saturated: 'B' before the reply, not stored (a replay counts nothing)
+if sat then return 'B' .. reply end
 return reply

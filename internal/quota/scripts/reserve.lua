@@ -36,7 +36,11 @@
 -- and cf1..cf<cn> the fields charged (cf<i> is f<i>: it holds f<i>'s amount); settle.lua
 -- takes those amounts off exactly those fields, once.
 local idem, idx, argc = KEYS[8], KEYS[7], #ARGV - 5
-local function reserve(a, status, retry, blocked, out, last, add)
+-- sat, cut (check.lua's "Bounded numbers"): the check saturated a counter no row
+-- limits; cut[l], when set, is the units of counter l's month count not counted (it
+-- stopped at 2^51). Only what was counted is held (k<l> in the record: the cut), so
+-- that settle.lua gives back no more than the reservation added.
+local function reserve(a, status, retry, blocked, out, last, add, sat, cut)
   local fmt = string.format
   local id = ARGV[argc + 1]
   if status ~= 3 then
@@ -51,7 +55,13 @@ local function reserve(a, status, retry, blocked, out, last, add)
       'm', KEYS[1], 'd', KEYS[2], 'h', KEYS[5], 'c', fmt('%d', now), 'nl', nl, 'nw', nw}
     for l = 1, nl do
       rec[#rec + 1], rec[#rec + 2] = 'f' .. l, ARGV[l]
-      redis.call('HINCRBY', KEYS[5], ARGV[l], cs and fmt('%d', cs[l]) or amount)
+      local k = cut and cut[l]
+      if k then
+        rec[#rec + 1], rec[#rec + 2] = 'k' .. l, fmt('%d', k)
+        redis.call('HINCRBY', KEYS[5], ARGV[l], fmt('%d', (cs and cs[l] or a[1]) - k))
+      else
+        redis.call('HINCRBY', KEYS[5], ARGV[l], cs and fmt('%d', cs[l]) or amount)
+      end
     end
     if cs then
       -- metrics: the org counters (field metric|o); per: counters per metric
@@ -98,6 +108,7 @@ local function reserve(a, status, retry, blocked, out, last, add)
     id = ''
   end
   out[1], out[2], out[3] = status, retry, blocked
+  if sat then out[1] = status + 3 end -- check.lua's packed reply
   for i = 4, last do out[i] = out[i] + add end
   local reply = id .. ';' .. struct.pack('<' .. string.rep('d', last), unpack(out, 1, last))
   if idem and status ~= 3 then

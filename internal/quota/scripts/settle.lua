@@ -97,12 +97,17 @@ local function settle(rkey, id, action, used)
     if useds[m] < amounts[m] then gives[m] = amounts[m] - useds[m] else overs[m] = useds[m] - amounts[m] end
     give, over = give + gives[m], over + overs[m]
   end
-  -- per counter: dg given back, dov over-reserved, dam held
-  local dg, dov, dam, dmonth = {}, {}, {}, {}
+  -- per counter: dg given back, dov over-reserved, dam held (in flight), dh held units
+  local dg, dov, dam, dh, dmonth, cutany = {}, {}, {}, {}, {}, false
+  -- A month count that stopped at 2^51 (reserve.lua's k<l>: the units not counted,
+  -- not held) is given back only what it gained: the counter ends at its value before
+  -- the reservation plus used, at most 2^51.
   for l = 1, nl do
     local m = math.ceil(l / per)
-    dg[l], dov[l], dam[l] = -gives[m], overs[m], -amounts[m]
-    dmonth[l] = overs[m] - gives[m]
+    local k = tonumber(r['k' .. l]) or 0
+    if k > 0 then cutany = true end
+    dg[l], dov[l], dam[l], dh[l] = -gives[m], overs[m], -amounts[m], k - amounts[m]
+    dmonth[l] = overs[m] - gives[m] + k
   end
   local amount = amounts[1]
   used = useds[1]
@@ -121,13 +126,13 @@ local function settle(rkey, id, action, used)
     end
     if n > 0 then redis.call('HSET', key, unpack(hs, 1, 2 * n)) end
   end
-  if give > 0 or over > 0 then
+  if give > 0 or over > 0 or cutany then
     put(r.m, redis.call('HMGET', r.m, unpack(fields)), dmonth, false)
   end
   -- Always dirty: the drain persists counter - held (the committed units), which moves
   -- whenever a reservation settles, even when the counter does not.
   redis.call('SADD', r.d, unpack(fields))
-  put(r.h, redis.call('HMGET', r.h, unpack(fields)), dam, true)
+  put(r.h, redis.call('HMGET', r.h, unpack(fields)), dh, true)
   -- Concurrency (reserve.lua): each counter's whole amount leaves flight, whatever was
   -- used, from exactly the fields the record charged, never below 0; a field at 0 is
   -- deleted, so the hash is gone when nothing is in flight. cf<l> is f<l>, holding its
