@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // toReserveInput converts the API's reservation request to the check service's.
@@ -61,7 +63,7 @@ func fromReservation(res quota.Reservation) api.Reservation {
 // CreateReservation handles POST /v1/reservations: decided as a check of cost amount.
 func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 	var in api.ReservationRequest
-	if !decode(w, r, &in) {
+	if !decodeShaped(w, r, &in, reservationShape) {
 		return
 	}
 	rv, err := s.checks.Reserve(r.Context(), callerOfCheck(r), toReserveInput(in))
@@ -111,7 +113,7 @@ func (s *Server) ReleaseReservation(w http.ResponseWriter, r *http.Request, id a
 // CommitReservation handles POST /v1/reservations/{id}/commit.
 func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
 	var in api.CommitRequest
-	if !decode(w, r, &in) {
+	if !decodeShaped(w, r, &in, commitShape) {
 		return
 	}
 	// used: a number, or an object of used units per metric
@@ -125,7 +127,7 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 		}
 		res, err = s.checks.CommitUsed(r.Context(), callerOfCheck(r), id, m)
 	} else {
-		err = derrors.Field("used", "must be a number or an object of units per metric")
+		err = derrors.Field("used", fmt.Sprintf("must be an integer from 0 to %d, or an object of units per metric", vocab.MaxUnits))
 	}
 	s.reservationAnswer(w, r, res, err)
 }
@@ -134,7 +136,7 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 // a held reservation's expiry to now + ttl_seconds.
 func (s *Server) ExtendReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
 	var in api.ExtendRequest
-	if !decode(w, r, &in) {
+	if !decodeShaped(w, r, &in, extendShape) {
 		return
 	}
 	res, err := s.checks.Extend(r.Context(), callerOfCheck(r), id, in.TtlSeconds)
