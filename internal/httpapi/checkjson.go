@@ -16,9 +16,10 @@ import (
 // The check route's JSON by hand. encoding/json's reflection (decoding the request,
 // encoding the answer) was about a tenth of the api's CPU per check in profiles
 // (docs/PERFORMANCE.md). The hand-written code covers the common shapes only and
-// hands everything else to encoding/json (decodeBytes), so answers stay exactly those
-// of encoding/json and every refusal is worded by decodeBytes; TestCheckJSON compares
-// the two.
+// hands everything else to decodeStrict (strictjson.go: field names exactly as the
+// contract spells them, then encoding/json), so both accept exactly the same bodies,
+// decoded alike, and every refusal is worded by decodeStrict; TestCheckJSON and the
+// fuzz tests compare the two.
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
@@ -27,7 +28,7 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b 
 func decodeCheck(w http.ResponseWriter, r *http.Request, in *api.CheckRequest) bool {
 	return decodeFast(w, r, func(b []byte) bool { return parseCheckRequest(b, in) }, func(b []byte) error {
 		*in = api.CheckRequest{}
-		return decodeInto(b, in)
+		return decodeInto(b, in, checkShape)
 	})
 }
 
@@ -35,15 +36,15 @@ func decodeCheck(w http.ResponseWriter, r *http.Request, in *api.CheckRequest) b
 func decodeBatch(w http.ResponseWriter, r *http.Request, in *api.BatchCheckRequest) bool {
 	return decodeFast(w, r, func(b []byte) bool { return parseBatchRequest(b, in) }, func(b []byte) error {
 		*in = api.BatchCheckRequest{}
-		return decodeInto(b, in)
+		return decodeInto(b, in, batchShape)
 	})
 }
 
-// decodeInto is decodeBytes into a value of its own, copied to v: v itself is never
+// decodeInto is decodeStrict into a value of its own, copied to v: v itself is never
 // handed to encoding/json, so a caller's value stays on its stack on the fast path.
-func decodeInto[T any](b []byte, v *T) error {
+func decodeInto[T any](b []byte, v *T, sh *shape) error {
 	var into T
-	err := decodeBytes(b, &into)
+	err := decodeStrict(b, &into, sh)
 	*v = into
 	return err
 }

@@ -86,7 +86,7 @@ func TestCheckJSONDecode(t *testing.T) {
 		`{"org":"acme","cost":-3}`,
 		`{}`,
 		`{"org":"acme","cost":9223372036854775807}`,
-		// handed to encoding/json, which accepts or refuses them with its own message
+		// handed to decodeStrict, which accepts or refuses them
 		`{"org":"acme","cost":9223372036854775808}`,
 		`{"org":"acme","cost":1.0}`,
 		`{"org":"acme","cost":1e3}`,
@@ -115,15 +115,15 @@ func TestCheckJSONDecode(t *testing.T) {
 			}
 			want := httptest.NewRecorder()
 			var wantIn api.CheckRequest
-			wantOK := decode(want, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)), &wantIn)
+			wantOK := decodeShaped(want, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)), &wantIn, checkShape)
 			got := httptest.NewRecorder()
 			var gotIn api.CheckRequest
 			gotOK := decodeCheck(got, httptest.NewRequest(http.MethodPost, "/v1/check", strings.NewReader(body)), &gotIn)
 			if wantOK != gotOK || want.Code != got.Code || want.Body.String() != got.Body.String() {
-				t.Fatalf("decodeCheck = %v %d %q, decode = %v %d %q", gotOK, got.Code, got.Body, wantOK, want.Code, want.Body)
+				t.Fatalf("decodeCheck = %v %d %q, decodeShaped = %v %d %q", gotOK, got.Code, got.Body, wantOK, want.Code, want.Body)
 			}
 			if diff := cmp.Diff(wantIn, gotIn); wantOK && diff != "" {
-				t.Errorf("decoded request differs (-decode +decodeCheck):\n%s", diff)
+				t.Errorf("decoded request differs (-decodeShaped +decodeCheck):\n%s", diff)
 			}
 		})
 	}
@@ -151,15 +151,15 @@ func TestBatchJSON(t *testing.T) {
 			}
 			want := httptest.NewRecorder()
 			var wantIn api.BatchCheckRequest
-			wantOK := decode(want, httptest.NewRequest(http.MethodPost, "/v1/check/batch", strings.NewReader(body)), &wantIn)
+			wantOK := decodeShaped(want, httptest.NewRequest(http.MethodPost, "/v1/check/batch", strings.NewReader(body)), &wantIn, batchShape)
 			got := httptest.NewRecorder()
 			var gotIn api.BatchCheckRequest
 			gotOK := decodeBatch(got, httptest.NewRequest(http.MethodPost, "/v1/check/batch", strings.NewReader(body)), &gotIn)
 			if wantOK != gotOK || want.Code != got.Code || want.Body.String() != got.Body.String() {
-				t.Fatalf("decodeBatch = %v %d %q, decode = %v %d %q", gotOK, got.Code, got.Body, wantOK, want.Code, want.Body)
+				t.Fatalf("decodeBatch = %v %d %q, decodeShaped = %v %d %q", gotOK, got.Code, got.Body, wantOK, want.Code, want.Body)
 			}
 			if diff := cmp.Diff(wantIn, gotIn); wantOK && diff != "" {
-				t.Errorf("decoded request differs (-decode +decodeBatch):\n%s", diff)
+				t.Errorf("decoded request differs (-decodeShaped +decodeBatch):\n%s", diff)
 			}
 		})
 	}
@@ -223,6 +223,13 @@ func BenchmarkDecodeCheckRequest(b *testing.B) {
 			dec := json.NewDecoder(bytes.NewReader(body))
 			dec.DisallowUnknownFields()
 			_ = dec.Decode(&in)
+		}
+	})
+	b.Run("strict", func(b *testing.B) { // the fallback: exact names, then encoding/json
+		b.ReportAllocs()
+		for b.Loop() {
+			var in api.CheckRequest
+			_ = decodeStrict(body, &in, checkShape)
 		}
 	})
 }

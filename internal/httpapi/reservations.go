@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"encoding/base64"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // toReserveInput converts the API's reservation request to the check service's.
@@ -62,7 +64,7 @@ func fromReservation(res quota.Reservation) api.Reservation {
 // CreateReservation handles POST /v1/reservations: decided as a check of cost amount.
 func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 	var in api.ReservationRequest
-	if !decode(w, r, &in) {
+	if !decodeShaped(w, r, &in, reservationShape) {
 		return
 	}
 	rv, err := s.checks.Reserve(r.Context(), callerOfCheck(r), toReserveInput(in))
@@ -112,7 +114,7 @@ func (s *Server) ReleaseReservation(w http.ResponseWriter, r *http.Request, id a
 // CommitReservation handles POST /v1/reservations/{id}/commit.
 func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
 	var in api.CommitRequest
-	if !decode(w, r, &in) {
+	if !decodeShaped(w, r, &in, commitShape) {
 		return
 	}
 	// used: a number, or an object of used units per metric. null is neither: it
@@ -130,7 +132,7 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 		}
 		res, err = s.checks.CommitUsed(r.Context(), callerOfCheck(r), id, m)
 	} else {
-		err = derrors.Field("used", "must be a number or an object of units per metric")
+		err = derrors.Field("used", fmt.Sprintf("must be an integer from 0 to %d, or an object of units per metric", vocab.MaxUnits))
 	}
 	s.reservationAnswer(w, r, res, err)
 }
@@ -139,7 +141,7 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 // a held reservation's expiry to now + ttl_seconds.
 func (s *Server) ExtendReservation(w http.ResponseWriter, r *http.Request, id api.ReservationId) {
 	var in api.ExtendRequest
-	if !decode(w, r, &in) {
+	if !decodeShaped(w, r, &in, extendShape) {
 		return
 	}
 	res, err := s.checks.Extend(r.Context(), callerOfCheck(r), id, in.TtlSeconds)

@@ -121,6 +121,9 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 		// type), the body is JSON, which is what the spec's matcher must be told.
 		r.Header.Set("Content-Type", "application/json")
 		if !json.Valid(body) {
+			if err := invalidJSON(body); err != nil { // a byte order mark, a leading zero
+				return err
+			}
 			return bodyError(body, json.Unmarshal(body, new(any)))
 		}
 	}
