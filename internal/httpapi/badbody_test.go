@@ -2,6 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -46,27 +47,36 @@ func TestMalformedBodiesSpeakTheAPIsTerms(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			before := f.fingerprint()
 			rec := f.do("POST", tc.path, f.tokens[tc.token], tc.body)
-			if rec.Code != 400 {
-				t.Fatalf("POST %s %q = %d, want 400: %s", tc.path, tc.body, rec.Code, rec.Body)
-			}
-			var p api.Problem
-			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Detail == nil {
-				t.Fatalf("not a problem document: %s (%v)", rec.Body, err)
-			}
-			if len(p.Errors) == 0 || p.Errors[0].Field != tc.field {
-				t.Errorf("errors = %+v, want the first to name %q", p.Errors, tc.field)
-			}
-			if !strings.Contains(*p.Detail, tc.detail) {
-				t.Errorf("detail = %q, want it to say %q", *p.Detail, tc.detail)
-			}
-			for _, w := range []string{"json:", "Go struct", "Go value", "int64", "api.", "CheckRequest", "EOF", "unmarshal"} {
-				if strings.Contains(rec.Body.String(), w) {
-					t.Errorf("the answer speaks Go (%q): %s", w, rec.Body)
-				}
-			}
+			wantBadRequest(t, rec, tc.field, tc.detail)
 			if f.fingerprint() != before {
 				t.Errorf("a refused request changed the database")
 			}
 		})
 	}
+}
+
+// wantBadRequest checks that rec is a 400 problem document whose first error names
+// field and whose detail says detail, in none of Go's words (nor of also), and
+// returns it.
+func wantBadRequest(t *testing.T, rec *httptest.ResponseRecorder, field, detail string, also ...string) api.Problem {
+	t.Helper()
+	if rec.Code != 400 || rec.Header().Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("%d %s, want a 400 problem", rec.Code, rec.Body)
+	}
+	var p api.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Detail == nil {
+		t.Fatalf("not a problem document: %s (%v)", rec.Body, err)
+	}
+	if len(p.Errors) == 0 || p.Errors[0].Field != field {
+		t.Fatalf("errors = %+v, want the first to name %q", p.Errors, field)
+	}
+	if !strings.Contains(*p.Detail, detail) {
+		t.Errorf("detail = %q, want it to say %q", *p.Detail, detail)
+	}
+	for _, w := range append([]string{"json:", "Go struct", "Go value", "int64", "api.", "CheckRequest", "EOF", "unmarshal"}, also...) {
+		if strings.Contains(rec.Body.String(), w) {
+			t.Errorf("the answer speaks Go (%q): %s", w, rec.Body)
+		}
+	}
+	return p
 }

@@ -230,11 +230,7 @@ func TestUnlimitedCounterSaturatesAndNeverDenies(t *testing.T) {
 	}
 	check := func(name string, req quota.Request) quota.Result {
 		t.Helper()
-		res, out, err := r.Check(ctx, route, req)
-		if err != nil || out.Degraded {
-			t.Fatalf("%s: %v (degraded %v)", name, err, out.Degraded)
-		}
-		return res
+		return mustDecide(t, r, route, name, req)
 	}
 	none := quota.LevelLimits{}
 	for i := range 2 {
@@ -338,7 +334,6 @@ func TestUnlimitedCounterSaturatesOnEveryPath(t *testing.T) {
 			prefix := testenv.ID(t, "nb")
 			r, reg := MustEngines(t, quota.EnginesConfig{Engine: quota.Config{KeyPrefix: prefix}})
 			rig := MustRig(t, "", quota.Config{KeyPrefix: prefix})
-			ctx := context.Background()
 			org := testenv.ID(t, "org")
 			route := vocab.Route{FailMode: vocab.FailClosed}
 			perUser := quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, vocab.MaxUnits)}}
@@ -347,11 +342,7 @@ func TestUnlimitedCounterSaturatesOnEveryPath(t *testing.T) {
 			}
 			check := func(name string, req quota.Request) quota.Result {
 				t.Helper()
-				res, out, err := r.Check(ctx, route, req)
-				if err != nil || out.Degraded {
-					t.Fatalf("%s: %v (degraded %v)", name, err, out.Degraded)
-				}
-				return res
+				return mustDecide(t, r, route, name, req)
 			}
 			for _, user := range []string{"a", "b", "c"} {
 				if res := check(user, req(user, vocab.MaxUnits)); !res.Allowed {
@@ -398,4 +389,15 @@ func TestUnlimitedCounterSaturatesOnEveryPath(t *testing.T) {
 			}
 		})
 	}
+}
+
+// mustDecide checks req on route and fails the test unless the engines decided it
+// (no error, not degraded to the fail mode).
+func mustDecide(t *testing.T, r *quota.Engines, route vocab.Route, name string, req quota.Request) quota.Result {
+	t.Helper()
+	res, out, err := r.Check(context.Background(), route, req)
+	if err != nil || out.Degraded {
+		t.Fatalf("%s: %v (degraded %v)", name, err, out.Degraded)
+	}
+	return res
 }
