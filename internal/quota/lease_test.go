@@ -193,7 +193,7 @@ func TestLeasesOfAKilledReplicaAreCounted(t *testing.T) {
 	// not yet taken): then nothing was open, nothing is lost, and the run proves
 	// nothing. It is tried again, on fresh rigs, up to three times.
 	for attempt := 1; !killedReplicaRun(t, attempt == 3); attempt++ {
-		t.Logf("attempt %d: the kill fell between two leases (none open); again", attempt)
+		t.Logf("attempt %d: the kill fell between two leases (none open) or cut a settle's reply; again", attempt)
 	}
 }
 
@@ -250,6 +250,13 @@ func killedReplicaRun(t *testing.T, last bool) bool {
 		t.Fatalf("%d leases left unsettled by the kill, want the path's one", n)
 	}
 	user := userC("tokens", "eng", "bob")
+	// The kill may also cut the reply of a settle that Redis ran: the replica reports
+	// its lease lost, yet nothing is held (it was settled, its units counted as used).
+	// That run proves nothing about a dead lease either: tried again (CI met it once).
+	if h, err := a.e.HeldUnits(context.Background(), "acme", a.e.Period(1).ID); err == nil && h[user] == 0 && !last {
+		t.Logf("the kill cut the reply of a settle Redis ran (%d units reported lost, none held)", lostUnits.Load())
+		return false
+	}
 	if h, err := a.e.HeldUnits(context.Background(), "acme", a.e.Period(1).ID); err != nil || h[user] != lostUnits.Load() {
 		t.Fatalf("held after the kill = %v (%v), want the dead replica's lease %d", h, err, lostUnits.Load())
 	}
