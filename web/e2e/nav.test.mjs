@@ -1,9 +1,9 @@
 // End-to-end test of the console's top bar in real headless Chromium, with the harness
 // of harness.mjs: at 1280 px and narrower every navigation link, the brand and the
 // signed-in user's items lie inside the window, overlap none of the others and are the
-// element a click at their centre reaches (the bar scrolled its links sideways inside
-// itself and cut "Webhooks" off at 1280 px: docs/console-spend.png showed it), and the
-// page has no horizontal scrollbar. At 1280 px it all fits on one row.
+// element a click at their centre reaches (a bar that scrolls its links sideways inside
+// itself cuts the last ones off), and the page has no horizontal scrollbar. At 1280 px
+// it all fits on one row.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
