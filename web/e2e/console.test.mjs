@@ -273,7 +273,7 @@ describe('web console', { concurrency: false }, () => {
         const start = new Date(usage.body.period_start).getTime();
         const days = Math.round((new Date(usage.body.period_end).getTime() - start) / 86400e3);
         const today = Math.floor((Date.now() - start) / 86400e3) + 1;
-        assert.match(await history.locator('.chart').getAttribute('aria-label'), new RegExp(`\\(day ${today} of ${days}\\)$`));
+        assert.match(await history.locator('.chart').getAttribute('aria-label'), new RegExp(`\\(day ${today} of ${days}\\); the month limit of 100,000 drawn as a red line$`));
       }
       await page.screenshot({ path: path.join(outDir, 'console-overview.png'), fullPage: true });
     });

@@ -87,3 +87,36 @@ export function launchBrowser() {
       '--disable-component-update', '--disable-sync'],
   });
 }
+
+// brokenWords runs in the page (page.evaluate(brokenWords, { selector, url })): it lists
+// every word of the text inside the elements matching selector that the browser laid
+// out over two or more lines, as "word (in <the element's text>)". A word is a run of
+// non-space characters, and a hyphenated one may break after its hyphens (the pieces
+// between them are the words); inside an element matching url (a URL), the pieces
+// between the points a URL may break at (after "/", ".", "?", "&", "=", "#", "-") are.
+// A word's lines are the distinct tops of the client rectangles of a Range over it.
+// Text hidden from sight (.sr-only) is skipped.
+export function brokenWords({ selector, url = '.url' }) {
+  const out = [];
+  for (const root of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const el = n.parentElement;
+      if (!el || el.closest('.sr-only')) continue;
+      const isURL = !!el.closest(url);
+      for (const m of n.data.matchAll(/\S+/g)) {
+        const pieces = m[0].split(isURL ? /(?<=[/.?&=#-])(?!\/)/ : /(?<=-)/);
+        let at = m.index;
+        for (const p of pieces) {
+          const r = document.createRange();
+          r.setStart(n, at);
+          r.setEnd(n, at + p.length);
+          const lines = new Set([...r.getClientRects()].filter((x) => x.width > 0).map((x) => Math.round(x.top)));
+          if (lines.size > 1) out.push(`${p} (in "${root.textContent.replace(/\s+/g, ' ').trim().slice(0, 80)}")`);
+          at += p.length;
+        }
+      }
+    }
+  }
+  return out;
+}

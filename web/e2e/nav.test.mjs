@@ -1,9 +1,9 @@
 // End-to-end test of the console's top bar in real headless Chromium, with the harness
 // of harness.mjs: at 1280 px and narrower every navigation link, the brand and the
 // signed-in user's items lie inside the window, overlap none of the others and are the
-// element a click at their centre reaches (the bar scrolled its links sideways inside
-// itself and cut "Webhooks" off at 1280 px: docs/console-spend.png showed it), and the
-// page has no horizontal scrollbar.
+// element a click at their centre reaches (a bar that scrolls its links sideways inside
+// itself cuts the last ones off), and the page has no horizontal scrollbar. At 1280 px
+// it all fits on one row.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
@@ -60,6 +60,13 @@ for (const [width, height] of [[1280, 800], [1024, 768], [800, 600], [390, 844]]
         for (let j = i + 1; j < items.length; j++) {
           assert.ok(!overlap(items[i].box, items[j].box), `${items[i].name} overlaps ${items[j].name}`);
         }
+      }
+      // At 1280 px the bar has room for everything on one row: every item shares one
+      // horizontal band (it wrapped the user's items onto a second row).
+      if (width >= 1280) {
+        const top = Math.max(...items.map((i) => i.box.y));
+        const bottom = Math.min(...items.map((i) => i.box.y + i.box.height));
+        assert.ok(top < bottom, `the bar takes more than one row at ${width} px: ${items.map((i) => `${i.name} at y=${Math.round(i.box.y)}`).join(', ')}`);
       }
       const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
       assert.ok(overflow <= 0, `the page scrolls sideways by ${overflow}px`);

@@ -79,7 +79,7 @@ export function App() {
           ))}
         </nav>
         <div class="who">
-          <span data-testid="who">{session.email}</span> <span class={`badge role-${session.role}`} data-testid="role">{session.role}</span>
+          <span data-testid="who" title={session.email}>{session.email}</span> <span class={`badge role-${session.role}`} data-testid="role">{session.role}</span>
           <a href={BASE + 'password'} onClick={go('password')} aria-current={page.path === 'password' ? 'page' : undefined}>Password</a>
           <button type="button" onClick={async () => {
             try { await api.signOut(); } catch { /* the session is gone either way */ }

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { render } from 'preact';
 import { act } from 'preact/test-utils';
-import { allocationRows, forecast, forecastText, formatDay, heldMatches, heldRows, inFlightRows, mergeLimits, openCount, sortRows, usageRows, type Held } from './allocation';
-import type { Reservation, Team, Usage, User } from './api';
+import { allocationRows, forecast, forecastText, formatDay, heldMatches, heldRows, inFlightRows, mergeLimits, openCount, sortRows, usageRows, type AllocRow, type Held } from './allocation';
+import type { Reservation, Team, Usage, User, Window } from './api';
 import { level } from './format';
 import { MiniBar } from './ui';
 
@@ -84,8 +84,11 @@ describe('allocation rows', () => {
     expect(rows.find((r) => r.id === 'alice' && r.window === 'minute')!.forecast).toBeUndefined();
   });
 
-  it('sorts by closeness to exhaustion, then by the earliest run-out', () => {
-    expect(sortRows(rows, 'exhaustion').slice(0, 4).map((r) => `${r.id}/${r.window}`)).toEqual(['carol/month', 'alice/month', 'eng/month', 'alice/minute']);
+  it('sorts by closeness to exhaustion: month limits by the earliest run-out, then the rest, short windows after them', () => {
+    // alice's minute (2 of 10, 20 %) comes after sales's month (1,000 of 20,000, 5 %):
+    // it resets each minute.
+    expect(sortRows(rows, 'exhaustion').map((r) => `${r.id}/${r.window}`)).toEqual([
+      'carol/month', 'alice/month', 'eng/month', 'sales/month', 'alice/minute', 'dave/minute', 'dave/month']);
     expect(sortRows(rows, 'name').map((r) => `${r.id}/${r.window}`)).toEqual([
       'eng/month', 'alice/minute', 'alice/month', 'carol/month', 'dave/minute', 'dave/month', 'sales/month']);
   });
@@ -94,6 +97,35 @@ describe('allocation rows', () => {
     const none = allocationRows(teams, users, undefined, { start, end, now });
     expect(none.every((r) => r.used === 0 && r.forecast?.kind !== 'runs-out')).toBe(true);
     expect(none.length).toBe(6);
+  });
+});
+
+describe('sortRows by closeness to exhaustion', () => {
+  // One user's limits of every window; used and limit give the share, the forecast
+  // is the month's at the pace of the period so far (a third of it gone).
+  const r = (id: string, window: Window, used: number, limit: number) => usageRows({
+    org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
+    metrics: [{ metric: 'requests', org: { id: 'acme', used, reserved: 0, limits: [] }, teams: [],
+      users: [{ id, team: 'eng', used, reserved: 0, limits: [{ window, limit, used, remaining: Math.max(0, limit - used) }] }] }],
+  }, { start, end, now })[0];
+  const order = (rows: AllocRow[]) => sortRows(rows, 'exhaustion').map((x) => `${x.id} ${x.window} ${forecastText(x.forecast)}`);
+
+  it('ranks a minute window used up after every month limit with something used', () => {
+    expect(order([r('min', 'minute', 10, 10), r('sec', 'second', 5, 5), r('lasts', 'month', 10, 1000), r('soon', 'month', 400, 1000), r('out', 'month', 1000, 1000)])).toEqual([
+      'out month used up', 'soon month runs out on 26 Nov', 'lasts month lasts the period', 'min minute resets each window', 'sec second resets each window']);
+  });
+  it('puts month limits that run out this period first, the soonest first, whatever their share', () => {
+    // At the pace of the first 10 days: 600 of 1,000 runs out on 17 Nov, 500 of 1,000 on
+    // 21 Nov; 300 of 2,000 takes 57 more days, past the period's end.
+    expect(order([r('half', 'month', 500, 1000), r('fast', 'month', 600, 1000), r('slow', 'month', 300, 2000)])).toEqual([
+      'fast month runs out on 17 Nov', 'half month runs out on 21 Nov', 'slow month lasts the period']);
+  });
+  it('ranks day limits with the months that last, by share, and before hour windows', () => {
+    expect(order([r('hour', 'hour', 99, 100), r('day', 'day', 50, 100), r('month', 'month', 300, 1000), r('conc', 'concurrent', 3, 3)])).toEqual([
+      'day day resets each window', 'month month lasts the period', 'conc concurrent resets each window', 'hour hour resets each window']);
+  });
+  it('puts limits with nothing used last', () => {
+    expect(order([r('idle', 'month', 0, 1000), r('min', 'minute', 1, 10)])).toEqual(['min minute resets each window', 'idle month nothing used yet']);
   });
 });
 

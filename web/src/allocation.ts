@@ -136,23 +136,42 @@ export function allocationRows(teams: Team[], users: Record<string, User[]>, usa
 
 export type SortKey = 'exhaustion' | 'name';
 
-/** runOutTime orders forecasts: used up first, then the earliest run-out, then the rest. */
+/**
+ * Tiers of closeness to exhaustion, in order (see sortRows): month limits used up or
+ * running out this period; the other month limits and the day limits with something
+ * used or held; the shorter windows (hour, minute, second) and concurrent limits with
+ * something used or held, which come back each window or as holders settle; last,
+ * every limit with nothing used or held.
+ */
+export const EXHAUSTION_ORDER = 'Month limits that run out this period come first, soonest first; then month and day limits, the fullest first; '
+  + 'then hour, minute and second windows and in-flight limits, which reset each window or free as holders settle.';
+
+function tier(r: AllocRow): number {
+  if (r.used + r.reserved <= 0) return 3;
+  if (r.window === 'month') return r.forecast?.kind === 'exhausted' || r.forecast?.kind === 'runs-out' ? 0 : 1;
+  return r.window === 'day' ? 1 : 2;
+}
+
+/** runOutTime orders the first tier: used up first, then the earliest run-out. */
 function runOutTime(f: Forecast | undefined): number {
-  if (!f) return Infinity;
-  if (f.kind === 'exhausted') return -Infinity;
-  if (f.kind === 'runs-out') return f.at.getTime();
+  if (f?.kind === 'exhausted') return -Infinity;
+  if (f?.kind === 'runs-out') return f.at.getTime();
   return Infinity;
 }
 
 /**
- * sortRows orders rows by closeness to exhaustion (the highest share used first, then
- * the earliest run-out, then name) or by name (teams, each followed by its users).
+ * sortRows orders rows by closeness to exhaustion or by name (teams, each followed by
+ * its users). Closeness goes by tier (EXHAUSTION_ORDER): a minute window used up frees
+ * within the minute, while a month limit running out stays out until the period ends,
+ * so no short window outranks a month or day limit with something used. Within the
+ * first tier the earliest run-out leads (the fullest first among those used up); within
+ * the others the highest share used; then the name.
  */
 export function sortRows(rows: AllocRow[], by: SortKey): AllocRow[] {
   const name = (r: AllocRow) => (r.kind === 'team' ? `${r.id}\u0000` : `${r.team}\u0000${r.id}`);
   const byName = (a: AllocRow, b: AllocRow) => name(a).localeCompare(name(b)) || a.metric.localeCompare(b.metric) || a.window.localeCompare(b.window);
   if (by === 'name') return [...rows].sort(byName);
-  return [...rows].sort((a, b) => b.ratio - a.ratio || runOutTime(a.forecast) - runOutTime(b.forecast) || byName(a, b));
+  return [...rows].sort((a, b) => tier(a) - tier(b) || runOutTime(a.forecast) - runOutTime(b.forecast) || b.ratio - a.ratio || byName(a, b));
 }
 
 /**

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { compact, dayOfPeriod, expiresIn, dailySeries, onDayAxis, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage } from './format';
+import { compact, dayOfPeriod, expiresIn, dailySeries, onDayAxis, formatNumber, formatNumbersIn, formatTime, idError, level, limitField, parseLimit, percent, periodOf, recentPeriods, remainder, setLimit, sortLimits, topByUsage, urlPieces } from './format';
 import { ApiError, type Limit } from './api';
 
 describe('numbers', () => {
@@ -167,5 +167,17 @@ describe('the pace chart\'s day axis', () => {
     expect(dayOfPeriod(0, 30)).toBe(1);
     expect(dayOfPeriod(0.99, 30)).toBe(1);
     expect(dayOfPeriod(30, 30)).toBe(30);
+  });
+});
+
+describe('urlPieces', () => {
+  it('splits a URL after "/", ".", "?", "&", "=", "#" and "-", keeping "//" whole', () => {
+    const url = 'https://hooks.example.com/qp/eu-west-1/in?source=qp&token=3f9a#top';
+    expect(urlPieces(url)).toEqual(['https://', 'hooks.', 'example.', 'com/', 'qp/', 'eu-', 'west-', '1/', 'in?', 'source=', 'qp&', 'token=', '3f9a#', 'top']);
+    expect(urlPieces(url).join('')).toBe(url);
+  });
+  it('leaves a word without break points whole', () => {
+    expect(urlPieces('localhost')).toEqual(['localhost']);
+    expect(urlPieces('')).toEqual([]);
   });
 });

@@ -322,3 +322,12 @@ export function parseMoney(input: string, currency: string): Parsed {
 export function parseLimitIn(input: string, currency?: string): Parsed {
   return currency ? parseMoney(input, currency) : parseLimit(input);
 }
+
+/**
+ * urlPieces splits a URL (or a module path) after each point where it may break over
+ * lines: after "/" (a "//" stays whole), ".", "?", "&", "=", "#" and "-". Joined, the
+ * pieces are the URL again; no piece is broken inside.
+ */
+export function urlPieces(url: string): string[] {
+  return url.split(/(?<=[/.?&=#-])(?!\/)/).filter((p) => p !== '');
+}

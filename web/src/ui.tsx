@@ -3,7 +3,7 @@ import { useEffect, useRef, useState } from 'preact/hooks';
 import type { ComponentChildren } from 'preact';
 import { Chart, LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler } from 'chart.js';
 import type { Page, Session } from './api';
-import { compact, dayOfPeriod, formatAmount, formatBare, formatMicros, formatUsedOf, level, onDayAxis, percent, ratio } from './format';
+import { compact, dayOfPeriod, formatAmount, formatBare, formatMicros, formatUsedOf, level, onDayAxis, percent, ratio, urlPieces } from './format';
 
 Chart.register(LineController, LineElement, PointElement, LinearScale, Legend, Tooltip, Filler);
 
@@ -22,6 +22,23 @@ export function ErrorState({ error, retry }: { error: unknown; retry?: () => voi
       {retry && <button type="button" onClick={retry}>Try again</button>}
     </div>
   );
+}
+
+/**
+ * URLText writes a URL that wraps only between its pieces (urlPieces: after "/", ".",
+ * "?", "&", "=", "#", "-"), never inside a word of it.
+ */
+export function URLText({ url }: { url: string }) {
+  return <span class="url">{urlPieces(url).map((p, i) => <>{i > 0 && <wbr />}{p}</>)}</span>;
+}
+
+/**
+ * Id writes an id (up to 128 characters, nowhere to break) on one line, with what comes
+ * before it (a user's "team/"): cut short with an ellipsis where it would not fit its
+ * room, whole in its title and its text.
+ */
+export function Id({ id, before }: { id: string; before?: string }) {
+  return <span class="id" title={`${before ?? ''}${id}`}>{before && <span class="muted">{before}</span>}{id}</span>;
 }
 
 export function Empty({ children }: { children: ComponentChildren }) {
@@ -150,7 +167,7 @@ export function Confirm({ title, body, confirmLabel, danger, onConfirm, onClose 
 
 /**
  * PaceChart draws a period's recorded cumulative usage (dailySeries), its dashed
- * projection at the pace so far, and the month limit when usage comes near it.
+ * projection at the pace so far, and the month limit when there is one.
  */
 export function PaceChart({ metric, actual, projected, limit, days, currency }: {
   metric: string; actual: [number, number][]; projected: [number, number][]; limit?: number; days: number; currency?: string;
@@ -163,9 +180,9 @@ export function PaceChart({ metric, actual, projected, limit, days, currency }: 
       { label: `${metric} used (end of each day)`, data: pts(actual), borderColor: '#2563eb', backgroundColor: 'rgba(37,99,235,.12)', fill: true, tension: 0 },
       { label: 'projection at this pace', data: pts(projected), borderColor: '#64748b', borderDash: [6, 4], pointRadius: 0, fill: false },
     ];
-    // The limit line only where usage comes near it; otherwise it flattens the usage to nothing.
-    const peak = Math.max(...actual.map(([, y]) => y), ...projected.map(([, y]) => y));
-    if (limit !== undefined && peak >= limit / 4) datasets.push({ label: 'month limit', data: pts([[0, limit], [days, limit]]), borderColor: '#dc2626', borderDash: [2, 3], pointRadius: 0, fill: false } as never);
+    // The limit line on every chart with a month limit: far below it, the usage hugs the
+    // axis, and that is what the chart has to say.
+    if (limit !== undefined) datasets.push({ label: 'month limit', data: pts([[0, limit], [days, limit]]), borderColor: '#dc2626', borderDash: [2, 3], pointRadius: 0, fill: false } as never);
     const chart = new Chart(ref.current, {
       type: 'line',
       data: { datasets },
@@ -182,7 +199,7 @@ export function PaceChart({ metric, actual, projected, limit, days, currency }: 
     return () => chart.destroy();
   }, [metric, JSON.stringify(actual), JSON.stringify(projected), limit, days, currency]);
   return (
-    <div class="chart" role="img" aria-label={`${metric}: ${formatAmount(actual[actual.length - 1]?.[1] ?? 0, currency)} used so far this period (day ${dayOfPeriod(actual[actual.length - 1]?.[0] ?? 0, days)} of ${days})`}>
+    <div class="chart" role="img" aria-label={`${metric}: ${formatAmount(actual[actual.length - 1]?.[1] ?? 0, currency)} used so far this period (day ${dayOfPeriod(actual[actual.length - 1]?.[0] ?? 0, days)} of ${days})${limit !== undefined ? `; the month limit of ${formatBare(limit, currency)} drawn as a red line` : ''}`}>
       <canvas ref={ref} />
     </div>
   );

@@ -1,10 +1,10 @@
 // The allocation: the org's quota carved into teams and users, edited in place.
 import { useState } from 'preact/hooks';
-import { allocationRows, forecastText, heldMatches, heldRows, inFlightRows, openCount, sortRows, type AllocRow, type Held, type InFlight, type OpenList, type SortKey } from '../allocation';
+import { allocationRows, EXHAUSTION_ORDER, forecastText, heldMatches, heldRows, inFlightRows, openCount, sortRows, type AllocRow, type Held, type InFlight, type OpenList, type SortKey } from '../allocation';
 import { api, ApiError, type Org, type Reservation, type Team, type User } from '../api';
 import { currencies, expiresIn, formatAmount, formatBare, formatNumber, formatNumbersIn, idError, level, parseLimitIn, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
-import { Confirm, Empty, ErrorState, Loading, MiniBar, useLoad, usePaged } from '../ui';
+import { Confirm, Empty, ErrorState, Id, Loading, MiniBar, useLoad, usePaged } from '../ui';
 import type { PageProps } from '../ui';
 
 export function Allocation({ session }: PageProps) {
@@ -55,6 +55,7 @@ export function Allocation({ session }: PageProps) {
               <option value="name">team and user</option>
             </select></label>
         </div>
+        {sort === 'exhaustion' && <p class="muted small">{EXHAUSTION_ORDER}</p>}
         {extra.loading && !extra.data && <Loading what="usage" />}
         {extra.error !== undefined && <ErrorState error={extra.error} retry={extra.reload} />}
         {extra.data && !usage && <div class="notice" role="status">Usage could not be loaded: allocations are shown without it.</div>}
@@ -103,9 +104,9 @@ export function AllocationTable({ rows, testid = 'alloc-usage', money = {} }: { 
         const lv = level(r.used, r.limit);
         return (
           <tr data-level={lv} data-testid={`alloc-row-${r.kind}-${who}-${r.metric}-${r.window}`}>
-            <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}
+            <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> <Id id={r.id} before={r.kind === 'user' ? `${r.team}/` : undefined} />
               {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
-            <td>{r.window === 'concurrent' ? `${r.metric} in flight` : `${r.metric} per ${r.window}`}{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
+            <td><span class="nowrap">{r.window === 'concurrent' ? `${r.metric} in flight` : `${r.metric} per ${r.window}`}</span>{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
             <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} currency={money[r.metric]} /></td>
             <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{r.window === 'concurrent' ? 'frees as holders settle' : forecastText(r.forecast)}
               {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatAmount(r.forecast.projected, money[r.metric])} by its end)</span>}</td>
@@ -153,7 +154,7 @@ function HeldPanel({ org, held, open }: { org: string; held: Held[]; open?: Open
               return (
                 <>
                   <tr data-testid={`held-${key}`}>
-                    <td><span class={`badge kind-${h.kind}`}>{h.kind}</span> {h.kind === 'user' ? <><span class="muted">{h.team}/</span>{h.id}</> : h.id}</td>
+                    <td><span class={`badge kind-${h.kind}`}>{h.kind}</span> <Id id={h.id} before={h.kind === 'user' ? `${h.team}/` : undefined} /></td>
                     <td>{h.metric}</td>
                     <td class="num"><strong data-testid="held-units">{formatNumber(h.reserved)}</strong></td>
                     <td class="num"><span data-testid="held-count">{n === undefined ? '—' : `${formatNumber(n)}${open && !open.complete ? '+' : ''}`}</span>{' '}
@@ -188,7 +189,7 @@ export function InFlightPanel({ rows }: { rows: InFlight[] }) {
           const who = r.kind === 'user' ? `${r.team}/${r.id}` : r.id;
           return (
             <tr data-testid={`in-flight-${r.kind}-${who}-${r.metric}`}>
-              <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> {r.kind === 'user' ? <><span class="muted">{r.team}/</span>{r.id}</> : r.id}</td>
+              <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> <Id id={r.id} before={r.kind === 'user' ? `${r.team}/` : undefined} /></td>
               <td>{r.metric}</td>
               <td>{r.limit !== undefined
                 ? <MiniBar used={r.inFlight} limit={r.limit} label={`${who} ${r.metric} in flight`} />

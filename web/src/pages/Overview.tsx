@@ -1,12 +1,12 @@
 // The overview: the org's plan, mode and period, usage against limits, the period's
 // pace and the teams and users that used the most.
-import { sortRows, usageRows } from '../allocation';
+import { EXHAUSTION_ORDER, sortRows, usageRows } from '../allocation';
 import { api, ApiError, type Throttle, type Usage } from '../api';
 import { AllocationTable } from './Allocation';
 import { EntitlementsLink } from './Entitlements';
 import { currencies, currencyOf, dailySeries, formatAmount, formatBare, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
 import { ThrottleBanner, throttledLimit } from '../throttle';
-import { Empty, ErrorState, Loading, PaceChart, UsageBar, useLoad } from '../ui';
+import { Empty, ErrorState, Id, Loading, PaceChart, UsageBar, useLoad } from '../ui';
 import type { PageProps } from '../ui';
 
 /** usageUnavailable tells whether the server has no usage API (yet). */
@@ -114,6 +114,7 @@ export function Overview({ session }: PageProps) {
         return (
           <section aria-labelledby="close-h">
             <h2 id="close-h">Closest to exhaustion</h2>
+            <p class="muted small">{EXHAUSTION_ORDER}</p>
             {rows.length === 0 ? <Empty>No team or user has used any of its allocation yet.</Empty> : <AllocationTable rows={rows} testid="closest" money={money} />}
             <p class="small"><a href="/console/allocation">Every team and user against its allocation →</a></p>
           </section>
@@ -141,7 +142,7 @@ function TopList({ usage, kind }: { usage: Usage; kind: 'teams' | 'users' }) {
   return (
     <div class="table-wrap"><table data-testid={`top-${kind}`}>
       <thead><tr><th scope="col">{kind === 'teams' ? 'Team' : 'User'}</th><th scope="col">Metric</th><th scope="col" class="num">Used</th><th scope="col" class="num">Reserved</th></tr></thead>
-      <tbody>{rows.map((r) => <tr><td>{r.id}{r.team ? <span class="muted"> ({r.team})</span> : null}</td><td>{r.metric}</td><td class="num">{formatAmount(r.used, r.currency)}</td><td class="num">{formatAmount(r.reserved ?? 0, r.currency)}</td></tr>)}</tbody>
+      <tbody>{rows.map((r) => <tr><td><Id id={r.id} />{r.team ? <span class="muted"> (<Id id={r.team} />)</span> : null}</td><td>{r.metric}</td><td class="num">{formatAmount(r.used, r.currency)}</td><td class="num">{formatAmount(r.reserved ?? 0, r.currency)}</td></tr>)}</tbody>
     </table></div>
   );
 }

@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import { api, type Webhook, type WebhookTestResult } from '../api';
 import { formatNumber, formatTime } from '../format';
 import { errorFor } from '../limits';
-import { Empty, ErrorState, Loading, useLoad, usePaged } from '../ui';
+import { Empty, ErrorState, Loading, URLText, useLoad, usePaged } from '../ui';
 import type { PageProps } from '../ui';
 
 export function Webhooks({ session }: PageProps) {
@@ -23,13 +23,13 @@ export function Webhooks({ session }: PageProps) {
       {log.error !== undefined && <ErrorState error={log.error} retry={log.reload} />}
       {log.loaded && deliveries.length === 0 && <Empty>No deliveries yet. Every attempt to send an event appears here, failed ones too.</Empty>}
       {deliveries.length > 0 && (
-        <div class="table-wrap"><table data-testid="deliveries">
+        <div class="table-wrap"><table data-testid="deliveries" class="deliveries">
           <thead><tr><th scope="col">Time</th><th scope="col">Event</th><th scope="col" class="num">Attempt</th><th scope="col">Result</th><th scope="col">URL</th></tr></thead>
           <tbody>{deliveries.map((d) => (
-            <tr><td>{formatTime(d.at)}</td><td>{d.event} <span class="muted">#{d.event_id}</span></td><td class="num">{d.attempt}</td>
+            <tr><td class="nowrap">{formatTime(d.at)}</td><td>{d.event} <span class="muted">#{d.event_id}</span></td><td class="num">{d.attempt}</td>
               <td>{d.succeeded ? <span class="badge">{d.status_code ?? 'ok'}</span> : <span class="badge revoked">{d.status_code ?? 'failed'}</span>}
                 {d.error && <span class="muted small"> {d.error}</span>}</td>
-              <td class="break">{d.url}</td></tr>
+              <td><URLText url={d.url} /></td></tr>
           ))}</tbody>
         </table></div>
       )}
@@ -57,7 +57,7 @@ function WebhookSettings({ org, hook, canEdit, onChanged }: { org: string; hook:
           {editing
             ? <URLForm org={org} url={hook.url ?? ''} onDone={(changed) => { setEditing(false); if (changed) onChanged(); }} />
             : <div class="secret-row">
-                <span data-testid="webhook-url">{hook.url ? <code class="break">{hook.url}</code> : <span class="muted">No webhook URL is set: events are recorded but not sent.</span>}</span>
+                <span data-testid="webhook-url">{hook.url ? <code><URLText url={hook.url} /></code> : <span class="muted">No webhook URL is set: events are recorded but not sent.</span>}</span>
                 {canEdit && <button type="button" class="small" onClick={() => setEditing(true)}>{hook.url ? 'Edit URL' : 'Set a URL'}</button>}
               </div>}
           {hook.url_warning && <div class="warning small" role="note" data-testid="webhook-url-warning"><p>{hook.url_warning}</p><p>{PRIVATE_WHY}</p></div>}
@@ -80,7 +80,7 @@ function WebhookSettings({ org, hook, canEdit, onChanged }: { org: string; hook:
       <p class="muted small">Each delivery is a JSON POST with <code>{hook.signature_header}: t=&lt;unix&gt;,v1=&lt;hex&gt;</code>.
         To verify it, compute HMAC-SHA256 of <code>&lt;t&gt;.&lt;raw body&gt;</code> with the secret as the key, compare it
         with each <code>v1</code> (two for a day after a rotation) in constant time, and refuse an old <code>t</code>; in Go, <code>webhook.Verify</code> of
-        {' '}<code class="break">github.com/quotaplane/quotaplane/client/webhook</code> does it. Failed deliveries are retried with backoff.</p>
+        {' '}<code><URLText url="github.com/quotaplane/quotaplane/client/webhook" /></code> does it. Failed deliveries are retried with backoff.</p>
     </div>
   );
 }
