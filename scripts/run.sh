@@ -3,10 +3,25 @@
 # then run the worker and the api. Ctrl-C stops both; when either stops by itself,
 # the other is stopped too and the run fails, saying which one and why.
 #
+# From a script: its pid is in $QUOTA_STATE_DIR/run.pid while it runs. SIGTERM to it
+# stops both and exits 0 (a stop that was asked for); SIGINT stops both as Ctrl-C does.
+# make's own pid is no substitute: make passes SIGTERM on to this script, but on
+# SIGINT it waits for it, and in a script's background job it ignores SIGINT.
+#
 # Besides the binaries' own variables (DATABASE_URL, REDIS_URL, QUOTA_HTTP_ADDR,
 # QUOTA_WORKER_HTTP_ADDR, ...) it reads QUOTA_STATE_DIR (where the demo's keys and
 # secrets are kept, .quotaplane) and QUOTA_BIN_DIR (where the binaries are built, bin).
 set -euo pipefail
+
+# A shell started with SIGINT ignored (make in a script's background job: a shell
+# without job control starts those with SIGINT ignored, and make keeps it so) can
+# never trap it, nor un-ignore it; so kill -INT of this script would do nothing.
+# Start again with SIGINT at its default, where env can do that (GNU coreutils 8.31+).
+if [ "$(trap -p INT)" = "trap -- '' SIGINT" ] && [ -z "${QUOTA_RUN_REEXEC:-}" ] &&
+  env --default-signal=INT true 2>/dev/null; then
+  QUOTA_RUN_REEXEC=1 exec env --default-signal=INT bash "$0" "$@"
+fi
+unset QUOTA_RUN_REEXEC
 cd "$(dirname "$0")/.."
 
 state=${QUOTA_STATE_DIR:-.quotaplane}
@@ -84,6 +99,13 @@ if [ "$taken" = 1 ]; then
   exit 1
 fi
 
+# run.pid names this script while it runs, for a script to stop it (README.md). Checked
+# after the ports, so a second run that stops there leaves the first one's in place.
+pidfile="$state/run.pid"
+drop_pidfile() { if [ "$(cat "$pidfile" 2>/dev/null)" = $$ ]; then rm -f "$pidfile"; fi; }
+echo $$ > "$pidfile"
+trap drop_pidfile EXIT
+
 echo "Building..."
 go build -o "$bin/quotaplane-api" ./cmd/api
 go build -o "$bin/quotaplane-worker" ./cmd/worker
@@ -118,12 +140,14 @@ stop_all() {
   local pid
   for pid in $worker $api; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in $worker $api; do wait "$pid" 2>/dev/null || true; done
+  drop_pidfile
 }
 trap stop_all EXIT
 # Ctrl-C: stop both, then die of SIGINT as the shell's convention wants (a caller
 # such as make then knows it was interrupted and says "Interrupt", not "Error 130").
 trap 'echo "Stopping..." >&2; stop_all; trap - INT; kill -INT $$' INT
-trap 'echo "Stopping..." >&2; stop_all; exit 143' TERM
+# SIGTERM (kill <pid>, or make passing its own on): a stop that was asked for.
+trap 'echo "Stopping..." >&2; stop_all; exit 0' TERM
 
 # died name pid log: report that a binary stopped by itself, and exit.
 died() {
@@ -133,9 +157,8 @@ died() {
   echo >&2
   if [ "$status" = 0 ]; then # it was asked to stop (a signal), and did so cleanly
     # Both stopping cleanly at once is Ctrl-C (SIGINT to the whole process group)
-    # that this shell could not trap: a shell started with SIGINT ignored (`make run &`
-    # from a script without job control) can never trap it, but the binaries still
-    # stop on it.
+    # that this shell could not trap: started with SIGINT ignored where env could not
+    # reset it (above), it can never trap it, but the binaries still stop on it.
     local other=$worker i
     [ "$1" = worker ] && other=$api
     for i in 1 2 3 4 5 6 7 8 9 10; do

@@ -1,10 +1,11 @@
 // Package readmetest runs README.md and docs/TOUR.md (the tour of the API) as a test
 // (readme_test.go): every shell command of their ```sh blocks that talks to the API,
-// page by page, in page order, exactly as printed, each page against its own freshly
-// built quotaplane-api and quotaplane-worker on a fresh database with the demo org that
-// `make run` seeds. Each answer is checked against what the page shows for the command,
-// so neither page can drift from the service. A new page of examples is one entry in
-// readme_test.go's pages.
+// the README's and then the tour's, in page order, exactly as printed, against one
+// freshly built quotaplane-api and quotaplane-worker on a fresh database with the demo
+// org that `make run` seeds, as a reader runs them on one `make run`: the tour's
+// answers are those that come after the README's commands. Each answer is checked
+// against what the page shows for the command, so neither page can drift from the
+// service. A new page of examples is one entry in readme_test.go's pages.
 //
 // How an example is read (README below stands for either page):
 //
@@ -30,7 +31,7 @@
 //     retried for a while: the worker persists usage and sends webhooks every
 //     interval, and the README shows what a reader sees once it has.
 //
-// The api and worker of each page share Redis database 15 of the test Redis, which the
-// test owns (it flushes it before each page; the demo org's counters must start at
-// zero), and one run at a time holds a Postgres advisory lock.
+// The api and worker use Redis database 15 of the test Redis, which the test owns (it
+// flushes it before the run; the demo org's counters must start at zero), and one run
+// at a time holds a Postgres advisory lock.
 package readmetest

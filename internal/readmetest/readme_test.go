@@ -31,8 +31,10 @@ var statusMark = regexp.MustCompile(`\n?<<<readme-status (\d{3})>>>`)
 // TestMain removes the binaries testenv.StartStack builds.
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// pages are the files whose commands this test runs, each against its own fresh api
-// and worker: the README's check, and the tour of the whole API.
+// pages are the files whose commands this test runs, in this order, against one
+// fresh api and worker with the demo org: the README's check, money and LLM call, then
+// the tour of the whole API, which a reader runs after the README on the same `make
+// run`, so the tour's answers are those that come after the README's commands.
 var pages = []string{"README.md", "docs/TOUR.md"}
 
 func TestREADME(t *testing.T) {
@@ -48,13 +50,18 @@ func TestREADME(t *testing.T) {
 		}
 	}
 	root := testenv.RepoRoot(t)
+	svc := startService(t)
 	for _, page := range pages {
-		t.Run(strings.TrimSuffix(path.Base(page), ".md"), func(t *testing.T) { runPage(t, root, page) })
+		// A page builds on what the pages before it made: after a failure, stop.
+		if !t.Run(strings.TrimSuffix(path.Base(page), ".md"), func(t *testing.T) { runPage(t, root, page, svc) }) {
+			return
+		}
 	}
 }
 
-// runPage runs the commands of one page, in order, against a fresh api and worker.
-func runPage(t *testing.T, root, page string) {
+// runPage runs the commands of one page, in order, against svc, which the pages
+// before it have already used.
+func runPage(t *testing.T, root, page string, svc *service) {
 	text, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(page)))
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +74,6 @@ func runPage(t *testing.T, root, page string) {
 		t.Fatalf("no command of %s talks to the API: is the extraction broken?", page)
 	}
 
-	svc := startService(t)
 	values := map[string]string{"OP": svc.OperatorToken, "KEY": svc.DemoKey}
 	env := append(os.Environ(), "CURL_HOME="+svc.curlHome)
 	for _, h := range holders {
