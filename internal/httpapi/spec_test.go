@@ -151,16 +151,28 @@ func TestSpecCoversAPIDoc(t *testing.T) {
 
 	t.Logf("%d routes in %s", len(routes), mdPath)
 
+	// A route is pending when only sections of open issues name it: a new section may
+	// also cite a route that is built (PATCH of an org, say).
 	pending := map[string]string{} // route -> the open issue that builds it
+	built := map[string]bool{}
 	for _, sec := range strings.Split(string(md), "\n## ") {
 		heading, _, _ := strings.Cut(sec, "\n")
-		for prefix, issue := range notYetBuilt {
+		issue := ""
+		for prefix, i := range notYetBuilt {
 			if strings.HasPrefix(heading, prefix) {
-				for _, r := range apiDocRoutes(sec) {
-					pending[r] = issue
-				}
+				issue = i
 			}
 		}
+		for _, r := range apiDocRoutes(sec) {
+			if issue == "" {
+				built[r] = true
+			} else {
+				pending[r] = issue
+			}
+		}
+	}
+	for r := range built {
+		delete(pending, r)
 	}
 	doc := mustLoadSpecFile(t)
 	for _, r := range routes {
@@ -182,7 +194,11 @@ func TestSpecCoversAPIDoc(t *testing.T) {
 // notYetBuilt names the sections of API.md (by the start of their heading) whose
 // routes belong to an open issue: the contract is written ahead of the code. Their
 // routes must not be in the spec yet; the issue that builds one removes its entry.
-var notYetBuilt = map[string]string{}
+var notYetBuilt = map[string]string{
+	"Capacities and fair share": "issue 41",
+	"Client leases":             "issue 43",
+	"Credits":                   "issue 45",
+}
 
 func contains(list []string, s string) bool {
 	for _, x := range list {
