@@ -154,6 +154,9 @@ func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	if in.SlidingWindows != nil {
 		o.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
+	if in.UnknownUsers != nil {
+		o.UnknownUsers = tenants.UnknownUsers(*in.UnknownUsers)
+	}
 	if in.WebhookUrl != nil {
 		o.WebhookURL = *in.WebhookUrl
 	}
@@ -181,13 +184,17 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 		w := tenants.SlidingWindows(*in.SlidingWindows)
 		p.SlidingWindows = &w
 	}
+	if in.UnknownUsers != nil {
+		u := tenants.UnknownUsers(*in.UnknownUsers)
+		p.UnknownUsers = &u
+	}
 	return p
 }
 
 func fromOrg(o tenants.Org) api.Org {
 	out := api.Org{Id: o.ID, Name: o.Name, Plan: o.PlanID, Limits: fromLimits(o.Limits),
 		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: o.Mode, Oversubscribe: o.Oversubscribe,
-		WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
+		UnknownUsers: api.OrgUnknownUsers(o.UnknownUsers), WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
 	if o.Leases != "" {
 		l := api.OrgLeases(o.Leases)
