@@ -194,7 +194,7 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 func fromOrg(o tenants.Org) api.Org {
 	out := api.Org{Id: o.ID, Name: o.Name, Plan: o.PlanID, Limits: fromLimits(o.Limits),
 		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: o.Mode, Oversubscribe: o.Oversubscribe,
-		UnknownUsers: api.OrgUnknownUsers(o.UnknownUsers), WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
+		WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
 	if o.Leases != "" {
 		l := api.OrgLeases(o.Leases)
@@ -203,6 +203,10 @@ func fromOrg(o tenants.Org) api.Org {
 	if o.SlidingWindows != "" {
 		w := api.OrgSlidingWindows(o.SlidingWindows)
 		out.SlidingWindows = &w
+	}
+	if o.UnknownUsers != "" {
+		u := api.OrgUnknownUsers(o.UnknownUsers)
+		out.UnknownUsers = &u
 	}
 	return out
 }

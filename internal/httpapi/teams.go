@@ -62,7 +62,11 @@ func toTeamPatch(in api.TeamPatch) tenants.TeamPatch {
 }
 
 func fromTeam(t tenants.Team) api.Team {
-	return api.Team{Id: t.ID, Org: t.OrgID, Name: t.Name, Limits: fromLimits(t.Limits), UserLimits: fromLimits(t.UserLimits),
-		UnknownUsers: api.TeamUnknownUsers(t.UnknownUsers),
-		CreatedAt:    t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	out := api.Team{Id: t.ID, Org: t.OrgID, Name: t.Name, Limits: fromLimits(t.Limits), UserLimits: fromLimits(t.UserLimits),
+		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	if t.UnknownUsers != "" {
+		u := api.TeamUnknownUsers(t.UnknownUsers)
+		out.UnknownUsers = &u
+	}
+	return out
 }

@@ -1530,7 +1530,7 @@ export interface components {
             mode: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
             sliding_windows?: components["schemas"]["OrgSlidingWindows"];
-            unknown_users: components["schemas"]["OrgUnknownUsers"];
+            unknown_users?: components["schemas"]["OrgUnknownUsers"];
             /** @description Whether the teams' month limits may add up to more than the org's. */
             oversubscribe: boolean;
             webhook_url: string;
@@ -1732,7 +1732,7 @@ export interface components {
             limits: components["schemas"]["Limit"][];
             /** @description Defaults for the team's users without an allocation of their own. */
             user_limits: components["schemas"]["Limit"][];
-            unknown_users: components["schemas"]["TeamUnknownUsers"];
+            unknown_users?: components["schemas"]["TeamUnknownUsers"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
