@@ -232,6 +232,9 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		if team, ok = org.Teams[req.Team]; !ok {
 			return quota.Request{}, vocab.Route{}, none, th, p, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
 		}
+		if req.Unregistered && tenants.RefusesUnknownUsers(org.Org, team) {
+			return quota.Request{}, vocab.Route{}, none, th, p, unknownUserRefused(req.User, req.Team)
+		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
 			if len(user.Limits) > 0 {
@@ -269,6 +272,15 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		p.limits.User, _ = limitsFor(nil, tenants.SpendMetric, userLimits, th)
 	}
 	return req, route, org, th, p, nil
+}
+
+// unknownUserRefused refuses a check naming user, not registered, under team, which
+// (or whose org) refuses unknown users: a rule, not a malformed field, so it is
+// Unprocessable, which every transport answers as a check it cannot decide (HTTP 422,
+// gRPC a descriptor that names no check of the org).
+func unknownUserRefused(user, team string) error {
+	msg := fmt.Sprintf("user %q is not registered in team %q, which refuses unknown users; nothing was counted. Register the user, or name a registered one", user, team)
+	return derrors.E(derrors.Unprocessable, "user: "+msg, nil, derrors.FieldError{Field: "user", Message: msg})
 }
 
 // limitsFor appends the limits of metric in ls, throttled by th, to buf and returns

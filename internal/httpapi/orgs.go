@@ -154,6 +154,9 @@ func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	if in.SlidingWindows != nil {
 		o.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
+	if in.UnknownUsers != nil {
+		o.UnknownUsers = tenants.UnknownUsers(*in.UnknownUsers)
+	}
 	if in.WebhookUrl != nil {
 		o.WebhookURL = *in.WebhookUrl
 	}
@@ -181,6 +184,10 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 		w := tenants.SlidingWindows(*in.SlidingWindows)
 		p.SlidingWindows = &w
 	}
+	if in.UnknownUsers != nil {
+		u := tenants.UnknownUsers(*in.UnknownUsers)
+		p.UnknownUsers = &u
+	}
 	return p
 }
 
@@ -196,6 +203,10 @@ func fromOrg(o tenants.Org) api.Org {
 	if o.SlidingWindows != "" {
 		w := api.OrgSlidingWindows(o.SlidingWindows)
 		out.SlidingWindows = &w
+	}
+	if o.UnknownUsers != "" {
+		u := api.OrgUnknownUsers(o.UnknownUsers)
+		out.UnknownUsers = &u
 	}
 	return out
 }

@@ -45,14 +45,28 @@ func (s *Server) DeleteTeam(w http.ResponseWriter, r *http.Request, org api.OrgP
 }
 
 func toTeamInput(in api.TeamCreate) tenants.TeamInput {
-	return tenants.TeamInput{ID: in.Id, Name: in.Name, Limits: optLimits(in.Limits), UserLimits: optLimits(in.UserLimits)}
+	t := tenants.TeamInput{ID: in.Id, Name: in.Name, Limits: optLimits(in.Limits), UserLimits: optLimits(in.UserLimits)}
+	if in.UnknownUsers != nil {
+		t.UnknownUsers = tenants.UnknownUsers(*in.UnknownUsers)
+	}
+	return t
 }
 
 func toTeamPatch(in api.TeamPatch) tenants.TeamPatch {
-	return tenants.TeamPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), UserLimits: toLimitsPtr(in.UserLimits)}
+	p := tenants.TeamPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), UserLimits: toLimitsPtr(in.UserLimits)}
+	if in.UnknownUsers != nil {
+		u := tenants.UnknownUsers(*in.UnknownUsers)
+		p.UnknownUsers = &u
+	}
+	return p
 }
 
 func fromTeam(t tenants.Team) api.Team {
-	return api.Team{Id: t.ID, Org: t.OrgID, Name: t.Name, Limits: fromLimits(t.Limits), UserLimits: fromLimits(t.UserLimits),
+	out := api.Team{Id: t.ID, Org: t.OrgID, Name: t.Name, Limits: fromLimits(t.Limits), UserLimits: fromLimits(t.UserLimits),
 		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+	if t.UnknownUsers != "" {
+		u := api.TeamUnknownUsers(t.UnknownUsers)
+		out.UnknownUsers = &u
+	}
+	return out
 }

@@ -57,6 +57,7 @@ type OrgInput struct {
 	Oversubscribe    bool
 	Leases           Leases         // "" means plan
 	SlidingWindows   SlidingWindows // "" means plan
+	UnknownUsers     UnknownUsers   // "" means allow
 	WebhookURL       string
 	RedisURL         string
 	BillingAnchorDay int // 0 means 1
@@ -71,6 +72,7 @@ type OrgPatch struct {
 	Oversubscribe    *bool
 	Leases           *Leases
 	SlidingWindows   *SlidingWindows
+	UnknownUsers     *UnknownUsers
 	WebhookURL       *string
 	RedisURL         *string
 	BillingAnchorDay *int
@@ -102,17 +104,19 @@ func (p OrgPatch) OperatorOnly() []string {
 
 // TeamInput creates a team.
 type TeamInput struct {
-	ID         string
-	Name       string
-	Limits     []vocab.Limit
-	UserLimits []vocab.Limit
+	ID           string
+	Name         string
+	Limits       []vocab.Limit
+	UserLimits   []vocab.Limit
+	UnknownUsers UnknownUsers // "" means org
 }
 
 // TeamPatch changes the fields that are set; limit lists are replaced whole.
 type TeamPatch struct {
-	Name       *string
-	Limits     *[]vocab.Limit
-	UserLimits *[]vocab.Limit
+	Name         *string
+	Limits       *[]vocab.Limit
+	UserLimits   *[]vocab.Limit
+	UnknownUsers *UnknownUsers
 }
 
 // UserInput registers a user in a team.
@@ -178,6 +182,17 @@ func checkSlidingWindows(errs *fieldErrs, w SlidingWindows, org bool) {
 		errs.add("sliding_windows", "must be one of plan, estimate, precise")
 	default:
 		errs.add("sliding_windows", "must be one of estimate, precise")
+	}
+}
+
+func checkUnknownUsers(errs *fieldErrs, u UnknownUsers, team bool) {
+	switch {
+	case u == UnknownUsersAllow, u == UnknownUsersRefuse:
+	case team && u == UnknownUsersOrg:
+	case team:
+		errs.add("unknown_users", "must be one of org, allow, refuse")
+	default:
+		errs.add("unknown_users", "must be one of allow, refuse")
 	}
 }
 
@@ -291,6 +306,9 @@ func (in OrgInput) Validate() error {
 	if in.SlidingWindows != "" {
 		checkSlidingWindows(&errs, in.SlidingWindows, true)
 	}
+	if in.UnknownUsers != "" {
+		checkUnknownUsers(&errs, in.UnknownUsers, false)
+	}
 	checkWebhook(&errs, in.WebhookURL)
 	checkRedisURL(&errs, in.RedisURL)
 	if in.BillingAnchorDay != 0 {
@@ -320,6 +338,9 @@ func (p OrgPatch) Validate() error {
 	if p.SlidingWindows != nil {
 		checkSlidingWindows(&errs, *p.SlidingWindows, true)
 	}
+	if p.UnknownUsers != nil {
+		checkUnknownUsers(&errs, *p.UnknownUsers, false)
+	}
 	if p.WebhookURL != nil {
 		checkWebhook(&errs, *p.WebhookURL)
 	}
@@ -339,6 +360,9 @@ func (in TeamInput) Validate() error {
 	checkName(&errs, "name", in.Name)
 	validateLimits(&errs, "limits", in.Limits)
 	validateLimits(&errs, "user_limits", in.UserLimits)
+	if in.UnknownUsers != "" {
+		checkUnknownUsers(&errs, in.UnknownUsers, true)
+	}
 	return errs.err()
 }
 
@@ -353,6 +377,9 @@ func (p TeamPatch) Validate() error {
 	}
 	if p.UserLimits != nil {
 		validateLimits(&errs, "user_limits", *p.UserLimits)
+	}
+	if p.UnknownUsers != nil {
+		checkUnknownUsers(&errs, *p.UnknownUsers, true)
 	}
 	return errs.err()
 }

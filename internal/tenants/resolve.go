@@ -104,7 +104,7 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 		rates                             []byte
 	)
 	err := s.pool.QueryRow(ctx, resolveOrgSQL, orgID, s.now(), maxUsers).Scan(
-		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.SlidingWindows, &org.WebhookURL, &org.RedisURL,
+		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.SlidingWindows, &org.UnknownUsers, &org.WebhookURL, &org.RedisURL,
 		&org.BillingAnchorDay, &org.CreatedAt, &org.UpdatedAt,
 		&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced,
 		&over, &plan, &grants, &teams, &thr, &u, &features,
@@ -147,7 +147,7 @@ func micros(col string) string { return `(extract(epoch FROM ` + col + `) * 1000
 // which grants are compared with, $3 the users carried: 0 none, else at most $3+1
 // rows are read, and more than $3 means "too many"). Throttles are compared with the
 // database's clock, as before.
-var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.leases, o.sliding_windows, o.webhook_url, o.redis_url,
+var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.leases, o.sliding_windows, o.unknown_users, o.webhook_url, o.redis_url,
 	o.billing_anchor_day, o.created_at, o.updated_at,
 	p.fail_mode, p.pool, p.leases, p.sliding_windows, p.metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = p.id),
 	` + limitsAgg("org_limits", "org_id = o.id") + `,
@@ -155,7 +155,7 @@ var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.
 	(SELECT coalesce(json_agg(json_build_object('metric', metric, 'units', units, 'until', ` + micros("until") + `)), '[]')
 		FROM (SELECT metric, least(sum(units), 1125899906842624)::bigint AS units, min(until) AS until FROM grants
 			WHERE org_id = o.id AND revoked_at IS NULL AND created_at <= $2 AND until > $2 GROUP BY metric) g),
-	(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name,
+	(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name, 'unknown_users', t.unknown_users,
 			'created_at', ` + micros("t.created_at") + `, 'updated_at', ` + micros("t.updated_at") + `,
 			'limits', ` + limitsAgg("team_limits", "org_id = t.org_id AND team_id = t.id AND kind = 'team'") + `,
 			'user_limits', ` + limitsAgg("team_limits", "org_id = t.org_id AND team_id = t.id AND kind = 'user_default'") + `)), '[]')
@@ -181,12 +181,13 @@ func decodeResolved(org *Org, r *ResolvedOrg, over, plan, grants, teams, thr, us
 		Until  int64  `json:"until"`
 	}
 	var ts []struct {
-		ID         string        `json:"id"`
-		Name       string        `json:"name"`
-		CreatedAt  int64         `json:"created_at"`
-		UpdatedAt  int64         `json:"updated_at"`
-		Limits     []vocab.Limit `json:"limits"`
-		UserLimits []vocab.Limit `json:"user_limits"`
+		ID           string        `json:"id"`
+		Name         string        `json:"name"`
+		UnknownUsers UnknownUsers  `json:"unknown_users"`
+		CreatedAt    int64         `json:"created_at"`
+		UpdatedAt    int64         `json:"updated_at"`
+		Limits       []vocab.Limit `json:"limits"`
+		UserLimits   []vocab.Limit `json:"user_limits"`
 	}
 	var ths []struct {
 		Scope     ThrottleScope `json:"scope"`
@@ -231,7 +232,7 @@ func decodeResolved(org *Org, r *ResolvedOrg, over, plan, grants, teams, thr, us
 	r.Teams = make(map[string]Team, len(ts))
 	for _, t := range ts {
 		r.Teams[t.ID] = Team{OrgID: org.ID, ID: t.ID, Name: t.Name, Limits: normalize(t.Limits), UserLimits: normalize(t.UserLimits),
-			CreatedAt: time.UnixMicro(t.CreatedAt), UpdatedAt: time.UnixMicro(t.UpdatedAt)}
+			UnknownUsers: t.UnknownUsers, CreatedAt: time.UnixMicro(t.CreatedAt), UpdatedAt: time.UnixMicro(t.UpdatedAt)}
 	}
 	for _, t := range ths {
 		r.Throttles = append(r.Throttles, Throttle{Scope: t.Scope, ID: t.ID, PPM: t.PPM, Month: t.Month, Reason: t.Reason,

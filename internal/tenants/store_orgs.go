@@ -11,11 +11,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const orgCols = `id, name, plan_id, mode, oversubscribe, leases, sliding_windows, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
+const orgCols = `id, name, plan_id, mode, oversubscribe, leases, sliding_windows, unknown_users, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
 
 func scanOrg(row pgx.Row) (Org, error) {
 	var o Org
-	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.Leases, &o.SlidingWindows, &o.WebhookURL, &o.RedisURL,
+	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.Leases, &o.SlidingWindows, &o.UnknownUsers, &o.WebhookURL, &o.RedisURL,
 		&o.BillingAnchorDay, &o.CreatedAt, &o.UpdatedAt)
 	return o, err
 }
@@ -112,6 +112,9 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 	if in.SlidingWindows == "" {
 		in.SlidingWindows = WindowsPlan
 	}
+	if in.UnknownUsers == "" {
+		in.UnknownUsers = UnknownUsersAllow
+	}
 	if in.Mode == "" {
 		in.Mode = vocab.Enforce
 	}
@@ -123,9 +126,9 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 		if _, err := getPlan(ctx, tx, in.PlanID, false); err != nil {
 			return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", in.PlanID)}}}
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, leases, sliding_windows)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
-			in.WebhookURL, in.RedisURL, in.BillingAnchorDay, in.Leases, in.SlidingWindows)
+		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, leases, sliding_windows, unknown_users)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
+			in.WebhookURL, in.RedisURL, in.BillingAnchorDay, in.Leases, in.SlidingWindows, in.UnknownUsers)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create org %q", in.ID))
 		}
@@ -194,6 +197,9 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 		if patch.SlidingWindows != nil {
 			after.SlidingWindows = *patch.SlidingWindows
 		}
+		if patch.UnknownUsers != nil {
+			after.UnknownUsers = *patch.UnknownUsers
+		}
 		if patch.WebhookURL != nil {
 			after.WebhookURL = *patch.WebhookURL
 		}
@@ -244,9 +250,9 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 			}
 		}
 		_, err = tx.Exec(ctx, `UPDATE orgs SET name = $2, plan_id = $3, mode = $4, oversubscribe = $5, webhook_url = $6,
-			redis_url = $7, billing_anchor_day = $8, leases = $9, sliding_windows = $10, updated_at = now() WHERE id = $1`,
+			redis_url = $7, billing_anchor_day = $8, leases = $9, sliding_windows = $10, unknown_users = $11, updated_at = now() WHERE id = $1`,
 			id, after.Name, after.PlanID, after.Mode, after.Oversubscribe, after.WebhookURL, after.RedisURL, after.BillingAnchorDay, after.Leases,
-			after.SlidingWindows)
+			after.SlidingWindows, after.UnknownUsers)
 		if err != nil {
 			return fmt.Errorf("update org %q: %w", id, err)
 		}

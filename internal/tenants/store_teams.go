@@ -9,11 +9,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const teamCols = `org_id, id, name, created_at, updated_at`
+const teamCols = `org_id, id, name, unknown_users, created_at, updated_at`
 
 func scanTeam(row pgx.Row) (Team, error) {
 	var t Team
-	err := row.Scan(&t.OrgID, &t.ID, &t.Name, &t.CreatedAt, &t.UpdatedAt)
+	err := row.Scan(&t.OrgID, &t.ID, &t.Name, &t.UnknownUsers, &t.CreatedAt, &t.UpdatedAt)
 	return t, err
 }
 
@@ -131,7 +131,11 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 		if err != nil {
 			return err
 		}
-		t := Team{OrgID: orgID, ID: in.ID, Name: in.Name, Limits: normalize(in.Limits), UserLimits: normalize(in.UserLimits)}
+		if in.UnknownUsers == "" {
+			in.UnknownUsers = UnknownUsersOrg
+		}
+		t := Team{OrgID: orgID, ID: in.ID, Name: in.Name, Limits: normalize(in.Limits), UserLimits: normalize(in.UserLimits),
+			UnknownUsers: in.UnknownUsers}
 		if err := checkAllocatedMetrics(ctx, tx, org, fmt.Sprintf("team %q", in.ID),
 			limitList{"limits", in.Limits}, limitList{"user_limits", in.UserLimits}); err != nil {
 			return fmt.Errorf("create team %q: %w", in.ID, err)
@@ -139,7 +143,8 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 		if err := checkTeam(ctx, tx, org, t, true); err != nil {
 			return fmt.Errorf("create team %q: %w", in.ID, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO teams (org_id, id, name) VALUES ($1, $2, $3)`, orgID, in.ID, in.Name); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO teams (org_id, id, name, unknown_users) VALUES ($1, $2, $3, $4)`,
+			orgID, in.ID, in.Name, in.UnknownUsers); err != nil {
 			return translate(err, fmt.Sprintf("create team %q", in.ID))
 		}
 		if err := writeTeamLimits(ctx, tx, orgID, in.ID, "team", t.Limits); err != nil {
@@ -203,6 +208,9 @@ func (s *Service) UpdateTeam(ctx context.Context, a Actor, orgID, teamID string,
 		if patch.UserLimits != nil {
 			after.UserLimits = *patch.UserLimits
 		}
+		if patch.UnknownUsers != nil {
+			after.UnknownUsers = *patch.UnknownUsers
+		}
 		if patch.Limits != nil || patch.UserLimits != nil {
 			var set []limitList
 			if patch.Limits != nil {
@@ -218,8 +226,8 @@ func (s *Service) UpdateTeam(ctx context.Context, a Actor, orgID, teamID string,
 				return fmt.Errorf("update team %q: %w", teamID, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE teams SET name = $3, updated_at = now() WHERE org_id = $1 AND id = $2`,
-			orgID, teamID, after.Name); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE teams SET name = $3, unknown_users = $4, updated_at = now() WHERE org_id = $1 AND id = $2`,
+			orgID, teamID, after.Name, after.UnknownUsers); err != nil {
 			return err
 		}
 		if patch.Limits != nil {

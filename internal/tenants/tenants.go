@@ -37,6 +37,19 @@ const (
 	WindowsPlan     SlidingWindows = "plan" // an org's only: as its plan says
 )
 
+// UnknownUsers says whether a check may name a user id its org has not registered:
+// UnknownUsersAllow (an org's default) admits it with its team's user defaults,
+// UnknownUsersRefuse refuses it with a 422 naming the team and the user, counting
+// nothing. A team's UnknownUsersOrg (its default) follows its org's setting.
+type UnknownUsers string
+
+// The unknown-users settings.
+const (
+	UnknownUsersAllow  UnknownUsers = "allow"
+	UnknownUsersRefuse UnknownUsers = "refuse"
+	UnknownUsersOrg    UnknownUsers = "org" // a team's only: as its org says
+)
+
 // Scope is a permission of an API key.
 type Scope string
 
@@ -114,12 +127,15 @@ type Org struct {
 	Oversubscribe bool       `json:"oversubscribe"`
 	Leases        Leases     `json:"leases"` // LeasesPlan: as its plan says
 	// SlidingWindows is WindowsPlan (as its plan says), WindowsEstimate or WindowsPrecise.
-	SlidingWindows   SlidingWindows `json:"sliding_windows"`
-	WebhookURL       string         `json:"webhook_url"`
-	RedisURL         string         `json:"redis_url,omitempty"`
-	BillingAnchorDay int            `json:"billing_anchor_day"`
-	CreatedAt        time.Time      `json:"created_at"`
-	UpdatedAt        time.Time      `json:"updated_at"`
+	SlidingWindows SlidingWindows `json:"sliding_windows"`
+	// UnknownUsers is UnknownUsersAllow or UnknownUsersRefuse: whether checks of the
+	// org's teams (those that follow it) may name unregistered users.
+	UnknownUsers     UnknownUsers `json:"unknown_users"`
+	WebhookURL       string       `json:"webhook_url"`
+	RedisURL         string       `json:"redis_url,omitempty"`
+	BillingAnchorDay int          `json:"billing_anchor_day"`
+	CreatedAt        time.Time    `json:"created_at"`
+	UpdatedAt        time.Time    `json:"updated_at"`
 }
 
 // Team is part of an org, with its own allocation and the default limits of its
@@ -130,8 +146,24 @@ type Team struct {
 	Name       string        `json:"name"`
 	Limits     []vocab.Limit `json:"limits"`
 	UserLimits []vocab.Limit `json:"user_limits"`
-	CreatedAt  time.Time     `json:"created_at"`
-	UpdatedAt  time.Time     `json:"updated_at"`
+	// UnknownUsers is UnknownUsersOrg (as its org says), UnknownUsersAllow or
+	// UnknownUsersRefuse: whether its checks may name unregistered users.
+	UnknownUsers UnknownUsers `json:"unknown_users"`
+	CreatedAt    time.Time    `json:"created_at"`
+	UpdatedAt    time.Time    `json:"updated_at"`
+}
+
+// RefusesUnknownUsers says whether checks naming a user id that org o has not
+// registered are refused under team t: the team's own setting when it has one, else
+// the org's.
+func RefusesUnknownUsers(o Org, t Team) bool {
+	switch t.UnknownUsers {
+	case UnknownUsersAllow:
+		return false
+	case UnknownUsersRefuse:
+		return true
+	}
+	return o.UnknownUsers == UnknownUsersRefuse
 }
 
 // User is a registered end user of a customer, inside one team. A user id is unique

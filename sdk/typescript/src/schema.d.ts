@@ -1296,6 +1296,18 @@ export interface components {
          */
         OrgLeases: "plan" | "auto" | "off";
         /**
+         * @description Whether a check may name a user id the org has not registered. `allow` (the default): an unregistered user under a known team is admitted with the team's `user_limits`. `refuse`: a check, batch item or reservation naming one is refused with 422 naming the team and the user, counting nothing (over Envoy, a descriptor that cannot be decided), so a misspelt user id is never counted. A team's own `unknown_users` overrides it. An org admin may change it.
+         * @default allow
+         * @enum {string}
+         */
+        OrgUnknownUsers: "allow" | "refuse";
+        /**
+         * @description Whether a check of this team may name a user id the org has not registered: `org` (the default) as the org's `unknown_users` says; `allow` admits it with the team's `user_limits`; `refuse` answers 422 naming the team and the user, counting nothing.
+         * @default org
+         * @enum {string}
+         */
+        TeamUnknownUsers: "org" | "allow" | "refuse";
+        /**
          * @description How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
          * @default estimate
          * @enum {string}
@@ -1518,6 +1530,7 @@ export interface components {
             mode: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
             sliding_windows?: components["schemas"]["OrgSlidingWindows"];
+            unknown_users?: components["schemas"]["OrgUnknownUsers"];
             /** @description Whether the teams' month limits may add up to more than the org's. */
             oversubscribe: boolean;
             webhook_url: string;
@@ -1545,6 +1558,7 @@ export interface components {
             mode: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
             sliding_windows?: components["schemas"]["OrgSlidingWindows"];
+            unknown_users?: components["schemas"]["OrgUnknownUsers"];
             /** @default false */
             oversubscribe: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
@@ -1561,6 +1575,7 @@ export interface components {
             mode?: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
             sliding_windows?: components["schemas"]["OrgSlidingWindows"];
+            unknown_users?: components["schemas"]["OrgUnknownUsers"];
             oversubscribe?: boolean;
             webhook_url?: components["schemas"]["WebhookURL"];
             redis_url?: components["schemas"]["RedisURL"];
@@ -1717,6 +1732,7 @@ export interface components {
             limits: components["schemas"]["Limit"][];
             /** @description Defaults for the team's users without an allocation of their own. */
             user_limits: components["schemas"]["Limit"][];
+            unknown_users?: components["schemas"]["TeamUnknownUsers"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1747,11 +1763,13 @@ export interface components {
             name: components["schemas"]["Name"];
             limits?: components["schemas"]["Limits"];
             user_limits?: components["schemas"]["Limits"];
+            unknown_users?: components["schemas"]["TeamUnknownUsers"];
         };
         TeamPatch: {
             name?: components["schemas"]["Name"];
             limits?: components["schemas"]["Limits"];
             user_limits?: components["schemas"]["Limits"];
+            unknown_users?: components["schemas"]["TeamUnknownUsers"];
         };
         TeamList: {
             items: components["schemas"]["Team"][];

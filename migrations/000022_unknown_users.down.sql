@@ -1,0 +1,4 @@
+BEGIN;
+ALTER TABLE teams DROP COLUMN IF EXISTS unknown_users;
+ALTER TABLE orgs DROP COLUMN IF EXISTS unknown_users;
+COMMIT;
