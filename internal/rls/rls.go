@@ -161,7 +161,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 		if p, err = s.checks.CheckPaths(ctx, caller, ins); err != nil {
 			if ie := (*checks.InputError)(nil); errors.As(err, &ie) {
 				i := at(ie.Index)
-				return nil, statusOf(s.log, descriptorName(i, ds[i]), ie.Err)
+				return nil, statusOfDescriptor(s.log, i, ds[i], ie.Err)
 			}
 			return nil, statusOf(s.log, "check", err)
 		}
@@ -433,7 +433,7 @@ func refusedField(p checks.Paths, ds []*ratelimitv3.RateLimitDescriptor) string 
 	var v string
 	for i, c := range p.Checks {
 		if c.Err != nil {
-			v = descriptorName(i, ds[i]) + ": " + wordsOf(c.Err)
+			v = descriptorName(i, ds[i]) + ": " + clipValues(wordsOf(c.Err), ds[i])
 			break
 		}
 	}
@@ -469,6 +469,21 @@ func unitOf(w vocab.Window) rlsv3.RateLimitResponse_RateLimit_Unit {
 		return rlsv3.RateLimitResponse_RateLimit_MONTH
 	}
 	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}
+
+// clipValues is msg with every key and value of d's entries longer than
+// vocab.MaxEcho characters cut as vocab.Clip cuts it: whatever a message of the
+// check service quotes of a descriptor, no more than MaxEcho characters of a value
+// go back to the caller.
+func clipValues(msg string, d *ratelimitv3.RateLimitDescriptor) string {
+	for _, e := range d.GetEntries() {
+		for _, v := range [2]string{e.GetKey(), e.GetValue()} {
+			if cut := vocab.Clip(v); cut != v {
+				msg = strings.ReplaceAll(msg, v, cut)
+			}
+		}
+	}
+	return msg
 }
 
 // maxEntriesNamed is the most entries of a descriptor its name shows; a descriptor

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -78,8 +79,22 @@ func CodeOf(err error) codes.Code { return rowOf(derrors.KindOf(err)).code }
 // the detail of a *derrors.Error in err's tree, else the row's words, else the
 // error's text. Errors of a logged kind are logged; their causes are never sent.
 func statusOf(log *slog.Logger, what string, err error) error {
+	return statusWith(log, what, err, nil)
+}
+
+// statusOfDescriptor is statusOf for an error met deciding descriptor i, d: named by
+// descriptorName, its message with d's long values clipped (clipValues).
+func statusOfDescriptor(log *slog.Logger, i int, d *ratelimitv3.RateLimitDescriptor, err error) error {
+	return statusWith(log, descriptorName(i, d), err, d)
+}
+
+// statusWith is statusOf, its message's values of d (when not nil) clipped.
+func statusWith(log *slog.Logger, what string, err error, d *ratelimitv3.RateLimitDescriptor) error {
 	r := rowOf(derrors.KindOf(err))
 	msg := wordsOf(err)
+	if d != nil {
+		msg = clipValues(msg, d)
+	}
 	if r.log && log != nil {
 		log.Warn("rate limit check not decided", "what", what, "code", r.code.String(), "err", err.Error())
 	}

@@ -126,3 +126,21 @@ func TestDescriptorNameIsBounded(t *testing.T) {
 		t.Errorf("= %v, %d bytes: %.300q", st.Code(), len(msg), msg)
 	}
 }
+
+// Whatever a message of the check service quotes of a descriptor, its errors and
+// Quotaplane-Refused carry at most vocab.MaxEcho characters of each value.
+func TestMessagesClipTheDescriptorsValues(t *testing.T) {
+	user := strings.Repeat("u", 128) // a valid id
+	d := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "team", Value: "eng"}, {Key: "user", Value: user}}}
+	err := derrors.E(derrors.Unprocessable, fmt.Sprintf("user %q is not registered in team %q", user, "eng"), nil)
+	st, _ := status.FromError(statusOfDescriptor(nil, 2, d, err))
+	words := clipValues(wordsOf(err), d)
+	for _, msg := range []string{st.Message(), words} {
+		if strings.Contains(msg, strings.Repeat("u", vocab.MaxEcho+1)) || !strings.Contains(msg, `"`+strings.Repeat("u", vocab.MaxEcho)+`…" is not registered in team "eng"`) {
+			t.Errorf("%q", msg)
+		}
+	}
+	if !strings.HasPrefix(st.Message(), "descriptor 2 (team=eng, user=") {
+		t.Errorf("%q", st.Message())
+	}
+}
