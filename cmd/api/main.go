@@ -249,7 +249,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if grpcLn != nil {
 		// TLS, streams per connection, the keepalive policy (issue 28)
 		gopts, err := rls.ServerOptions(rls.Limits{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey,
-			MaxStreams: uint32(cfg.GRPCMaxStreams), KeepaliveMinTime: cfg.GRPCKeepaliveMinTime, StreamWorkers: cfg.GRPCStreamWorkers})
+			MaxStreams: uint32(cfg.GRPCMaxStreams), KeepaliveMinTime: cfg.GRPCKeepaliveMinTime, StreamWorkers: cfg.GRPCStreamWorkers,
+			HandshakeTimeout: cfg.GRPCHandshakeTimeout})
 		if err != nil {
 			return fmt.Errorf("QUOTA_GRPC_TLS_CERT: %w", err)
 		}

@@ -52,7 +52,7 @@ func (c Caller) Authorize(org string) error {
 		return nil
 	}
 	if c.Key.OrgID != org {
-		return derrors.E(derrors.NotFound, fmt.Sprintf("org %q not found", org), nil)
+		return derrors.E(derrors.NotFound, fmt.Sprintf("org %s not found", vocab.Quote(org)), nil)
 	}
 	if !c.Key.HasScope(tenants.ScopeCheck) {
 		return errNoCheckScope
@@ -120,7 +120,7 @@ func validCosts(field string, costs map[string]int64, hasMetric, hasCost bool, m
 	}
 	for _, m := range sortedMetrics(costs) {
 		if !vocab.ValidID(m) {
-			return derrors.Field(field, fmt.Sprintf("metric %q: %s", m, idMsg))
+			return derrors.Field(field, fmt.Sprintf("metric %s: %s", vocab.Quote(m), idMsg))
 		}
 		if c := costs[m]; c < 0 || c > vocab.MaxUnits {
 			return derrors.Field(field, fmt.Sprintf("%s: must be 0 to %d", m, vocab.MaxUnits))
@@ -219,9 +219,9 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		case user.Registered && req.Team == "":
 			req.Team = user.TeamID
 		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %q is registered in team %q", req.User, user.TeamID))
+			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %s is registered in team %s", vocab.Quote(req.User), vocab.Quote(user.TeamID)))
 		case !user.Registered && req.Team == "":
-			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %q is not registered: name its team", req.User))
+			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %s is not registered: name its team", vocab.Quote(req.User)))
 		}
 		req.Unregistered = !user.Registered // the org's bound on unregistered users applies
 	}
@@ -230,7 +230,7 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, vocab.Route{}, none, th, p, derrors.E(derrors.NotFound, fmt.Sprintf("team %q of org %q not found", req.Team, in.Org), nil)
+			return quota.Request{}, vocab.Route{}, none, th, p, derrors.E(derrors.NotFound, fmt.Sprintf("team %s of org %s not found", vocab.Quote(req.Team), vocab.Quote(in.Org)), nil)
 		}
 		if req.Unregistered && tenants.RefusesUnknownUsers(org.Org, team) {
 			return quota.Request{}, vocab.Route{}, none, th, p, unknownUserRefused(req.User, req.Team)
@@ -313,7 +313,7 @@ func warning(res quota.Result, mode vocab.Mode) string {
 		return ""
 	}
 	w := res.WouldBlock
-	return fmt.Sprintf("over quota at %s %q (%s); allowed because the org is in warn mode", w.Level, w.ID, w.Window)
+	return fmt.Sprintf("over quota at %s %s (%s); allowed because the org is in warn mode", w.Level, vocab.Quote(w.ID), w.Window)
 }
 
 // RateLimit is what the RateLimit-Limit, -Remaining and -Reset headers say of a

@@ -24,9 +24,9 @@ type pricing struct {
 }
 
 // price adds req's spend to it, as one more metric, when its org's rates price a
-// metric it checks; it changes nothing otherwise. Errors (Invalid): spend named
-// beside priced metrics, a spend above vocab.MaxUnits micro-units, or no room for
-// spend among quota.MaxMetrics metrics.
+// metric it checks; it changes nothing otherwise. Spend is a Derived metric, beside
+// the quota.MaxMetrics a check may name. Errors (Invalid): spend named beside priced
+// metrics, or a spend above vocab.MaxUnits micro-units.
 func price(req *quota.Request, p pricing) error {
 	if len(p.rates) == 0 {
 		return nil
@@ -44,9 +44,6 @@ func price(req *quota.Request, p pricing) error {
 	}
 	if hasMetric(req, tenants.SpendMetric) {
 		return derrors.Field(field, "spend is priced from the org's rates: name the metrics it prices, not spend")
-	}
-	if len(req.More)+2 > quota.MaxMetrics {
-		return derrors.Field(field, fmt.Sprintf("a priced check names at most %d metrics: spend, priced from the org's rates, is one more", quota.MaxMetrics-1))
 	}
 	req.More = append(req.More, quota.MetricCost{Metric: tenants.SpendMetric, Cost: spend, Limits: p.limits, Derived: true})
 	return nil

@@ -16,7 +16,10 @@ import (
 type Paths struct {
 	// Checks describes each input, in order, by its own level and those above it.
 	Checks []PathCheck
-	// Allowed is false when some path was denied. RateLimit describes the first denied
+	// Refused is how many inputs were not decided (their PathCheck's Err).
+	Refused int
+	// Allowed is false when some decided path was denied (a refused input is not a
+	// denied path: it says so in Refused). RateLimit describes the first denied
 	// path, else the tightest level of all (when HasRateLimit); RetryAfter is the
 	// denied path's, in whole seconds.
 	Allowed      bool
@@ -34,15 +37,19 @@ type Paths struct {
 }
 
 // PathCheck describes one input of CheckPaths: whether its path was allowed, and
-// (when HasRateLimit) its tightest limit.
+// (when HasRateLimit) its tightest limit. Err, when not nil, says why the input was
+// not decided (InputFault: it names no check, or its path names more metrics than a
+// check may); Allowed is then false and nothing was counted for it.
 type PathCheck struct {
 	Metric       string
 	Allowed      bool
 	RateLimit    RateLimit
 	HasRateLimit bool
+	Err          error
 }
 
-// InputError says which input of CheckPaths was refused.
+// InputError says which input of CheckPaths met an error of the service (not
+// InputFault), which fails the whole call.
 type InputError struct {
 	Index int
 	Err   error
@@ -58,8 +65,9 @@ type pathCheck struct {
 	req   quota.Request
 	route vocab.Route
 	mode  vocab.Mode
-	group int     // index of its path's group
+	group int     // index of its path's group; -1 when err
 	price pricing // its org's rates and its path's spend limits (money.go)
+	err   error   // why it was not decided (InputFault), or nil
 }
 
 // group is one path: the deepest of its inputs' requests, decided once.
@@ -70,7 +78,8 @@ type group struct {
 	res   quota.Result
 	oc    quota.Outcome
 	price pricing
-	first int // the index of its first input
+	first int   // the index of its first input
+	err   error // why the path was not decided (InputFault), or nil
 }
 
 // CheckPaths decides several checks the way Envoy's descriptors ask for them: the
@@ -78,9 +87,16 @@ type group struct {
 // atomic check (the deepest), counted once with the largest of their costs; paths that
 // end at the same org, team and user and differ only in metric are one multi-metric
 // check, all or nothing; checks on different paths are each decided on their own, in
-// one pipelined batch. A refused
-// input fails the whole call with an *InputError naming it, before anything is
-// counted; an engine error fails it too. Errors carry Check's kinds.
+// one pipelined batch.
+//
+// An input that cannot be decided for a fault of its own (InputFault: malformed, an
+// unknown team, user or metric, a cost past a bound) is refused alone: its PathCheck
+// carries the error, nothing is counted for it, and the other inputs are decided as
+// if it had not been given. A path is never split: one whose inputs name more than
+// quota.MaxMetrics metrics is refused whole, every input of it, counting nothing.
+// Any other error (a store down, too much in flight, the caller gone) fails the
+// whole call: an *InputError naming the input when met resolving it, before
+// anything is counted, or the engine's. Errors carry Check's kinds.
 func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths, error) {
 	enter(ctx, "checks.CheckPaths")
 	if s.engine == nil {
@@ -93,21 +109,49 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 	slab := make([]vocab.Limit, 0, 8*len(ins)) // the inputs' limits, when they fit
 	for i, in := range ins {
 		req, route, org, _, p, err := s.resolve(ctx, c, in, &slab)
-		if err != nil {
+		if err != nil && !InputFault(err) {
 			return Paths{}, &InputError{Index: i, Err: err}
 		}
-		cs[i] = pathCheck{req: req, route: route, mode: org.Org.Mode, price: p}
+		cs[i] = pathCheck{req: req, route: route, mode: org.Org.Mode, price: p, err: err, group: -1}
 	}
 	gs := pathGroups(cs)
-	for i := range gs { // a path's spend is priced once, from its merged costs
-		if err := price(&gs[i].req, gs[i].price); err != nil {
-			return Paths{}, &InputError{Index: gs[i].first, Err: err}
+	for i := range gs {
+		g := &gs[i]
+		if n := 1 + len(g.req.More); n > quota.MaxMetrics {
+			g.err = derrors.E(derrors.Invalid, fmt.Sprintf("its path names %d metrics, more than the %d a check may: the path is refused whole", n, quota.MaxMetrics), nil)
+			continue
+		}
+		// a path's spend is priced once, from its merged costs
+		if err := price(&g.req, g.price); err != nil {
+			if !InputFault(err) {
+				return Paths{}, &InputError{Index: g.first, Err: err}
+			}
+			g.err = err
 		}
 	}
 	if err := s.decide(ctx, gs); err != nil {
 		return Paths{}, err
 	}
-	return describePaths(cs, gs, now(s.engine, cs[0].route)), nil
+	t := time.Time{}
+	for _, c := range cs {
+		if c.group >= 0 {
+			t = now(s.engine, c.route)
+			break
+		}
+	}
+	return describePaths(cs, gs, t), nil
+}
+
+// InputFault says whether err, met deciding an input, is the input's own fault (it
+// names no check: malformed, unknown, past a bound, refused by a rule) rather than
+// the service's (a store down, too much in flight, the caller gone, a bug: the
+// kinds whose words a caller is not told). Only the service's fail a CheckPaths call.
+func InputFault(err error) bool {
+	switch derrors.KindOf(err) {
+	case derrors.Internal, derrors.Unavailable, derrors.Overloaded, derrors.Canceled:
+		return false
+	}
+	return true
 }
 
 // pathGroups gathers the checks that lie on one org -> team -> user path of one
@@ -135,6 +179,9 @@ func pathGroups(cs []pathCheck) []group {
 	slices.SortStableFunc(order, func(a, b int) int { return depth(cs[b].req) - depth(cs[a].req) })
 	var gs []group
 	for _, i := range order {
+		if cs[i].err != nil {
+			continue
+		}
 		r := cs[i].req
 		gi := slices.IndexFunc(gs, func(g group) bool {
 			return g.req.Org == r.Org && g.req.Metric == r.Metric &&
@@ -152,8 +199,9 @@ func pathGroups(cs []pathCheck) []group {
 }
 
 // mergeMetrics makes the groups of one path (org, team and user the same) that differ
-// only in metric one multi-metric group, decided in one run all or nothing (at most
-// quota.MaxMetrics metrics a group; more start another). It renumbers cs's groups.
+// only in metric one multi-metric group, decided in one run all or nothing, however
+// many metrics it names (CheckPaths refuses one of more than quota.MaxMetrics). It
+// renumbers cs's groups.
 func mergeMetrics(cs []pathCheck, gs []group) []group {
 	var intoBuf [16]int
 	into := intoBuf[:0]
@@ -165,8 +213,7 @@ func mergeMetrics(cs []pathCheck, gs []group) []group {
 	for i, g := range gs {
 		r := g.req
 		j := slices.IndexFunc(out, func(o group) bool {
-			return o.req.Org == r.Org && o.req.Team == r.Team && o.req.User == r.User && o.route == g.route &&
-				len(o.req.More)+1 < quota.MaxMetrics
+			return o.req.Org == r.Org && o.req.Team == r.Team && o.req.User == r.User && o.route == g.route
 		})
 		if j < 0 {
 			out = append(out, g)
@@ -177,32 +224,53 @@ func mergeMetrics(cs []pathCheck, gs []group) []group {
 		into[i] = j
 	}
 	for i := range cs {
-		cs[i].group = into[cs[i].group]
+		if cs[i].group >= 0 {
+			cs[i].group = into[cs[i].group]
+		}
 	}
 	return out
 }
 
-// decide runs the groups' checks: one check, or one pipelined batch.
+// decide runs the checks of the groups not refused: one check, or one pipelined
+// batch. A group the engine refuses for a fault of its own (InputFault) is refused;
+// any other error fails the call.
 func (s *Service) decide(ctx context.Context, gs []group) error {
-	if len(gs) == 1 {
-		res, oc, err := s.engine.Check(ctx, gs[0].route, gs[0].req)
-		if err != nil {
-			return engineError(err)
+	var liveBuf [16]int
+	live := liveBuf[:0]
+	for i, g := range gs {
+		if g.err == nil {
+			live = append(live, i)
 		}
-		gs[0].res, gs[0].oc = res, oc
+	}
+	set := func(i int, res quota.Result, oc quota.Outcome, err error) error {
+		if err != nil {
+			if err = engineError(err); !InputFault(err) {
+				return err
+			}
+			gs[i].err = err
+			return nil
+		}
+		gs[i].res, gs[i].oc = res, oc
 		return nil
 	}
-	routes := make([]vocab.Route, len(gs))
-	reqs := make([]quota.Request, len(gs))
-	for i, g := range gs {
-		routes[i], reqs[i] = g.route, g.req
+	switch len(live) {
+	case 0:
+		return nil
+	case 1:
+		g := &gs[live[0]]
+		res, oc, err := s.engine.Check(ctx, g.route, g.req)
+		return set(live[0], res, oc, err)
+	}
+	routes := make([]vocab.Route, len(live))
+	reqs := make([]quota.Request, len(live))
+	for j, i := range live {
+		routes[j], reqs[j] = gs[i].route, gs[i].req
 	}
 	results, outcomes, errs := s.engine.CheckBatch(ctx, routes, reqs)
-	for i := range gs {
-		if errs[i] != nil {
-			return engineError(errs[i])
+	for j, i := range live {
+		if err := set(i, results[j], outcomes[j], errs[j]); err != nil {
+			return err
 		}
-		gs[i].res, gs[i].oc = results[i], outcomes[i]
 	}
 	return nil
 }
@@ -212,6 +280,14 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 	out := Paths{Allowed: true, Checks: make([]PathCheck, len(cs))}
 	var scratch [16]quota.LevelStatus // levelsOf's, reused: tightest keeps a copy
 	for i, c := range cs {
+		if c.err == nil && gs[c.group].err != nil {
+			c.err = gs[c.group].err
+		}
+		if c.err != nil {
+			out.Checks[i] = PathCheck{Metric: c.req.Metric, Err: c.err}
+			out.Refused++
+			continue
+		}
 		g := gs[c.group]
 		pc := PathCheck{Metric: c.req.Metric, Allowed: g.res.Allowed}
 		pc.RateLimit, pc.HasRateLimit = tightest(levelsOf(g.res, c.req, len(g.req.More) > 0, scratch[:0]), now, c.req.Metric)
@@ -220,6 +296,9 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 	// The whole is described by the first denied path, else the tightest of all.
 	all := quota.Result{Allowed: true}
 	for _, g := range gs {
+		if g.err != nil {
+			continue
+		}
 		start := len(out.Levels)
 		out.Levels = append(out.Levels, g.res.Levels...) // copies: a leased result's levels are shared
 		for i := start; i < len(out.Levels); i++ {
@@ -244,6 +323,9 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 		out.RetryAfter = retryAfterSeconds(all)
 	}
 	for _, g := range gs {
+		if g.err != nil {
+			continue
+		}
 		if w := warning(g.res, g.mode); w != "" {
 			out.Warning = w
 			break

@@ -115,11 +115,14 @@ type API struct {
 	// GRPCKeepaliveMinTime (QUOTA_GRPC_KEEPALIVE_MIN_TIME, 10s) is the shortest ping
 	// interval a client may use before it is disconnected (rls.Limits);
 	// GRPCStreamWorkers (QUOTA_GRPC_STREAM_WORKERS, 128; "off" or 0: a goroutine per
-	// call) the goroutines kept to run calls (issue 30, rls.Limits.StreamWorkers).
+	// call) the goroutines kept to run calls (issue 30, rls.Limits.StreamWorkers);
+	// GRPCHandshakeTimeout (QUOTA_GRPC_HANDSHAKE_TIMEOUT, 5s) closes a connection
+	// that has not finished its TLS handshake and HTTP/2 preface by then.
 	GRPCTLSCert, GRPCTLSKey string
 	GRPCStreamWorkers       int
 	GRPCMaxStreams          int
 	GRPCKeepaliveMinTime    time.Duration
+	GRPCHandshakeTimeout    time.Duration
 	Hardening
 }
 
@@ -375,6 +378,7 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	}
 	c.GRPCMaxStreams = r.integer("QUOTA_GRPC_MAX_STREAMS", 1024, 1)
 	c.GRPCKeepaliveMinTime = r.duration("QUOTA_GRPC_KEEPALIVE_MIN_TIME", 10*time.Second)
+	c.GRPCHandshakeTimeout = r.duration("QUOTA_GRPC_HANDSHAKE_TIMEOUT", 5*time.Second)
 	if v := strings.TrimSpace(getenv("QUOTA_GRPC_STREAM_WORKERS")); strings.EqualFold(v, "off") || v == "0" {
 		c.GRPCStreamWorkers = -1
 	} else {

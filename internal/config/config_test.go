@@ -262,6 +262,16 @@ func TestGRPCTransportSettings(t *testing.T) {
 		!strings.Contains(err.Error(), "QUOTA_GRPC_TLS_KEY") || !strings.Contains(err.Error(), "QUOTA_GRPC_MAX_STREAMS") {
 		t.Errorf("a certificate without its key, 0 streams: %v", err)
 	}
+	// The handshake deadline: 5 s by default, a positive duration when set.
+	for v, want := range map[string]time.Duration{"": 5 * time.Second, "750ms": 750 * time.Millisecond} {
+		if c, err := config.LoadAPI(env(map[string]string{"QUOTA_GRPC_HANDSHAKE_TIMEOUT": v})); err != nil || c.GRPCHandshakeTimeout != want {
+			t.Errorf("QUOTA_GRPC_HANDSHAKE_TIMEOUT=%q: %v, %v; want %v", v, c.GRPCHandshakeTimeout, err, want)
+		}
+	}
+	if _, err := config.LoadAPI(env(map[string]string{"QUOTA_GRPC_HANDSHAKE_TIMEOUT": "0s"})); err == nil ||
+		!strings.Contains(err.Error(), "QUOTA_GRPC_HANDSHAKE_TIMEOUT") {
+		t.Errorf("QUOTA_GRPC_HANDSHAKE_TIMEOUT=0s: %v", err)
+	}
 	// Issue 30: stream workers, 128 by default; "off" or 0 is a goroutine per call.
 	if c, _ := config.LoadAPI(env(nil)); c.GRPCStreamWorkers != 128 {
 		t.Errorf("stream workers by default: %d, want 128", c.GRPCStreamWorkers)

@@ -211,7 +211,8 @@ func TestMultiMetricIdempotency(t *testing.T) {
 	}
 }
 
-// The same metric twice, or 17 metrics, is invalid.
+// The same metric twice, 17 metrics named, or two derived, are invalid; 16 named and
+// one derived are decided.
 func TestMultiMetricInvalid(t *testing.T) {
 	r := MustRig(t, "", quota.Config{})
 	req := llmReq(5, quota.LevelLimits{}, quota.LevelLimits{})
@@ -226,6 +227,16 @@ func TestMultiMetricInvalid(t *testing.T) {
 	}
 	if _, err := r.e.Check(context.Background(), req); !errors.Is(err, quota.ErrInvalid) {
 		t.Fatalf("17 metrics: %v", err)
+	}
+	// 16 named and one Derived (the check service's spend) are decided; two Derived
+	// are not.
+	req.More[15].Derived = true
+	if res, err := r.e.Check(context.Background(), req); err != nil || !res.Allowed {
+		t.Fatalf("16 metrics and one derived: %v %v", res, err)
+	}
+	req.More[14].Derived = true
+	if _, err := r.e.Check(context.Background(), req); !errors.Is(err, quota.ErrInvalid) {
+		t.Fatalf("two derived: %v", err)
 	}
 }
 

@@ -53,8 +53,8 @@ func (e *Engine) CommitUsed(ctx context.Context, org string, anchorDay int, id s
 		}
 		metrics = append(metrics, m)
 	}
-	if len(metrics) == 0 || len(metrics) > MaxMetrics {
-		return Reservation{}, fmt.Errorf("%w: used must name 1 to %d metrics", ErrInvalid, MaxMetrics)
+	if len(metrics) == 0 || len(metrics) > MaxMetrics+1 { // a priced reservation also holds its spend
+		return Reservation{}, fmt.Errorf("%w: used must name 1 to %d metrics", ErrInvalid, MaxMetrics+1)
 	}
 	slices.Sort(metrics)
 	var b strings.Builder

@@ -130,12 +130,15 @@ type Request struct {
 	NoLease bool
 	// More are further metrics decided with Metric in the same script run, all or
 	// nothing over every metric, level and window (docs/ARCHITECTURE.md "Several metrics
-	// in one decision"): at most MaxMetrics-1, each named once. Empty for a one-metric
-	// request. A multi-metric request is never leased.
+	// in one decision"): at most MaxMetrics-1 the caller named, each named once, and
+	// at most one Derived beside them. Empty for a one-metric request. A multi-metric
+	// request is never leased.
 	More []MetricCost
 }
 
-// MaxMetrics is the most metrics one request may name (Metric and More).
+// MaxMetrics is the most metrics one request may name (Metric and More, Derived
+// ones aside): a check names at most 16 metrics, and the spend its org's rates price
+// from them is one more counter of the same decision.
 const MaxMetrics = 16
 
 // MetricCost is one more metric of a multi-metric Request: its cost and its limits.
@@ -149,8 +152,19 @@ type MetricCost struct {
 	Derived bool
 }
 
-// metricCount is how many metrics req names.
+// metricCount is how many metrics req counts, Derived ones included.
 func (r *Request) metricCount() int { return 1 + len(r.More) }
+
+// derivedCount is how many of req's metrics are Derived.
+func (r *Request) derivedCount() int {
+	n := 0
+	for _, m := range r.More {
+		if m.Derived {
+			n++
+		}
+	}
+	return n
+}
 
 // metricAt is req's i-th metric (0: Metric), its cost and limits.
 func (r *Request) metricAt(i int) (string, int64, *LevelLimits) {
@@ -187,8 +201,8 @@ func (r *Request) Validate() error {
 	if r.Cost < 0 || r.Cost > vocab.MaxUnits {
 		bad("cost %d is outside 0..%d", r.Cost, vocab.MaxUnits)
 	}
-	if r.metricCount() > MaxMetrics {
-		bad("%d metrics: at most %d", r.metricCount(), MaxMetrics)
+	if d := r.derivedCount(); r.metricCount()-d > MaxMetrics || d > 1 {
+		bad("%d metrics (%d derived): at most %d and one derived", r.metricCount(), d, MaxMetrics)
 	}
 	for i, m := range r.More {
 		if !vocab.ValidID(m.Metric) {

@@ -140,8 +140,15 @@ func TestEnvoyDocDecodes(t *testing.T) {
 	}
 }
 
+// checkFilter: the filter asks the service's cluster with a key, and fails closed:
+// when Quotaplane cannot answer, requests are refused with a stated status, never
+// forwarded uncounted (docs/ENVOY.md, "When Quotaplane cannot answer").
 func checkFilter(t *testing.T, rl *ratelimitfilterv3.RateLimit) {
 	t.Helper()
+	if !rl.GetFailureModeDeny() || rl.GetStatusOnError().GetCode() == 0 {
+		t.Errorf("the filter: failure_mode_deny %v, status_on_error %v; want it to fail closed with a stated status",
+			rl.GetFailureModeDeny(), rl.GetStatusOnError())
+	}
 	g := rl.GetRateLimitService().GetGrpcService()
 	md := g.GetInitialMetadata()
 	if g.GetEnvoyGrpc().GetClusterName() != "quotaplane_rls" || len(md) != 1 || md[0].GetKey() != "authorization" ||

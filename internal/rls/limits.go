@@ -34,6 +34,12 @@ type Limits struct {
 	// path (pprof, loadgen -grpc-path, GOMAXPROCS=1); with workers, 2.5 %
 	// (docs/PERFORMANCE.md, "The gRPC path's stacks").
 	StreamWorkers int
+	// HandshakeTimeout (QUOTA_GRPC_HANDSHAKE_TIMEOUT, default DefaultHandshakeTimeout)
+	// is how long a new connection has to finish its TLS handshake and send the
+	// HTTP/2 preface and settings (grpc.ConnectionTimeout): one that sends nothing is
+	// closed then, so idle sockets cannot hold the file descriptors the api shares
+	// with its HTTP listener. Envoy sends its preface at once.
+	HandshakeTimeout time.Duration
 }
 
 // Defaults of Limits.
@@ -41,13 +47,14 @@ const (
 	DefaultMaxStreams       = 1024
 	DefaultKeepaliveMinTime = 10 * time.Second
 	DefaultStreamWorkers    = 128
+	DefaultHandshakeTimeout = 5 * time.Second
 )
 
 // ServerOptions returns the options that apply l: TLS credentials when a certificate
-// is set, MaxConcurrentStreams, the stream workers, the keepalive enforcement policy (pings without a call
-// in flight are allowed, as Envoy's connection keepalive sends them) and server
-// pings that close a connection whose client went silent (every 1 min, 20 s to
-// answer).
+// is set, MaxConcurrentStreams, the stream workers, the handshake deadline, the
+// keepalive enforcement policy (pings without a call in flight are allowed, as
+// Envoy's connection keepalive sends them) and server pings that close a connection
+// whose client went silent (every 1 min, 20 s to answer).
 //
 // Errors: a certificate or key that cannot be read or does not match.
 func ServerOptions(l Limits) ([]grpc.ServerOption, error) {
@@ -60,7 +67,11 @@ func ServerOptions(l Limits) ([]grpc.ServerOption, error) {
 	if l.StreamWorkers == 0 {
 		l.StreamWorkers = DefaultStreamWorkers
 	}
+	if l.HandshakeTimeout <= 0 {
+		l.HandshakeTimeout = DefaultHandshakeTimeout
+	}
 	opts := []grpc.ServerOption{
+		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.MaxConcurrentStreams(l.MaxStreams),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: l.KeepaliveMinTime, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),

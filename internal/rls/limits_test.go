@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"math/big"
 	"net"
 	"os"
@@ -182,4 +183,65 @@ func plainHealthClient(t *testing.T, addr string) healthpb.HealthClient {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return healthpb.NewHealthClient(conn)
+}
+
+// A connection that sends no HTTP/2 preface is closed by the handshake deadline: 50
+// raw TCP connections that send nothing are all closed by the server within
+// HandshakeTimeout (plus scheduling slack), on its default too, while a real client
+// connecting after them is served. Without a deadline grpc-go waits 120 s.
+func TestSilentConnectionsAreClosedAtTheHandshakeDeadline(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		timeout  time.Duration // Limits.HandshakeTimeout
+		deadline time.Duration // what the test allows
+	}{
+		{"set", 300 * time.Millisecond, 300*time.Millisecond + time.Second},
+		{"default", 0, rls.DefaultHandshakeTimeout + time.Second},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			addr := serveLimits(t, rls.Limits{HandshakeTimeout: c.timeout})
+			const n = 50
+			start := time.Now()
+			conns := make([]net.Conn, n)
+			for i := range conns {
+				conn, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = conn.Close() })
+				conns[i] = conn
+			}
+			if err := healthCheck(context.Background(), addr, insecure.NewCredentials()); err != nil {
+				t.Fatalf("a client beside the silent connections: %v", err)
+			}
+			var wg sync.WaitGroup
+			closedAfter := make([]time.Duration, n)
+			for i, conn := range conns {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_ = conn.SetReadDeadline(start.Add(c.deadline + time.Second))
+					// The server sends its settings first, then closes: read to EOF.
+					var buf [512]byte
+					for {
+						if _, err := conn.Read(buf[:]); err != nil {
+							var ne net.Error
+							if errors.As(err, &ne) && ne.Timeout() {
+								closedAfter[i] = -1
+								return
+							}
+							closedAfter[i] = time.Since(start)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			for i, d := range closedAfter {
+				if d < 0 || d > c.deadline {
+					t.Fatalf("silent connection %d: closed after %v (-1: still open), want within %v", i, d, c.deadline)
+				}
+			}
+		})
+	}
 }

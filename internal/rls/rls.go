@@ -12,6 +12,12 @@
 // those four. The descriptors of one request that lie on one org -> team -> user path
 // are decided as one atomic check, counted once with the largest of their costs;
 // descriptors on different paths are each decided on their own.
+//
+// Nothing an end user sends switches enforcement off: a descriptor that names no
+// check (Envoy builds descriptors from request headers) is answered OVER_LIMIT for
+// itself, counting nothing, and the call's other descriptors are still decided and
+// counted; only the key, the service's own failures and a closed plan's store being
+// down are errors, which a proxy's failure_mode_deny decides on.
 package rls
 
 import (
@@ -23,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
@@ -91,11 +98,15 @@ func New(d Deps) *Service {
 }
 
 // ShouldRateLimit decides the request's descriptors: descriptors that lie on one org
-// -> team -> user path are one check (checks.Service.CheckPaths). Errors:
+// -> team -> user path are one check (checks.Service.CheckPaths). A descriptor that
+// cannot be decided (it names no check of the key's org, a hits_addend past the
+// bound, a path of more metrics than a check may name) is answered OVER_LIMIT for
+// itself, counting nothing, as is every descriptor of a call of more than
+// MaxDescriptors; the others are decided as if it had not been sent. Errors:
 // UNAUTHENTICATED (no or a bad key), PERMISSION_DENIED (a key without the check
-// scope), INVALID_ARGUMENT (a descriptor that names no check of the key's org),
-// UNAVAILABLE (tenancy or Redis down under a closed plan, or too many checks in
-// flight), as status.go's table maps the check service's errors.
+// scope), INVALID_ARGUMENT (no descriptor at all), UNAVAILABLE (tenancy or Redis down
+// under a closed plan, or too many checks in flight), as status.go's table maps the
+// check service's errors.
 func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	caller, err := s.authenticate(ctx)
 	if err != nil {
@@ -105,8 +116,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 		return nil, statusOf(s.log, "", err)
 	}
 	ds := in.GetDescriptors()
-	if n := len(ds); n == 0 || n > MaxDescriptors {
-		return nil, statusOf(s.log, "", derrors.E(derrors.Invalid, fmt.Sprintf("descriptors: send 1 to %d descriptors, not %d", MaxDescriptors, n), nil))
+	if len(ds) == 0 {
+		return nil, statusOf(s.log, "", derrors.E(derrors.Invalid, fmt.Sprintf("descriptors: send 1 to %d descriptors, not 0", MaxDescriptors), nil))
+	}
+	if n := len(ds); n > MaxDescriptors {
+		p := checks.Paths{Checks: make([]checks.PathCheck, n), Refused: n, Allowed: true}
+		err := derrors.E(derrors.Invalid, fmt.Sprintf("a call carries at most %d descriptors, not %d: none was decided", MaxDescriptors, n), nil)
+		for i := range p.Checks {
+			p.Checks[i].Err = err
+		}
+		return answer(p, ds, s.headers), nil
 	}
 	// The inputs and the costs they point to: one allocation for Envoy's usual few.
 	var ins []checks.Input
@@ -117,19 +136,52 @@ func (s *Service) ShouldRateLimit(ctx context.Context, in *rlsv3.RateLimitReques
 	} else {
 		ins, costs = make([]checks.Input, len(ds)), make([]int64, len(ds))
 	}
+	var bad []error // the descriptors toInput refused, by index; nil when none
 	for i, d := range ds {
 		if ins[i], err = s.toInput(d, in.GetHitsAddend(), caller.Key.OrgID, &costs[i]); err != nil {
-			return nil, statusOf(s.log, descriptorName(i, d), err)
+			if bad == nil {
+				bad = make([]error, len(ds))
+			}
+			bad[i] = err
 		}
 	}
-	p, err := s.checks.CheckPaths(ctx, caller, ins)
-	if err != nil {
-		if ie := (*checks.InputError)(nil); errors.As(err, &ie) {
-			return nil, statusOf(s.log, descriptorName(ie.Index, ds[ie.Index]), ie.Err)
+	at := func(j int) int { return j } // the descriptor of CheckPaths's input j
+	if bad != nil {
+		var idx []int
+		good := ins[:0] // in place: good[k] is written after ins[k] was read
+		for i := range ins {
+			if bad[i] == nil {
+				good, idx = append(good, ins[i]), append(idx, i)
+			}
 		}
-		return nil, statusOf(s.log, "check", err)
+		ins, at = good, func(j int) int { return idx[j] }
 	}
-	return answer(p, s.headers), nil
+	var p checks.Paths
+	if len(ins) > 0 {
+		if p, err = s.checks.CheckPaths(ctx, caller, ins); err != nil {
+			if ie := (*checks.InputError)(nil); errors.As(err, &ie) {
+				i := at(ie.Index)
+				return nil, statusOfDescriptor(s.log, i, ds[i], ie.Err)
+			}
+			return nil, statusOf(s.log, "check", err)
+		}
+	} else {
+		p.Allowed = true
+	}
+	if bad != nil { // the refused descriptors take their places among the decided
+		all := make([]checks.PathCheck, len(ds))
+		for j, c := range p.Checks {
+			all[at(j)] = c
+		}
+		for i, e := range bad {
+			if e != nil {
+				all[i] = checks.PathCheck{Err: e}
+				p.Refused++
+			}
+		}
+		p.Checks = all
+	}
+	return answer(p, ds, s.headers), nil
 }
 
 // inputs holds the inputs of a call of up to four descriptors.
@@ -138,7 +190,8 @@ type inputs struct {
 	costs [4]int64
 }
 
-// descriptorName names descriptor i in an error.
+// descriptorName names descriptor i in an error or a header: its index and its
+// first entries, each key and value clipped (vocab.Clip).
 func descriptorName(i int, d *ratelimitv3.RateLimitDescriptor) string {
 	return fmt.Sprintf("descriptor %d (%s)", i, entriesString(d))
 }
@@ -202,7 +255,7 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 		case KeyOrg:
 			slot = 0
 			if v != keyOrg {
-				return in, derrors.E(derrors.Invalid, fmt.Sprintf("org %q: this key belongs to org %q and checks only its own org", v, keyOrg), nil)
+				return in, derrors.E(derrors.Invalid, fmt.Sprintf("org %s: this key belongs to org %s and checks only its own org", vocab.Quote(v), vocab.Quote(keyOrg)), nil)
 			}
 		case KeyTeam:
 			slot, in.Team = 1, p
@@ -211,7 +264,7 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 		case KeyMetric:
 			slot, in.Metric = 3, p
 		default:
-			return in, derrors.E(derrors.Invalid, fmt.Sprintf("unknown entry key %q: use org, team, user or metric, or name it in QUOTA_GRPC_DESCRIPTOR_ALIASES", e.GetKey()), nil)
+			return in, derrors.E(derrors.Invalid, fmt.Sprintf("unknown entry key %s: use org, team, user or metric, or name it in QUOTA_GRPC_DESCRIPTOR_ALIASES", vocab.Quote(e.GetKey())), nil)
 		}
 		if seen[slot] {
 			return in, derrors.E(derrors.Invalid, fmt.Sprintf("entry %q is given twice", k), nil)
@@ -238,8 +291,11 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 // answer builds Envoy's answer from the check service's: a status per descriptor,
 // in order, and the RateLimit header fields (as mode says: the legacy RateLimit-Limit,
 // -Remaining, -Reset and the draft-11 RateLimit-Policy and RateLimit) and, when
-// denied, Retry-After, as the HTTP check's.
-func answer(p checks.Paths, mode checks.HeaderMode) *rlsv3.RateLimitResponse {
+// denied, Retry-After, as the HTTP check's. A descriptor that was not decided (its
+// PathCheck's Err) is OVER_LIMIT with no current_limit, and the answer is then
+// OVER_LIMIT and carries Quotaplane-Refused (refusedField) naming the first such
+// descriptor and why; it adds no Retry-After of its own, since no wait would help.
+func answer(p checks.Paths, ds []*ratelimitv3.RateLimitDescriptor, mode checks.HeaderMode) *rlsv3.RateLimitResponse {
 	// The messages of one kind are allocated together, and every string of the answer
 	// is a part of one: about a dozen allocations a call instead of about thirty for
 	// three descriptors (issue 30, BenchmarkServerShouldRateLimitPath). The strings
@@ -301,12 +357,20 @@ func answer(p checks.Paths, mode checks.HeaderMode) *rlsv3.RateLimitResponse {
 	if p.Degraded {
 		nh++
 	}
+	if p.Refused > 0 {
+		nh++
+	}
 	all := string(b)
 	from, next := 0, 0
 	str := func() string { s := all[from:ends[next]]; from = ends[next]; next++; return s }
 	for i, c := range p.Checks {
 		st := &sts[i].st
+		out.Statuses[i] = st
 		st.Code = rlsv3.RateLimitResponse_OK
+		if c.Err != nil {
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			continue
+		}
 		if !c.Allowed {
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -320,9 +384,8 @@ func answer(p checks.Paths, mode checks.HeaderMode) *rlsv3.RateLimitResponse {
 			d.Seconds, d.Nanos = int64(dd/time.Second), int32(dd%time.Second)
 			st.DurationUntilReset = d
 		}
-		out.Statuses[i] = st
 	}
-	if !p.Allowed {
+	if !p.Allowed || p.Refused > 0 {
 		out.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
 	if nh == 0 {
@@ -353,7 +416,38 @@ func answer(p checks.Paths, mode checks.HeaderMode) *rlsv3.RateLimitResponse {
 	if p.Degraded {
 		add("Quotaplane-Degraded", "true")
 	}
+	if p.Refused > 0 {
+		add("Quotaplane-Refused", refusedField(p, ds))
+	}
 	return out
+}
+
+// maxRefusedField is the most bytes Quotaplane-Refused carries.
+const maxRefusedField = 512
+
+// refusedField is Quotaplane-Refused's value: the first descriptor that was not
+// decided, named as in an error (descriptorName: its index and clipped entries),
+// why, in the words an error would use, and how many more were refused; at most
+// maxRefusedField bytes, cut at a character with "…".
+func refusedField(p checks.Paths, ds []*ratelimitv3.RateLimitDescriptor) string {
+	var v string
+	for i, c := range p.Checks {
+		if c.Err != nil {
+			v = descriptorName(i, ds[i]) + ": " + clipValues(wordsOf(c.Err), ds[i])
+			break
+		}
+	}
+	if p.Refused > 1 {
+		v += fmt.Sprintf("; %d more descriptors refused", p.Refused-1)
+	}
+	if len(v) > maxRefusedField {
+		cut := maxRefusedField - len("…")
+		for cut > 0 && !utf8.RuneStart(v[cut]) {
+			cut--
+		}
+		v = v[:cut] + "…"
+	}
+	return v
 }
 
 func clampU32(v int64) uint32 {
@@ -377,10 +471,35 @@ func unitOf(w vocab.Window) rlsv3.RateLimitResponse_RateLimit_Unit {
 	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
 }
 
+// clipValues is msg with every key and value of d's entries longer than
+// vocab.MaxEcho characters cut as vocab.Clip cuts it: whatever a message of the
+// check service quotes of a descriptor, no more than MaxEcho characters of a value
+// go back to the caller.
+func clipValues(msg string, d *ratelimitv3.RateLimitDescriptor) string {
+	for _, e := range d.GetEntries() {
+		for _, v := range [2]string{e.GetKey(), e.GetValue()} {
+			if cut := vocab.Clip(v); cut != v {
+				msg = strings.ReplaceAll(msg, v, cut)
+			}
+		}
+	}
+	return msg
+}
+
+// maxEntriesNamed is the most entries of a descriptor its name shows; a descriptor
+// that names a check has at most four.
+const maxEntriesNamed = 4
+
+// entriesString is d's entries as key=value, at most maxEntriesNamed of them, each
+// key and value clipped to vocab.MaxEcho characters.
 func entriesString(d *ratelimitv3.RateLimitDescriptor) string {
-	parts := make([]string, len(d.GetEntries()))
-	for i, e := range d.GetEntries() {
-		parts[i] = e.GetKey() + "=" + e.GetValue()
+	es := d.GetEntries()
+	parts := make([]string, 0, min(len(es), maxEntriesNamed)+1)
+	for _, e := range es[:min(len(es), maxEntriesNamed)] {
+		parts = append(parts, vocab.Clip(e.GetKey())+"="+vocab.Clip(e.GetValue()))
+	}
+	if n := len(es) - maxEntriesNamed; n > 0 {
+		parts = append(parts, fmt.Sprintf("%d more", n))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -383,18 +383,16 @@ func TestHitsAddendIsTheCost(t *testing.T) {
 	}
 }
 
-// Every error class, with a message that says what to fix; a call with one bad
-// descriptor counts nothing for the good ones.
+// The errors a call may meet: the key's (no key, a bad one, one without the check
+// scope) and a call without descriptors, each with a message that says what to fix.
+// A descriptor that names no check is no error (TestUndecidableDescriptorsAreRefusedAlone);
+// nor are more descriptors than a call may carry: every one is OVER_LIMIT, and
+// nothing is counted.
 func TestErrors(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
 	key := r.setup("acme", 50)
 	admin := r.key("acme", `"admin"`)
-	r.setup("other", 50)
 	eng := desc(entry{"team", "eng"})
-	override := desc(entry{"team", "eng"})
-	override.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 5}
-	negative := desc(entry{"team", "eng"})
-	negative.IsNegativeHits = true
 	cases := []struct {
 		name string
 		key  string
@@ -406,18 +404,6 @@ func TestErrors(t *testing.T) {
 		{"unknown key", "qp_nope", []*ratelimitv3.RateLimitDescriptor{eng}, codes.Unauthenticated, "invalid, unknown or revoked"},
 		{"key without check", admin, []*ratelimitv3.RateLimitDescriptor{eng}, codes.PermissionDenied, "check"},
 		{"no descriptors", key, nil, codes.InvalidArgument, "1 to 100 descriptors"},
-		{"empty descriptor", key, []*ratelimitv3.RateLimitDescriptor{desc()}, codes.InvalidArgument, "at least one entry"},
-		{"unknown entry key", key, []*ratelimitv3.RateLimitDescriptor{eng, desc(entry{"path", "/x"})}, codes.InvalidArgument, `descriptor 1 (path=/x): unknown entry key "path"`},
-		{"another org", key, []*ratelimitv3.RateLimitDescriptor{desc(entry{"org", "other"}, entry{"team", "eng"})}, codes.InvalidArgument, `belongs to org "acme"`},
-		{"bad id", key, []*ratelimitv3.RateLimitDescriptor{desc(entry{"team", "e ng"})}, codes.InvalidArgument, "team: must match"},
-		{"empty value", key, []*ratelimitv3.RateLimitDescriptor{desc(entry{"user", ""}, entry{"team", "eng"})}, codes.InvalidArgument, "user: must match"},
-		{"unknown team", key, []*ratelimitv3.RateLimitDescriptor{eng, desc(entry{"team", "sales"})}, codes.InvalidArgument, `team "sales" of org "acme" not found`},
-		{"unknown metric", key, []*ratelimitv3.RateLimitDescriptor{desc(entry{"metric", "tokens"})}, codes.InvalidArgument, "tokens"},
-		{"user without a team", key, []*ratelimitv3.RateLimitDescriptor{desc(entry{"user", "zed"})}, codes.InvalidArgument, "name its team"},
-		{"entry twice", key, []*ratelimitv3.RateLimitDescriptor{desc(entry{"team", "eng"}, entry{"team", "ops"})}, codes.InvalidArgument, "given twice"},
-		{"limit override", key, []*ratelimitv3.RateLimitDescriptor{override}, codes.InvalidArgument, "limit overrides are not supported"},
-		{"negative hits", key, []*ratelimitv3.RateLimitDescriptor{negative}, codes.InvalidArgument, "is_negative_hits"},
-		{"cost over the maximum", key, []*ratelimitv3.RateLimitDescriptor{withCost(desc(entry{"team", "eng"}), 1<<60)}, codes.InvalidArgument, "hits_addend: must be 0 to 1125899906842624"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -427,6 +413,19 @@ func TestErrors(t *testing.T) {
 				t.Errorf("= %v %q, want %v containing %q", st.Code(), st.Message(), tc.code, tc.msg)
 			}
 		})
+	}
+	many := make([]*ratelimitv3.RateLimitDescriptor, rls.MaxDescriptors+1)
+	for i := range many {
+		many[i] = desc(entry{"team", "eng"})
+	}
+	res := r.mustShould(key, 0, many...)
+	if res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || !strings.Contains(headerOf(res, "Quotaplane-Refused"), "at most 100 descriptors") {
+		t.Errorf("101 descriptors: %v, want OVER_LIMIT saying at most 100", res.GetOverallCode())
+	}
+	for i, st := range res.GetStatuses() {
+		if st.GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("descriptor %d of 101 = %v, want OVER_LIMIT", i, st)
+		}
 	}
 	if got := r.used(key, "acme", "eng", ""); got != 0 {
 		t.Errorf("team used %d after refused calls, want 0", got)
@@ -496,11 +495,12 @@ func TestRedisDownUnderEachFailMode(t *testing.T) {
 	}
 }
 
-// Hostile hits_addend values (issue 22): 2^53 and just past vocab.MaxUnits (2^50) are
-// refused with INVALID_ARGUMENT naming hits_addend and the bound, in the words of the
-// HTTP API, whatever the mode, counting nothing for any descriptor of the call; the
-// bound itself is decided (over the limit). Afterwards the org's calls answer OK. On
-// the old code 2^53 was taken as a cost (and in shadow mode counted).
+// Hostile hits_addend values (issue 22): 2^53 and just past vocab.MaxUnits (2^50)
+// are refused, whatever the mode: the descriptor is OVER_LIMIT for itself, counting
+// nothing, and Quotaplane-Refused names hits_addend and the bound in the words of the
+// HTTP API; the call's other path ([team=ops]) is decided and counted. The bound
+// itself is decided (over the limit). Afterwards the org's calls answer OK. On the
+// old code 2^53 was taken as a cost (and in shadow mode counted).
 func TestHostileHitsAddendIsRefused(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
 	key := r.setup("acme", 50)
@@ -509,10 +509,11 @@ func TestHostileHitsAddendIsRefused(t *testing.T) {
 	alice := func() *ratelimitv3.RateLimitDescriptor { return desc(entry{"team", "eng"}, entry{"user", "alice"}) }
 	for _, k := range []string{key, shadowKey} {
 		for _, n := range []uint64{1 << 53, uint64(vocab.MaxUnits) + 1, 1<<64 - 1} {
-			_, err := r.should(k, 0, desc(entry{"team", "ops"}), withCost(alice(), n))
-			st, _ := status.FromError(err)
-			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "hits_addend: must be 0 to 1125899906842624") {
-				t.Errorf("hits_addend %d = %v %q, want INVALID_ARGUMENT naming hits_addend and the bound", n, st.Code(), st.Message())
+			res := r.mustShould(k, 0, desc(entry{"team", "ops"}), withCost(alice(), n))
+			if res.GetOverallCode() != rlsv3.RateLimitResponse_OVER_LIMIT || res.GetStatuses()[0].GetCode() != rlsv3.RateLimitResponse_OK ||
+				res.GetStatuses()[1].GetCode() != rlsv3.RateLimitResponse_OVER_LIMIT ||
+				!strings.Contains(headerOf(res, "Quotaplane-Refused"), "descriptor 1 (team=eng, user=alice): hits_addend: must be 0 to 1125899906842624") {
+				t.Errorf("hits_addend %d = %v, want OVER_LIMIT for it alone, naming hits_addend and the bound", n, res)
 			}
 		}
 	}
@@ -520,8 +521,11 @@ func TestHostileHitsAddendIsRefused(t *testing.T) {
 		t.Errorf("hits_addend at the bound: %v, want OVER_LIMIT", res)
 	}
 	for org, k := range map[string]string{"acme": key, "shade": shadowKey} {
-		if got := r.used(k, org, "eng", "alice") + r.used(k, org, "ops", ""); got != 0 {
-			t.Errorf("%s: %d used after refused calls, want 0", org, got)
+		if got := r.used(k, org, "eng", "alice"); got != 0 {
+			t.Errorf("%s: alice used %d after refused descriptors, want 0", org, got)
+		}
+		if got := r.used(k, org, "ops", ""); got != 3 {
+			t.Errorf("%s: ops used %d, want 3 (decided beside each refused descriptor)", org, got)
 		}
 		if res := r.mustShould(k, 0, alice()); res.GetOverallCode() != rlsv3.RateLimitResponse_OK {
 			t.Errorf("%s: a call after the hostile ones: %v", org, res)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"log/slog"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -25,9 +26,11 @@ type row struct {
 }
 
 // table maps every error kind to its code. Unavailable (a store down, no engine)
-// answers UNAVAILABLE, which Envoy's failure_mode_deny decides on; a descriptor that
-// names no check of the key's org (invalid, not found, unprocessable) is
-// INVALID_ARGUMENT. TestEveryKindHasACode checks every kind has a row.
+// answers UNAVAILABLE, which Envoy's failure_mode_deny decides on. A descriptor that
+// names no check of the key's org (invalid, not found, unprocessable: a fault of its
+// own, checks.InputFault) is no error: it is answered OVER_LIMIT for itself (rls.go);
+// only a call without descriptors is INVALID_ARGUMENT. TestEveryKindHasACode checks
+// every kind has a row.
 var table = [...]row{
 	derrors.Internal:             {codes.Internal, "internal error", true},
 	derrors.Invalid:              {codes.InvalidArgument, "", false},
@@ -47,6 +50,20 @@ var table = [...]row{
 	derrors.Conflict:             {codes.FailedPrecondition, "", false},
 }
 
+// wordsOf is what a caller is told of err: the detail of a *derrors.Error in err's
+// tree, else its row's words, else the error's text.
+func wordsOf(err error) string {
+	r := rowOf(derrors.KindOf(err))
+	var de *derrors.Error
+	switch {
+	case errors.As(err, &de) && de.Detail != "" && r.code != codes.Canceled:
+		return de.Detail
+	case r.words != "":
+		return r.words
+	}
+	return err.Error()
+}
+
 // rowOf is the row of kind k; Internal's for a kind without one.
 func rowOf(k derrors.Kind) row {
 	if int(k) >= len(table) || (table[k] == row{}) {
@@ -62,14 +79,21 @@ func CodeOf(err error) codes.Code { return rowOf(derrors.KindOf(err)).code }
 // the detail of a *derrors.Error in err's tree, else the row's words, else the
 // error's text. Errors of a logged kind are logged; their causes are never sent.
 func statusOf(log *slog.Logger, what string, err error) error {
+	return statusWith(log, what, err, nil)
+}
+
+// statusOfDescriptor is statusOf for an error met deciding descriptor i, d: named by
+// descriptorName, its message with d's long values clipped (clipValues).
+func statusOfDescriptor(log *slog.Logger, i int, d *ratelimitv3.RateLimitDescriptor, err error) error {
+	return statusWith(log, descriptorName(i, d), err, d)
+}
+
+// statusWith is statusOf, its message's values of d (when not nil) clipped.
+func statusWith(log *slog.Logger, what string, err error, d *ratelimitv3.RateLimitDescriptor) error {
 	r := rowOf(derrors.KindOf(err))
-	msg := err.Error()
-	var de *derrors.Error
-	switch {
-	case errors.As(err, &de) && de.Detail != "" && r.code != codes.Canceled:
-		msg = de.Detail
-	case r.words != "":
-		msg = r.words
+	msg := wordsOf(err)
+	if d != nil {
+		msg = clipValues(msg, d)
 	}
 	if r.log && log != nil {
 		log.Warn("rate limit check not decided", "what", what, "code", r.code.String(), "err", err.Error())

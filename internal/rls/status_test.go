@@ -12,12 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Every error kind has a row of the table.
@@ -105,5 +107,40 @@ func TestNoCodeOutsideTheMap(t *testing.T) {
 	}
 	if checked < 50 {
 		t.Fatalf("checked %d files; is the walk rooted right?", checked)
+	}
+}
+
+// A descriptor is named in an error and in Quotaplane-Refused by its index and at
+// most four entries, each key and value clipped to vocab.MaxEcho characters: a 1 MB
+// value, or a thousand entries, are not echoed.
+func TestDescriptorNameIsBounded(t *testing.T) {
+	mb := strings.Repeat("v", 1<<20)
+	d := &ratelimitv3.RateLimitDescriptor{}
+	for range 1000 {
+		d.Entries = append(d.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: mb, Value: mb})
+	}
+	st, _ := status.FromError(statusOf(nil, descriptorName(7, d), derrors.E(derrors.Unavailable, "", errors.New("down"))))
+	msg := st.Message()
+	if st.Code() != codes.Unavailable || !strings.HasPrefix(msg, "descriptor 7 (") || !strings.Contains(msg, "996 more") ||
+		strings.Contains(msg, strings.Repeat("v", vocab.MaxEcho+1)) || len(msg) > 1024 {
+		t.Errorf("= %v, %d bytes: %.300q", st.Code(), len(msg), msg)
+	}
+}
+
+// Whatever a message of the check service quotes of a descriptor, its errors and
+// Quotaplane-Refused carry at most vocab.MaxEcho characters of each value.
+func TestMessagesClipTheDescriptorsValues(t *testing.T) {
+	user := strings.Repeat("u", 128) // a valid id
+	d := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "team", Value: "eng"}, {Key: "user", Value: user}}}
+	err := derrors.E(derrors.Unprocessable, fmt.Sprintf("user %q is not registered in team %q", user, "eng"), nil)
+	st, _ := status.FromError(statusOfDescriptor(nil, 2, d, err))
+	words := clipValues(wordsOf(err), d)
+	for _, msg := range []string{st.Message(), words} {
+		if strings.Contains(msg, strings.Repeat("u", vocab.MaxEcho+1)) || !strings.Contains(msg, `"`+strings.Repeat("u", vocab.MaxEcho)+`…" is not registered in team "eng"`) {
+			t.Errorf("%q", msg)
+		}
+	}
+	if !strings.HasPrefix(st.Message(), "descriptor 2 (team=eng, user=") {
+		t.Errorf("%q", st.Message())
 	}
 }

@@ -29,9 +29,9 @@ type UnknownMetricError struct {
 
 func (e *UnknownMetricError) Error() string {
 	if len(e.Known) == 0 {
-		return fmt.Sprintf("unknown metric %q: the org's plan names no metric in its limits, pricing or metered", e.Metric)
+		return fmt.Sprintf("unknown metric %s: the org's plan names no metric in its limits, pricing or metered", vocab.Quote(e.Metric))
 	}
-	return fmt.Sprintf("unknown metric %q: the org's metrics are %s", e.Metric, strings.Join(e.Known, ", "))
+	return fmt.Sprintf("unknown metric %s: the org's metrics are %s", vocab.Quote(e.Metric), strings.Join(e.Known, ", "))
 }
 
 // Is makes errors.Is(err, ErrUnknownMetric) true.
@@ -42,9 +42,9 @@ func (e *UnknownMetricError) Kind() derrors.Kind { return derrors.Unprocessable 
 
 // FieldErrors names the metric and lists the org's metrics, for the problem's errors[].
 func (e *UnknownMetricError) FieldErrors() []derrors.FieldError {
-	msg := fmt.Sprintf("%q is not one of the org's metrics: %s", e.Metric, strings.Join(e.Known, ", "))
+	msg := fmt.Sprintf("%s is not one of the org's metrics: %s", vocab.Quote(e.Metric), strings.Join(e.Known, ", "))
 	if len(e.Known) == 0 {
-		msg = fmt.Sprintf("%q is not known: the org's plan names no metric in its limits, pricing or metered", e.Metric)
+		msg = fmt.Sprintf("%s is not known: the org's plan names no metric in its limits, pricing or metered", vocab.Quote(e.Metric))
 	}
 	return []derrors.FieldError{{Field: "metric", Message: msg}}
 }
