@@ -279,7 +279,7 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 // Unprocessable, which every transport answers as a check it cannot decide (HTTP 422,
 // gRPC a descriptor that names no check of the org).
 func unknownUserRefused(user, team string) error {
-	msg := fmt.Sprintf("user %q is not registered in team %q, which refuses unknown users; nothing was counted. Register the user, or name a registered one", user, team)
+	msg := fmt.Sprintf("user %s is not registered in team %s, which refuses unknown users; nothing was counted. Register the user, or name a registered one", vocab.Quote(user), vocab.Quote(team))
 	return derrors.E(derrors.Unprocessable, "user: "+msg, nil, derrors.FieldError{Field: "user", Message: msg})
 }
 
