@@ -126,6 +126,9 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 			}
 			return bodyError(body, json.Unmarshal(body, new(any)))
 		}
+		if err := duplicateName(body); err != nil {
+			return err
+		}
 	}
 
 	err := openapi3filter.ValidateRequest(r.Context(), &openapi3filter.RequestValidationInput{
