@@ -388,8 +388,9 @@ func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = problem.Encoder(w).Encode(v) // <, > and & as they are, as every answer
 }
 
 // methodNotAllowed answers 405 with the Allow header of the route.

@@ -7,6 +7,7 @@ package problem
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -136,11 +137,21 @@ func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 	WriteDocument(w, d)
 }
 
-// WriteDocument writes d as application/problem+json with d.Status.
+// WriteDocument writes d as application/problem+json with d.Status. The text is
+// written as it reads ("Bearer <token>", not "Bearer \u003ctoken\u003e"): the
+// document is JSON, never HTML, and nosniff keeps a browser from taking it for HTML.
 func WriteDocument(w http.ResponseWriter, d Document) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(d.Status)
-	_ = json.NewEncoder(w).Encode(d)
+	_ = Encoder(w).Encode(d)
+}
+
+// Encoder is a JSON encoder to w that leaves <, > and & as they are (encoding/json
+// escapes them for HTML by default): how every JSON answer is written.
+func Encoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
 }
