@@ -81,7 +81,8 @@ type Document struct {
 // From returns the problem document of err. Its detail is, in order: the Detail of a
 // *derrors.Error in err's tree (derrors.Wrap builds one for a not-found error:
 // "team \"x\" of org \"y\" not found"); for a 5xx, the kind's own words (never the
-// error's text); the text of the error that names fields; else the error's text.
+// error's text); the text of the error that names fields; else the error's text. Every
+// value the detail and the field errors quote is bounded (derrors.Bounded).
 func From(err error) Document {
 	k := derrors.KindOf(err)
 	r := row(k)
@@ -101,9 +102,12 @@ func From(err error) Document {
 	}
 	if r.status < 500 {
 		for _, f := range derrors.FieldsOf(err) {
-			d.Errors = append(d.Errors, FieldError{Field: f.Field, Message: f.Message})
+			d.Errors = append(d.Errors, FieldError{Field: derrors.Bounded(f.Field), Message: derrors.Bounded(f.Message)})
 		}
 	}
+	// Whatever a message quotes of the request (an id, a metric, a key, a path), the
+	// answer repeats at most derrors.MaxEcho characters of each value.
+	d.Detail = derrors.Bounded(d.Detail)
 	return d
 }
 
