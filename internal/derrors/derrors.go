@@ -13,7 +13,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unicode/utf8"
 )
 
 // Kind is what kind of failure an error is, which is all a caller needs to decide
@@ -203,78 +202,3 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Is matches the error's kind.
 func (e *Error) Is(target error) bool { return target == e.K }
-
-// MaxEcho is the most characters of one value a caller sent that an error's text
-// repeats: an id, a metric, a key, a field's name, a path.
-const MaxEcho = 64
-
-// Bounded returns text with every value in it cut to MaxEcho characters and marked
-// with "...": a quoted value ("..." as %q writes it) longer than that, and any run of
-// more than MaxEcho characters without a space (a value written unquoted: a path, a
-// field's name). Words of the service are never that long, so what an error says of
-// its own is kept; a 1 MB id sent is answered with 64 characters of it, not 1 MB.
-// Every HTTP error's text goes through it (internal/platform/problem).
-func Bounded(text string) string {
-	if len(text) <= MaxEcho {
-		return text // fewer bytes than characters allowed: nothing to cut
-	}
-	var b []byte // allocated at the first cut
-	cut := func(i int, keep, end string) {
-		if b == nil {
-			b = append(make([]byte, 0, min(len(text), 4096)), text[:i]...)
-		}
-		b = append(append(b, keep...), end...)
-	}
-	for i := 0; i < len(text); {
-		if text[i] == '"' { // a quoted value: to its closing quote, escapes skipped
-			j, n, at := i+1, 0, -1
-			for j < len(text) && text[j] != '"' {
-				if n == MaxEcho {
-					at = j
-				}
-				if text[j] == '\\' && j+1 < len(text) {
-					j++
-				}
-				_, size := utf8.DecodeRuneInString(text[j:])
-				j += size
-				n++
-			}
-			if j < len(text) {
-				j++ // the closing quote
-			}
-			if at >= 0 {
-				cut(i, text[i:at], `..."`)
-			} else if b != nil {
-				b = append(b, text[i:j]...)
-			}
-			i = j
-			continue
-		}
-		j, n, at := i, 0, -1 // a run of characters without a space or a quote
-		for j < len(text) && text[j] != ' ' && text[j] != '"' {
-			if n == MaxEcho {
-				at = j
-			}
-			_, size := utf8.DecodeRuneInString(text[j:])
-			j += size
-			n++
-		}
-		if j == i { // a space
-			j++
-		}
-		if at >= 0 {
-			end := "..."
-			if c := text[j-1]; c == ':' || c == ',' || c == ';' { // the sentence's, not the value's
-				end += string(c)
-			}
-			cut(i, text[i:at], end)
-		} else if b != nil {
-			b = append(b, text[i:j]...)
-		}
-		i = j
-	}
-	if b == nil {
-		return text
-	}
-	return string(b)
-}

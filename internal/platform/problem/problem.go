@@ -15,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // TypeBase prefixes the type URI of every problem document; the suffix is the status
@@ -82,7 +83,7 @@ type Document struct {
 // *derrors.Error in err's tree (derrors.Wrap builds one for a not-found error:
 // "team \"x\" of org \"y\" not found"); for a 5xx, the kind's own words (never the
 // error's text); the text of the error that names fields; else the error's text. Every
-// value the detail and the field errors quote is bounded (derrors.Bounded).
+// value the detail and the field errors quote is clipped (vocab.ClipText).
 func From(err error) Document {
 	k := derrors.KindOf(err)
 	r := row(k)
@@ -102,12 +103,12 @@ func From(err error) Document {
 	}
 	if r.status < 500 {
 		for _, f := range derrors.FieldsOf(err) {
-			d.Errors = append(d.Errors, FieldError{Field: derrors.Bounded(f.Field), Message: derrors.Bounded(f.Message)})
+			d.Errors = append(d.Errors, FieldError{Field: vocab.ClipText(f.Field), Message: vocab.ClipText(f.Message)})
 		}
 	}
 	// Whatever a message quotes of the request (an id, a metric, a key, a path), the
-	// answer repeats at most derrors.MaxEcho characters of each value.
-	d.Detail = derrors.Bounded(d.Detail)
+	// answer repeats at most vocab.MaxEcho characters of each value.
+	d.Detail = vocab.ClipText(d.Detail)
 	return d
 }
 
