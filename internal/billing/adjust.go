@@ -47,7 +47,7 @@ type adjuster interface {
 func (in AdjustInput) validate() error {
 	var fe []derrors.FieldError
 	add := func(field, msg string) { fe = append(fe, derrors.FieldError{Field: field, Message: msg}) }
-	const idMsg = "must match ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
+	const idMsg = vocab.IDRule
 	if !vocab.ValidID(in.Metric) {
 		add("metric", idMsg)
 	}

@@ -66,7 +66,7 @@ var errNoCheckScope = derrors.E(derrors.Forbidden, "this key lacks the scope thi
 // IdempotencyPattern is what an idempotency key must match.
 var IdempotencyPattern = regexp.MustCompile(`^[A-Za-z0-9._:@-]{8,128}$`)
 
-const idMsg = "must match ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
+const idMsg = vocab.IDRule
 
 // msgRequired is what a required field that was not given says (the admin API's
 // request validator says the same).

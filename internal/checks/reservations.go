@@ -172,8 +172,9 @@ func (s *Service) Commit(ctx context.Context, c Caller, id string, used int64) (
 
 // CommitUsed is Commit with used units per metric (a metric left out used 0), the
 // only form a multi-metric reservation takes; a priced one's spend is settled to the
-// price of used, as Commit's. Errors: Commit's, Invalid naming used for a metric the
-// reservation does not hold, or for spend (it is priced, not given).
+// price of used, as Commit's, and one that holds spend itself commits used's spend
+// as given. Errors: Commit's, Invalid naming used for a metric the reservation does
+// not hold, or for spend of a priced reservation (it is priced, not given).
 func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[string]int64) (quota.Reservation, error) {
 	if err := validCosts("used", used, false, false, "", ""); err != nil {
 		return quota.Reservation{}, err
@@ -194,33 +195,43 @@ func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[
 	return r, err
 }
 
-// pricedUsed is the used units of a priced reservation (one holding spend) with its
-// spend priced at the org's rates: used (several metrics), or one (its one other
-// metric). ok is false when the org has no rates or the reservation holds no spend:
-// the commit goes on as given. Only an org with rates pays the read of the reservation.
+// pricedUsed is the used units of a priced reservation with its spend priced at the
+// org's rates: used (several metrics), or one (its one other metric). A reservation
+// is priced when it holds spend beside a metric the org's rates price: its spend was
+// derived from them, and so is the spend it used (naming spend in used is refused).
+// One that holds spend and no priced metric was given its spend (a reservation may
+// not name spend beside a priced metric, price refuses it), and spend is then a
+// metric like any: ok is false and the commit goes on as given, counting the spend
+// used exactly. ok is false too when the org has no rates or the reservation holds no
+// spend. Only an org with rates pays the read of the reservation.
 func (s *Service) pricedUsed(ctx context.Context, route vocab.Route, orgID string, anchor int, id string,
 	used map[string]int64, one int64) (map[string]int64, bool, error) {
 	org, err := s.org(ctx, orgID)
 	if err != nil || len(org.Rates) == 0 {
 		return nil, false, err
 	}
-	if _, named := used[tenants.SpendMetric]; named {
-		return nil, false, derrors.Field("used", "spend is priced from the org's rates: give the used units of the metrics it prices")
-	}
 	res, err := s.engine.Reservation(ctx, route, orgID, anchor, id)
 	if err != nil {
 		return nil, false, err
 	}
 	var metrics []string
-	held := false
+	held, priced := false, false
 	for _, m := range res.Metrics {
 		if m.Metric == tenants.SpendMetric {
 			held = true
 		} else {
 			metrics = append(metrics, m.Metric)
+			_, p := org.Rates[m.Metric]
+			priced = priced || p
 		}
 	}
-	if !held || (used == nil && len(metrics) != 1) {
+	if !held || !priced {
+		return nil, false, nil
+	}
+	if _, named := used[tenants.SpendMetric]; named {
+		return nil, false, derrors.Field("used", "spend is priced from the org's rates: give the used units of the metrics it prices")
+	}
+	if used == nil && len(metrics) != 1 {
 		return nil, false, nil
 	}
 	out := make(map[string]int64, len(metrics)+1)

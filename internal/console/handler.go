@@ -1,9 +1,11 @@
 package console
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"mime"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/platform/forwarded"
+	"github.com/quotaplane/quotaplane/internal/platform/jsonnames"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
@@ -230,12 +233,22 @@ const maxFormBody = 64 << 10
 // named by fields, and answers why it cannot: 413 past maxFormBody (a 900 KB body was
 // cut and then called "not a JSON object"), else 400.
 func (h *Handler) decodeSmall(w http.ResponseWriter, r *http.Request, v any, fields string) bool {
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxFormBody))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFormBody))
 	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
 		problem.Write(w, r, h.log, derrors.E(derrors.TooLarge, fmt.Sprintf("request body is larger than %d bytes", maxFormBody), nil))
 		return false
+	}
+	if err == nil && json.Valid(b) {
+		// A name given twice is refused, as on every route (encoding/json keeps the last).
+		if name, twice := jsonnames.Duplicate(b); twice {
+			problem.Write(w, r, h.log, derrors.Field(name, "field named twice (send each field once)"))
+			return false
+		}
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
 	}
 	if err != nil {
 		problem.Write(w, r, h.log, derrors.E(derrors.Invalid, "request body must be a JSON object of "+fields, err,
@@ -375,8 +388,9 @@ func (h *Handler) static(w http.ResponseWriter, r *http.Request) {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = problem.Encoder(w).Encode(v) // <, > and & as they are, as every answer
 }
 
 // methodNotAllowed answers 405 with the Allow header of the route.

@@ -34,7 +34,10 @@ func adminRateLimit(n int, window time.Duration, mode checks.HeaderMode) func(ht
 		window = time.Second
 	}
 	policy := []string{`"admin";q=` + strconv.Itoa(n) + `;w=` + strconv.FormatInt(max(int64(window/time.Second), 1), 10)}
-	// fields turns httprate's legacy headers into what mode asks for.
+	// fields turns httprate's legacy headers into what mode asks for. httprate and
+	// Header.Set write them under Go's canonical key ("Ratelimit-Limit"); they are
+	// moved to the map key spelled as the contract and the check routes spell it
+	// (RateLimit-Limit), which net/http writes as it is.
 	fields := func(h http.Header) {
 		rem, err1 := strconv.Atoi(h.Get("RateLimit-Remaining"))
 		reset, err2 := strconv.Atoi(h.Get("RateLimit-Reset"))
@@ -42,10 +45,14 @@ func adminRateLimit(n int, window time.Duration, mode checks.HeaderMode) func(ht
 			h["RateLimit-Policy"] = policy
 			h["RateLimit"] = []string{`"admin";r=` + strconv.Itoa(max(rem, 0)) + `;t=` + strconv.Itoa(max(reset, 0))}
 		}
-		if !mode.Legacy() {
-			h.Del("RateLimit-Limit")
-			h.Del("RateLimit-Remaining")
-			h.Del("RateLimit-Reset")
+		for _, name := range [...]string{"RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+			canonical := http.CanonicalHeaderKey(name)
+			if v, ok := h[canonical]; ok {
+				delete(h, canonical)
+				if mode.Legacy() {
+					h[name] = v
+				}
+			}
 		}
 	}
 	limiter := httprate.NewRateLimiter(n, window,

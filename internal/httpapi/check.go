@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -246,7 +247,9 @@ func (s *Server) CheckBatch(w http.ResponseWriter, r *http.Request) {
 	items := make([]api.BatchCheckItem, len(decided))
 	for i := range decided {
 		if decided[i].Err != nil {
-			_ = items[i].FromProblem(itemProblem(decided[i].Err))
+			var q bytes.Buffer // as writeJSON would write it, <, > and & as they are
+			_ = problem.Encoder(&q).Encode(itemProblem(decided[i].Err))
+			_ = items[i].UnmarshalJSON(bytes.TrimSuffix(q.Bytes(), []byte("\n")))
 			continue
 		}
 		out := fromDecision(&decided[i].Decision)

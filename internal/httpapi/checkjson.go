@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
 // The check route's JSON by hand. encoding/json's reflection (decoding the request,
@@ -312,7 +312,7 @@ func writeBatchResult(w http.ResponseWriter, items []api.BatchCheckItem) {
 }
 
 // appendCheckResult appends out as encoding/json would encode it (fields in struct
-// order, omitempty, RFC 3339 times, HTML-safe escaping), then a newline like Encoder.
+// order, omitempty, RFC 3339 times, <, > and & unescaped), then a newline like Encoder.
 func appendCheckResult(b []byte, out *api.CheckResult) []byte {
 	b = append(b, `{"allowed":`...)
 	b = strconv.AppendBool(b, out.Allowed)
@@ -414,12 +414,13 @@ func appendLevelRef(b []byte, r *api.LevelRef) []byte {
 }
 
 // appendString quotes s directly when no character needs escaping (ids never do), and
-// through encoding/json otherwise.
+// through encoding/json otherwise, <, > and & left as they are as writeJSON leaves them.
 func appendString(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			var q bytes.Buffer
+			_ = problem.Encoder(&q).Encode(s)
+			return append(b, bytes.TrimSuffix(q.Bytes(), []byte("\n"))...)
 		}
 	}
 	b = append(b, '"')

@@ -44,7 +44,9 @@ func TestCheckJSONEncode(t *testing.T) {
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			var want bytes.Buffer
-			if err := json.NewEncoder(&want).Encode(c); err != nil {
+			enc := json.NewEncoder(&want)
+			enc.SetEscapeHTML(false) // as writeJSON writes
+			if err := enc.Encode(c); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(want.String(), string(appendCheckResult(nil, &c))); diff != "" {

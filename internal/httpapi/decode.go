@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/platform/jsonnames"
 )
 
 // errTooLarge answers a body over MaxBodyBytes.
@@ -129,6 +130,19 @@ func nulError(b []byte) error {
 		names[i] = f.Field + ": " + f.Message
 	}
 	return derrors.E(derrors.Invalid, strings.Join(names, "; "), nil, fields...)
+}
+
+// duplicateName refuses the valid JSON b when an object of it names a member twice,
+// naming the member by its path: encoding/json would keep the last without a word.
+// Each route family asks once, where it first holds the body: the validator (admin
+// routes) and decodeStrict (checks and reservations, whose hand-written fast path
+// declines a repeated field and so ends there).
+func duplicateName(b []byte) error {
+	path, found := jsonnames.Duplicate(b)
+	if !found {
+		return nil
+	}
+	return derrors.Field(path, "field named twice (send each field once)")
 }
 
 // bodyProblem is a 400 about the body as a whole.

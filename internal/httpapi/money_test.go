@@ -314,6 +314,63 @@ func TestReservationSpendHeldAndSettled(t *testing.T) {
 	}
 }
 
+// A reservation that holds spend itself (no metric it names is priced) commits the
+// spend it used in micro-units like any metric, counted exactly: with other metrics
+// (used {"spend": 200, ...}) and alone (metric spend, used 200). A commit of a priced
+// reservation still prices its spend from its units, and a reservation may not name
+// spend beside a priced metric. Before, a commit naming spend was a 400 in a priced
+// org, and one without it counted spend 0.
+func TestReservationHoldingSpendCommitsItExactly(t *testing.T) {
+	r := newResReplicas(t, 1)[0]
+	key, admin := moneySetup(t, r.replica, 100_000_000, 100_000_000, 50_000_000)
+	spend := func() (used, reserved int64) {
+		for _, m := range r.usage(t, "acme", admin).Metrics {
+			if m.Metric == "spend" {
+				return m.Org.Used, m.Org.Reserved
+			}
+		}
+		return 0, 0
+	}
+	code, res, raw := r.reserve(key, `{"org":"acme","user":"alice","amounts":{"requests":3,"spend":500}}`)
+	if code != 201 {
+		t.Fatalf("reserve requests and spend = %d %s", code, raw)
+	}
+	if used, held := spend(); used != 0 || held != 500 {
+		t.Fatalf("spend after reserving 500: used %d, held %d; want 0 and 500", used, held)
+	}
+	r.mustDo("POST", "/v1/reservations/"+res.Id+"/commit", key, `{"used":{"spend":200,"requests":2}}`, 200)
+	if used, held := spend(); used != 200 || held != 0 {
+		t.Fatalf("spend after committing 200 of 500: used %d, held %d; want 200 and 0", used, held)
+	}
+
+	// One metric, spend alone.
+	code, res, raw = r.reserve(key, `{"org":"acme","user":"alice","metric":"spend","amount":500}`)
+	if code != 201 {
+		t.Fatalf("reserve spend = %d %s", code, raw)
+	}
+	r.mustDo("POST", "/v1/reservations/"+res.Id+"/commit", key, `{"used":200}`, 200)
+	if used, held := spend(); used != 400 || held != 0 {
+		t.Fatalf("spend after committing 200 more: used %d, held %d; want 400 and 0", used, held)
+	}
+
+	// Spend beside a priced metric is refused when reserving: spend is then priced.
+	if code, _, raw := r.reserve(key, `{"org":"acme","user":"alice","amounts":{"tokens.big":7,"spend":500}}`); code != 400 || !strings.Contains(raw, "spend is priced") {
+		t.Fatalf("reserve tokens.big and spend = %d %s, want 400", code, raw)
+	}
+	// A priced reservation's spend is still priced from what it used.
+	code, res, raw = r.reserve(key, `{"org":"acme","user":"alice","amounts":{"requests":1,"tokens.big":7}}`)
+	if code != 201 {
+		t.Fatalf("reserve tokens.big = %d %s", code, raw)
+	}
+	if rec := r.f.do("POST", "/v1/reservations/"+res.Id+"/commit", key, `{"used":{"spend":1,"tokens.big":7}}`); rec.Code != 400 {
+		t.Fatalf("commit of a priced reservation naming spend = %d %s, want 400", rec.Code, rec.Body)
+	}
+	r.mustDo("POST", "/v1/reservations/"+res.Id+"/commit", key, `{"used":{"tokens.big":7}}`, 200)
+	if used, held := spend(); used != 400+3_000_000 || held != 0 {
+		t.Fatalf("spend after committing 7 tokens.big: used %d, held %d; want %d and 0", used, held, 400+3_000_000)
+	}
+}
+
 // Budgets are carved like any metric, and a refusal says the amounts in money.
 func TestSpendAllocationInMoney(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))

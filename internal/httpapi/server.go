@@ -13,7 +13,6 @@ package httpapi
 
 import (
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -29,6 +28,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/console"
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/problem"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
@@ -157,10 +157,13 @@ func limitBody(next http.Handler) http.Handler {
 	})
 }
 
+// writeJSON answers v as JSON, <, > and & as they are (problem.Encoder): names a
+// caller chose read as given, and nosniff keeps a browser from taking them for HTML.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_ = problem.Encoder(w).Encode(v)
 }
 
 func (s *Server) billingReady(w http.ResponseWriter, r *http.Request) bool {

@@ -78,7 +78,8 @@ func decodeShaped(w http.ResponseWriter, r *http.Request, v any, sh *shape) bool
 }
 
 // decodeStrict decodes b into v as decodeBytes does, but field names exactly as sh
-// names them and integers within sh's bounds; every refusal in the API's terms.
+// names them, each once, and integers within sh's bounds; every refusal in the API's
+// terms.
 func decodeStrict(b []byte, v any, sh *shape) error {
 	if !json.Valid(b) {
 		if err := invalidJSON(b); err != nil {
@@ -88,6 +89,9 @@ func decodeStrict(b []byte, v any, sh *shape) error {
 	}
 	if _, werr := sh.walk(b, 0); werr != nil {
 		return werr.err()
+	}
+	if err := duplicateName(b); err != nil {
+		return err
 	}
 	return decodeBytes(b, v)
 }

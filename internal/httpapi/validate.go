@@ -126,6 +126,9 @@ func (v *requestValidator) validate(w http.ResponseWriter, r *http.Request, rout
 			}
 			return bodyError(body, json.Unmarshal(body, new(any)))
 		}
+		if err := duplicateName(body); err != nil {
+			return err
+		}
 	}
 
 	err := openapi3filter.ValidateRequest(r.Context(), &openapi3filter.RequestValidationInput{
@@ -364,7 +367,12 @@ func schemaMessage(se *openapi3.SchemaError) string {
 		}
 		return "must be one of " + strings.Join(vals, ", ")
 	case "pattern":
-		return "must match " + s.Pattern
+		// A regular expression is no answer to a person: every pattern of the spec says
+		// in words what it admits (x-invalid-message; TestNoPatternReachesAnError).
+		if msg, ok := s.Extensions["x-invalid-message"].(string); ok {
+			return msg
+		}
+		return "is not in the form this field takes"
 	case "type":
 		return typeMessage(s)
 	case "nullable":

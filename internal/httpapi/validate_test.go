@@ -12,9 +12,11 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const idPatternMsg = "must match ^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$"
+const idPatternMsg = vocab.IDRule
 
 // validPlan is a PlanCreate body that passes validation.
 const validPlan = `{"id":"pro","name":"Pro","limits":[{"metric":"requests","window":"minute","limit":600}],"fail_mode":"open"}`
@@ -218,8 +220,8 @@ func TestRequestValidator(t *testing.T) {
 			body:       `{"pricing":{"currency":"usd","base_price":"49.00","metrics":[{"metric":"requests","included_units":10,"overage_price":"0,01"}]}}`,
 			wantStatus: 400,
 			wantErrors: []FieldError{
-				{Field: "pricing.currency", Message: "must match ^[A-Z]{3}$"},
-				{Field: "pricing.metrics[0].overage_price", Message: `must match ^\d{1,12}(\.\d{1,6})?$`},
+				{Field: "pricing.currency", Message: "must be a three-letter ISO 4217 currency code in capitals, such as USD"},
+				{Field: "pricing.metrics[0].overage_price", Message: "must be a decimal amount such as 49.00: at most 12 digits before the point and 6 after"},
 			},
 		},
 		{
@@ -272,7 +274,7 @@ func TestRequestValidator(t *testing.T) {
 			wantStatus: 400,
 			wantErrors: []FieldError{
 				{Field: "format", Message: "must be one of csv, json"},
-				{Field: "period", Message: "must match ^[0-9]{4}-(0[1-9]|1[0-2])$"},
+				{Field: "period", Message: "must be a month as YYYY-MM, such as 2026-11"},
 			},
 		},
 		{

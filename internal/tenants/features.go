@@ -133,7 +133,7 @@ func validateFeatures(errs *fieldErrs, field string, fs Features, nilOK bool) {
 	sort.Strings(names)
 	for _, k := range names {
 		if !featureName.MatchString(k) {
-			errs.add(field, "feature name %q must match %s", k, FeatureNamePattern)
+			errs.add(field, "feature name %q must be 1 to 64 characters: letters a-z and A-Z, digits and _ . : -, the first a letter", k)
 			continue
 		}
 		v, msg := featureValue(fs[k], nilOK)

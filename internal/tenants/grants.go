@@ -67,7 +67,7 @@ const maxGrantSpan = 366 * 24 * time.Hour
 func (in GrantInput) validate(now time.Time) error {
 	var errs fieldErrs
 	if !vocab.ValidID(in.Metric) {
-		errs.add("metric", "must match %s", vocab.IDPattern)
+		errs.add("metric", vocab.IDRule)
 	}
 	if in.Units <= 0 || in.Units > maxGrantUnits {
 		errs.add("units", "must be 1 to %d", maxGrantUnits)

@@ -145,7 +145,7 @@ type ConsoleUserInput struct {
 
 func checkID(errs *fieldErrs, field, id string) {
 	if !vocab.ValidID(id) {
-		errs.add(field, "must match %s", vocab.IDPattern)
+		errs.add(field, vocab.IDRule)
 	}
 }
 

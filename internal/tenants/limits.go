@@ -19,7 +19,7 @@ func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 	for i, l := range ls {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		if !vocab.ValidID(l.Metric) {
-			errs.add(f+".metric", "must match %s", vocab.IDPattern)
+			errs.add(f+".metric", vocab.IDRule)
 		}
 		if !l.Window.Valid() {
 			errs.add(f+".window", "must be one of second, minute, hour, day, month, concurrent")
@@ -98,7 +98,7 @@ func validatePricing(errs *fieldErrs, p *Pricing) {
 	for i, m := range p.Metrics {
 		f := fmt.Sprintf("pricing.metrics[%d]", i)
 		if !vocab.ValidID(m.Metric) {
-			errs.add(f+".metric", "must match %s", vocab.IDPattern)
+			errs.add(f+".metric", vocab.IDRule)
 		}
 		if seen[m.Metric] {
 			errs.add(f+".metric", "repeats %q", m.Metric)

@@ -137,7 +137,7 @@ func validateMetered(errs *fieldErrs, ms []string) {
 	for i, m := range ms {
 		f := fmt.Sprintf("metered[%d]", i)
 		if !vocab.ValidID(m) {
-			errs.add(f, "must match %s", vocab.IDPattern)
+			errs.add(f, vocab.IDRule)
 		}
 		if seen[m] {
 			errs.add(f, "repeats %q: each metric may appear once", m)

@@ -139,7 +139,7 @@ func validateRates(errs *fieldErrs, field string, rates []Rate) {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		switch {
 		case !vocab.ValidID(r.Metric):
-			errs.add(f+".metric", "must match %s", vocab.IDPattern)
+			errs.add(f+".metric", vocab.IDRule)
 		case r.Metric == SpendMetric:
 			errs.add(f+".metric", "spend is money itself: price the metrics that cost it")
 		case seen[r.Metric]:

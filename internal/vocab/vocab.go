@@ -129,8 +129,13 @@ type Route struct {
 }
 
 // IDPattern is the shape of every caller-chosen id (plans, orgs, teams, users,
-// metrics), as the API documents it and validation messages quote it.
+// metrics), as the API documents it.
 const IDPattern = `^[a-zA-Z0-9][a-zA-Z0-9._:@-]{0,127}$`
+
+// IDRule is IDPattern in words, what a refusal of an id says it must be (a caller is
+// never shown a regular expression). The spec's Id schema says the same
+// (x-invalid-message; TestNoPatternReachesAnError holds them equal).
+const IDRule = "must be 1 to 128 characters: letters a-z and A-Z, digits and . _ : @ -, the first a letter or digit"
 
 // ValidID reports whether s is a valid caller-chosen id: IDPattern, checked by hand
 // because it runs several times on every check (the regexp was 4 % of a check's CPU).

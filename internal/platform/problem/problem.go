@@ -7,6 +7,7 @@ package problem
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // TypeBase prefixes the type URI of every problem document; the suffix is the status
@@ -80,7 +82,8 @@ type Document struct {
 // From returns the problem document of err. Its detail is, in order: the Detail of a
 // *derrors.Error in err's tree (derrors.Wrap builds one for a not-found error:
 // "team \"x\" of org \"y\" not found"); for a 5xx, the kind's own words (never the
-// error's text); the text of the error that names fields; else the error's text.
+// error's text); the text of the error that names fields; else the error's text. Every
+// value the detail and the field errors quote is clipped (vocab.ClipText).
 func From(err error) Document {
 	k := derrors.KindOf(err)
 	r := row(k)
@@ -100,9 +103,12 @@ func From(err error) Document {
 	}
 	if r.status < 500 {
 		for _, f := range derrors.FieldsOf(err) {
-			d.Errors = append(d.Errors, FieldError{Field: f.Field, Message: f.Message})
+			d.Errors = append(d.Errors, FieldError{Field: vocab.ClipText(f.Field), Message: vocab.ClipText(f.Message)})
 		}
 	}
+	// Whatever a message quotes of the request (an id, a metric, a key, a path), the
+	// answer repeats at most vocab.MaxEcho characters of each value.
+	d.Detail = vocab.ClipText(d.Detail)
 	return d
 }
 
@@ -136,11 +142,21 @@ func Write(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) 
 	WriteDocument(w, d)
 }
 
-// WriteDocument writes d as application/problem+json with d.Status.
+// WriteDocument writes d as application/problem+json with d.Status. The text is
+// written as it reads ("Bearer <token>", not "Bearer \u003ctoken\u003e"): the
+// document is JSON, never HTML, and nosniff keeps a browser from taking it for HTML.
 func WriteDocument(w http.ResponseWriter, d Document) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(d.Status)
-	_ = json.NewEncoder(w).Encode(d)
+	_ = Encoder(w).Encode(d)
+}
+
+// Encoder is a JSON encoder to w that leaves <, > and & as they are (encoding/json
+// escapes them for HTML by default): how every JSON answer is written.
+func Encoder(w io.Writer) *json.Encoder {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc
 }
