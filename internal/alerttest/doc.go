@@ -4,8 +4,8 @@
 // scaled down by ScaleRules), while the test injects faults one at a time (the worker
 // stopped, the Redis stopped and restarted, Postgres refusing connections) and reads
 // which alerts fire and resolve, and when, from Prometheus's HTTP API. The same run
-// evaluates every expression of the Grafana dashboard. docs/ARCHITECTURE.md, "Alert
-// test", says how to read its output.
+// evaluates every expression of the Grafana dashboard. "Alert test" below says how to
+// read its output.
 //
 // # Alert test
 //

@@ -5,7 +5,7 @@
 // drawn from a seed (kill -9 of a replica and of the worker, Redis restarted empty,
 // connections cut or their replies dropped, clock steps); and then compares what the
 // clients were told with the Redis counters, the usage API and the billing export.
-// docs/ARCHITECTURE.md "Fault schedule" says how to read its output.
+// "Fault schedule" below says how to read its output.
 //
 // # Fault schedule
 //
