@@ -1,11 +1,3 @@
-// Package alerttest runs the shipped alerts against a real Prometheus (issue 26): the
-// Debian prometheus binary scrapes a real quotaplane-api and quotaplane-worker, built
-// from the checkout, every second with deploy/prometheus's rules (their durations
-// scaled down by ScaleRules), while the test injects faults one at a time (the worker
-// stopped, the Redis stopped and restarted, Postgres refusing connections) and reads
-// which alerts fire and resolve, and when, from Prometheus's HTTP API. The same run
-// evaluates every expression of the Grafana dashboard. docs/ARCHITECTURE.md, "Alert
-// test", says how to read its output.
 package alerttest
 
 import (

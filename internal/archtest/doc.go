@@ -19,4 +19,19 @@
 // added.
 //
 // It is a plain Go test: `make test` runs it, and `make lint` runs it on its own.
+//
+// # The import rules
+//
+// `internal/archtest` (`TestImportRules`, in `make lint` and `make test`) lists the
+// module's packages with `go list -json ./...` and checks every import of each one's own
+// build (tests may import what they test with) against one table of layers, the "Map"
+// above: cmd, transport, service, domain, base, plus the test-only packages and the ones
+// outside `cmd/` and `internal/`. A package imports its own layer and those below; on top
+// of that, `tenants` does not import `quota`, `quota` and `tenants` import none of
+// `ledger`, `billing` and `webhooks`, `vocab` imports nothing internal but `derrors`, and
+// only the binaries and the test-only packages import a test-only package. A package the
+// table does not place fails the test. Breaks that a planned step removes are
+// listed in its `pending` table, each with the step: its rule's subtest skips while they
+// last, and a pending entry that no longer happens fails the test until it is deleted.
+// `TestRulesRefuse` checks that the rules refuse what they should.
 package archtest

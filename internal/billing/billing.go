@@ -1,8 +1,3 @@
-// Package billing turns durable usage into bills: it closes billing periods into
-// immutable usage and billing rows (Closer, run by the River jobs of
-// internal/worker), streams billing exports in CSV and JSON, and answers the usage,
-// would-block and adjustment API (Service), reading the ledger (internal/ledger) and,
-// for the current period, the live counters in Redis.
 package billing
 
 import (

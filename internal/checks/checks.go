@@ -1,12 +1,3 @@
-// Package checks is the check service (Service): the one way of a check, whichever
-// transport carries it (POST /v1/check, its batch and /v1/reservations in
-// internal/httpapi; Envoy's ShouldRateLimit in internal/rls). It authorizes the caller
-// for the org (the check scope's one test, Caller.Authorize), resolves the org, team,
-// user and metric into the engine's quota.Request and the route to the org's Redis,
-// asks the engine (Engine, satisfied by *quota.Engines), and describes the decision as
-// the RateLimit-* and Retry-After values and warnings clients see. Its errors carry
-// derrors kinds, among them the one rule of which engine errors are retryable
-// (engineError); each transport maps kinds to its statuses in one table.
 package checks
 
 import (

@@ -1,5 +1,3 @@
-// Package config reads the typed configuration of each binary from environment
-// variables, with the defaults of API.md "Running", and validates it at start-up.
 package config
 
 import (

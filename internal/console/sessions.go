@@ -1,14 +1,3 @@
-// Package console is the server side of the web console for org admins: it serves the
-// built single-page app at /console/, signs console users in and out, and keeps their
-// sessions. The app itself talks to the same /v1 API as every other client; the HTTP
-// layer accepts a session cookie there as a principal (see Authenticate).
-//
-// Sessions: a random 256-bit id travels in an HttpOnly, SameSite=Strict cookie (Secure
-// when the request came over TLS) and only its SHA-256 is stored in Postgres, with an
-// idle and an absolute expiry. Every change made with the cookie must carry the
-// session's CSRF token in the X-CSRF-Token header. Sign-ins are limited before their
-// password is hashed, and failures slow the address they come from, never the
-// account (guard.go).
 package console
 
 import (

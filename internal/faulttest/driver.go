@@ -1,11 +1,3 @@
-// Package faulttest is the fault schedule with an oracle (issue 22, in the spirit of
-// Jepsen): it runs api replicas and the worker, real binaries built from the checkout,
-// on a private redis-server behind a TCP proxy and a fresh Postgres database; drives
-// checks, reservations and a leased hot path over HTTP; injects faults on a schedule
-// drawn from a seed (kill -9 of a replica and of the worker, Redis restarted empty,
-// connections cut or their replies dropped, clock steps); and then compares what the
-// clients were told with the Redis counters, the usage API and the billing export.
-// docs/ARCHITECTURE.md "Fault schedule" says how to read its output.
 package faulttest
 
 import (

@@ -1,14 +1,3 @@
-// Package httpapi is the HTTP layer of quotaplane-api: the /v1 REST API generated from
-// api/openapi.yaml, authentication and authorization, problem+json errors, health and
-// metrics. Handlers decode, convert with named converters, call the domain services
-// and encode; they hold no business rules, and do not check their caller: who may
-// call each operation is declared once, in the route table (routes.go).
-//
-// One file per resource (plans.go, orgs.go, keys.go, consoleusers.go, audit.go,
-// teams.go, users.go, grants.go, throttle.go, usage.go, exports.go, webhooks.go,
-// wouldblock.go, check.go, reservations.go), each with its converters; server.go
-// builds the handler, auth.go authenticates and holds the accesses, health.go and
-// metrics.go serve operations, adminlimit.go limits the admin API per credential.
 package httpapi
 
 import (

@@ -1,17 +1,3 @@
-// Package ledger keeps Quotaplane's usage durable: it persists the live month
-// counters, reservations and would-block records of the quota engine into Postgres
-// (Flusher, which drains what changed in Redis), restores them into an empty Redis
-// (Store.StoredUsage and Store.StoredReservations, the engine's hydrators), and raises
-// the usage.threshold events of what it flushes (recorded and queued through
-// internal/webhooks).
-//
-// Postgres is the record, Redis holds the live counters: a counter's stored value
-// only ever goes up (GREATEST), so flushes from several workers, in any order, and a
-// close racing a flush, cannot lose units. What Redis counted since the last flush
-// is lost if Redis restarts empty: at most one flush interval.
-//
-// internal/billing closes periods over the ledger's rows (PeriodLock, UpsertCounters,
-// RecordDaily in its transaction) and reads them for usage reports.
 package ledger
 
 import (

@@ -1,10 +1,3 @@
-// Package loadgen drives a running Quotaplane api: it provisions orgs, teams, users
-// and keys through the API, sends /v1/check or /v1/check/batch traffic, or Envoy's
-// ShouldRateLimit over gRPC (one [team, user] descriptor a call), or (Config.Mode)
-// multi-metric checks or acquire+release pairs of concurrency slots, at a given
-// concurrency, duration or rate, shows progress, reports throughput and latency
-// percentiles, and verifies afterwards, through the usage API and its own tally of
-// allowed answers, that no level admitted more than its limit.
 package loadgen
 
 import (

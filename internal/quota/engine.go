@@ -1,22 +1,3 @@
-// Package quota is Quotaplane's enforcement engine: it decides checks against the
-// limits of an org, its team and its user, exactly and atomically, in Redis.
-//
-// One check is one run of scripts/check.lua: it reads every limited counter of every
-// present level, admits the check only if used + cost <= limit everywhere, and only
-// then counts the cost at every level (even where a level has no limit, so usage
-// reports are complete). Sliding windows (second, minute, hour, day) use the
-// two-bucket weighted counter; the month window is a fixed counter per billing
-// period. The buckets and the period are named here from the engine's clock (Now):
-// its last Redis TIME sample plus the time elapsed since, on the monotonic clock
-// (clock.go), so replicas with skewed or stepped clocks decide identically.
-//
-// Concurrent checks are coalesced into pipelines by one batching goroutine per
-// Engine. The engine never re-sends a check script (a check behind a lost reply
-// would be counted twice), so it only accepts Redis clients with retries disabled.
-//
-// The package knows nothing of HTTP or of how limits are stored: callers resolve
-// the limits of a check into a Request. KEYS.md describes the Redis key layout and
-// the hooks for the durability worker (DrainDirty, Hydrator).
 package quota
 
 import (

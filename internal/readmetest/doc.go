@@ -34,4 +34,32 @@
 // The api and worker use Redis database 15 of the test Redis, which the test owns (it
 // flushes it before the run; the demo org's counters must start at zero), and one run
 // at a time holds a Postgres advisory lock.
+//
+// # The README test
+//
+// `internal/readmetest` (`TestREADME`, in `make test`) makes README.md and docs/TOUR.md
+// (the API tour) executable, so neither can drift:
+// for each page (a subtest, `TestREADME/README` then `TestREADME/TOUR`) it extracts every
+// command of its ```` ```sh ```` blocks that names `localhost:8080`, builds
+// `quotaplane-api` and `quotaplane-worker` (once), seeds the demo org as `make run` does
+// (`quotaplane-api demo --state-dir`) on a fresh database, starts both on free ports, and
+// runs the commands in page order through bash exactly as printed, the README's and then
+// the tour's on the same stack, as a reader runs them on one `make run` (so the tour
+// builds on what the README made, and cannot collide with it unnoticed):
+// only the address is rewritten, and the `OP=...`/`KEY=...` placeholders are set to the
+// operator token and demo key. A `.curlrc` (through `CURL_HOME`) makes curl append each
+// status, so a command stays as printed and its status is still checked. Each answer is
+// compared with what the page shows under the command (its `# ` lines, or the fenced
+// block right after the `sh` block): JSON structurally, other text line by line, a
+// status line and the headers shown when curl prints them, with `...` as the one
+// wildcard; a command that shows nothing must answer 2xx. Reads are retried for up to
+// 30 s so the worker can flush and deliver. The package documentation has the rules in
+// full; a new example needs nothing but its lines, and a new page one entry in `pages`.
+// The pages' org ids are fixed, so the test owns Redis database 15 (flushed before the
+// run) and runs one at a time under a Postgres advisory lock. The tour's client examples
+// are run elsewhere: its Go client steps by `internal/clienttest`, its TypeScript blocks
+// and install commands by `sdk/typescript/test/readme.test.ts`, each in a fresh directory
+// as printed. `TestPagesNameTheRequiredFieldsOfTheRoutesTheyDescribe` checks that the
+// paragraph introducing a route (a table in `required_test.go`: the throttle) names each
+// field its body requires.
 package readmetest

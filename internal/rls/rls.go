@@ -1,23 +1,3 @@
-// Package rls serves Envoy's rate limit service API
-// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) over the quota engine,
-// so that Envoy's and Istio's global rate limit filter can ask Quotaplane instead of
-// envoyproxy/ratelimit. The protocol is go-control-plane's generated code; this
-// package is a transport only: it authenticates the key, maps descriptors to checks,
-// makes one call of the check service (internal/checks, as POST /v1/check does), maps
-// the described decision to Envoy's answer and errors to codes (status.go's table).
-// The server carries recovery, metrics and tracing interceptors (server.go).
-//
-// A descriptor's entries name one check: org (optional: the key's org), team, user
-// and metric (default "requests"); other entry keys may be configured as aliases of
-// those four. The descriptors of one request that lie on one org -> team -> user path
-// are decided as one atomic check, counted once with the largest of their costs;
-// descriptors on different paths are each decided on their own.
-//
-// Nothing an end user sends switches enforcement off: a descriptor that names no
-// check (Envoy builds descriptors from request headers) is answered OVER_LIMIT for
-// itself, counting nothing, and the call's other descriptors are still decided and
-// counted; only the key, the service's own failures and a closed plan's store being
-// down are errors, which a proxy's failure_mode_deny decides on.
 package rls
 
 import (

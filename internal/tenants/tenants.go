@@ -1,8 +1,3 @@
-// Package tenants owns the tenancy model of Quotaplane: plans and their limits, orgs
-// with overrides, teams and users with allocations carved out of their parent's,
-// API keys, console users and the audit log. Its Service validates every change,
-// enforces the allocation rules inside the same Postgres transaction as the write,
-// and records an audit row for it.
 package tenants
 
 import (

@@ -1,14 +1,3 @@
-// Package testenv gives tests real Postgres and Redis: a fresh migrated database per
-// call, and the shared Redis with unique ids so tests never see each other's keys.
-//
-// Where they come from, in order: DATABASE_URL / REDIS_URL when set; the local
-// servers at their default addresses when they answer; otherwise containers started
-// with testcontainers-go (contributors with Docker). When none of these is available a
-// test is skipped, except under CI=true, where it fails.
-//
-// StartStack runs the real quotaplane-api and quotaplane-worker for the tests that
-// need the binaries themselves (the README test, the deploy test), and RepoRoot finds
-// the repository's files.
 package testenv
 
 import (
