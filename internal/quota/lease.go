@@ -12,7 +12,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Leases (DESIGN.md "Reservations and leases", docs/ARCHITECTURE.md "Leases"): for a
+// Leases (docs/ARCHITECTURE.md "Leases"): for a
 // hot (org, team, user, metric) path, the engine reserves a block of units through the
 // reservation primitive (one reserve script run: all or nothing over every limit of
 // every level and window, exactly like a check), admits the path's checks in process
@@ -22,7 +22,7 @@ import (
 // moment used + leased <= limit everywhere; a lease never outlives the current bucket of
 // the path's shortest limited sliding window, the billing period, nor LeaseConfig.Max.
 //
-// Units whose fate is unknown count as used (DESIGN.md "Exact under faults"): a lease is
+// Units whose fate is unknown count as used, so nothing is over-admitted: a lease is
 // a reservation with on_expiry commit, so one its replica never settled (the replica
 // died, or its settlement gave up) is committed whole by the worker's sweep at its
 // expiry. Nothing admitted from it is given back to be admitted again; what a crash

@@ -21,7 +21,7 @@ import (
 // been denied under Enforce, per limit (metric, level, id, window) and UTC day, and
 // their units. They are counted in process after the decision (check.lua is not
 // involved), added to Redis about once a second by scripts/wouldblock.lua, and
-// persisted by the worker. KEYS.md has the layout; docs/ARCHITECTURE.md the bound.
+// persisted by the worker. KEYS.md has the layout; docs/ARCHITECTURE.md "Durability and billing" the bound.
 
 // LevelOther is the level of the would-block row that counts everything beyond
 // Config.WouldBlockCap distinct rows of an org in a period, so totals stay exact.

@@ -7,7 +7,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// The allocation rules (DESIGN.md): for each metric, the month limits of a parent's
+// The allocation rules: for each metric, the month limits of a parent's
 // children may not add up to more than the parent's month limit unless the org
 // oversubscribes, and no child's limit may exceed its parent's limit for the same
 // metric and window. Each level is checked against its direct parent only (team
