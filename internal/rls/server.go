@@ -26,7 +26,9 @@ import (
 // handling time histogram; go-grpc-middleware's Prometheus provider), a panic in a
 // handler answered INTERNAL and logged with its stack, the server living on
 // (go-grpc-middleware's recovery), and, when d.TracerProvider is set, a server span
-// per call (otelgrpc's stats handler). opts are added after them.
+// per call (otelgrpc's stats handler). Requests are read with lenientCodec: a string
+// that is not UTF-8 is decided as a bad value, not failed as a bad call. opts are
+// added after them.
 func NewServer(d Deps, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	if d.Logger == nil {
 		d.Logger = slog.Default()
@@ -46,7 +48,8 @@ func NewServer(d Deps, opts ...grpc.ServerOption) (*grpc.Server, *health.Server)
 	})
 	unary = append(unary, recovery.UnaryServerInterceptor(rec))
 	stream = append(stream, recovery.StreamServerInterceptor(rec))
-	all := []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...)}
+	all := []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary...), grpc.ChainStreamInterceptor(stream...),
+		grpc.ForceServerCodecV2(newLenientCodec())}
 	if d.TracerProvider != nil {
 		all = append(all, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(d.TracerProvider))))
 	}
