@@ -271,7 +271,7 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 // gRPC a descriptor that names no check of the org).
 func unknownUserRefused(user, team string) error {
 	msg := fmt.Sprintf("user %s is not registered in team %s, which refuses unknown users; nothing was counted. Register the user, or name a registered one", vocab.Quote(user), vocab.Quote(team))
-	return derrors.E(derrors.Unprocessable, "user: "+msg, nil, derrors.FieldError{Field: "user", Message: msg})
+	return derrors.E(derrors.Unprocessable, msg, nil, derrors.FieldError{Field: "user", Message: msg})
 }
 
 // limitsFor appends the limits of metric in ls, throttled by th, to buf and returns
