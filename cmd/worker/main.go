@@ -145,6 +145,14 @@ func run(ctx context.Context, getenv func(string) string, stderr io.Writer) erro
 		CacheOrgs: cfg.CacheOrgs, CacheMetrics: cachemetrics.New(prometheus.DefaultRegisterer), TracerProvider: tp})
 	flushCtx, stopFlushing := context.WithCancel(ctx)
 	defer stopFlushing()
+	// Limits changed through an api replica reach the flusher as they reach the other
+	// replicas' caches: on the invalidation channel of QUOTA_REDIS_PREFIX.
+	rdb, err := redisconn.New(cfg.RedisURL, cfg.RedisCluster)
+	if err != nil {
+		return err
+	}
+	defer rdb.Close()
+	tenants.Subscribe(flushCtx, rdb, tenants.ChannelFor(cfg.RedisPrefix), func(org string) { flusher.LimitsChanged(org) }, flusher.AllLimitsChanged)
 	flushed := make(chan struct{})
 	go func() { flusher.Run(flushCtx); close(flushed) }()
 	// Reservations left open past their expiry are settled by their on_expiry within

@@ -200,6 +200,11 @@
 // period, level, id, metric and threshold (`billing_events` has a unique dedup key, and
 // the flusher remembers what it recorded, so an over-threshold counter costs no query),
 // and the event's delivery job `billing.webhook` is inserted in the same transaction.
+// The month limits come from a cache the worker drops an org from when an api replica
+// announces a change on the invalidation channel (`Flusher.LimitsChanged`); that org's
+// current period is then read whole at the next flush, so a counter that crossed a
+// threshold of a limit changed just before, judged once against the old limits, raises
+// its event one flush interval after the change, though it never moves again.
 // The job POSTs `{"id","type","org","period","created_at","data"}` with
 // `Quotaplane-Signature: t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">`, keyed with the
 // org's signing secret (HMAC-SHA256 of the org id under `QUOTA_WEBHOOK_SECRET` until the

@@ -78,6 +78,7 @@ type Flusher struct {
 	notifier  *thresholdNotifier
 	mu        sync.Mutex
 	needsFull map[string]bool              // org|period
+	recheck   map[string]bool              // orgs whose limits changed (LimitsChanged): current period read whole next flush
 	started   bool                         // a flush has completed: the first one reads everything
 	wbSeen    map[string]map[string]string // org -> period -> "epoch:version" of the would-block record last persisted
 	idle      atomic.Bool                  // the last flush read and wrote nothing: the next is not traced
@@ -117,7 +118,7 @@ func NewFlusher(cfg FlusherConfig) *Flusher {
 		cfg.CacheEvents = 100_000
 	}
 	seen, _ := lru.New[string, struct{}](cfg.CacheEvents)
-	return &Flusher{cfg: cfg, needsFull: map[string]bool{}, retry: map[string]bool{}, wbSeen: map[string]map[string]string{},
+	return &Flusher{cfg: cfg, needsFull: map[string]bool{}, recheck: map[string]bool{}, retry: map[string]bool{}, wbSeen: map[string]map[string]string{},
 		notifier: &thresholdNotifier{store: cfg.Store, queue: cfg.Queue, seen: seen, mSeen: cfg.CacheMetrics.For("billing_events"), util: cfg.Metrics.util,
 			limits: newLimitCache(cfg.Tenants, 10*time.Second, cfg.CacheOrgs, cfg.CacheMetrics.For("billing_limits"))}}
 }
@@ -412,6 +413,9 @@ func (f *Flusher) dirtyOrgs(ctx context.Context, start time.Time, popped []strin
 		org, _, _ := strings.Cut(k, "|")
 		want[org] = true
 	}
+	for o := range f.recheck {
+		want[o] = true
+	}
 	f.mu.Unlock()
 	if len(want) == 0 {
 		return nil, nil
@@ -447,6 +451,12 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, plan tenants.Plan
 		f.setFull(o.ID+"|"+prev.ID, true)
 		f.setFull(o.ID+"|"+cur.ID, true)
 	}
+	f.mu.Lock()
+	if f.recheck[o.ID] { // its limits changed: every counter judged again, once
+		delete(f.recheck, o.ID)
+		f.needsFull[o.ID+"|"+cur.ID] = true
+	}
+	f.mu.Unlock()
 	cs, err := f.cfg.Counters.CountersFor(o.ID, tenants.RouteOf(o, plan))
 	if errors.Is(err, quota.ErrAway) {
 		// A dedicated Redis in its backoff: not tried now, and said once, when the
@@ -573,6 +583,26 @@ func (f *Flusher) flushPeriod(ctx context.Context, cs Counters, org string, per 
 	}
 	return len(counters), written, nil
 }
+
+// LimitsChanged tells the flusher that the limits of orgIDs changed (an api replica
+// announced it on the invalidation channel: tenants.Subscribe). Their cached limits
+// are dropped, and at the next flush every counter of their current period is judged
+// against the new limits, not only those that moved since: a counter that crossed a
+// threshold of a limit lowered just before (or whose limit the cache did not know
+// yet) raises its event then, at most one flush interval after the announcement.
+func (f *Flusher) LimitsChanged(orgIDs ...string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, o := range orgIDs {
+		f.notifier.limits.entries.Remove(o)
+		f.recheck[o] = true
+	}
+}
+
+// AllLimitsChanged drops every cached limit, for a (re)subscription to the
+// invalidation channel, which may have missed announcements: each org's limits are
+// read again at its next flush.
+func (f *Flusher) AllLimitsChanged() { f.notifier.limits.entries.Purge() }
 
 func (f *Flusher) setFull(key string, v bool) {
 	f.mu.Lock()

@@ -584,7 +584,15 @@ func (c *Cache) Listen(ctx context.Context, rdb redis.UniversalClient) {
 			}
 		}
 	})
-	ps := rdb.Subscribe(ctx, c.channel)
+	Subscribe(ctx, rdb, c.channel, func(org string) { c.Invalidate(org) }, c.InvalidateAll)
+}
+
+// Subscribe calls changed with each org id announced on channel (the invalidation
+// channel, ChannelFor) until ctx ends, and all on every (re)subscription, since
+// messages may have been missed while disconnected. It returns at once; the
+// subscription runs in its own goroutine.
+func Subscribe(ctx context.Context, rdb redis.UniversalClient, channel string, changed func(org string), all func()) {
+	ps := rdb.Subscribe(ctx, channel)
 	go func() {
 		defer ps.Close()
 		for {
@@ -595,10 +603,10 @@ func (c *Cache) Listen(ctx context.Context, rdb redis.UniversalClient) {
 			switch m := msg.(type) {
 			case *redis.Subscription:
 				if m.Kind == "subscribe" {
-					c.InvalidateAll()
+					all()
 				}
 			case *redis.Message:
-				c.Invalidate(m.Payload)
+				changed(m.Payload)
 			}
 			if err != nil {
 				time.Sleep(100 * time.Millisecond)
