@@ -100,7 +100,7 @@ SCALE_ORGS ?= 1000,10000
 scale: ## the worker's per-org costs at 1,000 and 10,000 orgs (100 active): flush ticks, close scan, closing every period; SCALE_ORGS=1000,10000,100000 for more (~2-6 min; not in make test)
 	$(GO) run ./cmd/scale -orgs $(SCALE_ORGS)
 
-bench-orgs: ## checks spread over 3,000 and 10,000 orgs against the same load over 10 (issue 29): checks/s ratios, Postgres transactions per check, PASS/FAIL (~4 min; not in make test)
+bench-orgs: ## checks spread over 3,000 and 10,000 orgs against the same load over 10: checks/s ratios, Postgres transactions per check, PASS/FAIL (~4 min; not in make test)
 	@bash scripts/bench_orgs.sh
 
 bench-users: ## checks over 1,000,000 distinct user ids vs 1,000 repeating: Postgres queries per check, checks/s, RSS (~1.7 min)

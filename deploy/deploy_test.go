@@ -33,7 +33,7 @@ import (
 var exportedOnlySometimes = map[string]string{
 	"quotaplane_redis_resends_total":   "only on a Redis Cluster (make test-cluster)",
 	"quotaplane_cache_evictions_total": "only once a cache is over its size bound",
-	// issue 28: internal/httpapi TestOrgBoundsOverHTTP reads it
+	// internal/httpapi TestOrgBoundsOverHTTP reads it
 	"quotaplane_org_bound_refusals_total": "only once an org reaches one of its bounds on the shared Redis",
 }
 

@@ -9,10 +9,10 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
-// Issue 27: two installs sharing a Redis shared the counters of same-named orgs; with
-// QUOTA_REDIS_PREFIX each keeps its own. Here the stack's api (default prefix "q")
-// and another api on the same Redis and database with prefix "other" check the same
-// user of the same org: each counts only its own checks.
+// With QUOTA_REDIS_PREFIX, installs sharing a Redis keep the counters of same-named
+// orgs apart. Here the stack's api (default prefix "q") and another api on the same
+// Redis and database with prefix "other" check the same user of the same org: each
+// counts only its own checks.
 func TestRedisPrefixKeepsInstallsApart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binaries")

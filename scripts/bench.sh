@@ -3,9 +3,9 @@
 # tools are installed) Redis's own ceiling for check.lua and for a reference script
 # (redis-cli --pipe, redis-benchmark), wrk against a separately started
 # quotaplane-api, and one summary table with the ratios of docs/PERFORMANCE.md (among
-# them a priced check's cost beside an unpriced one's, issue 25).
+# them a priced check's cost beside an unpriced one's).
 # Figures drift between machines and runs; compare ratios against the baselines
-# measured in the same run. Bounded: about three and a half minutes, and 1.7 more for bench-users.
+# measured in the same run. Bounded: a few minutes, and bench-users on top.
 #
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
 # BENCH_CHECKS, BENCH_PAIRS (reserve+commit pairs), BENCH_WINDOW_CHECKS (estimate vs precise windows), BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
@@ -68,8 +68,8 @@ if [ "${BENCH_GO:-1}" != 0 ]; then
   echo "Engine: ${BENCH_WINDOW_CHECKS:-100000} checks with a per-second limit, the two-bucket estimate then the precise window, at 64-way concurrency..."
   go test -run '^$' -bench 'BenchmarkCheckWindows$' -benchmem -benchtime "${BENCH_WINDOW_CHECKS:-100000}x" ./internal/quota/ | tee -a "$out"
   echo
-  # issue 24 (several metrics): a requests+tokens decision as one two-metric check, then
-  # as two one-metric checks; ns/decision and redis-ns/decision side by side
+  # Several metrics: a requests+tokens decision as one two-metric check, then as two
+  # one-metric checks; ns/decision and redis-ns/decision side by side
   echo "Engine: ${BENCH_METRIC_CHECKS:-100000} decisions of requests and tokens, one two-metric check vs two one-metric checks, at 64-way concurrency..."
   go test -run '^$' -bench 'BenchmarkCheckTwoMetrics(Apart)?$' -benchmem -benchtime "${BENCH_METRIC_CHECKS:-100000}x" ./internal/quota/ | tee -a "$out"
   echo
@@ -142,11 +142,11 @@ if have wrk && have curl; then
   DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$port QUOTA_ADMIN_TOKEN=$token \
     QUOTA_LOG_LEVEL=warn QUOTA_MAX_INFLIGHT_PER_ORG=8192 "$tmp/api" 2> "$tmp/api.log" &
   api_pid=$!
-  # Issue 30 measures /v1/check against /healthz with the api on one core
-  # (GOMAXPROCS=1) and the load on the other: a second api process on the same
-  # database and Redis (a replica), pinned to core 0, serves the alternated rounds
-  # below, with wrk pinned to core 1; the first (all cores) serves the batches. On a
-  # machine without taskset or a second core both are the first.
+  # /v1/check is measured against /healthz with the api on one core (GOMAXPROCS=1) and
+  # the load on the other: a second api process on the same database and Redis (a
+  # replica), pinned to core 0, serves the alternated rounds below, with wrk pinned to
+  # core 1; the first (all cores) serves the batches. On a machine without taskset or
+  # a second core both are the first.
   pin_api= pin_wrk= rounds_pid=$api_pid rounds_u=http://127.0.0.1:$port
   if have taskset && [ "$(nproc)" -ge 2 ]; then
     pin_api="taskset -c 0" pin_wrk="taskset -c 1" wrk_threads=1
@@ -156,9 +156,9 @@ if have wrk && have curl; then
     api1_pid=$rounds_pid
     echo "pin_note the api GOMAXPROCS=1 on core 0, wrk on core 1" >> "$rows"
   fi
-  # The reference check service (scripts/bench/refserver): the straightforward go-redis
-  # handler of issue 6, one coalesced EVALSHA of ref9.lua per check, measured in the
-  # same rounds as the api.
+  # The reference check service (scripts/bench/refserver): a straightforward go-redis
+  # handler, one coalesced EVALSHA of ref9.lua per check, measured in the same rounds
+  # as the api.
   ref_port=${BENCH_REF_PORT:-$((port + 9))} ref_prefix="qpref$$"
   REDIS_URL=$redis_url GOMAXPROCS=${pin_api:+1} $pin_api "$tmp/refserver" -addr "127.0.0.1:$ref_port" -prefix "$ref_prefix" -lifetime 15m 2> "$tmp/ref.log" &
   ref_pid=$!
@@ -241,7 +241,7 @@ fi
 # serving both, the same Go client (loadgen, 50 workers) and the same checks (one of
 # 1,000 users of one team, limits never reached), alternated rounds. The wrk figures
 # above use another client, so only these two compare the transports.
-# In the same rounds, the same client and api (issue 24): checks of two metrics
+# In the same rounds, the same client and api: checks of two metrics
 # (loadgen -mode multi: "costs": {"requests": 1, "tokens": 1000}, month limits of both)
 # and acquire+release pairs (-mode pairs: POST /v1/reservations of 1 request against
 # concurrent limits at every level, then DELETE it), each on its own orgs and plan, and
@@ -362,8 +362,8 @@ END {
       printf "; Redis %.1f / %.1f µs = %.2fx", v[wp, "redis-µs/check"], v[we, "redis-µs/check"], v[wp, "redis-µs/check"] / v[we, "redis-µs/check"]
     printf "\n"
   }
-  # issue 25 (money): the same requests+tokens check, priced (spend counted and budgeted
-  # at every level, a third metric of the same script run) beside unpriced, one run
+  # Money: the same requests+tokens check, priced (spend counted and budgeted at every
+  # level, a third metric of the same script run) beside unpriced, one run
   pu = "CheckUnpricedHTTP"; pp = "CheckPricedHTTP"
   if (v[pu, "ns/op"] > 0 && v[pp, "ns/op"] > 0)
     printf "  priced vs unpriced check (HTTP in process): %.0f / %.0f ns per check = %.2fx; p50 %s / %s µs; %s / %s allocs (requests+tokens, spend priced at 3 levels)\n", \
@@ -443,8 +443,8 @@ END {
   printf "  engine allocations per check:             %s (BenchmarkCheckParallel)\n", (("CheckParallel", "allocs/op") in v) ? v["CheckParallel", "allocs/op"] : "- (BENCH_GO=0)"
 }' "$out" "$rows"
 
-# Leases (issue 17): the hot path and the spread path with and without leases, on two
-# apis of their own and a private redis-server (scripts/bench_leases.sh; ~1.5 minutes).
+# Leases: the hot path and the spread path with and without leases, on two apis of
+# their own and a private redis-server (scripts/bench_leases.sh).
 if [ "${BENCH_LEASES:-1}" != 0 ]; then
   echo
   bash scripts/bench_leases.sh

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Base against current, interleaved (issue 30): two api binaries, each with
-# GOMAXPROCS=1 on core 0 (the load, wrk or loadgen, on core 1), on their own databases and one Redis,
+# Base against current, interleaved: two api binaries, each with GOMAXPROCS=1 on core
+# 0 (the load, wrk or loadgen, on core 1), on their own databases and one Redis,
 # driven in alternated rounds (A B A B ...) by wrk (/healthz and /v1/check over 1,000
 # users) and by loadgen (HTTP /v1/check and gRPC ShouldRateLimit); each row gives
 # requests/s and the api's CPU µs per request from /proc/<pid>/stat. A shared machine's
@@ -50,8 +50,8 @@ start() { # name http grpc: starts an api, prints its pid
   for _ in $(seq 200); do curl -sf "http://127.0.0.1:$2/healthz" >/dev/null && return; sleep 0.2; done
   echo "api $1 did not start:" >&2; tail "$tmp/$1.log" >&2; exit 1
 }
-# Both apis on core 0 and the load on core 1 (issue 30's conditions), where taskset
-# and a second core exist; the apis run one at a time, so they never share core 0's time.
+# Both apis on core 0 and the load on core 1, where taskset and a second core exist;
+# the apis run one at a time, so they never share core 0's time.
 pin_api= pin_load=
 if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then pin_api="taskset -c 0" pin_load="taskset -c 1"; fi
 start base "$port" $((port + 1)) "$BASE_API"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Leases (issue 17), run by `make bench` after its other rows, or alone. Two
-# quotaplane-api processes on one fresh database and a private redis-server of their
-# own (so INFO commandstats counts their scripts only): one with leases (the default),
-# one with QUOTA_LEASES=false. wrk at 50 connections, alternated rounds of:
+# Leases, run by `make bench` after its other rows, or alone. Two quotaplane-api
+# processes on one fresh database and a private redis-server of their own (so INFO
+# commandstats counts their scripts only): one with leases (the default), one with
+# QUOTA_LEASES=false. wrk at 50 connections, alternated rounds of:
 #   - /healthz of the leasing api (the baseline of the ratio);
 #   - the hot path: every check on one org, team and user, limits far away, on each api;
 #   - the spread path: 1,000 users, each cold (too slow to be leased), on each api;

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # `make bench-orgs`: checks spread over every one of N orgs against the same load over
-# 10 of them (issue 29), for each N of BENCH_ORGS (default "3000 10000"). The orgs
-# (a plan, 5 teams and a check key each) are provisioned straight into a fresh
-# database by cmd/scale; quotaplane-api runs alone on it with GOMAXPROCS=1 on core 0
-# and wrk (-t1 -c16, a Lua script picking an org and its key per request) on core 1.
-# After one pass over every org in order (the cold lookups, until each org was
-# answered once), BENCH_ORGS_ROUNDS (3)
-# pairs of BENCH_ORGS_SECONDS (8) s runs alternate spread and concentrated; it prints
-# each pair's checks/s and their ratio, the Postgres transactions the api's database
-# committed during the spread runs (pg_stat_database, read from another database),
-# and PASS/FAIL for the median ratio against issue 29's bounds: >= 0.8 at 3,000 orgs,
-# >= 0.7 at 10,000 (others: 0.7), and 0 transactions per check (a few, from the
-# key's last_used_at batch, are not per check: the bound is 1 per 10,000 checks).
+# 10 of them, for each N of BENCH_ORGS (default "3000 10000"). The orgs (a plan, 5
+# teams and a check key each) are provisioned straight into a fresh database by
+# cmd/scale; quotaplane-api runs alone on it with GOMAXPROCS=1 on core 0 and wrk (-t1
+# -c16, a Lua script picking an org and its key per request) on core 1. After one
+# pass over every org in order (the cold lookups, until each org was answered once),
+# BENCH_ORGS_ROUNDS (3) pairs of BENCH_ORGS_SECONDS (8) s runs alternate spread and
+# concentrated; it prints each pair's checks/s and their ratio, the Postgres
+# transactions the api's database committed during the spread runs
+# (pg_stat_database, read from another database), and PASS/FAIL for the median ratio
+# against the bounds of docs/SCALING.md: >= 0.8 at 3,000 orgs, >= 0.7 at 10,000
+# (others: 0.7), and 0 transactions per check (a few, from the key's last_used_at
+# batch, are not per check: the bound is 1 per 10,000 checks).
 # Bounded: about 2 minutes per N; load goes to 127.0.0.1 only. REDIS_URL and
 # DATABASE_URL as for the tests; needs wrk, curl, psql and taskset.
 set -euo pipefail

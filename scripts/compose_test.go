@@ -88,9 +88,9 @@ func TestComposePublishesOnLoopbackOnly(t *testing.T) {
 	}
 }
 
-// Issue 26: the long-running services come back after a crash or a host reboot, the api
-// and the worker say when they are healthy (with their own binary: the image has no
-// shell or curl), and the worker's /metrics and /healthz are reachable on loopback.
+// The long-running services come back after a crash or a host reboot, the api and the
+// worker say when they are healthy (with their own binary: the image has no shell or
+// curl), and the worker's /metrics and /healthz are reachable on loopback.
 func TestComposeRestartsAndChecksItsServices(t *testing.T) {
 	c := readCompose(t)
 	for name, svc := range c.Services {
@@ -118,8 +118,8 @@ func TestComposeRestartsAndChecksItsServices(t *testing.T) {
 	}
 }
 
-// Issue 26: `COPY . .` must not send make run's state (the operator token, the webhook
-// secret, the console password), binaries or node_modules into the image's build.
+// `COPY . .` must not send make run's state (the operator token, the webhook secret,
+// the console password), binaries or node_modules into the image's build.
 func TestDockerignoreKeepsSecretsAndBuildOutputOut(t *testing.T) {
 	b, err := os.ReadFile("../.dockerignore")
 	if err != nil {
@@ -138,7 +138,7 @@ func TestDockerignoreKeepsSecretsAndBuildOutputOut(t *testing.T) {
 	}
 }
 
-// Issue 28: every service runs on a read-only root filesystem, without capabilities or
+// Every service runs on a read-only root filesystem, without capabilities or
 // privilege escalation, and the seed keeps the demo's secrets out of its logs.
 func TestComposeServicesAreHardened(t *testing.T) {
 	c := readCompose(t)

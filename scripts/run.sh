@@ -71,8 +71,8 @@ healthz_url() {
 }
 
 # Check the ports first: a run that fails on a busy port must fail before it builds
-# or touches the database (issue 27: it used to seed the demo first, and its probes
-# reached the other instance and said "started").
+# or touches the database, or the demo seed would change another instance's data and
+# the probes, reaching that instance, would say "started".
 port_busy() { # addr: something accepts connections there
   local host=${1%:*} port=${1##*:}
   [[ "$1" == *:* ]] || host=

@@ -124,9 +124,9 @@ func busy(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// A busy port stops the run before it builds or seeds anything (issue 27: the demo
-// step had already changed the shared database, and the probes reached the other
-// instance and printed "started"), naming the variable and the address.
+// A busy port stops the run before it builds or seeds anything (the seed would change
+// the shared database, and the probes would reach the other instance and print
+// "started"), naming the variable and the address.
 func TestRunStopsBeforeAnythingWhenAPortIsBusy(t *testing.T) {
 	for _, name := range []string{"QUOTA_HTTP_ADDR", "QUOTA_WORKER_HTTP_ADDR", "QUOTA_GRPC_ADDR", "QUOTA_METRICS_ADDR"} {
 		t.Run(name, func(t *testing.T) {
@@ -193,8 +193,7 @@ func (r *run) serving(t *testing.T) {
 
 // Ctrl-C (SIGINT to the terminal's process group, through make as a newcomer runs it)
 // stops both binaries and says so: "Stopping...", never "the api was stopped, so the
-// run stops too" (reported in issue 27 from a terminal; not reproduced here: this
-// guards the behaviour).
+// run stops too". This guards the behaviour of a run in a terminal.
 func TestCtrlCStopsTheRun(t *testing.T) {
 	out := ctrlCStops(t, "make", "--no-print-directory", "run")
 	// make answers a recipe that exits 130 with "Error 130", which reads as a
@@ -206,8 +205,8 @@ func TestCtrlCStopsTheRun(t *testing.T) {
 
 // Ctrl-C of a run whose shell was started with SIGINT ignored (`make run &` from a
 // script without job control, as a harness runs it): bash cannot trap SIGINT then,
-// but the binaries stop on it. Before, the run said "The api was stopped ..., so the
-// run stops too" and make said Error 1 (issue 27's report).
+// but the binaries stop on it, and the run says "Stopping...", never "The api was
+// stopped ..., so the run stops too", and make does not say Error 1.
 func TestCtrlCStopsARunStartedWithSIGINTIgnored(t *testing.T) {
 	_ = ctrlCStops(t, "sh", "-c", "trap '' INT; exec make --no-print-directory run")
 }

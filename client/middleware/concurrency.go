@@ -38,10 +38,10 @@ func WithSettleTimeout(d time.Duration) Option { return func(c *config) { c.sett
 //   - It is given back when next is done: it returns (or writes an error) or panics
 //     (then the panic goes on). Not when the request's context ends (the client went
 //     away, a timeout): a handler still running still holds its slot, and what it
-//     reports after the disconnect is counted (issue 31: usage reported after a
-//     disconnect was lost). The beats stop then, so a handler that never returns
-//     holds the slot a ttl at most (the reservation expires, released). The slot is
-//     back before the response ends, so a caller's next request finds it free;
+//     reports after the disconnect is counted. The beats stop then, so a handler that
+//     never returns holds the slot a ttl at most (the reservation expires, released).
+//     The slot is back before the response ends, so a caller's next request finds it
+//     free; WithSettleTimeout bounds that wait.
 //     WithSettleTimeout bounds that wait.
 //   - Given back means released (the request counts nowhere) unless next reported
 //     usage (ReportUsage, ReportMetricUsage; they add): then that is committed, which

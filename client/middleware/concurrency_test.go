@@ -129,8 +129,7 @@ func TestConcurrencyHeartbeatStopsWhenLost(t *testing.T) {
 
 // The request's context ends (the client went away) while the handler still works:
 // the slot is held (no longer extended) until the handler returns, and what it
-// reported after the disconnect is committed with the rest (issue 31: settled at the disconnect,
-// later usage lost).
+// reported after the disconnect is committed with the rest, not lost.
 func TestConcurrencySettlesWhenTheHandlerIsDoneNotOnCancel(t *testing.T) {
 	a := newAPI(t)
 	unblock := make(chan struct{})

@@ -582,8 +582,8 @@ func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
-// setPolicies passes Quotaplane's RateLimit-Policy field on (issue 27: only RateLimit
-// and the legacy fields were), when it sent one.
+// setPolicies passes Quotaplane's RateLimit-Policy field on, beside RateLimit and the
+// legacy fields, when it sent one.
 func setPolicies(h http.Header, policies []client.Policy) {
 	if len(policies) > 0 {
 		h["RateLimit-Policy"] = []string{client.FormatPolicies(policies)}

@@ -152,8 +152,8 @@ func TestOptions(t *testing.T) {
 			t.Errorf("unmapped: %d, err %v", rec.Code, got)
 		}
 	})
-	// The default error handler: a problem document, never a 500 for the api's 4xx
-	// (issue 31: an unregistered user answered 500), and the cause logged.
+	// The default error handler: a problem document, never a 500 for the api's 4xx,
+	// and the cause logged.
 	t.Run("DefaultErrorHandler", func(t *testing.T) {
 		bad, _ := client.New(qp.URL, "not the key")
 		for _, tc := range []struct {
@@ -216,8 +216,7 @@ func TestCheckAbortsWhenTheClientGoesAway(t *testing.T) {
 }
 
 // Reserve settles off the response path: a commit that never answers does not hold
-// the response (issue 31: an 800 ms commit delayed it by 802 ms), and it runs
-// without the request's cancellation.
+// the response, and the settle runs without the request's cancellation.
 func TestReserveSettlesOffTheResponsePath(t *testing.T) {
 	a := newAPI(t)
 	a.hangOn = "POST /v1/reservations/r_1/commit"
@@ -293,7 +292,7 @@ func TestReserveSettlementRule(t *testing.T) {
 }
 
 // A stream the client leaves: the handler goes on and reports after the disconnect;
-// Reserve commits everything it reported (issue 31: TypeScript settled on close).
+// Reserve commits everything it reported, not only what came before the close.
 func TestReserveStreamingDisconnectCountsWhatWasReported(t *testing.T) {
 	qp := quotaplanetest.NewServer()
 	defer qp.Close()
@@ -336,8 +335,7 @@ func TestReserveStreamingDisconnectCountsWhatWasReported(t *testing.T) {
 }
 
 // A hung api in front of a handler: the fail policy answers within the client's
-// budget (issue 31: about 6 s with the defaults), and the handler runs (FailOpen) or
-// the request is answered 503 (FailClosed).
+// budget, and the handler runs (FailOpen) or the request is answered 503 (FailClosed).
 func TestHungAPIAnsweredWithinTheBudget(t *testing.T) {
 	qp := quotaplanetest.NewServer()
 	defer qp.Close()

@@ -168,7 +168,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cacheMetrics := cachemetrics.New(registry)
 	engine := quota.Config{KeyPrefix: cfg.RedisPrefix, Hydrator: usage.Ledger(), KeyCache: cacheMetrics.For("engine_keys"), TracerProvider: tp,
 		Leases:             quota.LeaseConfig{Enabled: cfg.Leases, Max: cfg.LeaseMax},
-		IdempotencyRecords: cfg.IdempotencyRecords, UnregisteredUsers: cfg.UnregisteredUsers} // issue 28: the org's bounds on Redis
+		IdempotencyRecords: cfg.IdempotencyRecords, UnregisteredUsers: cfg.UnregisteredUsers} // the org's bounds on Redis
 	// A test hook, off by default: QUOTA_FAULT_CLOCK=on lets SIGUSR1/SIGUSR2 step the
 	// engines' wall clock by +-2 s, which must change no decision.
 	if cfg.FaultClock {
@@ -188,7 +188,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	// (Redis time on the monotonic clock), as checks count: a stepped local clock moves
 	// neither.
 	// Password hashes run a few at a time (19 MiB each), and an org holds a bounded
-	// number of keys (issue 28).
+	// number of keys.
 	svc := tenants.NewService(pool, tenants.WithClock(router.DefaultNow), tenants.WithPasswordHashes(cfg.PasswordHashes),
 		tenants.WithMaxKeysPerOrg(cfg.MaxKeysPerOrg))
 	// Keys' last_used_at, off the check path: noted when authenticated, written in batches.
@@ -222,7 +222,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	errc := make(chan error, 4) // the api, the gRPC, the pprof and the metrics listener
 	if metricsLn != nil {
 		// /metrics on its own listener (loopback by default): the metrics name orgs and
-		// their traffic, which the public listener does not show (issue 28).
+		// their traffic, which the public listener does not show.
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", httpapi.MetricsHandler(registry))
 		msrv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
@@ -247,7 +247,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	var gsrv *grpc.Server
 	var ghealth *health.Server
 	if grpcLn != nil {
-		// TLS, streams per connection, the keepalive policy (issue 28)
+		// TLS, streams per connection, the keepalive policy
 		gopts, err := rls.ServerOptions(rls.Limits{CertFile: cfg.GRPCTLSCert, KeyFile: cfg.GRPCTLSKey,
 			MaxStreams: uint32(cfg.GRPCMaxStreams), KeepaliveMinTime: cfg.GRPCKeepaliveMinTime, StreamWorkers: cfg.GRPCStreamWorkers,
 			HandshakeTimeout: cfg.GRPCHandshakeTimeout})
@@ -323,9 +323,9 @@ Try it:
 		res.OrgKey, base, demo.OrgID, cfg.AdminToken, base)
 }
 
-// printDemoHidden is printDemo without a secret (issue 28): docker compose keeps a
-// service's output in its logs, so the seed says where the key and the console password
-// are (stateDir, a volume) and how to read them, and never prints the operator token.
+// printDemoHidden is printDemo without a secret: docker compose keeps a service's
+// output in its logs, so the seed says where the key and the console password are
+// (stateDir, a volume) and how to read them, and never prints the operator token.
 func printDemoHidden(w io.Writer, cfg config.API, res demo.Result, stateDir string) {
 	base := reachableURL(cfg.HTTPAddr)
 	fmt.Fprintf(w, `
@@ -345,7 +345,7 @@ Read them (docker compose; the files stay in the seed volume):
 
 // reachableURL is the URL a person on this machine opens for a listen address: a
 // wildcard host (0.0.0.0, ::, none) is listened on by every address, and is itself
-// no place to send a request to (issue 27: the seed printed http://0.0.0.0:8080).
+// no place to send a request to.
 func reachableURL(addr string) string {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {

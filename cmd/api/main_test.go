@@ -151,8 +151,8 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 	if body := get(t, "http://"+metricsAddr+"/metrics"); !strings.Contains(body, "go_build_info{") {
 		t.Error("/metrics has no go_build_info (issue 26: which build each replica runs)")
 	}
-	// Issue 28: the metrics name orgs and their traffic; the public listener does not
-	// serve them unless QUOTA_METRICS_ADDR=public.
+	// The metrics name orgs and their traffic; the public listener does not serve them
+	// unless QUOTA_METRICS_ADDR=public.
 	if resp, err := http.Get("http://" + addr + "/metrics"); err != nil || resp.StatusCode != http.StatusNotFound ||
 		resp.Header.Get("Content-Type") != "application/problem+json" {
 		t.Errorf("/metrics on the public listener: %v %v, want a 404 problem", resp, err)
@@ -221,8 +221,8 @@ func TestReachableURL(t *testing.T) {
 	}
 }
 
-// Issue 28: the docker-compose seed (demo --hide-secrets) prints where the demo key and
-// console password are kept and how to read them, never them or the operator token: a
+// The docker-compose seed (demo --hide-secrets) prints where the demo key and console
+// password are kept and how to read them, never them or the operator token: a
 // service's output stays in docker compose's logs.
 func TestDemoSeedHidesSecrets(t *testing.T) {
 	dir := t.TempDir()

@@ -1,5 +1,5 @@
-// Command scale measures the per-org costs of the worker as the orgs grow (issue 29;
-// internal/scale): for each count of -orgs it provisions that many orgs in a fresh
+// Command scale measures the per-org costs of the worker as the orgs grow
+// (internal/scale): for each count of -orgs it provisions that many orgs in a fresh
 // database, times the flush ticks with -active orgs changing, and (with -close) the
 // close scan and the close of every org's period; `make scale` runs it.
 package main

@@ -165,8 +165,8 @@ func TestFaultClockHook(t *testing.T) {
 			if !strings.Contains(string(b), "go_build_info{") {
 				t.Error("the worker's /metrics has no go_build_info (issue 26)")
 			}
-			// The counters its alerts read start at 0, so rate() sees the first failure
-			// (issue 26).
+			// The counters its alerts read start at 0, so rate() sees the first
+			// failure.
 			for _, want := range []string{"\nquotaplane_worker_flush_errors_total 0\n", "\nquotaplane_worker_webhook_failures_total 0\n",
 				"\nquotaplane_worker_webhook_deliveries_total 0\n"} {
 				if !strings.Contains(string(b), want) {

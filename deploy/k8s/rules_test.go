@@ -46,8 +46,8 @@ spec:
 }
 
 // TestPrometheusRuleIsTheRulesFile: deploy/k8s's PrometheusRule is the text of the
-// rules file that promtool tests (issue 26: rules were converted by hand), and it
-// decodes into the same groups, rule for rule.
+// rules file that promtool tests, not a copy converted by hand, and it decodes into
+// the same groups, rule for rule.
 func TestPrometheusRuleIsTheRulesFile(t *testing.T) {
 	rules, err := os.ReadFile(rulesFile)
 	if err != nil {

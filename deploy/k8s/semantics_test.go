@@ -147,7 +147,7 @@ func TestProbesAndPorts(t *testing.T) {
 				t.Errorf("%s/%s declares no port", d.Name, c.Name)
 			}
 			// The api's other listeners: Envoy's rate limit service over gRPC, and
-			// /metrics (issue 28).
+			// /metrics.
 			listens := map[int32]bool{port: true}
 			for _, e := range c.Env {
 				if _, p, err := net.SplitHostPort(e.Value); (e.Name == "QUOTA_GRPC_ADDR" || e.Name == "QUOTA_METRICS_ADDR") && err == nil {
@@ -421,8 +421,8 @@ func TestEnvironment(t *testing.T) {
 					t.Errorf("%s/%s does not set %s", d.Name, c.Name, name)
 				}
 			}
-			// Issue 26: an operator turns tracing on by setting one value, with a
-			// sampler already chosen.
+			// An operator turns tracing on by setting one value, with a sampler
+			// already chosen.
 			for _, name := range []string{"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER"} {
 				if !seen[name] {
 					t.Errorf("%s/%s does not set %s", d.Name, c.Name, name)
@@ -721,8 +721,8 @@ func dedent(b []byte) []byte {
 	return bytes.Join(lines, []byte("\n"))
 }
 
-// Issue 28: each NetworkPolicy selects one Deployment's pods and restricts their
-// ingress, and lets in every port they serve (probes, Services, scrapes), by name.
+// Each NetworkPolicy selects one Deployment's pods and restricts their ingress, and
+// lets in every port they serve (probes, Services, scrapes), by name.
 func TestNetworkPolicies(t *testing.T) {
 	m := applied(t)
 	covered := map[string]bool{}

@@ -84,7 +84,7 @@ func readSource(t *testing.T) *source {
 	worker.paths = servedPaths(t, filepath.Join(root, worker.cmd, "main.go"), "HandleFunc", "Handle")
 	api.open = openPaths(t)
 	// The api's /metrics is a route of the table but 404 on QUOTA_HTTP_ADDR unless
-	// QUOTA_METRICS_ADDR=public (issue 28); it is served on QUOTA_METRICS_ADDR's port
+	// QUOTA_METRICS_ADDR=public; it is served on QUOTA_METRICS_ADDR's port
 	// (metricsPort).
 	delete(api.paths, "/metrics")
 	worker.open = worker.paths // the worker checks no credentials

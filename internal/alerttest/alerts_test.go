@@ -386,12 +386,11 @@ func bound(t *testing.T, what string, d, lo, hi time.Duration) {
 	}
 }
 
-// TestAlertsFireAndResolve is the "Done when" of issue 26: the shipped rules in a real
-// Prometheus (Debian's, scraping every 1 s, durations divided by factor) against a real
-// api and worker under a bounded load, with faults injected one at a time. The bounds
-// are in the test's (scaled) time; each is the rule's scaled for: (an alert cannot fire
-// sooner) to that plus the scaled window, scrapes and evaluations, and slack for a busy
-// CI machine.
+// TestAlertsFireAndResolve runs the shipped rules in a real Prometheus (Debian's,
+// scraping every 1 s, durations divided by factor) against a real api and worker under
+// a bounded load, with faults injected one at a time. The bounds are in the test's
+// (scaled) time; each is the rule's scaled for: (an alert cannot fire sooner) to that
+// plus the scaled window, scrapes and evaluations, and slack for a busy CI machine.
 func TestAlertsFireAndResolve(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs Prometheus, the api and the worker for about 2.5 minutes")
@@ -612,7 +611,7 @@ func checkDashboard(t *testing.T, ctx context.Context, p *alerttest.Prom, t0 tim
 	}
 }
 
-// panelChecks are what the panels fixed by issue 26 must show in this run.
+// panelChecks are what the dashboard's panels must show in this run.
 var panelChecks = map[string]func([]alerttest.Series) error{
 	// Every pipeline holds at least one check: neither the mean nor the floored
 	// p99 reads below 1 (the p99 read 0.99 by interpolation).

@@ -66,9 +66,9 @@ var table = []struct {
 	{"internal/leasetest", testOnly},
 	{"internal/readmetest", testOnly},
 	{"internal/clustertest", testOnly},
-	{"internal/alerttest", testOnly}, // the shipped alerts in a real Prometheus (issue 26)
+	{"internal/alerttest", testOnly}, // the shipped alerts in a real Prometheus
 	{"internal/loadgen", testOnly},
-	{"internal/scale", testOnly}, // make scale (issue 29): measures the worker's per-org costs
+	{"internal/scale", testOnly}, // make scale: measures the worker's per-org costs
 	{"internal/archtest", testOnly},
 	{"internal/ledger/ledgertest", testOnly}, // the ledger's, billing's and webhooks' test env
 
@@ -118,10 +118,10 @@ var rules = []rule{
 	}},
 }
 
-// pending are the breaks of the rules above, and the unplaced packages, that issue 23
-// removes in a step another branch makes: each is tolerated (its rule's subtest says so
-// and skips) until that step is merged, and then fails the test until it is deleted
-// here. Delete this list's entries as the steps land; an empty list is the goal.
+// pending are the breaks of the rules above, and the unplaced packages, that a step on
+// another branch removes: each is tolerated (its rule's subtest says so and skips)
+// until that step is merged, and then fails the test until it is deleted here. Delete
+// this list's entries as the steps land; an empty list is the goal.
 var pending = map[string]string{}
 
 // pkg is what the test reads of `go list -json`.

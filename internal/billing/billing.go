@@ -43,7 +43,7 @@ func ParsePeriod(id string) error {
 }
 
 // notBegun refuses a period after the current one, naming both: nothing can have been
-// used in it, and a 200 with empty usage read as if the org had used nothing (issue 27).
+// used in it, and a 200 with empty usage would read as if the org had used nothing.
 func notBegun(per, cur vocab.Period) error {
 	return derrors.E(derrors.Invalid, fmt.Sprintf("period: %s has not begun (the current period is %s)", per.ID, cur.ID), ErrInvalid,
 		derrors.FieldError{Field: "period", Message: "must be the current period (" + cur.ID + ") or an earlier one"})

@@ -66,11 +66,11 @@ func NewCloser(cfg CloserConfig) *Closer {
 // quotaplane_worker_oldest_unclosed_period_end_timestamp_seconds to the end of the
 // oldest of them (0 when there is none).
 //
-// One query (issue 29: it listed every org, then asked about each): the candidate
-// periods depend only on the billing anchor day, so they are computed here for each of
-// the 28 days, joined to the orgs of that day, and those already in billing_periods
-// are dropped by its primary key. Steady state, it returns nothing and reads no
-// billing row per org it skips but one index probe.
+// One query, not one per org: the candidate periods depend only on the billing anchor
+// day, so they are computed here for each of the 28 days, joined to the orgs of that
+// day, and those already in billing_periods are dropped by its primary key. Steady
+// state, it returns nothing and reads no billing row per org it skips but one index
+// probe.
 func (c *Closer) Due(ctx context.Context) ([]OrgPeriod, error) {
 	now := c.cfg.Clock()
 	var anchors []int32
@@ -115,7 +115,7 @@ func (c *Closer) Due(ctx context.Context) ([]OrgPeriod, error) {
 
 // CloseMany closes items, parallel at a time (at least 1), each as Close does
 // (exactly once whoever else closes them), and returns the error of each item that
-// failed, by its index. Batching spares a job per org (issue 29: ~10 ms each).
+// failed, by its index. Batching spares a job per org.
 func (c *Closer) CloseMany(ctx context.Context, items []OrgPeriod, parallel int) map[int]error {
 	var mu sync.Mutex
 	failed := map[int]error{}

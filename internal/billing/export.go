@@ -32,11 +32,11 @@ type Row struct {
 	// period counts whole. It raises the cap, not the included units: units used
 	// above IncludedUnits are overage whether or not a grant let them through.
 	GrantedUnits int64 `json:"granted_units"`
-	// Money (issue 25): SpendAmount is the row's spend, a decimal amount of
-	// SpendCurrency (the org's rate currency): the spend row's units, or a priced
-	// metric's units at RatePrice per RatePer units (rounded up to a micro-unit). ""
-	// (and RatePer 0) when the row is neither. The rate is the org's rate at the time
-	// of the export; `spend` rows are what was counted, decision by decision.
+	// Money: SpendAmount is the row's spend, a decimal amount of SpendCurrency (the
+	// org's rate currency): the spend row's units, or a priced metric's units at
+	// RatePrice per RatePer units (rounded up to a micro-unit). "" (and RatePer 0) when
+	// the row is neither. The rate is the org's rate at the time of the export; `spend`
+	// rows are what was counted, decision by decision.
 	SpendAmount   string `json:"spend_amount"`
 	SpendCurrency string `json:"spend_currency"`
 	RatePrice     string `json:"rate_price"`
@@ -45,7 +45,7 @@ type Row struct {
 
 // CSVHeader is the header line of a CSV export.
 var CSVHeader = []string{"period", "org", "team", "user", "metric", "units", "included_units", "overage_units", "amount", "currency", "granted_units",
-	"spend_amount", "spend_currency", "rate_price", "rate_per"} // money (issue 25): at the end
+	"spend_amount", "spend_currency", "rate_price", "rate_per"} // money: at the end
 
 // Format is an export format.
 type Format string
@@ -113,7 +113,7 @@ granted AS (
       AND g.created_at < p.start + interval '1 month' AND least(g.revoked_at, g.until) > p.start
     GROUP BY 1, 2
 ),
-rcur AS ( -- money (issue 25): each org's rate currency and effective rates
+rcur AS ( -- money: each org's rate currency and effective rates
     SELECT o.id AS org_id, p.rate_currency AS cur FROM orgs o JOIN plans p ON p.id = o.plan_id
     WHERE o.id = ANY($2) AND p.rate_currency IS NOT NULL
 ),
@@ -155,10 +155,10 @@ const exportPage = 100
 // reading them from Postgres as they come, a page of orgs (exportPage) per query:
 // memory does not grow with the rows, and the first row comes after the first page.
 //
-// Each query runs with nested loops off (issue 29): on a database never analysed the
-// planner took the CTEs for a row or two and nested them, 29.9 s at 1,000 orgs; its
-// joins are all equalities, so hash joins always exist, and they are linear whatever
-// the estimates.
+// Each query runs with nested loops off: on a database never analysed the planner
+// takes the CTEs for a row or two and nests them, quadratic in the orgs; its joins are
+// all equalities, so hash joins always exist, and they are linear whatever the
+// estimates.
 func (s *Store) Export(ctx context.Context, org, period string, fn func(*Row) error) error {
 	if err := ParsePeriod(period); err != nil {
 		return err

@@ -34,10 +34,10 @@ type Usage struct {
 	Period  vocab.Period
 	Closed  bool
 	Metrics []MetricUsage
-	// Currency is the org's plan's rate currency (issue 25): spend counts micro-units
-	// of it; "" when the plan has none.
+	// Currency is the org's plan's rate currency: spend counts micro-units of it; ""
+	// when the plan has none.
 	Currency string
-	// NextCursor is the cursor of the next page of users, "" on the last (issue 28).
+	// NextCursor is the cursor of the next page of users, "" on the last.
 	NextCursor string
 }
 
@@ -104,11 +104,11 @@ func (s *Service) CurrentPeriod(ctx context.Context, org string) (string, error)
 // Errors: ErrInvalid for a bad period or one that has not begun; tenants.ErrNotFound
 // for an unknown org.
 //
-// Users come a page at a time (issue 28): page.Limit users (1..1000, default 100)
-// after page.Cursor, ordered by team and id, each with its counters of every metric;
-// the org and its teams are on every page. Only the page's users cost a read of their
-// sliding windows, so a page's cost does not grow with the org's users.
-// tenants.ValidationError naming cursor for a cursor this API did not return.
+// Users come a page at a time: page.Limit users (1..1000, default 100) after
+// page.Cursor, ordered by team and id, each with its counters of every metric; the org
+// and its teams are on every page. Only the page's users cost a read of their sliding
+// windows, so a page's cost does not grow with the org's users. tenants.ValidationError
+// naming cursor for a cursor this API did not return.
 func (s *Service) Usage(ctx context.Context, org, period string, page tenants.Page) (Usage, error) {
 	o, err := s.Tenants.GetOrg(ctx, org)
 	if err != nil {
@@ -120,7 +120,7 @@ func (s *Service) Usage(ctx context.Context, org, period string, page tenants.Pa
 		return Usage{}, err
 	}
 	out := Usage{Org: org, Period: per, Metrics: []MetricUsage{}}
-	if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil { // money (issue 25)
+	if p, err := s.Tenants.GetPlan(ctx, o.PlanID); err == nil { // money
 		out.Currency = p.Currency
 	}
 	usage, limits, closed, err := s.Store.ClosedUsage(ctx, org, per.ID)

@@ -155,7 +155,7 @@ func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Reques
 // resolve is request without the price: the request of in's own metrics and costs,
 // and what pricing it needs (price adds its spend). CheckPaths prices each path once
 // its checks are merged. The limits go into *slab when it has room (CheckPaths gives
-// its inputs one: one allocation, not one each; issue 30).
+// its inputs one: one allocation, not one each).
 func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab.Limit) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, pricing, error) {
 	var none tenants.ResolvedOrg
 	var th tenants.Throttle
@@ -256,7 +256,7 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		m.Limits.Team, _ = limitsFor(nil, m.Metric, team.Limits, th)
 		m.Limits.User, _ = limitsFor(nil, m.Metric, userLimits, th)
 	}
-	if len(org.Rates) > 0 { // money (issue 25): the rates, and spend's limits at each level
+	if len(org.Rates) > 0 { // money: the rates, and spend's limits at each level
 		p.rates = org.Rates
 		p.limits.Org, _ = limitsFor(nil, tenants.SpendMetric, org.Org.EffectiveLimits, th)
 		p.limits.Team, _ = limitsFor(nil, tenants.SpendMetric, team.Limits, th)

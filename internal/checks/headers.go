@@ -111,7 +111,7 @@ func PolicyField(levels []quota.LevelStatus, metric string) string {
 }
 
 // AppendPolicyField appends PolicyField's value to b: the transports build all of an
-// answer's header values in one buffer, one allocation (issue 30).
+// answer's header values in one buffer, one allocation.
 func AppendPolicyField(b []byte, levels []quota.LevelStatus, metric string) []byte {
 	start := len(b)
 	metricOf := func(l *quota.LevelStatus) string {

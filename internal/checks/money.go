@@ -1,9 +1,9 @@
 package checks
 
-// Money (issue 25): a check of a metric its org's rates price also spends money,
-// ceil(sum of cost x price / per) micro-units of the org's currency, as one more
-// metric (tenants.SpendMetric) of the same decision: quota.Request.More, so check.lua
-// counts it at every level in the same script run as the units, all or nothing.
+// Money: a check of a metric its org's rates price also spends money, ceil(sum of cost
+// x price / per) micro-units of the org's currency, as one more metric
+// (tenants.SpendMetric) of the same decision: quota.Request.More, so check.lua counts
+// it at every level in the same script run as the units, all or nothing.
 
 import (
 	"fmt"

@@ -228,7 +228,7 @@ func engineError(err error) error {
 		return derrors.E(derrors.Unprocessable, "idempotency_key: "+msg, err, derrors.FieldError{Field: "idempotency_key", Message: msg})
 	}
 	var be *quota.BoundError
-	if errors.As(err, &be) { // issue 28: the org's bounds on the shared Redis (quota/bounds.go)
+	if errors.As(err, &be) { // the org's bounds on the shared Redis (quota/bounds.go)
 		switch be.Bound {
 		case quota.BoundIdempotencyRecords:
 			msg := fmt.Sprintf("the org holds %d idempotency records, its most (idempotency_records); nothing was counted. Retry without an idempotency key, or once older records expire", be.Limit)

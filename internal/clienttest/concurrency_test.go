@@ -206,9 +206,9 @@ func TestConcurrencyMiddlewareReleases(t *testing.T) {
 				t.Errorf("the panic went on as %v, want the handler's", v)
 			}
 
-			// The client goes away: the slot stays held while the handler still runs
-			// (issue 31: settled at the disconnect, what the handler reported after
-			// was lost), and comes back when it returns.
+			// The client goes away: the slot stays held while the handler still runs,
+			// and comes back when it returns; what the handler reports after the
+			// disconnect is counted.
 			ctx, cancel := context.WithCancel(context.Background())
 			req, _ := http.NewRequestWithContext(ctx, "GET", ts.URL+"/block", nil)
 			req.Header.Set("X-User", "alice")
@@ -346,9 +346,8 @@ func TestConcurrencyMiddlewareFailPolicy(t *testing.T) {
 	}
 }
 
-// --- The tests below need the merged server of issue 24: the `concurrent` window,
-// `amounts` / `used` maps and POST /v1/reservations/{id}/extend (branches mm, cc).
-// On a server without them they fail.
+// --- The tests below need a server with the `concurrent` window, `amounts` / `used`
+// maps and POST /v1/reservations/{id}/extend. On a server without them they fail.
 
 // A stream that runs longer than its slot's ttl keeps it: the middleware extends it
 // every third of the ttl. Without the extends the worker's sweep expires it at ttl.

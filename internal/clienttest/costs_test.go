@@ -10,9 +10,8 @@ import (
 )
 
 // Costs, Amounts, CommitUsed and Extend against API.md "Several metrics in one
-// decision" and "Concurrency limits". Needs the merged server of issue 24 (costs,
-// amounts, used maps and POST /v1/reservations/{id}/extend); on a server without them
-// it fails.
+// decision" and "Concurrency limits". Needs a server with costs, amounts, used maps
+// and POST /v1/reservations/{id}/extend; on a server without them it fails.
 func TestSeveralMetricsNeedsMergedServer(t *testing.T) {
 	e := newEnv(t, "")
 	c := e.client()

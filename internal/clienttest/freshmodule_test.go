@@ -77,12 +77,12 @@ func newcomerGoEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
-// The Done-when test (issue 27): the tour's Go client section, followed as printed in
-// a fresh directory outside the repository: its setup commands (a new module whose
-// go.mod replaces the client by the clone's client/ directory, the only way to depend
-// on it before it is published), its program saved as main.go, and its `go mod tidy
-// && go run .` with KEY set, which prints what the section shows. Before, the test
-// wrote its own go.mod, and the section's way (`go get`) did not work.
+// The tour's Go client section, followed as printed in a fresh directory outside the
+// repository: its setup commands (a new module whose go.mod replaces the client by the
+// clone's client/ directory, the only way to depend on it before it is published), its
+// program saved as main.go, and its `go mod tidy && go run .` with KEY set, which
+// prints what the section shows. The test writes no go.mod of its own: the section's
+// way is what is tested.
 func TestTourGoClientStepsWorkInAFreshDirectory(t *testing.T) {
 	e := newEnv(t, "")
 	root := testenv.RepoRoot(t)

@@ -96,7 +96,7 @@ func TestMiddlewareCheck(t *testing.T) {
 				t.Errorf("denied: %d, headers %v", res.StatusCode, res.Header)
 			}
 			policiesPassedOn(t, res.Header)
-			// blocked_at names the metric once the server has issue 24's multi-metric checks.
+			// blocked_at names the metric on a server with multi-metric checks.
 			want := client.LevelRef{Level: "user", ID: srv.user, Metric: p.BlockedAt.Metric, Window: "minute"}
 			if p.BlockedAt.Metric != "" && p.BlockedAt.Metric != "requests" {
 				t.Errorf("blocked_at names metric %q", p.BlockedAt.Metric)
@@ -139,9 +139,9 @@ func TestMiddlewareCheck(t *testing.T) {
 	}
 }
 
-// policiesPassedOn: the middleware passes Quotaplane's draft-11 RateLimit-Policy on
-// (issue 27: it sent only RateLimit and the legacy fields), read with httpsfv: the
-// user's 3 a minute is among the policies, and RateLimit names one of them.
+// policiesPassedOn: the middleware passes Quotaplane's draft-11 RateLimit-Policy on,
+// beside RateLimit and the legacy fields, read with httpsfv: the user's 3 a minute is
+// among the policies, and RateLimit names one of them.
 func policiesPassedOn(t *testing.T, h http.Header) {
 	t.Helper()
 	policies, err := httpsfv.UnmarshalList(h.Values("RateLimit-Policy"))

@@ -154,9 +154,8 @@ func TestMiddlewareOptions(t *testing.T) {
 }
 
 // A stream the client leaves after its first chunk: the handler goes on and reports
-// units after the disconnect. Reserve and Concurrency both commit all it reported,
-// once it is done (issue 31: TypeScript's reserve, and Go's Concurrency, settled at
-// the disconnect and lost the rest).
+// units after the disconnect. Reserve and Concurrency, in Go and TypeScript, both
+// commit all it reported, once it is done, not only what came before the disconnect.
 func TestStreamingDisconnectCountsWhatWasReported(t *testing.T) {
 	e := newEnv(t, "")
 	c := e.client()

@@ -22,7 +22,7 @@ const (
 	DefaultWorkerAddr  = "127.0.0.1:8081"
 	DefaultGRPCAddr    = "127.0.0.1:8082"
 	// DefaultMetricsAddr is QUOTA_METRICS_ADDR's default: the api's /metrics on
-	// loopback, never beside the public API unless asked (issue 28).
+	// loopback, never beside the public API unless asked.
 	DefaultMetricsAddr = "127.0.0.1:8083"
 )
 
@@ -91,7 +91,8 @@ type API struct {
 	// entries (QUOTA_CACHE_ORGS, default 1000000; QUOTA_CACHE_USERS, registered users
 	// carried by the cached orgs, 200000; QUOTA_CACHE_KEYS, API keys, 500000), and
 	// CacheMemoryMB (QUOTA_CACHE_MEMORY_MB, default 512) the estimated memory of the
-	// resolved orgs, which binds first (issue 29: sized by memory, not a count).
+	// resolved orgs, which binds first: orgs differ in size, so memory, not a count,
+	// sizes the cache.
 	CacheOrgs, CacheUsers, CacheKeys int
 	CacheMemoryMB                    int
 	// RateLimitHeaders (QUOTA_RATELIMIT_HEADERS: both, draft, legacy or off; default
@@ -100,22 +101,22 @@ type API struct {
 	// RateLimit, the legacy (draft-06) RateLimit-Limit, -Remaining and -Reset, both or
 	// neither. Lower case; checks.ParseHeaderMode reads it.
 	RateLimitHeaders string
-	// Shared Redis bounds (issue 28, SECURITY.md "Shared Redis bounds"): the most
-	// idempotency records one org holds (QUOTA_IDEMPOTENCY_RECORDS, default 100000) and
-	// the most distinct unregistered users one org names in a billing period
+	// Shared Redis bounds (SECURITY.md "Shared Redis bounds"): the most idempotency
+	// records one org holds (QUOTA_IDEMPOTENCY_RECORDS, default 100000) and the most
+	// distinct unregistered users one org names in a billing period
 	// (QUOTA_UNREGISTERED_USERS, default 100000); "off" (or 0) is no bound (-1 here, as
 	// quota.Config reads it).
 	IdempotencyRecords int64
 	UnregisteredUsers  int64
-	// gRPC transport (issue 28): GRPCTLSCert and GRPCTLSKey (QUOTA_GRPC_TLS_CERT,
+	// gRPC transport: GRPCTLSCert and GRPCTLSKey (QUOTA_GRPC_TLS_CERT,
 	// QUOTA_GRPC_TLS_KEY: PEM files, both or neither) serve TLS; GRPCMaxStreams
 	// (QUOTA_GRPC_MAX_STREAMS, 1024) bounds a connection's concurrent calls;
 	// GRPCKeepaliveMinTime (QUOTA_GRPC_KEEPALIVE_MIN_TIME, 10s) is the shortest ping
 	// interval a client may use before it is disconnected (rls.Limits);
 	// GRPCStreamWorkers (QUOTA_GRPC_STREAM_WORKERS, 128; "off" or 0: a goroutine per
-	// call) the goroutines kept to run calls (issue 30, rls.Limits.StreamWorkers);
-	// GRPCHandshakeTimeout (QUOTA_GRPC_HANDSHAKE_TIMEOUT, 5s) closes a connection
-	// that has not finished its TLS handshake and HTTP/2 preface by then.
+	// call) the goroutines kept to run calls (rls.Limits.StreamWorkers);
+	// GRPCHandshakeTimeout (QUOTA_GRPC_HANDSHAKE_TIMEOUT, 5s) closes a connection that
+	// has not finished its TLS handshake and HTTP/2 preface by then.
 	GRPCTLSCert, GRPCTLSKey string
 	GRPCStreamWorkers       int
 	GRPCMaxStreams          int
@@ -124,8 +125,8 @@ type API struct {
 	Hardening
 }
 
-// Hardening is the api's bounds on what a caller can make it do and see (issue 28;
-// SECURITY.md, docs/CONFIGURATION.md).
+// Hardening is the api's bounds on what a caller can make it do and see (SECURITY.md,
+// docs/CONFIGURATION.md).
 type Hardening struct {
 	// MetricsAddr (QUOTA_METRICS_ADDR, default 127.0.0.1:8083) serves the api's
 	// /metrics on a listener of its own; "public" serves it on QUOTA_HTTP_ADDR beside

@@ -231,7 +231,7 @@ func TestRedisPrefix(t *testing.T) {
 	}
 }
 
-// Issue 28: the org's bounds on the shared Redis, with their defaults and "off".
+// The org's bounds on the shared Redis, with their defaults and "off".
 func TestSharedRedisBounds(t *testing.T) {
 	c, err := config.LoadAPI(env(nil))
 	if err != nil || c.IdempotencyRecords != 100_000 || c.UnregisteredUsers != 100_000 {
@@ -247,7 +247,7 @@ func TestSharedRedisBounds(t *testing.T) {
 	}
 }
 
-// Issue 28: the gRPC listener's TLS files (both or neither), streams and keepalive.
+// The gRPC listener's TLS files (both or neither), streams and keepalive.
 func TestGRPCTransportSettings(t *testing.T) {
 	c, err := config.LoadAPI(env(nil))
 	if err != nil || c.GRPCTLSCert != "" || c.GRPCMaxStreams != 1024 || c.GRPCKeepaliveMinTime != 10*time.Second {
@@ -272,7 +272,7 @@ func TestGRPCTransportSettings(t *testing.T) {
 		!strings.Contains(err.Error(), "QUOTA_GRPC_HANDSHAKE_TIMEOUT") {
 		t.Errorf("QUOTA_GRPC_HANDSHAKE_TIMEOUT=0s: %v", err)
 	}
-	// Issue 30: stream workers, 128 by default; "off" or 0 is a goroutine per call.
+	// Stream workers, 128 by default; "off" or 0 is a goroutine per call.
 	if c, _ := config.LoadAPI(env(nil)); c.GRPCStreamWorkers != 128 {
 		t.Errorf("stream workers by default: %d, want 128", c.GRPCStreamWorkers)
 	}

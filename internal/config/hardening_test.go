@@ -8,7 +8,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/config"
 )
 
-// Issue 28's settings: /metrics off the public listener by default, the sign-in
+// The hardening settings: /metrics off the public listener by default, the sign-in
 // limits (never off), the per-org admin limit and the key cap.
 func TestHardeningSettings(t *testing.T) {
 	c, err := config.LoadAPI(env(nil))

@@ -420,10 +420,10 @@ func TestConsoleRefusalsSpeakTheAPIsTerms(t *testing.T) {
 	}
 }
 
-// Issue 27: console emails are unique per org, so an admin of another org creating an
-// account with an email that exists elsewhere (any case) gets 201, not a 409 that
-// would tell the email exists; each account signs in to its own org, and a wrong org,
-// an unknown org and a wrong password are the same 401.
+// Console emails are unique per org, so an admin of another org creating an account
+// with an email that exists elsewhere (any case) gets 201, not a 409 that would tell
+// the email exists; each account signs in to its own org, and a wrong org, an unknown
+// org and a wrong password are the same 401.
 func TestConsoleEmailsDoNotLeakAcrossOrgs(t *testing.T) {
 	e := mustEnv(t)
 	ctx := context.Background()
@@ -517,8 +517,8 @@ func TestConsoleEmailsDoNotLeakAcrossOrgs(t *testing.T) {
 	}
 }
 
-// Issue 28: credentials in an org's webhook URL (user info, a token in the query) are
-// shown to neither a console viewer nor the audit log; an admin sees the URL it set.
+// Credentials in an org's webhook URL (user info, a token in the query) are shown to
+// neither a console viewer nor the audit log; an admin sees the URL it set.
 func TestWebhookURLCredentialsAreRedacted(t *testing.T) {
 	e := mustEnv(t)
 	hook := "https://hookuser:hookpass@hooks.example.com/qp?token=hooktoken&x=1"

@@ -14,9 +14,8 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
-// Limits bound sign-ins before any password is hashed (issue 28). Every limit is
-// this replica's: N replicas admit up to N times as much. Zero fields take the
-// defaults.
+// Limits bound sign-ins before any password is hashed. Every limit is this replica's: N
+// replicas admit up to N times as much. Zero fields take the defaults.
 //
 //   - Global: sign-ins per Window on this replica, all addresses together (default
 //     10/s): with the hash slots (tenants.WithPasswordHashes) it bounds the CPU that
@@ -29,7 +28,7 @@ import (
 //     before the next attempt from that address, Delay (1 s) doubling with each
 //     further failure up to MaxDelay (15 min); a success clears it. The delay is the
 //     address's only: the account's owner, from another address, is never held up
-//     by a stranger's failures (the per-account lock it replaces was; issue 28).
+//     by a stranger's failures.
 //
 // Entries bounds each table (addresses; address and email pairs) as an LRU (default
 // 10000 each, about 1 MB): an address gets an entry once admitted, a pair after a

@@ -33,10 +33,9 @@ func retryAfter(tb testing.TB, res *http.Response) int {
 	return n
 }
 
-// Issue 28: a stranger's failures slow the stranger's address, not the account: the
-// owner signs in from another address at once, however often the stranger fails. The
-// per-account lock this replaces locked the owner out (5 failures, then doubling to
-// 1 h, renewed by one wrong password per period).
+// A stranger's failures slow the stranger's address, not the account: the owner signs
+// in from another address at once, however often the stranger fails, so no stranger
+// can lock the owner out.
 func TestStrangerCannotLockTheOwnerOut(t *testing.T) {
 	e := mustEnvWith(t, console.Limits{FreeFailures: 3, Delay: time.Second, MaxDelay: time.Minute,
 		IPFailures: 100, PerIP: 100, IPWindow: time.Second}, console.HandlerOptions{})
@@ -166,9 +165,9 @@ func TestSignInLimitsReadTheForwardedAddressOfTrustedProxiesOnly(t *testing.T) {
 	retryAfter(t, e.do(t, via("198.51.100.4", "203.0.113.5"))) // its header ignored: the same address
 }
 
-// Issue 28: behind a proxy that terminates TLS the cookie is Secure and __Host-
-// prefixed when the trusted proxy says https, or always with SecureCookies; a
-// client cannot claim https itself.
+// Behind a proxy that terminates TLS the cookie is Secure and __Host- prefixed when
+// the trusted proxy says https, or always with SecureCookies; a client cannot claim
+// https itself.
 func TestSecureCookiesBehindProxies(t *testing.T) {
 	proxies, _ := forwarded.Parse("10.0.0.0/8")
 	for _, tc := range []struct {

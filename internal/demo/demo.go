@@ -56,15 +56,14 @@ func ignoreExists(err error) error {
 // Seed creates what is missing of the demo, and the credentials of stateDir.
 //
 // Several state directories (two clones, say) may seed one database; none rewrites
-// credentials another made (issue 27: a second clone reset the console password and
-// added a key, and the first clone's printed ones stopped working). Each state
-// directory gets an identity (a random id kept in it), its own org key, named
-// "demo <id>", and its own console account: ConsoleEmail when it is free, else
+// credentials another made, so the first clone's printed ones keep working. Each state
+// directory gets an identity (a random id kept in it), its own org key, named "demo
+// <id>", and its own console account: ConsoleEmail when it is free, else
 // admin-<id>@demo.test. The key and the password are kept in stateDir (mode 0600), so
-// later runs print the same ones. A key of the state directory that no longer works
-// is replaced, and the keys it replaces (its identity's other keys) are revoked; a
-// console account it made that was deleted is made again; one whose password was
-// changed meanwhile is left alone, and Result.ConsoleNote says how to get a new one.
+// later runs print the same ones. A key of the state directory that no longer works is
+// replaced, and the keys it replaces (its identity's other keys) are revoked; a console
+// account it made that was deleted is made again; one whose password was changed
+// meanwhile is left alone, and Result.ConsoleNote says how to get a new one.
 func Seed(ctx context.Context, svc *tenants.Service, stateDir string) (Result, error) {
 	_, err := svc.CreatePlan(ctx, seedActor, tenants.PlanInput{ID: PlanID, Name: "Demo Pro", FailMode: vocab.FailOpen,
 		Limits: []vocab.Limit{limit("requests", vocab.Month, 100000), limit("requests", vocab.Minute, 600),

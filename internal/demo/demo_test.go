@@ -73,9 +73,9 @@ func TestSeedIsIdempotent(t *testing.T) {
 	signsIn(t, svc, third)
 }
 
-// Issue 27: a second state directory on the same database (another clone) gets
-// credentials of its own and leaves the first one's working: it used to reset the
-// console password and add a key.
+// A second state directory on the same database (another clone) gets credentials of
+// its own and leaves the first one's working: the console password is not reset and
+// no key is added to the first's.
 func TestSeedOfAnotherStateDirRewritesNoCredentials(t *testing.T) {
 	ctx := context.Background()
 	svc := tenants.NewService(testenv.Postgres(t), tenants.WithPasswordCost(64, 1))

@@ -99,13 +99,13 @@ func rateKey(p principal) string {
 }
 
 // adminOrgRateLimit limits each org to n requests per window on the admin group,
-// whichever of its keys and console users sends them, after the per-credential limit
-// (issue 28: keys are cheap to make, so a per-key limit alone let one org send N keys x
-// the limit, outbound webhook tests included; the keys per org are capped too,
+// whichever of its keys and console users sends them, after the per-credential limit:
+// keys are cheap to make, so a per-key limit alone would let one org send N keys x the
+// limit, outbound webhook tests included (the keys per org are capped too,
 // tenants.WithMaxKeysPerOrg). The operator has no org and is not counted. Like the
-// per-credential limit it is this replica's (N replicas admit up to N times n), and
-// n <= 0 disables it. Its answers carry only Retry-After; a 429's problem document
-// names the policy "admin-org" in violated-policies.
+// per-credential limit it is this replica's (N replicas admit up to N times n), and n
+// <= 0 disables it. Its answers carry only Retry-After; a 429's problem document names
+// the policy "admin-org" in violated-policies.
 func adminOrgRateLimit(n int, window time.Duration) func(http.Handler) http.Handler {
 	if n <= 0 {
 		return func(next http.Handler) http.Handler { return next }

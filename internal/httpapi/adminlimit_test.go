@@ -148,9 +148,9 @@ func TestAdminRateLimitOff(t *testing.T) {
 	}
 }
 
-// Issue 28: the admin rate limit was per key, and keys are cheap to make, so N keys of
-// one org sent N x the limit (outbound webhook tests included). Now the org's keys
-// and console users share a per-org limit too; another org and the operator do not.
+// Keys are cheap to make, so a per-key admin rate limit alone would let N keys of one
+// org send N x the limit (outbound webhook tests included): the org's keys and console
+// users share a per-org limit too; another org and the operator do not.
 func TestAdminRateLimitPerOrg(t *testing.T) {
 	const perKey, perOrg = 5, 8
 	f := mustRateLimited(t, perKey)
@@ -189,8 +189,8 @@ func TestAdminRateLimitPerOrg(t *testing.T) {
 	}
 }
 
-// Issue 28: an org may hold at most QUOTA_MAX_KEYS_PER_ORG active keys; one more is a
-// 422 naming the cap, and writes nothing; a revoked key frees its place.
+// An org may hold at most QUOTA_MAX_KEYS_PER_ORG active keys; one more is a 422 naming
+// the cap, and writes nothing; a revoked key frees its place.
 func TestKeysPerOrgAreCapped(t *testing.T) {
 	f := mustFixture(t)
 	svc := tenants.NewService(f.pool, tenants.WithMaxKeysPerOrg(3))
@@ -237,9 +237,9 @@ func TestKeysPerOrgAreCapped(t *testing.T) {
 	}
 }
 
-// Issue 28: /metrics names orgs and their traffic; the API's handler does not serve
-// it unless told to (QUOTA_METRICS_ADDR=public): by default it is 404 there, and
-// cmd/api serves it on its own listener.
+// /metrics names orgs and their traffic; the API's handler does not serve it unless
+// told to (QUOTA_METRICS_ADDR=public): by default it is 404 there, and cmd/api serves
+// it on its own listener.
 func TestMetricsNotOnThePublicListenerByDefault(t *testing.T) {
 	f := mustFixture(t)
 	h, err := httpapi.NewHandler(httpapi.Deps{Tenants: f.svc, Redis: testenv.Redis(t), AdminToken: operatorToken,

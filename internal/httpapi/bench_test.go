@@ -163,7 +163,7 @@ func BenchmarkCheckHTTP(b *testing.B) {
 }
 
 // BenchmarkCheckHotHTTP: every check on one user, leases on (the api's default):
-// answered in process from leases (issue 17).
+// answered in process from leases.
 func BenchmarkCheckHotHTTP(b *testing.B) {
 	url, key := benchServerWith(b, nil, quota.LeaseConfig{Enabled: true})
 	drive(b, "POST", url+"/v1/check", key, func(int64) []byte {
@@ -193,8 +193,8 @@ func BenchmarkCheckBatchHTTP(b *testing.B) {
 
 // benchMoneyServer is benchServer's cascade with requests and tokens limited at every
 // level, and, when priced, a rate card (tokens at 2.50 USD per million) and spend
-// budgets at every level (issue 25): the same check then counts spend too, as a third
-// metric of the same script run.
+// budgets at every level: the same check then counts spend too, as a third metric of
+// the same script run.
 func benchMoneyServer(b *testing.B, priced bool) (url, key string) {
 	b.Helper()
 	ctx := context.Background()

@@ -44,8 +44,8 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
-// Issue 28: past an org's bounds on the shared Redis, checks (single and batch) get a
-// 422 problem naming the bound and the field, and the refusal is counted in
+// Past an org's bounds on the shared Redis, checks (single and batch) get a 422
+// problem naming the bound and the field, and the refusal is counted in
 // quotaplane_org_bound_refusals_total; 2,000 denied checks with unique keys leave no
 // idempotency record.
 func TestOrgBoundsOverHTTP(t *testing.T) {

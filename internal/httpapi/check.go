@@ -107,8 +107,7 @@ func setRateLimitHeaders(h http.Header, d *checks.Decision, mode checks.HeaderMo
 	// Set verbatim: Header.Set would send "Ratelimit-Limit". Names are case-insensitive,
 	// but the spelling of the IETF draft is what people grep for. The values are
 	// written into one buffer and made one string, and share one backing array, each
-	// capped at its own element: two allocations for all five (issue 30, against seven;
-	// BenchmarkServerCheck).
+	// capped at its own element: two allocations for all five (BenchmarkServerCheck).
 	var buf [256]byte
 	b := buf[:0]
 	var end [5]int

@@ -89,7 +89,7 @@ func decodeFast(w http.ResponseWriter, r *http.Request, parse func([]byte) bool,
 //
 // The body is copied once into a string, and every string field is a part of it: one
 // allocation for all of them, and one for the optional fields' values (fieldsOf), not
-// one per field (issue 30; BenchmarkDecodeCheckRequest).
+// one per field (BenchmarkDecodeCheckRequest).
 func parseCheckRequest(body []byte, in *api.CheckRequest) bool {
 	b := string(body)
 	i, ok := parseCheckObject(b, skipSpace(b, 0), in)

@@ -38,11 +38,10 @@ func queries(spans tracetest.SpanStubs) []string {
 	return out
 }
 
-// Issue 26: a cold org is resolved in one query, and its key in another; the checks
-// of further users of a warm org (registered or not) make none, since the org carries
-// its registered users. It used to take 12 queries (key, org, org_limits, plan_limits,
-// grants, plans, teams, team limits, user defaults, throttles, users, user_limits),
-// and as many prepares again on a connection that had not run them.
+// A cold org is resolved in one query, and its key in another; the checks of further
+// users of a warm org (registered or not) make none, since the org carries its
+// registered users: not a query per table (key, org, limits, grants, plans, teams,
+// users...), nor as many prepares on a connection that has not run them.
 func TestColdOrgResolvedInTwoQueries(t *testing.T) {
 	r, exp := newTracedReplica(t)
 	key, _ := r.setup("acme")
@@ -94,10 +93,10 @@ func TestColdOrgResolvedInTwoQueries(t *testing.T) {
 	}
 }
 
-// Issue 26: the check path writes nothing to Postgres. A key's first checks used to
-// write its last_used_at (UPDATE api_keys) on the request; now authentication notes the
-// use and the service writes the notes in batches, off the path. The statements of the
-// checks are read from their Postgres spans.
+// The check path writes nothing to Postgres: not even a key's last_used_at (UPDATE
+// api_keys) on the request; authentication notes the use and the service writes the
+// notes in batches, off the path. The statements of the checks are read from their
+// Postgres spans.
 func TestCheckPathWritesNothingToPostgres(t *testing.T) {
 	r, exp := newTracedReplica(t)
 	key, _ := r.setup("acme")

@@ -8,9 +8,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// Entitlements (issue 25): the check path's GET /v1/entitlements, served from the
-// resolved-org cache; an org's features (GET for its admins and the console, PUT for
-// the operator's overrides); and the converters of plan features.
+// Entitlements: the check path's GET /v1/entitlements, served from the resolved-org
+// cache; an org's features (GET for its admins and the console, PUT for the operator's
+// overrides); and the converters of plan features.
 
 // GetEntitlements handles GET /v1/entitlements: the org's resolved features.
 func (s *Server) GetEntitlements(w http.ResponseWriter, r *http.Request, params api.GetEntitlementsParams) {

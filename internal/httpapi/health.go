@@ -23,9 +23,9 @@ func (s *Server) Healthz(w http.ResponseWriter, r *http.Request) {
 // or Redis unreachable: orgs' limits are cached, and when Redis does not answer each
 // plan's fail mode does (open allows, local decides per replica, closed answers 503
 // with Retry-After: the caller's own answer, not a refused connection). The status is
-// then "degraded" and checks names what is down. Before issue 26 it answered 503,
-// every replica at once, so Kubernetes emptied the Service and no fail mode reached a
-// caller. 503 only when this replica has no Redis configured at all.
+// then "degraded" and checks names what is down. A 503 then would come from every
+// replica at once, so Kubernetes would empty the Service and no fail mode would reach
+// a caller. 503 only when this replica has no Redis configured at all.
 func (s *Server) Readyz(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), time.Second)
 	defer cancel()

@@ -13,11 +13,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
-// Done when (issue 17): 2 api replicas x 64 connections on one user with month and
-// minute limits, leases on: the 200s never exceed the user's minute limit (all within
-// one minute, counted by the test), the last units are admitted, many answers say
-// leased: true with used <= limit, and once the leases are settled the usage API shows
-// every level's used equal to the admitted total and nothing held.
+// 2 api replicas x 64 connections on one user with month and minute limits, leases on:
+// the 200s never exceed the user's minute limit (all within one minute, counted by the
+// test), the last units are admitted, many answers say leased: true with used <=
+// limit, and once the leases are settled the usage API shows every level's used equal
+// to the admitted total and nothing held.
 func TestLeasesExactOverTwoAPIReplicas(t *testing.T) {
 	rs := newResReplicasLeasing(t, 2, quota.LeaseConfig{Enabled: true, Max: 50 * time.Millisecond, Threshold: 50, Replicas: 2})
 	a := rs[0]

@@ -44,10 +44,10 @@ func newHTTPMetrics(reg *prometheus.Registry) *httpMetrics {
 }
 
 // preinitStatuses are the statuses whose request counters start at 0 for every route
-// and method (issue 26): the 5xx the api answers (problem.go: internal error,
-// unavailable or overloaded), so the first of them on a route is a step from 0 that
-// rate() and QuotaplaneHTTPErrors see, not a new series at 1 that they miss. Other
-// statuses appear with their first request, as before: bounded by routes x methods.
+// and method: the 5xx the api answers (problem.go: internal error, unavailable or
+// overloaded), so the first of them on a route is a step from 0 that rate() and
+// QuotaplaneHTTPErrors see, not a new series at 1 that they miss. Other statuses
+// appear with their first request: bounded by routes x methods.
 var preinitStatuses = []string{"500", "503"}
 
 // preinit creates the request counters of preinitStatuses at 0 for every route and

@@ -411,11 +411,11 @@ func TestPlanPatchNullRemovesPricing(t *testing.T) {
 	}
 }
 
-// Issue 26: the counters the alerts read are at 0 on a fresh replica, so rate() sees
-// their first event (a series that appears at 1 is a step it never sees): checks by
-// decision, level, mode and degraded; plan "none" and org "_other" by decision; the
-// 5xx of every route. A plan's and an org's series start, every decision at 0, with
-// their first check.
+// The counters the alerts read are at 0 on a fresh replica, so rate() sees their first
+// event (a series that appears at 1 is a step it never sees): checks by decision,
+// level, mode and degraded; plan "none" and org "_other" by decision; the 5xx of every
+// route. A plan's and an org's series start, every decision at 0, with their first
+// check.
 func TestMetricsStartAtZero(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
 	text := r.f.do("GET", "/metrics", "", "").Body.String()

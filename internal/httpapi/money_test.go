@@ -14,7 +14,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
-// Money (issue 25): rates, spend budgets at every level, over real Redis and Postgres.
+// Money: rates, spend budgets at every level, over real Redis and Postgres.
 
 // moneySetup makes, through r's API, plan "llm" (USD; tokens.big at 3.00 per 7 units,
 // which rounds, and tokens.small at 0.000002 per unit; requests unpriced; an org

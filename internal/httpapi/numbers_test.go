@@ -63,13 +63,12 @@ func (r *resReplica) flusher() *ledger.Flusher {
 // bigNumber finds a number of 16 digits or more (>= 10^15, near the bounds) in a body.
 var bigNumber = regexp.MustCompile(`\d{16,}`)
 
-// Every hostile number of issue 22 over HTTP: a cost, amount, used, limit (plan, org
-// override, team and user allocation), grant or adjustment above vocab.MaxUnits (2^50),
-// or below its minimum, is refused with a 400 problem naming the field and the bound,
-// and writes nothing (Redis, the tenancy tables, the audit log). Afterwards the org's
-// checks answer 200 and its usage and export are sane. On the old code the commit of
-// used 2^53 answered 200 and bricked the org's metric (503 on every check), and a
-// cost, amount or limit of 2^53 was taken.
+// Every hostile number over HTTP: a cost, amount, used, limit (plan, org override,
+// team and user allocation), grant or adjustment above vocab.MaxUnits (2^50), or below
+// its minimum, is refused with a 400 problem naming the field and the bound, and
+// writes nothing (Redis, the tenancy tables, the audit log). Afterwards the org's
+// checks answer 200 and its usage and export are sane: a used of 2^53 taken would
+// break the org's metric (503 on every check).
 func TestHostileNumbersAreRefusedOverHTTP(t *testing.T) {
 	r := newResReplicas(t, 1)[0]
 	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"open","limits":[{"metric":"tokens","window":"minute","limit":100},{"metric":"tokens","window":"month","limit":1000}]}`, 201)

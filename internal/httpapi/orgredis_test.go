@@ -8,10 +8,10 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
-// Issue 27: an org's redis_url that no Redis answers was stored, and the worker
-// warned about it several times a second, forever. It is checked when set: 422
-// naming the field, in the API's words, with nothing stored; "redis_url_check":
-// false stores it anyway (a Redis that comes later); a Redis that answers is stored.
+// An org's redis_url is checked when set, so no Redis that never answers is stored
+// for the worker to warn about forever: 422 naming the field, in the API's words, with
+// nothing stored; "redis_url_check": false stores it anyway (a Redis that comes
+// later); a Redis that answers is stored.
 func TestOrgRedisURLIsCheckedWhenSet(t *testing.T) {
 	f := mustFixture(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

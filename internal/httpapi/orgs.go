@@ -35,12 +35,11 @@ func (s *Server) CreateOrg(w http.ResponseWriter, r *http.Request) {
 // redisCheckWait bounds the check of an org's redis_url.
 var redisCheckWait = 3 * time.Second
 
-// reachRedis checks, when an org's redis_url is set, that a Redis answers there
-// (issue 27: an unreachable one was stored, and the worker then warned about it
-// several times a second, forever). It answers 422 naming the field, with what went
-// wrong in the API's words and the override for a Redis that comes later
-// ("redis_url_check": false). A URL that does not parse is left to the validation's
-// 400.
+// reachRedis checks, when an org's redis_url is set, that a Redis answers there: the
+// worker would warn about an unreachable one several times a second, forever. It
+// answers 422 naming the field, with what went wrong in the API's words and the
+// override for a Redis that comes later ("redis_url_check": false). A URL that does
+// not parse is left to the validation's 400.
 func reachRedis(ctx context.Context, raw string) error {
 	if raw == "" {
 		return nil
@@ -109,7 +108,7 @@ func (s *Server) ListOrgs(w http.ResponseWriter, r *http.Request, params api.Lis
 func (s *Server) GetOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	o, err := s.tenants.GetOrg(r.Context(), org)
 	if c := callerOf(r).console; c != nil && !c.CanChange() {
-		o.WebhookURL = redact.WebhookURL(o.WebhookURL) // a viewer sees no credentials (issue 28)
+		o.WebhookURL = redact.WebhookURL(o.WebhookURL) // a viewer sees no credentials
 	}
 	respond(s, w, r, http.StatusOK, fromOrg, o, err)
 }

@@ -417,7 +417,7 @@ func TestPostgresStoppedFor30s(t *testing.T) {
 	for _, c := range calls {
 		slowest, slowestRaw = max(slowest, c.ran), max(slowestRaw, c.took)
 		switch {
-		case c.what == "readiness": // still ready: checks run on cached limits (issue 26)
+		case c.what == "readiness": // still ready: checks run on cached limits
 			if c.code != 200 || !strings.Contains(c.detail, `"postgres":"unreachable"`) || !strings.Contains(c.detail, `"status":"degraded"`) {
 				t.Errorf("/readyz during the outage = %d %s; want 200, degraded, postgres unreachable", c.code, c.detail)
 			}

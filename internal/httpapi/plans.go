@@ -87,7 +87,7 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	if in.SlidingWindows != nil {
 		p.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
-	p.Currency, p.Rates = rateCardIn(in.Currency, in.Rates) // money (issue 25)
+	p.Currency, p.Rates = rateCardIn(in.Currency, in.Rates) // money
 	return p
 }
 
@@ -106,7 +106,7 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 		w := tenants.SlidingWindows(*in.SlidingWindows)
 		p.SlidingWindows = &w
 	}
-	p.Currency = in.Currency // money (issue 25)
+	p.Currency = in.Currency // money
 	if in.Rates != nil {
 		rs := toRates(*in.Rates)
 		p.Rates = &rs
@@ -127,6 +127,6 @@ func fromPlan(p tenants.Plan) api.Plan {
 		w := api.PlanSlidingWindows(p.SlidingWindows)
 		out.SlidingWindows = &w
 	}
-	rateCardOut(p, &out) // money (issue 25)
+	rateCardOut(p, &out) // money
 	return out
 }

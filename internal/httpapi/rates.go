@@ -1,7 +1,7 @@
 package httpapi
 
-// Money (issue 25): plans' rate cards (converted with the plan) and the operator's
-// overrides of an org's rates.
+// Money: plans' rate cards (converted with the plan) and the operator's overrides of
+// an org's rates.
 
 import (
 	"net/http"

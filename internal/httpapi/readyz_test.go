@@ -12,10 +12,10 @@ import (
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
-// Issue 26: with Redis down a replica stays ready (status degraded, naming Redis), and
-// the checks that pass its readiness gate are answered by each plan's fail mode: open
-// allows, local decides on the replica, closed answers 503 with Retry-After. Before,
-// /readyz answered 503 on every replica at once and Kubernetes emptied the Service.
+// With Redis down a replica stays ready (status degraded, naming Redis), and the
+// checks that pass its readiness gate are answered by each plan's fail mode: open
+// allows, local decides on the replica, closed answers 503 with Retry-After. A /readyz
+// of 503 on every replica at once would have Kubernetes empty the Service.
 func TestReadyWithRedisDownWhileFailModesAnswer(t *testing.T) {
 	const dead = "redis://127.0.0.1:1/0" // nothing listens there
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})

@@ -11,13 +11,13 @@ import (
 	"github.com/go-chi/chi/v5/middleware"
 )
 
-// The request's state, one allocation (issue 30). chi's middleware.RequestID (a
-// formatted id, a context value and a copy of the request), the metrics middleware's
-// response writer (chi's WrapResponseWriter) and authenticate's principal (another
-// context value and request copy) were eight allocations of the about 43 the api made
-// per check (BenchmarkServerCheck). requestState is all three in one context: its
-// Value answers chi's middleware.RequestIDKey (so middleware.GetReqID and every
-// reader of the id work unchanged), principalKey{} and stateKey{}.
+// The request's state, one allocation. chi's middleware.RequestID (a formatted id, a
+// context value and a copy of the request), the metrics middleware's response writer
+// (chi's WrapResponseWriter) and authenticate's principal (another context value and
+// request copy) would each allocate per check (BenchmarkServerCheck). requestState is
+// all three in one context: its Value answers chi's middleware.RequestIDKey (so
+// middleware.GetReqID and every reader of the id work unchanged), principalKey{} and
+// stateKey{}.
 
 // stateKey finds a request's *requestState in its context.
 type stateKey struct{}

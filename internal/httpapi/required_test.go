@@ -11,7 +11,7 @@ import (
 
 // A required field left out of a check, of a batch's check or of a reservation says
 // "is required", as the admin API's validator says it, never the pattern an absent
-// value cannot match ("org: must match ^[a-zA-Z0-9]...", issue 27). Nothing is written.
+// value cannot match ("org: must match ^[a-zA-Z0-9]..."). Nothing is written.
 func TestMissingRequiredFieldsSayIsRequired(t *testing.T) {
 	f := mustFixture(t)
 	cases := []struct {

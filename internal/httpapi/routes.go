@@ -44,7 +44,7 @@ func table() []route {
 		{del, "/v1/reservations/{id}", (*wrapper).ReleaseReservation, checkScoped},
 		{post, "/v1/reservations/{id}/commit", (*wrapper).CommitReservation, checkScoped},
 		{post, "/v1/reservations/{id}/extend", (*wrapper).ExtendReservation, checkScoped},
-		// Entitlements (issue 25): resolved for the check path; an org's, set by the operator.
+		// Entitlements: resolved for the check path; an org's, set by the operator.
 		{get, "/v1/entitlements", (*wrapper).GetEntitlements, checkScoped},
 		{get, "/v1/orgs/{org}/features", (*wrapper).GetOrgFeatures, orgKey(admin, billing)},
 		{put, "/v1/orgs/{org}/features", (*wrapper).PutOrgFeatures, orgOperator(admin, billing)},
@@ -86,14 +86,14 @@ func table() []route {
 		{get, "/v1/orgs/{org}/reservations", (*wrapper).ListOpenReservations, orgKey(admin, billing)},
 		{get, "/v1/orgs/{org}/would-block", (*wrapper).GetWouldBlock, orgKey(admin, billing)},
 		{get, "/v1/orgs/{org}/billing/export", (*wrapper).ExportOrgBilling, orgKey(admin, billing)},
-		{get, "/v1/orgs/{org}/rates", (*wrapper).GetOrgRates, orgOperator(admin, billing)}, // money (issue 25)
+		{get, "/v1/orgs/{org}/rates", (*wrapper).GetOrgRates, orgOperator(admin, billing)}, // money
 		{put, "/v1/orgs/{org}/rates", (*wrapper).PutOrgRates, orgOperator(admin, billing)},
 		{get, "/v1/orgs/{org}/throttle", (*wrapper).GetOrgThrottle, orgKey(admin)},
 		{put, "/v1/orgs/{org}/throttle", (*wrapper).PutOrgThrottle, orgKey(admin)},
 		{del, "/v1/orgs/{org}/throttle", (*wrapper).DeleteOrgThrottle, orgKey(admin)},
 		{get, "/v1/orgs/{org}/webhook", (*wrapper).GetWebhook, orgKey(admin)},
 		{post, "/v1/orgs/{org}/webhook/test", (*wrapper).SendWebhookTest, orgKey(admin)},
-		{post, "/v1/orgs/{org}/webhook/secret/rotate", (*wrapper).RotateWebhookSecret, orgKey(admin)}, // issue 28
+		{post, "/v1/orgs/{org}/webhook/secret/rotate", (*wrapper).RotateWebhookSecret, orgKey(admin)},
 		{get, "/v1/orgs/{org}/webhook-deliveries", (*wrapper).ListWebhookDeliveries, orgKey(admin)},
 		{get, "/v1/billing/export", (*wrapper).ExportBilling, operator},
 	}
@@ -114,11 +114,12 @@ func table() []route {
 //
 // Each route gets its own generated wrapper, whose HandlerMiddlewares is the route's
 // authorization: it runs after the wrapper has parsed the parameters and just before
-// the handler, where each handler used to check its caller. A route whose access is
-// not declared is an error.
+// the handler, so no handler checks its caller itself. A route whose access is not
+// declared is an error.
 //
 // validate (the request validator) runs after the access check, inside the wrapper:
-// a caller without access learns 403 or 404, never what its body lacked (issue 27: an
+// a caller without access learns 403 or 404, never what its body lacked (an org key
+// on an operator route gets no 400 for a missing field).
 // org key on an operator route got 400 for a missing field).
 func (s *Server) routes(r chi.Router, app http.Handler, validate func(http.Handler) http.Handler, admin ...func(http.Handler) http.Handler) error {
 	ops := r.With()

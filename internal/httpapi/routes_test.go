@@ -251,7 +251,7 @@ func routeCases() []routeCase {
 		{"bad factor", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "acme-admin", `{"factor":-1,"ttl_seconds":600,"reason":"x"}`, 400},
 		{"no token", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "none", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 401},
 		{"check scope", "putOrgThrottle", "PUT", "/v1/orgs/acme/throttle", "acme-check", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 403},
-		// money (issue 25): an org's rate card, the operator's
+		// money: an org's rate card, the operator's
 		{"get", "getOrgRates", "GET", "/v1/orgs/acme/rates", "operator", "", 200},
 		{"no token", "getOrgRates", "GET", "/v1/orgs/acme/rates", "none", "", 401},
 		{"org key", "getOrgRates", "GET", "/v1/orgs/acme/rates", "acme-admin", "", 403},
@@ -271,7 +271,7 @@ func routeCases() []routeCase {
 		{"delete", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "acme-admin", "", 204},
 		{"again", "deleteOrgThrottle", "DELETE", "/v1/orgs/acme/throttle", "acme-admin", "", 404},
 
-		// Entitlements (issue 25; features_test.go goes further).
+		// Entitlements (features_test.go goes further).
 		{"resolved", "getEntitlements", "GET", "/v1/entitlements?org=acme", "acme-check", "", 200},
 		{"no token", "getEntitlements", "GET", "/v1/entitlements?org=acme", "none", "", 401},
 		{"another org's key", "getEntitlements", "GET", "/v1/entitlements?org=acme", "other-admin", "", 404},
@@ -344,7 +344,7 @@ func routeCases() []routeCase {
 		{"check scope", "createConsoleUser", "POST", "/v1/orgs/acme/console-users", "acme-check", `{"email":"c@acme.test","password":"a long enough secret","role":"viewer"}`, 403},
 		{"another org's key", "createConsoleUser", "POST", "/v1/orgs/acme/console-users", "other-admin", `{"email":"c@acme.test","password":"a long enough secret","role":"viewer"}`, 404},
 		{"duplicate email", "createConsoleUser", "POST", "/v1/orgs/acme/console-users", "acme-admin", `{"email":"ADA@acme.test","password":"a long enough secret","role":"viewer"}`, 409},
-		// issue 27: emails are unique per org; another org's answer must not tell that one exists
+		// emails are unique per org; another org's answer must not tell that one exists
 		{"another org's email", "createConsoleUser", "POST", "/v1/orgs/other/console-users", "other-admin", `{"email":"ada@acme.test","password":"a long enough secret","role":"viewer"}`, 201},
 		{"list", "listConsoleUsers", "GET", "/v1/orgs/acme/console-users", "acme-admin", "", 200},
 		{"no token", "listConsoleUsers", "GET", "/v1/orgs/acme/console-users", "none", "", 401},

@@ -507,7 +507,7 @@ func TestSecurityServerOwnedFields(t *testing.T) {
 					what := fmt.Sprintf("%s sets %s", who, c.field)
 					if who == "org key" && rec.Code == http.StatusForbidden && strings.Contains(rec.Body.String(), "needs the operator token") {
 						// An operator-only route: access is decided before the body
-						// is read (issue 27), so the key learns nothing of it.
+						// is read, so the key learns nothing of it.
 						f.refused(t, rec, http.StatusForbidden, before, what)
 						continue
 					}

@@ -42,14 +42,13 @@ type Deps struct {
 	AdminRateLimit  int
 	AdminRateWindow time.Duration
 	// AdminOrgRateLimit requests per AdminOrgRateWindow are allowed to each org, all
-	// its keys and console users together, on the same routes (issue 28); 0 is no
-	// limit.
+	// its keys and console users together, on the same routes; 0 is no limit.
 	AdminOrgRateLimit  int
 	AdminOrgRateWindow time.Duration
 	// ServeMetrics serves GET /metrics on this handler, beside the API
 	// (QUOTA_METRICS_ADDR=public). Off (the default), /metrics is 404 here and the api
 	// serves MetricsHandler on its own listener (QUOTA_METRICS_ADDR): the metrics name
-	// orgs and their traffic, which the public listener must not show (issue 28).
+	// orgs and their traffic, which the public listener must not show.
 	ServeMetrics bool
 	// TracerProvider, when set, gives every request a server span (named after its
 	// route) for the engine's and Postgres's spans to nest in; nil (tracing off) adds

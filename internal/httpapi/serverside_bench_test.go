@@ -11,11 +11,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/quota"
 )
 
-// The server side of a check alone (issue 30): the api's handler (middleware, the
-// check route, the check service, the engine and its pipeline to Redis) called
-// directly, with no client and no net/http connection, so allocs/op is the api's own
-// per check. What net/http's server allocates per request around the handler (the
-// request, its header map, the response) is not in it; it is the same for every route.
+// The server side of a check alone: the api's handler (middleware, the check route, the
+// check service, the engine and its pipeline to Redis) called directly, with no client
+// and no net/http connection, so allocs/op is the api's own per check. What net/http's
+// server allocates per request around the handler (the request, its header map, the
+// response) is not in it; it is the same for every route.
 
 // sinkWriter is a ResponseWriter that keeps nothing but the status and the length.
 type sinkWriter struct {

@@ -232,8 +232,8 @@ func TestThrottleExpiryOnTheEngineClock(t *testing.T) {
 	throttled("61 s later on the engine's clock", false)
 }
 
-// Issue 27: authorization comes before validation. An org key on an operator route,
-// or on another org's route, learns 403 or 404, not what its body lacked.
+// Authorization comes before validation. An org key on an operator route, or on
+// another org's route, learns 403 or 404, not what its body lacked.
 func TestAccessIsCheckedBeforeTheBody(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "h"))
 	_, admin := r.setup("acme")

@@ -41,7 +41,7 @@ func fromUsage(u billing.Usage) api.Usage {
 			daily[j] = api.DailyUsage{Day: openapi_types.Date{Time: d.Day}, Used: d.Used}
 		}
 		mu.Daily = &daily
-		if m.Metric == tenants.SpendMetric && u.Currency != "" { // money (issue 25)
+		if m.Metric == tenants.SpendMetric && u.Currency != "" { // money
 			inMoney(&mu, u.Currency)
 		}
 		out.Metrics[i] = mu
@@ -94,8 +94,8 @@ func fromAdjustment(a billing.Adjustment) api.UsageAdjustment {
 	return out
 }
 
-// inMoney says spend's usage in money (issue 25): the currency, and each level's used,
-// reserved, limits and remaining as decimal amounts of it.
+// inMoney says spend's usage in money: the currency, and each level's used, reserved,
+// limits and remaining as decimal amounts of it.
 func inMoney(mu *api.MetricUsage, currency string) {
 	mu.Currency = &currency
 	amt := func(n int64) *string { s := tenants.FormatMicros(n); return &s }

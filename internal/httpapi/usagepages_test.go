@@ -31,10 +31,10 @@ func scriptsSent(t *testing.T, reg *prometheus.Registry) int64 {
 	return n
 }
 
-// Issue 28: GET /v1/orgs/{org}/usage answers users a page at a time (limit, cursor,
+// GET /v1/orgs/{org}/usage answers users a page at a time (limit, cursor,
 // next_cursor), the org and its teams on every page, and reads the sliding windows of
 // the page's users only: a page of 2 of 250 users costs a few script runs, not one per
-// user (before: 252, one cost-0 check per counter, and all 250 users in one answer).
+// user.
 func TestUsagePagesOverUsers(t *testing.T) {
 	b := newBillingReplica(t)
 	org := testenv.ID(t, "acme")

@@ -23,12 +23,12 @@ import (
 	"github.com/quotaplane/quotaplane/webhook"
 )
 
-// Issue 28: an org rotates its own signing secret. Before, it signs with the derived
-// secret as it always did; the rotation answers a new random secret once, the API
-// shows it from then on, deliveries verify with it and, for the grace day, with the
-// previous one too (two v1 signatures), after the day with the new one only. Another
-// org's secret does not move; another org's key, a billing key and a check key
-// cannot rotate; the audit row carries no secret.
+// An org rotates its own signing secret. Until then it signs with the derived secret;
+// the rotation answers a new random secret once, the API shows it from then on,
+// deliveries verify with it and, for the grace day, with the previous one too (two v1
+// signatures), after the day with the new one only. Another org's secret does not
+// move; another org's key, a billing key and a check key cannot rotate; the audit row
+// carries no secret.
 func TestRotateWebhookSecret(t *testing.T) {
 	const master = "rotate-test-master-secret"
 	ctx := context.Background()
@@ -107,7 +107,7 @@ func TestRotateWebhookSecret(t *testing.T) {
 		return webhook.Verify(secret, header, body, time.Now(), webhook.DefaultTolerance) == nil
 	}
 
-	// Before any rotation: the derived secret, as before issue 28.
+	// Before any rotation: the derived secret.
 	s0, o0 := secretOf("acme"), secretOf("other")
 	if s0 != webhooks.SigningSecret([]byte(master), "acme") || o0 != webhooks.SigningSecret([]byte(master), "other") {
 		t.Fatalf("secrets before a rotation are not the derived ones: %s %s", s0, o0)

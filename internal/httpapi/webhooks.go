@@ -28,7 +28,7 @@ func (s *Server) GetWebhook(w http.ResponseWriter, r *http.Request, org api.OrgP
 		out.SigningSecret, out.Note = nil, &note
 	}
 	if c := callerOf(r).console; c != nil && !c.CanChange() && out.Url != nil {
-		u := redact.WebhookURL(*out.Url) // nor the URL's credentials (issue 28)
+		u := redact.WebhookURL(*out.Url) // nor the URL's credentials
 		out.Url = &u
 	}
 	w.Header().Set("Cache-Control", "no-store")

@@ -228,12 +228,12 @@ func (c *cluster) run(t *testing.T, user string, kills, least int) {
 	}
 }
 
-// Issue 22: api replicas as real processes, one kill -9 of a replica holding a lease
+// The api's replicas as real processes, one kill -9 of a replica holding a lease
 // mid-load, then a crash loop (kill, restart, kill ...), with the default settings
 // (QUOTA_REPLICAS=1) and with QUOTA_REPLICAS=2: the 200s never exceed the limit, every
 // one is counted, and the over-count is within kills x (limit / (16 x replicas) + the
-// checks in flight). Before, a dead lease was released at its expiry and its admitted
-// units admitted again: 2,261 and 2,667 200s against 2,000.
+// checks in flight): a dead lease is committed whole at its expiry, so its admitted
+// units are never admitted again.
 func TestKilledReplicaLeasesCounted(t *testing.T) {
 	for _, replicas := range []int{1, 2} {
 		t.Run(fmt.Sprintf("replicas=%d", replicas), func(t *testing.T) {

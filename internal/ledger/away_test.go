@@ -14,9 +14,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Issue 27: an org whose dedicated Redis is away made every flush (every 2 s) fail
-// and warn, forever. The first failure is reported, saying when the next try is;
-// flushes in the pause skip the org without an error; the other orgs are flushed.
+// An org whose dedicated Redis is away does not make every flush fail and warn: the
+// first failure is reported, saying when the next try is; flushes in the pause skip
+// the org without an error; the other orgs are flushed.
 func TestFlushBacksOffADedicatedRedisThatIsAway(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

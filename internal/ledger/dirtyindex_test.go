@@ -56,7 +56,7 @@ func (d *duringTick) HeldUnits(ctx context.Context, org, period string) (map[quo
 // with new usage: idle orgs cost nothing, and an org that changes while a tick runs
 // (after the tick popped the dirty-org index) is persisted by the next tick: both an
 // org the tick had already drained (its counter changes again) and one it had not
-// popped at all (issue 29).
+// popped at all.
 func TestFlushVisitsDirtyOrgsAndCatchesChangesDuringATick(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

@@ -162,9 +162,8 @@ var untraced = trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.Trace
 
 // traced is FlushOnce in a span of its own when tracing is on. A flush after an idle
 // one (it read and wrote nothing, without an error) runs untraced, so an idle worker
-// exports nothing (issue 26: a trace every 2 s); when it finds work after all, its
-// span is recorded afterwards, without its queries' spans. Under steady traffic
-// every flush is traced whole.
+// exports nothing; when it finds work after all, its span is recorded afterwards,
+// without its queries' spans. Under steady traffic every flush is traced whole.
 func (f *Flusher) traced(ctx context.Context) (FlushStats, error) {
 	if f.cfg.TracerProvider == nil {
 		return f.FlushOnce(ctx)
@@ -460,8 +459,8 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, plan tenants.Plan
 	cs, err := f.cfg.Counters.CountersFor(o.ID, tenants.RouteOf(o, plan))
 	if errors.Is(err, quota.ErrAway) {
 		// A dedicated Redis in its backoff: not tried now, and said once, when the
-		// backoff started (issue 27: warnings several times a second, forever).
-		// Its periods stay marked for a whole read.
+		// backoff started, not at every flush. Its periods stay marked for a whole
+		// read.
 		f.setFull(o.ID+"|"+prev.ID, true)
 		f.setFull(o.ID+"|"+cur.ID, true)
 		return 0, 0, nil
@@ -497,8 +496,8 @@ func (f *Flusher) flushOrg(ctx context.Context, o tenants.Org, plan tenants.Plan
 // storedUtilization records, for quotaplane_worker_month_utilization_ratio, each
 // stored counter of org's current period against its month limit: durable data, so
 // an org at 100 % whose counters no longer change (only denials), or that Redis lost,
-// is exported by a worker that has just started (issue 26). It reports whether it
-// could read them; a failure is logged (the flush itself counts its own errors).
+// is exported by a worker that has just started. It reports whether it could read
+// them; a failure is logged (the flush itself counts its own errors).
 func (f *Flusher) storedUtilization(ctx context.Context, o tenants.Org, now time.Time) bool {
 	cur := vocab.PeriodAt(now, o.BillingAnchorDay)
 	used, err := f.cfg.Store.Usage(ctx, o.ID, cur.ID)

@@ -17,9 +17,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Issue 26: an idle worker exports no trace every flush interval. The first flush is
-// traced, idle ones after it are not (nor their queries, which would start traces of
-// their own), and a flush that finds work is recorded again.
+// An idle worker exports no trace every flush interval. The first flush is traced,
+// idle ones after it are not (nor their queries, which would start traces of their
+// own), and a flush that finds work is recorded again.
 func TestIdleFlushesAreNotTraced(t *testing.T) {
 	e := newEnv(t)
 	exp := tracetest.NewInMemoryExporter()

@@ -50,9 +50,9 @@ type CounterSourceFunc func(org string, r vocab.Route) (Counters, error)
 // CountersFor calls f.
 func (f CounterSourceFunc) CountersFor(org string, r vocab.Route) (Counters, error) { return f(org, r) }
 
-// DirtyIndex is one Redis's dirty-org index (issue 29): the orgs that changed since
-// the last pop. *quota.Engine satisfies it. Both return errors wrapping
-// quota.ErrUnavailable when Redis fails.
+// DirtyIndex is one Redis's dirty-org index: the orgs that changed since the last pop.
+// *quota.Engine satisfies it. Both return errors wrapping quota.ErrUnavailable when
+// Redis fails.
 type DirtyIndex interface {
 	// PopDirtyOrgs takes the orgs that changed, atomically: one that changes after
 	// is returned by the next pop.

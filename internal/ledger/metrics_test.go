@@ -73,8 +73,8 @@ func TestFlushReportsMonthUtilization(t *testing.T) {
 }
 
 // TestFlushFailingCountsADatabaseOutage: a flush that cannot list the orgs (Postgres
-// refusing connections) counts as a failed flush (issue 26: it returned before counting,
-// and QuotaplaneFlushFailing never moved through an outage).
+// refusing connections) counts as a failed flush, so QuotaplaneFlushFailing moves
+// through an outage.
 func TestFlushFailingCountsADatabaseOutage(t *testing.T) {
 	e := newEnv(t)
 	reg := prometheus.NewRegistry()
@@ -101,9 +101,8 @@ func TestFlushFailingCountsADatabaseOutage(t *testing.T) {
 // TestUtilizationSurvivesARestart: an org at 100 % of its month limit (only denials
 // since, nothing left to flush) is exported by a fresh Flusher, a restarted worker,
 // before any new usage, even when Redis no longer holds its counters: the flusher
-// reads utilization from the ledger at start (issue 26: the gauge covered only the
-// orgs flushed since the worker started, and MonthLimitNearlyReached reset its 1 h
-// for: on every deploy).
+// reads utilization from the ledger at start, so a deploy does not reset
+// MonthLimitNearlyReached's 1 h for:.
 func TestUtilizationSurvivesARestart(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

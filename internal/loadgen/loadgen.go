@@ -47,7 +47,7 @@ type Config struct {
 	GRPCAddr string
 	// GRPCPath, with GRPCAddr, sends what Envoy sends for an org -> team -> user path:
 	// three descriptors, [org], [org, team] and [org, team, user], instead of one
-	// [team, user] (issue 30).
+	// [team, user].
 	GRPCPath bool
 	HotShare float64   // share of traffic to org 0 (0..1): a hot tenant
 	Cost     int64     // units per check

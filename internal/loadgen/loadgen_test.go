@@ -117,12 +117,13 @@ func TestRunStopsAtItsDuration(t *testing.T) {
 	}
 }
 
-// The modes of issue 24 against the real api. An api without the contract section a
-// mode needs (API.md "Several metrics in one decision", "Concurrency limits") refuses
-// it: the run says so at once, as a RefusedError naming the section, and counts
-// nothing. An api with it admits exactly the limits: multi-metric checks stop where
-// either metric binds (3 x 192 checks of 1 request and 10 tokens), and pairs never hold
-// more at once than a level's concurrent limit and leave nothing held.
+// The multi-metric and pairs modes against the real api. An api without the contract
+// section a mode needs (API.md "Several metrics in one decision", "Concurrency
+// limits") refuses it: the run says so at once, as a RefusedError naming the section,
+// and counts nothing. An api with it admits exactly the limits: multi-metric checks
+// stop where either metric binds (3 x 192 checks of 1 request and 10 tokens), and
+// pairs never hold more at once than a level's concurrent limit and leave nothing
+// held.
 func TestRunModes(t *testing.T) {
 	for _, mode := range []string{loadgen.ModeMulti, loadgen.ModePairs} {
 		t.Run(mode, func(t *testing.T) {

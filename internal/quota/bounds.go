@@ -9,10 +9,10 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
-// Bounds on what one org may make the shared Redis hold (issue 28; KEYS.md "Bounds").
-// check.lua enforces them in the run that would write, so replicas cannot pass them
-// together: an org holds at most IdempotencyRecords idempotency records, and names at
-// most UnregisteredUsers distinct unregistered users in a billing period. A check past
+// Bounds on what one org may make the shared Redis hold (KEYS.md "Bounds"). check.lua
+// enforces them in the run that would write, so replicas cannot pass them together: an
+// org holds at most IdempotencyRecords idempotency records, and names at most
+// UnregisteredUsers distinct unregistered users in a billing period. A check past
 // either is refused with a *BoundError and counts nothing.
 
 // The bounds' names, as BoundError.Bound and the metric's label say them.

@@ -107,8 +107,8 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 	}
 	c.nums = b
 	// The counters' fields are written into c.names and sent as bytes: concatenated
-	// strings were two allocations a check, and the packed numbers boxed in an any a
-	// third (issue 30, BenchmarkServerCheck).
+	// strings would be two allocations a check, and the packed numbers boxed in an any
+	// a third (BenchmarkServerCheck).
 	if need := 3*nm + 1; cap(c.wire) < need {
 		c.wire = make([]wireArg, 0, need)
 	}

@@ -11,15 +11,15 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// The dirty-org index (issue 29): every script that leaves something for the worker's
-// flush (a counter field new in an org's dirty set, a changed reservation, a
-// would-block batch) adds the org to a set in the same script run, so the flush pops
-// the orgs with new usage instead of visiting every org. A Redis Cluster runs a script
-// only on keys of one slot, so there the index is one set per slot, named with a tag
-// of that slot (slotTags); on a single Redis it is one set. The worker takes the set
-// with SPOP, atomically: an org that becomes dirty after that is in the set again for
-// the next tick, and one popped is drained by the tick that popped it (or, when that
-// fails, put back).
+// The dirty-org index: every script that leaves something for the worker's flush (a
+// counter field new in an org's dirty set, a changed reservation, a would-block batch)
+// adds the org to a set in the same script run, so the flush pops the orgs with new
+// usage instead of visiting every org. A Redis Cluster runs a script only on keys of
+// one slot, so there the index is one set per slot, named with a tag of that slot
+// (slotTags); on a single Redis it is one set. The worker takes the set with SPOP,
+// atomically: an org that becomes dirty after that is in the set again for the next
+// tick, and one popped is drained by the tick that popped it (or, when that fails, put
+// back).
 
 // indexSuffix ends every dirty-org index key.
 const indexSuffix = "|o"

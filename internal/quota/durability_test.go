@@ -208,8 +208,8 @@ func TestKeyLayoutAndTTLs(t *testing.T) {
 	kinds := map[string]int{}
 	for _, k := range keys {
 		if k == r.prefix+":|o" {
-			// The dirty-org index (issue 29): no TTL, one member per org, emptied by
-			// the worker's every flush.
+			// The dirty-org index: no TTL, one member per org, emptied by the
+			// worker's every flush.
 			if got := r.raw.SMembers(ctx, k).Val(); !cmp.Equal(got, []string{org}) || r.raw.TTL(ctx, k).Val() != -1 {
 				t.Errorf("dirty-org index %q holds %q, want only the org, no TTL", k, got)
 			}
@@ -226,9 +226,9 @@ func TestKeyLayoutAndTTLs(t *testing.T) {
 		kinds[kind]++
 		var lo, hi time.Duration
 		switch {
-		case rest == "m|"+per.ID, rest == "d|"+per.ID, rest == "u|"+per.ID: // u: the unregistered users (issue 28)
+		case rest == "m|"+per.ID, rest == "d|"+per.ID, rest == "u|"+per.ID: // u: the unregistered users
 			lo, hi = untilEnd-time.Minute, untilEnd+time.Minute
-		case rest == "n": // the count of idempotency records (issue 28): the TTL + a bucket (1 h)
+		case rest == "n": // the count of idempotency records: the TTL + a bucket (1 h)
 			lo, hi = 24*time.Hour, 25*time.Hour
 		case strings.HasPrefix(rest, "w|60|"):
 			lo, hi = 60*time.Second, 121*time.Second

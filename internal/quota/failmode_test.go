@@ -132,7 +132,7 @@ func TestEnginesFailModes(t *testing.T) {
 				}
 			}
 
-			if v := metricValue(t, reg, "quotaplane_checks_total", map[string]string{"degraded": "true"}); v <= 0 { // the series exist at 0 from the start (issue 26)
+			if v := metricValue(t, reg, "quotaplane_checks_total", map[string]string{"degraded": "true"}); v <= 0 { // the series exist at 0 from the start
 				t.Error("no degraded checks in quotaplane_checks_total")
 			}
 			if v := metricValue(t, reg, "quotaplane_breaker_state", map[string]string{"pool": "default"}); v < 1 {

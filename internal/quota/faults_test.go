@@ -45,8 +45,8 @@ func TestIdempotentReplay(t *testing.T) {
 		{name: "repeat replays and consumes nothing", req: req(org, "key-aaaaaaaa", 2), allowed: true, replayed: true, used: 1, wantCount: 1},
 		{name: "another key counts", req: req(org, "key-bbbbbbbb", 2), allowed: true, used: 2, wantCount: 2},
 		{name: "a denial counts nothing", req: req(org, "key-cccccccc", 2), used: 2, wantCount: 2},
-		// issue 28: a denial stores no record (it counted nothing, so deciding it
-		// again is harmless): its retry is decided anew, and counts once
+		// a denial stores no record (it counted nothing, so deciding it again is
+		// harmless): its retry is decided anew, and counts once
 		{name: "a denied key's retry is decided anew", req: req(org, "key-cccccccc", 10), allowed: true, used: 3, wantCount: 3},
 		{name: "and then replays", req: req(org, "key-cccccccc", 10), allowed: true, replayed: true, used: 3, wantCount: 3},
 		{name: "replay of the first decision is unchanged", req: req(org, "key-aaaaaaaa", 10), allowed: true, replayed: true, used: 1, wantCount: 3},

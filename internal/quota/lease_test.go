@@ -183,11 +183,11 @@ func sweepUntilNothingHeld(t *testing.T, r *testRig, org string, within time.Dur
 	}
 }
 
-// Issue 22: a replica killed with a lease open (its Redis client gone, so nothing is
-// settled) leaves the lease to the sweep, which commits it whole at its expiry: the
-// units admitted from it stay counted (before, the lease was released and they were
-// given back, uncounted, to be admitted again), and the over-count is the lease's
-// unused part, at most one lease of the path, 1/(16 x replicas) of its headroom.
+// A replica killed with a lease open (its Redis client gone, so nothing is settled)
+// leaves the lease to the sweep, which commits it whole at its expiry: the units
+// admitted from it stay counted, never given back to be admitted again, and the
+// over-count is the lease's unused part, at most one lease of the path, 1/(16 x
+// replicas) of its headroom.
 func TestLeasesOfAKilledReplicaAreCounted(t *testing.T) {
 	// The kill may fall between two leases of the path (the last one settled, the next
 	// not yet taken): then nothing was open, nothing is lost, and the run proves
@@ -282,11 +282,10 @@ func killedReplicaRun(t *testing.T, last bool) bool {
 	return true
 }
 
-// Issue 22: a crash loop (a replica started, loaded, killed with its lease open, eight
-// times over) never admits past the limit: every dead lease is counted whole, so no
-// unit is admitted twice; counted - admitted is the dead leases' unused units, within
-// kills x limit/(16 x replicas). Before, each kill gave its lease back (157 % of the
-// limit after a loop).
+// A crash loop (a replica started, loaded, killed with its lease open, eight times
+// over) never admits past the limit: every dead lease is counted whole, so no unit is
+// admitted twice; counted - admitted is the dead leases' unused units, within kills x
+// limit/(16 x replicas).
 func TestLeasesCrashLoopNeverOverAdmits(t *testing.T) {
 	const life, limit, kills, loaders = 200 * time.Millisecond, 2000, 8, 8
 	prefix := testenv.ID(t, "ql")
@@ -362,9 +361,8 @@ func TestLeasesCrashLoopNeverOverAdmits(t *testing.T) {
 	}
 }
 
-// Issue 22: renewal never leaves two leases of a path open on a replica (before, the
-// next lease was taken at 3/4 of the current one's life, both held at once, and a
-// crash counted both): sampled throughout a hot load with short leases.
+// Renewal never leaves two leases of a path open on a replica (a crash would count
+// both): sampled throughout a hot load with short leases.
 func TestLeasesOneOpenPerPath(t *testing.T) {
 	var taken atomic.Int64
 	r := leaseRigs(t, 1, 10*time.Millisecond, func(ev quota.LeaseEvent) {
@@ -473,8 +471,7 @@ func TestLeasesColdPathsHoldNoState(t *testing.T) {
 // past the grace, and a sweep committed it whole): the commit finds it expired and
 // counts nothing more, since the expiry counted the whole amount, at least what was
 // admitted. The month counters are the admitted total plus the expired leases' unused
-// units, each unit once (issue 22: before, the expiry released it and a forced check
-// counted what was admitted; with expiry by commit that check would count it twice).
+// units, each unit once.
 func TestLeaseExpiredBeforeItsCommitIsCounted(t *testing.T) {
 	prefix := testenv.ID(t, "ql")
 	var expiredUnused, expiredLeases atomic.Int64
@@ -557,13 +554,13 @@ func TestHotPathLeasedWithoutWaitingForAWindow(t *testing.T) {
 	t.Logf("leased after %d checks", sent)
 }
 
-// Issue 22: a lease whose settlement gives up (Redis frozen past the lease's end + the
-// 1 s grace + 10 s of retries) loses nothing and counts nothing twice: the commits its
-// replica sent are queued in the frozen server and run when it resumes (the first
-// wins, the rest are replays), and if none had, its expiry would commit it whole. So
-// the admitted units are counted, plus at most the lease's unused part. (A check of
-// the path that gave up, not a failure of the old code, where the queued commit landed
-// too; TestLeasesOfAKilledReplicaAreCounted covers a settlement that never arrives.)
+// A lease whose settlement gives up (Redis frozen past the lease's end, the 1 s grace
+// and 10 s of retries) loses nothing and counts nothing twice: the commits its replica
+// sent are queued in the frozen server and run when it resumes (the first wins, the
+// rest are replays), and if none had, its expiry would commit it whole. So the
+// admitted units are counted, plus at most the lease's unused part. (This checks the
+// path that gave up; TestLeasesOfAKilledReplicaAreCounted covers a settlement that
+// never arrives.)
 func TestLeaseWhoseSettleGaveUpIsCounted(t *testing.T) {
 	t.Parallel()
 	srv := MustPrivateRedis(t)

@@ -307,11 +307,11 @@ func (m *enginesMetrics) planSlow(pl planLabels) prometheus.Counter {
 // decisions are the values of the decision label.
 var decisions = []string{"allowed", "denied", "error"}
 
-// preinit creates at 0 the series the rules read (issue 26): a counter that appears
-// at 1 with its first event is a step rate() never sees. quotaplane_checks_total for
-// every decision, blocked level, mode and degraded; the plan family for plan "none";
-// the org family for "_other". Named plans and orgs get all their decisions at 0 with
-// their first check.
+// preinit creates at 0 the series the rules read: a counter that appears at 1 with
+// its first event is a step rate() never sees. quotaplane_checks_total for every
+// decision, blocked level, mode and degraded; the plan family for plan "none"; the org
+// family for "_other". Named plans and orgs get all their decisions at 0 with their
+// first check.
 func (m *enginesMetrics) preinit() {
 	for _, mode := range []vocab.Mode{vocab.Enforce, vocab.Shadow, vocab.Warn} {
 		for _, deg := range []string{"false", "true"} {

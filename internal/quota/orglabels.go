@@ -13,26 +13,26 @@ import (
 
 // orgLabels chooses the orgs that have a series of their own in
 // quotaplane_org_checks_total: at most max of them on a replica, the others counted as
-// "_other" (OtherOrgs). Issue 26: the labels used to go to the first orgs seen for
-// the life of the process, so a busy tenant that arrived late stayed in "_other".
+// "_other" (OtherOrgs). The labels move to the busiest orgs, so a busy tenant that
+// arrives late does not stay in "_other".
 //
-// The first orgs checked take the free labels, as before. Once they are taken, the
-// checks of "_other" are counted per org in a space-saving sketch (Metwally et al.:
-// 2*max entries at most; a new org takes the place of the entry with the smallest
-// count, inheriting it as its possible error), and each named org counts its checks of
-// the window. At the end of each window (1 minute by default) the busiest orgs of the
-// sketch take the labels of the quietest named orgs, when their count of the window
-// (less its possible error) is more than twice the named org's: a busy late org gets
-// its own series within a window or two, and two orgs of similar volume do not swap
-// labels back and forth. At most max/10 labels (at least 1) change per window, so the
-// series churn is bounded: a demoted org's series are deleted (its history stays in
-// Prometheus; a later series of it starts again at 0, which rate() reads as a reset).
+// The first orgs checked take the free labels. Once they are taken, the checks of
+// "_other" are counted per org in a space-saving sketch (Metwally et al.: 2*max entries
+// at most; a new org takes the place of the entry with the smallest count, inheriting
+// it as its possible error), and each named org counts its checks of the window. At the
+// end of each window (1 minute by default) the busiest orgs of the sketch take the
+// labels of the quietest named orgs, when their count of the window (less its possible
+// error) is more than twice the named org's: a busy late org gets its own series within
+// a window or two, and two orgs of similar volume do not swap labels back and forth. At
+// most max/10 labels (at least 1) change per window, so the series churn is bounded: a
+// demoted org's series are deleted (its history stays in Prometheus; a later series of
+// it starts again at 0, which rate() reads as a reset).
 //
 // The hot path of a named org is a read lock and two atomic adds; a check of "_other"
 // also takes the sketch's mutex and costs O(log max): the sketch's entries are a
-// min-heap by count, so the entry a new org replaces is found without a scan (issue
-// 29: with checks spread over 3,000 orgs, scanning the 2*max entries for the smallest
-// took 6.8 % of the api's CPU; BenchmarkOrgLabelsSpread).
+// min-heap by count, so the entry a new org replaces is found without a scan of the
+// 2*max entries, which checks spread over thousands of orgs would pay on every check
+// (BenchmarkOrgLabelsSpread).
 type orgLabels struct {
 	vec    *prometheus.CounterVec
 	max    int

@@ -31,10 +31,10 @@ func orgSeriesOf(t *testing.T, reg *prometheus.Registry, org, decision string) (
 	return 0, false
 }
 
-// Issue 26: 100 quiet orgs take the 100 labels first; a noisy org that comes later
-// is counted as "_other" for its first window only, then takes the label of a quiet
-// org, whose series goes. Its denials are then under its own name, which
-// QuotaplaneRejectionRateHighOrg reads. Before, it stayed in "_other" for good.
+// 100 quiet orgs take the 100 labels first; a noisy org that comes later is counted
+// as "_other" for its first window only, then takes the label of a quiet org, whose
+// series goes. Its denials are then under its own name, which
+// QuotaplaneRejectionRateHighOrg reads.
 func TestOrgLabelsGoToABusyLateOrg(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "quotaplane_org_checks_total"}, []string{"org", "decision"})

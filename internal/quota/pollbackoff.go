@@ -17,10 +17,10 @@ import (
 // callers skip it without logging (the failure that started the backoff was).
 var ErrAway = derrors.New(derrors.Unavailable, "quota: the org's dedicated Redis is away; polls of it back off")
 
-// PollBackoff spaces the background polls of a dedicated Redis that fails (issue 27:
-// an unreachable org redis_url made the worker warn several times a second,
-// forever). After the n-th failure in a row the Redis is not polled for Min * 2^(n-1),
-// at most Max; a success ends the backoff. The zero value is usable.
+// PollBackoff spaces the background polls of a dedicated Redis that fails, so an
+// unreachable org redis_url is not polled, and warned about, several times a second.
+// After the n-th failure in a row the Redis is not polled for Min * 2^(n-1), at most
+// Max; a success ends the backoff. The zero value is usable.
 type PollBackoff struct {
 	Min time.Duration // the first pause (default 1 s)
 	Max time.Duration // the longest pause (default 1 min)

@@ -12,10 +12,10 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Issue 27: an org's redis_url that cannot be reached made the worker warn several
-// times a second, forever. The background polls of a dedicated Redis that fails back
-// off (doubling, capped): the sweep reports it at most once per pause, and PollEngine
-// answers ErrAway without trying; once it answers again, the backoff ends.
+// The background polls of a dedicated Redis that fails back off (doubling, capped),
+// so an org's unreachable redis_url is not warned about several times a second: the
+// sweep reports it at most once per pause, and PollEngine answers ErrAway without
+// trying; once it answers again, the backoff ends.
 func TestDedicatedRedisAwayIsPolledWithBackoff(t *testing.T) {
 	t.Parallel()
 	dedicated := MustPrivateRedis(t)

@@ -10,11 +10,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Issue 22: a reservation whose commit gave up (its replica lost Redis, or died,
-// before the commit ran) is settled by its on_expiry as its caller chose: with commit
-// (the default) the whole amount is counted, at least what was used, so nothing
-// admitted under it is lost; with release everything goes back, the caller's choice
-// (it was told the commit failed, and a commit may be repeated until expires_at).
+// A reservation whose commit gave up (its replica lost Redis, or died, before the
+// commit ran) is settled by its on_expiry as its caller chose: with commit (the
+// default) the whole amount is counted, at least what was used, so nothing admitted
+// under it is lost; with release everything goes back, the caller's choice (it was
+// told the commit failed, and a commit may be repeated until expires_at).
 func TestReservationWhoseCommitGaveUp(t *testing.T) {
 	prefix := testenv.ID(t, "qg")
 	survivor := MustRig(t, "", quota.Config{KeyPrefix: prefix})

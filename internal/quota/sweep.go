@@ -22,8 +22,8 @@ func (e *Engine) reservingKey() string { return e.cfg.KeyPrefix + ":{|reservatio
 
 // markReserving adds org to the reserving set, once per engine and loss of Redis
 // data: after a Redis restart, a failover or a missing org (Engine.lost moved on) the
-// set may have lost the org, and the sweep reads only the set (issue 22: a reservation
-// made after a restart stayed held for ever, found by make faults SEED=7).
+// set may have lost the org, and the sweep reads only the set, so a reservation made
+// after a restart would otherwise stay held for ever.
 func (e *Engine) markReserving(ctx context.Context, org string) error {
 	lost := e.lost.Load()
 	if v, ok := e.reserving.Load(org); ok && v.(uint64) == lost {

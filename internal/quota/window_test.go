@@ -115,7 +115,7 @@ func worstSpan(adm []admission, span int64) int64 {
 // windowRun is a run of offered checks (ms offsets from a bucket boundary, cost).
 type windowRun []admission
 
-// lateBurst is issue 22's adversary: limit units offered at at ms into a bucket (one
+// lateBurst is the window's adversary: limit units offered at at ms into a bucket (one
 // check each), then steady load of one unit per ms for three windows.
 func lateBurst(limit, ms, at int64) windowRun {
 	var run windowRun

@@ -13,9 +13,8 @@ import (
 // an underscore.
 var orgKeyLike = regexp.MustCompile(`Bearer (qp[a-z]*)_`)
 
-// Issue 27: docs/ENVOY.md's placeholder was qp_..., while org keys start qpk_, so a
-// reader could not tell an org key from the operator token at a glance. Every
-// key-like bearer token in the docs starts as keys do.
+// Every key-like bearer token in the docs starts as keys do (org keys start qpk_), so
+// a reader can tell an org key from the operator token at a glance.
 func TestDocsKeyPlaceholdersLookLikeKeys(t *testing.T) {
 	root := testenv.RepoRoot(t)
 	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))

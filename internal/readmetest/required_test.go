@@ -13,9 +13,9 @@ import (
 )
 
 // described are routes the pages introduce in prose, with the schema of their body:
-// the paragraph that first names the route must name each field the API requires
-// (a reader who follows the prose, not the example, is refused otherwise: issue 27,
-// the tour did not say a throttle needs a reason).
+// the paragraph that first names the route must name each field the API requires (a
+// reader who follows the prose, not the example, is refused otherwise: a throttle
+// needs a reason, say).
 var described = []struct{ page, route, schema string }{
 	{"docs/TOUR.md", "PUT /v1/orgs/{org}/throttle", "ThrottleSet"},
 }

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
-// Limits are the gRPC server's transport settings (issue 28): TLS, and bounds on what
-// one client connection may hold and how often it may ping. NewServer takes them as
-// options (ServerOptions).
+// Limits are the gRPC server's transport settings: TLS, and bounds on what one client
+// connection may hold and how often it may ping. NewServer takes them as options
+// (ServerOptions).
 type Limits struct {
 	// CertFile and KeyFile (QUOTA_GRPC_TLS_CERT, QUOTA_GRPC_TLS_KEY), both or neither,
 	// serve TLS (1.2 at least); neither: plaintext, for a sidecar or a mesh that
@@ -28,10 +28,10 @@ type Limits struct {
 	// StreamWorkers (QUOTA_GRPC_STREAM_WORKERS, default DefaultStreamWorkers; 0 here
 	// takes the default, negative none) is the number of long-lived goroutines that
 	// run calls (grpc.NumStreamWorkers); a call that finds them all busy gets a
-	// goroutine of its own, as without them. Issue 30: a new goroutine per call starts
-	// on a small stack that the rate limit service's handler outgrows, and copying it
-	// (runtime.newstack, copystack) took 13-14 % of the api's CPU on the three-descriptor
-	// path (pprof, loadgen -grpc-path, GOMAXPROCS=1); with workers, 2.5 %
+	// goroutine of its own, as without them. A new goroutine per call starts on a small
+	// stack that the rate limit service's handler outgrows, and copying it
+	// (runtime.newstack, copystack) is a large share of the api's CPU on the
+	// three-descriptor path; the workers' stacks have already grown
 	// (docs/PERFORMANCE.md, "The gRPC path's stacks").
 	StreamWorkers int
 	// HandshakeTimeout (QUOTA_GRPC_HANDSHAKE_TIMEOUT, default DefaultHandshakeTimeout)

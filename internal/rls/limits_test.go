@@ -88,8 +88,8 @@ func healthCheck(ctx context.Context, addr string, creds credentials.TransportCr
 	return err
 }
 
-// Issue 28: with QUOTA_GRPC_TLS_CERT and _KEY the server speaks TLS only; a bad pair
-// is refused at start.
+// With QUOTA_GRPC_TLS_CERT and _KEY the server speaks TLS only; a bad pair is refused
+// at start.
 func TestGRPCServesTLS(t *testing.T) {
 	certFile, keyFile, pool := selfSigned(t, t.TempDir())
 	addr := serveLimits(t, rls.Limits{CertFile: certFile, KeyFile: keyFile})
@@ -108,8 +108,8 @@ func TestGRPCServesTLS(t *testing.T) {
 	}
 }
 
-// Issue 28: MaxStreams bounds the calls one connection has in flight: with 1, a
-// health Watch (a stream that stays open) makes the next call on the connection wait.
+// MaxStreams bounds the calls one connection has in flight: with 1, a health Watch (a
+// stream that stays open) makes the next call on the connection wait.
 func TestGRPCMaxStreams(t *testing.T) {
 	addr := serveLimits(t, rls.Limits{MaxStreams: 1})
 	hc := plainHealthClient(t, addr)
@@ -135,9 +135,9 @@ func TestGRPCMaxStreams(t *testing.T) {
 	}
 }
 
-// Issue 30: stream workers are kept goroutines, never a bound: with 2 workers both
-// held by open streams (health Watch), other calls are still answered at once, each
-// on a goroutine of its own.
+// Stream workers are kept goroutines, never a bound: with 2 workers both held by open
+// streams (health Watch), other calls are still answered at once, each on a goroutine
+// of its own.
 func TestGRPCStreamWorkersNeverMakeACallWait(t *testing.T) {
 	addr := serveLimits(t, rls.Limits{StreamWorkers: 2})
 	hc := plainHealthClient(t, addr)

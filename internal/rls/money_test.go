@@ -10,9 +10,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 )
 
-// Money (issue 25): a priced metric named by Envoy's descriptors spends too, in the
-// same decision as its units; the team's budget refuses the call that would pass it,
-// counting nothing, while its units have room.
+// Money: a priced metric named by Envoy's descriptors spends too, in the same decision
+// as its units; the team's budget refuses the call that would pass it, counting
+// nothing, while its units have room.
 func TestPricedDescriptorsSpend(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
 	r.mustDo("POST", "/v1/plans", `{"id":"pm","name":"P","fail_mode":"closed","currency":"USD",

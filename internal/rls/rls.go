@@ -181,7 +181,7 @@ func descriptorName(i int, d *ratelimitv3.RateLimitDescriptor) string {
 func (s *Service) authenticate(ctx context.Context) (checks.Caller, error) {
 	var token string
 	// ValueFromIncomingContext: FromIncomingContext copies all the metadata, three
-	// allocations a call (issue 30).
+	// allocations a call.
 	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
 		t, ok := strings.CutPrefix(v[0], "Bearer ")
 		if ok {
@@ -205,7 +205,7 @@ func (s *Service) authenticate(ctx context.Context) (checks.Caller, error) {
 // toInput reads a descriptor's entries and cost, into cost. The cost is the
 // descriptor's hits_addend when set (0 queries), else the request's when not 0, else 1.
 // The input's team, user and metric point into d's entries, which outlive the call:
-// no allocation per entry (issue 30).
+// no allocation per entry.
 func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOrg string, cost *int64) (checks.Input, error) {
 	in := checks.Input{Org: keyOrg}
 	if len(d.GetEntries()) == 0 {
@@ -277,9 +277,8 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 // descriptor and why; it adds no Retry-After of its own, since no wait would help.
 func answer(p checks.Paths, ds []*ratelimitv3.RateLimitDescriptor, mode checks.HeaderMode) *rlsv3.RateLimitResponse {
 	// The messages of one kind are allocated together, and every string of the answer
-	// is a part of one: about a dozen allocations a call instead of about thirty for
-	// three descriptors (issue 30, BenchmarkServerShouldRateLimitPath). The strings
-	// are those the one-at-a-time code built.
+	// is a part of one: a few allocations a call, not a few per descriptor
+	// (BenchmarkServerShouldRateLimitPath).
 	n := len(p.Checks)
 	out := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, n)}

@@ -495,12 +495,12 @@ func TestRedisDownUnderEachFailMode(t *testing.T) {
 	}
 }
 
-// Hostile hits_addend values (issue 22): 2^53 and just past vocab.MaxUnits (2^50)
-// are refused, whatever the mode: the descriptor is OVER_LIMIT for itself, counting
-// nothing, and Quotaplane-Refused names hits_addend and the bound in the words of the
-// HTTP API; the call's other path ([team=ops]) is decided and counted. The bound
-// itself is decided (over the limit). Afterwards the org's calls answer OK. On the
-// old code 2^53 was taken as a cost (and in shadow mode counted).
+// Hostile hits_addend values: 2^53 and just past vocab.MaxUnits (2^50) are refused,
+// whatever the mode: the descriptor is OVER_LIMIT for itself, counting nothing, and
+// Quotaplane-Refused names hits_addend and the bound in the words of the HTTP API; the
+// call's other path ([team=ops]) is decided and counted. The bound itself is decided
+// (over the limit). Afterwards the org's calls answer OK; no such value is taken as a
+// cost, nor counted in shadow mode.
 func TestHostileHitsAddendIsRefused(t *testing.T) {
 	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
 	key := r.setup("acme", 50)

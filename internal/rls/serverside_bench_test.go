@@ -21,11 +21,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// The server side of ShouldRateLimit alone (issue 30): the request decoded from its
-// wire bytes, the service's call (descriptors, the check service, the engine and its
-// pipeline to Redis) and the answer encoded, with no client and no gRPC transport, so
-// allocs/op is the api's own per call. What grpc-go's server allocates per call around
-// it (its stream, metadata, the interceptors') is not in it.
+// The server side of ShouldRateLimit alone: the request decoded from its wire bytes,
+// the service's call (descriptors, the check service, the engine and its pipeline to
+// Redis) and the answer encoded, with no client and no gRPC transport, so allocs/op is
+// the api's own per call. What grpc-go's server allocates per call around it (its
+// stream, metadata, the interceptors') is not in it.
 
 // benchService is the rate limit service over org "acme" (month + minute limits),
 // team "eng" and its users, as internal/httpapi's benchServer.

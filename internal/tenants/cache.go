@@ -36,10 +36,10 @@ func ChannelFor(prefix string) string {
 // Default bounds of a Cache (docs/ARCHITECTURE.md, "The resolved-limits cache", says
 // why these).
 //
-// Issue 29: tenants number in the tens of thousands, and an org checked less often
-// than a TTL used to pay Postgres lookups, so the bounds are derived from a memory
-// budget (DefaultCacheMemory) rather than a count chosen for a few thousand orgs, and
-// the TTLs are a safety net in minutes: pub/sub invalidation keeps entries fresh.
+// Tenants number in the tens of thousands, and an org checked less often than a TTL
+// would pay Postgres lookups, so the bounds are derived from a memory budget
+// (DefaultCacheMemory) rather than a count, and the TTLs are a safety net in minutes:
+// pub/sub invalidation keeps entries fresh.
 const (
 	DefaultCacheOrgs   = 1_000_000 // resolved orgs (the memory budget binds first)
 	DefaultCacheUsers  = 200_000   // registered users carried by cached orgs, summed
@@ -388,11 +388,10 @@ func (c *Cache) addUser(k [2]string, e *userEntry) {
 // maxUserBatch bounds the user ids of one lookup query.
 const maxUserBatch = 500
 
-// userBatches batches the lookups of the user ids of large orgs (issue 26): the ids of
-// an org missed while a lookup of that org is in flight wait for it to end and go
-// together in the next query (up to maxUserBatch), so a burst of new ids costs a few
-// queries, not one each, and a lone miss waits for nothing. An id already pending
-// joins its lookup.
+// userBatches batches the lookups of the user ids of large orgs: the ids of an org
+// missed while a lookup of that org is in flight wait for it to end and go together in
+// the next query (up to maxUserBatch), so a burst of new ids costs a few queries, not
+// one each, and a lone miss waits for nothing. An id already pending joins its lookup.
 type userBatches struct {
 	mu   sync.Mutex
 	orgs map[string]*userBatch
@@ -494,8 +493,8 @@ func (c *Cache) Authenticate(ctx context.Context, token string) (APIKey, error) 
 }
 
 // TokenSum is the SHA-256 of token, without allocating for tokens of up to 128
-// bytes: sha256.Sum256([]byte(token)) copied the token to the heap on every check
-// (issue 30, BenchmarkServerCheck).
+// bytes: sha256.Sum256([]byte(token)) would copy the token to the heap on every check
+// (BenchmarkServerCheck).
 func TokenSum(token string) [32]byte {
 	if len(token) > len(tokenBuf{}) {
 		return sha256.Sum256([]byte(token))

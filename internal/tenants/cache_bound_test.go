@@ -367,9 +367,9 @@ func TestCacheConcurrentInvalidation(t *testing.T) {
 	}
 }
 
-// Issue 26: the new user ids of a large org (one resolved without its users) missed at
-// once are looked up in batches: a burst of 64 costs a few queries, not 64, and each id
-// gets its own answer (registered with its limits, or not).
+// The new user ids of a large org (one resolved without its users) missed at once are
+// looked up in batches: a burst of 64 costs a few queries, not 64, and each id gets
+// its own answer (registered with its limits, or not).
 func TestCacheLargeOrgUserLookupsBatched(t *testing.T) {
 	ctx := context.Background()
 	e := newCacheEnv(t, tenants.CacheOptions{TTL: time.Hour, Users: 20}) // at most 2 users carried
@@ -411,9 +411,9 @@ func TestCacheLargeOrgUserLookupsBatched(t *testing.T) {
 	}
 }
 
-// Negative results are cached (issue 29): an unknown org id and a well-formed token
-// that is no key cost one query, then none, until an org or a key is created, which
-// every replica hears of (Service.OnChange, pub/sub).
+// Negative results are cached: an unknown org id and a well-formed token that is no
+// key cost one query, then none, until an org or a key is created, which every replica
+// hears of (Service.OnChange, pub/sub).
 func TestCacheNegativeResultsUntilCreated(t *testing.T) {
 	ctx := context.Background()
 	e := newCacheEnv(t, tenants.CacheOptions{})

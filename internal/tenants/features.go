@@ -13,8 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Entitlements (issue 25): a plan's features, an org's overrides of them, and the
-// features they resolve to, which the check path serves from the resolved org
+// Entitlements: a plan's features, an org's overrides of them, and the features they
+// resolve to, which the check path serves from the resolved org
 // (ResolvedOrg.Entitlements) and so from the cache, with no query per call.
 
 // Features maps a feature's name to its value: a bool, an int64 or a string. In an

@@ -23,7 +23,7 @@ type PlanInput struct {
 	Pricing        *Pricing
 	Features       Features // nil: none
 
-	// Money (issue 25): the rate card; Currency "" means none.
+	// Money: the rate card; Currency "" means none.
 	Currency string
 	Rates    []Rate
 }
@@ -42,7 +42,7 @@ type PlanPatch struct {
 	RemovePricing bool
 	Features      *Features // replaces the whole object
 
-	// Money (issue 25): Currency and Rates replace the plan's when set.
+	// Money: Currency and Rates replace the plan's when set.
 	Currency *string
 	Rates    *[]Rate
 }
@@ -249,7 +249,7 @@ func (in PlanInput) Validate() error {
 	}
 	validatePricing(&errs, in.Pricing)
 	validateFeatures(&errs, "features", in.Features, false)
-	validateRateCard(&errs, in.Currency, in.Rates, in.Limits) // money (issue 25)
+	validateRateCard(&errs, in.Currency, in.Rates, in.Limits) // money
 	return errs.err()
 }
 
@@ -281,7 +281,7 @@ func (p PlanPatch) Validate() error {
 	if p.Features != nil {
 		validateFeatures(&errs, "features", *p.Features, false)
 	}
-	if p.Rates != nil { // money (issue 25); with the currency, checked whole in UpdatePlan
+	if p.Rates != nil { // money; with the currency, checked whole in UpdatePlan
 		validateRates(&errs, "rates", *p.Rates)
 	}
 	if p.Currency != nil && *p.Currency != "" && !ValidCurrency(*p.Currency) {

@@ -250,8 +250,8 @@ func (u *keyUses) take() []string {
 }
 
 // FlushKeyUses sets last_used_at of the keys noted since the last flush, in one
-// statement (issue 26: before, a check whose key was stale wrote it on the check
-// path). The notes of a flush that fails are kept for the next.
+// statement, off the check path. The notes of a flush that fails are kept for the
+// next.
 func (s *Service) FlushKeyUses(ctx context.Context) error {
 	ids := s.uses.take()
 	if len(ids) == 0 {

@@ -18,8 +18,8 @@ import (
 // Each hash holds memory KiB (19 MiB by default) and a CPU for tens of milliseconds,
 // so the process runs at most cap(slots) at once: a hash that finds every slot taken
 // fails at once with ErrPasswordBusy (503, Retry-After) instead of queueing. That
-// bounds the memory of password hashing to cap(slots) x memory whatever callers do
-// (issue 28: 96 sign-ins, 32 at a time, took the api from 78 MB to 1.21 GB).
+// bounds the memory of password hashing to cap(slots) x memory whatever callers do: a
+// flood of sign-ins cannot take the api's memory.
 type passwordHasher struct {
 	memory     uint32 // KiB
 	iterations uint32

@@ -7,9 +7,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
-// Issue 28: at most cap(slots) password hashes run at once; one more fails at once
-// with ErrPasswordBusy (Overloaded: 503 with Retry-After), hashing nothing, and a
-// freed slot serves the next.
+// At most cap(slots) password hashes run at once; one more fails at once with
+// ErrPasswordBusy (Overloaded: 503 with Retry-After), hashing nothing, and a freed
+// slot serves the next.
 func TestPasswordHashSlots(t *testing.T) {
 	h := passwordHasher{memory: 64, iterations: 1, slots: make(chan struct{}, 2)}
 	enc, err := h.hash("correct horse battery")

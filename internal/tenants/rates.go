@@ -1,9 +1,9 @@
 package tenants
 
-// Money (issue 25): a plan's rate card (currency and rates), each org's operator
-// overrides of rates, and the `spend` metric they price. Everything that computes
-// money here is integer: a price is parsed once, exactly (math/big), into whole
-// micro-units of its currency per `per` units, and never touches a float.
+// Money: a plan's rate card (currency and rates), each org's operator overrides of
+// rates, and the `spend` metric they price. Everything that computes money here is
+// integer: a price is parsed once, exactly (math/big), into whole micro-units of its
+// currency per `per` units, and never touches a float.
 
 import (
 	"context"

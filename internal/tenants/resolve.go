@@ -43,9 +43,9 @@ type ResolvedOrg struct {
 	// its overrides applied, served by GET /v1/entitlements from the cache.
 	Entitlements Entitlements
 
-	// Money (issue 25): Currency is the plan's rate currency ("" none) and Rates the
-	// rates checks are priced at, by metric (the plan's, the org's overrides in their
-	// place); nil when none.
+	// Money: Currency is the plan's rate currency ("" none) and Rates the rates checks
+	// are priced at, by metric (the plan's, the org's overrides in their place); nil
+	// when none.
 	Currency string
 	Rates    map[string]Rate
 }
@@ -88,11 +88,11 @@ func (s *Service) ResolveOrg(ctx context.Context, orgID string) (ResolvedOrg, er
 }
 
 // ResolveOrgUsers is ResolveOrg carrying the org's registered users when it has at
-// most maxUsers of them (0: never). It is one Postgres query (resolveOrgSQL): the org
-// row joined to its plan, with its limits, its plan's, its active grants, its teams
-// with their limits and user defaults, its throttles and its plan's, and (up to
-// maxUsers+1) its users with their own limits, each as a JSON aggregate. Issue 26:
-// it used to take 11 queries (and as many prepares on a fresh connection).
+// most maxUsers of them (0: never). It is one Postgres query (resolveOrgSQL), not one
+// per table: the org row joined to its plan, with its limits, its plan's, its active
+// grants, its teams with their limits and user defaults, its throttles and its
+// plan's, and (up to maxUsers+1) its users with their own limits, each as a JSON
+// aggregate.
 func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers int) (ResolvedOrg, error) {
 	var (
 		org                               Org
@@ -100,7 +100,7 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 		metered, priced                   []string
 		over, plan, grants, teams, thr, u []byte
 		features                          []byte  // entitlements: {"plan", "org"}
-		rateCur                           *string // money (issue 25)
+		rateCur                           *string // money
 		rates                             []byte
 	)
 	err := s.pool.QueryRow(ctx, resolveOrgSQL, orgID, s.now(), maxUsers).Scan(

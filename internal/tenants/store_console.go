@@ -21,7 +21,7 @@ func scanConsoleUser(row pgx.Row) (ConsoleUser, error) {
 
 // CreateConsoleUser creates a console account in an org. Emails are unique within
 // an org (ErrExists), not across orgs: another org's accounts are no business of the
-// caller, and a conflict across orgs would tell which emails exist there (issue 27).
+// caller, and a conflict across orgs would tell which emails exist there.
 func (s *Service) CreateConsoleUser(ctx context.Context, a Actor, orgID string, in ConsoleUserInput) (ConsoleUser, error) {
 	if err := in.Validate(); err != nil {
 		return ConsoleUser{}, err

@@ -67,7 +67,7 @@ func getOrg(ctx context.Context, q querier, id string, now time.Time) (Org, erro
 }
 
 // auditOrg is the snapshot of an org the audit log keeps: no Redis password, and no
-// credentials of its webhook URL (issue 28).
+// credentials of its webhook URL.
 func auditOrg(o Org) Org {
 	o.RedisURL = redact.URL(o.RedisURL)
 	o.WebhookURL = redact.WebhookURL(o.WebhookURL)
@@ -274,7 +274,7 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 
 // OrgRoutes returns the orgs of ids that exist, without their limits: what the
 // worker's flush needs to reach an org's counters (plan, Redis, billing anchor), in
-// one query however many (issue 29: the flush visits only orgs with new usage).
+// one query however many, for the flush visits only orgs with new usage.
 func (s *Service) OrgRoutes(ctx context.Context, ids []string) ([]Org, error) {
 	return orgRows(ctx, s, `SELECT `+orgCols+` FROM orgs WHERE id = ANY($1)`, ids)
 }

@@ -65,7 +65,7 @@ func fillPlans(ctx context.Context, q querier, plans []Plan) error {
 	}); err != nil {
 		return err
 	}
-	rates, err := ratesOf(ctx, q, "plan_rates", "plan_id", ids) // money (issue 25)
+	rates, err := ratesOf(ctx, q, "plan_rates", "plan_id", ids) // money
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func writePlanDetails(ctx context.Context, tx pgx.Tx, p Plan) error {
 	if err := writePlanFeatures(ctx, tx, p.ID, p.Features); err != nil {
 		return err
 	}
-	if err := replaceRates(ctx, tx, "plan_rates", "plan_id", p.ID, normalizeRates(p.Rates)); err != nil { // money (issue 25)
+	if err := replaceRates(ctx, tx, "plan_rates", "plan_id", p.ID, normalizeRates(p.Rates)); err != nil { // money
 		return err
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM plan_prices WHERE plan_id = $1`, p.ID); err != nil {
@@ -152,7 +152,7 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
-		if in.Currency != "" { // money (issue 25)
+		if in.Currency != "" { // money
 			if _, err := tx.Exec(ctx, `UPDATE plans SET rate_currency = $2 WHERE id = $1`, in.ID, in.Currency); err != nil {
 				return err
 			}
@@ -229,7 +229,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.Features != nil {
 			after.Features = *patch.Features
 		}
-		if err := patchRateCard(&after, patch); err != nil { // money (issue 25)
+		if err := patchRateCard(&after, patch); err != nil { // money
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT id FROM orgs WHERE plan_id = $1 ORDER BY id FOR UPDATE`, id)

@@ -99,8 +99,8 @@ type Plan struct {
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
 
-	// Money (issue 25): the rate card checks are priced at (rates.go). Currency is
-	// "" when the plan has none.
+	// Money: the rate card checks are priced at (rates.go). Currency is "" when the
+	// plan has none.
 	Currency string `json:"currency,omitempty"`
 	Rates    []Rate `json:"rates"`
 }

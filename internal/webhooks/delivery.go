@@ -68,7 +68,7 @@ var nonPublic = []netip.Prefix{
 	netip.MustParsePrefix("240.0.0.0/4"),
 	netip.MustParsePrefix("0.0.0.0/8"),
 	netip.MustParsePrefix("64:ff9b::/96"), // NAT64 can reach private IPv4
-	// issue 28: more IPv6 ways to an IPv4 (or internal) address
+	// more IPv6 ways to an IPv4 (or internal) address
 	netip.MustParsePrefix("64:ff9b:1::/48"), // local-use NAT64 (RFC 8215)
 	netip.MustParsePrefix("2002::/16"),      // 6to4: embeds any IPv4, private included
 	netip.MustParsePrefix("2001::/32"),      // Teredo: embeds an IPv4 server and client
@@ -251,8 +251,8 @@ func DescribeSendError(err error, client *http.Client) string {
 	case err == nil:
 		return ""
 	case errors.Is(err, ErrPrivateTarget):
-		// Not the address the host resolved to (issue 28): what a name resolves to
-		// inside the worker's network is no business of the org's.
+		// Not the address the host resolved to: what a name resolves to inside the
+		// worker's network is no business of the org's.
 		return ErrPrivateTarget.Error() + ": webhooks are sent only to public addresses, not to loopback, private, link-local or other internal ones"
 	case errors.Is(err, errBadURL):
 		return "not an http(s) URL with a host: nothing can be delivered to it"

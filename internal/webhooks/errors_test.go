@@ -17,9 +17,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/webhooks"
 )
 
-// Issue 27: the delivery log (API and console) showed Go's dial errors, with the
-// worker's resolver address ("dial tcp: lookup x on 10.0.0.2:53: ..."). Each failure
-// is recorded in the API's own words, and none names an address of the worker's side.
+// The delivery log (API and console) records each failure in the API's own words,
+// never Go's dial errors, and none names an address of the worker's side (its
+// resolver's, say: "dial tcp: lookup x on 10.0.0.2:53: ...").
 func TestDeliveryErrorsAreInTheAPIsWords(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -113,9 +113,9 @@ func internalWords(s string) string {
 	return ""
 }
 
-// Issue 28: a refused target that a host name resolved to is not named: the delivery
-// log, a test send and its url_warning say only that the host is not public
-// ("localhost" resolves to 127.0.0.1 or ::1 on any machine).
+// A refused target that a host name resolved to is not named: the delivery log, a
+// test send and its url_warning say only that the host is not public ("localhost"
+// resolves to 127.0.0.1 or ::1 on any machine).
 func TestPrivateTargetIsNotNamed(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -159,8 +159,8 @@ func TestPrivateTargetIsNotNamed(t *testing.T) {
 	}
 }
 
-// Issue 28: the IPv6 ranges that reach IPv4 or internal addresses are not public:
-// local-use NAT64, 6to4 and Teredo.
+// The IPv6 ranges that reach IPv4 or internal addresses are not public: local-use
+// NAT64, 6to4 and Teredo.
 func TestIPv6TransitionRangesAreNotPublic(t *testing.T) {
 	for _, ip := range []string{"64:ff9b:1::a00:1", "64:ff9b::7f00:1", "2002:a00:1::1", "2002:c0a8:101::1", "2001:0:4136:e378::1"} {
 		if webhooks.URLWarning("http://["+ip+"]/hook") == "" {

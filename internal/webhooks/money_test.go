@@ -14,9 +14,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/worker"
 )
 
-// Money (issue 25): a spend budget raises threshold events as any month limit does.
-// The spend counter is the one priced checks write (checks.price adds spend to the
-// decision as one more metric), so a budget's 80 % reaches the org's webhook.
+// Money: a spend budget raises threshold events as any month limit does. The spend
+// counter is the one priced checks write (checks.price adds spend to the decision as
+// one more metric), so a budget's 80 % reaches the org's webhook.
 func TestWebhookSpendBudgetThreshold(t *testing.T) {
 	e := newEnv(t)
 	e.migrateRiver()

@@ -19,12 +19,12 @@ import (
 	"github.com/quotaplane/quotaplane/internal/tenants"
 )
 
-// An org's signing secret (issue 28). Until its first rotation an org signs with the
-// derived SigningSecret(QUOTA_WEBHOOK_SECRET, org), so receivers set up before
-// rotation existed keep working; a rotation gives it a random secret of its own
-// (org_webhook_secrets), and the one it replaces still signs, beside the new one,
-// for SecretGrace. Rotating again within the grace drops the older of the two at
-// once: at most two secrets sign a delivery.
+// An org's signing secret. Until its first rotation an org signs with the derived
+// SigningSecret(QUOTA_WEBHOOK_SECRET, org), so receivers set up with the derived secret
+// keep working; a rotation gives it a random secret of its own (org_webhook_secrets),
+// and the one it replaces still signs, beside the new one, for SecretGrace. Rotating
+// again within the grace drops the older of the two at once: at most two secrets sign a
+// delivery.
 //
 // The table holds the secrets sealed (AES-256-GCM under a key derived from
 // QUOTA_WEBHOOK_SECRET, the org id as additional data), so a reader of the database

@@ -75,9 +75,9 @@ func (w *CloseScanWorker) Work(ctx context.Context, job *river.Job[CloseScanArgs
 	return err
 }
 
-// CloseBatchArgs is the River job that closes several periods (issue 29: a job per
-// org cost ~10 ms of queue work each, 18 minutes for 100,000 orgs). Each is closed
-// exactly once whoever else closes it (billing.Closer.Close under its period lock).
+// CloseBatchArgs is the River job that closes several periods, sparing the queue a
+// job per org. Each is closed exactly once whoever else closes it
+// (billing.Closer.Close under its period lock).
 type CloseBatchArgs struct {
 	Items []CloseArgs `json:"items" river:"unique"`
 }

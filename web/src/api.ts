@@ -118,8 +118,8 @@ export const api = {
   org: (org: string) => request<Org>('GET', o(org)),
   setMode: (org: string, mode: Mode) => request<Org>('PATCH', o(org), { mode }),
   throttle: (org: string) => request<Throttle | undefined>('GET', `${o(org)}/throttle`), // undefined (204): none in force
-  // Usage comes a page of users at a time (issue 28); the console shows every user, so
-  // it follows next_cursor and gathers each metric's users.
+  // Usage comes a page of users at a time; the console shows every user, so it follows
+  // next_cursor and gathers each metric's users.
   usage: async (org: string, period?: string): Promise<Usage> => {
     const path = (cursor?: string) =>
       `${o(org)}/usage?limit=1000${period ? `&period=${e(period)}` : ''}${cursor ? `&cursor=${e(cursor)}` : ''}`;

@@ -231,10 +231,10 @@ export function expiresIn(iso: string, now: Date): string {
   return `in ${Math.floor(min / 60)} h${min % 60 ? ` ${min % 60} min` : ''}`;
 }
 
-// Money (issue 25): usage of the metric `spend` is counted in micro-units of the plan's
-// currency (1 USD = 1,000,000), and the API marks it with `currency`. Amounts are
-// written from the integer by integer division (BigInt), never through a float, so no
-// rounding error shows: 1234560000 -> "1,234.56".
+// Money: usage of the metric `spend` is counted in micro-units of the plan's currency
+// (1 USD = 1,000,000), and the API marks it with `currency`. Amounts are written from
+// the integer by integer division (BigInt), never through a float, so no rounding error
+// shows: 1234560000 -> "1,234.56".
 
 /** MICROS is the micro-units of one unit of a currency. */
 export const MICROS = 1_000_000n;

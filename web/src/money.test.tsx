@@ -1,6 +1,6 @@
-// Money (issue 25): spend in micro-units shown as an amount of its currency, by integer
-// arithmetic; the views that show usage, allocations and forecasts of it; and the limits
-// editor, which shows and takes a spend limit as an amount and sends micro-units.
+// Money: spend in micro-units shown as an amount of its currency, by integer maths;
+// the views that show usage, allocations and forecasts of it; and the limits editor,
+// which shows and takes a spend limit as an amount and sends micro-units.
 import { describe, expect, it, vi } from 'vitest';
 import { render } from 'preact';
 import { act } from 'preact/test-utils';

@@ -83,9 +83,9 @@ func secretParam(name string) bool {
 	return false
 }
 
-// WebhookURL is URL for a webhook URL (issue 28): any user info is a credential there
-// (a token as the user name as well as a password), so it is masked whole, as are
-// secret query parameters.
+// WebhookURL is URL for a webhook URL: any user info is a credential there (a token as
+// the user name as well as a password), so it is masked whole, as are secret query
+// parameters.
 func WebhookURL(s string) string {
 	u, err := url.Parse(s)
 	if err == nil && u.User != nil {

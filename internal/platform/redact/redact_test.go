@@ -42,7 +42,7 @@ func TestError(t *testing.T) {
 	}
 }
 
-// Issue 28: a webhook URL's user info is a credential even without a password.
+// A webhook URL's user info is a credential even without a password.
 func TestWebhookURL(t *testing.T) {
 	for in, want := range map[string]string{
 		"https://tok123@hooks.example.com/x":        "https://" + redact.Mask + "@hooks.example.com/x",

@@ -11,7 +11,7 @@ import (
 // MetricValue returns the value of the gauge or counter name whose labels include
 // labels (a histogram: its sample count), summed over every such series (several
 // when labels name only some: the check counters exist at 0 for every label value
-// from the start, issue 26), or -1 when g has no such series.
+// from the start), or -1 when g has no such series.
 func MetricValue(tb testing.TB, g prometheus.Gatherer, name string, labels map[string]string) float64 {
 	tb.Helper()
 	return gatherValue(tb, g, name, labels, false)

@@ -1,6 +1,5 @@
-// Command refserver is make bench's reference for /v1/check: the "straightforward
-// go-redis handler" that issue 6 measured (29k checks/s at p99 3.7 ms, 45 % of a bare
-// Go handler, on its machine). It decodes {"org","team","user"} with encoding/json,
+// Command refserver is make bench's reference for /v1/check: a straightforward
+// go-redis check handler. It decodes {"org","team","user"} with encoding/json,
 // coalesces concurrent checks into one pipeline of EVALSHAs of scripts/bench/ref9.lua
 // (three levels x month + minute, current and previous bucket) and answers
 // {"allowed":true|false}; /healthz answers like quotaplane-api's. No auth, tenancy,

@@ -537,7 +537,7 @@ export class QuotaplaneClient implements Quotaplane {
     return this.#reservation("getReservation", "GET", `/v1/reservations/${encodeURIComponent(id)}`, undefined, opts);
   }
 
-  // Entitlements (issue 25; entitlements.ts).
+  // Entitlements (entitlements.ts).
 
   /** The org's resolved features for `team` and `user` (either optional; an unknown team is a 404 QuotaplaneError). */
   async entitlements(org: string, team?: string, user?: string, opts: CallOptions = {}): Promise<Entitlements> {

@@ -1,5 +1,5 @@
-// Entitlements (issue 25): the org's resolved features, as GET /v1/entitlements
-// answers them; QuotaplaneClient's entitlements, feature and entitled call it.
+// Entitlements: the org's resolved features, as GET /v1/entitlements answers them;
+// QuotaplaneClient's entitlements, feature and entitled call it.
 import type { components } from "./schema.js";
 
 /** An org's resolved features and where each comes from ("plan", or "org": an override). */

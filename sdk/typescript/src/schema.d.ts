@@ -2095,7 +2095,7 @@ export interface components {
             used: number;
             /** Format: int64 */
             remaining: number;
-            /** @description Money (issue 25), for `spend` with a currency, `limit` as a decimal amount. */
+            /** @description For `spend` with a currency, `limit` as a decimal amount. */
             limit_amount?: string;
             /** @description For `spend` with a currency, `remaining` as a decimal amount. */
             remaining_amount?: string;
@@ -2121,8 +2121,8 @@ export interface components {
              */
             reserved: number;
             /**
-             * @description Money (issue 25): for `spend` with a currency, `used` as a decimal amount of
-             *     the currency, e.g. "1234.56".
+             * @description For `spend` with a currency, `used` as a decimal amount of the currency, e.g.
+             *     "1234.56".
              */
             used_amount?: string;
             /** @description For `spend` with a currency, `reserved` as a decimal amount. */
@@ -2153,9 +2153,8 @@ export interface components {
         MetricUsage: {
             metric: string;
             /**
-             * @description Money (issue 25): present iff `metric` is `spend` and the org's plan has a
-             *     currency; `spend` counts micro-units of it, and each level's `used_amount`
-             *     says them in it.
+             * @description Present iff `metric` is `spend` and the org's plan has a currency; `spend`
+             *     counts micro-units of it, and each level's `used_amount` says them in it.
              */
             currency?: string;
             /**

@@ -1,6 +1,6 @@
 // The client's budget, retries, Retry-After, configuration errors, cancellation and
-// hooks (issue 31), against small servers that make the faults: a server that never
-// answers, one that answers 503 with Retry-After, a plain http port spoken to in TLS.
+// hooks, against small servers that make the faults: a server that never answers, one
+// that answers 503 with Retry-After, a plain http port spoken to in TLS.
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { lookup } from "node:dns/promises";
@@ -21,8 +21,8 @@ import { allowedResult, busy, scriptedServer, silentServer } from "./proxy.js";
 const elapsed = (start: number) => performance.now() - start;
 
 describe("budget", () => {
-  // Issue 31: with the defaults (2 s per attempt, 2 retries) a check against an api that
-  // accepts and never answers took 6.25 s before the fail policy answered.
+  // The fail policy answers a hung api within the client's whole budget, not after
+  // every attempt's timeout (2 s per attempt, 2 retries by default).
   it("a hung api is answered by the fail policy within the default budget (1 s), not after every attempt's timeout", async () => {
     const silent = await silentServer();
     try {
@@ -65,9 +65,8 @@ describe("budget", () => {
 });
 
 describe("Retry-After", () => {
-  // Issue 31: TypeScript capped Retry-After at 1 s and jittered it downward (waited 500
-  // to 1000 ms of a Retry-After: 1); during the api's "too many checks in flight" 503
-  // that triples the load.
+  // Retry-After is waited in full, neither capped nor jittered downward: during the
+  // api's "too many checks in flight" 503, a shorter wait would bring more load.
   it("is waited in full (delay-seconds and HTTP date), not capped nor jittered downward", async () => {
     for (const [name, header] of [
       ["seconds", () => "2"],
@@ -107,8 +106,8 @@ describe("Retry-After", () => {
 });
 
 describe("configuration errors", () => {
-  // Issue 31: a fetch TypeError (an unknown scheme) was retried 3 times, then
-  // failPolicy "open" allowed everything.
+  // A base URL fetch cannot use (an unknown scheme) is a configuration error, not a
+  // failure to retry and then hand to the fail policy.
   it("a base URL fetch cannot use is refused by the constructor", () => {
     for (const baseUrl of ["htp://127.0.0.1:8080", "ftp://quota.internal", "quota.internal:8080"]) {
       assert.throws(() => new QuotaplaneClient({ baseUrl, key: "k", failPolicy: "open" }), (e: unknown) => e instanceof QuotaplaneConfigError, baseUrl);
@@ -160,8 +159,8 @@ describe("configuration errors", () => {
 });
 
 describe("cancellation", () => {
-  // Issue 31: the caller's abort must mean "the caller gave up" (as Go's ctx.Err()), not
-  // go to the fail policy; only the client's own budget does.
+  // The caller's abort means "the caller gave up" (as Go's ctx.Err()), and does not go
+  // to the fail policy; only the client's own budget does.
   it("the caller's abort rejects with QuotaplaneAbortError (AbortError), during an attempt or a backoff wait, never asking the fail policy", async () => {
     const silent = await silentServer();
     const busySrv = await scriptedServer(() => busy("2"));
@@ -244,7 +243,7 @@ describe("hooks and headers", () => {
 });
 
 describe("batch items", () => {
-  // Issue 31: an item the api refused (4xx) read `allowed: false`, like a denial; a
+  // An item the api refused (4xx) is an error, not a denial (`allowed: false`); a
   // per-item 503 goes to the fail policy for that item, as Go's client.
   it("a refused item is an error (no allowed), a 503 item is the fail policy's, the others Quotaplane's", async () => {
     const unavailable = { type: "https://quotaplane.dev/problems/service-unavailable", title: "Service Unavailable", status: 503 };

@@ -84,7 +84,7 @@ describe("check", () => {
 });
 
 describe("checkBatch", () => {
-  // Issue 31: an item the api refused (4xx) read `allowed: false`, like a denial.
+  // An item the api refused (4xx) is an error, not a denial (`allowed: false`).
   it("decides each check on its own, in order, and hands back the refused one as an error, not a denial", async () => {
     const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "minute", limit: 2 }] });
     const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });

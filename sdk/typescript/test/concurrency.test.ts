@@ -1,8 +1,8 @@
 // concurrencyMiddleware in a real Express app, in front of a real quotaplane-api: the
-// slot is given back on success, error, exception and client disconnect, refused
-// when full, and decided by the fail policy when Quotaplane is down. The last
-// describe needs the merged server of issue 24 (the `concurrent` window, `amounts`
-// and POST /v1/reservations/{id}/extend); the others need only reservations.
+// slot is given back on success, error, exception and client disconnect, refused when
+// full, and decided by the fail policy when Quotaplane is down. The last describe
+// needs a server with the `concurrent` window, `amounts` and POST
+// /v1/reservations/{id}/extend; the others need only reservations.
 import assert from "node:assert/strict";
 import type { AddressInfo } from "node:net";
 import type { Server } from "node:http";
@@ -169,8 +169,8 @@ describe("concurrencyMiddleware", () => {
     }
   });
 
-  // Issue 31: the slot was given back at the disconnect, the handler still running (and
-  // a reservation committed what was reported by then): settled now when the handler is done.
+  // The slot stays held after the client goes away while the handler still runs, and
+  // is settled when the handler is done, with what it reported after the disconnect.
   it("holds the slot while the handler runs after the client went away, and gives it back when the handler is done", async () => {
     const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "minute", limit: 3 }] });
     const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });

@@ -305,7 +305,7 @@ export async function clearOfMinuteEdge(): Promise<void> {
 
 /**
  * A level reference (`blocked_at`) without its `metric`, which a server with
- * several-metric decisions (issue 24) adds: the tests of one metric compare the rest.
+ * several-metric decisions adds: the tests of one metric compare the rest.
  */
 export function withoutMetric(ref: unknown): unknown {
   if (typeof ref !== "object" || ref === null || !("metric" in ref)) return ref;

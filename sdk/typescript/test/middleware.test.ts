@@ -153,9 +153,9 @@ describe("checkMiddleware", () => {
     }
   });
 
-  // Issue 27: a user that is not registered, with no team named, made the check 400
-  // ("user is not registered: name its team"); the middleware handed it to Express,
-  // whose default handler answered 500 with an HTML stack trace.
+  // A check Quotaplane refuses (a user that is not registered, with no team named: 400
+  // "user is not registered: name its team") is answered by the middleware, never
+  // handed to Express, whose default handler would answer 500 with an HTML stack trace.
   it("answers a request Quotaplane refused (an unregistered user, no team) 403 with a problem+json, in Express's development mode too", async () => {
     const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "minute", limit: 100 }] });
     await stack.api_("POST", `/v1/orgs/${org}/teams`, { id: "eng", name: "Eng" });
@@ -292,9 +292,9 @@ describe("reserveMiddleware (needs the reservations API of branch res)", () => {
   });
 });
 
-// draftFieldsAgree: the middleware passes Quotaplane's draft-11 fields on (issue 27: it
-// sent only the legacy ones), read with a structured-field parser library: the path's
-// one policy (the org's 2 a minute) and RateLimit naming it with the legacy figures.
+// draftFieldsAgree: the middleware passes Quotaplane's draft-11 fields on, beside the
+// legacy ones, read with a structured-field parser library: the path's one policy (the
+// org's 2 a minute) and RateLimit naming it with the legacy figures.
 function draftFieldsAgree(res: Response, remaining: string): void {
   const policies = parseList(res.headers.get("RateLimit-Policy") ?? "");
   assert.equal(policies.length, 1, "RateLimit-Policy items");
@@ -508,9 +508,9 @@ describe("reserveMiddleware options (issue 31)", () => {
 });
 
 describe("reserveMiddleware settlement (issue 31)", () => {
-  // Issue 31: the middleware settled on the response's 'close', which fires when the
-  // client disconnects while the handler streams: 10 committed, the 80 reported after
-  // never counted. A caller avoided paying by disconnecting.
+  // The middleware settles when the handler ends, not on the response's 'close', which
+  // fires when the client disconnects while the handler streams: what the stream
+  // reports after the disconnect is counted, so no caller avoids paying by leaving.
   it("a client that disconnects mid-stream pays what the stream reported: settled when the handler ends, reportUsage adding", async () => {
     const { org, key } = await stack.org({ limits: [{ metric: "tokens", window: "month", limit: 1000 }] });
     const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });

@@ -73,10 +73,10 @@ describe("docs/TOUR.md, TypeScript client", () => {
     assert.deepEqual(diags, []);
   });
 
-  // Issue 27: the tour said "depend on the directory", and this test ran the block from
-  // the package's own src. Now: a copy of the clone's SDK (its files as git has them),
-  // the section's install commands run as printed in a fresh npm project, and the first
-  // block run there, importing "@quotaplane/client" as printed.
+  // A copy of the clone's SDK (its files as git has them), the section's install
+  // commands run as printed in a fresh npm project, and the first block run there,
+  // importing "@quotaplane/client" as printed: the section's way, not the package's
+  // own src.
   it("installs the package as the section says into a fresh npm project, where the first block runs as printed", () => {
     const tmp = mkdtempSync(join(tmpdir(), "qp-sdk-readme-"));
     try {
@@ -105,7 +105,7 @@ describe("docs/TOUR.md, TypeScript client", () => {
       execFileSync("bash", ["-euo", "pipefail", "-c", script], { cwd: app, env, stdio: "pipe", timeout: 300_000 });
       const pkg = JSON.parse(readFileSync(join(app, "package.json"), "utf8")) as { dependencies?: Record<string, string> };
       assert.match(pkg.dependencies?.["@quotaplane/client"] ?? "", /quotaplane-client-0\.1\.0\.tgz$/);
-      // Publishable (issue 31): not private, its changelog and README shipped, the test kit's subpath resolved.
+      // Publishable: not private, its changelog and README shipped, the test kit's subpath resolved.
       const installed = join(app, "node_modules", "@quotaplane", "client");
       const manifest = JSON.parse(readFileSync(join(installed, "package.json"), "utf8")) as { private?: boolean };
       assert.equal(manifest.private, undefined);

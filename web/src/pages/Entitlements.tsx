@@ -1,5 +1,5 @@
-// Entitlements (issue 25): the org's features, as its plan sets them and the operator
-// overrides them, and what they resolve to. Read-only: only the operator changes them.
+// Entitlements: the org's features, as its plan sets them and the operator overrides
+// them, and what they resolve to. Read-only: only the operator changes them.
 import { api, type FeatureValue, type OrgFeatures } from '../api';
 import { formatNumber } from '../format';
 import { Empty, ErrorState, Loading, useLoad } from '../ui';
