@@ -55,8 +55,12 @@ before(async () => {
     user_limits: [{ metric: 'requests', window: 'month', limit: 5000 }] }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/teams`, { id: LONG_TEAM, name: 'A team with the longest id', limits: [{ metric: 'requests', window: 'month', limit: 1000 }] }), 201);
   await must(op('POST', `/v1/orgs/${ORG}/teams/eng/users`, { id: LONG_USER }), 201);
-  // dave: 10 requests a minute (and the team's 5,000 a month).
-  await must(op('POST', `/v1/orgs/${ORG}/teams/eng/users`, { id: 'dave', limits: [{ metric: 'requests', window: 'minute', limit: 10 }] }), 201);
+  // dave-1280 and dave-390: 10 requests a minute (and the team's 5,000 a month), one for
+  // the test at each width (a minute window slides: one user's minute used up by the
+  // test at 1280 px would still count in part at 390 px a minute later).
+  for (const dave of ['dave-1280', 'dave-390']) {
+    await must(op('POST', `/v1/orgs/${ORG}/teams/eng/users`, { id: dave, limits: [{ metric: 'requests', window: 'minute', limit: 10 }] }), 201);
+  }
   await must(op('POST', `/v1/orgs/${ORG}/console-users`, { ...ADMIN, role: 'admin' }), 201);
   key = (await must(op('POST', `/v1/orgs/${ORG}/api-keys`, { name: 'e2e', scopes: ['check'] }), 201)).secret;
   // Requests far below the org's month limit, tokens near it.
@@ -242,12 +246,12 @@ for (const width of [1280, 390]) {
   });
 
   test(`at ${width} px a minute window used up ranks after every month limit with something used`, async () => {
-    // dave uses his 10 requests of this minute; the page must load within the minute.
+    // dave-<width> uses his 10 requests of this minute; the page must load within the minute.
+    const daveId = `dave-${width}`;
     const sec = new Date().getUTCSeconds();
     if (sec > 40) await new Promise((r) => setTimeout(r, (61 - sec) * 1000));
-    // (A test at the other width may have used them already this minute: then it is refused.)
-    const res = await op('POST', '/v1/check', { org: ORG, team: 'eng', user: 'dave', cost: 10 }, key);
-    const minute = res.body.levels.find((l) => l.id === 'dave' && l.window === 'minute');
+    const res = await op('POST', '/v1/check', { org: ORG, team: 'eng', user: daveId, cost: 10 }, key);
+    const minute = res.body.levels.find((l) => l.id === daveId && l.window === 'minute');
     assert.equal(minute.used, 10, JSON.stringify(res.body));
     const windowOf = (id) => /-(second|minute|hour|day|month|concurrent)$/.exec(id)[1];
     await withPage('layout-closest', width, async (page) => {
@@ -261,9 +265,9 @@ for (const width of [1280, 390]) {
       // The allocation's full list: dave's minute (10 of 10) after every month limit with something used.
       await nav(page, 'Allocation');
       const rows = page.getByTestId('alloc-usage').locator('tbody tr');
-      await page.getByTestId('alloc-row-user-eng/dave-requests-minute').waitFor();
+      await page.getByTestId(`alloc-row-user-eng/${daveId}-requests-minute`).waitFor();
       const all = await rows.evaluateAll((rs) => rs.map((r) => ({ id: r.dataset.testid, text: r.querySelector('.mini-bar-text').textContent })));
-      const dave = all.findIndex((r) => r.id === 'alloc-row-user-eng/dave-requests-minute');
+      const dave = all.findIndex((r) => r.id === `alloc-row-user-eng/${daveId}-requests-minute`);
       assert.match(all[dave].text, /^10 of 10/, 'the minute rolled over before the page loaded');
       const usedMonths = all.filter((r) => windowOf(r.id) === 'month' && !/^0 of/.test(r.text));
       assert.ok(usedMonths.length >= 5);
