@@ -5,6 +5,7 @@
 import { useState } from 'preact/hooks';
 import { ApiError, WINDOWS, type Limit, type Window } from './api';
 import { formatMicrosExact, formatNumber, formatNumbersIn, limitField, parseLimitIn, setLimit, sortLimits } from './format';
+import { IdText } from './ui';
 
 type ListName = 'limits' | 'user_limits';
 /** Money maps each metric that is money to its currency ({ spend: 'USD' }, see currencies). */
@@ -46,7 +47,7 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, d
   return (
     <div class="limits">
       <table>
-        <caption>{label}</caption>
+        <caption><IdText text={label} /></caption>
         <thead><tr><th scope="col">Metric</th><th scope="col">Window</th><th scope="col">Limit</th>{canEdit && <th scope="col"><span class="sr-only">Actions</span></th>}</tr></thead>
         <tbody>
           {sorted.length === 0 && inherited.length === 0 && <tr><td colSpan={cols} class="muted">No limits: {list === 'user_limits' ? 'users get no default allocation' : 'only the levels above apply'}.</td></tr>}
@@ -76,7 +77,7 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, d
       {inherited.length > 0 && <p class="muted small">{sorted.length === 0 ? 'No limits of its own: ' : 'Where it has none of its own, '}{defaults!.from} apply.</p>}
       {canEdit && (adding
         ? <AddLimit idPrefix={idPrefix} list={list} limits={limits} money={money} onSave={onSave} onDone={() => setAdding(false)} />
-        : <button type="button" class="link" onClick={() => setAdding(true)}>+ Add a limit to {label.toLowerCase()}</button>)}
+        : <button type="button" class="link" onClick={() => setAdding(true)}>+ Add a limit to <IdText text={label[0].toLowerCase() + label.slice(1)} /></button>)}
     </div>
   );
 }

@@ -41,6 +41,19 @@ export function Id({ id, before }: { id: string; before?: string }) {
   return <span class="id" title={`${before ?? ''}${id}`}>{before && <span class="muted">{before}</span>}{id}</span>;
 }
 
+/** LONG_WORD is the length past which IdText takes a word for an id and cuts it short. */
+const LONG_WORD = 24;
+
+/**
+ * IdText writes text that may name ids (up to 128 characters) or emails (up to 254),
+ * words nowhere to break: each word longer than LONG_WORD characters is an Id, cut short
+ * with an ellipsis where it would not fit, whole in its title and the text; the rest
+ * wraps between words as any text.
+ */
+export function IdText({ text }: { text: string }) {
+  return <>{text.split(/(\s+)/).map((w) => (w.length > LONG_WORD && /\S/.test(w) ? <Id id={w} /> : w))}</>;
+}
+
 export function Empty({ children }: { children: ComponentChildren }) {
   return <p class="state empty">{children}</p>;
 }
@@ -151,7 +164,7 @@ export function Confirm({ title, body, confirmLabel, danger, onConfirm, onClose 
   }, []);
   return (
     <dialog ref={ref} class="confirm" aria-labelledby="confirm-title" onCancel={(e) => { e.preventDefault(); onClose(); }}>
-      <h2 id="confirm-title">{title}</h2>
+      <h2 id="confirm-title"><IdText text={title} /></h2>
       <div>{body}</div>
       {error !== undefined && <ErrorState error={error} />}
       <div class="actions">

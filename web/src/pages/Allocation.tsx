@@ -4,7 +4,7 @@ import { allocationRows, EXHAUSTION_ORDER, forecastText, heldMatches, heldRows, 
 import { api, ApiError, type Org, type Reservation, type Team, type User } from '../api';
 import { currencies, expiresIn, formatAmount, formatBare, formatNumber, formatNumbersIn, idError, level, parseLimitIn, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
-import { Confirm, Empty, ErrorState, Id, Loading, MiniBar, useLoad, usePaged } from '../ui';
+import { Confirm, Empty, ErrorState, Id, IdText, Loading, MiniBar, useLoad, usePaged } from '../ui';
 import type { PageProps } from '../ui';
 
 export function Allocation({ session }: PageProps) {
@@ -312,7 +312,7 @@ function TeamPanel({ org, team, canEdit, money, onChange }: { org: Org; team: Te
   return (
     <section class="panel team" aria-labelledby={`team-${team.id}`} data-testid={`team-${team.id}`}>
       <div class="page-head">
-        <h2 id={`team-${team.id}`}>{team.name} <span class="muted">({team.id})</span></h2>
+        <h2 id={`team-${team.id}`}><IdText text={team.name} /> <span class="muted">(<Id id={team.id} />)</span></h2>
         {canEdit && <button type="button" class="danger" onClick={() => setConfirm(true)}>Remove team</button>}
       </div>
       <div class="two-col">
@@ -332,7 +332,7 @@ function TeamPanel({ org, team, canEdit, money, onChange }: { org: Org; team: Te
             onSave={async (next) => { await api.patchUser(org.id, team.id, u.id, { limits: next }); users.reload(); onChange(); }} />
           {canEdit && <button type="button" class="danger small" onClick={async () => {
             try { await api.deleteUser(org.id, team.id, u.id); users.reload(); onChange(); } catch (e) { setUserError(errorFor(e, '')); }
-          }}>Remove user {u.id}</button>}
+          }}>Remove user <Id id={u.id} /></button>}
         </div>
       ))}
       {canEdit && (
@@ -343,7 +343,7 @@ function TeamPanel({ org, team, canEdit, money, onChange }: { org: Org; team: Te
           try { await api.createUser(org.id, team.id, { id: newUser.trim(), limits: [] }); setNewUser(''); setUserError(undefined); users.reload(); onChange(); }
           catch (e2) { setUserError(errorFor(e2, 'id')); }
         }}>
-          <label for={`new-user-${team.id}`}>Add user to {team.id}</label>
+          <label for={`new-user-${team.id}`}>Add user to <Id id={team.id} /></label>
           <input id={`new-user-${team.id}`} value={newUser} placeholder="user id" onInput={(e) => setNewUser((e.target as HTMLInputElement).value)}
             aria-invalid={userError ? 'true' : undefined} />
           <button type="submit">Add user</button>

@@ -1,7 +1,7 @@
 // The audit log, newest first, one page at a time.
 import { api } from '../api';
 import { formatTime } from '../format';
-import { Empty, ErrorState, Loading, usePaged } from '../ui';
+import { Empty, ErrorState, Id, Loading, usePaged } from '../ui';
 import type { PageProps } from '../ui';
 
 export function Audit({ session }: PageProps) {
@@ -17,8 +17,8 @@ export function Audit({ session }: PageProps) {
         <div class="table-wrap"><table data-testid="audit">
           <thead><tr><th scope="col">Time</th><th scope="col">Actor</th><th scope="col">Action</th><th scope="col">Object</th><th scope="col">Change</th></tr></thead>
           <tbody>{log.items.map((e) => (
-            <tr><td>{formatTime(e.time)}</td><td class="break">{e.actor}</td><td>{e.action}</td><td class="break">{e.object}</td>
-              <td><details><summary>before / after</summary><pre>{JSON.stringify({ before: e.before, after: e.after }, null, 2)}</pre></details></td></tr>
+            <tr><td>{formatTime(e.time)}</td><td><Id id={e.actor} /></td><td class="nowrap">{e.action}</td><td><Id id={e.object} /></td>
+              <td><details><summary>before / after</summary><pre class="json">{JSON.stringify({ before: e.before, after: e.after }, null, 2)}</pre></details></td></tr>
           ))}</tbody>
         </table></div>
       )}

@@ -2,7 +2,7 @@
 // them, and what they resolve to. Read-only: only the operator changes them.
 import { api, type FeatureValue, type OrgFeatures } from '../api';
 import { formatNumber } from '../format';
-import { Empty, ErrorState, Loading, useLoad } from '../ui';
+import { Empty, ErrorState, Id, IdText, Loading, useLoad } from '../ui';
 import type { PageProps } from '../ui';
 
 /** EntitlementsLink goes to the page without reloading the console (App listens to popstate), as the shadow report's link does. */
@@ -53,7 +53,7 @@ export function Entitlements({ session }: PageProps) {
   return (
     <>
       <div class="page-head"><h1>Entitlements</h1><button type="button" onClick={data.reload} disabled={data.loading}>Refresh</button></div>
-      <p class="muted">The features of plan <strong data-testid="features-plan">{f.plan}</strong> with the overrides set for {f.org}, as
+      <p class="muted">The features of plan <strong data-testid="features-plan"><Id id={f.plan} /></strong> with the overrides set for <Id id={f.org} />, as
         your services read them (<code>GET /v1/entitlements</code>, the clients' <code>entitled</code> and <code>feature</code>).
         Only the operator changes them.</p>
       {rows.length === 0 ? <Empty>The plan has no features and the org no overrides.</Empty> : (
@@ -64,9 +64,9 @@ export function Entitlements({ session }: PageProps) {
               <td><code>{r.name}</code></td>
               <td data-testid={`feature-value-${r.name}`}>{r.value === undefined ? <span class="muted">removed for this org</span>
                 : typeof r.value === 'boolean' ? <span class={`badge ${r.value ? 'feature-on' : 'feature-off'}`}>{featureText(r.value)}</span>
-                  : <strong>{featureText(r.value)}</strong>}</td>
+                  : <strong><IdText text={featureText(r.value)} /></strong>}</td>
               <td data-testid={`feature-source-${r.name}`}>{r.overridden ? 'org override' : 'plan'}</td>
-              <td class="muted">{r.plan === undefined ? 'not in the plan' : featureText(r.plan)}</td>
+              <td class="muted">{r.plan === undefined ? 'not in the plan' : <IdText text={featureText(r.plan)} />}</td>
             </tr>
           ))}</tbody>
         </table></div>

@@ -3,7 +3,7 @@ import { useState } from 'preact/hooks';
 import { api, type APIKey, type NewKey, type Scope } from '../api';
 import { formatTime } from '../format';
 import { errorFor } from '../limits';
-import { Confirm, Empty, ErrorState, Loading, useLoad } from '../ui';
+import { Confirm, Empty, ErrorState, IdText, Loading, useLoad } from '../ui';
 import type { PageProps } from '../ui';
 
 const ALL_SCOPES: Scope[] = ['check', 'admin', 'billing'];
@@ -46,7 +46,7 @@ export function Keys({ session }: PageProps) {
       )}
       {created && (
         <div class="panel secret" role="status" data-testid="new-key">
-          <h2>Key “{created.name}” created</h2>
+          <h2>Key “<IdText text={created.name} />” created</h2>
           <p>Copy the secret now: it is shown only once.</p>
           <div class="secret-row">
             <code data-testid="key-secret">{created.secret}</code>
@@ -66,7 +66,7 @@ export function Keys({ session }: PageProps) {
         <div class="table-wrap"><table data-testid="keys">
           <thead><tr><th scope="col">Name</th><th scope="col">Prefix</th><th scope="col">Scopes</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col">Status</th>{canEdit && <th scope="col"><span class="sr-only">Actions</span></th>}</tr></thead>
           <tbody>{keys.data.map((k) => (
-            <tr><td>{k.name}</td><td><code>{k.prefix}</code></td><td>{k.scopes.join(', ')}</td><td>{formatTime(k.created_at)}</td><td>{formatTime(k.last_used_at)}</td>
+            <tr><td><IdText text={k.name} /></td><td><code>{k.prefix}</code></td><td>{k.scopes.join(', ')}</td><td>{formatTime(k.created_at)}</td><td>{formatTime(k.last_used_at)}</td>
               <td>{k.revoked_at ? <span class="badge revoked">revoked</span> : <span class="badge">active</span>}</td>
               {canEdit && <td>{!k.revoked_at && <button type="button" class="danger small" onClick={() => setRevoke(k)}>Revoke</button>}</td>}</tr>
           ))}</tbody>

@@ -6,7 +6,7 @@ import { AllocationTable } from './Allocation';
 import { EntitlementsLink } from './Entitlements';
 import { currencies, currencyOf, dailySeries, formatAmount, formatBare, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
 import { ThrottleBanner, throttledLimit } from '../throttle';
-import { Empty, ErrorState, Id, Loading, PaceChart, UsageBar, useLoad } from '../ui';
+import { Empty, ErrorState, Id, IdText, Loading, PaceChart, UsageBar, useLoad } from '../ui';
 import type { PageProps } from '../ui';
 
 /** usageUnavailable tells whether the server has no usage API (yet). */
@@ -39,8 +39,8 @@ export function Overview({ session }: PageProps) {
         <button type="button" onClick={data.reload} disabled={data.loading}>{data.loading ? 'Refreshing…' : 'Refresh'}</button>
       </div>
       <div class="cards">
-        <div class="card"><span class="card-label">Org</span><strong>{o.name}</strong><span class="muted">{o.id}</span></div>
-        <div class="card"><span class="card-label">Plan</span><strong data-testid="plan">{o.plan}</strong>
+        <div class="card"><span class="card-label">Org</span><strong><IdText text={o.name} /></strong><span class="muted"><Id id={o.id} /></span></div>
+        <div class="card"><span class="card-label">Plan</span><strong data-testid="plan"><Id id={o.plan} /></strong>
           <EntitlementsLink /></div>
         <div class="card"><span class="card-label">Mode</span><strong data-testid="mode" class={`mode mode-${o.mode}`}>{o.mode}</strong></div>
         <div class="card"><span class="card-label">Period</span><strong>{usage?.period ?? periodOf(now)}</strong>

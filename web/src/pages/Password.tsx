@@ -4,7 +4,7 @@
 import { useState } from 'preact/hooks';
 import { api, setCSRFToken } from '../api';
 import { errorFor } from '../limits';
-import type { PageProps } from '../ui';
+import { Id, type PageProps } from '../ui';
 
 export function Password({ session }: PageProps) {
   const [current, setCurrent] = useState('');
@@ -29,7 +29,7 @@ export function Password({ session }: PageProps) {
         } catch (err) { setError(errorFor(err, 'new_password')); }
         setBusy(false);
       }}>
-        <h2 id="password-h">Change the password of {session.email}</h2>
+        <h2 id="password-h">Change the password of <Id id={session.email} /></h2>
         <p class="muted">Your other sessions, in other browsers too, are signed out.</p>
         <div class="form-grid">
           <div class="field"><label for="current-password">Current password</label>

@@ -6,7 +6,7 @@ import { useState } from 'preact/hooks';
 import type { components } from '../../../sdk/typescript/src/schema';
 import { request, type Session } from '../api';
 import { formatNumber, recentPeriods, windowLabel } from '../format';
-import { Empty, ErrorState, Loading, useLoad } from '../ui';
+import { Empty, ErrorState, Id, Loading, useLoad } from '../ui';
 
 export type WouldBlockReport = components['schemas']['WouldBlockReport'];
 export type WouldBlockRow = components['schemas']['WouldBlockRow'];
@@ -46,6 +46,12 @@ export function rowHeading(r: WouldBlockRow): string {
   if (r.level === 'other') return 'limits beyond the cap';
   const who = r.level === 'user' ? `${r.id} (team ${r.team})` : `${r.id}`;
   return `${who}: ${r.metric} ${windowLabel(r.window!)}`;
+}
+
+/** RowHeading writes rowHeading with its ids as Id: cut short where they would not fit, whole in their title. */
+function RowHeading({ r }: { r: WouldBlockRow }) {
+  if (r.level === 'other') return <>{rowHeading(r)}</>;
+  return <>{<Id id={r.id!} />}{r.level === 'user' && <> (team <Id id={r.team!} />)</>}: {r.metric} {windowLabel(r.window!)}</>;
 }
 
 /** ReportLink goes to the report without reloading the console (App listens to popstate). */
@@ -110,8 +116,8 @@ export function ShadowReport({ session }: { session: Session }) {
       <div class="panel">
         <p data-testid="report-summary">
           {r.mode === 'enforce'
-            ? <>{session.org} enforces its limits now; these are the checks that were let through while it was in shadow or warn mode. </>
-            : <>{session.org} is in <strong>{r.mode}</strong> mode: nothing is denied. </>}
+            ? <><Id id={session.org} /> enforces its limits now; these are the checks that were let through while it was in shadow or warn mode. </>
+            : <><Id id={session.org} /> is in <strong>{r.mode}</strong> mode: nothing is denied. </>}
           {r.checks > 0
             ? <>Enforcing would have denied <strong data-testid="report-checks">{formatNumber(r.checks)}</strong> checks
               ({formatNumber(r.units)} units) in {r.period}, at {formatNumber(r.rows.length)} {r.rows.length === 1 ? 'limit' : 'limits'}.</>
@@ -128,7 +134,7 @@ export function ShadowReport({ session }: { session: Session }) {
             <tbody>
               {r.rows.map((x) => (
                 <tr data-testid={`report-row-${x.level}-${x.team ? x.team + '-' : ''}${x.id ?? 'other'}-${x.metric ?? ''}-${x.window ?? ''}`}>
-                  <th scope="row" class="break"><span class={`badge level-${x.level}`}>{x.level}</span> {rowHeading(x)}</th>
+                  <th scope="row"><span class={`badge level-${x.level}`}>{x.level}</span> <RowHeading r={x} /></th>
                   <td class="wb-bar-cell">
                     <div class="usage-bar" data-level="over">
                       <div class="bar" role="progressbar" aria-label={rowLabel(x)} aria-valuemin={0} aria-valuemax={peak} aria-valuenow={x.checks}

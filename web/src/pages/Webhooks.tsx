@@ -67,7 +67,7 @@ function WebhookSettings({ org, hook, canEdit, onChanged }: { org: string; hook:
         <dt>Signing secret</dt>
         <dd>{secret ? (
           <div class="secret-row">
-            <code data-testid="webhook-secret" class="break">{shown ? secret : '•'.repeat(16)}</code>
+            <code data-testid="webhook-secret" class="secret-text">{shown ? secret : '•'.repeat(16)}</code>
             <button type="button" onClick={() => setShown(!shown)} aria-pressed={shown}>{shown ? 'Hide' : 'Show'}</button>
             <button type="button" class="primary" onClick={async () => {
               try { await navigator.clipboard.writeText(secret); setCopied('Copied.'); }
