@@ -111,9 +111,12 @@
 // derived or given, never both. A given spend is a metric like any: its commit counts
 // `used.spend` (or the one-metric form's `used`) exactly, and one left out used 0
 // (`TestReservationHoldingSpendCommitsItExactly`). Which of the two a reservation is is
-// read at commit: it holds spend beside a metric the org's rates price. Leases: a priced check is never leased, as
-// no multi-metric check is; each is one script run, so a rate change applies to the
-// next decision and no block of spend is ever taken at an old price.
+// read at commit: derived when it holds spend beside a metric the org's rates price
+// then, so a rate change while it is held settles it as the new rates say.
+//
+// Leases: a priced check is never leased, as no multi-metric check is; each is one
+// script run, so a rate change applies to the next decision and no block of spend is
+// ever taken at an old price.
 //
 // A rate change is a change of the plan (or org): committed, then the Service's
 // change listeners drop the org (for a plan, every org on it) from the local cache and
