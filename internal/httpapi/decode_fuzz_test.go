@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
+	"github.com/quotaplane/quotaplane/internal/platform/jsonnames/jsonnamestest"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
 )
 
@@ -24,7 +25,7 @@ import (
 // fields (encoding/json would take "ORG" for org); the keys of a map (costs: metric
 // names) are the caller's; and no object names a member twice.
 func referenceDecode(b []byte, v any) error {
-	if json.Valid(b) && namedTwice(b) {
+	if json.Valid(b) && jsonnamestest.NamedTwice(b) {
 		return errors.New("a field named twice")
 	}
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -42,52 +43,6 @@ func referenceDecode(b []byte, v any) error {
 		return err
 	}
 	return exactKeys(doc, reflect.TypeOf(v))
-}
-
-// namedTwice reports whether an object of the valid JSON b names a member twice, by
-// encoding/json's tokens: each object's names in a set.
-func namedTwice(b []byte) bool {
-	type frame struct {
-		names map[string]bool // nil for an array
-		key   bool            // the next token of this object is a name
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:len(stack)-1]
-			if len(stack) > 0 && stack[len(stack)-1].names != nil {
-				stack[len(stack)-1].key = true
-			}
-			continue
-		}
-		if top != nil && top.names != nil && top.key {
-			name := tok.(string)
-			if top.names[name] {
-				return true
-			}
-			top.names[name], top.key = true, false
-			continue
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{names: map[string]bool{}, key: true})
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-		default:
-			if top != nil && top.names != nil {
-				top.key = true
-			}
-		}
-	}
 }
 
 var unmarshalerType = reflect.TypeFor[json.Unmarshaler]()

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/platform/jsonnames"
+	"github.com/quotaplane/quotaplane/internal/platform/jsonnames/jsonnamestest"
 )
 
 func TestDuplicate(t *testing.T) {
@@ -53,53 +54,8 @@ func FuzzDuplicate(f *testing.F) {
 			return
 		}
 		_, found := jsonnames.Duplicate(b)
-		if want := anyDuplicate(b); found != want {
+		if want := jsonnamestest.NamedTwice(b); found != want {
 			t.Fatalf("%s: found %v, encoding/json's tokens say %v", b, found, want)
 		}
 	})
-}
-
-// anyDuplicate is Duplicate's oracle: encoding/json's tokens, each object's names in a set.
-func anyDuplicate(b []byte) bool {
-	type frame struct {
-		names map[string]bool // nil for an array
-		key   bool            // the next token of this object is a name
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err != nil {
-			return false
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
-			stack = stack[:len(stack)-1]
-			if len(stack) > 0 && stack[len(stack)-1].names != nil {
-				stack[len(stack)-1].key = true
-			}
-			continue
-		}
-		if top != nil && top.names != nil && top.key {
-			name := tok.(string)
-			if top.names[name] {
-				return true
-			}
-			top.names[name], top.key = true, false
-			continue
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{names: map[string]bool{}, key: true})
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-		default:
-			if top != nil && top.names != nil {
-				top.key = true
-			}
-		}
-	}
 }
