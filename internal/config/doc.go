@@ -33,7 +33,7 @@
 // Postgres queries through pgx's tracer interface (otelpgx), only under a span already
 // started; the worker's flushes (`billing.flush`) and River jobs (otelriver). The tracer provider is a field (`quota.Config.TracerProvider`,
 // `httpapi.Deps.TracerProvider`, `pgdb.Open`'s last argument), nil when tracing is off, so
-// the hot path skips every span on a nil test and allocates what it did before (measured).
+// the hot path skips every span on a nil test and allocates nothing for tracing.
 // It is stopped last at shutdown, flushing the last spans. docs/TRACING.md has the span
 // tree of a check, produced by `TestCheckTrace`.
 //

@@ -77,11 +77,10 @@
 //     The dashed "projection at this pace" starts from that last real point and continues at
 //     the average daily pace so far to the period's end. Where the org has a month limit of
 //     the metric it is drawn as a red line, however far below it usage is (usage then hugs
-//     the axis, which is what the chart has to say; it was drawn only within a quarter of
-//     the limit, so one metric's chart had it and another's not). With no history the panel says so
-//     ("No daily history yet") instead of drawing anything. (In the month this version is
-//     first deployed, days before its worker's first flush have no rows and so draw as no
-//     change; the first point then carries everything used before it.)
+//     the axis, which is what the chart has to say, on every metric's chart alike). With
+//     no history the panel says so ("No daily history yet") instead of drawing anything.
+//     Days before the worker's first flush of a period have no rows and so draw as no
+//     change; the first point then carries everything used before it.
 //     Today's point sits at the exact now (not rounded): a first point of today is a step
 //     from the flat run at today's start, never a ramp from day 0.
 //   - Code. One page per file (`web/src/pages/*.tsx`); `App.tsx` holds only the route
@@ -101,8 +100,7 @@
 //     minute and second windows and concurrent limits, fullest first; last, whatever has
 //     nothing used or held. A short window resets within the minute or the hour, while a
 //     month limit that runs out stays out until the period ends, so a minute window used
-//     up never leads the list (it did, when the sort went by share alone). No new API was
-//     needed.
+//     up never leads the list.
 //     Reservations: usage's month `WindowUsage.used` counts committed and held units alike,
 //     so a month row splits it into `used` and `reserved` (the level's `reserved`); a shorter
 //     window's bucket cannot be split and shows held units in used. Share, colour and the

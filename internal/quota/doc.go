@@ -281,16 +281,16 @@
 //     one's line may be delivered once. Without the variable no handler is
 //     installed (Go then ignores `SIGUSR1`/`SIGUSR2`).
 //
-// What reads the engine's clock, and what was left, and why:
+// What reads the engine's clock, what stays on the local clock, and why:
 //
 //	| Where | Decides | Clock |
 //	|---|---|---|
 //	| `quota` build, leases, reservations, sweep, open list, would-block rows | window buckets, period ids, lease ends and renewals, reservations' `expires_at`, what the sweep expires, the would-block day | `Engine.Now` |
-//	| `quota.Engines` fail modes | `open`'s `reset_at`, `local`'s windows | `Engines.Now(route)` (was `time.Now`) |
-//	| `checks.Service` (resolution) | a throttle's expiry | `Engines.Now(route)` (was `time.Now`) |
-//	| httpapi, rls | `RateLimit-Reset` seconds (`reset_at` minus now) | `Engines.Now(route)` (was `time.Now`) |
-//	| api: `tenants.Service`, `billing.Service` | a grant's lapse and default `until` (the period end), the resolved-org cache's lapse, the usage API's current period | `Engines.DefaultNow` (was `time.Now`) |
-//	| worker: `billing.Closer`, `ledger.Flusher`, `tenants.Service` | which periods have ended (plus grace) and are closed, the periods flushed and the day of the daily history | `Engines.DefaultNow` (was `time.Now`) |
+//	| `quota.Engines` fail modes | `open`'s `reset_at`, `local`'s windows | `Engines.Now(route)` |
+//	| `checks.Service` (resolution) | a throttle's expiry | `Engines.Now(route)` |
+//	| httpapi, rls | `RateLimit-Reset` seconds (`reset_at` minus now) | `Engines.Now(route)` |
+//	| api: `tenants.Service`, `billing.Service` | a grant's lapse and default `until` (the period end), the resolved-org cache's lapse, the usage API's current period | `Engines.DefaultNow` |
+//	| worker: `billing.Closer`, `ledger.Flusher`, `tenants.Service` | which periods have ended (plus grace) and are closed, the periods flushed and the day of the daily history | `Engines.DefaultNow` |
 //
 // Left on the local clock: durations between two `time.Now` readings, which Go measures
 // on the monotonic clock already (the cluster retry budget, a lease settle's deadline,

@@ -252,7 +252,7 @@ func killedReplicaRun(t *testing.T, last bool) bool {
 	user := userC("tokens", "eng", "bob")
 	// The kill may also cut the reply of a settle that Redis ran: the replica reports
 	// its lease lost, yet nothing is held (it was settled, its units counted as used).
-	// That run proves nothing about a dead lease either: tried again (CI met it once).
+	// That run proves nothing about a dead lease either: tried again.
 	if h, err := a.e.HeldUnits(context.Background(), "acme", a.e.Period(1).ID); err == nil && h[user] == 0 && !last {
 		t.Logf("the kill cut the reply of a settle Redis ran (%d units reported lost, none held)", lostUnits.Load())
 		return false

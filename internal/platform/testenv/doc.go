@@ -46,9 +46,9 @@
 // execs/s per target; a failure leaves its input in the package's `testdata/fuzz/`, to
 // commit as a regression case (plain `go test` runs the seed corpus and those files).
 // Go 1.26's fuzzing coordinator can end a clean run with a bare "context deadline
-// exceeded" at the `-fuzztime` boundary (golang/go#75804, fixed in Go 1.27; CI met it
-// once): a target that fails that way with no input written runs once more, and the
-// summary says so; the race twice in a row, or any failure with an input, fails
+// exceeded" at the `-fuzztime` boundary (golang/go#75804, fixed in Go 1.27): a target
+// that fails that way with no input written runs once more, and the summary says so;
+// the race twice in a row, or any failure with an input, fails
 // (`scripts.TestFuzzRunsAgainOnlyAfterGosDeadlineRace`).
 //
 //   - `tenants.FuzzParseToken`: whatever the key parser accepts has exactly the generated
