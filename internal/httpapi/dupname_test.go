@@ -2,9 +2,7 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"sort"
-	"strings"
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
@@ -82,19 +80,7 @@ func TestFieldNamedTwiceIsRefusedOnEveryBody(t *testing.T) {
 		t.Errorf("operations with a body and no row here: %v", missing)
 	}
 
-	counted := func() string { // acme's counters, holds included, as a check of cost 0 sees them
-		rec := f.do("POST", "/v1/check", key, `{"org":"acme","metric":"requests","cost":0}`)
-		var out api.CheckResult
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); rec.Code != 200 || err != nil {
-			t.Fatalf("check of cost 0 = %d %s", rec.Code, rec.Body)
-		}
-		var s strings.Builder
-		for _, l := range out.Levels {
-			fmt.Fprintf(&s, "%s/%s:%d:%d ", l.Id, l.Window, l.Used, l.Remaining)
-		}
-		return s.String()
-	}
-	before, rows := counted(), f.fingerprint()
+	before, rows := f.acmeRequests(key), f.fingerprint()
 	for _, tc := range cases {
 		t.Run(tc.opID+" "+tc.field, func(t *testing.T) {
 			rec := f.do(tc.method, tc.path, tc.token, tc.body)
@@ -104,7 +90,7 @@ func TestFieldNamedTwiceIsRefusedOnEveryBody(t *testing.T) {
 			}
 		})
 	}
-	if after := counted(); after != before {
+	if after := f.acmeRequests(key); after != before {
 		t.Errorf("refused bodies were counted or held: %s, was %s", after, before)
 	}
 	if f.fingerprint() != rows {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -121,6 +122,22 @@ func (f *fixture) do(method, path, token, body string) *httptest.ResponseRecorde
 	rec := httptest.NewRecorder()
 	f.h.ServeHTTP(rec, req)
 	return rec
+}
+
+// acmeRequests is org acme's requests counters, holds included, as a check of cost 0
+// with key sees them: level, window, used and remaining of each.
+func (f *fixture) acmeRequests(key string) string {
+	f.t.Helper()
+	rec := f.do("POST", "/v1/check", key, `{"org":"acme","metric":"requests","cost":0}`)
+	var out api.CheckResult
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); rec.Code != 200 || err != nil {
+		f.t.Fatalf("check of cost 0 = %d %s", rec.Code, rec.Body)
+	}
+	var s strings.Builder
+	for _, l := range out.Levels {
+		fmt.Fprintf(&s, "%s/%s:%d:%d ", l.Id, l.Window, l.Used, l.Remaining)
+	}
+	return s.String()
 }
 
 // fingerprint hashes every row of every table of the tenancy model, except the

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 
@@ -76,19 +75,7 @@ func TestCheckAndReservationBodiesAreStrict(t *testing.T) {
 		{"extend: BOM", res + "/extend", key, bom + `{"ttl_seconds":30}`, "body", "request body starts with a byte order mark"},
 		{"admin: BOM", "/v1/orgs/acme/teams", admin, bom + `{"id":"t9","name":"T"}`, "body", "request body starts with a byte order mark"},
 	}
-	counted := func() string { // acme's counters, holds included, as a check of cost 0 sees them
-		rec := f.do("POST", "/v1/check", key, `{"org":"acme","metric":"requests","cost":0}`)
-		var out api.CheckResult
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); rec.Code != 200 || err != nil {
-			t.Fatalf("check of cost 0 = %d %s", rec.Code, rec.Body)
-		}
-		var s strings.Builder
-		for _, l := range out.Levels {
-			fmt.Fprintf(&s, "%s/%s:%d:%d ", l.Id, l.Window, l.Used, l.Remaining)
-		}
-		return s.String()
-	}
-	before, rows := counted(), f.fingerprint()
+	before, rows := f.acmeRequests(key), f.fingerprint()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := f.do("POST", tc.path, tc.token, tc.body)
@@ -99,7 +86,7 @@ func TestCheckAndReservationBodiesAreStrict(t *testing.T) {
 			}
 		})
 	}
-	if after := counted(); after != before {
+	if after := f.acmeRequests(key); after != before {
 		t.Errorf("refused bodies were counted or held: %s, was %s", after, before)
 	}
 	if f.fingerprint() != rows {
