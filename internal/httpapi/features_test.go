@@ -179,21 +179,11 @@ func TestEntitlementsCostNoPostgresQuery(t *testing.T) {
 	r.mustDo("POST", "/v1/orgs/acme/teams/eng/users", operatorToken, `{"id":"alice"}`, 201)
 	// Warm up until three calls in a row cost no query: the setup's own invalidations
 	// come back through Redis pub/sub a moment later and drop the org once more.
-	for quiet, deadline := 0, time.Now().Add(10*time.Second); quiet < 3; {
-		if time.Now().After(deadline) {
-			t.Fatal("entitlements still query Postgres after 10 s")
-		}
-		n := r.f.pool.Stat().AcquireCount()
+	warmUntilNoQuery(t, r.f.pool, "entitlements", func() {
 		if code, _, raw := r.entitlements(key, "org=acme&team=eng&user=warm-up"); code != 200 {
 			t.Fatalf("warm-up = %d %s", code, raw)
 		}
-		if r.f.pool.Stat().AcquireCount() == n {
-			quiet++
-		} else {
-			quiet = 0
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	})
 	before := r.f.pool.Stat().AcquireCount()
 	for i := range 300 {
 		q := []string{"org=acme", "org=acme&team=eng", "org=acme&user=alice", fmt.Sprintf("org=acme&team=eng&user=visitor-%d", i)}[i%4]
