@@ -253,22 +253,16 @@ func (s *Service) decide(ctx context.Context, gs []group) error {
 		gs[i].res, gs[i].oc = res, oc
 		return nil
 	}
-	switch len(live) {
-	case 0:
+	if len(live) == 0 {
 		return nil
-	case 1:
-		g := &gs[live[0]]
-		res, oc, err := s.engine.Check(ctx, g.route, g.req)
-		return set(live[0], res, oc, err)
 	}
-	routes := make([]vocab.Route, len(live))
-	reqs := make([]quota.Request, len(live))
+	cs := make([]quota.Check, len(live))
 	for j, i := range live {
-		routes[j], reqs[j] = gs[i].route, gs[i].req
+		cs[j] = quota.Check{Route: gs[i].route, Request: gs[i].req}
 	}
-	results, outcomes, errs := s.engine.CheckBatch(ctx, routes, reqs)
+	s.engine.Decide(ctx, cs)
 	for j, i := range live {
-		if err := set(i, results[j], outcomes[j], errs[j]); err != nil {
+		if err := set(i, cs[j].Result, cs[j].Outcome, cs[j].Err); err != nil {
 			return err
 		}
 	}

@@ -15,16 +15,22 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// Engine decides checks and holds reservations on the Redis an org's route names.
-// *quota.Engines satisfies it. Its errors are the engine's (quota.ErrInvalid,
-// ErrOverloaded, ErrUnavailable, ErrIdempotencyConflict, ErrReservationNotFound,
-// *quota.StateError, context errors); the Service gives them the kinds they answer with.
-type Engine interface {
-	Check(ctx context.Context, route vocab.Route, req quota.Request) (quota.Result, quota.Outcome, error)
-	CheckBatch(ctx context.Context, routes []vocab.Route, reqs []quota.Request) ([]quota.Result, []quota.Outcome, []error)
+// Decider decides checks on the Redis an org's route names. *quota.Engines satisfies
+// it. Decide answers every check of a batch in place (a single check is a batch of
+// one); its errors are the engine's (quota.ErrInvalid, ErrOverloaded, ErrUnavailable,
+// ErrIdempotencyConflict, *quota.BoundError, context errors), which the Service gives
+// the kinds they answer with (engineError).
+type Decider interface {
+	Decide(ctx context.Context, cs []quota.Check)
 	// Now is the time route's checks are decided at (the engine's Redis time), which
 	// judges a throttle's expiry and the seconds until a reset.
 	Now(route vocab.Route) time.Time
+}
+
+// Reservations holds and settles reservations on the Redis an org's route names.
+// *quota.Engines satisfies it; its errors are the engine's, with
+// ErrReservationNotFound and *quota.StateError.
+type Reservations interface {
 	Reserve(ctx context.Context, route vocab.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
 	Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
 	CommitUsed(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used map[string]int64) (quota.Reservation, error)
@@ -36,6 +42,12 @@ type Engine interface {
 	// InFlight is the units held at once per counter by reservations that charged a
 	// concurrent limit.
 	InFlight(ctx context.Context, route vocab.Route, org string) (map[quota.Counter]int64, error)
+}
+
+// Engine is the quota engine the Service asks: a Decider and Reservations.
+type Engine interface {
+	Decider
+	Reservations
 }
 
 // Config is what a Service needs.
@@ -130,7 +142,9 @@ func (s *Service) Check(ctx context.Context, c Caller, in Input) (d Decision, er
 		return Decision{}, err
 	}
 	d.Mode, d.Throttle, d.Multi, d.Metric = org.Org.Mode, th, in.Costs != nil || len(req.More) > 0, req.Metric
-	if d.Result, d.Outcome, err = s.engine.Check(ctx, route, req); err != nil {
+	one := [1]quota.Check{{Route: route, Request: req}}
+	s.engine.Decide(ctx, one[:])
+	if d.Result, d.Outcome, err = one[0].Result, one[0].Outcome, one[0].Err; err != nil {
 		return Decision{}, engineError(err)
 	}
 	describe(&d, s.engine.Now(route))
@@ -187,8 +201,7 @@ func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item
 		return nil, ErrNoEngine
 	}
 	items := make([]Item, len(ins))
-	reqs := make([]quota.Request, 0, len(ins))
-	routes := make([]vocab.Route, 0, len(ins))
+	cs := make([]quota.Check, 0, len(ins))
 	slot := make([]int, 0, len(ins))
 	for i, in := range ins {
 		req, route, org, th, err := s.request(ctx, c, in)
@@ -197,22 +210,23 @@ func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item
 			continue
 		}
 		items[i].Mode, items[i].Throttle, items[i].Multi, items[i].Metric = org.Org.Mode, th, in.Costs != nil || len(req.More) > 0, req.Metric
-		reqs, routes, slot = append(reqs, req), append(routes, route), append(slot, i)
+		cs, slot = append(cs, quota.Check{Route: route, Request: req}), append(slot, i)
 	}
-	if len(reqs) == 0 {
+	if len(cs) == 0 {
 		return items, nil
 	}
-	results, outcomes, errs := s.engine.CheckBatch(ctx, routes, reqs)
+	s.engine.Decide(ctx, cs)
 	for j, i := range slot {
-		if errs[j] != nil {
-			if k := derrors.KindOf(errs[j]); k == derrors.Unavailable || k == derrors.Internal {
-				s.log.Warn("batch check not decided", "org", reqs[j].Org, "err", errs[j].Error())
+		c := &cs[j]
+		if c.Err != nil {
+			if k := derrors.KindOf(c.Err); k == derrors.Unavailable || k == derrors.Internal {
+				s.log.Warn("batch check not decided", "org", c.Request.Org, "err", c.Err.Error())
 			}
-			items[i].Err = engineError(errs[j])
+			items[i].Err = engineError(c.Err)
 			continue
 		}
-		items[i].Result, items[i].Outcome = results[j], outcomes[j]
-		describe(&items[i].Decision, s.engine.Now(routes[j]))
+		items[i].Result, items[i].Outcome = c.Result, c.Outcome
+		describe(&items[i].Decision, s.engine.Now(c.Route))
 	}
 	return items, nil
 }

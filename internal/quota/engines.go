@@ -469,6 +469,34 @@ func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []R
 	return results, outs, errs
 }
 
+// Check is one check of a batch given to Decide: what is asked (Route, Request) and,
+// once decided, its answer (Result, Outcome, Err).
+type Check struct {
+	Route   vocab.Route
+	Request Request
+	Result  Result
+	Outcome Outcome
+	Err     error
+}
+
+// Decide decides every check of cs in place, each on its own: a single check is a
+// batch of one. Each Err is one of Check's.
+func (r *Engines) Decide(ctx context.Context, cs []Check) {
+	if len(cs) == 1 {
+		c := &cs[0]
+		c.Result, c.Outcome, c.Err = r.Check(ctx, c.Route, c.Request)
+		return
+	}
+	routes, reqs := make([]vocab.Route, len(cs)), make([]Request, len(cs))
+	for i := range cs {
+		routes[i], reqs[i] = cs[i].Route, cs[i].Request
+	}
+	results, outs, errs := r.CheckBatch(ctx, routes, reqs)
+	for i := range cs {
+		cs[i].Result, cs[i].Outcome, cs[i].Err = results[i], outs[i], errs[i]
+	}
+}
+
 // Reserve holds req.Cost units on the Redis of route (Engine.Reserve). A reservation
 // has no fail mode: without Redis nothing can be held, so it fails with an error
 // wrapping ErrUnavailable whatever the plan's fail mode.

@@ -15,17 +15,18 @@ import (
 	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
-	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // panicky is the router, but a check of team "ops" panics.
 type panicky struct{ checks.Engine }
 
-func (p panicky) Check(ctx context.Context, route vocab.Route, req quota.Request) (quota.Result, quota.Outcome, error) {
-	if req.Team == "ops" {
-		panic("a bug in the engine")
+func (p panicky) Decide(ctx context.Context, cs []quota.Check) {
+	for i := range cs {
+		if cs[i].Request.Team == "ops" {
+			panic("a bug in the engine")
+		}
 	}
-	return p.Engine.Check(ctx, route, req)
+	p.Engine.Decide(ctx, cs)
 }
 
 // The gRPC server's interceptors, as HTTP's middleware: a panic in a handler answers
