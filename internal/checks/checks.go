@@ -140,35 +140,39 @@ func now(e Engine, route vocab.Route) time.Time {
 	return e.Now(route)
 }
 
-// request builds the check's request and route; its limits are throttled by the
-// throttle the org is under at this moment (expired ones are ignored here, by the
-// clock of the check's engine, so a throttle lifts on every replica at once, without
-// any change, and a stepped local clock lifts none early or late).
-func (s *Service) request(ctx context.Context, c Caller, in Input) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, error) {
-	req, route, org, th, p, err := s.resolve(ctx, c, in, nil)
-	if err == nil {
-		err = price(&req, p)
-	}
-	return req, route, org, th, err
+// resolved is one input resolved: the engine's check (route and request, its limits
+// throttled by the throttle the org is under at this moment) and what describes its
+// decision.
+type resolved struct {
+	check    quota.Check
+	mode     vocab.Mode
+	throttle tenants.Throttle
+	price    pricing // its org's rates and its path's spend limits (money.go)
 }
 
-// resolve is request without the price: the request of in's own metrics and costs,
-// and what pricing it needs (price adds its spend). CheckPaths prices each path once
-// its checks are merged. The limits go into *slab when it has room (CheckPaths gives
-// its inputs one: one allocation, not one each).
-func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab.Limit) (quota.Request, vocab.Route, tenants.ResolvedOrg, tenants.Throttle, pricing, error) {
-	var none tenants.ResolvedOrg
-	var th tenants.Throttle
-	var p pricing
-	if e := in.Validate(); e != nil {
-		return quota.Request{}, vocab.Route{}, none, th, p, e
+// decision is the Decision of r before the engine answers.
+func (r *resolved) decision(multi bool) Decision {
+	req := &r.check.Request
+	return Decision{Mode: r.mode, Throttle: r.throttle, Multi: multi || len(req.More) > 0, Metric: req.Metric}
+}
+
+// resolve validates and authorizes in, and resolves it into the engine's check: the
+// request of in's own metrics and costs, and the pricing it needs (price adds its
+// spend; CheckPaths prices each path once its checks are merged). An expired throttle
+// is ignored by the clock of the check's engine, so a throttle lifts on every replica
+// at once and a stepped local clock lifts none early or late. The limits go into
+// *slab when it has room (CheckPaths gives its inputs one: one allocation, not one
+// each).
+func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab.Limit) (resolved, error) {
+	if err := in.Validate(); err != nil {
+		return resolved{}, err
 	}
 	if err := c.Authorize(in.Org); err != nil {
-		return quota.Request{}, vocab.Route{}, none, th, p, err
+		return resolved{}, err
 	}
 	org, err := s.org(ctx, in.Org)
 	if err != nil {
-		return quota.Request{}, vocab.Route{}, none, th, p, err
+		return resolved{}, err
 	}
 	req := quota.Request{Org: in.Org, Metric: "requests", Cost: 1, Mode: org.Org.Mode,
 		AnchorDay: org.Org.BillingAnchorDay, NoLease: org.Leases == tenants.LeasesOff,
@@ -187,11 +191,11 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		}
 	}
 	if err := org.Metrics.Check(req.Metric); err != nil {
-		return quota.Request{}, vocab.Route{}, none, th, p, err // *tenants.UnknownMetricError: names the org's metrics
+		return resolved{}, err // *tenants.UnknownMetricError: names the org's metrics
 	}
 	for _, m := range req.More {
 		if err := org.Metrics.Check(m.Metric); err != nil {
-			return quota.Request{}, vocab.Route{}, none, th, p, err
+			return resolved{}, err
 		}
 	}
 	if in.IdempotencyKey != nil {
@@ -200,31 +204,19 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 	if in.Team != nil {
 		req.Team = *in.Team
 	}
-	var user tenants.ResolvedUser
-	if in.User != nil {
-		req.User = *in.User
-		if user, err = s.cache.User(ctx, org, req.User); err != nil {
-			return quota.Request{}, vocab.Route{}, none, th, p, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
-		}
-		switch {
-		case user.Registered && req.Team == "":
-			req.Team = user.TeamID
-		case user.Registered && req.Team != user.TeamID:
-			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %s is registered in team %s", vocab.Quote(req.User), vocab.Quote(user.TeamID)))
-		case !user.Registered && req.Team == "":
-			return quota.Request{}, vocab.Route{}, none, th, p, derrors.Field("team", fmt.Sprintf("user %s is not registered: name its team", vocab.Quote(req.User)))
-		}
-		req.Unregistered = !user.Registered // the org's bound on unregistered users applies
+	user, err := s.user(ctx, org, in.User, &req)
+	if err != nil {
+		return resolved{}, err
 	}
 	var team tenants.Team
 	var userLimits []vocab.Limit
 	if req.Team != "" {
 		var ok bool
 		if team, ok = org.Teams[req.Team]; !ok {
-			return quota.Request{}, vocab.Route{}, none, th, p, derrors.E(derrors.NotFound, fmt.Sprintf("team %s of org %s not found", vocab.Quote(req.Team), vocab.Quote(in.Org)), nil)
+			return resolved{}, derrors.E(derrors.NotFound, fmt.Sprintf("team %s of org %s not found", vocab.Quote(req.Team), vocab.Quote(in.Org)), nil)
 		}
 		if req.Unregistered && tenants.RefusesUnknownUsers(org.Org, team) {
-			return quota.Request{}, vocab.Route{}, none, th, p, unknownUserRefused(req.User, req.Team)
+			return resolved{}, unknownUserRefused(req.User, req.Team)
 		}
 		if req.User != "" {
 			userLimits = team.UserLimits // normalized by the store, as MergeLimits's result would be
@@ -233,10 +225,12 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 			}
 		}
 	}
-	route := org.Route()
+	r := resolved{mode: org.Org.Mode}
+	r.check.Route = org.Route()
 	if len(org.Throttles) > 0 {
-		th, _ = org.ThrottleOf(now(s.engine, route))
+		r.throttle, _ = org.ThrottleOf(now(s.engine, r.check.Route))
 	}
+	th := r.throttle
 	n := len(org.Org.EffectiveLimits) + len(team.Limits) + len(userLimits)
 	var buf []vocab.Limit
 	if slab != nil && cap(*slab)-len(*slab) >= n {
@@ -257,12 +251,37 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		m.Limits.User, _ = limitsFor(nil, m.Metric, userLimits, th)
 	}
 	if len(org.Rates) > 0 { // money: the rates, and spend's limits at each level
-		p.rates = org.Rates
-		p.limits.Org, _ = limitsFor(nil, tenants.SpendMetric, org.Org.EffectiveLimits, th)
-		p.limits.Team, _ = limitsFor(nil, tenants.SpendMetric, team.Limits, th)
-		p.limits.User, _ = limitsFor(nil, tenants.SpendMetric, userLimits, th)
+		r.price.rates = org.Rates
+		r.price.limits.Org, _ = limitsFor(nil, tenants.SpendMetric, org.Org.EffectiveLimits, th)
+		r.price.limits.Team, _ = limitsFor(nil, tenants.SpendMetric, team.Limits, th)
+		r.price.limits.User, _ = limitsFor(nil, tenants.SpendMetric, userLimits, th)
 	}
-	return req, route, org, th, p, nil
+	r.check.Request = req
+	return r, nil
+}
+
+// user resolves the check's user (nil: none) into req: its team when the check names
+// none, and whether the org's bound on unregistered users applies. A registered user
+// checked under another team, or an unregistered one without a team, is Invalid.
+func (s *Service) user(ctx context.Context, org tenants.ResolvedOrg, id *string, req *quota.Request) (tenants.ResolvedUser, error) {
+	if id == nil {
+		return tenants.ResolvedUser{}, nil
+	}
+	req.User = *id
+	user, err := s.cache.User(ctx, org, req.User)
+	if err != nil {
+		return user, derrors.E(derrors.Unavailable, "the tenancy store is unavailable; retry shortly", err)
+	}
+	switch {
+	case user.Registered && req.Team == "":
+		req.Team = user.TeamID
+	case user.Registered && req.Team != user.TeamID:
+		return user, derrors.Field("team", fmt.Sprintf("user %s is registered in team %s", vocab.Quote(req.User), vocab.Quote(user.TeamID)))
+	case !user.Registered && req.Team == "":
+		return user, derrors.Field("team", fmt.Sprintf("user %s is not registered: name its team", vocab.Quote(req.User)))
+	}
+	req.Unregistered = !user.Registered
+	return user, nil
 }
 
 // unknownUserRefused refuses a check naming user, not registered, under team, which

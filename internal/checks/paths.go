@@ -108,11 +108,11 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 	cs := make([]pathCheck, len(ins))
 	slab := make([]vocab.Limit, 0, 8*len(ins)) // the inputs' limits, when they fit
 	for i, in := range ins {
-		req, route, org, _, p, err := s.resolve(ctx, c, in, &slab)
+		r, err := s.resolve(ctx, c, in, &slab)
 		if err != nil && !InputFault(err) {
 			return Paths{}, &InputError{Index: i, Err: err}
 		}
-		cs[i] = pathCheck{req: req, route: route, mode: org.Org.Mode, price: p, err: err, group: -1}
+		cs[i] = pathCheck{req: r.check.Request, route: r.check.Route, mode: r.mode, price: r.price, err: err, group: -1}
 	}
 	gs := pathGroups(cs)
 	for i := range gs {
@@ -129,7 +129,7 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 			g.err = err
 		}
 	}
-	if err := s.decide(ctx, gs); err != nil {
+	if err := s.decidePaths(ctx, gs); err != nil {
 		return Paths{}, err
 	}
 	t := time.Time{}
@@ -231,10 +231,10 @@ func mergeMetrics(cs []pathCheck, gs []group) []group {
 	return out
 }
 
-// decide runs the checks of the groups not refused: one check, or one pipelined
-// batch. A group the engine refuses for a fault of its own (InputFault) is refused;
-// any other error fails the call.
-func (s *Service) decide(ctx context.Context, gs []group) error {
+// decidePaths has the engine decide the groups not refused, in one Decide. A group the
+// engine refuses for a fault of its own (InputFault) is refused; any other error
+// fails the call.
+func (s *Service) decidePaths(ctx context.Context, gs []group) error {
 	var liveBuf [16]int
 	live := liveBuf[:0]
 	for i, g := range gs {
@@ -242,29 +242,22 @@ func (s *Service) decide(ctx context.Context, gs []group) error {
 			live = append(live, i)
 		}
 	}
-	set := func(i int, res quota.Result, oc quota.Outcome, err error) error {
-		if err != nil {
-			if err = engineError(err); !InputFault(err) {
-				return err
+	b := newBatch(len(live))
+	defer b.done()
+	for _, i := range live {
+		b.checks = append(b.checks, quota.Check{Route: gs[i].route, Request: gs[i].req})
+	}
+	s.ask(ctx, b.checks)
+	for j, i := range live {
+		qc := &b.checks[j]
+		if qc.Err != nil {
+			if !InputFault(qc.Err) {
+				return qc.Err
 			}
-			gs[i].err = err
-			return nil
+			gs[i].err = qc.Err
+			continue
 		}
-		gs[i].res, gs[i].oc = res, oc
-		return nil
-	}
-	if len(live) == 0 {
-		return nil
-	}
-	cs := make([]quota.Check, len(live))
-	for j, i := range live {
-		cs[j] = quota.Check{Route: gs[i].route, Request: gs[i].req}
-	}
-	s.engine.Decide(ctx, cs)
-	for j, i := range live {
-		if err := set(i, cs[j].Result, cs[j].Outcome, cs[j].Err); err != nil {
-			return err
-		}
+		gs[i].res, gs[i].oc = qc.Result, qc.Outcome
 	}
 	return nil
 }

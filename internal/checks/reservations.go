@@ -93,15 +93,19 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	if in.Amounts != nil {
 		check.Cost, check.Costs = nil, in.Amounts
 	}
-	req, route, org, th, err := s.request(ctx, c, check)
+	rc, err := s.resolve(ctx, c, check, nil)
+	if err == nil {
+		err = price(&rc.check.Request, rc.price)
+	}
 	if err == nil && s.engine == nil {
 		err = ErrNoEngine
 	}
 	if err != nil {
 		return Reserved{}, err
 	}
-	r.Decision.Mode, r.Decision.Throttle, r.Decision.Multi, r.Decision.Metric = org.Org.Mode, th, in.Amounts != nil || len(req.More) > 0, req.Metric
-	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, req, in.options()); err != nil {
+	r.Decision = rc.decision(in.Amounts != nil)
+	route := rc.check.Route
+	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, rc.check.Request, in.options()); err != nil {
 		return Reserved{}, engineError(err)
 	}
 	describe(&r.Decision, s.engine.Now(route))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -126,29 +127,22 @@ func enter(ctx context.Context, name string) {
 	}
 }
 
-// Check authorizes, resolves and decides one check. Its errors carry derrors kinds:
-// Invalid (a field, named), NotFound (org or team; another org's is not found
-// either), Forbidden (a key without the check scope), Unprocessable (an unknown
-// metric, *tenants.UnknownMetricError; an idempotency conflict), Unavailable (the
-// tenancy store down and nothing cached; no engine; the quota store down under a
+// Check authorizes, resolves and decides one check: a batch of one. Its errors
+// carry derrors kinds: Invalid (a field, named), NotFound (org or team; another org's
+// is not found either), Forbidden (a key without the check scope), Unprocessable (an
+// unknown metric, *tenants.UnknownMetricError; an idempotency conflict), Unavailable
+// (the tenancy store down and nothing cached; no engine; the quota store down under a
 // closed fail mode), Overloaded (too many checks of the org in flight), Canceled.
-func (s *Service) Check(ctx context.Context, c Caller, in Input) (d Decision, err error) {
+func (s *Service) Check(ctx context.Context, c Caller, in Input) (Decision, error) {
 	enter(ctx, "checks.Check")
-	req, route, org, th, err := s.request(ctx, c, in)
-	if err == nil && s.engine == nil {
-		err = ErrNoEngine
-	}
-	if err != nil {
+	ins, items := [1]Input{in}, [1]Item{}
+	if err := s.decide(ctx, c, ins[:], items[:]); err != nil {
 		return Decision{}, err
 	}
-	d.Mode, d.Throttle, d.Multi, d.Metric = org.Org.Mode, th, in.Costs != nil || len(req.More) > 0, req.Metric
-	one := [1]quota.Check{{Route: route, Request: req}}
-	s.engine.Decide(ctx, one[:])
-	if d.Result, d.Outcome, err = one[0].Result, one[0].Outcome, one[0].Err; err != nil {
-		return Decision{}, engineError(err)
+	if items[0].Err != nil {
+		return Decision{}, items[0].Err
 	}
-	describe(&d, s.engine.Now(route))
-	return d, nil
+	return items[0].Decision, nil
 }
 
 // Item is one check of a batch: its decision, or why it was not decided.
@@ -193,42 +187,104 @@ func TightestItem(items []Item) int {
 }
 
 // CheckBatch decides each check on its own, in order, all sent to the engine in one
-// pipelined batch. Each item's error is one of Check's; the batch's own error is
-// ErrNoEngine only.
+// Decide. Each item's error is one of Check's; the batch's own error is ErrNoEngine
+// only.
 func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item, error) {
 	enter(ctx, "checks.CheckBatch")
-	if s.engine == nil {
-		return nil, ErrNoEngine
-	}
 	items := make([]Item, len(ins))
-	cs := make([]quota.Check, 0, len(ins))
-	slot := make([]int, 0, len(ins))
+	if err := s.decide(ctx, c, ins, items); err != nil {
+		return nil, err
+	}
+	for i := range items {
+		if items[i].Err == nil {
+			continue
+		}
+		if k := derrors.KindOf(items[i].Err); k == derrors.Unavailable || k == derrors.Internal {
+			s.log.Warn("batch check not decided", "org", ins[i].Org, "err", items[i].Err.Error())
+		}
+	}
+	return items, nil
+}
+
+// decide is every check's one way: each input resolved (refused alone when it cannot
+// be), all resolved checks decided by the engine in one Decide, and each decision
+// described into items[i]. Its own error is ErrNoEngine only.
+func (s *Service) decide(ctx context.Context, c Caller, ins []Input, items []Item) error {
+	if s.engine == nil {
+		return ErrNoEngine
+	}
+	b := newBatch(len(ins))
+	defer b.done()
 	for i, in := range ins {
-		req, route, org, th, err := s.request(ctx, c, in)
+		r, err := s.resolve(ctx, c, in, nil)
+		if err == nil {
+			err = price(&r.check.Request, r.price)
+		}
 		if err != nil {
 			items[i].Err = err
 			continue
 		}
-		items[i].Mode, items[i].Throttle, items[i].Multi, items[i].Metric = org.Org.Mode, th, in.Costs != nil || len(req.More) > 0, req.Metric
-		cs, slot = append(cs, quota.Check{Route: route, Request: req}), append(slot, i)
+		items[i].Decision = r.decision(in.Costs != nil)
+		b.checks, b.slots = append(b.checks, r.check), append(b.slots, i)
 	}
-	if len(cs) == 0 {
-		return items, nil
-	}
-	s.engine.Decide(ctx, cs)
-	for j, i := range slot {
-		c := &cs[j]
-		if c.Err != nil {
-			if k := derrors.KindOf(c.Err); k == derrors.Unavailable || k == derrors.Internal {
-				s.log.Warn("batch check not decided", "org", c.Request.Org, "err", c.Err.Error())
-			}
-			items[i].Err = engineError(c.Err)
+	s.ask(ctx, b.checks)
+	for j, i := range b.slots {
+		qc := &b.checks[j]
+		if qc.Err != nil {
+			items[i].Err = qc.Err
 			continue
 		}
-		items[i].Result, items[i].Outcome = c.Result, c.Outcome
-		describe(&items[i].Decision, s.engine.Now(c.Route))
+		items[i].Result, items[i].Outcome = qc.Result, qc.Outcome
+		describe(&items[i].Decision, s.engine.Now(qc.Route))
 	}
-	return items, nil
+	return nil
+}
+
+// ask has the engine decide cs in one Decide, and gives each error the kind it
+// answers with (engineError).
+func (s *Service) ask(ctx context.Context, cs []quota.Check) {
+	if len(cs) == 0 {
+		return
+	}
+	s.engine.Decide(ctx, cs)
+	for i := range cs {
+		if cs[i].Err != nil {
+			cs[i].Err = engineError(cs[i].Err)
+		}
+	}
+}
+
+// batch is the engine's checks of one decide and the item each answers. A decide of
+// a few inputs reuses the slices of one from batches: the engine's Decide keeps the
+// slice it is given no longer than the call.
+type batch struct {
+	checks []quota.Check
+	slots  []int
+	pooled *batch // where the slices came from, nil when made for this decide
+}
+
+const pooledBatch = 4 // the most inputs a pooled batch holds
+
+var batches = sync.Pool{New: func() any {
+	return &batch{checks: make([]quota.Check, 0, pooledBatch), slots: make([]int, 0, pooledBatch)}
+}}
+
+// newBatch returns an empty batch with room for n checks.
+func newBatch(n int) batch {
+	if n > pooledBatch {
+		return batch{checks: make([]quota.Check, 0, n), slots: make([]int, 0, n)}
+	}
+	p := batches.Get().(*batch)
+	return batch{checks: p.checks, slots: p.slots, pooled: p}
+}
+
+// done gives a pooled batch's slices back, holding nothing of its checks.
+func (b *batch) done() {
+	if p := b.pooled; p != nil {
+		clear(b.checks[:cap(b.checks)])
+		p.checks, p.slots = b.checks[:0], b.slots[:0]
+		batches.Put(p)
+	}
 }
 
 // engineError gives an error of the quota engine the kind it answers with: its own
