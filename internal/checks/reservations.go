@@ -2,8 +2,11 @@ package checks
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -292,26 +295,63 @@ func (s *Service) InFlight(ctx context.Context, orgID string) (map[quota.Counter
 	return m, nil
 }
 
-// OpenReservations is a page of org's held reservations, soonest to expire first,
-// after the cursor, at most limit (1 to quota.MaxOpenPage). The caller is authorized
-// for org by the transport (the usage routes' scopes). Errors: Invalid naming limit,
-// NotFound, Unavailable.
-func (s *Service) OpenReservations(ctx context.Context, orgID string, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error) {
+// OpenReservations is a page of org's held reservations of team and user ("" for
+// any), soonest to expire first, after cursor ("" for the first page), at most limit
+// (1 to quota.MaxOpenPage; 0 for quota.DefaultOpenPage), and the cursor of the next
+// page ("" on the last). The caller is authorized for org by the transport (the usage
+// routes' scopes). Errors: Invalid naming limit or cursor, NotFound, Unavailable.
+func (s *Service) OpenReservations(ctx context.Context, orgID, team, user, cursor string, limit int) ([]quota.Reservation, string, error) {
+	if limit == 0 {
+		limit = quota.DefaultOpenPage
+	}
 	if limit < 1 || limit > quota.MaxOpenPage {
-		return nil, quota.OpenCursor{}, derrors.Field("limit", fmt.Sprintf("must be 1 to %d", quota.MaxOpenPage))
+		return nil, "", derrors.Field("limit", fmt.Sprintf("must be 1 to %d", quota.MaxOpenPage))
+	}
+	after, err := decodeOpenCursor(cursor)
+	if err != nil {
+		return nil, "", err
 	}
 	if s.engine == nil {
-		return nil, quota.OpenCursor{}, ErrNoEngine
+		return nil, "", ErrNoEngine
 	}
 	org, err := s.org(ctx, orgID)
 	if err != nil {
-		return nil, quota.OpenCursor{}, err
+		return nil, "", err
 	}
+	f := quota.OpenFilter{Team: team, User: user}
 	res, next, err := s.engine.OpenReservations(ctx, org.Route(), orgID, org.Org.BillingAnchorDay, f, after, limit)
 	if err != nil {
-		return nil, quota.OpenCursor{}, engineError(err)
+		return nil, "", engineError(err)
 	}
-	return res, next, nil
+	if next.IsZero() {
+		return res, "", nil
+	}
+	return res, encodeOpenCursor(next), nil
+}
+
+// encodeOpenCursor makes the opaque cursor of a page of open reservations:
+// "<expires_at ms>.<id>", base64url-encoded as the other lists' cursors are.
+func encodeOpenCursor(c quota.OpenCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.ExpiresAt, 10) + "." + c.ID))
+}
+
+// decodeOpenCursor reads a cursor encodeOpenCursor made ("" is the first page); any
+// other is refused naming the cursor, as the other lists refuse theirs.
+func decodeOpenCursor(s string) (quota.OpenCursor, error) {
+	if s == "" {
+		return quota.OpenCursor{}, nil
+	}
+	bad := derrors.Field("cursor", "is not a cursor this API returned")
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return quota.OpenCursor{}, bad
+	}
+	ms, id, ok := strings.Cut(string(b), ".")
+	at, err := strconv.ParseInt(ms, 10, 64)
+	if !ok || err != nil || at < 0 || ms != strconv.FormatInt(at, 10) || !quota.ValidReservationID(id) && !quota.IsLease(id) {
+		return quota.OpenCursor{}, bad
+	}
+	return quota.OpenCursor{ExpiresAt: at, ID: id}, nil
 }
 
 // org is orgID resolved from the cache. Errors: NotFound, Unavailable.

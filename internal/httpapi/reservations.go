@@ -2,11 +2,9 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -152,50 +150,14 @@ func (s *Server) ExtendReservation(w http.ResponseWriter, r *http.Request, id ap
 // held reservations, soonest to expire first. It reads the org's Redis, as usage's
 // reserved does, with the usage routes' authorization (declared in routes.go's table).
 func (s *Server) ListOpenReservations(w http.ResponseWriter, r *http.Request, org api.OrgPath, params api.ListOpenReservationsParams) {
-	after, err := decodeOpenCursor(deref(params.Cursor))
-	if err != nil {
-		refuse(w, r, err)
-		return
-	}
-	limit := quota.DefaultOpenPage
-	if params.Limit != nil {
-		limit = *params.Limit
-	}
-	f := quota.OpenFilter{Team: deref(params.Team), User: deref(params.User)}
-	res, next, err := s.checks.OpenReservations(r.Context(), org, f, after, limit) // the spec bounds limit too; the validator runs first
+	res, next, err := s.checks.OpenReservations(r.Context(), org, deref(params.Team), deref(params.User), deref(params.Cursor), deref(params.Limit))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
 	out := api.ReservationList{Reservations: mapSlice(res, fromReservation)}
-	if !next.IsZero() {
-		c := encodeOpenCursor(next)
-		out.NextCursor = &c
+	if next != "" {
+		out.NextCursor = &next
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// encodeOpenCursor makes the opaque cursor of a page of open reservations:
-// "<expires_at ms>.<id>", base64url-encoded as the other lists' cursors are.
-func encodeOpenCursor(c quota.OpenCursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.ExpiresAt, 10) + "." + c.ID))
-}
-
-// decodeOpenCursor reads a cursor encodeOpenCursor made ("" is the first page); any
-// other is refused naming the cursor, as the other lists refuse theirs.
-func decodeOpenCursor(s string) (quota.OpenCursor, error) {
-	if s == "" {
-		return quota.OpenCursor{}, nil
-	}
-	bad := derrors.Field("cursor", "is not a cursor this API returned")
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return quota.OpenCursor{}, bad
-	}
-	ms, id, ok := strings.Cut(string(b), ".")
-	at, err := strconv.ParseInt(ms, 10, 64)
-	if !ok || err != nil || at < 0 || ms != strconv.FormatInt(at, 10) || !quota.ValidReservationID(id) && !quota.IsLease(id) {
-		return quota.OpenCursor{}, bad
-	}
-	return quota.OpenCursor{ExpiresAt: at, ID: id}, nil
 }
