@@ -2,7 +2,8 @@
 # Base against current, interleaved: two api binaries, each with GOMAXPROCS=1 on core
 # 0 (the load, wrk or loadgen, on core 1), on their own databases and one Redis,
 # driven in alternated rounds (A B A B ...) by wrk (/healthz and /v1/check over 1,000
-# users) and by loadgen (HTTP /v1/check and gRPC ShouldRateLimit); each row gives
+# users) and by loadgen (HTTP /v1/check and gRPC ShouldRateLimit, spread over 1,000
+# users and hot on one, and gRPC's three descriptors of a path); each row gives
 # requests/s and the api's CPU µs per request from /proc/<pid>/stat. A shared machine's
 # speed drifts: compare the two binaries' rows of the same round, and the medians.
 #
@@ -10,7 +11,8 @@
 #
 # BASE_API defaults to a build of the previous commit (git worktree-free: git archive
 # into a temporary directory); NEW_API to a build of the working tree. ROUNDS (3),
-# SECS (4), PORT (18600: the apis take PORT..PORT+3), REDIS_URL, DATABASE_URL.
+# SECS (4), MODES (loadgen's: http hot grpc grpchot grpc3), PORT (18600: the apis take
+# PORT..PORT+3), REDIS_URL, DATABASE_URL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench/lib.sh
@@ -80,16 +82,29 @@ lg_n() { # name http grpc mode
     -user-month 1000000000 -team-month 100000000000 -org-month 200000000000 -c 50 -duration "${secs}s" -json "$tmp/lg.json")
   [ "$4" = grpc ] && args+=(-grpc "127.0.0.1:$3")
   [ "$4" = grpc3 ] && args+=(-grpc "127.0.0.1:$3" -grpc-path)
+  # hot: every check on one user, whose path the api leases (the later -users wins)
+  [ "$4" = hot ] && args+=(-users 1)
+  [ "$4" = grpchot ] && args+=(-grpc "127.0.0.1:$3" -users 1)
   $pin_load "$tmp/loadgen" "${args[@]}" > /dev/null 2> "$tmp/lg.err" || { tail -3 "$tmp/lg.err" >&2; echo 1; return; }
   awk -v s="$secs" '/"requests_per_second"/ { gsub(/[,]/, "", $2); printf "%.0f\n", $2 * s }' "$tmp/lg.json"
 }
 for round in $(seq "${ROUNDS:-3}"); do
   for name in base new; do
     if [ $name = base ]; then h=$port g=$((port + 1)); else h=$((port + 2)) g=$((port + 3)); fi
-    echo "round $round: $(run $name /healthz wrk_n "http://127.0.0.1:$h/healthz")"
-    echo "round $round: $(run $name /v1/check wrk_n -s "$tmp/$name.lua" "http://127.0.0.1:$h/v1/check")"
-    for mode in ${MODES:-http grpc grpc3}; do
-      echo "round $round: $(run $name "loadgen-$mode" lg_n $name $h $g $mode)"
+    echo "round $round: $(run $name /healthz wrk_n "http://127.0.0.1:$h/healthz")" | tee -a "$tmp/rows"
+    echo "round $round: $(run $name /v1/check wrk_n -s "$tmp/$name.lua" "http://127.0.0.1:$h/v1/check")" | tee -a "$tmp/rows"
+    for mode in ${MODES:-http hot grpc grpchot grpc3}; do
+      echo "round $round: $(run $name "loadgen-$mode" lg_n $name $h $g $mode)" | tee -a "$tmp/rows"
     done
   done
 done
+# The medians of each path's rounds, and current against base.
+echo
+awk '{ k = $3 SUBSEP $4; n[k]++; rps[k, n[k]] = $5; us[k, n[k]] = $7; if (!($3 in seen)) { seen[$3] = 1; order[++m] = $3 } }
+  function med(a, k, c,   i, j, t, v) { for (i = 1; i <= c; i++) v[i] = a[k, i]
+    for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
+  END { printf "%-16s %12s %12s %8s %14s\n", "path (medians)", "base µs/req", "new µs/req", "ratio", "new/base req/s"
+    for (i = 1; i <= m; i++) { l = order[i]; b = l SUBSEP "base"; c = l SUBSEP "new"
+      bu = med(us, b, n[b]); cu = med(us, c, n[c]); br = med(rps, b, n[b]); cr = med(rps, c, n[c])
+      printf "%-16s %12.1f %12.1f %8.2f %14.2f\n", l, bu, cu, cu / bu, cr / br } }' "$tmp/rows"
