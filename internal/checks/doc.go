@@ -3,7 +3,8 @@
 // internal/httpapi; Envoy's ShouldRateLimit in internal/rls). It authorizes the caller
 // for the org (the check scope's one test, Caller.Authorize), resolves the org, team,
 // user and metric into the engine's quota.Request and the route to the org's Redis,
-// asks the engine (Engine, satisfied by *quota.Engines), and describes the decision as
+// asks the engine (a Decider and Reservations, both satisfied by *quota.Engines), and
+// describes the decision as
 // the RateLimit-* and Retry-After values and warnings clients see. Its errors carry
 // derrors kinds, among them the one rule of which engine errors are retryable
 // (engineError); each transport maps kinds to its statuses in one table.
@@ -11,8 +12,14 @@
 //   - `checks.Service` (internal/checks/service.go, checks.go, paths.go,
 //     reservations.go) is what both transports call: `Check`, `CheckBatch`, `CheckPaths`
 //     (Envoy's descriptors, grouped by path), and `Reserve`, `Reservation`, `Commit`,
-//     `Release`, `OpenReservations`. It takes the engine through one interface,
-//     `checks.Engine` (satisfied by `*quota.Engines`), authorizes the key for the org with
+//     `Release`, `OpenReservations`. A check has one way through it: `Check` is a batch
+//     of one, and `Check` and `CheckBatch` both run `decide` (each input resolved by
+//     `resolve` and priced, or refused alone; every resolved check asked of the engine
+//     in one `Decide` by `ask`; each decision described); `CheckPaths` merges its
+//     inputs' paths between `resolve` and `ask`. It takes the engine through two narrow
+//     interfaces, `Decider` (`Decide` over a batch, `Now`) and `Reservations`, together
+//     `checks.Engine` (satisfied by `*quota.Engines`; the unit tests' fake engine
+//     decides from a table), authorizes the key for the org with
 //     `Caller.Authorize` (the check scope, tested in one place), and hands back a `Decision`
 //     that already carries its description: the tightest level and window, RateLimit-*
 //     values, retry-after, the warn-mode warning, the mode and any throttle. The one
@@ -94,7 +101,7 @@
 // (`TestMoneyBudgetRefusalCountsNothing`, `TestMoneyConcurrentOverTwoReplicas`: 64
 // goroutines x 4 checks over two replicas, 54 admitted, every level's spend equal to the
 // admitted prices and under its budget). Because spend rides the multi-metric machinery,
-// every way in shares it: `Check`, `CheckBatch` and `Reserve` price in `request`;
+// every way in shares it: `Check`, `CheckBatch` and `Reserve` price after `resolve`;
 // `CheckPaths` (Envoy's descriptors) prices each path once its descriptors are merged
 // (`TestPricedDescriptorsSpend`). The cost is marked `Derived`, so it is not part of the
 // idempotency fingerprint: a retry after a rate change is still a repeat, answered with
