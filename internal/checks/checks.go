@@ -140,11 +140,12 @@ func now(e Engine, route vocab.Route) time.Time {
 	return e.Now(route)
 }
 
-// resolved is one input resolved: the engine's check (route and request, its limits
-// throttled by the throttle the org is under at this moment) and what describes its
-// decision.
+// resolved is one input resolved: the engine's request and the route to its org's
+// Redis (its limits throttled by the throttle the org is under at this moment), and
+// what describes its decision.
 type resolved struct {
-	check    quota.Check
+	req      quota.Request
+	route    vocab.Route
 	mode     vocab.Mode
 	throttle tenants.Throttle
 	price    pricing // its org's rates and its path's spend limits (money.go)
@@ -152,7 +153,7 @@ type resolved struct {
 
 // decision is the Decision of r before the engine answers.
 func (r *resolved) decision(multi bool) Decision {
-	req := &r.check.Request
+	req := &r.req
 	return Decision{Mode: r.mode, Throttle: r.throttle, Multi: multi || len(req.More) > 0, Metric: req.Metric}
 }
 
@@ -226,9 +227,9 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		}
 	}
 	r := resolved{mode: org.Org.Mode}
-	r.check.Route = org.Route()
+	r.route = org.Route()
 	if len(org.Throttles) > 0 {
-		r.throttle, _ = org.ThrottleOf(now(s.engine, r.check.Route))
+		r.throttle, _ = org.ThrottleOf(now(s.engine, r.route))
 	}
 	th := r.throttle
 	n := len(org.Org.EffectiveLimits) + len(team.Limits) + len(userLimits)
@@ -256,7 +257,7 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		r.price.limits.Team, _ = limitsFor(nil, tenants.SpendMetric, team.Limits, th)
 		r.price.limits.User, _ = limitsFor(nil, tenants.SpendMetric, userLimits, th)
 	}
-	r.check.Request = req
+	r.req = req
 	return r, nil
 }
 

@@ -62,22 +62,16 @@ func (e *InputError) Unwrap() error { return e.Err }
 
 // pathCheck is one input's check, resolved.
 type pathCheck struct {
-	req   quota.Request
-	route vocab.Route
-	mode  vocab.Mode
-	group int     // index of its path's group; -1 when err
-	price pricing // its org's rates and its path's spend limits (money.go)
-	err   error   // why it was not decided (InputFault), or nil
+	resolved
+	group int   // index of its path's group; -1 when err
+	err   error // why it was not decided (InputFault), or nil
 }
 
-// group is one path: the deepest of its inputs' requests, decided once.
+// group is one path: the deepest of its inputs' checks, decided once.
 type group struct {
-	req   quota.Request
-	route vocab.Route
-	mode  vocab.Mode
+	resolved
 	res   quota.Result
 	oc    quota.Outcome
-	price pricing
 	first int   // the index of its first input
 	err   error // why the path was not decided (InputFault), or nil
 }
@@ -112,7 +106,7 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 		if err != nil && !InputFault(err) {
 			return Paths{}, &InputError{Index: i, Err: err}
 		}
-		cs[i] = pathCheck{req: r.check.Request, route: r.check.Route, mode: r.mode, price: r.price, err: err, group: -1}
+		cs[i] = pathCheck{resolved: r, err: err, group: -1}
 	}
 	gs := pathGroups(cs)
 	for i := range gs {
@@ -188,7 +182,7 @@ func pathGroups(cs []pathCheck) []group {
 				(r.Team == "" || r.Team == g.req.Team) && (r.User == "" || r.User == g.req.User)
 		})
 		if gi < 0 {
-			gs = append(gs, group{req: r, route: cs[i].route, mode: cs[i].mode, price: cs[i].price, first: i})
+			gs = append(gs, group{resolved: cs[i].resolved, first: i})
 			gi = len(gs) - 1
 		} else {
 			gs[gi].req.Cost = max(gs[gi].req.Cost, r.Cost)

@@ -98,7 +98,7 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	}
 	rc, err := s.resolve(ctx, c, check, nil)
 	if err == nil {
-		err = price(&rc.check.Request, rc.price)
+		err = price(&rc.req, rc.price)
 	}
 	if err == nil && s.engine == nil {
 		err = ErrNoEngine
@@ -107,8 +107,8 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 		return Reserved{}, err
 	}
 	r.Decision = rc.decision(in.Amounts != nil)
-	route := rc.check.Route
-	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, rc.check.Request, in.options()); err != nil {
+	route := rc.route
+	if r.Reservation, r.Decision.Result, err = s.engine.Reserve(ctx, route, rc.req, in.options()); err != nil {
 		return Reserved{}, engineError(err)
 	}
 	describe(&r.Decision, s.engine.Now(route))

@@ -218,14 +218,14 @@ func (s *Service) decide(ctx context.Context, c Caller, ins []Input, items []Ite
 	for i, in := range ins {
 		r, err := s.resolve(ctx, c, in, nil)
 		if err == nil {
-			err = price(&r.check.Request, r.price)
+			err = price(&r.req, r.price)
 		}
 		if err != nil {
 			items[i].Err = err
 			continue
 		}
 		items[i].Decision = r.decision(in.Costs != nil)
-		b.checks, b.slots = append(b.checks, r.check), append(b.slots, i)
+		b.checks, b.slots = append(b.checks, quota.Check{Route: r.route, Request: r.req}), append(b.slots, i)
 	}
 	s.ask(ctx, b.checks)
 	for j, i := range b.slots {
