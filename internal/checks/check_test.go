@@ -380,7 +380,7 @@ func TestNoEngine(t *testing.T) {
 	_, readErr := s.Reservation(ctx, acmeKey, "r1")
 	_, commitErr := s.Commit(ctx, acmeKey, "r1", 1)
 	_, inFlightErr := s.InFlight(ctx, "acme")
-	_, _, openErr := s.OpenReservations(ctx, "acme", quota.OpenFilter{}, quota.OpenCursor{}, 10)
+	_, _, openErr := s.OpenReservations(ctx, "acme", "", "", "", 10)
 	for name, err := range map[string]error{"Check": checkErr, "CheckBatch": batchErr, "CheckPaths": pathsErr, "Reserve": reserveErr,
 		"Reservation": readErr, "Commit": commitErr, "InFlight": inFlightErr, "OpenReservations": openErr} {
 		if !errors.Is(err, checks.ErrNoEngine) || derrors.KindOf(err) != derrors.Unavailable {

@@ -42,6 +42,7 @@ type op struct {
 	usedBy map[string]int64
 	ttl    time.Duration
 	filter quota.OpenFilter
+	after  quota.OpenCursor
 	limit  int
 }
 
@@ -194,7 +195,7 @@ func (f *fakeEngine) Extend(_ context.Context, _ vocab.Route, org string, anchor
 func (f *fakeEngine) OpenReservations(_ context.Context, _ vocab.Route, org string, anchor int, flt quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ops = append(f.ops, op{name: "open", org: org, anchor: anchor, filter: flt, limit: limit})
+	f.ops = append(f.ops, op{name: "open", org: org, anchor: anchor, filter: flt, after: after, limit: limit})
 	if f.err != nil {
 		return nil, quota.OpenCursor{}, f.err
 	}

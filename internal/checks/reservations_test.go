@@ -2,6 +2,7 @@ package checks_test
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -224,9 +225,10 @@ func TestReservationsByID(t *testing.T) {
 }
 
 // OpenReservations and InFlight read an org's reservations (the transport has
-// authorized the caller): a page of 1 to quota.MaxOpenPage, the filter and cursor
-// passed on, at the org's anchor; an unknown org is not found; the engine's errors
-// answer with their kinds.
+// authorized the caller): a page of 1 to quota.MaxOpenPage (0: the default page), the
+// filter passed on, the cursor read from and made as the API's opaque
+// base64url("<expires_at ms>.<id>"), at the org's anchor; an unknown org is not found;
+// the engine's errors answer with their kinds.
 func TestOpenReservationsAndInFlight(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
@@ -235,18 +237,23 @@ func TestOpenReservationsAndInFlight(t *testing.T) {
 		org    string
 		limit  int
 		filter quota.OpenFilter
+		cursor string // "-": the cursor of after below
 		err    error
 		ids    string
 		anchor int
 		refuse *refusal
 	}{
-		{name: "a page", org: "acme", limit: 2, ids: "[r1 r3]", anchor: 1},
-		{name: "a filter", org: "acme", limit: quota.MaxOpenPage, filter: quota.OpenFilter{Team: "eng", User: "alice"}, ids: "[r3]", anchor: 1},
-		{name: "the org's anchor", org: "strict", limit: 1, ids: "[s1]", anchor: 15},
-		{name: "a page of 0", org: "acme", limit: 0, refuse: &refusal{derrors.Invalid, "limit", fmt.Sprint(quota.MaxOpenPage)}},
-		{name: "a page past the most", org: "acme", limit: quota.MaxOpenPage + 1, refuse: &refusal{derrors.Invalid, "limit", ""}},
-		{name: "an unknown org", org: "nope", limit: 1, refuse: &refusal{derrors.NotFound, "", "nope"}},
-		{name: "the engine down", org: "acme", limit: 1, err: errEngine, refuse: &refusal{derrors.Unavailable, "", ""}},
+		{cursor: "-", name: "a page", org: "acme", limit: 2, ids: "[r1 r3]", anchor: 1},
+		{cursor: "-", name: "a filter", org: "acme", limit: quota.MaxOpenPage, filter: quota.OpenFilter{Team: "eng", User: "alice"}, ids: "[r3]", anchor: 1},
+		{cursor: "-", name: "the org's anchor", org: "strict", limit: 1, ids: "[s1]", anchor: 15},
+		{cursor: "-", name: "the default page", org: "acme", limit: 0, ids: "[r1 r3 r2]", anchor: 1},
+		{name: "the first page", org: "acme", limit: 1, cursor: "", ids: "[r1]", anchor: 1},
+		{cursor: "-", name: "a page of -1", org: "acme", limit: -1, refuse: &refusal{derrors.Invalid, "limit", fmt.Sprint(quota.MaxOpenPage)}},
+		{name: "a cursor not made here", org: "acme", limit: 1, cursor: "bm9wZQ", refuse: &refusal{derrors.Invalid, "cursor", ""}},
+		{name: "a cursor of a bad id", org: "acme", limit: 1, cursor: base64.RawURLEncoding.EncodeToString([]byte("12.r0")), refuse: &refusal{derrors.Invalid, "cursor", ""}},
+		{cursor: "-", name: "a page past the most", org: "acme", limit: quota.MaxOpenPage + 1, refuse: &refusal{derrors.Invalid, "limit", ""}},
+		{cursor: "-", name: "an unknown org", org: "nope", limit: 1, refuse: &refusal{derrors.NotFound, "", "nope"}},
+		{cursor: "-", name: "the engine down", org: "acme", limit: 1, err: errEngine, refuse: &refusal{derrors.Unavailable, "", ""}},
 	} {
 		t.Run("open: "+tc.name, func(t *testing.T) {
 			s, f := w.service()
@@ -256,8 +263,12 @@ func TestOpenReservationsAndInFlight(t *testing.T) {
 			f.hold(quota.Reservation{Org: "acme", ID: "r4", State: quota.Released})
 			f.hold(quota.Reservation{Org: "strict", ID: "s1"})
 			f.err = tc.err
-			after := quota.OpenCursor{ExpiresAt: 12, ID: "r0"}
-			rs, next, err := s.OpenReservations(ctx, tc.org, tc.filter, after, tc.limit)
+			after := quota.OpenCursor{ExpiresAt: 12, ID: "r_" + strings.Repeat("x", 22)}
+			cursor := base64.RawURLEncoding.EncodeToString([]byte("12." + after.ID))
+			if tc.cursor != "-" {
+				cursor = tc.cursor
+			}
+			rs, next, err := s.OpenReservations(ctx, tc.org, tc.filter.Team, tc.filter.User, cursor, tc.limit)
 			if tc.refuse != nil {
 				if why := tc.refuse.is(err); why != "" {
 					t.Errorf("%v: %s", err, why)
@@ -271,9 +282,15 @@ func TestOpenReservationsAndInFlight(t *testing.T) {
 			for _, r := range rs {
 				ids = append(ids, r.ID)
 			}
-			o := f.ops[0]
-			if fmt.Sprint(ids) != tc.ids || next != after || o.anchor != tc.anchor || o.filter != tc.filter || o.limit != tc.limit {
-				t.Errorf("ids %v next %+v, asked %+v; want %s", ids, next, o, tc.ids)
+			o, limit, wantAfter := f.ops[0], tc.limit, quota.OpenCursor{}
+			if limit == 0 {
+				limit = quota.DefaultOpenPage
+			}
+			if cursor != "" {
+				wantAfter = after
+			}
+			if fmt.Sprint(ids) != tc.ids || next != cursor || o.after != wantAfter || o.anchor != tc.anchor || o.filter != tc.filter || o.limit != limit {
+				t.Errorf("ids %v next %q, asked %+v; want %s", ids, next, o, tc.ids)
 			}
 		})
 	}
