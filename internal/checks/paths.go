@@ -21,7 +21,8 @@ type Paths struct {
 	// Allowed is false when some decided path was denied (a refused input is not a
 	// denied path: it says so in Refused). RateLimit describes the first denied
 	// path, else the tightest level of all (when HasRateLimit); RetryAfter is the
-	// denied path's, in whole seconds.
+	// denied path's, in whole seconds. Paths are in the order they are decided:
+	// deepest first (user, team, org), then in the order of their first input.
 	Allowed      bool
 	RateLimit    RateLimit
 	HasRateLimit bool
