@@ -37,14 +37,8 @@ func TestEntitlements(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s, _ := w.service()
 			e, err := s.Entitlements(context.Background(), tc.caller, tc.org, tc.team, tc.user)
-			if tc.refuse != nil {
-				if why := tc.refuse.is(err); why != "" {
-					t.Errorf("%v: %s", err, why)
-				}
+			if tc.refuse.answered(t, err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if e.Org != tc.org || e.Team != tc.wantTeam || e.User != tc.user || e.Features["sso"] != true || e.Features["tier"] != "gold" {
 				t.Errorf("entitlements %+v, want %s/%s/%s with sso and tier gold", e, tc.org, tc.wantTeam, tc.user)

@@ -161,6 +161,22 @@ func (r refusal) is(err error) string {
 	return ""
 }
 
+// answered fails t when err is not the refusal r (nil: when err is not nil), and
+// says whether it was a refusal, after which the case has nothing more to check.
+func (r *refusal) answered(t *testing.T, err error) bool {
+	t.Helper()
+	if r == nil {
+		if err != nil {
+			t.Fatal(err)
+		}
+		return false
+	}
+	if why := r.is(err); why != "" {
+		t.Errorf("%v: %s", err, why)
+	}
+	return true
+}
+
 func hasField(err error, field string) bool {
 	for _, f := range derrors.FieldsOf(err) {
 		if f.Field == field {
