@@ -106,7 +106,7 @@ func (e *Engine) decide(ctx context.Context, cs []*Check) {
 	}
 }
 
-// run sends built calls until each has its answer (c.res,
+// run sends built calls (checks or reservations) until each has its answer (c.res,
 // or c.fail): one path for every check, whatever the batch. A check is sent again
 // only as next says: after Redis refused it without running it (on a cluster, after
 // the pause of the retry budget), or once its org's counters for the period are
@@ -179,10 +179,19 @@ func (e *Engine) run(ctx context.Context, calls []*call) {
 		}
 		now := e.Now()
 		for _, c := range again {
-			e.build(c, &c.req, now)
+			e.rebuild(c, now)
 		}
 		calls = again
 	}
+}
+
+// rebuild builds c again, at now, from what it was built from.
+func (e *Engine) rebuild(c *call, now time.Time) {
+	if c.src == reserveSrc {
+		e.buildReserve(c, &c.req, now, c.rsvID, c.rsvOpt)
+		return
+	}
+	e.build(c, &c.req, now)
 }
 
 // attempt is one check's way to its answer across sends.

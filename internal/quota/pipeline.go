@@ -44,6 +44,10 @@ type call struct {
 	// observe its decision (lease.go), nil for none.
 	item int
 	path *leasePath
+
+	// Set by reserve: the reservation's id and options, for building it again.
+	rsvID  string
+	rsvOpt ReserveOptions
 }
 
 // source is the body of the script c runs.
@@ -60,7 +64,7 @@ func (e *Engine) putCall(c *call) {
 	clear(c.args)
 	c.args, c.ctx, c.reply, c.err, c.org, c.req, c.ask, c.nowMs = c.args[:0], nil, "", nil, "", Request{}, "", 0
 	c.src, c.rid = "", ""
-	c.a, c.res, c.fail, c.item, c.path = attempt{}, Result{}, nil, 0, nil
+	c.a, c.res, c.fail, c.item, c.path, c.rsvID, c.rsvOpt = attempt{}, Result{}, nil, 0, nil, "", ReserveOptions{}
 	e.calls.Put(c)
 }
 
