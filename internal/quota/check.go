@@ -260,35 +260,28 @@ func checkError(err error) error {
 	return fmt.Errorf("quota check: %w: %w", ErrUnavailable, err)
 }
 
-// parse decodes c's reply into a Result; see parseReply and parseCompact.
+// parse reads c's reply: the answers every script of a check shares ("H": hydrate
+// first; "C": an idempotency conflict; "Q": past one of the org's bounds), else its
+// decision (decode), framed by reserve.lua as parseReserve says.
 func (c *call) parse() (Result, byte, error) {
-	switch c.src {
-	case "":
-	case settleSrc: // the settlement reads c.reply itself
+	if c.src == settleSrc { // the settlement reads c.reply itself
 		return Result{}, statusAllowed, nil
-	default:
-		return c.parseReserve()
 	}
-	if isPacked(c.reply) {
-		return parseCompact(c.reply, &c.req, c.period, c.nowMs)
-	}
-	if c.reply == "C" {
-		return Result{}, statusConflict, fmt.Errorf("check %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
+	switch c.reply {
+	case "H":
+		return Result{}, statusHydrate, nil
+	case "C":
+		what := "check"
+		if c.src == reserveSrc {
+			what = "reserve"
+		}
+		return Result{}, statusConflict, fmt.Errorf("%s %s: idempotency key %q: %w", what, c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
 	}
 	if err := c.boundError(); err != nil {
 		return Result{}, statusBound, err
 	}
-	res, status, err := parseReply(c.reply)
-	if c.req.More == nil { // a one-metric request's labels do not name the metric
-		for i := range res.Levels {
-			res.Levels[i].Metric = c.req.Metric
-		}
-		if res.BlockedAt != nil {
-			res.BlockedAt.Metric = c.req.Metric
-		}
-		if res.WouldBlock != nil {
-			res.WouldBlock.Metric = c.req.Metric
-		}
+	if c.src == reserveSrc {
+		return c.parseReserve()
 	}
-	return res, status, err
+	return decode(c.reply, &c.req, c.period, c.nowMs)
 }

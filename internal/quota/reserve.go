@@ -330,19 +330,11 @@ func reserveFingerprint(req *Request) string {
 	return fingerprint(&r)
 }
 
-// parseReserve decodes reserve.lua's reply: the id (empty when denied), ';', the
-// packed decision; "R" before it for a replay; "H" and "C" as check.lua's.
+// parseReserve reads reserve.lua's reply once parse has read the answers it shares
+// with check.lua: the id (empty when denied), ';', the packed decision; "R" before it
+// for a replay.
 func (c *call) parseReserve() (Result, byte, error) {
 	s := c.reply
-	switch s {
-	case "H":
-		return Result{}, statusHydrate, nil
-	case "C":
-		return Result{}, statusConflict, fmt.Errorf("reserve %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
-	}
-	if err := c.boundError(); err != nil {
-		return Result{}, statusBound, err
-	}
 	replay := strings.HasPrefix(s, "R")
 	if replay {
 		s = s[1:]
@@ -351,7 +343,14 @@ func (c *call) parseReserve() (Result, byte, error) {
 	if !ok {
 		return Result{}, 0, fmt.Errorf("%w: reserve reply %q", ErrBadReply, c.reply)
 	}
-	res, status, err := parseCompact(packed, &c.req, c.period, c.nowMs)
+	var res Result
+	var status byte
+	var err error
+	if isPacked(packed) { // a reservation's decision is always packed
+		res, status, err = decode(packed, &c.req, c.period, c.nowMs)
+	} else {
+		err = fmt.Errorf("%w %q", ErrBadReply, packed)
+	}
 	if replay && err != nil { // the request's limits changed since: the levels cannot be named
 		res, status, err = Result{Allowed: true}, statusAllowed, nil
 	}
