@@ -65,9 +65,7 @@ func (b *backend) newBreaker(name string) *breaker {
 				c.Requests >= bc.MinRequests && float64(c.TotalFailures) >= bc.FailureRatio*float64(c.Requests)
 		},
 		IsSuccessful: func(err error) bool { return !isRedisFailure(err) },
-		IsExcluded: func(err error) bool {
-			return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed)
-		},
+		IsExcluded:   isExcluded,
 	})
 }
 
@@ -94,6 +92,12 @@ func (b *backend) breakerFor(org string) *breaker {
 // against the breaker (not ErrInvalid, not a hydrator's error).
 func isRedisFailure(err error) bool {
 	return err != nil && (errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// isExcluded reports whether err says nothing of Redis (its caller went away, or the
+// engine closed): the breaker leaves such a check out of its counts.
+func isExcluded(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, ErrClosed)
 }
 
 func isBreakerRejection(err error) bool {

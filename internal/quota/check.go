@@ -22,164 +22,179 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 	if err := req.Validate(); err != nil {
 		return Result{}, err
 	}
-	return e.check(ctx, req)
+	c := Check{Request: req}
+	e.decide(ctx, []*Check{&c})
+	return c.Result, c.Err
 }
 
-// check is Check of a request already validated: the Engines validates each request
-// once, before choosing the engine. A leasable check of a hot path is answered from the
-// path's lease when it can be (lease.go).
-func (e *Engine) check(ctx context.Context, req Request) (Result, error) {
-	if e.leases == nil || !leasable(&req) {
-		return e.checkRedis(ctx, req)
-	}
-	p, res, ok := e.leases.admit(ctx, &req)
-	if ok {
-		return res, nil
-	}
-	res, err := e.checkRedis(ctx, req)
-	if err == nil && p != nil {
-		p.observe(&res)
-	}
-	return res, err
-}
-
-// checkRedis decides a valid request in Redis: one run of check.lua.
-func (e *Engine) checkRedis(ctx context.Context, req Request) (Result, error) {
-	c := e.getCall()
-	e.build(c, &req, e.Now())
-	var a attempt
-	for {
-		if c.ask != "" {
-			e.sendAsking(ctx, c)
-		} else if err := e.submit(ctx, c); err != nil {
-			return Result{}, err // c may still be owned by the loop: not recycled
-		}
-		res, v, pause, err := e.next(c, &a)
-		switch v {
-		case resend:
-			e.traceEvent(ctx, "quota.resend")
-			err = e.sleep(ctx, pause)
-		case rehydrate:
-			e.traceEvent(ctx, "quota.hydrate")
-			err = e.hydrate(ctx, c.org, c.period)
-		}
-		if v == settled || err != nil {
-			if res.WouldBlock != nil && !res.Replayed && err == nil {
-				e.wb.record(c, res.WouldBlock)
-			}
-			e.putCall(c)
-			return res, err
-		}
-		e.build(c, &req, e.Now()) // counted when sent: a window bucket may have ended
-	}
-}
-
-// CheckBatch decides several checks in one pipeline, each independently, and
-// returns a result or an error for each, in order. The errors are those of Check.
-// Its checks go through the same steps as Check's (next): re-sent after a refusal
-// without a run, hydrated once, failed alike.
+// CheckBatch decides several checks, each independently, and returns a result or an
+// error for each, in order. The errors are those of Check.
 func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []error) {
-	return e.checkBatch(ctx, reqs, true)
-}
-
-// checkBatch is CheckBatch, validating each request unless the caller (the Engines)
-// already has.
-func (e *Engine) checkBatch(ctx context.Context, reqs []Request, validate bool) ([]Result, []error) {
-	results := make([]Result, len(reqs))
-	errs := make([]error, len(reqs))
-	select {
-	case <-e.closing:
-		for i := range errs {
-			errs[i] = ErrClosed
-		}
-		return results, errs
-	default:
-	}
-	type item struct {
-		c *call
-		i int // in reqs
-		a attempt
-	}
-	items := make([]item, 0, len(reqs))
-	now := e.Now()
+	cs := make([]Check, len(reqs))
+	valid := make([]*Check, 0, len(reqs))
 	for i := range reqs {
-		if validate {
-			if err := reqs[i].Validate(); err != nil {
-				errs[i] = err
-				continue
-			}
+		c := &cs[i]
+		c.Request = reqs[i]
+		if c.Err = c.Request.Validate(); c.Err == nil {
+			valid = append(valid, c)
 		}
-		c := &call{ctx: ctx}
-		e.build(c, &reqs[i], now)
-		items = append(items, item{c: c, i: i})
 	}
-	var p pipeState
-	for len(items) > 0 {
-		var asks []*call
-		sent := make([]*call, 0, len(items))
-		for _, it := range items {
-			if it.c.ask != "" {
-				asks = append(asks, it.c)
-			} else {
-				sent = append(sent, it.c)
-			}
-		}
-		e.exec(ctx, sent, &p)
-		for _, c := range asks {
-			e.sendAsking(ctx, c)
-		}
-		var again []item
-		var pause time.Duration
-		resent := false
-		var hydrated map[string]error // this round's hydrations: one per org and period
-		for k := range items {
-			it := &items[k]
-			res, v, d, err := e.next(it.c, &it.a)
-			switch v {
-			case settled:
-				results[it.i], errs[it.i] = res, err
-				if res.WouldBlock != nil && !res.Replayed && err == nil {
-					e.wb.record(it.c, res.WouldBlock)
-				}
-				continue
-			case resend:
-				pause, resent = max(pause, d), true
-			case rehydrate:
-				key := it.c.org + "|" + it.c.period.ID
-				herr, done := hydrated[key]
-				if !done {
-					if hydrated == nil {
-						hydrated = map[string]error{}
-					}
-					herr = e.hydrate(ctx, it.c.org, it.c.period)
-					hydrated[key] = herr
-				}
-				if herr != nil {
-					errs[it.i] = herr
-					continue
-				}
-			}
-			again = append(again, *it)
-		}
-		if resent {
-			if err := e.sleep(ctx, pause); err != nil {
-				for _, it := range again {
-					errs[it.i] = err
-				}
-				return results, errs
-			}
-		}
-		// Sent again as built now: a window bucket may have ended meanwhile.
-		now := e.Now()
-		for _, it := range again {
-			e.build(it.c, &reqs[it.i], now)
-		}
-		items = again
+	e.decide(ctx, valid)
+	results, errs := make([]Result, len(reqs)), make([]error, len(reqs))
+	for i := range cs {
+		results[i], errs[i] = cs[i].Result, cs[i].Err
 	}
 	return results, errs
 }
 
-// attempt is one check's way to its answer across sends, for Check and CheckBatch alike.
+// decide answers every check of cs (valid requests: the Engines validates each once,
+// before choosing the engine) in place, its Result or its Err, each on its own: a
+// single check is a batch of one. A leasable check of a hot path is answered from the
+// path's lease when it can be (lease.go); the others are decided in Redis, each by one
+// run of check.lua (run).
+func (e *Engine) decide(ctx context.Context, cs []*Check) {
+	select {
+	case <-e.closing:
+		for _, c := range cs {
+			c.Err = ErrClosed
+		}
+		return
+	default:
+	}
+	// A single check's calls are on the stack; a batch's allocated once.
+	var one, pendOne [1]*call
+	calls, pending := one[:0], pendOne[:0]
+	if len(cs) > 1 {
+		buf := make([]*call, 2*len(cs))
+		calls, pending = buf[:0:len(cs)], buf[len(cs):len(cs)]
+	}
+	for i, ch := range cs {
+		var p *leasePath
+		if e.leases != nil && leasable(&ch.Request) {
+			var ok bool
+			if p, ch.Result, ok = e.leases.admit(ctx, &ch.Request); ok {
+				continue
+			}
+		}
+		c := e.getCall()
+		c.ctx, c.item, c.path = ctx, i, p
+		calls = append(calls, c)
+	}
+	if len(calls) == 0 {
+		return
+	}
+	now := e.Now() // after the leases: taking one may have taken a round trip
+	for _, c := range calls {
+		e.build(c, &cs[c.item].Request, now)
+	}
+	e.run(ctx, append(pending, calls...))
+	for _, c := range calls {
+		ch := cs[c.item]
+		ch.Result, ch.Err = c.res, c.fail
+		if c.held {
+			continue // the loop may still write to it: not recycled
+		}
+		if c.fail == nil {
+			if b := c.res.WouldBlock; b != nil && !c.res.Replayed {
+				e.wb.record(c, b)
+			}
+			if c.path != nil {
+				c.path.observe(&c.res)
+			}
+		}
+		e.putCall(c)
+	}
+}
+
+// run sends built calls (checks or reservations) until each has its answer (c.res,
+// or c.fail): one path for every check, whatever the batch. A check is sent again
+// only as next says: after Redis refused it without running it (on a cluster, after
+// the pause of the retry budget), or once its org's counters for the period are
+// restored (hydrated once per org and period for the whole batch); each send is built
+// again at the time it is sent, as a window bucket may have ended meanwhile.
+//
+// A single call goes through the batching loop, where it shares a pipeline with the
+// checks of concurrent callers; several go as one pipeline of their own. run may
+// reorder calls.
+func (e *Engine) run(ctx context.Context, calls []*call) {
+	var p pipeState
+	for len(calls) > 0 {
+		if c := calls[0]; len(calls) == 1 && c.ask == "" {
+			if err := e.submit(ctx, c); err != nil {
+				c.fail, c.held = err, true
+				return
+			}
+		} else {
+			// The calls redirected with ASK go one by one, the others together.
+			n := 0
+			for k, c := range calls {
+				if c.ask == "" {
+					calls[n], calls[k] = calls[k], calls[n]
+					n++
+				}
+			}
+			e.exec(ctx, calls[:n], &p)
+			for _, c := range calls[n:] {
+				e.sendAsking(ctx, c)
+			}
+		}
+		again := calls[:0]
+		var pause time.Duration
+		resent := false
+		var hydrated map[string]error // this round's hydrations: one per org and period
+		for _, c := range calls {
+			res, v, d, err := e.next(c, &c.a)
+			switch v {
+			case settled:
+				c.res, c.fail = res, err
+				continue
+			case resend:
+				pause, resent = max(pause, d), true
+			case rehydrate:
+				key := c.org + "|" + c.period.ID
+				herr, done := hydrated[key]
+				if !done {
+					e.traceEvent(ctx, "quota.hydrate")
+					herr = e.hydrate(ctx, c.org, c.period)
+					if hydrated == nil {
+						hydrated = map[string]error{}
+					}
+					hydrated[key] = herr
+				}
+				if herr != nil {
+					c.fail = herr
+					continue
+				}
+			}
+			again = append(again, c)
+		}
+		if resent {
+			e.traceEvent(ctx, "quota.resend")
+			if err := e.sleep(ctx, pause); err != nil {
+				for _, c := range again {
+					c.fail = err
+				}
+				return
+			}
+		}
+		now := e.Now()
+		for _, c := range again {
+			e.rebuild(c, now)
+		}
+		calls = again
+	}
+}
+
+// rebuild builds c again, at now, from what it was built from.
+func (e *Engine) rebuild(c *call, now time.Time) {
+	if c.src == reserveSrc {
+		e.buildReserve(c, &c.req, now, c.rsvID, c.rsvOpt)
+		return
+	}
+	e.build(c, &c.req, now)
+}
+
+// attempt is one check's way to its answer across sends.
 type attempt struct {
 	refused  time.Time // the first refusal without a run: the retry budget starts there
 	tries    int       // re-sends after a refusal so far
@@ -245,35 +260,28 @@ func checkError(err error) error {
 	return fmt.Errorf("quota check: %w: %w", ErrUnavailable, err)
 }
 
-// parse decodes c's reply into a Result; see parseReply and parseCompact.
+// parse reads c's reply: the answers every script of a check shares ("H": hydrate
+// first; "C": an idempotency conflict; "Q": past one of the org's bounds), else its
+// decision (decode), framed by reserve.lua as parseReserve says.
 func (c *call) parse() (Result, byte, error) {
-	switch c.src {
-	case "":
-	case settleSrc: // the settlement reads c.reply itself
+	if c.src == settleSrc { // the settlement reads c.reply itself
 		return Result{}, statusAllowed, nil
-	default:
-		return c.parseReserve()
 	}
-	if isPacked(c.reply) {
-		return parseCompact(c.reply, &c.req, c.period, c.nowMs)
-	}
-	if c.reply == "C" {
-		return Result{}, statusConflict, fmt.Errorf("check %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
+	switch c.reply {
+	case "H":
+		return Result{}, statusHydrate, nil
+	case "C":
+		what := "check"
+		if c.src == reserveSrc {
+			what = "reserve"
+		}
+		return Result{}, statusConflict, fmt.Errorf("%s %s: idempotency key %q: %w", what, c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
 	}
 	if err := c.boundError(); err != nil {
 		return Result{}, statusBound, err
 	}
-	res, status, err := parseReply(c.reply)
-	if c.req.More == nil { // a one-metric request's labels do not name the metric
-		for i := range res.Levels {
-			res.Levels[i].Metric = c.req.Metric
-		}
-		if res.BlockedAt != nil {
-			res.BlockedAt.Metric = c.req.Metric
-		}
-		if res.WouldBlock != nil {
-			res.WouldBlock.Metric = c.req.Metric
-		}
+	if c.src == reserveSrc {
+		return c.parseReserve()
 	}
-	return res, status, err
+	return decode(c.reply, &c.req, c.period, c.nowMs)
 }

@@ -17,7 +17,7 @@ func TestParseCompact(t *testing.T) {
 	nowMs := int64(1_790_000_030_500)
 	pack := func(vs ...float64) string { return string(appendNumbers(nil, vs...)) }
 
-	res, st, err := parseCompact(pack(3, 1500, 2, 40, 5), &req, per, nowMs)
+	res, st, err := decodePacked(pack(3, 1500, 2, 40, 5), &req, per, nowMs)
 	if err != nil || st != statusDenied {
 		t.Fatalf("denied decision: %v, status %q", err, st)
 	}
@@ -30,22 +30,22 @@ func TestParseCompact(t *testing.T) {
 	if l := res.Levels[0]; l.Used != 40 || l.Remaining != 60 || !l.ResetAt.Equal(per.End) {
 		t.Errorf("month row %+v, want used 40, remaining 60, reset at the period's end", l)
 	}
-	if res, st, err := parseCompact(pack(1, 0, 0, 41, 5), &req, per, nowMs); err != nil || st != statusAllowed || !res.Allowed {
+	if res, st, err := decodePacked(pack(1, 0, 0, 41, 5), &req, per, nowMs); err != nil || st != statusAllowed || !res.Allowed {
 		t.Errorf("allowed decision: %+v, %q, %v", res, st, err)
 	}
 	// 4 and 5: allowed and over a limit but counted, a counter no limit bounds saturated
-	if res, st, err := parseCompact(pack(4, 0, 0, 41, 5), &req, per, nowMs); err != nil || st != statusAllowed || !res.Allowed || !res.Saturated {
+	if res, st, err := decodePacked(pack(4, 0, 0, 41, 5), &req, per, nowMs); err != nil || st != statusAllowed || !res.Allowed || !res.Saturated {
 		t.Errorf("allowed, saturated: %+v, %q, %v", res, st, err)
 	}
-	if res, st, err := parseCompact(pack(5, 0, 2, 41, 6), &req, per, nowMs); err != nil || st != statusOver || !res.Allowed ||
+	if res, st, err := decodePacked(pack(5, 0, 2, 41, 6), &req, per, nowMs); err != nil || st != statusOver || !res.Allowed ||
 		!res.Saturated || res.WouldBlock == nil {
 		t.Errorf("over but counted, saturated: %+v, %q, %v", res, st, err)
 	}
 	// the text reply: 'B' first says saturated; a denial naming no row is malformed
-	if res, st, err := parseReply("BA;1;0;0;o|acme|M|100|41|0"); err != nil || st != statusAllowed || !res.Saturated {
+	if res, st, err := decode("BA;1;0;0;o|acme|M|100|41|0", &req, per, nowMs); err != nil || st != statusAllowed || !res.Saturated {
 		t.Errorf("text, saturated: %+v, %q, %v", res, st, err)
 	}
-	if _, _, err := parseReply("D;1;1000;0;o|acme|M|100|41|0"); err == nil || !strings.Contains(err.Error(), "malformed") {
+	if _, _, err := decode("D;1;1000;0;o|acme|M|100|41|0", &req, per, nowMs); err == nil || !strings.Contains(err.Error(), "malformed") {
 		t.Errorf("text denial naming no row: %v, want a malformed reply", err)
 	}
 
@@ -61,7 +61,7 @@ func TestParseCompact(t *testing.T) {
 		"text":                 "A;0;0;0",
 		"empty":                "",
 	} {
-		if _, _, err := parseCompact(s, &req, per, nowMs); err == nil || !strings.Contains(err.Error(), "malformed") {
+		if _, _, err := decodePacked(s, &req, per, nowMs); err == nil || !strings.Contains(err.Error(), "malformed") {
 			t.Errorf("%s: %v, want a malformed reply", name, err)
 		}
 	}

@@ -220,17 +220,22 @@
 // redis-server nodes with three api replicas and a worker; docs/SCALING.md has the
 // figures.
 //
-// Files by concern. `engine.go` (Config, New), `clock.go` (the engine's clock), `check.go` (Check and
-// CheckBatch, which share one path, `next`: a reply's re-send after a refusal without a
-// run, its one hydration per period, its error), `pipeline.go` (the coalescing loop and
+// Files by concern. `engine.go` (Config, New), `clock.go` (the engine's clock), `check.go`
+// (the one path of a check: `Check` and `CheckBatch` over `decide`, which admits a
+// leasable check from its lease and hands the others to `run`, the one loop of sends, with
+// `next`: a reply's re-send after a refusal without a run, its one hydration per period,
+// its error; a single check goes through the coalescing loop, several as one pipeline of
+// their own; a reservation goes through `run` too), `pipeline.go` (the coalescing loop and
 // the pipeline of EVALSHAs), `build.go` (a check's EVALSHA arguments and idempotency
-// fingerprint), `keycache.go` (the bounded cache of an org's keys), `reply.go` (decoding
-// the script's replies), `keys.go` (the key layout), `drain.go` (Drain,
-// DrainDirty, MonthUsage), `reserve.go` (reservations), `hydrate.go`, `cluster.go`, `trace.go` (the spans of checks and
-// pipelines, when tracing is on); for `quota.Engines`, `router.go` (Check and
-// CheckBatch, which share `answer`: the engine's answer or the fail mode's), `backend.go`
-// (a Redis's client, engine and breakers, made on first use), `breaker.go`, `pools.go`
-// (QUOTA_REDIS_POOLS), `failmode.go`, `local.go`, `metrics.go`. URLs in messages are
+// fingerprint), `keycache.go` (the bounded cache of an org's keys), `reply.go` (`decode`,
+// the one decoder of a script's decision, packed or text), `keys.go` (the key layout),
+// `drain.go` (Drain, DrainDirty, MonthUsage), `reserve.go` (reservations), `hydrate.go`,
+// `cluster.go`, `trace.go` (the spans of checks and pipelines, when tracing is on); for
+// `quota.Engines`, `engines.go` (`Decide`, the one path of a batch of checks, a single
+// check being a batch of one: each validated once, grouped by Redis behind one breaker
+// decision, answered by the engine or the fail mode in `answer`; `Check` wraps it),
+// `backend.go` (a Redis's client, engine and breakers, made on first use), `breaker.go`,
+// `failmode.go`, `local.go`, `metrics.go`. URLs in messages are
 // masked by `internal/platform/redact`, the one helper for it.
 //
 // # Time
@@ -472,8 +477,8 @@
 // A lease is a reservation an engine takes for itself (`ReserveOptions` with its unexported
 // lease flag, `on_expiry` commit) on a hot path (org, team, user, metric above 200 units/s
 // on this replica, known from a 50 ms rate window or, for a burst, as soon as one window
-// holds twice that: 20 units), so that path's checks are admitted in process: `Engine.Check` first
-// asks the path's lease, a compare-and-swap on one counter (no Redis, no allocation), and
+// holds twice that: 20 units), so that path's checks are admitted in process: every check,
+// single or an item of a batch, first asks its path's lease (`Engine.decide`), a compare-and-swap on one counter (no Redis, no allocation), and
 // goes to Redis as before when there is none or it is spent. A timer ends the lease at the
 // earliest of `QUOTA_LEASE_MAX`, the end of the current bucket of the path's shortest
 // limited window and the period's end; it closes the counter, then commits the units it
@@ -484,7 +489,7 @@
 // unsettled. Size: the path's rate x life x 1.25, capped by the least headroom of its
 // limits / (16 x `QUOTA_REPLICAS`), none below 4 units or twice the cost, so the last
 // units of a limit are admitted one by one. Never leased: shadow, warn, idempotent,
-// `cost: 0`, batches, and `leases: off` (plan field, org override, migration 000012,
+// `cost: 0`, and `leases: off` (plan field, org override, migration 000012,
 // `NoLease` set by `internal/checks`). Cold paths keep no state (a bounded slot table of recent rates).
 //
 // A replica that dies with leases. Units whose fate is unknown count as

@@ -278,56 +278,16 @@ func validateRoute(route *vocab.Route, req *Request) error {
 }
 
 // Check decides req on the Redis of route, or by route's fail mode when that Redis
-// is unavailable.
-//
-// Errors: ErrInvalid for a bad request or route; ErrOverloaded when the org has too
-// many checks in flight (nothing counted); ErrUnavailable when Redis cannot answer
-// and the fail mode is FailClosed (Outcome.Degraded is true); ErrNotHydrated,
-// ErrClosed and context errors as Engine.Check.
+// is unavailable: Decide of a batch of one. Its errors are Decide's.
 func (r *Engines) Check(ctx context.Context, route vocab.Route, req Request) (Result, Outcome, error) {
-	start := time.Now()
-	var span trace.Span
-	if r.tracer != nil {
-		ctx, span = startCheck(r.tracer, ctx, &req)
-	}
-	res, out, err := r.check(ctx, &route, &req)
-	if span != nil {
-		endCheck(span, &res, out, err)
-	}
-	r.metrics.observe(out.Pool, &route, &req, &res, err, out.Degraded, start)
-	return res, out, err
-}
-
-func (r *Engines) check(ctx context.Context, route *vocab.Route, req *Request) (Result, Outcome, error) {
-	if err := validateRoute(route, req); err != nil {
-		return Result{}, Outcome{}, err
-	}
-	slot, ok := r.acquire(req.Org)
-	if !ok {
-		return Result{}, Outcome{}, fmt.Errorf("quota check %s: %w", req.Org, ErrOverloaded)
-	}
-	defer slot.Add(-1)
-	b, err := r.backendFor(r.urlOf(route))
-	if err != nil {
-		return Result{}, Outcome{}, err
-	}
-	out := Outcome{Pool: b.name}
-	b.inflight.Add(1)
-	defer b.inflight.Add(-1)
-
-	var res Result
-	done, err := b.breakerFor(req.Org).Allow()
-	if err == nil {
-		res, err = b.eng.check(ctx, *req) // validated above
-		done(err)
-	}
-	res, err = r.answer(route, req, b.name, res, err, &out)
-	return res, out, err
+	cs := [1]Check{{Route: route, Request: req}}
+	r.Decide(ctx, cs[:])
+	return cs[0].Result, cs[0].Outcome, cs[0].Err
 }
 
 // answer is a check's answer from the engine of pool, or by route's fail mode when
 // that Redis was unavailable or its breaker refused the check (out is then marked
-// degraded): the one path of Check and of every item of CheckBatch.
+// degraded).
 func (r *Engines) answer(route *vocab.Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
 	if err == nil {
 		r.metrics.atBound(pool, &res)
@@ -359,116 +319,6 @@ func (r *Engines) degrade(route *vocab.Route, req *Request, pool string, cause e
 	return Result{}, unavailable(req.Org, pool, cause)
 }
 
-// CheckBatch decides several checks, each with its route, and returns a result, an
-// outcome and an error for each, in order. Checks bound for the same Redis go in
-// one pipeline (Engine.CheckBatch) behind one breaker decision; different Redis
-// are asked concurrently. The errors are those of Check; a length mismatch between
-// routes and reqs fails every item with ErrInvalid.
-func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []Request) ([]Result, []Outcome, []error) {
-	start := time.Now()
-	n := len(reqs)
-	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
-	if r.tracer != nil {
-		var span trace.Span
-		ctx, span = startBatch(r.tracer, ctx, reqs)
-		defer func() { endBatch(span, results, errs) }()
-	}
-	defer func() {
-		for i := range reqs {
-			var route *vocab.Route
-			if len(routes) == n {
-				route = &routes[i]
-			}
-			r.metrics.observe(outs[i].Pool, route, &reqs[i], &results[i], errs[i], outs[i].Degraded, start)
-		}
-	}()
-	if len(routes) != n {
-		for i := range errs {
-			errs[i] = fmt.Errorf("%w: %d routes for %d checks", ErrInvalid, len(routes), n)
-		}
-		return results, outs, errs
-	}
-
-	type group struct {
-		b     *backend
-		cb    *breaker
-		index []int
-	}
-	var groups []*group
-	byBreaker := map[*breaker]*group{} // one group per Redis, per primary on a cluster
-	var slots []*atomic.Int64
-	defer func() {
-		for _, s := range slots {
-			s.Add(-1)
-		}
-	}()
-	for i := range reqs {
-		if err := validateRoute(&routes[i], &reqs[i]); err != nil {
-			errs[i] = err
-			continue
-		}
-		slot, ok := r.acquire(reqs[i].Org)
-		if !ok {
-			errs[i] = fmt.Errorf("quota check %s: %w", reqs[i].Org, ErrOverloaded)
-			continue
-		}
-		slots = append(slots, slot)
-		b, err := r.backendFor(r.urlOf(&routes[i]))
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		outs[i].Pool = b.name
-		cb := b.breakerFor(reqs[i].Org)
-		g := byBreaker[cb]
-		if g == nil {
-			g = &group{b: b, cb: cb}
-			byBreaker[cb] = g
-			groups = append(groups, g)
-		}
-		g.index = append(g.index, i)
-	}
-
-	run := func(g *group) {
-		b := g.b
-		b.inflight.Add(int64(len(g.index)))
-		defer b.inflight.Add(-int64(len(g.index)))
-		done, err := g.cb.Allow()
-		if err != nil {
-			for _, i := range g.index {
-				results[i], errs[i] = r.answer(&routes[i], &reqs[i], b.name, Result{}, err, &outs[i])
-			}
-			return
-		}
-		sub := make([]Request, len(g.index))
-		for j, i := range g.index {
-			sub[j] = reqs[i]
-		}
-		res, es := b.eng.checkBatch(ctx, sub, false) // validated by CheckBatch
-		var verdict error                            // the batch's outcome for the breaker: its first Redis failure
-		for j, i := range g.index {
-			results[i], errs[i] = res[j], es[j]
-			if verdict == nil && isRedisFailure(es[j]) {
-				verdict = es[j]
-			}
-		}
-		done(verdict)
-		for _, i := range g.index {
-			results[i], errs[i] = r.answer(&routes[i], &reqs[i], b.name, results[i], errs[i], &outs[i])
-		}
-	}
-	if len(groups) == 1 {
-		run(groups[0])
-		return results, outs, errs
-	}
-	var wg sync.WaitGroup
-	for _, g := range groups {
-		wg.Go(func() { run(g) })
-	}
-	wg.Wait()
-	return results, outs, errs
-}
-
 // Check is one check of a batch given to Decide: what is asked (Route, Request) and,
 // once decided, its answer (Result, Outcome, Err).
 type Check struct {
@@ -479,22 +329,146 @@ type Check struct {
 	Err     error
 }
 
-// Decide decides every check of cs in place, each on its own: a single check is a
-// batch of one. Each Err is one of Check's.
+// Decide decides every check of cs in place, each on its own, on the Redis of its
+// route or by the route's fail mode when that Redis is unavailable: a single check is
+// a batch of one. Checks bound for the same Redis (on a cluster, the same primary) go
+// together behind one breaker decision: a single check through the engine's batching
+// loop, where it shares a pipeline with concurrent callers' checks, several as one
+// pipeline of their own (Engine.run). Different Redis are asked concurrently.
+//
+// Errors (Check.Err): ErrInvalid for a bad request or route; ErrOverloaded when the
+// org has too many checks in flight (nothing counted); ErrUnavailable when Redis
+// cannot answer and the fail mode is FailClosed (Outcome.Degraded is true);
+// ErrNotHydrated, ErrIdempotencyConflict, *BoundError, ErrClosed and context errors as
+// Engine.Check.
 func (r *Engines) Decide(ctx context.Context, cs []Check) {
-	if len(cs) == 1 {
-		c := &cs[0]
-		c.Result, c.Outcome, c.Err = r.Check(ctx, c.Route, c.Request)
+	start := time.Now()
+	var span trace.Span
+	if r.tracer != nil {
+		ctx, span = startDecide(r.tracer, ctx, cs)
+	}
+	r.decide(ctx, cs)
+	if span != nil {
+		endDecide(span, cs)
+	}
+	for i := range cs {
+		c := &cs[i]
+		r.metrics.observe(c.Outcome.Pool, &c.Route, &c.Request, &c.Result, c.Err, c.Outcome.Degraded, start)
+	}
+}
+
+// lane is the checks of a batch bound for one Redis: one breaker's.
+type lane struct {
+	b     *backend
+	cb    *breaker
+	items []*Check
+}
+
+// decide is Decide without its span and metrics: it validates each check once, takes
+// its org's in-flight slot for the whole batch, and sends each Redis its lane (send).
+func (r *Engines) decide(ctx context.Context, cs []Check) {
+	// A single check's scratch is on the stack; a batch's is allocated once.
+	var oneSlot [1]*atomic.Int64
+	var oneItem [1]*Check
+	slots, items := oneSlot[:0], oneItem[:0]
+	if len(cs) > 1 {
+		slots, items = make([]*atomic.Int64, 0, len(cs)), make([]*Check, 0, len(cs))
+	}
+	defer func() {
+		for _, s := range slots {
+			s.Add(-1)
+		}
+	}()
+	var first lane  // the lane of the first check routed, its items in items
+	var more []lane // every lane, first's included, once a second Redis is named
+	for i := range cs {
+		c := &cs[i]
+		c.Result, c.Outcome = Result{}, Outcome{}
+		if c.Err = validateRoute(&c.Route, &c.Request); c.Err != nil {
+			continue
+		}
+		slot, ok := r.acquire(c.Request.Org)
+		if !ok {
+			c.Err = fmt.Errorf("quota check %s: %w", c.Request.Org, ErrOverloaded)
+			continue
+		}
+		slots = append(slots, slot)
+		b, err := r.backendFor(r.urlOf(&c.Route))
+		if err != nil {
+			c.Err = err
+			continue
+		}
+		c.Outcome.Pool = b.name
+		cb := b.breakerFor(c.Request.Org)
+		switch {
+		case more == nil && (first.cb == nil || cb == first.cb):
+			first.b, first.cb = b, cb
+			items = append(items, c)
+		case more == nil:
+			more = []lane{{b: first.b, cb: first.cb, items: slices.Clone(items)}, {b: b, cb: cb, items: []*Check{c}}}
+		default:
+			k := slices.IndexFunc(more, func(l lane) bool { return l.cb == cb })
+			if k < 0 {
+				more = append(more, lane{b: b, cb: cb})
+				k = len(more) - 1
+			}
+			more[k].items = append(more[k].items, c)
+		}
+	}
+	if more == nil {
+		if len(items) > 0 {
+			r.send(ctx, first.b, first.cb, items)
+		}
 		return
 	}
-	routes, reqs := make([]vocab.Route, len(cs)), make([]Request, len(cs))
-	for i := range cs {
-		routes[i], reqs[i] = cs[i].Route, cs[i].Request
+	var wg sync.WaitGroup
+	for k := 1; k < len(more); k++ {
+		l := &more[k]
+		wg.Go(func() { r.send(ctx, l.b, l.cb, l.items) })
 	}
-	results, outs, errs := r.CheckBatch(ctx, routes, reqs)
-	for i := range cs {
-		cs[i].Result, cs[i].Outcome, cs[i].Err = results[i], outs[i], errs[i]
+	r.send(ctx, more[0].b, more[0].cb, more[0].items)
+	wg.Wait()
+}
+
+// send decides items on the engine of b behind one decision of b's breaker cb, and
+// answers each (answer).
+func (r *Engines) send(ctx context.Context, b *backend, cb *breaker, items []*Check) {
+	b.inflight.Add(int64(len(items)))
+	defer b.inflight.Add(-int64(len(items)))
+	done, err := cb.Allow()
+	if err == nil {
+		b.eng.decide(ctx, items) // validated by decide
+		done(verdict(items))
+	} else {
+		for _, c := range items {
+			c.Err = err
+		}
 	}
+	for _, c := range items {
+		c.Result, c.Err = r.answer(&c.Route, &c.Request, b.name, c.Result, c.Err, &c.Outcome)
+	}
+}
+
+// verdict is what a batch told its breaker of Redis: its first Redis failure (a
+// failure); else, when every check ended with its caller gone or the engine closed
+// (errors the breaker leaves out: newBreaker), the first of those, since nothing was
+// learnt; else nil (a success). For a single check, its error.
+func verdict(items []*Check) error {
+	var gone error
+	for _, c := range items {
+		if isRedisFailure(c.Err) {
+			return c.Err
+		}
+	}
+	for _, c := range items {
+		if !isExcluded(c.Err) {
+			return nil
+		}
+		if gone == nil {
+			gone = c.Err
+		}
+	}
+	return gone
 }
 
 // Reserve holds req.Cost units on the Redis of route (Engine.Reserve). A reservation

@@ -3,8 +3,11 @@ package quota
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"time"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // CheckKeys lists every key one check of req touches when the engine's clock reads
@@ -100,3 +103,25 @@ func LeaseAdmitting(e *Engine) bool {
 
 // SyncClock samples Redis TIME now, as the engine's sampler does every ClockSync.
 func SyncClock(ctx context.Context, e *Engine) error { return e.syncClock(ctx) }
+
+// CheckBatch decides reqs[i] on routes[i] through Decide and returns each answer, in
+// order; a length mismatch fails every check with ErrInvalid.
+func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []Request) ([]Result, []Outcome, []error) {
+	n := len(reqs)
+	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
+	if len(routes) != n {
+		for i := range errs {
+			errs[i] = fmt.Errorf("%w: %d routes for %d checks", ErrInvalid, len(routes), n)
+		}
+		return results, outs, errs
+	}
+	cs := make([]Check, n)
+	for i := range cs {
+		cs[i].Route, cs[i].Request = routes[i], reqs[i]
+	}
+	r.Decide(ctx, cs)
+	for i := range cs {
+		results[i], outs[i], errs[i] = cs[i].Result, cs[i].Outcome, cs[i].Err
+	}
+	return results, outs, errs
+}

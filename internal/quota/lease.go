@@ -598,7 +598,7 @@ func (m *leases) countLost(l *lease, used int64) {
 	k := l.path.key
 	req := Request{Org: l.org, Team: k.team, User: k.user, Metric: k.metric, Cost: used, Mode: vocab.Shadow,
 		Limits: l.limits, AnchorDay: l.anchor}
-	_, _ = m.e.checkRedis(ctx, req)
+	m.e.decide(ctx, []*Check{{Request: req}}) // shadow mode: never admitted from a lease
 }
 
 // settleAll ends every open lease, once, without retrying (Close).

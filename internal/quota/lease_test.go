@@ -400,6 +400,56 @@ func TestLeasesOneOpenPerPath(t *testing.T) {
 	}
 }
 
+// The items of a batch take the same path as single checks: on a hot path they are
+// admitted from its lease, and the limit holds exactly: the admitted items never pass
+// it, the last units are admitted, and once the leases are settled the counter is the
+// admitted total.
+func TestLeasesAdmitBatchItems(t *testing.T) {
+	r := leaseRigs(t, 1, 100*time.Millisecond, nil)[0]
+	const limit = 3000
+	req := quota.Request{Org: "acme", Team: "eng", User: "dora", Metric: "tokens", Cost: 1,
+		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, limit)}}}
+	batch := make([]quota.Request, 16)
+	for i := range batch {
+		batch[i] = req
+	}
+	var admitted, leased atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(3 * time.Second) // near the limit, units come back from leases
+	for range 8 {
+		wg.Go(func() {
+			for admitted.Load() < limit && time.Now().Before(stop) {
+				res, errs := r.e.CheckBatch(context.Background(), batch)
+				for i := range res {
+					if errs[i] != nil {
+						t.Errorf("CheckBatch item %d: %v", i, errs[i])
+						return
+					}
+					if res[i].Allowed {
+						admitted.Add(1)
+					}
+					if res[i].Leased {
+						leased.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n := admitted.Load()
+	t.Logf("admitted %d items (%d from leases) at a limit of %d", n, leased.Load(), limit)
+	if n != limit {
+		t.Errorf("admitted %d batch items, want exactly the limit %d", n, limit)
+	}
+	if leased.Load() == 0 {
+		t.Errorf("none of %d admitted batch items came from a lease", n)
+	}
+	waitNoLeases(t, r)
+	if got := r.usage(t, "acme")[userC("tokens", "eng", "dora")]; got != n {
+		t.Errorf("user counter %d, want the admitted total %d", got, n)
+	}
+}
+
 // Not leased: shadow mode, idempotent checks, cost 0 and NoLease go to Redis however hot.
 func TestLeasesNotForEveryCheck(t *testing.T) {
 	rigs := leaseRigs(t, 1, 200*time.Millisecond, nil)

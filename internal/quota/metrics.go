@@ -137,8 +137,6 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 	return m, nil
 }
 
-// observe records one answered check.
-// route is nil when the check had none (a batch with fewer routes than checks).
 // replyError counts a check or reservation whose script reply was unreadable.
 func (m *enginesMetrics) replyError(pool string) { m.badReply.WithLabelValues(pool).Inc() }
 
@@ -165,6 +163,7 @@ func (m *enginesMetrics) atBound(pool string, res *Result) {
 	}
 }
 
+// observe records one answered check (a nil route counts under plan "none").
 func (m *enginesMetrics) observe(pool string, route *vocab.Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
 	decision, level := "allowed", ""
 	switch {

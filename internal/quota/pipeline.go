@@ -33,6 +33,21 @@ type call struct {
 	// reserve.go), for the EVAL sent after NOSCRIPT.
 	src string
 	rid string // the reservation's id parsed from a reserve reply
+
+	// A check's way to its answer (Engine.run): its attempts so far, then its answer.
+	a    attempt
+	res  Result
+	fail error // the check's error: not decided
+	held bool  // the batching loop may still hold the call: it is not recycled
+
+	// Set by decide: the index of the call's check, and the lease path that wants to
+	// observe its decision (lease.go), nil for none.
+	item int
+	path *leasePath
+
+	// Set by reserve: the reservation's id and options, for building it again.
+	rsvID  string
+	rsvOpt ReserveOptions
 }
 
 // source is the body of the script c runs.
@@ -49,6 +64,7 @@ func (e *Engine) putCall(c *call) {
 	clear(c.args)
 	c.args, c.ctx, c.reply, c.err, c.org, c.req, c.ask, c.nowMs = c.args[:0], nil, "", nil, "", Request{}, "", 0
 	c.src, c.rid = "", ""
+	c.a, c.res, c.fail, c.item, c.path, c.rsvID, c.rsvOpt = attempt{}, Result{}, nil, 0, nil, "", ReserveOptions{}
 	e.calls.Put(c)
 }
 

@@ -26,9 +26,24 @@ const (
 	statusSaturated = 'B'
 )
 
-// parseReply decodes check.lua's reply into a Result. It returns the status byte so
-// the caller can tell a request for hydration apart.
-func parseReply(s string) (Result, byte, error) {
+// decode reads a decision of check.lua (or the decision in reserve.lua's reply) into
+// a Result, and returns its status byte so the caller can tell a request for
+// hydration ("H") apart. A decision comes in one of two forms:
+//
+//   - packed (a check without an idempotency key; every reservation): numbers only,
+//     every row's labels known here from req, per and nowMs (decodePacked);
+//   - text (a check with an idempotency key: the decision stored for its replays, and
+//     a replay, 'R' first): "status;now;retry;blocked" then a row per limit,
+//     "[metric|]level|id|window|limit|used|reset", the metric named only for a
+//     multi-metric request; 'B' before the status says a counter no limit bounds
+//     saturated (never stored: a replay counted nothing).
+//
+// Either way every row names its metric: the unnamed rows of a one-metric request
+// take req.Metric.
+func decode(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte, error) {
+	if isPacked(s) {
+		return decodePacked(s, req, per, nowMs)
+	}
 	var res Result
 	if s == "" {
 		return res, 0, fmt.Errorf("%w: empty", ErrBadReply)
@@ -38,7 +53,7 @@ func parseReply(s string) (Result, byte, error) {
 		s = s[1:]
 	}
 	saturated := false
-	if s != "" && s[0] == statusSaturated { // never stored: a replay counted nothing
+	if s != "" && s[0] == statusSaturated {
 		saturated = true
 		s = s[1:]
 	}
@@ -68,7 +83,7 @@ func parseReply(s string) (Result, byte, error) {
 	for rest != "" {
 		var row string
 		row, rest, _ = strings.Cut(rest, ";")
-		metric := ""
+		metric := req.Metric
 		if strings.Count(row, "|") == 6 { // a multi-metric request's: metric first
 			metric, row, _ = strings.Cut(row, "|")
 		}
@@ -133,14 +148,14 @@ func decided(res *Result, status byte, retry int64, blocked int) bool {
 // status 1, 2 or 3, whose first byte is 0) from its text replies.
 func isPacked(s string) bool { return len(s) >= 24 && len(s)%8 == 0 && s[0] == 0 }
 
-// parseCompact decodes check.lua's packed reply to a check without an idempotency
-// key: little-endian doubles, status (1 allowed, 2 over a limit but counted, 3
-// denied; 4 and 5 as 1 and 2, a counter no limit bounds saturated), retry (ms),
-// blocked row (1-based), then the used value of every row.
+// decodePacked decodes check.lua's packed decision (decode): little-endian doubles,
+// status (1 allowed, 2 over a limit but counted, 3 denied; 4 and 5 as 1 and 2, a
+// counter no limit bounds saturated), retry (ms), blocked row (1-based), then the used
+// value of every row.
 // Everything else of a row (level, id, window, limit, reset) is known here from req
 // and the clock the check was built at (nowMs), in the order the script walks it, so
 // the script formats no numbers.
-func parseCompact(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte, error) {
+func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte, error) {
 	var res Result
 	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
 	// num is the i-th number, or -1 when it is not a whole number in [0, 2^53]

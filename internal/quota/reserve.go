@@ -250,64 +250,48 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 	}
 	id := newReservationID(opt.lease)
 	c := e.getCall()
-	var a attempt
-	var nowMs int64
-	for {
-		now := e.Now()
-		nowMs = now.UnixMilli()
-		e.buildReserve(c, &req, now, id, opt)
-		if c.ask != "" {
-			e.sendAsking(ctx, c)
-		} else if err := e.submit(ctx, c); err != nil {
-			return Reservation{}, Result{}, err // c may still be owned by the loop: not recycled
-		}
-		res, v, pause, err := e.next(c, &a)
-		switch v {
-		case resend:
-			err = e.sleep(ctx, pause)
-		case rehydrate:
-			err = e.hydrate(ctx, c.org, c.period)
-		}
-		if err != nil {
-			e.putCall(c)
+	c.ctx, c.rsvID, c.rsvOpt = ctx, id, opt
+	e.buildReserve(c, &req, e.Now(), id, opt)
+	one := [1]*call{c}
+	e.run(ctx, one[:])
+	if c.held {
+		return Reservation{}, Result{}, c.fail // the loop may still write to c: not recycled
+	}
+	res, err, rid, per, nowMs := c.res, c.fail, c.rid, c.period.ID, c.nowMs
+	e.putCall(c)
+	if err != nil {
+		return Reservation{}, Result{}, err
+	}
+	if !res.Allowed {
+		return Reservation{}, res, nil
+	}
+	if e.lost.Load() != lost {
+		// Redis lost data while this reservation was made (its script met NOSCRIPT,
+		// or the org was hydrated): the org may be missing from the reserving set
+		// that the sweep reads, so it is added again before the reservation is
+		// answered; otherwise nothing would ever expire it.
+		if err := e.markReserving(ctx, req.Org); err != nil {
 			return Reservation{}, Result{}, err
 		}
-		if v != settled {
-			continue
-		}
-		rid, per := c.rid, c.period.ID
-		e.putCall(c)
-		if !res.Allowed {
-			return Reservation{}, res, nil
-		}
-		if e.lost.Load() != lost {
-			// Redis lost data while this reservation was made (its script met NOSCRIPT,
-			// or the org was hydrated): the org may be missing from the reserving set
-			// that the sweep reads, so it is added again before the reservation is
-			// answered; otherwise nothing would ever expire it.
-			if err := e.markReserving(ctx, req.Org); err != nil {
-				return Reservation{}, Result{}, err
-			}
-		}
-		if res.Replayed {
-			r, err := e.Reservation(ctx, req.Org, req.AnchorDay, rid)
-			return r, res, err
-		}
-		if !opt.lease {
-			e.reserved()
-		}
-		r := Reservation{ID: rid, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, State: Held,
-			Amount: req.Cost, OnExpiry: opt.OnExpiry, Period: per, CreatedAt: time.UnixMilli(nowMs).UTC(),
-			ExpiresAt: time.UnixMilli(nowMs + opt.TTL.Milliseconds()).UTC()}
-		if len(req.More) > 0 {
-			r.Metrics = make([]MetricAmount, req.metricCount())
-			for m := range r.Metrics {
-				metric, cost, _ := req.metricAt(m)
-				r.Metrics[m] = MetricAmount{Metric: metric, Amount: cost}
-			}
-		}
-		return r, res, nil
 	}
+	if res.Replayed {
+		r, err := e.Reservation(ctx, req.Org, req.AnchorDay, rid)
+		return r, res, err
+	}
+	if !opt.lease {
+		e.reserved()
+	}
+	r := Reservation{ID: rid, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, State: Held,
+		Amount: req.Cost, OnExpiry: opt.OnExpiry, Period: per, CreatedAt: time.UnixMilli(nowMs).UTC(),
+		ExpiresAt: time.UnixMilli(nowMs + opt.TTL.Milliseconds()).UTC()}
+	if len(req.More) > 0 {
+		r.Metrics = make([]MetricAmount, req.metricCount())
+		for m := range r.Metrics {
+			metric, cost, _ := req.metricAt(m)
+			r.Metrics[m] = MetricAmount{Metric: metric, Amount: cost}
+		}
+	}
+	return r, res, nil
 }
 
 // buildReserve fills c with the EVALSHA of the reserve script: the check's arguments
@@ -346,19 +330,11 @@ func reserveFingerprint(req *Request) string {
 	return fingerprint(&r)
 }
 
-// parseReserve decodes reserve.lua's reply: the id (empty when denied), ';', the
-// packed decision; "R" before it for a replay; "H" and "C" as check.lua's.
+// parseReserve reads reserve.lua's reply once parse has read the answers it shares
+// with check.lua: the id (empty when denied), ';', the packed decision; "R" before it
+// for a replay.
 func (c *call) parseReserve() (Result, byte, error) {
 	s := c.reply
-	switch s {
-	case "H":
-		return Result{}, statusHydrate, nil
-	case "C":
-		return Result{}, statusConflict, fmt.Errorf("reserve %s: idempotency key %q: %w", c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
-	}
-	if err := c.boundError(); err != nil {
-		return Result{}, statusBound, err
-	}
 	replay := strings.HasPrefix(s, "R")
 	if replay {
 		s = s[1:]
@@ -367,7 +343,14 @@ func (c *call) parseReserve() (Result, byte, error) {
 	if !ok {
 		return Result{}, 0, fmt.Errorf("%w: reserve reply %q", ErrBadReply, c.reply)
 	}
-	res, status, err := parseCompact(packed, &c.req, c.period, c.nowMs)
+	var res Result
+	var status byte
+	var err error
+	if isPacked(packed) { // a reservation's decision is always packed
+		res, status, err = decode(packed, &c.req, c.period, c.nowMs)
+	} else {
+		err = fmt.Errorf("%w %q", ErrBadReply, packed)
+	}
 	if replay && err != nil { // the request's limits changed since: the levels cannot be named
 		res, status, err = Result{Allowed: true}, statusAllowed, nil
 	}

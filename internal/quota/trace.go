@@ -49,42 +49,22 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(TracerName)
 }
 
-// startCheck starts the span of one check of req.
-func startCheck(t trace.Tracer, ctx context.Context, req *Request) (context.Context, trace.Span) {
-	attrs := []attribute.KeyValue{AttrOrg.String(req.Org), AttrMetric.String(req.Metric), AttrCost.Int64(req.Cost)}
-	if req.Team != "" {
-		attrs = append(attrs, AttrTeam.String(req.Team))
+// startDecide starts the span of a batch given to Engines.Decide: "quota.check" for a
+// single check, "quota.check_batch" for several.
+func startDecide(t trace.Tracer, ctx context.Context, cs []Check) (context.Context, trace.Span) {
+	if len(cs) == 1 {
+		req := &cs[0].Request
+		attrs := []attribute.KeyValue{AttrOrg.String(req.Org), AttrMetric.String(req.Metric), AttrCost.Int64(req.Cost)}
+		if req.Team != "" {
+			attrs = append(attrs, AttrTeam.String(req.Team))
+		}
+		return t.Start(ctx, "quota.check", trace.WithAttributes(attrs...))
 	}
-	return t.Start(ctx, "quota.check", trace.WithAttributes(attrs...))
-}
-
-// endCheck records a check's answer on its span and ends it. A denial is an answer,
-// not an error.
-func endCheck(span trace.Span, res *Result, out Outcome, err error) {
-	span.SetAttributes(AttrPool.String(out.Pool), AttrDegraded.Bool(out.Degraded))
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, "check not decided")
-		span.End()
-		return
-	}
-	span.SetAttributes(AttrAllowed.Bool(res.Allowed))
-	if res.Replayed {
-		span.SetAttributes(AttrReplayed.Bool(true))
-	}
-	if b := res.BlockedAt; !res.Allowed && b != nil {
-		span.SetAttributes(AttrBlockedLevel.String(string(b.Level)), AttrBlockedWin.String(string(b.Window)))
-	}
-	span.End()
-}
-
-// startBatch starts the span of a batch of checks.
-func startBatch(t trace.Tracer, ctx context.Context, reqs []Request) (context.Context, trace.Span) {
-	attrs := []attribute.KeyValue{AttrBatchSize.Int(len(reqs))}
-	if len(reqs) > 0 {
-		org := reqs[0].Org
-		for i := range reqs {
-			if reqs[i].Org != org {
+	attrs := []attribute.KeyValue{AttrBatchSize.Int(len(cs))}
+	if len(cs) > 0 {
+		org := cs[0].Request.Org
+		for i := range cs {
+			if cs[i].Request.Org != org {
 				org = ""
 				break
 			}
@@ -96,14 +76,19 @@ func startBatch(t trace.Tracer, ctx context.Context, reqs []Request) (context.Co
 	return t.Start(ctx, "quota.check_batch", trace.WithAttributes(attrs...))
 }
 
-// endBatch records how a batch was answered on its span and ends it.
-func endBatch(span trace.Span, results []Result, errs []error) {
+// endDecide records how the checks of cs were answered on their span and ends it. A
+// denial is an answer, not an error.
+func endDecide(span trace.Span, cs []Check) {
+	if len(cs) == 1 {
+		endCheck(span, &cs[0])
+		return
+	}
 	allowed, failed := 0, 0
-	for i := range results {
+	for i := range cs {
 		switch {
-		case errs[i] != nil:
+		case cs[i].Err != nil:
 			failed++
-		case results[i].Allowed:
+		case cs[i].Result.Allowed:
 			allowed++
 		}
 	}
@@ -111,9 +96,29 @@ func endBatch(span trace.Span, results []Result, errs []error) {
 	span.End()
 }
 
+// endCheck records a single check's answer on its span and ends it.
+func endCheck(span trace.Span, c *Check) {
+	span.SetAttributes(AttrPool.String(c.Outcome.Pool), AttrDegraded.Bool(c.Outcome.Degraded))
+	if c.Err != nil {
+		span.RecordError(c.Err)
+		span.SetStatus(codes.Error, "check not decided")
+		span.End()
+		return
+	}
+	res := &c.Result
+	span.SetAttributes(AttrAllowed.Bool(res.Allowed))
+	if res.Replayed {
+		span.SetAttributes(AttrReplayed.Bool(true))
+	}
+	if b := res.BlockedAt; !res.Allowed && b != nil {
+		span.SetAttributes(AttrBlockedLevel.String(string(b.Level)), AttrBlockedWin.String(string(b.Window)))
+	}
+	span.End()
+}
+
 // startPipeline starts the span of one pipeline of calls, sent from ctx: a child of
-// ctx's span when it has one (CheckBatch), linked to the span of every call from
-// another trace (the coalesced checks of Check). It returns nil when no call (and not
+// ctx's span when it has one (a batch's own pipeline), linked to the span of every
+// call from another trace (the coalesced checks of the batching loop). It returns nil when no call (and not
 // ctx) is sampled: a pipeline nobody traces is not traced.
 func (e *Engine) startPipeline(ctx context.Context, calls []*call, n int) trace.Span {
 	parent := trace.SpanContextFromContext(ctx)
