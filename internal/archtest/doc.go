@@ -11,7 +11,8 @@
 //
 // A package may import its own layer and the layers below it, never one above, and a
 // few rules narrow that: tenants does not import quota, quota and tenants import none of
-// ledger, billing and webhooks, and vocab imports nothing internal but derrors. The
+// ledger, billing and webhooks, the transports httpapi and rls import no engine package
+// (quota), and vocab imports nothing internal but derrors. The
 // test-only packages (clienttest, faulttest, leasetest, readmetest, clustertest,
 // loadgen, scale, archtest) stand outside the layers: their own imports are free, and only
 // the binaries and other test-only packages may import them. A package the table does
@@ -28,7 +29,8 @@
 // above: cmd, transport, service, domain, base, plus the test-only packages and the ones
 // outside `cmd/` and `internal/`. A package imports its own layer and those below; on top
 // of that, `tenants` does not import `quota`, `quota` and `tenants` import none of
-// `ledger`, `billing` and `webhooks`, `vocab` imports nothing internal but `derrors`, and
+// `ledger`, `billing` and `webhooks`, `httpapi` and `rls` import no engine package
+// (`quota`), `vocab` imports nothing internal but `derrors`, and
 // only the binaries and the test-only packages import a test-only package. A package the
 // table does not place fails the test. Breaks that a planned step removes are
 // listed in its `pending` table, each with the step: its rule's subtest skips while they

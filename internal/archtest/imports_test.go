@@ -110,6 +110,12 @@ var rules = []rule{
 		}
 		return ""
 	}},
+	{"the transports import no engine package", func(from, to string, _, _ layer) string {
+		if (from == "internal/httpapi" || from == "internal/rls") && to == "internal/quota" {
+			return "a transport asks the check service (internal/checks) and renders its answer in the words of internal/vocab"
+		}
+		return ""
+	}},
 	{"vocab imports nothing internal but derrors", func(from, to string, _, _ layer) string {
 		if from == "internal/vocab" && to != "internal/derrors" {
 			return "internal/vocab is the leaf every domain package shares"
@@ -279,6 +285,8 @@ func TestRulesRefuse(t *testing.T) {
 		{"internal/tenants", "internal/checks", false},
 		{"internal/tenants", "internal/quota", false},
 		{"internal/quota", "internal/ledger", false},
+		{"internal/httpapi", "internal/quota", false},
+		{"internal/rls", "internal/quota", false},
 		{"internal/vocab", "internal/platform/redact", false},
 		{"internal/platform/pgdb", "internal/tenants", false},
 		{"internal/platform/problem", "internal/billing", false},

@@ -363,7 +363,7 @@ type inFlighter interface {
 
 // batchChecker is what slidingUsage needs of a quota engine.
 type batchChecker interface {
-	CheckBatch(ctx context.Context, reqs []quota.Request) ([]quota.Result, []error)
+	CheckBatch(ctx context.Context, reqs []quota.Request) ([]vocab.Result, []error)
 }
 
 // slidingUsage reads, with one cost-0 check per counter (pipelined by the engine),

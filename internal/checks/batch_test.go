@@ -24,12 +24,12 @@ func TestCheckBatch(t *testing.T) {
 		r := c.Request
 		switch {
 		case r.Team == "ops":
-			c.Result = quota.Result{Levels: []quota.LevelStatus{level("", vocab.LevelTeam, "ops", vocab.Month, 300, 300, w.now.Add(time.Hour))},
-				BlockedAt: &quota.Blocked{Level: vocab.LevelTeam, ID: "ops", Window: vocab.Month}, RetryAfter: 2500 * time.Millisecond}
+			c.Result = vocab.Result{Levels: []vocab.LevelStatus{level("", vocab.LevelTeam, "ops", vocab.Month, 300, 300, w.now.Add(time.Hour))},
+				BlockedAt: &vocab.Blocked{Level: vocab.LevelTeam, ID: "ops", Window: vocab.Month}, RetryAfter: 2500 * time.Millisecond}
 		case r.User == "bob":
 			c.Err = fmt.Errorf("redis: %w", quota.ErrUnavailable)
 		default:
-			c.Result = quota.Result{Allowed: true, Levels: []quota.LevelStatus{level("", vocab.LevelOrg, r.Org, vocab.Minute, 200, 50, w.now.Add(time.Minute))}}
+			c.Result = vocab.Result{Allowed: true, Levels: []vocab.LevelStatus{level("", vocab.LevelOrg, r.Org, vocab.Minute, 200, 50, w.now.Add(time.Minute))}}
 		}
 	}
 	type item struct {
@@ -119,7 +119,7 @@ func TestCheckBatch(t *testing.T) {
 // the soonest reset; the first of equals; -1 when no decided item has a limit.
 func TestTightestItem(t *testing.T) {
 	allowed := func(rem, reset int64) checks.Item {
-		return checks.Item{Decision: checks.Decision{Result: quota.Result{Allowed: true}, HasRateLimit: true, RateLimit: checks.RateLimit{Remaining: rem, Reset: reset}}}
+		return checks.Item{Decision: checks.Decision{Result: vocab.Result{Allowed: true}, HasRateLimit: true, RateLimit: checks.RateLimit{Remaining: rem, Reset: reset}}}
 	}
 	denied := func(reset int64) checks.Item {
 		return checks.Item{Decision: checks.Decision{HasRateLimit: true, RateLimit: checks.RateLimit{Reset: reset}, RetryAfter: reset}}
@@ -127,7 +127,7 @@ func TestTightestItem(t *testing.T) {
 	failed := checks.Item{Err: derrors.New(derrors.NotFound, "team not found")}
 	failedWithLimit := denied(99)
 	failedWithLimit.Err = derrors.New(derrors.Unavailable, "down")
-	noLimit := checks.Item{Decision: checks.Decision{Result: quota.Result{Allowed: true}}}
+	noLimit := checks.Item{Decision: checks.Decision{Result: vocab.Result{Allowed: true}}}
 	for _, tc := range []struct {
 		name  string
 		items []checks.Item

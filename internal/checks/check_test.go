@@ -267,7 +267,7 @@ func TestCheckDescribes(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		in       checks.Input
-		res      quota.Result
+		res      vocab.Result
 		rl       *rl // nil: no RateLimit
 		retry    int64
 		warning  []string // words of the warning; nil: none
@@ -275,54 +275,54 @@ func TestCheckDescribes(t *testing.T) {
 		multi    bool
 	}{
 		{name: "allowed: the least remaining", in: in("acme", "eng", "alice", "", -1),
-			res: quota.Result{Allowed: true, Levels: []quota.LevelStatus{
+			res: vocab.Result{Allowed: true, Levels: []vocab.LevelStatus{
 				level("", org, "acme", vocab.Minute, 200, 10, at(30*time.Second)),
 				level("", team, "eng", vocab.Month, 600, 590, at(72*time.Hour)),
 				level("", user, "alice", vocab.Minute, 5, 2, at(20200*time.Millisecond))}},
 			rl: &rl{"requests", user, vocab.Minute, 5, 3, 21}},
 		{name: "allowed: equal remaining, the soonest reset", in: in("acme", "eng", "alice", "", -1),
-			res: quota.Result{Allowed: true, Levels: []quota.LevelStatus{
+			res: vocab.Result{Allowed: true, Levels: []vocab.LevelStatus{
 				level("", org, "acme", vocab.Minute, 200, 197, at(50*time.Second)),
 				level("", user, "alice", vocab.Month, 100, 97, at(10*time.Second))}},
 			rl: &rl{"requests", user, vocab.Month, 100, 3, 10}},
 		{name: "allowed: a tie kept by the first", in: in("acme", "eng", "", "", -1),
-			res: quota.Result{Allowed: true, Levels: []quota.LevelStatus{
+			res: vocab.Result{Allowed: true, Levels: []vocab.LevelStatus{
 				level("", org, "acme", vocab.Minute, 200, 100, at(40*time.Second)),
 				level("", team, "eng", vocab.Month, 600, 500, at(40*time.Second))}},
 			rl: &rl{"requests", org, vocab.Minute, 200, 100, 40}},
-		{name: "allowed without limits: no RateLimit", in: in("acme", "eng", "", "images", 1), res: quota.Result{Allowed: true}},
+		{name: "allowed without limits: no RateLimit", in: in("acme", "eng", "", "images", 1), res: vocab.Result{Allowed: true}},
 		{name: "denied: the blocking level, reset at the retry", in: in("acme", "eng", "alice", "", -1),
-			res: quota.Result{Levels: []quota.LevelStatus{
+			res: vocab.Result{Levels: []vocab.LevelStatus{
 				level("", org, "acme", vocab.Minute, 200, 10, at(30*time.Second)),
 				level("", team, "eng", vocab.Month, 600, 600, at(72*time.Hour)),
 				level("", user, "alice", vocab.Minute, 5, 1, at(20*time.Second))},
-				BlockedAt: &quota.Blocked{Level: team, ID: "eng", Window: vocab.Month}, RetryAfter: 1200 * time.Millisecond},
+				BlockedAt: &vocab.Blocked{Level: team, ID: "eng", Window: vocab.Month}, RetryAfter: 1200 * time.Millisecond},
 			rl: &rl{"requests", team, vocab.Month, 600, 0, 2}, retry: 2, violated: "team-month"},
 		{name: "denied past the limit: remaining 0", in: in("acme", "eng", "", "tokens", 500),
-			res: quota.Result{Levels: []quota.LevelStatus{level("", team, "eng", vocab.Month, 20000, 20300, at(time.Hour))},
-				BlockedAt: &quota.Blocked{Level: team, ID: "eng", Window: vocab.Month}, RetryAfter: time.Millisecond},
+			res: vocab.Result{Levels: []vocab.LevelStatus{level("", team, "eng", vocab.Month, 20000, 20300, at(time.Hour))},
+				BlockedAt: &vocab.Blocked{Level: team, ID: "eng", Window: vocab.Month}, RetryAfter: time.Millisecond},
 			rl: &rl{"tokens", team, vocab.Month, 20000, 0, 1}, retry: 1, violated: "tokens-team-month"},
 		{name: "denied: whole seconds stay whole", in: in("acme", "", "", "", -1),
-			res: quota.Result{Levels: []quota.LevelStatus{level("", org, "acme", vocab.Minute, 200, 200, at(7*time.Second))},
-				BlockedAt: &quota.Blocked{Level: org, ID: "acme", Window: vocab.Minute}, RetryAfter: 7 * time.Second},
+			res: vocab.Result{Levels: []vocab.LevelStatus{level("", org, "acme", vocab.Minute, 200, 200, at(7*time.Second))},
+				BlockedAt: &vocab.Blocked{Level: org, ID: "acme", Window: vocab.Minute}, RetryAfter: 7 * time.Second},
 			rl: &rl{"requests", org, vocab.Minute, 200, 0, 7}, retry: 7, violated: "org-minute"},
 		{name: "denied of several metrics: the blocking metric's level", in: costs("acme", "eng", "", map[string]int64{"requests": 1, "tokens": 900}),
-			res: quota.Result{Levels: []quota.LevelStatus{
+			res: vocab.Result{Levels: []vocab.LevelStatus{
 				level("requests", org, "acme", vocab.Month, 1000, 400, at(time.Hour)),
 				level("tokens", org, "acme", vocab.Month, 50000, 49500, at(time.Hour)),
 				level("tokens", team, "eng", vocab.Month, 20000, 100, at(time.Hour))},
-				BlockedAt: &quota.Blocked{Metric: "tokens", Level: org, ID: "acme", Window: vocab.Month}, RetryAfter: 90 * time.Second},
+				BlockedAt: &vocab.Blocked{Metric: "tokens", Level: org, ID: "acme", Window: vocab.Month}, RetryAfter: 90 * time.Second},
 			rl: &rl{"tokens", org, vocab.Month, 50000, 500, 90}, retry: 90, violated: "tokens-org-month", multi: true},
 		{name: "warn mode: allowed with a warning", in: in("calm", "", "", "", -1),
-			res: quota.Result{Allowed: true, Levels: []quota.LevelStatus{level("", org, "calm", vocab.Month, 1000, 1001, at(time.Hour))},
-				WouldBlock: &quota.Blocked{Level: org, ID: "calm", Window: vocab.Month}},
+			res: vocab.Result{Allowed: true, Levels: []vocab.LevelStatus{level("", org, "calm", vocab.Month, 1000, 1001, at(time.Hour))},
+				WouldBlock: &vocab.Blocked{Level: org, ID: "calm", Window: vocab.Month}},
 			rl: &rl{"requests", org, vocab.Month, 1000, 0, 3600}, warning: []string{"org", `"calm"`, "month", "warn mode"}},
 		{name: "warn mode under its limits: no warning", in: in("calm", "", "", "", -1),
-			res: quota.Result{Allowed: true, Levels: []quota.LevelStatus{level("", org, "calm", vocab.Month, 1000, 10, at(time.Hour))}},
+			res: vocab.Result{Allowed: true, Levels: []vocab.LevelStatus{level("", org, "calm", vocab.Month, 1000, 10, at(time.Hour))}},
 			rl:  &rl{"requests", org, vocab.Month, 1000, 990, 3600}},
 		{name: "enforce mode: no warning for would-block", in: in("acme", "", "", "", -1),
-			res: quota.Result{Allowed: true, Levels: []quota.LevelStatus{level("", org, "acme", vocab.Month, 1000, 1001, at(time.Hour))},
-				WouldBlock: &quota.Blocked{Level: org, ID: "acme", Window: vocab.Month}},
+			res: vocab.Result{Allowed: true, Levels: []vocab.LevelStatus{level("", org, "acme", vocab.Month, 1000, 1001, at(time.Hour))},
+				WouldBlock: &vocab.Blocked{Level: org, ID: "acme", Window: vocab.Month}},
 			rl: &rl{"requests", org, vocab.Month, 1000, 0, 3600}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

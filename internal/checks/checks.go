@@ -313,13 +313,13 @@ func limitsFor(buf []vocab.Limit, metric string, ls []vocab.Limit, th tenants.Th
 }
 
 // retryAfterSeconds is a denied check's Retry-After in whole seconds, rounded up.
-func retryAfterSeconds(res quota.Result) int64 {
+func retryAfterSeconds(res vocab.Result) int64 {
 	return int64(math.Ceil(res.RetryAfter.Seconds()))
 }
 
 // warning is the warning a warn-mode org's answer carries when the check would have
 // been denied; "" otherwise.
-func warning(res quota.Result, mode vocab.Mode) string {
+func warning(res vocab.Result, mode vocab.Mode) string {
 	if mode != vocab.Warn || !res.Allowed || res.WouldBlock == nil {
 		return ""
 	}
@@ -331,7 +331,7 @@ func warning(res quota.Result, mode vocab.Mode) string {
 // decision: the limit of one level and window, what is left of it (never below 0)
 // and in how many seconds it resets.
 type RateLimit struct {
-	Level     quota.LevelStatus // its Metric is always set
+	Level     vocab.LevelStatus // its Metric is always set
 	Limit     int64
 	Remaining int64
 	Reset     int64
@@ -343,7 +343,7 @@ type RateLimit struct {
 // cost can succeed (a sliding window frees units gradually, so the end of its
 // current bucket, its ResetAt, is too early). ok is false when no level has a limit.
 // metric is the metric of levels that do not name theirs.
-func tightest(res quota.Result, now time.Time, metric string) (rl RateLimit, ok bool) {
+func tightest(res vocab.Result, now time.Time, metric string) (rl RateLimit, ok bool) {
 	if len(res.Levels) == 0 {
 		return RateLimit{}, false
 	}

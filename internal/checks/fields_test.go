@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/quotaplane/quotaplane/internal/checks"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
@@ -12,11 +11,11 @@ import (
 // LimitField say, keeping what the buffer held: the transports build an answer's
 // header values in one buffer.
 func TestAppendFields(t *testing.T) {
-	levels := []quota.LevelStatus{
+	levels := []vocab.LevelStatus{
 		{Level: vocab.LevelTeam, Window: vocab.Month, Limit: 600},
 		{Metric: "tokens", Level: vocab.LevelUser, Window: vocab.Minute, Limit: 50},
 	}
-	rl := checks.RateLimit{Level: quota.LevelStatus{Metric: "tokens", Level: vocab.LevelUser, Window: vocab.Minute}, Remaining: 7, Reset: 12}
+	rl := checks.RateLimit{Level: vocab.LevelStatus{Metric: "tokens", Level: vocab.LevelUser, Window: vocab.Minute}, Remaining: 7, Reset: 12}
 	for _, tc := range []struct {
 		got, want string
 	}{

@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
@@ -106,15 +105,15 @@ func appendPolicyName(b []byte, metric string, level vocab.Level, window vocab.W
 // PolicyField is the RateLimit-Policy field of levels: one item per limit, in order,
 // each name once (the first); metric is the metric of levels that do not name theirs.
 // "" when levels is empty.
-func PolicyField(levels []quota.LevelStatus, metric string) string {
+func PolicyField(levels []vocab.LevelStatus, metric string) string {
 	return string(AppendPolicyField(make([]byte, 0, 40*len(levels)), levels, metric))
 }
 
 // AppendPolicyField appends PolicyField's value to b: the transports build all of an
 // answer's header values in one buffer, one allocation.
-func AppendPolicyField(b []byte, levels []quota.LevelStatus, metric string) []byte {
+func AppendPolicyField(b []byte, levels []vocab.LevelStatus, metric string) []byte {
 	start := len(b)
-	metricOf := func(l *quota.LevelStatus) string {
+	metricOf := func(l *vocab.LevelStatus) string {
 		if l.Metric == "" {
 			return metric
 		}
@@ -123,7 +122,7 @@ func AppendPolicyField(b []byte, levels []quota.LevelStatus, metric string) []by
 	for i := range levels {
 		l := &levels[i]
 		m := metricOf(l)
-		if slices.ContainsFunc(levels[:i], func(o quota.LevelStatus) bool { // named already (another path's)
+		if slices.ContainsFunc(levels[:i], func(o vocab.LevelStatus) bool { // named already (another path's)
 			return o.Level == l.Level && o.Window == l.Window && metricOf(&o) == m
 		}) {
 			continue

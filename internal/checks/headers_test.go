@@ -6,7 +6,6 @@ import (
 	"github.com/dunglas/httpsfv"
 
 	"github.com/quotaplane/quotaplane/internal/checks"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
@@ -14,7 +13,7 @@ import (
 // it: one String-named item per limit (each name once), q the limit, w the window's
 // seconds (none for a month or a concurrent limit), qu for units other than requests.
 func TestPolicyField(t *testing.T) {
-	levels := []quota.LevelStatus{
+	levels := []vocab.LevelStatus{
 		{Level: vocab.LevelOrg, ID: "acme", Window: vocab.Month, Limit: 1000},
 		{Level: vocab.LevelUser, ID: "alice", Window: vocab.Second, Limit: 5},
 		{Level: vocab.LevelUser, ID: "alice", Window: vocab.Concurrent, Limit: 2},
@@ -61,10 +60,10 @@ func TestLimitField(t *testing.T) {
 		rl   checks.RateLimit
 		want string
 	}{
-		{checks.RateLimit{Level: quota.LevelStatus{Metric: "requests", Level: vocab.LevelUser, Window: vocab.Minute}, Remaining: 3, Reset: 42}, `"user-minute";r=3;t=42`},
-		{checks.RateLimit{Level: quota.LevelStatus{Metric: "tokens", Level: vocab.LevelOrg, Window: vocab.Month}, Remaining: 0, Reset: 0}, `"tokens-org-month";r=0;t=0`},
-		{checks.RateLimit{Level: quota.LevelStatus{Metric: "requests", Level: vocab.LevelUser, Window: vocab.Concurrent}, Remaining: 1}, `"user-concurrent";r=1`},
-		{checks.RateLimit{Level: quota.LevelStatus{Metric: "requests", Level: vocab.LevelUser, Window: vocab.Concurrent}, Remaining: 0, Reset: 3}, `"user-concurrent";r=0;t=3`},
+		{checks.RateLimit{Level: vocab.LevelStatus{Metric: "requests", Level: vocab.LevelUser, Window: vocab.Minute}, Remaining: 3, Reset: 42}, `"user-minute";r=3;t=42`},
+		{checks.RateLimit{Level: vocab.LevelStatus{Metric: "tokens", Level: vocab.LevelOrg, Window: vocab.Month}, Remaining: 0, Reset: 0}, `"tokens-org-month";r=0;t=0`},
+		{checks.RateLimit{Level: vocab.LevelStatus{Metric: "requests", Level: vocab.LevelUser, Window: vocab.Concurrent}, Remaining: 1}, `"user-concurrent";r=1`},
+		{checks.RateLimit{Level: vocab.LevelStatus{Metric: "requests", Level: vocab.LevelUser, Window: vocab.Concurrent}, Remaining: 0, Reset: 3}, `"user-concurrent";r=0;t=3`},
 	} {
 		got := checks.LimitField(tc.rl)
 		if got != tc.want {

@@ -29,7 +29,7 @@ type Paths struct {
 	RetryAfter   int64
 	// Levels is every limit of the paths, each metric named, for the RateLimit-Policy
 	// field (PolicyField); Violated names the limit that denied the first denied path.
-	Levels   []quota.LevelStatus
+	Levels   []vocab.LevelStatus
 	Violated string
 	// Warning is the first warning of a warn-mode path; Degraded whether some path
 	// was decided by its fail mode.
@@ -71,7 +71,7 @@ type pathCheck struct {
 // group is one path: the deepest of its inputs' checks, decided once.
 type group struct {
 	resolved
-	res   quota.Result
+	res   vocab.Result
 	oc    quota.Outcome
 	first int   // the index of its first input
 	err   error // why the path was not decided (InputFault), or nil
@@ -260,7 +260,7 @@ func (s *Service) decidePaths(ctx context.Context, gs []group) error {
 // describePaths describes each input by its path's result, and the whole.
 func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 	out := Paths{Allowed: true, Checks: make([]PathCheck, len(cs))}
-	var scratch [16]quota.LevelStatus // levelsOf's, reused: tightest keeps a copy
+	var scratch [16]vocab.LevelStatus // levelsOf's, reused: tightest keeps a copy
 	for i, c := range cs {
 		if c.err == nil && gs[c.group].err != nil {
 			c.err = gs[c.group].err
@@ -276,7 +276,7 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 		out.Checks[i] = pc
 	}
 	// The whole is described by the first denied path, else the tightest of all.
-	all := quota.Result{Allowed: true}
+	all := vocab.Result{Allowed: true}
 	for _, g := range gs {
 		if g.err != nil {
 			continue
@@ -327,7 +327,7 @@ func describePaths(cs []pathCheck, gs []group, now time.Time) Paths {
 // team's and org's limits, not the user's.
 // A multi-metric path's input is described by its own metric's limits. The levels
 // are appended to buf.
-func levelsOf(res quota.Result, req quota.Request, multi bool, buf []quota.LevelStatus) quota.Result {
+func levelsOf(res vocab.Result, req quota.Request, multi bool, buf []vocab.LevelStatus) vocab.Result {
 	if req.User != "" && !multi {
 		return res
 	}

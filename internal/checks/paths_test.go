@@ -190,25 +190,25 @@ func TestCheckPathsDescribes(t *testing.T) {
 	at := func(d time.Duration) time.Time { return w.now.Add(d) }
 	org, team, user := vocab.LevelOrg, vocab.LevelTeam, vocab.LevelUser
 	// results by the path's team/user
-	results := map[string]quota.Result{
-		"eng/alice": {Allowed: true, Levels: []quota.LevelStatus{
+	results := map[string]vocab.Result{
+		"eng/alice": {Allowed: true, Levels: []vocab.LevelStatus{
 			level("", org, "acme", vocab.Minute, 200, 10, at(30*time.Second)),
 			level("", team, "eng", vocab.Month, 600, 500, at(72*time.Hour)),
 			level("", user, "alice", vocab.Minute, 5, 4, at(20*time.Second))}},
-		"eng/bob": {Levels: []quota.LevelStatus{
+		"eng/bob": {Levels: []vocab.LevelStatus{
 			level("", org, "acme", vocab.Minute, 200, 10, at(30*time.Second)),
 			level("", team, "eng", vocab.Month, 600, 600, at(72*time.Hour))},
-			BlockedAt: &quota.Blocked{Level: team, ID: "eng", Window: vocab.Month}, RetryAfter: 3200 * time.Millisecond},
-		"ops/carol": {Levels: []quota.LevelStatus{
+			BlockedAt: &vocab.Blocked{Level: team, ID: "eng", Window: vocab.Month}, RetryAfter: 3200 * time.Millisecond},
+		"ops/carol": {Levels: []vocab.LevelStatus{
 			level("", user, "carol", vocab.Month, 50, 50, at(96*time.Hour))},
-			BlockedAt: &quota.Blocked{Level: user, ID: "carol", Window: vocab.Month}, RetryAfter: 10 * time.Second},
-		"ops/": {Allowed: true, Levels: []quota.LevelStatus{
+			BlockedAt: &vocab.Blocked{Level: user, ID: "carol", Window: vocab.Month}, RetryAfter: 10 * time.Second},
+		"ops/": {Allowed: true, Levels: []vocab.LevelStatus{
 			level("", team, "ops", vocab.Month, 300, 100, at(72*time.Hour))}},
-		"eng/": {Allowed: true, Levels: []quota.LevelStatus{ // a multi-metric path: levels name their metrics
+		"eng/": {Allowed: true, Levels: []vocab.LevelStatus{ // a multi-metric path: levels name their metrics
 			level("requests", org, "acme", vocab.Month, 1000, 400, at(time.Hour)),
 			level("tokens", team, "eng", vocab.Month, 20000, 19950, at(2*time.Hour))}},
-		"/": {Allowed: true, Levels: []quota.LevelStatus{level("", org, "calm", vocab.Month, 1000, 1001, at(time.Hour))},
-			WouldBlock: &quota.Blocked{Level: org, ID: "calm", Window: vocab.Month}},
+		"/": {Allowed: true, Levels: []vocab.LevelStatus{level("", org, "calm", vocab.Month, 1000, 1001, at(time.Hour))},
+			WouldBlock: &vocab.Blocked{Level: org, ID: "calm", Window: vocab.Month}},
 	}
 	type rl struct {
 		metric string
@@ -280,7 +280,7 @@ func TestCheckPathsDescribes(t *testing.T) {
 				t.Errorf("whole %+v allowed %v retry %d violated %q, want %+v %v %d %q", got, p.Allowed, p.RetryAfter, p.Violated,
 					tc.whole, tc.allowedW, tc.retry, tc.violated)
 			}
-			if len(p.Levels) != tc.levels || slices.ContainsFunc(p.Levels, func(l quota.LevelStatus) bool { return l.Metric == "" }) {
+			if len(p.Levels) != tc.levels || slices.ContainsFunc(p.Levels, func(l vocab.LevelStatus) bool { return l.Metric == "" }) {
 				t.Errorf("levels %+v, want %d, each naming its metric", p.Levels, tc.levels)
 			}
 			if !strings.Contains(p.Warning, tc.warning) || (p.Warning == "") != (tc.warning == "") {

@@ -58,7 +58,7 @@ func (in ReserveInput) Validate() error {
 		return derrors.Field("amount", fmt.Sprintf("must be 1 to %d", vocab.MaxUnits))
 	case in.TTL != nil && (*in.TTL < 1 || *in.TTL > int64(MaxReservationTTL/time.Second)):
 		return derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
-	case in.OnExpiry != nil && *in.OnExpiry != string(quota.ExpiryCommit) && *in.OnExpiry != string(quota.ExpiryRelease):
+	case in.OnExpiry != nil && *in.OnExpiry != string(vocab.ExpiryCommit) && *in.OnExpiry != string(vocab.ExpiryRelease):
 		return derrors.Field("on_expiry", "must be commit or release")
 	}
 	return nil
@@ -66,12 +66,12 @@ func (in ReserveInput) Validate() error {
 
 // options are the engine's options of the reservation.
 func (in ReserveInput) options() quota.ReserveOptions {
-	opt := quota.ReserveOptions{TTL: time.Minute, OnExpiry: quota.ExpiryCommit}
+	opt := quota.ReserveOptions{TTL: time.Minute, OnExpiry: vocab.ExpiryCommit}
 	if in.TTL != nil {
 		opt.TTL = time.Duration(*in.TTL) * time.Second
 	}
 	if in.OnExpiry != nil {
-		opt.OnExpiry = quota.OnExpiry(*in.OnExpiry)
+		opt.OnExpiry = vocab.OnExpiry(*in.OnExpiry)
 	}
 	return opt
 }
@@ -79,7 +79,7 @@ func (in ReserveInput) options() quota.ReserveOptions {
 // Reserved is a reservation just asked for: when Decision.Result.Allowed, the
 // reservation held; else the denial, described as a check's.
 type Reserved struct {
-	Reservation quota.Reservation
+	Reservation vocab.Reservation
 	Decision    Decision
 }
 
@@ -122,39 +122,39 @@ var errNotOrgKey = derrors.E(derrors.Forbidden, "reservations are addressed with
 // byID runs op on reservation id of the caller's org: an org key with the check
 // scope; the org is the key's, so another org's reservation is simply absent.
 func (s *Service) byID(ctx context.Context, c Caller, id string,
-	op func(route vocab.Route, org string, anchor int) (quota.Reservation, error)) (quota.Reservation, error) {
+	op func(route vocab.Route, org string, anchor int) (vocab.Reservation, error)) (vocab.Reservation, error) {
 	if s.engine == nil {
-		return quota.Reservation{}, ErrNoEngine
+		return vocab.Reservation{}, ErrNoEngine
 	}
 	if c.Operator || c.Key.OrgID == "" {
-		return quota.Reservation{}, errNotOrgKey
+		return vocab.Reservation{}, errNotOrgKey
 	}
 	if err := c.Authorize(c.Key.OrgID); err != nil {
-		return quota.Reservation{}, err
+		return vocab.Reservation{}, err
 	}
 	org, err := s.org(ctx, c.Key.OrgID)
 	if err != nil {
-		return quota.Reservation{}, err
+		return vocab.Reservation{}, err
 	}
 	res, err := op(org.Route(), c.Key.OrgID, org.Org.BillingAnchorDay)
 	if err != nil {
-		return quota.Reservation{}, reservationError(id, err)
+		return vocab.Reservation{}, reservationError(id, err)
 	}
 	return res, nil
 }
 
 // Reservation reads reservation id of the caller's org. Errors: NotFound,
 // Forbidden (not an org key with the check scope), Unavailable.
-func (s *Service) Reservation(ctx context.Context, c Caller, id string) (quota.Reservation, error) {
-	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+func (s *Service) Reservation(ctx context.Context, c Caller, id string) (vocab.Reservation, error) {
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (vocab.Reservation, error) {
 		return s.engine.Reservation(ctx, route, org, anchor, id)
 	})
 }
 
 // Release gives back the units of reservation id. Errors: Reservation's, and
 // Conflict when it is settled already.
-func (s *Service) Release(ctx context.Context, c Caller, id string) (quota.Reservation, error) {
-	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+func (s *Service) Release(ctx context.Context, c Caller, id string) (vocab.Reservation, error) {
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (vocab.Reservation, error) {
 		return s.engine.Release(ctx, route, org, anchor, id)
 	})
 }
@@ -162,14 +162,14 @@ func (s *Service) Release(ctx context.Context, c Caller, id string) (quota.Reser
 // Commit counts used units of reservation id and gives back the rest. A priced
 // reservation (one that holds spend) settles its spend to the price of used at the
 // org's rates (money.go). Errors: Release's, and Invalid naming used.
-func (s *Service) Commit(ctx context.Context, c Caller, id string, used int64) (quota.Reservation, error) {
+func (s *Service) Commit(ctx context.Context, c Caller, id string, used int64) (vocab.Reservation, error) {
 	if used < 0 || used > vocab.MaxUnits {
-		return quota.Reservation{}, derrors.Field("used", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits))
+		return vocab.Reservation{}, derrors.Field("used", fmt.Sprintf("must be 0 to %d", vocab.MaxUnits))
 	}
-	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (vocab.Reservation, error) {
 		if u, ok, err := s.pricedUsed(ctx, route, org, anchor, id, nil, used); err != nil || ok {
 			if err != nil {
-				return quota.Reservation{}, err
+				return vocab.Reservation{}, err
 			}
 			return s.engine.CommitUsed(ctx, route, org, anchor, id, u)
 		}
@@ -182,14 +182,14 @@ func (s *Service) Commit(ctx context.Context, c Caller, id string, used int64) (
 // price of used, as Commit's, and one that holds spend itself commits used's spend
 // as given. Errors: Commit's, Invalid naming used for a metric the reservation does
 // not hold, or for spend of a priced reservation (it is priced, not given).
-func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[string]int64) (quota.Reservation, error) {
+func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[string]int64) (vocab.Reservation, error) {
 	if err := validCosts("used", used, false, false, "", ""); err != nil {
-		return quota.Reservation{}, err
+		return vocab.Reservation{}, err
 	}
-	r, err := s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+	r, err := s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (vocab.Reservation, error) {
 		u, ok, err := s.pricedUsed(ctx, route, org, anchor, id, used, 0)
 		if err != nil {
-			return quota.Reservation{}, err
+			return vocab.Reservation{}, err
 		}
 		if !ok {
 			u = used
@@ -197,7 +197,7 @@ func (s *Service) CommitUsed(ctx context.Context, c Caller, id string, used map[
 		return s.engine.CommitUsed(ctx, route, org, anchor, id, u)
 	})
 	if errors.Is(err, quota.ErrInvalid) {
-		return quota.Reservation{}, derrors.E(derrors.Invalid, "used: "+err.Error(), err, derrors.FieldError{Field: "used", Message: err.Error()})
+		return vocab.Reservation{}, derrors.E(derrors.Invalid, "used: "+err.Error(), err, derrors.FieldError{Field: "used", Message: err.Error()})
 	}
 	return r, err
 }
@@ -268,11 +268,11 @@ func (s *Service) pricedUsed(ctx context.Context, route vocab.Route, orgID strin
 // MaxReservationTTL in seconds, as a reservation's ttl_seconds): the heartbeat of a
 // holder whose work outlives its TTL. Errors: Reservation's, Invalid naming
 // ttl_seconds, and Conflict naming the state once it is settled.
-func (s *Service) Extend(ctx context.Context, c Caller, id string, ttlSeconds int64) (quota.Reservation, error) {
+func (s *Service) Extend(ctx context.Context, c Caller, id string, ttlSeconds int64) (vocab.Reservation, error) {
 	if ttlSeconds < 1 || ttlSeconds > int64(MaxReservationTTL/time.Second) {
-		return quota.Reservation{}, derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
+		return vocab.Reservation{}, derrors.Field("ttl_seconds", fmt.Sprintf("must be 1 to %d", int64(MaxReservationTTL/time.Second)))
 	}
-	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (quota.Reservation, error) {
+	return s.byID(ctx, c, id, func(route vocab.Route, org string, anchor int) (vocab.Reservation, error) {
 		return s.engine.Extend(ctx, route, org, anchor, id, time.Duration(ttlSeconds)*time.Second)
 	})
 }
@@ -300,7 +300,7 @@ func (s *Service) InFlight(ctx context.Context, orgID string) (map[quota.Counter
 // (1 to quota.MaxOpenPage; 0 for quota.DefaultOpenPage), and the cursor of the next
 // page ("" on the last). The caller is authorized for org by the transport (the usage
 // routes' scopes). Errors: Invalid naming limit or cursor, NotFound, Unavailable.
-func (s *Service) OpenReservations(ctx context.Context, orgID, team, user, cursor string, limit int) ([]quota.Reservation, string, error) {
+func (s *Service) OpenReservations(ctx context.Context, orgID, team, user, cursor string, limit int) ([]vocab.Reservation, string, error) {
 	if limit == 0 {
 		limit = quota.DefaultOpenPage
 	}

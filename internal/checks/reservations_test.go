@@ -25,29 +25,29 @@ func TestReserve(t *testing.T) {
 		name    string
 		caller  checks.Caller
 		in      checks.ReserveInput
-		deny    *quota.Result
+		deny    *vocab.Result
 		err     error // the engine's
 		said    string
 		ttl     time.Duration
-		expiry  quota.OnExpiry
+		expiry  vocab.OnExpiry
 		multi   bool
 		refuse  *refusal
 		retry   int64
 		blocked string
 	}{
 		{name: "an amount, the defaults", caller: acmeKey, in: checks.ReserveInput{Check: eng, Amount: 40},
-			said: "eng/ requests:40", ttl: time.Minute, expiry: quota.ExpiryCommit},
+			said: "eng/ requests:40", ttl: time.Minute, expiry: vocab.ExpiryCommit},
 		{name: "the amount, not the check's cost", caller: acmeKey, in: checks.ReserveInput{Check: in("acme", "", "alice", "tokens", 99), Amount: 7},
-			said: "eng/alice tokens:7", ttl: time.Minute, expiry: quota.ExpiryCommit},
+			said: "eng/alice tokens:7", ttl: time.Minute, expiry: vocab.ExpiryCommit},
 		{name: "a ttl and release", caller: acmeKey, in: checks.ReserveInput{Check: eng, Amount: 1, TTL: ptr(int64(3600)), OnExpiry: ptr("release")},
-			said: "eng/ requests:1", ttl: time.Hour, expiry: quota.ExpiryRelease},
+			said: "eng/ requests:1", ttl: time.Hour, expiry: vocab.ExpiryRelease},
 		{name: "amounts", caller: acmeKey, in: checks.ReserveInput{Check: eng, Amounts: map[string]int64{"tokens": 4000, "requests": 1}},
-			said: "eng/ requests:1 tokens:4000", ttl: time.Minute, expiry: quota.ExpiryCommit, multi: true},
+			said: "eng/ requests:1 tokens:4000", ttl: time.Minute, expiry: vocab.ExpiryCommit, multi: true},
 		{name: "amounts of which one is 0", caller: acmeKey, in: checks.ReserveInput{Check: eng, Amounts: map[string]int64{"tokens": 0, "requests": 1}},
-			said: "eng/ requests:1 tokens:0", ttl: time.Minute, expiry: quota.ExpiryCommit, multi: true},
+			said: "eng/ requests:1 tokens:0", ttl: time.Minute, expiry: vocab.ExpiryCommit, multi: true},
 		{name: "denied: described as a check", caller: acmeKey, in: checks.ReserveInput{Check: eng, Amount: 400},
-			deny: &quota.Result{Levels: []quota.LevelStatus{level("", vocab.LevelTeam, "eng", vocab.Month, 600, 300, w.now.Add(time.Hour))},
-				BlockedAt: &quota.Blocked{Level: vocab.LevelTeam, ID: "eng", Window: vocab.Month}, RetryAfter: 2500 * time.Millisecond},
+			deny: &vocab.Result{Levels: []vocab.LevelStatus{level("", vocab.LevelTeam, "eng", vocab.Month, 600, 300, w.now.Add(time.Hour))},
+				BlockedAt: &vocab.Blocked{Level: vocab.LevelTeam, ID: "eng", Window: vocab.Month}, RetryAfter: 2500 * time.Millisecond},
 			said: "eng/ requests:400", retry: 3, blocked: "team-month"},
 		{name: "no org", caller: acmeKey, in: checks.ReserveInput{Amount: 1}, refuse: &refusal{derrors.Invalid, "org", "is required"}},
 		{name: "no amount", caller: acmeKey, in: checks.ReserveInput{Check: eng, AmountMissing: true}, refuse: &refusal{derrors.Invalid, "amount", "is required"}},
@@ -98,7 +98,7 @@ func TestReserve(t *testing.T) {
 				}
 				return
 			}
-			if !d.Result.Allowed || r.Reservation.ID == "" || r.Reservation.State != quota.Held {
+			if !d.Result.Allowed || r.Reservation.ID == "" || r.Reservation.State != vocab.Held {
 				t.Errorf("reservation %+v, want held", r)
 			}
 			if got := r.Reservation.ExpiresAt.Sub(w.now); got != tc.ttl || r.Reservation.OnExpiry != tc.expiry {
@@ -120,25 +120,25 @@ func TestReservationsByID(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 	long := strings.Repeat("x", 100)
-	type call func(s *checks.Service, c checks.Caller, id string) (quota.Reservation, error)
-	read := func(s *checks.Service, c checks.Caller, id string) (quota.Reservation, error) {
+	type call func(s *checks.Service, c checks.Caller, id string) (vocab.Reservation, error)
+	read := func(s *checks.Service, c checks.Caller, id string) (vocab.Reservation, error) {
 		return s.Reservation(ctx, c, id)
 	}
-	release := func(s *checks.Service, c checks.Caller, id string) (quota.Reservation, error) {
+	release := func(s *checks.Service, c checks.Caller, id string) (vocab.Reservation, error) {
 		return s.Release(ctx, c, id)
 	}
 	commit := func(used int64) call {
-		return func(s *checks.Service, c checks.Caller, id string) (quota.Reservation, error) {
+		return func(s *checks.Service, c checks.Caller, id string) (vocab.Reservation, error) {
 			return s.Commit(ctx, c, id, used)
 		}
 	}
 	commitUsed := func(used map[string]int64) call {
-		return func(s *checks.Service, c checks.Caller, id string) (quota.Reservation, error) {
+		return func(s *checks.Service, c checks.Caller, id string) (vocab.Reservation, error) {
 			return s.CommitUsed(ctx, c, id, used)
 		}
 	}
 	extend := func(ttl int64) call {
-		return func(s *checks.Service, c checks.Caller, id string) (quota.Reservation, error) {
+		return func(s *checks.Service, c checks.Caller, id string) (vocab.Reservation, error) {
 			return s.Extend(ctx, c, id, ttl)
 		}
 	}
@@ -149,23 +149,23 @@ func TestReservationsByID(t *testing.T) {
 		call   call
 		err    error  // the engine's
 		ops    string // the engine's calls: name@org/anchor, ...
-		state  quota.ReservationState
-		check  func(r quota.Reservation) bool
+		state  vocab.ReservationState
+		check  func(r vocab.Reservation) bool
 		refuse *refusal
 	}{
-		{name: "read", caller: acmeKey, id: "r1", call: read, ops: "reservation@acme/1", state: quota.Held},
-		{name: "read at the org's anchor", caller: strictKey, id: "s1", call: read, ops: "reservation@strict/15", state: quota.Held},
-		{name: "read a settled one", caller: acmeKey, id: "r2", call: read, ops: "reservation@acme/1", state: quota.Committed},
-		{name: "commit", caller: acmeKey, id: "r1", call: commit(4), ops: "commit@acme/1", state: quota.Committed,
-			check: func(r quota.Reservation) bool { return r.Used == 4 && r.Released == 6 }},
-		{name: "commit over the amount", caller: acmeKey, id: "r1", call: commit(12), ops: "commit@acme/1", state: quota.Committed,
-			check: func(r quota.Reservation) bool { return r.Used == 12 && r.OverReserved == 2 }},
-		{name: "commit 0", caller: acmeKey, id: "r1", call: commit(0), ops: "commit@acme/1", state: quota.Committed},
-		{name: "commit used per metric", caller: acmeKey, id: "r3", call: commitUsed(map[string]int64{"tokens": 900}), ops: "commitUsed@acme/1", state: quota.Committed,
-			check: func(r quota.Reservation) bool { return r.Metrics[1].Used == 900 && r.Metrics[0].Used == 0 }},
-		{name: "release", caller: acmeKey, id: "r1", call: release, ops: "release@acme/1", state: quota.Released},
-		{name: "extend", caller: acmeKey, id: "r1", call: extend(300), ops: "extend@acme/1", state: quota.Held,
-			check: func(r quota.Reservation) bool { return r.ExpiresAt.Equal(w.now.Add(300 * time.Second)) }},
+		{name: "read", caller: acmeKey, id: "r1", call: read, ops: "reservation@acme/1", state: vocab.Held},
+		{name: "read at the org's anchor", caller: strictKey, id: "s1", call: read, ops: "reservation@strict/15", state: vocab.Held},
+		{name: "read a settled one", caller: acmeKey, id: "r2", call: read, ops: "reservation@acme/1", state: vocab.Committed},
+		{name: "commit", caller: acmeKey, id: "r1", call: commit(4), ops: "commit@acme/1", state: vocab.Committed,
+			check: func(r vocab.Reservation) bool { return r.Used == 4 && r.Released == 6 }},
+		{name: "commit over the amount", caller: acmeKey, id: "r1", call: commit(12), ops: "commit@acme/1", state: vocab.Committed,
+			check: func(r vocab.Reservation) bool { return r.Used == 12 && r.OverReserved == 2 }},
+		{name: "commit 0", caller: acmeKey, id: "r1", call: commit(0), ops: "commit@acme/1", state: vocab.Committed},
+		{name: "commit used per metric", caller: acmeKey, id: "r3", call: commitUsed(map[string]int64{"tokens": 900}), ops: "commitUsed@acme/1", state: vocab.Committed,
+			check: func(r vocab.Reservation) bool { return r.Metrics[1].Used == 900 && r.Metrics[0].Used == 0 }},
+		{name: "release", caller: acmeKey, id: "r1", call: release, ops: "release@acme/1", state: vocab.Released},
+		{name: "extend", caller: acmeKey, id: "r1", call: extend(300), ops: "extend@acme/1", state: vocab.Held,
+			check: func(r vocab.Reservation) bool { return r.ExpiresAt.Equal(w.now.Add(300 * time.Second)) }},
 		{name: "commit a settled one", caller: acmeKey, id: "r2", call: commit(1), ops: "commit@acme/1", refuse: &refusal{derrors.Conflict, "", "committed"}},
 		{name: "release a settled one", caller: acmeKey, id: "r2", call: release, ops: "release@acme/1", refuse: &refusal{derrors.Conflict, "", "committed"}},
 		{name: "extend a settled one", caller: acmeKey, id: "r2", call: extend(10), ops: "extend@acme/1", refuse: &refusal{derrors.Conflict, "", "committed"}},
@@ -191,11 +191,11 @@ func TestReservationsByID(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, f := w.service()
-			f.hold(quota.Reservation{Org: "acme", ID: "r1", Team: "eng", Metric: "requests", Amount: 10, ExpiresAt: w.now.Add(time.Minute)})
-			f.hold(quota.Reservation{Org: "acme", ID: "r2", Metric: "requests", Amount: 10, State: quota.Committed})
-			f.hold(quota.Reservation{Org: "acme", ID: "r3", Metric: "requests", Amount: 1,
-				Metrics: []quota.MetricAmount{{Metric: "requests", Amount: 1}, {Metric: "tokens", Amount: 1000}}})
-			f.hold(quota.Reservation{Org: "strict", ID: "s1", Metric: "requests", Amount: 1})
+			f.hold(vocab.Reservation{Org: "acme", ID: "r1", Team: "eng", Metric: "requests", Amount: 10, ExpiresAt: w.now.Add(time.Minute)})
+			f.hold(vocab.Reservation{Org: "acme", ID: "r2", Metric: "requests", Amount: 10, State: vocab.Committed})
+			f.hold(vocab.Reservation{Org: "acme", ID: "r3", Metric: "requests", Amount: 1,
+				Metrics: []vocab.MetricAmount{{Metric: "requests", Amount: 1}, {Metric: "tokens", Amount: 1000}}})
+			f.hold(vocab.Reservation{Org: "strict", ID: "s1", Metric: "requests", Amount: 1})
 			f.err = tc.err
 			r, err := tc.call(s, tc.caller, tc.id)
 			var ops []string
@@ -257,11 +257,11 @@ func TestOpenReservationsAndInFlight(t *testing.T) {
 	} {
 		t.Run("open: "+tc.name, func(t *testing.T) {
 			s, f := w.service()
-			f.hold(quota.Reservation{Org: "acme", ID: "r1", Team: "eng", ExpiresAt: w.now.Add(time.Second)})
-			f.hold(quota.Reservation{Org: "acme", ID: "r2", Team: "ops", ExpiresAt: w.now.Add(3 * time.Second)})
-			f.hold(quota.Reservation{Org: "acme", ID: "r3", Team: "eng", User: "alice", ExpiresAt: w.now.Add(2 * time.Second)})
-			f.hold(quota.Reservation{Org: "acme", ID: "r4", State: quota.Released})
-			f.hold(quota.Reservation{Org: "strict", ID: "s1"})
+			f.hold(vocab.Reservation{Org: "acme", ID: "r1", Team: "eng", ExpiresAt: w.now.Add(time.Second)})
+			f.hold(vocab.Reservation{Org: "acme", ID: "r2", Team: "ops", ExpiresAt: w.now.Add(3 * time.Second)})
+			f.hold(vocab.Reservation{Org: "acme", ID: "r3", Team: "eng", User: "alice", ExpiresAt: w.now.Add(2 * time.Second)})
+			f.hold(vocab.Reservation{Org: "acme", ID: "r4", State: vocab.Released})
+			f.hold(vocab.Reservation{Org: "strict", ID: "s1"})
 			f.err = tc.err
 			after := quota.OpenCursor{ExpiresAt: 12, ID: "r_" + strings.Repeat("x", 22)}
 			cursor := base64.RawURLEncoding.EncodeToString([]byte("12." + after.ID))

@@ -32,14 +32,14 @@ type Decider interface {
 // *quota.Engines satisfies it; its errors are the engine's, with
 // ErrReservationNotFound and *quota.StateError.
 type Reservations interface {
-	Reserve(ctx context.Context, route vocab.Route, req quota.Request, opt quota.ReserveOptions) (quota.Reservation, quota.Result, error)
-	Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (quota.Reservation, error)
-	CommitUsed(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used map[string]int64) (quota.Reservation, error)
-	Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
-	Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (quota.Reservation, error)
-	OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]quota.Reservation, quota.OpenCursor, error)
+	Reserve(ctx context.Context, route vocab.Route, req quota.Request, opt quota.ReserveOptions) (vocab.Reservation, vocab.Result, error)
+	Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (vocab.Reservation, error)
+	CommitUsed(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used map[string]int64) (vocab.Reservation, error)
+	Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (vocab.Reservation, error)
+	Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (vocab.Reservation, error)
+	OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f quota.OpenFilter, after quota.OpenCursor, limit int) ([]vocab.Reservation, quota.OpenCursor, error)
 	// Extend moves a held reservation's expiry to now + ttl (concurrency's heartbeat).
-	Extend(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, ttl time.Duration) (quota.Reservation, error)
+	Extend(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, ttl time.Duration) (vocab.Reservation, error)
 	// InFlight is the units held at once per counter by reservations that charged a
 	// concurrent limit.
 	InFlight(ctx context.Context, route vocab.Route, org string) (map[quota.Counter]int64, error)
@@ -84,7 +84,7 @@ var ErrNoEngine = derrors.E(derrors.Unavailable, "no quota engine is configured"
 
 // Decision is a decided check and its description: what every transport answers.
 type Decision struct {
-	Result  quota.Result
+	Result  vocab.Result
 	Outcome quota.Outcome
 	// Mode is the org's mode; Throttle the throttle its limits were multiplied by
 	// (PPM 0: none).

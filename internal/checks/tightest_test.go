@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
@@ -13,10 +12,10 @@ import (
 func TestTightestOfADeniedMultiMetricCheck(t *testing.T) {
 	now := time.Date(2026, 11, 27, 16, 0, 0, 0, time.UTC)
 	month := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
-	res := quota.Result{Levels: []quota.LevelStatus{
+	res := vocab.Result{Levels: []vocab.LevelStatus{
 		{Metric: "requests", Level: vocab.LevelOrg, ID: "demo", Window: vocab.Month, Limit: 100000, Used: 401, Remaining: 99599, ResetAt: month},
 		{Metric: "tokens", Level: vocab.LevelOrg, ID: "demo", Window: vocab.Month, Limit: 5000000, Used: 1234, Remaining: 4998766, ResetAt: month},
-	}, BlockedAt: &quota.Blocked{Metric: "tokens", Level: vocab.LevelOrg, ID: "demo", Window: vocab.Month}, RetryAfter: 90 * time.Second}
+	}, BlockedAt: &vocab.Blocked{Metric: "tokens", Level: vocab.LevelOrg, ID: "demo", Window: vocab.Month}, RetryAfter: 90 * time.Second}
 	rl, ok := tightest(res, now, "requests")
 	if !ok || rl.Level.Metric != "tokens" || rl.Limit != 5000000 || rl.Remaining != 4998766 || rl.Reset != 90 {
 		t.Errorf("tightest = %+v, want the tokens' month, reset at the retry", rl)

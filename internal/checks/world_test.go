@@ -218,6 +218,6 @@ func sameLimits(a, b []vocab.Limit) bool {
 var errEngine = errors.New("the script said something unforeseen")
 
 // level is a level's status after a check.
-func level(metric string, lv vocab.Level, id string, w vocab.Window, limit, used int64, reset time.Time) quota.LevelStatus {
-	return quota.LevelStatus{Metric: metric, Level: lv, ID: id, Window: w, Limit: limit, Used: used, Remaining: limit - used, ResetAt: reset}
+func level(metric string, lv vocab.Level, id string, w vocab.Window, limit, used int64, reset time.Time) vocab.LevelStatus {
+	return vocab.LevelStatus{Metric: metric, Level: lv, ID: id, Window: w, Limit: limit, Used: used, Remaining: limit - used, ResetAt: reset}
 }

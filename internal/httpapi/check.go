@@ -11,7 +11,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
-	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // MaxBatch is the most checks one /v1/check/batch may carry.
@@ -59,7 +59,7 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 			out.Levels[i].Metric = &l.Metric
 		}
 	}
-	ref := func(b *quota.Blocked) *api.LevelRef {
+	ref := func(b *vocab.Blocked) *api.LevelRef {
 		if b == nil {
 			return nil
 		}

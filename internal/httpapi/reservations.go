@@ -10,7 +10,6 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/platform/problem"
-	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
@@ -32,7 +31,7 @@ func toReserveInput(in api.ReservationRequest) checks.ReserveInput {
 }
 
 // fromReservation converts a reservation for the API; levels only when just made.
-func fromReservation(res quota.Reservation) api.Reservation {
+func fromReservation(res vocab.Reservation) api.Reservation {
 	out := api.Reservation{Id: res.ID, State: api.ReservationState(res.State), Org: res.Org, Metric: res.Metric,
 		Amount: res.Amount, ExpiresAt: res.ExpiresAt.UTC(), OnExpiry: api.OnExpiry(res.OnExpiry)}
 	if res.Team != "" {
@@ -41,7 +40,7 @@ func fromReservation(res quota.Reservation) api.Reservation {
 	if res.User != "" {
 		out.User = &res.User
 	}
-	if res.State != quota.Held {
+	if res.State != vocab.Held {
 		used, rel, over, at := res.Used, res.Released, res.OverReserved, res.SettledAt.UTC()
 		out.Used, out.Released, out.OverReserved, out.SettledAt = &used, &rel, &over, &at
 	}
@@ -49,7 +48,7 @@ func fromReservation(res quota.Reservation) api.Reservation {
 		ms := make([]api.ReservationMetric, len(res.Metrics))
 		for i, m := range res.Metrics {
 			ms[i] = api.ReservationMetric{Metric: m.Metric, Amount: m.Amount}
-			if res.State != quota.Held {
+			if res.State != vocab.Held {
 				used, rel, over := m.Used, m.Released, m.OverReserved
 				ms[i].Used, ms[i].Released, ms[i].OverReserved = &used, &rel, &over
 			}
@@ -89,7 +88,7 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 }
 
 // reservationAnswer answers an operation on a reservation by id.
-func (s *Server) reservationAnswer(w http.ResponseWriter, r *http.Request, res quota.Reservation, err error) {
+func (s *Server) reservationAnswer(w http.ResponseWriter, r *http.Request, res vocab.Reservation, err error) {
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -118,7 +117,7 @@ func (s *Server) CommitReservation(w http.ResponseWriter, r *http.Request, id ap
 	// used: a number, or an object of used units per metric. null is neither: it
 	// decodes as a number left at 0, and committed nothing used (a client that writes
 	// an unknown count as null would bill nothing).
-	var res quota.Reservation
+	var res vocab.Reservation
 	var err error
 	if raw, _ := in.Used.MarshalJSON(); len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		err = derrors.Field("used", "is required: a number or an object of units per metric, not null")

@@ -252,7 +252,7 @@ func (s *Store) Usage(ctx context.Context, org, period string) (map[quota.Counte
 func upsertReservations(ctx context.Context, tx pgx.Tx, org string, recs []quota.ReservationRecord) error {
 	var settledLeases []string
 	for _, r := range recs {
-		if quota.IsLease(r.ID) && r.State != quota.Held {
+		if quota.IsLease(r.ID) && r.State != vocab.Held {
 			settledLeases = append(settledLeases, r.ID)
 			continue
 		}
@@ -293,7 +293,7 @@ func (s *Store) StoredReservations(ctx context.Context, org string, period vocab
 		if err := json.Unmarshal(rec, &f); err != nil {
 			return err
 		}
-		out = append(out, quota.ReservationRecord{ID: r.ID, Period: period.ID, State: quota.ReservationState(state), ExpiresAt: r.ExpiresAt, Fields: f})
+		out = append(out, quota.ReservationRecord{ID: r.ID, Period: period.ID, State: vocab.ReservationState(state), ExpiresAt: r.ExpiresAt, Fields: f})
 		return nil
 	})
 	if err != nil {

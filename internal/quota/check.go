@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Check decides one check. A denied check (Result.Allowed false) is not an error.
@@ -18,9 +20,9 @@ import (
 // idempotency key was first used with a different request (nothing counted);
 // ErrClosed after Close; the context's error when ctx ends first (a check already
 // sent may have counted).
-func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
+func (e *Engine) Check(ctx context.Context, req Request) (vocab.Result, error) {
 	if err := req.Validate(); err != nil {
-		return Result{}, err
+		return vocab.Result{}, err
 	}
 	c := Check{Request: req}
 	e.decide(ctx, []*Check{&c})
@@ -29,7 +31,7 @@ func (e *Engine) Check(ctx context.Context, req Request) (Result, error) {
 
 // CheckBatch decides several checks, each independently, and returns a result or an
 // error for each, in order. The errors are those of Check.
-func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []error) {
+func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]vocab.Result, []error) {
 	cs := make([]Check, len(reqs))
 	valid := make([]*Check, 0, len(reqs))
 	for i := range reqs {
@@ -40,7 +42,7 @@ func (e *Engine) CheckBatch(ctx context.Context, reqs []Request) ([]Result, []er
 		}
 	}
 	e.decide(ctx, valid)
-	results, errs := make([]Result, len(reqs)), make([]error, len(reqs))
+	results, errs := make([]vocab.Result, len(reqs)), make([]error, len(reqs))
 	for i := range cs {
 		results[i], errs[i] = cs[i].Result, cs[i].Err
 	}
@@ -213,10 +215,10 @@ const (
 // next reads the reply (or error) of c's last send and says what follows. A check
 // is re-sent only when Redis says it did not run it, within Config.RetryBudget
 // (cluster.go); it is hydrated at most once per period.
-func (e *Engine) next(c *call, a *attempt) (Result, step, time.Duration, error) {
+func (e *Engine) next(c *call, a *attempt) (vocab.Result, step, time.Duration, error) {
 	if c.err != nil {
 		if isScriptError(c.err) { // this check's own failure: never re-sent, never the breaker's
-			return Result{}, settled, 0, fmt.Errorf("quota check %s: %w: %w", c.org, ErrBadReply, c.err)
+			return vocab.Result{}, settled, 0, fmt.Errorf("quota check %s: %w: %w", c.org, ErrBadReply, c.err)
 		}
 		if e.cluster != nil && a.refused.IsZero() {
 			a.refused = time.Now()
@@ -224,20 +226,20 @@ func (e *Engine) next(c *call, a *attempt) (Result, step, time.Duration, error) 
 		if pause, ok := e.retryDelay(c, a.refused, a.tries); ok {
 			a.tries++
 			c.err = nil
-			return Result{}, resend, pause, nil
+			return vocab.Result{}, resend, pause, nil
 		}
-		return Result{}, settled, 0, checkError(c.err)
+		return vocab.Result{}, settled, 0, checkError(c.err)
 	}
 	res, status, err := c.parse()
 	if status != statusHydrate || err != nil {
 		return res, settled, 0, err
 	}
 	if a.hydrated == c.period.ID {
-		return Result{}, settled, 0, fmt.Errorf("check %s: %w: marker still missing after hydration", c.org, ErrNotHydrated)
+		return vocab.Result{}, settled, 0, fmt.Errorf("check %s: %w: marker still missing after hydration", c.org, ErrNotHydrated)
 	}
 	a.hydrated = c.period.ID
 	c.reply = ""
-	return Result{}, rehydrate, 0, nil
+	return vocab.Result{}, rehydrate, 0, nil
 }
 
 // isScriptError reports whether err is Redis's answer that a script failed as it ran
@@ -263,22 +265,22 @@ func checkError(err error) error {
 // parse reads c's reply: the answers every script of a check shares ("H": hydrate
 // first; "C": an idempotency conflict; "Q": past one of the org's bounds), else its
 // decision (decode), framed by reserve.lua as parseReserve says.
-func (c *call) parse() (Result, byte, error) {
+func (c *call) parse() (vocab.Result, byte, error) {
 	if c.src == settleSrc { // the settlement reads c.reply itself
-		return Result{}, statusAllowed, nil
+		return vocab.Result{}, statusAllowed, nil
 	}
 	switch c.reply {
 	case "H":
-		return Result{}, statusHydrate, nil
+		return vocab.Result{}, statusHydrate, nil
 	case "C":
 		what := "check"
 		if c.src == reserveSrc {
 			what = "reserve"
 		}
-		return Result{}, statusConflict, fmt.Errorf("%s %s: idempotency key %q: %w", what, c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
+		return vocab.Result{}, statusConflict, fmt.Errorf("%s %s: idempotency key %q: %w", what, c.org, c.req.IdempotencyKey, ErrIdempotencyConflict)
 	}
 	if err := c.boundError(); err != nil {
-		return Result{}, statusBound, err
+		return vocab.Result{}, statusBound, err
 	}
 	if c.src == reserveSrc {
 		return c.parseReserve()

@@ -16,7 +16,7 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-var ignoreReset = cmpopts.IgnoreFields(quota.LevelStatus{}, "ResetAt")
+var ignoreReset = cmpopts.IgnoreFields(vocab.LevelStatus{}, "ResetAt")
 
 func TestCheckSequences(t *testing.T) {
 	t.Parallel()
@@ -25,14 +25,14 @@ func TestCheckSequences(t *testing.T) {
 		cost       int64
 		mode       vocab.Mode
 		allowed    bool
-		levels     []quota.LevelStatus // org/team/user ids are filled in below
-		blockedAt  *quota.Blocked
-		wouldBlock *quota.Blocked
+		levels     []vocab.LevelStatus // org/team/user ids are filled in below
+		blockedAt  *vocab.Blocked
+		wouldBlock *vocab.Blocked
 	}
-	ls := func(level vocab.Level, w vocab.Window, limit, used int64) quota.LevelStatus {
-		return quota.LevelStatus{Level: level, Window: w, Limit: limit, Used: used, Remaining: max(limit-used, 0)}
+	ls := func(level vocab.Level, w vocab.Window, limit, used int64) vocab.LevelStatus {
+		return vocab.LevelStatus{Level: level, Window: w, Limit: limit, Used: used, Remaining: max(limit-used, 0)}
 	}
-	bl := func(level vocab.Level, w vocab.Window) *quota.Blocked { return &quota.Blocked{Level: level, Window: w} }
+	bl := func(level vocab.Level, w vocab.Window) *vocab.Blocked { return &vocab.Blocked{Level: level, Window: w} }
 	org, team, user := vocab.LevelOrg, vocab.LevelTeam, vocab.LevelUser
 	tests := []struct {
 		name      string
@@ -46,9 +46,9 @@ func TestCheckSequences(t *testing.T) {
 			name:   "cost larger than remaining is refused whole",
 			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 20)}},
 			steps: []step{
-				{cost: 15, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Minute, 20, 15)}},
-				{cost: 6, levels: []quota.LevelStatus{ls(org, vocab.Minute, 20, 15)}, blockedAt: bl(org, vocab.Minute)},
-				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Minute, 20, 20)}},
+				{cost: 15, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Minute, 20, 15)}},
+				{cost: 6, levels: []vocab.LevelStatus{ls(org, vocab.Minute, 20, 15)}, blockedAt: bl(org, vocab.Minute)},
+				{cost: 5, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Minute, 20, 20)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 20, teamC("requests", "eng"): 20, userC("requests", "eng", "alice"): 20}
@@ -58,9 +58,9 @@ func TestCheckSequences(t *testing.T) {
 			name:   "cost 0 consumes nothing",
 			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 10)}, User: []vocab.Limit{lim(vocab.Minute, 3)}},
 			steps: []step{
-				{cost: 3, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
-				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
-				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
+				{cost: 3, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
+				{cost: 0, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
+				{cost: 0, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 10, 3), ls(user, vocab.Minute, 3, 3)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 3, teamC("requests", "eng"): 3, userC("requests", "eng", "alice"): 3}
@@ -70,8 +70,8 @@ func TestCheckSequences(t *testing.T) {
 			name:   "usage counted at levels without a limit",
 			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 100)}},
 			steps: []step{
-				{cost: 2, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 100, 2)}},
-				{cost: 5, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 100, 7)}},
+				{cost: 2, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 100, 2)}},
+				{cost: 5, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 100, 7)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 7, teamC("requests", "eng"): 7, userC("requests", "eng", "alice"): 7}
@@ -85,9 +85,9 @@ func TestCheckSequences(t *testing.T) {
 				User: []vocab.Limit{lim(vocab.Month, 3), lim(vocab.Minute, 2)},
 			},
 			steps: []step{
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 1), ls(team, vocab.Month, 5, 1), ls(user, vocab.Month, 3, 1), ls(user, vocab.Minute, 2, 1)}},
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 2), ls(team, vocab.Month, 5, 2), ls(user, vocab.Month, 3, 2), ls(user, vocab.Minute, 2, 2)}},
-				{cost: 1, levels: []quota.LevelStatus{ls(org, vocab.Month, 10, 2), ls(team, vocab.Month, 5, 2), ls(user, vocab.Month, 3, 2), ls(user, vocab.Minute, 2, 2)}, blockedAt: bl(user, vocab.Minute)},
+				{cost: 1, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 10, 1), ls(team, vocab.Month, 5, 1), ls(user, vocab.Month, 3, 1), ls(user, vocab.Minute, 2, 1)}},
+				{cost: 1, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 10, 2), ls(team, vocab.Month, 5, 2), ls(user, vocab.Month, 3, 2), ls(user, vocab.Minute, 2, 2)}},
+				{cost: 1, levels: []vocab.LevelStatus{ls(org, vocab.Month, 10, 2), ls(team, vocab.Month, 5, 2), ls(user, vocab.Month, 3, 2), ls(user, vocab.Minute, 2, 2)}, blockedAt: bl(user, vocab.Minute)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 2, teamC("requests", "eng"): 2, userC("requests", "eng", "alice"): 2}
@@ -97,8 +97,8 @@ func TestCheckSequences(t *testing.T) {
 			name:   "broadest window wins",
 			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Minute, 1)}, User: []vocab.Limit{lim(vocab.Month, 1)}},
 			steps: []step{
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Minute, 1, 1), ls(user, vocab.Month, 1, 1)}},
-				{cost: 1, levels: []quota.LevelStatus{ls(org, vocab.Minute, 1, 1), ls(user, vocab.Month, 1, 1)}, blockedAt: bl(user, vocab.Month)},
+				{cost: 1, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Minute, 1, 1), ls(user, vocab.Month, 1, 1)}},
+				{cost: 1, levels: []vocab.LevelStatus{ls(org, vocab.Minute, 1, 1), ls(user, vocab.Month, 1, 1)}, blockedAt: bl(user, vocab.Month)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 1, teamC("requests", "eng"): 1, userC("requests", "eng", "alice"): 1}
@@ -109,8 +109,8 @@ func TestCheckSequences(t *testing.T) {
 			noUser: true,
 			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Hour, 1)}, Team: []vocab.Limit{lim(vocab.Hour, 1)}},
 			steps: []step{
-				{cost: 1, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Hour, 1, 1), ls(team, vocab.Hour, 1, 1)}},
-				{cost: 1, levels: []quota.LevelStatus{ls(org, vocab.Hour, 1, 1), ls(team, vocab.Hour, 1, 1)}, blockedAt: bl(org, vocab.Hour)},
+				{cost: 1, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Hour, 1, 1), ls(team, vocab.Hour, 1, 1)}},
+				{cost: 1, levels: []vocab.LevelStatus{ls(org, vocab.Hour, 1, 1), ls(team, vocab.Hour, 1, 1)}, blockedAt: bl(org, vocab.Hour)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 {
 				return map[quota.Counter]int64{orgC("requests"): 1, teamC("requests", "eng"): 1}
@@ -121,10 +121,10 @@ func TestCheckSequences(t *testing.T) {
 			noTeam: true,
 			limits: quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1)}},
 			steps: []step{
-				{cost: 1, mode: vocab.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 1)}},
-				{cost: 1, mode: vocab.Shadow, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 2)}, wouldBlock: bl(org, vocab.Month)},
-				{cost: 1, mode: vocab.Warn, allowed: true, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 3)}, wouldBlock: bl(org, vocab.Month)},
-				{cost: 1, mode: vocab.Enforce, levels: []quota.LevelStatus{ls(org, vocab.Month, 1, 3)}, blockedAt: bl(org, vocab.Month)},
+				{cost: 1, mode: vocab.Shadow, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 1, 1)}},
+				{cost: 1, mode: vocab.Shadow, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 1, 2)}, wouldBlock: bl(org, vocab.Month)},
+				{cost: 1, mode: vocab.Warn, allowed: true, levels: []vocab.LevelStatus{ls(org, vocab.Month, 1, 3)}, wouldBlock: bl(org, vocab.Month)},
+				{cost: 1, mode: vocab.Enforce, levels: []vocab.LevelStatus{ls(org, vocab.Month, 1, 3)}, blockedAt: bl(org, vocab.Month)},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 { return map[quota.Counter]int64{orgC("requests"): 3} },
 		},
@@ -132,8 +132,8 @@ func TestCheckSequences(t *testing.T) {
 			name:   "limit 0 blocks every cost but 0",
 			limits: quota.LevelLimits{Team: []vocab.Limit{lim(vocab.Day, 0)}},
 			steps: []step{
-				{cost: 1, levels: []quota.LevelStatus{ls(team, vocab.Day, 0, 0)}, blockedAt: bl(team, vocab.Day)},
-				{cost: 0, allowed: true, levels: []quota.LevelStatus{ls(team, vocab.Day, 0, 0)}},
+				{cost: 1, levels: []vocab.LevelStatus{ls(team, vocab.Day, 0, 0)}, blockedAt: bl(team, vocab.Day)},
+				{cost: 0, allowed: true, levels: []vocab.LevelStatus{ls(team, vocab.Day, 0, 0)}},
 			},
 			wantUsage: func(string) map[quota.Counter]int64 { return map[quota.Counter]int64{} },
 		},
@@ -154,12 +154,12 @@ func TestCheckSequences(t *testing.T) {
 				req.Cost, req.Mode = s.cost, s.mode
 				before := r.snapshot(t, orgID)
 				got := r.MustCheck(t, req)
-				want := quota.Result{Allowed: s.allowed, Levels: s.levels, BlockedAt: s.blockedAt, WouldBlock: s.wouldBlock}
+				want := vocab.Result{Allowed: s.allowed, Levels: s.levels, BlockedAt: s.blockedAt, WouldBlock: s.wouldBlock}
 				for j := range want.Levels {
 					want.Levels[j].ID = ids[want.Levels[j].Level]
 					want.Levels[j].Metric = "requests"
 				}
-				for _, b := range []*quota.Blocked{want.BlockedAt, want.WouldBlock} {
+				for _, b := range []*vocab.Blocked{want.BlockedAt, want.WouldBlock} {
 					if b != nil {
 						b.ID = ids[b.Level]
 						b.Metric = "requests"
@@ -168,7 +168,7 @@ func TestCheckSequences(t *testing.T) {
 				if !got.Allowed && got.RetryAfter <= 0 {
 					t.Errorf("step %d: denied with RetryAfter %v, want > 0", i, got.RetryAfter)
 				}
-				if diff := cmp.Diff(want, got, ignoreReset, cmpopts.IgnoreFields(quota.Result{}, "RetryAfter"), cmpopts.EquateEmpty()); diff != "" {
+				if diff := cmp.Diff(want, got, ignoreReset, cmpopts.IgnoreFields(vocab.Result{}, "RetryAfter"), cmpopts.EquateEmpty()); diff != "" {
 					t.Errorf("step %d (cost %d): result mismatch (-want +got):\n%s", i, s.cost, diff)
 				}
 				if !got.Allowed || s.cost == 0 {
@@ -358,7 +358,7 @@ func TestSlidingWindowAcrossBuckets(t *testing.T) {
 	clock.Add(now.Truncate(time.Minute).Add(90 * time.Second).Sub(now))
 	req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "ann", Metric: "requests", Cost: 1,
 		Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 10)}}}
-	check := func(cost int64) quota.Result {
+	check := func(cost int64) vocab.Result {
 		t.Helper()
 		req.Cost = cost
 		return r.MustCheck(t, req)
@@ -434,7 +434,7 @@ func TestResendCountsAtItsOwnTime(t *testing.T) {
 			clock.Add(now.Truncate(time.Minute).Add(70 * time.Second).Sub(now))
 			req := quota.Request{Org: testenv.ID(t, "org"), Team: "eng", User: "ann", Metric: "requests", Cost: 6,
 				Limits: quota.LevelLimits{User: []vocab.Limit{lim(vocab.Minute, 10)}}}
-			check := func() quota.Result {
+			check := func() vocab.Result {
 				t.Helper()
 				if !batch {
 					return r.MustCheck(t, req)

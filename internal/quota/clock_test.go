@@ -122,7 +122,7 @@ func TestClockStepMovesNoExpiryOrPeriod(t *testing.T) {
 			t.Errorf("after a %v step the sweep expired %d reservations (%v), want none within its 10 s", step, len(expired), err)
 		}
 		got, err := r.e.Reservation(ctx, org, 1, res.ID)
-		if err != nil || got.State != quota.Held || !got.ExpiresAt.Equal(res.ExpiresAt) {
+		if err != nil || got.State != vocab.Held || !got.ExpiresAt.Equal(res.ExpiresAt) {
 			t.Errorf("after a %v step the reservation is %+v (%v), want held until %v", step, got, err, res.ExpiresAt)
 		}
 	}

@@ -131,7 +131,7 @@ func TestConcurrentExpiryGivesBackOnce(t *testing.T) {
 		}
 	}
 	var se *quota.StateError
-	if _, err := r.e.Release(ctx, "acme", 1, res.ID); !errors.As(err, &se) || se.State != quota.Expired {
+	if _, err := r.e.Release(ctx, "acme", 1, res.ID); !errors.As(err, &se) || se.State != vocab.Expired {
 		t.Fatalf("release after expiry: %v", err)
 	}
 	if got := r.inFlight(t, "acme"); len(got) != 0 {
@@ -150,25 +150,25 @@ func TestExtendKeepsSlotAlive(t *testing.T) {
 	r := MustRig(t, "", quota.Config{Clock: clk.Now})
 	ctx := context.Background()
 	limits := quota.LevelLimits{User: []vocab.Limit{conc(2)}}
-	streaming := r.mustReserve(t, reserveReq("acme", 1, limits), quota.ReserveOptions{TTL: 2 * time.Second, OnExpiry: quota.ExpiryRelease})
-	idle := r.mustReserve(t, reserveReq("acme", 1, limits), quota.ReserveOptions{TTL: 2 * time.Second, OnExpiry: quota.ExpiryRelease})
+	streaming := r.mustReserve(t, reserveReq("acme", 1, limits), quota.ReserveOptions{TTL: 2 * time.Second, OnExpiry: vocab.ExpiryRelease})
+	idle := r.mustReserve(t, reserveReq("acme", 1, limits), quota.ReserveOptions{TTL: 2 * time.Second, OnExpiry: vocab.ExpiryRelease})
 	for range 5 { // 5 s of "streaming", a heartbeat every second, the sweep running
 		clk.Add(time.Second)
 		got, err := r.e.Extend(ctx, "acme", 1, streaming.ID, 2*time.Second)
 		if err != nil {
 			t.Fatalf("extend: %v", err)
 		}
-		if want := r.e.Now().Add(2 * time.Second).UnixMilli(); got.ExpiresAt.UnixMilli() != want || got.State != quota.Held {
+		if want := r.e.Now().Add(2 * time.Second).UnixMilli(); got.ExpiresAt.UnixMilli() != want || got.State != vocab.Held {
 			t.Fatalf("extended: %+v, want held until %d", got, want)
 		}
 		if _, err := r.e.ExpireDue(ctx, "acme"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got, _ := r.e.Reservation(ctx, "acme", 1, streaming.ID); got.State != quota.Held {
+	if got, _ := r.e.Reservation(ctx, "acme", 1, streaming.ID); got.State != vocab.Held {
 		t.Fatalf("extended reservation: %s, want held", got.State)
 	}
-	if got, _ := r.e.Reservation(ctx, "acme", 1, idle.ID); got.State != quota.Expired {
+	if got, _ := r.e.Reservation(ctx, "acme", 1, idle.ID); got.State != vocab.Expired {
 		t.Fatalf("reservation without extend: %s, want expired", got.State)
 	}
 	if got := r.inFlight(t, "acme"); !cmp.Equal(got, all("tokens", 1)) {
@@ -176,12 +176,12 @@ func TestExtendKeepsSlotAlive(t *testing.T) {
 	}
 	// Extending a settled reservation: 409's error, naming the state.
 	var se *quota.StateError
-	if _, err := r.e.Extend(ctx, "acme", 1, idle.ID, time.Second); !errors.As(err, &se) || se.State != quota.Expired {
+	if _, err := r.e.Extend(ctx, "acme", 1, idle.ID, time.Second); !errors.As(err, &se) || se.State != vocab.Expired {
 		t.Fatalf("extend of expired: %v", err)
 	}
 	// Past its expiry but not swept yet: extend settles it by its on_expiry, once.
 	clk.Add(3 * time.Second)
-	if _, err := r.e.Extend(ctx, "acme", 1, streaming.ID, time.Second); !errors.As(err, &se) || se.State != quota.Expired {
+	if _, err := r.e.Extend(ctx, "acme", 1, streaming.ID, time.Second); !errors.As(err, &se) || se.State != vocab.Expired {
 		t.Fatalf("extend past expiry: %v", err)
 	}
 	if got := r.inFlight(t, "acme"); len(got) != 0 {
@@ -483,7 +483,7 @@ func TestConcurrentKilledHolderSlotsComeBack(t *testing.T) {
 		t.Fatalf("month = %v, want each amount counted once (on_expiry commit)", got)
 	}
 	for _, id := range strings.Fields(strings.TrimPrefix(line, "HELD ")) {
-		if res, err := r.e.Reservation(context.Background(), "acme", 1, id); err != nil || res.State != quota.Expired {
+		if res, err := r.e.Reservation(context.Background(), "acme", 1, id); err != nil || res.State != vocab.Expired {
 			t.Fatalf("%s: %s, %v; want expired", id, res.State, err)
 		}
 	}
@@ -544,7 +544,7 @@ func TestExtensionSurvivesRedisLoss(t *testing.T) {
 	h.persist(t, r.e, "acme")
 	r.wipeOrg(t, "acme")
 	got, err := r.e.Reservation(ctx, "acme", 1, res.ID) // hydrates
-	if err != nil || got.State != quota.Held || !got.ExpiresAt.Equal(ext.ExpiresAt) {
+	if err != nil || got.State != vocab.Held || !got.ExpiresAt.Equal(ext.ExpiresAt) {
 		t.Fatalf("after the loss: %+v, %v; want held until %s", got, err, ext.ExpiresAt)
 	}
 	if got := r.inFlight(t, "acme"); !cmp.Equal(got, all("tokens", 1)) {

@@ -44,7 +44,7 @@ type Drained struct {
 type ReservationRecord struct {
 	ID        string
 	Period    string
-	State     ReservationState
+	State     vocab.ReservationState
 	ExpiresAt time.Time
 	Fields    map[string]string
 }
@@ -123,7 +123,7 @@ func recordFromJSON(js string) (ReservationRecord, error) {
 	if !validRecordID(id) || f["p"] == "" || exp == 0 {
 		return ReservationRecord{}, fmt.Errorf("quota: malformed drained reservation %q", id)
 	}
-	return ReservationRecord{ID: id, Period: f["p"], State: ReservationState(f["s"]), ExpiresAt: time.UnixMilli(exp).UTC(), Fields: f}, nil
+	return ReservationRecord{ID: id, Period: f["p"], State: vocab.ReservationState(f["s"]), ExpiresAt: time.UnixMilli(exp).UTC(), Fields: f}, nil
 }
 
 // MonthUsage reads every month counter of org in period, as committed units: the

@@ -279,7 +279,7 @@ func validateRoute(route *vocab.Route, req *Request) error {
 
 // Check decides req on the Redis of route, or by route's fail mode when that Redis
 // is unavailable: Decide of a batch of one. Its errors are Decide's.
-func (r *Engines) Check(ctx context.Context, route vocab.Route, req Request) (Result, Outcome, error) {
+func (r *Engines) Check(ctx context.Context, route vocab.Route, req Request) (vocab.Result, Outcome, error) {
 	cs := [1]Check{{Route: route, Request: req}}
 	r.Decide(ctx, cs[:])
 	return cs[0].Result, cs[0].Outcome, cs[0].Err
@@ -288,7 +288,7 @@ func (r *Engines) Check(ctx context.Context, route vocab.Route, req Request) (Re
 // answer is a check's answer from the engine of pool, or by route's fail mode when
 // that Redis was unavailable or its breaker refused the check (out is then marked
 // degraded).
-func (r *Engines) answer(route *vocab.Route, req *Request, pool string, res Result, err error, out *Outcome) (Result, error) {
+func (r *Engines) answer(route *vocab.Route, req *Request, pool string, res vocab.Result, err error, out *Outcome) (vocab.Result, error) {
 	if err == nil {
 		r.metrics.atBound(pool, &res)
 		return res, nil
@@ -306,7 +306,7 @@ func (r *Engines) answer(route *vocab.Route, req *Request, pool string, res Resu
 }
 
 // degrade answers req by route's fail mode; cause is why Redis did not.
-func (r *Engines) degrade(route *vocab.Route, req *Request, pool string, cause error) (Result, error) {
+func (r *Engines) degrade(route *vocab.Route, req *Request, pool string, cause error) (vocab.Result, error) {
 	switch route.FailMode {
 	case vocab.FailOpen:
 		return openResult(req, r.Now(*route)), nil
@@ -314,9 +314,9 @@ func (r *Engines) degrade(route *vocab.Route, req *Request, pool string, cause e
 		return r.local.decide(req, r.Now(*route)), nil
 	}
 	if errors.Is(cause, ErrUnavailable) || errors.Is(cause, ErrBadReply) {
-		return Result{}, fmt.Errorf("pool %s: %w", pool, cause)
+		return vocab.Result{}, fmt.Errorf("pool %s: %w", pool, cause)
 	}
-	return Result{}, unavailable(req.Org, pool, cause)
+	return vocab.Result{}, unavailable(req.Org, pool, cause)
 }
 
 // Check is one check of a batch given to Decide: what is asked (Route, Request) and,
@@ -324,7 +324,7 @@ func (r *Engines) degrade(route *vocab.Route, req *Request, pool string, cause e
 type Check struct {
 	Route   vocab.Route
 	Request Request
-	Result  Result
+	Result  vocab.Result
 	Outcome Outcome
 	Err     error
 }
@@ -383,7 +383,7 @@ func (r *Engines) decide(ctx context.Context, cs []Check) {
 	var more []lane // every lane, first's included, once a second Redis is named
 	for i := range cs {
 		c := &cs[i]
-		c.Result, c.Outcome = Result{}, Outcome{}
+		c.Result, c.Outcome = vocab.Result{}, Outcome{}
 		if c.Err = validateRoute(&c.Route, &c.Request); c.Err != nil {
 			continue
 		}
@@ -476,19 +476,19 @@ func verdict(items []*Check) error {
 // wrapping ErrUnavailable whatever the plan's fail mode.
 //
 // Errors: those of Engine.Reserve, and ErrOverloaded as Check.
-func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, opt ReserveOptions) (Reservation, Result, error) {
+func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, opt ReserveOptions) (vocab.Reservation, vocab.Result, error) {
 	slot, ok := r.acquire(req.Org)
 	if !ok {
-		return Reservation{}, Result{}, fmt.Errorf("quota reserve %s: %w", req.Org, ErrOverloaded)
+		return vocab.Reservation{}, vocab.Result{}, fmt.Errorf("quota reserve %s: %w", req.Org, ErrOverloaded)
 	}
 	defer slot.Add(-1)
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
-		return Reservation{}, Result{}, err
+		return vocab.Reservation{}, vocab.Result{}, err
 	}
 	done, err := b.breakerFor(req.Org).Allow()
 	if err != nil {
-		return Reservation{}, Result{}, unavailable(req.Org, b.name, err)
+		return vocab.Reservation{}, vocab.Result{}, unavailable(req.Org, b.name, err)
 	}
 	res, out, err := b.eng.Reserve(ctx, req, opt)
 	done(redisFailure(err))
@@ -511,38 +511,38 @@ func redisFailure(err error) error {
 }
 
 // Commit settles a reservation of org on the Redis of route (Engine.Commit).
-func (r *Engines) Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (Reservation, error) {
+func (r *Engines) Commit(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used int64) (vocab.Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
-		return Reservation{}, err
+		return vocab.Reservation{}, err
 	}
 	return b.eng.Commit(ctx, org, anchorDay, id, used)
 }
 
 // CommitUsed settles a reservation of org with used units per metric on the Redis of
 // route (Engine.CommitUsed).
-func (r *Engines) CommitUsed(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used map[string]int64) (Reservation, error) {
+func (r *Engines) CommitUsed(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, used map[string]int64) (vocab.Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
-		return Reservation{}, err
+		return vocab.Reservation{}, err
 	}
 	return b.eng.CommitUsed(ctx, org, anchorDay, id, used)
 }
 
 // Release gives a reservation of org back on the Redis of route (Engine.Release).
-func (r *Engines) Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (Reservation, error) {
+func (r *Engines) Release(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (vocab.Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
-		return Reservation{}, err
+		return vocab.Reservation{}, err
 	}
 	return b.eng.Release(ctx, org, anchorDay, id)
 }
 
 // Reservation reads a reservation of org on the Redis of route (Engine.Reservation).
-func (r *Engines) Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (Reservation, error) {
+func (r *Engines) Reservation(ctx context.Context, route vocab.Route, org string, anchorDay int, id string) (vocab.Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
-		return Reservation{}, err
+		return vocab.Reservation{}, err
 	}
 	return b.eng.Reservation(ctx, org, anchorDay, id)
 }
@@ -605,7 +605,7 @@ func (r *Engines) RunReservationSweep(ctx context.Context, interval time.Duratio
 
 // OpenReservations reads a page of org's open reservations on the Redis of route
 // (Engine.OpenReservations).
-func (r *Engines) OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
+func (r *Engines) OpenReservations(ctx context.Context, route vocab.Route, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]vocab.Reservation, OpenCursor, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return nil, OpenCursor{}, err
@@ -614,10 +614,10 @@ func (r *Engines) OpenReservations(ctx context.Context, route vocab.Route, org s
 }
 
 // Extend moves a held reservation's expiry on the Redis of route (Engine.Extend).
-func (r *Engines) Extend(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, ttl time.Duration) (Reservation, error) {
+func (r *Engines) Extend(ctx context.Context, route vocab.Route, org string, anchorDay int, id string, ttl time.Duration) (vocab.Reservation, error) {
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
-		return Reservation{}, err
+		return vocab.Reservation{}, err
 	}
 	return b.eng.Extend(ctx, org, anchorDay, id, ttl)
 }

@@ -64,7 +64,7 @@ func WouldBlockPending(e *Engine) int {
 
 // WouldBlockRecorder returns a function that counts reqs[i] as a check that b would
 // have denied, as Check does after such a decision (the calls are built beforehand).
-func WouldBlockRecorder(e *Engine, reqs []Request, b *Blocked) func(i int) {
+func WouldBlockRecorder(e *Engine, reqs []Request, b *vocab.Blocked) func(i int) {
 	calls := make([]*call, len(reqs))
 	for i := range reqs {
 		calls[i] = &call{req: reqs[i], org: reqs[i].Org, period: e.Period(reqs[i].AnchorDay), nowMs: e.Now().UnixMilli()}
@@ -80,8 +80,8 @@ func LeasePaths(e *Engine) int {
 }
 
 // ReserveLease holds req.Cost units as a lease (an l_ id), as a hot path's lease does.
-func ReserveLease(ctx context.Context, e *Engine, req Request, ttl time.Duration) (Reservation, Result, error) {
-	return e.reserve(ctx, req, ReserveOptions{TTL: ttl, OnExpiry: ExpiryCommit, lease: true})
+func ReserveLease(ctx context.Context, e *Engine, req Request, ttl time.Duration) (vocab.Reservation, vocab.Result, error) {
+	return e.reserve(ctx, req, ReserveOptions{TTL: ttl, OnExpiry: vocab.ExpiryCommit, lease: true})
 }
 
 // OpenLeases is the number of leases e holds unsettled (admitting, or being settled).
@@ -106,9 +106,9 @@ func SyncClock(ctx context.Context, e *Engine) error { return e.syncClock(ctx) }
 
 // CheckBatch decides reqs[i] on routes[i] through Decide and returns each answer, in
 // order; a length mismatch fails every check with ErrInvalid.
-func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []Request) ([]Result, []Outcome, []error) {
+func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []Request) ([]vocab.Result, []Outcome, []error) {
 	n := len(reqs)
-	results, outs, errs := make([]Result, n), make([]Outcome, n), make([]error, n)
+	results, outs, errs := make([]vocab.Result, n), make([]Outcome, n), make([]error, n)
 	if len(routes) != n {
 		for i := range errs {
 			errs[i] = fmt.Errorf("%w: %d routes for %d checks", ErrInvalid, len(routes), n)

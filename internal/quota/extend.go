@@ -29,16 +29,16 @@ var (
 // Errors: ErrInvalid for a bad ttl; ErrReservationNotFound; *StateError once it is
 // settled (a reservation already past its expiry is settled by its on_expiry first,
 // and answers Expired); ErrUnavailable, ErrNotHydrated and context errors as Check.
-func (e *Engine) Extend(ctx context.Context, org string, anchorDay int, id string, ttl time.Duration) (Reservation, error) {
+func (e *Engine) Extend(ctx context.Context, org string, anchorDay int, id string, ttl time.Duration) (vocab.Reservation, error) {
 	if ttl < time.Millisecond || ttl > MaxReservationTTL {
-		return Reservation{}, fmt.Errorf("%w: reservation ttl %s is outside 1ms..%s", ErrInvalid, ttl, MaxReservationTTL)
+		return vocab.Reservation{}, fmt.Errorf("%w: reservation ttl %s is outside 1ms..%s", ErrInvalid, ttl, MaxReservationTTL)
 	}
 	if !vocab.ValidID(org) || !ValidReservationID(id) {
-		return Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
+		return vocab.Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
 	}
 	select {
 	case <-e.closing:
-		return Reservation{}, ErrClosed
+		return vocab.Reservation{}, ErrClosed
 	default:
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
@@ -50,28 +50,28 @@ func (e *Engine) Extend(ctx context.Context, org string, anchorDay int, id strin
 		reply, err := extendScript.Run(ctx, e.rdb, keys, now.UnixMilli(), expires,
 			expires/1000+int64(recordRetention/time.Second), id).Text()
 		if err != nil {
-			return Reservation{}, checkError(err)
+			return vocab.Reservation{}, checkError(err)
 		}
 		switch {
 		case reply == "H" && !hydrated:
 			if err := e.hydrate(ctx, org, per); err != nil {
-				return Reservation{}, err
+				return vocab.Reservation{}, err
 			}
 			continue
 		case reply == "H", reply == "N":
-			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
+			return vocab.Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
 		case reply == "X":
 			// Past its expiry: its on_expiry settles it now (as the sweep would), so the
 			// answer is the state it ends in, exactly once whoever settles.
 			_, err := e.settle(ctx, org, anchorDay, id, ActionRelease, 0, false)
 			if err == nil {
-				err = &StateError{ID: id, State: Released} // unreachable: a due record settles as expired
+				err = &StateError{ID: id, State: vocab.Released} // unreachable: a due record settles as expired
 			}
-			return Reservation{}, err
+			return vocab.Reservation{}, err
 		case strings.HasPrefix(reply, "S"):
-			return Reservation{}, &StateError{ID: id, State: ReservationState(reply[1:])}
+			return vocab.Reservation{}, &StateError{ID: id, State: vocab.ReservationState(reply[1:])}
 		case reply != "OK":
-			return Reservation{}, fmt.Errorf("%w: extend reply %q", ErrBadReply, reply)
+			return vocab.Reservation{}, fmt.Errorf("%w: extend reply %q", ErrBadReply, reply)
 		}
 		return e.Reservation(ctx, org, anchorDay, id)
 	}

@@ -69,7 +69,7 @@ func TestEnginesFailModes(t *testing.T) {
 				}
 				switch mode {
 				case vocab.FailOpen:
-					want := []quota.LevelStatus{
+					want := []vocab.LevelStatus{
 						{Level: vocab.LevelOrg, ID: req.Org, Window: vocab.Day, Limit: 40, Used: 0, Remaining: 40},
 						{Level: vocab.LevelUser, ID: "u", Window: vocab.Minute, Limit: 1000, Used: 0, Remaining: 1000},
 					}
@@ -95,7 +95,7 @@ func TestEnginesFailModes(t *testing.T) {
 						continue
 					}
 					denied++
-					want := &quota.Blocked{Metric: req.Metric, Level: vocab.LevelOrg, ID: req.Org, Window: vocab.Day}
+					want := &vocab.Blocked{Metric: req.Metric, Level: vocab.LevelOrg, ID: req.Org, Window: vocab.Day}
 					if diff := cmp.Diff(want, res.BlockedAt); diff != "" || res.RetryAfter <= 0 {
 						t.Fatalf("check %d blocked at (-want +got):\n%s retry after %v", i, diff, res.RetryAfter)
 					}

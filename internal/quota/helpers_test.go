@@ -124,7 +124,7 @@ func (r *testRig) usage(tb testing.TB, org string) map[quota.Counter]int64 {
 }
 
 // MustCheck runs a check that must not fail.
-func (r *testRig) MustCheck(tb testing.TB, req quota.Request) quota.Result {
+func (r *testRig) MustCheck(tb testing.TB, req quota.Request) vocab.Result {
 	tb.Helper()
 	res, err := r.e.Check(context.Background(), req)
 	if err != nil {

@@ -148,7 +148,7 @@ func TestIdempotencyKeyConcurrent(t *testing.T) {
 	const n = 40
 	type outcome struct {
 		cost int64
-		res  quota.Result
+		res  vocab.Result
 		err  error
 	}
 	out := make(chan outcome, n)

@@ -191,7 +191,7 @@ type lease struct {
 	amount int64
 	endNs  int64
 	used   atomic.Int64 // units admitted; closedBit once settlement has read it
-	levels []LevelStatus
+	levels []vocab.LevelStatus
 	done   atomic.Bool
 	timer  *time.Timer
 }
@@ -284,7 +284,7 @@ func (m *leases) path(req *Request, now int64) *leasePath {
 }
 
 // observe records the headroom a decision of p's path showed.
-func (p *leasePath) observe(res *Result) {
+func (p *leasePath) observe(res *vocab.Result) {
 	h := vocab.MaxUnits
 	for i := range res.Levels {
 		h = min(h, res.Levels[i].Remaining)
@@ -330,11 +330,11 @@ func sameLimits(a, b *LevelLimits) bool {
 // background while checks go to Redis; a hot path without one takes one here, once it
 // has none unsettled. ok false: the check goes to Redis, and p (nil for a cold path
 // without state) wants to observe its result.
-func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Result, ok bool) {
+func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res vocab.Result, ok bool) {
 	now := m.e.Now()
 	ns := now.UnixNano()
 	if p = m.path(req, ns); p == nil {
-		return nil, Result{}, false
+		return nil, vocab.Result{}, false
 	}
 	rate := p.count(ns, req.Cost)
 	if float64(rate) < m.cfg.Threshold {
@@ -342,7 +342,7 @@ func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Res
 	}
 	l := p.cur.Load()
 	if l != nil && l.take(req, ns) {
-		return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+		return p, vocab.Result{Allowed: true, Levels: l.levels, Leased: true}, true
 	}
 	hot := float64(rate) >= m.cfg.Threshold && !m.stopping.Load()
 	switch {
@@ -356,21 +356,21 @@ func (m *leases) admit(ctx context.Context, req *Request) (p *leasePath, res Res
 		}
 		p.release()
 		if l != nil && l.take(req, m.e.Now().UnixNano()) {
-			return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+			return p, vocab.Result{Allowed: true, Levels: l.levels, Leased: true}, true
 		}
 		m.event(LeaseEvent{Kind: LeaseMiss})
-		return p, Result{}, false
+		return p, vocab.Result{}, false
 	case !hot:
-		return p, Result{}, false
+		return p, vocab.Result{}, false
 	}
 	// The path's next lease is on its way: wait for it (two round trips), once.
 	if hot && p.await(ctx) {
 		if l = p.cur.Load(); l != nil && l.take(req, m.e.Now().UnixNano()) {
-			return p, Result{Allowed: true, Levels: l.levels, Leased: true}, true
+			return p, vocab.Result{Allowed: true, Levels: l.levels, Leased: true}, true
 		}
 	}
 	m.event(LeaseEvent{Kind: LeaseMiss})
-	return p, Result{}, false
+	return p, vocab.Result{}, false
 }
 
 // acquire takes p.busy, reporting whether it did.
@@ -515,7 +515,7 @@ func (m *leases) take(ctx context.Context, p *leasePath, req *Request, now time.
 	}
 	r := *req
 	r.Cost = amount
-	rv, res, err := m.e.reserve(ctx, r, ReserveOptions{TTL: life + leaseGrace, OnExpiry: ExpiryCommit, lease: true})
+	rv, res, err := m.e.reserve(ctx, r, ReserveOptions{TTL: life + leaseGrace, OnExpiry: vocab.ExpiryCommit, lease: true})
 	if err != nil {
 		return nil
 	}
@@ -571,7 +571,7 @@ func (m *leases) end(l *lease, retry bool) {
 		case err == nil:
 			m.event(LeaseEvent{Kind: LeaseReturned, Units: l.amount - used, Used: used})
 			return
-		case errors.As(err, &se) && se.State == Expired:
+		case errors.As(err, &se) && se.State == vocab.Expired:
 			m.event(LeaseEvent{Kind: LeaseExpired, Units: l.amount, Used: used})
 			return
 		case errors.Is(err, ErrReservationNotFound):

@@ -565,7 +565,7 @@ func TestLeaseExpiredBeforeItsCommitIsCounted(t *testing.T) {
 		t.Fatalf("expired %d leases, %d answers leased: nothing to test", len(expired), leased.Load())
 	}
 	for _, r := range expired {
-		if r.State != quota.Expired || r.Used != r.Amount {
+		if r.State != vocab.Expired || r.Used != r.Amount {
 			t.Errorf("lease %s expired %s with used %d of %d, want committed whole", r.ID, r.State, r.Used, r.Amount)
 		}
 	}

@@ -54,7 +54,7 @@ func newLocalLimiter(replicas int) *localLimiter {
 func (l *localLimiter) share(limit int64) int64 { return limit / l.replicas }
 
 // decide answers req from the local counters at now. req must be valid.
-func (l *localLimiter) decide(req *Request, now time.Time) Result {
+func (l *localLimiter) decide(req *Request, now time.Time) vocab.Result {
 	type slot struct {
 		metric string
 		cost   int64
@@ -120,9 +120,9 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 			blocked = s
 		}
 	}
-	res := Result{Allowed: true}
+	res := vocab.Result{Allowed: true}
 	if blocked != nil {
-		b := &Blocked{Metric: blocked.metric, Level: blocked.level, ID: blocked.id, Window: blocked.window}
+		b := &vocab.Blocked{Metric: blocked.metric, Level: blocked.level, ID: blocked.id, Window: blocked.window}
 		if req.Mode == vocab.Shadow || req.Mode == vocab.Warn {
 			res.WouldBlock = b
 		} else {
@@ -135,9 +135,9 @@ func (l *localLimiter) decide(req *Request, now time.Time) Result {
 			ss[i].c.used += ss[i].cost
 		}
 	}
-	res.Levels = make([]LevelStatus, len(ss))
+	res.Levels = make([]vocab.LevelStatus, len(ss))
 	for i, s := range ss {
-		res.Levels[i] = LevelStatus{
+		res.Levels[i] = vocab.LevelStatus{
 			Metric: s.metric, Level: s.level, ID: s.id, Window: s.window, Limit: s.share,
 			Used: s.c.used, Remaining: max(s.share-s.c.used, 0), ResetAt: s.c.end,
 		}

@@ -150,7 +150,7 @@ func (m *enginesMetrics) boundRefusal(err error) {
 
 // atBound counts a check whose reply shows a counter at MaxCounter, or that saturated
 // a counter no limit bounds (stopped it there, the units past it not counted).
-func (m *enginesMetrics) atBound(pool string, res *Result) {
+func (m *enginesMetrics) atBound(pool string, res *vocab.Result) {
 	if res.Saturated {
 		m.bounded.WithLabelValues(pool).Inc()
 		return
@@ -164,7 +164,7 @@ func (m *enginesMetrics) atBound(pool string, res *Result) {
 }
 
 // observe records one answered check (a nil route counts under plan "none").
-func (m *enginesMetrics) observe(pool string, route *vocab.Route, req *Request, res *Result, err error, degraded bool, start time.Time) {
+func (m *enginesMetrics) observe(pool string, route *vocab.Route, req *Request, res *vocab.Result, err error, degraded bool, start time.Time) {
 	decision, level := "allowed", ""
 	switch {
 	case err != nil:
@@ -327,7 +327,7 @@ func (m *enginesMetrics) preinit() {
 // reservation records one reservation opened or settled.
 func (m *enginesMetrics) reservation(ev ReservationEvent) {
 	name := string(ev.State)
-	if ev.State == Held {
+	if ev.State == vocab.Held {
 		name = "opened"
 	}
 	m.reservations.WithLabelValues(name).Inc()

@@ -252,7 +252,7 @@ func TestMultiMetricReservation(t *testing.T) {
 	if err != nil || !dec.Allowed {
 		t.Fatalf("Reserve: %v %+v", err, dec.BlockedAt)
 	}
-	if len(res.Metrics) != 2 || res.Metrics[1] != (quota.MetricAmount{Metric: "tokens", Amount: 4000}) {
+	if len(res.Metrics) != 2 || res.Metrics[1] != (vocab.MetricAmount{Metric: "tokens", Amount: 4000}) {
 		t.Fatalf("reservation metrics %+v", res.Metrics)
 	}
 	per := r.e.Period(1).ID
@@ -282,8 +282,8 @@ func TestMultiMetricReservation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []quota.MetricAmount{{Metric: "requests", Amount: 1, Used: 0, Released: 1}, {Metric: "tokens", Amount: 4000, Used: 1234, Released: 2766}}
-	if fmt.Sprint(done.Metrics) != fmt.Sprint(want) || done.State != quota.Committed {
+	want := []vocab.MetricAmount{{Metric: "requests", Amount: 1, Used: 0, Released: 1}, {Metric: "tokens", Amount: 4000, Used: 1234, Released: 2766}}
+	if fmt.Sprint(done.Metrics) != fmt.Sprint(want) || done.State != vocab.Committed {
 		t.Fatalf("commit: %+v, want metrics %+v", done, want)
 	}
 	again, err := r.e.CommitUsed(ctx, "acme", 1, res.ID, map[string]int64{"tokens": 1234})
@@ -338,7 +338,7 @@ func TestMultiMetricReservationExpiry(t *testing.T) {
 		t.Fatal("a commit after expiry succeeded")
 	}
 	read, err := r.e.Reservation(ctx, "acme", 1, res.ID)
-	if err != nil || read.State != quota.Expired || fmt.Sprint(read.Metrics) != fmt.Sprint([]quota.MetricAmount{
+	if err != nil || read.State != vocab.Expired || fmt.Sprint(read.Metrics) != fmt.Sprint([]vocab.MetricAmount{
 		{Metric: "requests", Amount: 1, Used: 1}, {Metric: "tokens", Amount: 300, Used: 300}}) {
 		t.Fatalf("expired: %+v %v", read, err)
 	}

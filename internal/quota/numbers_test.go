@@ -228,7 +228,7 @@ func TestUnlimitedCounterSaturatesAndNeverDenies(t *testing.T) {
 	gpu := func(user string, cost int64, l quota.LevelLimits) quota.Request {
 		return quota.Request{Org: org, Team: "eng", User: user, Metric: "gpu_seconds", Cost: cost, Mode: vocab.Enforce, Limits: l}
 	}
-	check := func(name string, req quota.Request) quota.Result {
+	check := func(name string, req quota.Request) vocab.Result {
 		t.Helper()
 		return mustDecide(t, r, route, name, req)
 	}
@@ -340,7 +340,7 @@ func TestUnlimitedCounterSaturatesOnEveryPath(t *testing.T) {
 			req := func(user string, cost int64) quota.Request {
 				return quota.Request{Org: org, Team: "eng", User: user, Metric: "gpu_seconds", Cost: cost, Limits: perUser, Precise: precise}
 			}
-			check := func(name string, req quota.Request) quota.Result {
+			check := func(name string, req quota.Request) vocab.Result {
 				t.Helper()
 				return mustDecide(t, r, route, name, req)
 			}
@@ -393,7 +393,7 @@ func TestUnlimitedCounterSaturatesOnEveryPath(t *testing.T) {
 
 // mustDecide checks req on route and fails the test unless the engines decided it
 // (no error, not degraded to the fail mode).
-func mustDecide(t *testing.T, r *quota.Engines, route vocab.Route, name string, req quota.Request) quota.Result {
+func mustDecide(t *testing.T, r *quota.Engines, route vocab.Route, name string, req quota.Request) vocab.Result {
 	t.Helper()
 	res, out, err := r.Check(context.Background(), route, req)
 	if err != nil || out.Degraded {

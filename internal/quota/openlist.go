@@ -49,7 +49,7 @@ func (c OpenCursor) IsZero() bool { return c.ID == "" }
 //
 // Errors: ErrInvalid for a bad org, filter, cursor or limit; ErrUnavailable when Redis
 // fails; ErrNotHydrated.
-func (e *Engine) OpenReservations(ctx context.Context, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]Reservation, OpenCursor, error) {
+func (e *Engine) OpenReservations(ctx context.Context, org string, anchorDay int, f OpenFilter, after OpenCursor, limit int) ([]vocab.Reservation, OpenCursor, error) {
 	switch {
 	case !vocab.ValidID(org):
 		return nil, OpenCursor{}, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
@@ -67,7 +67,7 @@ func (e *Engine) OpenReservations(ctx context.Context, org string, anchorDay int
 	if f != (OpenFilter{}) {
 		batch = openFilteredBatch
 	}
-	var out []Reservation
+	var out []vocab.Reservation
 	pos, off, seen := after, 0, 0
 	for hydrated := false; ; {
 		start := "-inf"
@@ -137,7 +137,7 @@ func (e *Engine) OpenReservations(ctx context.Context, org string, anchorDay int
 			if err != nil {
 				return nil, OpenCursor{}, err
 			}
-			if r.State == Held && (f.Team == "" || r.Team == f.Team) && (f.User == "" || r.User == f.User) {
+			if r.State == vocab.Held && (f.Team == "" || r.Team == f.Team) && (f.User == "" || r.User == f.User) {
 				if len(out) == limit {
 					return out, pos, nil // one more exists: the page ends at the last one kept
 				}

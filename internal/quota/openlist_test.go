@@ -20,7 +20,7 @@ func TestOpenReservationsSkipsLeasesAndSettled(t *testing.T) {
 	ctx := context.Background()
 	r := MustRig(t, "", quota.Config{})
 	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1_000_000)}}
-	mk := func(team, user string, ttl time.Duration) quota.Reservation {
+	mk := func(team, user string, ttl time.Duration) vocab.Reservation {
 		req := quota.Request{Org: "acme", Team: team, User: user, Metric: "tokens", Cost: 5, Limits: limits}
 		return r.mustReserve(t, req, quota.ReserveOptions{TTL: ttl})
 	}
@@ -41,7 +41,7 @@ func TestOpenReservationsSkipsLeasesAndSettled(t *testing.T) {
 	}
 	want := []string{a1.ID, b2.ID, a3.ID, o4.ID}
 
-	ids := func(rs []quota.Reservation) []string {
+	ids := func(rs []vocab.Reservation) []string {
 		var out []string
 		for _, x := range rs {
 			out = append(out, x.ID)
@@ -60,7 +60,7 @@ func TestOpenReservationsSkipsLeasesAndSettled(t *testing.T) {
 				t.Fatalf("size %d: a page of %d", size, len(rs))
 			}
 			for _, x := range rs {
-				if x.State != quota.Held || x.Amount != 5 || x.Metric != "tokens" {
+				if x.State != vocab.Held || x.Amount != 5 || x.Metric != "tokens" {
 					t.Errorf("listed %+v", x)
 				}
 			}

@@ -36,7 +36,7 @@ type call struct {
 
 	// A check's way to its answer (Engine.run): its attempts so far, then its answer.
 	a    attempt
-	res  Result
+	res  vocab.Result
 	fail error // the check's error: not decided
 	held bool  // the batching loop may still hold the call: it is not recycled
 
@@ -64,7 +64,7 @@ func (e *Engine) putCall(c *call) {
 	clear(c.args)
 	c.args, c.ctx, c.reply, c.err, c.org, c.req, c.ask, c.nowMs = c.args[:0], nil, "", nil, "", Request{}, "", 0
 	c.src, c.rid = "", ""
-	c.a, c.res, c.fail, c.item, c.path, c.rsvID, c.rsvOpt = attempt{}, Result{}, nil, 0, nil, "", ReserveOptions{}
+	c.a, c.res, c.fail, c.item, c.path, c.rsvID, c.rsvOpt = attempt{}, vocab.Result{}, nil, 0, nil, "", ReserveOptions{}
 	e.calls.Put(c)
 }
 

@@ -17,42 +17,42 @@ import (
 // reservation held when the worker last persisted is found.
 //
 // Errors: ErrReservationNotFound; ErrUnavailable when Redis fails; ErrNotHydrated.
-func (e *Engine) Reservation(ctx context.Context, org string, anchorDay int, id string) (Reservation, error) {
+func (e *Engine) Reservation(ctx context.Context, org string, anchorDay int, id string) (vocab.Reservation, error) {
 	if !vocab.ValidID(org) || !ValidReservationID(id) {
-		return Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
+		return vocab.Reservation{}, fmt.Errorf("reservation %q: %w", id, ErrReservationNotFound)
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
 	for hydrated := false; ; hydrated = true {
 		h, err := e.rdb.HGetAll(ctx, tag+"r|"+id).Result()
 		if err != nil {
-			return Reservation{}, checkError(err)
+			return vocab.Reservation{}, checkError(err)
 		}
 		if len(h) > 0 {
 			return recordOf(org, id, h)
 		}
 		if hydrated {
-			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
+			return vocab.Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
 		}
 		per := e.periodAt(e.Now(), anchorDay)
 		live, err := e.rdb.HExists(ctx, tag+"m|"+per.ID, markerField).Result()
 		if err != nil {
-			return Reservation{}, checkError(err)
+			return vocab.Reservation{}, checkError(err)
 		}
 		if live {
-			return Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
+			return vocab.Reservation{}, fmt.Errorf("reservation %s: %w", id, ErrReservationNotFound)
 		}
 		if err := e.hydrate(ctx, org, per); err != nil {
-			return Reservation{}, err
+			return vocab.Reservation{}, err
 		}
 	}
 }
 
 // recordOf decodes a reservation's record hash (scripts/reserve.lua).
-func recordOf(org, id string, h map[string]string) (Reservation, error) {
-	bad := func() (Reservation, error) {
-		return Reservation{}, fmt.Errorf("quota: malformed reservation record %s", id)
+func recordOf(org, id string, h map[string]string) (vocab.Reservation, error) {
+	bad := func() (vocab.Reservation, error) {
+		return vocab.Reservation{}, fmt.Errorf("quota: malformed reservation record %s", id)
 	}
-	r := Reservation{ID: id, Org: org, State: ReservationState(h["s"]), OnExpiry: OnExpiry(h["x"]), Period: h["p"]}
+	r := vocab.Reservation{ID: id, Org: org, State: vocab.ReservationState(h["s"]), OnExpiry: vocab.OnExpiry(h["x"]), Period: h["p"]}
 	num := func(k string) int64 {
 		v, _ := strconv.ParseInt(h[k], 10, 64)
 		return v
@@ -75,17 +75,17 @@ func recordOf(org, id string, h map[string]string) (Reservation, error) {
 	}
 	if nm := num("nm"); nm > 1 { // several metrics (reserve.lua): each metric's amount
 		nl := num("nl")
-		r.Metrics = make([]MetricAmount, 0, nm)
+		r.Metrics = make([]vocab.MetricAmount, 0, nm)
 		for m := int64(1); m <= nm; m++ {
 			c, err := parseField(h[fmt.Sprintf("f%d", (m-1)*(nl/nm)+1)])
 			if err != nil {
 				return bad()
 			}
-			r.Metrics = append(r.Metrics, MetricAmount{Metric: c.Metric, Amount: num(fmt.Sprintf("a%d", m))})
+			r.Metrics = append(r.Metrics, vocab.MetricAmount{Metric: c.Metric, Amount: num(fmt.Sprintf("a%d", m))})
 		}
 	}
 	if ans := h["r"]; ans != "" {
-		if err := r.parseAnswer(ans); err != nil {
+		if err := parseAnswer(&r, ans); err != nil {
 			return bad()
 		}
 	}

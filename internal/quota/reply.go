@@ -40,11 +40,11 @@ const (
 //
 // Either way every row names its metric: the unnamed rows of a one-metric request
 // take req.Metric.
-func decode(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte, error) {
+func decode(s string, req *Request, per vocab.Period, nowMs int64) (vocab.Result, byte, error) {
 	if isPacked(s) {
 		return decodePacked(s, req, per, nowMs)
 	}
-	var res Result
+	var res vocab.Result
 	if s == "" {
 		return res, 0, fmt.Errorf("%w: empty", ErrBadReply)
 	}
@@ -60,7 +60,7 @@ func decode(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte
 	if s == "H" {
 		return res, statusHydrate, nil
 	}
-	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
+	bad := func() (vocab.Result, byte, error) { return vocab.Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
 	head, rest, _ := strings.Cut(s, ";")
 	if len(head) != 1 {
 		return bad()
@@ -78,7 +78,7 @@ func decode(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte
 	}
 	retry, blocked := f[1], int(f[2])
 	if rest != "" {
-		res.Levels = make([]LevelStatus, 0, strings.Count(rest, ";")+1)
+		res.Levels = make([]vocab.LevelStatus, 0, strings.Count(rest, ";")+1)
 	}
 	for rest != "" {
 		var row string
@@ -95,7 +95,7 @@ func decode(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte
 			}
 		}
 		p[5] = row
-		ls := LevelStatus{Metric: metric, Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(p[2])}
+		ls := vocab.LevelStatus{Metric: metric, Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(p[2])}
 		var err1, err2, err3 error
 		ls.Limit, err1 = strconv.ParseInt(p[3], 10, 64)
 		ls.Used, err2 = strconv.ParseInt(p[4], 10, 64)
@@ -120,11 +120,11 @@ func decode(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte
 // decided fills in the outcome of a parsed reply; false for an unknown status, or a
 // denial that names no limit (no script sends one: the engine cannot answer a 429
 // without its blocked_at, so it is a reply it cannot read, answered by the fail mode).
-func decided(res *Result, status byte, retry int64, blocked int) bool {
-	var b *Blocked
+func decided(res *vocab.Result, status byte, retry int64, blocked int) bool {
+	var b *vocab.Blocked
 	if blocked > 0 {
 		l := res.Levels[blocked-1]
-		b = &Blocked{Metric: l.Metric, Level: l.Level, ID: l.ID, Window: l.Window}
+		b = &vocab.Blocked{Metric: l.Metric, Level: l.Level, ID: l.ID, Window: l.Window}
 	}
 	switch status {
 	case statusAllowed:
@@ -155,9 +155,9 @@ func isPacked(s string) bool { return len(s) >= 24 && len(s)%8 == 0 && s[0] == 0
 // Everything else of a row (level, id, window, limit, reset) is known here from req
 // and the clock the check was built at (nowMs), in the order the script walks it, so
 // the script formats no numbers.
-func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (Result, byte, error) {
-	var res Result
-	bad := func() (Result, byte, error) { return Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
+func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (vocab.Result, byte, error) {
+	var res vocab.Result
+	bad := func() (vocab.Result, byte, error) { return vocab.Result{}, 0, fmt.Errorf("%w %q", ErrBadReply, s) }
 	// num is the i-th number, or -1 when it is not a whole number in [0, 2^53]
 	num := func(i int) int64 {
 		f := math.Float64frombits(binary.LittleEndian.Uint64([]byte(s[8*i : 8*i+8])))
@@ -191,7 +191,7 @@ func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (Result
 	if len(s) != 8*(3+n) || int(blocked) > n {
 		return bad()
 	}
-	res.Levels = make([]LevelStatus, 0, n)
+	res.Levels = make([]vocab.LevelStatus, 0, n)
 	month := time.UnixMilli(per.End.UnixMilli()).UTC()
 	row := 3
 	metric := req.Metric
@@ -202,7 +202,7 @@ func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (Result
 				return false
 			}
 			row++
-			ls := LevelStatus{Metric: metric, Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
+			ls := vocab.LevelStatus{Metric: metric, Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
 				Remaining: max(l.Limit-used, 0), ResetAt: month}
 			if l.Window == vocab.Concurrent { // nothing resets on a clock: a slot frees when settled
 				ls.ResetAt = time.UnixMilli(nowMs).UTC()

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
+	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
 // Reservations (KEYS.md "Reservations"): Reserve holds units at every level of a
@@ -43,28 +44,6 @@ func composeReserve(check, head string) string {
 	return strings.Replace(check, reserveHook, head, 1)
 }
 
-// ReservationState is where a reservation is in its life.
-type ReservationState string
-
-// The states of a reservation. Only a Held one can be settled.
-const (
-	Held      ReservationState = "held"
-	Committed ReservationState = "committed"
-	Released  ReservationState = "released"
-	Expired   ReservationState = "expired"
-)
-
-// OnExpiry is what settles a reservation left open past its expiry.
-type OnExpiry string
-
-// The expiry actions.
-const (
-	// ExpiryCommit counts the whole amount (the default: usage is never lost).
-	ExpiryCommit OnExpiry = "commit"
-	// ExpiryRelease gives everything back.
-	ExpiryRelease OnExpiry = "release"
-)
-
 // MaxReservationTTL is the longest a reservation may stay open. Its record is kept a
 // day after it expires, for Reservation and for repeated settlements.
 const MaxReservationTTL = 24 * time.Hour
@@ -83,44 +62,9 @@ type ReserveOptions struct {
 	// TTL is how long the reservation stays open, up to MaxReservationTTL (default 60 s).
 	TTL time.Duration
 	// OnExpiry settles it when TTL passes unsettled (default ExpiryCommit).
-	OnExpiry OnExpiry
+	OnExpiry vocab.OnExpiry
 
 	lease bool // a lease (lease.go): not reported as a reservation
-}
-
-// Reservation is one reservation and, once settled, its settlement.
-type Reservation struct {
-	ID       string
-	Org      string
-	Team     string
-	User     string
-	Metric   string
-	State    ReservationState
-	Amount   int64
-	OnExpiry OnExpiry
-	// Period is the billing period the units are held in.
-	Period    string
-	CreatedAt time.Time
-	ExpiresAt time.Time
-	// Used, Released (given back) and OverReserved (used beyond Amount, counted in
-	// full) are known once settled; SettledAt is when.
-	Used         int64
-	Released     int64
-	OverReserved int64
-	SettledAt    time.Time
-	// Metrics is a multi-metric reservation's every metric (Metric, Amount, Used,
-	// Released and OverReserved above are then its first's); nil for one metric.
-	Metrics []MetricAmount
-}
-
-// MetricAmount is one metric of a multi-metric reservation: held, and once settled
-// used, given back and over-reserved.
-type MetricAmount struct {
-	Metric       string
-	Amount       int64
-	Used         int64
-	Released     int64
-	OverReserved int64
 }
 
 // Errors of reservations.
@@ -134,7 +78,7 @@ var (
 // asked (a commit after a release or an expiry). It is a derrors.Conflict.
 type StateError struct {
 	ID    string
-	State ReservationState
+	State vocab.ReservationState
 }
 
 func (e *StateError) Error() string {
@@ -200,8 +144,8 @@ func (o *ReserveOptions) validate() error {
 	}
 	switch o.OnExpiry {
 	case "":
-		o.OnExpiry = ExpiryCommit
-	case ExpiryCommit, ExpiryRelease:
+		o.OnExpiry = vocab.ExpiryCommit
+	case vocab.ExpiryCommit, vocab.ExpiryRelease:
 	default:
 		errs = append(errs, fmt.Errorf("%w: on_expiry %q is not commit or release", ErrInvalid, o.OnExpiry))
 	}
@@ -217,7 +161,7 @@ func (o *ReserveOptions) validate() error {
 // holding nothing more; a denial is not remembered.
 //
 // Errors: those of Check (ErrInvalid also for Cost 0 or bad options).
-func (e *Engine) Reserve(ctx context.Context, req Request, opt ReserveOptions) (Reservation, Result, error) {
+func (e *Engine) Reserve(ctx context.Context, req Request, opt ReserveOptions) (vocab.Reservation, vocab.Result, error) {
 	err := req.Validate()
 	if req.Cost <= 0 && len(req.More) == 0 {
 		err = errors.Join(err, fmt.Errorf("%w: a reservation's amount must be at least 1", ErrInvalid))
@@ -233,20 +177,20 @@ func (e *Engine) Reserve(ctx context.Context, req Request, opt ReserveOptions) (
 	}
 	err = errors.Join(err, opt.validate())
 	if err != nil {
-		return Reservation{}, Result{}, err
+		return vocab.Reservation{}, vocab.Result{}, err
 	}
 	return e.reserve(ctx, req, opt)
 }
 
-func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (Reservation, Result, error) {
+func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (vocab.Reservation, vocab.Result, error) {
 	select {
 	case <-e.closing:
-		return Reservation{}, Result{}, ErrClosed
+		return vocab.Reservation{}, vocab.Result{}, ErrClosed
 	default:
 	}
 	lost := e.lost.Load()
 	if err := e.markReserving(ctx, req.Org); err != nil {
-		return Reservation{}, Result{}, err
+		return vocab.Reservation{}, vocab.Result{}, err
 	}
 	id := newReservationID(opt.lease)
 	c := e.getCall()
@@ -255,15 +199,15 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 	one := [1]*call{c}
 	e.run(ctx, one[:])
 	if c.held {
-		return Reservation{}, Result{}, c.fail // the loop may still write to c: not recycled
+		return vocab.Reservation{}, vocab.Result{}, c.fail // the loop may still write to c: not recycled
 	}
 	res, err, rid, per, nowMs := c.res, c.fail, c.rid, c.period.ID, c.nowMs
 	e.putCall(c)
 	if err != nil {
-		return Reservation{}, Result{}, err
+		return vocab.Reservation{}, vocab.Result{}, err
 	}
 	if !res.Allowed {
-		return Reservation{}, res, nil
+		return vocab.Reservation{}, res, nil
 	}
 	if e.lost.Load() != lost {
 		// Redis lost data while this reservation was made (its script met NOSCRIPT,
@@ -271,7 +215,7 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 		// that the sweep reads, so it is added again before the reservation is
 		// answered; otherwise nothing would ever expire it.
 		if err := e.markReserving(ctx, req.Org); err != nil {
-			return Reservation{}, Result{}, err
+			return vocab.Reservation{}, vocab.Result{}, err
 		}
 	}
 	if res.Replayed {
@@ -281,14 +225,14 @@ func (e *Engine) reserve(ctx context.Context, req Request, opt ReserveOptions) (
 	if !opt.lease {
 		e.reserved()
 	}
-	r := Reservation{ID: rid, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, State: Held,
+	r := vocab.Reservation{ID: rid, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, State: vocab.Held,
 		Amount: req.Cost, OnExpiry: opt.OnExpiry, Period: per, CreatedAt: time.UnixMilli(nowMs).UTC(),
 		ExpiresAt: time.UnixMilli(nowMs + opt.TTL.Milliseconds()).UTC()}
 	if len(req.More) > 0 {
-		r.Metrics = make([]MetricAmount, req.metricCount())
+		r.Metrics = make([]vocab.MetricAmount, req.metricCount())
 		for m := range r.Metrics {
 			metric, cost, _ := req.metricAt(m)
-			r.Metrics[m] = MetricAmount{Metric: metric, Amount: cost}
+			r.Metrics[m] = vocab.MetricAmount{Metric: metric, Amount: cost}
 		}
 	}
 	return r, res, nil
@@ -333,7 +277,7 @@ func reserveFingerprint(req *Request) string {
 // parseReserve reads reserve.lua's reply once parse has read the answers it shares
 // with check.lua: the id (empty when denied), ';', the packed decision; "R" before it
 // for a replay.
-func (c *call) parseReserve() (Result, byte, error) {
+func (c *call) parseReserve() (vocab.Result, byte, error) {
 	s := c.reply
 	replay := strings.HasPrefix(s, "R")
 	if replay {
@@ -341,9 +285,9 @@ func (c *call) parseReserve() (Result, byte, error) {
 	}
 	id, packed, ok := strings.Cut(s, ";")
 	if !ok {
-		return Result{}, 0, fmt.Errorf("%w: reserve reply %q", ErrBadReply, c.reply)
+		return vocab.Result{}, 0, fmt.Errorf("%w: reserve reply %q", ErrBadReply, c.reply)
 	}
-	var res Result
+	var res vocab.Result
 	var status byte
 	var err error
 	if isPacked(packed) { // a reservation's decision is always packed
@@ -352,13 +296,13 @@ func (c *call) parseReserve() (Result, byte, error) {
 		err = fmt.Errorf("%w %q", ErrBadReply, packed)
 	}
 	if replay && err != nil { // the request's limits changed since: the levels cannot be named
-		res, status, err = Result{Allowed: true}, statusAllowed, nil
+		res, status, err = vocab.Result{Allowed: true}, statusAllowed, nil
 	}
 	if err != nil {
 		return res, status, err
 	}
 	if res.Allowed != (id != "") {
-		return Result{}, 0, fmt.Errorf("%w: reserve reply %q: id and decision disagree", ErrBadReply, c.reply)
+		return vocab.Result{}, 0, fmt.Errorf("%w: reserve reply %q: id and decision disagree", ErrBadReply, c.reply)
 	}
 	res.Replayed = replay
 	if replay {
@@ -371,12 +315,12 @@ func (c *call) parseReserve() (Result, byte, error) {
 // reserved reports an opened reservation to Config.OnReservation.
 func (e *Engine) reserved() {
 	if f := e.cfg.OnReservation; f != nil {
-		f(ReservationEvent{State: Held})
+		f(ReservationEvent{State: vocab.Held})
 	}
 }
 
 // ReservationEvent is one reservation opened (State Held) or settled, for metrics.
 type ReservationEvent struct {
-	State        ReservationState
+	State        vocab.ReservationState
 	OverReserved int64
 }

@@ -47,7 +47,7 @@ func reserveReq(org string, cost int64, limits quota.LevelLimits) quota.Request 
 	return quota.Request{Org: org, Team: "eng", User: "alice", Metric: "tokens", Cost: cost, Limits: limits}
 }
 
-func (r *testRig) mustReserve(tb testing.TB, req quota.Request, opt quota.ReserveOptions) quota.Reservation {
+func (r *testRig) mustReserve(tb testing.TB, req quota.Request, opt quota.ReserveOptions) vocab.Reservation {
 	tb.Helper()
 	res, out, err := r.e.Reserve(context.Background(), req, opt)
 	if err != nil {
@@ -85,7 +85,7 @@ func TestReserveHoldsThenCommitGivesBack(t *testing.T) {
 	ctx := context.Background()
 
 	res := r.mustReserve(t, reserveReq(org, 30, limits), quota.ReserveOptions{})
-	if res.State != quota.Held || res.Amount != 30 || res.OnExpiry != quota.ExpiryCommit || !quota.ValidReservationID(res.ID) {
+	if res.State != vocab.Held || res.Amount != 30 || res.OnExpiry != vocab.ExpiryCommit || !quota.ValidReservationID(res.ID) {
 		t.Fatalf("reservation = %+v", res)
 	}
 	// Held units are in the counters but not committed: usage (committed) has none of
@@ -113,7 +113,7 @@ func TestReserveHoldsThenCommitGivesBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.State != quota.Committed || got.Used != 10 || got.Released != 20 || got.OverReserved != 0 || got.Team != "eng" || got.User != "alice" || got.Metric != "tokens" {
+	if got.State != vocab.Committed || got.Used != 10 || got.Released != 20 || got.OverReserved != 0 || got.Team != "eng" || got.User != "alice" || got.Metric != "tokens" {
 		t.Errorf("commit = %+v", got)
 	}
 	if d := cmp.Diff(all("tokens", 10), r.usage(t, org)); d != "" {
@@ -138,14 +138,14 @@ func TestReserveHoldsThenCommitGivesBack(t *testing.T) {
 	}
 	// Settled one way, another is a conflict naming the state.
 	var se *quota.StateError
-	if _, err := r.e.Release(ctx, org, 1, res.ID); !errors.As(err, &se) || se.State != quota.Committed || !errors.Is(err, derrors.Conflict) {
+	if _, err := r.e.Release(ctx, org, 1, res.ID); !errors.As(err, &se) || se.State != vocab.Committed || !errors.Is(err, derrors.Conflict) {
 		t.Errorf("release after commit: %v", err)
 	}
 	rel := r.mustReserve(t, reserveReq(org, 5, limits), quota.ReserveOptions{})
-	if got, err := r.e.Release(ctx, org, 1, rel.ID); err != nil || got.State != quota.Released || got.Released != 5 {
+	if got, err := r.e.Release(ctx, org, 1, rel.ID); err != nil || got.State != vocab.Released || got.Released != 5 {
 		t.Errorf("release = %+v, %v", got, err)
 	}
-	if _, err := r.e.Commit(ctx, org, 1, rel.ID, 1); !errors.As(err, &se) || se.State != quota.Released {
+	if _, err := r.e.Commit(ctx, org, 1, rel.ID, 1); !errors.As(err, &se) || se.State != vocab.Released {
 		t.Errorf("commit after release: %v", err)
 	}
 	if d := cmp.Diff(all("tokens", 10), r.usage(t, org)); d != "" {
@@ -226,7 +226,7 @@ func TestReserveIdempotencyKey(t *testing.T) {
 	req.IdempotencyKey = "llm-call-0001"
 	first := r.mustReserve(t, req, quota.ReserveOptions{})
 	second, out, err := r.e.Reserve(context.Background(), req, quota.ReserveOptions{})
-	if err != nil || !out.Replayed || second.ID != first.ID || second.State != quota.Held || second.Amount != 7 {
+	if err != nil || !out.Replayed || second.ID != first.ID || second.State != vocab.Held || second.Amount != 7 {
 		t.Fatalf("repeat = %+v %+v %v; want the first reservation replayed", second, out, err)
 	}
 	if held, _ := r.e.HeldUnits(context.Background(), org, r.e.Period(1).ID); cmp.Diff(all("tokens", 7), held) != "" {
@@ -276,9 +276,9 @@ func TestReserveExpiryOnceWithTwoSweepers(t *testing.T) {
 	limits := quota.LevelLimits{Org: []vocab.Limit{lim(vocab.Month, 1000)}}
 	var ids []string
 	for i := range 20 {
-		onExp := quota.ExpiryCommit
+		onExp := vocab.ExpiryCommit
 		if i%2 == 1 {
-			onExp = quota.ExpiryRelease
+			onExp = vocab.ExpiryRelease
 		}
 		ids = append(ids, r.mustReserve(t, reserveReq(org, 10, limits), quota.ReserveOptions{TTL: time.Second, OnExpiry: onExp}).ID)
 	}
@@ -305,11 +305,11 @@ func TestReserveExpiryOnceWithTwoSweepers(t *testing.T) {
 		t.Errorf("usage (-want +got):\n%s", d)
 	}
 	var se *quota.StateError
-	if _, err := r.e.Commit(ctx, org, 1, ids[0], 1); !errors.As(err, &se) || se.State != quota.Expired {
+	if _, err := r.e.Commit(ctx, org, 1, ids[0], 1); !errors.As(err, &se) || se.State != vocab.Expired {
 		t.Errorf("commit after expiry: %v", err)
 	}
 	got, err := r.e.Reservation(ctx, org, 1, ids[1])
-	if err != nil || got.State != quota.Expired || got.Used != 0 || got.Released != 10 {
+	if err != nil || got.State != vocab.Expired || got.Used != 0 || got.Released != 10 {
 		t.Errorf("expired with release = %+v, %v", got, err)
 	}
 }
@@ -343,7 +343,7 @@ func TestReserveCommitRacingExpiry(t *testing.T) {
 	})
 	var cwg sync.WaitGroup
 	for i := range n {
-		res := r.mustReserve(t, reserveReq(org, 10, limits), quota.ReserveOptions{TTL: 15 * time.Millisecond, OnExpiry: quota.ExpiryRelease})
+		res := r.mustReserve(t, reserveReq(org, 10, limits), quota.ReserveOptions{TTL: 15 * time.Millisecond, OnExpiry: vocab.ExpiryRelease})
 		cwg.Go(func() {
 			time.Sleep(time.Duration(i%3) * 8 * time.Millisecond) // some before the expiry, some around it, some after
 			_, err := r.e.Commit(ctx, org, 1, res.ID, 3)
@@ -351,7 +351,7 @@ func TestReserveCommitRacingExpiry(t *testing.T) {
 			switch {
 			case err == nil:
 				committed.Add(1)
-			case errors.As(err, &se) && se.State == quota.Expired:
+			case errors.As(err, &se) && se.State == vocab.Expired:
 			default:
 				t.Error(err)
 			}
@@ -363,12 +363,12 @@ func TestReserveCommitRacingExpiry(t *testing.T) {
 	wg.Wait()
 	// Expiries the commit found due are settled by the commit's own call: the sweep
 	// saw fewer. Every reservation is settled once: committed + expired states = n.
-	var states = map[quota.ReservationState]int64{}
+	var states = map[vocab.ReservationState]int64{}
 	ids, _ := r.raw.Keys(ctx, r.prefix+":{"+org+"}|r|*").Result()
 	for _, k := range ids {
-		states[quota.ReservationState(r.raw.HGet(ctx, k, "s").Val())]++
+		states[vocab.ReservationState(r.raw.HGet(ctx, k, "s").Val())]++
 	}
-	if states[quota.Committed] != committed.Load() || states[quota.Committed]+states[quota.Expired] != n {
+	if states[vocab.Committed] != committed.Load() || states[vocab.Committed]+states[vocab.Expired] != n {
 		t.Errorf("states %v, commits that won %d, of %d", states, committed.Load(), n)
 	}
 	if got := r.usage(t, org)[orgC("tokens")]; got != 3*committed.Load() {

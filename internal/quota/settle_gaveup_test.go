@@ -19,7 +19,7 @@ func TestReservationWhoseCommitGaveUp(t *testing.T) {
 	prefix := testenv.ID(t, "qg")
 	survivor := MustRig(t, "", quota.Config{KeyPrefix: prefix})
 	limits := quota.LevelLimits{User: []vocab.Limit{lim(vocab.Month, 1000)}}
-	for _, onExp := range []quota.OnExpiry{quota.ExpiryCommit, quota.ExpiryRelease} {
+	for _, onExp := range []vocab.OnExpiry{vocab.ExpiryCommit, vocab.ExpiryRelease} {
 		t.Run(string(onExp), func(t *testing.T) {
 			org := "org-" + string(onExp)
 			dying := MustRig(t, "", quota.Config{KeyPrefix: prefix})
@@ -38,11 +38,11 @@ func TestReservationWhoseCommitGaveUp(t *testing.T) {
 			}
 			got := survivor.usage(t, org)[userC("tokens", "eng", "alice")]
 			want := int64(40)
-			if onExp == quota.ExpiryRelease {
+			if onExp == vocab.ExpiryRelease {
 				want = 0
 			}
 			t.Logf("on_expiry %s: %s, used %d, counted %d", onExp, r.State, r.Used, got)
-			if r.State != quota.Expired || got != want {
+			if r.State != vocab.Expired || got != want {
 				t.Errorf("after the commit gave up: %s, counted %d, want expired and %d", r.State, got, want)
 			}
 		})

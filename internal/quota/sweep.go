@@ -44,13 +44,13 @@ const sweepBatch = 500
 //
 // Errors: ErrInvalid for a bad org; ErrUnavailable when Redis fails (those expired by
 // the batches done are returned with the error).
-func (e *Engine) ExpireDue(ctx context.Context, org string) ([]Reservation, error) {
+func (e *Engine) ExpireDue(ctx context.Context, org string) ([]vocab.Reservation, error) {
 	if !vocab.ValidID(org) {
 		return nil, fmt.Errorf("%w: org %q is not a valid id", ErrInvalid, org)
 	}
 	tag := orgTag(e.cfg.KeyPrefix, org)
 	keys := []string{tag + "x", tag + "rd", tag + "m|", e.indexKey(org)}
-	var out []Reservation
+	var out []vocab.Reservation
 	for {
 		vals, err := settleScript.Run(ctx, e.rdb, keys, "sweep", e.Now().UnixMilli(), 0, "", tag, sweepBatch).StringSlice()
 		if err != nil && !errors.Is(err, redis.Nil) {
@@ -58,8 +58,8 @@ func (e *Engine) ExpireDue(ctx context.Context, org string) ([]Reservation, erro
 		}
 		for _, v := range vals {
 			id, ans, _ := strings.Cut(v, ";")
-			r := Reservation{ID: id, Org: org}
-			if err := r.parseAnswer(ans); err != nil {
+			r := vocab.Reservation{ID: id, Org: org}
+			if err := parseAnswer(&r, ans); err != nil {
 				return out, err
 			}
 			e.settled(&r)
@@ -121,8 +121,8 @@ func (e *Engine) sweepPage(ctx context.Context, orgs []string) (int, error) {
 		case err == nil:
 			for _, v := range vals {
 				id, ans, _ := strings.Cut(v, ";")
-				r := Reservation{ID: id, Org: orgs[i]}
-				if err := r.parseAnswer(ans); err != nil {
+				r := vocab.Reservation{ID: id, Org: orgs[i]}
+				if err := parseAnswer(&r, ans); err != nil {
 					return n, err
 				}
 				e.settled(&r)

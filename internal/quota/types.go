@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
@@ -271,56 +270,6 @@ func validChars(s string) bool {
 		}
 	}
 	return true
-}
-
-// Result is the decision of one check.
-type Result struct {
-	// Allowed is false only for a denied check in Enforce mode.
-	Allowed bool
-	// Levels has one entry per level and window with a limit, org first, usage
-	// including this check's cost when it was counted.
-	Levels []LevelStatus
-	// BlockedAt names the limit that denied the check: the broadest window among
-	// those exceeded, and at equal windows the highest level. Nil when allowed.
-	BlockedAt *Blocked
-	// WouldBlock is what BlockedAt would have been in Shadow or Warn mode, where the
-	// check was allowed and counted anyway.
-	WouldBlock *Blocked
-	// RetryAfter estimates when the same check could pass; set only when denied.
-	RetryAfter time.Duration
-	// Replayed is true when an earlier check with the same idempotency key decided,
-	// and this one consumed nothing.
-	Replayed bool
-	// Leased is true when the check was admitted in process from a lease this replica
-	// holds (lease.go). Levels are then the usage when the lease was taken, counting the
-	// whole lease as used (conservative), and are shared by the lease's answers: read only.
-	Leased bool
-	// Saturated is true when the check took a counter no limit bounds to MaxCounter,
-	// where it stopped, the units past it not counted there (docs/ARCHITECTURE.md,
-	// "Bounded numbers"; counted in quotaplane_counters_at_bound_total).
-	Saturated bool
-}
-
-// LevelStatus is the state of one limit after the check.
-type LevelStatus struct {
-	// Metric is the limit's metric (a multi-metric request's levels are every metric's,
-	// in the request's order of metrics).
-	Metric    string
-	Level     vocab.Level
-	ID        string
-	Window    vocab.Window
-	Limit     int64
-	Used      int64
-	Remaining int64
-	ResetAt   time.Time
-}
-
-// Blocked names one limit: which level, whose id, which window.
-type Blocked struct {
-	Metric string
-	Level  vocab.Level
-	ID     string
-	Window vocab.Window
 }
 
 // Counter names one month usage counter of an org.

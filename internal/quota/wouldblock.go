@@ -128,7 +128,7 @@ func (w *wouldBlocks) dayOf(ms int64) string {
 }
 
 // record counts c's check, which res says would have been denied.
-func (w *wouldBlocks) record(c *call, b *Blocked) {
+func (w *wouldBlocks) record(c *call, b *vocab.Blocked) {
 	req := &c.req
 	k := WouldBlockKey{Day: w.dayOf(c.nowMs), Metric: req.Metric, Level: b.Level, Window: b.Window}
 	if b.Metric != "" { // a multi-metric request's: the metric that would have blocked

@@ -57,7 +57,7 @@ func TestWouldBlockCountsExactUnderConcurrency(t *testing.T) {
 	org := testenv.ID(t, "org")
 	var mu sync.Mutex
 	want := map[wbRow]quota.WouldBlockCount{}
-	note := func(req quota.Request, res quota.Result) {
+	note := func(req quota.Request, res vocab.Result) {
 		b := res.WouldBlock
 		if b == nil || res.Replayed {
 			return
@@ -275,7 +275,7 @@ func BenchmarkWouldBlockRecord(b *testing.B) {
 	for i := range reqs {
 		reqs[i].Org = fmt.Sprintf("org-%d", i%8)
 	}
-	blocked := &quota.Blocked{Level: vocab.LevelUser, Window: vocab.Minute}
+	blocked := &vocab.Blocked{Level: vocab.LevelUser, Window: vocab.Minute}
 	record := quota.WouldBlockRecorder(r.e, reqs, blocked)
 	var next atomic.Int64
 	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))

@@ -68,8 +68,8 @@
 // descriptor's status describing its own metric's limits. A path is never split: one
 // naming more than 16 metrics is refused whole, every descriptor of it, counting
 // nothing (a priced path's `spend` is not one of the 16: it is the engine's `Derived`
-// counter). Several groups go in
-// one `CheckBatch` pipeline (`checks.Service.CheckPaths`). Error kinds map to gRPC codes in
+// counter). Every group is asked of the engine in one `Decide`
+// (`checks.Service.CheckPaths`), one pipeline per Redis. Error kinds map to gRPC codes in
 // one place (internal/rls/status.go): a call without descriptors is INVALID_ARGUMENT
 // (a descriptor's own Invalid, NotFound or Unprocessable is the OVER_LIMIT above);
 // Forbidden -> PERMISSION_DENIED; Unavailable and Overloaded ->

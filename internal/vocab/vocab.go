@@ -1,7 +1,8 @@
 // Package vocab is the vocabulary Quotaplane's packages share: the windows, levels,
 // modes and fail modes a limit is written in, a Limit, the billing Period, the one id
-// validator, the bound MaxUnits on every number of units, and an org's Route to its
-// Redis. Each is defined here once; tenants (which stores them), quota (which counts
+// validator, the bound MaxUnits on every number of units, an org's Route to its
+// Redis, and what the engine answers and every transport renders: a check's Result
+// and a Reservation. Each is defined here once; tenants (which stores them), quota (which counts
 // them), checks and billing use these types directly. It imports nothing internal, so
 // any package may import it.
 package vocab
@@ -77,7 +78,7 @@ const (
 	// Enforce denies a check that would exceed a limit and counts nothing for it.
 	Enforce Mode = "enforce"
 	// Shadow never denies; a check that would have been denied is counted anyway and
-	// reported as would-block (quota.Result.WouldBlock).
+	// reported as would-block (Result.WouldBlock).
 	Shadow Mode = "shadow"
 	// Warn behaves like Shadow; the answer carries a warning as well.
 	Warn Mode = "warn"

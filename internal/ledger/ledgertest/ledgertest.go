@@ -109,7 +109,7 @@ func (e *Env) Seed(org string, planLimits []vocab.Limit, pricing *tenants.Pricin
 }
 
 // Check runs one check the way the API builds it (org, team and user limits of metric).
-func (e *Env) Check(eng *quota.Engine, org, team, user, metric string, cost int64) (quota.Result, error) {
+func (e *Env) Check(eng *quota.Engine, org, team, user, metric string, cost int64) (vocab.Result, error) {
 	e.T.Helper()
 	ctx := context.Background()
 	r, err := e.Svc.ResolveOrg(ctx, org)
