@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Base against current, interleaved: two api binaries, each with GOMAXPROCS=1 on core
 # 0 (the load, wrk or loadgen, on core 1), on their own databases and one Redis,
-# driven in alternated rounds (A B A B ...) by wrk (/healthz and /v1/check over 1,000
+# driven in alternated rounds (A B, B A, ...) by wrk (/healthz and /v1/check over 1,000
 # users) and by loadgen (HTTP /v1/check and gRPC ShouldRateLimit, spread over 1,000
 # users and hot on one, and gRPC's three descriptors of a path); each row gives
 # requests/s and the api's CPU µs per request from /proc/<pid>/stat. A shared machine's
@@ -89,7 +89,9 @@ lg_n() { # name http grpc mode
   awk -v s="$secs" '/"requests_per_second"/ { gsub(/[,]/, "", $2); printf "%.0f\n", $2 * s }' "$tmp/lg.json"
 }
 for round in $(seq "${ROUNDS:-3}"); do
-  for name in base new; do
+  order="base new" # alternated, so neither binary always runs on the warmer machine
+  [ $((round % 2)) = 0 ] && order="new base"
+  for name in $order; do
     if [ $name = base ]; then h=$port g=$((port + 1)); else h=$((port + 2)) g=$((port + 3)); fi
     echo "round $round: $(run $name /healthz wrk_n "http://127.0.0.1:$h/healthz")" | tee -a "$tmp/rows"
     echo "round $round: $(run $name /v1/check wrk_n -s "$tmp/$name.lua" "http://127.0.0.1:$h/v1/check")" | tee -a "$tmp/rows"
@@ -100,11 +102,13 @@ for round in $(seq "${ROUNDS:-3}"); do
 done
 # The medians of each path's rounds, and current against base.
 echo
-awk '{ k = $3 SUBSEP $4; n[k]++; rps[k, n[k]] = $5; us[k, n[k]] = $7; if (!($3 in seen)) { seen[$3] = 1; order[++m] = $3 } }
+awk 'NF < 7 || $5 + 0 == 0 { next } # a run that failed prints no figures
+  { k = $3 SUBSEP $4; n[k]++; rps[k, n[k]] = $5; us[k, n[k]] = $7; if (!($3 in seen)) { seen[$3] = 1; order[++m] = $3 } }
   function med(a, k, c,   i, j, t, v) { for (i = 1; i <= c; i++) v[i] = a[k, i]
     for (i = 1; i <= c; i++) for (j = i + 1; j <= c; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
     return c % 2 ? v[(c + 1) / 2] : (v[c / 2] + v[c / 2 + 1]) / 2 }
   END { printf "%-16s %12s %12s %8s %14s\n", "path (medians)", "base µs/req", "new µs/req", "ratio", "new/base req/s"
     for (i = 1; i <= m; i++) { l = order[i]; b = l SUBSEP "base"; c = l SUBSEP "new"
+      if (!n[b] || !n[c]) continue
       bu = med(us, b, n[b]); cu = med(us, c, n[c]); br = med(rps, b, n[b]); cr = med(rps, c, n[c])
       printf "%-16s %12.1f %12.1f %8.2f %14.2f\n", l, bu, cu, cu / bu, cr / br } }' "$tmp/rows"
