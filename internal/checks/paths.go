@@ -61,16 +61,25 @@ func (e *InputError) Error() string { return fmt.Sprintf("input %d: %v", e.Index
 // Unwrap returns the refusal, which carries the kind.
 func (e *InputError) Unwrap() error { return e.Err }
 
-// pathCheck is one input's check, resolved.
+// pathCheck is one input's check, resolved. It carries what a path needs of the
+// resolved input, not the whole: a call's inputs and groups are made per call.
 type pathCheck struct {
-	resolved
+	path
 	group int   // index of its path's group; -1 when err
 	err   error // why it was not decided (InputFault), or nil
 }
 
+// path is what deciding and describing a path needs of a resolved input.
+type path struct {
+	req   quota.Request
+	route vocab.Route
+	mode  vocab.Mode
+	price pricing // its org's rates and its path's spend limits (money.go)
+}
+
 // group is one path: the deepest of its inputs' checks, decided once.
 type group struct {
-	resolved
+	path
 	res   vocab.Result
 	oc    quota.Outcome
 	first int   // the index of its first input
@@ -107,7 +116,7 @@ func (s *Service) CheckPaths(ctx context.Context, c Caller, ins []Input) (Paths,
 		if err != nil && !InputFault(err) {
 			return Paths{}, &InputError{Index: i, Err: err}
 		}
-		cs[i] = pathCheck{resolved: r, err: err, group: -1}
+		cs[i] = pathCheck{path: path{req: r.req, route: r.route, mode: r.mode, price: r.price}, err: err, group: -1}
 	}
 	gs := pathGroups(cs)
 	for i := range gs {
@@ -183,7 +192,7 @@ func pathGroups(cs []pathCheck) []group {
 				(r.Team == "" || r.Team == g.req.Team) && (r.User == "" || r.User == g.req.User)
 		})
 		if gi < 0 {
-			gs = append(gs, group{resolved: cs[i].resolved, first: i})
+			gs = append(gs, group{path: cs[i].path, first: i})
 			gi = len(gs) - 1
 		} else {
 			gs[gi].req.Cost = max(gs[gi].req.Cost, r.Cost)
