@@ -387,4 +387,17 @@ func TestNoEngine(t *testing.T) {
 			t.Errorf("%s: %v, want ErrNoEngine", name, err)
 		}
 	}
+	// An input refused on its own says why before the missing engine does: a key
+	// without the check scope is Forbidden, a bad field Invalid, with or without an
+	// engine.
+	if _, err := s.Check(ctx, noScope, one); derrors.KindOf(err) != derrors.Forbidden {
+		t.Errorf("Check by a key without the check scope: %v, want Forbidden", err)
+	}
+	if _, err := s.Check(ctx, acmeKey, in("", "", "", "", -1)); derrors.KindOf(err) != derrors.Invalid {
+		t.Errorf("Check without an org: %v, want Invalid", err)
+	}
+	items, err := s.CheckBatch(ctx, noScope, []checks.Input{one})
+	if err != nil || len(items) != 1 || derrors.KindOf(items[0].Err) != derrors.Forbidden {
+		t.Errorf("CheckBatch by a key without the check scope: %v %+v, want its item Forbidden", err, items)
+	}
 }

@@ -188,7 +188,7 @@ func TightestItem(items []Item) int {
 
 // CheckBatch decides each check on its own, in order, all sent to the engine in one
 // Decide. Each item's error is one of Check's; the batch's own error is ErrNoEngine
-// only.
+// only, when some check resolved.
 func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item, error) {
 	enter(ctx, "checks.CheckBatch")
 	items := make([]Item, len(ins))
@@ -208,11 +208,9 @@ func (s *Service) CheckBatch(ctx context.Context, c Caller, ins []Input) ([]Item
 
 // decide is every check's one way: each input resolved (refused alone when it cannot
 // be), all resolved checks decided by the engine in one Decide, and each decision
-// described into items[i]. Its own error is ErrNoEngine only.
+// described into items[i]. Its own error is ErrNoEngine, when some input resolved and
+// there is no engine to decide it: an input refused on its own says why first.
 func (s *Service) decide(ctx context.Context, c Caller, ins []Input, items []Item) error {
-	if s.engine == nil {
-		return ErrNoEngine
-	}
 	b := newBatch(len(ins))
 	defer b.done()
 	for i, in := range ins {
@@ -226,6 +224,9 @@ func (s *Service) decide(ctx context.Context, c Caller, ins []Input, items []Ite
 		}
 		items[i].Decision = r.decision(in.Costs != nil)
 		b.checks, b.slots = append(b.checks, quota.Check{Route: r.route, Request: r.req}), append(b.slots, i)
+	}
+	if s.engine == nil && len(b.checks) > 0 {
+		return ErrNoEngine
 	}
 	s.ask(ctx, b.checks)
 	for j, i := range b.slots {
