@@ -387,9 +387,9 @@ func TestNoEngine(t *testing.T) {
 			t.Errorf("%s: %v, want ErrNoEngine", name, err)
 		}
 	}
-	// An input refused on its own says why before the missing engine does: a key
-	// without the check scope is Forbidden, a bad field Invalid, with or without an
-	// engine.
+	// An input refused on its own is refused for its own fault, not for the missing
+	// engine: a key without the check scope is Forbidden, a bad field Invalid, with
+	// or without an engine.
 	if _, err := s.Check(ctx, noScope, one); derrors.KindOf(err) != derrors.Forbidden {
 		t.Errorf("Check by a key without the check scope: %v, want Forbidden", err)
 	}

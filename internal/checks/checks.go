@@ -151,7 +151,8 @@ type resolved struct {
 	price    pricing // its org's rates and its path's spend limits (money.go)
 }
 
-// decision is the Decision of r before the engine answers.
+// decision is the Decision of r with what resolving it knows; the engine's answer
+// completes it.
 func (r *resolved) decision(multi bool) Decision {
 	req := &r.req
 	return Decision{Mode: r.mode, Throttle: r.throttle, Multi: multi || len(req.More) > 0, Metric: req.Metric}
