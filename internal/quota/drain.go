@@ -71,43 +71,156 @@ func (e *Engine) Undrain(ctx context.Context, org string, recs []ReservationReco
 	return nil
 }
 
+// drainChunk bounds the counters (and reservations) one run of drain.lua takes.
+const drainChunk = 1000
+
 func (e *Engine) drain(ctx context.Context, org, period string, reservations bool) (Drained, error) {
 	out := Drained{Counters: map[Counter]int64{}, At: e.Now()}
 	if err := validOrgPeriod(org, period); err != nil {
 		return out, err
 	}
-	const chunk = 1000
+	keys, args := e.drainArgs(org, period, reservations)
+	for {
+		vals, err := drainScript.Run(ctx, e.rdb, keys, args...).StringSlice()
+		if err != nil {
+			return out, fmt.Errorf("drain %s %s: %w: %w", org, period, ErrUnavailable, err)
+		}
+		more, err := addDrained(&out, vals)
+		if err != nil || !more {
+			return out, err
+		}
+	}
+}
+
+// drainArgs are drain.lua's keys and arguments for org's period.
+func (e *Engine) drainArgs(org, period string, reservations bool) ([]string, []any) {
 	tag := orgTag(e.cfg.KeyPrefix, org)
 	keys := []string{tag + "d|" + period, tag + "m|" + period, tag + "h|" + period}
 	if reservations {
 		keys = append(keys, tag+"rd")
 	}
-	for {
-		vals, err := drainScript.Run(ctx, e.rdb, keys, chunk, period, tag).StringSlice()
+	return keys, []any{drainChunk, period, tag}
+}
+
+// addDrained adds one drain.lua reply to out, and says whether the run was full (the
+// set may hold more).
+func addDrained(out *Drained, vals []string) (more bool, err error) {
+	var recs []string
+	for i, v := range vals {
+		if v == "|r" && i%2 == 0 {
+			vals, recs = vals[:i], vals[i+1:]
+			break
+		}
+	}
+	if err := addCounters(out.Counters, vals); err != nil {
+		return false, err
+	}
+	for _, js := range recs {
+		r, err := recordFromJSON(js)
 		if err != nil {
-			return out, fmt.Errorf("drain %s %s: %w: %w", org, period, ErrUnavailable, err)
+			return false, err
 		}
-		var recs []string
-		for i, v := range vals {
-			if v == "|r" && i%2 == 0 {
-				vals, recs = vals[:i], vals[i+1:]
-				break
+		out.Reservations = append(out.Reservations, r)
+	}
+	// -1: a chunk may have held the set's keeper member '|'
+	return len(vals)/2 >= drainChunk-1 || len(recs) >= drainChunk, nil
+}
+
+// OrgPeriod names one org's billing period.
+type OrgPeriod struct{ Org, Period string }
+
+// DrainedPeriod is what DrainMany took of one OrgPeriod: Drain's counters and
+// reservations, the epoch and version of the period's would-block record (WouldBlockVersion),
+// or the error of that period alone.
+type DrainedPeriod struct {
+	Drained
+	WouldBlockEpoch   string
+	WouldBlockVersion int64
+	Err               error
+}
+
+// drainPipeline bounds the periods of one pipeline of DrainMany: its replies are read
+// within one read timeout (the engines' RedisTimeout, 100 ms by default), and 128
+// drains take a few ms of Redis time.
+const drainPipeline = 128
+
+// DrainMany is Drain and WouldBlockVersion of many periods in pipelines of
+// drainPipeline periods, one round trip each (a period with more than one run's worth
+// drains the rest by itself). Every Drained has the same At, taken before the first
+// pipeline. Errors: a bad org or period is that entry's ErrInvalid; when Redis fails
+// every entry not read has ErrUnavailable.
+func (e *Engine) DrainMany(ctx context.Context, ps []OrgPeriod) []DrainedPeriod {
+	out := make([]DrainedPeriod, len(ps))
+	at := e.Now()
+	for i := 0; i < len(ps); i += drainPipeline {
+		e.drainMany(ctx, ps[i:min(i+drainPipeline, len(ps))], out[i:min(i+drainPipeline, len(ps))], at)
+	}
+	return out
+}
+
+func (e *Engine) drainMany(ctx context.Context, ps []OrgPeriod, out []DrainedPeriod, at time.Time) {
+	drains := make([]*redis.Cmd, len(ps))
+	wbs := make([]*redis.SliceCmd, len(ps))
+	send := func(which []int) error {
+		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range which {
+				keys, args := e.drainArgs(ps[i].Org, ps[i].Period, true)
+				drains[i] = p.EvalSha(ctx, drainScript.Hash(), keys, args...)
+				wb, _ := e.recordKeys(wbOrg{org: ps[i].Org, period: ps[i].Period})
+				wbs[i] = p.HMGet(ctx, wb, "e", "v")
+			}
+			return nil
+		})
+		return err
+	}
+	var which []int
+	for i, p := range ps {
+		out[i].Drained = Drained{Counters: map[Counter]int64{}, At: at}
+		if err := validOrgPeriod(p.Org, p.Period); err != nil {
+			out[i].Err = err
+			continue
+		}
+		which = append(which, i)
+	}
+	err := send(which)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = drainScript.Load(ctx, e.rdb).Err(); err == nil {
+			err = send(which)
+		}
+	}
+	for _, i := range which {
+		r := &out[i]
+		vals, derr := drains[i].StringSlice()
+		if derr != nil {
+			r.Err = fmt.Errorf("drain %s %s: %w: %w", ps[i].Org, ps[i].Period, ErrUnavailable, derr)
+			continue
+		}
+		more, perr := addDrained(&r.Drained, vals)
+		if perr != nil {
+			r.Err = perr
+			continue
+		}
+		if more { // the rest, run by run
+			rest, rerr := e.drain(ctx, ps[i].Org, ps[i].Period, true)
+			for c, v := range rest.Counters {
+				r.Counters[c] = v
+			}
+			r.Reservations = append(r.Reservations, rest.Reservations...)
+			if rerr != nil {
+				r.Err = rerr
+				continue
 			}
 		}
-		if err := addCounters(out.Counters, vals); err != nil {
-			return out, err
+		if v, werr := wbs[i].Result(); werr == nil {
+			r.WouldBlockEpoch, _ = v[0].(string)
+			vs, _ := v[1].(string)
+			r.WouldBlockVersion, _ = strconv.ParseInt(vs, 10, 64)
+		} else {
+			r.Err = fmt.Errorf("would-block record %s %s: %w: %w", ps[i].Org, ps[i].Period, ErrUnavailable, werr)
 		}
-		for _, js := range recs {
-			r, err := recordFromJSON(js)
-			if err != nil {
-				return out, err
-			}
-			out.Reservations = append(out.Reservations, r)
-		}
-		// -1: a chunk may have held the set's keeper member '|'
-		if len(vals)/2 < chunk-1 && len(recs) < chunk {
-			return out, nil
-		}
+	}
+	if err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+		e.reloadOnDial(err)
 	}
 }
 
