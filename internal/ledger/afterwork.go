@@ -83,51 +83,49 @@ func (a *afterWork) pending() int {
 // utilPage bounds the orgs of one read of stored utilization.
 const utilPage = 1000
 
-// runAfter does the after-work until deadline (at least one step of each kind), and
-// returns how much is left. Its errors are logged: the work stays queued.
+// runAfter does the after-work until deadline (at least one step), and returns how
+// much is left. Its errors are logged: the work stays queued.
 func (f *Flusher) runAfter(ctx context.Context, deadline time.Time, now time.Time) int {
 	a := &f.after
-	for len(a.order) > 0 && ctx.Err() == nil {
-		key := a.order[0]
-		p := a.checks[key]
-		if err := f.notifier.check(ctx, p.org, p.period, p.end, p.counters); err != nil {
-			f.cfg.Logger.Warn("threshold events", "org", p.org, "period", p.period, "err", err.Error())
-			break
-		}
-		a.order = a.order[1:]
-		delete(a.checks, key)
-		if time.Now().After(deadline) {
-			return a.pending()
-		}
-	}
-	for len(a.util) > 0 && ctx.Err() == nil {
-		page := make([]tenants.Org, 0, utilPage)
-		for _, o := range a.util {
-			if page = append(page, o); len(page) == utilPage {
-				break
+	for ctx.Err() == nil {
+		switch {
+		case len(a.order) > 0:
+			key := a.order[0]
+			p := a.checks[key]
+			if err := f.notifier.check(ctx, p.org, p.period, p.end, p.counters); err != nil {
+				f.cfg.Logger.Warn("threshold events", "org", p.org, "period", p.period, "err", err.Error())
+				return a.pending()
 			}
+			a.mu.Lock()
+			a.order = a.order[1:]
+			delete(a.checks, key)
+			a.mu.Unlock()
+		case len(a.util) > 0:
+			page := make([]tenants.Org, 0, utilPage)
+			for _, o := range a.util {
+				if page = append(page, o); len(page) == utilPage {
+					break
+				}
+			}
+			done, err := f.storedUtilization(ctx, page, now, deadline)
+			for _, id := range done {
+				delete(a.util, id)
+			}
+			if err != nil {
+				f.cfg.Logger.Warn("month utilization from the ledger", "err", err.Error())
+				return a.pending()
+			}
+		case a.scan:
+			page, next, err := f.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: utilPage, Cursor: a.cursor})
+			if err != nil {
+				f.cfg.Logger.Warn("month utilization from the ledger", "err", err.Error())
+				return a.pending()
+			}
+			a.readUtilization(page, false)
+			a.cursor, a.scan = next, next != ""
+		default:
+			return 0
 		}
-		if err := f.storedUtilization(ctx, page, now); err != nil {
-			f.cfg.Logger.Warn("month utilization from the ledger", "err", err.Error())
-			return a.pending()
-		}
-		for _, o := range page {
-			delete(a.util, o.ID)
-		}
-		if time.Now().After(deadline) {
-			return a.pending()
-		}
-	}
-	for a.scan && ctx.Err() == nil {
-		page, next, err := f.cfg.Tenants.ListOrgs(ctx, tenants.Page{Limit: utilPage, Cursor: a.cursor})
-		if err == nil {
-			err = f.storedUtilization(ctx, page, now)
-		}
-		if err != nil {
-			f.cfg.Logger.Warn("month utilization from the ledger", "err", err.Error())
-			return a.pending()
-		}
-		a.cursor, a.scan = next, next != ""
 		if time.Now().After(deadline) {
 			break
 		}
@@ -138,12 +136,9 @@ func (f *Flusher) runAfter(ctx context.Context, deadline time.Time, now time.Tim
 // storedUtilization records, for quotaplane_worker_month_utilization_ratio, each
 // stored counter of orgs' current periods against its month limit: durable data, so
 // an org at 100 % whose counters no longer change (only denials), or that Redis lost,
-// is exported by a worker that has just started. One query for the page's usage, and
-// the limits of the orgs that have any.
-func (f *Flusher) storedUtilization(ctx context.Context, orgs []tenants.Org, now time.Time) error {
-	if len(orgs) == 0 {
-		return nil
-	}
+// is exported by a worker that has just started. One query for the page's usage, then
+// the limits of each org that has any, until deadline; it returns the orgs done.
+func (f *Flusher) storedUtilization(ctx context.Context, orgs []tenants.Org, now, deadline time.Time) ([]string, error) {
 	ps := make([]quota.OrgPeriod, len(orgs))
 	ends := make(map[string]time.Time, len(orgs))
 	for i, o := range orgs {
@@ -153,18 +148,25 @@ func (f *Flusher) storedUtilization(ctx context.Context, orgs []tenants.Org, now
 	}
 	used, err := f.cfg.Store.UsageMany(ctx, ps)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for p, counters := range used {
-		l, err := f.notifier.limits.get(ctx, p.Org)
-		if err != nil {
-			return err
+	done := make([]string, 0, len(orgs))
+	for i, p := range ps {
+		if i > 0 && time.Now().After(deadline) {
+			return done, nil
 		}
-		for c, v := range counters {
-			if limit, ok := l.Month(c); ok && limit > 0 {
-				f.notifier.util.observe(p.Org, p.Period, ends[p.Org], string(c.Level), c.Metric, float64(v)/float64(limit))
+		if counters := used[p]; len(counters) > 0 {
+			l, err := f.notifier.limits.get(ctx, p.Org)
+			if err != nil {
+				return done, err
+			}
+			for c, v := range counters {
+				if limit, ok := l.Month(c); ok && limit > 0 {
+					f.notifier.util.observe(p.Org, p.Period, ends[p.Org], string(c.Level), c.Metric, float64(v)/float64(limit))
+				}
 			}
 		}
+		done = append(done, p.Org)
 	}
-	return nil
+	return done, nil
 }
