@@ -246,6 +246,9 @@ type FlushStats struct {
 	// Persisted is how long the tick took to write what it read: from its start until
 	// its last batch ended, before its after-work.
 	Persisted time.Duration
+	// Draining and Writing are the time its batches spent on their Redis reads and on
+	// their Postgres writes, summed over the batches (which run Parallel at once).
+	Draining, Writing time.Duration
 }
 
 // FlushOnce persists the changed counters of every org once. Errors of single orgs
@@ -332,9 +335,11 @@ func (f *Flusher) flushOnce(ctx context.Context) (FlushStats, error) {
 	g.SetLimit(f.cfg.Parallel)
 	for _, batch := range f.prepare(orgs, plans, popped, now, first) {
 		g.Go(func() error {
-			f.flushBatch(gctx, batch, now)
+			draining, writing := f.flushBatch(gctx, batch, now)
 			mu.Lock()
 			defer mu.Unlock()
+			stats.Draining += draining
+			stats.Writing += writing
 			for _, w := range batch {
 				stats.Orgs++
 				stats.Read += w.read
@@ -478,8 +483,9 @@ func engineOf(cs Counters) *quota.Engine {
 
 // flushBatch drains the orgs of one batch, which share their counters, writes what it
 // took in one transaction, copies their changed would-block records, and then removes
-// the orgs written from the in-flight records. Each org's outcome is in its orgFlush.
-func (f *Flusher) flushBatch(ctx context.Context, ws []*orgFlush, now time.Time) {
+// the orgs written from the in-flight records. Each org's outcome is in its orgFlush;
+// it returns the time it spent on its reads and on its writes.
+func (f *Flusher) flushBatch(ctx context.Context, ws []*orgFlush, now time.Time) (draining, writing time.Duration) {
 	ready := ws[:0:0]
 	for _, w := range ws {
 		if w.err == nil {
@@ -489,9 +495,11 @@ func (f *Flusher) flushBatch(ctx context.Context, ws []*orgFlush, now time.Time)
 		}
 	}
 	if len(ready) == 0 {
-		return
+		return 0, 0
 	}
+	start := time.Now()
 	f.read(ctx, ready)
+	draining = time.Since(start)
 	type ref struct {
 		w *orgFlush
 		k int
@@ -508,6 +516,7 @@ func (f *Flusher) flushBatch(ctx context.Context, ws []*orgFlush, now time.Time)
 			refs = append(refs, ref{w, k})
 		}
 	}
+	start = time.Now()
 	raised, err := f.cfg.Store.PersistMany(ctx, items)
 	itemErrs := make([]error, len(items))
 	if err != nil {
@@ -527,6 +536,7 @@ func (f *Flusher) flushBatch(ctx context.Context, ws []*orgFlush, now time.Time)
 			}
 		}
 	}
+	writing = time.Since(start)
 	failed := map[[2]any]bool{}
 	for i, r := range refs {
 		w, per := r.w, r.w.pers[r.k]
@@ -574,6 +584,7 @@ func (f *Flusher) flushBatch(ctx context.Context, ws []*orgFlush, now time.Time)
 		f.finish(ctx, w)
 	}
 	f.doneInFlight(ctx, ready)
+	return draining, writing
 }
 
 // read drains both periods of every org of a batch (one pipeline when the counters are

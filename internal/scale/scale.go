@@ -53,6 +53,9 @@ type Result struct {
 	// tick, with its threshold checks); ActiveRead the counters it read.
 	ActivePersist, ActiveTick time.Duration
 	ActiveVisited, ActiveRead int
+	// ActiveDraining and ActiveWriting are its batches' Redis reads and Postgres
+	// writes, summed over batches run 8 at a time.
+	ActiveDraining, ActiveWriting time.Duration
 	// LedgerEqual is how many of the active orgs' ledgers equal their counters after it.
 	LedgerEqual int
 	// Recovery is a restarted worker's first flush after a worker killed with
@@ -108,7 +111,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	prefix := fmt.Sprintf("scale%d", time.Now().UnixNano()%1_000_000_000)
 	store := ledger.NewStore(pool)
-	engines, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: cfg.RedisURL,
+	engines, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: cfg.RedisURL, RedisTimeout: 5 * time.Second, // as cmd/worker's
 		Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
 	if err != nil {
 		return res, err
@@ -169,6 +172,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, err
 	}
 	res.ActivePersist, res.ActiveTick, res.ActiveVisited, res.ActiveRead = st.Persisted, d, st.Orgs, st.Read
+	res.ActiveDraining, res.ActiveWriting = st.Draining, st.Writing
 	if res.LedgerEqual, err = ledgerEqual(ctx, engines, store, active); err != nil {
 		return res, err
 	}
