@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -56,6 +57,9 @@ type Result struct {
 	// ActiveDraining and ActiveWriting are its batches' Redis reads and Postgres
 	// writes, summed over batches run 8 at a time.
 	ActiveDraining, ActiveWriting time.Duration
+	// ActiveRedis is the time Redis spent running scripts during that tick (INFO
+	// commandstats: every client's, so other traffic on the same Redis counts too).
+	ActiveRedis time.Duration
 	// LedgerEqual is how many of the active orgs' ledgers equal their counters after it.
 	LedgerEqual int
 	// Recovery is a restarted worker's first flush after a worker killed with
@@ -167,10 +171,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := checks(active, 1); err != nil {
 		return res, fmt.Errorf("check: %w", err)
 	}
+	scripts0 := scriptTime(ctx, cfg.RedisURL)
 	d, st, err := tick(f)
 	if err != nil {
 		return res, err
 	}
+	res.ActiveRedis = scriptTime(ctx, cfg.RedisURL) - scripts0
 	res.ActivePersist, res.ActiveTick, res.ActiveVisited, res.ActiveRead = st.Persisted, d, st.Orgs, st.Read
 	res.ActiveDraining, res.ActiveWriting = st.Draining, st.Writing
 	if res.LedgerEqual, err = ledgerEqual(ctx, engines, store, active); err != nil {
@@ -252,6 +258,35 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("close: %d failed, e.g. %w", len(failed), err)
 	}
 	return res, nil
+}
+
+// scriptTime is the time Redis has spent running scripts (EVALSHA and EVAL) since its
+// statistics were reset; 0 when it cannot be read.
+func scriptTime(ctx context.Context, redisURL string) time.Duration {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return 0
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				us, _ := strconv.ParseInt(v, 10, 64)
+				total += time.Duration(us) * time.Microsecond
+			}
+		}
+	}
+	return total
 }
 
 // ledgerEqual counts the orgs whose ledger of the current period equals their live

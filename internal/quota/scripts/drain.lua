@@ -31,14 +31,22 @@ for i = 1, n do
   periods[ARGV[3 + i]] = true
   local ttl = redis.call('PTTL', dirty)
   local fields = redis.call('SPOP', dirty, ARGV[1])
-  local got = {}
+  local fs = {}
   for _, f in ipairs(fields) do
     if f == '|' then
       -- Popping the last member deleted the set, and its TTL with it.
       redis.call('SADD', dirty, '|')
       if ttl > 0 and redis.call('PTTL', dirty) == -1 then redis.call('PEXPIRE', dirty, ttl) end
     else
-      local v = (tonumber(redis.call('HGET', month, f)) or 0) - (tonumber(redis.call('HGET', held, f)) or 0)
+      fs[#fs + 1] = f
+    end
+  end
+  local got = {}
+  if #fs > 0 then
+    local have = redis.call('HMGET', month, unpack(fs))
+    local hold = redis.call('HMGET', held, unpack(fs))
+    for j, f in ipairs(fs) do
+      local v = (tonumber(have[j]) or 0) - (tonumber(hold[j]) or 0)
       -- bounded (check.lua's MAXC, 2^51): a value stored out of range is read as the bound
       if not (v > 0) then v = 0 elseif v > 2251799813685248 then v = 2251799813685248 end
       got[#got + 1] = f
