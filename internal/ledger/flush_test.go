@@ -161,12 +161,20 @@ func TestFlushRecordsDailyHistory(t *testing.T) {
 // dirty set, and its promise to read them whole next time died with it. A counter that
 // does not change again (a user whose month limit is spent) was then never persisted:
 // its ledger row stayed at the value of an earlier flush until a Redis restart lost the
-// rest. The worker started again must persist it in its first flush.
+// rest. The worker started again must persist it in its first flush, and visit only
+// what the dead worker had in flight, not every org (idle orgs cost it nothing).
 func TestFlushAfterAWorkerKilledMidFlush(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	org := testenv.ID(t, "org")
 	e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "hot"})
+	for i := range 20 { // idle orgs with stored usage
+		idle := testenv.ID(t, fmt.Sprintf("idle%d", i))
+		e.Seed(idle, []vocab.Limit{monthLimit("requests", 1000)}, nil)
+		if _, err := e.Check(e.Engine, idle, "", "", "requests", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
 	per := e.Engine.Period(1).ID
 	user := quota.Counter{Metric: "requests", Level: vocab.LevelUser, Team: "hot", User: "h75"}
 	for range 3 {
@@ -201,10 +209,15 @@ func TestFlushAfterAWorkerKilledMidFlush(t *testing.T) {
 
 	// The worker started again, with nothing changed since.
 	f := e.Flusher(time.Hour)
-	for range 2 {
-		if _, err := f.FlushOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
+	st, err := f.FlushOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Orgs != 1 {
+		t.Fatalf("the first flush after the kill visited %d orgs, want 1 (the one in flight)", st.Orgs)
+	}
+	if st, err = f.FlushOnce(ctx); err != nil || st.Orgs != 0 {
+		t.Fatalf("the next flush: %+v %v, want no org visited", st, err)
 	}
 	live, err := e.Engine.MonthUsage(ctx, org, per)
 	if err != nil {
@@ -220,5 +233,105 @@ func TestFlushAfterAWorkerKilledMidFlush(t *testing.T) {
 	}
 	if diff := cmp.Diff(live, stored); diff != "" {
 		t.Fatalf("ledger differs from Redis (-redis +ledger):\n%s", diff)
+	}
+}
+
+// A worker killed mid-flush while another keeps running (no restart): the survivor
+// reads the dead worker's in-flight org whole once its entry is older than
+// RecoverAfter, and removes the entry, so it is read once.
+func TestSurvivorPersistsAKilledWorkersDrain(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	org := testenv.ID(t, "org")
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 1000)}, nil, tenants.TeamInput{ID: "hot"})
+	per := e.Engine.Period(1).ID
+	survivor := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(e.Engine),
+		Interval: time.Hour, Logger: quietLog(), RecoverAfter: 2 * time.Second})
+	if _, err := survivor.FlushOnce(ctx); err != nil { // started: later ticks recover only old entries
+		t.Fatal(err)
+	}
+	if _, err := e.Check(e.Engine, org, "hot", "h1", "requests", 7); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('billing|' || $1 || '|' || $2, 0))`, org, per); err != nil {
+		t.Fatal(err)
+	}
+	popped := time.Now()
+	dying, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	if _, err := e.Flusher(time.Hour).FlushOnce(dying); err == nil {
+		t.Fatal("the dying worker's flush persisted while the period's lock was held")
+	}
+	cancel()
+	_ = tx.Rollback(ctx)
+	if st, err := survivor.FlushOnce(ctx); err != nil || st.Orgs != 0 {
+		t.Fatalf("a tick before the entry is old: %+v %v, want nothing visited", st, err)
+	}
+	time.Sleep(time.Until(popped.Add(2100 * time.Millisecond)))
+	if st, err := survivor.FlushOnce(ctx); err != nil || st.Orgs != 1 {
+		t.Fatalf("a tick after the entry is old: %+v %v, want the org read whole", st, err)
+	}
+	stored, err := e.Ledger.Usage(ctx, org, per)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := (quota.Counter{Metric: "requests", Level: vocab.LevelUser, Team: "hot", User: "h1"}); stored[c] != 7 {
+		t.Fatalf("user h1 stored %d, want 7", stored[c])
+	}
+	time.Sleep(2100 * time.Millisecond)
+	if st, err := survivor.FlushOnce(ctx); err != nil || st.Orgs != 0 {
+		t.Fatalf("a tick after the recovery: %+v %v, want nothing visited (the entry removed)", st, err)
+	}
+}
+
+// Orgs flushed in batches (more than one batch of them): one pipeline and one
+// transaction per batch, and the ledger then equals the counters of every org.
+func TestFlushInBatchesEqualsTheCounters(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	const n = 1100
+	planID := testenv.ID(t, "plan")
+	if _, err := e.Svc.CreatePlan(ctx, operator, tenants.PlanInput{ID: planID, Name: "P", FailMode: vocab.FailOpen,
+		Limits: []vocab.Limit{monthLimit("requests", 1_000_000)}}); err != nil {
+		t.Fatal(err)
+	}
+	orgs := make([]string, n)
+	for i := range orgs {
+		orgs[i] = testenv.ID(t, fmt.Sprintf("o%d", i))
+		if _, err := e.Svc.CreateOrg(ctx, operator, tenants.OrgInput{ID: orgs[i], Name: orgs[i], PlanID: planID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := e.Flusher(time.Hour)
+	if _, err := f.FlushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 2 {
+		for i, o := range orgs {
+			if _, err := e.Check(e.Engine, o, "", "", "requests", int64(1+i%5+round)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st, err := f.FlushOnce(ctx)
+		if err != nil || st.Orgs != n {
+			t.Fatalf("round %d: %+v %v; want %d orgs visited", round, st, err, n)
+		}
+	}
+	per := e.Engine.Period(1).ID
+	for _, o := range orgs {
+		live, err := e.Engine.MonthUsage(ctx, o, per)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := e.Ledger.Usage(ctx, o, per)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(live, stored); diff != "" {
+			t.Fatalf("org %s: ledger differs from Redis (-redis +ledger):\n%s", o, diff)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
@@ -55,8 +56,12 @@ func (f CounterSourceFunc) CountersFor(org string, r vocab.Route) (Counters, err
 // Redis fails.
 type DirtyIndex interface {
 	// PopDirtyOrgs takes the orgs that changed, atomically: one that changes after
-	// is returned by the next pop.
-	PopDirtyOrgs(ctx context.Context) ([]string, error)
+	// is returned by the next pop. Each is recorded in flight until DoneInFlight;
+	// with recoverAfter >= 0 the orgs recorded for at least that long come too, to
+	// be read whole (quota.Engine.PopDirtyOrgs).
+	PopDirtyOrgs(ctx context.Context, recoverAfter time.Duration) ([]quota.DirtyOrg, error)
+	// DoneInFlight removes orgs whose drained counters are written from the record.
+	DoneInFlight(ctx context.Context, orgs []quota.DirtyOrg) error
 	// MarkDirtyOrgs puts orgs back for the next pop.
 	MarkDirtyOrgs(ctx context.Context, orgs ...string) error
 }

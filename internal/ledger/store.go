@@ -1,10 +1,12 @@
 package ledger
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,80 +67,180 @@ func (s *Store) Persist(ctx context.Context, org, period string, day time.Time, 
 // reservations (a reservation's row only moves out of held, so an older write that
 // comes late cannot undo a settlement).
 func (s *Store) PersistDrained(ctx context.Context, org, period string, day time.Time, d quota.Drained) (int, error) {
-	counters := d.Counters
-	if len(counters) == 0 && len(d.Reservations) == 0 {
-		return 0, nil
+	raised, err := s.PersistMany(ctx, []PeriodDrain{{Org: org, Period: period, Day: day, Drained: d}})
+	if err != nil {
+		return 0, fmt.Errorf("persist usage of %s %s: %w", org, period, err)
 	}
-	rows := rowsOf(counters)
-	var raised int
+	return raised[0], nil
+}
+
+// PeriodDrain is one org period's drain to persist, and the day of its daily history.
+type PeriodDrain struct {
+	Org, Period string
+	Day         time.Time
+	Drained     quota.Drained
+}
+
+// PersistMany is PersistDrained of many org periods in one transaction, with one
+// statement for all their counters: the periods' locks (PeriodLock, taken in one
+// order by every writer), their reservations, their counters raised, the daily
+// history of those that rose and the adjustments of those already closed. It returns
+// how many stored values rose, per item. One item that cannot be written fails all:
+// the caller writes them one by one to find it.
+func (s *Store) PersistMany(ctx context.Context, items []PeriodDrain) ([]int, error) {
+	type pair struct{ org, period string }
+	at := map[pair]int{} // item index by org period; a pair given twice is written once, its values merged
+	var pairs []pair
+	var rows []batchRow
+	var drainedAt time.Time
+	var withRecs []int
+	for i, it := range items {
+		p := pair{it.Org, it.Period}
+		if _, ok := at[p]; ok {
+			return nil, fmt.Errorf("persist usage: %s %s given twice", it.Org, it.Period)
+		}
+		at[p] = i
+		if len(it.Drained.Counters) == 0 && len(it.Drained.Reservations) == 0 {
+			continue
+		}
+		pairs = append(pairs, p)
+		for _, r := range rowsOf(it.Drained.Counters) {
+			rows = append(rows, batchRow{org: it.Org, period: it.Period, counterRow: r})
+		}
+		if a := it.Drained.At; !a.IsZero() && (drainedAt.IsZero() || a.Before(drainedAt)) {
+			drainedAt = a // the earliest: every value was read at or after it
+		}
+		if len(it.Drained.Reservations) > 0 {
+			withRecs = append(withRecs, i)
+		}
+	}
+	raised := make([]int, len(items))
+	if len(pairs) == 0 {
+		return raised, nil
+	}
+	// One order everywhere, so concurrent writers take locks and rows in the same order.
+	slices.SortFunc(pairs, func(a, b pair) int { return cmp.Or(cmp.Compare(a.org, b.org), cmp.Compare(a.period, b.period)) })
+	slices.SortStableFunc(rows, func(a, b batchRow) int { return cmp.Or(cmp.Compare(a.org, b.org), cmp.Compare(a.period, b.period)) })
 	err := s.InTx(ctx, func(tx pgx.Tx) error {
-		raised = 0
-		if err := PeriodLock(ctx, tx, org, period); err != nil {
+		clear(raised)
+		orgs, periods := make([]string, len(pairs)), make([]string, len(pairs))
+		for i, p := range pairs {
+			orgs[i], periods[i] = p.org, p.period
+		}
+		if _, err := tx.Exec(ctx, `SELECT count(pg_advisory_xact_lock(hashtextextended('billing|' || o || '|' || p, 0)))
+			FROM unnest($1::text[], $2::text[]) AS x(o, p)`, orgs, periods); err != nil {
 			return err
 		}
-		if err := upsertReservations(ctx, tx, org, d.Reservations); err != nil {
-			return err
+		for _, i := range withRecs {
+			if err := upsertReservations(ctx, tx, items[i].Org, items[i].Drained.Reservations); err != nil {
+				return err
+			}
 		}
+		rose := map[pair]bool{}
 		for i := 0; i < len(rows); i += upsertChunk {
-			n, err := upsert(ctx, tx, org, period, rows[i:min(i+upsertChunk, len(rows))], d.At)
+			up, err := upsertMany(ctx, tx, rows[i:min(i+upsertChunk, len(rows))], drainedAt)
 			if err != nil {
 				return err
 			}
-			raised += n
+			for _, u := range up {
+				p := pair{u[0], u[1]}
+				raised[at[p]]++
+				rose[p] = true
+			}
 		}
-		if raised == 0 {
+		if len(rose) == 0 {
 			return nil
 		}
-		if err := RecordDaily(ctx, tx, org, period, day, metricsOf(rows)); err != nil {
+		// The daily history of the metrics written in each period that rose, and the
+		// adjustments of those already closed.
+		var dOrgs, dPeriods, dMetrics []string
+		var dDays []time.Time
+		for _, r := range rows {
+			p := pair{r.org, r.period}
+			n := len(dOrgs)
+			if !rose[p] || (n > 0 && dOrgs[n-1] == r.org && dPeriods[n-1] == r.period && dMetrics[n-1] == r.metric) {
+				continue
+			}
+			d := items[at[p]].Day.UTC()
+			dOrgs, dPeriods, dMetrics = append(dOrgs, r.org), append(dPeriods, r.period), append(dMetrics, r.metric)
+			dDays = append(dDays, time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC))
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO usage_daily (org_id, period, metric, day, used)
+			SELECT c.org_id, c.period, c.metric, x.d, c.units
+			FROM unnest($1::text[], $2::text[], $3::text[], $4::date[]) AS x(o, p, m, d)
+			JOIN usage_counters c ON c.org_id = x.o AND c.period = x.p AND c.metric = x.m AND c.level = 'org'
+			ON CONFLICT (org_id, period, metric, day) DO UPDATE
+			SET used = GREATEST(usage_daily.used, EXCLUDED.used), updated_at = now()
+			WHERE usage_daily.used < EXCLUDED.used`, dOrgs, dPeriods, dMetrics, dDays); err != nil {
 			return err
 		}
-		var closed bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM billing_periods WHERE org_id = $1 AND period = $2)`,
-			org, period).Scan(&closed); err != nil {
+		rOrgs, rPeriods := make([]string, 0, len(rose)), make([]string, 0, len(rose))
+		for p := range rose {
+			rOrgs, rPeriods = append(rOrgs, p.org), append(rPeriods, p.period)
+		}
+		closed, err := tx.Query(ctx, `SELECT x.o, x.p FROM unnest($1::text[], $2::text[]) AS x(o, p)
+			WHERE EXISTS (SELECT 1 FROM billing_periods b WHERE b.org_id = x.o AND b.period = x.p)`, rOrgs, rPeriods)
+		if err != nil {
 			return err
 		}
-		if closed {
-			return reconcile(ctx, tx, org, period)
+		var done []pair
+		var p pair
+		if _, err := pgx.ForEachRow(closed, []any{&p.org, &p.period}, func() error { done = append(done, p); return nil }); err != nil {
+			return err
+		}
+		for _, p := range done {
+			if err := reconcile(ctx, tx, p.org, p.period); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("persist usage of %s %s: %w", org, period, err)
+		return nil, err
 	}
 	return raised, nil
 }
 
-// upsert raises the ledger's rows to rows' values. A row an operator adjusted at or
-// after drainedAt (the drain's snapshot began before the adjustment) is left alone:
-// its value may be from before the correction. A zero drainedAt skips no row.
-func upsert(ctx context.Context, tx pgx.Tx, org, period string, rows []counterRow, drainedAt time.Time) (int, error) {
-	metrics := make([]string, len(rows))
-	levels := make([]string, len(rows))
-	teams := make([]string, len(rows))
-	users := make([]string, len(rows))
-	units := make([]int64, len(rows))
+// batchRow is a counter row of one org period.
+type batchRow struct {
+	org, period string
+	counterRow
+}
+
+// upsertMany raises the ledger's rows to rows' values, as upsert does, and returns the
+// org and period of each row that rose.
+func upsertMany(ctx context.Context, tx pgx.Tx, rows []batchRow, drainedAt time.Time) ([][2]string, error) {
+	n := len(rows)
+	orgs, periods, metrics, levels, teams, users := make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	units := make([]int64, n)
 	for i, r := range rows {
-		metrics[i], levels[i], teams[i], users[i], units[i] = r.metric, r.level, r.team, r.user, r.units
+		orgs[i], periods[i], metrics[i], levels[i], teams[i], users[i], units[i] = r.org, r.period, r.metric, r.level, r.team, r.user, r.units
 	}
-	tag, err := tx.Exec(ctx, `INSERT INTO usage_counters (org_id, period, metric, level, team_id, user_id, units)
-		SELECT $1, $2, m, l, t, u, v FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[]) AS x(m, l, t, u, v)
+	res, err := tx.Query(ctx, `INSERT INTO usage_counters (org_id, period, metric, level, team_id, user_id, units)
+		SELECT o, p, m, l, t, u, v FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::bigint[]) AS x(o, p, m, l, t, u, v)
 		ON CONFLICT (org_id, period, metric, level, team_id, user_id) DO UPDATE
 		SET units = EXCLUDED.units, updated_at = now()
 		WHERE usage_counters.units < EXCLUDED.units
-		  AND (usage_counters.adjusted_at IS NULL OR $8::timestamptz IS NULL OR usage_counters.adjusted_at < $8)`,
-		org, period, metrics, levels, teams, users, units, nullTime(drainedAt))
+		  AND (usage_counters.adjusted_at IS NULL OR $8::timestamptz IS NULL OR usage_counters.adjusted_at < $8)
+		RETURNING org_id, period`, orgs, periods, metrics, levels, teams, users, units, nullTime(drainedAt))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	return int(tag.RowsAffected()), nil
+	var out [][2]string
+	var o, p string
+	_, err = pgx.ForEachRow(res, []any{&o, &p}, func() error { out = append(out, [2]string{o, p}); return nil })
+	return out, err
 }
 
 // UpsertCounters raises the ledger's rows of org in period to counters' values in tx,
 // never lowering one and skipping none (for a close, whose values are final).
 func UpsertCounters(ctx context.Context, tx pgx.Tx, org, period string, counters map[quota.Counter]int64) error {
-	rows := rowsOf(counters)
+	var rows []batchRow
+	for _, r := range rowsOf(counters) {
+		rows = append(rows, batchRow{org: org, period: period, counterRow: r})
+	}
 	for i := 0; i < len(rows); i += upsertChunk {
-		if _, err := upsert(ctx, tx, org, period, rows[i:min(i+upsertChunk, len(rows))], time.Time{}); err != nil {
+		if _, err := upsertMany(ctx, tx, rows[i:min(i+upsertChunk, len(rows))], time.Time{}); err != nil {
 			return err
 		}
 	}
@@ -166,17 +268,6 @@ func RecordDaily(ctx context.Context, tx pgx.Tx, org, period string, day time.Ti
 		WHERE usage_daily.used < EXCLUDED.used`,
 		org, period, time.Date(d.Year(), d.Month(), d.Day(), 0, 0, 0, 0, time.UTC), metrics)
 	return err
-}
-
-// metricsOf lists the distinct metrics of rows (sorted, as rows are).
-func metricsOf(rows []counterRow) []string {
-	var out []string
-	for _, r := range rows {
-		if len(out) == 0 || out[len(out)-1] != r.metric {
-			out = append(out, r.metric)
-		}
-	}
-	return out
 }
 
 // DayUsage is the org's cumulative usage of a metric in a period at the end of a UTC
@@ -242,6 +333,36 @@ func (s *Store) Usage(ctx context.Context, org, period string) (map[quota.Counte
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stored usage of %s %s: %w", org, period, err)
+	}
+	return out, nil
+}
+
+// UsageMany returns the ledger's value of every counter of each org period of ps
+// that has any, in one query.
+func (s *Store) UsageMany(ctx context.Context, ps []quota.OrgPeriod) (map[quota.OrgPeriod]map[quota.Counter]int64, error) {
+	orgs, periods := make([]string, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		orgs[i], periods[i] = p.Org, p.Period
+	}
+	rows, err := s.pool.Query(ctx, `SELECT c.org_id, c.period, c.metric, c.level, c.team_id, c.user_id, c.units
+		FROM unnest($1::text[], $2::text[]) AS x(o, p) JOIN usage_counters c ON c.org_id = x.o AND c.period = x.p`, orgs, periods)
+	if err != nil {
+		return nil, fmt.Errorf("stored usage of %d org periods: %w", len(ps), err)
+	}
+	out := map[quota.OrgPeriod]map[quota.Counter]int64{}
+	var p quota.OrgPeriod
+	var r counterRow
+	_, err = pgx.ForEachRow(rows, []any{&p.Org, &p.Period, &r.metric, &r.level, &r.team, &r.user, &r.units}, func() error {
+		m := out[p]
+		if m == nil {
+			m = map[quota.Counter]int64{}
+			out[p] = m
+		}
+		m[r.counter()] = r.units
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("stored usage of %d org periods: %w", len(ps), err)
 	}
 	return out, nil
 }

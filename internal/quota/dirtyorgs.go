@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -32,11 +34,50 @@ const indexSuffix = "|o"
 // the migrating slot's orgs (TestCluster: 1,481-1,629 of the busy org's checks).
 const indexSentinel = "|"
 
-// popIndexSrc pops up to ARGV[1] members of the index KEYS[1] and, when it popped
-// any, puts the sentinel back (it may have been one of them).
-const popIndexSrc = `local m = redis.call('SPOP', KEYS[1], ARGV[1])
-if #m > 0 then redis.call('SADD', KEYS[1], '|') end
-return m`
+// popIndexSrc pops up to ARGV[1] members of the index KEYS[1], puts the sentinel back
+// when it popped any (it may have been one of them), and records each org popped in
+// the index's in-flight record KEYS[2] (inflightSuffix), scored by the pop's Redis
+// time in ms, made larger than the org's previous score there so that a score names
+// one pop: the worker removes the entry only with the score it popped (doneInFlightSrc),
+// after the org's drained counters are written.
+// Reply: flat pairs org, score.
+const popIndexSrc = `local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+local m = redis.call('SPOP', KEYS[1], ARGV[1])
+if #m > 0 then
+  redis.call('SADD', KEYS[1], '|')
+  for _, o in ipairs(m) do
+    if o ~= '|' then
+      local s = now
+      local prev = tonumber(redis.call('ZSCORE', KEYS[2], o))
+      if prev and prev >= s then s = prev + 1 end
+      redis.call('ZADD', KEYS[2], s, o)
+      out[#out + 1] = o
+      out[#out + 1] = string.format('%d', s)
+    end
+  end
+end
+return out`
+
+// doneInFlightSrc removes from the in-flight record KEYS[1] each org of the pairs
+// org, score in ARGV whose entry still has that score: a later pop of the org (by
+// this worker or another) wrote a larger one, and its entry stays until that pop's
+// write.
+const doneInFlightSrc = `local n = 0
+for i = 1, #ARGV, 2 do
+  local s = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if s and tonumber(s) == tonumber(ARGV[i + 1]) then
+    n = n + redis.call('ZREM', KEYS[1], ARGV[i])
+  end
+end
+return n`
+
+var doneInFlightSHA = func() string { return redis.NewScript(doneInFlightSrc).Hash() }()
+
+// inflightSuffix ends every in-flight record key: a sorted set beside each dirty-org
+// index, of the orgs popped whose drained counters are not known to be written.
+const inflightSuffix = "|f"
 
 var popIndexSHA = func() string { return redis.NewScript(popIndexSrc).Hash() }()
 
@@ -97,6 +138,9 @@ func (e *Engine) indexKey(org string) string {
 	return e.cfg.KeyPrefix + ":" + indexSuffix
 }
 
+// inflightKey names the in-flight record beside the index key ix.
+func inflightKey(ix string) string { return strings.TrimSuffix(ix, indexSuffix) + inflightSuffix }
+
 // indexKeys lists every dirty-org index of the engine's Redis.
 func (e *Engine) indexKeys() []string {
 	if !e.slotted {
@@ -109,15 +153,44 @@ func (e *Engine) indexKeys() []string {
 	return out
 }
 
+// DirtyOrg is an org taken by PopDirtyOrgs. Token is the score of its entry in the
+// in-flight record, which DoneInFlight removes once its drained counters are written.
+// Recover says the org came from that record, not from the index: a pop of it, by a
+// worker that died or one still running, may have drained counters not yet written,
+// so its periods must be read whole (MonthUsage).
+type DirtyOrg struct {
+	Org     string
+	Token   int64
+	Recover bool
+}
+
 // PopDirtyOrgs takes, atomically per index, the orgs that changed since the last pop:
-// new month counter fields, changed reservations or would-block records. An org it
-// returns must be drained (Drain, WouldBlockVersion) or given back (MarkDirtyOrgs).
+// new month counter fields, changed reservations or would-block records; each is
+// recorded in flight until DoneInFlight. With recoverAfter >= 0 it first reads, as
+// Recover, the orgs recorded in flight for at least recoverAfter by the engine's clock
+// (0: all of them). An org it returns must be drained (Drain, WouldBlockVersion) or
+// given back (MarkDirtyOrgs); an org both recorded and popped is returned once, with
+// the pop's Token and Recover set.
 // Errors: ErrUnavailable when Redis fails (the orgs of the indexes read are returned).
-func (e *Engine) PopDirtyOrgs(ctx context.Context) ([]string, error) {
+func (e *Engine) PopDirtyOrgs(ctx context.Context, recoverAfter time.Duration) ([]DirtyOrg, error) {
+	var out []DirtyOrg
+	seen := map[string]int{}
+	add := func(d DirtyOrg) {
+		if at, ok := seen[d.Org]; ok {
+			out[at].Token = max(out[at].Token, d.Token)
+			out[at].Recover = out[at].Recover || d.Recover
+			return
+		}
+		seen[d.Org] = len(out)
+		out = append(out, d)
+	}
+	if recoverAfter >= 0 {
+		if err := e.inFlight(ctx, e.Now().Add(-recoverAfter), add); err != nil {
+			return out, err
+		}
+	}
 	const chunk = 10_000
 	keys := e.indexKeys()
-	seen := map[string]bool{}
-	var out []string
 	for len(keys) > 0 {
 		if err := e.rdb.ScriptLoad(ctx, popIndexSrc).Err(); err != nil { // every primary: EVALSHA below
 			e.reloadOnDial(err)
@@ -126,7 +199,7 @@ func (e *Engine) PopDirtyOrgs(ctx context.Context) ([]string, error) {
 		cmds := make([]*redis.Cmd, len(keys))
 		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, k := range keys {
-				cmds[i] = p.EvalSha(ctx, popIndexSHA, []string{k}, chunk)
+				cmds[i] = p.EvalSha(ctx, popIndexSHA, []string{k, inflightKey(k)}, chunk)
 			}
 			return nil
 		})
@@ -136,16 +209,13 @@ func (e *Engine) PopDirtyOrgs(ctx context.Context) ([]string, error) {
 			if cerr != nil && cerr != redis.Nil {
 				continue
 			}
-			if len(vals) == chunk {
+			// The sentinel may have been popped: a full chunk is one short.
+			if len(vals)/2 >= chunk-1 {
 				more = append(more, keys[i])
 			}
-			for _, o := range vals {
-				if o == indexSentinel {
-					continue
-				}
-				if !seen[o] {
-					seen[o] = true
-					out = append(out, o)
+			for j := 0; j+1 < len(vals); j += 2 {
+				if token, perr := strconv.ParseInt(vals[j+1], 10, 64); perr == nil && vocab.ValidID(vals[j]) {
+					add(DirtyOrg{Org: vals[j], Token: token})
 				}
 			}
 		}
@@ -156,6 +226,80 @@ func (e *Engine) PopDirtyOrgs(ctx context.Context) ([]string, error) {
 		keys = more
 	}
 	return out, nil
+}
+
+// inFlight calls add with every entry of the in-flight records scored at or before
+// cutoff, as Recover.
+func (e *Engine) inFlight(ctx context.Context, cutoff time.Time, add func(DirtyOrg)) error {
+	const page = 10_000
+	upTo := strconv.FormatInt(cutoff.UnixMilli(), 10)
+	keys := e.indexKeys()
+	for offset := int64(0); len(keys) > 0; offset += page {
+		cmds := make([]*redis.ZSliceCmd, len(keys))
+		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = p.ZRangeByScoreWithScores(ctx, inflightKey(k), &redis.ZRangeBy{Min: "-inf", Max: upTo, Offset: offset, Count: page})
+			}
+			return nil
+		})
+		if err != nil && err != redis.Nil {
+			e.reloadOnDial(err)
+			return fmt.Errorf("in-flight record: %w: %w", ErrUnavailable, err)
+		}
+		var more []string
+		for i, c := range cmds {
+			zs := c.Val()
+			for _, z := range zs {
+				if org, ok := z.Member.(string); ok && vocab.ValidID(org) {
+					add(DirtyOrg{Org: org, Token: int64(z.Score), Recover: true})
+				}
+			}
+			if len(zs) == page {
+				more = append(more, keys[i])
+			}
+		}
+		keys = more
+	}
+	return nil
+}
+
+// DoneInFlight removes orgs from the in-flight record: their drained counters are
+// written. An entry a later pop rewrote (another Token) stays. Errors: ErrUnavailable
+// when Redis fails (the entries stay, and are read whole once old).
+func (e *Engine) DoneInFlight(ctx context.Context, orgs []DirtyOrg) error {
+	if len(orgs) == 0 {
+		return nil
+	}
+	const chunk = 1000
+	byKey := map[string][]any{}
+	for _, o := range orgs {
+		if vocab.ValidID(o.Org) && o.Token > 0 {
+			k := inflightKey(e.indexKey(o.Org))
+			byKey[k] = append(byKey[k], o.Org, o.Token)
+		}
+	}
+	run := func() error {
+		_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k, args := range byKey {
+				for i := 0; i < len(args); i += 2 * chunk {
+					p.EvalSha(ctx, doneInFlightSHA, []string{k}, args[i:min(i+2*chunk, len(args))]...)
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	err := run()
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		if err = e.rdb.ScriptLoad(ctx, doneInFlightSrc).Err(); err == nil {
+			err = run()
+		}
+	}
+	if err != nil {
+		e.reloadOnDial(err)
+		return fmt.Errorf("in-flight record: %w: %w", ErrUnavailable, err)
+	}
+	return nil
 }
 
 // MarkDirtyOrgs puts orgs (back) into the dirty-org index: the next PopDirtyOrgs

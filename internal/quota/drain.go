@@ -71,44 +71,190 @@ func (e *Engine) Undrain(ctx context.Context, org string, recs []ReservationReco
 	return nil
 }
 
+// drainChunk bounds the counters (and reservations) one run of drain.lua takes of
+// each set.
+const drainChunk = 1000
+
 func (e *Engine) drain(ctx context.Context, org, period string, reservations bool) (Drained, error) {
-	out := Drained{Counters: map[Counter]int64{}, At: e.Now()}
+	out := []DrainedPeriod{{Drained: Drained{Counters: map[Counter]int64{}, At: e.Now()}}}
 	if err := validOrgPeriod(org, period); err != nil {
-		return out, err
+		return out[0].Drained, err
 	}
-	const chunk = 1000
+	keys, args := e.drainArgs(org, []string{period}, reservations)
+	for {
+		reply, err := drainScript.Run(ctx, e.rdb, keys, args...).Slice()
+		if err != nil {
+			return out[0].Drained, fmt.Errorf("drain %s %s: %w: %w", org, period, ErrUnavailable, err)
+		}
+		more, err := addDrained(out, []string{period}, reply)
+		if err != nil || !more {
+			return out[0].Drained, err
+		}
+	}
+}
+
+// drainArgs are drain.lua's keys and arguments for org's periods.
+func (e *Engine) drainArgs(org string, periods []string, reservations bool) ([]string, []any) {
 	tag := orgTag(e.cfg.KeyPrefix, org)
-	keys := []string{tag + "d|" + period, tag + "m|" + period, tag + "h|" + period}
+	keys := make([]string, 0, 4*len(periods)+1)
+	args := make([]any, 0, 3+len(periods))
+	args = append(args, drainChunk, tag, len(periods))
+	for _, p := range periods {
+		wb, _ := e.recordKeys(wbOrg{org: org, period: p})
+		keys = append(keys, tag+"d|"+p, tag+"m|"+p, tag+"h|"+p, wb)
+		args = append(args, p)
+	}
 	if reservations {
 		keys = append(keys, tag+"rd")
 	}
-	for {
-		vals, err := drainScript.Run(ctx, e.rdb, keys, chunk, period, tag).StringSlice()
-		if err != nil {
-			return out, fmt.Errorf("drain %s %s: %w: %w", org, period, ErrUnavailable, err)
+	return keys, args
+}
+
+// addDrained adds one drain.lua reply for periods to outs (one each), and says whether
+// the run took a full chunk of a set (it may hold more).
+func addDrained(outs []DrainedPeriod, periods []string, reply []any) (more bool, err error) {
+	strs := func(v any) []string {
+		vs, _ := v.([]any)
+		out := make([]string, len(vs))
+		for i, x := range vs {
+			out[i], _ = x.(string)
 		}
-		var recs []string
-		for i, v := range vals {
-			if v == "|r" && i%2 == 0 {
-				vals, recs = vals[:i], vals[i+1:]
-				break
-			}
+		return out
+	}
+	if len(reply) < 2*len(periods) {
+		return false, fmt.Errorf("quota: drain replied %d parts for %d periods", len(reply), len(periods))
+	}
+	for i := range periods {
+		vals := strs(reply[2*i])
+		if err := addCounters(outs[i].Counters, vals); err != nil {
+			return false, err
 		}
-		if err := addCounters(out.Counters, vals); err != nil {
-			return out, err
+		// -1: a chunk may have held the set's keeper member '|'
+		more = more || len(vals)/2 >= drainChunk-1
+		if wb := strs(reply[2*i+1]); len(wb) == 2 {
+			outs[i].WouldBlockEpoch = wb[0]
+			outs[i].WouldBlockVersion, _ = strconv.ParseInt(wb[1], 10, 64)
 		}
+	}
+	if len(reply) > 2*len(periods) {
+		recs := strs(reply[2*len(periods)])
 		for _, js := range recs {
 			r, err := recordFromJSON(js)
 			if err != nil {
-				return out, err
+				return false, err
 			}
-			out.Reservations = append(out.Reservations, r)
+			for i, p := range periods {
+				if p == r.Period {
+					outs[i].Reservations = append(outs[i].Reservations, r)
+				}
+			}
 		}
-		// -1: a chunk may have held the set's keeper member '|'
-		if len(vals)/2 < chunk-1 && len(recs) < chunk {
-			return out, nil
+		more = more || len(recs) >= drainChunk
+	}
+	return more, nil
+}
+
+// OrgPeriod names one org's billing period.
+type OrgPeriod struct{ Org, Period string }
+
+// DrainedPeriod is what DrainMany took of one OrgPeriod: Drain's counters and
+// reservations, the epoch and version of the period's would-block record (WouldBlockVersion),
+// or the error of that period alone.
+type DrainedPeriod struct {
+	Drained
+	WouldBlockEpoch   string
+	WouldBlockVersion int64
+	Err               error
+}
+
+// drainPipeline bounds the orgs of one pipeline of DrainMany: Redis runs a client's
+// pipelined commands one after another, and 64 orgs' drains take a few ms of its
+// time, so checks queued behind them wait no longer than that.
+const drainPipeline = 64
+
+// DrainMany is Drain and WouldBlockVersion of many periods: one run of drain.lua for
+// the consecutive periods of one org, in pipelines of drainPipeline orgs, one round
+// trip each (an org with more than one run's worth drains the rest period by period).
+// Every Drained has the same At, taken before the first pipeline. Errors: a bad org
+// or period is that entry's ErrInvalid; when Redis fails every entry not read has
+// ErrUnavailable.
+func (e *Engine) DrainMany(ctx context.Context, ps []OrgPeriod) []DrainedPeriod {
+	out := make([]DrainedPeriod, len(ps))
+	at := e.Now()
+	type run struct{ from, to int } // ps[from:to], one org
+	var runs []run
+	for i, p := range ps {
+		out[i].Drained = Drained{Counters: map[Counter]int64{}, At: at}
+		if err := validOrgPeriod(p.Org, p.Period); err != nil {
+			out[i].Err = err
+			continue
+		}
+		if n := len(runs); n > 0 && runs[n-1].to == i && ps[runs[n-1].from].Org == p.Org {
+			runs[n-1].to++
+			continue
+		}
+		runs = append(runs, run{i, i + 1})
+	}
+	for len(runs) > 0 {
+		batch := runs[:min(drainPipeline, len(runs))]
+		runs = runs[len(batch):]
+		cmds := make([]*redis.Cmd, len(batch))
+		periodsOf := func(r run) []string {
+			out := make([]string, 0, r.to-r.from)
+			for _, p := range ps[r.from:r.to] {
+				out = append(out, p.Period)
+			}
+			return out
+		}
+		send := func() error {
+			_, err := e.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for i, r := range batch {
+					keys, args := e.drainArgs(ps[r.from].Org, periodsOf(r), true)
+					cmds[i] = p.EvalSha(ctx, drainScript.Hash(), keys, args...)
+				}
+				return nil
+			})
+			return err
+		}
+		err := send()
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+			if err = drainScript.Load(ctx, e.rdb).Err(); err == nil {
+				err = send()
+			}
+		}
+		if err != nil && !redis.HasErrorPrefix(err, "NOSCRIPT") {
+			e.reloadOnDial(err)
+		}
+		for i, r := range batch {
+			org, periods := ps[r.from].Org, periodsOf(r)
+			reply, rerr := cmds[i].Slice()
+			if rerr != nil {
+				rerr = fmt.Errorf("%w: %w", ErrUnavailable, rerr)
+			} else {
+				var more bool
+				if more, rerr = addDrained(out[r.from:r.to], periods, reply); rerr == nil && more {
+					for j, p := range periods { // the rest, run by run
+						rest, derr := e.drain(ctx, org, p, true)
+						d := &out[r.from+j]
+						for c, v := range rest.Counters {
+							d.Counters[c] = v
+						}
+						d.Reservations = append(d.Reservations, rest.Reservations...)
+						if derr != nil {
+							d.Err = derr
+						}
+					}
+					continue
+				}
+			}
+			if rerr != nil {
+				for j := r.from; j < r.to; j++ {
+					out[j].Err = fmt.Errorf("drain %s %s: %w", org, ps[j].Period, rerr)
+				}
+			}
 		}
 	}
+	return out
 }
 
 // recordFromJSON decodes a record as drain.lua encodes it.

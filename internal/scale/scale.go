@@ -1,9 +1,9 @@
-// Package scale measures what Quotaplane's per-org costs do as the orgs grow (issue
-// 29): it provisions N orgs straight into a fresh Postgres database (one statement per
-// table, generate_series: 100,000 orgs in seconds), counts usage for a few active
-// orgs in Redis, and times the worker's flush ticks (the first, which reads every org
-// whole; idle ones; ones with the active orgs' new usage), the close scan and the
-// close of every org's period. cmd/scale prints the figures; `make scale` runs it.
+// Package scale measures what Quotaplane's per-org costs do as the orgs grow: it
+// provisions N orgs in a fresh Postgres database, counts usage for every org in Redis,
+// and times the worker's flush ticks (one with the active orgs' new usage, checking
+// that the ledger then equals the counters; a restarted worker's first, after a kill
+// with orgs in flight and with none; idle ones), the close scan and the close of every
+// org's period. cmd/scale prints the figures; `make scale` runs it.
 package scale
 
 import (
@@ -13,13 +13,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/quotaplane/quotaplane/internal/billing"
 	"github.com/quotaplane/quotaplane/internal/ledger"
@@ -34,31 +38,59 @@ type Config struct {
 	DatabaseURL string // a server where a database may be created (and dropped after)
 	RedisURL    string // keys go under a prefix of their own, deleted after
 	Orgs        int    // orgs provisioned
-	Active      int    // orgs with new usage before each measured tick
-	Ticks       int    // measured ticks of each kind (average)
+	Active      int    // orgs with new usage before the measured active tick (0: every org)
+	InFlight    int    // orgs a killed worker had popped and drained, not written
+	Ticks       int    // measured idle ticks (average)
 	Close       bool   // also close every org's period
 	Parallel    int    // periods closed at once (billing.Closer.CloseMany)
+	Interval    time.Duration
 }
 
 // Result holds the figures of one run.
 type Result struct {
-	Orgs, Active  int
-	Provision     time.Duration
-	FirstFlush    time.Duration // reads every org whole
-	IdleFlush     time.Duration // average
-	ActiveFlush   time.Duration // average, Active orgs with new usage
-	ActiveVisited int           // orgs the last active tick visited
-	DueScan       time.Duration // the close scan with every period due
-	Due           int
-	Close         time.Duration // every org's period
-	Closed        int
-	Cache         CacheResult
+	Orgs, Active, InFlight int
+	Provision              time.Duration
+	// ActivePersist is a tick's writes with Active orgs changed (ActiveTick the whole
+	// tick, with its threshold checks); ActiveRead the counters it read.
+	ActivePersist, ActiveTick time.Duration
+	ActiveVisited, ActiveRead int
+	// ActiveDraining and ActiveWriting are its batches' Redis reads and Postgres
+	// writes, summed over batches run 8 at a time.
+	ActiveDraining, ActiveWriting time.Duration
+	// ActiveRedis is the time Redis spent running scripts during that tick (INFO
+	// commandstats: every client's, so other traffic on the same Redis counts too).
+	ActiveRedis time.Duration
+	// LedgerEqual is how many of the active orgs' ledgers equal their counters after it.
+	LedgerEqual int
+	// Recovery is a restarted worker's first flush after a worker killed with
+	// InFlight orgs drained and not written (Recovered orgs read whole, RecoveredEqual
+	// of them then stored equal to Redis); AfterTicks the ticks until its after-work
+	// (the restart's utilization scan) was done. FirstFlush is a restarted worker's
+	// first flush with nothing in flight.
+	Recovery                  time.Duration
+	Recovered, RecoveredEqual int
+	AfterTicks                int
+	FirstFlush                time.Duration
+	FirstVisited              int
+	IdleFlush                 time.Duration // average, after the after-work is done
+	DueScan                   time.Duration // the close scan with every period due
+	Due                       int
+	Close                     time.Duration // every org's period
+	Closed                    int
+	Cache                     CacheResult
 }
 
 // Run provisions cfg.Orgs orgs in a new database and measures; the database and the
 // Redis keys are removed afterwards.
 func Run(ctx context.Context, cfg Config) (Result, error) {
-	res := Result{Orgs: cfg.Orgs, Active: min(cfg.Active, cfg.Orgs)}
+	if cfg.Active <= 0 || cfg.Active > cfg.Orgs {
+		cfg.Active = cfg.Orgs
+	}
+	cfg.InFlight = min(cfg.InFlight, cfg.Active)
+	if cfg.Interval <= 0 {
+		cfg.Interval = 2 * time.Second
+	}
+	res := Result{Orgs: cfg.Orgs, Active: cfg.Active, InFlight: cfg.InFlight}
 	dbURL, drop, err := freshDatabase(ctx, cfg.DatabaseURL)
 	if err != nil {
 		return res, err
@@ -83,7 +115,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	prefix := fmt.Sprintf("scale%d", time.Now().UnixNano()%1_000_000_000)
 	store := ledger.NewStore(pool)
-	engines, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: cfg.RedisURL,
+	engines, err := quota.NewEngines(quota.EnginesConfig{DefaultURL: cfg.RedisURL, RedisTimeout: 5 * time.Second, // as cmd/worker's
 		Engine: quota.Config{KeyPrefix: prefix, Hydrator: store}})
 	if err != nil {
 		return res, err
@@ -92,46 +124,124 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	defer deletePrefix(cfg.RedisURL, prefix)
 	svc := tenants.NewService(pool)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f := ledger.NewFlusher(ledger.FlusherConfig{Store: store, Tenants: svc, Counters: ledger.EngineCounters(engines),
-		Interval: 2 * time.Second, Logger: quiet})
-	tick := func() (time.Duration, ledger.FlushStats, error) {
+	worker := func() *ledger.Flusher {
+		return ledger.NewFlusher(ledger.FlusherConfig{Store: store, Tenants: svc, Counters: ledger.EngineCounters(engines),
+			Interval: cfg.Interval, Logger: quiet})
+	}
+	tick := func(f *ledger.Flusher) (time.Duration, ledger.FlushStats, error) {
 		t := time.Now()
 		st, err := f.FlushOnce(ctx)
 		return time.Since(t), st, err
 	}
-	if res.FirstFlush, _, err = tick(); err != nil {
+	lim := []vocab.Limit{{Metric: "requests", Window: vocab.Month, Limit: 1_000_000_000}}
+	// checks counts one unit for each of orgs (round r's user), 8 at a time.
+	checks := func(orgs []string, r int) error {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(8)
+		for _, org := range orgs {
+			g.Go(func() error {
+				req := quota.Request{Org: org, Team: "t0", User: fmt.Sprintf("u%d", r), Metric: "requests", Cost: 1,
+					Limits: quota.LevelLimits{Org: lim}}
+				_, _, err := engines.Check(gctx, vocab.Route{}, req)
+				return err
+			})
+		}
+		return g.Wait()
+	}
+	every := make([]string, cfg.Orgs)
+	for i := range every {
+		every[i] = OrgID(i)
+	}
+	active := make([]string, cfg.Active) // spread over the orgs: every (Orgs/Active)-th
+	for i := range active {
+		active[i] = OrgID(i * cfg.Orgs / cfg.Active)
+	}
+
+	// A running worker: every org has stored usage, then Active orgs change at once.
+	f := worker()
+	if _, _, err := tick(f); err != nil {
 		return res, fmt.Errorf("first flush: %w", err)
+	}
+	if err := checks(every, 0); err != nil {
+		return res, fmt.Errorf("check: %w", err)
+	}
+	if _, _, err := tick(f); err != nil {
+		return res, err
+	}
+	if err := checks(active, 1); err != nil {
+		return res, fmt.Errorf("check: %w", err)
+	}
+	scripts0 := scriptTime(ctx, cfg.RedisURL)
+	d, st, err := tick(f)
+	if err != nil {
+		return res, err
+	}
+	res.ActiveRedis = scriptTime(ctx, cfg.RedisURL) - scripts0
+	res.ActivePersist, res.ActiveTick, res.ActiveVisited, res.ActiveRead = st.Persisted, d, st.Orgs, st.Read
+	res.ActiveDraining, res.ActiveWriting = st.Draining, st.Writing
+	if res.LedgerEqual, err = ledgerEqual(ctx, engines, store, active); err != nil {
+		return res, err
+	}
+
+	// A worker killed between drain and write: InFlight orgs popped (recorded in
+	// flight) and drained, the write never done.
+	if err := checks(active[:cfg.InFlight], 2); err != nil {
+		return res, fmt.Errorf("check: %w", err)
+	}
+	eng, _, err := engines.PollEngine(vocab.Route{})
+	if err != nil {
+		return res, err
+	}
+	popped, err := eng.PopDirtyOrgs(ctx, -1)
+	if err != nil {
+		return res, err
+	}
+	per := vocab.PeriodAt(time.Now(), 1)
+	var ps []quota.OrgPeriod
+	for _, o := range popped {
+		ps = append(ps, quota.OrgPeriod{Org: o.Org, Period: per.ID})
+	}
+	for _, d := range eng.DrainMany(ctx, ps) {
+		if d.Err != nil {
+			return res, d.Err
+		}
+	}
+	// The worker started again.
+	f = worker()
+	if res.Recovery, st, err = tick(f); err != nil {
+		return res, fmt.Errorf("first flush after the kill: %w", err)
+	}
+	res.Recovered = st.Recovered
+	if res.RecoveredEqual, err = ledgerEqual(ctx, engines, store, active[:cfg.InFlight]); err != nil {
+		return res, err
+	}
+	for res.AfterTicks = 1; st.Pending > 0 && res.AfterTicks < 1000; res.AfterTicks++ {
+		if _, st, err = tick(f); err != nil {
+			return res, err
+		}
+	}
+	// And again, with nothing in flight: every org idle.
+	f = worker()
+	if res.FirstFlush, st, err = tick(f); err != nil {
+		return res, fmt.Errorf("first flush: %w", err)
+	}
+	res.FirstVisited = st.Orgs
+	for n := 0; st.Pending > 0 && n < 1000; n++ {
+		if _, st, err = tick(f); err != nil {
+			return res, err
+		}
 	}
 	ticks := max(cfg.Ticks, 1)
 	for range ticks {
-		d, _, err := tick()
+		d, _, err := tick(f)
 		if err != nil {
 			return res, err
 		}
 		res.IdleFlush += d / time.Duration(ticks)
 	}
-	lim := []vocab.Limit{{Metric: "requests", Window: vocab.Month, Limit: 1_000_000_000}}
-	for r := range ticks {
-		for i := range res.Active {
-			// spread over the orgs: every (Orgs/Active)-th org, shifted each round
-			org := OrgID((i*cfg.Orgs/res.Active + r) % cfg.Orgs)
-			req := quota.Request{Org: org, Team: "t0", User: fmt.Sprintf("u%d", r), Metric: "requests", Cost: 1,
-				Limits: quota.LevelLimits{Org: lim}}
-			if _, _, err := engines.Check(ctx, vocab.Route{}, req); err != nil {
-				return res, fmt.Errorf("check: %w", err)
-			}
-		}
-		d, st, err := tick()
-		if err != nil {
-			return res, err
-		}
-		res.ActiveFlush += d / time.Duration(ticks)
-		res.ActiveVisited = st.Orgs
-	}
 	if !cfg.Close {
 		return res, nil
 	}
-	per := vocab.PeriodAt(time.Now(), 1)
 	closer := billing.NewCloser(billing.CloserConfig{Store: billing.NewStore(pool), Tenants: svc,
 		Counters: ledger.EngineCounters(engines), Clock: func() time.Time { return per.End.Add(2 * time.Minute) },
 		Logger: quiet, WorkerID: "scale"})
@@ -148,6 +258,73 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("close: %d failed, e.g. %w", len(failed), err)
 	}
 	return res, nil
+}
+
+// scriptTime is the time Redis has spent running scripts (EVALSHA and EVAL) since its
+// statistics were reset; 0 when it cannot be read.
+func scriptTime(ctx context.Context, redisURL string) time.Duration {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return 0
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return 0
+	}
+	var total time.Duration
+	for _, line := range strings.Split(info, "\n") {
+		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
+			continue
+		}
+		for _, kv := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(kv, "usec="); ok {
+				us, _ := strconv.ParseInt(v, 10, 64)
+				total += time.Duration(us) * time.Microsecond
+			}
+		}
+	}
+	return total
+}
+
+// ledgerEqual counts the orgs whose ledger of the current period equals their live
+// counters in Redis, every counter (and has any).
+func ledgerEqual(ctx context.Context, engines *quota.Engines, store *ledger.Store, orgs []string) (int, error) {
+	eng, _, err := engines.PollEngine(vocab.Route{})
+	if err != nil {
+		return 0, err
+	}
+	per := vocab.PeriodAt(time.Now(), 1).ID
+	ps := make([]quota.OrgPeriod, len(orgs))
+	for i, o := range orgs {
+		ps[i] = quota.OrgPeriod{Org: o, Period: per}
+	}
+	var equal atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i := 0; i < len(ps); i += 1000 {
+		page := ps[i:min(i+1000, len(ps))]
+		g.Go(func() error {
+			stored, err := store.UsageMany(gctx, page)
+			if err != nil {
+				return err
+			}
+			for _, p := range page {
+				live, err := eng.MonthUsage(gctx, p.Org, p.Period)
+				if err != nil {
+					return err
+				}
+				if len(live) > 0 && maps.Equal(live, stored[p]) {
+					equal.Add(1)
+				}
+			}
+			return nil
+		})
+	}
+	err = g.Wait()
+	return int(equal.Load()), err
 }
 
 // secretSQL is the 43-character secret of key i, as Token makes it: base64url of

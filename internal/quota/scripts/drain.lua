@@ -1,48 +1,73 @@
--- drain.lua: take up to ARGV[1] counters out of an org's dirty set for a period and
--- return them with their committed values, and (with KEYS[4]) the reservations of the
--- period changed since the last drain, atomically (see ../KEYS.md): one snapshot, so
--- the ledger's committed units and the reservations held are never from two moments.
+-- drain.lua: for each of ARGV[3] periods of one org, take up to ARGV[1] counters out
+-- of the org's dirty set of that period and return them with their committed values,
+-- with the epoch and version of the period's would-block record, and (with the last
+-- key) the reservations of those periods changed since the last drain, atomically
+-- (see ../KEYS.md): one snapshot, so the ledger's committed units and the reservations
+-- held are never from two moments.
 --
--- KEYS[1] dirty set <p>:{<org>}|d|<period>   KEYS[2] month counters <p>:{<org>}|m|<period>
--- KEYS[3] held units <p>:{<org>}|h|<period>  KEYS[4] changed reservations <p>:{<org>}|rd (optional)
--- ARGV[1] the most to take, ARGV[2] the period, ARGV[3] the org's key start <p>:{<org>}|
--- Reply: flat array field, value, field, value...; a counter that changes after the
--- drain is marked dirty again by check.lua (and settle.lua). A value is the counter
--- less the units held by open reservations: the committed units, which never fall
--- (a settlement gives back only what was held). With KEYS[4], then '|r' and each
--- changed reservation of the period as a JSON object of its record's fields and "id";
--- ids of other periods are put back for their period's drain.
+-- KEYS, four per period i (i = 1..n):
+--   KEYS[4i-3] dirty set <p>:{<org>}|d|<period>   KEYS[4i-2] month counters <p>:{<org>}|m|<period>
+--   KEYS[4i-1] held units <p>:{<org>}|h|<period>  KEYS[4i]   would-block record <p>:{<org>}|b|<period>
+-- and optionally KEYS[4n+1] changed reservations <p>:{<org>}|rd.
+-- ARGV[1] the most to take of each set, ARGV[2] the org's key start <p>:{<org>}|,
+-- ARGV[3] n, ARGV[3+i] period i.
+-- Reply: for each period i, a flat array field, value, field, value..., then an array
+-- of the record's epoch and version ('' and '0' when there is none); then, with the
+-- last key, an array of each changed reservation of those periods as a JSON object of
+-- its record's fields and "id" (ids of other periods are put back for their period's
+-- drain). A value is the counter less the units held by open reservations: the
+-- committed units, which never fall (a settlement gives back only what was held). A
+-- counter that changes after the drain is marked dirty again by check.lua (and
+-- settle.lua).
 
 -- The member '|' is not a counter: check.lua keeps it in the set so that the set
 -- lives as long as the month counters (see there); it goes back if popped.
 
-local ttl = redis.call('PTTL', KEYS[1])
-local fields = redis.call('SPOP', KEYS[1], ARGV[1])
+local n = tonumber(ARGV[3])
 local out = {}
-for _, f in ipairs(fields) do
-  if f == '|' then
-    -- Popping the last member deleted the set, and its TTL with it.
-    redis.call('SADD', KEYS[1], '|')
-    if ttl > 0 and redis.call('PTTL', KEYS[1]) == -1 then redis.call('PEXPIRE', KEYS[1], ttl) end
-  else
-    local v = (tonumber(redis.call('HGET', KEYS[2], f)) or 0) - (tonumber(redis.call('HGET', KEYS[3], f)) or 0)
-    -- bounded (check.lua's MAXC, 2^51): a value stored out of range is read as the bound
-    if not (v > 0) then v = 0 elseif v > 2251799813685248 then v = 2251799813685248 end
-    out[#out + 1] = f
-    out[#out + 1] = string.format('%d', v)
+local periods = {}
+for i = 1, n do
+  local dirty, month, held = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1]
+  periods[ARGV[3 + i]] = true
+  local ttl = redis.call('PTTL', dirty)
+  local fields = redis.call('SPOP', dirty, ARGV[1])
+  local fs = {}
+  for _, f in ipairs(fields) do
+    if f == '|' then
+      -- Popping the last member deleted the set, and its TTL with it.
+      redis.call('SADD', dirty, '|')
+      if ttl > 0 and redis.call('PTTL', dirty) == -1 then redis.call('PEXPIRE', dirty, ttl) end
+    else
+      fs[#fs + 1] = f
+    end
   end
+  local got = {}
+  if #fs > 0 then
+    local have = redis.call('HMGET', month, unpack(fs))
+    local hold = redis.call('HMGET', held, unpack(fs))
+    for j, f in ipairs(fs) do
+      local v = (tonumber(have[j]) or 0) - (tonumber(hold[j]) or 0)
+      -- bounded (check.lua's MAXC, 2^51): a value stored out of range is read as the bound
+      if not (v > 0) then v = 0 elseif v > 2251799813685248 then v = 2251799813685248 end
+      got[#got + 1] = f
+      got[#got + 1] = string.format('%d', v)
+    end
+  end
+  out[#out + 1] = got
+  local wb = redis.call('HMGET', KEYS[4 * i], 'e', 'v')
+  out[#out + 1] = {wb[1] or '', wb[2] or '0'}
 end
-if KEYS[4] then
-  out[#out + 1] = '|r'
-  local keep = {}
-  for _, id in ipairs(redis.call('SPOP', KEYS[4], ARGV[1])) do
-    local h = redis.call('HGETALL', ARGV[3] .. 'r|' .. id)
+if #KEYS > 4 * n then
+  local recs, keep = {}, {}
+  for _, id in ipairs(redis.call('SPOP', KEYS[4 * n + 1], ARGV[1])) do
+    local h = redis.call('HGETALL', ARGV[2] .. 'r|' .. id)
     if #h > 0 then
       local rec = {id = id}
       for i = 1, #h, 2 do rec[h[i]] = h[i + 1] end
-      if rec.p == ARGV[2] then out[#out + 1] = cjson.encode(rec) else keep[#keep + 1] = id end
+      if periods[rec.p] then recs[#recs + 1] = cjson.encode(rec) else keep[#keep + 1] = id end
     end
   end
-  if #keep > 0 then redis.call('SADD', KEYS[4], unpack(keep)) end
+  if #keep > 0 then redis.call('SADD', KEYS[4 * n + 1], unpack(keep)) end
+  out[#out + 1] = recs
 end
 return out
