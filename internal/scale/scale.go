@@ -1,15 +1,14 @@
 // Package scale measures what Quotaplane's per-org costs do as the orgs grow: it
-// provisions N orgs in a fresh Postgres database, counts usage for every org in Redis,
-// and times the worker's flush ticks (one with the active orgs' new usage, checking
-// that the ledger then equals the counters; a restarted worker's first, after a kill
-// with orgs in flight and with none; idle ones), the close scan and the close of every
-// org's period. cmd/scale prints the figures; `make scale` runs it.
+// provisions N orgs in a fresh Postgres database through the tenants service in bulk
+// (ImportOrgs), counts usage for every org in Redis, and times the worker's flush
+// ticks (one with the active orgs' new usage, checking that the ledger then equals the
+// counters; a restarted worker's first, after a kill with orgs in flight and with
+// none; idle ones), the close scan and the close of every org's period. cmd/scale
+// prints the figures; `make scale` runs it.
 package scale
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"io"
 	"log/slog"
@@ -327,16 +326,6 @@ func ledgerEqual(ctx context.Context, engines *quota.Engines, store *ledger.Stor
 	return int(equal.Load()), err
 }
 
-// secretSQL is the 43-character secret of key i, as Token makes it: base64url of
-// SHA-256("scale-secret-<i>"), unpadded.
-const secretSQL = `rtrim(translate(encode(sha256(convert_to('scale-secret-' || i, 'UTF8')), 'base64'), '+/', '-_'), '=')`
-
-// Token is the check key of the i-th provisioned org.
-func Token(i int) string {
-	sum := sha256.Sum256([]byte(fmt.Sprintf("scale-secret-%d", i)))
-	return fmt.Sprintf("qpk_%016x_%s", i, base64.RawURLEncoding.EncodeToString(sum[:]))
-}
-
 // CacheResult is what resolving every org's key and org through the api's cache cost.
 type CacheResult struct {
 	FirstPass, Spread, Concentrated time.Duration // per lookup
@@ -406,35 +395,6 @@ func ProvisionDatabase(ctx context.Context, dbURL string, n int) (string, error)
 	}
 	defer pool.Close()
 	return u, Provision(ctx, pool, n)
-}
-
-// OrgID names the i-th provisioned org.
-func OrgID(i int) string { return fmt.Sprintf("scale-%07d", i) }
-
-// Provision writes n orgs on one plan, each with 5 teams, in one statement per table.
-func Provision(ctx context.Context, pool *pgxpool.Pool, n int) error {
-	for _, q := range []string{
-		`INSERT INTO plans (id, name, fail_mode, currency, base_price) VALUES ('scale', 'Scale', 'open', 'EUR', 10)`,
-		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units) VALUES ('scale', 'requests', 'month', 1000000000)`,
-		`INSERT INTO plan_prices (plan_id, metric, included_units, overage_price) VALUES ('scale', 'requests', 1000, 0.01)`,
-		`INSERT INTO orgs (id, name, plan_id) SELECT 'scale-' || lpad(i::text, 7, '0'), 'Org ' || i, 'scale'
-		 FROM generate_series(0, $1::int - 1) i`,
-		`INSERT INTO teams (org_id, id, name) SELECT 'scale-' || lpad(i::text, 7, '0'), 't' || t, 'Team ' || t
-		 FROM generate_series(0, $1::int - 1) i, generate_series(0, 4) t`,
-		// One check key per org, its token Token(i): the digest is the token's SHA-256.
-		`INSERT INTO api_keys (id, org_id, name, prefix, digest, scopes)
-		 SELECT lpad(to_hex(i), 16, '0'), 'scale-' || lpad(i::text, 7, '0'), 'scale', left(tok, 12), sha256(convert_to(tok, 'UTF8')), '{check}'
-		 FROM (SELECT i, 'qpk_' || lpad(to_hex(i), 16, '0') || '_' || ` + secretSQL + ` AS tok FROM generate_series(0, $1::int - 1) i) k`,
-	} {
-		var args []any
-		if strings.Contains(q, "$1") {
-			args = append(args, n)
-		}
-		if _, err := pool.Exec(ctx, q, args...); err != nil {
-			return fmt.Errorf("provision: %w", err)
-		}
-	}
-	return nil
 }
 
 // freshDatabase creates a database on dbURL's server and returns its URL and a

@@ -135,6 +135,30 @@
 // after snapshots (no secrets: key snapshots carry no digest, console users no hash, Redis
 // URLs are masked) and the request id.
 //
+// # Bulk import
+//
+// `ImportOrgs` creates many orgs, each with its teams and one API key, as `CreateOrg`,
+// then `CreateTeam` for each team in order, then `CreateAPIKey` would: the same
+// `Validate`, defaults (`OrgInput.withDefaults`, `newTeam`), allocation rules (the pure
+// `teamViolations` and `allocatedMetrics`, each team against its org and the teams before
+// it), tokens (`Service.newToken`) and audit rows. It writes with COPY, one transaction per
+// `ImportChunk` (1,000) orgs, each holding a share lock on the orgs' plans, which
+// `UpdatePlan` waits for: the plan the rules were checked against is the plan at commit.
+//
+//   - Audit: one row per object (`org.create`, `team.create`, `api_key.create`), as the
+//     single calls write them. An org's trail is read by org (`ListAudit`), so one row per
+//     import, which has no one org, would leave every imported org without its creation.
+//     `TestImportOrgsEqualsTheSingleCalls` compares what a reader sees (org, teams, keys,
+//     trail) of an imported org with one made by the single calls.
+//   - All or nothing for input: every input is checked (fields, ids given twice, plans,
+//     allocation rules) before the first chunk is written. Only what the database says
+//     (an org that exists already, a key id taken) fails a chunk; the chunks before it stay
+//     committed and their keys are returned with the error
+//     (`TestImportOrgsRollsBackTheFailingChunk`).
+//   - Tokens come from `crypto/rand` unless the Service has `WithKeyTokens`, which
+//     `CreateAPIKey` takes its tokens from too: `internal/scale` sets it so its load
+//     scripts rebuild each org's token from its number; no server does.
+//
 // # The resolved-limits cache
 //
 // `tenants.Cache` keeps resolved orgs (settings, effective limits, plan fail mode and pool,

@@ -39,6 +39,31 @@ func newToken() (id, token string, err error) {
 	return id, token, nil
 }
 
+// newToken makes the id and token of a new API key of org, from s's KeyTokens when
+// it has them.
+func (s *Service) newToken(orgID string) (id, token string, err error) {
+	if s.keyTokens == nil {
+		return newToken()
+	}
+	idb, secret, err := s.keyTokens(orgID)
+	if err != nil {
+		return "", "", err
+	}
+	id, token = formatToken(idb, secret)
+	return id, token, nil
+}
+
+// keyColumns are what api_keys stores of a new key with token: the token's first
+// characters, which the key's owner recognizes it by, the SHA-256 digest of the whole
+// token (never the token itself) and the scopes.
+func keyColumns(token string, in APIKeyInput) (prefix string, digest [32]byte, scopes []string) {
+	scopes = make([]string, len(in.Scopes))
+	for i, sc := range in.Scopes {
+		scopes[i] = string(sc)
+	}
+	return token[:len(tokenPrefix)+8], sha256.Sum256([]byte(token)), scopes
+}
+
 // formatToken is the token of a key id and secret.
 func formatToken(idb [8]byte, secret [32]byte) (id, token string) {
 	id = hex.EncodeToString(idb[:])
@@ -109,15 +134,11 @@ func (s *Service) CreateAPIKey(ctx context.Context, a Actor, orgID string, in AP
 	if err := in.Validate(); err != nil {
 		return APIKey{}, "", err
 	}
-	id, token, err := newToken()
+	id, token, err := s.newToken(orgID)
 	if err != nil {
 		return APIKey{}, "", fmt.Errorf("create API key: %w", err)
 	}
-	digest := sha256.Sum256([]byte(token))
-	scopes := make([]string, len(in.Scopes))
-	for i, sc := range in.Scopes {
-		scopes[i] = string(sc)
-	}
+	prefix, digest, scopes := keyColumns(token, in)
 	var out APIKey
 	err = s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := getOrg(ctx, tx, orgID, s.now()); err != nil {
@@ -127,7 +148,7 @@ func (s *Service) CreateAPIKey(ctx context.Context, a Actor, orgID string, in AP
 			return err
 		}
 		out, err = scanKey(tx.QueryRow(ctx, `INSERT INTO api_keys (id, org_id, name, prefix, digest, scopes)
-			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+keyCols, id, orgID, in.Name, token[:len(tokenPrefix)+8], digest[:], scopes))
+			VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+keyCols, id, orgID, in.Name, prefix, digest[:], scopes))
 		if err != nil {
 			return translate(err, "create API key")
 		}

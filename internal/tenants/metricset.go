@@ -111,11 +111,28 @@ const planMetricCols = `metered, ARRAY(SELECT metric FROM plan_prices WHERE plan
 // orgMetrics returns the metrics org knows: its effective limits (the plan's merged
 // with the org's overrides), its plan's pricing and its plan's metered list.
 func orgMetrics(ctx context.Context, q querier, org Org) (MetricSet, error) {
-	var metered, priced []string
-	if err := q.QueryRow(ctx, `SELECT `+planMetricCols+` FROM plans WHERE id = $1`, org.PlanID).Scan(&metered, &priced); err != nil {
-		return MetricSet{}, fmt.Errorf("metrics of plan %q: %w", org.PlanID, err)
+	pm, err := readPlanMetrics(ctx, q, org.PlanID)
+	if err != nil {
+		return MetricSet{}, err
 	}
-	return NewMetricSet(limitMetrics(org.EffectiveLimits), priced, metered), nil
+	return pm.of(org), nil
+}
+
+// planMetrics are the metrics a plan names outside its limits: its metered list and
+// its pricing's (prices, rates and spend).
+type planMetrics struct{ metered, priced []string }
+
+func readPlanMetrics(ctx context.Context, q querier, planID string) (planMetrics, error) {
+	var pm planMetrics
+	if err := q.QueryRow(ctx, `SELECT `+planMetricCols+` FROM plans WHERE id = $1`, planID).Scan(&pm.metered, &pm.priced); err != nil {
+		return pm, fmt.Errorf("metrics of plan %q: %w", planID, err)
+	}
+	return pm, nil
+}
+
+// of returns the metrics org, on the plan of pm, knows.
+func (pm planMetrics) of(org Org) MetricSet {
+	return NewMetricSet(limitMetrics(org.EffectiveLimits), pm.priced, pm.metered)
 }
 
 // normalizeMetered sorts a metered list; nil becomes empty, as stored.
@@ -178,11 +195,16 @@ func checkAllocatedMetrics(ctx context.Context, q querier, org Org, childLabel s
 	if err != nil {
 		return err
 	}
+	return allocErr(allocatedMetrics(known, childLabel, lists...))
+}
+
+// allocatedMetrics reports the limits of lists that name a metric outside known.
+func allocatedMetrics(known MetricSet, childLabel string, lists ...limitList) []Violation {
 	var vs []Violation
 	for _, l := range lists {
 		vs = append(vs, unknownMetrics(l.field, l.limits, childLabel, known)...)
 	}
-	return allocErr(vs)
+	return vs
 }
 
 // planKnows returns the metrics an org on plan p with the overrides given would know.

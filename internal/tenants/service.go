@@ -27,6 +27,7 @@ type Service struct {
 	now       func() time.Time
 	uses      *keyUses // keys authenticated since the last FlushKeyUses
 	maxKeys   int      // active API keys an org may hold
+	keyTokens KeyTokens
 }
 
 // Option configures a Service.
@@ -79,6 +80,16 @@ func WithMaxKeysPerOrg(n int) Option {
 		}
 	}
 }
+
+// KeyTokens makes the public id and the secret of a new API key of an org.
+type KeyTokens func(orgID string) (id [8]byte, secret [32]byte, err error)
+
+// WithKeyTokens sets where the ids and secrets of new API keys come from, for
+// CreateAPIKey and ImportOrgs alike (by default 64 and 256 bits from crypto/rand).
+// A token made from a known source is known to whoever knows the source: only a tool
+// that must rebuild its keys' tokens from their orgs sets it (internal/scale, whose
+// load scripts do), never a server.
+func WithKeyTokens(fn KeyTokens) Option { return func(s *Service) { s.keyTokens = fn } }
 
 // DefaultMaxKeysPerOrg is the default cap on an org's active API keys.
 const DefaultMaxKeysPerOrg = 100

@@ -106,25 +106,11 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 	if err := in.Validate(); err != nil {
 		return Org{}, err
 	}
-	if in.Leases == "" {
-		in.Leases = LeasesPlan
-	}
-	if in.SlidingWindows == "" {
-		in.SlidingWindows = WindowsPlan
-	}
-	if in.UnknownUsers == "" {
-		in.UnknownUsers = UnknownUsersAllow
-	}
-	if in.Mode == "" {
-		in.Mode = vocab.Enforce
-	}
-	if in.BillingAnchorDay == 0 {
-		in.BillingAnchorDay = 1
-	}
+	in = in.withDefaults()
 	var out Org
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		if _, err := getPlan(ctx, tx, in.PlanID, false); err != nil {
-			return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", in.PlanID)}}}
+			return noPlan(in.PlanID)
 		}
 		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, leases, sliding_windows, unknown_users)
 			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
@@ -144,6 +130,31 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 		s.changed(in.ID)
 	}
 	return out, err
+}
+
+// withDefaults fills in the settings a new org left unset.
+func (in OrgInput) withDefaults() OrgInput {
+	if in.Leases == "" {
+		in.Leases = LeasesPlan
+	}
+	if in.SlidingWindows == "" {
+		in.SlidingWindows = WindowsPlan
+	}
+	if in.UnknownUsers == "" {
+		in.UnknownUsers = UnknownUsersAllow
+	}
+	if in.Mode == "" {
+		in.Mode = vocab.Enforce
+	}
+	if in.BillingAnchorDay == 0 {
+		in.BillingAnchorDay = 1
+	}
+	return in
+}
+
+// noPlan refuses an org on a plan that does not exist.
+func noPlan(id string) error {
+	return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", id)}}}
 }
 
 func writeOrgLimits(ctx context.Context, tx pgx.Tx, orgID string, ls []vocab.Limit) error {
@@ -218,7 +229,7 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 		if patch.PlanID != nil || patch.Limits != nil || patch.Oversubscribe != nil {
 			plan, err := getPlan(ctx, tx, after.PlanID, false)
 			if err != nil {
-				return &ValidationError{Fields: []FieldError{{Field: "plan", Message: fmt.Sprintf("no plan with id %q", after.PlanID)}}}
+				return noPlan(after.PlanID)
 			}
 			eff := applyGrants(MergeLimits(plan.Limits, after.Limits), before.Granted)
 			vs, err := checkOrgCoversTeams(ctx, tx, id, eff, after.Oversubscribe)

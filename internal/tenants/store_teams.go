@@ -98,26 +98,48 @@ func userAggregate(ctx context.Context, q querier, orgID, teamID string) (childA
 // checkTeam applies the allocation rules to a team's new limits and user defaults:
 // against its org, against the org's other teams, and against its own users.
 func checkTeam(ctx context.Context, tx pgx.Tx, org Org, t Team, isNew bool) error {
-	teamLabel := fmt.Sprintf("team %q", t.ID)
-	orgLabel := fmt.Sprintf("org %q", org.ID)
-	vs := childWithinParent("limits", t.Limits, teamLabel, orgLabel, org.EffectiveLimits)
+	var others map[string]int64
 	if !org.Oversubscribe {
-		others, err := monthSums(ctx, tx, `SELECT metric, sum(max_units)::bigint FROM team_limits
+		var err error
+		others, err = monthSums(ctx, tx, `SELECT metric, sum(max_units)::bigint FROM team_limits
 			WHERE org_id = $1 AND kind = 'team' AND time_window = 'month' AND team_id <> $2 GROUP BY metric`, org.ID, t.ID)
 		if err != nil {
 			return err
 		}
-		vs = append(vs, sumWithinParent("limits", t.Limits, teamLabel, orgLabel, org.EffectiveLimits, others)...)
 	}
-	vs = append(vs, childWithinParent("user_limits", t.UserLimits, "user defaults of "+teamLabel, teamLabel, t.Limits)...)
+	vs := teamViolations(org, t, others)
 	if !isNew {
 		agg, err := userAggregate(ctx, tx, org.ID, t.ID)
 		if err != nil {
 			return err
 		}
-		vs = append(vs, parentCoversChildren("limits", t.Limits, teamLabel, "user", agg, org.Oversubscribe)...)
+		vs = append(vs, parentCoversChildren("limits", t.Limits, fmt.Sprintf("team %q", t.ID), "user", agg, org.Oversubscribe)...)
 	}
 	return inMoney(ctx, tx, org.PlanID, allocErr(vs))
+}
+
+// teamViolations are the allocation rules a team's limits and user defaults break
+// against its org, given the month limits the org's other teams hold per metric
+// (others, read only when the org does not oversubscribe): the rules of a new team,
+// which has no users yet.
+func teamViolations(org Org, t Team, others map[string]int64) []Violation {
+	teamLabel := fmt.Sprintf("team %q", t.ID)
+	orgLabel := fmt.Sprintf("org %q", org.ID)
+	vs := childWithinParent("limits", t.Limits, teamLabel, orgLabel, org.EffectiveLimits)
+	if !org.Oversubscribe {
+		vs = append(vs, sumWithinParent("limits", t.Limits, teamLabel, orgLabel, org.EffectiveLimits, others)...)
+	}
+	return append(vs, childWithinParent("user_limits", t.UserLimits, "user defaults of "+teamLabel, teamLabel, t.Limits)...)
+}
+
+// newTeam is the team in makes in org orgID, its limits normalized and its unset
+// settings filled in; it has no times yet.
+func newTeam(orgID string, in TeamInput) Team {
+	if in.UnknownUsers == "" {
+		in.UnknownUsers = UnknownUsersOrg
+	}
+	return Team{OrgID: orgID, ID: in.ID, Name: in.Name, Limits: normalize(in.Limits), UserLimits: normalize(in.UserLimits),
+		UnknownUsers: in.UnknownUsers}
 }
 
 // CreateTeam creates a team in an org, its allocation checked against the org's.
@@ -131,11 +153,7 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 		if err != nil {
 			return err
 		}
-		if in.UnknownUsers == "" {
-			in.UnknownUsers = UnknownUsersOrg
-		}
-		t := Team{OrgID: orgID, ID: in.ID, Name: in.Name, Limits: normalize(in.Limits), UserLimits: normalize(in.UserLimits),
-			UnknownUsers: in.UnknownUsers}
+		t := newTeam(orgID, in)
 		if err := checkAllocatedMetrics(ctx, tx, org, fmt.Sprintf("team %q", in.ID),
 			limitList{"limits", in.Limits}, limitList{"user_limits", in.UserLimits}); err != nil {
 			return fmt.Errorf("create team %q: %w", in.ID, err)
@@ -144,7 +162,7 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 			return fmt.Errorf("create team %q: %w", in.ID, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO teams (org_id, id, name, unknown_users) VALUES ($1, $2, $3, $4)`,
-			orgID, in.ID, in.Name, in.UnknownUsers); err != nil {
+			orgID, in.ID, in.Name, t.UnknownUsers); err != nil {
 			return translate(err, fmt.Sprintf("create team %q", in.ID))
 		}
 		if err := writeTeamLimits(ctx, tx, orgID, in.ID, "team", t.Limits); err != nil {
