@@ -96,9 +96,11 @@ lint: ## gofmt, go vet (the client's and deploy/k8s's modules too), no error sta
 bench: ## benchmark the check engine, /v1/check over HTTP and ShouldRateLimit over gRPC, 2-metric checks and acquire+release pairs, then bench-users; prints summary tables
 	@bash scripts/bench.sh
 
-SCALE_ORGS ?= 1000,10000
-scale: ## the worker's per-org costs at 1,000 and 10,000 orgs (100 active): flush ticks, close scan, closing every period; SCALE_ORGS=1000,10000,100000 for more (~2-6 min; not in make test)
+SCALE_ORGS ?= 100000
+SCALE_API_ORGS ?= 100000
+scale: ## 100,000 orgs, each figure against its bound: the worker (a tick's writes with every org active, the ledger then equal to the counters; a restart's first flush; idle ticks) and the api (checks spread over every org against 10 after a warm pass; RSS); SCALE_ORGS=2000,100000 for more runs (~10 min; its short version in make test is TestScaleShort)
 	$(GO) run ./cmd/scale -orgs $(SCALE_ORGS)
+	BENCH_ORGS=$(SCALE_API_ORGS) bash scripts/bench_orgs.sh
 
 bench-orgs: ## checks spread over 3,000 and 10,000 orgs against the same load over 10: checks/s ratios, Postgres transactions per check, PASS/FAIL (~4 min; not in make test)
 	@bash scripts/bench_orgs.sh

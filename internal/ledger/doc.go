@@ -37,21 +37,36 @@
 // `Hydrator`) and `tenants` (orgs, limits, pricing), never on the HTTP layer.
 //
 // Persistence. Every worker runs a `ledger.Flusher` loop every
-// `QUOTA_FLUSH_INTERVAL` (2 s). Per org it calls `quota.Engine.DrainDirty` for the current
-// and the previous period: the org's dirty set (`<p>:{<org>}|d|<period>`, in the org's
-// hash slot) is popped atomically by a script together with the counters' values, so no
+// `QUOTA_FLUSH_INTERVAL` (2 s). For each org it visits it drains the current and the
+// previous period: the org's dirty set (`<p>:{<org>}|d|<period>`, in the org's hash
+// slot) is popped atomically by a script together with the counters' values, so no
 // tick scans the keyspace and nothing needs a global key, which Redis Cluster would not
-// allow next to the org's keys. The values are written with
-// `INSERT ... ON CONFLICT DO UPDATE ... WHERE usage_counters.units < EXCLUDED.units`:
-// a stored value only ever rises, so several workers (each drains a disjoint part),
-// stale writes and retries are harmless. If the write fails, the drained fields are no
-// longer dirty, so the next tick reads that org's period whole (`MonthUsage`) instead.
-// A worker killed -9 between a drain and its write forgets that, so every worker's first
-// flush reads every org's two periods whole: without it a drained counter that never
-// changed again (a user whose limit is spent) stayed behind in the ledger until a Redis
-// restart lost it (`make faults SEED=1`, `TestFlushAfterAWorkerKilledMidFlush`). With
-// several workers, one killed and not started again leaves such counters to their next
-// change or to the period's close (which reads `MonthUsage`).
+// allow next to the org's keys. The orgs go in batches of 500 (by engine): one run of
+// `drain.lua` per org (both periods, with their would-block versions), 64 orgs per
+// pipeline (`quota.Engine.DrainMany`), then one transaction per batch
+// (`Store.PersistMany`): the periods' advisory locks in one order, one
+// `INSERT ... ON CONFLICT DO UPDATE ... WHERE usage_counters.units < EXCLUDED.units`
+// for every counter of the batch, the daily rows of the periods that rose and the
+// adjustments of those already closed. A stored value only ever rises, so several
+// workers (each drains a disjoint part), stale writes and retries are harmless. A batch
+// that cannot be written is written org by org, so one org that fails holds back no
+// other; if an org's write fails, its drained fields are no longer dirty, so the next
+// tick reads that org's period whole (`MonthUsage`) instead.
+//
+// A worker killed -9 between a pop and its write forgets that, but not the pop: the pop
+// script records each org it takes in the index's in-flight record (`<p>:|f`, a sorted
+// set scored by the pop's Redis time, unique per pop), and the worker removes the entry,
+// with the score it popped, only after the org's write. A worker's first flush reads
+// whole every org recorded there (what a dead worker may have drained: without it a
+// drained counter that never changed again, a user whose limit is spent, stayed behind
+// in the ledger until a Redis restart lost it; `make faults SEED=1`,
+// `TestFlushAfterAWorkerKilledMidFlush`), so it costs what was in flight, not the orgs
+// that exist. Every `recoverAfter`/2 any worker also reads the entries older than
+// `recoverAfter` (a tick's deadline and 10 s: no live worker drains that long after its
+// pop), so a worker killed while others keep running is recovered within ~25 s
+// (`TestSurvivorPersistsAKilledWorkersDrain`). Threshold checks and stored utilization,
+// which read each org's limits, run after the writes in what is left of the tick and
+// carry over (`afterWork`): events are late under load, never lost.
 //
 // Only the orgs that changed. Listing every org and draining each on
 // every tick cost 133 ms per 2 s tick at 1,000 idle orgs and 1,345 ms at 10,000, and
@@ -66,24 +81,18 @@
 // index with `SPOP` (atomic: an org that changes after the pop is in the index again,
 // and a field that was already dirty when the org was popped is drained by the same
 // tick, which drains after it pops), reads those orgs' routes in one query
-// (`tenants.Service.OrgRoutes`), and drains them as before. Orgs whose flush failed, or
+// (`tenants.Service.OrgRoutes`), and drains them as above. Orgs whose flush failed, or
 // that need a whole read, are kept in memory and visited next tick; orgs with a Redis of
 // their own are listed once a minute (`DedicatedOrgs`, on the partial index of
-// migration 000021) and visited every tick (their Redis keeps no shared index). The
-// first flush after start still lists every org and reads it whole (the crash rule
-// above), after popping the indexes, so it discards nothing it does not read; it gets a
-// deadline of 15 minutes instead of a tick's (it took 62 s at 100,000 orgs in `make
-// scale`, and cut off at the tick's 13 s it would have started over from the top on
-// every tick, never reaching the indexed ones). `TestFlushVisitsDirtyOrgsAndCatchesChangesDuringATick`: an
+// migration 000021) and visited every tick (their Redis keeps no shared index).
+// `TestFlushVisitsDirtyOrgsAndCatchesChangesDuringATick`: an
 // idle tick visits no org; an org checked while a tick runs (after the pop: a counter
 // the tick already drained, and an org it had not popped) is persisted by the next
 // tick; every ledger test (kill -9, Redis loss, reservations, would-block) runs on the
 // indexed path. What a worker per Redis or several workers do: each pops a disjoint
 // part of the index, and each org's drain stays atomic, so several workers share the
-// work and none persists a value twice; a worker killed between a pop and its drains
-// loses those orgs' index entries, so their counters wait for their next new field, the
-// restarted worker's first whole read, or the period close (which reads `MonthUsage`),
-// the same bound as before. Tick budget and lag: `quotaplane_worker_flush_orgs`,
+// work and none persists a value twice; a worker killed between a pop and its writes
+// leaves its in-flight entries, read whole as above. Tick budget and lag: `quotaplane_worker_flush_orgs`,
 // `quotaplane_worker_flush_dirty_orgs`, `quotaplane_worker_flush_budget_ratio` (the last
 // tick's duration over the interval) beside `quotaplane_worker_flush_lag_seconds`.
 // Measured with `make scale` (docs/SCALING.md).
