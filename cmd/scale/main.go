@@ -112,8 +112,9 @@ func report(w io.Writer, r scale.Result) bool {
 	line(fmt.Sprintf("persisting %d active orgs (one tick's writes)", r.Active),
 		fmt.Sprintf("%s (%d orgs visited, %d counters; the whole tick with its threshold checks %s)", ms(r.ActivePersist),
 			r.ActiveVisited, r.ActiveRead, ms(r.ActiveTick)), r.ActivePersist <= 2*time.Second, "2 s")
-	line("  its batches' Redis reads / Postgres writes (summed)", fmt.Sprintf("%s / %s; Redis ran scripts %s (%.1f µs an org)",
-		ms(r.ActiveDraining), ms(r.ActiveWriting), ms(r.ActiveRedis), float64(r.ActiveRedis.Microseconds())/float64(max(r.ActiveVisited, 1))), true, "")
+	line("  its batches' Redis reads / Postgres writes (summed)", fmt.Sprintf("%s / %s; Redis ran scripts %s (%.1f µs an org; a check %.1f µs)",
+		ms(r.ActiveDraining), ms(r.ActiveWriting), ms(r.ActiveRedis), float64(r.ActiveRedis.Microseconds())/float64(max(r.ActiveVisited, 1)),
+		float64(r.CheckRedis.Nanoseconds())/1000), true, "")
 	line("ledger equals the counters, every counter", fmt.Sprintf("%d of %d orgs", r.LedgerEqual, r.Active), r.LedgerEqual == r.Active, "all")
 	line(fmt.Sprintf("first flush after a kill, %d orgs in flight", r.InFlight),
 		fmt.Sprintf("%s (%d read whole, %d stored equal to Redis)", ms(r.Recovery), r.Recovered, r.RecoveredEqual),

@@ -59,6 +59,9 @@ type Result struct {
 	// ActiveRedis is the time Redis spent running scripts during that tick (INFO
 	// commandstats: every client's, so other traffic on the same Redis counts too).
 	ActiveRedis time.Duration
+	// CheckRedis is the same of the checks that made every org active, per check: the
+	// control for ActiveRedis, measured on the same Redis in the same run.
+	CheckRedis time.Duration
 	// LedgerEqual is how many of the active orgs' ledgers equal their counters after it.
 	LedgerEqual int
 	// Recovery is a restarted worker's first flush after a worker killed with
@@ -167,10 +170,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if _, _, err := tick(f); err != nil {
 		return res, err
 	}
+	scripts0 := scriptTime(ctx, cfg.RedisURL)
 	if err := checks(active, 1); err != nil {
 		return res, fmt.Errorf("check: %w", err)
 	}
-	scripts0 := scriptTime(ctx, cfg.RedisURL)
+	res.CheckRedis = (scriptTime(ctx, cfg.RedisURL) - scripts0) / time.Duration(len(active))
+	scripts0 = scriptTime(ctx, cfg.RedisURL)
 	d, st, err := tick(f)
 	if err != nil {
 		return res, err

@@ -29,16 +29,25 @@ local periods = {}
 for i = 1, n do
   local dirty, month, held = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1]
   periods[ARGV[3 + i]] = true
-  local ttl = redis.call('PTTL', dirty)
-  local fields = redis.call('SPOP', dirty, ARGV[1])
+  -- A set of at most one run is read whole and its fields removed, so the keeper
+  -- stays and the set keeps its TTL; a bigger one is popped a run at a time.
+  local size = redis.call('SCARD', dirty)
   local fs = {}
-  for _, f in ipairs(fields) do
-    if f == '|' then
-      -- Popping the last member deleted the set, and its TTL with it.
-      redis.call('SADD', dirty, '|')
-      if ttl > 0 and redis.call('PTTL', dirty) == -1 then redis.call('PEXPIRE', dirty, ttl) end
-    else
-      fs[#fs + 1] = f
+  if size > 0 and size <= tonumber(ARGV[1]) then
+    for _, f in ipairs(redis.call('SMEMBERS', dirty)) do
+      if f ~= '|' then fs[#fs + 1] = f end
+    end
+    if #fs > 0 then redis.call('SREM', dirty, unpack(fs)) end
+  elseif size > 0 then
+    local ttl = redis.call('PTTL', dirty)
+    for _, f in ipairs(redis.call('SPOP', dirty, ARGV[1])) do
+      if f == '|' then
+        -- Popping the last member deleted the set, and its TTL with it.
+        redis.call('SADD', dirty, '|')
+        if ttl > 0 and redis.call('PTTL', dirty) == -1 then redis.call('PEXPIRE', dirty, ttl) end
+      else
+        fs[#fs + 1] = f
+      end
     end
   end
   local got = {}
