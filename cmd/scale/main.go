@@ -116,6 +116,8 @@ func report(w io.Writer, r scale.Result) bool {
 		ms(r.ActiveDraining), ms(r.ActiveWriting), ms(r.ActiveRedis), float64(r.ActiveRedis.Microseconds())/float64(max(r.ActiveVisited, 1)),
 		float64(r.CheckRedis.Nanoseconds())/1000), true, "")
 	line("ledger equals the counters, every counter", fmt.Sprintf("%d of %d orgs", r.LedgerEqual, r.Active), r.LedgerEqual == r.Active, "all")
+	line("memory per org: Redis / the ledger in Postgres", fmt.Sprintf("%d bytes / %d bytes (%.1f rows: usage_counters and usage_daily, indexes included)",
+		r.RedisBytes, r.LedgerBytes, r.LedgerRows), true, "")
 	line(fmt.Sprintf("first flush after a kill, %d orgs in flight", r.InFlight),
 		fmt.Sprintf("%s (%d read whole, %d stored equal to Redis)", ms(r.Recovery), r.Recovered, r.RecoveredEqual),
 		r.Recovered >= r.InFlight && r.RecoveredEqual == r.InFlight, "every one recovered")

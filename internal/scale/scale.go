@@ -62,6 +62,13 @@ type Result struct {
 	// CheckRedis is the same of the checks that made every org active, per check: the
 	// control for ActiveRedis, measured on the same Redis in the same run.
 	CheckRedis time.Duration
+	// RedisBytes is Redis's used memory per org once every org has counted (its
+	// month counters, dirty set, index and in-flight entries; INFO memory, the
+	// whole Redis, so other data on it counts too), LedgerBytes the Postgres bytes
+	// per org of usage_counters and usage_daily (tables and indexes), LedgerRows
+	// their rows per org.
+	RedisBytes, LedgerBytes int64
+	LedgerRows              float64
 	// LedgerEqual is how many of the active orgs' ledgers equal their counters after it.
 	LedgerEqual int
 	// Recovery is a restarted worker's first flush after a worker killed with
@@ -160,6 +167,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	// A running worker: every org has stored usage, then Active orgs change at once.
+	mem0 := redisMemory(ctx, cfg.RedisURL)
 	f := worker()
 	if _, _, err := tick(f); err != nil {
 		return res, fmt.Errorf("first flush: %w", err)
@@ -170,6 +178,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if _, _, err := tick(f); err != nil {
 		return res, err
 	}
+	res.RedisBytes = (redisMemory(ctx, cfg.RedisURL) - mem0) / int64(cfg.Orgs)
 	scripts0 := scriptTime(ctx, cfg.RedisURL)
 	if err := checks(active, 1); err != nil {
 		return res, fmt.Errorf("check: %w", err)
@@ -186,6 +195,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if res.LedgerEqual, err = ledgerEqual(ctx, engines, store, active); err != nil {
 		return res, err
 	}
+	var rows int64
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM usage_counters) + (SELECT count(*) FROM usage_daily),
+		pg_total_relation_size('usage_counters') + pg_total_relation_size('usage_daily')`).Scan(&rows, &res.LedgerBytes); err != nil {
+		return res, err
+	}
+	res.LedgerRows, res.LedgerBytes = float64(rows)/float64(cfg.Orgs), res.LedgerBytes/int64(cfg.Orgs)
 
 	// A worker killed between drain and write: InFlight orgs popped (recorded in
 	// flight) and drained, the write never done.
@@ -262,6 +277,27 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return res, fmt.Errorf("close: %d failed, e.g. %w", len(failed), err)
 	}
 	return res, nil
+}
+
+// redisMemory is Redis's used_memory (INFO memory); 0 when it cannot be read.
+func redisMemory(ctx context.Context, redisURL string) int64 {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return 0
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	info, err := rdb.Info(ctx, "memory").Result()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
 }
 
 // scriptTime is the time Redis has spent running scripts (EVALSHA and EVAL) since its
