@@ -2,9 +2,11 @@ package ledger
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/derrors"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
@@ -92,14 +94,17 @@ func (f *Flusher) runAfter(ctx context.Context, deadline time.Time, now time.Tim
 		case len(a.order) > 0:
 			key := a.order[0]
 			p := a.checks[key]
-			if err := f.notifier.check(ctx, p.org, p.period, p.end, p.counters); err != nil {
-				f.cfg.Logger.Warn("threshold events", "org", p.org, "period", p.period, "err", err.Error())
-				return a.pending()
-			}
+			err := f.notifier.check(ctx, p.org, p.period, p.end, p.counters)
 			a.mu.Lock()
 			a.order = a.order[1:]
 			delete(a.checks, key)
 			a.mu.Unlock()
+			if err != nil {
+				// Judged again when its counters next change; the rest waits for the
+				// next tick, so an outage costs one warning a tick, not one per org.
+				f.cfg.Logger.Warn("threshold events", "org", p.org, "period", p.period, "err", err.Error())
+				return a.pending()
+			}
 		case len(a.util) > 0:
 			page := make([]tenants.Org, 0, utilPage)
 			for _, o := range a.util {
@@ -157,6 +162,10 @@ func (f *Flusher) storedUtilization(ctx context.Context, orgs []tenants.Org, now
 		}
 		if counters := used[p]; len(counters) > 0 {
 			l, err := f.notifier.limits.get(ctx, p.Org)
+			if errors.Is(err, derrors.NotFound) {
+				done = append(done, p.Org) // deleted since: nothing to export
+				continue
+			}
 			if err != nil {
 				return done, err
 			}

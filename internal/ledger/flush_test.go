@@ -191,21 +191,7 @@ func TestFlushAfterAWorkerKilledMidFlush(t *testing.T) {
 		}
 	}
 
-	// The dying worker: its drain pops the dirty set, then its persist waits for the
-	// period's lock (held here) until the process is gone (its context ends).
-	tx, err := e.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('billing|' || $1 || '|' || $2, 0))`, org, per); err != nil {
-		t.Fatal(err)
-	}
-	dying, cancel := context.WithTimeout(ctx, time.Second)
-	if _, err := e.Flusher(time.Hour).FlushOnce(dying); err == nil {
-		t.Fatal("the dying worker's flush persisted while the period's lock was held")
-	}
-	cancel()
-	_ = tx.Rollback(ctx)
+	dyingFlush(t, e, org, per, time.Second)
 
 	// The worker started again, with nothing changed since.
 	f := e.Flusher(time.Hour)
@@ -253,20 +239,8 @@ func TestSurvivorPersistsAKilledWorkersDrain(t *testing.T) {
 	if _, err := e.Check(e.Engine, org, "hot", "h1", "requests", 7); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.Pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('billing|' || $1 || '|' || $2, 0))`, org, per); err != nil {
-		t.Fatal(err)
-	}
 	popped := time.Now()
-	dying, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if _, err := e.Flusher(time.Hour).FlushOnce(dying); err == nil {
-		t.Fatal("the dying worker's flush persisted while the period's lock was held")
-	}
-	cancel()
-	_ = tx.Rollback(ctx)
+	dyingFlush(t, e, org, per, 300*time.Millisecond)
 	if st, err := survivor.FlushOnce(ctx); err != nil || st.Orgs != 0 {
 		t.Fatalf("a tick before the entry is old: %+v %v, want nothing visited", st, err)
 	}
@@ -333,5 +307,26 @@ func TestFlushInBatchesEqualsTheCounters(t *testing.T) {
 		if diff := cmp.Diff(live, stored); diff != "" {
 			t.Fatalf("org %s: ledger differs from Redis (-redis +ledger):\n%s", o, diff)
 		}
+	}
+}
+
+// dyingFlush is a worker killed between its drain and its write: its drain pops the
+// dirty set, then its write waits for the period's lock (held here) until the process
+// is gone (its context ends after d).
+func dyingFlush(t *testing.T, e *env, org, per string, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := e.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('billing|' || $1 || '|' || $2, 0))`, org, per); err != nil {
+		t.Fatal(err)
+	}
+	dying, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	if _, err := e.Flusher(time.Hour).FlushOnce(dying); err == nil {
+		t.Fatal("the dying worker's flush persisted while the period's lock was held")
 	}
 }

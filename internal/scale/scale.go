@@ -281,52 +281,51 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 // redisMemory is Redis's used_memory (INFO memory); 0 when it cannot be read.
 func redisMemory(ctx context.Context, redisURL string) int64 {
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return 0
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	info, err := rdb.Info(ctx, "memory").Result()
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
+	var n int64
+	redisInfo(ctx, redisURL, "memory", func(name, value string) {
+		if name == "used_memory" {
+			n, _ = strconv.ParseInt(value, 10, 64)
 		}
-	}
-	return 0
+	})
+	return n
 }
 
 // scriptTime is the time Redis has spent running scripts (EVALSHA and EVAL) since its
 // statistics were reset; 0 when it cannot be read.
 func scriptTime(ctx context.Context, redisURL string) time.Duration {
-	opt, err := redis.ParseURL(redisURL)
-	if err != nil {
-		return 0
-	}
-	rdb := redis.NewClient(opt)
-	defer rdb.Close()
-	info, err := rdb.Info(ctx, "commandstats").Result()
-	if err != nil {
-		return 0
-	}
 	var total time.Duration
-	for _, line := range strings.Split(info, "\n") {
-		name, stats, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || (name != "cmdstat_evalsha" && name != "cmdstat_eval") {
-			continue
+	redisInfo(ctx, redisURL, "commandstats", func(name, value string) {
+		if name != "cmdstat_evalsha" && name != "cmdstat_eval" {
+			return
 		}
-		for _, kv := range strings.Split(stats, ",") {
+		for _, kv := range strings.Split(value, ",") {
 			if v, ok := strings.CutPrefix(kv, "usec="); ok {
 				us, _ := strconv.ParseInt(v, 10, 64)
 				total += time.Duration(us) * time.Microsecond
 			}
 		}
-	}
+	})
 	return total
+}
+
+// redisInfo calls line with each "name:value" line of a section of INFO; nothing
+// when Redis cannot be read.
+func redisInfo(ctx context.Context, redisURL, section string, line func(name, value string)) {
+	opt, err := redis.ParseURL(redisURL)
+	if err != nil {
+		return
+	}
+	rdb := redis.NewClient(opt)
+	defer rdb.Close()
+	info, err := rdb.Info(ctx, section).Result()
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(info, "\n") {
+		if name, value, ok := strings.Cut(strings.TrimSpace(l), ":"); ok {
+			line(name, value)
+		}
+	}
 }
 
 // ledgerEqual counts the orgs whose ledger of the current period equals their live
