@@ -197,6 +197,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cache := tenants.NewCache(svc, tenants.CacheOptions{Logger: log, Metrics: cacheMetrics, Channel: tenants.ChannelFor(cfg.RedisPrefix),
 		Orgs: cfg.CacheOrgs, Users: cfg.CacheUsers, Keys: cfg.CacheKeys, Memory: int64(cfg.CacheMemoryMB) << 20})
 	cache.Listen(ctx, rdb)
+	// Keys in use are revalidated in batches before their TTL ends, off the check path.
+	go cache.RefreshKeys(ctx, time.Second)
 	// Which RateLimit header fields answers carry (validated by config).
 	headerMode, err := checks.ParseHeaderMode(cfg.RateLimitHeaders)
 	if err != nil {

@@ -165,7 +165,7 @@
 //     EVALSHA (up to `MaxBatch`); NOSCRIPT entries are reloaded and only those re-run.
 //   - Key cache: the EVALSHA arguments an org's checks share in a period (key names,
 //     boxed once) are kept in a bounded LRU (hashicorp/golang-lru, 64 shards,
-//     `Config.KeyCacheSize`, default 65,536 entries); `Config.KeyCache` hooks report hits,
+//     `Config.KeyCacheSize`, default 262,144 entries); `Config.KeyCache` hooks report hits,
 //     misses and evictions for metrics.
 //   - Idempotency keys are stored by the same script with the first decision (24 h)
 //     and a fingerprint of the request (SHA-256 of org, team, user, metric and cost,

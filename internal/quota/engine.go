@@ -33,6 +33,13 @@ var (
 	wouldBlockScript     = redis.NewScript(wouldBlockSrc)
 )
 
+// DefaultKeyCacheSize is the default bound of an engine's key cache: 262,144 entries,
+// some 500 bytes each with the LRU's own (130 MB when full). It is above the orgs the
+// api's resolved-org cache holds in its default memory budget (~160,000 of 5 teams),
+// so checks spread over every cached org find their keys built, rather than evict one
+// org's to build another's on every check.
+const DefaultKeyCacheSize = 1 << 18
+
 // Config tunes an Engine. The zero value is usable: every field has a default.
 type Config struct {
 	// KeyPrefix starts every key (default "q"); tests use their own to stay apart.
@@ -82,8 +89,8 @@ type Config struct {
 	// of every such re-send (metrics). It must not block.
 	OnResend func(reason string)
 	// KeyCacheSize bounds the engine's cache of each org's keys for a period (its
-	// EVALSHA arguments, built once), least recently used evicted first (default 65,536
-	// entries: some 400 bytes each for short ids, 26 MB when full).
+	// EVALSHA arguments, built once), least recently used evicted first (default
+	// DefaultKeyCacheSize).
 	KeyCacheSize int
 	// KeyCache is told of the key cache's hits, misses and evictions (metrics).
 	KeyCache cachemetrics.Hooks
@@ -140,7 +147,7 @@ func (c *Config) setDefaults() error {
 		c.RetryBudget = 300 * time.Millisecond
 	}
 	if c.KeyCacheSize <= 0 {
-		c.KeyCacheSize = 1 << 16
+		c.KeyCacheSize = DefaultKeyCacheSize
 	}
 	if c.WouldBlockCap <= 0 {
 		c.WouldBlockCap = 1000

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -102,8 +101,8 @@ type Engines struct {
 	names      map[string]string // configured URL -> pool name
 	classes    map[string]string // pool class -> URL
 
-	backends sync.Map // URL -> *backendEntry
-	inflight sync.Map // org -> *atomic.Int64
+	backends sync.Map  // URL -> *backendEntry
+	inflight *orgSlots // each org's checks in flight, against MaxInFlightPerOrg
 
 	local   *localLimiter
 	metrics *enginesMetrics
@@ -138,11 +137,12 @@ func NewEngines(cfg EnginesConfig) (*Engines, error) {
 		return nil, err
 	}
 	r := &Engines{
-		cfg:     cfg,
-		names:   map[string]string{},
-		classes: map[string]string{},
-		local:   newLocalLimiter(cfg.Replicas),
-		tracer:  newTracer(cfg.Engine.TracerProvider),
+		cfg:      cfg,
+		names:    map[string]string{},
+		classes:  map[string]string{},
+		local:    newLocalLimiter(cfg.Replicas),
+		tracer:   newTracer(cfg.Engine.TracerProvider),
+		inflight: newOrgSlots(cfg.MaxInFlightPerOrg),
 	}
 	r.defaultURL = cfg.DefaultURL
 	if r.defaultURL == "" {
@@ -255,20 +255,6 @@ func (r *Engines) Now(route vocab.Route) time.Time {
 // func() time.Time clock is taken.
 func (r *Engines) DefaultNow() time.Time { return r.Now(vocab.Route{}) }
 
-// acquire takes one of org's in-flight slots; release gives it back.
-func (r *Engines) acquire(org string) (*atomic.Int64, bool) {
-	v, ok := r.inflight.Load(org)
-	if !ok {
-		v, _ = r.inflight.LoadOrStore(org, new(atomic.Int64))
-	}
-	n := v.(*atomic.Int64)
-	if n.Add(1) > int64(r.cfg.MaxInFlightPerOrg) {
-		n.Add(-1)
-		return nil, false
-	}
-	return n, true
-}
-
 func validateRoute(route *vocab.Route, req *Request) error {
 	err := req.Validate()
 	if route.FailMode != "" && !route.FailMode.Valid() {
@@ -367,16 +353,17 @@ type lane struct {
 // decide is Decide without its span and metrics: it validates each check once, takes
 // its org's in-flight slot for the whole batch, and sends each Redis its lane (send).
 func (r *Engines) decide(ctx context.Context, cs []Check) {
-	// A single check's scratch is on the stack; a batch's is allocated once.
-	var oneSlot [1]*atomic.Int64
+	// A single check's scratch is on the stack; a batch's is allocated once. slots
+	// are the orgs whose in-flight slots were taken, given back at the end.
+	var oneSlot [1]string
 	var oneItem [1]*Check
 	slots, items := oneSlot[:0], oneItem[:0]
 	if len(cs) > 1 {
-		slots, items = make([]*atomic.Int64, 0, len(cs)), make([]*Check, 0, len(cs))
+		slots, items = make([]string, 0, len(cs)), make([]*Check, 0, len(cs))
 	}
 	defer func() {
-		for _, s := range slots {
-			s.Add(-1)
+		for _, org := range slots {
+			r.inflight.release(org)
 		}
 	}()
 	var first lane  // the lane of the first check routed, its items in items
@@ -387,12 +374,11 @@ func (r *Engines) decide(ctx context.Context, cs []Check) {
 		if c.Err = validateRoute(&c.Route, &c.Request); c.Err != nil {
 			continue
 		}
-		slot, ok := r.acquire(c.Request.Org)
-		if !ok {
+		if !r.inflight.acquire(c.Request.Org) {
 			c.Err = fmt.Errorf("quota check %s: %w", c.Request.Org, ErrOverloaded)
 			continue
 		}
-		slots = append(slots, slot)
+		slots = append(slots, c.Request.Org)
 		b, err := r.backendFor(r.urlOf(&c.Route))
 		if err != nil {
 			c.Err = err
@@ -477,11 +463,10 @@ func verdict(items []*Check) error {
 //
 // Errors: those of Engine.Reserve, and ErrOverloaded as Check.
 func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, opt ReserveOptions) (vocab.Reservation, vocab.Result, error) {
-	slot, ok := r.acquire(req.Org)
-	if !ok {
+	if !r.inflight.acquire(req.Org) {
 		return vocab.Reservation{}, vocab.Result{}, fmt.Errorf("quota reserve %s: %w", req.Org, ErrOverloaded)
 	}
-	defer slot.Add(-1)
+	defer r.inflight.release(req.Org)
 	b, err := r.backendFor(r.urlOf(&route))
 	if err != nil {
 		return vocab.Reservation{}, vocab.Result{}, err

@@ -125,3 +125,20 @@ func (r *Engines) CheckBatch(ctx context.Context, routes []vocab.Route, reqs []R
 	}
 	return results, outs, errs
 }
+
+// InFlightOrgs is the number of orgs r holds an in-flight count for.
+func InFlightOrgs(r *Engines) int { return r.inflight.len() }
+
+// OrgSlots is the in-flight table of orgs, for its benchmark.
+type OrgSlots = orgSlots
+
+// NewOrgSlots returns a table of at most max checks in flight per org.
+func NewOrgSlots(max int) *OrgSlots { return newOrgSlots(max) }
+
+// Acquire and Release are orgSlots.acquire and orgSlots.release.
+func (s *orgSlots) Acquire(org string) bool { return s.acquire(org) }
+func (s *orgSlots) Release(org string)      { s.release(org) }
+
+// BuildOrgKeys builds (or finds) the keys of org in per in e's key cache, as a check
+// does.
+func BuildOrgKeys(e *Engine, org string, per vocab.Period) { e.orgKeys(org, per) }

@@ -2,8 +2,10 @@ package quota_test
 
 import (
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/quotaplane/quotaplane/internal/platform/cachemetrics"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
@@ -51,5 +53,27 @@ func TestKeyCacheBoundedWithHooks(t *testing.T) {
 	check(orgs[0]) // evicted long ago: rebuilt, and its counter goes on
 	if got := r.usage(t, orgs[0])[orgC("requests")]; got != 2 {
 		t.Errorf("evicted org counted %d, want 2", got)
+	}
+}
+
+// An engine's key cache holds, by default, the keys of 100,000 orgs: checks spread
+// over every tenant of a replica whose org cache holds them all find their keys built
+// instead of evicting one org's keys to build another's on every check.
+func TestKeyCacheDefaultHoldsAHundredThousandOrgs(t *testing.T) {
+	t.Parallel()
+	var misses atomic.Int64
+	r := MustRig(t, "", quota.Config{KeyCache: cachemetrics.Hooks{Miss: func() { misses.Add(1) }}})
+	per := vocab.PeriodAt(time.Now(), 1)
+	const orgs = 100_000
+	for round := range 2 {
+		for i := range orgs {
+			quota.BuildOrgKeys(r.e, "org-"+strconv.Itoa(i), per)
+		}
+		if round == 0 {
+			misses.Store(0)
+		}
+	}
+	if n := misses.Load(); n != 0 {
+		t.Errorf("a second pass over %d orgs missed %d times (%d entries held), want 0", orgs, n, quota.KeyCacheLen(r.e))
 	}
 }

@@ -98,6 +98,10 @@ type Cache struct {
 	sf        singleflight.Group
 	userBatch userBatches
 
+	refreshing atomic.Bool // RefreshKeys runs: keys past half their TTL are queued
+	refreshMu  sync.Mutex
+	refreshQ   []keyRefresh
+
 	mOrgs, mUsers, mKeys, mBad cachemetrics.Hooks
 }
 
@@ -154,7 +158,22 @@ type keyEntry struct {
 	val     APIKey
 	gen     uint64
 	fetched time.Time
+	queued  atomic.Bool // handed to RefreshKeys, which replaces the entry when the key is live
 }
+
+// keyRefresh is a key entry to revalidate, under its token's digest.
+type keyRefresh struct {
+	k [32]byte
+	e *keyEntry
+}
+
+// Bounds of the key refresh: the keys revalidated in one query, and the keys waiting.
+// A key that finds the queue full is looked up alone when its TTL ends, as without a
+// refresher.
+const (
+	maxKeyRefreshBatch = 5000
+	maxKeyRefreshQueue = 1 << 16
+)
 
 // CacheOptions tunes a Cache.
 type CacheOptions struct {
@@ -519,9 +538,14 @@ func (c *Cache) AuthenticateHashed(ctx context.Context, token string, k [32]byte
 	if ok && e.gen != c.gen(e.val.OrgID).Load() {
 		e = nil
 	}
-	if e != nil && c.now().Sub(e.fetched) < c.keyTTL {
-		c.mKeys.Hit()
-		return e.val, nil
+	if e != nil {
+		if age := c.now().Sub(e.fetched); age < c.keyTTL {
+			c.mKeys.Hit()
+			if age >= c.keyTTL/2 && c.refreshing.Load() && e.queued.CompareAndSwap(false, true) {
+				c.queueRefresh(k, e)
+			}
+			return e.val, nil
+		}
 	}
 	if e == nil {
 		if b, ok := c.badTokens.Get(k); ok && c.now().Sub(b.at) < c.keyTTL && b.epoch == c.epoch.Load() {
@@ -568,6 +592,67 @@ func (c *Cache) AuthenticateHashed(ctx context.Context, token string, k [32]byte
 	}
 	r, _ := v.(result)
 	return r.key, err
+}
+
+// RefreshKeys revalidates, every interval until ctx ends, the cached keys used past
+// half their TTL, up to maxKeyRefreshBatch in one query (Service.LiveKeys): a live key
+// is served for another TTL from the time of the query, a revoked or deleted one is
+// dropped. Keys in use are then never looked up one by one on the check path, and
+// keeping N keys fresh costs N/5,000 queries per half TTL rather than N lookups per
+// TTL, while a revoked key still stops working within the TTL.
+func (c *Cache) RefreshKeys(ctx context.Context, interval time.Duration) {
+	c.refreshing.Store(true)
+	defer c.refreshing.Store(false)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.refreshKeys(ctx)
+		}
+	}
+}
+
+func (c *Cache) queueRefresh(k [32]byte, e *keyEntry) {
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	if len(c.refreshQ) >= maxKeyRefreshQueue {
+		e.queued.Store(false)
+		return
+	}
+	c.refreshQ = append(c.refreshQ, keyRefresh{k, e})
+}
+
+// refreshKeys revalidates the keys queued so far, a batch per query.
+func (c *Cache) refreshKeys(ctx context.Context) {
+	c.refreshMu.Lock()
+	q := c.refreshQ
+	c.refreshQ = nil
+	c.refreshMu.Unlock()
+	for len(q) > 0 {
+		batch := q[:min(len(q), maxKeyRefreshBatch)]
+		q = q[len(batch):]
+		ids, gens := make([]string, len(batch)), make([]uint64, len(batch))
+		for i, r := range batch {
+			ids[i], gens[i] = r.e.val.ID, c.gen(r.e.val.OrgID).Load() // before the query, as for a lookup
+		}
+		at := c.now()
+		live, err := c.svc.LiveKeys(ctx, ids)
+		for i, r := range batch {
+			cur, ok := c.keys.Peek(r.k)
+			switch {
+			case !ok || cur != r.e: // replaced or evicted meanwhile
+			case err != nil:
+				r.e.queued.Store(false) // looked up alone at the end of its TTL
+			case !live[ids[i]]:
+				c.keys.Remove(r.k)
+			case r.e.gen == gens[i] && c.gen(r.e.val.OrgID).Load() == gens[i]:
+				c.keys.Add(r.k, &keyEntry{val: r.e.val, gen: r.e.gen, fetched: at})
+			}
+		}
+	}
 }
 
 // Listen subscribes to the invalidation channel until ctx ends, and publishes this
