@@ -99,8 +99,10 @@ bench: ## benchmark the check engine, /v1/check over HTTP and ShouldRateLimit ov
 SCALE_ORGS ?= 100000
 SCALE_API_ORGS ?= 100000
 scale: ## 100,000 orgs, each figure against its bound: the worker (a tick's writes with every org active, the ledger then equal to the counters; a restart's first flush; idle ticks) and the api (checks spread over every org against 10 after a warm pass; RSS); SCALE_ORGS=2000,100000 for more runs (~10 min; its short version in make test is TestScaleShort)
-	$(GO) run ./cmd/scale -orgs $(SCALE_ORGS)
-	BENCH_ORGS=$(SCALE_API_ORGS) bash scripts/bench_orgs.sh
+	@status=0; \
+	  $(GO) run ./cmd/scale -orgs $(SCALE_ORGS) || status=1; \
+	  BENCH_ORGS=$(SCALE_API_ORGS) bash scripts/bench_orgs.sh || status=1; \
+	  exit $$status
 
 bench-orgs: ## checks spread over 3,000 and 10,000 orgs against the same load over 10: checks/s ratios, Postgres transactions per check, PASS/FAIL (~4 min; not in make test)
 	@bash scripts/bench_orgs.sh
