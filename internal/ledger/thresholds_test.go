@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/quotaplane/quotaplane/internal/ledger"
+	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 	"github.com/quotaplane/quotaplane/internal/webhooks"
@@ -75,5 +76,32 @@ func TestThresholdOfALimitChangedJustBefore(t *testing.T) {
 	flush()
 	if n := events(); n != 1 {
 		t.Errorf("%d events after another flush, want still 1", n)
+	}
+}
+
+// A threshold check that fails (its org's limits cannot be read: deleted since its
+// counters were written) is dropped, and the checks queued behind it are judged at the
+// next tick: one org cannot hold every later event back.
+func TestAFailingThresholdCheckDoesNotHoldTheQueue(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	org := e.Prefix + "-o"
+	e.Seed(org, []vocab.Limit{monthLimit("requests", 10)}, nil)
+	f := ledger.NewFlusher(ledger.FlusherConfig{Store: e.Ledger, Tenants: e.Svc, Counters: oneEngine(e.Engine), Logger: quietLog()})
+	per := e.Engine.Period(1)
+	f.QueueThresholdCheck(e.Prefix+"-gone", per.ID, per.End, map[quota.Counter]int64{{Metric: "requests", Level: vocab.LevelOrg}: 9})
+	f.QueueThresholdCheck(org, per.ID, per.End, map[quota.Counter]int64{{Metric: "requests", Level: vocab.LevelOrg}: 9})
+	if left := f.RunAfterWork(ctx); left != 1 {
+		t.Fatalf("after the failing check %d checks are queued, want 1 (the failing one dropped)", left)
+	}
+	if left := f.RunAfterWork(ctx); left != 0 {
+		t.Fatalf("after the next tick %d checks are queued, want 0", left)
+	}
+	evs, err := webhooks.NewStore(e.Pool).Events(ctx, org, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 {
+		t.Fatalf("%d events for the org queued behind the failing one, want 1 (its 80 %%)", len(evs))
 	}
 }
