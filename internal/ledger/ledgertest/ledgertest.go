@@ -64,6 +64,22 @@ func New(t testing.TB) *Env {
 	e := &Env{T: t, Pool: pool, DBURL: dbURL, Svc: tenants.NewService(pool, tenants.WithPasswordCost(64, 1)),
 		Ledger: ledger.NewStore(pool), Prefix: testenv.ID(t, "b")}
 	e.Engine, e.RDB = e.NewEngine(testenv.RedisURL(t))
+	// The test's keys go with it (they would expire at the period's end): the shared
+	// Redis of a developer's machine does not gather thousands a run.
+	t.Cleanup(func() {
+		ctx := context.Background()
+		it := e.RDB.Scan(ctx, 0, e.Prefix+":*", 1000).Iterator()
+		var keys []string
+		for it.Next(ctx) {
+			if keys = append(keys, it.Val()); len(keys) == 1000 {
+				e.RDB.Unlink(ctx, keys...)
+				keys = keys[:0]
+			}
+		}
+		if len(keys) > 0 {
+			e.RDB.Unlink(ctx, keys...)
+		}
+	})
 	return e
 }
 
