@@ -26,9 +26,6 @@ func (d *duringTick) DirtyIndexes() ([]ledger.DirtyIndex, error) {
 }
 
 // The quota.Engine methods the flusher uses, the drain with the hook after it.
-func (d *duringTick) DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error) {
-	return d.eng.DrainDirty(ctx, org, period)
-}
 func (d *duringTick) MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error) {
 	return d.eng.MonthUsage(ctx, org, period)
 }

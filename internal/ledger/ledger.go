@@ -17,11 +17,9 @@ import (
 var ErrNoCounters = derrors.New(derrors.Unavailable, "live counters unavailable")
 
 // Counters reads the live month counters of orgs on one Redis. *quota.Engine
-// satisfies it. Both methods return errors wrapping quota.ErrUnavailable when Redis
+// satisfies it. Its methods return errors wrapping quota.ErrUnavailable when Redis
 // fails and quota.ErrInvalid for a bad org or period.
 type Counters interface {
-	// DrainDirty takes the counters of org changed in period since the last drain.
-	DrainDirty(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 	// MonthUsage reads every counter of org in period.
 	MonthUsage(ctx context.Context, org, period string) (map[quota.Counter]int64, error)
 	// WouldBlockVersion reads the epoch and version of org's would-block record of
@@ -29,9 +27,9 @@ type Counters interface {
 	WouldBlockVersion(ctx context.Context, org, period string) (string, int64, error)
 	// WouldBlock reads org's would-block record of period.
 	WouldBlock(ctx context.Context, org, period string) (quota.WouldBlockRecord, error)
-	// Drain is DrainDirty that also takes the reservations of period changed since
-	// the last drain, in the same snapshot; Undrain marks them changed again when
-	// they could not be persisted.
+	// Drain takes the counters of org changed in period since the last drain and
+	// the reservations of period changed since then, in one snapshot; Undrain marks
+	// the reservations changed again when they could not be persisted.
 	Drain(ctx context.Context, org, period string) (quota.Drained, error)
 	Undrain(ctx context.Context, org string, recs []quota.ReservationRecord) error
 	// HeldUnits reads the units of org in period held by open reservations, which
