@@ -37,11 +37,15 @@ type Result struct {
 type LevelStatus struct {
 	// Metric is the limit's metric (a multi-metric request's levels are every metric's,
 	// in the request's order of metrics).
-	Metric    string
-	Level     Level
-	ID        string
-	Window    Window
-	Limit     int64
+	Metric string
+	Level  Level
+	ID     string
+	Window Window
+	Limit  int64
+	// Burst is the bucket's size for a token bucket (Limit is then its rate per
+	// Window), 0 for any other limit. A bucket's Remaining is the whole tokens in it
+	// now, Used is Burst less Remaining, and ResetAt is when it is full again.
+	Burst     int64
 	Used      int64
 	Remaining int64
 	ResetAt   time.Time

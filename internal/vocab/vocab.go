@@ -113,7 +113,15 @@ type Limit struct {
 	Metric string `json:"metric"`
 	Window Window `json:"window"`
 	Limit  int64  `json:"limit"`
+	// Burst, when above 0, makes a limit of a Second to Day window a token bucket:
+	// Limit units refill per window, the bucket holds at most Burst and starts full
+	// (GCRA on the engine's Redis time; docs/ARCHITECTURE.md "Token buckets"). 0 is a
+	// sliding window. Month and Concurrent limits carry none.
+	Burst int64 `json:"burst,omitempty"`
 }
+
+// Bucket reports whether l is a token bucket.
+func (l Limit) Bucket() bool { return l.Burst > 0 }
 
 // Route is what decides where and how an org's checks run: built from the org and its
 // plan by tenants.ResolvedOrg.Route, read by quota's engines.
