@@ -362,6 +362,13 @@ END {
       printf "; Redis %.1f / %.1f µs = %.2fx", v[wp, "redis-µs/check"], v[we, "redis-µs/check"], v[wp, "redis-µs/check"] / v[we, "redis-µs/check"]
     printf "\n"
   }
+  wb = "CheckWindows/bucket"
+  if (v[we, "ns/check"] > 0 && v[wb, "ns/check"] > 0) {
+    printf "  token bucket vs estimate window, per check: %.0f / %.0f ns = %.2fx", v[wb, "ns/check"], v[we, "ns/check"], v[wb, "ns/check"] / v[we, "ns/check"]
+    if (v[we, "redis-µs/check"] > 0 && v[wb, "redis-µs/check"] > 0)
+      printf "; Redis %.1f / %.1f µs = %.2fx", v[wb, "redis-µs/check"], v[we, "redis-µs/check"], v[wb, "redis-µs/check"] / v[we, "redis-µs/check"]
+    printf "\n"
+  }
   # Money: the same requests+tokens check, priced (spend counted and budgeted at every
   # level, a third metric of the same script run) beside unpriced, one run
   pu = "CheckUnpricedHTTP"; pp = "CheckPricedHTTP"

@@ -142,7 +142,8 @@ func BenchmarkReserveCommitParallel(b *testing.B) {
 
 // BenchmarkCheckWindows compares the cost of a check whose sliding window is counted
 // by the two-bucket estimate (estimate) with one counted in sub-buckets (precise,
-// Request.Precise): BenchmarkCheckParallel's cascade (8 teams, 64 users, the org capped
+// Request.Precise) and with a token bucket in its place (bucket, vocab.Limit.Burst):
+// BenchmarkCheckParallel's cascade (8 teams, 64 users, the org capped
 // per month) with every user limited per second, so a run of a second or more meets
 // every sub-bucket index (a precise check sums the previous bucket's sub-buckets
 // before the current one: 0 to 19 a level). Besides ns/check it reports Redis's own
@@ -155,23 +156,24 @@ func BenchmarkCheckWindows(b *testing.B) {
 		_, port := startRedisServerAnyPort(b)
 		url = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
 	}
-	for _, precise := range []bool{false, true} {
-		name := "estimate"
-		if precise {
-			name = "precise"
-		}
-		b.Run(name, func(b *testing.B) { benchWindow(b, url, precise) })
+	for _, kind := range []string{"estimate", "precise", "bucket"} {
+		b.Run(kind, func(b *testing.B) { benchWindow(b, url, kind) })
 	}
 }
 
-func benchWindow(b *testing.B, url string, precise bool) {
+// benchWindow runs BenchmarkCheckWindows' checks with every user's second limited by
+// kind: the two-bucket estimate, precise sub-buckets, or a token bucket (GCRA).
+func benchWindow(b *testing.B, url, kind string) {
 	r := MustRig(b, url, quota.Config{})
 	org := testenv.ID(b, "org")
 	limit := int64(b.N/2 + 1)
 	reqs := benchRequests(org, limit)
 	for i := range reqs {
-		reqs[i].Precise = precise
+		reqs[i].Precise = kind == "precise"
 		reqs[i].Limits.User = []vocab.Limit{lim(vocab.Second, 1<<40)}
+		if kind == "bucket" {
+			reqs[i].Limits.User[0].Burst = 1 << 40
+		}
 	}
 	r.MustCheck(b, quota.Request{Org: org, Metric: "warmup"})
 	ctx := context.Background()

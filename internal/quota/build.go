@@ -30,14 +30,17 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 		a = append(a, k.tag+"i|"+req.IdempotencyKey)
 	}
 
-	// Every window limited at any level (of any metric) is counted at every counter.
+	// Every window a sliding limit at any level (of any metric) limits is counted at
+	// every counter; a token bucket keeps its own state (check.lua's "Token buckets").
 	nm := req.metricCount()
 	var mask uint8
 	for m := range nm {
 		_, _, ls := req.metricAt(m)
 		for _, ls := range [...][]vocab.Limit{ls.Org, ls.Team, ls.User} {
 			for _, l := range ls {
-				mask |= windowBit(l.Window)
+				if !l.Bucket() {
+					mask |= windowBit(l.Window)
+				}
 			}
 		}
 	}
@@ -82,14 +85,15 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 	for _, bk := range windows[:nw] {
 		b = appendNumbers(b, float64(bk.ms), float64(nowMs-bk.n*bk.ms))
 	}
+	nb := 0 // token buckets: a row of one is -1 - its 1-based number
 	for m := range nm {
 		_, _, ls := req.metricAt(m)
 		base := float64(m * nl)
-		b = appendRows(b, base+1, ls.Org, &index)
+		b = appendRows(b, base+1, ls.Org, &index, &nb)
 		if nl > 1 {
-			b = appendRows(b, base+2, ls.Team, &index)
+			b = appendRows(b, base+2, ls.Team, &index, &nb)
 			if nl > 2 {
-				b = appendRows(b, base+3, ls.User, &index)
+				b = appendRows(b, base+3, ls.User, &index, &nb)
 			}
 		}
 	}
@@ -102,6 +106,20 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 			_, mc, _ := req.metricAt(m)
 			for range nl {
 				b = appendNumbers(b, float64(mc))
+			}
+		}
+	}
+	if nb > 0 {
+		// check.lua's "Token buckets": each bucket row's window length (ms) and burst, in
+		// the order of its rows
+		for m := range nm {
+			_, _, ls := req.metricAt(m)
+			b = appendBuckets(b, ls.Org)
+			if nl > 1 {
+				b = appendBuckets(b, ls.Team)
+				if nl > 2 {
+					b = appendBuckets(b, ls.User)
+				}
 			}
 		}
 	}
@@ -224,16 +242,21 @@ func appendNumbers(b []byte, vs ...float64) []byte {
 
 // appendRows appends the rows of one level: its counter's index (1 org, 2 team, 3 user
 // for a one-metric request; metric m's level l is m x levels + l), window index (0
-// month, i the i-th sliding window, -1 concurrent), limit.
-func appendRows(b []byte, level float64, limits []vocab.Limit, index *[len(slidingWindows)]int) []byte {
+// month, i the i-th sliding window, -1 concurrent, -1 - j the j-th token bucket,
+// counted in nb), limit.
+func appendRows(b []byte, level float64, limits []vocab.Limit, index *[len(slidingWindows)]int, nb *int) []byte {
 	for _, l := range limits {
 		w := 0
 		if l.Window == vocab.Concurrent {
 			w = -1
-		}
-		for i, sw := range slidingWindows {
-			if sw == l.Window {
-				w = index[i]
+		} else if l.Bucket() {
+			*nb++
+			w = -1 - *nb
+		} else {
+			for i, sw := range slidingWindows {
+				if sw == l.Window {
+					w = index[i]
+				}
 			}
 		}
 		b = appendNumbers(b, level, float64(w), float64(l.Limit))
@@ -241,8 +264,20 @@ func appendRows(b []byte, level float64, limits []vocab.Limit, index *[len(slidi
 	return b
 }
 
+// appendBuckets appends the window length (ms) and burst of each token bucket of
+// limits, in their order.
+func appendBuckets(b []byte, limits []vocab.Limit) []byte {
+	for _, l := range limits {
+		if l.Bucket() {
+			b = appendNumbers(b, float64(l.Window.Duration().Milliseconds()), float64(l.Burst))
+		}
+	}
+	return b
+}
+
 // appendLabels appends the reply labels of one level's rows, for a decision stored
-// under an idempotency key: "letter|id|window|limit".
+// under an idempotency key: "letter|id|window|limit", a token bucket's window as
+// "<seconds>:<burst>".
 func appendLabels(a []any, letter, id string, limits []vocab.Limit) []any {
 	for _, l := range limits {
 		w := "M"
@@ -250,6 +285,9 @@ func appendLabels(a []any, letter, id string, limits []vocab.Limit) []any {
 			w = "C"
 		} else if l.Window != vocab.Month {
 			w = windowSeconds(l.Window)
+			if l.Bucket() {
+				w += ":" + strconv.FormatInt(l.Burst, 10)
+			}
 		}
 		a = append(a, letter+"|"+id+"|"+w+"|"+strconv.FormatInt(l.Limit, 10))
 	}

@@ -541,6 +541,31 @@
 // (leased, used, returned, unused_counted: counted as used by such an expiry),
 // `quotaplane_lease_checks_total`.
 //
+// # Token buckets: GCRA in the same run
+//
+// A limit with Burst B over a window of W us at rate L (units per window) is decided
+// with GCRA (scripts/check.lua "Token buckets", KEYS.md): one theoretical arrival time
+// per counter, T = W / L us per unit, a cost c admitted at now when
+// max(TAT - now, 0) + c x T <= B x T, the TAT then moved to now + that, rounded up to a
+// whole microsecond. Bound: let admissions c_1..c_n happen at t_1 <= ... <= t_n, all
+// in a real span [a, b]. The first one starts from max(TAT, t_1) >= a, and each adds
+// at least c_i x T to the TAT, so after the last the TAT is at least a + (sum c_i) x T;
+// the last was admitted only if that TAT is at most t_n + B x T <= b + B x T. So
+// sum c_i <= B + (b - a) / T = B + L x (b - a) / W: never more than burst + rate x
+// span. Rounding up only raises the TAT (never admits early), at most 1 us a write. TestBucketRealSpan checks it on
+// 3,000 random checks of random cost at a rate whose T is not whole (7/s); the
+// fault schedule checks it with kills and clock steps. The engine's clock is the one
+// of every decision ("Time"), so a step of a replica's wall clock moves no TAT.
+// A denial's retry is the wait until debt + c x T <= B x T, to the ms above; a cost
+// above B (or L = 0) can never fit and carries no retry (vocab.Result.RetryAfter 0).
+// Shadow and warn count past an empty bucket as empty: it never holds less than 0.
+// A reservation takes tokens; settling gives back the unused ones (the TAT moves back,
+// never before now: never more than B tokens) and takes an excess. Leases: a path with
+// a bucket is not leased (lease.go's leasable says why). Redis losing the keys makes
+// the buckets full again: like sliding windows, the span holding the loss may admit
+// one more burst. Values: exact while the TAT stays under 2^53 us (the debt is capped
+// at 2^52 us, 142 years).
+//
 // # Sliding windows: the estimate's bound and the precise option
 //
 // The estimate (default, `sliding_windows: estimate`). A window of length W (ms) and

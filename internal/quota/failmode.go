@@ -9,15 +9,20 @@ import (
 
 // openResult is the FailOpen answer: allowed, usage unknown (reported as 0).
 // ResetAt is when a limit's window would reset at the latest: now plus the window
-// for sliding windows, the end of the billing period for month.
+// for sliding windows, the end of the billing period for month; a token bucket is
+// reported full.
 func openResult(req *Request, now time.Time) vocab.Result {
 	res := vocab.Result{Allowed: true}
 	add := func(level vocab.Level, id string, limits []vocab.Limit) {
 		for _, l := range limits {
-			res.Levels = append(res.Levels, vocab.LevelStatus{
+			ls := vocab.LevelStatus{
 				Level: level, ID: id, Window: l.Window, Limit: l.Limit,
 				Used: 0, Remaining: l.Limit, ResetAt: windowEnd(l.Window, now, req.AnchorDay),
-			})
+			}
+			if l.Bucket() { // a full bucket
+				ls.Burst, ls.Remaining, ls.ResetAt = l.Burst, l.Burst, now.UTC()
+			}
+			res.Levels = append(res.Levels, ls)
 		}
 	}
 	add(vocab.LevelOrg, req.Org, req.Limits.Org)

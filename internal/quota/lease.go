@@ -220,18 +220,22 @@ func newLeases(e *Engine, cfg LeaseConfig) *leases {
 // leasable reports whether req may be answered from a lease: an enforced check that
 // consumes, without an idempotency key, of a path whose org allows leases and that
 // has no concurrent limit (a lease is a reservation: it would hold in flight, and an
-// admission from it could not see what other holders hold).
+// admission from it could not see what other holders hold) and no token bucket (a
+// lease admits after it took its tokens, while the bucket refills: a span that starts
+// after the take could then see burst + the lease; a bucket's bound is on the moment
+// of admission, which only Redis can give).
 func leasable(req *Request) bool {
 	// a multi-metric request is decided in Redis: a lease is of one metric's path
 	return req.Cost > 0 && req.IdempotencyKey == "" && !req.NoLease && (req.Mode == "" || req.Mode == vocab.Enforce) &&
-		len(req.More) == 0 && !hasConcurrent(req)
+		len(req.More) == 0 && !unleasableLimit(req)
 }
 
-// hasConcurrent reports whether any level of req has a concurrent limit.
-func hasConcurrent(req *Request) bool {
+// unleasableLimit reports whether any level of req has a concurrent limit or a token
+// bucket.
+func unleasableLimit(req *Request) bool {
 	for _, ls := range [...][]vocab.Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
 		for _, l := range ls {
-			if l.Window == vocab.Concurrent {
+			if l.Window == vocab.Concurrent || l.Bucket() {
 				return true
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/bits"
 	"strconv"
 	"strings"
 	"time"
@@ -95,16 +96,25 @@ func decode(s string, req *Request, per vocab.Period, nowMs int64) (vocab.Result
 			}
 		}
 		p[5] = row
-		ls := vocab.LevelStatus{Metric: metric, Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(p[2])}
-		var err1, err2, err3 error
+		win, burst, isBucket := strings.Cut(p[2], ":") // a token bucket's "<seconds>:<burst>"
+		ls := vocab.LevelStatus{Metric: metric, Level: levelOfLetter(p[0]), ID: p[1], Window: windowOfSeconds(win)}
+		var err1, err2, err3, err4 error
 		ls.Limit, err1 = strconv.ParseInt(p[3], 10, 64)
 		ls.Used, err2 = strconv.ParseInt(p[4], 10, 64)
 		reset, err3 := strconv.ParseInt(p[5], 10, 64)
-		if err1 != nil || err2 != nil || err3 != nil || ls.Level == "" || ls.Window == "" {
+		if isBucket {
+			ls.Burst, err4 = strconv.ParseInt(burst, 10, 64)
+		}
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || ls.Level == "" || ls.Window == "" ||
+			isBucket && (ls.Burst < 1 || ls.Used < 0 || ls.Window.Duration() == 0) {
 			return bad()
 		}
-		ls.Remaining = max(ls.Limit-ls.Used, 0)
-		ls.ResetAt = time.UnixMilli(reset).UTC()
+		if isBucket {
+			bucketLevel(&ls, ls.Used, f[0])
+		} else {
+			ls.Remaining = max(ls.Limit-ls.Used, 0)
+			ls.ResetAt = time.UnixMilli(reset).UTC()
+		}
 		res.Levels = append(res.Levels, ls)
 	}
 	if blocked < 0 || blocked > len(res.Levels) {
@@ -137,7 +147,9 @@ func decided(res *vocab.Result, status byte, retry int64, blocked int) bool {
 			return false
 		}
 		res.BlockedAt = b
-		res.RetryAfter = time.Duration(retry) * time.Millisecond
+		if retry < retryNever { // never: a cost no bucket can ever hold, no Retry-After
+			res.RetryAfter = time.Duration(retry) * time.Millisecond
+		}
 	default:
 		return false
 	}
@@ -204,7 +216,10 @@ func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (vocab.
 			row++
 			ls := vocab.LevelStatus{Metric: metric, Level: lv, ID: id, Window: l.Window, Limit: l.Limit, Used: used,
 				Remaining: max(l.Limit-used, 0), ResetAt: month}
-			if l.Window == vocab.Concurrent { // nothing resets on a clock: a slot frees when settled
+			if l.Bucket() {
+				ls.Burst = l.Burst
+				bucketLevel(&ls, used, nowMs)
+			} else if l.Window == vocab.Concurrent { // nothing resets on a clock: a slot frees when settled
 				ls.ResetAt = time.UnixMilli(nowMs).UTC()
 			} else if ms := l.Window.Duration().Milliseconds(); ms > 0 {
 				if req.Precise {
@@ -232,6 +247,34 @@ func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (vocab.
 		return bad()
 	}
 	return res, status, nil
+}
+
+// retryNever is check.lua's NEVER (2^53): the retry of a denial that no wait can
+// turn into an admission (a cost above a token bucket's burst, or a bucket of rate 0).
+const retryNever = 1 << 53
+
+// bucketLevel fills in a token bucket's level (Window, Limit and Burst set) from its
+// debt after the check, in microseconds (check.lua's "Token buckets": how long until
+// the bucket is full again, at its rate): the units taken are ceil(debt / T), T = the
+// window's microseconds / Limit, exactly (128-bit), so Remaining is the whole tokens
+// in the bucket now; ResetAt is when it is full again, to the millisecond above.
+func bucketLevel(ls *vocab.LevelStatus, debtUs, nowMs int64) {
+	taken := ls.Burst
+	if ls.Limit > 0 {
+		d := uint64(ls.Window.Duration().Microseconds())
+		hi, lo := bits.Mul64(uint64(debtUs), uint64(ls.Limit))
+		if hi < d {
+			q, r := bits.Div64(hi, lo, d)
+			if r > 0 {
+				q++
+			}
+			if q < uint64(ls.Burst) {
+				taken = int64(q)
+			}
+		}
+	}
+	ls.Used, ls.Remaining = taken, ls.Burst-taken
+	ls.ResetAt = time.UnixMilli(nowMs + (debtUs+999)/1000).UTC()
 }
 
 func windowOfSeconds(s string) vocab.Window {

@@ -249,6 +249,11 @@ func (r *Request) Validate() error {
 			if l.Limit < 0 || l.Limit > vocab.MaxUnits {
 				bad("%s limit %d per %s is outside 0..%d", level, l.Limit, l.Window, vocab.MaxUnits)
 			}
+			if l.Burst < 0 || l.Burst > vocab.MaxUnits {
+				bad("%s limit's burst %d per %s is outside 1..%d", level, l.Burst, l.Window, vocab.MaxUnits)
+			} else if l.Burst > 0 && l.Window.Duration() == 0 {
+				bad("%s limit per %s has a burst: only a second to day window is a token bucket", level, l.Window)
+			}
 		}
 	}
 	for i := range r.metricCount() {

@@ -28,11 +28,12 @@
 --   nw (sliding windows), rows; then per window: length (ms), time elapsed in its
 --   current bucket (ms); then per row: its counter's index (1 org, 2 team, 3 user for
 --   one metric), window (0 = month, i = i-th sliding window, -1 = concurrent: see
---   "Concurrency" below), limit. Rows are every limit of every level, in order. Every
---   window any row limits is counted at every counter. Then, only for a precise check
---   (the org's sliding_windows: precise), N: the sub-buckets per window (see "Precise
---   windows" below); then, only for a multi-metric request, each counter's cost (see
---   "Several metrics" below).
+--   "Concurrency" below, -1 - j = the j-th token bucket: see "Token buckets" below),
+--   limit. Rows are every limit of every level, in order. Every window a sliding row
+--   limits is counted at every counter. Then, only for a precise check (the org's
+--   sliding_windows: precise), N: the sub-buckets per window (see "Precise windows"
+--   below); then, only for a multi-metric request, each counter's cost (see "Several
+--   metrics" below); then, per token bucket j, its window's length (ms) and its burst.
 --
 -- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or "C" (the
 --   idempotency key was first used with another request: nothing counted), or the decision:
@@ -91,7 +92,16 @@ local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 -- each counter's cost after the rows (and N); cost (a[1]) is then the largest. One run
 -- decides every counter's every row: all or nothing. cs: the counters' costs, or false
 -- for one metric (every counter costs cost). tail: the numbers after the rows.
-local tail = #packed / 8 - (8 + 2 * nw + 3 * a[8])
+-- nb: the token buckets (their two numbers each come last, after the tail)
+local nb = 0
+do
+  local q = 10 + 2 * nw -- the first row's window
+  for _ = 1, a[8] do
+    if a[q] < -1 - nb then nb = -1 - a[q] end
+    q = q + 3
+  end
+end
+local tail = #packed / 8 - (8 + 2 * nw + 3 * a[8]) - 2 * nb
 local cs = tail > 1 and {unpack(a, tail - nl + 9 + 2 * nw + 3 * a[8], tail + 8 + 2 * nw + 3 * a[8])}
 
 -- Precise windows. The estimate (current + previous x the part of the window it still
@@ -257,6 +267,41 @@ for i = 1, nw do
   k = k + 2
 end
 
+-- Token buckets (vocab.Limit.Burst; docs/ARCHITECTURE.md "Token buckets"): a row of
+-- window -1 - j is a bucket refilling limit units per window of length ms and holding
+-- at most burst (the j-th pair after the tail), decided with GCRA. Its counter keeps
+-- one theoretical arrival time (TAT, whole microseconds on the engine's clock) in
+-- <p>:{<org>}|g|<window s>|<counter field>, a string that expires after the bucket is
+-- full again (a missing key is a full bucket). Each unit moves the TAT by T = ms x 1000
+-- / limit microseconds; the bucket holds (burst x T - debt) / T tokens, debt = TAT - now
+-- (at least 0). A cost fits when debt + cost x T <= burst x T; it then moves the TAT to
+-- now + debt + cost x T, rounded up, so the stored debt is never below the exact one
+-- and no rounding admits a unit early. A row's reply value is the debt after the check
+-- (microseconds): the engine turns it into tokens, used and reset exactly. A cost above
+-- burst, or any cost at rate 0, never fits: retry NEVER, no Retry-After. Forced
+-- (shadow, warn), a bucket is emptied at most, never below 0 tokens.
+local NEVER, gk, gd, gt, brows = 9007199254740992, false, false, false, false
+if nb > 0 then
+  local pre, keys = string.match(KEYS[1], '^(.*|)m|'), {}
+  gk, gd, gt, brows = {}, {}, {}, {}
+  local q, bb = 8 + 2 * nw, #packed / 8 - 2 * nb -- bb: before the buckets' pairs
+  for r = 4, a[8] + 3 do
+    local l, w = a[q + 1], a[q + 2]
+    if w < -1 then
+      local j = -1 - w
+      gk[r] = pre .. 'g|' .. fmt('%d', a[bb + 2 * j - 1] / 1000) .. '|' .. ARGV[l]
+      keys[#keys + 1], brows[#brows + 1] = gk[r], r
+    end
+    q = q + 3
+  end
+  local v = redis.call('MGET', unpack(keys))
+  local nowu = now * 1000
+  for i, r in ipairs(brows) do
+    local tat = tonumber(v[i])
+    gd[r] = tat and tat > nowu and tat - nowu or 0
+  end
+end
+
 -- Decide: used + cost <= limit for every row. out keeps the reply: status, retry,
 -- blocked row, then the used value of every row (3 levels x 5 windows, per metric).
 local out = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
@@ -268,7 +313,20 @@ for r = 4, last do
   q = q + 3
   local u, wait, rank
   local cost = cs and cs[l] or cost -- this row's counter's
-  if w < 0 then -- concurrency: held at once; a slot frees when a holder settles
+  if w < -1 then -- a token bucket (above)
+    local bb = #packed / 8 - 2 * nb
+    local ms, burst = a[bb + 2 * (-1 - w) - 1], a[bb + 2 * (-1 - w)]
+    u, rank = gd[r], ms
+    if limit > 0 then gt[r] = ms * 1000 / limit end
+    if cost > 0 then
+      if limit <= 0 or cost > burst then
+        wait = NEVER
+      else
+        local need = u + (cost - burst) * gt[r]
+        if need > 0 then wait = math.ceil(need / 1000) end
+      end
+    end
+  elseif w < 0 then -- concurrency: held at once; a slot frees when a holder settles
     u, rank = inflight(l), 1e14
     if u + cost > limit then wait = 1000 end
     crows = crows or {}
@@ -476,16 +534,37 @@ if cost > 0 and status ~= 3 then
     end
     k = k + 2
   end
+  if brows then
+    -- each bucket row's TAT moves by its counter's cost (a counter of cost 0 keeps it)
+    local nowu = now * 1000
+    for _, r in ipairs(brows) do
+      local q = 2 * nw + 3 * r - 3 -- a[q]: the row's counter, a[q + 1] its window
+      local c, t = cs and cs[a[q]] or cost, gt[r]
+      if c > 0 and t then
+        local bb = #packed / 8 - 2 * nb
+        local d = math.ceil(gd[r] + c * t)
+        local full = math.ceil(a[bb + 2 * (-1 - a[q + 1])] * t)
+        if d > full then d = full end -- forced past the bucket: empty, not below
+        if d > 4503599627370496 then d = 4503599627370496 end -- 2^52 us: 142 years
+        gd[r] = d
+        redis.call('SET', gk[r], fmt('%.17g', nowu + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
+      end
+    end
+  end
   if cs then
     -- each row's used value gains its own counter's cost, here, so add is 0 below;
     -- a check's concurrent rows do not (a check holds nothing: they report what is held)
     q = 8 + 2 * nw
     for r = 4, last do
-      if reserve or a[q + 2] >= 0 then out[r] = out[r] + cs[a[q + 1]] end
+      if a[q + 2] >= 0 or reserve and a[q + 2] == -1 then out[r] = out[r] + cs[a[q + 1]] end
       q = q + 3
     end
     add = 0
   end
+end
+-- A bucket row answers its debt after the check (the replies below add add to every row).
+if brows then
+  for _, r in ipairs(brows) do out[r] = gd[r] - add end
 end
 
 -- Concurrency: a check holds nothing, so its concurrent rows report what is held (the
@@ -494,7 +573,7 @@ if crows and not reserve then
   for _, r in ipairs(crows) do out[r] = out[r] - add end
 end
 
-if reserve then return reserve(a, status, retry, blocked, out, last, add, sat, cut) end
+if reserve then return reserve(a, status, retry, blocked, out, last, add, sat, cut, brows, gk, gt) end
 
 -- A saturated check's status (packed) is 3 more: 4 allowed, 5 over a limit but counted.
 if not idem then

@@ -35,12 +35,15 @@
 -- in the in-flight hash <p>:{<org>}|c, and the record says where: ck the hash's key, cn
 -- and cf1..cf<cn> the fields charged (cf<i> is f<i>: it holds f<i>'s amount); settle.lua
 -- takes those amounts off exactly those fields, once.
+-- Token buckets (check.lua's "Token buckets"): the record has ng, the bucket rows that
+-- took tokens, and per row i gk<i> its TAT key, gt<i> its microseconds per unit and gl<i>
+-- its counter's index, so that settle.lua gives the unused units back as tokens there.
 local idem, idx, argc = KEYS[8], KEYS[7], #ARGV - 5
 -- sat, cut (check.lua's "Bounded numbers"): the check saturated a counter no row
 -- limits; cut[l], when set, is the units of counter l's month count not counted (it
 -- stopped at 2^51). Only what was counted is held (k<l> in the record: the cut), so
 -- that settle.lua gives back no more than the reservation added.
-local function reserve(a, status, retry, blocked, out, last, add, sat, cut)
+local function reserve(a, status, retry, blocked, out, last, add, sat, cut, brows, gk, gt)
   local fmt = string.format
   local id = ARGV[argc + 1]
   if status ~= 3 then
@@ -48,7 +51,7 @@ local function reserve(a, status, retry, blocked, out, last, add, sat, cut)
     local amount = fmt('%d', a[1])
     -- the numbers after the rows: N (precise), the counters' costs (several metrics)
     local base = 8 + 2 * nw + 3 * a[8]
-    local tail = #ARGV[argc] / 8 - base
+    local tail = #ARGV[argc] / 8 - base - 2 * (brows and #brows or 0) -- a pair per bucket row
     local cs = tail > 1 and {unpack(a, base + tail - nl + 1, base + tail)}
     if cs then amount = fmt('%d', cs[1]) end
     local rec = {'s', 'held', 'a', amount, 'e', ARGV[argc + 3], 'x', ARGV[argc + 2], 'p', ARGV[argc + 5],
@@ -84,10 +87,23 @@ local function reserve(a, status, retry, blocked, out, last, add, sat, cut)
         rec[#rec + 1], rec[#rec + 2] = 'bs' .. i, fmt('%d', math.floor(a[8 + 2 * i] / (a[7 + 2 * i] / subs)))
       end
     end
+    if brows then
+      local ng = 0
+      for _, r in ipairs(brows) do
+        local l = a[2 * nw + 3 * r - 3] -- the row's counter
+        if gt[r] and (cs and cs[l] or a[1]) > 0 then
+          ng = ng + 1
+          rec[#rec + 1], rec[#rec + 2] = 'gk' .. ng, gk[r]
+          rec[#rec + 1], rec[#rec + 2] = 'gt' .. ng, fmt('%.17g', gt[r])
+          rec[#rec + 1], rec[#rec + 2] = 'gl' .. ng, fmt('%d', l)
+        end
+      end
+      rec[#rec + 1], rec[#rec + 2] = 'ng', fmt('%d', ng)
+    end
     -- Concurrency: hold the amount in flight at every level (check.lua's "Concurrency").
     local q, conc = 8 + 2 * nw, false
     for _ = 1, a[8] do
-      if a[q + 2] < 0 then conc = true end
+      if a[q + 2] == -1 then conc = true end
       q = q + 3
     end
     if conc then

@@ -24,6 +24,11 @@
 -- precise window (record field ns) the units go back into the sub-bucket they were
 -- taken from (bs<i>) as well as its bucket's total, and an excess goes into the current
 -- sub-bucket too.
+-- A token bucket the reservation took from (reserve.lua's gk<i>) gets the unused units
+-- back as tokens: its TAT moves back by give x T, never before now (a bucket never holds
+-- more than its burst; a TAT at or before now is a full bucket, and its key goes); an
+-- excess moves it forward by over x T from now at least, however far (no limit looked
+-- at), but never past 2^52 microseconds ahead. Rounded up either way: never early.
 --
 -- Reply (commit, release): the answer "state;amount;used;released;over;settled_ms;
 -- expires_ms;on_expiry;period;first counter field;last counter field", and for a
@@ -182,6 +187,23 @@ local function settle(rkey, id, action, used)
       put(key, redis.call('HMGET', key, unpack(fields)), dov, false)
       if ns then putSub(key, floor((now - cur * bm) / (bm / ns)), dov, true) end
       if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
+    end
+  end
+  for i = 1, tonumber(r.ng) or 0 do
+    local key, t, l = r['gk' .. i], tonumber(r['gt' .. i]), tonumber(r['gl' .. i])
+    local m = math.ceil(l / per)
+    local g, o = gives[m], overs[m]
+    if g > 0 or o > 0 then
+      local nowu = now * 1000
+      local tat = tonumber(redis.call('GET', key)) or nowu
+      if tat < nowu then tat = nowu end
+      local d = math.ceil(tat - nowu + (o - g) * t)
+      if d > 4503599627370496 then d = 4503599627370496 end
+      if d <= 0 then
+        redis.call('DEL', key)
+      else
+        redis.call('SET', key, fmt('%.17g', nowu + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
+      end
     end
   end
   local ans = fmt('%s;%d;%d;%d;%d;%d;%s;%s;%s;%s;%s', state, amount, used, gives[1], overs[1], now, r.e, r.x, r.p,

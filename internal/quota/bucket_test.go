@@ -1,0 +1,389 @@
+package quota_test
+
+import (
+	"cmp"
+	"context"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/quota"
+	"github.com/quotaplane/quotaplane/internal/vocab"
+)
+
+func bucket(w vocab.Window, rate, burst int64) vocab.Limit {
+	return vocab.Limit{Window: w, Limit: rate, Burst: burst}
+}
+
+// userBucket is a user-level check of cost units under the given user limits.
+func userBucket(org string, cost int64, user ...vocab.Limit) quota.Request {
+	return quota.Request{Org: org, Team: "eng", User: "alice", Metric: "requests", Cost: cost,
+		Limits: quota.LevelLimits{User: user}}
+}
+
+// levelOf returns the result's level of the given level and window.
+func levelOf(tb testing.TB, res vocab.Result, lv vocab.Level, w vocab.Window) vocab.LevelStatus {
+	tb.Helper()
+	for _, l := range res.Levels {
+		if l.Level == lv && l.Window == w {
+			return l
+		}
+	}
+	tb.Fatalf("no %s %s level in %+v", lv, w, res.Levels)
+	return vocab.LevelStatus{}
+}
+
+// A user at 10/s burst 30 gets exactly 30 of 60 concurrent checks, then the rate: 10
+// in the next second (not a reset to 30, not a fixed window), and a refusal's
+// Retry-After is when the cost fits on the engine's clock, to the millisecond.
+func TestBucketBurstThenRate(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	org := testenv.ID(t, "o")
+	b := bucket(vocab.Second, 10, 30)
+	ctx := context.Background()
+
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 60 {
+		wg.Go(func() {
+			res, err := r.e.Check(ctx, userBucket(org, 1, b))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Allowed {
+				admitted.Add(1)
+			} else if res.RetryAfter != 100*time.Millisecond {
+				t.Errorf("retry after a full burst = %v, want 100ms (one token at 10/s)", res.RetryAfter)
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 30 {
+		t.Fatalf("admitted %d of 60 concurrent checks at burst 30, want 30", n)
+	}
+	res := r.MustCheck(t, userBucket(org, 0, b))
+	lv := levelOf(t, res, vocab.LevelUser, vocab.Second)
+	if lv.Burst != 30 || lv.Limit != 10 || lv.Remaining != 0 || lv.Used != 30 {
+		t.Errorf("empty bucket's level = %+v", lv)
+	}
+	if want := r.e.Now().Add(3 * time.Second); !lv.ResetAt.Equal(want.Truncate(time.Millisecond)) && !lv.ResetAt.Equal(want.Truncate(time.Millisecond).Add(time.Millisecond)) {
+		t.Errorf("empty bucket full again at %v, want %v (30 tokens at 10/s)", lv.ResetAt, want)
+	}
+
+	// 250 ms later: two whole tokens (2.5), and the third fits 50 ms on.
+	clk.Add(250 * time.Millisecond)
+	for i := range 3 {
+		res := r.MustCheck(t, userBucket(org, 1, b))
+		if res.Allowed != (i < 2) {
+			t.Fatalf("check %d at +250ms: allowed %v, want %v", i, res.Allowed, i < 2)
+		}
+		if !res.Allowed && res.RetryAfter != 50*time.Millisecond {
+			t.Errorf("retry at +250ms = %v, want 50ms", res.RetryAfter)
+		}
+	}
+	// The next second gives the rate: 10, whatever the burst.
+	clk.Add(time.Second - 250*time.Millisecond + 250*time.Millisecond)
+	n := 0
+	for range 60 {
+		if r.MustCheck(t, userBucket(org, 1, b)).Allowed {
+			n++
+		}
+	}
+	if n != 10 {
+		t.Errorf("admitted %d in the next second, want 10 (the rate)", n)
+	}
+	// A quiet caller finds the bucket full again, never above its burst.
+	clk.Add(10 * time.Second)
+	res = r.MustCheck(t, userBucket(org, 0, b))
+	if lv := levelOf(t, res, vocab.LevelUser, vocab.Second); lv.Remaining != 30 || lv.Used != 0 {
+		t.Errorf("a bucket left 10 s = %+v, want 30 tokens", lv)
+	}
+	n = 0
+	for range 40 {
+		if r.MustCheck(t, userBucket(org, 1, b)).Allowed {
+			n++
+		}
+	}
+	if n != 30 {
+		t.Errorf("a refilled bucket admitted %d, want its burst 30", n)
+	}
+}
+
+// A cost above the burst can never fit: denied without a retry; a bucket of rate 0
+// admits nothing. Neither counts anything.
+func TestBucketNeverFits(t *testing.T) {
+	t.Parallel()
+	r := MustRig(t, "", quota.Config{})
+	org := testenv.ID(t, "o")
+	res := r.MustCheck(t, userBucket(org, 31, bucket(vocab.Minute, 600, 30)))
+	if res.Allowed || res.RetryAfter != 0 || res.BlockedAt == nil || res.BlockedAt.Window != vocab.Minute {
+		t.Errorf("a cost above the burst: %+v, want denied without retry", res)
+	}
+	res = r.MustCheck(t, userBucket(org, 1, bucket(vocab.Hour, 0, 5)))
+	if res.Allowed || res.RetryAfter != 0 {
+		t.Errorf("a bucket of rate 0: %+v, want denied without retry", res)
+	}
+	if lv := levelOf(t, r.MustCheck(t, userBucket(org, 0, bucket(vocab.Minute, 600, 30))), vocab.LevelUser, vocab.Minute); lv.Remaining != 30 {
+		t.Errorf("a denied cost took tokens: %+v", lv)
+	}
+}
+
+// A check refused by a team bucket moves no other counter, and one refused by a user's
+// month limit takes no token: all or nothing across a bucket and a month, with many
+// users racing for the team's bucket.
+func TestBucketAllOrNothing(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	org := testenv.ID(t, "o")
+	team := bucket(vocab.Minute, 60, 20)
+	limits := func(month int64) quota.LevelLimits {
+		return quota.LevelLimits{Team: []vocab.Limit{team}, User: []vocab.Limit{lim(vocab.Month, month)}}
+	}
+	req := func(user string, cost, month int64) quota.Request {
+		return quota.Request{Org: org, Team: "eng", User: user, Metric: "requests", Cost: cost, Limits: limits(month)}
+	}
+	// 8 users, each with a month of 5, race 40 checks of 1 for the team's 20 tokens.
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	perUser := make([]atomic.Int64, 8)
+	for i := range 40 {
+		wg.Go(func() {
+			res, err := r.e.Check(context.Background(), req(string(rune('a'+i%8)), 1, 5))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res.Allowed {
+				admitted.Add(1)
+				perUser[i%8].Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := admitted.Load(); n != 20 {
+		t.Fatalf("admitted %d, want the team's burst 20", n)
+	}
+	usage := r.usage(t, org)
+	for i := range perUser {
+		u := string(rune('a' + i))
+		if got, want := usage[quota.Counter{Level: vocab.LevelUser, Team: "eng", User: u, Metric: "requests"}], perUser[i].Load(); got != want {
+			t.Errorf("user %s's month = %d, admitted %d: a refused check moved a counter", u, got, want)
+		}
+	}
+	// Refused by the user's month (5 used of 5): the team's bucket keeps its tokens.
+	clk.Add(10 * time.Second) // 10 tokens back
+	used := perUser[0].Load()
+	res := r.MustCheck(t, req("a", 5-used+1, 5))
+	if res.Allowed || res.BlockedAt.Window != vocab.Month {
+		t.Fatalf("a check over the user's month: %+v", res)
+	}
+	if lv := levelOf(t, r.MustCheck(t, req("z", 0, 5)), vocab.LevelTeam, vocab.Minute); lv.Remaining != 10 {
+		t.Errorf("team bucket after a month refusal: %d tokens, want 10", lv.Remaining)
+	}
+	// Refused by the team's bucket: the user's month does not move.
+	before := r.usage(t, org)[quota.Counter{Level: vocab.LevelUser, Team: "eng", User: "y", Metric: "requests"}]
+	if res := r.MustCheck(t, req("y", 11, 100)); res.Allowed || res.BlockedAt.Level != vocab.LevelTeam {
+		t.Fatalf("a check over the team's bucket: %+v", res)
+	}
+	if after := r.usage(t, org)[quota.Counter{Level: vocab.LevelUser, Team: "eng", User: "y", Metric: "requests"}]; after != before {
+		t.Errorf("a bucket refusal moved the user's month from %d to %d", before, after)
+	}
+}
+
+// A reservation takes tokens like a check; settling gives the unused ones back, never
+// past the burst; an excess takes more.
+func TestBucketReservationGivesTokensBack(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	org := testenv.ID(t, "o")
+	b := bucket(vocab.Hour, 3600, 100) // a token a second
+	ctx := context.Background()
+	tokens := func() int64 {
+		t.Helper()
+		return levelOf(t, r.MustCheck(t, userBucket(org, 0, b)), vocab.LevelUser, vocab.Hour).Remaining
+	}
+	res := r.mustReserve(t, userBucket(org, 60, b), quota.ReserveOptions{})
+	if got := tokens(); got != 40 {
+		t.Fatalf("tokens after reserving 60 of 100: %d", got)
+	}
+	if _, err := r.e.Commit(ctx, org, 0, res.ID, 20); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(); got != 80 {
+		t.Errorf("tokens after committing 20 of 60: %d, want 80", got)
+	}
+	// 30 s later (30 tokens back, so 100: full), a release gives back what it held,
+	// and the bucket stays at its burst.
+	res = r.mustReserve(t, userBucket(org, 10, b), quota.ReserveOptions{})
+	clk.Add(30 * time.Second)
+	if _, err := r.e.Release(ctx, org, 0, res.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(); got != 100 {
+		t.Errorf("tokens after a release into a full bucket: %d, want the burst 100", got)
+	}
+	// Used above the amount takes the excess.
+	res = r.mustReserve(t, userBucket(org, 10, b), quota.ReserveOptions{})
+	if _, err := r.e.Commit(ctx, org, 0, res.ID, 25); err != nil {
+		t.Fatal(err)
+	}
+	if got := tokens(); got != 75 {
+		t.Errorf("tokens after committing 25 of 10: %d, want 75", got)
+	}
+}
+
+// In shadow mode a bucket past empty counts as empty, never below, and says would-block.
+func TestBucketShadow(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	org := testenv.ID(t, "o")
+	b := bucket(vocab.Second, 10, 10)
+	req := userBucket(org, 25, b)
+	req.Mode = vocab.Shadow
+	res := r.MustCheck(t, req)
+	if !res.Allowed || res.WouldBlock == nil {
+		t.Fatalf("shadow over a bucket: %+v", res)
+	}
+	clk.Add(time.Second)
+	if lv := levelOf(t, r.MustCheck(t, userBucket(org, 0, b)), vocab.LevelUser, vocab.Second); lv.Remaining != 10 {
+		t.Errorf("a second after a shadow check of 25 at burst 10: %d tokens, want 10 (emptied, not below)", lv.Remaining)
+	}
+}
+
+// The decision stored under an idempotency key, and its replay, carry the bucket.
+func TestBucketIdempotentReply(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	org := testenv.ID(t, "o")
+	b := bucket(vocab.Minute, 60, 30)
+	req := userBucket(org, 12, b)
+	req.IdempotencyKey = "bucket-key-1"
+	first := r.MustCheck(t, req)
+	clk.Add(time.Second)
+	again := r.MustCheck(t, req)
+	for _, res := range []vocab.Result{first, again} {
+		lv := levelOf(t, res, vocab.LevelUser, vocab.Minute)
+		if !res.Allowed || lv.Burst != 30 || lv.Remaining != 18 || lv.Used != 12 {
+			t.Errorf("idempotent bucket decision = %+v (%+v)", lv, res)
+		}
+	}
+	if !again.Replayed {
+		t.Errorf("second check not a replay")
+	}
+	if lv := levelOf(t, r.MustCheck(t, userBucket(org, 0, b)), vocab.LevelUser, vocab.Minute); lv.Remaining != 19 {
+		t.Errorf("tokens after the replay: %d, want 19 (18 + one a second)", lv.Remaining)
+	}
+}
+
+// Over any real span, a bucket admits at most burst + rate x span: random arrivals of
+// random costs at millisecond times, checked against every span between two admissions.
+func TestBucketRealSpan(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	org := testenv.ID(t, "o")
+	const rate, burst = 7, 20 // per second: T = 142857.14 us, not whole
+	b := bucket(vocab.Second, rate, burst)
+	rng := rand.New(rand.NewPCG(7, 40))
+	type adm struct{ us, cost int64 }
+	var got []adm
+	var elapsed int64
+	for range 3000 {
+		step := rng.Int64N(60)
+		if rng.IntN(50) == 0 {
+			step = rng.Int64N(4000) // a quiet spell: the bucket refills
+		}
+		clk.Add(time.Duration(step) * time.Millisecond)
+		elapsed += step * 1000
+		cost := 1 + rng.Int64N(4)
+		if r.MustCheck(t, userBucket(org, cost, b)).Allowed {
+			got = append(got, adm{elapsed, cost})
+		}
+	}
+	if len(got) < 500 {
+		t.Fatalf("only %d admissions: the schedule does not press the bucket", len(got))
+	}
+	worst := 0.0
+	for i := range got {
+		var sum int64
+		for j := i; j < len(got); j++ {
+			sum += got[j].cost
+			allowed := burst + rate*float64(got[j].us-got[i].us)/1e6
+			if float64(sum) > allowed {
+				t.Fatalf("admitted %d in [%d us, %d us], above burst + rate x span = %.3f", sum, got[i].us, got[j].us, allowed)
+			}
+			worst = max(worst, float64(sum)/allowed)
+		}
+	}
+	if worst < 0.95 {
+		t.Errorf("the busiest span used %.2f of its bound: the bucket under-admits", worst)
+	}
+}
+
+// A hot path limited by a bucket is decided in Redis, never from a lease (lease.go's
+// leasable), and real traffic on two replicas stays within burst + rate x span.
+func TestBucketHotPathNotLeased(t *testing.T) {
+	const rate, burst = 2000, 1000
+	var taken atomic.Int64
+	rigs := leaseRigs(t, 2, 250*time.Millisecond, func(ev quota.LeaseEvent) {
+		if ev.Kind == quota.LeaseTaken {
+			taken.Add(1)
+		}
+	})
+	org := testenv.ID(t, "org")
+	req := quota.Request{Org: org, Team: "eng", User: "u", Metric: "requests", Cost: 1,
+		Limits: quota.LevelLimits{User: []vocab.Limit{bucket(vocab.Second, rate, burst)}}}
+	var mu sync.Mutex
+	var adm []admission
+	var leased atomic.Int64
+	base := time.Now()
+	stop := base.Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		r := rigs[g%2]
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				res, err := r.e.Check(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					t1 := time.Now()
+					mu.Lock()
+					adm = append(adm, admission{ms: t0.Sub(base).Microseconds(), end: t1.Sub(base).Microseconds(), cost: 1})
+					mu.Unlock()
+					if res.Leased {
+						leased.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if leased.Load() > 0 || taken.Load() > 0 {
+		t.Errorf("%d admissions from %d leases on a bucket's path", leased.Load(), taken.Load())
+	}
+	slices.SortFunc(adm, func(a, b admission) int { return cmp.Compare(a.ms, b.ms) })
+	for _, span := range []int64{1_000, 100_000, 1_000_000} { // µs
+		bound := burst + rate*span/1_000_000
+		if got := worstCertainSpan(adm, span); got > bound {
+			t.Errorf("admitted %d in a real span of %d µs, above burst + rate x span = %d", got, span, bound)
+		}
+	}
+	if n := total(adm); n < burst {
+		t.Errorf("admitted %d in 1.5 s at burst %d", n, burst)
+	}
+}
