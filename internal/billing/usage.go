@@ -69,8 +69,11 @@ type LevelUsage struct {
 
 // WindowUsage is one limit with its use.
 type WindowUsage struct {
-	Window    string
-	Limit     int64
+	Window string
+	Limit  int64
+	// Burst is a token bucket's size (Limit its rate per Window; Remaining the whole
+	// tokens now, Used Burst less Remaining); 0 for a sliding window.
+	Burst     int64
 	Used      int64
 	Remaining int64
 	// Granted is the units of the org's active grants that Limit includes (the org's
@@ -373,7 +376,7 @@ func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.L
 		var out []vocab.Limit
 		for _, l := range ls {
 			if l.Window != vocab.Month {
-				out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit})
+				out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit, Burst: l.Burst})
 			}
 		}
 		return out
@@ -409,7 +412,7 @@ func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.L
 			c := counters[i+j]
 			for _, l := range r.Levels {
 				if l.Level == c.Level {
-					out[c] = append(out[c], WindowUsage{Window: string(l.Window), Limit: l.Limit, Used: l.Used, Remaining: max(l.Remaining, 0)})
+					out[c] = append(out[c], WindowUsage{Window: string(l.Window), Limit: l.Limit, Burst: l.Burst, Used: l.Used, Remaining: max(l.Remaining, 0)})
 				}
 			}
 		}

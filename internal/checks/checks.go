@@ -303,8 +303,13 @@ func limitsFor(buf []vocab.Limit, metric string, ls []vocab.Limit, th tenants.Th
 	for _, l := range ls {
 		if l.Metric == metric {
 			// min: a limit stored above vocab.MaxUnits before the bound (old data) is
-			// checked as MaxUnits, never refused on every check
-			buf = append(buf, vocab.Limit{Window: l.Window, Limit: min(th.Apply(l.Window, l.Limit), vocab.MaxUnits)})
+			// checked as MaxUnits, never refused on every check. A throttle scales a
+			// token bucket's rate and burst alike; a bucket holds at least one unit.
+			t := vocab.Limit{Window: l.Window, Limit: min(th.Apply(l.Window, l.Limit), vocab.MaxUnits)}
+			if l.Burst > 0 {
+				t.Burst = max(min(th.Apply(l.Window, l.Burst), vocab.MaxUnits), 1)
+			}
+			buf = append(buf, t)
 		}
 	}
 	if len(buf) == start {

@@ -148,7 +148,7 @@ func LimitsFor(metric string, ls []vocab.Limit) []vocab.Limit {
 	var out []vocab.Limit
 	for _, l := range ls {
 		if l.Metric == metric {
-			out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit})
+			out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit, Burst: l.Burst})
 		}
 	}
 	return out
