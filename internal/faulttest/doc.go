@@ -100,15 +100,33 @@
 //     [t, t + window), counting a call only when its whole send-to-answer interval is in the
 //     span (never overstated), must not exceed the two-bucket bound, 2 x limit. Spans within
 //     a window of a Redis restart are reported apart (buckets are not durable).
+//   - Token buckets: for each limit with a burst, over every real span [start_i, end_j] of
+//     two certainly admitted checks (i <= j by start), the units of the checks whose whole
+//     send-to-answer interval lies in it must not exceed burst + limit x (end_j - start_i) /
+//     window, the GCRA's bound (internal/quota/doc.go "Token buckets"). The true
+//     admission times lie inside the span, so the figure never overstates; the comparison
+//     is exact (integers). A span that meets a Redis restart (writes paused to Redis
+//     ready again) is reported apart, allowed one more burst per restart it holds (a
+//     bucket Redis lost comes back full); above that it is a finding too. Clock steps get
+//     no allowance: the hook steps an engine's wall reading only
+//     (internal/platform/faultclock), every decision reads the engine's clock (Redis
+//     `TIME` plus the monotonic time since the sample, internal/quota/doc.go "Time"), so
+//     the bound holds through them. A leased 200 on a bucket's path is a finding (such a
+//     path is never leased).
 //
 // Reading the output. The run prints the seed, each fault with its time since the load
 // started and its UTC time, and for a Redis restart what it lost; then the calls by
 // outcome, the leases (leased 200s; records committed, settled by expiry and how they
 // counted, lost with Redis), one table row per counter (`counter window limit admitted
-// unknown counted usage-API export over lost extra lost/gained (allowed) lease-over-count`;
-// users with nothing to report are summed into one row per team) and one per sliding window (`limit bound worst-real-span over worst-span-with-a-Redis-
-// restart`). Each finding is a test error naming the seed, the counter, when it was
+// unknown counted usage-API export over lost extra lost/gained (allowed)
+// lease-over-count`; users with nothing to report are summed into one row per team),
+// one per sliding window (`limit bound worst-real-span over
+// worst-span-with-a-Redis-restart`) and one per token bucket (`rate burst admitted`,
+// then the worst real span as `units in length (bound) at from-to` since the load
+// started, and its `excess`, units minus bound: negative is within it, by that much;
+// then the same over the spans holding a Redis restart, their bound with a burst more
+// per restart). Each finding is a test error naming the seed, the counter, when it was
 // admitting, the faults meanwhile and its leases settled at expiry; rerun it with `make
-// faults SEED=<seed> DURATION=<duration>` (the schedule is the seed's; timings, and so the
-// figures, vary).
+// faults SEED=<seed> DURATION=<duration>` (the schedule is the seed's; timings, and so
+// the figures, vary).
 package faulttest

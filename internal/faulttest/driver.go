@@ -47,12 +47,12 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 // The limits of the workload, by team (user limits are the team's user defaults:
 // users are not registered).
 var (
-	monthTeamLimit = limitDef{"month", 3000} // per 45 s of load: see teamLimit
-	monthUserLimit = limitDef{"month", 400}
-	hotUserLimit   = limitDef{"month", 3000}
-	resvUserLimit  = limitDef{"month", 5000}
-	rateUserLimits = []limitDef{{"second", 10}, {"minute", 200}}
-	orgLimit       = limitDef{"month", 100_000_000}
+	monthTeamLimit = limitDef{window: "month", limit: 3000} // per 45 s of load: see teamLimit
+	monthUserLimit = limitDef{window: "month", limit: 400}
+	hotUserLimit   = limitDef{window: "month", limit: 3000}
+	resvUserLimit  = limitDef{window: "month", limit: 5000}
+	rateUserLimits = []limitDef{{window: "second", limit: 10}, {window: "minute", limit: 200}}
+	orgLimit       = limitDef{window: "month", limit: 100_000_000}
 )
 
 func limitsJSON(ls ...limitDef) []map[string]any {
@@ -217,7 +217,7 @@ func Run(t testing.TB, o Options) Verdict {
 // teamLimit is team month's month limit: 3,000 per 45 s of load, so it binds in a long
 // run too (its users change every userEpoch).
 func teamLimit(load time.Duration) limitDef {
-	return limitDef{"month", monthTeamLimit.limit * max(1, int64((load+44*time.Second)/(45*time.Second)))}
+	return limitDef{window: "month", limit: monthTeamLimit.limit * max(1, int64((load+44*time.Second)/(45*time.Second)))}
 }
 
 // setup creates the org: a plan that fails closed (a check without Redis answers 503,
