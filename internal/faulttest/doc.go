@@ -29,20 +29,24 @@
 //     child gets SIGKILL if the driver dies (`Pdeathsig`), and SIGINT/SIGTERM of the driver
 //     stops them all before it exits; t.Cleanup stops them otherwise.
 //   - The org. A plan that fails `closed` (a check without Redis answers 503, never an
-//     uncounted 200) with org month limits of 10^8 requests and tokens; team `month` (3,000
-//     a month per 45 s of load, users 400 each: both levels bind), team `hot` (users 3,000
-//     a month), team `rate` (users 10 a second and 200 a minute), team `resv` (users 5,000
-//     tokens a month). Users are unregistered (the team's defaults); those of `month` and
-//     `resv` change every minute (`m0.3` is user 3 of the first minute), so a long run
-//     keeps their limits binding.
+//     uncounted 200) with org month limits of 10^8 requests and tokens; team `month`
+//     (3,000 a month per 45 s of load, users 400 each: both levels bind), team `hot`
+//     (users 3,000 a month), team `rate` (users 10 a second and 200 a minute), team
+//     `burst` (users a token bucket: 10 a second, burst 30), team `resv` (users 5,000
+//     tokens a month). Users are unregistered (the team's defaults); those of `month`
+//     and `resv` change every minute (`m0.3` is user 3 of the first minute), so a long
+//     run keeps their limits binding.
 //   - The load (over HTTP, to 127.0.0.1 only, for the run's duration): the hot path,
-//     two clients per replica in a loop on one user of team `hot`, leased (the report says
-//     how many 200s were `leased`), moving to the next user after 30 denials, and a client
-//     that keeps checking the spent hot users (units given back uncounted are admitted
-//     there again); 8 users of `month` with costs 1-3; 3 users of `rate` at ~50 checks a
-//     second; reservations of 1-50 tokens, committed with used <= amount (6 in 10),
-//     released (2 in 10) or left to expire (2 in 10, TTL 1-3 s, `on_expiry` commit or
-//     release at random). No request is re-sent (POST without an Idempotency-Key header).
+//     two clients per replica in a loop on one user of team `hot`, leased (the report
+//     says how many 200s were `leased`), moving to the next user after 30 denials, and
+//     a client that keeps checking the spent hot users (units given back uncounted are
+//     admitted there again); 8 users of `month` with costs 1-3; 3 users of `rate` at
+//     ~50 checks a second; 3 users of `burst`, each pressing its bucket past empty
+//     (~100 checks a second of costs 1-3 for 1-3 s) then resting 0.5-3.5 s while it
+//     refills (~50 checks a second in all, a burst to spend at most presses);
+//     reservations of 1-50 tokens, committed with used <= amount (6 in 10), released (2
+//     in 10) or left to expire (2 in 10, TTL 1-3 s, `on_expiry` commit or release at
+//     random). No request is re-sent (POST without an Idempotency-Key header).
 //   - The faults, one at a time, each healed before a gap of 0.7-2 s, none in the last
 //     8 s, drawn from the seed and printed with their time: `kill-api` (kill -9 of a
 //     replica, down 0.2-1.7 s, restarted on its port, ready again), `kill-worker` (kill -9,
@@ -102,13 +106,13 @@
 //     a window of a Redis restart are reported apart (buckets are not durable).
 //   - Token buckets: for each limit with a burst, over every real span [start_i, end_j] of
 //     two certainly admitted checks (i <= j by start), the units of the checks whose whole
-//     send-to-answer interval lies in it must not exceed burst + limit x (end_j - start_i) /
-//     window, the GCRA's bound (internal/quota/doc.go "Token buckets"). The true
+//     send-to-answer interval lies in it must not exceed burst + limit x (end_j - start_i)
+//     / window, the GCRA's bound (internal/quota/doc.go "Token buckets"). The true
 //     admission times lie inside the span, so the figure never overstates; the comparison
-//     is exact (integers). A span that meets a Redis restart (writes paused to Redis
-//     ready again) is reported apart, allowed one more burst per restart it holds (a
-//     bucket Redis lost comes back full); above that it is a finding too. Clock steps get
-//     no allowance: the hook steps an engine's wall reading only
+//     is exact (integers). A span that meets a Redis restart (writes paused to Redis ready
+//     again) is reported apart, allowed one more burst per restart it holds (a bucket
+//     Redis lost comes back full); above that it is a finding too. Clock steps get no
+//     allowance: the hook steps an engine's wall reading only
 //     (internal/platform/faultclock), every decision reads the engine's clock (Redis
 //     `TIME` plus the monotonic time since the sample, internal/quota/doc.go "Time"), so
 //     the bound holds through them. A leased 200 on a bucket's path is a finding (such a

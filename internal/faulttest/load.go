@@ -170,10 +170,10 @@ func (c *loadClient) check(i int, team, user, metric string, cost int64) checkOp
 
 // workload is the traffic the driver sends: which teams and users, how hard.
 type workload struct {
-	monthUsers, rateUsers, resvUsers int
-	hotPerReplica                    int // goroutines per replica on the hot path
-	monthWorkers, resvWorkers        int
-	hotDenialsToMove                 int64 // 429s on a hot user before the hot path moves to the next user
+	monthUsers, rateUsers, burstUsers, resvUsers int
+	hotPerReplica                                int // goroutines per replica on the hot path
+	monthWorkers, resvWorkers                    int
+	hotDenialsToMove                             int64 // 429s on a hot user before the hot path moves to the next user
 }
 
 // hotState is the current hot user: the hot path moves to the next user once the
@@ -268,6 +268,28 @@ func runLoad(ctx context.Context, c *loadClient, w workload, seed uint64) (*hotS
 			for ctx.Err() == nil {
 				out = append(out, c.check(r.IntN(n), "rate", fmt.Sprintf("r%d", u), "requests", 1))
 				time.Sleep(time.Duration(10+r.IntN(20)) * time.Millisecond)
+			}
+			return out, nil
+		})
+	}
+	// Token buckets: one client per user of team burst, pressing the bucket past empty
+	// (about 100 checks a second of costs 1 to 3, against 10 units a second) for 1-3 s,
+	// then resting 0.5-3.5 s while it refills (30 units take 3 s): about 50 checks a
+	// second, and a burst to spend at the start of most presses.
+	for u := range w.burstUsers {
+		id++
+		spawn(id, func(r *rand.Rand) ([]checkOp, []resvOp) {
+			var out []checkOp
+			for ctx.Err() == nil {
+				press := time.Now().Add(time.Duration(1000+r.IntN(2000)) * time.Millisecond)
+				for ctx.Err() == nil && time.Now().Before(press) {
+					out = append(out, c.check(r.IntN(n), "burst", fmt.Sprintf("b%d", u), "requests", 1+r.Int64N(3)))
+					time.Sleep(time.Duration(5+r.IntN(10)) * time.Millisecond)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(500+r.IntN(3000)) * time.Millisecond):
+				}
 			}
 			return out, nil
 		})
