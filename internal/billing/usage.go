@@ -73,6 +73,9 @@ type WindowUsage struct {
 	Limit     int64
 	Used      int64
 	Remaining int64
+	// Burst is a token bucket's size (Limit is then its rate per window, Remaining
+	// the whole tokens in it, Used Burst less Remaining); 0 for any other limit.
+	Burst int64
 	// Granted is the units of the org's active grants that Limit includes (the org's
 	// month window of the current period only; 0 elsewhere).
 	Granted int64
@@ -367,13 +370,14 @@ type batchChecker interface {
 }
 
 // slidingUsage reads, with one cost-0 check per counter (pipelined by the engine),
-// the use of every sliding window that limits an org, team or user with usage.
+// the use of every sliding window and token bucket that limits an org, team or user
+// with usage.
 func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.Limits, usage map[quota.Counter]int64) map[quota.Counter][]WindowUsage {
 	sliding := func(ls []vocab.Limit) []vocab.Limit {
 		var out []vocab.Limit
 		for _, l := range ls {
 			if l.Window != vocab.Month {
-				out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit})
+				out = append(out, vocab.Limit{Window: l.Window, Limit: l.Limit, Burst: l.Burst})
 			}
 		}
 		return out
@@ -409,7 +413,7 @@ func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.L
 			c := counters[i+j]
 			for _, l := range r.Levels {
 				if l.Level == c.Level {
-					out[c] = append(out[c], WindowUsage{Window: string(l.Window), Limit: l.Limit, Used: l.Used, Remaining: max(l.Remaining, 0)})
+					out[c] = append(out[c], WindowUsage{Window: string(l.Window), Limit: l.Limit, Used: l.Used, Remaining: max(l.Remaining, 0), Burst: l.Burst})
 				}
 			}
 		}
