@@ -69,13 +69,13 @@ type LevelUsage struct {
 
 // WindowUsage is one limit with its use.
 type WindowUsage struct {
-	Window string
-	Limit  int64
-	// Burst is a token bucket's size (Limit its rate per Window; Remaining the whole
-	// tokens now, Used Burst less Remaining); 0 for a sliding window.
-	Burst     int64
+	Window    string
+	Limit     int64
 	Used      int64
 	Remaining int64
+	// Burst is a token bucket's size (Limit is then its rate per window, Remaining
+	// the whole tokens in it, Used Burst less Remaining); 0 for any other limit.
+	Burst int64
 	// Granted is the units of the org's active grants that Limit includes (the org's
 	// month window of the current period only; 0 elsewhere).
 	Granted int64
@@ -370,7 +370,8 @@ type batchChecker interface {
 }
 
 // slidingUsage reads, with one cost-0 check per counter (pipelined by the engine),
-// the use of every sliding window that limits an org, team or user with usage.
+// the use of every sliding window and token bucket that limits an org, team or user
+// with usage.
 func (s *Service) slidingUsage(ctx context.Context, q batchChecker, ol *ledger.Limits, usage map[quota.Counter]int64) map[quota.Counter][]WindowUsage {
 	sliding := func(ls []vocab.Limit) []vocab.Limit {
 		var out []vocab.Limit

@@ -141,10 +141,12 @@ func TestCheckResolves(t *testing.T) {
 			lim:  lvls{org: limits(vocab.Minute, 100, vocab.Month, 1000)}},
 		{name: "a warn-mode org", caller: operator, in: in("calm", "", "", "", -1),
 			want: quota.Request{Org: "calm", Metric: "requests", Cost: 1, Mode: vocab.Warn}, lim: lvls{org: limits(vocab.Minute, 100, vocab.Month, 1000)}},
-		{name: "a throttled org: its sliding windows halved, not its month", caller: operator, in: in("slow", "", "", "", -1),
-			want: quota.Request{Org: "slow", Metric: "requests", Cost: 1}, lim: lvls{org: limits(vocab.Minute, 50, vocab.Month, 1000)}, ppm: 500_000},
+		{name: "a throttled org: its sliding windows and bucket halved, not its month", caller: operator, in: in("slow", "", "", "", -1),
+			want: quota.Request{Org: "slow", Metric: "requests", Cost: 1},
+			lim:  lvls{org: append(limits(vocab.Minute, 50, vocab.Month, 1000), vocab.Limit{Window: vocab.Second, Limit: 5, Burst: 15})}, ppm: 500_000},
 		{name: "a throttle expired by the engine's clock", caller: operator, in: in("slow", "", "", "", -1), now: 2 * time.Hour,
-			want: quota.Request{Org: "slow", Metric: "requests", Cost: 1}, lim: lvls{org: limits(vocab.Minute, 100, vocab.Month, 1000)}},
+			want: quota.Request{Org: "slow", Metric: "requests", Cost: 1},
+			lim:  lvls{org: append(limits(vocab.Minute, 100, vocab.Month, 1000), vocab.Limit{Window: vocab.Second, Limit: 10, Burst: 31})}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, f := w.service()

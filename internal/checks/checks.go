@@ -295,18 +295,18 @@ func unknownUserRefused(user, team string) error {
 	return derrors.E(derrors.Unprocessable, msg, nil, derrors.FieldError{Field: "user", Message: msg})
 }
 
-// limitsFor appends the limits of metric in ls, throttled by th, to buf and returns
-// them (nil when there are none) and the grown buf. A check's three levels share one
-// buf: one allocation. The zero th changes nothing.
+// limitsFor appends the limits of metric in ls, throttled by th (a bucket's rate and
+// burst alike), to buf and returns them (nil when there are none) and the grown buf. A
+// check's three levels share one buf: one allocation. The zero th changes nothing.
 func limitsFor(buf []vocab.Limit, metric string, ls []vocab.Limit, th tenants.Throttle) ([]vocab.Limit, []vocab.Limit) {
 	start := len(buf)
 	for _, l := range ls {
 		if l.Metric == metric {
 			// min: a limit stored above vocab.MaxUnits before the bound (old data) is
-			// checked as MaxUnits, never refused on every check. A throttle scales a
-			// token bucket's rate and burst alike; a bucket holds at least one unit.
+			// checked as MaxUnits, never refused on every check
 			t := vocab.Limit{Window: l.Window, Limit: min(th.Apply(l.Window, l.Limit), vocab.MaxUnits)}
-			if l.Burst > 0 {
+			if l.Bucket() {
+				// a throttle scales a bucket's size with its rate; it stays a bucket
 				t.Burst = max(min(th.Apply(l.Window, l.Burst), vocab.MaxUnits), 1)
 			}
 			buf = append(buf, t)
@@ -347,7 +347,9 @@ type RateLimit struct {
 // remaining, then the soonest reset. A denied check is described by the level and
 // window that refused it, and its Reset is its Retry-After: when a retry of the same
 // cost can succeed (a sliding window frees units gradually, so the end of its
-// current bucket, its ResetAt, is too early). ok is false when no level has a limit.
+// current bucket, its ResetAt, is too early); a denial that can never pass (no
+// Retry-After: a cost above a token bucket's burst) keeps that level's own reset, when
+// the bucket is full again. ok is false when no level has a limit.
 // metric is the metric of levels that do not name theirs.
 func tightest(res vocab.Result, now time.Time, metric string) (rl RateLimit, ok bool) {
 	if len(res.Levels) == 0 {
@@ -367,7 +369,11 @@ func tightest(res vocab.Result, now time.Time, metric string) (rl RateLimit, ok 
 				break
 			}
 		}
-		reset = retryAfterSeconds(res)
+		if r := retryAfterSeconds(res); r > 0 {
+			reset = r
+		} else { // it can never pass (a cost above a bucket's burst): the limit's own reset
+			reset = int64(math.Ceil(t.ResetAt.Sub(now).Seconds()))
+		}
 	}
 	if t.Metric == "" {
 		t.Metric = metric

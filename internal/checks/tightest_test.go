@@ -24,3 +24,17 @@ func TestTightestOfADeniedMultiMetricCheck(t *testing.T) {
 		t.Errorf("RateLimit %q", got)
 	}
 }
+
+// A denial that can never pass (RetryAfter 0: a cost above a bucket's burst) resets,
+// in the RateLimit fields, when the bucket that refused it is full again.
+func TestTightestOfACheckThatCanNeverPass(t *testing.T) {
+	now := time.Date(2026, 11, 27, 16, 0, 0, 0, time.UTC)
+	res := vocab.Result{Levels: []vocab.LevelStatus{
+		{Level: vocab.LevelOrg, ID: "demo", Window: vocab.Month, Limit: 1000, Used: 1, Remaining: 999, ResetAt: now.Add(72 * time.Hour)},
+		{Level: vocab.LevelUser, ID: "ada", Window: vocab.Second, Limit: 10, Burst: 30, Used: 5, Remaining: 25, ResetAt: now.Add(500 * time.Millisecond)},
+	}, BlockedAt: &vocab.Blocked{Level: vocab.LevelUser, ID: "ada", Window: vocab.Second}}
+	rl, ok := tightest(res, now, "requests")
+	if !ok || rl.Level.Window != vocab.Second || rl.Limit != 10 || rl.Remaining != 25 || rl.Reset != 1 {
+		t.Errorf("tightest = %+v, want the user's bucket: 25 tokens, full in 1 s", rl)
+	}
+}

@@ -29,7 +29,8 @@ import (
 //     unknown users, whose carol is registered.
 //   - strict (on p): refuses unknown users, leases off, precise windows, billing anchor
 //     day 15; its team a follows the org, team b allows unknown users.
-//   - calm (on p): warn mode. slow (on p): throttled to 0.5 until an hour from now.
+//   - calm (on p): warn mode. slow (on p, plus a bucket of 10 requests/second, burst
+//     31): throttled to 0.5 until an hour from now.
 //   - shop (on plan pm, USD): tokens.in at 2.50, tokens.cached at 1.25 and tokens.out
 //     at 10 per million,
 //     requests 1000/month, spend 100000/month; team eng spend 20000/month, its users
@@ -76,7 +77,8 @@ func newWorld(t *testing.T) *world {
 	must(ten.CreateTeam(ctx, op, "strict", tenants.TeamInput{ID: "b", Name: "B", UnknownUsers: tenants.UnknownUsersAllow}))
 
 	must(ten.CreateOrg(ctx, op, tenants.OrgInput{ID: "calm", Name: "Calm", PlanID: "p", Mode: vocab.Warn}))
-	must(ten.CreateOrg(ctx, op, tenants.OrgInput{ID: "slow", Name: "Slow", PlanID: "p"}))
+	must(ten.CreateOrg(ctx, op, tenants.OrgInput{ID: "slow", Name: "Slow", PlanID: "p",
+		Limits: []vocab.Limit{{Metric: "requests", Window: vocab.Second, Limit: 10, Burst: 31}}}))
 	hour := int64(3600)
 	must(ten.SetThrottle(ctx, op, tenants.ThrottleOrg, "slow", tenants.ThrottleInput{Factor: 0.5, TTLSeconds: &hour, Reason: "a test"}))
 
@@ -195,7 +197,7 @@ func limits(ls ...any) []vocab.Limit {
 	return out
 }
 
-// sameLimits compares two levels' limits as sets of (window, limit).
+// sameLimits compares two levels' limits as sets of (window, limit, burst).
 func sameLimits(a, b []vocab.Limit) bool {
 	if len(a) != len(b) {
 		return false
@@ -203,7 +205,7 @@ func sameLimits(a, b []vocab.Limit) bool {
 	for _, l := range a {
 		found := false
 		for _, m := range b {
-			if l.Window == m.Window && l.Limit == m.Limit {
+			if l.Window == m.Window && l.Limit == m.Limit && l.Burst == m.Burst {
 				found = true
 			}
 		}

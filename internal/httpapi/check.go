@@ -55,6 +55,9 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 		l := &res.Levels[i]
 		out.Levels[i] = api.LevelStatus{Level: l.Level, Id: l.ID, Window: l.Window, Limit: l.Limit,
 			Used: l.Used, Remaining: l.Remaining, ResetAt: l.ResetAt.UTC()}
+		if l.Burst > 0 { // a token bucket
+			out.Levels[i].Burst = &l.Burst
+		}
 		if d.Multi { // a multi-metric decision's levels name their metric
 			out.Levels[i].Metric = &l.Metric
 		}
@@ -71,8 +74,9 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 	}
 	if !res.Allowed {
 		out.BlockedAt = ref(res.BlockedAt)
-		secs := d.RetryAfter
-		out.RetryAfterSeconds = &secs
+		if secs := d.RetryAfter; secs > 0 { // 0: it can never pass (a cost above a bucket's burst)
+			out.RetryAfterSeconds = &secs
+		}
 		if v := d.Violated(); v != "" { // the draft's quota-exceeded member: the policy that refused it
 			vp := []string{v}
 			out.ViolatedPolicies = &vp
@@ -93,6 +97,14 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 		out.Leased = &leasedTrue
 	}
 	return out
+}
+
+// setRetryAfter sets the Retry-After of a denied decision: none when it can never
+// pass (its cost is above a token bucket's burst, RetryAfter 0), for no wait helps.
+func setRetryAfter(h http.Header, d *checks.Decision) {
+	if d.RetryAfter > 0 {
+		h.Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
+	}
 }
 
 // setRateLimitHeaders sets the RateLimit header fields of the decision, as mode
@@ -206,7 +218,7 @@ func (s *Server) Check(w http.ResponseWriter, r *http.Request, params api.CheckP
 	status := http.StatusOK
 	if !out.Allowed {
 		status = problem.Status(derrors.RateLimited) // a denial answers as the rate-limited kind
-		w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
+		setRetryAfter(w.Header(), &d)
 	}
 	if out.Warning != nil {
 		w.Header().Set("Quotaplane-Warning", *out.Warning)

@@ -337,7 +337,13 @@ func appendCheckResult(b []byte, out *api.CheckResult) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = append(b, `{"id":`...)
+			b = append(b, '{')
+			if l.Burst != nil {
+				b = append(b, `"burst":`...)
+				b = strconv.AppendInt(b, *l.Burst, 10)
+				b = append(b, ',')
+			}
+			b = append(b, `"id":`...)
 			b = appendString(b, l.Id)
 			b = append(b, `,"level":`...)
 			b = appendString(b, string(l.Level))

@@ -39,6 +39,7 @@ func TestCheckJSONEncode(t *testing.T) {
 		"degraded and replayed": {Allowed: true, Mode: vocab.Shadow, Levels: levels[:1], Degraded: &yes, Replayed: &yes},
 		"throttled":             {Allowed: true, Mode: vocab.Enforce, Levels: levels, Throttled: &api.Throttled{Factor: 0.5, ExpiresAt: reset, Scope: api.ThrottleScopeOrg}},
 		"throttled finely":      {Mode: vocab.Enforce, Levels: levels[:1], BlockedAt: ref, RetryAfterSeconds: &secs, Throttled: &api.Throttled{Factor: 0.000001, ExpiresAt: reset.Add(1500 * time.Millisecond), Scope: api.ThrottleScopePlan}},
+		"bucket":                {Mode: vocab.Enforce, Levels: bucketLevels(levels), BlockedAt: ref},
 		"odd strings":           {Mode: "mode\"\\\n\u2028é", Levels: []api.LevelStatus{{Id: "<script>", ResetAt: reset.In(time.FixedZone("x", 3600))}}},
 	}
 	for name, c := range cases {
@@ -54,6 +55,14 @@ func TestCheckJSONEncode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// bucketLevels is levels with the second one a token bucket of burst 30.
+func bucketLevels(levels []api.LevelStatus) []api.LevelStatus {
+	out := append([]api.LevelStatus{}, levels...)
+	b := int64(30)
+	out[1].Burst = &b
+	return out
 }
 
 // appendTime's hand-written path (UTC whole seconds) and its fallback both write what

@@ -14,6 +14,9 @@ func toLimits(in []api.Limit) []vocab.Limit {
 	out := make([]vocab.Limit, len(in))
 	for i, l := range in {
 		out[i] = vocab.Limit{Metric: l.Metric, Window: l.Window, Limit: l.Limit}
+		if l.Burst != nil {
+			out[i].Burst = *l.Burst
+		}
 	}
 	return out
 }
@@ -36,9 +39,17 @@ func optLimits(in *api.Limits) []vocab.Limit {
 func fromLimits(in []vocab.Limit) []api.Limit {
 	out := make([]api.Limit, len(in))
 	for i, l := range in {
-		out[i] = api.Limit{Metric: l.Metric, Window: l.Window, Limit: l.Limit}
+		out[i] = api.Limit{Metric: l.Metric, Window: l.Window, Limit: l.Limit, Burst: burstOf(l.Burst)}
 	}
 	return out
+}
+
+// burstOf is a bucket's burst as the API carries it: absent (nil) for any other limit.
+func burstOf(b int64) *int64 {
+	if b <= 0 {
+		return nil
+	}
+	return &b
 }
 
 func mapSlice[T, U any](in []T, f func(T) U) []U {

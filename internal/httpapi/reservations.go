@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/http"
-	"strconv"
 
 	"github.com/quotaplane/quotaplane/internal/checks"
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -72,7 +71,7 @@ func (s *Server) CreateReservation(w http.ResponseWriter, r *http.Request) {
 	if d := &rv.Decision; !d.Result.Allowed {
 		cr := fromDecision(d)
 		setRateLimitHeaders(w.Header(), d, s.headers)
-		w.Header().Set("Retry-After", strconv.FormatInt(d.RetryAfter, 10))
+		setRetryAfter(w.Header(), d)
 		writeJSON(w, problem.Status(derrors.RateLimited), cr)
 		return
 	}

@@ -56,7 +56,7 @@ func fromLevelUsage(l billing.LevelUsage) api.UsageLevel {
 		out.Team = &team
 	}
 	for i, w := range l.Limits {
-		out.Limits[i] = api.WindowUsage{Window: api.Window(w.Window), Limit: w.Limit, Used: w.Used, Remaining: w.Remaining}
+		out.Limits[i] = api.WindowUsage{Window: api.Window(w.Window), Limit: w.Limit, Used: w.Used, Remaining: w.Remaining, Burst: burstOf(w.Burst)}
 		if w.Granted > 0 {
 			g := w.Granted
 			out.Limits[i].Granted = &g

@@ -92,9 +92,9 @@ func TestRequestValidator(t *testing.T) {
 		},
 		{
 			name: "unknown nested field", method: "POST", path: "/v1/plans",
-			body:       `{"id":"pro","name":"Pro","limits":[{"metric":"requests","window":"day","limit":1,"burst":2}],"fail_mode":"open"}`,
+			body:       `{"id":"pro","name":"Pro","limits":[{"metric":"requests","window":"day","limit":1,"ceiling":2}],"fail_mode":"open"}`,
 			wantStatus: 400,
-			wantErrors: []FieldError{{Field: "limits[0].burst", Message: `unknown field "burst"`}},
+			wantErrors: []FieldError{{Field: "limits[0].ceiling", Message: `unknown field "ceiling"`}},
 		},
 		{
 			name: "bad window enum", method: "POST", path: "/v1/plans",

@@ -387,3 +387,59 @@ func TestBucketHotPathNotLeased(t *testing.T) {
 		t.Errorf("admitted %d in 1.5 s at burst %d", n, burst)
 	}
 }
+
+// Several metrics, each with a bucket, decide all or nothing, each counter taking its
+// own cost; a multi-metric reservation with a concurrent slot gives its tokens and its
+// slot back per metric.
+func TestBucketSeveralMetricsAndConcurrency(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	org := testenv.ID(t, "o")
+	reqs, toks := bucket(vocab.Minute, 60, 10), bucket(vocab.Minute, 6000, 1000)
+	two := func(nreq, ntok int64) quota.Request {
+		q := userBucket(org, nreq, reqs)
+		q.More = []quota.MetricCost{{Metric: "tokens", Cost: ntok, Limits: quota.LevelLimits{User: []vocab.Limit{toks}}}}
+		return q
+	}
+	tokens := func() (int64, int64) {
+		t.Helper()
+		res := r.MustCheck(t, two(0, 0))
+		var a, b int64
+		for _, l := range res.Levels {
+			if l.Metric == "requests" {
+				a = l.Remaining
+			} else {
+				b = l.Remaining
+			}
+		}
+		return a, b
+	}
+	if res := r.MustCheck(t, two(1, 900)); !res.Allowed {
+		t.Fatalf("first call: %+v", res)
+	}
+	// tokens refuse the second: requests keep their token too
+	if res := r.MustCheck(t, two(1, 200)); res.Allowed || res.BlockedAt.Metric != "tokens" {
+		t.Fatalf("a call over the tokens' bucket: %+v", res)
+	}
+	if a, b := tokens(); a != 9 || b != 100 {
+		t.Errorf("after one call and a refusal: %d requests, %d tokens in the buckets, want 9 and 100", a, b)
+	}
+	// A reservation of a slot and 80 tokens, with a concurrent limit on requests.
+	clk.Add(time.Minute) // both full again
+	q := two(1, 800)
+	q.Limits.User = append(q.Limits.User, lim(vocab.Concurrent, 1))
+	res := r.mustReserve(t, q, quota.ReserveOptions{})
+	if a, b := tokens(); a != 9 || b != 200 {
+		t.Errorf("while reserved: %d requests, %d tokens, want 9 and 200", a, b)
+	}
+	if _, err := r.e.CommitUsed(context.Background(), org, 0, res.ID, map[string]int64{"requests": 1, "tokens": 300}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := tokens(); a != 9 || b != 700 {
+		t.Errorf("after committing 300 of 800 tokens: %d requests, %d tokens, want 9 and 700", a, b)
+	}
+	if held, err := r.e.InFlight(context.Background(), org); err != nil || len(held) != 0 {
+		t.Errorf("in flight after the commit: %v %v", held, err)
+	}
+}

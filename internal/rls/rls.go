@@ -271,7 +271,9 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 // answer builds Envoy's answer from the check service's: a status per descriptor,
 // in order, and the RateLimit header fields (as mode says: the legacy RateLimit-Limit,
 // -Remaining, -Reset and the draft-11 RateLimit-Policy and RateLimit) and, when
-// denied, Retry-After, as the HTTP check's. A descriptor that was not decided (its
+// denied, Retry-After, as the HTTP check's (none when the check can never pass). A
+// token bucket's current_limit is its rate per unit, its limit_remaining the whole
+// tokens in it, and its duration_until_reset until it is full again. A descriptor that was not decided (its
 // PathCheck's Err) is OVER_LIMIT with no current_limit, and the answer is then
 // OVER_LIMIT and carries Quotaplane-Refused (refusedField) naming the first such
 // descriptor and why; it adds no Retry-After of its own, since no wait would help.
@@ -325,7 +327,8 @@ func answer(p checks.Paths, ds []*ratelimitv3.RateLimitDescriptor, mode checks.H
 		mark()
 		nh += 2
 	}
-	if !p.Allowed {
+	retry := !p.Allowed && p.RetryAfter > 0 // 0: it can never pass (a cost above a bucket's burst)
+	if retry {
 		b = strconv.AppendInt(b, p.RetryAfter, 10)
 		mark()
 		nh++
@@ -386,7 +389,7 @@ func answer(p checks.Paths, ds []*ratelimitv3.RateLimitDescriptor, mode checks.H
 		add("RateLimit-Policy", str())
 		add("RateLimit", str())
 	}
-	if !p.Allowed {
+	if retry {
 		add("Retry-After", str())
 	}
 	if p.Warning != "" {

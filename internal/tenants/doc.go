@@ -35,9 +35,13 @@
 //
 // Limits live in one table per owner (`plan_limits`, `org_limits`, `team_limits` with
 // kind `team` or `user_default`, `user_limits`), so Postgres enforces windows,
-// non-negative limits and one row per (metric, window). An org's effective limits are its
-// plan's with its overrides applied per (metric, window); a user's are its team's user
-// defaults with its own applied on top.
+// non-negative limits and one row per (metric, window). A row's nullable `burst` makes
+// a second to day limit a token bucket (`max_units` per window, holding at most
+// `burst`); Postgres refuses it on a month or concurrent window and below 1. An org's
+// effective limits are its plan's with its overrides applied per (metric, window); a
+// user's are its team's user defaults with its own applied on top. An override
+// replaces the whole limit, burst included: a sliding override of a plan's bucket is a
+// sliding window.
 //
 // Known metrics. A plan names its metrics in its limits, its pricing and its
 // `metered` list (`plans.metered`, metrics counted in usage and billed without any
@@ -64,11 +68,16 @@
 // The rules, checked level by level against the direct parent:
 //
 //   - a child's limit never exceeds its parent's for the same metric and window (team vs
-//     org, user vs team, team user-defaults vs team);
+//     org, user vs team, team user-defaults vs team); a token bucket's limit is its
+//     rate, so this bounds a bucket's rate whichever of the two is a bucket;
+//   - a child's bucket holds no more than its parent's bucket in the same metric and
+//     window (422 at the child's `limits[i].burst`); a parent without a bucket there
+//     bounds only the rate;
 //   - per metric, the children's month limits add up to at most the parent's month limit,
 //     unless the org oversubscribes;
 //   - lowering a parent (plan, org overrides, a new plan, turning oversubscription off,
-//     team limits) is refused the same way when its current children no longer fit;
+//     team limits) is refused the same way when its current children no longer fit,
+//     its burst below a child's bucket too;
 //   - a parent without a limit for a metric and window leaves its children free there.
 //
 // Every allocation change takes the org's row lock (`SELECT ... FOR UPDATE`) first, then

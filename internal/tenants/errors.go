@@ -73,15 +73,15 @@ func (f fieldErrs) err() error {
 
 // Violation is one broken allocation rule, with the numbers behind it.
 type Violation struct {
-	Field     string // the field of the request that caused it, e.g. "limits[0].limit"
+	Field     string // the field of the request that caused it, e.g. "limits[0].limit" or "limits[0].burst"
 	Metric    string
 	Window    vocab.Window
 	Parent    string // e.g. `org "acme"`
-	ParentMax int64  // the parent's limit
+	ParentMax int64  // the parent's limit (its burst, for a burst rule)
 	Allocated int64  // what other children already hold (sum rule), or the largest child (lowering)
 	Requested int64
 	Message   string
-	rule      string // which rule: "above", "sum", "below" or "below-sum" (money messages)
+	rule      string // which rule: "above", "sum", "below", "below-sum", "burst-above" or "burst-below" (money messages)
 }
 
 // AllocationError lists the allocation rules a change would break. It matches

@@ -208,7 +208,7 @@ func buildImport(ctx context.Context, q querier, orgs []NewOrg, base int, plans 
 				label := fmt.Sprintf("team %q", t.ID)
 				err := allocErr(allocatedMetrics(*known, label, limitList{"limits", tin.Limits}, limitList{"user_limits", tin.UserLimits}))
 				if err == nil {
-					err = inMoney(ctx, q, org.PlanID, allocErr(teamViolations(org, t, others)))
+					err = inMoney(ctx, q, org.PlanID, allocErr(teamViolations(org, asRequested(t, tin), others)))
 				}
 				if err != nil {
 					return nil, fmt.Errorf("import org %q: create team %q: %w", org.ID, t.ID, under(fmt.Sprintf("%steams[%d].", at, j), err))
@@ -294,16 +294,16 @@ func writeImport(ctx context.Context, tx pgx.Tx, a Actor, orgs []NewOrg, built [
 		orgRows = append(orgRows, []any{o.ID, o.Name, o.PlanID, string(o.Mode), o.Oversubscribe, o.WebhookURL, o.RedisURL,
 			int16(o.BillingAnchorDay), string(o.Leases), string(o.SlidingWindows), string(o.UnknownUsers)})
 		for _, l := range o.Limits {
-			orgLimits = append(orgLimits, []any{o.ID, l.Metric, string(l.Window), l.Limit})
+			orgLimits = append(orgLimits, []any{o.ID, l.Metric, string(l.Window), l.Limit, burstCol(l)})
 		}
 		audits = append(audits, auditRow{o.ID, "org.create", "org:" + o.ID, auditOrg(o)})
 		for _, t := range b.teams {
 			teamRows = append(teamRows, []any{o.ID, t.ID, t.Name, string(t.UnknownUsers)})
 			for _, l := range t.Limits {
-				teamLimits = append(teamLimits, []any{o.ID, t.ID, "team", l.Metric, string(l.Window), l.Limit})
+				teamLimits = append(teamLimits, []any{o.ID, t.ID, "team", l.Metric, string(l.Window), l.Limit, burstCol(l)})
 			}
 			for _, l := range t.UserLimits {
-				teamLimits = append(teamLimits, []any{o.ID, t.ID, "user_default", l.Metric, string(l.Window), l.Limit})
+				teamLimits = append(teamLimits, []any{o.ID, t.ID, "user_default", l.Metric, string(l.Window), l.Limit, burstCol(l)})
 			}
 			audits = append(audits, auditRow{o.ID, "team.create", "team:" + t.ID, t})
 		}
@@ -316,13 +316,13 @@ func writeImport(ctx context.Context, tx pgx.Tx, a Actor, orgs []NewOrg, built [
 		"billing_anchor_day", "leases", "sliding_windows", "unknown_users"}, orgRows); err != nil {
 		return err
 	}
-	if err := copyRows("org_limits", []string{"org_id", "metric", "time_window", "max_units"}, orgLimits); err != nil {
+	if err := copyRows("org_limits", []string{"org_id", "metric", "time_window", "max_units", "burst"}, orgLimits); err != nil {
 		return err
 	}
 	if err := copyRows("teams", []string{"org_id", "id", "name", "unknown_users"}, teamRows); err != nil {
 		return err
 	}
-	if err := copyRows("team_limits", []string{"org_id", "team_id", "kind", "metric", "time_window", "max_units"}, teamLimits); err != nil {
+	if err := copyRows("team_limits", []string{"org_id", "team_id", "kind", "metric", "time_window", "max_units", "burst"}, teamLimits); err != nil {
 		return err
 	}
 	if err := copyRows("api_keys", []string{"id", "org_id", "name", "prefix", "digest", "scopes"}, keyRows); err != nil {

@@ -13,7 +13,7 @@ type limitKey struct {
 	Window vocab.Window
 }
 
-// validateLimits checks one list of limits: ids, windows, values, no repeats.
+// validateLimits checks one list of limits: ids, windows, values, bursts, no repeats.
 func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 	seen := make(map[limitKey]bool, len(ls))
 	for i, l := range ls {
@@ -27,6 +27,14 @@ func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 		if l.Limit < 0 || l.Limit > vocab.MaxUnits {
 			// A counter is exact to vocab.MaxUnits per limit (docs/ARCHITECTURE.md).
 			errs.add(f+".limit", "must be 0 to %d", vocab.MaxUnits)
+		}
+		switch {
+		case l.Burst == 0: // a sliding window
+		case l.Window == vocab.Month || l.Window == vocab.Concurrent:
+			errs.add(f+".burst", "applies only to second, minute, hour and day windows, not %s", l.Window)
+		case l.Burst < 1 || l.Burst > vocab.MaxUnits:
+			// A bucket holds whole units, exact to vocab.MaxUnits as a counter is.
+			errs.add(f+".burst", "must be 1 to %d", vocab.MaxUnits)
 		}
 		k := limitKey{l.Metric, l.Window}
 		if seen[k] {
@@ -57,26 +65,27 @@ func normalize(ls []vocab.Limit) []vocab.Limit {
 
 // MergeLimits returns base with each (metric, window) of overrides replacing or adding
 // to it: an org's effective limits from its plan's and its overrides, or a user's from
-// its team's defaults and its own.
+// its team's defaults and its own. An override replaces the whole limit, its burst
+// too: a sliding override of a plan's bucket is a sliding window.
 func MergeLimits(base, overrides []vocab.Limit) []vocab.Limit {
-	m := make(map[limitKey]int64, len(base)+len(overrides))
+	m := make(map[limitKey]vocab.Limit, len(base)+len(overrides))
 	for _, l := range base {
-		m[limitKey{l.Metric, l.Window}] = l.Limit
+		m[limitKey{l.Metric, l.Window}] = l
 	}
 	for _, l := range overrides {
-		m[limitKey{l.Metric, l.Window}] = l.Limit
+		m[limitKey{l.Metric, l.Window}] = l
 	}
 	out := make([]vocab.Limit, 0, len(m))
-	for k, v := range m {
-		out = append(out, vocab.Limit{Metric: k.Metric, Window: k.Window, Limit: v})
+	for _, l := range m {
+		out = append(out, l)
 	}
 	return normalize(out)
 }
 
-func index(ls []vocab.Limit) map[limitKey]int64 {
-	m := make(map[limitKey]int64, len(ls))
+func index(ls []vocab.Limit) map[limitKey]vocab.Limit {
+	m := make(map[limitKey]vocab.Limit, len(ls))
 	for _, l := range ls {
-		m[limitKey{l.Metric, l.Window}] = l.Limit
+		m[limitKey{l.Metric, l.Window}] = l
 	}
 	return m
 }

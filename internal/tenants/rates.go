@@ -403,6 +403,10 @@ func inMoney(ctx context.Context, q querier, planID string, err error) error {
 			v.Message = fmt.Sprintf("%s: spend/%s budget %s is below the %s one of its children holds", v.Parent, v.Window, m(v.ParentMax), m(v.Allocated))
 		case "below-sum":
 			v.Message = fmt.Sprintf("%s: spend/month budget %s is below the %s already allocated to its children", v.Parent, m(v.ParentMax), m(v.Allocated))
+		case "burst-above":
+			v.Message = fmt.Sprintf("%s: spend/%s burst %s exceeds %s's burst %s", child, v.Window, m(v.Requested), v.Parent, m(v.ParentMax))
+		case "burst-below":
+			v.Message = fmt.Sprintf("%s: spend/%s burst %s is below the %s one of its children holds", v.Parent, v.Window, m(v.ParentMax), m(v.Allocated))
 		}
 	}
 	return ae

@@ -132,10 +132,10 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	return r, nil
 }
 
-// limitsAgg is a JSON array of the (metric, window, limit) of the rows of table that
+// limitsAgg is a JSON array of the (metric, window, limit, burst) of the rows of table that
 // match where, in vocab.Limit's JSON shape.
 func limitsAgg(table, where string) string {
-	return `(SELECT coalesce(json_agg(json_build_object('metric', metric, 'window', time_window, 'limit', max_units)), '[]')
+	return `(SELECT coalesce(json_agg(json_build_object('metric', metric, 'window', time_window, 'limit', max_units, 'burst', coalesce(burst, 0))), '[]')
 		FROM ` + table + ` WHERE ` + where + `)`
 }
 

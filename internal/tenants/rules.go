@@ -14,25 +14,42 @@ import (
 // against org, user and team user-defaults against team); a parent without a limit
 // for a metric and window leaves its children free there.
 //
+// A token bucket's limit is its rate, so the rule on limits bounds a bucket's rate
+// as it bounds a sliding window's units, whichever of parent and child is a bucket.
+// A child's bucket may also not hold more than its parent's bucket in the same
+// metric and window (burst within burst); a parent without a bucket there bounds
+// only the rate, and a child's sliding window under a parent's bucket is bounded by
+// the rule on limits alone, its units per window within the parent's rate.
+//
 // These functions are pure; the store calls them inside the write's transaction,
 // with the parent row locked, on aggregates it has just read.
 
 // childWithinParent reports each limit of child above the parent's limit for the same
-// metric and window.
+// metric and window, and each bucket of child holding more than the parent's bucket.
 func childWithinParent(field string, child []vocab.Limit, childLabel, parentLabel string, parent []vocab.Limit) []Violation {
 	p := index(parent)
 	var out []Violation
 	for i, l := range child {
-		cap, ok := p[limitKey{l.Metric, l.Window}]
-		if !ok || l.Limit <= cap {
+		pl, ok := p[limitKey{l.Metric, l.Window}]
+		if !ok {
 			continue
 		}
-		out = append(out, Violation{
-			Field: fmt.Sprintf("%s[%d].limit", field, i), Metric: l.Metric, Window: l.Window,
-			Parent: parentLabel, ParentMax: cap, Requested: l.Limit, rule: "above",
-			Message: fmt.Sprintf("%s: %s/%s limit %d is above %s's limit %d",
-				childLabel, l.Metric, l.Window, l.Limit, parentLabel, cap),
-		})
+		if l.Limit > pl.Limit {
+			out = append(out, Violation{
+				Field: fmt.Sprintf("%s[%d].limit", field, i), Metric: l.Metric, Window: l.Window,
+				Parent: parentLabel, ParentMax: pl.Limit, Requested: l.Limit, rule: "above",
+				Message: fmt.Sprintf("%s: %s/%s limit %d is above %s's limit %d",
+					childLabel, l.Metric, l.Window, l.Limit, parentLabel, pl.Limit),
+			})
+		}
+		if l.Bucket() && pl.Bucket() && l.Burst > pl.Burst {
+			out = append(out, Violation{
+				Field: fmt.Sprintf("%s[%d].burst", field, i), Metric: l.Metric, Window: l.Window,
+				Parent: parentLabel, ParentMax: pl.Burst, Requested: l.Burst, rule: "burst-above",
+				Message: fmt.Sprintf("%s: %s/%s burst %d is above %s's burst %d",
+					childLabel, l.Metric, l.Window, l.Burst, parentLabel, pl.Burst),
+			})
+		}
 	}
 	return out
 }
@@ -46,10 +63,11 @@ func sumWithinParent(field string, child []vocab.Limit, childLabel, parentLabel 
 		if l.Window != vocab.Month {
 			continue
 		}
-		cap, ok := p[limitKey{l.Metric, vocab.Month}]
+		pl, ok := p[limitKey{l.Metric, vocab.Month}]
 		if !ok {
 			continue
 		}
+		cap := pl.Limit
 		held := others[l.Metric]
 		if held+l.Limit <= cap {
 			continue
@@ -65,16 +83,19 @@ func sumWithinParent(field string, child []vocab.Limit, childLabel, parentLabel 
 }
 
 // childAggregate summarizes the current limits of a parent's children: the largest
-// child limit per metric and window (and whose it is), and the sum of month limits
-// per metric.
+// child limit per metric and window (and whose it is), the largest child bucket per
+// metric and window (and whose), and the sum of month limits per metric.
 type childAggregate struct {
-	Max      map[limitKey]int64
-	MaxOwner map[limitKey]string
-	MonthSum map[string]int64
+	Max           map[limitKey]int64
+	MaxOwner      map[limitKey]string
+	MaxBurst      map[limitKey]int64
+	MaxBurstOwner map[limitKey]string
+	MonthSum      map[string]int64
 }
 
 func newChildAggregate() childAggregate {
-	return childAggregate{Max: map[limitKey]int64{}, MaxOwner: map[limitKey]string{}, MonthSum: map[string]int64{}}
+	return childAggregate{Max: map[limitKey]int64{}, MaxOwner: map[limitKey]string{},
+		MaxBurst: map[limitKey]int64{}, MaxBurstOwner: map[limitKey]string{}, MonthSum: map[string]int64{}}
 }
 
 func (a childAggregate) add(owner string, l vocab.Limit) {
@@ -83,19 +104,32 @@ func (a childAggregate) add(owner string, l vocab.Limit) {
 		a.Max[k] = l.Limit
 		a.MaxOwner[k] = owner
 	}
+	if cur, ok := a.MaxBurst[k]; l.Bucket() && (!ok || l.Burst > cur) {
+		a.MaxBurst[k] = l.Burst
+		a.MaxBurstOwner[k] = owner
+	}
 	if l.Window == vocab.Month {
 		a.MonthSum[l.Metric] += l.Limit
 	}
 }
 
 // parentCoversChildren reports each limit of a parent's new limits that its current
-// children no longer fit under: one child above it, or (unless oversubscribed) the
-// children's month limits adding up to more.
+// children no longer fit under: one child above it, one child's bucket holding more
+// than its bucket, or (unless oversubscribed) the children's month limits adding up
+// to more.
 func parentCoversChildren(field string, parent []vocab.Limit, parentLabel, childrenLabel string, agg childAggregate, oversubscribe bool) []Violation {
 	var out []Violation
 	for i, l := range parent {
 		k := limitKey{l.Metric, l.Window}
 		f := fmt.Sprintf("%s[%d].limit", field, i)
+		if top, ok := agg.MaxBurst[k]; ok && l.Bucket() && top > l.Burst {
+			out = append(out, Violation{
+				Field: fmt.Sprintf("%s[%d].burst", field, i), Metric: l.Metric, Window: l.Window, Parent: parentLabel,
+				ParentMax: l.Burst, Allocated: top, Requested: l.Burst, rule: "burst-below",
+				Message: fmt.Sprintf("%s: %s/%s burst %d is below the burst %d that %s %q holds",
+					parentLabel, l.Metric, l.Window, l.Burst, top, childrenLabel, agg.MaxBurstOwner[k]),
+			})
+		}
 		if top, ok := agg.Max[k]; ok && top > l.Limit {
 			out = append(out, Violation{
 				Field: f, Metric: l.Metric, Window: l.Window, Parent: parentLabel,

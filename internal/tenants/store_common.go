@@ -12,12 +12,16 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// limitRow scans (owner, metric, window, limit) rows.
+// limitCols are the columns of a stored limit in vocab.Limit's order: a sliding
+// window's NULL burst reads as 0.
+const limitCols = `metric, time_window, max_units, coalesce(burst, 0)`
+
+// scanLimits scans (owner, limitCols...) rows.
 func scanLimits(rows pgx.Rows) (map[string][]vocab.Limit, error) {
 	out := map[string][]vocab.Limit{}
 	var owner string
 	var l vocab.Limit
-	_, err := pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit, &l.Burst}, func() error {
 		out[owner] = append(out[owner], l)
 		return nil
 	})
@@ -41,18 +45,29 @@ func limitsOf(ctx context.Context, q querier, sql string, args ...any) (map[stri
 	return m, nil
 }
 
-// limitArrays splits limits into the column arrays that unnest() takes.
-func limitArrays(ls []vocab.Limit) (metrics, windows []string, limits []int64) {
+// limitArrays splits limits into the column arrays that unnest() takes: a sliding
+// window's burst is NULL.
+func limitArrays(ls []vocab.Limit) (metrics, windows []string, limits []int64, bursts []*int64) {
 	for _, l := range ls {
 		metrics = append(metrics, l.Metric)
 		windows = append(windows, string(l.Window))
 		limits = append(limits, l.Limit)
+		bursts = append(bursts, burstCol(l))
 	}
 	return
 }
 
+// burstCol is the burst column of l: NULL for a sliding window.
+func burstCol(l vocab.Limit) *int64 {
+	if !l.Bucket() {
+		return nil
+	}
+	return &l.Burst
+}
+
 // replaceLimits deletes the limits matched by del (with delArgs) and inserts ls with
-// the insert statement, whose last three parameters are the unnest arrays.
+// the insert statement, whose last four parameters are the unnest arrays (metric,
+// window, limit, burst).
 func replaceLimits(ctx context.Context, tx pgx.Tx, del string, delArgs []any, ins string, ls []vocab.Limit) error {
 	if _, err := tx.Exec(ctx, del, delArgs...); err != nil {
 		return err
@@ -60,8 +75,8 @@ func replaceLimits(ctx context.Context, tx pgx.Tx, del string, delArgs []any, in
 	if len(ls) == 0 {
 		return nil
 	}
-	m, w, l := limitArrays(ls)
-	_, err := tx.Exec(ctx, ins, append(append([]any{}, delArgs...), m, w, l)...)
+	m, w, l, b := limitArrays(ls)
+	_, err := tx.Exec(ctx, ins, append(append([]any{}, delArgs...), m, w, l, b)...)
 	return err
 }
 

@@ -31,11 +31,11 @@ func fillOrgs(ctx context.Context, q querier, orgs []Org, now time.Time) error {
 	for i, o := range orgs {
 		ids[i], planIDs[i] = o.ID, o.PlanID
 	}
-	over, err := limitsOf(ctx, q, `SELECT org_id, metric, time_window, max_units FROM org_limits WHERE org_id = ANY($1)`, ids)
+	over, err := limitsOf(ctx, q, `SELECT org_id, `+limitCols+` FROM org_limits WHERE org_id = ANY($1)`, ids)
 	if err != nil {
 		return err
 	}
-	plan, err := limitsOf(ctx, q, `SELECT plan_id, metric, time_window, max_units FROM plan_limits WHERE plan_id = ANY($1)`, planIDs)
+	plan, err := limitsOf(ctx, q, `SELECT plan_id, `+limitCols+` FROM plan_limits WHERE plan_id = ANY($1)`, planIDs)
 	if err != nil {
 		return err
 	}
@@ -77,14 +77,14 @@ func auditOrg(o Org) Org {
 // teamAggregate summarizes the teams' own limits of an org.
 func teamAggregate(ctx context.Context, q querier, orgID string) (childAggregate, error) {
 	agg := newChildAggregate()
-	rows, err := q.Query(ctx, `SELECT team_id, metric, time_window, max_units FROM team_limits
+	rows, err := q.Query(ctx, `SELECT team_id, `+limitCols+` FROM team_limits
 		WHERE org_id = $1 AND kind = 'team'`, orgID)
 	if err != nil {
 		return agg, err
 	}
 	var owner string
 	var l vocab.Limit
-	_, err = pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit, &l.Burst}, func() error {
 		agg.add(owner, l)
 		return nil
 	})
@@ -159,8 +159,8 @@ func noPlan(id string) error {
 
 func writeOrgLimits(ctx context.Context, tx pgx.Tx, orgID string, ls []vocab.Limit) error {
 	return replaceLimits(ctx, tx, `DELETE FROM org_limits WHERE org_id = $1`, []any{orgID},
-		`INSERT INTO org_limits (org_id, metric, time_window, max_units)
-		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[])`, ls)
+		`INSERT INTO org_limits (org_id, metric, time_window, max_units, burst)
+		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[])`, ls)
 }
 
 // GetOrg returns the org with id, with its effective limits.

@@ -46,7 +46,7 @@ func fillPlans(ctx context.Context, q querier, plans []Plan) error {
 	for i, p := range plans {
 		ids[i] = p.ID
 	}
-	limits, err := limitsOf(ctx, q, `SELECT plan_id, metric, time_window, max_units FROM plan_limits WHERE plan_id = ANY($1)`, ids)
+	limits, err := limitsOf(ctx, q, `SELECT plan_id, `+limitCols+` FROM plan_limits WHERE plan_id = ANY($1)`, ids)
 	if err != nil {
 		return err
 	}
@@ -97,8 +97,8 @@ func getPlan(ctx context.Context, q querier, id string, forUpdate bool) (Plan, e
 
 func writePlanDetails(ctx context.Context, tx pgx.Tx, p Plan) error {
 	err := replaceLimits(ctx, tx, `DELETE FROM plan_limits WHERE plan_id = $1`, []any{p.ID},
-		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units)
-		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[])`, p.Limits)
+		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units, burst)
+		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[])`, p.Limits)
 	if err != nil {
 		return err
 	}
@@ -305,14 +305,18 @@ func patchedMetricField(p PlanPatch) string {
 }
 
 // fieldFor points each violation of effective limits at the request field that
-// caused it: the index in the request's list when the request set that metric and
-// window, else fallback.
+// caused it: the limit (or, for a burst rule, the burst) at its index in the
+// request's list when the request set that metric and window, else fallback.
 func fieldFor(vs []Violation, listField string, requested []vocab.Limit, fallback string) []Violation {
 	for i := range vs {
+		attr := "limit"
+		if strings.HasPrefix(vs[i].rule, "burst-") {
+			attr = "burst"
+		}
 		vs[i].Field = fallback
 		for j, l := range requested {
 			if l.Metric == vs[i].Metric && l.Window == vs[i].Window {
-				vs[i].Field = fmt.Sprintf("%s[%d].limit", listField, j)
+				vs[i].Field = fmt.Sprintf("%s[%d].%s", listField, j, attr)
 			}
 		}
 	}

@@ -25,12 +25,12 @@ func fillTeams(ctx context.Context, q querier, orgID string, teams []Team) error
 	for i, t := range teams {
 		ids[i] = t.ID
 	}
-	own, err := limitsOf(ctx, q, `SELECT team_id, metric, time_window, max_units FROM team_limits
+	own, err := limitsOf(ctx, q, `SELECT team_id, `+limitCols+` FROM team_limits
 		WHERE org_id = $1 AND team_id = ANY($2) AND kind = 'team'`, orgID, ids)
 	if err != nil {
 		return err
 	}
-	defaults, err := limitsOf(ctx, q, `SELECT team_id, metric, time_window, max_units FROM team_limits
+	defaults, err := limitsOf(ctx, q, `SELECT team_id, `+limitCols+` FROM team_limits
 		WHERE org_id = $1 AND team_id = ANY($2) AND kind = 'user_default'`, orgID, ids)
 	if err != nil {
 		return err
@@ -57,8 +57,8 @@ func getTeam(ctx context.Context, q querier, orgID, teamID string) (Team, error)
 func writeTeamLimits(ctx context.Context, tx pgx.Tx, orgID, teamID, kind string, ls []vocab.Limit) error {
 	return replaceLimits(ctx, tx,
 		`DELETE FROM team_limits WHERE org_id = $1 AND team_id = $2 AND kind = $3`, []any{orgID, teamID, kind},
-		`INSERT INTO team_limits (org_id, team_id, kind, metric, time_window, max_units)
-		 SELECT $1, $2, $3, * FROM unnest($4::text[], $5::text[], $6::bigint[])`, ls)
+		`INSERT INTO team_limits (org_id, team_id, kind, metric, time_window, max_units, burst)
+		 SELECT $1, $2, $3, * FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[])`, ls)
 }
 
 // monthSums returns, per metric, the sum of the month limits the query selects.
@@ -80,7 +80,7 @@ func monthSums(ctx context.Context, q querier, sql string, args ...any) (map[str
 // userAggregate summarizes the own limits of a team's registered users.
 func userAggregate(ctx context.Context, q querier, orgID, teamID string) (childAggregate, error) {
 	agg := newChildAggregate()
-	rows, err := q.Query(ctx, `SELECT ul.user_id, ul.metric, ul.time_window, ul.max_units
+	rows, err := q.Query(ctx, `SELECT ul.user_id, ul.metric, ul.time_window, ul.max_units, coalesce(ul.burst, 0)
 		FROM user_limits ul JOIN users u ON u.org_id = ul.org_id AND u.id = ul.user_id
 		WHERE u.org_id = $1 AND u.team_id = $2`, orgID, teamID)
 	if err != nil {
@@ -88,7 +88,7 @@ func userAggregate(ctx context.Context, q querier, orgID, teamID string) (childA
 	}
 	var owner string
 	var l vocab.Limit
-	_, err = pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit, &l.Burst}, func() error {
 		agg.add(owner, l)
 		return nil
 	})
@@ -142,6 +142,13 @@ func newTeam(orgID string, in TeamInput) Team {
 		UnknownUsers: in.UnknownUsers}
 }
 
+// asRequested is t with the limits and user defaults in the order in gave them, so
+// that an allocation rule names the element of the request that breaks it.
+func asRequested(t Team, in TeamInput) Team {
+	t.Limits, t.UserLimits = in.Limits, in.UserLimits
+	return t
+}
+
 // CreateTeam creates a team in an org, its allocation checked against the org's.
 func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in TeamInput) (Team, error) {
 	if err := in.Validate(); err != nil {
@@ -158,7 +165,7 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 			limitList{"limits", in.Limits}, limitList{"user_limits", in.UserLimits}); err != nil {
 			return fmt.Errorf("create team %q: %w", in.ID, err)
 		}
-		if err := checkTeam(ctx, tx, org, t, true); err != nil {
+		if err := checkTeam(ctx, tx, org, asRequested(t, in), true); err != nil {
 			return fmt.Errorf("create team %q: %w", in.ID, err)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO teams (org_id, id, name, unknown_users) VALUES ($1, $2, $3, $4)`,

@@ -284,3 +284,28 @@ describe('inFlightRows', () => {
     expect(root.querySelector('[data-testid="in-flight"]')).toBeNull();
   });
 });
+
+describe('a token bucket in allocation rows', () => {
+  const start = new Date('2026-11-01T00:00:00Z');
+  const end = new Date('2026-12-01T00:00:00Z');
+  const now = new Date('2026-11-11T00:00:00Z');
+  const usage: Usage = {
+    org: 'acme', period: '2026-11', period_start: start.toISOString(), period_end: end.toISOString(),
+    metrics: [{
+      metric: 'requests', daily: [],
+      org: { id: 'acme', used: 50, reserved: 0, limits: [] },
+      teams: [{ id: 'eng', used: 50, reserved: 0, limits: [{ window: 'second', limit: 10, burst: 30, used: 24, remaining: 6 }] }],
+      users: [{ id: 'zed', team: 'eng', used: 5, reserved: 0, limits: [{ window: 'second', limit: 2, burst: 5, used: 5, remaining: 0 }] }],
+    }],
+  };
+  const teams: Team[] = [{ id: 'eng', org: 'acme', name: 'Eng', limits: [{ metric: 'requests', window: 'second', limit: 10, burst: 30 }], user_limits: [],
+    created_at: '', updated_at: '' }];
+
+  it('measures the tokens taken against the burst, not the rate', () => {
+    const rows = allocationRows(teams, { eng: [] }, usage, { start, end, now });
+    expect(rows.find((r) => r.id === 'eng')).toMatchObject({ limit: 10, burst: 30, used: 24, ratio: 0.8 });
+    // a user without a record: the bucket the usage API reports for it
+    expect(rows.find((r) => r.id === 'zed')).toMatchObject({ limit: 2, burst: 5, used: 5, ratio: 1 });
+    expect(usageRows(usage, { start, end, now }).map((r) => `${r.id} ${r.used}/${r.burst}`)).toEqual(['eng 24/30', 'zed 5/5']);
+  });
+});

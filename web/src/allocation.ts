@@ -60,6 +60,11 @@ export interface AllocRow {
   window: Window;
   limit: number;
   /**
+   * burst is a token bucket's size (limit is then its rate per window): its used is the
+   * tokens taken, and its share and colour go by the burst, what it holds.
+   */
+  burst?: number;
+  /**
    * used is the units used (committed); reserved those held by open reservations, known
    * for month limits only (the usage API's `reserved`; a shorter window's bucket counts
    * held units in used). Both count against the limit, as the API counts them: ratio
@@ -88,7 +93,7 @@ function counted(window: Window, windowUsed: number, levelReserved: number): { u
 
 /** row makes an allocation row, with the share and colour of used + reserved and its forecast. */
 function row(r: Omit<AllocRow, 'ratio' | 'forecast'>, p: Period): AllocRow {
-  return { ...r, ratio: ratio(r.used + r.reserved, r.limit),
+  return { ...r, ratio: ratio(r.used + r.reserved, r.burst ?? r.limit),
     forecast: r.window === 'month' ? forecast(r.used, r.limit, p.start, p.end, p.now, r.reserved) : undefined };
 }
 
@@ -107,7 +112,7 @@ export function allocationRows(teams: Team[], users: Record<string, User[]>, usa
     for (const u of mu.users) {
       const team = u.team ?? '';
       const e = seen.get(`${team}/${u.id}`) ?? { team, id: u.id, limits: [] };
-      e.limits.push(...u.limits.map((w) => ({ metric: mu.metric, window: w.window, limit: w.limit })));
+      e.limits.push(...u.limits.map((w) => (w.burst ? { metric: mu.metric, window: w.window, limit: w.limit, burst: w.burst } : { metric: mu.metric, window: w.window, limit: w.limit })));
       seen.set(`${team}/${u.id}`, e);
       for (const w of u.limits) used.set(`user:${team}/${u.id}|${mu.metric}|${w.window}`, counted(w.window, w.used, u.reserved));
       if (!u.limits.some((w) => w.window === 'month')) used.set(`user:${team}/${u.id}|${mu.metric}|month`, { used: u.used, reserved: u.reserved });
@@ -118,7 +123,7 @@ export function allocationRows(teams: Team[], users: Record<string, User[]>, usa
     const key = kind === 'team' ? `team:${id}` : `user:${team}/${id}`;
     for (const l of ls) {
       const u = used.get(`${key}|${l.metric}|${l.window}`) ?? { used: 0, reserved: 0 };
-      rows.push(row({ kind, id, team, registered, metric: l.metric, window: l.window, limit: l.limit, ...u,
+      rows.push(row({ kind, id, team, registered, metric: l.metric, window: l.window, limit: l.limit, ...(l.burst ? { burst: l.burst } : {}), ...u,
         inherited: kind === 'user' && !own.some((o) => o.metric === l.metric && o.window === l.window) }, p));
     }
   };
@@ -185,7 +190,7 @@ export function usageRows(usage: Usage, p: Period): AllocRow[] {
       for (const l of levels) {
         for (const w of l.limits) {
           rows.push(row({ kind, id: l.id, team: kind === 'user' ? l.team : undefined, registered: true, metric: mu.metric, window: w.window,
-            limit: w.limit, ...counted(w.window, w.used, l.reserved), inherited: false }, p));
+            limit: w.limit, ...(w.burst ? { burst: w.burst } : {}), ...counted(w.window, w.used, l.reserved), inherited: false }, p));
         }
       }
     }

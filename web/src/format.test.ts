@@ -181,3 +181,31 @@ describe('urlPieces', () => {
     expect(urlPieces('')).toEqual([]);
   });
 });
+
+describe('token buckets', () => {
+  it('writes a bucket with its rate, window and burst', async () => {
+    const { bucketText } = await import('./format');
+    expect(bucketText({ window: 'second', limit: 10, burst: 30 })).toBe('10 / second, burst 30');
+    expect(bucketText({ window: 'minute', limit: 1200, burst: 5000 })).toBe('1,200 / minute, burst 5,000');
+    expect(bucketText({ window: 'month', limit: 10 })).toBe('');
+  });
+  it('reads a burst field: empty is a sliding window, else 1 or more', async () => {
+    const { parseBurst } = await import('./format');
+    expect(parseBurst('')).toEqual({});
+    expect(parseBurst('  ')).toEqual({});
+    expect(parseBurst('3k')).toEqual({ value: 3000 });
+    expect(parseBurst('0').error).toMatch(/1 or more/);
+    expect(parseBurst('-1').error).toBeDefined();
+  });
+  it('offers a burst on second to day windows only', async () => {
+    const { bucketable } = await import('./format');
+    expect((['second', 'minute', 'hour', 'day', 'month', 'concurrent'] as const).map(bucketable)).toEqual([true, true, true, true, false, false]);
+  });
+  it('sets a limit with its burst, and names the burst field', () => {
+    const ls: Limit[] = [{ metric: 'requests', window: 'month', limit: 100 }];
+    const next = setLimit(ls, 'requests', 'second', 10, 30);
+    expect(next).toEqual([...ls, { metric: 'requests', window: 'second', limit: 10, burst: 30 }]);
+    expect(limitField('limits', next, 'requests', 'second', 'burst')).toBe('limits[1].burst');
+    expect(setLimit(next, 'requests', 'second', 10)).toEqual([...ls, { metric: 'requests', window: 'second', limit: 10 }]);
+  });
+});

@@ -58,6 +58,34 @@ export function windowLabel(w: Window): string {
   return w === 'month' ? 'per month (billing period)' : `per ${w}`;
 }
 
+/** BUCKET_WINDOWS are the windows a limit may carry a burst on (a token bucket). */
+export const BUCKET_WINDOWS: readonly Window[] = ['second', 'minute', 'hour', 'day'];
+
+/** bucketable reports whether a limit of window w may be a token bucket. */
+export function bucketable(w: Window): boolean {
+  return BUCKET_WINDOWS.includes(w);
+}
+
+/**
+ * bucketText writes a limit with its burst as lists show it: "10 / second, burst 30",
+ * or "" for a limit that is not a token bucket. amount writes a number (money, units).
+ */
+export function bucketText(l: Pick<Limit, 'window' | 'limit' | 'burst'>, amount: (n: number) => string = formatNumber): string {
+  return l.burst ? `${amount(l.limit)} / ${l.window}, burst ${amount(l.burst)}` : '';
+}
+
+/**
+ * parseBurst reads a burst field: empty is a sliding window (no burst), else a limit
+ * of 1 or more (parseLimitIn).
+ */
+export function parseBurst(input: string, currency?: string): Parsed {
+  if (input.trim() === '') return {};
+  const p = parseLimitIn(input, currency);
+  if (p.error) return { error: p.error.replace(/^Enter a limit\./, 'Enter a burst.') };
+  if (p.value! < 1) return { error: 'A burst is 1 or more; leave it empty for a sliding window.' };
+  return p;
+}
+
 const WINDOW_ORDER: Record<Window, number> = { second: 0, minute: 1, hour: 2, day: 3, month: 4, concurrent: 5 };
 
 /** sortLimits orders limits by metric, then from the shortest window to month. */
@@ -91,22 +119,25 @@ export function idError(id: string): string | undefined {
   return undefined;
 }
 
-/** setLimit returns limits with metric/window set to value, or removed when value is null. */
-export function setLimit(ls: Limit[], metric: string, window: Window, value: number | null): Limit[] {
+/**
+ * setLimit returns limits with metric/window set to value, or removed when value is
+ * null; burst, when given, makes it a token bucket (undefined: a sliding window).
+ */
+export function setLimit(ls: Limit[], metric: string, window: Window, value: number | null, burst?: number): Limit[] {
   const rest = ls.filter((l) => !(l.metric === metric && l.window === window));
   if (value === null) return rest;
   const i = ls.findIndex((l) => l.metric === metric && l.window === window);
-  const next = { metric, window, limit: value };
+  const next: Limit = burst !== undefined ? { metric, window, limit: value, burst } : { metric, window, limit: value };
   if (i < 0) return [...rest, next];
   const out = [...ls];
   out[i] = next;
   return out;
 }
 
-/** limitField is the API's name of a limit's field in a request body ("limits[2].limit"). */
-export function limitField(list: 'limits' | 'user_limits', ls: Limit[], metric: string, window: Window): string {
+/** limitField is the API's name of a limit's field in a request body ("limits[2].limit", or attr "burst": "limits[2].burst"). */
+export function limitField(list: 'limits' | 'user_limits', ls: Limit[], metric: string, window: Window, attr: 'limit' | 'burst' = 'limit'): string {
   const i = ls.findIndex((l) => l.metric === metric && l.window === window);
-  return `${list}[${i}].limit`;
+  return `${list}[${i}].${attr}`;
 }
 
 export interface Remainder { metric: string; limit: number; allocated: number; available: number }

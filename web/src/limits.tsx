@@ -1,10 +1,12 @@
 // The limits editor: a team's or user's limits with inline edits, and the 422 of an
-// allocation rule shown next to the field it is about. A metric that is money (spend,
+// allocation rule shown next to the field it is about. A limit of a second to day
+// window may carry a burst (a token bucket: it refills the limit per window and holds
+// at most the burst); an empty burst is a sliding window. A metric that is money (spend,
 // counted in micro-units of the plan's currency) is shown and typed as an amount of the
 // currency ("200.00 USD") and sent as micro-units.
 import { useState } from 'preact/hooks';
 import { ApiError, WINDOWS, type Limit, type Window } from './api';
-import { formatMicrosExact, formatNumber, formatNumbersIn, limitField, parseLimitIn, setLimit, sortLimits } from './format';
+import { bucketable, formatMicrosExact, formatNumber, formatNumbersIn, limitField, parseBurst, parseLimitIn, setLimit, sortLimits } from './format';
 import { IdText } from './ui';
 
 type ListName = 'limits' | 'user_limits';
@@ -16,6 +18,11 @@ export function limitText(limit: number, currency?: string): string {
   return currency ? `${formatMicrosExact(limit)} ${currency}` : formatNumber(limit);
 }
 
+/** limitLabel writes a limit's cell: its limit, and a token bucket's burst ("10, burst 30"). */
+export function limitLabel(l: Limit, currency?: string): string {
+  return l.burst ? `${limitText(l.limit, currency)}, burst ${limitText(l.burst, currency)}` : limitText(l.limit, currency);
+}
+
 /**
  * errorFor picks the API's message about field, or its detail for anything else, with
  * its numbers written as the console writes them (formatNumbersIn).
@@ -23,6 +30,30 @@ export function limitText(limit: number, currency?: string): string {
 export function errorFor(e: unknown, field: string): string {
   if (e instanceof ApiError) return formatNumbersIn(e.fieldMessage(field) ?? e.message);
   return e instanceof Error ? e.message : String(e);
+}
+
+/**
+ * saveErrors splits the API's refusal of a saved limit into the message about its burst
+ * field (when it names it) and the one about its limit (or the whole refusal).
+ */
+function saveErrors(e: unknown, list: ListName, next: Limit[], metric: string, window: Window): { limit?: string; burst?: string } {
+  const burst = e instanceof ApiError ? e.fieldMessage(limitField(list, next, metric, window, 'burst')) : undefined;
+  if (burst !== undefined) return { burst: formatNumbersIn(burst) };
+  return { limit: errorFor(e, limitField(list, next, metric, window)) };
+}
+
+/** BurstInput is the burst field of a limit: empty for a sliding window. */
+function BurstInput({ id, value, error, currency, onInput }: { id: string; value: string; error?: string; currency?: string; onInput: (v: string) => void }) {
+  return (
+    <>
+      <label for={id}>Burst{currency && <span class="sr-only"> in {currency}</span>}</label>
+      <input id={id} name="burst" inputMode={currency ? 'decimal' : 'numeric'} value={value} placeholder="empty: sliding window"
+        title="A token bucket: refills the limit each window and holds at most the burst. Empty: a sliding window."
+        aria-invalid={error ? 'true' : undefined} aria-describedby={error ? `${id}-error` : undefined}
+        onInput={(e) => onInput((e.target as HTMLInputElement).value)} />
+      {error && <p id={`${id}-error`} class="field-error" role="alert">{error}</p>}
+    </>
+  );
 }
 
 /**
@@ -59,8 +90,8 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, d
                 <tr key={key}>
                   <td>{l.metric}</td><td>{l.window}</td>
                   <td class="num">{canEdit
-                    ? <button type="button" class="inline-edit" aria-label={`Edit ${l.metric} per ${l.window} limit of ${label}`} onClick={() => setEditing(key)}>{limitText(l.limit, money[l.metric])}</button>
-                    : limitText(l.limit, money[l.metric])}</td>
+                    ? <button type="button" class="inline-edit" aria-label={`Edit ${l.metric} per ${l.window} limit of ${label}`} onClick={() => setEditing(key)}>{limitLabel(l, money[l.metric])}</button>
+                    : limitLabel(l, money[l.metric])}</td>
                   {canEdit && <td class="row-actions"><RemoveLimit label={label} l={l} limits={limits} onSave={onSave} /></td>}
                 </tr>
               );
@@ -68,7 +99,7 @@ export function LimitsEditor({ label, idPrefix, list, limits, canEdit, onSave, d
           {inherited.map((l) => (
             <tr key={`default-${l.metric}/${l.window}`} class="inherited" data-testid="inherited-limit">
               <td>{l.metric}</td><td>{l.window}</td>
-              <td class="num">{limitText(l.limit, money[l.metric])}</td>
+              <td class="num">{limitLabel(l, money[l.metric])}</td>
               {canEdit && <td class="muted small">default</td>}
             </tr>
           ))}
@@ -90,15 +121,22 @@ function EditRow({ idPrefix, list, limits, l, currency: opened, onSave, onDone }
 }) {
   const [currency] = useState(opened);
   const [value, setValue] = useState(currency ? formatMicrosExact(l.limit, true) : String(l.limit));
+  const [burst, setBurst] = useState(l.burst ? (currency ? formatMicrosExact(l.burst, true) : String(l.burst)) : '');
   const [error, setError] = useState<string>();
+  const [burstError, setBurstError] = useState<string>();
   const [busy, setBusy] = useState(false);
   const id = `${idPrefix}-${list}-${l.metric}-${l.window}`;
   const save = async () => {
     const p = parseLimitIn(value, currency);
     if (p.error) { setError(p.error); return; }
-    const next = setLimit(limits, l.metric, l.window, p.value!);
+    const b = bucketable(l.window) ? parseBurst(burst, currency) : {};
+    if (b.error) { setBurstError(b.error); return; }
+    const next = setLimit(limits, l.metric, l.window, p.value!, b.value);
     setBusy(true);
-    try { await onSave(next); onDone(); } catch (e) { setError(errorFor(e, limitField(list, next, l.metric, l.window))); setBusy(false); }
+    try { await onSave(next); onDone(); } catch (e) {
+      const errs = saveErrors(e, list, next, l.metric, l.window);
+      setError(errs.limit); setBurstError(errs.burst); setBusy(false);
+    }
   };
   return (
     <tr class="editing">
@@ -111,6 +149,8 @@ function EditRow({ idPrefix, list, limits, l, currency: opened, onSave, onDone }
             onInput={(e) => { setValue((e.target as HTMLInputElement).value); setError(undefined); }}
             onKeyDown={(e) => { if (e.key === 'Escape') onDone(); }} />
           {currency && <span class="unit" aria-hidden="true">{currency}</span>}
+          {bucketable(l.window) && <BurstInput id={`${id}-burst`} value={burst} error={burstError} currency={currency}
+            onInput={(v) => { setBurst(v); setBurstError(undefined); }} />}
           <button type="submit" class="primary" disabled={busy}>Save</button>
           <button type="button" onClick={onDone}>Cancel</button>
           {error && <p id={`${id}-error`} class="field-error" role="alert">{error}</p>}
@@ -138,7 +178,9 @@ function AddLimit({ idPrefix, list, limits, money: opened, onSave, onDone }: {
   const [metric, setMetric] = useState('requests');
   const [window, setWindow] = useState<Window>('month');
   const [value, setValue] = useState('');
+  const [burst, setBurst] = useState('');
   const [error, setError] = useState<string>();
+  const [burstError, setBurstError] = useState<string>();
   const id = `${idPrefix}-${list}-new`;
   const currency = money[metric.trim()];
   return (
@@ -147,8 +189,13 @@ function AddLimit({ idPrefix, list, limits, money: opened, onSave, onDone }: {
       const p = parseLimitIn(value, currency);
       if (!metric.trim()) { setError('Enter a metric.'); return; }
       if (p.error) { setError(p.error); return; }
-      const next = setLimit(limits, metric.trim(), window, p.value!);
-      try { await onSave(next); onDone(); } catch (err) { setError(errorFor(err, limitField(list, next, metric.trim(), window))); }
+      const b = bucketable(window) ? parseBurst(burst, currency) : {};
+      if (b.error) { setBurstError(b.error); return; }
+      const next = setLimit(limits, metric.trim(), window, p.value!, b.value);
+      try { await onSave(next); onDone(); } catch (err) {
+        const errs = saveErrors(err, list, next, metric.trim(), window);
+        setError(errs.limit); setBurstError(errs.burst);
+      }
     }}>
       <label>Metric <input name="metric" value={metric} onInput={(e) => setMetric((e.target as HTMLInputElement).value)} /></label>
       <label>Window <select name="window" value={window} onChange={(e) => setWindow((e.target as HTMLSelectElement).value as Window)}>
@@ -158,6 +205,8 @@ function AddLimit({ idPrefix, list, limits, money: opened, onSave, onDone }: {
         aria-invalid={error ? 'true' : undefined} aria-describedby={error ? `${id}-error` : undefined}
         onInput={(e) => { setValue((e.target as HTMLInputElement).value); setError(undefined); }} />
       {currency && <span class="unit" aria-hidden="true">{currency}</span>}
+      {bucketable(window) && <BurstInput id={`${id}-burst`} value={burst} error={burstError} currency={currency}
+        onInput={(v) => { setBurst(v); setBurstError(undefined); }} />}
       <button type="submit" class="primary">Add</button>
       <button type="button" onClick={onDone}>Cancel</button>
       {error && <p id={`${id}-error`} class="field-error" role="alert">{error}</p>}

@@ -1215,8 +1215,9 @@ export interface components {
          * @description A limit of a metric over a window.
          * @example {
          *       "metric": "requests",
-         *       "window": "minute",
-         *       "limit": 600
+         *       "window": "second",
+         *       "limit": 10,
+         *       "burst": 30
          *     }
          */
         Limit: {
@@ -1224,9 +1225,19 @@ export interface components {
             window: components["schemas"]["Window"];
             /**
              * Format: int64
-             * @description Units allowed per window, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers").
+             * @description Units allowed per window, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"). For a token bucket, the units it refills per window.
              */
             limit: number;
+            /**
+             * Format: int64
+             * @description Makes a `second`, `minute`, `hour` or `day` limit a token bucket: it refills
+             *     `limit` units per window and holds at most `burst` (it starts full), so a
+             *     quiet caller may spend `burst` at once, then `limit` per window. Absent: a
+             *     sliding window. Refused (400) on a `month` or `concurrent` window. A child's
+             *     bucket may not exceed its parent's rate or burst in the same metric and
+             *     window (422); a parent without a bucket there bounds only the rate.
+             */
+            burst?: number;
         };
         /** @description Limits; a list may not repeat a (metric, window) pair. */
         Limits: components["schemas"]["Limit"][];
@@ -1985,8 +1996,18 @@ export interface components {
             level: components["schemas"]["Level"];
             id: string;
             window: components["schemas"]["Window"];
-            /** Format: int64 */
+            /**
+             * Format: int64
+             * @description The limit; for a token bucket, the units it refills per window.
+             */
             limit: number;
+            /**
+             * Format: int64
+             * @description Present only for a token bucket: the most it holds. Its `remaining` is the
+             *     whole tokens in it now, `used` is `burst` less `remaining`, and `reset_at`
+             *     is when it is full again.
+             */
+            burst?: number;
             /** Format: int64 */
             used: number;
             /** Format: int64 */
@@ -2002,7 +2023,9 @@ export interface components {
             blocked_at?: components["schemas"]["LevelRef"];
             /**
              * Format: int64
-             * @description Set when denied; seconds after which the same check may pass.
+             * @description Set when denied; seconds after which the same check may pass (for a token
+             *     bucket, when enough tokens are in it for the cost, rounded up). Absent when
+             *     the check can never pass: its cost is above a bucket's `burst`.
              */
             retry_after_seconds?: number;
             /** @description The answer of an earlier check with the same idempotency key. */
@@ -2087,6 +2110,13 @@ export interface components {
             window: components["schemas"]["Window"];
             /** Format: int64 */
             limit: number;
+            /**
+             * Format: int64
+             * @description Present only for a token bucket: the most it holds (`limit` is then its
+             *     rate per window, `remaining` the whole tokens in it now, `used` `burst`
+             *     less `remaining`).
+             */
+            burst?: number;
             /**
              * Format: int64
              * @description Counted against the limit in the window now (for `month`, in the period):
@@ -2661,7 +2691,9 @@ export interface components {
         "RateLimit-Remaining": number;
         /**
          * @description Seconds until the window `RateLimit-Limit` describes resets (for a sliding
-         *     window, until its current bucket ends). On a denied check it is `Retry-After`:
+         *     window, until its current bucket ends; for a token bucket, until it is full
+         *     again, its remaining being the whole tokens in it). On a denied check it is
+         *     `Retry-After` (or, for a check that can never pass, the bucket's reset):
          *     a sliding window frees units gradually, so the end of its bucket may be too
          *     early for the check to pass; a client that waits `RateLimit-Reset` seconds
          *     retries when the same check can succeed. For a window counted `precise`
@@ -2676,7 +2708,8 @@ export interface components {
          *     List (RFC 9651): one item per limit of the check's path, e.g.
          *     `"org-month";q=1000, "team-minute";q=100;w=60, "user-minute";q=20;w=60`. The
          *     item is the policy's name, `"<level>-<window>"`, prefixed by `"<metric>-"` when
-         *     the metric is not `requests` (`"tokens-user-minute"`); `q` is the limit; `w` the
+         *     the metric is not `requests` (`"tokens-user-minute"`); `q` is the limit (a
+         *     token bucket's rate per window); `w` the
          *     window in seconds (none for `month`, whose length follows the calendar, nor for
          *     `concurrent`); `qu` the unit: omitted for requests, `"concurrent-requests"` for
          *     a concurrent limit of requests, else the metric's name. No `pk` is sent. Sent
@@ -2692,7 +2725,10 @@ export interface components {
          *     unless `QUOTA_RATELIMIT_HEADERS` is `legacy` or `off`.
          */
         RateLimit: string;
-        /** @description Seconds after which the same check may pass. */
+        /**
+         * @description Seconds after which the same check may pass. Not sent on a denied check that
+         *     can never pass (its cost is above a token bucket's `burst`).
+         */
         "Retry-After": number;
         /** @description Set in `warn` mode when the check would have been denied; says which level and window. */
         "Quotaplane-Warning": string;

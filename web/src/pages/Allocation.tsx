@@ -2,7 +2,7 @@
 import { useState } from 'preact/hooks';
 import { allocationRows, EXHAUSTION_ORDER, forecastText, heldMatches, heldRows, inFlightRows, openCount, sortRows, type AllocRow, type Held, type InFlight, type OpenList, type SortKey } from '../allocation';
 import { api, ApiError, type Org, type Reservation, type Team, type User } from '../api';
-import { currencies, expiresIn, formatAmount, formatBare, formatNumber, formatNumbersIn, idError, level, parseLimitIn, percent, remainder, type Remainder } from '../format';
+import { bucketText, currencies, expiresIn, formatAmount, formatBare, formatNumber, formatNumbersIn, idError, level, parseLimitIn, percent, remainder, type Remainder } from '../format';
 import { errorFor, LimitsEditor } from '../limits';
 import { Confirm, Empty, ErrorState, Id, IdText, Loading, MiniBar, useLoad, usePaged } from '../ui';
 import type { PageProps } from '../ui';
@@ -106,8 +106,8 @@ export function AllocationTable({ rows, testid = 'alloc-usage', money = {} }: { 
           <tr data-level={lv} data-testid={`alloc-row-${r.kind}-${who}-${r.metric}-${r.window}`}>
             <td><span class={`badge kind-${r.kind}`}>{r.kind}</span> <Id id={r.id} before={r.kind === 'user' ? `${r.team}/` : undefined} />
               {!r.registered && <span class="muted small"> (no record: team defaults)</span>}</td>
-            <td><span class="nowrap">{r.window === 'concurrent' ? `${r.metric} in flight` : `${r.metric} per ${r.window}`}</span>{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
-            <td><MiniBar used={r.used} reserved={r.reserved} limit={r.limit} label={`${who} ${r.metric} per ${r.window}`} currency={money[r.metric]} /></td>
+            <td><span class="nowrap">{r.window === 'concurrent' ? `${r.metric} in flight` : r.burst ? `${r.metric} ${bucketText(r, (n) => formatAmount(n, money[r.metric]))}` : `${r.metric} per ${r.window}`}</span>{r.inherited && r.registered ? <span class="muted small"> (team default)</span> : null}</td>
+            <td><MiniBar used={r.used} reserved={r.reserved} limit={r.burst ?? r.limit} label={`${who} ${r.metric} per ${r.window}${r.burst ? ' (tokens taken of the burst)' : ''}`} currency={money[r.metric]} /></td>
             <td class={`forecast forecast-${r.forecast?.kind ?? 'window'}`}>{r.window === 'concurrent' ? 'frees as holders settle' : forecastText(r.forecast)}
               {r.forecast?.kind === 'lasts' && <span class="muted small"> (about {formatAmount(r.forecast.projected, money[r.metric])} by its end)</span>}</td>
           </tr>

@@ -4,7 +4,7 @@ import { EXHAUSTION_ORDER, sortRows, usageRows } from '../allocation';
 import { api, ApiError, type Throttle, type Usage } from '../api';
 import { AllocationTable } from './Allocation';
 import { EntitlementsLink } from './Entitlements';
-import { currencies, currencyOf, dailySeries, formatAmount, formatBare, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
+import { bucketText, currencies, currencyOf, dailySeries, formatAmount, formatBare, formatTime, periodOf, remainder, sortLimits, topByUsage, windowLabel } from '../format';
 import { ThrottleBanner, throttledLimit } from '../throttle';
 import { Empty, ErrorState, Id, IdText, Loading, PaceChart, UsageBar, useLoad } from '../ui';
 import type { PageProps } from '../ui';
@@ -66,6 +66,8 @@ export function Overview({ session }: PageProps) {
                 {sortLimits(o.effective_limits.filter((l) => l.metric === m)).map((l) => {
                   const w = mu?.org.limits.find((x) => x.window === l.window);
                   const used = w?.used ?? (l.window === 'month' ? mu?.org.used ?? 0 : 0);
+                  // A token bucket's bar is the tokens taken of its burst, what it holds.
+                  if (l.burst) return <UsageBar label={bucketText(l, (n) => formatBare(n, currencyOf(mu)))} used={used} limit={w?.burst ?? l.burst} currency={currencyOf(mu)} />;
                   // Under a throttle the bar is against the limit checks apply now.
                   return <UsageBar label={windowLabel(l.window)} used={used} limit={throttledLimit(throttle, l.window, l.limit, now)} unthrottled={l.limit} currency={currencyOf(mu)} />;
                 })}
