@@ -56,6 +56,8 @@ type resvOp struct {
 	settleOut    outcome
 	settleStatus int
 	settleEnd    time.Time
+	replica      int       // of the reserve call
+	engineAt     time.Time // the replica's engine clock at the reserve (ms): expires_at less the ttl
 }
 
 // expiryUnits is what the reservation counts when it expires.
@@ -322,22 +324,24 @@ func (c *loadClient) reservation(r *rand.Rand, n int, user string) resvOp {
 	default:
 		op.ttl = time.Duration(1+r.IntN(3)) * time.Second // left to expire
 	}
+	op.replica = r.IntN(n)
 	op.start = time.Now()
-	_, b, out := c.do(r.IntN(n), "POST", "/v1/reservations", map[string]any{"org": c.org, "team": op.team, "user": op.user,
+	_, b, out := c.do(op.replica, "POST", "/v1/reservations", map[string]any{"org": c.org, "team": op.team, "user": op.user,
 		"metric": "tokens", "amount": op.amount, "ttl_seconds": int(op.ttl / time.Second), "on_expiry": op.onExpiry})
 	op.end, op.out = time.Now(), out
 	if out != okay {
 		return op
 	}
 	var res struct {
-		ID string `json:"id"`
+		ID        string    `json:"id"`
+		ExpiresAt time.Time `json:"expires_at"`
 	}
-	if err := json.Unmarshal(b, &res); err != nil || res.ID == "" {
+	if err := json.Unmarshal(b, &res); err != nil || res.ID == "" || res.ExpiresAt.IsZero() {
 		c.hist.reject(fmt.Sprintf("reserve answered 201 with %s", b))
 		op.out = rejected
 		return op
 	}
-	op.id = res.ID
+	op.id, op.engineAt = res.ID, res.ExpiresAt.Add(-op.ttl)
 	if op.action == "" {
 		return op
 	}

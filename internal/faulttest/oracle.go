@@ -419,12 +419,14 @@ func judge(in oracleInput) Verdict {
 }
 
 // judgeBuckets writes a table row per token bucket counter and returns its findings:
-// over every real span [start_i, end_j] of two certainly admitted calls, the units of
-// the calls whose whole send-to-answer interval lies in it must not exceed
-// burst + limit x (end_j - start_i) / window (quota's doc.go "Token buckets"), plus one
-// burst per Redis restart the span holds (the bucket came back full). The true
-// admission times lie inside the calls, so the figure never overstates. No allowance
-// for clock steps: decisions read the engine's clock, which a step does not move.
+// over every real span [start_i, end_j] of two certainly admitted checks, the units of
+// the checks whose whole send-to-answer interval lies in it must not exceed
+// burst + limit x (end_j - start_i + skew) / window (quota's doc.go "Token buckets"),
+// plus one burst per Redis restart the span holds (the bucket came back full). The true
+// admission times lie inside the calls, so the figure never overstates. skew is how far
+// apart the replicas' engine clocks certainly were (clockSpread): each decides on its
+// own, and a bucket's bound holds on the engine's clock, not on the real one. Clock
+// steps get no allowance: decisions read the engine's clock, which a step does not move.
 func judgeBuckets(b *strings.Builder, in oracleInput, fields []string) []string {
 	var restarts []window
 	for _, f := range in.faults {
@@ -440,6 +442,8 @@ func judgeBuckets(b *strings.Builder, in oracleInput, fields []string) []string 
 		}
 		restarts = append(restarts, window{f.at, to})
 	}
+	skew, samples := clockSpread(in.hist.resvs)
+	skew = skew.Round(10 * time.Microsecond)
 	var violations []string
 	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.AlignRight)
 	header := false
@@ -449,8 +453,9 @@ func judgeBuckets(b *strings.Builder, in oracleInput, fields []string) []string 
 				continue
 			}
 			if !header {
-				fmt.Fprintln(b)
-				fmt.Fprintln(tw, "token bucket\trate\tburst\tadmitted\tworst real span\texcess\tworst span with a Redis restart (+1 burst each)\texcess\t")
+				fmt.Fprintf(b, "\ntoken buckets: the replicas' engine clocks were at least %v apart (%d reservations' expires_at); a span may need up to that\n",
+					skew, samples)
+				fmt.Fprintln(tw, "token bucket\trate\tburst\tadmitted\tworst real span\texcess\tneeds\tworst span with a Redis restart (+1 burst each)\texcess\tneeds\t")
 				header = true
 			}
 			var spans []span
@@ -466,15 +471,15 @@ func judgeBuckets(b *strings.Builder, in oracleInput, fields []string) []string 
 				}
 			}
 			clean, lossy := worstBucketSpans(spans, l, restarts)
-			fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%s\t%s\t%s\t%s\t\n", fieldName(f), l.limit, l.window, l.burst, admitted,
-				clean.String(in.start), clean.excessString(), lossy.String(in.start), lossy.excessString())
-			if clean.over() {
-				violations = append(violations, fmt.Sprintf("%s: token bucket passed: %d units admitted in the real span %s, above burst + rate x span = %d + %d x %.3fs / 1 %s = %.2f (%.2f over)",
-					fieldName(f), clean.units, clean.spanString(in.start), l.burst, l.limit, clean.length().Seconds(), l.window, clean.bound, clean.excess()))
+			fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", fieldName(f), l.limit, l.window, l.burst, admitted,
+				clean.String(in.start), clean.excessString(), clean.needsString(), lossy.String(in.start), lossy.excessString(), lossy.needsString())
+			if clean.over(skew) {
+				violations = append(violations, fmt.Sprintf("%s: token bucket passed: %d units admitted in the real span %s, above burst + rate x span = %d + %d x %.3fs / 1 %s = %.2f by %.2f, more than the replicas' clocks apart (%v) explain: it needs %v",
+					fieldName(f), clean.units, clean.spanString(in.start), l.burst, l.limit, clean.length().Seconds(), l.window, clean.bound, clean.excess(), skew, clean.needs()))
 			}
-			if lossy.over() {
-				violations = append(violations, fmt.Sprintf("%s: token bucket passed across Redis restarts: %d units admitted in the real span %s, which holds %s, above %d bursts + rate x span = %d x %d + %d x %.3fs / 1 %s = %.2f (%.2f over)",
-					fieldName(f), lossy.units, lossy.spanString(in.start), plural(lossy.restarts, "restart"), 1+lossy.restarts, 1+lossy.restarts, l.burst, l.limit, lossy.length().Seconds(), l.window, lossy.bound, lossy.excess()))
+			if lossy.over(skew) {
+				violations = append(violations, fmt.Sprintf("%s: token bucket passed across Redis restarts: %d units admitted in the real span %s, which holds %s, above %d bursts + rate x span = %d x %d + %d x %.3fs / 1 %s = %.2f by %.2f, more than the replicas' clocks apart (%v) explain: it needs %v",
+					fieldName(f), lossy.units, lossy.spanString(in.start), plural(lossy.restarts, "restart"), 1+lossy.restarts, 1+lossy.restarts, l.burst, l.limit, lossy.length().Seconds(), l.window, lossy.bound, lossy.excess(), skew, lossy.needs()))
 			}
 			if leased > 0 {
 				violations = append(violations, fmt.Sprintf("%s: %d of its 200s were leased: a path with a token bucket is never leased", fieldName(f), leased))
@@ -483,6 +488,31 @@ func judgeBuckets(b *strings.Builder, in oracleInput, fields []string) []string 
 	}
 	_ = tw.Flush()
 	return violations
+}
+
+// clockSpread is how far apart the replicas' engine clocks (less the real one) were at
+// least, over the run, and from how many samples: each reservation's expires_at less
+// its ttl is its replica's engine clock in ms (truncated, as a check's script gets it),
+// read between the call's send and answer, so the engine was ahead of the real clock
+// by at least engine - end and at most engine - start. The largest lower bound less
+// the smallest upper bound is a spread that certainly occurred (0 without samples).
+func clockSpread(resvs []resvOp) (time.Duration, int) {
+	var lo, hi time.Duration
+	n := 0
+	for _, r := range resvs {
+		if r.out != okay || r.engineAt.IsZero() {
+			continue
+		}
+		l, h := r.engineAt.Sub(r.end), r.engineAt.Sub(r.start)
+		if n == 0 || l > lo {
+			lo = l
+		}
+		if n == 0 || h < hi {
+			hi = h
+		}
+		n++
+	}
+	return max(0, lo-hi), n
 }
 
 func plural(n int, what string) string {
@@ -509,14 +539,23 @@ type bucketSpan struct {
 func (s bucketSpan) length() time.Duration { return s.to.Sub(s.from) }
 func (s bucketSpan) excess() float64       { return float64(s.units) - s.bound }
 
-// over reports whether the span passed its bound, compared exactly: (units - bursts) x
-// window against limit x length, in ns, as 128-bit products.
-func (s bucketSpan) over() bool {
+// needs is the time at the bucket's rate that the excess is worth: how far apart two
+// engine clocks must have been for it to be within the bound (0 when it is).
+func (s bucketSpan) needs() time.Duration {
+	if s.from.IsZero() || s.limit <= 0 || s.excess() <= 0 {
+		return 0
+	}
+	return time.Duration(s.excess() * float64(s.window) / float64(s.limit)).Round(10 * time.Microsecond)
+}
+
+// over reports whether the span passed its bound with skew more time, compared exactly:
+// (units - bursts) x window against limit x (length + skew), in ns, as 128-bit products.
+func (s bucketSpan) over(skew time.Duration) bool {
 	if s.from.IsZero() || s.units <= s.bursts {
 		return false
 	}
 	hi1, lo1 := bits.Mul64(uint64(s.units-s.bursts), uint64(s.window))
-	hi2, lo2 := bits.Mul64(uint64(s.limit), uint64(s.length()))
+	hi2, lo2 := bits.Mul64(uint64(s.limit), uint64(s.length()+skew))
 	return hi1 > hi2 || (hi1 == hi2 && lo1 > lo2)
 }
 
@@ -536,7 +575,14 @@ func (s bucketSpan) excessString() string {
 	if s.from.IsZero() {
 		return "-"
 	}
-	return fmt.Sprintf("%+.2f", s.excess())
+	return fmt.Sprintf("%+.3f", s.excess())
+}
+
+func (s bucketSpan) needsString() string {
+	if d := s.needs(); d > 0 {
+		return d.String()
+	}
+	return "-"
 }
 
 // worstBucketSpans returns, over the real spans [start_i, end_j] of pairs of

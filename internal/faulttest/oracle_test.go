@@ -125,28 +125,43 @@ func TestOracleJudgesBuckets(t *testing.T) {
 	restart := func(at, healed int) injected {
 		return injected{fault: fault{kind: restartRedis}, at: ms(at), killedAt: ms(at + 10), healed: ms(healed)}
 	}
+	// Two reservations, through replicas whose engine clocks were at least 5 ms apart
+	// (one 3-4 ms ahead of the real clock, one 2-3 ms behind), given back: they count
+	// nothing.
+	resv := func(at, ahead int) resvOp {
+		return resvOp{team: "resv", user: "v0", amount: 1, out: okay, action: "release", settleOut: okay,
+			start: ms(at), end: ms(at + 1), engineAt: ms(at + ahead)}
+	}
+	apart := []resvOp{resv(0, 4), resv(50, -2)}
 	for _, tc := range []struct {
 		name   string
 		checks []checkOp
+		resvs  []resvOp
 		faults []injected
 		want   []string // substrings of the violations, in order; none for a pass
 	}{
 		// 30 in 30 ms, then one every 100 ms: the bucket's own pace, tight to 0.31 units.
 		{name: "a burst, then the rate", checks: append(checks(30, 0, 1), checks(20, 130, 100)...)},
 		{name: "one more than the burst at once", checks: checks(31, 0, 1),
-			want: []string{"user burst/b0 requests: token bucket passed: 31 units admitted in the real span 0.000s-0.031s, above burst + rate x span = 30 + 10 x 0.031s / 1 second = 30.31 (0.69 over)"}},
+			want: []string{"user burst/b0 requests: token bucket passed: 31 units admitted in the real span 0.000s-0.031s, above burst + rate x span = 30 + 10 x 0.031s / 1 second = 30.31 by 0.69, more than the replicas' clocks apart (0s) explain: it needs 69ms"}},
 		{name: "refilled faster than the rate", checks: append(checks(30, 0, 1), checks(10, 500, 1)...),
-			want: []string{"token bucket passed: 40 units admitted in the real span 0.000s-0.510s, above burst + rate x span = 30 + 10 x 0.510s / 1 second = 35.10 (4.90 over)"}},
+			want: []string{"token bucket passed: 40 units admitted in the real span 0.000s-0.510s, above burst + rate x span = 30 + 10 x 0.510s / 1 second = 35.10 by 4.90"}},
 		{name: "a second burst across a Redis restart", checks: append(checks(30, 0, 1), checks(30, 500, 1)...),
 			faults: []injected{restart(200, 400)}},
 		{name: "the burst after a restart is clean", checks: append(checks(30, 0, 1), checks(31, 500, 1)...),
 			faults: []injected{restart(200, 400)},
 			want:   []string{"token bucket passed: 31 units admitted in the real span 0.500s-0.531s"}},
+		// 31 units by 96 ms: 0.04 over the bound, what 4 ms of clock disagreement explains.
+		{name: "over by less than the replicas' clocks were apart", checks: append(checks(30, 0, 1), checks(1, 95, 1)...), resvs: apart},
+		{name: "over with the replicas' clocks not apart", checks: append(checks(30, 0, 1), checks(1, 95, 1)...),
+			want: []string{"31 units admitted in the real span 0.000s-0.096s, above burst + rate x span = 30 + 10 x 0.096s / 1 second = 30.96 by 0.04, more than the replicas' clocks apart (0s) explain: it needs 4ms"}},
+		{name: "over by more than the replicas' clocks were apart", checks: append(checks(30, 0, 1), checks(1, 93, 1)...), resvs: apart,
+			want: []string{"above burst + rate x span = 30 + 10 x 0.094s / 1 second = 30.94 by 0.06, more than the replicas' clocks apart (5ms) explain: it needs 6ms"}},
 		// Ten calls that began before the restart and were answered after it fit in no
 		// clean span: only the span holding the restart has them, 10 above its allowance.
 		{name: "more than a burst more across a Redis restart", checks: append(append(checks(30, 0, 1), slow(10, 50, 250)...), checks(30, 300, 1)...),
 			faults: []injected{restart(100, 200)},
-			want:   []string{"token bucket passed across Redis restarts: 70 units admitted in the real span 0.000s-0.330s, which holds 1 restart, above 2 bursts + rate x span = 2 x 30 + 10 x 0.330s / 1 second = 63.30 (6.70 over)"}},
+			want:   []string{"token bucket passed across Redis restarts: 70 units admitted in the real span 0.000s-0.330s, which holds 1 restart, above 2 bursts + rate x span = 2 x 30 + 10 x 0.330s / 1 second = 63.30 by 6.70"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var n int64
@@ -154,7 +169,7 @@ func TestOracleJudgesBuckets(t *testing.T) {
 				n += c.cost
 			}
 			m := map[string]int64{"requests|o": n, "requests|t|burst": n, user: n}
-			v := judge(oracleInput{hist: &history{checks: tc.checks}, faults: tc.faults, limits: limits,
+			v := judge(oracleInput{hist: &history{checks: tc.checks, resvs: tc.resvs}, faults: tc.faults, limits: limits,
 				obs:           observed{redis: m, held: map[string]int64{}, usage: m, export: m},
 				flushInterval: 250 * time.Millisecond, lossSlack: 250 * time.Millisecond, start: t0, replicas: 3})
 			got := v.Violations()
@@ -166,7 +181,7 @@ func TestOracleJudgesBuckets(t *testing.T) {
 					t.Errorf("violation %d = %q, want it to say %q", i, got[i], w)
 				}
 			}
-			if !strings.Contains(v.Report(), "user burst/b0 requests") {
+			if !strings.Contains(v.Report(), "user burst/b0 requests 10/second") {
 				t.Errorf("the report has no row for the bucket:\n%s", v.Report())
 			}
 		})
@@ -183,13 +198,13 @@ func TestWorstBucketSpans(t *testing.T) {
 	l := limitDef{window: "second", limit: 10, burst: 30}
 	// 30 units, then 1 more 100 ms later: 31 in 0.1 s, the bound exactly.
 	clean, lossy := worstBucketSpans([]span{call(0, 50, 30), call(90, 100, 1)}, l, nil)
-	if clean.units != 31 || clean.over() || clean.excess() != 0 || !lossy.from.IsZero() {
-		t.Errorf("at the bound: worst %+v (over %v), lossy %+v; want 31 units, excess 0, not over, no lossy span", clean, clean.over(), lossy)
+	if clean.units != 31 || clean.over(0) || clean.excess() != 0 || !lossy.from.IsZero() {
+		t.Errorf("at the bound: worst %+v (over %v), lossy %+v; want 31 units, excess 0, not over, no lossy span", clean, clean.over(0), lossy)
 	}
 	// A call from 0 to 500 ms counts in no span that starts later: not in 400-403 ms,
 	// where it would put 34 units against a bound of 30.03.
 	clean, _ = worstBucketSpans([]span{call(0, 500, 28), call(400, 401, 3), call(402, 403, 3)}, l, nil)
-	if clean.units != 34 || clean.length() != 500*time.Millisecond || clean.over() {
+	if clean.units != 34 || clean.length() != 500*time.Millisecond || clean.over(0) {
 		t.Errorf("worst %+v, want 34 units in 0.5 s (bound 35), not over", clean)
 	}
 }
