@@ -70,11 +70,14 @@ func (r CheckRequest) body() checkBody {
 
 // Level is the state of one level and window of a check, after it.
 type Level struct {
-	Level     string    `json:"level"` // org, team or user
-	ID        string    `json:"id"`
-	Metric    string    `json:"metric,omitempty"` // the metric of this limit (a check of Costs has several)
-	Window    string    `json:"window"`           // second, minute, hour, day, month or concurrent
-	Limit     int64     `json:"limit"`
+	Level  string `json:"level"` // org, team or user
+	ID     string `json:"id"`
+	Metric string `json:"metric,omitempty"` // the metric of this limit (a check of Costs has several)
+	Window string `json:"window"`           // second, minute, hour, day, month or concurrent
+	Limit  int64  `json:"limit"`
+	// Burst is a token bucket's size (Limit is then its rate per Window, Remaining the
+	// whole tokens in it now and ResetAt when it is full again); 0 for any other limit.
+	Burst     int64     `json:"burst,omitempty"`
 	Used      int64     `json:"used"`
 	Remaining int64     `json:"remaining"`
 	ResetAt   time.Time `json:"reset_at"`

@@ -253,8 +253,21 @@ func plainName(s string) bool {
 func ceilSeconds(d time.Duration) int64 { return int64(math.Ceil(d.Seconds())) }
 
 // Deny answers a denied check: 429, Retry-After, RateLimit-* and a problem document
-// naming the level and window that refused and when to retry.
+// naming the level and window that refused and when to retry. A refusal by a level
+// with no wait (a cost above a token bucket's burst can never fit) has no Retry-After
+// and says so; without a level either, the wait is at least 1 s.
 func Deny(w http.ResponseWriter, blocked *client.LevelRef, retryAfter time.Duration, rl client.RateLimit) {
+	if blocked != nil && retryAfter <= 0 {
+		SetRateLimitHeaders(w.Header(), rl)
+		p := problemOf(http.StatusTooManyRequests,
+			fmt.Sprintf("over quota at %s %q (%s window); the cost can never fit", blocked.Level, blocked.ID, blocked.Window))
+		p.BlockedAt = blocked
+		if rl.Policy != "" {
+			p.ViolatedPolicies = []string{rl.Policy}
+		}
+		writeProblem(w, p)
+		return
+	}
 	secs := max(ceilSeconds(retryAfter), 1)
 	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
 	rl.Reset = time.Duration(secs) * time.Second // on a denial RateLimit-Reset is Retry-After, as the API's

@@ -96,6 +96,8 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("provision through the api: %v", err)
 	}
 
+	bucketOnCluster(t, apis, prefix)
+
 	// The busy org is the one the load favours; its slot's primary is the one killed.
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs()})
 	defer cc.Close()
@@ -814,4 +816,67 @@ func resumedAt(events []event, from time.Time) time.Time {
 		resume = i
 	}
 	return from.Add(time.Duration(resume) * bin)
+}
+
+// bucketOnCluster sets a team's users a token bucket (6 a minute, burst 3: a token every
+// 10 s) through the REST API and sends 12 concurrent checks of one user over the three
+// replicas: exactly the burst passes, and each refusal's Retry-After is 10 s while the
+// burst takes under a second (the bucket's key lives in the org's slot, beside its
+// counters).
+func bucketOnCluster(t *testing.T, apis []string, prefix string) {
+	t.Helper()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	do := func(url, body string) (int, http.Header, string) {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, res.Header, string(b)
+	}
+	org := prefix + "-bucket"
+	for _, c := range [][2]string{
+		{"/v1/plans", `{"id":"` + org + `","name":"B","fail_mode":"closed","limits":[{"metric":"requests","window":"minute","limit":10000}]}`},
+		{"/v1/orgs", `{"id":"` + org + `","name":"B","plan":"` + org + `"}`},
+		{"/v1/orgs/" + org + "/teams", `{"id":"api","name":"API","limits":[],"user_limits":[{"metric":"requests","window":"minute","limit":6,"burst":3}]}`},
+	} {
+		if code, _, body := do(apis[0]+c[0], c[1]); code != 201 {
+			t.Fatalf("POST %s = %d %s", c[0], code, body)
+		}
+	}
+	start := time.Now()
+	var ok atomic.Int64
+	var mu sync.Mutex
+	var retries []string
+	var wg sync.WaitGroup
+	for i := range 12 {
+		wg.Go(func() {
+			code, h, body := do(apis[i%len(apis)]+"/v1/check", `{"org":"`+org+`","team":"api","user":"zoe"}`)
+			switch code {
+			case 200:
+				ok.Add(1)
+			case 429:
+				mu.Lock()
+				retries = append(retries, h.Get("Retry-After"))
+				mu.Unlock()
+			default:
+				t.Errorf("check on the cluster = %d %s", code, body)
+			}
+		})
+	}
+	wg.Wait()
+	if ok.Load() != 3 {
+		t.Errorf("a bucket of burst 3 on the cluster admitted %d of 12 concurrent checks over 3 replicas", ok.Load())
+	}
+	if time.Since(start) < 900*time.Millisecond {
+		for _, r := range retries {
+			if r != "10" {
+				t.Errorf("Retry-After %q of a bucket refilling every 10 s, want 10", r)
+			}
+		}
+	}
+	t.Logf("token bucket on the cluster: %d of 12 concurrent checks over 3 replicas admitted at burst 3, Retry-After %v", ok.Load(), retries)
 }

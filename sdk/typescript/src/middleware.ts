@@ -530,25 +530,32 @@ function setRateLimit(res: ResponseLike, rl: RateLimit | undefined, policies?: P
  * answerDenied is onDenied's default: it answers a request the check or reservation
  * did not allow, 429 with Retry-After, RateLimit-* and a problem+json (`blocked_at`)
  * when Quotaplane denied it, 503 with Retry-After when the fail policy did (nothing was
- * decided about the quota). A custom onDenied may call it after its own logging.
+ * decided about the quota). A denial naming a level without a Retry-After (a cost
+ * above a token bucket's burst can never fit) has none either, and says so. A custom
+ * onDenied may call it after its own logging.
  */
 export function answerDenied(res: ResponseLike, out: CheckOutcome | ReserveOutcome): void {
   if (res.headersSent) return;
   let body: Record<string, unknown>;
   if (out.decidedBy === "quotaplane") {
     const result = "denied" in out ? out.denied : (out as CheckOutcome).result;
-    const retry = out.retryAfterSeconds ?? 1;
     const b = result?.blocked_at;
+    const never = b !== undefined && out.retryAfterSeconds === undefined;
+    const retry = out.retryAfterSeconds ?? 1;
     res.statusCode = 429;
-    res.setHeader("Retry-After", String(retry));
+    if (!never) res.setHeader("Retry-After", String(retry));
     setRateLimit(res, out.rateLimit, out.policies);
     body = {
       type: "https://quotaplane.dev/problems/too-many-requests",
       title: "Too Many Requests",
       status: 429,
-      detail: b ? `over quota at ${b.level} "${b.id}" (${b.window}); retry after ${retry} s` : `over quota; retry after ${retry} s`,
-      retry_after_seconds: retry,
+      detail: never
+        ? `over quota at ${b.level} "${b.id}" (${b.window}); the cost can never fit`
+        : b
+          ? `over quota at ${b.level} "${b.id}" (${b.window}); retry after ${retry} s`
+          : `over quota; retry after ${retry} s`,
     };
+    if (!never) body.retry_after_seconds = retry;
     if (b) body.blocked_at = b;
   } else {
     body = unavailable(res, out.unavailable?.retryAfterSeconds);

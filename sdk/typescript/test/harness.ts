@@ -282,7 +282,7 @@ export class Stack {
    * A plan with `limits` and an org on it, with an org key of scopes check, admin and
    * billing: fresh ids, so each test counts alone.
    */
-  async org(opts: { limits: { metric: string; window: string; limit: number }[]; failMode?: "open" | "closed" | "local"; metered?: string[] }): Promise<{ org: string; key: string }> {
+  async org(opts: { limits: { metric: string; window: string; limit: number; burst?: number }[]; failMode?: "open" | "closed" | "local"; metered?: string[] }): Promise<{ org: string; key: string }> {
     const plan = randomId("plan");
     const org = randomId("org");
     await this.api_("POST", "/v1/plans", { id: plan, name: plan, fail_mode: opts.failMode ?? "closed", limits: opts.limits, ...(opts.metered ? { metered: opts.metered } : {}) });

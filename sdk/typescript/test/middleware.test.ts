@@ -96,6 +96,24 @@ describe("checkMiddleware", () => {
     }
   });
 
+  it("answers a cost no token bucket can ever hold 429 without Retry-After", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "second", limit: 10, burst: 2 }] });
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const app = express();
+    app.get("/work", checkMiddleware(client, { check: () => ({ org, cost: 3 }) }), (_req, res) => void res.json({ ok: true }));
+    const srv = await serve(app);
+    try {
+      const res = await fetch(`${srv.url}/work`);
+      assert.equal(res.status, 429);
+      assert.equal(res.headers.get("Retry-After"), null);
+      const problem = (await res.json()) as { detail?: string; retry_after_seconds?: number };
+      assert.equal(problem.detail, `over quota at org "${org}" (second); the cost can never fit`);
+      assert.equal(problem.retry_after_seconds, undefined);
+    } finally {
+      await srv.close();
+    }
+  });
+
   it("answers 503 when the fail policy refuses, and hands Quotaplane's refusal to the error handler with onError \"next\"", async () => {
     const dead = new QuotaplaneClient({ baseUrl: `http://127.0.0.1:${await freePort()}`, key: "k", failPolicy: "closed", retries: 0 });
     const badKey = new QuotaplaneClient({ baseUrl: stack.baseUrl, key: "qpk_bad_bad" });
