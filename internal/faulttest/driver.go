@@ -47,12 +47,13 @@ func (quietRedisLog) Printf(context.Context, string, ...any) {}
 // The limits of the workload, by team (user limits are the team's user defaults:
 // users are not registered).
 var (
-	monthTeamLimit = limitDef{"month", 3000} // per 45 s of load: see teamLimit
-	monthUserLimit = limitDef{"month", 400}
-	hotUserLimit   = limitDef{"month", 3000}
-	resvUserLimit  = limitDef{"month", 5000}
-	rateUserLimits = []limitDef{{"second", 10}, {"minute", 200}}
-	orgLimit       = limitDef{"month", 100_000_000}
+	monthTeamLimit = limitDef{window: "month", limit: 3000} // per 45 s of load: see teamLimit
+	monthUserLimit = limitDef{window: "month", limit: 400}
+	hotUserLimit   = limitDef{window: "month", limit: 3000}
+	resvUserLimit  = limitDef{window: "month", limit: 5000}
+	rateUserLimits = []limitDef{{window: "second", limit: 10}, {window: "minute", limit: 200}}
+	burstUserLimit = limitDef{window: "second", limit: 10, burst: 30}
+	orgLimit       = limitDef{window: "month", limit: 100_000_000}
 )
 
 func limitsJSON(ls ...limitDef) []map[string]any {
@@ -62,7 +63,11 @@ func limitsJSON(ls ...limitDef) []map[string]any {
 func limitsOf(metric string, ls ...limitDef) []map[string]any {
 	out := []map[string]any{}
 	for _, l := range ls {
-		out = append(out, map[string]any{"metric": metric, "window": l.window, "limit": l.limit})
+		m := map[string]any{"metric": metric, "window": l.window, "limit": l.limit}
+		if l.burst > 0 {
+			m["burst"] = l.burst
+		}
+		out = append(out, m)
 	}
 	return out
 }
@@ -143,7 +148,7 @@ func Run(t testing.TB, o Options) Verdict {
 
 	hist := &history{}
 	client := newLoadClient(c.apiAddrs, key, org, hist)
-	w := workload{monthUsers: 8, rateUsers: 3, resvUsers: 4, hotPerReplica: 2, monthWorkers: 3, resvWorkers: 2, hotDenialsToMove: 30}
+	w := workload{monthUsers: 8, rateUsers: 3, burstUsers: 3, resvUsers: 4, hotPerReplica: 2, monthWorkers: 3, resvWorkers: 2, hotDenialsToMove: 30}
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
 	defer stopLoad()
 	start := time.Now()
@@ -191,6 +196,8 @@ func Run(t testing.TB, o Options) Verdict {
 			limits[f] = []limitDef{hotUserLimit}
 		case "rate":
 			limits[f] = rateUserLimits
+		case "burst":
+			limits[f] = []limitDef{burstUserLimit}
 		}
 	}
 	for _, r := range hist.resvs {
@@ -217,11 +224,11 @@ func Run(t testing.TB, o Options) Verdict {
 // teamLimit is team month's month limit: 3,000 per 45 s of load, so it binds in a long
 // run too (its users change every userEpoch).
 func teamLimit(load time.Duration) limitDef {
-	return limitDef{"month", monthTeamLimit.limit * max(1, int64((load+44*time.Second)/(45*time.Second)))}
+	return limitDef{window: "month", limit: monthTeamLimit.limit * max(1, int64((load+44*time.Second)/(45*time.Second)))}
 }
 
 // setup creates the org: a plan that fails closed (a check without Redis answers 503,
-// never an uncounted 200), four teams, and a check key.
+// never an uncounted 200), five teams, and a check key.
 func setup(ctx context.Context, c *cluster, monthTeam limitDef) (key, period string, err error) {
 	steps := []struct {
 		path string
@@ -236,6 +243,8 @@ func setup(ctx context.Context, c *cluster, monthTeam limitDef) (key, period str
 			"user_limits": limitsJSON(hotUserLimit)}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "rate", "name": "rate", "limits": []any{},
 			"user_limits": limitsJSON(rateUserLimits...)}},
+		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "burst", "name": "burst", "limits": []any{},
+			"user_limits": limitsJSON(burstUserLimit)}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "resv", "name": "resv", "limits": []any{},
 			"user_limits": limitsOf("tokens", resvUserLimit)}},
 	}

@@ -56,6 +56,8 @@ type resvOp struct {
 	settleOut    outcome
 	settleStatus int
 	settleEnd    time.Time
+	replica      int       // of the reserve call
+	engineAt     time.Time // the replica's engine clock at the reserve (ms): expires_at less the ttl
 }
 
 // expiryUnits is what the reservation counts when it expires.
@@ -170,10 +172,10 @@ func (c *loadClient) check(i int, team, user, metric string, cost int64) checkOp
 
 // workload is the traffic the driver sends: which teams and users, how hard.
 type workload struct {
-	monthUsers, rateUsers, resvUsers int
-	hotPerReplica                    int // goroutines per replica on the hot path
-	monthWorkers, resvWorkers        int
-	hotDenialsToMove                 int64 // 429s on a hot user before the hot path moves to the next user
+	monthUsers, rateUsers, burstUsers, resvUsers int
+	hotPerReplica                                int // goroutines per replica on the hot path
+	monthWorkers, resvWorkers                    int
+	hotDenialsToMove                             int64 // 429s on a hot user before the hot path moves to the next user
 }
 
 // hotState is the current hot user: the hot path moves to the next user once the
@@ -272,6 +274,28 @@ func runLoad(ctx context.Context, c *loadClient, w workload, seed uint64) (*hotS
 			return out, nil
 		})
 	}
+	// Token buckets: one client per user of team burst, pressing the bucket past empty
+	// (about 100 checks a second of costs 1 to 3, against 10 units a second) for 1-3 s,
+	// then resting 0.5-3.5 s while it refills (30 units take 3 s): about 50 checks a
+	// second, and a burst to spend at the start of most presses.
+	for u := range w.burstUsers {
+		id++
+		spawn(id, func(r *rand.Rand) ([]checkOp, []resvOp) {
+			var out []checkOp
+			for ctx.Err() == nil {
+				press := time.Now().Add(time.Duration(1000+r.IntN(2000)) * time.Millisecond)
+				for ctx.Err() == nil && time.Now().Before(press) {
+					out = append(out, c.check(r.IntN(n), "burst", fmt.Sprintf("b%d", u), "requests", 1+r.Int64N(3)))
+					time.Sleep(time.Duration(5+r.IntN(10)) * time.Millisecond)
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Duration(500+r.IntN(3000)) * time.Millisecond):
+				}
+			}
+			return out, nil
+		})
+	}
 	// Reservations of tokens: committed with used <= amount, released, or left to expire.
 	for range w.resvWorkers {
 		id++
@@ -300,22 +324,24 @@ func (c *loadClient) reservation(r *rand.Rand, n int, user string) resvOp {
 	default:
 		op.ttl = time.Duration(1+r.IntN(3)) * time.Second // left to expire
 	}
+	op.replica = r.IntN(n)
 	op.start = time.Now()
-	_, b, out := c.do(r.IntN(n), "POST", "/v1/reservations", map[string]any{"org": c.org, "team": op.team, "user": op.user,
+	_, b, out := c.do(op.replica, "POST", "/v1/reservations", map[string]any{"org": c.org, "team": op.team, "user": op.user,
 		"metric": "tokens", "amount": op.amount, "ttl_seconds": int(op.ttl / time.Second), "on_expiry": op.onExpiry})
 	op.end, op.out = time.Now(), out
 	if out != okay {
 		return op
 	}
 	var res struct {
-		ID string `json:"id"`
+		ID        string    `json:"id"`
+		ExpiresAt time.Time `json:"expires_at"`
 	}
-	if err := json.Unmarshal(b, &res); err != nil || res.ID == "" {
+	if err := json.Unmarshal(b, &res); err != nil || res.ID == "" || res.ExpiresAt.IsZero() {
 		c.hist.reject(fmt.Sprintf("reserve answered 201 with %s", b))
 		op.out = rejected
 		return op
 	}
-	op.id = res.ID
+	op.id, op.engineAt = res.ID, res.ExpiresAt.Add(-op.ttl)
 	if op.action == "" {
 		return op
 	}

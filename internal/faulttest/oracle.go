@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"fmt"
+	"math/bits"
 	"slices"
 	"sort"
 	"strings"
@@ -13,6 +14,7 @@ import (
 type limitDef struct {
 	window string // second, minute, month
 	limit  int64
+	burst  int64 // > 0: a token bucket of limit units a window holding at most burst
 }
 
 func (l limitDef) length() time.Duration {
@@ -379,7 +381,7 @@ func judge(in oracleInput) Verdict {
 	for _, f := range fields {
 		for _, l := range in.limits[f] {
 			w := l.length()
-			if w == 0 {
+			if w == 0 || l.burst > 0 {
 				continue
 			}
 			if !header {
@@ -411,8 +413,230 @@ func judge(in oracleInput) Verdict {
 		}
 	}
 	_ = tw.Flush()
+	v.violations = append(v.violations, judgeBuckets(&b, in, fields)...)
 	v.report = b.String()
 	return v
+}
+
+// judgeBuckets writes a table row per token bucket counter and returns its findings:
+// over every real span [start_i, end_j] of two certainly admitted checks, the units of
+// the checks whose whole send-to-answer interval lies in it must not exceed
+// burst + limit x (end_j - start_i + skew) / window (quota's doc.go "Token buckets"),
+// plus one burst per Redis restart the span holds (the bucket came back full). The true
+// admission times lie inside the calls, so the figure never overstates. skew is how far
+// apart the replicas' engine clocks certainly were (clockSpread): each decides on its
+// own, and a bucket's bound holds on the engine's clock, not on the real one. Clock
+// steps get no allowance: decisions read the engine's clock, which a step does not move.
+func judgeBuckets(b *strings.Builder, in oracleInput, fields []string) []string {
+	var restarts []window
+	for _, f := range in.faults {
+		if f.kind != restartRedis {
+			continue
+		}
+		to := f.healed
+		if to.IsZero() {
+			to = f.killedAt
+		}
+		if to.Before(f.at) {
+			to = f.at
+		}
+		restarts = append(restarts, window{f.at, to})
+	}
+	skew, samples := clockSpread(in.hist.resvs)
+	skew = skew.Round(10 * time.Microsecond)
+	var violations []string
+	tw := tabwriter.NewWriter(b, 0, 0, 1, ' ', tabwriter.AlignRight)
+	header := false
+	for _, f := range fields {
+		for _, l := range in.limits[f] {
+			if l.burst <= 0 || l.length() == 0 {
+				continue
+			}
+			if !header {
+				fmt.Fprintf(b, "\ntoken buckets: the replicas' engine clocks were at least %v apart (%d reservations' expires_at); a span may need up to that\n",
+					skew, samples)
+				fmt.Fprintln(tw, "token bucket\trate\tburst\tadmitted\tworst real span\texcess\tneeds\tworst span with a Redis restart (+1 burst each)\texcess\tneeds\t")
+				header = true
+			}
+			var spans []span
+			var admitted int64
+			leased := 0
+			for _, c := range in.hist.checks {
+				if c.out == okay && slices.Contains(pathFields("requests", c.team, c.user), f) {
+					spans = append(spans, span{c.start, c.end, c.cost})
+					admitted += c.cost
+					if c.leased {
+						leased++
+					}
+				}
+			}
+			clean, lossy := worstBucketSpans(spans, l, restarts)
+			fmt.Fprintf(tw, "%s\t%d/%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", fieldName(f), l.limit, l.window, l.burst, admitted,
+				clean.String(in.start), clean.excessString(), clean.needsString(), lossy.String(in.start), lossy.excessString(), lossy.needsString())
+			if clean.over(skew) {
+				violations = append(violations, fmt.Sprintf("%s: token bucket passed: %d units admitted in the real span %s, above burst + rate x span = %d + %d x %.3fs / 1 %s = %.2f by %.2f, more than the replicas' clocks apart (%v) explain: it needs %v",
+					fieldName(f), clean.units, clean.spanString(in.start), l.burst, l.limit, clean.length().Seconds(), l.window, clean.bound, clean.excess(), skew, clean.needs()))
+			}
+			if lossy.over(skew) {
+				violations = append(violations, fmt.Sprintf("%s: token bucket passed across Redis restarts: %d units admitted in the real span %s, which holds %s, above %d bursts + rate x span = %d x %d + %d x %.3fs / 1 %s = %.2f by %.2f, more than the replicas' clocks apart (%v) explain: it needs %v",
+					fieldName(f), lossy.units, lossy.spanString(in.start), plural(lossy.restarts, "restart"), 1+lossy.restarts, 1+lossy.restarts, l.burst, l.limit, lossy.length().Seconds(), l.window, lossy.bound, lossy.excess(), skew, lossy.needs()))
+			}
+			if leased > 0 {
+				violations = append(violations, fmt.Sprintf("%s: %d of its 200s were leased: a path with a token bucket is never leased", fieldName(f), leased))
+			}
+		}
+	}
+	_ = tw.Flush()
+	return violations
+}
+
+// clockSpread is how far apart the replicas' engine clocks (less the real one) were at
+// least, over the run, and from how many samples: each reservation's expires_at less
+// its ttl is its replica's engine clock in ms (truncated, as a check's script gets it),
+// read between the call's send and answer, so the engine was ahead of the real clock
+// by at least engine - end and at most engine - start. The largest lower bound less
+// the smallest upper bound is a spread that certainly occurred (0 without samples).
+func clockSpread(resvs []resvOp) (time.Duration, int) {
+	var lo, hi time.Duration
+	n := 0
+	for _, r := range resvs {
+		if r.out != okay || r.engineAt.IsZero() {
+			continue
+		}
+		l, h := r.engineAt.Sub(r.end), r.engineAt.Sub(r.start)
+		if n == 0 || l > lo {
+			lo = l
+		}
+		if n == 0 || h < hi {
+			hi = h
+		}
+		n++
+	}
+	return max(0, lo-hi), n
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+// window is a real time interval [from, to].
+type window struct{ from, to time.Time }
+
+// bucketSpan is a real span of a token bucket's admissions and its bound.
+type bucketSpan struct {
+	from, to time.Time // zero: no span of the kind
+	units    int64     // admitted by calls wholly inside
+	restarts int       // Redis restarts the span holds
+	bursts   int64     // (1 + restarts) x burst
+	limit    int64
+	window   time.Duration
+	bound    float64 // bursts + limit x (to - from) / window
+}
+
+func (s bucketSpan) length() time.Duration { return s.to.Sub(s.from) }
+func (s bucketSpan) excess() float64       { return float64(s.units) - s.bound }
+
+// needs is the time at the bucket's rate that the excess is worth: how far apart two
+// engine clocks must have been for it to be within the bound (0 when it is).
+func (s bucketSpan) needs() time.Duration {
+	if s.from.IsZero() || s.limit <= 0 || s.excess() <= 0 {
+		return 0
+	}
+	return time.Duration(s.excess() * float64(s.window) / float64(s.limit)).Round(10 * time.Microsecond)
+}
+
+// over reports whether the span passed its bound with skew more time, compared exactly:
+// (units - bursts) x window against limit x (length + skew), in ns, as 128-bit products.
+func (s bucketSpan) over(skew time.Duration) bool {
+	if s.from.IsZero() || s.units <= s.bursts {
+		return false
+	}
+	hi1, lo1 := bits.Mul64(uint64(s.units-s.bursts), uint64(s.window))
+	hi2, lo2 := bits.Mul64(uint64(s.limit), uint64(s.length()+skew))
+	return hi1 > hi2 || (hi1 == hi2 && lo1 > lo2)
+}
+
+func (s bucketSpan) spanString(start time.Time) string {
+	return fmt.Sprintf("%.3fs-%.3fs", s.from.Sub(start).Seconds(), s.to.Sub(start).Seconds())
+}
+
+// String is "34 in 0.412s (bound 34.12) at 3.100s-3.512s", or "-".
+func (s bucketSpan) String(start time.Time) string {
+	if s.from.IsZero() {
+		return "-"
+	}
+	return fmt.Sprintf("%d in %.3fs (bound %.2f) at %s", s.units, s.length().Seconds(), s.bound, s.spanString(start))
+}
+
+func (s bucketSpan) excessString() string {
+	if s.from.IsZero() {
+		return "-"
+	}
+	return fmt.Sprintf("%+.3f", s.excess())
+}
+
+func (s bucketSpan) needsString() string {
+	if d := s.needs(); d > 0 {
+		return d.String()
+	}
+	return "-"
+}
+
+// worstBucketSpans returns, over the real spans [start_i, end_j] of pairs of
+// admissions, the span whose units (of admissions whose whole call lies in it) most
+// exceed (or least fall short of) the bucket's bound: clean among the spans that hold
+// no Redis restart, lossy among those that hold one or more (one burst more allowed
+// each). A span holds a restart when it meets the restart's interval (writes paused
+// to Redis ready again): a span that does not was decided on one Redis.
+func worstBucketSpans(adm []span, l limitDef, restarts []window) (clean, lossy bucketSpan) {
+	w := l.length()
+	byStart := slices.Clone(adm)
+	slices.SortFunc(byStart, func(a, b span) int { return a.start.Compare(b.start) })
+	byEnd := slices.Clone(adm)
+	slices.SortFunc(byEnd, func(a, b span) int { return a.end.Compare(b.end) })
+	rs := slices.Clone(restarts)
+	slices.SortFunc(rs, func(a, b window) int { return a.from.Compare(b.from) })
+	for i, a := range byStart {
+		if i > 0 && a.start.Equal(byStart[i-1].start) {
+			continue // the first of equal starts counts them all
+		}
+		// Restarts over before the span starts; those begun by its end are counted
+		// as the end moves on.
+		before := 0
+		for _, r := range rs {
+			if r.to.Before(a.start) {
+				before++
+			}
+		}
+		begun := 0
+		var units int64
+		for _, c := range byEnd {
+			if c.start.Before(a.start) {
+				continue
+			}
+			units += c.units
+			for begun < len(rs) && !rs[begun].from.After(c.end) {
+				begun++
+			}
+			held := max(0, begun-before)
+			length := c.end.Sub(a.start)
+			bursts := int64(1+held) * l.burst
+			s := bucketSpan{from: a.start, to: c.end, units: units, restarts: held, bursts: bursts, limit: l.limit, window: w,
+				bound: float64(bursts) + float64(l.limit)*float64(length)/float64(w)}
+			worst := &clean
+			if held > 0 {
+				worst = &lossy
+			}
+			if worst.from.IsZero() || s.excess() > worst.excess() ||
+				(s.excess() == worst.excess() && s.units > worst.units) {
+				*worst = s
+			}
+		}
+	}
+	return clean, lossy
 }
 
 // seen widens the span of a counter's admissions.

@@ -554,8 +554,13 @@
 // sum c_i <= B + (b - a) / T = B + L x (b - a) / W: never more than burst + rate x
 // span. Rounding up only raises the TAT (never admits early), at most 1 us a write. TestBucketRealSpan checks it on
 // 3,000 random checks of random cost at a rate whose T is not whole (7/s); the
-// fault schedule checks it with kills and clock steps. The engine's clock is the one
-// of every decision ("Time"), so a step of a replica's wall clock moves no TAT.
+// fault schedule checks it with kills and clock steps. The span is on the engines'
+// clock: replicas' clocks (and one's across a new sample) agree to within their
+// samples' round trips and drift ("Time"), and the script gets now in whole ms, so a
+// real span may hold L x (that disagreement + 1 ms) / W more, a fraction of a unit at a
+// second's rate (internal/faulttest measures the disagreement and allows it). The
+// engine's clock is the one of every decision ("Time"), so a step of a replica's wall
+// clock moves no TAT.
 // A denial's retry is the wait until debt + c x T <= B x T, to the ms above; a cost
 // above B (or L = 0) can never fit and carries no retry (vocab.Result.RetryAfter 0).
 // Shadow and warn count past an empty bucket as empty: it never holds less than 0.
