@@ -106,24 +106,21 @@
 //     a window of a Redis restart are reported apart (buckets are not durable).
 //   - Token buckets: for each limit with a burst, over every real span [start_i, end_j] of
 //     two certainly admitted checks (i <= j by start), the units of the checks whose whole
-//     send-to-answer interval lies in it must not exceed burst + limit x (span + skew) /
-//     window with span = end_j - start_i, the GCRA's bound (internal/quota/doc.go "Token
-//     buckets"). The true admission times lie inside the span, so the figure never
-//     overstates; the comparison is exact (integers). The bound holds on the engine's
-//     clock, and each replica has its own (Redis `TIME` sampled through a round trip, plus
-//     the monotonic time since, in whole ms to the script; internal/quota/doc.go "Time"):
-//     `skew` is how far apart they certainly were in the run, measured from the
-//     reservations (each `expires_at` less its ttl is its replica's engine clock, read
-//     between the call's send and answer: the largest lead over the driver's clock less
-//     the smallest). In the short schedule on a loaded 2-core machine it was 6-15 ms, and
-//     the worst spans needed up to 13 ms of it: without it most runs fail, by 0.01-0.13
-//     units (docs/PERFORMANCE.md). A span that meets a Redis restart (writes paused to
-//     Redis ready again) is reported apart, allowed one more burst per restart it holds (a
-//     bucket Redis lost comes back full); above that it is a finding too. Clock steps get
-//     no allowance: the hook steps an engine's wall reading only
-//     (internal/platform/faultclock) and every decision reads the engine's clock, so the
-//     bound holds through them. A leased 200 on a bucket's path is a finding (such a path
-//     is never leased).
+//     send-to-answer interval lies in it must not exceed burst + limit x span / window with
+//     span = end_j - start_i, the GCRA's bound (internal/quota/doc.go "Token buckets").
+//     The true admission times lie inside the span, so the figure never overstates; the
+//     comparison is exact (integers). No allowance for the replicas' clocks: a bucket is
+//     decided on its Redis's `TIME`, one clock whichever replica asks. The report prints
+//     how far apart the replicas' engine clocks certainly were (each reservation's
+//     `expires_at` less its ttl, read between the call's send and answer): 6-15 ms on a
+//     loaded 2-core machine, which, while buckets were decided on those clocks, put the
+//     worst spans 0.01-0.13 units over the bound (docs/PERFORMANCE.md). A span that meets
+//     a Redis restart (writes paused to Redis ready again) is reported apart, allowed one
+//     more burst per restart it holds (a bucket Redis lost comes back full); above that it
+//     is a finding too. Clock steps get no allowance: the hook steps an engine's wall
+//     reading only (internal/platform/faultclock) and no Redis clock, so the bound holds
+//     through them. A leased 200 on a bucket's path is a finding (such a path is never
+//     leased).
 //
 // Reading the output. The run prints the seed, each fault with its time since the load
 // started and its UTC time, and for a Redis restart what it lost; then the calls by

@@ -43,7 +43,7 @@ func levelOf(tb testing.TB, res vocab.Result, lv vocab.Level, w vocab.Window) vo
 func TestBucketBurstThenRate(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
 	org := testenv.ID(t, "o")
 	b := bucket(vocab.Second, 10, 30)
 	ctx := context.Background()
@@ -141,7 +141,7 @@ func TestBucketNeverFits(t *testing.T) {
 func TestBucketAllOrNothing(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
 	org := testenv.ID(t, "o")
 	team := bucket(vocab.Minute, 60, 20)
 	limits := func(month int64) quota.LevelLimits {
@@ -203,7 +203,7 @@ func TestBucketAllOrNothing(t *testing.T) {
 func TestBucketReservationGivesTokensBack(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
 	org := testenv.ID(t, "o")
 	b := bucket(vocab.Hour, 3600, 100) // a token a second
 	ctx := context.Background()
@@ -245,7 +245,7 @@ func TestBucketReservationGivesTokensBack(t *testing.T) {
 func TestBucketShadow(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
 	org := testenv.ID(t, "o")
 	b := bucket(vocab.Second, 10, 10)
 	req := userBucket(org, 25, b)
@@ -264,7 +264,7 @@ func TestBucketShadow(t *testing.T) {
 func TestBucketIdempotentReply(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
 	org := testenv.ID(t, "o")
 	b := bucket(vocab.Minute, 60, 30)
 	req := userBucket(org, 12, b)
@@ -291,7 +291,7 @@ func TestBucketIdempotentReply(t *testing.T) {
 func TestBucketRealSpan(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
 	org := testenv.ID(t, "o")
 	const rate, burst = 7, 20 // per second: T = 142857.14 us, not whole
 	b := bucket(vocab.Second, rate, burst)
@@ -394,7 +394,7 @@ func TestBucketHotPathNotLeased(t *testing.T) {
 func TestBucketSeveralMetricsAndConcurrency(t *testing.T) {
 	t.Parallel()
 	clk := newClock()
-	r := MustRig(t, "", quota.Config{Clock: clk.Now})
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
 	org := testenv.ID(t, "o")
 	reqs, toks := bucket(vocab.Minute, 60, 10), bucket(vocab.Minute, 6000, 1000)
 	two := func(nreq, ntok int64) quota.Request {
@@ -441,5 +441,88 @@ func TestBucketSeveralMetricsAndConcurrency(t *testing.T) {
 	}
 	if held, err := r.e.InFlight(context.Background(), org); err != nil || len(held) != 0 {
 		t.Errorf("in flight after the commit: %v %v", held, err)
+	}
+}
+
+// A bucket is decided on the Redis TIME of its script, one clock whichever replica
+// asks: two engines whose own clocks disagree (one runs 3x fast, so its now races
+// ahead) still keep burst + rate x span over every real span. The control run decides
+// the same traffic on the engines' own clocks, which over-admits: the skew this test
+// makes is one that matters.
+func TestBucketOneClockAcrossSkewedReplicas(t *testing.T) {
+	const rate, burst = 100, 20 // a token every 10 ms
+	run := func(engineClock bool) (worst, bound float64, n int64) {
+		prefix := testenv.ID(t, "qs")
+		base := time.Now()
+		fast := func() time.Time { return base.Add(3 * time.Since(base)) }
+		var rigs []*testRig
+		for _, clk := range []func() time.Time{time.Now, fast} {
+			cfg := quota.Config{KeyPrefix: prefix, Clock: clk}
+			if engineClock {
+				cfg = quota.BucketsOnEngineClock(cfg)
+			}
+			rigs = append(rigs, MustRig(t, "", cfg))
+		}
+		org := testenv.ID(t, "org")
+		req := userBucket(org, 1, bucket(vocab.Second, rate, burst))
+		var mu sync.Mutex
+		var adm []admission
+		start := time.Now()
+		stop := start.Add(1200 * time.Millisecond)
+		var wg sync.WaitGroup
+		for g := range 6 {
+			r := rigs[g%2]
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					t0 := time.Now()
+					res, err := r.e.Check(context.Background(), req)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if res.Allowed {
+						t1 := time.Now()
+						mu.Lock()
+						adm = append(adm, admission{ms: t0.Sub(start).Microseconds(), end: t1.Sub(start).Microseconds(), cost: 1})
+						mu.Unlock()
+					}
+				}
+			})
+		}
+		wg.Wait()
+		slices.SortFunc(adm, func(a, b admission) int { return cmp.Compare(a.ms, b.ms) })
+		// every span from a call's start to a later call's end, counting the calls wholly
+		// inside it: its excess over burst + rate x span
+		worst = -1e9
+		for i := range adm {
+			var sum int64
+			for j := i; j < len(adm); j++ {
+				if adm[j].end < adm[i].ms {
+					continue
+				}
+				span := adm[j].end - adm[i].ms
+				sum = 0
+				for k := i; k <= j; k++ {
+					if adm[k].end <= adm[j].end {
+						sum += adm[k].cost
+					}
+				}
+				b := burst + rate*float64(span)/1e6
+				if d := float64(sum) - b; d > worst {
+					worst, bound = d, b
+				}
+			}
+		}
+		return worst, bound, total(adm)
+	}
+	over, bound, n := run(false)
+	t.Logf("on Redis TIME: %d admitted in 1.2 s at %d/s burst %d; the worst span is %.2f over its bound %.2f", n, rate, burst, over, bound)
+	if over > 0 {
+		t.Errorf("a bucket on Redis TIME admitted %.2f above burst + rate x span (%.2f) with skewed replicas", over, bound)
+	}
+	cover, cbound, cn := run(true)
+	t.Logf("control, on the engines' clocks: %d admitted; the worst span is %.2f over its bound %.2f", cn, cover, cbound)
+	if cover <= 0 {
+		t.Errorf("the control on the engines' skewed clocks kept the bound: the test does not make a skew that matters")
 	}
 }

@@ -110,8 +110,13 @@ func (e *Engine) build(c *call, req *Request, now time.Time) {
 		}
 	}
 	if nb > 0 {
-		// check.lua's "Token buckets": each bucket row's window length (ms) and burst, in
-		// the order of its rows
+		// check.lua's "Token buckets": the buckets' clock (0 Redis TIME, 1 now), then
+		// each bucket row's window length (ms) and burst, in the order of its rows
+		clock := 0.0
+		if e.cfg.bucketsOnEngineClock {
+			clock = 1
+		}
+		b = appendNumbers(b, clock)
 		for m := range nm {
 			_, _, ls := req.metricAt(m)
 			b = appendBuckets(b, ls.Org)
@@ -297,10 +302,11 @@ func appendLabels(a []any, letter, id string, limits []vocab.Limit) []any {
 // CheckCommand returns the EVALSHA command, arguments included, that an engine with
 // the given key prefix sends for req when its clock (Redis TIME on the monotonic clock) reads
 // now: for tools that measure Redis's own ceiling for the check script (loadgen
-// -resp). CheckScript is the script it runs. It fails as New does for a bad prefix and
+// -resp), and for simulations at chosen times, so its token buckets are decided at now
+// too, not at the script's Redis TIME as an engine's are. CheckScript is the script it runs. It fails as New does for a bad prefix and
 // as Check does for a bad request.
 func CheckCommand(prefix string, req Request, now time.Time) ([]any, error) {
-	cfg := Config{KeyPrefix: prefix}
+	cfg := Config{KeyPrefix: prefix, bucketsOnEngineClock: true} // a simulation's time is now
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}

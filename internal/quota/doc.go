@@ -545,22 +545,25 @@
 //
 // A limit with Burst B over a window of W us at rate L (units per window) is decided
 // with GCRA (scripts/check.lua "Token buckets", KEYS.md): one theoretical arrival time
-// per counter, T = W / L us per unit, a cost c admitted at now when
+// per counter, T = W / L us per unit, now the script's Redis TIME in microseconds (one
+// clock for every replica's decisions), a cost c admitted at now when
 // max(TAT - now, 0) + c x T <= B x T, the TAT then moved to now + that, rounded up to a
 // whole microsecond. Bound: let admissions c_1..c_n happen at t_1 <= ... <= t_n, all
 // in a real span [a, b]. The first one starts from max(TAT, t_1) >= a, and each adds
 // at least c_i x T to the TAT, so after the last the TAT is at least a + (sum c_i) x T;
 // the last was admitted only if that TAT is at most t_n + B x T <= b + B x T. So
 // sum c_i <= B + (b - a) / T = B + L x (b - a) / W: never more than burst + rate x
-// span. Rounding up only raises the TAT (never admits early), at most 1 us a write. TestBucketRealSpan checks it on
-// 3,000 random checks of random cost at a rate whose T is not whole (7/s); the
-// fault schedule checks it with kills and clock steps. The span is on the engines'
-// clock: replicas' clocks (and one's across a new sample) agree to within their
-// samples' round trips and drift ("Time"), and the script gets now in whole ms, so a
-// real span may hold L x (that disagreement + 1 ms) / W more, a fraction of a unit at a
-// second's rate (internal/faulttest measures the disagreement and allows it). The
-// engine's clock is the one of every decision ("Time"), so a step of a replica's wall
-// clock moves no TAT.
+// span. Rounding up only raises the TAT (never admits early), at most 1 us a write.
+// TestBucketRealSpan checks it on 3,000 random checks of random cost at a rate whose T
+// is not whole (7/s); TestBucketOneClockAcrossSkewedReplicas on two engines whose own
+// clocks drift apart (the control, decided on those clocks, passes the bound by 239
+// units in 1.2 s); the fault schedule with kills and clock steps. Why Redis TIME and not
+// the engine's clock of every other decision ("Time"): the engines' clocks agree only
+// to their samples' round trips and drift, a few ms, which a bucket turns into units
+// over its bound (the fault schedule measured 0.01-0.13 at 10/s when buckets used them).
+// A Redis failover moves the clock by the nodes' difference, once. Tests of a fake
+// clock and simulations at chosen times (CheckCommand) decide on the engine's now
+// instead (Config's bucketsOnEngineClock; the reply's debt is the same either way).
 // A denial's retry is the wait until debt + c x T <= B x T, to the ms above; a cost
 // above B (or L = 0) can never fit and carries no retry (vocab.Result.RetryAfter 0).
 // Shadow and warn count past an empty bucket as empty: it never holds less than 0.

@@ -111,6 +111,11 @@ type Config struct {
 	OnReservation func(ReservationEvent)
 	// Leases turns leases on (lease.go); the zero value is off.
 	Leases LeaseConfig
+
+	// bucketsOnEngineClock decides token buckets on the engine's now instead of the
+	// Redis TIME of the script (check.lua's "Token buckets"): for simulations at chosen
+	// times (CheckCommand) and tests of a fake clock only; never set in a server.
+	bucketsOnEngineClock bool
 }
 
 func (c *Config) setDefaults() error {

@@ -10,6 +10,13 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
+// BucketsOnEngineClock returns cfg deciding token buckets on the engine's now (its
+// Clock) instead of Redis TIME, so a test of a fake clock can move a bucket's time.
+func BucketsOnEngineClock(cfg Config) Config {
+	cfg.bucketsOnEngineClock = true
+	return cfg
+}
+
 // CheckKeys lists every key one check of req touches when the engine's clock reads
 // now: the KEYS of the EVALSHA the engine builds (month hash, dirty set, idempotency
 // key; hydrate.lua and drain.lua use the first two), then the current and previous

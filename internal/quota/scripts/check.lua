@@ -33,7 +33,9 @@
 --   limits is counted at every counter. Then, only for a precise check (the org's
 --   sliding_windows: precise), N: the sub-buckets per window (see "Precise windows"
 --   below); then, only for a multi-metric request, each counter's cost (see "Several
---   metrics" below); then, per token bucket j, its window's length (ms) and its burst.
+--   metrics" below); then, with token buckets, the buckets' clock (0 Redis TIME, 1 the
+--   engine's now: see "Token buckets") and per bucket j its window's length (ms) and
+--   its burst.
 --
 -- Reply: "H" (hydrate first), or "R" .. stored for an idempotent replay, or "C" (the
 --   idempotency key was first used with another request: nothing counted), or the decision:
@@ -92,7 +94,7 @@ local cost, now, nl, nw = a[1], a[3], a[6], a[7]
 -- each counter's cost after the rows (and N); cost (a[1]) is then the largest. One run
 -- decides every counter's every row: all or nothing. cs: the counters' costs, or false
 -- for one metric (every counter costs cost). tail: the numbers after the rows.
--- nb: the token buckets (their two numbers each come last, after the tail)
+-- nb: the token buckets (their clock and two numbers each come last, after the tail)
 local nb = 0
 do
   local q = 10 + 2 * nw -- the first row's window
@@ -102,6 +104,7 @@ do
   end
 end
 local tail = #packed / 8 - (8 + 2 * nw + 3 * a[8]) - 2 * nb
+if nb > 0 then tail = tail - 1 end
 local cs = tail > 1 and {unpack(a, tail - nl + 9 + 2 * nw + 3 * a[8], tail + 8 + 2 * nw + 3 * a[8])}
 
 -- Precise windows. The estimate (current + previous x the part of the window it still
@@ -270,7 +273,7 @@ end
 -- Token buckets (vocab.Limit.Burst; docs/ARCHITECTURE.md "Token buckets"): a row of
 -- window -1 - j is a bucket refilling limit units per window of length ms and holding
 -- at most burst (the j-th pair after the tail), decided with GCRA. Its counter keeps
--- one theoretical arrival time (TAT, whole microseconds on the engine's clock) in
+-- one theoretical arrival time (TAT, whole microseconds of the buckets' clock) in
 -- <p>:{<org>}|g|<window s>|<counter field>, a string that expires after the bucket is
 -- full again (a missing key is a full bucket). Each unit moves the TAT by T = ms x 1000
 -- / limit microseconds; the bucket holds (burst x T - debt) / T tokens, debt = TAT - now
@@ -280,7 +283,12 @@ end
 -- (microseconds): the engine turns it into tokens, used and reset exactly. A cost above
 -- burst, or any cost at rate 0, never fits: retry NEVER, no Retry-After. Forced
 -- (shadow, warn), a bucket is emptied at most, never below 0 tokens.
-local NEVER, gk, gd, gt, brows = 9007199254740992, false, false, false, false
+-- The buckets' clock is this Redis's TIME, in microseconds: one clock for every
+-- decision of a bucket whichever replica asks (the engines' clocks agree only within a
+-- few ms, and a bucket's bound is on real time: 6 ms apart at 10,000/s would be 60
+-- units over it). The engine's now is used only when the engine says so (1 before the
+-- pairs): simulations at chosen times (quota.CheckCommand) and tests of a fake clock.
+local NEVER, gk, gd, gt, brows, gnow = 9007199254740992, false, false, false, false, 0
 if nb > 0 then
   local pre, keys = string.match(KEYS[1], '^(.*|)m|'), {}
   gk, gd, gt, brows = {}, {}, {}, {}
@@ -295,10 +303,15 @@ if nb > 0 then
     q = q + 3
   end
   local v = redis.call('MGET', unpack(keys))
-  local nowu = now * 1000
+  if a[bb] == 1 then
+    gnow = now * 1000
+  else
+    local t = redis.call('TIME')
+    gnow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
   for i, r in ipairs(brows) do
     local tat = tonumber(v[i])
-    gd[r] = tat and tat > nowu and tat - nowu or 0
+    gd[r] = tat and tat > gnow and tat - gnow or 0
   end
 end
 
@@ -536,7 +549,6 @@ if cost > 0 and status ~= 3 then
   end
   if brows then
     -- each bucket row's TAT moves by its counter's cost (a counter of cost 0 keeps it)
-    local nowu = now * 1000
     for _, r in ipairs(brows) do
       local q = 2 * nw + 3 * r - 3 -- a[q]: the row's counter, a[q + 1] its window
       local c, t = cs and cs[a[q]] or cost, gt[r]
@@ -547,7 +559,7 @@ if cost > 0 and status ~= 3 then
         if d > full then d = full end -- forced past the bucket: empty, not below
         if d > 4503599627370496 then d = 4503599627370496 end -- 2^52 us: 142 years
         gd[r] = d
-        redis.call('SET', gk[r], fmt('%.17g', nowu + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
+        redis.call('SET', gk[r], fmt('%.17g', gnow + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
       end
     end
   end

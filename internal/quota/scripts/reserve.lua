@@ -37,7 +37,8 @@
 -- takes those amounts off exactly those fields, once.
 -- Token buckets (check.lua's "Token buckets"): the record has ng, the bucket rows that
 -- took tokens, and per row i gk<i> its TAT key, gt<i> its microseconds per unit and gl<i>
--- its counter's index, so that settle.lua gives the unused units back as tokens there.
+-- its counter's index, so that settle.lua gives the unused units back as tokens there;
+-- gc 1 when the buckets' clock is the engine's now rather than Redis TIME.
 local idem, idx, argc = KEYS[8], KEYS[7], #ARGV - 5
 -- sat, cut (check.lua's "Bounded numbers"): the check saturated a counter no row
 -- limits; cut[l], when set, is the units of counter l's month count not counted (it
@@ -51,7 +52,8 @@ local function reserve(a, status, retry, blocked, out, last, add, sat, cut, brow
     local amount = fmt('%d', a[1])
     -- the numbers after the rows: N (precise), the counters' costs (several metrics)
     local base = 8 + 2 * nw + 3 * a[8]
-    local tail = #ARGV[argc] / 8 - base - 2 * (brows and #brows or 0) -- a pair per bucket row
+    -- with buckets: their clock and a pair per bucket row (check.lua's "Token buckets")
+    local tail = #ARGV[argc] / 8 - base - (brows and 2 * #brows + 1 or 0)
     local cs = tail > 1 and {unpack(a, base + tail - nl + 1, base + tail)}
     if cs then amount = fmt('%d', cs[1]) end
     local rec = {'s', 'held', 'a', amount, 'e', ARGV[argc + 3], 'x', ARGV[argc + 2], 'p', ARGV[argc + 5],
@@ -99,6 +101,8 @@ local function reserve(a, status, retry, blocked, out, last, add, sat, cut, brow
         end
       end
       rec[#rec + 1], rec[#rec + 2] = 'ng', fmt('%d', ng)
+      -- the buckets' clock: settle.lua gives tokens back on the same one
+      if a[#ARGV[argc] / 8 - 2 * #brows] == 1 then rec[#rec + 1], rec[#rec + 2] = 'gc', '1' end
     end
     -- Concurrency: hold the amount in flight at every level (check.lua's "Concurrency").
     local q, conc = 8 + 2 * nw, false

@@ -189,12 +189,22 @@ local function settle(rkey, id, action, used)
       if redis.call('TTL', key) == -1 then redis.call('EXPIREAT', key, (cur + 2) * bm / 1000 + 1) end
     end
   end
+  -- the buckets' clock, as the check's (reserve.lua's gc): Redis TIME unless the engine's
+  local gnow = false
+  if tonumber(r.ng) and tonumber(r.ng) > 0 then
+    if r.gc == '1' then
+      gnow = now * 1000
+    else
+      local t = redis.call('TIME')
+      gnow = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    end
+  end
   for i = 1, tonumber(r.ng) or 0 do
     local key, t, l = r['gk' .. i], tonumber(r['gt' .. i]), tonumber(r['gl' .. i])
     local m = math.ceil(l / per)
     local g, o = gives[m], overs[m]
     if g > 0 or o > 0 then
-      local nowu = now * 1000
+      local nowu = gnow
       local tat = tonumber(redis.call('GET', key)) or nowu
       if tat < nowu then tat = nowu end
       local d = math.ceil(tat - nowu + (o - g) * t)
