@@ -118,3 +118,61 @@ func TestBucketOverHTTPAndGRPC(t *testing.T) {
 		t.Errorf("dan's 3 after two refusals = %d %s: a refusal took tokens", rec.Code, rec.Body)
 	}
 }
+
+// A user at 10/s burst 30, over HTTP and over Envoy's gRPC: 60 concurrent checks get
+// the burst (exactly 30 when they take under 100 ms, a token's time; at most 30 plus
+// the tokens of the time they took otherwise), and a second later 60 more get the
+// rate: about 10, not a reset to 30 and not a fixed window's 30.
+func TestBucketBurstThenRateOverHTTPAndGRPC(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
+	r.mustDo("POST", "/v1/plans", `{"id":"p-f","name":"P","fail_mode":"closed","limits":[{"metric":"requests","window":"minute","limit":100000}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", `{"id":"fast","name":"F","plan":"p-f"}`, 201)
+	r.mustDo("POST", "/v1/orgs/fast/teams", `{"id":"api","name":"API","limits":[],"user_limits":[{"metric":"requests","window":"second","limit":10,"burst":30}]}`, 201)
+	key := r.key("fast", `"check"`)
+	for _, transport := range []string{"HTTP", "gRPC"} {
+		user := "u-" + transport
+		one := func() bool {
+			if transport == "HTTP" {
+				rec := r.do("POST", "/v1/check", key, `{"org":"fast","team":"api","user":"`+user+`"}`)
+				if rec.Code != 200 && rec.Code != 429 {
+					t.Errorf("%s check = %d %s", transport, rec.Code, rec.Body)
+				}
+				return rec.Code == 200
+			}
+			res, err := r.should(key, 0, desc(entry{"team", "api"}, entry{"user", user}))
+			if err != nil {
+				t.Error(err)
+				return false
+			}
+			return res.GetOverallCode() == rlsv3.RateLimitResponse_OK
+		}
+		batch := func() (int64, time.Time, time.Time) {
+			var n atomic.Int64
+			var wg sync.WaitGroup
+			start := time.Now()
+			for range 60 {
+				wg.Go(func() {
+					if one() {
+						n.Add(1)
+					}
+				})
+			}
+			wg.Wait()
+			return n.Load(), start, time.Now()
+		}
+		n1, s1, e1 := batch()
+		extra := int64(10 * e1.Sub(s1).Seconds()) // tokens that may have come back meanwhile
+		if n1 < 30 || n1 > 30+extra {
+			t.Errorf("%s: %d of 60 concurrent checks in %v at 10/s burst 30, want 30 (+%d for the time taken)", transport, n1, e1.Sub(s1), extra)
+		}
+		time.Sleep(time.Until(e1.Add(time.Second)))
+		n2, _, e2 := batch()
+		// the bucket was empty at the end of the first batch at the latest, and refills
+		// 10 a second: from e1 to e2 at most 10 x (e2 - s1) - (n1 - 30) more
+		most := int64(10*e2.Sub(s1).Seconds()) + 1 - (n1 - 30)
+		if n2 < 9 || n2 > most {
+			t.Errorf("%s: %d admitted a second later, want the rate: 9 to %d (not the burst again)", transport, n2, most)
+		}
+		t.Logf("%s: %d of 60 at once (in %v), then %d of 60 a second later", transport, n1, e1.Sub(s1).Round(time.Millisecond), n2)
+	}
+}
