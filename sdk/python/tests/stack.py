@@ -177,7 +177,8 @@ class Stack:
         metered: Sequence[str] | None = None,
         features: dict[str, Any] | None = None,
     ) -> Org:
-        """A plan with limits and an org on it, with a key: fresh ids, so each test counts alone."""
+        """A plan with limits and an org on it with a team "eng", and a key: fresh ids, so
+        each test counts alone."""
         plan, org = random_id("plan"), random_id("org")
         p: dict[str, Any] = {"id": plan, "name": plan, "fail_mode": fail_mode, "limits": list(limits)}
         if metered:
@@ -186,6 +187,7 @@ class Stack:
             p["features"] = features
         self.api("POST", "/v1/plans", p)
         self.api("POST", "/v1/orgs", {"id": org, "name": org, "plan": plan})
+        self.api("POST", f"/v1/orgs/{org}/teams", {"id": "eng", "name": "eng"})
         key = self.api("POST", f"/v1/orgs/{org}/api-keys", {"name": "sdk-test", "scopes": ["check", "admin", "billing"]})
         if any(lim.get("window") == "minute" for lim in limits):
             clear_of_minute_edge()
