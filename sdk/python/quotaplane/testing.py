@@ -346,7 +346,7 @@ class FakeQuotaplane:
 
         self._srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._srv.daemon_threads = True
-        self._thread = threading.Thread(target=self._srv.serve_forever, name="quotaplane-fake", daemon=True)
+        self._thread = threading.Thread(target=self._srv.serve_forever, args=(0.05,), name="quotaplane-fake", daemon=True)
         self._thread.start()
         host, port = self._srv.server_address[:2]
         self.url = f"http://{host}:{port}"
