@@ -1,0 +1,337 @@
+"""The synchronous client, and its reservations."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Mapping, Sequence
+
+import httpx
+
+from . import _core
+from ._core import FAIL_CLOSED, FailPolicy, Options, Reply
+from .errors import Conflict, NotFound, QuotaExceeded, QuotaplaneError, Unavailable
+from .models import (
+    CheckRequest,
+    CheckResult,
+    Entitlements,
+    Hooks,
+    ReservationData,
+    Units,
+    as_check_request,
+    with_key,
+)
+
+__all__ = ["Client", "Reservation"]
+
+
+class Client:
+    """A client of one Quotaplane API with one API key (an org key with the ``check``
+    scope). Safe to share between threads; close it (or use it as a context manager)
+    to close its connections.
+
+    Every call has a budget, all its attempts together, waits included: ``budget``
+    (seconds) for a check, a batch, a reservation and entitlements, ``settle_budget``
+    for a commit, release, extend or read; each attempt ``timeout`` within it. A call
+    is retried after a transport error or a 5xx answer (``retries`` times), after the
+    answer's Retry-After when it has one, else after a random wait in [0, ``backoff``
+    x 2^n] capped by ``max_backoff``; when the wait would pass the budget the call
+    ends at once. A check or reservation is sent with an idempotency key (the caller's
+    or one generated for the call), the same on every attempt, so a retry never counts
+    twice.
+
+    A check or reservation Quotaplane could not decide (unreachable, 5xx on every
+    attempt, the budget spent) is decided by ``fail_policy``: :data:`FAIL_CLOSED`
+    (the default), :data:`FAIL_OPEN`, or a function of the request and the
+    :class:`~quotaplane.Unavailable` error; its result has ``not_decided`` set. With
+    ``fail_policy=None`` such a call raises :class:`~quotaplane.Unavailable`.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        key: str,
+        *,
+        budget: float | None = _core.DEFAULT_BUDGET,
+        settle_budget: float | None = _core.DEFAULT_SETTLE_BUDGET,
+        timeout: float = _core.DEFAULT_TIMEOUT,
+        retries: int = _core.DEFAULT_RETRIES,
+        backoff: float = _core.DEFAULT_BACKOFF,
+        max_backoff: float = _core.DEFAULT_MAX_BACKOFF,
+        fail_policy: FailPolicy | None = FAIL_CLOSED,
+        hooks: Hooks | None = None,
+        headers: Mapping[str, str] | None = None,
+        http_client: httpx.Client | None = None,
+    ) -> None:
+        self._opts = Options.make(
+            base_url, key, budget=budget, settle_budget=settle_budget, timeout=timeout, retries=retries,
+            backoff=backoff, max_backoff=max_backoff, fail_policy=fail_policy, hooks=hooks, headers=headers,
+        )
+        self._own = http_client is None
+        self._http = http_client or httpx.Client()
+
+    @property
+    def base_url(self) -> str:
+        return self._opts.base
+
+    def close(self) -> None:
+        """Closes the client's connections (not those of an ``http_client`` passed in)."""
+        if self._own:
+            self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _send(self, method: str, path: str, body: Any, budget: float | None) -> Reply:
+        att = _core.Attempts(self._opts, method, path, budget)
+        content = _core.encode(body)
+        headers = self._opts.request_headers(content is not None)
+        while True:
+            timeout = att.begin()
+            reply: Reply | None = None
+            err: BaseException | None = None
+            try:
+                r = self._http.request(method, self._opts.base + path, content=content, headers=headers, timeout=timeout)
+                reply = Reply(r.status_code, r.headers, r.content)
+            except httpx.HTTPError as e:
+                err = e
+            step = att.after(reply, err)
+            if isinstance(step, Reply):
+                return step
+            time.sleep(step)
+
+    def _policy(self, req: CheckRequest, err: Unavailable) -> bool:
+        p = self._opts.fail_policy
+        if p is None:
+            raise err
+        out = p(req, err)
+        if not isinstance(out, bool):
+            raise TypeError("a fail policy of the sync Client returns a bool")
+        return out
+
+    def check(
+        self,
+        org: str,
+        *,
+        team: str | None = None,
+        user: str | None = None,
+        metric: str | None = None,
+        cost: int | None = None,
+        costs: Mapping[str, int] | None = None,
+        idempotency_key: str | None = None,
+    ) -> CheckResult:
+        """Asks whether ``cost`` units of ``metric`` (or every metric of ``costs``, all
+        or nothing) may be spent now by org, team and user, and counts them if so.
+
+        A denial is a result (``allowed`` False, with ``retry_after`` and
+        ``blocked_at``), never an exception. Raises a
+        :class:`~quotaplane.QuotaplaneError` for an answer that decided nothing (400,
+        401, 403, 404, 422), :class:`~quotaplane.ConfigurationError`, or
+        :class:`~quotaplane.Unavailable` when nothing decided and ``fail_policy`` is None.
+        """
+        req = _core.check_request(org, team, user, metric, cost, costs, idempotency_key)
+        try:
+            r = self._send("POST", "/v1/check", req.body(), self._opts.budget)
+        except Unavailable as e:
+            return _core.undecided_check("check", req, e, self._policy(req, e), self._opts)
+        return _core.check_answer(self._opts, req, r)
+
+    def check_batch(self, checks: Sequence[CheckRequest | Mapping[str, Any]]) -> list[CheckResult | QuotaplaneError]:
+        """Decides up to 100 checks in one call, each on its own, in order. An item is
+        a :class:`~quotaplane.CheckResult`, or the :class:`~quotaplane.QuotaplaneError`
+        of an item the API refused (returned, not raised); an item it could not decide
+        (5xx), or the whole batch when Quotaplane cannot be reached, goes to the fail
+        policy. ``checks`` are :class:`~quotaplane.CheckRequest` or mappings of
+        ``check``'s keyword names (and ``org``)."""
+        reqs = [with_key(as_check_request(c)) for c in checks]
+        try:
+            r = self._send("POST", "/v1/check/batch", _core.batch_body(reqs), self._opts.budget)
+        except Unavailable as e:
+            return [_core.undecided_check("batch", q, e, self._policy(q, e), self._opts) for q in reqs]
+        out: list[CheckResult | QuotaplaneError] = []
+        for q, item in zip(reqs, _core.batch_answer(self._opts, reqs, r)):
+            if isinstance(item, Unavailable) and self._opts.fail_policy is not None:
+                out.append(_core.undecided_check("batch", q, item, self._policy(q, item), self._opts))
+            else:
+                out.append(item)
+        return out
+
+    def reserve(
+        self,
+        org: str,
+        *,
+        team: str | None = None,
+        user: str | None = None,
+        metric: str | None = None,
+        amount: int | None = None,
+        amounts: Mapping[str, int] | None = None,
+        ttl: float | timedelta | None = None,
+        on_expiry: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> "Reservation":
+        """Holds ``amount`` units of ``metric`` (or ``amounts``, units per metric, all
+        or nothing) against every limit of every level until commit, release or the
+        ``ttl`` (seconds; the API's default 60 s, 1 s to 1 h), when ``on_expiry``
+        (``commit``, the API's default, or ``release``) settles it.
+
+        Returns a :class:`Reservation`; one over quota has ``allowed`` False (nothing
+        held), never an exception. It is also a context manager: see
+        :class:`Reservation`. Errors as :meth:`check`'s."""
+        body, check = _core.reserve_body(org, team, user, metric, amount, amounts, ttl, on_expiry, idempotency_key)
+        res = Reservation(org=org, team=team or "", user=user or "", metric=metric or "", amount=amount or 0,
+                          amounts=dict(amounts) if amounts is not None else None,
+                          ttl=float(body.get("ttl_seconds", 60)), idempotency_key=check.idempotency_key)
+        res._client = self
+        try:
+            r = self._send("POST", "/v1/reservations", body, self._opts.budget)
+        except Unavailable as e:
+            _core.undecided_reservation(res, check, e, self._policy(check, e), self._opts)
+            return res
+        _core.reserve_answer(self._opts, r, res, check)
+        return res
+
+    def _settle(self, method: str, path: str, body: Any, res: "Reservation | None" = None) -> "Reservation":
+        r = self._send(method, path, body, self._opts.settle_budget)
+        out = res if res is not None else Reservation()
+        out._client = self
+        _core.settle_answer(r, out)
+        return out
+
+    def commit(self, id: str, used: Units) -> "Reservation":
+        """Counts ``used`` units of the held reservation ``id`` (a number, or units per
+        metric of a reservation of several: a metric left out used 0) and gives back
+        the rest; used over the amount is counted in full (``over_reserved``). A repeat
+        answers the first commit again. Raises :class:`~quotaplane.Conflict` when the
+        reservation was released or expired, :class:`~quotaplane.NotFound` when it is
+        unknown (or another org's)."""
+        return self._settle("POST", _core.reservation_path(id, "commit"), _core.commit_body(used))
+
+    def release(self, id: str) -> "Reservation":
+        """Gives back every unit of the held reservation ``id``."""
+        return self._settle("DELETE", _core.reservation_path(id), None)
+
+    def extend(self, id: str, ttl: float | timedelta) -> "Reservation":
+        """Keeps the held reservation ``id`` for ``ttl`` seconds more from now (rounded
+        up, 1 s to 1 h): a heartbeat of long work. Raises :class:`~quotaplane.Conflict`
+        once it is settled or expired."""
+        from .models import ttl_seconds
+
+        return self._settle("POST", _core.reservation_path(id, "extend"), {"ttl_seconds": ttl_seconds(ttl)})
+
+    def get_reservation(self, id: str) -> "Reservation":
+        """The state of reservation ``id``: held, committed, released or expired."""
+        return self._settle("GET", _core.reservation_path(id), None)
+
+    def entitlements(self, org: str, team: str | None = None, user: str | None = None) -> Entitlements:
+        """The resolved features of org for team and user (an unknown team is a
+        :class:`~quotaplane.NotFound`). Quotaplane answers from its cache; the client
+        does not cache."""
+        return _core.entitlements_answer(self._send("GET", _core.entitlements_path(org, team, user), None, self._opts.budget))
+
+    def feature(self, org: str, name: str, *, team: str | None = None, user: str | None = None) -> bool | int | str | None:
+        """The value of feature ``name`` for org, team and user; None when the org does not have it."""
+        return self.entitlements(org, team, user).feature(name)
+
+    def entitled(self, org: str, name: str, *, team: str | None = None, user: str | None = None) -> bool:
+        """Whether org (for team and user) has feature ``name``: present and not False, 0 or ""."""
+        return self.entitlements(org, team, user).entitled(name)
+
+
+@dataclass
+class Reservation(ReservationData):
+    """A reservation of the sync :class:`Client` (see
+    :class:`~quotaplane.models.ReservationData` for its fields).
+
+    As a context manager (``with client.reserve(...) as r:``):
+
+    - entering a denied reservation raises :class:`~quotaplane.QuotaExceeded` carrying
+      it, so the block never runs without its units (a fail policy's allowed
+      reservation runs the block, with nothing to settle);
+    - the block sets ``r.used`` (a number, or units per metric) to what the work used;
+      its end commits that, or the whole amount when it was not set (what the block
+      used is unknown); ``r.commit(...)`` or ``r.release()`` inside the block settles
+      at once instead;
+    - an exception releases the reservation and propagates;
+    - while the block runs, a thread extends the reservation every half of its TTL
+      (``heartbeats`` counts the extensions), stopped before the block's end settles.
+    """
+
+    heartbeats: int = 0
+    _client: Client | None = field(default=None, repr=False, compare=False)
+    _stop: threading.Event | None = field(default=None, repr=False, compare=False)
+    _beat: threading.Thread | None = field(default=None, repr=False, compare=False)
+
+    def _bound(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("quotaplane: this reservation belongs to no client")
+        return self._client
+
+    def commit(self, used: Units | None = None) -> "Reservation":
+        """Commits ``used`` (else ``self.used`` when set, else the whole amount) and
+        returns this reservation, settled. A reservation the fail policy allowed has
+        nothing to commit: it is returned as it is."""
+        if self.not_decided or not self.id:
+            return self
+        if used is None:
+            used = self.used if self.used is not None else _core.whole(self)
+        self.used = used
+        return self._bound()._settle("POST", _core.reservation_path(self.id, "commit"), _core.commit_body(used), self)
+
+    def release(self) -> "Reservation":
+        """Gives back every unit held, and returns this reservation, released."""
+        if self.not_decided or not self.id:
+            return self
+        return self._bound()._settle("DELETE", _core.reservation_path(self.id), None, self)
+
+    def extend(self, ttl: float | timedelta | None = None) -> "Reservation":
+        """Holds the reservation ``ttl`` seconds more from now (its own TTL by default)."""
+        if self.not_decided or not self.id:
+            return self
+        from .models import ttl_seconds
+
+        body = {"ttl_seconds": ttl_seconds(ttl if ttl is not None else self.ttl or 60)}
+        return self._bound()._settle("POST", _core.reservation_path(self.id, "extend"), body, self)
+
+    def _heartbeat(self, stop: threading.Event) -> None:
+        interval = max((self.ttl or 60) / 2, 0.5)
+        while not stop.wait(interval):
+            try:
+                self.extend()
+                self.heartbeats += 1
+            except (Conflict, NotFound):
+                return  # settled or gone: nothing left to keep
+            except QuotaplaneError as e:
+                _core.log.warning("quotaplane: heartbeat of reservation %s: %s", self.id, e)
+
+    def __enter__(self) -> "Reservation":
+        if not self.allowed:
+            raise QuotaExceeded(self)
+        if self.id and not self.not_decided and not self.settled:
+            self._stop = threading.Event()
+            self._beat = threading.Thread(target=self._heartbeat, args=(self._stop,), name=f"quotaplane-heartbeat-{self.id}", daemon=True)
+            self._beat.start()
+        return self
+
+    def _stop_heartbeat(self) -> None:
+        if self._stop is not None and self._beat is not None:
+            self._stop.set()
+            self._beat.join()
+            self._stop = self._beat = None
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop_heartbeat()
+        if self.settled or self.not_decided or not self.id:
+            return
+        if et is None:
+            self.commit()
+            return
+        try:
+            self.release()
+        except QuotaplaneError as e:
+            _core.log.warning("quotaplane: release of reservation %s after %s: %s", self.id, et.__name__, e)
