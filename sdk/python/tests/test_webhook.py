@@ -144,3 +144,60 @@ def test_agrees_with_go_case_by_case():
         got = reason(c["secret"], c["header"], c["body"], now=c["now_ms"] / 1000)
         assert got == g["verify"], f"case {i}: header {c['header']!r}"
     assert {g["verify"] for g in go} == {"ok", "malformed", "timestamp", "mismatch"}, "the cases cover every answer"
+
+
+def test_a_delivery_from_a_real_worker(stack):
+    """An org whose webhook_url is a local receiver: the worker's usage.threshold
+    delivery verifies with the org's signing secret, and not once changed."""
+    import http.server
+    import threading
+
+    import quotaplane
+
+    deliveries: list[tuple[dict[str, str], bytes]] = []
+    got = threading.Event()
+
+    class Receiver(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            deliveries.append(({k.lower(): v for k, v in self.headers.items()}, body))
+            self.send_response(204)
+            self.end_headers()
+            got.set()
+
+        def log_message(self, *args) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        org = stack.org([{"metric": "requests", "window": "month", "limit": 10}])
+        url = f"http://127.0.0.1:{srv.server_address[1]}/hooks/quotaplane"
+        stack.api("PATCH", f"/v1/orgs/{org.id}", {"webhook_url": url}, token=org.key)
+        info = stack.api("GET", f"/v1/orgs/{org.id}/webhook", token=org.key)
+        assert info["signature_header"] == webhook.SIGNATURE_HEADER
+        secret = info["signing_secret"]
+        assert secret, info
+
+        # 9 of 10 a month: past 80 %, so the worker sends usage.threshold when it next persists usage.
+        with quotaplane.Client(stack.base_url, org.key) as c:
+            assert c.check(org.id, cost=9).allowed
+        assert got.wait(30), "no delivery in 30 s:\n" + stack.procs[-1].log()
+
+        headers, body = deliveries[0]
+        header = headers[webhook.SIGNATURE_HEADER.lower()]
+        assert header.startswith("t=") and len(header.split(",v1=")[1]) == 64, header
+        assert headers[webhook.EVENT_HEADER.lower()] == "usage.threshold"
+        assert headers[webhook.DELIVERY_HEADER.lower()].isdigit()
+        webhook.verify(secret, header, body)
+        webhook.verify(secret, header.encode("latin-1"), body.decode())  # as ASGI and a str give them
+        event = json.loads(body)
+        assert (event["type"], event["org"]) == ("usage.threshold", org.id)
+
+        assert reason(secret, header, body.replace(org.id.encode(), b"evil")) == "mismatch"
+        assert reason(secret + "x", header, body) == "mismatch"
+        assert reason(secret, header, body, now=time.time() + 600) == "timestamp"
+        assert reason(secret, None, body) == "malformed"
+    finally:
+        srv.shutdown()
+        srv.server_close()
