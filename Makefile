@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 GO    ?= go
 
-.PHONY: help run build test test-alerts test-client test-k8s test-rules test-sdk test-short generate check-generate lint bench bench-orgs bench-users web web-check test-web test-e2e test-cluster fuzz test-faults faults scale
+.PHONY: help run build test test-alerts test-client test-k8s test-rules test-sdk test-python test-short generate check-generate lint bench bench-orgs bench-users web web-check test-web test-e2e test-cluster fuzz test-faults faults scale
 
 help: ## list the targets
 	@grep -hE '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
@@ -18,10 +18,10 @@ FAULT_TESTS := TestRedisKilledUnderLoad|TestRedisPausedUnderLoad|TestPostgresSto
 # Timed against a real Prometheus: run alone (test-alerts), not beside every package's tests.
 ALERT_TESTS := TestAlertsFireAndResolve
 
-test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the alerts in a real Prometheus, the fault tests, the Kubernetes manifests, the TypeScript client's, then the console's (Vitest, Chromium)
+test: ## run every test: Go under -race against real Postgres and Redis, the Prometheus rules, the alerts in a real Prometheus, the fault tests, the Kubernetes manifests, the TypeScript and Python clients', then the console's (Vitest, Chromium)
 	$(GO) test -race -count=1 -timeout 15m -skip '^($(FAULT_TESTS)|$(ALERT_TESTS))$$' ./...
 	$(GO) test -count=1 -run 'AddsNoAllocations' ./internal/quota # allocation counts, which -race changes
-	@$(MAKE) --no-print-directory test-client test-rules test-alerts test-faults test-k8s test-sdk test-web web-check test-e2e
+	@$(MAKE) --no-print-directory test-client test-rules test-alerts test-faults test-k8s test-sdk test-python test-web web-check test-e2e
 
 test-client: ## the Go client module's own tests (client/, standard library only; its tests against the real api are internal/clienttest, in test)
 	cd client && $(GO) test -race -count=1 ./...
@@ -75,6 +75,11 @@ sdk/typescript/node_modules: sdk/typescript/package-lock.json
 
 test-sdk: sdk/typescript/node_modules ## the TypeScript client's tests (node's test runner) against a real quotaplane-api and worker built from this checkout
 	cd sdk/typescript && npm test
+
+# Debian's python3 with python3-httpx, -pytest and -pytest-asyncio (.ci/run installs them).
+PYTHON ?= /usr/bin/python3
+test-python: ## the Python client's tests (pytest) against a real quotaplane-api and worker built from this checkout, its README's examples and install commands (PYTHON=/usr/bin/python3)
+	cd sdk/python && $(PYTHON) -m pytest -q
 
 generate: sdk/typescript/node_modules ## regenerate the API types from api/openapi.yaml: Go (internal/httpapi/api) and TypeScript (sdk/typescript/src/schema.d.ts, also used by web/); and deploy/k8s/prometheusrule.yaml from the rules file
 	$(GO) tool oapi-codegen -config api/oapi-codegen.yaml api/openapi.yaml

@@ -1,7 +1,7 @@
 """The tests' Quotaplane: quotaplane-api and quotaplane-worker built from this checkout
 with ``go build`` and started on a Postgres database of their own (created by the api
-at start, dropped at the end), on the Redis of REDIS_URL, on free ports, with a fresh
-operator token. Every test makes its own plan and org with random ids, so nothing it
+at start, dropped at the end) with the demo org `make run` seeds, on the Redis of
+REDIS_URL under a key prefix of their own, on free ports, with a fresh operator token. Every test makes its own plan and org with random ids, so nothing it
 counts is seen by another test or another run."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import os
 import secrets
 import socket
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,8 +136,15 @@ class Stack:
             "QUOTA_WEBHOOK_ALLOW_PRIVATE": "true",
             # A machine busy with other builds can stall Redis past the 100 ms default.
             "QUOTA_REDIS_TIMEOUT": "2s",
+            # Every key of this stack under a prefix of its own: the demo org's fixed
+            # ids cannot meet another run's on the shared Redis.
+            "QUOTA_REDIS_PREFIX": "py" + secrets.token_hex(6),
         }
         self.procs: list[Proc] = []
+        # The demo org `make run` seeds (its key is demo_key), for the README's examples.
+        with tempfile.TemporaryDirectory(prefix="quotaplane-py-demo-") as state:
+            subprocess.run([str(api_bin), "demo", "--state-dir", state], env=env, check=True, capture_output=True)
+            self.demo_key = (Path(state) / "demo-org-key").read_text().strip()
         try:
             # The api first: it creates and migrates the database the worker then uses.
             api = Proc(api_bin, {**env, "QUOTA_HTTP_ADDR": addr, "QUOTA_GRPC_ADDR": "127.0.0.1:0"}, BIN.parent / "api.log")
@@ -177,7 +185,8 @@ class Stack:
         metered: Sequence[str] | None = None,
         features: dict[str, Any] | None = None,
     ) -> Org:
-        """A plan with limits and an org on it, with a key: fresh ids, so each test counts alone."""
+        """A plan with limits and an org on it with a team "eng", and a key: fresh ids, so
+        each test counts alone."""
         plan, org = random_id("plan"), random_id("org")
         p: dict[str, Any] = {"id": plan, "name": plan, "fail_mode": fail_mode, "limits": list(limits)}
         if metered:
@@ -186,6 +195,7 @@ class Stack:
             p["features"] = features
         self.api("POST", "/v1/plans", p)
         self.api("POST", "/v1/orgs", {"id": org, "name": org, "plan": plan})
+        self.api("POST", f"/v1/orgs/{org}/teams", {"id": "eng", "name": "eng"})
         key = self.api("POST", f"/v1/orgs/{org}/api-keys", {"name": "sdk-test", "scopes": ["check", "admin", "billing"]})
         if any(lim.get("window") == "minute" for lim in limits):
             clear_of_minute_edge()
