@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Literal, Mapping, MutableMapping, Sequence, Union
 
 from .errors import QuotaplaneError, Unavailable
-from .models import Level, LevelRef
+from .models import CheckRequest, Level, LevelRef
 from .ratelimit import Policy, RateLimit, format_policies
 
 __all__ = [
@@ -451,6 +451,8 @@ class _Base:
             return False, None, RequestError(e)
         if kw is None:
             return False, None, None
+        if isinstance(kw, CheckRequest) and self.operation == "check":
+            kw = {k: v for k, v in vars(kw).items() if v is not None}
         if not isinstance(kw, Mapping):
             raise TypeError(f"quotaplane: the {self.operation} function returns a mapping of keywords or None, not {type(kw).__name__}")
         return True, dict(kw), None
@@ -491,8 +493,8 @@ class CheckMiddleware(_Base):
     """Checks each HTTP request with ``client`` before ``app``.
 
     ``check(scope)`` (a function or coroutine function) returns the keywords of
-    ``client.check`` (``{"org": "acme", "user": "alice", "cost": 1}``, or ``costs``),
-    or None to let the request through unchecked; a ``ValueError`` or ``LookupError``
+    ``client.check`` (``{"org": "acme", "user": "alice", "cost": 1}``, or ``costs``;
+    or a :class:`~quotaplane.CheckRequest`), or None to let the request through unchecked; a ``ValueError`` or ``LookupError``
     it raises answers 400 (:class:`RequestError`). ``skip(scope)`` true lets the
     request through too.
 
@@ -772,6 +774,8 @@ class ConcurrencyMiddleware(_Hold):
                 self._log.warning("quotaplane: extending slot %s failed; retried at the next beat: %s", res.id, e)
             except asyncio.TimeoutError:
                 self._log.warning("quotaplane: extending slot %s took over %.3g s; retried at the next beat", res.id, every)
+            except Exception:  # noqa: BLE001 - a beat's failure is the next beat's to mend
+                self._log.exception("quotaplane: extending slot %s failed; retried at the next beat", res.id)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":

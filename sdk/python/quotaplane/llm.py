@@ -236,10 +236,18 @@ class _Tally:
 
     def chunk(self, chunk: Any) -> None:
         self.chunks += 1
-        u = self.meter.usage(chunk)
-        if u is not None:
-            self.usage = u if self.usage is None else self.usage.merged(u)
-        self.counted += int(self.meter.count_chunk(chunk))
+        # A reader that fails on a chunk it does not know loses that chunk's count,
+        # not the consumer's stream.
+        try:
+            u = self.meter.usage(chunk)
+            if u is not None:
+                self.usage = u if self.usage is None else self.usage.merged(u)
+        except Exception:  # noqa: BLE001
+            log.exception("quotaplane: usage of a streamed chunk")
+        try:
+            self.counted += int(self.meter.count_chunk(chunk))
+        except Exception:  # noqa: BLE001
+            log.exception("quotaplane: count_chunk of a streamed chunk")
 
     def used(self, complete: bool) -> TokenUsage:
         """The usage to commit: the stream's own, when it got to its end and said it;
@@ -496,13 +504,17 @@ def _settled_of(res: Any, tally: _Tally, streamed: bool, ended: Any) -> Settled:
 
 
 def _used(res: Any, meter: _Meter, tally: _Tally, complete: bool, whole: bool, s: Settled) -> None:
-    """Sets what the commit counts: what the call used, or (whole) the whole reservation."""
-    if whole:
-        s.used = dict(res.amounts) if res.amounts else res.amount
-        res.used = None  # the reservation's commit of nothing set: all of it
-    else:
-        s.used = meter.to_units(tally.used(complete))
-        res.used = s.used
+    """Sets what the commit counts: what the call used, or (whole, or when a caller's
+    function fails on it) the whole reservation."""
+    if not whole:
+        try:
+            s.used = meter.to_units(tally.used(complete))
+            res.used = s.used
+            return
+        except Exception:  # noqa: BLE001 - the reservation is settled all the same
+            log.exception("quotaplane: the usage of reservation %s cannot be read; all of it is committed", res.id)
+    s.used = dict(res.amounts) if res.amounts else res.amount
+    res.used = None  # the reservation's commit of nothing set: all of it
 
 
 def _commit_sync(res: Any, meter: _Meter, tally: _Tally, complete: bool, *, streamed: bool, ended: Any = None, whole: bool = False) -> None:
@@ -531,6 +543,16 @@ async def _commit_async(res: Any, meter: _Meter, tally: _Tally, complete: bool, 
     except QuotaplaneError as e:
         s.error = e
     meter.settled(s)
+
+
+def _read_usage(meter: _Meter, out: Any) -> TokenUsage | None:
+    """The usage of a whole response; None (so all of the reservation is committed)
+    when the reader fails on it."""
+    try:
+        return meter.usage(out)
+    except Exception:  # noqa: BLE001
+        log.exception("quotaplane: usage of a model response")
+        return None
 
 
 def _released(res: Any, meter: _Meter) -> None:
@@ -581,6 +603,16 @@ def metered(
     meter = _Meter(client, org, team, user, metric, slot, estimate, prompt, usage, count_chunk, units, ttl, on_expiry, on_settled)
 
     def decorate(fn: F) -> F:
+        is_async = inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+        _check_client(client, is_async, fn)
+        if inspect.isasyncgenfunction(fn):
+
+            @functools.wraps(fn)
+            def agen_call(*args: Any, **kwargs: Any) -> Any:
+                return _LazyAsyncStream(meter, fn, args, kwargs)
+
+            return agen_call  # type: ignore[return-value]
+
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
@@ -596,7 +628,7 @@ def metered(
                 tally = _Tally(meter, args, kwargs)
                 if isinstance(out, AsyncIterator):
                     return AsyncMeteredStream(out, res, meter, tally)
-                tally.usage = meter.usage(out)
+                tally.usage = _read_usage(meter, out)
                 await _commit_async(res, meter, tally, True, streamed=False, whole=tally.usage is None)
                 return out
 
@@ -615,7 +647,7 @@ def metered(
             tally = _Tally(meter, args, kwargs)
             if isinstance(out, Iterator):
                 return MeteredStream(out, res, meter, tally)
-            tally.usage = meter.usage(out)
+            tally.usage = _read_usage(meter, out)
             _commit_sync(res, meter, tally, True, streamed=False, whole=tally.usage is None)
             return out
 
@@ -623,3 +655,65 @@ def metered(
 
     return decorate
 
+
+
+def _check_client(client: Any, is_async: bool, fn: Any) -> None:
+    from .aio import AsyncClient
+    from .client import Client
+
+    name = getattr(fn, "__qualname__", repr(fn))
+    if is_async and isinstance(client, Client):
+        raise TypeError(f"quotaplane: {name} is async: meter it with an AsyncClient, not a Client")
+    if not is_async and isinstance(client, AsyncClient):
+        raise TypeError(f"quotaplane: {name} is not async: meter it with a Client, not an AsyncClient")
+
+
+class _LazyAsyncStream:
+    """The stream of an async generator function, metered: its reservation is made
+    when the stream is first iterated (an async generator's call cannot await), then
+    it is an :class:`AsyncMeteredStream`. Closed before that, it holds nothing."""
+
+    def __init__(self, meter: _Meter, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self._meter, self._fn, self._args, self._kwargs = meter, fn, args, kwargs
+        self._inner: AsyncMeteredStream | None = None
+        self._closed = False
+
+    @property
+    def reservation(self) -> Any:
+        """The call's reservation, once the stream started (None before)."""
+        return self._inner.reservation if self._inner is not None else None
+
+    async def _start(self) -> AsyncMeteredStream:
+        if self._inner is None:
+            meter = self._meter
+            res = await meter.client.reserve(**meter.request(self._args, self._kwargs))
+            await res.__aenter__()  # raises QuotaExceeded when denied
+            try:
+                agen = self._fn(*self._args, **self._kwargs)
+            except BaseException as e:
+                await res.__aexit__(type(e), e, e.__traceback__)
+                _released(res, meter)
+                raise
+            self._inner = AsyncMeteredStream(agen, res, meter, _Tally(meter, self._args, self._kwargs))
+        return self._inner
+
+    def __aiter__(self) -> "_LazyAsyncStream":
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._closed:
+            raise StopAsyncIteration
+        inner = await self._start()
+        return await inner.__anext__()
+
+    async def aclose(self) -> None:
+        """Stops the stream and commits what it streamed (nothing to do before it started)."""
+        self._closed = True
+        if self._inner is not None:
+            await self._inner.aclose()
+
+    async def __aenter__(self) -> "_LazyAsyncStream":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

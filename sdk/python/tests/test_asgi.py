@@ -4,11 +4,12 @@ against the real api: a check per request, and a slot held per request."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 import pytest
@@ -44,7 +45,7 @@ class Server:
     def __init__(self, app: Any) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="off")
+        cfg = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="auto")
         self.server = uvicorn.Server(cfg)
         self.server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -59,6 +60,17 @@ class Server:
         self.http.close()
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def closing(client: Any) -> Any:
+    """A Starlette lifespan that closes client as the server shuts down, on its loop."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        yield
+        await client.aclose()
+
+    return lifespan
 
 
 class Gate:
@@ -122,7 +134,8 @@ def serve(gate: Gate) -> Iterator[Any]:
     servers: list[Server] = []
 
     def start(middleware: type, **options: Any) -> Server:
-        app = Starlette(routes=routes(gate))
+        # The middleware's client is closed on the server's loop, as it shuts down.
+        app = Starlette(routes=routes(gate), lifespan=closing(options["client"]))
         app.add_middleware(middleware, **options)
         s = Server(app)
         servers.append(s)
@@ -192,7 +205,7 @@ def test_check_answers_429_with_the_ratelimit_fields(stack, serve):
 def test_check_without_retry_after_when_the_cost_never_fits(stack, serve):
     org = stack.org([{"metric": "requests", "window": "minute", "limit": 10, "burst": 2}])
     s = serve(CheckMiddleware, client=quotaplane.AsyncClient(stack.base_url, org.key),
-              check=lambda scope: {"org": org.id, "cost": int(header(scope, "x-cost", ""))})
+              check=lambda scope: quotaplane.CheckRequest(org.id, cost=int(header(scope, "x-cost", ""))))
     assert s.http.get("/hello", headers={"x-cost": "1"}).status_code == 200
     r = s.http.get("/hello", headers={"x-cost": "3"})
     assert r.status_code == 429

@@ -277,7 +277,7 @@ def test_a_streamed_reply_whose_client_hangs_up(stack, qp, org):
     from starlette.responses import StreamingResponse
     from starlette.routing import Route
 
-    from test_asgi import Server
+    from test_asgi import Server, closing
 
     seen = Settlements()
     done = threading.Event()
@@ -309,7 +309,7 @@ def test_a_streamed_reply_whose_client_hangs_up(stack, qp, org):
 
         return StreamingResponse(body(), media_type="text/plain")
 
-    s = Server(Starlette(routes=[Route("/chat", chat)]))
+    s = Server(Starlette(routes=[Route("/chat", chat)], lifespan=closing(aqp)))
     try:
         with socket.create_connection(("127.0.0.1", s.port)) as sock:
             sock.sendall(b"GET /chat HTTP/1.1\r\nHost: test\r\n\r\n")
@@ -325,3 +325,48 @@ def test_a_streamed_reply_whose_client_hangs_up(stack, qp, org):
         assert used(qp, org) == (PROMPT + st.chunks, 0)
     finally:
         s.stop()
+
+
+async def test_an_async_generator_function_reserves_when_iterated(stack, qp, org):
+    seen = Settlements()
+    async with quotaplane.AsyncClient(stack.base_url, org.key) as aqp:
+
+        @metered(aqp, org=org.id, slot="requests", on_settled=seen)
+        async def model(**kw: Any) -> AsyncIterator[Any]:
+            for c in openai_chunks(3, usage=(11, 3)):
+                yield c
+
+        stream = model(messages=MESSAGES, max_tokens=40)
+        assert used(qp, org) == (0, 0), "nothing is held before the stream is iterated"
+        chunks = []
+        async for c in stream:
+            chunks.append(c)
+            if len(chunks) == 1:
+                assert used(qp, org) == (PROMPT + 40, 1)
+        assert len(chunks) == 4 and seen[-1].used == {"tokens": 14, "requests": 1}
+        await model(messages=MESSAGES, max_tokens=40).aclose()  # never started: nothing held, nothing settled
+        assert len(seen) == 1
+    assert used(qp, org) == (14, 0)
+
+
+def test_misuse_is_refused_and_a_failing_reader_leaks_nothing(stack, qp, org):
+    async def acreate(**kw: Any) -> Any:
+        return {}
+
+    with pytest.raises(TypeError, match="AsyncClient"):
+        metered(qp, org=org.id)(acreate)
+    with pytest.raises(TypeError, match="Client"):
+        metered(quotaplane.AsyncClient(stack.base_url, org.key), org=org.id)(lambda **kw: {})
+
+    def broken(response: Any) -> TokenUsage:
+        raise KeyError("usage")
+
+    seen = Settlements()
+    create = metered(qp, org=org.id, slot="requests", usage=broken, on_settled=seen)(lambda **kw: openai_response(1, 2))
+    assert create(messages=MESSAGES, max_tokens=10)["usage"]["total_tokens"] == 3
+    assert seen[-1].used == {"tokens": PROMPT + 10, "requests": 1}, "a usage it cannot read: all of the estimate"
+    stream = metered(qp, org=org.id, slot="requests", usage=broken, on_settled=seen)(lambda **kw: openai_chunks(2, (1, 2)))
+    chunks = list(stream(messages=MESSAGES, max_tokens=10))
+    assert len(chunks) == 3
+    assert seen[-1].used == {"tokens": PROMPT + 2, "requests": 1}, "the chunks counted, the prompt estimated"
+    assert used(qp, org) == (2 * PROMPT + 12, 0)
