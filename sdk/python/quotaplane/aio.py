@@ -272,6 +272,8 @@ class AsyncReservation(ReservationData):
         interval = max((self.ttl or 60) / 2, 0.5)
         while True:
             await asyncio.sleep(interval)
+            if self.settled:
+                return
             try:
                 await self.extend()
                 self.heartbeats += 1
@@ -290,10 +292,9 @@ class AsyncReservation(ReservationData):
     async def _stop_heartbeat(self) -> None:
         if self._beat is not None:
             self._beat.cancel()
-            try:
-                await self._beat
-            except asyncio.CancelledError:
-                pass
+            # gather returns the heartbeat's CancelledError; a cancellation of this task
+            # itself still propagates.
+            await asyncio.gather(self._beat, return_exceptions=True)
             self._beat = None
 
     async def __aexit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:

@@ -259,7 +259,11 @@ class Reservation(ReservationData):
       at once instead;
     - an exception releases the reservation and propagates;
     - while the block runs, a thread extends the reservation every half of its TTL
-      (``heartbeats`` counts the extensions), stopped before the block's end settles.
+      (``heartbeats`` counts the extensions), stopped before the block's end settles;
+    - a commit at the block's end that fails raises (:class:`~quotaplane.Conflict` when
+      the reservation expired meanwhile, :class:`~quotaplane.Unavailable` when
+      Quotaplane could not be reached within ``settle_budget``); a release after an
+      exception that fails is logged, and the block's exception propagates.
     """
 
     heartbeats: int = 0
@@ -300,7 +304,7 @@ class Reservation(ReservationData):
 
     def _heartbeat(self, stop: threading.Event) -> None:
         interval = max((self.ttl or 60) / 2, 0.5)
-        while not stop.wait(interval):
+        while not stop.wait(interval) and not self.settled:
             try:
                 self.extend()
                 self.heartbeats += 1

@@ -280,7 +280,10 @@ class ReservationData:
     def _update(self, d: Mapping[str, Any]) -> None:
         """Takes the fields of an answer of the API."""
         self.id = str(d.get("id") or self.id)
-        self.state = str(d.get("state") or self.state)
+        state = str(d.get("state") or self.state)
+        if self.settled and state == HELD:
+            return  # a heartbeat's answer that crossed the settlement: the settlement holds
+        self.state = state
         for k in ("org", "team", "user", "metric", "on_expiry"):
             if d.get(k):
                 setattr(self, k, str(d[k]))
