@@ -81,3 +81,9 @@ __all__ = [
     "format_policies",
     "new_idempotency_key",
 ]
+
+# The integrations, as submodules: quotaplane.asgi (middleware), quotaplane.llm (model
+# calls) and quotaplane.webhook (signature verification).
+from . import asgi, llm, webhook  # noqa: E402
+
+__all__ += ["asgi", "llm", "webhook"]
