@@ -18,6 +18,10 @@ import (
 //     share per replica.
 //   - Sliding windows become fixed windows aligned to the clock (a minute limit
 //     resets on the minute), so up to two shares can pass around a boundary.
+//   - A token bucket stays a bucket, of this replica's share of its rate and of its
+//     burst (limit / replicas and burst / replicas, rounded down), starting full: the
+//     replicas together admit at most burst + rate x span of the bucket over any span
+//     of the outage, plus what Redis's bucket had already given.
 //   - A month limit is a counter for the billing period (from the local clock and
 //     the org's anchor day) that lives in this process: it accumulates the usage
 //     admitted locally over every outage of the period, not the period's real usage.
@@ -44,6 +48,9 @@ type localKey struct {
 type localCounter struct {
 	end  time.Time // window end; the counter is void from then on
 	used int64
+	// tat is a token bucket's theoretical arrival time (its end too: full from then,
+	// and swept): the bucket holds burst - (tat - now) / per tokens.
+	tat time.Time
 }
 
 func newLocalLimiter(replicas int) *localLimiter {
@@ -55,15 +62,7 @@ func (l *localLimiter) share(limit int64) int64 { return limit / l.replicas }
 
 // decide answers req from the local counters at now. req must be valid.
 func (l *localLimiter) decide(req *Request, now time.Time) vocab.Result {
-	type slot struct {
-		metric string
-		cost   int64
-		level  vocab.Level
-		id     string
-		window vocab.Window
-		share  int64
-		c      *localCounter
-	}
+	type slot = localSlot
 	var slots [16]slot
 	ss := slots[:0]
 
@@ -85,12 +84,24 @@ func (l *localLimiter) decide(req *Request, now time.Time) vocab.Result {
 				continue // nothing is held in process: in-flight is Redis's alone
 			}
 			k.window = lim.Window
+			sl := slot{metric: k.metric, cost: cost, level: level, id: id, window: lim.Window, share: l.share(lim.Limit)}
+			if lim.Bucket() {
+				k.window += "/bucket" // apart from a sliding window of the same span
+				sl.bucket, sl.burst = true, l.share(lim.Burst)
+				if sl.share > 0 {
+					sl.per = max(lim.Window.Duration()/time.Duration(sl.share), 1)
+				}
+			}
 			c := l.counters[k]
 			if c == nil || !now.Before(c.end) {
 				c = &localCounter{end: localWindowEnd(lim.Window, now, req.AnchorDay)}
+				if sl.bucket {
+					c.end, c.tat = now, now // full
+				}
 				l.counters[k] = c
 			}
-			ss = append(ss, slot{metric: k.metric, cost: cost, level: level, id: id, window: lim.Window, share: l.share(lim.Limit), c: c})
+			sl.c = c
+			ss = append(ss, sl)
 		}
 	}
 	for m := range req.metricCount() { // every metric of a multi-metric request, all or nothing
@@ -111,13 +122,20 @@ func (l *localLimiter) decide(req *Request, now time.Time) vocab.Result {
 	// The blocking limit is the broadest window exceeded, at equal windows the
 	// highest level, as in Redis.
 	var blocked *slot
+	var retry time.Duration
 	for i := range ss {
 		s := &ss[i]
-		if s.c.used+s.cost <= s.share {
+		wait, fits := s.wait(now)
+		if fits {
 			continue
 		}
 		if blocked == nil || windowRank(s.window) > windowRank(blocked.window) {
 			blocked = s
+		}
+		if wait < 0 || retry < 0 {
+			retry = -1 // never: no Retry-After
+		} else {
+			retry = max(retry, wait)
 		}
 	}
 	res := vocab.Result{Allowed: true}
@@ -127,22 +145,71 @@ func (l *localLimiter) decide(req *Request, now time.Time) vocab.Result {
 			res.WouldBlock = b
 		} else {
 			res.Allowed, res.BlockedAt = false, b
-			res.RetryAfter = blocked.c.end.Sub(now)
+			res.RetryAfter = max(retry, 0)
 		}
 	}
 	if res.Allowed {
 		for i := range ss {
-			ss[i].c.used += ss[i].cost
+			ss[i].take(now)
 		}
 	}
 	res.Levels = make([]vocab.LevelStatus, len(ss))
 	for i, s := range ss {
-		res.Levels[i] = vocab.LevelStatus{
-			Metric: s.metric, Level: s.level, ID: s.id, Window: s.window, Limit: s.share,
-			Used: s.c.used, Remaining: max(s.share-s.c.used, 0), ResetAt: s.c.end,
-		}
+		res.Levels[i] = s.status(now)
 	}
 	return res
+}
+
+// wait reports whether the slot's cost fits at now and, when not, how long until it
+// does: -1 never (a token bucket whose share of the burst is below the cost).
+func (s *localSlot) wait(now time.Time) (time.Duration, bool) {
+	if !s.bucket {
+		if s.c.used+s.cost <= s.share {
+			return 0, true
+		}
+		return s.c.end.Sub(now), false
+	}
+	if s.cost == 0 {
+		return 0, true
+	}
+	if s.per == 0 || s.cost > s.burst {
+		return -1, false
+	}
+	need := s.debt(now) + time.Duration(s.cost-s.burst)*s.per
+	return max(need, 0), need <= 0
+}
+
+// debt is how long until a token bucket is full again.
+func (s *localSlot) debt(now time.Time) time.Duration { return max(s.c.tat.Sub(now), 0) }
+
+// take counts the slot's cost: a window's count, or a token bucket's arrival time
+// moved on (never past empty: shadow and warn count past it as empty).
+func (s *localSlot) take(now time.Time) {
+	if !s.bucket {
+		s.c.used += s.cost
+		return
+	}
+	if s.per == 0 || s.cost == 0 {
+		return
+	}
+	d := min(s.debt(now)+time.Duration(s.cost)*s.per, time.Duration(s.burst)*s.per)
+	s.c.tat = now.Add(d)
+	s.c.end = s.c.tat
+}
+
+// status is the slot's level as an answer reports it.
+func (s *localSlot) status(now time.Time) vocab.LevelStatus {
+	ls := vocab.LevelStatus{Metric: s.metric, Level: s.level, ID: s.id, Window: s.window, Limit: s.share,
+		Used: s.c.used, Remaining: max(s.share-s.c.used, 0), ResetAt: s.c.end}
+	if s.bucket {
+		ls.Burst, ls.ResetAt = s.burst, now.Add(s.debt(now))
+		taken := s.burst
+		if s.per > 0 {
+			taken = min(int64((s.debt(now)+s.per-1)/s.per), s.burst)
+		}
+		ls.Used, ls.Remaining = taken, s.burst-taken
+	}
+	return ls
 }
 
 func windowRank(w vocab.Window) int {
@@ -155,6 +222,21 @@ func windowRank(w vocab.Window) int {
 		}
 	}
 	return 0
+}
+
+// localSlot is one limit of a locally decided check: its counter and this replica's
+// share of the limit.
+type localSlot struct {
+	metric string
+	cost   int64
+	level  vocab.Level
+	id     string
+	window vocab.Window
+	share  int64
+	c      *localCounter
+	bucket bool          // a token bucket: burst and per below, else a fixed window
+	burst  int64         // a token bucket's share of its burst
+	per    time.Duration // a token bucket's time per unit at its share of the rate; 0: a share of 0
 }
 
 // localWindowEnd is the end of the fixed local window containing now.
