@@ -26,5 +26,15 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 go build -o "$tmp/quotaplane-api" ./cmd/api
+mkdir "$tmp/logs"
 cd web
-QP_API_BIN="$tmp/quotaplane-api" CHROMIUM="$chromium" node --test --test-concurrency=1 "${@:-e2e/}"
+# The apis' logs go to $tmp/logs (web/e2e/harness.mjs keepLog); a failure prints their
+# ends, where a console error's cause (a 5xx, a panic) is.
+if ! QP_API_BIN="$tmp/quotaplane-api" QP_E2E_LOGS="$tmp/logs" CHROMIUM="$chromium" node --test --test-concurrency=1 "${@:-e2e/}"; then
+  for f in "$tmp"/logs/*.log; do
+    [ -s "$f" ] || continue
+    echo "--- the end of $(basename "$f" .log)'s api log:"
+    tail -n 60 "$f"
+  done
+  exit 1
+fi

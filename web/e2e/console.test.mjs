@@ -18,6 +18,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { keepLog } from './harness.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const outDir = path.join(root, 'test-output', 'e2e');
@@ -69,6 +70,7 @@ before(async () => {
   });
   api.stdout.on('data', (d) => { apiLog += d; });
   api.stderr.on('data', (d) => { apiLog += d; });
+  keepLog(api, 'console');
   const deadline = Date.now() + 60_000;
   for (;;) {
     try { if ((await fetch(base + '/readyz')).ok) break; } catch { /* not up yet */ }

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdirSync } from 'node:fs';
+import { createWriteStream, mkdirSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -59,6 +59,7 @@ export async function startApi(name, suffix) {
   });
   api.stdout.on('data', (d) => { log += d; });
   api.stderr.on('data', (d) => { log += d; });
+  keepLog(api, name);
   const deadline = Date.now() + 60_000;
   for (;;) {
     try { if ((await fetch(base + '/readyz')).ok) break; } catch { /* not up yet */ }
@@ -78,6 +79,17 @@ export async function startApi(name, suffix) {
     try { execFileSync('dropdb', [...pgArgs, '--force', '--if-exists', dbName], { env: pgEnv }); } catch (e) { console.error('dropdb:', e.message); }
   }
   return { base, dbName, op, stop };
+}
+
+// keepLog copies the api's output to $QP_E2E_LOGS/<name>.log when scripts/e2e.sh sets
+// it: the script prints the logs' ends when a test fails (a console error such as an
+// unexpected 503 is explained there, not in the browser).
+export function keepLog(api, name) {
+  const dir = process.env.QP_E2E_LOGS;
+  if (!dir) return;
+  const out = createWriteStream(path.join(dir, `${name}.log`), { flags: 'a' });
+  api.stdout.pipe(out, { end: false });
+  api.stderr.pipe(out, { end: false });
 }
 
 export function launchBrowser() {
