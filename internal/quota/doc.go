@@ -571,8 +571,10 @@
 // never before now: never more than B tokens) and takes an excess. Leases: a path with
 // a bucket is not leased (lease.go's leasable says why). Redis losing the keys makes
 // the buckets full again: like sliding windows, the span holding the loss may admit
-// one more burst. Values: exact while the TAT stays under 2^53 us (the debt is capped
-// at 2^52 us, 142 years).
+// one more burst. Values: the debt is kept at most 2^52 us (142 years), so the TAT is
+// exact as a double; a bucket whose burst x T is longer holds at most 2^52 us / T
+// tokens (1/day: 52,124; a larger cost never fits, and the level counts the tokens
+// above as used), so the cap never forgives a unit.
 //
 // # Sliding windows: the estimate's bound and the precise option
 //
