@@ -566,7 +566,9 @@
 // instead (Config's bucketsOnEngineClock; the reply's debt is the same either way).
 // A denial's retry is the wait until debt + c x T <= B x T, to the ms above; a cost
 // above B (or L = 0) can never fit and carries no retry (vocab.Result.RetryAfter 0).
-// Shadow and warn count past an empty bucket as empty: it never holds less than 0.
+// Shadow and warn count past an empty bucket as empty: it never holds less than 0,
+// and a debt already past empty (a burst lowered, a rate raised) stays: a forced check
+// never gives tokens.
 // A reservation takes tokens; settling gives back the unused ones (the TAT moves back,
 // never before now: never more than B tokens) and takes an excess. Leases: a path with
 // a bucket is not leased (lease.go's leasable says why). Redis losing the keys makes

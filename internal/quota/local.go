@@ -192,7 +192,8 @@ func (s *localSlot) take(now time.Time) {
 	if s.per == 0 || s.cost == 0 {
 		return
 	}
-	d := min(s.debt(now)+time.Duration(s.cost)*s.per, time.Duration(s.burst)*s.per)
+	// forced past empty: empty; a debt already past it stays (never gives tokens)
+	d := max(min(s.debt(now)+time.Duration(s.cost)*s.per, time.Duration(s.burst)*s.per), s.debt(now))
 	s.c.tat = now.Add(d)
 	s.c.end = s.c.tat
 }

@@ -562,7 +562,9 @@ if cost > 0 and status ~= 3 then
         local bb = #packed / 8 - 2 * nb
         local d = math.ceil(gd[r] + c * t)
         local full = math.ceil(a[bb + 2 * (-1 - a[q + 1])] * t)
-        if d > full then d = full end -- forced past the bucket: empty, not below
+        -- forced past the bucket: empty, not below; a debt already past it (the burst
+        -- lowered, the rate raised) stays, as a forced check never gives tokens
+        if d > full then d = math.max(full, gd[r]) end
         if d > GCAP then d = GCAP end -- forced past GCAP / T tokens: empty
         gd[r] = d
         redis.call('SET', gk[r], fmt('%.17g', gnow + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
