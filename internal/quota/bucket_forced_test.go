@@ -39,4 +39,3 @@ func TestBucketLimitChanges(t *testing.T) {
 		t.Errorf("a warn check forgave the debt of a lowered burst")
 	}
 }
-
