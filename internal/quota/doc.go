@@ -566,13 +566,17 @@
 // instead (Config's bucketsOnEngineClock; the reply's debt is the same either way).
 // A denial's retry is the wait until debt + c x T <= B x T, to the ms above; a cost
 // above B (or L = 0) can never fit and carries no retry (vocab.Result.RetryAfter 0).
-// Shadow and warn count past an empty bucket as empty: it never holds less than 0.
+// Shadow and warn count past an empty bucket as empty: it never holds less than 0,
+// and a debt already past empty (a burst lowered, a rate raised) stays: a forced check
+// never gives tokens.
 // A reservation takes tokens; settling gives back the unused ones (the TAT moves back,
 // never before now: never more than B tokens) and takes an excess. Leases: a path with
 // a bucket is not leased (lease.go's leasable says why). Redis losing the keys makes
 // the buckets full again: like sliding windows, the span holding the loss may admit
-// one more burst. Values: exact while the TAT stays under 2^53 us (the debt is capped
-// at 2^52 us, 142 years).
+// one more burst. Values: the debt is kept at most 2^52 us (142 years), so the TAT is
+// exact as a double; a bucket whose burst x T is longer holds at most 2^52 us / T
+// tokens (1/day: 52,124; a larger cost never fits, and the level counts the tokens
+// above as used), so the cap never forgives a unit.
 //
 // # Sliding windows: the estimate's bound and the precise option
 //

@@ -21,7 +21,9 @@ import (
 //   - A token bucket stays a bucket, of this replica's share of its rate and of its
 //     burst (limit / replicas and burst / replicas, rounded down), starting full: the
 //     replicas together admit at most burst + rate x span of the bucket over any span
-//     of the outage, plus what Redis's bucket had already given.
+//     of the outage, plus what Redis's bucket had already given. As on Redis, its
+//     debt is at most 2^52 us (so it never overflows a time.Duration): a bucket
+//     holds at most that many microseconds' tokens.
 //   - A month limit is a counter for the billing period (from the local clock and
 //     the org's anchor day) that lives in this process: it accumulates the usage
 //     admitted locally over every outage of the period, not the period's real usage.
@@ -172,12 +174,21 @@ func (s *localSlot) wait(now time.Time) (time.Duration, bool) {
 	if s.cost == 0 {
 		return 0, true
 	}
-	if s.per == 0 || s.cost > s.burst {
+	if s.per == 0 || s.cost > s.depth() {
 		return -1, false
 	}
-	need := s.debt(now) + time.Duration(s.cost-s.burst)*s.per
+	need := s.debt(now) + time.Duration(s.cost-s.depth())*s.per
 	return max(need, 0), need <= 0
 }
+
+// localDebtCap is the most debt a token bucket keeps: check.lua's GCAP (2^52 us, 142
+// years), so a debt and a cost's time (each at most the cap) add up without passing
+// time.Duration's 292 years.
+const localDebtCap = bucketDebtCap * time.Microsecond
+
+// depth is the most tokens a token bucket of per > 0 holds: its burst, or as many as
+// localDebtCap holds when that is less (1/day: 52,124).
+func (s *localSlot) depth() int64 { return min(s.burst, int64(localDebtCap/s.per)) }
 
 // debt is how long until a token bucket is full again.
 func (s *localSlot) debt(now time.Time) time.Duration { return max(s.c.tat.Sub(now), 0) }
@@ -192,7 +203,12 @@ func (s *localSlot) take(now time.Time) {
 	if s.per == 0 || s.cost == 0 {
 		return
 	}
-	d := min(s.debt(now)+time.Duration(s.cost)*s.per, time.Duration(s.burst)*s.per)
+	// forced past empty: empty; a debt already past it stays (never gives tokens)
+	d := time.Duration(s.depth()) * s.per
+	if s.cost < s.depth() {
+		d = min(s.debt(now)+time.Duration(s.cost)*s.per, d)
+	}
+	d = max(d, s.debt(now))
 	s.c.tat = now.Add(d)
 	s.c.end = s.c.tat
 }
@@ -203,11 +219,11 @@ func (s *localSlot) status(now time.Time) vocab.LevelStatus {
 		Used: s.c.used, Remaining: max(s.share-s.c.used, 0), ResetAt: s.c.end}
 	if s.bucket {
 		ls.Burst, ls.ResetAt = s.burst, now.Add(s.debt(now))
-		taken := s.burst
+		remaining := int64(0)
 		if s.per > 0 {
-			taken = min(int64((s.debt(now)+s.per-1)/s.per), s.burst)
+			remaining = max(s.depth()-int64((s.debt(now)+s.per-1)/s.per), 0)
 		}
-		ls.Used, ls.Remaining = taken, s.burst-taken
+		ls.Used, ls.Remaining = s.burst-remaining, remaining
 	}
 	return ls
 }

@@ -52,3 +52,21 @@ func TestLocalTokenBucket(t *testing.T) {
 		t.Errorf("a full bucket's whole share: %+v", res)
 	}
 }
+
+// A warn check on a bucket whose burst was lowered below its debt keeps the debt: a
+// forced check never gives tokens back.
+func TestLocalTokenBucketForcedKeepsDebt(t *testing.T) {
+	l := newLocalLimiter(1)
+	now := time.Unix(1_800_000_000, 0)
+	req := func(cost, burst int64, mode vocab.Mode) *Request {
+		return &Request{Org: "o", Team: "t", User: "u", Metric: "requests", Cost: cost, Mode: mode,
+			Limits: LevelLimits{User: []vocab.Limit{{Window: vocab.Second, Limit: 10, Burst: burst}}}}
+	}
+	if !l.decide(req(100, 100, vocab.Enforce), now).Allowed {
+		t.Fatal("a full bucket of 100 refused 100")
+	}
+	l.decide(req(1, 10, vocab.Warn), now)
+	if res := l.decide(req(1, 10, vocab.Enforce), now.Add(2*time.Second)); res.Allowed {
+		t.Errorf("2 s after emptying 100 at 10/s (80 owed), burst lowered to 10: %+v, want refused", res)
+	}
+}

@@ -253,27 +253,39 @@ func decodePacked(s string, req *Request, per vocab.Period, nowMs int64) (vocab.
 // turn into an admission (a cost above a token bucket's burst, or a bucket of rate 0).
 const retryNever = 1 << 53
 
+// bucketDebtCap is check.lua's GCAP (2^52 us, 142 years): the most debt a token bucket
+// keeps, so its TAT stays exact as a double.
+const bucketDebtCap = 1 << 52
+
 // bucketLevel fills in a token bucket's level (Window, Limit and Burst set) from its
 // debt after the check, in microseconds (check.lua's "Token buckets": how long until
 // the bucket is full again, at its rate): the units taken are ceil(debt / T), T = the
 // window's microseconds / Limit, exactly (128-bit), so Remaining is the whole tokens
-// in the bucket now; ResetAt is when it is full again, to the millisecond above.
+// in the bucket now; ResetAt is when it is full again, to the millisecond above. A
+// bucket holds at most bucketDebtCap / T tokens (check.lua's GCAP): the tokens above
+// that count as used, never as remaining.
 func bucketLevel(ls *vocab.LevelStatus, debtUs, nowMs int64) {
-	taken := ls.Burst
+	remaining := int64(0)
 	if ls.Limit > 0 {
 		d := uint64(ls.Window.Duration().Microseconds())
+		depth := uint64(ls.Burst)
+		if hi, lo := bits.Mul64(bucketDebtCap, uint64(ls.Limit)); hi < d {
+			if q, _ := bits.Div64(hi, lo, d); q < depth {
+				depth = q
+			}
+		}
 		hi, lo := bits.Mul64(uint64(debtUs), uint64(ls.Limit))
 		if hi < d {
 			q, r := bits.Div64(hi, lo, d)
 			if r > 0 {
 				q++
 			}
-			if q < uint64(ls.Burst) {
-				taken = int64(q)
+			if q < depth {
+				remaining = int64(depth - q)
 			}
 		}
 	}
-	ls.Used, ls.Remaining = taken, ls.Burst-taken
+	ls.Used, ls.Remaining = ls.Burst-remaining, remaining
 	ls.ResetAt = time.UnixMilli(nowMs + (debtUs+999)/1000).UTC()
 }
 

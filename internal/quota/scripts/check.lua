@@ -288,7 +288,10 @@ end
 -- few ms, and a bucket's bound is on real time: 6 ms apart at 10,000/s would be 60
 -- units over it). The engine's now is used only when the engine says so (1 before the
 -- pairs): simulations at chosen times (quota.CheckCommand) and tests of a fake clock.
-local NEVER, gk, gd, gt, brows, gnow = 9007199254740992, false, false, false, false, 0
+-- Values: a debt is kept at most GCAP = 2^52 us (142 years), so a TAT stays exact as a
+-- double; a bucket whose burst x T is more holds at most GCAP / T tokens (a cost above
+-- that never fits), so the cap never forgives a unit.
+local NEVER, GCAP, gk, gd, gt, brows, gnow = 9007199254740992, 4503599627370496, false, false, false, false, 0
 if nb > 0 then
   local pre, keys = string.match(KEYS[1], '^(.*|)m|'), {}
   gk, gd, gt, brows = {}, {}, {}, {}
@@ -332,10 +335,13 @@ for r = 4, last do
     u, rank = gd[r], ms
     if limit > 0 then gt[r] = ms * 1000 / limit end
     if cost > 0 then
-      if limit <= 0 or cost > burst then
+      if limit <= 0 or cost > burst or cost * gt[r] > GCAP then
         wait = NEVER
       else
         local need = u + (cost - burst) * gt[r]
+        -- the debt is kept under GCAP: a bucket holds at most GCAP / T tokens
+        local over = u + cost * gt[r] - GCAP
+        if over > need then need = over end
         if need > 0 then wait = math.ceil(need / 1000) end
       end
     end
@@ -556,8 +562,10 @@ if cost > 0 and status ~= 3 then
         local bb = #packed / 8 - 2 * nb
         local d = math.ceil(gd[r] + c * t)
         local full = math.ceil(a[bb + 2 * (-1 - a[q + 1])] * t)
-        if d > full then d = full end -- forced past the bucket: empty, not below
-        if d > 4503599627370496 then d = 4503599627370496 end -- 2^52 us: 142 years
+        -- forced past the bucket: empty, not below; a debt already past it (the burst
+        -- lowered, the rate raised) stays, as a forced check never gives tokens
+        if d > full then d = math.max(full, gd[r]) end
+        if d > GCAP then d = GCAP end -- forced past GCAP / T tokens: empty
         gd[r] = d
         redis.call('SET', gk[r], fmt('%.17g', gnow + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
       end
