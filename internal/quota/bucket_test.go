@@ -526,3 +526,30 @@ func TestBucketOneClockAcrossSkewedReplicas(t *testing.T) {
 		t.Errorf("the control on the engines' skewed clocks kept the bound: the test does not make a skew that matters")
 	}
 }
+
+// A bucket whose rate changes (a plan upgraded, a throttle) owes the same units at the
+// new rate: emptied at 1 a day, burst 10, then raised to 100 a second, it is full
+// again 100 ms later, not in 10 days; lowered back, the units taken since are owed at
+// a day each.
+func TestBucketRateChangeKeepsUnitsOwed(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	r := MustRig(t, "", quota.BucketsOnEngineClock(quota.Config{Clock: clk.Now}))
+	org := testenv.ID(t, "o")
+	slow, fast := bucket(vocab.Day, 1, 10), bucket(vocab.Day, 8_640_000, 10) // 100 a second
+	if res := r.MustCheck(t, userBucket(org, 10, slow)); !res.Allowed {
+		t.Fatalf("the burst: %+v", res)
+	}
+	if res := r.MustCheck(t, userBucket(org, 1, fast)); res.Allowed || res.RetryAfter != 10*time.Millisecond {
+		t.Errorf("at once after the upgrade: %+v, want denied, retry 10ms (one unit at 100/s)", res)
+	}
+	clk.Add(100 * time.Millisecond)
+	if lv := levelOf(t, r.MustCheck(t, userBucket(org, 4, fast)), vocab.LevelUser, vocab.Day); lv.Remaining != 6 {
+		t.Errorf("100 ms after the upgrade and 4 taken: %d tokens, want 6", lv.Remaining)
+	}
+	// Back to 1 a day: the 4 units owed are 4 days.
+	res := r.MustCheck(t, userBucket(org, 7, slow))
+	if res.Allowed || res.RetryAfter != 24*time.Hour {
+		t.Errorf("7 of the 6 left at 1 a day: %+v, want denied, retry 1 day", res)
+	}
+}

@@ -561,7 +561,11 @@
 // the engine's clock of every other decision ("Time"): the engines' clocks agree only
 // to their samples' round trips and drift, a few ms, which a bucket turns into units
 // over its bound (the fault schedule measured 0.01-0.13 at 10/s when buckets used them).
-// A Redis failover moves the clock by the nodes' difference, once. Tests of a fake
+// A Redis failover moves the clock by the nodes' difference, once. A rate that changes
+// (a plan upgraded, a throttle) keeps the units owed, not the time: the key keeps the T
+// and the time of its write, and a new T converts what was owed then and pays it off
+// at the new rate since (TestBucketRateChangeKeepsUnitsOwed: 1 a day to 100 a second is
+// full again in 100 ms, not 10 days). Tests of a fake
 // clock and simulations at chosen times (CheckCommand) decide on the engine's now
 // instead (Config's bucketsOnEngineClock; the reply's debt is the same either way).
 // A denial's retry is the wait until debt + c x T <= B x T, to the ms above; a cost

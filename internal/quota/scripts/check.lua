@@ -288,6 +288,11 @@ end
 -- few ms, and a bucket's bound is on real time: 6 ms apart at 10,000/s would be 60
 -- units over it). The engine's now is used only when the engine says so (1 before the
 -- pairs): simulations at chosen times (quota.CheckCommand) and tests of a fake clock.
+-- The key holds '<TAT>:<T>:<written>': the T and the time it was written with. When the
+-- rate changed since (a plan upgraded or throttled), the units owed then are owed at
+-- the new rate, paid off since at the new rate: debt = (TAT - written) x T now / T then
+-- - (now - written), rounded up. An upgrade from 1 a day to 100 a second owes 10 ms a
+-- unit, not the old rate's days. A value of the TAT alone is read as it is.
 -- Values: a debt is kept at most GCAP = 2^52 us (142 years), so a TAT stays exact as a
 -- double; a bucket whose burst x T is more holds at most GCAP / T tokens (a cost above
 -- that never fits), so the cap never forgives a unit.
@@ -297,11 +302,12 @@ if nb > 0 then
   gk, gd, gt, brows = {}, {}, {}, {}
   local q, bb = 8 + 2 * nw, #packed / 8 - 2 * nb -- bb: before the buckets' pairs
   for r = 4, a[8] + 3 do
-    local l, w = a[q + 1], a[q + 2]
+    local l, w, limit = a[q + 1], a[q + 2], a[q + 3]
     if w < -1 then
       local j = -1 - w
       gk[r] = pre .. 'g|' .. fmt('%d', a[bb + 2 * j - 1] / 1000) .. '|' .. ARGV[l]
       keys[#keys + 1], brows[#brows + 1] = gk[r], r
+      if limit > 0 then gt[r] = a[bb + 2 * j - 1] * 1000 / limit end
     end
     q = q + 3
   end
@@ -313,8 +319,17 @@ if nb > 0 then
     gnow = tonumber(t[1]) * 1000000 + tonumber(t[2])
   end
   for i, r in ipairs(brows) do
-    local tat = tonumber(v[i])
-    gd[r] = tat and tat > gnow and tat - gnow or 0
+    local tat, was, at = false, false, false
+    if v[i] then
+      local x, y, z = string.match(v[i], '^([^:]*):([^:]*):(.*)$')
+      if x then tat, was, at = tonumber(x), tonumber(y), tonumber(z) else tat = tonumber(v[i]) end
+    end
+    local d = tat and tat > gnow and tat - gnow or 0
+    if tat and was and at and was > 0 and gt[r] and was ~= gt[r] and tat > at then
+      d = math.ceil((tat - at) * gt[r] / was) - (gnow - at)
+      if d < 0 then d = 0 elseif d > GCAP then d = GCAP end
+    end
+    gd[r] = d
   end
 end
 
@@ -333,7 +348,6 @@ for r = 4, last do
     local bb = #packed / 8 - 2 * nb
     local ms, burst = a[bb + 2 * (-1 - w) - 1], a[bb + 2 * (-1 - w)]
     u, rank = gd[r], ms
-    if limit > 0 then gt[r] = ms * 1000 / limit end
     if cost > 0 then
       if limit <= 0 or cost > burst or cost * gt[r] > GCAP then
         wait = NEVER
@@ -567,7 +581,7 @@ if cost > 0 and status ~= 3 then
         if d > full then d = math.max(full, gd[r]) end
         if d > GCAP then d = GCAP end -- forced past GCAP / T tokens: empty
         gd[r] = d
-        redis.call('SET', gk[r], fmt('%.17g', gnow + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
+        redis.call('SET', gk[r], fmt('%.17g:%.17g:%.17g', gnow + d, t, gnow), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
       end
     end
   end

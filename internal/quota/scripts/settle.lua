@@ -205,14 +205,22 @@ local function settle(rkey, id, action, used)
     local g, o = gives[m], overs[m]
     if g > 0 or o > 0 then
       local nowu = gnow
-      local tat = tonumber(redis.call('GET', key)) or nowu
+      -- '<TAT>:<T>:<written>' (check.lua): units move the TAT at the T it was written
+      -- with, the bucket's rate unless its limit changed since the reservation
+      local v = redis.call('GET', key)
+      local tat = false
+      if v then
+        local x, y = string.match(v, '^([^:]*):([^:]*):')
+        if x then tat, t = tonumber(x), tonumber(y) or t else tat = tonumber(v) end
+      end
+      tat = tat or nowu
       if tat < nowu then tat = nowu end
       local d = math.ceil(tat - nowu + (o - g) * t)
       if d > 4503599627370496 then d = 4503599627370496 end
       if d <= 0 then
         redis.call('DEL', key)
       else
-        redis.call('SET', key, fmt('%.17g', nowu + d), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
+        redis.call('SET', key, fmt('%.17g:%.17g:%.17g', nowu + d, t, nowu), 'PX', fmt('%d', math.ceil(d / 1000) + 60000))
       end
     end
   end
