@@ -303,8 +303,8 @@ func appendLabels(a []any, letter, id string, limits []vocab.Limit) []any {
 // the given key prefix sends for req when its clock (Redis TIME on the monotonic clock) reads
 // now: for tools that measure Redis's own ceiling for the check script (loadgen
 // -resp), and for simulations at chosen times, so its token buckets are decided at now
-// too, not at the script's Redis TIME as an engine's are. CheckScript is the script it runs. It fails as New does for a bad prefix and
-// as Check does for a bad request.
+// too, not at the script's Redis TIME as an engine's are. CheckScript is the script it
+// runs. It fails as New does for a bad prefix and as Check does for a bad request.
 func CheckCommand(prefix string, req Request, now time.Time) ([]any, error) {
 	cfg := Config{KeyPrefix: prefix, bucketsOnEngineClock: true} // a simulation's time is now
 	if err := cfg.setDefaults(); err != nil {
