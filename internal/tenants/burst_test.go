@@ -173,6 +173,8 @@ func TestBurstValidation(t *testing.T) {
 		{"concurrent", bucket("requests", vocab.Concurrent, 10, 5), "burst", "applies only to second, minute, hour and day windows"},
 		{"negative", bucket("requests", vocab.Second, 10, -1), "burst", "must be 1 to"},
 		{"bound", bucket("requests", vocab.Second, 10, vocab.MaxUnits+1), "burst", "must be 1 to"},
+		// 1 a day refills 52,125 units in more than 2^52 us: the engine could not hold them
+		{"depth", bucket("requests", vocab.Day, 1, 52_125), "burst", "takes more than 142 years to refill at 1 per day: at most 52124"},
 	}
 	for _, tc := range bad {
 		ls := []vocab.Limit{lim("requests", vocab.Minute, 50), tc.l}

@@ -2,6 +2,7 @@ package tenants
 
 import (
 	"fmt"
+	"math/bits"
 	"regexp"
 	"slices"
 
@@ -35,6 +36,10 @@ func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 		case l.Burst < 1 || l.Burst > vocab.MaxUnits:
 			// A bucket holds whole units, exact to vocab.MaxUnits as a counter is.
 			errs.add(f+".burst", "must be 1 to %d", vocab.MaxUnits)
+		case l.Limit > 0 && refillTooLong(l):
+			// The engine keeps a bucket's debt under 2^52 us (internal/quota/doc.go "Token
+			// buckets"): a deeper bucket would silently hold less than its burst.
+			errs.add(f+".burst", "takes more than 142 years to refill at %d per %s: at most %d", l.Limit, l.Window, maxBurst(l))
 		}
 		k := limitKey{l.Metric, l.Window}
 		if seen[k] {
@@ -42,6 +47,31 @@ func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 		}
 		seen[k] = true
 	}
+}
+
+// bucketDepth is the most time a bucket may take to refill from empty, in
+// microseconds: the engine's cap on a debt (quota's GCAP, 2^52 us, 142 years).
+const bucketDepth = 1 << 52
+
+// refillTooLong reports whether bucket l (Limit > 0) takes longer than bucketDepth to
+// refill from empty: Burst x window (us) > bucketDepth x Limit, in 128 bits.
+func refillTooLong(l vocab.Limit) bool {
+	w := uint64(l.Window.Duration().Microseconds())
+	hi1, lo1 := bits.Mul64(uint64(l.Burst), w)
+	hi2, lo2 := bits.Mul64(bucketDepth, uint64(l.Limit))
+	return hi1 > hi2 || hi1 == hi2 && lo1 > lo2
+}
+
+// maxBurst is the largest burst of l's rate and window that refills within
+// bucketDepth.
+func maxBurst(l vocab.Limit) int64 {
+	w := uint64(l.Window.Duration().Microseconds())
+	hi, lo := bits.Mul64(bucketDepth, uint64(l.Limit))
+	if hi >= w {
+		return vocab.MaxUnits
+	}
+	q, _ := bits.Div64(hi, lo, w)
+	return int64(min(q, uint64(vocab.MaxUnits)))
 }
 
 // normalize sorts limits by metric then window (shortest first), so stored and

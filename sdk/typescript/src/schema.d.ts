@@ -1233,9 +1233,11 @@ export interface components {
              * @description Makes a `second`, `minute`, `hour` or `day` limit a token bucket: it refills
              *     `limit` units per window and holds at most `burst` (it starts full), so a
              *     quiet caller may spend `burst` at once, then `limit` per window. Absent: a
-             *     sliding window. Refused (400) on a `month` or `concurrent` window. A child's
-             *     bucket may not exceed its parent's rate or burst in the same metric and
-             *     window (422); a parent without a bucket there bounds only the rate.
+             *     sliding window. Refused (400) on a `month` or `concurrent` window, and when
+             *     the bucket would take more than 2^52 microseconds (142 years) to refill
+             *     from empty (`burst` x window / `limit`: at 1 a day, at most 52,124). A
+             *     child's bucket may not exceed its parent's rate or burst in the same metric
+             *     and window (422); a parent without a bucket there bounds only the rate.
              */
             burst?: number;
         };
