@@ -1,10 +1,8 @@
 package quota_test
 
 import (
-	"cmp"
 	"context"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -344,39 +342,10 @@ func TestBucketHotPathNotLeased(t *testing.T) {
 	org := testenv.ID(t, "org")
 	req := quota.Request{Org: org, Team: "eng", User: "u", Metric: "requests", Cost: 1,
 		Limits: quota.LevelLimits{User: []vocab.Limit{bucket(vocab.Second, rate, burst)}}}
-	var mu sync.Mutex
-	var adm []admission
-	var leased atomic.Int64
-	base := time.Now()
-	stop := base.Add(1500 * time.Millisecond)
-	var wg sync.WaitGroup
-	for g := range 8 {
-		r := rigs[g%2]
-		wg.Go(func() {
-			for time.Now().Before(stop) {
-				t0 := time.Now()
-				res, err := r.e.Check(context.Background(), req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if res.Allowed {
-					t1 := time.Now()
-					mu.Lock()
-					adm = append(adm, admission{ms: t0.Sub(base).Microseconds(), end: t1.Sub(base).Microseconds(), cost: 1})
-					mu.Unlock()
-					if res.Leased {
-						leased.Add(1)
-					}
-				}
-			}
-		})
+	adm, leased := hammer(t, rigs, req, 8, 1500*time.Millisecond)
+	if leased > 0 || taken.Load() > 0 {
+		t.Errorf("%d admissions from %d leases on a bucket's path", leased, taken.Load())
 	}
-	wg.Wait()
-	if leased.Load() > 0 || taken.Load() > 0 {
-		t.Errorf("%d admissions from %d leases on a bucket's path", leased.Load(), taken.Load())
-	}
-	slices.SortFunc(adm, func(a, b admission) int { return cmp.Compare(a.ms, b.ms) })
 	for _, span := range []int64{1_000, 100_000, 1_000_000} { // µs
 		bound := burst + rate*span/1_000_000
 		if got := worstCertainSpan(adm, span); got > bound {
@@ -465,32 +434,7 @@ func TestBucketOneClockAcrossSkewedReplicas(t *testing.T) {
 		}
 		org := testenv.ID(t, "org")
 		req := userBucket(org, 1, bucket(vocab.Second, rate, burst))
-		var mu sync.Mutex
-		var adm []admission
-		start := time.Now()
-		stop := start.Add(1200 * time.Millisecond)
-		var wg sync.WaitGroup
-		for g := range 6 {
-			r := rigs[g%2]
-			wg.Go(func() {
-				for time.Now().Before(stop) {
-					t0 := time.Now()
-					res, err := r.e.Check(context.Background(), req)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if res.Allowed {
-						t1 := time.Now()
-						mu.Lock()
-						adm = append(adm, admission{ms: t0.Sub(start).Microseconds(), end: t1.Sub(start).Microseconds(), cost: 1})
-						mu.Unlock()
-					}
-				}
-			})
-		}
-		wg.Wait()
-		slices.SortFunc(adm, func(a, b admission) int { return cmp.Compare(a.ms, b.ms) })
+		adm, _ := hammer(t, rigs, req, 6, 1200*time.Millisecond)
 		// every span from a call's start to a later call's end, counting the calls wholly
 		// inside it: its excess over burst + rate x span
 		worst = -1e9

@@ -80,6 +80,44 @@ type admission struct {
 	cost int64
 }
 
+// hammer runs workers goroutines, spread over rigs, checking req in a loop for d, and
+// returns its admissions (µs from the start, a call's send and answer), sorted by
+// send, and how many of them came from a lease.
+func hammer(t *testing.T, rigs []*testRig, req quota.Request, workers int, d time.Duration) ([]admission, int64) {
+	t.Helper()
+	var mu sync.Mutex
+	var adm []admission
+	var leased atomic.Int64
+	base := time.Now()
+	stop := base.Add(d)
+	var wg sync.WaitGroup
+	for g := range workers {
+		r := rigs[g%len(rigs)]
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				t0 := time.Now()
+				res, err := r.e.Check(context.Background(), req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res.Allowed {
+					t1 := time.Now()
+					mu.Lock()
+					adm = append(adm, admission{ms: t0.Sub(base).Microseconds(), end: t1.Sub(base).Microseconds(), cost: 1})
+					mu.Unlock()
+					if res.Leased {
+						leased.Add(1)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(adm, func(a, b admission) int { return cmp.Compare(a.ms, b.ms) })
+	return adm, leased.Load()
+}
+
 // worstCertainSpan is the most units admitted in a real span [s, s+span) certainly:
 // admissions between ms and end (µs, a call's start and return), counted only when
 // both lie inside the span.
@@ -380,38 +418,8 @@ func TestPreciseWindowWithLeases(t *testing.T) {
 		// start at 850 ms into a second: the burst lands late in its bucket
 		now := rigs[0].e.Now()
 		time.Sleep(time.Duration(1850-now.UnixMilli()%1000) * time.Millisecond)
-		var mu sync.Mutex
-		var adm []admission
-		var nleased atomic.Int64
-		stop := time.Now().Add(3 * time.Second)
-		base := time.Now()
-		var wg sync.WaitGroup
-		for g := range 8 {
-			r := rigs[g%2]
-			wg.Go(func() {
-				ctx := context.Background()
-				for time.Now().Before(stop) {
-					t0 := time.Now()
-					res, err := r.e.Check(ctx, req)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					if res.Allowed {
-						t1 := time.Now()
-						mu.Lock()
-						adm = append(adm, admission{ms: t0.Sub(base).Microseconds(), end: t1.Sub(base).Microseconds(), cost: 1})
-						mu.Unlock()
-						if res.Leased {
-							nleased.Add(1)
-						}
-					}
-				}
-			})
-		}
-		wg.Wait()
-		slices.SortFunc(adm, func(a, b admission) int { return cmp.Compare(a.ms, b.ms) })
-		return worstCertainSpan(adm, 995_000), nleased.Load(), total(adm) // µs
+		adm, nleased := hammer(t, rigs, req, 8, 3*time.Second)
+		return worstCertainSpan(adm, 995_000), nleased, total(adm) // µs
 	}
 	pw, pl, pa := run(true)
 	dw, dl, da := run(false)
