@@ -133,6 +133,11 @@ type Request struct {
 	// at most one Derived beside them. Empty for a one-metric request. A multi-metric
 	// request is never leased.
 	More []MetricCost
+	// Capacities are the capacities the request draws on (capacity.go): an operator's
+	// capacity of one of its metrics, and an org limit marked fair_share shared by
+	// the request's team. Each draws the cost of its Metric, which must be one of the
+	// request's; all or nothing with every limit of the request.
+	Capacities []CapacityDraw
 }
 
 // MaxMetrics is the most metrics one request may name (Metric and More, Derived
@@ -163,6 +168,11 @@ func (r *Request) derivedCount() int {
 		}
 	}
 	return n
+}
+
+// names reports whether metric is one of req's metrics.
+func (r *Request) names(metric string) bool {
+	return metric == r.Metric || slices.ContainsFunc(r.More, func(m MetricCost) bool { return m.Metric == metric })
 }
 
 // metricAt is req's i-th metric (0: Metric), its cost and limits.
@@ -212,6 +222,16 @@ func (r *Request) Validate() error {
 		}
 		if m.Metric == r.Metric || slices.ContainsFunc(r.More[:i], func(o MetricCost) bool { return o.Metric == m.Metric }) {
 			bad("metric %q named twice", m.Metric)
+		}
+	}
+	for i := range r.Capacities {
+		d := &r.Capacities[i]
+		if err := d.validate(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !r.names(d.Metric) {
+			bad("capacity %s counts metric %s, which the request does not name", d.ID, d.Metric)
 		}
 	}
 	if k := r.IdempotencyKey; k != "" && (len(k) < 8 || len(k) > 128 || !validChars(k)) {

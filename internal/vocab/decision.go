@@ -57,4 +57,8 @@ type Blocked struct {
 	Level  Level
 	ID     string
 	Window Window
+	// FairShare is true when an org limit marked fair_share refused a team that was
+	// past its weighted share of it above the limit's saturation point (Level is then
+	// LevelOrg and ID the org).
+	FairShare bool
 }

@@ -68,6 +68,9 @@ const (
 	LevelOrg  Level = "org"
 	LevelTeam Level = "team"
 	LevelUser Level = "user"
+	// LevelCapacity is no step of the cascade: it names an operator's capacity, a
+	// limit above every org (Blocked.ID is the capacity's id).
+	LevelCapacity Level = "capacity"
 )
 
 // Mode is an org's enforcement mode. All modes count usage; only Enforce denies.
