@@ -105,6 +105,7 @@ type Engines struct {
 	inflight *orgSlots // each org's checks in flight, against MaxInFlightPerOrg
 
 	local   *localLimiter
+	caps    *capacities
 	metrics *enginesMetrics
 	tracer  trace.Tracer // nil when tracing is off
 
@@ -180,6 +181,7 @@ func NewEngines(cfg EnginesConfig) (*Engines, error) {
 		return nil, fmt.Errorf("quota router: metrics: %w", err)
 	}
 	r.metrics = m
+	r.caps = newCapacities(r)
 	return r, nil
 }
 
@@ -368,6 +370,12 @@ func (r *Engines) decide(ctx context.Context, cs []Check) {
 	}()
 	var first lane  // the lane of the first check routed, its items in items
 	var more []lane // every lane, first's included, once a second Redis is named
+	var caps *capacityDraws
+	defer func() {
+		if caps != nil {
+			caps.settle(r, cs)
+		}
+	}()
 	for i := range cs {
 		c := &cs[i]
 		c.Result, c.Outcome = vocab.Result{}, Outcome{}
@@ -379,6 +387,14 @@ func (r *Engines) decide(ctx context.Context, cs []Check) {
 			continue
 		}
 		slots = append(slots, c.Request.Org)
+		if len(c.Request.Capacities) > 0 {
+			if caps == nil {
+				caps = &capacityDraws{}
+			}
+			if !caps.draw(ctx, r, cs, i) {
+				continue // answered by its capacities
+			}
+		}
 		b, err := r.backendFor(r.urlOf(&c.Route))
 		if err != nil {
 			c.Err = err

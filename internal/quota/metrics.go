@@ -35,6 +35,10 @@ type enginesMetrics struct {
 	leasedChecks prometheus.Counter     // leaseChecks{answer="leased"}
 	leaseMisses  prometheus.Counter     // leaseChecks{answer="miss"}
 
+	capDraws *prometheus.CounterVec // capacity, answer: granted, full, share
+	capUsed  *prometheus.GaugeVec   // capacity: used in its window at the last draw
+	capLimit *prometheus.GaugeVec   // capacity
+
 	planChecks *prometheus.CounterVec // plan, decision, degraded
 	orgChecks  *prometheus.CounterVec // org, decision
 	scopedMu   sync.RWMutex           // a map under RLock: a struct key of strings does not allocate, a sync.Map key would
@@ -124,17 +128,50 @@ func newEnginesMetrics(r *Engines, reg prometheus.Registerer) (*enginesMetrics, 
 		Help: "Checks of hot paths: answer is leased (admitted in process from a lease) or miss (sent to Redis: no lease fitted, or one was being taken).",
 	}, []string{"answer"})
 	m.leasedChecks, m.leaseMisses = m.leaseChecks.WithLabelValues("leased"), m.leaseChecks.WithLabelValues("miss")
+	m.capDraws = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "quotaplane_capacity_draws_total",
+		Help: "Draws of this replica on a capacity in Redis (a grant for a member's checks). capacity is the operator's capacity id, or fair_share for an org limit shared by its teams; answer is granted, full (the capacity had no room) or share (the member was past its fair share above the saturation point).",
+	}, []string{"capacity", "answer"})
+	m.capUsed = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "quotaplane_capacity_used_units",
+		Help: "Units used in a capacity's sliding window (granted to every replica), as this replica's last draw on it saw them. capacity as in quotaplane_capacity_draws_total.",
+	}, []string{"capacity"})
+	m.capLimit = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "quotaplane_capacity_limit_units",
+		Help: "A capacity's limit per window, as this replica last drew on it.",
+	}, []string{"capacity"})
 	m.orgLabels = newOrgLabels(m.orgChecks, max(r.cfg.MetricsOrgs, 0), r.cfg.MetricsOrgsWindow)
 	m.preinit()
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.badReply, m.bounded, m.refused, m.leases, m.leaseUnits, m.leaseChecks, m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
+	for _, c := range []prometheus.Collector{m.capDraws, m.capUsed, m.capLimit, m.badReply, m.bounded, m.refused, m.leases, m.leaseUnits, m.leaseChecks, m.reservations, m.overUnits, m.checks, m.duration, m.pipeSize, m.rtt, m.resends, m.planChecks, m.orgChecks, &poolCollector{r: r}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// capacityDraw records a draw's answer. An org limit's fair share is labelled
+// fair_share: a label per org would grow with the tenants.
+func (m *enginesMetrics) capacityDraw(d *CapacityDraw, rep drawReply) {
+	id := d.ID
+	if d.FairShare {
+		id = "fair_share"
+	}
+	answer := "granted"
+	switch rep.why {
+	case "c":
+		answer = "full"
+	case "f":
+		answer = "share"
+	}
+	m.capDraws.WithLabelValues(id, answer).Inc()
+	if !d.FairShare {
+		m.capUsed.WithLabelValues(id).Set(float64(rep.used))
+		m.capLimit.WithLabelValues(id).Set(float64(d.Limit))
+	}
 }
 
 // replyError counts a check or reservation whose script reply was unreadable.
