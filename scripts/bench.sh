@@ -68,6 +68,9 @@ if [ "${BENCH_GO:-1}" != 0 ]; then
   echo "Engine: ${BENCH_WINDOW_CHECKS:-100000} checks with a per-second limit, the two-bucket estimate then the precise window, at 64-way concurrency..."
   go test -run '^$' -bench 'BenchmarkCheckWindows$' -benchmem -benchtime "${BENCH_WINDOW_CHECKS:-100000}x" ./internal/quota/ | tee -a "$out"
   echo
+  echo "Engine: ${BENCH_CAPACITY_CHECKS:-100000} checks without a capacity, then drawing on one (one org; 1,000 orgs), at 64-way concurrency..."
+  go test -run '^$' -bench 'BenchmarkCheckCapacity$' -benchmem -benchtime "${BENCH_CAPACITY_CHECKS:-100000}x" ./internal/quota/ | tee -a "$out"
+  echo
   # Several metrics: a requests+tokens decision as one two-metric check, then as two
   # one-metric checks; ns/decision and redis-ns/decision side by side
   echo "Engine: ${BENCH_METRIC_CHECKS:-100000} decisions of requests and tokens, one two-metric check vs two one-metric checks, at 64-way concurrency..."
@@ -368,6 +371,16 @@ END {
     if (v[we, "redis-µs/check"] > 0 && v[wb, "redis-µs/check"] > 0)
       printf "; Redis %.1f / %.1f µs = %.2fx", v[wb, "redis-µs/check"], v[we, "redis-µs/check"], v[wb, "redis-µs/check"] / v[we, "redis-µs/check"]
     printf "\n"
+  }
+  cn = "CheckCapacity/none"
+  for (ci = 1; ci <= 2; ci++) {
+    cw = ci == 1 ? "CheckCapacity/one-org" : "CheckCapacity/1000-orgs"
+    if (v[cn, "ns/check"] > 0 && v[cw, "ns/check"] > 0) {
+      printf "  with a capacity (%s) vs without, per check: %.0f / %.0f ns = %.2fx", substr(cw, 15), v[cw, "ns/check"], v[cn, "ns/check"], v[cw, "ns/check"] / v[cn, "ns/check"]
+      if (v[cn, "redis-µs/check"] > 0 && v[cw, "redis-µs/check"] > 0)
+        printf "; Redis %.1f / %.1f µs = %.2fx, %.3f scripts a check", v[cw, "redis-µs/check"], v[cn, "redis-µs/check"], v[cw, "redis-µs/check"] / v[cn, "redis-µs/check"], v[cw, "scripts/check"]
+      printf "\n"
+    }
   }
   # Money: the same requests+tokens check, priced (spend counted and budgeted at every
   # level, a third metric of the same script run) beside unpriced, one run

@@ -289,3 +289,68 @@ func BenchmarkCheckTwoMetrics(b *testing.B) { benchMetrics(b, true) }
 
 // BenchmarkCheckTwoMetricsApart is the same decision as two one-metric checks.
 func BenchmarkCheckTwoMetricsApart(b *testing.B) { benchMetrics(b, false) }
+
+// BenchmarkCheckCapacity runs the same checks through a router without a capacity,
+// with one every check draws on (one org: its grants answer most checks in process),
+// and with one drawn on by 1,000 orgs (each org's grants smaller, so more draws go to
+// Redis). It reports ns/check and Redis's time per check (every EVALSHA, capacity.lua's
+// included) on a private redis-server when there is one; make bench prints the
+// ratios.
+func BenchmarkCheckCapacity(b *testing.B) {
+	url := "" // the shared test Redis
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		_, port := startRedisServerAnyPort(b)
+		url = fmt.Sprintf("redis://127.0.0.1:%d/0", port)
+	}
+	for _, kind := range []string{"none", "one-org", "1000-orgs"} {
+		b.Run(kind, func(b *testing.B) { benchCapacity(b, url, kind) })
+	}
+}
+
+func benchCapacity(b *testing.B, url, kind string) {
+	r, _ := MustEngines(b, quota.EnginesConfig{DefaultURL: url})
+	rig := MustRig(b, url, quota.Config{}) // for INFO only
+	org := testenv.ID(b, "org")
+	reqs := benchRequests(org, 1<<40)
+	if kind == "1000-orgs" {
+		all := make([]quota.Request, 0, 1000)
+		for i := range 1000 {
+			q := reqs[i%len(reqs)]
+			q.Org = fmt.Sprintf("%s-%d", org, i)
+			all = append(all, q)
+		}
+		reqs = all
+	}
+	c := quota.Capacity{ID: "gpu", Metric: "requests", Window: vocab.Minute, Limit: 1 << 40}
+	for i := range reqs {
+		if kind != "none" {
+			reqs[i].Capacities = []quota.CapacityDraw{{Capacity: c, Member: reqs[i].Org, Weight: 1}}
+		}
+	}
+	ctx := context.Background()
+	for i := range reqs { // hydrate every org outside the timing
+		if _, _, err := r.Check(ctx, vocab.Route{}, quota.Request{Org: reqs[i].Org, Metric: "warmup"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	calls0, usec0 := evalshaStats(b, rig)
+	var next atomic.Int64
+	b.SetParallelism(max(1, 64/runtime.GOMAXPROCS(0)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			res, _, err := r.Check(ctx, vocab.Route{}, reqs[next.Add(1)%int64(len(reqs))])
+			if err != nil || !res.Allowed {
+				b.Errorf("check: %+v %v", res.BlockedAt, err)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N), "ns/check")
+	if calls1, usec1 := evalshaStats(b, rig); calls1 > calls0 {
+		b.ReportMetric(float64(usec1-usec0)/float64(b.N), "redis-µs/check")
+		b.ReportMetric(float64(calls1-calls0)/float64(b.N), "scripts/check")
+	}
+}
