@@ -97,6 +97,7 @@ func TestCluster(t *testing.T) {
 	}
 
 	bucketOnCluster(t, apis, prefix)
+	capacityOnCluster(t, apis, prefix)
 
 	// The busy org is the one the load favours; its slot's primary is the one killed.
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: cl.addrs()})
@@ -879,4 +880,109 @@ func bucketOnCluster(t *testing.T, apis []string, prefix string) {
 		}
 	}
 	t.Logf("token bucket on the cluster: %d of 12 concurrent checks over 3 replicas admitted at burst 3, Retry-After %v", ok.Load(), retries)
+}
+
+// capacityOnCluster creates an operator's capacity (200 gpu units a second, its keys in
+// a slot of their own, apart from every org's) and one org alone on it, then hammers
+// it for 4 s from 24 clients over the three replicas: the org uses at least 90 % of the
+// capacity in the seconds after the first, and no real span of one second holds more
+// admitted units than the limit (a check counts in a span only when its whole call
+// lies in it, so the figure never overstates).
+func capacityOnCluster(t *testing.T, apis []string, prefix string) {
+	t.Helper()
+	const limit, run = 200, 4 * time.Second
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
+	do := func(url, body string) (int, string) {
+		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		res, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	org, capID := prefix+"-cap", prefix+"-gpu"
+	for _, c := range [][2]string{
+		{"/v1/capacities", `{"id":"` + capID + `","metric":"gpu","window":"second","limit":` + strconv.Itoa(limit) + `}`},
+		{"/v1/plans", `{"id":"` + org + `","name":"C","fail_mode":"closed","limits":[{"metric":"gpu","window":"month","limit":100000000}]}`},
+		{"/v1/orgs", `{"id":"` + org + `","name":"C","plan":"` + org + `"}`},
+	} {
+		if code, body := do(apis[0]+c[0], c[1]); code != 201 {
+			t.Fatalf("POST %s = %d %s", c[0], code, body)
+		}
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest("DELETE", apis[0]+"/v1/capacities/"+capID, nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		if res, err := hc.Do(req); err == nil {
+			res.Body.Close()
+		}
+	})
+	type call struct{ start, end time.Time }
+	var mu sync.Mutex
+	var admitted []call
+	var refused, failed int
+	var samples []string
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range 24 {
+		wg.Go(func() {
+			for time.Since(start) < run {
+				s := time.Now()
+				code, body := do(apis[w%len(apis)]+"/v1/check", `{"org":"`+org+`","metric":"gpu"}`)
+				e := time.Now()
+				mu.Lock()
+				switch {
+				case code == 200:
+					admitted = append(admitted, call{s, e})
+				case code == 429 && strings.Contains(body, `"capacity"`) && strings.Contains(body, capID):
+					refused++
+				default:
+					failed++
+					if len(samples) < 3 {
+						samples = append(samples, fmt.Sprintf("%d %.200s", code, body))
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if failed > 0 {
+		t.Errorf("%d checks on the capacity neither admitted nor refused by it: %q", failed, samples)
+	}
+	slices.SortFunc(admitted, func(a, b call) int { return a.start.Compare(b.start) })
+	worst := 0
+	for i := range admitted {
+		n := 0
+		for j := i; j < len(admitted) && admitted[j].start.Before(admitted[i].start.Add(time.Second)); j++ {
+			if admitted[j].end.Before(admitted[i].start.Add(time.Second)) {
+				n++
+			}
+		}
+		worst = max(worst, n)
+	}
+	// The seconds after the first (the first warms connections and grants): every
+	// check that ended in them, against what the capacity allows in as long.
+	from, to := start.Add(time.Second), start.Add(run)
+	used := 0
+	for _, c := range admitted {
+		if !c.end.Before(from) && c.end.Before(to) {
+			used++
+		}
+	}
+	share := float64(used) / (float64(limit) * to.Sub(from).Seconds())
+	t.Logf("capacity on the cluster: one org alone, 24 clients over 3 replicas for %v: %d admitted, %d refused by the capacity; %.1f %% of the capacity used from the second second on; the worst real second held %d (limit %d)",
+		run, len(admitted), refused, 100*share, worst, limit)
+	if worst > limit {
+		t.Errorf("a real span of one second admitted %d units of a capacity of %d", worst, limit)
+	}
+	if share < 0.9 {
+		t.Errorf("one org alone used %.1f %% of the capacity, want >= 90 %%", 100*share)
+	}
+	if refused == 0 {
+		t.Errorf("no check was refused by the capacity: the load did not saturate it")
+	}
 }

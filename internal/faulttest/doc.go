@@ -33,7 +33,9 @@
 //     (3,000 a month per 45 s of load, users 400 each: both levels bind), team `hot`
 //     (users 3,000 a month), team `rate` (users 10 a second and 200 a minute), team
 //     `burst` (users a token bucket: 10 a second, burst 30), team `resv` (users 5,000
-//     tokens a month). Users are unregistered (the team's defaults); those of `month`
+//     tokens a month), team `cap` (no limits of its own; its checks count `gpu` units,
+//     which the operator's capacity `faults-gpu` holds to 100 a second across every
+//     replica). Users are unregistered (the team's defaults); those of `month`
 //     and `resv` change every minute (`m0.3` is user 3 of the first minute), so a long
 //     run keeps their limits binding.
 //   - The load (over HTTP, to 127.0.0.1 only, for the run's duration): the hot path,
@@ -43,7 +45,9 @@
 //     admitted there again); 8 users of `month` with costs 1-3; 3 users of `rate` at
 //     ~50 checks a second; 3 users of `burst`, each pressing its bucket past empty
 //     (~100 checks a second of costs 1-3 for 1-3 s) then resting 0.5-3.5 s while it
-//     refills (~50 checks a second in all, a burst to spend at most presses);
+//     refills (~50 checks a second in all, a burst to spend at most presses); 2 users
+//     of `cap`, each ~100 checks a second of 1-2 gpu units (about three times the
+//     capacity);
 //     reservations of 1-50 tokens, committed with used <= amount (6 in 10), released (2
 //     in 10) or left to expire (2 in 10, TTL 1-3 s, `on_expiry` commit or release at
 //     random). No request is re-sent (POST without an Idempotency-Key header).
@@ -121,6 +125,14 @@
 //     reading only (internal/platform/faultclock) and no Redis clock, so the bound holds
 //     through them. A leased 200 on a bucket's path is a finding (such a path is never
 //     leased).
+//   - The capacity: the gpu units certainly admitted within any real second (a check
+//     counted only when its whole call lies in the span) must not exceed its limit, 100:
+//     a replica's grant is counted in the capacity's window when taken and spent only
+//     within the sub-bucket it was counted in, so kills of replicas, cuts and clock
+//     steps leave no room (capacities are decided on Redis TIME and the replicas'
+//     monotonic clocks). A second within a second of a Redis restart may hold one more
+//     limit per restart (the window is not durable). A run in which nothing was
+//     admitted, or nothing refused, by it is a finding too (the load missed it).
 //
 // Reading the output. The run prints the seed, each fault with its time since the load
 // started and its UTC time, and for a Redis restart what it lost; then the calls by

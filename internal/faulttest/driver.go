@@ -54,6 +54,9 @@ var (
 	rateUserLimits = []limitDef{{window: "second", limit: 10}, {window: "minute", limit: 200}}
 	burstUserLimit = limitDef{window: "second", limit: 10, burst: 30}
 	orgLimit       = limitDef{window: "month", limit: 100_000_000}
+	// gpuCapacity is the operator's capacity that team cap's gpu checks draw on, above
+	// the org's own limits: the oracle holds every real second to it.
+	gpuCapacity = capacityDef{id: "faults-gpu", metric: "gpu", window: time.Second, limit: 100}
 )
 
 func limitsJSON(ls ...limitDef) []map[string]any {
@@ -148,7 +151,7 @@ func Run(t testing.TB, o Options) Verdict {
 
 	hist := &history{}
 	client := newLoadClient(c.apiAddrs, key, org, hist)
-	w := workload{monthUsers: 8, rateUsers: 3, burstUsers: 3, resvUsers: 4, hotPerReplica: 2, monthWorkers: 3, resvWorkers: 2, hotDenialsToMove: 30}
+	w := workload{monthUsers: 8, rateUsers: 3, burstUsers: 3, resvUsers: 4, capUsers: 2, hotPerReplica: 2, monthWorkers: 3, resvWorkers: 2, hotDenialsToMove: 30}
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
 	defer stopLoad()
 	start := time.Now()
@@ -184,11 +187,11 @@ func Run(t testing.TB, o Options) Verdict {
 		logf("after the load: %s\nworker log:\n%s", stuck, c.worker.Log.String())
 	}
 	limits := map[string][]limitDef{
-		"requests|o": {orgLimit}, "tokens|o": {orgLimit},
+		"requests|o": {orgLimit}, "tokens|o": {orgLimit}, "gpu|o": {orgLimit},
 		"requests|t|month": {teamLimit(o.Duration)},
 	}
 	for _, ch := range hist.checks {
-		f := pathFields("requests", ch.team, ch.user)[2]
+		f := ch.fields()[2]
 		switch ch.team {
 		case "month":
 			limits[f] = []limitDef{monthUserLimit}
@@ -203,7 +206,7 @@ func Run(t testing.TB, o Options) Verdict {
 	for _, r := range hist.resvs {
 		limits[pathFields("tokens", r.team, r.user)[2]] = []limitDef{resvUserLimit}
 	}
-	v := judge(oracleInput{hist: hist, faults: faults, leases: watcher.records(), obs: obs, limits: limits,
+	v := judge(oracleInput{hist: hist, faults: faults, leases: watcher.records(), obs: obs, limits: limits, capacity: gpuCapacity,
 		flushInterval: o.FlushInterval, lossSlack: 250 * time.Millisecond, start: start, replicas: o.Replicas})
 	if stuck != "" {
 		v.violations = append(v.violations, stuck)
@@ -235,7 +238,9 @@ func setup(ctx context.Context, c *cluster, monthTeam limitDef) (key, period str
 		body any
 	}{
 		{"/v1/plans", map[string]any{"id": "faults", "name": "faults", "fail_mode": "closed",
-			"limits": append(limitsOf("requests", orgLimit), limitsOf("tokens", orgLimit)...)}},
+			"limits": append(append(limitsOf("requests", orgLimit), limitsOf("tokens", orgLimit)...), limitsOf("gpu", orgLimit)...)}},
+		{"/v1/capacities", map[string]any{"id": gpuCapacity.id, "metric": gpuCapacity.metric, "window": "second",
+			"limit": gpuCapacity.limit}},
 		{"/v1/orgs", map[string]any{"id": org, "name": "faults", "plan": "faults"}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "month", "name": "month",
 			"limits": limitsJSON(monthTeam), "user_limits": limitsJSON(monthUserLimit)}},
@@ -247,6 +252,7 @@ func setup(ctx context.Context, c *cluster, monthTeam limitDef) (key, period str
 			"user_limits": limitsJSON(burstUserLimit)}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "resv", "name": "resv", "limits": []any{},
 			"user_limits": limitsOf("tokens", resvUserLimit)}},
+		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "cap", "name": "cap", "limits": []any{}}},
 	}
 	for _, s := range steps {
 		if err := c.operator(ctx, "POST", s.path, s.body, nil); err != nil {

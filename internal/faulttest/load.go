@@ -35,6 +35,7 @@ func (o outcome) String() string {
 // checkOp is one check a client sent.
 type checkOp struct {
 	team, user string
+	metric     string // "" is requests
 	cost       int64
 	start, end time.Time
 	out        outcome
@@ -152,7 +153,7 @@ func (c *loadClient) do(i int, method, path string, body any) (int, []byte, outc
 }
 
 func (c *loadClient) check(i int, team, user, metric string, cost int64) checkOp {
-	op := checkOp{team: team, user: user, cost: cost, replica: i, start: time.Now()}
+	op := checkOp{team: team, user: user, metric: metric, cost: cost, replica: i, start: time.Now()}
 	_, b, out := c.do(i, "POST", "/v1/check", map[string]any{"org": c.org, "team": team, "user": user, "metric": metric, "cost": cost})
 	op.end, op.out = time.Now(), out
 	if out == okay {
@@ -170,9 +171,19 @@ func (c *loadClient) check(i int, team, user, metric string, cost int64) checkOp
 	return op
 }
 
+// fields is the counters the check counts on.
+func (c *checkOp) fields() []string {
+	m := c.metric
+	if m == "" {
+		m = "requests"
+	}
+	return pathFields(m, c.team, c.user)
+}
+
 // workload is the traffic the driver sends: which teams and users, how hard.
 type workload struct {
 	monthUsers, rateUsers, burstUsers, resvUsers int
+	capUsers                                     int // users of team cap, each offering about twice the capacity's rate
 	hotPerReplica                                int // goroutines per replica on the hot path
 	monthWorkers, resvWorkers                    int
 	hotDenialsToMove                             int64 // 429s on a hot user before the hot path moves to the next user
@@ -292,6 +303,19 @@ func runLoad(ctx context.Context, c *loadClient, w workload, seed uint64) (*hotS
 				case <-ctx.Done():
 				case <-time.After(time.Duration(500+r.IntN(3000)) * time.Millisecond):
 				}
+			}
+			return out, nil
+		})
+	}
+	// The capacity: users of team cap checking gpu units, each offering about
+	// 130 checks a second of costs 1 to 2 against the capacity's 100 a second.
+	for u := range w.capUsers {
+		id++
+		spawn(id, func(r *rand.Rand) ([]checkOp, []resvOp) {
+			var out []checkOp
+			for ctx.Err() == nil {
+				out = append(out, c.check(r.IntN(n), "cap", fmt.Sprintf("c%d", u), "gpu", 1+r.Int64N(2)))
+				time.Sleep(time.Duration(4+r.IntN(7)) * time.Millisecond)
 			}
 			return out, nil
 		})

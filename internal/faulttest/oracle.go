@@ -47,6 +47,14 @@ type oracleInput struct {
 	lossSlack     time.Duration // added to the flush interval: the flush's own run time
 	start         time.Time     // of the load, for the faults' times
 	replicas      int           // QUOTA_REPLICAS, for the leases' documented bound
+	capacity      capacityDef   // the capacity the checks of its metric draw on; id "" for none
+}
+
+// capacityDef is an operator's capacity: limit units of metric in every sliding window.
+type capacityDef struct {
+	id, metric string
+	window     time.Duration
+	limit      int64
 }
 
 // unitsAt is units a client was told were admitted at a time, on a path.
@@ -151,7 +159,7 @@ func judge(in oracleInput) Verdict {
 	counts := map[string]int{}
 	var leased int
 	for _, c := range in.hist.checks {
-		fields := pathFields("requests", c.team, c.user)
+		fields := c.fields()
 		counts["check "+c.out.String()]++
 		switch c.out {
 		case okay:
@@ -391,7 +399,7 @@ func judge(in oracleInput) Verdict {
 			}
 			var spans []span
 			for _, c := range in.hist.checks {
-				if c.out == okay && slices.Contains(pathFields("requests", c.team, c.user), f) {
+				if c.out == okay && slices.Contains(c.fields(), f) {
 					spans = append(spans, span{c.start, c.end, c.cost})
 				}
 			}
@@ -414,6 +422,7 @@ func judge(in oracleInput) Verdict {
 	}
 	_ = tw.Flush()
 	v.violations = append(v.violations, judgeBuckets(&b, in, fields)...)
+	v.violations = append(v.violations, judgeCapacity(&b, in, redisKills)...)
 	v.report = b.String()
 	return v
 }
@@ -462,7 +471,7 @@ func judgeBuckets(b *strings.Builder, in oracleInput, fields []string) []string 
 			var admitted int64
 			leased := 0
 			for _, c := range in.hist.checks {
-				if c.out == okay && slices.Contains(pathFields("requests", c.team, c.user), f) {
+				if c.out == okay && slices.Contains(c.fields(), f) {
 					spans = append(spans, span{c.start, c.end, c.cost})
 					admitted += c.cost
 					if c.leased {
@@ -755,4 +764,73 @@ func fieldOrder(f string) string {
 		key += "|" + s[:i] + fmt.Sprintf("%08s", s[i:])
 	}
 	return key
+}
+
+// judgeCapacity writes the capacity's row and returns its findings: the units of its
+// metric certainly admitted within any real span of its window's length, counting a
+// check only when its whole call lies in the span, must not exceed its limit (grants
+// included: a replica's grant is counted in the window when taken, and it is spent
+// only within the sub-bucket it was counted in, internal/quota/capacity.go). A span
+// within a window of a Redis restart may hold one more limit per restart (the window
+// is not durable: a Redis that comes back empty has forgotten it).
+func judgeCapacity(b *strings.Builder, in oracleInput, kills []time.Time) []string {
+	cp := in.capacity
+	if cp.id == "" {
+		return nil
+	}
+	var spans []span
+	var admitted, refused int64
+	for _, c := range in.hist.checks {
+		if c.metric != cp.metric {
+			continue
+		}
+		switch c.out {
+		case okay:
+			spans = append(spans, span{c.start, c.end, c.cost})
+			admitted += c.cost
+		case denied:
+			refused++
+		}
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].start.Before(spans[j].start) })
+	var clean, lossy int64 = -1, -1
+	var lossyKills int
+	for i := range spans {
+		from := spans[i].start
+		to := from.Add(cp.window)
+		var n int64
+		for j := i; j < len(spans) && spans[j].start.Before(to); j++ {
+			if spans[j].end.Before(to) {
+				n += spans[j].units
+			}
+		}
+		hits := 0
+		for _, k := range kills {
+			if k.After(from.Add(-cp.window)) && k.Before(to) {
+				hits++
+			}
+		}
+		switch {
+		case hits == 0:
+			clean = max(clean, n)
+		case n-int64(hits)*cp.limit > lossy-int64(lossyKills)*cp.limit:
+			lossy, lossyKills = n, hits
+		}
+	}
+	fmt.Fprintf(b, "\ncapacity %s: %d %s a %v; %d units admitted, %d checks refused; worst real span %d, with a Redis restart %d (%d restarts, bound %d)\n",
+		cp.id, cp.limit, cp.metric, cp.window, admitted, refused, clean, lossy, lossyKills, int64(1+lossyKills)*cp.limit)
+	var out []string
+	if clean > cp.limit {
+		out = append(out, fmt.Sprintf("capacity %s: %d units admitted in a real span of %v, above its limit %d", cp.id, clean, cp.window, cp.limit))
+	}
+	if lossy > int64(1+lossyKills)*cp.limit {
+		out = append(out, fmt.Sprintf("capacity %s: %d units admitted in a real span of %v beside %d Redis restarts, above %d", cp.id, lossy, cp.window, lossyKills, int64(1+lossyKills)*cp.limit))
+	}
+	if admitted == 0 {
+		out = append(out, fmt.Sprintf("capacity %s: nothing admitted: the load did not reach it", cp.id))
+	}
+	if refused == 0 {
+		out = append(out, fmt.Sprintf("capacity %s: no check refused: the load never saturated it", cp.id))
+	}
+	return out
 }

@@ -208,3 +208,47 @@ func TestWorstBucketSpans(t *testing.T) {
 		t.Errorf("worst %+v, want 34 units in 0.5 s (bound 35), not over", clean)
 	}
 }
+
+// TestOracleJudgesCapacity feeds judgeCapacity histories of a capacity of 10 gpu units
+// a second whose verdict is known: within the limit in every real second it passes;
+// 11 in a second fails; 18 in a second beside a Redis restart passes (one more limit
+// per restart) and 21 fails; a history with no refusal says the load never saturated it.
+func TestOracleJudgesCapacity(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	capOf := capacityDef{id: "gpus", metric: "gpu", window: time.Second, limit: 10}
+	// run admits n checks of cost 1 from at, one every gap ms, then one refusal.
+	run := func(n, at, gap int) []checkOp {
+		var ops []checkOp
+		for i := range n {
+			s := ms(at + i*gap)
+			ops = append(ops, checkOp{team: "cap", user: "c0", metric: "gpu", cost: 1, out: okay, start: s, end: s.Add(time.Millisecond)})
+		}
+		return append(ops, checkOp{team: "cap", user: "c0", metric: "gpu", cost: 1, out: denied, start: ms(at), end: ms(at + 1)})
+	}
+	restart := injected{fault: fault{kind: restartRedis}, at: ms(5000)}
+	for _, tc := range []struct {
+		name   string
+		checks []checkOp
+		kills  []time.Time
+		want   string // a substring of the one finding; "" for none
+	}{
+		{"10 a second for 3 s", append(append(run(10, 0, 90), run(10, 1000, 90)...), run(10, 2000, 90)...), nil, ""},
+		{"11 in one second", run(11, 0, 90), nil, "11 units admitted in a real span of 1s, above its limit 10"},
+		{"18 beside a restart", run(18, 4600, 40), []time.Time{restart.at}, ""},
+		{"21 beside a restart", run(21, 4600, 40), []time.Time{restart.at}, "21 units admitted in a real span of 1s beside 1 Redis restarts, above 20"},
+		{"never refused", run(5, 0, 90)[:5], nil, "never saturated it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			got := judgeCapacity(&b, oracleInput{hist: &history{checks: tc.checks}, capacity: capOf}, tc.kills)
+			t.Logf("%s", strings.TrimSpace(b.String()))
+			switch {
+			case tc.want == "" && len(got) > 0:
+				t.Errorf("findings %q, want none", got)
+			case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
+				t.Errorf("findings %q, want one saying %q", got, tc.want)
+			}
+		})
+	}
+}
