@@ -33,6 +33,9 @@ import (
 var exportedOnlySometimes = map[string]string{
 	"quotaplane_redis_resends_total":   "only on a Redis Cluster (make test-cluster)",
 	"quotaplane_cache_evictions_total": "only once a cache is over its size bound",
+	"quotaplane_capacity_draws_total":  "only once a check draws on a capacity (an operator's, or an org limit marked fair_share)",
+	"quotaplane_capacity_used_units":   "only once a check draws on a capacity",
+	"quotaplane_capacity_limit_units":  "only once a check draws on a capacity",
 	// internal/httpapi TestOrgBoundsOverHTTP reads it
 	"quotaplane_org_bound_refusals_total": "only once an org reaches one of its bounds on the shared Redis",
 }

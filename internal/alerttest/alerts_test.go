@@ -547,6 +547,9 @@ func TestAlertsFireAndResolve(t *testing.T) {
 var mayBeEmpty = map[string]string{
 	"quotaplane_redis_resends_total":   "only on a Redis Cluster (make test-cluster)",
 	"quotaplane_cache_evictions_total": "only once a cache is over its size bound",
+	"quotaplane_capacity_draws_total":  "only once a check draws on a capacity (an operator's, or an org limit marked fair_share)",
+	"quotaplane_capacity_used_units":   "only once a check draws on a capacity",
+	"quotaplane_capacity_limit_units":  "only once a check draws on a capacity",
 }
 
 // dashboardVars are the values the test gives the dashboard's variables: what
