@@ -28,7 +28,14 @@ import (
 // admitted was counted in the sub-bucket it was admitted in, and no real span of one
 // window admits more than the limit, whatever the replicas. A replica that dies with
 // grants leaves their units counted until they leave the window: the capacity loses,
-// per dead replica, at most its live grants, for at most one window. A grant is
+// per dead replica, at most its live grants, for at most one window. A call to
+// capacity.lua that fails (a timeout, a caller gone, a broken connection) may have run
+// with its reply lost, so what it gave back counts as given and is never sent again:
+// given twice, units would come off a sub-bucket that other grants' admitted units are
+// counted in, and the window would admit past its limit
+// (TestCapacityGiveBackWhoseReplyIsLostIsNotGivenTwice). When it did not run, those
+// units stay counted until they leave the window, as do the units of a grant whose
+// reply was lost: at most a grant per failed call, erring toward refusing. A grant is
 // sized to the member's rate on this replica over its life, at least the check's
 // cost and at most a sixteenth of the limit per replica, so fair shares are held to
 // within the grants the other replicas hold.
@@ -242,6 +249,9 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	sent := time.Now()
 	v, err := capacityScript.Run(ctx, b.rdb, keys[:], "d", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
 		d.Member, d.Weight, cost, want, backAt, back, 2*wms+60_000).Slice()
+	g.mu.Lock()
+	g.back -= back // given back, even when the reply is lost
+	g.mu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
 			return drawn{}, nil, ctx.Err()
@@ -255,7 +265,6 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	c.r.metrics.capacityDraw(d, rep)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.back -= back // what came back meanwhile from checks not admitted stays to give
 	if rep.why != "" {
 		g.refused, g.why = sent.Add(min(rep.retry, grantMaxLife)), rep.why
 		return drawn{}, &capacityRefusal{d: d, retry: rep.retry}, nil
@@ -270,8 +279,8 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 // returnUnused gives back to Redis what g holds once it ended, so units a member's
 // checks did not take (its own limits refused them, or its load stopped) return to
 // the capacity within grantMaxLife of their draw rather than with the member's next
-// draw. A draw refilling g meanwhile gives them back itself; a failure leaves them to
-// the next draw.
+// draw. A draw refilling g meanwhile gives them back itself; a failure counts as
+// given back.
 func (c *capacities) returnUnused(g *grant, keys [5]string, d *CapacityDraw) {
 	if !g.fill.TryLock() {
 		return
@@ -297,10 +306,8 @@ func (c *capacities) returnUnused(g *grant, keys [5]string, d *CapacityDraw) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.RedisTimeout)
 	defer cancel()
 	wms := d.Window.Duration().Milliseconds()
-	if err := capacityScript.Run(ctx, b.rdb, keys[:], "r", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
-		d.Member, d.Weight, 0, 0, backAt, back, 2*wms+60_000).Err(); err != nil && err != redis.Nil {
-		return
-	}
+	_ = capacityScript.Run(ctx, b.rdb, keys[:], "r", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
+		d.Member, d.Weight, 0, 0, backAt, back, 2*wms+60_000).Err()
 	g.mu.Lock()
 	g.back -= back
 	g.mu.Unlock()
