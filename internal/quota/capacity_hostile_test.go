@@ -2,10 +2,12 @@ package quota_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/quota"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
@@ -69,5 +71,34 @@ func TestCapacityGiveBackWhoseReplyIsLostIsNotGivenTwice(t *testing.T) {
 	t.Logf("admitted %d of a limit of %d; the window counts %d", admitted, c.Limit, w.Used)
 	if admitted > c.Limit {
 		t.Errorf("admitted %d in one window of a capacity of %d: units given back twice", admitted, c.Limit)
+	}
+}
+
+// Every key a draw writes expires: a capacity drawn on once (its counts), or whose
+// last draw was its first refusal (the refusal's record).
+func TestCapacityKeysOfOneDrawExpire(t *testing.T) {
+	prefix := testenv.ID(t, "qc")
+	r, _ := MustEngines(t, quota.EnginesConfig{RedisTimeout: 2 * time.Second, Engine: quota.Config{KeyPrefix: prefix}})
+	ctx := context.Background()
+	once := quota.Capacity{ID: "once", Metric: "tokens", Window: vocab.Second, Limit: 1}
+	full := quota.Capacity{ID: "full", Metric: "tokens", Window: vocab.Second, Limit: 1}
+	for _, c := range []quota.Capacity{once, full, full} {
+		if _, _, err := r.Check(ctx, vocab.Route{}, capReq("a", c, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw := testenv.Redis(t)
+	n := 0
+	for _, k := range keys(t, raw, prefix) {
+		if !strings.Contains(k, "{cap|") {
+			continue
+		}
+		n++
+		if ttl, err := raw.PTTL(ctx, k).Result(); err != nil || ttl < 0 {
+			t.Errorf("key %s: TTL %v %v, want one", k, ttl, err)
+		}
+	}
+	if n < 9 {
+		t.Fatalf("%d capacity keys, want 4 of once and 5 of full", n)
 	}
 }

@@ -205,7 +205,11 @@ if ow ~= weight then
   redis.call('HSET', KEYS[1], 'W', W)
 end
 redis.call('ZADD', KEYS[3], k, member)
-for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+-- expire sets every key's TTL once the draw wrote what it writes: a key made after it
+-- (the first refusal's, the first grant's counts) would never expire
+local function expire()
+  for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
 
 local used, mine = sum(tv), sum(uv)
 local room = limit - used
@@ -229,6 +233,7 @@ if g < min then
   end
   redis.call('HSET', KEYS[5], member, k)
   redis.call('HSET', KEYS[1], 'x', k)
+  expire()
   return {0, left, k, used, mine, share, math.max(1, retry), why}
 end
 -- counted at k, or, after this Redis's clock went back, at the latest sub-bucket
@@ -243,4 +248,5 @@ if g > 0 then
   redis.call('HSET', KEYS[1], 't', add(tv, g, at))
   redis.call('HSET', KEYS[2], member, add(uv, g, at))
 end
+expire()
 return {g, left, at, used + g, mine + g, share, 0, ''}
