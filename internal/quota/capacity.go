@@ -192,6 +192,12 @@ func (c *capacities) draw(ctx context.Context, req *Request) ([]drawn, *capacity
 // drawOne takes cost from the grant of d's capacity and member, asking Redis for the
 // next grant when this one cannot give it.
 func (c *capacities) drawOne(ctx context.Context, d *CapacityDraw, cost int64) (drawn, *capacityRefusal, error) {
+	if cost > d.Limit {
+		// never fits: refused with a window's retry, and neither Redis nor the grant
+		// hears of it, since in capacity.lua a refusal is a member's demand and makes
+		// every member share for a window
+		return drawn{}, &capacityRefusal{d: d, retry: d.Window.Duration()}, nil
+	}
 	keys := capacityKeys(c.r.cfg.Engine.KeyPrefix, &d.Capacity)
 	g := c.grantOf(grantKey{tag: keys[0], member: d.Member})
 	now := time.Now()

@@ -102,3 +102,32 @@ func TestCapacityKeysOfOneDrawExpire(t *testing.T) {
 		t.Fatalf("%d capacity keys, want 4 of once and 5 of full", n)
 	}
 }
+
+// A check costing more than the capacity's limit can never be admitted: it is refused
+// with a retry of at most a window, and it does not make others share: an org below
+// the saturation point still gets what is there.
+func TestCapacityCostAboveTheLimitDoesNotContend(t *testing.T) {
+	r := replicas(t, 1)[0]
+	ctx := context.Background()
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Minute, Limit: 100}
+	a := capReq("a", c, 1)
+	a.Cost = 10
+	for i := range 6 {
+		if res, _, err := r.Check(ctx, vocab.Route{}, a); err != nil || !res.Allowed {
+			t.Fatalf("a's check %d: %+v %v", i+1, res, err)
+		}
+	}
+	m := capReq("m", c, 1)
+	m.Cost = 1000
+	res, _, err := r.Check(ctx, vocab.Route{}, m)
+	if err != nil || res.Allowed {
+		t.Fatalf("m's check of 1000 on a capacity of 100: %+v %v", res, err)
+	}
+	t.Logf("m's check of 1000 on 100: retry %v", res.RetryAfter)
+	if res.RetryAfter <= 0 || res.RetryAfter > time.Minute {
+		t.Errorf("retry %v, want (0, 1m]", res.RetryAfter)
+	}
+	if res, _, err := r.Check(ctx, vocab.Route{}, a); err != nil || !res.Allowed {
+		t.Fatalf("a at 60 of 100 after m's impossible check: %+v at %+v %v", res, res.BlockedAt, err)
+	}
+}
