@@ -42,7 +42,8 @@ import (
 //
 // Fair share: above the capacity's saturation point a member gets a grant only within
 // its weighted max-min fair share (capacity.lua's fair), and a refused member is
-// refused in process until the retry capacity.lua gave (at most grantMaxLife), so a
+// refused in process until the retry capacity.lua gave (at most grantMaxLife), the
+// checks that cost as much as the refused one or more (a smaller one may fit), so a
 // saturated capacity costs Redis one call per member and replica per refusal spell,
 // not one per check.
 
@@ -91,15 +92,16 @@ type grantKey struct {
 type grant struct {
 	fill sync.Mutex // held by the one draw that asks Redis for the next grant
 
-	mu      sync.Mutex
-	units   int64     // left to admit
-	at      int64     // the sub-bucket they were counted in
-	ends    time.Time // local monotonic: no unit is admitted from it at or after
-	back    int64     // units of an ended grant to give back with the next draw
-	backAt  int64     // their sub-bucket
-	refused time.Time // refused in process until then
-	why     string    // the refusal's kind: "c" (full) or "f" (past the share)
-	rate    rateCounter
+	mu          sync.Mutex
+	units       int64     // left to admit
+	at          int64     // the sub-bucket they were counted in
+	ends        time.Time // local monotonic: no unit is admitted from it at or after
+	back        int64     // units of an ended grant to give back with the next draw
+	backAt      int64     // their sub-bucket
+	refused     time.Time // refused in process until then, checks costing at least refusedCost
+	refusedCost int64     // a smaller check may fit: Redis decides it
+	why         string    // the refusal's kind: "c" (full) or "f" (past the share)
+	rate        rateCounter
 }
 
 // capacities holds this replica's grants.
@@ -219,7 +221,7 @@ func (c *capacities) drawOne(ctx context.Context, d *CapacityDraw, cost int64) (
 func (g *grant) take(now time.Time, cost int64, d *CapacityDraw) (drawn, *capacityRefusal, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if now.Before(g.refused) {
+	if now.Before(g.refused) && cost >= g.refusedCost {
 		return drawn{}, &capacityRefusal{d: d, retry: g.refused.Sub(now)}, true
 	}
 	if now.Before(g.ends) && g.units >= cost {
@@ -272,7 +274,7 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if rep.why != "" {
-		g.refused, g.why = sent.Add(min(rep.retry, grantMaxLife)), rep.why
+		g.refused, g.refusedCost, g.why = sent.Add(min(rep.retry, grantMaxLife)), cost, rep.why
 		return drawn{}, &capacityRefusal{d: d, retry: rep.retry}, nil
 	}
 	life := min(rep.left, grantMaxLife)

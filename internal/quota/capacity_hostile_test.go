@@ -131,3 +131,22 @@ func TestCapacityCostAboveTheLimitDoesNotContend(t *testing.T) {
 		t.Fatalf("a at 60 of 100 after m's impossible check: %+v at %+v %v", res, res.BlockedAt, err)
 	}
 }
+
+// A member whose check was refused for its cost is not refused in process a smaller
+// check that fits.
+func TestCapacitySmallerCheckAfterARefusedLargerOneFits(t *testing.T) {
+	r := replicas(t, 1)[0]
+	ctx := context.Background()
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Minute, Limit: 100}
+	a := capReq("a", c, 1)
+	for _, s := range []struct {
+		cost  int64
+		allow bool
+	}{{60, true}, {50, false}, {10, true}, {30, true}, {1, false}} {
+		a.Cost = s.cost
+		res, _, err := r.Check(ctx, vocab.Route{}, a)
+		if err != nil || res.Allowed != s.allow {
+			t.Fatalf("a's check of %d: allowed %v at %+v %v, want %v", s.cost, res.Allowed, res.BlockedAt, err, s.allow)
+		}
+	}
+}
