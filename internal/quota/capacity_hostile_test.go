@@ -1,7 +1,10 @@
 package quota_test
 
 import (
+	"cmp"
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -148,5 +151,74 @@ func TestCapacitySmallerCheckAfterARefusedLargerOneFits(t *testing.T) {
 		if err != nil || res.Allowed != s.allow {
 			t.Fatalf("a's check of %d: allowed %v at %+v %v, want %v", s.cost, res.Allowed, res.BlockedAt, err, s.allow)
 		}
+	}
+}
+
+// Checks costing more than a member's share are still admitted while the member is
+// under its share: a capacity whose members all ask more than their share at once is
+// not refused whole while it sits empty.
+func TestCapacityCostsAboveTheShareAreAdmitted(t *testing.T) {
+	rs := replicas(t, 2)
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Second, Limit: 10}
+	base := time.Now()
+	sec := time.Second.Microseconds()
+	var mu sync.Mutex
+	var all []admission
+	var wg sync.WaitGroup
+	for _, org := range []string{"a", "b", "c"} {
+		wg.Go(func() {
+			req := capReq(org, c, 1)
+			req.Cost = 4
+			adm := flood(t, rs, req, 2, base, base.Add(3*time.Second))
+			mu.Lock()
+			all = append(all, adm...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(all, func(x, y admission) int { return cmp.Compare(x.ms, y.ms) })
+	got, worst := admittedIn(all, sec, 3*sec), worstCertainSpan(all, sec)
+	t.Logf("3 orgs of weight 1 asking 4 at a time of 10 a second: %d in windows 2-3 (at most 16), worst real span %d", got, worst)
+	if got < 12 {
+		t.Errorf("admitted %d of 16 in 2 windows: the capacity sat idle", got)
+	}
+	if worst > c.Limit {
+		t.Errorf("a real span of one window admitted %d, over the capacity's %d", worst, c.Limit)
+	}
+}
+
+// Many members of weight 1 on a limit smaller than their number (a share of half a
+// unit): the capacity admits its limit, and a member under its share is admitted when
+// units come free, so few members go without over four windows.
+func TestCapacityManyMembersSharesUnderOneUnit(t *testing.T) {
+	rs := replicas(t, 3)
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Second, Limit: 20}
+	base := time.Now()
+	sec := time.Second.Microseconds()
+	var mu sync.Mutex
+	var all []admission
+	var counts []int64
+	var wg sync.WaitGroup
+	for i := range 40 {
+		wg.Go(func() {
+			adm := flood(t, rs[i%3:i%3+1], capReq(fmt.Sprintf("m%d", i), c, 1), 1, base, base.Add(5*time.Second))
+			mu.Lock()
+			all = append(all, adm...)
+			counts = append(counts, admittedIn(adm, sec, 5*sec))
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.SortFunc(all, func(x, y admission) int { return cmp.Compare(x.ms, y.ms) })
+	slices.Sort(counts)
+	got, worst := admittedIn(all, sec, 5*sec), worstCertainSpan(all, sec)
+	none := len(counts) - len(slices.DeleteFunc(slices.Clone(counts), func(n int64) bool { return n == 0 }))
+	t.Logf("40 members of weight 1 on 20 a second, windows 2-5: %d admitted (at most 80), %d members none, each member's %v, worst real span %d",
+		got, none, counts, worst)
+	if got < 64 || none > 6 {
+		t.Errorf("admitted %d of 80 in 4 windows, %d of 40 members none", got, none)
+	}
+	if worst > c.Limit {
+		t.Errorf("a real span of one window admitted %d, over the capacity's %d", worst, c.Limit)
 	}
 }

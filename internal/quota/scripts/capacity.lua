@@ -141,10 +141,11 @@ end
 -- less than its weight's part of what is left, is content and keeps what it uses; the
 -- others (member itself, which is asking) share the rest by weight. It reads every
 -- active member (at most 512; past that each gets its weight's part of the limit,
--- never more than max-min would give it).
+-- never more than max-min would give it). It returns the share floored, the active
+-- members' weights, and the share unrounded.
 local function fair(W)
   if redis.call('HLEN', KEYS[4]) > 512 then
-    return floor(limit * weight / W), W
+    return floor(limit * weight / W), W, limit * weight / W
   end
   local ws = redis.call('HGETALL', KEYS[4])
   local list, Wall = {}, 0
@@ -165,7 +166,7 @@ local function fair(W)
       break
     end
   end
-  return floor(R * weight / Wr), Wall
+  return floor(R * weight / Wr), Wall, R * weight / Wr
 end
 
 if mode == 'v' then
@@ -213,23 +214,29 @@ end
 
 local used, mine = sum(tv), sum(uv)
 local room = limit - used
-local g, share, why = want, -1, ''
+local g, share, exact, why = want, -1, 0, ''
 -- Shares hold above the saturation point, and for a window after any member was
 -- refused or cut short (x): under contention a window's units come free in bursts
 -- (those of the window before, sub-bucket by sub-bucket), and below the point whoever
 -- asked first at each burst would take them.
 local contended = (tonumber(redis.call('HGET', KEYS[1], 'x') or -1) or -1) >= k - N
 if used + want > sat or contended then
-  share = floor(limit * weight / W)
-  if mine + want > share then share, W = fair(W) end
+  share, exact = floor(limit * weight / W), limit * weight / W
+  if mine + want > share then share, W, exact = fair(W) end
   g = math.min(want, room, math.max(contended and 0 or sat - used, share - mine))
+  -- A share is met in whole checks: a member under it may take one check past it.
+  -- Otherwise a check costing more than the member's share, or any check of a share
+  -- under one unit, would never pass, and members all refused by their shares would
+  -- keep the window contended and empty.
+  if g < min and mine < exact and room >= min then g = min end
 end
 if g < min then
   local retry
   if room < min then
     why, retry = 'c', wait(tv, min - room)
   else
-    why, retry = 'f', wait(uv, mine + min - share)
+    -- past its share (mine >= exact): until it is under it again
+    why, retry = 'f', wait(uv, floor(mine - exact) + 1)
   end
   redis.call('HSET', KEYS[5], member, k)
   redis.call('HSET', KEYS[1], 'x', k)
