@@ -222,3 +222,41 @@ func TestCapacityManyMembersSharesUnderOneUnit(t *testing.T) {
 		t.Errorf("a real span of one window admitted %d, over the capacity's %d", worst, c.Limit)
 	}
 }
+
+// The view of a capacity with 512 active members reads each once: one member's share
+// computed per member, each reading them all, held Redis 1.2 s.
+func TestCapacityViewOfManyMembersReadsEachOnce(t *testing.T) {
+	r := replicas(t, 1)[0]
+	ctx := context.Background()
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Hour, Limit: 1 << 40}
+	cs := make([]quota.Check, 512)
+	var W int64
+	for i := range cs {
+		cs[i] = quota.Check{Request: capReq(fmt.Sprintf("m%d", i), c, int64(1+i%7))}
+		W += int64(1 + i%7)
+	}
+	r.Decide(ctx, cs)
+	for _, ch := range cs {
+		if ch.Err != nil || !ch.Result.Allowed {
+			t.Fatalf("%+v %v", ch.Result, ch.Err)
+		}
+	}
+	t0 := time.Now()
+	w, err := r.CapacityWindow(ctx, c)
+	took := time.Since(t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("view of %d members: %v", len(w.Members), took)
+	if len(w.Members) != 512 || w.Used != 512 {
+		t.Fatalf("view of %d members, %d used, want 512 and 512", len(w.Members), w.Used)
+	}
+	for _, m := range w.Members {
+		if m.Used != 1 || m.Share < c.Limit*m.Weight/W {
+			t.Fatalf("member %+v: want 1 used and at least its weight's part %d", m, c.Limit*m.Weight/W)
+		}
+	}
+	if took > 400*time.Millisecond {
+		t.Errorf("the view took %v", took)
+	}
+}

@@ -136,52 +136,75 @@ if #gone > 0 then
   redis.call('HSET', KEYS[1], 'W', math.max(0, W))
 end
 
--- fair is member's weighted max-min fair share of the window. A member's demand is
--- not known, only whether it was refused or cut short in the window: one that was not, and uses
--- less than its weight's part of what is left, is content and keeps what it uses; the
--- others (member itself, which is asking) share the rest by weight. It reads every
--- active member (at most 512; past that each gets its weight's part of the limit,
--- never more than max-min would give it). It returns the share floored, the active
--- members' weights, and the share unrounded.
-local function fair(W)
-  if redis.call('HLEN', KEYS[4]) > 512 then
-    return floor(limit * weight / W), W, limit * weight / W
-  end
+-- actives reads every active member once, as {id, weight, used, content}, sorted by
+-- used / weight, and the sum of their weights. A member's demand is not known, only
+-- whether it was refused or cut short in the window: one that was not is content.
+local function actives()
   local ws = redis.call('HGETALL', KEYS[4])
   local list, Wall = {}, 0
   for i = 1, #ws, 2 do
     local id, wt = ws[i], tonumber(ws[i + 1])
     Wall = Wall + wt
-    if id ~= member and (tonumber(redis.call('HGET', KEYS[5], id) or -1) or -1) < k - N then
-      local used = sum(redis.call('HGET', KEYS[2], id))
-      list[#list + 1] = {used / wt, used, wt}
-    end
+    local content = (tonumber(redis.call('HGET', KEYS[5], id) or -1) or -1) < k - N
+    list[#list + 1] = {id, wt, sum(redis.call('HGET', KEYS[2], id)), content}
   end
-  table.sort(list, function(x, y) return x[1] < y[1] end)
-  local R, Wr = limit, Wall
-  for _, e in ipairs(list) do
-    if e[2] < R / Wr * e[3] then
-      R, Wr = R - e[2], Wr - e[3]
-    else
-      break
-    end
-  end
-  return floor(R * weight / Wr), Wall, R * weight / Wr
+  table.sort(list, function(x, y) return x[3] / x[2] < y[3] / y[2] end)
+  return list, Wall
 end
 
+-- shareOf is the weighted max-min fair share of member who of weight wt among list
+-- (actives) of weights Wall, unrounded: the content members (who aside, which is
+-- asking) that use less than their weight's part of what is left keep what they use;
+-- the others share the rest by weight.
+local function shareOf(list, Wall, who, wt)
+  local R, Wr = limit, Wall
+  for _, e in ipairs(list) do
+    if e[1] ~= who and e[4] then
+      if e[3] < R / Wr * e[2] then
+        R, Wr = R - e[3], Wr - e[2]
+      else
+        break
+      end
+    end
+  end
+  return R * wt / Wr
+end
+
+-- fair is member's share (shareOf) floored, the active members' weights, and the
+-- share unrounded. Past 512 active members it reads none of them: each gets its
+-- weight's part of the limit, never more than max-min would give it.
+local function fair(W)
+  if redis.call('HLEN', KEYS[4]) > 512 then
+    return floor(limit * weight / W), W, limit * weight / W
+  end
+  local list, Wall = actives()
+  local x = shareOf(list, Wall, member, weight)
+  return floor(x), Wall, x
+end
+
+-- The view reads each member once (a fair per member would read them all for each:
+-- 1.2 s of Redis at 512 members).
 if mode == 'v' then
-  local used = sum(redis.call('HGET', KEYS[1], 't'))
-  local out = {used}
-  local ws = redis.call('HGETALL', KEYS[4])
-  local W = 0
-  for i = 2, #ws, 2 do W = W + tonumber(ws[i]) end
-  for i = 1, #ws, 2 do
-    member, weight = ws[i], tonumber(ws[i + 1])
-    local share = fair(W)
-    out[#out + 1] = member
-    out[#out + 1] = weight
-    out[#out + 1] = sum(redis.call('HGET', KEYS[2], member))
-    out[#out + 1] = share
+  local out = {sum(redis.call('HGET', KEYS[1], 't'))}
+  if redis.call('HLEN', KEYS[4]) > 512 then
+    local ws = redis.call('HGETALL', KEYS[4])
+    local W = 0
+    for i = 2, #ws, 2 do W = W + tonumber(ws[i]) end
+    for i = 1, #ws, 2 do
+      local wt = tonumber(ws[i + 1])
+      out[#out + 1] = ws[i]
+      out[#out + 1] = wt
+      out[#out + 1] = sum(redis.call('HGET', KEYS[2], ws[i]))
+      out[#out + 1] = floor(limit * wt / W)
+    end
+    return out
+  end
+  local list, Wall = actives()
+  for _, e in ipairs(list) do
+    out[#out + 1] = e[1]
+    out[#out + 1] = e[2]
+    out[#out + 1] = e[3]
+    out[#out + 1] = floor(shareOf(list, Wall, e[1], e[2]))
   end
   return out
 end
