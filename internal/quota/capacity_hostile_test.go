@@ -260,3 +260,33 @@ func TestCapacityViewOfManyMembersReadsEachOnce(t *testing.T) {
 		t.Errorf("the view took %v", took)
 	}
 }
+
+// A reservation draws its amount on its capacities, all or nothing with its own
+// limits, as a check does: one past the capacity is refused naming it, and one its own
+// limits refuse gives its draw back.
+func TestCapacityReservationDrawsItsAmount(t *testing.T) {
+	r := replicas(t, 1)[0]
+	ctx := context.Background()
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Minute, Limit: 10}
+	req := capReq("a", c, 1)
+	req.Cost = 8
+	if rsv, res, err := r.Reserve(ctx, vocab.Route{}, req, quota.ReserveOptions{}); err != nil || !res.Allowed || rsv.Amount != 8 {
+		t.Fatalf("reservation of 8 of 10: %+v %+v %v", rsv, res, err)
+	}
+	req.Cost = 5
+	rsv, res, err := r.Reserve(ctx, vocab.Route{}, req, quota.ReserveOptions{})
+	want := vocab.Blocked{Metric: "tokens", Level: vocab.LevelCapacity, ID: "gpu", Window: vocab.Minute}
+	if err != nil || res.Allowed || res.BlockedAt == nil || *res.BlockedAt != want || res.RetryAfter <= 0 || rsv.ID != "" {
+		t.Fatalf("reservation of 5 more: %+v %+v at %+v %v, want refused at %+v", rsv, res, res.BlockedAt, err, want)
+	}
+	b := capReq("b", c, 1)
+	b.Cost = 2
+	b.Limits.Org = []vocab.Limit{lim(vocab.Minute, 1)}
+	if _, res, err := r.Reserve(ctx, vocab.Route{}, b, quota.ReserveOptions{}); err != nil || res.Allowed {
+		t.Fatalf("b's reservation of 2 past its limit of 1: %+v %v", res, err)
+	}
+	time.Sleep(300 * time.Millisecond) // a grant's life: what b's grant held is back
+	if w, err := r.CapacityWindow(ctx, c); err != nil || w.Used != 8 {
+		t.Fatalf("window %+v %v, want the 8 reserved", w, err)
+	}
+}
