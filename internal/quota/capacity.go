@@ -100,6 +100,7 @@ type grant struct {
 	backAt      int64     // their sub-bucket
 	refused     time.Time // refused in process until then, checks costing at least refusedCost
 	refusedCost int64     // a smaller check may fit: Redis decides it
+	retryAt     time.Time // when the refusal's cost fits, as capacity.lua told
 	why         string    // the refusal's kind: "c" (full) or "f" (past the share)
 	rate        rateCounter
 }
@@ -222,7 +223,7 @@ func (g *grant) take(now time.Time, cost int64, d *CapacityDraw) (drawn, *capaci
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if now.Before(g.refused) && cost >= g.refusedCost {
-		return drawn{}, &capacityRefusal{d: d, retry: g.refused.Sub(now)}, true
+		return drawn{}, &capacityRefusal{d: d, retry: max(g.retryAt.Sub(now), time.Millisecond)}, true
 	}
 	if now.Before(g.ends) && g.units >= cost {
 		g.units -= cost
@@ -274,7 +275,7 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if rep.why != "" {
-		g.refused, g.refusedCost, g.why = sent.Add(min(rep.retry, grantMaxLife)), cost, rep.why
+		g.refused, g.refusedCost, g.retryAt, g.why = sent.Add(min(rep.retry, grantMaxLife)), cost, sent.Add(rep.retry), rep.why
 		return drawn{}, &capacityRefusal{d: d, retry: rep.retry}, nil
 	}
 	life := min(rep.left, grantMaxLife)

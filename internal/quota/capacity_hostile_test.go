@@ -639,3 +639,31 @@ func TestCapacityFairShareBesideAnOperators(t *testing.T) {
 		t.Fatalf("operator's window %+v %v, want 100: the check the org's limit refused kept its units", w, err)
 	}
 }
+
+// A refusal answered in process tells the same retry as the one Redis gave, less the
+// time since: not the in-process spell's end.
+func TestCapacityRefusalInProcessTellsTheRetry(t *testing.T) {
+	r := replicas(t, 1)[0]
+	ctx := context.Background()
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Minute, Limit: 10}
+	req := capReq("a", c, 1)
+	req.Cost = 10
+	if res, _, err := r.Check(ctx, vocab.Route{}, req); err != nil || !res.Allowed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	req.Cost = 1
+	var retries []time.Duration
+	for range 3 {
+		res, _, err := r.Check(ctx, vocab.Route{}, req)
+		if err != nil || res.Allowed {
+			t.Fatalf("%+v %v", res, err)
+		}
+		retries = append(retries, res.RetryAfter)
+	}
+	t.Logf("retries of a full minute: %v", retries)
+	for _, d := range retries {
+		if d < 50*time.Second || d > time.Minute*21/20 {
+			t.Errorf("retry %v of a minute filled just now, want 57-63 s", d)
+		}
+	}
+}
