@@ -60,15 +60,18 @@ const grantMaxLife = 250 * time.Millisecond
 // the ended ones with nothing to give back.
 const grantMinKeys = 4096
 
-// capacityKeys are the keys of capacity c: its own slot, named by its id, or for a
-// fair-share org limit by the org, metric and window. Ids never contain '|', so the
-// two kinds and every org's own keys stay apart.
+// capacityKeys are the keys of capacity c: its own slot, named by its id and window,
+// or for a fair-share org limit by the org, metric and window. The window is in the
+// name because the counts are in its sub-buckets: under a longer one they would read
+// as the future and never leave (TestCapacityWindowChangeCountsApart), so a capacity
+// whose window changes starts the new one empty. Ids never contain '|', so the two
+// kinds and every org's own keys stay apart.
 func capacityKeys(prefix string, c *Capacity) [5]string {
 	var tag string
 	if c.FairShare {
 		tag = prefix + ":{fs|" + c.ID + "|" + c.Metric + "|" + windowSeconds(c.Window) + "}|"
 	} else {
-		tag = prefix + ":{cap|" + c.ID + "}|"
+		tag = prefix + ":{cap|" + c.ID + "|" + windowSeconds(c.Window) + "}|"
 	}
 	return [5]string{tag + "m", tag + "u", tag + "a", tag + "w", tag + "r"}
 }

@@ -3,7 +3,9 @@ package quota_test
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -665,5 +667,57 @@ func TestCapacityRefusalInProcessTellsTheRetry(t *testing.T) {
 		if d < 50*time.Second || d > time.Minute*21/20 {
 			t.Errorf("retry %v of a minute filled just now, want 57-63 s", d)
 		}
+	}
+}
+
+// A capacity whose window changes (PATCH, or deleted and made again under its id)
+// counts the new window in a state of its own: the old window's sub-bucket indexes
+// (a second's are 1,200 times a minute's) would be read as the new window's future:
+// what the new window counts at them, and its members' activity, would never leave it.
+func TestCapacityWindowChangeCountsApart(t *testing.T) {
+	prefix := testenv.ID(t, "qc")
+	r, _ := MustEngines(t, quota.EnginesConfig{RedisTimeout: 2 * time.Second, Engine: quota.Config{KeyPrefix: prefix}})
+	ctx := context.Background()
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Second, Limit: 10}
+	a := capReq("a", c, 1)
+	a.Cost = 5
+	if res, _, err := r.Check(ctx, vocab.Route{}, a); err != nil || !res.Allowed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	c.Window = vocab.Minute
+	b := capReq("b", c, 1)
+	b.Cost = 5
+	if _, _, err := r.Check(ctx, vocab.Route{}, b); err != nil {
+		t.Fatal(err)
+	}
+	raw := testenv.Redis(t)
+	now, err := raw.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := float64(now.UnixMilli() / 3000) // the minute's sub-bucket
+	found := false
+	for _, key := range keys(t, raw, prefix) {
+		if !strings.HasSuffix(key, "|a") {
+			continue
+		}
+		score, err := raw.ZScore(ctx, key, "b").Result()
+		if err != nil {
+			continue // the second's state: b never drew on it
+		}
+		found = true
+		tv, err := raw.HGet(ctx, strings.TrimSuffix(key, "|a")+"|m", "t").Result()
+		if err != nil || len(tv) < 8 {
+			t.Fatalf("the minute's counts: %q %v", tv, err)
+		}
+		last := math.Float64frombits(binary.LittleEndian.Uint64([]byte(tv[:8])))
+		t.Logf("the minute's sub-bucket %.0f; its state's counts last at %.0f, b active at %.0f", k, last, score)
+		if last > k+1 || score > k+1 {
+			t.Errorf("the minute's counts are at sub-bucket %.0f, b active at %.0f, past the minute's %.0f: they never leave it",
+				last, score, k)
+		}
+	}
+	if !found {
+		t.Fatal("no state holds b's draw")
 	}
 }
