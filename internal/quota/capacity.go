@@ -28,14 +28,22 @@ import (
 // admitted was counted in the sub-bucket it was admitted in, and no real span of one
 // window admits more than the limit, whatever the replicas. A replica that dies with
 // grants leaves their units counted until they leave the window: the capacity loses,
-// per dead replica, at most its live grants, for at most one window. A grant is
+// per dead replica, at most its live grants, for at most one window. A call to
+// capacity.lua that fails (a timeout, a caller gone, a broken connection) may have run
+// with its reply lost, so what it gave back counts as given and is never sent again:
+// given twice, units would come off a sub-bucket that other grants' admitted units are
+// counted in, and the window would admit past its limit
+// (TestCapacityGiveBackWhoseReplyIsLostIsNotGivenTwice). When it did not run, those
+// units stay counted until they leave the window, as do the units of a grant whose
+// reply was lost: at most a grant per failed call, erring toward refusing. A grant is
 // sized to the member's rate on this replica over its life, at least the check's
 // cost and at most a sixteenth of the limit per replica, so fair shares are held to
 // within the grants the other replicas hold.
 //
 // Fair share: above the capacity's saturation point a member gets a grant only within
 // its weighted max-min fair share (capacity.lua's fair), and a refused member is
-// refused in process until the retry capacity.lua gave (at most grantMaxLife), so a
+// refused in process until the retry capacity.lua gave (at most grantMaxLife), the
+// checks that cost as much as the refused one or more (a smaller one may fit), so a
 // saturated capacity costs Redis one call per member and replica per refusal spell,
 // not one per check.
 
@@ -52,15 +60,18 @@ const grantMaxLife = 250 * time.Millisecond
 // the ended ones with nothing to give back.
 const grantMinKeys = 4096
 
-// capacityKeys are the keys of capacity c: its own slot, named by its id, or for a
-// fair-share org limit by the org, metric and window. Ids never contain '|', so the
-// two kinds and every org's own keys stay apart.
+// capacityKeys are the keys of capacity c: its own slot, named by its id and window,
+// or for a fair-share org limit by the org, metric and window. The window is in the
+// name because the counts are in its sub-buckets: under a longer one they would read
+// as the future and never leave (TestCapacityWindowChangeCountsApart), so a capacity
+// whose window changes starts the new one empty. Ids never contain '|', so the two
+// kinds and every org's own keys stay apart.
 func capacityKeys(prefix string, c *Capacity) [5]string {
 	var tag string
 	if c.FairShare {
 		tag = prefix + ":{fs|" + c.ID + "|" + c.Metric + "|" + windowSeconds(c.Window) + "}|"
 	} else {
-		tag = prefix + ":{cap|" + c.ID + "}|"
+		tag = prefix + ":{cap|" + c.ID + "|" + windowSeconds(c.Window) + "}|"
 	}
 	return [5]string{tag + "m", tag + "u", tag + "a", tag + "w", tag + "r"}
 }
@@ -84,15 +95,18 @@ type grantKey struct {
 type grant struct {
 	fill sync.Mutex // held by the one draw that asks Redis for the next grant
 
-	mu      sync.Mutex
-	units   int64     // left to admit
-	at      int64     // the sub-bucket they were counted in
-	ends    time.Time // local monotonic: no unit is admitted from it at or after
-	back    int64     // units of an ended grant to give back with the next draw
-	backAt  int64     // their sub-bucket
-	refused time.Time // refused in process until then
-	why     string    // the refusal's kind: "c" (full) or "f" (past the share)
-	rate    rateCounter
+	mu          sync.Mutex
+	units       int64     // left to admit
+	at          int64     // the sub-bucket they were counted in
+	ends        time.Time // local monotonic: no unit is admitted from it at or after
+	back        int64     // units of an ended grant to give back with the next draw
+	backAt      int64     // their sub-bucket
+	refused     time.Time // refused in process until then, checks costing at least refusedCost
+	refusedCost int64     // a smaller check may fit: Redis decides it
+	retryAt     time.Time // when the refusal's cost fits, as capacity.lua told
+	capped      bool      // since the last draw, a check drew on it and its member's own limit refused it
+	why         string    // the refusal's kind: "c" (full) or "f" (past the share)
+	rate        rateCounter
 }
 
 // capacities holds this replica's grants.
@@ -111,6 +125,15 @@ type drawn struct {
 	g     *grant
 	units int64
 	at    int64
+	level vocab.Level // the member's: the org's, or for a fair-share org limit the team's
+}
+
+// memberLevel is the level of d's member.
+func (d *CapacityDraw) memberLevel() vocab.Level {
+	if d.FairShare {
+		return vocab.LevelTeam
+	}
+	return vocab.LevelOrg
 }
 
 // capacityRefusal is a draw the capacity refused.
@@ -174,7 +197,7 @@ func (c *capacities) draw(ctx context.Context, req *Request) ([]drawn, *capacity
 		}
 		dr, ref, err := c.drawOne(ctx, d, cost)
 		if err != nil || ref != nil {
-			c.giveBack(out)
+			c.giveBack(out, nil)
 			return nil, ref, err
 		}
 		out = append(out, dr)
@@ -185,6 +208,12 @@ func (c *capacities) draw(ctx context.Context, req *Request) ([]drawn, *capacity
 // drawOne takes cost from the grant of d's capacity and member, asking Redis for the
 // next grant when this one cannot give it.
 func (c *capacities) drawOne(ctx context.Context, d *CapacityDraw, cost int64) (drawn, *capacityRefusal, error) {
+	if cost > d.Limit {
+		// never fits: refused with a window's retry, and neither Redis nor the grant
+		// hears of it, since in capacity.lua a refusal is a member's demand and makes
+		// every member share for a window
+		return drawn{}, &capacityRefusal{d: d, retry: d.Window.Duration()}, nil
+	}
 	keys := capacityKeys(c.r.cfg.Engine.KeyPrefix, &d.Capacity)
 	g := c.grantOf(grantKey{tag: keys[0], member: d.Member})
 	now := time.Now()
@@ -206,12 +235,12 @@ func (c *capacities) drawOne(ctx context.Context, d *CapacityDraw, cost int64) (
 func (g *grant) take(now time.Time, cost int64, d *CapacityDraw) (drawn, *capacityRefusal, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if now.Before(g.refused) {
-		return drawn{}, &capacityRefusal{d: d, retry: g.refused.Sub(now)}, true
+	if now.Before(g.refused) && cost >= g.refusedCost {
+		return drawn{}, &capacityRefusal{d: d, retry: max(g.retryAt.Sub(now), time.Millisecond)}, true
 	}
 	if now.Before(g.ends) && g.units >= cost {
 		g.units -= cost
-		return drawn{g: g, units: cost, at: g.at}, nil, true
+		return drawn{g: g, units: cost, at: g.at, level: d.memberLevel()}, nil, true
 	}
 	return drawn{}, nil, false
 }
@@ -234,6 +263,10 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	if back == 0 {
 		backAt = -1
 	}
+	capped := 0
+	if g.capped {
+		capped, g.capped = 1, false
+	}
 	g.mu.Unlock()
 
 	want := max(cost, int64(math.Ceil(float64(g.rate.rate.Load())*grantMaxLife.Seconds()*1.25)))
@@ -241,7 +274,10 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	wms := d.Window.Duration().Milliseconds()
 	sent := time.Now()
 	v, err := capacityScript.Run(ctx, b.rdb, keys[:], "d", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
-		d.Member, d.Weight, cost, want, backAt, back, 2*wms+60_000).Slice()
+		d.Member, d.Weight, cost, want, backAt, back, 2*wms+60_000, capped).Slice()
+	g.mu.Lock()
+	g.back -= back // given back, even when the reply is lost
+	g.mu.Unlock()
 	if err != nil {
 		if ctx.Err() != nil {
 			return drawn{}, nil, ctx.Err()
@@ -255,23 +291,22 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	c.r.metrics.capacityDraw(d, rep)
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.back -= back // what came back meanwhile from checks not admitted stays to give
 	if rep.why != "" {
-		g.refused, g.why = sent.Add(min(rep.retry, grantMaxLife)), rep.why
+		g.refused, g.refusedCost, g.retryAt, g.why = sent.Add(min(rep.retry, grantMaxLife)), cost, sent.Add(rep.retry), rep.why
 		return drawn{}, &capacityRefusal{d: d, retry: rep.retry}, nil
 	}
 	life := min(rep.left, grantMaxLife)
 	g.units, g.at, g.ends, g.refused = rep.granted-cost, rep.at, sent.Add(life), time.Time{}
 	dc := *d // the request's may change once its check is answered
 	time.AfterFunc(time.Until(g.ends), func() { c.returnUnused(g, keys, &dc) })
-	return drawn{g: g, units: cost, at: rep.at}, nil, nil
+	return drawn{g: g, units: cost, at: rep.at, level: d.memberLevel()}, nil, nil
 }
 
 // returnUnused gives back to Redis what g holds once it ended, so units a member's
 // checks did not take (its own limits refused them, or its load stopped) return to
 // the capacity within grantMaxLife of their draw rather than with the member's next
-// draw. A draw refilling g meanwhile gives them back itself; a failure leaves them to
-// the next draw.
+// draw. A draw refilling g meanwhile gives them back itself; a failure counts as
+// given back.
 func (c *capacities) returnUnused(g *grant, keys [5]string, d *CapacityDraw) {
 	if !g.fill.TryLock() {
 		return
@@ -297,10 +332,8 @@ func (c *capacities) returnUnused(g *grant, keys [5]string, d *CapacityDraw) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.r.cfg.RedisTimeout)
 	defer cancel()
 	wms := d.Window.Duration().Milliseconds()
-	if err := capacityScript.Run(ctx, b.rdb, keys[:], "r", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
-		d.Member, d.Weight, 0, 0, backAt, back, 2*wms+60_000).Err(); err != nil && err != redis.Nil {
-		return
-	}
+	_ = capacityScript.Run(ctx, b.rdb, keys[:], "r", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
+		d.Member, d.Weight, 0, 0, backAt, back, 2*wms+60_000, 0).Err()
 	g.mu.Lock()
 	g.back -= back
 	g.mu.Unlock()
@@ -309,11 +342,18 @@ func (c *capacities) returnUnused(g *grant, keys [5]string, d *CapacityDraw) {
 // giveBack returns draws a check did not use to their grants: to the live grant they
 // came from, or, once it ended, to be given back to their sub-bucket by the next draw
 // (a grant ended twice before then keeps only the latest sub-bucket's: the older
-// units stay counted, which only errs toward refusing).
-func (c *capacities) giveBack(ds []drawn) {
+// units stay counted, which only errs toward refusing). refused is where the check's
+// own limits refused it (nil: they did not): a limit of the member's own level (the
+// org's, or for a fair-share org limit the team's) caps what the member wants, and
+// its next draw tells capacity.lua so, since what such a member wants is what its
+// limit lets it use, not its share.
+func (c *capacities) giveBack(ds []drawn, refused *vocab.Blocked) {
 	for _, d := range ds {
 		g := d.g
 		g.mu.Lock()
+		if refused != nil && !refused.FairShare && refused.Level == d.level {
+			g.capped = true
+		}
 		switch {
 		case d.at == g.at && time.Now().Before(g.ends):
 			g.units += d.units
@@ -376,7 +416,7 @@ func (r *Engines) CapacityWindow(ctx context.Context, c Capacity) (CapacityWindo
 	keys := capacityKeys(r.cfg.Engine.KeyPrefix, &c)
 	wms := c.Window.Duration().Milliseconds()
 	v, err := capacityScript.Run(ctx, b.rdb, keys[:], "v", PreciseSubBuckets, wms, c.Limit, d.saturationUnits(),
-		"", 1, 0, 0, -1, 0, 2*wms+60_000).Slice()
+		"", 1, 0, 0, -1, 0, 2*wms+60_000, 0).Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return CapacityWindow{}, ctx.Err()
@@ -452,8 +492,11 @@ func (d *capacityDraws) draw(ctx context.Context, r *Engines, cs []Check, i int)
 func (d *capacityDraws) settle(r *Engines, cs []Check) {
 	for i, ds := range d.taken {
 		c := &cs[i]
-		if c.Err != nil || !c.Result.Allowed || c.Result.Replayed {
-			r.caps.giveBack(ds)
+		switch {
+		case c.Err == nil && !c.Result.Allowed && !c.Result.Replayed:
+			r.caps.giveBack(ds, c.Result.BlockedAt)
+		case c.Err != nil || !c.Result.Allowed || c.Result.Replayed:
+			r.caps.giveBack(ds, nil)
 		}
 	}
 	for i, b := range d.would {

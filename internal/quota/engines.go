@@ -473,9 +473,15 @@ func verdict(items []*Check) error {
 	return gone
 }
 
-// Reserve holds req.Cost units on the Redis of route (Engine.Reserve). A reservation
-// has no fail mode: without Redis nothing can be held, so it fails with an error
-// wrapping ErrUnavailable whatever the plan's fail mode.
+// Reserve holds req.Cost units on the Redis of route (Engine.Reserve), drawing them
+// first on req.Capacities as a check does, all or nothing: a capacity's refusal is the
+// reservation's (Result.BlockedAt names it; in Shadow or Warn mode it is told in
+// Result.WouldBlock), and a reservation not made gives its draws back. Its settling
+// does not reach the capacities: what a commit or release gives back stays counted
+// there until it leaves the window, and what a commit counts past the amount is not
+// drawn. A reservation has no fail mode: without Redis nothing can be held, so it
+// fails with an error wrapping ErrUnavailable whatever the plan's fail mode, the
+// capacities' Redis included.
 //
 // Errors: those of Engine.Reserve, and ErrOverloaded as Check.
 func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, opt ReserveOptions) (vocab.Reservation, vocab.Result, error) {
@@ -487,12 +493,39 @@ func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, o
 	if err != nil {
 		return vocab.Reservation{}, vocab.Result{}, err
 	}
+	var taken []drawn
+	var would *vocab.Blocked
+	if len(req.Capacities) > 0 {
+		if err := req.Validate(); err != nil {
+			return vocab.Reservation{}, vocab.Result{}, err
+		}
+		ds, ref, err := r.caps.draw(ctx, &req)
+		switch {
+		case err != nil:
+			return vocab.Reservation{}, vocab.Result{}, err
+		case ref != nil && (req.Mode == "" || req.Mode == vocab.Enforce):
+			return vocab.Reservation{}, vocab.Result{BlockedAt: ref.blocked(&req), RetryAfter: max(ref.retry, time.Millisecond)}, nil
+		case ref != nil:
+			would = ref.blocked(&req)
+		}
+		taken = ds
+	}
 	done, err := b.breakerFor(req.Org).Allow()
 	if err != nil {
+		r.caps.giveBack(taken, nil)
 		return vocab.Reservation{}, vocab.Result{}, unavailable(req.Org, b.name, err)
 	}
 	res, out, err := b.eng.Reserve(ctx, req, opt)
 	done(redisFailure(err))
+	switch {
+	case err == nil && !out.Allowed && !out.Replayed:
+		r.caps.giveBack(taken, out.BlockedAt)
+	case err != nil || !out.Allowed || out.Replayed:
+		r.caps.giveBack(taken, nil)
+	}
+	if err == nil && would != nil && out.WouldBlock == nil {
+		out.WouldBlock = would
+	}
 	if err == nil {
 		r.metrics.atBound(b.name, &out)
 	}

@@ -15,14 +15,17 @@
 --   4 w: hash; member -> its weight
 --   5 r: hash; member -> the last sub-bucket it was refused in or given less than it
 --        asked for: a member that was, in the window, wants more than it has; one that
---        was not is content with what it uses
+--        was not is content with what it uses (as is one its own limit caps, once
+--        given all it asked: ARGV 13)
 -- ARGV
 --   1 mode: 'd' draw, 'r' give back only, 'v' view
 --   2 N (sub-buckets a window), 3 window ms, 4 limit, 5 saturation units (limit x
 --   saturation, floored), 6 member, 7 weight, 8 min: the units a draw must get or be
 --   refused (the check's cost), 9 want: the most it takes (its grant), 10 the
 --   sub-bucket of units given back (-1: none), 11 the units given back, 12 the keys'
---   TTL in ms
+--   TTL in ms, 13 capped: 1 when checks the member drew for were refused by a limit of
+--   its own level (the org's, or for a fair-share org limit the team's) since its
+--   last draw
 -- Reply (draw): {granted, ms left in the sub-bucket, sub-bucket, used in the window,
 --   the member's used, the member's share (-1: not computed), retry ms, refusal: '' |
 --   'c' (the capacity is full) | 'f' (past the member's fair share)}
@@ -136,51 +139,75 @@ if #gone > 0 then
   redis.call('HSET', KEYS[1], 'W', math.max(0, W))
 end
 
--- fair is member's weighted max-min fair share of the window. A member's demand is
--- not known, only whether it was refused or cut short in the window: one that was not, and uses
--- less than its weight's part of what is left, is content and keeps what it uses; the
--- others (member itself, which is asking) share the rest by weight. It reads every
--- active member (at most 512; past that each gets its weight's part of the limit,
--- never more than max-min would give it).
-local function fair(W)
-  if redis.call('HLEN', KEYS[4]) > 512 then
-    return floor(limit * weight / W), W
-  end
+-- actives reads every active member once, as {id, weight, used, content}, sorted by
+-- used / weight, and the sum of their weights. A member's demand is not known, only
+-- whether it was refused or cut short in the window: one that was not is content.
+local function actives()
   local ws = redis.call('HGETALL', KEYS[4])
   local list, Wall = {}, 0
   for i = 1, #ws, 2 do
     local id, wt = ws[i], tonumber(ws[i + 1])
     Wall = Wall + wt
-    if id ~= member and (tonumber(redis.call('HGET', KEYS[5], id) or -1) or -1) < k - N then
-      local used = sum(redis.call('HGET', KEYS[2], id))
-      list[#list + 1] = {used / wt, used, wt}
-    end
+    local content = (tonumber(redis.call('HGET', KEYS[5], id) or -1) or -1) < k - N
+    list[#list + 1] = {id, wt, sum(redis.call('HGET', KEYS[2], id)), content}
   end
-  table.sort(list, function(x, y) return x[1] < y[1] end)
-  local R, Wr = limit, Wall
-  for _, e in ipairs(list) do
-    if e[2] < R / Wr * e[3] then
-      R, Wr = R - e[2], Wr - e[3]
-    else
-      break
-    end
-  end
-  return floor(R * weight / Wr), Wall
+  table.sort(list, function(x, y) return x[3] / x[2] < y[3] / y[2] end)
+  return list, Wall
 end
 
+-- shareOf is the weighted max-min fair share of member who of weight wt among list
+-- (actives) of weights Wall, unrounded: the content members (who aside, which is
+-- asking) that use less than their weight's part of what is left keep what they use;
+-- the others share the rest by weight.
+local function shareOf(list, Wall, who, wt)
+  local R, Wr = limit, Wall
+  for _, e in ipairs(list) do
+    if e[1] ~= who and e[4] then
+      if e[3] < R / Wr * e[2] then
+        R, Wr = R - e[3], Wr - e[2]
+      else
+        break
+      end
+    end
+  end
+  return R * wt / Wr
+end
+
+-- fair is member's share (shareOf) floored, the active members' weights, and the
+-- share unrounded. Past 512 active members it reads none of them: each gets its
+-- weight's part of the limit, never more than max-min would give it.
+local function fair(W)
+  if redis.call('HLEN', KEYS[4]) > 512 then
+    return floor(limit * weight / W), W, limit * weight / W
+  end
+  local list, Wall = actives()
+  local x = shareOf(list, Wall, member, weight)
+  return floor(x), Wall, x
+end
+
+-- The view reads each member once (a fair per member would read them all for each:
+-- 1.2 s of Redis at 512 members).
 if mode == 'v' then
-  local used = sum(redis.call('HGET', KEYS[1], 't'))
-  local out = {used}
-  local ws = redis.call('HGETALL', KEYS[4])
-  local W = 0
-  for i = 2, #ws, 2 do W = W + tonumber(ws[i]) end
-  for i = 1, #ws, 2 do
-    member, weight = ws[i], tonumber(ws[i + 1])
-    local share = fair(W)
-    out[#out + 1] = member
-    out[#out + 1] = weight
-    out[#out + 1] = sum(redis.call('HGET', KEYS[2], member))
-    out[#out + 1] = share
+  local out = {sum(redis.call('HGET', KEYS[1], 't'))}
+  if redis.call('HLEN', KEYS[4]) > 512 then
+    local ws = redis.call('HGETALL', KEYS[4])
+    local W = 0
+    for i = 2, #ws, 2 do W = W + tonumber(ws[i]) end
+    for i = 1, #ws, 2 do
+      local wt = tonumber(ws[i + 1])
+      out[#out + 1] = ws[i]
+      out[#out + 1] = wt
+      out[#out + 1] = sum(redis.call('HGET', KEYS[2], ws[i]))
+      out[#out + 1] = floor(limit * wt / W)
+    end
+    return out
+  end
+  local list, Wall = actives()
+  for _, e in ipairs(list) do
+    out[#out + 1] = e[1]
+    out[#out + 1] = e[2]
+    out[#out + 1] = e[3]
+    out[#out + 1] = floor(shareOf(list, Wall, e[1], e[2]))
   end
   return out
 end
@@ -205,30 +232,41 @@ if ow ~= weight then
   redis.call('HSET', KEYS[1], 'W', W)
 end
 redis.call('ZADD', KEYS[3], k, member)
-for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+-- expire sets every key's TTL once the draw wrote what it writes: a key made after it
+-- (the first refusal's, the first grant's counts) would never expire
+local function expire()
+  for i = 1, 5 do redis.call('PEXPIRE', KEYS[i], ttl) end
+end
 
 local used, mine = sum(tv), sum(uv)
 local room = limit - used
-local g, share, why = want, -1, ''
+local g, share, exact, why = want, -1, 0, ''
 -- Shares hold above the saturation point, and for a window after any member was
 -- refused or cut short (x): under contention a window's units come free in bursts
 -- (those of the window before, sub-bucket by sub-bucket), and below the point whoever
 -- asked first at each burst would take them.
 local contended = (tonumber(redis.call('HGET', KEYS[1], 'x') or -1) or -1) >= k - N
 if used + want > sat or contended then
-  share = floor(limit * weight / W)
-  if mine + want > share then share, W = fair(W) end
+  share, exact = floor(limit * weight / W), limit * weight / W
+  if mine + want > share then share, W, exact = fair(W) end
   g = math.min(want, room, math.max(contended and 0 or sat - used, share - mine))
+  -- A share is met in whole checks: a member under it may take one check past it.
+  -- Otherwise a check costing more than the member's share, or any check of a share
+  -- under one unit, would never pass, and members all refused by their shares would
+  -- keep the window contended and empty.
+  if g < min and mine < exact and room >= min then g = min end
 end
 if g < min then
   local retry
   if room < min then
     why, retry = 'c', wait(tv, min - room)
   else
-    why, retry = 'f', wait(uv, mine + min - share)
+    -- past its share (mine >= exact): until it is under it again
+    why, retry = 'f', wait(uv, floor(mine - exact) + 1)
   end
   redis.call('HSET', KEYS[5], member, k)
   redis.call('HSET', KEYS[1], 'x', k)
+  expire()
   return {0, left, k, used, mine, share, math.max(1, retry), why}
 end
 -- counted at k, or, after this Redis's clock went back, at the latest sub-bucket
@@ -237,10 +275,17 @@ end
 if g < want then
   redis.call('HSET', KEYS[5], member, k)
   redis.call('HSET', KEYS[1], 'x', k)
+elseif ARGV[13] == '1' then
+  -- Its own limit refuses checks it draws for, and it was given all it asked: it
+  -- wants what that limit lets it use, not its share, until it is refused again. Held
+  -- wanting for the window, its unused share would be kept from the others (an org
+  -- capped at 20 of 200 by its own limit, weight 3 of 4: the other held to 50).
+  redis.call('HDEL', KEYS[5], member)
 end
 local at = math.max(k, lastOf(tv), lastOf(uv))
 if g > 0 then
   redis.call('HSET', KEYS[1], 't', add(tv, g, at))
   redis.call('HSET', KEYS[2], member, add(uv, g, at))
 end
+expire()
 return {g, left, at, used + g, mine + g, share, 0, ''}
