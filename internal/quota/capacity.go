@@ -104,6 +104,7 @@ type grant struct {
 	refused     time.Time // refused in process until then, checks costing at least refusedCost
 	refusedCost int64     // a smaller check may fit: Redis decides it
 	retryAt     time.Time // when the refusal's cost fits, as capacity.lua told
+	capped      bool      // since the last draw, a check drew on it and its member's own limit refused it
 	why         string    // the refusal's kind: "c" (full) or "f" (past the share)
 	rate        rateCounter
 }
@@ -124,6 +125,15 @@ type drawn struct {
 	g     *grant
 	units int64
 	at    int64
+	level vocab.Level // the member's: the org's, or for a fair-share org limit the team's
+}
+
+// memberLevel is the level of d's member.
+func (d *CapacityDraw) memberLevel() vocab.Level {
+	if d.FairShare {
+		return vocab.LevelTeam
+	}
+	return vocab.LevelOrg
 }
 
 // capacityRefusal is a draw the capacity refused.
@@ -187,7 +197,7 @@ func (c *capacities) draw(ctx context.Context, req *Request) ([]drawn, *capacity
 		}
 		dr, ref, err := c.drawOne(ctx, d, cost)
 		if err != nil || ref != nil {
-			c.giveBack(out)
+			c.giveBack(out, nil)
 			return nil, ref, err
 		}
 		out = append(out, dr)
@@ -230,7 +240,7 @@ func (g *grant) take(now time.Time, cost int64, d *CapacityDraw) (drawn, *capaci
 	}
 	if now.Before(g.ends) && g.units >= cost {
 		g.units -= cost
-		return drawn{g: g, units: cost, at: g.at}, nil, true
+		return drawn{g: g, units: cost, at: g.at, level: d.memberLevel()}, nil, true
 	}
 	return drawn{}, nil, false
 }
@@ -253,6 +263,10 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	if back == 0 {
 		backAt = -1
 	}
+	capped := 0
+	if g.capped {
+		capped, g.capped = 1, false
+	}
 	g.mu.Unlock()
 
 	want := max(cost, int64(math.Ceil(float64(g.rate.rate.Load())*grantMaxLife.Seconds()*1.25)))
@@ -260,7 +274,7 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	wms := d.Window.Duration().Milliseconds()
 	sent := time.Now()
 	v, err := capacityScript.Run(ctx, b.rdb, keys[:], "d", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
-		d.Member, d.Weight, cost, want, backAt, back, 2*wms+60_000).Slice()
+		d.Member, d.Weight, cost, want, backAt, back, 2*wms+60_000, capped).Slice()
 	g.mu.Lock()
 	g.back -= back // given back, even when the reply is lost
 	g.mu.Unlock()
@@ -285,7 +299,7 @@ func (c *capacities) refill(ctx context.Context, g *grant, keys [5]string, d *Ca
 	g.units, g.at, g.ends, g.refused = rep.granted-cost, rep.at, sent.Add(life), time.Time{}
 	dc := *d // the request's may change once its check is answered
 	time.AfterFunc(time.Until(g.ends), func() { c.returnUnused(g, keys, &dc) })
-	return drawn{g: g, units: cost, at: rep.at}, nil, nil
+	return drawn{g: g, units: cost, at: rep.at, level: d.memberLevel()}, nil, nil
 }
 
 // returnUnused gives back to Redis what g holds once it ended, so units a member's
@@ -319,7 +333,7 @@ func (c *capacities) returnUnused(g *grant, keys [5]string, d *CapacityDraw) {
 	defer cancel()
 	wms := d.Window.Duration().Milliseconds()
 	_ = capacityScript.Run(ctx, b.rdb, keys[:], "r", PreciseSubBuckets, wms, d.Limit, d.saturationUnits(),
-		d.Member, d.Weight, 0, 0, backAt, back, 2*wms+60_000).Err()
+		d.Member, d.Weight, 0, 0, backAt, back, 2*wms+60_000, 0).Err()
 	g.mu.Lock()
 	g.back -= back
 	g.mu.Unlock()
@@ -328,11 +342,18 @@ func (c *capacities) returnUnused(g *grant, keys [5]string, d *CapacityDraw) {
 // giveBack returns draws a check did not use to their grants: to the live grant they
 // came from, or, once it ended, to be given back to their sub-bucket by the next draw
 // (a grant ended twice before then keeps only the latest sub-bucket's: the older
-// units stay counted, which only errs toward refusing).
-func (c *capacities) giveBack(ds []drawn) {
+// units stay counted, which only errs toward refusing). refused is where the check's
+// own limits refused it (nil: they did not): a limit of the member's own level (the
+// org's, or for a fair-share org limit the team's) caps what the member wants, and
+// its next draw tells capacity.lua so, since what such a member wants is what its
+// limit lets it use, not its share.
+func (c *capacities) giveBack(ds []drawn, refused *vocab.Blocked) {
 	for _, d := range ds {
 		g := d.g
 		g.mu.Lock()
+		if refused != nil && !refused.FairShare && refused.Level == d.level {
+			g.capped = true
+		}
 		switch {
 		case d.at == g.at && time.Now().Before(g.ends):
 			g.units += d.units
@@ -395,7 +416,7 @@ func (r *Engines) CapacityWindow(ctx context.Context, c Capacity) (CapacityWindo
 	keys := capacityKeys(r.cfg.Engine.KeyPrefix, &c)
 	wms := c.Window.Duration().Milliseconds()
 	v, err := capacityScript.Run(ctx, b.rdb, keys[:], "v", PreciseSubBuckets, wms, c.Limit, d.saturationUnits(),
-		"", 1, 0, 0, -1, 0, 2*wms+60_000).Slice()
+		"", 1, 0, 0, -1, 0, 2*wms+60_000, 0).Slice()
 	if err != nil {
 		if ctx.Err() != nil {
 			return CapacityWindow{}, ctx.Err()
@@ -471,8 +492,11 @@ func (d *capacityDraws) draw(ctx context.Context, r *Engines, cs []Check, i int)
 func (d *capacityDraws) settle(r *Engines, cs []Check) {
 	for i, ds := range d.taken {
 		c := &cs[i]
-		if c.Err != nil || !c.Result.Allowed || c.Result.Replayed {
-			r.caps.giveBack(ds)
+		switch {
+		case c.Err == nil && !c.Result.Allowed && !c.Result.Replayed:
+			r.caps.giveBack(ds, c.Result.BlockedAt)
+		case c.Err != nil || !c.Result.Allowed || c.Result.Replayed:
+			r.caps.giveBack(ds, nil)
 		}
 	}
 	for i, b := range d.would {

@@ -721,3 +721,70 @@ func TestCapacityWindowChangeCountsApart(t *testing.T) {
 		t.Fatal("no state holds b's draw")
 	}
 }
+
+// Give-backs that reach Redis sub-buckets after the ones they were counted in: an org
+// whose own limit refuses most of its checks draws and gives back all the time, on
+// two replicas, beside an org that takes all it can. The window never passes the
+// limit (a give-back never frees units admitted), the refused org holds in the
+// capacity no more than its admitted units and its grants, and what it leaves is the
+// other's: refused by the capacity once it is full, it would be held wanting its
+// weight's share (150 of 200) for a window, the other held to 50, though its own limit
+// lets it use 20, were it not content again once its own limit refuses it and it is
+// given all it asks (held wanting: 56-75 % of the capacity used, the other's windows
+// alternating between about 170 and 50).
+func TestCapacityGiveBacksAcrossSubBuckets(t *testing.T) {
+	rs := replicas(t, 2)
+	ctx := context.Background()
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Second, Limit: 200}
+	base := time.Now()
+	sec := time.Second.Microseconds()
+	var mu sync.Mutex
+	var all, capped []admission
+	var wg sync.WaitGroup
+	refusedReq := capReq("r", c, 3)
+	refusedReq.Limits.Org = []vocab.Limit{lim(vocab.Second, 20)}
+	for _, req := range []quota.Request{refusedReq, capReq("b", c, 1)} {
+		wg.Go(func() {
+			adm := flood(t, rs, req, 4, base, base.Add(4*time.Second))
+			mu.Lock()
+			all = append(all, adm...)
+			if req.Org == "r" {
+				capped = adm
+			}
+			mu.Unlock()
+		})
+	}
+	held := int64(0)
+	wg.Go(func() {
+		for range 6 {
+			time.Sleep(600 * time.Millisecond)
+			w, err := rs[0].CapacityWindow(ctx, c)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, m := range w.Members {
+				if m.ID == "r" {
+					mu.Lock()
+					held = max(held, m.Used)
+					mu.Unlock()
+				}
+			}
+		}
+	})
+	wg.Wait()
+	slices.SortFunc(all, func(x, y admission) int { return cmp.Compare(x.ms, y.ms) })
+	got, worst := admittedIn(all, sec, 4*sec), worstCertainSpan(all, sec)
+	t.Logf("an org refused by its own limit (20) beside one taking all: %d of %d in windows 2-4, %d of them the capped org's; worst real span %d of %d; the capped org held at most %d",
+		got, 3*c.Limit, admittedIn(capped, sec, 4*sec), worst, c.Limit, held)
+	if worst > c.Limit {
+		t.Errorf("a real span of one window admitted %d, over the capacity's %d", worst, c.Limit)
+	}
+	// its 20 admitted a window (and a few of a window before), two grants of 6
+	if held > 20+20+2*c.Limit/32 {
+		t.Errorf("the refused org held %d of the capacity: its refused checks' draws did not come back", held)
+	}
+	if got < 3*c.Limit*85/100 || admittedIn(capped, sec, 4*sec) < 3*20*3/4 {
+		t.Errorf("admitted %d of %d, %d of them the capped org's (its limit 3 x 20)", got, 3*c.Limit, admittedIn(capped, sec, 4*sec))
+	}
+}

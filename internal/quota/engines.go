@@ -512,13 +512,16 @@ func (r *Engines) Reserve(ctx context.Context, route vocab.Route, req Request, o
 	}
 	done, err := b.breakerFor(req.Org).Allow()
 	if err != nil {
-		r.caps.giveBack(taken)
+		r.caps.giveBack(taken, nil)
 		return vocab.Reservation{}, vocab.Result{}, unavailable(req.Org, b.name, err)
 	}
 	res, out, err := b.eng.Reserve(ctx, req, opt)
 	done(redisFailure(err))
-	if err != nil || !out.Allowed || out.Replayed {
-		r.caps.giveBack(taken)
+	switch {
+	case err == nil && !out.Allowed && !out.Replayed:
+		r.caps.giveBack(taken, out.BlockedAt)
+	case err != nil || !out.Allowed || out.Replayed:
+		r.caps.giveBack(taken, nil)
 	}
 	if err == nil && would != nil && out.WouldBlock == nil {
 		out.WouldBlock = would

@@ -15,14 +15,17 @@
 --   4 w: hash; member -> its weight
 --   5 r: hash; member -> the last sub-bucket it was refused in or given less than it
 --        asked for: a member that was, in the window, wants more than it has; one that
---        was not is content with what it uses
+--        was not is content with what it uses (as is one its own limit caps, once
+--        given all it asked: ARGV 13)
 -- ARGV
 --   1 mode: 'd' draw, 'r' give back only, 'v' view
 --   2 N (sub-buckets a window), 3 window ms, 4 limit, 5 saturation units (limit x
 --   saturation, floored), 6 member, 7 weight, 8 min: the units a draw must get or be
 --   refused (the check's cost), 9 want: the most it takes (its grant), 10 the
 --   sub-bucket of units given back (-1: none), 11 the units given back, 12 the keys'
---   TTL in ms
+--   TTL in ms, 13 capped: 1 when checks the member drew for were refused by a limit of
+--   its own level (the org's, or for a fair-share org limit the team's) since its
+--   last draw
 -- Reply (draw): {granted, ms left in the sub-bucket, sub-bucket, used in the window,
 --   the member's used, the member's share (-1: not computed), retry ms, refusal: '' |
 --   'c' (the capacity is full) | 'f' (past the member's fair share)}
@@ -272,6 +275,12 @@ end
 if g < want then
   redis.call('HSET', KEYS[5], member, k)
   redis.call('HSET', KEYS[1], 'x', k)
+elseif ARGV[13] == '1' then
+  -- Its own limit refuses checks it draws for, and it was given all it asked: it
+  -- wants what that limit lets it use, not its share, until it is refused again. Held
+  -- wanting for the window, its unused share would be kept from the others (an org
+  -- capped at 20 of 200 by its own limit, weight 3 of 4: the other held to 50).
+  redis.call('HDEL', KEYS[5], member)
 end
 local at = math.max(k, lastOf(tv), lastOf(uv))
 if g > 0 then
