@@ -788,3 +788,42 @@ func TestCapacityGiveBacksAcrossSubBuckets(t *testing.T) {
 		t.Errorf("admitted %d of %d, %d of them the capped org's (its limit 3 x 20)", got, 3*c.Limit, admittedIn(capped, sec, 4*sec))
 	}
 }
+
+// A capacity's Redis that does not answer is met behind its breaker, as an org's is:
+// checks naming the capacity are answered by their fail mode (open: admitted,
+// degraded) at once, not each after a timeout with its member's other checks queued
+// behind it.
+func TestCapacityDrawsBehindTheBreaker(t *testing.T) {
+	p := MustPrivateRedis(t)
+	r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: p.URL()})
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Second, Limit: 1000}
+	route := vocab.Route{FailMode: vocab.FailOpen}
+	if res, _, err := r.Check(context.Background(), route, capReq("a", c, 1)); err != nil || !res.Allowed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	busy := busyRedis(t, p, 3*time.Second)
+	defer busy.Wait()
+	time.Sleep(20 * time.Millisecond)
+	t0 := time.Now()
+	var mu sync.Mutex
+	var n, degraded int
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for time.Since(t0) < 2*time.Second {
+				res, out, err := r.Check(context.Background(), route, capReq("a", c, 1))
+				mu.Lock()
+				n++
+				if err == nil && res.Allowed && out.Degraded {
+					degraded++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("a hung Redis for 2 s, 8 callers of one org naming a capacity: %d checks answered, %d admitted degraded", n, degraded)
+	if n < 2000 || degraded < n*9/10 {
+		t.Errorf("%d checks answered in 2 s, %d admitted degraded", n, degraded)
+	}
+}
