@@ -727,10 +727,11 @@ func TestCapacityWindowChangeCountsApart(t *testing.T) {
 // two replicas, beside an org that takes all it can. The window never passes the
 // limit (a give-back never frees units admitted), the refused org holds in the
 // capacity no more than its admitted units and its grants, and what it leaves is the
-// other's: refused by the capacity once it is full, it was held wanting its weight's
-// share (150 of 200) for a window, the other held to 50, though its own limit lets it
-// use 20 (56-75 % of the capacity used, the other's windows alternating between about
-// 170 and 50).
+// other's: refused by the capacity once it is full, it would be held wanting its
+// weight's share (150 of 200) for a window, the other held to 50, though its own limit
+// lets it use 20, were it not content again once its own limit refuses it and it is
+// given all it asks (held wanting: 56-75 % of the capacity used, the other's windows
+// alternating between about 170 and 50).
 func TestCapacityGiveBacksAcrossSubBuckets(t *testing.T) {
 	rs := replicas(t, 2)
 	ctx := context.Background()
@@ -785,5 +786,44 @@ func TestCapacityGiveBacksAcrossSubBuckets(t *testing.T) {
 	}
 	if got < 3*c.Limit*85/100 || admittedIn(capped, sec, 4*sec) < 3*20*3/4 {
 		t.Errorf("admitted %d of %d, %d of them the capped org's (its limit 3 x 20)", got, 3*c.Limit, admittedIn(capped, sec, 4*sec))
+	}
+}
+
+// A capacity's Redis that does not answer is met behind its breaker, as an org's is:
+// checks naming the capacity are answered by their fail mode (open: admitted,
+// degraded) at once, not each after a timeout with its member's other checks queued
+// behind it.
+func TestCapacityDrawsBehindTheBreaker(t *testing.T) {
+	p := MustPrivateRedis(t)
+	r, _ := MustEngines(t, quota.EnginesConfig{DefaultURL: p.URL()})
+	c := quota.Capacity{ID: "gpu", Metric: "tokens", Window: vocab.Second, Limit: 1000}
+	route := vocab.Route{FailMode: vocab.FailOpen}
+	if res, _, err := r.Check(context.Background(), route, capReq("a", c, 1)); err != nil || !res.Allowed {
+		t.Fatalf("%+v %v", res, err)
+	}
+	busy := busyRedis(t, p, 3*time.Second)
+	defer busy.Wait()
+	time.Sleep(20 * time.Millisecond)
+	t0 := time.Now()
+	var mu sync.Mutex
+	var n, degraded int
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for time.Since(t0) < 2*time.Second {
+				res, out, err := r.Check(context.Background(), route, capReq("a", c, 1))
+				mu.Lock()
+				n++
+				if err == nil && res.Allowed && out.Degraded {
+					degraded++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("a hung Redis for 2 s, 8 callers of one org naming a capacity: %d checks answered, %d admitted degraded", n, degraded)
+	if n < 2000 || degraded < n*9/10 {
+		t.Errorf("%d checks answered in 2 s, %d admitted degraded", n, degraded)
 	}
 }
