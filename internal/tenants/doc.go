@@ -50,7 +50,17 @@
 // check service draws on it as a capacity; docs/ARCHITECTURE.md "Capacities and fair
 // share"). Weights are integers 1 to 1000: a plan's (default 1), an org's override
 // (NULL: its plan's; `ResolvedOrg.Weight` is the one in force) and a team's (default
-// 1). Operator capacities live in `capacities` (capacities.go).
+// 1). Operator capacities live in `capacities` (capacities.go): an id, a metric, a
+// second to day window, a limit and a saturation in (0, 1] (default 0.8); their
+// metric and window stay as made. Every write is audited (org "",
+// `capacity.create|update|delete`) and announced to the change listeners as
+// `|capacities`, which names no org: `Cache.Capacities` holds the whole list in
+// process (cache_capacities.go), read again off the check path: by the replica that
+// made a change before it answers, by the others in the background when the
+// invalidation channel tells them (and on every (re)subscription; `Subscribe` keeps
+// the announcement from the worker, which caches no capacity), and in the background
+// past `CacheOptions.CapacityTTL` (30 s). A check queries Postgres for it only when
+// the cache holds no list yet; while Postgres is down the last list read serves.
 //
 // Known metrics. A plan names its metrics in its limits, its pricing and its
 // `metered` list (`plans.metered`, metrics counted in usage and billed without any
