@@ -252,6 +252,11 @@ func (s *Service) resolve(ctx context.Context, c Caller, in Input, slab *[]vocab
 		m.Limits.Team, _ = limitsFor(nil, m.Metric, team.Limits, th)
 		m.Limits.User, _ = limitsFor(nil, m.Metric, userLimits, th)
 	}
+	caps, err := s.capacitiesOf(ctx)
+	if err != nil {
+		return resolved{}, err
+	}
+	drawCapacities(&req, caps, org, team, th)
 	if len(org.Rates) > 0 { // money: the rates, and spend's limits at each level
 		r.price.rates = org.Rates
 		r.price.limits.Org, _ = limitsFor(nil, tenants.SpendMetric, org.Org.EffectiveLimits, th)

@@ -147,4 +147,21 @@
 // decision by decision) (`TestSpendInUsageAndExport`). `make bench` prints a priced
 // requests+tokens check beside the same check unpriced (`BenchmarkCheckPricedHTTP`,
 // `BenchmarkCheckUnpricedHTTP`).
+//
+// # Capacities and fair share
+//
+// `resolve` adds a check's draws (capacities.go, `drawCapacities`): for each metric it
+// names, one on every operator capacity of the metric (`tenants.Cache.Capacities`,
+// held in process: no query per check), its org the member by the org's weight in
+// force (its own, else its plan's); and, when the check names a team, one on every
+// org limit of the metric marked `fair_share` whose metric and window the team has no
+// limit of its own for, the team the member by its weight, the limit throttled as the
+// check's own are, saturation 0.8. A check without a team draws on no fair-share
+// limit. The engine takes the draws all or nothing with the check's limits (a shadow or
+// warn org's refusal is a would-block there). `CheckPaths` merges the draws of a
+// path's metrics with them. Reservations, and so client leases, draw on no capacity:
+// `Reserve` drops the draws (what a reservation holds is settled later, and a capacity
+// counts what is admitted in its window). `Service.CapacityWindow` reads a capacity's
+// window for `GET /v1/capacities/{id}` through the engine's `Capacities` interface,
+// so the transports need not import internal/quota.
 package checks

@@ -225,6 +225,7 @@ func mergeMetrics(cs []pathCheck, gs []group) []group {
 			continue
 		}
 		out[j].req.More = append(out[j].req.More, quota.MetricCost{Metric: r.Metric, Cost: r.Cost, Limits: r.Limits})
+		out[j].req.Capacities = append(out[j].req.Capacities[:len(out[j].req.Capacities):len(out[j].req.Capacities)], r.Capacities...)
 		into[i] = j
 	}
 	for i := range cs {

@@ -67,8 +67,11 @@ func fromDecisionInto(levels []api.LevelStatus, d *checks.Decision) api.CheckRes
 			return nil
 		}
 		r := &api.LevelRef{Level: b.Level, Id: b.ID, Window: b.Window}
-		if d.Multi {
+		if d.Multi || b.Level == vocab.LevelCapacity { // a capacity counts one metric: the answer names it
 			r.Metric = &b.Metric
+		}
+		if b.FairShare {
+			r.FairShare = &fairShareTrue
 		}
 		return r
 	}

@@ -406,7 +406,13 @@ func appendCheckResult(b []byte, out *api.CheckResult) []byte {
 }
 
 func appendLevelRef(b []byte, r *api.LevelRef) []byte {
-	b = append(b, `{"id":`...)
+	b = append(b, '{')
+	if r.FairShare != nil {
+		b = append(b, `"fair_share":`...)
+		b = strconv.AppendBool(b, *r.FairShare)
+		b = append(b, ',')
+	}
+	b = append(b, `"id":`...)
 	b = appendString(b, r.Id)
 	b = append(b, `,"level":`...)
 	b = appendString(b, string(r.Level))

@@ -29,6 +29,9 @@ func TestCheckJSONEncode(t *testing.T) {
 	}
 	ref := &api.LevelRef{Id: "u1", Level: vocab.LevelUser, Window: vocab.Second}
 	violated, odd := []string{"user-second"}, []string{"tokens-user-minute", "a<b>&\"c"}
+	tokens := "tokens"
+	capRef := &api.LevelRef{Id: "gpt-4o", Level: vocab.LevelCapacity, Metric: &tokens, Window: vocab.Minute}
+	shareRef := &api.LevelRef{Id: "acme", Level: vocab.LevelOrg, Window: vocab.Minute, FairShare: &yes}
 	cases := map[string]api.CheckResult{
 		"empty":                 {},
 		"no rows":               {Allowed: true, Mode: vocab.Enforce, Levels: []api.LevelStatus{}},
@@ -40,6 +43,9 @@ func TestCheckJSONEncode(t *testing.T) {
 		"throttled":             {Allowed: true, Mode: vocab.Enforce, Levels: levels, Throttled: &api.Throttled{Factor: 0.5, ExpiresAt: reset, Scope: api.ThrottleScopeOrg}},
 		"throttled finely":      {Mode: vocab.Enforce, Levels: levels[:1], BlockedAt: ref, RetryAfterSeconds: &secs, Throttled: &api.Throttled{Factor: 0.000001, ExpiresAt: reset.Add(1500 * time.Millisecond), Scope: api.ThrottleScopePlan}},
 		"bucket":                {Mode: vocab.Enforce, Levels: bucketLevels(levels), BlockedAt: ref},
+		"capacity":              {Mode: vocab.Enforce, Levels: []api.LevelStatus{}, BlockedAt: capRef, RetryAfterSeconds: &secs},
+		"fair share":            {Mode: vocab.Enforce, Levels: levels[:1], BlockedAt: shareRef, RetryAfterSeconds: &secs},
+		"capacity would block":  {Allowed: true, Mode: vocab.Shadow, Levels: levels, WouldBlock: capRef},
 		"odd strings":           {Mode: "mode\"\\\n\u2028é", Levels: []api.LevelStatus{{Id: "<script>", ResetAt: reset.In(time.FixedZone("x", 3600))}}},
 	}
 	for name, c := range cases {

@@ -17,6 +17,9 @@ func toLimits(in []api.Limit) []vocab.Limit {
 		if l.Burst != nil {
 			out[i].Burst = *l.Burst
 		}
+		if l.FairShare != nil {
+			out[i].FairShare = *l.FairShare
+		}
 	}
 	return out
 }
@@ -40,9 +43,15 @@ func fromLimits(in []vocab.Limit) []api.Limit {
 	out := make([]api.Limit, len(in))
 	for i, l := range in {
 		out[i] = api.Limit{Metric: l.Metric, Window: l.Window, Limit: l.Limit, Burst: burstOf(l.Burst)}
+		if l.FairShare {
+			out[i].FairShare = &fairShareTrue
+		}
 	}
 	return out
 }
+
+// fairShareTrue is every shared limit's FairShare: it is only read.
+var fairShareTrue = true
 
 // burstOf is a bucket's burst as the API carries it: absent (nil) for any other limit.
 func burstOf(b int64) *int64 {

@@ -217,6 +217,13 @@
 // window frees units gradually, so the end of its current bucket (its `reset_at`) can
 // come before the check could pass, and a client waiting for the reset would retry too
 // early (`TestDeniedCheckHeadersAgree`).
+// A check an operator's capacity refuses names it: `blocked_at` is `{"level":
+// "capacity", "id", "metric", "window"}` (the metric always, as a capacity counts one)
+// with `levels` empty, since the check's own limits were never decided, and so no
+// `RateLimit-*` but a `Retry-After`; a team refused past its share of an org limit
+// marked `fair_share` gets the org's level with `"fair_share": true`
+// (`TestCapacityOverHTTP`, `TestFairShareOrgLimitOverHTTP`). `GET /v1/capacities/{id}`
+// (capacities.go) reads the window through `checks.Service.CapacityWindow`.
 // Counters are in process, so N replicas admit up to N times the limit: it guards
 // Postgres and the audit log against a runaway script or a leaked key, it is not a
 // quota. The checks and reservations are left out on purpose: they are the hot path and

@@ -40,6 +40,8 @@ func TestFieldNamedTwiceIsRefusedOnEveryBody(t *testing.T) {
 		{"CreatePlan", "POST", "/v1/plans", op, `{"id":"p9","name":"P","name":"Q","fail_mode":"open","limits":[]}`, "name"},
 		{"CreatePlan", "POST", "/v1/plans", op, `{"id":"p9","name":"P","fail_mode":"open","limits":[{"metric":"requests","window":"day","limit":1,"limit":9}]}`, "limits[0].limit"},
 		{"PatchPlan", "PATCH", "/v1/plans/pro", op, `{"name":"A","name":"B"}`, "name"},
+		{"CreateCapacity", "POST", "/v1/capacities", op, `{"id":"c9","metric":"tokens","window":"minute","limit":1,"limit":9}`, "limit"},
+		{"PatchCapacity", "PATCH", "/v1/capacities/c9", op, `{"saturation":0.5,"saturation":0.9}`, "saturation"},
 		{"PutPlanThrottle", "PUT", "/v1/plans/pro/throttle", op, `{"factor":0.5,"factor":0.1,"reason":"x"}`, "factor"},
 		{"CreateOrg", "POST", "/v1/orgs", op, `{"id":"o9","name":"O","plan":"free","plan":"pro"}`, "plan"},
 		{"PatchOrg", "PATCH", "/v1/orgs/acme", admin, `{"mode":"enforce","mode":"shadow"}`, "mode"},

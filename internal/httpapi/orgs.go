@@ -113,14 +113,20 @@ func (s *Server) GetOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath)
 	respond(s, w, r, http.StatusOK, fromOrg, o, err)
 }
 
-// PatchOrg handles PATCH /v1/orgs/{org}. plan, limits, redis_url and
-// billing_anchor_day are the operator's alone.
+// PatchOrg handles PATCH /v1/orgs/{org}. plan, limits, redis_url,
+// billing_anchor_day, leases, sliding_windows and weight are the operator's alone.
 func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	var in api.OrgPatch
-	if !decode(w, r, &in) {
+	b, ok := readBody(w, r)
+	if !ok {
+		return
+	}
+	if err := decodeBytes(b, &in); err != nil {
+		refuse(w, r, err)
 		return
 	}
 	patch := toOrgPatch(in)
+	patch.RemoveWeight = sentNull(b, "weight") // the generated type reads null as absent
 	if f := patch.OperatorOnly(); len(f) > 0 && !callerOf(r).operator {
 		errs := make([]FieldError, len(f))
 		for i, name := range f {
@@ -170,7 +176,7 @@ func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 
 func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 	p := tenants.OrgPatch{Name: in.Name, PlanID: in.Plan, Limits: toLimitsPtr(in.Limits), Oversubscribe: in.Oversubscribe,
-		WebhookURL: in.WebhookUrl, RedisURL: in.RedisUrl, BillingAnchorDay: in.BillingAnchorDay}
+		WebhookURL: in.WebhookUrl, RedisURL: in.RedisUrl, BillingAnchorDay: in.BillingAnchorDay, Weight: in.Weight}
 	if in.Mode != nil {
 		m := *in.Mode
 		p.Mode = &m
@@ -195,6 +201,10 @@ func fromOrg(o tenants.Org) api.Org {
 		EffectiveLimits: fromLimits(o.EffectiveLimits), Mode: o.Mode, Oversubscribe: o.Oversubscribe,
 		WebhookUrl: o.WebhookURL, RedisUrl: redact.URL(o.RedisURL), BillingAnchorDay: o.BillingAnchorDay,
 		CreatedAt: o.CreatedAt, UpdatedAt: o.UpdatedAt}
+	if o.Weight > 0 {
+		wt := o.Weight
+		out.Weight = &wt
+	}
 	if o.Leases != "" {
 		l := api.OrgLeases(o.Leases)
 		out.Leases = &l

@@ -81,6 +81,9 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	if in.Pool != nil {
 		p.Pool = *in.Pool
 	}
+	if in.Weight != nil {
+		p.Weight = *in.Weight
+	}
 	if in.Leases != nil {
 		p.Leases = tenants.Leases(*in.Leases)
 	}
@@ -92,7 +95,8 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 }
 
 func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
-	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing)}
+	p := tenants.PlanPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), Metered: in.Metered, Pool: in.Pool, Pricing: toPricing(in.Pricing),
+		Weight: in.Weight}
 	p.Features = toFeaturesPtr(in.Features) // entitlements (features.go)
 	if in.FailMode != nil {
 		fm := *in.FailMode
@@ -116,7 +120,7 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 
 func fromPlan(p tenants.Plan) api.Plan {
 	out := api.Plan{Id: p.ID, Name: p.Name, Limits: fromLimits(p.Limits), Metered: p.Metered, FailMode: p.FailMode,
-		Pool: p.Pool, Pricing: fromPricing(p.Pricing), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
+		Pool: p.Pool, Pricing: fromPricing(p.Pricing), Weight: &p.Weight, CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt}
 	features := fromFeatures(p.Features) // entitlements (features.go)
 	out.Features = &features
 	if p.Leases != "" {

@@ -39,6 +39,7 @@ type fixture struct {
 	oldKey  string            // id of a key to revoke
 	consoID string            // id of a console user
 	grantID string            // id of a grant of acme, made when first asked for (grant)
+	capID   string            // id of a capacity, made when first asked for (capacity)
 }
 
 func lim(metric string, w vocab.Window, n int64) vocab.Limit {
@@ -151,7 +152,7 @@ func (f *fixture) fingerprint() string {
 		"SELECT t::text FROM team_limits t", "SELECT t::text FROM users t", "SELECT t::text FROM user_limits t",
 		"SELECT (id, org_id, name, prefix, digest, scopes, created_at, revoked_at)::text FROM api_keys",
 		"SELECT t::text FROM console_users t", "SELECT t::text FROM audit_log t", "SELECT t::text FROM grants t",
-		"SELECT t::text FROM throttles t",
+		"SELECT t::text FROM throttles t", "SELECT t::text FROM capacities t",
 	} {
 		var s *string
 		if err := f.pool.QueryRow(context.Background(), "SELECT md5(string_agg(x, ',' ORDER BY x)) FROM ("+q+") AS r(x)").Scan(&s); err != nil {
@@ -178,6 +179,21 @@ func (f *fixture) grant() string {
 		f.grantID = g.ID
 	}
 	return f.grantID
+}
+
+// capacity returns the id of a capacity of 1000 tokens a minute, made on the first
+// call only: acme's checks of tokens would draw on it.
+func (f *fixture) capacity() string {
+	f.t.Helper()
+	if f.capID == "" {
+		c, err := f.svc.CreateCapacity(context.Background(), tenants.Actor{Name: "seed"},
+			tenants.CapacityInput{ID: "seeded", Metric: "tokens", Window: vocab.Minute, Limit: 1000})
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		f.capID = c.ID
+	}
+	return f.capID
 }
 
 func (f *fixture) auditRows() int {
@@ -235,6 +251,40 @@ func routeCases() []routeCase {
 		{"org key", "patchPlan", "PATCH", "/v1/plans/pro", "acme-admin", `{"name":"x"}`, 403},
 		{"missing", "patchPlan", "PATCH", "/v1/plans/nope", "operator", `{"name":"x"}`, 404},
 		{"below an org's teams", "patchPlan", "PATCH", "/v1/plans/pro", "operator", `{"limits":[{"metric":"requests","window":"month","limit":500}]}`, 422},
+		{"weight", "patchPlan", "PATCH", "/v1/plans/pro", "operator", `{"weight":4}`, 200},
+		{"weight 0", "patchPlan", "PATCH", "/v1/plans/pro", "operator", `{"weight":0}`, 400},
+		{"weight 1001", "patchPlan", "PATCH", "/v1/plans/pro", "operator", `{"weight":1001}`, 400},
+		{"weight 1001", "createPlan", "POST", "/v1/plans", "operator", `{"id":"p3","name":"x","limits":[],"fail_mode":"open","weight":1001}`, 400},
+		{"fair_share on a month", "patchPlan", "PATCH", "/v1/plans/pro", "operator", `{"limits":[{"metric":"requests","window":"month","limit":1000,"fair_share":true}]}`, 400},
+
+		// Capacities (operator).
+		{"create", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"gpu","metric":"tokens","window":"minute","limit":1000}`, 201},
+		{"duplicate", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"gpu","metric":"tokens","window":"minute","limit":1000}`, 409},
+		{"saturation 0", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"c2","metric":"tokens","window":"minute","limit":10,"saturation":0}`, 400},
+		{"saturation above 1", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"c2","metric":"tokens","window":"minute","limit":10,"saturation":1.2}`, 400},
+		{"month window", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"c2","metric":"tokens","window":"month","limit":10}`, 400},
+		{"limit 0", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"c2","metric":"tokens","window":"minute","limit":0}`, 400},
+		{"bad metric", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"c2","metric":"to|kens","window":"minute","limit":10}`, 400},
+		{"unknown field", "createCapacity", "POST", "/v1/capacities", "operator", `{"id":"c2","metric":"tokens","window":"minute","limit":10,"org":"acme"}`, 400},
+		{"no token", "createCapacity", "POST", "/v1/capacities", "none", `{"id":"c2","metric":"tokens","window":"minute","limit":10}`, 401},
+		{"org key", "createCapacity", "POST", "/v1/capacities", "acme-admin", `{"id":"c2","metric":"tokens","window":"minute","limit":10}`, 403},
+		{"list", "listCapacities", "GET", "/v1/capacities?limit=1", "operator", "", 200},
+		{"no token", "listCapacities", "GET", "/v1/capacities", "none", "", 401},
+		{"org key", "listCapacities", "GET", "/v1/capacities", "acme-admin", "", 403},
+		{"get", "getCapacity", "GET", "/v1/capacities/gpu", "operator", "", 200},
+		{"missing", "getCapacity", "GET", "/v1/capacities/nope", "operator", "", 404},
+		{"no token", "getCapacity", "GET", "/v1/capacities/gpu", "none", "", 401},
+		{"org key", "getCapacity", "GET", "/v1/capacities/gpu", "acme-admin", "", 403},
+		{"patch", "patchCapacity", "PATCH", "/v1/capacities/gpu", "operator", `{"limit":2000,"saturation":0.9}`, 200},
+		{"window is fixed", "patchCapacity", "PATCH", "/v1/capacities/gpu", "operator", `{"window":"hour"}`, 400},
+		{"saturation 0", "patchCapacity", "PATCH", "/v1/capacities/gpu", "operator", `{"saturation":0}`, 400},
+		{"missing", "patchCapacity", "PATCH", "/v1/capacities/nope", "operator", `{"limit":5}`, 404},
+		{"no token", "patchCapacity", "PATCH", "/v1/capacities/gpu", "none", `{"limit":5}`, 401},
+		{"org key", "patchCapacity", "PATCH", "/v1/capacities/gpu", "acme-admin", `{"limit":5}`, 403},
+		{"no token", "deleteCapacity", "DELETE", "/v1/capacities/gpu", "none", "", 401},
+		{"org key", "deleteCapacity", "DELETE", "/v1/capacities/gpu", "acme-admin", "", 403},
+		{"delete", "deleteCapacity", "DELETE", "/v1/capacities/gpu", "operator", "", 204},
+		{"missing", "deleteCapacity", "DELETE", "/v1/capacities/gpu", "operator", "", 404},
 
 		// Throttles: a plan's (operator), an org's (its admin or the operator).
 		{"put", "putPlanThrottle", "PUT", "/v1/plans/free/throttle", "operator", `{"factor":0.5,"ttl_seconds":600,"reason":"database failover"}`, 200},
@@ -322,6 +372,11 @@ func routeCases() []routeCase {
 		{"another org's key", "getOrg", "GET", "/v1/orgs/acme", "other-admin", "", 404},
 		{"missing", "getOrg", "GET", "/v1/orgs/nope", "operator", "", 404},
 		{"patch mode as admin", "patchOrg", "PATCH", "/v1/orgs/acme", "acme-admin", `{"mode":"shadow"}`, 200},
+		{"weight as admin", "patchOrg", "PATCH", "/v1/orgs/acme", "acme-admin", `{"weight":5}`, 403},
+		{"weight 0", "patchOrg", "PATCH", "/v1/orgs/acme", "operator", `{"weight":0}`, 400},
+		{"weight", "patchOrg", "PATCH", "/v1/orgs/acme", "operator", `{"weight":5}`, 200},
+		{"weight null", "patchOrg", "PATCH", "/v1/orgs/acme", "operator", `{"weight":null}`, 200},
+		{"fair_share", "patchOrg", "PATCH", "/v1/orgs/acme", "operator", `{"limits":[{"metric":"requests","window":"month","limit":1000},{"metric":"requests","window":"minute","limit":1000,"fair_share":true}]}`, 200},
 		{"plan as admin", "patchOrg", "PATCH", "/v1/orgs/acme", "acme-admin", `{"plan":"free"}`, 403},
 		{"limits as admin", "patchOrg", "PATCH", "/v1/orgs/acme", "acme-admin", `{"limits":[]}`, 403},
 		{"malformed", "patchOrg", "PATCH", "/v1/orgs/acme", "acme-admin", `{`, 400},
@@ -426,6 +481,9 @@ func routeCases() []routeCase {
 		{"malformed", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-admin", `{"id":"x",}`, 400},
 		{"unknown field", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-admin", `{"id":"x","name":"X","budget":5}`, 400},
 		{"bad id", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-admin", `{"id":"x/y","name":"X"}`, 400},
+		{"weight 0", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-admin", `{"id":"x","name":"X","weight":0}`, 400},
+		{"weight 1001", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-admin", `{"id":"x","name":"X","weight":1001}`, 400},
+		{"fair_share on a team", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-admin", `{"id":"x","name":"X","limits":[{"metric":"requests","window":"minute","limit":5,"fair_share":true}]}`, 400},
 		{"negative limit", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-admin", `{"id":"x","name":"X","limits":[{"metric":"requests","window":"month","limit":-1}]}`, 400},
 		{"no token", "createTeam", "POST", "/v1/orgs/acme/teams", "none", `{"id":"x","name":"X"}`, 401},
 		{"check scope", "createTeam", "POST", "/v1/orgs/acme/teams", "acme-check", `{"id":"x","name":"X"}`, 403},
@@ -442,6 +500,8 @@ func routeCases() []routeCase {
 		{"check scope", "getTeam", "GET", "/v1/orgs/acme/teams/eng", "acme-check", "", 403},
 		{"another org's key", "getTeam", "GET", "/v1/orgs/acme/teams/eng", "other-admin", "", 404},
 		{"patch", "patchTeam", "PATCH", "/v1/orgs/acme/teams/eng", "acme-admin", `{"name":"Engineering"}`, 200},
+		{"weight", "patchTeam", "PATCH", "/v1/orgs/acme/teams/eng", "acme-admin", `{"weight":3}`, 200},
+		{"weight 1001", "patchTeam", "PATCH", "/v1/orgs/acme/teams/eng", "acme-admin", `{"weight":1001}`, 400},
 		{"malformed", "patchTeam", "PATCH", "/v1/orgs/acme/teams/eng", "acme-admin", `nope`, 400},
 		{"unknown field", "patchTeam", "PATCH", "/v1/orgs/acme/teams/eng", "acme-admin", `{"org":"other"}`, 400},
 		{"no token", "patchTeam", "PATCH", "/v1/orgs/acme/teams/eng", "none", `{"name":"E"}`, 401},

@@ -87,6 +87,9 @@ func (o specOp) url(f *fixture, org string) (string, error) {
 	if strings.Contains(o.path, "{grant}") {
 		objects["grant"] = f.grant()
 	}
+	if strings.HasPrefix(o.path, "/v1/capacities/") {
+		objects["id"] = f.capacity()
+	}
 	var bad error
 	u := pathParam.ReplaceAllStringFunc(o.path, func(m string) string {
 		name := m[1 : len(m)-1]

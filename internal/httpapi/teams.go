@@ -46,6 +46,9 @@ func (s *Server) DeleteTeam(w http.ResponseWriter, r *http.Request, org api.OrgP
 
 func toTeamInput(in api.TeamCreate) tenants.TeamInput {
 	t := tenants.TeamInput{ID: in.Id, Name: in.Name, Limits: optLimits(in.Limits), UserLimits: optLimits(in.UserLimits)}
+	if in.Weight != nil {
+		t.Weight = *in.Weight
+	}
 	if in.UnknownUsers != nil {
 		t.UnknownUsers = tenants.UnknownUsers(*in.UnknownUsers)
 	}
@@ -53,7 +56,7 @@ func toTeamInput(in api.TeamCreate) tenants.TeamInput {
 }
 
 func toTeamPatch(in api.TeamPatch) tenants.TeamPatch {
-	p := tenants.TeamPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), UserLimits: toLimitsPtr(in.UserLimits)}
+	p := tenants.TeamPatch{Name: in.Name, Limits: toLimitsPtr(in.Limits), UserLimits: toLimitsPtr(in.UserLimits), Weight: in.Weight}
 	if in.UnknownUsers != nil {
 		u := tenants.UnknownUsers(*in.UnknownUsers)
 		p.UnknownUsers = &u
@@ -63,7 +66,7 @@ func toTeamPatch(in api.TeamPatch) tenants.TeamPatch {
 
 func fromTeam(t tenants.Team) api.Team {
 	out := api.Team{Id: t.ID, Org: t.OrgID, Name: t.Name, Limits: fromLimits(t.Limits), UserLimits: fromLimits(t.UserLimits),
-		CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
+		Weight: &t.Weight, CreatedAt: t.CreatedAt, UpdatedAt: t.UpdatedAt}
 	if t.UnknownUsers != "" {
 		u := api.TeamUnknownUsers(t.UnknownUsers)
 		out.UnknownUsers = &u

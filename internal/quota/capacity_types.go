@@ -11,7 +11,7 @@ import (
 const DefaultSaturation = 0.8
 
 // MaxWeight is the largest weight a plan, org or team may carry; the smallest is 1.
-const MaxWeight = 1000
+const MaxWeight = vocab.MaxWeight
 
 // Capacity is a limit above the orgs' own (docs/ARCHITECTURE.md "Capacities and fair
 // share"): Limit units of one metric in one sliding window (Second to Day), drawn on

@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/tenants"
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
@@ -305,14 +304,7 @@ func TestBurstAllocationRules(t *testing.T) {
 // past the service's validation.
 func TestBurstColumnConstraint(t *testing.T) {
 	ctx := context.Background()
-	pool := testenv.Postgres(t)
-	s := tenants.NewService(pool)
-	if _, err := s.CreatePlan(ctx, op, tenants.PlanInput{ID: "pro", Name: "Pro", FailMode: vocab.FailOpen}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.CreateOrg(ctx, op, tenants.OrgInput{ID: "acme", Name: "Acme", PlanID: "pro"}); err != nil {
-		t.Fatal(err)
-	}
+	pool := planAndOrg(t)
 	for _, stmt := range []string{
 		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units, burst) VALUES ('pro', 'x', 'month', 1, 5)`,
 		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units, burst) VALUES ('pro', 'x', 'second', 1, 0)`,

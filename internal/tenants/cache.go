@@ -98,6 +98,8 @@ type Cache struct {
 	sf        singleflight.Group
 	userBatch userBatches
 
+	caps capacityCache // every capacity (cache_capacities.go)
+
 	refreshing atomic.Bool // RefreshKeys runs: keys past half their TTL are queued
 	refreshMu  sync.Mutex
 	refreshQ   []keyRefresh
@@ -199,6 +201,9 @@ type CacheOptions struct {
 	// Channel is the Redis pub/sub channel of invalidations (default
 	// InvalidationChannel): replicas that share a Redis and a database must share it.
 	Channel string
+	// CapacityTTL is how old the capacities may grow before they are read again in
+	// the background (default DefaultCapacityTTL); a change reaches them at once.
+	CapacityTTL time.Duration
 }
 
 func newLRU[K comparable, V any](size int) *lru.Cache[K, V] {
@@ -252,7 +257,12 @@ func NewCache(svc *Service, o CacheOptions) *Cache {
 		panic(err)
 	}
 	c.orgs = orgs
-	svc.OnChange(c.Invalidate)
+	c.caps.ttl = o.CapacityTTL
+	if c.caps.ttl <= 0 {
+		c.caps.ttl = DefaultCapacityTTL
+	}
+	svc.OnChange(c.localChange)
+	c.refreshCapacities() // so that the first check finds them read
 	return c
 }
 
@@ -265,10 +275,27 @@ func (c *Cache) gen(orgID string) *atomic.Uint64 {
 // and the LRU reclaims them.
 func (c *Cache) Invalidate(orgIDs ...string) {
 	for _, id := range orgIDs {
+		if id == capacitiesTopic {
+			c.capacitiesChanged(false)
+			continue
+		}
 		c.gen(id).Add(1)
 		c.epoch.Add(1)
 		c.orgs.Remove(id)
 	}
+}
+
+// localChange is Invalidate for a change this replica made: the capacities are read
+// again before the change's answer.
+func (c *Cache) localChange(orgIDs ...string) {
+	for i, id := range orgIDs {
+		if id == capacitiesTopic {
+			c.capacitiesChanged(true)
+			c.Invalidate(append(orgIDs[:i:i], orgIDs[i+1:]...)...)
+			return
+		}
+	}
+	c.Invalidate(orgIDs...)
 }
 
 // InvalidateAll drops everything, e.g. after the pub/sub connection was lost.
@@ -277,6 +304,7 @@ func (c *Cache) InvalidateAll() {
 		c.gens[i].Add(1)
 	}
 	c.epoch.Add(1)
+	c.capacitiesChanged(false)
 	c.orgs.Purge()
 	c.users.Purge()
 	c.keys.Purge()
@@ -668,7 +696,7 @@ func (c *Cache) Listen(ctx context.Context, rdb redis.UniversalClient) {
 			}
 		}
 	})
-	Subscribe(ctx, rdb, c.channel, func(org string) { c.Invalidate(org) }, c.InvalidateAll)
+	subscribe(ctx, rdb, c.channel, func(org string) { c.Invalidate(org) }, c.InvalidateAll)
 }
 
 // Subscribe calls changed with each org id announced on channel (the invalidation
@@ -676,6 +704,15 @@ func (c *Cache) Listen(ctx context.Context, rdb redis.UniversalClient) {
 // messages may have been missed while disconnected. It returns at once; the
 // subscription runs in its own goroutine.
 func Subscribe(ctx context.Context, rdb redis.UniversalClient, channel string, changed func(org string), all func()) {
+	subscribe(ctx, rdb, channel, func(org string) {
+		if org != capacitiesTopic { // a change of the capacities, which names no org
+			changed(org)
+		}
+	}, all)
+}
+
+// subscribe is Subscribe telling every announcement, capacitiesTopic too.
+func subscribe(ctx context.Context, rdb redis.UniversalClient, channel string, changed func(string), all func()) {
 	ps := rdb.Subscribe(ctx, channel)
 	go func() {
 		defer ps.Close()

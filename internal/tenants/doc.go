@@ -23,7 +23,7 @@
 //   - Scopes: `admin` for everything org-scoped in the admin API; `check`, `billing` for
 //     those calls. A key of another org gets 404 on every org-scoped route before its scope
 //     is even looked at, so it learns nothing about the org. `plan`, `limits`, `redis_url`,
-//     `billing_anchor_day` of an org are operator-only (403 for keys, nothing changes).
+//     `billing_anchor_day`, `weight` of an org are operator-only (403 for keys, nothing changes).
 //   - Console passwords are argon2id (19 MiB, 2 iterations, PHC string format); emails are
 //     unique within an org (case-insensitive), not across orgs (an index across orgs would answer
 //     another org's admin 409 for an email that exists elsewhere). The sign-in therefore names the org (`{"org", "email", "password"}`) and
@@ -42,6 +42,25 @@
 // user's are its team's user defaults with its own applied on top. An override
 // replaces the whole limit, burst included: a sliding override of a plan's bucket is a
 // sliding window.
+//
+// Fair share (migration 000024). A plan's or an org's limit of a second to day window
+// may say `fair_share` (Postgres refuses it elsewhere, and validation on a team's or
+// user's limit, which no one shares): the org's teams without a limit of their own for
+// its metric and window share it by team `weight` above its saturation point (the
+// check service draws on it as a capacity; docs/ARCHITECTURE.md "Capacities and fair
+// share"). Weights are integers 1 to 1000: a plan's (default 1), an org's override
+// (NULL: its plan's; `ResolvedOrg.Weight` is the one in force) and a team's (default
+// 1). Operator capacities live in `capacities` (capacities.go): an id, a metric, a
+// second to day window, a limit and a saturation in (0, 1] (default 0.8); their
+// metric and window stay as made. Every write is audited (org "",
+// `capacity.create|update|delete`) and announced to the change listeners as
+// `|capacities`, which names no org: `Cache.Capacities` holds the whole list in
+// process (cache_capacities.go), read again off the check path: by the replica that
+// made a change before it answers, by the others in the background when the
+// invalidation channel tells them (and on every (re)subscription; `Subscribe` keeps
+// the announcement from the worker, which caches no capacity), and in the background
+// past `CacheOptions.CapacityTTL` (30 s). A check queries Postgres for it only when
+// the cache holds no list yet; while Postgres is down the last list read serves.
 //
 // Known metrics. A plan names its metrics in its limits, its pricing and its
 // `metered` list (`plans.metered`, metrics counted in usage and billed without any

@@ -294,11 +294,11 @@ func writeImport(ctx context.Context, tx pgx.Tx, a Actor, orgs []NewOrg, built [
 		orgRows = append(orgRows, []any{o.ID, o.Name, o.PlanID, string(o.Mode), o.Oversubscribe, o.WebhookURL, o.RedisURL,
 			int16(o.BillingAnchorDay), string(o.Leases), string(o.SlidingWindows), string(o.UnknownUsers)})
 		for _, l := range o.Limits {
-			orgLimits = append(orgLimits, []any{o.ID, l.Metric, string(l.Window), l.Limit, burstCol(l)})
+			orgLimits = append(orgLimits, []any{o.ID, l.Metric, string(l.Window), l.Limit, burstCol(l), l.FairShare})
 		}
 		audits = append(audits, auditRow{o.ID, "org.create", "org:" + o.ID, auditOrg(o)})
 		for _, t := range b.teams {
-			teamRows = append(teamRows, []any{o.ID, t.ID, t.Name, string(t.UnknownUsers)})
+			teamRows = append(teamRows, []any{o.ID, t.ID, t.Name, string(t.UnknownUsers), int32(t.Weight)})
 			for _, l := range t.Limits {
 				teamLimits = append(teamLimits, []any{o.ID, t.ID, "team", l.Metric, string(l.Window), l.Limit, burstCol(l)})
 			}
@@ -316,10 +316,10 @@ func writeImport(ctx context.Context, tx pgx.Tx, a Actor, orgs []NewOrg, built [
 		"billing_anchor_day", "leases", "sliding_windows", "unknown_users"}, orgRows); err != nil {
 		return err
 	}
-	if err := copyRows("org_limits", []string{"org_id", "metric", "time_window", "max_units", "burst"}, orgLimits); err != nil {
+	if err := copyRows("org_limits", []string{"org_id", "metric", "time_window", "max_units", "burst", "fair_share"}, orgLimits); err != nil {
 		return err
 	}
-	if err := copyRows("teams", []string{"org_id", "id", "name", "unknown_users"}, teamRows); err != nil {
+	if err := copyRows("teams", []string{"org_id", "id", "name", "unknown_users", "weight"}, teamRows); err != nil {
 		return err
 	}
 	if err := copyRows("team_limits", []string{"org_id", "team_id", "kind", "metric", "time_window", "max_units", "burst"}, teamLimits); err != nil {

@@ -22,6 +22,7 @@ type PlanInput struct {
 	Pool           string // "" means "default"
 	Pricing        *Pricing
 	Features       Features // nil: none
+	Weight         int64    // 0 means 1
 
 	// Money: the rate card; Currency "" means none.
 	Currency string
@@ -41,6 +42,7 @@ type PlanPatch struct {
 	// RemovePricing drops the plan's pricing (the request sent "pricing": null).
 	RemovePricing bool
 	Features      *Features // replaces the whole object
+	Weight        *int64
 
 	// Money: Currency and Rates replace the plan's when set.
 	Currency *string
@@ -76,6 +78,10 @@ type OrgPatch struct {
 	WebhookURL       *string
 	RedisURL         *string
 	BillingAnchorDay *int
+	// Weight overrides the plan's weight; RemoveWeight (the request sent "weight":
+	// null) follows the plan again.
+	Weight       *int64
+	RemoveWeight bool
 }
 
 // OperatorOnly names the fields of p that only the operator may change.
@@ -99,6 +105,9 @@ func (p OrgPatch) OperatorOnly() []string {
 	if p.BillingAnchorDay != nil {
 		f = append(f, "billing_anchor_day")
 	}
+	if p.Weight != nil || p.RemoveWeight {
+		f = append(f, "weight")
+	}
 	return f
 }
 
@@ -109,6 +118,7 @@ type TeamInput struct {
 	Limits       []vocab.Limit
 	UserLimits   []vocab.Limit
 	UnknownUsers UnknownUsers // "" means org
+	Weight       int64        // 0 means 1
 }
 
 // TeamPatch changes the fields that are set; limit lists are replaced whole.
@@ -117,6 +127,7 @@ type TeamPatch struct {
 	Limits       *[]vocab.Limit
 	UserLimits   *[]vocab.Limit
 	UnknownUsers *UnknownUsers
+	Weight       *int64
 }
 
 // UserInput registers a user in a team.
@@ -224,6 +235,12 @@ func checkRedisURL(errs *fieldErrs, s string) {
 	}
 }
 
+func checkWeight(errs *fieldErrs, w int64) {
+	if w < 1 || w > vocab.MaxWeight {
+		errs.add("weight", "must be 1 to %d", vocab.MaxWeight)
+	}
+}
+
 func checkAnchor(errs *fieldErrs, d int) {
 	if d < 1 || d > 28 {
 		errs.add("billing_anchor_day", "must be 1 to 28")
@@ -235,7 +252,7 @@ func (in PlanInput) Validate() error {
 	var errs fieldErrs
 	checkID(&errs, "id", in.ID)
 	checkName(&errs, "name", in.Name)
-	validateLimits(&errs, "limits", in.Limits)
+	validateOrgLimits(&errs, "limits", in.Limits)
 	validateMetered(&errs, in.Metered)
 	checkFailMode(&errs, in.FailMode)
 	if in.Leases != "" {
@@ -249,6 +266,9 @@ func (in PlanInput) Validate() error {
 	}
 	validatePricing(&errs, in.Pricing)
 	validateFeatures(&errs, "features", in.Features, false)
+	if in.Weight != 0 {
+		checkWeight(&errs, in.Weight)
+	}
 	validateRateCard(&errs, in.Currency, in.Rates, in.Limits) // money
 	return errs.err()
 }
@@ -260,7 +280,7 @@ func (p PlanPatch) Validate() error {
 		checkName(&errs, "name", *p.Name)
 	}
 	if p.Limits != nil {
-		validateLimits(&errs, "limits", *p.Limits)
+		validateOrgLimits(&errs, "limits", *p.Limits)
 	}
 	if p.Metered != nil {
 		validateMetered(&errs, *p.Metered)
@@ -281,6 +301,9 @@ func (p PlanPatch) Validate() error {
 	if p.Features != nil {
 		validateFeatures(&errs, "features", *p.Features, false)
 	}
+	if p.Weight != nil {
+		checkWeight(&errs, *p.Weight)
+	}
 	if p.Rates != nil { // money; with the currency, checked whole in UpdatePlan
 		validateRates(&errs, "rates", *p.Rates)
 	}
@@ -296,7 +319,7 @@ func (in OrgInput) Validate() error {
 	checkID(&errs, "id", in.ID)
 	checkName(&errs, "name", in.Name)
 	checkID(&errs, "plan", in.PlanID)
-	validateLimits(&errs, "limits", in.Limits)
+	validateOrgLimits(&errs, "limits", in.Limits)
 	if in.Mode != "" {
 		checkMode(&errs, in.Mode)
 	}
@@ -327,7 +350,7 @@ func (p OrgPatch) Validate() error {
 		checkID(&errs, "plan", *p.PlanID)
 	}
 	if p.Limits != nil {
-		validateLimits(&errs, "limits", *p.Limits)
+		validateOrgLimits(&errs, "limits", *p.Limits)
 	}
 	if p.Mode != nil {
 		checkMode(&errs, *p.Mode)
@@ -350,6 +373,9 @@ func (p OrgPatch) Validate() error {
 	if p.BillingAnchorDay != nil {
 		checkAnchor(&errs, *p.BillingAnchorDay)
 	}
+	if p.Weight != nil {
+		checkWeight(&errs, *p.Weight)
+	}
 	return errs.err()
 }
 
@@ -362,6 +388,9 @@ func (in TeamInput) Validate() error {
 	validateLimits(&errs, "user_limits", in.UserLimits)
 	if in.UnknownUsers != "" {
 		checkUnknownUsers(&errs, in.UnknownUsers, true)
+	}
+	if in.Weight != 0 {
+		checkWeight(&errs, in.Weight)
 	}
 	return errs.err()
 }
@@ -380,6 +409,9 @@ func (p TeamPatch) Validate() error {
 	}
 	if p.UnknownUsers != nil {
 		checkUnknownUsers(&errs, *p.UnknownUsers, true)
+	}
+	if p.Weight != nil {
+		checkWeight(&errs, *p.Weight)
 	}
 	return errs.err()
 }

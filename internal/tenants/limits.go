@@ -14,8 +14,19 @@ type limitKey struct {
 	Window vocab.Window
 }
 
-// validateLimits checks one list of limits: ids, windows, values, bursts, no repeats.
+// validateLimits checks one list of team or user limits: ids, windows, values,
+// bursts, no repeats, and none shared (fair_share is an org limit's).
 func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
+	validateLimitList(errs, field, ls, false)
+}
+
+// validateOrgLimits checks one list of a plan's or an org's limits as validateLimits
+// does, a limit of a second to day window being allowed to say fair_share.
+func validateOrgLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
+	validateLimitList(errs, field, ls, true)
+}
+
+func validateLimitList(errs *fieldErrs, field string, ls []vocab.Limit, orgLevel bool) {
 	seen := make(map[limitKey]bool, len(ls))
 	for i, l := range ls {
 		f := fmt.Sprintf("%s[%d]", field, i)
@@ -40,6 +51,13 @@ func validateLimits(errs *fieldErrs, field string, ls []vocab.Limit) {
 			// The engine keeps a bucket's debt under 2^52 us (internal/quota/doc.go "Token
 			// buckets"): a deeper bucket would silently hold less than its burst.
 			errs.add(f+".burst", "takes more than 142 years to refill at %d per %s: at most %d", l.Limit, l.Window, maxBurst(l))
+		}
+		switch {
+		case !l.FairShare:
+		case !orgLevel:
+			errs.add(f+".fair_share", "applies only to a plan's or an org's limits, which teams without a limit of their own share")
+		case l.Window == vocab.Month || l.Window == vocab.Concurrent:
+			errs.add(f+".fair_share", "applies only to second, minute, hour and day windows, not %s", l.Window)
 		}
 		k := limitKey{l.Metric, l.Window}
 		if seen[k] {

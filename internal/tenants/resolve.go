@@ -29,8 +29,10 @@ type ResolvedOrg struct {
 	// SlidingWindows is WindowsEstimate or WindowsPrecise: the org's own setting, or
 	// its plan's when the org follows its plan.
 	SlidingWindows SlidingWindows
-	Teams          map[string]Team
-	Metrics        MetricSet // a check of any other metric is refused
+	// Weight is the org's part of a saturated capacity: its own weight, or its plan's.
+	Weight  int64
+	Teams   map[string]Team
+	Metrics MetricSet // a check of any other metric is refused
 	// Users are the org's registered users by id when UsersComplete: then an id that
 	// is not in it is unregistered, known without a query. An org above the bound
 	// has UsersComplete false and Users nil.
@@ -106,7 +108,7 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	err := s.pool.QueryRow(ctx, resolveOrgSQL, orgID, s.now(), maxUsers).Scan(
 		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.SlidingWindows, &org.UnknownUsers, &org.WebhookURL, &org.RedisURL,
 		&org.BillingAnchorDay, &org.CreatedAt, &org.UpdatedAt,
-		&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced,
+		&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced, &org.Weight, &r.Weight,
 		&over, &plan, &grants, &teams, &thr, &u, &features,
 		&rateCur, &rates)
 	if err != nil {
@@ -132,10 +134,15 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	return r, nil
 }
 
-// limitsAgg is a JSON array of the (metric, window, limit, burst) of the rows of table that
-// match where, in vocab.Limit's JSON shape.
+// limitsAgg is a JSON array of the (metric, window, limit, burst, and of an org-level
+// table, plan_limits or org_limits, fair_share) of the rows of table that match where,
+// in vocab.Limit's JSON shape.
 func limitsAgg(table, where string) string {
-	return `(SELECT coalesce(json_agg(json_build_object('metric', metric, 'window', time_window, 'limit', max_units, 'burst', coalesce(burst, 0))), '[]')
+	shared := ""
+	if table == "plan_limits" || table == "org_limits" {
+		shared = `, 'fair_share', fair_share`
+	}
+	return `(SELECT coalesce(json_agg(json_build_object('metric', metric, 'window', time_window, 'limit', max_units, 'burst', coalesce(burst, 0)` + shared + `)), '[]')
 		FROM ` + table + ` WHERE ` + where + `)`
 }
 
@@ -150,12 +157,13 @@ func micros(col string) string { return `(extract(epoch FROM ` + col + `) * 1000
 var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.leases, o.sliding_windows, o.unknown_users, o.webhook_url, o.redis_url,
 	o.billing_anchor_day, o.created_at, o.updated_at,
 	p.fail_mode, p.pool, p.leases, p.sliding_windows, p.metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = p.id),
+	coalesce(o.weight, 0), coalesce(o.weight, p.weight),
 	` + limitsAgg("org_limits", "org_id = o.id") + `,
 	` + limitsAgg("plan_limits", "plan_id = o.plan_id") + `,
 	(SELECT coalesce(json_agg(json_build_object('metric', metric, 'units', units, 'until', ` + micros("until") + `)), '[]')
 		FROM (SELECT metric, least(sum(units), 1125899906842624)::bigint AS units, min(until) AS until FROM grants
 			WHERE org_id = o.id AND revoked_at IS NULL AND created_at <= $2 AND until > $2 GROUP BY metric) g),
-	(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name, 'unknown_users', t.unknown_users,
+	(SELECT coalesce(json_agg(json_build_object('id', t.id, 'name', t.name, 'unknown_users', t.unknown_users, 'weight', t.weight,
 			'created_at', ` + micros("t.created_at") + `, 'updated_at', ` + micros("t.updated_at") + `,
 			'limits', ` + limitsAgg("team_limits", "org_id = t.org_id AND team_id = t.id AND kind = 'team'") + `,
 			'user_limits', ` + limitsAgg("team_limits", "org_id = t.org_id AND team_id = t.id AND kind = 'user_default'") + `)), '[]')
@@ -184,6 +192,7 @@ func decodeResolved(org *Org, r *ResolvedOrg, over, plan, grants, teams, thr, us
 		ID           string        `json:"id"`
 		Name         string        `json:"name"`
 		UnknownUsers UnknownUsers  `json:"unknown_users"`
+		Weight       int64         `json:"weight"`
 		CreatedAt    int64         `json:"created_at"`
 		UpdatedAt    int64         `json:"updated_at"`
 		Limits       []vocab.Limit `json:"limits"`
@@ -232,7 +241,7 @@ func decodeResolved(org *Org, r *ResolvedOrg, over, plan, grants, teams, thr, us
 	r.Teams = make(map[string]Team, len(ts))
 	for _, t := range ts {
 		r.Teams[t.ID] = Team{OrgID: org.ID, ID: t.ID, Name: t.Name, Limits: normalize(t.Limits), UserLimits: normalize(t.UserLimits),
-			UnknownUsers: t.UnknownUsers, CreatedAt: time.UnixMicro(t.CreatedAt), UpdatedAt: time.UnixMicro(t.UpdatedAt)}
+			UnknownUsers: t.UnknownUsers, Weight: t.Weight, CreatedAt: time.UnixMicro(t.CreatedAt), UpdatedAt: time.UnixMicro(t.UpdatedAt)}
 	}
 	for _, t := range ths {
 		r.Throttles = append(r.Throttles, Throttle{Scope: t.Scope, ID: t.ID, PPM: t.PPM, Month: t.Month, Reason: t.Reason,

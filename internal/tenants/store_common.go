@@ -12,16 +12,20 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-// limitCols are the columns of a stored limit in vocab.Limit's order: a sliding
-// window's NULL burst reads as 0.
-const limitCols = `metric, time_window, max_units, coalesce(burst, 0)`
+// limitCols are the columns of a stored org-level limit (plan_limits, org_limits) in
+// vocab.Limit's order: a sliding window's NULL burst reads as 0.
+const limitCols = `metric, time_window, max_units, coalesce(burst, 0), fair_share`
 
-// scanLimits scans (owner, limitCols...) rows.
+// ownLimitCols are the columns of a stored team or user limit (team_limits,
+// user_limits) in vocab.Limit's order: none is shared (fair_share is an org limit's).
+const ownLimitCols = `metric, time_window, max_units, coalesce(burst, 0), false`
+
+// scanLimits scans (owner, limitCols...) rows, or (owner, ownLimitCols...).
 func scanLimits(rows pgx.Rows) (map[string][]vocab.Limit, error) {
 	out := map[string][]vocab.Limit{}
 	var owner string
 	var l vocab.Limit
-	_, err := pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit, &l.Burst}, func() error {
+	_, err := pgx.ForEachRow(rows, []any{&owner, &l.Metric, &l.Window, &l.Limit, &l.Burst, &l.FairShare}, func() error {
 		out[owner] = append(out[owner], l)
 		return nil
 	})
@@ -47,12 +51,13 @@ func limitsOf(ctx context.Context, q querier, sql string, args ...any) (map[stri
 
 // limitArrays splits limits into the column arrays that unnest() takes: a sliding
 // window's burst is NULL.
-func limitArrays(ls []vocab.Limit) (metrics, windows []string, limits []int64, bursts []*int64) {
+func limitArrays(ls []vocab.Limit) (metrics, windows []string, limits []int64, bursts []*int64, shared []bool) {
 	for _, l := range ls {
 		metrics = append(metrics, l.Metric)
 		windows = append(windows, string(l.Window))
 		limits = append(limits, l.Limit)
 		bursts = append(bursts, burstCol(l))
+		shared = append(shared, l.FairShare)
 	}
 	return
 }
@@ -66,17 +71,21 @@ func burstCol(l vocab.Limit) *int64 {
 }
 
 // replaceLimits deletes the limits matched by del (with delArgs) and inserts ls with
-// the insert statement, whose last four parameters are the unnest arrays (metric,
-// window, limit, burst).
-func replaceLimits(ctx context.Context, tx pgx.Tx, del string, delArgs []any, ins string, ls []vocab.Limit) error {
+// the insert statement, whose last parameters are the unnest arrays (metric, window,
+// limit, burst, and for an org-level table, orgLevel, fair_share).
+func replaceLimits(ctx context.Context, tx pgx.Tx, del string, delArgs []any, ins string, ls []vocab.Limit, orgLevel bool) error {
 	if _, err := tx.Exec(ctx, del, delArgs...); err != nil {
 		return err
 	}
 	if len(ls) == 0 {
 		return nil
 	}
-	m, w, l, b := limitArrays(ls)
-	_, err := tx.Exec(ctx, ins, append(append([]any{}, delArgs...), m, w, l, b)...)
+	m, w, l, b, f := limitArrays(ls)
+	args := append(append([]any{}, delArgs...), m, w, l, b)
+	if orgLevel {
+		args = append(args, f)
+	}
+	_, err := tx.Exec(ctx, ins, args...)
 	return err
 }
 

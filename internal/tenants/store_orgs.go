@@ -11,12 +11,12 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const orgCols = `id, name, plan_id, mode, oversubscribe, leases, sliding_windows, unknown_users, webhook_url, redis_url, billing_anchor_day, created_at, updated_at`
+const orgCols = `id, name, plan_id, mode, oversubscribe, leases, sliding_windows, unknown_users, webhook_url, redis_url, billing_anchor_day, created_at, updated_at, coalesce(weight, 0)`
 
 func scanOrg(row pgx.Row) (Org, error) {
 	var o Org
 	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.Leases, &o.SlidingWindows, &o.UnknownUsers, &o.WebhookURL, &o.RedisURL,
-		&o.BillingAnchorDay, &o.CreatedAt, &o.UpdatedAt)
+		&o.BillingAnchorDay, &o.CreatedAt, &o.UpdatedAt, &o.Weight)
 	return o, err
 }
 
@@ -77,7 +77,7 @@ func auditOrg(o Org) Org {
 // teamAggregate summarizes the teams' own limits of an org.
 func teamAggregate(ctx context.Context, q querier, orgID string) (childAggregate, error) {
 	agg := newChildAggregate()
-	rows, err := q.Query(ctx, `SELECT team_id, `+limitCols+` FROM team_limits
+	rows, err := q.Query(ctx, `SELECT team_id, metric, time_window, max_units, coalesce(burst, 0) FROM team_limits
 		WHERE org_id = $1 AND kind = 'team'`, orgID)
 	if err != nil {
 		return agg, err
@@ -159,8 +159,8 @@ func noPlan(id string) error {
 
 func writeOrgLimits(ctx context.Context, tx pgx.Tx, orgID string, ls []vocab.Limit) error {
 	return replaceLimits(ctx, tx, `DELETE FROM org_limits WHERE org_id = $1`, []any{orgID},
-		`INSERT INTO org_limits (org_id, metric, time_window, max_units, burst)
-		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[])`, ls)
+		`INSERT INTO org_limits (org_id, metric, time_window, max_units, burst, fair_share)
+		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::boolean[])`, ls, true)
 }
 
 // GetOrg returns the org with id, with its effective limits.
@@ -220,6 +220,12 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 		if patch.BillingAnchorDay != nil {
 			after.BillingAnchorDay = *patch.BillingAnchorDay
 		}
+		if patch.Weight != nil {
+			after.Weight = *patch.Weight
+		}
+		if patch.RemoveWeight {
+			after.Weight = 0
+		}
 		if patch.Limits != nil {
 			after.Limits = normalize(*patch.Limits)
 		}
@@ -261,9 +267,9 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 			}
 		}
 		_, err = tx.Exec(ctx, `UPDATE orgs SET name = $2, plan_id = $3, mode = $4, oversubscribe = $5, webhook_url = $6,
-			redis_url = $7, billing_anchor_day = $8, leases = $9, sliding_windows = $10, unknown_users = $11, updated_at = now() WHERE id = $1`,
+			redis_url = $7, billing_anchor_day = $8, leases = $9, sliding_windows = $10, unknown_users = $11, weight = nullif($12, 0), updated_at = now() WHERE id = $1`,
 			id, after.Name, after.PlanID, after.Mode, after.Oversubscribe, after.WebhookURL, after.RedisURL, after.BillingAnchorDay, after.Leases,
-			after.SlidingWindows, after.UnknownUsers)
+			after.SlidingWindows, after.UnknownUsers, after.Weight)
 		if err != nil {
 			return fmt.Errorf("update org %q: %w", id, err)
 		}

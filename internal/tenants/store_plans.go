@@ -11,14 +11,14 @@ import (
 )
 
 const planCols = `id, name, metered, fail_mode, leases, sliding_windows, pool, currency, coalesce(base_price::text, ''), created_at, updated_at,
-	coalesce(rate_currency, '')`
+	coalesce(rate_currency, ''), weight`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	var currency *string
 	var base string
 	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.SlidingWindows, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt,
-		&p.Currency); err != nil {
+		&p.Currency, &p.Weight); err != nil {
 		return Plan{}, err
 	}
 	p.Metered = normalizeMetered(p.Metered)
@@ -97,8 +97,8 @@ func getPlan(ctx context.Context, q querier, id string, forUpdate bool) (Plan, e
 
 func writePlanDetails(ctx context.Context, tx pgx.Tx, p Plan) error {
 	err := replaceLimits(ctx, tx, `DELETE FROM plan_limits WHERE plan_id = $1`, []any{p.ID},
-		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units, burst)
-		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[])`, p.Limits)
+		`INSERT INTO plan_limits (plan_id, metric, time_window, max_units, burst, fair_share)
+		 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::boolean[])`, p.Limits, true)
 	if err != nil {
 		return err
 	}
@@ -144,11 +144,14 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 	if in.SlidingWindows == "" {
 		in.SlidingWindows = WindowsEstimate
 	}
+	if in.Weight == 0 {
+		in.Weight = 1
+	}
 	var out Plan
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, base := pricingCols(in.Pricing)
-		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price, leases, sliding_windows)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8, $9)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base, in.Leases, in.SlidingWindows)
+		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price, leases, sliding_windows, weight)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8, $9, $10)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base, in.Leases, in.SlidingWindows, in.Weight)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
@@ -229,6 +232,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		if patch.Features != nil {
 			after.Features = *patch.Features
 		}
+		if patch.Weight != nil {
+			after.Weight = *patch.Weight
+		}
 		if err := patchRateCard(&after, patch); err != nil { // money
 			return err
 		}
@@ -266,7 +272,7 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		}
 		cur, base := pricingCols(after.Pricing)
 		_, err = tx.Exec(ctx, `UPDATE plans SET name = $2, fail_mode = $3, pool = $4, currency = $5,
-			base_price = $6::numeric, metered = $7, leases = $8, sliding_windows = $9, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases, after.SlidingWindows)
+			base_price = $6::numeric, metered = $7, leases = $8, sliding_windows = $9, weight = $10, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases, after.SlidingWindows, after.Weight)
 		if err != nil {
 			return fmt.Errorf("update plan %q: %w", id, err)
 		}

@@ -9,11 +9,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const teamCols = `org_id, id, name, unknown_users, created_at, updated_at`
+const teamCols = `org_id, id, name, unknown_users, weight, created_at, updated_at`
 
 func scanTeam(row pgx.Row) (Team, error) {
 	var t Team
-	err := row.Scan(&t.OrgID, &t.ID, &t.Name, &t.UnknownUsers, &t.CreatedAt, &t.UpdatedAt)
+	err := row.Scan(&t.OrgID, &t.ID, &t.Name, &t.UnknownUsers, &t.Weight, &t.CreatedAt, &t.UpdatedAt)
 	return t, err
 }
 
@@ -25,12 +25,12 @@ func fillTeams(ctx context.Context, q querier, orgID string, teams []Team) error
 	for i, t := range teams {
 		ids[i] = t.ID
 	}
-	own, err := limitsOf(ctx, q, `SELECT team_id, `+limitCols+` FROM team_limits
+	own, err := limitsOf(ctx, q, `SELECT team_id, `+ownLimitCols+` FROM team_limits
 		WHERE org_id = $1 AND team_id = ANY($2) AND kind = 'team'`, orgID, ids)
 	if err != nil {
 		return err
 	}
-	defaults, err := limitsOf(ctx, q, `SELECT team_id, `+limitCols+` FROM team_limits
+	defaults, err := limitsOf(ctx, q, `SELECT team_id, `+ownLimitCols+` FROM team_limits
 		WHERE org_id = $1 AND team_id = ANY($2) AND kind = 'user_default'`, orgID, ids)
 	if err != nil {
 		return err
@@ -58,7 +58,7 @@ func writeTeamLimits(ctx context.Context, tx pgx.Tx, orgID, teamID, kind string,
 	return replaceLimits(ctx, tx,
 		`DELETE FROM team_limits WHERE org_id = $1 AND team_id = $2 AND kind = $3`, []any{orgID, teamID, kind},
 		`INSERT INTO team_limits (org_id, team_id, kind, metric, time_window, max_units, burst)
-		 SELECT $1, $2, $3, * FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[])`, ls)
+		 SELECT $1, $2, $3, * FROM unnest($4::text[], $5::text[], $6::bigint[], $7::bigint[])`, ls, false)
 }
 
 // monthSums returns, per metric, the sum of the month limits the query selects.
@@ -138,8 +138,11 @@ func newTeam(orgID string, in TeamInput) Team {
 	if in.UnknownUsers == "" {
 		in.UnknownUsers = UnknownUsersOrg
 	}
+	if in.Weight == 0 {
+		in.Weight = 1
+	}
 	return Team{OrgID: orgID, ID: in.ID, Name: in.Name, Limits: normalize(in.Limits), UserLimits: normalize(in.UserLimits),
-		UnknownUsers: in.UnknownUsers}
+		UnknownUsers: in.UnknownUsers, Weight: in.Weight}
 }
 
 // asRequested is t with the limits and user defaults in the order in gave them, so
@@ -168,8 +171,8 @@ func (s *Service) CreateTeam(ctx context.Context, a Actor, orgID string, in Team
 		if err := checkTeam(ctx, tx, org, asRequested(t, in), true); err != nil {
 			return fmt.Errorf("create team %q: %w", in.ID, err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO teams (org_id, id, name, unknown_users) VALUES ($1, $2, $3, $4)`,
-			orgID, in.ID, in.Name, t.UnknownUsers); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO teams (org_id, id, name, unknown_users, weight) VALUES ($1, $2, $3, $4, $5)`,
+			orgID, in.ID, in.Name, t.UnknownUsers, t.Weight); err != nil {
 			return translate(err, fmt.Sprintf("create team %q", in.ID))
 		}
 		if err := writeTeamLimits(ctx, tx, orgID, in.ID, "team", t.Limits); err != nil {
@@ -236,6 +239,9 @@ func (s *Service) UpdateTeam(ctx context.Context, a Actor, orgID, teamID string,
 		if patch.UnknownUsers != nil {
 			after.UnknownUsers = *patch.UnknownUsers
 		}
+		if patch.Weight != nil {
+			after.Weight = *patch.Weight
+		}
 		if patch.Limits != nil || patch.UserLimits != nil {
 			var set []limitList
 			if patch.Limits != nil {
@@ -251,8 +257,8 @@ func (s *Service) UpdateTeam(ctx context.Context, a Actor, orgID, teamID string,
 				return fmt.Errorf("update team %q: %w", teamID, err)
 			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE teams SET name = $3, unknown_users = $4, updated_at = now() WHERE org_id = $1 AND id = $2`,
-			orgID, teamID, after.Name, after.UnknownUsers); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE teams SET name = $3, unknown_users = $4, weight = $5, updated_at = now() WHERE org_id = $1 AND id = $2`,
+			orgID, teamID, after.Name, after.UnknownUsers, after.Weight); err != nil {
 			return err
 		}
 		if patch.Limits != nil {

@@ -25,7 +25,7 @@ func fillUsers(ctx context.Context, q querier, orgID string, users []User) error
 	for i, u := range users {
 		ids[i] = u.ID
 	}
-	own, err := limitsOf(ctx, q, `SELECT user_id, `+limitCols+` FROM user_limits
+	own, err := limitsOf(ctx, q, `SELECT user_id, `+ownLimitCols+` FROM user_limits
 		WHERE org_id = $1 AND user_id = ANY($2)`, orgID, ids)
 	if err != nil {
 		return err
@@ -72,7 +72,7 @@ func checkUser(ctx context.Context, tx pgx.Tx, org Org, team Team, userID string
 func writeUserLimits(ctx context.Context, tx pgx.Tx, orgID, userID string, ls []vocab.Limit) error {
 	return replaceLimits(ctx, tx, `DELETE FROM user_limits WHERE org_id = $1 AND user_id = $2`, []any{orgID, userID},
 		`INSERT INTO user_limits (org_id, user_id, metric, time_window, max_units, burst)
-		 SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[])`, ls)
+		 SELECT $1, $2, * FROM unnest($3::text[], $4::text[], $5::bigint[], $6::bigint[])`, ls, false)
 }
 
 // CreateUser registers a user in a team. User ids are unique within the org.

@@ -94,6 +94,9 @@ type Plan struct {
 	SlidingWindows SlidingWindows `json:"sliding_windows"`
 	Pool           string         `json:"pool"`
 	Pricing        *Pricing       `json:"pricing"`
+	// Weight is its orgs' part of a saturated capacity, 1 to vocab.MaxWeight (an org
+	// may override it).
+	Weight int64 `json:"weight"`
 	// Features are the plan's entitlements (features.go), never nil.
 	Features  Features  `json:"features"`
 	CreatedAt time.Time `json:"created_at"`
@@ -129,8 +132,10 @@ type Org struct {
 	WebhookURL       string       `json:"webhook_url"`
 	RedisURL         string       `json:"redis_url,omitempty"`
 	BillingAnchorDay int          `json:"billing_anchor_day"`
-	CreatedAt        time.Time    `json:"created_at"`
-	UpdatedAt        time.Time    `json:"updated_at"`
+	// Weight overrides its plan's weight, 1 to vocab.MaxWeight; 0 follows the plan.
+	Weight    int64     `json:"weight,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // Team is part of an org, with its own allocation and the default limits of its
@@ -144,8 +149,10 @@ type Team struct {
 	// UnknownUsers is UnknownUsersOrg (as its org says), UnknownUsersAllow or
 	// UnknownUsersRefuse: whether its checks may name unregistered users.
 	UnknownUsers UnknownUsers `json:"unknown_users"`
-	CreatedAt    time.Time    `json:"created_at"`
-	UpdatedAt    time.Time    `json:"updated_at"`
+	// Weight is its part of an org limit marked fair_share, 1 to vocab.MaxWeight.
+	Weight    int64     `json:"weight"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // RefusesUnknownUsers says whether checks naming a user id that org o has not

@@ -121,7 +121,18 @@ type Limit struct {
 	// (GCRA on the engine's Redis time; docs/ARCHITECTURE.md "Token buckets"). 0 is a
 	// sliding window. Month and Concurrent limits carry none.
 	Burst int64 `json:"burst,omitempty"`
+	// FairShare, on an org's limit of a Second to Day window (its plan's or its own),
+	// shares the limit among the org's teams that have no limit of their own for its
+	// metric and window, by team weight, above the limit's saturation point
+	// (docs/ARCHITECTURE.md "Capacities and fair share"). Team and user limits carry
+	// none.
+	FairShare bool `json:"fair_share,omitempty"`
 }
+
+// MaxWeight is the largest weight a plan, org or team may carry (1 is the smallest):
+// its part of a saturated capacity or fair-share limit is its weight over the
+// weights of the members active in the window.
+const MaxWeight = 1000
 
 // Bucket reports whether l is a token bucket.
 func (l Limit) Bucket() bool { return l.Burst > 0 }

@@ -479,6 +479,114 @@ type BillingRow struct {
 	User string `json:"user"`
 }
 
+// Capacity defines model for Capacity.
+type Capacity struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Id A caller-chosen identifier.
+	//
+	// Example: acme
+	Id    Id    `json:"id"`
+	Limit int64 `json:"limit"`
+
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric     Id                 `json:"metric"`
+	Saturation float64            `json:"saturation"`
+	UpdatedAt  time.Time          `json:"updated_at"`
+	Window     CapacityWindowName `json:"window"`
+}
+
+// CapacityCreate Example: {"id":"gpt-4o","limit":2000000,"metric":"tokens","saturation":0.8,"window":"minute"}
+type CapacityCreate struct {
+	// Id A caller-chosen identifier.
+	//
+	// Example: acme
+	Id Id `json:"id"`
+
+	// Limit Units of the metric in the window, from every org together.
+	Limit int64 `json:"limit"`
+
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric     Id                 `json:"metric"`
+	Saturation *Saturation        `json:"saturation,omitempty"`
+	Window     CapacityWindowName `json:"window"`
+}
+
+// CapacityDetail defines model for CapacityDetail.
+type CapacityDetail struct {
+	CreatedAt time.Time `json:"created_at"`
+
+	// Current A capacity's current window, as its Redis counts it.
+	Current CapacityWindow `json:"current"`
+
+	// Id A caller-chosen identifier.
+	//
+	// Example: acme
+	Id    Id    `json:"id"`
+	Limit int64 `json:"limit"`
+
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric     Id                 `json:"metric"`
+	Saturation float64            `json:"saturation"`
+	UpdatedAt  time.Time          `json:"updated_at"`
+	Window     CapacityWindowName `json:"window"`
+}
+
+// CapacityList defines model for CapacityList.
+type CapacityList struct {
+	Items []Capacity `json:"items"`
+
+	// NextCursor Cursor of the next page, or null on the last page.
+	NextCursor *NextCursor `json:"next_cursor"`
+}
+
+// CapacityOrg defines model for CapacityOrg.
+type CapacityOrg struct {
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Share The org's weighted max-min fair share of the window's limit at this moment.
+	Share int64 `json:"share"`
+
+	// Used What the org drew in the window.
+	Used   int64 `json:"used"`
+	Weight int64 `json:"weight"`
+}
+
+// CapacityPatch defines model for CapacityPatch.
+type CapacityPatch struct {
+	Limit *int64 `json:"limit,omitempty"`
+
+	// Saturation The share of the limit used in the window above which orgs are held to their fair shares.
+	Saturation *Saturation `json:"saturation,omitempty"`
+}
+
+// CapacityWindow A capacity's current window, as its Redis counts it.
+type CapacityWindow struct {
+	Limit int64 `json:"limit"`
+
+	// Orgs The orgs active in the window (admitted or refused in it), by id.
+	Orgs []CapacityOrg `json:"orgs"`
+
+	// Saturated Whether `used` is at or above `saturation` x `limit`, so orgs are held to their shares.
+	Saturated  bool    `json:"saturated"`
+	Saturation float64 `json:"saturation"`
+
+	// Used Units drawn in the window (by checks, and held by replicas' grants to admit them).
+	Used int64 `json:"used"`
+}
+
+// CapacityWindowName defines model for CapacityWindowName.
+type CapacityWindowName = vocab.Window
+
 // CheckRequest Example: {"cost":1,"metric":"requests","org":"acme","team":"eng","user":"alice"}
 type CheckRequest struct {
 	// Cost Units to consume, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"); 0 only queries.
@@ -748,15 +856,21 @@ type Id = string
 // IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
 type IdempotencyKey = string
 
-// Level defines model for Level.
+// Level A step of the org > team > user cascade, or `capacity`: an operator's capacity,
+// a limit above every org (its `id` is the capacity's).
 type Level = vocab.Level
 
 // LevelRef A level and window of a check.
 type LevelRef struct {
-	Id    string `json:"id"`
-	Level Level  `json:"level"`
+	// FairShare True when an org limit marked `fair_share` refused the check's team for being past its weighted share of it (`level` is `org`).
+	FairShare *bool  `json:"fair_share,omitempty"`
+	Id        string `json:"id"`
 
-	// Metric The limit's metric; set in a decision of several metrics (`costs`, `amounts`).
+	// Level A step of the org > team > user cascade, or `capacity`: an operator's capacity,
+	// a limit above every org (its `id` is the capacity's).
+	Level Level `json:"level"`
+
+	// Metric The limit's metric; set in a decision of several metrics (`costs`, `amounts`), and for a capacity.
 	Metric *string `json:"metric,omitempty"`
 
 	// Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window. `concurrent` is no span of time: it bounds the units held at once by open reservations (in flight) of the level; a reservation holds its amount against it until settled and gives all of it back then, a check only tests `held + cost <= limit`.
@@ -770,7 +884,10 @@ type LevelStatus struct {
 	// is when it is full again.
 	Burst *int64 `json:"burst,omitempty"`
 	Id    string `json:"id"`
-	Level Level  `json:"level"`
+
+	// Level A step of the org > team > user cascade, or `capacity`: an operator's capacity,
+	// a limit above every org (its `id` is the capacity's).
+	Level Level `json:"level"`
 
 	// Limit The limit; for a token bucket, the units it refills per window.
 	Limit int64 `json:"limit"`
@@ -798,6 +915,14 @@ type Limit struct {
 	// child's bucket may not exceed its parent's rate or burst in the same metric
 	// and window (422); a parent without a bucket there bounds only the rate.
 	Burst *int64 `json:"burst,omitempty"`
+
+	// FairShare On a plan's or an org's limit of a `second`, `minute`, `hour` or `day`
+	// window (400 elsewhere): above 80 % of it used in its window, the org's teams
+	// without a limit of their own for its metric and window share it by team
+	// `weight` (weighted max-min fair share), so none starves the others. A team
+	// refused for being past its share gets 429 with `blocked_at` at the org level
+	// and `"fair_share": true`. A check without a team is bound by the limit only.
+	FairShare *bool `json:"fair_share,omitempty"`
 
 	// Limit Units allowed per window, at most 2^50 = 1125899906842624, the most units Quotaplane counts exactly (see "Bounded numbers"). For a token bucket, the units it refills per window.
 	Limit int64 `json:"limit"`
@@ -908,6 +1033,9 @@ type Org struct {
 	UnknownUsers *OrgUnknownUsers `json:"unknown_users,omitempty"`
 	UpdatedAt    time.Time        `json:"updated_at"`
 	WebhookUrl   string           `json:"webhook_url"`
+
+	// Weight The org's own weight, overriding its plan's; absent when it follows its plan.
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // OrgCreate Example: {"id":"acme","name":"Acme Inc.","plan":"pro"}
@@ -1001,7 +1129,7 @@ type OrgList struct {
 	NextCursor *NextCursor `json:"next_cursor"`
 }
 
-// OrgPatch `plan`, `limits`, `redis_url` and `billing_anchor_day` may be changed by the operator only.
+// OrgPatch `plan`, `limits`, `redis_url`, `billing_anchor_day`, `leases`, `sliding_windows` and `weight` may be changed by the operator only.
 type OrgPatch struct {
 	// BillingAnchorDay Day of the month on which the org's billing periods start.
 	BillingAnchorDay *BillingAnchorDay `json:"billing_anchor_day,omitempty"`
@@ -1038,6 +1166,9 @@ type OrgPatch struct {
 
 	// WebhookUrl URL that receives threshold events and billing exports (HMAC-signed POSTs); empty for none.
 	WebhookUrl *WebhookURL `json:"webhook_url,omitempty"`
+
+	// Weight The org's own weight in capacities, overriding its plan's; null follows the plan again.
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // OrgRates defines model for OrgRates.
@@ -1121,6 +1252,11 @@ type Plan struct {
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
 	UpdatedAt      time.Time           `json:"updated_at"`
+
+	// Weight A part of a saturated capacity (plans, orgs) or of an org limit marked
+	// `fair_share` (teams): a member's fair share is the limit x its weight / the
+	// weights of the members active in the window. 1 to 1000.
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // PlanCreate Example: {"fail_mode":"open","id":"pro","limits":[{"limit":600,"metric":"requests","window":"minute"},{"limit":100000,"metric":"requests","window":"month"}],"metered":["tokens"],"name":"Pro"}
@@ -1171,6 +1307,9 @@ type PlanCreate struct {
 
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
+
+	// Weight The weight of the plan's orgs in capacities (default 1); an org may override it.
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // PlanLeases Whether checks of a hot path (one org, team, user and metric, fast on one replica) may be admitted in process from a lease, a block of units the replica reserved from every level at once (`auto`, the default), or always go to Redis one by one (`off`). Leased answers are exact and say `leased: true`.
@@ -1225,6 +1364,11 @@ type PlanPatch struct {
 
 	// SlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
 	SlidingWindows *PlanSlidingWindows `json:"sliding_windows,omitempty"`
+
+	// Weight A part of a saturated capacity (plans, orgs) or of an org limit marked
+	// `fair_share` (teams): a member's fair share is the limit x its weight / the
+	// weights of the members active in the window. 1 to 1000.
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // PlanSlidingWindows How the plan's sliding windows (second, minute, hour, day) are counted. `estimate` (the default): the current and the previous bucket of the window, the previous one weighted by the part of the window it still covers; cheap, but in an adversarial real span of one window length (a burst late in one bucket, then steady load) it can admit up to twice the limit (at most 2 x limit, in any real span of one window). `precise`: each window is counted in 20 sub-buckets (50 ms of a second, 3 s of a minute, 3 min of an hour, 72 min of a day), the current one and the 20 before it, so no real span of one window ever admits more than the limit; the price is under-admission of at most one sub-bucket (under load that saturates the limit, at least 20/21 of the limit per window is admitted) and more Redis time per check. Month limits are exact either way.
@@ -1385,6 +1529,9 @@ type ReservationRequest struct {
 // ReservationState defines model for ReservationState.
 type ReservationState string
 
+// Saturation The share of the limit used in the window above which orgs are held to their fair shares.
+type Saturation = float64
+
 // Scope `check` may call the check endpoints; `admin` may manage the org; `billing` may read usage and exports.
 type Scope string
 
@@ -1412,6 +1559,9 @@ type Team struct {
 
 	// UserLimits Defaults for the team's users without an allocation of their own.
 	UserLimits []Limit `json:"user_limits"`
+
+	// Weight The team's part of an org limit marked `fair_share`.
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // TeamCreate Example: {"id":"eng","limits":[{"limit":40000,"metric":"requests","window":"month"}],"name":"Engineering","user_limits":[{"limit":60,"metric":"requests","window":"minute"}]}
@@ -1432,6 +1582,9 @@ type TeamCreate struct {
 
 	// UserLimits Limits; a list may not repeat a (metric, window) pair.
 	UserLimits *Limits `json:"user_limits,omitempty"`
+
+	// Weight The team's part of an org limit marked `fair_share` (default 1).
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // TeamList defines model for TeamList.
@@ -1455,6 +1608,9 @@ type TeamPatch struct {
 
 	// UserLimits Limits; a list may not repeat a (metric, window) pair.
 	UserLimits *Limits `json:"user_limits,omitempty"`
+
+	// Weight The team's part of an org limit marked `fair_share`.
+	Weight *Weight `json:"weight,omitempty"`
 }
 
 // TeamUnknownUsers Whether a check of this team may name a user id the org has not registered: `org` (the default) as the org's `unknown_users` says; `allow` admits it with the team's `user_limits`; `refuse` answers 422 naming the team and the user, counting nothing.
@@ -1768,6 +1924,11 @@ type WebhookTestResult struct {
 // WebhookURL URL that receives threshold events and billing exports (HMAC-signed POSTs); empty for none.
 type WebhookURL = string
 
+// Weight A part of a saturated capacity (plans, orgs) or of an org limit marked
+// `fair_share` (teams): a member's fair share is the limit x its weight / the
+// weights of the members active in the window. 1 to 1000.
+type Weight = int64
+
 // Window `second`, `minute`, `hour` and `day` are sliding windows; `month` is the billing period. A sliding window is counted as its plan's `sliding_windows` says: by default the two-bucket estimate, which can admit up to twice the limit in an adversarial real span of one window (at most 2 x limit), or `precise`, which never admits more than the limit in any real span of one window. `concurrent` is no span of time: it bounds the units held at once by open reservations (in flight) of the level; a reservation holds its amount against it until settled and gives all of it back then, a check only tests `held + cost <= limit`.
 type Window = vocab.Window
 
@@ -1870,6 +2031,11 @@ type WouldBlockRow struct {
 // WouldBlockRowLevel The level whose limit would have denied the checks; `other` counts the limits beyond the cap.
 type WouldBlockRowLevel string
 
+// CapacityPath A caller-chosen identifier.
+//
+// Example: acme
+type CapacityPath = Id
+
 // ConsoleUserPath A caller-chosen identifier.
 //
 // Example: acme
@@ -1965,6 +2131,15 @@ type ExportBillingParams struct {
 
 	// Format Export format. Defaults to `json`.
 	Format *FormatQuery `form:"format,omitempty" json:"format,omitempty"`
+}
+
+// ListCapacitiesParams defines parameters for ListCapacities.
+type ListCapacitiesParams struct {
+	// Limit Page size.
+	Limit *LimitQuery `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Cursor Opaque cursor from the previous page's `next_cursor`.
+	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
 
 // CheckParams defines parameters for Check.
@@ -2105,6 +2280,12 @@ type ListPlansParams struct {
 	// Cursor Opaque cursor from the previous page's `next_cursor`.
 	Cursor *CursorQuery `form:"cursor,omitempty" json:"cursor,omitempty"`
 }
+
+// CreateCapacityJSONRequestBody defines body for CreateCapacity for application/json ContentType.
+type CreateCapacityJSONRequestBody = CapacityCreate
+
+// PatchCapacityJSONRequestBody defines body for PatchCapacity for application/json ContentType.
+type PatchCapacityJSONRequestBody = CapacityPatch
 
 // CheckJSONRequestBody defines body for Check for application/json ContentType.
 type CheckJSONRequestBody = CheckRequest
@@ -2307,6 +2488,21 @@ type ServerInterface interface {
 	// ExportBilling Billing export of every org
 	// (GET /v1/billing/export)
 	ExportBilling(w http.ResponseWriter, r *http.Request, params ExportBillingParams)
+	// ListCapacities List capacities
+	// (GET /v1/capacities)
+	ListCapacities(w http.ResponseWriter, r *http.Request, params ListCapacitiesParams)
+	// CreateCapacity Create a capacity
+	// (POST /v1/capacities)
+	CreateCapacity(w http.ResponseWriter, r *http.Request)
+	// DeleteCapacity Delete a capacity
+	// (DELETE /v1/capacities/{id})
+	DeleteCapacity(w http.ResponseWriter, r *http.Request, id CapacityPath)
+	// GetCapacity Get a capacity and its current window
+	// (GET /v1/capacities/{id})
+	GetCapacity(w http.ResponseWriter, r *http.Request, id CapacityPath)
+	// PatchCapacity Change a capacity
+	// (PATCH /v1/capacities/{id})
+	PatchCapacity(w http.ResponseWriter, r *http.Request, id CapacityPath)
 	// Check Check and consume quota
 	// (POST /v1/check)
 	Check(w http.ResponseWriter, r *http.Request, params CheckParams)
@@ -2502,6 +2698,36 @@ func (_ Unimplemented) Readyz(w http.ResponseWriter, r *http.Request) {
 // ExportBilling Billing export of every org
 // (GET /v1/billing/export)
 func (_ Unimplemented) ExportBilling(w http.ResponseWriter, r *http.Request, params ExportBillingParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// ListCapacities List capacities
+// (GET /v1/capacities)
+func (_ Unimplemented) ListCapacities(w http.ResponseWriter, r *http.Request, params ListCapacitiesParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateCapacity Create a capacity
+// (POST /v1/capacities)
+func (_ Unimplemented) CreateCapacity(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// DeleteCapacity Delete a capacity
+// (DELETE /v1/capacities/{id})
+func (_ Unimplemented) DeleteCapacity(w http.ResponseWriter, r *http.Request, id CapacityPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// GetCapacity Get a capacity and its current window
+// (GET /v1/capacities/{id})
+func (_ Unimplemented) GetCapacity(w http.ResponseWriter, r *http.Request, id CapacityPath) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// PatchCapacity Change a capacity
+// (PATCH /v1/capacities/{id})
+func (_ Unimplemented) PatchCapacity(w http.ResponseWriter, r *http.Request, id CapacityPath) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -2929,6 +3155,144 @@ func (siw *ServerInterfaceWrapper) ExportBilling(w http.ResponseWriter, r *http.
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.ExportBilling(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// ListCapacities operation middleware
+func (siw *ServerInterfaceWrapper) ListCapacities(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListCapacitiesParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "cursor" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "cursor", r.URL.Query(), &params.Cursor, runtime.BindQueryParameterOptions{Type: "string", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "cursor"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "cursor", Err: err})
+		}
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.ListCapacities(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateCapacity operation middleware
+func (siw *ServerInterfaceWrapper) CreateCapacity(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateCapacity(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// DeleteCapacity operation middleware
+func (siw *ServerInterfaceWrapper) DeleteCapacity(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id CapacityPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.DeleteCapacity(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// GetCapacity operation middleware
+func (siw *ServerInterfaceWrapper) GetCapacity(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id CapacityPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.GetCapacity(w, r, id)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// PatchCapacity operation middleware
+func (siw *ServerInterfaceWrapper) PatchCapacity(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id CapacityPath
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.PatchCapacity(w, r, id)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5049,6 +5413,21 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Put(options.BaseURL+"/v1/plans/{plan}/throttle", wrapper.PutPlanThrottle)
 	})
 	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/capacities", wrapper.ListCapacities)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/capacities", wrapper.CreateCapacity)
+	})
+	r.Group(func(r chi.Router) {
+		r.Delete(options.BaseURL+"/v1/capacities/{id}", wrapper.DeleteCapacity)
+	})
+	r.Group(func(r chi.Router) {
+		r.Get(options.BaseURL+"/v1/capacities/{id}", wrapper.GetCapacity)
+	})
+	r.Group(func(r chi.Router) {
+		r.Patch(options.BaseURL+"/v1/capacities/{id}", wrapper.PatchCapacity)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs", wrapper.ListOrgs)
 	})
 	r.Group(func(r chi.Router) {
@@ -5216,463 +5595,492 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P1/d9s2lj+OPxUcvfecSLuUIjtOppFPz66bpm120ibjONPvbJUxYRGSOKYAFQCtqP3muX8O7r0AQYmU",
-	"ZcdOut3MH9NYJPEb9/d93d87E7VYKimkNZ3R75254JnQ8M+/lcryZcGl6P/MtczlzP2aCTPR+dLmSnZG",
-	"nTfCslyydMW1TNlCZYKt5kIyOxdsMheTS7ZSZZGxOb8S7EIIyTIhc5EdM8PXhq3m+WTOCnElCsZlxla5",
-	"zNRq0Ek6ZjIXC+46tOul6Iw6xmo3gg8fks4pt+Jlvsjt9ngyzae2nws77c+tXfJl3tfcisK93ae59Q8O",
-	"HhgWGkkYZ8bqcmJLLbL+NBdFxl7mxjI1HUslBcutWIxgSjafza0wlhX4pfvNvZGG1vrw/ynDYV0IkzAx",
-	"mA3GMh13SiN0f5HL0opx51h/PTy2Xx8dpiOW6pTlJm7lVCx47pY8TVhq3dOxrD02wqasqyTjsKK8SFh6",
-	"Kqxe90+mVui0d0zfMbXIrRUZmyrNuGS8KNRKZGNJ2zNXZnNeMJaJkpNSayFdP7llUy2EYdywuSrcKjIj",
-	"rC1Eb8DeCGnHspSFMIalf3v76uzk/PTk7PnLFz++ODv/4fnJt89P3+AECzHjk3XKlGapmk7TwVjuu9f9",
-	"lh1/CU2yLu788AlTU9iWF8/Pvqs2mdHeJ+xSLC2sBRzRIncH3529sZxxK1buVNo5t0wLnrHcHu+Y0YKv",
-	"mS21ZLk7K9PeYCzP5oLWkIZRrezGIWddf3hWuZ3Du4XgxnVMW5+MpfV3ySglBTw0wvaOWdh4kdE96x4d",
-	"Pu0lvtut3tycxlKLaWmEmxfrpheFmlyK7JzbtLe5EVOlF9x2Rp1c2idHncTvTC6tmAm9sTWvVZFP1ndy",
-	"G6mtpks5lnAru6ffPWNPnzw+6I2Yv51sKXR93WFRHhi25HYeXUGlZ/2FknY+7hz/+vXBcDhM2LhjBV9U",
-	"FxN+P159/QSe1S/tr18f4qN0wM7mYiyh99xAn0sY+gPDJF+IhKXjzrgcDh9NYDPgn6KPv+Cm4E/jTpqw",
-	"pRbT/L3I2MW6+m4hrM4n/sNOCqQVDgXDR65jqSxLtfi1FMaalHXTcceqSyFNvzZyIAi/pn6ouFZdPpbw",
-	"MrsoJ5fCPjDM7Q+sJg7RfbVK3SdjSScpl8yIiZKZYV0gj+4ypbCoaUL0pBByZudsqhyxwR4nvBAy4zph",
-	"Umn3zVjGNAaGV0JPrJS5HdXolp8fLGr1Vd//7hYHmuSselodiOpzUThqFxaQ9mrAflIsXV7C8hgh7Scj",
-	"aoHOb1+etzK3pqIGjNvmm72D9ww+4k4Di2li+Lj1pbR5AQO6fhhItQzrAgtipsizXM78gUqoLTdbv3N4",
-	"HJmQmTlGxsXic1p94jZgWhbFWPIZz2XC6mt2Idz/wyjnqhDYiHFHOLe9AXu1RUWhRcdqI1bKukonNAp8",
-	"CxjEhEsmxZXQbMmNQVmgukZAp0fuQNJ0/TohHy1hc2eaZyUvinXCjIIGhMzcgXUPaQ0ck7lwI1djKbgu",
-	"1hXzwrEo6P/YDQ64GY5uxV0b2yIDXV3HCqzOhanENcMXvk03NVNOJkJkA/YdTJxGP1GldJcyXWoxyY1I",
-	"x7Kb0gzP8R2T9pJI0AiUGJbE0x+aJ0wD93wsTXnRp0l3ObMrIW0u7Ny/RwQpiQRMNxgmxXvLprwoTALX",
-	"go9lvKUPjOsTvhFSlbM5q/oxKJcWYmqjBsP6KmOZVWM5deSoXLqljg6868uRv6q5WzHR6qC1XzbuHpOw",
-	"vLFV7ni4/XckzALtapANkPnXD6wT6gzOMTeMX6grsXHLHhiWXpTa3Eo8+JB0llzzhbCkTTxT0qhCvDVC",
-	"v+Z2vj1ZeoE5tsXyzNGu3P3uOHgn6Tg67XrIOknH0fNci6wzsroU8cD+TYtpZ9T5fw8rreYhPjUPX2Sw",
-	"4s9KbZT+Wyl0g8Tyasl/LeFMGseltFogZ9fiKlelEydmwq2LO3Tn+FYaRvortBmGio9r67bg718Ca+yM",
-	"DoaHR0lnkcvwQ9LAKb6DhW4Z7PP3S6XhvC64HbBvxZSXhTXunKb/Mkq2joy2b9+Fw35wKDCq7zWXtnkX",
-	"4VH79s3c44/dwReZWCyVFXKy/qtY/wBy5PZIziIpMK++YJfCSZdIhtLowfmlWKcM1b/uV24RDw6/cmoS",
-	"13ziTrEjROlJ/38Y7//Ghv2nbMDO2Yj9F+s7iidyOxfaNdygTuKOOlrpRNBM6P7B4aOjxyD60VBAXwGB",
-	"ma10boVxLMrJFBdcC9ZNo8/S3oB9n19Bi+5TlKSBILk/sUvQKrJ8OhXAUS/FGgih1wC6R8MhXWvYJmyj",
-	"2qhojft/FevaWRHv+WJZuLc2ZtNpOsJ/Fevmo3Ly+oUbFssz1IXSPEs9sYdNcqKtI1JGTLSwvZYjdQmj",
-	"+6gDBRyy5ZK95jPBTP6baLtMIGXW1ifDi+ju+DBxdz5flAv4awg3nv5s5Aev9Kx5tV7pWfu1Unr2sWvw",
-	"WuhcZS2L8E1eFE6GWcJL7sim//jHP/7R//HHFPcOxH8nV1VMit41lmtrenXyFPF9em/A3hq30iDYqrLI",
-	"+qCeMi7NSmh2NBySBEbNgpAz56j/XIhZKRMnyntxzzeuZOu+YUN7E0FcH1yqgsvmTXJP2ndpWXD5sdvk",
-	"xDh9xV1/L7LtAUSPb81Dl9xaod1n/9Tnvwz7T0/6/8P7v737/fDww79tXfGk876fyyte5Fl/IYzbxM6o",
-	"syiN2xbGQeyrRuSpnfstnwg2c/KXE6/0OWz94SErhEVqq1mWz3JrYN5ngi+a19w9aZ+rU+0/ds3bZZa3",
-	"O2UVJ8l8XN8f3NdmqaQRIESdZItcBplewAGYKGmFBFWNL5dFPoG1frjU6qIQi/9wgoB7tucpx6+w6411",
-	"VootuFwHbToYroxgEy0yJ6/zwoyYkzHXLH14dZAytRQaN1+8n4ilRVMC8GXgRwVOBEwOxBAS+siJ4SCO",
-	"Ku20+iAcOjaKCvnJtz+++AnU8nPQywP7cMdL6ARa1QIWpYfagftF6Vni1BPHXMYSOKN7FPfhqNRMAEev",
-	"d/bq9Pu4w2MSD2HVHjjN8SpXBbci64M1KBfG21wkS38Zd7jbwb7Ss3HnXUo6RLGu227RCmEde/5J2Tko",
-	"j9ywTElxzJzetiaNoP4VqXbI1CM7/g5zuZOR0Eh3cIByw4ilNEgwUaMhqsFegVapY9vwhhEWn6aDjzXu",
-	"nvqj5pXJyjLl1bT64Wvs8WZGy+018afKaXto46ut0q+0BnCUaV1WX8eGvqB133RZdpiHwtKA9prLGtvb",
-	"4Uf5CGsPp8MXmQeOK33UCQXxeby+931UX6vAlMEuxFRpgQPI5eyaxl3z3/CM1uhTUskfeeG0K5E5qkV8",
-	"keVyWdpjlgqtlTYpK3K3cYJP5kxNp0KCfQiO2qDjRo7SFqpdOwZ/s0HXW3Ujt+K9fTgxV/U2NrTyN39H",
-	"Os+9mqHVKoGrUOQSTcVarfwV+e83r34ChXTQoAtss5S5YAKVWK1WBib/TMlpkU8+6aadSKYu/iUm1rO0",
-	"3IBWojRzF7DoMV5owbM1E+/d1sFAv1P6Is8yIT8pE57XyB0rOJh3BDMTtRQJQx+f0jPQrMAc5P4mftoH",
-	"XlMdtJ+U/U6V8pOKET8py6au04TlclKUcPadWEE7oKaMSwWcV+kZDPM1XxeKZ2dKveTaiZefdr1J3mEX",
-	"KlsDL1eKFW4gMLhI4n4DHtHs04+vkrCdnODPKjpoMwaLucqNOGZpJizPixS8HgaVa8utYN2JWqC/JWFa",
-	"FIIbpGDi/dKJrj2Y6hsU2t9KfsXzgl8Un3wrvNow4dLpfZmY5JlgUq1YVwxmA3YqstwJSivJSgk2EZZO",
-	"CmVEljKnfeE83kpe2rnS+W+fdrN+zI1xpx2MOlldbIFhLbWaOBXqohDPpc3t+pMSQYbMyh930LAvtOCX",
-	"xpvzsWumy0IAcaTfhGHceyRBTtIzlimBuvmlBC+ijATZlXYnTdKkTbl0HEBkP4os52fAMz7tqYKL7QZm",
-	"UHYCbvcMB9B3A8K1IGcrsLiuEcK9cuU2UEnTOx7Ljcu1QjeMdyhuSvJOTHfDoTGCdrfM/ypgz5fakWyb",
-	"o9Y30cJpFOfc1mzvGbeib/OF2Ga1idPx91Awk07BjT0vze7WZVnQdUcNdqs3VHh/336Afu1mIXuaa2NZ",
-	"3b6KyttEC5s40U+LiZrJnHy2l2I9aJqrFlfq8iNnAPwTVju3YmGuW7w37nX3HTXEtebrDurrXtv/BQ0t",
-	"sDahg7AkSbytG/tQm9K70AlySNcrnpRn0ABckSzL3cry4nV0cqa8MCKpzLW/B8+EU79VaT09rYY3+gUf",
-	"dt7B5sWn0O/xrmX5yb3zEau54O9f4AePwFJKfxxsrHPSKWX+aynosdvSzaWvr/p1a9hgSTthUqxAigKC",
-	"UNmhE7JxOiV97jgNCFVKTsDS+Ce8uX/g+5Z0cE+aCcyF4FqQEWnE0l+Xl+eolecZauL059EjdsGNeHJU",
-	"6iKiR5G2vq2j3/k1D1NpP6svc9Rl62csrN9eC0k8pmElI5fmtddcvLfoRt1eCxhEvbXGGZVZbp9Lqxv4",
-	"HZ/gJm7u6c+eozr+iUFdLLWCLwa4xmkjd+ATq3RTY4oteCYolILLWWjSq0tpwtJLsR7VD437lUyF9AR0",
-	"xPbTknR4s43DnVHSetCeVw2Fdd0NIpdHJgrhPgEPWMvNopVNOu/7M9WnH52UNDjlqx/JLh897ZvLfNlX",
-	"S+Qa/aXKJYwRaGnSQXPLziGTRaZlzLAjn3bMSDivDU1IfL/N5yuvjhizKj5lIyFnzfur9KyFUIIofY4j",
-	"23oMtHJPvtBEctDrh+c78bcmqZaVNtGfv9p4qPfWq3kntKa645+d3nzD7WT+zIk2TmhoPthamLIAC4Tb",
-	"fAydUVPG2YX7GIwrkbUflQIIJ4bwaLWgcDPUSsEppKR4Ne2Mftk9PRjWKXTe+ZDsqcq8q00qsnTulAU3",
-	"xBNww+y9n7WeatLaAXm2W+S1zU2jfnfvEy3I1hnEXdp/1Bs7f53M7ptvHByaUE/kZK70t7zBefAtX3s1",
-	"Bl3iKnaJKz17YNhFzZlu0EPuTkuIFDj8anecQIOJeL+lwK9O1arpQkZPt1nyQpWygWS+uhIa3PbwnGWl",
-	"SIBhTfIFLyjshXWVnjGrLC/AzHvMxp3huAOxuKu50KLXSFTRl9HkoXlGTyAgB3tOj5lYLO26Cg5cFlxS",
-	"gABb6nxCToOtbiAiSWTnEJHZFoVbbR68bhjPMpE5DdU9xZ2uhZ/7+GwZhUKM5dZCDKNFSNAhAB0wR8yv",
-	"BOMWTKOOVPuWfVs+EhMCWwfsexyX5l5ZnvAlRtC4P9DSKjKMOx2xVOG+4azTseTEyTEuFaMBU/8VveVD",
-	"nFZ8jT7GPVhtvYm25Q3Dy6O927lYg/26x21oZL5tPLu2Mm0Ddi/VF1ZJYe5kyBSWsmc0StLR3IrzZZt4",
-	"ifuZ4ks6nwhwLk+VdmODu1JK+D3bc3hVS80dwiNWT1Fw32TuLIOh1q2RWz+dZ4IC8sE0W7vB8ai2dcel",
-	"kNl5G0kCTq5WDwyD92J6RFTKkQ1sw9OYFNO78NcUPx9LugxwwSEsAeKPYFxV/gC9ZOuLvBTa/yB0OpZd",
-	"rUoJFxDCiDlb5BOt+u7jMPFgp8fb1TLtdrJ4FogUJHFMApWUYWIQAYETwAO62XNTvxBCsx18il/KYPEN",
-	"576xkXCd9jhjEDezo0PBF31Mg3CTCHGP1w1ig9GH+C8UoylQiGJ2iHD4cW8Rsk06kXgOGfGtTd6ycXC3",
-	"NrR2uaKL3SSJ3EjoiwyAE+XeP6goo9cJDC3EqMMnqH/ArncEhHjhjnR44Ya2ZRnERuO4x6SZiyqIsSkX",
-	"TkiwbKGMZYf/fDxkX7ODg8PHXz19+nT45KujwyeHRwmJUMbSBauSUTFK3zDxnk9ssUZT/LjzDV0wWS4u",
-	"hDbjTs+ROLDN/VoKnWM2zNbpq6IzN0dQSWDDpkPqJn29xAwvgW5aizO+3sIXRzjXORkvij10ihdZ58O7",
-	"pNqSap8r3ne9jdFf/evf9Hd2j3C6+BK6kew4380aAAUDRez7QqlCcOm+rLIarxvOS0dCTsW0A06hmeZZ",
-	"ox0YAlAFBlSr0qKPMSH/opdWHhg25XkBGdAR6YnGhT7VhvYzynPLJSP/HyqTHPJBBUYjUBAbJN8aT3Xj",
-	"HEfWJUZEzl/LL4XEhjAcDwgm5BkZmxcFXp/eMUtL8I46IpqGxKmUkUDoOlIGhM8gWeOwVtxgJwleyHqi",
-	"Fb7DDcNgc3ft0Ud9VZP2a+tzJYoGgeuVFExIq9eY49mU1wpiPkcBHEIx99GFYPffWG5L06QMuY28rokf",
-	"3TtwoJcFXzdtrmPJFMEMcQ1McF3kQvvceJ/5CwFUG0kKzcsEAVDnYNA5p6iy5qx82K6QbL9/IpHP0gOr",
-	"+Vj6hLs4gYqy6NwRgUy6WsZUwipRpzdgJxfoVA2Zq1WGWZWLNGJNuUibWUh7Kx12rlWIxNi1gWfhxQ9J",
-	"Zytw89p1HZGc6xgO/PNXx6T64v1ECLcAwVC0XsIN2jMdmmVimkthagHt6WbgYoqJzz7fG5RPSlzHDI9q",
-	"seup3t6k+ctGbvO7tHZ3tsXAjRuyumtMiEa5EV49h/HvT883mIznF3SrA61pZDwQB3MLyaoE6n5w+Oho",
-	"Sz4qGwl/ZVlYKX0JhPITiUV4wVxLKIomIa0zl5BNCwRWCwzLgMBOJ+2eY6CR4xZdTp9oZqxagv5z+M/H",
-	"B+7CU1fkB1BS9EkTjOKUQqBaiPmCI4tzcnSePumGuBKIcnXsF14c9jz2BubDOm65KAubN/QFXMrUrbF3",
-	"JgbuJf692zyQcCCaTx/4lU5V0aBep1e5WAmdAjSFOWYpBCCnjBdGkQsGpimkG+0vGJ/ccYTNfRb1V92u",
-	"KCnzbsJOwBXWSD72dWtrmvvuda2WqdEzgsOgxmou2B2r7lbh5iEVNOOOWpr/cqrTwD9LOo61rZTOOqPO",
-	"RGktJrY/V9qI/gVk2Kz9AEe0VVuEI6xmWHw/sSiR9PDxUVNOTuVRi3z6YUBbNNsqLSgXAYSpOTfzY2LR",
-	"WthSSyTQccdk9A8JrIdNsTkfuZ1+wmHo1OQ1+3gX7qv4cnx2/9Uzr242n8s7JGmNbKqiyQk7gNzYJ/S3",
-	"Ibs1+EuDBQosuJdSrfzjofuohat5XvXGnTZe+IYdN3KtZmKSm1zJcQdUh+juBZ0WnCQglbpjOByicype",
-	"oIMnMO3aT03L3Gpde/HmFTs6PPhLZVebkK5XpcO+ffMtHNWQP/fLSf9/3v3+6BZpc3auhehjLhxr7tut",
-	"z4Qvc8sLkzBTTubu6roxfEg63/K8WL/FZjevQdbkuTphb8+esazyX6F9LAmZnv1vv03r0z0cHj7pHxz0",
-	"h49iudzxh0YLoGnTkPDIlJD/ucN/EkEwBPgIbmHI3Um5KItKvdwHeSG+hRkGlbWx5W/RftwYJKZkX4oZ",
-	"dL1hZ/aC9tHTwXC4sXTwW/2sjMfZ7wfJweGH7ng8wD+efOj9582Pzoa12x8M6HIUJMyDQ0qvjAM5IKQC",
-	"pL8nqCu62UMociEWHiIuuoBTwW2p8VQZwd3zx8OkY4wKoR45WA5nqsiC5cmbGI0q9aT2Mdli4XufLkst",
-	"wF8fbmSXjEe3izx/59+7iWksGvwebb+htyOb2g3teJuXxjXDuLlEhKQQnKDFLDcWDFZucR5gaPlHWOeS",
-	"ahmrSTddkhpKRGwNhpCeSC6dmKtOgj82yaTP31shs1toYNYWlUnkyXDrONSet+WbgcVMqlUEcBTrEpgP",
-	"gT4H8KwpeQ6/rVPKtzAMjVDt/PjRkz1wAOJtiAfetPLf8bz4kexVDRFNHrUIQvJX87wQsdkSUyZyw0qp",
-	"HafmF4UYQQwcqBaFWpmx7E4LPpuJjKXeUJr2kiq1Ak1chj0ePkpYWqgJL1IKg/HGTMly2Sf75lhi1q8G",
-	"XIUMiXpl5HxgmJlzDbwAZAc07I3jM+SG5wR7GIDT6F2f28epLghfqQm/GITViiPL8oUPpIAU7lFnltt5",
-	"eTGYqMXDX4OOHf8TYs8kLx5CqwjWghflFTk3d4prmyFx+0UKUQ9/50UpgC7E0+NyfS1vIEtighsCx41d",
-	"CLsSQrL+0+HwLwdPnx4+PvrL0fDp0wM45Zs/EjIf5LFMK3vF4yfsYm2FAUIEcYBdLRbqSpiajRzH3+s0",
-	"puCBGOBdw8bjYNU/NZWN5MnRMePsyq0FA3wxAD/B1xKWukE4XXlzEBsy5IWwvDNyLycVC9uWH58cNYUt",
-	"tiw1WLaqYYaxd6pD8qZiH21HxJ914oN1V0lFLzdvvNACr40WRhVXjj9gl2yiFnQfI1NbREbiw9Ug6lAz",
-	"DwyueXLdceoe/vPxo/5BD4Ed4N+su0KK9N/8ir+B1r25CD0bZL3qoa99xzmr23O27OS79KGtE13R4v72",
-	"swaTT035frK1JZ/pWl63YtEW7zx2+9OfzbPnW2ddEYmMPXaxJkTM+s11v7EFt5O5MCz95y+8/5tTl+i/",
-	"w/7T88Go/+73YfLk0Yd/SzeuLV3Vw8e7pM17u8O5KLLnWqsGqxlk125fH8gaA0edBxMIid/0/Zp1U+B0",
-	"5pfhuwG6txyX9VGnHk0NESubNKwwg9+vCX3AMVYfNAkVEFDWHJt/1ShpIFpGbjEGLY6Zi+PjIARIKsso",
-	"9QFj1Aq+NJBl2uTyun0SzQYFMyafScRYrUBCWlbyxnFjWnDKSbxNvszHxcs4UfXjA8m3Yl5oSr6DjVQW",
-	"OgmtZ2dPU2r9eFULv4elOKz45lFcJ8Elycsst6xQsw3j5eNN4+WuPWiyiIUI0OZzXrNjfCK/ThV1jGMA",
-	"9zJ6/zGqNDdswpdLDMYL/t8L19Stg2MOdp7ILSKBBh0cDtx6g4DOjx49epp4e8+0RBnOTSCXjLO14Lp3",
-	"zEilHCGIUIQhiusf0GNrAdYbbuP9r0bbfWg98XdhdEay+9nNzT8IXiDgVVvGQJv4cI18+gbgBrxml4ml",
-	"kJmQk7U3lv0+7iyVsTMtzLgzYuOOuhx3EjbuaKen4k9lBUAw7nxIt4XZ/XOGDAaAbPva1GXKug/nsAy/",
-	"9Y5ZCmE1aRJpwKzLowkwAh5IGIFbOQ0WQ204hRCBVJsi83ONse5D+Mdvvdhtpy7hyFUYC3DwMidEhiil",
-	"pBNaadAJNvac5ti0zS8aE18nvCiE7k/mygjJcgApmObIKisTJhnxYmt3kNwiIW5wPvovkOIODv9yYzv4",
-	"AcFwRlmZowAQx/u/gSh80v+fxNsy3d8BljMhOExtLERTgS3dw8p1toBEmzCWloJDZBOHTOBuQA87PGJz",
-	"VWrTC7aPqivvr2AASR2gxcoFIiIACsBCaUwXrvsKeP+3asm+Sg4Ov7rxkn31UUvmVgXiKGIFdDtAdi9D",
-	"C7Zz51aWEObRcHK3wsMgfQsu5HZydktWXuGnf22sSV1S3DbRAhd2cgG8c8wMBsbw6oSoKTMbTq9uCpGl",
-	"jtKgAd+kzfkxOMPrBvozvrVJEwraGxD/qKUmAhFHyTXO0Xh6DohQm8sfp7U27gFEdjXgaGpBUNaEd15H",
-	"ph5V4lJu0XIwYC8g0aGKYETUvbHcRn53SkjiAx/zEF/GEOtfR6VXKCrSCHvObTqWHkm8Ap7HS75/Psxd",
-	"nLmiHcwPHjVD5lfpPTkEieVFYSI8vRtn1Hzq865jLLx9MlVo226gc5GHco/G7/zyJQFHuESLdjXdaCqN",
-	"V9Sfhp1q1hal9FpKiLCCnCYenYbYSIrX9NEwHL6DYXMOgV+YDjostp1yLTf+R34JMEIpfueOAwYmun85",
-	"Vov1NTK+TmnsmyShOtVjiYaUNAooi0D70dLoNTJ/+bu5JaxiuNc9CJXmY/lrmQtLIhEEyULWRviMW4D+",
-	"SAjhk/qNrhVFwI5cW/VSEAN2GoNxI24/FVKBycYlmHytDCCuIZiWyiVgPKXllwIEC2bnXDpV8xDTjEK5",
-	"loOjQ1ClTA/BddxqjSUGiUN2TddP671fsId+TuA5PnCXma8rffbxYXJweNQbsJOxnMzzIntQK1zhpFQM",
-	"h0VTPneT8QlKSjPozWt9oIxSzRsZF0o6OjzsHTNOn4dAfB8h7D7WpMYaZBngtuNWtNDlW+u1LZSXLAJb",
-	"GKWfRO/3FTo+ntrfOmLoJlabj6KcQSXfoJqtdLFBasHfjyFhwFTHVIOszzjrepsNFRxhS57r/dMKYDzb",
-	"yfGb6vyPApz0DYSQ+GIUklsGZPSLvCiiVBQu176SE5iGwfQvi3WPilN5HushISWkywGBUEaAIRmsoZGb",
-	"DS3QSfwTZU9DOTJAbDY2+L/VSnpW4v12x8HhDCkPlF0Yp4Mi1RtLsE8dHR4iqWWL3JilKGxc3AriD2kp",
-	"yAPsudIvPuLr3Z5b8yK7bl+acKUS2pHXPuf1BtbM/bKf3a2kCKfNROgLbiiltvnC3tmt9NmMIbN3v+gU",
-	"Hxi1HaICyxXsPG7+KGBsJpUP2u94a8olDrLpzuNWtYS9tWfOenUjn05Ziv2jYhClzW7ENmLKkW/y2L9K",
-	"efkmyu8lRzayboxncPLfA4MaCKWDplgQ087FApWUliTgjOfFztzfKhKuMaKODL9kO4Xh1OP+xtIH/qki",
-	"E8aiUSOUKVkpfQkhwROlM6wk6DWipdAmNxYij/hMgEzg2q34NYaXGb5i0kesh5YwBwi9+b6eHlXdGUv4",
-	"8IFT8mRD7QjMgOHGUgeA0ZrxdQgqNIpNuWbdIr8SyViKX0teQJUcpWcDUAN7A/a8yj73Vhq3yZCgEqa7",
-	"9lWe9qI4URBmU4rZtU6mXW1Ds0EltILfwMi88e3GuAD//k7aarvZlUHJdHx/jde5MagpFXKq9ESkmDdE",
-	"aAxgNHL3cM4ztUqJddAbF6WlfBbD0iilKD32aUoY6eTBPym3KTbLUqedpIM9dDADaj9T2P3EG/1E2H2b",
-	"ut28XHDZ14Jn/KIQwV+8K3S/gdJEXoQmBBajtCctUIFtyWeiCv6hDFW8lI4Y7IMJ+Eo+h1C6evQgIhN3",
-	"kqbQNh9yVy8zgrlCSyHZ0vWfUtDeObeI3bYAHa1bZasiCUbzPKEfp/HehyHQw8Y4nFd4Zze0XXRFnXOA",
-	"DDqnyOuGbPLb5NpMpwJ8sOdFi6h7VkVe4StsIfSMBEjkaF5qozD92H0IfnzvLR9LZC8ETEMwOF13yPoo",
-	"cu5PFoOMvEl59oa+dJtwbTev9Owlvug1N7OLcbYFnuGXg4+e3E0yiltROd0gTXmBhTXbozAsBQibB/GO",
-	"GlB2eOYj6StbQRBumiMwIAJtT598lpvzUhctdTVElk8ADQbDTt+evqzgVX2KD1tAWLMHJ8mnTFIZp21I",
-	"lHrlyT1OxBv84mf6AHzVTi+S54HtXdPCW3z/Lbzuvl9mN766K3ExV+rSL9T+8KIUC0inuYEGhBzX+kmp",
-	"dxnvU9JEozZCPaIpNrHpV3p287w5d9e9D5FgiU8mC8FeyMnAT3TkqGmDCbGRqO6nsWxBuNVQMg4+FRG6",
-	"loKYmGTsNzUkHjXQDy+0RCRlH/jmBipDLdI+3hmJ2PU6kIi3py9rH50jPPWenwKMyB+FUGxc+p3mL3wV",
-	"Jn8dNWi5kXGo5ydMi1Fx8PserVfB8jc6RO7N89tM5JZpO42JMUSM62OJl2Dv3Jlov96IGyW9xGvQHMr+",
-	"sWlR0Q5thpH6hlqm9DJQyIoi0Zq1CWGIG+PE+lzOEpa610lUpzZ6VFXe6eeRlJYiOa6J7dQXL61y2zKd",
-	"tsntdxG45cT/zx62hdVDJ/MbugNxmRNy9YAvNhBcggba5rmpL02OhpwQVhuK9zm1oMHj38i8b8ayPynz",
-	"vYm8fivm+oWZflJm2nRpTrlt4pSxxXgnUoB/7xpc0b0YI47F8zjtR7bXJ+Ht/SRG+q4xvxSaimMZCTeS",
-	"28EOdkjjrTNB/O3djqXfh+ltoEDfYF02EZ53DWfjpN6Ed9W9+7diYhs3Kx2wZ9cQ1w1eJ4zNF5iAv9Ri",
-	"krfbqmoXqjZNMIU22NvQtMAjvDDI4OG+Yn8A4fRlmatc5AFLodWNVRgxLiHvtJazHEp3wQAx0Tk3jHug",
-	"vGC8ck/IjaJJ/00HjnVNSyPSkR9qgvjthJela6ZCQthSUsTF0b1jMgbgwnxrcgS5HiPcO+8v6IIl+rm8",
-	"UmuEncUFhFQEbn3VsgvhIeJ7m55Pv5Jbrk924mfrliStUc80Ml3ldsAwlRLWS8I2kacF85IDOhDtMs65",
-	"8ZS8DlDEmxbmeoR9hRHRDBCxEec67D999/vRh353+MtB/+m7///BL8P+4bvezYEO0LTFDaPeKxAM3zEV",
-	"674bbKPbcIMpz4vzfSSJkJX8IbmVgna3Vgu3aE2S00daQPeNedgV6uCujLYIRrQ/WF17mSOlipb6RxD1",
-	"sD8zfU0fNLPTjViK4CjxzlOkmbLBURKz9b2EgBuKZ26vG+SzG1s1d9gpKtsknYD4YtAeVCt+M+OjG/7N",
-	"rY/RvfRYAmCQXGpVjdftOEV8IWTDrnhHjFaE/OAQIun+d91njobBmQm3Iw5sIcvo6yYz6Bd6tK8mV9Gd",
-	"ncocvXZDfc5TkD2phHu7bqT1//pYovP5ycY+JKA6gW23uclsRDacZpGUlBQIZp4rS3jITqaDXB0nOCUo",
-	"WjnG4sP7ptxYphBijJBHet6kwa8BZQbsg0JhjFsZgDw9SrMHytzCX/bhwqybuhmlGKfpxWHM4S9WfG3Y",
-	"TDGryEvmRnixhv90UzWdpr0Be4klen32kVPQIFIUpmj4mgxi2Yi5w1Azi11jD4MtuAOD2GsP2PRZLWJu",
-	"FPuZxP4AxHW/O1+R2S1J41QsCz5pxFxBIKhPTG73dFx5wrt7PoQsnhs7uC2Nvp4y36ng95NYeYnvGMU9",
-	"D0eDutgfgmI3XpldZpDIxlCf7g+Axx4OXt0eYlgX8xAShqJSAhmUCcv4ugf0K+i6qe9hy1wQx/55XdxH",
-	"CfpsAApK8hH4tVccCV2JfDa3lUllyfXGRwxSQfKiYBMw1h47DsOXCYSRQUYn45l7wHXO3Z7ygpkllz4N",
-	"jlopILiKdTmlORTcCo9pGYXpS2YsQPYXimc91/cEOljk1iMernxNHQr2DlkF7L1XimBY67ax9AYsJXtQ",
-	"OsJIHz/VWqT54ZCZ8qKPozOs+3jIFsRY/eY9YvSD38VH7l8Eb487+pfD8BPsblLbNzcqv3eHQ48+iIod",
-	"k6p1OcEeAstiNiJXKOnNhvJDgGaWCd13rxufeeZXzbVZzZJ10dzkVh/NNMbRS7B+hsYhkcPRTssOhw8P",
-	"D+qw61F+UWSnQtwjGCmycajitfTyyoD9GEfmVAw8qrIVhx/uZ9h7TYRuk4y6/h0RZJOCm1Bpmy6q0rM6",
-	"Kla47P+707tfR5R8f85/wc2dx8FXIf6D21qSKJdjb/Erzlq4Lh1lszxjVZEoWoxqCI1yFtWlbKifwk6/",
-	"e8aeHj3+SyiIkKlJuRDSbnsHsYR+o0FGaK1uEJccYTR92ErzuDk8REOVidwWYofxaStseW7t0oweRkG9",
-	"g0xcPaRFMQ+xmDB22TdFOdtVUniPahWvJOPs6PCpv+1oEIbUOyA6tfIV+5eneGB21bmoFa0Ib7RUr0ig",
-	"CgWM66b1JzYhMt1DvyfJLsiL0xtaioL1Bo0yg9nS9o/UAJD1oewemnmGKDiC1XvweLhtrblJNs415fxq",
-	"jA7AXwE7hQaCKBWLvCig+AGMune38D7X1v9TU5YuhfYJuJtgSAGiOJcVpDW+igH4diwRd42R/N9F4T/K",
-	"qvF1TMaw3uMOxh9v+RkOkoMngKjs/7xTTGXXdQSp/GQ/SOW2tAhPZ9uKvgUv9QZ3J1mFW1p9tIeManl4",
-	"9bqFmMRsxnIi8qJrSqgjA/V33lMbDx2/6m2mMVGW0w1iveG6XZ8OGcITtivqboQMV4hPrItRKqOHD1MK",
-	"3c9yA3+GmopWsdLU8G6dFLSVDXH0Ve3odLGl/xw9fDgev/mP2xwYPzJ0ONK4QryzKi1bzXMrnKA7wbwJ",
-	"GHC8Fs98cEZQvTBvoiXkWwVvJx4+Y5VG6BqpZB+XIwrrSfDEcFrWCMZGi+CXJTzg6/yjUbMD9kbIjAEd",
-	"dWNyo8D1d3OHk0jSMHhEAZHUMTJN+RiYXgZq0QVHq96UQIsRdIOv+DqJymg6JSRgZVqdC9MbsJ+UxZ6z",
-	"5oD208oFvKvW8R5AEFVuyU3BCStpW58/ujz7MXv691+H7/9x8fPk4OVf5q9/Ozxp+ratTBpAq/3LHT9v",
-	"fEyiZMMYk4VSnLxeYwKZMHOnpdu5WNxZEbX2DLdInN10LrcV8gnIIoZ1fZZmQA1JPaBLElJ4fFW7jdpF",
-	"VF4MdE6D6sMDZJD7EbRqQChiN008oIJfG9nkU56uiRwK428utwU2ZUyGyo6Jk8JNvRBrRbo2sa7uRq2n",
-	"fesS+0XdZwAV+MAsv6KbvHc3u2rpxaEbUTU9cqztrqfHFrytNiMN/EaXGICPbnBYAPguxv/fs0DGrtX1",
-	"FrP9ltYXAdjDb4uT2wIGDZVrI6oXH/ZGoaVagmavwi39AYiKQy3vrxbGlP86paLWwfWuhm3K0FjM0sPt",
-	"THfULNtWjG/ElHZlFt+MmNw5cdj/rN5VY23SNq3oNTu5bx2KjVrVaMPzvIl1gTJ5poWJph7tinU3ILF6",
-	"xyBvoaC7QLkLx7+ByuTPxFE9zICiB3bVc66Vwjg4HF5XSaWt1nqo6zxXRRYwAkCRqJD3Pg0Kzp0quLQ3",
-	"/1vLO3+E9HGXNaG3Cq7QYJ8Mk5bqK5+z6Mrd1rB2+qF/qa+k6Ksp+N49B/Un7F2d3LzxUoW3+88RqR0z",
-	"0C0hwxGx9Xw4a3QFvJmoRjMk3ElM3pjwoojKsgqZgbUiqi3p3lpwyWehuNtxyAXBp1rwLEIoElAFqFaH",
-	"EpMMklCPkj5vHPQZHa6Pj9bcOwBpR2I4hdzyolCTwJc/LgayPbN73/t3o8wJt553kbAchVg3mWjgYpsA",
-	"uk7rBiOMIjijhSTulmumVh+9qu2Q9pvBR/E0bhZm6BbylknOyHK3YwqPbhQeSJGAz+Usl0KQDaq2LXG0",
-	"4p7Biu8+NIPi3uTa7BcUcpNojY8/4fXTus8IW0PX2g7DXYRIAbX77CFSbhS3CZH6Ex6BxrVpz5RBIrM7",
-	"TwYIXW4wf+RGSTMjwKfaTBzicWWVzUQQw9fAvDHXhoIlcrs7ZeY4pMwEK/DNc19qCPawLHskmPj6+3eU",
-	"n0HfXKybzKMK4YgrJLNQGQR2pDJ8bjueb2HinfKJxctbva9KRPOnl1F3wUxTibUWti1TO6rKGC/f7bwa",
-	"tMIoDG5VBoBfw2j9SKLKLzVDT41fRqvdSFRqHe8GqqFXPewbwfGspFOTq+y47RO2AX+wfa72SSusj+v7",
-	"/ErUAKNAVY8UmRQLFl0oOz/GayUxYCepz6XIp9ZQsNhclXrbolM/Vi2FUjbaQ6xOUUyPN0uleBX7Lyzj",
-	"a8P4XPC6eWTP41ofx5BhUALDF+ivr9lBwi7F0jrN/0nwjaKrtmajGA4eJze6AZtAI5syOa3GZqUbq1Sz",
-	"ZfdmNYICjZtg6W/WhQilx8NhFKHUjE6+s7jo2fZOAk9YcLlmZrPyKHb6ZHj01XB4q2rG4TrvKFjjlzK7",
-	"ZrRBO6wwxFZCC7RcLosc4iivO9z3QDPvgPqFZaoROWy4aclaYEVvF5jVigp5a3N4m/toGbI4dwYH41vh",
-	"/XMhG47G8/eTojSORkbFl3xg277EhjoAsPVbJpcR/ccxb7RYm8HuoDXYhJPsX6WxC9FS7a6JLDppgsNn",
-	"gIB6c5ECA0G2zalGZGQChTf2NJbf5JJhcMDOril+oBtqq4IjnTkdXk2ZJtRWnhmIgPnn44N9XYjFLQrL",
-	"3K4Y37Ilc9mRtnrucrWP3Y0g5V7i84pbylG0Sma7PHx7eOA2DndwWPiyEbSF/hRF0ponaC02jI3jfnNz",
-	"RpNNwa9Dx+YQTn10dHAAoUdF7hYyGC43K5YeOmFmkRvLLyFiz4lqB4BLGnkqth0RWbbDC8GzjHVDNX6r",
-	"sCSCmk57oZZciwsiiro+9vbnsoAgkiXUihje2sHQ3372cVjd91730IiW6jJlRSRQSiolVPGeQ/0J8gHt",
-	"9vUM2HNy5ZCPKzXCUqAGz7L0bgsT7O+ruKXtP1zOHaJWhJC8bS9qrgeUy/Npkc/mrS63uSiykEx4sUa0",
-	"29hfjXWJIDK+VkfEZ5DI9VhiaFCwxELa5JwbIn5QJGk15xYSLypGzwCdc8A8aHpVjQTbI2T00GdcEDM3",
-	"wf2tGZdrhM3IJcPZ7l1GaZfR3qOrB2hML7dujMDbRHLtzvXeNmhMiWoV39pd69HGNW0YkJ013qmweSHH",
-	"BHhtdP0ytbdnHsdz3ubC/c4puIRzT6FhPiQ3wdpXFDZltsJgmxUhunLbvXAyHQWLElqT+EywFa/SkCAd",
-	"Z7CrPlPTusLakE5M57QbeM9x/WpgbhdeIQ0pWdU8ezcIULjlmmLdsYb19AJ19a4YzAZjOe4cHD46Gjx+",
-	"4qOc94jgCVWk6DiGO9NMoYT+43jd3CkhA1DlMPIBvatgGal8TOf+iiyXCIr0cS66e/CE3w2aRk1cvpUX",
-	"y230baF6CwxO3/Y2Pd7fjfWJ3E3bi9e2GHfhxYHb89m9OG4U9+/FafKREL7e9jKKKyHbLjk8g4whwwyl",
-	"gkWlfbCCiJ1rYZxYGfShwaRQBgMebgD+o2yjCXrNUpPPZC5n50ZMtJNDcwN52ojEILFykRYLri99SQOC",
-	"dTPNeOT5TEK2/TnmS7VFsWK4Kr7jscG0zoVhqf0ajaylzN9jAlhydUC/zcV7FrqIssOqUPIqcqr/xr/Y",
-	"NtBq3rtg8X/48eRZ/80PJ4ePn2AN3Ll43zsOWRXYJFmlvR3kUqwH7CcPb4TCIVbbJzcXS//29tXZyfnP",
-	"z7/54dWrv56/ef7s9PkZurqke07wjm4/QMjk1vGCXoKF4bC8pTfSXuViBRzDCMj1RR55bbWJRpD6n6GU",
-	"HB5cEA5ev3pz5gSICqyp7rDzIx3s2eU5lRZpL0IEnaSAvIpWJMgGz7QwGxV4pqUR4BIIZdH5WBZKLS/4",
-	"5DJhS51fcSsSVuTysu/4aOFONZzpVW4EpIUsy4sin7AXr30X7uSPZQqvz5Wx6YC9KaFSd5FfCTiikKvP",
-	"5UQAQFcpi82RlRKjPsZyY5tPXr589fP569MXfz85e/41AJOwLo4sc1K7Wi6EtL0B+8FpkDR7LcYSLNAi",
-	"qzaAupooKcXEmoQqzX770xsn6qmiRJkBPacw8rVThscSkxw4Lh8vNmqKdQ4O/zIYDoaDA0g1YX41/eqM",
-	"4s6pYbA85FSrFqS96ybdMGcwIS74pXCr52iMYbnFoodaZeUEYmboCvmdh4oku8UGBPjfuOwNZCrxtPpd",
-	"O33/ltaxwUp6AwGRW+sEue3jfxBMF5TRjS8mmEE/hTQqSO8ZNOfhQKZvI5EHcwi2xqY8L+rXOYdsPsxT",
-	"3esSw0pdx9R8OfsNPtacywufnefZjkYfGJZnCeOFUUQQDUsjYu83By0p7mGepaGKnMrWg5vUJ97jRcyw",
-	"PZ80VmhCJjcRbkiOhZydvWb4QbzyUlG8AZvwhWBdn11muZ4JmzAprLtpDLY2AfgEVdrejk2Kx+f3dPfo",
-	"Qm1+dvj+fbMLsbWYiR+nD3CbaAGl8nlhHKH9tXREB3d5sJ+Aj0crOhAJ3WB/a+rr7k99PNtW4+/GLb4L",
-	"wXeTMHx2GZgG9Abo3KmyLQl+Hg7mfJcL/i2EIgeGoxGJKGNIRMmG4AipiXhjwi6EyTOBhiaCc9wzn2hv",
-	"iUyKVbNUlkAKn/SdT8QeYtq1B3OLeTSt3o7NOBPGnoIx/eMYR1Zq2M7zRYNG8YNasUJRtJKn9ZbEsn2y",
-	"OHdzjyBCXM8+oqzOLRLzeHj4EQzmBIHhUi9wWuGks1qX8aO2nLUvRPsjiPZNRHgbegPzpl8osPtFoneQ",
-	"LFdzrM05ll7azw0FpHCSLvcQpwsUHSGAo5zN97EXeq5DwuK1DCa+idexm8aU/renL3FStKGOGpGAFFQv",
-	"QgB2RItSClgXiJ6jRyIDvcyENH8nHnr03J2J/YDB8hF5/ZK5Fiiv3wO67JfW/3MofL2RkNFe8R68YlBq",
-	"w+lcG3hqx6FWPMXN1R3bA3ayiUgfYX1xsxN3HgJJR5Fuiad5pTxoloejStx8J/NrIcv2R03bBjdDXMyA",
-	"X+a7lNcAgl0DiTao+8VyUOb9a45sjdw1oqLyVcrt9Y63bnBn9QJMmFP0jjeqVLrjjrtA1n/v9HGLCMIH",
-	"ZTnCMZjBPeFFgdUJIaUaYBKSKtIYKt8LYw1LYZj/gZl4PmgP6/jHYZR48rCQdAkJv+7cuSsOKEk+GrRa",
-	"p/2qnf7si7Pfcb3T2PW2XWmz1Ma2k2RYnOlWofxRlXqYW9qSLpbB8ffK8XgzloCbFJf2T7VY8FxCIlQF",
-	"T4nJl1jCGV2o5O9JYYDpGM0l0ce9vb2eUHSziTm+iio4Ulwk3aaaR8nXSx5F57mCU3lgxrJe3RNodFgM",
-	"rMZtBuzkAlZUFEaswFwG4BIoHEhxMx/untomvHtLdxuNf1//ZdiYPYcW3r+1hzWcon2H2OwHfeZJ+6bv",
-	"2JsB6EhAiKm7CcQ+krrbtDcay8jR7Pa23O25ZrzIL/ff91Xgg9e72bdklZUnLXh6Ij+n37VGYUSVRfZN",
-	"oSaX3/IG+xXiJTWsKOJKwzWgSopshaEu/EpgbWkSzzK+r4WFCl5tgp5QEfaqlEb/22+bq2n0h482lcrG",
-	"QyLbHKy5xh29TWgxFQfFBfOd7F7yUxFIf33V+XLZWAzCsfIsNzaXExtijqtlB9xtXHcqBs+XrHuQDIfD",
-	"Xojdst6z7/5OweadMq1WzdrCNQegFud6zXHY/xS0xYkr63QRx2l8YX4kGnJdL8m/f8RK7fR/ZGXiP3WU",
-	"cdLRAe14E7bDbQglG7gDsE0H8BAlKEwQJP1tN+rUkb6Gyvz3cqdvEkyNWiFd3S1CQOealvEasoA8oI0S",
-	"f9Qd0mr1wHjoiE95k9ps+KEOgdNkKPPvmHEUpIAXI4katEJ+7Yh1c5Kn8by+iT95RMDjQAlpaaLwsggo",
-	"asKX27lWcZB20oFmrgnW3uBw+831+ugxCD4VvDmuPlyQ+5ZDfCx28wXYPvkQVTspdW7Xb1zLvmAr10Kf",
-	"lD73aevY+GpvqLJ0yf5z8u2PL346P3v11+c/IZYMx4pfJ69foDE4/XV5eY5qX55hnAD9iVZcCh0gzQOm",
-	"ChwRhlMt1tzaZefDB4hHnartIUYwLeAtRTQjKySXFjFiwWWZT8SAPSuNVQuh/S+GcXMJuROUbpCpXM7G",
-	"cqX0ZcLGnQVfkx1bzx66/X4I1wbEaPZTpbxQMOePTqz9z3GHddPXr96csYdXBw8R6MLHDISSaAHPQfi4",
-	"VzSC4ICtwsL5KPgahEQEU1olWqjpWMLYTl6/GIzlWJ65PzyosTfH8NLOlc4tBqNPlLSaT0jh/F55Zy6o",
-	"uVM+EYQWnonCaY9jmQYFmMB4H/JljoagmZDuXPj6IpCAIjOqM+KDS3LDwIrFI51gLHNbAa4zwHd0O8Hm",
-	"XGaF0DCZ//f/2DNeFADBLTOYhpA2xzA898Jz6Cd9eHWQ0gkFoFl+KQxLT3DWv8GPI/YNHCkyQcApprOX",
-	"MNQdwa4Ep5sKnajpyHXShyf//u/1K/Dv/866Ql7lWklY6iuucwCobLgZXnDAhXZqDYP860zhSkHscUJ6",
-	"bS5niHMCBrSCS5y80jMTwZqANRJmT/oy80a3AfuZ7H9NI6lVbnS31B2X3LiRZwM3Vy7dVKsr7OYJl3gw",
-	"GKS9hFGMH/Kv6oS74T38XenZB3c4+pdibdIBe2FhYKJQcgbBCVQJBybi44wgzc2MmIeD6QY8mLS6O0ht",
-	"oXpigr/Heh/ZJ93P7oDYQrg9MW68BB/jxtHdhpB5gBTcYFEek7gZmyTE8+Ctc20DtgxooT6bIXFN+uAg",
-	"H4qFBgj6MQ736MHrFV5NtwGwZsPK3IM7cAIlGaEypBOsqBAlHNOQIj88OGYc7xhQXW8AhjPnVhfIsr8f",
-	"YymFyEz0+aNjott9eDtjWpVWwB74nfYRaLhml2KNdeMwMZ/LsUT2gsUXwqtJ1MkRTOc5n8yjq0rsAjER",
-	"addDwhqdDEKHBZMumBDGMo0QjfClFBIJNtHKhHTkkhYSqmsAmarkkIQu0SYJyU2ETi4yrJUQ/DOse/L6",
-	"xVjiKtQZo9K1w3Ncv4SnJ2fPz1+++PHFWZoEe/bj4Vj6SNVQ3QJ69LWgRlBWMzaj2Agf4SndxVNh9bp/",
-	"MrVCp8hoMiVMQEVgL2y15+7urWMsdPj/NIl/Oo3MQTIby9ojSJWhMiqmF7KVXzw/+47Q2w8O2DQXRWa8",
-	"sRvg4dcJSwPOejqW3QY8drjL4Wd3iT2aG+zZA5Yp1K6PDp9CIUPAfB/LwPbwBKG5Kd2Cp08Db1Hyym2o",
-	"kgbpPCHs0YU3SyUNhKz4ULP/fvPqJ9ZNnylphbT9s/VSjCDUm1jSw38ZJdPegBFOh7vytAa5BJs7tn+h",
-	"sjU0qIW7NAHGeDgchQKuuWEmL4S0xZrlMwkAwm6MTgGMB8B0WWBQErGDig2CFw94IYcuk2gRvRE1A2bk",
-	"Q3MQ4Y+DUwYmixGAcX9gi0Z1wRHXzcm7G78GUvcf8DeFIAHKYPTu+/5qteo70bhf6kLIicpElrIueB7T",
-	"SakL1s9SZoTMMB0F+Mja0kYsuSYHphtl4h0wbqKuzd6AnThiAGRoIbKcwzA2caNdm0cHj/G8jangw7gz",
-	"YuNObYWDy21jsoi/MB6PO1a8tw+XBc+l+2vcSWGroOQDDri17oRh3drC0HNcvB7pU6kbPbCw3LDbF29g",
-	"KC4dDYdQusqgn9dtJ7BppEbuymB9i8oce/L6BTBKvQAodzjSBAABqVo+O4Sx9PdxBx7jMqJG98vw3QBV",
-	"nHEHBGp0ZuIrfnGJcrcWZkrQmzDufEiThp7wVP/y6N1goozd0Q+XjDQv1xSEmG41hnpDQyM5AuP4JfBp",
-	"XHSvXYPHjEIH8Y6DYMbJIdNNa724N8addIR+WTxMjh8CI8U/kaXjTfS4OUUu4TaACKWKciHd+lhOcacg",
-	"2EATPTiECInt5Cu37wteuAsiMgA0Qecyy+WytMdOjIhljQuexSEJ7vkjfxMdvy44WqS9iNGttD/32Ooc",
-	"/IWBQfbB74UFoHuutSOY4lSVMoMdrcRf4ORt8kTGOOYHSkVyypzD6B5TDS1KHZTKNQrlERbCzlXGuukJ",
-	"ohHh6bdwt7DgLQzoKTSQZ4wXGspgiffuxWN2dPAo7CndQqsUK7ieiWMgITEBdbPygZFu644Bw8jLZ54H",
-	"AHW+0IJfGpCfWAxJBzQd5Sug3qRa+nhvz9ehLPkxFlZxBBD1xi55YXuuUaUr2aGSaEhYwmX1DKN3zB7j",
-	"FnvNmMqEu3awTLhrOxNO8QUoayhuxa94DsE0QOXdugCWyKRmsAaZH83g6JA+hmsXiyzg6Kd4FQURtmtH",
-	"xwPFDsjaOreRWOPO+AsUMkBZSkBTSmpifVRsk2LG3dZLX3YN5FyqyOkUDBjaPjWmnIaDXZOyZOhW1rQH",
-	"jdfVULgIdUpKd+i0AgunIBGY2Us4qcjyZrl0csyIpf8Jm/j1wWBwMBwOU9b1ouTBcIiyWPqfGJv4dQoS",
-	"gAxyrxtKqEG35DPxwLA0CmYMMQ2O08iyKFKfbVJwY+ELCuTBmkOx5eXk9YtO0rkS2lAc9WA4gPIzaikk",
-	"X+adUefRYDh4hMVR5mB3ejgXvLDz39y/Z03BhicksR4Oh1R8AWvOYCVUdwKXA0beEami0znoQMd4tl9k",
-	"nVHnB+oKchFBuIMhHA6HYPBFlg/BgBuM3v2GVrjrbHTYBVqqmirSxKOumeI6o1/eJR1TLhZcrzujzsv8",
-	"SkhhjFtpPjNg/fSTMZ137tOHEdxL49L5WubExV9r5QihKB0rf29BzTSQm8XQRjlgZ3NBqHDB3ACGqbG0",
-	"mk+n+QQq49VjcVCSpSqzTqUD8iokVnIKyJpO1EdV6MfnZ6cvnr05P/n229NIDUpDwsPoq+FXj1KvVOQo",
-	"Y8Sa5FiG2FY4dUHLipv+GqPaUhwaIqAwMPTkEsoc4jmuHxFasuuPSCXx1Q/HZnxb4zmgjdt9AqLtWoRR",
-	"tZ4FYFg3u0UguGCVYIiZolhKqtgD8sZrZexMC4hHxFopcSkWqE3piDZyy25UP3DCJ3ORHWPdD1/9lecF",
-	"mBXDVgKxx3Y9S+thxyi9sjQTM80zqKVBtgZosbrlDwy8KwbAuzDxJQ6UdrOj9CjsaKLkNJ+VBGFe3/1T",
-	"XMTPQh+gbyjJ93j46BP09xMAPMK+NaxN75jMcSbw5fXu4+rGn19Hsa4OHpKR6yEauVoPLPnOsNTT98+3",
-	"jIz1ZtJYAXZiotIZROVewN+DsfwJTF52y5PRRASeQ5vfEDa0Y1aaQyVh0wqGXr1CjuW/lZiGcO3r3wHp",
-	"pdffNR+9pibCew9poDhqd4CO9vqKZ76gAHxycP0nbyU5En7D0vRHeFB3f/Sd0hd5lgmIbjg6fHr9FyfZ",
-	"IpfB/CMQ6aQ6aN/UrKTufIR9j45eQPb2527iS1gtVVNw3om5BHqExRKcDhlVjPPVEnxNdrMEK5NaeWGu",
-	"cqqCpQzdg4ARP3UMs/JxLhi3cRX2hHGrFrmTQNfAfimAcsmNcWRXFuuxzKfJxmftRZQgxK853PIYQrpk",
-	"LjLKYgRBtVzENkKY+YgNUySlv5aQSwIGs5/IaBw0vKCResM96oGo2FQmf0KOJbXY376xhOvXG7DUrVtY",
-	"WkUQTRgfWSHQemuq+0/Ty2PJYQP6uD5U19ZpD0v0V6QbhRFSLE4IO3d4BHYGsGMCZ8I8Ycz+c5oP1O0F",
-	"zxXZWn1tIKppH8T+eDUhEhg2FUzFaOBWiyoWKKq90P+rGxFlYZN8wrovnp99N5YNxTCjufQvxZpKYvbw",
-	"BIESETaIsyyfToUW0gYzM+u6pUrIjV3B4LjN9/mrW4tPrhKWG9eOUcUVFhauYHqbFmHAXrmD5AODqdQa",
-	"vJNRU1j2060lrwWwgD7poZn8uUyqr6kHEEm5a8jtNMYkg4cCXFugtpLXkRykVXRqJugFMoVh/7wAaWTE",
-	"UgqtisGInx6z1Mx5plZgY4+kKjgXEPNwDnFh6TFLV1zL6uvoNUzbSL2EPZZxBuXP/ilu64D9XMlJGyJY",
-	"VE0wDTX/07GkaY1Y6nSvFGwLKyppGYQqOrwJwxzrNCwGKItcjmUu+15nQU+IZt3Nz3sJSxEKoZrp4+Gj",
-	"Jsb6jMov3Iyh1kuU/IBpwsgq4TR/o7L1nQlMMMTAGOuxFr4y/n0Jh9Q3JKg1SGxgvBIZkFKprL8rF2LC",
-	"SyNq4dNwtiHTiYrluq63T1jbgOijhw1fUO3Plz5ietfn1YvxV/2bfdtvaAEdRfs3Qe/X2jiNg6v3a6b6",
-	"ZKMlQqnbtxX3OuzvH1hQGx5d/8VPyn6nSoldHOzRxWu+LhTPzpR6yTWClh0dPN5nPqZcOmlPZD+KLOdn",
-	"TskGcfJwx+WLXSn7X0JfPbxZZQK+HkGEJeH6IWrjyIeLEFMlc7DjYt4MeikdJe5KvhCVEwVJOCrQgJcx",
-	"QSs8mCKBDjryWuSOPysdiZ0PDNh3taPbvZG3jbkZPAD12fK8SH25ImiNnDtMSKsxDyWIt2D5iUbvPnN9",
-	"xoQFTRFgsDewI8cwzD7Zzut1Dt1KoRQFYmnXI1+SvEUOJgytIs2fg7XZiyze6jti7RILvY3CT11mg1GC",
-	"iYKQYwHRzWccY04yhyxmN1qUOd1f1Gs8NZRfMKYRsDz9fi65sV5MgRgVzNPyGD1zrn3BYIhBefP82dvT",
-	"F2f/GCyy3qjK9MHMMWNrS6jFRGlIA/KbBg4B2MZNcTah9GC34fWn1EqKyWtgDIGz57vEBacgdydc1MQ+",
-	"wgffgKrtoiCOnrj4Gyr/gIVvN2+LkwkqLfBT8MxvgUc6yRL1gtxEnhI8Md5tU20yAa4SbgxHtjvCQsJO",
-	"WqKwf8DkB2M7OCvOQW6OwPkr2W47BCGqdV8Pm9hd0n4su1EtjJZS9iAvR2Ok2MpIEvjCwe+CgyedyH11",
-	"7dfRq3BOd1v57px3VaYF9Ok59dkrR1KtRs3qhQ/rQdrvuNRYOjXDBJE/8f5uj0O16QCsEFUZrAGql2O5",
-	"4fvDWzNgP2Ekh9O0qlgYR0KCJnfhI9vwDm+d7VvvSc3KBHQl1mixu8jChAald7XqehiLFj2tWZ8eXnhQ",
-	"vGYb1LekfoGJGzcrl97UbYs1sEuwbCahCiU3bDPMGJkUxRpv6Z6OUxGBW3pzf1Wfn550iei5zUU1ozeW",
-	"Sice7izW5R1D3DhQXYosSELAIvruIz+2a27DkZ0EV8BKEqPmlWrpDl8C0RsbMoYWTrYYy01rRyU6HB0e",
-	"9hLEr6rF3uCCQBlH9DekA/acT+bBPEYBqmAFXMltnnt8jR0HzBvovQbHU/doOMRoNrcLbvB0GY31WHK+",
-	"ACvensH+Zrcumgdx5BDsEqS5S7F+gCKWW/VmIzgaRvC0PDAsEDs/Fwpj614oO/dR37mSph6b98D00N+N",
-	"sRUkEVl3/QWJZRlIHmIRWXvcnw8Mot5PS23nAmrHW73uUYi4O8trFg6lFAnk/GJwO/0KrK+KkhEcGiF6",
-	"P2AnGDwMEfPwKopUaOf0Oy2VFMeM06vR3QEjk1T1iIVWE8c3cM/vx0ABbX9OK0U8gDax61UDkQnRZEDB",
-	"vORDSzT4IqD8nzMxfHqLQQOH9/S2CsBGQI3bMvo4/WCnc3MqAPbQsG78Sa9uxnNMr6JpG+o+xqNCBC9I",
-	"DJxRHnESBTlCThahCJFLSrLUqFJPnBqCmS85FMcgw+9YdlPXL4p26L2ZUmwfdd0bsDcY7xHC6b1HoO/Y",
-	"FHj/E1bkl4Lg+APsPfcSh1RVdAFCHQGlAFgROanU69ywFdcLivxzrBmqvvhUXAot8ItZCaO1lfLpRT4v",
-	"CWgfigwQmI3iZ/BFgVKHniauHbNEAGMfFw4TxWhjmEzwh5CLr8tllamBLhN2NDw6bvepoD9rLMmh1Tuu",
-	"ZsR1LVlFQShsiBWruwXv0U93HIdhbmR1bDHB74V9Ht+DLYt/7m4B7HonlJNF/22djyV78iQsh9HcLqWL",
-	"fnxDlHB6g4be3SMbri1wi8IXzqo/TYPOn8vq/HifLt5gMOvbKlJ1gxNULsGtBbstG1B61k7+MaizOVol",
-	"z5wO3BKrsnXRXEuvXFc39amBnLB3jApiYe6OUbmTQ/1KzwANtEWkXHKk/G51B3/+SBe3FDDXOKTK/QnF",
-	"CxpNCFhRIZB/zLCDMHafTbrjeLGTim+hCFC5uI+8/cDnPoD65DrANwcsBdezD+dEluId6AlLHTM25YUb",
-	"7IVI3VOsATCWPinynMvJXOlzQJmzih2w7oQXQmZcY+6HgXjwVIssN+eASp4b5vG4q1xip3ajuX8UVw+O",
-	"v/P4kWhw8HN07E0kBCM+ltUH58Q4c4ODZl1On5INxMlOBbdC9xp1QtiUV4G/3bVK+ErPqJLGXqrgwV12",
-	"3MZ63OkDyz+mC//hGc8et/WZktMiR/CQz+nuvO5jithwjA6EhPVd0SM8ZERbtmlSxPowSLOVAbZRIFZP",
-	"IaoEV8zhRsF10CRu+st1f3xpx0FPKkNizZHLFkLPfHIn6D9BIemSR5bVYe54lokMgB/qVYVND/PyfB0x",
-	"Xy/9zybP3cUp/V7YtiPaIrvB6UKmeiMh6pWeveZQTAgSWibzJtgup60aKiYAJtQlwUBGiPgV/g6+cinE",
-	"kjInoO7pjvjl/a4M8xp9SgcnidkbKbxNbDhon9TpA8N4oaQY1VL95tyOJeTqYuoeJeDPhAV0AWje+3JQ",
-	"fzeOk5MqH4FYFYJfCXQPQP7WgygpzjB+oa5iZdiHSyhNH0YOBm4JPIVQjsxYBqyVCkWhCt6N4hibWDiU",
-	"M7pXDo4Fkz6xLXcHXcPNAdyRPx2V+T/JvPGy3Y4ybrH2APJyjZJbXVYEVtHiSl2iC6eCIEiYFKsAgVYB",
-	"oiNClPlo6tdwn93oTpb5X8X6T6M743T2UZ/dVnyRHFr0bZ/JG12RcNbvVYDYrc+HALWQTQ22aFtqiQ5q",
-	"vCxR9i4W4AD3ptNrP16GOMFXIF5tLD02us+8PPn/nf/1+T/enL9+fnr+6vT71Eu2kBVdS1AegfcbYNKd",
-	"8j2WTkkHjl0h/0z48piIhZ87wCO2atd4+u+JPWPjn0fHjvvO2pi1j7UkbfuYpVEVQZAyEfwMt9sqLDP8",
-	"hav/iVRyolu3IVvt3P3h75di/QHJUiGaSleewh0NRXxCPYJuzdXmi9dPJmJpsfoPJSu5byBCdywhbTwL",
-	"CVYgKECMpREQPHalLgEcJAgR0F+I0TgKST53Li3gJCMSU7vrR80OXspAosF+4bfbh/eU6PtHHd5b89zr",
-	"Rbe/ijWx54YbUmb57uxlFHtJ3a2LuCO2mivWTfnEKp32sLY9/p0DhlaK6DfuEcbKIRhOikZu0tc5hk7a",
-	"oKwlofzBvYnMMOs/i8DsJrOPvIyQj0JSzccvF3n7IvOMgGYJHDO+yXBm7k903r6be0IMQJCaWkHcSUNC",
-	"bK+6G2VLXf+ELYsSgjkxnBUA80ObZIvqYl2ordCSHoIw+mB+rwxjZwnGzagroT06KKwvlufJShFlspDN",
-	"mZKGkK0+e/P3OAo1pfEqPUtgpjBRHGCCHfr+z/FP6pn+wn4TXyskHYQm6w6/uMBLF+sS6lLKXM56HjX/",
-	"9pRJ6Qg/tZVMIQzCKz37gt/wJ6Eu24APhCLcBPewk8wkESzEXRIcAvzqg6H5U3m9HOd6hh2/hX7/JGw5",
-	"mtM+zLkGtvaFObdYtWqrFAc11U7u57RvLYU2SoJgPOESytkCs0WmshIXYQ5oBcOk0RFLseZ+OpZa8MwE",
-	"wG8sUB28TQC/xo1ZKZ2BdQzzQcE8xhF33swxPtYgnKxr0JZaigxMX2LB8yIgQ0ZxnFWEzNP7ELtxhaJL",
-	"cU82rqiHz2PoiqfY5pOKTvH/quiSm177/yXhKHdnv6pt7a3p0zWc+eHvebbTmPUt/E4W6PisQd0Fqr6Z",
-	"a2aEMbmS9+KZwjFs3vd9DE61EQP2jWvpi+Wp4djhIt/VsUs+VZTTzlMx/FyU+MsBawlCuqvTdW8Gzmij",
-	"W3WbEAm/VzLTVvZS0piP4yOE0F6JxcbXIY2GWZVgGYKQXpRxyy+4Ee3Ry/VbRenAu80HgJRNW4RSJAtV",
-	"Wdzwei25La/07LsqP+A+g3NCN+3Bh1H205eLuH0Rz+q5dH6pkjiNLs7qakj82CNC5m4MC0lnWdomF9uy",
-	"4BNhmm7SCHHlS8GMoHAbmkFNTWJdgraEBHCpbDAcAmYDFDYntG8tFooy2Tay62otJlQT5vcPKZsUguuQ",
-	"0EJDGzCwr4uMdVOlZwO/sGnvmG34BgM+81hKsaqIyVZ6Xtvdj6MRoaKPbLj/sGe+gEBNVpoJy46aEete",
-	"l1u3/V6i/3wPb4T9DDGANyMzkPJvhP3zBRB8ZmXojbBt3DKKLd9JoWrFNujsbPN0jDbfO3QPX9+M0vNe",
-	"eAAJ40uzGdVH15UcGR9p6Y9Y9Vg28Wpmleq1uS2/x/n+SQykMJt9TKO4b1+kghab6MyfCn+N6IdPxOqb",
-	"YaizzLAUnG5pFJ8OiJ4hG6QGSQ0islQrVkqbF+5bmxcp616sxzKq0hDXr6bIBPLT1ZHdeglTcoNBU0zP",
-	"YCyfUdE8j7sSlasx6EM1HpvZR9tnTJXW9wwVc6h4dQ8BirD8oRGCStTkjpDAC8cst6zIp9YQTKIopm4s",
-	"NMVKwPD5NZDTwI2SKdp7yQEbV5iqgzC6/ueUOBAtb/fo8HCM2e6r3IgRJgYiliOUeLcKB9rbUyQZSyeT",
-	"sLsRSdBkBkTgnuQRaPvzGIFxWi1iCNxPgJHBivf+XH4JZPzfH8gIG0+BFl3OrFr2y2WvhTjfRMp5+Dv8",
-	"d6fd9zmZdvGE+XM1aqG+mVZLwy745HKLVBLaOzaDwKO7ohopxLke1ai0F6egmRhl3Ic4sptUs8Aou4pe",
-	"7GNKxgl8iV7cJ3oRF+sGJ/UeDXqwy62mPM3tNXY8H+CDNhFua0YHAnSEYmQ6nzjR37JuCq+lo0hFSSLt",
-	"O0ocTINGk1IYFVY8n+zio+0muFOYzf0qxthHG7oKhxrJ+svt2Gl3C8u0t8L6SS1oG9o1Hvoul1iVE+Gv",
-	"I5vYonc8lrxm2cIL0PPlVRGBMcCVhqKcSMa3xestGKrEEd7qhrlvAZPaddN+UY4Dqqa3dYLcS+JtGofu",
-	"tVi5qgt1LyYuaP7z2Lf2u8YJqFFfDFt3b9h6RZctun+aDtttTVhx9f/dRcSiF+NqpBidOhdFljCjlISa",
-	"rIqJ98tcexj5rs0FKp9ZLxlLjwNXrDFuKICcgmZJ1Z8eUtEa8Iyyl4IbX8yeaqpiRW4oWeR1Wi2ogjUK",
-	"iwN2gjacQqlLQCSUCvPl7JxLdpAMh0N3+2VtcslYGlVh9BRId7hlU7GiEqO5Be18rorM/YovSAIFSCFn",
-	"RwIGag+t+7hGWCue18uEjthUFYVauTbR8gDIO0yWRYHaN8ryUCASOgRcWND2nSyAIxdZeu8BwYCRtRTy",
-	"ND4xWyxm04pWrBtOTo5wfYNOcndIc/t2jJ725I6Q6bY6fg1WmPw30dYHnJFaJ2Rd6oweD5POgr/PF+Wi",
-	"MzoYur9ySX8lviIm4VFi338UU2p0JvbCHdu8c18kPyvuBYhva6UjVgE05DNFeoOJc2/HCdWg3hPe7yPi",
-	"wM9gWH8S/4abzD63EVb3yw1s8W5YOhL+1uDfnzPCGySkgIUVuQ+6HpWoFxKdQlLRVGlGyVfaoKqkSgB4",
-	"ihqI60xTaRqPkNUbsNchF4uAc8sFfRFQhlKw76UBt4uvIUgCa7BEF7qL2IBBiKyBGpoe1VyQipm5k6R1",
-	"n2p0ouHQNbvZ5IgFPwNgD5ESieMdy3bfRXdn3aiqaBTAI1EFg7GMa0XVOgbHCrbzS/5uQN6l+wtoP0NZ",
-	"6T50Tdf05/FewKRa1Ew8/V9i1r9AKELgMekKN6POLfLIw9/df/aObPeaKlCFzWpfx0RJY+8uocxU7ujB",
-	"WL4Ft61Ph6H6XuTyyCV5dbVwW4B+1otaFt89hs4HyrKPo8PDs3+Jlb8+Vv5WR/aTxcY3b/vwk9H2L0en",
-	"LQr+lufm3pxkbifvCrfTS65VXr8XPMG8zyeEZrmaq0KAeW8T+PJCC35pNgRaXRYCq2VWeF8AfokAYFhh",
-	"3kD1hlVDDW4avC/BfQ+kFtAq71mG+yyImLuuuYfE/FNe9//LmJj3IY093A0G8OrebUJ/KlCAfdEAvqAA",
-	"7LIJbZX2hYJMG4f/s2el1flzo1HplCZiGKd0VxlUm4RFfroKen0lG01OyVhOOJSyisJUXTMPzLFv3Bud",
-	"lBSIaV29wzaMTU4xcsOSQoSqmNGqW+V+oJIVThLAwWdYdzX/tRQ+6aXStO7JAHOPUAKfD0NgV8pqAA2o",
-	"9uOLDeb/Itf3xIOu941J3z58/+Hv7j/XIGdWiXZ4JPGOBtNMRa6wzqynFQu+puiFipag4dnOhdxNoe7P",
-	"7HIjqAIPURBXjv/CtbeP6tuwPrc9rJ/M/nLfoATXkfYvx6fN/rIh9f0xRb3r341QClrNNumG8cUEwvmg",
-	"Tk/TX95Vqc65hfLOFc0cy7opx53atY+9/0YLjiH72yabehWR+7G63LPg9lmsLjuhRsjq8qe85P+nrS5b",
-	"9/IuRLG5VtYWYpfk9RJyCqNY8JXTt/C7AGC+lQXZdepc5XSP4sA/1nzTKlO90rMzP599RCs3sS+CVLP5",
-	"Y2pbdjy2+/mfbilVgS/IH6TtxBngIlKtRsEiQaEZlDaDtTsgEHjOKXHeLHhRCM2mgBXOuikMJmWGrw2+",
-	"3zuGzDAsaSlyqNGcm5Al+RFp+DtAchBtEWD8WxN02o/uHZrrfR9tnjl6Dnei8c78pKoti5ftyyVqzOmp",
-	"1spn4UZFaW53le442efHsrD5sshDuXdT5FkuZ/VYrK7PtVnksrQiYXNV6oRlfB2X4E/GGMQOie2YrQ5+",
-	"tzVL8UKmrKvdEouMZWolE8c+CsGNZcNeEqLZILpsLLFnqxReVh90lhsGtc63WU5IDFqohZA2wUj7sUwx",
-	"S8FAHmlXaZZaW5zjjEwFCQCjgSI9f3ETM1BoQMg4rd7nIAxYU45UzBfzqftuzgHu/Jjx6kmUQEWJf3yT",
-	"bKG5YpVLE7L292GaY7kfXYLfE7C3ciJSvfY8pxpdugfXJTX/GVKdrqOGFJVMb33Jd7qvfKezDRngNnRx",
-	"W7TFuPc2hyIGZEV1ByK6nDDBJ/Mq8Av+AhschCC4Sw3FDbhcQ8TAWG6UOfBXMCfsDjNg1+L/B7z/5643",
-	"GhSCMnOtHXlOM54X63RUAyVZlAWHwmEYQka0GBujdMixJDATmMfbs2eOugEqFUBFK30pNNNiorSjy47Y",
-	"u7WAlAIIjyiUmyw2aXp3nYDkXUATtXBKDngmOcTB5AsxCslWyEniwmgVuYYMr57PGxjLi3UUtJfRbgbX",
-	"llYr8OSJKHI4ocTTlNK1juO6cTWmpiNVx411UM/z8gXE3G/wHJFjjNKJL1qrJAqXBW8u0AbGQXd077kS",
-	"wx/Wde3m3mq5dEv+Rdbctnz72883AIr+IIlA0PdDnv2rNNbJZnBs7jx3QmktJtZQwURp5xRpq/eBckqA",
-	"BYDE577PzViutJKzmN52paLKNE5c9S6jLv0E9M+babrbFWzGMhqOR6QasNQIm7IF5LmGwjkE7TJRi0Vu",
-	"oUYh/jIXBUTBOPIMCLBV6qOxfA3Pe8inAOjy2FHfLGU8yzzLWbihSzFDvoGPC7WChBH3+JiJ93xiIW1X",
-	"JF6qPvzn4yH7mh0cHD7+6unTp8MnXx0dPjk8YqRCr4ClkACvhSkLO5YY30wNDOHx4T8fH6AsCivxwLAL",
-	"dw+ovF3hRuQXycflkYlpLLtkGTBCIAan9SSBFSKbUegB2KdhPo5FG7YSReF6nBalmeMWnYrMba8WxnJt",
-	"KZkYIKrcDgBWTaSOhCpN6CvkbjsdGcLTnEKlK+R2ELiIWkMSVULCMmSIWwVsxrdc4W+9QaWLodJlvL41",
-	"llahkgVJz8p68+4IM4Xh0pc2ioLINbURKQxjeR3+5w2wtsZyB9jWCSyJZ1/3Y3PnM3ES6MhN4iaG9zWI",
-	"Nm5VkbsvKFx/pJIKd5V/S/wmwOF5wtUlQ3evmfnuh9iwEhdzpS53gjW8PX0J19eiYAripVWsm9LH56Uu",
-	"0oj3HftQ6twSvUpfn5w9+4HV+6Y6iuyHH0+e9d/8cHL4+AkI9Jlw9Bl0Eegun0mC6qK6i1RCDbiP11rA",
-	"KpvPJGIie8oHo2Z2vRQGho3kH6vwkgztwVk8t1ZSjFgmdA640x7pHGARAC4JCyv//PybH169+uv5m+fP",
-	"Tp+fpQS2EDWHUBVaWR/Z9vrVmzPWvPgPcUAP4W3hliVkBmouM7UASQFo+jFKDsAvljnoiE5WaBxUMpap",
-	"W5Jczs6jwsOyLAoUF6Sylc16PWB/Fzqfrhn3O7B2EoA7s6UF9TPeKCdajMvh8NHEwn/EAP/SfAVB+Phj",
-	"WlF8WnRQ9dRiyTUWnAWS5Qi/BVQ1p40lHi4jvTqAY5X+rVSWLwsuRf+N3+MRs19jl6XM32N3ydUB/TYX",
-	"9FN6zLSYlkYwVWQstelgLL8D7pzxteeT1T65kdLxCidrpXAkIOgY1iXon7HEKT1A5E1SzbW4yhVWH3xg",
-	"eiMqrkvZs7SqsIUk0AAEiDCDsTwLaESIaenO9mQuHEFg3fSZ+3f/mZJWq2LEpOpDraS0dx8e7e+F/Zno",
-	"wj2yN99FC1ujy8GMsO74mUEn6eDWwEhqC9IA2Vqs3LlOw0INaigZBH9hrDuGbgRfdL12rDC/Ez4EjogK",
-	"XemI+9CL5pPWFaVO+xXbaGVmmMXNrRWLJbAw+gZLF8a6G7K7zfrAdZZC1UAdd+z6YOSJFpmQNueFcbcP",
-	"0FqIzfluZbm4cNx7yvMCsMTgZ4NIPNppax6Y0ikIajpNWAngtodDakmLiciRHf1wdvbaaWS2dFqjo+zo",
-	"cYTip0hNRFYl8AutlaYXp0AFTTmZCGN691WbmC75t9Xm/ElyH+oTW++TBhEYgN/zLyamZrLjCU5YsHrt",
-	"4s9JZuqy2n2Yl77Pryp/H5hQVozEwDrhZd1Hh/7JxdoKk7C5eI+X3Ye85U6mguIgciLAGF/VdWe5qcvD",
-	"tgrQ66LAglIwSJ9k46/LtT3yIbqBISrI4RH4bE3ikc+9RHQeeUdHY7kQXK7meSHIyB22Oha7gkBvnCy7",
-	"S95zi+TFsc1nQSarv5BCeKGnpQbrW65yO5mDOcQDPHq51Ymua3L5Iq/g1smQA3YKiyFnGIoYp4pkfA1e",
-	"EdrOwomVVXugn7NXIAa6g/aAnhmWqcgIg3vkV3wsMRyibjEKqtgAmxiQKpGELJlKBO8NICXV8QkKZgHd",
-	"ZrcuASZJfy1zVKZgTYriXlgHrKkgGvvGyxn3Tcyxo1Na6jbBtDoVCTNzCBgCS8sX8XR/PnG4Y+uWWl0U",
-	"YvEfN9vC1/hV26bVD3mdkB77nGxv9hzcWVILHONIrgxKzUeL0O0cygpkK3fNmN4AJXPMIFAb11XqReK4",
-	"LkbdNARRL2THKfJLovljGYh+t1HFT8k67pnZCt3iy6WQZJqORGFwA9gSgN3Yar5220zq9IQvxICdhJcJ",
-	"gJPnhfGqNpckGxOwo5PE4RqNIpRg9/LhcEio8SA5i0xkKZvywhCd5sscQgq9TQr93m54PMu0MAZC0keM",
-	"s0KppZPwASDqyh0TpVmRy8t+oSa8YJbrmSC49yk4ayKcq7F0HelSGhpNnWqfvHz56ufz16cv/n5y9vxr",
-	"q0tBKF5pqYvzFdcSnePe9IPWB7ebtJm0LN5dn9BfqJwgmlbAXIiltGOq+JFnYGsa0qKQ6rObdcFhiriT",
-	"P05jSbfWX563py8Twlzw97qdcVm87bBM98Gp3K0g9nHmLt79cynXzSm4vtqRT4wN2/LAkKPsz6dtfHIu",
-	"4o7HXoexjcGsOBmi7646GbjOoqtbo8OrYMa7CwajyiLrXxRq0u4v+HmumJBTpQHyDr5g81LbEQRBUZSn",
-	"j4YpxJUoEgieQW8iuZTpM34lHI+QjuaQTzaCikbtIbewprlkqZnzTK0w/seRuJQtVAYxpCu24HI9lj7k",
-	"W5LjG4I7IVzbxyuZBGN96E3Qdo4ramCV5YVxUxlLkP0dU1kCchzLM7FYKncUCWw+NwGBC0X9Z+4vdxsh",
-	"7GvukbgqqPkLAFEkwHk/VxzKcRxFtRTaeFBTAm8Ex4/TaECmXzNT6qscQObBC83ICT1gJ3E0E8tyY3M5",
-	"sRiuxLVgl2IJUWJVWBJFeXWxXtUslwAV/bPbo2/cWXjGl2lvFO3QtNSg1BBuo2vVL0Qux9JJEFqt3Jtw",
-	"AFgKmIdpZUXz5yOHuiv+aAD/mjj2n1XhuQCvHW0NRCdAYMFNguHuF+v6e2Gr1fq4eKt7tWiFMZ7CuWyF",
-	"5oenX2xXDcQYKBDWT+Za0kr90eKlnJR9HVoyRR5Cqeg9gZL/P/aur7dtHIl/FcIvsXGKnBYFbtd58jVB",
-	"c7jebpDL23lR0RZjC5FJQaKSNRb57gfODCnqn2vj7DRJ81SkljgSRc4MZ37zm26+m2sQ9kZivuZldgn0",
-	"wgy/9A1yKPqajL6wXc/4N6zT71APmyu3rCc2tRYE2r1Y+l80uIzPpPMjrIXIeJKfsyhTKq0r/Yj+oBaE",
-	"RNCLt1PmxbWNQIFI3QsVFETfC+bH8vdaH6Yy8ZZNU8QeHzL1VKTSMojxVWaSyw2y/ToYdi7cWQ9MDRYs",
-	"91DFmMV4JPSTGfrHUMXAS/XYHWif85q4el8H7csB6XMzXJJNTeDbnfFf5p+nXvOzu3X5IrTbAkfU99tW",
-	"47sP1Mdu0bMS9vZ9Uy4PRQpKdRF0yb0QGQFZAdcTzmQ3TUXFEXrOotmArMFsMGEdnfnxxy0HipB9VY8i",
-	"x96SeBoGulCMbdLRtmCERAKNh8dgy+lcNfDFs0ySV/0soAdmhmOTSRkCgq2inffeUuX2eenU7Y1mfsRS",
-	"GMzvWalBk9XUnKmbtKbdBBlHNlc/hCBjm36wBBlvUk/81AQZu1u5PXgvEt3LcXHOvstoEfZQVZgF+s5V",
-	"cViuCjo8bCWq2ImKohDaV/RBFdH0GA88Ggmv37k0dmImqfQbkRXx3u1at6+OdzqIV4uf2nGJ/j++2NE4",
-	"HvBOSPvVNgfX9BMlDfZke5hJv1n4a2B7aHzEOtVDyKaykyfJ1hHT3XOlV0RxY64plwTGrxFBbGV/mMle",
-	"FXJdtlXIT8XcUOdseLNa6cUQNzjdgCH1hiPm6TbyxZrtaLsDklfKHAgjvlal1BEVU3qls6w6mQVVxb85",
-	"HgWuobQtZU2Te3NYowygumMLs/Xd2EOepuZsZdPB6kHkvlrD1AFGMyfs49kHqp/S9Za5cNj79PFXBNNw",
-	"5udIA+jraga3JzJ2JVJb6QvRypkEpGLhNCroRKd76UlqFcKxqkqc/CeB+uVCmGmPJ8yVEfv1Tv5HGP+V",
-	"xE9jvCwaBSwXRlHD9ReXXy9vLyPo6JuTkkzFnUaGiMyoc1/lBoykQlpCFyxSEiGmm4gNIxLht/nAbxD4",
-	"jexgHiN6iGjkapApA1v4+V0AtVCGd7H5di+MHMqTBg72WrX9wHAEgGW96aogojMZQZxhA1CmvBRR68tB",
-	"d+Fz+r48rUA5a7GeAzmvDTR05ihhOVheHuxqIlIllxgRV/ky6g8uey1Yj6TWPQlOBz5vrNl/xw4Fb3YN",
-	"pgucZrKlYRRDwuvniO+zye7Cay5vvmcDF+rG6ns6unZcXfgUVHed7nfvaccI1ypNFpvdh6Dra2PciDVP",
-	"ZCKXuw9T3dIYqRB6n1EK6wa8x1MOEk95LvjUbx4CaiVSwm9SmJI0W6ufpkNWeaqX6Me4rbGt0mWcxcnd",
-	"nQBoB6kso+EqL+QgauOzUav9+LsLtMVGD/R5AQhvmos6LMxMyruyOIKyCAY3Queb06nRy9+927sUvi7V",
-	"8D/XNkG0FpHw88UKy395zYkgBOIdT1KAuI1YRSoGP5rj7ZrLjd0FGDFJk+VKh622CwBarFOIWKiZ51zD",
-	"Uu5FqdCvXX43uHzbOy6A+2X2C7DOeDdP0CPFPZIUbJk8CAllkY1wQMimM+mQeOTQdbpi9AuShk+p/Bu9",
-	"RQJ7oRM5mclPZ78yyddGNpyZNdfdtSo4aNNlOn5z/O71gx51+Oo7ongv+h909Q9HqfEFoZH+pjKrau/1",
-	"viXM649NSM57sTkBGMiERWapRwGL3JHJ/GGPQwgspLBuFBB/p9mgd8myzEURsn+JTFMJb0VkkGiKBZuT",
-	"i1S2suykqNJ2Z596gsEvY/k2Zu5Fr+LDLMVp/XxoS+yhunT/5bhfSNf7GP+MK4Bg34l9/6KipoB+SjVA",
-	"RkclLH4zCUuogiWXiZ0y/KVD9Qc2y0+0OAXGQBuh53m5uLcdeNDUPQpj6Pi9kBirHXK6yLVPptZjUNBC",
-	"wyQFxiR4qqQYhe6BoQuo8+884Lexu2WaInjamNSZtAVMCGhGiCg6jJF6EPk3nH1QCMCZBTEiAgvUAOf4",
-	"UWyZv2/myJ5hsAEZV2B+/bhCZf2sUQTzN5Nk/9iu5u8zCDt+wMDK2SNW8Gxq67PV4j9l77JuS/1DDrWH",
-	"0cn4Fg0HwQXWUH+YnX8w/3gs/tRCxsdTsP/2mpq5O04odbxhWkEG42/1JNYEXHKe67ng6GygBkuVXGIV",
-	"pQRjdXv7NWBFuVjhqbfQueBrF8wEXj+suFhsWJEqbXRt5P5TR8TBPgrZ7zLddJwDGECszhEeYeO+FWll",
-	"FUcOIC1OjhN1bmh8RqvdIaJsnp6mICmCjlDyaI9zwCV8w+MrQivnJSpCfDYRn9eC9RVd8SNN97uefAt6",
-	"Er9214YdOr0x2l9JGhliUeaJ3oAOnAuei3xa6tVg8t8/jJLDQkvUkA0AE9ROW/7uIRUFX93eXn+bXlzc",
-	"RKNwEAzKPB1MBiuts8l4/OHj38Oz8Cz8MPnl7Jcz0KH0vM2xoZaFDXUi8mLE5qWMU+FKBTjEY8pcUNWh",
-	"LbzLlErZIuUF1h1aiCj73SJ0lEw35qEkX4vBhOBkT0G7NfUSS+mwIZrkUhchAxZ3wgQgXNQIWfMNuI15",
-	"EguvnsGTovJljxDLDlM0uRIrqgvANAAIH7q2KVLavFjBdVpB30gni2fJqRmwQ96X3LwGG2qVnZZZMWI8",
-	"thlHrSirdVIwH7oBmV+PTJ8jbCpkmLiKyat+UPeYG/SxDN5DLUFyxyNdC5WlAPvFunFzusCqwUcxr3pb",
-	"aBaN6Y9xBA+CoKylJ4N+P8WuWW1RSEdGXJlUNhR4jbcCSOipvEaMW+ck86e5jCF62wpGAKDXWONGb7x2",
-	"h2WcbbeiZew2EmW3qHtBktuW3k46NmdvS7/pbW7d7giNI9d7Qnsi+qbxFjJtmmVcr0J2ARn5gj2uBMQ/",
-	"OKwnI9Y4L7A1lorxleCxfzRK/KlETdSW1OrmAFU8mAGud6QhDzGHyGuz+K/2TkBD35L0D7pB/GmUN8wa",
-	"NUgYqpzlpZSA266P638PWy/YPV214vCgg9TPMcalalkhA5oEZp48V1beFjiNeQYc4BagUVTzhkTZuPBT",
-	"wJ4yh0S3nkK1xhwcpyXjSvBUr4wjyONEClK217lam1VQulqvkP2mmPEOhNRJa4U5f64YPP3x9L8AAAD/",
-	"/w==",
+	"7L19dxs3kjf6VXD4PPeY3G3SlCx7Yurk7KM4zsTPxLHXljd3NvSoITZI9qoJMAAomsn1d78HVQU0muwm",
+	"W7Jkz2Y9f0ws9hteCvVev/qjM1GLpZJCWtMZ/dGZC54JDf/895WyfFlwKfq/cC1zOXO/ZsJMdL60uZKd",
+	"UeetsCyXLF1zLVO2UJlg67mQzM4Fm8zF5Iqt1arI2JxfC3YphGSZkLnITpnhG8PW83wyZ4W4FgXjMmPr",
+	"XGZqPegkHTOZiwV3H7SbpeiMOsZqN4KPH5POG27FT/kit7vjyTSf2n4u7LQ/t3bJl3lfcysKd3ef5tY/",
+	"OnpgWHhJwjgzVq8mdqVF1p/mosjYT7mxTE3HUknBcisWI5iSzWdzK4xlBT7pfnN3pOFtffj/lOGwLoVJ",
+	"mBjMBmOZjjsrI3R/kcuVFePOqf52eGq/PTlORyzVKctN/JY3YsFzt+RpwlLrro5l5bIRNmVdJRmHFeVF",
+	"wtI3wupN/2xqhU57p/QcU4vcWpGxqdKMS8aLQq1FNpa0PXNltucFY5koOVlpLaT7Tm7ZVAthGDdsrgq3",
+	"iswIawvRG7C3QtqxXMlCGMPSf3/36vzs4s3Z+fOfXrx8cX7x4/Oz75+/eYsTLMSMTzYpU5qlajpNB2PZ",
+	"dq/7DTv+E7ySdXHnh0+YmsK2vHh+/kO5yYz2PmFXYmlhLYBEi9wRvqO9sZxxK9aOKu2cW6YFz1huT/fM",
+	"aME3zK60ZLmjlWlvMJbnc0FrSMMoV3aLyFnXE886t3O4txDcuA/T1idjaf1ZMkpJAReNsL1TFjZeZHTO",
+	"uifHT3uJ/+zO19ycxlKL6coINy/WTS8LNbkS2QW3aW97I6ZKL7jtjDq5tE9OOonfmVxaMRN6a2teqyKf",
+	"bO7kNNK76g7lWMKp7L754Rl7+uTxUW/E/OlkS6Gr6w6L8sCwJbfz6AgqPesvlLTzcef0t2+PhsNhwsYd",
+	"K/iiPJjw++n62ydwrXpof/v2GC+lA3Y+F2MJX88NfHMJQ39gmOQLkbB03BmvhsNHE9gM+Kfo4y+4KfjT",
+	"uJMmbKnFNP8gMna5KZ9bCKvziX+wkwJrBaJgeMl9WCrLUi1+WwljTcq66bhj1ZWQpl8ZOTCE31I/VFyr",
+	"Lh9LuJldriZXwj4wzO0PrCYO0T21Tt0jY0mUlEtmxETJzLAusEd3mFJY1DQhflIIObNzNlWO2eAXJ7wQ",
+	"MuM6YVJp98xYxjwGhreCL7GVzO2owrf8/GBRy6f6/ne3OPBKzsqrJUGUj4vCcbuwgLRXA/azYunyCpbH",
+	"CGk/G1MLfH738LyTuTUlN2Dc1p/sPbJn8AlnGkRMncDHrV9JmxcwoMPDQK5lWBdEEDNFnuVy5gkqoXe5",
+	"2fqdQ3JkQmbmFAUXi+m0fMRtwHRVFGPJZzyXCauu2aVw/w+jnKtC4EuMI+Hc9gbs1Q4XhTc6URuJUtZV",
+	"OqFR4F0gICZcMimuhWZLbgzqAuUxAj49cgRJ0/XrhHJ0BZs70zxb8aLYJMwoeIGQmSNYd5HWwAmZSzdy",
+	"NZaC62JTCi8ci4Lvn7rBgTTD0a25e8euykBH14kCq3NhSnXN8IV/p5uaWU0mQmQD9gNMnEY/USvpDmW6",
+	"1GKSG5GOZTelGV7gPSbtJZGiETgxLInnPzRPmAbu+Via1WWfJt3lzK6FtLmwc38fMaQkUjDdYJgUHyyb",
+	"8qIwCRwLPpbxlj4w7pvwjJBqNZuz8jsG9dJCTG30wrC+ylhm1VhOHTtaLd1SRwTvvuXYX/m6WwnRktCa",
+	"Dxt3l0lZ3toqRx5u/x0Ls8C7anQDFP5VgnVKncE55obxS3Uttk7ZA8PSy5U2t1IPPiadJdd8ISxZE8/4",
+	"kk9yu3nN7Xx3pv4qyzPHtHL3mxPdnaTjGLR7ddZJOo6R51pknZHVKxGP6H9rMe2MOv/rYWnOPMSr5uGL",
+	"DJb6mZJGFeKdEbphEHgDc4LzXgey0kbpf18JXaMzvVry31ZwKoyTk1otULfQ4jpXK6fQzITbGUf2F3hX",
+	"Gkb6G7wzDBUvV3ZuwT/8BMK5MzoaHp8knUUuww9Jjaz6Aba6YbDPPyyVhhOz4HbAvhdTviqscScl/S+j",
+	"ZOPIiIDaLhx+B4cCo/qr5tLW7yJcat6+mbv8qTv4IhOLpbJCTjZ/E5sfQZPdHcl5pIfm5RPsSjj9Fhlh",
+	"Gl24uBKblKEB2v3GLeLR8TfOUOOaT9w5cqwwPev/J+P939mw/5QN2AUbsf/D+o7nitzOhXYvrjFocUcd",
+	"t3ZKcCZ0/+j40cljUD5pKGAxgcrO1jq3wjgh6bSaS64F66bRY2lvwP6aX8Mb3aOoywNLdH/iJ8GuyfLp",
+	"VIBMvxIbYMXeBumeDIfEWGCb8B3lRkVr3P+b2FRoRXzgi2Xh7tqaTaeOhP8mGrjO2esXblgsz9AaS/Ms",
+	"9eIGNskp145NGjHRwvYaSOoKRvdJBAUyuuGQveYzwUz+u2g6TKDnVtYnw4PozvgwcWc+X6wW8NcQTjz9",
+	"WSuRXulZ/Wq90rPmY6X07FPX4LXQucoaFuG7vCicFrWEmxzJpn//+9//3n/5MsW9AwPEaXalmKR7jeXa",
+	"ml6VPUWaB903YO+MW2lQrdWqyPpgIDMuzVpodjIckg5IrwU1a87RArsUs5VMnDHhFU7/ciUb9w1f1JoJ",
+	"4vrgUhVc1m+Su9K8S8uCy0/dJqdI6mvuvvci2x1AdPnWMnTJrRXaPfYPffHrsP/0rP+fvP/7+z+Ojz/+",
+	"750jnnQ+9HN5zYs86y+EcZvYGXUWK+O2hXFQPMsReW7nfssngs2cBugUPH0BW398zAphkdtqluWz3BqY",
+	"97ngi/o1d1ea52oFX3zqmjfrLO/26ipOk/m0b390T5ulkkaAGneWLXIZrAoBBDBR0goJxiJfLot8Amv9",
+	"cKnVZSEW/+oUAXetJZXjU/jprXVWii243AR7PrjOjGATLTJnMfDCjJjTcjcsfXh9lDK1FBo3X3yYiKVF",
+	"ZwbIZZBHBU4EnB4kEBJ6yBkCoBArzSaRcujEKLoEzr5/+eJncAxcgGcgiA9HXkIn8FYtYFF6aJ+4X5Se",
+	"Jc5AcsJlLEEyukvxNxyXmgmQ6NWPvXrz1/iDp6Qewqo9cLbrda4KbkXWB39ULoz3+kiW/jrucLeDfaVn",
+	"4877lKyYYlP1HqMfxDrx/LOyczBfuWGZkuKUOctxQzZJ9SkyLlGoR5GEPQ57pyOhm/DoCPWGEUtpkOAk",
+	"R1dYjccE/WKntuYOIyxeTQef6l5+40nNm7Olb8wbilXiq/3izdymu2viqcrZm+hlrKzSb7QGQMq0Lutv",
+	"Y1djsPtvuix7HFRhacB+zmVF7O2J5HyCv4kT8UUOitPSInZKQUyPh7/exvi2Cpwp7FJMlRY4gFzODrzc",
+	"vf47ntEafU4u+ZIXzroSmeNaJBdZLpcre8pSobXSJmVF7jZO8MmcqelUSPBQAakNOm7kqG2h2bVn8Dcb",
+	"dPWtbuRWfLAPJ+a6+o4tq/ztfyCf597M0GqdwFEoconOaq3W/oj837evfgaDdFBjC+yKlLlgAo1YrdYG",
+	"Jv9MyWmRTz7rpp1Jpi7/S0ysF2m5AatEaeYOYNFjvNCCZxsmPritg4H+oPRlnmVCflYhPK+wO1ZwcDAJ",
+	"ZiZqKRKGUUalZ2BZgUPK/U3ytA+ypiS0n5X9Qa3kZ1UjflaWTd1HE5bLSbEC2ndqBe2AmjIuFUhepWcw",
+	"zNd8UyienSv1E9dOvfy86036DrtU2QZkuVKscAOBwUUa91uIyWaff3ylhu30BE+rGCLOGCzmOjfilKWZ",
+	"sDwvUoi7GDSuLbeCdSdqgRGfhGlRCG6Qg4kPS6e69mCqb1Fpfyf5Nc8Lfll89q3wZsOES2f3ZWKSZ4JJ",
+	"tWZdMZgN2BuR5U5RWku2kuATYemkUEZkKXPWF87jneQrO1c6//3zbtbL3BhH7eDUyapqCwxrqdXEmVCX",
+	"hXgubW43n5UJMhRWntzBwr7Ugl8ZH1DATzO9KgQwR/pNGMZ9TBT0JD1jmRJom19JiGPKSJFda0dpkiZt",
+	"VksnAUT2UmQ5PweZ8XmpCg62G5hB3Qmk3TMcQN8NCNeCwr0g4rpGCHfLtdtAJU3vdCy3DtcaA0E+pLmt",
+	"yTs13Q2HxgjW3TL/m4A9X2rHsm2OVt9EC2dRXHBb8f5n3Iq+zRdiV9QmzsZvYWAmnYIbe7Ey+98uVwUd",
+	"d7Rgd76GBu8fuxcwsl6vZE9zbSyr+lfReJtoYROn+mkxUTOZU9T4SmwGdXPV4lpdfeIMQH7CaudWLMyh",
+	"xXvrbnfP0Yu41nzTQXvdW/u/oqMF1iZ8ICxJEm/r1j5UpvQ+fAQlpPsqUsozeAEckSzL3cry4nVEOVNe",
+	"GJGU7to/QmTCmd9qZT0/LYc3+hUvdt7D5sVU6Pd437L87O75hNVc8A8v8IFH4CmlP4621jnprGT+20rQ",
+	"Zbel20tfXfVDa1jjSTtjUqxBiwKGUPqhE/JxOiN97iQNKFVKTsDT+Cc8uf/E5y3p4J7UM5hLwbUgJ9KI",
+	"pb8try7QKs8ztMTpz5NH7JIb8eRkpYuIH0XW+q6NfufHPEylmVZ/ytGWrdJYWL9WC0kypmYlo5DmwWMu",
+	"PlgMo+6uBQyi+rbaGa2y3D6XVtfIOz7BTdze01+8RHXyE9PKWGoFXwxwjdNa6cAnVum6lym24JmgZA4u",
+	"Z+GV3lxKE5Zeic2oSjTuV3IV0hWwEZupJenweh+Ho1GyetCfVw6Fdd0JopBHJgrhHoEIWMPJopVNOh/6",
+	"M9WnH52WNHjD1y/JLx9d7ZurfNlXS5Qa/aXKJYwReGnSQXfL3iGTR6ZhzLAjn3fMyDgPJkck/rv19JWX",
+	"JMasiqlsJOSsfn+VnjUwSlClL3BkO5eBV7aUC3UsB6N+SN+JPzVJuay0iZ7+KuOhrzcezTvhNeUZ/+L8",
+	"5jtuJ/NnTrVxSkM9YWthVgV4INzmY/KOmjLOLt3D4FyJvP1oFEBCMyRoqwUlvKFVCkEhJcWraWf06/7p",
+	"wbDewMc7H5OWpsz7yqQiT+deXXBLPYEwTOv9rHypoq0dUWS7QV/b3jT67v59ogXZoUHcpfaj3tr5Qzq7",
+	"f33t4NCFeiYnc6W/5zXBg+/5xpsxGBJXcUhc6dkDwy4rwXSDEXJHLSFT4Pib/XkCNS7idkuBT71R67oD",
+	"GV3dFckLtZI1LPPVtdAQtofrLFuJBATWJF/wgtJeWFfpGbPK8gLcvKds3BmOO5ANvJ4LLXq1TBVjGXUR",
+	"mmd0BRJy8MvpKROLpd2U6YnLgktKEGBLnU8oaLDzGchIEtkF5IQ25QGXmwe3G8azTGTOQnVXcacrCfA+",
+	"Q1xGqRBjubMQw2gREgwIwAeYY+bXgnELrlHHqv2b/bt8Liik1g7YX3FcmntjecKXmEHj/kBPq8gw83XE",
+	"UoX7hrNOx5KTJMfMWMxHTP1TdJdPcVrzDcYYW4ja6iualjcML4/2bu9iDdp9HrehVvg2yezKyjQN2N1U",
+	"XVglhbmTIVNaSstslKSjuRUXyyb1EvczxZt0PhEQXJ4q7cYGZ2Ul4fes5fDKN9V/EC6xapGEeyZztAyO",
+	"WrdGbv10ngkqCQDXbOUEx6PatR2XQmYXTSwJJLlaPzAM7ov5EXEpxzbwHZ7HpFhghr+m+PhY0mGAAw5p",
+	"CZB/BOMqKxjoJltd5KXQ/geh07HsarWScAAhkZmzRT7Rqu8eDhMPfno8XQ3TbmaL54FJQRnJJHBJGSYG",
+	"GRA4ASTQ7S/XfRdSaHaTT/FJGTy+ge5rXxKOUwsag7yZPR8UfNHHQgw3iZD3eGgQW4I+5H+hGk2JQpSz",
+	"Q4zDj3uHkW3zicRLyEhubcuWLcLd2dDK4YoOdp0m4jO2P7Oz2Gdp3Ij1Hn6v4XaFWULVMauVMxrD2+Vq",
+	"cUkUssxuPEnMiTio49LC/gJ3oz+zzvYKBEKvTco80HIyW86faNT79vTmbl23f53Z0vZPVBjI6HgI/yt3",
+	"girTqkMcDQfflGvTwYK1zo7z98YUUis163QjX4YEBhRmjuFBxvSrWrFUptQeHT/+5unTp8Mn35wcP6GE",
+	"+j1q8+2JkhdFC0vubfnMx/dJmQg8HHzz2ShwH2l9DxGq9vMJbMaZpVt8BlONbjabXUuQ3rI76PfRsO/C",
+	"GRFN5Qu7IvxIXqEGWp0UqaUtyHPOGx10oASsBRQ/Z2zBP/QXuWRTnmsGj1WLuh5QFibWOOZO3VkIaVsq",
+	"hCtTFz0BV1qIBWuxrh73lu/GKbQt5or3AmU6Pe8Xiwa7b09eczuZ39CL0iwVb82nqrynLcf5uGdivwTe",
+	"sx3mmtAdD8xW+iCUpji+jVkVYHC6H3bDXDfRC5SemUayNd7wrVAL6/KMypGhGpmq6KGMNGGXoWztJmzA",
+	"Hb66cBIuZz1JYz5wuoJ0khyUfmcSoLFcblnKPrAUliSFylKclxZsLoqMqh/8STSRnnqpVCG4vJ1CVHsK",
+	"Uexmmq/l9opebtDBSWWbMLTLjU+WNg+8o8MZK27x3cOLdjbs1lGEoTWoR+VyE2G8P0jCP1PAUkh3en7t",
+	"YGptJ/GqS9KZq5VT4TO+iV4XVSuUsYZrNeGXg1+8/CwDDfnC+9Ugo3/UmeV2vrocTNTi4W8BmCX+J4Qi",
+	"JC8ewjux0PAmjtlIm5sod/9RpLj5jHsyVkYdPkEdFyyzjoCJodXU4YUzH3YUOHxpXJuU1Hu6FOTBrxYi",
+	"cfS9UMay4388HrJv2Q4TIzensWQEl5A1nlmID3xiiw2my4w735ERjHRrxp3eKRti/Py3ldA5HodbsdFh",
+	"Ha9xkz7MEeAmsIIqtYCHxXBchVjVLttpV06Qx1piuc+lf+qwIuDN88N3eru6RcnLtiytPZf7vPSUsB+5",
+	"2CL2VmKfHBrOT87MfyOmHUjcmmme1eZqQJGYwKJHtbIosRLKAfQexQfGqUAF4CTVs13Me6x5vxc/uWSU",
+	"o4f2CgfUGIFqE/FOgOgx3jMSI6GwLjmLKEHT8ishY8MHnBogM4zNiwKPT+/UixzHqNMAr5Ayctq6DykD",
+	"Sl3wfuOw1tzgRxI8kFU4BryHG4YFoe7YYx7pdcUjX1mfa1HUSO9XUjAhrd4gEkwd+g244jkqmq2FNez+",
+	"W8vtytQJa7eRh17x0t0DBL0s+KZuc53qQVWGkHvMBNdFLrRH0PL4QFDksFVIXL9MUKRwAUHXC6r8qMfu",
+	"gu0KkFzt4QY8lgcY9GPpYTlimAXC2nAkAopSBVchYaU7sjdgZ5eY+BjwbUocihKxYMTqEAu2sQpaBwbs",
+	"XKuQLb1vA8/DjR+Tzk5x1cF1HZHLwQkc+CfI7L74MBHCLUAI5m6WcIJagiaxTExzKUyl6DTdLi5KER7J",
+	"o0LlqEcBvBXqsOViVwGhfNrBr1sISO/TytnZddVunZD1XSPH1fp24dYLGH97fr4lZLy8oFMdeE2t4IFc",
+	"9VtoVqglHx0/OtnRj/Yp0MAylb4CRvmZ1CI8YO5N6C5OAviLs+RXBTJYLTB1Goqv1LXQF1gM4KRFl9Mj",
+	"mhmrlmCuHP/j8ZE78PQpytVRUvTJKRfVEoRiklCXASSLc3J8nh7phtxvqERz4hduHPY8Qh+i5jhpuVgV",
+	"Nq/5FkgpU82YuDM1sJX6977WbKmnPsj9eqOKGvdLep2LtdApANiZU5ZCkWDKeGEUpUnBNL31Apc7jrG5",
+	"x3btlSpwyt14+yFdrZZ9tPXyapr7/nUtl6nWf4nDoJdVPOV7Vt2tws394zTjjlqa/+NMp4G/lnScaFsr",
+	"nXVGnYnSWkxsf660Ef1LqILf+AGOaKt2GEdYzbD4fmIR2Mvx45P9lmiUdxsGtMOzrdKC6oVBmZpzMz8l",
+	"Ea2FXWmJDDr+MCXmBJCZ47r8+U/cTj/hMHR65YF9vBOvbnQ4vrxj15ub9XR5hyytVkyVPDlhR4Bf84T+",
+	"NpRbAjmNwUEMWRZXUq395aF7qEGqeVn11lEbL/yLnTRyb83EJDe5kuMOmA7R2Qs2LXg6MQI1OjoeDjGB",
+	"LF6goycw7cpPdcvcGAF/8fYVOzk++ksZ+56QrVdC1rx7+z2QasC4+PWs/5/v/3h0C2gLO9dC9BGvgtV/",
+	"263PhC9zywuTMLOazN3RdWP4mHS+53mxeYev3T4GWV122Rl7d/6MZWWOGcawk4DG0v/++7Q63ePh8ZP+",
+	"0VF/+CjWy518qI3SmyYLCUlmBRgte3KcIqC2ADLHLQy5O1ktVkVpXt7Uj5hh4UeTWP4eczxqCzmU7Esx",
+	"g09v5YJ4Rfvk6WA43Fo6+K1KK+Nx9sdRcnT8sTseD/CPJx97/3Zz0tnKSPGEAZ8cBQ3z6JggUOJka0h7",
+	"Bu3vCdqKbvZQLliIhQeSjg7gVHC70khVRnB3/fEw6RijQjp2Dp7DmSqy4HnyLkajVnpSeZhiK/C8h7Sh",
+	"N8BfH2/kl4xHt489/+Dvu4lrLBp8i3e/pbsjn9oN/Xjbh8a9hnFzhTiqIYFYi1luLDis3OI8wPLPT/DO",
+	"JeUylpOuOyQVJLfYGwxp95FeOjHXnQR/rNNJn3+wQma3sMCsLUqXyJPhDjlUrjdhQoDHTKp1BIMa2xJY",
+	"s4x5QZD9puQF/LZJqSbaR7Ga5fGjJy2wuuJtiAdet/I/8Lx4Sf6qmlCpxzaFstn1PC9E7LbEAFxu2Epq",
+	"J6n5ZSFGUKcCpkWh1mYsu9OCz2YiY6l3lKa9pCx/RheXYY+HjxKWFmrCi5RS1b0zU7Jc9sm/OZaIzKMB",
+	"+4zCVqWT84EpI8mgO6BjbxzTkBueU+xhAM6id99sF5IJq3XnQRk6668oAXGvurZdttIum5++8B+8WAng",
+	"C/H0uNwclA3kSUxwQ4Dc2KWwayEk6z8dDv9y9PTp8eOTv5wMnz49Airf/pHwu6HWfFr6Kx4/YZcbKwww",
+	"IqjV6WqxUNfCVHzkOP5epxYmA9QAn75pPFpu9VFT+kienJwyzq7dWjBAIQaAQrwtYakbhLOVtwexpUNe",
+	"Css7I3dzUoqwXf3xyUldaVHDUoNnqxxmGHunJJK3pfhoIhFP6yQHq6GSkl/uRJK1wGOjhVHFtZMP+Ek2",
+	"UQs6j5GrLWIjMXHVqDr0mgcG1zw5RE7d4388ftQ/6iH4GvybddfIkf4vv+Zv4e3eXYSRDfJe9TAfdg+d",
+	"Vf05O37yffbQDkWXvLi/e63G5VMxvp/sbMkXOpaHViza4r1k157/bNOefzvrikhl7LHLDeHmV0+u+40t",
+	"uJ3MhWHpP37l/d+duUT/HfafXgxG/fd/DJMnjz7+73Tr2NJRPX68T9u8tzOciyJ7rrWq8ZoBAs7u8QFk",
+	"BwjUecCvAM5Ez29YFzM7zK/D9wMMbzkp6yvDPOYy4trXWVhhBn8cSE/GMZYP1CkVUPRRXz97LZozWHKL",
+	"dSJxXUtcwwJp+lJZRuXJWEdS8KUBJJi6kNfts463OJgx+UxiJ4YSyK9hJW9c26EFJ9yQ29S0f1pOu1NV",
+	"P73YcycvnabkP7CVcUyU0Eg7LV2pVfK6SRJtueLbpLhJQkiSr7LcskLNtpyXj7edl/v2oM4jFqq06um8",
+	"4sf4THGdsjIQxwDhZYz+Y+VXbtiEL5dYMBPiv5fuVXebCx0ocodJoEMHhwOn3mDbl0ePHj1NvL9nukId",
+	"zk0gl4yzjeC6d8rIpBwh0GfUaQDXP/SYqBRBboWN2x+NpvPQSPF34XRGtvvF3c0/Cl4gKG1TVW+T+nBA",
+	"P30LkGDessvEUshMyMnGO8v+GHeWytiZFmbcGbFxR12NOwkbd7SzU/GnVQkSNu58THeV2fZ1/QYTQHZj",
+	"beoqZd2Hc1iG33unLIW0mjSJLGDW5dEEGIGDJZT7COkRmGrDKYUItNoUhZ97Ges+hH/83ovDduoKSK7E",
+	"QQPCy5wSGbKUkk54S41NsLXnNMe6bX6R1WftFoXQ/clcGSFZDkBi0xxFZenCJCde7O0OmlukxA0uRv8H",
+	"tLij47/c2A9+RFD5EXLKKIA48/7voAqf9f8z8b5M93eAzk8Isl4bC9lU4Ev30M+dHbD/OhzUpeCQ2cQB",
+	"racbEH6PT9hcrbTpBd9H+Skfr2DQuCbA/64WiFoGSF0LpRHSpxor4P3fyyX7Jjk6/ubGS/bNJy2ZWxXI",
+	"o6ijC2PFMuK4DGFJ0BNJ/4YGGxNuJjxDxMjUp4Cnoxgt8oEJueHJWHJfJACJCWWhDjQyAej+3Lea8vnk",
+	"vS1/UE2dnb+5nVsIZ33nPqGQlFKznjvJbAAIAexjNw9+ynN90VSYoVeUY0MAnbicC66vRMbS8tF0Nzvo",
+	"gcENdAoTYkwsucHeCKHKI7jjoLscDBsbZCk9Sxu09gZcksIT18FMnqoevusAhzk6rQvuOWUG0454ef7U",
+	"lJmtkGI3hbxdx8cxPEI9jTIPLUM0M7h9lV9DNVJB9AUKN72pjiXHeYm18zZeggJO7jYJxWA/tXQEuXQ1",
+	"3QW0oBZD1Ieq2jFoVCqouUVfzYC9gPLvMmcUD+lY7nbkcmZfElU3UEYfwx5sOmqJSXmoRtgLbtOx9B2e",
+	"yoZgyFbbowTcBR0WzRDncKm+lVkJepBDWl5eFCZCGb8xzsA9noEG7MMIIbxN/T5t2w2sXIoJt6nXuuvD",
+	"V5aNUBVJOd1oKrVH1FPDXsN2h9t7uzDktAHSA4+oIXZL4zF9NAzEdzSsr9oI9bVUrfKx5Yl/ya8AXDXF",
+	"5xw5YCqo+5dTbrDvYcY3qRfPWyyhpOqxpKKkKIUvaqaGvl1vA/vD380tdXCBc92D5HQ+lr+tcmFJCYW0",
+	"ZKhlD49xC4CICfU9oO9Gx4pyjkfuXdUWfQP2Jm5RhP3UqMElKitRa9xQqOaYa0hfpjZ2mMFq+ZUAVY7Z",
+	"OZfOuD9G8IXQRvPo5BiMV9NDyFG3WmOJafmAOdD10/rgF+yhnxPE6o/cYeab0oPw+Dg5Oj7pDdjZWE7m",
+	"eZE9qDQUdHYBJiBj8IS7yXjYBifi3de8nQ3mP/UilXED25Pj494p4/R4KH3wOdnuYU2OA4MiAwKl3IoG",
+	"vnxrT8I+tQeaPFJ4KICTh4pTOGktiDu0P3U0EWGqjEgd/WbI/h/SfcraQBPIo3Q/ODXKuLf5xYo9Qblm",
+	"ai1BTACsD3KAaM1Rx8oteCcFX4xlivpXyrp7ym3x1EC3VneWfKgLUDfMgJ3Ru7zaV6Pl4Ydnwhp2cvwU",
+	"nUZxwjiLqm2x3y2QSjqO9sbZ5c6iTt0Xy9oGXAZQL3OD5OKdr7Q2sthUEEnigpB95f67PTs+i4/N98z8",
+	"dDl/6+y8m3hIP0lm3gQDACRijb6Kv5/CWTAlg9JgVzPOut4/Si1A2ZLnun0JD4xnFyxu23X2UkBCTI0I",
+	"JI0oSn9fhU5hl3lRRGVfXG58b2UIw0CYTRabHrWL9tqVb5EgAT4GRIMyAoI2QPxRSBujPUn8E6GJQYNw",
+	"6GBkbMg1cfyDjo2PkZ+G5A4oLyK0nRgeCc89ciV2cnyMQpYtcmOWorBxu2nI9aWlIOva6yO/+uzK9y23",
+	"5kV2aF/qcJYT2pHXHgPqBpGDdmhg7lRSNuE2MNglNwQxVX9g7+xUenSfgHTVLhPMJyHupoPBcgWfqps/",
+	"qpbbIGuD5jPeCEGEg6w787hVDSmmzUhS3tDMp1OW4vfRJIxgpLbyiLG8z7/y1N9KOHUmwruipBFU2jB3",
+	"yEmsBwZtT4JHSpnhG5CTC5TmDaBYGc+LvVhYZdZpbfYqCU6KU8Bwqjm2Y+mTbFWRCWPRgRjadq6VvoL0",
+	"+4nSGfb297bwUmiTGwtZfnwmQBt07y2lLqZyGr5m0leHhDdhvR1mzvgO99SFdizhwQfOvJc1vRRReDvd",
+	"AT8APUsyvgkJvEaxKdesW+TXIhlL8duKF9A1VunZABwAvQF7XqKxeY+o22QoBgvT3fi+y604TpTwXFfO",
+	"eTCgu+/d8NrgDAA9r3VAZ+vZrXFBP7g7eVfTyS49o6bjv1d7nGsTCFMhp0pPRIo1eoROCC5Pdw7nPFPr",
+	"lEQH3XG5slQ7Zlgale+lp74kELMKfTMMqiOMQyD0UQRXQd3D3dXOkXs/uX0eGmLbqp+vFlz2teAZvyxE",
+	"yM3YVyZTw2miiF0dIqlR2rMW6Im+5DNRJtpRNTgeSscM2mDkv5LPIW21mqmLnXo6SV0aqU9vrbbdxLq8",
+	"pZBoUKSUIOsMB8AyX4B13i0rw5EFYyiMugGl8d6HIdDF2py3WngjCvtecIDQvaAqhxrkhtvUtU2nAvId",
+	"LooGVfe8zHLEW9hC6BkpkCjRvNZGJTFxqB5yZrxxNJYoXgivhtBSuo7I+qhytmeLQUfe5jytUdfcJhz8",
+	"zCs9+wlv9Jab2Sc4m5I88cnBJ0/uJtX7jV0q3CDN6tLN4HJPxpOlZHzzIN5RA8YOz3zVSuklCspNfdwE",
+	"sj1b5r9kublY6aKhz6TI8gmgo2KK97s3P5XtRnw5HVtACYEH68yn4EqoR0ZFV9oFmmptKOItPvELPQB5",
+	"Ic4ukhdB7B14wzu8/x3cfltsRnE5V+rKL1TNdQ8E1k4P/wXvr6/KIPJeSwqeJZ7UnYpTEvop4yUuAiIo",
+	"oEz0twz2NgKhjGA6ZzXcKVS6V2m4uhgxBSV13PNmEJOv9OyW6JKUSUANhM4mC8FeyMnAT3Tk+HyNW7uW",
+	"3bfbwx2w9QpWztHnYo8HeZuJmVm7qSFbq0D/eHUqYnZtGi3V8D96I+3jnTGvfbcD83r35qfKQxfYSKrl",
+	"owAm9M/CwrbY0X5OA7fC5A9xg4YTGSd8f8biOBWXwLR4e1kycyMicnde3GYityzeqy2PI2ZcHUu8BK0r",
+	"6KL9eituVPoWr0F9QcunFkdGO7SdTO5f1DClnwKHLDkSrVmT/ET0KGdw5HKWsNTdTkYEvaNHErMqVlmK",
+	"7LhiUNC3+Moqty3TaZNFcRfpmw3Qj583efOVnrXDGt2y9WGZEwo/Qn5AYLjuj12BCzfjiics3eKuhCnm",
+	"g1hOHb707ZxCGCh044dIUKedjL+ZZP+sMvomBsetZPBXmfv5ZO492waE38AnuSP3RkuBGp+hfRA6mGAS",
+	"1I6npxan95WeveG2TgmI3fR7oVD8fQeam7SS+TgWL761H1mrR8Ld7faDnqvdDnhVnKxNzSu4HeyR9DTe",
+	"qnzH397vWfo28nyrFdUN1mW7zdS+4WydrpuI5Woyza3k87aMGLBnBwTClhgXxuYLRBhZajHJmx2EFSZQ",
+	"mSb4n2ucnOjP4REgIpQocsxqzstOINj6yUZgCwOWwlu3VgFynldyC5Qh9A+HAYb8iABEHTyG7grFrjSZ",
+	"9unASeXpyoh05IeaYBM5AgTUFf8sQQgqKaJwMPPR4BhhEAElKPrmvhgBe/ogTRfc/8/ltdpg7xtcQKi1",
+	"4ta3Tr8Uvk9dbzvc7FdyJ95MmSrEINMKx08jf2FuBwxrxWG9JGwThbcQeCHAn9Eu45xrqeR16Ie07dav",
+	"lhCVIDj1CDhbifzD/tP3f5x87HeHvx71n77//45+HfaP3/dujuSC/kRuGH29RPnxH3aTIPn/6eBtt5EG",
+	"U54XF220nwC78DG5le15tw4Zt2h12t4nup3bJprsyy9xR0Zbkd0MjbO517JSRUMTZkg1aS9MX9MD9eJ0",
+	"K4ElRKe8hxN5pqyJTsVivZUScEOV0u11jU55K1eyVwfbKIF7XDalm5YoJj5ItGflDt3MD+ume3NHbHSO",
+	"PbgK+GaXWpXjdRRCaXlPhofSkUO7nz/KDOatpkG1jzmeBzQWTlOcfURO4td1HuGv/KuttVryqb0GK912",
+	"Q5vVc5yWXMXdXfVX+399KpP6Z2Azd2pBkt3oAfp85vPMVE1J1qUVZEe9U5+Q6PQkr0aBptSKP5XHo4nV",
+	"1Ln3yNdWr1+TxQXp2XNlCb3eKahQWem0wAT1RCclfYLolBvLFAJCEk5Uz/uU+AEIfUCqKRRmSa4C7LLH",
+	"1Pewxjto+b7UgHVTN6MUM329bo+IK8WabwybKWYVxVndCC838J9uqqbTtDdgsEhZqBV11ibkGsMUDd+Q",
+	"Gy3zWdSxGrvfbwlbcAeOy9ceXu+Lei7dKG7TJumLcP52B7qUATtH+o1YFnxSi5CFsH2fWRa0DDB6qbB/",
+	"PtQHIjd2cFsBclhs3KkW+7NYe/WVvG4ePAwNy38ucdJSA609Yvt8QJGDpbo8P0K3jUCoVWeQYV2stEkY",
+	"6n0J1McnLOObHvC7YOin/gs7vpI429Q7Inxeqq88qnSXS6q3OJYbSmXIn7TkeushBmVneVGwCXjXT51E",
+	"4ssEEhehXp/xzF3gOueOBnjBzJJLX3JLbykgnY91OZVUFdwKj1gcFYZIZiw0ZCkUz3ru2xP4wCK3Hs92",
+	"7bsaU3lBqGNhH7xFCMPaNI2lN2ApOcPSEeaW+alWahuOh8ysLvs4OsO6j4dsQYLYb94jRj/4XXzk/kXN",
+	"S3BH/3IcfoLdTSr75kbl9+546LFl0aplUjUuJziDYFnMVq4UFdja0AAasCozofvuduOrXP2qQSVUmCXr",
+	"oq/NrT76qHxbMFO+HEqHHK+17Hj48Pio2lQjqmWMnHSIagcjRbEPfdSXXr8ZsJdxLlgp8KM+53HCazuv",
+	"5mtijNts133fMU02KbgxNfph1WvlD/t/b/CO1xHnb68pXHJz55UXZVHJ4LZuNKoeaq2uxXUyhwqgatui",
+	"Qk/oaDHKIdTqZdjJpq47FnvzwzP29OTxX0K7m0xNVr7J5xbweGgRu5tgq7W6QSZ8hMD3caew6ObgPzU9",
+	"hHJbiD2et51E+bm1SzN6GKWRDzJx/ZAWxTwEgJQJfrJvitUMEVPS2lzLFr2IoPj15PipP+3oDYcyX2A6",
+	"leZE7ZsPPTD7uhhVWhKFOxp6EyXQYwjGddPuQtsAyO6i35NkH6DRmxu6vbb6Vw+w0fUA+qYsHakc+U7X",
+	"xDM6x4PHw13X003qv5Z1HejPQw1pRdABtDcgY9FAEINokRcFtLaBUffuFrwtcMcaJ6+vNEuXQvti/22o",
+	"uwBAn8uyYQHeiiUfdiwRVZORvdBFYyGq4/Jdqsaw3uMOZrzvBFmOkqMngJfv/7xTxHz36Qgw/0k7wPym",
+	"QhzPZ5va7ocQ/ZZ0J12FW1p99J+MKpWfPnZNhWdQH2fGciLyomtW0CUMuqt9oHc8dPKqt104R3V1N6gu",
+	"gON2uAA35JPszO77rST1CF2qi9lHo4cPUyoWyXIDf/Z8urpVbGUqaOZOC9qpvzn5pkI6XXzTv40ePhyP",
+	"3/7rbQjGjwyjrTSukGGvVpat57kVTtGdYKUODDhei2c+myaYXlip01BkoEKoF4nPWKURmEwq2cflqKRr",
+	"WQRaxmWNQMq0CEFpQns/FByOXjtgb4XMGPBRNyY3Clx/N3egRNKGIRwMeNNOkGmqAMKCRjCLLjl6AacE",
+	"SY8AP3zNNwkZRt4ICUjIVufC9AbsZ2Xxy1l9CcWbMv5dA2ALZ7wl6ExZzXRT6NlS29YXj67OX2ZP/+O3",
+	"4Ye/X/4yOfrpL/PXvx+f1T3b1AQTgDP/y5Gfd1YmUXlrDCNBRXXerjGBTZg55Q8t7qxFZnNNZaTObkfW",
+	"m9q0BRQjw7q+LjggFKUePCoJRWO+Z+lWZzpqHgk2p0Hz4QEKyHYMrRwQqth1Ew89Hw6movkiuwNpU2H8",
+	"9c0UwQeN5XfZKUlSOKmXYqPI1ibR1d3q5NdrCTLlF7XNAEq4i1l+TSe59Wf2dUqN81aiXqkUJdzfLZUt",
+	"eFPnXRr4jQ4xgKzdgFgA1jTu7tKy/dG+1fUes3ZL61u8tIB7xsntwD4TZ6xwvZjYa5WWcgnqoxC3jB8g",
+	"Ahe9ub1ZGHP+Q0ZF5QOHQxO7nKG2VbGH9pru6Ui5axjfSCjtq2W/GTO5c+bQnlbv6mVN2jat6IGdbNtl",
+	"qDrQ5+jD87KJdREziYQWljZ7ZD3W3YLf652CvoWK7gL1Lhz/FgKcp4mTas4EpULs69ZfaXR0dDw81Cer",
+	"pL6Grv1zVWQBlQIMiRKp9PPgLt2pgUt789+1ef8naB932fF/p50WDfbJMGnorfUlW2p9Ug+093UA4/6m",
+	"vpKir6YQq/cS1FPY+yq7eeu1Cu/3n2MfDsQ8sIRCSczWy+GsNhTwFsMYeV0DBECJ9ZC9ZSDDo9dFoTDU",
+	"lrEfPOSRuIfcoKixQa4jqDmKIkyKlcmvxUu/2Gi2lmqVWiFoeXk8a8GT8HDDVCaq1qMK7AULhya8KKL+",
+	"4UJm4HiJmiC7uxZc8lnoQnoaKpbwqhY8i+C9BLSrqzRMxgKXJDROpsdr1/+czsmnZ922Tgzbg6pAqdO8",
+	"KNQkqBiflsvaDIvQlpXcqGrHreddVPtHqfJ13ibgUSZ0B6F1gxFGmbjRQlbgGz99Ve80HYxG70Pch7C/",
+	"B/uav2wnfsXreLP8U7eTtwQCQPVlN9n05EZ5o5Qi+lzOcikE+fMqdBGnsbbMYn2/ozXd/Ny2S8i5SabM",
+	"px+x6nFpN8IvScRxbuO+HMYmyryLXDng/V88V86N4ja5cl/p8e6Zau3mNBegIcvdX34Gcien5gw3qkUb",
+	"YV+GrXo8Hndk266vMnwDuhSWsFEaTm73V6Kdhkq0EF+4eUnZYKeJR4u6rfO5Vpbi83dQ9kTPXG7qHO8K",
+	"QfVLVMbQUQx2pHSp76Y03CJ4MOUTi9xjV6HeUZxR5NUWhe/pRme8ur33bNIKo26+01EIfg2j9SOJOsZV",
+	"XIgV7SFa7VquVvnwftAtutVDWJb11QSyHfV7rVDYFmDKLl21qdatjuuv+bWogN+BEygykVNsdHip7PwU",
+	"j5XEVLCkOpcin1pDaYhztdK7vsIqWTU0WNt6H+IOi2J6ut1izTtv/sIyvjGMzwWvOt5akmt1HEPsBzRh",
+	"eAP99S07StiVWFpnXT4JUXdMAqh4v4aDx8mNTsA2NNE2X6fV2O6QZ5WqjxncrLdg4HETJY0qBOtC7tvj",
+	"4TDKfavvsbG3Kfn57k6CTFhwuWFmu2M5fvTJ8OSb4bB3G+dpOM57Gt35pcwOjDbuL0RJkGuhBfrEl0UO",
+	"GbqHiPseeOYdcL+wTBUmhy+uW7IGiOTbpfw1ItzeOtDSFJhchuLovWnqeFe4/0LIGtJ47r1GLGra6FMm",
+	"2zIb+gC0DLllt1Pi/zjmrTdWZrA/HRI24Sz7r5WxC9HQJbeOLTptgsNjgOZ8c5UCU4x2HfVGZORchzta",
+	"hmFucsgw7WTvpykzpRt6skOKBlMrUKQ1IVDzzEBu1T8eH7UNTodeTc3d3t7fTRPfZQMggGNtVUiAch+7",
+	"W+nvvcSX6zc0VWrUzPbFjlvEdreIO4TCfPMj2kJPRZG25hlag0dni9xv7typ87D4dejYHBL1T06OjiCp",
+	"rcjdQgaX+Han82OnzCxyY/kV5II6Ve0IMJajGNhuiCvL9sS3eJaxrhQzhHK3Chv7qOm0F3rQNgS3onz+",
+	"Ux/ZWBWQnrSEjkfDW4eu+rvXPq3vwL33SzaioUfaqmQSqCWtpBWamTl0UaLo4v4o4oA9pyAhRU9TIyyl",
+	"APEsS++2yUr7KNgto0rhcO5RtSK0912HVX1Xu1xeTAvvDKkjdojt+LLWyw0id8eZEAgsBTUXlW5YvjZJ",
+	"bsYSk86CYxwKeOfcEPODVn/rObdQ0lMKegZIwwPmG0CUPbXwfdTlIXwzbp+Uh45J0Odpg2g0uWQ429bN",
+	"APfFUHyniACm6/XWrRF4n0iuHV23DglgsV2j+tactBFtXN2GAdvZ4JkKmxeCfiBro+OXqdY5Hziei6bk",
+	"gB+cgUs9Oyjp0Cd7J9jBkRLyzE6Cdb0hREdu9yucXEfBo4TeJD4TbM3LAjco9Brs6zJYt65xUJTotBtk",
+	"z2n1aGDVIB4hDcV+5Tx7N0h9ueWaYvfMmvX0CnV5rxjMBmM57hwdPzoZPH7i8+db5IaFXohEjuHM1HMo",
+	"ZH7/HEFQRyXkACrjdz5VfB08I2XI78IfkeUSscY+LbZ3DzkWN4+ANkf4SF2+VUzPbfRtwb0LLHvYjb09",
+	"bh/U+0zBt93Fa1qMuwgjwen54mEkN4r7DyPVxUgIanN3GcW1kE2HHK5BLZphhooMozZl2A3JzrUwTq0M",
+	"9tBgUiiDqTQ3wNRSttYFvWGpyWcyl7MLIyba6aG5AcQAxASR2IVNiwXXV749C6ElmvreCvlMAu7DBVbi",
+	"NeVHYyI03uMh97TOhWGp/RadrCuZf8DSwuT6iH6biw8sfCKqOyyLFMqcvP5bf2PTQMt572vx8ePLs2f9",
+	"tz+eHT9+gr3z5+JD7zTU6+ArySvt/SBXYjNgP3vUMFQOQQ5pCnOx9N/fvTo/u/jl+Xc/vnr1t4u3z5+9",
+	"eX6OoS7prhPSq9sPUDK5dbKgl2DPSurxTU7a61ysQWIYAVXkKCMPds6pbbjxCzRERcIF5eD1q7fnToEo",
+	"MdCqATs/0kHLT15Qm6TmhmrwkXSli5S8SIAzkGlhtrqJTVdGQEiAnObQKLdQannJJ1cJW+r8mluRsCKX",
+	"V30nRwtH1UDT69wIKDhari6LfMJevPafcJQ/lincPlfGpgP2djWZs0wU+bUAEgUUCC4nAnDvVrLYHtlK",
+	"YhLOWG5t89lPP7365eL1mxf/cXb+/FuAyGFdHFnmtHa1XAhpewP2o7MgafZajCV4oEVWbgB9aqKkFBNr",
+	"EuqX/v3Pb52qp4oV6gwYOYWRb5wxPJZYPsNx+Xix1R+xc3T8l8FwMBwcQRET86vpV2cUf5xeDJ4H6oGK",
+	"2t6hSdfMGVyIC34l3Oo5HmNYbrF1r1bZagIpTHSE/M5Dd6X9agO2BNk67DVsKvG8+n0zf/+e1rHGS3oD",
+	"BZFb6xS5XfI/Cq4LwgrAGxPEZphCgR4Ujg3qK7yghryWyYM7BN/Gpjwvqsc5hzpRrIBudYhhpQ4JNSp7",
+	"TbfkWH2VODx2kWd7XvrAsDxLGC+MIoZoWBoxe7856ElxF/MsDR0xVbYZ3KTLfosbsXb7YlLbbQ6F3ES4",
+	"ITkRcn7+muED8cpLRfkGbMIXgnV93aLleiZswqSw7qQx2NoEgDnUyvb2bFI8Pr+n+0dHIxAZO/7woT6E",
+	"2NiYyY/T5xtOtMiEtDkvoI31byvHdHCXB+0UfCStiCASOsH+1FTX3VN9PNtG5+/WKb4LxXebMXxxHZgG",
+	"9Bb43BtlG0pHPdDQxb4Q/DtIcg8CRyMmVsaQiZIPwTFSE8nGhF0Kk2cCHU2EktqyUq21RibFul4rS6A4",
+	"VPqPT0QLNe0gYe4Ij7rV27MZ58LYN+BM/zTBkVGa/MWixqL4Ua1ZoShbyfN6S2pZm/rg/dIjqBCHxUdU",
+	"L7zDYh4Pjz9BwJwhRGHqFU4rnHZW+WR8qaka8ivT/gSmfRMV3oavgXvTLxT4/SLVO2iW6zn2GR5Lr+3n",
+	"hhJSOGmXLdTpAlVHSOBYzeZt/IVe6pCyeFDAxCfxkLipBYt49+YnnBRtqONGpCAF04uAtR3TogoP1gWm",
+	"5/iRyMAuMwFAwqmHHpR6L2QEoPt8AmKEZO4NhBjhoYLaAUb8IuoDOmdljmoANcs8CuyGdZ2CB2bZzEBJ",
+	"Yn0y61hWs6uhk2VvxDhBBz0wUQWQz7TDF3xgmNUDmLQPkQTxrwgTBir4fCfTSvHRgADChsNhQ/ymDN8N",
+	"D5d3/UI+w50yIsyTShOWYi6/+9dcrTQFDzPulF8ttgENT1kK3sfUT7oa/x+ws+1+GBHYHjd7u15Avu0o",
+	"MsHx0K+VR63zeHAJ1WYdwgxsD1u4iy6IQLYBQNB/Uh5A5DuASTiohg9z8Hn42xx3Hzluc6lWMjNRzfvh",
+	"+GQ3RP16obzN2cOnW42JHVfAXaAgiY+NuUUEHY3KjIEMZsBOeFFgQ1rANACckqRMyHac1ElIw1IY5r9i",
+	"KazPbYRVqUD3IuV1El9EknQc3TlOCDBlPmm2XKd2Da6J0u+8xXUcodxtrrzSxjZLLlgcdK9BgTJBYI7K",
+	"2t/c0pZ0sb+YP1dOFTJjCcBlJdQihBAXPJdQvlfiyWL1M3btx0gzhcVSGGA6Rq9S9HCvdXAY+izX6RCv",
+	"oqa9lD5Kp6kSePMt8kcRPZd4Rg/MWFYbOoMoC4shJ8UqE2bAzrAzrCiMWINXEdBdUIeS4mah7pZGOdx7",
+	"y6gkjb9tmDdsTMuhhftvHYgOVNR2iPXh4meetW+H2LdKaiET150EEh9JNbrcG41lFI93e7vaH+BnvMiv",
+	"2u/7OsjBw9kIOyrd2rMWpJ4oHOx3rVZnU6si+65Qk6vveY2bDwHLalYUgeDhGFCLWrbGjCB+7YwnmQvS",
+	"YjPe1hFFLQK3VaV358/cS8pGPv3vv6/v5dMfPtq2vWuJRDbFoXONO3qbDGzquowL5j+yf8nfiMD6q6vO",
+	"l8vaVjROlGe5sbmc2JCaXS47AOXjuiPdTviSdY+S4XDYCylu1idAuL9TCA2kTKt1vVF1gAAq6cAHyKE9",
+	"FTSl0yvrTDYnaYgmiGnITcJUkbm5gSO5fWJPhfo/sRn9nzoZO+noADe+jZvjNoRqMhwB7PIBJKIElQnq",
+	"IXHbjXrjWN/uRt3Pmb5Jzjkaz3R0dxgB0TUt4wG2gDKgiRN/0hnSav3AeOyWz3mSmkIdoXGIs2SoQDK0",
+	"2AdZjCxq0Ii5tycl0Gmexsv6OvnkITlPAyekpYmy8CKktglf7pakxbnsSQdecyCnfUvCtZvr4SQ7yNEV",
+	"vL78IByQ+9ZDfMp6/QHYpXxIPp6sdG43b92bfSdsroU+W/kSsR2y8b0m0WTpkpvs7PuXL36+OH/1t+c/",
+	"I5gTuU3OXr9An3n62/LqAs2+PMN0CvoTnd2UYUGWB0wVJCIMp1ysubXLzsePkLY7VbtDjHCSIKiMcGJW",
+	"SC4tgjRDZDefiAF7tjJWLYT2vxjGzRWUmFBVRqZyORvLtdJXCRt3FnxD7n49e+j2+yEcG1Cj2c+l8UI5",
+	"ry+dWvtv4w7rpq9fvT1nD6+PHiI8i0+tCA0ZAwqJ8OnB6ATBAVsF1EWKr0FMUvA4lqqFmo4ljO3s9YvB",
+	"WI7lufvDo4p7dwxf2bnSucWc/YmSVvMJGZx/VT7mDWbulE8EwfVnonDW41imwQAmNOyHfJmjI2gmpEBn",
+	"GpTWQZ2OzKgxkM/ByQ0DZx+PbIKxzG3Z8YABwKrbCTbnMiuEhsn8r//FnvGiAK+YzGAaQtocsxXdDc/h",
+	"O+nD66OUKBSQnvmVMCw9w1n/Dj+O2HdAUuSCACom2ksY2o7gVwLqps5EajpyH+nDlX/5l+oR+Jd/YV0h",
+	"r3OtJCz1Ndc5IMTWnAyvOOBCO7OGQZl6pnClIEU7Ibs2lzNE5wEHWsElTh4hhwIYDzhtYfZkLzPvdBuw",
+	"X8hNWjeSSt9Yd0odueTGjTwbuLly6aZaHmE3TzjEg8Eg7SWMUiFRfpUU7ob38A+lZx8dcfSvxMakA/bC",
+	"wsBEoeQMcjiodRVMxKdjQTWgGTEPYtQNKEZpeXaQ20Lv1gR/j+0+8k+6nx2B2EK4PTFuvAR65MbR3QU+",
+	"eoAc3GAXLZO4GZskpD3hqXPvBkQksEJ90UfiXulzqHzGGjog6Mc4K6YHt5coS90amKUtZ3wPzsAZNISF",
+	"vrROsaI2uECmAUlgeHTKOJ4x4LreTw4051YX2LI/H2MphchM9Pgj3/msD3dnTKuVFbAHfqd9oh6u2ZXY",
+	"YNdKxC/gcixRvKDnPNyaRB85gek855N5dFRJXCAoKe16qOsjyiB4ZnDpggthLNMIUgxvSqHeYhsuUEjH",
+	"LmkhIQQAbKrUQxI6RNssJDdRewCRYbOSEMZi3bPXL8YSV6EqGJWuEM9p9RC+OTt/fvHTi5cvztMk+LMf",
+	"D8fSJ/SG9jLwRd+8bQTd6GI3io1gJJ7SWXwjrN70z6ZW6BQFTaaECeAR7IUt99ydvU3cjAD+P03in95E",
+	"7iCZjWXlElQUUR8j0wtF3S+en/9A7ROOjtg0F0VmvLMb+jNsEpaGRgfpWHZrGiLAWQ4/u0Ps4RRhzx6w",
+	"TKF1fXL8FNqoQtOFsQxiDykI3U3pTn+INMgWJa/dhippkM8TxCUdeLNU0kBmj8/I+79vX/3MuukzJa2Q",
+	"tn++WYoRZMSTSHr4X0bJtDdgBGfijjytQS7B547vv1TZBl6ohTs0AUd8OByF9tG5YSYvhLTFhuUzCQje",
+	"bozOAIwHwPSqwNwtEgelGIRgJ8hCDp9MokX0TtQMhJHPYEKITQ5BGZgsJkrG3wNfNJoLjrluT96d+A2w",
+	"un+FvylTC2A+o3s/9Nfrdd+pxv2VLoScqExkKetCgDadrHTB+lnKjJAZVu2AHNlY2ogl1xTndaNMfADG",
+	"TdS9szdgZ44ZABtaiCznMIxt4Hb3zpOjx0hvY+q4Mu6M2LhTWeEQmdyaLMJUjMfjjhUf7MNlwXPp/hp3",
+	"Utgq6LmCA25s/GJYt7IwdB0Xr0f2VOpGDyIsN+z23VMYqksnwyH0mjMYDnfbCWIauZE7MthgpnTHnr1+",
+	"AYJSL6CXApA04WRARZsvomEs/WPcgcu4jGjR/Tp8P0ATZ9wBhRpjvniLX1zi3I2d0RKMJow7H9Ok5ktI",
+	"1b8+ej+YKGP3fIdLRpaXexVk4u68DO2GmpfkiB/kl8BXu9G5di88ZZRhiWccFDNOAZluWvmKu2PcSUcY",
+	"vkZicvIQBCn+iSIdT6KHFypyCacBVChVrBbSrY/llJ4Lig28ogdEiJj0Tr9y+77ghTsgIgPcF4zBs1wu",
+	"V/bUqRGxrnHJszhzw11/5E+ik9cFR4+0VzG6pfXnLludQ7wwCMg+xL2w/XzPve0EpjhVK5nBjpbqL0jy",
+	"Jn0iYxzLKKUiPWXOYXSPqYkdVVhK5V4K/UkWws5VxrrpGYI2IfVbOFvYbhsG9BRekGeMFxr60IkP7sZT",
+	"dnL0KOwpnUKrFCu4nolTYCExA3Wz8vmjbutOAerJ62deBgB3vtSCXxnQn1gMpAg8HfUr4N5kWvq0eC/X",
+	"mZMyp9jZyDFAtBu7FIXtuZcqXeoOpUZDyhIuqxcYvVP2GLfYW8ZswqVUwBwyMckzACzIhDN8AUseusvx",
+	"a55DzhFwebcuALkyqTisQedHNzgGpE/h2MUqCwT6Ka1HQSLyxvHxwLEDtL3ObaTWOBp/gUpGlMWRVNT6",
+	"qDsupda7rZe+7yHoudRC1xkYMLQ2Td6chYOfJmPJ0KmsWA8aj6uhrBr6KBnd4aMlWj/l0sDMfgJKRZE3",
+	"y6XTY0Ys/TfYxG+PBoOj4XAY4/wNh6iLpf+GKZzfpqAByKD3uqGEJpBLPhMPDEujnM+Q0+AkjVwVReqL",
+	"cgpuLDxB+U7Y9Cv2vJy9ftFJOtdCG0o3HwwH0P9JLYXky7wz6jwaDAePsDvRHPxOD+eCF3b+u/v3rC4n",
+	"84w01uPhkLqfYNMnbF3sKHA5YBQdkSqizkEHPoy0/SLrjDo/0qegZBOUOxjC8XAIDl8U+ZAzuSXo3W/o",
+	"hTvko8NPoKeqriVUPOqKK64z+vV90jGrxYLrTWfU+Sm/FlIY41aazwx4P/1kTOe9e/RhhIpTu3QvieJJ",
+	"ir/WyjFCsXKi/IMFM9NACRtDH+WAnc8FgecFdwM4psbSaj6d5hNoTVnNxUFNltpCO5MO2KuQ2Eot4ME6",
+	"VR9NoZfPz9+8ePb24uz7799EZlAa6kJG3wy/eZR6oyJHHSO2JMcypAAD1QUrK371t5j8l+LQECiGgaMn",
+	"l9BnFOm4SiK0ZIdJpNT4qsSxnQZYSwe0cfspINquRRhVIy2AwLrZKQLFBdt6Q84UpZxSyyzQN14rY2da",
+	"QNomNiuKeyFBc1jHtFFadqMGnhM+mYvsFBvv+HbNPC/ArRi2Epg9vteLtB5+GLVXlmZipnkGzWzI1wBv",
+	"LE/5AwP3igHILqwPivPJ3eyoigw/NFFyms9W1EOguvtvcBG/CH+Ab0NPzMfDR5/hez8DDibsW83a9E7J",
+	"HWeCXN7sJ1c3/vwQx7o+ekhOrofo5GokWIqdYa+1vz7fcTJWX5PGBrBTE5XOIHn5Ev4ejOXP4PKyO5GM",
+	"OibwHN75HSGaO2GlObT+No1wqeUtFFj+9xVWaxy8/QdgvXT7+3rSq3tFuO8hDRRH7QjopNVTPPMdPeCR",
+	"o8OPvJMUSPhdZPjQo8MP/aD0ZZ5lArIbTo6fHn7iLFvkMrh/BALClIT2XcVL6ugj7HtEegGP3tMdJftS",
+	"dLeW5lDZwrf53OAKKeXZgDUS0g4Zudc9K796UzqC2bcmI6zq2U9Gd8JRaEZY3FTDVyBBgc/AmC/XfPDn",
+	"p0u3INGMI1qMfgR0BlWXHYqQEQDrQys8CgmDZddJ6puD7kSfU52ic8XpUpqvpVPCLjdjSYRcIiSHjktg",
+	"DIAFqGeO/VtH3HE8pZdgfq/2ZtZYBv9DCR2L8n7AvhOFWrPUhDYbKftQjn2nk8ZYcrlRUoDHf2VEcEMV",
+	"YmpPqc9Gbr0zIWokXtb/5pQKG1rYL/iH/sJZl2UCfrWTfUil3U3FZ2UmPtbRo/Jbk4fv4yQPwgtyzJve",
+	"QdIF0xXWHiKdvp5412tPOWSAg5v+McZwPvm0iBDQEZVn3iHl9nDcScZy3PFutY9UlMoii9r7+7wa5IjD",
+	"OOIgsGqgoYWC9tPI1mj2BwUk0qrnBJ3E45F8p7LNnTMawlL5WM17oLbUW2zu6M6/3qTCh9oRgFXCmOg/",
+	"O5MbtmByz5ScFjlmSJ0ctfjEa74pFM/OlfqJa8TrOjl63GY+ZrV0ElxkL0WW83NnON0RK0aSiVhpEzPe",
+	"0Q0e/pFnH5E5F6IO0YQ8DcaqJRwocJbWHalTjBSLG6kM38NXKwerQt8ndX1a3CP//LR3cviJn5X9Qa1k",
+	"dldkgEvTggySZhuk1AN9zy1fwODbQqEA8AYUJLPldhSEmpN/CXreSgGJvbDjXBlwkNZIHNYthZ8OvtBc",
+	"OqlCtnIpzjBJIhKB0g0QSiI4BI0zLdZ19DiWSJBgRAf72c/9gdky0kmM1YmGvwrbTL53r4V+DzG7g0za",
+	"7x3VW309Kzi2x23G9hZjAe9KR//WMfursNEZazgne9ThG1lFfuNfc+pgtPR4XNt8msuZwLPpNT8ofimV",
+	"1FO4SCpx1BbaWL5BqJhMsC4KApZbTKmYkGjBmFSvUcfCSDvgOH+argV4Y59J1UJss1aa1vDzaVqwimW1",
+	"7p/u9P631bKQvNtrWb6Lf70BfGauwCOM/WInytQavs5mvBSQfAtFjT6cVqa1Q64SJmgDK5oyo6Is8wXj",
+	"lmQumFoJ41Yt8gkvig0EQMhiXnLjDDZncY5lPk22HmvuIw9FlvUFr6dQVCdzkRHcFoQKV4s4SwtmPmLD",
+	"FI3d31YAegIpSz9T2l6IsQeb3KdOYiQeQ8tl0iW1OKLEhC2Z3xuw1K1bWFpF6gZWqJatknw+m/tP3c1j",
+	"yWED+rg+MCKM3y4xYzTd6g2bsu7Sh/WPTyDTAzLJwEJG9ogwVZmY5AayBWc8l2Q3+/boI4agDD7wGq8m",
+	"1GLDpkKyHqYYqkVZjRW1n+3/zY2I4AIpQsS6L56f/zCWmNCWCzvtUwZ0P5pL/0ps+vhgDykIwrhhgzjL",
+	"8ulUOGEYEv0QPCChQoISr9ltvgda21l8SlZluXHvMaq4Flmv0k+qbhEG7JUjJF+ajUiIeE9Gr0LoAbeW",
+	"vFJCBBF9jyHu6TIpn6YvQFCQuxe5ncaqcMgRheRiSBygvG9KUS/rgzNBN1AyEn6fF6BqjlhKxW1x16yn",
+	"pyw1c56pNWQ5RnEtoAuoOrkAr0p6ytI117J8OroN8UVSH+Mcyxjq6xd/Fbd1wH4pI1VbQTCIRhN2wZTn",
+	"xYWbVDqWNK0RS9VSuCEUhVob+roPaxHxJgzBANOwGOShG8tc9n3UGHNRNetuP95LWIqYneVMHw8f1Xpu",
+	"qG3rzZSuapfmHxHPDr3M96CMuCEGuf2ZdRH8NiAp1agjkD4kMmClzgyis3IpJnxlRKWAHWgbIHmQhGCo",
+	"uxTWNCB66GHNEx+TTpDJhx4vb4yf6t/s2X7NGzBVt/0r6P7KO97E5e3tXlM+svUmaqfQ9i3udtjfr3rk",
+	"p+qRx3sOX5zM2v4QvsanGoLWINcjLPskHD9sLzLyBTskVCkhz0kxn4h2JR0n7kq+EGUaK7JwDGkAsOsE",
+	"8yAhGQz4oGOvRe7ks9KR2vnAQIaddny7N/LZSW4GDyCBwfK8SL1VDG+j9FompNWIBBLUW8i9iUbvHnPf",
+	"jBkLJoNAyqSBHTmFYfYpezGwatRAOJX+YiCm61u0kL5FKb5Y3Eb+JA75fl5l8Xl3I9assdDdqPxUdTYY",
+	"JSSJUIsjaD3gofEQPI8D3J4bLeqc7i/6ajw11F+wqhSazvj9XHJjvZoCVUKIlOPBpOfcfReEN1QBvX3+",
+	"7N2bF+d/Hyyy3qjEWkHsHmMrS6jFRGkAYvGbBimZsI3b6mxCOHZuw6tX6S0pwgdBOgrQnv8kLjjBDDjl",
+	"oqL2USO7rZ5KXVTEMRc6fob6lPYGrOa0OJ2gNP8+h8z8HmSk0yzRLshNlKuKFOMTZ8tNps5ABHDMUeyO",
+	"GICrO20pDppBuiOki16A3hx1kSx1u90iEMLb8kK7LFzx9Zd98QHh2ELOvt0sxVh2o6atNcUruRUL0Jej",
+	"MVJ1a6QJfJXgdyHBk04U7jz4dHQr0On+PKs7l12lawGzqp357I0jqdajevPCF1Yh73dSaiydmWGCyp/4",
+	"igMPmL6dgl22/sHoMJqXY7mVfY2nZsB+xloaZ2mV1UiOhQRL7tLXFuIZ3qHtW+/JlnvJrVVk0eLnYicT",
+	"GDPvk85ONWB0teJ9enjpvcX1PqjvyfyCJEPcrFz6ZENbbEBcQkJQwgT12OKGbRd6o5Ciau8d29NJKmJw",
+	"S59wOQr2OV3pEtNzm4tmRm8slU48Ln9syzuBuEVQXartSELJKFZPRJUE7nVbpQRJiPOsJQlqXpqWjvgS",
+	"qJ/Z0jG0cLoFpYjwOtXh5Pi4lyDQeqX6qQxgpZjxmQ7Ycz6ZB/cYlQj7FIsdmXt6wI8D7g2MmUHqb/dk",
+	"OMR6QrcLbvB0GI31TQ+Mo39ODiwzaO9268YJN1BuFLS5K7F5gCqWW/X6NER0jCC1PDAsMDs/Fyok7F4q",
+	"O/d197mSplod+cD0sOIAq1tII7KQJUNqWQaah1hE3h735wOD7RmnK23n7l4swaAifUjaYYEopUgAdQ3h",
+	"BehXEH1lnZLg8BLi9wN2huXbkGUDt6JKhX5Ov9NSSXHKON0anR1wMklVrRlpdHF8B+f8fhwU8O4v6aWI",
+	"B9Ckdr2qYTKhng84mNd8aIkGXxWU/3Euhs/vMaiR8J7fliXwCGl6W0EfA0DsTS+fCujPYVg3fqRXdeM5",
+	"oce2cx+9uY8VwVBDDRoDZ4TklkRlpoCKQ3DXFJKSLDVqpSfODEHskRy6uJLjdyy7qfsuqnYYvZlSdSV9",
+	"ujdgb7HiJgAa+IhA34kpqL9IWJFfCeobGfozcq9xSFXWdyAmN3AKSPyUk9K8zg1bc72g2ksnmiHu58HQ",
+	"qLjDL2apjFZWygO8iDhcjioD5rKC+hliUWDUYaQJUjmX2GnLV+bDRLHem3Is6UcK8XW5LLEyMGTCToYn",
+	"p80xFYxnjSUFtHqn5Yy4rsCFKChGDtV61bDgPcbpTuNC2C1cjbo0nOfxOdjx+OfuFMCud5KO01M6I4LX",
+	"qsqxpKVMwr6t9e8lwK5PfxFBft3gRfeZCV9Z4AaDL9Cqp6Y/W/bC3aQQlSHBnQW7rRhQetau0mO7Xujm",
+	"RR6v3Kf+JOUdr/SsTWWHW93/KTUdCrc3FLW5P1vUcSD7R4wjABLweF57yIudlXILVYAyxH3i/QcefQLM",
+	"J/cBvHPAUgg9+4JaFCk+gJ6w1Aljs7p0g70UqbuKzSrH0sNSXXA5mSt9ATj/VrEj1p3wQsiMa0TfwLKG",
+	"VIssNxfQPi83zDeOK9HcnNmN7n4w/X3pZvycb3SCDgc/RyfeREL97sayfOCCBGducNCsy+lR8oE43ang",
+	"Vuhec8HCqyDf7tokfKVnX6ZMwU2pQfQ46vtanHAv4c5DD1PGhhN0oCRs7rqwQW5VOxJPikQflsk2CsAm",
+	"DsSqIC6l4oooeqi4DurUTX+47k8u7SH0pHQkVgK5bCH0zMNrgf0TDJKuz1OuNhrgWSYygN6EZgzSzulV",
+	"PURG8g3vqR92+jWXfJdKISG8nkQbdDegrltkg7/Ss7aJ4JhOCC7UJTXiiFo3lgjIeMuVEEvCrrjmxUrs",
+	"qSBvd2SYt+hTIpwkFm9k8NaJ4WB90kcfGMYLJcWoArY053YsAS0N6zoJAnEmLOA7wut9LAftd4MFimDK",
+	"RzDiheDXAsMDgKDzIIIlMlSbWRrDPl1CaXowCjBwS/C1hDNtxjKg3ZY4lmXybpTH2JgHf68S/Itkv+/h",
+	"az7xXenZ15z3P4Pwpnz5W3HGHdEeYHYPGLnlYUVoWy2u1RWGcEoQyIRJsQ4g9GXnPsToNp/M/WrOsxvd",
+	"2TL/m9j8aWxnnE4b89ltxVfNocHe9lhq0REJtH6vCsQBXAafoBbw7MAXbVdaYoAaD0uEn4adYiG86eza",
+	"T9chzvAWyFcbS9+dzmNfnf2/F397/ve3F6+fv7l49eavqddsAZeuAhE3gug3NKpzxvdYOiMdJHaJvTzh",
+	"y1NiFn7u0KCi0bpG6r8n8Ywv/zI2dvztrElY+1xLsrZPWYrkULZERPh53G6rnEr0Var/qUxy4lu3YVvN",
+	"0v3hH1disxeR4A2c0dBtOnSE7FZCbYBY4IzdiVhabFNNxUruGcjQHUsA7stCgRUoCpBjaQQkj12rK4Bn",
+	"DUoEfC/kaJyEIp871xZwkhGLOQSL4GcGIHcw2K/ydpd43xB//yTivbXMPay6/U34Qu+aE7LK8v34caj2",
+	"krlbVXFHbD1XrJvyiVU67SVYfQZ/54BiniL+sLuEuXIIR5yik5vsdY6pk2WtdxIaUN6bygyz/rMozG4y",
+	"bfRlbLohpNW5+Ko41x5knlGrH2pPEp9koJn7U513z2ZLkEdIUlNryDupKYjtlWcDC8FjLDEsg0jYslhB",
+	"Miems0LLwvBO8kV1sYH5TmpJD9tg+GR+bwzjxxICaLgW2vdngfXFBsnZSkSVLORzpqIhFKvP3v5HnIWa",
+	"0niVniUwU5goDjDBD/rvX+Cf9GX6C7+b+G6t6SC8shrwi1vsdo3Ni4LplZS5nPV838Lbcyalow42jWwK",
+	"gShf6dlXBM0/CXfZhdykPk51gJt72UwSAXPeJcMhyPU+OJo/V9QLAD7xw+/gu38WiM9yTq1QPmO4+6/C",
+	"uQkZNF6lOKmpQrlf0r+1FNooCYrxhEtm8pkEYasII/MyzAG9YFg0OmLpdS7W0HNKC56Z0HKN8cKoMtoE",
+	"APjcmLXSGXjHsB4U3GMcO/+ZOebHGmzo415oV1qKDFxfYsHzIvTmiPI4ywyZp/ehdhPaZXko7guFqfzC",
+	"F8K8jKbYFJOKqPi/VXbJTY/9/0CszGhrb82fDkjmg/CaCNlIHuiY1gApUeLBzjUzwphcyXuJTBEI59Z5",
+	"b+NwqowYsG++YnMexOa8C7JLPleW016qGH4pTvyVwBqSkO6Kuu7NwRltdKNtEzLhWxUz7VQvJbX1OD5D",
+	"KKDD2rnYhDIaZlWCjSBDeVHGLb/kRjRnL1dPVYQY3+w+gF5ltEWoRbLQF9cNr9dQ2/JKz34o6wPuMzkn",
+	"fKY5+TCqfvp6EHcP4nm1ls4vVRKX0cVVXTWFHy0yZO7GsZB0litbF2JbFnwiTN1JGmFnv5VgRlC6Dc2g",
+	"YiaxLkFbQgG4VDY4DgGzIbe9xPdb02KhqJJtq7qu8saEuvL+8TFlk0JwHQpaaGgDdoYI5KybKj0b+IVN",
+	"e6dsKzYYOmSNpRTrkpnslOc1nf04GxF6Ksua8w975ls4VnSlmbDspB6x7vVq57TfS/af/8JbYb9ADuDN",
+	"2AyU/Bth/3wJBF/YGHorbJO0jHLL93KoSrtTop1dmY7Z5q1T9/D27Sw9H4UHkDC+NNtZfXuQpm/u6Y9E",
+	"9VjWyWpmleo1hS3/ivP9kzhIYTZtXKO4b1+1ggaf6MxThT9G9MNnEvX1MNRZZlgKQbc0yk8HRM9QDVKB",
+	"pAYVWao1W0mbF+5Zmxcp615uxjLqk8mEzKrauY/TVZHdeglTcktAU07PYCyx/0gScFeihsEGY6jGYzP7",
+	"bPuMqZX1X4aexRpn0UOAopVx1GqEoCbBuWMkcMMpyy0r8qk1BJMoiqkbC02xVDB8fQ3UNHCjZIr+XgrA",
+	"xj2+qyCM7vtzKhyIlrd7cnw8xmr3dW7ECAsDEcuRTfgSOgS7gfZaqiTQDUuyu1FJ0GUGTOCe9BF495dx",
+	"AuO0GtQQOJ8AIwNVpYEuvyYy/vdPZISNp0SLLmdWLfurZa+BOd9Ey3n4B/x3r9/3Obl2kcI8XY0auG+m",
+	"1dKwSz652mGVhPaOr0Hg0X1ZjZTiXM1qVNqrU/CaGGXcpziym/QTxSy7kl+0cSXjBL5mL7bJXsTFugGl",
+	"3qNDD3a50ZWnuT3gx/MJPugT4bbidCBAR2gHr/OJU/0t66ZwWzqKTJQk7tdYFg6mwaJJKY0q1wxcG72b",
+	"UTS64N7AbO7XMMZvNKGrcCvYhOuvp2Ov3y0sU2uD9bN60LasayT6LpcM0/YA/jryiS16p2PJK54tPACh",
+	"GRMiMAa4UmimYQO24q56vQNDlTjGW54w9yxgUrvPNB+U04Cq6X2doPeSepvGqXsNXq7yQN2Liwte/2X8",
+	"W+2OcQJm1FfH1t07tl7RYYvOnyZiu60LK+4XvL+Ne3RjZAAzzE6diyJLmFFKCmOdXSc+LHPtYeS7Nhdo",
+	"fGa9ZCw9DlyxwbyhAHIKliV1f3pITWsgMsp+EtwQ3zEIQwXg8QZbFnmbVgtMOSJlccDO0IdTKHUFiIRS",
+	"Yb2cnXPJjpLhcOhOv6xMLhlLo0qMngL5DrdsKtZsAYCmuQXrfK6KzP2KN8jQoa4LVqpUUvTQu49rBGnK",
+	"jodI8cFeTMDNlY7YVBWFWrt3oucBkHeYXBUFWt+oy9u5oA8CLixY+04XwJGLLL33hGDAyFoK+SammB0R",
+	"s+1FKzY1lJMjXN+gk9wd0lzbD2OkPbkjZLqdD78GL0z+u2j6BtBI5SPkXeqMHg+TzoJ/yBerRWd0NHR/",
+	"5ZL+SjrWMZJRh/Ao8dv/LK7UiCZa4Y5tn7mvmt+d9vIslcadlY5EBfCQL5TpDS7O1oETuLs1vN8n5IGf",
+	"w7D+JPENN5k2pxFW9+sJbIhuWCIJf2rw7y+Z4Q0aUsDCisIHXY9K1AuFTqGoaKo0o+IrbdBUUisAeIpe",
+	"gGpdrgGlH1vTeISs3oC9DrVYBJy7WtATAWUoBf9eGnC7+AaSJLAHS3Sgu4gNGJTICqih6VHPBamYmTtN",
+	"WvepRyc6Dt1rt185YiHOANhDZETieMeyOXbR3ds3qmwaBfBI1MFgLONeUZUPQ2AF3/Nr/n5A0aX7S2g/",
+	"R13pPmxN9+ovE72ASTWYmUj9X3PWv0IoQuIx2Qo3484N+sjDP9x/Wme2e0sVuMJ2t69T4qRxdJdQZspw",
+	"9GAs30HY1pfDUH8vCnnkkqK6WrgtwDjrZaWK7x5T5wNnaRPo8PDsX3PlD+fK34pkP1tufP22Dz8bb/9K",
+	"Ok1Z8Lekm3sLkrmdvCvcTq+5lnX9XvEE9z6fEJrleq4KAe69beDLSy34ldlSaPWqENgts8T7AvBLBADD",
+	"DvMGujesa3pw0+B9C+57YLWAVnnPOtwXQcTcd8w9JOaf8rj/T8bEvA9t7OF+MIBX9+4T+lOBArRFA/iK",
+	"ArDPJ7TT2hcaMm0R/xevSqvK51qn0huaiGGcyl1lMG0SFsXpSuj1tax1OSVjOeHQyipKU3WveWBO/cu9",
+	"00lJgZjW5T1sy9nkDCM3LClE6IoZrbpV7gdqWeE0ARx8hn1X899Wwhe9lJbWPTlg7hFK4MthCOwrWQ2g",
+	"AeV+fPXB/E+U+p550PG+MetrI/cf/uH+cwA5syy0Q5LEMxpcMyW7wj6znlcs+IayF0pego5nOxdyP4e6",
+	"P7fLjaAKPERB3Dn+q9TeJdV3YX1uS6yfzf9y36AEh1j7V/Jp8r9saX3/nKre4XsjlIJGt0265XwxgXE+",
+	"qPLT9Nf3ZalzbqG9c8kzx7LqynFUu/G5999pwTFlf9dlU+0icj9el3tW3L6I12Uv1Ah5Xf6Uh/x/tNdl",
+	"51zehSo218raQuzTvH6CmsIoF3zt7C18LgCY71RBdp05VwbdozzwT3XfNOpUr/Ts3M+njWrlJvZVkap3",
+	"f0xtw47Hfj//0y21KogFeULaLZwBKSLVehQ8EpSaQWUz2LsDEoHnnArnzYIXhdBsCljhrJvCYFJm+Mbg",
+	"/b1TqAzDlpYihx7NuQlVkp9Qhr8HJAfRFgHGv7FAp5l079Bd77/RFJmj63Amas/Mz6rcsnjZvh6i2pqe",
+	"cq18FW7UlOZ2R+mOi31ergqbL4s8tHs3RZ7lclbNxer6WptFLldWJGyuVjphGd/ELfiTMSaxQ2E7VqtD",
+	"3G3DUjyQKetqt8QiY5lay8SJj0JwY9mwl4RsNsguG0v8slUKD6tPOssNg17nuyInFAYt1EJIm2Cm/Vim",
+	"WKVgoI60qzRLrS0ucEamhASA0UCTnr+4iRloNCBkXFbvaxAGrK5GKpaL+dQ9N+cAd37KeHklKqCiwj++",
+	"zbbQXbHOpQlV+22E5li240vwewL+Vk5Mqtdc51ThS/cQuqTXf4FSp0PckLKS6a6v9U73Ve90vqUD3IYv",
+	"7qq2mPfeFFDEhKyo70DElxMm+GReJn7BX+CDgxQEd6ihuQGXG8gYGMutNgf+COaE3WEG7CD+f8D7f+6+",
+	"RoNCUGautWPPacbzYpOOKqAki1XBoXEYppARL8aXUTnkWBKYCczj3fkzx90AlQqgopW+EpppMVHa8WXH",
+	"7N1aQEkBpEcUyk0WX2l6d12A5ENAE7VwRg5EJjnkweQLMQrFVihJ4sZoJbuGCq+erxsYy8tNlLSX0W6G",
+	"0JZWa4jkiShzOKHC05TKtU7jvnEVoaYjU8eNdVCt8/INxNxvcB2RY4zSiW9aqyQqlwWvb9AGzkFHuvfc",
+	"ieGfNnTt5t7ouXRL/lXX3PV8+9PPtwCK/kkKgeDbD3n2XytjnW4GZHPntRNKazGxhhomSjunTFvdBsop",
+	"AREAGp97PjdjudZKzmJ+25WKOtM4ddWHjLr0E/A/76bp7nawGctoOB6RasBSI2zKFlDnGhrnELTLRC0W",
+	"uYUehfjLXBSQBePYMyDAlqWPxvINXO+hnAKgy1PHfbOU8SzzImfhhi7FDOUGXi7UGgpG3OVTJj7wiYWy",
+	"XZF4rfr4H4+H7Ft2dHT8+JunT58On3xzcvzk+ISRCb0GkUIKvBZmVdixxPxmesEQLh//4/ER6qKwEg8M",
+	"u3TngNrbFW5EfpF8Xh65mMayS54BIwRicFrPElghshmlHoB/GubjRLRha1EU7ovTYmXmuEVvROa2Vwtj",
+	"ubZUTAwQVW4HAKsmMkdClyaMFXK3nY4NITWn0OkKpR0kLqLVkESdkLANGeJWgZjxby7xt96i0cXQ6DLe",
+	"3hpLq9DIgqJnZb17d4SVwnDoVzbKgsg1vSMyGMbyEP7nDbC2xnIP2NYZLIkXX/fjc+czcRb4yE3yJob3",
+	"NYgmaVWyu68oXP9MLRXuqv6W5E2Aw/OMq0uO7l698G2H2LAWl3OlrvaCNbx78xMcX4uKKaiXVrFuSg9f",
+	"rHSRRrLv1KdS55b4Vfr67PzZj6z6beqjyH58efas//bHs+PHT0Chz4Tjz2CLwOfymSSoLuq7SC3UQPp4",
+	"qwW8svlMIiay53wwamY3S2Fg2Mj+sQsv6dAenMVLayXFiGVC54A77ZHOARYB4JKwsfIvz7/78dWrv128",
+	"ff7szfPzlMAWotchVIVW1me2vX719pzVL/5DHNBDuFu4ZQmVgZrLTC1AUwCefoqaA8iLZQ42otMVageV",
+	"jGXqliSXs4uo8bBcFQWqC1LZ0me9GbD/EDqfbhj3O7BxGoCj2ZUF8zPeKKdajFfD4aOJhf+IAf6l+RqS",
+	"8PHHtOT4tOhg6qnFkmtsOAssyzF+C6hqzhpLPFzG/8/etfW2jWPhv0LkJTZGcdJsgZ1xMA+ZttsOtjvN",
+	"ptntw3pQMRZtC5FJg6TiGoP+98W5kKJsK40xcW+Tp9axJMq8nOt3vpPfPsFtlf+7Nl4uKqnV0duwxkPh",
+	"f6Yha11+oOGy2yf8t5niP+VnwqpJ7ZQwVSFynw9G+h+onQu5CnqyWSd4U95ecWctDb0JGjpO9Jj6Z6Tp",
+	"Jx0S8ya75lbdloa6Dx66/pCb63L1LM8qLiEbNEgBotxgpK8iGxFxWsLeHs8UCATRy5/B/4+eGe2tqYZC",
+	"myPslZT395HRfqn8O5YLe1RvYYgOtcaHQzjlYfu5wUF2QEuDb9KakC2UrdUS9nUeJ2rQYslg+gvnYRvC",
+	"Gzz6et1cYWElAgSOhQof6UT78IXus/YV5UGPGrXRqcyoilt6r+YLVGF8D7UuTH03Unfr/YHbKoW7gYJ2",
+	"7AUw8tiqQmlfysrB6UO2FlZzYVhdz69Be09kWSGXGP7ZEROPBW8tEFOCg2Amk0zUSG57esJPsmqsSlJH",
+	"r66uLsAj8zV4jSDZKeOIzU9JmqiiKeBX1hrLF05QCrp6PFbO9ffVm5gP+fNmcb6T2of2D1vdpwwiKoCw",
+	"5o8hpu1iJwicOGHt3sVfUsy0bbV9hJdelrdNvg9DKEvBZmBb8Ire307DN9crr1wmZuoDHfYAeSvBpsLm",
+	"IHqsMBjf9HUXpWvbw74B6PXIYCErGK1PjvG37do+5xDhxYgV5PQp5mxdFpjPg0X0PsmODkd6rqRezspK",
+	"cZA7LnVqdkWD3oEte5e9B5MUzLH176JN1r4gR3hhkKWO+lsuSz+eYTgkEDwGuxVM1xWnfElXSA825EBc",
+	"4mToKUER01KRQq4wK8LLWYFZ2TwP/XPxBs1A2GiH/J0ThUmCMLRGYcZHmuAQ7YhRdMUG9IgBuxJZrJJp",
+	"TPD+AEtSQU8wmAV9m7t9CQxJhmNZkjOFc1JVe1EdOKeKZezbYGfsW5jTQJc81V2GabMrMuFmCBjCSMuj",
+	"eXp/PXF6x9ItrLmu1PyH3Zbwgu7qWrT2Jm8L0rNQkx3CnoMHK2rBbZzYldGp+dMmdLeG8orUykMrprco",
+	"yUAZRGkDQ+XBJE77YrRDQ4h64ThOVd6wzB/pKPR7W138nKPjQZktKS2+WCjNoenEFMY0gK+R2E0sZytY",
+	"Znanx3KuBuI8XswEnLKsXHC1pWbbmIkdwRLHYzRMWILh4tOTE2aNR8tZFarIxURWjuW0XJQIKQwxKcp7",
+	"w+vJorDKOYSkD4UUlTELsPCRIOoWtomxoir1zVFlxrISXtqpYrr3CSZrEp6rkYaBbK0dv01bap+/fv3m",
+	"3fuLy1//e3714mdva8UsXnltq/dLaTUlx0Poh6IPsJq8mDwtIV2f8SdyTohNK3IupFbaGXf8KAuMNZ3w",
+	"pLDrc7fqws2UaKewnUaaT204PP+5fJ0x50I4192Ky9Npx2nah6aCU8Hq4woO3v61FAxziamvbuYT5+Oy",
+	"HDpOlH1/3sZn1yKwPe61GbsUzFJyIPrhupNh6iw5ui05vIxhvIdQMKauiqPryoy78wXvZkYoPTEWKe/w",
+	"DjGrrR8iCIpRngENU6lbVWUInqFsIqeU+TZ5q0BHaJA5nJNNqKLJeyg9zmmpRe5msjBLwv+AiMvF3BSI",
+	"IV2KudSrkQ6Qb82JbwR3Ilw74JVcRlgfvhK9nbNGGnjjZeXgp4w02v6gVBbIHCfKQs0XBrYik82XLjJw",
+	"kan/DD7BaUTY1ywwcTVU89dIosiE8+G30qucpSiqhbIukJoyeSMmfsCjQZt+JVxtb0skmccstOAk9ECc",
+	"p2gmUZTOl3rsCa4krRI3aoEosQaWxCivHvWrmpYaqaLfwRr9AnvhmVzk/WGyQpPaolPDvI3w1DARpR5p",
+	"sCCsWcKVuAFEjpyHeRNFC/ujxL4rYWug/hqD+i8aeC7SaydLg+gEBBbsAobbL9f1S+Wb2fpzeKu9RrTi",
+	"O17ivuyk5sdvH2NXW4QxSiDqnyyt5pn62vBSYGV/ii2ZkYfYKvqeRMnb+W4ucLDvJOYLP+Y+gV6c4a/9",
+	"gDwUfc2CVzjsZ/qM+/QT1MNw5R37SZwHDYLtXgL9LylcIUc62hFBQyxkac9EvjCmagv9nD9wC0Im6KXb",
+	"OfMS20bQgETdixUUTN+L6ifw9wYbplHxgU1TFQkfMvdU5NIyjPE1alLqFbH9Rhi2VdHXQ1VDBcsdVDGw",
+	"GfeEfoJHfxmqGPxRHXoH2+d8S1y93wbtywPS5y5oS65LglTvHP8B/3zsVD/31y4vlY9HYI/y/q7d+GgD",
+	"dbFbdOyEnW3fSuqHIgXlugi+5EapBQNZEdczGOntNBUNR+iZyEcHrA1GB0OxpTM/fXmHQzEQr81SWeot",
+	"Sd4w0oVSbJNdWycYiYQSj9zgwOncNPAlX6a0TT8L7IG5oGezSukhgq2hnU9+pbHhfdnrTp4GX1IpDOX3",
+	"wqjZOqsp+NTrtKbbCTL2rK6+CEHGXfIhEGR8l3LiL02QcX8ttwPvRek7OS7OxCcZLQYdVBWwQR+5Kh6W",
+	"q4KdhzuJKu5FReGUTwV91kQ0E8aDhEYi6XeuQU+MNJd+E7Ki2Lld692745EO4pvFT91zi/4ZW2xvHA90",
+	"J6b9WodDev6KkwY7sj2MdNos/Ftge1hbxDbVw0Cc6608SaGOmO++Nn7GFDdwTT1lMH6LCOJO9oeR7hQh",
+	"F/WmCPlLMTe0ORu+W6n01RA3RNlAIfU1QyyRbWyLrbej3R6QfGXAIczl3NTa51xMmZTOisYzy5qKf3CP",
+	"sthQOpSyVuUNOGucATQTMYajH5/dk1UFvlVIB5tbZVOxRqkDimYOxenJE66f8u2WuejsPT39icA0UqQ5",
+	"0gz7usLDg0cmXqkqVPpitHKkEanookRFmRhlL79Jq0K4ME2JU/omWL/sFEx7MRSxjDitd0oX4fiPsvh4",
+	"TJfl/UxYBYIar3/+4vWLqxc5dvS1LCQrNfHEELEAcZ6K3EzwqJiW8E7kRhPEdJWLXs5DpG0+aA2ytJEd",
+	"zmPOL5H3Yw0yZ2Bdmt9FUAtneMer9zcKxuE8aRZhr03bDwpHIFg2ma4GIjrSOcYZVghlsrXKN1YOuwuf",
+	"8frKqgHlzNX8Gsl5Q6Bha44St0Pg5aGuJqoyekoRcWOneXdwOWnBuiexnowQZeDnjTWnv3GLgIdTQ+mC",
+	"KJlCaRjHkOj6a8L3hWS3S5rLw3qu4ULjs7rejq89bi78mDV3He1279GWJ1yYqhyv7v8Ivr71jEs1l6Uu",
+	"9fT+j2luWXuSU36Xp7hgBjzGUx4knvK54FO/JQiomaoYv8lhSpZsG/00I7IqEb1MPyZDjW2TLpOiKCcT",
+	"hdAOFlkg4Ror5EHExjMQq934u+eki0EOdFkBBG+6Vm1YGEzKo7DYg7DIDi6Vt6ujc5DLn7w7uRRXl2v4",
+	"P9cxIbQWk/DL8YzKf2XLiGAE4kSWFULc+qIhFcMvwb2dS70Kp4AiJlU5nfnBRtsFBC22KUQC1CwxrnEr",
+	"d6JU+NttdjeafHd3XEDzC84Lss4kNw/JIqUzUjoxLW+VxrLItXDAQJyPdETisUG31RTjb4g0/JzLv8la",
+	"ZLAXGZHDkX568pPQcg5jo8/spd9eq0IPXTeZ9t8cf/v+IYt68M13REl+6Fsy9R+OUuMlQSPTQwW7auf9",
+	"fkeYN302Izlv1OoQYSBDkcNWzzORR5cJPgR3iICFHNbNM+bvhAM6Kae1VW4g/qkWnkt4GyKD0nMsGDwX",
+	"bUJl2aFr0nYnTzuCwV/H9l2bua96Fz/MVjxv+4ehxB6rS3ffjruFdJPF+LVoAIJdHvvuRUXrA3RTqiEy",
+	"Oq9x88MkTLEKlk0mcSTomy2iPwtZfqbFcRQDXQs9X9fjm9CBh1TdUoGikzdKU6y2J/mi2D6ZW49hQQs/",
+	"pnQUk5CV0ao/iC+MXUCjfZcAv0Hv1lVF4GlQqSMdCpgI0EwQUTIYc3Or7HuafRQIyJmFMSIGC7QA57Qo",
+	"ocw/VXOszyjYQIwrOL9pXKHRfkEpovobadZ/4r7q7xkOtv+AQRhnh1jBZxNbz4IU/0v2Ltuuqb+IU/sw",
+	"Mpl+xZqBEANrJD/g5D+YfXysPnili/0J2H8lTc3iHYecOl4JbzCD8UM7iTVEk1xaf60kGRskwSqjp1RF",
+	"qVFZXV29zoSrxzPyep23Ss5jMBN5/ajiYrwSrjIeZG0e/+hz5mDvD8QbXa22+AECIVZnBI8Icd+GtLKJ",
+	"I2eYFmfDiTs3rC1jkO4YUYa35ykoXbYllNzfwQ94gWu4f0EYxvkaBSG9myrOWsH6hq54ydP9KCe/BzlJ",
+	"q73twPai3OjvLiRhDDWubelXKAOvlbTKntd+djD83+8g5KjQkiTkGoAJa6cDf3ePi4JfXV1dvD9//vwy",
+	"7w8OsoPaVgfDg5n3i+Hx8ZPTvw9OBieDJ8MfT348QRnK77v+bKxlET1fKuv64rrWRaViqYDEeExtFVcd",
+	"hsK7hTGVGFfSUd1hgIiKNwGhY3S1gpfScq4Ohgwn+5htmMhyIcelD6yIaYr+0MXsAxqiMU1KXMNIU8wV",
+	"BjG9OBxpuizGKJtwbEYWMdYnwEOQHr6wchmAqXP4WyuR2aQpG1BCnBnYIvhiKD6lr7ml5sKU2hNturFM",
+	"e0umeTmdYcptIksr3EyCudqeMJS/PGXjODVb5u2NnTYz5pWW2ruBQPZ7xlIQzBbeci5XaG7bslBJHUiy",
+	"OsZOOwYJrDpunWOyoQhBLAgWL2C3O8PKTroZXucN9tuMY8lFeQQP3DLeSws/Q/S8WRzVC9cXsgiZWm84",
+	"G3joRAp5wYx50oRAEtxsICjhV7A3cmtuKKeabrDkpaY48pZXulBmUSFcmurtwSujasulum56gniRH/OH",
+	"4zxuT2OnyRj8/RF1G9sc6gVvXMRjcrlVljQsyzARamyLULjN5ZZOc11g1HsjiINAaLBi1noKbnamptlO",
+	"93sQQHwuuetDaUMr9Dg6NbXfHP2ysyn4ZidtenK7l3YyRNc0XmGG0ouF9LOBeI5IBieWM4VxI4n7CYYF",
+	"ow+PxtQIOVOySF3KMp1KkuCbI210wcDqJxIu7U4+bFlbjFivF022fhPS92+M9AvfoD6A0sNZ48YSPWOF",
+	"rbVGvHv7uel6hDrL7dPVKqrPtpAhRqa9ykwbRMU68VsyXizH3xzwvJAL5E4PwBbXzBsRjNPGrxCzKyKC",
+	"P1hYzR6LMKaNMV4pWfkZGNCyKLViJXVhzRx2QR1r5AbiNyPAqlLalxs7LNrB7uDj7x//HwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

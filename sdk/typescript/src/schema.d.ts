@@ -101,6 +101,74 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/capacities": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * List capacities
+         * @description Lists every capacity, ordered by id. Needs the operator token.
+         */
+        get: operations["listCapacities"];
+        put?: never;
+        /**
+         * Create a capacity
+         * @description Creates a capacity: `limit` units of `metric` in a sliding `window`, drawn on by
+         *     every check of the metric from any org (not by reservations), all or nothing
+         *     with the org's own limits. Below `saturation` x `limit` used in the window
+         *     anyone may use what is left; above it an org is admitted only within its
+         *     weighted max-min fair share of the window (`limit` x its weight / the weights of
+         *     the orgs active in the window; an org's weight is its own or its plan's). A check
+         *     it refuses answers 429 with `blocked_at` `{"level": "capacity", "id", "metric",
+         *     "window"}` and a Retry-After. Every replica draws on it within a moment. Needs
+         *     the operator token.
+         */
+        post: operations["createCapacity"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/capacities/{id}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Capacity id. */
+                id: components["parameters"]["CapacityPath"];
+            };
+            cookie?: never;
+        };
+        /**
+         * Get a capacity and its current window
+         * @description The capacity, and its current window as its Redis counts it: what is used, the
+         *     saturation point, and every org active in the window (admitted or refused in
+         *     it) with its weight, its fair share now and what it drew. Needs the operator
+         *     token. 503 when the capacity's Redis does not answer.
+         */
+        get: operations["getCapacity"];
+        put?: never;
+        post?: never;
+        /**
+         * Delete a capacity
+         * @description Checks stop drawing on it within a moment; audited. Needs the operator token.
+         */
+        delete: operations["deleteCapacity"];
+        options?: never;
+        head?: never;
+        /**
+         * Change a capacity
+         * @description Changes its `limit` or `saturation`; its metric and window stay as made (delete it
+         *     and create another). Every replica draws on the change within a moment. Needs
+         *     the operator token.
+         */
+        patch: operations["patchCapacity"];
+        trace?: never;
+    };
     "/v1/orgs": {
         parameters: {
             query?: never;
@@ -1240,6 +1308,15 @@ export interface components {
              *     and window (422); a parent without a bucket there bounds only the rate.
              */
             burst?: number;
+            /**
+             * @description On a plan's or an org's limit of a `second`, `minute`, `hour` or `day`
+             *     window (400 elsewhere): above 80 % of it used in its window, the org's teams
+             *     without a limit of their own for its metric and window share it by team
+             *     `weight` (weighted max-min fair share), so none starves the others. A team
+             *     refused for being past its share gets 429 with `blocked_at` at the org level
+             *     and `"fair_share": true`. A check without a team is bound by the limit only.
+             */
+            fair_share?: boolean;
         };
         /** @description Limits; a list may not repeat a (metric, window) pair. */
         Limits: components["schemas"]["Limit"][];
@@ -1344,6 +1421,7 @@ export interface components {
             pool: string;
             /** @description The plan's pricing, or null when it has none. */
             pricing: components["schemas"]["Pricing"] | null;
+            weight?: components["schemas"]["Weight"];
             features?: components["schemas"]["Features"];
             currency?: components["schemas"]["Currency"];
             rates?: components["schemas"]["Rates"];
@@ -1385,6 +1463,8 @@ export interface components {
             /** @default default */
             pool: components["schemas"]["Pool"];
             pricing?: components["schemas"]["Pricing"] | null;
+            /** @description The weight of the plan's orgs in capacities (default 1); an org may override it. */
+            weight?: components["schemas"]["Weight"];
             features?: components["schemas"]["Features"];
             currency?: components["schemas"]["Currency"];
             rates?: components["schemas"]["Rates"];
@@ -1400,6 +1480,7 @@ export interface components {
             pool?: components["schemas"]["Pool"];
             /** @description New pricing; null removes it. */
             pricing?: components["schemas"]["Pricing"] | null;
+            weight?: components["schemas"]["Weight"];
             /** @description Replaces the plan's features. */
             features?: components["schemas"]["Features"];
             currency?: components["schemas"]["Currency"];
@@ -1516,6 +1597,97 @@ export interface components {
             items: components["schemas"]["Plan"][];
             next_cursor: components["schemas"]["NextCursor"];
         };
+        /**
+         * Format: int64
+         * @description A part of a saturated capacity (plans, orgs) or of an org limit marked
+         *     `fair_share` (teams): a member's fair share is the limit x its weight / the
+         *     weights of the members active in the window. 1 to 1000.
+         */
+        Weight: number;
+        /** @enum {string} */
+        CapacityWindowName: "second" | "minute" | "hour" | "day";
+        /**
+         * Format: double
+         * @description The share of the limit used in the window above which orgs are held to their fair shares.
+         */
+        Saturation: number;
+        Capacity: {
+            id: components["schemas"]["Id"];
+            metric: components["schemas"]["Id"];
+            window: components["schemas"]["CapacityWindowName"];
+            /** Format: int64 */
+            limit: number;
+            /** Format: double */
+            saturation: number;
+            /** Format: date-time */
+            created_at: string;
+            /** Format: date-time */
+            updated_at: string;
+        };
+        /**
+         * @example {
+         *       "id": "gpt-4o",
+         *       "metric": "tokens",
+         *       "window": "minute",
+         *       "limit": 2000000,
+         *       "saturation": 0.8
+         *     }
+         */
+        CapacityCreate: {
+            id: components["schemas"]["Id"];
+            metric: components["schemas"]["Id"];
+            window: components["schemas"]["CapacityWindowName"];
+            /**
+             * Format: int64
+             * @description Units of the metric in the window, from every org together.
+             */
+            limit: number;
+            /** @default 0.8 */
+            saturation: components["schemas"]["Saturation"];
+        };
+        CapacityPatch: {
+            /** Format: int64 */
+            limit?: number;
+            saturation?: components["schemas"]["Saturation"];
+        };
+        CapacityList: {
+            items: components["schemas"]["Capacity"][];
+            next_cursor: components["schemas"]["NextCursor"];
+        };
+        CapacityDetail: components["schemas"]["Capacity"] & {
+            current: components["schemas"]["CapacityWindow"];
+        };
+        /** @description A capacity's current window, as its Redis counts it. */
+        CapacityWindow: {
+            /**
+             * Format: int64
+             * @description Units drawn in the window (by checks, and held by replicas' grants to admit them).
+             */
+            used: number;
+            /** Format: int64 */
+            limit: number;
+            /** Format: double */
+            saturation: number;
+            /** @description Whether `used` is at or above `saturation` x `limit`, so orgs are held to their shares. */
+            saturated: boolean;
+            /** @description The orgs active in the window (admitted or refused in it), by id. */
+            orgs: components["schemas"]["CapacityOrg"][];
+        };
+        CapacityOrg: {
+            org: components["schemas"]["Id"];
+            /** Format: int64 */
+            weight: number;
+            /**
+             * Format: int64
+             * @description The org's weighted max-min fair share of the window's limit at this moment.
+             */
+            share: number;
+            /**
+             * Format: int64
+             * @description What the org drew in the window.
+             */
+            used: number;
+        };
         /** @description Cursor of the next page, or null on the last page. */
         NextCursor: string | null;
         /** @description URL that receives threshold events and billing exports (HMAC-signed POSTs); empty for none. */
@@ -1550,6 +1722,8 @@ export interface components {
             /** @description The dedicated Redis URL with its password masked; empty if none. */
             redis_url: string;
             billing_anchor_day: number;
+            /** @description The org's own weight, overriding its plan's; absent when it follows its plan. */
+            weight?: components["schemas"]["Weight"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1580,7 +1754,7 @@ export interface components {
             /** @default 1 */
             billing_anchor_day: components["schemas"]["BillingAnchorDay"];
         };
-        /** @description `plan`, `limits`, `redis_url` and `billing_anchor_day` may be changed by the operator only. */
+        /** @description `plan`, `limits`, `redis_url`, `billing_anchor_day`, `leases`, `sliding_windows` and `weight` may be changed by the operator only. */
         OrgPatch: {
             name?: components["schemas"]["Name"];
             plan?: components["schemas"]["Id"];
@@ -1594,6 +1768,8 @@ export interface components {
             redis_url?: components["schemas"]["RedisURL"];
             redis_url_check?: components["schemas"]["RedisURLCheck"];
             billing_anchor_day?: components["schemas"]["BillingAnchorDay"];
+            /** @description The org's own weight in capacities, overriding its plan's; null follows the plan again. */
+            weight?: components["schemas"]["Weight"] | null;
         };
         OrgList: {
             items: components["schemas"]["Org"][];
@@ -1746,6 +1922,8 @@ export interface components {
             /** @description Defaults for the team's users without an allocation of their own. */
             user_limits: components["schemas"]["Limit"][];
             unknown_users?: components["schemas"]["TeamUnknownUsers"];
+            /** @description The team's part of an org limit marked `fair_share`. */
+            weight?: components["schemas"]["Weight"];
             /** Format: date-time */
             created_at: string;
             /** Format: date-time */
@@ -1777,12 +1955,16 @@ export interface components {
             limits?: components["schemas"]["Limits"];
             user_limits?: components["schemas"]["Limits"];
             unknown_users?: components["schemas"]["TeamUnknownUsers"];
+            /** @description The team's part of an org limit marked `fair_share` (default 1). */
+            weight?: components["schemas"]["Weight"];
         };
         TeamPatch: {
             name?: components["schemas"]["Name"];
             limits?: components["schemas"]["Limits"];
             user_limits?: components["schemas"]["Limits"];
             unknown_users?: components["schemas"]["TeamUnknownUsers"];
+            /** @description The team's part of an org limit marked `fair_share`. */
+            weight?: components["schemas"]["Weight"];
         };
         TeamList: {
             items: components["schemas"]["Team"][];
@@ -1981,12 +2163,18 @@ export interface components {
             costs?: components["schemas"]["Costs"];
             idempotency_key?: components["schemas"]["IdempotencyKey"];
         };
-        /** @enum {string} */
-        Level: "org" | "team" | "user";
+        /**
+         * @description A step of the org > team > user cascade, or `capacity`: an operator's capacity,
+         *     a limit above every org (its `id` is the capacity's).
+         * @enum {string}
+         */
+        Level: "org" | "team" | "user" | "capacity";
         /** @description A level and window of a check. */
         LevelRef: {
-            /** @description The limit's metric; set in a decision of several metrics (`costs`, `amounts`). */
+            /** @description The limit's metric; set in a decision of several metrics (`costs`, `amounts`), and for a capacity. */
             metric?: string;
+            /** @description True when an org limit marked `fair_share` refused the check's team for being past its weighted share of it (`level` is `org`). */
+            fair_share?: boolean;
             level: components["schemas"]["Level"];
             id: string;
             window: components["schemas"]["Window"];
@@ -2658,6 +2846,8 @@ export interface components {
         ReservationId: string;
         /** @description Plan id. */
         PlanPath: components["schemas"]["Id"];
+        /** @description Capacity id. */
+        CapacityPath: components["schemas"]["Id"];
         /** @description Org id. */
         OrgPath: components["schemas"]["Id"];
         /** @description Team id. */
@@ -2953,6 +3143,155 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    listCapacities: {
+        parameters: {
+            query?: {
+                /** @description Page size. */
+                limit?: components["parameters"]["LimitQuery"];
+                /** @description Opaque cursor from the previous page's `next_cursor`. */
+                cursor?: components["parameters"]["CursorQuery"];
+            };
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description One page of capacities. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CapacityList"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    createCapacity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CapacityCreate"];
+            };
+        };
+        responses: {
+            /** @description The capacity was created. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Capacity"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            409: components["responses"]["Conflict"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    getCapacity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Capacity id. */
+                id: components["parameters"]["CapacityPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The capacity and its window. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["CapacityDetail"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    deleteCapacity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Capacity id. */
+                id: components["parameters"]["CapacityPath"];
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description Deleted. */
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            429: components["responses"]["AdminRateLimited"];
+        };
+    };
+    patchCapacity: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Capacity id. */
+                id: components["parameters"]["CapacityPath"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["CapacityPatch"];
+            };
+        };
+        responses: {
+            /** @description The changed capacity. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Capacity"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
             429: components["responses"]["AdminRateLimited"];
         };
     };
