@@ -159,9 +159,9 @@
 // check's own are, saturation 0.8. A check without a team draws on no fair-share
 // limit. The engine takes the draws all or nothing with the check's limits (a shadow or
 // warn org's refusal is a would-block there). `CheckPaths` merges the draws of a
-// path's metrics with them. Reservations, and so client leases, draw on no capacity:
-// `Reserve` drops the draws (what a reservation holds is settled later, and a capacity
-// counts what is admitted in its window). `Service.CapacityWindow` reads a capacity's
+// path's metrics with them. A reservation draws its amount as a check draws its cost
+// (its settling does not reach the capacity: internal/quota, Engines.Reserve).
+// `Service.CapacityWindow` reads a capacity's
 // window for `GET /v1/capacities/{id}` through the engine's `Capacities` interface,
 // so the transports need not import internal/quota.
 package checks

@@ -97,7 +97,6 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 		check.Cost, check.Costs = nil, in.Amounts
 	}
 	rc, err := s.resolve(ctx, c, check, nil)
-	rc.req.Capacities = nil // a reservation draws on no capacity (capacities.go)
 	if err == nil {
 		err = price(&rc.req, rc.price)
 	}

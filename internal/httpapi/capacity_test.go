@@ -244,3 +244,39 @@ func TestFairShareOrgLimitOverHTTP(t *testing.T) {
 		t.Errorf("web got %.1f %% of what was admitted, want 25 +-5", sw)
 	}
 }
+
+// A reservation draws its amount on the capacities of its metric when it is taken, as
+// a check draws its cost: with 8 of a capacity of 10 held, a reservation of 5 answers
+// 429 naming the capacity and holds nothing, and the window counts the 8 even once
+// the first is committed with less (what a settling gives back stays counted until it
+// leaves the window).
+func TestCapacityHoldsReservations(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "capr"))
+	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"closed","limits":[{"metric":"tokens","window":"month","limit":1000}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"lab","name":"Lab","plan":"p"}`, 201)
+	key := r.checkKey("lab")
+	r.mustDo("POST", "/v1/capacities", operatorToken, `{"id":"gpt","metric":"tokens","window":"minute","limit":10}`, 201)
+
+	var first struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(r.mustDo("POST", "/v1/reservations", key, `{"org":"lab","metric":"tokens","amount":8}`, 201)), &first); err != nil || first.ID == "" {
+		t.Fatalf("reservation of 8 of 10: %v", err)
+	}
+	raw := r.mustDo("POST", "/v1/reservations", key, `{"org":"lab","metric":"tokens","amount":5}`, 429)
+	var refused struct {
+		BlockedAt *api.LevelRef `json:"blocked_at"`
+	}
+	if err := json.Unmarshal([]byte(raw), &refused); err != nil || refused.BlockedAt == nil ||
+		refused.BlockedAt.Level != vocab.LevelCapacity || refused.BlockedAt.Id != "gpt" {
+		t.Fatalf("reservation of 5 more: %s, want refused at the capacity", raw)
+	}
+	r.mustDo("POST", "/v1/reservations/"+first.ID+"/commit", key, `{"used":2}`, 200)
+	var d api.CapacityDetail
+	if err := json.Unmarshal([]byte(r.mustDo("GET", "/v1/capacities/gpt", operatorToken, "", 200)), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Current.Used != 8 {
+		t.Errorf("the window counts %d after a reservation of 8 committed with 2, want 8", d.Current.Used)
+	}
+}

@@ -117,8 +117,9 @@ export interface paths {
         /**
          * Create a capacity
          * @description Creates a capacity: `limit` units of `metric` in a sliding `window`, drawn on by
-         *     every check of the metric from any org (not by reservations), all or nothing
-         *     with the org's own limits. Below `saturation` x `limit` used in the window
+         *     every check of the metric from any org, and by every reservation's amount
+         *     when it is taken (what its settling gives back stays counted until it leaves
+         *     the window), all or nothing with the org's own limits. Below `saturation` x `limit` used in the window
          *     anyone may use what is left; above it an org is admitted only within its
          *     weighted max-min fair share of the window (`limit` x its weight / the weights of
          *     the orgs active in the window; an org's weight is its own or its plan's). A check
