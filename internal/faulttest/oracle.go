@@ -817,8 +817,14 @@ func judgeCapacity(b *strings.Builder, in oracleInput, kills []time.Time) []stri
 			lossy, lossyKills = n, hits
 		}
 	}
-	fmt.Fprintf(b, "\ncapacity %s: %d %s a %v; %d units admitted, %d checks refused; worst real span %d, with a Redis restart %d (%d restarts, bound %d)\n",
-		cp.id, cp.limit, cp.metric, cp.window, admitted, refused, clean, lossy, lossyKills, int64(1+lossyKills)*cp.limit)
+	spanStr := func(n int64) string {
+		if n < 0 {
+			return "- (none)"
+		}
+		return fmt.Sprint(n)
+	}
+	fmt.Fprintf(b, "\ncapacity %s: %d %s a %v; %d units admitted, %d checks refused; worst real span %s (bound %d), worst span with a Redis restart %s (%d restarts, bound %d)\n",
+		cp.id, cp.limit, cp.metric, cp.window, admitted, refused, spanStr(clean), cp.limit, spanStr(lossy), lossyKills, int64(1+lossyKills)*cp.limit)
 	var out []string
 	if clean > cp.limit {
 		out = append(out, fmt.Sprintf("capacity %s: %d units admitted in a real span of %v, above its limit %d", cp.id, clean, cp.window, cp.limit))
