@@ -827,17 +827,7 @@ func resumedAt(events []event, from time.Time) time.Time {
 func bucketOnCluster(t *testing.T, apis []string, prefix string) {
 	t.Helper()
 	hc := &http.Client{Timeout: 10 * time.Second}
-	do := func(url, body string) (int, http.Header, string) {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		res, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, res.Header, string(b)
-	}
+	do := func(url, body string) (int, http.Header, string) { return operatorDo(t, hc, "POST", url, body) }
 	org := prefix + "-bucket"
 	for _, c := range [][2]string{
 		{"/v1/plans", `{"id":"` + org + `","name":"B","fail_mode":"closed","limits":[{"metric":"requests","window":"minute","limit":10000}]}`},
@@ -893,15 +883,8 @@ func capacityOnCluster(t *testing.T, apis []string, prefix string) {
 	const limit, run = 200, 4 * time.Second
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 32}}
 	do := func(url, body string) (int, string) {
-		req, _ := http.NewRequest("POST", url, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		res, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
+		code, _, b := operatorDo(t, hc, "POST", url, body)
+		return code, b
 	}
 	org, capID := prefix+"-cap", prefix+"-gpu"
 	for _, c := range [][2]string{
@@ -913,13 +896,7 @@ func capacityOnCluster(t *testing.T, apis []string, prefix string) {
 			t.Fatalf("POST %s = %d %s", c[0], code, body)
 		}
 	}
-	t.Cleanup(func() {
-		req, _ := http.NewRequest("DELETE", apis[0]+"/v1/capacities/"+capID, nil)
-		req.Header.Set("Authorization", "Bearer "+adminToken)
-		if res, err := hc.Do(req); err == nil {
-			res.Body.Close()
-		}
-	})
+	t.Cleanup(func() { operatorDo(t, hc, "DELETE", apis[0]+"/v1/capacities/"+capID, "") })
 	type call struct{ start, end time.Time }
 	var mu sync.Mutex
 	var admitted []call
@@ -985,4 +962,20 @@ func capacityOnCluster(t *testing.T, apis []string, prefix string) {
 	if refused == 0 {
 		t.Errorf("no check was refused by the capacity: the load did not saturate it")
 	}
+}
+
+// operatorDo sends body to url with the operator token and returns the answer; a
+// request that gets no answer is a test error and status 0 (it may run on a
+// goroutine of the test's, where t.Fatal may not).
+func operatorDo(t *testing.T, hc *http.Client, method, url, body string) (int, http.Header, string) {
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	res, err := hc.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return 0, nil, err.Error()
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, res.Header, string(b)
 }
