@@ -19,8 +19,8 @@ import (
 // A check draws on every capacity of each metric it names (its org the member, by
 // the org's weight in force), and on each fair_share org limit of the metric whose
 // metric and window its team has no limit of (its team the member, by the team's
-// weight); a check without a team draws on no fair-share limit, and a reservation on
-// nothing.
+// weight); a check without a team draws on no fair-share limit, and a reservation
+// draws as a check does.
 func TestCheckDrawsOnCapacities(t *testing.T) {
 	ctx := context.Background()
 	ten := tenants.NewService(testenv.Postgres(t))
@@ -105,7 +105,9 @@ func TestCheckDrawsOnCapacities(t *testing.T) {
 	if _, err := s.Reserve(ctx, key, checks.ReserveInput{Check: in("big", "web", "", "tokens", -1), Amount: 10}); err != nil {
 		t.Fatal(err)
 	}
-	if got := f.reserved[0].Capacities; got != nil {
-		t.Errorf("a reservation draws on %+v, want none", got)
+	// A reservation draws its amount as a check draws its cost: here on the org limit
+	// of tokens marked fair_share, by team web of weight 3.
+	if got := f.reserved[0].Capacities; len(got) != 1 || !got[0].FairShare || got[0].ID != "big" || got[0].Member != "web" || got[0].Weight != 3 {
+		t.Errorf("a reservation draws on %+v, want big's fair-share limit by web of weight 3", got)
 	}
 }
