@@ -1,9 +1,14 @@
-import { afterEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
 import { render } from 'preact';
 import { act } from 'preact/test-utils';
 import { App } from './App';
 
 afterEach(() => { vi.unstubAllGlobals(); document.body.innerHTML = ''; });
+// Preact runs effects after the next frame, or after a 35 ms timer where a frame does
+// not come; such a timer left when jsdom is torn down calls cancelAnimationFrame after it
+// is gone. Timers fire in the order they end, so waiting out a longer one lets the
+// last of them run while jsdom is still there.
+afterAll(async () => { await new Promise((r) => setTimeout(r, 150)); });
 
 async function mountAt(path: string, session: Response) {
   history.replaceState(null, '', path);
