@@ -151,6 +151,9 @@ func Run(t testing.TB, o Options) Verdict {
 
 	hist := &history{}
 	client := newLoadClient(c.apiAddrs, key, org, hist)
+	if err := client.knowCapacity(ctx, gpuCapacity); err != nil {
+		t.Fatalf("before the load: %v\n%s", err, c.logs())
+	}
 	w := workload{monthUsers: 8, rateUsers: 3, burstUsers: 3, resvUsers: 4, capUsers: 2, hotPerReplica: 2, monthWorkers: 3, resvWorkers: 2, hotDenialsToMove: 30}
 	loadCtx, stopLoad := context.WithTimeout(ctx, o.Duration)
 	defer stopLoad()
@@ -253,6 +256,8 @@ func setup(ctx context.Context, c *cluster, monthTeam limitDef) (key, period str
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "resv", "name": "resv", "limits": []any{},
 			"user_limits": limitsOf("tokens", resvUserLimit)}},
 		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "cap", "name": "cap", "limits": []any{}}},
+		{"/v1/orgs/" + org + "/teams", map[string]any{"id": "probe", "name": "probe", "limits": []any{},
+			"user_limits": limitsOf("gpu", limitDef{window: "month", limit: 1})}},
 	}
 	for _, s := range steps {
 		if err := c.operator(ctx, "POST", s.path, s.body, nil); err != nil {

@@ -171,6 +171,33 @@ func (c *loadClient) check(i int, team, user, metric string, cost int64) checkOp
 	return op
 }
 
+// knowCapacity waits until every replica draws on cp: a replica learns of a capacity
+// made on another over pub/sub, a moment later. The probe, a check of limit+1 by a user
+// of team probe (a month limit of 1), counts nothing either way: a replica that knows
+// the capacity refuses it there, one that does not at the user's limit.
+func (c *loadClient) knowCapacity(ctx context.Context, cp capacityDef) error {
+	body := map[string]any{"org": c.org, "team": "probe", "user": "p0", "metric": cp.metric, "cost": cp.limit + 1}
+	for i := range c.addrs {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			code, b, _ := c.do(i, "POST", "/v1/check", body)
+			var res struct {
+				BlockedAt *struct {
+					Level string `json:"level"`
+				} `json:"blocked_at"`
+			}
+			if code == http.StatusTooManyRequests && json.Unmarshal(b, &res) == nil && res.BlockedAt != nil && res.BlockedAt.Level == "capacity" {
+				break
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("api-%d does not draw on capacity %s 10 s after it was made: %d %s", i, cp.id, code, b)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
 // fields is the counters the check counts on.
 func (c *checkOp) fields() []string {
 	m := c.metric

@@ -44,6 +44,7 @@ func TestCapacityOverHTTP(t *testing.T) {
 	if err := json.Unmarshal([]byte(created), &c); err != nil || c.Saturation != 0.8 || c.Window != vocab.Minute {
 		t.Fatalf("created %s (%v)", created, err)
 	}
+	knowCapacity(t, []*replica{a, b}, keys["small"], "small", "tokens", 100)
 
 	const perWorker = 60
 	var admitted sync.Map // org -> *atomic.Int64
@@ -278,5 +279,28 @@ func TestCapacityHoldsReservations(t *testing.T) {
 	}
 	if d.Current.Used != 8 {
 		t.Errorf("the window counts %d after a reservation of 8 committed with 2, want 8", d.Current.Used)
+	}
+}
+
+// knowCapacity waits until every replica draws on the capacity of limit units of
+// metric: the replica that created it knows it before its answer, the others once the
+// change reaches them over pub/sub (a moment, not a promise). A check of limit+1 is
+// refused by a replica that knows it, without drawing or counting; one that does not
+// admits it against the org's own limits, which the tests leave room for.
+func knowCapacity(t *testing.T, rs []*replica, key, org, metric string, limit int64) {
+	t.Helper()
+	body := fmt.Sprintf(`{"org":%q,"metric":%q,"cost":%d}`, org, metric, limit+1)
+	for i, r := range rs {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			out := r.check(key, body)
+			if out.code == 429 && out.body.BlockedAt != nil && out.body.BlockedAt.Level == vocab.LevelCapacity {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica %d does not draw on the capacity 5 s after it was made: %d %s", i, out.code, out.raw)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
