@@ -65,7 +65,8 @@ const (
 	// one by one, so the last units are admitted by the counters.
 	HolderClient LeaseHolder = iota
 	// HolderProxy is an Envoy proxy holding an RLQS assignment (internal/rls): it cannot
-	// check one by one, so near a limit its lease is one unit while one is left, and a
+	// check one by one, so near a limit its lease is clientLeaseMin units while they
+	// are left (then what is left, to the last unit), and a
 	// path whose last seen headroom shows none is asked of the counters once, the
 	// refusal's retry (when the window can admit again) becoming the answer's TTL. The
 	// org's client_leases setting is not read: it is the client libraries'.
@@ -182,8 +183,9 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64, hol
 	for try := 0; try < 2; try++ {
 		amount := min(want, headroom/clientLeaseShare)
 		if holder == HolderProxy {
-			// one unit while one is left; with none seen, the counters are asked once
-			amount = min(want, max(amount, 1))
+			// near a limit, clientLeaseMin units while they are left, then what is;
+			// with none seen, the counters are asked once for one
+			amount = min(want, max(amount, min(headroom, clientLeaseMin), 1))
 		}
 		if amount < least {
 			return near, nil

@@ -483,8 +483,9 @@ func (st *quotaStream) assign(b *bucket, l *checks.Lease, now time.Time) {
 // bucketStrategy is the token bucket of a lease of units for ttl, and the life its
 // worst case is reckoned over: ttl and a slack (a quarter, at least 50 ms) for the
 // proxy's timers. Envoy's bucket starts full and refills continuously, so over a life
-// T it admits at most max_tokens + tokens_per_fill x T / fill_interval. Half the units
-// (rounded up) are max_tokens, the rest refill over the life with slack; with none
+// T it admits at most max_tokens + tokens_per_fill x T / fill_interval. Three quarters
+// of the units (rounded up) are max_tokens, so a proxy starved before its renewal has
+// admitted most of its lease, and the rest refill over the life with slack; with none
 // to refill, tokens_per_fill is 1 over twice that, so the refill stays below one
 // token. A reassignment identical to the one before would be extended by the proxy
 // with the tokens it holds (at most max_tokens, which the new lease covers too); its
@@ -492,7 +493,7 @@ func (st *quotaStream) assign(b *bucket, l *checks.Lease, now time.Time) {
 // never holds it past its TTL.
 func bucketStrategy(units int64, ttl, prev time.Duration) (*typev3.RateLimitStrategy, time.Duration) {
 	life := ttl + max(ttl/4, 50*time.Millisecond)
-	full := (units + 1) / 2
+	full := (units*3 + 3) / 4
 	refill := units - full
 	fill := life
 	perFill := refill

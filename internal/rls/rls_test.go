@@ -45,6 +45,7 @@ type replica struct {
 	t      *testing.T
 	h      http.Handler
 	client rlsv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
 }
 
 func newReplica(t *testing.T, dbURL, prefix string) *replica {
@@ -106,7 +107,7 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, opts replicaOptions) *re
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &replica{t: t, h: h, client: rlsv3.NewRateLimitServiceClient(conn)}
+	return &replica{t: t, h: h, client: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
 }
 
 func (r *replica) do(method, path, token, body string) *httptest.ResponseRecorder {
