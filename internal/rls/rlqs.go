@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -560,14 +561,7 @@ func bucketKey(id *rlqsv3.BucketId) string {
 	return b.String()
 }
 
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
 
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

@@ -38,15 +38,15 @@ type simAssignment struct {
 
 // simBucket is one bucket of a proxy.
 type simBucket struct {
-	id               map[string]string
-	deny, live       bool
-	tokens, max      float64
-	perSecond        float64
-	last, expires    time.Time
-	allowed, denied  uint64 // since the last report
-	admitted         int64
-	assignments      []simAssignment
-	offered, stopped float64
+	id              map[string]string
+	deny, live      bool
+	tokens, max     float64
+	perSecond       float64
+	last, expires   time.Time
+	allowed, denied uint64 // since the last report
+	admitted        int64
+	assignments     []simAssignment
+	offered         float64
 }
 
 // proxy is one simulated Envoy.
@@ -82,9 +82,10 @@ func startProxy(t *testing.T, r *replica, key string, rate float64, buckets ...m
 	}
 	p.report() // the first report subscribes every bucket
 	p.wg.Add(3)
+	start := time.Now()
 	go p.recv()
-	go p.offer()
-	go p.reporter()
+	go p.every(time.Millisecond, func() { p.offer(start) })
+	go p.every(simInterval, p.report)
 	t.Cleanup(p.cut)
 	return p
 }
@@ -150,51 +151,41 @@ func (b *simBucket) refill(now time.Time) {
 	b.last = now
 }
 
-// offer offers rate requests a second to each bucket until the proxy stops.
-func (p *proxy) offer() {
+// every runs f every d until the proxy stops.
+func (p *proxy) every(d time.Duration, f func()) {
 	defer p.wg.Done()
-	start := time.Now()
-	tick := time.NewTicker(time.Millisecond)
+	tick := time.NewTicker(d)
 	defer tick.Stop()
 	for {
 		select {
 		case <-p.done:
 			return
 		case <-tick.C:
+			f()
 		}
-		now := time.Now()
-		p.mu.Lock()
-		for _, b := range p.buckets {
-			due := p.rate * now.Sub(start).Seconds()
-			for ; b.offered < due; b.offered++ {
-				if !b.live || b.deny || now.After(b.expires) {
-					b.denied++
-					continue
-				}
-				b.refill(now)
-				if b.tokens >= 1 {
-					b.tokens--
-					b.allowed++
-					b.admitted++
-				} else {
-					b.denied++
-				}
-			}
-		}
-		p.mu.Unlock()
 	}
 }
 
-func (p *proxy) reporter() {
-	defer p.wg.Done()
-	tick := time.NewTicker(simInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-p.done:
-			return
-		case <-tick.C:
-			p.report()
+// offer offers the proxy's rate of requests a second to each bucket since start.
+func (p *proxy) offer(start time.Time) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, b := range p.buckets {
+		due := p.rate * now.Sub(start).Seconds()
+		for ; b.offered < due; b.offered++ {
+			if !b.live || b.deny || now.After(b.expires) {
+				b.denied++
+				continue
+			}
+			b.refill(now)
+			if b.tokens >= 1 {
+				b.tokens--
+				b.allowed++
+				b.admitted++
+			} else {
+				b.denied++
+			}
 		}
 	}
 }
@@ -223,9 +214,6 @@ func (p *proxy) report() {
 func (p *proxy) stopOffering() {
 	p.mu.Lock()
 	p.rate = 0
-	for _, b := range p.buckets {
-		b.stopped = b.offered
-	}
 	p.mu.Unlock()
 }
 
