@@ -62,12 +62,18 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.GRPCPath, "grpc-path", false, "with -grpc: send Envoy's three descriptors of one path, [org], [org, team], [org, team, user], instead of one [team, user]")
 	fs.StringVar(&cfg.GRPCAddr, "grpc", "", "send each check as Envoy's ShouldRateLimit to the api's gRPC rate limit service at this host:port (QUOTA_GRPC_ADDR) instead of /v1/check")
 	fs.Float64Var(&cfg.HotShare, "hot", 0, "share of traffic sent to one hot org (0..1)")
-	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair); give each mode its own -prefix")
+	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair), rlqs (-proxies simulated Envoy proxies offering -rate in all over Zipf-ranked buckets, then ShouldRateLimit as long; needs -grpc); give each mode its own -prefix")
 	fs.Int64Var(&cfg.Tokens, "tokens", 1000, "-mode multi: tokens per check beside its requests; the tokens limits are the requests limits times this")
 	fs.Int64Var(&cfg.OrgConcurrent, "org-concurrent", 8, "-mode pairs: concurrent limit of requests per org")
 	fs.Int64Var(&cfg.TeamConcurrent, "team-concurrent", 5, "-mode pairs: concurrent limit of requests per team")
 	fs.Int64Var(&cfg.UserConcurrent, "user-concurrent", 3, "-mode pairs: concurrent limit of requests per user")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "-mode pairs: how long each slot is held before its release")
+	var rc loadgen.RLQSConfig
+	fs.IntVar(&rc.Proxies, "proxies", 4, "-mode rlqs: simulated Envoy proxies on the rate limit quota service (needs -grpc)")
+	fs.IntVar(&rc.Buckets, "buckets", 100, "-mode rlqs: buckets each proxy watches, its org's users")
+	fs.Float64Var(&rc.Zipf, "zipf", 1.1, "-mode rlqs: the bucket of rank k is offered a share of 1/k^zipf of its proxy's traffic")
+	fs.DurationVar(&rc.Interval, "report-interval", time.Second, "-mode rlqs: each proxy's reporting interval")
+	fs.StringVar(&rc.MetricsURL, "metrics-url", "", "-mode rlqs: the api's /metrics (QUOTA_METRICS_ADDR), for its CPU seconds in each phase")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "write an HTML latency chart to this file")
 	resp := fs.Int("resp", 0, "write this many check.lua EVALSHAs, as the engine builds them (org -prefix, 3 levels x month + minute, 1,000 users), in the Redis protocol to stdout for redis-cli --pipe, and exit: Redis's own ceiling for the script")
@@ -84,6 +90,16 @@ func run(ctx context.Context, args []string) error {
 	fmt.Fprintf(os.Stderr, "provisioning %d orgs x %d teams through %s...\n", cfg.Orgs, cfg.Teams, cfg.URL)
 	orgs, err := loadgen.Provision(ctx, cfg)
 	if err != nil {
+		return err
+	}
+	if cfg.Mode == loadgen.ModeRLQS {
+		fmt.Fprintf(os.Stderr, "%d proxies for %v, then ShouldRateLimit at %d connections as long...\n", rc.Proxies, cfg.Duration, cfg.Concurrency)
+		rep, err := loadgen.RunRLQS(ctx, cfg, rc, orgs)
+		rep.Text(os.Stdout)
+		if err == nil && *jsonOut != "" {
+			b, _ := json.MarshalIndent(rep, "", "  ")
+			err = os.WriteFile(*jsonOut, b, 0o644)
+		}
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "sending for %v at %d connections...\n", cfg.Duration, cfg.Concurrency)
