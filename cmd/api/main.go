@@ -1,5 +1,5 @@
 // Command quotaplane-api serves the Quotaplane HTTP API, and Envoy's rate limit
-// service over gRPC on QUOTA_GRPC_ADDR. `quotaplane-api demo`
+// service and rate limit quota service over gRPC on QUOTA_GRPC_ADDR. `quotaplane-api demo`
 // instead migrates the database, seeds the demo org and prints how to use it.
 package main
 

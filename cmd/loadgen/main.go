@@ -1,7 +1,9 @@
 // Command loadgen provisions orgs through a running Quotaplane api, drives
 // /v1/check, /v1/check/batch or (-grpc) Envoy's ShouldRateLimit, or (-mode) checks
 // of two metrics or acquire+release pairs of concurrency slots, and reports
-// throughput, latency percentiles and whether any level admitted more than its limit. Traffic goes only to the URL given;
+// throughput, latency percentiles and whether any level admitted more than its limit;
+// or (-mode rlqs) simulated Envoy proxies on the rate limit quota service beside
+// ShouldRateLimit, per server message and per server core. Traffic goes only to the URL given;
 // every run is bounded by -duration or -requests. An api that refuses the requests
 // of a -mode (it lacks that part of the contract) exits with status 3, saying so.
 package main
