@@ -421,8 +421,8 @@ func (st *quotaStream) decide(b *bucket, now time.Time) {
 		return
 	}
 	rate := b.rate
-	if b.last.IsZero() || (rate == 0 && b.sent == sentNone) {
-		rate = firstRate
+	if rate == 0 && b.sent == sentNone {
+		rate = firstRate // no report has said its rate yet
 	}
 	l, err := st.q.s.checks.Lease(st.ctx, st.caller, checks.LeaseInput{Check: b.in, Rate: &rate,
 		Holder: checks.HolderProxy, Life: st.q.lim.AssignmentLife})

@@ -1,17 +1,23 @@
 package rls_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"testing"
 	"time"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/quotaplane/quotaplane/internal/loadgen"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
+	"github.com/quotaplane/quotaplane/internal/rls"
 )
 
 // The proxies are loadgen.Proxy: Envoy's rate_limit_quota filter at its worst for a
@@ -235,5 +241,40 @@ func TestRLQSBadBucketsAndKeys(t *testing.T) {
 		if err := s.Stats().Err; status.Code(err) != codes.Unauthenticated {
 			t.Errorf("key %q: %v, want Unauthenticated", k, err)
 		}
+	}
+}
+
+// A stream watches at most MaxBuckets buckets: one more is DENY_ALL, counting nothing,
+// while the others are decided; a stream silent for IdleTimeout is closed, status OK.
+func TestRLQSBoundedStreams(t *testing.T) {
+	r := newReplicaWith(t, testenv.PostgresURL(t), testenv.ID(t, "r"), replicaOptions{
+		rlqs: rls.RLQSLimits{MaxBuckets: 2, IdleTimeout: 300 * time.Millisecond}})
+	key := setupRLQS(r, "acme", 1000, 0)
+	ids := []map[string]string{{"team": "eng", "user": "u1"}, {"team": "eng", "user": "u2"}, {"team": "eng", "user": "u3"}}
+	p := startProxy(t, r, key, 50, ids...)
+	time.Sleep(500 * time.Millisecond)
+	p.Cut()
+	tokens := 0
+	for _, id := range ids {
+		as, _ := p.Bucket(id)
+		if len(as) > 0 && !as[0].Deny {
+			tokens++
+		}
+	}
+	if tokens != 2 {
+		t.Errorf("%d of 3 buckets had token buckets, want 2 (MaxBuckets)", tokens)
+	}
+
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+key)
+	stream, err := rlqsv3.NewRateLimitQuotaServiceClient(r.conn).StreamRateLimitQuotas(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if _, err := stream.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("a silent stream ended with %v, want its end (OK)", err)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond || d > 5*time.Second {
+		t.Errorf("a silent stream ended after %v, want the idle timeout, 300ms", d)
 	}
 }
