@@ -47,9 +47,11 @@ type ProxyBucket struct {
 
 // Assignment is an assignment as a Proxy received it.
 type Assignment struct {
-	At, End time.Time // received; its TTL's end, or its replacement
-	Worst   float64   // the most it can admit: max_tokens + the refill over its TTL
-	Deny    bool      // DENY_ALL
+	At, End  time.Time // received; its TTL's end, or its replacement
+	Replaced bool      // End is its replacement's arrival
+	TTL      time.Duration
+	Worst    float64 // the most it can admit: max_tokens + the refill over its TTL
+	Deny     bool    // DENY_ALL
 }
 
 type proxyBucket struct {
@@ -126,7 +128,7 @@ func (p *Proxy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Ti
 	}
 	b.refill(now)
 	if n := len(b.assignments); n > 0 && b.assignments[n-1].End.After(now) {
-		b.assignments[n-1].End = now
+		b.assignments[n-1].End, b.assignments[n-1].Replaced = now, true
 	}
 	ttl := qa.GetAssignmentTimeToLive().AsDuration()
 	b.live, b.expires, b.last = true, now.Add(ttl), now
@@ -136,7 +138,7 @@ func (p *Proxy) apply(a *rlqsv3.RateLimitQuotaResponse_BucketAction, now time.Ti
 		b.max = float64(tb.GetMaxTokens())
 		b.tokens = b.max // a fresh full bucket, even when the strategy is the same
 		b.perSecond = float64(tb.GetTokensPerFill().GetValue()) / tb.GetFillInterval().AsDuration().Seconds()
-		b.assignments = append(b.assignments, Assignment{At: now, End: now.Add(ttl), Worst: b.max + b.perSecond*ttl.Seconds()})
+		b.assignments = append(b.assignments, Assignment{At: now, End: now.Add(ttl), TTL: ttl, Worst: b.max + b.perSecond*ttl.Seconds()})
 		return
 	}
 	if s.GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
@@ -272,15 +274,20 @@ func (p *Proxy) Bucket(id map[string]string) ([]Assignment, int64) {
 }
 
 // Unreported is the most the proxy may have admitted under assignments a server could
-// not have settled by its last report: those live then, or ended less than lag and an
-// interval before it.
+// not have settled by its last report: those that ended (replaced, or expired with the
+// slack internal/rls reckons, a quarter of the TTL and at least 50 ms) less than lag
+// and an interval before it, or not at all.
 func (p *Proxy) Unreported(lag time.Duration) float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var w float64
 	for _, b := range p.buckets {
 		for _, a := range b.assignments {
-			if !a.Deny && a.End.Add(lag+p.interval).After(p.reported) {
+			end := a.End
+			if !a.Replaced {
+				end = a.At.Add(a.TTL + max(a.TTL/4, 50*time.Millisecond))
+			}
+			if !a.Deny && end.Add(lag+p.interval).After(p.reported) {
 				w += a.Worst
 			}
 		}
