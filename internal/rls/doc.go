@@ -133,8 +133,9 @@
 //     concurrent limits, capacities, priced spend, an org not enforcing) is DENY_ALL;
 //     the service failing is DENY_ALL for errorTTL, then decided again.
 //   - Bounded streams: MaxBuckets buckets per stream (past twice that, not answered),
-//     IdleTimeout, gRPC's 4 MiB message. One goroutine runs a stream's decisions and
-//     sends; another receives.
+//     IdleTimeout, gRPC's 4 MiB message (TestRLQSBoundedStreams). One goroutine runs a
+//     stream's decisions and sends; another receives. A stream holds one of the
+//     server's stream workers (Limits.StreamWorkers) for its life.
 //   - The way to the proxy. A TTL runs from when the proxy receives it: it may admit
 //     past the end of the sliding window's bucket its lease was counted in by the
 //     one-way delay, and a report straddling such an end is counted oldest first (up
