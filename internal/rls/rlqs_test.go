@@ -2,6 +2,7 @@ package rls_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/quotaplane/quotaplane/internal/httpapi/api"
 	"github.com/quotaplane/quotaplane/internal/loadgen"
 	"github.com/quotaplane/quotaplane/internal/platform/testenv"
 	"github.com/quotaplane/quotaplane/internal/rls"
@@ -276,5 +278,29 @@ func TestRLQSBoundedStreams(t *testing.T) {
 	}
 	if d := time.Since(start); d < 250*time.Millisecond || d > 5*time.Second {
 		t.Errorf("a silent stream ended after %v, want the idle timeout, 300ms", d)
+	}
+}
+
+// A key revoked while its stream is open ends the stream (Unauthenticated) at the
+// next report: the key is checked again on every report.
+func TestRLQSRevokedKeyEndsTheStream(t *testing.T) {
+	r := newReplica(t, testenv.PostgresURL(t), testenv.ID(t, "r"))
+	setupRLQS(r, "acme", 1000, 0)
+	var k api.ApiKeyCreated
+	if err := json.Unmarshal([]byte(r.mustDo("POST", "/v1/orgs/acme/api-keys", `{"name":"edge","scopes":["check"]}`, 201)), &k); err != nil {
+		t.Fatal(err)
+	}
+	p := startProxy(t, r, k.Secret, 50, map[string]string{"team": "eng", "user": "frank"})
+	time.Sleep(300 * time.Millisecond)
+	if err := p.Stats().Err; err != nil {
+		t.Fatalf("the stream ended before the key was revoked: %v", err)
+	}
+	r.mustDo("DELETE", "/v1/orgs/acme/api-keys/"+string(k.Id), "", 204)
+	deadline := time.Now().Add(3 * time.Second)
+	for p.Stats().Err == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := p.Stats().Err; status.Code(err) != codes.Unauthenticated {
+		t.Errorf("after the key's revocation the stream ended with %v, want Unauthenticated within a second and a report", err)
 	}
 }
