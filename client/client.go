@@ -38,6 +38,11 @@
 //     ErrConfiguration), and errors.As finds the cause), and the API's 4xx answers
 //     (a bad key, a missing scope, a bad request: a *Error).
 //
+// WithLeases decides the checks of a hot path in the caller's process from a lease
+// the server sized and took from every level (CheckResult.Leased), settled with what
+// it admitted; WithBatching sends concurrent checks as one batch request. Close
+// settles the leases (README.md "Client leases and batching").
+//
 // Hooks (WithHooks) see every attempt, retry and decision; WithLogger logs them with
 // log/slog. Every request says User-Agent: quotaplane-go/<Version>, and carries the
 // headers of WithHeaders and WithHeaderFunc (how a W3C traceparent is sent: see

@@ -214,6 +214,7 @@ type leaser struct {
 
 	open    sync.Map     // *clientLease -> struct{}: taken and not settled (or given up)
 	openN   atomic.Int64 // len(open)
+	running atomic.Int64 // renew goroutines: a lease they take is settled before they end once closing
 	closing atomic.Bool
 }
 
@@ -349,7 +350,9 @@ func (l *clientLease) result() *CheckResult {
 // next when p is hot, in the background: in the settlement's round trip, or on its
 // own for a path without a lease. The caller holds p.busy; renew releases it.
 func (m *leaser) renew(p *leasePath, l *clientLease, req CheckRequest, rate int64) {
+	m.running.Add(1)
 	go func() {
+		defer m.running.Add(-1)
 		defer p.release()
 		hot := float64(rate) >= m.threshold && !m.closing.Load()
 		switch cur := p.cur.Load(); {
@@ -470,9 +473,9 @@ func (m *leaser) end(l *clientLease, renew bool, rate int64, req CheckRequest) {
 	}
 	defer func() { m.open.Delete(l); m.openN.Add(-1) }()
 	info := LeaseInfo{ID: l.id, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, Units: l.units, Used: used}
+	send := mono() // of the first attempt: a repeat answers the lease the first one took
 	for failed := false; ; failed = true {
 		renew = renew && !failed && !m.closing.Load()
-		send := mono()
 		a, err := m.settle(l.id, used, renew, rate)
 		var e *Error
 		switch {
@@ -482,8 +485,13 @@ func (m *leaser) end(l *clientLease, renew bool, rate int64, req CheckRequest) {
 			if failed {
 				p.quiet.Store(mono() + int64(leasePause))
 			}
-			if a.Next != nil && renew {
+			if a.Next != nil { // asked now, or by an attempt whose answer was lost: settled at once when not wanted
 				m.install(p, a.Next, send, req)
+				if !renew {
+					if n := p.cur.Load(); n != nil && n.id == a.Next.ID {
+						m.end(n, false, 0, req)
+					}
+				}
 			}
 			return
 		case errors.As(err, &e) && e.StatusCode < 500: // 404, 409: the server knows it no more, or settled it
@@ -543,7 +551,7 @@ func (m *leaser) close(deadline time.Time) error {
 		go m.end(l, false, 0, CheckRequest{Org: l.path.key.org, Team: l.path.key.team, User: l.path.key.user, Metric: l.path.key.metric})
 		return true
 	})
-	for m.openN.Load() > 0 {
+	for m.openN.Load() > 0 || m.running.Load() > 0 {
 		if time.Now().After(deadline) {
 			return errors.New("quotaplane client: close: leases still settling at the deadline (the server counts them whole)")
 		}
