@@ -438,10 +438,12 @@ func (m *leaser) install(p *leasePath, a *leaseAnswer, send int64, req CheckRequ
 	l := &clientLease{path: p, id: a.ID, units: a.Units, endNs: send + ttl, renewNs: send + ttl*3/4,
 		renewAt: max((a.Units*3+3)/4, 1), settleBy: send + ttl + grace, levels: a.Levels}
 	l.rl = tightest(a.Levels, true, nil, 0, time.Now())
+	// The timer's settlement waits for p.busy, which the caller holds until l is
+	// installed; Close finds l in open only once its timer is set.
+	l.timer = time.AfterFunc(time.Duration(l.endNs-mono()), func() { m.expire(l, req) })
 	m.openN.Add(1)
 	m.open.Store(l, struct{}{})
 	m.event(LeaseInfo{Event: LeaseTaken, ID: l.id, Org: req.Org, Team: req.Team, User: req.User, Metric: req.Metric, Units: l.units})
-	l.timer = time.AfterFunc(time.Duration(l.endNs-mono()), func() { m.expire(l, req) })
 	p.cur.Store(l)
 	if m.closing.Load() { // Close began while it was taken, and may have missed it
 		m.end(l, false, 0, req)
