@@ -13,6 +13,7 @@
 # and redis-server; load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench/lib.sh
 for tool in curl psql redis-server redis-cli; do
   command -v "$tool" >/dev/null || { echo "bench-zipf: $tool is not installed"; exit 0; }
 done
@@ -29,15 +30,7 @@ port=${BENCH_ZIPF_PORT:-18291}
 rport=$((port + 5))
 secs=${BENCH_ZIPF_SECONDS:-5}
 rounds=${BENCH_ZIPF_ROUNDS:-1}
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$tmp/redis.log" 2>&1 &
-pids+=($!)
-redis_url=redis://127.0.0.1:$rport/0
-for _ in $(seq 50); do redis-cli -u "$redis_url" ping >/dev/null 2>&1 && break; sleep 0.1; done
-base=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quotaplane?sslmode=disable}
-bench_db="qp_zipf_$$"
-db_url=$(sed -E "s#/[^/?]*(\\?|\$)#/$bench_db\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
-db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
-token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+private_stack "qp_zipf_$$" "$rport"
 go build -o "$tmp/api" ./cmd/api
 go build -o "$tmp/loadgen" ./cmd/loadgen
 DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$port QUOTA_GRPC_ADDR=127.0.0.1:0 QUOTA_ADMIN_TOKEN=$token \

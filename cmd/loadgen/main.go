@@ -126,25 +126,16 @@ func run(ctx context.Context, args []string) error {
 // runZipf provisions and runs -mode zipf: one org of one team of 100,000 users, limits
 // far away (unless flags say otherwise), three phases of -duration each.
 func runZipf(ctx context.Context, fs *flag.FlagSet, cfg loadgen.Config, s float64, batch time.Duration, jsonOut string) error {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if !set["users"] {
-		cfg.Users = 100_000
-	}
-	if !set["orgs"] {
-		cfg.Orgs = 1
-	}
-	if !set["teams"] {
-		cfg.Teams = 1
-	}
-	if !set["user-month"] {
-		cfg.UserMonth = 1_000_000_000
-	}
-	if !set["team-month"] {
-		cfg.TeamMonth = 100_000_000_000_000
-	}
-	if !set["org-month"] {
-		cfg.OrgMonth = 100_000_000_000_000
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for flag, set := range map[string]func(){ // unless the flag is given
+		"users": func() { cfg.Users = 100_000 }, "orgs": func() { cfg.Orgs = 1 }, "teams": func() { cfg.Teams = 1 },
+		"user-month": func() { cfg.UserMonth = 1_000_000_000 }, "team-month": func() { cfg.TeamMonth = 100_000_000_000_000 },
+		"org-month": func() { cfg.OrgMonth = 100_000_000_000_000 },
+	} {
+		if !given[flag] {
+			set()
+		}
 	}
 	cfg.Progress = os.Stderr
 	fmt.Fprintf(os.Stderr, "provisioning %d orgs x %d teams (%d users each) through %s...\n", cfg.Orgs, cfg.Teams, cfg.Users, cfg.URL)

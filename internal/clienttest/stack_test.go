@@ -95,20 +95,9 @@ func (e *env) client(opts ...client.Option) *client.Client {
 	return c
 }
 
-// used is what the level and window of a check of metric by alice of eng has used,
-// read with a query (cost 0) through the operator token.
+// used is what the level and window of a check of metric by alice of eng has used
+// (usedBy).
 func (e *env) used(metric, level, window string) int64 {
 	e.t.Helper()
-	c, _ := client.New(e.url(), e.st.OperatorToken)
-	res, err := c.Check(e.t.Context(), client.CheckRequest{Org: e.org, Team: "eng", User: "alice", Metric: metric, Query: true})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, l := range res.Levels {
-		if l.Level == level && l.Window == window {
-			return l.Used
-		}
-	}
-	e.t.Fatalf("no %s %s level of %s in %+v", level, window, metric, res.Levels)
-	return 0
+	return e.usedBy("alice", metric, level, window)
 }

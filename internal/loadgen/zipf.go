@@ -258,15 +258,6 @@ func (r ZipfReport) Text(w io.Writer) {
 	for _, e := range r.ErrorSample {
 		fmt.Fprintln(w, "error      "+e)
 	}
-	if r.Verified {
-		fmt.Fprintln(w, "verified   no level admitted more than its limit; the api counted at least what the answers allowed")
-	} else {
-		fmt.Fprintf(w, "OVER-ADMISSION at %d levels:\n", len(r.OverAdmit))
-		for _, o := range r.OverAdmit {
-			fmt.Fprintln(w, "  "+o)
-		}
-	}
-	for _, n := range r.VerifyNotes {
-		fmt.Fprintln(w, "note       "+n)
-	}
+	writeVerified(w, r.Verified, "no level admitted more than its limit; the api counted at least what the answers allowed",
+		r.OverAdmit, r.VerifyNotes)
 }
