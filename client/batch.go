@@ -11,15 +11,27 @@ import (
 // maxBatch is the most checks one POST /v1/check/batch carries (API.md "Check").
 const maxBatch = 100
 
+// batchesInFlight bounds the batch requests a client has in flight: each check of a
+// batch holds one of its org's in-flight checks on the server (256 by default,
+// QUOTA_MAX_INFLIGHT_PER_ORG) until the batch is answered, so two full batches stay
+// under it where ten at once would be refused in part (503). The checks that arrive
+// meanwhile fill the next batches.
+const batchesInFlight = 2
+
 // batcher coalesces the checks of a client (WithBatching): the first check starts a
 // batch and a timer of wait; the batch is sent when the timer fires or when it holds
 // maxBatch checks, whichever comes first, by exactly one of them (whoever detaches it
 // from cur under mu).
 type batcher struct {
-	c    *Client
-	wait time.Duration
-	mu   sync.Mutex
-	cur  *pending
+	c      *Client
+	wait   time.Duration
+	mu     sync.Mutex
+	cur    *pending
+	flying chan struct{} // a slot per batch request in flight (batchesInFlight)
+}
+
+func newBatcher(c *Client, wait time.Duration) *batcher {
+	return &batcher{c: c, wait: wait, flying: make(chan struct{}, batchesInFlight)}
 }
 
 // pending is a batch being filled, then sent.
@@ -101,6 +113,10 @@ func (b *batcher) send(p *pending) {
 	c := b.c
 	p.outs = make([]checkOutcome, len(p.reqs))
 	defer close(p.done)
+	if len(p.reqs) > 1 {
+		b.flying <- struct{}{}
+		defer func() { <-b.flying }()
+	}
 	var live []int
 	for i, ctx := range p.ctxs {
 		if ctx.Err() == nil {

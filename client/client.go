@@ -220,9 +220,10 @@ func WithLeaseThreshold(unitsPerSecond float64) Option {
 
 // WithBatching coalesces checks: the checks a Check sends (not decided from a
 // lease) that arrive within wait of the first go out together as one POST
-// /v1/check/batch (at most 100 a request; a lone one as POST /v1/check). Each
-// caller gets its own check's result or error, as Check without batching gives
-// it; a check costs up to wait more. Off (0) by default.
+// /v1/check/batch (at most 100 a request, two requests in flight at once, each
+// check holding one of its org's in-flight checks on the server; a lone one as POST
+// /v1/check). Each caller gets its own check's result or error, as Check without
+// batching gives it; a check costs up to wait more. Off (0) by default.
 func WithBatching(wait time.Duration) Option { return func(c *Client) { c.batchWait = wait } }
 
 // Close settles every lease the client holds (WithLeases: with what each admitted,
@@ -264,7 +265,7 @@ func New(baseURL, key string, opts ...Option) (*Client, error) {
 		c.leases = newLeaser(c, c.leaseThreshold)
 	}
 	if c.batchWait > 0 {
-		c.batch = &batcher{c: c, wait: c.batchWait}
+		c.batch = newBatcher(c, c.batchWait)
 	}
 	return c, nil
 }

@@ -243,7 +243,7 @@ const leaseChildEnv = "QUOTAPLANE_LEASE_CHILD"
 // taking (at most 1/16 of the headroom).
 func TestLeasesKilledProcess(t *testing.T) {
 	const limit, workers = 20000, 4
-	e := newEnvPlan(t, `{"metric":"tokens","window":"month","limit":20000}`, "")
+	e := newEnvPlan(t, `{"metric":"tokens","window":"month","limit":20000},{"metric":"requests","window":"minute","limit":1000}`, "")
 	type child struct {
 		cmd      *exec.Cmd
 		admitted atomic.Int64
