@@ -9,7 +9,7 @@
 # baseline, the share decided in the client's process, checks per request, and the
 # verification (nothing admitted past a limit; the api counted what was allowed, once
 # the leasing clients closed). docs/PERFORMANCE.md "Client leases" states the figures.
-# BENCH_ZIPF_ROUNDS (1), BENCH_ZIPF_SECONDS, BENCH_ZIPF_PORT tune it. Needs curl, psql
+# BENCH_ZIPF_ROUNDS (1), BENCH_ZIPF_SECONDS, BENCH_ZIPF_WORKERS (50), BENCH_ZIPF_PORT tune it. Needs curl, psql
 # and redis-server; load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,8 +38,8 @@ DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$port QUOTA_
 pids+=($!)
 url=http://127.0.0.1:$port
 for _ in $(seq 100); do curl -sf "$url/healthz" >/dev/null && break; sleep 0.2; done
-echo "Client leases, Zipf load: one api on a private redis-server :$rport, loadgen -mode zipf, 50 workers, 3 phases of ${secs}s, $rounds round(s)..."
+echo "Client leases, Zipf load: one api on a private redis-server :$rport, loadgen -mode zipf, ${BENCH_ZIPF_WORKERS:-50} workers, 3 phases of ${secs}s, $rounds round(s)..."
 for round in $(seq "$rounds"); do
-  "$tmp/loadgen" -mode zipf -url "$url" -token "$token" -prefix "zipf$$r$round" -c 50 -duration "${secs}s" 2> "$tmp/lg.err" ||
+  "$tmp/loadgen" -mode zipf -url "$url" -token "$token" -prefix "zipf$$r$round" -c "${BENCH_ZIPF_WORKERS:-50}" -duration "${secs}s" 2> "$tmp/lg.err" ||
     { echo "loadgen -mode zipf failed:" >&2; tail -n 5 "$tmp/lg.err" "$tmp/api.log" >&2; exit 1; }
 done
