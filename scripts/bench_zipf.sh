@@ -20,12 +20,7 @@ done
 tmp=$(mktemp -d)
 pids=()
 bench_db=
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  [ -n "$bench_db" ] && psql -q "$db_admin" -c "drop database if exists $bench_db" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap private_cleanup EXIT
 port=${BENCH_ZIPF_PORT:-18291}
 rport=$((port + 5))
 secs=${BENCH_ZIPF_SECONDS:-5}

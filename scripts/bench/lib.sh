@@ -52,3 +52,11 @@ private_stack() {
   db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
   token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
 }
+
+# private_cleanup: the EXIT trap of private_stack's users: kills pids, drops
+# bench_db, removes tmp.
+private_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  [ -n "$bench_db" ] && psql -q "$db_admin" -c "drop database if exists $bench_db" 2>/dev/null || true
+  rm -rf "$tmp"
+}
