@@ -530,7 +530,14 @@ func (m *leaser) settle(id string, used int64, renew bool, rate int64) (*settleA
 	if b := m.c.settleBudget; b > 0 && b < budget {
 		budget = b
 	}
-	r, err := m.c.doRetries(context.Background(), budget, m.c.retries, http.MethodPost,
+	// A renewing settlement is sent once: a repeat whose first answer was lost may take
+	// another next lease while the first stays unsettled (counted whole). end retries
+	// it without renew, and settles a next lease such a repeat still answers.
+	retries := m.c.retries
+	if renew {
+		retries = 0
+	}
+	r, err := m.c.doRetries(context.Background(), budget, retries, http.MethodPost,
 		"/v1/leases/"+url.PathEscape(id)+"/settle", in)
 	if err != nil {
 		return nil, err

@@ -387,7 +387,7 @@ func TestLeaseSettledWithinASecondOfItsEnd(t *testing.T) {
 func TestLeaseSettlementRetried(t *testing.T) {
 	f := newLeaseFake(t)
 	f.lease = func(int) (int64, time.Duration, string) { return 200, 200 * time.Millisecond, "" }
-	f.settleFails = 6 // the first settlement's three attempts, and its first retry's
+	f.settleFails = 6 // six attempts answered 503: the renewing one, then retries without renew
 	c := f.client(t, client.WithLeases(), client.WithBackoff(time.Millisecond))
 	leased, sent := hammer(t, c, client.CheckRequest{Org: "acme", User: "alice"}, 4, 800*time.Millisecond)
 	if err := c.Close(); err != nil {
