@@ -106,13 +106,13 @@ func (c *Config) defaults() error {
 	case "":
 		c.Mode = ModeCheck
 	case ModeCheck:
-	case ModeMulti, ModePairs:
+	case ModeMulti, ModePairs, ModeZipf:
 		if c.GRPCAddr != "" || c.Batch > 1 {
 			return errMode
 		}
 	case ModeRLQS: // provisioned as ModeCheck; RunRLQS needs GRPCAddr
 	default:
-		return fmt.Errorf("loadgen: mode %q: one of %s, %s, %s, %s", c.Mode, ModeCheck, ModeMulti, ModePairs, ModeRLQS)
+		return fmt.Errorf("loadgen: mode %q: one of %s, %s, %s, %s, %s", c.Mode, ModeCheck, ModeMulti, ModePairs, ModeZipf, ModeRLQS)
 	}
 	if c.Tokens <= 0 {
 		c.Tokens = 1000

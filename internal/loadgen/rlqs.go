@@ -28,7 +28,7 @@ const ModeRLQS = "rlqs"
 type RLQSConfig struct {
 	Proxies  int           // simulated proxies, on the orgs round robin (default 4)
 	Buckets  int           // buckets each watches (default 100): its org's users by rank
-	Zipf     float64       // the bucket of rank k is offered a share of 1/k^Zipf (default 1.1)
+	Zipf     float64       // the bucket of rank k is offered a share of 1/k^Zipf (default DefaultZipfS)
 	Interval time.Duration // each proxy's reporting interval (default 1 s, Envoy's usual)
 	// MetricsURL is the api's Prometheus endpoint (QUOTA_METRICS_ADDR's /metrics): its
 	// process_cpu_seconds_total before and after each phase is the server's CPU; ""
@@ -97,7 +97,7 @@ func RunRLQS(ctx context.Context, cfg Config, rc RLQSConfig, orgs []Org) (RLQSRe
 		rc.Buckets = 100
 	}
 	if rc.Zipf <= 0 {
-		rc.Zipf = 1.1
+		rc.Zipf = DefaultZipfS
 	}
 	if rc.Interval <= 0 {
 		rc.Interval = time.Second
@@ -125,8 +125,8 @@ func RunRLQS(ctx context.Context, cfg Config, rc RLQSConfig, orgs []Org) (RLQSRe
 		o := &orgs[i%len(orgs)]
 		bs := make([]ProxyBucket, rc.Buckets)
 		for k := range bs {
-			bs[k] = ProxyBucket{ID: map[string]string{"team": o.Teams[k%len(o.Teams)], "user": fmt.Sprintf("u%d", k/len(o.Teams))},
-				Rate: cfg.Rate / float64(rc.Proxies) * shares[k]}
+			team, user := o.rank(k) // ModeZipf's order of an org's paths
+			bs[k] = ProxyBucket{ID: map[string]string{"team": team, "user": user}, Rate: cfg.Rate / float64(rc.Proxies) * shares[k]}
 		}
 		p, err := StartProxy(conn, o.Key, rc.Interval, bs)
 		if err != nil {
