@@ -209,3 +209,31 @@ func TestRunZipf(t *testing.T) {
 		t.Errorf("leases + batching: %d of %d checks leased in %d requests", lb.Leased, lb.Checks, lb.Requests)
 	}
 }
+
+// -mode rlqs against the real api: proxies on the rate limit quota service admit from
+// their assignments, fewer server messages than requests admitted, then
+// ShouldRateLimit's phase runs verified. The server's CPU is read from Prometheus text.
+func TestRunRLQS(t *testing.T) {
+	ctx := context.Background()
+	url, grpcAddr := apiServer(t)
+	cfg := loadgen.Config{URL: url, AdminToken: token, Prefix: "q", Orgs: 2, Teams: 2, Users: 10, UserMonth: 1_000_000,
+		Concurrency: 4, Duration: 1500 * time.Millisecond, Rate: 4000, GRPCAddr: grpcAddr, Mode: loadgen.ModeRLQS}
+	orgs, err := loadgen.Provision(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := loadgen.RunRLQS(ctx, cfg, loadgen.RLQSConfig{Proxies: 2, Buckets: 20, Interval: 200 * time.Millisecond}, orgs)
+	var text bytes.Buffer
+	rep.Text(&text)
+	t.Log("\n" + text.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Admitted < 1000 || rep.PerMessage() < 2 || len(rep.Faults)+len(rep.StreamErrs) > 0 || !rep.RLS.Verified || rep.RLS.Allowed == 0 {
+		t.Errorf("report: %s", text.String())
+	}
+	cpu, err := loadgen.CPUSeconds(strings.NewReader("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"))
+	if err != nil || cpu != 12.5 {
+		t.Errorf("CPU seconds %v, %v; want 12.5", cpu, err)
+	}
+}

@@ -78,9 +78,14 @@ type zipfPicker struct {
 func (p *zipfPicker) pick() (o *Org, team, user string) {
 	r := int(p.z.Uint64())
 	o = &p.orgs[r%len(p.orgs)]
-	r /= len(p.orgs)
-	team = o.Teams[r%len(o.Teams)]
-	return o, team, fmt.Sprintf("u%d", r/len(o.Teams))
+	team, user = o.rank(r / len(p.orgs))
+	return o, team, user
+}
+
+// rank is the team and user of o's path of rank r (0 the hottest) in the Zipf modes'
+// order: team r % teams, then user.
+func (o *Org) rank(r int) (team, user string) {
+	return o.Teams[r%len(o.Teams)], fmt.Sprintf("u%d", r/len(o.Teams))
 }
 
 // RunZipf runs the Zipf mode's three phases over orgs and verifies, after the
