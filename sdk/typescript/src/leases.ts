@@ -103,6 +103,9 @@ class Lease {
   readonly deadline: number;
   readonly renewAt: number;
   readonly settleBy: string;
+  // settle_by on this process's monotonic clock: as far after the local deadline as
+  // the server's settle_by is after its expires_at (no wall clock compared).
+  readonly settleByLocal: number;
   readonly levels: LevelStatus[];
   readonly rateLimit: RateLimit | undefined;
   timer: ReturnType<typeof setTimeout> | undefined;
@@ -113,6 +116,8 @@ class Lease {
     this.deadline = sentAt + g.ttl_ms;
     this.renewAt = sentAt + g.ttl_ms * renewAhead;
     this.settleBy = g.settle_by;
+    const grace = Date.parse(g.settle_by) - Date.parse(g.expires_at);
+    this.settleByLocal = this.deadline + (Number.isFinite(grace) ? grace : 0);
     this.levels = g.levels ?? [];
     this.rateLimit = rateLimit;
   }
@@ -329,7 +334,7 @@ export class Leases {
       body.rate = round(p.rate(now));
     }
     const sentAt = performance.now();
-    const budget = Date.parse(l.settleBy) - Date.now() - settleMarginMs;
+    const budget = l.settleByLocal - performance.now() - settleMarginMs;
     const settle = (budget > 0 ? this.#t.post(`/v1/leases/${encodeURIComponent(l.id)}/settle`, body, budget, Number.MAX_SAFE_INTEGER) : Promise.reject(new Error("quotaplane: settle_by passed before the lease could be settled"))).then(
       (ans) => {
         const a = ans as SettleAnswer;

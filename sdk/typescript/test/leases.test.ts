@@ -89,18 +89,23 @@ async function leaseServer(opts: { units: number; ttlMs: number; delayMs: number
 }
 
 describe("client leases against a scripted server that answers late", () => {
-  it("admit only before sent + ttl_ms and within units, settle exactly what they admitted, one at a time", async () => {
-    const srv = await leaseServer({ units: 400, ttlMs: 200, delayMs: 120 });
+  // Bound by time (a lease outlasts no ttl_ms from when it was asked for, however late
+  // the answer came), then by units.
+  for (const units of [1_000_000, 400]) it(`admit only before sent + ttl_ms and within units (${units}), settle exactly what they admitted, one at a time`, async () => {
+    const srv = await leaseServer({ units, ttlMs: 200, delayMs: 120 });
     const client = new QuotaplaneClient({ baseUrl: srv.url, key: "k", leases: true, leaseThreshold: 20 });
-    const admitted = new Map<string, number[]>(); // lease id -> performance.now() of each admission
+    const admitted = new Map<string, number[]>(); // lease id -> performance.now() when each check it admitted was called
     const end = performance.now() + 1500;
     let sent = 0;
     while (performance.now() < end) {
+      // A check is admitted no earlier than it was called: what is recorded is a lower
+      // bound of its admission (a pause before the caller resumes cannot fail the test).
+      const called = performance.now();
       const out = await client.check({ org: "acme", user: "alice" });
       assert.equal(out.allowed, true);
       if (out.leased) {
         const id = out.idempotencyKey.slice(0, out.idempotencyKey.lastIndexOf(":"));
-        (admitted.get(id) ?? admitted.set(id, []).get(id)!).push(performance.now());
+        (admitted.get(id) ?? admitted.set(id, []).get(id)!).push(called);
       } else sent++;
       if (sent % 8 === 0) await new Promise((r) => setImmediate(r)); // let answers in
     }
@@ -119,7 +124,8 @@ describe("client leases against a scripted server that answers late", () => {
       assert.ok(last < l.arrived + l.ttlMs, `lease ${l.id} admitted ${(last - l.arrived - l.ttlMs).toFixed(1)} ms after arrival + ttl_ms`);
       assert.ok(l.settled.at <= l.arrived + l.ttlMs + 1000, `lease ${l.id} settled ${(l.settled.at - l.arrived - l.ttlMs).toFixed(0)} ms after its end`);
     }
-    console.log(`scripted: ${total} checks leased from ${srv.leases.size} leases, ${srv.checks} sent one by one`);
+    await srv.close();
+    console.log(`scripted (${units} units a lease): ${total} checks leased from ${srv.leases.size} leases, ${srv.checks} sent one by one`);
     assert.ok(total > srv.checks, `${total} leased, ${srv.checks} sent`);
   });
 
@@ -211,5 +217,68 @@ describe("client leases and coalescing against quotaplane-api", () => {
     console.log(`coalescing: 1000 concurrent checks in ${counting.total()} requests (${JSON.stringify(Object.fromEntries(counting.count))})`);
     assert.ok(counting.total() <= 20, `${counting.total()} requests`);
     await client.close();
+  });
+
+  it("leases a hot path: far fewer requests than checks, and counts exactly what it admitted once closed", async () => {
+    const { org, key } = await stack.org({ limits: [{ metric: "requests", window: "month", limit: 10_000_000 }] });
+    await stack.api_("POST", `/v1/orgs/${org}/teams`, { id: "eng", name: "eng", user_limits: [{ metric: "requests", window: "month", limit: 1_000_000 }] });
+    const counting = countingFetch();
+    const events: LeaseEvent[] = [];
+    const client = new Client({ baseUrl: stack.baseUrl, key, leases: true, fetch: counting.fetch, onLease: (e) => events.push(e) });
+    const n = 20_000;
+    let leased = 0;
+    const started = performance.now();
+    for (let i = 0; i < n; i++) {
+      const out = await client.check({ org, team: "eng", user: "hot" });
+      assert.equal(out.allowed, true);
+      if (out.leased) {
+        leased++;
+        assert.equal(out.decidedBy, "quotaplane");
+        assert.ok(out.result!.levels.some((l) => l.level === "user" && l.id === "hot"));
+      }
+    }
+    const ms = performance.now() - started;
+    await client.close();
+    const settled = events.filter((e) => e.event === "settled").reduce((s, e) => s + (e.used ?? 0), 0);
+    const taken = events.filter((e) => e.event === "taken");
+    console.log(
+      `hot path: ${n} checks in ${ms.toFixed(0)} ms (${((n / ms) * 1000).toFixed(0)}/s), ${leased} leased, ${counting.total()} requests ` +
+        `(${JSON.stringify(Object.fromEntries(counting.count))}), ${taken.length} leases of ${Math.min(...taken.map((e) => e.units!))} to ${Math.max(...taken.map((e) => e.units!))} units`,
+    );
+    assert.ok(leased >= n * 0.9, `${leased} of ${n} leased`);
+    assert.ok(counting.total() <= n / 20, `${counting.total()} requests for ${n} checks`);
+    assert.equal(settled, leased, "the leases settled exactly what they admitted");
+    assert.ok(events.filter((e) => e.event === "taken").every((t) => events.some((s) => s.event === "settled" && s.id === t.id)), "every lease settled");
+    const probe = new QuotaplaneClient({ baseUrl: stack.baseUrl, key });
+    const counted = (await probe.check({ org, team: "eng", user: "hot", cost: 0 })).result!.levels.find((l) => l.level === "user")!.used;
+    assert.equal(counted, n, "counted exactly what was admitted");
+  });
+
+  it("never leases a check of an org whose plan says client_leases off", async (t) => {
+    const plan = `plan-off-${Math.random().toString(16).slice(2, 10)}`;
+    const org = `org-off-${Math.random().toString(16).slice(2, 10)}`;
+    try {
+      await stack.api_("POST", "/v1/plans", { id: plan, name: plan, fail_mode: "closed", client_leases: "off", limits: [{ metric: "requests", window: "month", limit: 1_000_000 }] });
+    } catch (err) {
+      if (/client_leases/.test(String(err))) return t.skip(`the api does not know client_leases yet: ${err}`);
+      throw err;
+    }
+    await stack.api_("POST", "/v1/orgs", { id: org, name: org, plan });
+    const key = (await stack.api_("POST", `/v1/orgs/${org}/api-keys`, { name: "off", scopes: ["check"] })).secret as string;
+    const events: LeaseEvent[] = [];
+    const client = new QuotaplaneClient({ baseUrl: stack.baseUrl, key, leases: true, leaseThreshold: 10, onLease: (e) => events.push(e) });
+    const end = performance.now() + 2500;
+    let checks = 0;
+    while (performance.now() < end) {
+      const out = await client.check({ org });
+      assert.equal(out.allowed, true);
+      assert.equal(out.leased, undefined, "a check of a leases-off org was leased");
+      checks++;
+    }
+    await client.close();
+    const refused = events.filter((e) => e.event === "refused");
+    console.log(`leases off: ${checks} checks, none leased; lease requests refused ${refused.length} times (${[...new Set(refused.map((e) => e.reason))].join(", ")})`);
+    assert.ok(refused.length >= 1 && refused.every((e) => e.reason === "client_leases_off"), JSON.stringify(events.slice(0, 5)));
+    assert.equal(events.filter((e) => e.event === "taken").length, 0);
   });
 });
