@@ -86,6 +86,30 @@ func (e HealthStatus) Valid() bool {
 	}
 }
 
+// Defines values for LeaseReason.
+const (
+	LeaseReasonClientLeasesOff LeaseReason = "client_leases_off"
+	LeaseReasonNearLimit       LeaseReason = "near_limit"
+	LeaseReasonNotLeasable     LeaseReason = "not_leasable"
+	LeaseReasonWindowEdge      LeaseReason = "window_edge"
+)
+
+// Valid indicates whether the value is a known member of the LeaseReason enum.
+func (e LeaseReason) Valid() bool {
+	switch e {
+	case LeaseReasonClientLeasesOff:
+		return true
+	case LeaseReasonNearLimit:
+		return true
+	case LeaseReasonNotLeasable:
+		return true
+	case LeaseReasonWindowEdge:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for OnExpiry.
 const (
 	OnExpiryCommit  OnExpiry = "commit"
@@ -98,6 +122,27 @@ func (e OnExpiry) Valid() bool {
 	case OnExpiryCommit:
 		return true
 	case OnExpiryRelease:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for OrgClientLeases.
+const (
+	OrgClientLeasesAuto OrgClientLeases = "auto"
+	OrgClientLeasesOff  OrgClientLeases = "off"
+	OrgClientLeasesPlan OrgClientLeases = "plan"
+)
+
+// Valid indicates whether the value is a known member of the OrgClientLeases enum.
+func (e OrgClientLeases) Valid() bool {
+	switch e {
+	case OrgClientLeasesAuto:
+		return true
+	case OrgClientLeasesOff:
+		return true
+	case OrgClientLeasesPlan:
 		return true
 	default:
 		return false
@@ -158,6 +203,24 @@ func (e OrgUnknownUsers) Valid() bool {
 	case OrgUnknownUsersAllow:
 		return true
 	case OrgUnknownUsersRefuse:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for PlanClientLeases.
+const (
+	PlanClientLeasesAuto PlanClientLeases = "auto"
+	PlanClientLeasesOff  PlanClientLeases = "off"
+)
+
+// Valid indicates whether the value is a known member of the PlanClientLeases enum.
+func (e PlanClientLeases) Valid() bool {
+	switch e {
+	case PlanClientLeasesAuto:
+		return true
+	case PlanClientLeasesOff:
 		return true
 	default:
 		return false
@@ -856,6 +919,85 @@ type Id = string
 // IdempotencyKey Repeating a key (per org, 24 hours) answers the first decision again and consumes nothing more.
 type IdempotencyKey = string
 
+// Lease defines model for Lease.
+type Lease struct {
+	// ExpiresAt When the lease ends (RFC 3339); nothing may be admitted from it after.
+	ExpiresAt *time.Time `json:"expires_at,omitempty"`
+
+	// Id The lease's reservation id; absent when `units` is 0.
+	//
+	// Example: r_3kTMd9Vq0xYbWc1L7hPz2A
+	Id *string `json:"id,omitempty"`
+
+	// Levels With units, each level and window with a limit after the lease, as a check shows them.
+	Levels *[]LevelStatus `json:"levels,omitempty"`
+
+	// Reason Why `units` is 0.
+	Reason *LeaseReason `json:"reason,omitempty"`
+
+	// SettleBy When its reservation expires and, unsettled, is counted whole.
+	SettleBy *time.Time `json:"settle_by,omitempty"`
+
+	// TtlMs With units, milliseconds from the server's decision to `expires_at`; a client admits until its clock at sending plus `ttl_ms`. Without, how long to check one by one before asking again.
+	TtlMs int64 `json:"ttl_ms"`
+
+	// Units Units taken from every level, to admit in the client's process; 0 means check one by one.
+	Units int64 `json:"units"`
+}
+
+// LeaseReason Why `units` is 0.
+type LeaseReason string
+
+// LeaseRequest Example: {"org":"acme","rate":850,"team":"search","user":"alice"}
+type LeaseRequest struct {
+	// Metric A caller-chosen identifier.
+	//
+	// Example: acme
+	Metric *Id `json:"metric,omitempty"`
+
+	// Org A caller-chosen identifier.
+	//
+	// Example: acme
+	Org Id `json:"org"`
+
+	// Rate Units a second the client saw on the path; sizes the lease (absent or 0, the smallest lease).
+	Rate *float64 `json:"rate,omitempty"`
+
+	// Team A caller-chosen identifier.
+	//
+	// Example: acme
+	Team *Id `json:"team,omitempty"`
+
+	// User A caller-chosen identifier.
+	//
+	// Example: acme
+	User *Id `json:"user,omitempty"`
+}
+
+// LeaseSettleRequest Example: {"rate":850,"renew":true,"used":812}
+type LeaseSettleRequest struct {
+	// Rate Units a second the client saw on the path, sizing the next lease.
+	Rate *float64 `json:"rate,omitempty"`
+
+	// Renew Take the path's next lease in the same round trip (default false).
+	Renew *bool `json:"renew,omitempty"`
+
+	// Used Units the client admitted from the lease.
+	Used int64 `json:"used"`
+}
+
+// LeaseSettlement defines model for LeaseSettlement.
+type LeaseSettlement struct {
+	Next    *Lease `json:"next"`
+	Settled struct {
+		// Released Units given back.
+		Released int64 `json:"released"`
+
+		// Used Units counted.
+		Used int64 `json:"used"`
+	} `json:"settled"`
+}
+
 // Level A step of the org > team > user cascade, or `capacity`: an operator's capacity,
 // a limit above every org (its `id` is the capacity's).
 type Level = vocab.Level
@@ -993,8 +1135,11 @@ type OnExpiry string
 
 // Org defines model for Org.
 type Org struct {
-	BillingAnchorDay int       `json:"billing_anchor_day"`
-	CreatedAt        time.Time `json:"created_at"`
+	BillingAnchorDay int `json:"billing_anchor_day"`
+
+	// ClientLeases The org's client lease setting, `plan` (the default) following its plan's `client_leases`. `auto`: clients with leases on may take client leases of this org; `off`: `POST /v1/leases` answers `units: 0` and every check of the org goes to the server. Changed by the operator only.
+	ClientLeases *OrgClientLeases `json:"client_leases,omitempty"`
+	CreatedAt    time.Time        `json:"created_at"`
 
 	// EffectiveLimits The plan's limits merged with the overrides, each month limit raised by the
 	// org's active grants (read-only).
@@ -1038,9 +1183,15 @@ type Org struct {
 	Weight *Weight `json:"weight,omitempty"`
 }
 
+// OrgClientLeases The org's client lease setting, `plan` (the default) following its plan's `client_leases`. `auto`: clients with leases on may take client leases of this org; `off`: `POST /v1/leases` answers `units: 0` and every check of the org goes to the server. Changed by the operator only.
+type OrgClientLeases string
+
 // OrgCreate Example: {"id":"acme","name":"Acme Inc.","plan":"pro"}
 type OrgCreate struct {
 	BillingAnchorDay *BillingAnchorDay `json:"billing_anchor_day,omitempty"`
+
+	// ClientLeases The org's client lease setting, `plan` (the default) following its plan's `client_leases`. `auto`: clients with leases on may take client leases of this org; `off`: `POST /v1/leases` answers `units: 0` and every check of the org goes to the server. Changed by the operator only.
+	ClientLeases *OrgClientLeases `json:"client_leases,omitempty"`
 
 	// Id A caller-chosen identifier.
 	//
@@ -1129,10 +1280,13 @@ type OrgList struct {
 	NextCursor *NextCursor `json:"next_cursor"`
 }
 
-// OrgPatch `plan`, `limits`, `redis_url`, `billing_anchor_day`, `leases`, `sliding_windows` and `weight` may be changed by the operator only.
+// OrgPatch `plan`, `limits`, `redis_url`, `billing_anchor_day`, `leases`, `client_leases`, `sliding_windows` and `weight` may be changed by the operator only.
 type OrgPatch struct {
 	// BillingAnchorDay Day of the month on which the org's billing periods start.
 	BillingAnchorDay *BillingAnchorDay `json:"billing_anchor_day,omitempty"`
+
+	// ClientLeases The org's client lease setting, `plan` (the default) following its plan's `client_leases`. `auto`: clients with leases on may take client leases of this org; `off`: `POST /v1/leases` answers `units: 0` and every check of the org goes to the server. Changed by the operator only.
+	ClientLeases *OrgClientLeases `json:"client_leases,omitempty"`
 
 	// Leases The org's lease setting, `plan` (the default) following its plan's `leases`.
 	Leases *OrgLeases `json:"leases,omitempty"`
@@ -1211,7 +1365,9 @@ type Period = string
 
 // Plan defines model for Plan.
 type Plan struct {
-	CreatedAt time.Time `json:"created_at"`
+	// ClientLeases Whether the clients of the plan's orgs may take client leases (`POST /v1/leases`, "Client leases"). `auto` (the default): clients with leases on may take client leases of these orgs and admit a hot path's checks in their own process. `off`: `POST /v1/leases` answers `units: 0` (reason `client_leases_off`) and every check of the org goes to the server.
+	ClientLeases *PlanClientLeases `json:"client_leases,omitempty"`
+	CreatedAt    time.Time         `json:"created_at"`
 
 	// Currency ISO 4217 currency code.
 	//
@@ -1259,8 +1415,14 @@ type Plan struct {
 	Weight *Weight `json:"weight,omitempty"`
 }
 
+// PlanClientLeases Whether the clients of the plan's orgs may take client leases (`POST /v1/leases`, "Client leases"). `auto` (the default): clients with leases on may take client leases of these orgs and admit a hot path's checks in their own process. `off`: `POST /v1/leases` answers `units: 0` (reason `client_leases_off`) and every check of the org goes to the server.
+type PlanClientLeases string
+
 // PlanCreate Example: {"fail_mode":"open","id":"pro","limits":[{"limit":600,"metric":"requests","window":"minute"},{"limit":100000,"metric":"requests","window":"month"}],"metered":["tokens"],"name":"Pro"}
 type PlanCreate struct {
+	// ClientLeases Whether the clients of the plan's orgs may take client leases (`POST /v1/leases`, "Client leases"). `auto` (the default): clients with leases on may take client leases of these orgs and admit a hot path's checks in their own process. `off`: `POST /v1/leases` answers `units: 0` (reason `client_leases_off`) and every check of the org goes to the server.
+	ClientLeases *PlanClientLeases `json:"client_leases,omitempty"`
+
 	// Currency ISO 4217 currency code.
 	//
 	// Example: USD
@@ -1325,6 +1487,9 @@ type PlanList struct {
 
 // PlanPatch defines model for PlanPatch.
 type PlanPatch struct {
+	// ClientLeases Whether the clients of the plan's orgs may take client leases (`POST /v1/leases`, "Client leases"). `auto` (the default): clients with leases on may take client leases of these orgs and admit a hot path's checks in their own process. `off`: `POST /v1/leases` answers `units: 0` (reason `client_leases_off`) and every check of the org goes to the server.
+	ClientLeases *PlanClientLeases `json:"client_leases,omitempty"`
+
 	// Currency ISO 4217 currency code.
 	//
 	// Example: USD
@@ -2293,6 +2458,12 @@ type CheckJSONRequestBody = CheckRequest
 // CheckBatchJSONRequestBody defines body for CheckBatch for application/json ContentType.
 type CheckBatchJSONRequestBody = BatchCheckRequest
 
+// CreateLeaseJSONRequestBody defines body for CreateLease for application/json ContentType.
+type CreateLeaseJSONRequestBody = LeaseRequest
+
+// SettleLeaseJSONRequestBody defines body for SettleLease for application/json ContentType.
+type SettleLeaseJSONRequestBody = LeaseSettleRequest
+
 // CreateOrgJSONRequestBody defines body for CreateOrg for application/json ContentType.
 type CreateOrgJSONRequestBody = OrgCreate
 
@@ -2512,6 +2683,12 @@ type ServerInterface interface {
 	// GetEntitlements The org's resolved features
 	// (GET /v1/entitlements)
 	GetEntitlements(w http.ResponseWriter, r *http.Request, params GetEntitlementsParams)
+	// CreateLease Take a client lease (units to admit in the client's process)
+	// (POST /v1/leases)
+	CreateLease(w http.ResponseWriter, r *http.Request)
+	// SettleLease Settle a client lease with what it admitted, and take the next
+	// (POST /v1/leases/{id}/settle)
+	SettleLease(w http.ResponseWriter, r *http.Request, id ReservationId)
 	// ListOrgs List orgs
 	// (GET /v1/orgs)
 	ListOrgs(w http.ResponseWriter, r *http.Request, params ListOrgsParams)
@@ -2746,6 +2923,18 @@ func (_ Unimplemented) CheckBatch(w http.ResponseWriter, r *http.Request) {
 // GetEntitlements The org's resolved features
 // (GET /v1/entitlements)
 func (_ Unimplemented) GetEntitlements(w http.ResponseWriter, r *http.Request, params GetEntitlementsParams) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// CreateLease Take a client lease (units to admit in the client's process)
+// (POST /v1/leases)
+func (_ Unimplemented) CreateLease(w http.ResponseWriter, r *http.Request) {
+	w.WriteHeader(http.StatusNotImplemented)
+}
+
+// SettleLease Settle a client lease with what it admitted, and take the next
+// (POST /v1/leases/{id}/settle)
+func (_ Unimplemented) SettleLease(w http.ResponseWriter, r *http.Request, id ReservationId) {
 	w.WriteHeader(http.StatusNotImplemented)
 }
 
@@ -3407,6 +3596,46 @@ func (siw *ServerInterfaceWrapper) GetEntitlements(w http.ResponseWriter, r *htt
 
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		siw.Handler.GetEntitlements(w, r, params)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// CreateLease operation middleware
+func (siw *ServerInterfaceWrapper) CreateLease(w http.ResponseWriter, r *http.Request) {
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.CreateLease(w, r)
+	}))
+
+	for _, middleware := range siw.HandlerMiddlewares {
+		handler = middleware(handler)
+	}
+
+	handler.ServeHTTP(w, r)
+}
+
+// SettleLease operation middleware
+func (siw *ServerInterfaceWrapper) SettleLease(w http.ResponseWriter, r *http.Request) {
+
+	var err error
+	_ = err
+
+	// ------------- Path parameter "id" -------------
+	var id ReservationId
+
+	err = runtime.BindStyledParameterWithOptions("simple", "id", chi.URLParam(r, "id"), &id, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationPath, Explode: false, Required: true, Type: "string", Format: "", ValueIsUnescaped: r.URL.RawPath == ""})
+	if err != nil {
+		siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "id", Err: err})
+		return
+	}
+
+	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		siw.Handler.SettleLease(w, r, id)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5524,6 +5753,12 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 		r.Post(options.BaseURL+"/v1/reservations/{id}/extend", wrapper.ExtendReservation)
 	})
 	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/leases", wrapper.CreateLease)
+	})
+	r.Group(func(r chi.Router) {
+		r.Post(options.BaseURL+"/v1/leases/{id}/settle", wrapper.SettleLease)
+	})
+	r.Group(func(r chi.Router) {
 		r.Get(options.BaseURL+"/v1/orgs/{org}/usage", wrapper.GetUsage)
 	})
 	r.Group(func(r chi.Router) {
@@ -5595,493 +5830,519 @@ func HandlerWithOptions(si ServerInterface, options ChiServerOptions) http.Handl
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L19dxs3kjf6VXD4PPeY3G3SlCx7Yurk7KM4zsTPxLHXljd3NvSoITZI9qoJMAAomsn1d78HVQU0muwm",
-	"W7Jkz2Y9f0ws9hteCvVev/qjM1GLpZJCWtMZ/dGZC54JDf/895WyfFlwKfq/cC1zOXO/ZsJMdL60uZKd",
-	"UeetsCyXLF1zLVO2UJlg67mQzM4Fm8zF5Iqt1arI2JxfC3YphGSZkLnITpnhG8PW83wyZ4W4FgXjMmPr",
-	"XGZqPegkHTOZiwV3H7SbpeiMOsZqN4KPH5POG27FT/kit7vjyTSf2n4u7LQ/t3bJl3lfcysKd3ef5tY/",
-	"OnpgWHhJwjgzVq8mdqVF1p/mosjYT7mxTE3HUknBcisWI5iSzWdzK4xlBT7pfnN3pOFtffj/lOGwLoVJ",
-	"mBjMBmOZjjsrI3R/kcuVFePOqf52eGq/PTlORyzVKctN/JY3YsFzt+RpwlLrro5l5bIRNmVdJRmHFeVF",
-	"wtI3wupN/2xqhU57p/QcU4vcWpGxqdKMS8aLQq1FNpa0PXNltucFY5koOVlpLaT7Tm7ZVAthGDdsrgq3",
-	"iswIawvRG7C3QtqxXMlCGMPSf3/36vzs4s3Z+fOfXrx8cX7x4/Oz75+/eYsTLMSMTzYpU5qlajpNB2PZ",
-	"dq/7DTv+E7ySdXHnh0+YmsK2vHh+/kO5yYz2PmFXYmlhLYBEi9wRvqO9sZxxK9aOKu2cW6YFz1huT/fM",
-	"aME3zK60ZLmjlWlvMJbnc0FrSMMoV3aLyFnXE886t3O4txDcuA/T1idjaf1ZMkpJAReNsL1TFjZeZHTO",
-	"uifHT3uJ/+zO19ycxlKL6coINy/WTS8LNbkS2QW3aW97I6ZKL7jtjDq5tE9OOonfmVxaMRN6a2teqyKf",
-	"bO7kNNK76g7lWMKp7L754Rl7+uTxUW/E/OlkS6Gr6w6L8sCwJbfz6AgqPesvlLTzcef0t2+PhsNhwsYd",
-	"K/iiPJjw++n62ydwrXpof/v2GC+lA3Y+F2MJX88NfHMJQ39gmOQLkbB03BmvhsNHE9gM+Kfo4y+4KfjT",
-	"uJMmbKnFNP8gMna5KZ9bCKvziX+wkwJrBaJgeMl9WCrLUi1+WwljTcq66bhj1ZWQpl8ZOTCE31I/VFyr",
-	"Lh9LuJldriZXwj4wzO0PrCYO0T21Tt0jY0mUlEtmxETJzLAusEd3mFJY1DQhflIIObNzNlWO2eAXJ7wQ",
-	"MuM6YVJp98xYxjwGhreCL7GVzO2owrf8/GBRy6f6/ne3OPBKzsqrJUGUj4vCcbuwgLRXA/azYunyCpbH",
-	"CGk/G1MLfH738LyTuTUlN2Dc1p/sPbJn8AlnGkRMncDHrV9JmxcwoMPDQK5lWBdEEDNFnuVy5gkqoXe5",
-	"2fqdQ3JkQmbmFAUXi+m0fMRtwHRVFGPJZzyXCauu2aVw/w+jnKtC4EuMI+Hc9gbs1Q4XhTc6URuJUtZV",
-	"OqFR4F0gICZcMimuhWZLbgzqAuUxAj49cgRJ0/XrhHJ0BZs70zxb8aLYJMwoeIGQmSNYd5HWwAmZSzdy",
-	"NZaC62JTCi8ci4Lvn7rBgTTD0a25e8euykBH14kCq3NhSnXN8IV/p5uaWU0mQmQD9gNMnEY/USvpDmW6",
-	"1GKSG5GOZTelGV7gPSbtJZGiETgxLInnPzRPmAbu+Via1WWfJt3lzK6FtLmwc38fMaQkUjDdYJgUHyyb",
-	"8qIwCRwLPpbxlj4w7pvwjJBqNZuz8jsG9dJCTG30wrC+ylhm1VhOHTtaLd1SRwTvvuXYX/m6WwnRktCa",
-	"Dxt3l0lZ3toqRx5u/x0Ls8C7anQDFP5VgnVKncE55obxS3Uttk7ZA8PSy5U2t1IPPiadJdd8ISxZE8/4",
-	"kk9yu3nN7Xx3pv4qyzPHtHL3mxPdnaTjGLR7ddZJOo6R51pknZHVKxGP6H9rMe2MOv/rYWnOPMSr5uGL",
-	"DJb6mZJGFeKdEbphEHgDc4LzXgey0kbpf18JXaMzvVry31ZwKoyTk1otULfQ4jpXK6fQzITbGUf2F3hX",
-	"Gkb6G7wzDBUvV3ZuwT/8BMK5MzoaHp8knUUuww9Jjaz6Aba6YbDPPyyVhhOz4HbAvhdTviqscScl/S+j",
-	"ZOPIiIDaLhx+B4cCo/qr5tLW7yJcat6+mbv8qTv4IhOLpbJCTjZ/E5sfQZPdHcl5pIfm5RPsSjj9Fhlh",
-	"Gl24uBKblKEB2v3GLeLR8TfOUOOaT9w5cqwwPev/J+P939mw/5QN2AUbsf/D+o7nitzOhXYvrjFocUcd",
-	"t3ZKcCZ0/+j40cljUD5pKGAxgcrO1jq3wjgh6bSaS64F66bRY2lvwP6aX8Mb3aOoywNLdH/iJ8GuyfLp",
-	"VIBMvxIbYMXeBumeDIfEWGCb8B3lRkVr3P+b2FRoRXzgi2Xh7tqaTaeOhP8mGrjO2esXblgsz9AaS/Ms",
-	"9eIGNskp145NGjHRwvYaSOoKRvdJBAUyuuGQveYzwUz+u2g6TKDnVtYnw4PozvgwcWc+X6wW8NcQTjz9",
-	"WSuRXulZ/Wq90rPmY6X07FPX4LXQucoaFuG7vCicFrWEmxzJpn//+9//3n/5MsW9AwPEaXalmKR7jeXa",
-	"ml6VPUWaB903YO+MW2lQrdWqyPpgIDMuzVpodjIckg5IrwU1a87RArsUs5VMnDHhFU7/ciUb9w1f1JoJ",
-	"4vrgUhVc1m+Su9K8S8uCy0/dJqdI6mvuvvci2x1AdPnWMnTJrRXaPfYPffHrsP/0rP+fvP/7+z+Ojz/+",
-	"750jnnQ+9HN5zYs86y+EcZvYGXUWK+O2hXFQPMsReW7nfssngs2cBugUPH0BW398zAphkdtqluWz3BqY",
-	"97ngi/o1d1ea52oFX3zqmjfrLO/26ipOk/m0b390T5ulkkaAGneWLXIZrAoBBDBR0goJxiJfLot8Amv9",
-	"cKnVZSEW/+oUAXetJZXjU/jprXVWii243AR7PrjOjGATLTJnMfDCjJjTcjcsfXh9lDK1FBo3X3yYiKVF",
-	"ZwbIZZBHBU4EnB4kEBJ6yBkCoBArzSaRcujEKLoEzr5/+eJncAxcgGcgiA9HXkIn8FYtYFF6aJ+4X5Se",
-	"Jc5AcsJlLEEyukvxNxyXmgmQ6NWPvXrz1/iDp6Qewqo9cLbrda4KbkXWB39ULoz3+kiW/jrucLeDfaVn",
-	"4877lKyYYlP1HqMfxDrx/LOyczBfuWGZkuKUOctxQzZJ9SkyLlGoR5GEPQ57pyOhm/DoCPWGEUtpkOAk",
-	"R1dYjccE/WKntuYOIyxeTQef6l5+40nNm7Olb8wbilXiq/3izdymu2viqcrZm+hlrKzSb7QGQMq0Lutv",
-	"Y1djsPtvuix7HFRhacB+zmVF7O2J5HyCv4kT8UUOitPSInZKQUyPh7/exvi2Cpwp7FJMlRY4gFzODrzc",
-	"vf47ntEafU4u+ZIXzroSmeNaJBdZLpcre8pSobXSJmVF7jZO8MmcqelUSPBQAakNOm7kqG2h2bVn8Dcb",
-	"dPWtbuRWfLAPJ+a6+o4tq/ztfyCf597M0GqdwFEoconOaq3W/oj837evfgaDdFBjC+yKlLlgAo1YrdYG",
-	"Jv9MyWmRTz7rpp1Jpi7/S0ysF2m5AatEaeYOYNFjvNCCZxsmPritg4H+oPRlnmVCflYhPK+wO1ZwcDAJ",
-	"ZiZqKRKGUUalZ2BZgUPK/U3ytA+ypiS0n5X9Qa3kZ1UjflaWTd1HE5bLSbEC2ndqBe2AmjIuFUhepWcw",
-	"zNd8UyienSv1E9dOvfy86036DrtU2QZkuVKscAOBwUUa91uIyWaff3ylhu30BE+rGCLOGCzmOjfilKWZ",
-	"sDwvUoi7GDSuLbeCdSdqgRGfhGlRCG6Qg4kPS6e69mCqb1Fpfyf5Nc8Lfll89q3wZsOES2f3ZWKSZ4JJ",
-	"tWZdMZgN2BuR5U5RWku2kuATYemkUEZkKXPWF87jneQrO1c6//3zbtbL3BhH7eDUyapqCwxrqdXEmVCX",
-	"hXgubW43n5UJMhRWntzBwr7Ugl8ZH1DATzO9KgQwR/pNGMZ9TBT0JD1jmRJom19JiGPKSJFda0dpkiZt",
-	"VksnAUT2UmQ5PweZ8XmpCg62G5hB3Qmk3TMcQN8NCNeCwr0g4rpGCHfLtdtAJU3vdCy3DtcaA0E+pLmt",
-	"yTs13Q2HxgjW3TL/m4A9X2rHsm2OVt9EC2dRXHBb8f5n3Iq+zRdiV9QmzsZvYWAmnYIbe7Ey+98uVwUd",
-	"d7Rgd76GBu8fuxcwsl6vZE9zbSyr+lfReJtoYROn+mkxUTOZU9T4SmwGdXPV4lpdfeIMQH7CaudWLMyh",
-	"xXvrbnfP0Yu41nzTQXvdW/u/oqMF1iZ8ICxJEm/r1j5UpvQ+fAQlpPsqUsozeAEckSzL3cry4nVEOVNe",
-	"GJGU7to/QmTCmd9qZT0/LYc3+hUvdt7D5sVU6Pd437L87O75hNVc8A8v8IFH4CmlP4621jnprGT+20rQ",
-	"Zbel20tfXfVDa1jjSTtjUqxBiwKGUPqhE/JxOiN97iQNKFVKTsDT+Cc8uf/E5y3p4J7UM5hLwbUgJ9KI",
-	"pb8try7QKs8ztMTpz5NH7JIb8eRkpYuIH0XW+q6NfufHPEylmVZ/ytGWrdJYWL9WC0kypmYlo5DmwWMu",
-	"PlgMo+6uBQyi+rbaGa2y3D6XVtfIOz7BTdze01+8RHXyE9PKWGoFXwxwjdNa6cAnVum6lym24JmgZA4u",
-	"Z+GV3lxKE5Zeic2oSjTuV3IV0hWwEZupJenweh+Ho1GyetCfVw6Fdd0JopBHJgrhHoEIWMPJopVNOh/6",
-	"M9WnH52WNHjD1y/JLx9d7ZurfNlXS5Qa/aXKJYwReGnSQXfL3iGTR6ZhzLAjn3fMyDgPJkck/rv19JWX",
-	"JMasiqlsJOSsfn+VnjUwSlClL3BkO5eBV7aUC3UsB6N+SN+JPzVJuay0iZ7+KuOhrzcezTvhNeUZ/+L8",
-	"5jtuJ/NnTrVxSkM9YWthVgV4INzmY/KOmjLOLt3D4FyJvP1oFEBCMyRoqwUlvKFVCkEhJcWraWf06/7p",
-	"wbDewMc7H5OWpsz7yqQiT+deXXBLPYEwTOv9rHypoq0dUWS7QV/b3jT67v59ogXZoUHcpfaj3tr5Qzq7",
-	"f33t4NCFeiYnc6W/5zXBg+/5xpsxGBJXcUhc6dkDwy4rwXSDEXJHLSFT4Pib/XkCNS7idkuBT71R67oD",
-	"GV3dFckLtZI1LPPVtdAQtofrLFuJBATWJF/wgtJeWFfpGbPK8gLcvKds3BmOO5ANvJ4LLXq1TBVjGXUR",
-	"mmd0BRJy8MvpKROLpd2U6YnLgktKEGBLnU8oaLDzGchIEtkF5IQ25QGXmwe3G8azTGTOQnVXcacrCfA+",
-	"Q1xGqRBjubMQw2gREgwIwAeYY+bXgnELrlHHqv2b/bt8Liik1g7YX3FcmntjecKXmEHj/kBPq8gw83XE",
-	"UoX7hrNOx5KTJMfMWMxHTP1TdJdPcVrzDcYYW4ja6iualjcML4/2bu9iDdp9HrehVvg2yezKyjQN2N1U",
-	"XVglhbmTIVNaSstslKSjuRUXyyb1EvczxZt0PhEQXJ4q7cYGZ2Ul4fes5fDKN9V/EC6xapGEeyZztAyO",
-	"WrdGbv10ngkqCQDXbOUEx6PatR2XQmYXTSwJJLlaPzAM7ov5EXEpxzbwHZ7HpFhghr+m+PhY0mGAAw5p",
-	"CZB/BOMqKxjoJltd5KXQ/geh07HsarWScAAhkZmzRT7Rqu8eDhMPfno8XQ3TbmaL54FJQRnJJHBJGSYG",
-	"GRA4ASTQ7S/XfRdSaHaTT/FJGTy+ge5rXxKOUwsag7yZPR8UfNHHQgw3iZD3eGgQW4I+5H+hGk2JQpSz",
-	"Q4zDj3uHkW3zicRLyEhubcuWLcLd2dDK4YoOdp0m4jO2P7Oz2Gdp3Ij1Hn6v4XaFWULVMauVMxrD2+Vq",
-	"cUkUssxuPEnMiTio49LC/gJ3oz+zzvYKBEKvTco80HIyW86faNT79vTmbl23f53Z0vZPVBjI6HgI/yt3",
-	"girTqkMcDQfflGvTwYK1zo7z98YUUis163QjX4YEBhRmjuFBxvSrWrFUptQeHT/+5unTp8Mn35wcP6GE",
-	"+j1q8+2JkhdFC0vubfnMx/dJmQg8HHzz2ShwH2l9DxGq9vMJbMaZpVt8BlONbjabXUuQ3rI76PfRsO/C",
-	"GRFN5Qu7IvxIXqEGWp0UqaUtyHPOGx10oASsBRQ/Z2zBP/QXuWRTnmsGj1WLuh5QFibWOOZO3VkIaVsq",
-	"hCtTFz0BV1qIBWuxrh73lu/GKbQt5or3AmU6Pe8Xiwa7b09eczuZ39CL0iwVb82nqrynLcf5uGdivwTe",
-	"sx3mmtAdD8xW+iCUpji+jVkVYHC6H3bDXDfRC5SemUayNd7wrVAL6/KMypGhGpmq6KGMNGGXoWztJmzA",
-	"Hb66cBIuZz1JYz5wuoJ0khyUfmcSoLFcblnKPrAUliSFylKclxZsLoqMqh/8STSRnnqpVCG4vJ1CVHsK",
-	"Uexmmq/l9opebtDBSWWbMLTLjU+WNg+8o8MZK27x3cOLdjbs1lGEoTWoR+VyE2G8P0jCP1PAUkh3en7t",
-	"YGptJ/GqS9KZq5VT4TO+iV4XVSuUsYZrNeGXg1+8/CwDDfnC+9Ugo3/UmeV2vrocTNTi4W8BmCX+J4Qi",
-	"JC8ewjux0PAmjtlIm5sod/9RpLj5jHsyVkYdPkEdFyyzjoCJodXU4YUzH3YUOHxpXJuU1Hu6FOTBrxYi",
-	"cfS9UMay4388HrJv2Q4TIzensWQEl5A1nlmID3xiiw2my4w735ERjHRrxp3eKRti/Py3ldA5HodbsdFh",
-	"Ha9xkz7MEeAmsIIqtYCHxXBchVjVLttpV06Qx1piuc+lf+qwIuDN88N3eru6RcnLtiytPZf7vPSUsB+5",
-	"2CL2VmKfHBrOT87MfyOmHUjcmmme1eZqQJGYwKJHtbIosRLKAfQexQfGqUAF4CTVs13Me6x5vxc/uWSU",
-	"o4f2CgfUGIFqE/FOgOgx3jMSI6GwLjmLKEHT8ishY8MHnBogM4zNiwKPT+/UixzHqNMAr5Ayctq6DykD",
-	"Sl3wfuOw1tzgRxI8kFU4BryHG4YFoe7YYx7pdcUjX1mfa1HUSO9XUjAhrd4gEkwd+g244jkqmq2FNez+",
-	"W8vtytQJa7eRh17x0t0DBL0s+KZuc53qQVWGkHvMBNdFLrRH0PL4QFDksFVIXL9MUKRwAUHXC6r8qMfu",
-	"gu0KkFzt4QY8lgcY9GPpYTlimAXC2nAkAopSBVchYaU7sjdgZ5eY+BjwbUocihKxYMTqEAu2sQpaBwbs",
-	"XKuQLb1vA8/DjR+Tzk5x1cF1HZHLwQkc+CfI7L74MBHCLUAI5m6WcIJagiaxTExzKUyl6DTdLi5KER7J",
-	"o0LlqEcBvBXqsOViVwGhfNrBr1sISO/TytnZddVunZD1XSPH1fp24dYLGH97fr4lZLy8oFMdeE2t4IFc",
-	"9VtoVqglHx0/OtnRj/Yp0MAylb4CRvmZ1CI8YO5N6C5OAviLs+RXBTJYLTB1Goqv1LXQF1gM4KRFl9Mj",
-	"mhmrlmCuHP/j8ZE78PQpytVRUvTJKRfVEoRiklCXASSLc3J8nh7phtxvqERz4hduHPY8Qh+i5jhpuVgV",
-	"Nq/5FkgpU82YuDM1sJX6977WbKmnPsj9eqOKGvdLep2LtdApANiZU5ZCkWDKeGEUpUnBNL31Apc7jrG5",
-	"x3btlSpwyt14+yFdrZZ9tPXyapr7/nUtl6nWf4nDoJdVPOV7Vt2tws394zTjjlqa/+NMp4G/lnScaFsr",
-	"nXVGnYnSWkxsf660Ef1LqILf+AGOaKt2GEdYzbD4fmIR2Mvx45P9lmiUdxsGtMOzrdKC6oVBmZpzMz8l",
-	"Ea2FXWmJDDr+MCXmBJCZ47r8+U/cTj/hMHR65YF9vBOvbnQ4vrxj15ub9XR5hyytVkyVPDlhR4Bf84T+",
-	"NpRbAjmNwUEMWRZXUq395aF7qEGqeVn11lEbL/yLnTRyb83EJDe5kuMOmA7R2Qs2LXg6MQI1OjoeDjGB",
-	"LF6goycw7cpPdcvcGAF/8fYVOzk++ksZ+56QrVdC1rx7+z2QasC4+PWs/5/v/3h0C2gLO9dC9BGvgtV/",
-	"263PhC9zywuTMLOazN3RdWP4mHS+53mxeYev3T4GWV122Rl7d/6MZWWOGcawk4DG0v/++7Q63ePh8ZP+",
-	"0VF/+CjWy518qI3SmyYLCUlmBRgte3KcIqC2ADLHLQy5O1ktVkVpXt7Uj5hh4UeTWP4eczxqCzmU7Esx",
-	"g09v5YJ4Rfvk6WA43Fo6+K1KK+Nx9sdRcnT8sTseD/CPJx97/3Zz0tnKSPGEAZ8cBQ3z6JggUOJka0h7",
-	"Bu3vCdqKbvZQLliIhQeSjg7gVHC70khVRnB3/fEw6RijQjp2Dp7DmSqy4HnyLkajVnpSeZhiK/C8h7Sh",
-	"N8BfH2/kl4xHt489/+Dvu4lrLBp8i3e/pbsjn9oN/Xjbh8a9hnFzhTiqIYFYi1luLDis3OI8wPLPT/DO",
-	"JeUylpOuOyQVJLfYGwxp95FeOjHXnQR/rNNJn3+wQma3sMCsLUqXyJPhDjlUrjdhQoDHTKp1BIMa2xJY",
-	"s4x5QZD9puQF/LZJqSbaR7Ga5fGjJy2wuuJtiAdet/I/8Lx4Sf6qmlCpxzaFstn1PC9E7LbEAFxu2Epq",
-	"J6n5ZSFGUKcCpkWh1mYsu9OCz2YiY6l3lKa9pCx/RheXYY+HjxKWFmrCi5RS1b0zU7Jc9sm/OZaIzKMB",
-	"+4zCVqWT84EpI8mgO6BjbxzTkBueU+xhAM6id99sF5IJq3XnQRk6668oAXGvurZdttIum5++8B+8WAng",
-	"C/H0uNwclA3kSUxwQ4Dc2KWwayEk6z8dDv9y9PTp8eOTv5wMnz49Airf/pHwu6HWfFr6Kx4/YZcbKwww",
-	"IqjV6WqxUNfCVHzkOP5epxYmA9QAn75pPFpu9VFT+kienJwyzq7dWjBAIQaAQrwtYakbhLOVtwexpUNe",
-	"Css7I3dzUoqwXf3xyUldaVHDUoNnqxxmGHunJJK3pfhoIhFP6yQHq6GSkl/uRJK1wGOjhVHFtZMP+Ek2",
-	"UQs6j5GrLWIjMXHVqDr0mgcG1zw5RE7d4388ftQ/6iH4GvybddfIkf4vv+Zv4e3eXYSRDfJe9TAfdg+d",
-	"Vf05O37yffbQDkWXvLi/e63G5VMxvp/sbMkXOpaHViza4r1k157/bNOefzvrikhl7LHLDeHmV0+u+40t",
-	"uJ3MhWHpP37l/d+duUT/HfafXgxG/fd/DJMnjz7+73Tr2NJRPX68T9u8tzOciyJ7rrWq8ZoBAs7u8QFk",
-	"BwjUecCvAM5Ez29YFzM7zK/D9wMMbzkp6yvDPOYy4trXWVhhBn8cSE/GMZYP1CkVUPRRXz97LZozWHKL",
-	"dSJxXUtcwwJp+lJZRuXJWEdS8KUBJJi6kNfts463OJgx+UxiJ4YSyK9hJW9c26EFJ9yQ29S0f1pOu1NV",
-	"P73YcycvnabkP7CVcUyU0Eg7LV2pVfK6SRJtueLbpLhJQkiSr7LcskLNtpyXj7edl/v2oM4jFqq06um8",
-	"4sf4THGdsjIQxwDhZYz+Y+VXbtiEL5dYMBPiv5fuVXebCx0ocodJoEMHhwOn3mDbl0ePHj1NvL9nukId",
-	"zk0gl4yzjeC6d8rIpBwh0GfUaQDXP/SYqBRBboWN2x+NpvPQSPF34XRGtvvF3c0/Cl4gKG1TVW+T+nBA",
-	"P30LkGDessvEUshMyMnGO8v+GHeWytiZFmbcGbFxR12NOwkbd7SzU/GnVQkSNu58THeV2fZ1/QYTQHZj",
-	"beoqZd2Hc1iG33unLIW0mjSJLGDW5dEEGIGDJZT7COkRmGrDKYUItNoUhZ97Ges+hH/83ovDduoKSK7E",
-	"QQPCy5wSGbKUkk54S41NsLXnNMe6bX6R1WftFoXQ/clcGSFZDkBi0xxFZenCJCde7O0OmlukxA0uRv8H",
-	"tLij47/c2A9+RFD5EXLKKIA48/7voAqf9f8z8b5M93eAzk8Isl4bC9lU4Ev30M+dHbD/OhzUpeCQ2cQB",
-	"racbEH6PT9hcrbTpBd9H+Skfr2DQuCbA/64WiFoGSF0LpRHSpxor4P3fyyX7Jjk6/ubGS/bNJy2ZWxXI",
-	"o6ijC2PFMuK4DGFJ0BNJ/4YGGxNuJjxDxMjUp4Cnoxgt8oEJueHJWHJfJACJCWWhDjQyAej+3Lea8vnk",
-	"vS1/UE2dnb+5nVsIZ33nPqGQlFKznjvJbAAIAexjNw9+ynN90VSYoVeUY0MAnbicC66vRMbS8tF0Nzvo",
-	"gcENdAoTYkwsucHeCKHKI7jjoLscDBsbZCk9Sxu09gZcksIT18FMnqoevusAhzk6rQvuOWUG0454ef7U",
-	"lJmtkGI3hbxdx8cxPEI9jTIPLUM0M7h9lV9DNVJB9AUKN72pjiXHeYm18zZeggJO7jYJxWA/tXQEuXQ1",
-	"3QW0oBZD1Ieq2jFoVCqouUVfzYC9gPLvMmcUD+lY7nbkcmZfElU3UEYfwx5sOmqJSXmoRtgLbtOx9B2e",
-	"yoZgyFbbowTcBR0WzRDncKm+lVkJepBDWl5eFCZCGb8xzsA9noEG7MMIIbxN/T5t2w2sXIoJt6nXuuvD",
-	"V5aNUBVJOd1oKrVH1FPDXsN2h9t7uzDktAHSA4+oIXZL4zF9NAzEdzSsr9oI9bVUrfKx5Yl/ya8AXDXF",
-	"5xw5YCqo+5dTbrDvYcY3qRfPWyyhpOqxpKKkKIUvaqaGvl1vA/vD380tdXCBc92D5HQ+lr+tcmFJCYW0",
-	"ZKhlD49xC4CICfU9oO9Gx4pyjkfuXdUWfQP2Jm5RhP3UqMElKitRa9xQqOaYa0hfpjZ2mMFq+ZUAVY7Z",
-	"OZfOuD9G8IXQRvPo5BiMV9NDyFG3WmOJafmAOdD10/rgF+yhnxPE6o/cYeab0oPw+Dg5Oj7pDdjZWE7m",
-	"eZE9qDQUdHYBJiBj8IS7yXjYBifi3de8nQ3mP/UilXED25Pj494p4/R4KH3wOdnuYU2OA4MiAwKl3IoG",
-	"vnxrT8I+tQeaPFJ4KICTh4pTOGktiDu0P3U0EWGqjEgd/WbI/h/SfcraQBPIo3Q/ODXKuLf5xYo9Qblm",
-	"ai1BTACsD3KAaM1Rx8oteCcFX4xlivpXyrp7ym3x1EC3VneWfKgLUDfMgJ3Ru7zaV6Pl4Ydnwhp2cvwU",
-	"nUZxwjiLqm2x3y2QSjqO9sbZ5c6iTt0Xy9oGXAZQL3OD5OKdr7Q2sthUEEnigpB95f67PTs+i4/N98z8",
-	"dDl/6+y8m3hIP0lm3gQDACRijb6Kv5/CWTAlg9JgVzPOut4/Si1A2ZLnun0JD4xnFyxu23X2UkBCTI0I",
-	"JI0oSn9fhU5hl3lRRGVfXG58b2UIw0CYTRabHrWL9tqVb5EgAT4GRIMyAoI2QPxRSBujPUn8E6GJQYNw",
-	"6GBkbMg1cfyDjo2PkZ+G5A4oLyK0nRgeCc89ciV2cnyMQpYtcmOWorBxu2nI9aWlIOva6yO/+uzK9y23",
-	"5kV2aF/qcJYT2pHXHgPqBpGDdmhg7lRSNuE2MNglNwQxVX9g7+xUenSfgHTVLhPMJyHupoPBcgWfqps/",
-	"qpbbIGuD5jPeCEGEg6w787hVDSmmzUhS3tDMp1OW4vfRJIxgpLbyiLG8z7/y1N9KOHUmwruipBFU2jB3",
-	"yEmsBwZtT4JHSpnhG5CTC5TmDaBYGc+LvVhYZdZpbfYqCU6KU8Bwqjm2Y+mTbFWRCWPRgRjadq6VvoL0",
-	"+4nSGfb297bwUmiTGwtZfnwmQBt07y2lLqZyGr5m0leHhDdhvR1mzvgO99SFdizhwQfOvJc1vRRReDvd",
-	"AT8APUsyvgkJvEaxKdesW+TXIhlL8duKF9A1VunZABwAvQF7XqKxeY+o22QoBgvT3fi+y604TpTwXFfO",
-	"eTCgu+/d8NrgDAA9r3VAZ+vZrXFBP7g7eVfTyS49o6bjv1d7nGsTCFMhp0pPRIo1eoROCC5Pdw7nPFPr",
-	"lEQH3XG5slQ7Zlgale+lp74kELMKfTMMqiOMQyD0UQRXQd3D3dXOkXs/uX0eGmLbqp+vFlz2teAZvyxE",
-	"yM3YVyZTw2miiF0dIqlR2rMW6Im+5DNRJtpRNTgeSscM2mDkv5LPIW21mqmLnXo6SV0aqU9vrbbdxLq8",
-	"pZBoUKSUIOsMB8AyX4B13i0rw5EFYyiMugGl8d6HIdDF2py3WngjCvtecIDQvaAqhxrkhtvUtU2nAvId",
-	"LooGVfe8zHLEW9hC6BkpkCjRvNZGJTFxqB5yZrxxNJYoXgivhtBSuo7I+qhytmeLQUfe5jytUdfcJhz8",
-	"zCs9+wlv9Jab2Sc4m5I88cnBJ0/uJtX7jV0q3CDN6tLN4HJPxpOlZHzzIN5RA8YOz3zVSuklCspNfdwE",
-	"sj1b5r9kublY6aKhz6TI8gmgo2KK97s3P5XtRnw5HVtACYEH68yn4EqoR0ZFV9oFmmptKOItPvELPQB5",
-	"Ic4ukhdB7B14wzu8/x3cfltsRnE5V+rKL1TNdQ8E1k4P/wXvr6/KIPJeSwqeJZ7UnYpTEvop4yUuAiIo",
-	"oEz0twz2NgKhjGA6ZzXcKVS6V2m4uhgxBSV13PNmEJOv9OyW6JKUSUANhM4mC8FeyMnAT3Tk+HyNW7uW",
-	"3bfbwx2w9QpWztHnYo8HeZuJmVm7qSFbq0D/eHUqYnZtGi3V8D96I+3jnTGvfbcD83r35qfKQxfYSKrl",
-	"owAm9M/CwrbY0X5OA7fC5A9xg4YTGSd8f8biOBWXwLR4e1kycyMicnde3GYityzeqy2PI2ZcHUu8BK0r",
-	"6KL9eituVPoWr0F9QcunFkdGO7SdTO5f1DClnwKHLDkSrVmT/ET0KGdw5HKWsNTdTkYEvaNHErMqVlmK",
-	"7LhiUNC3+Moqty3TaZNFcRfpmw3Qj583efOVnrXDGt2y9WGZEwo/Qn5AYLjuj12BCzfjiics3eKuhCnm",
-	"g1hOHb707ZxCGCh044dIUKedjL+ZZP+sMvomBsetZPBXmfv5ZO492waE38AnuSP3RkuBGp+hfRA6mGAS",
-	"1I6npxan95WeveG2TgmI3fR7oVD8fQeam7SS+TgWL761H1mrR8Ld7faDnqvdDnhVnKxNzSu4HeyR9DTe",
-	"qnzH397vWfo28nyrFdUN1mW7zdS+4WydrpuI5Woyza3k87aMGLBnBwTClhgXxuYLRBhZajHJmx2EFSZQ",
-	"mSb4n2ucnOjP4REgIpQocsxqzstOINj6yUZgCwOWwlu3VgFynldyC5Qh9A+HAYb8iABEHTyG7grFrjSZ",
-	"9unASeXpyoh05IeaYBM5AgTUFf8sQQgqKaJwMPPR4BhhEAElKPrmvhgBe/ogTRfc/8/ltdpg7xtcQKi1",
-	"4ta3Tr8Uvk9dbzvc7FdyJ95MmSrEINMKx08jf2FuBwxrxWG9JGwThbcQeCHAn9Eu45xrqeR16Ie07dav",
-	"lhCVIDj1CDhbifzD/tP3f5x87HeHvx71n77//45+HfaP3/dujuSC/kRuGH29RPnxH3aTIPn/6eBtt5EG",
-	"U54XF220nwC78DG5le15tw4Zt2h12t4nup3bJprsyy9xR0Zbkd0MjbO517JSRUMTZkg1aS9MX9MD9eJ0",
-	"K4ElRKe8hxN5pqyJTsVivZUScEOV0u11jU55K1eyVwfbKIF7XDalm5YoJj5ItGflDt3MD+ume3NHbHSO",
-	"PbgK+GaXWpXjdRRCaXlPhofSkUO7nz/KDOatpkG1jzmeBzQWTlOcfURO4td1HuGv/KuttVryqb0GK912",
-	"Q5vVc5yWXMXdXfVX+399KpP6Z2Azd2pBkt3oAfp85vPMVE1J1qUVZEe9U5+Q6PQkr0aBptSKP5XHo4nV",
-	"1Ln3yNdWr1+TxQXp2XNlCb3eKahQWem0wAT1RCclfYLolBvLFAJCEk5Uz/uU+AEIfUCqKRRmSa4C7LLH",
-	"1Pewxjto+b7UgHVTN6MUM329bo+IK8WabwybKWYVxVndCC838J9uqqbTtDdgsEhZqBV11ibkGsMUDd+Q",
-	"Gy3zWdSxGrvfbwlbcAeOy9ceXu+Lei7dKG7TJumLcP52B7qUATtH+o1YFnxSi5CFsH2fWRa0DDB6qbB/",
-	"PtQHIjd2cFsBclhs3KkW+7NYe/WVvG4ePAwNy38ucdJSA609Yvt8QJGDpbo8P0K3jUCoVWeQYV2stEkY",
-	"6n0J1McnLOObHvC7YOin/gs7vpI429Q7Inxeqq88qnSXS6q3OJYbSmXIn7TkeushBmVneVGwCXjXT51E",
-	"4ssEEhehXp/xzF3gOueOBnjBzJJLX3JLbykgnY91OZVUFdwKj1gcFYZIZiw0ZCkUz3ru2xP4wCK3Hs92",
-	"7bsaU3lBqGNhH7xFCMPaNI2lN2ApOcPSEeaW+alWahuOh8ysLvs4OsO6j4dsQYLYb94jRj/4XXzk/kXN",
-	"S3BH/3IcfoLdTSr75kbl9+546LFl0aplUjUuJziDYFnMVq4UFdja0AAasCozofvuduOrXP2qQSVUmCXr",
-	"oq/NrT76qHxbMFO+HEqHHK+17Hj48Pio2lQjqmWMnHSIagcjRbEPfdSXXr8ZsJdxLlgp8KM+53HCazuv",
-	"5mtijNts133fMU02KbgxNfph1WvlD/t/b/CO1xHnb68pXHJz55UXZVHJ4LZuNKoeaq2uxXUyhwqgatui",
-	"Qk/oaDHKIdTqZdjJpq47FnvzwzP29OTxX0K7m0xNVr7J5xbweGgRu5tgq7W6QSZ8hMD3caew6ObgPzU9",
-	"hHJbiD2et51E+bm1SzN6GKWRDzJx/ZAWxTwEgJQJfrJvitUMEVPS2lzLFr2IoPj15PipP+3oDYcyX2A6",
-	"leZE7ZsPPTD7uhhVWhKFOxp6EyXQYwjGddPuQtsAyO6i35NkH6DRmxu6vbb6Vw+w0fUA+qYsHakc+U7X",
-	"xDM6x4PHw13X003qv5Z1HejPQw1pRdABtDcgY9FAEINokRcFtLaBUffuFrwtcMcaJ6+vNEuXQvti/22o",
-	"uwBAn8uyYQHeiiUfdiwRVZORvdBFYyGq4/Jdqsaw3uMOZrzvBFmOkqMngJfv/7xTxHz36Qgw/0k7wPym",
-	"QhzPZ5va7ocQ/ZZ0J12FW1p99J+MKpWfPnZNhWdQH2fGciLyomtW0CUMuqt9oHc8dPKqt104R3V1N6gu",
-	"gON2uAA35JPszO77rST1CF2qi9lHo4cPUyoWyXIDf/Z8urpVbGUqaOZOC9qpvzn5pkI6XXzTv40ePhyP",
-	"3/7rbQjGjwyjrTSukGGvVpat57kVTtGdYKUODDhei2c+myaYXlip01BkoEKoF4nPWKURmEwq2cflqKRr",
-	"WQRaxmWNQMq0CEFpQns/FByOXjtgb4XMGPBRNyY3Clx/N3egRNKGIRwMeNNOkGmqAMKCRjCLLjl6AacE",
-	"SY8AP3zNNwkZRt4ICUjIVufC9AbsZ2Xxy1l9CcWbMv5dA2ALZ7wl6ExZzXRT6NlS29YXj67OX2ZP/+O3",
-	"4Ye/X/4yOfrpL/PXvx+f1T3b1AQTgDP/y5Gfd1YmUXlrDCNBRXXerjGBTZg55Q8t7qxFZnNNZaTObkfW",
-	"m9q0BRQjw7q+LjggFKUePCoJRWO+Z+lWZzpqHgk2p0Hz4QEKyHYMrRwQqth1Ew89Hw6movkiuwNpU2H8",
-	"9c0UwQeN5XfZKUlSOKmXYqPI1ibR1d3q5NdrCTLlF7XNAEq4i1l+TSe59Wf2dUqN81aiXqkUJdzfLZUt",
-	"eFPnXRr4jQ4xgKzdgFgA1jTu7tKy/dG+1fUes3ZL61u8tIB7xsntwD4TZ6xwvZjYa5WWcgnqoxC3jB8g",
-	"Ahe9ub1ZGHP+Q0ZF5QOHQxO7nKG2VbGH9pru6Ui5axjfSCjtq2W/GTO5c+bQnlbv6mVN2jat6IGdbNtl",
-	"qDrQ5+jD87KJdREziYQWljZ7ZD3W3YLf652CvoWK7gL1Lhz/FgKcp4mTas4EpULs69ZfaXR0dDw81Cer",
-	"pL6Grv1zVWQBlQIMiRKp9PPgLt2pgUt789+1ef8naB932fF/p50WDfbJMGnorfUlW2p9Ug+093UA4/6m",
-	"vpKir6YQq/cS1FPY+yq7eeu1Cu/3n2MfDsQ8sIRCSczWy+GsNhTwFsMYeV0DBECJ9ZC9ZSDDo9dFoTDU",
-	"lrEfPOSRuIfcoKixQa4jqDmKIkyKlcmvxUu/2Gi2lmqVWiFoeXk8a8GT8HDDVCaq1qMK7AULhya8KKL+",
-	"4UJm4HiJmiC7uxZc8lnoQnoaKpbwqhY8i+C9BLSrqzRMxgKXJDROpsdr1/+czsmnZ922Tgzbg6pAqdO8",
-	"KNQkqBiflsvaDIvQlpXcqGrHreddVPtHqfJ13ibgUSZ0B6F1gxFGmbjRQlbgGz99Ve80HYxG70Pch7C/",
-	"B/uav2wnfsXreLP8U7eTtwQCQPVlN9n05EZ5o5Qi+lzOcikE+fMqdBGnsbbMYn2/ozXd/Ny2S8i5SabM",
-	"px+x6nFpN8IvScRxbuO+HMYmyryLXDng/V88V86N4ja5cl/p8e6Zau3mNBegIcvdX34Gcien5gw3qkUb",
-	"YV+GrXo8Hndk266vMnwDuhSWsFEaTm73V6Kdhkq0EF+4eUnZYKeJR4u6rfO5Vpbi83dQ9kTPXG7qHO8K",
-	"QfVLVMbQUQx2pHSp76Y03CJ4MOUTi9xjV6HeUZxR5NUWhe/pRme8ur33bNIKo26+01EIfg2j9SOJOsZV",
-	"XIgV7SFa7VquVvnwftAtutVDWJb11QSyHfV7rVDYFmDKLl21qdatjuuv+bWogN+BEygykVNsdHip7PwU",
-	"j5XEVLCkOpcin1pDaYhztdK7vsIqWTU0WNt6H+IOi2J6ut1izTtv/sIyvjGMzwWvOt5akmt1HEPsBzRh",
-	"eAP99S07StiVWFpnXT4JUXdMAqh4v4aDx8mNTsA2NNE2X6fV2O6QZ5WqjxncrLdg4HETJY0qBOtC7tvj",
-	"4TDKfavvsbG3Kfn57k6CTFhwuWFmu2M5fvTJ8OSb4bB3G+dpOM57Gt35pcwOjDbuL0RJkGuhBfrEl0UO",
-	"GbqHiPseeOYdcL+wTBUmhy+uW7IGiOTbpfw1ItzeOtDSFJhchuLovWnqeFe4/0LIGtJ47r1GLGra6FMm",
-	"2zIb+gC0DLllt1Pi/zjmrTdWZrA/HRI24Sz7r5WxC9HQJbeOLTptgsNjgOZ8c5UCU4x2HfVGZORchzta",
-	"hmFucsgw7WTvpykzpRt6skOKBlMrUKQ1IVDzzEBu1T8eH7UNTodeTc3d3t7fTRPfZQMggGNtVUiAch+7",
-	"W+nvvcSX6zc0VWrUzPbFjlvEdreIO4TCfPMj2kJPRZG25hlag0dni9xv7typ87D4dejYHBL1T06OjiCp",
-	"rcjdQgaX+Han82OnzCxyY/kV5II6Ve0IMJajGNhuiCvL9sS3eJaxrhQzhHK3Chv7qOm0F3rQNgS3onz+",
-	"Ux/ZWBWQnrSEjkfDW4eu+rvXPq3vwL33SzaioUfaqmQSqCWtpBWamTl0UaLo4v4o4oA9pyAhRU9TIyyl",
-	"APEsS++2yUr7KNgto0rhcO5RtSK0912HVX1Xu1xeTAvvDKkjdojt+LLWyw0id8eZEAgsBTUXlW5YvjZJ",
-	"bsYSk86CYxwKeOfcEPODVn/rObdQ0lMKegZIwwPmG0CUPbXwfdTlIXwzbp+Uh45J0Odpg2g0uWQ429bN",
-	"APfFUHyniACm6/XWrRF4n0iuHV23DglgsV2j+tactBFtXN2GAdvZ4JkKmxeCfiBro+OXqdY5Hziei6bk",
-	"gB+cgUs9Oyjp0Cd7J9jBkRLyzE6Cdb0hREdu9yucXEfBo4TeJD4TbM3LAjco9Brs6zJYt65xUJTotBtk",
-	"z2n1aGDVIB4hDcV+5Tx7N0h9ueWaYvfMmvX0CnV5rxjMBmM57hwdPzoZPH7i8+db5IaFXohEjuHM1HMo",
-	"ZH7/HEFQRyXkACrjdz5VfB08I2XI78IfkeUSscY+LbZ3DzkWN4+ANkf4SF2+VUzPbfRtwb0LLHvYjb09",
-	"bh/U+0zBt93Fa1qMuwgjwen54mEkN4r7DyPVxUgIanN3GcW1kE2HHK5BLZphhooMozZl2A3JzrUwTq0M",
-	"9tBgUiiDqTQ3wNRSttYFvWGpyWcyl7MLIyba6aG5AcQAxASR2IVNiwXXV749C6ElmvreCvlMAu7DBVbi",
-	"NeVHYyI03uMh97TOhWGp/RadrCuZf8DSwuT6iH6biw8sfCKqOyyLFMqcvP5bf2PTQMt572vx8ePLs2f9",
-	"tz+eHT9+gr3z5+JD7zTU6+ArySvt/SBXYjNgP3vUMFQOQQ5pCnOx9N/fvTo/u/jl+Xc/vnr1t4u3z5+9",
-	"eX6OoS7prhPSq9sPUDK5dbKgl2DPSurxTU7a61ysQWIYAVXkKCMPds6pbbjxCzRERcIF5eD1q7fnToEo",
-	"MdCqATs/0kHLT15Qm6TmhmrwkXSli5S8SIAzkGlhtrqJTVdGQEiAnObQKLdQannJJ1cJW+r8mluRsCKX",
-	"V30nRwtH1UDT69wIKDhari6LfMJevPafcJQ/lincPlfGpgP2djWZs0wU+bUAEgUUCC4nAnDvVrLYHtlK",
-	"YhLOWG5t89lPP7365eL1mxf/cXb+/FuAyGFdHFnmtHa1XAhpewP2o7MgafZajCV4oEVWbgB9aqKkFBNr",
-	"EuqX/v3Pb52qp4oV6gwYOYWRb5wxPJZYPsNx+Xix1R+xc3T8l8FwMBwcQRET86vpV2cUf5xeDJ4H6oGK",
-	"2t6hSdfMGVyIC34l3Oo5HmNYbrF1r1bZagIpTHSE/M5Dd6X9agO2BNk67DVsKvG8+n0zf/+e1rHGS3oD",
-	"BZFb6xS5XfI/Cq4LwgrAGxPEZphCgR4Ujg3qK7yghryWyYM7BN/Gpjwvqsc5hzpRrIBudYhhpQ4JNSp7",
-	"TbfkWH2VODx2kWd7XvrAsDxLGC+MIoZoWBoxe7856ElxF/MsDR0xVbYZ3KTLfosbsXb7YlLbbQ6F3ES4",
-	"ITkRcn7+muED8cpLRfkGbMIXgnV93aLleiZswqSw7qQx2NoEgDnUyvb2bFI8Pr+n+0dHIxAZO/7woT6E",
-	"2NiYyY/T5xtOtMiEtDkvoI31byvHdHCXB+0UfCStiCASOsH+1FTX3VN9PNtG5+/WKb4LxXebMXxxHZgG",
-	"9Bb43BtlG0pHPdDQxb4Q/DtIcg8CRyMmVsaQiZIPwTFSE8nGhF0Kk2cCHU2EktqyUq21RibFul4rS6A4",
-	"VPqPT0QLNe0gYe4Ij7rV27MZ58LYN+BM/zTBkVGa/MWixqL4Ua1ZoShbyfN6S2pZm/rg/dIjqBCHxUdU",
-	"L7zDYh4Pjz9BwJwhRGHqFU4rnHZW+WR8qaka8ivT/gSmfRMV3oavgXvTLxT4/SLVO2iW6zn2GR5Lr+3n",
-	"hhJSOGmXLdTpAlVHSOBYzeZt/IVe6pCyeFDAxCfxkLipBYt49+YnnBRtqONGpCAF04uAtR3TogoP1gWm",
-	"5/iRyMAuMwFAwqmHHpR6L2QEoPt8AmKEZO4NhBjhoYLaAUb8IuoDOmdljmoANcs8CuyGdZ2CB2bZzEBJ",
-	"Yn0y61hWs6uhk2VvxDhBBz0wUQWQz7TDF3xgmNUDmLQPkQTxrwgTBir4fCfTSvHRgADChsNhQ/ymDN8N",
-	"D5d3/UI+w50yIsyTShOWYi6/+9dcrTQFDzPulF8ttgENT1kK3sfUT7oa/x+ws+1+GBHYHjd7u15Avu0o",
-	"MsHx0K+VR63zeHAJ1WYdwgxsD1u4iy6IQLYBQNB/Uh5A5DuASTiohg9z8Hn42xx3Hzluc6lWMjNRzfvh",
-	"+GQ3RP16obzN2cOnW42JHVfAXaAgiY+NuUUEHY3KjIEMZsBOeFFgQ1rANACckqRMyHac1ElIw1IY5r9i",
-	"KazPbYRVqUD3IuV1El9EknQc3TlOCDBlPmm2XKd2Da6J0u+8xXUcodxtrrzSxjZLLlgcdK9BgTJBYI7K",
-	"2t/c0pZ0sb+YP1dOFTJjCcBlJdQihBAXPJdQvlfiyWL1M3btx0gzhcVSGGA6Rq9S9HCvdXAY+izX6RCv",
-	"oqa9lD5Kp6kSePMt8kcRPZd4Rg/MWFYbOoMoC4shJ8UqE2bAzrAzrCiMWINXEdBdUIeS4mah7pZGOdx7",
-	"y6gkjb9tmDdsTMuhhftvHYgOVNR2iPXh4meetW+H2LdKaiET150EEh9JNbrcG41lFI93e7vaH+BnvMiv",
-	"2u/7OsjBw9kIOyrd2rMWpJ4oHOx3rVZnU6si+65Qk6vveY2bDwHLalYUgeDhGFCLWrbGjCB+7YwnmQvS",
-	"YjPe1hFFLQK3VaV358/cS8pGPv3vv6/v5dMfPtq2vWuJRDbFoXONO3qbDGzquowL5j+yf8nfiMD6q6vO",
-	"l8vaVjROlGe5sbmc2JCaXS47AOXjuiPdTviSdY+S4XDYCylu1idAuL9TCA2kTKt1vVF1gAAq6cAHyKE9",
-	"FTSl0yvrTDYnaYgmiGnITcJUkbm5gSO5fWJPhfo/sRn9nzoZO+noADe+jZvjNoRqMhwB7PIBJKIElQnq",
-	"IXHbjXrjWN/uRt3Pmb5Jzjkaz3R0dxgB0TUt4wG2gDKgiRN/0hnSav3AeOyWz3mSmkIdoXGIs2SoQDK0",
-	"2AdZjCxq0Ii5tycl0Gmexsv6OvnkITlPAyekpYmy8CKktglf7pakxbnsSQdecyCnfUvCtZvr4SQ7yNEV",
-	"vL78IByQ+9ZDfMp6/QHYpXxIPp6sdG43b92bfSdsroU+W/kSsR2y8b0m0WTpkpvs7PuXL36+OH/1t+c/",
-	"I5gTuU3OXr9An3n62/LqAs2+PMN0CvoTnd2UYUGWB0wVJCIMp1ysubXLzsePkLY7VbtDjHCSIKiMcGJW",
-	"SC4tgjRDZDefiAF7tjJWLYT2vxjGzRWUmFBVRqZyORvLtdJXCRt3FnxD7n49e+j2+yEcG1Cj2c+l8UI5",
-	"ry+dWvtv4w7rpq9fvT1nD6+PHiI8i0+tCA0ZAwqJ8OnB6ATBAVsF1EWKr0FMUvA4lqqFmo4ljO3s9YvB",
-	"WI7lufvDo4p7dwxf2bnSucWc/YmSVvMJGZx/VT7mDWbulE8EwfVnonDW41imwQAmNOyHfJmjI2gmpEBn",
-	"GpTWQZ2OzKgxkM/ByQ0DZx+PbIKxzG3Z8YABwKrbCTbnMiuEhsn8r//FnvGiAK+YzGAaQtocsxXdDc/h",
-	"O+nD66OUKBSQnvmVMCw9w1n/Dj+O2HdAUuSCACom2ksY2o7gVwLqps5EajpyH+nDlX/5l+oR+Jd/YV0h",
-	"r3OtJCz1Ndc5IMTWnAyvOOBCO7OGQZl6pnClIEU7Ibs2lzNE5wEHWsElTh4hhwIYDzhtYfZkLzPvdBuw",
-	"X8hNWjeSSt9Yd0odueTGjTwbuLly6aZaHmE3TzjEg8Eg7SWMUiFRfpUU7ob38A+lZx8dcfSvxMakA/bC",
-	"wsBEoeQMcjiodRVMxKdjQTWgGTEPYtQNKEZpeXaQ20Lv1gR/j+0+8k+6nx2B2EK4PTFuvAR65MbR3QU+",
-	"eoAc3GAXLZO4GZskpD3hqXPvBkQksEJ90UfiXulzqHzGGjog6Mc4K6YHt5coS90amKUtZ3wPzsAZNISF",
-	"vrROsaI2uECmAUlgeHTKOJ4x4LreTw4051YX2LI/H2MphchM9Pgj3/msD3dnTKuVFbAHfqd9oh6u2ZXY",
-	"YNdKxC/gcixRvKDnPNyaRB85gek855N5dFRJXCAoKe16qOsjyiB4ZnDpggthLNMIUgxvSqHeYhsuUEjH",
-	"LmkhIQQAbKrUQxI6RNssJDdRewCRYbOSEMZi3bPXL8YSV6EqGJWuEM9p9RC+OTt/fvHTi5cvztMk+LMf",
-	"D8fSJ/SG9jLwRd+8bQTd6GI3io1gJJ7SWXwjrN70z6ZW6BQFTaaECeAR7IUt99ydvU3cjAD+P03in95E",
-	"7iCZjWXlElQUUR8j0wtF3S+en/9A7ROOjtg0F0VmvLMb+jNsEpaGRgfpWHZrGiLAWQ4/u0Ps4RRhzx6w",
-	"TKF1fXL8FNqoQtOFsQxiDykI3U3pTn+INMgWJa/dhippkM8TxCUdeLNU0kBmj8/I+79vX/3MuukzJa2Q",
-	"tn++WYoRZMSTSHr4X0bJtDdgBGfijjytQS7B547vv1TZBl6ohTs0AUd8OByF9tG5YSYvhLTFhuUzCQje",
-	"bozOAIwHwPSqwNwtEgelGIRgJ8hCDp9MokX0TtQMhJHPYEKITQ5BGZgsJkrG3wNfNJoLjrluT96d+A2w",
-	"un+FvylTC2A+o3s/9Nfrdd+pxv2VLoScqExkKetCgDadrHTB+lnKjJAZVu2AHNlY2ogl1xTndaNMfADG",
-	"TdS9szdgZ44ZABtaiCznMIxt4Hb3zpOjx0hvY+q4Mu6M2LhTWeEQmdyaLMJUjMfjjhUf7MNlwXPp/hp3",
-	"Utgq6LmCA25s/GJYt7IwdB0Xr0f2VOpGDyIsN+z23VMYqksnwyH0mjMYDnfbCWIauZE7MthgpnTHnr1+",
-	"AYJSL6CXApA04WRARZsvomEs/WPcgcu4jGjR/Tp8P0ATZ9wBhRpjvniLX1zi3I2d0RKMJow7H9Ok5ktI",
-	"1b8+ej+YKGP3fIdLRpaXexVk4u68DO2GmpfkiB/kl8BXu9G5di88ZZRhiWccFDNOAZluWvmKu2PcSUcY",
-	"vkZicvIQBCn+iSIdT6KHFypyCacBVChVrBbSrY/llJ4Lig28ogdEiJj0Tr9y+77ghTsgIgPcF4zBs1wu",
-	"V/bUqRGxrnHJszhzw11/5E+ik9cFR4+0VzG6pfXnLludQ7wwCMg+xL2w/XzPve0EpjhVK5nBjpbqL0jy",
-	"Jn0iYxzLKKUiPWXOYXSPqYkdVVhK5V4K/UkWws5VxrrpGYI2IfVbOFvYbhsG9BRekGeMFxr60IkP7sZT",
-	"dnL0KOwpnUKrFCu4nolTYCExA3Wz8vmjbutOAerJ62deBgB3vtSCXxnQn1gMpAg8HfUr4N5kWvq0eC/X",
-	"mZMyp9jZyDFAtBu7FIXtuZcqXeoOpUZDyhIuqxcYvVP2GLfYW8ZswqVUwBwyMckzACzIhDN8AUseusvx",
-	"a55DzhFwebcuALkyqTisQedHNzgGpE/h2MUqCwT6Ka1HQSLyxvHxwLEDtL3ObaTWOBp/gUpGlMWRVNT6",
-	"qDsupda7rZe+7yHoudRC1xkYMLQ2Td6chYOfJmPJ0KmsWA8aj6uhrBr6KBnd4aMlWj/l0sDMfgJKRZE3",
-	"y6XTY0Ys/TfYxG+PBoOj4XAY4/wNh6iLpf+GKZzfpqAByKD3uqGEJpBLPhMPDEujnM+Q0+AkjVwVReqL",
-	"cgpuLDxB+U7Y9Cv2vJy9ftFJOtdCG0o3HwwH0P9JLYXky7wz6jwaDAePsDvRHPxOD+eCF3b+u/v3rC4n",
-	"84w01uPhkLqfYNMnbF3sKHA5YBQdkSqizkEHPoy0/SLrjDo/0qegZBOUOxjC8XAIDl8U+ZAzuSXo3W/o",
-	"hTvko8NPoKeqriVUPOqKK64z+vV90jGrxYLrTWfU+Sm/FlIY41aazwx4P/1kTOe9e/RhhIpTu3QvieJJ",
-	"ir/WyjFCsXKi/IMFM9NACRtDH+WAnc8FgecFdwM4psbSaj6d5hNoTVnNxUFNltpCO5MO2KuQ2Eot4ME6",
-	"VR9NoZfPz9+8ePb24uz7799EZlAa6kJG3wy/eZR6oyJHHSO2JMcypAAD1QUrK371t5j8l+LQECiGgaMn",
-	"l9BnFOm4SiK0ZIdJpNT4qsSxnQZYSwe0cfspINquRRhVIy2AwLrZKQLFBdt6Q84UpZxSyyzQN14rY2da",
-	"QNomNiuKeyFBc1jHtFFadqMGnhM+mYvsFBvv+HbNPC/ArRi2Epg9vteLtB5+GLVXlmZipnkGzWzI1wBv",
-	"LE/5AwP3igHILqwPivPJ3eyoigw/NFFyms9W1EOguvtvcBG/CH+Ab0NPzMfDR5/hez8DDibsW83a9E7J",
-	"HWeCXN7sJ1c3/vwQx7o+ekhOrofo5GokWIqdYa+1vz7fcTJWX5PGBrBTE5XOIHn5Ev4ejOXP4PKyO5GM",
-	"OibwHN75HSGaO2GlObT+No1wqeUtFFj+9xVWaxy8/QdgvXT7+3rSq3tFuO8hDRRH7QjopNVTPPMdPeCR",
-	"o8OPvJMUSPhdZPjQo8MP/aD0ZZ5lArIbTo6fHn7iLFvkMrh/BALClIT2XcVL6ugj7HtEegGP3tMdJftS",
-	"dLeW5lDZwrf53OAKKeXZgDUS0g4Zudc9K796UzqC2bcmI6zq2U9Gd8JRaEZY3FTDVyBBgc/AmC/XfPDn",
-	"p0u3INGMI1qMfgR0BlWXHYqQEQDrQys8CgmDZddJ6puD7kSfU52ic8XpUpqvpVPCLjdjSYRcIiSHjktg",
-	"DIAF6E3qy02I2cVd5jDzbyx9GY4zfMGcQEedGxVkBrtRYFowJAOjVlCCzdi8cE8Xgl8Lg6Xq1I09wTxi",
-	"Hdyewc1RItSiWjFg34lCrVlqQjePlH0ol2inYcdYcrlRUkBgYWVE8HYVYmpPqZ1Hbr3PIupXXpYZ55Rx",
-	"GzrlL/iH/sIZsWWef7VhfsjY3c34Z2XCP64B6tg16f4+HPMgvCDH9OwdwF6wkGGLIaDqy5Z3gwOUqgZw",
-	"u+kfY8waINcZ0Rv6u/LM+70cqYw7yViOO95795FqX1lkuHu3ote2HA0aR4OEiQ2kulDQ5Rq5J83+oBzG",
-	"I+EZTifxsCffqWxz5/yMIFs+VtMrqPv1Fjc9uvOvN1kKoUQF0Jsw9PrPzkuHLXjpMyWnRY6JWCdHLT7x",
-	"mm8KxbNzpX7iGmHBTo4et5mPWS2doiCylyLL+bmzz+6I4yPJRBy7iefvqCAP/8izjygDClEHnEIODWPV",
-	"Eg4U+GTrjtQpBqTFjTST7+GrlYNVoe+TunYw7pF/fto7OfzEz8r+oFYyuysywKVpQQZJs6lTqpu+tZev",
-	"k/Ddp1AAeDsNcuZyOwpCzcm/BB18pYDElttxSg74YWskDuuWwk8Hl2sunVQhk7wUZ5iLEYlA6QYIlReg",
-	"FLBMi3UdPY4lEiTY6sFM93N/YLZ8ASTG6kTDX4VtJt+7V3a/h9DgQSbt947Kur6eFRzb4zZje4shh3dl",
-	"PGHrmP1V2OiMNZyTPVr3jYwvv/GvOTVKWnrYr20+zeVM4Nn0mh/U2JRK6ilcJM076j7tlGREpMkE66Ig",
-	"YLnFzI0JiRYMffUadSwM6ANc9KfpWgBr9plULYRQa6VpDT+fpgWrWBYF/+lO739bLQvJu72WBZ0JR380",
-	"2Nln5gocz9iWdqJMrX3tbMZLATm+UDvpo3Zl9jykRGEeOLCiKTMqSmZfMG5J5oKplTBu1SKf8KLYQJyF",
-	"DPMlN85gcxbnWObTZOux5nb1UMtZX1d7CrV7MhcZoXpBRHK1iJPBYOYjNkzR2P1tBdgqkBn1M2UHhlB+",
-	"sMl9hiYG/DGCXeZ2Uiclyn/Ykvm9AUvduoWlVaRuYCFs2ZHJp825/9TdPJYcNqCP6wMjwjDxEhNT060W",
-	"tCnrLn32wPEJJJRAwhpYyMgeEQ0rE5PcQFLijOeS7GbfhX3EEPvBx3fj1YSSb9hUyAnETEa1KIu+oi63",
-	"/b+5EREqIQWiWPfF8/MfxhLz5nJhp31KtO5Hc+lfiU0fH+whBUG0OGwQZ1k+nQonDEM+IWIUJFSvUMJC",
-	"u833eG47i085sSw37j1GFdci61XaVtUtwoC9coTkK8ARcBHvyehViHDg1pJXKpUgccBDlXu6TMqn6QsQ",
-	"e+TuRW6nsfgcUlEhhxnyEyi9nDLhyzLkTNANlPOE3+cFqJojllINXdyc6+kpS82cZ2oNyZRR+AzoAopb",
-	"LsCrkp6ydM21LJ+ObkMYk9SHUscyRhT7xV/FbR2wX8qA2FasDYLeBJEw5Xlx4SaVjiVNa8RStRRuCEWh",
-	"1oa+7qNnRLwJQ8zBNCwGOQLHMpd9H5zGlFfNutuP9xKWIjRoOdPHw0e1nhvqDnszpavaDPpHhM1DZ/Y9",
-	"KCNuiEFuf2ZdBL8NgE016ghkKYkMWKkzg+isXIoJXxlRqZMH2gbkHyQhGOouhTUNiB56WPPEx6QTZPKh",
-	"x8sb46f6N3u2X/MGzAhu/wq6v/KON3EVfbvXlI9svYm6NrR9i7sd9verHvmpeuTxnsMX58y2P4Sv8amG",
-	"2DgGI0rI/CQcP+xiMvJ1QSRUKe/PSTGf73YlHSfuSr4QZbYssnAMaQB+7ATTLSHnDPigY69F7uSz0pHa",
-	"+cBAIp92fLs38klQbgYPIE/C8rxIvVUMb6MsXiak1Qg4EtRbSPGJRu8ec9+MGQvmnEBmpoEdOYVh9ilJ",
-	"MrBq1EA4VRhjIKbrO8GQvkWZxFhDR/4kDmmFXmXx6X0j1qyx0N2o/FR1NhglRJ2okxJ0OPAIfIjRxwHV",
-	"z40WdU73F301nhrqL1i8Cr1t/H4uubFeTYFiJATk8ZjVc+6+C8Ibio3ePn/27s2L878PFllvVEK6IESQ",
-	"sZUl1GKiNOC9+E2DzE/Yxm11NiG4PLfh1av0lhRRiiDrBWjPfxIXnNAMnHJRUfuoX95W66YuKuKYch0/",
-	"Q+1QewNWc1qcTlCaf59DZn4PMtJplmgX5CZKiUWK8fm55SZTAyLCUeYodkcMMNydthQHzSCrErJSL0Bv",
-	"jppVlrrdbq0JwXp5oV3Wx/gyz774gKhvoTTAbpZiLLtRb9iaGpncigXoy9EYqYg20gS+SvC7kOBJJwp3",
-	"Hnw6uhXodH86153LrtK1gMnbznz2xpFU61G9eeHrt5D3Oyk1ls7MMEHlT3xhg8dl3870LjsMYXQYzcux",
-	"3EryxlMzYD9jyY6ztMqiJ8dCgiV36UsY8Qzv0Pat92TLveTWKrJo8XOxkwmMmfdJZ6foMLpa8T49vPTe",
-	"4nof1PdkfkEuI25WLn1Ooy02IC4h7yhhglp5ccO268lRSFFR+Y7t6SQVMbilz+scBfucrnSJ6bnNRTOj",
-	"N5ZKJx7+P7blnUDcIqgulZAkoTIVM0qiggX3uq2KhSTEedaSBDUvTUtHfAmU6WzpGFo43WIst70dpepw",
-	"cnzcSxDPvVJkVQawUkwsTQfsOZ/Mg3uMKpF9isWOzD094McB9wbGzCDDuHsyHGLZotsFN3g6jMb63grG",
-	"0T8nB5YZtHe7deO8HqhqCtrcldg8QBXLrXp9tiM6RpBaHhgWmJ2fC9Urdi+Vnfvy/lxJUy3CfGB6WNiA",
-	"RTSkEVnIkiG1LAPNQywib4/784HBLpDTlbZzdy9WehAWACTtsECUUiQA7oYoBvQriL6yHEpweAnx+wE7",
-	"wypxyLKBW1GlQj+n32mppDhlnG6Nzg44maSqlqY0uji+g3N+Pw4KePeX9FLEA2hSu17VMJlQNggczGs+",
-	"tESDrwrK/zgXw+f3GNRIeM9vy0p7RE69raCPcSb2ZrFPBbQBMawbP9KruvGc0NvJffTmPhYeQ6k2aAyc",
-	"EWBcElWzAvgOoWpTSEqy1KiVnjgzBCFOcmgWS47fseym7ruo2mH0ZkpFnPTp3oC9xcKegJvgIwJ9J6ag",
-	"zCNhRX4lqD1laAPJvcYhVVlGgtDfwCkg71NOSvM6N2zN9YJKPJ1ohrifx1yjGhK/mKUyWlkpjyMj4nA5",
-	"qgyYMgvqZ4hFgVGHkSZI5VxiQy8PAAATxbJyyrGkHynE1+WyhOTAkAk7GZ6cNsdUMJ41lhTQ6p2WM+K6",
-	"gkqioOY5FAVWw4L3GKc7jettt+A76tJwnsfnYMfjn7tTALveSTpOT+mMCMWrKseSljIJ28PWv5dwwT79",
-	"RYQsdoMX3WfCfWWBGwy+QKuemv5s2Qt3k0JUhgR3Fuy2YkDpWbuCku2ypJvXkrxyn/qTVJG80rM2BSRu",
-	"df+nlI4o3N5QO+f+bFEuguwfoZQAr8DDhu0hL3ZWyi1UAcoQ94n3H3iQCzCf3AfwzgFLIfTs63ZRpPgA",
-	"esJSJ4zN6tIN9lKk7ir2xBxLj351weVkrvQFtBOwih2x7oQXQmZcI8gHljWkWmS5uYAufblhvj9dCRrn",
-	"zG5094Pp7ytE4+d8PxV0OPg5OvEmEmqrN5blAxckOHODg2ZdTo+SD8TpTgW3QveaCxZeBfl21ybhKz37",
-	"MmUKbkoNosdR39fihHsJdx56mDI2nKADJWFz14UNcquoknhSJPqwGrdRADZxIFbFiikVVwTrQ8V1UKdu",
-	"+sN1f3JpD6EnpSOxEshlC6FnHsUL7J9gkHR9nnK1nwHPMpEBwif0fJB2Tq/qIQCT76tPbbfTr7nku1QK",
-	"CeH1JNqguwF13SIb/JWetU0Ex3RCcKEuqd9H1CGyBFrGW66EWBJExjUvVmJPoXq7I8O8RZ8S4SSxeCOD",
-	"t04MB+uTPvrAMF4oKUYVTKc5t2MJoGxYPkpIizNhAUYSXu9jOWi/GyxQBFM+QiuHUlAMDwBQz4MI/chQ",
-	"bWZpDPt0CaXpwSjAwC2h5BKctRnLAKpbwmWWybtRHmNjHvy9SvAvkv2+h6/5xHelZ19z3v8Mwpvy5W/F",
-	"GXdEe0DzPWDklocVEXS1uFZXGMIpsSYTJsU6YN2XDQIRCtx8MverOc9udGfL/G9i86exnXE6bcxntxVf",
-	"NYcGe9tDtkVHJND6vSoQB+AffIJagM0DX7RdaWkIcMEdlgimDRvSQnjT2bWfrkOc4S2QrzaWvgmeh9g6",
-	"+38v/vb8728vXj9/c/HqzV9Tr9kC/F0FiW4E0W/oh+eM77F0RjpI7BLiecKXp8Qs/NyhD0ajdY3Uf0/i",
-	"GV/+ZWzs+NtZk7D2uZZkbZ+yFMmh7LyIKPe43VY5leirVP9TmeTEt27Dtpql+8M/rsRmLyLBGzijoal1",
-	"aDzZrYTaALHAGbsTsbTYDZuKldwzkKE7loAPmIUCK1AUIMfSCEgeu1ZXgAIblAj4XsjROAlFPneuLeAk",
-	"IxZzCBbBzwyw9GCwX+XtLvG+If7+ScR7a5l7WHX7m/CF3jUnZJXl+2HqUO0lc7eq4o7Yeq5YN+UTq3Ta",
-	"S7D6DP7OASw9RZhjdwlz5RD1OEUnN9nrHFMny1rvJPS5vDeVGWb9Z1GY3WTa6MvY20NIq3PxVXGuPcg8",
-	"o45C1AUlPslAM/enOu+ezZZYkpCkptaQd1JTENsrzwYWgsdYYlgGkbBlsYJkTkxnhc6I4Z3ki+pin/Sd",
-	"1JIedtvwyfzeGMaPJQTQcC20bwMD64t9mLOViCpZyOdMRUMoVp+9/Y84CzWl8So9S2CmMFEcYIIf9N+/",
-	"wD/py/QXfjfxTWHTQXhlNeAXd/LtGpsXBdMrKXM56/n2iLfnTEpHjXIa2RTiXb7Ss69AnX8S7rKL7Ent",
-	"oupwPfeymSTC/7xLhkPI7n1wNH+uqBfgiOKH38F3/yxIouWcWoGJxqj6X4VzEwBpvEpxUlOFcr+kf2sp",
-	"tFESFOMJl8zkMwnCVhFG5mWYA3rBsGh0xNLrXKyhtZUWPDOhsxvjhVFltAlw9rkxa6Uz8I5hPSi4xzg2",
-	"GDRzzI812DfIvdCutBQZuL7EgudFaAES5XGWGTJP70PtJrTL8lDcFwpT+YUvhHkZTbEpJhVR8X+r7JKb",
-	"Hvv/gViZ0dbemj8dkMwH4TURspE80DGtAVKixIOda2aEMbmS9xKZIhDOrfPexuFUGTFg33zF5jyIzXkX",
-	"ZJd8riynvVQx/FKc+CuBNSQh3RV13ZuDM9roRtsmZMK3KmbaqV5KautxfIZQQIe1c7EJZTTMqgT7TYby",
-	"ooxbfsmNaM5erp4qKgfe7z6Almi0RahFstB+1w2v11Db8krPfijrA+4zOSd8pjn5MKp++noQdw/iebWW",
-	"zi9VEpfRxVVdNYUfLTJk7saxkHSWK1sXYlsWfCJM3UkaYQPBlWBGULoNzaBiJrEuQVtCAbhUNjgOAbMh",
-	"t73Et3XTYqGokm2ruq7yxoSa//7xMWWTQnAdClpoaAN2hgjkrJsqPRv4hU17p2wrNhgacY2lFOuSmeyU",
-	"5zWd/TgbEVo3y5rzD3vmO0VWdKWZsOykHrHu9WrntN9L9p//wlthv0AO4M3YDJT8G2H/fAkEX9gYeits",
-	"k7SMcsv3cqhKV1WinV2ZjtnmrVP38PbtLD0fhQeQML4021l9e5Cmb+7pj0T1WNbJamaV6jWFLf+K8/2T",
-	"OEhhNm1co7hvX7WCBp/ozFOFP0b0w2cS9fUw1FlmWApBtzTKTwdEz1ANUoGkBhVZqjX1U0rhPynrXm7G",
-	"MmrHyYTMqtq5j9NVkd16CVNyS0BTTs9gLLH/SBJwV6K+xAZjqMZjM/ts+4yplfVfhtbIGmfRQ4CilXHU",
-	"aoSgXsS5YyRwwyk0h8qn1hBMoiimbiw0xVLB8PU1UNPAjZIp+nspABu3Eq+CMLrvz6lwIFre7snx8Rir",
-	"3de5ESMsDEQsRzbhS2hE7Abaa6mSQNMtye5GJUGXGTCBe9JH4N1fxgmM02pQQ+B8AowMVJUGuvyayPjf",
-	"P5ERNp4SLbqcWbXsr5a9BuZ8Ey3n4R/w371+3+fk2kUK83Q1auC+mVZL6mi3zSoJ7R1fg8Cj+7IaKcW5",
-	"mtWotFen4DUxyrhPcWQ3aVuKWXYlv2jjSsYJfM1ebJO9iIt1A0q9R4ce7HKjK09ze8CP5xN80CfCbcXp",
-	"QICO0HVe5xOn+lvWTeG2dBSZKElkfUeFg2mwaFJKo8o1A9dG72YUjS64NzCb+zWM8RtN6CrcCjbh+uvp",
-	"2Ot3C8vU2mD9rB60Lesaib7LJcO0PYC/jnxii97pWPKKZwsPQGjGhAiMAa4UmmnYgK24q17vwFAljvGW",
-	"J8w9C5jU7jPNB+U0oGp6XyfovaTepnHqXoOXqzxQ9+Ligtd/Gf9Wu2OcgBn11bF1946tV3TYovOnidhu",
-	"68KKGhLvF2nxjZEBzDA7dS6KLGFGKSmMdXad+LDMtYeR79pcoPGZ9ZKx9DhwxQbzhgLIKViW1P3pITWt",
-	"gcgo+0lwQ3zHIAwVgMcbbFnkbVotMOWIlMUBO0MfTqHUFSASSoX1cnbOJTtKhsOhO/2yMrlkLI0qMXoK",
-	"5DvcsqlYswUAmuYWrPO5KjL3K94gQ4e6LlipUknRQ+8+rhGkKTseIsUHezEBN1c6YlNVFGrt3hk6OTsL",
-	"eVUUaH2jLm/ngj4IuLBg7TtdAEcusvTeE4IBI2sp5JuYYnZEzLYXrdjUUE6OcH2DTnJ3SHNtP4yR9uSO",
-	"kOl2PvwavDD576LpG0AjlY+Qd6kzejxMOgv+IV+sFp3R0dD9lUv6K+lYx0hGHcKjxG//s7hSI5pohTu2",
-	"fea+an532suzVBp3VjoSFcBDvlCmN7g4WwdO4O7W8H6fkAd+DsP6k8Q33GTanEZY3a8nsCG6YYkk/KnB",
-	"v79khjdoSAELKwofdD0qUS8UOoWioqnSjIqvtEFTSa0A4Cl6Aap1uQaUfmxN4xGyegP2OtRiEXDuakFP",
-	"BJShFPx7acDt4htIksAeLNGB7iI2YFAiK6CGpkc9F6RiZu40ad2nHp3oOHSv3X7liIU4A2APkRGJ4x3L",
-	"5thFd2/fqLJpFMAjUQeDsYx7RVU+DIEVfM+v+fsBRZfuL6H9HHWl+7A13au/TPQCJtVgZiL1f81Z/wqh",
-	"CInHZCvcjDs36CMP/3D/aZ3Z7i1V4Arb3b5OiZPG0V1CmSnD0YOxfAdhW18OQ/29KOSRS4rqauG2AOOs",
-	"l5UqvntMnQ+cpU2gw8Ozf82VP5wrfyuS/Wy58fXbPvxsvP0r6TRlwd+Sbu4tSOZ28q5wO73mWtb1e8UT",
-	"3Pt8QmiW67kqBLj3toEvL7XgV2ZLodWrQmC3zBLvC8AvEQAMO8wb6N6wrunBTYP3LbjvgdUCWuU963Bf",
-	"BBFz3zH3kJh/yuP+PxkT8z60sYf7wQBe3btP6E8FCtAWDeArCsA+n9BOa19oyLRF/F+8Kq0qn2udSm9o",
-	"IoZxKneVwbRJWBSnK6HX17LW5ZSM5YRDK6soTdW95oE59S/3TiclBWJal/ewLWeTM4zcsKQQoStmtOpW",
-	"uR+oZYXTBHDwGfZdzX9bCV/0Ulpa9+SAuUcogS+HIbCvZDWABpT78dUH8z9R6nvmQcf7xqyvjdx/+If7",
-	"zwHkzLLQDkkSz2hwzZTsCvvMel6x4BvKXih5CTqe7VzI/Rzq/twuN4Iq8BAFcef4r1J7l1TfhfW5LbF+",
-	"Nv/LfYMSHGLtX8mnyf+ypfX9c6p6h++NUAoa3TbplvPFBMb5oMpP01/fl6XOuYX2ziXPHMuqK8dR7cbn",
-	"3n+nBceU/V2XTbWLyP14Xe5ZcfsiXpe9UCPkdflTHvL/0V6XnXN5F6rYXCtrC7FP8/oJagqjXPC1s7fw",
-	"uQBgvlMF2XXmXBl0j/LAP9V906hTvdKzcz+fNqqVm9hXRare/TG1DTse+/38T7fUqiAW5Alpt3AGpIhU",
-	"61HwSFBqBpXNYO8OSASecyqcNwteFEKzKWCFs24Kg0mZ4RuD9/dOoTIMW1qKHHo05yZUSX5CGf4ekBxE",
-	"WwQY/8YCnWbSvUN3vf9GU2SOrsOZqD0zP6tyy+Jl+3qIamt6yrXyVbhRU5rbHaU7LvZ5uSpsvizy0O7d",
-	"FHmWy1k1F6vra20WuVxZkbC5WumEZXwTt+BPxpjEDoXtWK0OcbcNS/FApqyr3RKLjGVqLRMnPgrBjWXD",
-	"XhKy2SC7bCzxy1YpPKw+6Sw3DHqd74qcUBi0UAshbYKZ9mOZYpWCgTrSrtIstba4wBmZEhIARgNNev7i",
-	"Jmag0YCQcVm9r0EYsLoaqVgu5lP33JwD3Pkp4+WVqICKCv/4NttCd8U6lyZU7bcRmmPZji/B7wn4Wzkx",
-	"qV5znVOFL91D6JJe/wVKnQ5xQ8pKpru+1jvdV73T+ZYOcBu+uKvaYt57U0ARE7KivgMRX06Y4JN5mfgF",
-	"f4EPDlIQ3KGG5gZcbiBjYCy32hz4I5gTdocZsIP4/wHv/7n7Gg0KQZm51o49pxnPi006qoCSLFYFh8Zh",
-	"mEJGvBhfRuWQY0lgJjCPd+fPHHcDVCqAilb6SmimxURpx5cds3drASUFkB5RKDdZfKXp3XUBkg8BTdTC",
-	"GTkQmeSQB5MvxCgUW6EkiRujlewaKrx6vm5gLC83UdJeRrsZQltarSGSJ6LM4YQKT1Mq1zqN+8ZVhJqO",
-	"TB031kG1zss3EHO/wXVEjjFKJ75prZKoXBa8vkEbOAcd6d5zJ4Z/2tC1m3uj59It+Vddc9fz7U8/3wIo",
-	"+icpBIJvP+TZf62MdboZkM2d104orcXEGmqYKO2cMm11GyinBEQAaHzu+dyM5VorOYv5bVcq6kzj1FUf",
-	"MurST8D/vJumu9vBZiyj4XhEqgFLjbApW0Cda2icQ9AuE7VY5BZ6FOIvc1FAFoxjz4AAW5Y+Gss3cL2H",
-	"cgqALk8d981SxrPMi5yFG7oUM5QbeLlQaygYcZdPmfjAJxbKdkXiterjfzwesm/Z0dHx42+ePn06fPLN",
-	"yfGT4xNGJvQaRAop8FqYVWHHEvOb6QVDuHz8j8dHqIvCSjww7NKdA2pvV7gR+UXyeXnkYhrLLnkGjBCI",
-	"wWk9S2CFyGaUegD+aZiPE9GGrUVRuC9Oi5WZ4xa9EZnbXi2M5dpSMTFAVLkdAKyayBwJXZowVsjddjo2",
-	"hNScQqcrlHaQuIhWQxJ1QsI2ZIhbBWLGv7nE33qLRhdDo8t4e2ssrUIjC4qelfXu3RFWCsOhX9koCyLX",
-	"9I7IYBjLQ/ifN8DaGss9YFtnsCRefN2Pz53PxFngIzfJmxje1yCapFXJ7r6icP0ztVS4q/pbkjcBDs8z",
-	"ri45unv1wrcdYsNaXM6VutoL1vDuzU9wfC0qpqBeWsW6KT18sdJFGsm+U59KnVviV+nrs/NnP7Lqt6mP",
-	"Ivvx5dmz/tsfz44fPwGFPhOOP4MtAp/LZ5KguqjvIrVQA+njrRbwyuYziZjInvPBqJndLIWBYSP7xy68",
-	"pEN7cBYvrZUUI5YJnQPutEc6B1gEgEvCxsq/PP/ux1ev/nbx9vmzN8/PUwJbiF6HUBVaWZ/Z9vrV23NW",
-	"v/gPcUAP4W7hliVUBmouM7UATQF4+ilqDiAvljnYiE5XqB1UMpapW5Jczi6ixsNyVRSoLkhlS5/1ZsD+",
-	"Q+h8umHc78DGaQCOZlcWzM94o5xqMV4Nh48mFv4jBviX5mtIwscf05Lj06KDqacWS66x4SywLMf4LaCq",
-	"OWss8XAZ/z9719bbNo6F/wqRl9gYxUmzBXbGwTxk2m472O40m2a3D+tBxVi0LUQmDZKKawz63xfnQoqy",
-	"rTTGxL1NnlrHkijzcq7f+U5++wS3Vf7v2ni5qKRWR2/DGg+F/5mGrHX5gYbLbp/w32aK/5SfCasmtVPC",
-	"VIXIfT4Y6X+gdi7kKujJZp3gTXl7xZ21NPQmaOg40WPqn5Gmn3RIzJvsmlt1WxrqPnjo+kNursvVszyr",
-	"uIRs0CAFiHKDkb6KbETEaQl7ezxTIBBEL38G/z96ZrS3phoKbY6wV1Le30dG+6Xy71gu7FG9hSE61Bof",
-	"DuGUh+3nBgfZAS0NvklrQrZQtlZL2Nd5nKhBiyWD6S+ch20Ib/Do63VzhYWVCBA4Fip8pBPtwxe6z9pX",
-	"lAc9atRGpzKjKm7pvZovUIXxPdS6MPXdSN2t9wduqxTuBgrasRfAyGOrCqV9KSsHpw/ZWljNhWF1Pb8G",
-	"7T2RZYVcYvhnR0w8Fry1QEwJDoKZTDJRI7nt6Qk/yaqxKkkdvbq6ugCPzNfgNYJkp4wjNj8laaKKpoBf",
-	"WWssXzhBKejq8Vg5199Xb2I+5M+bxflOah/aP2x1nzKIqADCmj+GmLaLnSBw4oS1exd/STHTttX2EV56",
-	"Wd42+T4MoSwFm4FtwSt6fzsN31yvvHKZmKkPdNgD5K0Emwqbg+ixwmB809ddlK5tD/sGoNcjg4WsYLQ+",
-	"Ocbftmv7nEOEFyNWkNOnmLN1WWA+DxbR+yQ7OhzpuZJ6OSsrxUHuuNSp2RUNege27F32HkxSMMfWv4s2",
-	"WfuCHOGFQZY66m+5LP14huGQQPAY7FYwXVec8iVdIT3YkANxiZOhpwRFTEtFCrnCrAgvZwVmZfM89M/F",
-	"GzQDYaMd8ndOFCYJwtAahRkfaYJDtCNG0RUb0CMG7EpksUqmMcH7AyxJBT3BYBb0be72JTAkGY5lSc4U",
-	"zklV7UV14JwqlrFvg52xb2FOA13yVHcZps2uyISbIWAIIy2P5un99cTpHUu3sOa6UvMfdlvCC7qra9Ha",
-	"m7wtSM9CTXYIew4erKgFt3FiV0an5k+b0N0ayitSKw+tmN6iJANlEKUNDJUHkzjti9EODSHqheM4VXnD",
-	"Mn+ko9DvbXXxc46OB2W2pLT4YqE0h6YTUxjTAL5GYjexnK1gmdmdHsu5GojzeDETcMqycsHVlpptYyZ2",
-	"BEscj9EwYQmGi09PTpg1Hi1nVagiFxNZOZbTclEipDDEpCjvDa8ni8Iq5xCSPhRSVMYswMJHgqhb2CbG",
-	"iqrUN0eVGctKeGmniuneJ5isSXiuRhoGsrV2/DZtqX3++vWbd+8vLn/97/nVi5+9rRWzeOW1rd4vpdWU",
-	"HA+hH4o+wGryYvK0hHR9xp/IOSE2rci5kFppZ9zxoyww1nTCk8Kuz92qCzdTop3CdhppPrXh8Pzn8nXG",
-	"nAvhXHcrLk+nHadpH5oKTgWrjys4ePvXUjDMJaa+uplPnI/Lcug4Ufb9eRufXYvA9rjXZuxSMEvJgeiH",
-	"606GqbPk6Lbk8DKG8R5CwZi6Ko6uKzPuzhe8mxmh9MRYpLzDO8Sstn6IIChGeQY0TKVuVZUheIayiZxS",
-	"5tvkrQIdoUHmcE42oYom76H0OKelFrmbycIsCf8DIi4Xc1MghnQp5lKvRjpAvjUnvhHciXDtgFdyGWF9",
-	"+Er0ds4aaeCNl5WDnzLSaPuDUlkgc5woCzVfGNiKTDZfusjARab+M/gEpxFhX7PAxNVQzV8jiSITzoff",
-	"Sq9ylqKoFsq6QGrK5I2Y+AGPBm36lXC1vS2RZB6z0IKT0ANxnqKZRFE6X+qxJ7iStErcqAWixBpYEqO8",
-	"etSvalpqpIp+B2v0C+yFZ3KR94fJCk1qi04N8zbCU8NElHqkwYKwZglX4gYQOXIe5k0ULeyPEvuuhK2B",
-	"+msM6r9o4LlIr50sDaITEFiwCxhuv1zXL5VvZuvP4a32GtGK73iJ+7KTmh+/fYxdbRHGKIGof7K0mmfq",
-	"a8NLgZX9KbZkRh5iq+h7EiVv57u5wMG+k5gv/Jj7BHpxhr/2A/JQ9DULXuGwn+kz7tNPUA/DlXfsJ3Ee",
-	"NAi2ewn0v6RwhRzpaEcEDbGQpT0T+cKYqi30c/7ALQiZoJdu58xLbBtBAxJ1L1ZQMH0vqp/A3xtsmEbF",
-	"BzZNVSR8yNxTkUvLMMbXqEmpV8T2G2HYVkVfD1UNFSx3UMXAZtwT+gke/WWoYvBHdegdbJ/zLXH1fhu0",
-	"Lw9In7ugLbkuCVK9c/wH/POxU/3cX7u8VD4egT3K+7t246MN1MVu0bETdrZ9K6kfihSU6yL4khulFgxk",
-	"RVzPYKS301Q0HKFnIh8dsDYYHQzFls789OUdDsVAvDZLZam3JHnDSBdKsU12bZ1gJBJKPHKDA6dz08CX",
-	"fJnSNv0ssAfmgp7NKqWHCLaGdj75lcaG92WvO3kafEmlMJTfC6Nm66ym4FOv05puJ8jYs7r6IgQZd8mH",
-	"QJDxXcqJvzRBxv213A68F6Xv5Lg4E59ktBh0UFXABn3kqnhYrgp2Hu4kqrgXFYVTPhX0WRPRTBgPEhqJ",
-	"pN+5Bj0x0lz6TciKYud2rXfvjkc6iG8WP3XPLfpnbLG9cTzQnZj2ax0O6fkrThrsyPYw0mmz8G+B7WFt",
-	"EdtUDwNxrrfyJIU6Yr772vgZU9zANfWUwfgtIog72R9GulOEXNSbIuQvxdzQ5mz4bqXSV0PcEGUDhdTX",
-	"DLFEtrEttt6OdntA8pUBhzCXc1Nrn3MxZVI6KxrPLGsq/sE9ymJD6VDKWpU34KxxBtBMxBiOfnx2T1YV",
-	"+FYhHWxulU3FGqUOKJo5FKcnT7h+yrdb5qKz9/T0JwLTSJHmSDPs6woPDx6ZeKWqUOmL0cqRRqSiixIV",
-	"ZWKUvfwmrQrhwjQlTumbYP2yUzDtxVDEMuK03ildhOM/yuLjMV2W9zNhFQhqvP75i9cvrl7k2NHXspCs",
-	"1MQTQ8QCxHkqcjPBo2JawjuRG00Q01UuejkPkbb5oDXI0kZ2OI85v0TejzXInIF1aX4XQS2c4R2v3t8o",
-	"GIfzpFmEvTZtPygcgWDZZLoaiOhI5xhnWCGUydYq31g57C58xusrqwaUM1fzayTnDYGGrTlK3A6Bl4e6",
-	"mqjK6ClFxI2d5t3B5aQF657EejJClIGfN9ac/sYtAh5ODaULomQKpWEcQ6LrrwnfF5LdLmkuD+u5hguN",
-	"z+p6O772uLnwY9bcdbTbvUdbnnBhqnK8uv8j+PrWMy7VXJa61NP7P6a5Ze1JTvldnuKCGfAYT3mQeMrn",
-	"gk/9liCgZqpi/CaHKVmybfTTjMiqRPQy/ZgMNbZNukyKopxMFEI7WGSBhGuskAcRG89ArHbj756TLgY5",
-	"0GUFELzpWrVhYTApj8JiD8IiO7hU3q6OzkEuf/Lu5FJcXa7h/1zHhNBaTMIvxzMq/5UtI4IRiBNZVghx",
-	"64uGVAy/BPd2LvUqnAKKmFTldOYHG20XELTYphAJULPEuMat3IlS4W+32d1o8t3dcQHNLzgvyDqT3Dwk",
-	"i5TOSOnEtLxVGssi18IBA3E+0hGJxwbdVlOMvyHS8HMu/yZrkcFeZEQOR/rpyU9CyzmMjT6zl357rQo9",
-	"dN1k2n9z/O37hyzqwTffESX5oW/J1H84So2XBI1MDxXsqp33+x1h3vTZjOS8UatDhIEMRQ5bPc9EHl0m",
-	"+BDcIQIWclg3z5i/Ew7opJzWVrmB+KdaeC7hbYgMSs+xYPBctAmVZYeuSdudPO0IBn8d23dt5r7qXfww",
-	"W/G87R+GEnusLt19O+4W0k0W49eiAQh2eey7FxWtD9BNqYbI6LzGzQ+TMMUqWDaZxJGgb7aI/ixk+ZkW",
-	"x1EMdC30fF2Pb0IHHlJ1SwWKTt4oTbHanuSLYvtkbj2GBS38mNJRTEJWRqv+IL4wdgGN9l0C/Aa9W1cV",
-	"gadBpY50KGAiQDNBRMlgzM2tsu9p9lEgIGcWxogYLNACnNOihDL/VM2xPqNgAzGu4PymcYVG+wWliOpv",
-	"pFn/ifuqv2c42P4DBmGcHWIFn01sPQtS/C/Zu2y7pv4iTu3DyGT6FWsGQgyskfyAk/9g9vGx+uCVLvYn",
-	"YP+VNDWLdxxy6nglvMEMxg/tJNYQTXJp/bWSZGyQBKuMnlIVpUZldXX1OhOuHs/I63XeKjmPwUzk9aOK",
-	"i/FKuMp4kLV5/KPPmYO9PxBvdLXa4gcIhFidETwixH0b0somjpxhWpwNJ+7csLaMQbpjRBnenqegdNmW",
-	"UHJ/Bz/gBa7h/gVhGOdrFIT0bqo4awXrG7riJU/3o5z8HuQkrfa2A9uLcqO/u5CEMdS4tqVfoQy8VtIq",
-	"e1772cHwf7+DkKNCS5KQawAmrJ0O/N09Lgp+dXV18f78+fPLvD84yA5qWx0MD2beL4bHx09O/z44GZwM",
-	"ngx/PPnxBGUov+/6s7GWRfR8qazri+taF5WKpQIS4zG1VVx1GArvFsZUYlxJR3WHASIq3gSEjtHVCl5K",
-	"y7k6GDKc7GO2YSLLhRyXPrAipin6QxezD2iIxjQpcQ0jTTFXGMT04nCk6bIYo2zCsRlZxFifAA9BevjC",
-	"ymUAps7hb61EZpOmbEAJcWZgi+CLofiUvuaWmgtTak+06cYy7S2Z5uV0him3iSytcDMJ5mp7wlD+8pSN",
-	"49Rsmbc3dtrMmFdaau8GAtnvGUtBMFt4y7lcoblty0IldSDJ6hg77RgksOq4dY7JhiIEsSBYvIDd7gwr",
-	"O+lmeJ032G8zjiUX5RE8cMt4Ly38DNHzZnFUL1xfyCJkar3hbOChEynkBTPmSRMCSXCzgaCEX8HeyK25",
-	"oZxqusGSl5riyFte6UKZRYVwaaq3B6+Mqi2X6rrpCeJFfswfjvO4PY2dJmPw90fUbWxzqBe8cRGPyeVW",
-	"WdKwLMNEqLEtQuE2l1s6zXWBUe+NIA4CocGKWespuNmZmmY73e9BAPG55K4PpQ2t0OPo1NR+c/TLzqbg",
-	"m5206cntXtrJEF3TeIUZSi8W0s8G4jkiGZxYzhTGjSTuJxgWjD48GlMj5EzJInUpy3QqSYJvjrTRBQOr",
-	"n0i4tDv5sGVtMWK9XjTZ+k1I378x0i98g/oASg9njRtL9IwVttYa8e7t56brEeost09Xq6g+20KGGJn2",
-	"KjNtEBXrxG/JeLEcf3PA80IukDs9AFtcM29EME4bv0LMrogI/mBhNXsswpg2xnilZOVnYEDLotSKldSF",
-	"NXPYBXWskRuI34wAq0ppX27ssGgHu4OPv3/8fwAAAP//",
+	"7L19l9s2kjf6VXD0PPe0tEvJ6nbbE6tPzm7Hdma8k8Tetr25s5GniRYhidsUoBBQy0quv/s9qCqAIEVK",
+	"VL/YM1nvHztxiwTxUqj3+tXvnYlaLJUU0ujO6PfOXPBE5PCf/7lShi8zLkX/Z57LVM7sXxOhJ3m6NKmS",
+	"nVHnrTAslSxe81zGbKESwdZzIZmZCzaZi8k1W6tVlrA5vxHsSgjJEiFTkZwxzTearefpZM4ycSMyxmXC",
+	"1qlM1HrQiTp6MhcLbj9oNkvRGXW0ye0MPn2KOhfciB/SRWq255PkfGr6qTDT/tyYJV+m/Zwbkdmn+7S2",
+	"/vHxkWZ+kIhxpk2+mphVLpL+NBVZwn5ItWFqOpZKCpYasRjBkkw6mxuhDcvwTfs3+0TsR+vD/48ZTutK",
+	"6IiJwWwwlvG4s9Ii7y9SuTJi3DnLvx2emW9PT+IRi/OYpToc5UIseGq3PI5YbOyvY1n6WQsTs66SjMOO",
+	"8ixi8YUw+aZ/PjUij3tn9B5Ti9QYkbCpyhmXjGeZWotkLOl45kpX1wVzmSg5WeW5kPY7qWHTXAjNuGZz",
+	"ldldZFoYk4negL0V0ozlSmZCaxb/5/vX784vL87fvfzh1Y+v3l3+5eX5i5cXb3GBmZjxySZmKmexmk7j",
+	"wVi2Pet+w4n/AEOyLp788ClTUziWVy/ffV8cMqOzj9i1WBrYCyDRLLWEb2lvLGfciLWlSjPnhuWCJyw1",
+	"ZztWtOAbZla5ZKmllWlvMJbv5oL2kKZR7GyFyFnXEc86NXN4NhNc2w/T0Udjadxd0kpJAT9qYXpnzB+8",
+	"SOiedU9PnvUi99mtr9k1jWUupist7LpYN77K1ORaJJfcxL3qQUxVvuCmM+qk0jw97UTuZFJpxEzklaN5",
+	"o7J0srmX20hj1V3KsYRb2b34/jl79vTJcW/E3O1kS5GX9x025UizJTfz4AqqfNZfKGnm487Zr98eD4fD",
+	"iI07RvBFcTHh72frb5/Cb+VL++u3J/hTPGDv5mIs4euphm8uYepHmkm+EBGLx53xajh8PIHDgP8UffwL",
+	"Hgr+adyJI7bMxTT9KBJ2tSneWwiTpxP3YicG1gpEwfAn+2GpDItz8etKaKNj1o3HHaOuhdT90syBIfwa",
+	"u6niXnX5WMLD7Go1uRbmSDN7PrCbOEX71jq2r4wlUVIqmRYTJRPNusAe7WWKYVPjiPhJJuTMzNlUWWaD",
+	"X5zwTMiE5xGTKrfvjGXIY2B6K/gSW8nUjEp8y60PNrV4q+/+bjcHhuSs+LUgiOJ1kVlu5zeQzmrAflIs",
+	"Xl7D9mghzWdjap7Pb1+e9zI1uuAGjJv6m71D9gzucKdBxNQJfDz6lTRpBhPaPw3kWpp1QQQxnaVJKmeO",
+	"oCIay67WnRySIxMy0WcouFhIp8Ur9gCmqywbSz7jqYxYec+uhP3/MMu5ygQOoi0Jp6Y3YK+3uCiMaEVt",
+	"IEpZV+URzQKfAgEx4ZJJcSNytuRaoy5QXCPg0yNLkLRct08oR1dwuLOcJyueZZuIaQUDCJlYgrU/0h5Y",
+	"IXNlZ67GUvA82xTCC+ei4PtndnIgzXB2a27H2FYZ6OpaUWDyVOhCXdN84ca0S9OryUSIZMC+h4XT7Cdq",
+	"Je2ljJe5mKRaxGPZjWmFl/iMjntRoGh4Tgxb4vgPrROWgWc+lnp11adFdzkzayFNKszcPUcMKQoUTDsZ",
+	"JsVHw6Y8y3QE14KPZXikR9p+E94RUq1mc1Z8R6NemompCQb0+6u0YUaN5dSyo9XSbnVA8PZblv0Vw91K",
+	"iBaE1nzZuP2ZlOXKUVnysOdvWZgB3lWjG6DwLxOsVeo0rjHVjF+pG1G5ZUeaxVerXN9KPfgUdZY85wth",
+	"yJp4zpd8kprNG27m2yt1v7I0sUwrtX+zorsTdSyDtkMnnahjGXmai6QzMvlKhDP6v7mYdkad//OoMGce",
+	"4a/60asEtvq5klpl4r0WecMk8AFmBeeDTmSVa5X/50rkNTrT6yX/dQW3Qls5masF6ha5uEnVyio0M2FP",
+	"xpL9JT4V+5n+CmP6qeLPpZNb8I8/gHDujI6HJ6dRZ5FK/4eoRlZ9D0fdMNmXH5cqhxuz4GbAXogpX2VG",
+	"25sS/49WsnFmREBtNw6/g1OBWf0559LUnyL81Hx8M/vzXU/wVSIWS2WEnGz+KjZ/AU12eybvAj00Ld5g",
+	"18Lqt8gI4+CHy2uxiRkaoN1v7CYen3xjDTWe84m9R5YVxuf9/2a8/xsb9p+xAbtkI/bvrG95rkjNXOR2",
+	"4BqDFk/UcmurBCci7x+fPD59AsonTQUsJlDZ2TpPjdBWSFqt5orngnXj4LW4N2B/Tm9gRPsq6vLAEu0/",
+	"8ZNg1yTpdCpApl+LDbBiZ4N0T4dDYixwTDhGcVDBHvf/KjYlWhEf+WKZ2acqq+nUkfBfRQPXOX/zyk6L",
+	"pQlaY3GaxE7cwCFZ5dqySS0muTC9BpK6htndiaBARjdcsjd8JphOfxNNlwn03NL+JHgR7R0fRvbOp4vV",
+	"Av41hBtP/6yVSK/zWf1uvc5nzddK5bO77sEbkacqadiE79Iss1rUEh6yJBv/7W9/+1v/xx9jPDswQKxm",
+	"V4hJelYbnhvdK7OnQPOg5wbsvbY7Daq1WmVJHwxkxqVei5ydDoekA9KwoGbNOVpgV2K2kpE1JpzC6QZX",
+	"svHccKDWTBD3B7cq47L+kOwvzae0zLi86zFZRTK/4fZ7r5LtCQQ/31qGLrkxIrev/T2//GXYf3be/2/e",
+	"/+3D7ycnn/7v1hWPOh/7qbzhWZr0F0LbQ+yMOouVtsfCOCiexYwct7N/SyeCzawGaBW8/BKO/uSEZcIg",
+	"t81Zks5So2Hd7wRf1O+5/aV5rUbwxV33vFlneb9TV7GazN2+/cm+rZdKagFq3HmySKW3KgQQwERJIyQY",
+	"i3y5zNIJ7PWjZa6uMrH4V6sI2N9aUjm+hZ+u7LNSbMHlxtvz3nWmBZvkIrEWA8/0iFktd8PiRzfHMVNL",
+	"kePhi48TsTTozAC5DPIow4WA04MEQkQvWUMAFGKVs0mgHFoxii6B8xc/vvoJHAOX4Bnw4sOSl8gjGDUX",
+	"sCk9tE/sX1Q+i6yBZIXLWIJktD+F37BcaiZAopc/9vriz+EHz0g9hF07srbrTaoybkTSB39UKrTz+kgW",
+	"/zLucHuCfZXPxp0PMVkx2absPUY/iLHi+Sdl5mC+cs0SJcUZs5bjhmyS8ltkXKJQDyIJOxz2VkdCN+Hx",
+	"MeoNIxbTJMFJjq6wGo8J+sXOTM0TWhj8NR7c1b184UjNmbOFb8wZimXiq/3iYW7T7T1xVGXtTfQylnbp",
+	"V9oDIGXal/W3oavR2/2HbssOB5XfGrCfU1kSezsiOXfwN3EivsBBcVZYxFYpCOlx/9fbGN9GgTOFXYmp",
+	"ygVOIJWzPYPb4b/jCe3R5+SSP/LMWlcisVyL5CJL5XJlzlgs8lzlOmZZag9O8MmcqelUSPBQAakNOnbm",
+	"qG2h2bVj8odNujyqnbkRH82jib4pj1Gxyt/+F/J57syMXK0juApZKtFZnau1uyL/8fb1T2CQDmpsgW2R",
+	"MhdMoBGbq7WGxT9Xcpqlk896aOeSqav/ERPjRFqqwSpRObMXMOsxnuWCJxsmPtqjg4l+r/KrNEmE/KxC",
+	"eF5idyzj4GASTE/UUkQMo4wqn4FlBQ4p+2+Sp32QNQWh/aTM92olP6sa8ZMybGo/GrFUTrIV0L5VK+gE",
+	"1JRxqUDyqnwG03zDN5niyTulfuC5VS8/736TvsOuVLIBWa4Uy+xEYHKBxv0WYrLJ559foWFbPcHRKoaI",
+	"EwabuU61OGNxIgxPsxjiLhqNa8ONYN2JWmDEJ2K5yATXyMHEx6VVXXuw1LeotL+X/IanGb/KPvtROLNh",
+	"wqW1+xIxSRPBpFqzrhjMBuxCJKlVlNaSrST4RFg8yZQWScys9YXreC/5ysxVnv72eQ/rx1RrS+3g1EnK",
+	"agtMa5mriTWhrjLxUprUbD4rE2QorBy5g4V9lQt+rV1AAT/N8lUmgDnS34Rm3MVEQU/KZyxRAm3zawlx",
+	"TBkosuvcUpqkRevV0koAkfwokpS/A5nxeakKLradmEbdCaTdc5xA304I94LCvSDiuloI+8iNPUAlde9s",
+	"LCuXa42BIBfSrGryVk2306E5gnW3TP8q4MyXuWXZJkWrb5ILa1FcclPy/ifciL5JF2Jb1EbWxm9hYEad",
+	"jGtzudK7R5erjK47WrBbX0OD9/ftHzCyXq9kT9NcG1b2r6LxNsmFiazql4uJmsmUosbXYjOoW2subtT1",
+	"HVcA8hN2OzViofdt3lv7uH2PBuJ5zjcdtNedtf8LOlpgb/wH/JZE4bFWzqG0pA/+Iygh7VeRUp7DAHBF",
+	"kiS1O8uzNwHlTHmmRVS4a3/3kQlrfquVcfy0mN7oF/yx8wEOL6RCd8a7tuUn+8wddnPBP77CFx6Dp5T+",
+	"cVzZ56izkumvK0E/2yOtbn151/ftYY0n7ZxJsQYtChhC4YeOyMdpjfS5lTSgVCk5AU/jH/Dm/gPft6iD",
+	"Z1LPYK4EzwU5kUYs/nV5fYlWeZqgJU7/PH3MrrgWT09XeRbwo8Ba37bR7/2a+6U00+oPKdqyZRrz+9dq",
+	"I0nG1OxkENLce83FR4Nh1O29gEmUR6td0SpJzUtp8hp5xyd4iNUz/dlJVCs/Ma2MxUbwxQD3OK6VDnxi",
+	"VF43mGILnghK5uBy5od05lIcsfhabEZlorF/JVch/QI2YjO1RB1e7+OwNEpWD/rziqmwrr1BFPJIRCbs",
+	"KxABa7hZtLNR52N/pvr0R6slDS74+kfyywe/9vV1uuyrJUqN/lKlEuYIvDTqoLtl55TJI9MwZziRzztn",
+	"ZJx7kyMi9916+koLEmNGhVQ2EnJWf74qnzUwSlClL3FmWz8Dr2wpF+pYDkb9kL4jd2uiYlvpEB39leZD",
+	"X2+8mvfCa4o7/sX5zXfcTObPrWpjlYZ6ws6FXmXggbCHj8k7aso4u7Ivg3Ml8PajUQAJzZCgrRaU8IZW",
+	"KQSFlBSvp53RL7uXB9O6gI93PkUtTZkPpUUFns6dumBFPYEwTOvzLH2ppK0dU2S7QV+rHhp9d/c50YZs",
+	"0SCeUvtZV05+n87uhq+dHLpQz+VkrvIXvCZ48IJvnBmDIXEVhsRVPjvS7KoUTNcYIbfU4jMFTr7ZnSdQ",
+	"4yJutxX41oVa113I4NdtkbxQK1nDMl/fiBzC9vA7S1YiAoE1SRc8o7QX1lX5jBlleAZu3jM27gzHHcgG",
+	"Xs9FLnq1TBVjGXURmuf0CyTk4JfjMyYWS7Mp0hOXGZeUIMCWeTqhoMHWZyAjSSSXkBPalAdcHB48rhlP",
+	"EpFYC9X+iiddSoB3GeIySIUYy62NGAabEGFAAD7ALDO/EYwbcI1aVu1GdmO5XFBIrR2wP+O8cu6M5Qlf",
+	"YgaN/Qd6WkWCma8jFis8N1x1PJacJDlmxmI+YuzeoqdcitOabzDG2ELUlodo2l4/vTQ4u52bNWj3eTyG",
+	"WuHbJLNLO9M0YftQeWOVFPpepkxpKS2zUaJOzo24XDapl3ieMT6UpxMBweWpyu3c4K6sJPw9aTm9YqT6",
+	"D8JPrFwkYd9JLC2Do9bukd2/PE0ElQSAa7Z0g8NZbduOSyGTyyaWBJJcrY80g+dCfkRcyrINHMPxmBgL",
+	"zPCvMb4+lnQZ4IJDWgLkH8G8igoGesiUN3kpcvcHkcdj2c3VSsIFhERmzhbpJFd9+7JfuPfT4+1qWHYz",
+	"W3znmRSUkUw8l5R+YZABgQtAAq1+ue67kEKznXyKb0rv8fV0XzuIv04taAzyZnZ8UPBFHwsx7CJ83uO+",
+	"SVQEvc//QjWaEoUoZ4cYh5v3FiOr8onISchAblVlS4Vwtw60dLmCi12nibiM7c/sLHZZGgex3v3jam5W",
+	"mCVUnrNaWaPRjy5XiyuikGVy8CIxJ2Kvjksb+zM8jf7MOtvLEwgNGxV5oMViKs6fYNa7zvRwt649v85s",
+	"afqnyk9kdDKE/ytOgirTylMcDQffFHvTwYK1zpbz92AKqZWadbqRK0MCAwozx/AiY/pVrVgqUmqPT558",
+	"8+zZs+HTb05PnlJC/Q61+fZEybOshSX3tnjn04eoSAQeDr75bBS4i7ReQISq/Xo8m7FmaYXPYKrRYavZ",
+	"tgRplO1JfwimfR/OiGApX9gV4WbyGjXQ8qJILW1BnnPe6KADJWAtoPg5YQv+sb9IJZvyNGfwWrmo64iy",
+	"MLHGMbXqzkJI01IhXOm66Am40nwsOBfr8nVvOTYuoW0xV3gWKNPpfbdZNNldZ/KGm8n8QC9Ks1S8NZ8q",
+	"8562HOfTjoX97HlPNcw1oSeOdCV9EEpTLN/GrAowOO0ftsNch+gFKp/pRrLVzvAtUQvr8oTKkaEamaro",
+	"oYw0Yle+bO0QNmAvX104CbeznqQxHzheQTpJCkq/NQnQWC6OLGYfWQxbEkNlKa4rF2wusoSqH9xN1IGe",
+	"eqVUJri8nUJUewtR7CY5X8vqjl5t0MFJZZswtauNS5bWR87RYY0Vu/n25UU7G7ZyFWFqDepRsd1EGB/2",
+	"kvBPFLAU0t6eXzqYWtuJnOoSdeZqZVX4hG+C4YJqhSLWcKMm/Grws5OfRaAhXTi/GmT0jzqz1MxXV4OJ",
+	"Wjz61QOzhP8JoQjJs0cwJhYaHuKYDbS5ibLPHweKm8u4J2Nl1OET1HHBMusIWBhaTR2eWfNhS4HDQcPa",
+	"pKje06UgD361EJGl74XShp38/cmQfcu2mBi5ObUhI7iArHHMQnzkE5NtMF1m3PmOjGCkWz3u9M7YEOPn",
+	"v65EnuJ1uBUbHdbxGrvo/RwBHgIrqFQLuF8Mh1WIZe2ynXZlBXmoJRbnXPin9isCzjzf/6Szq1uUvFRl",
+	"ae293OWlp4T9wMUWsLcC+2TfdH6wZv6FmHYgcWuW86Q2VwOKxAQWPaqVQYkVUQ6g8ygeaasCZYCTVM92",
+	"Me+xZnwnflLJKEcP7RUOqDEC1SbinQDRo51nJERCYV1yFlGCpuHXQoaGDzg1QGZok2YZXp/emRM5llHH",
+	"Hl4hZuS0tR9SGpQ67/3Gaa25xo9EeCHLcAz4DNcMC0Lttcc80puSR760Pzciq5Her6VgQpp8g0gwdeg3",
+	"4IrnqGi2FtZw+m8NNytdJ6ztQe4b4kf7DBD0MuObusO1qgdVGULuMRM8z1KROwQthw8ERQ6VQuL6bYIi",
+	"hUsIul5S5Uc9dhccl4fkag834LA8wKAfSwfLEcIsENaGJRFQlEq4ChEr3JG9ATu/wsRHj29T4FAUiAUj",
+	"VodYUMUqaB0YMPNc+WzpXQf4zj/4KepsFVft3dcRuRyswIH/BJndFx8nQtgN8MHczRJuUEvQJJaIaSqF",
+	"LhWdxtXiohjhkRwqVIp6FMBboQ5bbHYZEMqlHfxSQUD6EJfuzrartnJD1veNHFfr24VHL2H+7fl5Rcg4",
+	"eUG32vOaWsEDueq30KxQSz4+eXy6pR/tUqCBZar8GhjlZ1KL8ILZkdBdHHnwF2vJrzJksLnA1GkovlI3",
+	"Ir/EYgArLbqcXsmZNmoJ5srJ358c2wtPn6JcHSVFn5xyQS2BLybxdRlAsrgmy+fpla7P/YZKNCt+4cFh",
+	"zyH0IWqOlZaLVWbSmm+BlNLljIl7UwNbqX8fas2WeuqD3K8LldW4X+KbVKxFHgOAnT5jMRQJxoxnWlGa",
+	"FCzTWS/wc8cyNvvatr1SBk65H28/pKvVso+2Xt6c1r57X4ttqvVf4jRosJKnfMeu21043D9OK+6opf53",
+	"azoN3G9Rx4q2tcqTzqgzUXkuJqY/V7kW/Suogt+4CY7oqLYYh99Nv/luYQHYy8mT092WaJB36ye0xbON",
+	"ygXVC4MyNed6fkYiOhdmlUtk0OGHKTHHg8yc1OXP3/E43YL91GnIPed4L17d4HJ8eceuMzfr6fIeWVqt",
+	"mCp4csSOAb/mKf1bU24J5DR6BzFkWVxLtXY/D+1LDVLNyaq3ltp45ga20siOmohJqlMlxx0wHYK7521a",
+	"8HRiBGp0fDIcYgJZuEHHT2HZpT/VbXNjBPzV29fs9OT4T0Xse0K2XgFZ8/7tCyBVj3Hxy3n/vz/8/vgW",
+	"0BZmngvRR7wKVv9tuz8TvkwNz3TE9Goyt1fXzuFT1HnB02zzHoetXoOkLrvsnL1/95wlRY4ZxrAjj8bS",
+	"f/EiLi/3ZHjytH983B8+DvVyKx9qo/S6yUJCklkBRsuOHKcAqM2DzHEDU+5OVotVVpiXh/oREyz8aBLL",
+	"LzDHo7aQQ8m+FDP4dCUXxCnap88Gw2Fl6+BvZVoZj5Pfj6Pjk0/d8XiA/3j6qfdvh5NOJSPFEQZ8cuQ1",
+	"zOMTgkAJk60h7Rm0v6doK9rVQ7lgJhYOSDq4gFPBzSpHqtKC29+fDKOO1sqnY6fgOZypLPGeJ+di1GqV",
+	"T0ovU2wF3neQNjQC/OvTQX7JcHa72PP37rlDXGPB5FuM/ZaeDnxqB/rxqpfGDsO4vkYcVZ9AnItZqg04",
+	"rOzmHGH55x28c1GxjcWi6y5JCckt9AZD2n2gl070TSfCP9bppC8/GiGTW1hgxmSFS+TpcIscSr83YUKA",
+	"x0yqdQCDGtoSWLOMeUGQ/abkJfxtE1NNtItiNcvjx09bYHWFxxBOvG7nv+dp9iP5q2pCpQ7bFMpm1/M0",
+	"E6HbEgNwqWYrmVtJza8yMYI6FTAtMrXWY9mdZnw2EwmLnaM07kVF+TO6uDR7MnwcsThTE57FlKrunJmS",
+	"pbJP/s2xRGSeHLDPKGxVODmPdBFJBt0BHXvjkIbs9KxiDxOwFr39ZruQjN+tew/K0F1/TQmIO9W1atlK",
+	"u2x++sJ/8WwlgC+Ey+Nys1c2kCcxwgMBcmNXwqyFkKz/bDj80/GzZydPTv90Onz27BiovPpHwu+GWvNp",
+	"4a948pRdbYzQwIigVqebi4W6EbrkI8f59zq1MBmgBrj0Te3Qcsuv6sJH8vT0jHF2Y/eCAQoxABTiYxGL",
+	"7SSsrVydREWHvBKGd0b24agQYdv649PTutKihq0Gz1YxTT/3TkEkbwvx0UQijtZJDpZDJQW/3Iok5wKv",
+	"TS60ym6sfMBPsola0H0MXG0BGwmJq0bVoWGONO55tI+cuid/f/K4f9xD8DX4b9ZdI0f6D37D38Lozl2E",
+	"kQ3yXvUwH3YHnZX9OVt+8l320BZFF7y4v/1bjcunZHw/3TqSL3Qt9+1YcMQ7ya49/6nSnhuddUWgMvbY",
+	"1YZw88s31/6NLbiZzIVm8d9/4f3frLlE/zvsP7scjPoffh9GTx9/+r9x5drSVT15skvbfLA7nIoseZnn",
+	"qsZrBgg429cHkB0gUOcAvzw4E72/YV3M7NC/DD8MMLxlpayrDHOYy4hrX2dh+RX8vic9GedYvFCnVEDR",
+	"R3397I1ozmBJDdaJhHUtYQ0LpOlLZRiVJ2MdScaXGpBg6kJet886rnAwrdOZxE4MBZBfw04eXNuRC064",
+	"Ibepab9bTrtVVe9e7LmVl05Lch+oZBwTJTTSTktXapm8DkmiLXa8SoqbyIck+SpJDcvUrOK8fFJ1Xu46",
+	"gzqPmK/Sqqfzkh/jM8V1ispAnAOElzH6j5VfqWYTvlxiwYyP/17Zoe43F9pT5BaTQIcOTgduvca2L48f",
+	"P34WOX/PdIU6nF1AKhlnG8Hz3hkjk3KEQJ9BpwHcf99jolQEWQkbt78aTfehkeLvw+mMbPeLu5v/IniG",
+	"oLRNVb1N6sMe/fQtQII5yy4RSyETIScb5yz7fdxZKm1mudDjzoiNO+p63InYuJNbOxX/tCpAwsadT/G2",
+	"Mtu+rl9jAsh2rE1dx6z7aA7b8FvvjMWQVhNHgQXMujxYACNwsIhyHyE9AlNtOKUQgVYbo/Czg7HuI/iP",
+	"33ph2E5dA8kVOGhAeIlVIn2WUtTxo9TYBJUzpzXWHfOrpD5rN8tE3p/MlRaSpQAkNk1RVBYuTHLihd5u",
+	"r7kFStzgcvTvoMUdn/zpYD/4MUHlB8gpIw/izPu/gSp83v/vyPky7b89dH5EkPW5NpBNBb50B/3c2QL7",
+	"r8NBXQoOmU0c0Hq6HuH35JTN1SrXPe/7KD7l4hUMGtd4+N/VAlHLAKlroXKE9CnHCnj/t2LLvomOT745",
+	"eMu+udOW2V35QXBdEzUg19clNzsYO+Z9CWgh5dh6gNBGLW98yjX4hlKCKBm0ZNP12t0793VqSFPggp8x",
+	"XiQhsZgKjlPNhmWCzi8fX7/7MXn2X78OP/7t6ufJ8Q9/mr/57eS8bgZN2Wo/W5ELX6C411bCGkHAUVWE",
+	"h2aBqUcYe0V3nZ5Tg63FfeW07VCYtrfFOWuh89AlTE9fqukUhAfPL13OtVT4K7EqXOWlSEpmRVBoCk7S",
+	"y6tNAxFhl6dah2vEVpJwJyPmigZ8lXpr4jEmu1zsObqF1SB06BIuDIYjXdxwo1hc3Is4aNUEJK7DBljY",
+	"cgA6+aDZl600i3E28YD9jOmlEZurNcuUnEG6NOKESGFtFvgfjNVwfQ1cyTKYes1tZ4R3Nx5BQ+aoz9Z3",
+	"eNCw0CPtslbP2JAtBJd6a9YHz7CaLkP6F51cnSADnnWLmEEpHpWDvfLNk6GPMmnB88l8b6DpEKuldYAp",
+	"J+up1vigjM7gIJjma5cYvORmfgbOdR1w5S6xQZWzIYpGvbCSHlpYcl2JnPp6kMPyCIqykS+WOw60gHi5",
+	"t6CIgAhyIcXauZYwfP3N8cnW6d/xoCJ7UC7NE1qewWnc72HQUraEJr8WfiJHOvi8u+VgIUJGLzN5umRd",
+	"ssEY7FyDx2ZfwmPII70a4An1Pus02ibeBTSzEHV+L7sz7aO2qEJ9+lCFJ/MCMKnDHmoqEcCNm6U3QrIr",
+	"Prm+U/UkDkay8w41V36629tZtT9oxWh1Nmz/jahNr9BGLAMjnyESHga/6b+hp9uE6wlPEKQ8dlWH8SgE",
+	"KD/SvhwxGkuvgUEubFEbDr3zoFtU6rqbuhLGXiUEWQPt4B5uF4nEVd97GNLnQdfs55Y6ChhkILC3Sy+n",
+	"PM0vm2qB8xWldRMmPG7ngufXImFx8Wq8nZB+pPEApyonWLMl19iOyxcW+wgwNDSGaWNPVpXP4ga20wCF",
+	"lzni2qs6l12/NfaFXeORJq/eGdOY6c4LhVBNma5ksXVjKBWLI4cnRW00E4dmSDQzuD2wREMBfEb0BT5e",
+	"Gqnx9r1t8IQANLpz2kBrhioJhfiStXQE5Rs1Da2sng99tKj1ablJ5ajwiaYGw4MD9goQh4oyJbykY7nd",
+	"BJZJtY6CgloqImHY9jcPurBT6ZMWxurwY+maihY9aEnRbg1MdR90mDV31YGf6rvnFjhbKVSCpFmmg8Y2",
+	"B0NbPeAdaIDbDprStIGMomM7ILBCUrENRMB9X76iUtkLUbfcYCm1V9RRw041dovbu1CEL6MAcDEeUEOY",
+	"CYHX9PHQE9/xsL5Q2EO6UIH0p5Y3/kd+DXj+Mb5nyQGrj+x/zdUqx1bbCd/ETjxXWEJB1WNJdfBB1UjQ",
+	"vxfTCVzYxV3+bmqoaSDc6x7UQ/Kx/HWVCkN+T3BSAXySf40bwOCOqNUWfTe4VlTmNrJjlbtCD9hF2BUT",
+	"W/hST3VUVopO6QU2gmWuvmKOOidj0ZS1zsF7yMycS3by9ycniPflO7cfn55AvET3EOXe7tZYoj0PMFdd",
+	"t6yPbsMeuTVBeuixvcx8UwStnpxExyenvQE7H8vJPM2So1IPa6kMw5o3zNfhOfoFACnMinj7tZI9Qe3v",
+	"ZSBEuqcnJ70zxul1X23rygDtyznFqjSKDMjN40Y08OVbB692qT3QV5wyknw/HA9yAjetBXH7jvuWJgIY",
+	"vxGpo98M2f9Duk8BR6E9eRQRL6tGaTua26ww+JjmTK0liAlAkkQOEOw56lipgYC44IuxjFH/ill3B8IL",
+	"3hoJHbINz112FQC96QE7p7Gc2lej5eGHZ8JodnryDF2iYY0iCwBegI8iqcTj4GzGnRGzJlVsv1iU0+I2",
+	"gHqZaiQXF++nvZHZpgSCF9Yg70KY2m4T91nCuq5N+93l/K0LQg5xb91JZh4COwUSsUZfxb+fwV3QBYPK",
+	"IZTDOOu6kDx1nWdLnubtPewwn2184qqr/UcBOdg1IpA0oqDicuWb016lWRYgDXC5IaLtQuYPZHbJbNMb",
+	"sHdW6XXalevKJQGxEESD0gLyhID4gyxKTDCKwj8RgG1khQ00zdTGpzdb/kHXxqVlnvkABVS0E8BjiMiJ",
+	"9x65Ejs9OUEhyxap1kuRmeBRLC9zvgi0rp0+8osr6PnQ8mheJfvOpa61R0Qn8sbBjh6QrNIOgNbeSipg",
+	"qWLRXnFNqKa3cOIf5HQmQEkPrtrOjeXqXrYrEGC7fBjfrh9Vyyqu76D5jjeiXuIk6+48HlVDVVMzeKkz",
+	"NNPplMX4fTQJA+TSSukaIkq4Ic/cowSNrAOIVcpTRqWtCPkdabQ9CZEzZppvMJqH0rwBhzXhabYTfrUo",
+	"dKotmCLBSakxMJ1yWddYuroulSVCG4xZ+07xa5VfQ8XnROVAqMbbwkuR61QbKCzhMwHaoB23kLpYPaT5",
+	"mklXkOxHQogHTNYmz9oyFzepWumxhBePrHkva9p3o/C2ugN+ANrkJXzja8a0YlOes26W3ohoLMWvK55B",
+	"aE7lswE4AHoD9rIAAHbRaHvIgD/gl7sRdDCtOE5QY1eHILI3h3DX2DCsdwaAntc6h6jybmVe0IL4XsZq",
+	"utmFZ1R33Pdqr3NtzUos5FTlExEjLAQBYoPL097DOU/UOibRQU9crQzBFWgWB4gR8ZlDocBCFhd8J+iK",
+	"MM5NH0U8P9Q97FPtHLkPU07i0MiqVv18teCynwue8KtM+HTgXZXZNZwmSBKrA8HXKnesBYJCSz4TRW0H",
+	"ha/wUlpm0KYt02v5EiqlysVh2ByyE9VVLrmKqnKnd4SCWAqJBkUYgIf2OQuwzrsFGBGyYMy+orBFXMpx",
+	"cFOgH2sTF2oRNSnT8JJD14ZLKqytAQsLsyj2XbnX+ew5PP8DPn7LFGgxnQpI0cVUjQbXbkkvZAuRz0gB",
+	"RYnotD7KZgmzSyHN2xlXY4niiSAWCeCva4m0jypre7bqdewq52oNFNx2m4sN3rVFu+uS8M3BnRd3COBU",
+	"Y2M1O0m9urIruNqRpG+oflQfhSeqwVjiiSu0LrxMXjmqj7tAgVLLlO0k1ZerPGtojS6SdAKA/liV+P7i",
+	"h6JDnkOAYAuoenX48ukUXBH1YP7oirtEU68NRbzFN36mFyBXxtpV8tKLzT0jvMfn38Pjt4UTF1dzpa7d",
+	"RtX87rBr2+nxP+Pz9YXERN5rScG3yJG6VZEKQi9n0QHoF8pU98hgZ+86KmKje1bDnTw4U5mGy5sRUlBU",
+	"x30PQ0WvctqSYKIZNyrimMOAyRJWUFkbmsX2LRI+NFSPdqq8nSwuyYR4wGK+Mioe0cCkq+CvVt7auwnO",
+	"3/DDhHueajupMxar6TQesfjN67fv2KOb40c0uE9SjalHyxCNHgx7e2veudxmSmhX2UBFMuw5qPPel+aC",
+	"6uhOC2Qp7Zpdiz3L6bRJmN4SiZ5StajZ6PlkIdgrORk4ChtZAV0Tj6iV0+0uz1ZjphKu5vE9SPfPItf2",
+	"CiUdSqF2W4PyqAQz6vToQEq1aepaI7hoRKKDe5M6ux4HqfP+4ofSS5fYtLblqwBc+o8ieypyZLeIgEdh",
+	"8fvYeAMrDYtLPyMQhwrL7VuMXpTnH0RE9snL2yzklkAhtVAcxF3Lcwm3oDVaR3Beb8VBCZLhHtQXz98V",
+	"iCU4oWrhqhuoYUm3kOO3F+BOct9G+t1HqVgDzPznLRR7nc/a9TWoOHlgmyOKO0NiiGe49h/bAhsexh2P",
+	"qspTxOIKuyVAYxfOpLqTyR4lpo3ScJiqcHfl4DMK/UNMz1sJ9a9C/PMJ8Qe2Egl8jk9Se10abUbq2oyW",
+	"om+/6OtWKtnRn+oZzAU3dVpFGPDZiePontvTmbGVEoFzcfpA7mbW6hX/dLvzoPdqjwOGCitNqfMeN4Md",
+	"qgPNt6ww4N8+7Nj6NgrCdklE232p9sjdNZ3K7TpEzpfTsm4l8Ksy5mCrWGiTLhAecZmLSdrsai4xgdIy",
+	"IZJR4y5Hzx4P0NwBX4VjfnxatDHEvrUmQIobsBhGrewCZM+vZAVRjhofcEg3kD7TxtdyeN+x/YWioFQt",
+	"CF4OTA+IR26qEXbAJjTzvOTpJ/xzJUWQWMBcXkEIj45oeBTHtV8MuhK4cF8XAkkv5Y3aYONO3EAAiuCG",
+	"Tbi023IlXJPtXjVxwe3kVuYC5TwRg4xLHD8OPMepGTAEuoL9QqcOBUoRNc5jN9Mp45prqeSNb+ZaDRCV",
+	"8Q8KBM96+M5KFfKw/+zD76ef+t3hL8f9Zx/+v+Nfhv2TD73DYSjRs8w1o68XEKXuw3YRJP8rnP0QnckO",
+	"cR/xktuIkylPs8s26pMHnfsU3coavl8Xkd2yOnXxjhGMtjlPu1Kd7J3LqTKpfS+CxoDIUql6FzplPbWX",
+	"xm/ohXp5XMml8oFS5yxHpitrAqWhXtBKizhQJ7VnXaOU3ioq4fTJNlrkDidS4fEnigkvEp1ZcUKHufS3",
+	"uEFZeKJh3hwVc853h4HsMn1nuskB393ytkds3HkePgNZnOjer0rYWzj7hXbt7GRCFdmczZVxNZykFGKK",
+	"GeUAU4n24KAIQRfxAirG9qUdoXdg+CCUbLt9I3B+B4cGAj7soEEhWrDMVUFv9oZThu/T4b7KBt+s9vei",
+	"GKLS8rb2NSv0gEd4bhgmMlLY4k1djOLuQu+rAGvp7ygE1U6XBz12oNfDiZyWYsU+XQ6huP+6q5T6R5Az",
+	"9+qDIM9DDW8uOSOKGvXj3plLjrYc1SnioGu3ElDF9WiSNQdLGWLPUCriuDbrWhMHgIWsHRGhpWFZrEtW",
+	"n3JtrGCwzxFMcm8LTaehgxwAtQL6iJpS0QDCWmNLOdfVZwvyw5U9sS7KLqw6cLILAUezNd9oNlOW32PO",
+	"RgBW0gVp0xsw2KTEyxieC6x7gCVqviHPbuIqOg4TF/fhS3/j0OW/qDPdzuI2XYL/OUVHO45QCJEtnnAh",
+	"lhmf1CJMI+z9ZxYmLYPmTqzsXg/1UUy1GdxWAu2XO/dqB/0k1s4AIsevA99G38Y/ljxqacPU3tFdbsjA",
+	"x1fenr9At0pPqGV/pGZdLBuMGGqeEeDLRSzhmx4wTO9rit0XtoyJMHXe+cJckr0royx1Z4/Kj1ie7ev+",
+	"yKW55HnlJQY1tGmWsQkEeM6sSOPLCLKwAe+O8cT+wPOUWxrgGdNLLh1+AI2SQW4y63KqD824Ea7jT1Dl",
+	"Jpk20NA0Uzzp2W9P4APW7KF+MOt0IoICv64vymMfnU8BprVpmou1zsgfG48w0dUttVSodTJkenXVx9lp",
+	"1n0yZAuS5O7wHjP6gzvFx/a/qPknnuifTvyf4HSj0rnZWbmzOxk6vC/0izCpGrcT/JEEOlZO3CS0ADxp",
+	"u1XQ6yERed8+rl3Jvts1KOv0q2RddPfa3Uc3qWurrYvBoQ7S8lrDToaPTo7LTSmDwuzAT4wWJMwU9QaT",
+	"LqDRD4FIsB/DxNRCYxApaFFrXvKvt3SsvyHGWGW79vuWabJJxnWd8V92nLrL/s8Nfvkm4PztVY0rru+9",
+	"jKyokBvcVhmhUsjW+l5Y9LevmrOizPnpReFmFFOoVeywE2xdd2l28f1z9uz0yZ98u9hETVYLIc12RkIi",
+	"TFN7RZHn6oCyngDB/tNWleTh4Lk1PXhTk4kdvtutqp+5MUs9ehTUxAwScfOINkU/ArSnCX6yr7PVDOGf",
+	"4trE7xa9fKGS//TkmbvtGJABzAJgOqXmvu2b9x7pXV2ASy19/RMNvX0j6NEL8zq0O2+1gZD90Z1JtAsQ",
+	"+OJAx5t3hqGPazBbmv6pGkDf0aUlFfSaDVHRhKjT4MnwbgiKS5HXlw8Utq0XdNAaC5ClaSKI4Qv4noDf",
+	"aWfdu1/wc88da8IErmw2XorcIZdUoeJ9A7dUFg3/8FGsXzNjiV0pGNkLXTQWgqJU1+V5DPs97mD5zVac",
+	"7zg6fgr95tw/77XjnP100HDuabuGc01VhY7PLkXeSLo19/yCdBVuaPfRATMqlbG79AmqooViXz2WE5Fm",
+	"Xb2CLtvQnfwjjfHIyqtetQqYioQPKHWC67YfTcCnNG2t7kWlYiZww3cxo2706FFMlW9JquGfPVc7YxRb",
+	"6VI3MKsFbRUTnn5TIp0ujvRvo0ePxuO3/3obgnEzw4A/zcuX+6iVYet5aoRVdCdYdggTDvfiuUvo8qYX",
+	"lh02xHaUzzZA4tNG5QjsLZXs43aUUhANNirCbQ1AvnPh8yKoW9q+/IRg2AF7K2SC2Jl2TnYWuP927UCJ",
+	"pA1DRgL0a7KCLKdyRqzOBrPoiqMbcUot3RCtjK/5JiLDyBkhvpOQyVOhewP2kzL45aS+nuuiSMGoaQAD",
+	"d7wlglYZM/wQcO97huW2O/Y/lvyct7MNPPcDw3HvKBAP1NlqckdTm3MPyaZZ14EceLi12CHhRb4ClnAP",
+	"qp3dEYAIcYE0mg9HKCDbMbRiQqhi1y3c90zcmw3pKob3ZO75+df1dSQnNqGQnpEkhZt6JTYOm5dEV7fS",
+	"Cb/XEjGvGbx1ewIFds/BkK65WGZ809RHN0yd4pIJnmcpgDlAnLLIzAIMrrTofQC9DRY8EfXsgCZ+0CUG",
+	"xMgDiAXagoSo0S3bB+/a3UMwbgsQ6hbtknBxW22TiDOWuF5I7LVKS7EF9WGMWwYgEE6QRm5vFoacf59R",
+	"UfrA/tjGNmeoMck8jgn60BpY3bZhfJBQ2gXMcRgzuXfmcCdk51sN1qRt047uOcm2+Orlib5EH56TTayL",
+	"AHAktBCnwcGEsm4FS7R3BvoWKroL1Ltw/hU4S0cTp+WsDUrGqLSiLnWVLjUKPj4Z7oP/L6ivFvBcARil",
+	"h9gBQ6KAXf48IHL3auDS2ez1zyltKPfDi5rLa7HZb+WXuvKUbuyBTbNdUMan6txR+9jvnGjf9WCrHTVN",
+	"9ukwauhN/SVbUt9vlwZrH7qH+kqKvppCsN9JUEdhH8rs5q3TKpzff459LBHAxZRx6Z0cTmpDAW8xjJHW",
+	"9cMByGuHP14EMhwUZxAKQ215PU8nc8rJywWzk6L8tzQPcDMpijDJVjq9ET+6zUazdVerhz29Hd5OVK1H",
+	"FdgL1r5NeJYVCN1MyAQcL/qMxeBfxKcWXPKZcA6EM1+Fh7/mgicBVqGAdu+6hKMDJnmELssCn6F2/9/R",
+	"PakkMty61WeLzLIdEC+Uvc+zTE28inG3bOhmjJa2rOSgwjG7n/cBPRJUa9R5m4BHad9dk/YNZhjkcgcb",
+	"WcKivfuu3ms+Gc3ehbj3NTIY7GqeWs0cC/fxsAxme5K3BMdA9WU73fX0oMxVSlJ9KWepFIL8eSW6CBNp",
+	"W+bRftjSmg6/t+0Scg7JlLn7FStfl3Yz/JJEHCZH7kqCbKLM+0i2A97/xZPt7Cxuk2z3lR7vn6nWHk5z",
+	"DSSy3N0VkA4YCSoDDyqHHGGTmUpJKA87mldL/DTfgC6FVZSUhpOa3cWQZ74Y0scXDq9qHGx1JGpROvhu",
+	"nitD8fm7K2Dunfqejgo7hBQQs74jN5xI4VLfTmm4RfBgyicGuce2Qr2lOKPIq8Ul2NHNXTt1e+fdpB1G",
+	"3XyrIxb81c/WzSTouF5yIZa0h2C3a7la6cO7EQDpUYfHW5T4U8cAjAluU1gFBGibrtoUjJfn9ef0RpSQ",
+	"PMEJFJjIcQS39EqZ+RleK4mpYFF5LVk6NZrSEOdqlW/7Clv1sa2MhyDqIpueVVuUO+fNn1jCN5rxueBJ",
+	"+16kBbmW5zHE5mYThg/Qv75lxxG7FktjrcunPuqOSQAl79dw8CQ66AZU4baqfJ12o9ph3ihVHzM4rDe/",
+	"53ETJbXKBOtC7tuT4TDIfatvGLTlRdmSR+WTBJmw4HLDSu1dpVrTR58OT78ZDnu3cZ7667yjUbzbymTP",
+	"bMNmaZQEuRa5QJ/4MkshQ3cfcT8Az7wH7ue3qcTkcOC6LWvAe79dyl8jXPetAy1Ngcmlr8/fmaaOT/nn",
+	"L4WsIY2XzmvkkN0hZYNSJtsyG/oA9D9qSx31UCI458qIpRXsToeEQzhP/melTX23zQa2aLUJDq8BNP3h",
+	"KgWmGG076rVIyLm+3Ym8OQxzyCXDtJOdn6bMlC4nmHxM0WBqBYp0TnD6PNGQW/X3J8dtg9O+8Vxz68o6",
+	"ab4fwH4HzW+ztjIqRXGO3Ur6ey9yiBENHeIaNbNdseMWsd0KcftQmOvkRkfoqCjQ1hxDa/DoVMj9cOdO",
+	"nYfF7UPHpJCof3p6fDwq+o97lzh7Nhz+6fjZs5Mnp386HT57dmKVmUWqDb+GXFCrqh0DYHwQA9sOcSXJ",
+	"jvgWTxLWlWKGfSmMwtp1NZ32ItDVUtkU3Ary+c9cZGOVQXrSEtq3DW8duupv/3a3JiqH6TSVLLonLSD5",
+	"tWho+LgqmARqSStpRM70HFrCUXRxdxRxwF5SkJCip7EWhlKAeJLE99sx6sF7f/vLuUPVClpXbDus6lt0",
+	"pvJymjlnSB2xQ2zH1cVebbANQZgJgdhmUHNRau3napPkZiwx6cw7xqECeM41MT/oW7qecwMlPYWgZwB7",
+	"PmCum03RIBDHo5Y1/pthL7jUt3+DpnUbBERKJcPVtu5suiuG4treeGRvp7dWZuB8Imlu6bp1SACL7RrV",
+	"t+akjeDg6g4M2M4G75Q/PB/0A1kbXL9Etc75wPlcNiUHfG8NXGpAREmHLtk7wna0lJCntxKs6w0hunLb",
+	"X+HkOvIeJfQm8Zlga14UuEGh12BXy9S6fQ2DokSnXS97zspXA6sG8QrlUOxXrLN3QOrLLfcUWwHX7KdT",
+	"qItnxWA2GMtx5/jk8engyVOXP98iN8w3diVy9HemnkMh8/vHCIJaKiEHUBG/c6nia+8ZKUJ+l+6KLJcI",
+	"d3e32N4D5FgcHgFtjvCRunyrmJ496NsC3mdY9rAde3vSPqj3mYJv25vXtBn3EUaC2/PFw0h2Fg8fRqqL",
+	"kRDa6/Y2ihshmy45/Aa1aJppKjIMei5iazczz4W2aqW3hwaTTGlMpTkAlU2ZWhf0hsU6nclUzi61mORW",
+	"D001IAYgqIjElpK5WPD82vWaIsBOXd/oJZ1JwH24xEq8pvxoTITGZxzqY56nQrPYfItO1pVMP2JpYXRz",
+	"TH+bi4/MfyKoOyyKFIqcvP5b92DTRIt17+o39Jcfz5/33/7l/OTJU8jP7s7Fx96Zr9fBIckr7fwg12Iz",
+	"YD853DlUDhGBi8JcLP7P96/fnV/+/PK7v7x+/dfLty+fX7x8h6EuaX8nsGF7HqBkcmNlQS/CBrzYcd45",
+	"aW9SsQaJoQVUkaOM3NsGrLb7z8/Q3RkJF5SDN6/fvrMKRIGiVw7YuZkOWn7yknq+NXeHhI/EqzyLyYsE",
+	"OANJLnSlNeJ0pQWEBMhpDl2/M6WWV3xyHbFlnt5wIyKWpfK6b+VoZqkaaHqdagEFR8vVVZZO2Ks37hOW",
+	"8scyhsfnSpt4wN6uJnOWiCy9EUCigALB5UQAcuJKZtWZrSQm4Yxl5ZjPf/jh9c+Xby5e/df5u5ffAsYO",
+	"6+LMEqu1q+VCSNMbsL9YC5JWn4uxBA+0SIoDoE9NlJRiYnSE/jL24qe3VtVT2Qp1Boycwsw31hgeSyyf",
+	"4bh9PKs0e+0cn/xpMBwMB8dQxMTcbrrdGYUfp4HB80ANnVHb27fomjWDC3HBr4XdPctjNEsN9iHPVbKa",
+	"QAoTXSF38tAqbrfagP2JKpe9hk1Fjld/aObvL2gfa7ykByiI3BiryG2T/7F3XRBWAD4YITbDFAr0oHBs",
+	"UF/hBTXktUwe3CE4GpvyNCtf5xTqRLECutUlhp3aJ9So7DWuyLH6KnF47TJNdgx6pFmaRIxnWhFD1CwO",
+	"mL07HPSk2B/TJPbtfVWyaWnW4CRaPIi125eT2taZKOQmwk7JipB3794wfCHceako34BN+EKwrqtbNDyf",
+	"CRMxKYy9aQyONgJgDrUyvR2HFM7Pnenu2dEMRMJOPn6sDyE2dolz83T5hpNcJEKalGfQk//XlWU6eMqD",
+	"dgo+klZAEBHdYHdryvvuqD5cbaPzt3KL70PxrTKGL64D04TeAp+7UKahdNQBDV3uCsG/hyR3L3ByxMRK",
+	"GDJR8iFYRqoD2RixK6HTRFAvNCnaR8Xaa2RSrOu1sgiKQ6X7+ES0UNP2EuaW8KjbvR2H8U5ocwHO9LsJ",
+	"joTS5C8XNRbFX9SaZYqylRyvN6SWtakP3i09vAqxX3wE9cJbLObJ8OQOAuYcMQ5jp3AaYbWz0ifDn5qq",
+	"Ib8y7Tsw7UNUeOO/Bu5Nt1Hg9wtUb69ZrufYNH0snbafakpI4aRdtlCnM1QdIYFjNZu38Rc6qUPK4l4B",
+	"E97EfeKmFizi/cUPuCg6UMuNSEHyphdBs1umRRUerAtMz/IjkYBdpj2AhFUPHaz5TsgIQPe5A2KEZHYE",
+	"QoxwUEHtACN+FvUBnfMiR9WDmiUORnbDulbBA7NspqEksT6ZdSzL2dXQVrc3Ypygg450UAHkMu1wgI8M",
+	"s3oA1PYRkiD+K8CEgQo+11a5VHw0IICw4XDYEL8pwnfD/eVdP5PPcKuMCPOk4ojFmMtv/2uuVjkFDxNu",
+	"ld9cVAENz1gM3sfYLboc/x+w82pLlgBsj+udjVcg33YUmOB46dfKodY5PLiIarP2YQa2hy3cRhdEJFwP",
+	"IOg+Kfcg8u3BJByUw4cp+DzcY5a7jyy3uVIrmeig5n1/fLLro349X95m7eGzSpd1yxXwFChI4mJjdhNB",
+	"R6MyYyCDGbATnmXYHRswDQCnJCoSsi0ntRJSsxim+a9YCutyG2FXSti/SHmdyBWRRB1Ld5YTAkyZS5ot",
+	"9qldt36i9Hvv1x9GKLc7xa9ybZolF2wOutegQJkgMEdF7W9q6Ei62DPP3SurCumxBOCyAmoRQogLnkoo",
+	"3yvwZLH62dJeajDSTGGxGCYYj9GrFLzcax0chqbvdTrE66CDOKWP0m0qBd4MsYZRQM8FntGRHstyd3kQ",
+	"ZX4z5CRbJUIP2Dm2qRaZFmvwKgK6C+pQUhwW6m5plMOzt4xK0vzbhnn9wbScmn/+1oFoT0Vtp1gfLn7u",
+	"WHs1xF4pqYVMXHsTSHxE5ehybzSWQTzenu1qd4Cf8Sy9bn/uay8H92cjbKl0a8dakHqCcLA7tVqdTa2y",
+	"5LtMTa5f8Bo3HwKW1ewoIsnDNaC2y2yNGUH8xhpPMhWkxSa8rSOKulxWVaX3757bQYpeUv0XL+rbSfWH",
+	"j6u2dy2RyKY4dJrjid4mA5tawOOGuY/s3vIL4Vl/edf5clnbzMiK8iTVJpUT41Ozi20HpH3cd6TbCV+y",
+	"7nE0HA57PsXNuAQI++8YQgMxy9W63qjaQwCldOA95NCeCprS6ZWxJpuVNEQTxDTkJmIqS+zawJHcPrGn",
+	"RP11OFkHtCf9QydjR53cw41XcXPsgVBNhiWAbT6ARBShMkFNKG57UBeW9W0f1MPc6UNyztF4pqu7xQiI",
+	"rmkb97AFlAFNnPhOdyhX6yPtsFs+501qCnX4ziPWkqECyTPGUZECWYwsatCIubcjJdBqntrJ+jr55CA5",
+	"zzwnpK0JsvACpLYJX26XpIW57FEHhtmT016RcO3Wuj/JDnJ0Ba8vP/AX5KH1EJeyXn8Btikfko8nqzw1",
+	"m7d2ZNfdneciP1+5ErEtsnHtTtFk6ZKb7PzFj69+unz3+q8vf0IwJ3KbnL95hT7z+Nfl9SWafWmC6RT0",
+	"T3R2U4YFWR6wVJCIMJ1is+bGLDufPkHa7lRtTzHASYKgMsKJGSG5NAjSDJHddCIG7PlKG7UQufuLZlxf",
+	"Q4kJVWUkKpWzsVyr/Dpi4w40aAN3fz57ZM/7EVwbUKPZT4XxQjmvP1q19t/GnbBbHMKzuNQK3xPUo5AI",
+	"lx6MThCcsFFAXaT4asQkBY9joVqo6VjC3M7fvBqM5Vi+s/9wqOLOHcNXZq7y1GDO/kRJk/MJGZx/Vi7m",
+	"DWbulE8EwfUnIrPW41jG3gAmNOxHfJmiI2gmpEBnGpTWQZ2O7xbncnBSzcDZxwObYCxTU3Q8YACwak+C",
+	"zblMMpHDYv7P/2HPeZaBV0wmsAwhTYrZivaBl/Cd+NHNcUwUCkjP/FpoFp/jqn+DP47Yd0BS5IIAKiba",
+	"ixjajuBXAuqm1kZqOrIf6cMv//Iv5SvwL//CukLepLmSsNU3PE8BIbbmZjjFATfamjUMytQThTsFKdoR",
+	"2bWpnCE6DzjQMi5x8b4NILpqwWkLqyd7mTmn24D9TG7SupmUWhfbW2rJJdV25snArpVLu9TiCtt1wiUe",
+	"DAZxL2KUConyq6BwO71Hv6t89skSR/9abHQ8YK8MTExkSs4gh4N6X8FCXDoWVAPqEXMgRl2PYhQXdwe5",
+	"LbQPjvDvod1H/kn7Z0sgJhP2TLSdL4Ee2Xl0t4GPjpCDa2zDpSO7Yh35tCe8dXZsQEQCK9QVfUR2SJdD",
+	"5TLW0AFBfwyzYnrweIGy1K2BWao443twB86hJzG0RraKFXViBjL1SALD4zPG8Y4B13V+cqA5u7vAlt39",
+	"GEspRKKD1x+71ml9eDphuVoZAWfgTtol6uGeXYsN9j1F/AIuxxLFC3rO/aNR8JFTWM5LPpkHV5XEBYKS",
+	"0qn7uj6iDIJnBpcuuBDGMg4gxfChGOotqnCBQlp2SRsJIQBgU4UeEtElqrKQVAftAUSCzUp8GIt1z9+8",
+	"GkvchbJgVHmJeM7Kl/Di/N3Lyx9e/fjqXRx5f/aT4Vi6hF7fXga+6Lq/jaCdXehGMQGMxDO6ixfC5Jv+",
+	"+dSIPEZBkyihPXgEe2WKM7d3bxM2I4D/H0fhny4Cd5BMxrL0E1QUUR8j3fNF3a9evvue2iccH7NpKrJE",
+	"O2c39GfYRCz2jQ7isezWNESAu+z/bC+xg1OEMztiiULr+vTkGTTihaYLY+nFHlIQupvirf4QsZctSt7Y",
+	"A1VSI58niEu68HqppIbMHpeR9x9vX//EuvFzJY2Qpv9usxQjyIgnkfTof7SScW/ACM7EXnnag1SCzx3H",
+	"v1LJBgbMhb00Hkd8OBz5DuapZjrNhDTZhqUzCQjedo7WAAwnwPJVhrlbJA4KMQjBTpCFHD4ZBZvonKgJ",
+	"CCOXwYQQmxyCMrBYTJQMvwe+aDQXLHOtLt7e+A2wun+Ff1OmFsB8Bs9+7K/X675VjfurPBNyohKRxKwL",
+	"Adp4ssoz1k9ipoVMsGoH5MjG0EEseU5xXjvLyAVg7ELtmL0BO7fMANjQQiQph2lUgdvtmKfHT5DextRx",
+	"ZdwZsXGntMM+MllZLMJUjMfjjhEfzaNlxlNp/zXuxHBU0HMFJ9zY+EWzbmlj6HfcvB7ZU7GdPYiwVLPb",
+	"d09hqC6dDofQa05jONweJ4hp5Eb2ymCDmcIde/7mFQjKfAG9FICkCScDKtpcEQ1j8e/jDvyM24gW3S/D",
+	"DwM0ccYdUKgx5ouPuM0lzt3YGS3CaMK48ymOar6EVP3L4w+DidJmx3e4ZGR52aEgE3drMLQbagZJET/I",
+	"bYGrdqN7bQc8Y5RhiXccFDNOAZluXPqKfWLciUcYvkZisvIQBCn+E0U63kQHL5SlEm4DqFAqWy2k3R/D",
+	"KT0XFBsYogdEiJj0Vr+y577gmb0gIgHcF4zBs1QuV+bMqhGhrnHFkzBzw/7+2N1EK68zjh5pp2J0C+vP",
+	"/mzyFOKFXkD2Ie41mXM5Ez072ikscapWMoETLdRfkORN+kTCOJZRSkV6ypzD7J5QEzuqsJTKDgr9SRbC",
+	"zFXCuvE5gjYh9Ru4W9iwHSb0DAZIE8azHPrQiY/2wTN2evzYnyndQqMUy3g+E2fAQkIGalfl8kft0Z0B",
+	"1JPTz5wMAO58lQt+rUF/YiGQIvB01K+Ae5Np6dLinVxnVsqcYWcjywDRbuxSFLZnB1V5oTsUGg0pS7it",
+	"TmD0ztgTPGJnGbMJl1IBc0jEJE0AsCAR1vAFLHnoLsdveAo5R8Dl7b4A5Mqk5LAGnR/d4BiQPoNrF6os",
+	"EOintB4Ficgby8c9x/bQ9nlqArXG0vgrVDKCLI6opNYH7XUptd4evXR9D0HPpR681sCAqbVp8mYtHPw0",
+	"GUuabmXJesjxumrKqqGPktHtP1qg9VMuDazsB6BUFHmzVFo9ZsTif4ND/PZ4MDgeDochzt9wiLpY/G+Y",
+	"wvltDBqA9HqvnYpvArnkM3GkWRzkfPqcBitp5CrLYleUk3Ft4A3Kd8KmX6Hn5fzNq07UuRG5pnTzwXAA",
+	"/Z/UUki+TDujzuPBcPAYuxPNwe/0aC54Zua/2f+e1eVknpPGejIcUvcTbPqEvY8tBS4HjKIjUgXUOejA",
+	"h5G2XyWdUecv9Cko2QTlDqZwMhyCwxdFPuRMVgS9/Rt64fb56PAT6KmqawkVzrrkiuuMfvkQdfRqseD5",
+	"pjPq/JDeCCm0tjvNZxq8n24xuvPBvvooQMWp3bofieJJir/JlWWEYmVF+UcDZqaGEjaGPsoBezcXBJ7n",
+	"3Q3gmBpLk/PpNJ1Aa8pyLg5qstRX2pp0wF6FxFZqHg/WqvpoCv348t3Fq+dvL89fvLgIzKDY14WMvhl+",
+	"8zh2RkWKOkZoSY6lTwEGqvNWVjj0t5j8F+PUECiGgaMnldBnFOm4TCK0ZftJpND4ysRRTQOspQM6uN0U",
+	"EBzXws+qkRZAYB12i0Bxwb7gkDNFKafUMgv0jTdKm1kuIG0TmxWFvZCgOaxl2igtu0EDzwmfzEVyho13",
+	"XLtmnmbgVvRHCcwex3UirYcfRu2VxYmY5TyBZjbka4ARi1t+pOFZMQDZhfVBYT65XR1VkeGHJkpO09mK",
+	"egiUT/8CN/GL8Af4NvTEfDJ8/Bm+9xPgYMK51exN74zccdrL5c1ucrXzT/dxrJvjR+TkeoROrkaCpdgZ",
+	"9lr788stJ2N5mDg0gK2aqPIEkpev4N+DsfwJXF5mK5JRxwRewpjfEaK5FVY5h9bfuhEutXiEAsv/ucJq",
+	"jb2Pfw+slx7/UE96dUP45x7RRHHWloBOW73FE9fRA1453v/Ke0mBhN9Egi893v/S9yq/SpNEQHbD6cmz",
+	"/W+cJ4tUevePQECYgtC+K3lJLX34cw9Iz+PRO7qjZF+K7tbSHCpbOJrLDS6RUpoMWCMhbZGRHe558dVD",
+	"6QhW35qMsKpnNxndC0ehFWFxUw1fgQQFPgNjvtjzwR+fLu2GBCsOaDH4I6AzqLrsUISMAFgf2uGRTxgs",
+	"uk5S3xx0J7qc6hidK1aXyvlaWiXsajOWRMgFQrLvuATGAFiAzqS+2viYXdhlDjP/xtKV4VjDF8wJdNTZ",
+	"WUFmsJ0FpgVDMjBqBQXYjEkz+3Ym+I3QWKpO3dgjzCPOvdvTuzkKhFpUKwbsO5GpNYu17+YRs4/FFm01",
+	"7BhLLjdKCggsrLTw3q5MTM0ZtfNIjfNZBP3KizLjlDJufaf8Bf/YX1gjtsjzLzfM9xm72xn/rEj4xz1A",
+	"Hbsm3d+FY478ACmmZ28B9oKFDEcMAVVXtrwdHKBUNYDbjX8fY9YAuc6I3tDflSbO72VJZdyJxnLccd67",
+	"T1T7ygLD3bkVnbZlaVBbGiRMbCDVhYIu18g9afV75TBeCcdwOpGDPflOJZt752cE2fKpnF5B3a8r3PT4",
+	"3r/eZCn4EhVAb8LQ6z86Lx224KXPlZxmKSZinR63+MQbvskUT94p9QPPERbs9PhJm/Xo1dIqCiL5USQp",
+	"f2fts3vi+EgyAcdu4vlbKsij39PkE8qATNQBp5BDQxu1hAsFPtm6K3WGAWlxkGbyAr5aulgl+j6tawdj",
+	"X/nHp73T/W/8pMz3aiWT+yID3JoWZBA1mzqFuulae7k6Cdd9CgWAs9MgZy41Iy/UrPyL0MFXCEhsuR2m",
+	"5IAftkbisG4h/HLvck2llSpkkhfiDHMxAhEo7QSh8gKUApbkYl1Hj2OJBAm2ujfT3dqPdMUXQGKsTjT8",
+	"WZhm8r1/ZfcFhAb3Mml3dlTW9fWu4NyetJnbWww5vC/iCZVr9mdhgjvWcE92aN0HGV/u4N9wapS0dLBf",
+	"VT7N5Uzg3XSaH9TYFErqGfxImnfQfdoqyYhIkwjWRUHAUoOZGxMSLRj66jXqWBjQB7jou+laAGv2mVQt",
+	"hFBrpWkNP5+mBbtYFAX/4W7vP62WheTdXsuCzoSj3xvs7HN9DY5nbEs7UbrWvrY245WAHF+onXRRuyJ7",
+	"HlKiMA8cWNGUaRUksy8YNyRzwdSKGDdqkU54lm0gzkKG+ZJra7BZi3Ms02lUea25XT3UctbX1Z5B7Z5M",
+	"RUKoXhCRXC3CZDBY+YgNYzR2f10BtgpkRv1E2YE+lO9tcpehiQF/jGAXuZ3USYnyHyoyvzdgsd03v7WK",
+	"1A0shC06Mrm0Ofs/dQ+PJYcD6OP+wIwwTLzExNS40oI2Zt2lyx44OYWEEkhYAwsZ2SOiYSVikmpISpzx",
+	"VJLd7LqwjxhiP7j4bribUPINhwo5gZjJqBZF0VfQ5bb/VzsjQiWkQBTrvnr57vuxxLy5VJhpnxKt+8Fa",
+	"+tdi08cXe0hBEC32B8RZkk6nwgpDn0+IGAUR1SsUsND28B2e29bmU04sS7UdR6vsRiS9Utuquk0YsNeW",
+	"kFwFOAIu4jMJDYUIB3YvealSCRIHHFS5o8uoeJu+ALFHbgeyJ43F55CKCjnMkJ9A6eWUCV+UISeCHqCc",
+	"J/w+z0DVHLGYaujC5lzPzlis5zxRa0imDMJnQBdQ3HIJXpX4jMVrnsvi7eAxhDGJXSh1LENEsZ/dr3is",
+	"A/ZzERCrxNog6E0QCVOeZpd2UfFY0rJGLFZLYaeQZWqt6esuekbEGzHEHIz9ZpAjcCxT2XfBaUx5zVm3",
+	"+novYjFCgxYrfTJ8XOu5oe6whyld5WbQf0HYPHRmP4AyYqfo5fZn1kXw2wDYVKOOQJaSSICVWjOI7sqV",
+	"mPCVFqU6eaBtQP5BEoKpblNY04TopUc1b3yKOl4m73u9eDB8q3/Yu/2aETAjuP0Q9HxpjIuwir7dMMUr",
+	"lZGoa0PbUezjcL5f9ci76pEnOy5fmDPb/hK+wbcaYuMYjCgg8yN//bCLycjVBZFQpbw/K8Vcvtu1tJy4",
+	"K/lCFNmyyMIxpAH4sRNMt4ScM+CDlr1mqZXPKg/UziMNiXy55du9kUuCsis4gjwJw9MsdlYxjEZZvExI",
+	"kyPgiFdvIcUnmL19zX4zZCyYcwKZmRpO5Aym2ackSc+qUQPhVGGMgZiu6wRD+hZlEmMNHfmTOKQVOpXF",
+	"pfeNWLPGQk+j8lPW2WCWEHWiTkrQ4cAh8CFGHwdUPztb1Dntv+ir4dJQf8HiVeht485zybVxagoUIyEg",
+	"j8OsnnP7XRDeUGz09uXz9xev3v1tsEh6owLSBSGCtCltYS4mKge8F3dokPkJx1hVZyOCy7MHXv6VRokR",
+	"pQiyXoD23CdxwwnNwCoXJbWP+uVVWjd1URHHlOvwHWqH2huwmttidYLC/PscMvMFyEirWaJdkOogJRYp",
+	"xuXnFodMDYgIR5mj2B0xwHC32lIYNIOsSshKvQS9OWhWWeh227UmBOvlhHZRH+PKPPviI6K++dIAs1mK",
+	"sewGvWFramRSIxagLwdzpCLaQBP4KsHvQ4JHnSDcufft4FGg093pXPcuuwrXAiZvW/PZGUdSrUf15oWr",
+	"30Leb6XUWFozQ3uVP3KFDQ6XvZrpXXQYwugwmpdjWUnyxlszYD9hyY61tIqiJ8tCvCV35UoY8Q5v0fat",
+	"z6TiXrJ7FVi0+LnQyQTGzIeos1V0GPxa8j49unLe4nof1AsyvyCXEQ8rlS6n0WQbEJeQdxQxQa28uGbV",
+	"enIUUlRUvmV7WklFDG7p8jpH3j6nX7rE9OzhopnRG0uVRw7+P7TlrUCsEFSXSkgiX5mKGSVBwYIdrlKx",
+	"EPk4z1qSoOaFaWmJL4IynYqOkQurW4xl1dtRqA6nJye9CPHcS0VWRQArxsTSeMBe8sncu8eoEtmlWGzJ",
+	"3LM9fhxwb2DMDDKMu6fDIZYt2lOwk6fLqI3rraAt/XNyYOlBe7dbN8zrgaomr81di80Rqlh21+uzHdEx",
+	"gtRypJlndm4tVK/YvVJm7sr7UyV1uQjzSPewsAGLaEgjMpAlQ2pZApqHWATeHvvPI41dIKer3Mzts1jp",
+	"QVgAkLTDPFFKEQG4G6IY0F9B9BXlUILDIMTvB+wcq8QhywYeRZUK/ZzupKWS4oxxejS4O+BkkqpcmtLo",
+	"4vgO7vnDOChg7C/ppQgn0KR2va5hMr5sEDiY03xoiwZfFZT/dS6Gz+8xqJHwjt8WlfaInHpbQR/iTOzM",
+	"Yp8KaAOiWTd8pVd241mht5X76Mx9LDyGUm3QGDgjwLgoqGYF8B1C1aaQlGSxVqt8Ys0QhDhJoVksOX7H",
+	"shvb76Jqh9GbKRVx0qd7A/YWC3s8boKLCPStmIIyj4hl6bWg9pS+DSR3GodURRkJQn8Dp4C8TzkpzOtU",
+	"szXPF1TiaUUzxP0c5hrVkLjNLJTR0k45HBkRhstRZcCUWVA/fSwKjDqMNEEq5xIbejkAAFgolpVTjiX9",
+	"kUJ8XS4LSA4MmbDT4elZc0wF41ljSQGt3lmxIp6XUEkU1Dz7osByWPAB43RnYb1tBb6jLg3nZXgPtjz+",
+	"qb0FcOqdqGP1lM6IULzKcixqKZOwPWz9uIQLdveBCFnsgIEeMuG+tMENBp+nVUdNf7TshftJISpCglsb",
+	"dlsxYNVP6nhSa+q9QywqyDDwOFBQz9j1uQRlb2cvyBRAthumEYwl1xX0boz1KYnNQjYj6gceeyMOu4Rn",
+	"6VXO8w328LYKP1oeYwmT4gZnhRnvYAW5gCDm7ztdG5AwNTZ3sLwdGLnX/QZoXlBxs05/IyQfeHNENn2c",
+	"cyNchnyWTgX7yI4HJ0+KxtbHj46f0maNpZ0XHBlpTGCp5EotQFd3cn2uMqscUUZiJdefZp6lUH/gvuKx",
+	"diA/Uia64KAuq4ww5oNzO7KfsPqGNq4Aw8oXTNKUSTHENgY+HQThxBNgmi+PwE2fZMrKGQ4QAglCgK00",
+	"i43JLhc6dlAn4IsmqkKJiQjt2qUIu1zMsfSJnd24IFhIQH6E78TO+II+4SYTl1ebuNg0hDNA+PerDYh5",
+	"GeL3E7YFxdUzgBx1fem10SNY2kq6IfD7kY+rjGWAnm9F4oDWBckp3ZPhsMcWgkvtQD6CkmBrXF8h6JNU",
+	"63FnxKTgObTowySZUjPBoHCCmVUutb8ZMCWmplPQhPDWwAcMktEYbHd4LAF4hUrj7agC5R4F2UoY5BEJ",
+	"4gVGJK9xREw7SOXMSl19TYknmJbhTnwQwshwZ303l0v8YGf5QCYpjP2FrFFcV22wjgi167jsELDMOSDo",
+	"jNgOooGYmNtnK2bus7SjccJWJMgzFgND17FX/Ii7uCpqoILUfM1D/OeLH7/bHxf27nSE4NXejnD+UOre",
+	"zouiLv+EFrke3KNWxK9FoCbgXcKUSK8rkEcHn0HMNasb9O6mNoVSCBtyHJIudFHoQFYJ/9BYWYlJma4n",
+	"vO9gEoCoBtoNFDACj7dKFHk2wfBzH+ud+dxAKdZxRBhrwRWW4qPbSNo4sOFyeweYydPlYCxdxqI3sYpE",
+	"RNwQcFxjOhs7p9EQ8B16wiWBTF1zPZYleTxysjyh+n2tMJSbxCSPIf8gzgVKtZgNQfDiFl2pG2fP21+P",
+	"6PlQ6qeSTVdZVieH3sKHH1wO4We+pDR668+pjgngr8kZwuv41kgBbXSXSuv0Ktt4+2DYI8Q9JC2Ih3F9",
+	"LRJyg0u75X80gdCmXjC467SvX0yW3A/TxVVU2W6ouXuNmBIMXCqKJaDbsl2Vz9rBH1RBNA5HPnhtP/UH",
+	"wTx4nc/awB3Y3f3fAnSg8Hg90ov9ZwtwA3RWIvAvoOs5kOsd5MXOCy8rOqyLhOxTF+12kIwQ7LMfwCcH",
+	"LIZEaYcyhQ5Ql+4dsVjdiFyvruxkr0Rsf4Xsn2gsHVbzJZeTucovofmdUeyYdSc8EzLhOUJSYhF+nIsk",
+	"1ZfQU97KSeqmXkCcWzMSk9MgUO3wjML3XPdPDI8HikEuImoCP5bFC5fk5k01TtqqLfgqRewXQrOMG5H3",
+	"mu3F194be99S+nU++zJF9XZJDVq5pb6vpfQPYlzte5lMBisLwaW9ue8yfFmBACKeFIg+xI5qFIBNHIiV",
+	"kU2LMAtCy2OYZVAXHHGX6+Hk0g5Cj4q0l1LaMVuIfOYwp8Hv6MNnXVdVW+6+x5NEJNCPAjoUSjOnoXoI",
+	"FzydCnj+Ev8af6183qZSKF+uJ9EG3Q2o6xa1y6/zWduyZbQ5IeFnSd0pyWC9UsmmaAuEj1wLsSRAxxue",
+	"rcQOWLV2V4a5+HNMhBOF4o3Cs3Vi2MdK6aNHmvFMSTEqIRDPuRlLgBBHsCPqCzATBpoewPAu8xCjzRrh",
+	"dCDwHPTWAuAiDEYArOxRgNWrCUmoCN265H6V04tBOhw31NOFmi/psfQtYIrmDkWpaVB111i1/aAS/IvU",
+	"au/ga65MW+Wzr57RP4LwpuruW3HGLdHue8/sMXKLy4r9XnJxo64x4bDojBAxKda+M1vRzh4bV+k7c7+a",
+	"+2xnd75M/yo2fxjbGZfTxny2R/FVc2iwtx3AeHBFPK0/qAKxB6zQlVN5kHfInMLwKsID2ssSgIrrOaSJ",
+	"y2wDqdJ31yHO8RGoripi+w4Q+vz/vfzry7+9vXzz8uLy9cWfY6fZAlh7CTd9BEEa6N5uje+xtEY6SOyi",
+	"IdGEL8+IWbi1Q9fGRusaqf+BxDMO/mVs7PDbSZOwdpWBZG2fsRjJwTvDsc0fHbdRViX6KtX/UCY58a3b",
+	"sK1m6f7o92ux2YmfdwF3VLuqCJfs64onHI6SNmppjd2JWIInMjUErWHfgXrSsQQ0+8SH/EBRgIpALaDU",
+	"6UZdQ88Sr0TA93xFwamHpLh3bQEXGbCYfSB+bmWA/A6T/Spvt4n3gvj7nYj31jJ3v+r2V+FgyWpuyCpJ",
+	"d4Oqo9pL5m5ZxR2x9VyxbswnRuVxL8JIFPw7hdZeMTblsT9hZRf26InRyU32OsdCvwKZLCJsQCEfTGWG",
+	"Vf9RFGa7mDb6MnaiFNLkqfiqONdeZJ5Q/1vq2RneZKCZh1Odt+9my84HUFKl1pBT261LD/Z3A5MyQuRr",
+	"zDWNMGdUSSq+hD7+fkzyRXWh69h2IUQPe0O60nNnDFPGCMEJ3ojcNS2F/QWYcJasRIC7QD5ngrhAsfr8",
+	"7X+FNZMxzVflswhWCgvFCUb4Qff9S/wnfZn+hd+NMBdzsokHfshywC/M6O1qk2YZy1dSpnLWc+m5t+dM",
+	"Kg/aujayKezO8DqffW0r8QfhLtt9KKi5cV0Xip1sJgq6Vdwnw6E+ZH1wNH+uqBd0vcAPv4fv/lH6XhRr",
+	"atX6IuwB91U4N7XLCHcpTGoqUe6X9G8tRa6VBMV4wiXT6UyCsFXU0eHKrwG9YAhxNGLxTSrW0Ig5FzzR",
+	"vg8545lWRbQJusJxrdcqT8A7huhF4B7j2A5fz7GaU2Pphx3QrHIpEnB9iQVPM9+wMqg6LDJknj2E2k29",
+	"GYpL8VCYwcUXvlCHhmCJTTGpgIr/qbJLHiJT8w/W2SE42lvzpz2SeW8zCGwwQB7okNZ83RoG5bXQOlXy",
+	"QSJT1DKict/bOJxKMwak1q+dJPZ2krgPsos+V5bTTqoYfilO/JXAGpKQ7ou6HszBGRx0o23j67ZbQW9s",
+	"YW1EtegRLkPI9zIxc7HxoA/MqAhaZhZgGAk3/Ipr0Zy9XL5VBF61231AFaZwRKhFAmxETt6sRa8BieF1",
+	"Pvu+qGZ/yOQc/5nm5MMAq+PrRdy+iO/KyC9uq6IQ9CXEIKmBKWiRIXM/joWos1yZuhDbMuMToetu0gjb",
+	"3a8E04LSbWgFJTOJdakRA8CVSWW84xAQBlPTi1wT8lwslCvaK2PBlEaMsC9D/PunmE0ywXNf0EJTG7Bz",
+	"7JfFurHKZwO3sXHvjFVig75t9FhKsS6YyRaYTNPdD7MRIzu6rLn/cGYEelPWlWbCsNN6fPU3q63b/iDZ",
+	"f+4Lb4X5AjmAh7EZAKjT4g9YMP2FjaG3wjRJyyC3fCeHcveir2S2IdrZlumYbd46dQ8fr2bpuSg8QFrz",
+	"pa5m9e3oi3S4pz8Q1WNZJ6uZUarXFLb8M673D+IghdW0cY3iuX3VChp8ojNHFe4a0R8+k6ivb5qUJAWI",
+	"UZGfDv0nfDVIqYESqMhSrQneJob/iVn3ajOWLuvOjiJkUtbOPfJOCT6nFzElKwKacnoGY4ndMiOPEor0",
+	"y/JVJjTGULXrJOSy7ROmVkXlP89nIsdV9BBOd6UttWqBif05Ty0jgQfOoJVxOjWaQP1FNrVzoSUWCoar",
+	"r4GaBkAjQX8vBWABuvVK1LQMsN+fU+FAsL3d05OTMWKzrVMtRlgYiAgTbMKX9mBgor2WKgm0iJbsflQS",
+	"dJkBE3ggfQTG/jJOYFxWgxoC9xNAT6Gq1NPl10TGf/5ERjh4SrTocmbUsr9a9hqY8yFazqPf4X93+n1f",
+	"kmsXKczR1aiB+ya5WlL/9SqrpN5kOAy2ydiV1UgpzuWsRpU7dQqGCXtiuRTH5hLuxuTFgl+0cSXjAr5m",
+	"L7bJXsTNOoBSH9ChB6fc6MrLudnjx3MJPugT4abkdKD2AzwXDmkNkhbhsXgUmChRYH0HhYOxt2hiSqNK",
+	"cwaujd5hFI0uuAtYzcMaxviNJixQbgSb8Pzr7djpd/Pb1Npg/awetIp1jUTf5ZJh2h40awp8Yove2Vjy",
+	"kmcLL4BvHYwweL65BqDLGd8JYFu93gJNjizjLW4YQtGscWbNF+XM94Bwvk7Qe0m9jcPUvQYvV3GhHsTF",
+	"BcN/Gf9Wu2scgRn11bF1/46t13TZgvuXE7Hd1oUVwMTtFmnhg4EBzDA7dS6yJGJaKSm0sXYdYr4RPlzX",
+	"pAKNz6QXjaVDLc82mDfkW3KAZUm9ih9Ri1WIjLIfEPHUEFRvOhEEYgcNdp1NmwtCm0VlccDO0YeTKXUN",
+	"+PlSYb2cmXPJjqPhcGhvvywtLhpLrQqMngz5DjdsKtZsAe03UgPW+Vxlif0rPiB9P/UuWKlSSdFD7z7u",
+	"EaQpWx4ixUdzOQE3VzxiU5Vlah0C64KFvMoytL4J2HAu6IPQxQSsfasL4MxFEj94QjBgZC2FvAgpZkvE",
+	"VL1o2aaGclIElx90ovvDRW/7YYy0R/eEo7714TfghUl/E03fABopfYS8S53Rk2HUWfCP6WK16IyOh/Zf",
+	"qaR/RR1jGcmoQ90T8Nv/KK7UgCZa4Y5V79xXzc+IB4GN39rpQFQAD/lCmd7g4mwdOIGnW8P73SEP/B1M",
+	"6w8S37CLaXMbYXe/3sCG6IYhknC3Bv/9JTO8QUPyWFhB+KDrUIl6vtDJFxVNCUyeMHwcNAiX4QCo1qU5",
+	"APtjI1WHkNUbsDe+FovavKwWvuUBoQzF4N+LPW4X30CSBHYMDS50F7EBC6T7ENRQ96hDoFTUuSDvU78C",
+	"dBzaYatDjpiPMwD2EBmRON+xbI5ddHd2OS5aHEcOjl+t5ViGnY1LH4bACo7zS/phQNGlh0tof4e60kPY",
+	"mnboLxO9gEU1mJlI/V9z1r9CKELiMdkKh3HnBn3k0e/2f1pntjtLFbhCtTf1GXHSMLpLKDNFOHowlu8h",
+	"bOvKYRxYOYY8UklR3VzYI8A461Wpiu8BU+c9Z2kT6HDNxL7myu/Plb8VyX623Pj6Yx9+Nt7+lXSasuBv",
+	"STcPFiSzJ3lfuJ1Ocy3q+p3iCe59PiE0S+zdlKXaVIEvr3LBr3VFoc1X0OkpaFNJ4JcIADaWwKuh1+C6",
+	"F2JXYn9tmjxBbj4EqwW0ygfW4b4IIuaua+4gMf+Q1/1/MybmQ2hjj3aDAbx+cJ/QHwoUoC0awFcUgF0+",
+	"oaqyj+2DK8T/xavSyvK51ql0QQvRjFO5q/SmTcSCOF0Bvb6WtS6naCwnHBovB2mqdpgjfeYGd04nJQVi",
+	"WhfPsIqzyRpGdlpSCIC8Zlci3HWj7B+oZYXVBHDyCfYlS39dCVf0UlhaD+SAeUAogS+HIbCrZNWDBhTn",
+	"8dUH879R6jvmQdf7YNbXRu4/+t3+zx7kzKLQDkkS76h3zRTs6ixoYJiAGxkj8wUvQcczdIzdyaEezu1y",
+	"EFRB0YvxD3wZ74FU3/v9uS2xfjb/y0ODEuxj7V/Jp8n/UtH6/jFVvf3PBigFjW6buOJ80Z5xHpX5afzL",
+	"h/+fvWt7bttG9/8Kxi+WZmnZ8abdVp4+uI5PsrNp4+O424fDXRMWIYnHFKABQCuanfzvO98FJCiJjt1I",
+	"udVPiSWKIHH5rr/v9zWlzoXHBueNzEx1O5QDu3YZsPc/WyUJsr8esml3EdlN1GXHhttnibrcSzXCUZdv",
+	"8pD/qaMua+dyG6bY1JrQ5bjL8nqNNYURFnwB/hb9riYwX6uC7IE71yTdIxz4x4ZvOm2qN3ZyFd7nIaYV",
+	"vNiTIbU5/DH2HSsex/3CR3/QqsJcUNhI64UzqEW0WQzriARDM7hshnp3IBB4Krlw3s1kWSorxsgVLnoZ",
+	"Pgz3msbr+ydYGUYtLVXhp2RahyrJjyjDv4ckh9gWkca/s0Cne+tuMVwfxujKzPH3eCY2nplfTbNk8bQ9",
+	"HaKNNT3NXIUq3KgpzR87Slsu9vmlKn0xLwsVGGlcWeSFnrSxWL1QazMrdOVVIqamsonI5bIfVQkkKYHY",
+	"sbCdqtUx77YUGR3ITPSw2bzKRW4WOgH1USrpvDjqJzWaDdFlqaaRvTHce5xBZ4UTYF9tKLyvC4NmZqa0",
+	"Twhpn+qMqhQc1pH2jBWZ9+U1vZFrKAHwabBJz9/gxRw2GlA6LqsPNQgDsalGKtaLxRh+N5VId34iZPNN",
+	"VEDFhX9yVWxRuGJRaFdX7T9Eaab6YXIJP08w3ipZSPW765xacmkHqUu+/WcodfqQNGRUMl/1VO+0q3qn",
+	"qxUb4I/IxXXTlnDvXQlFAmRFfQciuZwIJUfTBviFf2EMDiEIcKixuYHUS0QMpHqlzUE4ggVzd7iB+CD/",
+	"f833fw6j8UMRKbO0FsRzlsuiXGbDFinJrColNg4jCBnLYroZl0OmmslM8D1+uzoD6YasVEgVbeytssKq",
+	"kbEgl0HYw1xgSQHCI0oDL0u3dP1tFyCFFNDIzMDJwcykRBxMMVPDutiKNEncGK0R11jh1Q91A6m+WUag",
+	"vZxXs05tWbPATJ6KkMMJF55mXK51EveNayk1G7k68KyDdp1XaCAGn+H3xBzjjE1C01qjybgs5eYGbRgc",
+	"hK27404MX2zqGt69M3IJU/5ka65HvsPplysERV9IIRCOfSjz/6+cB9sMt83WayeMtWrkHTdM1H7KSFv7",
+	"ECqnBFUAWnzw+8KlemGNnsTytqcNd6YBczWkjHr8Ecq/EKbprXewSXX0OIGRaiAyp3wmZljnWjfOYWqX",
+	"kZnNCo89CumTqSoRBQPiGRlgm9JH5+USv++TnkKiyxOQvnkmZJ4HlTODR9dqQnqDvi7NAgtG4OsTod7J",
+	"kceyXZUEq/r4398diZ/Es2fH3/3w448/Hn3/w/Pj74+fC3ahF6hS2IC3ylWlTzXhm/kGR/j18b+/e0a2",
+	"KM7EvhM3cA64vV0JTxQmKeDyOMSU6h5HBpxSxMHpg0gQpconDD3A+DS+D6hoJxaqLGHEcVm5KS3Rpcph",
+	"ea1yXlrPxcRIUQUrgFw1kTtSd2miXKGE5QQxRLs5w05XpO0QuEheQxJ1QqI2ZMRbhWom3Lnh33pLTpcg",
+	"p8sFfyvV3pCThUXPxofw7pAqhfHQVz5CQRSW7xE5DKn+EP/nI7i2Un0P2dYpTklQX7uJucuJOq3lyGNw",
+	"E0e7eogubdWIuycWri+ppcK26m9Z39R0eEFw9TjQ3d+sfB/G2LBQN1Njbu8la/jt8jUeX0+GKZqX3ohe",
+	"xj++rmyZRbrvJECpC8/yKrs4vTp7Jdpjcx9F8eqX07ODt69Oj7/7Hg36XIF8Rl8Ehysmmqm6uO8it1BD",
+	"7RO8FozKFhNNnMhB8uFTC7+cK4ePTeKfuvCyDR3IWYK2NloNRa5sgbzTgekcaRGQLokaK/9+/vOrN2/+",
+	"cf32/Ozy/CpjsoXodkRVYY0PyLaLN2+vxObJP6QHOsSrFUxLXRlopc7NDC0FlOknZDmgvpgX6COCrbDx",
+	"oZJUZzAlhZ5cR42HdVWWZC5o45uY9XIg/qlsMV4KGVZgCRYA7NnKo/sZLxSYFml1dPTXkcd/1ID+snKB",
+	"IHz6MGskPk86unpmNpeWGs6iyALB75FVDbyxJNBlZHfPcFtl/1sZL+el1OrgbVjjofA/0ZCVLt7RcMnd",
+	"M/5sqvij7ERYNa6cEqbMReazQar/B7VzLpdBTzbrBE/K26veWQtDT4KGjhM9pv5JNb3SPjFvsmtu1V1h",
+	"qPvgvusPubkuV8/yrOISskGDFCDKDVJ9VbMREacl7O3RVIFAEL3sDP5/cGa0t6YcCm0OsFdS1t9FRvul",
+	"8r+zXNihegtDdKg1PhzCKQ/bzw32kj1aGnyS1oRsoGwtF7Cvs3qiBi2WDKa/cB62ITzBk6/XzRUWViJA",
+	"4Fio8JGOtA9f6D5pX1Ee9KBRG53KjKq4pfdqNkcVxr+h1oWx70bqbrU/cFulcDdQ0I69AEYeWZUr7QtZ",
+	"Ojh9yNbCai4Mq6vZDWjvsSxK5BLDjx0x8Vjw1gIxJTgIZjxORIXktsdHfCerRqogdfTq6uoCPDJfgdcI",
+	"kp0yjtj8lKSJypsCfmWtsXzhGKWgq0Yj5Vx/V72J+ZC/aBbnG6l9aL/Y8iFlELUCCGv+FGLaLHaCwKkn",
+	"rN27+HOKmbattovw0svirsn3YQhlIdgMbAte0fvrcfjmZumVS8RUvaPDHiBvBdhU2BxEjxQG45u+7qJw",
+	"bXvYNwC9HhksZAWj9ckx/rZd2+ccIjwYsYIcP8ecrUsC83mwiK6j7Ogw1TMl9WJalIqD3PVSx2ZXbdA7",
+	"sGXvs/dgkoI5tvpdbZO1L8gQXhhkqaP+lovCj6YYDgkEj8FuBdN1ySlf0hXSgw05EJc4GXpCUMS4VCSX",
+	"S8yK8HKWYFY290P/XLxBMxA22j5/50RuoiAMrVGY8VQTHKIdMapdsQHdYsCuRFJXyTQmeH+AJamgJxjM",
+	"gr7N/b4EhiTDsSzImcI5KcudqA6cU8Uy9m2wM3YtzGmgS57qLsO02RWJcFMEDGGk5ck8fbieOL5n6ebW",
+	"3JRq9pfHLeEF/apr0dqbvC1IT0JNdgh7DrZW1ILbOLIra6fmo03obg3lFamVbSumtyjJQBnU0gaGyoJJ",
+	"HPfFaIeGEPXCcZyyuGWZn+pa6Pc2uvgZR8eDMltQWnw+V5pD05EpjGkAXyGxm1hMl7DM7E6P5EwNxGl9",
+	"MRNwyqJ0wdWWmm1jJnYESxyP0TBiCYaLj4+OmDUeLWeVqzwTY1k6ltNyXiCkMMSkKO8Njyfz3CrnEJI+",
+	"FFKUxszBwkeCqDvYJsaKstC3B6UZyVJ4aSeK6d7HmKyJeK5SDQPZSjt+mrbUPn39+s3v1xeXf//n6dX5",
+	"T95Wilm8ssqW1wtpNSXHQ+iHog+wmryYPC0hXZ/wX+ScEJtWzbkQW2kn3PGjyDHWdMSTwq7P/aoLN1Ok",
+	"ncJ2SjWf2nB4frt8nTDnQjjX3YrL02nHadqFpoJTwerjCg7e7rUUDHOJqa9u5hPn62XZd5wo+/a8jU+u",
+	"RWB7PGgzdimYheRA9Pa6k2HqLDq6LTm8qMN421Awpirzg5vSjLrzBb9PjVB6bCxS3uEvxLSyfoggKEZ5",
+	"BjRMqe5UmSB4hrKJnFLmn8k7BTpCg8zhnGxEFU3eQ+FxTgstMjeVuVkQ/gdEXCZmJkcM6ULMpF6mOkC+",
+	"NSe+EdyJcO2AV3IJYX34SvR2Thpp4I2XpYNXSTXa/qBU5sgcJ4pczeYGtiKTzReuZuAiU/8M/oLTiLCv",
+	"aWDiaqjmb5BEkQnnw7vSo5zEKKq5si6QmjJ5IyZ+wKNBm34pXGXvCiSZxyy04CT0QJzGaCaRF84XeuQJ",
+	"riStErdqjiixBpbEKK8e9auaFBqpon+HNfoZ9sKZnGf9YbRC48qiU8O8jXDXMBGFTjVYENYs4ErcACJD",
+	"zsOsiaKF/VFg35WwNVB/jUD95w08F+m1o6VBdAICCx4Dhtst1/VL5ZvZ+ji81U4jWvUzXuK+7KTmx2+f",
+	"YlcbhDFKIOqfLK3mmfrS8FJgZX+ILZmRh9gq+oFEyZv5bi5wsG8k5gsv85BAL87wl35AtkVfM+cVDvuZ",
+	"/sZ9+gHqYbjynv0kToMGwXYvgf6XFK6Qqa7tiKAh5rKwJyKbG1O2hX7Gf3ALQibopZ9z5qVuG0EDEnUv",
+	"VlAwfS+qn8DfG2yYRsUHNk2VR3zI3FORS8swxteoSamXxPZbw7Ctqn09VDVUsNxBFQObcUfoJ7j156GK",
+	"wZfq0DvYPudr4ur9OmhftkifO6ctuSoJYr1z+B/4532n+nm4dnmpfH0Edijv79uNTzZQF7tFx054tO1b",
+	"Sr0tUlCui+BLbpWaM5AVcT2DVG+mqWg4Qk9Elu6xNkj3hmJDZ3768h6HYiBem4Wy1FuSvGGkC6XYJru2",
+	"TjASCSUeucGB07lp4Eu+TGGbfhbYA3NO92aV0kMEW0M7H72lseF52euO7gZfUikM5ffCqMkqqyn41Ku0",
+	"ppsJMnasrj4LQcZ98iEQZHyTcuJPTZDxcC33CN6LwndyXJyIDzJaDDqoKmCDPnFVbJergp2He4kqHkRF",
+	"4ZSPBX3SRDQjxoOIRiLqd65BT6SaS78JWZE/ul3r/bvjiQ7iq8VPPXCLfowttjOOB/olpv1ah0N6/oqT",
+	"Bo9ke0h13Cz8a2B7WFnENtXDQJzqjTxJoY6Yf31j/JQpbuCaasJg/BYRxL3sD6nuFCEX1boI+VMxN7Q5",
+	"G75ZqfTFEDfUsoFC6iuGWCTb2BZbbUe7OSD5yoBDmMmZqbTPuJgyKp0VjWeWNBX/4B4ldUPpUMpaFrfg",
+	"rHEG0IzFCI5+fe+eLEvwrUI62NwpG4s1Sh1QNHMojo+ecf2Ub7fMRWfv+fGPBKaRIs6RJtjXFW4ePDLx",
+	"SpWh0hejlalGpKKrJSrKxFr28pO0KoRz05Q4xU+C9ctOwbTnQ1GXEcf1TvEiHP6nyN8f0mVZPxFWgaDG",
+	"61+cvz6/Os+wo69lIVmqsSeGiDmI81jkJoJHxbSEdyIzmiCmy0z0Mh4ibvNBa5DEjexwHjN+iKxf1yBz",
+	"BtbF+V0EtXCGd7S8vlUwDudJkxr22rT9oHAEgmWj6WogoqnOMM6wRCiTrVS2tnLYXfiE11eWDShnpmY3",
+	"SM4bAg0bc5S4HQIvD3U1UaXRE4qIGzvJuoPLUQvWHYn1aIRaBn7aWHP8jhsEPJwaShfUkimUhnEMia6/",
+	"IXxfSHa7qLk8rOcKLrS+V9fT8bWHzYXvk+ZXB4/77cGGO1yYshgtH34Lvr51j0s1k4Uu9OTht2l+snIn",
+	"p/xj7uKCGfAUT9lKPOVTwad+jRBQU1UyfpPDlCzZ1vpp1siqSPQy/ZgMNbZNukyKvBiPFUI7WGSBhGus",
+	"kK2IjTMQq934uxeki0EOdFkBBG+6UW1YGEzKk7DYgbBI9i6Vt8uDU5DLH/x1dCmuLtfwf6pjQmgtJuGX",
+	"oymV/8qWEcEIxLEsSoS49UVDKoZfgns7k3oZTgFFTMpiMvWDtbYLCFpsU4gEqFlkXONW7kSp8Leb7G40",
+	"+e7vuIDmF5wXZJ2Jfjwki5TOSOHEpLhTGssiV8IBA3Ga6hqJxwbdRlOMvyHS8FMu/yZrkcFeZEQOU/38",
+	"6Eeh5QzGRp/ZS7+5VoVuumoy7b45/ub9Qxb14KvviBK96Fsy9bdHqfGSoJHxoYJd9ej9fk+YN743Izlv",
+	"1XIfYSBDkcFWzxKR1S4T/BHcIQIWclg3S5i/Ew7ouJhUVrmB+Ieaey7hbYgMCs+xYPBctAmVZfuuSdsd",
+	"Pe8IBn8Z23dl5r7oXbydrXja9g9DiT1Wlz5+Oz4upBstxt/zBiDY5bE/vqhodYBuSjVERmcVbn6YhAlW",
+	"wbLJJA4EfbNB9Cchy8+0OI5ioCuh55tqdBs68JCqWyhQdPJWaYrV9iRfVLdP5tZjWNDCtykcxSRkabTq",
+	"D+oHxi6gtX0XAb9B71ZlSeBpUKmpDgVMBGgmiCgZjJm5U/aaZh8FAnJmYYyIwQItwDktSijzj9Uc6zMK",
+	"NhDjCs5vHFdotF9Qiqj+Us36TzxU/Z3hYLsPGIRxHhEr+GRi6yxI8T9l77LNmvqzOLXbkcn0FisGQh1Y",
+	"I/kBJ39r9vGheueVzncnYH+JmprVv9jn1PFSeIMZjL+0k1hDNMml9TdKkrFBEqw0ekJVlBqV1dXV60S4",
+	"ajQlr9d5q+SsDmYirx9VXIyWwpXGg6zN6g99xhzs/YF4o8vlBj9AIMTqhOARIe7bkFY2ceQE0+JsOHHn",
+	"hpVlDNIdI8rw9DwFhUs2hJL7j/ADznENdy8IwzhfoiCkZ1P5SStY39AVL3i6n+TktyAnabU3HdheLTf6",
+	"jxeSMIYaVbbwS5SBN0paZU8rP90b/t+/QMhRoSVJyBUAE9ZOB/7uHhcFv7q6urg+ffHiMusP9pK9ypZ7",
+	"w72p9/Ph4eGz478NjgZHg2fDH45+OEIZys+7em+sZRE9Xyjr+uKm0nmp6lIBifGYyiquOgyFd3NjSjEq",
+	"paO6wwARFW8CQsfocgkPpeVM7Q0ZTvY+WTOR5VyOCh9YEeMU/b6rsw9oiNZpUuIaRppirjCo04vDVNNl",
+	"dYyyCccmZBFjfQLcBOnhcysXAZg6g89aicwmTdmAEuqZgS2CD4biU/qKW2rOTaE90aYby7S3ZJoXkymm",
+	"3MaysMJNJZir7QlD+ctTNqqnZsO8vbGTZsa80lJ7NxDIfs9YCoLZwlPO5BLNbVvkKqoDiVbH2EnHIIFV",
+	"x61yTDYUIYgFweIF7HZnWNlJN8XrvMF+m/VYcl4cwA03jPfSwmuInjfzg2ru+kLmIVPrDWcD952IIS+Y",
+	"MY+aEEiCmw0EJfxy9kbuzC3lVOMNFj3UBEfe8EgXysxLhEtTvT14ZVRtuVA3TU8QL7JD/uMwq7ensZNo",
+	"DP7+gLqNrQ91zhsX8ZhcbpVEDcsSTIQa2yIUbnO5xdNc5Rj1XgviIBAarJiVnoLrnalptuP9HgQQn0vu",
+	"+lDY0Aq9Hp2a2q+PftnZFHy9kzbdud1LOxqiaxqvMEPpxVz66UC8QCSDE4upwriRxP0Ew4LRh0djYoSc",
+	"KpnHLmURTyVJ8PWR1rpgYPUTCZd2Jx+2rC1GrFeLJlvvhPT9ayP9zD9Q70Dp4axxY4mescJWWiPevX3f",
+	"eD1CneXm6WoV1ScbyBBrpr3STBpExSrxWzReXY6/PuBpLufInR6ALa6ZNyIYp41fImZX1Aj+YGE1e6yG",
+	"Ma2N8UrJ0k/BgJZ5oRUrqQtrZrALqrpGbiB+NQKsKqV9sbbDajvY7b3/1/v/BgAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
