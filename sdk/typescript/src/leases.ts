@@ -201,6 +201,7 @@ export class Leases {
   readonly #inflight = new Set<Promise<void>>();
   #closed = false;
   #lastPrune = 0;
+  #open = 0; // leases open (admitting)
 
   constructor(transport: LeaseTransport, threshold: number) {
     this.#t = transport;
@@ -308,6 +309,7 @@ export class Leases {
     const g = ans as LeaseGrant;
     const l = new Lease(g, sentAt, rateLimitOf({ allowed: true, levels: g.levels ?? [] }));
     p.lease = l;
+    this.#open++;
     this.#event({ event: "taken", ...p.describe(), id: l.id, units: l.units, ttlMs: g.ttl_ms, settleBy: l.settleBy });
     const now = performance.now();
     if (this.#closed || now >= l.renewAt) {
@@ -323,6 +325,7 @@ export class Leases {
   #close(p: Path, l: Lease): void {
     if (!l.open) return;
     l.open = false;
+    this.#open--;
     clearTimeout(l.timer);
     if (p.lease === l) p.lease = undefined;
     const now = performance.now();
@@ -381,9 +384,7 @@ export class Leases {
   }
 
   #holding(): void {
-    let any = this.#inflight.size > 0;
-    if (!any) for (const p of this.#paths.values()) if (p.lease) any = true;
-    if (any) {
+    if (this.#inflight.size > 0 || this.#open > 0) {
       hookExit();
       holding.add(this);
     } else holding.delete(this);

@@ -5,6 +5,7 @@
 //   "s"                        a check is about to be sent to the server
 //   "t <id> <units> <settle_by>", "c <id> <used>", "d <id> <used>", "f <id>"
 //                              a lease taken, closed, settled, its settle failed
+//   "u"                        a check the client's fail policy refused
 //   "closed"                   close() returned
 import { writeSync } from "node:fs";
 
@@ -22,7 +23,7 @@ const client = new QuotaplaneClient({
   key: env("QP_KEY"),
   leases: true,
   failPolicy: "closed",
-  onAttempt: () => {},
+  budgetMs: 5000,
   onLease: (e) => {
     if (e.event === "taken") say(`t ${e.id} ${e.units} ${e.settleBy}`);
     else if (e.event === "closed") say(`c ${e.id} ${e.used}`);
@@ -44,7 +45,10 @@ async function loop(): Promise<void> {
       say(out.leased ? "a L" : "a S");
       continue;
     }
-    if (out.decidedBy !== "quotaplane") throw new Error(`leasechild: ${out.unavailable}`);
+    if (out.decidedBy !== "quotaplane") {
+      say("u"); // not decided (a loaded machine can spend a check's budget): admitted nothing
+      continue;
+    }
     denied++;
     if (firstDenied === 0) firstDenied = performance.now();
     if (denied >= 20 && performance.now() - firstDenied > 500) return;
