@@ -62,12 +62,14 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.GRPCPath, "grpc-path", false, "with -grpc: send Envoy's three descriptors of one path, [org], [org, team], [org, team, user], instead of one [team, user]")
 	fs.StringVar(&cfg.GRPCAddr, "grpc", "", "send each check as Envoy's ShouldRateLimit to the api's gRPC rate limit service at this host:port (QUOTA_GRPC_ADDR) instead of /v1/check")
 	fs.Float64Var(&cfg.HotShare, "hot", 0, "share of traffic sent to one hot org (0..1)")
-	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair); give each mode its own -prefix")
+	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair), zipf (paths drawn by a Zipf law, by HTTP, the Go client, and the Go client with leases and batching: -duration each); give each mode its own -prefix")
 	fs.Int64Var(&cfg.Tokens, "tokens", 1000, "-mode multi: tokens per check beside its requests; the tokens limits are the requests limits times this")
 	fs.Int64Var(&cfg.OrgConcurrent, "org-concurrent", 8, "-mode pairs: concurrent limit of requests per org")
 	fs.Int64Var(&cfg.TeamConcurrent, "team-concurrent", 5, "-mode pairs: concurrent limit of requests per team")
 	fs.Int64Var(&cfg.UserConcurrent, "user-concurrent", 3, "-mode pairs: concurrent limit of requests per user")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "-mode pairs: how long each slot is held before its release")
+	zipfS := fs.Float64("zipf-s", loadgen.DefaultZipfS, "-mode zipf: the Zipf law's exponent (> 1) over every org x team x user")
+	zipfBatch := fs.Duration("zipf-batch", loadgen.DefaultZipfBatch, "-mode zipf: the batching wait of the leasing Go client")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "write an HTML latency chart to this file")
 	resp := fs.Int("resp", 0, "write this many check.lua EVALSHAs, as the engine builds them (org -prefix, 3 levels x month + minute, 1,000 users), in the Redis protocol to stdout for redis-cli --pipe, and exit: Redis's own ceiling for the script")
@@ -79,6 +81,9 @@ func run(ctx context.Context, args []string) error {
 	}
 	if cfg.Duration > 10*time.Minute {
 		return errors.New("-duration: at most 10m")
+	}
+	if cfg.Mode == loadgen.ModeZipf {
+		return runZipf(ctx, fs, cfg, *zipfS, *zipfBatch, *jsonOut)
 	}
 	cfg.Progress = os.Stderr
 	fmt.Fprintf(os.Stderr, "provisioning %d orgs x %d teams through %s...\n", cfg.Orgs, cfg.Teams, cfg.URL)
@@ -111,6 +116,44 @@ func run(ctx context.Context, args []string) error {
 	}
 	if refused != nil {
 		return refused
+	}
+	if !rep.Verified {
+		return errors.New("over-admission detected")
+	}
+	return nil
+}
+
+// runZipf provisions and runs -mode zipf: one org of one team of 100,000 users, limits
+// far away (unless flags say otherwise), three phases of -duration each.
+func runZipf(ctx context.Context, fs *flag.FlagSet, cfg loadgen.Config, s float64, batch time.Duration, jsonOut string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for flag, set := range map[string]func(){ // unless the flag is given
+		"users": func() { cfg.Users = 100_000 }, "orgs": func() { cfg.Orgs = 1 }, "teams": func() { cfg.Teams = 1 },
+		"user-month": func() { cfg.UserMonth = 1_000_000_000 }, "team-month": func() { cfg.TeamMonth = 100_000_000_000_000 },
+		"org-month": func() { cfg.OrgMonth = 100_000_000_000_000 },
+	} {
+		if !given[flag] {
+			set()
+		}
+	}
+	cfg.Progress = os.Stderr
+	fmt.Fprintf(os.Stderr, "provisioning %d orgs x %d teams (%d users each) through %s...\n", cfg.Orgs, cfg.Teams, cfg.Users, cfg.URL)
+	orgs, err := loadgen.Provision(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "zipf: three phases of %v at %d workers...\n", cfg.Duration, cfg.Concurrency)
+	rep, err := loadgen.RunZipf(ctx, cfg, orgs, s, batch)
+	if err != nil {
+		return err
+	}
+	rep.Text(os.Stdout)
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
+			return err
+		}
 	}
 	if !rep.Verified {
 		return errors.New("over-admission detected")

@@ -164,7 +164,8 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64) (Le
 
 // SettleLease counts used units of client lease id and gives the rest back (a commit
 // of its reservation), and with renew takes the path's next lease at rate. A lease
-// that expired unsettled was committed whole: its settlement says so. Errors:
+// that expired unsettled was committed whole: its settlement says so. A repeated
+// settlement answers the first's settled units and takes no next lease. Errors:
 // Commit's (NotFound for another org's lease; Conflict for one released), Invalid
 // naming used or rate.
 func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int64, renew bool, rate *float64) (LeaseSettled, *Lease, error) {
@@ -181,7 +182,9 @@ func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int
 		return LeaseSettled{}, nil, err
 	}
 	settled := LeaseSettled{Used: res.Used, Released: res.Released}
-	if !renew {
+	if !renew || res.Replayed {
+		// A repeat takes no second next lease: the first answer's, if that answer was
+		// lost, is counted whole at its settle_by, never held twice.
 		return settled, nil, nil
 	}
 	in := LeaseInput{Check: Input{Org: res.Org, Metric: &res.Metric}, Rate: rate}

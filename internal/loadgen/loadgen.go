@@ -105,12 +105,12 @@ func (c *Config) defaults() error {
 	case "":
 		c.Mode = ModeCheck
 	case ModeCheck:
-	case ModeMulti, ModePairs:
+	case ModeMulti, ModePairs, ModeZipf:
 		if c.GRPCAddr != "" || c.Batch > 1 {
 			return errMode
 		}
 	default:
-		return fmt.Errorf("loadgen: mode %q: one of %s, %s, %s", c.Mode, ModeCheck, ModeMulti, ModePairs)
+		return fmt.Errorf("loadgen: mode %q: one of %s, %s, %s, %s", c.Mode, ModeCheck, ModeMulti, ModePairs, ModeZipf)
 	}
 	if c.Tokens <= 0 {
 		c.Tokens = 1000

@@ -175,3 +175,37 @@ func TestRunModes(t *testing.T) {
 		})
 	}
 }
+
+// The Zipf mode runs its three phases against the real api, each for its duration:
+// the plain HTTP figure, the Go client, and the Go client with leases and batching,
+// which decides the hottest paths in its process and carries several checks a
+// request; nothing is admitted past a limit, and the api counted what was allowed.
+func TestRunZipf(t *testing.T) {
+	ctx := context.Background()
+	url, _ := apiServer(t)
+	cfg := loadgen.Config{URL: url, AdminToken: token, Prefix: "tz", Orgs: 1, Teams: 1, Users: 10000,
+		UserMonth: 1_000_000_000, TeamMonth: 1_000_000_000_000, OrgMonth: 1_000_000_000_000, Concurrency: 16,
+		Duration: time.Second, Mode: loadgen.ModeZipf}
+	orgs, err := loadgen.Provision(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := loadgen.RunZipf(ctx, cfg, orgs, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	rep.Text(&text)
+	t.Log("\n" + text.String())
+	if len(rep.Phases) != 3 || !rep.Verified || !strings.Contains(text.String(), "usage API checked for 1 orgs") {
+		t.Fatalf("report: %s", text.String())
+	}
+	for _, p := range rep.Phases {
+		if p.Errors != 0 || p.Checks == 0 || p.Seconds < 0.9 || p.Seconds > 3 {
+			t.Errorf("phase %s: %+v", p.Name, p)
+		}
+	}
+	if lb := rep.Phases[2]; lb.Leased == 0 || lb.Requests*2 > lb.Checks || lb.VsHTTP <= 0 {
+		t.Errorf("leases + batching: %d of %d checks leased in %d requests", lb.Leased, lb.Checks, lb.Requests)
+	}
+}
