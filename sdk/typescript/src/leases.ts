@@ -18,9 +18,10 @@
 // - A lease closes at 75 % of its life or of its units (a timer, unref'd, so that it
 //   does not keep a process alive), or when a check finds it past its deadline, and is
 //   settled at once; a settle that fails is retried until settle_by, then given up
-//   (the server counts the lease whole).
+//   (the server counts the lease whole). A renewing settle is sent once, and retried
+//   without renew (a repeat takes no next lease, and a lost answer's is counted whole).
 import { rateLimitOf, type CallOptions, type CheckOutcome, type CheckRequest, type CheckResult, type LevelStatus, type RateLimit } from "./client.js";
-import { QuotaplaneAbortError } from "./errors.js";
+import { QuotaplaneAbortError, QuotaplaneUnavailableError } from "./errors.js";
 
 /** A lease as POST /v1/leases (or a renewal) grants it. */
 export interface LeaseGrant {
@@ -306,11 +307,7 @@ export class Leases {
       this.#event({ event: "refused", ...p.describe(), reason: r.reason, ttlMs: r.ttl_ms });
       return;
     }
-    const g = ans as LeaseGrant;
-    const l = new Lease(g, sentAt, rateLimitOf({ allowed: true, levels: g.levels ?? [] }));
-    p.lease = l;
-    this.#open++;
-    this.#event({ event: "taken", ...p.describe(), id: l.id, units: l.units, ttlMs: g.ttl_ms, settleBy: l.settleBy });
+    const l = this.#hold(p, ans as LeaseGrant, sentAt);
     const now = performance.now();
     if (this.#closed || now >= l.renewAt) {
       this.#close(p, l);
@@ -320,35 +317,56 @@ export class Leases {
     unref(l.timer);
   }
 
+  // #hold makes g the open lease of p.
+  #hold(p: Path, g: LeaseGrant, sentAt: number): Lease {
+    const l = new Lease(g, sentAt, rateLimitOf({ allowed: true, levels: g.levels ?? [] }));
+    p.lease = l;
+    this.#open++;
+    this.#event({ event: "taken", ...p.describe(), id: l.id, units: l.units, ttlMs: g.ttl_ms, settleBy: l.settleBy });
+    return l;
+  }
+
   // #close stops l admitting (its used is final from here) and settles it, renewing
   // when the path is still hot.
-  #close(p: Path, l: Lease): void {
+  #close(p: Path, l: Lease, mayRenew = true): void {
     if (!l.open) return;
     l.open = false;
     this.#open--;
     clearTimeout(l.timer);
     if (p.lease === l) p.lease = undefined;
     const now = performance.now();
-    const renew = !this.#closed && now >= p.quietUntil && p.rate(now) > this.#threshold;
+    const renew = mayRenew && !this.#closed && now >= p.quietUntil && p.rate(now) > this.#threshold;
     this.#event({ event: "closed", ...p.describe(), id: l.id, units: l.units, used: l.used });
-    const body: Record<string, unknown> = { used: l.used };
-    if (renew) {
-      body.renew = true;
-      body.rate = round(p.rate(now));
-    }
+    const path = `/v1/leases/${encodeURIComponent(l.id)}/settle`;
+    const budget = () => l.settleByLocal - performance.now() - settleMarginMs;
+    const plain = () =>
+      budget() > 0 ? this.#t.post(path, { used: l.used }, budget(), Number.MAX_SAFE_INTEGER) : Promise.reject(new Error("quotaplane: settle_by passed before the lease could be settled"));
     const sentAt = performance.now();
-    const budget = l.settleByLocal - performance.now() - settleMarginMs;
-    const settle = (budget > 0 ? this.#t.post(`/v1/leases/${encodeURIComponent(l.id)}/settle`, body, budget, Number.MAX_SAFE_INTEGER) : Promise.reject(new Error("quotaplane: settle_by passed before the lease could be settled"))).then(
-      (ans) => {
-        const a = ans as SettleAnswer;
-        this.#event({ event: "settled", ...p.describe(), id: l.id, used: a.settled?.used, released: a.settled?.released });
-        if (renew && a.next) this.#install(p, a.next, sentAt);
-      },
-      (err: unknown) => {
-        if (renew) p.quietUntil = performance.now() + backoffMs;
-        this.#event({ event: "failed", ...p.describe(), id: l.id, used: l.used, error: err });
-      },
-    );
+    // A renewing settle is sent once: when its answer is lost the server may have taken
+    // the next lease, and a repeat takes none, so the retries settle without renew
+    // (the lost next lease is counted whole at its settle_by); a next lease a repeat
+    // still brings is settled at once.
+    let renewing = renew;
+    const first = renew ? this.#t.post(path, { used: l.used, renew: true, rate: round(p.rate(now)) }, Math.max(1, budget()), 0) : plain();
+    const settle = first
+      .catch((err: unknown) => {
+        if (!renew || !(err instanceof QuotaplaneUnavailableError)) throw err;
+        renewing = false;
+        return plain();
+      })
+      .then(
+        (ans) => {
+          const a = ans as SettleAnswer;
+          this.#event({ event: "settled", ...p.describe(), id: l.id, used: a.settled?.used, released: a.settled?.released });
+          if (!a.next || !(a.next.units > 0)) return;
+          if (renewing) this.#install(p, a.next, sentAt);
+          else this.#close(p, this.#hold(p, a.next as LeaseGrant, sentAt), false);
+        },
+        (err: unknown) => {
+          if (renew) p.quietUntil = performance.now() + backoffMs;
+          this.#event({ event: "failed", ...p.describe(), id: l.id, used: l.used, error: err });
+        },
+      );
     this.#track(p, settle);
   }
 

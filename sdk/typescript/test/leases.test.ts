@@ -31,20 +31,25 @@ interface FakeLease {
   arrived: number; // performance.now() when the request that took it arrived
   ttlMs: number;
   settled?: { used: number; at: number; renew: boolean };
+  lost?: boolean; // granted by a settle whose answer the server dropped
+  settles: { used: number; renew: boolean }[]; // every settle request, repeats too
 }
 
 // leaseServer stands for Quotaplane's lease endpoints as the contract states them,
 // answering each lease request `delayMs` late (so a client that started a lease's life
 // at the answer would admit past it), with `units` units for `ttlMs`. Checks are allowed.
-async function leaseServer(opts: { units: number; ttlMs: number; delayMs: number }) {
+// With loseFirstRenew, the first renewing settle is carried out (the lease settled, the
+// next one taken) and its answer lost: the connection is closed without one.
+async function leaseServer(opts: { units: number; ttlMs: number; delayMs: number; loseFirstRenew?: boolean }) {
   const leases = new Map<string, FakeLease>();
   const violations: string[] = [];
   let checks = 0;
   let n = 0;
+  let lost = false;
   const grant = (arrived: number) => {
-    const open = [...leases.values()].filter((l) => !l.settled);
+    const open = [...leases.values()].filter((l) => !l.settled && !l.lost);
     if (open.length > 0) violations.push(`a lease was asked for while ${open.map((l) => l.id).join(", ")} was unsettled`);
-    const l: FakeLease = { id: `lease-${++n}`, units: opts.units, arrived, ttlMs: opts.ttlMs };
+    const l: FakeLease = { id: `lease-${++n}`, units: opts.units, arrived, ttlMs: opts.ttlMs, settles: [] };
     leases.set(l.id, l);
     const now = Date.now();
     return { id: l.id, units: l.units, ttl_ms: l.ttlMs, expires_at: new Date(now + l.ttlMs).toISOString(), settle_by: new Date(now + l.ttlMs + 5000).toISOString(), levels: [] };
@@ -66,8 +71,16 @@ async function leaseServer(opts: { units: number; ttlMs: number; delayMs: number
       if (m) {
         const l = leases.get(m[1]!);
         if (!l) return answer(404, { type: "about:blank", title: "Not Found", status: 404 });
-        if (!l.settled) l.settled = { used: body.used, at: arrived, renew: body.renew === true };
-        return answer(200, { settled: { used: l.settled.used, released: l.units - l.settled.used }, next: body.renew ? grant(arrived) : null }, body.renew ? opts.delayMs : 0);
+        l.settles.push({ used: body.used, renew: body.renew === true });
+        const repeat = l.settled !== undefined;
+        if (!repeat) l.settled = { used: body.used, at: arrived, renew: body.renew === true };
+        const next = body.renew && !repeat ? grant(arrived) : null; // a repeat takes no next lease
+        if (next && opts.loseFirstRenew && !lost) {
+          lost = true;
+          leases.get(next.id)!.lost = true;
+          return req.socket.destroy();
+        }
+        return answer(200, { settled: { used: l.settled!.used, released: l.units - l.settled!.used }, next }, body.renew ? opts.delayMs : 0);
       }
       if (url === "/v1/check") {
         checks++;
@@ -128,6 +141,34 @@ describe("client leases against a scripted server that answers late", () => {
     await srv.close();
     console.log(`scripted (${units} units a lease): ${total} checks leased from ${srv.leases.size} leases, ${srv.checks} sent one by one`);
     assert.ok(total > 0, `${total} leased, ${srv.checks} sent`);
+  });
+
+  it("sends a renewing settle once: when its answer is lost, settles again without renew and goes on leasing", async () => {
+    const srv = await leaseServer({ units: 300, ttlMs: 900, delayMs: 0, loseFirstRenew: true });
+    const client = new QuotaplaneClient({ baseUrl: srv.url, key: "k", leases: true, leaseThreshold: 5, retryDelayMs: 5 });
+    const admitted = new Map<string, number>();
+    const end = performance.now() + 20_000;
+    while (performance.now() < end && srv.leases.size < 4) {
+      const out = await client.check({ org: "acme", user: "dave" });
+      if (out.leased) {
+        const id = out.idempotencyKey.slice(0, out.idempotencyKey.lastIndexOf(":"));
+        admitted.set(id, (admitted.get(id) ?? 0) + 1);
+      }
+      await new Promise((r) => setImmediate(r));
+    }
+    await client.close();
+    assert.deepEqual(srv.violations, []);
+    const first = srv.leases.get("lease-1")!;
+    assert.deepEqual(first.settles, [
+      { used: admitted.get("lease-1"), renew: true },
+      { used: admitted.get("lease-1"), renew: false },
+    ]);
+    const lost = [...srv.leases.values()].filter((l) => l.lost);
+    assert.equal(lost.length, 1);
+    assert.equal(admitted.get(lost[0]!.id), undefined, "nothing admitted from the lease whose answer was lost");
+    for (const l of srv.leases.values()) if (!l.lost) assert.equal(l.settled?.used, admitted.get(l.id) ?? 0, l.id);
+    assert.ok(srv.leases.size >= 4, "leasing went on");
+    await srv.close();
   });
 
   it("close settles an open lease and one still being taken, and stops leasing", async () => {
