@@ -432,8 +432,8 @@ export class QuotaplaneClient implements Quotaplane {
 
   /**
    * Settles every client lease (renew false) and sends the checks waiting to be
-   * coalesced, and waits for it, at most settleBudgetMs. Checks after close go to
-   * the server one by one.
+   * coalesced, and waits for it, at most settleBudgetMs. Checks after close are
+   * never leased.
    */
   async close(): Promise<void> {
     this.#coalescer?.flush(true);
