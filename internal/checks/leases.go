@@ -133,13 +133,19 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64) (Le
 	}
 	want := max(int64(math.Min(math.Ceil(rate*life.Seconds()*clientLeaseTraffic), float64(vocab.MaxUnits))), clientLeaseMin)
 	path := leasePathKey(&req)
-	headroom, seen := s.headroom.Get(path)
-	if !seen {
+	headroom, cached := s.headroom.Get(path)
+	if !cached {
 		headroom = leastLimit(&req)
 	}
 	opt := quota.ReserveOptions{TTL: life + clientLeaseGrace, OnExpiry: vocab.ExpiryCommit}
 	for try := 0; try < 2; try++ {
 		amount := min(want, headroom/clientLeaseShare)
+		if amount < clientLeaseMin && cached {
+			// A small headroom as last seen may have grown since (units given back, a
+			// limit raised, a window moved on, a new period): Redis says, once.
+			cached = false
+			amount = min(want, leastLimit(&req)/clientLeaseShare)
+		}
 		if amount < clientLeaseMin {
 			return Lease{Reason: LeaseNearLimit, TTL: leaseAgainNear}, nil
 		}
@@ -149,7 +155,7 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64) (Le
 			return Lease{}, engineError(err)
 		}
 		if !res.Allowed {
-			headroom = leastRemaining(&res, true)
+			headroom, cached = leastRemaining(&res, true), false
 			s.headroom.Add(path, headroom)
 			continue
 		}
