@@ -171,7 +171,7 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64) (Le
 // SettleLease counts used units of client lease id and gives the rest back (a commit
 // of its reservation), and with renew takes the path's next lease at rate. A lease
 // that expired unsettled was committed whole: its settlement says so. A repeated
-// settlement answers the first's settled units and takes no next lease. Errors:
+// settlement, and any settlement of an expired lease, takes no next lease. Errors:
 // Commit's (NotFound for another org's lease; Conflict for one released), Invalid
 // naming used or rate.
 func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int64, renew bool, rate *float64) (LeaseSettled, *Lease, error) {
@@ -181,16 +181,18 @@ func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int
 	}
 	res, err := s.Commit(ctx, c, id, used)
 	var se *quota.StateError
-	if errors.As(err, &se) && se.State == vocab.Expired {
+	expired := errors.As(err, &se) && se.State == vocab.Expired
+	if expired {
 		res, err = s.Reservation(ctx, c, id)
 	}
 	if err != nil {
 		return LeaseSettled{}, nil, err
 	}
 	settled := LeaseSettled{Used: res.Used, Released: res.Released}
-	if !renew || res.Replayed {
+	if !renew || res.Replayed || expired {
 		// A repeat takes no second next lease: the first answer's, if that answer was
-		// lost, is counted whole at its settle_by, never held twice.
+		// lost, is counted whole at its settle_by, never held twice. An expired lease's
+		// settlements all read alike, a repeat as the first: none takes a next lease.
 		return settled, nil, nil
 	}
 	in := LeaseInput{Check: Input{Org: res.Org, Metric: &res.Metric}, Rate: rate}
