@@ -6,13 +6,19 @@ import (
 	"time"
 )
 
+// leaseOrg is a replica with org acme on a plan of 100,000 requests a month.
+func leaseOrg(t *testing.T) *resReplica {
+	r := newResReplicas(t, 1)[0]
+	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"closed","limits":[{"metric":"requests","window":"month","limit":100000}]}`, 201)
+	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"A","plan":"p"}`, 201)
+	return r
+}
+
 // A path answered near_limit is leased again once its headroom is back: here a
 // reservation that held most of the limit is released. The headroom a refusal showed
 // sizes the next lease, and never keeps the path at near_limit without asking Redis.
 func TestClientLeaseAfterHeadroomComesBack(t *testing.T) {
-	r := newResReplicas(t, 1)[0]
-	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"closed","limits":[{"metric":"requests","window":"month","limit":100000}]}`, 201)
-	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"A","plan":"p"}`, 201)
+	r := leaseOrg(t)
 	key := keyOf(r.replica, "acme", `["check"]`)
 	var rv struct{ ID string }
 	if err := json.Unmarshal([]byte(r.mustDo("POST", "/v1/reservations", key, `{"org":"acme","amount":99990}`, 201)), &rv); err != nil || rv.ID == "" {
@@ -34,10 +40,8 @@ func TestClientLeaseAfterHeadroomComesBack(t *testing.T) {
 // first settlement with next null, and the server cannot tell the first settlement of
 // an expired lease from a repeat.
 func TestClientLeaseExpiredSettlementTakesNoSecondLease(t *testing.T) {
-	r := newResReplicas(t, 1)[0]
+	r := leaseOrg(t)
 	r.sweep(t, 100*time.Millisecond)
-	r.mustDo("POST", "/v1/plans", operatorToken, `{"id":"p","name":"P","fail_mode":"closed","limits":[{"metric":"requests","window":"month","limit":100000}]}`, 201)
-	r.mustDo("POST", "/v1/orgs", operatorToken, `{"id":"acme","name":"A","plan":"p"}`, 201)
 	key, admin := keyOf(r.replica, "acme", `["check"]`), keyOf(r.replica, "acme", `["admin"]`)
 	l := leaseOf(t, r.mustDo("POST", "/v1/leases", key, `{"org":"acme","rate":100}`, 201))
 	time.Sleep(time.Until(*l.SettleBy) + 500*time.Millisecond)
