@@ -174,14 +174,20 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64, hol
 	}
 	want := max(int64(math.Min(math.Ceil(rate*life.Seconds()*clientLeaseTraffic), float64(vocab.MaxUnits))), least)
 	path := leasePathKey(&req)
-	headroom, seen := s.headroom.Get(path)
-	if !seen {
+	headroom, cached := s.headroom.Get(path)
+	if !cached {
 		headroom = leastLimit(&req)
 	}
 	opt := quota.ReserveOptions{TTL: life + clientLeaseGrace, OnExpiry: vocab.ExpiryCommit}
 	near := Lease{Reason: LeaseNearLimit, TTL: leaseAgainNear}
 	for try := 0; try < 2; try++ {
 		amount := min(want, headroom/clientLeaseShare)
+		if amount < clientLeaseMin && cached {
+			// A small headroom as last seen may have grown since (units given back, a
+			// limit raised, a window moved on, a new period): Redis says, once.
+			cached = false
+			amount = min(want, leastLimit(&req)/clientLeaseShare)
+		}
 		if holder == HolderProxy {
 			// near a limit, clientLeaseMin units while they are left, then what is;
 			// with none seen, the counters are asked once for one
@@ -196,7 +202,7 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64, hol
 			return Lease{}, engineError(err)
 		}
 		if !res.Allowed {
-			headroom = leastRemaining(&res, true)
+			headroom, cached = leastRemaining(&res, true), false
 			s.headroom.Add(path, headroom)
 			if holder == HolderProxy && headroom < 1 {
 				// until the window can admit again, or sooner if held units come back
@@ -222,7 +228,7 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64, hol
 // SettleLease counts used units of client lease id and gives the rest back (a commit
 // of its reservation), and with renew takes the path's next lease at rate. A lease
 // that expired unsettled was committed whole: its settlement says so. A repeated
-// settlement answers the first's settled units and takes no next lease. Errors:
+// settlement, and any settlement of an expired lease, takes no next lease. Errors:
 // Commit's (NotFound for another org's lease; Conflict for one released), Invalid
 // naming used or rate.
 func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int64, renew bool, rate *float64) (LeaseSettled, *Lease, error) {
@@ -232,16 +238,18 @@ func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int
 	}
 	res, err := s.Commit(ctx, c, id, used)
 	var se *quota.StateError
-	if errors.As(err, &se) && se.State == vocab.Expired {
+	expired := errors.As(err, &se) && se.State == vocab.Expired
+	if expired {
 		res, err = s.Reservation(ctx, c, id)
 	}
 	if err != nil {
 		return LeaseSettled{}, nil, err
 	}
 	settled := LeaseSettled{Used: res.Used, Released: res.Released}
-	if !renew || res.Replayed {
+	if !renew || res.Replayed || expired {
 		// A repeat takes no second next lease: the first answer's, if that answer was
-		// lost, is counted whole at its settle_by, never held twice.
+		// lost, is counted whole at its settle_by, never held twice. An expired lease's
+		// settlements all read alike, a repeat as the first: none takes a next lease.
 		return settled, nil, nil
 	}
 	in := LeaseInput{Check: Input{Org: res.Org, Metric: &res.Metric}, Rate: rate}

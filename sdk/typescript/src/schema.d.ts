@@ -816,7 +816,8 @@ export interface paths {
          *     A repeat answers the first settlement again with `next` null: it takes no
          *     second lease (the first answer's, if that answer was lost, is counted whole at
          *     its `settle_by`), so retry a lost renewing settlement without `renew`. A lease that expired unsettled was
-         *     counted whole: `settled` says so (`used` its units, `released` 0). `used` above
+         *     counted whole: `settled` says so (`used` its units, `released` 0) and `next` is
+         *     null, as a repeat's (the two read alike). `used` above
          *     the lease's units is counted in full.
          */
         post: operations["settleLease"];
@@ -4674,7 +4675,7 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Settled; `next` is the next lease (possibly `units` 0) when `renew` was asked, else null. */
+            /** @description Settled; `next` is the next lease (possibly `units` 0) when `renew` was asked of a first settlement before the lease expired, else null. */
             200: {
                 headers: {
                     [name: string]: unknown;
