@@ -593,11 +593,20 @@ class LeaseJob:
         b["rate"] = rate
         return b
 
-    def budget(self, opts: Options, now: float) -> float | None:
+    def start(self, opts: Options, cap: float | None) -> tuple[float, float | None]:
+        """When the job is sent (for a settle tried again: when it first was) and its
+        budget: a lease request's is a check's, a settle's lasts until its settle_by
+        (within settle_budget); ``cap`` bounds it on a caller's thread or task."""
+        now = time.monotonic()
+        sent = self.sent if self.sent is not None else now
         if self.lease is None:
-            return opts.budget
-        left = max(self.lease.settle_by - now, 0.05)
-        return min(opts.settle_budget, left) if opts.settle_budget else left
+            b = opts.budget
+        else:
+            left = max(self.lease.settle_by - now, 0.05)
+            b = min(opts.settle_budget, left) if opts.settle_budget else left
+        if cap is not None and (b is None or cap < b):
+            b = cap
+        return sent, b
 
 
 class Leases:
@@ -685,7 +694,10 @@ class Leases:
 
     def answer(self, job: LeaseJob, sent: float, reply: Reply | None, err: BaseException | None, now: float) -> list[LeaseJob]:
         """Takes the answer of job (sent at ``sent``, the client's monotonic clock), or
-        the error that ended it; returns the requests to send next."""
+        the error that ended it (any but a QuotaplaneError counts as Quotaplane
+        unavailable: a closed http client, say); returns the requests to send next."""
+        if err is not None and not isinstance(err, QuotaplaneError):
+            err = Unavailable(f"quotaplane unavailable: POST {job.url}: {err}")
         doc: Any = None
         if reply is not None:
             if reply.status in (200, 201):

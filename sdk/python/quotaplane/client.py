@@ -173,18 +173,13 @@ class Client:
         todo = [job]
         while todo:
             job = todo.pop()
-            sent = job.sent if job.sent is not None else time.monotonic()
-            b = job.budget(self._opts, sent)
-            if budget is not None and (b is None or budget < b):
-                b = budget
+            sent, b = job.start(self._opts, budget)
             reply: Reply | None = None
             err: BaseException | None = None
             try:
                 reply = self._send("POST", job.url, job.body(), b)
-            except QuotaplaneError as e:
+            except Exception as e:  # the answer says what it means for the lease
                 err = e
-            except Exception as e:  # a closed http client, among others: as if unavailable
-                err = Unavailable(f"quotaplane unavailable: POST {job.url}: {e}")
             todo.extend(self._leases.answer(job, sent, reply, err, time.monotonic()))
 
     def _send(self, method: str, path: str, body: Any, budget: float | None) -> Reply:
