@@ -114,7 +114,8 @@ func (s *Server) GetOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath)
 }
 
 // PatchOrg handles PATCH /v1/orgs/{org}. plan, limits, redis_url,
-// billing_anchor_day, leases, sliding_windows and weight are the operator's alone.
+// billing_anchor_day, leases, client_leases, sliding_windows and weight are the
+// operator's alone.
 func (s *Server) PatchOrg(w http.ResponseWriter, r *http.Request, org api.OrgPath) {
 	var in api.OrgPatch
 	b, ok := readBody(w, r)
@@ -156,6 +157,9 @@ func toOrgInput(in api.OrgCreate) tenants.OrgInput {
 	if in.Leases != nil {
 		o.Leases = tenants.Leases(*in.Leases)
 	}
+	if in.ClientLeases != nil {
+		o.ClientLeases = tenants.Leases(*in.ClientLeases)
+	}
 	if in.SlidingWindows != nil {
 		o.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
@@ -185,6 +189,10 @@ func toOrgPatch(in api.OrgPatch) tenants.OrgPatch {
 		l := tenants.Leases(*in.Leases)
 		p.Leases = &l
 	}
+	if in.ClientLeases != nil {
+		l := tenants.Leases(*in.ClientLeases)
+		p.ClientLeases = &l
+	}
 	if in.SlidingWindows != nil {
 		w := tenants.SlidingWindows(*in.SlidingWindows)
 		p.SlidingWindows = &w
@@ -208,6 +216,10 @@ func fromOrg(o tenants.Org) api.Org {
 	if o.Leases != "" {
 		l := api.OrgLeases(o.Leases)
 		out.Leases = &l
+	}
+	if o.ClientLeases != "" {
+		l := api.OrgClientLeases(o.ClientLeases)
+		out.ClientLeases = &l
 	}
 	if o.SlidingWindows != "" {
 		w := api.OrgSlidingWindows(o.SlidingWindows)

@@ -87,6 +87,9 @@ func toPlanInput(in api.PlanCreate) tenants.PlanInput {
 	if in.Leases != nil {
 		p.Leases = tenants.Leases(*in.Leases)
 	}
+	if in.ClientLeases != nil {
+		p.ClientLeases = tenants.Leases(*in.ClientLeases)
+	}
 	if in.SlidingWindows != nil {
 		p.SlidingWindows = tenants.SlidingWindows(*in.SlidingWindows)
 	}
@@ -105,6 +108,10 @@ func toPlanPatch(in api.PlanPatch) tenants.PlanPatch {
 	if in.Leases != nil {
 		l := tenants.Leases(*in.Leases)
 		p.Leases = &l
+	}
+	if in.ClientLeases != nil {
+		l := tenants.Leases(*in.ClientLeases)
+		p.ClientLeases = &l
 	}
 	if in.SlidingWindows != nil {
 		w := tenants.SlidingWindows(*in.SlidingWindows)
@@ -126,6 +133,10 @@ func fromPlan(p tenants.Plan) api.Plan {
 	if p.Leases != "" {
 		l := api.PlanLeases(p.Leases)
 		out.Leases = &l
+	}
+	if p.ClientLeases != "" {
+		l := api.PlanClientLeases(p.ClientLeases)
+		out.ClientLeases = &l
 	}
 	if p.SlidingWindows != "" {
 		w := api.PlanSlidingWindows(p.SlidingWindows)

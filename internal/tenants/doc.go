@@ -239,7 +239,7 @@
 //
 // One query per org. `Service.ResolveOrgUsers` is one statement
 // (`resolveOrgSQL`, internal/tenants/resolve.go): the org's row joined to its plan (fail
-// mode, pool, leases, sliding windows, metered list, priced metrics), with its overrides,
+// mode, pool, leases, client leases, sliding windows, metered list, priced metrics), with its overrides,
 // its plan's limits, its active grants summed per metric, its teams with their limits and
 // user defaults, its throttles and its plan's, and (up to the bound plus one) its
 // registered users with their own limits, each as a JSON aggregate decoded in Go

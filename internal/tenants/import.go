@@ -191,7 +191,7 @@ func buildImport(ctx context.Context, q querier, orgs []NewOrg, base int, plans 
 		}
 		limits := normalize(in.Limits)
 		org := Org{ID: in.ID, Name: in.Name, PlanID: in.PlanID, Limits: limits, EffectiveLimits: MergeLimits(p.plan.Limits, limits),
-			Mode: in.Mode, Oversubscribe: in.Oversubscribe, Leases: in.Leases, SlidingWindows: in.SlidingWindows,
+			Mode: in.Mode, Oversubscribe: in.Oversubscribe, Leases: in.Leases, ClientLeases: in.ClientLeases, SlidingWindows: in.SlidingWindows,
 			UnknownUsers: in.UnknownUsers, WebhookURL: in.WebhookURL, RedisURL: in.RedisURL, BillingAnchorDay: in.BillingAnchorDay,
 			CreatedAt: now, UpdatedAt: now}
 		teams := make([]Team, len(o.Teams))
@@ -292,7 +292,7 @@ func writeImport(ctx context.Context, tx pgx.Tx, a Actor, orgs []NewOrg, built [
 	for i, b := range built {
 		o := b.org
 		orgRows = append(orgRows, []any{o.ID, o.Name, o.PlanID, string(o.Mode), o.Oversubscribe, o.WebhookURL, o.RedisURL,
-			int16(o.BillingAnchorDay), string(o.Leases), string(o.SlidingWindows), string(o.UnknownUsers)})
+			int16(o.BillingAnchorDay), string(o.Leases), string(o.SlidingWindows), string(o.UnknownUsers), string(o.ClientLeases)})
 		for _, l := range o.Limits {
 			orgLimits = append(orgLimits, []any{o.ID, l.Metric, string(l.Window), l.Limit, burstCol(l), l.FairShare})
 		}
@@ -313,7 +313,7 @@ func writeImport(ctx context.Context, tx pgx.Tx, a Actor, orgs []NewOrg, built [
 		audits = append(audits, auditRow{o.ID, "api_key.create", "api_key:" + k.Key.ID, k.Key})
 	}
 	if err := copyRows("orgs", []string{"id", "name", "plan_id", "mode", "oversubscribe", "webhook_url", "redis_url",
-		"billing_anchor_day", "leases", "sliding_windows", "unknown_users"}, orgRows); err != nil {
+		"billing_anchor_day", "leases", "sliding_windows", "unknown_users", "client_leases"}, orgRows); err != nil {
 		return err
 	}
 	if err := copyRows("org_limits", []string{"org_id", "metric", "time_window", "max_units", "burst", "fair_share"}, orgLimits); err != nil {

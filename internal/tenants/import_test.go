@@ -25,7 +25,7 @@ import (
 func richOrg(id string) tenants.NewOrg {
 	return tenants.NewOrg{
 		Org: tenants.OrgInput{ID: id, Name: "Org " + id, PlanID: "pro", Limits: []vocab.Limit{lim("requests", vocab.Month, 900)},
-			Mode: vocab.Shadow, UnknownUsers: tenants.UnknownUsersRefuse, WebhookURL: "https://hooks.example.com/x", BillingAnchorDay: 7},
+			Mode: vocab.Shadow, UnknownUsers: tenants.UnknownUsersRefuse, ClientLeases: tenants.LeasesOff, WebhookURL: "https://hooks.example.com/x", BillingAnchorDay: 7},
 		Teams: []tenants.TeamInput{
 			{ID: "eng", Name: "Engineering", Limits: []vocab.Limit{lim("requests", vocab.Month, 500), lim("requests", vocab.Minute, 50)},
 				UserLimits: []vocab.Limit{lim("requests", vocab.Month, 100)}},

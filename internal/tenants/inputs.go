@@ -17,6 +17,8 @@ type PlanInput struct {
 	Metered  []string // metrics counted and billed without a limit
 	FailMode vocab.FailMode
 	Leases   Leases // "" means auto
+	// ClientLeases "" means auto.
+	ClientLeases Leases
 	// SlidingWindows "" means estimate.
 	SlidingWindows SlidingWindows
 	Pool           string // "" means "default"
@@ -36,6 +38,7 @@ type PlanPatch struct {
 	Metered        *[]string // replaces the whole list
 	FailMode       *vocab.FailMode
 	Leases         *Leases
+	ClientLeases   *Leases
 	SlidingWindows *SlidingWindows
 	Pool           *string
 	Pricing        *Pricing
@@ -58,6 +61,7 @@ type OrgInput struct {
 	Mode             vocab.Mode // "" means enforce
 	Oversubscribe    bool
 	Leases           Leases         // "" means plan
+	ClientLeases     Leases         // "" means plan
 	SlidingWindows   SlidingWindows // "" means plan
 	UnknownUsers     UnknownUsers   // "" means allow
 	WebhookURL       string
@@ -73,6 +77,7 @@ type OrgPatch struct {
 	Mode             *vocab.Mode
 	Oversubscribe    *bool
 	Leases           *Leases
+	ClientLeases     *Leases
 	SlidingWindows   *SlidingWindows
 	UnknownUsers     *UnknownUsers
 	WebhookURL       *string
@@ -98,6 +103,9 @@ func (p OrgPatch) OperatorOnly() []string {
 	}
 	if p.Leases != nil {
 		f = append(f, "leases")
+	}
+	if p.ClientLeases != nil {
+		f = append(f, "client_leases")
 	}
 	if p.SlidingWindows != nil {
 		f = append(f, "sliding_windows")
@@ -174,14 +182,15 @@ func checkFailMode(errs *fieldErrs, m vocab.FailMode) {
 	}
 }
 
-func checkLeases(errs *fieldErrs, l Leases, org bool) {
+// checkLeases checks a lease setting, field leases or client_leases.
+func checkLeases(errs *fieldErrs, field string, l Leases, org bool) {
 	switch {
 	case l == LeasesAuto, l == LeasesOff:
 	case org && l == LeasesPlan:
 	case org:
-		errs.add("leases", "must be one of plan, auto, off")
+		errs.add(field, "must be one of plan, auto, off")
 	default:
-		errs.add("leases", "must be one of auto, off")
+		errs.add(field, "must be one of auto, off")
 	}
 }
 
@@ -256,7 +265,10 @@ func (in PlanInput) Validate() error {
 	validateMetered(&errs, in.Metered)
 	checkFailMode(&errs, in.FailMode)
 	if in.Leases != "" {
-		checkLeases(&errs, in.Leases, false)
+		checkLeases(&errs, "leases", in.Leases, false)
+	}
+	if in.ClientLeases != "" {
+		checkLeases(&errs, "client_leases", in.ClientLeases, false)
 	}
 	if in.SlidingWindows != "" {
 		checkSlidingWindows(&errs, in.SlidingWindows, false)
@@ -289,7 +301,10 @@ func (p PlanPatch) Validate() error {
 		checkFailMode(&errs, *p.FailMode)
 	}
 	if p.Leases != nil {
-		checkLeases(&errs, *p.Leases, false)
+		checkLeases(&errs, "leases", *p.Leases, false)
+	}
+	if p.ClientLeases != nil {
+		checkLeases(&errs, "client_leases", *p.ClientLeases, false)
 	}
 	if p.SlidingWindows != nil {
 		checkSlidingWindows(&errs, *p.SlidingWindows, false)
@@ -324,7 +339,10 @@ func (in OrgInput) Validate() error {
 		checkMode(&errs, in.Mode)
 	}
 	if in.Leases != "" {
-		checkLeases(&errs, in.Leases, true)
+		checkLeases(&errs, "leases", in.Leases, true)
+	}
+	if in.ClientLeases != "" {
+		checkLeases(&errs, "client_leases", in.ClientLeases, true)
 	}
 	if in.SlidingWindows != "" {
 		checkSlidingWindows(&errs, in.SlidingWindows, true)
@@ -356,7 +374,10 @@ func (p OrgPatch) Validate() error {
 		checkMode(&errs, *p.Mode)
 	}
 	if p.Leases != nil {
-		checkLeases(&errs, *p.Leases, true)
+		checkLeases(&errs, "leases", *p.Leases, true)
+	}
+	if p.ClientLeases != nil {
+		checkLeases(&errs, "client_leases", *p.ClientLeases, true)
 	}
 	if p.SlidingWindows != nil {
 		checkSlidingWindows(&errs, *p.SlidingWindows, true)

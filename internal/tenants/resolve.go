@@ -26,6 +26,10 @@ type ResolvedOrg struct {
 	// Leases is LeasesAuto or LeasesOff: the org's own setting, or its plan's when the
 	// org follows its plan.
 	Leases Leases
+	// ClientLeases is LeasesAuto or LeasesOff: whether the org's clients may take
+	// client leases (POST /v1/leases); the org's own setting, or its plan's when the
+	// org follows its plan.
+	ClientLeases Leases
 	// SlidingWindows is WindowsEstimate or WindowsPrecise: the org's own setting, or
 	// its plan's when the org follows its plan.
 	SlidingWindows SlidingWindows
@@ -106,9 +110,9 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 		rates                             []byte
 	)
 	err := s.pool.QueryRow(ctx, resolveOrgSQL, orgID, s.now(), maxUsers).Scan(
-		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.SlidingWindows, &org.UnknownUsers, &org.WebhookURL, &org.RedisURL,
+		&org.ID, &org.Name, &org.PlanID, &org.Mode, &org.Oversubscribe, &org.Leases, &org.ClientLeases, &org.SlidingWindows, &org.UnknownUsers, &org.WebhookURL, &org.RedisURL,
 		&org.BillingAnchorDay, &org.CreatedAt, &org.UpdatedAt,
-		&r.FailMode, &r.Pool, &r.Leases, &r.SlidingWindows, &metered, &priced, &org.Weight, &r.Weight,
+		&r.FailMode, &r.Pool, &r.Leases, &r.ClientLeases, &r.SlidingWindows, &metered, &priced, &org.Weight, &r.Weight,
 		&over, &plan, &grants, &teams, &thr, &u, &features,
 		&rateCur, &rates)
 	if err != nil {
@@ -126,6 +130,9 @@ func (s *Service) ResolveOrgUsers(ctx context.Context, orgID string, maxUsers in
 	r.Org = org
 	if org.Leases != LeasesPlan && org.Leases != "" {
 		r.Leases = org.Leases
+	}
+	if org.ClientLeases != LeasesPlan && org.ClientLeases != "" {
+		r.ClientLeases = org.ClientLeases
 	}
 	if org.SlidingWindows != WindowsPlan && org.SlidingWindows != "" {
 		r.SlidingWindows = org.SlidingWindows
@@ -154,9 +161,9 @@ func micros(col string) string { return `(extract(epoch FROM ` + col + `) * 1000
 // which grants are compared with, $3 the users carried: 0 none, else at most $3+1
 // rows are read, and more than $3 means "too many"). Throttles are compared with the
 // database's clock, as before.
-var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.leases, o.sliding_windows, o.unknown_users, o.webhook_url, o.redis_url,
+var resolveOrgSQL = `SELECT o.id, o.name, o.plan_id, o.mode, o.oversubscribe, o.leases, o.client_leases, o.sliding_windows, o.unknown_users, o.webhook_url, o.redis_url,
 	o.billing_anchor_day, o.created_at, o.updated_at,
-	p.fail_mode, p.pool, p.leases, p.sliding_windows, p.metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = p.id),
+	p.fail_mode, p.pool, p.leases, p.client_leases, p.sliding_windows, p.metered, ARRAY(SELECT metric FROM plan_prices WHERE plan_id = p.id),
 	coalesce(o.weight, 0), coalesce(o.weight, p.weight),
 	` + limitsAgg("org_limits", "org_id = o.id") + `,
 	` + limitsAgg("plan_limits", "plan_id = o.plan_id") + `,

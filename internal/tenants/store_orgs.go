@@ -11,11 +11,11 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const orgCols = `id, name, plan_id, mode, oversubscribe, leases, sliding_windows, unknown_users, webhook_url, redis_url, billing_anchor_day, created_at, updated_at, coalesce(weight, 0)`
+const orgCols = `id, name, plan_id, mode, oversubscribe, leases, client_leases, sliding_windows, unknown_users, webhook_url, redis_url, billing_anchor_day, created_at, updated_at, coalesce(weight, 0)`
 
 func scanOrg(row pgx.Row) (Org, error) {
 	var o Org
-	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.Leases, &o.SlidingWindows, &o.UnknownUsers, &o.WebhookURL, &o.RedisURL,
+	err := row.Scan(&o.ID, &o.Name, &o.PlanID, &o.Mode, &o.Oversubscribe, &o.Leases, &o.ClientLeases, &o.SlidingWindows, &o.UnknownUsers, &o.WebhookURL, &o.RedisURL,
 		&o.BillingAnchorDay, &o.CreatedAt, &o.UpdatedAt, &o.Weight)
 	return o, err
 }
@@ -112,9 +112,9 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 		if _, err := getPlan(ctx, tx, in.PlanID, false); err != nil {
 			return noPlan(in.PlanID)
 		}
-		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, leases, sliding_windows, unknown_users)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
-			in.WebhookURL, in.RedisURL, in.BillingAnchorDay, in.Leases, in.SlidingWindows, in.UnknownUsers)
+		_, err := tx.Exec(ctx, `INSERT INTO orgs (id, name, plan_id, mode, oversubscribe, webhook_url, redis_url, billing_anchor_day, leases, sliding_windows, unknown_users, client_leases)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, in.ID, in.Name, in.PlanID, in.Mode, in.Oversubscribe,
+			in.WebhookURL, in.RedisURL, in.BillingAnchorDay, in.Leases, in.SlidingWindows, in.UnknownUsers, in.ClientLeases)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create org %q", in.ID))
 		}
@@ -136,6 +136,9 @@ func (s *Service) CreateOrg(ctx context.Context, a Actor, in OrgInput) (Org, err
 func (in OrgInput) withDefaults() OrgInput {
 	if in.Leases == "" {
 		in.Leases = LeasesPlan
+	}
+	if in.ClientLeases == "" {
+		in.ClientLeases = LeasesPlan
 	}
 	if in.SlidingWindows == "" {
 		in.SlidingWindows = WindowsPlan
@@ -205,6 +208,9 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 		if patch.Leases != nil {
 			after.Leases = *patch.Leases
 		}
+		if patch.ClientLeases != nil {
+			after.ClientLeases = *patch.ClientLeases
+		}
 		if patch.SlidingWindows != nil {
 			after.SlidingWindows = *patch.SlidingWindows
 		}
@@ -267,9 +273,10 @@ func (s *Service) UpdateOrg(ctx context.Context, a Actor, id string, patch OrgPa
 			}
 		}
 		_, err = tx.Exec(ctx, `UPDATE orgs SET name = $2, plan_id = $3, mode = $4, oversubscribe = $5, webhook_url = $6,
-			redis_url = $7, billing_anchor_day = $8, leases = $9, sliding_windows = $10, unknown_users = $11, weight = nullif($12, 0), updated_at = now() WHERE id = $1`,
+			redis_url = $7, billing_anchor_day = $8, leases = $9, sliding_windows = $10, unknown_users = $11, weight = nullif($12, 0),
+			client_leases = $13, updated_at = now() WHERE id = $1`,
 			id, after.Name, after.PlanID, after.Mode, after.Oversubscribe, after.WebhookURL, after.RedisURL, after.BillingAnchorDay, after.Leases,
-			after.SlidingWindows, after.UnknownUsers, after.Weight)
+			after.SlidingWindows, after.UnknownUsers, after.Weight, after.ClientLeases)
 		if err != nil {
 			return fmt.Errorf("update org %q: %w", id, err)
 		}

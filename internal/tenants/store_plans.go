@@ -10,14 +10,14 @@ import (
 	"github.com/quotaplane/quotaplane/internal/vocab"
 )
 
-const planCols = `id, name, metered, fail_mode, leases, sliding_windows, pool, currency, coalesce(base_price::text, ''), created_at, updated_at,
+const planCols = `id, name, metered, fail_mode, leases, client_leases, sliding_windows, pool, currency, coalesce(base_price::text, ''), created_at, updated_at,
 	coalesce(rate_currency, ''), weight`
 
 func scanPlan(row pgx.Row) (Plan, error) {
 	var p Plan
 	var currency *string
 	var base string
-	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.SlidingWindows, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt,
+	if err := row.Scan(&p.ID, &p.Name, &p.Metered, &p.FailMode, &p.Leases, &p.ClientLeases, &p.SlidingWindows, &p.Pool, &currency, &base, &p.CreatedAt, &p.UpdatedAt,
 		&p.Currency, &p.Weight); err != nil {
 		return Plan{}, err
 	}
@@ -141,6 +141,9 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 	if in.Leases == "" {
 		in.Leases = LeasesAuto
 	}
+	if in.ClientLeases == "" {
+		in.ClientLeases = LeasesAuto
+	}
 	if in.SlidingWindows == "" {
 		in.SlidingWindows = WindowsEstimate
 	}
@@ -150,8 +153,9 @@ func (s *Service) CreatePlan(ctx context.Context, a Actor, in PlanInput) (Plan, 
 	var out Plan
 	err := s.inTx(ctx, func(tx pgx.Tx) error {
 		cur, base := pricingCols(in.Pricing)
-		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price, leases, sliding_windows, weight)
-			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8, $9, $10)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base, in.Leases, in.SlidingWindows, in.Weight)
+		_, err := tx.Exec(ctx, `INSERT INTO plans (id, name, metered, fail_mode, pool, currency, base_price, leases, sliding_windows, weight, client_leases)
+			VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8, $9, $10, $11)`, in.ID, in.Name, normalizeMetered(in.Metered), in.FailMode, in.Pool, cur, base, in.Leases, in.SlidingWindows, in.Weight,
+			in.ClientLeases)
 		if err != nil {
 			return translate(err, fmt.Sprintf("create plan %q", in.ID))
 		}
@@ -210,6 +214,9 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		}
 		if patch.Leases != nil {
 			after.Leases = *patch.Leases
+		}
+		if patch.ClientLeases != nil {
+			after.ClientLeases = *patch.ClientLeases
 		}
 		if patch.SlidingWindows != nil {
 			after.SlidingWindows = *patch.SlidingWindows
@@ -272,7 +279,8 @@ func (s *Service) UpdatePlan(ctx context.Context, a Actor, id string, patch Plan
 		}
 		cur, base := pricingCols(after.Pricing)
 		_, err = tx.Exec(ctx, `UPDATE plans SET name = $2, fail_mode = $3, pool = $4, currency = $5,
-			base_price = $6::numeric, metered = $7, leases = $8, sliding_windows = $9, weight = $10, updated_at = now() WHERE id = $1`, id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases, after.SlidingWindows, after.Weight)
+			base_price = $6::numeric, metered = $7, leases = $8, sliding_windows = $9, weight = $10, client_leases = $11, updated_at = now() WHERE id = $1`,
+			id, after.Name, after.FailMode, after.Pool, cur, base, after.Metered, after.Leases, after.SlidingWindows, after.Weight, after.ClientLeases)
 		if err != nil {
 			return fmt.Errorf("update plan %q: %w", id, err)
 		}

@@ -8,7 +8,9 @@ import (
 
 // Leases says whether a plan's (or an org's) hot paths may be admitted in process
 // from leases (quota's lease.go): LeasesAuto (the default) or LeasesOff. An org's
-// LeasesPlan follows its plan.
+// LeasesPlan follows its plan. The same values say whether the org's clients may take
+// client leases (ClientLeases, POST /v1/leases): LeasesOff answers every lease with
+// no units, so every check of the org goes to the server.
 type Leases string
 
 // The lease settings.
@@ -90,6 +92,9 @@ type Plan struct {
 	Metered  []string       `json:"metered"`
 	FailMode vocab.FailMode `json:"fail_mode"`
 	Leases   Leases         `json:"leases"`
+	// ClientLeases is LeasesAuto or LeasesOff: whether its orgs' clients may take
+	// client leases (POST /v1/leases).
+	ClientLeases Leases `json:"client_leases"`
 	// SlidingWindows is WindowsEstimate or WindowsPrecise.
 	SlidingWindows SlidingWindows `json:"sliding_windows"`
 	Pool           string         `json:"pool"`
@@ -124,6 +129,9 @@ type Org struct {
 	Mode          vocab.Mode `json:"mode"`
 	Oversubscribe bool       `json:"oversubscribe"`
 	Leases        Leases     `json:"leases"` // LeasesPlan: as its plan says
+	// ClientLeases is LeasesPlan (as its plan says), LeasesAuto or LeasesOff: whether
+	// the org's clients may take client leases (POST /v1/leases).
+	ClientLeases Leases `json:"client_leases"`
 	// SlidingWindows is WindowsPlan (as its plan says), WindowsEstimate or WindowsPrecise.
 	SlidingWindows SlidingWindows `json:"sliding_windows"`
 	// UnknownUsers is UnknownUsersAllow or UnknownUsersRefuse: whether checks of the

@@ -1387,6 +1387,18 @@ export interface components {
          */
         OrgLeases: "plan" | "auto" | "off";
         /**
+         * @description Whether the clients of the plan's orgs may take client leases (`POST /v1/leases`, "Client leases"). `auto` (the default): clients with leases on may take client leases of these orgs and admit a hot path's checks in their own process. `off`: `POST /v1/leases` answers `units: 0` (reason `client_leases_off`) and every check of the org goes to the server.
+         * @default auto
+         * @enum {string}
+         */
+        PlanClientLeases: "auto" | "off";
+        /**
+         * @description The org's client lease setting, `plan` (the default) following its plan's `client_leases`. `auto`: clients with leases on may take client leases of this org; `off`: `POST /v1/leases` answers `units: 0` and every check of the org goes to the server. Changed by the operator only.
+         * @default plan
+         * @enum {string}
+         */
+        OrgClientLeases: "plan" | "auto" | "off";
+        /**
          * @description Whether a check may name a user id the org has not registered. `allow` (the default): an unregistered user under a known team is admitted with the team's `user_limits`. `refuse`: a check, batch item or reservation naming one is refused with 422 naming the team and the user, counting nothing (over Envoy, a descriptor that cannot be decided), so a misspelt user id is never counted. A team's own `unknown_users` overrides it. An org admin may change it.
          * @default allow
          * @enum {string}
@@ -1418,6 +1430,7 @@ export interface components {
             metered: string[];
             fail_mode: components["schemas"]["FailMode"];
             leases?: components["schemas"]["PlanLeases"];
+            client_leases?: components["schemas"]["PlanClientLeases"];
             sliding_windows?: components["schemas"]["PlanSlidingWindows"];
             pool: string;
             /** @description The plan's pricing, or null when it has none. */
@@ -1460,6 +1473,7 @@ export interface components {
             metered?: components["schemas"]["Metered"];
             fail_mode: components["schemas"]["FailMode"];
             leases?: components["schemas"]["PlanLeases"];
+            client_leases?: components["schemas"]["PlanClientLeases"];
             sliding_windows?: components["schemas"]["PlanSlidingWindows"];
             /** @default default */
             pool: components["schemas"]["Pool"];
@@ -1477,6 +1491,7 @@ export interface components {
             metered?: components["schemas"]["Metered"];
             fail_mode?: components["schemas"]["FailMode"];
             leases?: components["schemas"]["PlanLeases"];
+            client_leases?: components["schemas"]["PlanClientLeases"];
             sliding_windows?: components["schemas"]["PlanSlidingWindows"];
             pool?: components["schemas"]["Pool"];
             /** @description New pricing; null removes it. */
@@ -1715,6 +1730,7 @@ export interface components {
             effective_limits: components["schemas"]["Limit"][];
             mode: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
+            client_leases?: components["schemas"]["OrgClientLeases"];
             sliding_windows?: components["schemas"]["OrgSlidingWindows"];
             unknown_users?: components["schemas"]["OrgUnknownUsers"];
             /** @description Whether the teams' month limits may add up to more than the org's. */
@@ -1745,6 +1761,7 @@ export interface components {
             /** @default enforce */
             mode: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
+            client_leases?: components["schemas"]["OrgClientLeases"];
             sliding_windows?: components["schemas"]["OrgSlidingWindows"];
             unknown_users?: components["schemas"]["OrgUnknownUsers"];
             /** @default false */
@@ -1755,13 +1772,14 @@ export interface components {
             /** @default 1 */
             billing_anchor_day: components["schemas"]["BillingAnchorDay"];
         };
-        /** @description `plan`, `limits`, `redis_url`, `billing_anchor_day`, `leases`, `sliding_windows` and `weight` may be changed by the operator only. */
+        /** @description `plan`, `limits`, `redis_url`, `billing_anchor_day`, `leases`, `client_leases`, `sliding_windows` and `weight` may be changed by the operator only. */
         OrgPatch: {
             name?: components["schemas"]["Name"];
             plan?: components["schemas"]["Id"];
             limits?: components["schemas"]["Limits"];
             mode?: components["schemas"]["Mode"];
             leases?: components["schemas"]["OrgLeases"];
+            client_leases?: components["schemas"]["OrgClientLeases"];
             sliding_windows?: components["schemas"]["OrgSlidingWindows"];
             unknown_users?: components["schemas"]["OrgUnknownUsers"];
             oversubscribe?: boolean;
