@@ -17,8 +17,9 @@ import (
 // marked fair_share whose metric and window its team has no limit of its own for
 // (the member is its team, by the team's weight). The engine takes the draws all or
 // nothing with the check's own limits, and leaves a shadow or warn org's refusal a
-// would-block. A check without a team draws on no fair-share limit. Reservations
-// (and so client leases) draw on none: Reserve drops them.
+// would-block. A check without a team draws on no fair-share limit. A reservation
+// draws its amount when it is taken; a client lease draws on none, as a path that
+// draws is not leased (leases.go).
 
 // Capacities reads capacity windows for the operator's view. *quota.Engines satisfies
 // it; its errors are the engine's (quota.ErrInvalid, ErrUnavailable).

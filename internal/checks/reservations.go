@@ -96,13 +96,7 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	if in.Amounts != nil {
 		check.Cost, check.Costs = nil, in.Amounts
 	}
-	rc, err := s.resolve(ctx, c, check, nil)
-	if err == nil {
-		err = price(&rc.req, rc.price)
-	}
-	if err == nil && s.engine == nil {
-		err = ErrNoEngine
-	}
+	rc, err := s.resolveHeld(ctx, c, check)
 	if err != nil {
 		return Reserved{}, err
 	}
@@ -113,6 +107,19 @@ func (s *Service) Reserve(ctx context.Context, c Caller, in ReserveInput) (r Res
 	}
 	describe(&r.Decision, s.engine.Now(route))
 	return r, nil
+}
+
+// resolveHeld resolves check as what the engine will hold units of (a reservation or a
+// client lease): priced, and refused when the service has no engine.
+func (s *Service) resolveHeld(ctx context.Context, c Caller, check Input) (resolved, error) {
+	rc, err := s.resolve(ctx, c, check, nil)
+	if err == nil {
+		err = price(&rc.req, rc.price)
+	}
+	if err == nil && s.engine == nil {
+		err = ErrNoEngine
+	}
+	return rc, err
 }
 
 // errNotOrgKey refuses an operation on a reservation by id asked by other than an

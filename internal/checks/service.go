@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	lru "github.com/hashicorp/golang-lru/v2"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/quotaplane/quotaplane/internal/derrors"
@@ -68,11 +69,15 @@ type Service struct {
 	cache  *tenants.Cache
 	engine Engine
 	log    *slog.Logger
+	// headroom is each client-leased path's least remaining headroom as last seen,
+	// which sizes its next lease (leases.go); a bounded LRU of headroomPaths paths.
+	headroom *lru.Cache[string, int64]
 }
 
 // NewService returns the check service.
 func NewService(c Config) *Service {
-	s := &Service{cache: c.Cache, engine: c.Engine, log: c.Logger}
+	headroom, _ := lru.New[string, int64](headroomPaths) // errors only for a size below 1
+	s := &Service{cache: c.Cache, engine: c.Engine, log: c.Logger, headroom: headroom}
 	if s.log == nil {
 		s.log = slog.Default()
 	}

@@ -166,11 +166,12 @@
 // parsed directly, anything else goes to `decodeStrict` (`internal/httpapi/strictjson.go`),
 // and the answer is appended without reflection,
 // byte for byte what `encoding/json` writes (tested). `decodeStrict` is also what the
-// reservation routes (create, commit, extend) decode with. `encoding/json` matches field
+// reservation routes (create, commit, extend) and the client leases' decode with. `encoding/json` matches field
 // names in any case (`{"ORG":"acme"}` was acme's check, `{"cost":1,"Cost":500}` counted
 // 500), and these routes have no spec validator to refuse them, so `decodeStrict` first
 // walks the body along the request's shape (`checkShape`, `batchShape`,
-// `reservationShape`, `commitShape`, `extendShape`; `TestShapesAreTheRequests` holds them
+// `reservationShape`, `commitShape`, `extendShape`, `leaseShape`, `leaseSettleShape`;
+// `TestShapesAreTheRequests` holds them
 // to the generated types' json tags): a key of the request's own objects, at any depth,
 // must be exactly a field's name, or it is an unknown field (`checks[1].Cost: is not a
 // field of this request`, as the admin routes say it); the keys of `costs`, `amounts`

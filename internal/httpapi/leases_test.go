@@ -98,8 +98,14 @@ func TestLeasesExactOverTwoAPIReplicas(t *testing.T) {
 		testenv.MetricValue(t, rs[1].reg, "quotaplane_lease_checks_total", map[string]string{"answer": "leased"}); int64(v) != leased.Load() {
 		t.Errorf("quotaplane_lease_checks_total{answer=leased} = %v, want the %d leased answers", v, leased.Load())
 	}
-	u := a.usage(t, "acme", admin)
-	for _, m := range u.Metrics {
+	a.usedAtEveryLevel(t, "acme", admin, n)
+}
+
+// usedAtEveryLevel fails t unless org's usage of requests shows n used and nothing held
+// at every level.
+func (r *resReplica) usedAtEveryLevel(t *testing.T, org, token string, n int64) {
+	t.Helper()
+	for _, m := range r.usage(t, org, token).Metrics {
 		if m.Metric != "requests" {
 			continue
 		}

@@ -44,6 +44,8 @@ func table() []route {
 		{del, "/v1/reservations/{id}", (*wrapper).ReleaseReservation, checkScoped},
 		{post, "/v1/reservations/{id}/commit", (*wrapper).CommitReservation, checkScoped},
 		{post, "/v1/reservations/{id}/extend", (*wrapper).ExtendReservation, checkScoped},
+		{post, "/v1/leases", (*wrapper).CreateLease, checkScoped},
+		{post, "/v1/leases/{id}/settle", (*wrapper).SettleLease, checkScoped},
 		// Entitlements: resolved for the check path; an org's, set by the operator.
 		{get, "/v1/entitlements", (*wrapper).GetEntitlements, checkScoped},
 		{get, "/v1/orgs/{org}/features", (*wrapper).GetOrgFeatures, orgKey(admin, billing)},

@@ -660,11 +660,12 @@ func TestRouteCasesCoverEveryAdminOperation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The check routes are covered by check_test.go, reservations by
-	// reservations_test.go (extend by concurrency_test.go); usage and billing by their issue.
+	// reservations_test.go (extend by concurrency_test.go), client leases by
+	// clientleases_test.go; usage and billing by their issue.
 	later := map[string]bool{"check": true, "checkbatch": true, "getusage": true, "exportorgbilling": true,
 		"createreservation": true, "getreservation": true, "releasereservation": true, "commitreservation": true,
-		"extendreservation": true,
-		"exportbilling":     true, "healthz": true, "readyz": true, "metrics": true}
+		"extendreservation": true, "createlease": true, "settlelease": true,
+		"exportbilling": true, "healthz": true, "readyz": true, "metrics": true}
 	has := map[string]map[int]bool{}
 	for _, c := range routeCases() {
 		if has[strings.ToLower(c.op)] == nil {

@@ -45,6 +45,7 @@ type shape struct {
 
 var (
 	idShape    = &shape{kind: anyValue}
+	plainShape = &shape{kind: anyValue} // a number or a boolean, as encoding/json reads it
 	unitsShape = &shape{kind: integer, lo: 0, hi: vocab.MaxUnits}
 	ttlShape   = &shape{kind: integer, lo: 1, hi: int64(checks.MaxReservationTTL / time.Second)}
 
@@ -62,6 +63,12 @@ var (
 		"used": {kind: integerOrMap, lo: 0, hi: vocab.MaxUnits, elem: unitsShape},
 	}}
 	extendShape = &shape{kind: objectOf, fields: map[string]*shape{"ttl_seconds": ttlShape}}
+	leaseShape  = &shape{kind: objectOf, fields: map[string]*shape{
+		"org": idShape, "team": idShape, "user": idShape, "metric": idShape, "rate": plainShape,
+	}}
+	leaseSettleShape = &shape{kind: objectOf, fields: map[string]*shape{
+		"used": unitsShape, "renew": plainShape, "rate": plainShape,
+	}}
 )
 
 // decodeShaped is decode for the reservation routes: the body read, then decodeStrict.

@@ -20,6 +20,7 @@ func TestShapesAreTheRequests(t *testing.T) {
 	}{
 		{checkShape, api.CheckRequest{}}, {batchShape, api.BatchCheckRequest{}}, {reservationShape, api.ReservationRequest{}},
 		{commitShape, api.CommitRequest{}}, {extendShape, api.ExtendRequest{}},
+		{leaseShape, api.LeaseRequest{}}, {leaseSettleShape, api.LeaseSettleRequest{}},
 	} {
 		typ := reflect.TypeOf(tc.v)
 		var tags, names []string

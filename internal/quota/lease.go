@@ -456,11 +456,19 @@ func (m *leases) expire(l *lease) {
 	}
 }
 
-// leaseEnd is when a lease taken at now ends: after Max, at the end of the current
-// bucket (a precise check's: sub-bucket) of the shortest sliding window any level
-// limits, at the period's end.
+// leaseEnd is when a lease taken at now ends: LeaseEnd with the engine's Max and the
+// billing period of req's anchor day.
 func (m *leases) leaseEnd(req *Request, now time.Time) time.Time {
-	end := now.Add(m.cfg.Max)
+	return LeaseEnd(req, now, m.cfg.Max, m.e.periodAt(now, req.AnchorDay).End)
+}
+
+// LeaseEnd is when a lease of req's path taken at now ends, wherever it is held (a
+// replica, a client): after maxLife, at the end of the current bucket (a precise
+// check's: sub-bucket) of the shortest sliding window any level limits, and at
+// periodEnd. Units admitted from it are then admitted in the bucket they were
+// counted in, so a sliding window's bound holds for them.
+func LeaseEnd(req *Request, now time.Time, maxLife time.Duration, periodEnd time.Time) time.Time {
+	end := now.Add(maxLife)
 	var shortest time.Duration
 	for _, ls := range [...][]vocab.Limit{req.Limits.Org, req.Limits.Team, req.Limits.User} {
 		for _, l := range ls {
@@ -481,10 +489,17 @@ func (m *leases) leaseEnd(req *Request, now time.Time) time.Time {
 			end = b
 		}
 	}
-	if pe := m.e.periodAt(now, req.AnchorDay).End; pe.Before(end) {
-		end = pe
+	if periodEnd.Before(end) {
+		end = periodEnd
 	}
 	return end
+}
+
+// Leasable reports whether a lease may be taken of req's path: one metric, enforced,
+// without a concurrent limit or a token bucket at any level, drawing on no capacity
+// (a capacity keeps what a lease drew until it leaves the window, used or not).
+func Leasable(req *Request) bool {
+	return (req.Mode == "" || req.Mode == vocab.Enforce) && len(req.More) == 0 && len(req.Capacities) == 0 && !unleasableLimit(req)
 }
 
 // size is the lease for a path at rate units per second for life (leaseTraffic lives

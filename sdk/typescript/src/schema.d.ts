@@ -764,6 +764,66 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/leases": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Take a client lease (units to admit in the client's process)
+         * @description Takes `units` of the path (org, team, user, metric) atomically from every level,
+         *     as a reservation with `on_expiry: commit`, for a client library to admit checks
+         *     of that path in its own process until the lease ends, with no call per check.
+         *     The server sizes the lease: about `rate` x its life x 1.25, at most 1/16 of the
+         *     path's remaining headroom, so several holders share what is left; a lease lives
+         *     at most a second and ends with the current bucket of the path's shortest sliding
+         *     window and with the billing period. A client admits from it until its own clock
+         *     at sending plus `ttl_ms`, never past `units`, and settles it with what it
+         *     admitted (`/v1/leases/{id}/settle`) before `settle_by`; a lease not settled by
+         *     then is counted whole (what a lost client costs: its unsettled leases, counted,
+         *     never admitted). `units: 0` (200) means "check this path one by one now": near a
+         *     limit, when the org or its plan turns client leases off, or for a path that is
+         *     not leased (a concurrent limit, a token bucket, a capacity, priced spend, an org
+         *     not enforcing); ask again after `ttl_ms`. Errors are a check's.
+         */
+        post: operations["createLease"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/leases/{id}/settle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Settle a client lease with what it admitted, and take the next
+         * @description Counts `used` and gives the rest of the lease back (a commit of its
+         *     reservation); with `renew`, takes the path's next lease in the same round trip.
+         *     A repeat answers the first settlement again. A lease that expired unsettled was
+         *     counted whole: `settled` says so (`used` its units, `released` 0). `used` above
+         *     the lease's units is counted in full.
+         */
+        post: operations["settleLease"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/orgs/{org}/usage": {
         parameters: {
             query?: never;
@@ -2065,6 +2125,95 @@ export interface components {
         OnExpiry: "commit" | "release";
         /** @enum {string} */
         ReservationState: "held" | "committed" | "released" | "expired";
+        /**
+         * @example {
+         *       "org": "acme",
+         *       "team": "search",
+         *       "user": "alice",
+         *       "rate": 850
+         *     }
+         */
+        LeaseRequest: {
+            org: components["schemas"]["Id"];
+            team?: components["schemas"]["Id"];
+            user?: components["schemas"]["Id"];
+            metric?: components["schemas"]["Id"];
+            /**
+             * Format: double
+             * @description Units a second the client saw on the path; sizes the lease (absent or 0, the smallest lease).
+             */
+            rate?: number;
+        };
+        Lease: {
+            /**
+             * @description The lease's reservation id; absent when `units` is 0.
+             * @example r_3kTMd9Vq0xYbWc1L7hPz2A
+             */
+            id?: string;
+            /**
+             * Format: int64
+             * @description Units taken from every level, to admit in the client's process; 0 means check one by one.
+             */
+            units: number;
+            /**
+             * Format: int64
+             * @description With units, milliseconds from the server's decision to `expires_at`; a client admits until its clock at sending plus `ttl_ms`. Without, how long to check one by one before asking again.
+             */
+            ttl_ms: number;
+            /**
+             * Format: date-time
+             * @description When the lease ends (RFC 3339); nothing may be admitted from it after.
+             */
+            expires_at?: string;
+            /**
+             * Format: date-time
+             * @description When its reservation expires and, unsettled, is counted whole.
+             */
+            settle_by?: string;
+            /**
+             * @description Why `units` is 0.
+             * @enum {string}
+             */
+            reason?: "client_leases_off" | "near_limit" | "not_leasable" | "window_edge";
+            /** @description With units, each level and window with a limit after the lease, as a check shows them. */
+            levels?: components["schemas"]["LevelStatus"][];
+        };
+        /**
+         * @example {
+         *       "used": 812,
+         *       "renew": true,
+         *       "rate": 850
+         *     }
+         */
+        LeaseSettleRequest: {
+            /**
+             * Format: int64
+             * @description Units the client admitted from the lease.
+             */
+            used: number;
+            /** @description Take the path's next lease in the same round trip (default false). */
+            renew?: boolean;
+            /**
+             * Format: double
+             * @description Units a second the client saw on the path, sizing the next lease.
+             */
+            rate?: number;
+        };
+        LeaseSettlement: {
+            settled: {
+                /**
+                 * Format: int64
+                 * @description Units counted.
+                 */
+                used: number;
+                /**
+                 * Format: int64
+                 * @description Units given back.
+                 */
+                released: number;
+            };
+            next: components["schemas"]["Lease"] | null;
+        };
         /**
          * @example {
          *       "used": 1234
@@ -4446,6 +4595,90 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["Reservation"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            409: components["responses"]["ReservationSettled"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    createLease: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LeaseRequest"];
+            };
+        };
+        responses: {
+            /** @description No lease (`units` 0, `reason`): check this path one by one for `ttl_ms`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Lease"];
+                };
+            };
+            /** @description Taken; `levels` are the path's limits after it. */
+            201: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Lease"];
+                };
+            };
+            400: components["responses"]["BadRequest"];
+            401: components["responses"]["Unauthorized"];
+            403: components["responses"]["Forbidden"];
+            404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
+            415: components["responses"]["UnsupportedMediaType"];
+            /** @description The metric is not one the org knows, or the user is unknown under a team that refuses unknown users. */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            503: components["responses"]["ServiceUnavailable"];
+        };
+    };
+    settleLease: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /** @description Reservation id. */
+                id: components["parameters"]["ReservationId"];
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LeaseSettleRequest"];
+            };
+        };
+        responses: {
+            /** @description Settled; `next` is the next lease (possibly `units` 0) when `renew` was asked, else null. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["LeaseSettlement"];
                 };
             };
             400: components["responses"]["BadRequest"];
