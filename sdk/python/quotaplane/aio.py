@@ -172,7 +172,7 @@ class AsyncClient:
                     self._http.request(method, self._opts.base + path, content=content, headers=headers, timeout=timeout),
                     timeout,
                 )
-                reply = Reply(r.status_code, r.headers, r.content)
+                reply = _core.reply_of(r)
             except asyncio.TimeoutError as e:
                 err = httpx.TimeoutException(f"no answer within {timeout:.3f} s")
                 err.__cause__ = e

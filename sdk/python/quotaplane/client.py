@@ -192,7 +192,7 @@ class Client:
             err: BaseException | None = None
             try:
                 r = self._http.request(method, self._opts.base + path, content=content, headers=headers, timeout=timeout)
-                reply = Reply(r.status_code, r.headers, r.content)
+                reply = _core.reply_of(r)
             except httpx.HTTPError as e:
                 err = e
             step = att.after(reply, err)
