@@ -516,6 +516,11 @@ SETTLE_RETRY = 0.1
 FORGET_AFTER = 10.0
 #: The most checks one POST /v1/check/batch carries (API.md "Check").
 MAX_BATCH = 100
+#: The most batches a client has in flight at once: the api refuses the checks of an
+#: org past its bound in flight (QUOTA_MAX_INFLIGHT_PER_ORG, 256 by default) with
+#: 503s, so a client's coalesced checks stay below it; a batch not yet sent keeps
+#: taking checks while it waits for a slot.
+BATCHES_IN_FLIGHT = 2
 
 
 def leasable(req: CheckRequest) -> bool:

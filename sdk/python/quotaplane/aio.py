@@ -72,6 +72,7 @@ class AsyncClient:
         # its take, so the bookkeeping needs no lock.
         self._leases = _core.Leases(self._opts, contextlib.nullcontext()) if leases else None
         self._batches = _core.Coalescer(contextlib.nullcontext(), asyncio.Event) if batch_wait is not None else None
+        self._batch_slots = asyncio.Semaphore(_core.BATCHES_IN_FLIGHT)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._keeper: asyncio.Task[None] | None = None
 
@@ -223,7 +224,8 @@ class AsyncClient:
 
     async def _coalesced(self, req: CheckRequest) -> CheckResult:
         """req in the open batch; a task of its own (not a caller, which may be
-        cancelled) sends the batch after batch_wait or once it is full."""
+        cancelled) sends the batch after batch_wait or once it is full, when a batch
+        slot is free."""
         assert self._batches is not None
         b, i, first = self._batches.join(req)
         if first:
@@ -243,13 +245,14 @@ class AsyncClient:
         try:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(b.full.wait(), self._opts.batch_wait)
-            self._batches.seal(b)
-            if len(b.reqs) > 1:
-                try:
-                    r = await self._send("POST", "/v1/check/batch", _core.batch_body(b.reqs), self._opts.budget)
-                    b.items = _core.batch_answer(self._opts, b.reqs, r, op="check")
-                except QuotaplaneError as e:
-                    b.error = e
+            async with self._batch_slots:
+                self._batches.seal(b)
+                if len(b.reqs) > 1:
+                    try:
+                        r = await self._send("POST", "/v1/check/batch", _core.batch_body(b.reqs), self._opts.budget)
+                        b.items = _core.batch_answer(self._opts, b.reqs, r, op="check")
+                    except QuotaplaneError as e:
+                        b.error = e
         except BaseException as e:
             b.error = b.error or Unavailable(f"quotaplane unavailable: the batch was not sent: {e!r}")
             raise

@@ -95,6 +95,7 @@ class Client:
         self._http = http_client or httpx.Client()
         self._leases = _core.Leases(self._opts, threading.Lock()) if leases else None
         self._batches = _core.Coalescer(threading.Lock(), threading.Event) if batch_wait is not None else None
+        self._batch_slots = threading.BoundedSemaphore(_core.BATCHES_IN_FLIGHT)
         self._keeper: threading.Thread | None = None
         self._keeper_lock = threading.Lock()
         self._stop = threading.Event()
@@ -248,7 +249,7 @@ class Client:
 
     def _coalesced(self, req: CheckRequest) -> CheckResult:
         """req in the open batch; its first check waits batch_wait (or until the batch
-        is full), sends it and wakes the others."""
+        is full) and a free batch slot, sends it and wakes the others."""
         assert self._batches is not None
         b, i, first = self._batches.join(req)
         if not first:
@@ -256,14 +257,16 @@ class Client:
         else:
             try:
                 b.full.wait(self._opts.batch_wait)
-                self._batches.seal(b)
+                with self._batch_slots:
+                    self._batches.seal(b)
+                    if len(b.reqs) > 1:
+                        try:
+                            r = self._send("POST", "/v1/check/batch", _core.batch_body(b.reqs), self._opts.budget)
+                            b.items = _core.batch_answer(self._opts, b.reqs, r, op="check")
+                        except QuotaplaneError as e:
+                            b.error = e
                 if len(b.reqs) == 1:
                     return self._check_one(req)
-                try:
-                    r = self._send("POST", "/v1/check/batch", _core.batch_body(b.reqs), self._opts.budget)
-                    b.items = _core.batch_answer(self._opts, b.reqs, r, op="check")
-                except QuotaplaneError as e:
-                    b.error = e
             except BaseException as e:
                 b.error = b.error or Unavailable(f"quotaplane unavailable: the batch was not sent: {e!r}")
                 raise

@@ -1,8 +1,9 @@
-"""The client's side of client leases, against a scripted lease server in process
-(httpx's MockTransport): the rules every client keeps (../../docs, API.md "Client
-leases"), each shown where the real api could not make it happen on demand: a lease
-that ends by its clock, a 0-units answer, a failed lease request, a settle failing
-until its settle_by. tests/test_leases.py runs the same client against the real api."""
+"""The client's side of client leases against a scripted lease server in process
+(httpx's MockTransport), and the clock rules on the bookkeeping itself: the rules every
+client keeps (docs/ARCHITECTURE.md "Client leases"), each shown where the real api could
+not make it happen on demand: a lease that ends by its clock, a 0-units answer, a
+failed lease request, a settle failing for a while. tests/test_leases.py runs the same
+client against the real api."""
 
 from __future__ import annotations
 
