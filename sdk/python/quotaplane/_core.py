@@ -581,14 +581,12 @@ class PathState:
 class LeaseJob:
     """A request the client sends for its leases: take one (``lease`` None), or
     settle ``lease`` with what it admitted (and take the next when ``renew``).
-    ``sent`` is set on a settle tried again: the first attempt's time, from which the
-    next lease (a repeat answers the first settlement, next included) is timed."""
+    ``tries`` counts the failed sends of a settle."""
 
     path: PathState
     lease: Lease | None
     renew: bool
     rate: float
-    sent: float | None = None
     tries: int = 0
 
     @property
@@ -614,11 +612,11 @@ class LeaseJob:
         return b
 
     def start(self, opts: Options, cap: float | None) -> tuple[float, float | None]:
-        """When the job is sent (for a settle tried again: when it first was) and its
-        budget: a lease request's is a check's, a settle's lasts until its settle_by
-        (within settle_budget); ``cap`` bounds it on a caller's thread or task."""
-        now = time.monotonic()
-        sent = self.sent if self.sent is not None else now
+        """When the job is sent (the client's monotonic clock: a lease it brings is
+        timed from then) and its budget: a lease request's is a check's, a settle's
+        lasts until its settle_by (within settle_budget); ``cap`` bounds it on a
+        caller's thread or task."""
+        now = sent = time.monotonic()
         if self.lease is None:
             b = opts.budget
         else:
@@ -708,7 +706,6 @@ class Leases:
                         self._abandon(p, "its settle_by passed")
                         continue
                     p.busy = True
-                    job.renew = job.renew and not self.closing
                     jobs.append(job)
             return jobs
 
@@ -747,8 +744,11 @@ class Leases:
                     return self._grant(p, nxt, sent, now)
                 return []
             if isinstance(err, Unavailable) or err is None:
+                # Tried again without renew: the api answers a repeated settle's
+                # renew with another lease, and one the lost answer brought is
+                # counted whole at its expiry; the path's next hot check takes anew.
                 job.tries += 1
-                job.sent = sent
+                job.renew = False
                 wait = min(SETTLE_RETRY * 2 ** (job.tries - 1), 1.0)
                 if now + wait < job.lease.settle_by:
                     p.retry, p.retry_at = job, now + wait
@@ -797,7 +797,6 @@ class Leases:
                     jobs.append(self._close(p, False))
                 elif p.retry is not None:
                     job, p.retry = p.retry, None
-                    job.renew = False
                     p.busy = True
                     jobs.append(job)
             return jobs

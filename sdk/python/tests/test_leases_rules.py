@@ -46,6 +46,7 @@ class Script:
     lock: threading.Lock = field(default_factory=threading.Lock)
     log: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     held: dict[str, Held] = field(default_factory=dict)
+    asked: list[float] = field(default_factory=list)
     n: int = 0
 
     def lease(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -72,6 +73,7 @@ class Script:
             if path == "/v1/check/batch":
                 return httpx.Response(200, json={"results": [{"allowed": True, "mode": "enforce", "levels": []} for _ in body["checks"]]})
             if path == "/v1/leases":
+                self.asked.append(time.monotonic())
                 if self.take_status:
                     return httpx.Response(self.take_status, json={"title": "scripted", "status": self.take_status})
                 status, doc = self.lease(body)
@@ -212,17 +214,16 @@ def test_the_clock_settles_a_quiet_lease_within_a_second_of_its_end() -> None:
 
 
 def test_a_zero_answer_sends_checks_one_by_one_for_its_ttl() -> None:
-    s = Script(grant=lambda b: {"units": 0, "reason": "near_limit", "ttl_ms": 400})
+    s = Script(grant=lambda b: {"units": 0, "reason": "near_limit", "ttl_ms": 1500})
     with client(s, leases=True) as c:
         results = hammer(c, 100)
-        first = len(s.paths("/v1/leases"))
-        start = time.monotonic()
-        while time.monotonic() < start + 0.2:
-            hammer(c, 10)
-        assert len(s.paths("/v1/leases")) == first == 1, "not asked again within ttl_ms"
-        time.sleep(0.3)
-        hammer(c, 10)
-        assert len(s.paths("/v1/leases")) == 2, "asked again after ttl_ms"
+        assert len(s.asked) == 1
+        while time.monotonic() < s.asked[0] + 1.2:
+            results += hammer(c, 10)
+        assert len(s.asked) == 1, "not asked again within ttl_ms"
+        time.sleep(max(s.asked[0] + 1.6 - time.monotonic(), 0))
+        results += hammer(c, 100)
+        assert len(s.asked) == 2 and s.asked[1] >= s.asked[0] + 1.5, "asked again after ttl_ms"
     assert not any(r.leased for r in results)
 
 
@@ -246,6 +247,10 @@ def test_a_failed_settle_is_retried_until_it_lands() -> None:
         used = sum(h.settled["used"] for h in s.held.values() if h.settled)
         unsettled = [id for id, h in s.held.items() if h.settled is None]
     assert unsettled == [] and used == leased
+    with s.lock:
+        tries = [(path, b) for path, b in s.log if path.endswith("/settle")]
+    again = [b for i, (path, b) in enumerate(tries) if any(q == path for q, _ in tries[:i])]
+    assert again and not any(b.get("renew") for b in again), "tried again without renew"
 
 
 def test_close_settles_every_lease_and_admits_nothing_after() -> None:
