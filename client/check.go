@@ -136,6 +136,10 @@ type CheckResult struct {
 	// did (Allowed is its answer); Cause is why (wraps ErrUnavailable).
 	NotDecided bool
 	Cause      error
+	// Leased is set when the check was decided in this process from a lease of its
+	// path (WithLeases), with no request: Levels and RateLimit are then the lease's,
+	// as it was taken, shared by the checks it admits (read them only).
+	Leased bool
 }
 
 // checkAnswer is a CheckResult as the API writes it.
@@ -207,7 +211,26 @@ func headerRateLimit(h http.Header) (RateLimit, []Policy, bool) {
 // result (Allowed false, 429 on the wire), not an error. Errors: a *Error for an
 // answer that decided nothing (400, 401, 403, 404, 422), or, when Quotaplane could
 // not decide and the client has no FailPolicy, an error wrapping ErrUnavailable.
+//
+// With WithLeases, a check of a hot path may be decided from its lease (Leased);
+// with WithBatching, the checks sent at about the same time go out in one request.
 func (c *Client) Check(ctx context.Context, req CheckRequest) (*CheckResult, error) {
+	if c.leases != nil {
+		if res, ok := c.leases.admit(ctx, &req); ok {
+			if c.hooks.OnDecision != nil {
+				c.decided(ctx, DecisionInfo{Op: "check", Request: req, Allowed: true, Mode: res.Mode, Leased: true})
+			}
+			return res, nil
+		}
+	}
+	if c.batch != nil {
+		return c.batch.check(ctx, req)
+	}
+	return c.check(ctx, req)
+}
+
+// check is one POST /v1/check.
+func (c *Client) check(ctx context.Context, req CheckRequest) (*CheckResult, error) {
 	body := req.body()
 	r, err := c.do(ctx, c.budget, http.MethodPost, "/v1/check", body)
 	if err != nil {
@@ -285,17 +308,47 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]BatchIt
 	if r.status != http.StatusOK {
 		return nil, errorOf(r)
 	}
+	answers, err := batchAnswers(r, len(reqs))
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	items := make([]BatchItem, len(reqs))
+	for i, a := range answers {
+		if e := a.problem; e != nil {
+			if e.StatusCode >= 500 && c.policy != nil { // not decided: as a check would be
+				items[i].Result, _ = c.undecided(ctx, "batch", reqs[i], in.Checks[i].IdempotencyKey,
+					fmt.Errorf("%w: check %d of the batch: %w", ErrUnavailable, i, e))
+				continue
+			}
+			items[i].Err = e
+			continue
+		}
+		items[i].Result = a.answer.result(in.Checks[i].IdempotencyKey, now)
+		c.decided(ctx, DecisionInfo{Op: "batch", Request: reqs[i], Allowed: items[i].Result.Allowed, Mode: items[i].Result.Mode,
+			Warning: items[i].Result.Warning})
+	}
+	return items, nil
+}
+
+// batchAnswer is one result of a batch: an answer, or the problem refusing it.
+type batchAnswer struct {
+	answer  checkAnswer
+	problem *Error
+}
+
+// batchAnswers reads the n results of a batch's 200 answer.
+func batchAnswers(r *reply, n int) ([]batchAnswer, error) {
 	var out struct {
 		Results []json.RawMessage `json:"results"`
 	}
 	if err := decode(r, &out); err != nil {
 		return nil, err
 	}
-	if len(out.Results) != len(reqs) {
-		return nil, fmt.Errorf("quotaplane client: %d results for %d checks", len(out.Results), len(reqs))
+	if len(out.Results) != n {
+		return nil, fmt.Errorf("quotaplane client: %d results for %d checks", len(out.Results), n)
 	}
-	now := time.Now()
-	items := make([]BatchItem, len(reqs))
+	answers := make([]batchAnswer, n)
 	for i, raw := range out.Results {
 		var a struct {
 			checkAnswer
@@ -305,18 +358,10 @@ func (c *Client) CheckBatch(ctx context.Context, reqs []CheckRequest) ([]BatchIt
 			return nil, fmt.Errorf("quotaplane client: decode result %d: %w", i, err)
 		}
 		if a.Status != 0 { // a problem document
-			e := errorOf(&reply{status: a.Status, header: http.Header{}, body: raw})
-			if a.Status >= 500 && c.policy != nil { // not decided: as a check would be
-				items[i].Result, _ = c.undecided(ctx, "batch", reqs[i], in.Checks[i].IdempotencyKey,
-					fmt.Errorf("%w: check %d of the batch: %w", ErrUnavailable, i, e))
-				continue
-			}
-			items[i].Err = e
+			answers[i].problem = errorOf(&reply{status: a.Status, header: http.Header{}, body: raw})
 			continue
 		}
-		items[i].Result = a.checkAnswer.result(in.Checks[i].IdempotencyKey, now)
-		c.decided(ctx, DecisionInfo{Op: "batch", Request: reqs[i], Allowed: items[i].Result.Allowed, Mode: items[i].Result.Mode,
-			Warning: items[i].Result.Warning})
+		answers[i].answer = a.checkAnswer
 	}
-	return items, nil
+	return answers, nil
 }

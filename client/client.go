@@ -38,6 +38,11 @@
 //     ErrConfiguration), and errors.As finds the cause), and the API's 4xx answers
 //     (a bad key, a missing scope, a bad request: a *Error).
 //
+// WithLeases decides the checks of a hot path in the caller's process from a lease
+// the server sized and took from every level (CheckResult.Leased), settled with what
+// it admitted; WithBatching sends concurrent checks as one batch request. Close
+// settles the leases (README.md "Client leases and batching").
+//
 // Hooks (WithHooks) see every attempt, retry and decision; WithLogger logs them with
 // log/slog. Every request says User-Agent: quotaplane-go/<Version>, and carries the
 // headers of WithHeaders and WithHeaderFunc (how a W3C traceparent is sent: see
@@ -113,6 +118,12 @@ type Client struct {
 	log          *slog.Logger
 	headers      http.Header
 	headerFunc   func(context.Context, http.Header)
+
+	leasesOn       bool
+	leaseThreshold float64
+	leases         *leaser // nil without WithLeases
+	batchWait      time.Duration
+	batch          *batcher // nil without WithBatching
 }
 
 // An Option configures a Client.
@@ -186,6 +197,55 @@ func WithHeaderFunc(f func(ctx context.Context, h http.Header)) Option {
 	return func(c *Client) { c.headerFunc = f }
 }
 
+// WithLeases lets the client decide the checks of a hot path in its own process,
+// with no request, from a lease the server sized and took atomically from every
+// level of the path (API.md "Client leases"). A path (org, team, user, metric)
+// checked in this process at more than the threshold (WithLeaseThreshold) asks for
+// one; a check of a leased path whose cost fits what is left, before the lease's
+// end, is admitted at once (CheckResult.Leased; its Levels and RateLimit are the
+// lease's, as it was taken). Checks of several metrics (Costs), queries and checks
+// with the caller's idempotency key are never leased. The client settles each lease
+// with exactly what it admitted, at most a second after its end, renewing it ahead in
+// the same round trip while the path stays hot; near a limit, or when the org turns
+// client leases off, the server answers no lease and checks go to it one by one.
+// Close settles every lease. A process that dies without Close costs its unsettled
+// leases: the server counts them whole (never more admitted than the limit).
+func WithLeases() Option { return func(c *Client) { c.leasesOn = true } }
+
+// WithLeaseThreshold sets the rate, in units a second of one path in this process,
+// above which WithLeases asks for a lease (DefaultLeaseThreshold, 50, otherwise).
+func WithLeaseThreshold(unitsPerSecond float64) Option {
+	return func(c *Client) { c.leaseThreshold = unitsPerSecond }
+}
+
+// WithBatching coalesces checks: the checks a Check sends (not decided from a
+// lease) that arrive within wait of the first go out together as one POST
+// /v1/check/batch (at most 100 a request, two requests in flight at once, each
+// check holding one of its org's in-flight checks on the server; a lone one as POST
+// /v1/check). Each caller gets its own check's result or error, as Check without
+// batching gives it; a check costs up to wait more. Off (0) by default.
+func WithBatching(wait time.Duration) Option { return func(c *Client) { c.batchWait = wait } }
+
+// Close settles every lease the client holds (WithLeases: with what each admitted,
+// nothing renewed) and sends the checks waiting to be batched, and waits for them,
+// at most the settle budget (WithSettleBudget; 10 s when it is 0 or less). It
+// returns an error when some settlement was still unfinished then (the server
+// counts such a lease whole). The client stays usable: later checks go to the server
+// one by one.
+func (c *Client) Close() error {
+	bound := c.settleBudget
+	if bound <= 0 {
+		bound = DefaultSettleBudget
+	}
+	if c.batch != nil {
+		c.batch.close()
+	}
+	if c.leases != nil {
+		return c.leases.close(time.Now().Add(bound))
+	}
+	return nil
+}
+
 // New returns a client of the API at baseURL (e.g. "http://127.0.0.1:8080") that
 // authenticates with key, an org API key with the check scope (or the operator
 // token). It fails only on a baseURL that is not an absolute http or https URL (an
@@ -200,6 +260,12 @@ func New(baseURL, key string, opts ...Option) (*Client, error) {
 		backoff: DefaultBackoff, maxBackoff: DefaultMaxBackoff}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.leasesOn {
+		c.leases = newLeaser(c, c.leaseThreshold)
+	}
+	if c.batchWait > 0 {
+		c.batch = newBatcher(c, c.batchWait)
 	}
 	return c, nil
 }
@@ -218,6 +284,11 @@ type reply struct {
 // budget, one wrapping ErrUnavailable and the last attempt's error (a *Error for a
 // 5xx answer).
 func (c *Client) do(ctx context.Context, budget time.Duration, method, path string, in any) (*reply, error) {
+	return c.doRetries(ctx, budget, c.retries, method, path, in)
+}
+
+// doRetries is do with retries retries at most.
+func (c *Client) doRetries(ctx context.Context, budget time.Duration, retries int, method, path string, in any) (*reply, error) {
 	var body []byte
 	if in != nil {
 		var err error
@@ -265,7 +336,7 @@ func (c *Client) do(ctx context.Context, budget time.Duration, method, path stri
 			err, wait, fromHeader = e, e.RetryAfter, e.RetryAfter > 0 || ra == "0" // a malformed one: the backoff
 		}
 		last = err
-		if attempt > c.retries {
+		if attempt > retries {
 			break
 		}
 		if !fromHeader {

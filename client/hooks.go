@@ -16,6 +16,28 @@ type Hooks struct {
 	// OnDecision is called with the decision of each check (each item of a batch)
 	// and each reservation: Quotaplane's, or the fail policy's.
 	OnDecision func(ctx context.Context, d DecisionInfo)
+	// OnLease is called when a lease (WithLeases) is taken, refused, settled or
+	// given up, from the client's own goroutines (no caller's context).
+	OnLease func(l LeaseInfo)
+}
+
+// The events of a LeaseInfo.
+const (
+	LeaseTaken   = "taken"   // a lease of Units was taken
+	LeaseRefused = "refused" // the server answered no lease (Reason): the path is checked one by one
+	LeaseSettled = "settled" // the lease was settled with Used (Err: the server no longer knew it)
+	LeaseError   = "error"   // taking or settling failed (Err); a lease left unsettled is counted whole
+)
+
+// LeaseInfo describes an event of a lease of a path.
+type LeaseInfo struct {
+	Event                   string // LeaseTaken, LeaseRefused, LeaseSettled or LeaseError
+	ID                      string // the lease's id ("" when none was taken)
+	Org, Team, User, Metric string
+	Units                   int64  // the lease's size
+	Used                    int64  // settled or given up: the units it admitted
+	Reason                  string // refused: the server's reason (client_leases_off, near_limit, not_leasable)
+	Err                     error
 }
 
 // AttemptInfo describes one attempt of a call.
@@ -45,6 +67,7 @@ type DecisionInfo struct {
 	Cause      error // wraps ErrUnavailable
 	Mode       string
 	Warning    string // warn mode: the level that would have denied
+	Leased     bool   // decided in process from a lease (WithLeases)
 }
 
 func (c *Client) attempted(ctx context.Context, a AttemptInfo) {

@@ -10,7 +10,8 @@
 # REDIS_URL and DATABASE_URL as for the tests; BENCH_GO=0 (skip the Go benchmarks),
 # BENCH_CHECKS, BENCH_PAIRS (reserve+commit pairs), BENCH_WINDOW_CHECKS (estimate vs precise windows), BENCH_TIME (Go HTTP benchmarks), BENCH_REDIS_N, BENCH_WRK_SECONDS, BENCH_WRK_ROUNDS,
 # BENCH_PORT, BENCH_GRPC_PORT, BENCH_GRPC_SECONDS, BENCH_LG_MODES (the loadgen modes of the
-# gRPC section, default "http grpc multi pairs") tune it; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
+# gRPC section, default "http grpc multi pairs") tune it; BENCH_LEASES=0 and BENCH_ZIPF=0 skip
+# scripts/bench_leases.sh and scripts/bench_zipf.sh; BENCH_USERS=0 skips bench-users (scripts/bench_users.sh), which
 # runs last. Load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -468,6 +469,13 @@ END {
 if [ "${BENCH_LEASES:-1}" != 0 ]; then
   echo
   bash scripts/bench_leases.sh
+fi
+
+# Client leases: a Zipf load through the Go client with and without leases and
+# batching, against the server's HTTP figure (scripts/bench_zipf.sh).
+if [ "${BENCH_ZIPF:-1}" != 0 ]; then
+  echo
+  bash scripts/bench_zipf.sh
 fi
 
 # Distinct user ids against repeating ones (its own api and database; ~1.7 minutes).

@@ -19,32 +19,20 @@
 # wrk, curl, psql, redis-server and redis-cli; load goes to 127.0.0.1 only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench/lib.sh
 for tool in wrk curl psql redis-server redis-cli; do
   command -v "$tool" >/dev/null || { echo "bench-leases: $tool is not installed"; exit 0; }
 done
 tmp=$(mktemp -d)
 pids=()
 bench_db=
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
-  [ -n "$bench_db" ] && psql -q "$db_admin" -c "drop database if exists $bench_db" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+trap private_cleanup EXIT
 port=${BENCH_LEASE_PORT:-18271}
 rport=$((port + 5))
 rounds=${BENCH_LEASE_ROUNDS:-3}
 secs=${BENCH_LEASE_SECONDS:-4}
 pace=${BENCH_LEASE_PACE_MS:-10}
-redis-server --port "$rport" --bind 127.0.0.1 --save '' --appendonly no > "$tmp/redis.log" 2>&1 &
-pids+=($!)
-redis_url=redis://127.0.0.1:$rport/0
-for _ in $(seq 50); do redis-cli -u "$redis_url" ping >/dev/null 2>&1 && break; sleep 0.1; done
-base=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quotaplane?sslmode=disable}
-bench_db="qp_leases_$$"
-db_url=$(sed -E "s#/[^/?]*(\\?|\$)#/$bench_db\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
-db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
-token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+private_stack "qp_leases_$$" "$rport"
 go build -o "$tmp/api" ./cmd/api
 start_api() { # port leases
   DATABASE_URL=$db_url REDIS_URL=$redis_url QUOTA_HTTP_ADDR=127.0.0.1:$1 QUOTA_GRPC_ADDR=127.0.0.1:0 QUOTA_ADMIN_TOKEN=$token QUOTA_LEASES=$2 \

@@ -1,5 +1,5 @@
 // Command quotaplane-api serves the Quotaplane HTTP API, and Envoy's rate limit
-// service over gRPC on QUOTA_GRPC_ADDR. `quotaplane-api demo`
+// service and rate limit quota service over gRPC on QUOTA_GRPC_ADDR. `quotaplane-api demo`
 // instead migrates the database, seeds the demo org and prints how to use it.
 package main
 
@@ -257,10 +257,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 			return fmt.Errorf("QUOTA_GRPC_TLS_CERT: %w", err)
 		}
 		gsrv, ghealth = rls.NewServer(rls.Deps{Cache: cache, Checker: router, Aliases: cfg.GRPCAliases, Logger: log, RateLimitHeaders: headerMode,
-			Registerer: registry, TracerProvider: tp}, gopts...)
+			Registerer: registry, TracerProvider: tp, RLQS: rls.RLQSLimits{AssignmentLife: cfg.RLQSAssignmentLife,
+				MaxBuckets: cfg.RLQSMaxBuckets, IdleTimeout: cfg.RLQSIdleTimeout, ReportLag: cfg.RLQSReportLag}}, gopts...)
 		defer gsrv.Stop()
 		go func() { errc <- fmt.Errorf("serve gRPC on %s: %w", grpcLn.Addr(), gsrv.Serve(grpcLn)) }()
-		log.Info("serving Envoy's rate limit service", "addr", grpcLn.Addr().String())
+		log.Info("serving Envoy's rate limit service and rate limit quota service", "addr", grpcLn.Addr().String())
 	}
 	go func() { errc <- fmt.Errorf("serve on %s: %w", ln.Addr(), srv.Serve(ln)) }()
 	log.Info("listening", "addr", "http://"+ln.Addr().String())

@@ -1,7 +1,9 @@
 // Command loadgen provisions orgs through a running Quotaplane api, drives
 // /v1/check, /v1/check/batch or (-grpc) Envoy's ShouldRateLimit, or (-mode) checks
 // of two metrics or acquire+release pairs of concurrency slots, and reports
-// throughput, latency percentiles and whether any level admitted more than its limit. Traffic goes only to the URL given;
+// throughput, latency percentiles and whether any level admitted more than its limit;
+// or (-mode rlqs) simulated Envoy proxies on the rate limit quota service beside
+// ShouldRateLimit, per server message and per server core. Traffic goes only to the URL given;
 // every run is bounded by -duration or -requests. An api that refuses the requests
 // of a -mode (it lacks that part of the contract) exits with status 3, saying so.
 package main
@@ -62,12 +64,19 @@ func run(ctx context.Context, args []string) error {
 	fs.BoolVar(&cfg.GRPCPath, "grpc-path", false, "with -grpc: send Envoy's three descriptors of one path, [org], [org, team], [org, team, user], instead of one [team, user]")
 	fs.StringVar(&cfg.GRPCAddr, "grpc", "", "send each check as Envoy's ShouldRateLimit to the api's gRPC rate limit service at this host:port (QUOTA_GRPC_ADDR) instead of /v1/check")
 	fs.Float64Var(&cfg.HotShare, "hot", 0, "share of traffic sent to one hot org (0..1)")
-	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair); give each mode its own -prefix")
+	fs.StringVar(&cfg.Mode, "mode", loadgen.ModeCheck, "what one request is: check (one metric), multi (a check with costs of requests and -tokens), pairs (POST /v1/reservations of 1 unit of requests against concurrent limits, then DELETE it: one acquire+release pair), zipf (paths drawn by a Zipf law, by HTTP, the Go client, and the Go client with leases and batching: -duration each), rlqs (-proxies simulated Envoy proxies offering -rate in all over buckets ranked by the same law, then ShouldRateLimit as long; needs -grpc); give each mode its own -prefix")
 	fs.Int64Var(&cfg.Tokens, "tokens", 1000, "-mode multi: tokens per check beside its requests; the tokens limits are the requests limits times this")
 	fs.Int64Var(&cfg.OrgConcurrent, "org-concurrent", 8, "-mode pairs: concurrent limit of requests per org")
 	fs.Int64Var(&cfg.TeamConcurrent, "team-concurrent", 5, "-mode pairs: concurrent limit of requests per team")
 	fs.Int64Var(&cfg.UserConcurrent, "user-concurrent", 3, "-mode pairs: concurrent limit of requests per user")
 	fs.DurationVar(&cfg.Hold, "hold", 0, "-mode pairs: how long each slot is held before its release")
+	zipfS := fs.Float64("zipf-s", loadgen.DefaultZipfS, "-mode zipf: the Zipf law's exponent (> 1) over every org x team x user; -mode rlqs: over each proxy's buckets")
+	zipfBatch := fs.Duration("zipf-batch", loadgen.DefaultZipfBatch, "-mode zipf: the batching wait of the leasing Go client")
+	var rc loadgen.RLQSConfig
+	fs.IntVar(&rc.Proxies, "proxies", 4, "-mode rlqs: simulated Envoy proxies on the rate limit quota service (needs -grpc)")
+	fs.IntVar(&rc.Buckets, "buckets", 100, "-mode rlqs: buckets each proxy watches, its org's users")
+	fs.DurationVar(&rc.Interval, "report-interval", time.Second, "-mode rlqs: each proxy's reporting interval")
+	fs.StringVar(&rc.MetricsURL, "metrics-url", "", "-mode rlqs: the api's /metrics (QUOTA_METRICS_ADDR), for its CPU seconds in each phase")
 	jsonOut := fs.String("json", "", "write the report as JSON to this file")
 	htmlOut := fs.String("html", "", "write an HTML latency chart to this file")
 	resp := fs.Int("resp", 0, "write this many check.lua EVALSHAs, as the engine builds them (org -prefix, 3 levels x month + minute, 1,000 users), in the Redis protocol to stdout for redis-cli --pipe, and exit: Redis's own ceiling for the script")
@@ -80,10 +89,24 @@ func run(ctx context.Context, args []string) error {
 	if cfg.Duration > 10*time.Minute {
 		return errors.New("-duration: at most 10m")
 	}
+	if cfg.Mode == loadgen.ModeZipf {
+		return runZipf(ctx, fs, cfg, *zipfS, *zipfBatch, *jsonOut)
+	}
 	cfg.Progress = os.Stderr
 	fmt.Fprintf(os.Stderr, "provisioning %d orgs x %d teams through %s...\n", cfg.Orgs, cfg.Teams, cfg.URL)
 	orgs, err := loadgen.Provision(ctx, cfg)
 	if err != nil {
+		return err
+	}
+	if cfg.Mode == loadgen.ModeRLQS {
+		fmt.Fprintf(os.Stderr, "%d proxies for %v, then ShouldRateLimit at %d connections as long...\n", rc.Proxies, cfg.Duration, cfg.Concurrency)
+		rc.Zipf = *zipfS
+		rep, err := loadgen.RunRLQS(ctx, cfg, rc, orgs)
+		rep.Text(os.Stdout)
+		if err == nil && *jsonOut != "" {
+			b, _ := json.MarshalIndent(rep, "", "  ")
+			err = os.WriteFile(*jsonOut, b, 0o644)
+		}
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "sending for %v at %d connections...\n", cfg.Duration, cfg.Concurrency)
@@ -111,6 +134,44 @@ func run(ctx context.Context, args []string) error {
 	}
 	if refused != nil {
 		return refused
+	}
+	if !rep.Verified {
+		return errors.New("over-admission detected")
+	}
+	return nil
+}
+
+// runZipf provisions and runs -mode zipf: one org of one team of 100,000 users, limits
+// far away (unless flags say otherwise), three phases of -duration each.
+func runZipf(ctx context.Context, fs *flag.FlagSet, cfg loadgen.Config, s float64, batch time.Duration, jsonOut string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for flag, set := range map[string]func(){ // unless the flag is given
+		"users": func() { cfg.Users = 100_000 }, "orgs": func() { cfg.Orgs = 1 }, "teams": func() { cfg.Teams = 1 },
+		"user-month": func() { cfg.UserMonth = 1_000_000_000 }, "team-month": func() { cfg.TeamMonth = 100_000_000_000_000 },
+		"org-month": func() { cfg.OrgMonth = 100_000_000_000_000 },
+	} {
+		if !given[flag] {
+			set()
+		}
+	}
+	cfg.Progress = os.Stderr
+	fmt.Fprintf(os.Stderr, "provisioning %d orgs x %d teams (%d users each) through %s...\n", cfg.Orgs, cfg.Teams, cfg.Users, cfg.URL)
+	orgs, err := loadgen.Provision(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "zipf: three phases of %v at %d workers...\n", cfg.Duration, cfg.Concurrency)
+	rep, err := loadgen.RunZipf(ctx, cfg, orgs, s, batch)
+	if err != nil {
+		return err
+	}
+	rep.Text(os.Stdout)
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(jsonOut, b, 0o644); err != nil {
+			return err
+		}
 	}
 	if !rep.Verified {
 		return errors.New("over-admission detected")

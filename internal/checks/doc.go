@@ -32,6 +32,15 @@
 //     `ShouldRateLimit` (one path, then two) with an in-memory span recorder and asserts
 //     exactly one service event and one `quota.check` (or one `quota.check_batch` for two
 //     paths) per call; `TestCheckTrace` (internal/httpapi) keeps the whole tree.
+//   - Leases held away from the server (leases.go): `Lease` and `SettleLease` size,
+//     reserve (a reservation with on_expiry commit, atomically at every level) and
+//     settle a lease for a client library (`HolderClient`: POST /v1/leases) and for an
+//     Envoy proxy (`HolderProxy`: internal/rls's RLQS assignments), one sizing for both:
+//     the holder's rate x the lease's life x 1.25, at most 1/16 of the path's headroom
+//     as last seen. They differ only near a limit: a client is answered 0 units and
+//     checks one by one; a proxy cannot, so it is leased 4 units while they are left,
+//     then the last ones, and a refusal's retry becomes its TTL. A proxy's life may be
+//     up to `ProxyLeaseMaxLife` (`LeaseInput.Life`), and client_leases is not read for it.
 //
 // # RateLimit header fields, two generations
 //

@@ -57,12 +57,38 @@ const (
 	LeaseAtWindowEdge = "window_edge"
 )
 
-// LeaseInput asks for a client lease of a path: the check's org, team, user and metric
-// (its cost, costs and idempotency key are not read), and the rate in units a second the
-// client saw on the path (nil: none).
+// LeaseHolder is who holds a lease, which says how it is sized near a limit.
+type LeaseHolder int
+
+const (
+	// HolderClient is a client library: near a limit it is answered 0 units and checks
+	// one by one, so the last units are admitted by the counters.
+	HolderClient LeaseHolder = iota
+	// HolderProxy is an Envoy proxy holding an RLQS assignment (internal/rls): it cannot
+	// check one by one, so near a limit its lease is clientLeaseMin units while they
+	// are left (then what is left, to the last unit), and a
+	// path whose last seen headroom shows none is asked of the counters once, the
+	// refusal's retry (when the window can admit again) becoming the answer's TTL. The
+	// org's client_leases setting is not read: it is the client libraries'.
+	HolderProxy
+)
+
+// ProxyLeaseMaxLife bounds a proxy's lease (LeaseInput.Life) as ClientLeaseMaxLife
+// bounds a client's.
+const ProxyLeaseMaxLife = 10 * time.Second
+
+// LeaseInput asks for a lease of a path: the check's org, team, user and metric (its
+// cost, costs and idempotency key are not read), and the rate in units a second the
+// holder saw on the path (nil: none).
 type LeaseInput struct {
 	Check Input
 	Rate  *float64
+	// Holder is a client (the default) or a proxy.
+	Holder LeaseHolder
+	// Life is the longest the lease lives: 0 is ClientLeaseMaxLife, a proxy's may be
+	// up to ProxyLeaseMaxLife. It still ends with the current bucket of the path's
+	// shortest sliding window and with the period (quota.LeaseEnd).
+	Life time.Duration
 }
 
 // Lease is a client lease just taken, or, with Units 0, the answer to check one by one:
@@ -106,7 +132,7 @@ func (s *Service) Lease(ctx context.Context, c Caller, in LeaseInput) (Lease, er
 	if err != nil {
 		return Lease{}, err
 	}
-	if org.ClientLeases == tenants.LeasesOff {
+	if in.Holder == HolderClient && org.ClientLeases == tenants.LeasesOff {
 		return Lease{Reason: LeaseOff, TTL: leaseAgainOff}, nil
 	}
 	if !quota.Leasable(&rc.req) {
@@ -116,32 +142,53 @@ func (s *Service) Lease(ctx context.Context, c Caller, in LeaseInput) (Lease, er
 	if in.Rate != nil {
 		rate = *in.Rate
 	}
-	return s.takeLease(ctx, &rc, rate)
+	life := ClientLeaseMaxLife
+	if in.Life > 0 {
+		life = in.Life
+		if in.Holder == HolderProxy {
+			life = min(life, ProxyLeaseMaxLife)
+		} else {
+			life = min(life, ClientLeaseMaxLife)
+		}
+	}
+	return s.takeLease(ctx, &rc, rate, in.Holder, life)
 }
 
 // takeLease sizes and reserves a lease of rc's path: rate x its life x
 // clientLeaseTraffic, at most 1/clientLeaseShare of the path's headroom as last seen
 // (before any lease of the path: its least limit). A lease that does not fit is tried
-// once more at the share of what its refusal shows is left.
-func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64) (Lease, error) {
+// once more at the share of what its refusal shows is left. A proxy's lease is at least
+// one unit (HolderProxy); a proxy refused with nothing left is answered near_limit with
+// the refusal's retry as its TTL.
+func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64, holder LeaseHolder, maxLife time.Duration) (Lease, error) {
 	req := rc.req
 	now := s.engine.Now(rc.route)
-	end := quota.LeaseEnd(&req, now, ClientLeaseMaxLife, vocab.PeriodAt(now, req.AnchorDay).End)
+	end := quota.LeaseEnd(&req, now, maxLife, vocab.PeriodAt(now, req.AnchorDay).End)
 	life := end.Sub(now)
 	if life < clientLeaseMinLife {
 		return Lease{Reason: LeaseAtWindowEdge, TTL: max(life, time.Millisecond)}, nil
 	}
-	want := max(int64(math.Min(math.Ceil(rate*life.Seconds()*clientLeaseTraffic), float64(vocab.MaxUnits))), clientLeaseMin)
+	least := int64(clientLeaseMin)
+	if holder == HolderProxy {
+		least = 1
+	}
+	want := max(int64(math.Min(math.Ceil(rate*life.Seconds()*clientLeaseTraffic), float64(vocab.MaxUnits))), least)
 	path := leasePathKey(&req)
 	headroom, seen := s.headroom.Get(path)
 	if !seen {
 		headroom = leastLimit(&req)
 	}
 	opt := quota.ReserveOptions{TTL: life + clientLeaseGrace, OnExpiry: vocab.ExpiryCommit}
+	near := Lease{Reason: LeaseNearLimit, TTL: leaseAgainNear}
 	for try := 0; try < 2; try++ {
 		amount := min(want, headroom/clientLeaseShare)
-		if amount < clientLeaseMin {
-			return Lease{Reason: LeaseNearLimit, TTL: leaseAgainNear}, nil
+		if holder == HolderProxy {
+			// near a limit, clientLeaseMin units while they are left, then what is;
+			// with none seen, the counters are asked once for one
+			amount = min(want, max(amount, min(headroom, clientLeaseMin), 1))
+		}
+		if amount < least {
+			return near, nil
 		}
 		req.Cost = amount
 		rv, res, err := s.engine.Reserve(ctx, rc.route, req, opt)
@@ -151,6 +198,16 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64) (Le
 		if !res.Allowed {
 			headroom = leastRemaining(&res, true)
 			s.headroom.Add(path, headroom)
+			if holder == HolderProxy && headroom < 1 {
+				// until the window can admit again, or sooner if held units come back
+				// and the proxy asks again
+				near.TTL = max(res.RetryAfter, leaseAgainNear)
+				d := rc.decision(false)
+				d.Result = res
+				describe(&d, now)
+				near.Decision = d
+				return near, nil
+			}
 			continue
 		}
 		s.headroom.Add(path, leastRemaining(&res, false)+amount)
@@ -164,7 +221,8 @@ func (s *Service) takeLease(ctx context.Context, rc *resolved, rate float64) (Le
 
 // SettleLease counts used units of client lease id and gives the rest back (a commit
 // of its reservation), and with renew takes the path's next lease at rate. A lease
-// that expired unsettled was committed whole: its settlement says so. Errors:
+// that expired unsettled was committed whole: its settlement says so. A repeated
+// settlement answers the first's settled units and takes no next lease. Errors:
 // Commit's (NotFound for another org's lease; Conflict for one released), Invalid
 // naming used or rate.
 func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int64, renew bool, rate *float64) (LeaseSettled, *Lease, error) {
@@ -181,7 +239,9 @@ func (s *Service) SettleLease(ctx context.Context, c Caller, id string, used int
 		return LeaseSettled{}, nil, err
 	}
 	settled := LeaseSettled{Used: res.Used, Released: res.Released}
-	if !renew {
+	if !renew || res.Replayed {
+		// A repeat takes no second next lease: the first answer's, if that answer was
+		// lost, is counted whole at its settle_by, never held twice.
 		return settled, nil, nil
 	}
 	in := LeaseInput{Check: Input{Org: res.Org, Metric: &res.Metric}, Rate: rate}

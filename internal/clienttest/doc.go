@@ -55,6 +55,23 @@
 // app likes. Express's default handler, which answered 500 with an HTML stack trace
 // for `X-User: zed`, is never reached unless asked for.
 //
+// # Client leases and batching
+//
+// `leases_test.go` runs the Go client's leases (`client/leases.go`) and coalescing
+// (`client/batch.go`) against the real api: a hot path through `WithLeases` against
+// the plain client in the same run (both rates printed, the ratio asserted >= 50x,
+// and what both admitted counted exactly once the leases are settled); an org with
+// `client_leases` off (nothing leased); 1,000 concurrent cold checks through
+// `WithBatching` counted by a `RoundTripper` (<= 20 requests), users near and under
+// their limits each decided right; and two client processes (the test binary re-run
+// as `TestLeaseChild`, reporting every admission and lease on stdout) on a month
+// limit, one killed -9: admitted <= limit, and after the worker's sweep counted >=
+// admitted, the excess within the killed process's unsettled leases (read from its
+// lease lines), a check in flight per worker and the one lease it may have been
+// taking. The client's own tests (`client/leases_test.go`, a fake server) pin the
+// rest: the deadline from the send time, one unsettled lease per path, refusals,
+// timers, retried settlements, Close.
+//
 // # The clients' concurrency middleware
 //
 // `middleware.Concurrency` (Go, `client/middleware/concurrency.go`) and

@@ -31,17 +31,22 @@ type env struct {
 func (e *env) url() string { return "http://" + e.st.APIAddr }
 
 // newEnv starts the stack (one per test: each holds Redis database redisDB while it
-// runs) and seeds the test's org through the API. planExtra is more JSON members of
-// the plan ("fail_mode" is "open" unless planExtra sets it).
+// runs) and seeds the test's org through the API. orgExtra is more JSON members of
+// the org (after a comma); the plan's fail_mode is open.
 func newEnv(t *testing.T, orgExtra string) *env {
+	t.Helper()
+	return newEnvPlan(t, `{"metric":"requests","window":"minute","limit":50},{"metric":"tokens","window":"month","limit":1000}`, orgExtra)
+}
+
+// newEnvPlan is newEnv with the plan's limits given (JSON members of its limits).
+func newEnvPlan(t *testing.T, planLimits, orgExtra string) *env {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("starts the api and the worker")
 	}
 	st := testenv.StartStack(t, testenv.StackOptions{RedisDB: redisDB, Env: []string{"QUOTA_WEBHOOK_ALLOW_PRIVATE=true"}})
 	e := &env{t: t, st: st, org: testenv.ID(t, "cl")}
-	e.op("POST", "/v1/plans", `{"id":"p-`+e.org+`","name":"P","fail_mode":"open","limits":[
-		{"metric":"requests","window":"minute","limit":50},{"metric":"tokens","window":"month","limit":1000}]}`, 201)
+	e.op("POST", "/v1/plans", `{"id":"p-`+e.org+`","name":"P","fail_mode":"open","limits":[`+planLimits+`]}`, 201)
 	e.op("POST", "/v1/orgs", `{"id":"`+e.org+`","name":"O","plan":"p-`+e.org+`"`+orgExtra+`}`, 201)
 	e.op("POST", "/v1/orgs/"+e.org+"/teams", `{"id":"eng","name":"Eng","user_limits":[{"metric":"requests","window":"minute","limit":3}]}`, 201)
 	var k struct {
@@ -90,20 +95,9 @@ func (e *env) client(opts ...client.Option) *client.Client {
 	return c
 }
 
-// used is what the level and window of a check of metric by alice of eng has used,
-// read with a query (cost 0) through the operator token.
+// used is what the level and window of a check of metric by alice of eng has used
+// (usedBy).
 func (e *env) used(metric, level, window string) int64 {
 	e.t.Helper()
-	c, _ := client.New(e.url(), e.st.OperatorToken)
-	res, err := c.Check(e.t.Context(), client.CheckRequest{Org: e.org, Team: "eng", User: "alice", Metric: metric, Query: true})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	for _, l := range res.Levels {
-		if l.Level == level && l.Window == window {
-			return l.Used
-		}
-	}
-	e.t.Fatalf("no %s %s level of %s in %+v", level, window, metric, res.Levels)
-	return 0
+	return e.usedBy("alice", metric, level, window)
 }

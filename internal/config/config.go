@@ -122,6 +122,13 @@ type API struct {
 	GRPCMaxStreams          int
 	GRPCKeepaliveMinTime    time.Duration
 	GRPCHandshakeTimeout    time.Duration
+	// RLQS bounds Envoy's rate limit quota streams (rls.RLQSLimits):
+	// QUOTA_RLQS_ASSIGNMENT_LIFE (2s, at most 10s) the longest TTL of an assignment,
+	// QUOTA_RLQS_MAX_BUCKETS (1024) the buckets one stream watches,
+	// QUOTA_RLQS_IDLE_TIMEOUT (5m) when a silent stream is closed, QUOTA_RLQS_REPORT_LAG
+	// (250ms) the time a report has to arrive after an assignment's end.
+	RLQSAssignmentLife, RLQSIdleTimeout, RLQSReportLag time.Duration
+	RLQSMaxBuckets                                     int
 	Hardening
 }
 
@@ -378,6 +385,13 @@ func LoadAPI(getenv func(string) string) (API, error) {
 	c.GRPCMaxStreams = r.integer("QUOTA_GRPC_MAX_STREAMS", 1024, 1)
 	c.GRPCKeepaliveMinTime = r.duration("QUOTA_GRPC_KEEPALIVE_MIN_TIME", 10*time.Second)
 	c.GRPCHandshakeTimeout = r.duration("QUOTA_GRPC_HANDSHAKE_TIMEOUT", 5*time.Second)
+	c.RLQSAssignmentLife = r.duration("QUOTA_RLQS_ASSIGNMENT_LIFE", 2*time.Second)
+	if c.RLQSAssignmentLife > 10*time.Second {
+		r.errs = append(r.errs, fmt.Errorf("QUOTA_RLQS_ASSIGNMENT_LIFE=%q: want at most 10s", getenv("QUOTA_RLQS_ASSIGNMENT_LIFE")))
+	}
+	c.RLQSMaxBuckets = r.integer("QUOTA_RLQS_MAX_BUCKETS", 1024, 1)
+	c.RLQSIdleTimeout = r.duration("QUOTA_RLQS_IDLE_TIMEOUT", 5*time.Minute)
+	c.RLQSReportLag = r.duration("QUOTA_RLQS_REPORT_LAG", 250*time.Millisecond)
 	if v := strings.TrimSpace(getenv("QUOTA_GRPC_STREAM_WORKERS")); strings.EqualFold(v, "off") || v == "0" {
 		c.GRPCStreamWorkers = -1
 	} else {

@@ -272,6 +272,20 @@ func TestGRPCTransportSettings(t *testing.T) {
 		!strings.Contains(err.Error(), "QUOTA_GRPC_HANDSHAKE_TIMEOUT") {
 		t.Errorf("QUOTA_GRPC_HANDSHAKE_TIMEOUT=0s: %v", err)
 	}
+	// RLQS streams: defaults, values, and an assignment's life of at most 10 s.
+	if c, err := config.LoadAPI(env(nil)); err != nil || c.RLQSAssignmentLife != 2*time.Second || c.RLQSMaxBuckets != 1024 ||
+		c.RLQSIdleTimeout != 5*time.Minute || c.RLQSReportLag != 250*time.Millisecond {
+		t.Errorf("RLQS by default: %v %d %v %v, %v", c.RLQSAssignmentLife, c.RLQSMaxBuckets, c.RLQSIdleTimeout, c.RLQSReportLag, err)
+	}
+	if c, err := config.LoadAPI(env(map[string]string{"QUOTA_RLQS_ASSIGNMENT_LIFE": "5s", "QUOTA_RLQS_MAX_BUCKETS": "64",
+		"QUOTA_RLQS_IDLE_TIMEOUT": "1m", "QUOTA_RLQS_REPORT_LAG": "1s"})); err != nil || c.RLQSAssignmentLife != 5*time.Second ||
+		c.RLQSMaxBuckets != 64 || c.RLQSIdleTimeout != time.Minute || c.RLQSReportLag != time.Second {
+		t.Errorf("RLQS set: %+v, %v", c, err)
+	}
+	if _, err := config.LoadAPI(env(map[string]string{"QUOTA_RLQS_ASSIGNMENT_LIFE": "11s", "QUOTA_RLQS_MAX_BUCKETS": "0"})); err == nil ||
+		!strings.Contains(err.Error(), "QUOTA_RLQS_ASSIGNMENT_LIFE") || !strings.Contains(err.Error(), "QUOTA_RLQS_MAX_BUCKETS") {
+		t.Errorf("an assignment life of 11s, 0 buckets: %v", err)
+	}
 	// Stream workers, 128 by default; "off" or 0 is a goroutine per call.
 	if c, _ := config.LoadAPI(env(nil)); c.GRPCStreamWorkers != 128 {
 		t.Errorf("stream workers by default: %d, want 128", c.GRPCStreamWorkers)

@@ -71,9 +71,11 @@ func TestClientLeaseOverHTTP(t *testing.T) {
 	if s.Settled.Used != 3 || s.Settled.Released != l.Units-3 || s.Next == nil || s.Next.Units < 4 || s.Next.Id == nil || *s.Next.Id == *l.Id {
 		t.Fatalf("settle-and-renew = %+v, want 3 used, %d released and a next lease", s, l.Units-3)
 	}
-	again := settlementOf(t, r.mustDo("POST", "/v1/leases/"+*l.Id+"/settle", key, `{"used":7}`, 200))
-	if again.Settled != s.Settled || again.Next != nil {
-		t.Errorf("a repeated settlement = %+v, want the first's %+v and no next", again, s.Settled)
+	for _, body := range []string{`{"used":7}`, `{"used":3,"renew":true,"rate":400}`} {
+		again := settlementOf(t, r.mustDo("POST", "/v1/leases/"+*l.Id+"/settle", key, body, 200))
+		if again.Settled != s.Settled || again.Next != nil {
+			t.Errorf("a repeated settlement %s = %+v, want the first's %+v and no next lease", body, again, s.Settled)
+		}
 	}
 	if used, reserved := held(); used != 3 || reserved != s.Next.Units {
 		t.Fatalf("usage after the settlement: used %d reserved %d, want 3 and %d", used, reserved, s.Next.Units)

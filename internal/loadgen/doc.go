@@ -25,4 +25,13 @@
 // both modes against the real api (`TestRunModes`: refused there without the section,
 // exact with it), and the tool's own handling of answers (every slot released once, a
 // refusal ending a 20 s run at once) against a recording server.
+//
+// `loadgen -mode rlqs -grpc ADDR` (rlqs.go, RunRLQS) runs N simulated Envoy proxies
+// (Proxy, proxy.go: Envoy's rate_limit_quota filter admitting the worst case every
+// assignment allows, a fresh full token bucket each time, on go-control-plane's RLQS
+// client; internal/rls's tests drive the service with it too) on the rate limit quota
+// service, each on one org's key watching its users as buckets ranked by Zipf's law,
+// then ShouldRateLimit as long, and prints admitted per server message and per second
+// of the server's CPU (its `process_cpu_seconds_total`, -metrics-url) side by side
+// (`TestRunRLQS`; docs/PERFORMANCE.md "Envoy proxies on RLQS beside ShouldRateLimit").
 package loadgen

@@ -53,7 +53,8 @@ type Config struct {
 	Cost     int64     // units per check
 	Progress io.Writer // one line a second; nil for none
 
-	// Mode is what one request is: ModeCheck (""), ModeMulti or ModePairs (modes.go).
+	// Mode is what one request is: ModeCheck (""), ModeMulti or ModePairs (modes.go),
+	// or ModeRLQS, run by RunRLQS (rlqs.go).
 	// The plan provisioned carries what the mode needs: tokens limits for ModeMulti,
 	// concurrent limits for ModePairs; give each mode its own Prefix.
 	Mode   string
@@ -105,12 +106,13 @@ func (c *Config) defaults() error {
 	case "":
 		c.Mode = ModeCheck
 	case ModeCheck:
-	case ModeMulti, ModePairs:
+	case ModeMulti, ModePairs, ModeZipf:
 		if c.GRPCAddr != "" || c.Batch > 1 {
 			return errMode
 		}
+	case ModeRLQS: // provisioned as ModeCheck; RunRLQS needs GRPCAddr
 	default:
-		return fmt.Errorf("loadgen: mode %q: one of %s, %s, %s", c.Mode, ModeCheck, ModeMulti, ModePairs)
+		return fmt.Errorf("loadgen: mode %q: one of %s, %s, %s, %s, %s", c.Mode, ModeCheck, ModeMulti, ModePairs, ModeZipf, ModeRLQS)
 	}
 	if c.Tokens <= 0 {
 		c.Tokens = 1000

@@ -175,3 +175,65 @@ func TestRunModes(t *testing.T) {
 		})
 	}
 }
+
+// The Zipf mode runs its three phases against the real api, each for its duration:
+// the plain HTTP figure, the Go client, and the Go client with leases and batching,
+// which decides the hottest paths in its process and carries several checks a
+// request; nothing is admitted past a limit, and the api counted what was allowed.
+func TestRunZipf(t *testing.T) {
+	ctx := context.Background()
+	url, _ := apiServer(t)
+	cfg := loadgen.Config{URL: url, AdminToken: token, Prefix: "tz", Orgs: 1, Teams: 1, Users: 10000,
+		UserMonth: 1_000_000_000, TeamMonth: 1_000_000_000_000, OrgMonth: 1_000_000_000_000, Concurrency: 16,
+		Duration: time.Second, Mode: loadgen.ModeZipf}
+	orgs, err := loadgen.Provision(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := loadgen.RunZipf(ctx, cfg, orgs, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text bytes.Buffer
+	rep.Text(&text)
+	t.Log("\n" + text.String())
+	if len(rep.Phases) != 3 || !rep.Verified || !strings.Contains(text.String(), "usage API checked for 1 orgs") {
+		t.Fatalf("report: %s", text.String())
+	}
+	for _, p := range rep.Phases {
+		if p.Errors != 0 || p.Checks == 0 || p.Seconds < 0.9 || p.Seconds > 3 {
+			t.Errorf("phase %s: %+v", p.Name, p)
+		}
+	}
+	if lb := rep.Phases[2]; lb.Leased == 0 || lb.Requests*2 > lb.Checks || lb.VsHTTP <= 0 {
+		t.Errorf("leases + batching: %d of %d checks leased in %d requests", lb.Leased, lb.Checks, lb.Requests)
+	}
+}
+
+// -mode rlqs against the real api: proxies on the rate limit quota service admit from
+// their assignments, fewer server messages than requests admitted, then
+// ShouldRateLimit's phase runs verified. The server's CPU is read from Prometheus text.
+func TestRunRLQS(t *testing.T) {
+	ctx := context.Background()
+	url, grpcAddr := apiServer(t)
+	cfg := loadgen.Config{URL: url, AdminToken: token, Prefix: "q", Orgs: 2, Teams: 2, Users: 10, UserMonth: 1_000_000,
+		Concurrency: 4, Duration: 1500 * time.Millisecond, Rate: 4000, GRPCAddr: grpcAddr, Mode: loadgen.ModeRLQS}
+	orgs, err := loadgen.Provision(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := loadgen.RunRLQS(ctx, cfg, loadgen.RLQSConfig{Proxies: 2, Buckets: 20, Interval: 200 * time.Millisecond}, orgs)
+	var text bytes.Buffer
+	rep.Text(&text)
+	t.Log("\n" + text.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Admitted < 1000 || rep.PerMessage() < 2 || len(rep.Faults)+len(rep.StreamErrs) > 0 || !rep.RLS.Verified || rep.RLS.Allowed == 0 {
+		t.Errorf("report: %s", text.String())
+	}
+	cpu, err := loadgen.CPUSeconds(strings.NewReader("# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 12.5\n"))
+	if err != nil || cpu != 12.5 {
+		t.Errorf("CPU seconds %v, %v; want 12.5", cpu, err)
+	}
+}

@@ -32,19 +32,24 @@ func (r Report) Text(w io.Writer) {
 	}
 	fmt.Fprintf(w, "latency    p50 %.2f ms  p90 %.2f ms  p99 %.2f ms  p99.9 %.2f ms  max %.2f ms\n",
 		r.LatencyMS["p50"], r.LatencyMS["p90"], r.LatencyMS["p99"], r.LatencyMS["p99.9"], r.LatencyMS["max"])
-	if r.Verified {
-		if r.Mode == ModePairs {
-			fmt.Fprintln(w, "verified   no level held more than its concurrent limit; nothing held after the run")
-		} else {
-			fmt.Fprintln(w, "verified   no level admitted more than its limit")
-		}
+	verified := "no level admitted more than its limit"
+	if r.Mode == ModePairs {
+		verified = "no level held more than its concurrent limit; nothing held after the run"
+	}
+	writeVerified(w, r.Verified, verified, r.OverAdmit, r.VerifyNotes)
+}
+
+// writeVerified writes a run's verification: what held, or the levels over.
+func writeVerified(w io.Writer, ok bool, held string, over, notes []string) {
+	if ok {
+		fmt.Fprintln(w, "verified   "+held)
 	} else {
-		fmt.Fprintf(w, "OVER-ADMISSION at %d levels:\n", len(r.OverAdmit))
-		for _, o := range r.OverAdmit {
+		fmt.Fprintf(w, "OVER-ADMISSION at %d levels:\n", len(over))
+		for _, o := range over {
 			fmt.Fprintln(w, "  "+o)
 		}
 	}
-	for _, n := range r.VerifyNotes {
+	for _, n := range notes {
 		fmt.Fprintln(w, "note       "+n)
 	}
 }

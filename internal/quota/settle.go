@@ -143,7 +143,7 @@ func (e *Engine) settle(ctx context.Context, org string, anchorDay int, id strin
 		if replay {
 			reply = reply[1:]
 		}
-		r := vocab.Reservation{ID: id, Org: org}
+		r := vocab.Reservation{ID: id, Org: org, Replayed: replay}
 		if err := parseAnswer(&r, reply); err != nil {
 			return vocab.Reservation{}, err
 		}

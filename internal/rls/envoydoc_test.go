@@ -7,14 +7,20 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+	"time"
 
+	xdsmatcherv3 "github.com/cncf/xds/go/xds/type/matcher/v3"
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	rlqsfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rate_limit_quota/v3"
 	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3" // the Any types the doc names
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	_ "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	_ "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3" // HttpRequestHeaderMatchInput
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"go.yaml.in/yaml/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -61,18 +67,7 @@ func validate(t *testing.T, what string, msg proto.Message) {
 // go-control-plane's types, pass their generated validators, and make the
 // descriptors the service understands, pointing at its cluster with a key.
 func TestEnvoyDocDecodes(t *testing.T) {
-	var raw any
-	if err := yaml.Unmarshal(docBlock(t, "envoy-bootstrap"), &raw); err != nil {
-		t.Fatal(err)
-	}
-	var b bootstrapv3.Bootstrap
-	decodeStrict(t, "the bootstrap", raw, &b)
-	validate(t, "the bootstrap", &b)
-	var hcm hcmv3.HttpConnectionManager
-	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
-		t.Fatal(err)
-	}
-	validate(t, "the http connection manager", &hcm)
+	b, hcm := bootstrapOf(t, "envoy-bootstrap")
 	var rl ratelimitfilterv3.RateLimit
 	if err := hcm.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&rl); err != nil {
 		t.Fatal(err)
@@ -149,12 +144,36 @@ func checkFilter(t *testing.T, rl *ratelimitfilterv3.RateLimit) {
 		t.Errorf("the filter: failure_mode_deny %v, status_on_error %v; want it to fail closed with a stated status",
 			rl.GetFailureModeDeny(), rl.GetStatusOnError())
 	}
-	g := rl.GetRateLimitService().GetGrpcService()
+	checkService(t, rl.GetRateLimitService().GetGrpcService())
+}
+
+// checkService: a filter asks the service's cluster with a key in its metadata.
+func checkService(t *testing.T, g *corev3.GrpcService) {
+	t.Helper()
 	md := g.GetInitialMetadata()
 	if g.GetEnvoyGrpc().GetClusterName() != "quotaplane_rls" || len(md) != 1 || md[0].GetKey() != "authorization" ||
 		!regexp.MustCompile(`^Bearer \S+$`).MatchString(md[0].GetValue()) {
 		t.Errorf("the filter's service: %v", g)
 	}
+}
+
+// bootstrapOf decodes the bootstrap of docs/ENVOY.md after marker strictly, validates
+// it, and returns it with its listener's http connection manager, validated too.
+func bootstrapOf(t *testing.T, marker string) (*bootstrapv3.Bootstrap, *hcmv3.HttpConnectionManager) {
+	t.Helper()
+	var raw any
+	if err := yaml.Unmarshal(docBlock(t, marker), &raw); err != nil {
+		t.Fatal(err)
+	}
+	var b bootstrapv3.Bootstrap
+	decodeStrict(t, "the bootstrap "+marker, raw, &b)
+	validate(t, "the bootstrap "+marker, &b)
+	var hcm hcmv3.HttpConnectionManager
+	if err := b.GetStaticResources().GetListeners()[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig().UnmarshalTo(&hcm); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "the http connection manager", &hcm)
+	return &b, &hcm
 }
 
 // checkActions: every descriptor entry the actions make has a key the service reads.
@@ -175,5 +194,67 @@ func checkActions(t *testing.T, rls []*routev3.RateLimit) {
 				t.Errorf("an action makes entry key %q, which the service refuses", key)
 			}
 		}
+	}
+}
+
+// The rate_limit_quota filter's bootstrap of docs/ENVOY.md decodes strictly into
+// go-control-plane's types and passes their validators; every bucket it builds fails
+// closed, names only entries the service reads, and reports; the filter asks the
+// service's cluster with a key, and the route's override names its metric.
+func TestEnvoyRLQSDocDecodes(t *testing.T) {
+	b, hcm := bootstrapOf(t, "envoy-rlqs-bootstrap")
+	var fc rlqsfilterv3.RateLimitQuotaFilterConfig
+	if err := hcm.GetHttpFilters()[0].GetTypedConfig().UnmarshalTo(&fc); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "the rate limit quota filter", &fc)
+	checkService(t, fc.GetRlqsServer())
+	var settings []*xdsmatcherv3.Matcher_OnMatch
+	for _, m := range fc.GetBucketMatchers().GetMatcherList().GetMatchers() {
+		settings = append(settings, m.GetOnMatch())
+	}
+	settings = append(settings, fc.GetBucketMatchers().GetOnNoMatch())
+	var override rlqsfilterv3.RateLimitQuotaOverride
+	route := hcm.GetRouteConfig().GetVirtualHosts()[0].GetRoutes()[0]
+	if err := route.GetTypedPerFilterConfig()["envoy.filters.http.rate_limit_quota"].UnmarshalTo(&override); err != nil {
+		t.Fatal(err)
+	}
+	validate(t, "the route's override", &override)
+	settings = append(settings, override.GetBucketMatchers().GetOnNoMatch())
+	metrics := map[string]bool{}
+	for _, om := range settings {
+		var s rlqsfilterv3.RateLimitQuotaBucketSettings
+		if err := om.GetAction().GetTypedConfig().UnmarshalTo(&s); err != nil {
+			t.Fatal(err)
+		}
+		validate(t, "a bucket's settings", &s)
+		if s.GetNoAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL ||
+			s.GetExpiredAssignmentBehavior().GetFallbackRateLimit().GetBlanketRule() != typev3.RateLimitStrategy_DENY_ALL {
+			t.Errorf("bucket %s: no_assignment_behavior %v, expired_assignment_behavior %v; want both DENY_ALL",
+				om.GetAction().GetName(), s.GetNoAssignmentBehavior(), s.GetExpiredAssignmentBehavior())
+		}
+		if d := s.GetReportingInterval().AsDuration(); d <= 0 || d > 2*time.Second {
+			t.Errorf("bucket %s: reporting_interval %v, want up to 2 s", om.GetAction().GetName(), d)
+		}
+		for key, v := range s.GetBucketIdBuilder().GetBucketIdBuilder() {
+			switch key {
+			case "org", "team", "user":
+			case "metric":
+				metrics[v.GetStringValue()] = true
+			default:
+				t.Errorf("bucket %s: entry key %q, which the service refuses", om.GetAction().GetName(), key)
+			}
+		}
+	}
+	if !metrics["requests"] || !metrics["search"] {
+		t.Errorf("the buckets' metrics %v, want requests and the route's search", metrics)
+	}
+	var cluster bool
+	for _, c := range b.GetStaticResources().GetClusters() {
+		cluster = cluster || c.GetName() == "quotaplane_rls" &&
+			c.GetHealthChecks()[0].GetGrpcHealthCheck().GetServiceName() == "envoy.service.rate_limit_quota.v3.RateLimitQuotaService"
+	}
+	if !cluster {
+		t.Error("no cluster quotaplane_rls health-checking the rate limit quota service")
 	}
 }

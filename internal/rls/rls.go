@@ -54,6 +54,8 @@ type Deps struct {
 	// RateLimitHeaders says which RateLimit header fields response_headers_to_add
 	// carries, as the HTTP checks' (QUOTA_RATELIMIT_HEADERS); zero: both generations.
 	RateLimitHeaders checks.HeaderMode
+	// RLQS bounds the rate limit quota service's streams (rlqs.go); zero: the defaults.
+	RLQS RLQSLimits
 }
 
 // Service implements RateLimitServiceServer.
@@ -219,37 +221,15 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 	}
 	var seen [4]bool
 	for _, e := range d.GetEntries() {
-		k := e.GetKey()
-		if a, ok := s.aliases[k]; ok {
-			k = a
-		}
-		v := e.GetValue()
-		var p *string // v, in the message: no allocation
+		var p *string // the value, in the message: no allocation
 		if e != nil {
 			p = &e.Value
 		} else {
 			p = new(string)
 		}
-		var slot int
-		switch k {
-		case KeyOrg:
-			slot = 0
-			if v != keyOrg {
-				return in, derrors.E(derrors.Invalid, fmt.Sprintf("org %s: this key belongs to org %s and checks only its own org", vocab.Quote(v), vocab.Quote(keyOrg)), nil)
-			}
-		case KeyTeam:
-			slot, in.Team = 1, p
-		case KeyUser:
-			slot, in.User = 2, p
-		case KeyMetric:
-			slot, in.Metric = 3, p
-		default:
-			return in, derrors.E(derrors.Invalid, fmt.Sprintf("unknown entry key %s: use org, team, user or metric, or name it in QUOTA_GRPC_DESCRIPTOR_ALIASES", vocab.Quote(e.GetKey())), nil)
+		if err := s.readEntry(&in, &seen, e.GetKey(), p, keyOrg); err != nil {
+			return in, err
 		}
-		if seen[slot] {
-			return in, derrors.E(derrors.Invalid, fmt.Sprintf("entry %q is given twice", k), nil)
-		}
-		seen[slot] = true
 	}
 	*cost = 1
 	switch {
@@ -266,6 +246,37 @@ func (s *Service) toInput(d *ratelimitv3.RateLimitDescriptor, hits uint32, keyOr
 	}
 	in.Cost = cost
 	return in, nil
+}
+
+// readEntry reads one entry (of a descriptor or an RLQS bucket id) into in: key, or
+// the entry key it is an alias of, names org (which must be keyOrg), team, user or
+// metric; *v is its value, which in keeps a pointer to. seen marks what was read.
+func (s *Service) readEntry(in *checks.Input, seen *[4]bool, key string, v *string, keyOrg string) error {
+	k := key
+	if a, ok := s.aliases[k]; ok {
+		k = a
+	}
+	var slot int
+	switch k {
+	case KeyOrg:
+		slot = 0
+		if *v != keyOrg {
+			return derrors.E(derrors.Invalid, fmt.Sprintf("org %s: this key belongs to org %s and checks only its own org", vocab.Quote(*v), vocab.Quote(keyOrg)), nil)
+		}
+	case KeyTeam:
+		slot, in.Team = 1, v
+	case KeyUser:
+		slot, in.User = 2, v
+	case KeyMetric:
+		slot, in.Metric = 3, v
+	default:
+		return derrors.E(derrors.Invalid, fmt.Sprintf("unknown entry key %s: use org, team, user or metric, or name it in QUOTA_GRPC_DESCRIPTOR_ALIASES", vocab.Quote(key)), nil)
+	}
+	if seen[slot] {
+		return derrors.E(derrors.Invalid, fmt.Sprintf("entry %q is given twice", k), nil)
+	}
+	seen[slot] = true
+	return nil
 }
 
 // answer builds Envoy's answer from the check service's: a status per descriptor,

@@ -45,6 +45,7 @@ type replica struct {
 	t      *testing.T
 	h      http.Handler
 	client rlsv3.RateLimitServiceClient
+	conn   *grpc.ClientConn
 }
 
 func newReplica(t *testing.T, dbURL, prefix string) *replica {
@@ -58,6 +59,7 @@ type replicaOptions struct {
 	grpcReg prometheus.Registerer             // the gRPC server's metrics; nil: none
 	engine  func(checks.Engine) checks.Engine // wraps the gRPC server's engine; nil: the router
 	headers checks.HeaderMode                 // the gRPC server's RateLimit header fields
+	rlqs    rls.RLQSLimits                    // the rate limit quota service's bounds
 }
 
 // newReplicaWith is newReplica with opts.
@@ -94,7 +96,7 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, opts replicaOptions) *re
 		engine = opts.engine(router)
 	}
 	g, _ := rls.NewServer(rls.Deps{Cache: cache, Checker: engine, Aliases: map[string]string{"x-user-id": "user"}, Logger: log,
-		Registerer: opts.grpcReg, TracerProvider: opts.tp, RateLimitHeaders: opts.headers})
+		Registerer: opts.grpcReg, TracerProvider: opts.tp, RateLimitHeaders: opts.headers, RLQS: opts.rlqs})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +108,7 @@ func newReplicaWith(t *testing.T, dbURL, prefix string, opts replicaOptions) *re
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	return &replica{t: t, h: h, client: rlsv3.NewRateLimitServiceClient(conn)}
+	return &replica{t: t, h: h, client: rlsv3.NewRateLimitServiceClient(conn), conn: conn}
 }
 
 func (r *replica) do(method, path, token, body string) *httptest.ResponseRecorder {

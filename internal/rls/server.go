@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 
+	rlqsv3 "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
@@ -17,8 +18,9 @@ import (
 	"github.com/quotaplane/quotaplane/internal/derrors"
 )
 
-// NewServer returns a gRPC server carrying the service and the standard health
-// service (grpc.health.v1), SERVING for "" and the rate limit service's name. Stop
+// NewServer returns a gRPC server carrying the rate limit service (ShouldRateLimit),
+// the rate limit quota service (StreamRateLimitQuotas, rlqs.go) and the standard
+// health service (grpc.health.v1), SERVING for "" and both services' names. Stop
 // it with GracefulStop, after health's Shutdown (returned) has told load balancers.
 //
 // Its interceptors are the HTTP layer's middleware for gRPC: calls by method and
@@ -54,10 +56,13 @@ func NewServer(d Deps, opts ...grpc.ServerOption) (*grpc.Server, *health.Server)
 		all = append(all, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(d.TracerProvider))))
 	}
 	g := grpc.NewServer(append(all, opts...)...)
-	rlsv3.RegisterRateLimitServiceServer(g, New(d))
+	svc := New(d)
+	rlsv3.RegisterRateLimitServiceServer(g, svc)
+	rlqsv3.RegisterRateLimitQuotaServiceServer(g, newQuotaService(svc, d.RLQS, newRLQSMetrics(d.Registerer)))
 	h := health.NewServer()
 	h.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	h.SetServingStatus(rlsv3.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	h.SetServingStatus(rlqsv3.RateLimitQuotaService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(g, h)
 	if m != nil {
 		m.InitializeMetrics(g) // every method's series exist from the start, at 0

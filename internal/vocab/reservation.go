@@ -50,6 +50,9 @@ type Reservation struct {
 	// Metrics is a multi-metric reservation's every metric (Metric, Amount, Used,
 	// Released and OverReserved above are then its first's); nil for one metric.
 	Metrics []MetricAmount
+	// Replayed is true when a settlement answers one made before (a repeated commit
+	// or release), which counted nothing more.
+	Replayed bool
 }
 
 // MetricAmount is one metric of a multi-metric reservation: held, and once settled

@@ -1,4 +1,4 @@
-# Shell functions shared by scripts/bench.sh and scripts/bench_base.sh: both measure
+# Shell functions shared by the bench scripts. scripts/bench.sh and scripts/bench_base.sh both measure
 # POST /v1/check over the same 1,000 users, and their figures compare only while the
 # org and the wrk script are the same. Source it; it runs nothing by itself.
 
@@ -34,4 +34,29 @@ request = function()
   return reqs[n % 1000]
 end
 LUA
+}
+
+# private_stack NAME PORT: a redis-server of its own on 127.0.0.1:PORT (no
+# persistence; its pid added to pids, its log in $tmp) and the URLs of a database NAME
+# on DATABASE_URL's server that the api's migrations create: sets redis_url, bench_db,
+# db_url and db_admin (the server's postgres database, to drop bench_db at the end), and
+# a fresh operator token. The caller holds pids, tmp and a cleanup trap.
+private_stack() {
+  redis-server --port "$2" --bind 127.0.0.1 --save '' --appendonly no > "$tmp/redis.log" 2>&1 &
+  pids+=($!)
+  redis_url=redis://127.0.0.1:$2/0
+  for _ in $(seq 50); do redis-cli -u "$redis_url" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  local base=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/quotaplane?sslmode=disable}
+  bench_db=$1
+  db_url=$(sed -E "s#/[^/?]*(\\?|\$)#/$bench_db\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
+  db_admin=$(sed -E "s#/[^/?]*(\\?|\$)#/postgres\\1#" <<< "${base%%\?*}")${base#"${base%%\?*}"}
+  token="bench-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+}
+
+# private_cleanup: the EXIT trap of private_stack's users: kills pids, drops
+# bench_db, removes tmp.
+private_cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true; done
+  [ -n "$bench_db" ] && psql -q "$db_admin" -c "drop database if exists $bench_db" 2>/dev/null || true
+  rm -rf "$tmp"
 }

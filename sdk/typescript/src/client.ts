@@ -3,6 +3,8 @@ import { QuotaplaneAbortError, QuotaplaneConfigError, QuotaplaneError, Quotaplan
 import { parsePolicies, parseServiceLimits, type Policy } from "./ratelimit.js";
 import { VERSION } from "./version.js";
 import { entitlementsPath, grants, type Entitlements, type FeatureValue } from "./entitlements.js";
+import { Coalescer, type Waiting } from "./coalesce.js";
+import { leasable, Leases, type LeaseEvent } from "./leases.js";
 
 type Schemas = components["schemas"];
 
@@ -124,6 +126,13 @@ export interface CheckOutcome {
   unavailable?: QuotaplaneUnavailableError;
   /** Quotaplane-Warning: a plan in `warn` mode allowed what it would have denied. */
   warning?: string;
+  /**
+   * Decided in this process from a client lease (`leases: true`), with nothing sent:
+   * `result.levels` are those of when the lease was taken, counting the whole lease as
+   * used, and `idempotencyKey` names the lease and the check's number in it. Absent
+   * when the server decided (`result.leased` is the server's own replica lease).
+   */
+  leased?: boolean;
 }
 
 /**
@@ -179,7 +188,7 @@ export interface FailContext {
 export type FailPolicy = "open" | "closed" | ((ctx: FailContext) => boolean | Promise<boolean>);
 
 /** The calls of a client, as its hooks name them. */
-export type Operation = "check" | "checkBatch" | "reserve" | "commit" | "extend" | "release" | "getReservation" | (string & {});
+export type Operation = "check" | "checkBatch" | "reserve" | "commit" | "extend" | "release" | "getReservation" | "lease" | "settleLease" | (string & {});
 
 /** What a `headers` function is told: the call it adds headers to. */
 export interface CallInfo {
@@ -276,6 +285,28 @@ export interface ClientOptions {
   onRetry?: (e: RetryEvent) => void;
   /** Called with each decision: Quotaplane's, or the fail policy's. */
   onDecision?: (e: DecisionEvent) => void;
+  /**
+   * Client leases (API.md "Client leases"): a path (org, team, user, metric) whose
+   * checks in this process run above `leaseThreshold` units a second takes a lease, a
+   * block of units the server sized and took from every level at once, and its checks
+   * are decided in process from it (`leased: true`, nothing sent) until its units or
+   * its life (at most a second) run out; each lease is settled with exactly what it
+   * admitted. Checks with `costs`, a cost of 0, or an idempotency key of the caller's
+   * always go to the server. `close()` settles every lease. Default false.
+   */
+  leases?: boolean;
+  /** Units a second above which a path asks for a lease (default 50). */
+  leaseThreshold?: number;
+  /**
+   * Coalescing: checks not decided from a lease that arrive within this many ms of the
+   * first one waiting go out together as one POST /v1/check/batch (at most 100; a full
+   * one at once). Each caller gets its own outcome or error, as a single check's (its
+   * `rateLimit` is computed from the levels, and it has no `policies`). A call with
+   * its own `headers` or `budgetMs` goes alone. Off when undefined.
+   */
+  batchWaitMs?: number;
+  /** Called with each lease taken, refused, closed, settled, or failed (LeaseEvent). */
+  onLease?: (e: LeaseEvent) => void;
 }
 
 /** Call options. */
@@ -346,6 +377,8 @@ export class QuotaplaneClient implements Quotaplane {
   readonly #fetch: typeof fetch;
   readonly #headers: HeadersOption | undefined;
   readonly #hooks: Pick<ClientOptions, "onAttempt" | "onRetry" | "onDecision">;
+  readonly #leases: Leases | undefined;
+  readonly #coalescer: Coalescer<CheckRequest & { idempotency_key: string }, CheckOutcome> | undefined;
 
   constructor(opts: ClientOptions) {
     if (!opts.baseUrl) throw new TypeError("QuotaplaneClient: baseUrl is required");
@@ -374,6 +407,37 @@ export class QuotaplaneClient implements Quotaplane {
     this.#fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.#headers = opts.headers;
     this.#hooks = { onAttempt: opts.onAttempt, onRetry: opts.onRetry, onDecision: opts.onDecision };
+    if (opts.leases) {
+      const threshold = opts.leaseThreshold ?? 50;
+      if (!(threshold >= 0)) throw new TypeError("QuotaplaneClient: leaseThreshold must be a number of units a second >= 0");
+      this.#leases = new Leases(
+        {
+          post: async (path, body, budgetMs, retries) => {
+            const ans = await this.#call("POST", path, body, { budgetMs }, path === "/v1/leases" ? "lease" : "settleLease", retries);
+            if (ans.status !== 200 && ans.status !== 201) throw toError(ans);
+            return ans.body;
+          },
+          budgetMs: this.#budgetMs,
+          onLease: opts.onLease,
+          onDecision: (outcome) => this.#decided({ operation: "check", outcome }),
+        },
+        threshold,
+      );
+    }
+    if (opts.batchWaitMs !== undefined) {
+      if (!(opts.batchWaitMs >= 0)) throw new TypeError("QuotaplaneClient: batchWaitMs must be a number of ms >= 0");
+      this.#coalescer = new Coalescer(opts.batchWaitMs, (items) => this.#sendCoalesced(items));
+    }
+  }
+
+  /**
+   * Settles every client lease (renew false) and sends the checks waiting to be
+   * coalesced, and waits for it, at most settleBudgetMs. Checks after close are
+   * never leased.
+   */
+  async close(): Promise<void> {
+    this.#coalescer?.flush(true);
+    await this.#leases?.close(this.#settleBudgetMs);
   }
 
   /**
@@ -382,7 +446,21 @@ export class QuotaplaneClient implements Quotaplane {
    * Quotaplane refuses the request itself (bad key, unknown metric, ...).
    */
   async check(req: CheckRequest, opts: CallOptions = {}): Promise<CheckOutcome> {
+    if (this.#leases !== undefined && leasable(req)) {
+      const got = this.#leases.admit(req, opts);
+      if (got !== undefined) {
+        const out = got instanceof Promise ? await got : got;
+        if (out !== undefined) return out;
+      }
+    }
     const request = { ...req, idempotency_key: req.idempotency_key ?? newIdempotencyKey() };
+    if (this.#coalescer !== undefined && opts.headers === undefined && opts.budgetMs === undefined) {
+      return this.#coalescer.add(request, this.#budgetMs, opts.signal);
+    }
+    return this.#single(request, opts);
+  }
+
+  async #single(request: CheckRequest & { idempotency_key: string }, opts: CallOptions): Promise<CheckOutcome> {
     let ans: Answer;
     try {
       ans = await this.#call("POST", "/v1/check", request, opts, "check");
@@ -432,30 +510,77 @@ export class QuotaplaneClient implements Quotaplane {
         const item = results[i]!;
         if (!("allowed" in item)) {
           const problem = item as Problem;
-          if (unavailable(problem.status)) {
-            const err = new QuotaplaneUnavailableError(`quotaplane: check ${i} of the batch: ${problem.status} ${problem.title}`, {
-              attempts: 1,
-              status: problem.status,
-              problem,
-            });
-            return this.#fallback("check", c, err);
-          }
+          if (unavailable(problem.status)) return this.#fallback("check", c, itemUnavailable(i, problem));
           return { idempotencyKey: c.idempotency_key, error: new QuotaplaneError(problem.status, problem) };
         }
-        const result = item as unknown as CheckResult;
-        const out: CheckOutcome = {
-          allowed: result.allowed,
-          decidedBy: "quotaplane",
-          result,
-          rateLimit: rateLimitOf(result),
-          retryAfterSeconds: result.allowed ? undefined : result.retry_after_seconds,
-          idempotencyKey: c.idempotency_key,
-        };
-        if (result.warning) out.warning = result.warning;
-        this.#decided({ operation: "check", outcome: out });
-        return out;
+        return this.#itemOutcome(item as unknown as CheckResult, c.idempotency_key);
       }),
     );
+  }
+
+  #itemOutcome(result: CheckResult, idempotencyKey: string): CheckOutcome {
+    const out: CheckOutcome = {
+      allowed: result.allowed,
+      decidedBy: "quotaplane",
+      result,
+      rateLimit: rateLimitOf(result),
+      retryAfterSeconds: result.allowed ? undefined : result.retry_after_seconds,
+      idempotencyKey,
+    };
+    if (result.warning) out.warning = result.warning;
+    this.#decided({ operation: "check", outcome: out });
+    return out;
+  }
+
+  // #sendCoalesced sends checks that waited together (coalesce.ts): one alone as a
+  // single check, more as one batch, within the latest budget among them (an answer
+  // that comes is given even a little late: the server may have counted it). Each
+  // caller is answered as its single check would be: a 4xx item throws its
+  // QuotaplaneError; a 5xx item is queued again after the backoff (same idempotency
+  // key) while its budget and the retries allow, then the fail policy answers; a batch
+  // refused with 400 (one check of it may be what was invalid; a refused request
+  // counts nothing) is sent again check by check.
+  async #sendCoalesced(items: Waiting<CheckRequest & { idempotency_key: string }, CheckOutcome>[]): Promise<void> {
+    const now = performance.now();
+    const alone = (w: (typeof items)[number]) =>
+      this.#single(w.request, { budgetMs: Math.max(1, w.deadline - performance.now()), signal: w.signal }).then(w.resolve, w.reject);
+    const deadline = Math.max(...items.map((w) => w.deadline));
+    if (deadline <= now) {
+      const err = new QuotaplaneUnavailableError(`quotaplane: the check's budget was spent before its batch could go out`, { attempts: 0 });
+      for (const w of items) this.#fallback("check", w.request, err).then(w.resolve, w.reject);
+      return;
+    }
+    if (items.length === 1) return alone(items[0]!);
+    let ans: Answer;
+    try {
+      ans = await this.#call("POST", "/v1/check/batch", { checks: items.map((w) => w.request) }, { budgetMs: deadline - now }, "checkBatch");
+    } catch (err) {
+      for (const w of items) {
+        if (err instanceof QuotaplaneUnavailableError) this.#fallback("check", w.request, err).then(w.resolve, w.reject);
+        else w.reject(err);
+      }
+      return;
+    }
+    if (ans.status === 400) {
+      await Promise.allSettled(items.map(alone));
+      return;
+    }
+    const results = (ans.body as Schemas["BatchCheckResult"] | undefined)?.results;
+    if (ans.status !== 200 || results?.length !== items.length) {
+      const err = ans.status !== 200 ? toError(ans) : new QuotaplaneError(502, problemOf(502, "Bad Gateway", `the batch answered ${results?.length} results for ${items.length} checks`));
+      return items.forEach((w) => w.reject(err));
+    }
+    items.forEach((w, i) => {
+      const item = results[i]!;
+      if ("allowed" in item) return w.resolve(this.#itemOutcome(item as unknown as CheckResult, w.request.idempotency_key));
+      const problem = item as Problem;
+      if (unavailable(problem.status)) {
+        const delay = this.#backoff(w.attempts);
+        if (w.attempts <= this.#retries && performance.now() + delay < w.deadline) return this.#coalescer!.requeue(w, delay);
+        return void this.#fallback("check", w.request, itemUnavailable(i, problem)).then(w.resolve, w.reject);
+      }
+      w.reject(new QuotaplaneError(problem.status, problem));
+    });
   }
 
   /**
@@ -577,6 +702,11 @@ export class QuotaplaneClient implements Quotaplane {
     return (await p(ctx)) === true;
   }
 
+  // #backoff is the wait before the retry that follows attempt n: full jitter.
+  #backoff(n: number): number {
+    return Math.random() * Math.min(this.#maxRetryDelayMs, this.#retryDelayMs * 2 ** (n - 1));
+  }
+
   #decided(e: DecisionEvent): void {
     hook(this.#hooks.onDecision, e);
   }
@@ -587,7 +717,7 @@ export class QuotaplaneClient implements Quotaplane {
   // is spent (or a Retry-After goes beyond it), QuotaplaneConfigError at once on an
   // error retrying cannot mend, QuotaplaneAbortError when the caller aborts, and
   // returns any other answer.
-  async #call(method: string, path: string, body: unknown, opts: CallOptions, operation: Operation = `${method} ${path}`): Promise<Answer> {
+  async #call(method: string, path: string, body: unknown, opts: CallOptions, operation: Operation = `${method} ${path}`, retries = this.#retries): Promise<Answer> {
     const info: CallInfo = { operation, method, path };
     const budget = opts.budgetMs ?? this.#budgetMs;
     const deadline = performance.now() + budget;
@@ -632,10 +762,10 @@ export class QuotaplaneClient implements Quotaplane {
       }
       const left = deadline - performance.now();
       const why = last.status !== undefined ? `answered ${last.status}` : `unreachable (${describe(last.cause)})`;
-      if (attempt > this.#retries) {
+      if (attempt > retries) {
         throw new QuotaplaneUnavailableError(`quotaplane: ${method} ${path} ${why} on ${attempt} attempt(s)`, last);
       }
-      const delay = retryAfterMs ?? Math.random() * Math.min(this.#maxRetryDelayMs, this.#retryDelayMs * 2 ** (attempt - 1));
+      const delay = retryAfterMs ?? this.#backoff(attempt);
       if (left <= 0 || delay >= left) {
         const wait = retryAfterMs !== undefined ? `Retry-After ${Math.round(retryAfterMs)} ms goes beyond` : "no time left of";
         throw new QuotaplaneUnavailableError(`quotaplane: ${method} ${path} ${why} on ${attempt} attempt(s); ${wait} its ${budget} ms budget`, last);
@@ -733,6 +863,11 @@ function asProblem(ans: Answer): Problem {
   return problemOf(ans.status, `HTTP ${ans.status}`, typeof b === "string" ? b.slice(0, 200) : undefined);
 }
 
+// itemUnavailable is the error of a batch's check that Quotaplane answered 5xx.
+function itemUnavailable(i: number, problem: Problem): QuotaplaneUnavailableError {
+  return new QuotaplaneUnavailableError(`quotaplane: check ${i} of the batch: ${problem.status} ${problem.title}`, { attempts: 1, status: problem.status, problem });
+}
+
 function toError(ans: Answer): QuotaplaneError {
   return new QuotaplaneError(ans.status, asProblem(ans));
 }
@@ -785,3 +920,8 @@ export function rateLimitOf(
   }
   return { limit: t.limit, remaining: Math.max(t.remaining, 0), reset: Math.max(reset, 0) };
 }
+
+/** QuotaplaneClient, by the name API.md "Client leases" gives it: `new Client({ ..., leases: true })`. */
+export const Client = QuotaplaneClient;
+/** QuotaplaneClient. */
+export type Client = QuotaplaneClient;

@@ -7,6 +7,7 @@
 export * from "./client.js";
 export * from "./entitlements.js";
 export * from "./errors.js";
+export type { LeaseEvent } from "./leases.js";
 export * from "./middleware.js";
 export * from "./ratelimit.js";
 export * from "./webhook.js";

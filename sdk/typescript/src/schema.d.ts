@@ -813,7 +813,9 @@ export interface paths {
          * Settle a client lease with what it admitted, and take the next
          * @description Counts `used` and gives the rest of the lease back (a commit of its
          *     reservation); with `renew`, takes the path's next lease in the same round trip.
-         *     A repeat answers the first settlement again. A lease that expired unsettled was
+         *     A repeat answers the first settlement again with `next` null: it takes no
+         *     second lease (the first answer's, if that answer was lost, is counted whole at
+         *     its `settle_by`), so retry a lost renewing settlement without `renew`. A lease that expired unsettled was
          *     counted whole: `settled` says so (`used` its units, `released` 0). `used` above
          *     the lease's units is counted in full.
          */
