@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
@@ -34,7 +36,11 @@ class AsyncClient:
     calls as coroutines, the same behaviour (budget, retries, Retry-After, fail
     policy, errors). A fail policy may be a coroutine function too. Each attempt is
     bounded by what is left of the call's budget as a whole (connect, send and read
-    together). Close it with ``await client.aclose()`` or ``async with``."""
+    together). Close it with ``await client.aclose()`` or ``async with``.
+
+    ``leases`` and ``batch_wait`` as the sync client's: tasks of the event loop take,
+    renew and settle the leases and send the batches; :meth:`aclose` settles every
+    lease (a client never closed leaves its leases to expire, counted whole)."""
 
     def __init__(
         self,
@@ -51,20 +57,50 @@ class AsyncClient:
         hooks: Hooks | None = None,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.AsyncClient | None = None,
+        leases: bool = False,
+        lease_threshold: float = _core.DEFAULT_LEASE_THRESHOLD,
+        batch_wait: float | None = None,
     ) -> None:
         self._opts = Options.make(
             base_url, key, budget=budget, settle_budget=settle_budget, timeout=timeout, retries=retries,
             backoff=backoff, max_backoff=max_backoff, fail_policy=fail_policy, hooks=hooks, headers=headers,
+            leases=leases, lease_threshold=lease_threshold, batch_wait=batch_wait,
         )
         self._own = http_client is None
         self._http = http_client or httpx.AsyncClient()
+        # One event loop runs the client: nothing awaits between a lease's test and
+        # its take, so the bookkeeping needs no lock.
+        self._leases = _core.Leases(self._opts, contextlib.nullcontext()) if leases else None
+        self._batches = _core.Coalescer(contextlib.nullcontext(), asyncio.Event) if batch_wait is not None else None
+        self._batch_slots = asyncio.Semaphore(_core.BATCHES_IN_FLIGHT)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._keeper: asyncio.Task[None] | None = None
 
     @property
     def base_url(self) -> str:
         return self._opts.base
 
     async def aclose(self) -> None:
-        """Closes the client's connections (not those of an ``http_client`` passed in)."""
+        """Settles every lease (waiting for it up to ``settle_budget``), waits for the
+        batches in flight, and closes the client's connections (not those of an
+        ``http_client`` passed in)."""
+        if self._leases is not None:
+            bound = self._opts.settle_budget or _core.DEFAULT_SETTLE_BUDGET
+            deadline = time.monotonic() + bound
+            await asyncio.gather(*(self._run(job) for job in self._leases.close()))
+            # A renewal in flight in another task settles what it brings; a failed
+            # settle is tried again by the clock: here, bounded.
+            while self._leases.outstanding() and time.monotonic() < deadline:
+                await asyncio.sleep(_core.LEASE_TICK / 10)
+                await asyncio.gather(*(self._run(job) for job in self._leases.due(time.monotonic())))
+            if self._leases.outstanding():
+                _core.log.warning("quotaplane: leases still unsettled after %g s; Quotaplane counts them whole at their expiry", bound)
+            if self._keeper is not None:
+                self._keeper.cancel()
+                await asyncio.gather(self._keeper, return_exceptions=True)
+                self._keeper = None
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=self._opts.settle_budget or _core.DEFAULT_SETTLE_BUDGET)
         if self._own:
             await self._http.aclose()
 
@@ -73,6 +109,56 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # Leases: the check that finds its path hot takes the lease, and the one that closes
+    # a lease settles (and renews) it, in the caller's task; a keeper task settles
+    # leases at their end by the clock and tries failed settles again.
+
+    async def _leased(self, req: CheckRequest) -> CheckResult | None:
+        assert self._leases is not None
+        res, jobs = self._leases.admit(req, time.monotonic())
+        if not jobs:
+            return res
+        self._keep()
+        for job in jobs:
+            await self._run(job, self._opts.budget)
+        if res is None:
+            res, jobs = self._leases.admit(req, time.monotonic(), again=True)
+            for job in jobs:
+                await self._run(job, self._opts.budget)
+        return res
+
+    def _spawn(self, coro: Awaitable[Any], name: str) -> None:
+        t = asyncio.get_running_loop().create_task(coro, name=name)  # type: ignore[arg-type]
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    def _keep(self) -> None:
+        if self._keeper is None and self._leases is not None and not self._leases.closing:
+            self._keeper = asyncio.get_running_loop().create_task(self._clock(), name="quotaplane-leases")
+
+    async def _clock(self) -> None:
+        assert self._leases is not None
+        while True:
+            await asyncio.sleep(_core.LEASE_TICK)
+            for job in self._leases.due(time.monotonic()):
+                self._spawn(self._run(job), "quotaplane-lease-settle")
+
+    async def _run(self, job: _core.LeaseJob, budget: float | None = None) -> None:
+        """Sends job, and what its answer asks for next. A caller's task sends within
+        the check's budget; a failed settle is tried again by the clock."""
+        assert self._leases is not None
+        todo = [job]
+        while todo:
+            job = todo.pop()
+            sent, b = job.start(self._opts, budget)
+            reply: Reply | None = None
+            err: BaseException | None = None
+            try:
+                reply = await self._send("POST", job.url, job.body(), b)
+            except Exception as e:  # the answer says what it means for the lease
+                err = e
+            todo.extend(self._leases.answer(job, sent, reply, err, time.monotonic()))
 
     async def _send(self, method: str, path: str, body: Any, budget: float | None) -> Reply:
         att = _core.Attempts(self._opts, method, path, budget)
@@ -87,7 +173,7 @@ class AsyncClient:
                     self._http.request(method, self._opts.base + path, content=content, headers=headers, timeout=timeout),
                     timeout,
                 )
-                reply = Reply(r.status_code, r.headers, r.content)
+                reply = _core.reply_of(r)
             except asyncio.TimeoutError as e:
                 err = httpx.TimeoutException(f"no answer within {timeout:.3f} s")
                 err.__cause__ = e
@@ -120,11 +206,58 @@ class AsyncClient:
     ) -> CheckResult:
         """As :meth:`quotaplane.Client.check`."""
         req = _core.check_request(org, team, user, metric, cost, costs, idempotency_key)
+        if self._leases is not None and _core.leasable(req):
+            res = await self._leased(req)
+            if res is not None:
+                return res
+        req = with_key(req)
+        if self._batches is not None:
+            return await self._coalesced(req)
+        return await self._check_one(req)
+
+    async def _check_one(self, req: CheckRequest) -> CheckResult:
         try:
             r = await self._send("POST", "/v1/check", req.body(), self._opts.budget)
         except Unavailable as e:
             return _core.undecided_check("check", req, e, await self._policy(req, e), self._opts)
         return _core.check_answer(self._opts, req, r)
+
+    async def _coalesced(self, req: CheckRequest) -> CheckResult:
+        """req in the open batch; a task of its own (not a caller, which may be
+        cancelled) sends the batch after batch_wait or once it is full, when a batch
+        slot is free."""
+        assert self._batches is not None
+        b, i, first = self._batches.join(req)
+        if first:
+            self._spawn(self._flush(b), "quotaplane-batch")
+        await b.done.wait()
+        if b.items is None and b.error is None:  # a batch of one: sent as a single check
+            return await self._check_one(req)
+        out = _core.batch_item(b, i, req)
+        if isinstance(out, CheckResult):
+            return out
+        if isinstance(out, Unavailable):
+            return _core.undecided_check("check", req, out, await self._policy(req, out), self._opts)
+        return await self._check_one(req)
+
+    async def _flush(self, b: _core.Batch) -> None:
+        assert self._batches is not None
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(b.full.wait(), self._opts.batch_wait)
+            async with self._batch_slots:
+                self._batches.seal(b)
+                if len(b.reqs) > 1:
+                    try:
+                        r = await self._send("POST", "/v1/check/batch", _core.batch_body(b.reqs), self._opts.budget)
+                        b.items = _core.batch_answer(self._opts, b.reqs, r, op="check")
+                    except QuotaplaneError as e:
+                        b.error = e
+        except BaseException as e:
+            b.error = b.error or Unavailable(f"quotaplane unavailable: the batch was not sent: {e!r}")
+            raise
+        finally:
+            b.done.set()
 
     async def check_batch(self, checks: Sequence[CheckRequest | Mapping[str, Any]]) -> list[CheckResult | QuotaplaneError]:
         """As :meth:`quotaplane.Client.check_batch`."""

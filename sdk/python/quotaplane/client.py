@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import TracebackType
@@ -48,6 +50,21 @@ class Client:
     (the default), :data:`FAIL_OPEN`, or a function of the request and the
     :class:`~quotaplane.Unavailable` error; its result has ``not_decided`` set. With
     ``fail_policy=None`` such a call raises :class:`~quotaplane.Unavailable`.
+
+    With ``leases=True``, a path (org, team, user, metric) whose checks in this
+    process pass ``lease_threshold`` units a second is decided here from a lease the
+    server sized: such a result has ``leased`` set and costs no request. A check of
+    several metrics, a query (cost 0) or one with an idempotency key is never leased.
+    The check that finds its path hot takes the lease, the one that closes a lease
+    settles and renews it (a request each, as a check unleased would cost); a daemon
+    thread settles each lease at its end, with what it admitted. :meth:`close` (and the ``with``
+    block's end, and the interpreter's normal exit) settles every lease; a process
+    that dies leaves its leases to expire, counted whole.
+
+    With ``batch_wait`` (seconds), checks not decided from a lease that arrive within
+    that wait of each other (from several threads) go out as one batch request of up
+    to 100; each caller gets its own check's result or error, as alone (but no
+    ``policies``: a batch has no RateLimit fields per item).
     """
 
     def __init__(
@@ -65,20 +82,37 @@ class Client:
         hooks: Hooks | None = None,
         headers: Mapping[str, str] | None = None,
         http_client: httpx.Client | None = None,
+        leases: bool = False,
+        lease_threshold: float = _core.DEFAULT_LEASE_THRESHOLD,
+        batch_wait: float | None = None,
     ) -> None:
         self._opts = Options.make(
             base_url, key, budget=budget, settle_budget=settle_budget, timeout=timeout, retries=retries,
             backoff=backoff, max_backoff=max_backoff, fail_policy=fail_policy, hooks=hooks, headers=headers,
+            leases=leases, lease_threshold=lease_threshold, batch_wait=batch_wait,
         )
         self._own = http_client is None
         self._http = http_client or httpx.Client()
+        self._leases = _core.Leases(self._opts, threading.Lock()) if leases else None
+        self._batches = _core.Coalescer(threading.Lock(), threading.Event) if batch_wait is not None else None
+        self._batch_slots = threading.BoundedSemaphore(_core.BATCHES_IN_FLIGHT)
+        self._keeper: threading.Thread | None = None
+        self._keeper_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._at_exit: Any = None
+        if self._leases is not None:
+            self._at_exit = _close_at_exit(weakref.ref(self))
+            atexit.register(self._at_exit)
 
     @property
     def base_url(self) -> str:
         return self._opts.base
 
     def close(self) -> None:
-        """Closes the client's connections (not those of an ``http_client`` passed in)."""
+        """Settles every lease (waiting for it up to ``settle_budget``) and closes the
+        client's connections (not those of an ``http_client`` passed in)."""
+        if self._leases is not None:
+            self._settle_leases()
         if self._own:
             self._http.close()
 
@@ -87,6 +121,67 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def _settle_leases(self) -> None:
+        assert self._leases is not None
+        if self._at_exit is not None:
+            atexit.unregister(self._at_exit)
+            self._at_exit = None
+        bound = self._opts.settle_budget or _core.DEFAULT_SETTLE_BUDGET
+        deadline = time.monotonic() + bound
+        for job in self._leases.close():
+            self._run(job)
+        # A renewal in flight on another thread settles what it brings; a failed
+        # settle is tried again by the clock: this thread does it, bounded.
+        while self._leases.outstanding() and time.monotonic() < deadline:
+            time.sleep(_core.LEASE_TICK / 10)
+            for job in self._leases.due(time.monotonic()):
+                self._run(job)
+        self._stop.set()
+        if self._leases.outstanding():
+            _core.log.warning("quotaplane: leases still unsettled after %g s; Quotaplane counts them whole at their expiry", bound)
+
+    # Leases: the check that finds its path hot takes the lease, and the one that closes
+    # a lease settles (and renews) it, on the caller's thread; a daemon thread settles
+    # leases at their end by the clock and tries failed settles again.
+
+    def _leased(self, req: CheckRequest) -> CheckResult | None:
+        assert self._leases is not None
+        res, jobs = self._leases.admit(req, time.monotonic())
+        if not jobs:
+            return res
+        self._keep()
+        for job in jobs:
+            self._run(job, self._opts.budget)
+        if res is None:
+            res, jobs = self._leases.admit(req, time.monotonic(), again=True)
+            for job in jobs:
+                self._run(job, self._opts.budget)
+        return res
+
+    def _keep(self) -> None:
+        if self._keeper is not None:
+            return
+        with self._keeper_lock:
+            if self._keeper is None and not self._stop.is_set():
+                self._keeper = threading.Thread(target=_keeper, args=(weakref.ref(self), self._stop), name="quotaplane-leases", daemon=True)
+                self._keeper.start()
+
+    def _run(self, job: _core.LeaseJob, budget: float | None = None) -> None:
+        """Sends job, and what its answer asks for next. A caller's thread sends within
+        the check's budget; a failed settle is tried again by the clock."""
+        assert self._leases is not None
+        todo = [job]
+        while todo:
+            job = todo.pop()
+            sent, b = job.start(self._opts, budget)
+            reply: Reply | None = None
+            err: BaseException | None = None
+            try:
+                reply = self._send("POST", job.url, job.body(), b)
+            except Exception as e:  # the answer says what it means for the lease
+                err = e
+            todo.extend(self._leases.answer(job, sent, reply, err, time.monotonic()))
 
     def _send(self, method: str, path: str, body: Any, budget: float | None) -> Reply:
         att = _core.Attempts(self._opts, method, path, budget)
@@ -98,7 +193,7 @@ class Client:
             err: BaseException | None = None
             try:
                 r = self._http.request(method, self._opts.base + path, content=content, headers=headers, timeout=timeout)
-                reply = Reply(r.status_code, r.headers, r.content)
+                reply = _core.reply_of(r)
             except httpx.HTTPError as e:
                 err = e
             step = att.after(reply, err)
@@ -136,11 +231,53 @@ class Client:
         :class:`~quotaplane.Unavailable` when nothing decided and ``fail_policy`` is None.
         """
         req = _core.check_request(org, team, user, metric, cost, costs, idempotency_key)
+        if self._leases is not None and _core.leasable(req):
+            res = self._leased(req)
+            if res is not None:
+                return res
+        req = with_key(req)
+        if self._batches is not None:
+            return self._coalesced(req)
+        return self._check_one(req)
+
+    def _check_one(self, req: CheckRequest) -> CheckResult:
         try:
             r = self._send("POST", "/v1/check", req.body(), self._opts.budget)
         except Unavailable as e:
             return _core.undecided_check("check", req, e, self._policy(req, e), self._opts)
         return _core.check_answer(self._opts, req, r)
+
+    def _coalesced(self, req: CheckRequest) -> CheckResult:
+        """req in the open batch; its first check waits batch_wait (or until the batch
+        is full) and a free batch slot, sends it and wakes the others."""
+        assert self._batches is not None
+        b, i, first = self._batches.join(req)
+        if not first:
+            b.done.wait()
+        else:
+            try:
+                b.full.wait(self._opts.batch_wait)
+                with self._batch_slots:
+                    self._batches.seal(b)
+                    if len(b.reqs) > 1:
+                        try:
+                            r = self._send("POST", "/v1/check/batch", _core.batch_body(b.reqs), self._opts.budget)
+                            b.items = _core.batch_answer(self._opts, b.reqs, r, op="check")
+                        except QuotaplaneError as e:
+                            b.error = e
+                if len(b.reqs) == 1:
+                    return self._check_one(req)
+            except BaseException as e:
+                b.error = b.error or Unavailable(f"quotaplane unavailable: the batch was not sent: {e!r}")
+                raise
+            finally:
+                b.done.set()
+        out = _core.batch_item(b, i, req)
+        if isinstance(out, CheckResult):
+            return out
+        if isinstance(out, Unavailable):
+            return _core.undecided_check("check", req, out, self._policy(req, out), self._opts)
+        return self._check_one(req)
 
     def check_batch(self, checks: Sequence[CheckRequest | Mapping[str, Any]]) -> list[CheckResult | QuotaplaneError]:
         """Decides up to 100 checks in one call, each on its own, in order. An item is
@@ -241,6 +378,31 @@ class Client:
     def entitled(self, org: str, name: str, *, team: str | None = None, user: str | None = None) -> bool:
         """Whether org (for team and user) has feature ``name``: present and not False, 0 or ""."""
         return self.entitlements(org, team, user).entitled(name)
+
+
+def _keeper(ref: "weakref.ReferenceType[Client]", stop: threading.Event) -> None:
+    """Settles a client's leases at their end and tries failed settles again, until
+    the client is closed (or gone)."""
+    while not stop.wait(_core.LEASE_TICK):
+        c = ref()
+        if c is None or c._leases is None:
+            return
+        for job in c._leases.due(time.monotonic()):
+            c._run(job)
+        del c
+
+
+class _close_at_exit:
+    """Settles a client's leases at the interpreter's normal exit, unless it is closed
+    (or gone) before."""
+
+    def __init__(self, ref: "weakref.ReferenceType[Client]") -> None:
+        self.ref = ref
+
+    def __call__(self) -> None:
+        c = self.ref()
+        if c is not None and c._leases is not None:
+            c._settle_leases()
 
 
 @dataclass

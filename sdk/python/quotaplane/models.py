@@ -202,6 +202,9 @@ class CheckResult:
     #: Quotaplane did not decide: the client's fail policy did, ``cause`` says why.
     not_decided: bool = False
     cause: "Unavailable | None" = None
+    #: Decided in this process from a client lease (``leases=True``), nothing sent:
+    #: ``levels`` are then those of the lease's answer, its units counted as used.
+    leased: bool = False
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any], key: str | None, now: datetime) -> "CheckResult":
@@ -398,6 +401,8 @@ class DecisionInfo:
     cause: "Unavailable | None" = None
     mode: str = ""
     warning: str = ""
+    #: Decided in this process from a client lease.
+    leased: bool = False
 
 
 @dataclass(frozen=True)
