@@ -124,7 +124,7 @@ func (s *Service) resolveHeld(ctx context.Context, c Caller, check Input) (resol
 
 // errNotOrgKey refuses an operation on a reservation by id asked by other than an
 // org API key.
-var errNotOrgKey = derrors.E(derrors.Forbidden, "reservations are addressed with an org API key (scope check)", nil)
+var errNotOrgKey = derrors.E(derrors.Forbidden, "reservations and leases are addressed with an org API key (scope check)", nil)
 
 // byID runs op on reservation id of the caller's org: an org key with the check
 // scope; the org is the key's, so another org's reservation is simply absent.

@@ -93,6 +93,11 @@ func (r *testRig) snapshot(tb testing.TB, org string) map[string]string {
 	iter := r.raw.Scan(ctx, 0, r.prefix+":{"+org+"}|*", 1000).Iterator()
 	for iter.Next(ctx) {
 		k := iter.Val()
+		if strings.Contains(k, "}|b|") {
+			// would-block records are added about once a second after the checks that
+			// made them (wouldblock.go), by no check: not a check's counters
+			continue
+		}
 		switch r.raw.Type(ctx, k).Val() {
 		case "hash":
 			for f, v := range r.raw.HGetAll(ctx, k).Val() {
